@@ -1,0 +1,43 @@
+# spanseek: `make demo` (index the demo corpus, serve it, show curl examples) and `make test`.
+# Every target does its own set-up on a fresh machine: virtualenv, CPU torch, the package, system packages.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# CPU hosts get the CPU wheel of torch deliberately (an open range would pull a multi-GB CUDA build);
+# GPU hosts use the CUDA image in docker/ or `pip install -e '.[gpu]'` next to a CUDA torch.
+TORCH_CPU := torch==2.13.0
+
+.PHONY: install system-deps test test-slow demo lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH_CPU)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+# Debian packages the tests use: a real Prometheus (scrape test) and docker-compose v1 (compose validation).
+system-deps:
+	@if ! command -v prometheus >/dev/null || ! command -v docker-compose >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus docker-compose >/dev/null; \
+	fi
+
+test: install system-deps
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+test-slow: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow
+
+demo: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m spanseek.demo
+
+lint: install
+	$(BIN)/ruff check core indexer trainer service spanseek bench tests
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) work

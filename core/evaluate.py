@@ -1,0 +1,95 @@
+"""Open-domain and reading-comprehension evaluation of a Searcher on SQuAD-format questions.
+
+Writes the metrics dict that ``spanseek eval`` saves (percentages rounded to 0.1):
+``{"n_questions", "phrase": {"em@1", "f1@1", "em@10"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
+"doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "seconds", "questions_per_second"}``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from core.io import Question
+from core.metrics import (
+    accuracy_at,
+    exact_match,
+    f1_score,
+    mrr_at,
+    passage_has_answer,
+    pct,
+    precision_at,
+)
+from core.search import Searcher
+
+
+def sample_questions(questions: list[Question], limit: int | None, seed: int = 13) -> list[Question]:
+    """A fixed random sample of ``limit`` questions (all of them when limit is None)."""
+    if limit is None or limit >= len(questions):
+        return questions
+    return random.Random(seed).sample(questions, limit)
+
+
+def passage_lookup(searcher: Searcher) -> dict[tuple[str, str], int]:
+    """(document title, passage text) -> passage id, to find a question's gold passage in an index."""
+    idx = searcher.index
+    return {(idx.docs[p["doc"]]["title"], p["text"]): i for i, p in enumerate(idx.passages)}
+
+
+def evaluate(
+    searcher: Searcher,
+    questions: list[Question],
+    reading_comprehension: bool = False,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run every question through phrase, passage and document search (and RC) and compute the metrics."""
+    t0 = time.perf_counter()
+    em1, f11, em10, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], []
+    lookup = passage_lookup(searcher) if reading_comprehension else {}
+    bar = tqdm(total=len(questions), desc="eval", unit="q", disable=not progress)
+    for b in range(0, len(questions), batch_size):
+        batch = questions[b : b + batch_size]
+        q_start, q_end = searcher.encoder.encode([q.question for q in batch])
+        phrases = searcher.search_vectors(q_start, q_end, "phrase", 10)
+        passages = searcher.search_vectors(q_start, q_end, "passage", 20)
+        documents = searcher.search_vectors(q_start, q_end, "doc", 5)
+        for i, q in enumerate(batch):
+            top = phrases[i][0].text if phrases[i] else ""
+            em1.append(exact_match(top, q.answers))
+            f11.append(f1_score(top, q.answers))
+            em10.append(float(any(exact_match(h.text, q.answers) for h in phrases[i][:10])))
+            pas.append([passage_has_answer(h.passage, q.answers) for h in passages[i]])
+            docs.append([h.title == q.title for h in documents[i]])
+            if reading_comprehension:
+                pid = lookup.get((q.title, q.context))
+                if pid is None:
+                    raise ValueError(f"question {q.id}: its gold passage is not in the index")
+                hit = searcher.passage_best_span(pid, q_start[i], q_end[i])
+                rc_em.append(exact_match(hit.text, q.answers))
+                rc_f1.append(f1_score(hit.text, q.answers))
+        bar.update(len(batch))
+    bar.close()
+    seconds = time.perf_counter() - t0
+    n = len(questions)
+    out: dict[str, Any] = {
+        "n_questions": n,
+        "phrase": {"em@1": pct(np.mean(em1)), "f1@1": pct(np.mean(f11)), "em@10": pct(np.mean(em10))},
+        "passage": {
+            "acc@1": pct(accuracy_at(pas, 1)),
+            "acc@5": pct(accuracy_at(pas, 5)),
+            "acc@20": pct(accuracy_at(pas, 20)),
+            "mrr@20": pct(mrr_at(pas, 20)),
+            "p@20": pct(precision_at(pas, 20)),
+        },
+        "doc": {"acc@1": pct(accuracy_at(docs, 1)), "acc@5": pct(accuracy_at(docs, 5))},
+    }
+    if reading_comprehension:
+        out["rc"] = {"em": pct(np.mean(rc_em)), "f1": pct(np.mean(rc_f1))}
+    out["seconds"] = round(seconds, 1)
+    out["questions_per_second"] = round(n / seconds, 1) if seconds > 0 else 0.0
+    return out

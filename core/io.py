@@ -1,0 +1,204 @@
+"""Corpus and question-set IO, and atomic file writes.
+
+Corpus format (JSON Lines, one document a line): ``{"id": str, "title": str, "paragraphs": [str, ...]}``.
+Questions are SQuAD-format JSON, optionally gzipped. ``spanseek corpus from-squad IN --out OUT`` converts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+
+class CorpusError(ValueError):
+    """A corpus or question file is malformed; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    title: str
+    paragraphs: tuple[str, ...]
+
+
+@dataclass
+class ReadStats:
+    """Counts of what a reader skipped, reported by the indexer."""
+
+    documents: int = 0
+    paragraphs: int = 0
+    empty_documents: int = 0
+    empty_paragraphs: int = 0
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    answer_starts: tuple[int, ...]
+    title: str
+    context: str
+    doc_index: int  # index of the article in the file
+    para_index: int  # index of the paragraph within its article
+
+
+@dataclass
+class SquadArticle:
+    title: str
+    paragraphs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def open_text(path: str | Path, mode: str = "rt") -> IO[str]:
+    """Open a text file, transparently gunzipping ``*.gz``."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, mode, encoding="utf-8")  # type: ignore[return-value]
+    return open(path, mode, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.chmod(tmp_path, 0o644)  # mkstemp makes 0600; results are meant to be shared (e.g. a service user)
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def save_npy_atomic(path: str | Path, array) -> None:
+    """np.save to ``path`` atomically (np.save on a file object adds no suffix)."""
+    import numpy as np
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
+
+
+def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Document]:
+    """Stream documents from a JSONL corpus, skipping (and counting) empty paragraphs and documents.
+
+    Raises CorpusError naming the file and line for invalid JSON or a wrong shape.
+    """
+    stats = stats if stats is not None else ReadStats()
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CorpusError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(obj, dict):
+                raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            paragraphs = obj.get("paragraphs")
+            if not isinstance(paragraphs, list) or not all(isinstance(p, str) for p in paragraphs):
+                raise CorpusError(f"{where}: 'paragraphs' must be a list of strings")
+            doc_id = obj.get("id", str(lineno))
+            title = obj.get("title", "")
+            if not isinstance(doc_id, (str, int)) or not isinstance(title, str):
+                raise CorpusError(f"{where}: 'id' must be a string and 'title' a string")
+            kept = tuple(p for p in paragraphs if p.strip())
+            stats.empty_paragraphs += len(paragraphs) - len(kept)
+            if not kept:
+                stats.empty_documents += 1
+                continue
+            stats.documents += 1
+            stats.paragraphs += len(kept)
+            yield Document(id=str(doc_id), title=title, paragraphs=kept)
+
+
+def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
+    """Write documents as JSONL (gzipped if the name ends in .gz), atomically. Returns the count."""
+    n = 0
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        opener = gzip.open(tmp, "wt", encoding="utf-8") if path.suffix == ".gz" else open(tmp, "w", encoding="utf-8")
+        with opener as f:
+            for d in docs:
+                f.write(json.dumps({"id": d.id, "title": d.title, "paragraphs": list(d.paragraphs)}, ensure_ascii=False))
+                f.write("\n")
+                n += 1
+    return n
+
+
+def load_squad(path: str | Path) -> list[dict[str, Any]]:
+    """Load the ``data`` list of a SQuAD-format file (optionally gzipped), checking its shape."""
+    try:
+        with open_text(path) as f:
+            obj = json.load(f)
+    except json.JSONDecodeError as e:
+        raise CorpusError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    data = obj.get("data") if isinstance(obj, dict) else None
+    if not isinstance(data, list):
+        raise CorpusError(f"{path}: not SQuAD format (expected an object with a 'data' list)")
+    for i, art in enumerate(data):
+        if not isinstance(art, dict) or not isinstance(art.get("paragraphs"), list):
+            raise CorpusError(f"{path}: article {i} has no 'paragraphs' list")
+    return data
+
+
+def squad_documents(data: list[dict[str, Any]]) -> Iterator[Document]:
+    """Each SQuAD article as a corpus document, its paragraphs in order (empty ones kept out later)."""
+    for i, art in enumerate(data):
+        title = art.get("title", f"article-{i}")
+        yield Document(id=str(i), title=title, paragraphs=tuple(p.get("context", "") for p in art["paragraphs"]))
+
+
+def squad_questions(data: list[dict[str, Any]]) -> list[Question]:
+    """Flatten a SQuAD ``data`` list into questions with their gold context, title and position."""
+    out = []
+    for di, art in enumerate(data):
+        title = art.get("title", f"article-{di}")
+        for pi, para in enumerate(art["paragraphs"]):
+            ctx = para.get("context", "")
+            for qa in para.get("qas", []):
+                answers = qa.get("answers") or []
+                out.append(
+                    Question(
+                        id=str(qa.get("id", f"{di}-{pi}-{len(out)}")),
+                        question=qa["question"],
+                        answers=tuple(a["text"] for a in answers),
+                        answer_starts=tuple(int(a.get("answer_start", -1)) for a in answers),
+                        title=title,
+                        context=ctx,
+                        doc_index=di,
+                        para_index=pi,
+                    )
+                )
+    return out
+
+
+def from_squad(in_path: str | Path, out_path: str | Path) -> int:
+    """Convert a SQuAD-format file into a JSONL corpus (one document per article). Returns the count."""
+    return write_corpus(out_path, squad_documents(load_squad(in_path)))
+
+
+def split_articles(data: list[dict[str, Any]], every: int = 20, offset: int = 7) -> tuple[list, list]:
+    """The fixed train/held-out split of SQuAD train: every ``every``-th article (from ``offset``) is held out.
+
+    Held-out articles are used for validation and the demo corpus and never for training.
+    """
+    train = [a for i, a in enumerate(data) if i % every != offset]
+    held = [a for i, a in enumerate(data) if i % every == offset]
+    return train, held

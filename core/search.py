@@ -1,0 +1,230 @@
+"""Phrase search over a token index, and phrase -> passage -> document aggregation.
+
+For a batch of questions the searcher
+
+1. runs MIPS over the token index with q_start (top-k start tokens) and with q_end (top-k end tokens);
+2. completes each start candidate i with the best end j in [i, i + L) of the same passage (score q_end . h_j),
+   and each end candidate j with the best start in (j - L, j] (score q_start . h_i), reading the neighbours'
+   vectors from the index's fine store; both sides are re-scored with those vectors;
+3. deduplicates spans and ranks them by f(i, j) = q_start . h_i + q_end . h_j;
+4. for ``passage`` and ``doc`` units, scores each unit by the max over its phrases and deepens the search
+   (k x 4) until ``top_k`` unique units are found or the index is exhausted.
+
+``best_span`` is the brute-force oracle over one token range (reading comprehension, tests).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+
+from core.store import PhraseIndex
+from core.text import FLAG_END, FLAG_START
+
+Unit = Literal["phrase", "passage", "doc"]
+UNITS: tuple[Unit, ...] = ("phrase", "passage", "doc")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One result: the best phrase (of the unit), its character span in its passage, and where it is from."""
+
+    text: str
+    score: float
+    start: int
+    end: int
+    passage_id: int
+    passage: str
+    doc_id: str
+    title: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Spans:
+    """Candidate spans of one question, sorted by score (descending). Arrays of equal length."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    scores: np.ndarray
+
+
+def best_span(
+    start_scores: np.ndarray, end_scores: np.ndarray, flags: np.ndarray, max_answer_tokens: int
+) -> tuple[int, int, float]:
+    """Brute force: the valid span (i, j), i <= j < i + L, maximising start_scores[i] + end_scores[j]."""
+    n = len(start_scores)
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    valid = (j >= i) & (j - i < max_answer_tokens)
+    valid &= (flags[:, None] & FLAG_START > 0) & (flags[None, :] & FLAG_END > 0)
+    total = np.where(valid, start_scores[:, None] + end_scores[None, :], -np.inf)  # (n, n)
+    flat = int(np.argmax(total))
+    return flat // n, flat % n, float(total.flat[flat])
+
+
+class Searcher:
+    """Batched phrase/passage/document search over a PhraseIndex.
+
+    ``encoder`` (a core.encoding.QuestionEncoder) is needed only for ``search``; ``search_vectors`` takes
+    q_start / q_end directly.
+    """
+
+    def __init__(self, index: PhraseIndex, encoder=None, max_answer_tokens: int | None = None):
+        self.index = index
+        self.encoder = encoder
+        self.max_answer_tokens = max_answer_tokens or index.encoder_config.max_answer_tokens
+        self._passage_end = index.passage_tokens[1:][index.token_passage]  # (N,) end id of each token's passage
+        self._passage_begin = index.passage_tokens[:-1][index.token_passage]
+        self._passage_doc = np.asarray([p["doc"] for p in index.passages], dtype=np.int64)
+
+    def search(
+        self,
+        questions: list[str],
+        unit: Unit = "phrase",
+        top_k: int = 10,
+        max_answer_tokens: int | None = None,
+        nprobe: int | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> list[list[Hit]]:
+        """Encode questions and search; ``timings`` (if given) receives encode/search/aggregate seconds."""
+        if self.encoder is None:
+            raise ValueError("this Searcher has no question encoder; use search_vectors")
+        t0 = time.perf_counter()
+        q_start, q_end = self.encoder.encode(questions)
+        if timings is not None:
+            timings["encode"] = time.perf_counter() - t0
+        return self.search_vectors(q_start, q_end, unit, top_k, max_answer_tokens, nprobe, timings)
+
+    def search_vectors(
+        self,
+        q_start: np.ndarray,
+        q_end: np.ndarray,
+        unit: Unit = "phrase",
+        top_k: int = 10,
+        max_answer_tokens: int | None = None,
+        nprobe: int | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> list[list[Hit]]:
+        """q_start, q_end: (B, d) float32 -> per question, up to top_k hits of the unit."""
+        if unit not in UNITS:
+            raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        L = max_answer_tokens or self.max_answer_tokens
+        q_start = np.ascontiguousarray(q_start, dtype=np.float32)
+        q_end = np.ascontiguousarray(q_end, dtype=np.float32)
+        self.index.set_nprobe(nprobe)
+        ntotal = self.index.faiss.ntotal
+        k = min(ntotal, max(32, 2 * top_k) if unit == "phrase" else max(64, 8 * top_k))
+        pending = np.arange(len(q_start))
+        spans: list[Spans | None] = [None] * len(q_start)
+        t_search = t_agg = 0.0
+        while len(pending):
+            t0 = time.perf_counter()
+            found = self._spans(q_start[pending], q_end[pending], k, L)
+            t1 = time.perf_counter()
+            still = []
+            for b, sp in zip(pending.tolist(), found, strict=True):
+                spans[b] = sp
+                if unit != "phrase" and k < ntotal and self._count_units(sp, unit) < top_k:
+                    still.append(b)
+            t_search += t1 - t0
+            t_agg += time.perf_counter() - t1
+            pending = np.asarray(still, dtype=np.int64)
+            k = min(ntotal, k * 4)
+        t0 = time.perf_counter()
+        hits = [self._hits(sp, unit, top_k) for sp in spans if sp is not None]
+        if timings is not None:
+            timings["search"] = timings.get("search", 0.0) + t_search
+            timings["aggregate"] = timings.get("aggregate", 0.0) + t_agg + time.perf_counter() - t0
+        return hits
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int, L: int) -> list[Spans]:
+        if self.index.faiss.ntotal == 0:
+            empty = np.zeros(0, np.int64)
+            return [Spans(empty, empty, np.zeros(0, np.float32)) for _ in range(len(q_start))]
+        _, start_ids = self.index.faiss.search(q_start, k)  # (B, k)
+        _, end_ids = self.index.faiss.search(q_end, k)
+        return [
+            self._complete(start_ids[b], end_ids[b], q_start[b], q_end[b], L) for b in range(len(q_start))
+        ]
+
+    def _complete(self, start_ids: np.ndarray, end_ids: np.ndarray, qs: np.ndarray, qe: np.ndarray, L: int) -> Spans:
+        """Span completion in both directions for one question; returns deduplicated spans by score."""
+        flags = self.index.token_flags
+        n = self.index.num_tokens
+        s = start_ids[start_ids >= 0]
+        s = s[flags[s] & FLAG_START > 0]
+        e = end_ids[end_ids >= 0]
+        e = e[flags[e] & FLAG_END > 0]
+        offs = np.arange(L)
+        # forward: start s, ends s .. s+L-1 in the same passage
+        fwd = s[:, None] + offs[None, :]  # (m, L)
+        fwd_ok = fwd < self._passage_end[s][:, None]
+        fwd = np.minimum(fwd, n - 1)
+        fwd_ok &= flags[fwd] & FLAG_END > 0
+        # backward: end e, starts e-L+1 .. e in the same passage
+        bwd = e[:, None] - offs[None, :]  # (m', L)
+        bwd_ok = bwd >= self._passage_begin[e][:, None]
+        bwd = np.maximum(bwd, 0)
+        bwd_ok &= flags[bwd] & FLAG_START > 0
+
+        vec = self.index.token_vectors
+        s_score = vec(s) @ qs  # (m,)
+        e_score = vec(e) @ qe
+        fwd_end = np.where(fwd_ok, vec(fwd) @ qe, -np.inf)  # (m, L)
+        bwd_start = np.where(bwd_ok, vec(bwd) @ qs, -np.inf)
+        fj = fwd_end.argmax(axis=1)
+        bi = bwd_start.argmax(axis=1)
+        starts = np.concatenate([s, bwd[np.arange(len(e)), bi]])
+        ends = np.concatenate([fwd[np.arange(len(s)), fj], e])
+        scores = np.concatenate(
+            [s_score + fwd_end[np.arange(len(s)), fj], e_score + bwd_start[np.arange(len(e)), bi]]
+        ).astype(np.float32)
+        ok = np.isfinite(scores)
+        starts, ends, scores = starts[ok], ends[ok], scores[ok]
+        order = np.argsort(-scores, kind="stable")
+        starts, ends, scores = starts[order], ends[order], scores[order]
+        _, first = np.unique(starts * n + ends, return_index=True)  # same span from both sides: keep one
+        first.sort()
+        return Spans(starts[first].astype(np.int64), ends[first].astype(np.int64), scores[first])
+
+    def _unit_ids(self, sp: Spans, unit: Unit) -> np.ndarray:
+        passages = self.index.token_passage[sp.starts]
+        return passages if unit == "passage" else self._passage_doc[passages]
+
+    def _count_units(self, sp: Spans, unit: Unit) -> int:
+        return len(np.unique(self._unit_ids(sp, unit)))
+
+    def _hits(self, sp: Spans, unit: Unit, top_k: int) -> list[Hit]:
+        if unit == "phrase":
+            pick = np.arange(min(top_k, len(sp.scores)))
+        else:  # spans are sorted, so a unit's first span is its best one: score = max over its phrases
+            _, first = np.unique(self._unit_ids(sp, unit), return_index=True)
+            pick = np.sort(first)[:top_k]
+        return [self._hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i])) for i in pick]
+
+    def _hit(self, start_tok: int, end_tok: int, score: float) -> Hit:
+        idx = self.index
+        p = int(idx.token_passage[start_tok])
+        passage = idx.passages[p]
+        doc = idx.docs[passage["doc"]]
+        a, b = int(idx.token_offsets[start_tok, 0]), int(idx.token_offsets[end_tok, 1])
+        return Hit(
+            text=passage["text"][a:b], score=score, start=a, end=b, passage_id=p,
+            passage=passage["text"], doc_id=doc["id"], title=doc["title"],
+        )
+
+    def passage_best_span(self, passage: int, q_start: np.ndarray, q_end: np.ndarray, L: int | None = None) -> Hit:
+        """Reading comprehension: the best phrase inside one passage (exact, brute force)."""
+        a, b = self.index.passage_range(passage)
+        vecs = self.index.token_vectors(np.arange(a, b))
+        i, j, score = best_span(vecs @ q_start, vecs @ q_end, self.index.token_flags[a:b], L or self.max_answer_tokens)
+        return self._hit(a + i, a + j, score)

@@ -1,0 +1,159 @@
+"""The on-disk phrase index: its manifest, file names, and the reader the searcher uses.
+
+An index directory (written by ``spanseek index build``) holds:
+
+- ``manifest.json``      format version, encoder config + weights fingerprint, faiss factory and parameters,
+                         counts, filter threshold, build time. Written last: no manifest = no finished index.
+- ``vectors.npy``        (N, d) float16 token vectors in passage order (the fine store, memory-mapped).
+- ``token_passage.npy``  (N,) int32 passage of each token.
+- ``token_offsets.npy``  (N, 2) int32 character [start, end) of each token in its passage.
+- ``token_flags.npy``    (N,) uint8 FLAG_START / FLAG_END (core.text).
+- ``passage_tokens.npy`` (P + 1,) int64: tokens of passage p are ids [passage_tokens[p], passage_tokens[p+1]).
+- ``passages.jsonl``     one ``{"doc": int, "para": int, "text": str}`` per passage.
+- ``docs.jsonl``         one ``{"id": str, "title": str}`` per document.
+- ``index.faiss``        a faiss index over the (kept) token vectors, faiss ids = token ids.
+
+Token ids are contiguous per passage, so the L neighbours of a token are the next (or previous) L ids,
+clipped to its passage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.config import EncoderConfig
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+VECTORS = "vectors.npy"
+TOKEN_PASSAGE = "token_passage.npy"
+TOKEN_OFFSETS = "token_offsets.npy"
+TOKEN_FLAGS = "token_flags.npy"
+PASSAGE_TOKENS = "passage_tokens.npy"
+PASSAGES = "passages.jsonl"
+DOCS = "docs.jsonl"
+FAISS_INDEX = "index.faiss"
+
+
+class IndexFormatError(RuntimeError):
+    """An index directory is missing, partial, or does not match the model."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format_version: int
+    encoder: dict[str, Any]
+    model_fingerprint: str
+    model_ref: str
+    factory: str
+    faiss_params: dict[str, Any]
+    documents: int
+    passages: int
+    tokens: int
+    indexed_tokens: int
+    filter_threshold: float | None
+    build_seconds: float
+    created: str
+
+    @classmethod
+    def load(cls, index_dir: str | Path) -> Manifest:
+        index_dir = Path(index_dir)
+        path = index_dir / MANIFEST
+        if not index_dir.is_dir():
+            raise IndexFormatError(f"{index_dir}: no such index directory (build one with `spanseek index build`)")
+        if not path.is_file():
+            raise IndexFormatError(
+                f"{index_dir}: no {MANIFEST}, so the build did not finish; run the same "
+                f"`spanseek index build ... --out {index_dir}` again to resume it"
+            )
+        d = json.loads(path.read_text())
+        if d.get("format_version") != FORMAT_VERSION:
+            raise IndexFormatError(f"{index_dir}: index format {d.get('format_version')} (this spanseek reads {FORMAT_VERSION})")
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def check_model(self, config: EncoderConfig, fingerprint: str) -> None:
+        """Refuse a model whose token vectors differ from the ones this index was built with."""
+        built = EncoderConfig.from_dict(self.encoder)
+        diffs = [
+            f"{k}: index {built.index_relevant()[k]!r} vs model {v!r}"
+            for k, v in config.index_relevant().items()
+            if built.index_relevant()[k] != v
+        ]
+        if fingerprint != self.model_fingerprint:
+            diffs.append(f"phrase-encoder weights: index {self.model_fingerprint} vs model {fingerprint}")
+        if diffs:
+            raise IndexFormatError(
+                "index was built with a different model (" + "; ".join(diffs) + "); "
+                "use the model that built it or rebuild the index"
+            )
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class PhraseIndex:
+    """Read-only view of an index directory: token vectors (memory-mapped), token map, passages, faiss."""
+
+    def __init__(self, index_dir: str | Path, mmap: bool = True):
+        import faiss
+
+        self.dir = Path(index_dir)
+        self.manifest = Manifest.load(self.dir)
+        mode = "r" if mmap else None
+        try:
+            self.vectors = np.load(self.dir / VECTORS, mmap_mode=mode)
+            self.token_passage = np.load(self.dir / TOKEN_PASSAGE)
+            self.token_offsets = np.load(self.dir / TOKEN_OFFSETS)
+            self.token_flags = np.load(self.dir / TOKEN_FLAGS)
+            self.passage_tokens = np.load(self.dir / PASSAGE_TOKENS)
+            self.passages = read_jsonl(self.dir / PASSAGES)
+            self.docs = read_jsonl(self.dir / DOCS)
+            self.faiss = faiss.read_index(str(self.dir / FAISS_INDEX))
+        except FileNotFoundError as e:
+            raise IndexFormatError(f"{self.dir}: index is incomplete ({Path(e.filename).name} missing); rebuild it") from e
+        n = len(self.token_passage)
+        if not (len(self.vectors) == len(self.token_offsets) == len(self.token_flags) == n == self.manifest.tokens):
+            raise IndexFormatError(f"{self.dir}: token arrays disagree in length with the manifest ({self.manifest.tokens})")
+        if len(self.passages) != self.manifest.passages or len(self.passage_tokens) != len(self.passages) + 1:
+            raise IndexFormatError(f"{self.dir}: passage store disagrees with the manifest ({self.manifest.passages})")
+
+    @property
+    def encoder_config(self) -> EncoderConfig:
+        return EncoderConfig.from_dict(self.manifest.encoder)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_passage)
+
+    def token_vectors(self, ids: np.ndarray) -> np.ndarray:
+        """Fine vectors of token ids (any shape) as float32, shape ids.shape + (d,)."""
+        flat = ids.reshape(-1)
+        order = np.argsort(flat, kind="stable")  # sorted reads are kinder to a memory map
+        out = np.empty((len(flat), self.vectors.shape[1]), np.float32)
+        out[order] = self.vectors[flat[order]]
+        return out.reshape(*ids.shape, -1)
+
+    def passage_range(self, passage: int) -> tuple[int, int]:
+        return int(self.passage_tokens[passage]), int(self.passage_tokens[passage + 1])
+
+    def set_nprobe(self, nprobe: int | None) -> None:
+        """Set the IVF nprobe (no-op for indexes without inverted lists)."""
+        if nprobe is None:
+            return
+        import faiss
+
+        try:
+            ivf = faiss.extract_index_ivf(self.faiss)
+        except RuntimeError:
+            return
+        ivf.nprobe = int(nprobe)

@@ -1,0 +1,43 @@
+"""Evaluate a model (and index) on a SQuAD-format question file.
+
+    spanseek eval --questions dev.json.gz --model default [--index DIR] [--reading-comprehension] --out m.json
+
+Without ``--index`` the corpus is the paragraphs of the question file, indexed into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from core.evaluate import evaluate, sample_questions
+from core.io import load_squad, squad_documents, squad_questions, write_corpus, write_json_atomic
+from core.loading import open_searcher
+from indexer.build import BuildOptions, build_index
+
+
+def run_eval(
+    questions: str | Path,
+    model: str | Path,
+    index: str | Path | None = None,
+    reading_comprehension: bool = False,
+    limit: int | None = None,
+    out: str | Path | None = None,
+    build: BuildOptions | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Evaluate, building a temporary index over the question file's paragraphs when no index is given."""
+    data = load_squad(questions)
+    qs = sample_questions(squad_questions(data), limit)
+    with tempfile.TemporaryDirectory(prefix="spanseek-eval-") as tmp:
+        if index is None:
+            corpus = Path(tmp) / "corpus.jsonl"
+            write_corpus(corpus, squad_documents(data))
+            index = Path(tmp) / "index"
+            build_index(corpus, model, index, build or BuildOptions(progress=progress))
+        searcher = open_searcher(index, model)
+        metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress)
+    if out is not None:
+        write_json_atomic(out, metrics)
+    return metrics

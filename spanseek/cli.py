@@ -1,0 +1,53 @@
+"""The `spanseek` command: assembles the subcommands that the packages' CLI modules register.
+
+    spanseek corpus from-squad IN.json.gz --out corpus.jsonl
+    spanseek index build --corpus corpus.jsonl --model default --out INDEX_DIR
+    spanseek search --index INDEX_DIR --unit passage "who wrote ...?"
+    spanseek eval --questions dev.json.gz --model default --out metrics.json
+    spanseek train phrase --train squad-train.json.gz --out runs/phrase
+    spanseek serve --index INDEX_DIR --model default
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# Each module defines register(subparsers); subcommands set `func` (called with the parsed args).
+CLI_MODULES = ("indexer.cli", "trainer.cli", "service.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spanseek", description="Dense phrase retrieval: phrases, passages, documents.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in CLI_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:  # a package not (yet) installed: its subcommands are absent
+            if e.name not in (name, name.split(".")[0]):
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.verbose:  # transformers' per-load reports and progress bars drown the command's own output
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, RuntimeError, FileNotFoundError) as e:
+        print(f"spanseek {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

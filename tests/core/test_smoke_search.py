@@ -1,0 +1,27 @@
+"""Oracle: the searcher's top phrase equals the brute-force argmax over all valid spans of the exact vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.search import best_span
+
+
+def test_top_phrase_matches_brute_force(tiny_searcher):
+    idx = tiny_searcher.index
+    rng = np.random.default_rng(0)
+    vecs = idx.token_vectors(np.arange(idx.num_tokens))
+    L = tiny_searcher.max_answer_tokens
+    for _ in range(20):
+        qs, qe = rng.standard_normal((2, 1, vecs.shape[1])).astype(np.float32)
+        best = (-np.inf, None)
+        for p in range(len(idx.passages)):
+            a, b = idx.passage_range(p)
+            i, j, s = best_span(vecs[a:b] @ qs[0], vecs[a:b] @ qe[0], idx.token_flags[a:b], L)
+            if s > best[0]:
+                best = (s, (a + i, a + j))
+        hit = tiny_searcher.search_vectors(qs, qe, "phrase", top_k=1)[0][0]
+        s, (i, j) = best
+        assert np.isclose(hit.score, s, rtol=1e-4, atol=1e-4)
+        assert hit.start == idx.token_offsets[i, 0] and hit.end == idx.token_offsets[j, 1]
+        assert hit.text == hit.passage[hit.start : hit.end]

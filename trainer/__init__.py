@@ -1,0 +1,1 @@
+"""Training of the phrase and question encoders (see trainer.train)."""

@@ -1,0 +1,112 @@
+"""Phrase-retrieval losses over embeddings (the model knows nothing of negatives).
+
+For each question with gold start s (and likewise end e), the groups of candidates are
+
+- in-passage (inp): every token of its own window that may start (end) a phrase;
+- in-batch (inb): the gold start (end) vectors of the questions of the *other* windows in the batch;
+- pre-batch (pre): gold vectors cached from the C preceding batches (no gradient), see PreBatchCache;
+- hard (hard): every valid token of hard-negative passages (given as extra token vectors).
+
+``two_term`` is DensePhrases' L_single + λ L_neg: a softmax over in-passage tokens, plus a separate softmax of the
+gold against in-batch/pre-batch golds. ``unified`` (Kim et al. 2022, Eq. 2) is one softmax of the gold against all
+groups, each group's terms weighted by λ_group (adding log λ to its logits).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+NEG_INF = -1e4  # large negative that survives bf16
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    kind: str = "unified"  # "unified" | "two_term"
+    lambda_inb: float = 256.0
+    lambda_pre: float = 256.0
+    lambda_hard: float = 1.0
+    lambda_neg: float = 4.0  # two_term only: weight of L_neg
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("unified", "two_term"):
+            raise ValueError(f"loss kind must be 'unified' or 'two_term', got {self.kind!r}")
+
+
+class PreBatchCache:
+    """FIFO of the gold start/end vectors (and their window keys) of the C preceding batches, detached."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.items: deque[tuple[torch.Tensor, torch.Tensor]] = deque(maxlen=max(size, 1))
+
+    def negatives(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.size == 0 or not self.items:
+            return None
+        return torch.cat([s for s, _ in self.items]), torch.cat([e for _, e in self.items])
+
+    def push(self, gold_start_vecs: torch.Tensor, gold_end_vecs: torch.Tensor) -> None:
+        if self.size > 0:
+            self.items.append((gold_start_vecs.detach(), gold_end_vecs.detach()))
+
+
+def _side_loss(
+    q: torch.Tensor,
+    H: torch.Tensor,
+    ok: torch.Tensor,
+    q_passage: torch.Tensor,
+    gold: torch.Tensor,
+    pre: torch.Tensor | None,
+    hard: tuple[torch.Tensor, torch.Tensor] | None,
+    cfg: LossConfig,
+) -> torch.Tensor:
+    """Loss of one side (start or end). q (Q, d); H (P, T, d); ok (P, T); q_passage, gold (Q,)."""
+    Q = q.shape[0]
+    inp = torch.einsum("qd,qtd->qt", q, H[q_passage])  # (Q, T)
+    inp = inp.masked_fill(~ok[q_passage], NEG_INF)
+    gold_vecs = H[q_passage, gold]  # (Q, d)
+    inb = q @ gold_vecs.T  # (Q, Q): column c is question c's gold
+    other = q_passage[:, None] != q_passage[None, :]  # golds of the same window are in-passage already
+    inb = inb.masked_fill(~other, NEG_INF)
+    negs = [inb]
+    weights = [cfg.lambda_inb]
+    if pre is not None:
+        negs.append(q @ pre.T)  # (Q, C·Q')
+        weights.append(cfg.lambda_pre)
+    if cfg.kind == "two_term":
+        single = F.cross_entropy(inp.float(), gold)
+        pos = (q * gold_vecs).sum(-1, keepdim=True)  # (Q, 1)
+        neg_logits = torch.cat([pos] + negs, dim=1).float()
+        l_neg = F.cross_entropy(neg_logits, torch.zeros(Q, dtype=torch.long, device=q.device))
+        return single + cfg.lambda_neg * l_neg
+    if hard is not None:
+        hard_vecs, hard_ok = hard  # (M, d), (M,) bool
+        negs.append((q @ hard_vecs.T).masked_fill(~hard_ok[None, :], NEG_INF))
+        weights.append(cfg.lambda_hard)
+    logits = [inp] + [n + math.log(w) for n, w in zip(negs, weights, strict=True)]
+    return F.cross_entropy(torch.cat(logits, dim=1).float(), gold)
+
+
+def phrase_loss(
+    H: torch.Tensor,
+    q_start: torch.Tensor,
+    q_end: torch.Tensor,
+    start_ok: torch.Tensor,
+    end_ok: torch.Tensor,
+    q_passage: torch.Tensor,
+    gold_start: torch.Tensor,
+    gold_end: torch.Tensor,
+    cfg: LossConfig,
+    pre: tuple[torch.Tensor, torch.Tensor] | None = None,
+    hard: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Mean of the start-side and end-side losses. ``hard`` = (vectors (M, d), start_ok (M,), end_ok (M,))."""
+    hard_s = (hard[0], hard[1]) if hard is not None else None
+    hard_e = (hard[0], hard[2]) if hard is not None else None
+    ls = _side_loss(q_start, H, start_ok, q_passage, gold_start, None if pre is None else pre[0], hard_s, cfg)
+    le = _side_loss(q_end, H, end_ok, q_passage, gold_end, None if pre is None else pre[1], hard_e, cfg)
+    return (ls + le) / 2

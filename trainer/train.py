@@ -1,0 +1,201 @@
+"""Train the phrase and question encoders on SQuAD-format data.
+
+    spanseek train phrase --train ../shared/data/squad-v1.1-train.json.gz --out runs/phrase
+
+Each step encodes a batch of passage windows once and all of their questions; the loss (trainer.losses) is
+the unified loss or DensePhrases' two-term loss, with in-batch and pre-batch negatives. A fixed slice of
+articles (core.io.split_articles) is never trained on: it is the validation set. Checkpoints go to
+``OUT/last`` (with the optimizer state, so a killed run resumes) and, after validation, ``OUT/best``.
+Runs on CPU (bf16 autocast where the CPU supports it) or CUDA (bf16 autocast).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from core.config import DEFAULT_BACKBONE, EncoderConfig, LoraSettings
+from core.encoding import autocast, pick_device, pick_precision
+from core.io import load_squad, split_articles, squad_questions, write_json_atomic
+from core.model import PhraseModel, load_tokenizer
+from trainer.data import TrainWindow, build_windows, collate
+from trainer.losses import LossConfig, PreBatchCache, phrase_loss
+
+log = logging.getLogger(__name__)
+
+STATE = "trainer_state.pt"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one training run (saved as OUT/train_config.json)."""
+
+    train: str  # SQuAD-format training file (.json or .json.gz)
+    out: str  # run directory
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    epochs: float = 1.0
+    max_steps: int | None = None  # stop after this many steps (overrides epochs)
+    batch_windows: int = 24  # passage windows per step (each with all of its questions)
+    lr: float = 1e-3  # LoRA and heads; use ~5e-5 for full fine-tuning
+    warmup: float = 0.05  # fraction of steps with linear warm-up
+    weight_decay: float = 0.0
+    prebatch: int = 2  # C preceding batches whose golds are negatives (0 = off)
+    prebatch_warmup: float = 0.1  # fraction of steps before pre-batch negatives switch on
+    holdout_every: int = 20  # every 20th article (from holdout_offset) is held out for validation
+    holdout_offset: int = 7
+    limit_questions: int | None = None  # train on a fixed sample of this many questions
+    checkpoint_every: int = 100  # steps
+    val_questions: int = 1000  # held-out questions evaluated at the end (RC + open)
+    precision: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+    progress: bool = True
+
+
+def _batches(windows: list[TrainWindow], size: int, seed: int) -> list[list[int]]:
+    """A deterministic epoch order: shuffle, sort by length within pools of 50 batches (less padding), shuffle."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(windows))
+    pool = size * 50
+    batches = []
+    for a in range(0, len(order), pool):
+        chunk = sorted(order[a : a + pool].tolist(), key=lambda i: len(windows[i].input_ids))
+        batches.extend(chunk[b : b + size] for b in range(0, len(chunk), size))
+    rng.shuffle(batches)
+    return batches
+
+
+def write_holdout(cfg: TrainConfig, path: Path) -> Path:
+    """Write the held-out articles of the training file as a SQuAD-format .json.gz (the validation set)."""
+    _, held = split_articles(load_squad(cfg.train), cfg.holdout_every, cfg.holdout_offset)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump({"version": "spanseek-holdout", "data": held}, f)
+    return path
+
+
+def _save(model: PhraseModel, out: Path, name: str, state: dict | None) -> None:
+    """Save a checkpoint (and the optimizer state) to out/name, replacing it atomically."""
+    tmp = out / f"{name}.saving"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save(tmp)
+    if state is not None:
+        torch.save(state, tmp / STATE)
+    final = out / name
+    old = out / f"{name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def train_phrase(cfg: TrainConfig) -> dict:
+    """Train (or resume) a phrase model; returns a summary with throughput and validation metrics."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    device = pick_device(cfg.device)
+    precision = pick_precision(cfg.precision, device)
+
+    data = load_squad(cfg.train)
+    train_articles, _ = split_articles(data, cfg.holdout_every, cfg.holdout_offset)
+    questions = squad_questions(train_articles)
+    if cfg.limit_questions:
+        rng = np.random.default_rng(cfg.seed)
+        questions = [questions[i] for i in sorted(rng.choice(len(questions), cfg.limit_questions, replace=False))]
+    model = PhraseModel(cfg.encoder).to(device)
+    enc_cfg = model.config
+    tokenizer = load_tokenizer(enc_cfg)
+    windows, skipped = build_windows(questions, tokenizer, enc_cfg.max_seq_len, enc_cfg.stride, enc_cfg.max_answer_tokens)
+    n_q = sum(len(w.questions) for w in windows)
+    log.info("training on %d questions in %d windows (skipped %s)", n_q, len(windows), skipped)
+
+    steps_per_epoch = math.ceil(len(windows) / cfg.batch_windows)
+    total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    warm = max(1, int(cfg.warmup * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then linear decay to 0
+        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (total - s) / max(1, total - warm))
+    )
+    step = 0
+    last = out / "last"
+    if (last / STATE).exists():
+        model.load_weights(last / "weights.safetensors")
+        state = torch.load(last / STATE, weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step = state["step"]
+        log.info("resumed from %s at step %d", last, step)
+    write_json_atomic(out / "train_config.json", {**asdict(replace(cfg, encoder=enc_cfg)), "encoder": enc_cfg.to_dict()})
+
+    cache = PreBatchCache(cfg.prebatch)
+    pre_on = int(cfg.prebatch_warmup * total)
+    model.train()
+    seen_q, t0 = 0, time.perf_counter()
+    bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not cfg.progress)
+    loss_ema = None
+    order, order_epoch = [], -1
+    while step < total:
+        epoch, pos = divmod(step, steps_per_epoch)
+        if epoch != order_epoch:
+            order, order_epoch = _batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
+        batch_ids = order[pos]
+        batch = collate([windows[i] for i in batch_ids], tokenizer, enc_cfg.max_query_len).to(device)
+        with autocast(device, precision):
+            H = model.encode_passages(batch.input_ids, batch.attention_mask)
+            q_start, q_end = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
+            pre = cache.negatives() if step >= pre_on else None
+            loss = phrase_loss(H, q_start, q_end, batch.start_ok, batch.end_ok, batch.q_passage,
+                               batch.gold_start, batch.gold_end, cfg.loss, pre=pre)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        cache.push(H[batch.q_passage, batch.gold_start].float(), H[batch.q_passage, batch.gold_end].float())
+        step += 1
+        seen_q += len(batch.q_passage)
+        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
+        bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t0):.1f}")
+        bar.update(1)
+        if step % cfg.checkpoint_every == 0 or step == total:
+            _save(model, out, "last", {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step})
+    bar.close()
+    elapsed = time.perf_counter() - t0
+    summary = {
+        "steps": step,
+        "train_questions": n_q,
+        "train_windows": len(windows),
+        "skipped": skipped,
+        "seconds": round(elapsed, 1),
+        "questions_per_second": round(seen_q / elapsed, 2) if elapsed > 0 else None,
+        "precision": precision,
+        "device": str(device),
+    }
+    if cfg.val_questions:
+        from indexer.evaluate import run_eval
+
+        val = write_holdout(cfg, out / "validation.json.gz")
+        summary["validation"] = run_eval(val, last, reading_comprehension=True, limit=cfg.val_questions,
+                                         progress=cfg.progress)
+    write_json_atomic(out / "summary.json", summary)
+    return summary
+
+
+def lora_settings(r: int, alpha: int | None = None) -> LoraSettings:
+    return LoraSettings(r=r, alpha=alpha or 2 * r)
+
+
+__all__ = ["TrainConfig", "train_phrase", "write_holdout", "lora_settings", "DEFAULT_BACKBONE"]
