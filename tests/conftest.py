@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,39 @@ def tiny_searcher(tiny_index, tiny_model_dir):
     from core.loading import open_searcher
 
     return open_searcher(tiny_index, tiny_model_dir, device="cpu", precision="fp32")
+
+
+_SENTENCE = re.compile(r"In (\d{4}) (\w+) built the ([a-z ]+)\.")
+
+
+def make_squad(seed: int = 0, n_articles: int = 4, n_paras: int = 3) -> dict:
+    """A SQuAD-format dict over ``make_paragraph`` text: each sentence "In YEAR NAME built the WORDS." gets a
+    when-question (answer YEAR) and a who-question (answer NAME), with exact answer_start offsets."""
+    rng = random.Random(seed)
+    data = []
+    for a in range(n_articles):
+        paragraphs = []
+        for p in range(n_paras):
+            context = make_paragraph(rng, rng.randint(1, 3))
+            qas = []
+            for s, m in enumerate(_SENTENCE.finditer(context)):
+                year, name, words = m.group(1), m.group(2), m.group(3)
+                qas.append({"id": f"{a}-{p}-{s}-when", "question": f"When did {name} build the {words}?",
+                            "answers": [{"text": year, "answer_start": m.start(1)}]})
+                qas.append({"id": f"{a}-{p}-{s}-who", "question": f"Who built the {words} in {year}?",
+                            "answers": [{"text": name, "answer_start": m.start(2)}]})
+            paragraphs.append({"context": context, "qas": qas})
+        data.append({"title": f"Article {a}", "paragraphs": paragraphs})
+    return {"version": "tiny", "data": data}
+
+
+@pytest.fixture(scope="session")
+def tiny_squad(tmp_path_factory) -> Path:
+    """A tiny SQuAD-format question file (gzipped) from ``make_squad``."""
+    import gzip
+    import json
+
+    path = tmp_path_factory.mktemp("squad") / "tiny-squad.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(make_squad(), f)
+    return path

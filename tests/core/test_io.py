@@ -1,0 +1,154 @@
+"""Corpus and SQuAD IO (core.io): from-squad round trip, errors naming file and line, skipped-and-counted empties.
+
+    .venv/bin/python -m pytest -q tests/core/test_io.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from core.io import (
+    CorpusError,
+    Document,
+    ReadStats,
+    atomic_path,
+    from_squad,
+    load_squad,
+    read_corpus,
+    split_articles,
+    squad_questions,
+    write_corpus,
+)
+
+
+def _write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_from_squad_round_trip(tmp_path, tiny_squad, suffix):
+    out = tmp_path / f"corpus{suffix}"
+    data = load_squad(tiny_squad)
+    assert from_squad(tiny_squad, out) == len(data)
+    stats = ReadStats()
+    docs = list(read_corpus(out, stats))
+    assert [d.title for d in docs] == [a["title"] for a in data]
+    assert [list(d.paragraphs) for d in docs] == [[p["context"] for p in a["paragraphs"]] for a in data]
+    assert len({d.id for d in docs}) == len(docs)
+    assert (stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs) == (
+        len(data), sum(len(a["paragraphs"]) for a in data), 0, 0)
+
+
+def test_from_squad_skips_and_counts_empty_paragraphs_and_articles(tmp_path):
+    squad = {"data": [
+        {"title": "Ünïcode — “quotes”", "paragraphs": [{"context": "First para."}, {"context": "  "}, {"context": "Last."}]},
+        {"title": "Empty", "paragraphs": [{"context": ""}]},
+        {"title": "None", "paragraphs": []},
+    ]}
+    src = tmp_path / "s.json"
+    src.write_text(json.dumps(squad))
+    out = tmp_path / "c.jsonl"
+    from_squad(src, out)
+    stats = ReadStats()
+    docs = list(read_corpus(out, stats))
+    assert docs == [Document(id="0", title="Ünïcode — “quotes”", paragraphs=("First para.", "Last."))]
+    assert (stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs) == (1, 2, 2, 2)
+
+
+def test_write_corpus_round_trip(tmp_path):
+    docs = [Document("a", "Title A", ("p1", "p2 with \"quotes\"\nand a newline")), Document("b", "", ("x",))]
+    path = tmp_path / "c.jsonl.gz"
+    assert write_corpus(path, docs) == 2
+    with gzip.open(path, "rt") as f:  # really gzipped
+        assert len(f.read().splitlines()) == 2
+    assert list(read_corpus(path)) == docs
+
+
+def test_invalid_json_names_file_and_line(tmp_path):
+    path = _write_lines(tmp_path / "bad.jsonl", [
+        json.dumps({"id": "1", "title": "t", "paragraphs": ["ok"]}),
+        "",  # blank lines are ignored but still counted as lines
+        '{"id": "2", "title": "t", "paragraphs": ["unterminated]',
+    ])
+    docs = read_corpus(path)
+    assert next(docs).id == "1"
+    with pytest.raises(CorpusError, match=rf"{path}:3: invalid JSON"):
+        next(docs)
+
+
+@pytest.mark.parametrize(
+    ("line", "what"),
+    [
+        ('["a", "list"]', "expected a JSON object"),
+        ('{"id": "x", "title": "t"}', "'paragraphs' must be a list of strings"),
+        ('{"id": "x", "title": "t", "paragraphs": "one string"}', "'paragraphs' must be a list of strings"),
+        ('{"id": "x", "title": "t", "paragraphs": ["ok", 3]}', "'paragraphs' must be a list of strings"),
+        ('{"id": ["x"], "title": "t", "paragraphs": ["ok"]}', "'id' must be a string"),
+        ('{"id": "x", "title": 7, "paragraphs": ["ok"]}', "'title' a string"),
+    ],
+)
+def test_wrong_shape_names_file_and_line(tmp_path, line, what):
+    path = _write_lines(tmp_path / "shape.jsonl", [json.dumps({"id": "1", "title": "t", "paragraphs": ["ok"]}), line])
+    with pytest.raises(CorpusError, match=rf"{path}:2: .*{what}"):
+        list(read_corpus(path))
+
+
+def test_empty_documents_and_paragraphs_are_skipped_and_counted(tmp_path):
+    path = _write_lines(tmp_path / "c.jsonl", [
+        json.dumps({"id": "1", "title": "A", "paragraphs": ["one", "", "two", " \n\t"]}),
+        json.dumps({"id": "2", "title": "B", "paragraphs": []}),
+        json.dumps({"id": "3", "title": "C", "paragraphs": ["   "]}),
+        json.dumps({"title": "D", "paragraphs": ["three"]}),  # no id: the line number
+    ])
+    stats = ReadStats()
+    docs = list(read_corpus(path, stats))
+    assert [(d.id, d.title, d.paragraphs) for d in docs] == [("1", "A", ("one", "two")), ("4", "D", ("three",))]
+    assert (stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs) == (2, 3, 2, 3)
+
+
+def test_load_squad_errors(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(CorpusError, match=rf"{bad}: invalid JSON"):
+        load_squad(bad)
+    bad.write_text(json.dumps({"version": "1"}))
+    with pytest.raises(CorpusError, match="not SQuAD format"):
+        load_squad(bad)
+    bad.write_text(json.dumps({"data": [{"title": "x"}]}))
+    with pytest.raises(CorpusError, match="article 0 has no 'paragraphs' list"):
+        load_squad(bad)
+
+
+def test_squad_questions_positions_and_answers(tiny_squad):
+    data = load_squad(tiny_squad)
+    qs = squad_questions(data)
+    assert len(qs) == sum(len(p["qas"]) for a in data for p in a["paragraphs"])
+    for q in qs:
+        assert q.context == data[q.doc_index]["paragraphs"][q.para_index]["context"]
+        assert q.title == data[q.doc_index]["title"]
+        a, s = q.answers[0], q.answer_starts[0]
+        assert q.context[s : s + len(a)] == a
+
+
+def test_split_articles_is_a_fixed_partition():
+    data = [{"title": str(i), "paragraphs": []} for i in range(45)]
+    train, held = split_articles(data, every=20, offset=7)
+    assert [a["title"] for a in held] == ["7", "27"]
+    assert len(train) + len(held) == 45 and not {a["title"] for a in train} & {a["title"] for a in held}
+
+
+def test_atomic_path_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half-written")
+        raise RuntimeError("crash")
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    with atomic_path(target) as tmp:
+        tmp.write_text("new")
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]

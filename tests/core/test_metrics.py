@@ -1,0 +1,83 @@
+"""Metrics against hand-computed values (core.metrics).
+
+    .venv/bin/python -m pytest -q tests/core/test_metrics.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from core.metrics import (
+    accuracy_at,
+    exact_match,
+    f1_score,
+    mrr_at,
+    normalize_answer,
+    passage_has_answer,
+    pct,
+    precision_at,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "norm"),
+    [
+        ("The Eiffel Tower!", "eiffel tower"),
+        ("  a  cat, AN apple and   the dog. ", "cat apple and dog"),
+        ("theory of the atom", "theory of atom"),  # 'the' only as a whole word
+        ("U.S.A.", "usa"),
+        ("", ""),
+    ],
+)
+def test_normalize_answer(raw, norm):
+    assert normalize_answer(raw) == norm
+
+
+def test_exact_match():
+    assert exact_match("the Eiffel Tower", ["Eiffel tower."]) == 1.0
+    assert exact_match("Eiffel", ["Eiffel Tower", "Paris"]) == 0.0
+    assert exact_match("paris", ["Eiffel Tower", "Paris"]) == 1.0
+
+
+def test_f1_hand_computed():
+    # pred {new, york, city} vs gold {new, york}: P = 2/3, R = 1 -> F1 = 0.8
+    assert f1_score("New York City", ["New York"]) == pytest.approx(0.8)
+    # pred {a1, b1, c1, d1} vs gold {b1, x1}: P = 1/4, R = 1/2 -> F1 = 2 * 1/8 / (3/4) = 1/3
+    assert f1_score("a1 b1 c1 d1", ["b1 x1"]) == pytest.approx(1 / 3)
+    # max over gold answers; repeated tokens count with multiplicity: {to, to, be} vs {to, be}: P=2/3, R=1
+    assert f1_score("to to be", ["zzz", "to be"]) == pytest.approx(0.8)
+    assert f1_score("paris", ["london"]) == 0.0
+    assert f1_score("", ["london"]) == 0.0
+
+
+def test_passage_has_answer_whole_words_after_normalisation():
+    passage = "In 1841, the Great Western Railway reached Bristol."
+    assert passage_has_answer(passage, ["great western railway"])
+    assert passage_has_answer(passage, ["1841"])
+    assert not passage_has_answer(passage, ["184"])  # not a substring of a word
+    assert not passage_has_answer(passage, ["Bristo"])
+    assert not passage_has_answer(passage, ["the", ""])  # normalises to nothing: never counts
+    assert passage_has_answer(passage, ["London", "Bristol!"])
+
+
+def test_ranking_metrics_hand_computed():
+    correct = [
+        [False, True, False, True],  # first hit at rank 2
+        [True, False, False, False],  # rank 1
+        [False, False, False, False],  # none
+        [False, False, True],  # rank 3, only 3 results
+    ]
+    assert accuracy_at(correct, 1) == pytest.approx(1 / 4)
+    assert accuracy_at(correct, 2) == pytest.approx(2 / 4)
+    assert accuracy_at(correct, 3) == pytest.approx(3 / 4)
+    assert mrr_at(correct, 4) == pytest.approx((1 / 2 + 1 + 0 + 1 / 3) / 4)
+    assert mrr_at(correct, 2) == pytest.approx((1 / 2 + 1) / 4)
+    # P@4: 2/4, 1/4, 0, 1/4 (the missing 4th result counts as wrong)
+    assert precision_at(correct, 4) == pytest.approx((0.5 + 0.25 + 0 + 0.25) / 4)
+    assert accuracy_at([], 5) == 0.0 and mrr_at([], 5) == 0.0 and precision_at([], 5) == 0.0
+
+
+def test_pct_rounds_to_a_tenth():
+    assert pct(2 / 3) == 66.7
+    assert pct(0.12345) == 12.3
+    assert pct(1.0) == 100.0

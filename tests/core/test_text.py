@@ -1,0 +1,74 @@
+"""Windows and tokenisation (core.text): coverage, best-context assignment, offsets and word-boundary flags.
+
+    .venv/bin/python -m pytest -q tests/core/test_text.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.text import FLAG_END, FLAG_START, best_window, char_to_token, tokenize_passages, window_starts
+
+CASES = [(n, w, s) for n in (0, 1, 5, 30, 31, 52, 53, 100, 257) for w, s in ((30, 8), (10, 3), (254, 64))]
+
+
+@pytest.mark.parametrize(("n", "window", "stride"), CASES)
+def test_windows_cover_every_token_and_overlap(n, window, stride):
+    starts = window_starts(n, window, stride)
+    assert starts[0] == 0 and starts == sorted(set(starts))
+    covered = np.zeros(n, dtype=bool)
+    for s in starts:
+        covered[s : s + window] = True
+    assert covered.all()
+    if n > window:
+        assert starts[-1] + window == n  # the last window ends at the passage end, no window runs past it
+        assert all(b - a <= window - stride for a, b in zip(starts, starts[1:], strict=False))  # overlap >= stride
+    else:
+        assert starts == [0]
+
+
+@pytest.mark.parametrize(("n", "window", "stride"), [c for c in CASES if c[0] > 0])
+def test_best_window_gives_each_token_the_most_context(n, window, stride):
+    starts = window_starts(n, window, stride)
+    win, pos = best_window(n, starts, window)
+    for t in range(n):
+        contexts = [min(t - s, s + window - 1 - t) for s in starts if s <= t < s + window]
+        chosen = starts[win[t]]
+        assert chosen + pos[t] == t and 0 <= pos[t] < window
+        assert min(pos[t], window - 1 - pos[t]) == max(contexts)
+
+
+def test_best_window_hand_example():
+    # n=12, windows of 8 at [0, 4]: tokens 0..5 are best in window 0 (ties go to the first), 6..11 in window 1
+    win, pos = best_window(12, window_starts(12, 8, 4), 8)
+    assert window_starts(12, 8, 4) == [0, 4]
+    assert win.tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1]
+    assert pos.tolist() == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5, 6, 7]
+
+
+def test_offsets_and_word_flags(tiny_backbone):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_backbone)
+    text = "Unbelievably, Borin's railway (1841) crossed Llanfairpwll."
+    [pt] = tokenize_passages(tok, [text])
+    assert len(pt) == len(tok(text, add_special_tokens=False)["input_ids"])
+    pieces = tok.convert_ids_to_tokens(pt.input_ids.tolist())
+    for piece, (a, b), f in zip(pieces, pt.offsets.tolist(), pt.flags.tolist(), strict=True):
+        assert text[a:b].lower() == piece.removeprefix("##")  # offsets point at the piece's characters
+        assert bool(f & FLAG_START) == (not piece.startswith("##"))
+    # a token may end a phrase exactly when the next one does not continue its word
+    for t in range(len(pt)):
+        nxt_continues = t + 1 < len(pt) and pieces[t + 1].startswith("##")
+        assert bool(pt.flags[t] & FLAG_END) == (not nxt_continues)
+
+
+def test_char_to_token():
+    offsets = np.array([[0, 2], [3, 7], [7, 9], [10, 14]])  # "In Bori n' 1841"-like layout
+    assert char_to_token(offsets, 3, 9) == (1, 2)
+    assert char_to_token(offsets, 4, 5) == (1, 1)  # inside a token: that token
+    assert char_to_token(offsets, 0, 14) == (0, 3)
+    assert char_to_token(offsets, 2, 3) is None  # only the space
+    assert char_to_token(offsets, 5, 5) is None
+    assert char_to_token(np.zeros((0, 2)), 0, 1) is None

@@ -1,0 +1,60 @@
+"""The dependency rule of DESIGN §2, checked on the imports (ast) of every module of every package.
+
+- ``core`` imports none of indexer / trainer / service / spanseek (only third-party libraries);
+- ``service`` never imports ``trainer``;
+- no package imports ``service`` (``spanseek/cli.py`` loads it by name at run time, which is allowed).
+
+    .venv/bin/python -m pytest -q tests/test_dependencies.py
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("core", "indexer", "trainer", "service", "spanseek")
+FORBIDDEN = {
+    "core": {"indexer", "trainer", "service", "spanseek"},
+    "indexer": {"service"},
+    "trainer": {"service"},
+    "service": {"trainer"},
+    "spanseek": {"service"},
+}
+
+
+def imported_packages(path: Path, package: str) -> dict[str, int]:
+    """Top-level names of everything ``path`` imports (at any depth in the file) -> first line number."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [package] if node.level else [node.module or ""]  # a relative import stays in its package
+        else:
+            continue
+        for name in names:
+            found.setdefault(name.split(".")[0], node.lineno)
+    return found
+
+
+def modules() -> list[tuple[str, Path]]:
+    return [(pkg, p) for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+
+
+def test_every_package_has_modules():
+    assert {pkg for pkg, _ in modules()} == set(PACKAGES)
+
+
+@pytest.mark.parametrize(("package", "path"), modules(), ids=lambda x: str(x.relative_to(ROOT)) if isinstance(x, Path) else x)
+def test_dependency_rule(package, path):
+    bad = {name: line for name, line in imported_packages(path, package).items() if name in FORBIDDEN[package]}
+    assert not bad, f"{path.relative_to(ROOT)} imports {', '.join(f'{n} (line {ln})' for n, ln in bad.items())}"
+
+
+def test_the_checker_sees_nested_and_relative_imports(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import os.path\nfrom . import x\ndef f():\n    from trainer.train import train_phrase\n")
+    assert imported_packages(src, "service") == {"os": 1, "service": 2, "trainer": 4}
