@@ -1,0 +1,190 @@
+"""The app factory: ``create_app(settings)`` builds the FastAPI app; its lifespan loads, warms up, then reports ready.
+
+Loading runs in the background so that /health answers (and /ready says 503) while a large index loads;
+tests pass ``searcher_factory`` to inject a fake or pre-built backend.
+
+    uvicorn --factory service.app:app_from_env     # settings from SPANSEEK_* environment variables
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from core.search import UNITS, Searcher
+from service.batcher import MicroBatcher, SearchParams
+from service.errors import install_error_handlers
+from service.metrics import ServiceMetrics
+from service.middleware import RequestContextMiddleware
+from service.routes import router
+from service.settings import Settings
+
+log = logging.getLogger("service")
+
+SearcherFactory = Callable[[Settings], Searcher]
+WARMUP_QUESTIONS = ["what is the warm-up question?", "", "¿Quién? 谁 كيف"]
+
+
+def default_searcher_factory(settings: Settings) -> Searcher:
+    """Open the index and the model's question encoder named by the settings."""
+    from core.loading import open_searcher
+
+    return open_searcher(settings.index, settings.model, device=settings.device, precision=settings.precision)
+
+
+def index_nprobe(searcher: Searcher) -> int | None:
+    """The IVF nprobe the index was loaded with (None for indexes without inverted lists)."""
+    try:
+        import faiss
+
+        return int(faiss.extract_index_ivf(searcher.index.faiss).nprobe)
+    except (RuntimeError, ImportError, AttributeError, TypeError):
+        return None
+
+
+def directory_bytes(path: Path) -> int:
+    """Total size of the regular files under ``path``."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+class ServiceState:
+    """Everything the routes need: settings, metrics, and (once loaded) the searcher and the batcher."""
+
+    def __init__(self, settings: Settings, metrics: ServiceMetrics):
+        self.settings = settings
+        self.metrics = metrics
+        self.status = "loading"  # loading -> ready | failed
+        self.detail: str | None = None
+        self.searcher: Searcher | None = None
+        self.batcher: MicroBatcher | None = None
+        self.default_nprobe: int | None = settings.default_nprobe
+        self.info: dict[str, Any] = {}
+        # One worker: the question encoder and faiss run in this thread only (also the warm-up and the loading).
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-search")
+
+    async def load(self, factory: SearcherFactory) -> None:
+        """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason)."""
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        try:
+            searcher = await loop.run_in_executor(self.executor, factory, self.settings)
+            if self.default_nprobe is None:  # pin it: search_vectors(nprobe=None) would keep the last request's
+                self.default_nprobe = index_nprobe(searcher)
+            self._describe(searcher)
+            if self.settings.warmup:
+                await loop.run_in_executor(self.executor, self._warm_up, searcher)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bad index or model: stay up, say why on /ready and /health, log it
+            self.status, self.detail = "failed", f"{type(e).__name__}: {e}"
+            log.error("loading failed: %s", self.detail)
+            return
+        self.searcher = searcher
+        s = self.settings
+        self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics)
+        self.batcher.start()
+        self.status = "ready"
+        self.metrics.ready.set(1)
+        log.info("ready: %s in %.1f s", self.info.get("index", {}).get("dir"), time.perf_counter() - t0)
+
+    def _warm_up(self, searcher: Searcher) -> None:
+        from service.batcher import run_batch
+
+        k = self.settings.default_top_k
+        requests = [(WARMUP_QUESTIONS, SearchParams(u, k, None, self.default_nprobe)) for u in UNITS]
+        run_batch(searcher, requests)
+        run_batch(searcher, [(["warm-up"] * self.settings.max_batch_size, requests[0][1])])  # full-size batch
+
+    def _describe(self, searcher: Searcher) -> None:
+        index = searcher.index
+        m = index.manifest
+        encoder = searcher.encoder
+        device = "unknown"
+        try:
+            device = str(next(encoder.model.parameters()).device)
+        except (AttributeError, StopIteration, TypeError):
+            pass
+        size = directory_bytes(index.dir)
+        self.info = {
+            "model": {
+                "ref": self.settings.model, "fingerprint": m.model_fingerprint, "built_with": m.model_ref,
+                "device": device, "precision": str(getattr(encoder, "precision", "unknown")),
+                "max_query_tokens": getattr(encoder, "max_len", None), "dim": m.encoder.get("dim"),
+                "max_answer_tokens": searcher.max_answer_tokens,
+            },
+            "index": {
+                "dir": str(index.dir), "factory": m.factory, "format_version": m.format_version,
+                "documents": m.documents, "passages": m.passages, "tokens": m.tokens,
+                "indexed_tokens": m.indexed_tokens, "filter_threshold": m.filter_threshold,
+                "created": m.created, "size_bytes": size, "nprobe": self.default_nprobe,
+            },
+        }
+        self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
+        self.metrics.model_info.info({
+            "model": self.settings.model, "fingerprint": m.model_fingerprint, "factory": m.factory,
+            "device": device, "precision": self.info["model"]["precision"],
+        })
+
+    async def close(self) -> None:
+        """Stop the batcher and the worker thread."""
+        self.metrics.ready.set(0)
+        if self.batcher is not None:
+            await self.batcher.stop()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def create_app(settings: Settings, searcher_factory: SearcherFactory | None = None) -> FastAPI:
+    """Build the service app; ``searcher_factory(settings)`` defaults to opening ``settings.index``/``model``."""
+    metrics = ServiceMetrics()
+    state = ServiceState(settings, metrics)
+    factory = searcher_factory or default_searcher_factory
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loading = asyncio.create_task(state.load(factory), name="spanseek-load")
+        try:
+            yield
+        finally:
+            loading.cancel()
+            await asyncio.gather(loading, return_exceptions=True)
+            await state.close()
+
+    from spanseek import __version__
+
+    app = FastAPI(
+        title="spanseek",
+        version=__version__,
+        description="Dense phrase retrieval: the best phrases, passages or documents for a question.",
+        lifespan=lifespan,
+        docs_url="/docs",
+    )
+    app.state.service = state
+
+    def count_error(error_type: str) -> None:
+        metrics.errors.labels(type=error_type).inc()
+
+    install_error_handlers(app, on_error=count_error)
+    app.include_router(router)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "Server-Timing", "Retry-After"],
+        )
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, metrics=metrics,
+                       on_error=count_error)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """``uvicorn --factory service.app:app_from_env``: settings from the SPANSEEK_* environment."""
+    return create_app(Settings())  # type: ignore[call-arg]  # index comes from SPANSEEK_INDEX

@@ -1,0 +1,244 @@
+"""The asyncio micro-batcher: concurrent questions -> one encoder call and one search per parameter group.
+
+One task owns the queue. It waits for the first request, then collects more until the batch holds
+``max_batch_size`` questions or the first request has waited ``max_wait_ms``; requests whose client left
+(cancelled futures) are dropped. The batch runs in a single worker thread, off the event loop:
+
+1. all non-blank questions of the batch go through ``searcher.encoder.encode`` once: (B, d) q_start, q_end;
+2. rows are grouped by search parameters (unit, top_k, max answer length, nprobe) and each group is one
+   ``searcher.search_vectors`` call;
+3. every request's future gets its hits plus the batch's timings.
+
+The queue is bounded in questions: a request that would overflow it fails at once with ``Overloaded``
+(HTTP 429 + Retry-After), so latency stays bounded under overload instead of growing with the backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.search import Hit, Searcher
+from service.errors import NotReady, Overloaded
+from service.metrics import ServiceMetrics
+
+log = logging.getLogger("service.batcher")
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """Parameters that must be equal for questions to share one ``search_vectors`` call."""
+
+    unit: str
+    top_k: int
+    max_answer_tokens: int | None = None
+    nprobe: int | None = None
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one request gets back: its hits (per question) and the timings of the batch it joined (seconds)."""
+
+    hits: list[list[Hit]]
+    queue: float
+    encode: float
+    search: float
+    aggregate: float
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class BatchTimings:
+    encode: float
+    search: float
+    aggregate: float
+
+
+@dataclass(eq=False)
+class _Pending:
+    questions: list[str]
+    params: SearchParams
+    future: asyncio.Future
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+def run_batch(
+    searcher: Searcher, requests: list[tuple[list[str], SearchParams]]
+) -> tuple[list[list[list[Hit]]], BatchTimings]:
+    """Answer several requests with one encoder call and one ``search_vectors`` call per parameter group.
+
+    Blank questions get no hits and are not encoded. Returns, per request, per question, its hits.
+    """
+    flat = [(r, q) for r, (questions, _) in enumerate(requests) for q in questions]
+    rows = [i for i, (_, q) in enumerate(flat) if q.strip()]  # flat positions that are encoded
+    out: list[list[list[Hit]]] = [[[] for _ in questions] for questions, _ in requests]
+    position = [0] * len(flat)  # flat index -> index of the question within its request
+    counters = [0] * len(requests)
+    for i, (r, _) in enumerate(flat):
+        position[i] = counters[r]
+        counters[r] += 1
+    if not rows:
+        return out, BatchTimings(0.0, 0.0, 0.0)
+    t0 = time.perf_counter()
+    q_start, q_end = searcher.encoder.encode([flat[i][1] for i in rows])  # (B, d) each
+    encode = time.perf_counter() - t0
+    groups: dict[SearchParams, list[int]] = {}
+    for b, i in enumerate(rows):
+        groups.setdefault(requests[flat[i][0]][1], []).append(b)
+    timings: dict[str, float] = {}
+    for params, members in groups.items():
+        sel = np.asarray(members)
+        hits = searcher.search_vectors(
+            q_start[sel], q_end[sel], params.unit, params.top_k, params.max_answer_tokens, params.nprobe, timings
+        )  # type: ignore[arg-type]
+        for b, h in zip(members, hits, strict=True):
+            i = rows[b]
+            out[flat[i][0]][position[i]] = h
+    return out, BatchTimings(encode, timings.get("search", 0.0), timings.get("aggregate", 0.0))
+
+
+class MicroBatcher:
+    """Collects concurrent requests into batches and runs them one at a time on ``executor``.
+
+    ``executor`` must have a single worker: the searcher (torch, faiss nprobe) is used from one thread.
+    """
+
+    def __init__(
+        self,
+        searcher: Searcher,
+        executor: Executor,
+        max_batch_size: int,
+        max_wait_ms: float,
+        max_queue: int,
+        metrics: ServiceMetrics | None = None,
+    ):
+        self.searcher = searcher
+        self.executor = executor
+        self.max_batch_size = max_batch_size
+        self.max_wait = max_wait_ms / 1000.0
+        self.max_queue = max_queue
+        self.metrics = metrics
+        self._pending: deque[_Pending] = deque()
+        self._depth = 0  # questions in _pending (including cancelled ones not yet dropped)
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._closed = False
+        self._batch_seconds = 0.05  # moving average of one batch's run time, for Retry-After
+
+    @property
+    def depth(self) -> int:
+        """Questions waiting for a batch."""
+        return self._depth
+
+    def start(self) -> None:
+        """Start the queue owner task on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="spanseek-batcher")
+
+    async def stop(self) -> None:
+        """Stop taking requests; waiting requests fail with NotReady (503)."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        while self._pending:
+            item = self._pending.popleft()
+            if not item.future.done():
+                item.future.set_exception(NotReady("the service is shutting down"))
+        self._set_depth(0)
+
+    async def submit(self, questions: list[str], params: SearchParams) -> BatchOutcome:
+        """Queue one request's questions and wait for their hits.
+
+        Raises Overloaded when the queue cannot take them, NotReady when the batcher is stopped.
+        """
+        if self._closed or self._task is None:
+            raise NotReady("the search batcher is not running")
+        n = len(questions)
+        if self._depth + n > self.max_queue:
+            # time to drain the backlog: batches ahead of us times the recent batch time
+            wait = (self._depth / self.max_batch_size + 1) * self._batch_seconds
+            raise Overloaded(f"search queue is full ({self._depth} questions waiting); retry later", wait)
+        item = _Pending(questions, params, asyncio.get_running_loop().create_future())
+        self._pending.append(item)
+        self._set_depth(self._depth + n)
+        self._wakeup.set()
+        # if this task is cancelled (client gone), awaiting cancels the future and the batcher skips it
+        return await item.future
+
+    def _set_depth(self, depth: int) -> None:
+        self._depth = depth
+        if self.metrics is not None:
+            self.metrics.queue_depth.set(depth)
+
+    def _live_questions(self) -> int:
+        return sum(len(p.questions) for p in self._pending if not p.future.done())
+
+    async def _run(self) -> None:
+        while True:
+            while not self._pending:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            deadline = self._pending[0].enqueued + self.max_wait
+            while self._live_questions() < self.max_batch_size:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+                except TimeoutError:
+                    break
+            batch = self._take()
+            if batch:
+                await self._execute(batch)
+
+    def _take(self) -> list[_Pending]:
+        """Pop live requests up to max_batch_size questions (at least one request); drop cancelled ones."""
+        batch: list[_Pending] = []
+        size = 0
+        while self._pending:
+            item = self._pending[0]
+            if item.future.done():  # client left while queued
+                self._pending.popleft()
+                self._set_depth(self._depth - len(item.questions))
+                continue
+            if batch and size + len(item.questions) > self.max_batch_size:
+                break
+            self._pending.popleft()
+            self._set_depth(self._depth - len(item.questions))
+            batch.append(item)
+            size += len(item.questions)
+        return batch
+
+    async def _execute(self, batch: list[_Pending]) -> None:
+        started = time.monotonic()
+        requests = [(item.questions, item.params) for item in batch]
+        size = sum(len(q) for q, _ in requests)
+        try:
+            hits, t = await asyncio.get_running_loop().run_in_executor(self.executor, run_batch, self.searcher, requests)
+        except Exception as e:  # one bad batch fails its requests (mapped to 500), not the batcher
+            log.exception("batch of %d questions failed", size)
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(e)
+            return
+        elapsed = time.monotonic() - started
+        self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * elapsed
+        if self.metrics is not None:
+            self.metrics.observe_batch(size, t.encode, t.search, t.aggregate)
+        for item, item_hits in zip(batch, hits, strict=True):
+            if item.future.done():  # cancelled while its batch ran
+                continue
+            queue = started - item.enqueued
+            if self.metrics is not None:
+                self.metrics.stage_duration.labels(stage="queue").observe(queue)
+            item.future.set_result(BatchOutcome(item_hits, queue, t.encode, t.search, t.aggregate, size))

@@ -1,0 +1,83 @@
+"""``spanseek serve``: run the search service with uvicorn. Flags mirror ``service.settings.Settings``.
+
+    spanseek serve --index work/demo-index --model default --port 8000
+
+Every flag left out falls back to its SPANSEEK_* environment variable, then to the settings' default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from service.settings import Settings
+
+log = logging.getLogger("service")
+
+# (flag, settings field, type, help); the default of every flag is None = "not given, use env/default"
+_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
+    ("--index", "index", str, "index directory (SPANSEEK_INDEX)"),
+    ("--model", "model", str, "model directory or 'default' (SPANSEEK_MODEL)"),
+    ("--host", "host", str, "listen address (default 127.0.0.1)"),
+    ("--port", "port", int, "listen port (default 8000)"),
+    ("--device", "device", str, "auto, cpu, cuda, cuda:N"),
+    ("--precision", "precision", str, "auto, fp32 or bf16"),
+    ("--max-batch-size", "max_batch_size", int, "most questions per batch"),
+    ("--max-wait-ms", "max_wait_ms", float, "longest wait for a batch to fill"),
+    ("--max-queue", "max_queue", int, "queued questions before 429"),
+    ("--default-top-k", "default_top_k", int, "hits per query by default"),
+    ("--max-top-k", "max_top_k", int, "largest top_k accepted"),
+    ("--max-queries-per-request", "max_queries_per_request", int, "most queries per request"),
+    ("--max-query-chars", "max_query_chars", int, "query characters kept before tokenisation"),
+    ("--max-body-bytes", "max_body_bytes", int, "largest request body"),
+    ("--default-nprobe", "default_nprobe", int, "IVF nprobe by default"),
+    ("--max-nprobe", "max_nprobe", int, "largest nprobe accepted"),
+    ("--api-key", "api_key", str, "require this API key (prefer SPANSEEK_API_KEY: flags show in ps)"),
+    ("--cors-origins", "cors_origins", str, "comma-separated allowed browser origins"),
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``serve`` subcommand."""
+    p = sub.add_parser("serve", help="run the HTTP search service (FastAPI + uvicorn)")
+    for flag, dest, typ, help_text in _FLAGS:
+        p.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
+    p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip warm-up searches")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_serve)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Settings from the flags that were given, the environment (SPANSEEK_*) and the defaults, in that order."""
+    given = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS if getattr(args, dest, None) is not None}
+    if getattr(args, "warmup", None) is not None:
+        given["warmup"] = args.warmup
+    return Settings(**given)
+
+
+def check_servable(settings: Settings) -> None:
+    """Fail fast (before starting uvicorn) when the index or model cannot be found."""
+    from core.model import resolve_model
+    from core.store import Manifest
+
+    Manifest.load(settings.index)
+    resolve_model(settings.model)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+    from pydantic import ValidationError
+
+    from service.app import create_app
+
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as e:
+        raise ValueError(f"invalid settings: {e}") from e
+    check_servable(settings)
+    log.info("serving %s with model %s on http://%s:%d", settings.index, settings.model, settings.host, settings.port)
+    # One process: the micro-batcher batches across all requests of its process; scale with replicas instead.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
+                workers=1, timeout_graceful_shutdown=10)
+    return 0

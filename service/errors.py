@@ -1,0 +1,133 @@
+"""Service errors and the one place that maps every error to an HTTP status and an ``ErrorResponse`` body.
+
+Routes and the batcher raise the ``ServiceError`` subclasses below; FastAPI's own errors (validation,
+HTTPException) and unexpected exceptions are mapped by ``error_response`` too, so every non-2xx answer
+has the same shape. Unexpected errors become a generic 500 whose request id is logged with the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.schemas import ErrorResponse
+
+log = logging.getLogger("service")
+
+
+class ServiceError(Exception):
+    """A domain error with a status code, an error type and a message safe to show to clients."""
+
+    status: int = 500
+    error: str = "internal_error"
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.headers = headers or {}
+
+
+class BadRequest(ServiceError):
+    """A value is out of the accepted range (top_k, nprobe, ...)."""
+
+    status, error = 400, "bad_request"
+
+
+class Unauthorized(ServiceError):
+    """An API key is configured and the request's is missing or wrong."""
+
+    status, error = 401, "unauthorized"
+
+    def __init__(self, message: str = "missing or wrong API key"):
+        super().__init__(message, {"WWW-Authenticate": "Bearer"})
+
+
+class PayloadTooLarge(ServiceError):
+    """The body, or the number of queries, exceeds the server's limit."""
+
+    status, error = 413, "payload_too_large"
+
+
+class Overloaded(ServiceError):
+    """The batcher's queue is full: come back after ``retry_after`` seconds."""
+
+    status, error = 429, "overloaded"
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message, {"Retry-After": str(max(1, math.ceil(retry_after)))})
+
+
+class NotReady(ServiceError):
+    """The model and index are not loaded (or warmed up) yet, failed to load, or the service is stopping."""
+
+    status, error = 503, "not_ready"
+
+    def __init__(self, message: str = "the model and index are still loading"):
+        super().__init__(message, {"Retry-After": "5"})
+
+
+# Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
+ERROR_TYPES = ("bad_request", "unauthorized", "not_found", "method_not_allowed", "payload_too_large",
+               "validation_error", "overloaded", "not_ready", "internal_error")
+_HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+                     413: "payload_too_large", 429: "overloaded", 503: "not_ready"}
+
+
+def request_id_of(request: Request) -> str:
+    """The request id the request-id middleware put into the ASGI scope ('-' outside it)."""
+    return str(request.scope.get("state", {}).get("request_id", "-"))
+
+
+def error_response(exc: BaseException, request_id: str) -> JSONResponse:
+    """Map any exception to (status, ErrorResponse). The single mapping point of the service."""
+    details = None
+    headers: dict[str, str] = {}
+    if isinstance(exc, ServiceError):
+        status, error, message, headers = exc.status, exc.error, exc.message, exc.headers
+    elif isinstance(exc, RequestValidationError):
+        status, error, message = 422, "validation_error", "the request does not match the API schema"
+        details = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+            for e in exc.errors()
+        ]
+    elif isinstance(exc, StarletteHTTPException):
+        status = exc.status_code
+        error = _HTTP_ERROR_NAMES.get(status, "http_error")
+        message = str(exc.detail)
+        headers = dict(exc.headers or {})
+    else:
+        status, error = 500, "internal_error"
+        message = f"internal error; quote request id {request_id} when reporting it"
+        log.error("request %s failed", request_id, exc_info=(type(exc), exc, exc.__traceback__))
+    body = ErrorResponse(error=error, message=message, request_id=request_id, details=details)
+    headers["X-Request-ID"] = request_id
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI, on_error=None) -> None:
+    """Route FastAPI's exception handling through ``error_response``; ``on_error(error_type)`` counts errors."""
+
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        response = error_response(exc, request_id_of(request))
+        if on_error is not None:
+            on_error(error_type_of(exc))
+        return response
+
+    for exc_type in (ServiceError, RequestValidationError, StarletteHTTPException):
+        app.add_exception_handler(exc_type, handle)
+
+
+def error_type_of(exc: BaseException) -> str:
+    """The error type label of an exception (as in ErrorResponse.error)."""
+    if isinstance(exc, ServiceError):
+        return exc.error
+    if isinstance(exc, RequestValidationError):
+        return "validation_error"
+    if isinstance(exc, StarletteHTTPException):
+        return _HTTP_ERROR_NAMES.get(exc.status_code, "http_error")
+    return "internal_error"

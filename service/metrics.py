@@ -1,0 +1,73 @@
+"""Prometheus metrics of the service (``spanseek_`` prefix), one registry per app so tests can build many apps.
+
+The Grafana dashboard in deploy/grafana/ and the alert rule in deploy/prometheus/ query these names; the
+service test `test_prometheus.py` checks that every dashboard expression returns data against a real
+Prometheus.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+
+from service.errors import ERROR_TYPES
+
+# Seconds: from sub-millisecond stages on a GPU to multi-second overload queueing.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+STAGES = ("queue", "encode", "search", "aggregate")
+UNITS = ("phrase", "passage", "doc")
+
+
+class ServiceMetrics:
+    """The service's collectors, registered in their own ``CollectorRegistry``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.request_duration = Histogram(
+            "spanseek_request_duration_seconds", "POST /search latency by unit and HTTP status",
+            ["unit", "status"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.stage_duration = Histogram(
+            "spanseek_stage_duration_seconds",
+            "time per stage: queue (per request), encode/search/aggregate (per batch)",
+            ["stage"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.batch_size = Histogram(
+            "spanseek_batch_size", "questions per encoder/search batch", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.questions = Counter("spanseek_questions_total", "questions searched, by unit", ["unit"], registry=r)
+        self.queue_depth = Gauge("spanseek_queue_depth", "questions waiting for a batch", registry=r)
+        self.errors = Counter("spanseek_errors_total", "error answers by type", ["type"], registry=r)
+        self.ready = Gauge("spanseek_ready", "1 once the model and index are loaded and warmed up", registry=r)
+        self.index_tokens = Gauge("spanseek_index_tokens", "tokens in the phrase index", registry=r)
+        self.index_vectors = Gauge("spanseek_index_vectors", "vectors in the faiss index", registry=r)
+        self.index_passages = Gauge("spanseek_index_passages", "passages in the index", registry=r)
+        self.index_documents = Gauge("spanseek_index_documents", "documents in the index", registry=r)
+        self.index_bytes = Gauge("spanseek_index_size_bytes", "bytes of the index directory on disk", registry=r)
+        self.model_info = Info("spanseek_model", "the served model and index", registry=r)
+        for t in ERROR_TYPES:  # zeros rather than missing series, so rate() panels show 0 instead of "no data"
+            self.errors.labels(type=t)
+        for unit in UNITS:
+            self.questions.labels(unit=unit)
+        for stage in STAGES:
+            self.stage_duration.labels(stage=stage)
+
+    def set_index(self, tokens: int, vectors: int, passages: int, documents: int, size_bytes: int) -> None:
+        """Record the served index's size."""
+        self.index_tokens.set(tokens)
+        self.index_vectors.set(vectors)
+        self.index_passages.set(passages)
+        self.index_documents.set(documents)
+        self.index_bytes.set(size_bytes)
+
+    def observe_batch(self, size: int, encode: float, search: float, aggregate: float) -> None:
+        """Record one batch: its size and the seconds of each of its stages."""
+        self.batch_size.observe(size)
+        self.stage_duration.labels(stage="encode").observe(encode)
+        self.stage_duration.labels(stage="search").observe(search)
+        self.stage_duration.labels(stage="aggregate").observe(aggregate)
+
+    def render(self) -> bytes:
+        """The exposition text of this registry."""
+        return generate_latest(self.registry)

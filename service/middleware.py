@@ -1,0 +1,93 @@
+"""Pure-ASGI middleware around every request: request id, body size limit, /search latency metric, last-resort 500.
+
+Pure ASGI (not BaseHTTPMiddleware) so that a client disconnect cancels the route task, which the batcher
+then skips, and so that streaming bodies are counted as they arrive.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import HTTPException
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import error_response, error_type_of
+from service.metrics import UNITS, ServiceMetrics
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def _unit_label(scope: Scope) -> str:
+    """The unit of a /search request for metric labels (bounded cardinality: unknown values -> 'invalid')."""
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("unit", ["phrase"])
+    return values[0] if values[0] in UNITS else "invalid"
+
+
+class RequestContextMiddleware:
+    """Assigns the request id, enforces ``max_body_bytes``, times /search and turns crashes into ErrorResponse."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: ServiceMetrics,
+                 on_error: Callable[[str], Any] | None = None):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        given = headers.get("x-request-id", "")
+        request_id = given if _SAFE_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status_holder = {"status": 500, "started": False}
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_holder["status"] = message["status"]
+                status_holder["started"] = True
+                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+            await send(message)
+
+        try:
+            declared = int(headers.get("content-length", "0") or 0)
+        except ValueError:
+            declared = 0
+        if declared > self.max_body_bytes:
+            await self._send_error(HTTPException(413, f"request body exceeds {self.max_body_bytes} bytes"),
+                                   request_id, scope, receive, send_wrapper)
+        else:
+            received = 0
+
+            async def receive_wrapper() -> Message:  # counts chunked bodies that declare no length
+                nonlocal received
+                message = await receive()
+                if message["type"] == "http.request":
+                    received += len(message.get("body", b""))
+                    if received > self.max_body_bytes:
+                        raise HTTPException(413, f"request body exceeds {self.max_body_bytes} bytes")
+                return message
+
+            try:
+                await self.app(scope, receive_wrapper, send_wrapper)
+            except Exception as exc:  # the last resort: log with request id, answer 500
+                if status_holder["started"]:
+                    raise
+                await self._send_error(exc, request_id, scope, receive, send_wrapper)
+        if scope.get("path") == "/search":
+            self.metrics.request_duration.labels(unit=_unit_label(scope), status=str(status_holder["status"])).observe(
+                time.perf_counter() - started
+            )
+
+    async def _send_error(self, exc: BaseException, request_id: str, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.on_error is not None:
+            self.on_error(error_type_of(exc))
+        await error_response(exc, request_id)(scope, receive, send)

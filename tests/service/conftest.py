@@ -1,0 +1,111 @@
+"""Service test helpers: apps over the tiny index, a counting/blocking encoder, and running-app contexts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from core.search import Searcher
+from service.app import create_app
+from service.settings import Settings
+
+
+class CountingEncoder:
+    """Wraps a QuestionEncoder: records the batch of every encode call; can hold calls until ``release``."""
+
+    def __init__(self, inner, block: bool = False):
+        self.inner = inner
+        self.tokenizer = inner.tokenizer
+        self.max_len = inner.max_len
+        self.model = inner.model
+        self.precision = inner.precision
+        self.calls: list[list[str]] = []
+        self.gate = threading.Event()
+        if not block:
+            self.gate.set()
+        self.entered = threading.Event()
+
+    def encode(self, questions: list[str]):
+        self.calls.append(list(questions))
+        self.entered.set()
+        assert self.gate.wait(30), "test encoder was never released"
+        return self.inner.encode(questions)
+
+
+@pytest.fixture
+def settings_for(tiny_index, tiny_model_dir) -> Callable[..., Settings]:
+    """Settings over the tiny index; keyword arguments override fields."""
+
+    def make(**overrides) -> Settings:
+        base = dict(index=tiny_index, model=str(tiny_model_dir), device="cpu", precision="fp32", warmup=False)
+        return Settings(**{**base, **overrides})
+
+    return make
+
+
+@pytest.fixture
+def counting_factory(tiny_searcher) -> Callable[..., tuple[Callable[[Settings], Searcher], CountingEncoder]]:
+    """(factory, encoder): a searcher factory over the tiny index whose encoder counts (and can block) calls."""
+
+    def make(block: bool = False):
+        encoder = CountingEncoder(tiny_searcher.encoder, block=block)
+        searcher = Searcher(tiny_searcher.index, encoder)
+        return (lambda settings: searcher), encoder
+
+    return make
+
+
+def wait_ready_sync(client: TestClient, timeout: float = 30.0) -> None:
+    """Poll /ready until 200."""
+    deadline = time.monotonic() + timeout
+    while client.get("/ready").status_code != 200:
+        assert time.monotonic() < deadline, "service never became ready"
+        time.sleep(0.02)
+
+
+@contextmanager
+def serving(app: FastAPI, **kwargs) -> Iterator[TestClient]:
+    """A TestClient with the lifespan running and the service ready."""
+    with TestClient(app, **kwargs) as client:
+        wait_ready_sync(client)
+        yield client
+
+
+@pytest.fixture
+def client(settings_for, tiny_searcher) -> Iterator[TestClient]:
+    """A ready client of an app over the tiny index with default settings."""
+    with serving(create_app(settings_for(), lambda s: tiny_searcher)) as c:
+        yield c
+
+
+@asynccontextmanager
+async def async_serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx.AsyncClient on the app (in this event loop) with the lifespan running and the service ready."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as ac:
+            deadline = time.monotonic() + 30
+            while (await ac.get("/ready")).status_code != 200:
+                assert time.monotonic() < deadline, "service never became ready"
+                await asyncio.sleep(0.02)
+            yield ac
+
+
+@pytest.fixture
+def serve() -> Callable[..., contextmanager]:
+    """``with serve(app) as client``: a ready TestClient (the helper ``serving`` as a fixture)."""
+    return serving
+
+
+@pytest.fixture
+def async_serve() -> Callable[..., asynccontextmanager]:
+    """``async with async_serve(app) as client``: a ready httpx.AsyncClient on the app."""
+    return async_serving

@@ -1,0 +1,113 @@
+"""End to end through HTTP on the tiny index: every unit, batches of queries, probes, info, docs, odd inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.app import create_app
+
+UNITS = ("phrase", "passage", "doc")
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_search_each_unit_matches_the_searcher(client, tiny_searcher, unit):
+    question = "Who built the castle in 1500?"
+    r = client.post(f"/search?unit={unit}", json={"query": question, "top_k": 3})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["unit"] == unit and len(body["results"]) == 1
+    hits = body["results"][0]["hits"]
+    expected = tiny_searcher.search([question], unit=unit, top_k=3)[0]
+    assert len(hits) == len(expected) == 3
+    for got, want in zip(hits, expected, strict=True):
+        assert (got["passage_id"], got["start"], got["end"], got["doc_id"]) == (want.passage_id, want.start, want.end, want.doc_id)
+        assert np.isclose(got["score"], want.score, rtol=1e-4, atol=1e-4)
+        assert got["text"] == got["passage"][got["start"] : got["end"]]
+        assert got["title"] == want.title
+    if unit == "passage":
+        assert len({h["passage_id"] for h in hits}) == 3
+    if unit == "doc":
+        assert len({h["doc_id"] for h in hits}) == 3
+    assert body["timings_ms"]["batch_size"] >= 1 and body["request_id"] == r.headers["x-request-id"]
+
+
+def test_queries_are_answered_in_order(client, tiny_searcher):
+    questions = ["When was the bridge built?", "Who painted the church?", "Which river?"]
+    r = client.post("/search?unit=passage", json={"queries": questions, "top_k": 2})
+    assert r.status_code == 200
+    results = r.json()["results"]
+    assert [res["query"] for res in results] == questions
+    expected = tiny_searcher.search(questions, unit="passage", top_k=2)
+    assert [[h["passage_id"] for h in res["hits"]] for res in results] == [[h.passage_id for h in e] for e in expected]
+
+
+def test_default_unit_and_top_k(client):
+    r = client.post("/search", json={"query": "a king"})
+    assert r.json()["unit"] == "phrase" and len(r.json()["results"][0]["hits"]) == 10
+
+
+def test_timings_come_back_as_headers(client):
+    r = client.post("/search?unit=doc", json={"query": "a queen", "top_k": 1})
+    for stage in ("Queue", "Encode", "Search", "Aggregate", "Total"):
+        assert float(r.headers[f"X-Spanseek-{stage}-Ms"]) >= 0
+    assert "encode;dur=" in r.headers["Server-Timing"] and int(r.headers["X-Spanseek-Batch-Size"]) >= 1
+    assert r.json()["timings_ms"]["total"] >= r.json()["timings_ms"]["encode"]
+
+
+def test_max_answer_length_bounds_phrases(client, tiny_searcher):
+    r = client.post("/search?unit=phrase", json={"query": "the festival", "top_k": 10, "max_answer_length": 1})
+    idx = tiny_searcher.index
+    for h in r.json()["results"][0]["hits"]:  # one token: the span is exactly one token's offsets
+        p = h["passage_id"]
+        a, b = idx.passage_range(p)
+        offs = idx.token_offsets[a:b]
+        assert any((offs[:, 0] == h["start"]) & (offs[:, 1] == h["end"]))
+
+
+def test_nprobe_is_accepted_on_a_flat_index(client):
+    assert client.post("/search", json={"query": "x", "nprobe": 8}).status_code == 200
+
+
+@pytest.mark.parametrize("query", ["", "   \t\n ", "戦争と平和は誰が書いたか", "Кто построил замок?", "🙂" * 50,
+                                   "castle " * 5000, "\x00\x01 null bytes"])
+def test_odd_queries_never_crash(client, query):
+    r = client.post("/search?unit=passage", json={"query": query, "top_k": 2})
+    assert r.status_code == 200, r.text
+    hits = r.json()["results"][0]["hits"]
+    assert (hits == []) if not query.strip() else (len(hits) == 2)
+    assert len(r.json()["results"][0]["query"]) <= 2000  # very long queries are cut (and echoed cut)
+
+
+def test_blank_queries_mixed_with_real_ones(client):
+    r = client.post("/search", json={"queries": ["", "the king", " "], "top_k": 1})
+    assert [len(res["hits"]) for res in r.json()["results"]] == [0, 1, 0]
+
+
+def test_probes_info_and_docs(client, tiny_searcher):
+    assert client.get("/health").json()["status"] == "ok"
+    assert client.get("/ready").json()["status"] == "ready"
+    info = client.get("/info").json()
+    m = tiny_searcher.index.manifest
+    assert info["index"]["tokens"] == m.tokens and info["index"]["passages"] == m.passages
+    assert info["index"]["documents"] == m.documents and info["index"]["size_bytes"] > 0
+    assert info["model"]["fingerprint"] == m.model_fingerprint and info["model"]["device"] == "cpu"
+    assert info["service"]["max_batch_size"] == 32
+    assert client.get("/docs").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/search", "/health", "/ready", "/info", "/metrics"} <= set(paths)
+
+
+def test_request_id_is_echoed(client):
+    r = client.get("/health", headers={"X-Request-ID": "abc-123"})
+    assert r.headers["x-request-id"] == "abc-123"
+    r = client.get("/health", headers={"X-Request-ID": "bad id with spaces"})
+    assert r.headers["x-request-id"] != "bad id with spaces" and len(r.headers["x-request-id"]) == 32
+
+
+def test_default_factory_loads_the_index_and_warms_up(settings_for, serve):
+    """No injected backend: the app opens index + model itself, warms up, then reports ready."""
+    with serve(create_app(settings_for(warmup=True))) as c:
+        assert c.post("/search?unit=doc", json={"query": "a poet", "top_k": 2}).status_code == 200
+        metrics = c.get("/metrics").text
+        assert "spanseek_ready 1.0" in metrics

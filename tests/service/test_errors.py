@@ -1,0 +1,155 @@
+"""Every error path answers the one ErrorResponse shape with the right status (422/400/413/401/503/500)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from core.search import Searcher
+from core.store import IndexFormatError
+from service.app import create_app
+
+ERROR_KEYS = {"error", "message", "request_id"}
+
+
+def assert_error(r, status: int, error: str) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert ERROR_KEYS <= set(body) and body["error"] == error
+    assert body["request_id"] == r.headers["x-request-id"]
+    return body
+
+
+@pytest.mark.parametrize("payload", [{}, {"query": "a", "queries": ["b"]}, {"queries": []}, {"query": 3},
+                                     {"queries": "not a list"}, {"query": "a", "top_k": "many"},
+                                     {"query": "a", "unknown": 1}, ["a list"]])
+def test_malformed_bodies_are_422(client, payload):
+    body = assert_error(client.post("/search", json=payload), 422, "validation_error")
+    assert body["details"]
+
+
+def test_invalid_json_and_unknown_unit_are_422(client):
+    assert_error(client.post("/search", content=b"{not json", headers={"content-type": "application/json"}),
+                 422, "validation_error")
+    assert_error(client.post("/search?unit=sentence", json={"query": "a"}), 422, "validation_error")
+
+
+@pytest.mark.parametrize("extra", [{"top_k": 0}, {"top_k": 101}, {"top_k": -3}, {"nprobe": 0},
+                                   {"nprobe": 10**6}, {"max_answer_length": 0}, {"max_answer_length": 65}])
+def test_out_of_range_values_are_400(client, extra):
+    body = assert_error(client.post("/search", json={"query": "a", **extra}), 400, "bad_request")
+    assert next(iter(extra)) in body["message"]
+
+
+def test_oversized_body_and_too_many_queries_are_413(settings_for, tiny_searcher, serve):
+    with serve(create_app(settings_for(max_body_bytes=2048, max_queries_per_request=4), lambda s: tiny_searcher)) as c:
+        assert_error(c.post("/search", json={"query": "x" * 5000}), 413, "payload_too_large")
+
+        def chunks():  # no Content-Length: counted while streaming
+            for _ in range(10):
+                yield b" " * 500
+
+        r = c.post("/search", content=chunks(), headers={"content-type": "application/json"})
+        assert_error(r, 413, "payload_too_large")
+        assert_error(c.post("/search", json={"queries": ["q"] * 5}), 413, "payload_too_large")
+        assert c.post("/search", json={"queries": ["q"] * 4}).status_code == 200
+
+
+def test_api_key(settings_for, tiny_searcher, serve):
+    with serve(create_app(settings_for(api_key="s3cret"), lambda s: tiny_searcher)) as c:
+        r = c.post("/search", json={"query": "a"})
+        assert_error(r, 401, "unauthorized")
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert_error(c.post("/search", json={"query": "a"}, headers={"X-API-Key": "wrong"}), 401, "unauthorized")
+        assert_error(c.get("/info", headers={"Authorization": "Bearer nope"}), 401, "unauthorized")
+        assert c.post("/search", json={"query": "a"}, headers={"X-API-Key": "s3cret"}).status_code == 200
+        assert c.get("/info", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        for probe in ("/health", "/ready", "/metrics"):  # probes and the scraper need no key
+            assert c.get(probe).status_code == 200
+
+
+def test_not_ready_until_loaded_and_warmed(settings_for, tiny_searcher):
+    from fastapi.testclient import TestClient
+
+    gate = threading.Event()
+
+    def slow_factory(settings):
+        assert gate.wait(30)
+        return tiny_searcher
+
+    with TestClient(create_app(settings_for(warmup=True), slow_factory)) as c:
+        r = c.get("/ready")
+        assert_error(r, 503, "not_ready")
+        assert r.headers["retry-after"]
+        assert_error(c.post("/search", json={"query": "a"}), 503, "not_ready")
+        assert_error(c.get("/info"), 503, "not_ready")
+        assert c.get("/health").status_code == 200  # alive while loading
+        assert "spanseek_ready 0.0" in c.get("/metrics").text
+        gate.set()
+        for _ in range(1500):
+            if c.get("/ready").status_code == 200:
+                break
+        assert c.post("/search", json={"query": "a"}).status_code == 200
+
+
+def test_failed_load_is_reported(settings_for, tmp_path, serve):
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app(settings_for(index=tmp_path / "missing"))) as c:
+        for _ in range(500):
+            r = c.get("/ready")
+            if "failed" in r.json()["message"]:
+                break
+        body = assert_error(r, 503, "not_ready")
+        assert "IndexFormatError" in body["message"] and "no such index directory" in body["message"]
+        assert_error(c.get("/health"), 503, "not_ready")
+        assert_error(c.post("/search", json={"query": "a"}), 503, "not_ready")
+
+
+def test_wrong_model_for_index_fails_to_load(settings_for, tmp_path, tiny_config):
+    """The service refuses an index whose manifest does not match the model."""
+    import torch
+    from fastapi.testclient import TestClient
+
+    from core.model import PhraseModel
+
+    torch.manual_seed(1)
+    other = PhraseModel(tiny_config).save(tmp_path / "other")
+    with TestClient(create_app(settings_for(model=str(other)))) as c:
+        for _ in range(500):
+            r = c.get("/ready")
+            if "failed" in r.json()["message"]:
+                break
+        assert "different model" in assert_error(r, 503, "not_ready")["message"]
+
+
+class ExplodingSearcher(Searcher):
+    def search_vectors(self, *args, **kwargs):
+        raise IndexFormatError("secret internal path /var/lib/x")
+
+
+def test_unexpected_error_is_a_generic_500_with_logged_request_id(settings_for, tiny_searcher, serve, caplog):
+    searcher = ExplodingSearcher(tiny_searcher.index, tiny_searcher.encoder)
+    with serve(create_app(settings_for(), lambda s: searcher), raise_server_exceptions=False) as c:
+        with caplog.at_level(logging.ERROR):
+            r = c.post("/search", json={"query": "a"})
+        body = assert_error(r, 500, "internal_error")
+        assert "secret" not in r.text and body["request_id"] in body["message"]
+        assert any(body["request_id"] in rec.getMessage() for rec in caplog.records)
+        assert c.get("/health").status_code == 200  # the batcher survived
+        assert 'spanseek_errors_total{type="internal_error"} 1.0' in c.get("/metrics").text
+
+
+def test_unknown_route_and_method(client):
+    assert_error(client.get("/nope"), 404, "not_found")
+    assert_error(client.get("/search"), 405, "method_not_allowed")
+
+
+def test_cors(settings_for, tiny_searcher, serve):
+    with serve(create_app(settings_for(cors_origins="https://a.example, https://b.example"), lambda s: tiny_searcher)) as c:
+        r = c.options("/search", headers={"Origin": "https://a.example", "Access-Control-Request-Method": "POST"})
+        assert r.headers["access-control-allow-origin"] == "https://a.example"
+        r = c.post("/search", json={"query": "a"}, headers={"Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in r.headers
