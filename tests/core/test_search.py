@@ -1,0 +1,205 @@
+"""Span search and aggregation (core.search) against brute force over the exact token vectors.
+
+Oracle: the top phrase is the argmax over all valid spans; passage and document scores are the max over their
+phrases; deepening returns exactly k unique units (all of them when the index has fewer); every hit's text is
+its passage's characters [start, end) and never starts or ends inside a word.
+
+    .venv/bin/python -m pytest -q tests/core/test_search.py
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from core.search import UNITS, best_span
+from core.text import FLAG_END, FLAG_START
+from tests.conftest import make_paragraph
+
+
+def random_questions(rng: np.random.Generator, n: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    qs, qe = rng.standard_normal((2, n, dim)).astype(np.float32)
+    return qs, qe
+
+
+def passage_maxima(index, qs: np.ndarray, qe: np.ndarray, L: int) -> list[tuple[float, int, int]]:
+    """Brute force: for every passage, (best span score, start token, end token) over all its valid spans."""
+    out = []
+    for p in range(len(index.passages)):
+        a, b = index.passage_range(p)
+        vecs = index.token_vectors(np.arange(a, b))
+        i, j, s = best_span(vecs @ qs, vecs @ qe, index.token_flags[a:b], L)
+        out.append((s, a + i, a + j))
+    return out
+
+
+def span_tokens(index, hit) -> tuple[int, int]:
+    """The (start, end) token ids of a hit, found from its character offsets within its passage."""
+    a, b = index.passage_range(hit.passage_id)
+    offs = index.token_offsets[a:b]
+    [i] = np.flatnonzero((offs[:, 0] == hit.start) & (index.token_flags[a:b] & FLAG_START > 0))
+    [j] = np.flatnonzero((offs[:, 1] == hit.end) & (index.token_flags[a:b] & FLAG_END > 0))
+    return a + int(i), a + int(j)
+
+
+@pytest.fixture(scope="module")
+def long_searcher(tmp_path_factory, tiny_model_dir):
+    """An index whose first passage is ~20 windows long (tiny model: 30-token windows, stride 8), and a short
+    second one with none of its words."""
+    from core.loading import open_searcher
+    from indexer.build import BuildOptions, build_index
+
+    rng = random.Random(7)
+    long_text = " ".join(make_paragraph(rng, 1) for _ in range(30))
+    d = tmp_path_factory.mktemp("long")
+    corpus = d / "corpus.jsonl"
+    docs = [{"id": "long", "title": "Long", "paragraphs": [long_text]},
+            {"id": "short", "title": "Short", "paragraphs": ["Quantum zebras juggle violet xylophones near Oslo."]}]
+    corpus.write_text("".join(json.dumps(x) + "\n" for x in docs))
+    build_index(corpus, tiny_model_dir, d / "index", BuildOptions(progress=False, precision="fp32"))
+    searcher = open_searcher(d / "index", tiny_model_dir, device="cpu", precision="fp32")
+    a, b = searcher.index.passage_range(0)
+    assert b - a > 10 * 30  # really many windows
+    return searcher
+
+
+def test_top_phrase_matches_brute_force_on_a_long_passage(long_searcher):
+    idx, L = long_searcher.index, long_searcher.max_answer_tokens
+    qs, qe = random_questions(np.random.default_rng(1), 25, idx.vectors.shape[1])
+    hits = long_searcher.search_vectors(qs, qe, "phrase", top_k=1)
+    in_long = 0
+    for b in range(len(qs)):
+        s, i, j = max(passage_maxima(idx, qs[b], qe[b], L))
+        [hit] = hits[b]
+        assert hit.score == pytest.approx(s, rel=1e-4, abs=1e-4)
+        assert (hit.start, hit.end) == (idx.token_offsets[i, 0], idx.token_offsets[j, 1])
+        assert hit.text == hit.passage[hit.start : hit.end]
+        in_long += hit.passage_id == 0
+    assert in_long > 10  # the oracle was exercised inside the multi-window passage
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_hits_round_trip_offsets_and_scores(tiny_searcher, unit):
+    idx = tiny_searcher.index
+    qs, qe = random_questions(np.random.default_rng(2), 8, idx.vectors.shape[1])
+    n_units = {"phrase": 10, "passage": 10, "doc": len(idx.docs)}[unit]  # the tiny corpus has 6 documents
+    for b, hits in enumerate(tiny_searcher.search_vectors(qs, qe, unit, top_k=10)):
+        assert len(hits) == n_units
+        for hit in hits:
+            passage = idx.passages[hit.passage_id]
+            doc = idx.docs[passage["doc"]]
+            assert hit.passage == passage["text"] and (hit.doc_id, hit.title) == (doc["id"], doc["title"])
+            assert hit.text and hit.text == hit.passage[hit.start : hit.end]
+            i, j = span_tokens(idx, hit)
+            assert 0 <= j - i < tiny_searcher.max_answer_tokens
+            vi, vj = idx.token_vectors(np.array([i, j]))
+            assert hit.score == pytest.approx(float(vi @ qs[b] + vj @ qe[b]), rel=1e-4, abs=1e-4)
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_phrase_hits_are_unique_and_never_split_words(tiny_searcher):
+    idx = tiny_searcher.index
+    qs, qe = random_questions(np.random.default_rng(3), 10, idx.vectors.shape[1])
+    n_split_tokens = int((idx.token_flags != FLAG_START | FLAG_END).sum())
+    assert n_split_tokens > 20  # the corpus has multi-piece words, so the test can fail
+    for hits in tiny_searcher.search_vectors(qs, qe, "phrase", top_k=60):
+        assert len({(h.passage_id, h.start, h.end) for h in hits}) == len(hits)
+        for h in hits:
+            p = h.passage
+            assert h.start == 0 or not (p[h.start - 1].isalnum() and p[h.start].isalnum()), (p, h.start)
+            assert h.end == len(p) or not (p[h.end - 1].isalnum() and p[h.end].isalnum()), (p, h.end)
+
+
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_unit_score_is_the_max_over_its_phrases(tiny_searcher, unit):
+    """Asking for more units than the index has deepens to every token: then the result is exact."""
+    idx, L = tiny_searcher.index, tiny_searcher.max_answer_tokens
+    n_units = len(idx.passages) if unit == "passage" else len(idx.docs)
+    qs, qe = random_questions(np.random.default_rng(4), 5, idx.vectors.shape[1])
+    for b, hits in enumerate(tiny_searcher.search_vectors(qs, qe, unit, top_k=n_units + 3)):
+        best = passage_maxima(idx, qs[b], qe[b], L)
+        expected: dict[int, float] = {}
+        for p, (s, _, _) in enumerate(best):
+            key = p if unit == "passage" else idx.passages[p]["doc"]
+            expected[key] = max(expected.get(key, -np.inf), s)
+        got = {(h.passage_id if unit == "passage" else idx.passages[h.passage_id]["doc"]): h.score for h in hits}
+        assert len(hits) == n_units == len(got)  # all units, each once
+        for key, score in got.items():
+            assert score == pytest.approx(expected[key], rel=1e-4, abs=1e-4)
+        assert [h.score for h in hits] == sorted(got.values(), reverse=True)
+
+
+@pytest.mark.parametrize(("unit", "k"), [("passage", 1), ("passage", 17), ("passage", 24), ("doc", 1), ("doc", 5), ("doc", 6)])
+def test_deepening_returns_exactly_k_unique_units(tiny_searcher, unit, k):
+    idx, L = tiny_searcher.index, tiny_searcher.max_answer_tokens
+    assert (len(idx.passages), len(idx.docs)) == (24, 6)
+    qs, qe = random_questions(np.random.default_rng(5), 6, idx.vectors.shape[1])
+    for b, hits in enumerate(tiny_searcher.search_vectors(qs, qe, unit, top_k=k)):
+        keys = [h.passage_id if unit == "passage" else h.doc_id for h in hits]
+        assert len(keys) == len(set(keys)) == k
+        best = passage_maxima(idx, qs[b], qe[b], L)
+        top_passage = max(range(len(best)), key=lambda p: best[p][0])
+        top_key = top_passage if unit == "passage" else idx.docs[idx.passages[top_passage]["doc"]]["id"]
+        assert keys[0] == top_key  # the unit holding the best phrase comes first
+        for h in hits:  # a unit never scores above its exact best phrase
+            unit_best = [s for p, (s, _, _) in enumerate(best)
+                         if (p == h.passage_id if unit == "passage" else idx.passages[p]["doc"] == idx.passages[h.passage_id]["doc"])]
+            assert h.score <= max(unit_best) + 1e-4
+
+
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_deepening_finds_a_small_unit_beside_a_long_one(long_searcher, monkeypatch, unit):
+    """Questions whose first-round candidates (top 64 start and end tokens) all lie in the long passage."""
+    idx = long_searcher.index
+    vecs = idx.token_vectors(np.arange(idx.num_tokens))
+    short = np.arange(*idx.passage_range(1))
+    rng = np.random.default_rng(8)
+    pick = rng.choice(idx.passage_range(0)[1], size=(2, 200))  # aim at tokens of the long passage
+    qs, qe = vecs[pick] + 0.1 * rng.standard_normal((2, 200, vecs.shape[1])).astype(np.float32)
+    top_s = np.argsort(-(qs @ vecs.T), axis=1)[:, :64]
+    top_e = np.argsort(-(qe @ vecs.T), axis=1)[:, :64]
+    missed = ~np.isin(top_s, short).any(axis=1) & ~np.isin(top_e, short).any(axis=1)
+    assert missed.sum() >= 3
+    rounds = []
+    spans = long_searcher._spans
+
+    def counting_spans(q_start, q_end, k, *rest):  # one call per round of the phrase search
+        rounds.append(k)
+        return spans(q_start, q_end, k, *rest)
+
+    monkeypatch.setattr(long_searcher, "_spans", counting_spans)
+    for hits in long_searcher.search_vectors(qs[missed], qe[missed], unit, top_k=2):
+        assert sorted(h.title for h in hits) == ["Long", "Short"]
+    assert rounds[0] == 64 and len(rounds) > 1 and rounds == sorted(rounds)  # it deepened, with a growing k
+
+
+def test_bad_arguments_are_refused(tiny_searcher):
+    qs, qe = random_questions(np.random.default_rng(6), 1, tiny_searcher.index.vectors.shape[1])
+    with pytest.raises(ValueError, match="unit must be one of"):
+        tiny_searcher.search_vectors(qs, qe, "sentence")
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        tiny_searcher.search_vectors(qs, qe, "phrase", top_k=0)
+
+
+def test_text_search_encodes_questions(tiny_searcher):
+    timings: dict[str, float] = {}
+    [hits] = tiny_searcher.search(["When did Alba build the castle?"], unit="passage", top_k=3, timings=timings)
+    qs, qe = tiny_searcher.encoder.encode(["When did Alba build the castle?"])
+    assert hits == tiny_searcher.search_vectors(qs, qe, "passage", top_k=3)[0]
+    assert set(timings) == {"encode", "search", "aggregate"}
+
+
+def test_best_span_brute_force_hand_example():
+    start = np.array([1.0, 5.0, 0.0, 2.0])
+    end = np.array([0.0, 1.0, 3.0, 9.0])
+    all_ok = np.full(4, FLAG_START | FLAG_END, dtype=np.uint8)
+    assert best_span(start, end, all_ok, 3) == (1, 3, 14.0)  # 5 + 9, length 3
+    assert best_span(start, end, all_ok, 2) == (3, 3, 11.0)  # 2 + 9 beats 5 + 3
+    flags = all_ok.copy()
+    flags[3] = FLAG_END  # token 3 continues a word: may end but not start
+    assert best_span(start, end, flags, 2) == (2, 3, 9.0)  # 0 + 9 beats 5 + 3
+    flags[1] = FLAG_START  # token 1 is followed by a piece of its word: may not end
+    assert best_span(start, end, flags, 1) == (2, 2, 3.0)  # single tokens: only 0 (1 + 0) and 2 (0 + 3) are valid
