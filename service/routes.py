@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -107,7 +107,7 @@ async def search(
     body: SearchRequest,
     request: Request,
     response: Response,
-    unit: Unit = Query("phrase", description="what to return: answer phrases, passages or documents"),
+    unit: Annotated[Unit, Query(description="what to return: answer phrases, passages or documents")] = "phrase",
 ) -> SearchResponse:
     """Search: the best ``unit``s for each question, best first, with timings (also as response headers).
 

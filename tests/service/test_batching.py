@@ -1,0 +1,103 @@
+"""The micro-batcher through HTTP: fewer encoder calls, max_wait bound, 429 under overload, cancelled requests skipped."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from service.app import create_app
+
+
+async def test_concurrent_requests_share_encoder_calls_and_get_their_own_answers(
+    settings_for, counting_factory, async_serve, tiny_searcher
+):
+    factory, encoder = counting_factory()
+    app = create_app(settings_for(max_batch_size=32, max_wait_ms=300), factory)
+    requests = [(f"question number {i} about a castle", ("phrase", "passage", "doc")[i % 3], 1 + i % 4) for i in range(12)]
+    async with async_serve(app) as ac:
+        encoder.calls.clear()
+        responses = await asyncio.gather(*[
+            ac.post(f"/search?unit={unit}", json={"query": q, "top_k": k}) for q, unit, k in requests
+        ])
+    assert all(r.status_code == 200 for r in responses)
+    assert sum(len(c) for c in encoder.calls) == 12
+    assert len(encoder.calls) < 12  # batched: typically exactly 1 forward pass for all 12
+    assert max(int(r.headers["X-Spanseek-Batch-Size"]) for r in responses) > 1
+    for (q, unit, k), r in zip(requests, responses, strict=True):  # grouping by (unit, top_k) kept answers apart
+        want = tiny_searcher.search([q], unit=unit, top_k=k)[0]
+        got = r.json()["results"][0]["hits"]
+        assert [(h["passage_id"], h["start"], h["end"]) for h in got] == [(h.passage_id, h.start, h.end) for h in want]
+        assert np.allclose([h["score"] for h in got], [h.score for h in want], rtol=1e-4, atol=1e-4)
+
+
+async def test_a_lone_request_waits_at_most_max_wait(settings_for, counting_factory, async_serve):
+    factory, _ = counting_factory()
+    app = create_app(settings_for(max_batch_size=64, max_wait_ms=100), factory)
+    async with async_serve(app) as ac:
+        r = await ac.post("/search", json={"query": "alone"})
+    queue_ms = float(r.headers["X-Spanseek-Queue-Ms"])
+    assert 80 <= queue_ms <= 1000  # waited for company, but not (much) past max_wait_ms
+
+
+async def test_a_full_batch_does_not_wait(settings_for, counting_factory, async_serve):
+    factory, encoder = counting_factory()
+    app = create_app(settings_for(max_batch_size=4, max_wait_ms=5000), factory)
+    async with async_serve(app) as ac:
+        encoder.calls.clear()
+        t0 = time.monotonic()
+        rs = await asyncio.gather(*[ac.post("/search", json={"query": f"q{i}"}) for i in range(4)])
+        elapsed = time.monotonic() - t0
+    assert all(r.status_code == 200 for r in rs) and len(encoder.calls) == 1
+    assert elapsed < 2.5  # dispatched when full, long before the 5 s max_wait
+
+
+async def _until(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def test_overload_answers_429_at_once_not_timeouts(settings_for, counting_factory, async_serve):
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=2, max_wait_ms=1, max_queue=4, max_queries_per_request=2), factory)
+    encoder.gate.set()  # let readiness through (warm-up is off; the first /ready poll does not encode)
+    async with async_serve(app) as ac:
+        encoder.gate.clear()
+        encoder.entered.clear()
+        busy = asyncio.create_task(ac.post("/search", json={"query": "occupies the worker"}))
+        await _until(encoder.entered.is_set)  # the worker is now stuck in encode
+        tasks = [asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})) for i in range(10)]
+        await _until(lambda: sum(t.done() for t in tasks) >= 6)  # 4 fit the queue; 6 are refused while blocked
+        refused = [t.result() for t in tasks if t.done()]
+        assert len(refused) == 6 and all(r.status_code == 429 for r in refused)
+        assert all(int(r.headers["Retry-After"]) >= 1 and r.json()["error"] == "overloaded" for r in refused)
+        metrics = (await ac.get("/metrics")).text
+        assert "spanseek_queue_depth 4.0" in metrics
+        assert 'spanseek_errors_total{type="overloaded"} 6.0' in metrics
+        encoder.gate.set()
+        served = await asyncio.wait_for(asyncio.gather(busy, *[t for t in tasks if not t.done()]), 30)
+    assert [r.status_code for r in served] == [200] * 5
+
+
+async def test_cancelled_requests_are_skipped(settings_for, counting_factory, async_serve):
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=8, max_wait_ms=1), factory)
+    encoder.gate.set()
+    async with async_serve(app) as ac:
+        encoder.gate.clear()
+        encoder.entered.clear()
+        busy = asyncio.create_task(ac.post("/search", json={"query": "occupies the worker"}))
+        await _until(encoder.entered.is_set)
+        gone = asyncio.create_task(ac.post("/search", json={"query": "client went away"}))
+        kept = asyncio.create_task(ac.post("/search", json={"query": "client still here"}))
+        await asyncio.sleep(0.1)  # both queued behind the busy batch
+        gone.cancel()
+        await asyncio.sleep(0.05)
+        encoder.gate.set()
+        assert (await asyncio.wait_for(kept, 30)).status_code == 200
+        assert (await busy).status_code == 200
+    encoded = [q for call in encoder.calls for q in call]
+    assert "client still here" in encoded and "client went away" not in encoded

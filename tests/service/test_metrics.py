@@ -1,0 +1,53 @@
+"""/metrics exposes the spanseek_* series with the values the requests produced."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_reflect_traffic(client, tiny_searcher):
+    for unit in ("phrase", "passage", "doc"):
+        assert client.post(f"/search?unit={unit}", json={"queries": ["a", "b"], "top_k": 2}).status_code == 200
+    client.post("/search?unit=doc", json={"query": "a", "top_k": 0})  # 400
+    client.post("/search?unit=bogus", json={"query": "a"})  # 422
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    m = samples(r.text)
+    for unit in ("phrase", "passage", "doc"):
+        assert m[("spanseek_request_duration_seconds_count", (("status", "200"), ("unit", unit)))] == 1
+        assert m[("spanseek_questions_total", (("unit", unit),))] == 2
+    assert m[("spanseek_request_duration_seconds_count", (("status", "400"), ("unit", "doc")))] == 1
+    assert m[("spanseek_request_duration_seconds_count", (("status", "422"), ("unit", "invalid")))] == 1
+    assert m[("spanseek_errors_total", (("type", "bad_request"),))] == 1
+    assert m[("spanseek_errors_total", (("type", "validation_error"),))] == 1
+    assert m[("spanseek_errors_total", (("type", "overloaded"),))] == 0  # pre-created at zero
+    assert m[("spanseek_batch_size_count", ())] == 3 and m[("spanseek_batch_size_sum", ())] == 6
+    for stage in ("encode", "search", "aggregate"):
+        assert m[("spanseek_stage_duration_seconds_count", (("stage", stage),))] == 3
+    assert m[("spanseek_stage_duration_seconds_count", (("stage", "queue"),))] == 3
+    assert m[("spanseek_queue_depth", ())] == 0 and m[("spanseek_ready", ())] == 1
+    manifest = tiny_searcher.index.manifest
+    assert m[("spanseek_index_tokens", ())] == manifest.tokens
+    assert m[("spanseek_index_passages", ())] == manifest.passages
+    assert m[("spanseek_index_documents", ())] == manifest.documents
+    assert m[("spanseek_index_vectors", ())] == tiny_searcher.index.faiss.ntotal
+    assert m[("spanseek_index_size_bytes", ())] > 0
+    info = [labels for (name, labels) in m if name == "spanseek_model_info"]
+    assert info and dict(info[0])["fingerprint"] == manifest.model_fingerprint and dict(info[0])["factory"] == manifest.factory
+
+
+def test_each_app_has_its_own_registry(settings_for, tiny_searcher, serve):
+    from service.app import create_app
+
+    with serve(create_app(settings_for(), lambda s: tiny_searcher)) as a, serve(create_app(settings_for(), lambda s: tiny_searcher)) as b:
+        a.post("/search", json={"query": "x"})
+        assert samples(a.get("/metrics").text)[("spanseek_batch_size_count", ())] == 1
+        assert samples(b.get("/metrics").text)[("spanseek_batch_size_count", ())] == 0
