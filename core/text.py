@@ -35,6 +35,8 @@ class PassageTokens:
 
 def tokenize_passages(tokenizer, texts: list[str]) -> list[PassageTokens]:
     """Tokenise passages with a fast tokenizer, keeping character offsets and word boundaries."""
+    if not texts:  # fast tokenizers raise IndexError on an empty batch
+        return []
     enc = tokenizer(
         texts,
         add_special_tokens=False,
