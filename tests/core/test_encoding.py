@@ -1,0 +1,97 @@
+"""Inference encoders (core.encoding): long paragraphs are windowed, never truncated, and every token's vector
+is the one its best window gives it; batching and padding do not change vectors.
+
+    .venv/bin/python -m pytest -q tests/core/test_encoding.py
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from core.encoding import PassageEncoder, QuestionEncoder, autocast, pick_device, pick_precision
+from core.model import load_model, load_tokenizer
+from core.text import best_window, tokenize_passages, window_starts
+from tests.conftest import make_paragraph
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer(tiny_model_dir):
+    model = load_model(tiny_model_dir)
+    return model, load_tokenizer(model.config)
+
+
+@pytest.fixture(scope="module")
+def long_text() -> str:
+    rng = random.Random(3)
+    return " ".join(make_paragraph(rng, 1) for _ in range(45))  # > 512 tokens: past BERT's position limit
+
+
+def test_long_paragraph_is_encoded_fully_from_its_best_windows(model_and_tokenizer, long_text):
+    model, tok = model_and_tokenizer
+    encoder = PassageEncoder(model, tok, precision="fp32")
+    [enc] = encoder.encode([long_text])
+    n = len(tok(long_text, add_special_tokens=False, verbose=False)["input_ids"])
+    assert n > 512 and len(enc.tokens) == n and enc.vectors.shape == (n, model.dim)
+    assert np.isfinite(enc.vectors).all()
+
+    window, stride = model.config.max_seq_len - 2, model.config.stride
+    starts = window_starts(n, window, stride)
+    win, pos = best_window(n, starts, window)
+    ids = enc.tokens.input_ids
+    for w, s in enumerate(starts):  # each window encoded alone, [CLS] window [SEP], straight through the model
+        alone = torch.tensor([[tok.cls_token_id, *ids[s : s + window].tolist(), tok.sep_token_id]])
+        with torch.no_grad():
+            h = model.encode_passages(alone, torch.ones_like(alone))[0, 1:-1].numpy()
+        mine = win == w
+        assert mine.any()
+        np.testing.assert_allclose(enc.vectors[mine], h[pos[mine]], rtol=1e-4, atol=1e-5)
+        others = [o for o in starts if o != s]
+        only_here = [t for t in range(s, min(n, s + window)) if not any(o <= t < o + window for o in others)]
+        assert (win[only_here] == w).all()  # tokens well inside a window take their vector from it
+    assert win[starts[1]] == 0  # window 1's first token has more context at the end of window 0
+
+
+def test_batching_does_not_change_vectors(model_and_tokenizer, long_text):
+    model, tok = model_and_tokenizer
+    rng = random.Random(4)
+    texts = [make_paragraph(rng, rng.randint(1, 5)) for _ in range(12)] + [long_text, "Short."]
+    big = PassageEncoder(model, tok, precision="fp32", max_batch_tokens=8192).encode(texts)
+    small = PassageEncoder(model, tok, precision="fp32", max_batch_tokens=64).encode(texts)  # 2 windows a batch
+    single = [PassageEncoder(model, tok, precision="fp32").encode([t])[0] for t in texts]
+    for a, b, c in zip(big, small, single, strict=True):
+        np.testing.assert_allclose(a.vectors, b.vectors, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(a.vectors, c.vectors, rtol=1e-4, atol=1e-5)
+
+
+def test_empty_inputs(model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    assert PassageEncoder(model, tok).encode([]) == []
+    [enc] = PassageEncoder(model, tok).encode_tokens(tokenize_passages(tok, [""]))
+    assert enc.vectors.shape == (0, model.dim)
+    qs, qe = QuestionEncoder(model, tok).encode([])
+    assert qs.shape == qe.shape == (0, model.dim)
+
+
+def test_question_encoding_is_padding_invariant_and_truncates(model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    enc = QuestionEncoder(model, tok, precision="fp32")
+    questions = ["Who?", "When did Alba build the river castle near the harbour?", "castle " * 500]
+    qs, qe = enc.encode(questions)
+    assert qs.shape == qe.shape == (3, model.dim) and qs.dtype == np.float32
+    for i, q in enumerate(questions):
+        s1, e1 = enc.encode([q])
+        np.testing.assert_allclose(qs[i], s1[0], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(qe[i], e1[0], rtol=1e-4, atol=1e-5)
+
+
+def test_device_and_precision_choices():
+    assert pick_device("cpu") == torch.device("cpu")
+    assert pick_device("auto").type in ("cpu", "cuda")
+    assert pick_precision("fp32", torch.device("cpu")) == "fp32"
+    assert pick_precision("auto", torch.device("cpu")) in ("fp32", "bf16")
+    with pytest.raises(ValueError, match="precision must be"):
+        autocast("cpu", "fp16")
