@@ -1,0 +1,127 @@
+"""Checkpoints (core.model, core.config): save/load keeps question and passage vectors identical for LoRA and
+full weights in both question modes; merged adapters give the unmerged outputs; bad references are explained.
+
+    .venv/bin/python -m pytest -q tests/core/test_model.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+import torch
+
+from core.config import EncoderConfig
+from core.model import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    ModelError,
+    PhraseModel,
+    load_model,
+    model_fingerprint,
+    resolve_backbone,
+    resolve_model,
+)
+
+COMBOS = [("shared", "lora"), ("separate", "lora"), ("shared", "full"), ("separate", "full")]
+
+
+def trained_like(config: EncoderConfig, seed: int = 0) -> PhraseModel:
+    """A model whose trainable weights (adapters, heads, or everything) are moved off their initial values."""
+    torch.manual_seed(seed)
+    model = PhraseModel(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
+def outputs(model: PhraseModel) -> tuple[torch.Tensor, ...]:
+    ids = torch.tensor([[101, 2054, 2001, 1996, 3828, 102, 0], [101, 1999, 8650, 102, 0, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        return (model.encode_passages(ids, mask), *model.encode_questions(ids, mask))
+
+
+@pytest.mark.parametrize(("mode", "weights"), COMBOS)
+def test_save_load_round_trip_and_merge(tmp_path, tiny_config, mode, weights):
+    config = dataclasses.replace(tiny_config, question_mode=mode, weights=weights)
+    model = trained_like(config)
+    before = outputs(model)
+    path = model.save(tmp_path / "ckpt")
+    assert sorted(p.name for p in path.iterdir()) == sorted([CONFIG_NAME, WEIGHTS_NAME])
+    assert not (tmp_path / "ckpt.tmp").exists()
+
+    loaded = load_model(path, for_inference=False).eval()
+    assert loaded.config == model.config and loaded.config.dim == 32
+    for a, b in zip(before, outputs(loaded), strict=True):
+        assert torch.equal(a, b)
+    merged = load_model(path)  # for inference: adapters folded into the base weights
+    assert not any(p.requires_grad for p in merged.parameters())
+    if weights == "lora":
+        assert not any("lora_" in n for n, _ in merged.named_parameters())
+    for a, b in zip(before, outputs(merged), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    q_start, q_end = before[1:]
+    assert not torch.allclose(q_start, q_end)  # the two sides really are different encoders/heads
+
+
+def test_lora_checkpoint_holds_only_adapters_and_heads(tmp_path, tiny_config):
+    from safetensors.torch import load_file
+
+    lora = trained_like(tiny_config).save(tmp_path / "lora")
+    full = trained_like(dataclasses.replace(tiny_config, weights="full")).save(tmp_path / "full")
+    names = load_file(str(lora / WEIGHTS_NAME)).keys()
+    assert names and all("lora_" in n or n.startswith(("start_head", "end_head")) for n in names)
+    assert (lora / WEIGHTS_NAME).stat().st_size < (full / WEIGHTS_NAME).stat().st_size / 5
+
+
+def test_saving_over_a_checkpoint_replaces_it(tmp_path, tiny_config):
+    path = trained_like(tiny_config, seed=1).save(tmp_path / "m")
+    first = model_fingerprint(path)
+    assert model_fingerprint(path) == first  # stable
+    trained_like(tiny_config, seed=2).save(path)
+    assert model_fingerprint(path) != first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no .tmp / .old left behind
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(tmp_path, tiny_config):
+    path = trained_like(tiny_config).save(tmp_path / "shared")
+    other = tmp_path / "separate"
+    shutil.copytree(path, other)
+    EncoderConfig.save(dataclasses.replace(tiny_config, question_mode="separate"), other / CONFIG_NAME)
+    with pytest.raises(ModelError, match="do not fit this model config"):
+        load_model(other)
+    lora_only = tmp_path / "missing"
+    shutil.copytree(path, lora_only)
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(path / WEIGHTS_NAME))
+    save_file({k: v for k, v in state.items() if not k.startswith("start_head")}, str(lora_only / WEIGHTS_NAME))
+    with pytest.raises(ModelError, match="lacks 2 weights"):
+        load_model(lora_only)
+
+
+def test_bad_references_are_explained(tmp_path):
+    with pytest.raises(ModelError, match="not a spanseek model directory"):
+        resolve_model(tmp_path)
+    with pytest.raises(ModelError, match="is not installed"):
+        resolve_backbone("package:no-such-spanseek-backbone")
+    assert resolve_backbone("/some/local/dir") == "/some/local/dir"
+
+
+def test_config_round_trip_and_validation(tmp_path, tiny_config):
+    path = tmp_path / CONFIG_NAME
+    tiny_config.save(path)
+    assert EncoderConfig.load(path) == tiny_config
+    assert EncoderConfig.from_dict(json.loads(path.read_text())).lora.target_modules == tiny_config.lora.target_modules
+    with pytest.raises(ValueError, match="unknown encoder config keys"):
+        EncoderConfig.from_dict({**tiny_config.to_dict(), "colour": "blue"})
+    with pytest.raises(ValueError, match="question_mode"):
+        EncoderConfig(question_mode="both")
+    with pytest.raises(ValueError, match="stride"):
+        EncoderConfig(max_seq_len=32, stride=30)
+    assert set(tiny_config.index_relevant()) == {"backbone", "dim", "max_seq_len", "stride"}
