@@ -20,23 +20,39 @@ def _build(args: argparse.Namespace) -> int:
 
     opts = BuildOptions(
         factory=args.factory, shard_passages=args.shard_passages, max_batch_tokens=args.max_batch_tokens,
-        precision=args.precision, device=args.device, progress=not args.quiet,
+        precision=args.precision, device=args.device, progress=not args.quiet, gpu=args.gpu,
+        filter_threshold=args.filter_threshold, vector_source=args.vector_source, nprobe=args.nprobe,
+        max_train=args.max_train,
     )
-    if args.filter_threshold is not None:
-        from core.model import load_model
-
-        if load_model(args.model).filter_head is None:
-            raise ValueError(f"--filter-threshold needs a model with a filter head; {args.model} has none "
-                             "(train one with `spanseek train filter`)")
-    m = build_index(args.corpus, args.model, args.out, opts)
+    m = build_index(args.corpus, args.model, args.out, opts)  # refuses --filter-threshold without a filter head
     print(json.dumps(m.to_dict(), indent=2))
     return 0
+
+
+def _add(args: argparse.Namespace) -> int:
+    from indexer.add import add_documents
+    from indexer.build import BuildOptions
+
+    opts = BuildOptions(shard_passages=args.shard_passages, device=args.device, progress=not args.quiet)
+    m = add_documents(args.index, args.corpus, model=args.model, opts=opts)
+    print(json.dumps(m.to_dict(), indent=2))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from indexer.verify import verify_index
+
+    report = verify_index(args.index, sample=args.sample, k=args.k, nprobe=args.nprobe)
+    print(json.dumps(report, indent=2))
+    return 0 if report["ok"] else 1
 
 
 def _search(args: argparse.Namespace) -> int:
     from core.loading import open_searcher
 
     searcher = open_searcher(args.index, args.model, device=args.device)
+    if args.vector_source:
+        searcher.index.set_vector_source(args.vector_source)
     questions = args.questions or [line.strip() for line in sys.stdin if line.strip()]
     results = searcher.search(questions, unit=args.unit, top_k=args.top_k, nprobe=args.nprobe)
     for q, hits in zip(questions, results, strict=True):
@@ -47,7 +63,7 @@ def _search(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from indexer.evaluate import run_eval
 
-    m = run_eval(args.questions, args.model, index=args.index, reading_comprehension=args.reading_comprehension,
+    m = run_eval(args.questions, args.model, index=args.index, corpus=args.corpus, reading_comprehension=args.reading_comprehension,
                  limit=args.limit, out=args.out, progress=not args.quiet)
     print(json.dumps(m, indent=2))
     return 0
@@ -65,14 +81,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", required=True, help="JSONL corpus")
     p.add_argument("--model", default="default", help="model directory or 'default'")
     p.add_argument("--out", required=True, help="index directory")
-    p.add_argument("--factory", default="Flat", help="faiss factory string (inner product), e.g. Flat, IVF256,SQ8")
+    p.add_argument("--factory", default="Flat",
+                   help="faiss factory string (inner product), e.g. Flat, IVF256,SQ8, OPQ32,IVF256,PQ32x4fs, or "
+                        "'auto' (chosen from the token count; see docs/compressed-index.md)")
+    p.add_argument("--max-train", type=int, default=262_144, help="upper bound on the faiss training sample")
+    p.add_argument("--nprobe", type=int, default=None, help="IVF lists probed by default (stored in the index)")
+    p.add_argument("--vector-source", default="fine", choices=["fine", "codes"],
+                   help="default neighbour vectors for span completion: fp16 fine store or decoded codes")
+    gpu = p.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu", dest="gpu", action="store_true", default=None, help="train/add faiss on GPU (default: if any)")
+    gpu.add_argument("--no-gpu", dest="gpu", action="store_false", help="train/add faiss on CPU")
     p.add_argument("--shard-passages", type=int, default=2000, help="passages per resumable shard")
     p.add_argument("--max-batch-tokens", type=int, default=8192, help="tokens per encoder forward pass")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--device", default="auto")
-    p.add_argument("--filter-threshold", type=float, default=None, help="drop tokens below this filter score")
+    p.add_argument("--filter-threshold", type=float, default=None,
+                   help="index only tokens whose start or end filter probability is >= this (needs a filter head)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_build)
+
+    p = index.add_parser("add", help="append documents to a built index without retraining")
+    p.add_argument("--index", required=True, help="index directory")
+    p.add_argument("--corpus", required=True, help="JSONL corpus of the new documents")
+    p.add_argument("--model", default=None, help="model (default: the one recorded in the manifest)")
+    p.add_argument("--shard-passages", type=int, default=2000)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_add)
+
+    p = index.add_parser("verify", help="check an index and report recall vs exact search and bytes/token")
+    p.add_argument("index", help="index directory")
+    p.add_argument("--sample", type=int, default=1000, help="own vectors used as queries")
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--nprobe", type=int, default=None)
+    p.set_defaults(func=_verify)
 
     p = sub.add_parser("search", help="search an index; prints one JSON line per question")
     p.add_argument("questions", nargs="*", help="questions (default: one per line on stdin)")
@@ -81,6 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--unit", default="phrase", choices=["phrase", "passage", "doc"])
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--nprobe", type=int, default=None)
+    p.add_argument("--vector-source", default=None, choices=["fine", "codes"], help="default: the index's")
     p.add_argument("--device", default="auto")
     p.set_defaults(func=_search)
 
@@ -88,6 +131,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--questions", required=True, help="SQuAD-format JSON(.gz)")
     p.add_argument("--model", default="default")
     p.add_argument("--index", default=None, help="index to search (default: the question file's paragraphs)")
+    p.add_argument("--corpus", default=None, help="JSONL corpus to index temporarily (instead of --index)")
     p.add_argument("--reading-comprehension", action="store_true", help="also answer within the gold passage")
     p.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
     p.add_argument("--out", default=None, help="metrics JSON")

@@ -21,19 +21,21 @@ def run_eval(
     questions: str | Path,
     model: str | Path,
     index: str | Path | None = None,
+    corpus: str | Path | None = None,
     reading_comprehension: bool = False,
     limit: int | None = None,
     out: str | Path | None = None,
     build: BuildOptions | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Evaluate, building a temporary index over the question file's paragraphs when no index is given."""
+    """Evaluate on ``index``; without one, on a temporary index of ``corpus`` (default: the file's paragraphs)."""
     data = load_squad(questions)
     qs = sample_questions(squad_questions(data), limit)
     with tempfile.TemporaryDirectory(prefix="spanseek-eval-") as tmp:
         if index is None:
-            corpus = Path(tmp) / "corpus.jsonl"
-            write_corpus(corpus, squad_documents(data))
+            if corpus is None:
+                corpus = Path(tmp) / "corpus.jsonl"
+                write_corpus(corpus, squad_documents(data))
             index = Path(tmp) / "index"
             build_index(corpus, model, index, build or BuildOptions(progress=progress))
         searcher = open_searcher(index, model)

@@ -20,10 +20,44 @@ def _phrase(args: argparse.Namespace) -> int:
         train=args.train, out=args.out, encoder=enc,
         loss=LossConfig(kind=args.loss, lambda_inb=args.lambda_inb, lambda_pre=args.lambda_inb),
         epochs=args.epochs, max_steps=args.max_steps, batch_windows=args.batch_windows, lr=args.lr,
-        prebatch=args.prebatch, limit_questions=args.limit_questions, checkpoint_every=args.checkpoint_every,
+        prebatch=args.prebatch, hard_negatives=args.hard_negatives, hard_per_batch=args.hard_per_batch,
+        snapshot_every=args.snapshot_every, limit_questions=args.limit_questions, checkpoint_every=args.checkpoint_every,
         val_questions=args.val_questions, precision=args.precision, device=args.device, seed=args.seed,
     )
     print(json.dumps(train_phrase(cfg), indent=2))
+    return 0
+
+
+def _mine(args: argparse.Namespace) -> int:
+    from trainer.mining import mine
+
+    out = mine(args.train, args.out, miner=args.miner, top_k=args.top_k, keep=args.keep, index=args.index,
+               model=args.model, limit_questions=args.limit_questions)
+    print(f"wrote {out}")
+    return 0
+
+
+def _filter(args: argparse.Namespace) -> int:
+    from trainer.filter import FilterConfig, train_filter
+
+    cfg = FilterConfig(model=args.model, train=args.train, out=args.out, train_windows=args.train_windows,
+                       val_windows=args.val_windows, epochs=args.epochs)
+    print(json.dumps(train_filter(cfg), indent=2))
+    return 0
+
+
+def _valsets(args: argparse.Namespace) -> int:
+    from trainer.validation import build_validation_sets
+
+    print(json.dumps(build_validation_sets(args.train, args.out, n_questions=args.questions, bm25_k=args.bm25_k,
+                                           reference_extra=args.reference_extra), indent=2))
+    return 0
+
+
+def _rank(args: argparse.Namespace) -> int:
+    from trainer.validation import rank_checkpoints
+
+    print(json.dumps(rank_checkpoints(args.valsets, args.checkpoints, args.out), indent=2))
     return 0
 
 
@@ -42,6 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loss", default="unified", choices=["unified", "two_term"])
     p.add_argument("--lambda-inb", type=float, default=256.0, help="weight of in-batch/pre-batch negatives")
     p.add_argument("--prebatch", type=int, default=2, help="preceding batches used as negatives (0 = off)")
+    p.add_argument("--hard-negatives", default=None, help="JSONL from `spanseek train mine` (unified loss)")
+    p.add_argument("--hard-per-batch", type=int, default=8, help="hard passages encoded per step")
+    p.add_argument("--snapshot-every", type=int, default=0, help="keep a model copy every N steps (0 = off)")
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--batch-windows", type=int, default=24)
@@ -53,3 +90,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_phrase)
+
+    p = train.add_parser("mine", help="mine hard negatives for the training split (resumable)")
+    p.add_argument("--train", required=True)
+    p.add_argument("--out", required=True, help="output JSONL")
+    p.add_argument("--miner", default="bm25", choices=["bm25", "model"])
+    p.add_argument("--index", default=None, help="model miner: index of `corpus from-squad TRAIN`")
+    p.add_argument("--model", default=None, help="model miner: the model that built --index")
+    p.add_argument("--top-k", type=int, default=20, help="passages retrieved per question")
+    p.add_argument("--keep", type=int, default=4, help="hard negatives kept per question")
+    p.add_argument("--limit-questions", type=int, default=None)
+    p.set_defaults(func=_mine)
+
+    p = train.add_parser("filter", help="train the token filter head on a frozen phrase model")
+    p.add_argument("--model", required=True)
+    p.add_argument("--train", required=True)
+    p.add_argument("--out", required=True, help="model directory with the filter head")
+    p.add_argument("--train-windows", type=int, default=3000)
+    p.add_argument("--val-windows", type=int, default=600)
+    p.add_argument("--epochs", type=int, default=20)
+    p.set_defaults(func=_filter)
+
+    p = train.add_parser("valsets", help="build the efficient-validation corpora (hard/gold/random/reference)")
+    p.add_argument("--train", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--questions", type=int, default=500)
+    p.add_argument("--bm25-k", type=int, default=5)
+    p.add_argument("--reference-extra", type=int, default=3000)
+    p.set_defaults(func=_valsets)
+
+    p = train.add_parser("rank-checkpoints", help="rank checkpoints on each validation corpus vs the reference")
+    p.add_argument("--valsets", required=True)
+    p.add_argument("--checkpoints", nargs="+", required=True)
+    p.add_argument("--out", default=None)
+    p.set_defaults(func=_rank)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from core.io import Question
+from core.metrics import passage_has_answer
 from core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
 
 
@@ -25,6 +26,8 @@ class TrainWindow:
     questions: list[str]
     starts: list[int]
     ends: list[int]
+    answers: list[tuple[str, ...]]
+    hard: list[str]  # hard-negative passage texts mined for its questions, best first
 
 
 @dataclass
@@ -40,18 +43,27 @@ class Batch:
     q_passage: torch.Tensor  # (Q,) window of each question
     gold_start: torch.Tensor  # (Q,) position in its window's row
     gold_end: torch.Tensor  # (Q,)
+    n_windows: int  # rows [0, n_windows) are windows; the rows after them are hard-negative passages
+    hard_allowed: torch.Tensor  # (Q, H) bool: hard passage h does not contain question q's answer
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(**{k: v.to(device) for k, v in self.__dict__.items()})
+        return Batch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.__dict__.items()})
 
 
 def build_windows(
-    questions: list[Question], tokenizer, max_seq_len: int, stride: int, max_answer_tokens: int
+    questions: list[Question],
+    tokenizer,
+    max_seq_len: int,
+    stride: int,
+    max_answer_tokens: int,
+    hard: dict[str, list[str]] | None = None,
 ) -> tuple[list[TrainWindow], dict[str, int]]:
     """Group questions by context, tokenise each context once, and assign questions to windows.
 
-    Returns the windows that have at least one question, and counts of what was skipped.
+    ``hard`` maps question ids to mined hard-negative passages (trainer.mining). Returns the windows that have at
+    least one question, and counts of what was skipped.
     """
+    hard = hard or {}
     by_ctx: dict[str, list[Question]] = {}
     for q in questions:
         by_ctx.setdefault(q.context, []).append(q)
@@ -63,7 +75,7 @@ def build_windows(
         chunk = contexts[c0 : c0 + 1024]
         for ctx, toks in zip(chunk, tokenize_passages(tokenizer, chunk), strict=True):
             starts = window_starts(len(toks), window, stride)
-            per_window = [TrainWindow(toks.input_ids[s : s + window], toks.flags[s : s + window], [], [], [])
+            per_window = [TrainWindow(toks.input_ids[s : s + window], toks.flags[s : s + window], [], [], [], [], [])
                           for s in starts]
             for q in by_ctx[ctx]:
                 if not q.answers or q.answer_starts[0] < 0:
@@ -89,26 +101,49 @@ def build_windows(
                 tw.questions.append(q.question)
                 tw.starts.append(i - starts[best])
                 tw.ends.append(j - starts[best])
+                tw.answers.append(q.answers)
+                tw.hard.extend(h for h in hard.get(q.id, []) if h not in tw.hard)
             windows.extend(w for w in per_window if w.questions)
     return windows, skipped
 
 
-def collate(windows: list[TrainWindow], tokenizer, max_query_len: int) -> Batch:
-    """Pad windows (adding [CLS]/[SEP]) and tokenise their questions; gold positions shift by 1 for [CLS]."""
-    T = max(len(w.input_ids) for w in windows) + 2
+def pick_hard(windows: list[TrainWindow], n: int) -> list[str]:
+    """Up to n distinct hard passages for a batch, taken round-robin from its windows' lists (best first)."""
+    picked: list[str] = []
+    for rank in range(max((len(w.hard) for w in windows), default=0)):
+        for w in windows:
+            if len(picked) == n:
+                return picked
+            if rank < len(w.hard) and w.hard[rank] not in picked:
+                picked.append(w.hard[rank])
+    return picked
+
+
+def collate(windows: list[TrainWindow], tokenizer, max_query_len: int, hard_per_batch: int = 0) -> Batch:
+    """Pad windows (adding [CLS]/[SEP]) and tokenise their questions; gold positions shift by 1 for [CLS].
+
+    With ``hard_per_batch`` > 0, that many mined hard passages (first window of each) are appended as extra rows.
+    """
+    hard_texts = pick_hard(windows, hard_per_batch)
+    max_content = max(len(w.input_ids) for w in windows)
+    hard_rows = tokenize_passages(tokenizer, hard_texts) if hard_texts else []
+    rows = [(w.input_ids, w.flags) for w in windows] + [(t.input_ids[:max_content], t.flags[:max_content]) for t in hard_rows]
+    T = max_content + 2
     P = len(windows)
-    ids = torch.full((P, T), tokenizer.pad_token_id or 0, dtype=torch.long)
-    mask = torch.zeros((P, T), dtype=torch.long)
-    flags = torch.zeros((P, T), dtype=torch.uint8)
-    qs, q_passage, gs, ge = [], [], [], []
-    for p, w in enumerate(windows):
-        n = len(w.input_ids)
+    ids = torch.full((len(rows), T), tokenizer.pad_token_id or 0, dtype=torch.long)
+    mask = torch.zeros((len(rows), T), dtype=torch.long)
+    flags = torch.zeros((len(rows), T), dtype=torch.uint8)
+    for p, (row_ids, row_flags) in enumerate(rows):
+        n = len(row_ids)
         ids[p, 0] = tokenizer.cls_token_id
-        ids[p, 1 : n + 1] = torch.from_numpy(w.input_ids)
+        ids[p, 1 : n + 1] = torch.from_numpy(row_ids)
         ids[p, n + 1] = tokenizer.sep_token_id
         mask[p, : n + 2] = 1
-        flags[p, 1 : n + 1] = torch.from_numpy(w.flags)
+        flags[p, 1 : n + 1] = torch.from_numpy(row_flags)
+    qs, q_passage, gs, ge, answers = [], [], [], [], []
+    for p, w in enumerate(windows):
         qs.extend(w.questions)
+        answers.extend(w.answers)
         q_passage.extend([p] * len(w.questions))
         gs.extend(s + 1 for s in w.starts)
         ge.extend(e + 1 for e in w.ends)
@@ -123,4 +158,8 @@ def collate(windows: list[TrainWindow], tokenizer, max_query_len: int) -> Batch:
         q_passage=torch.tensor(q_passage),
         gold_start=torch.tensor(gs),
         gold_end=torch.tensor(ge),
+        n_windows=P,
+        hard_allowed=torch.tensor(
+            [[not passage_has_answer(h, a) for h in hard_texts] for a in answers], dtype=torch.bool
+        ).reshape(len(answers), len(hard_texts)),
     )

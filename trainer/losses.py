@@ -37,6 +37,17 @@ class LossConfig:
             raise ValueError(f"loss kind must be 'unified' or 'two_term', got {self.kind!r}")
 
 
+@dataclass(frozen=True)
+class HardNegatives:
+    """Tokens of hard-negative passages. vectors (M, d); start_ok, end_ok (M,); allowed (Q, M): token m is a
+    negative for question q (False where its passage contains q's answer)."""
+
+    vectors: torch.Tensor
+    start_ok: torch.Tensor
+    end_ok: torch.Tensor
+    allowed: torch.Tensor
+
+
 class PreBatchCache:
     """FIFO of the gold start/end vectors (and their window keys) of the C preceding batches, detached."""
 
@@ -64,6 +75,7 @@ def _side_loss(
     hard: tuple[torch.Tensor, torch.Tensor] | None,
     cfg: LossConfig,
 ) -> torch.Tensor:
+    """``hard`` = (vectors (M, d), mask (Q, M) of allowed negatives for this side)."""
     """Loss of one side (start or end). q (Q, d); H (P, T, d); ok (P, T); q_passage, gold (Q,)."""
     Q = q.shape[0]
     inp = torch.einsum("qd,qtd->qt", q, H[q_passage])  # (Q, T)
@@ -84,8 +96,8 @@ def _side_loss(
         l_neg = F.cross_entropy(neg_logits, torch.zeros(Q, dtype=torch.long, device=q.device))
         return single + cfg.lambda_neg * l_neg
     if hard is not None:
-        hard_vecs, hard_ok = hard  # (M, d), (M,) bool
-        negs.append((q @ hard_vecs.T).masked_fill(~hard_ok[None, :], NEG_INF))
+        hard_vecs, hard_mask = hard  # (M, d), (Q, M) bool
+        negs.append((q @ hard_vecs.T).masked_fill(~hard_mask, NEG_INF))
         weights.append(cfg.lambda_hard)
     logits = [inp] + [n + math.log(w) for n, w in zip(negs, weights, strict=True)]
     return F.cross_entropy(torch.cat(logits, dim=1).float(), gold)
@@ -102,11 +114,11 @@ def phrase_loss(
     gold_end: torch.Tensor,
     cfg: LossConfig,
     pre: tuple[torch.Tensor, torch.Tensor] | None = None,
-    hard: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    hard: HardNegatives | None = None,
 ) -> torch.Tensor:
-    """Mean of the start-side and end-side losses. ``hard`` = (vectors (M, d), start_ok (M,), end_ok (M,))."""
-    hard_s = (hard[0], hard[1]) if hard is not None else None
-    hard_e = (hard[0], hard[2]) if hard is not None else None
+    """Mean of the start-side and end-side losses (hard negatives are used by the unified loss only)."""
+    hard_s = (hard.vectors, hard.allowed & hard.start_ok[None, :]) if hard is not None else None
+    hard_e = (hard.vectors, hard.allowed & hard.end_ok[None, :]) if hard is not None else None
     ls = _side_loss(q_start, H, start_ok, q_passage, gold_start, None if pre is None else pre[0], hard_s, cfg)
     le = _side_loss(q_end, H, end_ok, q_passage, gold_end, None if pre is None else pre[1], hard_e, cfg)
     return (ls + le) / 2

@@ -29,7 +29,8 @@ from core.encoding import autocast, pick_device, pick_precision
 from core.io import load_squad, split_articles, squad_questions, write_json_atomic
 from core.model import PhraseModel, load_tokenizer
 from trainer.data import TrainWindow, build_windows, collate
-from trainer.losses import LossConfig, PreBatchCache, phrase_loss
+from trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
+from trainer.mining import load_hard_negatives
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     prebatch: int = 2  # C preceding batches whose golds are negatives (0 = off)
     prebatch_warmup: float = 0.1  # fraction of steps before pre-batch negatives switch on
+    hard_negatives: str | None = None  # JSONL from `spanseek train mine` (unified loss only)
+    hard_per_batch: int = 8  # hard passages encoded per step, shared by the batch's questions
+    snapshot_every: int = 0  # also keep a model-only copy every N steps in OUT/snapshots (checkpoint selection)
     holdout_every: int = 20  # every 20th article (from holdout_offset) is held out for validation
     holdout_offset: int = 7
     limit_questions: int | None = None  # train on a fixed sample of this many questions
@@ -117,7 +121,11 @@ def train_phrase(cfg: TrainConfig) -> dict:
     model = PhraseModel(cfg.encoder).to(device)
     enc_cfg = model.config
     tokenizer = load_tokenizer(enc_cfg)
-    windows, skipped = build_windows(questions, tokenizer, enc_cfg.max_seq_len, enc_cfg.stride, enc_cfg.max_answer_tokens)
+    hard = load_hard_negatives(cfg.hard_negatives, data) if cfg.hard_negatives else None
+    if hard is not None and cfg.loss.kind != "unified":
+        raise ValueError("hard negatives are used by the unified loss only (--loss unified)")
+    windows, skipped = build_windows(questions, tokenizer, enc_cfg.max_seq_len, enc_cfg.stride,
+                                     enc_cfg.max_answer_tokens, hard)
     n_q = sum(len(w.questions) for w in windows)
     log.info("training on %d questions in %d windows (skipped %s)", n_q, len(windows), skipped)
 
@@ -152,13 +160,25 @@ def train_phrase(cfg: TrainConfig) -> dict:
         if epoch != order_epoch:
             order, order_epoch = _batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
         batch_ids = order[pos]
-        batch = collate([windows[i] for i in batch_ids], tokenizer, enc_cfg.max_query_len).to(device)
+        batch = collate([windows[i] for i in batch_ids], tokenizer, enc_cfg.max_query_len,
+                        cfg.hard_per_batch if hard else 0).to(device)
+        P = batch.n_windows
         with autocast(device, precision):
-            H = model.encode_passages(batch.input_ids, batch.attention_mask)
+            H_all = model.encode_passages(batch.input_ids, batch.attention_mask)  # (P + hard, T, d)
+            H = H_all[:P]
             q_start, q_end = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
             pre = cache.negatives() if step >= pre_on else None
-            loss = phrase_loss(H, q_start, q_end, batch.start_ok, batch.end_ok, batch.q_passage,
-                               batch.gold_start, batch.gold_end, cfg.loss, pre=pre)
+            hard_negs = None
+            if len(H_all) > P:  # tokens of hard passages, flattened: (Hp * T, d)
+                T = H_all.shape[1]
+                hard_negs = HardNegatives(
+                    vectors=H_all[P:].reshape(-1, H_all.shape[-1]),
+                    start_ok=batch.start_ok[P:].reshape(-1),
+                    end_ok=batch.end_ok[P:].reshape(-1),
+                    allowed=batch.hard_allowed.repeat_interleave(T, dim=1),  # (Q, Hp * T)
+                )
+            loss = phrase_loss(H, q_start, q_end, batch.start_ok[:P], batch.end_ok[:P], batch.q_passage,
+                               batch.gold_start, batch.gold_end, cfg.loss, pre=pre, hard=hard_negs)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -172,6 +192,8 @@ def train_phrase(cfg: TrainConfig) -> dict:
         bar.update(1)
         if step % cfg.checkpoint_every == 0 or step == total:
             _save(model, out, "last", {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step})
+        if cfg.snapshot_every and step % cfg.snapshot_every == 0:
+            model.save(out / "snapshots" / f"step-{step:06d}")
     bar.close()
     elapsed = time.perf_counter() - t0
     summary = {

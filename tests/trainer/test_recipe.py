@@ -1,0 +1,136 @@
+"""The training recipe's parts: hard-negative mining (resumable), hard negatives in the loss, the token filter,
+the efficient-validation corpora."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import pytest
+import torch
+
+from tests.conftest import make_paragraph
+
+
+def make_squad(path, n_articles: int = 40, seed: int = 0):
+    """A SQuAD-format file: each question asks for the builder of a year, answer = the name in that sentence."""
+    rng = random.Random(seed)
+    data = []
+    for a in range(n_articles):
+        paragraphs = []
+        for _ in range(3):
+            ctx = make_paragraph(rng, rng.randint(2, 3))
+            qas = []
+            for s, sent in enumerate(ctx.split(". ")):
+                words = sent.split()
+                year, name = words[1], words[2]
+                qas.append({"id": f"q{a}-{len(paragraphs)}-{s}", "question": f"Who built it in {year}?",
+                            "answers": [{"text": name, "answer_start": ctx.index(f"{year} {name}") + len(year) + 1}]})
+            paragraphs.append({"context": ctx, "qas": qas})
+        data.append({"title": f"Article {a}", "paragraphs": paragraphs})
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump({"version": "test", "data": data}, f)
+    return path
+
+
+@pytest.fixture(scope="module")
+def squad_file(tmp_path_factory):
+    return make_squad(tmp_path_factory.mktemp("squad") / "train.json.gz")
+
+
+def test_bm25_mining_excludes_gold_and_answers_and_resumes(squad_file, tmp_path, monkeypatch):
+    from core.io import load_squad
+    from core.metrics import passage_has_answer
+    from trainer import mining
+
+    out = tmp_path / "hard.jsonl"
+    calls = {"n": 0}
+    real = mining.select_hard
+
+    def failing(*a, **k):
+        calls["n"] += 1
+        if calls["n"] > 12:  # die inside the second chunk
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(mining, "select_hard", failing)
+    with pytest.raises(KeyboardInterrupt):
+        mining.mine(squad_file, out, chunk=10, progress=False)
+    parts = sorted((tmp_path / "hard.jsonl.parts").glob("*.jsonl"))
+    assert [p.name for p in parts] == ["00000.jsonl"] and not out.exists()
+    monkeypatch.setattr(mining, "select_hard", real)
+    mining.mine(squad_file, out, chunk=10, progress=False)
+    assert not (tmp_path / "hard.jsonl.parts").exists()
+    data = load_squad(squad_file)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    qa = {q["id"]: (a, p, q) for a, art in enumerate(data) for p, para in enumerate(art["paragraphs"]) for q in para["qas"]}
+    held = {q for q, (a, _, _) in qa.items() if a % 20 == 7}
+    assert len(rows) == len(qa) - len(held) and not held & {r["id"] for r in rows}
+    assert any(r["hard"] for r in rows)
+    for r in rows:
+        a, p, q = qa[r["id"]]
+        for ha, hp in r["hard"]:
+            assert (ha, hp) != (a, p)
+            assert ha % 20 != 7
+            assert not passage_has_answer(data[ha]["paragraphs"][hp]["context"], [x["text"] for x in q["answers"]])
+
+
+def test_hard_negatives_enter_the_unified_loss():
+    from trainer.losses import HardNegatives, LossConfig, phrase_loss
+
+    torch.manual_seed(0)
+    H = torch.randn(2, 5, 4)
+    ok = torch.ones(2, 5, dtype=torch.bool)
+    q_s, q_e = torch.randn(3, 4), torch.randn(3, 4)
+    args = (H, q_s, q_e, ok, ok, torch.tensor([0, 0, 1]), torch.tensor([1, 2, 3]), torch.tensor([1, 3, 4]))
+    cfg = LossConfig(kind="unified", lambda_hard=1.0)
+    base = phrase_loss(*args, cfg)
+    vecs = torch.randn(6, 4)
+    allowed_none = HardNegatives(vecs, torch.ones(6, dtype=torch.bool), torch.ones(6, dtype=torch.bool),
+                                 torch.zeros(3, 6, dtype=torch.bool))
+    assert torch.allclose(phrase_loss(*args, cfg, hard=allowed_none), base)  # all masked: no change
+    allowed_all = HardNegatives(vecs, torch.ones(6, dtype=torch.bool), torch.ones(6, dtype=torch.bool),
+                                torch.ones(3, 6, dtype=torch.bool))
+    assert phrase_loss(*args, cfg, hard=allowed_all) > base  # more negatives in the softmax: larger loss
+
+
+def test_collate_appends_hard_passages_and_masks_answers(tiny_config):
+    from core.model import load_tokenizer
+    from trainer.data import TrainWindow, collate
+
+    tok = load_tokenizer(tiny_config)
+    ids = tok("alba built the bridge", add_special_tokens=False, return_tensors="np")["input_ids"][0]
+    import numpy as np
+
+    w = TrainWindow(ids, np.full(len(ids), 3, np.uint8), ["who built the bridge?"], [0], [0], [("Alba",)],
+                    ["Borin built a castle.", "Alba sailed."])
+    b = collate([w], tok, 16, hard_per_batch=2)
+    assert b.n_windows == 1 and b.input_ids.shape[0] == 3
+    assert b.hard_allowed.tolist() == [[True, False]]  # the second hard passage contains the answer
+
+
+def test_filter_training_reduces_bce(squad_file, tiny_model_dir, tmp_path):
+    from core.model import load_model
+    from trainer.filter import FilterConfig, train_filter
+
+    out = tmp_path / "filtered"
+    summary = train_filter(FilterConfig(model=str(tiny_model_dir), train=str(squad_file), out=str(out),
+                                        train_windows=60, val_windows=20, epochs=15, device="cpu",
+                                        precision="fp32", progress=False))
+    assert summary["bce_last_epoch"] < summary["bce_first_epoch"]
+    assert 0.0 <= summary["auc_pr_start"] <= 1.0
+    model = load_model(out)
+    assert model.filter_head is not None and model.config.filter_head
+
+
+def test_validation_sets(squad_file, tmp_path):
+    from core.io import read_corpus
+    from trainer.validation import build_validation_sets
+
+    counts = build_validation_sets(squad_file, tmp_path, n_questions=10, bm25_k=3, reference_extra=5)
+    gold = {p for d in read_corpus(tmp_path / "gold.jsonl") for p in d.paragraphs}
+    hard = {p for d in read_corpus(tmp_path / "hard.jsonl") for p in d.paragraphs}
+    rand = {p for d in read_corpus(tmp_path / "random.jsonl") for p in d.paragraphs}
+    assert gold <= hard and gold <= rand
+    assert counts["random"] == counts["hard"] > counts["gold"]

@@ -1,0 +1,145 @@
+"""The token filter, trained after the phrase encoder (Kim et al. 2022, §5).
+
+    spanseek train filter --model RUN/last --train squad-train.json.gz --out RUN/filtered
+
+The phrase encoder is frozen; a linear head on each token vector gives start/end filter logits, trained with
+binary cross-entropy against the gold start/end tokens of training questions and validated by AUC-PR on the
+held-out articles. ``spanseek index build --filter-threshold T`` then indexes only tokens whose start or end
+filter probability reaches T; ``threshold_for_keep_ratio`` picks T for a wanted fraction of kept tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from core.encoding import autocast, pick_device, pick_precision
+from core.io import load_squad, split_articles, squad_questions, write_json_atomic
+from core.model import PhraseModel, load_model, load_tokenizer
+from trainer.data import build_windows, collate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    model: str  # trained phrase model (its encoders stay frozen)
+    train: str  # SQuAD-format training file (held-out articles are used for validation only)
+    out: str  # model directory written with the filter head
+    train_windows: int = 3000
+    val_windows: int = 600
+    epochs: int = 20
+    lr: float = 1e-2
+    batch_windows: int = 32
+    holdout_every: int = 20
+    holdout_offset: int = 7
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    progress: bool = True
+
+
+@torch.no_grad()
+def token_features(model: PhraseModel, windows, tokenizer, batch_windows: int, device, precision: str,
+                   progress: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Frozen token vectors of windows with gold labels: (N, d) fp16, (N,) start label, (N,) end label.
+
+    Only content tokens are kept (not [CLS]/[SEP]/padding).
+    """
+    feats, ys, ye = [], [], []
+    for a in tqdm(range(0, len(windows), batch_windows), desc="filter features", disable=not progress):
+        b = collate(windows[a : a + batch_windows], tokenizer, model.config.max_query_len).to(device)
+        with autocast(device, precision):
+            H = model.encode_passages(b.input_ids, b.attention_mask).float()
+        start = torch.zeros(b.input_ids.shape, dtype=torch.bool, device=device)
+        end = torch.zeros_like(start)
+        start[b.q_passage, b.gold_start] = True
+        end[b.q_passage, b.gold_end] = True
+        content = b.attention_mask.bool()
+        content[:, 0] = False
+        content &= b.input_ids != tokenizer.sep_token_id
+        feats.append(H[content].half().cpu())
+        ys.append(start[content].cpu())
+        ye.append(end[content].cpu())
+    return torch.cat(feats), torch.cat(ys), torch.cat(ye)
+
+
+def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
+    from sklearn.metrics import average_precision_score
+
+    return float(average_precision_score(labels, scores))
+
+
+def threshold_for_keep_ratio(probs: np.ndarray, keep: float) -> float:
+    """The threshold T that keeps about ``keep`` of the tokens, given their max(start, end) filter probability."""
+    if not 0 < keep <= 1:
+        raise ValueError(f"keep ratio must be in (0, 1], got {keep}")
+    return float(np.quantile(probs, 1.0 - keep))
+
+
+def train_filter(cfg: FilterConfig) -> dict:
+    """Train the filter head on frozen token vectors, validate by AUC-PR, save a model with the head."""
+    device = pick_device(cfg.device)
+    precision = pick_precision(cfg.precision, device)
+    base = load_model(cfg.model, for_inference=False)
+    base.requires_grad_(False)
+    base.config = replace(base.config, filter_head=True)
+    base.filter_head = torch.nn.Linear(base.dim, 2)
+    base.to(device).eval()
+    tokenizer = load_tokenizer(base.config)
+    data = load_squad(cfg.train)
+    train_art, held_art = split_articles(data, cfg.holdout_every, cfg.holdout_offset)
+    rng = np.random.default_rng(cfg.seed)
+
+    def sample_windows(articles, n):
+        wins, _ = build_windows(squad_questions(articles), tokenizer, base.config.max_seq_len, base.config.stride,
+                                base.config.max_answer_tokens)
+        return [wins[i] for i in rng.permutation(len(wins))[:n]]
+
+    x, ys, ye = token_features(base, sample_windows(train_art, cfg.train_windows), tokenizer,
+                               cfg.batch_windows, device, precision, cfg.progress)
+    vx, vys, vye = token_features(base, sample_windows(held_art, cfg.val_windows), tokenizer,
+                                  cfg.batch_windows, device, precision, cfg.progress)
+    y = torch.stack([ys, ye], dim=1).float()
+    head = base.filter_head
+    head.requires_grad_(True)
+    opt = torch.optim.Adam(head.parameters(), lr=cfg.lr)
+    losses = []
+    for _ in tqdm(range(cfg.epochs), desc="filter epochs", disable=not cfg.progress):
+        perm = torch.randperm(len(x))
+        total = 0.0
+        for a in range(0, len(x), 8192):
+            idx = perm[a : a + 8192]
+            loss = F.binary_cross_entropy_with_logits(head(x[idx].float().to(device)), y[idx].to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        losses.append(total / len(x))
+    with torch.no_grad():
+        vp = torch.sigmoid(head(vx.float().to(device))).cpu().numpy()  # (N, 2)
+    keep_prob = vp.max(axis=1)
+    summary = {
+        "train_tokens": len(x),
+        "val_tokens": len(vx),
+        "bce_first_epoch": round(losses[0], 5),
+        "bce_last_epoch": round(losses[-1], 5),
+        "auc_pr_start": round(average_precision(vys.numpy(), vp[:, 0]), 4),
+        "auc_pr_end": round(average_precision(vye.numpy(), vp[:, 1]), 4),
+        "thresholds": {str(k): round(threshold_for_keep_ratio(keep_prob, k), 5) for k in (0.25, 0.5, 0.75)},
+        # recall of gold start/end tokens kept at each keep ratio (what filtering may cost in accuracy)
+        "gold_recall": {
+            str(k): round(float(np.mean(keep_prob[(vys | vye).numpy()] >= threshold_for_keep_ratio(keep_prob, k))), 4)
+            for k in (0.25, 0.5, 0.75)
+        },
+    }
+    out = Path(cfg.out)
+    base.save(out)
+    write_json_atomic(out / "filter_summary.json", summary)
+    return summary

@@ -1,0 +1,149 @@
+"""Hard-negative mining: passages a retriever ranks high for a training question that do not contain its answer.
+
+    spanseek train mine --train squad-train.json.gz --miner bm25 --out runs/hard-bm25.jsonl
+    spanseek train mine --train squad-train.json.gz --miner model --model RUN/last --index TRAIN_INDEX --out ...
+
+Only the training split is mined (held-out articles are never touched). The candidate pool is every paragraph
+of the training split. Output: JSON Lines ``{"id": question id, "hard": [[article, paragraph], ...]}`` with
+article/paragraph indices into the training file, best first. Mining runs in chunks, each written atomically to
+``OUT.parts/``; an interrupted run resumes at the first missing chunk, and the parts are joined at the end.
+The ``model`` miner searches a phrase index of ``spanseek corpus from-squad TRAIN`` (article i = document i).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from core.io import Question, atomic_path, load_squad, squad_questions
+from core.metrics import passage_has_answer
+
+log = logging.getLogger(__name__)
+
+# retrieve(questions, k) -> (B, k) int array of pool indices, -1 for none
+Retriever = Callable[[list[str], int], np.ndarray]
+
+
+def training_pool(data: list[dict], holdout_every: int = 20, holdout_offset: int = 7) -> list[tuple[int, int, str]]:
+    """(article index, paragraph index, text) of every paragraph of the training split."""
+    return [
+        (a, p, para["context"])
+        for a, art in enumerate(data)
+        if a % holdout_every != holdout_offset
+        for p, para in enumerate(art["paragraphs"])
+    ]
+
+
+def bm25_retriever(texts: list[str]) -> Retriever:
+    """BM25 (bm25s, English stop words) over the pool texts."""
+    import bm25s
+
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+
+    def retrieve(questions: list[str], k: int) -> np.ndarray:
+        q = bm25s.tokenize(questions, stopwords="en", return_ids=False, show_progress=False)
+        ids, scores = retriever.retrieve(q, k=min(k, len(texts)), show_progress=False, n_threads=1)
+        return np.where(scores > 0, ids, -1)
+
+    return retrieve
+
+
+def model_retriever(index_dir: str | Path, model: str | Path, pool: list[tuple[int, int, str]]) -> Retriever:
+    """Passage search with a phrase model over an index of the whole training file."""
+    from core.loading import open_searcher
+
+    searcher = open_searcher(index_dir, model)
+    to_pool = {(a, p): i for i, (a, p, _) in enumerate(pool)}
+    idx = searcher.index
+    # index passage -> (article, paragraph); the index is of `corpus from-squad` of the same file
+    key = [(int(psg["doc"]), int(psg["para"])) for psg in idx.passages]
+
+    def retrieve(questions: list[str], k: int) -> np.ndarray:
+        out = np.full((len(questions), k), -1, dtype=np.int64)
+        for b, hits in enumerate(searcher.search(questions, unit="passage", top_k=k)):
+            ids = [to_pool.get(key[h.passage_id], -1) for h in hits]
+            out[b, : len(ids)] = ids
+        return out
+
+    return retrieve
+
+
+def select_hard(q: Question, candidates: np.ndarray, pool: list[tuple[int, int, str]], keep: int) -> list[list[int]]:
+    """The first ``keep`` candidates that are not the gold paragraph and do not contain a gold answer."""
+    hard = []
+    for c in candidates.tolist():
+        if c < 0:
+            continue
+        a, p, text = pool[c]
+        if (a, p) == (q.doc_index, q.para_index) or passage_has_answer(text, q.answers):
+            continue
+        hard.append([a, p])
+        if len(hard) == keep:
+            break
+    return hard
+
+
+def mine(
+    train: str | Path,
+    out: str | Path,
+    miner: str = "bm25",
+    top_k: int = 20,
+    keep: int = 4,
+    chunk: int = 2000,
+    index: str | Path | None = None,
+    model: str | Path | None = None,
+    limit_questions: int | None = None,
+    holdout_every: int = 20,
+    holdout_offset: int = 7,
+    progress: bool = True,
+) -> Path:
+    """Mine hard negatives for the training split of ``train`` into ``out`` (resumable). Returns ``out``."""
+    out = Path(out)
+    data = load_squad(train)
+    pool = training_pool(data, holdout_every, holdout_offset)
+    # question positions must refer to the full file, so flatten it and drop held-out articles afterwards
+    questions = [q for q in squad_questions(data) if q.doc_index % holdout_every != holdout_offset]
+    if limit_questions:
+        questions = questions[:limit_questions]
+    if miner == "bm25":
+        retrieve = bm25_retriever([t for _, _, t in pool])
+    elif miner == "model":
+        if index is None or model is None:
+            raise ValueError("the model miner needs --index (an index of the training file) and --model")
+        retrieve = model_retriever(index, model, pool)
+    else:
+        raise ValueError(f"miner must be 'bm25' or 'model', got {miner!r}")
+    parts = out.with_name(out.name + ".parts")
+    parts.mkdir(parents=True, exist_ok=True)
+    n_chunks = (len(questions) + chunk - 1) // chunk
+    for c in tqdm(range(n_chunks), desc=f"mine ({miner})", unit="chunk", disable=not progress):
+        part = parts / f"{c:05d}.jsonl"
+        if part.exists():
+            continue
+        qs = questions[c * chunk : (c + 1) * chunk]
+        cands = retrieve([q.question for q in qs], top_k)
+        with atomic_path(part) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            for q, row in zip(qs, cands, strict=True):
+                f.write(json.dumps({"id": q.id, "hard": select_hard(q, row, pool, keep)}) + "\n")
+    with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for c in range(n_chunks):
+            f.write((parts / f"{c:05d}.jsonl").read_text(encoding="utf-8"))
+    shutil.rmtree(parts)
+    return out
+
+
+def load_hard_negatives(path: str | Path, data: list[dict]) -> dict[str, list[str]]:
+    """Question id -> hard-negative passage texts, from a file written by ``mine``."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            out[row["id"]] = [data[a]["paragraphs"][p]["context"] for a, p in row["hard"]]
+    return out

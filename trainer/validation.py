@@ -1,0 +1,112 @@
+"""Efficient validation (Kim et al. 2022, §3): a small *hard* corpus that ranks checkpoints like a large one.
+
+    spanseek train valsets --train squad-train.json.gz --out work/valsets
+    spanseek train rank-checkpoints --valsets work/valsets --checkpoints RUN/snapshots/* --out ranking.json
+
+From a fixed sample of held-out questions, ``build_validation_sets`` writes four corpora:
+
+- ``hard``: the questions' gold passages plus the top-k passages BM25 finds for each question in the whole file;
+- ``gold``: the gold passages only;
+- ``random``: the gold passages plus random passages, as many passages as ``hard``;
+- ``reference``: every held-out paragraph plus ``reference_extra`` random training paragraphs (the stand-in for
+  the full corpus, too slow to validate on repeatedly on CPU).
+
+``rank_checkpoints`` evaluates each checkpoint (phrase EM@1) on each corpus and reports how well each small
+corpus's ranking of the checkpoints agrees with the reference ranking (Kendall's tau).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from collections import defaultdict
+from pathlib import Path
+
+from core.io import Document, load_squad, write_corpus, write_json_atomic
+from trainer.mining import bm25_retriever
+
+SETS = ("hard", "gold", "random", "reference")
+
+
+def _documents(data: list[dict], keys: set[tuple[int, int]]) -> list[Document]:
+    """Group selected (article, paragraph) pairs into one document per article, paragraphs in order."""
+    by_art: dict[int, list[int]] = defaultdict(list)
+    for a, p in sorted(keys):
+        by_art[a].append(p)
+    return [
+        Document(id=str(a), title=data[a]["title"], paragraphs=tuple(data[a]["paragraphs"][p]["context"] for p in ps))
+        for a, ps in sorted(by_art.items())
+    ]
+
+
+def build_validation_sets(
+    train: str | Path,
+    out: str | Path,
+    n_questions: int = 500,
+    bm25_k: int = 5,
+    reference_extra: int = 3000,
+    holdout_every: int = 20,
+    holdout_offset: int = 7,
+    seed: int = 0,
+) -> dict[str, int]:
+    """Write questions.json.gz and {hard,gold,random,reference}.jsonl to ``out``; returns passage counts."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = load_squad(train)
+    rng = random.Random(seed)
+    held = [a for a in range(len(data)) if a % holdout_every == holdout_offset]
+    qs = [(a, p, qa) for a in held for p, para in enumerate(data[a]["paragraphs"]) for qa in para["qas"]]
+    qs = rng.sample(qs, min(n_questions, len(qs)))
+    pool = [(a, p) for a, art in enumerate(data) for p in range(len(art["paragraphs"]))]
+    retrieve = bm25_retriever([data[a]["paragraphs"][p]["context"] for a, p in pool])
+    found = retrieve([qa["question"] for _, _, qa in qs], bm25_k)
+    gold = {(a, p) for a, p, _ in qs}
+    hard = gold | {pool[i] for row in found for i in row.tolist() if i >= 0}
+    rest = [k for k in pool if k not in gold]
+    random_set = gold | set(rng.sample(rest, max(0, len(hard) - len(gold))))
+    train_keys = [k for k in pool if k[0] % holdout_every != holdout_offset]
+    reference = {k for k in pool if k[0] % holdout_every == holdout_offset} | set(rng.sample(train_keys, reference_extra))
+    counts = {}
+    for name, keys in zip(SETS, (hard, gold, random_set, reference), strict=True):
+        write_corpus(out / f"{name}.jsonl", _documents(data, keys))
+        counts[name] = len(keys)
+    # the sampled questions in SQuAD format, each under its own article and paragraph
+    arts: dict[int, dict] = {}
+    for a, p, qa in qs:
+        art = arts.setdefault(a, {"title": data[a]["title"], "paragraphs": {}})
+        art["paragraphs"].setdefault(p, {"context": data[a]["paragraphs"][p]["context"], "qas": []})["qas"].append(qa)
+    squad = {"version": "spanseek-valsets", "data": [
+        {"title": art["title"], "paragraphs": list(art["paragraphs"].values())} for art in arts.values()
+    ]}
+    with gzip.open(out / "questions.json.gz", "wt", encoding="utf-8") as f:
+        json.dump(squad, f)
+    write_json_atomic(out / "counts.json", counts)
+    return counts
+
+
+def rank_checkpoints(valsets: str | Path, checkpoints: list[str], out: str | Path | None = None,
+                     progress: bool = True) -> dict:
+    """Phrase EM@1 of every checkpoint on every corpus, and Kendall's tau of each corpus vs the reference."""
+    from scipy.stats import kendalltau
+
+    from indexer.evaluate import run_eval
+
+    valsets = Path(valsets)
+    scores: dict[str, dict[str, float]] = {name: {} for name in SETS}
+    for ckpt in checkpoints:
+        for name in SETS:
+            m = run_eval(valsets / "questions.json.gz", ckpt, corpus=valsets / f"{name}.jsonl", progress=progress)
+            scores[name][ckpt] = m["phrase"]["em@1"]
+    ref = [scores["reference"][c] for c in checkpoints]
+    result = {
+        "checkpoints": checkpoints,
+        "em@1": scores,
+        "kendall_tau_vs_reference": {
+            name: round(float(kendalltau([scores[name][c] for c in checkpoints], ref).statistic), 3)
+            for name in SETS if name != "reference"
+        },
+    }
+    if out is not None:
+        write_json_atomic(out, result)
+    return result
