@@ -109,3 +109,33 @@ def serve() -> Callable[..., contextmanager]:
 def async_serve() -> Callable[..., asynccontextmanager]:
     """``async with async_serve(app) as client``: a ready httpx.AsyncClient on the app."""
     return async_serving
+
+
+@contextmanager
+def live_server(app: FastAPI) -> Iterator[str]:
+    """Run ``app`` under a real uvicorn server on 127.0.0.1 (a free port) in a thread; yields its base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (server.started and server.servers):
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    try:
+        while httpx.get(url + "/ready").status_code != 200:
+            assert time.monotonic() < deadline, "service never became ready"
+            time.sleep(0.05)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+@pytest.fixture(scope="session")
+def live() -> Callable[..., contextmanager]:
+    """``with live(app) as url``: the app under a real uvicorn on loopback."""
+    return live_server

@@ -1,0 +1,108 @@
+"""A real Prometheus scrapes the running service under load; every Grafana dashboard expression returns data.
+
+Needs the Debian `prometheus` package (``make system-deps``); skipped when the binary is absent. Everything
+listens on 127.0.0.1 only. Bounded: about 20-40 s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.app import create_app
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+RATE_WINDOW = "10s"  # stands in for Grafana's $__rate_interval at a 1 s scrape interval
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load(url: str, stop: threading.Event, seed: int) -> None:
+    """Closed-loop client: searches of every unit (and a few refused requests) until ``stop``."""
+    rng = random.Random(seed)
+    with httpx.Client(base_url=url, timeout=30) as c:
+        while not stop.is_set():
+            unit = rng.choice(["phrase", "passage", "doc"])
+            top_k = rng.choice([1, 3, 10, 0 if rng.random() < 0.05 else 5])  # some 400s feed the error panel
+            c.post(f"/search?unit={unit}", json={"queries": [f"who built castle {rng.randint(1, 99)}"], "top_k": top_k})
+            time.sleep(0.005)
+
+
+def query(prom: str, expr: str) -> list[dict]:
+    r = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=10)
+    body = r.json()
+    assert r.status_code == 200 and body["status"] == "success", (expr, body)
+    return body["data"]["result"]
+
+
+def test_every_dashboard_expression_returns_data(settings_for, tiny_searcher, live, tmp_path):
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus not installed (make system-deps installs it)")
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "spanseek.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    app = create_app(settings_for(max_batch_size=8, max_wait_ms=2), lambda s: tiny_searcher)
+    with live(app) as url:
+        target = url.removeprefix("http://")
+        shutil.copy(DEPLOY / "prometheus" / "alerts.yml", tmp_path / "alerts.yml")
+        (tmp_path / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "rule_files: [alerts.yml]\n"
+            f"scrape_configs: [{{job_name: spanseek, static_configs: [{{targets: ['{target}']}}]}}]\n"
+        )
+        port = free_port()
+        prom = f"http://127.0.0.1:{port}"
+        stop = threading.Event()
+        clients = [threading.Thread(target=load, args=(url, stop, i), daemon=True) for i in range(3)]
+        proc = subprocess.Popen(
+            [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        try:
+            for t in clients:
+                t.start()
+            deadline = time.monotonic() + 40
+            while True:  # wait for enough scrapes for rate() over RATE_WINDOW
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.monotonic() < deadline, "prometheus did not collect enough samples"
+                try:
+                    n = query(prom, "count_over_time(up{job='spanseek'}[1m])")
+                    if n and float(n[0]["value"][1]) >= 6 and float(query(prom, "up")[0]["value"][1]) == 1:
+                        break
+                except (httpx.HTTPError, IndexError, AssertionError):
+                    pass
+                time.sleep(0.5)
+            empty = []
+            for expr in exprs:
+                result = query(prom, expr.replace("$__rate_interval", RATE_WINDOW))
+                values = [float(r["value"][1]) for r in result]
+                if not any(math.isfinite(v) for v in values):
+                    empty.append((expr, values))
+            assert not empty, f"dashboard expressions without data: {empty}"
+            rules = httpx.get(f"{prom}/api/v1/rules", timeout=10).json()["data"]["groups"]
+            names = {r["name"] for g in rules for r in g["rules"]}
+            assert "SpanseekHighP99Latency" in names
+        finally:
+            stop.set()
+            for t in clients:
+                t.join(10)
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
