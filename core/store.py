@@ -118,6 +118,8 @@ class PhraseIndex:
             self.passage_tokens = np.load(self.dir / PASSAGE_TOKENS)
             self.passages = read_jsonl(self.dir / PASSAGES)
             self.docs = read_jsonl(self.dir / DOCS)
+            if not (self.dir / FAISS_INDEX).is_file():  # faiss would raise its own RuntimeError
+                raise FileNotFoundError(2, "No such file", str(self.dir / FAISS_INDEX))
             self.faiss = faiss.read_index(str(self.dir / FAISS_INDEX))
         except FileNotFoundError as e:
             raise IndexFormatError(f"{self.dir}: index is incomplete ({Path(e.filename).name} missing); rebuild it") from e
