@@ -132,7 +132,7 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
         buf.append(text)
         if len(buf) == opts.shard_passages:
             flush()
-    if buf or k == 0:
+    if buf:  # an empty shard cannot be encoded; a corpus without passages is refused below
         flush()
     bar.close()
     if stats.paragraphs == 0:
