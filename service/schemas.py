@@ -16,10 +16,13 @@ class SearchRequest(BaseModel):
     schema violations (wrong types, both or neither of query/queries) answer 422.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    # oneOf in the OpenAPI schema tells clients (and the fuzzer) the exactly-one rule the validator enforces
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"oneOf": [{"required": ["query"]}, {"required": ["queries"]}]}
+    )
 
     query: str | None = Field(None, description="one question", examples=["Who built the castle?"])
-    queries: list[str] | None = Field(None, description="several questions, answered in order")
+    queries: list[str] | None = Field(None, min_length=1, description="several questions, answered in order")
     top_k: int | None = Field(None, description="hits per question (default: server's default_top_k)")
     max_answer_length: int | None = Field(None, description="longest answer phrase in tokens (default: the model's)")
     nprobe: int | None = Field(None, description="IVF lists to visit (compressed indexes only)")
@@ -28,8 +31,6 @@ class SearchRequest(BaseModel):
     def _one_of(self) -> SearchRequest:
         if (self.query is None) == (self.queries is None):
             raise ValueError("give exactly one of 'query' or 'queries'")
-        if self.queries is not None and not self.queries:
-            raise ValueError("'queries' must not be empty")
         return self
 
     def questions(self) -> list[str]:
