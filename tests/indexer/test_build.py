@@ -1,0 +1,167 @@
+"""Index builds (indexer.build): an interrupted build resumes to the very arrays of an uninterrupted one; finished
+indexes are not overwritten; partial builds with other parameters, missing manifests and mismatched models are
+refused with a message saying what to do; empty passages are skipped and counted. Also `spanseek corpus
+from-squad` and `spanseek index build` through the CLI.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_build.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from core import store
+from core.encoding import PassageEncoder
+from core.io import CorpusError
+from core.loading import open_searcher
+from core.model import PhraseModel
+from core.store import IndexFormatError, Manifest, PhraseIndex
+from indexer.build import BUILD_STATE, SHARDS, BuildError, BuildOptions, build_index
+from spanseek.cli import main
+
+# the options the tiny_index fixture was built with (4 shards of 7, 7, 7, 3 passages)
+OPTS = BuildOptions(shard_passages=7, progress=False, precision="fp32")
+ARRAYS = (store.VECTORS, store.TOKEN_PASSAGE, store.TOKEN_OFFSETS, store.TOKEN_FLAGS, store.PASSAGE_TOKENS)
+
+
+def write_jsonl(path, docs):
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_corpus, tiny_model_dir, tiny_index, monkeypatch):
+    out = tmp_path / "index"
+    encode = PassageEncoder.encode_tokens
+    calls = []
+
+    def dies_in_second_shard(self, passages):
+        calls.append(len(passages))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # killed mid-shard: shard 1 is half written
+        return encode(self, passages)
+
+    monkeypatch.setattr(PassageEncoder, "encode_tokens", dies_in_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(tiny_corpus, tiny_model_dir, out, OPTS)
+    shards = sorted(p.name for p in (out / SHARDS).iterdir())
+    assert shards == ["000000", "000001.tmp"] and not (out / store.MANIFEST).exists()
+
+    with pytest.raises(IndexFormatError, match=rf"did not finish; run the same `spanseek index build \.\.\. --out {out}` again to resume"):
+        PhraseIndex(out)
+    with pytest.raises(BuildError, match="partial build with different shard_passages"):
+        build_index(tiny_corpus, tiny_model_dir, out, dataclasses.replace(OPTS, shard_passages=5))
+
+    calls.clear()
+    monkeypatch.setattr(PassageEncoder, "encode_tokens", lambda self, p: calls.append(len(p)) or encode(self, p))
+    manifest = build_index(tiny_corpus, tiny_model_dir, out, OPTS)
+    assert calls == [7, 7, 3]  # shard 0 was reused, not re-encoded
+    assert not (out / SHARDS).exists() and not (out / BUILD_STATE).exists()
+    for name in ARRAYS:
+        a, b = np.load(out / name), np.load(tiny_index / name)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    for name in (store.PASSAGES, store.DOCS, store.FAISS_INDEX):
+        assert (out / name).read_bytes() == (tiny_index / name).read_bytes(), name
+    reference = Manifest.load(tiny_index).to_dict()
+    skip = {"build_seconds", "created"}
+    assert {k: v for k, v in manifest.to_dict().items() if k not in skip} == {k: v for k, v in reference.items() if k not in skip}
+    assert (manifest.documents, manifest.passages) == (6, 24) and manifest.tokens == manifest.indexed_tokens > 0
+
+
+def test_finished_index_is_not_overwritten(tiny_corpus, tiny_model_dir, tiny_index):
+    before = (tiny_index / store.MANIFEST).read_bytes()
+    with pytest.raises(BuildError, match="already holds a finished index"):
+        build_index(tiny_corpus, tiny_model_dir, tiny_index, OPTS)
+    assert (tiny_index / store.MANIFEST).read_bytes() == before
+
+
+def test_missing_and_incomplete_indexes_say_what_to_do(tmp_path, tiny_index):
+    with pytest.raises(IndexFormatError, match="no such index directory .*spanseek index build"):
+        PhraseIndex(tmp_path / "nowhere")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for p in tiny_index.iterdir():
+        if p.name != store.FAISS_INDEX:
+            (broken / p.name).write_bytes(p.read_bytes())
+    with pytest.raises(IndexFormatError, match="incomplete \\(index.faiss missing\\); rebuild it"):
+        PhraseIndex(broken)
+
+
+def test_an_index_refuses_a_different_model(tmp_path, tiny_config, tiny_index, tiny_model_dir):
+    assert open_searcher(tiny_index, tiny_model_dir, device="cpu").index.num_tokens > 0  # its own model is fine
+    PhraseModel(tiny_config).save(tmp_path / "other-weights")  # same config, other random adapters
+    fp = json.loads((tiny_index / store.MANIFEST).read_text())["model_fingerprint"]
+    with pytest.raises(IndexFormatError, match=rf"different model \(phrase-encoder weights: index {fp} vs model [0-9a-f]{{16}}\)"):
+        open_searcher(tiny_index, tmp_path / "other-weights", device="cpu")
+    PhraseModel(dataclasses.replace(tiny_config, max_seq_len=64)).save(tmp_path / "other-windows")
+    with pytest.raises(IndexFormatError, match="max_seq_len: index 32 vs model 64.*rebuild the index"):
+        open_searcher(tiny_index, tmp_path / "other-windows", device="cpu")
+
+
+def test_empty_documents_and_paragraphs_are_skipped_and_counted(tmp_path, tiny_model_dir, caplog):
+    corpus = write_jsonl(tmp_path / "c.jsonl", [
+        {"id": "a", "title": "A", "paragraphs": ["In 1900 Hugo built the bridge.", "", "The bridge fell in 1901."]},
+        {"id": "b", "title": "B", "paragraphs": ["  "]},
+        {"id": "c", "title": "C", "paragraphs": ["Cato sang."]},
+    ])
+    with caplog.at_level(logging.INFO, logger="indexer.build"):
+        m = build_index(corpus, tiny_model_dir, tmp_path / "index", OPTS)
+    assert (m.documents, m.passages) == (2, 3)
+    assert "skipped 1 empty documents, 2 empty paragraphs" in caplog.text
+    index = PhraseIndex(tmp_path / "index")
+    assert [p["text"] for p in index.passages] == ["In 1900 Hugo built the bridge.", "The bridge fell in 1901.", "Cato sang."]
+    assert [d["title"] for d in index.docs] == ["A", "C"]
+    assert [index.docs[p["doc"]]["title"] for p in index.passages] == ["A", "A", "C"]
+
+
+def test_a_corpus_without_text_or_with_a_bad_line_is_refused(tmp_path, tiny_model_dir):
+    empty = write_jsonl(tmp_path / "empty.jsonl", [{"id": "a", "title": "A", "paragraphs": ["", " "]}])
+    with pytest.raises(BuildError, match="has no non-empty passages"):
+        build_index(empty, tiny_model_dir, tmp_path / "i1", OPTS)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "title": "A", "paragraphs": ["ok"]}\n{"id": "b", "title": \n')
+    with pytest.raises(CorpusError, match=rf"{bad}:2: invalid JSON"):
+        build_index(bad, tiny_model_dir, tmp_path / "i2", OPTS)
+    assert not (tmp_path / "i2" / store.MANIFEST).exists()
+    with pytest.raises(BuildError, match="does not exist"):
+        build_index(tmp_path / "nope.jsonl", tiny_model_dir, tmp_path / "i3", OPTS)
+
+
+def test_cli_from_squad_then_index_build(tmp_path, tiny_squad, tiny_model_dir, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    assert main(["corpus", "from-squad", str(tiny_squad), "--out", str(corpus)]) == 0
+    assert "wrote 4 documents" in capsys.readouterr().err
+    out = tmp_path / "index"
+    args = ["index", "build", "--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(out),
+            "--quiet", "--precision", "fp32", "--device", "cpu", "--shard-passages", "5"]
+    assert main(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == Manifest.load(out).to_dict() and printed["documents"] == 4 and printed["passages"] == 12
+
+    assert main(args) == 2  # a finished index is not overwritten
+    assert "already holds a finished index" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["corpus", "from-squad", "{tmp}/missing.json", "--out", "{tmp}/c.jsonl"], "No such file"),
+        (["corpus", "from-squad", "{tmp}/bad.jsonl", "--out", "{tmp}/c.jsonl"], "invalid JSON"),
+        (["index", "build", "--corpus", "{tmp}/bad.jsonl", "--model", "{model}", "--out", "{tmp}/i", "--quiet"], "bad.jsonl:2: invalid JSON"),
+        (["index", "build", "--corpus", "{tmp}/bad.jsonl", "--model", "{tmp}", "--out", "{tmp}/i", "--quiet"], "not a spanseek model directory"),
+        (["index", "build", "--corpus", "{tmp}/bad.jsonl", "--model", "{model}", "--out", "{tmp}/i", "--factory", "Nonsense12", "--quiet"], "faiss cannot build factory"),
+    ],
+)
+def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_model_dir, capsys, argv, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "title": "A", "paragraphs": ["ok"]}\n{oops\n')
+    if "Nonsense12" in argv:  # a good corpus, so the factory is what fails
+        bad.write_text('{"id": "a", "title": "A", "paragraphs": ["ok"]}\n')
+    argv = [a.format(tmp=tmp_path, model=tiny_model_dir) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"spanseek {argv[0]}: error: ") and message in err and "Traceback" not in err
