@@ -1,0 +1,299 @@
+"""Service load benchmark on loopback: throughput and latency at several concurrency levels vs the raw pipeline.
+
+    python bench/service_load.py --index work/demo-index --model default --out runs/bench/service.json
+    python bench/service_load.py --synthetic work/bench-synthetic --out runs/bench/service.json   # no trained model
+    python bench/service_load.py --synthetic work/bench-synthetic --soak-seconds 300 --out runs/bench/soak.json
+
+It starts ``spanseek serve`` as a subprocess on 127.0.0.1 (a free port), then measures, all bounded in time:
+
+1. raw: the in-process pipeline (``Searcher.search`` on batches of --max-batch-size questions), q/s;
+2. closed-loop HTTP load at each --concurrency level (single-question requests): q/s, p50/p95/p99, mean batch
+   size (from the service's /metrics), status counts; saturation = the best level's q/s;
+3. single-request p50 (concurrency 1) and open-loop (Poisson) load at half the saturation rate: its p99;
+4. with --soak-seconds: a closed-loop soak above saturation; every answer other than 200 or a deliberate 429
+   counts as an error.
+
+``--synthetic DIR`` builds an untrained model with the real default backbone (same compute as a trained one)
+and an index over the first --synthetic-docs documents of the demo corpus, for machines without a trained model.
+Speed figures are ratios within one run; the machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# Before torch loads (here and in the server subprocess, which inherits it): on shared, oversubscribed CPUs
+# OpenMP's default spin-waiting makes a 2-thread forward pass up to 50x slower (measured: 1.8 s vs 28 ms for one
+# question on the 2-core dev machine next to a training job). Both the raw pipeline and the service get it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_CORPUS = ROOT / "data" / "demo" / "corpus.jsonl.gz"
+UNITS = ("phrase", "passage", "doc")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_synthetic(out: Path, n_docs: int) -> tuple[Path, Path]:
+    """An untrained default-architecture model and its index over the first ``n_docs`` demo documents."""
+    from core.config import EncoderConfig
+    from core.io import read_corpus
+    from core.model import PhraseModel
+    from core.store import MANIFEST
+    from indexer.build import BuildOptions, build_index
+
+    model_dir, index_dir = out / "model", out / "index"
+    if not (model_dir / "spanseek_config.json").exists():
+        import torch
+
+        torch.manual_seed(0)
+        PhraseModel(EncoderConfig()).save(model_dir)
+    if not (index_dir / MANIFEST).exists():
+        corpus = out / "corpus.jsonl"
+        with open(corpus, "w", encoding="utf-8") as f:
+            for i, doc in enumerate(read_corpus(DEMO_CORPUS)):
+                if i >= n_docs:
+                    break
+                f.write(json.dumps({"id": doc.id, "title": doc.title, "paragraphs": list(doc.paragraphs)}) + "\n")
+        print(f"building a synthetic index of {n_docs} documents in {index_dir} ...", file=sys.stderr)
+        build_index(corpus, model_dir, index_dir, BuildOptions(progress=False, precision="fp32"))
+    return index_dir, model_dir
+
+
+def make_questions(searcher, n: int, seed: int = 0) -> list[str]:
+    """Question-like strings from the index's passages (realistic lengths and vocabulary)."""
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        words = re.findall(r"\w+", rng.choice(searcher.index.passages)["text"])
+        if len(words) >= 6:
+            start = rng.randrange(0, len(words) - 5)
+            out.append(rng.choice(["Who", "What", "When", "Where"]) + " " + " ".join(words[start : start + rng.randint(5, 12)]) + "?")
+    return out
+
+
+def percentiles(latencies: list[float]) -> dict[str, float]:
+    if not latencies:
+        return {"p50_ms": float("nan"), "p95_ms": float("nan"), "p99_ms": float("nan")}
+    a = np.asarray(latencies) * 1e3
+    return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)), "p99_ms": float(np.percentile(a, 99))}
+
+
+def raw_throughput(searcher, questions: list[str], batch: int, seconds: float, unit: str, top_k: int) -> float:
+    """Questions per second of the in-process pipeline at the given batch size."""
+    searcher.search(questions[:batch], unit=unit, top_k=top_k)  # warm
+    done, i, t0 = 0, 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        chunk = [questions[(i + j) % len(questions)] for j in range(batch)]
+        searcher.search(chunk, unit=unit, top_k=top_k)
+        done += batch
+        i += batch
+    return done / (time.perf_counter() - t0)
+
+
+async def batch_stats(client: httpx.AsyncClient) -> tuple[float, float]:
+    """(sum, count) of spanseek_batch_size from /metrics."""
+    text = (await client.get("/metrics")).text
+    total = float(re.search(r"^spanseek_batch_size_sum ([\d.e+-]+)$", text, re.M).group(1))
+    count = float(re.search(r"^spanseek_batch_size_count ([\d.e+-]+)$", text, re.M).group(1))
+    return total, count
+
+
+class Recorder:
+    """Latencies of 200s and counts of every status / exception."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.status: dict[str, int] = {}
+
+    def add(self, key: str, latency: float | None = None) -> None:
+        self.status[key] = self.status.get(key, 0) + 1
+        if latency is not None:
+            self.latencies.append(latency)
+
+    def errors(self) -> int:
+        """Answers other than 200 and deliberate 429s."""
+        return sum(n for k, n in self.status.items() if k not in ("200", "429"))
+
+
+async def one_request(client: httpx.AsyncClient, question: str, unit: str, top_k: int, rec: Recorder) -> None:
+    t0 = time.perf_counter()
+    try:
+        r = await client.post(f"/search?unit={unit}", json={"query": question, "top_k": top_k})
+        rec.add(str(r.status_code), time.perf_counter() - t0 if r.status_code == 200 else None)
+        if r.status_code == 429:
+            await asyncio.sleep(0.01)  # a polite client backs off briefly
+    except httpx.HTTPError as e:
+        rec.add(type(e).__name__)
+
+
+async def closed_loop(client: httpx.AsyncClient, questions: list[str], concurrency: int, seconds: float,
+                      unit: str, top_k: int) -> dict:
+    """``concurrency`` clients, each sending its next request as soon as the last is answered."""
+    rec = Recorder()
+    s0, c0 = await batch_stats(client)
+    deadline = time.perf_counter() + seconds
+
+    async def worker(w: int) -> None:
+        i = w
+        while time.perf_counter() < deadline:
+            await one_request(client, questions[i % len(questions)], unit, top_k, rec)
+            i += concurrency
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    s1, c1 = await batch_stats(client)
+    return {"concurrency": concurrency, "seconds": elapsed, "qps": len(rec.latencies) / elapsed,
+            **percentiles(rec.latencies), "mean_batch_size": (s1 - s0) / max(1.0, c1 - c0),
+            "status": rec.status, "errors": rec.errors()}
+
+
+async def open_loop(client: httpx.AsyncClient, questions: list[str], rate: float, seconds: float,
+                    unit: str, top_k: int, seed: int = 0) -> dict:
+    """Poisson arrivals at ``rate`` requests/s regardless of answers (latency as users would see it)."""
+    rng = random.Random(seed)
+    rec = Recorder()
+    tasks = []
+    t0 = time.perf_counter()
+    next_at, i = t0, 0
+    while next_at - t0 < seconds:
+        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+        tasks.append(asyncio.create_task(one_request(client, questions[i % len(questions)], unit, top_k, rec)))
+        i += 1
+        next_at += rng.expovariate(rate)
+    await asyncio.gather(*tasks)
+    return {"rate": rate, "sent": i, **percentiles(rec.latencies), "status": rec.status, "errors": rec.errors()}
+
+
+def start_server(args: argparse.Namespace, index: Path, model: str, port: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "spanseek.cli", "serve", "--index", str(index), "--model", model,
+           "--host", "127.0.0.1", "--port", str(port), "--device", args.device, "--precision", args.precision,
+           "--max-batch-size", str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
+           "--max-queue", str(args.max_queue), "--log-level", "warning"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.Popen(cmd, env=env, cwd=ROOT)
+
+
+async def wait_ready(client: httpx.AsyncClient, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.perf_counter() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the service exited with {proc.returncode}")
+        try:
+            if (await client.get("/ready")).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.perf_counter() > deadline:
+            raise RuntimeError("the service did not become ready")
+        await asyncio.sleep(0.2)
+
+
+async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Popen, questions: list[str]) -> dict:
+    limits = httpx.Limits(max_connections=max(args.concurrency) * 2 + 16, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        await wait_ready(client, proc)
+        await closed_loop(client, questions, min(args.concurrency), 1.0, args.unit, args.top_k)  # warm connections
+        levels = []
+        for c in args.concurrency:
+            levels.append(await closed_loop(client, questions, c, args.seconds, args.unit, args.top_k))
+            print(json.dumps(levels[-1]), file=sys.stderr)
+        single = await closed_loop(client, questions, 1, args.seconds, args.unit, args.top_k)
+        saturation = max(levels, key=lambda lv: lv["qps"])
+        half = await open_loop(client, questions, saturation["qps"] / 2, args.seconds, args.unit, args.top_k)
+        print(json.dumps({"half_load": half}), file=sys.stderr)
+        soak = None
+        if args.soak_seconds > 0:
+            over = max(args.concurrency) * 2  # above saturation: the queue bound must answer 429, nothing else
+            soak = await closed_loop(client, questions, over, args.soak_seconds, args.unit, args.top_k)
+            soak["non_429_errors"] = soak["errors"]
+        return {"levels": levels, "single": single, "saturation": saturation, "half_load": half, "soak": soak}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--index", type=Path, help="index directory (or use --synthetic)")
+    p.add_argument("--model", default="default")
+    p.add_argument("--synthetic", type=Path, help="build/reuse an untrained model + small index in this directory")
+    p.add_argument("--synthetic-docs", type=int, default=4)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", default="fp32", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--unit", default="passage", choices=UNITS)
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--max-queue", type=int, default=256)
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 64])
+    p.add_argument("--seconds", type=float, default=10.0, help="duration of each measurement")
+    p.add_argument("--soak-seconds", type=float, default=0.0, help="bounded soak above saturation (0 = none)")
+    p.add_argument("--out", type=Path, required=True, help="JSON results")
+    args = p.parse_args(argv)
+    if args.synthetic:
+        index, model_dir = build_synthetic(args.synthetic, args.synthetic_docs)
+        model = str(model_dir)
+    elif args.index:
+        index, model = args.index, args.model
+    else:
+        p.error("give --index or --synthetic")
+
+    from core.loading import open_searcher
+
+    searcher = open_searcher(index, model, device=args.device, precision=args.precision)
+    questions = make_questions(searcher, 512)
+    raw = raw_throughput(searcher, questions, args.max_batch_size, args.seconds, args.unit, args.top_k)
+    print(f"raw pipeline: {raw:.1f} q/s at batch {args.max_batch_size}", file=sys.stderr)
+    del searcher  # free the cores' caches and memory for the server
+
+    port = free_port()
+    proc = start_server(args, index, model, port)
+    try:
+        service = asyncio.run(run_service(args, f"http://127.0.0.1:{port}", proc, questions))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    sat = service["saturation"]
+    result = {
+        "index": str(index), "model": model, "device": args.device, "unit": args.unit, "top_k": args.top_k,
+        "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "raw_qps": raw, **service,
+        "service_over_raw": sat["qps"] / raw,
+        "half_load_p99_over_single_p50": service["half_load"]["p99_ms"] / service["single"]["p50_ms"],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"\n{'concurrency':>11} {'q/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'batch':>6} {'errors':>6}")
+    for lv in service["levels"]:
+        print(f"{lv['concurrency']:>11} {lv['qps']:>8.1f} {lv['p50_ms']:>8.1f} {lv['p95_ms']:>8.1f} {lv['p99_ms']:>8.1f} "
+              f"{lv['mean_batch_size']:>6.1f} {lv['errors']:>6}")
+    print(f"raw pipeline {raw:.1f} q/s; service at saturation {sat['qps']:.1f} q/s = {result['service_over_raw']:.2f} x raw")
+    print(f"single p50 {service['single']['p50_ms']:.1f} ms; p99 at half load {service['half_load']['p99_ms']:.1f} ms "
+          f"= {result['half_load_p99_over_single_p50']:.2f} x")
+    if service["soak"]:
+        print(f"soak {args.soak_seconds:.0f} s: status {service['soak']['status']}, errors other than 429: "
+              f"{service['soak']['non_429_errors']}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
