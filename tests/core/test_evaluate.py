@@ -1,0 +1,88 @@
+"""The evaluation loop (core.evaluate) on a scripted searcher: every metric of the metrics dict by hand.
+
+    .venv/bin/python -m pytest -q tests/core/test_evaluate.py
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from core.evaluate import evaluate, sample_questions
+from core.io import Question
+from core.search import Hit
+
+CONTEXTS = ("Paris is the capital of France.", "New York is a city in the USA.")
+QUESTIONS = [
+    Question("q1", "capital of France?", ("Paris",), (0,), "France", CONTEXTS[0], 0, 0),
+    Question("q2", "big US city?", ("New York",), (0,), "USA", CONTEXTS[1], 1, 0),
+]
+
+
+def hit(text: str, passage: str = "", title: str = "", passage_id: int = 0) -> Hit:
+    return Hit(text=text, score=0.0, start=0, end=len(text), passage_id=passage_id, passage=passage, doc_id="",
+               title=title)
+
+
+# what the scripted searcher answers, per question and unit
+PHRASES = [[hit("paris"), hit("Lyon")], [hit("New York City"), hit("new york")]]
+PASSAGES = [
+    [hit("", "Berlin is big."), hit("", "Paris, the capital.")] + [hit("", "nothing")] * 18,  # correct at rank 2
+    [hit("", "nothing")] * 6 + [hit("", "Life in NEW YORK!")],  # matches after normalisation, at rank 7
+]
+DOCS = [[hit("", title="France")], [hit("", title="Canada"), hit("", title="USA")]]
+RC = ["Paris", "York"]
+
+
+class ScriptedSearcher:
+    def __init__(self):
+        self.index = SimpleNamespace(passages=[{"doc": 0, "text": CONTEXTS[0]}, {"doc": 1, "text": CONTEXTS[1]}],
+                                     docs=[{"title": "France"}, {"title": "USA"}])
+        self.encoder = SimpleNamespace(encode=self.encode)
+
+    @staticmethod
+    def encode(questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """q_start = q_end = (B, 1): the question's row in QUESTIONS (the scripted answers are looked up by it)."""
+        rows = np.array([[next(i for i, q in enumerate(QUESTIONS) if q.question == x)] for x in questions], float)
+        return rows, rows
+
+    def search_vectors(self, q_start, q_end, unit, top_k):
+        table = {"phrase": PHRASES, "passage": PASSAGES, "doc": DOCS}[unit]
+        return [table[int(row[0])][:top_k] for row in q_start]
+
+    def passage_best_span(self, passage_id, q_start, q_end):
+        assert passage_id == int(q_start[0])  # the gold passage of the question
+        return hit(RC[passage_id])
+
+
+def test_metrics_dict_by_hand():
+    m = evaluate(ScriptedSearcher(), QUESTIONS, reading_comprehension=True, progress=False)
+    assert list(m) == ["n_questions", "phrase", "passage", "doc", "rc", "seconds", "questions_per_second"]
+    assert m["n_questions"] == 2
+    # phrase: q1 'paris' exact; q2 'New York City' vs 'New York': F1 0.8, exact at rank 2
+    assert m["phrase"] == {"em@1": 50.0, "f1@1": 90.0, "em@10": 100.0}
+    # passage: q1 correct at rank 2, q2 at rank 7: acc@1 0, acc@5 1/2, acc@20 1, MRR (1/2 + 1/7)/2, P@20 1/20
+    assert m["passage"] == {"acc@1": 0.0, "acc@5": 50.0, "acc@20": 100.0, "mrr@20": 32.1, "p@20": 5.0}
+    assert m["doc"] == {"acc@1": 50.0, "acc@5": 100.0}
+    # reading comprehension: 'Paris' exact; 'York' vs 'New York': P 1, R 1/2, F1 2/3
+    assert m["rc"] == {"em": 50.0, "f1": 83.3}
+
+
+def test_without_reading_comprehension_there_is_no_rc_key():
+    m = evaluate(ScriptedSearcher(), QUESTIONS, progress=False)
+    assert "rc" not in m and m["phrase"]["em@1"] == 50.0
+
+
+def test_sample_is_fixed_and_bounded():
+    qs = [Question(str(i), "q", ("a",), (0,), "t", "c", 0, 0) for i in range(50)]
+    a, b = sample_questions(qs, 10), sample_questions(qs, 10)
+    assert [q.id for q in a] == [q.id for q in b] and len({q.id for q in a}) == 10
+    assert sample_questions(qs, None) is qs and sample_questions(qs, 500) is qs
+
+
+def test_missing_gold_passage_is_an_error():
+    stranger = Question("q3", "capital of France?", ("Paris",), (0,), "France", "Not in the index.", 0, 1)
+    with pytest.raises(ValueError, match="q3: its gold passage is not in the index"):
+        evaluate(ScriptedSearcher(), [QUESTIONS[0], stranger], reading_comprehension=True, progress=False)
