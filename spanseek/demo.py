@@ -1,12 +1,27 @@
-"""`make demo`: index the bundled demo corpus with the default model (once) and answer example questions.
+"""`make demo`: index the bundled demo corpus (once), start the search service on it and show working curl calls.
 
-The index goes to ``work/demo-index`` and is reused by later runs.
+The index goes to ``work/demo-index`` and is reused by later runs. Then ``spanseek serve`` runs on
+http://127.0.0.1:8000 (a subprocess, so nothing here imports the service), and once /ready says yes the demo
+runs real ``curl`` commands for the three units, prints each with its JSON answer, and keeps serving until Ctrl-C.
+
+Environment:
+    SPANSEEK_DEMO_NO_SERVE=1     only print in-process answers (no service)
+    SPANSEEK_DEMO_HOST / _PORT   where the service listens (default 127.0.0.1:8000)
+    SPANSEEK_DEMO_MODEL / _INDEX another model / index directory (default: the bundled model, work/demo-index)
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import shutil
+import subprocess
 import sys
 import textwrap
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,6 +34,19 @@ QUESTIONS = [
     "What stadium in Paris was built for the 1998 FIFA World Cup?",
     "What is the capital of the Republic of the Congo?",
 ]
+# (unit, request body) of the curl examples
+CURL_EXAMPLES = [
+    ("phrase", {"query": QUESTIONS[3], "top_k": 3}),
+    ("passage", {"queries": QUESTIONS[:2], "top_k": 2}),
+    ("doc", {"query": QUESTIONS[2], "top_k": 2}),
+]
+
+
+def say(*parts: object, file=None) -> None:
+    """Write one line of the demo's output (this module is a command-line program, not library code)."""
+    stream = file or sys.stdout
+    stream.write(" ".join(str(p) for p in parts) + "\n")
+    stream.flush()
 
 
 def ensure_index(corpus: Path = CORPUS, index: Path = INDEX, model: str = "default") -> Path:
@@ -26,11 +54,98 @@ def ensure_index(corpus: Path = CORPUS, index: Path = INDEX, model: str = "defau
     from indexer.build import BuildOptions, build_index
 
     if (index / MANIFEST).exists():
-        print(f"reusing the demo index in {index}", file=sys.stderr)
+        say(f"reusing the demo index in {index}", file=sys.stderr)
     else:
-        print(f"building the demo index of {corpus.name} in {index} (a few minutes on 2 cores) ...", file=sys.stderr)
+        say(f"building the demo index of {corpus.name} in {index} (a few minutes on 2 cores) ...", file=sys.stderr)
         build_index(corpus, model, index, BuildOptions())
     return index
+
+
+def print_answers(index: Path, model: str) -> None:
+    """Answer the demo questions in-process (no service) and print the top hits of every unit."""
+    from core.loading import open_searcher
+
+    searcher = open_searcher(index, model)
+    for unit in ("phrase", "passage", "doc"):
+        say(f"\n=== unit={unit} ===")
+        for q, hits in zip(QUESTIONS, searcher.search(QUESTIONS, unit=unit, top_k=3), strict=True):
+            say(f"\nQ: {q}")
+            for r, h in enumerate(hits, 1):
+                say(f"  {r}. {h.text!r}  [{h.title}]  score={h.score:.2f}")
+                if unit != "phrase" and r == 1:
+                    ctx = h.passage[max(0, h.start - 150) : h.end + 150]
+                    say(textwrap.indent(textwrap.fill("..." + ctx + "...", 100), "     | "))
+
+
+def wait_ready(base: str, proc: subprocess.Popen, timeout: float = 600) -> None:
+    """Poll /ready until 200; fail if the service process exits or the timeout passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the service exited with status {proc.returncode}")
+        try:
+            with urllib.request.urlopen(base + "/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the service was not ready after {timeout:.0f} s")
+
+
+def shorten(response: dict, width: int = 160) -> dict:
+    """The JSON answer with each hit's passage cut to ``width`` characters around the answer, for display."""
+    for result in response.get("results", []):
+        for h in result["hits"]:
+            a = max(0, h["start"] - width // 2)
+            cut = h["passage"][a : a + width]
+            h["passage"] = ("..." if a else "") + cut + ("..." if a + width < len(h["passage"]) else "")
+    return response
+
+
+def run_curl(base: str, unit: str, body: dict) -> tuple[str, dict]:
+    """The curl command for one example and its JSON answer (run with curl, or urllib where curl is missing)."""
+    url = f"{base}/search?unit={unit}"
+    data = json.dumps(body, ensure_ascii=False)
+    cmd = ["curl", "-s", "-X", "POST", url, "-H", "Content-Type: application/json", "-d", data]
+    if shutil.which("curl"):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    else:
+        req = urllib.request.Request(url, data=data.encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            out = r.read().decode()
+    return shlex.join(cmd), json.loads(out)
+
+
+def serve(index: Path, model: str, host: str, port: int) -> int:
+    """Start ``spanseek serve`` on the index, print curl examples with their answers, serve until Ctrl-C."""
+    base = f"http://{host}:{port}"
+    cmd = [sys.executable, "-m", "spanseek.cli", "serve", "--index", str(index), "--model", model,
+           "--host", host, "--port", str(port), "--log-level", "warning"]
+    say(f"starting the service: {shlex.join(cmd)}", file=sys.stderr)
+    # On shared or CPU-quota-limited hosts OpenMP's spin-waiting makes each forward pass many times slower.
+    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    try:
+        wait_ready(base, proc)
+        say(f"\nspanseek is serving {index} on {base} (OpenAPI: {base}/docs, metrics: {base}/metrics)\n")
+        for unit, body in CURL_EXAMPLES:
+            command, answer = run_curl(base, unit, body)
+            say(f"$ {command}")
+            say(json.dumps(shorten(answer), indent=2, ensure_ascii=False), "\n")
+        say(f"$ curl -s {base}/info\n")
+        say(f"serving on {base} until Ctrl-C ...")
+        return proc.wait()
+    except KeyboardInterrupt:
+        say("\nstopping the service", file=sys.stderr)
+        return 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def main() -> int:
@@ -38,19 +153,14 @@ def main() -> int:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    from core.loading import open_searcher
-
-    searcher = open_searcher(ensure_index(), "default")
-    for unit in ("phrase", "passage", "doc"):
-        print(f"\n=== unit={unit} ===")
-        for q, hits in zip(QUESTIONS, searcher.search(QUESTIONS, unit=unit, top_k=3), strict=True):
-            print(f"\nQ: {q}")
-            for r, h in enumerate(hits, 1):
-                print(f"  {r}. {h.text!r}  [{h.title}]  score={h.score:.2f}")
-                if unit != "phrase" and r == 1:
-                    ctx = h.passage[max(0, h.start - 150) : h.end + 150]
-                    print(textwrap.indent(textwrap.fill("..." + ctx + "...", 100), "     | "))
-    return 0
+    model = os.environ.get("SPANSEEK_DEMO_MODEL", "default")
+    index = ensure_index(index=Path(os.environ.get("SPANSEEK_DEMO_INDEX", INDEX)), model=model)
+    if os.environ.get("SPANSEEK_DEMO_NO_SERVE", "") not in ("", "0"):
+        print_answers(index, model)
+        return 0
+    host = os.environ.get("SPANSEEK_DEMO_HOST", "127.0.0.1")
+    port = int(os.environ.get("SPANSEEK_DEMO_PORT", "8000"))
+    return serve(index, model, host, port)
 
 
 if __name__ == "__main__":
