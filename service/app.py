@@ -56,6 +56,12 @@ def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
+def _set_torch_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+
+
 class ServiceState:
     """Everything the routes need: settings, metrics, and (once loaded) the searcher and the batcher."""
 
@@ -76,6 +82,8 @@ class ServiceState:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         try:
+            if self.settings.torch_threads is not None:
+                await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
             searcher = await loop.run_in_executor(self.executor, factory, self.settings)
             if self.default_nprobe is None:  # pin it: search_vectors(nprobe=None) would keep the last request's
                 self.default_nprobe = index_nprobe(searcher)

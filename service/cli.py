@@ -23,6 +23,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--port", "port", int, "listen port (default 8000)"),
     ("--device", "device", str, "auto, cpu, cuda, cuda:N"),
     ("--precision", "precision", str, "auto, fp32 or bf16"),
+    ("--torch-threads", "torch_threads", int, "torch intra-op threads on CPU"),
     ("--max-batch-size", "max_batch_size", int, "most questions per batch"),
     ("--max-wait-ms", "max_wait_ms", float, "longest wait for a batch to fill"),
     ("--max-queue", "max_queue", int, "queued questions before 429"),

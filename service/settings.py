@@ -25,6 +25,10 @@ class Settings(BaseSettings):
     device: str = Field("auto", description="torch device for the question encoder: auto, cpu, cuda, cuda:1")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="question-encoder precision")
 
+    # CPU intra-op threads of the encoder. Fewer than the cores leaves one for the event loop (HTTP parsing, JSON)
+    # so batches keep filling at saturation; more speeds up each batch. None = torch's default (all cores).
+    torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads (CPU)")
+
     # Where `spanseek serve` listens. Loopback by default so a laptop run is not exposed; images use 0.0.0.0.
     host: str = Field("127.0.0.1", description="listen address (spanseek serve)")
     port: int = Field(8000, ge=1, le=65535, description="listen port (spanseek serve)")
