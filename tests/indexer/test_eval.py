@@ -1,0 +1,121 @@
+"""Evaluation end to end (indexer.evaluate.run_eval) and the `spanseek search` / `spanseek eval` commands on tiny
+data: the metrics file has exactly the agreed keys; search prints one JSON line per question; errors exit 2
+with a message.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_eval.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.model import PhraseModel
+from indexer.build import BuildOptions
+from indexer.evaluate import run_eval
+from spanseek.cli import main
+
+KEYS = {
+    "n_questions": None,
+    "phrase": {"em@1", "f1@1", "em@10"},
+    "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
+    "doc": {"acc@1", "acc@5"},
+    "rc": {"em", "f1"},
+    "seconds": None,
+    "questions_per_second": None,
+}
+
+
+def check_metrics(m: dict, n: int, rc: bool) -> None:
+    assert set(m) == set(KEYS) - (set() if rc else {"rc"})
+    assert m["n_questions"] == n
+    for group, names in KEYS.items():
+        if names and group in m:
+            assert set(m[group]) == names
+            assert all(0.0 <= v <= 100.0 and round(v, 1) == v for v in m[group].values())
+
+
+def test_run_eval_over_the_question_files_paragraphs(tmp_path, tiny_squad, tiny_model_dir):
+    out = tmp_path / "metrics.json"
+    m = run_eval(tiny_squad, tiny_model_dir, reading_comprehension=True, limit=10, out=out, progress=False,
+                 build=BuildOptions(progress=False, precision="fp32"))
+    check_metrics(m, 10, rc=True)
+    assert json.loads(out.read_text()) == m
+    # every question's gold document is one of the 4 articles, so the top 5 documents always hold it
+    assert m["doc"]["acc@5"] == 100.0
+    assert m["phrase"]["em@10"] >= m["phrase"]["em@1"] and m["passage"]["acc@20"] >= m["passage"]["acc@5"] >= m["passage"]["acc@1"]
+
+
+def test_cli_search_prints_json_lines(tiny_index, tiny_model_dir, capsys):
+    questions = ["When did Alba build the castle?", "Who built the bridge?"]
+    for unit in ("phrase", "passage", "doc"):
+        args = ["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--unit", unit,
+                "--top-k", "3", "--device", "cpu", *questions]
+        assert main(args) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == 2
+        for q, line in zip(questions, lines, strict=True):
+            rec = json.loads(line)
+            assert rec["query"] == q and rec["unit"] == unit and len(rec["hits"]) == 3
+            for h in rec["hits"]:
+                assert set(h) == {"text", "score", "start", "end", "passage_id", "passage", "doc_id", "title"}
+                assert h["passage"][h["start"] : h["end"]] == h["text"]
+            if unit != "phrase":
+                key = "passage_id" if unit == "passage" else "doc_id"
+                assert len({h[key] for h in rec["hits"]}) == 3
+
+
+def test_cli_search_reads_questions_from_stdin(tiny_index, tiny_model_dir, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("Who built the bridge?\n\nWhere is the river?\n"))
+    assert main(["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--top-k", "1"]) == 0
+    assert [json.loads(x)["query"] for x in capsys.readouterr().out.splitlines()] == ["Who built the bridge?", "Where is the river?"]
+
+
+def test_cli_eval_with_an_index(tmp_path, tiny_squad, tiny_model_dir, capsys):
+    corpus, index, out = tmp_path / "corpus.jsonl", tmp_path / "index", tmp_path / "m.json"
+    assert main(["corpus", "from-squad", str(tiny_squad), "--out", str(corpus)]) == 0
+    assert main(["index", "build", "--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(index),
+                 "--quiet", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--questions", str(tiny_squad), "--model", str(tiny_model_dir), "--index", str(index),
+                 "--reading-comprehension", "--limit", "6", "--out", str(out), "--quiet"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    check_metrics(printed, 6, rc=True)
+    assert json.loads(out.read_text()) == printed
+
+
+def test_eval_refuses_questions_whose_passages_are_not_indexed(tiny_squad, tiny_index, tiny_model_dir, capsys):
+    # the tiny index holds another corpus: reading comprehension cannot find the gold passages
+    assert main(["eval", "--questions", str(tiny_squad), "--model", str(tiny_model_dir), "--index", str(tiny_index),
+                 "--reading-comprehension", "--quiet"]) == 2
+    assert "gold passage is not in the index" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["search", "--index", "{tmp}/nowhere", "--model", "{model}", "q"], "no such index directory"),
+        (["search", "--index", "{tmp}/partial", "--model", "{model}", "q"], "again to resume it"),
+        (["search", "--index", "{index}", "--model", "{other}", "q"], "index was built with a different model"),
+        (["search", "--index", "{index}", "--model", "{tmp}", "q"], "not a spanseek model directory"),
+        (["eval", "--questions", "{tmp}/notsquad.json", "--model", "{model}", "--quiet"], "not SQuAD format"),
+        (["eval", "--questions", "{tmp}/missing.json", "--model", "{model}", "--quiet"], "No such file"),
+    ],
+)
+def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_index, tiny_model_dir, tiny_config, capsys, argv, message):
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "notsquad.json").write_text(json.dumps({"questions": []}))
+    other = PhraseModel(tiny_config).save(tmp_path / "other") if "{other}" in argv else None
+    argv = [a.format(tmp=tmp_path, model=tiny_model_dir, index=tiny_index, other=other) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"spanseek {argv[0]}: error: ") and message in err and "Traceback" not in err
+
+
+def test_cli_usage_errors_exit_2(tiny_index, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["search", "--index", str(tiny_index), "--unit", "sentence", "q"])
+    assert e.value.code == 2 and "invalid choice: 'sentence'" in capsys.readouterr().err
