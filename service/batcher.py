@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.search import Hit, Searcher
+from core.search import Hit, Searcher, Unit
 from service.errors import NotReady, Overloaded
 from service.metrics import ServiceMetrics
 
@@ -36,7 +36,7 @@ log = logging.getLogger("service.batcher")
 class SearchParams:
     """Parameters that must be equal for questions to share one ``search_vectors`` call."""
 
-    unit: str
+    unit: Unit
     top_k: int
     max_answer_tokens: int | None = None
     nprobe: int | None = None
@@ -97,7 +97,7 @@ def run_batch(
         sel = np.asarray(members)
         hits = searcher.search_vectors(
             q_start[sel], q_end[sel], params.unit, params.top_k, params.max_answer_tokens, params.nprobe, timings
-        )  # type: ignore[arg-type]
+        )
         for b, h in zip(members, hits, strict=True):
             i = rows[b]
             out[flat[i][0]][position[i]] = h
