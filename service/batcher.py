@@ -141,6 +141,17 @@ class MicroBatcher:
         """Start the queue owner task on the running event loop."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="spanseek-batcher")
+            self._task.add_done_callback(self._on_exit)
+
+    def _on_exit(self, task: asyncio.Task) -> None:
+        """If the queue owner ever dies, say so and fail fast rather than leave requests waiting forever."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("the batcher stopped", exc_info=task.exception())
+        self._closed = True
+        for item in self._pending:
+            if not item.future.done():
+                item.future.set_exception(NotReady("the search batcher stopped"))
 
     async def stop(self) -> None:
         """Stop taking requests; waiting requests fail with NotReady (503)."""

@@ -71,9 +71,18 @@ class NotReady(ServiceError):
         super().__init__(message, {"Retry-After": "5"})
 
 
+class ClientClosed(ServiceError):
+    """The client disconnected before its answer was ready (nginx's 499; nobody receives this body)."""
+
+    status, error = 499, "client_closed"
+
+    def __init__(self, message: str = "the client closed the connection"):
+        super().__init__(message)
+
+
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
 ERROR_TYPES = ("bad_request", "unauthorized", "not_found", "method_not_allowed", "payload_too_large",
-               "validation_error", "overloaded", "not_ready", "internal_error")
+               "validation_error", "overloaded", "not_ready", "client_closed", "internal_error")
 _HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
                      413: "payload_too_large", 429: "overloaded", 503: "not_ready"}
 

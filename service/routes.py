@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
+from collections.abc import Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.batcher import SearchParams
-from service.errors import BadRequest, NotReady, PayloadTooLarge, Unauthorized, request_id_of
+from service.batcher import BatchOutcome, SearchParams
+from service.errors import BadRequest, ClientClosed, NotReady, PayloadTooLarge, Unauthorized, request_id_of
 from service.schemas import (
     ErrorResponse,
     HealthResponse,
@@ -44,6 +46,29 @@ def require_api_key(request: Request) -> None:
     given = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
     if not secrets.compare_digest(given.encode(), key.get_secret_value().encode()):
         raise Unauthorized()
+
+
+async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
+    """After the body is read, the next ASGI message is ``http.disconnect``: the client left, drop its work."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            task.cancel()
+            return
+
+
+async def submit_unless_client_leaves(request: Request, work: Coroutine[Any, Any, BatchOutcome]) -> BatchOutcome:
+    """Await the batcher; if the client disconnects first, cancel the request so the batcher skips it."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_cancel_on_disconnect(request, task))
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if watcher.done() and not watcher.cancelled():
+            raise ClientClosed() from None
+        raise
+    finally:
+        watcher.cancel()
 
 
 def _check_range(name: str, value: int | None, low: int, high: int) -> None:
@@ -130,7 +155,7 @@ async def search(
         max_answer_tokens=body.max_answer_length,
         nprobe=body.nprobe or state.default_nprobe,
     )
-    outcome = await state.batcher.submit(questions, params)
+    outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params))
     state.metrics.questions.labels(unit=unit).inc(len(questions))
     timings = Timings(
         queue=outcome.queue * 1e3, encode=outcome.encode * 1e3, search=outcome.search * 1e3,

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import numpy as np
+import pytest
 
 from service.app import create_app
 
@@ -101,3 +102,31 @@ async def test_cancelled_requests_are_skipped(settings_for, counting_factory, as
         assert (await busy).status_code == 200
     encoded = [q for call in encoder.calls for q in call]
     assert "client still here" in encoded and "client went away" not in encoded
+
+
+def test_a_client_that_disconnects_is_skipped_under_uvicorn(settings_for, counting_factory, live):
+    """Over a real socket: the client gives up (timeout), the server notices the disconnect and drops its question."""
+    import threading
+
+    import httpx
+
+    factory, encoder = counting_factory(block=True)
+    encoder.gate.set()
+    app = create_app(settings_for(max_batch_size=8, max_wait_ms=1), factory)
+    with live(app) as url:
+        encoder.gate.clear()
+        encoder.entered.clear()
+        busy = threading.Thread(target=lambda: httpx.post(url + "/search", json={"query": "occupies the worker"}, timeout=30))
+        busy.start()
+        assert encoder.entered.wait(10)
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(url + "/search", json={"query": "impatient client"}, timeout=0.5)
+        deadline = time.monotonic() + 10
+        while 'spanseek_errors_total{type="client_closed"} 1.0' not in httpx.get(url + "/metrics").text:
+            assert time.monotonic() < deadline, "the disconnect was not noticed"
+            time.sleep(0.05)
+        encoder.gate.set()
+        busy.join(30)
+        assert httpx.post(url + "/search", json={"query": "patient client"}, timeout=30).status_code == 200
+    encoded = [q for call in encoder.calls for q in call]
+    assert "patient client" in encoded and "impatient client" not in encoded
