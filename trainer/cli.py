@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def _phrase(args: argparse.Namespace) -> int:
     from core.config import EncoderConfig
+    from trainer.distributed import DistInfo
     from trainer.losses import LossConfig
     from trainer.train import TrainConfig, lora_settings, train_phrase
 
@@ -16,7 +18,10 @@ def _phrase(args: argparse.Namespace) -> int:
         max_seq_len=args.max_seq_len, stride=args.stride, weights="full" if args.full else "lora",
         lora=lora_settings(args.lora_r),
     )
-    cfg = TrainConfig(
+    env = os.environ  # torchrun sets these; a plain run is rank 0 of 1
+    dist = DistInfo(rank=int(env.get("RANK", 0)), world=int(env.get("WORLD_SIZE", 1)),
+                    local_rank=int(env.get("LOCAL_RANK", 0)))
+    cfg = TrainConfig(dist=dist,
         train=args.train, out=args.out, encoder=enc,
         loss=LossConfig(kind=args.loss, lambda_inb=args.lambda_inb, lambda_pre=args.lambda_inb),
         epochs=args.epochs, max_steps=args.max_steps, batch_windows=args.batch_windows, lr=args.lr,

@@ -74,6 +74,7 @@ def _side_loss(
     pre: torch.Tensor | None,
     hard: tuple[torch.Tensor, torch.Tensor] | None,
     cfg: LossConfig,
+    others: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``hard`` = (vectors (M, d), mask (Q, M) of allowed negatives for this side)."""
     """Loss of one side (start or end). q (Q, d); H (P, T, d); ok (P, T); q_passage, gold (Q,)."""
@@ -86,6 +87,9 @@ def _side_loss(
     inb = inb.masked_fill(~other, NEG_INF)
     negs = [inb]
     weights = [cfg.lambda_inb]
+    if others is not None:  # gold vectors of other ranks' questions: in-batch negatives too
+        negs.append(q @ others.T)
+        weights.append(cfg.lambda_inb)
     if pre is not None:
         negs.append(q @ pre.T)  # (Q, C·Q')
         weights.append(cfg.lambda_pre)
@@ -115,10 +119,16 @@ def phrase_loss(
     cfg: LossConfig,
     pre: tuple[torch.Tensor, torch.Tensor] | None = None,
     hard: HardNegatives | None = None,
+    others: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Mean of the start-side and end-side losses (hard negatives are used by the unified loss only)."""
+    """Mean of the start-side and end-side losses (hard negatives are used by the unified loss only).
+
+    ``others`` = gold start and end vectors of the other data-parallel ranks' questions (trainer.distributed).
+    """
     hard_s = (hard.vectors, hard.allowed & hard.start_ok[None, :]) if hard is not None else None
     hard_e = (hard.vectors, hard.allowed & hard.end_ok[None, :]) if hard is not None else None
-    ls = _side_loss(q_start, H, start_ok, q_passage, gold_start, None if pre is None else pre[0], hard_s, cfg)
-    le = _side_loss(q_end, H, end_ok, q_passage, gold_end, None if pre is None else pre[1], hard_e, cfg)
+    ls = _side_loss(q_start, H, start_ok, q_passage, gold_start, None if pre is None else pre[0], hard_s, cfg,
+                    None if others is None else others[0])
+    le = _side_loss(q_end, H, end_ok, q_passage, gold_end, None if pre is None else pre[1], hard_e, cfg,
+                    None if others is None else others[1])
     return (ls + le) / 2

@@ -28,7 +28,9 @@ from core.config import DEFAULT_BACKBONE, EncoderConfig, LoraSettings
 from core.encoding import autocast, pick_device, pick_precision
 from core.io import load_squad, split_articles, squad_questions, write_json_atomic
 from core.model import PhraseModel, load_tokenizer
+from trainer import distributed
 from trainer.data import TrainWindow, build_windows, collate
+from trainer.distributed import DistInfo
 from trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
 from trainer.mining import load_hard_negatives
 
@@ -65,6 +67,7 @@ class TrainConfig:
     device: str = "auto"
     seed: int = 0
     progress: bool = True
+    dist: DistInfo = field(default_factory=DistInfo)  # set by the CLI from torchrun's environment
 
 
 def _batches(windows: list[TrainWindow], size: int, seed: int) -> list[list[int]]:
@@ -108,9 +111,14 @@ def train_phrase(cfg: TrainConfig) -> dict:
     """Train (or resume) a phrase model; returns a summary with throughput and validation metrics."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # the same on every rank: identical initial adapters
     device = pick_device(cfg.device)
+    if cfg.dist.enabled and device.type == "cuda":
+        device = torch.device("cuda", cfg.dist.local_rank)
+        torch.cuda.set_device(device)
     precision = pick_precision(cfg.precision, device)
+    distributed.init(cfg.dist, device.type)
+    main = cfg.dist.is_main
 
     data = load_squad(cfg.train)
     train_articles, _ = split_articles(data, cfg.holdout_every, cfg.holdout_offset)
@@ -129,7 +137,8 @@ def train_phrase(cfg: TrainConfig) -> dict:
     n_q = sum(len(w.questions) for w in windows)
     log.info("training on %d questions in %d windows (skipped %s)", n_q, len(windows), skipped)
 
-    steps_per_epoch = math.ceil(len(windows) / cfg.batch_windows)
+    # every rank walks the same batch order; rank r takes batches r, r + world, ... of it
+    steps_per_epoch = max(1, math.ceil(len(windows) / cfg.batch_windows) // cfg.dist.world)
     total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -146,20 +155,21 @@ def train_phrase(cfg: TrainConfig) -> dict:
         sched.load_state_dict(state["scheduler"])
         step = state["step"]
         log.info("resumed from %s at step %d", last, step)
-    write_json_atomic(out / "train_config.json", {**asdict(replace(cfg, encoder=enc_cfg)), "encoder": enc_cfg.to_dict()})
+    if main:
+        write_json_atomic(out / "train_config.json", {**asdict(replace(cfg, encoder=enc_cfg)), "encoder": enc_cfg.to_dict()})
 
     cache = PreBatchCache(cfg.prebatch)
     pre_on = int(cfg.prebatch_warmup * total)
     model.train()
     seen_q, t0 = 0, time.perf_counter()
-    bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not cfg.progress)
+    bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not (cfg.progress and main))
     loss_ema = None
     order, order_epoch = [], -1
     while step < total:
         epoch, pos = divmod(step, steps_per_epoch)
         if epoch != order_epoch:
             order, order_epoch = _batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
-        batch_ids = order[pos]
+        batch_ids = order[pos * cfg.dist.world + cfg.dist.rank]
         batch = collate([windows[i] for i in batch_ids], tokenizer, enc_cfg.max_query_len,
                         cfg.hard_per_batch if hard else 0).to(device)
         P = batch.n_windows
@@ -177,25 +187,39 @@ def train_phrase(cfg: TrainConfig) -> dict:
                     end_ok=batch.end_ok[P:].reshape(-1),
                     allowed=batch.hard_allowed.repeat_interleave(T, dim=1),  # (Q, Hp * T)
                 )
+            gold_s, gold_e = H[batch.q_passage, batch.gold_start], H[batch.q_passage, batch.gold_end]
+            others = None
+            if cfg.dist.enabled:
+                others = (distributed.gather_others(gold_s, cfg.dist), distributed.gather_others(gold_e, cfg.dist))
             loss = phrase_loss(H, q_start, q_end, batch.start_ok[:P], batch.end_ok[:P], batch.q_passage,
-                               batch.gold_start, batch.gold_end, cfg.loss, pre=pre, hard=hard_negs)
+                               batch.gold_start, batch.gold_end, cfg.loss, pre=pre, hard=hard_negs, others=others)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if cfg.dist.enabled:
+            for p in params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            distributed.all_reduce_mean([p.grad for p in params], cfg.dist.world)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        cache.push(H[batch.q_passage, batch.gold_start].float(), H[batch.q_passage, batch.gold_end].float())
+        cache.push(gold_s.float(), gold_e.float())
         step += 1
         seen_q += len(batch.q_passage)
         loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
         bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t0):.1f}")
         bar.update(1)
-        if step % cfg.checkpoint_every == 0 or step == total:
+        if main and (step % cfg.checkpoint_every == 0 or step == total):
             _save(model, out, "last", {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step})
-        if cfg.snapshot_every and step % cfg.snapshot_every == 0:
+        if main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
             model.save(out / "snapshots" / f"step-{step:06d}")
     bar.close()
     elapsed = time.perf_counter() - t0
+    if cfg.dist.enabled:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+        if not main:
+            return {"rank": cfg.dist.rank, "steps": step}
     summary = {
         "steps": step,
         "train_questions": n_q,
@@ -205,6 +229,7 @@ def train_phrase(cfg: TrainConfig) -> dict:
         "questions_per_second": round(seen_q / elapsed, 2) if elapsed > 0 else None,
         "precision": precision,
         "device": str(device),
+        "world_size": cfg.dist.world,
     }
     if cfg.val_questions:
         from indexer.evaluate import run_eval

@@ -5,38 +5,20 @@ from __future__ import annotations
 
 import gzip
 import json
-import random
 
 import pytest
 import torch
 
-from tests.conftest import make_paragraph
-
-
-def make_squad(path, n_articles: int = 40, seed: int = 0):
-    """A SQuAD-format file: each question asks for the builder of a year, answer = the name in that sentence."""
-    rng = random.Random(seed)
-    data = []
-    for a in range(n_articles):
-        paragraphs = []
-        for _ in range(3):
-            ctx = make_paragraph(rng, rng.randint(2, 3))
-            qas = []
-            for s, sent in enumerate(ctx.split(". ")):
-                words = sent.split()
-                year, name = words[1], words[2]
-                qas.append({"id": f"q{a}-{len(paragraphs)}-{s}", "question": f"Who built it in {year}?",
-                            "answers": [{"text": name, "answer_start": ctx.index(f"{year} {name}") + len(year) + 1}]})
-            paragraphs.append({"context": ctx, "qas": qas})
-        data.append({"title": f"Article {a}", "paragraphs": paragraphs})
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        json.dump({"version": "test", "data": data}, f)
-    return path
+from tests.conftest import make_squad
 
 
 @pytest.fixture(scope="module")
 def squad_file(tmp_path_factory):
-    return make_squad(tmp_path_factory.mktemp("squad") / "train.json.gz")
+    """40 articles, so that the fixed split holds two of them out (articles 7 and 27)."""
+    path = tmp_path_factory.mktemp("squad") / "train.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(make_squad(n_articles=40), f)
+    return path
 
 
 def test_bm25_mining_excludes_gold_and_answers_and_resumes(squad_file, tmp_path, monkeypatch):
