@@ -49,6 +49,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     epochs: float = 1.0
     max_steps: int | None = None  # stop after this many steps (overrides epochs)
+    stop_after: int | None = None  # end the run at this step, keeping the schedule of the full run (comparisons)
     batch_windows: int = 24  # passage windows per step (each with all of its questions)
     lr: float = 1e-3  # LoRA and heads; use ~5e-5 for full fine-tuning
     warmup: float = 0.05  # fraction of steps with linear warm-up
@@ -165,7 +166,8 @@ def train_phrase(cfg: TrainConfig) -> dict:
     bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not (cfg.progress and main))
     loss_ema = None
     order, order_epoch = [], -1
-    while step < total:
+    end = min(total, cfg.stop_after or total)
+    while step < end:
         epoch, pos = divmod(step, steps_per_epoch)
         if epoch != order_epoch:
             order, order_epoch = _batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
@@ -209,7 +211,7 @@ def train_phrase(cfg: TrainConfig) -> dict:
         loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
         bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t0):.1f}")
         bar.update(1)
-        if main and (step % cfg.checkpoint_every == 0 or step == total):
+        if main and (step % cfg.checkpoint_every == 0 or step == end):
             _save(model, out, "last", {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step})
         if main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
             model.save(out / "snapshots" / f"step-{step:06d}")
