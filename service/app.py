@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from core.search import UNITS, Searcher
-from service.batcher import MicroBatcher, SearchParams
+from service.batcher import MicroBatcher, SearchParams, run_batch
 from service.errors import install_error_handlers
 from service.metrics import ServiceMetrics
 from service.middleware import RequestContextMiddleware
@@ -105,8 +105,7 @@ class ServiceState:
         log.info("ready: %s in %.1f s", self.info.get("index", {}).get("dir"), time.perf_counter() - t0)
 
     def _warm_up(self, searcher: Searcher) -> None:
-        from service.batcher import run_batch
-
+        """Every unit once, including blank and non-Latin questions, then one full-size batch."""
         k = self.settings.default_top_k
         requests = [(WARMUP_QUESTIONS, SearchParams(u, k, None, self.default_nprobe)) for u in UNITS]
         run_batch(searcher, requests)

@@ -126,6 +126,7 @@ class MicroBatcher:
         self.max_queue = max_queue
         self.metrics = metrics
         self._pending: deque[_Pending] = deque()
+        self._inflight: list[_Pending] = []  # the batch being run
         self._depth = 0  # questions in _pending (including cancelled ones not yet dropped)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -149,7 +150,7 @@ class MicroBatcher:
             return
         log.error("the batcher stopped", exc_info=task.exception())
         self._closed = True
-        for item in self._pending:
+        for item in [*self._inflight, *self._pending]:
             if not item.future.done():
                 item.future.set_exception(NotReady("the search batcher stopped"))
 
@@ -160,10 +161,10 @@ class MicroBatcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        while self._pending:
-            item = self._pending.popleft()
+        for item in [*self._inflight, *self._pending]:
             if not item.future.done():
                 item.future.set_exception(NotReady("the service is shutting down"))
+        self._pending.clear()
         self._set_depth(0)
 
     async def submit(self, questions: list[str], params: SearchParams) -> BatchOutcome:
@@ -234,14 +235,17 @@ class MicroBatcher:
         started = time.monotonic()
         requests = [(item.questions, item.params) for item in batch]
         size = sum(len(q) for q, _ in requests)
+        self._inflight = batch  # stays set if we are cancelled (stop() then fails these requests)
         try:
             hits, t = await asyncio.get_running_loop().run_in_executor(self.executor, run_batch, self.searcher, requests)
         except Exception as e:  # one bad batch fails its requests (mapped to 500), not the batcher
+            self._inflight = []
             log.exception("batch of %d questions failed", size)
             for item in batch:
                 if not item.future.done():
                     item.future.set_exception(e)
             return
+        self._inflight = []
         elapsed = time.monotonic() - started
         self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * elapsed
         if self.metrics is not None:

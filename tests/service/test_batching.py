@@ -130,3 +130,27 @@ def test_a_client_that_disconnects_is_skipped_under_uvicorn(settings_for, counti
         assert httpx.post(url + "/search", json={"query": "patient client"}, timeout=30).status_code == 200
     encoded = [q for call in encoder.calls for q in call]
     assert "patient client" in encoded and "impatient client" not in encoded
+
+
+async def test_stopping_fails_queued_and_running_requests_with_503(tiny_searcher, counting_factory):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from service.batcher import MicroBatcher, SearchParams
+    from service.errors import NotReady
+
+    factory, encoder = counting_factory(block=True)
+    executor = ThreadPoolExecutor(1)
+    batcher = MicroBatcher(factory(None), executor, max_batch_size=1, max_wait_ms=0, max_queue=8)
+    batcher.start()
+    running = asyncio.create_task(batcher.submit(["running"], SearchParams("phrase", 1)))
+    await _until(encoder.entered.is_set)
+    queued = asyncio.create_task(batcher.submit(["queued"], SearchParams("phrase", 1)))
+    await asyncio.sleep(0.05)
+    await batcher.stop()
+    for task in (running, queued):
+        with pytest.raises(NotReady):
+            await asyncio.wait_for(task, 5)
+    with pytest.raises(NotReady):
+        await batcher.submit(["late"], SearchParams("phrase", 1))
+    encoder.gate.set()
+    executor.shutdown(wait=True)
