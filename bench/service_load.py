@@ -208,7 +208,8 @@ async def wait_ready(client: httpx.AsyncClient, proc: subprocess.Popen, timeout:
 
 
 async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Popen, questions: list[str]) -> dict:
-    limits = httpx.Limits(max_connections=max(args.concurrency) * 2 + 16, max_keepalive_connections=None)
+    # client idle expiry (2 s) below the server's keep-alive, as a well-behaved client keeps it
+    limits = httpx.Limits(max_connections=max(args.concurrency) * 2 + 16, max_keepalive_connections=None, keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
         await wait_ready(client, proc)
         await closed_loop(client, questions, min(args.concurrency), 1.0, args.unit, args.top_k)  # warm connections

@@ -21,6 +21,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--model", "model", str, "model directory or 'default' (SPANSEEK_MODEL)"),
     ("--host", "host", str, "listen address (default 127.0.0.1)"),
     ("--port", "port", int, "listen port (default 8000)"),
+    ("--keep-alive-s", "keep_alive_s", float, "HTTP keep-alive idle timeout in seconds (default 75)"),
     ("--device", "device", str, "auto, cpu, cuda, cuda:N"),
     ("--precision", "precision", str, "auto, fp32 or bf16"),
     ("--torch-threads", "torch_threads", int, "torch intra-op threads on CPU"),
@@ -81,5 +82,5 @@ def _serve(args: argparse.Namespace) -> int:
     log.info("serving %s with model %s on http://%s:%d", settings.index, settings.model, settings.host, settings.port)
     # One process: the micro-batcher batches across all requests of its process; scale with replicas instead.
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                workers=1, timeout_graceful_shutdown=10)
+                workers=1, timeout_graceful_shutdown=10, timeout_keep_alive=settings.keep_alive_s)
     return 0

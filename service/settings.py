@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     # Where `spanseek serve` listens. Loopback by default so a laptop run is not exposed; images use 0.0.0.0.
     host: str = Field("127.0.0.1", description="listen address (spanseek serve)")
     port: int = Field(8000, ge=1, le=65535, description="listen port (spanseek serve)")
+    # Idle keep-alive before the server closes a connection. Longer than the client's / load balancer's idle
+    # timeout (httpx 5 s, AWS ALB 60 s) so the server never closes a connection a client is about to reuse
+    # (that race shows up as connection resets under load); costs one idle socket per client.
+    keep_alive_s: float = Field(75.0, gt=0, description="HTTP keep-alive idle timeout (spanseek serve)")
 
     # Micro-batching. A bigger batch raises throughput (one encoder pass and one faiss call for many questions)
     # but each batch takes longer; a longer wait fills batches at low load at the cost of added latency.
