@@ -121,6 +121,8 @@ class Searcher:
         self.index.set_nprobe(nprobe)
         ntotal = self.index.faiss.ntotal
         k = min(ntotal, max(32, 2 * top_k) if unit == "phrase" else max(64, 8 * top_k))
+        # a unit search deepens until top_k units are found, or every unit the index has (not every token)
+        want = min(top_k, len(self.index.passages) if unit == "passage" else len(self.index.docs))
         pending = np.arange(len(q_start))
         spans: list[Spans | None] = [None] * len(q_start)
         t_search = t_agg = 0.0
@@ -131,7 +133,7 @@ class Searcher:
             still = []
             for b, sp in zip(pending.tolist(), found, strict=True):
                 spans[b] = sp
-                if unit != "phrase" and k < ntotal and self._count_units(sp, unit) < top_k:
+                if unit != "phrase" and k < ntotal and self._count_units(sp, unit) < want:
                     still.append(b)
             t_search += t1 - t0
             t_agg += time.perf_counter() - t1
