@@ -66,6 +66,25 @@ def long_searcher(tmp_path_factory, tiny_model_dir):
     return searcher
 
 
+@pytest.fixture(scope="module")
+def small_searcher(tmp_path_factory, tiny_model_dir):
+    """3 documents x 2 one-sentence passages: fewer tokens than the first search round's k (64), so passage and
+    document search see every span and their scores must be the exact maxima."""
+    from core.loading import open_searcher
+    from indexer.build import BuildOptions, build_index
+
+    rng = random.Random(11)
+    d = tmp_path_factory.mktemp("small")
+    docs = [{"id": f"s{i}", "title": f"Small {i}", "paragraphs": [make_paragraph(rng, 1)[:40] for _ in range(2)]}
+            for i in range(3)]
+    write = d / "corpus.jsonl"
+    write.write_text("".join(json.dumps(x) + "\n" for x in docs))
+    build_index(write, tiny_model_dir, d / "index", BuildOptions(progress=False, precision="fp32"))
+    searcher = open_searcher(d / "index", tiny_model_dir, device="cpu", precision="fp32")
+    assert searcher.index.faiss.ntotal <= 64
+    return searcher
+
+
 def test_top_phrase_matches_brute_force_on_a_long_passage(long_searcher):
     idx, L = long_searcher.index, long_searcher.max_answer_tokens
     qs, qe = random_questions(np.random.default_rng(1), 25, idx.vectors.shape[1])
@@ -114,15 +133,13 @@ def test_phrase_hits_are_unique_and_never_split_words(tiny_searcher):
 
 
 @pytest.mark.parametrize("unit", ["passage", "doc"])
-def test_unit_score_is_the_max_over_its_phrases(tiny_searcher, unit):
-    """Asking for more units than the index has deepens to every token: then the result is exact."""
-    idx, L = tiny_searcher.index, tiny_searcher.max_answer_tokens
+def test_unit_score_is_the_max_over_its_phrases(small_searcher, unit):
+    idx, L = small_searcher.index, small_searcher.max_answer_tokens
     n_units = len(idx.passages) if unit == "passage" else len(idx.docs)
-    qs, qe = random_questions(np.random.default_rng(4), 5, idx.vectors.shape[1])
-    for b, hits in enumerate(tiny_searcher.search_vectors(qs, qe, unit, top_k=n_units + 3)):
-        best = passage_maxima(idx, qs[b], qe[b], L)
+    qs, qe = random_questions(np.random.default_rng(4), 8, idx.vectors.shape[1])
+    for b, hits in enumerate(small_searcher.search_vectors(qs, qe, unit, top_k=n_units)):
         expected: dict[int, float] = {}
-        for p, (s, _, _) in enumerate(best):
+        for p, (s, _, _) in enumerate(passage_maxima(idx, qs[b], qe[b], L)):
             key = p if unit == "passage" else idx.passages[p]["doc"]
             expected[key] = max(expected.get(key, -np.inf), s)
         got = {(h.passage_id if unit == "passage" else idx.passages[h.passage_id]["doc"]): h.score for h in hits}
@@ -130,6 +147,27 @@ def test_unit_score_is_the_max_over_its_phrases(tiny_searcher, unit):
         for key, score in got.items():
             assert score == pytest.approx(expected[key], rel=1e-4, abs=1e-4)
         assert [h.score for h in hits] == sorted(got.values(), reverse=True)
+
+
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_asking_for_more_units_than_exist_returns_all_without_exhausting_the_index(tiny_searcher, monkeypatch, unit):
+    """Deepening stops once every unit of the index is found: it must not search all N tokens (k = N) for a
+    top_k the index cannot fill (on a real index that costs minutes and gigabytes per question)."""
+    idx = tiny_searcher.index
+    n_units = len(idx.passages) if unit == "passage" else len(idx.docs)
+    rounds = []
+    spans = tiny_searcher._spans
+
+    def counting_spans(q_start, q_end, k, *rest):
+        rounds.append(k)
+        return spans(q_start, q_end, k, *rest)
+
+    monkeypatch.setattr(tiny_searcher, "_spans", counting_spans)
+    qs, qe = random_questions(np.random.default_rng(9), 6, idx.vectors.shape[1])
+    for hits in tiny_searcher.search_vectors(qs, qe, unit, top_k=n_units + 10):
+        keys = [h.passage_id if unit == "passage" else h.doc_id for h in hits]
+        assert len(keys) == len(set(keys)) == n_units
+    assert max(rounds) < idx.faiss.ntotal, rounds
 
 
 @pytest.mark.parametrize(("unit", "k"), [("passage", 1), ("passage", 17), ("passage", 24), ("doc", 1), ("doc", 5), ("doc", 6)])
