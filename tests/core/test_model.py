@@ -16,6 +16,7 @@ import torch
 from core.config import EncoderConfig
 from core.model import (
     CONFIG_NAME,
+    DEFAULT_MODEL_DIR,
     WEIGHTS_NAME,
     ModelError,
     PhraseModel,
@@ -111,6 +112,15 @@ def test_bad_references_are_explained(tmp_path):
     with pytest.raises(ModelError, match="is not installed"):
         resolve_backbone("package:no-such-spanseek-backbone")
     assert resolve_backbone("/some/local/dir") == "/some/local/dir"
+
+
+def test_default_model_is_bundled_and_small():
+    if not (DEFAULT_MODEL_DIR / CONFIG_NAME).is_file():
+        pytest.skip(f"no default model in {DEFAULT_MODEL_DIR} yet")
+    assert resolve_model("default") == DEFAULT_MODEL_DIR
+    config = EncoderConfig.load(DEFAULT_MODEL_DIR / CONFIG_NAME)
+    assert config.weights == "lora" and config.backbone.startswith("package:")  # loads on a fresh install
+    assert sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.rglob("*") if p.is_file()) <= 20e6
 
 
 def test_config_round_trip_and_validation(tmp_path, tiny_config):
