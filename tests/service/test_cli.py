@@ -55,3 +55,51 @@ def test_spanseek_serve_is_registered():
 
     args = build_parser().parse_args(["serve", "--index", "x", "--model", "default"])
     assert args.func.__module__ == "service.cli" and args.index == "x"
+
+
+def test_spanseek_serve_runs_the_service(tiny_index, tiny_model_dir):
+    """The real command on loopback: ready, answers a search, stops on SIGTERM."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "SPANSEEK_DEVICE": "cpu", "SPANSEEK_PRECISION": "fp32", "OMP_WAIT_POLICY": "PASSIVE"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spanseek.cli", "serve", "--index", str(tiny_index), "--model", str(tiny_model_dir),
+         "--port", str(port), "--max-batch-size", "4", "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "spanseek serve never became ready"
+            try:
+                if httpx.get(url + "/ready").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        r = httpx.post(url + "/search?unit=doc", json={"query": "who built the castle?", "top_k": 2})
+        assert r.status_code == 200 and len(r.json()["results"][0]["hits"]) == 2
+        assert httpx.get(url + "/info").json()["service"]["max_batch_size"] == 4
+    finally:
+        proc.terminate()
+        assert proc.wait(30) in (0, -15)  # uvicorn re-raises SIGTERM after a graceful shutdown
+
+
+def test_spanseek_serve_refuses_a_missing_index(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "spanseek.cli", "serve", "--index", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no such index directory" in out.stderr
