@@ -5,7 +5,8 @@ For a batch of questions the searcher
 1. runs MIPS over the token index with q_start (top-k start tokens) and with q_end (top-k end tokens);
 2. completes each start candidate i with the best end j in [i, i + L) of the same passage (score q_end . h_j),
    and each end candidate j with the best start in (j - L, j] (score q_start . h_i), reading the neighbours'
-   vectors from the index's fine store; both sides are re-scored with those vectors;
+   vectors from the ``vector_source``: ``fine`` (the fp16 store on disk, which also re-scores compressed-index
+   candidates) or ``codes`` (decoded from the compressed codes); both sides are re-scored with those vectors;
 3. deduplicates spans and ranks them by f(i, j) = q_start . h_i + q_end . h_j;
 4. for ``passage`` and ``doc`` units, scores each unit by the max over its phrases and deepens the search
    (k x 4) until ``top_k`` unique units are found or the index is exhausted.
@@ -71,15 +72,18 @@ class Searcher:
     """Batched phrase/passage/document search over a PhraseIndex.
 
     ``encoder`` (a core.encoding.QuestionEncoder) is needed only for ``search``; ``search_vectors`` takes
-    q_start / q_end directly.
+    q_start / q_end directly. ``vector_source`` (``fine`` | ``codes``; default: the index's) is where span
+    completion reads neighbour vectors; ``search``/``search_vectors`` can override it per call.
     """
 
-    def __init__(self, index: PhraseIndex, encoder=None, max_answer_tokens: int | None = None):
+    def __init__(
+        self, index: PhraseIndex, encoder=None, max_answer_tokens: int | None = None, vector_source: str | None = None
+    ):
         self.index = index
         self.encoder = encoder
         self.max_answer_tokens = max_answer_tokens or index.encoder_config.max_answer_tokens
-        self._passage_end = index.passage_tokens[1:][index.token_passage]  # (N,) end id of each token's passage
-        self._passage_begin = index.passage_tokens[:-1][index.token_passage]
+        if vector_source is not None:
+            index.set_vector_source(vector_source)
         self._passage_doc = np.asarray([p["doc"] for p in index.passages], dtype=np.int64)
 
     def search(
@@ -90,6 +94,7 @@ class Searcher:
         max_answer_tokens: int | None = None,
         nprobe: int | None = None,
         timings: dict[str, float] | None = None,
+        vector_source: str | None = None,
     ) -> list[list[Hit]]:
         """Encode questions and search; ``timings`` (if given) receives encode/search/aggregate seconds."""
         if self.encoder is None:
@@ -98,7 +103,7 @@ class Searcher:
         q_start, q_end = self.encoder.encode(questions)
         if timings is not None:
             timings["encode"] = time.perf_counter() - t0
-        return self.search_vectors(q_start, q_end, unit, top_k, max_answer_tokens, nprobe, timings)
+        return self.search_vectors(q_start, q_end, unit, top_k, max_answer_tokens, nprobe, timings, vector_source)
 
     def search_vectors(
         self,
@@ -109,6 +114,7 @@ class Searcher:
         max_answer_tokens: int | None = None,
         nprobe: int | None = None,
         timings: dict[str, float] | None = None,
+        vector_source: str | None = None,
     ) -> list[list[Hit]]:
         """q_start, q_end: (B, d) float32 -> per question, up to top_k hits of the unit."""
         if unit not in UNITS:
@@ -116,6 +122,7 @@ class Searcher:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         L = max_answer_tokens or self.max_answer_tokens
+        vectors = self._vector_reader(vector_source)
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)
         q_end = np.ascontiguousarray(q_end, dtype=np.float32)
         self.index.set_nprobe(nprobe)
@@ -128,7 +135,7 @@ class Searcher:
         t_search = t_agg = 0.0
         while len(pending):
             t0 = time.perf_counter()
-            found = self._spans(q_start[pending], q_end[pending], k, L)
+            found = self._spans(q_start[pending], q_end[pending], k, L, vectors)
             t1 = time.perf_counter()
             still = []
             for b, sp in zip(pending.tolist(), found, strict=True):
@@ -148,17 +155,30 @@ class Searcher:
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int, L: int) -> list[Spans]:
+    def _vector_reader(self, source: str | None):
+        """The PhraseIndex method that reads neighbour vectors for ``source`` (None: the index's default)."""
+        source = source or self.index.vector_source
+        if source == "codes":
+            if self.index.codes is None:
+                self.index.set_vector_source("codes")  # raises the index's explanation
+            return self.index.code_vectors
+        if source != "fine":
+            raise ValueError(f"vector_source must be 'fine' or 'codes', got {source!r}")
+        return self.index.token_vectors
+
+    def _spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int, L: int, vectors) -> list[Spans]:
         if self.index.faiss.ntotal == 0:
             empty = np.zeros(0, np.int64)
             return [Spans(empty, empty, np.zeros(0, np.float32)) for _ in range(len(q_start))]
         _, start_ids = self.index.faiss.search(q_start, k)  # (B, k)
         _, end_ids = self.index.faiss.search(q_end, k)
         return [
-            self._complete(start_ids[b], end_ids[b], q_start[b], q_end[b], L) for b in range(len(q_start))
+            self._complete(start_ids[b], end_ids[b], q_start[b], q_end[b], L, vectors) for b in range(len(q_start))
         ]
 
-    def _complete(self, start_ids: np.ndarray, end_ids: np.ndarray, qs: np.ndarray, qe: np.ndarray, L: int) -> Spans:
+    def _complete(
+        self, start_ids: np.ndarray, end_ids: np.ndarray, qs: np.ndarray, qe: np.ndarray, L: int, vec
+    ) -> Spans:
         """Span completion in both directions for one question; returns deduplicated spans by score."""
         flags = self.index.token_flags
         n = self.index.num_tokens
@@ -169,20 +189,23 @@ class Searcher:
         offs = np.arange(L)
         # forward: start s, ends s .. s+L-1 in the same passage
         fwd = s[:, None] + offs[None, :]  # (m, L)
-        fwd_ok = fwd < self._passage_end[s][:, None]
+        ptok = self.index.passage_tokens
+        fwd_ok = fwd < ptok[self.index.token_passage[s] + 1][:, None]  # end id of each start's passage
         fwd = np.minimum(fwd, n - 1)
         fwd_ok &= flags[fwd] & FLAG_END > 0
         # backward: end e, starts e-L+1 .. e in the same passage
         bwd = e[:, None] - offs[None, :]  # (m', L)
-        bwd_ok = bwd >= self._passage_begin[e][:, None]
+        bwd_ok = bwd >= ptok[self.index.token_passage[e]][:, None]
         bwd = np.maximum(bwd, 0)
         bwd_ok &= flags[bwd] & FLAG_START > 0
 
-        vec = self.index.token_vectors
-        s_score = vec(s) @ qs  # (m,)
-        e_score = vec(e) @ qe
-        fwd_end = np.where(fwd_ok, vec(fwd) @ qe, -np.inf)  # (m, L)
-        bwd_start = np.where(bwd_ok, vec(bwd) @ qs, -np.inf)
+        # one batched read of every vector needed (neighbour windows overlap; the reader dedups ids)
+        m, m2 = len(s), len(e)
+        v = vec(np.concatenate([s, e, fwd.reshape(-1), bwd.reshape(-1)]))  # (m + m' + (m + m') L, d)
+        s_score = v[:m] @ qs  # (m,)
+        e_score = v[m : m + m2] @ qe
+        fwd_end = np.where(fwd_ok, (v[m + m2 : m + m2 + m * L] @ qe).reshape(m, L), -np.inf)  # (m, L)
+        bwd_start = np.where(bwd_ok, (v[m + m2 + m * L :] @ qs).reshape(m2, L), -np.inf)  # (m', L)
         fj = fwd_end.argmax(axis=1)
         bi = bwd_start.argmax(axis=1)
         starts = np.concatenate([s, bwd[np.arange(len(e)), bi]])

@@ -12,6 +12,13 @@ An index directory (written by ``spanseek index build``) holds:
 - ``passages.jsonl``     one ``{"doc": int, "para": int, "text": str}`` per passage.
 - ``docs.jsonl``         one ``{"id": str, "title": str}`` per document.
 - ``index.faiss``        a faiss index over the (kept) token vectors, faiss ids = token ids.
+- ``codes.npy``          (N, code_size) uint8, optional: every token's faiss code (``sa_encode``) in id order,
+                         written for compressed (non-Flat) indexes; decoded with the index's ``sa_decode``.
+- ``token_filter.npy``   (N, 2) float16, optional: start/end filter probabilities (models with a filter head).
+
+Neighbour vectors (span completion and re-scoring) come from one of two sources, chosen per PhraseIndex
+(``vector_source``; the build records its default in ``manifest.faiss_params["vector_source"]``):
+``fine`` reads the fp16 fine store through a memory map; ``codes`` decodes the compressed codes of the ids.
 
 Token ids are contiguous per passage, so the L neighbours of a token are the next (or previous) L ids,
 clipped to its passage.
@@ -38,6 +45,9 @@ PASSAGE_TOKENS = "passage_tokens.npy"
 PASSAGES = "passages.jsonl"
 DOCS = "docs.jsonl"
 FAISS_INDEX = "index.faiss"
+CODES = "codes.npy"
+FILTER_SCORES = "token_filter.npy"
+VECTOR_SOURCES = ("fine", "codes")
 
 
 class IndexFormatError(RuntimeError):
@@ -102,9 +112,14 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 class PhraseIndex:
-    """Read-only view of an index directory: token vectors (memory-mapped), token map, passages, faiss."""
+    """Read-only view of an index directory: token vectors (memory-mapped), token map, passages, faiss.
 
-    def __init__(self, index_dir: str | Path, mmap: bool = True):
+    ``vector_source`` picks where neighbour vectors come from (``neighbour_vectors``): ``fine`` (the fp16 store)
+    or ``codes`` (decoded compressed codes); None takes the manifest's default. With ``mmap`` the fine store,
+    the codes and the character offsets stay on disk (page cache); the rest is held in RAM.
+    """
+
+    def __init__(self, index_dir: str | Path, mmap: bool = True, vector_source: str | None = None):
         import faiss
 
         self.dir = Path(index_dir)
@@ -113,7 +128,7 @@ class PhraseIndex:
         try:
             self.vectors = np.load(self.dir / VECTORS, mmap_mode=mode)
             self.token_passage = np.load(self.dir / TOKEN_PASSAGE)
-            self.token_offsets = np.load(self.dir / TOKEN_OFFSETS)
+            self.token_offsets = np.load(self.dir / TOKEN_OFFSETS, mmap_mode=mode)
             self.token_flags = np.load(self.dir / TOKEN_FLAGS)
             self.passage_tokens = np.load(self.dir / PASSAGE_TOKENS)
             self.passages = read_jsonl(self.dir / PASSAGES)
@@ -123,11 +138,26 @@ class PhraseIndex:
             self.faiss = faiss.read_index(str(self.dir / FAISS_INDEX))
         except FileNotFoundError as e:
             raise IndexFormatError(f"{self.dir}: index is incomplete ({Path(e.filename).name} missing); rebuild it") from e
+        self.codes = np.load(self.dir / CODES, mmap_mode=mode) if (self.dir / CODES).is_file() else None
         n = len(self.token_passage)
         if not (len(self.vectors) == len(self.token_offsets) == len(self.token_flags) == n == self.manifest.tokens):
             raise IndexFormatError(f"{self.dir}: token arrays disagree in length with the manifest ({self.manifest.tokens})")
         if len(self.passages) != self.manifest.passages or len(self.passage_tokens) != len(self.passages) + 1:
             raise IndexFormatError(f"{self.dir}: passage store disagrees with the manifest ({self.manifest.passages})")
+        if self.codes is not None and len(self.codes) != n:
+            raise IndexFormatError(f"{self.dir}: {CODES} has {len(self.codes)} rows for {n} tokens; rebuild the index")
+        self.vector_source = "fine"
+        self.set_vector_source(vector_source or self.manifest.faiss_params.get("vector_source", "fine"))
+
+    def set_vector_source(self, source: str) -> None:
+        """Where ``neighbour_vectors`` reads from: ``fine`` (fp16 store) or ``codes`` (decoded faiss codes)."""
+        if source not in VECTOR_SOURCES:
+            raise ValueError(f"vector_source must be one of {VECTOR_SOURCES}, got {source!r}")
+        if source == "codes" and self.codes is None:
+            raise IndexFormatError(
+                f"{self.dir}: no compressed codes ({CODES}; factory {self.manifest.factory}); use vector_source='fine'"
+            )
+        self.vector_source = source
 
     @property
     def encoder_config(self) -> EncoderConfig:
@@ -139,11 +169,24 @@ class PhraseIndex:
 
     def token_vectors(self, ids: np.ndarray) -> np.ndarray:
         """Fine vectors of token ids (any shape) as float32, shape ids.shape + (d,)."""
-        flat = ids.reshape(-1)
-        order = np.argsort(flat, kind="stable")  # sorted reads are kinder to a memory map
-        out = np.empty((len(flat), self.vectors.shape[1]), np.float32)
-        out[order] = self.vectors[flat[order]]
-        return out.reshape(*ids.shape, -1)
+        return self._gather(ids, lambda rows: self.vectors[rows])
+
+    def code_vectors(self, ids: np.ndarray) -> np.ndarray:
+        """Vectors of token ids decoded from their compressed codes (faiss ``sa_decode``), shape ids.shape + (d,)."""
+        if self.codes is None:
+            raise IndexFormatError(f"{self.dir}: no compressed codes ({CODES}) in a {self.manifest.factory} index")
+        return self._gather(ids, lambda rows: self.faiss.sa_decode(np.ascontiguousarray(self.codes[rows])))
+
+    def neighbour_vectors(self, ids: np.ndarray) -> np.ndarray:
+        """Vectors of token ids from the selected ``vector_source`` (what the searcher scores spans with)."""
+        return self.code_vectors(ids) if self.vector_source == "codes" else self.token_vectors(ids)
+
+    def _gather(self, ids: np.ndarray, read) -> np.ndarray:
+        """Rows ``read(sorted unique ids)`` scattered back to ids' shape + (d,), as float32 (one batched read)."""
+        ids = np.asarray(ids)
+        uniq, inverse = np.unique(ids.reshape(-1), return_inverse=True)  # sorted reads suit a memory map
+        rows = np.asarray(read(uniq), dtype=np.float32).reshape(len(uniq), self.vectors.shape[1])
+        return rows[inverse].reshape(*ids.shape, self.vectors.shape[1])
 
     def passage_range(self, passage: int) -> tuple[int, int]:
         return int(self.passage_tokens[passage]), int(self.passage_tokens[passage + 1])

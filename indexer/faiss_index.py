@@ -1,12 +1,27 @@
-"""Create, train and fill the faiss index over token vectors.
+"""Choose, validate, create, train and fill the faiss index over token vectors.
 
-``spanseek index build --factory F`` accepts any faiss factory string (inner-product metric); ``Flat`` is the
-exact index. Vectors are read in chunks from the memory-mapped fine store, so memory stays bounded.
+``spanseek index build --factory F`` accepts any faiss factory string (inner-product metric) or ``auto``:
+
+- ``Flat`` (exact) below ``FLAT_MAX`` vectors;
+- ``IVF{nlist},SQ8`` below ``SQ8_MAX`` (1 byte per dimension: the accuracy point);
+- ``OPQ{M},IVF{nlist},PQ{M}`` below ``PQ8_MAX`` and ``OPQ{M},IVF{nlist},PQ{M}x4fs`` (fast-scan, 4-bit codes)
+  above it (the size points), with M = dim / 4.
+
+nlist grows as ~4·sqrt(N) (a power of two) and is clipped so that every centroid gets at least
+``MIN_POINTS_PER_CENTROID`` (39, the faiss guidance) training vectors; PQ codebooks need the same per code
+(2^nbits codes per sub-quantiser). ``validate_factory`` parses nlist / M / nbits from any factory string and
+raises a ``FactoryError`` naming the fix when a corpus is too small, instead of a faiss assertion. ``nprobe`` is a
+search-time parameter (``PhraseIndex.set_nprobe``). Vectors are read in chunks from the memory-mapped fine store,
+so memory stays bounded; training uses a sample (``training_size``). With a GPU (``faiss.get_num_gpus() > 0``)
+training and adding run through ``indexer.compress_gpu`` and the index comes back to the CPU for storage.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import re
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -14,10 +29,153 @@ from tqdm.auto import tqdm
 log = logging.getLogger(__name__)
 
 ADD_CHUNK = 65536
+MIN_POINTS_PER_CENTROID = 39  # faiss warns below this many training vectors per k-means centroid
+MAX_POINTS_PER_CENTROID = 256  # faiss subsamples above this many anyway
+FLAT_MAX = 100_000
+SQ8_MAX = 5_000_000
+PQ8_MAX = 50_000_000
+AUTO = "auto"
 
 
 class FactoryError(ValueError):
     """A factory string faiss cannot build, or a corpus too small to train it."""
+
+
+@dataclass(frozen=True)
+class FactorySpec:
+    """What a factory string asks for (the parts that decide training needs and code size)."""
+
+    factory: str
+    nlist: int | None = None  # IVF coarse centroids
+    opq_m: int | None = None  # OPQ sub-spaces
+    opq_dim: int | None = None  # OPQ output dimension (OPQ{M}_{D})
+    pq_m: int | None = None  # PQ sub-quantisers
+    pq_nbits: int = 8
+    fast_scan: bool = False
+    sq: str | None = None  # SQ8, SQ4, SQfp16 ...
+
+    @property
+    def needs_training(self) -> bool:
+        return self.nlist is not None or self.pq_m is not None or self.opq_m is not None or self.sq is not None
+
+    @property
+    def min_train(self) -> int:
+        """Fewest training vectors for every k-means in this index to see 39 points per centroid."""
+        ks = [1]
+        if self.nlist:
+            ks.append(self.nlist)
+        if self.pq_m:
+            ks.append(2**self.pq_nbits)
+        if self.opq_m:  # OPQ trains its own 8-bit PQ whatever the final code size
+            ks.append(256)
+        return MIN_POINTS_PER_CENTROID * max(ks) if len(ks) > 1 else 1
+
+
+_OPQ = re.compile(r"^OPQ(\d+)(?:_(\d+))?$")
+_IVF = re.compile(r"^IVF(\d+)(?:_.*)?$")
+_PQ = re.compile(r"^(?:IVF\d+_)?PQ(\d+)(?:x(\d+))?(fs|fsr)?(?:np)?$")
+_SQ = re.compile(r"^(SQ(?:fp16|bf16|8_direct_signed|8_direct|\d+))$")
+
+
+def parse_factory(factory: str) -> FactorySpec:
+    """Read nlist, OPQ/PQ sub-spaces, PQ bits and the scalar quantiser from a factory string."""
+    if not factory or factory.strip() != factory:
+        raise FactoryError(f"invalid factory string {factory!r}")
+    fields: dict = {}
+    for part in factory.split(","):
+        if m := _OPQ.match(part):
+            fields["opq_m"] = int(m.group(1))
+            fields["opq_dim"] = int(m.group(2)) if m.group(2) else None
+        elif m := _IVF.match(part):
+            fields["nlist"] = int(m.group(1))
+        elif m := _PQ.match(part):
+            fields["pq_m"] = int(m.group(1))
+            fields["pq_nbits"] = int(m.group(2)) if m.group(2) else 8
+            fields["fast_scan"] = m.group(3) is not None
+        elif m := _SQ.match(part):
+            fields["sq"] = m.group(1)
+    if fields.get("nlist") == 0 or fields.get("pq_m") == 0 or fields.get("opq_m") == 0:
+        raise FactoryError(f"factory {factory!r}: nlist and M must be positive")
+    return FactorySpec(factory=factory, **fields)
+
+
+def auto_nlist(n: int) -> int:
+    """A power of two near 4·sqrt(n), at most n / 39 (so k-means is well fed), between 1 and 65536."""
+    target = 4 * math.sqrt(max(n, 1))
+    nlist = 2 ** max(0, round(math.log2(target)))
+    while nlist > 1 and nlist * MIN_POINTS_PER_CENTROID > n:
+        nlist //= 2
+    return int(min(nlist, 65536))
+
+
+def _pq_m(dim: int) -> int:
+    """dim / 4 sub-quantisers (4 dims each), or the largest even divisor of dim below it."""
+    for m in range(max(2, dim // 4), 1, -1):
+        if dim % m == 0 and m % 2 == 0:
+            return m
+    return 1
+
+
+def auto_factory(n: int, dim: int) -> str:
+    """The factory ``--factory auto`` picks for ``n`` vectors of dimension ``dim`` (see the module docstring)."""
+    if n < FLAT_MAX:
+        return "Flat"
+    nlist = auto_nlist(n)
+    if n < SQ8_MAX:
+        return f"IVF{nlist},SQ8"
+    m = _pq_m(dim)
+    if n < PQ8_MAX:
+        return f"OPQ{m},IVF{nlist},PQ{m}"
+    return f"OPQ{m},IVF{nlist},PQ{m}x4fs"
+
+
+def training_size(spec: FactorySpec, n: int, max_train: int) -> int:
+    """How many vectors to train on: at least ``spec.min_train``, about ``max_train``, at most n."""
+    if not spec.needs_training:
+        return 0
+    ks = max(spec.nlist or 1, 2**spec.pq_nbits if spec.pq_m else 1, 256 if spec.opq_m else 1)
+    want = max(spec.min_train, min(max_train, MAX_POINTS_PER_CENTROID * ks))
+    return int(min(n, want))
+
+
+def validate_factory(factory: str, dim: int, n: int, max_train: int | None = None) -> FactorySpec:
+    """Check a factory string against the dimension and the corpus size before any faiss call.
+
+    ``n`` is the number of vectors that will be indexed (the training pool). Raises FactoryError with the fix.
+    """
+    spec = parse_factory(factory)
+    if spec.opq_m and (spec.opq_dim or dim) % spec.opq_m:
+        raise FactoryError(f"factory {factory!r}: OPQ{spec.opq_m} needs a dimension divisible by {spec.opq_m} (dim {spec.opq_dim or dim})")
+    pq_dim = spec.opq_dim or dim
+    if spec.pq_m and pq_dim % spec.pq_m:
+        divisors = [m for m in range(2, pq_dim + 1) if pq_dim % m == 0]
+        raise FactoryError(f"factory {factory!r}: PQ{spec.pq_m} needs M dividing the dimension {pq_dim}; try one of {divisors}")
+    if spec.needs_training and n < spec.min_train:
+        reasons = []
+        if spec.nlist and n < MIN_POINTS_PER_CENTROID * spec.nlist:
+            reasons.append(f"IVF{spec.nlist} needs {MIN_POINTS_PER_CENTROID} per centroid = "
+                           f"{MIN_POINTS_PER_CENTROID * spec.nlist}")
+        bits = max(spec.pq_nbits if spec.pq_m else 0, 8 if spec.opq_m else 0)
+        if bits and n < MIN_POINTS_PER_CENTROID * 2**bits:
+            reasons.append(f"{bits}-bit {'OPQ/' if spec.opq_m else ''}PQ codebooks need {MIN_POINTS_PER_CENTROID} "
+                           f"per code = {MIN_POINTS_PER_CENTROID * 2**bits}")
+        raise FactoryError(
+            f"the corpus has {n} vectors, too few to train {factory!r} ({'; '.join(reasons)}); "
+            f"use a larger corpus, a smaller nlist (IVF{auto_nlist(n)}) or --factory auto (-> {auto_factory(n, dim)})"
+        )
+    if max_train is not None and spec.needs_training and max_train < spec.min_train:
+        raise FactoryError(f"max_train {max_train} is below the {spec.min_train} training vectors {factory!r} needs")
+    return spec
+
+
+def resolve_factory(factory: str, dim: int, n: int) -> str:
+    """``auto`` -> ``auto_factory(n, dim)``; anything else is returned unchanged."""
+    return auto_factory(n, dim) if factory == AUTO else factory
+
+
+def default_nprobe(nlist: int) -> int:
+    """The nprobe stored in a new IVF index: ~3% of the lists (at least 8), a speed/recall middle ground."""
+    return int(min(nlist, max(8, nlist // 32)))
 
 
 def needs_ids(factory: str) -> bool:
@@ -29,25 +187,73 @@ def create_index(factory: str, dim: int, contiguous_ids: bool):
     """A faiss index for ``factory`` (inner product); wrapped in IDMap2 when ids are not 0..n-1."""
     import faiss
 
+    if factory == AUTO:
+        raise FactoryError("resolve 'auto' with resolve_factory(factory, dim, n) before creating the index")
     try:
         index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as e:
         raise FactoryError(f"faiss cannot build factory {factory!r} for dim {dim}: {str(e).strip().splitlines()[-1]}") from None
+    _no_polysemous(index)
     if not contiguous_ids and not needs_ids(factory):
         index = faiss.IndexIDMap2(index)
     return index
 
 
-def train_index(index, vectors: np.ndarray, max_train: int, seed: int = 0) -> None:
-    """Train on a random sample of at most ``max_train`` vectors (no-op for indexes that need no training)."""
-    if index.is_trained:
-        return
+def _no_polysemous(index) -> None:
+    """Switch off polysemous training of PQ codes (an annealing step that costs more than the rest of training
+    and only helps Hamming-filtered search, which the phrase searcher does not use)."""
+    import faiss
+
+    try:
+        inner = faiss.downcast_index(faiss.extract_index_ivf(index))
+    except RuntimeError:
+        inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
+    if hasattr(inner, "do_polysemous_training"):
+        inner.do_polysemous_training = False
+
+
+def training_sample(vectors: np.ndarray, size: int, seed: int = 0, pool: np.ndarray | None = None) -> np.ndarray:
+    """A sorted random sample of ``size`` rows of ``vectors`` (of the ``pool`` rows if given), as float32.
+
+    Sorted reads suit a memory map.
+    """
     rng = np.random.default_rng(seed)
-    n = len(vectors)
-    take = np.sort(rng.choice(n, size=min(n, max_train), replace=False))
-    sample = np.ascontiguousarray(vectors[take], dtype=np.float32)
-    log.info("training faiss index on %d vectors", len(sample))
-    index.train(sample)
+    rows = np.arange(len(vectors)) if pool is None else np.asarray(pool)
+    take = np.sort(rng.choice(rows, size=min(len(rows), size), replace=False))
+    return np.ascontiguousarray(vectors[take], dtype=np.float32)
+
+
+def use_gpu(gpu: bool | None) -> bool:
+    """``None`` (auto) -> whether faiss sees a GPU; True without one raises."""
+    import faiss
+
+    n = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    if gpu and n == 0:
+        raise FactoryError("a GPU build was requested but faiss sees no GPU (install the `gpu` extra: faiss-gpu-cu12)")
+    return n > 0 if gpu is None else bool(gpu)
+
+
+def train_index(
+    index, vectors: np.ndarray, max_train: int, seed: int = 0, gpu: bool | None = False, pool: np.ndarray | None = None
+) -> float:
+    """Train on a random sample of at most ``max_train`` vectors (of the ``pool`` rows if given).
+
+    No-op for indexes that need no training. ``gpu=None`` trains on a GPU when faiss has one. Returns seconds.
+    """
+    import time
+
+    if index.is_trained:
+        return 0.0
+    sample = training_sample(vectors, max_train, seed, pool)
+    log.info("training faiss index on %d vectors%s", len(sample), " (GPU)" if use_gpu(gpu) else "")
+    t0 = time.perf_counter()
+    if use_gpu(gpu):
+        from indexer.compress_gpu import train_on_gpu
+
+        train_on_gpu(index, sample)
+    else:
+        index.train(sample)
+    return time.perf_counter() - t0
 
 
 def accepts_ids(index) -> bool:
@@ -63,15 +269,30 @@ def accepts_ids(index) -> bool:
         return False
 
 
-def add_vectors(index, vectors: np.ndarray, ids: np.ndarray, progress: bool = True) -> None:
-    """Add vectors[ids] to the index in chunks of ADD_CHUNK, with faiss ids = token ids."""
+def add_vectors(
+    index, vectors: np.ndarray, ids: np.ndarray, progress: bool = True, gpu: bool | None = False, id_offset: int = 0
+) -> None:
+    """Add vectors[ids - id_offset] to the index in chunks of ADD_CHUNK, with faiss ids = token ids.
+
+    ``id_offset`` is the token id of ``vectors[0]`` (an incremental add passes only the new vectors).
+    ``gpu=None`` assigns vectors to inverted lists on a GPU when faiss has one (the codes stay on the CPU).
+    """
     with_ids = accepts_ids(index)
     if not with_ids and not np.array_equal(ids, np.arange(index.ntotal, index.ntotal + len(ids))):
         raise ValueError("this index numbers vectors itself; wrap it in IDMap2 to add arbitrary token ids")
-    for a in tqdm(range(0, len(ids), ADD_CHUNK), desc="faiss add", unit="chunk", disable=not progress):
-        chunk = ids[a : a + ADD_CHUNK]
-        x = np.ascontiguousarray(vectors[chunk], dtype=np.float32)
-        if with_ids:
-            index.add_with_ids(x, chunk.astype(np.int64))
-        else:
-            index.add(x)
+    if use_gpu(gpu):
+        from indexer.compress_gpu import gpu_quantizer
+
+        ctx = gpu_quantizer(index)
+    else:
+        import contextlib
+
+        ctx = contextlib.nullcontext()
+    with ctx:
+        for a in tqdm(range(0, len(ids), ADD_CHUNK), desc="faiss add", unit="chunk", disable=not progress):
+            chunk = ids[a : a + ADD_CHUNK]
+            x = np.ascontiguousarray(vectors[chunk - id_offset], dtype=np.float32)
+            if with_ids:
+                index.add_with_ids(x, chunk.astype(np.int64))
+            else:
+                index.add(x)

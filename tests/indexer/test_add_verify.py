@@ -1,0 +1,142 @@
+"""Incremental add (``spanseek index add``) and verification (``spanseek index verify``).
+
+Oracles: an index extended by ``add`` holds exactly the arrays of one built from both corpora at once (vectors,
+maps, passages, documents); search finds a phrase of the added text; verify reports recall 1.0 for the exact
+index, and names the problem when a store is damaged.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_add_verify.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from core.search import Searcher, best_span
+from core.store import PASSAGES, TOKEN_FLAGS, PhraseIndex
+from indexer import add as add_mod
+from indexer.add import add_documents
+from indexer.build import BuildOptions, build_index
+from indexer.verify import memory_per_token, verify_index
+from tests.conftest import make_corpus
+
+NEW_DOC = {"id": "new-1", "title": "Zebra Chronicle",
+           "paragraphs": ["The zebra orchestra performed quantum symphonies in Ulaanbaatar during 1911."]}
+
+
+def _write(path, docs):
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpora")
+    base = make_corpus(seed=2, n_docs=14, n_paras=5)
+    more = [*make_corpus(seed=3, n_docs=3, n_paras=2), NEW_DOC]
+    more = [{**doc, "id": f"m{i}"} if doc is not NEW_DOC else doc for i, doc in enumerate(more)]
+    return _write(d / "base.jsonl", base), _write(d / "more.jsonl", more), _write(d / "all.jsonl", base + more)
+
+
+def _opts(factory: str) -> BuildOptions:
+    return BuildOptions(factory=factory, shard_passages=30, progress=False, precision="fp32", gpu=False)
+
+
+@pytest.fixture(scope="module", params=["Flat", "IVF8,SQ8"])
+def added_index(request, tmp_path_factory, corpora, tiny_model_dir):
+    base, more, _ = corpora
+    out = tmp_path_factory.mktemp("added") / "idx"
+    build_index(base, tiny_model_dir, out, _opts(request.param))
+    add_documents(out, more, model=tiny_model_dir, opts=_opts(request.param))
+    return out
+
+
+def test_add_equals_building_everything_at_once(added_index, corpora, tiny_model_dir, tmp_path):
+    _, _, everything = corpora
+    whole = tmp_path / "whole"
+    factory = PhraseIndex(added_index).manifest.factory
+    build_index(everything, tiny_model_dir, whole, _opts(factory))
+    a, b = PhraseIndex(added_index), PhraseIndex(whole)
+    for field in ("tokens", "passages", "documents", "indexed_tokens"):
+        assert getattr(a.manifest, field) == getattr(b.manifest, field), field
+    for arr in ("vectors", "token_passage", "token_offsets", "token_flags", "passage_tokens"):
+        assert np.array_equal(np.asarray(getattr(a, arr)), np.asarray(getattr(b, arr))), arr
+    assert a.passages == b.passages and a.docs == b.docs
+    assert a.faiss.ntotal == a.num_tokens
+    if a.codes is not None:
+        assert len(a.codes) == a.num_tokens
+    assert not (added_index / add_mod.STAGING).exists() and not (added_index / add_mod.JOURNAL).exists()
+
+
+def test_search_finds_the_added_text(added_index):
+    idx = PhraseIndex(added_index)
+    searcher = Searcher(idx)
+    p = next(i for i, pas in enumerate(idx.passages) if "zebra orchestra" in pas["text"])
+    a, b = idx.passage_range(p)
+    vecs = idx.token_vectors(np.arange(a, b))
+    qs, qe = 5 * vecs[1], 5 * vecs[2]  # a question that asks for tokens 1..2 of the new passage
+    i, j, s = best_span(vecs @ qs, vecs @ qe, idx.token_flags[a:b], searcher.max_answer_tokens)
+    [hit] = searcher.search_vectors(qs[None], qe[None], "passage", top_k=1, nprobe=8)[0]
+    if hit.passage_id == p:
+        assert hit.title == "Zebra Chronicle" and hit.doc_id == "new-1"
+    else:  # a random tiny model may score another passage higher: then that one must truly score higher
+        assert hit.score >= s - 1e-4
+    [doc] = searcher.search_vectors(qs[None], qe[None], "doc", top_k=1, nprobe=8)[0]
+    assert doc.title == hit.title
+
+
+def test_interrupted_add_is_rolled_forward(tmp_path, corpora, tiny_model_dir, monkeypatch):
+    base, more, _ = corpora
+    out = tmp_path / "idx"
+    build_index(base, tiny_model_dir, out, _opts("Flat"))
+    before = PhraseIndex(out).manifest
+    monkeypatch.setattr(add_mod, "finish_pending_add", lambda d: False)  # crash right after the journal
+    add_documents(out, more, model=tiny_model_dir, opts=_opts("Flat"))
+    assert PhraseIndex(out).manifest == before and (out / add_mod.JOURNAL).exists()  # old index still readable
+    monkeypatch.undo()
+    assert add_mod.finish_pending_add(out)
+    m = PhraseIndex(out).manifest
+    assert m.documents == before.documents + 4 and verify_index(out, sample=50)["ok"]
+
+
+def test_verify_reports_recall_and_memory(tiny_index, added_index):
+    exact = verify_index(tiny_index, sample=100)
+    assert exact["ok"] and exact["recall"]["recall@1"] == 1.0 and exact["recall"]["recall@10"] == 1.0
+    ivf = verify_index(added_index, sample=100, nprobe=8)
+    assert ivf["ok"] and ivf["recall"]["recall@10"] >= 0.6, ivf  # tiny random-BERT vectors are nearly collinear
+    mem = memory_per_token(PhraseIndex(tiny_index))
+    d = PhraseIndex(tiny_index).vectors.shape[1]
+    assert mem["ram_breakdown"]["faiss"] >= 4 * d  # exact: fp32 vectors in RAM
+    assert mem["mapped_breakdown"]["vectors.npy"] == 2 * d  # fp16 fine store on disk
+    assert mem["disk_bytes_per_token"] > mem["mapped_bytes_per_token"]
+
+
+def test_verify_names_a_damaged_store(tmp_path, tiny_index):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_index, broken)
+    flags = np.load(broken / TOKEN_FLAGS)
+    np.save(broken / TOKEN_FLAGS, flags[:-3])
+    report = verify_index(broken)
+    assert not report["ok"] and "disagree in length" in report["problems"][0]
+    np.save(broken / TOKEN_FLAGS, flags)
+    lines = (broken / PASSAGES).read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "text": "x"})
+    (broken / PASSAGES).write_text("\n".join(lines) + "\n")
+    report = verify_index(broken)
+    assert not report["ok"] and any("offsets" in p for p in report["problems"])
+
+
+def test_cli_add_and_verify(tmp_path, corpora, tiny_model_dir, capsys):
+    from spanseek.cli import main
+
+    base, more, _ = corpora
+    out = tmp_path / "idx"
+    build_index(base, tiny_model_dir, out, _opts("Flat"))
+    assert main(["index", "add", "--index", str(out), "--corpus", str(more), "--model", str(tiny_model_dir), "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["documents"] == 14 + 4
+    assert main(["index", "verify", str(out), "--sample", "50"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["recall"]["recall@1"] == 1.0
