@@ -69,7 +69,7 @@ def build_windows(
         by_ctx.setdefault(q.context, []).append(q)
     contexts = list(by_ctx)
     window = max_seq_len - 2
-    skipped = {"no_answer_tokens": 0, "too_long": 0}
+    skipped = {"no_answer_tokens": 0, "too_long": 0, "no_window": 0}
     windows: list[TrainWindow] = []
     for c0 in range(0, len(contexts), 1024):
         chunk = contexts[c0 : c0 + 1024]
@@ -97,6 +97,9 @@ def build_windows(
                         c = min(i - s, s + window - 1 - j)
                         if c > best_ctx:
                             best, best_ctx = w, c
+                if best < 0:  # longer than the windows' overlap and across a window edge: no window holds it
+                    skipped["no_window"] += 1
+                    continue
                 tw = per_window[best]
                 tw.questions.append(q.question)
                 tw.starts.append(i - starts[best])
