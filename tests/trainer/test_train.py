@@ -9,6 +9,7 @@ test does the same on real SQuAD with the real backbone.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -127,3 +128,19 @@ def test_real_squad_real_backbone_loss_goes_down(tmp_path):
     qs, qe = QuestionEncoder(model, load_tokenizer(model.config)).encode(["Who wrote Hamlet?"])
     assert qs.shape == (1, 384) and np.isfinite(qs).all() and np.isfinite(qe).all()
     assert (tmp_path / "run" / "last" / "weights.safetensors").stat().st_size < 20e6
+
+
+def test_cli_train_phrase(tmp_path, tiny_squad, tiny_backbone, capsys):
+    from spanseek.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "phrase", "--train", str(tiny_squad), "--out", str(out), "--backbone", str(tiny_backbone),
+            "--question-mode", "separate", "--max-seq-len", "32", "--stride", "8", "--max-answer-tokens", "6",
+            "--max-steps", "2", "--batch-windows", "4", "--val-questions", "0", "--precision", "fp32",
+            "--device", "cpu"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 2 and summary["skipped"]["no_window"] == 0
+    assert load_model(out / "last").config.question_mode == "separate"
+    assert main([*args[:3], str(tmp_path / "missing.json"), *args[4:]]) == 2
+    assert "No such file" in capsys.readouterr().err
