@@ -102,13 +102,7 @@ def run(args: argparse.Namespace) -> dict:
     dim = int(exact_m.encoder["dim"])
     factories = args.factories.split(";") if args.factories else default_factories(exact_m.tokens, dim)
     builds = {"Flat": exact_m.build_seconds}
-    for f in factories:
-        out = work / f.replace(",", "_")
-        if not (out / "manifest.json").exists():
-            m = reindex(exact_dir, out, BuildOptions(factory=f, max_train=args.max_train, progress=not args.quiet))
-            print(f"built {f} in {m.build_seconds:.1f}s", flush=True)
-        builds[f] = Manifest.load(out).build_seconds
-
+    result: dict = {}
     questions = sample_questions(squad_questions(load_squad(args.questions)), args.limit_questions)
     base = open_searcher(exact_dir, args.model)
     encoder = CachedEncoder(base.encoder)
@@ -119,6 +113,10 @@ def run(args: argparse.Namespace) -> dict:
     exact_qps, exact_tops = None, None
     for f in ["Flat", *factories]:
         d = exact_dir if f == "Flat" else work / f.replace(",", "_")
+        if not (d / "manifest.json").exists():  # built here, one at a time, so early rows are written early
+            m = reindex(exact_dir, d, BuildOptions(factory=f, max_train=args.max_train, progress=not args.quiet))
+            print(f"built {f} in {m.build_seconds:.1f}s", flush=True)
+        builds[f] = Manifest.load(d).build_seconds
         index = PhraseIndex(d)
         searcher = type(base)(index, encoder)
         mem = memory_per_token(index)
@@ -145,18 +143,28 @@ def run(args: argparse.Namespace) -> dict:
                 "factory": f, "vector_source": source, "nprobe": nprobe,
                 "phrase_em@1": metrics["phrase"]["em@1"], "phrase_f1@1": metrics["phrase"]["f1@1"],
                 "passage_acc@5": metrics["passage"]["acc@5"], "doc_acc@5": metrics["doc"]["acc@5"],
-                "qps": round(qps, 1), "speed_x_exact": round(qps / exact_qps, 2),
+                "qps": round(qps, 1),
                 "ram_bytes_per_token": mem["ram_bytes_per_token"], "mapped_bytes_per_token": mem["mapped_bytes_per_token"],
                 "disk_bytes_per_token": mem["disk_bytes_per_token"], "memory": mem,
                 "build_seconds": builds[f], "faiss_params": man.faiss_params, "nprobe_sweep": sweep,
             })
-    exact_ram = rows[0]["ram_bytes_per_token"]
+        result = {"corpus": str(corpus), "model": str(args.model), "questions": len(questions),
+                  "tokens": exact_m.tokens, "passages": exact_m.passages, "dim": dim,
+                  "exact_build_seconds": round(encode_seconds, 1), "rows": with_deltas(rows)}
+        if args.out:  # after every index, so a long run that is stopped still leaves its rows
+            write_json_atomic(args.out, result)
+    return result
+
+
+def with_deltas(rows: list[dict]) -> list[dict]:
+    """Add speed ratio, RAM fraction and accuracy deltas relative to the first (exact) row (same run)."""
+    exact = rows[0]
     for r in rows:
-        r["ram_fraction_of_exact"] = round(r["ram_bytes_per_token"] / exact_ram, 4)
-        r["em_delta_vs_exact"] = round(r["phrase_em@1"] - rows[0]["phrase_em@1"], 1)
-        r["acc5_delta_vs_exact"] = round(r["passage_acc@5"] - rows[0]["passage_acc@5"], 1)
-    return {"corpus": str(corpus), "model": str(args.model), "questions": len(questions), "tokens": exact_m.tokens,
-            "passages": exact_m.passages, "dim": dim, "exact_build_seconds": round(encode_seconds, 1), "rows": rows}
+        r["speed_x_exact"] = round(r["qps"] / exact["qps"], 2)
+        r["ram_fraction_of_exact"] = round(r["ram_bytes_per_token"] / exact["ram_bytes_per_token"], 4)
+        r["em_delta_vs_exact"] = round(r["phrase_em@1"] - exact["phrase_em@1"], 1)
+        r["acc5_delta_vs_exact"] = round(r["passage_acc@5"] - exact["passage_acc@5"], 1)
+    return rows
 
 
 def print_table(result: dict) -> None:
