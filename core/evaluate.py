@@ -48,6 +48,8 @@ def evaluate(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run every question through phrase, passage and document search (and RC) and compute the metrics."""
+    if not questions:  # the means below would be NaN, which is not even valid JSON
+        raise ValueError("no questions to evaluate (an empty question file, or --limit 0)")
     t0 = time.perf_counter()
     em1, f11, em10, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], []
     lookup = passage_lookup(searcher) if reading_comprehension else {}
