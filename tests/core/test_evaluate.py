@@ -86,3 +86,8 @@ def test_missing_gold_passage_is_an_error():
     stranger = Question("q3", "capital of France?", ("Paris",), (0,), "France", "Not in the index.", 0, 1)
     with pytest.raises(ValueError, match="q3: its gold passage is not in the index"):
         evaluate(ScriptedSearcher(), [QUESTIONS[0], stranger], reading_comprehension=True, progress=False)
+
+
+def test_no_questions_is_an_error_not_nan_metrics():
+    with pytest.raises(ValueError, match="no questions to evaluate"):
+        evaluate(ScriptedSearcher(), [], progress=False)
