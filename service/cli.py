@@ -21,7 +21,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--model", "model", str, "model directory or 'default' (SPANSEEK_MODEL)"),
     ("--host", "host", str, "listen address (default 127.0.0.1)"),
     ("--port", "port", int, "listen port (default 8000)"),
-    ("--keep-alive-s", "keep_alive_s", float, "HTTP keep-alive idle timeout in seconds (default 75)"),
+    ("--keep-alive-s", "keep_alive_s", int, "HTTP keep-alive idle timeout in seconds (default 75)"),
     ("--device", "device", str, "auto, cpu, cuda, cuda:N"),
     ("--precision", "precision", str, "auto, fp32 or bf16"),
     ("--torch-threads", "torch_threads", int, "torch intra-op threads on CPU"),

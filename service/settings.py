@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     # Idle keep-alive before the server closes a connection. Longer than the client's / load balancer's idle
     # timeout (httpx 5 s, AWS ALB 60 s) so the server never closes a connection a client is about to reuse
     # (that race shows up as connection resets under load); costs one idle socket per client.
-    keep_alive_s: float = Field(75.0, gt=0, description="HTTP keep-alive idle timeout (spanseek serve)")
+    keep_alive_s: int = Field(75, ge=1, description="HTTP keep-alive idle timeout (spanseek serve)")
 
     # Micro-batching. A bigger batch raises throughput (one encoder pass and one faiss call for many questions)
     # but each batch takes longer; a longer wait fills batches at low load at the cost of added latency.
