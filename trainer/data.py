@@ -69,7 +69,7 @@ def build_windows(
         by_ctx.setdefault(q.context, []).append(q)
     contexts = list(by_ctx)
     window = max_seq_len - 2
-    skipped = {"no_answer_tokens": 0, "too_long": 0, "no_window": 0}
+    skipped = {"no_answer_tokens": 0, "too_long": 0, "no_window": 0, "inside_word": 0}
     windows: list[TrainWindow] = []
     for c0 in range(0, len(contexts), 1024):
         chunk = contexts[c0 : c0 + 1024]
@@ -89,6 +89,9 @@ def build_windows(
                 i, j = span
                 if j - i >= max_answer_tokens:
                     skipped["too_long"] += 1
+                    continue
+                if not (toks.flags[i] & FLAG_START and toks.flags[j] & FLAG_END):
+                    skipped["inside_word"] += 1  # its gold token is masked out of the softmax: it cannot be learned
                     continue
                 # window with the most context around the answer
                 best, best_ctx = -1, -1
