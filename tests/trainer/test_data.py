@@ -55,3 +55,19 @@ def test_an_answer_no_window_holds_is_skipped_not_misplaced(tokenizer):
     placed = [(w.input_ids[s : e + 1].tolist(), q) for w in windows for q, s, e in zip(w.questions, w.starts, w.ends, strict=True)]
     assert len(placed) == 1 and placed[0][0] == answer_ids(tokenizer, inside)
     assert sum(skipped.values()) == 1
+
+
+def test_an_answer_that_starts_or_ends_inside_a_word_is_skipped(tokenizer):
+    # SQuAD has a few (~0.2%) such answers; a gold token that may not start/end a phrase is masked out of the
+    # softmax, which made the question's loss ~1e4 and could never be learned
+    context = "In 1841 Borin crossed Llanfairpwllgwyngyll by railway."
+    pieces = tokenizer.tokenize("Llanfairpwllgwyngyll")
+    assert len(pieces) > 2
+    word = context.index("Llanfair")
+    inside = Question("in", "where?", ("Llanfair",), (word,), "t", context, 0, 0)  # ends inside the word
+    tail = Question("tail", "where?", ("gyll",), (context.index("gyll"),), "t", context, 0, 0)  # starts inside it
+    whole = Question("whole", "where?", ("Llanfairpwllgwyngyll",), (word,), "t", context, 0, 0)
+    windows, skipped = build_windows([inside, tail, whole], tokenizer, max_seq_len=64, stride=8, max_answer_tokens=16)
+    assert [q for w in windows for q in w.questions] == ["where?"] and sum(skipped.values()) == 2
+    [w] = windows
+    assert w.input_ids[w.starts[0] : w.ends[0] + 1].tolist() == answer_ids(tokenizer, whole)
