@@ -72,6 +72,23 @@ def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_co
     assert (manifest.documents, manifest.passages) == (6, 24) and manifest.tokens == manifest.indexed_tokens > 0
 
 
+def test_a_partial_build_refuses_another_model_or_corpus(tmp_path, tiny_corpus, tiny_model_dir, tiny_config, monkeypatch):
+    out = tmp_path / "index"
+
+    def killed(self, passages):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PassageEncoder, "encode_tokens", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(tiny_corpus, tiny_model_dir, out, OPTS)
+    other = PhraseModel(tiny_config).save(tmp_path / "other")
+    with pytest.raises(BuildError, match="partial build with different model_fingerprint; remove it or choose another --out"):
+        build_index(tiny_corpus, other, out, OPTS)
+    corpus = write_jsonl(tmp_path / "other.jsonl", [{"id": "a", "title": "A", "paragraphs": ["Cato sang."]}])
+    with pytest.raises(BuildError, match="partial build with different corpus[a-z_, ]*; remove it"):
+        build_index(corpus, tiny_model_dir, out, OPTS)
+
+
 def test_finished_index_is_not_overwritten(tiny_corpus, tiny_model_dir, tiny_index):
     before = (tiny_index / store.MANIFEST).read_bytes()
     with pytest.raises(BuildError, match="already holds a finished index"):
