@@ -36,6 +36,19 @@ def passage_maxima(index, qs: np.ndarray, qe: np.ndarray, L: int) -> list[tuple[
     return out
 
 
+def count_rounds(monkeypatch, searcher) -> list[int]:
+    """Record the k of every round of the phrase search (deepening grows it) in the returned list."""
+    rounds: list[int] = []
+    spans = searcher._spans
+
+    def counting_spans(q_start, q_end, k, *rest):
+        rounds.append(k)
+        return spans(q_start, q_end, k, *rest)
+
+    monkeypatch.setattr(searcher, "_spans", counting_spans)
+    return rounds
+
+
 def span_tokens(index, hit) -> tuple[int, int]:
     """The (start, end) token ids of a hit, found from its character offsets within its passage."""
     a, b = index.passage_range(hit.passage_id)
@@ -45,22 +58,25 @@ def span_tokens(index, hit) -> tuple[int, int]:
     return a + int(i), a + int(j)
 
 
+def searcher_over(directory, docs: list[dict], model_dir):
+    """Build an exact index of ``docs`` (corpus records) with the model in ``directory`` and open a searcher."""
+    from core.loading import open_searcher
+    from indexer.build import BuildOptions, build_index
+
+    corpus = directory / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(x) + "\n" for x in docs))
+    build_index(corpus, model_dir, directory / "index", BuildOptions(progress=False, precision="fp32"))
+    return open_searcher(directory / "index", model_dir, device="cpu", precision="fp32")
+
+
 @pytest.fixture(scope="module")
 def long_searcher(tmp_path_factory, tiny_model_dir):
     """An index whose first passage is ~20 windows long (tiny model: 30-token windows, stride 8), and a short
     second one with none of its words."""
-    from core.loading import open_searcher
-    from indexer.build import BuildOptions, build_index
-
     rng = random.Random(7)
-    long_text = " ".join(make_paragraph(rng, 1) for _ in range(30))
-    d = tmp_path_factory.mktemp("long")
-    corpus = d / "corpus.jsonl"
-    docs = [{"id": "long", "title": "Long", "paragraphs": [long_text]},
+    docs = [{"id": "long", "title": "Long", "paragraphs": [" ".join(make_paragraph(rng, 1) for _ in range(30))]},
             {"id": "short", "title": "Short", "paragraphs": ["Quantum zebras juggle violet xylophones near Oslo."]}]
-    corpus.write_text("".join(json.dumps(x) + "\n" for x in docs))
-    build_index(corpus, tiny_model_dir, d / "index", BuildOptions(progress=False, precision="fp32"))
-    searcher = open_searcher(d / "index", tiny_model_dir, device="cpu", precision="fp32")
+    searcher = searcher_over(tmp_path_factory.mktemp("long"), docs, tiny_model_dir)
     a, b = searcher.index.passage_range(0)
     assert b - a > 10 * 30  # really many windows
     return searcher
@@ -70,17 +86,10 @@ def long_searcher(tmp_path_factory, tiny_model_dir):
 def small_searcher(tmp_path_factory, tiny_model_dir):
     """3 documents x 2 one-sentence passages: fewer tokens than the first search round's k (64), so passage and
     document search see every span and their scores must be the exact maxima."""
-    from core.loading import open_searcher
-    from indexer.build import BuildOptions, build_index
-
     rng = random.Random(11)
-    d = tmp_path_factory.mktemp("small")
     docs = [{"id": f"s{i}", "title": f"Small {i}", "paragraphs": [make_paragraph(rng, 1)[:40] for _ in range(2)]}
             for i in range(3)]
-    write = d / "corpus.jsonl"
-    write.write_text("".join(json.dumps(x) + "\n" for x in docs))
-    build_index(write, tiny_model_dir, d / "index", BuildOptions(progress=False, precision="fp32"))
-    searcher = open_searcher(d / "index", tiny_model_dir, device="cpu", precision="fp32")
+    searcher = searcher_over(tmp_path_factory.mktemp("small"), docs, tiny_model_dir)
     assert searcher.index.faiss.ntotal <= 64
     return searcher
 
@@ -155,14 +164,7 @@ def test_asking_for_more_units_than_exist_returns_all_without_exhausting_the_ind
     top_k the index cannot fill (on a real index that costs minutes and gigabytes per question)."""
     idx = tiny_searcher.index
     n_units = len(idx.passages) if unit == "passage" else len(idx.docs)
-    rounds = []
-    spans = tiny_searcher._spans
-
-    def counting_spans(q_start, q_end, k, *rest):
-        rounds.append(k)
-        return spans(q_start, q_end, k, *rest)
-
-    monkeypatch.setattr(tiny_searcher, "_spans", counting_spans)
+    rounds = count_rounds(monkeypatch, tiny_searcher)
     qs, qe = random_questions(np.random.default_rng(9), 6, idx.vectors.shape[1])
     for hits in tiny_searcher.search_vectors(qs, qe, unit, top_k=n_units + 10):
         keys = [h.passage_id if unit == "passage" else h.doc_id for h in hits]
@@ -201,14 +203,7 @@ def test_deepening_finds_a_small_unit_beside_a_long_one(long_searcher, monkeypat
     top_e = np.argsort(-(qe @ vecs.T), axis=1)[:, :64]
     missed = ~np.isin(top_s, short).any(axis=1) & ~np.isin(top_e, short).any(axis=1)
     assert missed.sum() >= 3
-    rounds = []
-    spans = long_searcher._spans
-
-    def counting_spans(q_start, q_end, k, *rest):  # one call per round of the phrase search
-        rounds.append(k)
-        return spans(q_start, q_end, k, *rest)
-
-    monkeypatch.setattr(long_searcher, "_spans", counting_spans)
+    rounds = count_rounds(monkeypatch, long_searcher)
     for hits in long_searcher.search_vectors(qs[missed], qe[missed], unit, top_k=2):
         assert sorted(h.title for h in hits) == ["Long", "Short"]
     assert rounds[0] == 64 and len(rounds) > 1 and rounds == sorted(rounds)  # it deepened, with a growing k
