@@ -4,7 +4,7 @@ Used by ``indexer.faiss_index.train_index`` / ``add_vectors`` when ``faiss.get_n
 stays a CPU index, so the stored format is identical to a CPU build; only the heavy k-means steps run on the GPU:
 
 - the IVF coarse quantiser's k-means (``IndexIVF.clustering_index`` = a GPU flat index);
-- the PQ codebooks' k-means (``ProductQuantizer.assign_index``), for IVF-PQ, IVF-PQ fast-scan and OPQ's inner PQ;
+- the PQ codebooks' k-means (``ProductQuantizer.assign_index``), for IVF-PQ, IVF-PQ fast-scan and OPQ's PQ;
 - at add time, the assignment of vectors to inverted lists and their residuals (the coarse quantiser is swapped
   for a GPU copy while adding, then put back).
 
@@ -31,17 +31,11 @@ def _ivf(index):
         return None
 
 
-def _opq_matrices(index) -> list:
-    import faiss
+def train_on_gpu(index, sample: np.ndarray, opq_pqs: list = (), device: int = 0) -> None:
+    """Train ``index`` (a CPU index) on ``sample`` with its k-means steps on GPU ``device``.
 
-    if not isinstance(index, faiss.IndexPreTransform):
-        return []
-    chain = [faiss.downcast_VectorTransform(index.chain.at(i)) for i in range(index.chain.size())]
-    return [vt for vt in chain if isinstance(vt, faiss.OPQMatrix)]
-
-
-def train_on_gpu(index, sample: np.ndarray, device: int = 0) -> None:
-    """Train ``index`` (a CPU index) on ``sample`` with its k-means steps on GPU ``device``."""
+    ``opq_pqs``: the PQs attached to the index's OPQ transforms (``faiss_index.attach_opq_quantizers``).
+    """
     import faiss
 
     res = faiss.StandardGpuResources()
@@ -58,11 +52,7 @@ def train_on_gpu(index, sample: np.ndarray, device: int = 0) -> None:
         ivf.clustering_index = gpu_flat(ivf.d)
         if getattr(ivf, "pq", None) is not None:
             pqs.append(ivf.pq)
-    for opq in _opq_matrices(index):
-        opq_pq = faiss.ProductQuantizer(opq.d_out, opq.M, 8)
-        keep.append(opq_pq)
-        opq.pq = opq_pq
-        pqs.append(opq_pq)
+    pqs += list(opq_pqs)
     for pq in pqs:
         pq.assign_index = gpu_flat(pq.dsub)
     try:
@@ -72,8 +62,6 @@ def train_on_gpu(index, sample: np.ndarray, device: int = 0) -> None:
             ivf.clustering_index = None
         for pq in pqs:
             pq.assign_index = None
-        for opq in _opq_matrices(index):
-            opq.pq = None
     log.info("trained %s on GPU %d", type(index).__name__, device)
 
 

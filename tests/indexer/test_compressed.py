@@ -31,7 +31,7 @@ from indexer.faiss_index import (
 from tests.conftest import make_corpus
 
 IVF_FACTORY = "IVF8,SQ8"
-PQ_FACTORY = "IVF8,PQ16x4"  # 4-bit codes: 16 per sub-quantiser, trainable on a few thousand tokens
+PQ_FACTORY = "OPQ16,IVF8,PQ16x4"  # 4-bit codes (OPQ trained for them): 16 per sub-quantiser, a few thousand tokens suffice
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_parse_factory_reads_nlist_m_and_bits():
     "factory, n, match",
     [
         ("IVF1024,SQ8", 5_000, r"too few to train.*IVF1024 needs 39 per centroid = 39936"),
-        ("OPQ8,IVF16,PQ8x4", 5_000, r"8-bit OPQ/PQ codebooks need 39 per code = 9984"),
+        ("OPQ8,IVF16,PQ8", 5_000, r"8-bit OPQ/PQ codebooks need 39 per code = 9984"),
         ("IVF64,PQ7", 100_000, r"PQ7 needs M dividing the dimension 32"),
     ],
 )
