@@ -153,6 +153,7 @@ class PhraseModel(nn.Module):
         self.config.save(tmp / CONFIG_NAME)
         state = {n: t.detach().to("cpu").contiguous() for n, t in self.saved_state().items()}
         save_file(state, str(tmp / WEIGHTS_NAME))
+        (tmp / WEIGHTS_NAME).chmod(0o644)  # safetensors writes 0600; checkpoints are shared (e.g. a service user)
         if out_dir.exists():
             old = out_dir.with_name(out_dir.name + ".old")
             shutil.rmtree(old, ignore_errors=True)

@@ -24,7 +24,7 @@ def _phrase(args: argparse.Namespace) -> int:
     cfg = TrainConfig(dist=dist,
         train=args.train, out=args.out, encoder=enc,
         loss=LossConfig(kind=args.loss, lambda_inb=args.lambda_inb, lambda_pre=args.lambda_inb),
-        epochs=args.epochs, max_steps=args.max_steps, stop_after=args.stop_after,
+        init_from=args.init_from, epochs=args.epochs, max_steps=args.max_steps, stop_after=args.stop_after,
         batch_windows=args.batch_windows, lr=args.lr,
         prebatch=args.prebatch, hard_negatives=args.hard_negatives, hard_per_batch=args.hard_per_batch,
         snapshot_every=args.snapshot_every, limit_questions=args.limit_questions, checkpoint_every=args.checkpoint_every,
@@ -86,6 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hard-per-batch", type=int, default=8, help="hard passages encoded per step")
     p.add_argument("--snapshot-every", type=int, default=0, help="keep a model copy every N steps (0 = off)")
     p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--init-from", default=None, help="start from a trained model (fresh optimizer and schedule)")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--stop-after", type=int, default=None, help="end at this step, keeping the full run's schedule")
     p.add_argument("--batch-windows", type=int, default=24)

@@ -48,6 +48,7 @@ class TrainConfig:
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     epochs: float = 1.0
+    init_from: str | None = None  # start from this checkpoint's weights (a new optimizer and schedule)
     max_steps: int | None = None  # stop after this many steps (overrides epochs)
     stop_after: int | None = None  # end the run at this step, keeping the schedule of the full run (comparisons)
     batch_windows: int = 24  # passage windows per step (each with all of its questions)
@@ -127,7 +128,15 @@ def train_phrase(cfg: TrainConfig) -> dict:
     if cfg.limit_questions:
         rng = np.random.default_rng(cfg.seed)
         questions = [questions[i] for i in sorted(rng.choice(len(questions), cfg.limit_questions, replace=False))]
-    model = PhraseModel(cfg.encoder).to(device)
+    if cfg.init_from:  # continue a trained model: its encoder config wins over cfg.encoder
+        from core.model import CONFIG_NAME, resolve_model
+
+        init_dir = resolve_model(cfg.init_from)
+        model = PhraseModel(EncoderConfig.load(init_dir / CONFIG_NAME))
+        model.load_weights(init_dir / "weights.safetensors")
+        model.to(device)
+    else:
+        model = PhraseModel(cfg.encoder).to(device)
     enc_cfg = model.config
     tokenizer = load_tokenizer(enc_cfg)
     hard = load_hard_negatives(cfg.hard_negatives, data) if cfg.hard_negatives else None
