@@ -199,13 +199,16 @@ class Searcher:
         bwd = np.maximum(bwd, 0)
         bwd_ok &= flags[bwd] & FLAG_START > 0
 
-        # one batched read of every vector needed (neighbour windows overlap; the reader dedups ids)
+        # Neighbour windows overlap, so each distinct token is read and scored once: one batched read, then
+        # its start and end score in one (U, d) @ (d, 2) product, scattered back to every place it is used.
         m, m2 = len(s), len(e)
-        v = vec(np.concatenate([s, e, fwd.reshape(-1), bwd.reshape(-1)]))  # (m + m' + (m + m') L, d)
-        s_score = v[:m] @ qs  # (m,)
-        e_score = v[m : m + m2] @ qe
-        fwd_end = np.where(fwd_ok, (v[m + m2 : m + m2 + m * L] @ qe).reshape(m, L), -np.inf)  # (m, L)
-        bwd_start = np.where(bwd_ok, (v[m + m2 + m * L :] @ qs).reshape(m2, L), -np.inf)  # (m', L)
+        ids = np.concatenate([s, e, fwd.reshape(-1), bwd.reshape(-1)])  # (m + m' + (m + m') L,)
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        sc = (vec(uniq) @ np.stack([qs, qe], axis=1))[inverse]  # (len(ids), 2): start score, end score
+        s_score = sc[:m, 0]  # (m,)
+        e_score = sc[m : m + m2, 1]
+        fwd_end = np.where(fwd_ok, sc[m + m2 : m + m2 + m * L, 1].reshape(m, L), -np.inf)  # (m, L)
+        bwd_start = np.where(bwd_ok, sc[m + m2 + m * L :, 0].reshape(m2, L), -np.inf)  # (m', L)
         fj = fwd_end.argmax(axis=1)
         bi = bwd_start.argmax(axis=1)
         starts = np.concatenate([s, bwd[np.arange(len(e)), bi]])

@@ -136,6 +136,8 @@ class PhraseIndex:
             if not (self.dir / FAISS_INDEX).is_file():  # faiss would raise its own RuntimeError
                 raise FileNotFoundError(2, "No such file", str(self.dir / FAISS_INDEX))
             self.faiss = faiss.read_index(str(self.dir / FAISS_INDEX))
+            ivf = self._ivf()
+            self.default_nprobe: int | None = int(ivf.nprobe) if ivf is not None else None
         except FileNotFoundError as e:
             raise IndexFormatError(f"{self.dir}: index is incomplete ({Path(e.filename).name} missing); rebuild it") from e
         self.codes = np.load(self.dir / CODES, mmap_mode=mode) if (self.dir / CODES).is_file() else None
@@ -191,14 +193,19 @@ class PhraseIndex:
     def passage_range(self, passage: int) -> tuple[int, int]:
         return int(self.passage_tokens[passage]), int(self.passage_tokens[passage + 1])
 
-    def set_nprobe(self, nprobe: int | None) -> None:
-        """Set the IVF nprobe (no-op for indexes without inverted lists)."""
-        if nprobe is None:
-            return
+    def _ivf(self):
         import faiss
 
         try:
-            ivf = faiss.extract_index_ivf(self.faiss)
+            return faiss.extract_index_ivf(self.faiss)
         except RuntimeError:
-            return
-        ivf.nprobe = int(nprobe)
+            return None
+
+    def set_nprobe(self, nprobe: int | None) -> None:
+        """Set the IVF nprobe for the next searches; None restores the index's stored default (no-op without IVF).
+
+        Restoring matters: a per-request nprobe must not leak into the requests after it.
+        """
+        ivf = self._ivf()
+        if ivf is not None:
+            ivf.nprobe = int(nprobe if nprobe is not None else self.default_nprobe)

@@ -236,3 +236,23 @@ def test_best_span_brute_force_hand_example():
     assert best_span(start, end, flags, 2) == (2, 3, 9.0)  # 0 + 9 beats 5 + 3
     flags[1] = FLAG_START  # token 1 is followed by a piece of its word: may not end
     assert best_span(start, end, flags, 1) == (2, 2, 3.0)  # single tokens: only 0 (1 + 0) and 2 (0 + 3) are valid
+
+
+def test_per_call_nprobe_does_not_leak(tmp_path):
+    """A search with an explicit nprobe leaves the index's stored default in place for the next search."""
+    import faiss
+
+    from core.store import PhraseIndex
+
+    rng = np.random.default_rng(0)
+    index = faiss.index_factory(8, "IVF4,Flat", faiss.METRIC_INNER_PRODUCT)
+    x = rng.standard_normal((400, 8)).astype(np.float32)
+    index.train(x)
+    index.nprobe = 3
+    fake = PhraseIndex.__new__(PhraseIndex)  # only the faiss part of an index is needed here
+    fake.faiss = index
+    fake.default_nprobe = 3
+    fake.set_nprobe(1)
+    assert faiss.extract_index_ivf(fake.faiss).nprobe == 1
+    fake.set_nprobe(None)
+    assert faiss.extract_index_ivf(fake.faiss).nprobe == 3
