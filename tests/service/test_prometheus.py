@@ -44,8 +44,9 @@ def load(url: str, stop: threading.Event, seed: int) -> None:
 
 def query(prom: str, expr: str) -> list[dict]:
     r = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=10)
+    assert r.status_code == 200, (expr, r.status_code, r.text)  # 503 "Service Unavailable" while starting
     body = r.json()
-    assert r.status_code == 200 and body["status"] == "success", (expr, body)
+    assert body["status"] == "success", (expr, body)
     return body["data"]["result"]
 
 
