@@ -103,8 +103,11 @@ def run(args: argparse.Namespace) -> dict:
     factories = args.factories.split(";") if args.factories else default_factories(exact_m.tokens, dim)
     builds = {"Flat": exact_m.build_seconds}
     result: dict = {}
-    questions = sample_questions(squad_questions(load_squad(args.questions)), args.limit_questions)
     base = open_searcher(exact_dir, args.model)
+    indexed = {(base.index.docs[p["doc"]]["title"], p["text"]) for p in base.index.passages}
+    # only questions whose gold passage is in the (possibly --limit-passages cut) index
+    pool = [q for q in squad_questions(load_squad(args.questions)) if (q.title, q.context) in indexed]
+    questions = sample_questions(pool, args.limit_questions)
     encoder = CachedEncoder(base.encoder)
     q_start, q_end = encoder.encode([q.question for q in questions])
     nprobes = [int(x) for x in args.nprobes.split(",")]

@@ -111,6 +111,32 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def decode_codes(index, codes: np.ndarray) -> np.ndarray:
+    """(n, code_size) uint8 faiss codes (``index.sa_encode``) -> (n, d) float32 vectors (``index.sa_decode``).
+
+    IVF-PQ fast-scan indexes are decoded from the index's own parts (coarse centroid if by_residual + PQ decode,
+    then the inverse pre-transform, e.g. OPQ), with the same result: their ``sa_decode`` crashes once the index
+    has been read back from disk (faiss 1.15).
+    """
+    import faiss
+
+    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
+    if not isinstance(inner, faiss.IndexIVFPQFastScan):
+        return index.sa_decode(codes)
+    cc = inner.coarse_code_size()
+    listno = np.zeros(len(codes), np.int64)
+    for i in range(cc):  # the list number, little-endian in the first cc bytes
+        listno |= codes[:, i].astype(np.int64) << (8 * i)
+    x = inner.pq.decode(np.ascontiguousarray(codes[:, cc:]))
+    if inner.by_residual:
+        x += inner.quantizer.reconstruct_batch(listno)
+    if isinstance(index, faiss.IndexPreTransform):
+        out = np.empty((len(x), index.d), np.float32)
+        index.reverse_chain(len(x), faiss.swig_ptr(np.ascontiguousarray(x, dtype=np.float32)), faiss.swig_ptr(out))
+        x = out
+    return x
+
+
 class PhraseIndex:
     """Read-only view of an index directory: token vectors (memory-mapped), token map, passages, faiss.
 
@@ -177,7 +203,7 @@ class PhraseIndex:
         """Vectors of token ids decoded from their compressed codes (faiss ``sa_decode``), shape ids.shape + (d,)."""
         if self.codes is None:
             raise IndexFormatError(f"{self.dir}: no compressed codes ({CODES}) in a {self.manifest.factory} index")
-        return self._gather(ids, lambda rows: self.faiss.sa_decode(np.ascontiguousarray(self.codes[rows])))
+        return self._gather(ids, lambda rows: decode_codes(self.faiss, np.ascontiguousarray(self.codes[rows])))
 
     def neighbour_vectors(self, ids: np.ndarray) -> np.ndarray:
         """Vectors of token ids from the selected ``vector_source`` (what the searcher scores spans with)."""

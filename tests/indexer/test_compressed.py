@@ -133,6 +133,23 @@ def test_decoded_neighbours_equal_faiss_reconstruction(request, which):
     assert np.allclose(decoded.reshape(oracle.shape), oracle, atol=1e-5)
 
 
+@pytest.mark.parametrize("factory", ["IVF16,PQ16x4fs", "OPQ16,IVF16,PQ16x4fs", "OPQ8,IVF16,PQ8x4", "IVF16,SQ8"])
+def test_decode_codes_of_a_read_index_equals_sa_decode_before_writing(factory, tmp_path):
+    """Fast-scan indexes read back from disk crash in sa_decode (faiss 1.15); decode_codes must not, and agree."""
+    import faiss
+
+    from core.store import decode_codes
+
+    x = np.random.default_rng(0).standard_normal((3000, 32)).astype(np.float32)
+    index = create_index(factory, 32, contiguous_ids=True)
+    train_index(index, x, 3000, gpu=False)
+    add_vectors(index, x, np.arange(len(x)), progress=False, gpu=False)
+    codes = index.sa_encode(x[:500])
+    expect = index.sa_decode(codes)
+    faiss.write_index(index, str(tmp_path / "i.faiss"))
+    assert np.allclose(decode_codes(faiss.read_index(str(tmp_path / "i.faiss")), codes), expect, atol=1e-5)
+
+
 def test_flat_index_has_no_codes_source(tiny_index):
     idx = PhraseIndex(tiny_index)
     assert idx.codes is None and idx.vector_source == "fine"
