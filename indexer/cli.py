@@ -64,7 +64,8 @@ def _eval(args: argparse.Namespace) -> int:
     from indexer.evaluate import run_eval
 
     m = run_eval(args.questions, args.model, index=args.index, corpus=args.corpus, reading_comprehension=args.reading_comprehension,
-                 limit=args.limit, out=args.out, progress=not args.quiet)
+                 limit=args.limit, out=args.out, progress=not args.quiet,
+                 precision=args.precision)
     print(json.dumps(m, indent=2))
     return 0
 
@@ -132,6 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="default")
     p.add_argument("--index", default=None, help="index to search (default: the question file's paragraphs)")
     p.add_argument("--corpus", default=None, help="JSONL corpus to index temporarily (instead of --index)")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="encoder inference precision")
     p.add_argument("--reading-comprehension", action="store_true", help="also answer within the gold passage")
     p.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
     p.add_argument("--out", default=None, help="metrics JSON")

@@ -27,6 +27,7 @@ def run_eval(
     out: str | Path | None = None,
     build: BuildOptions | None = None,
     progress: bool = True,
+    precision: str = "auto",
 ) -> dict[str, Any]:
     """Evaluate on ``index``; without one, on a temporary index of ``corpus`` (default: the file's paragraphs)."""
     data = load_squad(questions)
@@ -37,8 +38,8 @@ def run_eval(
                 corpus = Path(tmp) / "corpus.jsonl"
                 write_corpus(corpus, squad_documents(data))
             index = Path(tmp) / "index"
-            build_index(corpus, model, index, build or BuildOptions(progress=progress))
-        searcher = open_searcher(index, model)
+            build_index(corpus, model, index, build or BuildOptions(progress=progress, precision=precision))
+        searcher = open_searcher(index, model, precision=precision)
         metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress)
     if out is not None:
         write_json_atomic(out, metrics)
