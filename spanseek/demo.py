@@ -50,9 +50,15 @@ def say(*parts: object, file=None) -> None:
 
 
 def ensure_index(corpus: Path = CORPUS, index: Path = INDEX, model: str = "default") -> Path:
-    from core.store import MANIFEST
+    import shutil
+
+    from core.model import model_fingerprint, resolve_model
+    from core.store import MANIFEST, Manifest
     from indexer.build import BuildOptions, build_index
 
+    if (index / MANIFEST).exists() and Manifest.load(index).model_fingerprint != model_fingerprint(resolve_model(model)):
+        say(f"the demo index in {index} was built with another model; rebuilding it", file=sys.stderr)
+        shutil.rmtree(index)
     if (index / MANIFEST).exists():
         say(f"reusing the demo index in {index}", file=sys.stderr)
     else:
