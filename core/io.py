@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 
 class CorpusError(ValueError):
     """A corpus or question file is malformed; the message names the file and line."""
@@ -88,8 +90,6 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
 
 def save_npy_atomic(path: str | Path, array) -> None:
     """np.save to ``path`` atomically (np.save on a file object adds no suffix)."""
-    import numpy as np
-
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.save(f, array)
 
