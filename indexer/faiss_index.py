@@ -18,9 +18,12 @@ training and adding run through ``indexer.compress_gpu`` and the index comes bac
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -225,14 +228,45 @@ def training_sample(vectors: np.ndarray, size: int, seed: int = 0, pool: np.ndar
     return np.ascontiguousarray(vectors[take], dtype=np.float32)
 
 
-def use_gpu(gpu: bool | None) -> bool:
-    """``None`` (auto) -> whether faiss sees a GPU; True without one raises."""
+# A GPU flat search in a child process: a faiss GPU build without kernels for the card (the PyPI faiss-gpu-cu12
+# wheels stop at compute capability 8.9, so Hopper is not covered) aborts the process on first use instead of raising.
+_GPU_PROBE = (
+    "import faiss, numpy as np\n"
+    "index = faiss.GpuIndexFlatIP(faiss.StandardGpuResources(), 8)\n"
+    "x = np.eye(8, dtype='float32')\n"
+    "index.add(x)\n"
+    "assert (index.search(x, 1)[1].ravel() == np.arange(8)).all()\n"
+)
+
+
+@functools.cache
+def gpu_unusable_reason() -> str | None:
+    """Why faiss cannot build on a GPU here (no GPU build, no GPU, or no kernels for the card), or None."""
     import faiss
 
-    n = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
-    if gpu and n == 0:
-        raise FactoryError("a GPU build was requested but faiss sees no GPU (install the `gpu` extra: faiss-gpu-cu12)")
-    return n > 0 if gpu is None else bool(gpu)
+    if not hasattr(faiss, "get_num_gpus") or faiss.get_num_gpus() == 0:
+        return "faiss sees no GPU (install the `gpu` extra on a CUDA host)"
+    try:
+        probe = subprocess.run([sys.executable, "-c", _GPU_PROBE], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "a GPU flat search did not finish in 300 s"
+    if probe.returncode != 0:
+        detail = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
+        return ("faiss sees a GPU but cannot run on it; a faiss build with kernels for this card is needed "
+                f"(PyPI faiss-gpu-cu12 covers compute capability 7.0-8.9): {detail[-300:]}")
+    return None
+
+
+def use_gpu(gpu: bool | None) -> bool:
+    """``None`` (auto) -> whether faiss can build on a GPU here; True when it cannot raises, naming why."""
+    if gpu is False:
+        return False
+    reason = gpu_unusable_reason()
+    if gpu and reason:
+        raise FactoryError(f"a GPU build was requested but {reason}")
+    if reason and gpu is None and "no GPU" not in reason:
+        log.warning("building on the CPU: %s", reason)
+    return reason is None
 
 
 def train_index(

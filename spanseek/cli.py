@@ -16,19 +16,38 @@ import logging
 import sys
 
 # Each module defines register(subparsers); subcommands set `func` (called with the parsed args).
-CLI_MODULES = ("indexer.cli", "trainer.cli", "service.cli")
+# The command names are listed so that a module whose dependencies are missing (a training host without the
+# service stack, say) still shows its commands, which then say what to install.
+CLI_MODULES = {
+    "indexer.cli": ("corpus", "index", "search", "eval"),
+    "trainer.cli": ("train",),
+    "service.cli": ("serve",),
+}
+
+
+def _unavailable(commands: tuple[str, ...], sub: argparse._SubParsersAction, missing: str) -> None:
+    def fail(args: argparse.Namespace) -> int:
+        raise RuntimeError(f"this command needs the Python package {missing!r}, which is not installed "
+                           f"(pip install -e . installs every dependency)")
+
+    for command in commands:
+        # no option prefix: every argument, flags too, lands in `rest`, and the command explains itself
+        p = sub.add_parser(command, help=f"(unavailable: needs {missing})", add_help=False, prefix_chars="\x00")
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=fail)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spanseek", description="Dense phrase retrieval: phrases, passages, documents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in CLI_MODULES:
+    for name, commands in CLI_MODULES.items():
         try:
             module = importlib.import_module(name)
-        except ModuleNotFoundError as e:  # a package not (yet) installed: its subcommands are absent
-            if e.name not in (name, name.split(".")[0]):
-                raise
+        except ModuleNotFoundError as e:
+            if e.name in (name, name.split(".")[0]):  # the package itself is not installed: no commands
+                continue
+            _unavailable(commands, sub, (e.name or "?").split(".")[0])
             continue
         module.register(sub)
     return parser

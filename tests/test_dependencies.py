@@ -58,3 +58,26 @@ def test_the_checker_sees_nested_and_relative_imports(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("import os.path\nfrom . import x\ndef f():\n    from trainer.train import train_phrase\n")
     assert imported_packages(src, "service") == {"os": 1, "service": 2, "trainer": 4}
+
+
+def test_cli_names_a_missing_dependency_instead_of_crashing(monkeypatch, capsys):
+    """A host without the service stack (a training box) still runs `spanseek train`; `spanseek serve` says what
+    is missing."""
+    import importlib
+
+    import spanseek.cli as cli
+
+    real = importlib.import_module
+
+    def without_pydantic(name, *args):
+        if name == "service.cli":
+            raise ModuleNotFoundError("No module named 'pydantic'", name="pydantic")
+        return real(name, *args)
+
+    monkeypatch.setattr(cli.importlib, "import_module", without_pydantic)
+    assert cli.main(["serve", "--index", "somewhere", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "'pydantic'" in err and "not installed" in err
+    with pytest.raises(SystemExit) as e:  # the other packages' commands are still there
+        cli.main(["train", "phrase", "--help"])
+    assert e.value.code == 0

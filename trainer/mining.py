@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from core.io import Question, atomic_path, load_squad, squad_questions
+from core.io import Question, atomic_path, load_squad, open_text, squad_questions
 from core.metrics import passage_has_answer
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def mine(
 def load_hard_negatives(path: str | Path, data: list[dict]) -> dict[str, list[str]]:
     """Question id -> hard-negative passage texts, from a file written by ``mine``."""
     out = {}
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:  # plain or gzipped JSONL
         for line in f:
             row = json.loads(line)
             out[row["id"]] = [data[a]["paragraphs"][p]["context"] for a, p in row["hard"]]

@@ -284,14 +284,14 @@ def test_killed_ivf_build_resumes(tmp_path, medium_corpus, tiny_model_dir, ivf_i
 # --- GPU -----------------------------------------------------------------------------------------------------
 
 
-def _gpus() -> int:
-    import faiss
+def _gpu_unusable() -> str | None:
+    from indexer.faiss_index import gpu_unusable_reason
 
-    return faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    return gpu_unusable_reason()
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(_gpus() == 0, reason="faiss sees no GPU")
+@pytest.mark.skipif(_gpu_unusable() is not None, reason="faiss cannot build on a GPU here")
 @pytest.mark.parametrize("factory", ["IVF64,SQ8", "OPQ16,IVF64,PQ16", "IVF64,PQ32x4fs"])
 def test_gpu_build_matches_cpu_format_and_recall(factory, tmp_path):
     import faiss
@@ -312,3 +312,31 @@ def test_gpu_build_matches_cpu_format_and_recall(factory, tmp_path):
         _, found = index.search(q, 10)
         recalls[gpu] = np.mean([len(np.intersect1d(f, e)) / 10 for f, e in zip(found, exact, strict=True)])
     assert recalls[True] >= recalls[False] - 0.05, recalls
+
+
+def test_gpu_without_kernels_for_the_card_falls_back_or_names_why(monkeypatch, caplog):
+    """faiss-gpu-cu12 from PyPI sees an H100 but aborts on first use (no sm_90 kernels): auto mode builds on the
+    CPU with a warning, an explicit --gpu fails with the reason, and --no-gpu never probes."""
+    import subprocess
+
+    import faiss
+
+    from indexer import faiss_index
+
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1, raising=False)
+    aborted = subprocess.CompletedProcess([], -6, "", "Faiss assertion 'err__ == cudaSuccess' failed ... CUDA error "
+                                                     "209 no kernel image is available for execution on the device")
+    monkeypatch.setattr(faiss_index.subprocess, "run", lambda *a, **k: aborted)
+    faiss_index.gpu_unusable_reason.cache_clear()
+    try:
+        with caplog.at_level("WARNING"):
+            assert faiss_index.use_gpu(None) is False
+        assert "no kernel image" in caplog.text
+        with pytest.raises(faiss_index.FactoryError, match="cannot run on it.*no kernel image"):
+            faiss_index.use_gpu(True)
+        assert faiss_index.use_gpu(False) is False
+        monkeypatch.setattr(faiss_index.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess([], 0, "", ""))
+        faiss_index.gpu_unusable_reason.cache_clear()
+        assert faiss_index.use_gpu(None) is True and faiss_index.use_gpu(True) is True
+    finally:
+        faiss_index.gpu_unusable_reason.cache_clear()

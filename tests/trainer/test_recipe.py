@@ -58,6 +58,19 @@ def test_bm25_mining_excludes_gold_and_answers_and_resumes(squad_file, tmp_path,
             assert not passage_has_answer(data[ha]["paragraphs"][hp]["context"], [x["text"] for x in q["answers"]])
 
 
+def test_hard_negatives_load_from_gzip_like_plain(squad_file, tmp_path):
+    from core.io import load_squad
+    from trainer import mining
+
+    out = mining.mine(squad_file, tmp_path / "hard.jsonl", chunk=50, progress=False)
+    gz = tmp_path / "hard.jsonl.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as f:
+        f.write(out.read_text(encoding="utf-8"))
+    data = load_squad(squad_file)
+    plain = mining.load_hard_negatives(out, data)
+    assert plain and mining.load_hard_negatives(gz, data) == plain
+
+
 def test_hard_negatives_enter_the_unified_loss():
     from trainer.losses import HardNegatives, LossConfig, phrase_loss
 
