@@ -18,6 +18,9 @@ is encoded twice). Factories default to IVF-SQ8 and IVF-SQ4 (accuracy points) an
   its ratio to the exact index's q/s measured in the same run, at every --nprobes value for IVF indexes, with
   the share of questions whose top phrase equals the exact index's;
 - bytes per token in RAM / memory-mapped / on disk (``indexer.verify.memory_per_token``) and build times.
+
+``--speed-only`` reuses the indexes of a finished run and times them again without evaluating, for a run whose
+timings shared the machine with other work (accuracy does not depend on load; speed ratios do).
 """
 
 from __future__ import annotations
@@ -140,7 +143,11 @@ def run(args: argparse.Namespace) -> dict:
         index.set_nprobe(nprobe)
         for source in (["fine", "codes"] if index.codes is not None else ["fine"]):
             index.set_vector_source(source)
-            metrics = evaluate(searcher, questions, progress=False)
+            if args.speed_only:  # accuracy does not depend on machine load; re-time a finished run on a quiet machine
+                metrics = {"phrase": {"em@1": float("nan"), "f1@1": float("nan")},
+                           "passage": {"acc@5": float("nan")}, "doc": {"acc@5": float("nan")}}
+            else:
+                metrics = evaluate(searcher, questions, progress=False)
             qps, _ = phrase_speed(searcher, q_start, q_end, nprobe)
             rows.append({
                 "factory": f, "vector_source": source, "nprobe": nprobe,
@@ -196,6 +203,8 @@ def main() -> None:
     p.add_argument("--max-train", type=int, default=65_536, help="faiss training sample bound")
     p.add_argument("--workdir", default="work/bench-compressed", help="indexes are built (and reused) here")
     p.add_argument("--out", default=None, help="JSON results")
+    p.add_argument("--speed-only", action="store_true",
+                   help="reuse the built indexes and time them again without evaluating (accuracy reads NaN)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
     result = run(args)
