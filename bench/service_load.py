@@ -37,7 +37,7 @@ from pathlib import Path
 # question on the 2-core dev machine next to a training job). Both the raw pipeline and the service get it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import httpx  # noqa: E402
+import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,9 +108,10 @@ def raw_throughput(searcher, questions: list[str], batch: int, seconds: float, u
     return done / (time.perf_counter() - t0)
 
 
-async def batch_stats(client: httpx.AsyncClient) -> tuple[float, float]:
+async def batch_stats(client: aiohttp.ClientSession) -> tuple[float, float]:
     """(sum, count) of spanseek_batch_size from /metrics."""
-    text = (await client.get("/metrics")).text
+    async with client.get("/metrics") as r:
+        text = await r.text()
     total = float(re.search(r"^spanseek_batch_size_sum ([\d.e+-]+)$", text, re.M).group(1))
     count = float(re.search(r"^spanseek_batch_size_count ([\d.e+-]+)$", text, re.M).group(1))
     return total, count
@@ -133,18 +134,19 @@ class Recorder:
         return sum(n for k, n in self.status.items() if k not in ("200", "429"))
 
 
-async def one_request(client: httpx.AsyncClient, question: str, unit: str, top_k: int, rec: Recorder) -> None:
+async def one_request(client: aiohttp.ClientSession, question: str, unit: str, top_k: int, rec: Recorder) -> None:
     t0 = time.perf_counter()
     try:
-        r = await client.post(f"/search?unit={unit}", json={"query": question, "top_k": top_k})
-        rec.add(str(r.status_code), time.perf_counter() - t0 if r.status_code == 200 else None)
-        if r.status_code == 429:
+        async with client.post(f"/search?unit={unit}", json={"query": question, "top_k": top_k}) as r:
+            await r.read()
+        rec.add(str(r.status), time.perf_counter() - t0 if r.status == 200 else None)
+        if r.status == 429:
             await asyncio.sleep(0.01)  # a polite client backs off briefly
-    except httpx.HTTPError as e:
+    except (aiohttp.ClientError, TimeoutError) as e:
         rec.add(type(e).__name__)
 
 
-async def closed_loop(client: httpx.AsyncClient, questions: list[str], concurrency: int, seconds: float,
+async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concurrency: int, seconds: float,
                       unit: str, top_k: int) -> dict:
     """``concurrency`` clients, each sending its next request as soon as the last is answered."""
     rec = Recorder()
@@ -166,7 +168,7 @@ async def closed_loop(client: httpx.AsyncClient, questions: list[str], concurren
             "status": rec.status, "errors": rec.errors()}
 
 
-async def open_loop(client: httpx.AsyncClient, questions: list[str], rate: float, seconds: float,
+async def open_loop(client: aiohttp.ClientSession, questions: list[str], rate: float, seconds: float,
                     unit: str, top_k: int, seed: int = 0) -> dict:
     """Poisson arrivals at ``rate`` requests/s regardless of answers (latency as users would see it)."""
     rng = random.Random(seed)
@@ -192,15 +194,16 @@ def start_server(args: argparse.Namespace, index: Path, model: str, port: int) -
     return subprocess.Popen(cmd, env=env, cwd=ROOT)
 
 
-async def wait_ready(client: httpx.AsyncClient, proc: subprocess.Popen, timeout: float = 300) -> None:
+async def wait_ready(client: aiohttp.ClientSession, proc: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.perf_counter() + timeout
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"the service exited with {proc.returncode}")
         try:
-            if (await client.get("/ready")).status_code == 200:
-                return
-        except httpx.HTTPError:
+            async with client.get("/ready") as r:
+                if r.status == 200:
+                    return
+        except aiohttp.ClientError:
             pass
         if time.perf_counter() > deadline:
             raise RuntimeError("the service did not become ready")
@@ -208,9 +211,13 @@ async def wait_ready(client: httpx.AsyncClient, proc: subprocess.Popen, timeout:
 
 
 async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Popen, questions: list[str]) -> dict:
-    # client idle expiry (2 s) below the server's keep-alive, as a well-behaved client keeps it
-    limits = httpx.Limits(max_connections=max(args.concurrency) * 2 + 16, max_keepalive_connections=None, keepalive_expiry=2.0)
-    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+    # The load generator shares the machine's cores with the service, so it must be cheap: aiohttp spends
+    # ~0.3 ms of CPU a request here where httpx spent ~3.5 ms (0.45 of the 2 cores at 115 q/s, which the
+    # service then lacked). Client idle expiry (2 s) stays below the server's keep-alive, as a well-behaved
+    # client keeps it.
+    connector = aiohttp.TCPConnector(limit=max(args.concurrency) * 2 + 16, keepalive_timeout=2.0)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as client:
         await wait_ready(client, proc)
         await closed_loop(client, questions, min(args.concurrency), 1.0, args.unit, args.top_k)  # warm connections
         levels = []

@@ -16,8 +16,9 @@ For a batch of questions the searcher
 
 from __future__ import annotations
 
+import functools
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import numpy as np
@@ -43,7 +44,10 @@ class Hit:
     title: str
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {name: getattr(self, name) for name in HIT_FIELDS}  # asdict's deep copy costs 10x, per hit
+
+
+HIT_FIELDS = tuple(f.name for f in fields(Hit))
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,21 @@ class Spans:
     starts: np.ndarray
     ends: np.ndarray
     scores: np.ndarray
+
+
+@functools.cache
+def numpy_blas():
+    """A threadpoolctl controller of numpy's own BLAS library (not faiss's, not torch's).
+
+    Span completion runs small (U, d) @ (d, 2) products under ``numpy_blas().limit(limits=1)``. Left multi-threaded,
+    numpy's OpenBLAS wakes its worker threads for them, and they busy-wait on the cores long after: measured on
+    the demo index (2 cores), the next faiss search of a 32-question batch took 80 ms instead of 41.
+    """
+    from threadpoolctl import ThreadpoolController
+
+    controller = ThreadpoolController()
+    mine = [c.filepath for c in controller.lib_controllers if c.user_api == "blas" and "numpy" in c.filepath]
+    return controller.select(filepath=mine)
 
 
 def best_span(
@@ -170,11 +189,14 @@ class Searcher:
         if self.index.faiss.ntotal == 0:
             empty = np.zeros(0, np.int64)
             return [Spans(empty, empty, np.zeros(0, np.float32)) for _ in range(len(q_start))]
-        _, start_ids = self.index.faiss.search(q_start, k)  # (B, k)
-        _, end_ids = self.index.faiss.search(q_end, k)
-        return [
-            self._complete(start_ids[b], end_ids[b], q_start[b], q_end[b], L, vectors) for b in range(len(q_start))
-        ]
+        # One faiss call for both sides: a flat index streams its vectors once for all 2B queries
+        _, ids = self.index.faiss.search(np.concatenate([q_start, q_end]), k)  # (2B, k)
+        start_ids, end_ids = ids[: len(q_start)], ids[len(q_start) :]
+        with numpy_blas().limit(limits=1):
+            return [
+                self._complete(start_ids[b], end_ids[b], q_start[b], q_end[b], L, vectors)
+                for b in range(len(q_start))
+            ]
 
     def _complete(
         self, start_ids: np.ndarray, end_ids: np.ndarray, qs: np.ndarray, qe: np.ndarray, L: int, vec

@@ -256,3 +256,40 @@ def test_per_call_nprobe_does_not_leak(tmp_path):
     assert faiss.extract_index_ivf(fake.faiss).nprobe == 1
     fake.set_nprobe(None)
     assert faiss.extract_index_ivf(fake.faiss).nprobe == 3
+
+
+def test_batched_flat_search_equals_per_query_search():
+    """tune_faiss sends batches through BLAS; each query's neighbours must equal searching it alone."""
+    import faiss
+
+    from core.store import FAISS_BLAS_MIN_QUERIES, tune_faiss
+
+    rng = np.random.default_rng(0)
+    d = 48
+    base = rng.standard_normal((20_000, d)).astype(np.float32)
+    index = faiss.IndexFlatIP(d)
+    index.add(base)
+    queries = rng.standard_normal((3 * FAISS_BLAS_MIN_QUERIES, d)).astype(np.float32)
+    before = faiss.cvar.distance_compute_blas_threshold, faiss.cvar.distance_compute_blas_database_bs
+    try:
+        tune_faiss(d)
+        scores, ids = index.search(queries, 10)
+        alone = [index.search(q[None], 10) for q in queries]
+    finally:
+        faiss.cvar.distance_compute_blas_threshold, faiss.cvar.distance_compute_blas_database_bs = before
+    exact = np.argsort(-(queries @ base.T), axis=1, kind="stable")[:, :10]
+    assert (ids == exact).mean() > 0.999  # float rounding may swap exact ties only
+    for row, (s, i) in enumerate(alone):
+        np.testing.assert_allclose(scores[row], s[0], rtol=1e-4, atol=1e-4)
+        assert (ids[row] == i[0]).mean() > 0.9
+
+
+def test_span_completion_runs_numpy_blas_single_threaded():
+    """Only numpy's own BLAS is limited (faiss's and torch's keep their threads), and only inside the block."""
+    from core.search import numpy_blas
+
+    selected = numpy_blas().info()
+    assert all("numpy" in lib["filepath"] for lib in selected)
+    with numpy_blas().limit(limits=1):
+        assert all(lib["num_threads"] == 1 for lib in numpy_blas().info())
+    assert [lib["num_threads"] for lib in numpy_blas().info()] == [lib["num_threads"] for lib in selected]
