@@ -1,4 +1,4 @@
-"""GPU training and adding for compressed faiss indexes (faiss GPU build: the `gpu` extra, faiss-gpu-cu12).
+"""GPU training and adding for compressed faiss indexes (faiss GPU build: the `gpu` extra, faiss-gpu).
 
 Used by ``indexer.faiss_index.train_index`` / ``add_vectors`` when ``faiss.get_num_gpus() > 0``. The index itself
 stays a CPU index, so the stored format is identical to a CPU build; only the heavy k-means steps run on the GPU:

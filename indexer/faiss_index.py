@@ -228,8 +228,9 @@ def training_sample(vectors: np.ndarray, size: int, seed: int = 0, pool: np.ndar
     return np.ascontiguousarray(vectors[take], dtype=np.float32)
 
 
-# A GPU flat search in a child process: a faiss GPU build without kernels for the card (the PyPI faiss-gpu-cu12
-# wheels stop at compute capability 8.9, so Hopper is not covered) aborts the process on first use instead of raising.
+# A GPU flat search in a child process: a faiss GPU build without kernels for the card (e.g. the PyPI
+# faiss-gpu-cu12 wheels, which stop at compute capability 8.9, on Hopper) aborts the process on first use
+# instead of raising.
 _GPU_PROBE = (
     "import faiss, numpy as np\n"
     "index = faiss.GpuIndexFlatIP(faiss.StandardGpuResources(), 8)\n"
@@ -253,7 +254,7 @@ def gpu_unusable_reason() -> str | None:
     if probe.returncode != 0:
         detail = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
         return ("faiss sees a GPU but cannot run on it; a faiss build with kernels for this card is needed "
-                f"(PyPI faiss-gpu-cu12 covers compute capability 7.0-8.9): {detail[-300:]}")
+                f"(PyPI faiss-gpu>=1.15.1 covers 7.0-9.0, faiss-gpu-cu12 only 7.0-8.9): {detail[-300:]}")
     return None
 
 

@@ -315,7 +315,7 @@ def test_gpu_build_matches_cpu_format_and_recall(factory, tmp_path):
 
 
 def test_gpu_without_kernels_for_the_card_falls_back_or_names_why(monkeypatch, caplog):
-    """faiss-gpu-cu12 from PyPI sees an H100 but aborts on first use (no sm_90 kernels): auto mode builds on the
+    """faiss-gpu-cu12 (PyPI) sees an H100 but aborts on first use (no sm_90 kernels): auto mode builds on the
     CPU with a warning, an explicit --gpu fails with the reason, and --no-gpu never probes."""
     import subprocess
 
