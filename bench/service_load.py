@@ -243,13 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--synthetic", type=Path, help="build/reuse an untrained model + small index in this directory")
     p.add_argument("--synthetic-docs", type=int, default=4)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--precision", default="fp32", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                   help="encoder precision of both the raw pipeline and the service (auto: as the service defaults)")
     p.add_argument("--unit", default="passage", choices=UNITS)
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--max-queue", type=int, default=256)
-    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 64])
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 64, 128])
     p.add_argument("--seconds", type=float, default=10.0, help="duration of each measurement")
     p.add_argument("--soak-seconds", type=float, default=0.0, help="bounded soak above saturation (0 = none)")
     p.add_argument("--out", type=Path, required=True, help="JSON results")
@@ -282,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             proc.kill()
     sat = service["saturation"]
     result = {
-        "index": str(index), "model": model, "device": args.device, "unit": args.unit, "top_k": args.top_k,
+        "index": str(index), "model": model, "device": args.device, "precision": args.precision, "unit": args.unit,
+        "top_k": args.top_k,
         "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "raw_qps": raw, **service,
         "service_over_raw": sat["qps"] / raw,
         "half_load_p99_over_single_p50": service["half_load"]["p99_ms"] / service["single"]["p50_ms"],
