@@ -26,7 +26,7 @@ system-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus docker-compose >/dev/null; \
 	fi
 
-test: install system-deps
+test: install system-deps lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 test-slow: install

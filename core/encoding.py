@@ -88,7 +88,9 @@ def _window_batches(
     passages: list[PassageTokens], window: int, stride: int
 ) -> tuple[list[tuple[int, int]], list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
     """Cut every passage into windows: (passage, start) keys, id arrays, and per-passage assignments."""
-    keys, ids, assign = [], [], []
+    keys: list[tuple[int, int]] = []
+    ids: list[np.ndarray] = []
+    assign: list[tuple[np.ndarray, np.ndarray]] = []
     for p, toks in enumerate(passages):
         starts = window_starts(len(toks), window, stride)
         first = len(keys)

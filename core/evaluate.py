@@ -80,7 +80,7 @@ def evaluate(
     n = len(questions)
     out: dict[str, Any] = {
         "n_questions": n,
-        "phrase": {"em@1": pct(np.mean(em1)), "f1@1": pct(np.mean(f11)), "em@10": pct(np.mean(em10))},
+        "phrase": {"em@1": pct(float(np.mean(em1))), "f1@1": pct(float(np.mean(f11))), "em@10": pct(float(np.mean(em10)))},
         "passage": {
             "acc@1": pct(accuracy_at(pas, 1)),
             "acc@5": pct(accuracy_at(pas, 5)),
@@ -91,7 +91,7 @@ def evaluate(
         "doc": {"acc@1": pct(accuracy_at(docs, 1)), "acc@5": pct(accuracy_at(docs, 5))},
     }
     if reading_comprehension:
-        out["rc"] = {"em": pct(np.mean(rc_em)), "f1": pct(np.mean(rc_f1))}
+        out["rc"] = {"em": pct(float(np.mean(rc_em))), "f1": pct(float(np.mean(rc_f1)))}
     out["seconds"] = round(seconds, 1)
     out["questions_per_second"] = round(n / seconds, 1) if seconds > 0 else 0.0
     return out

@@ -167,7 +167,7 @@ def squad_documents(data: list[dict[str, Any]]) -> Iterator[Document]:
 
 def squad_questions(data: list[dict[str, Any]]) -> list[Question]:
     """Flatten a SQuAD ``data`` list into questions with their gold context, title and position."""
-    out = []
+    out: list[Question] = []
     for di, art in enumerate(data):
         title = art.get("title", f"article-{di}")
         for pi, para in enumerate(art["paragraphs"]):

@@ -87,7 +87,7 @@ class PhraseModel(nn.Module):
     def __init__(self, config: EncoderConfig):
         super().__init__()
         self.phrase_encoder = _load_backbone(config)
-        hidden = self.phrase_encoder.config.hidden_size
+        hidden = int(getattr(self.phrase_encoder, "config").hidden_size)  # noqa: B009 (nn.Module hides its type)
         self.config = replace(config, dim=hidden)
         if config.question_mode == "separate":
             self.q_start_encoder = _load_backbone(config)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -111,7 +111,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def decode_codes(index, codes: np.ndarray) -> np.ndarray:
+def decode_codes(index: Any, codes: np.ndarray) -> np.ndarray:
     """(n, code_size) uint8 faiss codes (``index.sa_encode``) -> (n, d) float32 vectors (``index.sa_decode``).
 
     IVF-PQ fast-scan indexes are decoded from the index's own parts (coarse centroid if by_residual + PQ decode,
@@ -120,19 +120,23 @@ def decode_codes(index, codes: np.ndarray) -> np.ndarray:
     """
     import faiss
 
-    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
+    is_pre = isinstance(index, faiss.IndexPreTransform)
+    inner = faiss.downcast_index(index.index) if is_pre else index
     if not isinstance(inner, faiss.IndexIVFPQFastScan):
         return index.sa_decode(codes)
-    cc = inner.coarse_code_size()
+    # Any below: these are faiss's low-level SWIG calls (pointer arguments), which its type stubs do not model
+    ivf: Any = inner
+    cc = ivf.coarse_code_size()
     listno = np.zeros(len(codes), np.int64)
     for i in range(cc):  # the list number, little-endian in the first cc bytes
         listno |= codes[:, i].astype(np.int64) << (8 * i)
-    x = inner.pq.decode(np.ascontiguousarray(codes[:, cc:]))
-    if inner.by_residual:
-        x += inner.quantizer.reconstruct_batch(listno)
-    if isinstance(index, faiss.IndexPreTransform):
-        out = np.empty((len(x), index.d), np.float32)
-        index.reverse_chain(len(x), faiss.swig_ptr(np.ascontiguousarray(x, dtype=np.float32)), faiss.swig_ptr(out))
+    x: Any = ivf.pq.decode(np.ascontiguousarray(codes[:, cc:]))
+    if ivf.by_residual:
+        x += ivf.quantizer.reconstruct_batch(listno)
+    if is_pre:
+        pre: Any = index
+        out = np.empty((len(x), pre.d), np.float32)
+        pre.reverse_chain(len(x), faiss.swig_ptr(np.ascontiguousarray(x, dtype=np.float32)), faiss.swig_ptr(out))
         x = out
     return x
 
@@ -168,7 +172,7 @@ class PhraseIndex:
 
         self.dir = Path(index_dir)
         self.manifest = Manifest.load(self.dir)
-        mode = "r" if mmap else None
+        mode: Literal["r"] | None = "r" if mmap else None
         try:
             self.vectors = np.load(self.dir / VECTORS, mmap_mode=mode)
             self.token_passage = np.load(self.dir / TOKEN_PASSAGE)
@@ -253,4 +257,6 @@ class PhraseIndex:
         """
         ivf = self._ivf()
         if ivf is not None:
-            ivf.nprobe = int(nprobe if nprobe is not None else self.default_nprobe)
+            chosen = nprobe if nprobe is not None else self.default_nprobe
+            assert chosen is not None  # an IVF index always has its stored default
+            ivf.nprobe = int(chosen)
