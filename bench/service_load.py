@@ -203,7 +203,7 @@ async def wait_ready(client: aiohttp.ClientSession, proc: subprocess.Popen, time
             async with client.get("/ready") as r:
                 if r.status == 200:
                     return
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, TimeoutError):  # aiohttp's timeouts are the builtin TimeoutError
             pass
         if time.perf_counter() > deadline:
             raise RuntimeError("the service did not become ready")
@@ -266,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.loading import open_searcher
 
     searcher = open_searcher(index, model, device=args.device, precision=args.precision)
+    precision = searcher.encoder.precision  # what "auto" chose here (the server picks the same on this host)
     questions = make_questions(searcher, 512)
     raw = raw_throughput(searcher, questions, args.max_batch_size, args.seconds, args.unit, args.top_k)
     print(f"raw pipeline: {raw:.1f} q/s at batch {args.max_batch_size}", file=sys.stderr)
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             proc.kill()
     sat = service["saturation"]
     result = {
-        "index": str(index), "model": model, "device": args.device, "precision": args.precision, "unit": args.unit,
+        "index": str(index), "model": model, "device": args.device, "precision": precision, "unit": args.unit,
         "top_k": args.top_k,
         "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "raw_qps": raw, **service,
         "service_over_raw": sat["qps"] / raw,

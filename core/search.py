@@ -17,8 +17,11 @@ For a batch of questions the searcher
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import time
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -26,6 +29,7 @@ import numpy as np
 from core.store import PhraseIndex
 from core.text import FLAG_END, FLAG_START
 
+log = logging.getLogger(__name__)
 Unit = Literal["phrase", "passage", "doc"]
 UNITS: tuple[Unit, ...] = ("phrase", "passage", "doc")
 
@@ -69,8 +73,17 @@ def numpy_blas():
     """
     from threadpoolctl import ThreadpoolController
 
+    # numpy wheels vendor their BLAS next to the package: site-packages/numpy.libs (Linux), numpy/.dylibs (macOS)
+    package = Path(np.__file__).resolve().parent
+    homes = (str(package) + os.sep, str(package.with_name("numpy.libs")) + os.sep)
     controller = ThreadpoolController()
-    mine = [c.filepath for c in controller.lib_controllers if c.user_api == "blas" and "numpy" in c.filepath]
+    mine = [
+        c.filepath for c in controller.lib_controllers
+        if c.user_api == "blas" and str(Path(c.filepath).resolve()).startswith(homes)
+    ]
+    if not mine:  # numpy on a system/conda BLAS: nothing to limit here (its threads may still spin)
+        log.warning("numpy's BLAS library was not found among %s; span completion runs it unlimited",
+                    [c.filepath for c in controller.lib_controllers if c.user_api == "blas"])
     return controller.select(filepath=mine)
 
 

@@ -149,6 +149,9 @@ def decode_codes(index: Any, codes: np.ndarray) -> np.ndarray:
 # 8 / 14 / 20 / 17 / 43. Results are the same up to float rounding.
 FAISS_BLAS_MIN_QUERIES = 4
 FAISS_BLAS_DATABASE_BLOCK = 16384
+# faiss allocates query block x database block floats of scratch: 256 x 16,384 is 16 MiB (its default query
+# block of 4,096 would make that 256 MiB for large batches such as mining chunks). Service batches are smaller.
+FAISS_BLAS_QUERY_BLOCK = 256
 
 
 def tune_faiss(dim: int) -> None:
@@ -157,6 +160,7 @@ def tune_faiss(dim: int) -> None:
 
     faiss.cvar.distance_compute_blas_threshold = (FAISS_BLAS_MIN_QUERIES - 1) * dim + 1
     faiss.cvar.distance_compute_blas_database_bs = FAISS_BLAS_DATABASE_BLOCK
+    faiss.cvar.distance_compute_blas_query_bs = FAISS_BLAS_QUERY_BLOCK
 
 
 class PhraseIndex:
