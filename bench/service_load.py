@@ -6,7 +6,9 @@
 
 It starts ``spanseek serve`` as a subprocess on 127.0.0.1 (a free port), then measures, all bounded in time:
 
-1. raw: the in-process pipeline (``Searcher.search`` on batches of --max-batch-size questions), q/s;
+1. raw: the in-process pipeline on batches of --max-batch-size questions, q/s, both sequential
+   (``Searcher.search``) and pipelined (encode of batch n + 1 overlapping search of batch n, as the service
+   does with ``pipeline`` on); the service is compared with the one it runs (--pipeline / --no-pipeline);
 2. closed-loop HTTP load at each --concurrency level (single-question requests): q/s, p50/p95/p99, mean batch
    size (from the service's /metrics), status counts; saturation = the best level's q/s;
 3. single-request p50 (concurrency 1) and open-loop (Poisson) load at half the saturation rate: its p99;
@@ -108,13 +110,61 @@ def raw_throughput(searcher, questions: list[str], batch: int, seconds: float, u
     return done / (time.perf_counter() - t0)
 
 
-async def batch_stats(client: aiohttp.ClientSession) -> tuple[float, float]:
-    """(sum, count) of spanseek_batch_size from /metrics."""
+def raw_throughput_pipelined(searcher, questions: list[str], batch: int, seconds: float, unit: str,
+                             top_k: int) -> float:
+    """The same, with the service's pipeline: batch n + 1 is encoded in one thread while batch n is searched in
+    another (at most one batch in each step), which is what the service does with ``pipeline`` on."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    encode_pool, search_pool = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    try:
+        searcher.search(questions[:batch], unit=unit, top_k=top_k)  # warm
+        done, i, searching, t0 = 0, 0, None, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            chunk = [questions[(i + j) % len(questions)] for j in range(batch)]
+            q_start, q_end = encode_pool.submit(searcher.encoder.encode, chunk).result()
+            if searching is not None:
+                searching.result()
+                done += batch
+            searching = search_pool.submit(searcher.search_vectors, q_start, q_end, unit, top_k)
+            i += batch
+        if searching is not None:
+            searching.result()
+            done += batch
+        return done / (time.perf_counter() - t0)
+    finally:
+        encode_pool.shutdown()
+        search_pool.shutdown()
+
+
+_SUMS = {  # what the service's /metrics say about its batches: name -> (sum series, count series)
+    "batch_size": ("spanseek_batch_size_sum", "spanseek_batch_size_count"),
+    **{f"{stage}_ms": (f'spanseek_stage_duration_seconds_sum{{stage="{stage}"}}',
+                       f'spanseek_stage_duration_seconds_count{{stage="{stage}"}}')
+       for stage in ("queue", "encode", "search")},
+}
+
+
+async def service_sums(client: aiohttp.ClientSession) -> dict[str, tuple[float, float]]:
+    """(sum, count) of the batch size and of the queue / encode / search times, from /metrics."""
     async with client.get("/metrics") as r:
         text = await r.text()
-    total = float(re.search(r"^spanseek_batch_size_sum ([\d.e+-]+)$", text, re.M).group(1))
-    count = float(re.search(r"^spanseek_batch_size_count ([\d.e+-]+)$", text, re.M).group(1))
-    return total, count
+
+    def value(series: str) -> float:
+        m = re.search(r"^" + re.escape(series) + r" ([\d.e+-]+)$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    return {name: (value(s), value(c)) for name, (s, c) in _SUMS.items()}
+
+
+def service_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Means over the requests between two ``service_sums``: batch size, and queue / encode / search ms."""
+    out = {}
+    for name, (s1, c1) in after.items():
+        s0, c0 = before[name]
+        mean = (s1 - s0) / max(1.0, c1 - c0)
+        out[f"mean_{name}"] = mean * 1000 if name.endswith("_ms") else mean
+    return out
 
 
 class Recorder:
@@ -150,7 +200,7 @@ async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concu
                       unit: str, top_k: int) -> dict:
     """``concurrency`` clients, each sending its next request as soon as the last is answered."""
     rec = Recorder()
-    s0, c0 = await batch_stats(client)
+    before = await service_sums(client)
     deadline = time.perf_counter() + seconds
 
     async def worker(w: int) -> None:
@@ -162,9 +212,8 @@ async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concu
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
     elapsed = time.perf_counter() - t0
-    s1, c1 = await batch_stats(client)
     return {"concurrency": concurrency, "seconds": elapsed, "qps": len(rec.latencies) / elapsed,
-            **percentiles(rec.latencies), "mean_batch_size": (s1 - s0) / max(1.0, c1 - c0),
+            **percentiles(rec.latencies), **service_means(before, await service_sums(client)),
             "status": rec.status, "errors": rec.errors()}
 
 
@@ -174,6 +223,7 @@ async def open_loop(client: aiohttp.ClientSession, questions: list[str], rate: f
     rng = random.Random(seed)
     rec = Recorder()
     tasks = []
+    before = await service_sums(client)
     t0 = time.perf_counter()
     next_at, i = t0, 0
     while next_at - t0 < seconds:
@@ -182,14 +232,16 @@ async def open_loop(client: aiohttp.ClientSession, questions: list[str], rate: f
         i += 1
         next_at += rng.expovariate(rate)
     await asyncio.gather(*tasks)
-    return {"rate": rate, "sent": i, **percentiles(rec.latencies), "status": rec.status, "errors": rec.errors()}
+    return {"rate": rate, "sent": i, **percentiles(rec.latencies), **service_means(before, await service_sums(client)),
+            "status": rec.status, "errors": rec.errors()}
 
 
 def start_server(args: argparse.Namespace, index: Path, model: str, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "spanseek.cli", "serve", "--index", str(index), "--model", model,
            "--host", "127.0.0.1", "--port", str(port), "--device", args.device, "--precision", args.precision,
            "--max-batch-size", str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
-           "--max-queue", str(args.max_queue), "--log-level", "warning"]
+           "--max-queue", str(args.max_queue), "--log-level", "warning",
+           "--pipeline" if args.pipeline else "--no-pipeline"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.Popen(cmd, env=env, cwd=ROOT)
 
@@ -250,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--max-queue", type=int, default=256)
+    p.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=True,
+                   help="the service's encode/search pipeline (the raw pipeline overlaps the steps the same way)")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 64, 128])
     p.add_argument("--seconds", type=float, default=10.0, help="duration of each measurement")
     p.add_argument("--soak-seconds", type=float, default=0.0, help="bounded soak above saturation (0 = none)")
@@ -268,8 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     searcher = open_searcher(index, model, device=args.device, precision=args.precision)
     precision = searcher.encoder.precision  # what "auto" chose here (the server picks the same on this host)
     questions = make_questions(searcher, 512)
-    raw = raw_throughput(searcher, questions, args.max_batch_size, args.seconds, args.unit, args.top_k)
-    print(f"raw pipeline: {raw:.1f} q/s at batch {args.max_batch_size}", file=sys.stderr)
+    raw_sequential = raw_throughput(searcher, questions, args.max_batch_size, args.seconds, args.unit, args.top_k)
+    raw_pipelined = raw_throughput_pipelined(searcher, questions, args.max_batch_size, args.seconds, args.unit,
+                                             args.top_k)
+    raw = raw_pipelined if args.pipeline else raw_sequential  # like for like with the service
+    print(f"raw pipeline: {raw_sequential:.1f} q/s sequential, {raw_pipelined:.1f} q/s pipelined, at batch "
+          f"{args.max_batch_size}", file=sys.stderr)
     del searcher  # free the cores' caches and memory for the server
 
     port = free_port()
@@ -286,8 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "index": str(index), "model": model, "device": args.device, "precision": precision, "unit": args.unit,
         "top_k": args.top_k,
-        "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "raw_qps": raw, **service,
-        "service_over_raw": sat["qps"] / raw,
+        "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "pipeline": args.pipeline,
+        "raw_qps": raw, "raw_sequential_qps": raw_sequential, "raw_pipelined_qps": raw_pipelined, **service,
+        "service_over_raw": sat["qps"] / raw, "service_over_raw_sequential": sat["qps"] / raw_sequential,
         "half_load_p99_over_single_p50": service["half_load"]["p99_ms"] / service["single"]["p50_ms"],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.encoding import QuestionEncoder, pick_device, pick_precision
-from core.model import load_model, load_tokenizer, model_fingerprint, resolve_model
+from core.model import load_model, load_tokenizer, model_fingerprint, phrase_fingerprint, resolve_model
 from core.search import Searcher
 from core.store import PhraseIndex
 
@@ -15,7 +15,7 @@ def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto"
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     phrase_model = load_model(model_dir)
-    index.manifest.check_model(phrase_model.config, model_fingerprint(model_dir))
+    index.manifest.check_model(phrase_model.config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))
     dev = pick_device(device)
     phrase_model.to(dev)
     encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 import shutil
 from dataclasses import replace
@@ -191,6 +192,28 @@ def model_fingerprint(model_dir: str | Path) -> str:
         p = model_dir / name
         if p.exists():
             h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def phrase_fingerprint(model_dir: str | Path) -> str:
+    """sha256 over what fixes the token vectors (first 16 hex digits): the config's index-relevant fields, the
+    weight kind and LoRA settings, and the phrase encoder's weights.
+
+    Query-side fine-tuning (trainer.qsft) changes only the question side, so this stays the same and the
+    indexes built with the original model stay valid for the fine-tuned one.
+    """
+    from safetensors import safe_open
+
+    model_dir = Path(model_dir)
+    config = EncoderConfig.load(model_dir / CONFIG_NAME)
+    phrase_side = {**config.index_relevant(), "weights": config.weights, "lora": config.to_dict()["lora"]}
+    h = hashlib.sha256(json.dumps(phrase_side, sort_keys=True).encode())
+    weights = model_dir / WEIGHTS_NAME
+    if weights.exists():
+        with safe_open(str(weights), framework="pt") as f:
+            for name in sorted(k for k in f.keys() if k.startswith("phrase_encoder.")):  # noqa: SIM118 (not a dict)
+                h.update(name.encode())
+                h.update(f.get_tensor(name).contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:16]
 
 

@@ -69,6 +69,7 @@ class Manifest:
     filter_threshold: float | None
     build_seconds: float
     created: str
+    phrase_fingerprint: str | None = None  # core.model.phrase_fingerprint (absent in indexes built before it)
 
     @classmethod
     def load(cls, index_dir: str | Path) -> Manifest:
@@ -84,21 +85,27 @@ class Manifest:
         d = json.loads(path.read_text())
         if d.get("format_version") != FORMAT_VERSION:
             raise IndexFormatError(f"{index_dir}: index format {d.get('format_version')} (this spanseek reads {FORMAT_VERSION})")
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d or k != "phrase_fingerprint"})
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
-    def check_model(self, config: EncoderConfig, fingerprint: str) -> None:
-        """Refuse a model whose token vectors differ from the ones this index was built with."""
+    def check_model(self, config: EncoderConfig, fingerprint: str, phrase_fingerprint: str | None = None) -> None:
+        """Refuse a model whose token vectors differ from the ones this index was built with.
+
+        The weights match when the whole checkpoint is the one that built the index, or when its phrase side is
+        (a query-side fine-tuned model; ``phrase_fingerprint`` is recorded by builds since it was added).
+        """
         built = EncoderConfig.from_dict(self.encoder)
         diffs = [
             f"{k}: index {built.index_relevant()[k]!r} vs model {v!r}"
             for k, v in config.index_relevant().items()
             if built.index_relevant()[k] != v
         ]
-        if fingerprint != self.model_fingerprint:
-            diffs.append(f"phrase-encoder weights: index {self.model_fingerprint} vs model {fingerprint}")
+        same_phrase_side = phrase_fingerprint is not None and phrase_fingerprint == self.phrase_fingerprint
+        if fingerprint != self.model_fingerprint and not same_phrase_side:
+            diffs.append(f"phrase-encoder weights: index {self.phrase_fingerprint or self.model_fingerprint} "
+                         f"vs model {phrase_fingerprint if self.phrase_fingerprint else fingerprint}")
         if diffs:
             raise IndexFormatError(
                 "index was built with a different model (" + "; ".join(diffs) + "); "

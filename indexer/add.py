@@ -25,7 +25,7 @@ import numpy as np
 from core import store
 from core.encoding import pick_device
 from core.io import write_json_atomic
-from core.model import load_model, model_fingerprint, resolve_model
+from core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
 from indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
 from indexer.compress import kept_token_ids, write_codes
 from indexer.faiss_index import add_vectors
@@ -98,7 +98,7 @@ def add_documents(
         raise BuildError(f"corpus {corpus} does not exist")
     model_dir = resolve_model(model or old.model_ref)
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
-    old.check_model(phrase_model.config, model_fingerprint(model_dir))
+    old.check_model(phrase_model.config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))
     t0 = time.time()
 
     staging = index_dir / STAGING

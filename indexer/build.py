@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from core import store
 from core.encoding import PassageEncoder, pick_device, pick_precision
 from core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, write_json_atomic
-from core.model import load_model, load_tokenizer, model_fingerprint, resolve_model
+from core.model import load_model, load_tokenizer, model_fingerprint, phrase_fingerprint, resolve_model
 from core.text import tokenize_passages
 from indexer.compress import filter_probabilities, has_codes, kept_token_ids, write_codes
 from indexer.faiss_index import (
@@ -253,6 +253,7 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
         filter_threshold=opts.filter_threshold,
         build_seconds=round(time.time() - t_start, 2),
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        phrase_fingerprint=phrase_fingerprint(model_dir),
     )
     write_json_atomic(out / store.MANIFEST, manifest.to_dict())
     shutil.rmtree(out / SHARDS, ignore_errors=True)

@@ -74,8 +74,12 @@ class ServiceState:
         self.batcher: MicroBatcher | None = None
         self.default_nprobe: int | None = settings.default_nprobe
         self.info: dict[str, Any] = {}
-        # One worker: the question encoder and faiss run in this thread only (also the warm-up and the loading).
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-search")
+        # One worker: the question encoder runs in this thread only (also the warm-up and the loading), and so does
+        # faiss unless the pipeline gives the search step its own thread.
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-encode")
+        # pipeline: the index search step gets its own thread (faiss is used from that thread only)
+        self.search_executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-search")
+                                if settings.pipeline else None)
 
     async def load(self, factory: SearcherFactory) -> None:
         """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason)."""
@@ -98,7 +102,8 @@ class ServiceState:
             return
         self.searcher = searcher
         s = self.settings
-        self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics)
+        self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,
+                                    search_executor=self.search_executor)
         self.batcher.start()
         self.status = "ready"
         self.metrics.ready.set(1)
@@ -146,7 +151,9 @@ class ServiceState:
         self.metrics.ready.set(0)
         if self.batcher is not None:
             await self.batcher.stop()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        for executor in (self.executor, self.search_executor):
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
 
 
 def create_app(settings: Settings, searcher_factory: SearcherFactory | None = None) -> FastAPI:

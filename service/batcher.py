@@ -2,12 +2,16 @@
 
 One task owns the queue. It waits for the first request, then collects more until the batch holds
 ``max_batch_size`` questions or the first request has waited ``max_wait_ms``; requests whose client left
-(cancelled futures) are dropped. The batch runs in a single worker thread, off the event loop:
+(cancelled futures) are dropped. The batch runs off the event loop:
 
 1. all non-blank questions of the batch go through ``searcher.encoder.encode`` once: (B, d) q_start, q_end;
 2. rows are grouped by search parameters (unit, top_k, max answer length, nprobe) and each group is one
    ``searcher.search_vectors`` call;
 3. every request's future gets its hits plus the batch's timings.
+
+Without a search executor, steps 1-2 run in one worker thread. With one (``pipeline``), step 1 runs in the
+encoder thread and step 2 in the search thread, so the next batch is encoded while this one is searched; at
+most one batch is being encoded and one searched, so the pipeline holds two batches, not a backlog.
 
 The queue is bounded in questions: a request that would overflow it fails at once with ``Overloaded``
 (HTTP 429 + Retry-After), so latency stays bounded under overload instead of growing with the backlog.
@@ -69,45 +73,72 @@ class _Pending:
     enqueued: float = field(default_factory=time.monotonic)
 
 
-def run_batch(
-    searcher: Searcher, requests: list[tuple[list[str], SearchParams]]
-) -> tuple[list[list[list[Hit]]], BatchTimings]:
-    """Answer several requests with one encoder call and one ``search_vectors`` call per parameter group.
+Requests = list[tuple[list[str], SearchParams]]
 
-    Blank questions get no hits and are not encoded. Returns, per request, per question, its hits.
-    """
+
+@dataclass(frozen=True)
+class EncodedBatch:
+    """A batch after step 1: its requests, the flat positions of its non-blank questions, and their vectors."""
+
+    requests: Requests
+    flat: list[tuple[int, str]]  # (request, question) of every question, in order
+    rows: list[int]  # flat positions that were encoded (non-blank), one per row of q_start / q_end
+    q_start: np.ndarray | None  # (B, d); None when every question is blank
+    q_end: np.ndarray | None
+    encode: float  # seconds
+
+
+def encode_batch(searcher: Searcher, requests: Requests) -> EncodedBatch:
+    """Step 1: one encoder call for all non-blank questions of the batch."""
     flat = [(r, q) for r, (questions, _) in enumerate(requests) for q in questions]
-    rows = [i for i, (_, q) in enumerate(flat) if q.strip()]  # flat positions that are encoded
-    out: list[list[list[Hit]]] = [[[] for _ in questions] for questions, _ in requests]
-    position = [0] * len(flat)  # flat index -> index of the question within its request
-    counters = [0] * len(requests)
-    for i, (r, _) in enumerate(flat):
-        position[i] = counters[r]
-        counters[r] += 1
+    rows = [i for i, (_, q) in enumerate(flat) if q.strip()]
     if not rows:
-        return out, BatchTimings(0.0, 0.0, 0.0)
+        return EncodedBatch(requests, flat, rows, None, None, 0.0)
     t0 = time.perf_counter()
     q_start, q_end = searcher.encoder.encode([flat[i][1] for i in rows])  # (B, d) each
-    encode = time.perf_counter() - t0
+    return EncodedBatch(requests, flat, rows, q_start, q_end, time.perf_counter() - t0)
+
+
+def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[Hit]]], BatchTimings]:
+    """Step 2: one ``search_vectors`` call per parameter group. Returns, per request, per question, its hits."""
+    out: list[list[list[Hit]]] = [[[] for _ in questions] for questions, _ in enc.requests]
+    if enc.q_start is None or enc.q_end is None:
+        return out, BatchTimings(0.0, 0.0, 0.0)
+    position = [0] * len(enc.flat)  # flat index -> index of the question within its request
+    counters = [0] * len(enc.requests)
+    for i, (r, _) in enumerate(enc.flat):
+        position[i] = counters[r]
+        counters[r] += 1
     groups: dict[SearchParams, list[int]] = {}
-    for b, i in enumerate(rows):
-        groups.setdefault(requests[flat[i][0]][1], []).append(b)
+    for b, i in enumerate(enc.rows):
+        groups.setdefault(enc.requests[enc.flat[i][0]][1], []).append(b)
     timings: dict[str, float] = {}
     for params, members in groups.items():
         sel = np.asarray(members)
         hits = searcher.search_vectors(
-            q_start[sel], q_end[sel], params.unit, params.top_k, params.max_answer_tokens, params.nprobe, timings
+            enc.q_start[sel], enc.q_end[sel], params.unit, params.top_k, params.max_answer_tokens, params.nprobe,
+            timings,
         )
         for b, h in zip(members, hits, strict=True):
-            i = rows[b]
-            out[flat[i][0]][position[i]] = h
-    return out, BatchTimings(encode, timings.get("search", 0.0), timings.get("aggregate", 0.0))
+            i = enc.rows[b]
+            out[enc.flat[i][0]][position[i]] = h
+    return out, BatchTimings(enc.encode, timings.get("search", 0.0), timings.get("aggregate", 0.0))
+
+
+def run_batch(searcher: Searcher, requests: Requests) -> tuple[list[list[list[Hit]]], BatchTimings]:
+    """Answer several requests with one encoder call and one ``search_vectors`` call per parameter group.
+
+    Blank questions get no hits and are not encoded. Returns, per request, per question, its hits.
+    """
+    return search_batch(searcher, encode_batch(searcher, requests))
 
 
 class MicroBatcher:
-    """Collects concurrent requests into batches and runs them one at a time on ``executor``.
+    """Collects concurrent requests into batches and runs them on ``executor`` (and ``search_executor``).
 
-    ``executor`` must have a single worker: the searcher (torch, faiss nprobe) is used from one thread.
+    Each executor must have a single worker: the encoder (torch) is used from one thread and the index (faiss
+    nprobe) from one thread. Without ``search_executor`` both steps run in ``executor``, one batch at a time;
+    with it, batch n + 1 is encoded while batch n is searched.
     """
 
     def __init__(
@@ -118,15 +149,18 @@ class MicroBatcher:
         max_wait_ms: float,
         max_queue: int,
         metrics: ServiceMetrics | None = None,
+        search_executor: Executor | None = None,
     ):
         self.searcher = searcher
         self.executor = executor
+        self.search_executor = search_executor
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait_ms / 1000.0
         self.max_queue = max_queue
         self.metrics = metrics
         self._pending: deque[_Pending] = deque()
-        self._inflight: list[_Pending] = []  # the batch being run
+        self._inflight: list[_Pending] = []  # requests of the batches being run (encoded or searched)
+        self._searching: asyncio.Task | None = None  # pipelined: the batch in the search step
         self._depth = 0  # questions in _pending (including cancelled ones not yet dropped)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -157,10 +191,11 @@ class MicroBatcher:
     async def stop(self) -> None:
         """Stop taking requests; waiting requests fail with NotReady (503)."""
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._searching):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for item in [*self._inflight, *self._pending]:
             if not item.future.done():
                 item.future.set_exception(NotReady("the service is shutting down"))
@@ -211,7 +246,7 @@ class MicroBatcher:
                     break
             batch = self._take()
             if batch:
-                await self._execute(batch)
+                await (self._execute(batch) if self.search_executor is None else self._encode_then_hand_over(batch))
 
     def _take(self) -> list[_Pending]:
         """Pop live requests up to max_batch_size questions (at least one request); drop cancelled ones."""
@@ -232,20 +267,61 @@ class MicroBatcher:
         return batch
 
     async def _execute(self, batch: list[_Pending]) -> None:
+        """Both steps in ``executor``; returns when the batch is answered."""
         started = time.monotonic()
         requests = [(item.questions, item.params) for item in batch]
-        size = sum(len(q) for q, _ in requests)
-        self._inflight = batch  # stays set if we are cancelled (stop() then fails these requests)
+        self._inflight.extend(batch)  # stays set if we are cancelled (stop() then fails these requests)
         try:
             hits, t = await asyncio.get_running_loop().run_in_executor(self.executor, run_batch, self.searcher, requests)
         except Exception as e:  # one bad batch fails its requests (mapped to 500), not the batcher
-            self._inflight = []
-            log.exception("batch of %d questions failed", size)
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(e)
+            self._fail(batch, e)
             return
-        self._inflight = []
+        self._resolve(batch, hits, t, started)
+
+    async def _encode_then_hand_over(self, batch: list[_Pending]) -> None:
+        """Pipelined: encode in ``executor``, then start the search step once the previous batch's has ended.
+
+        Returns when this batch's search has started, so the caller collects (and encodes) the next batch while
+        this one is searched.
+        """
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        self._inflight.extend(batch)
+        try:
+            enc = await loop.run_in_executor(self.executor, encode_batch, self.searcher,
+                                             [(item.questions, item.params) for item in batch])
+        except Exception as e:
+            self._fail(batch, e)
+            return
+        if self._searching is not None:
+            await asyncio.wait([self._searching])  # one batch in the search step at a time
+        self._searching = loop.create_task(self._search(batch, enc, started), name="spanseek-search-step")
+
+    async def _search(self, batch: list[_Pending], enc: EncodedBatch, started: float) -> None:
+        assert self.search_executor is not None
+        try:
+            hits, t = await asyncio.get_running_loop().run_in_executor(self.search_executor, search_batch,
+                                                                       self.searcher, enc)
+        except Exception as e:
+            self._fail(batch, e)
+            return
+        self._resolve(batch, hits, t, started)
+
+    def _fail(self, batch: list[_Pending], error: Exception) -> None:
+        """One bad batch fails its requests (mapped to 500), not the batcher."""
+        self._forget(batch)
+        log.error("batch of %d questions failed", sum(len(p.questions) for p in batch), exc_info=error)
+        for item in batch:
+            if not item.future.done():
+                item.future.set_exception(error)
+
+    def _forget(self, batch: list[_Pending]) -> None:
+        done = {id(p) for p in batch}
+        self._inflight = [p for p in self._inflight if id(p) not in done]
+
+    def _resolve(self, batch: list[_Pending], hits: list[list[list[Hit]]], t: BatchTimings, started: float) -> None:
+        self._forget(batch)
+        size = sum(len(p.questions) for p in batch)
         elapsed = time.monotonic() - started
         self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * elapsed
         if self.metrics is not None:

@@ -47,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     for flag, dest, typ, help_text in _FLAGS:
         p.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip warm-up searches")
+    p.add_argument("--pipeline", dest="pipeline", action=argparse.BooleanOptionalAction, default=None,
+                   help="encode the next batch while the current one is searched (default on)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_serve)
 
@@ -54,8 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from the flags that were given, the environment (SPANSEEK_*) and the defaults, in that order."""
     given = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS if getattr(args, dest, None) is not None}
-    if getattr(args, "warmup", None) is not None:
-        given["warmup"] = args.warmup
+    for switch in ("warmup", "pipeline"):
+        if getattr(args, switch, None) is not None:
+            given[switch] = getattr(args, switch)
     return Settings(**given)
 
 

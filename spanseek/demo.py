@@ -52,11 +52,14 @@ def say(*parts: object, file=None) -> None:
 def ensure_index(corpus: Path = CORPUS, index: Path = INDEX, model: str = "default") -> Path:
     import shutil
 
-    from core.model import model_fingerprint, resolve_model
+    from core.model import model_fingerprint, phrase_fingerprint, resolve_model
     from core.store import MANIFEST, Manifest
     from indexer.build import BuildOptions, build_index
 
-    if (index / MANIFEST).exists() and Manifest.load(index).model_fingerprint != model_fingerprint(resolve_model(model)):
+    model_dir = resolve_model(model)
+    built = Manifest.load(index) if (index / MANIFEST).exists() else None
+    if built is not None and model_fingerprint(model_dir) != built.model_fingerprint \
+            and phrase_fingerprint(model_dir) != built.phrase_fingerprint:
         say(f"the demo index in {index} was built with another model; rebuilding it", file=sys.stderr)
         shutil.rmtree(index)
     if (index / MANIFEST).exists():

@@ -34,6 +34,21 @@ def _phrase(args: argparse.Namespace) -> int:
     return 0
 
 
+def _qsft(args: argparse.Namespace) -> int:
+    from trainer.losses import LossConfig
+    from trainer.qsft import QsftConfig, train_qsft
+
+    cfg = QsftConfig(
+        model=args.model, train=args.train, out=args.out, cache=args.cache, hard_negatives=args.hard_negatives,
+        loss=LossConfig(lambda_inb=args.lambda_inb, lambda_pre=args.lambda_inb), epochs=args.epochs,
+        batch_windows=args.batch_windows, hard_per_batch=args.hard_per_batch, prebatch=args.prebatch, lr=args.lr,
+        checkpoint_every=args.checkpoint_every, val_questions=args.val_questions, val_index=args.val_index,
+        precision=args.precision, device=args.device, seed=args.seed,
+    )
+    print(json.dumps(train_qsft(cfg), indent=2))
+    return 0
+
+
 def _mine(args: argparse.Namespace) -> int:
     from trainer.mining import mine
 
@@ -98,6 +113,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_phrase)
+
+    p = train.add_parser("qsft", help="query-side fine-tuning: train the question encoder, phrase side frozen "
+                         "(indexes built with --model stay valid; resumes from OUT/last)")
+    p.add_argument("--model", required=True, help="trained phrase model (e.g. default)")
+    p.add_argument("--train", required=True, help="SQuAD-format training file")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--cache", default=None, help="phrase-vector cache directory (default OUT/phrase-cache)")
+    p.add_argument("--hard-negatives", default=None, help="JSONL from `spanseek train mine`")
+    p.add_argument("--hard-per-batch", type=int, default=32, help="hard passages per step")
+    p.add_argument("--lambda-inb", type=float, default=32.0, help="weight of in-batch/pre-batch negatives")
+    p.add_argument("--prebatch", type=int, default=4, help="preceding batches used as negatives (0 = off)")
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--batch-windows", type=int, default=32)
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--checkpoint-every", type=int, default=200)
+    p.add_argument("--val-questions", type=int, default=1000)
+    p.add_argument("--val-index", default=None, help="index of the held-out articles built with --model")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_qsft)
 
     p = train.add_parser("mine", help="mine hard negatives for the training split (resumable)")
     p.add_argument("--train", required=True)

@@ -72,7 +72,7 @@ class TrainConfig:
     dist: DistInfo = field(default_factory=DistInfo)  # set by the CLI from torchrun's environment
 
 
-def _batches(windows: list[TrainWindow], size: int, seed: int) -> list[list[int]]:
+def epoch_batches(windows: list[TrainWindow], size: int, seed: int) -> list[list[int]]:
     """A deterministic epoch order: shuffle, sort by length within pools of 50 batches (less padding), shuffle."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(windows))
@@ -93,7 +93,7 @@ def write_holdout(cfg: TrainConfig, path: Path) -> Path:
     return path
 
 
-def _save(model: PhraseModel, out: Path, name: str, state: dict | None) -> None:
+def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None) -> None:
     """Save a checkpoint (and the optimizer state) to out/name, replacing it atomically."""
     tmp = out / f"{name}.saving"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -179,7 +179,7 @@ def train_phrase(cfg: TrainConfig) -> dict:
     while step < end:
         epoch, pos = divmod(step, steps_per_epoch)
         if epoch != order_epoch:
-            order, order_epoch = _batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
+            order, order_epoch = epoch_batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
         batch_ids = order[pos * cfg.dist.world + cfg.dist.rank]
         batch = collate([windows[i] for i in batch_ids], tokenizer, enc_cfg.max_query_len,
                         cfg.hard_per_batch if hard else 0).to(device)
@@ -221,7 +221,7 @@ def train_phrase(cfg: TrainConfig) -> dict:
         bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t0):.1f}")
         bar.update(1)
         if main and (step % cfg.checkpoint_every == 0 or step == end):
-            _save(model, out, "last", {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step})
+            save_checkpoint(model, out, "last", {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step})
         if main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
             model.save(out / "snapshots" / f"step-{step:06d}")
     bar.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -111,12 +112,25 @@ def test_missing_and_incomplete_indexes_say_what_to_do(tmp_path, tiny_index):
 def test_an_index_refuses_a_different_model(tmp_path, tiny_config, tiny_index, tiny_model_dir):
     assert open_searcher(tiny_index, tiny_model_dir, device="cpu").index.num_tokens > 0  # its own model is fine
     PhraseModel(tiny_config).save(tmp_path / "other-weights")  # same config, other random adapters
-    fp = json.loads((tiny_index / store.MANIFEST).read_text())["model_fingerprint"]
+    fp = json.loads((tiny_index / store.MANIFEST).read_text())["phrase_fingerprint"]
     with pytest.raises(IndexFormatError, match=rf"different model \(phrase-encoder weights: index {fp} vs model [0-9a-f]{{16}}\)"):
         open_searcher(tiny_index, tmp_path / "other-weights", device="cpu")
     PhraseModel(dataclasses.replace(tiny_config, max_seq_len=64)).save(tmp_path / "other-windows")
     with pytest.raises(IndexFormatError, match="max_seq_len: index 32 vs model 64.*rebuild the index"):
         open_searcher(tiny_index, tmp_path / "other-windows", device="cpu")
+
+
+def test_an_index_built_before_phrase_fingerprints_checks_the_whole_checkpoint(tmp_path, tiny_config, tiny_index,
+                                                                               tiny_model_dir):
+    old = tmp_path / "old-index"
+    shutil.copytree(tiny_index, old)
+    manifest = json.loads((old / store.MANIFEST).read_text())
+    del manifest["phrase_fingerprint"]
+    (old / store.MANIFEST).write_text(json.dumps(manifest))
+    assert open_searcher(old, tiny_model_dir, device="cpu").index.manifest.phrase_fingerprint is None  # still opens
+    PhraseModel(tiny_config).save(tmp_path / "other-weights")
+    with pytest.raises(IndexFormatError, match=rf"phrase-encoder weights: index {manifest['model_fingerprint']} vs"):
+        open_searcher(old, tmp_path / "other-weights", device="cpu")
 
 
 def test_empty_documents_and_paragraphs_are_skipped_and_counted(tmp_path, tiny_model_dir, caplog):

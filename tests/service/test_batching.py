@@ -154,3 +154,91 @@ async def test_stopping_fails_queued_and_running_requests_with_503(tiny_searcher
         await batcher.submit(["late"], SearchParams("phrase", 1))
     encoder.gate.set()
     executor.shutdown(wait=True)
+
+
+class _GatedSearch:
+    """A searcher whose search step waits on ``gate`` (the encoder is the real one)."""
+
+    def __init__(self, inner, fail_on: str | None = None):
+        import threading
+
+        self.inner, self.encoder, self.index = inner, inner.encoder, inner.index
+        self.gate, self.entered, self.fail_on = threading.Event(), threading.Event(), fail_on
+        self.searched: list[int] = []
+
+    def search_vectors(self, q_start, *args, **kwargs):
+        self.searched.append(len(q_start))
+        self.entered.set()
+        assert self.gate.wait(30), "test search was never released"
+        if self.fail_on is not None and len(self.searched) == 1:
+            raise RuntimeError(self.fail_on)
+        return self.inner.search_vectors(q_start, *args, **kwargs)
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(tiny_searcher, counting_factory, pipeline):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from service.batcher import MicroBatcher, SearchParams
+
+    factory, encoder = counting_factory()
+    searcher = _GatedSearch(factory(None))
+    encode_pool, search_pool = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    batcher = MicroBatcher(searcher, encode_pool, max_batch_size=4, max_wait_ms=0, max_queue=16,
+                           search_executor=search_pool if pipeline else None)
+    batcher.start()
+    params = SearchParams("phrase", 3)
+    first = asyncio.create_task(batcher.submit(["Who built the castle?"], params))
+    await _until(searcher.entered.is_set)  # batch 1 is in the search step
+    second = asyncio.create_task(batcher.submit(["When was the bridge built?", "Who built the tower?"], params))
+    await asyncio.sleep(0.3)
+    encoded = [q for call in encoder.calls for q in call]
+    # pipelined: batch 2 was encoded during batch 1's search; not pipelined: it waits for the worker
+    assert ("When was the bridge built?" in encoded) is pipeline
+    assert searcher.searched == [1]  # either way, one batch in the search step at a time
+    searcher.gate.set()
+    got = await asyncio.wait_for(asyncio.gather(first, second), 30)
+    for outcome, questions in zip(got, (["Who built the castle?"], ["When was the bridge built?", "Who built the tower?"]),
+                                  strict=True):
+        want = tiny_searcher.search(questions, unit="phrase", top_k=3)
+        assert [[(h.passage_id, h.start, h.end) for h in hits] for hits in outcome.hits] == \
+            [[(h.passage_id, h.start, h.end) for h in hits] for hits in want]
+    await batcher.stop()
+    encode_pool.shutdown(wait=True)
+    search_pool.shutdown(wait=True)
+
+
+async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_stages(tiny_searcher, counting_factory):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from service.batcher import MicroBatcher, SearchParams
+    from service.errors import NotReady
+
+    factory, encoder = counting_factory()
+    searcher = _GatedSearch(factory(None), fail_on="index exploded")
+    pools = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    batcher = MicroBatcher(searcher, pools[0], max_batch_size=1, max_wait_ms=0, max_queue=16, search_executor=pools[1])
+    batcher.start()
+    params = SearchParams("phrase", 2)
+    bad = asyncio.create_task(batcher.submit(["first"], params))
+    await _until(searcher.entered.is_set)
+    good = asyncio.create_task(batcher.submit(["second"], params))
+    await asyncio.sleep(0.1)
+    searcher.gate.set()
+    with pytest.raises(RuntimeError, match="index exploded"):
+        await asyncio.wait_for(bad, 30)
+    assert len((await asyncio.wait_for(good, 30)).hits) == 1  # the next batch is served
+
+    searcher.gate.clear()
+    searcher.entered.clear()
+    searching = asyncio.create_task(batcher.submit(["in the search step"], params))
+    await _until(searcher.entered.is_set)
+    encoding = asyncio.create_task(batcher.submit(["encoded, waiting for search"], params))
+    await _until(lambda: "encoded, waiting for search" in [q for call in encoder.calls for q in call])
+    await batcher.stop()
+    for task in (searching, encoding):
+        with pytest.raises(NotReady):
+            await asyncio.wait_for(task, 5)
+    searcher.gate.set()
+    for pool in pools:
+        pool.shutdown(wait=True)

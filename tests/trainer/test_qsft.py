@@ -1,0 +1,116 @@
+"""Query-side fine-tuning (trainer.qsft): the phrase cache holds what the phrase encoder gives, resumes after a
+kill and refuses another model's or other windows' cache; QSFT lowers the loss while leaving the phrase side
+(and so the phrase fingerprint) unchanged, and an index built with the input model serves the tuned one.
+
+    .venv/bin/python -m pytest -q tests/trainer/test_qsft.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from core.io import load_squad, squad_questions
+from core.loading import open_searcher
+from core.model import PhraseModel, load_model, load_tokenizer, model_fingerprint, phrase_fingerprint
+from core.store import IndexFormatError, PhraseIndex
+from trainer.data import build_windows, collate
+from trainer.losses import LossConfig, phrase_loss
+from trainer.qsft import CacheError, PhraseCache, QsftConfig, fill_cache, train_qsft, window_key
+
+
+def _windows(model_dir, tiny_squad):
+    model = load_model(model_dir, for_inference=False)
+    tok = load_tokenizer(model.config)
+    c = model.config
+    windows, _ = build_windows(squad_questions(load_squad(tiny_squad)), tok, c.max_seq_len, c.stride,
+                               c.max_answer_tokens)
+    return model, tok, windows
+
+
+def test_the_cache_holds_the_phrase_encoders_vectors_and_resumes_after_a_kill(
+    tmp_path, tiny_model_dir, tiny_squad, monkeypatch
+):
+    model, tok, windows = _windows(tiny_model_dir, tiny_squad)
+    pairs = [(w.input_ids, w.flags) for w in windows]
+    calls = []
+    encode = model.encode_passages
+
+    def dies_in_call_3(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(model, "encode_passages", dies_in_call_3)
+    with pytest.raises(KeyboardInterrupt):  # shards of 2 windows, batches of 2: two shards are done
+        fill_cache(tmp_path / "cache", model, tiny_model_dir, tok, pairs, batch_windows=2, shard_windows=2,
+                   progress=False)
+    assert PhraseCache(tmp_path / "cache").done_shards() == {0, 1}
+    monkeypatch.setattr(model, "encode_passages", encode)
+    calls.clear()
+    counted = []
+    monkeypatch.setattr(model, "encode_passages", lambda *a, **k: counted.append(1) or encode(*a, **k))
+    cache = fill_cache(tmp_path / "cache", model, tiny_model_dir, tok, pairs, batch_windows=2, shard_windows=2,
+                       progress=False)
+    assert cache.complete and len(counted) == cache.n_shards - 2  # finished shards were not encoded again
+    assert len(cache.keys) == len({window_key(ids) for ids, _ in pairs})
+
+    # oracle: each window encoded alone ([CLS] ids [SEP]) by the phrase encoder
+    batch = collate(windows, tok, model.config.max_query_len)
+    with torch.no_grad():
+        H = encode(batch.input_ids, batch.attention_mask).numpy()
+    for p, w in enumerate(windows):
+        vecs, flags = cache.window(window_key(w.input_ids))
+        n = len(w.input_ids)
+        np.testing.assert_allclose(vecs.astype(np.float32), H[p, 1 : n + 1], atol=2e-3, rtol=2e-3)
+        np.testing.assert_array_equal(flags, w.flags)
+
+
+def test_a_cache_of_another_model_or_other_windows_is_refused(tmp_path, tiny_model_dir, tiny_squad, tiny_config):
+    model, tok, windows = _windows(tiny_model_dir, tiny_squad)
+    pairs = [(w.input_ids, w.flags) for w in windows]
+    fill_cache(tmp_path / "cache", model, tiny_model_dir, tok, pairs, progress=False)
+    with pytest.raises(CacheError, match="other windows"):
+        fill_cache(tmp_path / "cache", model, tiny_model_dir, tok, pairs[:-1], progress=False)
+    torch.manual_seed(1)  # other random LoRA A matrices: another phrase side
+    other_dir = PhraseModel(tiny_config).save(tmp_path / "other")
+    other = load_model(other_dir, for_inference=False)
+    with pytest.raises(CacheError, match="phrase encoder"):
+        fill_cache(tmp_path / "cache", other, other_dir, tok, pairs, progress=False)
+
+
+def _loss_on_all(model_dir, tiny_squad) -> float:
+    model, tok, windows = _windows(model_dir, tiny_squad)
+    batch = collate(windows, tok, model.config.max_query_len)
+    model.eval()
+    with torch.no_grad():
+        H = model.encode_passages(batch.input_ids, batch.attention_mask)
+        qs, qe = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
+        return phrase_loss(H, qs, qe, batch.start_ok, batch.end_ok, batch.q_passage, batch.gold_start,
+                           batch.gold_end, LossConfig(lambda_inb=32.0, lambda_pre=32.0)).item()
+
+
+def test_qsft_lowers_the_loss_keeps_the_phrase_side_and_serves_the_old_index(
+    tmp_path, tiny_model_dir, tiny_squad, tiny_index
+):
+    cfg = QsftConfig(model=str(tiny_model_dir), train=str(tiny_squad), out=str(tmp_path / "run"), epochs=15,
+                     batch_windows=4, hard_per_batch=2, lr=5e-3, checkpoint_every=5, val_questions=0,
+                     precision="fp32", device="cpu", progress=False)
+    summary = train_qsft(cfg)
+    tuned = tmp_path / "run" / "last"
+    assert summary["steps"] > 0 and summary["cache_windows"] == summary["train_windows"]
+    assert model_fingerprint(tuned) != model_fingerprint(tiny_model_dir)  # the question side changed ...
+    assert phrase_fingerprint(tuned) == phrase_fingerprint(tiny_model_dir)  # ... the phrase side did not
+    before, after = _loss_on_all(tiny_model_dir, tiny_squad), _loss_on_all(tuned, tiny_squad)
+    assert after < 0.8 * before, (before, after)
+
+    # the index built with the input model serves the tuned model; a model with another phrase side is refused
+    hits = open_searcher(tiny_index, tuned, device="cpu", precision="fp32").search(["Who built the castle?"])
+    assert hits and hits[0]
+    torch.manual_seed(2)
+    stranger = PhraseModel(load_model(tiny_model_dir, for_inference=False).config).save(tmp_path / "stranger")
+    with pytest.raises(IndexFormatError, match="phrase-encoder weights"):
+        PhraseIndex(tiny_index).manifest.check_model(load_model(stranger).config, model_fingerprint(stranger),
+                                                     phrase_fingerprint(stranger))

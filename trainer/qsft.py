@@ -1,0 +1,345 @@
+"""Query-side fine-tuning (QSFT): train the question encoder against a frozen phrase encoder.
+
+    spanseek train qsft --model default --train ../shared/data/squad-v1.1-train.json.gz \\
+        --hard-negatives runs/hard-bm25.jsonl --out runs/qsft
+
+The phrase encoder does not change, so the token vectors of every training window and every hard-negative
+passage are computed once and kept on disk (``PhraseCache``: fp16 vectors in a memory map, filled in resumable
+shards). A training step then runs only the question encoder: on two CPU cores about ten times the questions per
+second of joint training. With fixed phrase vectors nothing is stale, so pre-batch negatives need no warm-up and
+hard passages cost nothing to add (many more per step than joint training can afford).
+
+The loss is the same unified loss as in joint training (trainer.losses). Indexes built with the input model stay
+valid for the fine-tuned one: its phrase side, and so ``core.model.phrase_fingerprint``, is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from core.encoding import autocast, pick_device, pick_precision
+from core.io import load_squad, split_articles, squad_questions, write_json_atomic
+from core.metrics import passage_has_answer
+from core.model import PhraseModel, load_model, load_tokenizer, phrase_fingerprint, resolve_model
+from core.text import FLAG_END, FLAG_START, tokenize_passages
+from trainer.data import TrainWindow, build_windows, pick_hard
+from trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
+from trainer.mining import load_hard_negatives
+from trainer.train import STATE, TrainConfig, epoch_batches, save_checkpoint, write_holdout
+
+log = logging.getLogger(__name__)
+
+CACHE_META = "cache.json"
+CACHE_VECTORS = "vectors.npy"
+CACHE_FLAGS = "flags.npy"
+CACHE_DONE = "done.json"
+
+
+class CacheError(RuntimeError):
+    """A phrase cache directory belongs to another model or other windows; the message says which."""
+
+
+def window_key(input_ids: np.ndarray) -> str:
+    """Content address of a window: a hash of its token ids (no [CLS]/[SEP])."""
+    return hashlib.blake2b(np.ascontiguousarray(input_ids, dtype=np.int64).tobytes(), digest_size=12).hexdigest()
+
+
+class PhraseCache:
+    """Token vectors of passage windows from one frozen phrase encoder, addressed by ``window_key``.
+
+    ``cache.json`` lists the keys with their row offsets and the phrase fingerprint; ``vectors.npy`` (N, d) fp16
+    and ``flags.npy`` (N,) uint8 hold the content tokens of all windows, one after the other. ``done.json`` lists
+    the shards of windows already encoded, so a killed fill resumes where it stopped.
+    """
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+        meta = json.loads((self.dir / CACHE_META).read_text())
+        self.fingerprint: str = meta["fingerprint"]
+        self.keys: list[str] = meta["keys"]
+        self.offsets = np.asarray(meta["offsets"], dtype=np.int64)  # (K + 1,)
+        self.shard_windows: int = meta["shard_windows"]
+        self.row = {k: i for i, k in enumerate(self.keys)}
+        self.vectors = np.load(self.dir / CACHE_VECTORS, mmap_mode="r")
+        self.flags = np.load(self.dir / CACHE_FLAGS, mmap_mode="r")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.row
+
+    def window(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """(n, d) fp16 vectors and (n,) flags of one window."""
+        i = self.row[key]
+        a, b = self.offsets[i], self.offsets[i + 1]
+        return self.vectors[a:b], self.flags[a:b]
+
+    def done_shards(self) -> set[int]:
+        path = self.dir / CACHE_DONE
+        return set(json.loads(path.read_text())) if path.exists() else set()
+
+    @property
+    def n_shards(self) -> int:
+        return math.ceil(len(self.keys) / self.shard_windows)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.done_shards()) == self.n_shards
+
+
+def fill_cache(
+    directory: str | Path,
+    model: PhraseModel,
+    model_dir: Path,
+    tokenizer,
+    windows: list[tuple[np.ndarray, np.ndarray]],
+    batch_windows: int = 32,
+    shard_windows: int = 512,
+    device: torch.device | None = None,
+    precision: str = "fp32",
+    progress: bool = True,
+) -> PhraseCache:
+    """Encode the distinct ``windows`` (content ids, flags) into a PhraseCache at ``directory`` (resuming).
+
+    Windows are ordered by length (less padding). An existing cache is reused if it was made by the same phrase
+    encoder for the same windows; otherwise CacheError names the difference.
+    """
+    directory = Path(directory)
+    device = device or torch.device("cpu")
+    fingerprint = phrase_fingerprint(model_dir)
+    uniq: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for win_ids, win_flags in windows:
+        uniq.setdefault(window_key(win_ids), (win_ids, win_flags))
+    keys = sorted(uniq, key=lambda k: (len(uniq[k][0]), k))
+    if (directory / CACHE_META).exists():
+        cache = PhraseCache(directory)
+        if cache.fingerprint != fingerprint:
+            raise CacheError(f"{directory}: made with phrase encoder {cache.fingerprint}, this model's is "
+                             f"{fingerprint}; delete it or choose another cache directory")
+        if cache.keys != keys:
+            raise CacheError(f"{directory}: holds {len(cache.keys)} other windows (different training data or hard "
+                             "negatives); delete it or choose another cache directory")
+    else:
+        directory.mkdir(parents=True, exist_ok=True)
+        lengths = np.asarray([len(uniq[k][0]) for k in keys], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        np.lib.format.open_memmap(directory / CACHE_VECTORS, mode="w+", dtype=np.float16,
+                                  shape=(int(offsets[-1]), model.dim)).flush()
+        np.save(directory / CACHE_FLAGS, np.concatenate([uniq[k][1] for k in keys]).astype(np.uint8))
+        write_json_atomic(directory / CACHE_META, {  # last: its presence means the files above are complete
+            "fingerprint": fingerprint, "dim": model.dim, "shard_windows": shard_windows,
+            "keys": keys, "offsets": offsets.tolist(),
+        })
+        cache = PhraseCache(directory)
+    done = cache.done_shards()
+    todo = [s for s in range(cache.n_shards) if s not in done]
+    if not todo:
+        return cache
+    vectors = np.load(directory / CACHE_VECTORS, mmap_mode="r+")
+    cls, sep, pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id or 0
+    model.eval()
+    bar = tqdm(total=sum(min(shard_windows, len(keys) - s * shard_windows) for s in todo), desc="phrase cache",
+               unit="window", disable=not progress)
+    for shard in todo:
+        shard_keys = keys[shard * shard_windows : (shard + 1) * shard_windows]
+        for a in range(0, len(shard_keys), batch_windows):
+            chunk = shard_keys[a : a + batch_windows]
+            T = max(len(uniq[k][0]) for k in chunk) + 2
+            ids = torch.full((len(chunk), T), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), T), dtype=torch.long)
+            for r, k in enumerate(chunk):
+                n = len(uniq[k][0])
+                ids[r, 0], ids[r, n + 1] = cls, sep
+                ids[r, 1 : n + 1] = torch.from_numpy(np.asarray(uniq[k][0], dtype=np.int64))
+                mask[r, : n + 2] = 1
+            with torch.no_grad(), autocast(device, precision):
+                H = model.encode_passages(ids.to(device), mask.to(device)).float().cpu().numpy()
+            for r, k in enumerate(chunk):
+                i = cache.row[k]
+                o, n = cache.offsets[i], cache.offsets[i + 1] - cache.offsets[i]
+                vectors[o : o + n] = H[r, 1 : n + 1]
+            bar.update(len(chunk))
+        vectors.flush()
+        done.add(shard)
+        write_json_atomic(directory / CACHE_DONE, sorted(done))
+    bar.close()
+    return PhraseCache(directory)
+
+
+@dataclass(frozen=True)
+class QsftConfig:
+    """Settings of one query-side fine-tuning run (saved as OUT/qsft_config.json)."""
+
+    model: str  # trained phrase model; its phrase encoder stays as it is
+    train: str  # SQuAD-format training file (held-out articles are never trained on)
+    out: str  # run directory: OUT/last (resumable), OUT/phrase-cache unless ``cache`` is given
+    cache: str | None = None
+    hard_negatives: str | None = None  # JSONL from `spanseek train mine`
+    loss: LossConfig = field(default_factory=lambda: LossConfig(lambda_inb=32.0, lambda_pre=32.0))
+    epochs: float = 2.0
+    batch_windows: int = 32
+    hard_per_batch: int = 32  # hard passages per step (free: their vectors are cached)
+    prebatch: int = 4  # preceding batches' golds as negatives (exact, not stale: the phrase side is frozen)
+    lr: float = 2e-4
+    warmup: float = 0.05
+    holdout_every: int = 20
+    holdout_offset: int = 7
+    checkpoint_every: int = 200
+    val_questions: int = 1000  # held-out questions evaluated at the end
+    val_index: str | None = None  # an index of the held-out articles built with the input model (else built)
+    precision: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+    progress: bool = True
+
+
+def _step_tensors(
+    batch: list[TrainWindow], cache: PhraseCache, hard_keys: dict[str, str], hard_per_batch: int, tokenizer,
+    max_query_len: int,
+) -> dict[str, torch.Tensor]:
+    """The cached vectors of a batch's windows (P, T, d) and hard passages (M, d), and its questions."""
+    rows = [cache.window(window_key(w.input_ids)) for w in batch]
+    T, d = max(len(v) for v, _ in rows), cache.vectors.shape[1]
+    H = torch.zeros((len(rows), T, d))
+    flags = torch.zeros((len(rows), T), dtype=torch.uint8)
+    for p, (v, f) in enumerate(rows):
+        H[p, : len(v)] = torch.from_numpy(np.asarray(v, dtype=np.float32))
+        flags[p, : len(f)] = torch.from_numpy(np.array(f))
+    answers = [a for w in batch for a in w.answers]
+    hard_texts = [t for t in pick_hard(batch, hard_per_batch) if t in hard_keys]
+    hard_rows = [cache.window(hard_keys[t]) for t in hard_texts]
+    hv = np.concatenate([v for v, _ in hard_rows]) if hard_rows else np.zeros((0, d), np.float16)
+    hf = np.concatenate([f for _, f in hard_rows]) if hard_rows else np.zeros(0, np.uint8)
+    lengths = torch.tensor([len(f) for _, f in hard_rows], dtype=torch.long)
+    allowed = torch.tensor([[not passage_has_answer(t, a) for t in hard_texts] for a in answers], dtype=torch.bool)
+    q = tokenizer([s for w in batch for s in w.questions], padding=True, truncation=True, max_length=max_query_len,
+                  return_tensors="pt")
+    return {
+        "H": H, "start_ok": (flags & FLAG_START) > 0, "end_ok": (flags & FLAG_END) > 0,
+        "q_input_ids": q["input_ids"], "q_attention_mask": q["attention_mask"],
+        "q_passage": torch.tensor([p for p, w in enumerate(batch) for _ in w.questions]),
+        "gold_start": torch.tensor([s for w in batch for s in w.starts]),
+        "gold_end": torch.tensor([e for w in batch for e in w.ends]),
+        "hard_vectors": torch.from_numpy(hv.astype(np.float32)),
+        "hard_start_ok": torch.from_numpy((hf & FLAG_START) > 0), "hard_end_ok": torch.from_numpy((hf & FLAG_END) > 0),
+        "hard_allowed": allowed.reshape(len(answers), len(hard_texts)).repeat_interleave(lengths, dim=1),
+    }
+
+
+def train_qsft(cfg: QsftConfig) -> dict:
+    """Fill (or reuse) the phrase cache, then train (or resume) the question encoder; returns a summary."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    device = pick_device(cfg.device)
+    precision = pick_precision(cfg.precision, device)
+    model_dir = resolve_model(cfg.model)
+    model = load_model(model_dir, for_inference=False).to(device)
+    model.requires_grad_(False)
+    question_side = [m for m in (getattr(model, n, None) for n in
+                                 ("question_encoder", "start_head", "end_head", "q_start_encoder", "q_end_encoder"))
+                     if m is not None]
+    for m in question_side:  # LoRA adapters and heads of the question side; the backbone stays frozen
+        for name, p in m.named_parameters():
+            p.requires_grad_("lora_" in name or model.config.weights == "full" or isinstance(m, torch.nn.Linear))
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"{cfg.model}: no question-side weights to train")
+    tokenizer = load_tokenizer(model.config)
+    enc = model.config
+
+    data = load_squad(cfg.train)
+    train_articles, _ = split_articles(data, cfg.holdout_every, cfg.holdout_offset)
+    hard = load_hard_negatives(cfg.hard_negatives, data) if cfg.hard_negatives else None
+    windows, skipped = build_windows(squad_questions(train_articles), tokenizer, enc.max_seq_len, enc.stride,
+                                     enc.max_answer_tokens, hard)
+    hard_texts = sorted({t for w in windows for t in w.hard})
+    hard_windows = [(t.input_ids[: enc.max_seq_len - 2], t.flags[: enc.max_seq_len - 2])
+                    for t in tokenize_passages(tokenizer, hard_texts)]
+    hard_keys = {t: window_key(ids) for t, (ids, _) in zip(hard_texts, hard_windows, strict=True)}
+    t0 = time.perf_counter()
+    cache = fill_cache(cfg.cache or out / "phrase-cache", model, model_dir, tokenizer,
+                       [(w.input_ids, w.flags) for w in windows] + hard_windows, device=device, precision=precision,
+                       progress=cfg.progress)
+    cache_seconds = time.perf_counter() - t0
+    model.phrase_encoder.to("cpu")  # not used again: training reads the cache
+
+    steps_per_epoch = math.ceil(len(windows) / cfg.batch_windows)
+    total = max(1, int(steps_per_epoch * cfg.epochs))
+    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    warm = max(1, int(cfg.warmup * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (total - s) / max(1, total - warm))
+    )
+    step = 0
+    last = out / "last"
+    if (last / STATE).exists():
+        model.load_weights(last / "weights.safetensors")
+        state = torch.load(last / STATE, weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step = state["step"]
+        log.info("resumed from %s at step %d", last, step)
+    write_json_atomic(out / "qsft_config.json", asdict(cfg))
+    for m in question_side:
+        m.train()
+    prebatch = PreBatchCache(cfg.prebatch)
+    order, order_epoch = [], -1
+    seen_q, t1, loss_ema = 0, time.perf_counter(), None
+    bar = tqdm(total=total, initial=step, desc="qsft", unit="step", disable=not cfg.progress)
+    while step < total:
+        epoch, pos = divmod(step, steps_per_epoch)
+        if epoch != order_epoch:
+            order, order_epoch = epoch_batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
+        b = {k: v.to(device) for k, v in _step_tensors([windows[i] for i in order[pos]], cache, hard_keys,
+                                                        cfg.hard_per_batch, tokenizer, enc.max_query_len).items()}
+        with autocast(device, precision):
+            q_start, q_end = model.encode_questions(b["q_input_ids"], b["q_attention_mask"])
+            hard_negs = None
+            if len(b["hard_vectors"]):
+                hard_negs = HardNegatives(b["hard_vectors"], b["hard_start_ok"], b["hard_end_ok"], b["hard_allowed"])
+            loss = phrase_loss(b["H"], q_start, q_end, b["start_ok"], b["end_ok"], b["q_passage"], b["gold_start"],
+                               b["gold_end"], cfg.loss, pre=prebatch.negatives(), hard=hard_negs)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        H, qp = b["H"], b["q_passage"]
+        prebatch.push(H[qp, b["gold_start"]], H[qp, b["gold_end"]])
+        step += 1
+        seen_q += len(qp)
+        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
+        bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t1):.1f}")
+        bar.update(1)
+        if step % cfg.checkpoint_every == 0 or step == total:
+            save_checkpoint(model, out, "last", {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                                                 "step": step})
+    bar.close()
+    elapsed = time.perf_counter() - t1
+    summary: dict = {
+        "steps": step, "train_questions": sum(len(w.questions) for w in windows), "train_windows": len(windows),
+        "hard_passages": len(hard_texts), "cache_windows": len(cache.keys), "cache_tokens": int(cache.offsets[-1]),
+        "cache_seconds": round(cache_seconds, 1), "seconds": round(elapsed, 1),
+        "questions_per_second": round(seen_q / elapsed, 2) if seen_q else None,
+        "precision": precision, "device": str(device), "skipped": skipped,
+        "phrase_fingerprint": phrase_fingerprint(last),
+    }
+    if cfg.val_questions:
+        from indexer.evaluate import run_eval
+
+        val = write_holdout(TrainConfig(train=cfg.train, out=cfg.out, holdout_every=cfg.holdout_every,
+                                        holdout_offset=cfg.holdout_offset), out / "validation.json.gz")
+        summary["validation"] = run_eval(val, last, index=cfg.val_index, reading_comprehension=True,
+                                         limit=cfg.val_questions, progress=cfg.progress)
+    write_json_atomic(out / "summary.json", summary)
+    return summary
+
