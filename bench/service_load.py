@@ -241,7 +241,9 @@ def start_server(args: argparse.Namespace, index: Path, model: str, port: int) -
            "--host", "127.0.0.1", "--port", str(port), "--device", args.device, "--precision", args.precision,
            "--max-batch-size", str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
            "--max-queue", str(args.max_queue), "--log-level", "warning",
-           "--pipeline" if args.pipeline else "--no-pipeline"]
+           "--pipeline", args.pipeline]
+    if args.torch_threads:
+        cmd += ["--torch-threads", str(args.torch_threads)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.Popen(cmd, env=env, cwd=ROOT)
 
@@ -278,7 +280,8 @@ async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Pope
             print(json.dumps(levels[-1]), file=sys.stderr)
         single = await closed_loop(client, questions, 1, args.seconds, args.unit, args.top_k)
         saturation = max(levels, key=lambda lv: lv["qps"])
-        half = await open_loop(client, questions, saturation["qps"] / 2, args.seconds, args.unit, args.top_k)
+        rate = args.open_loop_rate or saturation["qps"] / 2
+        half = await open_loop(client, questions, rate, args.seconds, args.unit, args.top_k)
         print(json.dumps({"half_load": half}), file=sys.stderr)
         soak = None
         if args.soak_seconds > 0:
@@ -302,10 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--max-queue", type=int, default=256)
-    p.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=True,
-                   help="the service's encode/search pipeline (the raw pipeline overlaps the steps the same way)")
+    p.add_argument("--torch-threads", type=int, default=None,
+                   help="torch intra-op threads of the raw pipeline and the service (default: torch's, all cores)")
+    p.add_argument("--pipeline", default="auto", choices=["auto", "on", "full", "off"],
+                   help="the service's encode/search pipeline; unless off, the raw pipeline is compared overlapped too")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 64, 128])
     p.add_argument("--seconds", type=float, default=10.0, help="duration of each measurement")
+    p.add_argument("--open-loop-rate", type=float, default=None,
+                   help="open-loop rate in q/s (default: half the saturation rate), e.g. to compare settings at one load")
     p.add_argument("--soak-seconds", type=float, default=0.0, help="bounded soak above saturation (0 = none)")
     p.add_argument("--out", type=Path, required=True, help="JSON results")
     args = p.parse_args(argv)
@@ -319,13 +326,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.loading import open_searcher
 
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     searcher = open_searcher(index, model, device=args.device, precision=args.precision)
     precision = searcher.encoder.precision  # what "auto" chose here (the server picks the same on this host)
     questions = make_questions(searcher, 512)
     raw_sequential = raw_throughput(searcher, questions, args.max_batch_size, args.seconds, args.unit, args.top_k)
     raw_pipelined = raw_throughput_pipelined(searcher, questions, args.max_batch_size, args.seconds, args.unit,
                                              args.top_k)
-    raw = raw_pipelined if args.pipeline else raw_sequential  # like for like with the service
+    raw = raw_pipelined if args.pipeline != "off" else raw_sequential  # like for like with the service
     print(f"raw pipeline: {raw_sequential:.1f} q/s sequential, {raw_pipelined:.1f} q/s pipelined, at batch "
           f"{args.max_batch_size}", file=sys.stderr)
     del searcher  # free the cores' caches and memory for the server
@@ -345,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         "index": str(index), "model": model, "device": args.device, "precision": precision, "unit": args.unit,
         "top_k": args.top_k,
         "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "pipeline": args.pipeline,
+        "torch_threads": args.torch_threads,
         "raw_qps": raw, "raw_sequential_qps": raw_sequential, "raw_pipelined_qps": raw_pipelined, **service,
         "service_over_raw": sat["qps"] / raw, "service_over_raw_sequential": sat["qps"] / raw_sequential,
         "half_load_p99_over_single_p50": service["half_load"]["p99_ms"] / service["single"]["p50_ms"],

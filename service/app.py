@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -74,12 +74,13 @@ class ServiceState:
         self.batcher: MicroBatcher | None = None
         self.default_nprobe: int | None = settings.default_nprobe
         self.info: dict[str, Any] = {}
+        self.overlap = "off"  # what the pipeline setting resolved to once the encoder's device is known
         # One worker: the question encoder runs in this thread only (also the warm-up and the loading), and so does
         # faiss unless the pipeline gives the search step its own thread.
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-encode")
         # pipeline: the index search step gets its own thread (faiss is used from that thread only)
         self.search_executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-search")
-                                if settings.pipeline else None)
+                                if settings.pipeline != "off" else None)
 
     async def load(self, factory: SearcherFactory) -> None:
         """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason)."""
@@ -102,8 +103,11 @@ class ServiceState:
             return
         self.searcher = searcher
         s = self.settings
+        on_gpu = self.info["model"]["device"].startswith("cuda")
+        overlap: Literal["always", "full"] = "always" if s.pipeline == "on" or (s.pipeline == "auto" and on_gpu) else "full"
         self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,
-                                    search_executor=self.search_executor)
+                                    search_executor=self.search_executor, overlap=overlap)
+        self.overlap = overlap if self.search_executor is not None else "off"
         self.batcher.start()
         self.status = "ready"
         self.metrics.ready.set(1)

@@ -11,7 +11,10 @@ One task owns the queue. It waits for the first request, then collects more unti
 
 Without a search executor, steps 1-2 run in one worker thread. With one (``pipeline``), step 1 runs in the
 encoder thread and step 2 in the search thread, so the next batch is encoded while this one is searched; at
-most one batch is being encoded and one searched, so the pipeline holds two batches, not a backlog.
+most one batch is being encoded and one searched, so the pipeline holds two batches, not a backlog. With
+``overlap="full"`` (CPU hosts, where both steps share the cores) the next batch starts during a search only when
+a full batch is waiting: under moderate load batches are not split in two and each runs alone, and at
+saturation the steps overlap.
 
 The queue is bounded in questions: a request that would overflow it fails at once with ``Overloaded``
 (HTTP 429 + Retry-After), so latency stays bounded under overload instead of growing with the backlog.
@@ -26,6 +29,7 @@ import time
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -150,10 +154,14 @@ class MicroBatcher:
         max_queue: int,
         metrics: ServiceMetrics | None = None,
         search_executor: Executor | None = None,
+        overlap: Literal["always", "full"] = "always",
     ):
         self.searcher = searcher
         self.executor = executor
         self.search_executor = search_executor
+        if overlap not in ("always", "full"):
+            raise ValueError(f"overlap must be 'always' or 'full', got {overlap!r}")
+        self.overlap = overlap
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait_ms / 1000.0
         self.max_queue = max_queue
@@ -234,6 +242,8 @@ class MicroBatcher:
             while not self._pending:
                 self._wakeup.clear()
                 await self._wakeup.wait()
+            if self.overlap == "full":
+                await self._search_done_or_full_batch()
             deadline = self._pending[0].enqueued + self.max_wait
             while self._live_questions() < self.max_batch_size:
                 remaining = deadline - time.monotonic()
@@ -247,6 +257,15 @@ class MicroBatcher:
             batch = self._take()
             if batch:
                 await (self._execute(batch) if self.search_executor is None else self._encode_then_hand_over(batch))
+
+    async def _search_done_or_full_batch(self) -> None:
+        """Wait while a batch is being searched, unless a full batch is waiting (then overlap with it)."""
+        while self._searching is not None and not self._searching.done() \
+                and self._live_questions() < self.max_batch_size:
+            self._wakeup.clear()
+            wake = asyncio.ensure_future(self._wakeup.wait())
+            await asyncio.wait([self._searching, wake], return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
 
     def _take(self) -> list[_Pending]:
         """Pop live requests up to max_batch_size questions (at least one request); drop cancelled ones."""

@@ -27,6 +27,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--torch-threads", "torch_threads", int, "torch intra-op threads on CPU"),
     ("--max-batch-size", "max_batch_size", int, "most questions per batch"),
     ("--max-wait-ms", "max_wait_ms", float, "longest wait for a batch to fill"),
+    ("--pipeline", "pipeline", str, "auto, on, full (overlap only with a full batch waiting) or off"),
     ("--max-queue", "max_queue", int, "queued questions before 429"),
     ("--default-top-k", "default_top_k", int, "hits per query by default"),
     ("--max-top-k", "max_top_k", int, "largest top_k accepted"),
@@ -47,8 +48,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     for flag, dest, typ, help_text in _FLAGS:
         p.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip warm-up searches")
-    p.add_argument("--pipeline", dest="pipeline", action=argparse.BooleanOptionalAction, default=None,
-                   help="encode the next batch while the current one is searched (default on)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_serve)
 
@@ -56,9 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from the flags that were given, the environment (SPANSEEK_*) and the defaults, in that order."""
     given = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS if getattr(args, dest, None) is not None}
-    for switch in ("warmup", "pipeline"):
-        if getattr(args, switch, None) is not None:
-            given[switch] = getattr(args, switch)
+    if getattr(args, "warmup", None) is not None:
+        given["warmup"] = args.warmup
     return Settings(**given)
 
 

@@ -109,6 +109,7 @@ async def info(request: Request) -> InfoResponse:
         "status": state.status, "max_batch_size": s.max_batch_size, "max_wait_ms": s.max_wait_ms,
         "max_queue": s.max_queue, "default_top_k": s.default_top_k, "max_top_k": s.max_top_k,
         "max_queries_per_request": s.max_queries_per_request, "units": ["phrase", "passage", "doc"],
+        "pipeline": s.pipeline, "overlap": state.overlap,
         "version": request.app.version,
     }
     return InfoResponse(model=state.info["model"], index=state.info["index"], service=service)

@@ -41,9 +41,13 @@ class Settings(BaseSettings):
     # but each batch takes longer; a longer wait fills batches at low load at the cost of added latency.
     # At saturation batches fill without waiting, so max_wait_ms only costs latency when traffic is light.
     max_batch_size: int = Field(32, ge=1, le=4096, description="most questions in one encoder/search batch")
-    # Pipelining encodes the next batch while the current one is searched (two worker threads): more throughput
-    # when both steps take time (CPU hosts), at the cost of the two steps sharing the cores.
-    pipeline: bool = Field(True, description="overlap encoding of the next batch with search of the current one")
+    # Pipelining encodes the next batch while the current one is searched (two worker threads). On a GPU host the
+    # steps use different hardware, so they always overlap ("on"). On a CPU they share the cores, and overlapping
+    # always splits moderate load into two half batches that slow each other; "full" overlaps only when a full
+    # batch is waiting. auto = on with a CUDA encoder, full on CPU; off = one thread, one batch at a time.
+    pipeline: Literal["auto", "on", "full", "off"] = Field(
+        "auto", description="overlap encoding of the next batch with search of the current one: auto, on, full, off"
+    )
     max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="longest a question waits for its batch to fill")
     # Queue bound (in questions). Beyond it requests get 429 + Retry-After at once: a small bound keeps latency
     # bounded under overload; a large one absorbs bursts but lets queueing delay grow to max_queue/throughput.

@@ -242,3 +242,32 @@ async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_st
     searcher.gate.set()
     for pool in pools:
         pool.shutdown(wait=True)
+
+
+async def test_full_overlap_starts_a_batch_during_a_search_only_when_a_full_batch_waits(tiny_searcher, counting_factory):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from service.batcher import MicroBatcher, SearchParams
+
+    factory, encoder = counting_factory()
+    searcher = _GatedSearch(factory(None))
+    pools = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    batcher = MicroBatcher(searcher, pools[0], max_batch_size=2, max_wait_ms=0, max_queue=16, search_executor=pools[1],
+                           overlap="full")
+    batcher.start()
+    params = SearchParams("phrase", 2)
+    encoded = lambda: [q for call in encoder.calls for q in call]  # noqa: E731
+    first = asyncio.create_task(batcher.submit(["in the search step"], params))
+    await _until(searcher.entered.is_set)
+    lone = asyncio.create_task(batcher.submit(["alone in the queue"], params))
+    await asyncio.sleep(0.3)
+    assert "alone in the queue" not in encoded()  # less than a full batch: it waits for the search step
+    pair = asyncio.create_task(batcher.submit(["now the queue", "holds a full batch"], params))
+    await _until(lambda: "alone in the queue" in encoded())  # a full batch waits: the next one is encoded now
+    assert searcher.searched == [1]
+    searcher.gate.set()
+    outcomes = await asyncio.wait_for(asyncio.gather(first, lone, pair), 30)
+    assert [len(o.hits) for o in outcomes] == [1, 1, 2]
+    await batcher.stop()
+    for pool in pools:
+        pool.shutdown(wait=True)

@@ -19,8 +19,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_flags_mirror_the_settings():
-    switches = {"warmup", "pipeline"}  # --no-warmup, --pipeline / --no-pipeline
-    assert {dest for _, dest, _, _ in _FLAGS} | switches == set(Settings.model_fields)
+    assert {dest for _, dest, _, _ in _FLAGS} | {"warmup"} == set(Settings.model_fields)  # warmup: --no-warmup
 
 
 def test_flags_override_environment_which_overrides_defaults(monkeypatch, tmp_path):
@@ -28,9 +27,9 @@ def test_flags_override_environment_which_overrides_defaults(monkeypatch, tmp_pa
     monkeypatch.setenv("SPANSEEK_MAX_WAIT_MS", "7.5")
     monkeypatch.setenv("SPANSEEK_MAX_BATCH_SIZE", "3")
     s = settings_from_args(parse(["--max-batch-size", "48", "--port", "9001", "--cors-origins", "https://a,https://b",
-                                  "--api-key", "k", "--no-warmup", "--no-pipeline"]))
+                                  "--api-key", "k", "--no-warmup", "--pipeline", "off"]))
     assert s.index == tmp_path / "from-env" and s.max_wait_ms == 7.5  # environment
-    assert s.max_batch_size == 48 and s.port == 9001 and not s.warmup and not s.pipeline  # flags
+    assert s.max_batch_size == 48 and s.port == 9001 and not s.warmup and s.pipeline == "off"  # flags
     assert s.cors_origins == ["https://a", "https://b"] and s.api_key.get_secret_value() == "k"
     assert s.model == "default" and s.host == "127.0.0.1" and s.max_queue == 256  # defaults
 
