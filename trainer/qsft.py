@@ -35,7 +35,7 @@ from core.text import FLAG_END, FLAG_START, tokenize_passages
 from trainer.data import TrainWindow, build_windows, pick_hard
 from trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
 from trainer.mining import load_hard_negatives
-from trainer.train import STATE, TrainConfig, epoch_batches, save_checkpoint, write_holdout
+from trainer.train import TrainConfig, epoch_batches, optimizer_and_resume, save_checkpoint, write_holdout
 
 log = logging.getLogger(__name__)
 
@@ -274,20 +274,8 @@ def train_qsft(cfg: QsftConfig) -> dict:
 
     steps_per_epoch = math.ceil(len(windows) / cfg.batch_windows)
     total = max(1, int(steps_per_epoch * cfg.epochs))
-    opt = torch.optim.AdamW(params, lr=cfg.lr)
-    warm = max(1, int(cfg.warmup * total))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (total - s) / max(1, total - warm))
-    )
-    step = 0
+    opt, sched, step = optimizer_and_resume(model, params, cfg.lr, 0.0, cfg.warmup, total, out)
     last = out / "last"
-    if (last / STATE).exists():
-        model.load_weights(last / "weights.safetensors")
-        state = torch.load(last / STATE, weights_only=False)
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        step = state["step"]
-        log.info("resumed from %s at step %d", last, step)
     write_json_atomic(out / "qsft_config.json", asdict(cfg))
     for m in question_side:
         m.train()

@@ -109,6 +109,29 @@ def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None
     shutil.rmtree(old, ignore_errors=True)
 
 
+def optimizer_and_resume(
+    model: PhraseModel, params: list, lr: float, weight_decay: float, warmup: float, total: int, out: Path
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, int]:
+    """AdamW with linear warm-up, then linear decay to 0 at ``total`` steps. If ``out/last`` holds a training state,
+    the weights, optimizer, schedule and step are restored from it (a killed run resumes). Returns (opt, sched, step).
+    """
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    warm = max(1, int(warmup * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (total - s) / max(1, total - warm))
+    )
+    step = 0
+    last = out / "last"
+    if (last / STATE).exists():
+        model.load_weights(last / "weights.safetensors")
+        state = torch.load(last / STATE, weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step = state["step"]
+        log.info("resumed from %s at step %d", last, step)
+    return opt, sched, step
+
+
 def train_phrase(cfg: TrainConfig) -> dict:
     """Train (or resume) a phrase model; returns a summary with throughput and validation metrics."""
     out = Path(cfg.out)
@@ -151,20 +174,8 @@ def train_phrase(cfg: TrainConfig) -> dict:
     steps_per_epoch = max(1, math.ceil(len(windows) / cfg.batch_windows) // cfg.dist.world)
     total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    warm = max(1, int(cfg.warmup * total))
-    sched = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then linear decay to 0
-        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (total - s) / max(1, total - warm))
-    )
-    step = 0
+    opt, sched, step = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     last = out / "last"
-    if (last / STATE).exists():
-        model.load_weights(last / "weights.safetensors")
-        state = torch.load(last / STATE, weights_only=False)
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        step = state["step"]
-        log.info("resumed from %s at step %d", last, step)
     if main:
         write_json_atomic(out / "train_config.json", {**asdict(replace(cfg, encoder=enc_cfg)), "encoder": enc_cfg.to_dict()})
 
