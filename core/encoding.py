@@ -50,6 +50,35 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+PAD_MULTIPLE = 32  # passage windows are padded to a multiple of this many tokens
+QUESTION_PAD_MULTIPLE = 8
+
+
+def padded_length(n: int, multiple: int = PAD_MULTIPLE) -> int:
+    """``n`` rounded up to a multiple of ``multiple``.
+
+    Padding batches to a few lengths keeps the number of distinct tensor shapes small. On CPU every new shape
+    gets its own oneDNN kernels and buffers, and glibc then keeps the freed memory: measured here, 60 batches of
+    windows with lengths 120-250 left 1.9 GB held after they were freed, and filling the QSFT cache held 7 GB.
+    With lengths rounded to 32 it stays flat. Padded positions are masked, so outputs do not change.
+    """
+    return -(-n // multiple) * multiple
+
+
+def window_batch(windows: list[np.ndarray], tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """[CLS] ids [SEP] for each window's content ids, padded to ``padded_length``: (B, T) ids and attention mask."""
+    T = padded_length(max(len(w) for w in windows) + 2)
+    ids = torch.full((len(windows), T), tokenizer.pad_token_id or 0, dtype=torch.long)
+    mask = torch.zeros((len(windows), T), dtype=torch.long)
+    for r, w in enumerate(windows):
+        n = len(w)
+        ids[r, 0] = tokenizer.cls_token_id
+        ids[r, 1 : n + 1] = torch.from_numpy(np.asarray(w, dtype=np.int64))
+        ids[r, n + 1] = tokenizer.sep_token_id
+        mask[r, : n + 2] = 1
+    return ids, mask
+
+
 class QuestionEncoder:
     """Tokenise and encode questions in batches: ``encode(["who …?"]) -> (q_start, q_end)`` as float32 arrays."""
 
@@ -67,7 +96,8 @@ class QuestionEncoder:
             return np.zeros((0, d), np.float32), np.zeros((0, d), np.float32)
         device = model_device(self.model)
         enc = self.tokenizer(
-            questions, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt"
+            questions, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt",
+            pad_to_multiple_of=QUESTION_PAD_MULTIPLE,
         )
         with autocast(device, self.precision):
             q_start, q_end = self.model.encode_questions(
@@ -123,23 +153,14 @@ class PassageEncoder:
         Yields (window indices, (b, T, d) content-token vectors, [CLS] stripped).
         """
         device = model_device(self.model)
-        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
-        pad_id = self.tokenizer.pad_token_id or 0
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         i = 0
         while i < len(order):
-            longest = len(ids[order[i]]) + 2
+            longest = padded_length(len(ids[order[i]]) + 2)
             b = max(1, self.max_batch_tokens // longest)
             chunk = order[i : i + b]
             i += b
-            batch = torch.full((len(chunk), longest), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), longest), dtype=torch.long)
-            for r, w in enumerate(chunk):
-                n = len(ids[w])
-                batch[r, 0] = cls_id
-                batch[r, 1 : n + 1] = torch.from_numpy(ids[w])
-                batch[r, n + 1] = sep_id
-                mask[r, : n + 2] = 1
+            batch, mask = window_batch([ids[w] for w in chunk], self.tokenizer)
             with autocast(device, self.precision):
                 h = self.model.encode_passages(batch.to(device), mask.to(device))
             yield chunk, h[:, 1:].float()

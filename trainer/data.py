@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.encoding import QUESTION_PAD_MULTIPLE, padded_length
 from core.io import Question
 from core.metrics import passage_has_answer
 from core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
@@ -134,7 +135,7 @@ def collate(windows: list[TrainWindow], tokenizer, max_query_len: int, hard_per_
     max_content = max(len(w.input_ids) for w in windows)
     hard_rows = tokenize_passages(tokenizer, hard_texts) if hard_texts else []
     rows = [(w.input_ids, w.flags) for w in windows] + [(t.input_ids[:max_content], t.flags[:max_content]) for t in hard_rows]
-    T = max_content + 2
+    T = padded_length(max_content + 2)
     P = len(windows)
     ids = torch.full((len(rows), T), tokenizer.pad_token_id or 0, dtype=torch.long)
     mask = torch.zeros((len(rows), T), dtype=torch.long)
@@ -153,7 +154,8 @@ def collate(windows: list[TrainWindow], tokenizer, max_query_len: int, hard_per_
         q_passage.extend([p] * len(w.questions))
         gs.extend(s + 1 for s in w.starts)
         ge.extend(e + 1 for e in w.ends)
-    q = tokenizer(qs, padding=True, truncation=True, max_length=max_query_len, return_tensors="pt")
+    q = tokenizer(qs, padding=True, truncation=True, max_length=max_query_len, return_tensors="pt",
+                  pad_to_multiple_of=QUESTION_PAD_MULTIPLE)
     return Batch(
         input_ids=ids,
         attention_mask=mask,

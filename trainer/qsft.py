@@ -27,7 +27,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from core.encoding import autocast, pick_device, pick_precision
+from core.encoding import (
+    QUESTION_PAD_MULTIPLE,
+    autocast,
+    padded_length,
+    pick_device,
+    pick_precision,
+    window_batch,
+)
 from core.io import load_squad, split_articles, squad_questions, write_json_atomic
 from core.metrics import passage_has_answer
 from core.model import PhraseModel, load_model, load_tokenizer, phrase_fingerprint, resolve_model
@@ -144,7 +151,6 @@ def fill_cache(
     if not todo:
         return cache
     vectors = np.load(directory / CACHE_VECTORS, mmap_mode="r+")
-    cls, sep, pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id or 0
     model.eval()
     bar = tqdm(total=sum(min(shard_windows, len(keys) - s * shard_windows) for s in todo), desc="phrase cache",
                unit="window", disable=not progress)
@@ -152,14 +158,7 @@ def fill_cache(
         shard_keys = keys[shard * shard_windows : (shard + 1) * shard_windows]
         for a in range(0, len(shard_keys), batch_windows):
             chunk = shard_keys[a : a + batch_windows]
-            T = max(len(uniq[k][0]) for k in chunk) + 2
-            ids = torch.full((len(chunk), T), pad, dtype=torch.long)
-            mask = torch.zeros((len(chunk), T), dtype=torch.long)
-            for r, k in enumerate(chunk):
-                n = len(uniq[k][0])
-                ids[r, 0], ids[r, n + 1] = cls, sep
-                ids[r, 1 : n + 1] = torch.from_numpy(np.asarray(uniq[k][0], dtype=np.int64))
-                mask[r, : n + 2] = 1
+            ids, mask = window_batch([uniq[k][0] for k in chunk], tokenizer)
             with torch.no_grad(), autocast(device, precision):
                 H = model.encode_passages(ids.to(device), mask.to(device)).float().cpu().numpy()
             for r, k in enumerate(chunk):
@@ -209,7 +208,7 @@ def _step_tensors(
 ) -> dict[str, torch.Tensor]:
     """The cached vectors of a batch's windows (P, T, d) and hard passages (M, d), and its questions."""
     rows = [cache.window(window_key(w.input_ids)) for w in batch]
-    T, d = max(len(v) for v, _ in rows), cache.vectors.shape[1]
+    T, d = padded_length(max(len(v) for v, _ in rows)), cache.vectors.shape[1]
     H = torch.zeros((len(rows), T, d))
     flags = torch.zeros((len(rows), T), dtype=torch.uint8)
     for p, (v, f) in enumerate(rows):
@@ -223,7 +222,7 @@ def _step_tensors(
     lengths = torch.tensor([len(f) for _, f in hard_rows], dtype=torch.long)
     allowed = torch.tensor([[not passage_has_answer(t, a) for t in hard_texts] for a in answers], dtype=torch.bool)
     q = tokenizer([s for w in batch for s in w.questions], padding=True, truncation=True, max_length=max_query_len,
-                  return_tensors="pt")
+                  return_tensors="pt", pad_to_multiple_of=QUESTION_PAD_MULTIPLE)
     return {
         "H": H, "start_ok": (flags & FLAG_START) > 0, "end_ok": (flags & FLAG_END) > 0,
         "q_input_ids": q["input_ids"], "q_attention_mask": q["attention_mask"],
