@@ -2,7 +2,10 @@
 
 Writes the metrics dict that ``spanseek eval`` saves (percentages rounded to 0.1):
 ``{"n_questions", "phrase": {"em@1", "f1@1", "em@10"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
-"doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "seconds", "questions_per_second"}``.
+"doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``.
+
+``ci95`` holds 95% intervals of the headline metrics (phrase EM@1, passage acc@5, RC EM), from a bootstrap over
+articles (over questions when there are fewer than ``MIN_ARTICLES_FOR_CLUSTERS``), and says which it used.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from tqdm.auto import tqdm
 from core.io import Question
 from core.metrics import (
     accuracy_at,
+    cluster_bootstrap_ci,
     exact_match,
     f1_score,
     mrr_at,
@@ -25,6 +29,19 @@ from core.metrics import (
     precision_at,
 )
 from core.search import Searcher
+
+MIN_ARTICLES_FOR_CLUSTERS = 5
+
+
+def confidence_intervals(questions: list[Question], per_question: dict[str, list[float]]) -> dict[str, Any]:
+    """95% bootstrap intervals of each per-question metric, resampling articles when there are enough of them."""
+    titles = [q.title for q in questions]
+    by_article = len(set(titles)) >= MIN_ARTICLES_FOR_CLUSTERS
+    groups = titles if by_article else [q.id for q in questions]
+    out: dict[str, Any] = {"by": "article" if by_article else "question", "groups": len(set(groups))}
+    for name, values in per_question.items():
+        out[name] = list(cluster_bootstrap_ci(values, groups))
+    return out
 
 
 def sample_questions(questions: list[Question], limit: int | None, seed: int = 13) -> list[Question]:
@@ -92,6 +109,10 @@ def evaluate(
     }
     if reading_comprehension:
         out["rc"] = {"em": pct(float(np.mean(rc_em))), "f1": pct(float(np.mean(rc_f1)))}
+    headline = {"phrase.em@1": em1, "passage.acc@5": [float(any(c[:5])) for c in pas]}
+    if reading_comprehension:
+        headline["rc.em"] = rc_em
+    out["ci95"] = confidence_intervals(questions, headline)
     out["seconds"] = round(seconds, 1)
     out["questions_per_second"] = round(n / seconds, 1) if seconds > 0 else 0.0
     return out

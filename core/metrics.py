@@ -3,6 +3,7 @@
 Phrase: exact match and token F1 against any gold answer (max over answers), at rank 1 and EM over the top 10.
 Passage: a passage is correct when a normalised gold answer occurs in the normalised passage (the open-domain
 convention); acc@k, MRR@20 and precision@20. Document: correct when its title is the gold article title.
+Confidence intervals resample whole articles (``cluster_bootstrap_ci``): questions of one article are not independent.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+
+import numpy as np
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
@@ -73,3 +76,26 @@ def mrr_at(correct: Sequence[Sequence[bool]], k: int) -> float:
 def precision_at(correct: Sequence[Sequence[bool]], k: int) -> float:
     """Mean fraction of correct items among the top k (missing items count as wrong)."""
     return sum(sum(c[:k]) / k for c in correct) / max(1, len(correct))
+
+
+def cluster_bootstrap_ci(
+    values: Sequence[float], groups: Sequence[Hashable], n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval (in percent, rounded to 0.1) of the mean of ``values``, resampling groups.
+
+    Each draw picks as many groups as there are, with replacement, and takes the mean over all of their values.
+    Questions of one article share a passage set and a topic, so their scores move together; resampling
+    questions one by one would give too narrow an interval. With one value per group it is the plain bootstrap.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) != len(groups):
+        raise ValueError(f"{len(v)} values but {len(groups)} group labels")
+    if len(v) == 0:
+        raise ValueError("no values to bootstrap")
+    _, g = np.unique(np.asarray([str(x) for x in groups]), return_inverse=True)
+    sums, counts = np.bincount(g, weights=v), np.bincount(g).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(len(sums), np.full(len(sums), 1.0 / len(sums)), size=n_boot)  # (n_boot, groups)
+    means = (draws @ sums) / (draws @ counts)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return pct(float(lo)), pct(float(hi))

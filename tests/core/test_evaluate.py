@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from core.evaluate import evaluate, sample_questions
+from core.evaluate import confidence_intervals, evaluate, sample_questions
 from core.io import Question
 from core.search import Hit
 
@@ -59,7 +59,7 @@ class ScriptedSearcher:
 
 def test_metrics_dict_by_hand():
     m = evaluate(ScriptedSearcher(), QUESTIONS, reading_comprehension=True, progress=False)
-    assert list(m) == ["n_questions", "phrase", "passage", "doc", "rc", "seconds", "questions_per_second"]
+    assert list(m) == ["n_questions", "phrase", "passage", "doc", "rc", "ci95", "seconds", "questions_per_second"]
     assert m["n_questions"] == 2
     # phrase: q1 'paris' exact; q2 'New York City' vs 'New York': F1 0.8, exact at rank 2
     assert m["phrase"] == {"em@1": 50.0, "f1@1": 90.0, "em@10": 100.0}
@@ -68,6 +68,18 @@ def test_metrics_dict_by_hand():
     assert m["doc"] == {"acc@1": 50.0, "acc@5": 100.0}
     # reading comprehension: 'Paris' exact; 'York' vs 'New York': P 1, R 1/2, F1 2/3
     assert m["rc"] == {"em": 50.0, "f1": 83.3}
+    # two articles are too few to resample: the interval resamples questions, and holds each point estimate
+    ci = m["ci95"]
+    assert ci["by"] == "question" and ci["groups"] == 2 and set(ci) == {"by", "groups", "phrase.em@1",
+                                                                         "passage.acc@5", "rc.em"}
+    assert ci["phrase.em@1"][0] <= 50.0 <= ci["phrase.em@1"][1] and ci["rc.em"][0] <= 50.0 <= ci["rc.em"][1]
+
+
+def test_confidence_intervals_resample_articles_when_there_are_enough():
+    qs = [Question(f"q{i}", "q", ("a",), (0,), f"article-{i % 6}", "c", i % 6, 0) for i in range(60)]
+    ci = confidence_intervals(qs, {"x": [float(i % 6 < 3) for i in range(60)]})  # 3 articles right, 3 wrong
+    assert ci["by"] == "article" and ci["groups"] == 6
+    assert ci["x"][0] < 50.0 < ci["x"][1]
 
 
 def test_without_reading_comprehension_there_is_no_rc_key():

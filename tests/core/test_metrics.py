@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from core.metrics import (
     accuracy_at,
+    cluster_bootstrap_ci,
     exact_match,
     f1_score,
     mrr_at,
@@ -81,3 +83,34 @@ def test_pct_rounds_to_a_tenth():
     assert pct(2 / 3) == 66.7
     assert pct(0.12345) == 12.3
     assert pct(1.0) == 100.0
+
+
+def test_bootstrap_of_independent_values_matches_the_normal_interval():
+    # 400 questions, half right, one per group: the normal 95% interval is 50 +- 1.96 * 2.5 = [45.1, 54.9]
+    values = [1.0, 0.0] * 200
+    lo, hi = cluster_bootstrap_ci(values, list(range(400)))
+    assert lo == pytest.approx(45.1, abs=0.8) and hi == pytest.approx(54.9, abs=0.8)
+
+
+def test_bootstrap_over_correlated_groups_is_wider():
+    # 20 articles of 20 questions; an article's questions are all right or all wrong. Resampling articles sees
+    # 20 independent units (interval ~ sqrt(20) x wider than treating the 400 questions as independent).
+    values = np.repeat([1.0, 0.0] * 10, 20)
+    articles = np.repeat(np.arange(20), 20)
+    lo_a, hi_a = cluster_bootstrap_ci(values, articles)
+    lo_q, hi_q = cluster_bootstrap_ci(values, np.arange(400))
+    assert lo_a < 50.0 < hi_a
+    assert (hi_a - lo_a) > 3 * (hi_q - lo_q)
+
+
+def test_bootstrap_of_constant_values_has_no_width_and_is_deterministic():
+    assert cluster_bootstrap_ci([1.0] * 30, ["a", "b", "c"] * 10) == (100.0, 100.0)
+    values, groups = np.random.default_rng(1).random(100), np.arange(100) % 7
+    assert cluster_bootstrap_ci(values, groups, seed=3) == cluster_bootstrap_ci(values, groups, seed=3)
+
+
+def test_bootstrap_rejects_mismatched_or_empty_input():
+    with pytest.raises(ValueError, match="3 values but 2 group labels"):
+        cluster_bootstrap_ci([1, 0, 1], ["a", "b"])
+    with pytest.raises(ValueError, match="no values"):
+        cluster_bootstrap_ci([], [])
