@@ -76,8 +76,10 @@ def _side_loss(
     cfg: LossConfig,
     others: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``hard`` = (vectors (M, d), mask (Q, M) of allowed negatives for this side)."""
-    """Loss of one side (start or end). q (Q, d); H (P, T, d); ok (P, T); q_passage, gold (Q,)."""
+    """Loss of one side (start or end). q (Q, d); H (P, T, d); ok (P, T); q_passage, gold (Q,).
+
+    ``hard`` = (vectors (M, d), mask (Q, M) of allowed negatives for this side).
+    """
     Q = q.shape[0]
     inp = torch.einsum("qd,qtd->qt", q, H[q_passage])  # (Q, T)
     inp = inp.masked_fill(~ok[q_passage], NEG_INF)
