@@ -27,6 +27,7 @@ def _phrase(args: argparse.Namespace) -> int:
         init_from=args.init_from, epochs=args.epochs, max_steps=args.max_steps, stop_after=args.stop_after,
         batch_windows=args.batch_windows, lr=args.lr,
         prebatch=args.prebatch, hard_negatives=args.hard_negatives, hard_per_batch=args.hard_per_batch,
+        stale_cache=args.stale_cache, corrector=args.corrector, corrector_lr=args.corrector_lr,
         snapshot_every=args.snapshot_every, limit_questions=args.limit_questions, checkpoint_every=args.checkpoint_every,
         val_questions=args.val_questions, precision=args.precision, device=args.device, seed=args.seed,
     )
@@ -98,7 +99,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lambda-inb", type=float, default=256.0, help="weight of in-batch/pre-batch negatives")
     p.add_argument("--prebatch", type=int, default=2, help="preceding batches used as negatives (0 = off)")
     p.add_argument("--hard-negatives", default=None, help="JSONL from `spanseek train mine` (unified loss)")
-    p.add_argument("--hard-per-batch", type=int, default=8, help="hard passages encoded per step")
+    p.add_argument("--hard-per-batch", type=int, default=8, help="hard passages per step")
+    p.add_argument("--stale-cache", default=None,
+                   help="read hard passages' vectors from this phrase cache of the --init-from model (filled if "
+                        "missing) instead of encoding them every step")
+    p.add_argument("--corrector", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --stale-cache: correct the stale vectors with a target corrector trained alongside")
+    p.add_argument("--corrector-lr", type=float, default=1e-3)
     p.add_argument("--snapshot-every", type=int, default=0, help="keep a model copy every N steps (0 = off)")
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--init-from", default=None, help="start from a trained model (fresh optimizer and schedule)")

@@ -15,8 +15,6 @@ valid for the fine-tuned one: its phrase side, and so ``core.model.phrase_finger
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import time
@@ -27,150 +25,25 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from core.encoding import (
-    QUESTION_PAD_MULTIPLE,
-    autocast,
-    padded_length,
-    pick_device,
-    pick_precision,
-    window_batch,
-)
+from core.encoding import QUESTION_PAD_MULTIPLE, autocast, padded_length, pick_device, pick_precision
 from core.io import load_squad, split_articles, squad_questions, write_json_atomic
-from core.metrics import passage_has_answer
-from core.model import PhraseModel, load_model, load_tokenizer, phrase_fingerprint, resolve_model
-from core.text import FLAG_END, FLAG_START, tokenize_passages
-from trainer.data import TrainWindow, build_windows, pick_hard
+from core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
+from core.text import FLAG_END, FLAG_START
+from trainer.data import TrainWindow, build_windows
 from trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
 from trainer.mining import load_hard_negatives
+from trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part of this module's interface)
+    CacheError,
+    PhraseCache,
+    cached_hard,
+    cached_windows,
+    fill_cache,
+    hard_windows,
+    window_key,
+)
 from trainer.train import TrainConfig, epoch_batches, optimizer_and_resume, save_checkpoint, write_holdout
 
 log = logging.getLogger(__name__)
-
-CACHE_META = "cache.json"
-CACHE_VECTORS = "vectors.npy"
-CACHE_FLAGS = "flags.npy"
-CACHE_DONE = "done.json"
-
-
-class CacheError(RuntimeError):
-    """A phrase cache directory belongs to another model or other windows; the message says which."""
-
-
-def window_key(input_ids: np.ndarray) -> str:
-    """Content address of a window: a hash of its token ids (no [CLS]/[SEP])."""
-    return hashlib.blake2b(np.ascontiguousarray(input_ids, dtype=np.int64).tobytes(), digest_size=12).hexdigest()
-
-
-class PhraseCache:
-    """Token vectors of passage windows from one frozen phrase encoder, addressed by ``window_key``.
-
-    ``cache.json`` lists the keys with their row offsets and the phrase fingerprint; ``vectors.npy`` (N, d) fp16
-    and ``flags.npy`` (N,) uint8 hold the content tokens of all windows, one after the other. ``done.json`` lists
-    the shards of windows already encoded, so a killed fill resumes where it stopped.
-    """
-
-    def __init__(self, directory: str | Path):
-        self.dir = Path(directory)
-        meta = json.loads((self.dir / CACHE_META).read_text())
-        self.fingerprint: str = meta["fingerprint"]
-        self.keys: list[str] = meta["keys"]
-        self.offsets = np.asarray(meta["offsets"], dtype=np.int64)  # (K + 1,)
-        self.shard_windows: int = meta["shard_windows"]
-        self.row = {k: i for i, k in enumerate(self.keys)}
-        self.vectors = np.load(self.dir / CACHE_VECTORS, mmap_mode="r")
-        self.flags = np.load(self.dir / CACHE_FLAGS, mmap_mode="r")
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.row
-
-    def window(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-        """(n, d) fp16 vectors and (n,) flags of one window."""
-        i = self.row[key]
-        a, b = self.offsets[i], self.offsets[i + 1]
-        return self.vectors[a:b], self.flags[a:b]
-
-    def done_shards(self) -> set[int]:
-        path = self.dir / CACHE_DONE
-        return set(json.loads(path.read_text())) if path.exists() else set()
-
-    @property
-    def n_shards(self) -> int:
-        return math.ceil(len(self.keys) / self.shard_windows)
-
-    @property
-    def complete(self) -> bool:
-        return len(self.done_shards()) == self.n_shards
-
-
-def fill_cache(
-    directory: str | Path,
-    model: PhraseModel,
-    model_dir: Path,
-    tokenizer,
-    windows: list[tuple[np.ndarray, np.ndarray]],
-    batch_windows: int = 32,
-    shard_windows: int = 512,
-    device: torch.device | None = None,
-    precision: str = "fp32",
-    progress: bool = True,
-) -> PhraseCache:
-    """Encode the distinct ``windows`` (content ids, flags) into a PhraseCache at ``directory`` (resuming).
-
-    Windows are ordered by length (less padding). An existing cache is reused if it was made by the same phrase
-    encoder for the same windows; otherwise CacheError names the difference.
-    """
-    directory = Path(directory)
-    device = device or torch.device("cpu")
-    fingerprint = phrase_fingerprint(model_dir)
-    uniq: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for win_ids, win_flags in windows:
-        uniq.setdefault(window_key(win_ids), (win_ids, win_flags))
-    keys = sorted(uniq, key=lambda k: (len(uniq[k][0]), k))
-    if (directory / CACHE_META).exists():
-        cache = PhraseCache(directory)
-        if cache.fingerprint != fingerprint:
-            raise CacheError(f"{directory}: made with phrase encoder {cache.fingerprint}, this model's is "
-                             f"{fingerprint}; delete it or choose another cache directory")
-        if cache.keys != keys:
-            raise CacheError(f"{directory}: holds {len(cache.keys)} other windows (different training data or hard "
-                             "negatives); delete it or choose another cache directory")
-    else:
-        directory.mkdir(parents=True, exist_ok=True)
-        lengths = np.asarray([len(uniq[k][0]) for k in keys], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        np.lib.format.open_memmap(directory / CACHE_VECTORS, mode="w+", dtype=np.float16,
-                                  shape=(int(offsets[-1]), model.dim)).flush()
-        np.save(directory / CACHE_FLAGS, np.concatenate([uniq[k][1] for k in keys]).astype(np.uint8))
-        write_json_atomic(directory / CACHE_META, {  # last: its presence means the files above are complete
-            "fingerprint": fingerprint, "dim": model.dim, "shard_windows": shard_windows,
-            "keys": keys, "offsets": offsets.tolist(),
-        })
-        cache = PhraseCache(directory)
-    done = cache.done_shards()
-    todo = [s for s in range(cache.n_shards) if s not in done]
-    if not todo:
-        return cache
-    vectors = np.load(directory / CACHE_VECTORS, mmap_mode="r+")
-    model.eval()
-    bar = tqdm(total=sum(min(shard_windows, len(keys) - s * shard_windows) for s in todo), desc="phrase cache",
-               unit="window", disable=not progress)
-    for shard in todo:
-        shard_keys = keys[shard * shard_windows : (shard + 1) * shard_windows]
-        for a in range(0, len(shard_keys), batch_windows):
-            chunk = shard_keys[a : a + batch_windows]
-            ids, mask = window_batch([uniq[k][0] for k in chunk], tokenizer)
-            with torch.no_grad(), autocast(device, precision):
-                H = model.encode_passages(ids.to(device), mask.to(device)).float().cpu().numpy()
-            for r, k in enumerate(chunk):
-                i = cache.row[k]
-                o, n = cache.offsets[i], cache.offsets[i + 1] - cache.offsets[i]
-                vectors[o : o + n] = H[r, 1 : n + 1]
-            bar.update(len(chunk))
-        vectors.flush()
-        done.add(shard)
-        write_json_atomic(directory / CACHE_DONE, sorted(done))
-    bar.close()
-    return PhraseCache(directory)
 
 
 @dataclass(frozen=True)
@@ -207,31 +80,21 @@ def _step_tensors(
     max_query_len: int,
 ) -> dict[str, torch.Tensor]:
     """The cached vectors of a batch's windows (P, T, d) and hard passages (M, d), and its questions."""
-    rows = [cache.window(window_key(w.input_ids)) for w in batch]
-    T, d = padded_length(max(len(v) for v, _ in rows)), cache.vectors.shape[1]
-    H = torch.zeros((len(rows), T, d))
-    flags = torch.zeros((len(rows), T), dtype=torch.uint8)
-    for p, (v, f) in enumerate(rows):
-        H[p, : len(v)] = torch.from_numpy(np.asarray(v, dtype=np.float32))
-        flags[p, : len(f)] = torch.from_numpy(np.array(f))
-    answers = [a for w in batch for a in w.answers]
-    hard_texts = [t for t in pick_hard(batch, hard_per_batch) if t in hard_keys]
-    hard_rows = [cache.window(hard_keys[t]) for t in hard_texts]
-    hv = np.concatenate([v for v, _ in hard_rows]) if hard_rows else np.zeros((0, d), np.float16)
-    hf = np.concatenate([f for _, f in hard_rows]) if hard_rows else np.zeros(0, np.uint8)
-    lengths = torch.tensor([len(f) for _, f in hard_rows], dtype=torch.long)
-    allowed = torch.tensor([[not passage_has_answer(t, a) for t in hard_texts] for a in answers], dtype=torch.bool)
+    T = padded_length(max(len(w.input_ids) for w in batch))
+    flags = torch.zeros((len(batch), T), dtype=torch.uint8)
+    for p, w in enumerate(batch):
+        flags[p, : len(w.flags)] = torch.from_numpy(np.array(w.flags))
+    hard_vectors, hard_start_ok, hard_end_ok, hard_allowed = cached_hard(batch, cache, hard_keys, hard_per_batch)
     q = tokenizer([s for w in batch for s in w.questions], padding=True, truncation=True, max_length=max_query_len,
                   return_tensors="pt", pad_to_multiple_of=QUESTION_PAD_MULTIPLE)
     return {
-        "H": H, "start_ok": (flags & FLAG_START) > 0, "end_ok": (flags & FLAG_END) > 0,
+        "H": cached_windows(batch, cache, T), "start_ok": (flags & FLAG_START) > 0, "end_ok": (flags & FLAG_END) > 0,
         "q_input_ids": q["input_ids"], "q_attention_mask": q["attention_mask"],
         "q_passage": torch.tensor([p for p, w in enumerate(batch) for _ in w.questions]),
         "gold_start": torch.tensor([s for w in batch for s in w.starts]),
         "gold_end": torch.tensor([e for w in batch for e in w.ends]),
-        "hard_vectors": torch.from_numpy(hv.astype(np.float32)),
-        "hard_start_ok": torch.from_numpy((hf & FLAG_START) > 0), "hard_end_ok": torch.from_numpy((hf & FLAG_END) > 0),
-        "hard_allowed": allowed.reshape(len(answers), len(hard_texts)).repeat_interleave(lengths, dim=1),
+        "hard_vectors": hard_vectors, "hard_start_ok": hard_start_ok, "hard_end_ok": hard_end_ok,
+        "hard_allowed": hard_allowed,
     }
 
 
@@ -262,13 +125,10 @@ def train_qsft(cfg: QsftConfig) -> dict:
     hard = load_hard_negatives(cfg.hard_negatives, data) if cfg.hard_negatives else None
     windows, skipped = build_windows(squad_questions(train_articles), tokenizer, enc.max_seq_len, enc.stride,
                                      enc.max_answer_tokens, hard)
-    hard_texts = sorted({t for w in windows for t in w.hard})
-    hard_windows = [(t.input_ids[: enc.max_seq_len - 2], t.flags[: enc.max_seq_len - 2])
-                    for t in tokenize_passages(tokenizer, hard_texts)]
-    hard_keys = {t: window_key(ids) for t, (ids, _) in zip(hard_texts, hard_windows, strict=True)}
+    hard_pairs, hard_keys = hard_windows(windows, tokenizer, enc)
     t0 = time.perf_counter()
     cache = fill_cache(cfg.cache or out / "phrase-cache", model, model_dir, tokenizer,
-                       [(w.input_ids, w.flags) for w in windows] + hard_windows, device=device, precision=precision,
+                       [(w.input_ids, w.flags) for w in windows] + hard_pairs, device=device, precision=precision,
                        progress=cfg.progress)
     cache_seconds = time.perf_counter() - t0
     model.phrase_encoder.to("cpu")  # not used again: training reads the cache
@@ -316,7 +176,7 @@ def train_qsft(cfg: QsftConfig) -> dict:
     elapsed = time.perf_counter() - t1
     summary: dict = {
         "steps": step, "train_questions": sum(len(w.questions) for w in windows), "train_windows": len(windows),
-        "hard_passages": len(hard_texts), "cache_windows": len(cache.keys), "cache_tokens": int(cache.offsets[-1]),
+        "hard_passages": len(hard_keys), "cache_windows": len(cache.keys), "cache_tokens": int(cache.offsets[-1]),
         "cache_seconds": round(cache_seconds, 1), "seconds": round(elapsed, 1),
         "questions_per_second": round(seen_q / elapsed, 2) if seen_q else None,
         "precision": precision, "device": str(device), "skipped": skipped,

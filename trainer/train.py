@@ -3,7 +3,9 @@
     spanseek train phrase --train ../shared/data/squad-v1.1-train.json.gz --out runs/phrase
 
 Each step encodes a batch of passage windows once and all of their questions; the loss (trainer.losses) is
-the unified loss or DensePhrases' two-term loss, with in-batch and pre-batch negatives. A fixed slice of
+the unified loss or DensePhrases' two-term loss, with in-batch, pre-batch and hard negatives. Hard passages are
+encoded at every step, or, with ``stale_cache``, read from a cache of the starting model's vectors and corrected
+by a target corrector trained alongside (trainer.corrector). A fixed slice of
 articles (core.io.split_articles) is never trained on: it is the validation set. Checkpoints go to
 ``OUT/last`` (with the optimizer state, so a killed run resumes) and, after validation, ``OUT/best``.
 Runs on CPU (bf16 autocast where the CPU supports it) or CUDA (bf16 autocast).
@@ -29,10 +31,12 @@ from core.encoding import autocast, pick_device, pick_precision
 from core.io import load_squad, split_articles, squad_questions, write_json_atomic
 from core.model import PhraseModel, load_tokenizer
 from trainer import distributed
+from trainer.corrector import TargetCorrector, corrector_loss
 from trainer.data import TrainWindow, build_windows, collate
 from trainer.distributed import DistInfo
 from trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
 from trainer.mining import load_hard_negatives
+from trainer.phrase_cache import cached_hard, cached_windows, fill_cache, hard_windows
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +62,10 @@ class TrainConfig:
     prebatch: int = 2  # C preceding batches whose golds are negatives (0 = off)
     prebatch_warmup: float = 0.1  # fraction of steps before pre-batch negatives switch on
     hard_negatives: str | None = None  # JSONL from `spanseek train mine` (unified loss only)
-    hard_per_batch: int = 8  # hard passages encoded per step, shared by the batch's questions
+    hard_per_batch: int = 8  # hard passages per step, shared by the batch's questions
+    stale_cache: str | None = None  # PhraseCache of the init model: hard passages are read from it, not encoded
+    corrector: bool = True  # with stale_cache: correct the cached vectors with a target corrector
+    corrector_lr: float = 1e-3
     snapshot_every: int = 0  # also keep a model-only copy every N steps in OUT/snapshots (checkpoint selection)
     holdout_every: int = 20  # every 20th article (from holdout_offset) is held out for validation
     holdout_offset: int = 7
@@ -165,10 +172,20 @@ def train_phrase(cfg: TrainConfig) -> dict:
     hard = load_hard_negatives(cfg.hard_negatives, data) if cfg.hard_negatives else None
     if hard is not None and cfg.loss.kind != "unified":
         raise ValueError("hard negatives are used by the unified loss only (--loss unified)")
+    if cfg.stale_cache and not (cfg.init_from and hard is not None and not cfg.dist.enabled):
+        raise ValueError("--stale-cache holds the hard passages' vectors of the model a run starts from: it needs "
+                         "--init-from and --hard-negatives, and runs on one process")
     windows, skipped = build_windows(questions, tokenizer, enc_cfg.max_seq_len, enc_cfg.stride,
                                      enc_cfg.max_answer_tokens, hard)
     n_q = sum(len(w.questions) for w in windows)
     log.info("training on %d questions in %d windows (skipped %s)", n_q, len(windows), skipped)
+    stale, hard_keys, corrector = None, {}, None
+    if cfg.stale_cache:  # filled (or resumed) by the init model, before a resumed run loads its later weights
+        hard_pairs, hard_keys = hard_windows(windows, tokenizer, enc_cfg)
+        stale = fill_cache(cfg.stale_cache, model, init_dir, tokenizer,
+                           [(w.input_ids, w.flags) for w in windows] + hard_pairs, device=device,
+                           precision=precision, progress=cfg.progress and main)
+        corrector = TargetCorrector(model.dim).to(device) if cfg.corrector else torch.nn.Identity()
 
     # every rank walks the same batch order; rank r takes batches r, r + world, ... of it
     steps_per_epoch = max(1, math.ceil(len(windows) / cfg.batch_windows) // cfg.dist.world)
@@ -176,6 +193,14 @@ def train_phrase(cfg: TrainConfig) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     opt, sched, step = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     last = out / "last"
+    corr_opt = None
+    if isinstance(corrector, TargetCorrector):
+        corr_opt = torch.optim.AdamW(corrector.parameters(), lr=cfg.corrector_lr)
+        if (last / STATE).exists():
+            state = torch.load(last / STATE, weights_only=False)
+            corrector.load_state_dict(state["corrector"])
+            corr_opt.load_state_dict(state["corrector_optimizer"])
+    agreement: list[tuple[float, float]] = []  # per step: stale and corrected top-1 agreement with fresh vectors
     if main:
         write_json_atomic(out / "train_config.json", {**asdict(replace(cfg, encoder=enc_cfg)), "encoder": enc_cfg.to_dict()})
 
@@ -192,8 +217,9 @@ def train_phrase(cfg: TrainConfig) -> dict:
         if epoch != order_epoch:
             order, order_epoch = epoch_batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
         batch_ids = order[pos * cfg.dist.world + cfg.dist.rank]
-        batch = collate([windows[i] for i in batch_ids], tokenizer, enc_cfg.max_query_len,
-                        cfg.hard_per_batch if hard else 0).to(device)
+        batch_windows = [windows[i] for i in batch_ids]
+        batch = collate(batch_windows, tokenizer, enc_cfg.max_query_len,
+                        cfg.hard_per_batch if hard and stale is None else 0).to(device)
         P = batch.n_windows
         with autocast(device, precision):
             H_all = model.encode_passages(batch.input_ids, batch.attention_mask)  # (P + hard, T, d)
@@ -201,7 +227,12 @@ def train_phrase(cfg: TrainConfig) -> dict:
             q_start, q_end = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
             pre = cache.negatives() if step >= pre_on else None
             hard_negs = None
-            if len(H_all) > P:  # tokens of hard passages, flattened: (Hp * T, d)
+            if stale is not None:  # hard passages' stale vectors, through the corrector (no gradient to it)
+                hv, hs, he, ha = cached_hard(batch_windows, stale, hard_keys, cfg.hard_per_batch)
+                with torch.no_grad():
+                    hv = corrector(hv.to(device))
+                hard_negs = HardNegatives(hv, hs.to(device), he.to(device), ha.to(device))
+            elif len(H_all) > P:  # tokens of hard passages, flattened: (Hp * T, d)
                 T = H_all.shape[1]
                 hard_negs = HardNegatives(
                     vectors=H_all[P:].reshape(-1, H_all.shape[-1]),
@@ -226,13 +257,27 @@ def train_phrase(cfg: TrainConfig) -> dict:
         opt.step()
         sched.step()
         cache.push(gold_s.float(), gold_e.float())
+        if stale is not None:
+            d = H.shape[-1]
+            S = cached_windows(batch_windows, stale, H.shape[1], first=1).to(device)
+            c_loss, stats = corrector_loss(corrector, [(q_start, batch.start_ok[:P].reshape(-1)),
+                                                       (q_end, batch.end_ok[:P].reshape(-1))],
+                                           H.reshape(-1, d), S.reshape(-1, d))
+            if corr_opt is not None:
+                corr_opt.zero_grad(set_to_none=True)
+                c_loss.backward()
+                corr_opt.step()
+            agreement.append((stats["stale_top1"], stats["corrected_top1"]))
         step += 1
         seen_q += len(batch.q_passage)
         loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
         bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t0):.1f}")
         bar.update(1)
         if main and (step % cfg.checkpoint_every == 0 or step == end):
-            save_checkpoint(model, out, "last", {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step})
+            state = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step}
+            if corr_opt is not None:
+                state |= {"corrector": corrector.state_dict(), "corrector_optimizer": corr_opt.state_dict()}
+            save_checkpoint(model, out, "last", state)
         if main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
             model.save(out / "snapshots" / f"step-{step:06d}")
     bar.close()
@@ -253,6 +298,16 @@ def train_phrase(cfg: TrainConfig) -> dict:
         "device": str(device),
         "world_size": cfg.dist.world,
     }
+    if agreement:  # how well (corrected) stale vectors rank a batch's tokens like fresh ones, early and late
+        a = np.asarray(agreement)
+        tenth = max(1, len(a) // 10)
+        summary["stale_cache"] = {
+            "corrector": corr_opt is not None,
+            "top1_agreement_first_10pct": {"stale": round(float(a[:tenth, 0].mean()), 4),
+                                           "corrected": round(float(a[:tenth, 1].mean()), 4)},
+            "top1_agreement_last_10pct": {"stale": round(float(a[-tenth:, 0].mean()), 4),
+                                          "corrected": round(float(a[-tenth:, 1].mean()), 4)},
+        }
     if cfg.val_questions:
         from indexer.evaluate import run_eval
 

@@ -1,0 +1,191 @@
+"""An on-disk cache of token vectors of passage windows from one phrase encoder (``PhraseCache``).
+
+Query-side fine-tuning (trainer.qsft) trains against it because its phrase encoder is frozen. Joint training
+(trainer.train, ``--stale-cache``) reads hard-negative passages from it instead of encoding them every step: there
+the cache is *stale* (made by the model the run started from), and a target corrector (trainer.corrector) learns
+to map its vectors towards the current encoder's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from core.config import EncoderConfig
+from core.encoding import autocast, window_batch
+from core.io import write_json_atomic
+from core.metrics import passage_has_answer
+from core.model import PhraseModel, phrase_fingerprint
+from core.text import FLAG_END, FLAG_START, tokenize_passages
+from trainer.data import TrainWindow, pick_hard
+
+CACHE_META = "cache.json"
+CACHE_VECTORS = "vectors.npy"
+CACHE_FLAGS = "flags.npy"
+CACHE_DONE = "done.json"
+
+
+class CacheError(RuntimeError):
+    """A phrase cache directory belongs to another model or other windows; the message says which."""
+
+
+def window_key(input_ids: np.ndarray) -> str:
+    """Content address of a window: a hash of its token ids (no [CLS]/[SEP])."""
+    return hashlib.blake2b(np.ascontiguousarray(input_ids, dtype=np.int64).tobytes(), digest_size=12).hexdigest()
+
+
+class PhraseCache:
+    """Token vectors of passage windows from one frozen phrase encoder, addressed by ``window_key``.
+
+    ``cache.json`` lists the keys with their row offsets and the phrase fingerprint; ``vectors.npy`` (N, d) fp16
+    and ``flags.npy`` (N,) uint8 hold the content tokens of all windows, one after the other. ``done.json`` lists
+    the shards of windows already encoded, so a killed fill resumes where it stopped.
+    """
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+        meta = json.loads((self.dir / CACHE_META).read_text())
+        self.fingerprint: str = meta["fingerprint"]
+        self.keys: list[str] = meta["keys"]
+        self.offsets = np.asarray(meta["offsets"], dtype=np.int64)  # (K + 1,)
+        self.shard_windows: int = meta["shard_windows"]
+        self.row = {k: i for i, k in enumerate(self.keys)}
+        self.vectors = np.load(self.dir / CACHE_VECTORS, mmap_mode="r")
+        self.flags = np.load(self.dir / CACHE_FLAGS, mmap_mode="r")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.row
+
+    def window(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """(n, d) fp16 vectors and (n,) flags of one window."""
+        i = self.row[key]
+        a, b = self.offsets[i], self.offsets[i + 1]
+        return self.vectors[a:b], self.flags[a:b]
+
+    def done_shards(self) -> set[int]:
+        path = self.dir / CACHE_DONE
+        return set(json.loads(path.read_text())) if path.exists() else set()
+
+    @property
+    def n_shards(self) -> int:
+        return math.ceil(len(self.keys) / self.shard_windows)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.done_shards()) == self.n_shards
+
+
+def fill_cache(
+    directory: str | Path,
+    model: PhraseModel,
+    model_dir: Path,
+    tokenizer,
+    windows: list[tuple[np.ndarray, np.ndarray]],
+    batch_windows: int = 32,
+    shard_windows: int = 512,
+    device: torch.device | None = None,
+    precision: str = "fp32",
+    progress: bool = True,
+) -> PhraseCache:
+    """Encode the distinct ``windows`` (content ids, flags) into a PhraseCache at ``directory`` (resuming).
+
+    Windows are ordered by length (less padding). An existing cache is reused if it was made by the same phrase
+    encoder for the same windows; otherwise CacheError names the difference.
+    """
+    directory = Path(directory)
+    device = device or torch.device("cpu")
+    fingerprint = phrase_fingerprint(model_dir)
+    uniq: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for win_ids, win_flags in windows:
+        uniq.setdefault(window_key(win_ids), (win_ids, win_flags))
+    keys = sorted(uniq, key=lambda k: (len(uniq[k][0]), k))
+    if (directory / CACHE_META).exists():
+        cache = PhraseCache(directory)
+        if cache.fingerprint != fingerprint:
+            raise CacheError(f"{directory}: made with phrase encoder {cache.fingerprint}, this model's is "
+                             f"{fingerprint}; delete it or choose another cache directory")
+        if cache.keys != keys:
+            raise CacheError(f"{directory}: holds {len(cache.keys)} other windows (different training data or hard "
+                             "negatives); delete it or choose another cache directory")
+    else:
+        directory.mkdir(parents=True, exist_ok=True)
+        lengths = np.asarray([len(uniq[k][0]) for k in keys], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        np.lib.format.open_memmap(directory / CACHE_VECTORS, mode="w+", dtype=np.float16,
+                                  shape=(int(offsets[-1]), model.dim)).flush()
+        np.save(directory / CACHE_FLAGS, np.concatenate([uniq[k][1] for k in keys]).astype(np.uint8))
+        write_json_atomic(directory / CACHE_META, {  # last: its presence means the files above are complete
+            "fingerprint": fingerprint, "dim": model.dim, "shard_windows": shard_windows,
+            "keys": keys, "offsets": offsets.tolist(),
+        })
+        cache = PhraseCache(directory)
+    done = cache.done_shards()
+    todo = [s for s in range(cache.n_shards) if s not in done]
+    if not todo:
+        return cache
+    vectors = np.load(directory / CACHE_VECTORS, mmap_mode="r+")
+    model.eval()
+    bar = tqdm(total=sum(min(shard_windows, len(keys) - s * shard_windows) for s in todo), desc="phrase cache",
+               unit="window", disable=not progress)
+    for shard in todo:
+        shard_keys = keys[shard * shard_windows : (shard + 1) * shard_windows]
+        for a in range(0, len(shard_keys), batch_windows):
+            chunk = shard_keys[a : a + batch_windows]
+            ids, mask = window_batch([uniq[k][0] for k in chunk], tokenizer)
+            with torch.no_grad(), autocast(device, precision):
+                H = model.encode_passages(ids.to(device), mask.to(device)).float().cpu().numpy()
+            for r, k in enumerate(chunk):
+                i = cache.row[k]
+                o, n = cache.offsets[i], cache.offsets[i + 1] - cache.offsets[i]
+                vectors[o : o + n] = H[r, 1 : n + 1]
+            bar.update(len(chunk))
+        vectors.flush()
+        done.add(shard)
+        write_json_atomic(directory / CACHE_DONE, sorted(done))
+    bar.close()
+    return PhraseCache(directory)
+
+
+def hard_windows(windows: list[TrainWindow], tokenizer, enc: EncoderConfig) -> tuple[list[tuple], dict[str, str]]:
+    """The first window (content ids, flags) of every hard passage of ``windows``, and each passage's cache key."""
+    texts = sorted({t for w in windows for t in w.hard})
+    pairs = [(t.input_ids[: enc.max_seq_len - 2], t.flags[: enc.max_seq_len - 2])
+             for t in tokenize_passages(tokenizer, texts)]
+    return pairs, {t: window_key(ids) for t, (ids, _) in zip(texts, pairs, strict=True)}
+
+
+def cached_hard(
+    batch: list[TrainWindow], cache: PhraseCache, hard_keys: dict[str, str], n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The cached tokens of up to ``n`` hard passages of a batch (``pick_hard``).
+
+    Returns vectors (M, d) float32, start_ok and end_ok (M,), and allowed (Q, M): False where the token's passage
+    contains the question's answer. Questions are in batch order (window by window).
+    """
+    answers = [a for w in batch for a in w.answers]
+    texts = [t for t in pick_hard(batch, n) if t in hard_keys]
+    rows = [cache.window(hard_keys[t]) for t in texts]
+    d = cache.vectors.shape[1]
+    hv = np.concatenate([v for v, _ in rows]) if rows else np.zeros((0, d), np.float16)
+    hf = np.concatenate([f for _, f in rows]) if rows else np.zeros(0, np.uint8)
+    lengths = torch.tensor([len(f) for _, f in rows], dtype=torch.long)
+    allowed = torch.tensor([[not passage_has_answer(t, a) for t in texts] for a in answers], dtype=torch.bool)
+    return (torch.from_numpy(hv.astype(np.float32)), torch.from_numpy((hf & FLAG_START) > 0),
+            torch.from_numpy((hf & FLAG_END) > 0),
+            allowed.reshape(len(answers), len(texts)).repeat_interleave(lengths, dim=1))
+
+
+def cached_windows(batch: list[TrainWindow], cache: PhraseCache, T: int, first: int = 0) -> torch.Tensor:
+    """(P, T, d) float32 cached vectors of the batch's windows, content token k at position ``first`` + k."""
+    d = cache.vectors.shape[1]
+    H = torch.zeros((len(batch), T, d))
+    for p, w in enumerate(batch):
+        v, _ = cache.window(window_key(w.input_ids))
+        H[p, first : first + len(v)] = torch.from_numpy(np.asarray(v, dtype=np.float32))
+    return H
