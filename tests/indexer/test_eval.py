@@ -22,6 +22,7 @@ KEYS = {
     "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
     "doc": {"acc@1", "acc@5"},
     "rc": {"em", "f1"},
+    "ci95": None,
     "seconds": None,
     "questions_per_second": None,
 }
@@ -34,6 +35,13 @@ def check_metrics(m: dict, n: int, rc: bool) -> None:
         if names and group in m:
             assert set(m[group]) == names
             assert all(0.0 <= v <= 100.0 and round(v, 1) == v for v in m[group].values())
+    headline = {"phrase.em@1": m["phrase"]["em@1"], "passage.acc@5": m["passage"]["acc@5"]}
+    if rc:
+        headline["rc.em"] = m["rc"]["em"]
+    assert set(m["ci95"]) == {"by", "groups"} | set(headline)
+    for name, value in headline.items():  # each interval holds its point estimate
+        lo, hi = m["ci95"][name]
+        assert lo <= value <= hi, (name, lo, value, hi)
 
 
 def test_run_eval_over_the_question_files_paragraphs(tmp_path, tiny_squad, tiny_model_dir):
