@@ -83,6 +83,13 @@ def _rank(args: argparse.Namespace) -> int:
     return 0
 
 
+def _average(args: argparse.Namespace) -> int:
+    from trainer.average import average_checkpoints
+
+    print(json.dumps(average_checkpoints(args.checkpoints, args.out, args.weights).to_dict(), indent=2))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="train models").add_subparsers(dest="train_command", required=True)
     p = train.add_parser("phrase", help="train the phrase and question encoders (resumes from OUT/last)")
@@ -175,3 +182,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoints", nargs="+", required=True)
     p.add_argument("--out", default=None)
     p.set_defaults(func=_rank)
+
+    p = train.add_parser("average", help="average checkpoints of one config into a new model (LoRA updates "
+                         "averaged and refactored to the rank by SVD)")
+    p.add_argument("checkpoints", nargs="+", help="model directories (or default), at least two")
+    p.add_argument("--out", required=True, help="model directory to write")
+    p.add_argument("--weights", type=float, nargs="+", default=None, help="one weight per checkpoint (default equal)")
+    p.set_defaults(func=_average)

@@ -1,0 +1,98 @@
+"""Checkpoint averaging: LoRA updates averaged through their products, refactored to rank r by SVD."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from core.model import WEIGHTS_NAME, ModelError, PhraseModel, load_model
+from trainer.average import average_checkpoints, average_state
+
+
+def _random_lora_model(config, seed: int) -> PhraseModel:
+    """A LoRA model whose B factors are random (peft starts them at zero, which makes every update zero)."""
+    torch.manual_seed(seed)
+    model = PhraseModel(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name or name.startswith(("start_head", "end_head")):
+                p.normal_(0, 0.1)
+    return model
+
+
+def _updates(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each adapted layer's B·A, keyed by its lora_A name."""
+    return {k: state[k.replace("lora_A", "lora_B")].double() @ state[k].double() for k in state if "lora_A" in k}
+
+
+def test_average_of_a_reparametrised_copy_keeps_the_update_exactly(tmp_path, tiny_config):
+    # B·M, M⁻¹·A is the same update with other factors: the average must be that update, which averaging the
+    # factors one by one would not give.
+    a = _random_lora_model(tiny_config, seed=1)
+    a_dir = a.save(tmp_path / "a")
+    state = load_file(str(a_dir / WEIGHTS_NAME))
+    r = tiny_config.lora.r
+    g = torch.Generator().manual_seed(3)
+    m = torch.randn(r, r, generator=g, dtype=torch.float64) + 3 * torch.eye(r, dtype=torch.float64)
+    other = dict(state)
+    for k in state:
+        if "lora_A" in k:
+            kb = k.replace("lora_A", "lora_B")
+            other[kb] = (state[kb].double() @ m).float()
+            other[k] = (torch.linalg.inv(m) @ state[k].double()).float()
+    avg, truncation = average_state([state, other], [0.5, 0.5], rank=r)
+    assert truncation < 1e-5
+    for k, update in _updates(state).items():
+        torch.testing.assert_close(_updates(avg)[k], update, rtol=1e-4, atol=1e-6)
+    naive = {k: (state[k] + other[k]) / 2 for k in state}
+    assert max((_updates(naive)[k] - u).abs().max().item() for k, u in _updates(state).items()) > 1e-3
+
+
+def test_average_is_the_best_rank_r_approximation_of_the_mean_update(tmp_path, tiny_config):
+    states = [_random_lora_model(tiny_config, seed=s).saved_state() for s in (1, 2)]
+    r = tiny_config.lora.r
+    avg, truncation = average_state(states, [0.25, 0.75], rank=r)
+    worst = 0.0
+    for k, got in _updates(avg).items():
+        mean = 0.25 * _updates(states[0])[k] + 0.75 * _updates(states[1])[k]
+        sv = torch.linalg.svdvals(mean)  # Eckart–Young: the best rank-r error is the norm of the rest
+        best = (sv[r:].square().sum() / sv.square().sum()).sqrt().item()
+        err = ((got - mean).norm() / mean.norm()).item()
+        assert err == pytest.approx(best, rel=1e-4, abs=1e-7)
+        worst = max(worst, err)
+    assert truncation == pytest.approx(worst, rel=1e-4)
+    assert truncation > 0  # two random rank-r updates have rank 2r: something is dropped, and reported
+    head = "start_head.weight"
+    torch.testing.assert_close(avg[head], 0.25 * states[0][head] + 0.75 * states[1][head])
+
+
+def test_averaging_a_model_with_itself_gives_the_same_model(tmp_path, tiny_config):
+    src = _random_lora_model(tiny_config, seed=4).save(tmp_path / "src")
+    report = average_checkpoints([str(src), str(src)], tmp_path / "avg")
+    assert report.weights == [0.5, 0.5] and report.truncation < 1e-5
+    ids = torch.randint(1000, 2000, (2, 12))
+    mask = torch.ones_like(ids)
+    before, after = load_model(src), load_model(tmp_path / "avg")
+    torch.testing.assert_close(after.encode_passages(ids, mask), before.encode_passages(ids, mask),
+                               rtol=1e-4, atol=1e-5)
+    for x, y in zip(after.encode_questions(ids, mask), before.encode_questions(ids, mask), strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+def test_bad_requests_are_refused_with_the_reason(tmp_path, tiny_config):
+    a = _random_lora_model(tiny_config, seed=1).save(tmp_path / "a")
+    b = PhraseModel(dataclasses.replace(tiny_config, max_answer_tokens=9)).save(tmp_path / "b")
+    with pytest.raises(ModelError, match="max_answer_tokens"):
+        average_checkpoints([str(a), str(b)], tmp_path / "out")
+    with pytest.raises(ModelError, match="at least two"):
+        average_checkpoints([str(a)], tmp_path / "out")
+    with pytest.raises(ModelError, match="3 weights for 2"):
+        average_checkpoints([str(a), str(a)], tmp_path / "out", weights=[1, 1, 1])
+    with pytest.raises(ModelError, match="non-negative"):
+        average_checkpoints([str(a), str(a)], tmp_path / "out", weights=[1, -1])
+    with pytest.raises(ModelError, match="not a spanseek model"):
+        average_checkpoints([str(a), str(tmp_path / "missing")], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
