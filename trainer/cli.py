@@ -23,7 +23,8 @@ def _phrase(args: argparse.Namespace) -> int:
                     local_rank=int(env.get("LOCAL_RANK", 0)))
     cfg = TrainConfig(dist=dist,
         train=args.train, out=args.out, encoder=enc,
-        loss=LossConfig(kind=args.loss, lambda_inb=args.lambda_inb, lambda_pre=args.lambda_inb),
+        loss=LossConfig(kind=args.loss, lambda_inb=args.lambda_inb, lambda_pre=args.lambda_inb,
+                        lambda_span=args.lambda_span),
         init_from=args.init_from, epochs=args.epochs, max_steps=args.max_steps, stop_after=args.stop_after,
         batch_windows=args.batch_windows, lr=args.lr,
         prebatch=args.prebatch, hard_negatives=args.hard_negatives, hard_per_batch=args.hard_per_batch,
@@ -41,7 +42,8 @@ def _qsft(args: argparse.Namespace) -> int:
 
     cfg = QsftConfig(
         model=args.model, train=args.train, out=args.out, cache=args.cache, hard_negatives=args.hard_negatives,
-        loss=LossConfig(lambda_inb=args.lambda_inb, lambda_pre=args.lambda_inb), epochs=args.epochs,
+        loss=LossConfig(lambda_inb=args.lambda_inb, lambda_pre=args.lambda_inb, lambda_span=args.lambda_span),
+        epochs=args.epochs,
         batch_windows=args.batch_windows, hard_per_batch=args.hard_per_batch, prebatch=args.prebatch, lr=args.lr,
         checkpoint_every=args.checkpoint_every, val_questions=args.val_questions, val_index=args.val_index,
         precision=args.precision, device=args.device, seed=args.seed,
@@ -104,6 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stride", type=int, default=64)
     p.add_argument("--loss", default="unified", choices=["unified", "two_term"])
     p.add_argument("--lambda-inb", type=float, default=256.0, help="weight of in-batch/pre-batch negatives")
+    p.add_argument("--lambda-span", type=float, default=0.0,
+                   help="weight of the span-level in-passage term (one softmax over valid spans; 0 = off)")
     p.add_argument("--prebatch", type=int, default=2, help="preceding batches used as negatives (0 = off)")
     p.add_argument("--hard-negatives", default=None, help="JSONL from `spanseek train mine` (unified loss)")
     p.add_argument("--hard-per-batch", type=int, default=8, help="hard passages per step")
@@ -137,6 +141,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hard-negatives", default=None, help="JSONL from `spanseek train mine`")
     p.add_argument("--hard-per-batch", type=int, default=8, help="hard passages per step")
     p.add_argument("--lambda-inb", type=float, default=4.0, help="weight of in-batch/pre-batch negatives")
+    p.add_argument("--lambda-span", type=float, default=0.0,
+                   help="weight of the span-level in-passage term (one softmax over valid spans; 0 = off)")
     p.add_argument("--prebatch", type=int, default=4, help="preceding batches used as negatives (0 = off)")
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--batch-windows", type=int, default=32)

@@ -10,6 +10,10 @@ For each question with gold start s (and likewise end e), the groups of candidat
 ``two_term`` is DensePhrases' L_single + λ L_neg: a softmax over in-passage tokens, plus a separate softmax of the
 gold against in-batch/pre-batch golds. ``unified`` (Kim et al. 2022, Eq. 2) is one softmax of the gold against all
 groups, each group's terms weighted by λ_group (adding log λ to its logits).
+
+``lambda_span`` > 0 adds λ_span times a span-level term (span_loss): one softmax over every valid in-passage span
+(i, j), j − i < L, scored q_start·h_i + q_end·h_j, exactly what reading comprehension decodes (core.search.best_span),
+where the start and end softmaxes above score the two boundaries separately.
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ class LossConfig:
     lambda_pre: float = 256.0
     lambda_hard: float = 1.0
     lambda_neg: float = 4.0  # two_term only: weight of L_neg
+    lambda_span: float = 0.0  # weight of the in-passage span-level term (0 = off)
 
     def __post_init__(self) -> None:
         if self.kind not in ("unified", "two_term"):
             raise ValueError(f"loss kind must be 'unified' or 'two_term', got {self.kind!r}")
+        if self.lambda_span < 0:
+            raise ValueError(f"lambda_span must be >= 0, got {self.lambda_span}")
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,32 @@ def _side_loss(
     return F.cross_entropy(torch.cat(logits, dim=1).float(), gold)
 
 
+def span_loss(
+    q_start: torch.Tensor,
+    q_end: torch.Tensor,
+    H: torch.Tensor,
+    start_ok: torch.Tensor,
+    end_ok: torch.Tensor,
+    q_passage: torch.Tensor,
+    gold_start: torch.Tensor,
+    gold_end: torch.Tensor,
+    max_answer_tokens: int,
+) -> torch.Tensor:
+    """Cross-entropy of the gold span against every valid span of its window: (i, j) with i <= j < i + L, i a
+    possible start and j a possible end, scored q_start·h_i + q_end·h_j. Spans are laid out (T, L) by start and
+    length, so the cost is Q·T·L scores."""
+    L = max_answer_tokens
+    Hq = H[q_passage]  # (Q, T, d)
+    s = torch.einsum("qd,qtd->qt", q_start, Hq).float().masked_fill(~start_ok[q_passage], NEG_INF)
+    e = torch.einsum("qd,qtd->qt", q_end, Hq).float().masked_fill(~end_ok[q_passage], NEG_INF)
+    e = F.pad(e, (0, L - 1), value=NEG_INF).unfold(1, L, 1)  # (Q, T, L): e[q, i + k]
+    scores = (s[:, :, None] + e).flatten(1)  # (Q, T·L)
+    length = gold_end - gold_start
+    if bool(((length < 0) | (length >= L)).any()):
+        raise ValueError(f"gold spans must be 1..{L} tokens long, got lengths {(length + 1).tolist()}")
+    return F.cross_entropy(scores, gold_start * L + length)
+
+
 def phrase_loss(
     H: torch.Tensor,
     q_start: torch.Tensor,
@@ -122,8 +155,10 @@ def phrase_loss(
     pre: tuple[torch.Tensor, torch.Tensor] | None = None,
     hard: HardNegatives | None = None,
     others: tuple[torch.Tensor, torch.Tensor] | None = None,
+    max_answer_tokens: int | None = None,
 ) -> torch.Tensor:
-    """Mean of the start-side and end-side losses (hard negatives are used by the unified loss only).
+    """Mean of the start-side and end-side losses (hard negatives are used by the unified loss only), plus
+    λ_span · span_loss when ``cfg.lambda_span`` > 0 (which needs ``max_answer_tokens``).
 
     ``others`` = gold start and end vectors of the other data-parallel ranks' questions (trainer.distributed).
     """
@@ -133,4 +168,10 @@ def phrase_loss(
                     None if others is None else others[0])
     le = _side_loss(q_end, H, end_ok, q_passage, gold_end, None if pre is None else pre[1], hard_e, cfg,
                     None if others is None else others[1])
-    return (ls + le) / 2
+    loss = (ls + le) / 2
+    if cfg.lambda_span > 0:
+        if max_answer_tokens is None:
+            raise ValueError("lambda_span > 0 needs max_answer_tokens (the longest span the decoder considers)")
+        loss = loss + cfg.lambda_span * span_loss(q_start, q_end, H, start_ok, end_ok, q_passage, gold_start,
+                                                  gold_end, max_answer_tokens)
+    return loss

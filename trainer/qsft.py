@@ -156,7 +156,8 @@ def train_qsft(cfg: QsftConfig) -> dict:
             if len(b["hard_vectors"]):
                 hard_negs = HardNegatives(b["hard_vectors"], b["hard_start_ok"], b["hard_end_ok"], b["hard_allowed"])
             loss = phrase_loss(b["H"], q_start, q_end, b["start_ok"], b["end_ok"], b["q_passage"], b["gold_start"],
-                               b["gold_end"], cfg.loss, pre=prebatch.negatives(), hard=hard_negs)
+                               b["gold_end"], cfg.loss, pre=prebatch.negatives(), hard=hard_negs,
+                               max_answer_tokens=model.config.max_answer_tokens)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -245,7 +245,8 @@ def train_phrase(cfg: TrainConfig) -> dict:
             if cfg.dist.enabled:
                 others = (distributed.gather_others(gold_s, cfg.dist), distributed.gather_others(gold_e, cfg.dist))
             loss = phrase_loss(H, q_start, q_end, batch.start_ok[:P], batch.end_ok[:P], batch.q_passage,
-                               batch.gold_start, batch.gold_end, cfg.loss, pre=pre, hard=hard_negs, others=others)
+                               batch.gold_start, batch.gold_end, cfg.loss, pre=pre, hard=hard_negs, others=others,
+                               max_answer_tokens=enc_cfg.max_answer_tokens)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.dist.enabled:

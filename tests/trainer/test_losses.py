@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from trainer.losses import NEG_INF, LossConfig, PreBatchCache, phrase_loss
+from trainer.losses import NEG_INF, LossConfig, PreBatchCache, phrase_loss, span_loss
 
 LN256 = math.log(256.0)
 
@@ -134,3 +134,52 @@ def test_empty_pre_batch_cache_equals_no_pre_batch_in_value_and_gradient(tiny_co
     filled = PreBatchCache(2)
     filled.push(H[batch.q_passage, batch.gold_start] + 1.0, H[batch.q_passage, batch.gold_end] + 1.0)
     assert loss_and_grads(filled)[0] > base  # real negatives make the softmax harder
+
+
+def test_span_loss_by_hand():
+    # one window [1, 2, 3] (1-d), q_start = 1, q_end = 2, L = 2, token 2 may not start: the valid spans are
+    # (0,0) 1+2, (0,1) 1+4, (1,1) 2+4, (1,2) 2+6; the gold is (1, 2)
+    H = torch.tensor([[[1.0], [2.0], [3.0]]])
+    got = span_loss(torch.tensor([[1.0]]), torch.tensor([[2.0]]), H, torch.tensor([[True, True, False]]),
+                    torch.ones(1, 3, dtype=torch.bool), torch.tensor([0]), torch.tensor([1]), torch.tensor([2]),
+                    max_answer_tokens=2)
+    assert got.item() == pytest.approx(lse(3, 5, 6, 8) - 8, abs=1e-5)
+
+
+def test_span_loss_matches_brute_force_over_spans():
+    g = torch.Generator().manual_seed(0)
+    P, T, d, Q, L = 3, 9, 4, 5, 3
+    H = torch.randn(P, T, d, generator=g)
+    start_ok, end_ok = torch.rand(P, T, generator=g) > 0.3, torch.rand(P, T, generator=g) > 0.3
+    q_passage = torch.tensor([0, 0, 1, 2, 2])
+    q_start, q_end = torch.randn(Q, d, generator=g), torch.randn(Q, d, generator=g)
+    golds = []
+    for q in range(Q):  # a valid gold span in each question's window
+        p = int(q_passage[q])
+        golds.append(next((i, j) for i in range(T) for j in range(i, min(T, i + L))
+                          if start_ok[p, i] and end_ok[p, j]))
+    gold_start, gold_end = torch.tensor([s for s, _ in golds]), torch.tensor([e for _, e in golds])
+    want = 0.0
+    for q in range(Q):
+        p = int(q_passage[q])
+        scores = {(i, j): float(q_start[q] @ H[p, i] + q_end[q] @ H[p, j])
+                  for i in range(T) for j in range(i, min(T, i + L)) if start_ok[p, i] and end_ok[p, j]}
+        want += lse(*scores.values()) - scores[golds[q]]
+    got = span_loss(q_start, q_end, H, start_ok, end_ok, q_passage, gold_start, gold_end, max_answer_tokens=L)
+    assert got.item() == pytest.approx(want / Q, rel=1e-5)
+
+
+def test_span_term_is_added_with_its_weight_and_checked():
+    case = tiny_case()
+    case.update(gold_end=torch.tensor([1, 1]))  # valid spans: (1, 1) in window 0, (0, 1) in window 1
+    base = phrase_loss(**case, cfg=LossConfig())
+    with_span = phrase_loss(**case, cfg=LossConfig(lambda_span=0.5), max_answer_tokens=2)
+    span = span_loss(case["q_start"], case["q_end"], case["H"], case["start_ok"], case["end_ok"],
+                     case["q_passage"], case["gold_start"], case["gold_end"], max_answer_tokens=2)
+    assert with_span.item() == pytest.approx(base.item() + 0.5 * span.item(), rel=1e-6)
+    with pytest.raises(ValueError, match="needs max_answer_tokens"):
+        phrase_loss(**case, cfg=LossConfig(lambda_span=0.5))
+    with pytest.raises(ValueError, match="1..1 tokens"):
+        phrase_loss(**case, cfg=LossConfig(lambda_span=0.5), max_answer_tokens=1)
+    with pytest.raises(ValueError, match="lambda_span"):
+        LossConfig(lambda_span=-1.0)

@@ -137,10 +137,11 @@ def test_cli_train_phrase(tmp_path, tiny_squad, tiny_backbone, capsys):
     args = ["train", "phrase", "--train", str(tiny_squad), "--out", str(out), "--backbone", str(tiny_backbone),
             "--question-mode", "separate", "--max-seq-len", "32", "--stride", "8", "--max-answer-tokens", "6",
             "--max-steps", "2", "--batch-windows", "4", "--val-questions", "0", "--precision", "fp32",
-            "--device", "cpu"]
+            "--device", "cpu", "--lambda-span", "0.5"]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 2 and summary["skipped"]["no_window"] == 0
+    assert json.loads((out / "train_config.json").read_text())["loss"]["lambda_span"] == 0.5
     assert load_model(out / "last").config.question_mode == "separate"
     assert main([*args[:3], str(tmp_path / "missing.json"), *args[4:]]) == 2
     assert "No such file" in capsys.readouterr().err
