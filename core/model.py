@@ -145,14 +145,19 @@ class PhraseModel(nn.Module):
         keep |= {n for n in state if "lora_" in n or n.startswith(("start_head", "end_head", "filter_head"))}
         return {n: t for n, t in state.items() if n in keep}
 
-    def save(self, out_dir: str | Path) -> Path:
-        """Write config + weights to ``out_dir`` atomically (a temporary directory renamed at the end)."""
+    def save(self, out_dir: str | Path, dtype: torch.dtype | None = None) -> Path:
+        """Write config + weights to ``out_dir`` atomically (a temporary directory renamed at the end).
+
+        ``dtype`` stores the floating-point weights in that type (float16 halves a checkpoint; loading casts them
+        back to the model's type)."""
         out_dir = Path(out_dir)
         tmp = out_dir.with_name(out_dir.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         self.config.save(tmp / CONFIG_NAME)
         state = {n: t.detach().to("cpu").contiguous() for n, t in self.saved_state().items()}
+        if dtype is not None:
+            state = {n: t.to(dtype) if t.is_floating_point() else t for n, t in state.items()}
         save_file(state, str(tmp / WEIGHTS_NAME))
         (tmp / WEIGHTS_NAME).chmod(0o644)  # safetensors writes 0600; checkpoints are shared (e.g. a service user)
         if out_dir.exists():

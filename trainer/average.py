@@ -9,11 +9,16 @@ not line up even when their products do. Instead each adapted layer's weight upd
 mean is factored back to the configured rank r by SVD (B = U_r·√S_r, A = √S_r·V_rᵀ). The mean of k rank-r updates
 has rank ≤ k·r; the part beyond rank r is dropped and reported (``truncation``: the largest relative Frobenius
 norm dropped over all layers). Everything else (heads, full weights) is averaged as is.
+
+``widen_lora`` is the other LoRA surgery a continued run needs: it gives a trained model's adapters a larger rank
+r' > r without changing what the model computes. Each A gets r' - r new rows (peft's random init) and each B
+r' - r zero columns, so B'·A' = B·A, and alpha grows with the rank so that the scale alpha / r stays the same.
+Training then uses the new directions from the first step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -67,10 +72,13 @@ def average_state(
     return avg, truncation
 
 
-def average_checkpoints(refs: list[str], out: str | Path, weights: list[float] | None = None) -> AverageReport:
-    """Average the checkpoints ``refs`` (directories or ``default``) into the model directory ``out``."""
-    if len(refs) < 2:
-        raise ModelError(f"averaging needs at least two checkpoints, got {len(refs)}")
+def average_checkpoints(
+    refs: list[str], out: str | Path, weights: list[float] | None = None, dtype: torch.dtype | None = None
+) -> AverageReport:
+    """Average the checkpoints ``refs`` (directories or ``default``) into the model directory ``out``, its weights
+    stored as ``dtype`` (default float32). One checkpoint is allowed: that converts it (e.g. to float16)."""
+    if not refs:
+        raise ModelError("no checkpoints to average")
     weights = [1.0] * len(refs) if weights is None else list(weights)
     if len(weights) != len(refs):
         raise ModelError(f"{len(weights)} weights for {len(refs)} checkpoints")
@@ -92,10 +100,40 @@ def average_checkpoints(refs: list[str], out: str | Path, weights: list[float] |
         states.append(load_file(str(p / WEIGHTS_NAME)))
     config = configs[0]
     rank = config.lora.r if config.weights == "lora" else None
-    avg, truncation = average_state(states, weights, rank)
+    avg, truncation = average_state(states, weights, rank) if len(states) > 1 else (states[0], 0.0)
     model = PhraseModel(config)
     unexpected = model.load_state_dict(avg, strict=False).unexpected_keys
     if unexpected:
         raise ModelError(f"{refs[0]}: weights do not fit its config (unexpected: {unexpected[:3]} ...)")
-    model.save(out)
+    model.save(out, dtype=dtype)
     return AverageReport(out=str(out), checkpoints=[str(p) for p in paths], weights=weights, truncation=truncation)
+
+
+def widen_lora(ref: str | Path, r: int, seed: int = 0) -> PhraseModel:
+    """The LoRA model ``ref`` with its adapters widened to rank ``r`` (same outputs; new ranks start at zero)."""
+    path = resolve_model(ref)
+    config = EncoderConfig.load(path / CONFIG_NAME)
+    if config.weights != "lora":
+        raise ModelError(f"{ref}: only LoRA adapters can be widened (this model saves full weights)")
+    old = config.lora
+    if r <= old.r:
+        raise ModelError(f"{ref}: its LoRA rank is {old.r}; widening needs a larger rank, got {r}")
+    if (old.alpha * r) % old.r:
+        raise ModelError(f"{ref}: alpha {old.alpha} * {r} / {old.r} is not a whole number; pick a rank that keeps "
+                         "the scale alpha / r exact")
+    wide = replace(config, lora=replace(old, r=r, alpha=old.alpha * r // old.r))
+    torch.manual_seed(seed)
+    model = PhraseModel(wide)
+    state = model.state_dict()
+    for name, t in load_file(str(path / WEIGHTS_NAME)).items():
+        if name not in state:
+            raise ModelError(f"{ref}: weight {name} does not fit its own config")
+        if "lora_A" in name:
+            state[name][: old.r] = t  # rows r.. keep their random init
+        elif "lora_B" in name:
+            state[name].zero_()
+            state[name][:, : old.r] = t
+        else:
+            state[name].copy_(t)
+    model.load_state_dict(state)
+    return model

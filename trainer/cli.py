@@ -25,7 +25,7 @@ def _phrase(args: argparse.Namespace) -> int:
         train=args.train, out=args.out, encoder=enc,
         loss=LossConfig(kind=args.loss, lambda_inb=args.lambda_inb, lambda_pre=args.lambda_inb,
                         lambda_span=args.lambda_span),
-        init_from=args.init_from, epochs=args.epochs, max_steps=args.max_steps, stop_after=args.stop_after,
+        init_from=args.init_from, widen_lora=args.widen_lora, epochs=args.epochs, max_steps=args.max_steps, stop_after=args.stop_after,
         batch_windows=args.batch_windows, lr=args.lr,
         prebatch=args.prebatch, hard_negatives=args.hard_negatives, hard_per_batch=args.hard_per_batch,
         stale_cache=args.stale_cache, corrector=args.corrector, corrector_lr=args.corrector_lr,
@@ -88,7 +88,10 @@ def _rank(args: argparse.Namespace) -> int:
 def _average(args: argparse.Namespace) -> int:
     from trainer.average import average_checkpoints
 
-    print(json.dumps(average_checkpoints(args.checkpoints, args.out, args.weights).to_dict(), indent=2))
+    import torch
+
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
+    print(json.dumps(average_checkpoints(args.checkpoints, args.out, args.weights, dtype).to_dict(), indent=2))
     return 0
 
 
@@ -120,6 +123,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--snapshot-every", type=int, default=0, help="keep a model copy every N steps (0 = off)")
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--init-from", default=None, help="start from a trained model (fresh optimizer and schedule)")
+    p.add_argument("--widen-lora", type=int, default=None, metavar="R",
+                   help="with --init-from: widen its LoRA adapters to rank R first (same outputs at step 0)")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--stop-after", type=int, default=None, help="end at this step, keeping the full run's schedule")
     p.add_argument("--batch-windows", type=int, default=24)
@@ -191,7 +196,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = train.add_parser("average", help="average checkpoints of one config into a new model (LoRA updates "
                          "averaged and refactored to the rank by SVD)")
-    p.add_argument("checkpoints", nargs="+", help="model directories (or default), at least two")
+    p.add_argument("checkpoints", nargs="+", help="model directories (or default); one just converts --dtype")
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--weights", type=float, nargs="+", default=None, help="one weight per checkpoint (default equal)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                   help="store the weights in this type (float16 halves the adapters' size)")
     p.set_defaults(func=_average)

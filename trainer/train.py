@@ -53,6 +53,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     epochs: float = 1.0
     init_from: str | None = None  # start from this checkpoint's weights (a new optimizer and schedule)
+    widen_lora: int | None = None  # with init_from: widen its LoRA adapters to this rank first (trainer.average)
     max_steps: int | None = None  # stop after this many steps (overrides epochs)
     stop_after: int | None = None  # end the run at this step, keeping the schedule of the full run (comparisons)
     batch_windows: int = 24  # passage windows per step (each with all of its questions)
@@ -141,6 +142,8 @@ def optimizer_and_resume(
 
 def train_phrase(cfg: TrainConfig) -> dict:
     """Train (or resume) a phrase model; returns a summary with throughput and validation metrics."""
+    if cfg.widen_lora and not cfg.init_from:
+        raise ValueError("--widen-lora widens a trained model's adapters: it needs --init-from")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)  # the same on every rank: identical initial adapters
@@ -162,8 +165,13 @@ def train_phrase(cfg: TrainConfig) -> dict:
         from core.model import CONFIG_NAME, resolve_model
 
         init_dir = resolve_model(cfg.init_from)
-        model = PhraseModel(EncoderConfig.load(init_dir / CONFIG_NAME))
-        model.load_weights(init_dir / "weights.safetensors")
+        if cfg.widen_lora:
+            from trainer.average import widen_lora
+
+            model = widen_lora(init_dir, cfg.widen_lora, seed=cfg.seed)
+        else:
+            model = PhraseModel(EncoderConfig.load(init_dir / CONFIG_NAME))
+            model.load_weights(init_dir / "weights.safetensors")
         model.to(device)
     else:
         model = PhraseModel(cfg.encoder).to(device)

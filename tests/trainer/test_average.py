@@ -1,4 +1,5 @@
-"""Checkpoint averaging: LoRA updates averaged through their products, refactored to rank r by SVD."""
+"""Checkpoint averaging (LoRA updates averaged through their products, refactored to rank r by SVD), dtype
+conversion and LoRA widening."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from core.model import WEIGHTS_NAME, ModelError, PhraseModel, load_model
-from trainer.average import average_checkpoints, average_state
+from trainer.average import average_checkpoints, average_state, widen_lora
 
 
 def _random_lora_model(config, seed: int) -> PhraseModel:
@@ -73,13 +74,60 @@ def test_averaging_a_model_with_itself_gives_the_same_model(tmp_path, tiny_confi
     src = _random_lora_model(tiny_config, seed=4).save(tmp_path / "src")
     report = average_checkpoints([str(src), str(src)], tmp_path / "avg")
     assert report.weights == [0.5, 0.5] and report.truncation < 1e-5
-    ids = torch.randint(1000, 2000, (2, 12))
+    _assert_same_outputs(load_model(tmp_path / "avg"), load_model(src), rtol=1e-4, atol=1e-5)
+
+
+def _assert_same_outputs(got: PhraseModel, want: PhraseModel, rtol: float, atol: float) -> None:
+    ids = torch.randint(1000, 2000, (2, 12), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
-    before, after = load_model(src), load_model(tmp_path / "avg")
-    torch.testing.assert_close(after.encode_passages(ids, mask), before.encode_passages(ids, mask),
-                               rtol=1e-4, atol=1e-5)
-    for x, y in zip(after.encode_questions(ids, mask), before.encode_questions(ids, mask), strict=True):
-        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(got.encode_passages(ids, mask), want.encode_passages(ids, mask),
+                                   rtol=rtol, atol=atol)
+        for x, y in zip(got.encode_questions(ids, mask), want.encode_questions(ids, mask), strict=True):
+            torch.testing.assert_close(x, y, rtol=rtol, atol=atol)
+
+
+def test_one_checkpoint_converts_to_float16_at_half_the_size(tmp_path, tiny_config):
+    src = _random_lora_model(tiny_config, seed=5).save(tmp_path / "src")
+    average_checkpoints([str(src)], tmp_path / "half", dtype=torch.float16)
+    state = load_file(str(tmp_path / "half" / WEIGHTS_NAME))
+    assert {t.dtype for t in state.values()} == {torch.float16}
+    assert set(state) == set(load_file(str(src / WEIGHTS_NAME)))
+    size = lambda d: (d / WEIGHTS_NAME).stat().st_size  # noqa: E731
+    assert size(tmp_path / "half") < 0.55 * size(src)
+    half = load_model(tmp_path / "half")
+    assert next(half.parameters()).dtype == torch.float32  # loading casts back
+    _assert_same_outputs(half, load_model(src), rtol=1e-2, atol=1e-2)
+
+
+def test_widening_lora_keeps_the_outputs_and_trains_the_new_ranks(tmp_path, tiny_config):
+    src = _random_lora_model(tiny_config, seed=6).save(tmp_path / "src")
+    r = tiny_config.lora.r
+    wide = widen_lora(src, 2 * r, seed=1)
+    assert (wide.config.lora.r, wide.config.lora.alpha) == (2 * r, 2 * tiny_config.lora.alpha)  # same alpha / r
+    state = wide.saved_state()
+    b_new = [t[:, r:] for k, t in state.items() if "lora_B" in k]
+    a_new = [t[r:] for k, t in state.items() if "lora_A" in k]
+    assert all((b == 0).all() for b in b_new) and all(a.abs().sum() > 0 for a in a_new)
+    wide.merge_adapters()
+    _assert_same_outputs(wide.eval(), load_model(src), rtol=1e-5, atol=1e-5)
+
+    # the new directions get gradients from the first step (through B, whose init is zero)
+    trainable = widen_lora(src, 2 * r, seed=1)
+    ids = torch.randint(1000, 2000, (2, 12))
+    trainable.encode_passages(ids, torch.ones_like(ids)).square().sum().backward()
+    grads = [p.grad[:, r:] for n, p in trainable.named_parameters() if "lora_B" in n and "phrase_encoder" in n]
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+def test_widening_is_refused_with_the_reason(tmp_path, tiny_config):
+    src = _random_lora_model(tiny_config, seed=6).save(tmp_path / "src")
+    r = tiny_config.lora.r
+    with pytest.raises(ModelError, match=f"its LoRA rank is {r}"):
+        widen_lora(src, r)
+    full = PhraseModel(dataclasses.replace(tiny_config, weights="full")).save(tmp_path / "full")
+    with pytest.raises(ModelError, match="only LoRA adapters"):
+        widen_lora(full, 2 * r)
 
 
 def test_bad_requests_are_refused_with_the_reason(tmp_path, tiny_config):
@@ -87,8 +135,8 @@ def test_bad_requests_are_refused_with_the_reason(tmp_path, tiny_config):
     b = PhraseModel(dataclasses.replace(tiny_config, max_answer_tokens=9)).save(tmp_path / "b")
     with pytest.raises(ModelError, match="max_answer_tokens"):
         average_checkpoints([str(a), str(b)], tmp_path / "out")
-    with pytest.raises(ModelError, match="at least two"):
-        average_checkpoints([str(a)], tmp_path / "out")
+    with pytest.raises(ModelError, match="no checkpoints"):
+        average_checkpoints([], tmp_path / "out")
     with pytest.raises(ModelError, match="3 weights for 2"):
         average_checkpoints([str(a), str(a)], tmp_path / "out", weights=[1, 1, 1])
     with pytest.raises(ModelError, match="non-negative"):

@@ -68,6 +68,20 @@ def test_loss_decreases_and_the_checkpoint_loads(tmp_path, tiny_squad, tiny_conf
     assert qs.shape == qe.shape == (1, 32) and enc.vectors.shape[1] == 32 and np.isfinite(enc.vectors).all()
 
 
+def test_a_continued_run_can_widen_the_lora_rank(tmp_path, tiny_squad, tiny_config, tiny_model_dir):
+    r = tiny_config.lora.r
+    cfg = tiny_train_config(tiny_squad, tiny_config, tmp_path / "run", init_from=str(tiny_model_dir),
+                            widen_lora=2 * r)
+    cfg = dataclasses.replace(cfg, max_steps=3)
+    train_phrase(cfg)
+    trained = load_model(tmp_path / "run" / "last", for_inference=False)
+    assert trained.config.lora.r == 2 * r
+    widened_b = [p[:, r:] for n, p in trained.named_parameters() if "lora_B" in n]
+    assert any(b.abs().sum() > 0 for b in widened_b)  # the new ranks trained
+    with pytest.raises(ValueError, match="needs --init-from"):
+        train_phrase(dataclasses.replace(cfg, init_from=None, out=str(tmp_path / "other")))
+
+
 def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_config, monkeypatch, caplog):
     out = tmp_path / "run"
     cfg = tiny_train_config(tiny_squad, tiny_config, out)
