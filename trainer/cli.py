@@ -86,9 +86,9 @@ def _rank(args: argparse.Namespace) -> int:
 
 
 def _average(args: argparse.Namespace) -> int:
-    from trainer.average import average_checkpoints
-
     import torch
+
+    from trainer.average import average_checkpoints
 
     dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
     print(json.dumps(average_checkpoints(args.checkpoints, args.out, args.weights, dtype).to_dict(), indent=2))
