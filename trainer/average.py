@@ -121,6 +121,8 @@ def widen_lora(ref: str | Path, r: int, seed: int = 0) -> PhraseModel:
     if (old.alpha * r) % old.r:
         raise ModelError(f"{ref}: alpha {old.alpha} * {r} / {old.r} is not a whole number; pick a rank that keeps "
                          "the scale alpha / r exact")
+    if not (path / WEIGHTS_NAME).is_file():
+        raise ModelError(f"{path}: no {WEIGHTS_NAME} (an untrained config has nothing to widen)")
     wide = replace(config, lora=replace(old, r=r, alpha=old.alpha * r // old.r))
     torch.manual_seed(seed)
     model = PhraseModel(wide)

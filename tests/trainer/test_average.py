@@ -128,6 +128,9 @@ def test_widening_is_refused_with_the_reason(tmp_path, tiny_config):
     full = PhraseModel(dataclasses.replace(tiny_config, weights="full")).save(tmp_path / "full")
     with pytest.raises(ModelError, match="only LoRA adapters"):
         widen_lora(full, 2 * r)
+    (src / WEIGHTS_NAME).unlink()
+    with pytest.raises(ModelError, match="nothing to widen"):
+        widen_lora(src, 2 * r)
 
 
 def test_bad_requests_are_refused_with_the_reason(tmp_path, tiny_config):
