@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +41,9 @@ class EncoderConfig:
     max_query_len: question length in tokens; longer questions are truncated.
     weights: ``lora`` saves only adapters and heads; ``full`` saves every weight.
     filter_head: whether the model carries a start/end token filter head.
+    length_bias: a score added to every span by its length in tokens (entry k for k + 1 tokens), fitted on training
+        questions by ``spanseek train length-bias``; empty = none. It does not change token vectors, so an index
+        built before it was fitted stays valid.
     """
 
     backbone: str = DEFAULT_BACKBONE
@@ -51,6 +55,7 @@ class EncoderConfig:
     weights: WeightsKind = "lora"
     lora: LoraSettings = field(default_factory=LoraSettings)
     filter_head: bool = False
+    length_bias: tuple[float, ...] = ()
     dim: int = 0  # filled from the backbone's hidden size when the model is built
 
     def __post_init__(self) -> None:
@@ -60,12 +65,18 @@ class EncoderConfig:
             raise ValueError(f"weights must be 'lora' or 'full', got {self.weights!r}")
         if self.max_answer_tokens < 1:
             raise ValueError(f"max_answer_tokens must be >= 1, got {self.max_answer_tokens}")
+        if self.length_bias and len(self.length_bias) != self.max_answer_tokens:
+            raise ValueError(f"length_bias must have max_answer_tokens ({self.max_answer_tokens}) entries, "
+                             f"got {len(self.length_bias)}")
+        if not all(math.isfinite(b) for b in self.length_bias):
+            raise ValueError(f"length_bias must be finite numbers, got {list(self.length_bias)}")
         if self.stride >= self.max_seq_len - 2:
             raise ValueError(f"stride ({self.stride}) must be smaller than max_seq_len - 2 ({self.max_seq_len - 2})")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["lora"]["target_modules"] = list(self.lora.target_modules)
+        d["length_bias"] = list(self.length_bias)
         return d
 
     @classmethod
@@ -77,6 +88,7 @@ class EncoderConfig:
             raise ValueError(f"unknown encoder config keys: {sorted(unknown)}")
         lora = d.pop("lora", None) or {}
         lora = LoraSettings(**{**lora, "target_modules": tuple(lora.get("target_modules", LoraSettings.target_modules))})
+        d["length_bias"] = tuple(float(b) for b in d.get("length_bias", ()))
         return cls(lora=lora, **d)
 
     def save(self, path: Path) -> None:

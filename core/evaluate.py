@@ -63,8 +63,10 @@ def evaluate(
     reading_comprehension: bool = False,
     batch_size: int = 64,
     progress: bool = True,
+    rc_decode: str = "answer",
 ) -> dict[str, Any]:
-    """Run every question through phrase, passage and document search (and RC) and compute the metrics."""
+    """Run every question through phrase, passage and document search (and RC, decoded by ``rc_decode``: see
+    ``Searcher.passage_best_span``) and compute the metrics."""
     if not questions:  # the means below would be NaN, which is not even valid JSON
         raise ValueError("no questions to evaluate (an empty question file, or --limit 0)")
     t0 = time.perf_counter()
@@ -88,7 +90,7 @@ def evaluate(
                 pid = lookup.get((q.title, q.context))
                 if pid is None:
                     raise ValueError(f"question {q.id}: its gold passage is not in the index")
-                hit = searcher.passage_best_span(pid, q_start[i], q_end[i])
+                hit = searcher.passage_best_span(pid, q_start[i], q_end[i], decode=rc_decode)
                 rc_em.append(exact_match(hit.text, q.answers))
                 rc_f1.append(f1_score(hit.text, q.answers))
         bar.update(len(batch))

@@ -10,6 +10,7 @@ import contextlib
 import gzip
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -81,6 +82,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Put the finished directory ``tmp`` at ``out``; an old ``out`` is moved aside first and removed only after."""
+    if out.exists():
+        old = out.with_name(out.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(out)
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:

@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from core.config import EncoderConfig
+from core.io import replace_dir
 
 CONFIG_NAME = "spanseek_config.json"
 WEIGHTS_NAME = "weights.safetensors"
@@ -160,14 +161,7 @@ class PhraseModel(nn.Module):
             state = {n: t.to(dtype) if t.is_floating_point() else t for n, t in state.items()}
         save_file(state, str(tmp / WEIGHTS_NAME))
         (tmp / WEIGHTS_NAME).chmod(0o644)  # safetensors writes 0600; checkpoints are shared (e.g. a service user)
-        if out_dir.exists():
-            old = out_dir.with_name(out_dir.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
-            out_dir.rename(old)
-            tmp.rename(out_dir)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out_dir)
+        replace_dir(tmp, out_dir)
         return out_dir
 
     def load_weights(self, path: str | Path) -> None:

@@ -7,11 +7,13 @@ For a batch of questions the searcher
    and each end candidate j with the best start in (j - L, j] (score q_start . h_i), reading the neighbours'
    vectors from the ``vector_source``: ``fine`` (the fp16 store on disk, which also re-scores compressed-index
    candidates) or ``codes`` (decoded from the compressed codes); both sides are re-scored with those vectors;
-3. deduplicates spans and ranks them by f(i, j) = q_start . h_i + q_end . h_j;
+3. deduplicates spans and ranks them by f(i, j) = q_start . h_i + q_end . h_j + b(j - i), where b is the model's
+   span length bias (``EncoderConfig.length_bias``; zero when it has none);
 4. for ``passage`` and ``doc`` units, scores each unit by the max over its phrases and deepens the search
    (k x 4) until ``top_k`` unique units are found or the index is exhausted.
 
-``best_span`` is the brute-force oracle over one token range (reading comprehension, tests).
+``best_span`` is the brute-force oracle over one token range (tests); reading comprehension decodes with
+``best_answer``, which sums the probability of spans that give the same answer string.
 """
 
 from __future__ import annotations
@@ -20,18 +22,22 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from core.metrics import normalize_answer
 from core.store import PhraseIndex
 from core.text import FLAG_END, FLAG_START
 
 log = logging.getLogger(__name__)
 Unit = Literal["phrase", "passage", "doc"]
 UNITS: tuple[Unit, ...] = ("phrase", "passage", "doc")
+RC_DECODES = ("answer", "span")
+ANSWER_CANDIDATES = 64  # spans best_answer sums over: the softmax mass past them is negligible
 
 
 @dataclass(frozen=True)
@@ -87,17 +93,72 @@ def numpy_blas():
     return controller.select(filepath=mine)
 
 
-def best_span(
-    start_scores: np.ndarray, end_scores: np.ndarray, flags: np.ndarray, max_answer_tokens: int
-) -> tuple[int, int, float]:
-    """Brute force: the valid span (i, j), i <= j < i + L, maximising start_scores[i] + end_scores[j]."""
+def length_scores(length_bias: Sequence[float] | None, L: int) -> np.ndarray:
+    """(L,) score added to a span of k + 1 tokens: the model's length bias (its last entry repeated past its end, for
+    a longer ``max_answer_tokens`` than it was fitted for), or zeros when the model has none."""
+    if not length_bias:
+        return np.zeros(L, np.float32)
+    b = np.asarray(length_bias, dtype=np.float32)
+    return b[:L] if L <= len(b) else np.concatenate([b, np.full(L - len(b), b[-1], np.float32)])
+
+
+def span_scores(
+    start_scores: np.ndarray, end_scores: np.ndarray, flags: np.ndarray, max_answer_tokens: int,
+    length_bias: Sequence[float] | None = None,
+) -> np.ndarray:
+    """(n, n) score of every span (i, j): start_scores[i] + end_scores[j] + the length bias of j - i; -inf where the
+    span is not valid (j < i, j - i >= L, i not a possible start or j not a possible end)."""
     n = len(start_scores)
     i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    valid = (j >= i) & (j - i < max_answer_tokens)
+    length = j - i
+    valid = (length >= 0) & (length < max_answer_tokens)
     valid &= (flags[:, None] & FLAG_START > 0) & (flags[None, :] & FLAG_END > 0)
-    total = np.where(valid, start_scores[:, None] + end_scores[None, :], -np.inf)  # (n, n)
+    bias = length_scores(length_bias, max_answer_tokens)[np.clip(length, 0, max_answer_tokens - 1)]
+    return np.where(valid, start_scores[:, None] + end_scores[None, :] + bias, -np.inf)
+
+
+def best_span(
+    start_scores: np.ndarray, end_scores: np.ndarray, flags: np.ndarray, max_answer_tokens: int,
+    length_bias: Sequence[float] | None = None,
+) -> tuple[int, int, float]:
+    """Brute force: the valid span (i, j), i <= j < i + L, maximising start_scores[i] + end_scores[j] (+ length bias)."""
+    total = span_scores(start_scores, end_scores, flags, max_answer_tokens, length_bias)
+    n = len(start_scores)
     flat = int(np.argmax(total))
     return flat // n, flat % n, float(total.flat[flat])
+
+
+def best_answer(
+    start_scores: np.ndarray, end_scores: np.ndarray, flags: np.ndarray, max_answer_tokens: int,
+    text_of: Callable[[int, int], str], length_bias: Sequence[float] | None = None,
+    candidates: int = ANSWER_CANDIDATES,
+) -> tuple[int, int, float]:
+    """The span whose answer string is most probable: the Bayes decision for exact match.
+
+    The span scores' softmax over a passage is what the span-level loss trains, so a span's probability is
+    exp(score) / Z. Exact match compares normalised strings (``core.metrics.normalize_answer``), and several spans
+    often give the same one ("the Sun" and "Sun", or a name said twice), so the probability of an answer is the
+    sum over its spans. Among the ``candidates`` best spans this returns the best span of the answer with the
+    largest sum, scored log sum exp(score) of its spans (never below its best span's score).
+    """
+    total = span_scores(start_scores, end_scores, flags, max_answer_tokens, length_bias).ravel()
+    n = len(start_scores)
+    k = min(candidates, int(np.isfinite(total).sum()))
+    if k <= 1:
+        return best_span(start_scores, end_scores, flags, max_answer_tokens, length_bias)
+    top = np.argpartition(-total, k - 1)[:k]
+    top = top[np.argsort(-total[top], kind="stable")]  # best first, so an answer's first span is its best one
+    scores = total[top].astype(np.float64)
+    prob = np.exp(scores - scores[0])
+    mass: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for r, flat in enumerate(top.tolist()):
+        key = normalize_answer(text_of(flat // n, flat % n))
+        mass[key] = mass.get(key, 0.0) + prob[r]
+        first.setdefault(key, r)
+    answer = max(mass, key=mass.__getitem__)  # ties: the answer whose best span ranks first (dict order)
+    r = first[answer]
+    return int(top[r]) // n, int(top[r]) % n, float(scores[0] + np.log(mass[answer]))
 
 
 class Searcher:
@@ -105,15 +166,20 @@ class Searcher:
 
     ``encoder`` (a core.encoding.QuestionEncoder) is needed only for ``search``; ``search_vectors`` takes
     q_start / q_end directly. ``vector_source`` (``fine`` | ``codes``; default: the index's) is where span
-    completion reads neighbour vectors; ``search``/``search_vectors`` can override it per call.
+    completion reads neighbour vectors; ``search``/``search_vectors`` can override it per call. ``length_bias``
+    (default: the encoder's model config's, else the index's) is added to every span by its length.
     """
 
     def __init__(
-        self, index: PhraseIndex, encoder=None, max_answer_tokens: int | None = None, vector_source: str | None = None
+        self, index: PhraseIndex, encoder=None, max_answer_tokens: int | None = None, vector_source: str | None = None,
+        length_bias: Sequence[float] | None = None,
     ):
         self.index = index
         self.encoder = encoder
         self.max_answer_tokens = max_answer_tokens or index.encoder_config.max_answer_tokens
+        if length_bias is None:
+            length_bias = (encoder.model.config if encoder is not None else index.encoder_config).length_bias
+        self.length_bias = tuple(length_bias)
         if vector_source is not None:
             index.set_vector_source(vector_source)
         self._passage_doc = np.asarray([p["doc"] for p in index.passages], dtype=np.int64)
@@ -242,8 +308,9 @@ class Searcher:
         sc = (vec(uniq) @ np.stack([qs, qe], axis=1))[inverse]  # (len(ids), 2): start score, end score
         s_score = sc[:m, 0]  # (m,)
         e_score = sc[m : m + m2, 1]
-        fwd_end = np.where(fwd_ok, sc[m + m2 : m + m2 + m * L, 1].reshape(m, L), -np.inf)  # (m, L)
-        bwd_start = np.where(bwd_ok, sc[m + m2 + m * L :, 0].reshape(m2, L), -np.inf)  # (m', L)
+        bias = length_scores(self.length_bias, L)  # column k of fwd/bwd is a span of k + 1 tokens
+        fwd_end = np.where(fwd_ok, sc[m + m2 : m + m2 + m * L, 1].reshape(m, L) + bias, -np.inf)  # (m, L)
+        bwd_start = np.where(bwd_ok, sc[m + m2 + m * L :, 0].reshape(m2, L) + bias, -np.inf)  # (m', L)
         fj = fwd_end.argmax(axis=1)
         bi = bwd_start.argmax(axis=1)
         starts = np.concatenate([s, bwd[np.arange(len(e)), bi]])
@@ -285,9 +352,20 @@ class Searcher:
             passage=passage["text"], doc_id=doc["id"], title=doc["title"],
         )
 
-    def passage_best_span(self, passage: int, q_start: np.ndarray, q_end: np.ndarray, L: int | None = None) -> Hit:
-        """Reading comprehension: the best phrase inside one passage (exact, brute force)."""
+    def passage_best_span(
+        self, passage: int, q_start: np.ndarray, q_end: np.ndarray, L: int | None = None, decode: str = "answer"
+    ) -> Hit:
+        """Reading comprehension inside one passage (exact, brute force): ``decode="answer"`` returns the most
+        probable answer string (``best_answer``), ``"span"`` the single best span (``best_span``)."""
+        if decode not in RC_DECODES:
+            raise ValueError(f"decode must be one of {RC_DECODES}, got {decode!r}")
         a, b = self.index.passage_range(passage)
         vecs = self.index.token_vectors(np.arange(a, b))
-        i, j, score = best_span(vecs @ q_start, vecs @ q_end, self.index.token_flags[a:b], L or self.max_answer_tokens)
+        args = (vecs @ q_start, vecs @ q_end, self.index.token_flags[a:b], L or self.max_answer_tokens)
+        if decode == "span":
+            i, j, score = best_span(*args, self.length_bias)
+        else:
+            offsets = self.index.token_offsets[a:b]
+            text = self.index.passages[passage]["text"]
+            i, j, score = best_answer(*args, lambda x, y: text[offsets[x, 0] : offsets[y, 1]], self.length_bias)
         return self._hit(a + i, a + j, score)

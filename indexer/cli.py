@@ -65,7 +65,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     m = run_eval(args.questions, args.model, index=args.index, corpus=args.corpus, reading_comprehension=args.reading_comprehension,
                  limit=args.limit, out=args.out, progress=not args.quiet,
-                 precision=args.precision)
+                 precision=args.precision, rc_decode=args.rc_decode)
     print(json.dumps(m, indent=2))
     return 0
 
@@ -135,6 +135,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", default=None, help="JSONL corpus to index temporarily (instead of --index)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="encoder inference precision")
     p.add_argument("--reading-comprehension", action="store_true", help="also answer within the gold passage")
+    p.add_argument("--rc-decode", default="answer", choices=["answer", "span"],
+                   help="answer: the most probable answer string (sums spans that read the same); span: the best span")
     p.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
     p.add_argument("--out", default=None, help="metrics JSON")
     p.add_argument("--quiet", action="store_true")

@@ -28,6 +28,7 @@ def run_eval(
     build: BuildOptions | None = None,
     progress: bool = True,
     precision: str = "auto",
+    rc_decode: str = "answer",
 ) -> dict[str, Any]:
     """Evaluate on ``index``; without one, on a temporary index of ``corpus`` (default: the file's paragraphs)."""
     data = load_squad(questions)
@@ -40,7 +41,8 @@ def run_eval(
             index = Path(tmp) / "index"
             build_index(corpus, model, index, build or BuildOptions(progress=progress, precision=precision))
         searcher = open_searcher(index, model, precision=precision)
-        metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress)
+        metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress,
+                           rc_decode=rc_decode)
     if out is not None:
         write_json_atomic(out, metrics)
     return metrics

@@ -135,7 +135,7 @@ class ServiceState:
                 "ref": self.settings.model, "fingerprint": m.model_fingerprint, "built_with": m.model_ref,
                 "device": device, "precision": str(getattr(encoder, "precision", "unknown")),
                 "max_query_tokens": getattr(encoder, "max_len", None), "dim": m.encoder.get("dim"),
-                "max_answer_tokens": searcher.max_answer_tokens,
+                "max_answer_tokens": searcher.max_answer_tokens, "length_bias": list(searcher.length_bias),
             },
             "index": {
                 "dir": str(index.dir), "factory": m.factory, "format_version": m.format_version,

@@ -70,6 +70,15 @@ def _filter(args: argparse.Namespace) -> int:
     return 0
 
 
+def _length_bias(args: argparse.Namespace) -> int:
+    from trainer.length_bias import LengthBiasConfig, fit_length_bias
+
+    cfg = LengthBiasConfig(model=args.model, train=args.train, out=args.out, questions=args.questions,
+                           val_questions=args.val_questions, seed=args.seed, device=args.device)
+    print(json.dumps(fit_length_bias(cfg), indent=2))
+    return 0
+
+
 def _valsets(args: argparse.Namespace) -> int:
     from trainer.validation import build_validation_sets
 
@@ -179,6 +188,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--val-windows", type=int, default=600)
     p.add_argument("--epochs", type=int, default=20)
     p.set_defaults(func=_filter)
+
+    p = train.add_parser("length-bias", help="fit the span length bias of a trained model on training questions "
+                         "(writes a copy of the model; its indexes stay valid)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--train", required=True, help="SQuAD-format training file (held-out articles: reported only)")
+    p.add_argument("--out", required=True, help="model directory to write")
+    p.add_argument("--questions", type=int, default=12000, help="training questions to fit on")
+    p.add_argument("--val-questions", type=int, default=2000, help="held-out questions to report the likelihood on")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=_length_bias)
 
     p = train.add_parser("valsets", help="build the efficient-validation corpora (hard/gold/random/reference)")
     p.add_argument("--train", required=True)

@@ -18,6 +18,19 @@ from core.metrics import passage_has_answer
 from core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
 
 
+@dataclass(frozen=True, kw_only=True)
+class FrozenModelJob:
+    """Options shared by the jobs that fit something on top of a frozen trained model (the token filter head, the
+    span length bias): the held-out split (as ``core.io.split_articles``), sampling seed, device and progress."""
+
+    holdout_every: int = 20
+    holdout_offset: int = 7
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    progress: bool = True
+
+
 @dataclass
 class TrainWindow:
     """One window: content token ids and flags, and its questions with gold (start, end) content positions."""

@@ -22,13 +22,13 @@ from tqdm.auto import tqdm
 from core.encoding import autocast, pick_device, pick_precision
 from core.io import load_squad, split_articles, squad_questions, write_json_atomic
 from core.model import PhraseModel, load_model, load_tokenizer
-from trainer.data import build_windows, collate
+from trainer.data import FrozenModelJob, build_windows, collate
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class FilterConfig:
+class FilterConfig(FrozenModelJob):
     model: str  # trained phrase model (its encoders stay frozen)
     train: str  # SQuAD-format training file (held-out articles are used for validation only)
     out: str  # model directory written with the filter head
@@ -37,12 +37,6 @@ class FilterConfig:
     epochs: int = 20
     lr: float = 1e-2
     batch_windows: int = 32
-    holdout_every: int = 20
-    holdout_offset: int = 7
-    seed: int = 0
-    device: str = "auto"
-    precision: str = "auto"
-    progress: bool = True
 
 
 @torch.no_grad()

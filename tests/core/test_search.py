@@ -15,7 +15,7 @@ import random
 import numpy as np
 import pytest
 
-from core.search import UNITS, best_span
+from core.search import UNITS, Searcher, best_span
 from core.text import FLAG_END, FLAG_START
 from tests.conftest import make_paragraph
 
@@ -25,13 +25,13 @@ def random_questions(rng: np.random.Generator, n: int, dim: int) -> tuple[np.nda
     return qs, qe
 
 
-def passage_maxima(index, qs: np.ndarray, qe: np.ndarray, L: int) -> list[tuple[float, int, int]]:
+def passage_maxima(index, qs: np.ndarray, qe: np.ndarray, L: int, length_bias=None) -> list[tuple[float, int, int]]:
     """Brute force: for every passage, (best span score, start token, end token) over all its valid spans."""
     out = []
     for p in range(len(index.passages)):
         a, b = index.passage_range(p)
         vecs = index.token_vectors(np.arange(a, b))
-        i, j, s = best_span(vecs @ qs, vecs @ qe, index.token_flags[a:b], L)
+        i, j, s = best_span(vecs @ qs, vecs @ qe, index.token_flags[a:b], L, length_bias)
         out.append((s, a + i, a + j))
     return out
 
@@ -107,6 +107,22 @@ def test_top_phrase_matches_brute_force_on_a_long_passage(long_searcher):
         assert hit.text == hit.passage[hit.start : hit.end]
         in_long += hit.passage_id == 0
     assert in_long > 10  # the oracle was exercised inside the multi-window passage
+
+
+def test_searcher_top_phrase_is_the_biased_brute_force_argmax(long_searcher):
+    idx, L = long_searcher.index, long_searcher.max_answer_tokens
+    bias = tuple(np.linspace(0.0, 6.0, L))  # strongly favours long spans, so the answers move
+    biased = Searcher(idx, length_bias=bias)
+    assert biased.length_bias == bias and long_searcher.length_bias == ()
+    qs, qe = random_questions(np.random.default_rng(5), 25, idx.vectors.shape[1])
+    plain = long_searcher.search_vectors(qs, qe, "phrase", top_k=1)
+    moved = 0
+    for b, [hit] in enumerate(biased.search_vectors(qs, qe, "phrase", top_k=1)):
+        s, i, j = max(passage_maxima(idx, qs[b], qe[b], L, bias))
+        assert hit.score == pytest.approx(s, rel=1e-4, abs=1e-4)
+        assert (hit.start, hit.end) == (idx.token_offsets[i, 0], idx.token_offsets[j, 1])
+        moved += (hit.start, hit.end) != (plain[b][0].start, plain[b][0].end)
+    assert moved > 5
 
 
 @pytest.mark.parametrize("unit", UNITS)

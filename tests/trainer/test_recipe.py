@@ -9,17 +9,6 @@ import json
 import pytest
 import torch
 
-from tests.conftest import make_squad
-
-
-@pytest.fixture(scope="module")
-def squad_file(tmp_path_factory):
-    """40 articles, so that the fixed split holds two of them out (articles 7 and 27)."""
-    path = tmp_path_factory.mktemp("squad") / "train.json.gz"
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        json.dump(make_squad(n_articles=40), f)
-    return path
-
 
 def test_bm25_mining_excludes_gold_and_answers_and_resumes(squad_file, tmp_path, monkeypatch):
     from core.io import load_squad

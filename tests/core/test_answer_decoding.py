@@ -1,0 +1,95 @@
+"""Span length bias and answer-string decoding (core.search.length_scores / best_span / best_answer, Searcher).
+
+Oracles (the searcher's top phrase under a length bias against brute force is in test_search.py): ``best_answer`` equals ``best_span`` when no two candidate spans read the same, and sums the probability
+of spans that do (hand example).
+
+    .venv/bin/python -m pytest -q tests/core/test_answer_decoding.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.config import EncoderConfig
+from core.search import best_answer, best_span, length_scores
+from core.text import FLAG_END, FLAG_START
+from tests.core.test_search import random_questions
+
+ALL_OK = FLAG_START | FLAG_END
+
+
+def test_length_scores_pads_with_the_last_entry_and_truncates():
+    assert length_scores((), 3).tolist() == [0.0, 0.0, 0.0]
+    assert length_scores((0.0, -1.0, -2.0), 2).tolist() == [0.0, -1.0]
+    assert length_scores((0.0, -1.0), 4).tolist() == [0.0, -1.0, -1.0, -1.0]
+
+
+def test_best_span_adds_the_length_bias():
+    start = np.array([1.0, 5.0, 0.0, 2.0])
+    end = np.array([0.0, 1.0, 3.0, 9.0])
+    flags = np.full(4, ALL_OK, dtype=np.uint8)
+    assert best_span(start, end, flags, 3) == (1, 3, 14.0)  # 5 + 9, three tokens
+    # three-token spans cost 4: 2 + 9 (one token) = 11 now beats 5 + 9 - 4 = 10
+    assert best_span(start, end, flags, 3, (0.0, 0.0, -4.0)) == (3, 3, 11.0)
+
+
+def test_best_answer_sums_spans_that_read_the_same():
+    # tokens: "the Sun Moon Sun"; single-token spans only (L = 1) after the first two
+    words = ["the", "Sun", "Moon", "Sun"]
+    start = np.array([0.0, 1.0, 1.5, 1.0])
+    end = np.zeros(4)
+    flags = np.full(4, ALL_OK, dtype=np.uint8)
+
+    def text(i, j):
+        return " ".join(words[i : j + 1])
+
+    # best span: "Moon" (1.5); but "Sun" is read twice (1.0 + 1.0), and "the Sun" normalises to "sun" too
+    assert best_span(start, end, flags, 1)[:2] == (2, 2)
+    i, j, score = best_answer(start, end, flags, 1, text)
+    assert (i, j) == (1, 1)  # the best span of the winning answer
+    assert score == pytest.approx(np.log(2 * np.exp(1.0)))
+    # L = 2 adds "the Sun" (0 + 0, normalised "sun"), "Sun Moon" (1 + 0) and "Moon Sun" (1.5 + 0)
+    i, j, score = best_answer(start, end, flags, 2, text)
+    assert text(i, j) == "Sun"  # e + e + 1 = 6.4 against e^1.5 = 4.5 for "Moon" and for "Moon Sun"
+    assert score == pytest.approx(np.log(2 * np.exp(1.0) + 1.0))
+    assert best_answer(start, end, flags, 1, text, candidates=1)[:2] == (2, 2)  # one candidate: the best span
+
+
+def test_best_answer_is_best_span_when_every_span_reads_differently():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(1, 40))
+        start, end = rng.standard_normal((2, n))
+        flags = rng.choice([FLAG_START, FLAG_END, ALL_OK, 0], n, p=[0.2, 0.2, 0.5, 0.1]).astype(np.uint8)
+        flags[0] = ALL_OK  # at least one valid span
+        bias = rng.standard_normal(5)
+        i, j, s = best_answer(start, end, flags, 5, lambda a, b: f"w{a} w{b}", tuple(bias))  # distinct texts
+        assert (i, j) == best_span(start, end, flags, 5, tuple(bias))[:2]
+        assert s >= best_span(start, end, flags, 5, tuple(bias))[2] - 1e-9  # log-sum-exp of the others too
+
+
+def test_passage_decodes_span_and_answer(tiny_searcher):
+    idx, L = tiny_searcher.index, tiny_searcher.max_answer_tokens
+    qs, qe = random_questions(np.random.default_rng(6), 5, idx.vectors.shape[1])
+    for b in range(len(qs)):
+        a, z = idx.passage_range(0)
+        vecs = idx.token_vectors(np.arange(a, z))
+        i, j, s = best_span(vecs @ qs[b], vecs @ qe[b], idx.token_flags[a:z], L)
+        hit = tiny_searcher.passage_best_span(0, qs[b], qe[b], decode="span")
+        assert (hit.start, hit.end, hit.score) == (idx.token_offsets[a + i, 0], idx.token_offsets[a + j, 1],
+                                                   pytest.approx(s, rel=1e-4, abs=1e-4))
+        assert tiny_searcher.passage_best_span(0, qs[b], qe[b]).score >= hit.score - 1e-4
+    with pytest.raises(ValueError, match="decode must be one of"):
+        tiny_searcher.passage_best_span(0, qs[0], qe[0], decode="beam")
+
+
+def test_config_length_bias_round_trips_and_is_checked(tmp_path):
+    cfg = EncoderConfig(max_answer_tokens=3, length_bias=(0.0, -0.5, -1.0))
+    cfg.save(tmp_path / "c.json")
+    assert EncoderConfig.load(tmp_path / "c.json") == cfg
+    assert EncoderConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k != "length_bias"}).length_bias == ()
+    with pytest.raises(ValueError, match=r"length_bias must have max_answer_tokens \(3\) entries, got 2"):
+        EncoderConfig(max_answer_tokens=3, length_bias=(0.0, 1.0))
+    with pytest.raises(ValueError, match="length_bias must be finite"):
+        EncoderConfig(max_answer_tokens=2, length_bias=(0.0, float("nan")))

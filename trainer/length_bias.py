@@ -1,0 +1,153 @@
+"""Fit the span length bias of a trained model (its encoders stay frozen).
+
+    spanseek train length-bias --model RUN/last --train squad-train.json.gz --out RUN/biased
+
+A span's score q_start·h_i + q_end·h_j is a sum of two token scores, so nothing in it can prefer a length: a model
+that is unsure where an answer ends spreads its guess over every end at the same cost. This step adds b(j − i),
+one number per length, fitted by the span-level likelihood of the gold answers of training questions:
+
+    maximise  Σ_q  log softmax_{(i, j) valid in q's passage} (q_start·h_i + q_end·h_j + b(j − i))  at the gold span
+
+(the same softmax as the span-level term of the loss, with the model frozen, so only the L numbers move; b(0) is
+fixed at 0 as the softmax ignores a shift). The held-out articles are not used for fitting; their likelihood
+before and after is reported. The output is a copy of the model with ``length_bias`` in its config: the weights
+file is copied byte for byte, so indexes built with the model stay valid for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.encoding import PassageEncoder, QuestionEncoder, pick_device, pick_precision
+from core.io import Question, load_squad, replace_dir, split_articles, squad_questions
+from core.model import CONFIG_NAME, load_model, load_tokenizer, resolve_model
+from core.search import span_scores
+from core.text import char_to_token
+from trainer.data import FrozenModelJob
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LengthBiasConfig(FrozenModelJob):
+    model: str  # trained phrase model
+    train: str  # SQuAD-format training file (the held-out articles are only evaluated)
+    out: str  # model directory written with the fitted length_bias
+    questions: int = 12000  # training questions sampled for the fit
+    val_questions: int = 2000  # held-out questions whose likelihood is reported
+
+
+@dataclass
+class SpanTable:
+    """Every valid span of each question's passage, padded to one row per question (-inf beyond a row's spans)."""
+
+    scores: torch.Tensor  # (Q, M) float32: q_start·h_i + q_end·h_j
+    lengths: torch.Tensor  # (Q, M) int64: j - i
+    gold: torch.Tensor  # (Q,) int64: the column of the gold span
+
+    def nll(self, bias: torch.Tensor) -> torch.Tensor:
+        """Mean negative log-likelihood of the gold spans under the scores plus ``bias`` (L,) by length."""
+        s = self.scores + bias[self.lengths]
+        return (torch.logsumexp(s, dim=1) - s.gather(1, self.gold[:, None])[:, 0]).mean()
+
+
+def span_table(model, tokenizer, questions: list[Question], precision: str, progress: bool) -> SpanTable:
+    """Encode the questions and their passages and lay out every valid span (those whose gold span is a valid
+    one: it starts and ends on word boundaries and is at most L tokens)."""
+    L = model.config.max_answer_tokens
+    contexts = list(dict.fromkeys(q.context for q in questions))
+    passages = dict(zip(contexts, PassageEncoder(model, tokenizer, precision).encode(contexts), strict=True))
+    q_start, q_end = QuestionEncoder(model, tokenizer, precision).encode([q.question for q in questions])
+    rows: list[tuple[np.ndarray, np.ndarray, int]] = []
+    for q, qs, qe in zip(questions, q_start, q_end, strict=True):
+        p = passages[q.context]
+        gold = char_to_token(p.tokens.offsets, q.answer_starts[0], q.answer_starts[0] + len(q.answers[0]))
+        total = span_scores(p.vectors @ qs, p.vectors @ qe, p.tokens.flags, L)
+        if gold is None or not np.isfinite(total[gold]):
+            continue  # the gold span is not one the decoder can output (too long, or inside a word)
+        i, j = np.nonzero(np.isfinite(total))
+        rows.append((total[i, j].astype(np.float32), j - i, int(np.flatnonzero((i == gold[0]) & (j == gold[1]))[0])))
+    if not rows:
+        raise ValueError("no question has a gold span the decoder can output; is this a SQuAD-format file with "
+                         "answer_start offsets?")
+    width = max(len(r[0]) for r in rows)
+    scores = torch.full((len(rows), width), -torch.inf)
+    lengths = torch.zeros((len(rows), width), dtype=torch.int64)
+    for r, (s, n, _) in enumerate(rows):
+        scores[r, : len(s)] = torch.from_numpy(s)
+        lengths[r, : len(n)] = torch.from_numpy(n)
+    return SpanTable(scores, lengths, torch.tensor([r[2] for r in rows]))
+
+
+def fit_bias(table: SpanTable, L: int) -> torch.Tensor:
+    """The (L,) bias with b(0) = 0 that maximises the table's gold-span likelihood (L-BFGS; the problem is convex)."""
+    free = torch.zeros(L - 1, requires_grad=True)
+    opt = torch.optim.LBFGS([free], max_iter=200, tolerance_grad=1e-6, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = table.nll(torch.cat([torch.zeros(1), free]))
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return torch.cat([torch.zeros(1), free.detach()])
+
+
+def answerable(questions: list[Question]) -> list[Question]:
+    return [q for q in questions if q.answers and q.answer_starts and q.answer_starts[0] >= 0]
+
+
+def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
+    """Fit the bias on training questions, write the model copy to ``cfg.out`` and return a summary."""
+    model_dir = resolve_model(cfg.model)
+    model = load_model(model_dir)
+    if model.config.length_bias:
+        log.info("%s already has a length bias; it is refitted from zero", model_dir)
+    device = pick_device(cfg.device)
+    model.to(device)
+    precision = pick_precision(cfg.precision, device)
+    tokenizer = load_tokenizer(model.config)
+    train, held = split_articles(load_squad(cfg.train), cfg.holdout_every, cfg.holdout_offset)
+    rng = random.Random(cfg.seed)
+    fit_q = answerable(squad_questions(train))
+    fit_q = rng.sample(fit_q, min(cfg.questions, len(fit_q)))
+    val_q = answerable(squad_questions(held))
+    val_q = rng.sample(val_q, min(cfg.val_questions, len(val_q)))
+    L = model.config.max_answer_tokens
+    table = span_table(model, tokenizer, fit_q, precision, cfg.progress)
+    bias = fit_bias(table, L)
+    zero = torch.zeros(L)
+    summary: dict[str, Any] = {
+        "length_bias": [round(float(b), 4) for b in bias],
+        "fit_questions": len(table.gold),
+        "fit_nll": [round(float(table.nll(zero)), 4), round(float(table.nll(bias)), 4)],
+    }
+    if val_q:
+        val = span_table(model, tokenizer, val_q, precision, cfg.progress)
+        summary["val_questions"] = len(val.gold)
+        summary["val_nll"] = [round(float(val.nll(zero)), 4), round(float(val.nll(bias)), 4)]
+    write_model_copy(model_dir, cfg.out, dataclasses.replace(model.config, length_bias=tuple(summary["length_bias"])))
+    summary["out"] = str(cfg.out)
+    return summary
+
+
+def write_model_copy(model_dir: Path, out: str | Path, config) -> None:
+    """Copy ``model_dir`` to ``out`` with ``config`` as its config, atomically (a temporary directory renamed)."""
+    out = Path(out)
+    if out.resolve() == Path(model_dir).resolve():
+        raise ValueError(f"--out {out} is the model itself; write the fitted model to a new directory")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(model_dir, tmp)
+    config.save(tmp / CONFIG_NAME)
+    replace_dir(tmp, out)
