@@ -1,7 +1,7 @@
 """Open-domain and reading-comprehension evaluation of a Searcher on SQuAD-format questions.
 
 Writes the metrics dict that ``spanseek eval`` saves (percentages rounded to 0.1):
-``{"n_questions", "phrase": {"em@1", "f1@1", "em@10"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
+``{"n_questions", "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
 "doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``.
 
 ``ci95`` holds 95% intervals of the headline metrics (phrase EM@1, passage acc@5, RC EM), from a bootstrap over
@@ -70,13 +70,14 @@ def evaluate(
     if not questions:  # the means below would be NaN, which is not even valid JSON
         raise ValueError("no questions to evaluate (an empty question file, or --limit 0)")
     t0 = time.perf_counter()
-    em1, f11, em10, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], []
+    em1, f11, em10, em1_merged, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], [], []
     lookup = passage_lookup(searcher) if reading_comprehension else {}
     bar = tqdm(total=len(questions), desc="eval", unit="q", disable=not progress)
     for b in range(0, len(questions), batch_size):
         batch = questions[b : b + batch_size]
         q_start, q_end = searcher.encoder.encode([q.question for q in batch])
         phrases = searcher.search_vectors(q_start, q_end, "phrase", 10)
+        merged = searcher.search_vectors(q_start, q_end, "phrase", 1, merge_answers=True)
         passages = searcher.search_vectors(q_start, q_end, "passage", 20)
         documents = searcher.search_vectors(q_start, q_end, "doc", 5)
         for i, q in enumerate(batch):
@@ -84,6 +85,7 @@ def evaluate(
             em1.append(exact_match(top, q.answers))
             f11.append(f1_score(top, q.answers))
             em10.append(float(any(exact_match(h.text, q.answers) for h in phrases[i][:10])))
+            em1_merged.append(exact_match(merged[i][0].text, q.answers) if merged[i] else 0.0)
             pas.append([passage_has_answer(h.passage, q.answers) for h in passages[i]])
             docs.append([h.title == q.title for h in documents[i]])
             if reading_comprehension:
@@ -99,7 +101,8 @@ def evaluate(
     n = len(questions)
     out: dict[str, Any] = {
         "n_questions": n,
-        "phrase": {"em@1": pct(float(np.mean(em1))), "f1@1": pct(float(np.mean(f11))), "em@10": pct(float(np.mean(em10)))},
+        "phrase": {"em@1": pct(float(np.mean(em1))), "f1@1": pct(float(np.mean(f11))), "em@10": pct(float(np.mean(em10))),
+                   "merged_em@1": pct(float(np.mean(em1_merged)))},
         "passage": {
             "acc@1": pct(accuracy_at(pas, 1)),
             "acc@5": pct(accuracy_at(pas, 5)),

@@ -18,6 +18,7 @@ For a batch of questions the searcher
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -148,17 +149,26 @@ def best_answer(
         return best_span(start_scores, end_scores, flags, max_answer_tokens, length_bias)
     top = np.argpartition(-total, k - 1)[:k]
     top = top[np.argsort(-total[top], kind="stable")]  # best first, so an answer's first span is its best one
-    scores = total[top].astype(np.float64)
-    prob = np.exp(scores - scores[0])
+    r, score = merge_by_answer([text_of(int(f) // n, int(f) % n) for f in top], total[top])[0]
+    return int(top[r]) // n, int(top[r]) % n, score
+
+
+def merge_by_answer(texts: Sequence[str], scores: Sequence[float] | np.ndarray) -> list[tuple[int, float]]:
+    """Group candidates, given best first, by their normalised text (``core.metrics.normalize_answer``).
+
+    Returns one (index of the answer's best candidate, log sum exp of its candidates' scores) per answer, best
+    answer first; ties keep the order of the answers' best candidates.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    prob = np.exp(s - s[0]) if len(s) else s
     mass: dict[str, float] = {}
     first: dict[str, int] = {}
-    for r, flat in enumerate(top.tolist()):
-        key = normalize_answer(text_of(flat // n, flat % n))
-        mass[key] = mass.get(key, 0.0) + prob[r]
+    for r, text in enumerate(texts):
+        key = normalize_answer(text)
+        mass[key] = mass.get(key, 0.0) + float(prob[r])
         first.setdefault(key, r)
-    answer = max(mass, key=mass.__getitem__)  # ties: the answer whose best span ranks first (dict order)
-    r = first[answer]
-    return int(top[r]) // n, int(top[r]) % n, float(scores[0] + np.log(mass[answer]))
+    order = sorted(mass, key=lambda a: (-mass[a], first[a]))
+    return [(first[a], float(s[0] + np.log(mass[a]))) for a in order]
 
 
 class Searcher:
@@ -193,6 +203,7 @@ class Searcher:
         nprobe: int | None = None,
         timings: dict[str, float] | None = None,
         vector_source: str | None = None,
+        merge_answers: bool = False,
     ) -> list[list[Hit]]:
         """Encode questions and search; ``timings`` (if given) receives encode/search/aggregate seconds."""
         if self.encoder is None:
@@ -201,7 +212,8 @@ class Searcher:
         q_start, q_end = self.encoder.encode(questions)
         if timings is not None:
             timings["encode"] = time.perf_counter() - t0
-        return self.search_vectors(q_start, q_end, unit, top_k, max_answer_tokens, nprobe, timings, vector_source)
+        return self.search_vectors(q_start, q_end, unit, top_k, max_answer_tokens, nprobe, timings, vector_source,
+                                   merge_answers)
 
     def search_vectors(
         self,
@@ -213,12 +225,33 @@ class Searcher:
         nprobe: int | None = None,
         timings: dict[str, float] | None = None,
         vector_source: str | None = None,
+        merge_answers: bool = False,
     ) -> list[list[Hit]]:
-        """q_start, q_end: (B, d) float32 -> per question, up to top_k hits of the unit."""
+        """q_start, q_end: (B, d) float32 -> per question, up to top_k hits of the unit.
+
+        ``merge_answers`` (phrase unit only): phrases that read the same once normalised ("the Sun", "Sun") are one
+        answer, scored log sum exp over its phrases among the best max(64, 4 top_k); each hit is the best phrase of
+        one answer. Summing is the Bayes decision for exact match when scores are log-probabilities up to a
+        constant, which is what the losses' softmaxes train.
+        """
         if unit not in UNITS:
             raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
+        if merge_answers:
+            if unit != "phrase":
+                raise ValueError(f"merge_answers applies to the phrase unit, not {unit!r}")
+            many = self.search_vectors(q_start, q_end, "phrase", max(ANSWER_CANDIDATES, 4 * top_k),
+                                       max_answer_tokens, nprobe, timings, vector_source)
+            t0 = time.perf_counter()
+            merged = [
+                [dataclasses.replace(hits[r], score=score) for r, score in
+                 merge_by_answer([h.text for h in hits], [h.score for h in hits])[:top_k]] if hits else []
+                for hits in many
+            ]
+            if timings is not None:
+                timings["aggregate"] = timings.get("aggregate", 0.0) + time.perf_counter() - t0
+            return merged
         L = max_answer_tokens or self.max_answer_tokens
         vectors = self._vector_reader(vector_source)
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)

@@ -54,7 +54,10 @@ def _search(args: argparse.Namespace) -> int:
     if args.vector_source:
         searcher.index.set_vector_source(args.vector_source)
     questions = args.questions or [line.strip() for line in sys.stdin if line.strip()]
-    results = searcher.search(questions, unit=args.unit, top_k=args.top_k, nprobe=args.nprobe)
+    if args.merge_answers and args.unit != "phrase":
+        raise SystemExit("--merge-answers applies to --unit phrase")
+    results = searcher.search(questions, unit=args.unit, top_k=args.top_k, nprobe=args.nprobe,
+                              merge_answers=args.merge_answers)
     for q, hits in zip(questions, results, strict=True):
         print(json.dumps({"query": q, "unit": args.unit, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
     return 0
@@ -125,6 +128,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--nprobe", type=int, default=None)
     p.add_argument("--vector-source", default=None, choices=["fine", "codes"], help="default: the index's")
+    p.add_argument("--merge-answers", action="store_true",
+                   help="phrase unit: one hit per distinct answer string, its phrases' probabilities summed")
     p.add_argument("--device", default="auto")
     p.set_defaults(func=_search)
 

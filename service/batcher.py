@@ -48,6 +48,7 @@ class SearchParams:
     top_k: int
     max_answer_tokens: int | None = None
     nprobe: int | None = None
+    merge_answers: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[
         sel = np.asarray(members)
         hits = searcher.search_vectors(
             enc.q_start[sel], enc.q_end[sel], params.unit, params.top_k, params.max_answer_tokens, params.nprobe,
-            timings,
+            timings, merge_answers=params.merge_answers,
         )
         for b, h in zip(members, hits, strict=True):
             i = enc.rows[b]

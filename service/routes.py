@@ -148,6 +148,8 @@ async def search(
     _check_range("top_k", body.top_k, 1, s.max_top_k)
     _check_range("max_answer_length", body.max_answer_length, 1, s.max_answer_length_limit)
     _check_range("nprobe", body.nprobe, 1, s.max_nprobe)
+    if body.merge_answers and unit != "phrase":
+        raise BadRequest(f"merge_answers applies to unit=phrase, not unit={unit}")
     if state.batcher is None:
         raise NotReady(f"loading failed: {state.detail}" if state.status == "failed" else "the model and index are still loading")
     params = SearchParams(
@@ -155,6 +157,7 @@ async def search(
         top_k=body.top_k or s.default_top_k,
         max_answer_tokens=body.max_answer_length,
         nprobe=body.nprobe or state.default_nprobe,
+        merge_answers=body.merge_answers,
     )
     outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params))
     state.metrics.questions.labels(unit=unit).inc(len(questions))

@@ -26,6 +26,10 @@ class SearchRequest(BaseModel):
     top_k: int | None = Field(None, description="hits per question (default: server's default_top_k)")
     max_answer_length: int | None = Field(None, description="longest answer phrase in tokens (default: the model's)")
     nprobe: int | None = Field(None, description="IVF lists to visit (compressed indexes only)")
+    merge_answers: bool = Field(
+        False, description="unit=phrase only: one hit per distinct answer (phrases that read the same once "
+        "normalised), scored by the log of the summed exp(score) of its phrases; the hit shows its best phrase",
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequest:

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from core.config import EncoderConfig
-from core.search import best_answer, best_span, length_scores
+from core.metrics import normalize_answer
+from core.search import best_answer, best_span, length_scores, merge_by_answer
 from core.text import FLAG_END, FLAG_START
 from tests.core.test_search import random_questions
 
@@ -93,3 +94,35 @@ def test_config_length_bias_round_trips_and_is_checked(tmp_path):
         EncoderConfig(max_answer_tokens=3, length_bias=(0.0, 1.0))
     with pytest.raises(ValueError, match="length_bias must be finite"):
         EncoderConfig(max_answer_tokens=2, length_bias=(0.0, float("nan")))
+
+
+def test_merge_by_answer_hand_example():
+    # best first: "Sun" 2.0, "Moon" 1.9, "the Sun" 1.0 (reads "sun"), "Mars" 0.5
+    merged = merge_by_answer(["Sun", "Moon", "the Sun", "Mars"], [2.0, 1.9, 1.0, 0.5])
+    assert [r for r, _ in merged] == [0, 1, 3]  # each answer's best candidate, best answer first
+    assert merged[0][1] == pytest.approx(np.log(np.exp(2.0) + np.exp(1.0)))
+    assert [s for _, s in merged[1:]] == pytest.approx([1.9, 0.5])
+    # summing can reorder: two weaker phrases of one answer beat a stronger single one
+    assert merge_by_answer(["Moon", "Sun", "sun."], [2.0, 1.5, 1.5])[0][0] == 1
+
+
+def test_merged_phrase_search_groups_the_unmerged_candidates(tiny_searcher):
+    """Oracle: merging = grouping the best max(64, 4 top_k) unmerged phrases by normalised text, by brute force."""
+    idx = tiny_searcher.index
+    qs, qe = random_questions(np.random.default_rng(7), 6, idx.vectors.shape[1])
+    merged = tiny_searcher.search_vectors(qs, qe, "phrase", top_k=5, merge_answers=True)
+    grouped_any = False
+    for b, cands in enumerate(tiny_searcher.search_vectors(qs, qe, "phrase", top_k=64)):
+        groups: dict[str, list] = {}
+        for h in cands:
+            groups.setdefault(normalize_answer(h.text), []).append(h)
+        grouped_any |= any(len(g) > 1 for g in groups.values())
+        expected = sorted(((float(np.log(np.sum(np.exp([h.score for h in g])))), g[0]) for g in groups.values()),
+                          key=lambda x: -x[0])[:5]
+        assert [(h.text, h.passage_id, h.start) for h in merged[b]] == [(g.text, g.passage_id, g.start)
+                                                                        for _, g in expected]
+        assert [h.score for h in merged[b]] == pytest.approx([s for s, _ in expected], rel=1e-5)
+        assert len({normalize_answer(h.text) for h in merged[b]}) == len(merged[b])
+    assert grouped_any  # some answer had several phrases, so the test can fail
+    with pytest.raises(ValueError, match="merge_answers applies to the phrase unit"):
+        tiny_searcher.search_vectors(qs, qe, "passage", top_k=5, merge_answers=True)

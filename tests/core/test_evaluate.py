@@ -33,6 +33,7 @@ PASSAGES = [
     [hit("", "nothing")] * 6 + [hit("", "Life in NEW YORK!")],  # matches after normalisation, at rank 7
 ]
 DOCS = [[hit("", title="France")], [hit("", title="Canada"), hit("", title="USA")]]
+MERGED = [[hit("Lyon")], [hit("new york")]]  # the phrase unit with merge_answers: q1 wrong, q2 right
 RC = ["Paris", "York"]
 
 
@@ -48,8 +49,8 @@ class ScriptedSearcher:
         rows = np.array([[next(i for i, q in enumerate(QUESTIONS) if q.question == x)] for x in questions], float)
         return rows, rows
 
-    def search_vectors(self, q_start, q_end, unit, top_k):
-        table = {"phrase": PHRASES, "passage": PASSAGES, "doc": DOCS}[unit]
+    def search_vectors(self, q_start, q_end, unit, top_k, merge_answers=False):
+        table = MERGED if merge_answers else {"phrase": PHRASES, "passage": PASSAGES, "doc": DOCS}[unit]
         return [table[int(row[0])][:top_k] for row in q_start]
 
     def passage_best_span(self, passage_id, q_start, q_end, decode):
@@ -63,7 +64,7 @@ def test_metrics_dict_by_hand():
     assert list(m) == ["n_questions", "phrase", "passage", "doc", "rc", "ci95", "seconds", "questions_per_second"]
     assert m["n_questions"] == 2
     # phrase: q1 'paris' exact; q2 'New York City' vs 'New York': F1 0.8, exact at rank 2
-    assert m["phrase"] == {"em@1": 50.0, "f1@1": 90.0, "em@10": 100.0}
+    assert m["phrase"] == {"em@1": 50.0, "f1@1": 90.0, "em@10": 100.0, "merged_em@1": 50.0}
     # passage: q1 correct at rank 2, q2 at rank 7: acc@1 0, acc@5 1/2, acc@20 1, MRR (1/2 + 1/7)/2, P@20 1/20
     assert m["passage"] == {"acc@1": 0.0, "acc@5": 50.0, "acc@20": 100.0, "mrr@20": 32.1, "p@20": 5.0}
     assert m["doc"] == {"acc@1": 50.0, "acc@5": 100.0}
@@ -86,6 +87,12 @@ def test_confidence_intervals_resample_articles_when_there_are_enough():
 def test_without_reading_comprehension_there_is_no_rc_key():
     m = evaluate(ScriptedSearcher(), QUESTIONS, progress=False)
     assert "rc" not in m and m["phrase"]["em@1"] == 50.0
+
+
+def test_merged_em_counts_the_merged_top_answer():
+    """q1's top phrase is right and its merged answer wrong: the two metrics read different searches."""
+    m = evaluate(ScriptedSearcher(), QUESTIONS[:1], progress=False)
+    assert m["phrase"]["em@1"] == 100.0 and m["phrase"]["merged_em@1"] == 0.0
 
 
 def test_sample_is_fixed_and_bounded():

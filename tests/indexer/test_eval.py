@@ -18,7 +18,7 @@ from spanseek.cli import main
 
 KEYS = {
     "n_questions": None,
-    "phrase": {"em@1", "f1@1", "em@10"},
+    "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"},
     "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
     "doc": {"acc@1", "acc@5"},
     "rc": {"em", "f1"},

@@ -32,6 +32,16 @@ def test_search_each_unit_matches_the_searcher(client, tiny_searcher, unit):
     assert body["timings_ms"]["batch_size"] >= 1 and body["request_id"] == r.headers["x-request-id"]
 
 
+def test_merged_answers_match_the_searcher(client, tiny_searcher):
+    question = "Who built the castle in 1500?"
+    r = client.post("/search", json={"query": question, "top_k": 4, "merge_answers": True})
+    assert r.status_code == 200, r.text
+    hits = r.json()["results"][0]["hits"]
+    expected = tiny_searcher.search([question], "phrase", top_k=4, merge_answers=True)[0]
+    assert [(h["text"], h["passage_id"], h["start"]) for h in hits] == [(h.text, h.passage_id, h.start) for h in expected]
+    assert np.allclose([h["score"] for h in hits], [h.score for h in expected], rtol=1e-4, atol=1e-4)
+
+
 def test_queries_are_answered_in_order(client, tiny_searcher):
     questions = ["When was the bridge built?", "Who painted the church?", "Which river?"]
     r = client.post("/search?unit=passage", json={"queries": questions, "top_k": 2})

@@ -43,6 +43,13 @@ def test_out_of_range_values_are_400(client, extra):
     assert next(iter(extra)) in body["message"]
 
 
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_merge_answers_outside_the_phrase_unit_is_400(client, unit):
+    body = assert_error(client.post(f"/search?unit={unit}", json={"query": "a", "merge_answers": True}), 400,
+                        "bad_request")
+    assert "merge_answers applies to unit=phrase" in body["message"]
+
+
 def test_oversized_body_and_too_many_queries_are_413(settings_for, tiny_searcher, serve):
     with serve(create_app(settings_for(max_body_bytes=2048, max_queries_per_request=4), lambda s: tiny_searcher)) as c:
         assert_error(c.post("/search", json={"query": "x" * 5000}), 413, "payload_too_large")
