@@ -88,7 +88,10 @@ class EncoderConfig:
             raise ValueError(f"unknown encoder config keys: {sorted(unknown)}")
         lora = d.pop("lora", None) or {}
         lora = LoraSettings(**{**lora, "target_modules": tuple(lora.get("target_modules", LoraSettings.target_modules))})
-        d["length_bias"] = tuple(float(b) for b in d.get("length_bias", ()))
+        bias = d.get("length_bias", ())
+        if not isinstance(bias, (list, tuple)) or not all(isinstance(b, (int, float)) for b in bias):
+            raise ValueError(f"length_bias must be a list of numbers, got {bias!r}")
+        d["length_bias"] = tuple(float(b) for b in bias)
         return cls(lora=lora, **d)
 
     def save(self, path: Path) -> None:

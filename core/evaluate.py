@@ -28,7 +28,7 @@ from core.metrics import (
     pct,
     precision_at,
 )
-from core.search import Searcher
+from core.search import RC_DECODES, Searcher
 
 MIN_ARTICLES_FOR_CLUSTERS = 5
 
@@ -69,6 +69,8 @@ def evaluate(
     ``Searcher.passage_best_span``) and compute the metrics."""
     if not questions:  # the means below would be NaN, which is not even valid JSON
         raise ValueError("no questions to evaluate (an empty question file, or --limit 0)")
+    if rc_decode not in RC_DECODES:
+        raise ValueError(f"rc_decode must be one of {RC_DECODES}, got {rc_decode!r}")
     t0 = time.perf_counter()
     em1, f11, em10, em1_merged, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], [], []
     lookup = passage_lookup(searcher) if reading_comprehension else {}

@@ -12,8 +12,9 @@ For a batch of questions the searcher
 4. for ``passage`` and ``doc`` units, scores each unit by the max over its phrases and deepens the search
    (k x 4) until ``top_k`` unique units are found or the index is exhausted.
 
-``best_span`` is the brute-force oracle over one token range (tests); reading comprehension decodes with
-``best_answer``, which sums the probability of spans that give the same answer string.
+``best_span`` is the brute-force best span over one token range (the tests' oracle, and reading comprehension's
+``decode="span"``); reading comprehension decodes with ``best_answer`` by default, which sums the probability of
+spans that give the same answer string.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 Unit = Literal["phrase", "passage", "doc"]
 UNITS: tuple[Unit, ...] = ("phrase", "passage", "doc")
 RC_DECODES = ("answer", "span")
+NO_SPAN = "no valid span: the passage is empty, or none of its tokens may start or end a phrase"
 ANSWER_CANDIDATES = 64  # spans best_answer sums over: the softmax mass past them is negligible
 
 
@@ -122,9 +124,12 @@ def best_span(
     start_scores: np.ndarray, end_scores: np.ndarray, flags: np.ndarray, max_answer_tokens: int,
     length_bias: Sequence[float] | None = None,
 ) -> tuple[int, int, float]:
-    """Brute force: the valid span (i, j), i <= j < i + L, maximising start_scores[i] + end_scores[j] (+ length bias)."""
+    """Brute force: the valid span (i, j), i <= j < i + L, maximising start_scores[i] + end_scores[j] (+ length bias);
+    ties go to the smallest (i, j). Raises ValueError when there is no valid span."""
     total = span_scores(start_scores, end_scores, flags, max_answer_tokens, length_bias)
     n = len(start_scores)
+    if not np.isfinite(total).any():
+        raise ValueError(NO_SPAN)
     flat = int(np.argmax(total))
     return flat // n, flat % n, float(total.flat[flat])
 
@@ -147,7 +152,7 @@ def best_answer(
     k = min(candidates, int(np.isfinite(total).sum()))
     if k <= 1:
         return best_span(start_scores, end_scores, flags, max_answer_tokens, length_bias)
-    top = np.argpartition(-total, k - 1)[:k]
+    top = np.sort(np.argpartition(-total, k - 1)[:k])  # ascending, so ties rank as in best_span
     top = top[np.argsort(-total[top], kind="stable")]  # best first, so an answer's first span is its best one
     r, score = merge_by_answer([text_of(int(f) // n, int(f) % n) for f in top], total[top])[0]
     return int(top[r]) // n, int(top[r]) % n, score
@@ -157,18 +162,22 @@ def merge_by_answer(texts: Sequence[str], scores: Sequence[float] | np.ndarray) 
     """Group candidates, given best first, by their normalised text (``core.metrics.normalize_answer``).
 
     Returns one (index of the answer's best candidate, log sum exp of its candidates' scores) per answer, best
-    answer first; ties keep the order of the answers' best candidates.
+    answer first; ties keep the order of the answers' best candidates. Candidates that normalise to nothing
+    (an article, a punctuation mark) are never merged: each stays on its own.
     """
     s = np.asarray(scores, dtype=np.float64)
-    prob = np.exp(s - s[0]) if len(s) else s
+    finite = s[np.isfinite(s)]
+    top = float(finite.max()) if len(finite) else 0.0
+    prob = np.exp(s - top)
     mass: dict[str, float] = {}
     first: dict[str, int] = {}
     for r, text in enumerate(texts):
-        key = normalize_answer(text)
+        key = normalize_answer(text) or f"\x00{r}"  # an empty answer is a group of one
         mass[key] = mass.get(key, 0.0) + float(prob[r])
         first.setdefault(key, r)
     order = sorted(mass, key=lambda a: (-mass[a], first[a]))
-    return [(first[a], float(s[0] + np.log(mass[a]))) for a in order]
+    with np.errstate(divide="ignore"):  # an answer of -inf scores has mass 0: log 0 = -inf
+        return [(first[a], top + float(np.log(mass[a]))) for a in order]
 
 
 class Searcher:
@@ -187,9 +196,14 @@ class Searcher:
         self.index = index
         self.encoder = encoder
         self.max_answer_tokens = max_answer_tokens or index.encoder_config.max_answer_tokens
-        if length_bias is None:
-            length_bias = (encoder.model.config if encoder is not None else index.encoder_config).length_bias
+        if length_bias is None:  # the model's (a QSFT'd or refitted model may differ from the one that built the index)
+            config = getattr(getattr(encoder, "model", None), "config", None) or index.encoder_config
+            length_bias = config.length_bias
         self.length_bias = tuple(length_bias)
+        if self.length_bias and len(self.length_bias) != self.max_answer_tokens:
+            log.warning("the length bias has %d entries for spans of up to %d tokens; %s", len(self.length_bias),
+                        self.max_answer_tokens, "its last entry serves the longer spans"
+                        if len(self.length_bias) < self.max_answer_tokens else "the extra entries are unused")
         if vector_source is not None:
             index.set_vector_source(vector_source)
         self._passage_doc = np.asarray([p["doc"] for p in index.passages], dtype=np.int64)
@@ -386,19 +400,23 @@ class Searcher:
         )
 
     def passage_best_span(
-        self, passage: int, q_start: np.ndarray, q_end: np.ndarray, L: int | None = None, decode: str = "answer"
+        self, passage: int, q_start: np.ndarray, q_end: np.ndarray, L: int | None = None, decode: str = "span"
     ) -> Hit:
-        """Reading comprehension inside one passage (exact, brute force): ``decode="answer"`` returns the most
-        probable answer string (``best_answer``), ``"span"`` the single best span (``best_span``)."""
+        """Reading comprehension inside one passage (exact, brute force): ``decode="span"`` returns the best span
+        (``best_span``), ``"answer"`` the best span of the most probable answer string (``best_answer``), scored
+        log sum exp over the answer's spans."""
         if decode not in RC_DECODES:
             raise ValueError(f"decode must be one of {RC_DECODES}, got {decode!r}")
         a, b = self.index.passage_range(passage)
         vecs = self.index.token_vectors(np.arange(a, b))
         args = (vecs @ q_start, vecs @ q_end, self.index.token_flags[a:b], L or self.max_answer_tokens)
-        if decode == "span":
-            i, j, score = best_span(*args, self.length_bias)
-        else:
-            offsets = self.index.token_offsets[a:b]
-            text = self.index.passages[passage]["text"]
-            i, j, score = best_answer(*args, lambda x, y: text[offsets[x, 0] : offsets[y, 1]], self.length_bias)
+        try:
+            if decode == "span":
+                i, j, score = best_span(*args, self.length_bias)
+            else:
+                offsets = self.index.token_offsets[a:b]
+                text = self.index.passages[passage]["text"]
+                i, j, score = best_answer(*args, lambda x, y: text[offsets[x, 0] : offsets[y, 1]], self.length_bias)
+        except ValueError as e:
+            raise ValueError(f"passage {passage}: {e}") from None
         return self._hit(a + i, a + j, score)

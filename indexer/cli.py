@@ -50,12 +50,12 @@ def _verify(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
     from core.loading import open_searcher
 
+    if args.merge_answers and args.unit != "phrase":
+        raise ValueError(f"--merge-answers applies to --unit phrase, not --unit {args.unit}")
     searcher = open_searcher(args.index, args.model, device=args.device)
     if args.vector_source:
         searcher.index.set_vector_source(args.vector_source)
     questions = args.questions or [line.strip() for line in sys.stdin if line.strip()]
-    if args.merge_answers and args.unit != "phrase":
-        raise SystemExit("--merge-answers applies to --unit phrase")
     results = searcher.search(questions, unit=args.unit, top_k=args.top_k, nprobe=args.nprobe,
                               merge_answers=args.merge_answers)
     for q, hits in zip(questions, results, strict=True):

@@ -8,10 +8,11 @@ one number per length, fitted by the span-level likelihood of the gold answers o
 
     maximise  Σ_q  log softmax_{(i, j) valid in q's passage} (q_start·h_i + q_end·h_j + b(j − i))  at the gold span
 
-(the same softmax as the span-level term of the loss, with the model frozen, so only the L numbers move; b(0) is
-fixed at 0 as the softmax ignores a shift). The held-out articles are not used for fitting; their likelihood
-before and after is reported. The output is a copy of the model with ``length_bias`` in its config: the weights
-file is copied byte for byte, so indexes built with the model stay valid for it.
+(the same softmax as the span-level term of the loss, with the model frozen, so only the L − 1 free numbers move:
+b(0) is fixed at 0, as the softmax ignores a shift; a small ridge term, RIDGE · Σ b², keeps a length that no gold
+answer has finite). The held-out articles are not used for fitting; their likelihood before and after is
+reported. The output is the model's config with ``length_bias`` and its weights file copied byte for byte, so
+indexes built with the model stay valid for it.
 """
 
 from __future__ import annotations
@@ -29,12 +30,15 @@ import torch
 
 from core.encoding import PassageEncoder, QuestionEncoder, pick_device, pick_precision
 from core.io import Question, load_squad, replace_dir, split_articles, squad_questions
-from core.model import CONFIG_NAME, load_model, load_tokenizer, resolve_model
+from core.model import CONFIG_NAME, WEIGHTS_NAME, load_model, load_tokenizer, resolve_model
 from core.search import span_scores
 from core.text import char_to_token
 from trainer.data import FrozenModelJob
 
 log = logging.getLogger(__name__)
+
+
+RIDGE = 1e-4  # per question: negligible next to any length the data has (NLL ~1.2), enough to bound the others
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,12 @@ class LengthBiasConfig(FrozenModelJob):
     out: str  # model directory written with the fitted length_bias
     questions: int = 12000  # training questions sampled for the fit
     val_questions: int = 2000  # held-out questions whose likelihood is reported
+
+    def __post_init__(self) -> None:
+        if self.questions < 1:
+            raise ValueError(f"questions must be >= 1 (training questions to fit on), got {self.questions}")
+        if self.val_questions < 0:
+            raise ValueError(f"val_questions must be >= 0, got {self.val_questions}")
 
 
 @dataclass
@@ -60,7 +70,7 @@ class SpanTable:
         return (torch.logsumexp(s, dim=1) - s.gather(1, self.gold[:, None])[:, 0]).mean()
 
 
-def span_table(model, tokenizer, questions: list[Question], precision: str, progress: bool) -> SpanTable:
+def span_table(model, tokenizer, questions: list[Question], precision: str) -> SpanTable:
     """Encode the questions and their passages and lay out every valid span (those whose gold span is a valid
     one: it starts and ends on word boundaries and is at most L tokens)."""
     L = model.config.max_answer_tokens
@@ -89,13 +99,16 @@ def span_table(model, tokenizer, questions: list[Question], precision: str, prog
 
 
 def fit_bias(table: SpanTable, L: int) -> torch.Tensor:
-    """The (L,) bias with b(0) = 0 that maximises the table's gold-span likelihood (L-BFGS; the problem is convex)."""
+    """The (L,) bias with b(0) = 0 that maximises the table's gold-span likelihood minus RIDGE · Σ b² (L-BFGS; the
+    problem is convex)."""
+    if L == 1:
+        return torch.zeros(1)  # one length only: nothing to prefer
     free = torch.zeros(L - 1, requires_grad=True)
     opt = torch.optim.LBFGS([free], max_iter=200, tolerance_grad=1e-6, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = table.nll(torch.cat([torch.zeros(1), free]))
+        loss = table.nll(torch.cat([torch.zeros(1), free])) + RIDGE * (free**2).sum()
         loss.backward()
         return loss
 
@@ -107,9 +120,21 @@ def answerable(questions: list[Question]) -> list[Question]:
     return [q for q in questions if q.answers and q.answer_starts and q.answer_starts[0] >= 0]
 
 
+def check_out(model_dir: Path, out: str | Path) -> Path:
+    """Refuse an ``out`` that would overwrite the model or anything that is not a model directory."""
+    model_dir, out = Path(model_dir).resolve(), Path(out).resolve()
+    if out == model_dir or model_dir in out.parents or out in model_dir.parents:
+        raise ValueError(f"--out {out} is, holds or lies inside the model {model_dir}; write the fitted model to a "
+                         "new directory")
+    if out.exists() and not (out / CONFIG_NAME).is_file():
+        raise ValueError(f"--out {out} exists and is not a model directory (no {CONFIG_NAME}); it is left alone")
+    return out
+
+
 def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     """Fit the bias on training questions, write the model copy to ``cfg.out`` and return a summary."""
     model_dir = resolve_model(cfg.model)
+    out = check_out(model_dir, cfg.out)  # before minutes of fitting
     model = load_model(model_dir)
     if model.config.length_bias:
         log.info("%s already has a length bias; it is refitted from zero", model_dir)
@@ -124,30 +149,34 @@ def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     val_q = answerable(squad_questions(held))
     val_q = rng.sample(val_q, min(cfg.val_questions, len(val_q)))
     L = model.config.max_answer_tokens
-    table = span_table(model, tokenizer, fit_q, precision, cfg.progress)
+    table = span_table(model, tokenizer, fit_q, precision)
     bias = fit_bias(table, L)
     zero = torch.zeros(L)
+    gold_lengths = table.lengths.gather(1, table.gold[:, None])[:, 0]
     summary: dict[str, Any] = {
         "length_bias": [round(float(b), 4) for b in bias],
         "fit_questions": len(table.gold),
+        "gold_per_length": torch.bincount(gold_lengths, minlength=L).tolist(),  # entry k: spans of k + 1 tokens
         "fit_nll": [round(float(table.nll(zero)), 4), round(float(table.nll(bias)), 4)],
     }
-    if val_q:
-        val = span_table(model, tokenizer, val_q, precision, cfg.progress)
+    try:
+        val = span_table(model, tokenizer, val_q, precision) if val_q else None
+    except ValueError as e:  # no held-out question has a usable gold span: the fit itself stands
+        log.warning("held-out likelihood not reported: %s", e)
+        val = None
+    if val is not None:
         summary["val_questions"] = len(val.gold)
         summary["val_nll"] = [round(float(val.nll(zero)), 4), round(float(val.nll(bias)), 4)]
-    write_model_copy(model_dir, cfg.out, dataclasses.replace(model.config, length_bias=tuple(summary["length_bias"])))
+    write_model_copy(model_dir, out, dataclasses.replace(model.config, length_bias=tuple(summary["length_bias"])))
     summary["out"] = str(cfg.out)
     return summary
 
 
-def write_model_copy(model_dir: Path, out: str | Path, config) -> None:
-    """Copy ``model_dir`` to ``out`` with ``config`` as its config, atomically (a temporary directory renamed)."""
-    out = Path(out)
-    if out.resolve() == Path(model_dir).resolve():
-        raise ValueError(f"--out {out} is the model itself; write the fitted model to a new directory")
+def write_model_copy(model_dir: Path, out: Path, config) -> None:
+    """Write ``config`` and ``model_dir``'s weights file (copied byte for byte) to ``out``, atomically."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(model_dir, tmp)
+    tmp.mkdir(parents=True)
+    shutil.copy2(model_dir / WEIGHTS_NAME, tmp / WEIGHTS_NAME)
     config.save(tmp / CONFIG_NAME)
     replace_dir(tmp, out)

@@ -36,7 +36,7 @@ def test_best_span_adds_the_length_bias():
 
 
 def test_best_answer_sums_spans_that_read_the_same():
-    # tokens: "the Sun Moon Sun"; single-token spans only (L = 1) after the first two
+    # tokens: "the Sun Moon Sun"; first with single-token spans only (L = 1)
     words = ["the", "Sun", "Moon", "Sun"]
     start = np.array([0.0, 1.0, 1.5, 1.0])
     end = np.zeros(4)
@@ -70,19 +70,52 @@ def test_best_answer_is_best_span_when_every_span_reads_differently():
         assert s >= best_span(start, end, flags, 5, tuple(bias))[2] - 1e-9  # log-sum-exp of the others too
 
 
-def test_passage_decodes_span_and_answer(tiny_searcher):
+@pytest.mark.parametrize("bias", [None, (0.0, 3.0, -2.0, 1.0, -1.0, 4.0)])
+def test_passage_decodes_span_and_answer(tiny_searcher, bias):
+    """passage_best_span against best_span / best_answer on the passage's vectors, with and without a length bias."""
+    from core.search import Searcher
+
     idx, L = tiny_searcher.index, tiny_searcher.max_answer_tokens
+    searcher = tiny_searcher if bias is None else Searcher(idx, length_bias=bias)
     qs, qe = random_questions(np.random.default_rng(6), 5, idx.vectors.shape[1])
+    a, z = idx.passage_range(0)
+    vecs = idx.token_vectors(np.arange(a, z))
+    offs = idx.token_offsets[a:z]
+    text = idx.passages[0]["text"]
+    moved = 0
     for b in range(len(qs)):
-        a, z = idx.passage_range(0)
-        vecs = idx.token_vectors(np.arange(a, z))
-        i, j, s = best_span(vecs @ qs[b], vecs @ qe[b], idx.token_flags[a:z], L)
-        hit = tiny_searcher.passage_best_span(0, qs[b], qe[b], decode="span")
-        assert (hit.start, hit.end, hit.score) == (idx.token_offsets[a + i, 0], idx.token_offsets[a + j, 1],
-                                                   pytest.approx(s, rel=1e-4, abs=1e-4))
-        assert tiny_searcher.passage_best_span(0, qs[b], qe[b]).score >= hit.score - 1e-4
+        args = (vecs @ qs[b], vecs @ qe[b], idx.token_flags[a:z], L)
+        for decode, (i, j, s) in [("span", best_span(*args, bias)),
+                                  ("answer", best_answer(*args, lambda x, y: text[offs[x, 0] : offs[y, 1]], bias))]:
+            hit = searcher.passage_best_span(0, qs[b], qe[b], decode=decode)
+            assert (hit.start, hit.end) == (offs[i, 0], offs[j, 1]) and hit.score == pytest.approx(s, rel=1e-4, abs=1e-4)
+        moved += best_span(*args, bias)[:2] != best_span(*args)[:2]
+    assert bias is None or moved > 0  # the bias changed some answers, so dropping it would fail the test
     with pytest.raises(ValueError, match="decode must be one of"):
-        tiny_searcher.passage_best_span(0, qs[0], qe[0], decode="beam")
+        searcher.passage_best_span(0, qs[0], qe[0], decode="beam")
+
+
+def test_best_answer_returns_the_best_span_of_the_winning_answer():
+    words = ["Sun", "Moon", "Sun"]
+    start = np.array([1.0, 1.8, 1.4])  # "Sun" at 0 (1.0) and at 2 (1.4): the second is its best span
+    flags = np.full(3, ALL_OK, dtype=np.uint8)
+    i, j, _ = best_answer(start, np.zeros(3), flags, 1, lambda a, b: " ".join(words[a : b + 1]))
+    assert (i, j) == (2, 2)
+
+
+def test_empty_answers_are_never_merged():
+    # "the", "," and "a" all normalise to nothing: summed they would beat "Paris"
+    merged = merge_by_answer(["Paris", "the", ",", "a"], [2.0, 1.0, 1.0, 1.0])
+    assert merged[0] == (0, 2.0) and len(merged) == 4
+
+
+def test_no_valid_span_is_a_clear_error():
+    flags = np.zeros(3, dtype=np.uint8)  # no token may start or end a phrase
+    for decode in (best_span, lambda *a: best_answer(*a, lambda x, y: "")):
+        with pytest.raises(ValueError, match="no valid span"):
+            decode(np.zeros(3), np.zeros(3), flags, 2)
+    with pytest.raises(ValueError, match="no valid span"):
+        best_span(np.zeros(0), np.zeros(0), np.zeros(0, np.uint8), 2)
 
 
 def test_config_length_bias_round_trips_and_is_checked(tmp_path):
@@ -92,6 +125,10 @@ def test_config_length_bias_round_trips_and_is_checked(tmp_path):
     assert EncoderConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k != "length_bias"}).length_bias == ()
     with pytest.raises(ValueError, match=r"length_bias must have max_answer_tokens \(3\) entries, got 2"):
         EncoderConfig(max_answer_tokens=3, length_bias=(0.0, 1.0))
+    with pytest.raises(ValueError, match="length_bias must be a list of numbers, got None"):
+        EncoderConfig.from_dict({"max_answer_tokens": 2, "length_bias": None})
+    with pytest.raises(ValueError, match="length_bias must be a list of numbers, got '01'"):
+        EncoderConfig.from_dict({"max_answer_tokens": 2, "length_bias": "01"})
     with pytest.raises(ValueError, match="length_bias must be finite"):
         EncoderConfig(max_answer_tokens=2, length_bias=(0.0, float("nan")))
 

@@ -108,6 +108,11 @@ def test_missing_gold_passage_is_an_error():
         evaluate(ScriptedSearcher(), [QUESTIONS[0], stranger], reading_comprehension=True, progress=False)
 
 
+def test_unknown_rc_decode_is_refused_even_without_reading_comprehension():
+    with pytest.raises(ValueError, match="rc_decode must be one of"):
+        evaluate(ScriptedSearcher(), QUESTIONS, rc_decode="beam", progress=False)
+
+
 def test_no_questions_is_an_error_not_nan_metrics():
     with pytest.raises(ValueError, match="no questions to evaluate"):
         evaluate(ScriptedSearcher(), [], progress=False)

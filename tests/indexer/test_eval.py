@@ -95,6 +95,29 @@ def test_cli_eval_with_an_index(tmp_path, tiny_squad, tiny_model_dir, capsys):
     assert json.loads(out.read_text()) == printed
 
 
+def test_cli_search_merges_answers(tiny_index, tiny_model_dir, capsys):
+    from core.metrics import normalize_answer
+
+    args = ["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--top-k", "8", "--device", "cpu"]
+    assert main([*args, "--merge-answers", "Who built the bridge?"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    texts = [normalize_answer(h["text"]) for h in hits]
+    assert len(hits) == 8 and len(set(texts)) == 8  # one hit per answer string
+
+
+@pytest.mark.parametrize("decode", ["answer", "span"])
+def test_cli_eval_passes_rc_decode(tmp_path, tiny_squad, tiny_model_dir, monkeypatch, decode):
+    import indexer.evaluate
+
+    seen = []
+    real = indexer.evaluate.evaluate
+    monkeypatch.setattr(indexer.evaluate, "evaluate", lambda *a, **k: seen.append(k["rc_decode"]) or real(*a, **k))
+    argv = ["eval", "--questions", str(tiny_squad), "--model", str(tiny_model_dir), "--reading-comprehension",
+            "--limit", "2", "--quiet", "--precision", "fp32"] + (["--rc-decode", decode] if decode == "span" else [])
+    assert main(argv) == 0
+    assert seen == [decode]  # the default is answer-string decoding
+
+
 def test_eval_refuses_questions_whose_passages_are_not_indexed(tiny_squad, tiny_index, tiny_model_dir, capsys):
     # the tiny index holds another corpus: reading comprehension cannot find the gold passages
     assert main(["eval", "--questions", str(tiny_squad), "--model", str(tiny_model_dir), "--index", str(tiny_index),
@@ -111,6 +134,8 @@ def test_eval_refuses_questions_whose_passages_are_not_indexed(tiny_squad, tiny_
         (["search", "--index", "{index}", "--model", "{tmp}", "q"], "not a spanseek model directory"),
         (["eval", "--questions", "{tmp}/notsquad.json", "--model", "{model}", "--quiet"], "not SQuAD format"),
         (["eval", "--questions", "{tmp}/missing.json", "--model", "{model}", "--quiet"], "No such file"),
+        (["search", "--index", "{index}", "--model", "{model}", "--unit", "doc", "--merge-answers", "q"],
+         "--merge-answers applies to --unit phrase, not --unit doc"),
     ],
 )
 def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_index, tiny_model_dir, tiny_config, capsys, argv, message):

@@ -26,8 +26,8 @@ def test_fit_recovers_a_planted_bias():
     assert table.nll(fitted) < table.nll(torch.zeros(L))
 
 
-def test_span_table_lays_out_every_valid_span():
-    """Padding columns never win and the gold column holds the gold span's score."""
+def test_nll_ignores_padding_and_reads_the_gold_column():
+    """Padding columns (-inf) add nothing and the gold column holds the gold span's score."""
     from trainer.length_bias import SpanTable
 
     table = SpanTable(torch.tensor([[1.0, 2.0, -torch.inf]]), torch.tensor([[0, 1, 0]]), torch.tensor([1]))
@@ -36,7 +36,7 @@ def test_span_table_lays_out_every_valid_span():
     assert float(table.nll(torch.tensor([0.0, 50.0]))) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_command_writes_the_model_with_its_bias(squad_file, tiny_model_dir, tmp_path):
+def test_command_writes_the_model_with_its_bias(squad_file, tiny_model_dir, tiny_index, tmp_path):
     from core.model import CONFIG_NAME, WEIGHTS_NAME, load_model, phrase_fingerprint
     from trainer.length_bias import LengthBiasConfig, fit_length_bias
 
@@ -49,7 +49,7 @@ def test_command_writes_the_model_with_its_bias(squad_file, tiny_model_dir, tmp_
     assert list(model.config.length_bias) == summary["length_bias"] and len(summary["length_bias"]) == L
     assert summary["length_bias"][0] == 0.0
     # make_squad's answers (a year or a name) are one or two word pieces, never three or more: those lengths sink
-    assert max(summary["length_bias"][2:]) < min(summary["length_bias"][:2]) - 5
+    assert max(summary["length_bias"][2:]) < min(summary["length_bias"][:2]) - 2  # held finite by the ridge
     before, after = summary["fit_nll"]
     assert after < before - 0.1
     assert summary["val_questions"] > 0 and summary["val_nll"][1] < summary["val_nll"][0]
@@ -57,6 +57,78 @@ def test_command_writes_the_model_with_its_bias(squad_file, tiny_model_dir, tmp_
     assert phrase_fingerprint(out) == phrase_fingerprint(tiny_model_dir)  # its indexes stay valid
     untouched = json.loads((tiny_model_dir / CONFIG_NAME).read_text())
     assert untouched["length_bias"] == []
-    with pytest.raises(ValueError, match="is the model itself"):
-        fit_length_bias(LengthBiasConfig(model=str(out), train=str(squad_file), out=str(out), questions=10,
-                                         val_questions=0, device="cpu", precision="fp32", progress=False))
+    assert sum(summary["gold_per_length"]) == summary["fit_questions"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([CONFIG_NAME, WEIGHTS_NAME])
+
+    # a searcher over an index built by the unbiased model takes the fitted model's bias
+    from core.loading import open_searcher
+
+    assert open_searcher(tiny_index, out, device="cpu", precision="fp32").length_bias == tuple(summary["length_bias"])
+
+
+@pytest.mark.parametrize("where", ["itself", "inside", "parent", "not-a-model"])
+def test_an_out_that_would_lose_data_is_refused_before_fitting(tiny_model_dir, tmp_path, where, monkeypatch):
+    import shutil
+
+    from trainer import length_bias
+
+    model = tmp_path / "runs" / "m" / "last"
+    shutil.copytree(tiny_model_dir, model)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "keep.txt").write_text("precious")
+    out = {"itself": model, "inside": model / "fitted", "parent": model.parent, "not-a-model": tmp_path / "docs"}[where]
+    monkeypatch.setattr(length_bias, "load_model", lambda *a: pytest.fail("refused only after loading"))
+    with pytest.raises(ValueError, match="is, holds or lies inside the model|is not a model directory"):
+        length_bias.fit_length_bias(length_bias.LengthBiasConfig(model=str(model), train="unused", out=str(out)))
+    assert (tmp_path / "docs" / "keep.txt").read_text() == "precious" and (model / "spanseek_config.json").exists()
+
+
+def test_bad_counts_are_refused_and_one_length_needs_no_fit():
+    from trainer.length_bias import LengthBiasConfig, SpanTable, fit_bias
+
+    with pytest.raises(ValueError, match="questions must be >= 1"):
+        LengthBiasConfig(model="m", train="t", out="o", questions=0)
+    with pytest.raises(ValueError, match="val_questions must be >= 0"):
+        LengthBiasConfig(model="m", train="t", out="o", val_questions=-1)
+    table = SpanTable(torch.tensor([[1.0, 2.0]]), torch.zeros((1, 2), dtype=torch.int64), torch.tensor([0]))
+    assert fit_bias(table, 1).tolist() == [0.0]
+
+
+def test_span_table_has_every_valid_span_of_each_passage(squad_file, tiny_model_dir):
+    from core.encoding import PassageEncoder, QuestionEncoder
+    from core.io import load_squad, squad_questions
+    from core.model import load_model, load_tokenizer
+    from core.search import span_scores
+    from core.text import char_to_token
+    from trainer.length_bias import span_table
+
+    model = load_model(tiny_model_dir)
+    tok = load_tokenizer(model.config)
+    qs = squad_questions(load_squad(squad_file))[:12]
+    table = span_table(model, tok, qs, "fp32")
+    assert len(table.gold) == len(qs)  # make_squad's answers are all valid spans
+    L = model.config.max_answer_tokens
+    for r, q in enumerate(qs):
+        [p] = PassageEncoder(model, tok, "fp32").encode([q.context])
+        qs_, qe_ = QuestionEncoder(model, tok, "fp32").encode([q.question])
+        total = span_scores(p.vectors @ qs_[0], p.vectors @ qe_[0], p.tokens.flags, L)
+        row = table.scores[r]
+        assert int(torch.isfinite(row).sum()) == int(np.isfinite(total).sum())
+        i, j = char_to_token(p.tokens.offsets, q.answer_starts[0], q.answer_starts[0] + len(q.answers[0]))
+        assert float(row[table.gold[r]]) == pytest.approx(float(total[i, j]), rel=1e-5, abs=1e-5)
+        assert int(table.lengths[r, table.gold[r]]) == j - i
+
+
+def test_cli_fits_and_prints_the_summary(squad_file, tiny_model_dir, tmp_path, capsys):
+    from core.model import load_model
+    from spanseek.cli import main
+
+    out = tmp_path / "cli-biased"
+    assert main(["train", "length-bias", "--model", str(tiny_model_dir), "--train", str(squad_file), "--out", str(out),
+                 "--questions", "40", "--val-questions", "0", "--seed", "3", "--device", "cpu"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["fit_questions"] == 40 and "val_nll" not in summary
+    assert list(load_model(out).config.length_bias) == summary["length_bias"]
+    assert main(["train", "length-bias", "--model", str(tiny_model_dir), "--train", str(squad_file), "--out",
+                 str(out), "--questions", "0"]) == 2
+    assert "questions must be >= 1" in capsys.readouterr().err
