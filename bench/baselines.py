@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.evaluate import sample_questions
-from core.io import load_squad, squad_documents, squad_questions, write_corpus, write_json_atomic
-from core.loading import open_searcher
-from core.metrics import accuracy_at, mrr_at, passage_has_answer, pct
-from core.model import resolve_backbone
+from spanseek.core.evaluate import sample_questions
+from spanseek.core.io import load_squad, squad_documents, squad_questions, write_corpus, write_json_atomic
+from spanseek.core.loading import open_searcher
+from spanseek.core.metrics import accuracy_at, mrr_at, passage_has_answer, pct
+from spanseek.core.model import resolve_backbone
 
 
 def metrics(ranked_texts: list[list[str]], answers: list[tuple[str, ...]], seconds: float) -> dict:
@@ -91,7 +91,7 @@ def main() -> None:
     ids, sec = bi_encoder(args.backbone, passages, texts)
     results["bi_encoder_untrained"] = metrics([[passages[i] for i in row] for row in ids], answers, sec)
     with tempfile.TemporaryDirectory() as tmp:
-        from indexer.build import BuildOptions, build_index
+        from spanseek.indexer.build import BuildOptions, build_index
 
         write_corpus(Path(tmp) / "c.jsonl", docs)
         build_index(Path(tmp) / "c.jsonl", args.model, Path(tmp) / "idx", BuildOptions(progress=False))

@@ -36,13 +36,13 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from core.evaluate import evaluate, sample_questions  # noqa: E402
-from core.io import load_squad, read_corpus, squad_questions, write_corpus, write_json_atomic  # noqa: E402
-from core.loading import open_searcher  # noqa: E402
-from core.store import Manifest, PhraseIndex  # noqa: E402
-from indexer.build import BuildOptions, build_index, reindex  # noqa: E402
-from indexer.faiss_index import auto_nlist  # noqa: E402
-from indexer.verify import memory_per_token  # noqa: E402
+from spanseek.core.evaluate import evaluate, sample_questions  # noqa: E402
+from spanseek.core.io import load_squad, read_corpus, squad_questions, write_corpus, write_json_atomic  # noqa: E402
+from spanseek.core.loading import open_searcher  # noqa: E402
+from spanseek.core.store import Manifest, PhraseIndex  # noqa: E402
+from spanseek.indexer.build import BuildOptions, build_index, reindex  # noqa: E402
+from spanseek.indexer.faiss_index import auto_nlist  # noqa: E402
+from spanseek.indexer.verify import memory_per_token  # noqa: E402
 
 
 class CachedEncoder:

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from indexer.faiss_index import add_vectors, create_index, default_nprobe, parse_factory, train_index
+from spanseek.indexer.faiss_index import add_vectors, create_index, default_nprobe, parse_factory, train_index
 
 
 def clustered(n: int, dim: int, centres: int, seed: int) -> np.ndarray:

@@ -29,11 +29,11 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from core.encoding import PassageEncoder, autocast, pick_device, pick_precision  # noqa: E402
-from core.io import Document, read_corpus, write_corpus, write_json_atomic  # noqa: E402
-from core.model import load_model, load_tokenizer, resolve_model  # noqa: E402
-from core.text import tokenize_passages  # noqa: E402
-from indexer.build import BuildOptions, build_index  # noqa: E402
+from spanseek.core.encoding import PassageEncoder, autocast, pick_device, pick_precision  # noqa: E402
+from spanseek.core.io import Document, read_corpus, write_corpus, write_json_atomic  # noqa: E402
+from spanseek.core.model import load_model, load_tokenizer, resolve_model  # noqa: E402
+from spanseek.core.text import tokenize_passages  # noqa: E402
+from spanseek.indexer.build import BuildOptions, build_index  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,9 +30,9 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from core.config import EncoderConfig  # noqa: E402
-from core.evaluate import sample_questions  # noqa: E402
-from core.io import (  # noqa: E402
+from spanseek.core.config import EncoderConfig  # noqa: E402
+from spanseek.core.evaluate import sample_questions  # noqa: E402
+from spanseek.core.io import (  # noqa: E402
     load_squad,
     split_articles,
     squad_documents,
@@ -40,10 +40,10 @@ from core.io import (  # noqa: E402
     write_corpus,
     write_json_atomic,
 )
-from core.loading import open_searcher  # noqa: E402
-from core.model import CONFIG_NAME, resolve_model  # noqa: E402
-from indexer.build import BuildOptions, build_index  # noqa: E402
-from indexer.evaluate import run_eval  # noqa: E402
+from spanseek.core.loading import open_searcher  # noqa: E402
+from spanseek.core.model import CONFIG_NAME, resolve_model  # noqa: E402
+from spanseek.indexer.build import BuildOptions, build_index  # noqa: E402
+from spanseek.indexer.evaluate import run_eval  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SQUAD_TRAIN = ROOT.parent / "shared" / "data" / "squad-v1.1-train.json.gz"

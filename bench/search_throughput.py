@@ -33,9 +33,9 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from core.io import load_squad, split_articles, squad_questions, write_corpus, write_json_atomic  # noqa: E402
-from core.loading import open_searcher  # noqa: E402
-from core.search import UNITS  # noqa: E402
+from spanseek.core.io import load_squad, split_articles, squad_questions, write_corpus, write_json_atomic  # noqa: E402
+from spanseek.core.loading import open_searcher  # noqa: E402
+from spanseek.core.search import UNITS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SQUAD_TRAIN = ROOT.parent / "shared" / "data" / "squad-v1.1-train.json.gz"
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         from index_throughput import first_passages  # noqa: I001  (bench/ is on sys.path when run as a script)
 
-        from indexer.build import BuildOptions, build_index
+        from spanseek.indexer.build import BuildOptions, build_index
 
         with tempfile.TemporaryDirectory(prefix="spanseek-bench-") as tmp:
             corpus = Path(tmp) / "corpus.jsonl"

@@ -55,11 +55,11 @@ def free_port() -> int:
 
 def build_synthetic(out: Path, n_docs: int) -> tuple[Path, Path]:
     """An untrained default-architecture model and its index over the first ``n_docs`` demo documents."""
-    from core.config import EncoderConfig
-    from core.io import read_corpus
-    from core.model import PhraseModel
-    from core.store import MANIFEST
-    from indexer.build import BuildOptions, build_index
+    from spanseek.core.config import EncoderConfig
+    from spanseek.core.io import read_corpus
+    from spanseek.core.model import PhraseModel
+    from spanseek.core.store import MANIFEST
+    from spanseek.indexer.build import BuildOptions, build_index
 
     model_dir, index_dir = out / "model", out / "index"
     if not (model_dir / "spanseek_config.json").exists():
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         p.error("give --index or --synthetic")
 
-    from core.loading import open_searcher
+    from spanseek.core.loading import open_searcher
 
     if args.torch_threads:
         import torch

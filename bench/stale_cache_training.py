@@ -28,9 +28,9 @@ import json  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from core.io import write_json_atomic  # noqa: E402
-from trainer.losses import LossConfig  # noqa: E402
-from trainer.train import TrainConfig, train_phrase  # noqa: E402
+from spanseek.core.io import write_json_atomic  # noqa: E402
+from spanseek.trainer.losses import LossConfig  # noqa: E402
+from spanseek.trainer.train import TrainConfig, train_phrase  # noqa: E402
 
 ARMS = {"fresh": {}, "stale": {"corrector": False}, "corrected": {"corrector": True}}
 

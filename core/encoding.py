@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.model import PhraseModel
-from core.text import PassageTokens, best_window, tokenize_passages, window_starts
+from spanseek.core.model import PhraseModel
+from spanseek.core.text import PassageTokens, best_window, tokenize_passages, window_starts
 
 
 def autocast(device: torch.device | str, precision: str):

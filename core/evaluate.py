@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from core.io import Question
-from core.metrics import (
+from spanseek.core.io import Question
+from spanseek.core.metrics import (
     accuracy_at,
     cluster_bootstrap_ci,
     exact_match,
@@ -28,7 +28,7 @@ from core.metrics import (
     pct,
     precision_at,
 )
-from core.search import RC_DECODES, Searcher
+from spanseek.core.search import RC_DECODES, Searcher
 
 MIN_ARTICLES_FOR_CLUSTERS = 5
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.encoding import QuestionEncoder, pick_device, pick_precision
-from core.model import load_model, load_tokenizer, model_fingerprint, phrase_fingerprint, resolve_model
-from core.search import Searcher
-from core.store import PhraseIndex
+from spanseek.core.encoding import QuestionEncoder, pick_device, pick_precision
+from spanseek.core.model import (
+    load_model,
+    load_tokenizer,
+    model_fingerprint,
+    phrase_fingerprint,
+    resolve_model,
+)
+from spanseek.core.search import Searcher
+from spanseek.core.store import PhraseIndex
 
 
 def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto") -> Searcher:

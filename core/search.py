@@ -31,9 +31,9 @@ from typing import Literal
 
 import numpy as np
 
-from core.metrics import normalize_answer
-from core.store import PhraseIndex
-from core.text import FLAG_END, FLAG_START
+from spanseek.core.metrics import normalize_answer
+from spanseek.core.store import PhraseIndex
+from spanseek.core.text import FLAG_END, FLAG_START
 
 log = logging.getLogger(__name__)
 Unit = Literal["phrase", "passage", "doc"]

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from core.config import EncoderConfig
+from spanseek.core.config import EncoderConfig
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from core import store
-from core.encoding import pick_device
-from core.io import write_json_atomic
-from core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
-from indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
-from indexer.compress import kept_token_ids, write_codes
-from indexer.faiss_index import add_vectors
+from spanseek.core import store
+from spanseek.core.encoding import pick_device
+from spanseek.core.io import write_json_atomic
+from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
+from spanseek.indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
+from spanseek.indexer.compress import kept_token_ids, write_codes
+from spanseek.indexer.faiss_index import add_vectors
 
 log = logging.getLogger(__name__)
 

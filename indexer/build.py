@@ -29,13 +29,19 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from core import store
-from core.encoding import PassageEncoder, pick_device, pick_precision
-from core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, write_json_atomic
-from core.model import load_model, load_tokenizer, model_fingerprint, phrase_fingerprint, resolve_model
-from core.text import tokenize_passages
-from indexer.compress import filter_probabilities, has_codes, kept_token_ids, write_codes
-from indexer.faiss_index import (
+from spanseek.core import store
+from spanseek.core.encoding import PassageEncoder, pick_device, pick_precision
+from spanseek.core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, write_json_atomic
+from spanseek.core.model import (
+    load_model,
+    load_tokenizer,
+    model_fingerprint,
+    phrase_fingerprint,
+    resolve_model,
+)
+from spanseek.core.text import tokenize_passages
+from spanseek.indexer.compress import filter_probabilities, has_codes, kept_token_ids, write_codes
+from spanseek.indexer.faiss_index import (
     FactoryError,
     add_vectors,
     create_index,

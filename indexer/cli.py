@@ -8,7 +8,7 @@ import sys
 
 
 def _from_squad(args: argparse.Namespace) -> int:
-    from core.io import from_squad
+    from spanseek.core.io import from_squad
 
     n = from_squad(args.input, args.out)
     print(f"wrote {n} documents to {args.out}", file=sys.stderr)
@@ -16,7 +16,7 @@ def _from_squad(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from indexer.build import BuildOptions, build_index
+    from spanseek.indexer.build import BuildOptions, build_index
 
     opts = BuildOptions(
         factory=args.factory, shard_passages=args.shard_passages, max_batch_tokens=args.max_batch_tokens,
@@ -30,8 +30,8 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    from indexer.add import add_documents
-    from indexer.build import BuildOptions
+    from spanseek.indexer.add import add_documents
+    from spanseek.indexer.build import BuildOptions
 
     opts = BuildOptions(shard_passages=args.shard_passages, device=args.device, progress=not args.quiet)
     m = add_documents(args.index, args.corpus, model=args.model, opts=opts)
@@ -40,7 +40,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from indexer.verify import verify_index
+    from spanseek.indexer.verify import verify_index
 
     report = verify_index(args.index, sample=args.sample, k=args.k, nprobe=args.nprobe)
     print(json.dumps(report, indent=2))
@@ -48,7 +48,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from core.loading import open_searcher
+    from spanseek.core.loading import open_searcher
 
     if args.merge_answers and args.unit != "phrase":
         raise ValueError(f"--merge-answers applies to --unit phrase, not --unit {args.unit}")
@@ -64,7 +64,7 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from indexer.evaluate import run_eval
+    from spanseek.indexer.evaluate import run_eval
 
     m = run_eval(args.questions, args.model, index=args.index, corpus=args.corpus, reading_comprehension=args.reading_comprehension,
                  limit=args.limit, out=args.out, progress=not args.quiet,

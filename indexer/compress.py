@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from core.io import atomic_path
-from indexer.faiss_index import ADD_CHUNK, parse_factory
+from spanseek.core.io import atomic_path
+from spanseek.indexer.faiss_index import ADD_CHUNK, parse_factory
 
 
 def has_codes(factory: str) -> bool:

@@ -11,10 +11,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from core.evaluate import evaluate, sample_questions
-from core.io import load_squad, squad_documents, squad_questions, write_corpus, write_json_atomic
-from core.loading import open_searcher
-from indexer.build import BuildOptions, build_index
+from spanseek.core.evaluate import evaluate, sample_questions
+from spanseek.core.io import load_squad, squad_documents, squad_questions, write_corpus, write_json_atomic
+from spanseek.core.loading import open_searcher
+from spanseek.indexer.build import BuildOptions, build_index
 
 
 def run_eval(

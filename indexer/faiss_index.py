@@ -287,7 +287,7 @@ def train_index(
     opq_pqs = attach_opq_quantizers(index)
     try:
         if use_gpu(gpu):
-            from indexer.compress_gpu import train_on_gpu
+            from spanseek.indexer.compress_gpu import train_on_gpu
 
             train_on_gpu(index, sample, opq_pqs)
         else:
@@ -357,7 +357,7 @@ def add_vectors(
     if not with_ids and not np.array_equal(ids, np.arange(index.ntotal, index.ntotal + len(ids))):
         raise ValueError("this index numbers vectors itself; wrap it in IDMap2 to add arbitrary token ids")
     if use_gpu(gpu):
-        from indexer.compress_gpu import gpu_quantizer
+        from spanseek.indexer.compress_gpu import gpu_quantizer
 
         ctx = gpu_quantizer(index)
     else:

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from core import store
-from core.store import IndexFormatError, PhraseIndex
-from indexer.compress import kept_token_ids
+from spanseek.core import store
+from spanseek.core.store import IndexFormatError, PhraseIndex
+from spanseek.indexer.compress import kept_token_ids
 
 log = logging.getLogger(__name__)
 

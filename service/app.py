@@ -3,7 +3,7 @@
 Loading runs in the background so that /health answers (and /ready says 503) while a large index loads;
 tests pass ``searcher_factory`` to inject a fake or pre-built backend.
 
-    uvicorn --factory service.app:app_from_env     # settings from SPANSEEK_* environment variables
+    uvicorn --factory spanseek.service.app:app_from_env     # settings from SPANSEEK_* environment variables
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from typing import Any, Literal
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from core.search import UNITS, Searcher
-from service.batcher import MicroBatcher, SearchParams, run_batch
-from service.errors import install_error_handlers
-from service.metrics import ServiceMetrics
-from service.middleware import RequestContextMiddleware
-from service.routes import router
-from service.settings import Settings
+from spanseek.core.search import UNITS, Searcher
+from spanseek.service.batcher import MicroBatcher, SearchParams, run_batch
+from spanseek.service.errors import install_error_handlers
+from spanseek.service.metrics import ServiceMetrics
+from spanseek.service.middleware import RequestContextMiddleware
+from spanseek.service.routes import router
+from spanseek.service.settings import Settings
 
-log = logging.getLogger("service")
+log = logging.getLogger("spanseek.service")
 
 SearcherFactory = Callable[[Settings], Searcher]
 WARMUP_QUESTIONS = ["what is the warm-up question?", "", "¿Quién? 谁 كيف"]
@@ -36,7 +36,7 @@ WARMUP_QUESTIONS = ["what is the warm-up question?", "", "¿Quién? 谁 كيف"]
 
 def default_searcher_factory(settings: Settings) -> Searcher:
     """Open the index and the model's question encoder named by the settings."""
-    from core.loading import open_searcher
+    from spanseek.core.loading import open_searcher
 
     return open_searcher(settings.index, settings.model, device=settings.device, precision=settings.precision)
 
@@ -204,5 +204,5 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
 
 
 def app_from_env() -> FastAPI:
-    """``uvicorn --factory service.app:app_from_env``: settings from the SPANSEEK_* environment."""
+    """``uvicorn --factory spanseek.service.app:app_from_env``: settings from the SPANSEEK_* environment."""
     return create_app(Settings())  # type: ignore[call-arg]  # index comes from SPANSEEK_INDEX

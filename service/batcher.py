@@ -33,11 +33,11 @@ from typing import Literal
 
 import numpy as np
 
-from core.search import Hit, Searcher, Unit
-from service.errors import NotReady, Overloaded
-from service.metrics import ServiceMetrics
+from spanseek.core.search import Hit, Searcher, Unit
+from spanseek.service.errors import NotReady, Overloaded
+from spanseek.service.metrics import ServiceMetrics
 
-log = logging.getLogger("service.batcher")
+log = logging.getLogger("spanseek.service.batcher")
 
 
 @dataclass(frozen=True)

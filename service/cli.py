@@ -11,9 +11,9 @@ import argparse
 import logging
 from typing import Any
 
-from service.settings import Settings
+from spanseek.service.settings import Settings
 
-log = logging.getLogger("service")
+log = logging.getLogger("spanseek.service")
 
 # (flag, settings field, type, help); the default of every flag is None = "not given, use env/default"
 _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
@@ -62,8 +62,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def check_servable(settings: Settings) -> None:
     """Fail fast (before starting uvicorn) when the index or model cannot be found."""
-    from core.model import resolve_model
-    from core.store import Manifest
+    from spanseek.core.model import resolve_model
+    from spanseek.core.store import Manifest
 
     Manifest.load(settings.index)
     resolve_model(settings.model)
@@ -73,7 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
-    from service.app import create_app
+    from spanseek.service.app import create_app
 
     try:
         settings = settings_from_args(args)

@@ -15,9 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.schemas import ErrorResponse
+from spanseek.service.schemas import ErrorResponse
 
-log = logging.getLogger("service")
+log = logging.getLogger("spanseek.service")
 
 
 class ServiceError(Exception):

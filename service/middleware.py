@@ -17,8 +17,8 @@ from fastapi import HTTPException
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import error_response, error_type_of
-from service.metrics import UNITS, ServiceMetrics
+from spanseek.service.errors import error_response, error_type_of
+from spanseek.service.metrics import UNITS, ServiceMetrics
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 

@@ -11,9 +11,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.batcher import BatchOutcome, SearchParams
-from service.errors import BadRequest, ClientClosed, NotReady, PayloadTooLarge, Unauthorized, request_id_of
-from service.schemas import (
+from spanseek.service.batcher import BatchOutcome, SearchParams
+from spanseek.service.errors import (
+    BadRequest,
+    ClientClosed,
+    NotReady,
+    PayloadTooLarge,
+    Unauthorized,
+    request_id_of,
+)
+from spanseek.service.schemas import (
     ErrorResponse,
     HealthResponse,
     HitOut,

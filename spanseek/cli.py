@@ -19,16 +19,16 @@ import sys
 # The command names are listed so that a module whose dependencies are missing (a training host without the
 # service stack, say) still shows its commands, which then say what to install.
 CLI_MODULES = {
-    "indexer.cli": ("corpus", "index", "search", "eval"),
-    "trainer.cli": ("train",),
-    "service.cli": ("serve",),
+    "spanseek.indexer.cli": ("corpus", "index", "search", "eval"),
+    "spanseek.trainer.cli": ("train",),
+    "spanseek.service.cli": ("serve",),
 }
 
 
 def _unavailable(commands: tuple[str, ...], sub: argparse._SubParsersAction, missing: str) -> None:
     def fail(args: argparse.Namespace) -> int:
         raise RuntimeError(f"this command needs the Python package {missing!r}, which is not installed "
-                           f"(pip install -e . installs every dependency)")
+                           f"(pip install spanseek[serve] for the service, spanseek[train] for training)")
 
     for command in commands:
         # no option prefix: every argument, flags too, lands in `rest`, and the command explains itself

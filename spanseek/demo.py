@@ -52,9 +52,9 @@ def say(*parts: object, file=None) -> None:
 def ensure_index(corpus: Path = CORPUS, index: Path = INDEX, model: str = "default") -> Path:
     import shutil
 
-    from core.model import model_fingerprint, phrase_fingerprint, resolve_model
-    from core.store import MANIFEST, Manifest
-    from indexer.build import BuildOptions, build_index
+    from spanseek.core.model import model_fingerprint, phrase_fingerprint, resolve_model
+    from spanseek.core.store import MANIFEST, Manifest
+    from spanseek.indexer.build import BuildOptions, build_index
 
     model_dir = resolve_model(model)
     built = Manifest.load(index) if (index / MANIFEST).exists() else None
@@ -72,7 +72,7 @@ def ensure_index(corpus: Path = CORPUS, index: Path = INDEX, model: str = "defau
 
 def print_answers(index: Path, model: str) -> None:
     """Answer the demo questions in-process (no service) and print the top hits of every unit."""
-    from core.loading import open_searcher
+    from spanseek.core.loading import open_searcher
 
     searcher = open_searcher(index, model)
     for unit in ("phrase", "passage", "doc"):

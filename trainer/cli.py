@@ -8,10 +8,10 @@ import os
 
 
 def _phrase(args: argparse.Namespace) -> int:
-    from core.config import EncoderConfig
-    from trainer.distributed import DistInfo
-    from trainer.losses import LossConfig
-    from trainer.train import TrainConfig, lora_settings, train_phrase
+    from spanseek.core.config import EncoderConfig
+    from spanseek.trainer.distributed import DistInfo
+    from spanseek.trainer.losses import LossConfig
+    from spanseek.trainer.train import TrainConfig, lora_settings, train_phrase
 
     enc = EncoderConfig(
         backbone=args.backbone, question_mode=args.question_mode, max_answer_tokens=args.max_answer_tokens,
@@ -37,8 +37,8 @@ def _phrase(args: argparse.Namespace) -> int:
 
 
 def _qsft(args: argparse.Namespace) -> int:
-    from trainer.losses import LossConfig
-    from trainer.qsft import QsftConfig, train_qsft
+    from spanseek.trainer.losses import LossConfig
+    from spanseek.trainer.qsft import QsftConfig, train_qsft
 
     cfg = QsftConfig(
         model=args.model, train=args.train, out=args.out, cache=args.cache, hard_negatives=args.hard_negatives,
@@ -53,7 +53,7 @@ def _qsft(args: argparse.Namespace) -> int:
 
 
 def _mine(args: argparse.Namespace) -> int:
-    from trainer.mining import mine
+    from spanseek.trainer.mining import mine
 
     out = mine(args.train, args.out, miner=args.miner, top_k=args.top_k, keep=args.keep, index=args.index,
                model=args.model, limit_questions=args.limit_questions)
@@ -62,7 +62,7 @@ def _mine(args: argparse.Namespace) -> int:
 
 
 def _filter(args: argparse.Namespace) -> int:
-    from trainer.filter import FilterConfig, train_filter
+    from spanseek.trainer.filter import FilterConfig, train_filter
 
     cfg = FilterConfig(model=args.model, train=args.train, out=args.out, train_windows=args.train_windows,
                        val_windows=args.val_windows, epochs=args.epochs)
@@ -71,7 +71,7 @@ def _filter(args: argparse.Namespace) -> int:
 
 
 def _length_bias(args: argparse.Namespace) -> int:
-    from trainer.length_bias import LengthBiasConfig, fit_length_bias
+    from spanseek.trainer.length_bias import LengthBiasConfig, fit_length_bias
 
     cfg = LengthBiasConfig(model=args.model, train=args.train, out=args.out, questions=args.questions,
                            val_questions=args.val_questions, seed=args.seed, device=args.device)
@@ -80,7 +80,7 @@ def _length_bias(args: argparse.Namespace) -> int:
 
 
 def _valsets(args: argparse.Namespace) -> int:
-    from trainer.validation import build_validation_sets
+    from spanseek.trainer.validation import build_validation_sets
 
     print(json.dumps(build_validation_sets(args.train, args.out, n_questions=args.questions, bm25_k=args.bm25_k,
                                            reference_extra=args.reference_extra), indent=2))
@@ -88,7 +88,7 @@ def _valsets(args: argparse.Namespace) -> int:
 
 
 def _rank(args: argparse.Namespace) -> int:
-    from trainer.validation import rank_checkpoints
+    from spanseek.trainer.validation import rank_checkpoints
 
     print(json.dumps(rank_checkpoints(args.valsets, args.checkpoints, args.out), indent=2))
     return 0
@@ -97,7 +97,7 @@ def _rank(args: argparse.Namespace) -> int:
 def _average(args: argparse.Namespace) -> int:
     import torch
 
-    from trainer.average import average_checkpoints
+    from spanseek.trainer.average import average_checkpoints
 
     dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
     print(json.dumps(average_checkpoints(args.checkpoints, args.out, args.weights, dtype).to_dict(), indent=2))

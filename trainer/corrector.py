@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.losses import NEG_INF
+from spanseek.trainer.losses import NEG_INF
 
 
 class TargetCorrector(nn.Module):

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.encoding import QUESTION_PAD_MULTIPLE, padded_length
-from core.io import Question
-from core.metrics import passage_has_answer
-from core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
+from spanseek.core.encoding import QUESTION_PAD_MULTIPLE, padded_length
+from spanseek.core.io import Question
+from spanseek.core.metrics import passage_has_answer
+from spanseek.core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from core.encoding import autocast, pick_device, pick_precision
-from core.io import load_squad, split_articles, squad_questions, write_json_atomic
-from core.model import PhraseModel, load_model, load_tokenizer
-from trainer.data import FrozenModelJob, build_windows, collate
+from spanseek.core.encoding import autocast, pick_device, pick_precision
+from spanseek.core.io import load_squad, split_articles, squad_questions, write_json_atomic
+from spanseek.core.model import PhraseModel, load_model, load_tokenizer
+from spanseek.trainer.data import FrozenModelJob, build_windows, collate
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.encoding import PassageEncoder, QuestionEncoder, pick_device, pick_precision
-from core.io import Question, load_squad, replace_dir, split_articles, squad_questions
-from core.model import CONFIG_NAME, WEIGHTS_NAME, load_model, load_tokenizer, resolve_model
-from core.search import span_scores
-from core.text import char_to_token
-from trainer.data import FrozenModelJob
+from spanseek.core.encoding import PassageEncoder, QuestionEncoder, pick_device, pick_precision
+from spanseek.core.io import Question, load_squad, replace_dir, split_articles, squad_questions
+from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, load_model, load_tokenizer, resolve_model
+from spanseek.core.search import span_scores
+from spanseek.core.text import char_to_token
+from spanseek.trainer.data import FrozenModelJob
 
 log = logging.getLogger(__name__)
 

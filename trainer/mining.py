@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from core.io import Question, atomic_path, load_squad, open_text, squad_questions
-from core.metrics import passage_has_answer
+from spanseek.core.io import Question, atomic_path, load_squad, open_text, squad_questions
+from spanseek.core.metrics import passage_has_answer
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def bm25_retriever(texts: list[str]) -> Retriever:
 
 def model_retriever(index_dir: str | Path, model: str | Path, pool: list[tuple[int, int, str]]) -> Retriever:
     """Passage search with a phrase model over an index of the whole training file."""
-    from core.loading import open_searcher
+    from spanseek.core.loading import open_searcher
 
     searcher = open_searcher(index_dir, model)
     to_pool = {(a, p): i for i, (a, p, _) in enumerate(pool)}

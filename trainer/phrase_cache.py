@@ -17,13 +17,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from core.config import EncoderConfig
-from core.encoding import autocast, window_batch
-from core.io import write_json_atomic
-from core.metrics import passage_has_answer
-from core.model import PhraseModel, phrase_fingerprint
-from core.text import FLAG_END, FLAG_START, tokenize_passages
-from trainer.data import TrainWindow, pick_hard
+from spanseek.core.config import EncoderConfig
+from spanseek.core.encoding import autocast, window_batch
+from spanseek.core.io import write_json_atomic
+from spanseek.core.metrics import passage_has_answer
+from spanseek.core.model import PhraseModel, phrase_fingerprint
+from spanseek.core.text import FLAG_END, FLAG_START, tokenize_passages
+from spanseek.trainer.data import TrainWindow, pick_hard
 
 CACHE_META = "cache.json"
 CACHE_VECTORS = "vectors.npy"

@@ -25,14 +25,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from core.encoding import QUESTION_PAD_MULTIPLE, autocast, padded_length, pick_device, pick_precision
-from core.io import load_squad, split_articles, squad_questions, write_json_atomic
-from core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
-from core.text import FLAG_END, FLAG_START
-from trainer.data import TrainWindow, build_windows
-from trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
-from trainer.mining import load_hard_negatives
-from trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part of this module's interface)
+from spanseek.core.encoding import QUESTION_PAD_MULTIPLE, autocast, padded_length, pick_device, pick_precision
+from spanseek.core.io import load_squad, split_articles, squad_questions, write_json_atomic
+from spanseek.core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
+from spanseek.core.text import FLAG_END, FLAG_START
+from spanseek.trainer.data import TrainWindow, build_windows
+from spanseek.trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
+from spanseek.trainer.mining import load_hard_negatives
+from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part of this module's interface)
     CacheError,
     PhraseCache,
     cached_hard,
@@ -41,7 +41,13 @@ from trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part o
     hard_windows,
     window_key,
 )
-from trainer.train import TrainConfig, epoch_batches, optimizer_and_resume, save_checkpoint, write_holdout
+from spanseek.trainer.train import (
+    TrainConfig,
+    epoch_batches,
+    optimizer_and_resume,
+    save_checkpoint,
+    write_holdout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +190,7 @@ def train_qsft(cfg: QsftConfig) -> dict:
         "phrase_fingerprint": phrase_fingerprint(last),
     }
     if cfg.val_questions:
-        from indexer.evaluate import run_eval
+        from spanseek.indexer.evaluate import run_eval
 
         val = write_holdout(TrainConfig(train=cfg.train, out=cfg.out, holdout_every=cfg.holdout_every,
                                         holdout_offset=cfg.holdout_offset), out / "validation.json.gz")

@@ -26,17 +26,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from core.config import DEFAULT_BACKBONE, EncoderConfig, LoraSettings
-from core.encoding import autocast, pick_device, pick_precision
-from core.io import load_squad, split_articles, squad_questions, write_json_atomic
-from core.model import PhraseModel, load_tokenizer
-from trainer import distributed
-from trainer.corrector import TargetCorrector, corrector_loss
-from trainer.data import TrainWindow, build_windows, collate
-from trainer.distributed import DistInfo
-from trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
-from trainer.mining import load_hard_negatives
-from trainer.phrase_cache import cached_hard, cached_windows, fill_cache, hard_windows
+from spanseek.core.config import DEFAULT_BACKBONE, EncoderConfig, LoraSettings
+from spanseek.core.encoding import autocast, pick_device, pick_precision
+from spanseek.core.io import load_squad, split_articles, squad_questions, write_json_atomic
+from spanseek.core.model import PhraseModel, load_tokenizer
+from spanseek.trainer import distributed
+from spanseek.trainer.corrector import TargetCorrector, corrector_loss
+from spanseek.trainer.data import TrainWindow, build_windows, collate
+from spanseek.trainer.distributed import DistInfo
+from spanseek.trainer.losses import HardNegatives, LossConfig, PreBatchCache, phrase_loss
+from spanseek.trainer.mining import load_hard_negatives
+from spanseek.trainer.phrase_cache import cached_hard, cached_windows, fill_cache, hard_windows
 
 log = logging.getLogger(__name__)
 
@@ -162,11 +162,11 @@ def train_phrase(cfg: TrainConfig) -> dict:
         rng = np.random.default_rng(cfg.seed)
         questions = [questions[i] for i in sorted(rng.choice(len(questions), cfg.limit_questions, replace=False))]
     if cfg.init_from:  # continue a trained model: its encoder config wins over cfg.encoder
-        from core.model import CONFIG_NAME, resolve_model
+        from spanseek.core.model import CONFIG_NAME, resolve_model
 
         init_dir = resolve_model(cfg.init_from)
         if cfg.widen_lora:
-            from trainer.average import widen_lora
+            from spanseek.trainer.average import widen_lora
 
             model = widen_lora(init_dir, cfg.widen_lora, seed=cfg.seed)
         else:
@@ -318,7 +318,7 @@ def train_phrase(cfg: TrainConfig) -> dict:
                                           "corrected": round(float(a[-tenth:, 1].mean()), 4)},
         }
     if cfg.val_questions:
-        from indexer.evaluate import run_eval
+        from spanseek.indexer.evaluate import run_eval
 
         val = write_holdout(cfg, out / "validation.json.gz")
         summary["validation"] = run_eval(val, last, reading_comprehension=True, limit=cfg.val_questions,

@@ -23,8 +23,8 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from core.io import Document, load_squad, write_corpus, write_json_atomic
-from trainer.mining import bm25_retriever
+from spanseek.core.io import Document, load_squad, write_corpus, write_json_atomic
+from spanseek.trainer.mining import bm25_retriever
 
 SETS = ("hard", "gold", "random", "reference")
 
@@ -90,7 +90,7 @@ def rank_checkpoints(valsets: str | Path, checkpoints: list[str], out: str | Pat
     """Phrase EM@1 of every checkpoint on every corpus, and Kendall's tau of each corpus vs the reference."""
     from scipy.stats import kendalltau
 
-    from indexer.evaluate import run_eval
+    from spanseek.indexer.evaluate import run_eval
 
     valsets = Path(valsets)
     scores: dict[str, dict[str, float]] = {name: {} for name in SETS}

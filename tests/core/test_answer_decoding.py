@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.config import EncoderConfig
-from core.metrics import normalize_answer
-from core.search import best_answer, best_span, length_scores, merge_by_answer
-from core.text import FLAG_END, FLAG_START
+from spanseek.core.config import EncoderConfig
+from spanseek.core.metrics import normalize_answer
+from spanseek.core.search import best_answer, best_span, length_scores, merge_by_answer
+from spanseek.core.text import FLAG_END, FLAG_START
 from tests.core.test_search import random_questions
 
 ALL_OK = FLAG_START | FLAG_END
@@ -73,7 +73,7 @@ def test_best_answer_is_best_span_when_every_span_reads_differently():
 @pytest.mark.parametrize("bias", [None, (0.0, 3.0, -2.0, 1.0, -1.0, 4.0)])
 def test_passage_decodes_span_and_answer(tiny_searcher, bias):
     """passage_best_span against best_span / best_answer on the passage's vectors, with and without a length bias."""
-    from core.search import Searcher
+    from spanseek.core.search import Searcher
 
     idx, L = tiny_searcher.index, tiny_searcher.max_answer_tokens
     searcher = tiny_searcher if bias is None else Searcher(idx, length_bias=bias)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.encoding import PassageEncoder, QuestionEncoder, autocast, pick_device, pick_precision
-from core.model import load_model, load_tokenizer
-from core.text import best_window, tokenize_passages, window_starts
+from spanseek.core.encoding import PassageEncoder, QuestionEncoder, autocast, pick_device, pick_precision
+from spanseek.core.model import load_model, load_tokenizer
+from spanseek.core.text import best_window, tokenize_passages, window_starts
 from tests.conftest import make_paragraph
 
 

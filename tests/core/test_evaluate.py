@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from core.evaluate import confidence_intervals, evaluate, sample_questions
-from core.io import Question
-from core.search import Hit
+from spanseek.core.evaluate import confidence_intervals, evaluate, sample_questions
+from spanseek.core.io import Question
+from spanseek.core.search import Hit
 
 CONTEXTS = ("Paris is the capital of France.", "New York is a city in the USA.")
 QUESTIONS = [

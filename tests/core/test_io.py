@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from core.io import (
+from spanseek.core.io import (
     CorpusError,
     Document,
     ReadStats,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.metrics import (
+from spanseek.core.metrics import (
     accuracy_at,
     cluster_bootstrap_ci,
     exact_match,

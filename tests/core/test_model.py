@@ -13,8 +13,8 @@ import shutil
 import pytest
 import torch
 
-from core.config import EncoderConfig
-from core.model import (
+from spanseek.core.config import EncoderConfig
+from spanseek.core.model import (
     CONFIG_NAME,
     DEFAULT_MODEL_DIR,
     WEIGHTS_NAME,

@@ -15,8 +15,8 @@ import random
 import numpy as np
 import pytest
 
-from core.search import UNITS, Searcher, best_span
-from core.text import FLAG_END, FLAG_START
+from spanseek.core.search import UNITS, Searcher, best_span
+from spanseek.core.text import FLAG_END, FLAG_START
 from tests.conftest import make_paragraph
 
 
@@ -60,8 +60,8 @@ def span_tokens(index, hit) -> tuple[int, int]:
 
 def searcher_over(directory, docs: list[dict], model_dir):
     """Build an exact index of ``docs`` (corpus records) with the model in ``directory`` and open a searcher."""
-    from core.loading import open_searcher
-    from indexer.build import BuildOptions, build_index
+    from spanseek.core.loading import open_searcher
+    from spanseek.indexer.build import BuildOptions, build_index
 
     corpus = directory / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(x) + "\n" for x in docs))
@@ -258,7 +258,7 @@ def test_per_call_nprobe_does_not_leak(tmp_path):
     """A search with an explicit nprobe leaves the index's stored default in place for the next search."""
     import faiss
 
-    from core.store import PhraseIndex
+    from spanseek.core.store import PhraseIndex
 
     rng = np.random.default_rng(0)
     index = faiss.index_factory(8, "IVF4,Flat", faiss.METRIC_INNER_PRODUCT)
@@ -278,7 +278,7 @@ def test_batched_flat_search_equals_per_query_search():
     """tune_faiss sends batches through BLAS; each query's neighbours must equal searching it alone."""
     import faiss
 
-    from core.store import FAISS_BLAS_MIN_QUERIES, tune_faiss
+    from spanseek.core.store import FAISS_BLAS_MIN_QUERIES, tune_faiss
 
     rng = np.random.default_rng(0)
     d = 48
@@ -307,7 +307,7 @@ def test_span_completion_runs_numpy_blas_single_threaded(tiny_searcher, monkeypa
     span completion runs inside it."""
     import contextlib
 
-    from core import search as search_module
+    from spanseek.core import search as search_module
 
     selected = search_module.numpy_blas().info()
     if not selected:

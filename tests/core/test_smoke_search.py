@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.search import best_span
+from spanseek.core.search import best_span
 
 
 def test_top_phrase_matches_brute_force(tiny_searcher):

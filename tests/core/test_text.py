@@ -8,7 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.text import FLAG_END, FLAG_START, best_window, char_to_token, tokenize_passages, window_starts
+from spanseek.core.text import (
+    FLAG_END,
+    FLAG_START,
+    best_window,
+    char_to_token,
+    tokenize_passages,
+    window_starts,
+)
 
 CASES = [(n, w, s) for n in (0, 1, 5, 30, 31, 52, 53, 100, 257) for w, s in ((30, 8), (10, 3), (254, 64))]
 

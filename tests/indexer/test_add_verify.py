@@ -15,12 +15,12 @@ import shutil
 import numpy as np
 import pytest
 
-from core.search import Searcher, best_span
-from core.store import PASSAGES, TOKEN_FLAGS, PhraseIndex
-from indexer import add as add_mod
-from indexer.add import add_documents
-from indexer.build import BuildOptions, build_index
-from indexer.verify import memory_per_token, verify_index
+from spanseek.core.search import Searcher, best_span
+from spanseek.core.store import PASSAGES, TOKEN_FLAGS, PhraseIndex
+from spanseek.indexer import add as add_mod
+from spanseek.indexer.add import add_documents
+from spanseek.indexer.build import BuildOptions, build_index
+from spanseek.indexer.verify import memory_per_token, verify_index
 from tests.conftest import make_corpus
 
 NEW_DOC = {"id": "new-1", "title": "Zebra Chronicle",

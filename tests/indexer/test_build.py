@@ -16,14 +16,14 @@ import shutil
 import numpy as np
 import pytest
 
-from core import store
-from core.encoding import PassageEncoder
-from core.io import CorpusError
-from core.loading import open_searcher
-from core.model import PhraseModel
-from core.store import IndexFormatError, Manifest, PhraseIndex
-from indexer.build import BUILD_STATE, SHARDS, BuildError, BuildOptions, build_index
 from spanseek.cli import main
+from spanseek.core import store
+from spanseek.core.encoding import PassageEncoder
+from spanseek.core.io import CorpusError
+from spanseek.core.loading import open_searcher
+from spanseek.core.model import PhraseModel
+from spanseek.core.store import IndexFormatError, Manifest, PhraseIndex
+from spanseek.indexer.build import BUILD_STATE, SHARDS, BuildError, BuildOptions, build_index
 
 # the options the tiny_index fixture was built with (4 shards of 7, 7, 7, 3 passages)
 OPTS = BuildOptions(shard_passages=7, progress=False, precision="fp32")
@@ -139,7 +139,7 @@ def test_empty_documents_and_paragraphs_are_skipped_and_counted(tmp_path, tiny_m
         {"id": "b", "title": "B", "paragraphs": ["  "]},
         {"id": "c", "title": "C", "paragraphs": ["Cato sang."]},
     ])
-    with caplog.at_level(logging.INFO, logger="indexer.build"):
+    with caplog.at_level(logging.INFO, logger="spanseek.indexer.build"):
         m = build_index(corpus, tiny_model_dir, tmp_path / "index", OPTS)
     assert (m.documents, m.passages) == (2, 3)
     assert "skipped 1 empty documents, 2 empty paragraphs" in caplog.text

@@ -13,11 +13,11 @@ import json
 import numpy as np
 import pytest
 
-from core.search import Searcher
-from core.store import CODES, IndexFormatError, PhraseIndex
-from indexer import build as build_mod
-from indexer.build import BuildError, BuildOptions, build_index
-from indexer.faiss_index import (
+from spanseek.core.search import Searcher
+from spanseek.core.store import CODES, IndexFormatError, PhraseIndex
+from spanseek.indexer import build as build_mod
+from spanseek.indexer.build import BuildError, BuildOptions, build_index
+from spanseek.indexer.faiss_index import (
     MIN_POINTS_PER_CENTROID,
     FactoryError,
     add_vectors,
@@ -138,7 +138,7 @@ def test_decode_codes_of_a_read_index_equals_sa_decode_before_writing(factory, t
     """Fast-scan indexes read back from disk crash in sa_decode (faiss 1.15); decode_codes must not, and agree."""
     import faiss
 
-    from core.store import decode_codes
+    from spanseek.core.store import decode_codes
 
     x = np.random.default_rng(0).standard_normal((3000, 32)).astype(np.float32)
     index = create_index(factory, 32, contiguous_ids=True)
@@ -219,7 +219,7 @@ def filter_model_dir(tmp_path_factory, tiny_config):
 
     import torch
 
-    from core.model import PhraseModel
+    from spanseek.core.model import PhraseModel
 
     torch.manual_seed(1)
     return PhraseModel(replace(tiny_config, filter_head=True)).save(tmp_path_factory.mktemp("models") / "filter")
@@ -228,7 +228,7 @@ def filter_model_dir(tmp_path_factory, tiny_config):
 def test_filter_threshold_indexes_only_kept_tokens(tmp_path_factory, medium_corpus, filter_model_dir):
     import torch
 
-    from core.model import load_model
+    from spanseek.core.model import load_model
 
     out = _build(tmp_path_factory, medium_corpus, filter_model_dir, IVF_FACTORY, "filtered", filter_threshold=0.5)
     idx = PhraseIndex(out)
@@ -285,7 +285,7 @@ def test_killed_ivf_build_resumes(tmp_path, medium_corpus, tiny_model_dir, ivf_i
 
 
 def _gpu_unusable() -> str | None:
-    from indexer.faiss_index import gpu_unusable_reason
+    from spanseek.indexer.faiss_index import gpu_unusable_reason
 
     return gpu_unusable_reason()
 
@@ -321,7 +321,7 @@ def test_gpu_without_kernels_for_the_card_falls_back_or_names_why(monkeypatch, c
 
     import faiss
 
-    from indexer import faiss_index
+    from spanseek.indexer import faiss_index
 
     monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1, raising=False)
     aborted = subprocess.CompletedProcess([], -6, "", "Faiss assertion 'err__ == cudaSuccess' failed ... CUDA error "

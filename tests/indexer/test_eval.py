@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from core.model import PhraseModel
-from indexer.build import BuildOptions
-from indexer.evaluate import run_eval
 from spanseek.cli import main
+from spanseek.core.model import PhraseModel
+from spanseek.indexer.build import BuildOptions
+from spanseek.indexer.evaluate import run_eval
 
 KEYS = {
     "n_questions": None,
@@ -96,7 +96,7 @@ def test_cli_eval_with_an_index(tmp_path, tiny_squad, tiny_model_dir, capsys):
 
 
 def test_cli_search_merges_answers(tiny_index, tiny_model_dir, capsys):
-    from core.metrics import normalize_answer
+    from spanseek.core.metrics import normalize_answer
 
     args = ["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--top-k", "8", "--device", "cpu"]
     assert main([*args, "--merge-answers", "Who built the bridge?"]) == 0
@@ -107,11 +107,11 @@ def test_cli_search_merges_answers(tiny_index, tiny_model_dir, capsys):
 
 @pytest.mark.parametrize("decode", ["answer", "span"])
 def test_cli_eval_passes_rc_decode(tmp_path, tiny_squad, tiny_model_dir, monkeypatch, decode):
-    import indexer.evaluate
+    import spanseek.indexer.evaluate
 
     seen = []
-    real = indexer.evaluate.evaluate
-    monkeypatch.setattr(indexer.evaluate, "evaluate", lambda *a, **k: seen.append(k["rc_decode"]) or real(*a, **k))
+    real = spanseek.indexer.evaluate.evaluate
+    monkeypatch.setattr(spanseek.indexer.evaluate, "evaluate", lambda *a, **k: seen.append(k["rc_decode"]) or real(*a, **k))
     argv = ["eval", "--questions", str(tiny_squad), "--model", str(tiny_model_dir), "--reading-comprehension",
             "--limit", "2", "--quiet", "--precision", "fp32"] + (["--rc-decode", decode] if decode == "span" else [])
     assert main(argv) == 0

@@ -13,9 +13,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from core.search import Searcher
-from service.app import create_app
-from service.settings import Settings
+from spanseek.core.search import Searcher
+from spanseek.service.app import create_app
+from spanseek.service.settings import Settings
 
 
 class CountingEncoder:

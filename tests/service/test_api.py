@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.app import create_app
+from spanseek.service.app import create_app
 
 UNITS = ("phrase", "passage", "doc")
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from service.app import create_app
+from spanseek.service.app import create_app
 
 
 async def test_concurrent_requests_share_encoder_calls_and_get_their_own_answers(
@@ -135,8 +135,8 @@ def test_a_client_that_disconnects_is_skipped_under_uvicorn(settings_for, counti
 async def test_stopping_fails_queued_and_running_requests_with_503(tiny_searcher, counting_factory):
     from concurrent.futures import ThreadPoolExecutor
 
-    from service.batcher import MicroBatcher, SearchParams
-    from service.errors import NotReady
+    from spanseek.service.batcher import MicroBatcher, SearchParams
+    from spanseek.service.errors import NotReady
 
     factory, encoder = counting_factory(block=True)
     executor = ThreadPoolExecutor(1)
@@ -179,7 +179,7 @@ class _GatedSearch:
 async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(tiny_searcher, counting_factory, pipeline):
     from concurrent.futures import ThreadPoolExecutor
 
-    from service.batcher import MicroBatcher, SearchParams
+    from spanseek.service.batcher import MicroBatcher, SearchParams
 
     factory, encoder = counting_factory()
     searcher = _GatedSearch(factory(None))
@@ -211,8 +211,8 @@ async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(tiny_se
 async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_stages(tiny_searcher, counting_factory):
     from concurrent.futures import ThreadPoolExecutor
 
-    from service.batcher import MicroBatcher, SearchParams
-    from service.errors import NotReady
+    from spanseek.service.batcher import MicroBatcher, SearchParams
+    from spanseek.service.errors import NotReady
 
     factory, encoder = counting_factory()
     searcher = _GatedSearch(factory(None), fail_on="index exploded")
@@ -247,7 +247,7 @@ async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_st
 async def test_full_overlap_starts_a_batch_during_a_search_only_when_a_full_batch_waits(tiny_searcher, counting_factory):
     from concurrent.futures import ThreadPoolExecutor
 
-    from service.batcher import MicroBatcher, SearchParams
+    from spanseek.service.batcher import MicroBatcher, SearchParams
 
     factory, encoder = counting_factory()
     searcher = _GatedSearch(factory(None))

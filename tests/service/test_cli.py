@@ -6,10 +6,10 @@ import argparse
 
 import pytest
 
-from core.model import ModelError
-from core.store import IndexFormatError
-from service.cli import _FLAGS, check_servable, register, settings_from_args
-from service.settings import Settings
+from spanseek.core.model import ModelError
+from spanseek.core.store import IndexFormatError
+from spanseek.service.cli import _FLAGS, check_servable, register, settings_from_args
+from spanseek.service.settings import Settings
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -54,7 +54,7 @@ def test_spanseek_serve_is_registered():
     from spanseek.cli import build_parser
 
     args = build_parser().parse_args(["serve", "--index", "x", "--model", "default"])
-    assert args.func.__module__ == "service.cli" and args.index == "x"
+    assert args.func.__module__ == "spanseek.service.cli" and args.index == "x"
 
 
 def test_spanseek_serve_runs_the_service(tiny_index, tiny_model_dir):

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from core.search import Searcher
-from core.store import IndexFormatError
-from service.app import create_app
+from spanseek.core.search import Searcher
+from spanseek.core.store import IndexFormatError
+from spanseek.service.app import create_app
 
 ERROR_KEYS = {"error", "message", "request_id"}
 
@@ -120,7 +120,7 @@ def test_wrong_model_for_index_fails_to_load(settings_for, tmp_path, tiny_config
     import torch
     from fastapi.testclient import TestClient
 
-    from core.model import PhraseModel
+    from spanseek.core.model import PhraseModel
 
     torch.manual_seed(1)
     other = PhraseModel(tiny_config).save(tmp_path / "other")

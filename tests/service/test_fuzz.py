@@ -9,7 +9,7 @@ from __future__ import annotations
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from service.app import create_app
+from spanseek.service.app import create_app
 
 EXAMPLES_PER_OPERATION = 60
 

@@ -45,7 +45,7 @@ def test_metrics_reflect_traffic(client, tiny_searcher):
 
 
 def test_each_app_has_its_own_registry(settings_for, tiny_searcher, serve):
-    from service.app import create_app
+    from spanseek.service.app import create_app
 
     with serve(create_app(settings_for(), lambda s: tiny_searcher)) as a, serve(create_app(settings_for(), lambda s: tiny_searcher)) as b:
         a.post("/search", json={"query": "x"})

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.app import create_app
+from spanseek.service.app import create_app
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RATE_WINDOW = "10s"  # stands in for Grafana's $__rate_interval at a 1 s scrape interval

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from core.model import WEIGHTS_NAME, ModelError, PhraseModel, load_model
-from trainer.average import average_checkpoints, average_state, widen_lora
+from spanseek.core.model import WEIGHTS_NAME, ModelError, PhraseModel, load_model
+from spanseek.trainer.average import average_checkpoints, average_state, widen_lora
 
 
 def _random_lora_model(config, seed: int) -> PhraseModel:

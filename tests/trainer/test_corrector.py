@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from core.io import load_squad, squad_questions
-from core.model import PhraseModel, load_model
+from spanseek.core.io import load_squad, squad_questions
+from spanseek.core.model import PhraseModel, load_model
+from spanseek.trainer import mining
+from spanseek.trainer import train as train_module
+from spanseek.trainer.corrector import TargetCorrector, corrector_loss
+from spanseek.trainer.phrase_cache import PhraseCache
+from spanseek.trainer.train import STATE, train_phrase
 from tests.trainer.test_train import fixed_batch_loss, tiny_train_config
-from trainer import mining
-from trainer import train as train_module
-from trainer.corrector import TargetCorrector, corrector_loss
-from trainer.phrase_cache import PhraseCache
-from trainer.train import STATE, train_phrase
 
 
 def test_the_corrector_starts_as_the_identity():

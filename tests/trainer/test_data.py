@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.io import Question, load_squad, squad_questions
-from trainer.data import build_windows, collate
+from spanseek.core.io import Question, load_squad, squad_questions
+from spanseek.trainer.data import build_windows, collate
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ def _free_port() -> int:
 def _collectives(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from trainer.distributed import DistInfo, all_reduce_mean, gather_others
+    from spanseek.trainer.distributed import DistInfo, all_reduce_mean, gather_others
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     g = [torch.full((2, 3), float(rank + 1)), torch.full((4,), 10.0 * (rank + 1))]
@@ -46,9 +46,9 @@ def _train(rank: int, world: int, port: int, squad: str, backbone: str, out: str
     import os
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    from core.config import EncoderConfig
-    from trainer.distributed import DistInfo
-    from trainer.train import TrainConfig, train_phrase
+    from spanseek.core.config import EncoderConfig
+    from spanseek.trainer.distributed import DistInfo
+    from spanseek.trainer.train import TrainConfig, train_phrase
 
     enc = EncoderConfig(backbone=backbone, max_seq_len=32, stride=8, max_answer_tokens=6)
     cfg = TrainConfig(train=squad, out=out, encoder=enc, max_steps=3, batch_windows=4, val_questions=0,

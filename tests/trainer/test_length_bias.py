@@ -11,7 +11,7 @@ import torch
 
 
 def test_fit_recovers_a_planted_bias():
-    from trainer.length_bias import SpanTable, fit_bias
+    from spanseek.trainer.length_bias import SpanTable, fit_bias
 
     L, Q, M = 4, 6000, 12
     g = torch.Generator().manual_seed(0)
@@ -28,7 +28,7 @@ def test_fit_recovers_a_planted_bias():
 
 def test_nll_ignores_padding_and_reads_the_gold_column():
     """Padding columns (-inf) add nothing and the gold column holds the gold span's score."""
-    from trainer.length_bias import SpanTable
+    from spanseek.trainer.length_bias import SpanTable
 
     table = SpanTable(torch.tensor([[1.0, 2.0, -torch.inf]]), torch.tensor([[0, 1, 0]]), torch.tensor([1]))
     expected = -(2.0 - np.log(np.exp(1.0) + np.exp(2.0)))
@@ -37,8 +37,8 @@ def test_nll_ignores_padding_and_reads_the_gold_column():
 
 
 def test_command_writes_the_model_with_its_bias(squad_file, tiny_model_dir, tiny_index, tmp_path):
-    from core.model import CONFIG_NAME, WEIGHTS_NAME, load_model, phrase_fingerprint
-    from trainer.length_bias import LengthBiasConfig, fit_length_bias
+    from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, load_model, phrase_fingerprint
+    from spanseek.trainer.length_bias import LengthBiasConfig, fit_length_bias
 
     out = tmp_path / "biased"
     summary = fit_length_bias(LengthBiasConfig(model=str(tiny_model_dir), train=str(squad_file), out=str(out),
@@ -61,7 +61,7 @@ def test_command_writes_the_model_with_its_bias(squad_file, tiny_model_dir, tiny
     assert sorted(p.name for p in out.iterdir()) == sorted([CONFIG_NAME, WEIGHTS_NAME])
 
     # a searcher over an index built by the unbiased model takes the fitted model's bias
-    from core.loading import open_searcher
+    from spanseek.core.loading import open_searcher
 
     assert open_searcher(tiny_index, out, device="cpu", precision="fp32").length_bias == tuple(summary["length_bias"])
 
@@ -70,7 +70,7 @@ def test_command_writes_the_model_with_its_bias(squad_file, tiny_model_dir, tiny
 def test_an_out_that_would_lose_data_is_refused_before_fitting(tiny_model_dir, tmp_path, where, monkeypatch):
     import shutil
 
-    from trainer import length_bias
+    from spanseek.trainer import length_bias
 
     model = tmp_path / "runs" / "m" / "last"
     shutil.copytree(tiny_model_dir, model)
@@ -84,7 +84,7 @@ def test_an_out_that_would_lose_data_is_refused_before_fitting(tiny_model_dir, t
 
 
 def test_bad_counts_are_refused_and_one_length_needs_no_fit():
-    from trainer.length_bias import LengthBiasConfig, SpanTable, fit_bias
+    from spanseek.trainer.length_bias import LengthBiasConfig, SpanTable, fit_bias
 
     with pytest.raises(ValueError, match="questions must be >= 1"):
         LengthBiasConfig(model="m", train="t", out="o", questions=0)
@@ -95,12 +95,12 @@ def test_bad_counts_are_refused_and_one_length_needs_no_fit():
 
 
 def test_span_table_has_every_valid_span_of_each_passage(squad_file, tiny_model_dir):
-    from core.encoding import PassageEncoder, QuestionEncoder
-    from core.io import load_squad, squad_questions
-    from core.model import load_model, load_tokenizer
-    from core.search import span_scores
-    from core.text import char_to_token
-    from trainer.length_bias import span_table
+    from spanseek.core.encoding import PassageEncoder, QuestionEncoder
+    from spanseek.core.io import load_squad, squad_questions
+    from spanseek.core.model import load_model, load_tokenizer
+    from spanseek.core.search import span_scores
+    from spanseek.core.text import char_to_token
+    from spanseek.trainer.length_bias import span_table
 
     model = load_model(tiny_model_dir)
     tok = load_tokenizer(model.config)
@@ -120,8 +120,8 @@ def test_span_table_has_every_valid_span_of_each_passage(squad_file, tiny_model_
 
 
 def test_cli_fits_and_prints_the_summary(squad_file, tiny_model_dir, tmp_path, capsys):
-    from core.model import load_model
     from spanseek.cli import main
+    from spanseek.core.model import load_model
 
     out = tmp_path / "cli-biased"
     assert main(["train", "length-bias", "--model", str(tiny_model_dir), "--train", str(squad_file), "--out", str(out),

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from trainer.losses import NEG_INF, LossConfig, PreBatchCache, phrase_loss, span_loss
+from spanseek.trainer.losses import NEG_INF, LossConfig, PreBatchCache, phrase_loss, span_loss
 
 LN256 = math.log(256.0)
 
@@ -99,9 +99,9 @@ def test_pre_batch_cache_is_a_detached_fifo():
 
 @pytest.mark.parametrize("kind", ["unified", "two_term"])
 def test_empty_pre_batch_cache_equals_no_pre_batch_in_value_and_gradient(tiny_config, tiny_squad, kind):
-    from core.io import load_squad, squad_questions
-    from core.model import PhraseModel, load_tokenizer
-    from trainer.data import build_windows, collate
+    from spanseek.core.io import load_squad, squad_questions
+    from spanseek.core.model import PhraseModel, load_tokenizer
+    from spanseek.trainer.data import build_windows, collate
 
     torch.manual_seed(0)
     model = PhraseModel(tiny_config).eval()  # eval: no dropout, so two passes are comparable

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from core.io import load_squad, squad_questions
-from core.loading import open_searcher
-from core.model import PhraseModel, load_model, load_tokenizer, model_fingerprint, phrase_fingerprint
-from core.store import IndexFormatError, PhraseIndex
-from trainer.data import build_windows, collate
-from trainer.losses import LossConfig, phrase_loss
-from trainer.qsft import CacheError, PhraseCache, QsftConfig, fill_cache, train_qsft, window_key
+from spanseek.core.io import load_squad, squad_questions
+from spanseek.core.loading import open_searcher
+from spanseek.core.model import PhraseModel, load_model, load_tokenizer, model_fingerprint, phrase_fingerprint
+from spanseek.core.store import IndexFormatError, PhraseIndex
+from spanseek.trainer.data import build_windows, collate
+from spanseek.trainer.losses import LossConfig, phrase_loss
+from spanseek.trainer.qsft import CacheError, PhraseCache, QsftConfig, fill_cache, train_qsft, window_key
 
 
 def _windows(model_dir, tiny_squad):

@@ -11,9 +11,9 @@ import torch
 
 
 def test_bm25_mining_excludes_gold_and_answers_and_resumes(squad_file, tmp_path, monkeypatch):
-    from core.io import load_squad
-    from core.metrics import passage_has_answer
-    from trainer import mining
+    from spanseek.core.io import load_squad
+    from spanseek.core.metrics import passage_has_answer
+    from spanseek.trainer import mining
 
     out = tmp_path / "hard.jsonl"
     calls = {"n": 0}
@@ -48,8 +48,8 @@ def test_bm25_mining_excludes_gold_and_answers_and_resumes(squad_file, tmp_path,
 
 
 def test_hard_negatives_load_from_gzip_like_plain(squad_file, tmp_path):
-    from core.io import load_squad
-    from trainer import mining
+    from spanseek.core.io import load_squad
+    from spanseek.trainer import mining
 
     out = mining.mine(squad_file, tmp_path / "hard.jsonl", chunk=50, progress=False)
     gz = tmp_path / "hard.jsonl.gz"
@@ -61,7 +61,7 @@ def test_hard_negatives_load_from_gzip_like_plain(squad_file, tmp_path):
 
 
 def test_hard_negatives_enter_the_unified_loss():
-    from trainer.losses import HardNegatives, LossConfig, phrase_loss
+    from spanseek.trainer.losses import HardNegatives, LossConfig, phrase_loss
 
     torch.manual_seed(0)
     H = torch.randn(2, 5, 4)
@@ -80,8 +80,8 @@ def test_hard_negatives_enter_the_unified_loss():
 
 
 def test_collate_appends_hard_passages_and_masks_answers(tiny_config):
-    from core.model import load_tokenizer
-    from trainer.data import TrainWindow, collate
+    from spanseek.core.model import load_tokenizer
+    from spanseek.trainer.data import TrainWindow, collate
 
     tok = load_tokenizer(tiny_config)
     ids = tok("alba built the bridge", add_special_tokens=False, return_tensors="np")["input_ids"][0]
@@ -95,8 +95,8 @@ def test_collate_appends_hard_passages_and_masks_answers(tiny_config):
 
 
 def test_filter_training_reduces_bce(squad_file, tiny_model_dir, tmp_path):
-    from core.model import load_model
-    from trainer.filter import FilterConfig, train_filter
+    from spanseek.core.model import load_model
+    from spanseek.trainer.filter import FilterConfig, train_filter
 
     out = tmp_path / "filtered"
     summary = train_filter(FilterConfig(model=str(tiny_model_dir), train=str(squad_file), out=str(out),
@@ -109,8 +109,8 @@ def test_filter_training_reduces_bce(squad_file, tiny_model_dir, tmp_path):
 
 
 def test_validation_sets(squad_file, tmp_path):
-    from core.io import read_corpus
-    from trainer.validation import build_validation_sets
+    from spanseek.core.io import read_corpus
+    from spanseek.trainer.validation import build_validation_sets
 
     counts = build_validation_sets(squad_file, tmp_path, n_questions=10, bm25_k=3, reference_extra=5)
     gold = {p for d in read_corpus(tmp_path / "gold.jsonl") for p in d.paragraphs}

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 import torch
 
-from core.config import EncoderConfig
-from core.encoding import PassageEncoder, QuestionEncoder
-from core.io import load_squad, split_articles, squad_questions
-from core.model import PhraseModel, load_model, load_tokenizer
-from trainer import train as train_module
-from trainer.data import build_windows, collate
-from trainer.losses import LossConfig, phrase_loss
-from trainer.train import STATE, TrainConfig, train_phrase
+from spanseek.core.config import EncoderConfig
+from spanseek.core.encoding import PassageEncoder, QuestionEncoder
+from spanseek.core.io import load_squad, split_articles, squad_questions
+from spanseek.core.model import PhraseModel, load_model, load_tokenizer
+from spanseek.trainer import train as train_module
+from spanseek.trainer.data import build_windows, collate
+from spanseek.trainer.losses import LossConfig, phrase_loss
+from spanseek.trainer.train import STATE, TrainConfig, train_phrase
 
 SQUAD_TRAIN = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad-v1.1-train.json.gz"
 
@@ -112,7 +112,7 @@ def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_confi
         loaded_at_start.update({n: t.clone() for n, t in self.saved_state().items()})
 
     monkeypatch.setattr(PhraseModel, "load_weights", remember)
-    with caplog.at_level(logging.INFO, logger="trainer.train"):
+    with caplog.at_level(logging.INFO, logger="spanseek.trainer.train"):
         summary = train_phrase(cfg)
     assert f"resumed from {out / 'last'} at step 3" in caplog.text
     assert len(calls) == 3 and summary["steps"] == 6  # steps 4, 5, 6 only
