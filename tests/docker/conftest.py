@@ -12,13 +12,16 @@ What is made here, once per run or cached across runs:
 - the torch index: PyPI's Linux torch is the CUDA build, so the CPU torch wheel comes from this host's wheel
   folder (pip's find-links), served with its dependencies as a pip index on 127.0.0.1 during the build;
 - the CPU image, the CUDA image and a stand-in Prometheus image, built with the Dockerfiles' real instructions
-  and only build arguments changed.
+  and only build arguments changed;
+- the demo index, built by the CPU image and kept in the cache folder (~/.cache/spanseek-docker, or
+  SPANSEEK_DOCKER_CACHE) until the corpus, core/ or indexer/ change.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import http.server
 import os
 import re
@@ -279,18 +282,31 @@ def prometheus_image(base_image: str) -> str:
     return build(compose_image("prometheus"), HERE / "Dockerfile.prometheus", HERE, {"BASE_IMAGE": base_image})
 
 
+def demo_index_key() -> str:
+    """A digest of what the demo index depends on: the corpus and the sources and model files of core/ and indexer/."""
+    digest = hashlib.sha256()
+    files = [ROOT / "data" / "demo" / "corpus.jsonl.gz"]
+    files += sorted(p for d in ("core", "indexer") for p in (ROOT / d).rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts)
+    for path in files:
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
 def demo_index(cpu_image: str) -> Path:
-    """The demo index at work/demo-index (compose's default index folder), built by the CPU image if missing."""
-    index = ROOT / "work" / "demo-index"
+    """The demo index, built by the CPU image and cached across runs and clones until its inputs change."""
+    index = CACHE / f"demo-index-{demo_index_key()}"
     if (index / "manifest.json").exists():
         say(f"reusing the demo index in {index}")
         return index
-    say(f"building the demo index in {index} with {cpu_image} (a few minutes) ...")
-    index.parent.mkdir(parents=True, exist_ok=True)
+    for old in CACHE.glob("demo-index-*"):
+        shutil.rmtree(old)
+    say(f"building the demo index in {index} with {cpu_image} (minutes) ...")
+    CACHE.mkdir(parents=True, exist_ok=True)
     # as this host's user, so that the files belong to it; resumable, and the manifest is written last
     run(["docker", "run", "--rm", "--network", "none", "--user", f"{os.getuid()}:{os.getgid()}",
-         "-v", f"{ROOT / 'data' / 'demo'}:/corpus:ro", "-v", f"{index.parent}:/out",
+         "-v", f"{ROOT / 'data' / 'demo'}:/corpus:ro", "-v", f"{CACHE}:/out",
          "--entrypoint", "spanseek", cpu_image, "index", "build", "--quiet",
          "--corpus", "/corpus/corpus.jsonl.gz", "--out", f"/out/{index.name}"],
         timeout=3600, log=LOGS / "demo-index.log")
