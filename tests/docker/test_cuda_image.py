@@ -24,6 +24,7 @@ def test_cuda_image_has_cuda_torch_and_faiss_gpu(cuda_image):
     say(f"image size: {cuda_image} {image_size(cuda_image) / 1e9:.2f} GB")
     found = json.loads(docker("run", "--rm", "--network", "none", "--entrypoint", "python", cuda_image,
                               "-c", CHECK).stdout.strip().splitlines()[-1])
+    say(f"inside {cuda_image}: {found}")
     assert found["cuda"], found  # None in a CPU build of torch
     assert found["faiss_gpu"], found  # faiss-cpu has no GPU resources class
     # faiss-cpu is gone: its files would shadow faiss-gpu's
