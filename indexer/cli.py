@@ -33,7 +33,8 @@ def _from_files(args: argparse.Namespace) -> int:
 
         count = model_token_counter(load_tokenizer(EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME)))
     opts = IngestOptions(
-        chunk=ChunkOptions(max_tokens=args.max_tokens, overlap=args.overlap, min_tokens=args.min_tokens),
+        chunk=ChunkOptions(max_tokens=args.max_tokens, min_tokens=args.min_tokens,
+                           overlap=args.overlap if args.overlap is not None else args.max_tokens // 5),
         id_field=args.id_field, extra_meta=extra, strict=args.strict,
     )
     report = from_files(args.paths, args.out, count, opts)
@@ -114,7 +115,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
     p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage")
-    p.add_argument("--overlap", type=int, default=40, help="tokens shared by consecutive windows of a long paragraph")
+    p.add_argument("--overlap", type=int, default=None,
+                   help="tokens shared by consecutive windows of a long paragraph (default: a fifth of --max-tokens)")
     p.add_argument("--min-tokens", type=int, default=32,
                    help="a passage shorter than this (a heading, a list item) takes in the paragraphs after it")
     p.add_argument("--tokenizer", default="model", choices=["model", "words"],

@@ -167,8 +167,10 @@ def _front_matter(source: str, where: str) -> tuple[dict[str, Any], str]:
     m = _FRONT_MATTER.match(source)
     if not m:
         return {}, source
-    import yaml
-
+    try:
+        import yaml
+    except ImportError:
+        raise IngestError(f"{where}: reading front matter needs PyYAML (pip install 'spanseek[index]')") from None
     try:
         data = yaml.safe_load(m.group(1))
     except yaml.YAMLError as e:
@@ -184,7 +186,10 @@ def _front_matter(source: str, where: str) -> tuple[dict[str, Any], str]:
 def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
     """Front matter as metadata; the body rendered to HTML (CommonMark + tables) and read as HTML, so the title
     is front matter's ``title`` or the first heading of any level."""
-    from markdown_it import MarkdownIt
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:
+        raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
 
     meta, body = _front_matter(source, where)
     parser = _HTMLText()
