@@ -286,7 +286,11 @@ def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token
 
 def from_files(paths: Sequence[str | Path], out: str | Path, count: TokenCounter = word_token_counter,
                opts: IngestOptions = IngestOptions()) -> IngestReport:
-    """Write the documents of ``paths`` as a JSONL corpus at ``out`` (atomically); returns what was done."""
+    """Write the documents of ``paths`` as a JSONL corpus at ``out`` (atomically); returns what was done.
+
+    ``count`` gives the tokens of each word: one per word by default; ``chunking.model_token_counter(tokenizer)``
+    counts the model's tokens (what ``spanseek corpus from-files`` uses unless told ``--tokenizer words``).
+    """
     report = IngestReport()
     write_corpus(out, iter_documents(paths, count, opts, report))
     if report.documents == 0:

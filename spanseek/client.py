@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
@@ -30,7 +31,7 @@ T = TypeVar("T")
 # --- results ------------------------------------------------------------------------------------------------
 
 
-def _build(cls: type[T], data: dict[str, Any], **nested: Any) -> T:
+def _build(cls: Callable[..., T], data: dict[str, Any], **nested: Any) -> T:
     """A dataclass from a JSON object: known fields by name (``nested`` already converted), the rest in ``extra``."""
     names = {f.name for f in fields(cls)} - {"extra"}  # type: ignore[arg-type]
     known = {k: v for k, v in data.items() if k in names}
