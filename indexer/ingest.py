@@ -100,7 +100,6 @@ class _HTMLText(HTMLParser):
         self._in_title = False
         self._title_buf: list[str] = []
         self._heading: str | None = None  # the heading element being read, if any
-        self._heading_start = 0
 
     def _flush(self) -> None:
         text = " ".join("".join(self._buf).split())
