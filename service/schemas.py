@@ -53,6 +53,7 @@ class HitOut(BaseModel):
     passage: str = Field(description="the passage text")
     doc_id: str
     title: str
+    meta: dict[str, Any] = Field(default_factory=dict, description="the document's metadata from the corpus")
 
 
 class QueryResult(BaseModel):
