@@ -69,7 +69,9 @@ class Settings(BaseSettings):
 
     # Access. With an API key, /search and /info need `Authorization: Bearer KEY` or `X-API-Key: KEY`; probes and
     # /metrics stay open so orchestrators and Prometheus need no secret (put /metrics behind the network instead).
-    api_key: SecretStr | None = Field(None, description="require this key on /search and /info")
+    # An empty (or blank) value means no key, as when compose passes an unset variable: every client is accepted,
+    # including those that send a key anyway.
+    api_key: SecretStr | None = Field(None, description="require this key on /search and /info (empty = no key)")
     # Browser origins allowed to call the API (comma-separated or JSON list); empty = no CORS headers at all.
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="CORS allowed origins")
 
@@ -88,6 +90,15 @@ class Settings(BaseSettings):
 
                 return json.loads(v)
             return [o.strip() for o in v.split(",") if o.strip()]
+        return v
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, v: object) -> object:
+        """``SPANSEEK_API_KEY=`` (empty or blank) turns authentication off rather than requiring an empty key."""
+        raw = v.get_secret_value() if isinstance(v, SecretStr) else v
+        if isinstance(raw, str) and not raw.strip():
+            return None
         return v
 
     @model_validator(mode="after")

@@ -77,6 +77,18 @@ def test_api_key(settings_for, tiny_searcher, serve):
             assert c.get(probe).status_code == 200
 
 
+@pytest.mark.parametrize("value", ["", "  "])
+def test_empty_api_key_means_no_key(settings_for, tiny_searcher, serve, monkeypatch, value):
+    """An empty SPANSEEK_API_KEY (compose passes one when the variable is unset) turns auth off for everyone."""
+    monkeypatch.setenv("SPANSEEK_API_KEY", value)
+    settings = settings_for()
+    assert settings.api_key is None
+    with serve(create_app(settings, lambda s: tiny_searcher)) as c:
+        for headers in ({}, {"X-API-Key": "anything"}, {"Authorization": "Bearer anything"}):
+            assert c.post("/search", json={"query": "a"}, headers=headers).status_code == 200, headers
+            assert c.get("/info", headers=headers).status_code == 200, headers
+
+
 def test_not_ready_until_loaded_and_warmed(settings_for, tiny_searcher):
     from fastapi.testclient import TestClient
 
