@@ -16,8 +16,8 @@ from spanseek.core.search import Hit
 from spanseek.service.errors import ResponseTooLarge
 from spanseek.service.schemas import SearchResponse
 
-# JSON punctuation, field names and numbers of one hit, beyond its strings (measured: ~190 bytes; rounded up).
-HIT_OVERHEAD_BYTES = 256
+# JSON punctuation, field names and numbers of one hit beyond its strings: at least this many bytes (~125 measured)
+HIT_OVERHEAD_BYTES = 100
 
 
 def passage_window(hit: Hit, context_chars: int | None) -> dict[str, Any]:

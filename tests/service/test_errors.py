@@ -25,7 +25,11 @@ def assert_error(r, status: int, error: str) -> dict:
 
 @pytest.mark.parametrize("payload", [{}, {"query": "a", "queries": ["b"]}, {"queries": []}, {"query": 3},
                                      {"queries": "not a list"}, {"query": "a", "top_k": "many"},
-                                     {"query": "a", "unknown": 1}, ["a list"]])
+                                     {"query": "a", "unknown": 1}, ["a list"],
+                                     # strict types: no silent conversion of strings, floats or numbers
+                                     {"query": "a", "top_k": "5"}, {"query": "a", "top_k": 5.0},
+                                     {"query": "a", "nprobe": "8"}, {"query": "a", "merge_answers": "true"},
+                                     {"query": "a", "full_passage": 1}, {"query": "a", "max_answer_length": True}])
 def test_malformed_bodies_are_422(client, payload):
     body = assert_error(client.post("/search", json=payload), 422, "validation_error")
     assert body["details"]
