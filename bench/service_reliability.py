@@ -139,7 +139,8 @@ async def load_run(args: argparse.Namespace, base: str, proc: subprocess.Popen, 
             print(json.dumps(levels[-1]), file=sys.stderr)
         best = max(lv["qps"] for lv in levels)
         saturation = min((lv for lv in levels if lv["qps"] >= 0.95 * best), key=lambda lv: lv["concurrency"])
-        overload = await closed_loop(client, questions, saturation["concurrency"] * args.overload_factor,
+        overload = await closed_loop(client, questions,
+                                     args.overload_concurrency or saturation["concurrency"] * args.overload_factor,
                                      args.overload_seconds, proc.pid)
         print(json.dumps({"overload": overload}), file=sys.stderr)
         await asyncio.sleep(args.settle_seconds)
@@ -149,8 +150,13 @@ async def load_run(args: argparse.Namespace, base: str, proc: subprocess.Popen, 
                            "after": rss_after, "after_over_before": rss_after / rss_before}}
 
 
-def build_huge_paragraph_index(out: Path, paragraph_chars: int) -> tuple[Path, Path]:
-    """A tiny random model (2 layers, 32 dims, the real tokenizer) and its index of a corpus with one huge paragraph."""
+def build_huge_paragraph_index(out: Path, paragraph_chars: int, indexed_chars: int) -> tuple[Path, Path]:
+    """A tiny random model (2 layers, 32 dims, the real tokenizer) and its index of a corpus with one huge paragraph.
+
+    Only the paragraph's first ``indexed_chars`` are indexed (indexing a whole 1 MB paragraph takes ~10 GB here,
+    an indexer limit outside the service); the index's passage store then gets the whole paragraph, so the
+    service serves hits inside a ``paragraph_chars`` passage.
+    """
     from spanseek.core.store import MANIFEST
 
     model_dir, index_dir = out / "tiny-model", out / "huge-index"
@@ -180,12 +186,20 @@ def build_huge_paragraph_index(out: Path, paragraph_chars: int) -> tuple[Path, P
                 " ".join(rng.choice(words) for _ in range(rng.randint(4, 9))) + "."
             sentences.append(s)
             size += len(s) + 1
+        paragraph = " ".join(sentences)
         corpus = out / "huge-corpus.jsonl"
-        docs = [{"id": "huge", "title": "Huge", "paragraphs": [" ".join(sentences)]}] + [
+        docs = [{"id": "huge", "title": "Huge", "paragraphs": [paragraph[:indexed_chars]]}] + [
             {"id": f"d{i}", "title": f"Doc {i}", "paragraphs": [" ".join(sentences[i * 5: i * 5 + 5])]} for i in range(5)]
         corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
-        print(f"indexing a corpus with a {size / 1e6:.2f} MB paragraph in {index_dir} ...", file=sys.stderr)
+        print(f"indexing the first {indexed_chars} characters of a {size / 1e6:.2f} MB paragraph in {index_dir} ...",
+              file=sys.stderr)
         build_index(corpus, model_dir, index_dir, BuildOptions(progress=False, precision="fp32", device="cpu"))
+        store = index_dir / "passages.jsonl"
+        rows = [json.loads(line) for line in store.read_text().splitlines()]
+        for row in rows:
+            if row["doc"] == 0:
+                row["text"] = paragraph  # same prefix, so every indexed offset still points at the same text
+        store.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return index_dir, model_dir
 
 
@@ -218,10 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[8, 16, 32, 64])
     p.add_argument("--seconds", type=float, default=10.0, help="duration of each saturation level")
     p.add_argument("--overload-factor", type=int, default=4)
+    p.add_argument("--overload-concurrency", type=int, default=None,
+                   help="clients of the overload run (default: --overload-factor x the saturation concurrency)")
     p.add_argument("--overload-seconds", type=float, default=30.0)
     p.add_argument("--settle-seconds", type=float, default=10.0)
     p.add_argument("--serve-args", default="", help="extra `spanseek serve` flags (default: none, i.e. defaults)")
     p.add_argument("--huge-paragraph-chars", type=int, default=1_000_000, help="0 = skip the bounded-response run")
+    p.add_argument("--indexed-chars", type=int, default=100_000, help="how much of the huge paragraph is indexed")
     p.add_argument("--work", type=Path, default=Path("work/bench-reliability"), help="tiny model + huge index")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
@@ -238,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         stop(proc)
     if args.huge_paragraph_chars:
         args.work.mkdir(parents=True, exist_ok=True)
-        index, model = build_huge_paragraph_index(args.work, args.huge_paragraph_chars)
+        index, model = build_huge_paragraph_index(args.work, args.huge_paragraph_chars, args.indexed_chars)
         port = free_port()
         proc = start(index, str(model), port, ["--max-top-k", "100"])
         try:

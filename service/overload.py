@@ -60,22 +60,16 @@ class BatchCostModel:
         fixed, per_question = self.line()
         return math.ceil(questions / max_batch_size) * fixed + questions * per_question
 
-    def wait_behind(self, queued: int, max_batch_size: int) -> float:
-        """Expected queueing time of a question that arrives behind ``queued`` others: the full batches that will
-        run before the one it joins (questions that share its batch do not delay it). The batch in flight is not
-        counted: every arrival waits for it alike, and counting it would refuse everything on a slow machine."""
-        return self.seconds_for((queued // max_batch_size) * max_batch_size, max_batch_size)
-
 
 def check_admission(cost: BatchCostModel, queued: int, incoming: int, max_batch_size: int, max_queue: int,
                     budget_s: float) -> None:
     """Raise Overloaded (429 + Retry-After) when ``incoming`` questions should not join ``queued`` ones.
 
     Refused when the queue would exceed ``max_queue`` questions, or when a budget is set (> 0) and the measured
-    rate says the batches queued ahead of this request's would take longer than ``budget_s`` to run. A request
-    that fits the first queued batch is always admitted (up to ``max_queue``): it only waits for the batch in flight.
+    rate says the questions queued ahead of this request would take longer than ``budget_s`` to run. A request
+    that finds the queue empty is always admitted (up to ``max_queue``), so a slow machine still serves.
     """
-    wait = cost.wait_behind(queued, max_batch_size)
+    wait = cost.seconds_for(queued, max_batch_size)
     if queued + incoming > max_queue:
         raise Overloaded(f"search queue is full ({queued} questions waiting); retry later", wait)
     if budget_s > 0 and wait > budget_s:
