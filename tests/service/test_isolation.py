@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import numpy as np
 import pytest
@@ -21,13 +20,6 @@ from spanseek.service.batcher import (
 )
 
 POISON = "\ud800"  # a lone surrogate: JSON allows "\ud800", the tokenizer refuses it
-
-
-async def _until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize("body", [
@@ -92,7 +84,7 @@ class PoisonableSearcher(Searcher):
 
 @pytest.mark.parametrize("pipeline", ["off", "on"])
 @pytest.mark.parametrize("culprit", ["BOOM", "FAR"])
-async def test_a_failing_batch_step_fails_only_its_culprit(settings_for, tiny_searcher, counting_factory,
+async def test_a_failing_batch_step_fails_only_its_culprit(hold_worker, settings_for, tiny_searcher, counting_factory,
                                                          async_serve, pipeline, culprit):
     """Batch-step failures the validation cannot foresee: encode (BOOM) and search (FAR), with and without the
     pipeline. Before bisection every request batched with the culprit got 500."""
@@ -101,10 +93,7 @@ async def test_a_failing_batch_step_fails_only_its_culprit(settings_for, tiny_se
     app = create_app(settings_for(max_batch_size=16, max_wait_ms=1, pipeline=pipeline), lambda s: searcher)
     encoder.gate.set()
     async with async_serve(app) as ac:
-        encoder.gate.clear()
-        encoder.entered.clear()
-        busy = asyncio.create_task(ac.post("/search", json={"query": "occupies the worker"}))
-        await _until(encoder.entered.is_set)
+        busy = await hold_worker(ac, encoder)
         questions = [f"castle number {i}" for i in range(7)]
         questions.insert(3, f"{culprit} castle")
         tasks = [asyncio.create_task(ac.post("/search", json={"query": q, "top_k": 2})) for q in questions]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -45,14 +44,8 @@ def test_admission_by_expected_wait_and_by_the_hard_cap():
     check_admission(cost, queued=249, incoming=7, max_batch_size=32, max_queue=256, budget_s=0)
 
 
-async def _until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
-async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(settings_for, counting_factory, async_serve):
+async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(hold_worker, until, settings_for,
+                                                                        counting_factory, async_serve):
     """The queue holds only what the measured rate runs within max_queue_wait_ms, far below max_queue.
 
     Before, the default max_queue (256 questions) was the only bound: all 40 requests would have queued."""
@@ -62,14 +55,11 @@ async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(settings
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
         batcher.observe_batch(4, 0.040)  # measured rate: 10 ms a question, so 100 ms = 10 queued questions
-        encoder.gate.clear()
-        encoder.entered.clear()
-        busy = asyncio.create_task(ac.post("/search", json={"query": "occupies the worker"}))
-        await _until(encoder.entered.is_set)
+        busy = await hold_worker(ac, encoder)
         tasks = []
         for i in range(40):  # one at a time, so the queue depth each one sees is known
             tasks.append(asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})))
-            await _until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
+            await until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
         refused = [t.result() for t in tasks if t.done()]
         assert len(refused) == 40 - 11  # admitted while the queue ahead held <= 100 ms: 0..10 questions
         assert all(r.status_code == 429 and r.json()["error"] == "overloaded" for r in refused)
