@@ -43,12 +43,8 @@ def default_searcher_factory(settings: Settings) -> Searcher:
 
 def index_nprobe(searcher: Searcher) -> int | None:
     """The IVF nprobe the index was loaded with (None for indexes without inverted lists)."""
-    try:
-        import faiss
-
-        return int(faiss.extract_index_ivf(searcher.index.faiss).nprobe)
-    except (RuntimeError, ImportError, AttributeError, TypeError):
-        return None
+    nprobe = getattr(searcher.index, "default_nprobe", None)  # PhraseIndex reads it from the IVF at load
+    return nprobe if isinstance(nprobe, int) else None
 
 
 def directory_bytes(path: Path) -> int:

@@ -61,11 +61,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def check_servable(settings: Settings) -> None:
-    """Fail fast (before starting uvicorn) when the index or model cannot be found."""
+    """Fail fast (before starting uvicorn) when the index or model cannot be found, or a file of the index is
+    damaged (its checksum differs from the manifest's record)."""
     from spanseek.core.model import resolve_model
-    from spanseek.core.store import Manifest
+    from spanseek.core.store import check_index
 
-    Manifest.load(settings.index)
+    check_index(settings.index)
     resolve_model(settings.model)
 
 
