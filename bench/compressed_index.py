@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> dict:
         searcher = type(base)(index, encoder)
         mem = memory_per_token(index)
         man = index.manifest
-        is_ivf = "nlist" in man.faiss_params
+        is_ivf = man.spec.is_ivf
         default_nprobe = man.faiss_params.get("nprobe")
         sweep = []
         for nprobe in (nprobes if is_ivf else [None]):

@@ -223,19 +223,25 @@ def _read(path: Path, read: Callable[[Path], T]) -> T:
                                "restore the index") from None
 
 
+def _leftovers(index_dir: Path) -> list[Path]:
+    """Scratch at the top of a finished index: partial files of killed writes, build shards, add staging."""
+    return [p for p in index_dir.iterdir() if integrity.is_scratch(p.name) and p.name != integrity.LOCK]
+
+
 def recover(index_dir: str | Path) -> str | None:
-    """Finish or undo an ``index add`` that was killed; returns "rolled forward", "rolled back" or None.
+    """Finish or undo an ``index add`` that was killed, and remove scratch; returns "rolled forward", "rolled
+    back", "cleaned up" or None (nothing to do).
 
     With its journal present every new file was complete: rename them over the old ones, write the journal's
     manifest, drop the journal (each step can be repeated, so a crash during recovery is recovered again).
-    Without a journal the old files are untouched: drop the add's partial files. Nothing happens while another
-    process holds the writer lock (a running add), except that a journal is waited for.
+    Without a journal the old files are untouched: drop the add's partial files. Only a finished index (one with a
+    manifest) is touched, and nothing while another process holds the writer lock (a running add), except that
+    a journal is waited for.
     """
     index_dir = Path(index_dir)
-    journal = index_dir / integrity.JOURNAL
-    leftovers = [*index_dir.glob("*" + integrity.ADD_SUFFIX), *index_dir.glob(f"{integrity.STAGING}*")]
-    if not journal.is_file() and not leftovers:
+    if not (index_dir / MANIFEST).is_file() or not _leftovers(index_dir):
         return None
+    journal = index_dir / integrity.JOURNAL
     with integrity.writer_lock(index_dir, wait=journal.is_file()) as locked:
         if not locked:
             if journal.is_file():
@@ -261,11 +267,13 @@ def recover_locked(index_dir: Path) -> str | None:
         journal.unlink()
         outcome = "rolled forward"
         log.warning("%s: finished an interrupted `index add` (rolled forward)", index_dir)
-    for tmp in index_dir.glob("*" + integrity.ADD_SUFFIX):
-        tmp.unlink()
-        outcome = outcome or "rolled back"
-    for staging in index_dir.glob(f"{integrity.STAGING}*"):
-        shutil.rmtree(staging, ignore_errors=True)
+    for path in _leftovers(index_dir):
+        if path.name.endswith(integrity.ADD_SUFFIX):
+            outcome = outcome or "rolled back"
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
         outcome = outcome or "cleaned up"
     if outcome == "rolled back":
         log.warning("%s: removed the partial files of an interrupted `index add` (rolled back)", index_dir)
@@ -374,6 +382,9 @@ class PhraseIndex:
         self.faiss = _read(d / FAISS_INDEX, lambda p: faiss.read_index(str(p)))
         tune_faiss(self.faiss.d)
         ivf = ivf_of(self.faiss)
+        if (ivf is not None) != self.manifest.spec.is_ivf:
+            raise IndexFormatError(f"{d / FAISS_INDEX}: {'an IVF' if ivf is not None else 'no IVF'} index, but the "
+                                   f"manifest's factory is {self.manifest.factory!r}; rebuild the index")
         self.default_nprobe: int | None = int(ivf.nprobe) if ivf is not None else None
         self.codes = _read(d / CODES, lambda p: np.load(p, mmap_mode=mode)) if (d / CODES).is_file() else None
         n = len(self.token_passage)

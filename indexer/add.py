@@ -47,11 +47,6 @@ def _tmp(index_dir: Path, name: str) -> Path:
     return index_dir / (name + TMP_SUFFIX)
 
 
-def finish_pending_add(index_dir: str | Path) -> bool:
-    """Roll an interrupted add forward (or drop its partial files). True if there was one to finish."""
-    return store.recover(index_dir) == "rolled forward"
-
-
 def _concat_npy(old_path: Path, new: np.ndarray, dest: Path) -> None:
     """Write old rows followed by ``new`` rows to ``dest`` through a memory map (bounded memory)."""
     old = np.load(old_path, mmap_mode="r")

@@ -260,7 +260,7 @@ def test_killed_ivf_build_resumes(tmp_path, medium_corpus, tiny_model_dir, ivf_i
     calls = []
 
     def dying_encode(*args):
-        calls.append(args[-1].name)
+        calls.append(args[3].name)  # (encoder, tokenizer, texts, dest, key)
         if len(calls) == 2:
             raise KeyboardInterrupt("killed")
         return real_encode(*args)
