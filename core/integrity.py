@@ -68,16 +68,18 @@ def describe_files(index_dir: Path, exclude: tuple[str, ...] = (), replaced: Map
                    ) -> dict[str, dict[str, Any]]:
     """``{relative path: {"bytes", CHECKSUM}}`` for every file of ``index_dir``.
 
-    ``replaced`` maps a relative path to the file that will take its place (an add's ``*.add.tmp``): that file is
-    described under the final name, whether or not the name exists yet.
+    ``replaced`` maps a relative path to the file or directory that will take its place (an add's ``*.add.tmp``):
+    it is described under the final name, whether or not the name exists yet; a directory replaces every file
+    under the old one.
     """
-    replaced = dict(replaced or {})
-    names = sorted(set(index_files(index_dir, exclude)) | set(replaced))
-    out = {}
-    for rel in names:
-        path = replaced.get(rel, index_dir / rel)
-        out[rel] = {"bytes": path.stat().st_size, CHECKSUM: file_digest(path)}
-    return out
+    paths = {rel: index_dir / rel for rel in index_files(index_dir, exclude)}
+    for rel, new in (replaced or {}).items():
+        paths = {k: v for k, v in paths.items() if not (k == rel or k.startswith(rel + "/"))}
+        if new.is_dir():
+            paths.update({f"{rel}/{p.relative_to(new).as_posix()}": p for p in new.rglob("*") if p.is_file()})
+        else:
+            paths[rel] = new
+    return {rel: {"bytes": paths[rel].stat().st_size, CHECKSUM: file_digest(paths[rel])} for rel in sorted(paths)}
 
 
 def check_files(index_dir: Path, files: Mapping[str, Any], contents: bool = True) -> list[str]:

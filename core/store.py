@@ -260,7 +260,10 @@ def recover_locked(index_dir: Path) -> str | None:
         manifest = Manifest.from_dict(pending.get("manifest") if isinstance(pending, dict) else None, journal)
         for name in pending["files"]:
             tmp = index_dir / (name + integrity.ADD_SUFFIX)
-            if tmp.exists():
+            if tmp.is_dir():  # os.replace cannot put a directory over a non-empty one; repeatable if killed here
+                shutil.rmtree(index_dir / name, ignore_errors=True)
+                tmp.rename(index_dir / name)
+            elif tmp.exists():
                 os.replace(tmp, index_dir / name)
         manifest.write(index_dir)
         integrity.fsync_path(index_dir)
