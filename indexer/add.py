@@ -7,7 +7,8 @@ then every store is rewritten as ``<name>.add.tmp`` = old rows followed by the n
 document numbers continue after the existing ones), the new tokens (those the filter keeps, when the index was
 built with a threshold) are added to the trained faiss index and encoded into the codes store. When all those
 files are complete a journal (``add.journal.json``) naming them and the new manifest is written; then each file
-is renamed over its old version and the manifest is written last. A crash before the journal leaves the old
+is renamed over its old version and the manifest is written last. The lexical (BM25) part, when the index has
+one, is rebuilt over the old and new passages as ``lexical.add.tmp`` before the journal. A crash before the journal leaves the old
 index intact; a crash after it is rolled forward by the next ``index add`` (or ``finish_pending_add``).
 """
 
@@ -29,6 +30,7 @@ from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprin
 from spanseek.indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
 from spanseek.indexer.compress import kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import add_vectors
+from spanseek.indexer.lexical import write_lexical
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,10 @@ def finish_pending_add(index_dir: str | Path) -> bool:
     pending = json.loads(journal.read_text())
     for name in pending["files"]:
         tmp = _tmp(index_dir, name)
-        if tmp.exists():
+        if tmp.is_dir():  # the lexical part: a directory, which os.replace cannot put over a non-empty one
+            shutil.rmtree(index_dir / name, ignore_errors=True)
+            tmp.rename(index_dir / name)
+        elif tmp.exists():
             os.replace(tmp, index_dir / name)
     write_json_atomic(index_dir / store.MANIFEST, pending["manifest"])
     journal.unlink()
@@ -135,12 +140,18 @@ def add_documents(
         write_codes(index, new_vectors, _tmp(index_dir, store.CODES), old_codes=old_codes)
         names.append(store.CODES)
 
+    lexical = old.lexical
+    if lexical is not None:  # an index without one stays without (`spanseek index add-lexical` adds it)
+        lexical = write_lexical(index_dir, _tmp(index_dir, store.PASSAGES), _tmp(index_dir, store.DOCS),
+                                _tmp(index_dir, store.LEXICAL), fusion=lexical.get("fusion"))
+        names.append(store.LEXICAL)
+
     params = dict(old.faiss_params)
     params["added"] = [*params.get("added", []), {"corpus": str(corpus.resolve()), "documents": stats.documents,
                                                    "tokens": n_new, "seconds": round(time.time() - t0, 2)}]
     manifest = store.Manifest(**{
         **old.to_dict(), "faiss_params": params, "documents": D + stats.documents, "passages": P + stats.paragraphs,
-        "tokens": N + n_new, "indexed_tokens": int(index.ntotal),
+        "tokens": N + n_new, "indexed_tokens": int(index.ntotal), "lexical": lexical,
     })
     write_json_atomic(index_dir / JOURNAL, {"files": names, "manifest": manifest.to_dict()})
     finish_pending_add(index_dir)

@@ -8,7 +8,8 @@ directory renamed into place, so a killed build resumes from the first missing s
 on the factory, so a build that stopped at the faiss stage can be resumed with another ``--factory``). The merge
 writes the final arrays through memory maps; then the factory is resolved (``auto``) and validated against the
 number of tokens to index, faiss is trained on a sample (on GPU when faiss has one) and filled chunk by chunk,
-compressed indexes get a codes store (``indexer.compress``), and the manifest is written last.
+compressed indexes get a codes store (``indexer.compress``), the passages get a BM25 index (``indexer.lexical``),
+and the manifest is written last.
 
 With a filter head and ``filter_threshold`` T, start/end filter probabilities are computed at encode time; faiss
 holds only tokens with either probability >= T, while the fine store and codes keep every token.
@@ -53,6 +54,7 @@ from spanseek.indexer.faiss_index import (
     use_gpu,
     validate_factory,
 )
+from spanseek.indexer.lexical import write_lexical
 
 log = logging.getLogger(__name__)
 
@@ -243,8 +245,9 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
     n_shards, stats = encode_corpus(corpus, out, phrase_model, opts)  # 1. encode shards
     n_tokens = merge_shards(out, n_shards, phrase_model.dim, corpus)  # 2. merge shards into the final arrays
     factory, faiss_params, indexed = fill_faiss(out, phrase_model.dim, opts)  # 3. faiss (+ codes)
+    lexical = write_lexical(out)  # 4. BM25 over the passages
 
-    # 4. manifest last: its presence marks a finished index
+    # 5. manifest last: its presence marks a finished index
     manifest = store.Manifest(
         format_version=store.FORMAT_VERSION,
         encoder=phrase_model.config.to_dict(),
@@ -260,6 +263,7 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
         build_seconds=round(time.time() - t_start, 2),
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         phrase_fingerprint=phrase_fingerprint(model_dir),
+        lexical=lexical,
     )
     write_json_atomic(out / store.MANIFEST, manifest.to_dict())
     shutil.rmtree(out / SHARDS, ignore_errors=True)
@@ -278,13 +282,15 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions) -> store.Manif
     if (out / store.MANIFEST).exists():
         raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
+    for f in [*src.iterdir(), *(src / store.LEXICAL).glob("*")]:  # the lexical part is shared as it is
         if f.is_file() and f.name not in (store.MANIFEST, store.FAISS_INDEX, store.CODES):
-            (out / f.name).unlink(missing_ok=True)
+            (out / f.parent.relative_to(src)).mkdir(exist_ok=True)
+            dest = out / f.relative_to(src)
+            dest.unlink(missing_ok=True)
             try:
-                os.link(f, out / f.name)
+                os.link(f, dest)
             except OSError:
-                shutil.copy2(f, out / f.name)
+                shutil.copy2(f, dest)
     t0 = time.time()
     factory, faiss_params, indexed = fill_faiss(out, int(old.encoder["dim"]), opts)
     manifest = store.Manifest(**{

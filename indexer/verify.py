@@ -2,6 +2,9 @@
 
     spanseek index verify INDEX_DIR [--sample 1000] [--nprobe N]
 
+The lexical (BM25) part, when present, must rank a sample of passage-text queries as a fresh BM25 of the passage
+store does; an index without one is reported as such (it serves dense search).
+
 Recall uses a sample of the index's own (fine, fp16) token vectors as queries: the exact top-k is a brute-force
 inner-product search over the fine vectors of the indexed tokens; recall@1 is the share of queries whose
 compressed top-1 is the exact top-1, recall@10 the mean overlap of the two top-10 lists.
@@ -21,6 +24,8 @@ import numpy as np
 from spanseek.core import store
 from spanseek.core.store import IndexFormatError, PhraseIndex
 from spanseek.indexer.compress import kept_token_ids
+from spanseek.indexer.lexical import check_lexical
+from spanseek.indexer.lexical import describe as describe_lexical
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +95,7 @@ def recall_vs_exact(
     queries = np.ascontiguousarray(index.token_vectors(q_ids), dtype=np.float32)
     k = min(k, len(ids))
     exact = exact_topk(index.vectors, ids, queries, k)
-    index.set_nprobe(nprobe)
-    _, approx = index.faiss.search(queries, k)
+    _, approx = index.faiss.search(queries, k, params=index.search_parameters(nprobe))
     overlap = [len(np.intersect1d(a, e)) / k for a, e in zip(approx, exact, strict=True)]
     return {
         "queries": len(q_ids),
@@ -145,12 +149,14 @@ def verify_index(
     except IndexFormatError as e:
         return {"ok": False, "problems": [str(e)]}
     problems = check_maps(index)
+    problems += check_lexical(index)
     m = index.manifest
     out: dict[str, Any] = {
         "ok": not problems,
         "problems": problems,
         "manifest": {"factory": m.factory, "documents": m.documents, "passages": m.passages, "tokens": m.tokens,
                      "indexed_tokens": m.indexed_tokens, "filter_threshold": m.filter_threshold},
+        "lexical": describe_lexical(index),
     }
     if not problems and m.indexed_tokens > 0:
         out["recall"] = recall_vs_exact(index, sample, k, nprobe)

@@ -37,10 +37,23 @@ def test_invalid_json_and_unknown_unit_are_422(client):
 
 
 @pytest.mark.parametrize("extra", [{"top_k": 0}, {"top_k": 101}, {"top_k": -3}, {"nprobe": 0},
-                                   {"nprobe": 10**6}, {"max_answer_length": 0}, {"max_answer_length": 65}])
+                                   {"nprobe": 10**6}, {"max_answer_tokens": 0}, {"max_answer_tokens": 65},
+                                   {"lexical_weight": -1.0}])
 def test_out_of_range_values_are_400(client, extra):
     body = assert_error(client.post("/search", json={"query": "a", **extra}), 400, "bad_request")
     assert next(iter(extra)) in body["message"]
+
+
+def test_the_old_answer_length_name_is_still_accepted(client):
+    """Clients written before the rename send max_answer_length; it is the same field."""
+    body = assert_error(client.post("/search", json={"query": "a", "max_answer_length": 65}), 400, "bad_request")
+    assert "max_answer_tokens" in body["message"]
+    assert client.post("/search", json={"query": "a", "max_answer_length": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("extra", [{"mode": "fuzzy"}, {"fusion": "sum"}, {"lexical_weight": "heavy"}])
+def test_malformed_search_params_are_422(client, extra):
+    assert_error(client.post("/search", json={"query": "a", **extra}), 422, "validation_error")
 
 
 @pytest.mark.parametrize("unit", ["passage", "doc"])
