@@ -123,3 +123,20 @@ def test_default_factory_loads_the_index_and_warms_up(settings_for, serve):
         assert c.post("/search?unit=doc", json={"query": "a poet", "top_k": 2}).status_code == 200
         metrics = c.get("/metrics").text
         assert "spanseek_ready 1.0" in metrics
+
+
+@pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
+def test_search_accepts_a_mode(client, tiny_searcher, mode):
+    question = "Who built the castle in 1500?"
+    r = client.post("/search?unit=passage", json={"query": question, "top_k": 3, "mode": mode})
+    assert r.status_code == 200, r.text
+    hits = r.json()["results"][0]["hits"]
+    expected = tiny_searcher.search([question], SearchParams(unit="passage", top_k=3, mode=mode))[0]
+    assert [h["passage_id"] for h in hits] == [h.passage_id for h in expected]
+    assert all((h["lexical"] is None) == (mode == "dense") for h in hits)
+
+
+def test_info_names_the_modes_and_the_default(client, tiny_searcher):
+    service = client.get("/info").json()["service"]
+    assert service["modes"] == ["dense", "lexical", "hybrid"] and service["default_mode"] == tiny_searcher.default_mode
+    assert set(service["lexical_weights"]) == {"phrase", "passage", "doc"}

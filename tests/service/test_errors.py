@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
@@ -173,3 +174,30 @@ def test_cors(settings_for, tiny_searcher, serve):
         assert r.headers["access-control-allow-origin"] == "https://a.example"
         r = c.post("/search", json={"query": "a"}, headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in r.headers
+
+
+def test_an_index_without_the_lexical_part_serves_dense_and_explains_the_other_modes(tmp_path, settings_for,
+                                                                                      tiny_searcher):
+    import json
+    import shutil
+
+    from spanseek.core import store
+    from spanseek.core.search import Searcher
+    from spanseek.core.store import PhraseIndex
+    from fastapi.testclient import TestClient
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_searcher.index.dir, old)
+    shutil.rmtree(old / store.LEXICAL)
+    manifest = json.loads((old / store.MANIFEST).read_text())
+    del manifest["lexical"]
+    (old / store.MANIFEST).write_text(json.dumps(manifest))
+    searcher = Searcher(PhraseIndex(old), tiny_searcher.encoder)
+    with TestClient(create_app(settings_for(index=old), lambda s: searcher)) as client:
+        while client.get("/ready").status_code != 200:
+            time.sleep(0.02)
+        assert client.post("/search", json={"query": "the castle"}).status_code == 200
+        body = assert_error(client.post("/search", json={"query": "the castle", "mode": "hybrid"}), 400, "bad_request")
+        assert "spanseek index add-lexical" in body["message"]
+        service = client.get("/info").json()["service"]
+        assert service["modes"] == ["dense"] and "add-lexical" in service["lexical"]
