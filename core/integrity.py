@@ -103,7 +103,10 @@ def check_files(index_dir: Path, files: Mapping[str, Any], contents: bool = True
 
 
 def fsync_path(path: Path) -> None:
-    """Flush a file (or a directory's entries) to stable storage."""
+    """Flush a file, or a directory with every file under it, to stable storage."""
+    if path.is_dir():
+        for sub in path.iterdir():
+            fsync_path(sub)
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -15,6 +15,8 @@ An index directory (written by ``spanseek index build``) holds:
 - ``codes.npy``          (N, code_size) uint8, optional: every token's faiss code (``sa_encode``) in id order,
                          written for compressed (non-Flat) indexes; decoded with the index's ``sa_decode``.
 - ``token_filter.npy``   (N, 2) float16, optional: start/end filter probabilities (models with a filter head).
+- ``lexical/``           the BM25 index of the passages (``core.lexical``), recorded in ``manifest.lexical`` with
+                         the fusion defaults; absent in indexes built before it (``spanseek index add-lexical``).
 
 The manifest records the size and checksum of every other file (``core.integrity``) and a checksum of its own
 fields; opening an index compares sizes and, by default, checksums, and refuses a damaged index naming the file.
@@ -22,7 +24,8 @@ An ``index add`` interrupted after its journal is rolled forward, and one interr
 the index is next opened (``recover``).
 
 Neighbour vectors (span completion and re-scoring) come from one of two sources, chosen per PhraseIndex
-(``vector_source``; the build records its default in ``manifest.faiss_params["vector_source"]``):
+(``vector_source``; the build records its default in ``manifest.faiss_params["vector_source"]``; a request may
+name another, ``core.params.SearchParams``):
 ``fine`` reads the fp16 fine store through a memory map; ``codes`` decodes the compressed codes of the ids.
 
 Token ids are contiguous per passage, so the L neighbours of a token are the next (or previous) L ids,
@@ -48,6 +51,8 @@ from spanseek.core import integrity
 from spanseek.core.config import EncoderConfig
 from spanseek.core.faiss_spec import FactorySpec, ivf_of, parse_factory, unwrapped
 from spanseek.core.io import write_json_atomic
+from spanseek.core.lexical import DEFAULT_FUSION, LEXICAL_DIR, LexicalIndex
+from spanseek.core.params import VECTOR_SOURCES
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,7 +69,7 @@ DOCS = "docs.jsonl"
 FAISS_INDEX = "index.faiss"
 CODES = "codes.npy"
 FILTER_SCORES = "token_filter.npy"
-VECTOR_SOURCES = ("fine", "codes")
+LEXICAL = LEXICAL_DIR
 
 
 CHECKSUM_FIELD = "checksum"
@@ -98,6 +103,9 @@ class Manifest:
     build_seconds: float
     created: str
     phrase_fingerprint: str | None = None  # core.model.phrase_fingerprint (absent in indexes built before it)
+    # the BM25 part (core.lexical.LexicalIndex.describe) plus "fusion": default mode, fusion and weights; None in
+    # indexes built before it
+    lexical: dict[str, Any] | None = None
     files: dict[str, dict[str, Any]] | None = None  # relative path -> {"bytes", "xxh3_128"} (absent before checksums)
 
     @classmethod
@@ -404,11 +412,7 @@ class PhraseIndex:
                                    f"{len(self.passages)} passages; rebuild the index")
         if self.codes is not None and len(self.codes) != n:
             raise IndexFormatError(f"{d / CODES}: {len(self.codes)} rows for {n} tokens; rebuild the index")
-        self.vector_source = "fine"
-        self.set_vector_source(vector_source or self.manifest.faiss_params.get("vector_source", "fine"))
-
-    def set_vector_source(self, source: str) -> None:
-        """Where the searcher's neighbour vectors come from: ``fine`` (fp16 store) or ``codes`` (decoded codes)."""
+        source = vector_source or self.manifest.faiss_params.get("vector_source", "fine")
         if source not in VECTOR_SOURCES:
             raise ValueError(f"vector_source must be one of {VECTOR_SOURCES}, got {source!r}")
         if source == "codes" and self.codes is None:
@@ -416,6 +420,22 @@ class PhraseIndex:
                 f"{self.dir}: no compressed codes ({CODES}; factory {self.manifest.factory}); use vector_source='fine'"
             )
         self.vector_source = source
+        self.lexical: LexicalIndex | None = None
+        if self.manifest.lexical is not None:
+            try:
+                self.lexical = LexicalIndex.load(self.dir / LEXICAL)
+            except (FileNotFoundError, ValueError, KeyError) as e:
+                raise IndexFormatError(f"{self.dir}: its lexical index ({LEXICAL}/) is unreadable ({e}); rebuild it "
+                                       f"with `spanseek index add-lexical {self.dir}`") from e
+            if self.lexical.n_passages != len(self.passages):
+                raise IndexFormatError(f"{self.dir}: the lexical index has {self.lexical.n_passages} passages for "
+                                       f"{len(self.passages)}; rebuild it with `spanseek index add-lexical {self.dir}`")
+
+    @property
+    def fusion_defaults(self) -> dict[str, Any]:
+        """Default mode, fusion and per-unit lexical weights: the manifest's, else ``core.lexical.DEFAULT_FUSION``."""
+        fusion = (self.manifest.lexical or {}).get("fusion") or {}
+        return {**DEFAULT_FUSION, **fusion, "weights": {**DEFAULT_FUSION["weights"], **fusion.get("weights", {})}}
 
     @property
     def encoder_config(self) -> EncoderConfig:
@@ -445,13 +465,25 @@ class PhraseIndex:
     def passage_range(self, passage: int) -> tuple[int, int]:
         return int(self.passage_tokens[passage]), int(self.passage_tokens[passage + 1])
 
-    def set_nprobe(self, nprobe: int | None) -> None:
-        """Set the IVF nprobe for the next searches; None restores the index's stored default (no-op without IVF).
+    def search_parameters(self, nprobe: int | None) -> Any:
+        """faiss per-call search parameters for ``nprobe`` (None: the index's stored default, no parameters).
 
-        Restoring matters: a per-request nprobe must not leak into the requests after it.
+        Given per call, never set on the shared index, so one request's nprobe cannot leak into another's.
         """
-        ivf = ivf_of(self.faiss)
-        if ivf is not None:
-            chosen = nprobe if nprobe is not None else self.default_nprobe
-            assert chosen is not None  # an IVF index always has its stored default
-            ivf.nprobe = int(chosen)
+        if nprobe is None or ivf_of(self.faiss) is None:
+            return None
+        return faiss_search_parameters(self.faiss, int(nprobe))
+
+
+def faiss_search_parameters(index: Any, nprobe: int) -> Any:
+    """SearchParametersIVF(nprobe) wrapped as the index's layers need: a pre-transform (OPQ) takes its inner
+    index's parameters in SearchParametersPreTransform; id maps pass theirs through."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexPreTransform):
+        # faiss's type stubs lack these constructors' keywords (call-arg below)
+        return faiss.SearchParametersPreTransform(index_params=faiss_search_parameters(index.index, nprobe))  # type: ignore[call-arg]
+    if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2):
+        return faiss_search_parameters(index.index, nprobe)
+    return faiss.SearchParametersIVF(nprobe=nprobe)  # type: ignore[call-arg]

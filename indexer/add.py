@@ -12,7 +12,8 @@ document numbers continue after the existing ones), the new tokens (those the fi
 built with a threshold) are added to the trained faiss index and encoded into the codes store. When all those
 files are complete and flushed to disk, a journal (``add.journal.json``) naming them and the new manifest (with
 their checksums) is written: that is the commit point. Then each file is renamed over its old version, the
-manifest is written and the journal removed. A kill -9 anywhere leaves an index that opens: before the journal,
+manifest is written and the journal removed. The lexical (BM25) part, when the index has one, is rebuilt
+over the old and new passages as the directory ``lexical.add.tmp`` before the journal. A kill -9 anywhere leaves an index that opens: before the journal,
 opening it drops the partial files (roll back); after it, opening it finishes the renames (roll forward;
 ``core.store.recover``). An add holds the index's writer lock, so two adds cannot interleave.
 """
@@ -34,6 +35,7 @@ from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprin
 from spanseek.indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
 from spanseek.indexer.compress import kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import add_vectors
+from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.recall import measure_recall
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,12 @@ def _add_locked(index_dir: Path, corpus: Path, model: str | Path | None, opts: B
         write_codes(index, new_vectors, _tmp(index_dir, store.CODES), old_codes=old_codes)
         names.append(store.CODES)
 
+    lexical = old.lexical
+    if lexical is not None:  # an index without one stays without (`spanseek index add-lexical` adds it)
+        lexical = write_lexical(index_dir, _tmp(index_dir, store.PASSAGES), _tmp(index_dir, store.DOCS),
+                                _tmp(index_dir, store.LEXICAL), fusion=lexical.get("fusion"))
+        names.append(store.LEXICAL)
+
     params = dict(old.faiss_params)
     if "recall" in params and opts.recall_sample:  # re-measured over all tokens, for `index verify` to repeat
         all_vectors = np.load(_tmp(index_dir, store.VECTORS), mmap_mode="r")
@@ -159,7 +167,7 @@ def _add_locked(index_dir: Path, corpus: Path, model: str | Path | None, opts: B
         integrity.fsync_path(path)
     manifest = store.Manifest.create(index_dir, {
         **old.to_dict(), "faiss_params": params, "documents": D + stats.documents, "passages": P + stats.paragraphs,
-        "tokens": N + n_new, "indexed_tokens": int(index.ntotal),
+        "tokens": N + n_new, "indexed_tokens": int(index.ntotal), "lexical": lexical,
     }, replaced=replaced)
     with atomic_path(index_dir / JOURNAL) as tmp:  # the commit point
         tmp.write_text(json.dumps({"files": names, "manifest": manifest.to_dict()}, ensure_ascii=False))

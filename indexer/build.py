@@ -10,7 +10,7 @@ also after the corpus was fixed (the shards do not depend on the factory, so a b
 stage can be resumed with another ``--factory``). Document ids must be unique. The merge writes the final arrays
 through memory maps; then the factory is resolved (``auto``) and validated against the number of tokens to
 index, faiss is trained on a sample (on GPU when faiss has one) and filled chunk by chunk, compressed indexes get
-a codes store (``indexer.compress``), the recall against exact search is measured on a sample, and the manifest
+a codes store (``indexer.compress``), the passages a BM25 index (``indexer.lexical``), the recall against exact search is measured on a sample, and the manifest
 (with every file's checksum) is written last; then the shards and other scratch are removed.
 
 With a filter head and ``filter_threshold`` T, start/end filter probabilities are computed at encode time; faiss
@@ -57,6 +57,7 @@ from spanseek.indexer.faiss_index import (
     use_gpu,
     validate_factory,
 )
+from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.recall import measure_recall
 
 log = logging.getLogger(__name__)
@@ -263,15 +264,16 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
     n_shards, stats = encode_corpus(corpus, out, phrase_model, opts, fingerprint)  # 1. stores + encoded shards
     n_tokens = merge_shards(out, n_shards, phrase_model.dim)  # 2. merge shards into the final arrays
     factory, faiss_params, indexed = fill_faiss(out, phrase_model.dim, opts)  # 3. faiss (+ codes)
+    lexical = write_lexical(out)  # 4. BM25 over the passages
     remove_scratch(out)  # leftovers of killed steps would otherwise be taken for index files
 
-    # 4. manifest last: its presence marks a finished index
+    # 5. manifest last: its presence marks a finished index
     manifest = store.Manifest.create(out, {
         "encoder": phrase_model.config.to_dict(), "model_fingerprint": fingerprint, "model_ref": str(model),
         "factory": factory, "faiss_params": faiss_params, "documents": stats.documents,
         "passages": stats.paragraphs, "tokens": n_tokens, "indexed_tokens": indexed,
         "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t_start, 2),
-        "phrase_fingerprint": phrase_fingerprint(model_dir),
+        "phrase_fingerprint": phrase_fingerprint(model_dir), "lexical": lexical,
     })
     manifest.write(out)
     remove_scratch(out)

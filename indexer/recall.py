@@ -34,15 +34,16 @@ def exact_topk(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int
 
 
 def measure_recall(index: Any, vectors: np.ndarray, ids: np.ndarray, sample: int = 1000, k: int = 10,
-                   seed: int = 0) -> dict[str, Any]:
-    """recall@1 and recall@k of the faiss ``index`` (at its current nprobe) over the indexed token ``ids`` (rows
-    of ``vectors``), queries = ``sample`` of those rows; the settings come back with the numbers."""
+                   seed: int = 0, params: Any = None) -> dict[str, Any]:
+    """recall@1 and recall@k of the faiss ``index`` (its stored nprobe, or faiss search ``params``) over the
+    indexed token ``ids`` (rows of ``vectors``), queries = ``sample`` of those rows; the settings come back with
+    the numbers."""
     rng = np.random.default_rng(seed)
     q_ids = np.sort(rng.choice(ids, size=min(sample, len(ids)), replace=False))
     queries = np.ascontiguousarray(vectors[q_ids], dtype=np.float32)
     k = min(k, len(ids))
     exact = exact_topk(vectors, ids, queries, k)
-    _, approx = index.search(queries, k)
+    _, approx = index.search(queries, k, params=params)
     overlap = [len(np.intersect1d(a, e)) / k for a, e in zip(approx, exact, strict=True)]
     return {
         "queries": len(q_ids), "sample": sample, "k": k, "seed": seed,

@@ -7,6 +7,9 @@ Checksums: each file the manifest records is re-read and compared (a damaged fil
 (``indexer.recall``) uses a sample of the index's own (fine, fp16) token vectors as queries; the build's own
 measurement is repeated with its settings and must not fall more than ``RECALL_DROP`` below the recorded value.
 
+The lexical (BM25) part, when present, must rank a sample of passage-text queries as a fresh BM25 of the passage
+store does; an index without one is reported as such (it serves dense search).
+
 ``memory_per_token`` reports what a searcher holds in RAM (the faiss index, the in-RAM token maps and the
 passage store) and what stays on disk behind memory maps (fine store, codes, character offsets), per token.
 """
@@ -22,6 +25,8 @@ import numpy as np
 from spanseek.core import integrity, store
 from spanseek.core.store import IndexFormatError, PhraseIndex
 from spanseek.indexer.compress import kept_token_ids
+from spanseek.indexer.lexical import check_lexical
+from spanseek.indexer.lexical import describe as describe_lexical
 from spanseek.indexer.recall import exact_topk, measure_recall  # noqa: F401  (exact_topk: re-exported)
 
 log = logging.getLogger(__name__)
@@ -69,11 +74,8 @@ def recall_vs_exact(
 ) -> dict[str, Any]:
     """recall@1 and recall@k of ``index.faiss`` against exact search, queries = a sample of its own vectors."""
     ids = kept_token_ids(_filter_scores(index), index.manifest.filter_threshold, index.num_tokens)
-    index.set_nprobe(nprobe)
-    try:
-        return measure_recall(index.faiss, index.vectors, ids, sample=sample, k=k, seed=seed)
-    finally:
-        index.set_nprobe(None)
+    return measure_recall(index.faiss, index.vectors, ids, sample=sample, k=k, seed=seed,
+                          params=index.search_parameters(nprobe))
 
 
 def recall_drop(index: PhraseIndex) -> str | None:
@@ -150,12 +152,14 @@ def verify_index(
     if problems:
         return {"ok": False, "problems": problems, "notes": notes}
     problems = check_maps(index)
+    problems += check_lexical(index)
     m = index.manifest
     out: dict[str, Any] = {
         "ok": not problems,
         "problems": problems,
         "manifest": {"factory": m.factory, "documents": m.documents, "passages": m.passages, "tokens": m.tokens,
                      "indexed_tokens": m.indexed_tokens, "filter_threshold": m.filter_threshold},
+        "lexical": describe_lexical(index),
     }
     if notes:
         out["notes"] = notes

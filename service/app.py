@@ -20,8 +20,10 @@ from typing import Any, Literal
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from spanseek.core.search import UNITS, Searcher
-from spanseek.service.batcher import MicroBatcher, SearchParams, run_batch
+from spanseek.core.lexical import missing_message
+from spanseek.core.params import UNITS, SearchParams
+from spanseek.core.search import Searcher
+from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.errors import install_error_handlers
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import RequestContextMiddleware
@@ -70,6 +72,7 @@ class ServiceState:
         self.batcher: MicroBatcher | None = None
         self.default_nprobe: int | None = settings.default_nprobe
         self.info: dict[str, Any] = {}
+        self.search_info: dict[str, Any] = {}  # modes and fusion defaults, for /info
         self.overlap = "off"  # what the pipeline setting resolved to once the encoder's device is known
         # One worker: the question encoder runs in this thread only (also the warm-up and the loading), and so does
         # faiss unless the pipeline gives the search step its own thread.
@@ -86,7 +89,7 @@ class ServiceState:
             if self.settings.torch_threads is not None:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
             searcher = await loop.run_in_executor(self.executor, factory, self.settings)
-            if self.default_nprobe is None:  # pin it: search_vectors(nprobe=None) would keep the last request's
+            if self.default_nprobe is None:  # reported by /info (a request without nprobe gets the index's)
                 self.default_nprobe = index_nprobe(searcher)
             self._describe(searcher)
             if self.settings.warmup:
@@ -112,7 +115,7 @@ class ServiceState:
     def _warm_up(self, searcher: Searcher) -> None:
         """Every unit once, including blank and non-Latin questions, then one full-size batch."""
         k = self.settings.default_top_k
-        requests = [(WARMUP_QUESTIONS, SearchParams(u, k, None, self.default_nprobe)) for u in UNITS]
+        requests = [(WARMUP_QUESTIONS, SearchParams(u, k, nprobe=self.default_nprobe)) for u in UNITS]
         run_batch(searcher, requests)
         run_batch(searcher, [(["warm-up"] * self.settings.max_batch_size, requests[0][1])])  # full-size batch
 
@@ -140,6 +143,12 @@ class ServiceState:
                 "created": m.created, "size_bytes": size, "nprobe": self.default_nprobe,
             },
         }
+        self.search_info = {
+            "modes": list(searcher.modes), "default_mode": searcher.default_mode,
+            "fusion": searcher.default_fusion, "lexical_weights": searcher.lexical_weights,
+        }
+        if searcher.lexical is None:
+            self.search_info["lexical"] = missing_message(index.dir)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
         self.metrics.model_info.info({
             "model": self.settings.model, "fingerprint": m.model_fingerprint, "factory": m.factory,

@@ -34,7 +34,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--max-queries-per-request", "max_queries_per_request", int, "most queries per request"),
     ("--max-query-chars", "max_query_chars", int, "query characters kept before tokenisation"),
     ("--max-body-bytes", "max_body_bytes", int, "largest request body"),
-    ("--max-answer-length-limit", "max_answer_length_limit", int, "largest max_answer_length (tokens) accepted"),
+    ("--max-answer-tokens-limit", "max_answer_tokens_limit", int, "largest max_answer_tokens accepted"),
     ("--default-nprobe", "default_nprobe", int, "IVF nprobe by default"),
     ("--max-nprobe", "max_nprobe", int, "largest nprobe accepted"),
     ("--api-key", "api_key", str, "require this API key (prefer SPANSEEK_API_KEY: flags show in ps)"),

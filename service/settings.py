@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(2000, ge=1, description="query characters kept before tokenisation")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body (413 above)")
     # Longer answers widen span completion (cost ~ L per candidate); the model was trained for its own L.
-    max_answer_length_limit: int = Field(64, ge=1, description="largest max_answer_length (tokens) accepted")
+    max_answer_tokens_limit: int = Field(64, ge=1, description="largest max_answer_tokens accepted")
     # nprobe: inverted lists visited per IVF search. More = better recall, slower search. None = index default.
     default_nprobe: int | None = Field(None, ge=1, description="IVF nprobe when the request gives none")
     max_nprobe: int = Field(4096, ge=1, description="largest nprobe accepted (400 above)")

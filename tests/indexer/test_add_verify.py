@@ -15,6 +15,7 @@ import shutil
 import numpy as np
 import pytest
 
+from spanseek.core.params import SearchParams
 from spanseek.core.search import Searcher, best_span
 from spanseek.core.store import MANIFEST, PASSAGES, TOKEN_FLAGS, PhraseIndex
 from spanseek.indexer import add as add_mod
@@ -79,12 +80,12 @@ def test_search_finds_the_added_text(added_index):
     vecs = idx.token_vectors(np.arange(a, b))
     qs, qe = 5 * vecs[1], 5 * vecs[2]  # a question that asks for tokens 1..2 of the new passage
     i, j, s = best_span(vecs @ qs, vecs @ qe, idx.token_flags[a:b], searcher.max_answer_tokens)
-    [hit] = searcher.search_vectors(qs[None], qe[None], "passage", top_k=1, nprobe=8)[0]
+    [hit] = searcher.search_vectors(qs[None], qe[None], SearchParams(unit="passage", top_k=1, nprobe=8, mode="dense"))[0]
     if hit.passage_id == p:
         assert hit.title == "Zebra Chronicle" and hit.doc_id == "new-1"
     else:  # a random tiny model may score another passage higher: then that one must truly score higher
         assert hit.score >= s - 1e-4
-    [doc] = searcher.search_vectors(qs[None], qe[None], "doc", top_k=1, nprobe=8)[0]
+    [doc] = searcher.search_vectors(qs[None], qe[None], SearchParams(unit="doc", top_k=1, nprobe=8, mode="dense"))[0]
     assert doc.title == hit.title
 
 

@@ -129,7 +129,7 @@ def test_missing_and_incomplete_indexes_say_what_to_do(tmp_path, tiny_index):
     broken = tmp_path / "broken"
     broken.mkdir()
     for p in tiny_index.iterdir():
-        if p.name != store.FAISS_INDEX:
+        if p.is_file() and p.name != store.FAISS_INDEX:
             (broken / p.name).write_bytes(p.read_bytes())
     with pytest.raises(IndexFormatError, match=r"incomplete \(index.faiss missing\)"):
         PhraseIndex(broken)

@@ -56,8 +56,10 @@ def _strip_checksums(index_dir) -> None:
 
 def test_the_manifest_records_every_file(ivf_index):
     m = Manifest.load(ivf_index)
-    on_disk = sorted(p.name for p in ivf_index.iterdir() if p.name != store.MANIFEST)
+    on_disk = sorted(p.relative_to(ivf_index).as_posix() for p in ivf_index.rglob("*")
+                     if p.is_file() and p.name != store.MANIFEST)
     assert sorted(m.files) == on_disk and store.CODES in on_disk and store.FAISS_INDEX in on_disk
+    assert any(name.startswith(store.LEXICAL + "/") for name in on_disk)  # a store kept as a directory too
     assert all(rec["bytes"] == (ivf_index / name).stat().st_size for name, rec in m.files.items())
     assert verify_index(ivf_index, sample=50)["ok"]
 
