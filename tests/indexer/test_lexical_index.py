@@ -86,7 +86,7 @@ def test_verify_catches_a_stale_lexical_index(tmp_path, tiny_index):
     passages[0]["text"] = passages[0]["text"].replace("built", "zeppelin zeppelin zeppelin")  # same count, new words
     (broken / store.PASSAGES).write_text("".join(json.dumps(p) + "\n" for p in passages))
     report = verify_index(broken, sample=200)  # the changed store fails its checksum first
-    assert not report["ok"] and report["problems"] == [f"{broken / store.PASSAGES}: checksum mismatch (the file is damaged)"]
+    assert not report["ok"] and [p.split(": ")[0] for p in report["problems"]] == [str(broken / store.PASSAGES)]
     manifest = json.loads((broken / store.MANIFEST).read_text())
     for key in ("files", store.CHECKSUM_FIELD):  # as an index without checksums: the lexical check is what is left
         del manifest[key]
