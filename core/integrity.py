@@ -12,7 +12,7 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,11 @@ def is_scratch(rel: str) -> bool:
             or any(p.endswith(".tmp") for p in parts[:-1]))
 
 
-def file_digest(path: str | Path) -> str:
-    """xxh3-128 hex digest of a file, read in CHUNK_BYTES blocks."""
-    h = xxhash.xxh3_128()
+def file_digest(path: str | Path, hasher: Callable[[], Any] = xxhash.xxh3_128, chunk: int = CHUNK_BYTES) -> str:
+    """Hex digest of a file (xxh3-128 unless another ``hashlib``-style ``hasher``), read in ``chunk`` blocks."""
+    h = hasher()
     with open(path, "rb") as f:
-        while block := f.read(CHUNK_BYTES):
+        while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
 
