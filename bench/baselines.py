@@ -25,6 +25,7 @@ from spanseek.core.io import load_squad, squad_documents, squad_questions, write
 from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import accuracy_at, mrr_at, passage_has_answer, pct
 from spanseek.core.model import resolve_backbone
+from spanseek.core.params import SearchParams
 
 
 def metrics(ranked_texts: list[list[str]], answers: list[tuple[str, ...]], seconds: float) -> dict:
@@ -97,7 +98,8 @@ def main() -> None:
         build_index(Path(tmp) / "c.jsonl", args.model, Path(tmp) / "idx", BuildOptions(progress=False))
         searcher = open_searcher(Path(tmp) / "idx", args.model)
         t0 = time.perf_counter()
-        hits = [h for a in range(0, len(texts), 64) for h in searcher.search(texts[a : a + 64], "passage", 20)]
+        params = SearchParams(unit="passage", top_k=20, mode="dense")
+        hits = [h for a in range(0, len(texts), 64) for h in searcher.search(texts[a : a + 64], params)]
         results["spanseek"] = metrics([[h.passage for h in row] for row in hits], answers, time.perf_counter() - t0)
     report = {"questions": args.questions, "n_questions": len(qs), "passages": len(passages), "model": args.model,
               "results": results}

@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 from spanseek.core.evaluate import evaluate, sample_questions  # noqa: E402
 from spanseek.core.io import load_squad, read_corpus, squad_questions, write_corpus, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
+from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.core.store import Manifest, PhraseIndex  # noqa: E402
 from spanseek.indexer.build import BuildOptions, build_index, reindex  # noqa: E402
 from spanseek.indexer.faiss_index import auto_nlist  # noqa: E402
@@ -83,11 +84,12 @@ def default_factories(tokens: int, dim: int) -> list[str]:
 
 def phrase_speed(searcher, q_start: np.ndarray, q_end: np.ndarray, nprobe: int | None, batch: int = 64):
     """(questions/s, top phrase per question) of phrase search at top-k 10, after one warm-up batch."""
-    searcher.search_vectors(q_start[:batch], q_end[:batch], "phrase", 10, nprobe=nprobe)
+    params = SearchParams(unit="phrase", top_k=10, nprobe=nprobe, mode="dense")
+    searcher.search_vectors(q_start[:batch], q_end[:batch], params)
     tops = []
     t0 = time.perf_counter()
     for a in range(0, len(q_start), batch):
-        hits = searcher.search_vectors(q_start[a : a + batch], q_end[a : a + batch], "phrase", 10, nprobe=nprobe)
+        hits = searcher.search_vectors(q_start[a : a + batch], q_end[a : a + batch], params)
         tops += [(h[0].passage_id, h[0].start, h[0].end) if h else None for h in hits]
     return len(q_start) / (time.perf_counter() - t0), tops
 
@@ -127,7 +129,7 @@ def run(args: argparse.Namespace) -> dict:
         searcher = type(base)(index, encoder)
         mem = memory_per_token(index)
         man = index.manifest
-        is_ivf = "nlist" in man.faiss_params
+        is_ivf = man.spec.is_ivf
         default_nprobe = man.faiss_params.get("nprobe")
         sweep = []
         for nprobe in (nprobes if is_ivf else [None]):
@@ -140,14 +142,13 @@ def run(args: argparse.Namespace) -> dict:
             print(f"{f:<28} nprobe {nprobe!s:>5}: {qps:8.1f} q/s  x{qps / exact_qps:6.2f}  top-1 = exact {100 * same:5.1f}%",
                   flush=True)
         nprobe = args.eval_nprobe or default_nprobe
-        index.set_nprobe(nprobe)
         for source in (["fine", "codes"] if index.codes is not None else ["fine"]):
-            index.set_vector_source(source)
             if args.speed_only:  # accuracy does not depend on machine load; re-time a finished run on a quiet machine
                 metrics = {"phrase": {"em@1": float("nan"), "f1@1": float("nan")},
                            "passage": {"acc@5": float("nan")}, "doc": {"acc@5": float("nan")}}
             else:
-                metrics = evaluate(searcher, questions, progress=False)
+                metrics = evaluate(searcher, questions, progress=False,
+                                   params=SearchParams(nprobe=nprobe, vector_source=source, mode="dense"))
             qps, _ = phrase_speed(searcher, q_start, q_end, nprobe)
             rows.append({
                 "factory": f, "vector_source": source, "nprobe": nprobe,

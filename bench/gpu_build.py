@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from spanseek.core.faiss_spec import ivf_of
 from spanseek.indexer.faiss_index import add_vectors, create_index, default_nprobe, parse_factory, train_index
 
 
@@ -71,7 +72,7 @@ def main() -> None:
             add_s = time.perf_counter() - t0
             nlist = parse_factory(factory).nlist
             if nlist:
-                faiss.extract_index_ivf(index).nprobe = default_nprobe(nlist)
+                ivf_of(index).nprobe = default_nprobe(nlist)
             row[device] = {"train_s": round(train_s, 2), "add_s": round(add_s, 2),
                            "total_s": round(train_s + add_s, 2), "type": type(index).__name__,
                            "recall@10": round(recall_at_10(index, queries, truth), 3)}

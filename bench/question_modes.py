@@ -42,6 +42,7 @@ from spanseek.core.io import (  # noqa: E402
 )
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.model import CONFIG_NAME, resolve_model  # noqa: E402
+from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.indexer.build import BuildOptions, build_index  # noqa: E402
 from spanseek.indexer.evaluate import run_eval  # noqa: E402
 
@@ -63,7 +64,7 @@ def evaluate_mode(model: str, questions_file: Path, work: Path, args: argparse.N
     searcher = open_searcher(index_dir, model, device=args.device, precision=args.precision)
     qs = [q.question for q in sample_questions(squad_questions(load_squad(questions_file)), args.limit)]
     batches = [qs[a : a + args.batch_size] for a in range(0, len(qs), args.batch_size)]
-    searcher.search(batches[0], unit="phrase", top_k=10)  # warm-up
+    searcher.search(batches[0], SearchParams(unit="phrase", top_k=10))  # warm-up
 
     def best_seconds(fn) -> float:  # the fastest of --repeats passes over the batches (shared, noisy CPUs)
         runs = []
@@ -75,7 +76,7 @@ def evaluate_mode(model: str, questions_file: Path, work: Path, args: argparse.N
         return min(runs)
 
     encode = best_seconds(searcher.encoder.encode)
-    search = best_seconds(lambda b: searcher.search(b, unit="phrase", top_k=10))
+    search = best_seconds(lambda b: searcher.search(b, SearchParams(unit="phrase", top_k=10)))
     metrics["speed"] = {"encode_qps": round(len(qs) / encode, 1), "phrase_search_qps": round(len(qs) / search, 1),
                         "eval_qps": metrics["questions_per_second"]}
     return {"model": str(model), "question_mode": mode, **metrics}

@@ -35,6 +35,7 @@ import torch  # noqa: E402
 
 from spanseek.core.io import load_squad, split_articles, squad_questions, write_corpus, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
+from spanseek.core.params import SearchParams
 from spanseek.core.search import UNITS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
     searcher = open_searcher(index_dir, args.model, device=args.device, precision=args.precision)
     questions = bench_questions(args.questions, args.split, args.n_questions)
     batches = [questions[a : a + args.batch_size] for a in range(0, len(questions), args.batch_size)]
-    searcher.search(batches[0], unit="passage", top_k=args.top_k)  # warm-up (allocations, page cache)
+    searcher.search(batches[0], SearchParams(unit="passage", top_k=args.top_k))  # warm-up (allocations, page cache)
     encode = searcher.encoder.encode
     raw = min(timed(encode, batches) for _ in range(args.repeats))
     n = len(questions)
@@ -80,8 +81,8 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
         best, parts = float("inf"), {}
         for _ in range(args.repeats):
             t: dict[str, float] = {}
-            seconds = timed(lambda b, t=t, unit=unit, merge=merge: searcher.search(
-                b, unit=unit, top_k=args.top_k, timings=t, merge_answers=merge), batches)
+            params = SearchParams(unit=unit, top_k=args.top_k, merge_answers=merge)
+            seconds = timed(lambda b, t=t, params=params: searcher.search(b, params, t), batches)
             if seconds < best:
                 best, parts = seconds, t
         result["units"][name] = {

@@ -42,9 +42,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from spanseek.core.params import UNITS, SearchParams  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_CORPUS = ROOT / "data" / "demo" / "corpus.jsonl.gz"
-UNITS = ("phrase", "passage", "doc")
 
 
 def free_port() -> int:
@@ -100,11 +101,11 @@ def percentiles(latencies: list[float]) -> dict[str, float]:
 
 def raw_throughput(searcher, questions: list[str], batch: int, seconds: float, unit: str, top_k: int) -> float:
     """Questions per second of the in-process pipeline at the given batch size."""
-    searcher.search(questions[:batch], unit=unit, top_k=top_k)  # warm
+    searcher.search(questions[:batch], SearchParams(unit=unit, top_k=top_k))  # warm
     done, i, t0 = 0, 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         chunk = [questions[(i + j) % len(questions)] for j in range(batch)]
-        searcher.search(chunk, unit=unit, top_k=top_k)
+        searcher.search(chunk, SearchParams(unit=unit, top_k=top_k))
         done += batch
         i += batch
     return done / (time.perf_counter() - t0)
@@ -118,7 +119,7 @@ def raw_throughput_pipelined(searcher, questions: list[str], batch: int, seconds
 
     encode_pool, search_pool = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
     try:
-        searcher.search(questions[:batch], unit=unit, top_k=top_k)  # warm
+        searcher.search(questions[:batch], SearchParams(unit=unit, top_k=top_k))  # warm
         done, i, searching, t0 = 0, 0, None, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             chunk = [questions[(i + j) % len(questions)] for j in range(batch)]

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from spanseek.core.integrity import file_digest
+
 DEFAULT_CACHE = Path.home() / ".cache" / "spanseek" / "backbones"
 
 
@@ -53,11 +55,7 @@ SPLIT_BACKBONES: dict[str, SplitBackbone] = {
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     """Streamed sha256 of a file (hex)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+    return file_digest(path, hashlib.sha256, chunk)
 
 
 def _piece(distribution: str) -> Path:

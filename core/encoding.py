@@ -132,6 +132,22 @@ def _window_batches(
     return keys, ids, assign
 
 
+def _window_targets(passages: list[PassageTokens], keys: list[tuple[int, int]],
+                    assign: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, int, int]]:
+    """For each window, the tokens that take their vector from it: (first row in the flat output, count, first
+    position in the window). A token's best window never decreases along its passage, so each window's tokens are
+    one contiguous run."""
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in passages])])
+    targets = [(0, 0, 0)] * len(keys)
+    for p, (win, pos) in enumerate(assign):
+        if len(win) == 0:
+            continue
+        cuts = np.flatnonzero(np.diff(win)) + 1  # run boundaries
+        for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(win)]]), strict=True):
+            targets[int(win[a])] = (int(offsets[p] + a), int(b - a), int(pos[a]))
+    return targets
+
+
 class PassageEncoder:
     """Encode passages into per-token vectors with overlapping windows (see core.text)."""
 
@@ -165,27 +181,28 @@ class PassageEncoder:
                 h = self.model.encode_passages(batch.to(device), mask.to(device))
             yield chunk, h[:, 1:].float()
 
+    def encode_flat(self, passages: list[PassageTokens]) -> np.ndarray:
+        """Encode already-tokenised passages into one (total tokens, d) float32 array, passage after passage.
+
+        Each token gets its vector from its best window, copied there as soon as that window's batch is encoded,
+        so besides the output only one batch of windows is held: memory stays linear in the tokens however
+        long a passage is.
+        """
+        keys, ids, assign = self.window_ids(passages)
+        targets = _window_targets(passages, keys, assign)
+        out = np.empty((sum(len(t) for t in passages), self.model.dim), np.float32)
+        for chunk, h in self.forward_windows(ids):
+            h_np = h.cpu().numpy()  # (b, T, d)
+            for r, w in enumerate(chunk):
+                row, count, pos = targets[w]
+                out[row : row + count] = h_np[r, pos : pos + count]
+        return out
+
     def encode_tokens(self, passages: list[PassageTokens]) -> list[EncodedPassage]:
         """Encode already-tokenised passages; each token gets its vector from its best window."""
-        keys, ids, assign = self.window_ids(passages)
-        win_vecs: list[np.ndarray | None] = [None] * len(ids)
-        for chunk, h in self.forward_windows(ids):
-            h_np = h.cpu().numpy()
-            for r, w in enumerate(chunk):
-                win_vecs[w] = h_np[r, : len(ids[w])]
-        out = []
-        d = self.model.dim
-        for p, toks in enumerate(passages):
-            win, pos = assign[p]
-            if len(toks) == 0:
-                out.append(EncodedPassage(toks, np.zeros((0, d), np.float32)))
-                continue
-            vecs = np.empty((len(toks), d), np.float32)
-            for w in np.unique(win):  # one gather per window, not per token
-                sel = win == w
-                vecs[sel] = win_vecs[w][pos[sel]]
-            out.append(EncodedPassage(toks, vecs))
-        return out
+        flat = self.encode_flat(passages)
+        bounds = np.concatenate([[0], np.cumsum([len(t) for t in passages])]).astype(int)
+        return [EncodedPassage(toks, flat[bounds[p] : bounds[p + 1]]) for p, toks in enumerate(passages)]
 
     def encode(self, texts: list[str]) -> list[EncodedPassage]:
         """Tokenise and encode passage texts."""

@@ -1,7 +1,7 @@
 """Open-domain and reading-comprehension evaluation of a Searcher on SQuAD-format questions.
 
 Writes the metrics dict that ``spanseek eval`` saves (percentages rounded to 0.1):
-``{"n_questions", "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
+``{"n_questions", "mode", "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
 "doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``.
 
 ``ci95`` holds 95% intervals of the headline metrics (phrase EM@1, passage acc@5, RC EM), from a bootstrap over
@@ -10,6 +10,7 @@ articles (over questions when there are fewer than ``MIN_ARTICLES_FOR_CLUSTERS``
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from typing import Any
@@ -28,6 +29,7 @@ from spanseek.core.metrics import (
     pct,
     precision_at,
 )
+from spanseek.core.params import SearchParams
 from spanseek.core.search import RC_DECODES, Searcher
 
 MIN_ARTICLES_FOR_CLUSTERS = 5
@@ -64,9 +66,14 @@ def evaluate(
     batch_size: int = 64,
     progress: bool = True,
     rc_decode: str = "answer",
+    params: SearchParams | None = None,
 ) -> dict[str, Any]:
     """Run every question through phrase, passage and document search (and RC, decoded by ``rc_decode``: see
-    ``Searcher.passage_best_span``) and compute the metrics."""
+    ``Searcher.passage_best_span``) and compute the metrics.
+
+    ``params`` gives the search settings (mode, fusion, nprobe, vector source, ...); unit, top_k and merge_answers
+    are set per metric. The metrics record the mode used.
+    """
     if not questions:  # the means below would be NaN, which is not even valid JSON
         raise ValueError("no questions to evaluate (an empty question file, or --limit 0)")
     if rc_decode not in RC_DECODES:
@@ -74,14 +81,18 @@ def evaluate(
     t0 = time.perf_counter()
     em1, f11, em10, em1_merged, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], [], []
     lookup = passage_lookup(searcher) if reading_comprehension else {}
+    base = params or SearchParams()
+    mode = searcher.check_mode(base)
+    runs = {name: dataclasses.replace(base, unit=unit, top_k=k, merge_answers=merge) for name, unit, k, merge in (
+        ("phrases", "phrase", 10, False), ("merged", "phrase", 1, True), ("passages", "passage", 20, False),
+        ("documents", "doc", 5, False))}
     bar = tqdm(total=len(questions), desc="eval", unit="q", disable=not progress)
     for b in range(0, len(questions), batch_size):
         batch = questions[b : b + batch_size]
-        q_start, q_end = searcher.encoder.encode([q.question for q in batch])
-        phrases = searcher.search_vectors(q_start, q_end, "phrase", 10)
-        merged = searcher.search_vectors(q_start, q_end, "phrase", 1, merge_answers=True)
-        passages = searcher.search_vectors(q_start, q_end, "passage", 20)
-        documents = searcher.search_vectors(q_start, q_end, "doc", 5)
+        texts = [q.question for q in batch]
+        q_start, q_end = searcher.encoder.encode(texts)
+        phrases, merged, passages, documents = (searcher.search_vectors(q_start, q_end, p, None, texts)
+                                                for p in runs.values())
         for i, q in enumerate(batch):
             top = phrases[i][0].text if phrases[i] else ""
             em1.append(exact_match(top, q.answers))
@@ -103,6 +114,7 @@ def evaluate(
     n = len(questions)
     out: dict[str, Any] = {
         "n_questions": n,
+        "mode": mode,
         "phrase": {"em@1": pct(float(np.mean(em1))), "f1@1": pct(float(np.mean(f11))), "em@10": pct(float(np.mean(em10))),
                    "merged_em@1": pct(float(np.mean(em1_merged)))},
         "passage": {

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ class Document:
     title: str
     paragraphs: tuple[str, ...]
     meta: dict[str, Any] = field(default_factory=dict)  # carried into the index's document store, returned with hits
+    line: int = field(default=0, compare=False)  # its line in the corpus file (0: not read from one)
 
 
 @dataclass
@@ -109,41 +111,88 @@ def save_npy_atomic(path: str | Path, array) -> None:
         np.save(f, array)
 
 
+def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 text file, gunzipping ``*.gz``; bad bytes or a damaged gzip stream raise
+    CorpusError naming the file and line."""
+    path = Path(path)
+    lineno = 0
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    yield lineno, raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise CorpusError(f"{path}:{lineno}: not UTF-8 (byte {e.start} of the line, "
+                                      f"0x{raw[e.start]:02x}); save the file as UTF-8") from None
+    except gzip.BadGzipFile as e:
+        raise CorpusError(f"{path}: not a gzip file ({e}); remove the .gz suffix if it is plain text") from None
+    except EOFError:
+        raise CorpusError(f"{path}:{lineno + 1}: the gzip stream ends early (a truncated file); "
+                          "copy or compress it again") from None
+    except FileNotFoundError:
+        raise
+    except (OSError, zlib.error) as e:
+        raise CorpusError(f"{path}:{lineno + 1}: cannot be read ({e})") from None
+
+
 def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Document]:
     """Stream documents from a JSONL corpus, skipping (and counting) empty paragraphs and documents.
 
-    Raises CorpusError naming the file and line for invalid JSON or a wrong shape.
+    Raises CorpusError naming the file and line for invalid JSON, bytes that are not UTF-8, a damaged gzip
+    stream or a wrong shape.
     """
     stats = stats if stats is not None else ReadStats()
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
+    for lineno, line in read_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        paragraphs = obj.get("paragraphs")
+        if not isinstance(paragraphs, list) or not all(isinstance(p, str) for p in paragraphs):
+            raise CorpusError(f"{where}: 'paragraphs' must be a list of strings")
+        doc_id = obj.get("id", str(lineno))
+        title = obj.get("title", "")
+        if not isinstance(doc_id, (str, int)) or not isinstance(title, str):
+            raise CorpusError(f"{where}: 'id' must be a string and 'title' a string")
+        meta = obj.get("meta", {})
+        if not isinstance(meta, dict):
+            raise CorpusError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
+        for i, text in enumerate([str(doc_id), title, *paragraphs]):
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CorpusError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            paragraphs = obj.get("paragraphs")
-            if not isinstance(paragraphs, list) or not all(isinstance(p, str) for p in paragraphs):
-                raise CorpusError(f"{where}: 'paragraphs' must be a list of strings")
-            doc_id = obj.get("id", str(lineno))
-            title = obj.get("title", "")
-            if not isinstance(doc_id, (str, int)) or not isinstance(title, str):
-                raise CorpusError(f"{where}: 'id' must be a string and 'title' a string")
-            meta = obj.get("meta", {})
-            if not isinstance(meta, dict):
-                raise CorpusError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
-            kept = tuple(p for p in paragraphs if p.strip())
-            stats.empty_paragraphs += len(paragraphs) - len(kept)
-            if not kept:
-                stats.empty_documents += 1
-                continue
-            stats.documents += 1
-            stats.paragraphs += len(kept)
-            yield Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta)
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                part = ("'id'", "'title'")[i] if i < 2 else f"paragraph {i - 2}"
+                raise CorpusError(f"{where}: {part} holds an unpaired surrogate ({text[e.start]!a}), "
+                                  "which is not valid Unicode text") from None
+        kept = tuple(p for p in paragraphs if p.strip())
+        stats.empty_paragraphs += len(paragraphs) - len(kept)
+        if not kept:
+            stats.empty_documents += 1
+            continue
+        stats.documents += 1
+        stats.paragraphs += len(kept)
+        yield Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno)
+
+
+def unique_ids(docs: Iterable[Document], path: str | Path, existing: Iterable[str] = (),
+               existing_name: str = "") -> Iterator[Document]:
+    """Pass ``docs`` through, raising CorpusError (file and line) at a document id seen before in ``path`` or
+    among the ``existing`` ids (``existing_name`` says where those are)."""
+    held = set(existing)
+    seen: dict[str, int] = {}
+    for doc in docs:
+        if doc.id in held:
+            raise CorpusError(f"{path}:{doc.line}: document id {doc.id!r} is already in {existing_name}")
+        if doc.id in seen:
+            raise CorpusError(f"{path}:{doc.line}: document id {doc.id!r} was already used on line {seen[doc.id]}; "
+                              "document ids must be unique")
+        seen[doc.id] = doc.line
+        yield doc
 
 
 def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
@@ -166,8 +215,7 @@ def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
 def load_squad(path: str | Path) -> list[dict[str, Any]]:
     """Load the ``data`` list of a SQuAD-format file (optionally gzipped), checking its shape."""
     try:
-        with open_text(path) as f:
-            obj = json.load(f)
+        obj = json.loads("".join(line for _, line in read_lines(path)))
     except json.JSONDecodeError as e:
         raise CorpusError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
     data = obj.get("data") if isinstance(obj, dict) else None

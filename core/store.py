@@ -16,9 +16,17 @@ An index directory (written by ``spanseek index build``) holds:
 - ``codes.npy``          (N, code_size) uint8, optional: every token's faiss code (``sa_encode``) in id order,
                          written for compressed (non-Flat) indexes; decoded with the index's ``sa_decode``.
 - ``token_filter.npy``   (N, 2) float16, optional: start/end filter probabilities (models with a filter head).
+- ``lexical/``           the BM25 index of the passages (``core.lexical``), recorded in ``manifest.lexical`` with
+                         the fusion defaults; absent in indexes built before it (``spanseek index add-lexical``).
+
+The manifest records the size and checksum of every other file (``core.integrity``) and a checksum of its own
+fields; opening an index compares sizes and, by default, checksums, and refuses a damaged index naming the file.
+An ``index add`` interrupted after its journal is rolled forward, and one interrupted before it is rolled back, when
+the index is next opened (``recover``).
 
 Neighbour vectors (span completion and re-scoring) come from one of two sources, chosen per PhraseIndex
-(``vector_source``; the build records its default in ``manifest.faiss_params["vector_source"]``):
+(``vector_source``; the build records its default in ``manifest.faiss_params["vector_source"]``; a request may
+name another, ``core.params.SearchParams``):
 ``fine`` reads the fp16 fine store through a memory map; ``codes`` decodes the compressed codes of the ids.
 
 Token ids are contiguous per passage, so the L neighbours of a token are the next (or previous) L ids,
@@ -27,14 +35,28 @@ clipped to its passage.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from spanseek.core import integrity
 from spanseek.core.config import EncoderConfig
+from spanseek.core.faiss_spec import FactorySpec, ivf_of, parse_factory, unwrapped
+from spanseek.core.io import write_json_atomic
+from spanseek.core.lexical import DEFAULT_FUSION, LEXICAL_DIR, LexicalIndex
+from spanseek.core.params import VECTOR_SOURCES
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -48,15 +70,26 @@ DOCS = "docs.jsonl"
 FAISS_INDEX = "index.faiss"
 CODES = "codes.npy"
 FILTER_SCORES = "token_filter.npy"
-VECTOR_SOURCES = ("fine", "codes")
+LEXICAL = LEXICAL_DIR
+
+
+CHECKSUM_FIELD = "checksum"
 
 
 class IndexFormatError(RuntimeError):
-    """An index directory is missing, partial, or does not match the model."""
+    """An index directory is missing, partial, damaged, or does not match the model; the message names the file."""
+
+
+def manifest_checksum(d: dict[str, Any]) -> str:
+    """Checksum of a manifest's fields (all but the checksum itself), independent of key order and whitespace."""
+    fields = json.loads(json.dumps({k: v for k, v in d.items() if k != CHECKSUM_FIELD}))  # as read back from disk
+    return integrity.text_digest(json.dumps(fields, sort_keys=True))
 
 
 @dataclass(frozen=True)
 class Manifest:
+    """What an index holds and how it was built; ``files`` records every other file's size and checksum."""
+
     format_version: int
     encoder: dict[str, Any]
     model_fingerprint: str
@@ -71,9 +104,44 @@ class Manifest:
     build_seconds: float
     created: str
     phrase_fingerprint: str | None = None  # core.model.phrase_fingerprint (absent in indexes built before it)
+    # the BM25 part (core.lexical.LexicalIndex.describe) plus "fusion": default mode, fusion and weights; None in
+    # indexes built before it
+    lexical: dict[str, Any] | None = None
+    files: dict[str, dict[str, Any]] | None = None  # relative path -> {"bytes", "xxh3_128"} (absent before checksums)
+
+    @classmethod
+    def create(cls, index_dir: Path, fields: dict[str, Any], replaced: dict[str, Path] | None = None) -> Manifest:
+        """The manifest of the files now in ``index_dir`` (``replaced``: see ``integrity.describe_files``).
+
+        ``fields`` gives the rest (a fresh build's values, or an old manifest's ``to_dict()`` with changes); the
+        format version, creation time and file records are set here, for every writer alike.
+        """
+        fields = {**fields, "format_version": FORMAT_VERSION,
+                  "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                  "files": integrity.describe_files(index_dir, exclude=(MANIFEST,), replaced=replaced)}
+        return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str | Path = MANIFEST) -> Manifest:
+        """A manifest from its JSON object, refusing a missing field or a changed value (its checksum)."""
+        if not isinstance(d, dict):
+            raise IndexFormatError(f"{where}: not a JSON object")
+        if d.get("format_version") != FORMAT_VERSION:
+            raise IndexFormatError(f"{where}: index format {d.get('format_version')!r} "
+                                   f"(this spanseek reads {FORMAT_VERSION})")
+        optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        missing = [k for k in cls.__dataclass_fields__ if k not in d and k not in optional]
+        if missing:
+            raise IndexFormatError(f"{where}: missing field(s) {', '.join(missing)}; the manifest is damaged")
+        if "files" in d and CHECKSUM_FIELD not in d:  # manifests have recorded both since checksums were added
+            raise IndexFormatError(f"{where}: missing field {CHECKSUM_FIELD}; the manifest is damaged")
+        if CHECKSUM_FIELD in d and d[CHECKSUM_FIELD] != manifest_checksum(d):
+            raise IndexFormatError(f"{where}: checksum mismatch (the manifest was changed or damaged)")
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     @classmethod
     def load(cls, index_dir: str | Path) -> Manifest:
+        """Read ``index_dir``'s manifest; a missing or damaged one raises IndexFormatError naming the file."""
         index_dir = Path(index_dir)
         path = index_dir / MANIFEST
         if not index_dir.is_dir():
@@ -83,13 +151,29 @@ class Manifest:
                 f"{index_dir}: no {MANIFEST}, so the build did not finish; run the same "
                 f"`spanseek index build ... --out {index_dir}` again to resume it"
             )
-        d = json.loads(path.read_text())
-        if d.get("format_version") != FORMAT_VERSION:
-            raise IndexFormatError(f"{index_dir}: index format {d.get('format_version')} (this spanseek reads {FORMAT_VERSION})")
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d or k != "phrase_fingerprint"})
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise IndexFormatError(f"{path}: not UTF-8 at byte {e.start}; the manifest is damaged") from None
+        except json.JSONDecodeError as e:
+            raise IndexFormatError(f"{path}: invalid JSON at line {e.lineno} column {e.colno} ({e.msg}); "
+                                   "the manifest is damaged") from None
+        return cls.from_dict(d, path)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The manifest as written to disk (with the checksum of its other fields)."""
+        d = {k: v for k, v in self.__dict__.items() if not (k == "files" and v is None)}
+        d[CHECKSUM_FIELD] = manifest_checksum(d)
+        return d
+
+    def write(self, index_dir: Path) -> None:
+        """Write ``manifest.json`` atomically (its presence marks a finished index)."""
+        write_json_atomic(index_dir / MANIFEST, self.to_dict())
+
+    @property
+    def spec(self) -> FactorySpec:
+        """The parsed factory string."""
+        return parse_factory(self.factory)
 
     def check_model(self, config: EncoderConfig, fingerprint: str, phrase_fingerprint: str | None = None) -> None:
         """Refuse a model whose token vectors differ from the ones this index was built with.
@@ -120,8 +204,117 @@ def doc_record(doc_id: str, title: str, meta: dict[str, Any] | None = None) -> d
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The JSON objects of a JSON Lines store; a bad line raises IndexFormatError naming the file and line."""
+    out = []
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                obj = json.loads(raw.decode("utf-8")) if raw.strip() else None
+            except UnicodeDecodeError as e:
+                raise IndexFormatError(f"{path}:{lineno}: not UTF-8 (byte {e.start}); the store is damaged") from None
+            except json.JSONDecodeError as e:
+                raise IndexFormatError(f"{path}:{lineno}: invalid JSON at column {e.colno} ({e.msg}); "
+                                       "the store is damaged") from None
+            if obj is None:
+                continue
+            if not isinstance(obj, dict):
+                raise IndexFormatError(f"{path}:{lineno}: expected a JSON object; the store is damaged")
+            out.append(obj)
+    return out
+
+
+def _read(path: Path, read: Callable[[Path], T]) -> T:
+    """``read(path)``, with any failure to read or parse it raised as IndexFormatError naming the file."""
+    try:
+        return read(path)
+    except IndexFormatError:
+        raise
+    except FileNotFoundError:
+        raise IndexFormatError(f"{path.parent}: index is incomplete ({path.name} missing); rebuild it") from None
+    except (OSError, ValueError, RuntimeError, EOFError, UnicodeDecodeError) as e:
+        detail = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise IndexFormatError(f"{path}: cannot be read ({detail[:200]}); the file is damaged: rebuild or "
+                               "restore the index") from None
+
+
+def _leftovers(index_dir: Path) -> list[Path]:
+    """Scratch at the top of a finished index: partial files of killed writes, build shards, add staging."""
+    return [p for p in index_dir.iterdir() if integrity.is_scratch(p.name) and p.name != integrity.LOCK]
+
+
+def recover(index_dir: str | Path) -> str | None:
+    """Finish or undo an ``index add`` that was killed, and remove scratch; returns "rolled forward", "rolled
+    back", "cleaned up" or None (nothing to do).
+
+    With its journal present every new file was complete: rename them over the old ones, write the journal's
+    manifest, drop the journal (each step can be repeated, so a crash during recovery is recovered again).
+    Without a journal the old files are untouched: drop the add's partial files. Only a finished index (one with a
+    manifest) is touched, and nothing while another process holds the writer lock (a running add), except that
+    a journal is waited for.
+    """
+    index_dir = Path(index_dir)
+    if not (index_dir / MANIFEST).is_file() or not _leftovers(index_dir):
+        return None
+    journal = index_dir / integrity.JOURNAL
+    with integrity.writer_lock(index_dir, wait=journal.is_file()) as locked:
+        if not locked:
+            if journal.is_file():
+                raise IndexFormatError(f"{journal}: an interrupted `spanseek index add` must be finished, which needs "
+                                       f"write access to {index_dir}; open it once as its owner")
+            return None  # a running add owns the leftovers
+        return recover_locked(index_dir)
+
+
+def recover_locked(index_dir: Path) -> str | None:
+    """``recover`` under the writer lock."""
+    journal = index_dir / integrity.JOURNAL
+    outcome = None
+    if journal.is_file():
+        pending = _read(journal, lambda p: json.loads(p.read_text(encoding="utf-8")))
+        manifest = Manifest.from_dict(pending.get("manifest") if isinstance(pending, dict) else None, journal)
+        for name in pending["files"]:
+            tmp = index_dir / (name + integrity.ADD_SUFFIX)
+            if tmp.is_dir():  # os.replace cannot put a directory over a non-empty one; repeatable if killed here
+                shutil.rmtree(index_dir / name, ignore_errors=True)
+                tmp.rename(index_dir / name)
+            elif tmp.exists():
+                os.replace(tmp, index_dir / name)
+        manifest.write(index_dir)
+        integrity.fsync_path(index_dir)
+        journal.unlink()
+        outcome = "rolled forward"
+        log.warning("%s: finished an interrupted `index add` (rolled forward)", index_dir)
+    for path in _leftovers(index_dir):
+        if path.name.endswith(integrity.ADD_SUFFIX):
+            outcome = outcome or "rolled back"
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        outcome = outcome or "cleaned up"
+    if outcome == "rolled back":
+        log.warning("%s: removed the partial files of an interrupted `index add` (rolled back)", index_dir)
+    return outcome
+
+
+def check_index(index_dir: str | Path, contents: bool = True, recovered: bool = False) -> Manifest:
+    """Recover ``index_dir`` from an interrupted add, read its manifest and compare every recorded file's size and
+    (with ``contents``) checksum; returns the manifest or raises IndexFormatError naming the first damaged file.
+
+    Re-reading every file costs about a second per 2 GB; ``contents=False`` compares sizes only. ``recovered``:
+    the caller holds the writer lock and has run ``recover_locked``.
+    """
+    index_dir = Path(index_dir)
+    if index_dir.is_dir() and not recovered:
+        recover(index_dir)
+    manifest = Manifest.load(index_dir)
+    if manifest.files is not None:
+        problems = integrity.check_files(index_dir, manifest.files, contents=contents)
+        if problems:
+            more = (f" (and {len(problems) - 1} more; `spanseek index verify {index_dir}` lists them)"
+                    if len(problems) > 1 else "")
+            raise IndexFormatError(f"damaged index: {problems[0]}{more}; rebuild or restore the index")
+    return manifest
 
 
 def decode_codes(index: Any, codes: np.ndarray) -> np.ndarray:
@@ -134,7 +327,7 @@ def decode_codes(index: Any, codes: np.ndarray) -> np.ndarray:
     import faiss
 
     is_pre = isinstance(index, faiss.IndexPreTransform)
-    inner = faiss.downcast_index(index.index) if is_pre else index
+    inner = unwrapped(index)
     if not isinstance(inner, faiss.IndexIVFPQFastScan):
         return index.sa_decode(codes)
     # Any below: these are faiss's low-level SWIG calls (pointer arguments), which its type stubs do not model
@@ -179,46 +372,53 @@ def tune_faiss(dim: int) -> None:
 class PhraseIndex:
     """Read-only view of an index directory: token vectors (memory-mapped), token map, passages, faiss.
 
-    ``vector_source`` picks where neighbour vectors come from (``neighbour_vectors``): ``fine`` (the fp16 store)
-    or ``codes`` (decoded compressed codes); None takes the manifest's default. With ``mmap`` the fine store,
-    the codes and the character offsets stay on disk (page cache); the rest is held in RAM.
+    ``vector_source`` picks where neighbour vectors come from: ``fine`` (the fp16 store, ``token_vectors``) or
+    ``codes`` (decoded compressed codes, ``code_vectors``); None takes the manifest's default. With ``mmap`` the
+    fine store, the codes and the character offsets stay on disk (page cache); the rest is held in RAM. Opening
+    finishes or undoes an interrupted add (``recover``) and refuses a damaged index naming the file;
+    ``verify_checksums=False`` skips re-reading every file for its checksum (sizes are still compared).
     """
 
-    def __init__(self, index_dir: str | Path, mmap: bool = True, vector_source: str | None = None):
+    def __init__(self, index_dir: str | Path, mmap: bool = True, vector_source: str | None = None,
+                 verify_checksums: bool = True):
         import faiss
 
         self.dir = Path(index_dir)
-        self.manifest = Manifest.load(self.dir)
+        self.manifest = check_index(self.dir, contents=verify_checksums)
         mode: Literal["r"] | None = "r" if mmap else None
-        try:
-            self.vectors = np.load(self.dir / VECTORS, mmap_mode=mode)
-            self.token_passage = np.load(self.dir / TOKEN_PASSAGE)
-            self.token_offsets = np.load(self.dir / TOKEN_OFFSETS, mmap_mode=mode)
-            self.token_flags = np.load(self.dir / TOKEN_FLAGS)
-            self.passage_tokens = np.load(self.dir / PASSAGE_TOKENS)
-            self.passages = read_jsonl(self.dir / PASSAGES)
-            self.docs = read_jsonl(self.dir / DOCS)
-            if not (self.dir / FAISS_INDEX).is_file():  # faiss would raise its own RuntimeError
-                raise FileNotFoundError(2, "No such file", str(self.dir / FAISS_INDEX))
-            self.faiss = faiss.read_index(str(self.dir / FAISS_INDEX))
-            tune_faiss(self.faiss.d)
-            ivf = self._ivf()
-            self.default_nprobe: int | None = int(ivf.nprobe) if ivf is not None else None
-        except FileNotFoundError as e:
-            raise IndexFormatError(f"{self.dir}: index is incomplete ({Path(e.filename).name} missing); rebuild it") from e
-        self.codes = np.load(self.dir / CODES, mmap_mode=mode) if (self.dir / CODES).is_file() else None
+        d = self.dir
+        self.vectors = _read(d / VECTORS, lambda p: np.load(p, mmap_mode=mode))
+        self.token_passage = _read(d / TOKEN_PASSAGE, np.load)
+        self.token_offsets = _read(d / TOKEN_OFFSETS, lambda p: np.load(p, mmap_mode=mode))
+        self.token_flags = _read(d / TOKEN_FLAGS, np.load)
+        self.passage_tokens = _read(d / PASSAGE_TOKENS, np.load)
+        self.passages = _read(d / PASSAGES, read_jsonl)
+        self.docs = _read(d / DOCS, read_jsonl)
+        if not (d / FAISS_INDEX).is_file():  # faiss would raise its own RuntimeError
+            raise IndexFormatError(f"{d}: index is incomplete ({FAISS_INDEX} missing); rebuild it")
+        self.faiss = _read(d / FAISS_INDEX, lambda p: faiss.read_index(str(p)))
+        tune_faiss(self.faiss.d)
+        ivf = ivf_of(self.faiss)
+        if (ivf is not None) != self.manifest.spec.is_ivf:
+            raise IndexFormatError(f"{d / FAISS_INDEX}: {'an IVF' if ivf is not None else 'no IVF'} index, but the "
+                                   f"manifest's factory is {self.manifest.factory!r}; rebuild the index")
+        self.default_nprobe: int | None = int(ivf.nprobe) if ivf is not None else None
+        self.codes = _read(d / CODES, lambda p: np.load(p, mmap_mode=mode)) if (d / CODES).is_file() else None
         n = len(self.token_passage)
-        if not (len(self.vectors) == len(self.token_offsets) == len(self.token_flags) == n == self.manifest.tokens):
-            raise IndexFormatError(f"{self.dir}: token arrays disagree in length with the manifest ({self.manifest.tokens})")
-        if len(self.passages) != self.manifest.passages or len(self.passage_tokens) != len(self.passages) + 1:
-            raise IndexFormatError(f"{self.dir}: passage store disagrees with the manifest ({self.manifest.passages})")
+        for name, arr in ((VECTORS, self.vectors), (TOKEN_OFFSETS, self.token_offsets), (TOKEN_FLAGS, self.token_flags),
+                          (TOKEN_PASSAGE, self.token_passage)):
+            if len(arr) != self.manifest.tokens:
+                raise IndexFormatError(f"{d / name}: {len(arr)} rows, the manifest records {self.manifest.tokens} "
+                                       "tokens (token arrays disagree in length); rebuild the index")
+        if len(self.passages) != self.manifest.passages:
+            raise IndexFormatError(f"{d / PASSAGES}: {len(self.passages)} passages, the manifest records "
+                                   f"{self.manifest.passages}; rebuild the index")
+        if len(self.passage_tokens) != len(self.passages) + 1:
+            raise IndexFormatError(f"{d / PASSAGE_TOKENS}: {len(self.passage_tokens)} entries for "
+                                   f"{len(self.passages)} passages; rebuild the index")
         if self.codes is not None and len(self.codes) != n:
-            raise IndexFormatError(f"{self.dir}: {CODES} has {len(self.codes)} rows for {n} tokens; rebuild the index")
-        self.vector_source = "fine"
-        self.set_vector_source(vector_source or self.manifest.faiss_params.get("vector_source", "fine"))
-
-    def set_vector_source(self, source: str) -> None:
-        """Where ``neighbour_vectors`` reads from: ``fine`` (fp16 store) or ``codes`` (decoded faiss codes)."""
+            raise IndexFormatError(f"{d / CODES}: {len(self.codes)} rows for {n} tokens; rebuild the index")
+        source = vector_source or self.manifest.faiss_params.get("vector_source", "fine")
         if source not in VECTOR_SOURCES:
             raise ValueError(f"vector_source must be one of {VECTOR_SOURCES}, got {source!r}")
         if source == "codes" and self.codes is None:
@@ -226,6 +426,22 @@ class PhraseIndex:
                 f"{self.dir}: no compressed codes ({CODES}; factory {self.manifest.factory}); use vector_source='fine'"
             )
         self.vector_source = source
+        self.lexical: LexicalIndex | None = None
+        if self.manifest.lexical is not None:
+            try:
+                self.lexical = LexicalIndex.load(self.dir / LEXICAL)
+            except (FileNotFoundError, ValueError, KeyError) as e:
+                raise IndexFormatError(f"{self.dir}: its lexical index ({LEXICAL}/) is unreadable ({e}); rebuild it "
+                                       f"with `spanseek index add-lexical {self.dir}`") from e
+            if self.lexical.n_passages != len(self.passages):
+                raise IndexFormatError(f"{self.dir}: the lexical index has {self.lexical.n_passages} passages for "
+                                       f"{len(self.passages)}; rebuild it with `spanseek index add-lexical {self.dir}`")
+
+    @property
+    def fusion_defaults(self) -> dict[str, Any]:
+        """Default mode, fusion and per-unit lexical weights: the manifest's, else ``core.lexical.DEFAULT_FUSION``."""
+        fusion = (self.manifest.lexical or {}).get("fusion") or {}
+        return {**DEFAULT_FUSION, **fusion, "weights": {**DEFAULT_FUSION["weights"], **fusion.get("weights", {})}}
 
     @property
     def encoder_config(self) -> EncoderConfig:
@@ -245,10 +461,6 @@ class PhraseIndex:
             raise IndexFormatError(f"{self.dir}: no compressed codes ({CODES}) in a {self.manifest.factory} index")
         return self._gather(ids, lambda rows: decode_codes(self.faiss, np.ascontiguousarray(self.codes[rows])))
 
-    def neighbour_vectors(self, ids: np.ndarray) -> np.ndarray:
-        """Vectors of token ids from the selected ``vector_source`` (what the searcher scores spans with)."""
-        return self.code_vectors(ids) if self.vector_source == "codes" else self.token_vectors(ids)
-
     def _gather(self, ids: np.ndarray, read) -> np.ndarray:
         """Rows ``read(sorted unique ids)`` scattered back to ids' shape + (d,), as float32 (one batched read)."""
         ids = np.asarray(ids)
@@ -259,21 +471,25 @@ class PhraseIndex:
     def passage_range(self, passage: int) -> tuple[int, int]:
         return int(self.passage_tokens[passage]), int(self.passage_tokens[passage + 1])
 
-    def _ivf(self):
-        import faiss
+    def search_parameters(self, nprobe: int | None) -> Any:
+        """faiss per-call search parameters for ``nprobe`` (None: the index's stored default, no parameters).
 
-        try:
-            return faiss.extract_index_ivf(self.faiss)
-        except RuntimeError:
-            return None
-
-    def set_nprobe(self, nprobe: int | None) -> None:
-        """Set the IVF nprobe for the next searches; None restores the index's stored default (no-op without IVF).
-
-        Restoring matters: a per-request nprobe must not leak into the requests after it.
+        Given per call, never set on the shared index, so one request's nprobe cannot leak into another's.
         """
-        ivf = self._ivf()
-        if ivf is not None:
-            chosen = nprobe if nprobe is not None else self.default_nprobe
-            assert chosen is not None  # an IVF index always has its stored default
-            ivf.nprobe = int(chosen)
+        if nprobe is None or ivf_of(self.faiss) is None:
+            return None
+        return faiss_search_parameters(self.faiss, int(nprobe))
+
+
+def faiss_search_parameters(index: Any, nprobe: int) -> Any:
+    """SearchParametersIVF(nprobe) wrapped as the index's layers need: a pre-transform (OPQ) takes its inner
+    index's parameters in SearchParametersPreTransform; id maps pass theirs through."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexPreTransform):
+        # faiss's type stubs lack these constructors' keywords (call-arg below)
+        return faiss.SearchParametersPreTransform(index_params=faiss_search_parameters(index.index, nprobe))  # type: ignore[call-arg]
+    if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2):
+        return faiss_search_parameters(index.index, nprobe)
+    return faiss.SearchParametersIVF(nprobe=nprobe)  # type: ignore[call-arg]

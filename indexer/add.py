@@ -2,60 +2,52 @@
 
     spanseek index add --index INDEX_DIR --corpus more.jsonl [--model default]
 
+Document ids are the key: an add whose corpus holds an id the index already has (or one id twice) is refused
+before anything changes, so running the same add again changes nothing. (Replacing documents by id is not
+supported: remove them by rebuilding.)
+
 The new corpus is encoded into a staging directory (``add.staging``, the build's resumable shards and merge),
 then every store is rewritten as ``<name>.add.tmp`` = old rows followed by the new ones (token ids, passage and
 document numbers continue after the existing ones), the new tokens (those the filter keeps, when the index was
 built with a threshold) are added to the trained faiss index and encoded into the codes store. When all those
-files are complete a journal (``add.journal.json``) naming them and the new manifest is written; then each file
-is renamed over its old version and the manifest is written last. A crash before the journal leaves the old
-index intact; a crash after it is rolled forward by the next ``index add`` (or ``finish_pending_add``).
+files are complete and flushed to disk, a journal (``add.journal.json``) naming them and the new manifest (with
+their checksums) is written: that is the commit point. Then each file is renamed over its old version, the
+manifest is written and the journal removed. The lexical (BM25) part, when the index has one, is rebuilt
+over the old and new passages as the directory ``lexical.add.tmp`` before the journal. A kill -9 anywhere leaves an index that opens: before the journal,
+opening it drops the partial files (roll back); after it, opening it finishes the renames (roll forward;
+``core.store.recover``). An add holds the index's writer lock, so two adds cannot interleave.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
-from spanseek.core import store
+from spanseek.core import integrity, store
 from spanseek.core.encoding import pick_device
-from spanseek.core.io import write_json_atomic
+from spanseek.core.io import atomic_path
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
 from spanseek.indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
 from spanseek.indexer.compress import kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import add_vectors
 from spanseek.indexer.ingest import corpus_problem
+from spanseek.indexer.lexical import write_lexical
+from spanseek.indexer.recall import measure_recall
 
 log = logging.getLogger(__name__)
 
-STAGING = "add.staging"
-JOURNAL = "add.journal.json"
-TMP_SUFFIX = ".add.tmp"
+STAGING = integrity.STAGING
+JOURNAL = integrity.JOURNAL
+TMP_SUFFIX = integrity.ADD_SUFFIX
 
 
 def _tmp(index_dir: Path, name: str) -> Path:
     return index_dir / (name + TMP_SUFFIX)
-
-
-def finish_pending_add(index_dir: str | Path) -> bool:
-    """Roll an interrupted add forward (rename its complete files, write its manifest). True if there was one."""
-    index_dir = Path(index_dir)
-    journal = index_dir / JOURNAL
-    if not journal.is_file():
-        return False
-    pending = json.loads(journal.read_text())
-    for name in pending["files"]:
-        tmp = _tmp(index_dir, name)
-        if tmp.exists():
-            os.replace(tmp, index_dir / name)
-    write_json_atomic(index_dir / store.MANIFEST, pending["manifest"])
-    journal.unlink()
-    return True
 
 
 def _concat_npy(old_path: Path, new: np.ndarray, dest: Path) -> None:
@@ -87,27 +79,47 @@ def _concat_jsonl(old_path: Path, new_path: Path, dest: Path, doc_offset: int | 
 def add_documents(
     index_dir: str | Path, corpus: str | Path, model: str | Path | None = None, opts: BuildOptions | None = None
 ) -> store.Manifest:
-    """Append the documents of ``corpus`` to the index in ``index_dir``; returns the new manifest."""
-    import faiss
+    """Append the documents of ``corpus`` to the index in ``index_dir``; returns the new manifest.
 
+    Raises CorpusError (file and line) when a document id is already in the index or repeated in the corpus,
+    BuildError when another add holds the index; the index is then unchanged.
+    """
     index_dir, corpus = Path(index_dir), Path(corpus)
     opts = opts or BuildOptions(progress=False)
-    if finish_pending_add(index_dir):
-        log.info("finished an interrupted add in %s", index_dir)
-    old = store.Manifest.load(index_dir)
-    problem = corpus_problem(corpus)
+    store.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
+    problem = corpus_problem(corpus)  # a directory, a Markdown or SQuAD file...: say which command converts it
     if problem:
         raise BuildError(problem)
+    with integrity.writer_lock(index_dir) as locked:
+        if not locked:
+            raise BuildError(f"{index_dir} is being changed by another `spanseek index add` (or is read-only)")
+        if store.recover_locked(index_dir) == "rolled forward":
+            log.info("finished an interrupted add in %s", index_dir)
+        staging = index_dir / STAGING
+        try:
+            return _add_locked(index_dir, corpus, model, opts, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _add_locked(index_dir: Path, corpus: Path, model: str | Path | None, opts: BuildOptions,
+                staging: Path) -> store.Manifest:
+    """``add_documents`` under the writer lock."""
+    import faiss
+
+    old = store.check_index(index_dir, contents=False, recovered=True)  # sizes; every file is re-read below anyway
     model_dir = resolve_model(model or old.model_ref)
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
-    old.check_model(phrase_model.config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))
+    fingerprint = model_fingerprint(model_dir)
+    old.check_model(phrase_model.config, fingerprint, phrase_fingerprint(model_dir))
     t0 = time.time()
 
-    staging = index_dir / STAGING
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    n_shards, stats = encode_corpus(corpus, staging, phrase_model, opts)
-    n_new = merge_shards(staging, n_shards, phrase_model.dim, corpus)
+    held = (d["id"] for d in store.read_jsonl(index_dir / store.DOCS))
+    n_shards, stats = encode_corpus(corpus, staging, phrase_model, opts, fingerprint, held,
+                                    f"the index {index_dir} (`index add` refuses ids it holds; nothing was changed)")
+    n_new = merge_shards(staging, n_shards, phrase_model.dim)
     N, P, D = old.tokens, old.passages, old.documents
     new_vectors = np.load(staging / store.VECTORS, mmap_mode="r")
 
@@ -137,14 +149,31 @@ def add_documents(
         write_codes(index, new_vectors, _tmp(index_dir, store.CODES), old_codes=old_codes)
         names.append(store.CODES)
 
+    lexical = old.lexical
+    if lexical is not None:  # an index without one stays without (`spanseek index add-lexical` adds it)
+        lexical = write_lexical(index_dir, _tmp(index_dir, store.PASSAGES), _tmp(index_dir, store.DOCS),
+                                _tmp(index_dir, store.LEXICAL), fusion=lexical.get("fusion"))
+        names.append(store.LEXICAL)
+
     params = dict(old.faiss_params)
+    if "recall" in params and opts.recall_sample:  # re-measured over all tokens, for `index verify` to repeat
+        all_vectors = np.load(_tmp(index_dir, store.VECTORS), mmap_mode="r")
+        scores = load_filter_scores(index_dir) if store.FILTER_SCORES not in names else \
+            np.load(_tmp(index_dir, store.FILTER_SCORES), mmap_mode="r")
+        kept = kept_token_ids(scores, old.filter_threshold, N + n_new)
+        params["recall"] = measure_recall(index, all_vectors, kept, sample=int(params["recall"].get("sample", 200)))
     params["added"] = [*params.get("added", []), {"corpus": str(corpus.resolve()), "documents": stats.documents,
                                                    "tokens": n_new, "seconds": round(time.time() - t0, 2)}]
-    manifest = store.Manifest(**{
+    replaced = {name: _tmp(index_dir, name) for name in names}
+    for path in replaced.values():  # on disk before the commit point
+        integrity.fsync_path(path)
+    manifest = store.Manifest.create(index_dir, {
         **old.to_dict(), "faiss_params": params, "documents": D + stats.documents, "passages": P + stats.paragraphs,
-        "tokens": N + n_new, "indexed_tokens": int(index.ntotal),
-    })
-    write_json_atomic(index_dir / JOURNAL, {"files": names, "manifest": manifest.to_dict()})
-    finish_pending_add(index_dir)
-    shutil.rmtree(staging, ignore_errors=True)
+        "tokens": N + n_new, "indexed_tokens": int(index.ntotal), "lexical": lexical,
+    }, replaced=replaced)
+    with atomic_path(index_dir / JOURNAL) as tmp:  # the commit point
+        tmp.write_text(json.dumps({"files": names, "manifest": manifest.to_dict()}, ensure_ascii=False))
+        integrity.fsync_path(tmp)
+    integrity.fsync_path(index_dir)
+    store.recover_locked(index_dir)  # roll forward: rename the files, write the manifest, drop the journal
     return manifest

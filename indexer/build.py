@@ -3,12 +3,15 @@
     spanseek index build --corpus corpus.jsonl --model default --out INDEX_DIR [--factory Flat|auto|IVF1024,SQ8|...]
         [--filter-threshold T] [--gpu/--no-gpu]
 
-The corpus is streamed: passages are encoded in shards of ``shard_passages``; each finished shard is a
-directory renamed into place, so a killed build resumes from the first missing shard (the shards do not depend
-on the factory, so a build that stopped at the faiss stage can be resumed with another ``--factory``). The merge
-writes the final arrays through memory maps; then the factory is resolved (``auto``) and validated against the
-number of tokens to index, faiss is trained on a sample (on GPU when faiss has one) and filled chunk by chunk,
-compressed indexes get a codes store (``indexer.compress``), and the manifest is written last.
+The corpus is read once, as a stream: the passage and document stores are written as it goes and passages are
+encoded in shards of ``shard_passages``. Each finished shard is a directory renamed into place and keyed by a hash
+of its passages and the model, so a killed build resumes by re-using every shard whose passages are unchanged,
+also after the corpus was fixed (the shards do not depend on the factory, so a build that stopped at the faiss
+stage can be resumed with another ``--factory``). Document ids must be unique. The merge writes the final arrays
+through memory maps; then the factory is resolved (``auto``) and validated against the number of tokens to
+index, faiss is trained on a sample (on GPU when faiss has one) and filled chunk by chunk, compressed indexes get
+a codes store (``indexer.compress``), the passages a BM25 index (``indexer.lexical``), the recall against exact search is measured on a sample, and the manifest
+(with every file's checksum) is written last; then the shards and other scratch are removed.
 
 With a filter head and ``filter_threshold`` T, start/end filter probabilities are computed at encode time; faiss
 holds only tokens with either probability >= T, while the fine store and codes keep every token.
@@ -16,22 +19,23 @@ holds only tokens with either probability >= T, while the fine store and codes k
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import xxhash
 from tqdm.auto import tqdm
 
-from spanseek.core import store
+from spanseek.core import integrity, store
 from spanseek.core.encoding import PassageEncoder, pick_device, pick_precision
-from spanseek.core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, write_json_atomic
+from spanseek.core.faiss_spec import ivf_of
+from spanseek.core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, unique_ids
 from spanseek.core.model import (
     load_model,
     load_tokenizer,
@@ -40,7 +44,7 @@ from spanseek.core.model import (
     resolve_model,
 )
 from spanseek.core.text import tokenize_passages
-from spanseek.indexer.compress import filter_probabilities, has_codes, kept_token_ids, write_codes
+from spanseek.indexer.compress import filter_probabilities, kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import (
     FactoryError,
     add_vectors,
@@ -54,11 +58,13 @@ from spanseek.indexer.faiss_index import (
     validate_factory,
 )
 from spanseek.indexer.ingest import corpus_problem
+from spanseek.indexer.lexical import write_lexical
+from spanseek.indexer.recall import measure_recall
 
 log = logging.getLogger(__name__)
 
-BUILD_STATE = "build_state.json"
-SHARDS = "shards"
+SHARDS = integrity.SHARDS
+SHARD_KEY = "key.txt"  # a shard's content key: model, precision and its passages (``shard_key``)
 
 
 class BuildError(RuntimeError):
@@ -69,7 +75,8 @@ class BuildError(RuntimeError):
 class BuildOptions:
     """How to build: ``factory`` is any faiss factory string or ``auto``; ``gpu`` None = use one if faiss has it;
     ``filter_threshold`` needs a model with a filter head; ``vector_source`` is the searcher's default neighbour
-    source recorded in the manifest; ``nprobe`` the IVF default stored in the index (None: ``default_nprobe``)."""
+    source recorded in the manifest; ``nprobe`` the IVF default stored in the index (None: ``default_nprobe``);
+    ``recall_sample`` the queries of the recall that `index verify` later re-measures."""
 
     factory: str = "Flat"
     shard_passages: int = 2000
@@ -82,21 +89,25 @@ class BuildOptions:
     filter_threshold: float | None = None
     vector_source: str = "fine"
     nprobe: int | None = None
-
-
-def _passages(corpus: Path, stats: ReadStats | None = None) -> Iterator[tuple[int, int, str]]:
-    """(doc index, paragraph index, text) for every non-empty passage of the corpus, in order."""
-    for d, doc in enumerate(read_corpus(corpus, stats)):
-        for p, text in enumerate(doc.paragraphs):
-            yield d, p, text
+    recall_sample: int = 200  # own vectors used as queries for the recall recorded in the manifest (0: skip)
 
 
 def _shard_dir(out: Path, k: int) -> Path:
     return out / SHARDS / f"{k:06d}"
 
 
-def _encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Path) -> int:
-    """Encode one shard of passages into ``dest`` (written to dest.tmp, renamed when complete).
+def shard_key(model_fingerprint: str, precision: str, texts: list[str]) -> str:
+    """What a shard's vectors depend on: the model, the inference precision and its passages, hashed."""
+    h = xxhash.xxh3_128(f"{model_fingerprint}\0{precision}\0{len(texts)}\0".encode())
+    for text in texts:
+        h.update(text.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Path, key: str) -> int:
+    """Encode one shard of passages into ``dest`` (written to dest.tmp, renamed over any old ``dest`` when
+    complete), recording its content ``key``.
 
     With a filter head, the shard also gets ``filter.npy`` (n, 2) start/end filter probabilities.
     """
@@ -104,57 +115,70 @@ def _encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Pa
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     toks = tokenize_passages(tokenizer, texts)
-    enc = encoder.encode_tokens(toks)
-    d = encoder.model.dim
-    vecs = np.concatenate([e.vectors for e in enc]) if enc else np.zeros((0, d), np.float32)
+    vecs = encoder.encode_flat(toks)  # (shard tokens, d) float32
     np.save(tmp / "vectors.npy", vecs.astype(np.float16))
     np.save(tmp / "offsets.npy", np.concatenate([t.offsets for t in toks]).astype(np.int32).reshape(-1, 2))
     np.save(tmp / "flags.npy", np.concatenate([t.flags for t in toks]).astype(np.uint8))
     np.save(tmp / "ntokens.npy", np.asarray([len(t) for t in toks], dtype=np.int64))
     if encoder.model.filter_head is not None:
         np.save(tmp / "filter.npy", filter_probabilities(encoder.model, vecs))
+    (tmp / SHARD_KEY).write_text(key)
+    shutil.rmtree(dest, ignore_errors=True)  # a shard of other passages (the corpus changed since)
     tmp.rename(dest)
     return len(vecs)
 
 
-def _build_params(corpus: Path, model_dir: Path, opts: BuildOptions) -> dict:
-    st = corpus.stat()
-    return {
-        "corpus": str(corpus.resolve()),
-        "corpus_size": st.st_size,
-        "corpus_mtime": int(st.st_mtime),
-        "model_fingerprint": model_fingerprint(model_dir),
-        "shard_passages": opts.shard_passages,
-    }
+def _has_shard(dest: Path, key: str) -> bool:
+    """Whether ``dest`` is a finished shard of exactly these passages (same key)."""
+    try:
+        return (dest / SHARD_KEY).read_text() == key
+    except OSError:
+        return False
 
 
-def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions) -> tuple[int, ReadStats]:
-    """Encode ``corpus`` into shards under ``out`` (skipping finished ones). Returns (shard count, read stats)."""
+def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fingerprint: str,
+                  existing_ids: Iterable[str] = (), existing_name: str = "") -> tuple[int, ReadStats]:
+    """Read ``corpus`` once: write the passage and document stores into ``out`` and encode its passages into
+    shards, re-using finished shards of the same passages. Returns (shard count, read stats).
+
+    Document ids must be unique and not among ``existing_ids`` (an index's; ``existing_name`` names it): a
+    repeated id raises CorpusError naming the file and line.
+    """
     device = next(phrase_model.parameters()).device
     tokenizer = load_tokenizer(phrase_model.config)
-    encoder = PassageEncoder(phrase_model, tokenizer, precision=pick_precision(opts.precision, device),
-                             max_batch_tokens=opts.max_batch_tokens)
+    precision = pick_precision(opts.precision, device)
+    encoder = PassageEncoder(phrase_model, tokenizer, precision=precision, max_batch_tokens=opts.max_batch_tokens)
     stats = ReadStats()
-    k, buf = 0, []
+    k, buf, reused = 0, [], 0
     bar = tqdm(desc="encode", unit="passage", disable=not opts.progress)
 
     def flush() -> None:
-        nonlocal k, buf
-        dest = _shard_dir(out, k)
-        if not dest.exists():
-            _encode_shard(encoder, tokenizer, buf, dest)
+        nonlocal k, buf, reused
+        dest, key = _shard_dir(out, k), shard_key(fingerprint, precision, buf)
+        if _has_shard(dest, key):
+            reused += 1
+        else:
+            _encode_shard(encoder, tokenizer, buf, dest, key)
         bar.update(len(buf))
         k, buf = k + 1, []
 
-    for _, _, text in _passages(corpus, stats):
-        buf.append(text)
-        if len(buf) == opts.shard_passages:
-            flush()
-    if buf:  # an empty shard cannot be encoded; a corpus without passages is refused below
-        flush()
+    docs = unique_ids(read_corpus(corpus, stats), corpus, existing_ids, existing_name)
+    with atomic_path(out / store.PASSAGES) as tp, atomic_path(out / store.DOCS) as td:
+        with open(tp, "w", encoding="utf-8") as fp, open(td, "w", encoding="utf-8") as fd:
+            for d, doc in enumerate(docs):
+                fd.write(json.dumps(store.doc_record(doc.id, doc.title, doc.meta), ensure_ascii=False) + "\n")
+                for p, text in enumerate(doc.paragraphs):
+                    fp.write(json.dumps({"doc": d, "para": p, "text": text}, ensure_ascii=False) + "\n")
+                    buf.append(text)
+                    if len(buf) == opts.shard_passages:
+                        flush()
+            if buf:  # an empty shard cannot be encoded; a corpus without passages is refused below
+                flush()
     bar.close()
     if stats.paragraphs == 0:
         raise BuildError(f"corpus {corpus} has no non-empty passages")
+    if reused:
+        log.info("re-used %d of %d encoded shards", reused, k)
     log.info("corpus: %d documents, %d passages (skipped %d empty documents, %d empty paragraphs)",
              stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs)
     return k, stats
@@ -185,7 +209,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     except FactoryError as e:
         raise FactoryError(f"{e} (the encoded shards in {out} are kept: rerun with another --factory to resume)") from None
     contiguous = len(ids) == len(vectors)
-    index = create_index(factory, dim, contiguous_ids=contiguous)
+    index = create_index(spec, dim, contiguous_ids=contiguous)
     gpu = use_gpu(opts.gpu)
     n_train = training_size(spec, len(ids), opts.max_train)
     train_seconds = train_index(index, vectors, n_train, gpu=gpu, pool=None if contiguous else ids)
@@ -197,16 +221,19 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
         "train_seconds": round(train_seconds, 2), "add_seconds": round(add_seconds, 2),
         "vector_source": opts.vector_source,
     }
-    if spec.nlist:
+    ivf = ivf_of(index)
+    if ivf is not None and spec.nlist:
         nprobe = opts.nprobe or default_nprobe(spec.nlist)
-        faiss.extract_index_ivf(index).nprobe = nprobe  # stored in index.faiss: the search-time default
+        ivf.nprobe = nprobe  # stored in index.faiss: the search-time default
         params.update(nlist=spec.nlist, nprobe=nprobe)
-    if has_codes(factory):
+    if spec.has_codes:
         t2 = time.perf_counter()
         params["code_size"] = write_codes(index, vectors, out / store.CODES, progress=opts.progress)
         params["codes_seconds"] = round(time.perf_counter() - t2, 2)
     elif opts.vector_source == "codes":
         raise FactoryError(f"vector_source 'codes' needs a compressed index; {factory!r} has no codes")
+    if opts.recall_sample:
+        params["recall"] = measure_recall(index, vectors, ids, sample=opts.recall_sample)
     with atomic_path(out / store.FAISS_INDEX) as tmp:
         faiss.write_index(index, str(tmp))
     return factory, params, int(index.ntotal)
@@ -225,14 +252,8 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
         parse_factory(opts.factory)  # syntax errors before any encoding; sizes are checked after it
     if opts.vector_source not in store.VECTOR_SOURCES:
         raise BuildError(f"vector_source must be one of {store.VECTOR_SOURCES}, got {opts.vector_source!r}")
-    params = _build_params(corpus, model_dir, opts)
-    state_path = out / BUILD_STATE
-    if state_path.exists():
-        old = json.loads(state_path.read_text())
-        if old != params:
-            changed = sorted(k for k in params if old.get(k) != params[k])
-            raise BuildError(f"{out} holds a partial build with different {', '.join(changed)}; remove it or choose another --out")
-        log.info("resuming the build in %s", out)
+    if (out / SHARDS).is_dir():
+        log.info("resuming the build in %s (re-using the shards whose passages are unchanged)", out)
 
     t_start = time.time()
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
@@ -240,33 +261,39 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
         raise BuildError(f"--filter-threshold needs a model with a filter head; {model} has none "
                          "(train one with `spanseek train filter`)")
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(state_path, params)
+    fingerprint = model_fingerprint(model_dir)
 
-    n_shards, stats = encode_corpus(corpus, out, phrase_model, opts)  # 1. encode shards
-    n_tokens = merge_shards(out, n_shards, phrase_model.dim, corpus)  # 2. merge shards into the final arrays
+    n_shards, stats = encode_corpus(corpus, out, phrase_model, opts, fingerprint)  # 1. stores + encoded shards
+    n_tokens = merge_shards(out, n_shards, phrase_model.dim)  # 2. merge shards into the final arrays
     factory, faiss_params, indexed = fill_faiss(out, phrase_model.dim, opts)  # 3. faiss (+ codes)
+    lexical = write_lexical(out)  # 4. BM25 over the passages
+    remove_scratch(out)  # leftovers of killed steps would otherwise be taken for index files
 
-    # 4. manifest last: its presence marks a finished index
-    manifest = store.Manifest(
-        format_version=store.FORMAT_VERSION,
-        encoder=phrase_model.config.to_dict(),
-        model_fingerprint=params["model_fingerprint"],
-        model_ref=str(model),
-        factory=factory,
-        faiss_params=faiss_params,
-        documents=stats.documents,
-        passages=stats.paragraphs,
-        tokens=n_tokens,
-        indexed_tokens=indexed,
-        filter_threshold=opts.filter_threshold,
-        build_seconds=round(time.time() - t_start, 2),
-        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        phrase_fingerprint=phrase_fingerprint(model_dir),
-    )
-    write_json_atomic(out / store.MANIFEST, manifest.to_dict())
-    shutil.rmtree(out / SHARDS, ignore_errors=True)
-    state_path.unlink(missing_ok=True)
+    # 5. manifest last: its presence marks a finished index
+    manifest = store.Manifest.create(out, {
+        "encoder": phrase_model.config.to_dict(), "model_fingerprint": fingerprint, "model_ref": str(model),
+        "factory": factory, "faiss_params": faiss_params, "documents": stats.documents,
+        "passages": stats.paragraphs, "tokens": n_tokens, "indexed_tokens": indexed,
+        "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t_start, 2),
+        "phrase_fingerprint": phrase_fingerprint(model_dir), "lexical": lexical,
+    })
+    manifest.write(out)
+    remove_scratch(out)
     return manifest
+
+
+def remove_scratch(out: Path) -> None:
+    """Remove what killed writes left in ``out``: ``*.tmp`` files and shard directories, an old build state; the
+    encoded shards too once the manifest is written (until then a killed build resumes from them)."""
+    for path in out.iterdir():
+        if path.name == integrity.BUILD_STATE or (path.is_file() and path.name.endswith(".tmp")):
+            path.unlink()
+    shards = out / SHARDS
+    if (out / store.MANIFEST).is_file():
+        shutil.rmtree(shards, ignore_errors=True)
+    elif shards.is_dir():
+        for path in shards.glob("*.tmp"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def reindex(src: str | Path, out: str | Path, opts: BuildOptions) -> store.Manifest:
@@ -280,26 +307,27 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions) -> store.Manif
     if (out / store.MANIFEST).exists():
         raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.is_file() and f.name not in (store.MANIFEST, store.FAISS_INDEX, store.CODES):
-            (out / f.name).unlink(missing_ok=True)
-            try:
-                os.link(f, out / f.name)
-            except OSError:
-                shutil.copy2(f, out / f.name)
+    for rel in integrity.index_files(src, exclude=(store.MANIFEST, store.FAISS_INDEX, store.CODES)):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).unlink(missing_ok=True)
+        try:
+            os.link(src / rel, out / rel)
+        except OSError:
+            shutil.copy2(src / rel, out / rel)
     t0 = time.time()
     factory, faiss_params, indexed = fill_faiss(out, int(old.encoder["dim"]), opts)
-    manifest = store.Manifest(**{
+    remove_scratch(out)
+    manifest = store.Manifest.create(out, {
         **old.to_dict(), "factory": factory, "faiss_params": faiss_params, "indexed_tokens": indexed,
         "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t0, 2),
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     })
-    write_json_atomic(out / store.MANIFEST, manifest.to_dict())
+    manifest.write(out)
     return manifest
 
 
-def merge_shards(out: Path, n_shards: int, dim: int, corpus: Path) -> int:
-    """Concatenate shard arrays into the index files via memory maps; write passage and document stores."""
+def merge_shards(out: Path, n_shards: int, dim: int) -> int:
+    """Concatenate shard arrays into the index files via memory maps (the passage and document stores were
+    written while encoding)."""
     shards = [_shard_dir(out, k) for k in range(n_shards)]
     ntok = [np.load(s / "ntokens.npy") for s in shards]
     per_shard = [int(x.sum()) for x in ntok]
@@ -324,10 +352,4 @@ def merge_shards(out: Path, n_shards: int, dim: int, corpus: Path) -> int:
     save_npy_atomic(out / store.PASSAGE_TOKENS, passage_tokens)
     token_passage = np.repeat(np.arange(len(passage_tokens) - 1, dtype=np.int32), np.diff(passage_tokens))
     save_npy_atomic(out / store.TOKEN_PASSAGE, token_passage)
-    with atomic_path(out / store.PASSAGES) as tp, atomic_path(out / store.DOCS) as td:
-        with open(tp, "w", encoding="utf-8") as fp, open(td, "w", encoding="utf-8") as fd:
-            for d, doc in enumerate(read_corpus(corpus)):
-                fd.write(json.dumps(store.doc_record(doc.id, doc.title, doc.meta), ensure_ascii=False) + "\n")
-                for p, text in enumerate(doc.paragraphs):
-                    fp.write(json.dumps({"doc": d, "para": p, "text": text}, ensure_ascii=False) + "\n")
     return n

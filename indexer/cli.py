@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from spanseek.core.params import FUSIONS, MODES, UNITS, VECTOR_SOURCES, SearchParams
+
 
 def _from_squad(args: argparse.Namespace) -> int:
     from spanseek.core.io import from_squad
@@ -75,17 +77,22 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+def _params(args: argparse.Namespace, **fields) -> SearchParams:
+    """The search flags shared by `spanseek search` and `spanseek eval` as one SearchParams."""
+    from spanseek.core.params import SearchParams
+
+    return SearchParams(mode=args.mode, fusion=args.fusion, lexical_weight=args.lexical_weight, nprobe=args.nprobe,
+                        vector_source=args.vector_source, max_answer_tokens=args.max_answer_tokens, **fields)
+
+
 def _search(args: argparse.Namespace) -> int:
     from spanseek.core.loading import open_searcher
 
-    if args.merge_answers and args.unit != "phrase":
-        raise ValueError(f"--merge-answers applies to --unit phrase, not --unit {args.unit}")
+    params = _params(args, unit=args.unit, top_k=args.top_k, merge_answers=args.merge_answers)  # bad values fail here
     searcher = open_searcher(args.index, args.model, device=args.device)
-    if args.vector_source:
-        searcher.index.set_vector_source(args.vector_source)
+    searcher.check_mode(params)
     questions = args.questions or [line.strip() for line in sys.stdin if line.strip()]
-    results = searcher.search(questions, unit=args.unit, top_k=args.top_k, nprobe=args.nprobe,
-                              merge_answers=args.merge_answers)
+    results = searcher.search(questions, params)
     for q, hits in zip(questions, results, strict=True):
         print(json.dumps({"query": q, "unit": args.unit, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
     return 0
@@ -96,9 +103,29 @@ def _eval(args: argparse.Namespace) -> int:
 
     m = run_eval(args.questions, args.model, index=args.index, corpus=args.corpus, reading_comprehension=args.reading_comprehension,
                  limit=args.limit, out=args.out, progress=not args.quiet,
-                 precision=args.precision, rc_decode=args.rc_decode)
+                 precision=args.precision, rc_decode=args.rc_decode, params=_params(args))
     print(json.dumps(m, indent=2))
     return 0
+
+
+def _add_lexical(args: argparse.Namespace) -> int:
+    from spanseek.indexer.lexical import add_lexical
+
+    m = add_lexical(args.index)
+    print(json.dumps(m.lexical, indent=2))
+    return 0
+
+
+def _search_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", default=None, choices=MODES,
+                   help="dense (phrase vectors), lexical (BM25) or hybrid (both fused); default: the index's")
+    p.add_argument("--fusion", default=None, choices=FUSIONS,
+                   help="hybrid passage/doc ranking: score (normalised, weighted) or rrf; default: the index's")
+    p.add_argument("--lexical-weight", type=float, default=None,
+                   help="hybrid: weight of the normalised BM25 score (default: the index's, fitted per unit)")
+    p.add_argument("--nprobe", type=int, default=None)
+    p.add_argument("--vector-source", default=None, choices=VECTOR_SOURCES, help="default: the index's")
+    p.add_argument("--max-answer-tokens", type=int, default=None, help="longest answer in tokens (default: the model's)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -163,6 +190,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_add)
 
+    p = index.add_parser("add-lexical", help="add (or rebuild) the BM25 part of a built index; nothing is re-encoded")
+    p.add_argument("index", help="index directory")
+    p.set_defaults(func=_add_lexical)
+
     p = index.add_parser("verify", help="check an index and report recall vs exact search and bytes/token")
     p.add_argument("index", help="index directory")
     p.add_argument("--sample", type=int, default=1000, help="own vectors used as queries")
@@ -174,10 +205,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("questions", nargs="*", help="questions (default: one per line on stdin)")
     p.add_argument("--index", required=True)
     p.add_argument("--model", default="default")
-    p.add_argument("--unit", default="phrase", choices=["phrase", "passage", "doc"])
+    p.add_argument("--unit", default="phrase", choices=UNITS)
     p.add_argument("--top-k", type=int, default=10)
-    p.add_argument("--nprobe", type=int, default=None)
-    p.add_argument("--vector-source", default=None, choices=["fine", "codes"], help="default: the index's")
+    _search_flags(p)
     p.add_argument("--merge-answers", action="store_true",
                    help="phrase unit: one hit per distinct answer string, its phrases' probabilities summed")
     p.add_argument("--device", default="auto")
@@ -193,6 +223,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rc-decode", default="answer", choices=["answer", "span"],
                    help="answer: the most probable answer string (sums spans that read the same); span: the best span")
     p.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
+    _search_flags(p)
     p.add_argument("--out", default=None, help="metrics JSON")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_eval)

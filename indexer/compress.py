@@ -18,13 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from spanseek.core.io import atomic_path
-from spanseek.indexer.faiss_index import ADD_CHUNK, parse_factory
-
-
-def has_codes(factory: str) -> bool:
-    """Whether an index of this factory gets a codes store (compressed types; not Flat or HNSW)."""
-    spec = parse_factory(factory)
-    return spec.needs_training and "HNSW" not in factory
+from spanseek.indexer.faiss_index import ADD_CHUNK
 
 
 def encode_into(out: np.ndarray, index, vectors: np.ndarray, start: int = 0, progress: bool = False) -> None:

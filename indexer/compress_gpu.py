@@ -19,16 +19,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from spanseek.core.faiss_spec import ivf_of
+
 log = logging.getLogger(__name__)
-
-
-def _ivf(index):
-    import faiss
-
-    try:
-        return faiss.downcast_index(faiss.extract_index_ivf(index))
-    except RuntimeError:
-        return None
 
 
 def train_on_gpu(index, sample: np.ndarray, opq_pqs: list = (), device: int = 0) -> None:
@@ -46,7 +39,7 @@ def train_on_gpu(index, sample: np.ndarray, opq_pqs: list = (), device: int = 0)
         keep.append(g)
         return g
 
-    ivf = _ivf(index)
+    ivf = ivf_of(index)
     pqs = []
     if ivf is not None:
         ivf.clustering_index = gpu_flat(ivf.d)
@@ -70,7 +63,7 @@ def gpu_quantizer(index, device: int = 0) -> Iterator[None]:
     """While open, ``index``'s IVF coarse quantiser is a GPU copy (fast list assignment for ``add``)."""
     import faiss
 
-    ivf = _ivf(index)
+    ivf = ivf_of(index)
     if ivf is None:
         yield
         return

@@ -1,8 +1,9 @@
 """Evaluate a model (and index) on a SQuAD-format question file.
 
-    spanseek eval --questions dev.json.gz --model default [--index DIR] [--reading-comprehension] --out m.json
+    spanseek eval --questions dev.json.gz --model default [--index DIR] [--mode hybrid] [--reading-comprehension] --out m.json
 
-Without ``--index`` the corpus is the paragraphs of the question file, indexed into a temporary directory.
+Without ``--index`` the corpus is the paragraphs of the question file, indexed (with its lexical part) into a
+temporary directory. ``--mode`` and the other search flags apply to every unit's search.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from spanseek.core.evaluate import evaluate, sample_questions
 from spanseek.core.io import load_squad, squad_documents, squad_questions, write_corpus, write_json_atomic
 from spanseek.core.loading import open_searcher
+from spanseek.core.params import SearchParams
 from spanseek.indexer.build import BuildOptions, build_index
 
 
@@ -29,6 +31,7 @@ def run_eval(
     progress: bool = True,
     precision: str = "auto",
     rc_decode: str = "answer",
+    params: SearchParams | None = None,
 ) -> dict[str, Any]:
     """Evaluate on ``index``; without one, on a temporary index of ``corpus`` (default: the file's paragraphs)."""
     data = load_squad(questions)
@@ -42,7 +45,7 @@ def run_eval(
             build_index(corpus, model, index, build or BuildOptions(progress=progress, precision=precision))
         searcher = open_searcher(index, model, precision=precision)
         metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress,
-                           rc_decode=rc_decode)
+                           rc_decode=rc_decode, params=params)
     if out is not None:
         write_json_atomic(out, metrics)
     return metrics

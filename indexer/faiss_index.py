@@ -11,7 +11,7 @@ nlist grows as ~4·sqrt(N) (a power of two) and is clipped so that every centroi
 ``MIN_POINTS_PER_CENTROID`` (39, the faiss guidance) training vectors; PQ codebooks need the same per code
 (2^nbits codes per sub-quantiser). ``validate_factory`` parses nlist / M / nbits from any factory string and
 raises a ``FactoryError`` naming the fix when a corpus is too small, instead of a faiss assertion. ``nprobe`` is a
-search-time parameter (``PhraseIndex.set_nprobe``). Vectors are read in chunks from the memory-mapped fine store,
+search-time parameter (``PhraseIndex.search_parameters``). Vectors are read in chunks from the memory-mapped fine store,
 so memory stays bounded; training uses a sample (``training_size``). With a GPU (``faiss.get_num_gpus() > 0``)
 training and adding run through ``indexer.compress_gpu`` and the index comes back to the CPU for storage.
 """
@@ -21,18 +21,24 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import re
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from spanseek.core.faiss_spec import (  # noqa: F401  (FactorySpec, parse_factory: re-exported for the indexer)
+    MIN_POINTS_PER_CENTROID,
+    FactoryError,
+    FactorySpec,
+    ivf_of,
+    parse_factory,
+    unwrapped,
+)
+
 log = logging.getLogger(__name__)
 
 ADD_CHUNK = 65536
-MIN_POINTS_PER_CENTROID = 39  # faiss warns below this many training vectors per k-means centroid
 MAX_POINTS_PER_CENTROID = 256  # faiss subsamples above this many anyway
 FLAT_MAX = 100_000
 SQ8_MAX = 5_000_000
@@ -40,68 +46,6 @@ PQ8_MAX = 50_000_000
 AUTO = "auto"
 OPQ_NITER = 20  # faiss default 50; the rotation changes little after ~20 alternations
 OPQ_MAX_TRAIN = 32_768  # OPQ trains on at most this many of the sample's vectors
-
-
-class FactoryError(ValueError):
-    """A factory string faiss cannot build, or a corpus too small to train it."""
-
-
-@dataclass(frozen=True)
-class FactorySpec:
-    """What a factory string asks for (the parts that decide training needs and code size)."""
-
-    factory: str
-    nlist: int | None = None  # IVF coarse centroids
-    opq_m: int | None = None  # OPQ sub-spaces
-    opq_dim: int | None = None  # OPQ output dimension (OPQ{M}_{D})
-    pq_m: int | None = None  # PQ sub-quantisers
-    pq_nbits: int = 8
-    fast_scan: bool = False
-    sq: str | None = None  # SQ8, SQ4, SQfp16 ...
-
-    @property
-    def needs_training(self) -> bool:
-        return self.nlist is not None or self.pq_m is not None or self.opq_m is not None or self.sq is not None
-
-    @property
-    def min_train(self) -> int:
-        """Fewest training vectors for every k-means in this index to see 39 points per centroid."""
-        ks = [1]
-        if self.nlist:
-            ks.append(self.nlist)
-        if self.pq_m:
-            ks.append(2**self.pq_nbits)
-        if self.opq_m:  # OPQ trains a PQ with the final codes' bits (8 without a PQ)
-            ks.append(2 ** (self.pq_nbits if self.pq_m else 8))
-        return MIN_POINTS_PER_CENTROID * max(ks) if len(ks) > 1 else 1
-
-
-_OPQ = re.compile(r"^OPQ(\d+)(?:_(\d+))?$")
-_IVF = re.compile(r"^IVF(\d+)(?:_.*)?$")
-_PQ = re.compile(r"^(?:IVF\d+_)?PQ(\d+)(?:x(\d+))?(fs|fsr)?(?:np)?$")
-_SQ = re.compile(r"^(SQ(?:fp16|bf16|8_direct_signed|8_direct|\d+))$")
-
-
-def parse_factory(factory: str) -> FactorySpec:
-    """Read nlist, OPQ/PQ sub-spaces, PQ bits and the scalar quantiser from a factory string."""
-    if not factory or factory.strip() != factory:
-        raise FactoryError(f"invalid factory string {factory!r}")
-    fields: dict = {}
-    for part in factory.split(","):
-        if m := _OPQ.match(part):
-            fields["opq_m"] = int(m.group(1))
-            fields["opq_dim"] = int(m.group(2)) if m.group(2) else None
-        elif m := _IVF.match(part):
-            fields["nlist"] = int(m.group(1))
-        elif m := _PQ.match(part):
-            fields["pq_m"] = int(m.group(1))
-            fields["pq_nbits"] = int(m.group(2)) if m.group(2) else 8
-            fields["fast_scan"] = m.group(3) is not None
-        elif m := _SQ.match(part):
-            fields["sq"] = m.group(1)
-    if fields.get("nlist") == 0 or fields.get("pq_m") == 0 or fields.get("opq_m") == 0:
-        raise FactoryError(f"factory {factory!r}: nlist and M must be positive")
-    return FactorySpec(factory=factory, **fields)
 
 
 def auto_nlist(n: int) -> int:
@@ -183,15 +127,13 @@ def default_nprobe(nlist: int) -> int:
     return int(min(nlist, max(8, nlist // 32)))
 
 
-def needs_ids(factory: str) -> bool:
-    """Whether the index type stores explicit ids (IVF) or needs an IDMap for non-contiguous ids."""
-    return "IVF" in factory or factory.startswith("IDMap")
-
-
-def create_index(factory: str, dim: int, contiguous_ids: bool):
-    """A faiss index for ``factory`` (inner product); wrapped in IDMap2 when ids are not 0..n-1."""
+def create_index(factory: str | FactorySpec, dim: int, contiguous_ids: bool):
+    """A faiss index for ``factory`` (a string or its parsed spec; inner product); wrapped in IDMap2 when ids are
+    not 0..n-1."""
     import faiss
 
+    spec = factory if isinstance(factory, FactorySpec) else None
+    factory = factory.factory if isinstance(factory, FactorySpec) else factory
     if factory == AUTO:
         raise FactoryError("resolve 'auto' with resolve_factory(factory, dim, n) before creating the index")
     try:
@@ -199,7 +141,7 @@ def create_index(factory: str, dim: int, contiguous_ids: bool):
     except RuntimeError as e:
         raise FactoryError(f"faiss cannot build factory {factory!r} for dim {dim}: {str(e).strip().splitlines()[-1]}") from None
     _no_polysemous(index)
-    if not contiguous_ids and not needs_ids(factory):
+    if not contiguous_ids and not (spec or parse_factory(factory)).stores_ids:
         index = faiss.IndexIDMap2(index)
     return index
 
@@ -207,12 +149,9 @@ def create_index(factory: str, dim: int, contiguous_ids: bool):
 def _no_polysemous(index) -> None:
     """Switch off polysemous training of PQ codes (an annealing step that costs more than the rest of training
     and only helps Hamming-filtered search, which the phrase searcher does not use)."""
-    import faiss
-
-    try:
-        inner = faiss.downcast_index(faiss.extract_index_ivf(index))
-    except RuntimeError:
-        inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
+    inner = ivf_of(index)
+    if inner is None:
+        inner = unwrapped(index)
     if hasattr(inner, "do_polysemous_training"):
         inner.do_polysemous_training = False
 
@@ -317,10 +256,7 @@ def attach_opq_quantizers(index) -> list:
     """
     import faiss
 
-    try:
-        inner = faiss.downcast_index(faiss.extract_index_ivf(index))
-    except RuntimeError:
-        inner = None
+    inner = ivf_of(index)
     nbits = int(inner.pq.nbits) if inner is not None and hasattr(inner, "pq") else 8
     pqs = []
     for opq in opq_matrices(index):
@@ -336,13 +272,7 @@ def accepts_ids(index) -> bool:
     """Whether the index stores explicit ids (IDMap, IVF); a plain index numbers vectors 0..n-1 itself."""
     import faiss
 
-    if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)):
-        return True
-    try:
-        faiss.extract_index_ivf(index)
-        return True
-    except RuntimeError:
-        return False
+    return isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)) or ivf_of(index) is not None
 
 
 def add_vectors(

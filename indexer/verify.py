@@ -1,10 +1,14 @@
-"""Verify a built index: manifest, counts and maps, recall of its faiss index vs exact search, bytes per token.
+"""Verify a built index: every file's checksum, manifest, counts and maps, recall of its faiss index vs exact
+search (against what the build measured), bytes per token.
 
     spanseek index verify INDEX_DIR [--sample 1000] [--nprobe N]
 
-Recall uses a sample of the index's own (fine, fp16) token vectors as queries: the exact top-k is a brute-force
-inner-product search over the fine vectors of the indexed tokens; recall@1 is the share of queries whose
-compressed top-1 is the exact top-1, recall@10 the mean overlap of the two top-10 lists.
+Checksums: each file the manifest records is re-read and compared (a damaged file is named). Recall
+(``indexer.recall``) uses a sample of the index's own (fine, fp16) token vectors as queries; the build's own
+measurement is repeated with its settings and must not fall more than ``RECALL_DROP`` below the recorded value.
+
+The lexical (BM25) part, when present, must rank a sample of passage-text queries as a fresh BM25 of the passage
+store does; an index without one is reported as such (it serves dense search).
 
 ``memory_per_token`` reports what a searcher holds in RAM (the faiss index, the in-RAM token maps and the
 passage store) and what stays on disk behind memory maps (fine store, codes, character offsets), per token.
@@ -18,13 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core import store
+from spanseek.core import integrity, store
 from spanseek.core.store import IndexFormatError, PhraseIndex
 from spanseek.indexer.compress import kept_token_ids
+from spanseek.indexer.lexical import check_lexical
+from spanseek.indexer.lexical import describe as describe_lexical
+from spanseek.indexer.recall import exact_topk, measure_recall  # noqa: F401  (exact_topk: re-exported)
 
 log = logging.getLogger(__name__)
 
-EXACT_CHUNK = 65536
+RECALL_DROP = 0.05  # the same queries on the same index give the same recall; a larger drop means damage
 
 
 def _file_bytes(path: Path) -> int:
@@ -62,42 +69,27 @@ def memory_per_token(index: PhraseIndex) -> dict[str, Any]:
     }
 
 
-def exact_topk(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """Brute-force inner-product top-k token ids among ``ids`` (rows of ``vectors``), chunk by chunk."""
-    import faiss
-
-    best_d = np.full((len(queries), 0), -np.inf, np.float32)
-    best_i = np.zeros((len(queries), 0), np.int64)
-    for a in range(0, len(ids), EXACT_CHUNK):
-        chunk = ids[a : a + EXACT_CHUNK]
-        x = np.ascontiguousarray(vectors[chunk], dtype=np.float32)
-        dist, pos = faiss.knn(queries, x, min(k, len(chunk)), metric=faiss.METRIC_INNER_PRODUCT)
-        best_d = np.concatenate([best_d, dist], axis=1)
-        best_i = np.concatenate([best_i, chunk[pos]], axis=1)
-        order = np.argsort(-best_d, axis=1, kind="stable")[:, :k]
-        best_d = np.take_along_axis(best_d, order, axis=1)
-        best_i = np.take_along_axis(best_i, order, axis=1)
-    return best_i
-
-
 def recall_vs_exact(
     index: PhraseIndex, sample: int = 1000, k: int = 10, nprobe: int | None = None, seed: int = 0
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """recall@1 and recall@k of ``index.faiss`` against exact search, queries = a sample of its own vectors."""
     ids = kept_token_ids(_filter_scores(index), index.manifest.filter_threshold, index.num_tokens)
-    rng = np.random.default_rng(seed)
-    q_ids = np.sort(rng.choice(ids, size=min(sample, len(ids)), replace=False))
-    queries = np.ascontiguousarray(index.token_vectors(q_ids), dtype=np.float32)
-    k = min(k, len(ids))
-    exact = exact_topk(index.vectors, ids, queries, k)
-    index.set_nprobe(nprobe)
-    _, approx = index.faiss.search(queries, k)
-    overlap = [len(np.intersect1d(a, e)) / k for a, e in zip(approx, exact, strict=True)]
-    return {
-        "queries": len(q_ids),
-        "recall@1": round(float(np.mean(approx[:, 0] == exact[:, 0])), 4),
-        f"recall@{k}": round(float(np.mean(overlap)), 4),
-    }
+    return measure_recall(index.faiss, index.vectors, ids, sample=sample, k=k, seed=seed,
+                          params=index.search_parameters(nprobe))
+
+
+def recall_drop(index: PhraseIndex) -> str | None:
+    """The build's recall measurement repeated: a problem when it fell more than RECALL_DROP, else None."""
+    built = index.manifest.faiss_params.get("recall")
+    if not isinstance(built, dict) or "k" not in built:
+        return None
+    k = int(built["k"])
+    now = recall_vs_exact(index, sample=int(built["sample"]), k=k, seed=int(built.get("seed", 0)))
+    key = f"recall@{now['k']}"
+    if key in built and now[key] < built[key] - RECALL_DROP:
+        return (f"{index.dir / store.FAISS_INDEX}: {key} is {now[key]}, the build measured {built[key]} on the same "
+                "queries: the faiss index is damaged or does not match the stored vectors")
+    return None
 
 
 def _filter_scores(index: PhraseIndex) -> np.ndarray | None:
@@ -139,20 +131,42 @@ def check_maps(index: PhraseIndex) -> list[str]:
 def verify_index(
     index_dir: str | Path, sample: int = 1000, k: int = 10, nprobe: int | None = None
 ) -> dict[str, Any]:
-    """Check an index and measure it: ``{"ok", "problems", "manifest": counts, "recall", "memory"}``."""
+    """Check an index and measure it: ``{"ok", "problems", "manifest": counts, "recall", "memory"}``.
+
+    Problems name the file: a checksum or size that differs from the manifest's record, a store that cannot be
+    read, maps that disagree, or a recall far below the build's.
+    """
+    index_dir = Path(index_dir)
     try:
-        index = PhraseIndex(index_dir)
+        if index_dir.is_dir():
+            store.recover(index_dir)
+        manifest = store.Manifest.load(index_dir)
     except IndexFormatError as e:
         return {"ok": False, "problems": [str(e)]}
+    problems = integrity.check_files(index_dir, manifest.files) if manifest.files is not None else []
+    notes = [] if manifest.files is not None else ["the manifest records no checksums (built by an older version)"]
+    try:  # the checksums were just compared; opening checks the rest
+        index = PhraseIndex(index_dir, verify_checksums=False)
+    except IndexFormatError as e:
+        return {"ok": False, "problems": problems or [str(e)], "notes": notes}
+    if problems:
+        return {"ok": False, "problems": problems, "notes": notes}
     problems = check_maps(index)
+    problems += check_lexical(index)
     m = index.manifest
     out: dict[str, Any] = {
         "ok": not problems,
         "problems": problems,
         "manifest": {"factory": m.factory, "documents": m.documents, "passages": m.passages, "tokens": m.tokens,
                      "indexed_tokens": m.indexed_tokens, "filter_threshold": m.filter_threshold},
+        "lexical": describe_lexical(index),
     }
+    if notes:
+        out["notes"] = notes
     if not problems and m.indexed_tokens > 0:
         out["recall"] = recall_vs_exact(index, sample, k, nprobe)
+        if (drop := recall_drop(index)) is not None:
+            problems.append(drop)
+            out["ok"] = False
     out["memory"] = memory_per_token(index)
     return out

@@ -20,8 +20,10 @@ from typing import Any, Literal
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from spanseek.core.search import UNITS, Searcher
-from spanseek.service.batcher import MicroBatcher, SearchParams, run_batch
+from spanseek.core.lexical import missing_message
+from spanseek.core.params import UNITS, SearchParams
+from spanseek.core.search import Searcher
+from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.errors import install_error_handlers
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import RequestContextMiddleware
@@ -43,12 +45,8 @@ def default_searcher_factory(settings: Settings) -> Searcher:
 
 def index_nprobe(searcher: Searcher) -> int | None:
     """The IVF nprobe the index was loaded with (None for indexes without inverted lists)."""
-    try:
-        import faiss
-
-        return int(faiss.extract_index_ivf(searcher.index.faiss).nprobe)
-    except (RuntimeError, ImportError, AttributeError, TypeError):
-        return None
+    nprobe = getattr(searcher.index, "default_nprobe", None)  # PhraseIndex reads it from the IVF at load
+    return nprobe if isinstance(nprobe, int) else None
 
 
 def directory_bytes(path: Path) -> int:
@@ -74,6 +72,7 @@ class ServiceState:
         self.batcher: MicroBatcher | None = None
         self.default_nprobe: int | None = settings.default_nprobe
         self.info: dict[str, Any] = {}
+        self.search_info: dict[str, Any] = {}  # modes and fusion defaults, for /info
         self.overlap = "off"  # what the pipeline setting resolved to once the encoder's device is known
         # One worker: the question encoder runs in this thread only (also the warm-up and the loading), and so does
         # faiss unless the pipeline gives the search step its own thread.
@@ -90,7 +89,7 @@ class ServiceState:
             if self.settings.torch_threads is not None:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
             searcher = await loop.run_in_executor(self.executor, factory, self.settings)
-            if self.default_nprobe is None:  # pin it: search_vectors(nprobe=None) would keep the last request's
+            if self.default_nprobe is None:  # reported by /info (a request without nprobe gets the index's)
                 self.default_nprobe = index_nprobe(searcher)
             self._describe(searcher)
             warm_batches: list[tuple[int, float]] = []
@@ -123,7 +122,7 @@ class ServiceState:
         Returns (size, seconds) of the full-size batches after the first, which seed the admission's cost model.
         """
         k = self.settings.default_top_k
-        requests = [(WARMUP_QUESTIONS, SearchParams(u, k, None, self.default_nprobe)) for u in UNITS]
+        requests = [(WARMUP_QUESTIONS, SearchParams(u, k, nprobe=self.default_nprobe)) for u in UNITS]
         run_batch(searcher, requests)
         full = [([f"warm-up question number {i}" for i in range(self.settings.max_batch_size)], requests[0][1])]
         timed = []
@@ -157,6 +156,12 @@ class ServiceState:
                 "created": m.created, "size_bytes": size, "nprobe": self.default_nprobe,
             },
         }
+        self.search_info = {
+            "modes": list(searcher.modes), "default_mode": searcher.default_mode,
+            "fusion": searcher.default_fusion, "lexical_weights": searcher.lexical_weights,
+        }
+        if searcher.lexical is None:
+            self.search_info["lexical"] = missing_message(index.dir)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
         self.metrics.model_info.info({
             "model": self.settings.model, "fingerprint": m.model_fingerprint, "factory": m.factory,

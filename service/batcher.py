@@ -5,8 +5,8 @@ One task owns the queue. It waits for the first request, then collects more unti
 (cancelled futures) are dropped. The batch runs off the event loop:
 
 1. all non-blank questions of the batch go through ``searcher.encoder.encode`` once: (B, d) q_start, q_end;
-2. rows are grouped by search parameters (unit, top_k, max answer length, nprobe) and each group is one
-   ``searcher.search_vectors`` call;
+2. rows are grouped by their ``SearchParams`` (core.params) and each group is one ``searcher.search_vectors``
+   call (with the group's question texts, for the lexical leg);
 3. every request's future gets its hits plus the batch's timings.
 
 Without a search executor, steps 1-2 run in one worker thread. With one (``pipeline``), step 1 runs in the
@@ -40,23 +40,13 @@ from typing import Literal, TypeVar
 
 import numpy as np
 
-from spanseek.core.search import Hit, Searcher, Unit
+from spanseek.core.params import SearchParams
+from spanseek.core.search import Hit, Searcher
 from spanseek.service.errors import NotReady
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.overload import BatchCostModel, check_admission
 
 log = logging.getLogger("spanseek.service.batcher")
-
-
-@dataclass(frozen=True)
-class SearchParams:
-    """Parameters that must be equal for questions to share one ``search_vectors`` call."""
-
-    unit: Unit
-    top_k: int
-    max_answer_tokens: int | None = None
-    nprobe: int | None = None
-    merge_answers: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,10 +118,8 @@ def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[
     timings: dict[str, float] = {}
     for params, members in groups.items():
         sel = np.asarray(members)
-        hits = searcher.search_vectors(
-            enc.q_start[sel], enc.q_end[sel], params.unit, params.top_k, params.max_answer_tokens, params.nprobe,
-            timings, merge_answers=params.merge_answers,
-        )
+        texts = [enc.flat[enc.rows[b]][1] for b in members]
+        hits = searcher.search_vectors(enc.q_start[sel], enc.q_end[sel], params, timings, texts)
         for b, h in zip(members, hits, strict=True):
             i = enc.rows[b]
             out[enc.flat[i][0]][position[i]] = h
@@ -227,8 +215,8 @@ def run_batch_isolated(searcher: Searcher, requests: Requests) -> tuple[list[Out
 class MicroBatcher:
     """Collects concurrent requests into batches and runs them on ``executor`` (and ``search_executor``).
 
-    Each executor must have a single worker: the encoder (torch) is used from one thread and the index (faiss
-    nprobe) from one thread. Without ``search_executor`` both steps run in ``executor``, one batch at a time;
+    Each executor must have a single worker: the encoder (torch) is used from one thread and the index (faiss)
+    from one thread. Without ``search_executor`` both steps run in ``executor``, one batch at a time;
     with it, batch n + 1 is encoded while batch n is searched.
     """
 

@@ -39,7 +39,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--max-body-bytes", "max_body_bytes", int, "largest request body"),
     ("--passage-context-chars", "passage_context_chars", int, "passage characters each side of a hit's phrase"),
     ("--max-response-bytes", "max_response_bytes", int, "largest /search response body"),
-    ("--max-answer-length-limit", "max_answer_length_limit", int, "largest max_answer_length (tokens) accepted"),
+    ("--max-answer-tokens-limit", "max_answer_tokens_limit", int, "largest max_answer_tokens accepted"),
     ("--default-nprobe", "default_nprobe", int, "IVF nprobe by default"),
     ("--max-nprobe", "max_nprobe", int, "largest nprobe accepted"),
     ("--api-key", "api_key", str, "require this API key (prefer SPANSEEK_API_KEY: flags show in ps)"),
@@ -66,11 +66,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def check_servable(settings: Settings) -> None:
-    """Fail fast (before starting uvicorn) when the index or model cannot be found."""
+    """Fail fast (before starting uvicorn) when the index or model cannot be found, or a file of the index is
+    damaged (its checksum differs from the manifest's record)."""
     from spanseek.core.model import resolve_model
-    from spanseek.core.store import Manifest
+    from spanseek.core.store import check_index
 
-    Manifest.load(settings.index)
+    check_index(settings.index)
     resolve_model(settings.model)
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
+from spanseek.core.params import UNITS
 from spanseek.service.errors import ERROR_TYPES
+
+__all__ = ["UNITS", "ServiceMetrics"]
 
 # Seconds: from sub-millisecond stages on a GPU to multi-second overload queueing.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 STAGES = ("queue", "encode", "search", "aggregate")
-UNITS = ("phrase", "passage", "doc")
 
 
 class ServiceMetrics:

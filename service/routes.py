@@ -12,7 +12,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from spanseek.service.batcher import BatchOutcome, SearchParams
+from spanseek.core.lexical import LexicalIndexMissing
+from spanseek.core.params import UNITS, SearchParams
+from spanseek.service.batcher import BatchOutcome
 from spanseek.service.bounds import estimated_bytes, passage_window, render_bounded
 from spanseek.service.errors import (
     BadRequest,
@@ -139,7 +141,7 @@ async def info(request: Request) -> InfoResponse:
     service = {
         "status": state.status, "max_batch_size": s.max_batch_size, "max_wait_ms": s.max_wait_ms,
         "max_queue": s.max_queue, "default_top_k": s.default_top_k, "max_top_k": s.max_top_k,
-        "max_queries_per_request": s.max_queries_per_request, "units": ["phrase", "passage", "doc"],
+        "max_queries_per_request": s.max_queries_per_request, "units": list(UNITS), **state.search_info,
         "max_queue_wait_ms": s.max_queue_wait_ms, "passage_context_chars": s.passage_context_chars,
         "max_response_bytes": s.max_response_bytes,
         "pipeline": s.pipeline, "overlap": state.overlap,
@@ -183,20 +185,20 @@ async def search(
     if len(questions) > s.max_queries_per_request:
         raise PayloadTooLarge(f"{len(questions)} queries in one request; at most {s.max_queries_per_request}")
     _check_range("top_k", body.top_k, 1, s.max_top_k)
-    _check_range("max_answer_length", body.max_answer_length, 1, s.max_answer_length_limit)
+    _check_range("max_answer_tokens", body.max_answer_tokens, 1, s.max_answer_tokens_limit)
     _check_range("nprobe", body.nprobe, 1, s.max_nprobe)
-    if body.merge_answers and unit != "phrase":
-        raise BadRequest(f"merge_answers applies to unit=phrase, not unit={unit}")
     if state.batcher is None:
         raise NotReady(f"loading failed: {load_error(request)}" if state.status == "failed"
                        else "the model and index are still loading")
-    params = SearchParams(
-        unit=unit,
-        top_k=body.top_k or s.default_top_k,
-        max_answer_tokens=body.max_answer_length,
-        nprobe=body.nprobe or state.default_nprobe,
-        merge_answers=body.merge_answers,
-    )
+    try:
+        params = SearchParams(
+            unit=unit, top_k=body.top_k or s.default_top_k, max_answer_tokens=body.max_answer_tokens,
+            nprobe=body.nprobe or state.default_nprobe, merge_answers=body.merge_answers, mode=body.mode,
+            fusion=body.fusion, lexical_weight=body.lexical_weight,
+        )
+        state.searcher.check_mode(params)
+    except (ValueError, LexicalIndexMissing) as e:  # SearchParamsError, or a mode the index cannot serve
+        raise BadRequest(str(e)) from None
     outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params))
     state.metrics.questions.labels(unit=unit).inc(len(questions))
     timings = Timings(

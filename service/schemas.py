@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Unit = Literal["phrase", "passage", "doc"]
+from spanseek.core.params import Fusion, Mode, Unit
+
+__all__ = ["ErrorResponse", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "SearchRequest",
+           "SearchResponse", "Timings", "Unit"]
 
 
 def unencodable_at(text: str) -> int | None:
@@ -39,8 +42,23 @@ class SearchRequest(BaseModel):
     query: str | None = Field(None, description="one question", examples=["Who built the castle?"])
     queries: list[str] | None = Field(None, min_length=1, description="several questions, answered in order")
     top_k: int | None = Field(None, description="hits per question (default: server's default_top_k)")
-    max_answer_length: int | None = Field(None, description="longest answer phrase in tokens (default: the model's)")
+    # "max_answer_length" is the name older clients send; it is still accepted
+    max_answer_tokens: int | None = Field(
+        None, description="longest answer phrase in tokens (default: the model's)",
+        validation_alias=AliasChoices("max_answer_tokens", "max_answer_length"),
+    )
     nprobe: int | None = Field(None, description="IVF lists to visit (compressed indexes only)")
+    mode: Mode | None = Field(
+        None, description="dense (phrase vectors), lexical (BM25 over passages) or hybrid (both fused); default: "
+        "the server's (GET /info)",
+    )
+    fusion: Fusion | None = Field(
+        None, description="hybrid passage/doc ranking: score (normalised scores, weighted) or rrf (reciprocal rank "
+        "fusion); default: the index's",
+    )
+    lexical_weight: float | None = Field(
+        None, description="hybrid: weight of the normalised BM25 score (default: the one fitted for the unit)",
+    )
     merge_answers: bool = Field(
         False, description="unit=phrase only: one hit per distinct answer (phrases that read the same once "
         "normalised), scored by the log of the summed exp(score) of its phrases; the hit shows its best phrase",
@@ -77,7 +95,8 @@ class HitOut(BaseModel):
     """One hit: the best phrase of the unit, its character span in its passage, and its source."""
 
     text: str = Field(description="the answer phrase")
-    score: float = Field(description="q_start . h_start + q_end . h_end")
+    score: float = Field(description="dense mode: q_start . h_start + q_end . h_end (+ length bias); lexical: the "
+                         "BM25 score; hybrid: the fused score")
     start: int = Field(description="character offset of the phrase in `passage`")
     end: int = Field(description="character end offset (exclusive) of the phrase in `passage`")
     passage_id: int
@@ -87,6 +106,8 @@ class HitOut(BaseModel):
     doc_id: str
     title: str
     meta: dict[str, Any] = Field(default_factory=dict, description="the document's metadata from the corpus")
+    dense: float | None = Field(None, description="the dense leg's score: the phrase's, or the unit's best phrase's")
+    lexical: float | None = Field(None, description="the BM25 score of the passage (or document); null in dense mode")
 
 
 class QueryResult(BaseModel):

@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     # default context, 32 queries x top_k 100 of ordinary passages fit; whole passages of a huge corpus may not.
     max_response_bytes: int = Field(4 << 20, ge=4096, description="largest /search response body (400 above)")
     # Longer answers widen span completion (cost ~ L per candidate); the model was trained for its own L.
-    max_answer_length_limit: int = Field(64, ge=1, description="largest max_answer_length (tokens) accepted")
+    max_answer_tokens_limit: int = Field(64, ge=1, description="largest max_answer_tokens accepted")
     # nprobe: inverted lists visited per IVF search. More = better recall, slower search. None = index default.
     default_nprobe: int | None = Field(None, ge=1, description="IVF nprobe when the request gives none")
     max_nprobe: int = Field(4096, ge=1, description="largest nprobe accepted (400 above)")

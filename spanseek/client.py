@@ -170,10 +170,10 @@ class _Base:
         self.max_retries, self.max_retry_wait = max_retries, max_retry_wait
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def _body(self, queries: str | list[str], top_k: int | None, max_answer_length: int | None,
+    def _body(self, queries: str | list[str], top_k: int | None, max_answer_tokens: int | None,
               nprobe: int | None, merge_answers: bool | None, params: dict[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {"query": queries} if isinstance(queries, str) else {"queries": list(queries)}
-        named = {"top_k": top_k, "max_answer_length": max_answer_length, "nprobe": nprobe,
+        named = {"top_k": top_k, "max_answer_tokens": max_answer_tokens, "nprobe": nprobe,
                  "merge_answers": merge_answers}
         body.update({k: v for k, v in {**named, **params}.items() if v is not None})
         return body
@@ -214,17 +214,17 @@ class Client(_Base):
             attempt += 1
 
     def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None, *,
-               max_answer_length: int | None = None, nprobe: int | None = None, merge_answers: bool | None = None,
+               max_answer_tokens: int | None = None, nprobe: int | None = None, merge_answers: bool | None = None,
                **params: Any) -> SearchResponse:
         """The best ``unit``s for one question (``.hits``); other keyword arguments go into the request body."""
-        body = self._body(query, top_k, max_answer_length, nprobe, merge_answers, params)
+        body = self._body(query, top_k, max_answer_tokens, nprobe, merge_answers, params)
         return SearchResponse.from_json(self._request("POST", "/search", params={"unit": unit}, json=body))
 
     def search_batch(self, queries: list[str], unit: Unit = "phrase", top_k: int | None = None, *,
-                     max_answer_length: int | None = None, nprobe: int | None = None,
+                     max_answer_tokens: int | None = None, nprobe: int | None = None,
                      merge_answers: bool | None = None, **params: Any) -> SearchResponse:
         """Several questions in one request (``.results``, in order), batched together by the server."""
-        body = self._body(queries, top_k, max_answer_length, nprobe, merge_answers, params)
+        body = self._body(queries, top_k, max_answer_tokens, nprobe, merge_answers, params)
         return SearchResponse.from_json(self._request("POST", "/search", params={"unit": unit}, json=body))
 
     def info(self) -> dict[str, Any]:
@@ -264,17 +264,17 @@ class AsyncClient(_Base):
             attempt += 1
 
     async def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None, *,
-                     max_answer_length: int | None = None, nprobe: int | None = None,
+                     max_answer_tokens: int | None = None, nprobe: int | None = None,
                      merge_answers: bool | None = None, **params: Any) -> SearchResponse:
         """The best ``unit``s for one question (``.hits``); other keyword arguments go into the request body."""
-        body = self._body(query, top_k, max_answer_length, nprobe, merge_answers, params)
+        body = self._body(query, top_k, max_answer_tokens, nprobe, merge_answers, params)
         return SearchResponse.from_json(await self._request("POST", "/search", params={"unit": unit}, json=body))
 
     async def search_batch(self, queries: list[str], unit: Unit = "phrase", top_k: int | None = None, *,
-                           max_answer_length: int | None = None, nprobe: int | None = None,
+                           max_answer_tokens: int | None = None, nprobe: int | None = None,
                            merge_answers: bool | None = None, **params: Any) -> SearchResponse:
         """Several questions in one request (``.results``, in order), batched together by the server."""
-        body = self._body(queries, top_k, max_answer_length, nprobe, merge_answers, params)
+        body = self._body(queries, top_k, max_answer_tokens, nprobe, merge_answers, params)
         return SearchResponse.from_json(await self._request("POST", "/search", params={"unit": unit}, json=body))
 
     async def info(self) -> dict[str, Any]:

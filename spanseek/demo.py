@@ -73,11 +73,12 @@ def ensure_index(corpus: Path = CORPUS, index: Path = INDEX, model: str = "defau
 def print_answers(index: Path, model: str) -> None:
     """Answer the demo questions in-process (no service) and print the top hits of every unit."""
     from spanseek.core.loading import open_searcher
+    from spanseek.core.params import SearchParams
 
     searcher = open_searcher(index, model)
     for unit in ("phrase", "passage", "doc"):
         say(f"\n=== unit={unit} ===")
-        for q, hits in zip(QUESTIONS, searcher.search(QUESTIONS, unit=unit, top_k=3), strict=True):
+        for q, hits in zip(QUESTIONS, searcher.search(QUESTIONS, SearchParams(unit=unit, top_k=3)), strict=True):
             say(f"\nQ: {q}")
             for r, h in enumerate(hits, 1):
                 say(f"  {r}. {h.text!r}  [{h.title}]  score={h.score:.2f}")

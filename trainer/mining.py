@@ -41,16 +41,13 @@ def training_pool(data: list[dict], holdout_every: int = 20, holdout_offset: int
 
 
 def bm25_retriever(texts: list[str]) -> Retriever:
-    """BM25 (bm25s, English stop words) over the pool texts."""
-    import bm25s
+    """BM25 over the pool texts: the lexical leg of the phrase index (``core.lexical``: stop words, stemming)."""
+    from spanseek.core.lexical import LexicalIndex
 
-    retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+    lexical = LexicalIndex.build(texts)
 
     def retrieve(questions: list[str], k: int) -> np.ndarray:
-        q = bm25s.tokenize(questions, stopwords="en", return_ids=False, show_progress=False)
-        ids, scores = retriever.retrieve(q, k=min(k, len(texts)), show_progress=False, n_threads=1)
-        return np.where(scores > 0, ids, -1)
+        return lexical.top(questions, k)[0]
 
     return retrieve
 
@@ -58,6 +55,7 @@ def bm25_retriever(texts: list[str]) -> Retriever:
 def model_retriever(index_dir: str | Path, model: str | Path, pool: list[tuple[int, int, str]]) -> Retriever:
     """Passage search with a phrase model over an index of the whole training file."""
     from spanseek.core.loading import open_searcher
+    from spanseek.core.params import SearchParams
 
     searcher = open_searcher(index_dir, model)
     to_pool = {(a, p): i for i, (a, p, _) in enumerate(pool)}
@@ -67,7 +65,7 @@ def model_retriever(index_dir: str | Path, model: str | Path, pool: list[tuple[i
 
     def retrieve(questions: list[str], k: int) -> np.ndarray:
         out = np.full((len(questions), k), -1, dtype=np.int64)
-        for b, hits in enumerate(searcher.search(questions, unit="passage", top_k=k)):
+        for b, hits in enumerate(searcher.search(questions, SearchParams(unit="passage", top_k=k, mode="dense"))):
             ids = [to_pool.get(key[h.passage_id], -1) for h in hits]
             out[b, : len(ids)] = ids
         return out

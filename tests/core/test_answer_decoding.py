@@ -13,6 +13,7 @@ import pytest
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.metrics import normalize_answer
+from spanseek.core.params import SearchParams
 from spanseek.core.search import best_answer, best_span, length_scores, merge_by_answer
 from spanseek.core.text import FLAG_END, FLAG_START
 from tests.core.test_search import random_questions
@@ -147,9 +148,9 @@ def test_merged_phrase_search_groups_the_unmerged_candidates(tiny_searcher):
     """Oracle: merging = grouping the best max(64, 4 top_k) unmerged phrases by normalised text, by brute force."""
     idx = tiny_searcher.index
     qs, qe = random_questions(np.random.default_rng(7), 6, idx.vectors.shape[1])
-    merged = tiny_searcher.search_vectors(qs, qe, "phrase", top_k=5, merge_answers=True)
+    merged = tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=5, merge_answers=True, mode="dense"))
     grouped_any = False
-    for b, cands in enumerate(tiny_searcher.search_vectors(qs, qe, "phrase", top_k=64)):
+    for b, cands in enumerate(tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=64, mode="dense"))):
         groups: dict[str, list] = {}
         for h in cands:
             groups.setdefault(normalize_answer(h.text), []).append(h)
@@ -161,5 +162,5 @@ def test_merged_phrase_search_groups_the_unmerged_candidates(tiny_searcher):
         assert [h.score for h in merged[b]] == pytest.approx([s for s, _ in expected], rel=1e-5)
         assert len({normalize_answer(h.text) for h in merged[b]}) == len(merged[b])
     assert grouped_any  # some answer had several phrases, so the test can fail
-    with pytest.raises(ValueError, match="merge_answers applies to the phrase unit"):
-        tiny_searcher.search_vectors(qs, qe, "passage", top_k=5, merge_answers=True)
+    with pytest.raises(ValueError, match="merge_answers applies to unit=phrase"):
+        tiny_searcher.search_vectors(qs, qe, SearchParams(unit="passage", top_k=5, merge_answers=True, mode="dense"))

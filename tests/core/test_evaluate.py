@@ -49,9 +49,13 @@ class ScriptedSearcher:
         rows = np.array([[next(i for i, q in enumerate(QUESTIONS) if q.question == x)] for x in questions], float)
         return rows, rows
 
-    def search_vectors(self, q_start, q_end, unit, top_k, merge_answers=False):
-        table = MERGED if merge_answers else {"phrase": PHRASES, "passage": PASSAGES, "doc": DOCS}[unit]
-        return [table[int(row[0])][:top_k] for row in q_start]
+    @staticmethod
+    def check_mode(params):
+        return params.mode or "dense"
+
+    def search_vectors(self, q_start, q_end, params, timings=None, questions=None):
+        table = MERGED if params.merge_answers else {"phrase": PHRASES, "passage": PASSAGES, "doc": DOCS}[params.unit]
+        return [table[int(row[0])][: params.top_k] for row in q_start]
 
     def passage_best_span(self, passage_id, q_start, q_end, decode):
         assert passage_id == int(q_start[0])  # the gold passage of the question
@@ -61,7 +65,7 @@ class ScriptedSearcher:
 
 def test_metrics_dict_by_hand():
     m = evaluate(ScriptedSearcher(), QUESTIONS, reading_comprehension=True, progress=False)
-    assert list(m) == ["n_questions", "phrase", "passage", "doc", "rc", "ci95", "seconds", "questions_per_second"]
+    assert list(m) == ["n_questions", "mode", "phrase", "passage", "doc", "rc", "ci95", "seconds", "questions_per_second"]
     assert m["n_questions"] == 2
     # phrase: q1 'paris' exact; q2 'New York City' vs 'New York': F1 0.8, exact at rank 2
     assert m["phrase"] == {"em@1": 50.0, "f1@1": 90.0, "em@10": 100.0, "merged_em@1": 50.0}

@@ -152,3 +152,52 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     with atomic_path(target) as tmp:
         tmp.write_text("new")
     assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    good = json.dumps({"id": "1", "title": "A", "paragraphs": ["ok"]}).encode()
+    path.write_bytes(good + b"\n" + good + b"\n" + '{"id": "3", "title": "Caf\u00e9", "paragraphs": ["x"]}'.encode("latin-1") + b"\n")
+    with pytest.raises(CorpusError, match=rf"{path}:3: not UTF-8 \(byte 25 of the line, 0xe9\)"):
+        list(read_corpus(path))
+
+
+def test_an_unpaired_surrogate_names_the_file_and_line(tmp_path):
+    path = _write_lines(tmp_path / "s.jsonl", [json.dumps({"id": "1", "title": "A", "paragraphs": ["ok", "bad \ud800"]})])
+    with pytest.raises(CorpusError, match=rf"{path}:1: paragraph 1 holds an unpaired surrogate"):
+        list(read_corpus(path))
+
+
+def test_a_truncated_or_fake_gzip_names_the_file(tmp_path):
+    lines = [json.dumps({"id": str(i), "title": "T", "paragraphs": [f"paragraph {i} " * 50]}) for i in range(400)]
+    whole = tmp_path / "whole.jsonl.gz"
+    with gzip.open(whole, "wt", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole.read_bytes()[: len(whole.read_bytes()) // 2])
+    with pytest.raises(CorpusError, match=rf"{cut}:\d+: the gzip stream ends early \(a truncated file\)"):
+        list(read_corpus(cut))
+    fake = _write_lines(tmp_path / "plain.jsonl.gz", lines[:2])
+    with pytest.raises(CorpusError, match=rf"{fake}: not a gzip file"):
+        list(read_corpus(fake))
+    with pytest.raises(CorpusError, match=rf"{fake}: not a gzip file"):
+        load_squad(fake)
+
+
+def test_corpus_errors_reach_the_command_line_without_a_traceback(tmp_path, capsys):
+    from spanseek.cli import main
+
+    fake = _write_lines(tmp_path / "plain.json.gz", ['{"data": []}'])
+    assert main(["corpus", "from-squad", str(fake), "--out", str(tmp_path / "c.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert f"{fake}: not a gzip file" in err and "Traceback" not in err
+
+
+def test_unique_ids_names_both_lines(tmp_path):
+    from spanseek.core.io import unique_ids
+
+    path = _write_lines(tmp_path / "d.jsonl", [json.dumps({"id": i, "title": "t", "paragraphs": ["p"]}) for i in "abca"])
+    with pytest.raises(CorpusError, match=rf"{path}:4: document id 'a' was already used on line 1"):
+        list(unique_ids(read_corpus(path), path))
+    with pytest.raises(CorpusError, match=rf"{path}:2: document id 'b' is already in the index X"):
+        list(unique_ids(read_corpus(path), path, existing={"b"}, existing_name="the index X"))

@@ -15,6 +15,7 @@ import random
 import numpy as np
 import pytest
 
+from spanseek.core.params import SearchParams
 from spanseek.core.search import UNITS, Searcher, best_span
 from spanseek.core.text import FLAG_END, FLAG_START
 from tests.conftest import make_paragraph
@@ -97,7 +98,7 @@ def small_searcher(tmp_path_factory, tiny_model_dir):
 def test_top_phrase_matches_brute_force_on_a_long_passage(long_searcher):
     idx, L = long_searcher.index, long_searcher.max_answer_tokens
     qs, qe = random_questions(np.random.default_rng(1), 25, idx.vectors.shape[1])
-    hits = long_searcher.search_vectors(qs, qe, "phrase", top_k=1)
+    hits = long_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=1, mode="dense"))
     in_long = 0
     for b in range(len(qs)):
         s, i, j = max(passage_maxima(idx, qs[b], qe[b], L))
@@ -115,9 +116,9 @@ def test_searcher_top_phrase_is_the_biased_brute_force_argmax(long_searcher):
     biased = Searcher(idx, length_bias=bias)
     assert biased.length_bias == bias and long_searcher.length_bias == ()
     qs, qe = random_questions(np.random.default_rng(5), 25, idx.vectors.shape[1])
-    plain = long_searcher.search_vectors(qs, qe, "phrase", top_k=1)
+    plain = long_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=1, mode="dense"))
     moved = 0
-    for b, [hit] in enumerate(biased.search_vectors(qs, qe, "phrase", top_k=1)):
+    for b, [hit] in enumerate(biased.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=1, mode="dense"))):
         s, i, j = max(passage_maxima(idx, qs[b], qe[b], L, bias))
         assert hit.score == pytest.approx(s, rel=1e-4, abs=1e-4)
         assert (hit.start, hit.end) == (idx.token_offsets[i, 0], idx.token_offsets[j, 1])
@@ -130,7 +131,7 @@ def test_hits_round_trip_offsets_and_scores(tiny_searcher, unit):
     idx = tiny_searcher.index
     qs, qe = random_questions(np.random.default_rng(2), 8, idx.vectors.shape[1])
     n_units = {"phrase": 10, "passage": 10, "doc": len(idx.docs)}[unit]  # the tiny corpus has 6 documents
-    for b, hits in enumerate(tiny_searcher.search_vectors(qs, qe, unit, top_k=10)):
+    for b, hits in enumerate(tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=10, mode="dense"))):
         assert len(hits) == n_units
         for hit in hits:
             passage = idx.passages[hit.passage_id]
@@ -149,7 +150,7 @@ def test_phrase_hits_are_unique_and_never_split_words(tiny_searcher):
     qs, qe = random_questions(np.random.default_rng(3), 10, idx.vectors.shape[1])
     n_split_tokens = int((idx.token_flags != FLAG_START | FLAG_END).sum())
     assert n_split_tokens > 20  # the corpus has multi-piece words, so the test can fail
-    for hits in tiny_searcher.search_vectors(qs, qe, "phrase", top_k=60):
+    for hits in tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=60, mode="dense")):
         assert len({(h.passage_id, h.start, h.end) for h in hits}) == len(hits)
         for h in hits:
             p = h.passage
@@ -162,7 +163,7 @@ def test_unit_score_is_the_max_over_its_phrases(small_searcher, unit):
     idx, L = small_searcher.index, small_searcher.max_answer_tokens
     n_units = len(idx.passages) if unit == "passage" else len(idx.docs)
     qs, qe = random_questions(np.random.default_rng(4), 8, idx.vectors.shape[1])
-    for b, hits in enumerate(small_searcher.search_vectors(qs, qe, unit, top_k=n_units)):
+    for b, hits in enumerate(small_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=n_units, mode="dense"))):
         expected: dict[int, float] = {}
         for p, (s, _, _) in enumerate(passage_maxima(idx, qs[b], qe[b], L)):
             key = p if unit == "passage" else idx.passages[p]["doc"]
@@ -182,7 +183,7 @@ def test_asking_for_more_units_than_exist_returns_all_without_exhausting_the_ind
     n_units = len(idx.passages) if unit == "passage" else len(idx.docs)
     rounds = count_rounds(monkeypatch, tiny_searcher)
     qs, qe = random_questions(np.random.default_rng(9), 6, idx.vectors.shape[1])
-    for hits in tiny_searcher.search_vectors(qs, qe, unit, top_k=n_units + 10):
+    for hits in tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=n_units + 10, mode="dense")):
         keys = [h.passage_id if unit == "passage" else h.doc_id for h in hits]
         assert len(keys) == len(set(keys)) == n_units
     assert max(rounds) < idx.faiss.ntotal, rounds
@@ -193,7 +194,7 @@ def test_deepening_returns_exactly_k_unique_units(tiny_searcher, unit, k):
     idx, L = tiny_searcher.index, tiny_searcher.max_answer_tokens
     assert (len(idx.passages), len(idx.docs)) == (24, 6)
     qs, qe = random_questions(np.random.default_rng(5), 6, idx.vectors.shape[1])
-    for b, hits in enumerate(tiny_searcher.search_vectors(qs, qe, unit, top_k=k)):
+    for b, hits in enumerate(tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=k, mode="dense"))):
         keys = [h.passage_id if unit == "passage" else h.doc_id for h in hits]
         assert len(keys) == len(set(keys)) == k
         best = passage_maxima(idx, qs[b], qe[b], L)
@@ -220,7 +221,7 @@ def test_deepening_finds_a_small_unit_beside_a_long_one(long_searcher, monkeypat
     missed = ~np.isin(top_s, short).any(axis=1) & ~np.isin(top_e, short).any(axis=1)
     assert missed.sum() >= 3
     rounds = count_rounds(monkeypatch, long_searcher)
-    for hits in long_searcher.search_vectors(qs[missed], qe[missed], unit, top_k=2):
+    for hits in long_searcher.search_vectors(qs[missed], qe[missed], SearchParams(unit=unit, top_k=2, mode="dense")):
         assert sorted(h.title for h in hits) == ["Long", "Short"]
     assert rounds[0] == 64 and len(rounds) > 1 and rounds == sorted(rounds)  # it deepened, with a growing k
 
@@ -228,16 +229,16 @@ def test_deepening_finds_a_small_unit_beside_a_long_one(long_searcher, monkeypat
 def test_bad_arguments_are_refused(tiny_searcher):
     qs, qe = random_questions(np.random.default_rng(6), 1, tiny_searcher.index.vectors.shape[1])
     with pytest.raises(ValueError, match="unit must be one of"):
-        tiny_searcher.search_vectors(qs, qe, "sentence")
-    with pytest.raises(ValueError, match="top_k must be >= 1"):
-        tiny_searcher.search_vectors(qs, qe, "phrase", top_k=0)
+        tiny_searcher.search_vectors(qs, qe, SearchParams(unit="sentence", mode="dense"))
+    with pytest.raises(ValueError, match="top_k must be an integer >= 1"):
+        tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=0, mode="dense"))
 
 
 def test_text_search_encodes_questions(tiny_searcher):
     timings: dict[str, float] = {}
-    [hits] = tiny_searcher.search(["When did Alba build the castle?"], unit="passage", top_k=3, timings=timings)
+    [hits] = tiny_searcher.search(["When did Alba build the castle?"], SearchParams(unit="passage", top_k=3, mode="dense"), timings=timings)
     qs, qe = tiny_searcher.encoder.encode(["When did Alba build the castle?"])
-    assert hits == tiny_searcher.search_vectors(qs, qe, "passage", top_k=3)[0]
+    assert hits == tiny_searcher.search_vectors(qs, qe, SearchParams(unit="passage", top_k=3, mode="dense"))[0]
     assert set(timings) == {"encode", "search", "aggregate"}
 
 
@@ -254,24 +255,35 @@ def test_best_span_brute_force_hand_example():
     assert best_span(start, end, flags, 1) == (2, 2, 3.0)  # single tokens: only 0 (1 + 0) and 2 (0 + 3) are valid
 
 
-def test_per_call_nprobe_does_not_leak(tmp_path):
-    """A search with an explicit nprobe leaves the index's stored default in place for the next search."""
+@pytest.mark.parametrize("factory", ["IVF4,Flat", "OPQ4,IVF4,PQ4x4fs", "IDMap2,IVF4,Flat"])
+def test_per_call_nprobe_equals_setting_it_and_leaves_the_index_alone(factory):
+    """faiss per-call parameters give what setting nprobe on the index gives, and never change the stored default."""
     import faiss
 
-    from spanseek.core.store import PhraseIndex
+    from spanseek.core.store import faiss_search_parameters
 
     rng = np.random.default_rng(0)
-    index = faiss.index_factory(8, "IVF4,Flat", faiss.METRIC_INNER_PRODUCT)
+    index = faiss.index_factory(8, factory, faiss.METRIC_INNER_PRODUCT)
     x = rng.standard_normal((400, 8)).astype(np.float32)
     index.train(x)
-    index.nprobe = 3
-    fake = PhraseIndex.__new__(PhraseIndex)  # only the faiss part of an index is needed here
-    fake.faiss = index
-    fake.default_nprobe = 3
-    fake.set_nprobe(1)
-    assert faiss.extract_index_ivf(fake.faiss).nprobe == 1
-    fake.set_nprobe(None)
-    assert faiss.extract_index_ivf(fake.faiss).nprobe == 3
+    if factory.startswith("IDMap2"):
+        index.add_with_ids(x, np.arange(400))
+    else:
+        index.add(x)
+    ivf = faiss.extract_index_ivf(index)
+    ivf.nprobe = 1
+    _, stored = index.search(x[:20], 5)
+    for nprobe in (1, 4):
+        _, per_call = index.search(x[:20], 5, params=faiss_search_parameters(index, nprobe))
+        ivf.nprobe = nprobe
+        _, mutated = index.search(x[:20], 5)
+        ivf.nprobe = 1
+        assert (per_call == mutated).all()
+    assert ivf.nprobe == 1
+    _, again = index.search(x[:20], 5)
+    assert (again == stored).all()
+    _, wide = index.search(x[:20], 5, params=faiss_search_parameters(index, 4))
+    assert (wide != stored).any()  # nprobe took effect
 
 
 def test_batched_flat_search_equals_per_query_search():
@@ -328,5 +340,5 @@ def test_span_completion_runs_numpy_blas_single_threaded(tiny_searcher, monkeypa
     monkeypatch.setattr(search_module, "numpy_blas", lambda: Spy())
     rng = np.random.default_rng(0)
     qs, qe = random_questions(rng, 2, tiny_searcher.index.vectors.shape[1])
-    tiny_searcher.search_vectors(qs, qe, "phrase", 3)
+    tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=3, mode="dense"))
     assert entered == [True]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spanseek.core.params import SearchParams
 from spanseek.core.search import best_span
 
 
@@ -20,7 +21,7 @@ def test_top_phrase_matches_brute_force(tiny_searcher):
             i, j, s = best_span(vecs[a:b] @ qs[0], vecs[a:b] @ qe[0], idx.token_flags[a:b], L)
             if s > best[0]:
                 best = (s, (a + i, a + j))
-        hit = tiny_searcher.search_vectors(qs, qe, "phrase", top_k=1)[0][0]
+        hit = tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=1, mode="dense"))[0][0]
         s, (i, j) = best
         assert np.isclose(hit.score, s, rtol=1e-4, atol=1e-4)
         assert hit.start == idx.token_offsets[i, 0] and hit.end == idx.token_offsets[j, 1]

@@ -1,7 +1,8 @@
-"""Index builds (indexer.build): an interrupted build resumes to the very arrays of an uninterrupted one; finished
-indexes are not overwritten; partial builds with other parameters, missing manifests and mismatched models are
-refused with a message saying what to do; empty passages are skipped and counted. Also `spanseek corpus
-from-squad` and `spanseek index build` through the CLI.
+"""Index builds (indexer.build): an interrupted build resumes to the very arrays of an uninterrupted one, and a
+partial build of a fixed corpus re-uses the shards whose passages are unchanged; finished indexes are not
+overwritten; missing manifests and mismatched models are refused with a message saying what to do; empty passages
+are skipped and counted; duplicate document ids are refused. Also `spanseek corpus from-squad` and `spanseek index
+build` through the CLI.
 
     .venv/bin/python -m pytest -q tests/indexer/test_build.py
 """
@@ -23,7 +24,7 @@ from spanseek.core.io import CorpusError
 from spanseek.core.loading import open_searcher
 from spanseek.core.model import PhraseModel
 from spanseek.core.store import IndexFormatError, Manifest, PhraseIndex
-from spanseek.indexer.build import BUILD_STATE, SHARDS, BuildError, BuildOptions, build_index
+from spanseek.indexer.build import SHARDS, BuildError, BuildOptions, build_index
 
 # the options the tiny_index fixture was built with (4 shards of 7, 7, 7, 3 passages)
 OPTS = BuildOptions(shard_passages=7, progress=False, precision="fp32")
@@ -37,7 +38,7 @@ def write_jsonl(path, docs):
 
 def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_corpus, tiny_model_dir, tiny_index, monkeypatch):
     out = tmp_path / "index"
-    encode = PassageEncoder.encode_tokens
+    encode = PassageEncoder.encode_flat
     calls = []
 
     def dies_in_second_shard(self, passages):
@@ -46,7 +47,7 @@ def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_co
             raise KeyboardInterrupt  # killed mid-shard: shard 1 is half written
         return encode(self, passages)
 
-    monkeypatch.setattr(PassageEncoder, "encode_tokens", dies_in_second_shard)
+    monkeypatch.setattr(PassageEncoder, "encode_flat", dies_in_second_shard)
     with pytest.raises(KeyboardInterrupt):
         build_index(tiny_corpus, tiny_model_dir, out, OPTS)
     shards = sorted(p.name for p in (out / SHARDS).iterdir())
@@ -54,40 +55,65 @@ def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_co
 
     with pytest.raises(IndexFormatError, match=rf"did not finish; run the same `spanseek index build \.\.\. --out {out}` again to resume"):
         PhraseIndex(out)
-    with pytest.raises(BuildError, match="partial build with different shard_passages"):
-        build_index(tiny_corpus, tiny_model_dir, out, dataclasses.replace(OPTS, shard_passages=5))
+    (out / ".vectors.npy.x1y2.tmp").write_bytes(b"\0" * 1000)  # what a kill inside an atomic write leaves
 
     calls.clear()
-    monkeypatch.setattr(PassageEncoder, "encode_tokens", lambda self, p: calls.append(len(p)) or encode(self, p))
+    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
     manifest = build_index(tiny_corpus, tiny_model_dir, out, OPTS)
     assert calls == [7, 7, 3]  # shard 0 was reused, not re-encoded
-    assert not (out / SHARDS).exists() and not (out / BUILD_STATE).exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in tiny_index.iterdir())  # no leftovers
     for name in ARRAYS:
         a, b = np.load(out / name), np.load(tiny_index / name)
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
     for name in (store.PASSAGES, store.DOCS, store.FAISS_INDEX):
         assert (out / name).read_bytes() == (tiny_index / name).read_bytes(), name
     reference = Manifest.load(tiny_index).to_dict()
-    skip = {"build_seconds", "created"}
+    skip = {"build_seconds", "created", "checksum"}
     assert {k: v for k, v in manifest.to_dict().items() if k not in skip} == {k: v for k, v in reference.items() if k not in skip}
     assert (manifest.documents, manifest.passages) == (6, 24) and manifest.tokens == manifest.indexed_tokens > 0
 
 
-def test_a_partial_build_refuses_another_model_or_corpus(tmp_path, tiny_corpus, tiny_model_dir, tiny_config, monkeypatch):
+def test_a_partial_build_of_a_fixed_corpus_reuses_the_unchanged_shards(tmp_path, tiny_corpus, tiny_model_dir,
+                                                                        tiny_index, monkeypatch):
+    """A corpus fixed after a failed build (here: a bad line) resumes: only shards whose passages changed are
+    encoded again; another model re-encodes everything."""
     out = tmp_path / "index"
+    lines = tiny_corpus.read_text().splitlines()
+    broken = tmp_path / "corpus.jsonl"
+    broken.write_text("\n".join([*lines[:-1], "{oops"]) + "\n")  # the last document's line is damaged
+    encode, calls = PassageEncoder.encode_flat, []
+    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
+    with pytest.raises(CorpusError, match=rf"{broken}:{len(lines)}: invalid JSON"):
+        build_index(broken, tiny_model_dir, out, OPTS)
+    assert calls == [7, 7]  # 20 passages before the bad line: two full shards
+    calls.clear()
+    broken.write_text(tiny_corpus.read_text())  # fixed
+    build_index(broken, tiny_model_dir, out, OPTS)
+    assert calls == [7, 3]  # the two finished shards are re-used
+    for name in ARRAYS:
+        assert np.load(out / name).tobytes() == np.load(tiny_index / name).tobytes(), name
 
-    def killed(self, passages):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(PassageEncoder, "encode_tokens", killed)
+    other = tmp_path / "other"
+    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
-        build_index(tiny_corpus, tiny_model_dir, out, OPTS)
-    other = PhraseModel(tiny_config).save(tmp_path / "other")
-    with pytest.raises(BuildError, match="partial build with different model_fingerprint; remove it or choose another --out"):
-        build_index(tiny_corpus, other, out, OPTS)
-    corpus = write_jsonl(tmp_path / "other.jsonl", [{"id": "a", "title": "A", "paragraphs": ["Cato sang."]}])
-    with pytest.raises(BuildError, match="partial build with different corpus[a-z_, ]*; remove it"):
-        build_index(corpus, tiny_model_dir, out, OPTS)
+        build_index(tiny_corpus, tiny_model_dir, other, OPTS)
+    (other / SHARDS / "000000").mkdir(parents=True)  # a shard of another model (its key differs) is not reused
+    (other / SHARDS / "000000" / "key.txt").write_text("another model")
+    calls.clear()
+    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
+    build_index(tiny_corpus, tiny_model_dir, other, OPTS)
+    assert calls == [7, 7, 7, 3]
+
+
+def test_duplicate_document_ids_are_refused_naming_both_lines(tmp_path, tiny_model_dir):
+    corpus = write_jsonl(tmp_path / "dup.jsonl", [
+        {"id": "a", "title": "A", "paragraphs": ["In 1900 Hugo built the bridge."]},
+        {"id": "b", "title": "B", "paragraphs": ["Cato sang."]},
+        {"id": "a", "title": "A again", "paragraphs": ["Alba danced."]},
+    ])
+    with pytest.raises(CorpusError, match=rf"{corpus}:3: document id 'a' was already used on line 1"):
+        build_index(corpus, tiny_model_dir, tmp_path / "i", OPTS)
+    assert not (tmp_path / "i" / store.MANIFEST).exists()
 
 
 def test_finished_index_is_not_overwritten(tiny_corpus, tiny_model_dir, tiny_index):
@@ -103,9 +129,9 @@ def test_missing_and_incomplete_indexes_say_what_to_do(tmp_path, tiny_index):
     broken = tmp_path / "broken"
     broken.mkdir()
     for p in tiny_index.iterdir():
-        if p.name != store.FAISS_INDEX:
+        if p.is_file() and p.name != store.FAISS_INDEX:
             (broken / p.name).write_bytes(p.read_bytes())
-    with pytest.raises(IndexFormatError, match="incomplete \\(index.faiss missing\\); rebuild it"):
+    with pytest.raises(IndexFormatError, match=r"incomplete \(index.faiss missing\)"):
         PhraseIndex(broken)
 
 
@@ -125,7 +151,8 @@ def test_an_index_built_before_phrase_fingerprints_checks_the_whole_checkpoint(t
     old = tmp_path / "old-index"
     shutil.copytree(tiny_index, old)
     manifest = json.loads((old / store.MANIFEST).read_text())
-    del manifest["phrase_fingerprint"]
+    for key in ("phrase_fingerprint", "files", "checksum"):  # fields added since
+        del manifest[key]
     (old / store.MANIFEST).write_text(json.dumps(manifest))
     assert open_searcher(old, tiny_model_dir, device="cpu").index.manifest.phrase_fingerprint is None  # still opens
     PhraseModel(tiny_config).save(tmp_path / "other-weights")

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from spanseek.core.params import SearchParams
 from spanseek.core.search import Searcher
 from spanseek.core.store import CODES, IndexFormatError, PhraseIndex
 from spanseek.indexer import build as build_mod
@@ -164,7 +165,7 @@ def test_compressed_search_scores_spans_with_the_chosen_source(pq_index, source)
     rng = np.random.default_rng(0)
     qs, qe = rng.standard_normal((2, 8, idx.vectors.shape[1])).astype(np.float32)
     read = idx.token_vectors if source == "fine" else idx.code_vectors
-    for b, hits in enumerate(searcher.search_vectors(qs, qe, "phrase", top_k=3, nprobe=8)):
+    for b, hits in enumerate(searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=3, nprobe=8, mode="dense"))):
         assert hits
         for h in hits:
             a, _ = idx.passage_range(h.passage_id)
@@ -260,7 +261,7 @@ def test_killed_ivf_build_resumes(tmp_path, medium_corpus, tiny_model_dir, ivf_i
     calls = []
 
     def dying_encode(*args):
-        calls.append(args[-1].name)
+        calls.append(args[3].name)  # (encoder, tokenizer, texts, dest, key)
         if len(calls) == 2:
             raise KeyboardInterrupt("killed")
         return real_encode(*args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from spanseek.core.params import SearchParams
 from spanseek.service.app import create_app
 
 UNITS = ("phrase", "passage", "doc")
@@ -18,7 +19,7 @@ def test_search_each_unit_matches_the_searcher(client, tiny_searcher, unit):
     body = r.json()
     assert body["unit"] == unit and len(body["results"]) == 1
     hits = body["results"][0]["hits"]
-    expected = tiny_searcher.search([question], unit=unit, top_k=3)[0]
+    expected = tiny_searcher.search([question], SearchParams(unit=unit, top_k=3))[0]
     assert len(hits) == len(expected) == 3
     for got, want in zip(hits, expected, strict=True):
         assert (got["passage_id"], got["start"], got["end"], got["doc_id"]) == (want.passage_id, want.start, want.end, want.doc_id)
@@ -37,7 +38,7 @@ def test_merged_answers_match_the_searcher(client, tiny_searcher):
     r = client.post("/search", json={"query": question, "top_k": 4, "merge_answers": True})
     assert r.status_code == 200, r.text
     hits = r.json()["results"][0]["hits"]
-    expected = tiny_searcher.search([question], "phrase", top_k=4, merge_answers=True)[0]
+    expected = tiny_searcher.search([question], SearchParams(unit="phrase", top_k=4, merge_answers=True))[0]
     assert [(h["text"], h["passage_id"], h["start"]) for h in hits] == [(h.text, h.passage_id, h.start) for h in expected]
     assert np.allclose([h["score"] for h in hits], [h.score for h in expected], rtol=1e-4, atol=1e-4)
 
@@ -48,7 +49,7 @@ def test_queries_are_answered_in_order(client, tiny_searcher):
     assert r.status_code == 200
     results = r.json()["results"]
     assert [res["query"] for res in results] == questions
-    expected = tiny_searcher.search(questions, unit="passage", top_k=2)
+    expected = tiny_searcher.search(questions, SearchParams(unit="passage", top_k=2))
     assert [[h["passage_id"] for h in res["hits"]] for res in results] == [[h.passage_id for h in e] for e in expected]
 
 
@@ -122,3 +123,20 @@ def test_default_factory_loads_the_index_and_warms_up(settings_for, serve):
         assert c.post("/search?unit=doc", json={"query": "a poet", "top_k": 2}).status_code == 200
         metrics = c.get("/metrics").text
         assert "spanseek_ready 1.0" in metrics
+
+
+@pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
+def test_search_accepts_a_mode(client, tiny_searcher, mode):
+    question = "Who built the castle in 1500?"
+    r = client.post("/search?unit=passage", json={"query": question, "top_k": 3, "mode": mode})
+    assert r.status_code == 200, r.text
+    hits = r.json()["results"][0]["hits"]
+    expected = tiny_searcher.search([question], SearchParams(unit="passage", top_k=3, mode=mode))[0]
+    assert [h["passage_id"] for h in hits] == [h.passage_id for h in expected]
+    assert all((h["lexical"] is None) == (mode == "dense") for h in hits)
+
+
+def test_info_names_the_modes_and_the_default(client, tiny_searcher):
+    service = client.get("/info").json()["service"]
+    assert service["modes"] == ["dense", "lexical", "hybrid"] and service["default_mode"] == tiny_searcher.default_mode
+    assert set(service["lexical_weights"]) == {"phrase", "passage", "doc"}

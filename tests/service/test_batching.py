@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from spanseek.core.params import SearchParams
 from spanseek.service.app import create_app
 
 
@@ -27,7 +28,7 @@ async def test_concurrent_requests_share_encoder_calls_and_get_their_own_answers
     assert len(encoder.calls) < 12  # batched: typically exactly 1 forward pass for all 12
     assert max(int(r.headers["X-Spanseek-Batch-Size"]) for r in responses) > 1
     for (q, unit, k), r in zip(requests, responses, strict=True):  # grouping by (unit, top_k) kept answers apart
-        want = tiny_searcher.search([q], unit=unit, top_k=k)[0]
+        want = tiny_searcher.search([q], SearchParams(unit=unit, top_k=k))[0]
         got = r.json()["results"][0]["hits"]
         assert [(h["passage_id"], h["start"], h["end"]) for h in got] == [(h.passage_id, h.start, h.end) for h in want]
         assert np.allclose([h["score"] for h in got], [h.score for h in want], rtol=1e-4, atol=1e-4)
@@ -123,7 +124,7 @@ def test_a_client_that_disconnects_is_skipped_under_uvicorn(settings_for, counti
 async def test_stopping_fails_queued_and_running_requests_with_503(until, tiny_searcher, counting_factory):
     from concurrent.futures import ThreadPoolExecutor
 
-    from spanseek.service.batcher import MicroBatcher, SearchParams
+    from spanseek.service.batcher import MicroBatcher
     from spanseek.service.errors import NotReady
 
     factory, encoder = counting_factory(block=True)
@@ -167,7 +168,7 @@ class _GatedSearch:
 async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(until, tiny_searcher, counting_factory, pipeline):
     from concurrent.futures import ThreadPoolExecutor
 
-    from spanseek.service.batcher import MicroBatcher, SearchParams
+    from spanseek.service.batcher import MicroBatcher
 
     factory, encoder = counting_factory()
     searcher = _GatedSearch(factory(None))
@@ -188,7 +189,7 @@ async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(until, 
     got = await asyncio.wait_for(asyncio.gather(first, second), 30)
     for outcome, questions in zip(got, (["Who built the castle?"], ["When was the bridge built?", "Who built the tower?"]),
                                   strict=True):
-        want = tiny_searcher.search(questions, unit="phrase", top_k=3)
+        want = tiny_searcher.search(questions, SearchParams(unit="phrase", top_k=3))
         assert [[(h.passage_id, h.start, h.end) for h in hits] for hits in outcome.hits] == \
             [[(h.passage_id, h.start, h.end) for h in hits] for hits in want]
     await batcher.stop()
@@ -199,7 +200,7 @@ async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(until, 
 async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_stages(until, tiny_searcher, counting_factory):
     from concurrent.futures import ThreadPoolExecutor
 
-    from spanseek.service.batcher import MicroBatcher, SearchParams
+    from spanseek.service.batcher import MicroBatcher
     from spanseek.service.errors import NotReady
 
     factory, encoder = counting_factory()
@@ -235,7 +236,7 @@ async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_st
 async def test_full_overlap_starts_a_batch_during_a_search_only_when_a_full_batch_waits(until, tiny_searcher, counting_factory):
     from concurrent.futures import ThreadPoolExecutor
 
-    from spanseek.service.batcher import MicroBatcher, SearchParams
+    from spanseek.service.batcher import MicroBatcher
 
     factory, encoder = counting_factory()
     searcher = _GatedSearch(factory(None))

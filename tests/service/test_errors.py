@@ -42,10 +42,23 @@ def test_invalid_json_and_unknown_unit_are_422(client):
 
 
 @pytest.mark.parametrize("extra", [{"top_k": 0}, {"top_k": 101}, {"top_k": -3}, {"nprobe": 0},
-                                   {"nprobe": 10**6}, {"max_answer_length": 0}, {"max_answer_length": 65}])
+                                   {"nprobe": 10**6}, {"max_answer_tokens": 0}, {"max_answer_tokens": 65},
+                                   {"lexical_weight": -1.0}])
 def test_out_of_range_values_are_400(client, extra):
     body = assert_error(client.post("/search", json={"query": "a", **extra}), 400, "bad_request")
     assert next(iter(extra)) in body["message"]
+
+
+def test_the_old_answer_length_name_is_still_accepted(client):
+    """Clients written before the rename send max_answer_length; it is the same field."""
+    body = assert_error(client.post("/search", json={"query": "a", "max_answer_length": 65}), 400, "bad_request")
+    assert "max_answer_tokens" in body["message"]
+    assert client.post("/search", json={"query": "a", "max_answer_length": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("extra", [{"mode": "fuzzy"}, {"fusion": "sum"}, {"lexical_weight": "heavy"}])
+def test_malformed_search_params_are_422(client, extra):
+    assert_error(client.post("/search", json={"query": "a", **extra}), 422, "validation_error")
 
 
 @pytest.mark.parametrize("unit", ["passage", "doc"])
@@ -203,3 +216,32 @@ def test_cors(settings_for, tiny_searcher, serve):
         assert r.headers["access-control-allow-origin"] == "https://a.example"
         r = c.post("/search", json={"query": "a"}, headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in r.headers
+
+
+def test_an_index_without_the_lexical_part_serves_dense_and_explains_the_other_modes(tmp_path, settings_for,
+                                                                                      tiny_searcher):
+    import json
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from spanseek.core import store
+    from spanseek.core.search import Searcher
+    from spanseek.core.store import PhraseIndex
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_searcher.index.dir, old)
+    shutil.rmtree(old / store.LEXICAL)
+    manifest = json.loads((old / store.MANIFEST).read_text())
+    for key in ("lexical", "files", store.CHECKSUM_FIELD):  # as built before these fields existed
+        del manifest[key]
+    (old / store.MANIFEST).write_text(json.dumps(manifest))
+    searcher = Searcher(PhraseIndex(old), tiny_searcher.encoder)
+    with TestClient(create_app(settings_for(index=old), lambda s: searcher)) as client:
+        while client.get("/ready").status_code != 200:
+            time.sleep(0.02)
+        assert client.post("/search", json={"query": "the castle"}).status_code == 200
+        body = assert_error(client.post("/search", json={"query": "the castle", "mode": "hybrid"}), 400, "bad_request")
+        assert "spanseek index add-lexical" in body["message"]
+        service = client.get("/info").json()["service"]
+        assert service["modes"] == ["dense"] and "add-lexical" in service["lexical"]

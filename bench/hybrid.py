@@ -1,0 +1,180 @@
+"""Hybrid retrieval: BM25 alone, dense alone and the two fusions, on one index and one question set; and the fit of
+the fusion weights on training questions.
+
+    # measure (validation articles; the index is `spanseek index build` of the file's paragraphs)
+    python bench/hybrid.py run --index INDEX --questions validation.json.gz --model default --out bench/results/hybrid.json
+    # fit the weights on TRAINING questions over an index of their paragraphs; --write stores them in that index
+    python bench/hybrid.py fit --index TRAIN_INDEX --questions train-articles.json.gz --model default
+
+``run`` reports, for the modes dense, lexical (BM25: bm25s with stemming and stop words over title + passage),
+hybrid with reciprocal rank fusion and hybrid with score fusion: passage acc@1/5/20 and MRR@20, phrase EM@1 and
+F1@1 (top phrase), doc acc@1, and phrase-search questions/s at batch 64 for dense and hybrid, timed in one run on
+the same index with batches interleaved (search only, questions encoded beforehand; and end to end with encoding).
+Questions are encoded once; every mode searches the same vectors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from spanseek.core.evaluate import sample_questions
+from spanseek.core.io import Question, load_squad, squad_questions, write_json_atomic
+from spanseek.core.loading import open_searcher
+from spanseek.core.metrics import accuracy_at, exact_match, f1_score, mrr_at, passage_has_answer, pct
+from spanseek.core.params import SearchParams
+
+BATCH = 64
+CONFIGS = {  # name -> the SearchParams fields that make it
+    "bm25": {"mode": "lexical"},
+    "dense": {"mode": "dense"},
+    "hybrid_rrf": {"mode": "hybrid", "fusion": "rrf"},
+    "hybrid_score": {"mode": "hybrid", "fusion": "score"},
+}
+PHRASE_WEIGHTS = (0.5, 1.0, 2.0, 4.0)
+UNIT_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
+
+
+def search_all(searcher, texts: list[str], q_start: np.ndarray, q_end: np.ndarray, params: SearchParams) -> list:
+    return [h for a in range(0, len(texts), BATCH)
+            for h in searcher.search_vectors(q_start[a : a + BATCH], q_end[a : a + BATCH], params, None,
+                                             texts[a : a + BATCH])]
+
+
+def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParams, units=("phrase", "passage", "doc")
+                 ) -> dict:
+    """Phrase EM@1/F1@1, passage acc@1/5/20 + MRR@20 and doc acc@1 of one configuration."""
+    texts = [q.question for q in qs]
+    out: dict = {}
+    if "phrase" in units:
+        hits = search_all(searcher, texts, q_start, q_end, dataclasses.replace(base, unit="phrase", top_k=1))
+        top = [h[0].text if h else "" for h in hits]
+        out["phrase"] = {"em@1": pct(float(np.mean([exact_match(t, q.answers) for t, q in zip(top, qs, strict=True)]))),
+                         "f1@1": pct(float(np.mean([f1_score(t, q.answers) for t, q in zip(top, qs, strict=True)])))}
+    if "passage" in units:
+        hits = search_all(searcher, texts, q_start, q_end, dataclasses.replace(base, unit="passage", top_k=20))
+        ok = [[passage_has_answer(h.passage, q.answers) for h in row] for row, q in zip(hits, qs, strict=True)]
+        out["passage"] = {"acc@1": pct(accuracy_at(ok, 1)), "acc@5": pct(accuracy_at(ok, 5)),
+                          "acc@20": pct(accuracy_at(ok, 20)), "mrr@20": pct(mrr_at(ok, 20))}
+    if "doc" in units:
+        hits = search_all(searcher, texts, q_start, q_end, dataclasses.replace(base, unit="doc", top_k=1))
+        out["doc"] = {"acc@1": pct(accuracy_at([[h.title == q.title for h in row] for row, q in
+                                                zip(hits, qs, strict=True)], 1))}
+    return out
+
+
+def phrase_qps(searcher, texts: list[str], q_start, q_end, n: int) -> dict:
+    """Phrase search q/s at batch 64, dense vs hybrid, batches interleaved so both see the same machine load."""
+    modes = {"dense": SearchParams(mode="dense"), "hybrid": SearchParams(mode="hybrid")}
+    n = min(n, len(texts)) // BATCH * BATCH
+    search = dict.fromkeys(modes, 0.0)
+    e2e = dict.fromkeys(modes, 0.0)
+    for p in modes.values():  # warm-up
+        searcher.search_vectors(q_start[:BATCH], q_end[:BATCH], p, None, texts[:BATCH])
+    for a in range(0, n, BATCH):
+        for name, p in modes.items():
+            t0 = time.perf_counter()
+            searcher.search_vectors(q_start[a : a + BATCH], q_end[a : a + BATCH], p, None, texts[a : a + BATCH])
+            search[name] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            searcher.search(texts[a : a + BATCH], p)
+            e2e[name] += time.perf_counter() - t0
+    out = {f"{name}_search_qps": round(n / s, 1) for name, s in search.items()}
+    out |= {f"{name}_end_to_end_qps": round(n / s, 1) for name, s in e2e.items()}
+    out["hybrid_vs_dense_search"] = round(search["dense"] / search["hybrid"], 3)
+    out["hybrid_vs_dense_end_to_end"] = round(e2e["dense"] / e2e["hybrid"], 3)
+    out["questions"] = n
+    return out
+
+
+def encode(searcher, qs: list[Question]) -> tuple[np.ndarray, np.ndarray]:
+    parts = [searcher.encoder.encode([q.question for q in qs[a : a + BATCH]]) for a in range(0, len(qs), BATCH)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
+
+
+def run(args: argparse.Namespace) -> dict:
+    searcher = open_searcher(args.index, args.model)
+    qs = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
+    q_start, q_end = encode(searcher, qs)
+    results = {}
+    for name, fields in CONFIGS.items():
+        t0 = time.perf_counter()
+        results[name] = unit_metrics(searcher, qs, q_start, q_end, SearchParams(**fields))
+        results[name]["seconds"] = round(time.perf_counter() - t0, 1)
+        print(name, json.dumps(results[name]), flush=True)
+    report = {
+        "questions": args.questions, "n_questions": len(qs), "index": str(args.index), "model": args.model,
+        "passages": len(searcher.index.passages), "tokens": searcher.index.num_tokens,
+        "fusion_defaults": searcher.index.fusion_defaults, "results": results, "cpu": cpu_name(),
+        "throughput_batch64": phrase_qps(searcher, [q.question for q in qs], q_start, q_end, args.speed_questions),
+    }
+    print(f"{'mode':<14}{'p@1':>7}{'p@5':>7}{'p@20':>7}{'mrr':>7}{'EM@1':>7}{'F1@1':>7}{'doc@1':>7}")
+    for name, r in results.items():
+        p = r["passage"]
+        print(f"{name:<14}{p['acc@1']:>7}{p['acc@5']:>7}{p['acc@20']:>7}{p['mrr@20']:>7}"
+              f"{r['phrase']['em@1']:>7}{r['phrase']['f1@1']:>7}{r['doc']['acc@1']:>7}")
+    print(json.dumps(report["throughput_batch64"]))
+    if args.out:
+        write_json_atomic(args.out, report)
+    return report
+
+
+def fit(args: argparse.Namespace) -> dict:
+    """Grid search of the lexical weight per unit on (training) questions: phrase by EM@1, passage by acc@1 then
+    acc@5, doc by acc@1."""
+    searcher = open_searcher(args.index, args.model)
+    qs = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
+    q_start, q_end = encode(searcher, qs)
+    grid: dict = {"phrase": {}, "passage": {}, "doc": {}}
+    for w in PHRASE_WEIGHTS:
+        m = unit_metrics(searcher, qs, q_start, q_end, SearchParams(mode="hybrid", lexical_weight=w), ("phrase",))
+        grid["phrase"][w] = m["phrase"]
+        print("phrase", w, m["phrase"], flush=True)
+    for w in UNIT_WEIGHTS:
+        m = unit_metrics(searcher, qs, q_start, q_end, SearchParams(mode="hybrid", fusion="score", lexical_weight=w),
+                         ("passage", "doc"))
+        grid["passage"][w], grid["doc"][w] = m["passage"], m["doc"]
+        print("passage/doc", w, m["passage"], m["doc"], flush=True)
+    weights = {
+        "phrase": max(grid["phrase"], key=lambda w: (grid["phrase"][w]["em@1"], grid["phrase"][w]["f1@1"])),
+        "passage": max(grid["passage"], key=lambda w: (grid["passage"][w]["acc@1"], grid["passage"][w]["acc@5"])),
+        "doc": max(grid["doc"], key=lambda w: grid["doc"][w]["acc@1"]),
+    }
+    report = {"questions": args.questions, "n_questions": len(qs), "index": str(args.index),
+              "grid": {u: {str(w): m for w, m in g.items()} for u, g in grid.items()}, "weights": weights}
+    print(json.dumps(weights))
+    if args.out:
+        write_json_atomic(args.out, report)
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("command", choices=["run", "fit"])
+    ap.add_argument("--index", required=True, type=Path)
+    ap.add_argument("--questions", required=True)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
+    ap.add_argument("--speed-questions", type=int, default=1024, help="questions timed per mode (run)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    (run if args.command == "run" else fit)(args)
+
+
+if __name__ == "__main__":
+    main()

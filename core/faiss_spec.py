@@ -1,0 +1,117 @@
+"""What a faiss factory string asks for, parsed once, and the inner parts of a built faiss index.
+
+``parse_factory("OPQ32,IVF1024,PQ32x4fs")`` gives a ``FactorySpec`` (nlist, OPQ/PQ sub-spaces, bits, scalar
+quantiser, whether it is IVF / HNSW / wrapped in an IDMap). The indexer (``spanseek index build``) validates and
+sizes training with it, the manifest exposes it (``Manifest.spec``) and the searcher reads it, so no code tests
+substrings of a factory string. ``ivf_of`` and ``unwrapped`` reach inside a built index (an IVF behind an OPQ
+pre-transform, for example) the one way all callers share.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+MIN_POINTS_PER_CENTROID = 39  # faiss warns below this many training vectors per k-means centroid
+
+
+class FactoryError(ValueError):
+    """A factory string faiss cannot build, or a corpus too small to train it."""
+
+
+@dataclass(frozen=True)
+class FactorySpec:
+    """What a factory string asks for (the parts that decide training needs, code size and id handling)."""
+
+    factory: str
+    nlist: int | None = None  # IVF coarse centroids
+    opq_m: int | None = None  # OPQ sub-spaces
+    opq_dim: int | None = None  # OPQ output dimension (OPQ{M}_{D})
+    pq_m: int | None = None  # PQ sub-quantisers
+    pq_nbits: int = 8
+    fast_scan: bool = False
+    sq: str | None = None  # SQ8, SQ4, SQfp16 ...
+    hnsw: bool = False  # a graph index (HNSW...): no standalone codes
+    id_map: bool = False  # IDMap / IDMap2 prefix: explicit ids
+
+    @property
+    def is_ivf(self) -> bool:
+        """Whether the index has inverted lists (an nprobe to set)."""
+        return self.nlist is not None
+
+    @property
+    def needs_training(self) -> bool:
+        return self.nlist is not None or self.pq_m is not None or self.opq_m is not None or self.sq is not None
+
+    @property
+    def stores_ids(self) -> bool:
+        """Whether the index keeps explicit ids (IVF, IDMap); other indexes number vectors 0..n-1 themselves."""
+        return self.is_ivf or self.id_map
+
+    @property
+    def has_codes(self) -> bool:
+        """Whether an index of this factory gets a codes store (compressed types; not Flat or HNSW)."""
+        return self.needs_training and not self.hnsw
+
+    @property
+    def min_train(self) -> int:
+        """Fewest training vectors for every k-means in this index to see 39 points per centroid."""
+        ks = [1]
+        if self.nlist:
+            ks.append(self.nlist)
+        if self.pq_m:
+            ks.append(2**self.pq_nbits)
+        if self.opq_m:  # OPQ trains a PQ with the final codes' bits (8 without a PQ)
+            ks.append(2 ** (self.pq_nbits if self.pq_m else 8))
+        return MIN_POINTS_PER_CENTROID * max(ks) if len(ks) > 1 else 1
+
+
+_OPQ = re.compile(r"^OPQ(\d+)(?:_(\d+))?$")
+_IVF = re.compile(r"^IVF(\d+)(?:_.*)?$")
+_PQ = re.compile(r"^(?:IVF\d+_)?PQ(\d+)(?:x(\d+))?(fs|fsr)?(?:np)?$")
+_SQ = re.compile(r"^(SQ(?:fp16|bf16|8_direct_signed|8_direct|\d+))$")
+
+
+def parse_factory(factory: str) -> FactorySpec:
+    """Read nlist, OPQ/PQ sub-spaces, PQ bits, the scalar quantiser, HNSW and IDMap from a factory string."""
+    if not factory or factory.strip() != factory:
+        raise FactoryError(f"invalid factory string {factory!r}")
+    fields: dict[str, Any] = {}
+    for part in factory.split(","):
+        if m := _OPQ.match(part):
+            fields["opq_m"] = int(m.group(1))
+            fields["opq_dim"] = int(m.group(2)) if m.group(2) else None
+        elif m := _IVF.match(part):
+            fields["nlist"] = int(m.group(1))
+            fields["hnsw"] = fields.get("hnsw", False) or "HNSW" in part  # IVF…_HNSW: an HNSW coarse quantiser
+        elif m := _PQ.match(part):
+            fields["pq_m"] = int(m.group(1))
+            fields["pq_nbits"] = int(m.group(2)) if m.group(2) else 8
+            fields["fast_scan"] = m.group(3) is not None
+        elif m := _SQ.match(part):
+            fields["sq"] = m.group(1)
+        elif part.startswith("HNSW"):
+            fields["hnsw"] = True
+        elif part.startswith("IDMap"):
+            fields["id_map"] = True
+    if fields.get("nlist") == 0 or fields.get("pq_m") == 0 or fields.get("opq_m") == 0:
+        raise FactoryError(f"factory {factory!r}: nlist and M must be positive")
+    return FactorySpec(factory=factory, **fields)
+
+
+def unwrapped(index: Any) -> Any:
+    """The index behind a pre-transform (OPQ, PCA, ...) wrapper, downcast to its concrete type."""
+    import faiss
+
+    return faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
+
+
+def ivf_of(index: Any) -> Any | None:
+    """The IVF part of a faiss index (behind any pre-transform or id map), downcast; None without inverted lists."""
+    import faiss
+
+    try:
+        return faiss.downcast_index(faiss.extract_index_ivf(index))
+    except RuntimeError:  # faiss: "could not extract IVF index"
+        return None

@@ -1,0 +1,137 @@
+"""Checksums of an index directory's files, the names of its scratch files, and an exclusive lock for writers.
+
+A finished index records, in its manifest, the size and a streamed xxh3-128 checksum of every file under its
+directory except the manifest and scratch (build shards, add staging, journals, ``*.tmp``), so a store added
+later (by a build step) is covered without naming it here. ``check_files`` compares a directory with that record;
+``spanseek index verify`` and every index load use it (``PhraseIndex``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+CHECKSUM = "xxh3_128"
+CHUNK_BYTES = 8 << 20  # streamed: memory stays flat whatever the file size
+
+# Scratch: present only while a build or an add runs (or after one was killed); never part of a finished index.
+SHARDS = "shards"  # build: encoded shards
+BUILD_STATE = "build_state.json"  # build: written by earlier versions
+STAGING = "add.staging"  # add: the new documents' build
+JOURNAL = "add.journal.json"  # add: written once every new file is complete; names them and the new manifest
+ADD_SUFFIX = ".add.tmp"  # add: the new version of a file, renamed over it when the journal is there
+LOCK = "index.lock"  # writers' exclusive lock
+SCRATCH_DIRS = (SHARDS, STAGING)
+SCRATCH_FILES = (BUILD_STATE, JOURNAL, LOCK)
+
+
+def is_scratch(rel: str) -> bool:
+    """Whether a path relative to the index directory is scratch (see the module docstring)."""
+    parts = Path(rel).parts
+    name = parts[-1]
+    return (parts[0] in SCRATCH_DIRS or name in SCRATCH_FILES or name.endswith(".tmp")
+            or any(p.endswith(".tmp") for p in parts[:-1]))
+
+
+def file_digest(path: str | Path, hasher: Callable[[], Any] = xxhash.xxh3_128, chunk: int = CHUNK_BYTES) -> str:
+    """Hex digest of a file (xxh3-128 unless another ``hashlib``-style ``hasher``), read in ``chunk`` blocks."""
+    h = hasher()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def text_digest(text: str) -> str:
+    """xxh3-128 hex digest of a string's UTF-8 bytes (lone surrogates kept, so no text is refused)."""
+    return xxhash.xxh3_128(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def index_files(index_dir: Path, exclude: tuple[str, ...] = ()) -> list[str]:
+    """Relative paths (POSIX) of the regular files under ``index_dir`` that are not scratch or ``exclude``d."""
+    out = []
+    for path in sorted(index_dir.rglob("*")):
+        rel = path.relative_to(index_dir).as_posix()
+        if path.is_file() and not is_scratch(rel) and rel not in exclude:
+            out.append(rel)
+    return out
+
+
+def describe_files(index_dir: Path, exclude: tuple[str, ...] = (), replaced: Mapping[str, Path] | None = None
+                   ) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"bytes", CHECKSUM}}`` for every file of ``index_dir``.
+
+    ``replaced`` maps a relative path to the file or directory that will take its place (an add's ``*.add.tmp``):
+    it is described under the final name, whether or not the name exists yet; a directory replaces every file
+    under the old one.
+    """
+    paths = {rel: index_dir / rel for rel in index_files(index_dir, exclude)}
+    for rel, new in (replaced or {}).items():
+        paths = {k: v for k, v in paths.items() if not (k == rel or k.startswith(rel + "/"))}
+        if new.is_dir():
+            paths.update({f"{rel}/{p.relative_to(new).as_posix()}": p for p in new.rglob("*") if p.is_file()})
+        else:
+            paths[rel] = new
+    return {rel: {"bytes": paths[rel].stat().st_size, CHECKSUM: file_digest(paths[rel])} for rel in sorted(paths)}
+
+
+def check_files(index_dir: Path, files: Mapping[str, Any], contents: bool = True) -> list[str]:
+    """Problems of ``index_dir`` against its recorded ``files``, each naming the file (empty when it matches).
+
+    Sizes are always compared; ``contents`` also re-reads every file for its checksum.
+    """
+    problems = []
+    for rel, rec in files.items():
+        path = index_dir / rel
+        if not isinstance(rec, dict) or not isinstance(rec.get("bytes"), int):
+            problems.append(f"{index_dir / 'manifest.json'}: malformed file record for {rel}")
+        elif not path.is_file():
+            problems.append(f"{path}: index is incomplete ({rel} missing)")
+        elif path.stat().st_size != rec["bytes"]:
+            problems.append(f"{path}: {path.stat().st_size} bytes, the manifest records {rec['bytes']} "
+                            "(truncated or replaced)")
+        elif contents and file_digest(path) != rec.get(CHECKSUM):
+            problems.append(f"{path}: checksum mismatch (the file is damaged)")
+    return problems
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file, or a directory with every file under it, to stable storage."""
+    if path.is_dir():
+        for sub in path.iterdir():
+            fsync_path(sub)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def writer_lock(index_dir: Path, wait: bool = False) -> Iterator[bool]:
+    """Hold ``index_dir``'s exclusive writer lock while open; yields False when another process holds it (and
+    ``wait`` is False) or the directory is read-only. The lock dies with its process, so a killed writer never
+    leaves it held."""
+    try:
+        fd = os.open(index_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+            yield False
+            return
+        raise
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -1,0 +1,161 @@
+"""The lexical (BM25) leg: a bm25s index of an index directory's passages, and rank/score fusion with the dense leg.
+
+Every phrase index holds one in ``lexical/`` (written by ``spanseek index build``, kept in step by ``spanseek index
+add``, added to an older index by ``spanseek index add-lexical DIR``). A passage is indexed as its document title
+plus its text, lower-cased, with English stop words removed and Snowball-stemmed (bm25s + PyStemmer). The
+hard-negative miner (``spanseek train mine --miner bm25``) uses the same ``LexicalIndex``.
+
+Fusion (``core.search`` applies it per question over the candidate units of both legs):
+
+- ``rrf_fuse``: reciprocal rank fusion, sum over legs of 1 / (k + rank), k = 60 (Cormack et al. 2009);
+- ``score_fuse``: each leg's scores z-normalised over the question's candidates, then dense + w x lexical.
+
+The default weights (``DEFAULT_FUSION``) were fitted on training questions over an index of training paragraphs
+(``python bench/hybrid.py fit``); they are recorded in each index's manifest and can be overridden per request.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LEXICAL_DIR = "lexical"
+STOPWORDS = "en"
+STEMMER = "english"
+RRF_K = 60
+# Fitted on training questions (bench/hybrid.py fit; see bench/results/hybrid.json): the weight of the per-question
+# z-scored BM25 score, added to a span's dense score (phrase) or to the z-scored dense unit score (passage, doc).
+DEFAULT_FUSION: dict[str, Any] = {
+    "default_mode": "hybrid",
+    "fusion": "score",
+    "weights": {"phrase": 1.0, "passage": 0.5, "doc": 0.5},
+}
+
+
+class LexicalIndexMissing(RuntimeError):
+    """The index has no lexical part (built before it existed); the message says how to add one."""
+
+
+def missing_message(index_dir: str | Path) -> str:
+    return (f"{index_dir} has no lexical (BM25) index, so only mode=dense is available; add one without "
+            f"re-encoding with `spanseek index add-lexical {index_dir}`")
+
+
+@functools.cache
+def _stemmer():
+    import Stemmer
+
+    return Stemmer.Stemmer(STEMMER)
+
+
+def tokenize(texts: Sequence[str]) -> list[list[str]]:
+    """Lower-cased word tokens without English stop words, stemmed: what both passages and queries go through."""
+    import bm25s
+
+    return bm25s.tokenize(list(texts), stopwords=STOPWORDS, stemmer=_stemmer(), return_ids=False, show_progress=False)
+
+
+def passage_text(title: str, text: str) -> str:
+    """What the lexical index sees of a passage: its document's title, then the passage."""
+    return f"{title}\n{text}" if title else text
+
+
+class LexicalIndex:
+    """BM25 over a list of passage texts (row i = passage i)."""
+
+    def __init__(self, retriever: Any, n_passages: int):
+        self.retriever = retriever
+        self.n_passages = n_passages
+
+    @classmethod
+    def build(cls, texts: Sequence[str]) -> LexicalIndex:
+        import bm25s
+
+        retriever = bm25s.BM25()
+        tokens = tokenize(texts)
+        if not any(tokens):  # bm25s cannot index an empty vocabulary
+            tokens = [["\x00empty"] for _ in texts]
+        retriever.index(tokens, show_progress=False)
+        return cls(retriever, len(texts))
+
+    def save(self, directory: str | Path) -> dict[str, Any]:
+        """Write the index to ``directory`` (via a temporary sibling, renamed when complete); returns its manifest
+        record."""
+        directory = Path(directory)
+        tmp = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.retriever.save(str(tmp), show_progress=False)
+        (tmp / "spanseek.json").write_text(json.dumps({"passages": self.n_passages}))
+        shutil.rmtree(directory, ignore_errors=True)
+        tmp.rename(directory)
+        return self.describe()
+
+    def describe(self) -> dict[str, Any]:
+        r = self.retriever
+        return {"dir": LEXICAL_DIR, "passages": self.n_passages, "method": f"bm25s {r.method}", "k1": r.k1, "b": r.b,
+                "stopwords": STOPWORDS, "stemmer": STEMMER, "fields": "title + passage"}
+
+    @classmethod
+    def load(cls, directory: str | Path) -> LexicalIndex:
+        import bm25s
+
+        directory = Path(directory)
+        meta = json.loads((directory / "spanseek.json").read_text())
+        return cls(bm25s.BM25.load(str(directory), show_progress=False), int(meta["passages"]))
+
+    def scores(self, questions: Sequence[str]) -> np.ndarray:
+        """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs)."""
+        out = np.zeros((len(questions), self.n_passages), np.float32)
+        for b, tokens in enumerate(tokenize(questions)):
+            if tokens:
+                out[b] = self.retriever.get_scores(tokens)
+        return out
+
+    def top(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(B, k) passage ids and scores, best first (ties: lower id first); -1 / 0 past the matching passages."""
+        return top_passages(self.scores(questions), k)
+
+
+def top_passages(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(B, P) scores -> (B, k) ids of the best positive scores, best first, ties by id; -1 where fewer match."""
+    k = min(k, scores.shape[1])
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(scores, order, axis=1)
+    return np.where(top > 0, order, -1), np.where(top > 0, top, 0.0).astype(np.float32)
+
+
+def zscore(x: np.ndarray) -> np.ndarray:
+    """Standardise a question's scores over its candidates (all zeros when they do not vary)."""
+    x = np.asarray(x, np.float64)
+    sd = x.std()
+    return (x - x.mean()) / sd if sd > 1e-9 else np.zeros_like(x)
+
+
+def score_fuse(dense: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
+    """Per-question score fusion over one candidate list: zscore(dense) + weight x zscore(lexical)."""
+    return zscore(dense) + weight * zscore(lexical)
+
+
+def ranks(scores: np.ndarray) -> np.ndarray:
+    """1-based rank of each candidate by descending score (ties: earlier candidate first)."""
+    order = np.argsort(-np.asarray(scores), kind="stable")
+    r = np.empty(len(order), np.int64)
+    r[order] = np.arange(1, len(order) + 1)
+    return r
+
+
+def rrf_fuse(dense: np.ndarray, lexical: np.ndarray, k: int = RRF_K, lexical_listed: np.ndarray | None = None
+             ) -> np.ndarray:
+    """Reciprocal rank fusion over one candidate list: 1 / (k + dense rank) + 1 / (k + lexical rank).
+
+    A candidate with no lexical match (``lexical_listed`` False, default: score 0) is not in the lexical list and
+    gets nothing from it.
+    """
+    listed = np.asarray(lexical) > 0 if lexical_listed is None else lexical_listed
+    return 1.0 / (k + ranks(dense)) + np.where(listed, 1.0 / (k + ranks(lexical)), 0.0)

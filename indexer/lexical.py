@@ -1,0 +1,75 @@
+"""The lexical (BM25) part of an index directory: write it, add it to an older index, check it.
+
+    spanseek index add-lexical INDEX_DIR      # an index built before the lexical part existed; nothing re-encoded
+
+``spanseek index build`` writes it (``write_lexical``) and ``spanseek index add`` rebuilds it over the old and new
+passages; ``spanseek index verify`` compares it with a fresh BM25 of the passages (``check_lexical``). Building
+BM25 over the passage store takes seconds (14.5k passages: ~3 s on 2 cores), so it is always rebuilt whole rather
+than updated in place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spanseek.core import integrity, store
+from spanseek.core.lexical import DEFAULT_FUSION, LexicalIndex, missing_message, passage_text
+
+
+def lexical_texts(passages_path: Path, docs_path: Path) -> list[str]:
+    """Title + text of every passage of a passage store (what the BM25 index sees), in passage order."""
+    docs = store.read_jsonl(docs_path)
+    return [passage_text(docs[p["doc"]]["title"], p["text"]) for p in store.read_jsonl(passages_path)]
+
+
+def write_lexical(index_dir: str | Path, passages_path: Path | None = None, docs_path: Path | None = None,
+                  dest: Path | None = None, fusion: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build the BM25 index of the passage store into ``dest`` (default ``INDEX_DIR/lexical``); returns the
+    manifest record: the index's description plus the fusion defaults (``fusion``, else ``DEFAULT_FUSION``)."""
+    index_dir = Path(index_dir)
+    texts = lexical_texts(passages_path or index_dir / store.PASSAGES, docs_path or index_dir / store.DOCS)
+    record = LexicalIndex.build(texts).save(dest or index_dir / store.LEXICAL)
+    return {**record, "fusion": fusion or DEFAULT_FUSION}
+
+
+def add_lexical(index_dir: str | Path) -> store.Manifest:
+    """Give a built index its lexical part (or rebuild it) from its passage store; no passage is encoded again."""
+    index_dir = Path(index_dir)
+    store.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
+    with integrity.writer_lock(index_dir) as locked:
+        if not locked:
+            raise store.IndexFormatError(f"{index_dir} is being changed by another process (or is read-only)")
+        store.recover_locked(index_dir)
+        old = store.check_index(index_dir, recovered=True)
+        fusion = (old.lexical or {}).get("fusion")  # keep weights fitted for this index
+        manifest = store.Manifest.create(index_dir, {**old.to_dict(), "lexical": write_lexical(index_dir, fusion=fusion)})
+        manifest.write(index_dir)
+    return manifest
+
+
+def check_lexical(index: store.PhraseIndex, sample: int = 50, k: int = 5, seed: int = 0) -> list[str]:
+    """Problems of the lexical part (empty if none): its top-k for a sample of passage-text queries must be a
+    fresh BM25's of the current passages (a stale lexical index, e.g. from before an add, differs)."""
+    if index.lexical is None:
+        return []
+    texts = lexical_texts(index.dir / store.PASSAGES, index.dir / store.DOCS)
+    if not texts:
+        return []
+    rng = np.random.default_rng(seed)
+    queries = [texts[i][:200] for i in rng.choice(len(texts), size=min(sample, len(texts)), replace=False)]
+    stored, _ = index.lexical.top(queries, k)
+    fresh, _ = LexicalIndex.build(texts).top(queries, k)
+    if not np.array_equal(stored, fresh):
+        return [f"the lexical index disagrees with the passage store; rebuild it with "
+                f"`spanseek index add-lexical {index.dir}`"]
+    return []
+
+
+def describe(index: store.PhraseIndex) -> dict[str, Any] | str:
+    """What ``index verify`` reports about the lexical part."""
+    if index.lexical is None:
+        return missing_message(index.dir)
+    return {k: v for k, v in (index.manifest.lexical or {}).items() if k != "dir"}

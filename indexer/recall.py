@@ -1,0 +1,52 @@
+"""Recall of a faiss index against exact search, with a sample of its own vectors as queries.
+
+The build records it in the manifest (``faiss_params["recall"]``); ``spanseek index verify`` measures it again the
+same way and fails when it fell far below. The exact top-k is a brute-force inner-product search over the fine
+vectors of the indexed tokens; recall@1 is the share of queries whose faiss top-1 is the exact top-1, recall@k the
+mean overlap of the two top-k lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+EXACT_CHUNK = 65536
+
+
+def exact_topk(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Brute-force inner-product top-k token ids among ``ids`` (rows of ``vectors``), chunk by chunk."""
+    import faiss
+
+    best_d = np.full((len(queries), 0), -np.inf, np.float32)
+    best_i = np.zeros((len(queries), 0), np.int64)
+    for a in range(0, len(ids), EXACT_CHUNK):
+        chunk = ids[a : a + EXACT_CHUNK]
+        x = np.ascontiguousarray(vectors[chunk], dtype=np.float32)
+        dist, pos = faiss.knn(queries, x, min(k, len(chunk)), metric=faiss.METRIC_INNER_PRODUCT)
+        best_d = np.concatenate([best_d, dist], axis=1)
+        best_i = np.concatenate([best_i, chunk[pos]], axis=1)
+        order = np.argsort(-best_d, axis=1, kind="stable")[:, :k]
+        best_d = np.take_along_axis(best_d, order, axis=1)
+        best_i = np.take_along_axis(best_i, order, axis=1)
+    return best_i
+
+
+def measure_recall(index: Any, vectors: np.ndarray, ids: np.ndarray, sample: int = 1000, k: int = 10,
+                   seed: int = 0, params: Any = None) -> dict[str, Any]:
+    """recall@1 and recall@k of the faiss ``index`` (its stored nprobe, or faiss search ``params``) over the
+    indexed token ``ids`` (rows of ``vectors``), queries = ``sample`` of those rows; the settings come back with
+    the numbers."""
+    rng = np.random.default_rng(seed)
+    q_ids = np.sort(rng.choice(ids, size=min(sample, len(ids)), replace=False))
+    queries = np.ascontiguousarray(vectors[q_ids], dtype=np.float32)
+    k = min(k, len(ids))
+    exact = exact_topk(vectors, ids, queries, k)
+    _, approx = index.search(queries, k, params=params)
+    overlap = [len(np.intersect1d(a, e)) / k for a, e in zip(approx, exact, strict=True)]
+    return {
+        "queries": len(q_ids), "sample": sample, "k": k, "seed": seed,
+        "recall@1": round(float(np.mean(approx[:, 0] == exact[:, 0])), 4),
+        f"recall@{k}": round(float(np.mean(overlap)), 4),
+    }

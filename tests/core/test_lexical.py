@@ -1,0 +1,148 @@
+"""The lexical leg and fusion: hand-computed RRF and score fusion, BM25 against bm25s itself, SearchParams checks,
+and the searcher's lexical and hybrid modes on the tiny index."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from spanseek.core.lexical import (
+    LexicalIndex,
+    passage_text,
+    rrf_fuse,
+    score_fuse,
+    tokenize,
+    top_passages,
+    zscore,
+)
+from spanseek.core.params import SearchParams, SearchParamsError
+
+
+def test_rrf_by_hand():
+    dense = np.array([3.0, 1.0, 2.0])  # dense ranks 1, 3, 2
+    lexical = np.array([0.0, 5.0, 4.0])  # lexical ranks: b 1, c 2; a has no lexical match
+    fused = rrf_fuse(dense, lexical, k=60)
+    expected = [1 / 61, 1 / 63 + 1 / 61, 1 / 62 + 1 / 62]
+    assert fused == pytest.approx(expected)
+    assert list(np.argsort(-fused)) == [1, 2, 0]  # b (1st and 3rd) just beats c (2nd in both); a is in one list
+
+
+def test_score_fusion_by_hand():
+    dense = np.array([1.0, 2.0, 3.0])  # z: -1.2247, 0, 1.2247
+    lexical = np.array([9.0, 6.0, 3.0])  # z: 1.2247, 0, -1.2247
+    z = math.sqrt(1.5)
+    assert zscore(dense) == pytest.approx([-z, 0.0, z])
+    assert score_fuse(dense, lexical, 0.5) == pytest.approx([-z + 0.5 * z, 0.0, z - 0.5 * z])
+    assert score_fuse(dense, lexical, 2.0) == pytest.approx([-z + 2 * z, 0.0, z - 2 * z])
+    assert zscore(np.array([4.0, 4.0])).tolist() == [0.0, 0.0]  # no spread: the leg says nothing
+
+
+TOY = [("Castles", "The castle was built by Alba in 1200."), ("Rivers", "Rivers flow to the sea past the castle."),
+       ("Kings", "A castle of the sea kings, built of stone."), ("Poets", "The poet wrote of harbours."),
+       ("Bridges", "Engines crossed the railway bridge to the island.")]
+QUESTIONS = ["who built the castles?", "where do rivers flow", "railway bridges and engines", "stone castle kings",
+             "poets writing"]
+
+
+def test_lexical_ranking_equals_bm25s(tmp_path):
+    import bm25s
+    import Stemmer
+
+    texts = [passage_text(t, p) for t, p in TOY]
+    ours = LexicalIndex.build(texts)
+    ours.save(tmp_path / "lex")
+    ours = LexicalIndex.load(tmp_path / "lex")  # and it survives a round trip
+    theirs = bm25s.BM25()
+    stem = Stemmer.Stemmer("english")
+    theirs.index(bm25s.tokenize(texts, stopwords="en", stemmer=stem, show_progress=False), show_progress=False)
+    q = bm25s.tokenize(QUESTIONS, stopwords="en", stemmer=stem, return_ids=False, show_progress=False)
+    ids, scores = theirs.retrieve(q, k=3, show_progress=False, n_threads=1)
+    got_ids, got_scores = ours.top(QUESTIONS, 3)
+    matched = scores > 0
+    assert np.array_equal(np.where(matched, ids, -1), got_ids)
+    assert np.allclose(np.where(matched, scores, 0), got_scores, rtol=1e-5)
+    assert tokenize(["The castles were built"]) == [["castl", "were", "built"]]  # stemmed; "the" is a stop word
+
+
+def test_top_passages_breaks_ties_by_id_and_drops_non_matches():
+    ids, scores = top_passages(np.array([[0.0, 2.0, 1.0, 2.0]]), 4)
+    assert ids.tolist() == [[1, 3, 2, -1]] and scores.tolist() == [[2.0, 2.0, 1.0, 0.0]]
+
+
+@pytest.mark.parametrize("fields", [{"unit": "sentence"}, {"top_k": 0}, {"top_k": 2.5}, {"nprobe": 0},
+                                    {"max_answer_tokens": -1}, {"mode": "sparse"}, {"fusion": "max"},
+                                    {"lexical_weight": -0.5}, {"lexical_weight": float("nan")},
+                                    {"vector_source": "disk"}, {"unit": "doc", "merge_answers": True}])
+def test_search_params_refuse_bad_values(fields):
+    with pytest.raises(SearchParamsError, match=next(iter(fields)) if "merge_answers" not in fields else "merge"):
+        SearchParams(**fields)
+
+
+def test_search_params_are_hashable_and_equal_by_value():
+    assert {SearchParams("passage", 3, mode="hybrid"): 1}[SearchParams(unit="passage", top_k=3, mode="hybrid")] == 1
+
+
+def questions_of(searcher, n=6, seed=0):
+    """Texts made of the corpus's own words (so BM25 matches), with random question vectors."""
+    rng = np.random.default_rng(seed)
+    texts = [" ".join(searcher.index.passages[int(p)]["text"].split()[2:6]) for p in rng.choice(
+        len(searcher.index.passages), n, replace=False)]
+    d = searcher.index.vectors.shape[1]
+    return texts, rng.standard_normal((n, d)).astype(np.float32), rng.standard_normal((n, d)).astype(np.float32)
+
+
+def test_lexical_passage_mode_is_the_bm25_ranking(tiny_searcher):
+    texts, qs, qe = questions_of(tiny_searcher)
+    hits = tiny_searcher.search_vectors(qs, qe, SearchParams(unit="passage", top_k=5, mode="lexical"), None, texts)
+    ids, scores = tiny_searcher.lexical.top(texts, 5)
+    for b, row in enumerate(hits):
+        assert [h.passage_id for h in row] == [i for i in ids[b].tolist() if i >= 0]
+        assert [h.lexical for h in row] == pytest.approx(scores[b][: len(row)].tolist())
+
+
+def test_a_span_found_through_a_lexical_passage_is_its_brute_force_best_span(tiny_searcher):
+    texts, qs, qe = questions_of(tiny_searcher, seed=1)
+    for params in (SearchParams(unit="phrase", top_k=5, mode="lexical"), SearchParams(unit="passage", top_k=5,
+                                                                                      mode="lexical")):
+        for b, row in enumerate(tiny_searcher.search_vectors(qs, qe, params, None, texts)):
+            assert row
+            for h in row:
+                oracle = tiny_searcher.passage_best_span(h.passage_id, qs[b], qe[b], decode="span")
+                assert (h.start, h.end, h.text) == (oracle.start, oracle.end, oracle.text)
+                assert h.dense == pytest.approx(oracle.score, rel=1e-4, abs=1e-4)
+
+
+def test_hybrid_phrase_score_is_dense_plus_weighted_lexical(tiny_searcher):
+    texts, qs, qe = questions_of(tiny_searcher, seed=2)
+    plain = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=5, mode="hybrid", lexical_weight=0.0), None, texts)
+    dense = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=5, mode="dense"), None, texts)
+    for p, d in zip(plain, dense, strict=True):
+        # weight 0: the dense ranking, except that lexical passages' spans may join (never below the dense best)
+        assert p[0].score >= d[0].score - 1e-5
+        assert all(h.score == pytest.approx(h.dense) for h in p)
+    heavy = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=3, mode="hybrid", lexical_weight=100.0), None,
+                                         texts)
+    ids, _ = tiny_searcher.lexical.top(texts, 1)
+    for b, row in enumerate(heavy):  # a huge weight: the lexical top passage answers first
+        assert row[0].passage_id == ids[b][0]
+        assert row[0].lexical is not None and row[0].dense is not None
+
+
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+@pytest.mark.parametrize("fusion", ["score", "rrf"])
+def test_hybrid_units_are_unique_and_carry_both_components(tiny_searcher, unit, fusion):
+    texts, qs, qe = questions_of(tiny_searcher, seed=3)
+    for row in tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=4, mode="hybrid", fusion=fusion),
+                                            None, texts):
+        keys = [h.passage_id if unit == "passage" else h.doc_id for h in row]
+        assert len(keys) == len(set(keys)) == 4
+        assert [h.score for h in row] == sorted((h.score for h in row), reverse=True)
+        assert all(h.dense is not None and h.lexical is not None for h in row)
+
+
+def test_lexical_and_hybrid_need_the_question_texts(tiny_searcher):
+    _, qs, qe = questions_of(tiny_searcher)
+    with pytest.raises(ValueError, match="needs the question texts"):
+        tiny_searcher.search_vectors(qs, qe, SearchParams(mode="hybrid"))

@@ -1,0 +1,155 @@
+"""`index add` is idempotent and crash-safe.
+
+Running the same add twice changes nothing the second time (a clear refusal); an add killed with SIGKILL at any
+of several points (a child process whose chosen step kills itself) leaves an index that opens and verifies,
+holding either none or all of the new documents (rolled back or forward when it is opened); running the add again
+then gives the same index as an uninterrupted add.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_add_crash.py            (-m slow: every crash point)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from spanseek.core import integrity, store
+from spanseek.core.io import CorpusError
+from spanseek.core.store import PhraseIndex
+from spanseek.indexer.add import add_documents
+from spanseek.indexer.build import BuildOptions, build_index
+from spanseek.indexer.verify import verify_index
+from tests.conftest import make_corpus
+
+OPTS = BuildOptions(factory="IVF4,SQ8", shard_passages=3, progress=False, precision="fp32", gpu=False)
+
+# The child: patch one step so that it kills the process (before or after the real step runs), then add. The step
+# is its n-th call, or (n not a number) the call with an argument ending in n; with journal_only, only calls made
+# while the journal exists count.
+CHILD = r"""
+import importlib, os, signal, sys
+from pathlib import Path
+index, corpus, model, target, n, when, journal_only = sys.argv[1:8]
+module_name, attr = target.rsplit(":", 1)
+owner = importlib.import_module(module_name)
+for part in attr.split(".")[:-1]:
+    owner = getattr(owner, part)
+name = attr.split(".")[-1]
+real, calls = getattr(owner, name), [0]
+def step(*args, **kwargs):
+    if journal_only == "1" and not (Path(index) / "add.journal.json").exists():
+        return real(*args, **kwargs)
+    calls[0] += 1
+    hit = calls[0] == int(n) if n.isdigit() else any(str(a).endswith(n) for a in args)
+    if hit and when == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    out = real(*args, **kwargs)
+    if hit and when == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+setattr(owner, name, step)
+from spanseek.indexer.add import add_documents
+from spanseek.indexer.build import BuildOptions
+add_documents(index, corpus, model=model, opts=BuildOptions(factory="IVF4,SQ8", shard_passages=3, progress=False,
+                                                            precision="fp32", gpu=False))
+"""
+
+# where the child dies: (step, n, before/after, journal_only) -> the add is rolled back or forward on opening
+POINTS = {
+    "encoding": (("spanseek.indexer.build:_encode_shard", "2", "before", "0"), "back"),
+    "new stores": (("spanseek.indexer.add:_concat_jsonl", "1", "after", "0"), "back"),
+    "before the journal": (("os:replace", integrity.JOURNAL, "before", "0"), "back"),
+    "first rename": (("os:replace", "1", "before", "1"), "forward"),
+    "mid renames": (("os:replace", "4", "after", "1"), "forward"),
+    "manifest written": (("spanseek.core.store:Manifest.write", "1", "after", "0"), "forward"),
+    "journal removed": (("pathlib:Path.unlink", integrity.JOURNAL, "after", "0"), "forward"),
+}
+FAST = ("encoding", "before the journal", "mid renames", "manifest written")
+
+
+def _write(path, docs):
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny_model_dir):
+    """A base index, a corpus of new documents, and the index an uninterrupted add gives."""
+    d = tmp_path_factory.mktemp("crash")
+    base = _write(d / "base.jsonl", make_corpus(seed=5, n_docs=8, n_paras=4))
+    more = _write(d / "more.jsonl", [{**doc, "id": f"new-{i}"} for i, doc in enumerate(make_corpus(seed=6, n_docs=4, n_paras=2))])
+    built = d / "built"
+    build_index(base, tiny_model_dir, built, OPTS)
+    reference = d / "reference"
+    shutil.copytree(built, reference)
+    add_documents(reference, more, model=tiny_model_dir, opts=OPTS)
+    return built, more, reference
+
+
+def _contents(index_dir) -> dict:
+    """Every recorded file's checksum (what an identical index must share), but the BM25 part's: its vocabulary
+    order follows Python's per-process string hashing (verify compares its rankings with a fresh BM25 instead)."""
+    return {k: v[integrity.CHECKSUM] for k, v in store.Manifest.load(index_dir).files.items()
+            if not k.startswith(store.LEXICAL + "/")}
+
+
+def test_the_same_add_twice_changes_nothing_the_second_time(setup, tmp_path, tiny_model_dir):
+    built, more, reference = setup
+    index = tmp_path / "idx"
+    shutil.copytree(reference, index)  # already holds the new documents
+    before = sorted(p.name for p in index.iterdir()), _contents(index)
+    with pytest.raises(CorpusError, match=rf"{more}:1: document id 'new-0' is already in the index .*nothing was changed"):
+        add_documents(index, more, model=tiny_model_dir, opts=OPTS)
+    assert (sorted(p.name for p in index.iterdir()), _contents(index)) == before
+    assert PhraseIndex(index).manifest.documents == 12
+
+
+def test_an_add_with_a_repeated_id_is_refused(setup, tmp_path, tiny_model_dir):
+    built, more, _ = setup
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    lines = more.read_text().splitlines()
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join([*lines, lines[1]]) + "\n")
+    with pytest.raises(CorpusError, match=rf"{twice}:{len(lines) + 1}: document id 'new-1' was already used on line 2"):
+        add_documents(index, twice, model=tiny_model_dir, opts=OPTS)
+    assert _contents(index) == _contents(built) and not (index / integrity.STAGING).exists()
+
+
+def _crash_then_recover(point, setup, tmp_path, tiny_model_dir):
+    args, outcome = POINTS[point]
+    built, more, reference = setup
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    child = subprocess.run([sys.executable, "-c", CHILD, str(index), str(more), str(tiny_model_dir), *args],
+                           capture_output=True, text=True, timeout=600)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    assert any(integrity.is_scratch(p.name) and p.name != integrity.LOCK for p in index.iterdir())  # it died mid-add
+    opened = PhraseIndex(index)  # rolls back or forward
+    expected = reference if outcome == "forward" else built
+    assert opened.manifest.documents == store.Manifest.load(expected).documents
+    assert _contents(index) == _contents(expected)
+    assert not any(integrity.is_scratch(p.name) and p.name != integrity.LOCK for p in index.iterdir())
+    assert verify_index(index, sample=30)["ok"]
+    if outcome == "back":
+        add_documents(index, more, model=tiny_model_dir, opts=OPTS)
+    else:  # already in: the same add again is refused and changes nothing
+        with pytest.raises(CorpusError, match="already in the index"):
+            add_documents(index, more, model=tiny_model_dir, opts=OPTS)
+    assert _contents(index) == _contents(reference)
+
+
+@pytest.mark.parametrize("point", FAST)
+def test_a_killed_add_leaves_an_index_that_opens_and_verifies(point, setup, tmp_path, tiny_model_dir):
+    _crash_then_recover(point, setup, tmp_path, tiny_model_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", [p for p in POINTS if p not in FAST])
+def test_a_killed_add_leaves_an_index_that_opens_and_verifies_at_every_point(point, setup, tmp_path, tiny_model_dir):
+    _crash_then_recover(point, setup, tmp_path, tiny_model_dir)

@@ -1,0 +1,110 @@
+"""The lexical part of an index: written by build, kept in step by add, checked by verify, added to an old index."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from spanseek.core import store
+from spanseek.core.lexical import LexicalIndexMissing
+from spanseek.core.params import SearchParams
+from spanseek.core.search import Searcher
+from spanseek.core.store import PhraseIndex
+from spanseek.indexer.add import add_documents
+from spanseek.indexer.build import BuildOptions, build_index
+from spanseek.indexer.lexical import add_lexical
+from spanseek.indexer.verify import verify_index
+
+OPTS = BuildOptions(shard_passages=30, progress=False, precision="fp32", gpu=False)
+NEW = {"id": "new", "title": "Quokka Almanac", "paragraphs": ["In 1901 Hugo built the quokka observatory."]}
+
+
+def _vectors(searcher: Searcher, n: int = 1):
+    d = searcher.index.vectors.shape[1]
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((n, d)).astype(np.float32), rng.standard_normal((n, d)).astype(np.float32)
+
+
+def _without_lexical(src, dest):
+    """A copy of an index as built before the lexical part existed."""
+    shutil.copytree(src, dest)
+    shutil.rmtree(dest / store.LEXICAL)
+    manifest = json.loads((dest / store.MANIFEST).read_text())
+    for key in ("lexical", "files", store.CHECKSUM_FIELD):  # fields added since
+        del manifest[key]
+    (dest / store.MANIFEST).write_text(json.dumps(manifest))
+    return dest
+
+
+def test_build_records_the_lexical_part(tiny_index):
+    m = store.Manifest.load(tiny_index)
+    assert m.lexical["passages"] == m.passages and m.lexical["fields"] == "title + passage"
+    assert set(m.lexical["fusion"]["weights"]) == {"phrase", "passage", "doc"}
+    assert (tiny_index / store.LEXICAL).is_dir()
+
+
+def test_add_then_lexical_search_finds_the_new_text(tmp_path, tiny_corpus, tiny_model_dir):
+    out = tmp_path / "idx"
+    build_index(tiny_corpus, tiny_model_dir, out, OPTS)
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps(NEW) + "\n")
+    add_documents(out, more, model=tiny_model_dir, opts=OPTS)
+    searcher = Searcher(PhraseIndex(out))
+    qs, qe = _vectors(searcher)
+    for unit in ("passage", "doc"):
+        [hits] = searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=1, mode="lexical"), None,
+                                         ["where is the quokka observatory?"])
+        assert hits[0].doc_id == "new" and hits[0].title == "Quokka Almanac"
+    assert verify_index(out, sample=20)["ok"]
+
+
+def test_an_index_without_the_lexical_part_serves_dense_and_says_how_to_add_it(tmp_path, tiny_index, caplog):
+    old = _without_lexical(tiny_index, tmp_path / "old")
+    searcher = Searcher(PhraseIndex(old))
+    assert "spanseek index add-lexical" in caplog.text
+    assert searcher.modes == ("dense",) and searcher.default_mode == "dense"
+    qs, qe = _vectors(searcher)
+    assert searcher.search_vectors(qs, qe, SearchParams(top_k=2), None, ["castle"])[0]  # dense by default
+    with pytest.raises(LexicalIndexMissing, match=f"spanseek index add-lexical {old}"):
+        searcher.search_vectors(qs, qe, SearchParams(mode="hybrid"), None, ["castle"])
+    report = verify_index(old, sample=20)
+    assert report["ok"] and "add-lexical" in report["lexical"]
+    add_lexical(old)  # nothing is encoded again: the token stores are untouched
+    again = Searcher(PhraseIndex(old))
+    assert again.modes == ("dense", "lexical", "hybrid")
+    assert again.search_vectors(qs, qe, SearchParams(mode="hybrid"), None, ["castle"])[0]
+    assert np.array_equal(np.load(old / store.VECTORS), np.load(tiny_index / store.VECTORS))
+
+
+def test_verify_catches_a_stale_lexical_index(tmp_path, tiny_index):
+    broken = tmp_path / "stale"
+    shutil.copytree(tiny_index, broken)
+    passages = store.read_jsonl(broken / store.PASSAGES)
+    passages[0]["text"] = passages[0]["text"].replace("built", "zeppelin zeppelin zeppelin")  # same count, new words
+    (broken / store.PASSAGES).write_text("".join(json.dumps(p) + "\n" for p in passages))
+    report = verify_index(broken, sample=200)  # the changed store fails its checksum first
+    assert not report["ok"] and [p.split(": ")[0] for p in report["problems"]] == [str(broken / store.PASSAGES)]
+    manifest = json.loads((broken / store.MANIFEST).read_text())
+    for key in ("files", store.CHECKSUM_FIELD):  # as an index without checksums: the lexical check is what is left
+        del manifest[key]
+    (broken / store.MANIFEST).write_text(json.dumps(manifest))
+    report = verify_index(broken, sample=200)
+    assert not report["ok"] and any("add-lexical" in p for p in report["problems"])
+
+
+def test_cli_add_lexical_and_search_modes(tmp_path, tiny_index, tiny_model_dir, capsys):
+    from spanseek.cli import main
+
+    old = _without_lexical(tiny_index, tmp_path / "old")
+    assert main(["search", "--index", str(old), "--model", str(tiny_model_dir), "--mode", "hybrid", "castle"]) == 2
+    assert "spanseek index add-lexical" in capsys.readouterr().err
+    assert main(["index", "add-lexical", str(old)]) == 0
+    capsys.readouterr()
+    assert main(["search", "--index", str(old), "--model", str(tiny_model_dir), "--mode", "lexical",
+                 "--unit", "passage", "--top-k", "2", "Alba built"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    hits = json.loads(line)["hits"]
+    assert len(hits) == 2 and all(h["lexical"] > 0 for h in hits)
