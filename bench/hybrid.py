@@ -76,7 +76,7 @@ def phrase_qps(searcher, texts: list[str], q_start, q_end, n: int) -> dict:
     n = min(n, len(texts)) // BATCH * BATCH
     search = dict.fromkeys(modes, 0.0)
     e2e = dict.fromkeys(modes, 0.0)
-    for name, p in modes.items():  # warm-up
+    for p in modes.values():  # warm-up
         searcher.search_vectors(q_start[:BATCH], q_end[:BATCH], p, None, texts[:BATCH])
     for a in range(0, n, BATCH):
         for name, p in modes.items():

@@ -8,7 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from spanseek.core.lexical import LexicalIndex, passage_text, rrf_fuse, score_fuse, tokenize, top_passages, zscore
+from spanseek.core.lexical import (
+    LexicalIndex,
+    passage_text,
+    rrf_fuse,
+    score_fuse,
+    tokenize,
+    top_passages,
+    zscore,
+)
 from spanseek.core.params import SearchParams, SearchParamsError
 
 

@@ -181,10 +181,11 @@ def test_an_index_without_the_lexical_part_serves_dense_and_explains_the_other_m
     import json
     import shutil
 
+    from fastapi.testclient import TestClient
+
     from spanseek.core import store
     from spanseek.core.search import Searcher
     from spanseek.core.store import PhraseIndex
-    from fastapi.testclient import TestClient
 
     old = tmp_path / "old"
     shutil.copytree(tiny_searcher.index.dir, old)
