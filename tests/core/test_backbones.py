@@ -18,6 +18,7 @@ import torch
 from spanseek.core import backbones
 from spanseek.core.backbones import BackboneError, SplitBackbone, packaged_backbone
 from spanseek.core.config import EncoderConfig
+from spanseek.core.params import SearchParams
 from spanseek.core.model import ModelError, PhraseModel, load_model, resolve_backbone
 
 
@@ -78,7 +79,7 @@ def test_mpnet_phrase_model_trains_indexes_and_searches(tmp_path, mpnet_config, 
 
     build_index(tiny_corpus, model_dir, tmp_path / "index", BuildOptions(progress=False, precision="fp32"))
     searcher = open_searcher(tmp_path / "index", model_dir, device="cpu", precision="fp32")
-    [hits] = searcher.search(["When did Alba build the castle?"], unit="phrase", top_k=3)
+    [hits] = searcher.search(["When did Alba build the castle?"], SearchParams(unit="phrase", top_k=3))
     assert len(hits) == 3 and all(np.isfinite(h.score) for h in hits)
 
 
