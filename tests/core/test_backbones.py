@@ -18,8 +18,8 @@ import torch
 from spanseek.core import backbones
 from spanseek.core.backbones import BackboneError, SplitBackbone, packaged_backbone
 from spanseek.core.config import EncoderConfig
-from spanseek.core.params import SearchParams
 from spanseek.core.model import ModelError, PhraseModel, load_model, resolve_backbone
+from spanseek.core.params import SearchParams
 
 
 @pytest.fixture(scope="module")
