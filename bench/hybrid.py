@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> dict:
     qs = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
     q_start, q_end = encode(searcher, qs)
     results = {}
-    for name, fields in CONFIGS.items():
+    for name in [] if args.speed_only else args.configs:
+        fields = CONFIGS[name]
         t0 = time.perf_counter()
         results[name] = unit_metrics(searcher, qs, q_start, q_end, SearchParams(**fields))
         results[name]["seconds"] = round(time.perf_counter() - t0, 1)
@@ -123,7 +124,8 @@ def run(args: argparse.Namespace) -> dict:
         "fusion_defaults": searcher.index.fusion_defaults, "results": results, "cpu": cpu_name(),
         "throughput_batch64": phrase_qps(searcher, [q.question for q in qs], q_start, q_end, args.speed_questions),
     }
-    print(f"{'mode':<14}{'p@1':>7}{'p@5':>7}{'p@20':>7}{'mrr':>7}{'EM@1':>7}{'F1@1':>7}{'doc@1':>7}")
+    if results:
+        print(f"{'mode':<14}{'p@1':>7}{'p@5':>7}{'p@20':>7}{'mrr':>7}{'EM@1':>7}{'F1@1':>7}{'doc@1':>7}")
     for name, r in results.items():
         p = r["passage"]
         print(f"{name:<14}{p['acc@1']:>7}{p['acc@5']:>7}{p['acc@20']:>7}{p['mrr@20']:>7}"
@@ -171,6 +173,8 @@ def main() -> None:
     ap.add_argument("--model", default="default")
     ap.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
     ap.add_argument("--speed-questions", type=int, default=1024, help="questions timed per mode (run)")
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), help="modes to measure (run)")
+    ap.add_argument("--speed-only", action="store_true", help="run: only the q/s comparison")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     (run if args.command == "run" else fit)(args)

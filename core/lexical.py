@@ -34,7 +34,7 @@ RRF_K = 60
 DEFAULT_FUSION: dict[str, Any] = {
     "default_mode": "hybrid",
     "fusion": "score",
-    "weights": {"phrase": 1.0, "passage": 0.5, "doc": 0.5},
+    "weights": {"phrase": 2.0, "passage": 0.25, "doc": 0.25},
 }
 
 

@@ -61,8 +61,9 @@ RC_DECODES = ("answer", "span")
 DEFAULT_PARAMS = SearchParams()
 # phrase unit, hybrid: the lexical passages whose every span joins the dense candidates
 LEXICAL_PASSAGES = 10
-# passage/doc units, hybrid: each leg brings at least this many units to the fused candidate list
-FUSION_DEPTH = 20
+# passage/doc units, hybrid: each leg brings at least this many units to the fused candidate list (documents are
+# few and large: the dense leg deepens its search until it has found this many)
+FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
 
 # unit -> the unit of every passage, (P,) int64; the phrase unit is the span itself (None). A new unit is one entry.
 UNIT_OF_PASSAGE: dict[Unit, Callable[[PhraseIndex], np.ndarray] | None] = {
@@ -217,7 +218,7 @@ class Searcher:
             hits = [self._hits(sp, unit, top_k) for sp in spans]
             _add(timings, "aggregate", time.perf_counter() - t0)
             return hits
-        depth = top_k if unit == "phrase" else max(top_k, FUSION_DEPTH)
+        depth = max(top_k, FUSION_DEPTH[unit])
         dense = ([None] * len(q_start) if mode == "lexical" else
                  self._dense_spans(q_start, q_end, unit, depth, max_tokens, vectors, params.nprobe, timings))
         assert self.lexical is not None and questions is not None

@@ -488,8 +488,13 @@ def faiss_search_parameters(index: Any, nprobe: int) -> Any:
 
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexPreTransform):
-        # faiss's type stubs lack these constructors' keywords (call-arg below)
-        return faiss.SearchParametersPreTransform(index_params=faiss_search_parameters(index.index, nprobe))  # type: ignore[call-arg]
+        inner = faiss_search_parameters(index.index, nprobe)
+        params: Any = faiss.SearchParametersPreTransform()
+        params.index_params = inner
+        params.referenced_objects = [inner]  # the C++ side holds a bare pointer: keep the Python object alive
+        return params
     if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2):
         return faiss_search_parameters(index.index, nprobe)
-    return faiss.SearchParametersIVF(nprobe=nprobe)  # type: ignore[call-arg]
+    params = faiss.SearchParametersIVF()
+    params.nprobe = nprobe
+    return params

@@ -11,7 +11,7 @@ nlist grows as ~4·sqrt(N) (a power of two) and is clipped so that every centroi
 ``MIN_POINTS_PER_CENTROID`` (39, the faiss guidance) training vectors; PQ codebooks need the same per code
 (2^nbits codes per sub-quantiser). ``validate_factory`` parses nlist / M / nbits from any factory string and
 raises a ``FactoryError`` naming the fix when a corpus is too small, instead of a faiss assertion. ``nprobe`` is a
-search-time parameter (``PhraseIndex.search_parameters``). Vectors are read in chunks from the memory-mapped fine store,
+search-time parameter (given per search: ``PhraseIndex.search_parameters``). Vectors are read in chunks from the memory-mapped fine store,
 so memory stays bounded; training uses a sample (``training_size``). With a GPU (``faiss.get_num_gpus() > 0``)
 training and adding run through ``indexer.compress_gpu`` and the index comes back to the CPU for storage.
 """

@@ -18,6 +18,7 @@ from spanseek.indexer.evaluate import run_eval
 
 KEYS = {
     "n_questions": None,
+    "mode": None,
     "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"},
     "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
     "doc": {"acc@1", "acc@5"},
@@ -67,7 +68,7 @@ def test_cli_search_prints_json_lines(tiny_index, tiny_model_dir, capsys):
             rec = json.loads(line)
             assert rec["query"] == q and rec["unit"] == unit and len(rec["hits"]) == 3
             for h in rec["hits"]:
-                assert set(h) == {"text", "score", "start", "end", "passage_id", "passage", "doc_id", "title", "meta"}
+                assert set(h) == {"text", "score", "start", "end", "passage_id", "passage", "doc_id", "title", "meta", "dense", "lexical"}
                 assert h["passage"][h["start"] : h["end"]] == h["text"]
             if unit != "phrase":
                 key = "passage_id" if unit == "passage" else "doc_id"
@@ -135,7 +136,7 @@ def test_eval_refuses_questions_whose_passages_are_not_indexed(tiny_squad, tiny_
         (["eval", "--questions", "{tmp}/notsquad.json", "--model", "{model}", "--quiet"], "not SQuAD format"),
         (["eval", "--questions", "{tmp}/missing.json", "--model", "{model}", "--quiet"], "No such file"),
         (["search", "--index", "{index}", "--model", "{model}", "--unit", "doc", "--merge-answers", "q"],
-         "--merge-answers applies to --unit phrase, not --unit doc"),
+         "merge_answers applies to unit=phrase, not unit=doc"),
     ],
 )
 def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_index, tiny_model_dir, tiny_config, capsys, argv, message):

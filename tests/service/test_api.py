@@ -66,8 +66,8 @@ def test_timings_come_back_as_headers(client):
     assert r.json()["timings_ms"]["total"] >= r.json()["timings_ms"]["encode"]
 
 
-def test_max_answer_length_bounds_phrases(client, tiny_searcher):
-    r = client.post("/search?unit=phrase", json={"query": "the festival", "top_k": 10, "max_answer_length": 1})
+def test_max_answer_tokens_bounds_phrases(client, tiny_searcher):
+    r = client.post("/search?unit=phrase", json={"query": "the festival", "top_k": 10, "max_answer_tokens": 1})
     idx = tiny_searcher.index
     for h in r.json()["results"][0]["hits"]:  # one token: the span is exactly one token's offsets
         p = h["passage_id"]
