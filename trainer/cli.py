@@ -9,27 +9,36 @@ The flags of `phrase`, `qsft`, `filter` and `length-bias` are generated from the
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import os
 
 from spanseek.trainer.arguments import DistInfo, FilterConfig, LengthBiasConfig, QsftConfig, TrainConfig
 from spanseek.trainer.options import add_options, from_args
 
+# The jobs run from a config dataclass: subcommand -> (config, "module:function" of spanseek.trainer, help).
+CONFIG_JOBS = {
+    "phrase": (TrainConfig, "train:train_phrase",
+               "train the phrase and question encoders (resumes from OUT/last)"),
+    "qsft": (QsftConfig, "qsft:train_qsft", "query-side fine-tuning: train the question encoder, phrase side frozen "
+             "(indexes built with --model stay valid; resumes from OUT/last)"),
+    "filter": (FilterConfig, "filter:train_filter", "train the token filter head on a frozen phrase model"),
+    "length-bias": (LengthBiasConfig, "length_bias:fit_length_bias", "fit the span length bias of a trained model "
+                    "on training questions (writes a copy of the model; its indexes stay valid)"),
+}
 
-def _phrase(args: argparse.Namespace) -> int:
-    from spanseek.trainer.train import train_phrase
 
-    env = os.environ  # torchrun sets these; a plain run is rank 0 of 1
-    dist = DistInfo(rank=int(env.get("RANK", 0)), world=int(env.get("WORLD_SIZE", 1)),
-                    local_rank=int(env.get("LOCAL_RANK", 0)))
-    print(json.dumps(train_phrase(from_args(TrainConfig, args, dist=dist)), indent=2))
-    return 0
-
-
-def _qsft(args: argparse.Namespace) -> int:
-    from spanseek.trainer.qsft import train_qsft
-
-    print(json.dumps(train_qsft(from_args(QsftConfig, args)), indent=2))
+def _config_job(args: argparse.Namespace) -> int:
+    config, target, _ = CONFIG_JOBS[args.train_command]
+    module, function = target.split(":")
+    run = getattr(importlib.import_module(f"spanseek.trainer.{module}"), function)
+    given = {}
+    if "dist" in {f.name for f in dataclasses.fields(config)}:
+        env = os.environ  # torchrun sets these; a plain run is rank 0 of 1
+        given["dist"] = DistInfo(rank=int(env.get("RANK", 0)), world=int(env.get("WORLD_SIZE", 1)),
+                                 local_rank=int(env.get("LOCAL_RANK", 0)))
+    print(json.dumps(run(from_args(config, args, **given)), indent=2))
     return 0
 
 
@@ -39,20 +48,6 @@ def _mine(args: argparse.Namespace) -> int:
     out = mine(args.train, args.out, miner=args.miner, top_k=args.top_k, keep=args.keep, index=args.index,
                model=args.model, limit_questions=args.limit_questions)
     print(f"wrote {out}")
-    return 0
-
-
-def _filter(args: argparse.Namespace) -> int:
-    from spanseek.trainer.filter import train_filter
-
-    print(json.dumps(train_filter(from_args(FilterConfig, args)), indent=2))
-    return 0
-
-
-def _length_bias(args: argparse.Namespace) -> int:
-    from spanseek.trainer.length_bias import fit_length_bias
-
-    print(json.dumps(fit_length_bias(from_args(LengthBiasConfig, args)), indent=2))
     return 0
 
 
@@ -83,14 +78,10 @@ def _average(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="train models").add_subparsers(dest="train_command", required=True)
-    p = train.add_parser("phrase", help="train the phrase and question encoders (resumes from OUT/last)")
-    add_options(p, TrainConfig)
-    p.set_defaults(func=_phrase)
-
-    p = train.add_parser("qsft", help="query-side fine-tuning: train the question encoder, phrase side frozen "
-                         "(indexes built with --model stay valid; resumes from OUT/last)")
-    add_options(p, QsftConfig)
-    p.set_defaults(func=_qsft)
+    for name, (config, _, text) in CONFIG_JOBS.items():
+        p = train.add_parser(name, help=text)
+        add_options(p, config)
+        p.set_defaults(func=_config_job)
 
     p = train.add_parser("mine", help="mine hard negatives for the training split (resumable)")
     p.add_argument("--train", required=True)
@@ -102,15 +93,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", type=int, default=4, help="hard negatives kept per question")
     p.add_argument("--limit-questions", type=int, default=None)
     p.set_defaults(func=_mine)
-
-    p = train.add_parser("filter", help="train the token filter head on a frozen phrase model")
-    add_options(p, FilterConfig)
-    p.set_defaults(func=_filter)
-
-    p = train.add_parser("length-bias", help="fit the span length bias of a trained model on training questions "
-                         "(writes a copy of the model; its indexes stay valid)")
-    add_options(p, LengthBiasConfig)
-    p.set_defaults(func=_length_bias)
 
     p = train.add_parser("valsets", help="build the efficient-validation corpora (hard/gold/random/reference)")
     p.add_argument("--train", required=True)
