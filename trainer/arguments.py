@@ -12,7 +12,7 @@ the command line starts fast.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from spanseek.core.config import EncoderConfig, LoraSettings, QuestionMode
@@ -114,6 +114,10 @@ class LossConfig:
     def pre_weight(self) -> float:
         """The weight of pre-batch negatives: ``lambda_pre``, or the in-batch weight when it is not set."""
         return self.lambda_inb if self.lambda_pre is None else self.lambda_pre
+
+    def resolved(self) -> LossConfig:
+        """This loss with ``lambda_pre`` set to the weight it stands for (what a run's saved config records)."""
+        return replace(self, lambda_pre=self.pre_weight)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -93,7 +93,7 @@ def train_qsft(cfg: QsftConfig) -> dict:
                        progress=cfg.progress)
     cache_seconds = time.perf_counter() - t0
     model.phrase_encoder.to("cpu")  # not used again: training reads the cache
-    write_json_atomic(out / "qsft_config.json", asdict(cfg))
+    write_json_atomic(out / "qsft_config.json", asdict(replace(cfg, loss=cfg.loss.resolved())))
     for m in question_side:
         m.train()
     summary = train_loop(cfg, QsftMode(cfg, cache, hard_keys, tokenizer, enc.max_query_len), model, params, windows,

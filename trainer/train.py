@@ -170,7 +170,8 @@ def train_phrase(cfg: TrainConfig) -> dict:
     mode = JointMode(cfg, model, tokenizer, device, encode_hard=bool(hard) and stale is None, stale=stale,
                      hard_keys=hard_keys, corrector=corrector)
     if main:
-        write_json_atomic(out / "train_config.json", {**asdict(replace(cfg, encoder=enc_cfg)), "encoder": enc_cfg.to_dict()})
+        saved = replace(cfg, encoder=enc_cfg, loss=cfg.loss.resolved())
+        write_json_atomic(out / "train_config.json", {**asdict(saved), "encoder": enc_cfg.to_dict()})
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     summary = train_loop(cfg, mode, model, params, windows, device, precision, cfg.dist)

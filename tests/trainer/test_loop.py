@@ -10,6 +10,8 @@ killed run at its saved step.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -65,26 +67,28 @@ def test_both_modes_train_through_the_shared_loop_and_resume(
     joint = TrainConfig(train=str(tiny_squad), out=str(tmp_path / "joint"), encoder=tiny_config, max_steps=3,
                         batch_windows=4, val_questions=0, precision="fp32", device="cpu", progress=False)
     assert train_phrase(joint)["steps"] == 3 and len(steps) == 3
-    qsft = QsftConfig(model=str(tiny_model_dir), train=str(tiny_squad), out=str(tmp_path / "qsft"), max_steps=6,
-                      batch_windows=4, checkpoint_every=3, val_questions=0, precision="fp32", device="cpu",
+    qsft = QsftConfig(model=str(tiny_model_dir), train=str(tiny_squad), out=str(tmp_path / "qsft"), max_steps=4,
+                      batch_windows=4, checkpoint_every=2, val_questions=0, precision="fp32", device="cpu",
                       progress=False)
     assert steps == [joint.loss] * 3  # each step's loss came from the loop, with the mode's loss config
 
-    # QSFT killed in its step 5 resumes at the step it saved (3), as joint training does
-    def dies_in_step_5(*a, **k):
+    # QSFT killed in its step 3 resumes at the step it saved (2), as joint training does
+    def dies_in_step_3(*a, **k):
         steps.append(a[8])
-        if len(steps) == 3 + 5:
+        if len(steps) == 3 + 3:
             raise KeyboardInterrupt
         return loss_fn(*a, **k)
 
-    monkeypatch.setattr(loop_module, "phrase_loss", dies_in_step_5)
+    monkeypatch.setattr(loop_module, "phrase_loss", dies_in_step_3)
     with pytest.raises(KeyboardInterrupt):
         train_qsft(qsft)
-    assert torch.load(tmp_path / "qsft" / "last" / STATE, weights_only=False)["step"] == 3
+    assert torch.load(tmp_path / "qsft" / "last" / STATE, weights_only=False)["step"] == 2
     del steps[3:]
     summary = train_qsft(qsft)
-    assert summary["steps"] == 6 and steps[3:] == [qsft.loss] * 3  # steps 4, 5, 6 only
-    assert qsft.loss.lambda_inb == 4.0 and joint.loss.lambda_inb == 256.0
+    assert summary["steps"] == 4 and steps[3:] == [qsft.loss] * 2  # steps 3 and 4 only
+    # each run's saved config records the pre-batch weight its loss used (the in-batch weight unless given)
+    assert json.loads((tmp_path / "joint" / "train_config.json").read_text())["loss"]["lambda_pre"] == 256.0
+    assert json.loads((tmp_path / "qsft" / "qsft_config.json").read_text())["loss"]["lambda_pre"] == 4.0
 
 
 def test_the_split_is_one_definition():
