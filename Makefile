@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # GPU hosts use the CUDA image in docker/ or `pip install -e '.[gpu]'` next to a CUDA torch.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: install system-deps test test-slow demo lint bench clean
+.PHONY: install system-deps docker-deps test test-slow test-docker demo lint bench clean
 
 install: $(STAMP)
 
@@ -26,11 +26,23 @@ system-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus docker-compose >/dev/null; \
 	fi
 
+# Debian packages of make test-docker: a Docker engine, docker-compose v1, mmdebstrap (the base image) and
+# prometheus (promtool for the compose config test).
+docker-deps: system-deps
+	@if ! command -v dockerd >/dev/null || ! command -v mmdebstrap >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io mmdebstrap >/dev/null; \
+	fi
+
 test: install system-deps lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 test-slow: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow
+
+# Both images built and the compose stack run on a local Docker engine (started here if none answers, and
+# stopped again); minutes, root, not part of `make test`. docs/deploy.md says what it checks.
+test-docker: install docker-deps
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m docker -s -v tests/docker
 
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m spanseek.demo

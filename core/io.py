@@ -1,6 +1,7 @@
 """Corpus and question-set IO, and atomic file writes.
 
-Corpus format (JSON Lines, one document a line): ``{"id": str, "title": str, "paragraphs": [str, ...]}``.
+Corpus format (JSON Lines, one document a line): ``{"id": str, "title": str, "paragraphs": [str, ...]}`` and an
+optional ``"meta"`` object (any JSON: a URL, a date, tags), which the index stores and returns with hits.
 Questions are SQuAD-format JSON, optionally gzipped. ``spanseek corpus from-squad IN --out OUT`` converts.
 """
 
@@ -29,6 +30,7 @@ class Document:
     id: str
     title: str
     paragraphs: tuple[str, ...]
+    meta: dict[str, Any] = field(default_factory=dict)  # carried into the index's document store, returned with hits
 
 
 @dataclass
@@ -131,6 +133,9 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
             title = obj.get("title", "")
             if not isinstance(doc_id, (str, int)) or not isinstance(title, str):
                 raise CorpusError(f"{where}: 'id' must be a string and 'title' a string")
+            meta = obj.get("meta", {})
+            if not isinstance(meta, dict):
+                raise CorpusError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
             kept = tuple(p for p in paragraphs if p.strip())
             stats.empty_paragraphs += len(paragraphs) - len(kept)
             if not kept:
@@ -138,7 +143,7 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
                 continue
             stats.documents += 1
             stats.paragraphs += len(kept)
-            yield Document(id=str(doc_id), title=title, paragraphs=kept)
+            yield Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta)
 
 
 def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
@@ -149,7 +154,10 @@ def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
         opener = gzip.open(tmp, "wt", encoding="utf-8") if path.suffix == ".gz" else open(tmp, "w", encoding="utf-8")
         with opener as f:
             for d in docs:
-                f.write(json.dumps({"id": d.id, "title": d.title, "paragraphs": list(d.paragraphs)}, ensure_ascii=False))
+                line: dict[str, Any] = {"id": d.id, "title": d.title, "paragraphs": list(d.paragraphs)}
+                if d.meta:
+                    line["meta"] = d.meta
+                f.write(json.dumps(line, ensure_ascii=False))
                 f.write("\n")
                 n += 1
     return n

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -55,6 +55,7 @@ class Hit:
     passage: str
     doc_id: str
     title: str
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)  # the document's metadata from the corpus
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in HIT_FIELDS}  # asdict's deep copy costs 10x, per hit
@@ -396,7 +397,7 @@ class Searcher:
         a, b = int(idx.token_offsets[start_tok, 0]), int(idx.token_offsets[end_tok, 1])
         return Hit(
             text=passage["text"][a:b], score=score, start=a, end=b, passage_id=p,
-            passage=passage["text"], doc_id=doc["id"], title=doc["title"],
+            passage=passage["text"], doc_id=doc["id"], title=doc["title"], meta=doc.get("meta", {}),
         )
 
     def passage_best_span(

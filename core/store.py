@@ -10,7 +10,8 @@ An index directory (written by ``spanseek index build``) holds:
 - ``token_flags.npy``    (N,) uint8 FLAG_START / FLAG_END (core.text).
 - ``passage_tokens.npy`` (P + 1,) int64: tokens of passage p are ids [passage_tokens[p], passage_tokens[p+1]).
 - ``passages.jsonl``     one ``{"doc": int, "para": int, "text": str}`` per passage.
-- ``docs.jsonl``         one ``{"id": str, "title": str}`` per document.
+- ``docs.jsonl``         one ``{"id": str, "title": str}`` per document, plus ``"meta": {...}`` when the corpus
+                         gave the document metadata (returned with its hits).
 - ``index.faiss``        a faiss index over the (kept) token vectors, faiss ids = token ids.
 - ``codes.npy``          (N, code_size) uint8, optional: every token's faiss code (``sa_encode``) in id order,
                          written for compressed (non-Flat) indexes; decoded with the index's ``sa_decode``.
@@ -111,6 +112,11 @@ class Manifest:
                 "index was built with a different model (" + "; ".join(diffs) + "); "
                 "use the model that built it or rebuild the index"
             )
+
+
+def doc_record(doc_id: str, title: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One line of ``docs.jsonl``: the key ``meta`` only when there is metadata (older indexes have none)."""
+    return {"id": doc_id, "title": title, **({"meta": meta} if meta else {})}
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprin
 from spanseek.indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
 from spanseek.indexer.compress import kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import add_vectors
+from spanseek.indexer.ingest import corpus_problem
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,9 @@ def add_documents(
     if finish_pending_add(index_dir):
         log.info("finished an interrupted add in %s", index_dir)
     old = store.Manifest.load(index_dir)
-    if not corpus.is_file():
-        raise BuildError(f"corpus {corpus} does not exist")
+    problem = corpus_problem(corpus)
+    if problem:
+        raise BuildError(problem)
     model_dir = resolve_model(model or old.model_ref)
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     old.check_model(phrase_model.config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))

@@ -53,6 +53,7 @@ from spanseek.indexer.faiss_index import (
     use_gpu,
     validate_factory,
 )
+from spanseek.indexer.ingest import corpus_problem
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +215,9 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
 def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: BuildOptions = BuildOptions()) -> store.Manifest:
     """Build (or resume building) an index of ``corpus`` with ``model`` in ``out``. Returns its manifest."""
     corpus, out = Path(corpus), Path(out)
-    if not corpus.is_file():
-        raise BuildError(f"corpus {corpus} does not exist")
+    problem = corpus_problem(corpus)  # a directory, a Markdown or SQuAD file...: say which command converts it
+    if problem:
+        raise BuildError(problem)
     model_dir = resolve_model(model)
     if (out / store.MANIFEST).exists():
         raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
@@ -325,7 +327,7 @@ def merge_shards(out: Path, n_shards: int, dim: int, corpus: Path) -> int:
     with atomic_path(out / store.PASSAGES) as tp, atomic_path(out / store.DOCS) as td:
         with open(tp, "w", encoding="utf-8") as fp, open(td, "w", encoding="utf-8") as fd:
             for d, doc in enumerate(read_corpus(corpus)):
-                fd.write(json.dumps({"id": doc.id, "title": doc.title}, ensure_ascii=False) + "\n")
+                fd.write(json.dumps(store.doc_record(doc.id, doc.title, doc.meta), ensure_ascii=False) + "\n")
                 for p, text in enumerate(doc.paragraphs):
                     fp.write(json.dumps({"doc": d, "para": p, "text": text}, ensure_ascii=False) + "\n")
     return n

@@ -15,6 +15,34 @@ def _from_squad(args: argparse.Namespace) -> int:
     return 0
 
 
+def _from_files(args: argparse.Namespace) -> int:
+    from spanseek.indexer.chunking import ChunkOptions, model_token_counter, word_token_counter
+    from spanseek.indexer.ingest import IngestOptions, from_files
+
+    extra = {}
+    for item in args.meta:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--meta takes KEY=VALUE, got {item!r}")
+        extra[key] = value
+    if args.tokenizer == "words":
+        count = word_token_counter
+    else:
+        from spanseek.core.config import EncoderConfig
+        from spanseek.core.model import CONFIG_NAME, load_tokenizer, resolve_model
+
+        count = model_token_counter(load_tokenizer(EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME)))
+    opts = IngestOptions(
+        chunk=ChunkOptions(max_tokens=args.max_tokens, min_tokens=args.min_tokens,
+                           overlap=args.overlap if args.overlap is not None else args.max_tokens // 5),
+        id_field=args.id_field, extra_meta=extra, strict=args.strict,
+    )
+    report = from_files(args.paths, args.out, count, opts)
+    skipped = f"; skipped {len(report.skipped)} files (see the warnings)" if report.skipped else ""
+    print(f"wrote {report.documents} documents, {report.passages} passages to {args.out}{skipped}", file=sys.stderr)
+    return 0
+
+
 def _build(args: argparse.Namespace) -> int:
     from spanseek.indexer.build import BuildOptions, build_index
 
@@ -79,10 +107,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("input")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_from_squad)
+    p = corpus.add_parser(
+        "from-files", help=".txt/.md/.html files and directories (recursive) -> JSONL corpus, chunked into passages",
+        description="Each file is one document: id = its path relative to the directory given (or --id-field), "
+                    "title = front matter title / first heading / file name, meta = source path, front matter, "
+                    "HTML <meta> tags and --meta. Binary, non-UTF-8 and empty files are skipped with a warning.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
+    p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
+    p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage")
+    p.add_argument("--overlap", type=int, default=None,
+                   help="tokens shared by consecutive windows of a long paragraph (default: a fifth of --max-tokens)")
+    p.add_argument("--min-tokens", type=int, default=32,
+                   help="a passage shorter than this (a heading, a list item) takes in the paragraphs after it")
+    p.add_argument("--tokenizer", default="model", choices=["model", "words"],
+                   help="count tokens with the model's tokenizer (exact) or one per word (no model needed)")
+    p.add_argument("--model", default="default", help="the model whose tokenizer counts tokens")
+    p.add_argument("--id-field", default=None,
+                   help="take document ids from this metadata field (front matter / HTML meta) instead of the path")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                   help="metadata added to every document (repeatable)")
+    p.add_argument("--strict", action="store_true", help="fail on a binary, non-UTF-8 or empty file instead of skipping it")
+    p.set_defaults(func=_from_files)
 
     index = sub.add_parser("index", help="build and inspect phrase indexes").add_subparsers(dest="index_command", required=True)
     p = index.add_parser("build", help="encode a corpus and build its phrase index (resumes a killed build)")
-    p.add_argument("--corpus", required=True, help="JSONL corpus")
+    p.add_argument("--corpus", required=True,
+                   help="JSONL corpus (make one with `spanseek corpus from-files` or `corpus from-squad`)")
     p.add_argument("--model", default="default", help="model directory or 'default'")
     p.add_argument("--out", required=True, help="index directory")
     p.add_argument("--factory", default="Flat",

@@ -93,8 +93,9 @@ class ServiceState:
             if self.default_nprobe is None:  # pin it: search_vectors(nprobe=None) would keep the last request's
                 self.default_nprobe = index_nprobe(searcher)
             self._describe(searcher)
+            warm_batches: list[tuple[int, float]] = []
             if self.settings.warmup:
-                await loop.run_in_executor(self.executor, self._warm_up, searcher)
+                warm_batches = await loop.run_in_executor(self.executor, self._warm_up, searcher)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bad index or model: stay up, say why on /ready and /health, log it
@@ -106,19 +107,31 @@ class ServiceState:
         on_gpu = self.info["model"]["device"].startswith("cuda")
         overlap: Literal["always", "full"] = "always" if s.pipeline == "on" or (s.pipeline == "auto" and on_gpu) else "full"
         self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,
-                                    search_executor=self.search_executor, overlap=overlap)
+                                    search_executor=self.search_executor, overlap=overlap,
+                                    max_queue_wait_ms=s.max_queue_wait_ms)
+        for size, seconds in warm_batches:  # admission knows the batch rate before the first request
+            self.batcher.observe_batch(size, seconds)
         self.overlap = overlap if self.search_executor is not None else "off"
         self.batcher.start()
         self.status = "ready"
         self.metrics.ready.set(1)
         log.info("ready: %s in %.1f s", self.info.get("index", {}).get("dir"), time.perf_counter() - t0)
 
-    def _warm_up(self, searcher: Searcher) -> None:
-        """Every unit once, including blank and non-Latin questions, then one full-size batch."""
+    def _warm_up(self, searcher: Searcher) -> list[tuple[int, float]]:
+        """Every unit once, including blank and non-Latin questions, then full-size batches.
+
+        Returns (size, seconds) of the full-size batches after the first, which seed the admission's cost model.
+        """
         k = self.settings.default_top_k
         requests = [(WARMUP_QUESTIONS, SearchParams(u, k, None, self.default_nprobe)) for u in UNITS]
         run_batch(searcher, requests)
-        run_batch(searcher, [(["warm-up"] * self.settings.max_batch_size, requests[0][1])])  # full-size batch
+        full = [([f"warm-up question number {i}" for i in range(self.settings.max_batch_size)], requests[0][1])]
+        timed = []
+        for _ in range(3):  # the first full batch pays for allocations; the later ones measure
+            t0 = time.perf_counter()
+            run_batch(searcher, full)
+            timed.append((self.settings.max_batch_size, time.perf_counter() - t0))
+        return timed[1:]
 
     def _describe(self, searcher: Searcher) -> None:
         index = searcher.index
@@ -199,7 +212,7 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
             expose_headers=["X-Request-ID", "Server-Timing", "Retry-After"],
         )
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, metrics=metrics,
-                       on_error=count_error)
+                       on_error=count_error, body_timeout_s=settings.body_timeout_s)
     return app
 
 

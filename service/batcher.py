@@ -16,8 +16,14 @@ most one batch is being encoded and one searched, so the pipeline holds two batc
 a full batch is waiting: under moderate load batches are not split in two and each runs alone, and at
 saturation the steps overlap.
 
-The queue is bounded in questions: a request that would overflow it fails at once with ``Overloaded``
-(HTTP 429 + Retry-After), so latency stays bounded under overload instead of growing with the backlog.
+Admission (service/overload.py): a request fails at once with ``Overloaded`` (HTTP 429 + Retry-After) when the
+questions queued ahead of it would take longer than ``max_queue_wait_ms`` at the batch rate measured
+on recent batches, or would overflow ``max_queue``; latency stays bounded under overload instead of growing with
+the backlog.
+
+Isolation: requests are validated before they are queued (service/schemas.py); if a batch step still raises, its
+requests are retried in halves (bisection, in the same worker thread) until the failing ones are alone, so one bad
+request fails by itself and the others of its batch are answered.
 """
 
 from __future__ import annotations
@@ -27,15 +33,17 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
 from spanseek.core.search import Hit, Searcher, Unit
-from spanseek.service.errors import NotReady, Overloaded
+from spanseek.service.errors import NotReady
 from spanseek.service.metrics import ServiceMetrics
+from spanseek.service.overload import BatchCostModel, check_admission
 
 log = logging.getLogger("spanseek.service.batcher")
 
@@ -138,6 +146,84 @@ def run_batch(searcher: Searcher, requests: Requests) -> tuple[list[list[list[Hi
     return search_batch(searcher, encode_batch(searcher, requests))
 
 
+# --- per-request isolation: a failing batch step is retried in halves until the culprits are alone ---
+
+T = TypeVar("T")
+Outcome = list[list[Hit]] | Exception  # per request: its hits per question, or why it alone failed
+
+
+def bisect_failures(run: Callable[[list[int]], list[T]], items: list[int]) -> list[T | Exception]:
+    """``run(items)`` gives one result per item; where it raises, retry each half, down to single items.
+
+    One failing item among n costs about 2 log2(n) extra calls; each failing item gets its own exception.
+    """
+    try:
+        return list(run(items))
+    except Exception as e:
+        if len(items) == 1:
+            return [e]
+        mid = len(items) // 2
+        return bisect_failures(run, items[:mid]) + bisect_failures(run, items[mid:])
+
+
+def select_requests(enc: EncodedBatch, keep: list[int]) -> EncodedBatch:
+    """The part of an encoded batch that belongs to requests ``keep`` (renumbered in that order)."""
+    new_index = {r: j for j, r in enumerate(keep)}
+    row_of = {i: b for b, i in enumerate(enc.rows)}  # flat position -> row of q_start / q_end
+    flat: list[tuple[int, str]] = []
+    rows: list[int] = []
+    sel: list[int] = []
+    for i, (r, q) in enumerate(enc.flat):
+        if r in new_index:
+            if i in row_of:
+                rows.append(len(flat))
+                sel.append(row_of[i])
+            flat.append((new_index[r], q))
+    if not sel or enc.q_start is None or enc.q_end is None:
+        return EncodedBatch([enc.requests[r] for r in keep], flat, rows, None, None, enc.encode)
+    take = np.asarray(sel)
+    return EncodedBatch([enc.requests[r] for r in keep], flat, rows, enc.q_start[take], enc.q_end[take], enc.encode)
+
+
+def encode_isolated(searcher: Searcher, requests: Requests) -> tuple[EncodedBatch, list[Exception | None]]:
+    """Step 1 with isolation: the batch encoded without the requests that make the encoder raise, and per request
+    its exception (None if encoded). Failed requests stay in the batch with no questions, so indexes still match."""
+    whole: list[EncodedBatch] = []
+
+    def run(idx: list[int]) -> list[None]:
+        enc = encode_batch(searcher, [requests[i] for i in idx])
+        if len(idx) == len(requests):
+            whole.append(enc)
+        return [None] * len(idx)
+
+    failures = bisect_failures(run, list(range(len(requests))))
+    if whole:
+        return whole[0], [None] * len(requests)
+    kept = [(questions if f is None else [], params) for (questions, params), f in zip(requests, failures, strict=True)]
+    return encode_batch(searcher, kept), [f if isinstance(f, Exception) else None for f in failures]
+
+
+def search_isolated(searcher: Searcher, enc: EncodedBatch) -> tuple[list[Outcome], BatchTimings]:
+    """Step 2 with isolation: per request its hits, or the exception it alone raised; timings summed over tries."""
+    tries: list[BatchTimings] = []
+
+    def run(idx: list[int]) -> list[list[list[Hit]]]:
+        part = enc if len(idx) == len(enc.requests) else select_requests(enc, idx)
+        hits, t = search_batch(searcher, part)
+        tries.append(t)
+        return hits
+
+    outcomes = bisect_failures(run, list(range(len(enc.requests))))
+    return outcomes, BatchTimings(enc.encode, sum(t.search for t in tries), sum(t.aggregate for t in tries))
+
+
+def run_batch_isolated(searcher: Searcher, requests: Requests) -> tuple[list[Outcome], BatchTimings]:
+    """``run_batch`` where a request that makes a step raise fails alone: per request, its hits or its exception."""
+    enc, failures = encode_isolated(searcher, requests)
+    outcomes, t = search_isolated(searcher, enc)
+    return [o if f is None else f for o, f in zip(outcomes, failures, strict=True)], t
+
+
 class MicroBatcher:
     """Collects concurrent requests into batches and runs them on ``executor`` (and ``search_executor``).
 
@@ -156,6 +242,7 @@ class MicroBatcher:
         metrics: ServiceMetrics | None = None,
         search_executor: Executor | None = None,
         overlap: Literal["always", "full"] = "always",
+        max_queue_wait_ms: float = 0.0,
     ):
         self.searcher = searcher
         self.executor = executor
@@ -174,7 +261,9 @@ class MicroBatcher:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._closed = False
-        self._batch_seconds = 0.05  # moving average of one batch's run time, for Retry-After
+        self.max_queue_wait = max_queue_wait_ms / 1000.0
+        self.cost = BatchCostModel()  # measured seconds per batch size, for admission and Retry-After
+        self._last_done = 0.0  # when the last batch finished (monotonic)
 
     @property
     def depth(self) -> int:
@@ -219,10 +308,7 @@ class MicroBatcher:
         if self._closed or self._task is None:
             raise NotReady("the search batcher is not running")
         n = len(questions)
-        if self._depth + n > self.max_queue:
-            # time to drain the backlog: batches ahead of us times the recent batch time
-            wait = (self._depth / self.max_batch_size + 1) * self._batch_seconds
-            raise Overloaded(f"search queue is full ({self._depth} questions waiting); retry later", wait)
+        check_admission(self.cost, self._depth, n, self.max_batch_size, self.max_queue, self.max_queue_wait)
         item = _Pending(questions, params, asyncio.get_running_loop().create_future())
         self._pending.append(item)
         self._set_depth(self._depth + n)
@@ -292,11 +378,12 @@ class MicroBatcher:
         requests = [(item.questions, item.params) for item in batch]
         self._inflight.extend(batch)  # stays set if we are cancelled (stop() then fails these requests)
         try:
-            hits, t = await asyncio.get_running_loop().run_in_executor(self.executor, run_batch, self.searcher, requests)
-        except Exception as e:  # one bad batch fails its requests (mapped to 500), not the batcher
+            outcomes, t = await asyncio.get_running_loop().run_in_executor(self.executor, run_batch_isolated,
+                                                                           self.searcher, requests)
+        except Exception as e:  # not even the isolated retries ran: fail the batch (500), not the batcher
             self._fail(batch, e)
             return
-        self._resolve(batch, hits, t, started)
+        self._resolve(batch, outcomes, t, started)
 
     async def _encode_then_hand_over(self, batch: list[_Pending]) -> None:
         """Pipelined: encode in ``executor``, then start the search step once the previous batch's has ended.
@@ -308,11 +395,14 @@ class MicroBatcher:
         loop = asyncio.get_running_loop()
         self._inflight.extend(batch)
         try:
-            enc = await loop.run_in_executor(self.executor, encode_batch, self.searcher,
-                                             [(item.questions, item.params) for item in batch])
+            enc, failures = await loop.run_in_executor(self.executor, encode_isolated, self.searcher,
+                                                       [(item.questions, item.params) for item in batch])
         except Exception as e:
             self._fail(batch, e)
             return
+        for item, failure in zip(batch, failures, strict=True):
+            if failure is not None:
+                self._fail([item], failure)  # at once: it has nothing to search
         if self._searching is not None:
             await asyncio.wait([self._searching])  # one batch in the search step at a time
         self._searching = loop.create_task(self._search(batch, enc, started), name="spanseek-search-step")
@@ -320,34 +410,44 @@ class MicroBatcher:
     async def _search(self, batch: list[_Pending], enc: EncodedBatch, started: float) -> None:
         assert self.search_executor is not None
         try:
-            hits, t = await asyncio.get_running_loop().run_in_executor(self.search_executor, search_batch,
-                                                                       self.searcher, enc)
+            outcomes, t = await asyncio.get_running_loop().run_in_executor(self.search_executor, search_isolated,
+                                                                           self.searcher, enc)
         except Exception as e:
             self._fail(batch, e)
             return
-        self._resolve(batch, hits, t, started)
+        self._resolve(batch, outcomes, t, started)
 
     def _fail(self, batch: list[_Pending], error: Exception) -> None:
-        """One bad batch fails its requests (mapped to 500), not the batcher."""
+        """Fail these requests (mapped to 500), not the batcher."""
         self._forget(batch)
-        log.error("batch of %d questions failed", sum(len(p.questions) for p in batch), exc_info=error)
+        log.error("%d request(s) of %d questions failed", len(batch), sum(len(p.questions) for p in batch),
+                  exc_info=error)
         for item in batch:
             if not item.future.done():
                 item.future.set_exception(error)
+
+    def observe_batch(self, size: int, seconds: float) -> None:
+        """Teach the admission's cost model one batch (the warm-up's batches seed it before any traffic)."""
+        self.cost.observe(size, seconds)
 
     def _forget(self, batch: list[_Pending]) -> None:
         done = {id(p) for p in batch}
         self._inflight = [p for p in self._inflight if id(p) not in done]
 
-    def _resolve(self, batch: list[_Pending], hits: list[list[list[Hit]]], t: BatchTimings, started: float) -> None:
+    def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: BatchTimings, started: float) -> None:
         self._forget(batch)
         size = sum(len(p.questions) for p in batch)
-        elapsed = time.monotonic() - started
-        self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * elapsed
+        now = time.monotonic()
+        # the time this batch held the pipeline: with two batches in flight, since the previous one finished
+        self.observe_batch(size, now - max(started, self._last_done))
+        self._last_done = now
         if self.metrics is not None:
             self.metrics.observe_batch(size, t.encode, t.search, t.aggregate)
-        for item, item_hits in zip(batch, hits, strict=True):
-            if item.future.done():  # cancelled while its batch ran
+        for item, item_hits in zip(batch, outcomes, strict=True):
+            if item.future.done():  # cancelled while its batch ran, or failed at its encoding
+                continue
+            if isinstance(item_hits, Exception):
+                self._fail([item], item_hits)
                 continue
             queue = started - item.enqueued
             if self.metrics is not None:

@@ -22,18 +22,23 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--host", "host", str, "listen address (default 127.0.0.1)"),
     ("--port", "port", int, "listen port (default 8000)"),
     ("--keep-alive-s", "keep_alive_s", int, "HTTP keep-alive idle timeout in seconds (default 75)"),
+    ("--header-timeout-s", "header_timeout_s", float, "seconds a client has to send a request's headers"),
+    ("--body-timeout-s", "body_timeout_s", float, "seconds a client has to send a request's body (408 after)"),
     ("--device", "device", str, "auto, cpu, cuda, cuda:N"),
     ("--precision", "precision", str, "auto, fp32 or bf16"),
     ("--torch-threads", "torch_threads", int, "torch intra-op threads on CPU"),
     ("--max-batch-size", "max_batch_size", int, "most questions per batch"),
     ("--max-wait-ms", "max_wait_ms", float, "longest wait for a batch to fill"),
     ("--pipeline", "pipeline", str, "auto, on, full (overlap only with a full batch waiting) or off"),
-    ("--max-queue", "max_queue", int, "queued questions before 429"),
+    ("--max-queue-wait-ms", "max_queue_wait_ms", float, "429 when the expected queueing time exceeds this"),
+    ("--max-queue", "max_queue", int, "queued questions before 429 (hard cap)"),
     ("--default-top-k", "default_top_k", int, "hits per query by default"),
     ("--max-top-k", "max_top_k", int, "largest top_k accepted"),
     ("--max-queries-per-request", "max_queries_per_request", int, "most queries per request"),
     ("--max-query-chars", "max_query_chars", int, "query characters kept before tokenisation"),
     ("--max-body-bytes", "max_body_bytes", int, "largest request body"),
+    ("--passage-context-chars", "passage_context_chars", int, "passage characters each side of a hit's phrase"),
+    ("--max-response-bytes", "max_response_bytes", int, "largest /search response body"),
     ("--max-answer-length-limit", "max_answer_length_limit", int, "largest max_answer_length (tokens) accepted"),
     ("--default-nprobe", "default_nprobe", int, "IVF nprobe by default"),
     ("--max-nprobe", "max_nprobe", int, "largest nprobe accepted"),
@@ -74,6 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from spanseek.service.app import create_app
+    from spanseek.service.server import server_config
 
     try:
         settings = settings_from_args(args)
@@ -81,7 +87,5 @@ def _serve(args: argparse.Namespace) -> int:
         raise ValueError(f"invalid settings: {e}") from e
     check_servable(settings)
     log.info("serving %s with model %s on http://%s:%d", settings.index, settings.model, settings.host, settings.port)
-    # One process: the micro-batcher batches across all requests of its process; scale with replicas instead.
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                workers=1, timeout_graceful_shutdown=10, timeout_keep_alive=settings.keep_alive_s)
+    uvicorn.Server(server_config(create_app(settings), settings, args.log_level)).run()
     return 0

@@ -38,6 +38,12 @@ class BadRequest(ServiceError):
     status, error = 400, "bad_request"
 
 
+class ResponseTooLarge(ServiceError):
+    """The answer would exceed ``max_response_bytes`` (too many hits, queries or whole passages)."""
+
+    status, error = 400, "response_too_large"
+
+
 class Unauthorized(ServiceError):
     """An API key is configured and the request's is missing or wrong."""
 
@@ -81,10 +87,11 @@ class ClientClosed(ServiceError):
 
 
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
-ERROR_TYPES = ("bad_request", "unauthorized", "not_found", "method_not_allowed", "payload_too_large",
-               "validation_error", "overloaded", "not_ready", "client_closed", "internal_error")
+ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "not_found", "method_not_allowed",
+               "payload_too_large", "request_timeout", "validation_error", "overloaded", "not_ready", "client_closed",
+               "internal_error")
 _HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
-                     413: "payload_too_large", 429: "overloaded", 503: "not_ready"}
+                     408: "request_timeout", 413: "payload_too_large", 429: "overloaded", 503: "not_ready"}
 
 
 def request_id_of(request: Request) -> str:

@@ -1,4 +1,4 @@
-"""Pure-ASGI middleware around every request: request id, body size limit, /search latency metric, last-resort 500.
+"""Pure-ASGI middleware around every request: request id, body size and time limits, /search latency, last-resort 500.
 
 Pure ASGI (not BaseHTTPMiddleware) so that a client disconnect cancels the route task, which the batcher
 then skips, and so that streaming bodies are counted as they arrive.
@@ -6,6 +6,7 @@ then skips, and so that streaming bodies are counted as they arrive.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -30,12 +31,14 @@ def _unit_label(scope: Scope) -> str:
 
 
 class RequestContextMiddleware:
-    """Assigns the request id, enforces ``max_body_bytes``, times /search and turns crashes into ErrorResponse."""
+    """Assigns the request id, enforces ``max_body_bytes`` and ``body_timeout_s``, times /search and turns crashes
+    into ErrorResponse."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: ServiceMetrics,
-                 on_error: Callable[[str], Any] | None = None):
+                 on_error: Callable[[str], Any] | None = None, body_timeout_s: float | None = None):
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
         self.metrics = metrics
         self.on_error = on_error
 
@@ -66,11 +69,17 @@ class RequestContextMiddleware:
                                    request_id, scope, receive, send_wrapper)
         else:
             received = 0
+            body_done = False
+            body_deadline = None if self.body_timeout_s is None else time.monotonic() + self.body_timeout_s
 
             async def receive_wrapper() -> Message:  # counts chunked bodies that declare no length
-                nonlocal received
-                message = await receive()
+                nonlocal received, body_done
+                if body_done or body_deadline is None:  # after the body: waiting for a disconnect is not timed
+                    message = await receive()
+                else:
+                    message = await self._receive_body_part(receive, body_deadline)
                 if message["type"] == "http.request":
+                    body_done = not message.get("more_body", False)
                     received += len(message.get("body", b""))
                     if received > self.max_body_bytes:
                         raise HTTPException(413, f"request body exceeds {self.max_body_bytes} bytes")
@@ -86,6 +95,14 @@ class RequestContextMiddleware:
             self.metrics.request_duration.labels(unit=_unit_label(scope), status=str(status_holder["status"])).observe(
                 time.perf_counter() - started
             )
+
+    async def _receive_body_part(self, receive: Receive, deadline: float) -> Message:
+        """The next body message, or 408 (and the connection closed) when the body is not in by ``deadline``."""
+        try:
+            return await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise HTTPException(408, f"the request body did not arrive within {self.body_timeout_s:g} s",
+                                headers={"Connection": "close"}) from None
 
     async def _send_error(self, exc: BaseException, request_id: str, scope: Scope, receive: Receive, send: Send) -> None:
         if self.on_error is not None:

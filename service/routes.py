@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import time
 from collections.abc import Coroutine
@@ -12,6 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from spanseek.service.batcher import BatchOutcome, SearchParams
+from spanseek.service.bounds import estimated_bytes, passage_window, render_bounded
 from spanseek.service.errors import (
     BadRequest,
     ClientClosed,
@@ -44,15 +46,38 @@ def get_state(request: Request) -> Any:
     return request.app.state.service
 
 
+def _presents_key(request: Request, key: str) -> bool:
+    auth = request.headers.get("authorization", "")
+    given = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+    return secrets.compare_digest(given.encode(), key.encode())
+
+
 def require_api_key(request: Request) -> None:
     """When an API key is configured: accept ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``, else 401."""
     key = get_state(request).settings.api_key
-    if key is None:
-        return
-    auth = request.headers.get("authorization", "")
-    given = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-    if not secrets.compare_digest(given.encode(), key.get_secret_value().encode()):
+    if key is not None and not _presents_key(request, key.get_secret_value()):
         raise Unauthorized()
+
+
+def may_see_paths(request: Request) -> bool:
+    """Server paths are shown only to a caller holding the configured API key (never when none is configured)."""
+    key = get_state(request).settings.api_key
+    return key is not None and _presents_key(request, key.get_secret_value())
+
+
+# an absolute POSIX path of two or more components, up to a quote, space, colon or comma
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/(?:[^/\s'\",:()]+/)+([^/\s'\",:()]+)")
+
+
+def hide_paths(text: str) -> str:
+    """``text`` with every absolute path cut to its last component (``.../manifest.json``), for unauthorised eyes."""
+    return _ABSOLUTE_PATH.sub(r".../\1", text)
+
+
+def load_error(request: Request) -> str:
+    """Why loading failed, as this caller may see it (full paths are in the log)."""
+    detail = str(get_state(request).detail)
+    return detail if may_see_paths(request) else hide_paths(detail)
 
 
 async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
@@ -83,14 +108,13 @@ def _check_range(name: str, value: int | None, low: int, high: int) -> None:
         raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
 
 
-@router.get("/health", response_model=HealthResponse, responses=_errors(503), tags=["probes"])
+@router.get("/health", response_model=HealthResponse, tags=["probes"])
 async def health(request: Request) -> HealthResponse:
-    """Liveness: 200 while the process can serve or is loading; 503 when loading failed (restart won't help
-    unless the index or model is fixed, but the orchestrator should notice)."""
+    """Liveness: 200 while the process runs, also while loading and after loading failed (a restart would not
+    fix a bad index or model; /ready says 503 with the reason, and the log has it)."""
     state = get_state(request)
-    if state.status == "failed":
-        raise NotReady(f"loading failed: {state.detail}")
-    return HealthResponse(status="ok")
+    return HealthResponse(status="ok", detail=f"{state.status}: {load_error(request)}" if state.status == "failed"
+                          else state.status)
 
 
 @router.get("/ready", response_model=HealthResponse, responses=_errors(503), tags=["probes"])
@@ -98,7 +122,7 @@ async def ready(request: Request) -> HealthResponse:
     """Readiness: 200 once the model and index are loaded and warmed up, 503 before (or if loading failed)."""
     state = get_state(request)
     if state.status == "failed":
-        raise NotReady(f"loading failed: {state.detail}")
+        raise NotReady(f"loading failed: {load_error(request)}")
     if state.status != "ready":
         raise NotReady()
     return HealthResponse(status="ready")
@@ -116,10 +140,17 @@ async def info(request: Request) -> InfoResponse:
         "status": state.status, "max_batch_size": s.max_batch_size, "max_wait_ms": s.max_wait_ms,
         "max_queue": s.max_queue, "default_top_k": s.default_top_k, "max_top_k": s.max_top_k,
         "max_queries_per_request": s.max_queries_per_request, "units": ["phrase", "passage", "doc"],
+        "max_queue_wait_ms": s.max_queue_wait_ms, "passage_context_chars": s.passage_context_chars,
+        "max_response_bytes": s.max_response_bytes,
         "pipeline": s.pipeline, "overlap": state.overlap,
         "version": request.app.version,
     }
-    return InfoResponse(model=state.info["model"], index=state.info["index"], service=service)
+    index = dict(state.info["index"])
+    model = dict(state.info["model"])
+    if not may_see_paths(request):
+        index["dir"] = hide_paths(index["dir"])
+        model["ref"], model["built_with"] = hide_paths(str(model["ref"])), hide_paths(str(model["built_with"]))
+    return InfoResponse(model=model, index=index, service=service)
 
 
 @router.get("/metrics", tags=["service"], response_class=Response,
@@ -139,9 +170,8 @@ async def metrics(request: Request) -> Response:
 async def search(
     body: SearchRequest,
     request: Request,
-    response: Response,
     unit: Annotated[Unit, Query(description="what to return: answer phrases, passages or documents")] = "phrase",
-) -> SearchResponse:
+) -> Response:
     """Search: the best ``unit``s for each question, best first, with timings (also as response headers).
 
     Blank questions get no hits; questions longer than the encoder's limit are truncated.
@@ -158,7 +188,8 @@ async def search(
     if body.merge_answers and unit != "phrase":
         raise BadRequest(f"merge_answers applies to unit=phrase, not unit={unit}")
     if state.batcher is None:
-        raise NotReady(f"loading failed: {state.detail}" if state.status == "failed" else "the model and index are still loading")
+        raise NotReady(f"loading failed: {load_error(request)}" if state.status == "failed"
+                       else "the model and index are still loading")
     params = SearchParams(
         unit=unit,
         top_k=body.top_k or s.default_top_k,
@@ -173,12 +204,15 @@ async def search(
         aggregate=outcome.aggregate * 1e3, total=(time.perf_counter() - t0) * 1e3, batch_size=outcome.batch_size,
     )
     stages = ("queue", "encode", "search", "aggregate", "total")
-    for stage in stages:
-        response.headers[f"X-Spanseek-{stage.capitalize()}-Ms"] = f"{getattr(timings, stage):.3f}"
-    response.headers["X-Spanseek-Batch-Size"] = str(outcome.batch_size)
-    response.headers["Server-Timing"] = ", ".join(f"{st};dur={getattr(timings, st):.3f}" for st in stages)
-    results = [
-        QueryResult(query=q, hits=[HitOut(**h.to_dict()) for h in hits])
-        for q, hits in zip(questions, outcome.hits, strict=True)
-    ]
-    return SearchResponse(unit=unit, results=results, timings_ms=timings, request_id=request_id_of(request))
+    headers = {f"X-Spanseek-{stage.capitalize()}-Ms": f"{getattr(timings, stage):.3f}" for stage in stages}
+    headers["X-Spanseek-Batch-Size"] = str(outcome.batch_size)
+    headers["Server-Timing"] = ", ".join(f"{st};dur={getattr(timings, st):.3f}" for st in stages)
+    context = None if body.full_passage else s.passage_context_chars
+    hits = [[passage_window(h, context) for h in per_query] for per_query in outcome.hits]
+    return render_bounded(
+        SearchResponse(unit=unit, results=[QueryResult(query=q, hits=[HitOut(**h) for h in per_query])
+                                           for q, per_query in zip(questions, hits, strict=True)],
+                       timings_ms=timings, request_id=request_id_of(request)),
+        estimated_bytes(hits, questions), s.max_response_bytes, headers,
+    )
+

@@ -4,21 +4,36 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Unit = Literal["phrase", "passage", "doc"]
+
+
+def unencodable_at(text: str) -> int | None:
+    """Index of the first character that has no UTF-8 form (a lone surrogate), or None when ``text`` encodes.
+
+    JSON lets a client send ``"\\ud800"``, and raw bytes ED A0 80 decode (surrogatepass) to the same lone
+    surrogate; the tokenizer refuses such text, so it is caught here, before the question joins a batch.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
 
 
 class SearchRequest(BaseModel):
     """Body of ``POST /search``: exactly one of ``query`` / ``queries`` plus optional search parameters.
 
     Range checks against the server's limits (top_k, nprobe, ...) happen in the route and answer 400;
-    schema violations (wrong types, both or neither of query/queries) answer 422.
+    schema violations (wrong types, both or neither of query/queries, text that is not valid Unicode) answer 422.
+    Types are strict: ``"top_k": "5"`` or ``"merge_answers": "yes"`` is a 422, not silently converted.
     """
 
     # oneOf in the OpenAPI schema tells clients (and the fuzzer) the exactly-one rule the validator enforces
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"oneOf": [{"required": ["query"]}, {"required": ["queries"]}]}
+        extra="forbid", strict=True,
+        json_schema_extra={"oneOf": [{"required": ["query"]}, {"required": ["queries"]}]},
     )
 
     query: str | None = Field(None, description="one question", examples=["Who built the castle?"])
@@ -30,6 +45,22 @@ class SearchRequest(BaseModel):
         False, description="unit=phrase only: one hit per distinct answer (phrases that read the same once "
         "normalised), scored by the log of the summed exp(score) of its phrases; the hit shows its best phrase",
     )
+
+    full_passage: bool = Field(
+        False, description="return each hit's whole passage instead of a window of the server's passage_context_chars "
+        "characters on each side of the phrase (whole passages can be large; the response size is capped)",
+    )
+
+    @field_validator("query", "queries")
+    @classmethod
+    def _valid_unicode(cls, v: str | list[str] | None) -> str | list[str] | None:
+        """Refuse text the tokenizer cannot take (lone surrogates), naming the question and the character."""
+        for n, text in enumerate([v] if isinstance(v, str) else v or []):
+            at = unencodable_at(text)
+            if at is not None:
+                where = "" if isinstance(v, str) else f"question {n}: "
+                raise ValueError(f"{where}character {at} (U+{ord(text[at]):04X}) is a lone surrogate, not valid Unicode")
+        return v
 
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequest:
@@ -50,9 +81,12 @@ class HitOut(BaseModel):
     start: int = Field(description="character offset of the phrase in `passage`")
     end: int = Field(description="character end offset (exclusive) of the phrase in `passage`")
     passage_id: int
-    passage: str = Field(description="the passage text")
+    passage: str = Field(description="the passage text around the phrase (all of it with full_passage)")
+    passage_offset: int = Field(0, description="where `passage` starts in the whole passage (0 with full_passage)")
+    passage_chars: int = Field(description="length of the whole passage in characters")
     doc_id: str
     title: str
+    meta: dict[str, Any] = Field(default_factory=dict, description="the document's metadata from the corpus")
 
 
 class QueryResult(BaseModel):

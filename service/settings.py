@@ -36,6 +36,12 @@ class Settings(BaseSettings):
     # timeout (httpx 5 s, AWS ALB 60 s) so the server never closes a connection a client is about to reuse
     # (that race shows up as connection resets under load); costs one idle socket per client.
     keep_alive_s: int = Field(75, ge=1, description="HTTP keep-alive idle timeout (spanseek serve)")
+    # A connection that has not sent a complete request head within header_timeout_s (from connecting, or from
+    # the end of its previous response) is closed, and a request whose body has not fully arrived within
+    # body_timeout_s gets 408 and its connection closed: half-sent requests (slow or stalled clients, slowloris)
+    # cannot hold sockets forever. Too short cuts off clients on slow links; bodies are at most max_body_bytes.
+    header_timeout_s: float = Field(10.0, gt=0, description="seconds to receive a request's headers (spanseek serve)")
+    body_timeout_s: float = Field(30.0, gt=0, description="seconds to receive a request's body (408 after)")
 
     # Micro-batching. A bigger batch raises throughput (one encoder pass and one faiss call for many questions)
     # but each batch takes longer; a longer wait fills batches at low load at the cost of added latency.
@@ -49,8 +55,16 @@ class Settings(BaseSettings):
         "auto", description="overlap encoding of the next batch with search of the current one: auto, on, full, off"
     )
     max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="longest a question waits for its batch to fill")
-    # Queue bound (in questions). Beyond it requests get 429 + Retry-After at once: a small bound keeps latency
-    # bounded under overload; a large one absorbs bursts but lets queueing delay grow to max_queue/throughput.
+    # Load shedding by expected waiting time: a request is refused (429 + Retry-After) when the questions queued
+    # ahead of it would take longer than this to run at the batch rate measured on recent batches. A small budget
+    # keeps accepted requests fast under overload (latency ~ budget + the batches in flight + its own) but
+    # refuses more of a burst, and on a slow machine it keeps batches small (on a CPU that costs little
+    # throughput: the encoder's cost is nearly linear in the batch). 0 turns it off (only max_queue sheds).
+    max_queue_wait_ms: float = Field(
+        300.0, ge=0, le=600_000, description="refuse requests whose expected queueing time exceeds this (429)"
+    )
+    # Hard queue bound (in questions), whatever the measured rate says: a small bound caps memory and latency
+    # even before a rate is measured; a large one absorbs bursts but lets queueing delay grow to max_queue/throughput.
     max_queue: int = Field(256, ge=1, description="most questions waiting to be batched before 429")
 
     # Request limits. Larger limits let one client take a bigger share of the batcher and of the response size.
@@ -61,6 +75,12 @@ class Settings(BaseSettings):
     # megabyte-long query from costing tokenizer time. Longer than any useful question, short of abuse.
     max_query_chars: int = Field(2000, ge=1, description="query characters kept before tokenisation")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body (413 above)")
+    # Bounded responses. A hit carries this many characters of its passage on each side of the phrase (cut at a
+    # word edge) unless the request asks for full_passage: more context costs response bytes per hit.
+    passage_context_chars: int = Field(200, ge=0, description="passage characters around the phrase in each hit")
+    # The largest answer body; a request whose answer would be larger gets 400 response_too_large. With the
+    # default context, 32 queries x top_k 100 of ordinary passages fit; whole passages of a huge corpus may not.
+    max_response_bytes: int = Field(4 << 20, ge=4096, description="largest /search response body (400 above)")
     # Longer answers widen span completion (cost ~ L per candidate); the model was trained for its own L.
     max_answer_length_limit: int = Field(64, ge=1, description="largest max_answer_length (tokens) accepted")
     # nprobe: inverted lists visited per IVF search. More = better recall, slower search. None = index default.
@@ -69,7 +89,9 @@ class Settings(BaseSettings):
 
     # Access. With an API key, /search and /info need `Authorization: Bearer KEY` or `X-API-Key: KEY`; probes and
     # /metrics stay open so orchestrators and Prometheus need no secret (put /metrics behind the network instead).
-    api_key: SecretStr | None = Field(None, description="require this key on /search and /info")
+    # An empty (or blank) value means no key, as when compose passes an unset variable: every client is accepted,
+    # including those that send a key anyway.
+    api_key: SecretStr | None = Field(None, description="require this key on /search and /info (empty = no key)")
     # Browser origins allowed to call the API (comma-separated or JSON list); empty = no CORS headers at all.
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="CORS allowed origins")
 
@@ -88,6 +110,15 @@ class Settings(BaseSettings):
 
                 return json.loads(v)
             return [o.strip() for o in v.split(",") if o.strip()]
+        return v
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, v: object) -> object:
+        """``SPANSEEK_API_KEY=`` (empty or blank) turns authentication off rather than requiring an empty key."""
+        raw = v.get_secret_value() if isinstance(v, SecretStr) else v
+        if isinstance(raw, str) and not raw.strip():
+            return None
         return v
 
     @model_validator(mode="after")

@@ -165,5 +165,5 @@ def test_the_real_base_backbone_assembles_and_encodes(tmp_path):
 
 
 def test_windows_longer_than_the_backbone_can_encode_are_refused(tiny_mpnet):
-    with pytest.raises(ModelError, match="max_seq_len 513 exceeds .* 512 tokens"):
+    with pytest.raises(ModelError, match=r"max_seq_len 513 exceeds .*\(512 tokens\)"):
         PhraseModel(EncoderConfig(backbone=str(tiny_mpnet), max_seq_len=513))

@@ -51,6 +51,34 @@ def settings_for(tiny_index, tiny_model_dir) -> Callable[..., Settings]:
     return make
 
 
+async def _poll_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def until() -> Callable[..., object]:
+    """``await until(predicate)``: poll every 10 ms until it holds; fail after 10 s."""
+    return _poll_until
+
+
+@pytest.fixture
+def hold_worker() -> Callable[..., object]:
+    """``busy = await hold_worker(client, encoder)``: one request's batch blocks in the (blocking) counting encoder,
+    so the requests sent next queue up behind it; ``encoder.gate.set()`` lets everything run."""
+
+    async def hold(client: httpx.AsyncClient, encoder: CountingEncoder) -> asyncio.Task:
+        encoder.gate.clear()
+        encoder.entered.clear()
+        busy = asyncio.create_task(client.post("/search", json={"query": "occupies the worker"}))
+        await _poll_until(encoder.entered.is_set)
+        return busy
+
+    return hold
+
+
 @pytest.fixture
 def counting_factory(tiny_searcher) -> Callable[..., tuple[Callable[[Settings], Searcher], CountingEncoder]]:
     """(factory, encoder): a searcher factory over the tiny index whose encoder counts (and can block) calls."""

@@ -54,24 +54,15 @@ async def test_a_full_batch_does_not_wait(settings_for, counting_factory, async_
     assert elapsed < 2.5  # dispatched when full, long before the 5 s max_wait
 
 
-async def _until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
-async def test_overload_answers_429_at_once_not_timeouts(settings_for, counting_factory, async_serve):
+async def test_overload_answers_429_at_once_not_timeouts(hold_worker, until, settings_for, counting_factory,
+                                                         async_serve):
     factory, encoder = counting_factory(block=True)
     app = create_app(settings_for(max_batch_size=2, max_wait_ms=1, max_queue=4, max_queries_per_request=2), factory)
     encoder.gate.set()  # let readiness through (warm-up is off; the first /ready poll does not encode)
     async with async_serve(app) as ac:
-        encoder.gate.clear()
-        encoder.entered.clear()
-        busy = asyncio.create_task(ac.post("/search", json={"query": "occupies the worker"}))
-        await _until(encoder.entered.is_set)  # the worker is now stuck in encode
+        busy = await hold_worker(ac, encoder)  # the worker is now stuck in encode
         tasks = [asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})) for i in range(10)]
-        await _until(lambda: sum(t.done() for t in tasks) >= 6)  # 4 fit the queue; 6 are refused while blocked
+        await until(lambda: sum(t.done() for t in tasks) >= 6)  # 4 fit the queue; 6 are refused while blocked
         refused = [t.result() for t in tasks if t.done()]
         assert len(refused) == 6 and all(r.status_code == 429 for r in refused)
         assert all(int(r.headers["Retry-After"]) >= 1 and r.json()["error"] == "overloaded" for r in refused)
@@ -83,15 +74,12 @@ async def test_overload_answers_429_at_once_not_timeouts(settings_for, counting_
     assert [r.status_code for r in served] == [200] * 5
 
 
-async def test_cancelled_requests_are_skipped(settings_for, counting_factory, async_serve):
+async def test_cancelled_requests_are_skipped(hold_worker, until, settings_for, counting_factory, async_serve):
     factory, encoder = counting_factory(block=True)
     app = create_app(settings_for(max_batch_size=8, max_wait_ms=1), factory)
     encoder.gate.set()
     async with async_serve(app) as ac:
-        encoder.gate.clear()
-        encoder.entered.clear()
-        busy = asyncio.create_task(ac.post("/search", json={"query": "occupies the worker"}))
-        await _until(encoder.entered.is_set)
+        busy = await hold_worker(ac, encoder)
         gone = asyncio.create_task(ac.post("/search", json={"query": "client went away"}))
         kept = asyncio.create_task(ac.post("/search", json={"query": "client still here"}))
         await asyncio.sleep(0.1)  # both queued behind the busy batch
@@ -132,7 +120,7 @@ def test_a_client_that_disconnects_is_skipped_under_uvicorn(settings_for, counti
     assert "patient client" in encoded and "impatient client" not in encoded
 
 
-async def test_stopping_fails_queued_and_running_requests_with_503(tiny_searcher, counting_factory):
+async def test_stopping_fails_queued_and_running_requests_with_503(until, tiny_searcher, counting_factory):
     from concurrent.futures import ThreadPoolExecutor
 
     from spanseek.service.batcher import MicroBatcher, SearchParams
@@ -143,7 +131,7 @@ async def test_stopping_fails_queued_and_running_requests_with_503(tiny_searcher
     batcher = MicroBatcher(factory(None), executor, max_batch_size=1, max_wait_ms=0, max_queue=8)
     batcher.start()
     running = asyncio.create_task(batcher.submit(["running"], SearchParams("phrase", 1)))
-    await _until(encoder.entered.is_set)
+    await until(encoder.entered.is_set)
     queued = asyncio.create_task(batcher.submit(["queued"], SearchParams("phrase", 1)))
     await asyncio.sleep(0.05)
     await batcher.stop()
@@ -176,7 +164,7 @@ class _GatedSearch:
 
 
 @pytest.mark.parametrize("pipeline", [True, False])
-async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(tiny_searcher, counting_factory, pipeline):
+async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(until, tiny_searcher, counting_factory, pipeline):
     from concurrent.futures import ThreadPoolExecutor
 
     from spanseek.service.batcher import MicroBatcher, SearchParams
@@ -189,7 +177,7 @@ async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(tiny_se
     batcher.start()
     params = SearchParams("phrase", 3)
     first = asyncio.create_task(batcher.submit(["Who built the castle?"], params))
-    await _until(searcher.entered.is_set)  # batch 1 is in the search step
+    await until(searcher.entered.is_set)  # batch 1 is in the search step
     second = asyncio.create_task(batcher.submit(["When was the bridge built?", "Who built the tower?"], params))
     await asyncio.sleep(0.3)
     encoded = [q for call in encoder.calls for q in call]
@@ -208,7 +196,7 @@ async def test_the_pipeline_encodes_the_next_batch_while_one_is_searched(tiny_se
     search_pool.shutdown(wait=True)
 
 
-async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_stages(tiny_searcher, counting_factory):
+async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_stages(until, tiny_searcher, counting_factory):
     from concurrent.futures import ThreadPoolExecutor
 
     from spanseek.service.batcher import MicroBatcher, SearchParams
@@ -221,7 +209,7 @@ async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_st
     batcher.start()
     params = SearchParams("phrase", 2)
     bad = asyncio.create_task(batcher.submit(["first"], params))
-    await _until(searcher.entered.is_set)
+    await until(searcher.entered.is_set)
     good = asyncio.create_task(batcher.submit(["second"], params))
     await asyncio.sleep(0.1)
     searcher.gate.set()
@@ -232,9 +220,9 @@ async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_st
     searcher.gate.clear()
     searcher.entered.clear()
     searching = asyncio.create_task(batcher.submit(["in the search step"], params))
-    await _until(searcher.entered.is_set)
+    await until(searcher.entered.is_set)
     encoding = asyncio.create_task(batcher.submit(["encoded, waiting for search"], params))
-    await _until(lambda: "encoded, waiting for search" in [q for call in encoder.calls for q in call])
+    await until(lambda: "encoded, waiting for search" in [q for call in encoder.calls for q in call])
     await batcher.stop()
     for task in (searching, encoding):
         with pytest.raises(NotReady):
@@ -244,7 +232,7 @@ async def test_a_failing_search_step_fails_its_batch_only_and_stop_fails_both_st
         pool.shutdown(wait=True)
 
 
-async def test_full_overlap_starts_a_batch_during_a_search_only_when_a_full_batch_waits(tiny_searcher, counting_factory):
+async def test_full_overlap_starts_a_batch_during_a_search_only_when_a_full_batch_waits(until, tiny_searcher, counting_factory):
     from concurrent.futures import ThreadPoolExecutor
 
     from spanseek.service.batcher import MicroBatcher, SearchParams
@@ -258,12 +246,12 @@ async def test_full_overlap_starts_a_batch_during_a_search_only_when_a_full_batc
     params = SearchParams("phrase", 2)
     encoded = lambda: [q for call in encoder.calls for q in call]  # noqa: E731
     first = asyncio.create_task(batcher.submit(["in the search step"], params))
-    await _until(searcher.entered.is_set)
+    await until(searcher.entered.is_set)
     lone = asyncio.create_task(batcher.submit(["alone in the queue"], params))
     await asyncio.sleep(0.3)
     assert "alone in the queue" not in encoded()  # less than a full batch: it waits for the search step
     pair = asyncio.create_task(batcher.submit(["now the queue", "holds a full batch"], params))
-    await _until(lambda: "alone in the queue" in encoded())  # a full batch waits: the next one is encoded now
+    await until(lambda: "alone in the queue" in encoded())  # a full batch waits: the next one is encoded now
     assert searcher.searched == [1]
     searcher.gate.set()
     outcomes = await asyncio.wait_for(asyncio.gather(first, lone, pair), 30)

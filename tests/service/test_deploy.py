@@ -1,14 +1,16 @@
-"""Deployment files: compose validates, Prometheus config and rules check, the dashboard is sane, images are safe."""
+"""Deployment files: compose validates with safe defaults, Prometheus config and rules check, the dashboard is sane,\nthe Dockerfiles keep their shape. Runs without Docker (make test-docker builds and runs the images).\n"""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -28,12 +30,53 @@ def dashboard_exprs() -> list[str]:
     return [t["expr"] for p in panels for t in p.get("targets", [])]
 
 
-def test_compose_file_validates():
+def compose_config(*files: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``docker-compose config`` of deploy/ with ``files`` and only ``env`` (plus PATH) in the environment."""
     compose = needs("docker-compose")
-    out = subprocess.run([compose, "-f", str(DEPLOY / "docker-compose.yml"), "config"], capture_output=True, text=True,
-                         timeout=60, cwd=DEPLOY)
+    args = [a for f in files for a in ("-f", str(DEPLOY / f))]
+    return subprocess.run([compose, *args, "config"], capture_output=True, text=True, timeout=60, cwd=DEPLOY,
+                          env={"PATH": os.environ.get("PATH", ""), **env})
+
+
+def test_compose_file_validates_with_safe_defaults():
+    out = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="s3cret")
     assert out.returncode == 0, out.stderr
-    assert "nvidia" in out.stdout and "prometheus" in out.stdout and "grafana" in out.stdout
+    services = yaml.safe_load(out.stdout)["services"]
+    assert set(services) == {"spanseek", "prometheus", "grafana"}
+    # every port on loopback unless told otherwise; the CPU image and no GPU reservation by default
+    for name, service in services.items():
+        assert all(p.startswith("127.0.0.1:") for p in service["ports"]), name  # host_ip:published:target/tcp
+    spanseek = services["spanseek"]
+    assert spanseek["image"] == "spanseek:cpu" and "deploy" not in spanseek
+    assert spanseek["environment"]["SPANSEEK_API_KEY"] == ""  # unset = empty = no key
+    mounts = {v.split(":")[1]: v.split(":")[2] for v in spanseek["volumes"]}  # source:target:mode
+    assert mounts == {"/data/index": "ro", "/models/custom": "ro"}
+    assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "s3cret"
+
+
+def test_compose_refuses_without_a_grafana_password():
+    for env in ({}, {"GRAFANA_ADMIN_PASSWORD": ""}):
+        out = compose_config("docker-compose.yml", **env)
+        assert out.returncode != 0 and "set GRAFANA_ADMIN_PASSWORD" in out.stderr, out.stderr
+
+
+def test_compose_publishes_where_told_and_passes_the_api_key():
+    out = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="x", SPANSEEK_PUBLISH="0.0.0.0:8080",
+                         SPANSEEK_API_KEY="k3y")
+    assert out.returncode == 0, out.stderr
+    spanseek = yaml.safe_load(out.stdout)["services"]["spanseek"]
+    assert spanseek["ports"] == ["0.0.0.0:8080:8000/tcp"]
+    assert spanseek["environment"]["SPANSEEK_API_KEY"] == "k3y"
+
+
+def test_gpu_file_adds_the_cuda_image_and_a_gpu():
+    out = compose_config("docker-compose.yml", "docker-compose.gpu.yml", GRAFANA_ADMIN_PASSWORD="x")
+    assert out.returncode == 0, out.stderr
+    spanseek = yaml.safe_load(out.stdout)["services"]["spanseek"]
+    assert spanseek["image"] == "spanseek:cuda" and spanseek["build"]["dockerfile"] == "docker/Dockerfile.cuda"
+    assert spanseek["environment"]["SPANSEEK_DEVICE"] == "cuda"
+    devices = spanseek["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
 
 
 def test_prometheus_config_and_rules_check():
@@ -62,7 +105,21 @@ def test_images_are_multi_stage_non_root_with_a_readiness_healthcheck(name):
     assert len(re.findall(r"^FROM ", text, re.M)) >= 2 and "COPY --from=build" in text
     assert re.search(r"^USER spanseek$", text, re.M)
     assert "HEALTHCHECK" in text and "/ready" in text
-    extra = "cpu" if name.endswith("cpu") else "gpu"
-    assert f'".[{extra}]"' in text
-    if extra == "cpu":
-        assert "whl/cpu" in text and "TORCH_VERSION=2.13.0" in text
+    assert '".[serve]"' in text  # the serving role only
+    # what an offline build overrides has real-world defaults: the official Python base and a torch index
+    assert "ARG BASE_IMAGE=python:3.11-slim-bookworm" in text
+    assert set(re.findall(r"^FROM (\S+)", text, re.M)) == {"${BASE_IMAGE}"}
+    index = re.search(r"^ARG TORCH_INDEX=(\S+)$", text, re.M)
+    assert index and index.group(1).startswith("https://download.pytorch.org/whl/")
+    assert index.group(1).endswith("/cpu") == name.endswith("cpu")
+    # the classic builder (docker-compose v1) knows no BuildKit syntax directive
+    assert not re.search(r"^# *syntax=", text, re.M)
+    if name.endswith("cuda"):
+        assert "pip uninstall -y faiss-cpu" in text and "faiss-gpu" in text
+
+
+def test_build_context_is_filtered_at_the_root():
+    # the classic builder reads only <context>/.dockerignore, never docker/<Dockerfile>.dockerignore
+    assert not list((ROOT / "docker").glob("*.dockerignore"))
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    assert ignore[ignore.index("*") + 1:][:1] and "!core" in ignore and "!service" in ignore

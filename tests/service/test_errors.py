@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
@@ -24,7 +25,11 @@ def assert_error(r, status: int, error: str) -> dict:
 
 @pytest.mark.parametrize("payload", [{}, {"query": "a", "queries": ["b"]}, {"queries": []}, {"query": 3},
                                      {"queries": "not a list"}, {"query": "a", "top_k": "many"},
-                                     {"query": "a", "unknown": 1}, ["a list"]])
+                                     {"query": "a", "unknown": 1}, ["a list"],
+                                     # strict types: no silent conversion of strings, floats or numbers
+                                     {"query": "a", "top_k": "5"}, {"query": "a", "top_k": 5.0},
+                                     {"query": "a", "nprobe": "8"}, {"query": "a", "merge_answers": "true"},
+                                     {"query": "a", "full_passage": 1}, {"query": "a", "max_answer_length": True}])
 def test_malformed_bodies_are_422(client, payload):
     body = assert_error(client.post("/search", json=payload), 422, "validation_error")
     assert body["details"]
@@ -77,6 +82,18 @@ def test_api_key(settings_for, tiny_searcher, serve):
             assert c.get(probe).status_code == 200
 
 
+@pytest.mark.parametrize("value", ["", "  "])
+def test_empty_api_key_means_no_key(settings_for, tiny_searcher, serve, monkeypatch, value):
+    """An empty SPANSEEK_API_KEY (compose passes one when the variable is unset) turns auth off for everyone."""
+    monkeypatch.setenv("SPANSEEK_API_KEY", value)
+    settings = settings_for()
+    assert settings.api_key is None
+    with serve(create_app(settings, lambda s: tiny_searcher)) as c:
+        for headers in ({}, {"X-API-Key": "anything"}, {"Authorization": "Bearer anything"}):
+            assert c.post("/search", json={"query": "a"}, headers=headers).status_code == 200, headers
+            assert c.get("/info", headers=headers).status_code == 200, headers
+
+
 def test_not_ready_until_loaded_and_warmed(settings_for, tiny_searcher):
     from fastapi.testclient import TestClient
 
@@ -101,18 +118,44 @@ def test_not_ready_until_loaded_and_warmed(settings_for, tiny_searcher):
         assert c.post("/search", json={"query": "a"}).status_code == 200
 
 
-def test_failed_load_is_reported(settings_for, tmp_path, serve):
+def _wait_failed(c):
+    for _ in range(500):
+        r = c.get("/ready")
+        if "failed" in r.json()["message"]:
+            return r
+        time.sleep(0.01)
+    raise AssertionError("loading never failed")
+
+
+def test_failed_load_is_reported_on_ready_while_alive(settings_for, tmp_path):
+    """/health (liveness) stays 200 so a restart loop does not start; /ready says 503 and why, without paths."""
     from fastapi.testclient import TestClient
 
-    with TestClient(create_app(settings_for(index=tmp_path / "missing"))) as c:
-        for _ in range(500):
-            r = c.get("/ready")
-            if "failed" in r.json()["message"]:
-                break
-        body = assert_error(r, 503, "not_ready")
+    missing = tmp_path / "missing"
+    with TestClient(create_app(settings_for(index=missing))) as c:
+        body = assert_error(_wait_failed(c), 503, "not_ready")
         assert "IndexFormatError" in body["message"] and "no such index directory" in body["message"]
-        assert_error(c.get("/health"), 503, "not_ready")
-        assert_error(c.post("/search", json={"query": "a"}), 503, "not_ready")
+        assert str(tmp_path) not in body["message"] and ".../missing" in body["message"]
+        health = c.get("/health")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert "no such index directory" in health.json()["detail"] and str(tmp_path) not in health.text
+        search = assert_error(c.post("/search", json={"query": "a"}), 503, "not_ready")
+        assert str(tmp_path) not in search["message"]
+
+
+def test_paths_are_shown_only_to_key_holders(settings_for, tmp_path, tiny_searcher, serve):
+    from fastapi.testclient import TestClient
+
+    missing = tmp_path / "missing"
+    with TestClient(create_app(settings_for(index=missing, api_key="k"))) as c:
+        _wait_failed(c)
+        assert str(missing) in c.get("/ready", headers={"X-API-Key": "k"}).json()["message"]
+        assert str(tmp_path) not in c.get("/ready", headers={"X-API-Key": "wrong"}).text
+    with serve(create_app(settings_for(), lambda s: tiny_searcher)) as c:  # no key configured: nobody sees paths
+        info = c.get("/info").json()
+        assert info["index"]["dir"].startswith(".../") and "/" not in info["index"]["dir"][4:]
+    with serve(create_app(settings_for(api_key="k"), lambda s: tiny_searcher)) as c:
+        assert c.get("/info", headers={"X-API-Key": "k"}).json()["index"]["dir"] == str(tiny_searcher.index.dir)
 
 
 def test_wrong_model_for_index_fails_to_load(settings_for, tmp_path, tiny_config):

@@ -1,0 +1,119 @@
+"""Passage chunking: a document's paragraphs -> passages of a bounded number of tokens.
+
+    spanseek corpus from-files DOCS/ --out corpus.jsonl --max-tokens 200 --overlap 40 --min-tokens 32
+
+Paragraph boundaries come first: a paragraph that fits the budget (``max_tokens``) is one passage. A paragraph
+over the budget is cut into windows of at most ``max_tokens`` tokens at word boundaries, preferring to end a
+window after a sentence (in its second half), and each window starts ``overlap`` tokens before the end of the one
+before it, so an answer cut by one window is whole in the next. A passage shorter than ``min_tokens`` (a heading,
+a list item) absorbs the paragraphs after it while they fit the budget, so headings stay with their text.
+
+Tokens are counted by a ``TokenCounter``: the model's tokenizer (``model_token_counter``: WordPiece tokens of
+each whitespace-separated word, which for BERT tokenizers sums to the paragraph's token count, without the
+[CLS]/[SEP] the encoder adds) or ``word_token_counter`` (one token per word: quick, no model; English prose has
+about 1.3 WordPiece tokens per word, 1.31 on SQuAD's held-out paragraphs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+TokenCounter = Callable[[Sequence[str]], list[int]]
+"""Tokens of each word, for a list of words."""
+
+_WORD = re.compile(r"\S+")
+_SENTENCE_END = re.compile(r"[.!?][\"')\]»”’]*$")
+
+
+@dataclass(frozen=True)
+class ChunkOptions:
+    """Passage sizes in tokens: ``max_tokens`` per passage, ``overlap`` shared by consecutive windows of a long
+    paragraph, ``min_tokens`` below which a passage takes in the paragraphs after it."""
+
+    max_tokens: int = 200
+    overlap: int = 40
+    min_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 8:
+            raise ValueError(f"max_tokens must be at least 8, got {self.max_tokens}")
+        if not 0 <= self.overlap <= self.max_tokens // 2:
+            raise ValueError(f"overlap must be between 0 and max_tokens / 2 ({self.max_tokens // 2}), got {self.overlap}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be between 0 and max_tokens ({self.max_tokens}), got {self.min_tokens}")
+
+
+def word_token_counter(words: Sequence[str]) -> list[int]:
+    """One token per whitespace-separated word (an approximation that needs no tokenizer)."""
+    return [1] * len(words)
+
+
+def model_token_counter(tokenizer) -> TokenCounter:
+    """A counter using a Hugging Face tokenizer: the tokens of each word without special tokens (cached by word)."""
+    cache: dict[str, int] = {}
+
+    def count(words: Sequence[str]) -> list[int]:
+        new = list({w for w in words if w not in cache})
+        if new:
+            ids = tokenizer(new, add_special_tokens=False)["input_ids"]
+            cache.update((w, max(1, len(i))) for w, i in zip(new, ids, strict=True))
+        return [cache[w] for w in words]
+
+    return count
+
+
+def _windows(text: str, spans: list[tuple[int, int]], counts: list[int], opts: ChunkOptions) -> list[tuple[str, int]]:
+    """Cut one long paragraph (its words' character spans and token counts) into overlapping windows."""
+    out: list[tuple[str, int]] = []
+    i, n = 0, len(spans)
+    while i < n:
+        j, total = i, 0
+        while j < n and (j == i or total + counts[j] <= opts.max_tokens):  # a window holds at least one word
+            total += counts[j]
+            j += 1
+        if j < n:  # not the last window: end it after a sentence when one ends in its second half
+            for k in range(j, i + (j - i) // 2, -1):
+                if _SENTENCE_END.search(text[spans[k - 1][0] : spans[k - 1][1]]):
+                    j = k
+                    break
+        out.append((text[spans[i][0] : spans[j - 1][1]], sum(counts[i:j])))
+        if j >= n:
+            break
+        back, shared = j, 0  # the next window starts `overlap` tokens before this one ends, and always moves on
+        while back - 1 > i and shared + counts[back - 1] <= opts.overlap:
+            back -= 1
+            shared += counts[back]
+        i = back
+    return out
+
+
+def split_paragraph(text: str, count: TokenCounter, opts: ChunkOptions) -> list[tuple[str, int]]:
+    """One paragraph as (text, tokens) pieces: itself when it fits ``max_tokens``, else its windows."""
+    matches = list(_WORD.finditer(text))
+    counts = count([m.group() for m in matches])
+    total = sum(counts)
+    if total <= opts.max_tokens:
+        return [(text.strip(), total)] if matches else []
+    return _windows(text, [m.span() for m in matches], counts, opts)
+
+
+def chunk_paragraphs(paragraphs: Sequence[str], count: TokenCounter, opts: ChunkOptions = ChunkOptions()) -> list[str]:
+    """A document's paragraphs (in order) -> its passages: long ones split, short ones joined to what follows."""
+    pieces = [piece for p in paragraphs for piece in split_paragraph(p, count, opts)]
+    passages: list[list[str]] = []
+    size = 0
+    for text, n in pieces:
+        if passages and size < opts.min_tokens and size + n <= opts.max_tokens:
+            passages[-1].append(text)
+            size += n
+        else:
+            passages.append([text])
+            size = n
+    # a short last passage joins the one before it when both fit (a closing line, a trailing heading)
+    if len(passages) > 1 and size < opts.min_tokens:
+        before = sum(count([w for t in passages[-2] for w in t.split()]))
+        if before + size <= opts.max_tokens:
+            passages[-2].extend(passages.pop())
+    return ["\n\n".join(p) for p in passages]

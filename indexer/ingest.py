@@ -1,0 +1,335 @@
+"""Plain documents -> a JSONL corpus: text, Markdown and HTML files and directories, chunked into passages.
+
+    spanseek corpus from-files DOCS/ notes.md page.html --out corpus.jsonl [--max-tokens 200 --overlap 40]
+        [--tokenizer model|words] [--id-field KEY] [--meta KEY=VALUE ...] [--strict]
+
+Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown`` and
+``.html``/``.htm`` files; other files in them are ignored, while a file named on the command line must have one of
+those suffixes. Each file is one document:
+
+- **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
+  as given; with ``id_field`` the value of that metadata field instead (a file without it is an error).
+- **title**: Markdown front matter's ``title``, else the first heading (Markdown ``#``, HTML ``<title>`` then
+  ``<h1>``), else the file name without its suffix.
+- **paragraphs**: text files split at blank lines; Markdown is rendered (markdown-it-py) and read like HTML; HTML
+  is split at block elements (p, li, h1-h6, div, tr, ...), with script, style, template and the like dropped.
+  Then ``indexer.chunking`` makes passages of them.
+- **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
+  tags, and the fixed ``extra_meta`` given; all of it is stored in the index and comes back with hits.
+
+Files are read as UTF-8 (a BOM is allowed). A file that is binary (has NUL bytes), not valid UTF-8, or without
+text is skipped with a warning naming it (``strict`` makes that an error); malformed front matter and duplicate
+ids are errors naming the files. The corpus is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from spanseek.core.io import CorpusError, Document, write_corpus
+from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_paragraphs, word_token_counter
+
+log = logging.getLogger(__name__)
+
+FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
+           ".htm": "html"}
+# Elements whose text is not content.
+_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head"}
+# Elements that end a paragraph where they start and where they end.
+_BLOCK = {
+    "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul", "ol", "dl", "dt",
+    "dd", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "thead", "tbody", "tr", "caption",
+    "br", "hr", "figure", "figcaption", "form", "address", "details", "summary", "body", "html",
+}
+_CELL = {"td", "th"}  # a table cell's text is kept on its row's line, spaced from its neighbours
+_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
+
+
+class IngestError(CorpusError):
+    """A file cannot be turned into a document; the message names it."""
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """How files become documents: passage sizes, where ids come from, fixed metadata, strictness."""
+
+    chunk: ChunkOptions = ChunkOptions()
+    id_field: str | None = None
+    extra_meta: dict[str, Any] = field(default_factory=dict)
+    strict: bool = False
+
+
+@dataclass
+class IngestReport:
+    """What ``from_files`` wrote and what it skipped (path, reason)."""
+
+    documents: int = 0
+    passages: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Extracted:
+    """A file's text before chunking."""
+
+    title: str | None
+    paragraphs: list[str]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class _HTMLText(HTMLParser):
+    """Collects paragraphs, the <title>, the first heading and <h1>, and <meta> tags of an HTML document."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.paragraphs: list[str] = []
+        self.meta: dict[str, str] = {}
+        self.title: str | None = None
+        self.first_heading: str | None = None
+        self.first_h1: str | None = None
+        self._buf: list[str] = []
+        self._skip: list[str] = []  # open elements whose text is dropped
+        self._in_title = False
+        self._title_buf: list[str] = []
+        self._heading: str | None = None  # the heading element being read, if any
+
+    def _flush(self) -> None:
+        text = " ".join("".join(self._buf).split())
+        if text:
+            self.paragraphs.append(text)
+        self._buf = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "meta":
+            a = dict(attrs)
+            key, content = a.get("name") or a.get("property"), a.get("content")
+            if key and content is not None:
+                self.meta[key.lower()] = content
+        elif tag == "title":
+            self._in_title = True
+        elif tag == "body" and "head" in self._skip:  # a <head> left open ends where the body starts
+            self._skip.remove("head")
+        elif tag in _SKIP:
+            self._skip.append(tag)
+        elif tag in _BLOCK:
+            self._flush()
+            if tag in _HEADINGS:
+                self._heading = tag
+        elif tag in _CELL:
+            self._buf.append(" ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+            self.title = self.title or " ".join("".join(self._title_buf).split()) or None
+        elif tag in _SKIP:
+            if tag in self._skip:  # close up to the matching element (HTML in the wild is not always nested)
+                del self._skip[len(self._skip) - 1 - self._skip[::-1].index(tag):]
+        elif tag in _BLOCK:
+            if tag in _HEADINGS and self._heading == tag:
+                text = " ".join("".join(self._buf).split())
+                self.first_heading = self.first_heading or text or None
+                if tag == "h1":
+                    self.first_h1 = self.first_h1 or text or None
+                self._heading = None
+            self._flush()
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self._title_buf.append(data)
+        elif not self._skip:
+            self._buf.append(data)
+
+    def close(self) -> None:
+        super().close()
+        self._flush()
+
+
+def extract_html(source: str) -> Extracted:
+    """Paragraphs, title (<title>, else the first <h1>) and <meta> tags of an HTML document."""
+    parser = _HTMLText()
+    parser.feed(source)
+    parser.close()
+    return Extracted(parser.title or parser.first_h1, parser.paragraphs, dict(parser.meta))
+
+
+def _front_matter(source: str, where: str) -> tuple[dict[str, Any], str]:
+    """Split YAML front matter (between ``---`` lines at the top) from a Markdown document."""
+    m = _FRONT_MATTER.match(source)
+    if not m:
+        return {}, source
+    try:
+        import yaml
+    except ImportError:
+        raise IngestError(f"{where}: reading front matter needs PyYAML (pip install 'spanseek[index]')") from None
+    try:
+        data = yaml.safe_load(m.group(1))
+    except yaml.YAMLError as e:
+        raise IngestError(f"{where}: front matter is not valid YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise IngestError(f"{where}: front matter must be a YAML mapping (key: value lines), got {type(data).__name__}")
+    # YAML dates and the like become strings, so the metadata is plain JSON
+    return json.loads(json.dumps(data, default=str)), source[m.end() :]
+
+
+def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
+    """Front matter as metadata; the body rendered to HTML (CommonMark + tables) and read as HTML, so the title
+    is front matter's ``title`` or the first heading of any level."""
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:
+        raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
+
+    meta, body = _front_matter(source, where)
+    parser = _HTMLText()
+    parser.feed(MarkdownIt("commonmark").enable("table").render(body))
+    parser.close()
+    title = meta.get("title") if isinstance(meta.get("title"), str) else None
+    return Extracted(title or parser.first_heading, parser.paragraphs, meta)
+
+
+def extract_text(source: str) -> Extracted:
+    """Plain text: paragraphs at blank lines, line breaks inside a paragraph read as spaces; no title."""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n[ \t]*\r?\n", source.replace("\r\n", "\n"))]
+    return Extracted(None, [p for p in paragraphs if p])
+
+
+def _decode(path: Path) -> tuple[str | None, str]:
+    """(text, "") or (None, why the file is skipped)."""
+    data = path.read_bytes()
+    if b"\x00" in data[:8192]:
+        return None, "binary file (NUL bytes)"
+    try:
+        return data.decode("utf-8-sig"), ""
+    except UnicodeDecodeError as e:
+        return None, f"not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); convert it to UTF-8 first"
+
+
+def _files(paths: Sequence[str | Path]) -> Iterator[tuple[Path, str]]:
+    """(file, its relative id) for every input file, in a stable order; each file once."""
+    seen: set[Path] = set()
+    for arg in paths:
+        root = Path(arg)
+        if root.is_dir():
+            found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in FORMATS
+                           and not any(part.startswith(".") for part in p.relative_to(root).parts))
+            pairs = [(p, p.relative_to(root).as_posix()) for p in found]
+        elif root.is_file():
+            if root.suffix.lower() not in FORMATS:
+                raise IngestError(f"{root}: unsupported file type {root.suffix or '(no suffix)'!r}; "
+                                  f"from-files reads {', '.join(sorted(FORMATS))}")
+            pairs = [(root, root.as_posix())]
+        else:
+            raise IngestError(f"{root}: no such file or directory")
+        for p, rel in pairs:
+            if p.resolve() not in seen:
+                seen.add(p.resolve())
+                yield p, rel
+
+
+def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions) -> Document | str:
+    """One file as a Document, or the reason it is skipped (binary, not UTF-8, no text)."""
+    source, why = _decode(path)
+    if source is None:
+        return why
+    fmt = FORMATS[path.suffix.lower()]
+    if fmt == "html":
+        ext = extract_html(source)
+    elif fmt == "markdown":
+        ext = extract_markdown(source, str(path))
+    else:
+        ext = extract_text(source)
+    passages = chunk_paragraphs(ext.paragraphs, count, opts.chunk)
+    if not passages:
+        return "no text"
+    meta = {"source": rel, **ext.meta, **opts.extra_meta}
+    doc_id: Any = rel
+    if opts.id_field is not None:
+        doc_id = meta.get(opts.id_field)
+        if doc_id is None or isinstance(doc_id, (dict, list)):
+            raise IngestError(f"{path}: no usable {opts.id_field!r} field for the document id "
+                              f"(its metadata has {', '.join(sorted(meta)) or 'nothing'})")
+    return Document(id=str(doc_id), title=ext.title or path.stem, paragraphs=tuple(passages), meta=meta)
+
+
+def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token_counter,
+                   opts: IngestOptions = IngestOptions(), report: IngestReport | None = None) -> Iterator[Document]:
+    """Documents of the files under ``paths``; skipped files are logged and listed in ``report``."""
+    report = report if report is not None else IngestReport()
+    ids: dict[str, Path] = {}
+    for path, rel in _files(paths):
+        doc = read_document(path, rel, count, opts)
+        if isinstance(doc, str):
+            if opts.strict:
+                raise IngestError(f"{path}: {doc}")
+            log.warning("skipped %s: %s", path, doc)
+            report.skipped.append((str(path), doc))
+            continue
+        if doc.id in ids:
+            raise IngestError(f"{path} and {ids[doc.id]} have the same document id {doc.id!r}")
+        ids[doc.id] = path
+        report.documents += 1
+        report.passages += len(doc.paragraphs)
+        yield doc
+
+
+def from_files(paths: Sequence[str | Path], out: str | Path, count: TokenCounter = word_token_counter,
+               opts: IngestOptions = IngestOptions()) -> IngestReport:
+    """Write the documents of ``paths`` as a JSONL corpus at ``out`` (atomically); returns what was done.
+
+    ``count`` gives the tokens of each word: one per word by default; ``chunking.model_token_counter(tokenizer)``
+    counts the model's tokens (what ``spanseek corpus from-files`` uses unless told ``--tokenizer words``).
+    """
+    report = IngestReport()
+    write_corpus(out, iter_documents(paths, count, opts, report))
+    if report.documents == 0:
+        Path(out).unlink(missing_ok=True)
+        raise IngestError(f"no documents in {', '.join(map(str, paths))} (from-files reads "
+                          f"{', '.join(sorted(FORMATS))}; skipped: {len(report.skipped)})")
+    return report
+
+
+def corpus_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be read as a JSONL corpus, with the command that makes one; None when it looks like one.
+
+    Directories, text/Markdown/HTML files and SQuAD-format files are recognised (by their type, suffix, or the
+    first 64 KB of their content), so ``index build`` can point at ``corpus from-files`` or ``corpus from-squad``.
+    """
+    from spanseek.core.io import open_text
+
+    path = Path(path)
+    stem = path.name.removesuffix(".gz").rsplit(".", 1)[0] if path.is_file() else path.name
+    out = (path.parent / f"{stem or 'corpus'}.jsonl").as_posix()
+    then = f"; then index it with `spanseek index build --corpus {out} ...`"
+    if path.is_dir():
+        return (f"{path} is a directory, not a JSONL corpus; make one of its .txt/.md/.html files with "
+                f"`spanseek corpus from-files {path} --out {out}`{then}")
+    if not path.is_file():
+        return f"corpus {path} does not exist"
+    suffix = Path(path.name.lower().removesuffix(".gz")).suffix
+    if suffix in FORMATS:
+        return (f"{path} is a {FORMATS[suffix]} file, not a JSONL corpus; "
+                f"convert it with `spanseek corpus from-files {path} --out {out}`{then}")
+    try:
+        with open_text(path) as f:
+            head = f.read(65536)
+    except (UnicodeDecodeError, OSError, EOFError) as e:
+        return f"{path} is not a UTF-8 JSONL corpus ({e})"
+    if re.search(r'"data"\s*:\s*\[', head) and re.search(r'"(context|qas)"\s*:', head):
+        return (f"{path} is a SQuAD-format file, not a JSONL corpus; convert it with "
+                f"`spanseek corpus from-squad {path} --out {out}`{then}")
+    if head.strip() and not head.lstrip().startswith("{"):
+        return (f"{path} is not a JSONL corpus (one JSON object a line: {{\"id\", \"title\", \"paragraphs\"}}); "
+                "`spanseek corpus from-files` converts .txt/.md/.html files and directories of them, "
+                "`spanseek corpus from-squad` SQuAD-format files")
+    return None

@@ -1,0 +1,89 @@
+"""Bounded responses: each hit carries a window of its passage around the phrase, and a response has a size cap.
+
+A hit's ``passage`` is at most ``2 * passage_context_chars`` characters plus the phrase itself unless the request
+asks for ``full_passage``; a whole answer is refused (400 ``response_too_large``) beyond ``max_response_bytes``
+before it is rendered, so neither a huge paragraph nor a deep top_k can make the server build a huge body.
+Used by the /search route (service/routes.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Response
+
+from spanseek.core.search import Hit
+from spanseek.service.errors import ResponseTooLarge
+from spanseek.service.schemas import SearchResponse
+
+# JSON punctuation, field names and numbers of one hit beyond its strings: at least this many bytes (~125 measured)
+HIT_OVERHEAD_BYTES = 100
+
+
+def passage_window(hit: Hit, context_chars: int | None) -> dict[str, Any]:
+    """The hit as response fields, its passage cut to ``context_chars`` characters each side of the phrase.
+
+    ``start``/``end`` stay offsets of the phrase in the returned ``passage``; ``passage_offset`` says where that
+    window starts in the whole passage. A cut that falls inside a word moves outward to the word's edge only
+    if the edge is near (so the window never grows by more than ~32 characters a side). ``None`` = whole passage.
+    """
+    passage = hit.passage
+    fields = hit.to_dict()
+    fields["passage_chars"] = len(passage)
+    if context_chars is None or len(passage) <= hit.end - hit.start + 2 * context_chars:
+        fields["passage_offset"] = 0
+        return fields
+    lo = max(0, hit.start - context_chars)
+    hi = min(len(passage), hit.end + context_chars)
+    lo = _word_edge_before(passage, lo)
+    hi = _word_edge_after(passage, hi)
+    fields.update(passage=passage[lo:hi], start=hit.start - lo, end=hit.end - lo, passage_offset=lo)
+    return fields
+
+
+_SNAP = 32  # the farthest a window edge moves to reach a word boundary
+
+
+def _word_edge_before(text: str, i: int) -> int:
+    if i == 0 or text[i - 1].isspace():
+        return i
+    j = text.rfind(" ", max(0, i - _SNAP), i)
+    return j + 1 if j >= 0 else i
+
+
+def _word_edge_after(text: str, i: int) -> int:
+    if i >= len(text) or text[i].isspace():
+        return i
+    j = text.find(" ", i, i + _SNAP)
+    return j if j >= 0 else i
+
+
+def estimated_bytes(hits: list[list[dict[str, Any]]], queries: list[str]) -> int:
+    """A lower bound of the JSON size of these results: every character of their strings is at least one byte."""
+    total = sum(len(q) for q in queries) + 64 * len(queries)
+    for per_query in hits:
+        for h in per_query:
+            total += len(h["text"]) + len(h["passage"]) + len(h["doc_id"]) + len(h["title"]) + HIT_OVERHEAD_BYTES
+    return total
+
+
+def check_response_size(size: int, limit: int, *, exact: bool) -> None:
+    """Raise ResponseTooLarge (400) naming the size, the limit and what to ask for instead."""
+    if size > limit:
+        what = f"{size}" if exact else f"at least {size}"
+        raise ResponseTooLarge(
+            f"the response would be {what} bytes, over this server's limit of {limit} (max_response_bytes); "
+            "ask for fewer hits (top_k) or queries, or leave full_passage off"
+        )
+
+
+def render_bounded(answer: SearchResponse, lower_bound: int, limit: int, headers: dict[str, str]) -> Response:
+    """The JSON response, or ResponseTooLarge (400) when it would exceed ``limit`` bytes.
+
+    ``lower_bound`` (``estimated_bytes``) refuses most oversized answers before anything is rendered; the exact
+    check runs on the rendered bytes, which are at most a few times the bound.
+    """
+    check_response_size(lower_bound, limit, exact=False)
+    content = answer.model_dump_json().encode()
+    check_response_size(len(content), limit, exact=True)
+    return Response(content, media_type="application/json", headers=headers)

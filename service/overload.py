@@ -1,0 +1,77 @@
+"""Load shedding by expected waiting time: the batch rate the service measures, and the admit-or-429 decision.
+
+The micro-batcher (service/batcher.py) records every finished batch here (its size and how long it held the
+pipeline) and asks, for each new request, how long the questions queued ahead of it would take to run.
+Beyond ``max_queue_wait_ms`` the request gets 429 with ``Retry-After`` at once, so accepted requests keep a
+bounded latency whatever the concurrency; ``max_queue`` stays a hard cap on top.
+"""
+
+from __future__ import annotations
+
+import math
+
+from spanseek.service.errors import Overloaded
+
+
+class BatchCostModel:
+    """Seconds per batch as a function of its size, ``cost(n) = fixed + per_question * n``, fitted online.
+
+    A weighted least-squares line through recent (size, seconds) observations, older ones decaying by ``decay``
+    per batch, so it follows the machine's speed within tens of batches. Batches of one size only (say, always
+    full) cannot separate the two terms; the model then charges each question its share of the mean batch time,
+    which is exact for batches of that size. Before any observation it knows nothing (``known`` is False).
+    """
+
+    def __init__(self, decay: float = 0.95):
+        self.decay = decay
+        self._w = self._x = self._y = self._xx = self._xy = 0.0
+
+    @property
+    def known(self) -> bool:
+        """True once a batch has been observed."""
+        return self._w > 0
+
+    def observe(self, size: int, seconds: float) -> None:
+        """Record one batch of ``size`` questions that took ``seconds``."""
+        d = self.decay
+        self._w = d * self._w + 1.0
+        self._x = d * self._x + size
+        self._y = d * self._y + seconds
+        self._xx = d * self._xx + size * size
+        self._xy = d * self._xy + size * seconds
+
+    def line(self) -> tuple[float, float]:
+        """(fixed seconds per batch, seconds per question), both >= 0."""
+        if not self.known:
+            return 0.0, 0.0
+        mx, my = self._x / self._w, self._y / self._w
+        var = self._xx / self._w - mx * mx
+        if var > 1e-6 * max(1.0, mx * mx):
+            slope = (self._xy / self._w - mx * my) / var
+            fixed = my - slope * mx
+            if slope > 0 and fixed >= 0:
+                return fixed, slope
+        return 0.0, my / max(mx, 1.0)  # one batch size seen (or a noisy fit): proportional to size
+
+    def seconds_for(self, questions: int, max_batch_size: int) -> float:
+        """Expected seconds to run ``questions`` queued questions in batches of at most ``max_batch_size``."""
+        if questions <= 0:
+            return 0.0
+        fixed, per_question = self.line()
+        return math.ceil(questions / max_batch_size) * fixed + questions * per_question
+
+
+def check_admission(cost: BatchCostModel, queued: int, incoming: int, max_batch_size: int, max_queue: int,
+                    budget_s: float) -> None:
+    """Raise Overloaded (429 + Retry-After) when ``incoming`` questions should not join ``queued`` ones.
+
+    Refused when the queue would exceed ``max_queue`` questions, or when a budget is set (> 0) and the measured
+    rate says the questions queued ahead of this request would take longer than ``budget_s`` to run. A request
+    that finds the queue empty is always admitted (up to ``max_queue``), so a slow machine still serves.
+    """
+    wait = cost.seconds_for(queued, max_batch_size)
+    if queued + incoming > max_queue:
+        raise Overloaded(f"search queue is full ({queued} questions waiting); retry later", wait)
+    if budget_s > 0 and wait > budget_s:
+        raise Overloaded(f"the search queue would take {wait * 1e3:.0f} ms, over this server's "
+                         f"{budget_s * 1e3:.0f} ms budget (max_queue_wait_ms); retry later", wait)

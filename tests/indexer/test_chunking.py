@@ -1,0 +1,95 @@
+"""Passage chunking (indexer.chunking): budgets hold, windows cover every word in order with the overlap asked
+for, paragraphs that fit stay whole, short ones join what follows, and the model counter counts what the tokenizer
+counts.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_chunking.py
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from spanseek.indexer.chunking import (
+    ChunkOptions,
+    chunk_paragraphs,
+    model_token_counter,
+    split_paragraph,
+    word_token_counter,
+)
+from tests.conftest import make_paragraph
+
+
+def words_of(text: str) -> list[str]:
+    return text.split()
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(("max_tokens", "overlap"), [(8, 0), (12, 3), (30, 10), (50, 25)])
+def test_windows_respect_the_budget_and_cover_the_paragraph_with_the_overlap(seed, max_tokens, overlap):
+    rng = random.Random(seed)
+    text = make_paragraph(rng, 8)
+    opts = ChunkOptions(max_tokens=max_tokens, overlap=overlap, min_tokens=0)
+    pieces = split_paragraph(text, word_token_counter, opts)
+    words = words_of(text)
+    assert len(words) > max_tokens and len(pieces) > 1
+    pos = 0  # brute force: each window is a run of the paragraph's words that starts at or before the end of the last
+    for k, (piece, n) in enumerate(pieces):
+        w = words_of(piece)
+        assert n == len(w) <= max_tokens
+        start = next(s for s in range(len(words)) if words[s : s + len(w)] == w and s <= pos)
+        shared = pos - start
+        assert (shared == 0) if k == 0 else (0 <= shared <= overlap)
+        assert start + len(w) > pos  # progress
+        pos = start + len(w)
+    assert pos == len(words)  # the last window reaches the end
+
+
+def test_windows_end_after_a_sentence_when_one_ends_in_their_second_half():
+    text = "one two three four five six seven. eight nine ten eleven twelve thirteen fourteen fifteen"
+    pieces = split_paragraph(text, word_token_counter, ChunkOptions(max_tokens=10, overlap=0, min_tokens=0))
+    assert pieces[0] == ("one two three four five six seven.", 7)
+    assert pieces[1][0].startswith("eight")
+
+
+def test_overlap_is_close_to_what_was_asked_with_exact_tokens():
+    text = " ".join(f"w{i}" for i in range(100))
+    pieces = split_paragraph(text, word_token_counter, ChunkOptions(max_tokens=20, overlap=5, min_tokens=0))
+    for (a, _), (b, _) in zip(pieces, pieces[1:], strict=False):
+        assert words_of(a)[-5:] == words_of(b)[:5]
+
+
+def test_paragraphs_that_fit_stay_whole_and_short_ones_join_the_next():
+    paras = ["Heading", "A paragraph of exactly seven words here.", "Another one that has seven words too.",
+             "tail"]
+    opts = ChunkOptions(max_tokens=12, overlap=2, min_tokens=3)
+    out = chunk_paragraphs(paras, word_token_counter, opts)
+    assert out == ["Heading\n\nA paragraph of exactly seven words here.",
+                   "Another one that has seven words too.\n\ntail"]
+    assert chunk_paragraphs(paras, word_token_counter, ChunkOptions(max_tokens=12, overlap=2, min_tokens=0)) == paras
+    assert chunk_paragraphs(["", "   "], word_token_counter) == []
+
+
+def test_a_short_passage_never_exceeds_the_budget_when_joining():
+    paras = ["a b", "c d e f g h i j k l"]  # 2 + 10 > 11: the short one stays alone
+    assert chunk_paragraphs(paras, word_token_counter, ChunkOptions(max_tokens=11, overlap=0, min_tokens=5)) == paras
+
+
+def test_model_counter_sums_to_the_tokenizers_count(tiny_backbone):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_backbone)
+    count = model_token_counter(tok)
+    rng = random.Random(3)
+    for text in [make_paragraph(rng, 3), "Rotterdam's city-rights (1340) weren't granted; e.g. naïve café", "x"]:
+        assert sum(count(text.split())) == len(tok(text, add_special_tokens=False)["input_ids"])
+    pieces = split_paragraph(make_paragraph(rng, 12), count, ChunkOptions(max_tokens=40, overlap=8))
+    assert len(pieces) > 1
+    assert all(len(tok(p, add_special_tokens=False)["input_ids"]) == n <= 40 for p, n in pieces)
+
+
+@pytest.mark.parametrize("kwargs", [dict(max_tokens=4), dict(overlap=101), dict(overlap=-1), dict(min_tokens=201)])
+def test_bad_options_are_refused(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        ChunkOptions(**kwargs)

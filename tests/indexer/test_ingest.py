@@ -1,0 +1,204 @@
+"""Files -> corpus (indexer.ingest, `spanseek corpus from-files`): HTML, Markdown and text extraction, ids, titles
+and metadata, skipped and refused files, and `index build` pointing at the right converter.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_ingest.py
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from spanseek.cli import main
+from spanseek.core.io import CorpusError, Document, read_corpus, write_corpus
+from spanseek.indexer.build import BuildError, build_index
+from spanseek.indexer.chunking import ChunkOptions
+from spanseek.indexer.ingest import (
+    IngestError,
+    IngestOptions,
+    corpus_problem,
+    extract_html,
+    extract_markdown,
+    extract_text,
+    from_files,
+)
+
+HTML = """<!doctype html><html><head><title> Rotterdam  history </title>
+<meta name="Author" content="Ann"><meta property="og:url" content="https://example.org/r">
+<style>p { color: red }</style><script>var secret = "no";</script></head>
+<body><nav>Home</nav><h1>Rotterdam</h1><p>In 1340 Rotterdam was <b>granted</b> city&nbsp;rights &amp; a seal.</p>
+<div>Second block<br>after a break<script>alert("x")</script></div>
+<table><tr><td>cell a</td><td>cell b</td></tr></table><noscript>enable js</noscript></body></html>"""
+
+MARKDOWN = """---
+title: Install guide
+date: 2024-05-01
+tags: [setup, linux]
+---
+# Installing
+
+Run the **installer** and read [the manual](https://x.y/manual). The `castle` was built in 1340.
+
+- first item
+- second item
+
+```
+code block
+```
+"""
+
+
+def test_html_drops_scripts_and_styles_and_splits_at_blocks():
+    ext = extract_html(HTML)
+    assert ext.title == "Rotterdam history"
+    assert ext.meta == {"author": "Ann", "og:url": "https://example.org/r"}
+    assert ext.paragraphs == ["Home", "Rotterdam", "In 1340 Rotterdam was granted city rights & a seal.",
+                              "Second block", "after a break", "cell a cell b"]
+    text = " ".join(ext.paragraphs)
+    assert "secret" not in text and "color" not in text and "alert" not in text and "enable js" not in text
+
+
+def test_html_title_falls_back_to_the_first_h1_and_an_open_head_ends_at_the_body():
+    ext = extract_html("<html><head><meta name=x content=1><body><h2>Sub</h2><h1>Main</h1><p>text</p>")
+    assert (ext.title, ext.paragraphs, ext.meta) == ("Main", ["Sub", "Main", "text"], {"x": "1"})
+
+
+def test_markdown_front_matter_title_and_plain_text():
+    ext = extract_markdown(MARKDOWN)
+    assert ext.title == "Install guide"
+    assert ext.meta == {"title": "Install guide", "date": "2024-05-01", "tags": ["setup", "linux"]}
+    assert ext.paragraphs == ["Installing", "Run the installer and read the manual. The castle was built in 1340.",
+                              "first item", "second item", "code block"]
+    assert extract_markdown("Intro line\n\n## Usage\n\ntext").title == "Usage"  # the first heading of any level
+    assert extract_markdown("no heading at all").title is None
+
+
+def test_bad_front_matter_names_the_file():
+    with pytest.raises(IngestError, match=r"notes\.md: front matter is not valid YAML"):
+        extract_markdown("---\ntitle: [unclosed\n---\ntext", "notes.md")
+    with pytest.raises(IngestError, match=r"notes\.md: front matter must be a YAML mapping"):
+        extract_markdown("---\n- a\n- b\n---\ntext", "notes.md")
+
+
+def test_text_paragraphs_at_blank_lines():
+    assert extract_text("one\nline wrapped\n\n \n\ntwo\r\n\r\nthree").paragraphs == ["one line wrapped", "two", "three"]
+
+
+@pytest.fixture
+def docs_dir(tmp_path):
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "guide.md").write_text(MARKDOWN)
+    (root / "sub" / "page.html").write_text(HTML)
+    (root / "notes.txt").write_text("First note about the harbour.\n\nSecond note about the bridge.")
+    (root / ".git" / "HEAD.txt").write_text("hidden")
+    (root / "image.png").write_bytes(b"\x89PNG\x00\x00")
+    (root / "binary.txt").write_bytes(b"abc\x00def")
+    (root / "latin1.md").write_bytes("caf\xe9".encode("latin-1"))
+    (root / "empty.html").write_text("<html><script>x</script></html>")
+    return root
+
+
+def test_a_directory_becomes_documents_with_ids_titles_and_metadata(docs_dir, tmp_path, caplog):
+    out = tmp_path / "corpus.jsonl"
+    with caplog.at_level(logging.WARNING):
+        report = from_files([docs_dir], out, opts=IngestOptions(extra_meta={"collection": "handbook"}))
+    docs = {d.id: d for d in read_corpus(out)}
+    assert sorted(docs) == ["guide.md", "notes.txt", "sub/page.html"]
+    assert (report.documents, report.passages) == (3, sum(len(d.paragraphs) for d in docs.values()))
+    assert docs["guide.md"].title == "Install guide"
+    assert docs["sub/page.html"].title == "Rotterdam history"
+    assert docs["notes.txt"].title == "notes"  # no heading: the file name
+    assert docs["guide.md"].meta == {"source": "guide.md", "title": "Install guide", "date": "2024-05-01",
+                                     "tags": ["setup", "linux"], "collection": "handbook"}
+    assert docs["sub/page.html"].meta["author"] == "Ann"
+    # the short heading joins its paragraph; the short list items join one another
+    assert docs["guide.md"].paragraphs[0].startswith("Installing\n\nRun the installer")
+    skipped = dict(report.skipped)
+    assert set(skipped) == {str(docs_dir / n) for n in ("binary.txt", "latin1.md", "empty.html")}
+    assert skipped[str(docs_dir / "binary.txt")].startswith("binary")
+    assert "not UTF-8 (byte 0xe9 at offset 3)" in skipped[str(docs_dir / "latin1.md")]
+    assert skipped[str(docs_dir / "empty.html")] == "no text"
+    for name in ("binary.txt", "latin1.md", "empty.html"):  # each warning names its file
+        assert any(str(docs_dir / name) in r.getMessage() for r in caplog.records)
+
+
+def test_strict_refuses_what_would_be_skipped(docs_dir, tmp_path):
+    with pytest.raises(IngestError, match=r"binary\.txt: binary file"):
+        from_files([docs_dir], tmp_path / "c.jsonl", opts=IngestOptions(strict=True))
+    assert not (tmp_path / "c.jsonl").exists()  # nothing half-written
+
+
+def test_files_given_by_name_and_duplicates(docs_dir, tmp_path):
+    out = tmp_path / "c.jsonl"
+    from_files([docs_dir / "notes.txt", docs_dir / "sub", docs_dir / "sub" / "page.html"], out)
+    assert [d.id for d in read_corpus(out)] == [(docs_dir / "notes.txt").as_posix(), "page.html"]  # each file once
+    with pytest.raises(IngestError, match=r"image\.png: unsupported file type '\.png'"):
+        from_files([docs_dir / "image.png"], out)
+    with pytest.raises(IngestError, match="nowhere: no such file or directory"):
+        from_files([tmp_path / "nowhere"], out)
+    with pytest.raises(IngestError, match="no documents in"):
+        from_files([docs_dir / "binary.txt"], tmp_path / "none.jsonl")
+
+
+def test_ids_from_a_metadata_field(tmp_path):
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "a.md").write_text("---\nslug: alpha\n---\ntext a")
+    (root / "b.md").write_text("---\nslug: alpha\n---\ntext b")
+    (root / "c.md").write_text("text c")
+    opts = IngestOptions(id_field="slug")
+    with pytest.raises(IngestError, match=r"b\.md and .*a\.md have the same document id 'alpha'"):
+        from_files([root / "a.md", root / "b.md"], tmp_path / "c.jsonl", opts=opts)
+    with pytest.raises(IngestError, match=r"c\.md: no usable 'slug' field for the document id"):
+        from_files([root / "c.md"], tmp_path / "c.jsonl", opts=opts)
+    from_files([root / "a.md"], tmp_path / "c.jsonl", opts=opts)
+    assert [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["alpha"]
+
+
+def test_long_files_are_chunked_within_the_budget(tmp_path):
+    path = tmp_path / "long.txt"
+    path.write_text(" ".join(f"word{i}." for i in range(500)))
+    from_files([path], tmp_path / "c.jsonl", opts=IngestOptions(chunk=ChunkOptions(max_tokens=60, overlap=10)))
+    (doc,) = read_corpus(tmp_path / "c.jsonl")
+    assert len(doc.paragraphs) > 8 and all(len(p.split()) <= 60 for p in doc.paragraphs)
+
+
+def test_meta_round_trips_and_bad_meta_names_the_line(tmp_path):
+    docs = [Document("a", "A", ("x",), {"url": "https://a", "n": [1, 2]}), Document("b", "B", ("y",))]
+    write_corpus(tmp_path / "c.jsonl", docs)
+    assert list(read_corpus(tmp_path / "c.jsonl")) == docs
+    assert "meta" not in (tmp_path / "c.jsonl").read_text().splitlines()[1]  # no metadata: no key
+    (tmp_path / "bad.jsonl").write_text('{"id": "a", "paragraphs": ["x"]}\n{"id": "b", "paragraphs": ["y"], "meta": [1]}\n')
+    with pytest.raises(CorpusError, match=r"bad\.jsonl:2: 'meta' must be a JSON object, got list"):
+        list(read_corpus(tmp_path / "bad.jsonl"))
+
+
+def test_index_build_names_the_converter(docs_dir, tmp_path, tiny_squad, tiny_corpus, tiny_model_dir):
+    assert corpus_problem(tiny_corpus) is None
+    cases = {docs_dir: f"spanseek corpus from-files {docs_dir} --out {tmp_path}/docs.jsonl",
+             docs_dir / "guide.md": f"spanseek corpus from-files {docs_dir}/guide.md --out {docs_dir}/guide.jsonl",
+             tiny_squad: f"spanseek corpus from-squad {tiny_squad} --out {tiny_squad.parent}/tiny-squad.jsonl"}
+    for path, command in cases.items():
+        with pytest.raises(BuildError) as e:
+            build_index(path, tiny_model_dir, tmp_path / "index")
+        assert command in str(e.value) and "spanseek index build --corpus" in str(e.value)
+    (tmp_path / "table.csv").write_text("a,b\n")
+    assert "is not a JSONL corpus" in corpus_problem(tmp_path / "table.csv")
+    assert not (tmp_path / "index").exists()  # refused before anything was made
+
+
+def test_cli_from_files(docs_dir, tmp_path, capsys):
+    out = tmp_path / "c.jsonl"
+    argv = ["corpus", "from-files", str(docs_dir), "--out", str(out), "--tokenizer", "words", "--max-tokens", "50",
+            "--meta", "team=docs"]
+    assert main(argv) == 0
+    assert "wrote 3 documents" in capsys.readouterr().err
+    assert all(json.loads(line)["meta"]["team"] == "docs" for line in out.read_text().splitlines())
+    assert main([*argv[:-1], "nokey"]) == 2
+    assert "--meta takes KEY=VALUE" in capsys.readouterr().err
+    assert main([*argv, "--overlap", "40"]) == 2
+    assert "overlap must be between 0 and max_tokens / 2" in capsys.readouterr().err

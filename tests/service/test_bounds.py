@@ -1,0 +1,95 @@
+"""Bounded responses: passage windows around the phrase by default, whole passages on request, a size cap."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from spanseek.core.search import Hit, Searcher
+from spanseek.service.app import create_app
+from spanseek.service.bounds import passage_window
+
+
+def _hit(passage: str, start: int, end: int) -> Hit:
+    return Hit(text=passage[start:end], score=1.0, start=start, end=end, passage_id=0, passage=passage,
+               doc_id="d", title="t")
+
+
+@pytest.mark.parametrize("start", [0, 5, 480, 990, 1000 - 7])
+def test_window_keeps_the_phrase_and_is_bounded(start):
+    passage = " ".join(f"w{i:03d}" for i in range(200))  # 999 characters, words of 4
+    hit = _hit(passage, start, start + 7)
+    w = passage_window(hit, 40)
+    assert w["passage"][w["start"]: w["end"]] == hit.text
+    assert w["passage_offset"] + w["start"] == hit.start and w["passage_chars"] == len(passage)
+    assert passage[w["passage_offset"]: w["passage_offset"] + len(w["passage"])] == w["passage"]
+    assert len(w["passage"]) <= 7 + 2 * 40 + 2 * 32
+    lo, hi = w["passage_offset"], w["passage_offset"] + len(w["passage"])
+    assert lo == 0 or passage[lo - 1] == " "  # cut at word edges
+    assert hi == len(passage) or passage[hi] == " "
+
+
+def test_whole_passage_when_asked_or_short():
+    passage = "short passage"
+    assert passage_window(_hit(passage, 6, 13), 40)["passage"] == passage
+    long = "x" * 10_000
+    w = passage_window(_hit(long, 5000, 5005), None)
+    assert w["passage"] == long and w["passage_offset"] == 0 and w["start"] == 5000
+    w = passage_window(_hit(long, 5000, 5005), 10)  # no word edge near: cut exactly
+    assert len(w["passage"]) == 25 and w["start"] == 10
+
+
+class HugePassageSearcher(Searcher):
+    """The tiny index's hits, each placed inside a 1 MB paragraph (as on a corpus with one)."""
+
+    PAD = "filler " * 150_000  # 1.05 MB
+
+    def search_vectors(self, *args, **kwargs):
+        out = super().search_vectors(*args, **kwargs)
+        pad = len(self.PAD)
+        return [[dataclasses.replace(h, passage=self.PAD + h.passage + self.PAD, start=h.start + pad, end=h.end + pad)
+                 for h in hits] for hits in out]
+
+
+def test_top_k_100_on_a_megabyte_paragraph_is_bounded(settings_for, tiny_searcher, serve):
+    searcher = HugePassageSearcher(tiny_searcher.index, tiny_searcher.encoder)
+    with serve(create_app(settings_for(max_top_k=100), lambda s: searcher)) as c:
+        r = c.post("/search", json={"query": "who built the castle?", "top_k": 100})
+        assert r.status_code == 200, r.text
+        hits = r.json()["results"][0]["hits"]
+        assert len(hits) == 100
+        # the bound: per hit 2 x passage_context_chars (200) + the phrase + word-edge slack, plus fixed fields
+        assert all(len(h["passage"]) <= 2 * 200 + len(h["text"]) + 64 for h in hits)
+        assert all(h["passage_chars"] > 2_000_000 for h in hits)
+        assert len(r.content) < 100 * 1024  # before: ~210 MB
+        full = c.post("/search", json={"query": "who built the castle?", "top_k": 100, "full_passage": True})
+        assert full.status_code == 400 and full.json()["error"] == "response_too_large"
+        assert "max_response_bytes" in full.json()["message"] and "full_passage" in full.json()["message"]
+
+
+def test_full_passage_on_request_and_the_exact_size_cap(settings_for, tiny_searcher, serve):
+    with serve(create_app(settings_for(passage_context_chars=10), lambda s: tiny_searcher)) as c:
+        q = "who built the castle?"
+        want = tiny_searcher.search([q], "phrase", top_k=5)[0]
+        windowed = c.post("/search", json={"query": q, "top_k": 5}).json()["results"][0]["hits"]
+        full = c.post("/search", json={"query": q, "top_k": 5, "full_passage": True}).json()["results"][0]["hits"]
+        for w, f, h in zip(windowed, full, want, strict=True):
+            assert f["passage"] == h.passage and (f["start"], f["end"], f["passage_offset"]) == (h.start, h.end, 0)
+            assert w["passage"][w["start"]: w["end"]] == h.text and w["passage_offset"] + w["start"] == h.start
+            assert len(w["passage"]) <= len(h.text) + 2 * 10 + 2 * 32
+        big = {"queries": [q, "a river", "the king", "which city?"], "top_k": 10, "full_passage": True}
+        size = len(c.post("/search", json=big).content)
+    assert size > 4096
+    # a cap just below (timings vary the size by a few bytes): the estimate (a lower bound) lets it through, the
+    # rendered bytes do not
+    with serve(create_app(settings_for(max_response_bytes=size - 40, passage_context_chars=10),
+                          lambda s: tiny_searcher)) as c:
+        r = c.post("/search", json=big)
+        assert r.status_code == 400 and r.json()["error"] == "response_too_large"
+        message = r.json()["message"]
+        assert "would be at least" not in message and f"limit of {size - 40}" in message
+        assert abs(int(message.split("would be ")[1].split()[0]) - size) < 40
+        assert c.post("/search", json={**big, "full_passage": False}).status_code == 200
+    with serve(create_app(settings_for(max_response_bytes=size + 40), lambda s: tiny_searcher)) as c:
+        assert c.post("/search", json=big).status_code == 200

@@ -1,0 +1,207 @@
+"""spanseek.client against a running service (uvicorn on loopback over the tiny index): results equal the
+in-process searcher's, errors carry the server's message, and a full queue's 429 is retried after Retry-After.
+
+    .venv/bin/python -m pytest -q tests/service/test_client.py
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+import spanseek.client as client_module
+from spanseek.client import (
+    AsyncClient,
+    AuthenticationError,
+    BadRequestError,
+    Client,
+    OverloadedError,
+    SearchResponse,
+    ServerError,
+)
+from spanseek.service.app import create_app
+from spanseek.service.settings import Settings
+
+KEY = "test-key"
+QUESTION = "Who built the castle in 1500?"
+
+
+@pytest.fixture(scope="module")
+def url(live, tiny_index, tiny_model_dir, tiny_searcher):
+    """A live service over the tiny index that requires an API key."""
+    settings = Settings(index=tiny_index, model=str(tiny_model_dir), device="cpu", precision="fp32", warmup=False,
+                        api_key=KEY)
+    with live(create_app(settings, lambda s: tiny_searcher)) as base:
+        yield base
+
+
+def same_hits(got, want):
+    assert [(h.passage_id, h.start, h.end, h.doc_id, h.title, h.text) for h in got] == \
+        [(h.passage_id, h.start, h.end, h.doc_id, h.title, h.text) for h in want]
+    assert np.allclose([h.score for h in got], [h.score for h in want], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_search_matches_the_searcher(url, tiny_searcher, unit):
+    with Client(url, api_key=KEY) as client:
+        response = client.search(QUESTION, unit=unit, top_k=3)
+    assert isinstance(response, SearchResponse) and response.unit == unit
+    same_hits(response.hits, tiny_searcher.search([QUESTION], unit=unit, top_k=3)[0])
+    assert response.request_id and response.timings_ms.batch_size >= 1 and response.results[0].query == QUESTION
+
+
+def test_batch_search_and_options(url, tiny_searcher):
+    questions = ["When was the bridge built?", "Who painted the church?", "Which river?"]
+    with Client(url, api_key=KEY) as client:
+        response = client.search_batch(questions, unit="passage", top_k=2)
+        merged = client.search(QUESTION, top_k=4, merge_answers=True)
+        info = client.info()
+    assert [r.query for r in response.results] == questions
+    for result, want in zip(response.results, tiny_searcher.search(questions, unit="passage", top_k=2), strict=True):
+        same_hits(result.hits, want)
+    same_hits(merged.hits, tiny_searcher.search([QUESTION], top_k=4, merge_answers=True)[0])
+    assert info["index"] and info["service"]["units"] == ["phrase", "passage", "doc"]
+
+
+async def test_async_client(url, tiny_searcher):
+    async with AsyncClient(url, api_key=KEY) as client:
+        assert await client.ready()
+        one = await client.search(QUESTION, unit="doc", top_k=2)
+        many = await client.search_batch([QUESTION, "a king"], top_k=1)
+        with pytest.raises(BadRequestError, match="top_k must be between 1 and"):
+            await client.search(QUESTION, top_k=0)
+    same_hits(one.hits, tiny_searcher.search([QUESTION], unit="doc", top_k=2)[0])
+    assert len(many.results) == 2 and all(len(r.hits) == 1 for r in many.results)
+
+
+def test_errors_carry_the_servers_message(url):
+    with Client(url, api_key="wrong") as client, pytest.raises(AuthenticationError) as e:
+        client.search(QUESTION)
+    assert e.value.status == 401 and e.value.error == "unauthorized" and e.value.request_id
+    with Client(url, api_key=KEY) as client:
+        with pytest.raises(BadRequestError) as e:
+            client.search(QUESTION, top_k=10_000)
+        assert e.value.status == 400 and "top_k must be between 1 and" in e.value.message
+        with pytest.raises(BadRequestError, match="merge_answers applies to unit=phrase") as e:
+            client.search(QUESTION, unit="passage", merge_answers=True)
+        with pytest.raises(BadRequestError) as e:  # unknown options reach the server, which names them
+            client.search(QUESTION, no_such_option=1)
+        assert e.value.status == 422 and e.value.details and "no_such_option" in str(e.value.details)
+    with Client(url + "/nowhere", api_key=KEY) as client, pytest.raises(BadRequestError) as e:
+        client.search(QUESTION)
+    assert e.value.status == 404
+
+
+def test_overload_429_is_retried_after_retry_after(settings_for, counting_factory, live, monkeypatch):
+    """A service whose queue holds one question: one request blocks the encoder, one waits, the next gets 429."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue=1, max_queries_per_request=1), factory)
+    encoder.gate.set()
+    with live(app) as base:
+        encoder.gate.clear()
+        encoder.entered.clear()
+        results: dict[str, object] = {}
+
+        def search(name: str, **kwargs) -> None:
+            with Client(base, **kwargs) as c:
+                try:
+                    results[name] = c.search(name)
+                except Exception as e:  # kept for the assertions below
+                    results[name] = e
+
+        threads = [threading.Thread(target=search, args=("blocks the encoder",))]
+        threads[0].start()
+        assert encoder.entered.wait(30)
+        threads.append(threading.Thread(target=search, args=("waits in the queue",)))
+        threads[1].start()
+        deadline = time.monotonic() + 30
+        while app.state.service.batcher.depth < 1:
+            assert time.monotonic() < deadline, "the second request never queued"
+            time.sleep(0.01)
+
+        with Client(base, max_retries=0) as c, pytest.raises(OverloadedError) as e:
+            c.search("refused")
+        assert e.value.status == 429 and e.value.error == "overloaded" and e.value.retry_after >= 1
+        assert "queue" in e.value.message
+
+        waits: list[float] = []
+        real_sleep = time.sleep
+
+        def sleep(seconds: float) -> None:  # the client's back-off: record it, unblock the server, wait a little
+            waits.append(seconds)
+            encoder.gate.set()
+            real_sleep(0.05)
+
+        monkeypatch.setattr(client_module.time, "sleep", sleep)
+        search("retried", max_retries=20, max_retry_wait=0.5)
+        for t in threads:
+            t.join(30)
+    assert isinstance(results["retried"], SearchResponse) and len(results["retried"].hits) == 10
+    assert waits and all(w == 0.5 for w in waits)  # Retry-After (>= 1 s) capped by max_retry_wait
+    assert all(isinstance(results[n], SearchResponse) for n in ("blocks the encoder", "waits in the queue"))
+
+
+def fake_server(answers: list[httpx.Response]) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answers[min(len(seen), len(answers)) - 1]
+
+    return httpx.MockTransport(handle), seen
+
+
+OK = {"unit": "phrase", "results": [{"query": "q", "hits": [{"text": "1340", "score": 1.5, "doc_id": "a.md",
+                                                             "meta": {"url": "u"}, "confidence": 0.9}]}],
+      "timings_ms": {"queue": 1, "encode": 2, "search": 3, "aggregate": 4, "total": 10, "batch_size": 1},
+      "request_id": "r1", "no_answer": False}
+OVERLOADED = {"error": "overloaded", "message": "queue full", "request_id": "r0"}
+
+
+def test_retry_after_is_honoured_and_bounded(monkeypatch):
+    waits: list[float] = []
+    monkeypatch.setattr(client_module.time, "sleep", waits.append)
+    date = "Wed, 21 Oct 2099 07:28:00 GMT"  # far future: capped by max_retry_wait
+    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "2"}),
+                                   httpx.Response(429, json=OVERLOADED, headers={"Retry-After": date}),
+                                   httpx.Response(429, json=OVERLOADED),
+                                   httpx.Response(200, json=OK)])
+    with Client("http://fake", transport=transport, max_retries=3, max_retry_wait=7) as client:
+        response = client.search("q", top_k=1, mode="hybrid")
+    assert waits == [2.0, 7.0, 4.0]  # as told; a date, capped; no header: exponential back-off (2 ** attempt)
+    assert len(seen) == 4 and seen[0].url.params["unit"] == "phrase"
+    assert b'"mode":"hybrid"' in seen[0].content.replace(b" ", b"")  # options the client does not name pass through
+    hit = response.hits[0]
+    assert (hit.text, hit.doc_id, hit.meta, hit.extra) == ("1340", "a.md", {"url": "u"}, {"confidence": 0.9})
+    assert response.extra == {"no_answer": False} and response.timings_ms.total == 10
+
+    waits.clear()
+    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "1"})])
+    with Client("http://fake", transport=transport, max_retries=2) as client, pytest.raises(OverloadedError) as e:
+        client.search("q")
+    assert len(seen) == 3 and waits == [1.0, 1.0] and e.value.retry_after == 1.0 and e.value.request_id == "r0"
+
+
+def test_server_errors_and_non_json_bodies():
+    transport, _ = fake_server([httpx.Response(500, json={"error": "internal", "message": "boom", "request_id": "x"})])
+    with Client("http://fake", transport=transport) as client, pytest.raises(ServerError, match="boom") as e:
+        client.search("q")
+    assert (e.value.status, e.value.request_id) == (500, "x")
+    transport, _ = fake_server([httpx.Response(502, text="<html>bad gateway</html>")])
+    with Client("http://fake", transport=transport) as client, pytest.raises(ServerError, match="bad gateway"):
+        client.search("q")
+
+
+def test_the_client_needs_only_httpx_and_the_standard_library():
+    import sys
+
+    tree = ast.parse(Path(client_module.__file__).read_text())
+    roots = {(a.name if isinstance(n, ast.Import) else n.module or "").split(".")[0]
+             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in getattr(n, "names", [])}
+    assert roots - set(sys.stdlib_module_names) == {"httpx"}

@@ -1,0 +1,141 @@
+"""One bad request fails alone: invalid Unicode is refused before batching, and a failing batch is bisected."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from spanseek.core.search import Searcher
+from spanseek.service.app import create_app
+from spanseek.service.batcher import (
+    SearchParams,
+    bisect_failures,
+    encode_batch,
+    run_batch,
+    run_batch_isolated,
+    select_requests,
+)
+
+POISON = "\ud800"  # a lone surrogate: JSON allows "\ud800", the tokenizer refuses it
+
+
+@pytest.mark.parametrize("body", [
+    b'{"query": "\\ud800"}',  # escaped lone surrogate
+    b'{"query": "a \xed\xa0\x80 b"}',  # its raw bytes (CESU-8), which JSON decoding turns into the same
+    b'{"queries": ["fine", "also \\udfff fine?"]}',
+])
+def test_lone_surrogates_are_422_naming_the_character(client, body):
+    r = client.post("/search", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    msg = " ".join(d["msg"] for d in r.json()["details"])
+    assert "lone surrogate" in msg and "U+D" in msg
+    if b"queries" in body:
+        assert "question 1" in msg
+
+
+def test_invalid_utf8_body_is_a_4xx(client):
+    r = client.post("/search", content=b'{"query": "\xff"}', headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500 and r.json()["request_id"]
+
+
+async def test_rounds_of_normal_requests_with_one_poisoned(settings_for, tiny_searcher, async_serve):
+    """The attack that failed 278 of 310 normal requests: 10 rounds of 31 normal + 1 poisoned, concurrently."""
+    app = create_app(settings_for(max_batch_size=32, max_wait_ms=20), lambda s: tiny_searcher)
+    async with async_serve(app) as ac:
+        statuses = []
+        for round_ in range(10):
+            bodies = [{"query": f"who built the castle {round_}.{i}?"} for i in range(31)] + [{"query": POISON}]
+            answers = await asyncio.gather(*(ac.post("/search", content=json.dumps(b).encode(),  # ASCII-escaped
+                                                     headers={"content-type": "application/json"}) for b in bodies))
+            statuses.append([a.status_code for a in answers])
+    assert all(s[:31] == [200] * 31 for s in statuses)
+    assert all(s[31] == 422 for s in statuses)
+
+
+class PoisonableEncoder:
+    """Wraps the tests' counting encoder: raises on any batch holding "BOOM"; encodes "FAR" as a huge vector
+    that the search below refuses."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def encode(self, questions):
+        if any("BOOM" in q for q in questions):
+            raise RuntimeError("the encoder cannot take this batch")
+        q_start, q_end = self.inner.encode(questions)
+        for b, q in enumerate(questions):
+            if "FAR" in q:
+                q_start[b] = 1e30
+        return q_start, q_end
+
+
+class PoisonableSearcher(Searcher):
+    def search_vectors(self, q_start, q_end, *args, **kwargs):
+        if np.abs(q_start).max(initial=0) > 1e29:
+            raise FloatingPointError("the search cannot take this batch")
+        return super().search_vectors(q_start, q_end, *args, **kwargs)
+
+
+@pytest.mark.parametrize("pipeline", ["off", "on"])
+@pytest.mark.parametrize("culprit", ["BOOM", "FAR"])
+async def test_a_failing_batch_step_fails_only_its_culprit(hold_worker, settings_for, tiny_searcher, counting_factory,
+                                                         async_serve, pipeline, culprit):
+    """Batch-step failures the validation cannot foresee: encode (BOOM) and search (FAR), with and without the
+    pipeline. Before bisection every request batched with the culprit got 500."""
+    encoder = PoisonableEncoder(counting_factory(block=True)[1])
+    searcher = PoisonableSearcher(tiny_searcher.index, encoder)
+    app = create_app(settings_for(max_batch_size=16, max_wait_ms=1, pipeline=pipeline), lambda s: searcher)
+    encoder.gate.set()
+    async with async_serve(app) as ac:
+        busy = await hold_worker(ac, encoder)
+        questions = [f"castle number {i}" for i in range(7)]
+        questions.insert(3, f"{culprit} castle")
+        tasks = [asyncio.create_task(ac.post("/search", json={"query": q, "top_k": 2})) for q in questions]
+        await asyncio.sleep(0.2)  # all queued behind the busy batch: they will form one batch
+        encoder.gate.set()
+        answers = await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        assert (await busy).status_code == 200
+    statuses = [a.status_code for a in answers]
+    assert statuses == [200] * 3 + [500] + [200] * 4, statuses
+    assert answers[3].json()["error"] == "internal_error"
+    for q, a in zip(questions, answers, strict=True):
+        if a.status_code == 200:
+            want = tiny_searcher.search([q], "phrase", top_k=2)[0]
+            assert [(h["passage_id"], h["start"]) for h in a.json()["results"][0]["hits"]] == \
+                [(h.passage_id, h.start) for h in want]
+
+
+def test_bisect_failures_isolates_each_bad_item():
+    calls = []
+
+    def run(items):
+        calls.append(list(items))
+        if any(i in (3, 12) for i in items):
+            raise ValueError(f"bad among {items}")
+        return [i * 10 for i in items]
+
+    out = bisect_failures(run, list(range(16)))
+    assert [o for i, o in enumerate(out) if i not in (3, 12)] == [i * 10 for i in range(16) if i not in (3, 12)]
+    assert isinstance(out[3], ValueError) and isinstance(out[12], ValueError)
+    assert len(calls) <= 1 + 2 * 2 * 4  # two culprits among 16: a few calls per level, not one per item
+
+
+def test_isolated_batch_equals_the_plain_batch_and_selection_keeps_rows(tiny_searcher):
+    p2, p3 = SearchParams("phrase", 2), SearchParams("passage", 3)
+    requests = [(["who built it?", " "], p2), (["which river?"], p3), ([], p2), (["a king", "the bridge"], p2)]
+    plain, _ = run_batch(tiny_searcher, requests)
+    isolated, _ = run_batch_isolated(tiny_searcher, requests)
+    assert isolated == plain
+    enc = encode_batch(tiny_searcher, requests)
+    part = select_requests(enc, [3, 0])
+    assert part.requests == [requests[3], requests[0]]
+    assert part.q_start.shape[0] == 3  # "a king", "the bridge", "who built it?" (the blank is not encoded)
+    full_rows = {q: enc.q_start[b] for b, i in enumerate(enc.rows) for q in [enc.flat[i][1]]}
+    for b, i in enumerate(part.rows):
+        assert np.array_equal(part.q_start[b], full_rows[part.flat[i][1]])

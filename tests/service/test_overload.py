@@ -1,0 +1,76 @@
+"""Overload sheds by expected queueing time at the measured batch rate (429 + Retry-After), max_queue stays a cap."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from spanseek.service.app import create_app
+from spanseek.service.errors import Overloaded
+from spanseek.service.overload import BatchCostModel, check_admission
+
+
+def test_cost_model_recovers_a_linear_batch_cost():
+    cost = BatchCostModel()
+    assert not cost.known and cost.seconds_for(100, 32) == 0.0
+    for size in [1, 4, 32, 8, 16, 32, 2, 32] * 5:
+        cost.observe(size, 0.010 + 0.003 * size)  # 10 ms per batch + 3 ms per question
+    fixed, per_question = cost.line()
+    assert fixed == pytest.approx(0.010, rel=1e-6) and per_question == pytest.approx(0.003, rel=1e-6)
+    assert cost.seconds_for(70, 32) == pytest.approx(3 * 0.010 + 70 * 0.003)
+
+
+def test_cost_model_with_one_batch_size_is_proportional_and_follows_the_machine():
+    cost = BatchCostModel()
+    cost.observe(32, 0.32)
+    assert cost.line() == (0.0, pytest.approx(0.01)) and cost.seconds_for(64, 32) == pytest.approx(0.64)
+    for _ in range(100):  # the machine got 4x slower: the estimate follows within tens of batches
+        cost.observe(32, 1.28)
+    assert cost.seconds_for(32, 32) == pytest.approx(1.28, rel=0.01)
+
+
+def test_admission_by_expected_wait_and_by_the_hard_cap():
+    cost = BatchCostModel()
+    cost.observe(32, 0.32)  # 10 ms a question
+    check_admission(cost, queued=0, incoming=32, max_batch_size=32, max_queue=256, budget_s=0.001)  # empty: admitted
+    check_admission(cost, queued=29, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3)  # 290 ms ahead
+    with pytest.raises(Overloaded) as e:
+        check_admission(cost, queued=31, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3)  # 310 ms
+    assert "max_queue_wait_ms" in e.value.message and e.value.headers["Retry-After"] == "1"
+    with pytest.raises(Overloaded) as e:  # budget off: only the cap
+        check_admission(cost, queued=250, incoming=7, max_batch_size=32, max_queue=256, budget_s=0)
+    assert "full" in e.value.message and int(e.value.headers["Retry-After"]) >= 3  # ~2.6 s of queued work
+    check_admission(cost, queued=249, incoming=7, max_batch_size=32, max_queue=256, budget_s=0)
+
+
+async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(hold_worker, until, settings_for,
+                                                                        counting_factory, async_serve):
+    """The queue holds only what the measured rate runs within max_queue_wait_ms, far below max_queue.
+
+    Before, the default max_queue (256 questions) was the only bound: all 40 requests would have queued."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=4, max_wait_ms=1, max_queue_wait_ms=100), factory)
+    encoder.gate.set()
+    async with async_serve(app) as ac:
+        batcher = app.state.service.batcher
+        batcher.observe_batch(4, 0.040)  # measured rate: 10 ms a question, so 100 ms = 10 queued questions
+        busy = await hold_worker(ac, encoder)
+        tasks = []
+        for i in range(40):  # one at a time, so the queue depth each one sees is known
+            tasks.append(asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})))
+            await until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
+        refused = [t.result() for t in tasks if t.done()]
+        assert len(refused) == 40 - 11  # admitted while the queue ahead held <= 100 ms: 0..10 questions
+        assert all(r.status_code == 429 and r.json()["error"] == "overloaded" for r in refused)
+        assert all(r.headers["Retry-After"] == "1" and "max_queue_wait_ms" in r.json()["message"] for r in refused)
+        encoder.gate.set()
+        served = await asyncio.wait_for(asyncio.gather(busy, *[t for t in tasks if not t.done()]), 30)
+    assert [r.status_code for r in served] == [200] * 12
+
+
+async def test_warm_up_measures_the_batch_rate(settings_for, tiny_searcher, async_serve):
+    app = create_app(settings_for(warmup=True), lambda s: tiny_searcher)
+    async with async_serve(app):
+        cost = app.state.service.batcher.cost
+        assert cost.known and cost.seconds_for(32, 32) > 0
