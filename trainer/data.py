@@ -7,7 +7,7 @@ their questions, so the phrase encoder runs once per window (SQuAD has ~4.6 ques
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -16,19 +16,7 @@ from spanseek.core.encoding import QUESTION_PAD_MULTIPLE, padded_length
 from spanseek.core.io import Question
 from spanseek.core.metrics import passage_has_answer
 from spanseek.core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
-
-
-@dataclass(frozen=True, kw_only=True)
-class FrozenModelJob:
-    """Options shared by the jobs that fit something on top of a frozen trained model (the token filter head, the
-    span length bias): the held-out split (as ``core.io.split_articles``), sampling seed, device and progress."""
-
-    holdout_every: int = 20
-    holdout_offset: int = 7
-    seed: int = 0
-    device: str = "auto"
-    precision: str = "auto"
-    progress: bool = True
+from spanseek.trainer.losses import HardNegatives
 
 
 @dataclass
@@ -46,11 +34,16 @@ class TrainWindow:
 
 @dataclass
 class Batch:
-    """Tensors for one step. P windows, Q questions; positions index the (P, T) passage tensor."""
+    """Tensors for one step (joint training and QSFT alike): P windows, Q questions; positions index the rows of
+    ``start_ok``.
 
-    input_ids: torch.Tensor  # (P, T) with [CLS] ... [SEP] and padding
-    attention_mask: torch.Tensor  # (P, T)
-    start_ok: torch.Tensor  # (P, T) bool: token may start a phrase
+    Joint training encodes the passages: ``input_ids`` holds the windows ([CLS] ... [SEP], so content token k is
+    at position k + 1) and, after them, the hard-negative passages it encodes too. Query-side fine-tuning reads
+    the windows' token vectors from a phrase cache instead: ``vectors`` (content token k at position k) and
+    ``hard``, the hard-negative tokens from the cache.
+    """
+
+    start_ok: torch.Tensor  # (P, T) bool: token may start a phrase (rows after P: hard passages)
     end_ok: torch.Tensor  # (P, T) bool
     q_input_ids: torch.Tensor  # (Q, Tq)
     q_attention_mask: torch.Tensor  # (Q, Tq)
@@ -58,10 +51,33 @@ class Batch:
     gold_start: torch.Tensor  # (Q,) position in its window's row
     gold_end: torch.Tensor  # (Q,)
     n_windows: int  # rows [0, n_windows) are windows; the rows after them are hard-negative passages
-    hard_allowed: torch.Tensor  # (Q, H) bool: hard passage h does not contain question q's answer
+    windows: list[TrainWindow] = field(default_factory=list)
+    input_ids: torch.Tensor | None = None  # (P + Hp, T) with [CLS] ... [SEP] and padding
+    attention_mask: torch.Tensor | None = None  # (P + Hp, T)
+    hard_allowed: torch.Tensor | None = None  # (Q, Hp) bool: hard passage h does not contain question q's answer
+    vectors: torch.Tensor | None = None  # (P, T, d) cached token vectors of the windows
+    hard: HardNegatives | None = None  # cached hard-negative tokens
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.__dict__.items()})
+        def move(v):
+            if isinstance(v, HardNegatives):
+                return HardNegatives(*(t.to(device) for t in (v.vectors, v.start_ok, v.end_ok, v.allowed)))
+            return v.to(device) if isinstance(v, torch.Tensor) else v
+
+        return Batch(**{k: move(v) for k, v in self.__dict__.items()})
+
+
+def question_tensors(windows: list[TrainWindow], tokenizer, max_query_len: int, shift: int) -> dict[str, torch.Tensor]:
+    """The batch's questions, window by window: token ids, each one's window, and gold positions + ``shift``."""
+    q = tokenizer([s for w in windows for s in w.questions], padding=True, truncation=True,
+                  max_length=max_query_len, return_tensors="pt", pad_to_multiple_of=QUESTION_PAD_MULTIPLE)
+    return {
+        "q_input_ids": q["input_ids"],
+        "q_attention_mask": q["attention_mask"],
+        "q_passage": torch.tensor([p for p, w in enumerate(windows) for _ in w.questions]),
+        "gold_start": torch.tensor([s + shift for w in windows for s in w.starts]),
+        "gold_end": torch.tensor([e + shift for w in windows for e in w.ends]),
+    }
 
 
 def build_windows(
@@ -160,26 +176,15 @@ def collate(windows: list[TrainWindow], tokenizer, max_query_len: int, hard_per_
         ids[p, n + 1] = tokenizer.sep_token_id
         mask[p, : n + 2] = 1
         flags[p, 1 : n + 1] = torch.from_numpy(row_flags)
-    qs, q_passage, gs, ge, answers = [], [], [], [], []
-    for p, w in enumerate(windows):
-        qs.extend(w.questions)
-        answers.extend(w.answers)
-        q_passage.extend([p] * len(w.questions))
-        gs.extend(s + 1 for s in w.starts)
-        ge.extend(e + 1 for e in w.ends)
-    q = tokenizer(qs, padding=True, truncation=True, max_length=max_query_len, return_tensors="pt",
-                  pad_to_multiple_of=QUESTION_PAD_MULTIPLE)
+    answers = [a for w in windows for a in w.answers]
     return Batch(
         input_ids=ids,
         attention_mask=mask,
         start_ok=(flags & FLAG_START) > 0,
         end_ok=(flags & FLAG_END) > 0,
-        q_input_ids=q["input_ids"],
-        q_attention_mask=q["attention_mask"],
-        q_passage=torch.tensor(q_passage),
-        gold_start=torch.tensor(gs),
-        gold_end=torch.tensor(ge),
+        **question_tensors(windows, tokenizer, max_query_len, shift=1),  # [CLS] comes first
         n_windows=P,
+        windows=windows,
         hard_allowed=torch.tensor(
             [[not passage_has_answer(h, a) for h in hard_texts] for a in answers], dtype=torch.bool
         ).reshape(len(answers), len(hard_texts)),

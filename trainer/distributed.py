@@ -8,25 +8,10 @@ all-reduce per step. NCCL on CUDA, gloo on CPU: the same code runs on a laptop w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 
-
-@dataclass(frozen=True)
-class DistInfo:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+from spanseek.trainer.arguments import DistInfo
 
 
 def init(info: DistInfo, device_type: str) -> None:

@@ -11,7 +11,7 @@ filter probability reaches T; ``threshold_for_keep_ratio`` picks T for a wanted 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,23 +20,12 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from spanseek.core.encoding import autocast, pick_device, pick_precision
-from spanseek.core.io import load_squad, split_articles, squad_questions, write_json_atomic
+from spanseek.core.io import load_squad, squad_questions, write_json_atomic
 from spanseek.core.model import PhraseModel, load_model, load_tokenizer
-from spanseek.trainer.data import FrozenModelJob, build_windows, collate
+from spanseek.trainer.arguments import FilterConfig
+from spanseek.trainer.data import build_windows, collate
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class FilterConfig(FrozenModelJob):
-    model: str  # trained phrase model (its encoders stay frozen)
-    train: str  # SQuAD-format training file (held-out articles are used for validation only)
-    out: str  # model directory written with the filter head
-    train_windows: int = 3000
-    val_windows: int = 600
-    epochs: int = 20
-    lr: float = 1e-2
-    batch_windows: int = 32
 
 
 @torch.no_grad()
@@ -88,7 +77,7 @@ def train_filter(cfg: FilterConfig) -> dict:
     base.to(device).eval()
     tokenizer = load_tokenizer(base.config)
     data = load_squad(cfg.train)
-    train_art, held_art = split_articles(data, cfg.holdout_every, cfg.holdout_offset)
+    train_art, held_art = cfg.holdout.split(data)
     rng = np.random.default_rng(cfg.seed)
 
     def sample_windows(articles, n):

@@ -29,31 +29,16 @@ import numpy as np
 import torch
 
 from spanseek.core.encoding import PassageEncoder, QuestionEncoder, pick_device, pick_precision
-from spanseek.core.io import Question, load_squad, replace_dir, split_articles, squad_questions
+from spanseek.core.io import Question, load_squad, replace_dir, squad_questions
 from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, load_model, load_tokenizer, resolve_model
 from spanseek.core.search import span_scores
 from spanseek.core.text import char_to_token
-from spanseek.trainer.data import FrozenModelJob
+from spanseek.trainer.arguments import LengthBiasConfig
 
 log = logging.getLogger(__name__)
 
 
 RIDGE = 1e-4  # per question: negligible next to any length the data has (NLL ~1.2), enough to bound the others
-
-
-@dataclass(frozen=True)
-class LengthBiasConfig(FrozenModelJob):
-    model: str  # trained phrase model
-    train: str  # SQuAD-format training file (the held-out articles are only evaluated)
-    out: str  # model directory written with the fitted length_bias
-    questions: int = 12000  # training questions sampled for the fit
-    val_questions: int = 2000  # held-out questions whose likelihood is reported
-
-    def __post_init__(self) -> None:
-        if self.questions < 1:
-            raise ValueError(f"questions must be >= 1 (training questions to fit on), got {self.questions}")
-        if self.val_questions < 0:
-            raise ValueError(f"val_questions must be >= 0, got {self.val_questions}")
 
 
 @dataclass
@@ -142,7 +127,7 @@ def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     model.to(device)
     precision = pick_precision(cfg.precision, device)
     tokenizer = load_tokenizer(model.config)
-    train, held = split_articles(load_squad(cfg.train), cfg.holdout_every, cfg.holdout_offset)
+    train, held = cfg.holdout.split(load_squad(cfg.train))
     rng = random.Random(cfg.seed)
     fit_q = answerable(squad_questions(train))
     fit_q = rng.sample(fit_q, min(cfg.questions, len(fit_q)))

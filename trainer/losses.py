@@ -25,23 +25,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from spanseek.trainer.arguments import LossConfig  # noqa: F401 (part of this module's interface)
+
 NEG_INF = -1e4  # large negative that survives bf16
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    kind: str = "unified"  # "unified" | "two_term"
-    lambda_inb: float = 256.0
-    lambda_pre: float = 256.0
-    lambda_hard: float = 1.0
-    lambda_neg: float = 4.0  # two_term only: weight of L_neg
-    lambda_span: float = 0.0  # weight of the in-passage span-level term (0 = off)
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("unified", "two_term"):
-            raise ValueError(f"loss kind must be 'unified' or 'two_term', got {self.kind!r}")
-        if self.lambda_span < 0:
-            raise ValueError(f"lambda_span must be >= 0, got {self.lambda_span}")
 
 
 @dataclass(frozen=True)
@@ -101,7 +87,7 @@ def _side_loss(
         weights.append(cfg.lambda_inb)
     if pre is not None:
         negs.append(q @ pre.T)  # (Q, C·Q')
-        weights.append(cfg.lambda_pre)
+        weights.append(cfg.pre_weight)
     if cfg.kind == "two_term":
         single = F.cross_entropy(inp.float(), gold)
         pos = (q * gold_vecs).sum(-1, keepdim=True)  # (Q, 1)

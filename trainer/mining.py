@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from spanseek.core.io import Question, atomic_path, load_squad, open_text, squad_questions
+from spanseek.core.io import Holdout, Question, atomic_path, load_squad, open_text, squad_questions
 from spanseek.core.metrics import passage_has_answer
 
 log = logging.getLogger(__name__)
@@ -30,12 +30,13 @@ log = logging.getLogger(__name__)
 Retriever = Callable[[list[str], int], np.ndarray]
 
 
-def training_pool(data: list[dict], holdout_every: int = 20, holdout_offset: int = 7) -> list[tuple[int, int, str]]:
+def training_pool(data: list[dict], holdout: Holdout | None = None) -> list[tuple[int, int, str]]:
     """(article index, paragraph index, text) of every paragraph of the training split."""
+    holdout = holdout or Holdout()
     return [
         (a, p, para["context"])
         for a, art in enumerate(data)
-        if a % holdout_every != holdout_offset
+        if not holdout.held(a)
         for p, para in enumerate(art["paragraphs"])
     ]
 
@@ -98,16 +99,16 @@ def mine(
     index: str | Path | None = None,
     model: str | Path | None = None,
     limit_questions: int | None = None,
-    holdout_every: int = 20,
-    holdout_offset: int = 7,
+    holdout: Holdout | None = None,
     progress: bool = True,
 ) -> Path:
     """Mine hard negatives for the training split of ``train`` into ``out`` (resumable). Returns ``out``."""
     out = Path(out)
     data = load_squad(train)
-    pool = training_pool(data, holdout_every, holdout_offset)
+    holdout = holdout or Holdout()
+    pool = training_pool(data, holdout)
     # question positions must refer to the full file, so flatten it and drop held-out articles afterwards
-    questions = [q for q in squad_questions(data) if q.doc_index % holdout_every != holdout_offset]
+    questions = [q for q in squad_questions(data) if not holdout.held(q.doc_index)]
     if limit_questions:
         questions = questions[:limit_questions]
     if miner == "bm25":

@@ -18,12 +18,13 @@ import torch
 from tqdm.auto import tqdm
 
 from spanseek.core.config import EncoderConfig
-from spanseek.core.encoding import autocast, window_batch
+from spanseek.core.encoding import autocast, padded_length, window_batch
 from spanseek.core.io import write_json_atomic
 from spanseek.core.metrics import passage_has_answer
 from spanseek.core.model import PhraseModel, phrase_fingerprint
 from spanseek.core.text import FLAG_END, FLAG_START, tokenize_passages
-from spanseek.trainer.data import TrainWindow, pick_hard
+from spanseek.trainer.data import Batch, TrainWindow, pick_hard, question_tensors
+from spanseek.trainer.losses import HardNegatives
 
 CACHE_META = "cache.json"
 CACHE_VECTORS = "vectors.npy"
@@ -189,3 +190,25 @@ def cached_windows(batch: list[TrainWindow], cache: PhraseCache, T: int, first: 
         v, _ = cache.window(window_key(w.input_ids))
         H[p, first : first + len(v)] = torch.from_numpy(np.asarray(v, dtype=np.float32))
     return H
+
+
+def cached_batch(
+    windows: list[TrainWindow], cache: PhraseCache, hard_keys: dict[str, str], hard_per_batch: int, tokenizer,
+    max_query_len: int,
+) -> Batch:
+    """A batch whose token vectors come from the cache: the windows' (P, T, d), content token k at position k (no
+    [CLS]), and the tokens of up to ``hard_per_batch`` hard passages (``cached_hard``)."""
+    T = padded_length(max(len(w.input_ids) for w in windows))
+    flags = torch.zeros((len(windows), T), dtype=torch.uint8)
+    for p, w in enumerate(windows):
+        flags[p, : len(w.flags)] = torch.from_numpy(np.array(w.flags))
+    hard_vectors, hard_start_ok, hard_end_ok, hard_allowed = cached_hard(windows, cache, hard_keys, hard_per_batch)
+    return Batch(
+        start_ok=(flags & FLAG_START) > 0,
+        end_ok=(flags & FLAG_END) > 0,
+        **question_tensors(windows, tokenizer, max_query_len, shift=0),
+        n_windows=len(windows),
+        windows=windows,
+        vectors=cached_windows(windows, cache, T),
+        hard=HardNegatives(hard_vectors, hard_start_ok, hard_end_ok, hard_allowed) if len(hard_vectors) else None,
+    )

@@ -23,7 +23,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from spanseek.core.io import Document, load_squad, write_corpus, write_json_atomic
+from spanseek.core.io import Document, Holdout, load_squad, write_corpus, write_json_atomic
 from spanseek.trainer.mining import bm25_retriever
 
 SETS = ("hard", "gold", "random", "reference")
@@ -46,8 +46,7 @@ def build_validation_sets(
     n_questions: int = 500,
     bm25_k: int = 5,
     reference_extra: int = 3000,
-    holdout_every: int = 20,
-    holdout_offset: int = 7,
+    holdout: Holdout | None = None,
     seed: int = 0,
 ) -> dict[str, int]:
     """Write questions.json.gz and {hard,gold,random,reference}.jsonl to ``out``; returns passage counts."""
@@ -55,7 +54,8 @@ def build_validation_sets(
     out.mkdir(parents=True, exist_ok=True)
     data = load_squad(train)
     rng = random.Random(seed)
-    held = [a for a in range(len(data)) if a % holdout_every == holdout_offset]
+    holdout = holdout or Holdout()
+    held = [a for a in range(len(data)) if holdout.held(a)]
     qs = [(a, p, qa) for a in held for p, para in enumerate(data[a]["paragraphs"]) for qa in para["qas"]]
     qs = rng.sample(qs, min(n_questions, len(qs)))
     pool = [(a, p) for a, art in enumerate(data) for p in range(len(art["paragraphs"]))]
@@ -65,8 +65,8 @@ def build_validation_sets(
     hard = gold | {pool[i] for row in found for i in row.tolist() if i >= 0}
     rest = [k for k in pool if k not in gold]
     random_set = gold | set(rng.sample(rest, max(0, len(hard) - len(gold))))
-    train_keys = [k for k in pool if k[0] % holdout_every != holdout_offset]
-    reference = {k for k in pool if k[0] % holdout_every == holdout_offset} | set(rng.sample(train_keys, reference_extra))
+    train_keys = [k for k in pool if not holdout.held(k[0])]
+    reference = {k for k in pool if holdout.held(k[0])} | set(rng.sample(train_keys, reference_extra))
     counts = {}
     for name, keys in zip(SETS, (hard, gold, random_set, reference), strict=True):
         write_corpus(out / f"{name}.jsonl", _documents(data, keys))

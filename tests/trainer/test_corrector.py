@@ -17,6 +17,7 @@ import torch
 
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.model import PhraseModel, load_model
+from spanseek.trainer import loop as loop_module
 from spanseek.trainer import mining
 from spanseek.trainer import train as train_module
 from spanseek.trainer.corrector import TargetCorrector, corrector_loss
@@ -69,9 +70,9 @@ def test_joint_training_reads_hard_passages_from_the_stale_cache(
                             hard_negatives=str(hard_file), hard_per_batch=2, stale_cache=str(tmp_path / "cache"),
                             corrector_lr=1e-2)
     collated, hard_seen = [], []
-    collate, loss_fn = train_module.collate, train_module.phrase_loss
+    collate, loss_fn = train_module.collate, loop_module.phrase_loss
     monkeypatch.setattr(train_module, "collate", lambda *a, **k: collated.append(a[3]) or collate(*a, **k))
-    monkeypatch.setattr(train_module, "phrase_loss",
+    monkeypatch.setattr(loop_module, "phrase_loss",
                         lambda *a, **k: hard_seen.append(k["hard"]) or loss_fn(*a, **k))
     questions = squad_questions(load_squad(tiny_squad))
     before = fixed_batch_loss(load_model(tiny_model_dir, for_inference=False), questions, cfg.loss)

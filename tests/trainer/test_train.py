@@ -21,7 +21,7 @@ from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import PassageEncoder, QuestionEncoder
 from spanseek.core.io import load_squad, split_articles, squad_questions
 from spanseek.core.model import PhraseModel, load_model, load_tokenizer
-from spanseek.trainer import train as train_module
+from spanseek.trainer import loop as loop_module
 from spanseek.trainer.data import build_windows, collate
 from spanseek.trainer.losses import LossConfig, phrase_loss
 from spanseek.trainer.train import STATE, TrainConfig, train_phrase
@@ -87,7 +87,7 @@ def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_confi
     cfg = tiny_train_config(tiny_squad, tiny_config, out)
     cfg = dataclasses.replace(cfg, max_steps=6, checkpoint_every=3)
     calls = []
-    loss_fn = train_module.phrase_loss
+    loss_fn = loop_module.phrase_loss
 
     def dies_in_step_5(*args, **kwargs):
         calls.append(1)
@@ -95,7 +95,7 @@ def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_confi
             raise KeyboardInterrupt
         return loss_fn(*args, **kwargs)
 
-    monkeypatch.setattr(train_module, "phrase_loss", dies_in_step_5)
+    monkeypatch.setattr(loop_module, "phrase_loss", dies_in_step_5)
     with pytest.raises(KeyboardInterrupt):
         train_phrase(cfg)
     state = torch.load(out / "last" / STATE, weights_only=False)
@@ -103,7 +103,7 @@ def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_confi
     saved = load_model(out / "last", for_inference=False).saved_state()
 
     calls.clear()
-    monkeypatch.setattr(train_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
+    monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
     loaded_at_start = {}
     load_weights = PhraseModel.load_weights
 
@@ -112,7 +112,7 @@ def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_confi
         loaded_at_start.update({n: t.clone() for n, t in self.saved_state().items()})
 
     monkeypatch.setattr(PhraseModel, "load_weights", remember)
-    with caplog.at_level(logging.INFO, logger="spanseek.trainer.train"):
+    with caplog.at_level(logging.INFO, logger="spanseek.trainer.loop"):
         summary = train_phrase(cfg)
     assert f"resumed from {out / 'last'} at step 3" in caplog.text
     assert len(calls) == 3 and summary["steps"] == 6  # steps 4, 5, 6 only

@@ -1,0 +1,206 @@
+"""The options of the training jobs, each declared once: a dataclass field with its default and help text.
+
+    spanseek train phrase --help
+
+The `spanseek train` flags are generated from these classes (trainer.options), as tevatron's and Hugging Face's
+argument dataclasses are: a new option is one line here. Shared options live in base classes: ``JobOptions`` (data,
+output, the held-out split, hardware) under every job, ``TrainingOptions`` (schedule, batches, negatives) under
+joint training (``TrainConfig``) and query-side fine-tuning (``QsftConfig``), ``FrozenModelJob`` under the jobs
+that fit something on a frozen model (``FilterConfig``, ``LengthBiasConfig``). This module imports no torch, so
+the command line starts fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from spanseek.core.config import EncoderConfig, LoraSettings, QuestionMode
+from spanseek.core.io import Holdout
+from spanseek.trainer.options import option
+
+Precision = Literal["auto", "fp32", "bf16"]
+
+
+def lora_settings(r: int, alpha: int | None = None) -> LoraSettings:
+    """LoRA adapters of rank r; alpha defaults to 2 r (the scale alpha / r stays 2 across ranks)."""
+    return LoraSettings(r=r, alpha=alpha or 2 * r)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncoderOptions:
+    """Encoder of a new model (with --init-from, the starting model's encoder is kept)."""
+
+    backbone: str = option(EncoderConfig.backbone,
+                           "transformer to start from: a local directory, a Hugging Face id or package:NAME")
+    question_mode: QuestionMode = option(EncoderConfig.question_mode, "separate: two question encoders (start, "
+                                         "end); shared: one question encoder with two heads (half the query cost)")
+    full: bool = option(False, "full fine-tuning instead of LoRA adapters")
+    lora_r: int = option(LoraSettings.r, "rank of the LoRA adapters (alpha = 2 r)")
+    max_answer_tokens: int = option(EncoderConfig.max_answer_tokens, "longest answer phrase in tokens")
+    max_seq_len: int = option(EncoderConfig.max_seq_len, "passage window in tokens, [CLS] and [SEP] included")
+    stride: int = option(EncoderConfig.stride, "overlap of consecutive passage windows in tokens")
+
+    def build(self) -> EncoderConfig:
+        return EncoderConfig(backbone=self.backbone, question_mode=self.question_mode,
+                             max_answer_tokens=self.max_answer_tokens, max_seq_len=self.max_seq_len,
+                             stride=self.stride, weights="full" if self.full else "lora",
+                             lora=lora_settings(self.lora_r))
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """Data, output, held-out split and hardware."""
+
+    train: str = option(help="SQuAD-format training file (.json or .json.gz); its held-out articles are never "
+                        "trained on")
+    out: str = option(help="run directory")
+    holdout_every: int = option(Holdout.every, "every N-th article of the training file is held out (validation)")
+    holdout_offset: int = option(Holdout.offset, "index of the first held-out article")
+    seed: int = option(0, "random seed (initial weights, batch order, samples)")
+    device: str = option("auto", "cpu, cuda, cuda:N or auto")
+    precision: Precision = option("auto", "auto: bf16 autocast where the device supports it, else fp32")
+    progress: bool = option(True, "show progress bars")
+
+    @property
+    def holdout(self) -> Holdout:
+        return Holdout(self.holdout_every, self.holdout_offset)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrozenModelJob(JobOptions):
+    """A job that fits something on top of a frozen trained model (the token filter head, the span length bias)."""
+
+    model: str = option(help="trained phrase model (a directory or default); its encoders stay frozen")
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """This process's place in a data-parallel run (trainer.distributed); a plain run is rank 0 of 1."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The loss: its kind and the weight of each group of negatives."""
+
+    kind: Literal["unified", "two_term"] = option(
+        "unified", "unified: one softmax of the gold against every group of negatives; two_term: DensePhrases' "
+        "in-passage softmax plus a separate in-batch term", flag="--loss")
+    lambda_inb: float = option(256.0, "weight of in-batch negatives (and of pre-batch ones unless --lambda-pre)")
+    lambda_pre: float | None = option(None, "weight of pre-batch negatives (default: the in-batch weight)")
+    lambda_hard: float = option(1.0, "weight of hard negatives (unified loss)")
+    lambda_neg: float = option(4.0, "two_term loss: weight of its in-batch term")
+    lambda_span: float = option(0.0, "weight of the span-level in-passage term (one softmax over valid spans; 0 = off)")
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("unified", "two_term"):
+            raise ValueError(f"loss kind must be 'unified' or 'two_term', got {self.kind!r}")
+        if self.lambda_span < 0:
+            raise ValueError(f"lambda_span must be >= 0, got {self.lambda_span}")
+
+    @property
+    def pre_weight(self) -> float:
+        """The weight of pre-batch negatives: ``lambda_pre``, or the in-batch weight when it is not set."""
+        return self.lambda_inb if self.lambda_pre is None else self.lambda_pre
+
+    def resolved(self) -> LossConfig:
+        """This loss with ``lambda_pre`` set to the weight it stands for (what a run's saved config records)."""
+        return replace(self, lambda_pre=self.pre_weight)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingOptions(JobOptions):
+    """Schedule, batches and negatives."""
+
+    loss: LossConfig = option(factory=LossConfig, help="the loss (one flag per field of LossConfig)")
+    epochs: float = option(1.0, "passes over the training windows")
+    max_steps: int | None = option(None, "stop after this many steps (overrides --epochs)")
+    stop_after: int | None = option(None, "end the run at this step, keeping the full run's schedule (comparisons)")
+    batch_windows: int = option(24, "passage windows per step, each with all of its questions")
+    lr: float = option(1e-3, "peak learning rate (LoRA and heads; about 5e-5 for full fine-tuning)")
+    warmup: float = option(0.05, "fraction of steps with a linear warm-up of the learning rate")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    prebatch: int = option(2, "preceding batches whose gold phrases are negatives (0 = off)")
+    prebatch_warmup: float = option(0.1, "fraction of steps before pre-batch negatives switch on")
+    hard_negatives: str | None = option(None, "JSONL from `spanseek train mine` (unified loss)")
+    hard_per_batch: int = option(8, "hard passages per step, shared by the batch's questions")
+    limit_questions: int | None = option(None, "train on a fixed sample of this many questions")
+    checkpoint_every: int = option(100, "save OUT/last (weights and optimizer state) every N steps")
+    snapshot_every: int = option(0, "also keep a model copy every N steps in OUT/snapshots (0 = off)")
+    val_questions: int = option(1000, "held-out questions evaluated at the end (reading comprehension and open)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(TrainingOptions):
+    """Joint training: the starting model and hard negatives from a stale cache."""
+
+    encoder: EncoderConfig = option(factory=EncoderConfig, options=EncoderOptions,
+                                    help="the encoder of a new model (flags: EncoderOptions)")
+    init_from: str | None = option(None, "start from a trained model's weights (a new optimizer and schedule)")
+    widen_lora: int | None = option(None, "with --init-from: widen its LoRA adapters to rank R first (same outputs "
+                                    "at step 0)", metavar="R")
+    stale_cache: str | None = option(None, "read hard passages' vectors from this phrase cache of the --init-from "
+                                     "model (filled if missing) instead of encoding them every step")
+    corrector: bool = option(True, "with --stale-cache: correct the stale vectors with a target corrector trained "
+                             "alongside")
+    corrector_lr: float = option(1e-3, "learning rate of the target corrector")
+    dist: DistInfo = option(factory=DistInfo, cli=False, help="data-parallel rank and world size (set by the CLI "
+                            "from torchrun's environment)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QsftConfig(TrainingOptions):
+    """Query-side fine-tuning: the model whose question side is tuned, and its phrase cache."""
+
+    model: str = option(help="trained phrase model (e.g. default); its phrase encoder stays as it is")
+    cache: str | None = option(None, "phrase-vector cache directory (default OUT/phrase-cache)")
+    val_index: str | None = option(None, "index of the held-out articles built with --model (else one is built)")
+    # defaults: the better of the two settings tried on the default model (qsft-b in its card); a larger in-batch
+    # weight (32) traded reading comprehension for open retrieval. The phrase vectors are exact (cached from a
+    # frozen encoder), so pre-batch negatives need no warm-up and hard passages cost little.
+    loss: LossConfig = option(factory=lambda: LossConfig(lambda_inb=4.0))
+    batch_windows: int = 32
+    prebatch: int = 4
+    prebatch_warmup: float = 0.0
+    lr: float = 2e-4
+    checkpoint_every: int = 200
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilterConfig(FrozenModelJob):
+    """The token filter head: windows sampled and its training."""
+
+    out: str = option(help="model directory to write, with the filter head")
+    train_windows: int = option(3000, "training windows sampled for the head's training tokens")
+    val_windows: int = option(600, "held-out windows sampled for its validation (AUC-PR)")
+    epochs: int = option(20, "passes over the training tokens")
+    lr: float = option(1e-2, "Adam learning rate of the head")
+    batch_windows: int = option(32, "windows per batch when computing the frozen token vectors")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LengthBiasConfig(FrozenModelJob):
+    """The length-bias fit: questions sampled."""
+
+    train: str = option(help="SQuAD-format training file (its held-out articles are only reported on)")
+    out: str = option(help="model directory to write (the model's config with the bias; its weights copied)")
+    questions: int = option(12000, "training questions sampled for the fit")
+    val_questions: int = option(2000, "held-out questions whose likelihood is reported")
+
+    def __post_init__(self) -> None:
+        if self.questions < 1:
+            raise ValueError(f"questions must be >= 1 (training questions to fit on), got {self.questions}")
+        if self.val_questions < 0:
+            raise ValueError(f"val_questions must be >= 0, got {self.val_questions}")

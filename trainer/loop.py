@@ -1,0 +1,238 @@
+"""The training loop shared by joint training (trainer.train) and query-side fine-tuning (trainer.qsft).
+
+    spanseek train phrase --train squad-train.json.gz --out runs/phrase
+    spanseek train qsft --model default --train squad-train.json.gz --out runs/qsft
+
+A mode (``Mode``) says how a step gets its batch and its windows' token vectors: joint training encodes them (and
+hard-negative passages, or reads those from a stale cache), QSFT reads them from a phrase cache. Everything else
+is one piece of code: the epoch order, question encoding and the loss (trainer.losses) with pre-batch negatives,
+the optimizer and its schedule, gradient clipping and data-parallel averaging, progress, checkpoints that resume
+(``OUT/last``), snapshots, the summary and the validation on held-out questions.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from spanseek.core.config import EncoderConfig
+from spanseek.core.encoding import autocast
+from spanseek.core.io import load_squad, squad_questions, write_json_atomic
+from spanseek.core.model import PhraseModel
+from spanseek.trainer import distributed
+from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
+from spanseek.trainer.data import Batch, TrainWindow, build_windows
+from spanseek.trainer.losses import HardNegatives, PreBatchCache, phrase_loss
+
+log = logging.getLogger(__name__)
+
+STATE = "trainer_state.pt"
+
+
+class Mode:
+    """What a training mode adds to the shared loop: its batches and its windows' token vectors."""
+
+    name = "train"  # progress-bar label
+
+    def batch(self, windows: list[TrainWindow]) -> Batch:
+        """The batch of these windows (on the CPU; the loop moves it)."""
+        raise NotImplementedError
+
+    def passages(self, batch: Batch) -> tuple[torch.Tensor, HardNegatives | None]:
+        """(P, T, d) token vectors of the batch's windows, at the positions of ``batch.start_ok``, and the step's
+        hard negatives. Runs under autocast, before the questions are encoded."""
+        raise NotImplementedError
+
+    def after_step(self, batch: Batch, H: torch.Tensor, q_start: torch.Tensor, q_end: torch.Tensor) -> None:
+        """Called after each optimizer step (joint training trains its target corrector here)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Extra training state saved in OUT/last with the optimizer's."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` saved, when a run resumes."""
+
+
+def epoch_batches(windows: list[TrainWindow], size: int, seed: int) -> list[list[int]]:
+    """A deterministic epoch order: shuffle, sort by length within pools of 50 batches (less padding), shuffle."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(windows))
+    pool = size * 50
+    batches = []
+    for a in range(0, len(order), pool):
+        chunk = sorted(order[a : a + pool].tolist(), key=lambda i: len(windows[i].input_ids))
+        batches.extend(chunk[b : b + size] for b in range(0, len(chunk), size))
+    rng.shuffle(batches)
+    return batches
+
+
+def training_windows(
+    cfg: TrainingOptions, data: list[dict], tokenizer, enc: EncoderConfig, hard: dict[str, list[str]] | None
+) -> tuple[list[TrainWindow], dict[str, int]]:
+    """The windows of the training articles' questions (a fixed sample with ``limit_questions``), and what
+    ``build_windows`` skipped."""
+    train_articles, _ = cfg.holdout.split(data)
+    questions = squad_questions(train_articles)
+    if cfg.limit_questions:
+        rng = np.random.default_rng(cfg.seed)
+        questions = [questions[i] for i in sorted(rng.choice(len(questions), cfg.limit_questions, replace=False))]
+    windows, skipped = build_windows(questions, tokenizer, enc.max_seq_len, enc.stride, enc.max_answer_tokens, hard)
+    log.info("training on %d questions in %d windows (skipped %s)", sum(len(w.questions) for w in windows),
+             len(windows), skipped)
+    return windows, skipped
+
+
+def write_holdout(cfg: JobOptions, path: Path) -> Path:
+    """Write the held-out articles of the training file as a SQuAD-format .json.gz (the validation set)."""
+    _, held = cfg.holdout.split(load_squad(cfg.train))
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump({"version": "spanseek-holdout", "data": held}, f)
+    return path
+
+
+def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None) -> None:
+    """Save a checkpoint (and the optimizer state) to out/name, replacing it atomically."""
+    tmp = out / f"{name}.saving"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save(tmp)
+    if state is not None:
+        torch.save(state, tmp / STATE)
+    final = out / name
+    old = out / f"{name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def optimizer_and_resume(
+    model: PhraseModel, params: list, lr: float, weight_decay: float, warmup: float, total: int, out: Path
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, int, dict[str, Any]]:
+    """AdamW with linear warm-up, then linear decay to 0 at ``total`` steps. If ``out/last`` holds a training state,
+    the weights, optimizer, schedule and step are restored from it (a killed run resumes). Returns (opt, sched, step,
+    the saved state or {}).
+    """
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    warm = max(1, int(warmup * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (total - s) / max(1, total - warm))
+    )
+    step, state = 0, {}
+    last = out / "last"
+    if (last / STATE).exists():
+        model.load_weights(last / "weights.safetensors")
+        state = torch.load(last / STATE, weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step = state["step"]
+        log.info("resumed from %s at step %d", last, step)
+    return opt, sched, step, state
+
+
+def train_loop(
+    cfg: TrainingOptions,
+    mode: Mode,
+    model: PhraseModel,
+    params: list[torch.nn.Parameter],
+    windows: list[TrainWindow],
+    device: torch.device,
+    precision: str,
+    dist: DistInfo | None = None,
+) -> dict[str, Any]:
+    """Train (or resume, from ``cfg.out``/last) until the schedule's end; returns the summary's common part.
+
+    Every data-parallel rank walks the same batch order and takes batches rank, rank + world, ... of it.
+    """
+    dist = dist or DistInfo()
+    out = Path(cfg.out)
+    steps_per_epoch = max(1, math.ceil(len(windows) / cfg.batch_windows) // dist.world)
+    total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
+    end = min(total, cfg.stop_after or total)
+    opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
+    mode.load_state_dict(state)
+    prebatch = PreBatchCache(cfg.prebatch)
+    pre_on = int(cfg.prebatch_warmup * total)
+    seen_q, t0, loss_ema = 0, time.perf_counter(), None
+    bar = tqdm(total=total, initial=step, desc=mode.name, unit="step", disable=not (cfg.progress and dist.is_main))
+    order: list[list[int]] = []
+    order_epoch = -1
+    while step < end:
+        epoch, pos = divmod(step, steps_per_epoch)
+        if epoch != order_epoch:
+            order, order_epoch = epoch_batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
+        batch = mode.batch([windows[i] for i in order[pos * dist.world + dist.rank]]).to(device)
+        P = batch.n_windows
+        with autocast(device, precision):
+            H, hard = mode.passages(batch)  # (P, T, d)
+            q_start, q_end = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
+            pre = prebatch.negatives() if step >= pre_on else None
+            gold_s, gold_e = H[batch.q_passage, batch.gold_start], H[batch.q_passage, batch.gold_end]
+            others = None
+            if dist.enabled:
+                others = (distributed.gather_others(gold_s, dist), distributed.gather_others(gold_e, dist))
+            loss = phrase_loss(H, q_start, q_end, batch.start_ok[:P], batch.end_ok[:P], batch.q_passage,
+                               batch.gold_start, batch.gold_end, cfg.loss, pre=pre, hard=hard, others=others,
+                               max_answer_tokens=model.config.max_answer_tokens)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if dist.enabled:
+            for p in params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            distributed.all_reduce_mean([p.grad for p in params], dist.world)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        prebatch.push(gold_s.float(), gold_e.float())
+        mode.after_step(batch, H, q_start, q_end)
+        step += 1
+        seen_q += len(batch.q_passage)
+        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
+        bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t0):.1f}")
+        bar.update(1)
+        if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end):
+            saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step}
+            save_checkpoint(model, out, "last", saved | mode.state_dict())
+        if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
+            model.save(out / "snapshots" / f"step-{step:06d}")
+    bar.close()
+    elapsed = time.perf_counter() - t0
+    if dist.enabled:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    return {
+        "steps": step,
+        "train_questions": sum(len(w.questions) for w in windows),
+        "train_windows": len(windows),
+        "seconds": round(elapsed, 1),
+        "questions_per_second": round(seen_q / elapsed, 2) if seen_q and elapsed > 0 else None,
+        "precision": precision,
+        "device": str(device),
+        "world_size": dist.world,
+    }
+
+
+def finish(cfg: TrainingOptions, summary: dict[str, Any], val_index: str | None = None) -> dict[str, Any]:
+    """Evaluate OUT/last on ``val_questions`` held-out questions (on ``val_index`` if given, else on an index built
+    of the held-out articles) and write OUT/summary.json."""
+    out = Path(cfg.out)
+    if cfg.val_questions:
+        from spanseek.indexer.evaluate import run_eval
+
+        val = write_holdout(cfg, out / "validation.json.gz")
+        summary["validation"] = run_eval(val, out / "last", index=val_index, reading_comprehension=True,
+                                         limit=cfg.val_questions, progress=cfg.progress)
+    write_json_atomic(out / "summary.json", summary)
+    return summary

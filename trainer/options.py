@@ -1,0 +1,153 @@
+"""Command-line flags generated from config dataclasses (the configs are in trainer.arguments).
+
+    spanseek train phrase --help
+
+A field ``batch_windows: int = option(24, "passage windows per step")`` becomes the flag ``--batch-windows`` with
+that default and help (as tevatron's argument dataclasses and Hugging Face's ``HfArgumentParser`` do), so a new
+option is one line. ``bool`` fields become ``--name/--no-name``; ``Literal`` types give the choices; ``X | None``
+parses as X; a field without a default is a required flag. A field whose value is a dataclass (the loss) gives
+one flag per field of that dataclass; a field with ``options=`` (a new model's encoder) is built by the ``build()``
+of a flat options dataclass. A subclass may redeclare a field only to change its default: its help, flag name and
+group are inherited. Fields with ``cli=False`` are set by the command itself (the data-parallel rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, Literal
+
+
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    factory: Any = None,
+    flag: str | None = None,
+    metavar: str | None = None,
+    options: type | None = None,
+    cli: bool = True,
+) -> Any:
+    """A dataclass field that is also a command-line flag (see the module docstring). No default: required."""
+    given = {"help": help, "flag": flag, "metavar": metavar, "options": options, "cli": cli}
+    metadata = {k: v for k, v in given.items() if v not in ("", None, True)}  # unset keys are inherited
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One generated flag: ``dest`` is its key in the parsed namespace ("loss.kind" for a nested field)."""
+
+    flag: str
+    dest: str
+    type: Any
+    default: Any  # MISSING: required
+    help: str
+    metavar: str | None
+    group: str
+
+
+def _metadata(cls: type, name: str) -> dict[str, Any]:
+    """The metadata of field ``name``, each key from the nearest class in the MRO that set it."""
+    merged: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        f = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if f is not None:
+            merged.update(f.metadata)
+    return merged
+
+
+def _group(cls: type, name: str) -> str:
+    """The help section of a field: the first line of the docstring of the base-most class that declares it."""
+    owner = next(k for k in reversed(cls.__mro__) if name in getattr(k, "__dataclass_fields__", {}))
+    return (owner.__doc__ or owner.__name__).strip().splitlines()[0].rstrip(".")
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return MISSING
+
+
+def flags(cls: type) -> list[Flag]:
+    """The flags of a config dataclass, in field order (nested dataclasses and options classes expanded)."""
+    hints = typing.get_type_hints(cls)
+    out: list[Flag] = []
+    for f in fields(cls):
+        meta = _metadata(cls, f.name)
+        if not meta.get("cli", True):
+            continue
+        default = _default(f)
+        nested = meta.get("options") or (hints[f.name] if is_dataclass(hints[f.name]) else None)
+        if nested is not None:
+            for sub in flags(nested):
+                # a nested dataclass's flags default to this field's default value (QSFT's loss has its own)
+                sub_default = sub.default if meta.get("options") else getattr(default, sub.dest)
+                out.append(dataclasses.replace(sub, dest=f"{f.name}.{sub.dest}", default=sub_default))
+            continue
+        out.append(Flag(flag=meta.get("flag") or "--" + f.name.replace("_", "-"), dest=f.name, type=hints[f.name],
+                        default=default, help=meta.get("help", ""), metavar=meta.get("metavar"),
+                        group=_group(cls, f.name)))
+    return out
+
+
+def _argparse_type(tp: Any) -> dict[str, Any]:
+    """argparse keyword arguments for a field type: bool, int, float, str, a Literal of them, or one of those | None."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"an option can be one type or None, got {tp}")
+        tp = args[0]
+    if tp is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if typing.get_origin(tp) is Literal:
+        choices = list(typing.get_args(tp))
+        return {"choices": choices, "type": type(choices[0])}
+    if tp in (int, float, str):
+        return {"type": tp}
+    raise TypeError(f"options of type {tp} have no flag; use bool, int, float, str or a Literal")
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add a flag for every option of ``cls``, in help sections by the class that declares them."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for fl in flags(cls):
+        if fl.group not in groups:
+            groups[fl.group] = parser.add_argument_group(fl.group)
+        kwargs = _argparse_type(fl.type)
+        text = fl.help.replace("%", "%%")
+        if fl.default is MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = fl.default
+            if fl.default is not None and "action" not in kwargs:  # BooleanOptionalAction adds its own
+                text += " (default: %(default)s)"
+        if "choices" not in kwargs and "action" not in kwargs:
+            kwargs["metavar"] = fl.metavar or fl.dest.rsplit(".", 1)[-1].upper()
+        groups[fl.group].add_argument(fl.flag, dest=fl.dest, help=text, **kwargs)
+
+
+def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
+    """The config ``cls`` from flags parsed with ``add_options(parser, cls)``; ``given`` sets non-flag fields."""
+    hints = typing.get_type_hints(cls)
+    values = dict(given)
+    for f in fields(cls):
+        meta = _metadata(cls, f.name)
+        if f.name in values or not meta.get("cli", True):
+            continue
+        nested = meta.get("options") or (hints[f.name] if is_dataclass(hints[f.name]) else None)
+        if nested is None:
+            values[f.name] = getattr(args, f.name)
+            continue
+        prefix = f.name + "."
+        sub = argparse.Namespace(**{k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix)})
+        value = from_args(nested, sub)
+        values[f.name] = value.build() if meta.get("options") else value
+    return cls(**values)
