@@ -25,11 +25,13 @@ class ServiceError(Exception):
 
     status: int = 500
     error: str = "internal_error"
+    default_message: str = "internal error"
+    default_headers: dict[str, str] = {}
 
-    def __init__(self, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.message = message
-        self.headers = headers or {}
+    def __init__(self, message: str | None = None, headers: dict[str, str] | None = None):
+        self.message = message if message is not None else self.default_message
+        super().__init__(self.message)
+        self.headers = {**self.default_headers, **(headers or {})}
 
 
 class BadRequest(ServiceError):
@@ -48,9 +50,7 @@ class Unauthorized(ServiceError):
     """An API key is configured and the request's is missing or wrong."""
 
     status, error = 401, "unauthorized"
-
-    def __init__(self, message: str = "missing or wrong API key"):
-        super().__init__(message, {"WWW-Authenticate": "Bearer"})
+    default_message, default_headers = "missing or wrong API key", {"WWW-Authenticate": "Bearer"}
 
 
 class PayloadTooLarge(ServiceError):
@@ -72,18 +72,14 @@ class NotReady(ServiceError):
     """The model and index are not loaded (or warmed up) yet, failed to load, or the service is stopping."""
 
     status, error = 503, "not_ready"
-
-    def __init__(self, message: str = "the model and index are still loading"):
-        super().__init__(message, {"Retry-After": "5"})
+    default_message, default_headers = "the model and index are still loading", {"Retry-After": "5"}
 
 
 class ClientClosed(ServiceError):
     """The client disconnected before its answer was ready (nginx's 499; nobody receives this body)."""
 
     status, error = 499, "client_closed"
-
-    def __init__(self, message: str = "the client closed the connection"):
-        super().__init__(message)
+    default_message = "the client closed the connection"
 
 
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
