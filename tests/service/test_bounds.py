@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from spanseek.core.params import SearchParams
 from spanseek.core.search import Hit, Searcher
 from spanseek.service.app import create_app
 from spanseek.service.bounds import passage_window
@@ -71,7 +72,7 @@ def test_top_k_100_on_a_megabyte_paragraph_is_bounded(settings_for, tiny_searche
 def test_full_passage_on_request_and_the_exact_size_cap(settings_for, tiny_searcher, serve):
     with serve(create_app(settings_for(passage_context_chars=10), lambda s: tiny_searcher)) as c:
         q = "who built the castle?"
-        want = tiny_searcher.search([q], "phrase", top_k=5)[0]
+        want = tiny_searcher.search([q], SearchParams(unit="phrase", top_k=5))[0]
         windowed = c.post("/search", json={"query": q, "top_k": 5}).json()["results"][0]["hits"]
         full = c.post("/search", json={"query": q, "top_k": 5, "full_passage": True}).json()["results"][0]["hits"]
         for w, f, h in zip(windowed, full, want, strict=True):

@@ -25,6 +25,7 @@ from spanseek.client import (
     SearchResponse,
     ServerError,
 )
+from spanseek.core.params import SearchParams
 from spanseek.service.app import create_app
 from spanseek.service.settings import Settings
 
@@ -52,7 +53,7 @@ def test_search_matches_the_searcher(url, tiny_searcher, unit):
     with Client(url, api_key=KEY) as client:
         response = client.search(QUESTION, unit=unit, top_k=3)
     assert isinstance(response, SearchResponse) and response.unit == unit
-    same_hits(response.hits, tiny_searcher.search([QUESTION], unit=unit, top_k=3)[0])
+    same_hits(response.hits, tiny_searcher.search([QUESTION], SearchParams(unit=unit, top_k=3))[0])
     assert response.request_id and response.timings_ms.batch_size >= 1 and response.results[0].query == QUESTION
 
 
@@ -63,9 +64,9 @@ def test_batch_search_and_options(url, tiny_searcher):
         merged = client.search(QUESTION, top_k=4, merge_answers=True)
         info = client.info()
     assert [r.query for r in response.results] == questions
-    for result, want in zip(response.results, tiny_searcher.search(questions, unit="passage", top_k=2), strict=True):
+    for result, want in zip(response.results, tiny_searcher.search(questions, SearchParams(unit="passage", top_k=2)), strict=True):
         same_hits(result.hits, want)
-    same_hits(merged.hits, tiny_searcher.search([QUESTION], top_k=4, merge_answers=True)[0])
+    same_hits(merged.hits, tiny_searcher.search([QUESTION], SearchParams(top_k=4, merge_answers=True))[0])
     assert info["index"] and info["service"]["units"] == ["phrase", "passage", "doc"]
 
 
@@ -76,7 +77,7 @@ async def test_async_client(url, tiny_searcher):
         many = await client.search_batch([QUESTION, "a king"], top_k=1)
         with pytest.raises(BadRequestError, match="top_k must be between 1 and"):
             await client.search(QUESTION, top_k=0)
-    same_hits(one.hits, tiny_searcher.search([QUESTION], unit="doc", top_k=2)[0])
+    same_hits(one.hits, tiny_searcher.search([QUESTION], SearchParams(unit="doc", top_k=2))[0])
     assert len(many.results) == 2 and all(len(r.hits) == 1 for r in many.results)
 
 

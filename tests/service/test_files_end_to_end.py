@@ -15,6 +15,7 @@ from spanseek.client import Client
 from spanseek.core.io import read_corpus
 from spanseek.core.loading import open_searcher
 from spanseek.core.model import load_tokenizer
+from spanseek.core.params import SearchParams
 from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.chunking import ChunkOptions, model_token_counter
@@ -63,11 +64,11 @@ def test_in_process_search_returns_metadata(files_index, expected_meta, tiny_mod
     assert expected_meta["guides/castle.md"][1]["url"] == "https://example.org/castle"
     passages = {p["text"] for p in searcher.index.passages}
     for unit in ("phrase", "passage", "doc"):
-        for hits in searcher.search(QUESTIONS, unit=unit, top_k=3):
+        for hits in searcher.search(QUESTIONS, SearchParams(unit=unit, top_k=3)):
             assert len(hits) == 3
             for h in hits:
                 assert (h.title, h.meta) == expected_meta[h.doc_id] and h.passage in passages
-    docs = searcher.search(QUESTIONS[:1], unit="doc", top_k=5)[0]
+    docs = searcher.search(QUESTIONS[:1], SearchParams(unit="doc", top_k=5))[0]
     assert sorted(h.doc_id for h in docs) == ["guides/castle.md", "harbour.html", "notes.txt"]
 
 
@@ -101,6 +102,6 @@ def test_added_documents_keep_their_metadata(files_index, tiny_model_dir, tmp_pa
     from_files([tmp_path / "more"], tmp_path / "more.jsonl")
     add_documents(tmp_path / "index", tmp_path / "more.jsonl", model=tiny_model_dir, opts=OPTS)
     searcher = open_searcher(tmp_path / "index", tiny_model_dir, device="cpu", precision="fp32")
-    hits = {h.doc_id: h for h in searcher.search(["Who built the bridge?"], unit="doc", top_k=10)[0]}
+    hits = {h.doc_id: h for h in searcher.search(["Who built the bridge?"], SearchParams(unit="doc", top_k=10))[0]}
     assert hits["bridge.md"].meta == {"source": "bridge.md", "url": "https://example.org/bridge"}
     assert hits["bridge.md"].title == "Bridge" and hits["harbour.html"].meta["author"] == "Ann"

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from spanseek.core.params import SearchParams
 from spanseek.core.search import Searcher
 from spanseek.service.app import create_app
 from spanseek.service.batcher import (
-    SearchParams,
     bisect_failures,
     encode_batch,
     run_batch,
@@ -106,7 +106,7 @@ async def test_a_failing_batch_step_fails_only_its_culprit(hold_worker, settings
     assert answers[3].json()["error"] == "internal_error"
     for q, a in zip(questions, answers, strict=True):
         if a.status_code == 200:
-            want = tiny_searcher.search([q], "phrase", top_k=2)[0]
+            want = tiny_searcher.search([q], SearchParams(unit="phrase", top_k=2))[0]
             assert [(h["passage_id"], h["start"]) for h in a.json()["results"][0]["hits"]] == \
                 [(h.passage_id, h.start) for h in want]
 
