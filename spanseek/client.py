@@ -20,11 +20,12 @@ import email.utils
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
-Unit = Literal["phrase", "passage", "doc"]
+from spanseek.core.params import Unit  # core.params imports only the standard library
+
 T = TypeVar("T")
 
 

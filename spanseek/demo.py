@@ -73,10 +73,10 @@ def ensure_index(corpus: Path = CORPUS, index: Path = INDEX, model: str = "defau
 def print_answers(index: Path, model: str) -> None:
     """Answer the demo questions in-process (no service) and print the top hits of every unit."""
     from spanseek.core.loading import open_searcher
-    from spanseek.core.params import SearchParams
+    from spanseek.core.params import UNITS, SearchParams
 
     searcher = open_searcher(index, model)
-    for unit in ("phrase", "passage", "doc"):
+    for unit in UNITS:
         say(f"\n=== unit={unit} ===")
         for q, hits in zip(QUESTIONS, searcher.search(QUESTIONS, SearchParams(unit=unit, top_k=3)), strict=True):
             say(f"\nQ: {q}")

@@ -200,9 +200,15 @@ def test_server_errors_and_non_json_bodies():
 
 
 def test_the_client_needs_only_httpx_and_the_standard_library():
+    import subprocess
     import sys
 
     tree = ast.parse(Path(client_module.__file__).read_text())
-    roots = {(a.name if isinstance(n, ast.Import) else n.module or "").split(".")[0]
-             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in getattr(n, "names", [])}
-    assert roots - set(sys.stdlib_module_names) == {"httpx"}
+    modules = {(a.name if isinstance(n, ast.Import) else n.module or "")
+               for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in getattr(n, "names", [])}
+    assert {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names} == {"httpx", "spanseek.core.params"}
+    # the shared unit names come from core.params, which imports only the standard library: no torch, faiss, numpy
+    loaded = subprocess.run([sys.executable, "-c", "import sys, spanseek.client; "
+                             "print(sorted(m for m in ('torch', 'faiss', 'numpy', 'transformers') if m in sys.modules))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
