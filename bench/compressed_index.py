@@ -12,8 +12,8 @@ is encoded twice). Factories default to IVF-SQ8 and IVF-SQ4 (accuracy points) an
 4-bit fast-scan codes (size points), nlist from the token count (``auto_nlist``). For each index:
 
 - accuracy with ``core.evaluate.evaluate`` (phrase EM@1/F1@1, passage acc@5, doc acc@5) on the questions, with
-  span completion and re-scoring from the fp16 fine store (``fine``) and, for compressed indexes, from the
-  decoded codes alone (``codes``);
+  span completion and re-scoring from the fine store (``fine``: fp16, or sq8 / sq4 with ``FACTORY@sq8``) and,
+  for compressed indexes (with ``--codes``), from the decoded codes alone (``codes``);
 - phrase-search q/s (``Searcher.search_vectors``, batch 64, top-k 10, questions encoded once beforehand) and
   its ratio to the exact index's q/s measured in the same run, at every --nprobes value for IVF indexes, with
   the share of questions whose top phrase equals the exact index's;
@@ -120,9 +120,11 @@ def run(args: argparse.Namespace) -> dict:
     rows = []
     exact_qps, exact_tops = None, None
     for f in ["Flat", *factories]:
-        d = exact_dir if f == "Flat" else work / f.replace(",", "_")
+        d = exact_dir if f == "Flat" else work / f.replace(",", "_").replace("@", "-")
+        factory, _, fine_store = f.partition("@")
         if not (d / "manifest.json").exists():  # built here, one at a time, so early rows are written early
-            m = reindex(exact_dir, d, BuildOptions(factory=f, max_train=args.max_train, progress=not args.quiet))
+            m = reindex(exact_dir, d, BuildOptions(factory=factory, max_train=args.max_train, progress=not args.quiet,
+                                                   store=fine_store or None, keep_codes=args.codes))
             print(f"built {f} in {m.build_seconds:.1f}s", flush=True)
         builds[f] = Manifest.load(d).build_seconds
         index = PhraseIndex(d)
@@ -151,7 +153,7 @@ def run(args: argparse.Namespace) -> dict:
                                    params=SearchParams(nprobe=nprobe, vector_source=source, mode="dense"))
             qps, _ = phrase_speed(searcher, q_start, q_end, nprobe)
             rows.append({
-                "factory": f, "vector_source": source, "nprobe": nprobe,
+                "factory": f, "fine_store": man.fine_store, "vector_source": source, "nprobe": nprobe,
                 "phrase_em@1": metrics["phrase"]["em@1"], "phrase_f1@1": metrics["phrase"]["f1@1"],
                 "passage_acc@5": metrics["passage"]["acc@5"], "doc_acc@5": metrics["doc"]["acc@5"],
                 "qps": round(qps, 1),
@@ -198,7 +200,11 @@ def main() -> None:
     p.add_argument("--questions", required=True, help="SQuAD-format questions (JSON or .json.gz)")
     p.add_argument("--limit-passages", type=int, default=None, help="index only the first N passages")
     p.add_argument("--limit-questions", type=int, default=500, help="a fixed random sample of N questions")
-    p.add_argument("--factories", default=None, help="';'-separated factory strings (default: see the docstring)")
+    p.add_argument("--factories", default=None,
+                   help="';'-separated factory strings, each optionally @fp16|sq8|sq4 for its fine store "
+                        "(e.g. 'Flat@sq8;IVF1024,SQ8@sq4'; default: see the docstring)")
+    p.add_argument("--codes", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep each compressed index's codes.npy and evaluate the codes neighbour source too")
     p.add_argument("--nprobes", default="4,16,64", help="nprobe values for the q/s sweep")
     p.add_argument("--eval-nprobe", type=int, default=None, help="nprobe for accuracy (default: the index's)")
     p.add_argument("--max-train", type=int, default=65_536, help="faiss training sample bound")

@@ -28,7 +28,8 @@ STAGING = "add.staging"  # add: the new documents' build
 JOURNAL = "add.journal.json"  # add: written once every new file is complete; names them and the new manifest
 ADD_SUFFIX = ".add.tmp"  # add: the new version of a file, renamed over it when the journal is there
 LOCK = "index.lock"  # writers' exclusive lock
-SCRATCH_DIRS = (SHARDS, STAGING)
+IVF_BLOCKS = "ivf_blocks"  # build --on-disk: the trained index and the per-block indexes merged into index.ivfdata
+SCRATCH_DIRS = (SHARDS, STAGING, IVF_BLOCKS)
 SCRATCH_FILES = (BUILD_STATE, JOURNAL, LOCK)
 
 

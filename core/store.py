@@ -4,7 +4,9 @@ An index directory (written by ``spanseek index build``) holds:
 
 - ``manifest.json``      format version, encoder config + weights fingerprint, faiss factory and parameters,
                          counts, filter threshold, build time. Written last: no manifest = no finished index.
-- ``vectors.npy``        (N, d) float16 token vectors in passage order (the fine store, memory-mapped).
+- ``vectors.npy``        (N, d) float16 token vectors in passage order: the fine store (memory-mapped), or with
+                         ``manifest.fine_store`` sq8 / sq4 ``fine_codes.npy`` + ``fine_quantizer.faiss`` instead
+                         (``core.finestore``).
 - ``token_passage.npy``  (N,) int32 passage of each token.
 - ``token_offsets.npy``  (N, 2) int32 character [start, end) of each token in its passage.
 - ``token_flags.npy``    (N,) uint8 FLAG_START / FLAG_END (core.text).
@@ -13,8 +15,11 @@ An index directory (written by ``spanseek index build``) holds:
 - ``docs.jsonl``         one ``{"id": str, "title": str}`` per document, plus ``"meta": {...}`` when the corpus
                          gave the document metadata (returned with its hits).
 - ``index.faiss``        a faiss index over the (kept) token vectors, faiss ids = token ids.
+- ``index.ivfdata``      optional (``--on-disk``): the IVF inverted lists, memory-mapped (faiss OnDiskInvertedLists);
+                         the token maps are then memory-mapped too.
 - ``codes.npy``          (N, code_size) uint8, optional: every token's faiss code (``sa_encode``) in id order,
-                         written for compressed (non-Flat) indexes; decoded with the index's ``sa_decode``.
+                         kept for compressed indexes whose build asked for the ``codes`` neighbour source;
+                         decoded with the index's ``sa_decode``.
 - ``token_filter.npy``   (N, 2) float16, optional: start/end filter probabilities (models with a filter head).
 - ``lexical/``           the BM25 index of the passages (``core.lexical``), recorded in ``manifest.lexical`` with
                          the fusion defaults; absent in indexes built before it (``spanseek index add-lexical``).
@@ -27,7 +32,7 @@ the index is next opened (``recover``).
 Neighbour vectors (span completion and re-scoring) come from one of two sources, chosen per PhraseIndex
 (``vector_source``; the build records its default in ``manifest.faiss_params["vector_source"]``; a request may
 name another, ``core.params.SearchParams``):
-``fine`` reads the fp16 fine store through a memory map; ``codes`` decodes the compressed codes of the ids.
+``fine`` reads the fine store through a memory map (decoding the gathered rows of an sq8 / sq4 store); ``codes`` decodes the compressed codes of the ids.
 
 Token ids are contiguous per passage, so the L neighbours of a token are the next (or previous) L ids,
 clipped to its passage.
@@ -51,6 +56,8 @@ import numpy as np
 from spanseek.core import integrity
 from spanseek.core.config import EncoderConfig
 from spanseek.core.faiss_spec import FactorySpec, ivf_of, parse_factory, unwrapped
+from spanseek.core.finestore import DEFAULT_STORE, STORES, open_fine_store, store_files
+from spanseek.core.finestore import VECTORS as VECTORS
 from spanseek.core.io import write_json_atomic
 from spanseek.core.lexical import DEFAULT_FUSION, LEXICAL_DIR, LexicalIndex
 from spanseek.core.params import VECTOR_SOURCES
@@ -60,7 +67,6 @@ T = TypeVar("T")
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-VECTORS = "vectors.npy"
 TOKEN_PASSAGE = "token_passage.npy"
 TOKEN_OFFSETS = "token_offsets.npy"
 TOKEN_FLAGS = "token_flags.npy"
@@ -69,6 +75,7 @@ PASSAGES = "passages.jsonl"
 DOCS = "docs.jsonl"
 FAISS_INDEX = "index.faiss"
 CODES = "codes.npy"
+IVFDATA = "index.ivfdata"  # the inverted lists of an on-disk IVF index (build --on-disk), next to index.faiss
 FILTER_SCORES = "token_filter.npy"
 LEXICAL = LEXICAL_DIR
 
@@ -107,6 +114,7 @@ class Manifest:
     # the BM25 part (core.lexical.LexicalIndex.describe) plus "fusion": default mode, fusion and weights; None in
     # indexes built before it
     lexical: dict[str, Any] | None = None
+    fine_store: str = DEFAULT_STORE  # core.finestore kind: fp16 | sq8 | sq4 (fp16 in indexes built before it)
     files: dict[str, dict[str, Any]] | None = None  # relative path -> {"bytes", "xxh3_128"} (absent before checksums)
 
     @classmethod
@@ -372,7 +380,7 @@ def tune_faiss(dim: int) -> None:
 class PhraseIndex:
     """Read-only view of an index directory: token vectors (memory-mapped), token map, passages, faiss.
 
-    ``vector_source`` picks where neighbour vectors come from: ``fine`` (the fp16 store, ``token_vectors``) or
+    ``vector_source`` picks where neighbour vectors come from: ``fine`` (the fine store, ``token_vectors``) or
     ``codes`` (decoded compressed codes, ``code_vectors``); None takes the manifest's default. With ``mmap`` the
     fine store, the codes and the character offsets stay on disk (page cache); the rest is held in RAM. Opening
     finishes or undoes an interrupted add (``recover``) and refuses a damaged index naming the file;
@@ -387,16 +395,24 @@ class PhraseIndex:
         self.manifest = check_index(self.dir, contents=verify_checksums)
         mode: Literal["r"] | None = "r" if mmap else None
         d = self.dir
-        self.vectors = _read(d / VECTORS, lambda p: np.load(p, mmap_mode=mode))
-        self.token_passage = _read(d / TOKEN_PASSAGE, np.load)
+        if self.manifest.fine_store not in STORES:
+            raise IndexFormatError(f"{d / MANIFEST}: unknown fine store {self.manifest.fine_store!r} (this spanseek "
+                                   f"reads {', '.join(STORES)})")
+        fine_file = d / store_files(self.manifest.fine_store)[0]
+        self.vectors = _read(fine_file, lambda p: open_fine_store(d, self.manifest.fine_store, mmap))
+        maps: Literal["r"] | None = mode if self.manifest.faiss_params.get("on_disk") else None  # held in RAM else
+        self.token_passage = _read(d / TOKEN_PASSAGE, lambda p: np.load(p, mmap_mode=maps))
         self.token_offsets = _read(d / TOKEN_OFFSETS, lambda p: np.load(p, mmap_mode=mode))
-        self.token_flags = _read(d / TOKEN_FLAGS, np.load)
-        self.passage_tokens = _read(d / PASSAGE_TOKENS, np.load)
+        self.token_flags = _read(d / TOKEN_FLAGS, lambda p: np.load(p, mmap_mode=maps))
+        self.passage_tokens = _read(d / PASSAGE_TOKENS, lambda p: np.load(p, mmap_mode=maps))
         self.passages = _read(d / PASSAGES, read_jsonl)
         self.docs = _read(d / DOCS, read_jsonl)
         if not (d / FAISS_INDEX).is_file():  # faiss would raise its own RuntimeError
             raise IndexFormatError(f"{d}: index is incomplete ({FAISS_INDEX} missing); rebuild it")
-        self.faiss = _read(d / FAISS_INDEX, lambda p: faiss.read_index(str(p)))
+        if self.manifest.faiss_params.get("on_disk") and not (d / IVFDATA).is_file():
+            raise IndexFormatError(f"{d}: index is incomplete ({IVFDATA} missing); rebuild it")
+        # on-disk lists are found next to index.faiss wherever the directory was moved
+        self.faiss = _read(d / FAISS_INDEX, lambda p: faiss.read_index(str(p), faiss.IO_FLAG_ONDISK_SAME_DIR))
         tune_faiss(self.faiss.d)
         ivf = ivf_of(self.faiss)
         if (ivf is not None) != self.manifest.spec.is_ivf:
@@ -405,7 +421,7 @@ class PhraseIndex:
         self.default_nprobe: int | None = int(ivf.nprobe) if ivf is not None else None
         self.codes = _read(d / CODES, lambda p: np.load(p, mmap_mode=mode)) if (d / CODES).is_file() else None
         n = len(self.token_passage)
-        for name, arr in ((VECTORS, self.vectors), (TOKEN_OFFSETS, self.token_offsets), (TOKEN_FLAGS, self.token_flags),
+        for name, arr in ((fine_file.name, self.vectors), (TOKEN_OFFSETS, self.token_offsets), (TOKEN_FLAGS, self.token_flags),
                           (TOKEN_PASSAGE, self.token_passage)):
             if len(arr) != self.manifest.tokens:
                 raise IndexFormatError(f"{d / name}: {len(arr)} rows, the manifest records {self.manifest.tokens} "

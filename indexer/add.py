@@ -30,11 +30,13 @@ import numpy as np
 
 from spanseek.core import integrity, store
 from spanseek.core.encoding import pick_device
+from spanseek.core.finestore import FINE_CODES, open_fine_store
 from spanseek.core.io import atomic_path
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
 from spanseek.indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
 from spanseek.indexer.compress import kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import add_vectors
+from spanseek.indexer.fine_store import encode_fine_rows
 from spanseek.indexer.ingest import corpus_problem
 from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.recall import measure_recall
@@ -108,6 +110,9 @@ def _add_locked(index_dir: Path, corpus: Path, model: str | Path | None, opts: B
     import faiss
 
     old = store.check_index(index_dir, contents=False, recovered=True)  # sizes; every file is re-read below anyway
+    if old.faiss_params.get("on_disk"):
+        raise BuildError(f"{index_dir} keeps its inverted lists on disk ({store.IVFDATA}), which `index add` would "
+                         "change in place; build the index again with the new documents")
     model_dir = resolve_model(model or old.model_ref)
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     fingerprint = model_fingerprint(model_dir)
@@ -124,6 +129,9 @@ def _add_locked(index_dir: Path, corpus: Path, model: str | Path | None, opts: B
     new_vectors = np.load(staging / store.VECTORS, mmap_mode="r")
 
     names = [store.VECTORS, store.TOKEN_OFFSETS, store.TOKEN_FLAGS]
+    if old.fine_store != "fp16":  # a quantised fine store: the new rows encoded with the index's quantiser
+        names[0] = FINE_CODES
+        encode_fine_rows(index_dir, new_vectors, staging / FINE_CODES)
     for name in names:
         _concat_npy(index_dir / name, np.load(staging / name, mmap_mode="r"), _tmp(index_dir, name))
     _concat_npy(index_dir / store.TOKEN_PASSAGE, np.load(staging / store.TOKEN_PASSAGE) + P,
@@ -157,7 +165,7 @@ def _add_locked(index_dir: Path, corpus: Path, model: str | Path | None, opts: B
 
     params = dict(old.faiss_params)
     if "recall" in params and opts.recall_sample:  # re-measured over all tokens, for `index verify` to repeat
-        all_vectors = np.load(_tmp(index_dir, store.VECTORS), mmap_mode="r")
+        all_vectors = open_fine_store(index_dir, old.fine_store, rows=_tmp(index_dir, names[0]))
         scores = load_filter_scores(index_dir) if store.FILTER_SCORES not in names else \
             np.load(_tmp(index_dir, store.FILTER_SCORES), mmap_mode="r")
         kept = kept_token_ids(scores, old.filter_threshold, N + n_new)

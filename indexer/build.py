@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from spanseek.core import integrity, store
 from spanseek.core.encoding import PassageEncoder, pick_device, pick_precision
 from spanseek.core.faiss_spec import ivf_of
+from spanseek.core.finestore import detect_kind, open_fine_store
 from spanseek.core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, unique_ids
 from spanseek.core.model import (
     load_model,
@@ -57,8 +58,16 @@ from spanseek.indexer.faiss_index import (
     use_gpu,
     validate_factory,
 )
+from spanseek.indexer.fine_store import check_store_option, resolve_store, write_fine_store
 from spanseek.indexer.ingest import corpus_problem
 from spanseek.indexer.lexical import write_lexical
+from spanseek.indexer.ondisk import (
+    add_on_disk,
+    blocks_key,
+    check_on_disk,
+    save_trained_index,
+    saved_trained_index,
+)
 from spanseek.indexer.recall import measure_recall
 
 log = logging.getLogger(__name__)
@@ -76,7 +85,9 @@ class BuildOptions:
     """How to build: ``factory`` is any faiss factory string or ``auto``; ``gpu`` None = use one if faiss has it;
     ``filter_threshold`` needs a model with a filter head; ``vector_source`` is the searcher's default neighbour
     source recorded in the manifest; ``nprobe`` the IVF default stored in the index (None: ``default_nprobe``);
-    ``recall_sample`` the queries of the recall that `index verify` later re-measures."""
+    ``recall_sample`` the queries of the recall that `index verify` later re-measures; ``store`` the fine store's
+    precision (``core.finestore``); ``keep_codes`` whether a compressed index also keeps ``codes.npy``, a second
+    copy of its codes that only the ``codes`` neighbour source reads."""
 
     factory: str = "Flat"
     shard_passages: int = 2000
@@ -90,6 +101,9 @@ class BuildOptions:
     vector_source: str = "fine"
     nprobe: int | None = None
     recall_sample: int = 200  # own vectors used as queries for the recall recorded in the manifest (0: skip)
+    store: str | None = None  # fine store fp16 | sq8 | sq4; None: by size with factory auto, else fp16 (reindex: kept)
+    keep_codes: bool | None = None  # codes.npy for compressed indexes; None: only when vector_source is "codes"
+    on_disk: bool = False  # IVF inverted lists in index.ivfdata, memory-mapped (indexer.ondisk)
 
 
 def _shard_dir(out: Path, k: int) -> Path:
@@ -198,7 +212,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     """
     import faiss
 
-    vectors = np.load(out / store.VECTORS, mmap_mode="r")
+    vectors = open_fine_store(out, detect_kind(out))
     scores = load_filter_scores(out)
     if opts.filter_threshold is not None and scores is None:
         raise BuildError(f"{out} has no filter scores ({store.FILTER_SCORES}): its model has no filter head")
@@ -208,30 +222,47 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
         spec = validate_factory(factory, dim, len(ids))
     except FactoryError as e:
         raise FactoryError(f"{e} (the encoded shards in {out} are kept: rerun with another --factory to resume)") from None
+    if opts.on_disk:
+        check_on_disk(spec)
     contiguous = len(ids) == len(vectors)
-    index = create_index(spec, dim, contiguous_ids=contiguous)
     gpu = use_gpu(opts.gpu)
     n_train = training_size(spec, len(ids), opts.max_train)
-    train_seconds = train_index(index, vectors, n_train, gpu=gpu, pool=None if contiguous else ids)
+    key = blocks_key(factory, vectors, ids, n_train) if opts.on_disk else ""
+    index = saved_trained_index(out, key) if opts.on_disk else None
+    train_seconds = 0.0
+    if index is None:
+        index = create_index(spec, dim, contiguous_ids=contiguous)
+        train_seconds = train_index(index, vectors, n_train, gpu=gpu, pool=None if contiguous else ids)
+        if opts.on_disk:
+            save_trained_index(out, index, key)
     t1 = time.perf_counter()
-    add_vectors(index, vectors, ids, progress=opts.progress, gpu=gpu)
+    (out / store.IVFDATA).unlink(missing_ok=True)  # a killed earlier build's
+    if opts.on_disk:
+        add_on_disk(index, vectors, ids, out, progress=opts.progress, gpu=gpu)
+    else:
+        add_vectors(index, vectors, ids, progress=opts.progress, gpu=gpu)
     add_seconds = time.perf_counter() - t1
     params = {
         "max_train": opts.max_train, "train_size": n_train, "requested_factory": opts.factory, "gpu": gpu,
         "train_seconds": round(train_seconds, 2), "add_seconds": round(add_seconds, 2),
-        "vector_source": opts.vector_source,
+        "vector_source": opts.vector_source, "on_disk": opts.on_disk,
     }
     ivf = ivf_of(index)
     if ivf is not None and spec.nlist:
         nprobe = opts.nprobe or default_nprobe(spec.nlist)
         ivf.nprobe = nprobe  # stored in index.faiss: the search-time default
         params.update(nlist=spec.nlist, nprobe=nprobe)
-    if spec.has_codes:
+    keep_codes = opts.keep_codes if opts.keep_codes is not None else opts.vector_source == "codes"
+    if opts.vector_source == "codes" and not keep_codes:
+        raise FactoryError("vector_source 'codes' needs the codes store; do not switch keep_codes off")
+    if spec.has_codes and keep_codes:
         t2 = time.perf_counter()
         params["code_size"] = write_codes(index, vectors, out / store.CODES, progress=opts.progress)
         params["codes_seconds"] = round(time.perf_counter() - t2, 2)
     elif opts.vector_source == "codes":
         raise FactoryError(f"vector_source 'codes' needs a compressed index; {factory!r} has no codes")
+    else:
+        (out / store.CODES).unlink(missing_ok=True)  # a killed earlier build's (reindex never links it)
     if opts.recall_sample:
         params["recall"] = measure_recall(index, vectors, ids, sample=opts.recall_sample)
     with atomic_path(out / store.FAISS_INDEX) as tmp:
@@ -249,7 +280,10 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
     if (out / store.MANIFEST).exists():
         raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
     if opts.factory != "auto":
-        parse_factory(opts.factory)  # syntax errors before any encoding; sizes are checked after it
+        spec = parse_factory(opts.factory)  # syntax errors before any encoding; sizes are checked after it
+        if opts.on_disk:
+            check_on_disk(spec)
+    check_store_option(opts.store)
     if opts.vector_source not in store.VECTOR_SOURCES:
         raise BuildError(f"vector_source must be one of {store.VECTOR_SOURCES}, got {opts.vector_source!r}")
     if (out / SHARDS).is_dir():
@@ -266,16 +300,18 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
     n_shards, stats = encode_corpus(corpus, out, phrase_model, opts, fingerprint)  # 1. stores + encoded shards
     n_tokens = merge_shards(out, n_shards, phrase_model.dim)  # 2. merge shards into the final arrays
     factory, faiss_params, indexed = fill_faiss(out, phrase_model.dim, opts)  # 3. faiss (+ codes)
-    lexical = write_lexical(out)  # 4. BM25 over the passages
+    fine_store = resolve_store(opts.store, opts.factory, n_tokens)
+    faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress)  # 4. fine store
+    lexical = write_lexical(out)  # 5. BM25 over the passages
     remove_scratch(out)  # leftovers of killed steps would otherwise be taken for index files
 
-    # 5. manifest last: its presence marks a finished index
+    # 6. manifest last: its presence marks a finished index
     manifest = store.Manifest.create(out, {
         "encoder": phrase_model.config.to_dict(), "model_fingerprint": fingerprint, "model_ref": str(model),
         "factory": factory, "faiss_params": faiss_params, "documents": stats.documents,
         "passages": stats.paragraphs, "tokens": n_tokens, "indexed_tokens": indexed,
         "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t_start, 2),
-        "phrase_fingerprint": phrase_fingerprint(model_dir), "lexical": lexical,
+        "phrase_fingerprint": phrase_fingerprint(model_dir), "lexical": lexical, "fine_store": fine_store,
     })
     manifest.write(out)
     remove_scratch(out)
@@ -291,13 +327,15 @@ def remove_scratch(out: Path) -> None:
     shards = out / SHARDS
     if (out / store.MANIFEST).is_file():
         shutil.rmtree(shards, ignore_errors=True)
+        shutil.rmtree(out / integrity.IVF_BLOCKS, ignore_errors=True)
     elif shards.is_dir():
         for path in shards.glob("*.tmp"):
             shutil.rmtree(path, ignore_errors=True)
 
 
 def reindex(src: str | Path, out: str | Path, opts: BuildOptions) -> store.Manifest:
-    """A new index in ``out`` over the token vectors of the built index ``src`` with another faiss factory.
+    """A new index in ``out`` over the token vectors of the built index ``src`` with another faiss factory (and,
+    with ``opts.store``, another fine store: fp16 converts to sq8 / sq4, not back).
 
     The stores are hard-linked (copied across file systems), so no passage is encoded again; only faiss is
     trained and filled (benchmarks compare factories this way). The filter scores, if any, are reused.
@@ -307,7 +345,7 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions) -> store.Manif
     if (out / store.MANIFEST).exists():
         raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    for rel in integrity.index_files(src, exclude=(store.MANIFEST, store.FAISS_INDEX, store.CODES)):
+    for rel in integrity.index_files(src, exclude=(store.MANIFEST, store.FAISS_INDEX, store.CODES, store.IVFDATA)):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).unlink(missing_ok=True)
         try:
@@ -315,11 +353,15 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions) -> store.Manif
         except OSError:
             shutil.copy2(src / rel, out / rel)
     t0 = time.time()
+    check_store_option(opts.store)
     factory, faiss_params, indexed = fill_faiss(out, int(old.encoder["dim"]), opts)
+    fine_store = opts.store or old.fine_store
+    faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress)
     remove_scratch(out)
     manifest = store.Manifest.create(out, {
         **old.to_dict(), "factory": factory, "faiss_params": faiss_params, "indexed_tokens": indexed,
         "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t0, 2),
+        "fine_store": fine_store,
     })
     manifest.write(out)
     return manifest

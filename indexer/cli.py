@@ -52,7 +52,7 @@ def _build(args: argparse.Namespace) -> int:
         factory=args.factory, shard_passages=args.shard_passages, max_batch_tokens=args.max_batch_tokens,
         precision=args.precision, device=args.device, progress=not args.quiet, gpu=args.gpu,
         filter_threshold=args.filter_threshold, vector_source=args.vector_source, nprobe=args.nprobe,
-        max_train=args.max_train,
+        max_train=args.max_train, store=args.store, keep_codes=args.keep_codes, on_disk=args.on_disk,
     )
     m = build_index(args.corpus, args.model, args.out, opts)  # refuses --filter-threshold without a filter head
     print(json.dumps(m.to_dict(), indent=2))
@@ -168,7 +168,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-train", type=int, default=262_144, help="upper bound on the faiss training sample")
     p.add_argument("--nprobe", type=int, default=None, help="IVF lists probed by default (stored in the index)")
     p.add_argument("--vector-source", default="fine", choices=["fine", "codes"],
-                   help="default neighbour vectors for span completion: fp16 fine store or decoded codes")
+                   help="default neighbour vectors for span completion: the fine store or decoded codes")
+    p.add_argument("--store", default=None, choices=["fp16", "sq8", "sq4"],
+                   help="fine store precision (768 / 384 / 192 B per token at d 384); default: by corpus size with "
+                        "--factory auto, else fp16")
+    p.add_argument("--on-disk", action="store_true",
+                   help="IVF inverted lists in index.ivfdata, memory-mapped, merged from blocks (RAM bounded by the "
+                        "training sample and one block)")
+    p.add_argument("--keep-codes", action=argparse.BooleanOptionalAction, default=None,
+                   help="also keep codes.npy, the compressed codes in token order (default: only with "
+                        "--vector-source codes)")
     gpu = p.add_mutually_exclusive_group()
     gpu.add_argument("--gpu", dest="gpu", action="store_true", default=None, help="train/add faiss on GPU (default: if any)")
     gpu.add_argument("--no-gpu", dest="gpu", action="store_false", help="train/add faiss on CPU")

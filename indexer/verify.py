@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from spanseek.core import integrity, store
+from spanseek.core.finestore import store_files
 from spanseek.core.store import IndexFormatError, PhraseIndex
 from spanseek.indexer.compress import kept_token_ids
 from spanseek.indexer.lexical import check_lexical
@@ -49,14 +50,16 @@ def memory_per_token(index: PhraseIndex) -> dict[str, Any]:
     d = index.dir
     ram = {"faiss": _file_bytes(d / store.FAISS_INDEX)}
     mapped = {}
-    arrays = {
-        store.VECTORS: index.vectors, store.TOKEN_PASSAGE: index.token_passage, store.TOKEN_OFFSETS: index.token_offsets,
+    arrays: dict[str, Any] = {
+        store_files(index.manifest.fine_store)[0]: index.vectors, store.TOKEN_PASSAGE: index.token_passage, store.TOKEN_OFFSETS: index.token_offsets,
         store.TOKEN_FLAGS: index.token_flags, store.PASSAGE_TOKENS: index.passage_tokens,
     }
     if index.codes is not None:
         arrays[store.CODES] = index.codes
     for name, arr in arrays.items():
-        (mapped if isinstance(arr, np.memmap) else ram)[name] = int(arr.nbytes)
+        (mapped if getattr(arr, "mapped", isinstance(arr, np.memmap)) else ram)[name] = int(arr.nbytes)
+    if (d / store.IVFDATA).is_file():
+        mapped[store.IVFDATA] = _file_bytes(d / store.IVFDATA)
     ram["passages+docs"] = _file_bytes(d / store.PASSAGES) + _file_bytes(d / store.DOCS)
     ram["searcher"] = 8 * len(index.passages)
     disk = sum(_file_bytes(p) for p in d.iterdir())
@@ -157,7 +160,7 @@ def verify_index(
     out: dict[str, Any] = {
         "ok": not problems,
         "problems": problems,
-        "manifest": {"factory": m.factory, "documents": m.documents, "passages": m.passages, "tokens": m.tokens,
+        "manifest": {"factory": m.factory, "fine_store": m.fine_store, "documents": m.documents, "passages": m.passages, "tokens": m.tokens,
                      "indexed_tokens": m.indexed_tokens, "filter_threshold": m.filter_threshold},
         "lexical": describe_lexical(index),
     }

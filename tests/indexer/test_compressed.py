@@ -51,12 +51,12 @@ def _build(tmp_path_factory, corpus, model_dir, factory, name, **kw):
 
 @pytest.fixture(scope="module")
 def ivf_index(tmp_path_factory, medium_corpus, tiny_model_dir):
-    return _build(tmp_path_factory, medium_corpus, tiny_model_dir, IVF_FACTORY, "ivf")
+    return _build(tmp_path_factory, medium_corpus, tiny_model_dir, IVF_FACTORY, "ivf", keep_codes=True)
 
 
 @pytest.fixture(scope="module")
 def pq_index(tmp_path_factory, medium_corpus, tiny_model_dir):
-    return _build(tmp_path_factory, medium_corpus, tiny_model_dir, PQ_FACTORY, "pq")
+    return _build(tmp_path_factory, medium_corpus, tiny_model_dir, PQ_FACTORY, "pq", keep_codes=True)
 
 
 # --- factory choice and validation ----------------------------------------------------------------------
@@ -231,7 +231,8 @@ def test_filter_threshold_indexes_only_kept_tokens(tmp_path_factory, medium_corp
 
     from spanseek.core.model import load_model
 
-    out = _build(tmp_path_factory, medium_corpus, filter_model_dir, IVF_FACTORY, "filtered", filter_threshold=0.5)
+    out = _build(tmp_path_factory, medium_corpus, filter_model_dir, IVF_FACTORY, "filtered", filter_threshold=0.5,
+                 keep_codes=True)
     idx = PhraseIndex(out)
     probs = np.load(out / "token_filter.npy").astype(np.float32)
     model = load_model(filter_model_dir)
@@ -256,7 +257,8 @@ def test_filter_threshold_needs_a_filter_head(tmp_path, tiny_corpus, tiny_model_
 
 def test_killed_ivf_build_resumes(tmp_path, medium_corpus, tiny_model_dir, ivf_index, monkeypatch):
     out = tmp_path / "resumed"
-    opts = BuildOptions(factory=IVF_FACTORY, shard_passages=40, progress=False, precision="fp32", gpu=False)
+    opts = BuildOptions(factory=IVF_FACTORY, shard_passages=40, progress=False, precision="fp32", gpu=False,
+                        keep_codes=True)
     real_encode = build_mod._encode_shard
     calls = []
 

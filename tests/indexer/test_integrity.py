@@ -29,7 +29,7 @@ FACTORY = "IVF4,SQ8"  # a compressed index: every kind of file (faiss with inver
 def ivf_index(tmp_path_factory, tiny_corpus, tiny_model_dir):
     out = tmp_path_factory.mktemp("integrity") / "ivf"
     build_index(tiny_corpus, tiny_model_dir, out, BuildOptions(factory=FACTORY, shard_passages=7, progress=False,
-                                                               precision="fp32", gpu=False))
+                                                               precision="fp32", gpu=False, keep_codes=True))
     return out
 
 

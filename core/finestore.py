@@ -1,0 +1,171 @@
+"""The fine store: every token's vector, read back for span completion and for re-scoring compressed candidates.
+
+Written by ``spanseek index build --store fp16|sq8|sq4`` (recorded in ``manifest.fine_store``), read by
+``core.store.PhraseIndex``. One of:
+
+- ``fp16``: ``vectors.npy`` (N, d) float16, 2·d bytes per token (768 B at d = 384).
+- ``sq8`` / ``sq4``: ``fine_codes.npy`` (N, code_size) uint8 faiss ScalarQuantizer codes, d (384 B) or d / 2
+  (192 B) bytes per token, and ``fine_quantizer.faiss``, the trained (empty) ``IndexScalarQuantizer`` whose
+  per-dimension range decodes them. A component within the trained range comes back within half a step of
+  its value (step = range / 255 or range / 15).
+
+Either way the store is memory-mapped and only the gathered rows are read and decoded: ``FineStore`` behaves
+as a read-only (N, d) array for row reads (``store[ids]``, ``store[a:b]``), returning float32 for the quantised
+stores (fp16 rows as stored), so the faiss trainer, the recall measurement and the searcher read it alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from spanseek.core.io import atomic_path
+
+STORES = ("fp16", "sq8", "sq4")
+DEFAULT_STORE = "fp16"
+VECTORS = "vectors.npy"
+FINE_CODES = "fine_codes.npy"
+FINE_QUANTIZER = "fine_quantizer.faiss"
+ENCODE_CHUNK = 65536
+_SQ_BITS = {"sq8": 8, "sq4": 4}
+
+
+class FineStoreError(ValueError):
+    """A fine store is missing, of an unknown kind, or cannot be derived from the one given."""
+
+
+def store_files(kind: str) -> tuple[str, ...]:
+    """The files of a ``kind`` fine store, relative to the index directory."""
+    check_kind(kind)
+    return (VECTORS,) if kind == "fp16" else (FINE_CODES, FINE_QUANTIZER)
+
+
+def check_kind(kind: str) -> str:
+    """``kind`` if it is a known store, else FineStoreError naming the choices."""
+    if kind not in STORES:
+        raise FineStoreError(f"fine store must be one of {', '.join(STORES)}; got {kind!r}")
+    return kind
+
+
+def step_sizes(quantizer: Any) -> np.ndarray:
+    """(d,) decoding step of a trained sq8/sq4 quantiser: the per-dimension range over 2^bits - 1."""
+    import faiss
+
+    sq = quantizer.sq
+    trained = faiss.vector_to_array(sq.trained)
+    d = int(quantizer.d)
+    vdiff = trained[d:] if len(trained) == 2 * d else np.full(d, trained[1])
+    return vdiff / (2 ** int(sq.bits) - 1)
+
+
+class FineStore:
+    """A read-only (N, d) view of a fine store; ``rows = store[ids]`` decodes only the rows asked for."""
+
+    def __init__(self, kind: str, data: np.ndarray, quantizer: Any = None):
+        self.kind = check_kind(kind)
+        self.data = data  # fp16: the (N, d) vectors; sq: the (N, code_size) codes
+        self.quantizer = quantizer
+        self.dim = int(data.shape[1]) if quantizer is None else int(quantizer.d)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.data), self.dim)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype if self.quantizer is None else np.dtype(np.float32)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored rows (what a full read costs; the quantiser is a few KB)."""
+        return int(self.data.nbytes)
+
+    @property
+    def mapped(self) -> bool:
+        """Whether the rows stay on disk behind a memory map."""
+        return isinstance(self.data, np.memmap)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        got = self.data[rows]
+        if self.quantizer is None:
+            return got
+        codes = np.ascontiguousarray(got.reshape(-1, got.shape[-1]))
+        return self.quantizer.sa_decode(codes).reshape(*got.shape[:-1], self.dim)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)
+
+
+def open_fine_store(index_dir: Path, kind: str, mmap: bool = True, rows: Path | None = None) -> FineStore:
+    """The ``kind`` fine store of ``index_dir`` (memory-mapped with ``mmap``; ``rows``: read the vectors or codes
+    from this file instead, e.g. an add's new file); a missing file raises FileNotFoundError naming it."""
+    import faiss
+
+    mode: Literal["r"] | None = "r" if mmap else None
+    if check_kind(kind) == "fp16":
+        return FineStore(kind, np.load(rows or index_dir / VECTORS, mmap_mode=mode))
+    if not (index_dir / FINE_QUANTIZER).is_file():
+        raise FileNotFoundError(str(index_dir / FINE_QUANTIZER))
+    quantizer = faiss.read_index(str(index_dir / FINE_QUANTIZER))
+    return FineStore(kind, np.load(rows or index_dir / FINE_CODES, mmap_mode=mode), quantizer)
+
+
+def detect_kind(index_dir: Path) -> str:
+    """Which store ``index_dir`` holds (from its files): ``fp16`` when ``vectors.npy`` is there, else the
+    quantiser's kind."""
+    if (index_dir / VECTORS).is_file():
+        return "fp16"
+    if (index_dir / FINE_QUANTIZER).is_file():
+        import faiss
+
+        quantizer: Any = faiss.read_index(str(index_dir / FINE_QUANTIZER))
+        bits = int(quantizer.sq.bits)
+        return {8: "sq8", 4: "sq4"}[bits]
+    raise FineStoreError(f"{index_dir}: no fine store ({VECTORS} or {FINE_CODES} + {FINE_QUANTIZER})")
+
+
+def train_quantizer(kind: str, vectors: Any, sample: int = 262_144, seed: int = 0) -> Any:
+    """An sq8/sq4 ``IndexScalarQuantizer`` trained (per-dimension min / max) on a sorted random sample of rows."""
+    import faiss
+
+    qtype = {8: faiss.ScalarQuantizer.QT_8bit, 4: faiss.ScalarQuantizer.QT_4bit}[_SQ_BITS[check_kind(kind)]]
+    take = np.sort(np.random.default_rng(seed).choice(len(vectors), size=min(sample, len(vectors)), replace=False))
+    x = np.ascontiguousarray(vectors[take], dtype=np.float32)
+    quantizer = faiss.IndexScalarQuantizer(x.shape[1], qtype, faiss.METRIC_INNER_PRODUCT)
+    quantizer.train(x)
+    return quantizer
+
+
+def encode_rows(quantizer: Any, vectors: Any, out: np.ndarray, start: int = 0, progress: bool = False) -> None:
+    """``out[start + i] = code of vectors[i]``, chunk by chunk (memory stays at one chunk)."""
+    for a in tqdm(range(0, len(vectors), ENCODE_CHUNK), desc="fine store", unit="chunk", disable=not progress):
+        x = np.ascontiguousarray(vectors[a : a + ENCODE_CHUNK], dtype=np.float32)
+        out[start + a : start + a + len(x)] = quantizer.sa_encode(x)
+
+
+def write_quantized(out_dir: Path, kind: str, vectors: Any, sample: int = 262_144, progress: bool = False,
+                    quantizer: Any = None) -> dict[str, Any]:
+    """Write an sq8/sq4 fine store of ``vectors`` (any (N, d) row source) into ``out_dir`` atomically, training
+    the quantiser on a sample unless one is given. Returns the manifest's record of it."""
+    import faiss
+
+    if check_kind(kind) == "fp16":
+        raise FineStoreError("write_quantized writes sq8 / sq4 stores; fp16 is the merged vectors.npy")
+    quantizer = quantizer or train_quantizer(kind, vectors, sample)
+    code_size = int(quantizer.sa_code_size())
+    with atomic_path(out_dir / FINE_CODES) as tmp:
+        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(vectors), code_size))
+        encode_rows(quantizer, vectors, mm, progress=progress)
+        mm.flush()
+        del mm
+    with atomic_path(out_dir / FINE_QUANTIZER) as tmp:
+        faiss.write_index(quantizer, str(tmp))
+    return {"kind": kind, "code_size": code_size, "train_size": int(min(sample, len(vectors)))}
+

@@ -1,0 +1,128 @@
+"""Fine store precision (``--store fp16|sq8|sq4``): round trips, builds, search over a quantised store, add.
+
+Oracles: decoded rows lie within half a quantiser step of the vectors (the faiss ScalarQuantizer bound inside
+its trained range); search over an sq8 store equals brute force over its decoded vectors; an add encodes the new
+rows exactly as the index's quantiser encodes the vectors of a build of everything at once.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_fine_store.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from spanseek.core import finestore
+from spanseek.core.finestore import FineStoreError, open_fine_store, step_sizes, write_quantized
+from spanseek.core.params import SearchParams
+from spanseek.core.search import Searcher
+from spanseek.core.store import PhraseIndex
+from spanseek.indexer.add import add_documents
+from spanseek.indexer.build import BuildOptions, build_index, reindex
+from spanseek.indexer.fine_store import auto_store, resolve_store
+from spanseek.indexer.verify import verify_index
+from tests.conftest import make_corpus
+from tests.core.test_search import passage_maxima, random_questions
+
+
+def _opts(**kw) -> BuildOptions:
+    return BuildOptions(shard_passages=7, progress=False, precision="fp32", gpu=False, **kw)
+
+
+@pytest.mark.parametrize("kind", ["sq8", "sq4"])
+def test_quantised_store_round_trip_is_within_half_a_step(tmp_path, kind):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3000, 24)) * rng.uniform(0.1, 5.0, 24) + rng.uniform(-2, 2, 24)).astype(np.float32)
+    record = write_quantized(tmp_path, kind, x, sample=len(x))
+    fine = open_fine_store(tmp_path, kind)
+    assert fine.shape == x.shape and fine.mapped and record["code_size"] == {"sq8": 24, "sq4": 12}[kind]
+    assert np.load(tmp_path / finestore.FINE_CODES, mmap_mode="r").shape == (3000, record["code_size"])
+    err = np.abs(fine[:] - x) / step_sizes(fine.quantizer)
+    assert err.max() <= 0.5 + 1e-3
+    assert err.mean() > 0.1  # it is quantised, not a copy
+    ids = rng.integers(0, len(x), (5, 7))
+    assert np.array_equal(fine[ids], fine[:][ids])  # gathering rows decodes the same as decoding everything
+
+
+def test_unknown_store_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir):
+    with pytest.raises(FineStoreError, match="fp16, sq8, sq4"):
+        build_index(tiny_corpus, tiny_model_dir, tmp_path / "x", _opts(store="sq2"))
+    assert not (tmp_path / "x").exists()
+
+
+def test_auto_store_by_size_class():
+    assert [auto_store(n) for n in (10_000, 4_999_999, 5_000_000, 49_999_999, 50_000_000)] == \
+        ["fp16", "fp16", "sq8", "sq8", "sq4"]
+    assert resolve_store(None, "Flat", 10**9) == "fp16" and resolve_store(None, "auto", 10**9) == "sq4"
+    assert resolve_store("sq8", "Flat", 10) == "sq8"
+
+
+@pytest.fixture(scope="module")
+def sq8_index(tmp_path_factory, tiny_corpus, tiny_model_dir):
+    out = tmp_path_factory.mktemp("fine") / "sq8"
+    build_index(tiny_corpus, tiny_model_dir, out, _opts(store="sq8"))
+    return out
+
+
+def test_sq8_build_holds_one_store_within_the_bound(sq8_index, tiny_index):
+    idx, exact = PhraseIndex(sq8_index), PhraseIndex(tiny_index)
+    assert idx.manifest.fine_store == "sq8" and idx.manifest.faiss_params["fine_store"]["bytes_per_token"] == 32
+    assert not (sq8_index / finestore.VECTORS).exists()
+    assert {finestore.FINE_CODES, finestore.FINE_QUANTIZER} <= set(idx.manifest.files or {})
+    ids = np.arange(idx.num_tokens)
+    err = np.abs(idx.token_vectors(ids) - exact.token_vectors(ids)) / step_sizes(idx.vectors.quantizer)
+    assert err.max() <= 0.5 + 1e-2  # trained on every token of this small corpus (fp16 rounding on top)
+    report = verify_index(sq8_index, sample=50)
+    assert report["ok"], report["problems"]
+    assert report["memory"]["mapped_breakdown"][finestore.FINE_CODES] == 32
+
+
+def test_search_over_an_sq8_store_equals_brute_force_over_its_decoded_vectors(sq8_index, tmp_path):
+    flat = reindex(sq8_index, tmp_path / "flat", _opts(factory="Flat"))  # faiss over the decoded vectors
+    assert flat.fine_store == "sq8"
+    idx = PhraseIndex(tmp_path / "flat")
+    searcher = Searcher(idx)
+    L = searcher.max_answer_tokens
+    qs, qe = random_questions(np.random.default_rng(3), 12, idx.vectors.shape[1])
+    for b, [hit] in enumerate(searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=1, mode="dense"))):
+        s, i, j = max(passage_maxima(idx, qs[b], qe[b], L))
+        assert hit.score == pytest.approx(s, rel=1e-4, abs=1e-4)
+        assert (hit.start, hit.end) == (idx.token_offsets[i, 0], idx.token_offsets[j, 1])
+
+
+def test_reindex_converts_fp16_to_sq4_but_not_back(tiny_index, sq8_index, tmp_path):
+    m = reindex(tiny_index, tmp_path / "sq4", _opts(factory="Flat", store="sq4"))
+    assert m.fine_store == "sq4" and (tmp_path / "sq4" / finestore.FINE_CODES).is_file()
+    assert (tiny_index / finestore.VECTORS).is_file()  # the source keeps its store
+    assert PhraseIndex(tmp_path / "sq4").vectors.shape == PhraseIndex(tiny_index).vectors.shape
+    with pytest.raises(FineStoreError, match="cannot be derived"):
+        reindex(sq8_index, tmp_path / "fp16", _opts(factory="Flat", store="fp16"))
+
+
+def test_compressed_build_keeps_codes_only_when_asked(tmp_path, tiny_corpus, tiny_model_dir):
+    plain = build_index(tiny_corpus, tiny_model_dir, tmp_path / "plain", _opts(factory="IVF4,SQ8"))
+    assert "codes.npy" not in (plain.files or {}) and PhraseIndex(tmp_path / "plain").codes is None
+    kept = reindex(tmp_path / "plain", tmp_path / "kept", _opts(factory="IVF4,SQ8", vector_source="codes"))
+    assert "codes.npy" in (kept.files or {}) and PhraseIndex(tmp_path / "kept").vector_source == "codes"
+
+
+def test_add_to_an_sq8_store_encodes_new_rows_with_its_quantizer(tmp_path, tiny_model_dir):
+    base, more = make_corpus(seed=4, n_docs=5, n_paras=3), make_corpus(seed=5, n_docs=2, n_paras=2)
+    more = [{**d, "id": f"m{i}"} for i, d in enumerate(more)]
+    paths = {}
+    for name, docs in (("base", base), ("more", more), ("all", base + more)):
+        paths[name] = tmp_path / f"{name}.jsonl"
+        paths[name].write_text("".join(json.dumps(d) + "\n" for d in docs))
+    build_index(paths["base"], tiny_model_dir, tmp_path / "idx", _opts(store="sq8"))
+    old_codes = np.load(tmp_path / "idx" / finestore.FINE_CODES).copy()
+    add_documents(tmp_path / "idx", paths["more"], model=tiny_model_dir, opts=_opts())
+    build_index(paths["all"], tiny_model_dir, tmp_path / "all", _opts())
+    idx, whole = PhraseIndex(tmp_path / "idx"), PhraseIndex(tmp_path / "all")
+    codes = np.load(tmp_path / "idx" / finestore.FINE_CODES)
+    n_old = len(old_codes)
+    assert idx.num_tokens == whole.num_tokens == len(codes) and np.array_equal(codes[:n_old], old_codes)
+    expect = idx.vectors.quantizer.sa_encode(np.asarray(whole.vectors[n_old:], dtype=np.float32))
+    assert np.array_equal(codes[n_old:], expect)
+    assert verify_index(tmp_path / "idx", sample=50)["ok"]

@@ -1,0 +1,124 @@
+"""IVF indexes with their inverted lists on disk (``spanseek index build --on-disk``).
+
+Oracle: the in-memory index built from the same vectors: faiss results and phrase hits are identical, also
+after the index directory is moved; a build killed between blocks resumes with the saved trained index and the
+finished blocks, and ends with the same index.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_ondisk.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from spanseek.core.faiss_spec import FactoryError
+from spanseek.core.params import SearchParams
+from spanseek.core.search import Searcher
+from spanseek.core.store import IVFDATA, PhraseIndex
+from spanseek.indexer import build as build_mod
+from spanseek.indexer import ondisk
+from spanseek.indexer.add import add_documents
+from spanseek.indexer.build import BuildError, BuildOptions, build_index, reindex
+from spanseek.indexer.verify import verify_index
+
+FACTORY = "IVF4,SQ8"
+BLOCK = 300  # tokens per block in these tests: several blocks to merge
+
+
+def _opts(**kw) -> BuildOptions:
+    return BuildOptions(**{"factory": FACTORY, "shard_passages": 7, "progress": False, "precision": "fp32",
+                           "gpu": False, **kw})
+
+
+@pytest.fixture(scope="module")
+def in_memory(tmp_path_factory, tiny_index):
+    out = tmp_path_factory.mktemp("ondisk") / "mem"
+    reindex(tiny_index, out, _opts())
+    return out
+
+
+@pytest.fixture(scope="module")
+def on_disk(tmp_path_factory, in_memory):
+    out = tmp_path_factory.mktemp("ondisk") / "disk"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ondisk, "BLOCK_TOKENS", BLOCK)
+        reindex(in_memory, out, _opts(on_disk=True))
+    return out
+
+
+def _same_search(a: PhraseIndex, b: PhraseIndex) -> None:
+    q = a.token_vectors(np.arange(0, a.num_tokens, 37))
+    for nprobe in (2, 8):
+        da, ia = a.faiss.search(q, 10, params=a.search_parameters(nprobe))
+        db, ib = b.faiss.search(q, 10, params=b.search_parameters(nprobe))
+        assert np.array_equal(ia, ib) and np.array_equal(da, db)
+    qs, qe = np.random.default_rng(0).standard_normal((2, 10, a.vectors.shape[1])).astype(np.float32)
+    params = SearchParams(unit="phrase", top_k=5, mode="dense")
+    assert Searcher(a).search_vectors(qs, qe, params) == Searcher(b).search_vectors(qs, qe, params)
+
+
+def test_on_disk_index_searches_like_the_in_memory_one(in_memory, on_disk, tmp_path):
+    mem, disk = PhraseIndex(in_memory), PhraseIndex(on_disk)
+    assert disk.manifest.faiss_params["on_disk"] and IVFDATA in (disk.manifest.files or {})
+    assert disk.faiss.ntotal == mem.faiss.ntotal == mem.num_tokens
+    assert isinstance(disk.token_passage, np.memmap) and isinstance(disk.token_flags, np.memmap)
+    assert not (on_disk / "ivf_blocks").exists()
+    _same_search(mem, disk)
+    del disk
+    moved = on_disk.rename(tmp_path / "moved")  # the lists are found next to index.faiss, not where they were
+    try:
+        _same_search(mem, PhraseIndex(moved))
+        report = verify_index(moved, sample=50)
+        assert report["ok"], report["problems"]
+        assert report["memory"]["mapped_breakdown"][IVFDATA] > 0
+    finally:
+        moved.rename(on_disk)
+
+
+def test_killed_on_disk_build_resumes_from_its_blocks(in_memory, on_disk, tmp_path, monkeypatch):
+    monkeypatch.setattr(ondisk, "BLOCK_TOKENS", BLOCK)
+    real_add, added = ondisk.add_vectors, []
+
+    def dying_add(index, vectors, ids, **kw):
+        added.append(len(ids))
+        if len(added) == 3:
+            raise KeyboardInterrupt("killed")
+        return real_add(index, vectors, ids, **kw)
+
+    monkeypatch.setattr(ondisk, "add_vectors", dying_add)
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        reindex(in_memory, out, _opts(on_disk=True))
+    assert len(list((out / "ivf_blocks").glob("block_*.faiss"))) == 2
+    trained = []
+    monkeypatch.setattr(build_mod, "train_index", lambda *a, **k: trained.append(1) or 0.0)
+    monkeypatch.setattr(ondisk, "add_vectors", real_add)
+    build_mod.fill_faiss(out, PhraseIndex(in_memory).vectors.shape[1], _opts(on_disk=True))
+    assert not trained  # the saved trained index was used
+    import faiss
+
+    resumed = faiss.read_index(str(out / "index.faiss"), faiss.IO_FLAG_ONDISK_SAME_DIR)
+    ref = PhraseIndex(on_disk)
+    q = ref.token_vectors(np.arange(0, ref.num_tokens, 41))
+    assert np.array_equal(resumed.search(q, 10)[1], ref.faiss.search(q, 10)[1])
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF8,PQ4x4fs"])
+def test_on_disk_needs_ivf_lists_that_disk_can_hold(tmp_path, tiny_corpus, tiny_model_dir, factory):
+    with pytest.raises(FactoryError, match="--on-disk"):
+        build_index(tiny_corpus, tiny_model_dir, tmp_path / "x", _opts(factory=factory, on_disk=True))
+    assert not (tmp_path / "x").exists()  # refused before encoding
+
+
+def test_add_to_an_on_disk_index_is_refused(on_disk, tmp_path, tiny_model_dir):
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"id": "new", "title": "t", "paragraphs": ["A new passage about bridges."]}) + "\n")
+    copy = shutil.copytree(on_disk, tmp_path / "copy")
+    before = (copy / IVFDATA).read_bytes()
+    with pytest.raises(BuildError, match="on disk"):
+        add_documents(copy, more, model=tiny_model_dir, opts=_opts())
+    assert (copy / IVFDATA).read_bytes() == before
