@@ -1,7 +1,7 @@
 """Build a phrase index from a JSONL corpus: encode in shards (resumable), merge, fill faiss, write the manifest.
 
     spanseek index build --corpus corpus.jsonl --model default --out INDEX_DIR [--factory Flat|auto|IVF1024,SQ8|...]
-        [--filter-threshold T] [--gpu/--no-gpu]
+        [--filter-threshold T] [--gpu/--no-gpu] [--store fp16|sq8|sq4] [--on-disk] [--ray [ADDRESS]]
 
 The corpus is read once, as a stream: the passage and document stores are written as it goes and passages are
 encoded in shards of ``shard_passages``. Each finished shard is a directory renamed into place and keyed by a hash
@@ -68,6 +68,7 @@ from spanseek.indexer.ondisk import (
     save_trained_index,
     saved_trained_index,
 )
+from spanseek.indexer.ray_encode import SHARDS_PER_ROUND
 from spanseek.indexer.recall import measure_recall
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class BuildOptions:
     store: str | None = None  # fine store fp16 | sq8 | sq4; None: by size with factory auto, else fp16 (reindex: kept)
     keep_codes: bool | None = None  # codes.npy for compressed indexes; None: only when vector_source is "codes"
     on_disk: bool = False  # IVF inverted lists in index.ivfdata, memory-mapped (indexer.ondisk)
+    ray: str | None = None  # encode on a Ray cluster at this address ("": a local one; indexer.ray_encode)
 
 
 def _shard_dir(out: Path, k: int) -> Path:
@@ -151,12 +153,14 @@ def _has_shard(dest: Path, key: str) -> bool:
 
 
 def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fingerprint: str,
-                  existing_ids: Iterable[str] = (), existing_name: str = "") -> tuple[int, ReadStats]:
+                  existing_ids: Iterable[str] = (), existing_name: str = "",
+                  model_dir: Path | None = None) -> tuple[int, ReadStats]:
     """Read ``corpus`` once: write the passage and document stores into ``out`` and encode its passages into
     shards, re-using finished shards of the same passages. Returns (shard count, read stats).
 
     Document ids must be unique and not among ``existing_ids`` (an index's; ``existing_name`` names it): a
-    repeated id raises CorpusError naming the file and line.
+    repeated id raises CorpusError naming the file and line. With ``opts.ray`` the shards are encoded on a Ray
+    cluster by actors that load ``model_dir`` (``indexer.ray_encode``).
     """
     device = next(phrase_model.parameters()).device
     tokenizer = load_tokenizer(phrase_model.config)
@@ -165,15 +169,30 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     stats = ReadStats()
     k, buf, reused = 0, [], 0
     bar = tqdm(desc="encode", unit="passage", disable=not opts.progress)
+    if opts.ray is not None and model_dir is None:
+        raise BuildError("encoding on Ray needs the model's directory")
+    pending: list[tuple[Path, str, list[str]]] = []  # shards for the Ray cluster
+
+    def encode_pending() -> None:
+        from spanseek.indexer.ray_encode import encode_on_ray
+
+        encode_on_ray(pending, model_dir or Path(), precision, opts.max_batch_tokens, opts.ray)
+        bar.update(sum(len(texts) for _, _, texts in pending))
+        pending.clear()
 
     def flush() -> None:
         nonlocal k, buf, reused
         dest, key = _shard_dir(out, k), shard_key(fingerprint, precision, buf)
         if _has_shard(dest, key):
             reused += 1
+            bar.update(len(buf))
+        elif opts.ray is not None:
+            pending.append((dest, key, buf))
+            if len(pending) >= SHARDS_PER_ROUND:
+                encode_pending()
         else:
             _encode_shard(encoder, tokenizer, buf, dest, key)
-        bar.update(len(buf))
+            bar.update(len(buf))
         k, buf = k + 1, []
 
     docs = unique_ids(read_corpus(corpus, stats), corpus, existing_ids, existing_name)
@@ -188,6 +207,8 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
                         flush()
             if buf:  # an empty shard cannot be encoded; a corpus without passages is refused below
                 flush()
+    if pending:
+        encode_pending()
     bar.close()
     if stats.paragraphs == 0:
         raise BuildError(f"corpus {corpus} has no non-empty passages")
@@ -217,7 +238,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     if opts.filter_threshold is not None and scores is None:
         raise BuildError(f"{out} has no filter scores ({store.FILTER_SCORES}): its model has no filter head")
     ids = kept_token_ids(scores, opts.filter_threshold, len(vectors))
-    factory = resolve_factory(opts.factory, dim, len(ids))
+    factory = resolve_factory(opts.factory, dim, len(ids), opts.on_disk)
     try:
         spec = validate_factory(factory, dim, len(ids))
     except FactoryError as e:
@@ -297,7 +318,8 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = model_fingerprint(model_dir)
 
-    n_shards, stats = encode_corpus(corpus, out, phrase_model, opts, fingerprint)  # 1. stores + encoded shards
+    n_shards, stats = encode_corpus(corpus, out, phrase_model, opts, fingerprint,  # 1. stores + encoded shards
+                                    model_dir=model_dir)
     n_tokens = merge_shards(out, n_shards, phrase_model.dim)  # 2. merge shards into the final arrays
     factory, faiss_params, indexed = fill_faiss(out, phrase_model.dim, opts)  # 3. faiss (+ codes)
     fine_store = resolve_store(opts.store, opts.factory, n_tokens)

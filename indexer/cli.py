@@ -52,7 +52,7 @@ def _build(args: argparse.Namespace) -> int:
         factory=args.factory, shard_passages=args.shard_passages, max_batch_tokens=args.max_batch_tokens,
         precision=args.precision, device=args.device, progress=not args.quiet, gpu=args.gpu,
         filter_threshold=args.filter_threshold, vector_source=args.vector_source, nprobe=args.nprobe,
-        max_train=args.max_train, store=args.store, keep_codes=args.keep_codes, on_disk=args.on_disk,
+        max_train=args.max_train, store=args.store, keep_codes=args.keep_codes, on_disk=args.on_disk, ray=args.ray,
     )
     m = build_index(args.corpus, args.model, args.out, opts)  # refuses --filter-threshold without a filter head
     print(json.dumps(m.to_dict(), indent=2))
@@ -175,6 +175,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--on-disk", action="store_true",
                    help="IVF inverted lists in index.ivfdata, memory-mapped, merged from blocks (RAM bounded by the "
                         "training sample and one block)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="encode on a Ray cluster (extra `ray`): its address (ray://host:10001, auto), or none to "
+                        "start a local one")
     p.add_argument("--keep-codes", action=argparse.BooleanOptionalAction, default=None,
                    help="also keep codes.npy, the compressed codes in token order (default: only with "
                         "--vector-source codes)")

@@ -65,14 +65,21 @@ def _pq_m(dim: int) -> int:
     return 1
 
 
-def auto_factory(n: int, dim: int) -> str:
-    """The factory ``--factory auto`` picks for ``n`` vectors of dimension ``dim`` (see the module docstring)."""
+def auto_factory(n: int, dim: int, on_disk: bool = False) -> str:
+    """The factory ``--factory auto`` picks for ``n`` vectors of dimension ``dim`` (see the module docstring).
+
+    ``on_disk`` (lists in a file, ``indexer.ondisk``): IVF from 100k tokens (on-disk lists need one), 8-bit PQ
+    instead of fast-scan (which on-disk lists cannot hold) and, from SQ8_MAX on, an HNSW coarse quantiser, which
+    assigns tens of millions of vectors to lists far faster than a flat one.
+    """
     if n < FLAT_MAX:
         return "Flat"
     nlist = auto_nlist(n)
     if n < SQ8_MAX:
         return f"IVF{nlist},SQ8"
     m = _pq_m(dim)
+    if on_disk:
+        return f"OPQ{m},IVF{nlist}_HNSW32,PQ{m}"
     if n < PQ8_MAX:
         return f"OPQ{m},IVF{nlist},PQ{m}"
     return f"OPQ{m},IVF{nlist},PQ{m}x4fs"
@@ -117,9 +124,9 @@ def validate_factory(factory: str, dim: int, n: int, max_train: int | None = Non
     return spec
 
 
-def resolve_factory(factory: str, dim: int, n: int) -> str:
-    """``auto`` -> ``auto_factory(n, dim)``; anything else is returned unchanged."""
-    return auto_factory(n, dim) if factory == AUTO else factory
+def resolve_factory(factory: str, dim: int, n: int, on_disk: bool = False) -> str:
+    """``auto`` -> ``auto_factory(n, dim, on_disk)``; anything else is returned unchanged."""
+    return auto_factory(n, dim, on_disk) if factory == AUTO else factory
 
 
 def default_nprobe(nlist: int) -> int:

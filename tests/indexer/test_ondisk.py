@@ -23,6 +23,7 @@ from spanseek.indexer import build as build_mod
 from spanseek.indexer import ondisk
 from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildError, BuildOptions, build_index, reindex
+from spanseek.indexer.ondisk import check_on_disk
 from spanseek.indexer.verify import verify_index
 
 FACTORY = "IVF4,SQ8"
@@ -122,3 +123,13 @@ def test_add_to_an_on_disk_index_is_refused(on_disk, tmp_path, tiny_model_dir):
     with pytest.raises(BuildError, match="on disk"):
         add_documents(copy, more, model=tiny_model_dir, opts=_opts())
     assert (copy / IVFDATA).read_bytes() == before
+
+
+@pytest.mark.parametrize("n", [200_000, 10_000_000, 80_000_000])
+def test_auto_factory_on_disk_is_always_storable_on_disk(n):
+    from spanseek.indexer.faiss_index import auto_factory, create_index, parse_factory, validate_factory
+
+    factory = auto_factory(n, 384, on_disk=True)
+    check_on_disk(validate_factory(factory, 384, n))
+    assert ("HNSW" in factory) == (n >= 5_000_000) and not parse_factory(factory).fast_scan
+    create_index(factory, 384, contiguous_ids=True)
