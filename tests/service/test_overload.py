@@ -90,3 +90,27 @@ async def test_warm_up_measures_the_batch_rate(settings_for, tiny_searcher, asyn
     async with async_serve(app):
         cost = app.state.service.batcher.cost
         assert cost.known and cost.seconds_for(32, 32) > 0
+
+
+async def test_a_burst_at_an_idle_server_is_served_whole(hold_worker, until, settings_for, counting_factory,
+                                                         async_serve):
+    """The burst's first request starts a batch from idle; the rest of the burst fits in the next batch and is
+    admitted although the measured rate says that batch starts seconds from now. The request after that would
+    wait for a further full batch and is refused (429). Before, every request after the first was refused."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=8, max_wait_ms=1, max_queue_wait_ms=1), factory)
+    encoder.gate.set()
+    async with async_serve(app) as ac:
+        batcher = app.state.service.batcher
+        batcher.observe_batch(8, 8.0)  # 1 s a question: far over the 1 ms budget
+        busy = await hold_worker(ac, encoder)  # the burst's first batch, started from idle
+        tasks = []
+        for i in range(9):
+            tasks.append(asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})))
+            await until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
+        refused = [t.result() for t in tasks if t.done()]
+        assert [r.status_code for r in refused] == [429] and refused[0].headers["Retry-After"]
+        assert tasks[-1].done() and not any(t.done() for t in tasks[:-1])
+        encoder.gate.set()
+        served = await asyncio.wait_for(asyncio.gather(busy, *tasks[:-1]), 30)
+    assert [r.status_code for r in served] == [200] * 9
