@@ -19,9 +19,7 @@ saturation the steps overlap.
 Admission (service/overload.py): a request fails at once with ``Overloaded`` (HTTP 429 + Retry-After) when the
 batch it would join would start later than ``max_queue_wait_ms`` from now (the batches in flight plus the full
 batches queued ahead of it, at the batch rate measured on recent batches), or when it would overflow
-``max_queue``; latency stays bounded under overload instead of growing with the backlog. A burst arriving at an
-idle server is taken whole when it fits in the batch it started and the next one: sustained overload never
-leaves the pipeline idle, so there the budget rules.
+``max_queue``; latency stays bounded under overload instead of growing with the backlog.
 
 Isolation: requests are validated before they are queued (service/schemas.py); if a batch step still raises, its
 requests are retried in halves (bisection, in the same worker thread) until the failing ones are alone, so one bad
@@ -255,7 +253,6 @@ class MicroBatcher:
         self.cost = BatchCostModel()  # measured seconds per batch size, for admission and Retry-After
         self._last_done = 0.0  # when the last batch finished (monotonic)
         self._busy_since = 0.0  # when the batches in flight started to run (the pipeline was idle before)
-        self._batches_since_idle = 0  # batches started since the pipeline was last idle (nothing queued or run)
 
     @property
     def depth(self) -> int:
@@ -300,12 +297,7 @@ class MicroBatcher:
         if self._closed or self._task is None:
             raise NotReady("the search batcher is not running")
         n = len(questions)
-        budget = self.max_queue_wait
-        if self._batches_since_idle == 1 and self._depth + n <= self.max_batch_size:
-            # a burst at an idle server: its first batch is running and the rest of it fits in the next one, so
-            # it is served whole (within two batches) rather than partly refused
-            budget = 0.0
-        check_admission(self.cost, self._depth, n, self.max_batch_size, self.max_queue, budget,
+        check_admission(self.cost, self._depth, n, self.max_batch_size, self.max_queue, self.max_queue_wait,
                         self._inflight_remaining())
         item = _Pending(questions, params, asyncio.get_running_loop().create_future())
         self._pending.append(item)
@@ -331,7 +323,6 @@ class MicroBatcher:
         """Mark ``batch`` as in flight (it stays marked if we are cancelled: stop() then fails these requests)."""
         if not self._inflight:
             self._busy_since = started
-        self._batches_since_idle += 1
         self._inflight.extend(batch)
 
     def _live_questions(self) -> int:
@@ -446,8 +437,6 @@ class MicroBatcher:
     def _forget(self, batch: list[_Pending]) -> None:
         done = {id(p) for p in batch}
         self._inflight = [p for p in self._inflight if id(p) not in done]
-        if not self._inflight and not self._live_questions():
-            self._batches_since_idle = 0
 
     def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: BatchTimings, started: float) -> None:
         self._forget(batch)
