@@ -1,11 +1,12 @@
 """Load shedding by expected waiting time: the batch rate the service measures, and the admit-or-429 decision.
 
 The micro-batcher (service/batcher.py) records every finished batch here (its size and how long it held the
-pipeline) and asks, for each new request, when it would finish: its batch starts after the rest of the batches
-in flight and the full batches queued ahead of it (questions that will share its batch are not ahead of it), then
-runs. When that is more than ``max_queue_wait_ms`` beyond the time of one full batch, the request gets 429 with
-``Retry-After`` at once, so accepted requests keep a bounded latency whatever the concurrency, while a burst of about
-one batch at an idle server is taken whole; ``max_queue`` stays a hard cap on top.
+pipeline) and asks, for each new request, how long until the batch it would join starts: the rest of the batches
+in flight plus the full batches queued ahead of it (questions that will share its batch are not ahead of it).
+Beyond ``max_queue_wait_ms`` the request gets 429 with ``Retry-After`` at once, so accepted requests keep a
+bounded latency (about the budget plus their own batch) whatever the concurrency. A burst at an idle server is
+the exception: it is taken whole while its second batch still finishes within the budget plus one full batch of
+its first request's arrival. ``max_queue`` stays a hard cap on top.
 """
 
 from __future__ import annotations
@@ -75,24 +76,25 @@ def queue_wait(cost: BatchCostModel, queued: int, max_batch_size: int, inflight_
 
 
 def check_admission(cost: BatchCostModel, queued: int, incoming: int, max_batch_size: int, max_queue: int,
-                    budget_s: float, inflight_remaining_s: float = 0.0) -> None:
+                    budget_s: float, inflight_remaining_s: float = 0.0, burst_deadline_s: float | None = None) -> None:
     """Raise Overloaded (429 + Retry-After) when ``incoming`` questions should not join ``queued`` ones.
 
     Refused when the queue would exceed ``max_queue`` questions, or when a budget is set (> 0) and the measured
-    rate says this request would finish more than ``budget_s`` later than one full batch takes: its batch starts
-    after ``queue_wait`` (the batches in flight, then the full batches ahead of it) and runs the questions queued
-    in it so far plus these. So an accepted request finishes within about the budget plus one full batch, and a
-    burst that fits in the batch in flight and the next one is taken whole (their sum is one batch of work).
+    rate says this request's batch would start more than ``budget_s`` from now (``queue_wait``: the batches in
+    flight, then the full batches ahead of it). An accepted request thus finishes within about the budget plus
+    its own batch. ``burst_deadline_s`` (the batcher gives it while the batch in flight is the first since the
+    pipeline was idle and the queue fits in the next batch): a burst at an idle server is admitted beyond the
+    budget as long as the next batch, with these questions, still finishes within that many seconds from now
+    (the budget plus one full batch after its first request arrived), so the burst is served whole when it is
+    about one batch of work.
     """
     wait = queue_wait(cost, queued, max_batch_size, inflight_remaining_s)
     if queued + incoming > max_queue:
         drain = max(0.0, inflight_remaining_s) + cost.seconds_for(queued, max_batch_size)
         raise Overloaded(f"search queue is full ({queued} questions waiting); retry later", drain)
-    if budget_s <= 0:
+    if budget_s <= 0 or wait <= budget_s:
         return
-    own = cost.seconds_for(queued % max_batch_size + incoming, max_batch_size)
-    full = cost.seconds_for(max_batch_size, max_batch_size)
-    if wait + own > budget_s + full:
-        raise Overloaded(f"this request would finish in {(wait + own) * 1e3:.0f} ms, over this server's "
-                         f"{budget_s * 1e3:.0f} ms budget beyond one full batch ({full * 1e3:.0f} ms; "
-                         "max_queue_wait_ms); retry later", wait)
+    if burst_deadline_s is not None and wait + cost.seconds_for(queued + incoming, max_batch_size) <= burst_deadline_s:
+        return
+    raise Overloaded(f"this request's batch would start in {wait * 1e3:.0f} ms, over this server's "
+                     f"{budget_s * 1e3:.0f} ms budget (max_queue_wait_ms); retry later", wait)
