@@ -29,7 +29,7 @@ from spanseek.core.evaluate import sample_questions
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.loading import open_searcher
 from spanseek.core.params import MODES, UNITS
-from spanseek.trainer.calibrate import collect, encode_questions
+from spanseek.trainer.calibrate import collect, encode_questions, save_runs
 
 BINS = 10
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--examples", default=None, help="also write the collected features and labels to this npz")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
@@ -115,18 +116,18 @@ def main(argv: list[str] | None = None) -> dict:
     calibrator = Calibrator.load(args.calibration) if args.calibration else searcher.calibrator
     if calibrator is None:
         sys.exit(f"{args.model} has no calibrator; fit one with `spanseek train calibrate` or pass --calibration")
-    questions = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
-    cache = Path(args.cache) if args.cache else None
-    if cache is not None and cache.is_file():
-        z = np.load(cache)
-        q_start, q_end = z["q_start"], z["q_end"]
-        assert len(q_start) == len(questions), f"{cache} holds {len(q_start)} questions, not {len(questions)}"
-    else:
-        q_start, q_end = encode_questions(searcher, questions)
-        if cache is not None:
-            np.savez(cache, q_start=q_start, q_end=q_end)
+    every = squad_questions(load_squad(args.questions))
+    q_start, q_end = encode_questions(searcher, every, cache=args.cache)  # all of them, so one cache serves any --limit
+    position = {id(q): i for i, q in enumerate(every)}
+    questions = sample_questions(every, args.limit)
+    rows = np.asarray([position[id(q)] for q in questions])
+    q_start, q_end = q_start[rows], q_end[rows]
     runs = collect(searcher.index, questions, q_start, q_end, args.units, args.modes, calibrator=calibrator)
-    result = {"index": Path(args.index).name, "questions": len(questions), "bins": f"{BINS} equal-width",
+    if args.examples:
+        save_runs(runs, args.examples)
+    result = {"index": Path(args.index).name, "questions": len(questions), "of": len(every),
+              "sample": "core.evaluate.sample_questions (seed 13)" if args.limit else "all",
+              "bins": f"{BINS} equal-width",
               "calibrator_fitted_on": calibrator.fitted_on, "by_unit_mode": report(runs),
               "seconds": round(time.perf_counter() - t0, 1)}
     print(f"{'unit/mode':16} {'acc+':>5} {'ECE':>6} {'ECE+':>6} {'ECE-':>6} {'AUROC+-':>7} {'AUROCok':>7} "

@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 CALIBRATION_NAME = "calibration.json"
 CALIBRATION_VERSION = 1
-# the ranked list the features are read from: at least this many hits (the served page may be shorter)
-FEATURE_DEPTH = 10
+# the ranked list the features are read from is at least this deep per unit (the served page may be shorter):
+# the softmax feature normalises over these first hits. Documents are few and a deep document search is costly.
+FEATURE_DEPTH = {"phrase": 10, "passage": 10, "doc": 5}
 FEATURES = ("score", "margin", "gap_to_best", "log_rank", "answer_prob", "log_lexical", "dense")
 LABELS = {
     "phrase": "the phrase matches a gold answer exactly (normalised)",
@@ -50,9 +51,10 @@ def hit_features(unit: str, scores: Sequence[float], dense: Sequence[float | Non
 
     score: the ranking score; margin: its lead over the next hit below it with a different answer (phrase unit: a
     different normalised text; other units: the next hit), or over the last hit when none differs; gap_to_best:
-    how far below the first hit it is; log_rank: log(1 + rank); answer_prob: the softmax of the dense scores over
-    the list, summed over hits with the same answer (phrase unit); log_lexical: log(1 + BM25 score), 0 without a
-    lexical leg; dense: the dense leg's score.
+    how far below the first hit it is; log_rank: log(1 + rank); answer_prob: the softmax of the dense scores
+    (normalised over the first ``FEATURE_DEPTH[unit]`` hits, so a deeper list changes no feature of its first hits
+    but the last one's margin), summed over hits with the same answer (phrase unit); log_lexical: log(1 + BM25
+    score), 0 without a lexical leg; dense: the dense leg's score.
     """
     n = len(scores)
     if n == 0:
@@ -65,8 +67,9 @@ def hit_features(unit: str, scores: Sequence[float], dense: Sequence[float | Non
     for i in range(n):
         below = [j for j in range(i + 1, n) if keys[j] != keys[i]]
         margin[i] = s[i] - (s[below[0]] if below else s[-1])
-    p = np.exp(d - d.max())
-    p /= p.sum()
+    top = d[: FEATURE_DEPTH.get(unit, n)]
+    p = np.exp(d - top.max())
+    p /= p[: len(top)].sum()
     mass: dict[str, float] = {}
     for k, v in zip(keys, p, strict=True):
         mass[k] = mass.get(k, 0.0) + float(v)

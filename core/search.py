@@ -228,11 +228,11 @@ class Searcher:
         Phrase hits do not overlap one another unless ``allow_overlap`` (``non_overlapping``). Each hit
         carries ``confidence`` when the searcher has a calibrator for the unit and mode; a question whose best hit
         is below ``min_confidence`` gets no hits and ``no_answer`` (each list returned is a ``Hits``). The hits are
-        ranked ``offset + top_k`` deep (at least ``FEATURE_DEPTH``, which the confidence features read) and the
+        ranked ``offset + top_k`` deep (at least ``FEATURE_DEPTH[unit]``, which the confidence features read) and the
         page ``[offset, offset + top_k)`` is returned.
         """
         want = params.offset + params.top_k
-        depth = max(want, FEATURE_DEPTH) if self.calibrator is not None else want
+        depth = max(want, FEATURE_DEPTH[params.unit]) if self.calibrator is not None else want
         mode = self.check_mode(params)
         raw = dataclasses.replace(params, top_k=depth, offset=0, min_confidence=None, allow_overlap=True)
         if params.unit != "phrase" or params.allow_overlap:

@@ -27,7 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from spanseek.core.confidence import CALIBRATION_NAME, FEATURE_DEPTH, Calibrator, LogisticModel, hit_features
-from spanseek.core.io import Question, load_squad, squad_questions
+from spanseek.core.io import Question, atomic_path, load_squad, squad_questions
 from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.metrics import exact_match, passage_has_answer
 from spanseek.core.params import MODES, UNITS, SearchParams
@@ -117,7 +117,7 @@ def collect(
         texts = [questions[i].question for i in rows]
         for unit in units:
             for mode in modes:
-                params = SearchParams(unit=unit, mode=mode, top_k=FEATURE_DEPTH)  # type: ignore[arg-type]
+                params = SearchParams(unit=unit, mode=mode, top_k=FEATURE_DEPTH[unit])  # type: ignore[arg-type]
                 hits = searcher.search_vectors(q_start[sel], q_end[sel], params, None, texts)
                 for i, h in zip(rows, hits, strict=True):
                     feats = hit_features(unit, [x.score for x in h], [x.dense for x in h], [x.lexical for x in h],
@@ -127,6 +127,18 @@ def collect(
                         [x.confidence for x in h])
                     out.setdefault((unit, mode, condition), []).append(Ranked(i, feats, labels, conf))
     return out
+
+
+def save_runs(runs: dict[tuple[str, str, str], list[Ranked]], path: str | Path) -> None:
+    """Write the collected examples (features, labels, question of each ranked list) as one npz, for refits."""
+    arrays = {}
+    for (unit, mode, cond), ranked in runs.items():
+        key = f"{unit}/{mode}/{cond}"
+        arrays[f"{key}/features"] = np.concatenate([r.features for r in ranked]) if ranked else np.zeros((0, 0))
+        arrays[f"{key}/labels"] = np.concatenate([r.labels for r in ranked]) if ranked else np.zeros(0, bool)
+        arrays[f"{key}/question"] = np.repeat([r.question for r in ranked], [len(r.labels) for r in ranked])
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0) -> LogisticModel:
@@ -157,16 +169,27 @@ def fit_calibrator(runs: dict[tuple[str, str, str], list[Ranked]], fingerprint: 
         f"{u}/{m}/{cond}": sum(len(r.labels) for r in rs) for (u, m, cond), rs in sorted(runs.items())}})
 
 
-def encode_questions(searcher: Searcher, questions: Sequence[Question], batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """(Q, d) q_start and q_end of every question, encoded once."""
+def encode_questions(searcher: Searcher, questions: Sequence[Question], batch: int = 64,
+                     cache: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(Q, d) q_start and q_end of every question, encoded once (read from / written to the npz ``cache``)."""
+    if cache is not None and Path(cache).is_file():
+        z = np.load(cache)
+        if len(z["q_start"]) != len(questions):
+            raise ValueError(f"{cache} holds {len(z['q_start'])} encoded questions, not {len(questions)}; delete it")
+        return z["q_start"], z["q_end"]
     parts = [searcher.encoder.encode([q.question for q in questions[i : i + batch]])
              for i in tqdm(range(0, len(questions), batch), desc="encoding questions", leave=False)]
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    q_start, q_end = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    if cache is not None:
+        with atomic_path(cache) as tmp, open(tmp, "wb") as f:
+            np.savez(f, q_start=q_start, q_end=q_end)
+    return q_start, q_end
 
 
 def calibrate(index_dir: str | Path, questions_path: str | Path, model: str, out: str | Path | None = None,
               units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, c: float = 1.0,
-              limit: int | None = None) -> Calibrator:
+              limit: int | None = None, cache: str | Path | None = None,
+              examples: str | Path | None = None) -> Calibrator:
     """Fit and write the model's calibrator (default ``MODEL_DIR/calibration.json``); returns it."""
     from spanseek.core.evaluate import sample_questions
     from spanseek.core.loading import open_searcher
@@ -174,8 +197,10 @@ def calibrate(index_dir: str | Path, questions_path: str | Path, model: str, out
 
     searcher = open_searcher(index_dir, model)
     questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
-    q_start, q_end = encode_questions(searcher, questions)
+    q_start, q_end = encode_questions(searcher, questions, cache=cache)
     runs = collect(searcher.index, questions, q_start, q_end, units, modes)
+    if examples is not None:
+        save_runs(runs, examples)
     model_dir = resolve_model(model)
     fitted_on = {"index": str(Path(index_dir).name), "questions": str(Path(questions_path).name),
                  "n_questions": len(questions), "documents": len(searcher.index.docs),
@@ -185,5 +210,5 @@ def calibrate(index_dir: str | Path, questions_path: str | Path, model: str, out
     return calibrator
 
 
-__all__ = ["CONDITIONS", "Ranked", "calibrate", "collect", "encode_questions", "fit_calibrator", "fit_logistic",
+__all__ = ["CONDITIONS", "Ranked", "calibrate", "collect", "encode_questions", "fit_calibrator", "fit_logistic", "save_runs",
            "is_correct", "without_documents"]

@@ -80,7 +80,8 @@ def _average(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from spanseek.trainer.calibrate import calibrate
 
-    calibrator = calibrate(args.index, args.questions, args.model, args.out, args.units, args.modes, args.C, args.limit)
+    calibrator = calibrate(args.index, args.questions, args.model, args.out, args.units, args.modes, args.C, args.limit,
+                           args.cache, args.examples)
     print(json.dumps(calibrator.to_dict(), indent=2))
     return 0
 
@@ -128,6 +129,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
     p.add_argument("--limit", type=int, default=None, help="a fixed random sample of this many questions")
+    p.add_argument("--cache", default=None, help="npz of the encoded questions (written once, then read)")
+    p.add_argument("--examples", default=None, help="also write the collected features and labels to this npz")
     p.set_defaults(func=_calibrate)
 
     p = train.add_parser("average", help="average checkpoints of one config into a new model (LoRA updates "

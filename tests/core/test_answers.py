@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from spanseek.core.confidence import (
+    FEATURE_DEPTH,
     FEATURES,
     CalibrationError,
     Calibrator,
@@ -131,7 +132,7 @@ def test_confidence_and_abstention(tiny_searcher, unit):
     for mode in MODES:
         params = SearchParams(unit=unit, mode=mode, top_k=4)
         got = searcher.search_vectors(qs, qe, params, None, texts)
-        deep = searcher.search_vectors(qs, qe, dataclasses.replace(params, top_k=10), None, texts)
+        deep = searcher.search_vectors(qs, qe, dataclasses.replace(params, top_k=FEATURE_DEPTH[unit]), None, texts)
         for hits, ranked in zip(got, deep, strict=True):
             assert isinstance(hits, Hits) and not hits.no_answer and hits
             # the confidence of a hit is the model applied to the features of the FEATURE_DEPTH-deep list
