@@ -24,12 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from spanseek.core.confidence import Calibrator
+from spanseek.core.confidence import Calibrator, load_calibrator
 from spanseek.core.evaluate import sample_questions
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.loading import open_searcher
+from spanseek.core.model import model_fingerprint, resolve_model
 from spanseek.core.params import MODES, UNITS
-from spanseek.trainer.calibrate import collect, encode_questions, save_runs
+from spanseek.trainer.calibrate import collect, encode_questions, load_runs, save_runs
 
 BINS = 10
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -99,8 +100,9 @@ def report(runs: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--index", required=True)
-    ap.add_argument("--questions", required=True)
+    ap.add_argument("--index", default="")
+    ap.add_argument("--questions", default=None)
+    ap.add_argument("--from-examples", default=None, help="report on examples written by an earlier --examples run")
     ap.add_argument("--model", default="default")
     ap.add_argument("--calibration", default=None, help="a calibration file (default: the model's)")
     ap.add_argument("--cache", default=None, help="npz of the encoded questions (written once, then read)")
@@ -112,21 +114,30 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
-    searcher = open_searcher(args.index, args.model)
-    calibrator = Calibrator.load(args.calibration) if args.calibration else searcher.calibrator
+    if args.from_examples:
+        runs = load_runs(args.from_examples)
+        n_questions = len({r.question for rs in runs.values() for r in rs})
+        model_dir = resolve_model(args.model)
+        calibrator = load_calibrator(model_dir, model_fingerprint(model_dir))
+    else:
+        searcher = open_searcher(args.index, args.model)
+        calibrator = searcher.calibrator
+        questions = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
+        n_questions = len(questions)
+        q_start, q_end = encode_questions(searcher, questions, cache=args.cache)
+        runs = collect(searcher.index, questions, q_start, q_end, args.units, args.modes)
+        if args.examples:
+            save_runs(runs, args.examples)
+    if args.calibration:
+        calibrator = Calibrator.load(args.calibration)
     if calibrator is None:
         sys.exit(f"{args.model} has no calibrator; fit one with `spanseek train calibrate` or pass --calibration")
-    every = squad_questions(load_squad(args.questions))
-    q_start, q_end = encode_questions(searcher, every, cache=args.cache)  # all of them, so one cache serves any --limit
-    position = {id(q): i for i, q in enumerate(every)}
-    questions = sample_questions(every, args.limit)
-    rows = np.asarray([position[id(q)] for q in questions])
-    q_start, q_end = q_start[rows], q_end[rows]
-    runs = collect(searcher.index, questions, q_start, q_end, args.units, args.modes, calibrator=calibrator)
-    if args.examples:
-        save_runs(runs, args.examples)
-    result = {"index": Path(args.index).name, "questions": len(questions), "of": len(every),
-              "sample": "core.evaluate.sample_questions (seed 13)" if args.limit else "all",
+    for (unit, mode, _), ranked in runs.items():
+        for r in ranked:
+            model = calibrator.models.get(f"{unit}/{mode}")
+            r.confidence = model.predict(r.features) if model is not None and len(r.features) else None
+    result = {"index": Path(args.index).name, "questions": n_questions,
+              "sample": f"{args.limit}, core.evaluate.sample_questions (seed 13)" if args.limit else "all",
               "bins": f"{BINS} equal-width",
               "calibrator_fitted_on": calibrator.fitted_on, "by_unit_mode": report(runs),
               "seconds": round(time.perf_counter() - t0, 1)}

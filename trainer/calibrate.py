@@ -141,6 +141,20 @@ def save_runs(runs: dict[tuple[str, str, str], list[Ranked]], path: str | Path) 
         np.savez(f, **arrays)
 
 
+def load_runs(path: str | Path) -> dict[tuple[str, str, str], list[Ranked]]:
+    """The examples ``save_runs`` wrote, one Ranked per question (questions that got no hits are not in them)."""
+    z = np.load(path)
+    runs: dict[tuple[str, str, str], list[Ranked]] = {}
+    for key in sorted({k.rsplit("/", 1)[0] for k in z.files}):
+        unit, mode, cond = key.split("/")
+        features, labels, question = z[f"{key}/features"], z[f"{key}/labels"], z[f"{key}/question"]
+        starts = np.flatnonzero(np.r_[True, question[1:] != question[:-1]]) if len(question) else np.zeros(0, int)
+        ends = np.r_[starts[1:], len(question)]
+        runs[(unit, mode, cond)] = [Ranked(int(question[a]), features[a:b], labels[a:b], None)
+                                    for a, b in zip(starts, ends, strict=True)]
+    return runs
+
+
 def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0) -> LogisticModel:
     """An L2-regularised logistic regression on standardised features (scikit-learn), as plain numbers."""
     from sklearn.linear_model import LogisticRegression
@@ -210,5 +224,5 @@ def calibrate(index_dir: str | Path, questions_path: str | Path, model: str, out
     return calibrator
 
 
-__all__ = ["CONDITIONS", "Ranked", "calibrate", "collect", "encode_questions", "fit_calibrator", "fit_logistic", "save_runs",
+__all__ = ["CONDITIONS", "Ranked", "calibrate", "collect", "encode_questions", "fit_calibrator", "fit_logistic", "load_runs", "save_runs",
            "is_correct", "without_documents"]

@@ -17,7 +17,7 @@ from spanseek.core.loading import open_searcher
 from spanseek.core.params import MODES, UNITS, SearchParams
 from spanseek.core.search import Searcher
 from spanseek.core.store import PhraseIndex
-from spanseek.trainer.calibrate import collect, encode_questions, without_documents
+from spanseek.trainer.calibrate import collect, encode_questions, load_runs, save_runs, without_documents
 from tests.conftest import make_squad
 
 
@@ -62,7 +62,7 @@ def test_without_documents_equals_an_index_built_without_them(squad_index, tiny_
                 assert np.allclose([h.score for h in g], [h.score for h in w], atol=5e-3)
 
 
-def test_collect_searches_each_question_with_and_without_its_article(squad_index, tiny_searcher):
+def test_collect_searches_each_question_with_and_without_its_article(squad_index, tiny_searcher, tmp_path):
     from spanseek.core.io import load_squad, squad_questions
 
     index = PhraseIndex(squad_index / "index")
@@ -73,6 +73,13 @@ def test_collect_searches_each_question_with_and_without_its_article(squad_index
     assert sorted(r.question for r in present) == sorted(r.question for r in absent) == list(range(12))
     assert not any(r.labels.any() for r in absent)  # the gold document is never found once it is gone
     assert all(r.labels.sum() == 1 for r in present)  # and always among all the documents when it is there
+    save_runs(runs, tmp_path / "examples.npz")
+    again = load_runs(tmp_path / "examples.npz")
+    assert again.keys() == runs.keys()
+    for key, ranked in runs.items():
+        assert [r.question for r in again[key]] == [r.question for r in ranked if len(r.labels)]
+        for a, b in zip(again[key], [r for r in ranked if len(r.labels)], strict=True):
+            assert np.array_equal(a.features, b.features) and np.array_equal(a.labels, b.labels)
 
 
 def test_calibrate_command_writes_a_calibrator_the_searcher_applies(squad_index, tiny_model_dir, tmp_path):
