@@ -26,7 +26,14 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from spanseek.core.confidence import CALIBRATION_NAME, FEATURE_DEPTH, Calibrator, LogisticModel, hit_features
+from spanseek.core.confidence import (
+    CALIBRATION_NAME,
+    FEATURE_DEPTH,
+    FEATURES,
+    Calibrator,
+    LogisticModel,
+    hit_features,
+)
 from spanseek.core.io import Question, atomic_path, load_squad, squad_questions
 from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.metrics import exact_match, passage_has_answer
@@ -155,20 +162,27 @@ def load_runs(path: str | Path) -> dict[tuple[str, str, str], list[Ranked]]:
     return runs
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0) -> LogisticModel:
-    """An L2-regularised logistic regression on standardised features (scikit-learn), as plain numbers."""
+def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, features: Sequence[str] = FEATURES) -> LogisticModel:
+    """An L2-regularised logistic regression on standardised features (scikit-learn), as plain numbers; features
+    not in ``features`` get weight 0."""
     from sklearn.linear_model import LogisticRegression
 
+    unknown = set(features) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown features {sorted(unknown)}; known: {', '.join(FEATURES)}")
+    use = np.asarray([f in features for f in FEATURES])
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale[scale < 1e-9] = 1.0  # a constant feature (no lexical leg) contributes nothing
-    lr = LogisticRegression(C=c, max_iter=1000).fit((x - mean) / scale, y)
-    return LogisticModel(tuple(map(float, mean)), tuple(map(float, scale)), tuple(map(float, lr.coef_[0])),
+    lr = LogisticRegression(C=c, max_iter=1000).fit(((x - mean) / scale)[:, use], y)
+    coef = np.zeros(len(FEATURES))
+    coef[use] = lr.coef_[0]
+    return LogisticModel(tuple(map(float, mean)), tuple(map(float, scale)), tuple(map(float, coef)),
                          float(lr.intercept_[0]))
 
 
 def fit_calibrator(runs: dict[tuple[str, str, str], list[Ranked]], fingerprint: str, fitted_on: dict[str, Any],
-                   c: float = 1.0) -> Calibrator:
+                   c: float = 1.0, features: Sequence[str] = FEATURES) -> Calibrator:
     """One logistic model per unit/mode over every hit of both conditions."""
     models = {}
     for unit, mode in sorted({(u, m) for u, m, _ in runs}):
@@ -178,7 +192,7 @@ def fit_calibrator(runs: dict[tuple[str, str, str], list[Ranked]], fingerprint: 
         if y.all() or not y.any():
             log.warning("%s/%s: every hit is %s; no model fitted", unit, mode, "correct" if y.all() else "wrong")
             continue
-        models[f"{unit}/{mode}"] = fit_logistic(x, y, c)
+        models[f"{unit}/{mode}"] = fit_logistic(x, y, c, features)
     return Calibrator(models, fingerprint, {**fitted_on, "examples": {
         f"{u}/{m}/{cond}": sum(len(r.labels) for r in rs) for (u, m, cond), rs in sorted(runs.items())}})
 
@@ -203,26 +217,33 @@ def encode_questions(searcher: Searcher, questions: Sequence[Question], batch: i
 def calibrate(index_dir: str | Path, questions_path: str | Path, model: str, out: str | Path | None = None,
               units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, c: float = 1.0,
               limit: int | None = None, cache: str | Path | None = None,
-              examples: str | Path | None = None) -> Calibrator:
-    """Fit and write the model's calibrator (default ``MODEL_DIR/calibration.json``); returns it."""
+              examples: str | Path | None = None, features: Sequence[str] = FEATURES,
+              from_examples: str | Path | None = None) -> Calibrator:
+    """Fit and write the model's calibrator (default ``MODEL_DIR/calibration.json``); returns it. ``from_examples``
+    refits on the examples an earlier run wrote (``examples``) instead of searching again."""
     from spanseek.core.evaluate import sample_questions
     from spanseek.core.loading import open_searcher
     from spanseek.core.model import model_fingerprint, resolve_model
 
-    searcher = open_searcher(index_dir, model)
-    questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
-    q_start, q_end = encode_questions(searcher, questions, cache=cache)
-    runs = collect(searcher.index, questions, q_start, q_end, units, modes)
-    if examples is not None:
-        save_runs(runs, examples)
     model_dir = resolve_model(model)
-    fitted_on = {"index": str(Path(index_dir).name), "questions": str(Path(questions_path).name),
-                 "n_questions": len(questions), "documents": len(searcher.index.docs),
-                 "absent": "each question also searched over the index without its gold document", "C": c}
-    calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, c)
+    if from_examples is not None:
+        runs = load_runs(from_examples)
+        fitted_on: dict[str, Any] = {"examples_file": Path(from_examples).name}
+    else:
+        searcher = open_searcher(index_dir, model)
+        questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
+        q_start, q_end = encode_questions(searcher, questions, cache=cache)
+        runs = collect(searcher.index, questions, q_start, q_end, units, modes)
+        if examples is not None:
+            save_runs(runs, examples)
+        fitted_on = {"index": str(Path(index_dir).name), "questions": str(Path(questions_path).name),
+                     "n_questions": len(questions), "documents": len(searcher.index.docs)}
+    fitted_on.update({"absent": "each question also searched over the index without its gold document", "C": c,
+                      "features": [f for f in FEATURES if f in features]})
+    calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, c, features)
     calibrator.save(out or model_dir / CALIBRATION_NAME)
     return calibrator
 
 
-__all__ = ["CONDITIONS", "Ranked", "calibrate", "collect", "encode_questions", "fit_calibrator", "fit_logistic", "load_runs", "save_runs",
-           "is_correct", "without_documents"]
+__all__ = ["CONDITIONS", "Ranked", "calibrate", "collect", "encode_questions", "fit_calibrator", "fit_logistic",
+           "is_correct", "load_runs", "save_runs", "without_documents"]
