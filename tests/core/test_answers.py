@@ -103,8 +103,10 @@ def sigmoid(z):
     return 1 / (1 + np.exp(-z))
 
 
-def calibrator(coef=(1.0, 0.5, -0.5, -0.3, 2.0, 0.2, 0.1), intercept=-0.2, fingerprint="fp") -> Calibrator:
-    model = LogisticModel(tuple([0.0] * N_FEATURES), tuple([1.0] * N_FEATURES), tuple(coef), intercept)
+def calibrator(coef=(1.0, 0.5, -0.5, -0.3, 2.0, 0.2, 0.1), intercept=-0.2, fingerprint="fp", mean=None,
+               scale=None) -> Calibrator:
+    model = LogisticModel(tuple(mean if mean is not None else [0.0] * N_FEATURES),
+                          tuple(scale if scale is not None else [1.0] * N_FEATURES), tuple(coef), intercept)
     return Calibrator({f"{u}/{m}": model for u in UNITS for m in MODES}, fingerprint, {"test": True})
 
 
@@ -126,23 +128,30 @@ def test_features_by_brute_force():
 
 @pytest.mark.parametrize("unit", UNITS)
 def test_confidence_and_abstention(tiny_searcher, unit):
-    cal = calibrator()
-    searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=cal)
-    qs, qe, texts = questions(searcher)
+    qs, qe, texts = questions(tiny_searcher)
     for mode in MODES:
+        # standardise with the features' own spread, so the confidences spread over (0, 1)
+        lists = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, mode=mode, top_k=FEATURE_DEPTH[unit]),
+                                             None, texts)
+        f = np.concatenate([hit_features(unit, [h.score for h in hs], [h.dense for h in hs], [h.lexical for h in hs],
+                                         [h.text for h in hs]) for hs in lists])
+        cal = calibrator(mean=f.mean(axis=0), scale=np.maximum(f.std(axis=0), 1e-3))
+        searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=cal)
         params = SearchParams(unit=unit, mode=mode, top_k=4)
         got = searcher.search_vectors(qs, qe, params, None, texts)
         deep = searcher.search_vectors(qs, qe, dataclasses.replace(params, top_k=FEATURE_DEPTH[unit]), None, texts)
         for hits, ranked in zip(got, deep, strict=True):
-            assert isinstance(hits, Hits) and not hits.no_answer and hits
+            assert isinstance(hits, Hits) and not hits.no_answer  # (lexical: no hits when no word matches)
             # the confidence of a hit is the model applied to the features of the FEATURE_DEPTH-deep list
             f = hit_features(unit, [h.score for h in ranked], [h.dense for h in ranked], [h.lexical for h in ranked],
                              [h.text for h in ranked])
-            want = sigmoid(f @ np.asarray(cal.models[f"{unit}/{mode}"].coef) + cal.models[f"{unit}/{mode}"].intercept)
+            m = cal.models[f"{unit}/{mode}"]
+            want = sigmoid((f - np.asarray(m.mean)) / np.asarray(m.scale) @ np.asarray(m.coef) + m.intercept)
             assert np.allclose([h.confidence for h in hits], want[: len(hits)], atol=1e-4)
             assert all(0 <= h.confidence <= 1 for h in hits)
-        best = np.asarray([hits[0].confidence for hits in got])
+        best = np.asarray([hits[0].confidence if hits else -1.0 for hits in got])
         cut = float(np.median(best)) + 1e-6
+        assert cut < 1 and len(set(best[best >= 0])) > 1
         gated = searcher.search_vectors(qs, qe, dataclasses.replace(params, min_confidence=cut), None, texts)
         for hits, conf, full in zip(gated, best, got, strict=True):
             assert hits.no_answer == (conf < cut)
@@ -158,8 +167,9 @@ def test_without_a_calibrator_confidence_is_none_and_min_confidence_is_refused(t
         searcher.search(["Who built the castle?"], SearchParams(min_confidence=0.5))
     partial = Calibrator({"phrase/dense": calibrator().models["phrase/dense"]}, "fp", {})
     searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=partial)
-    assert searcher.search(["x"], SearchParams(mode="dense"))[0][0].confidence is not None
-    assert searcher.search(["x"], SearchParams(mode="lexical", unit="passage"))[0][0].confidence is None
+    question = ["Who built the castle?"]
+    assert searcher.search(question, SearchParams(mode="dense"))[0][0].confidence is not None
+    assert searcher.search(question, SearchParams(mode="lexical", unit="passage"))[0][0].confidence is None
     with pytest.raises(SearchParamsError, match="unit=passage, mode=lexical"):
         searcher.check_mode(SearchParams(mode="lexical", unit="passage", min_confidence=0.1))
 
