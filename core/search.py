@@ -103,7 +103,7 @@ class Hit:
 HIT_FIELDS = tuple(f.name for f in fields(Hit))
 
 
-class Hits(list):
+class Hits(list[Hit]):
     """One question's hits, best first; ``no_answer`` is True when the search abstained (``min_confidence``)."""
 
     def __init__(self, hits: Sequence[Hit] = (), no_answer: bool = False):
@@ -253,7 +253,7 @@ class Searcher:
                 _add(timings, "aggregate", time.perf_counter() - t0)
                 pending, k = still, 4 * k
         t0 = time.perf_counter()
-        out = [self._page(hits, params, mode) for hits in ranked]
+        out: list[list[Hit]] = [self._page(hits, params, mode) for hits in ranked]
         _add(timings, "aggregate", time.perf_counter() - t0)
         return out
 
