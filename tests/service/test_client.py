@@ -179,7 +179,7 @@ def test_retry_after_is_honoured_and_bounded(monkeypatch):
     assert len(seen) == 4 and seen[0].url.params["unit"] == "phrase"
     assert b'"mode":"hybrid"' in seen[0].content.replace(b" ", b"")  # options the client does not name pass through
     hit = response.hits[0]
-    assert (hit.text, hit.doc_id, hit.meta, hit.extra) == ("1340", "a.md", {"url": "u"}, {"confidence": 0.9})
+    assert (hit.text, hit.doc_id, hit.meta, hit.confidence, hit.extra) == ("1340", "a.md", {"url": "u"}, 0.9, {})
     assert response.extra == {"no_answer": False} and response.timings_ms.total == 10
 
     waits.clear()
