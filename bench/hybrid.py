@@ -38,8 +38,8 @@ CONFIGS = {  # name -> the SearchParams fields that make it
     "hybrid_rrf": {"mode": "hybrid", "fusion": "rrf"},
     "hybrid_score": {"mode": "hybrid", "fusion": "score"},
 }
-PHRASE_WEIGHTS = (0.5, 1.0, 2.0, 4.0)
-UNIT_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
+PHRASE_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0)
+UNIT_WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 def search_all(searcher, texts: list[str], q_start: np.ndarray, q_end: np.ndarray, params: SearchParams) -> list:
@@ -48,23 +48,29 @@ def search_all(searcher, texts: list[str], q_start: np.ndarray, q_end: np.ndarra
                                              texts[a : a + BATCH])]
 
 
-def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParams, units=("phrase", "passage", "doc")
-                 ) -> dict:
-    """Phrase EM@1/F1@1, passage acc@1/5/20 + MRR@20 and doc acc@1 of one configuration."""
+def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParams, units=("phrase", "passage", "doc"),
+                 weights: dict[str, float] | None = None) -> dict:
+    """Phrase EM@1/F1@1, passage acc@1/5/20 + MRR@20 and doc acc@1 of one configuration (``weights``: per-unit
+    lexical weights instead of the index's, for the hybrid modes)."""
     texts = [q.question for q in qs]
     out: dict = {}
+
+    def params(unit: str, top_k: int) -> SearchParams:
+        weight = (weights or {}).get(unit) if base.mode == "hybrid" else None
+        return dataclasses.replace(base, unit=unit, top_k=top_k, **({} if weight is None else {"lexical_weight": weight}))
+
     if "phrase" in units:
-        hits = search_all(searcher, texts, q_start, q_end, dataclasses.replace(base, unit="phrase", top_k=1))
+        hits = search_all(searcher, texts, q_start, q_end, params("phrase", 1))
         top = [h[0].text if h else "" for h in hits]
         out["phrase"] = {"em@1": pct(float(np.mean([exact_match(t, q.answers) for t, q in zip(top, qs, strict=True)]))),
                          "f1@1": pct(float(np.mean([f1_score(t, q.answers) for t, q in zip(top, qs, strict=True)])))}
     if "passage" in units:
-        hits = search_all(searcher, texts, q_start, q_end, dataclasses.replace(base, unit="passage", top_k=20))
+        hits = search_all(searcher, texts, q_start, q_end, params("passage", 20))
         ok = [[passage_has_answer(h.passage, q.answers) for h in row] for row, q in zip(hits, qs, strict=True)]
         out["passage"] = {"acc@1": pct(accuracy_at(ok, 1)), "acc@5": pct(accuracy_at(ok, 5)),
                           "acc@20": pct(accuracy_at(ok, 20)), "mrr@20": pct(mrr_at(ok, 20))}
     if "doc" in units:
-        hits = search_all(searcher, texts, q_start, q_end, dataclasses.replace(base, unit="doc", top_k=1))
+        hits = search_all(searcher, texts, q_start, q_end, params("doc", 1))
         out["doc"] = {"acc@1": pct(accuracy_at([[h.title == q.title for h in row] for row, q in
                                                 zip(hits, qs, strict=True)], 1))}
     return out
@@ -115,13 +121,14 @@ def run(args: argparse.Namespace) -> dict:
     for name in [] if args.speed_only else args.configs:
         fields = CONFIGS[name]
         t0 = time.perf_counter()
-        results[name] = unit_metrics(searcher, qs, q_start, q_end, SearchParams(**fields))
+        results[name] = unit_metrics(searcher, qs, q_start, q_end, SearchParams(**fields), weights=args.weights)
         results[name]["seconds"] = round(time.perf_counter() - t0, 1)
         print(name, json.dumps(results[name]), flush=True)
     report = {
         "questions": args.questions, "n_questions": len(qs), "index": str(args.index), "model": args.model,
         "passages": len(searcher.index.passages), "tokens": searcher.index.num_tokens,
-        "fusion_defaults": searcher.index.fusion_defaults, "results": results, "cpu": cpu_name(),
+        "fusion_defaults": searcher.index.fusion_defaults, "weights_override": args.weights, "results": results,
+        "cpu": cpu_name(),
         "throughput_batch64": phrase_qps(searcher, [q.question for q in qs], q_start, q_end, args.speed_questions),
     }
     if results:
@@ -165,6 +172,15 @@ def fit(args: argparse.Namespace) -> dict:
     return report
 
 
+def parse_weights(text: str) -> dict[str, float]:
+    """'phrase=2,passage=0.5' -> {'phrase': 2.0, 'passage': 0.5}."""
+    try:
+        pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+        return {unit.strip(): float(w) for unit, w in pairs}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected unit=weight pairs separated by commas, got {text!r}") from None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command", choices=["run", "fit"])
@@ -175,6 +191,8 @@ def main() -> None:
     ap.add_argument("--speed-questions", type=int, default=1024, help="questions timed per mode (run)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), help="modes to measure (run)")
     ap.add_argument("--speed-only", action="store_true", help="run: only the q/s comparison")
+    ap.add_argument("--weights", type=parse_weights, default=None,
+                    help="run: per-unit lexical weights instead of the index's, e.g. phrase=2,passage=0.5,doc=0.5")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     (run if args.command == "run" else fit)(args)
