@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from spanseek.core.confidence import load_calibrator
 from spanseek.core.encoding import QuestionEncoder, pick_device, pick_precision
 from spanseek.core.model import (
     load_model,
@@ -17,12 +18,14 @@ from spanseek.core.store import PhraseIndex
 
 
 def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto") -> Searcher:
-    """Load an index and the model's question encoder, refusing a model that does not match the index."""
+    """Load an index and the model's question encoder (and its calibrator, if it has one), refusing a model that does
+    not match the index."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     phrase_model = load_model(model_dir)
-    index.manifest.check_model(phrase_model.config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))
+    fingerprint = model_fingerprint(model_dir)
+    index.manifest.check_model(phrase_model.config, fingerprint, phrase_fingerprint(model_dir))
     dev = pick_device(device)
     phrase_model.to(dev)
     encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev))
-    return Searcher(index, encoder)
+    return Searcher(index, encoder, calibrator=load_calibrator(model_dir, fingerprint))

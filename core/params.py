@@ -41,6 +41,12 @@ class SearchParams:
         ``rrf`` (reciprocal rank fusion); default: the index's.
     lexical_weight: weight of the normalised lexical score in hybrid score fusion (phrase unit: added to each span's
         dense score; passage/doc: to the normalised dense score); default: the one fitted for the unit.
+    offset: hits skipped before the ``top_k`` returned (pagination: page n is ``offset = n * top_k``); the page is
+        cut from one ranking of ``offset + top_k`` hits.
+    allow_overlap: phrase unit (passages and documents never overlap): keep phrases that overlap a better one in the same passage ("1340",
+        "In 1340"); by default each phrase hit is the best of its stretch of text, filled to top_k from deeper ones.
+    min_confidence: abstain (no hits, ``no_answer``) when the best hit's confidence is below this; needs a
+        calibrated model (``core.confidence``).
     """
 
     unit: Unit = "phrase"
@@ -52,6 +58,9 @@ class SearchParams:
     mode: Mode | None = None
     fusion: Fusion | None = None
     lexical_weight: float | None = None
+    offset: int = 0
+    allow_overlap: bool = False
+    min_confidence: float | None = None
 
     def __post_init__(self) -> None:
         _one_of("unit", self.unit, UNITS)
@@ -63,6 +72,11 @@ class SearchParams:
         _one_of("fusion", self.fusion, FUSIONS)
         if self.merge_answers and self.unit != "phrase":
             raise SearchParamsError(f"merge_answers applies to unit=phrase, not unit={self.unit}")
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
+            raise SearchParamsError(f"offset must be an integer >= 0, got {self.offset!r}")
+        c = self.min_confidence
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c <= 1):
+            raise SearchParamsError(f"min_confidence must be a number in [0, 1], got {c!r}")
         w = self.lexical_weight
         if w is not None and (isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0):
             raise SearchParamsError(f"lexical_weight must be a finite number >= 0, got {w!r}")

@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from spanseek.core.confidence import FEATURE_DEPTH, Calibrator
 from spanseek.core.lexical import LexicalIndexMissing, missing_message, rrf_fuse, score_fuse, zscore
-from spanseek.core.params import MODES, UNITS, Mode, SearchParams, Unit
+from spanseek.core.params import MODES, UNITS, Mode, SearchParams, SearchParamsError, Unit
 from spanseek.core.spans import (
     ANSWER_CANDIDATES,
     NO_SPAN,
@@ -52,7 +53,7 @@ from spanseek.core.store import PhraseIndex
 from spanseek.core.text import FLAG_END, FLAG_START
 
 __all__ = [
-    "ANSWER_CANDIDATES", "NO_SPAN", "RC_DECODES", "UNITS", "UNIT_OF_PASSAGE", "Hit", "SearchParams", "Searcher",
+    "ANSWER_CANDIDATES", "NO_SPAN", "RC_DECODES", "UNITS", "UNIT_OF_PASSAGE", "Hit", "Hits", "SearchParams", "Searcher",
     "Spans", "Unit", "best_answer", "best_span", "length_scores", "merge_by_answer", "numpy_blas", "span_scores",
 ]
 
@@ -93,12 +94,37 @@ class Hit:
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)  # the document's metadata from the corpus
     dense: float | None = None
     lexical: float | None = None
+    confidence: float | None = None  # probability that the hit is correct (core.confidence); None: no calibrator
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in HIT_FIELDS}  # asdict's deep copy costs 10x, per hit
 
 
 HIT_FIELDS = tuple(f.name for f in fields(Hit))
+
+
+class Hits(list[Hit]):
+    """One question's hits, best first; ``no_answer`` is True when the search abstained (``min_confidence``)."""
+
+    def __init__(self, hits: Sequence[Hit] = (), no_answer: bool = False):
+        super().__init__(hits)
+        self.no_answer = no_answer
+
+
+def non_overlapping(hits: Sequence[Hit], k: int) -> list[Hit]:
+    """The first ``k`` hits (greedy, best first) whose phrases do not overlap a phrase kept before them: two hits
+    overlap when they are in the same passage and their character ranges intersect."""
+    kept: list[Hit] = []
+    taken: dict[int, list[tuple[int, int]]] = {}
+    for h in hits:
+        spans = taken.setdefault(h.passage_id, [])
+        if any(h.start < e and s < h.end for s, e in spans):
+            continue
+        spans.append((h.start, h.end))
+        kept.append(h)
+        if len(kept) == k:
+            break
+    return kept
 
 
 def dedupe_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, n_tokens: int) -> Spans:
@@ -124,13 +150,15 @@ class Searcher:
     ``codes``; default: the index's) is where span completion reads neighbour vectors, unless the request's
     ``SearchParams`` names one. ``length_bias`` (default: the encoder's model config's, else the index's) is added
     to every span by its length. The fusion defaults (mode, fusion, weights) come from the index's manifest.
+    ``calibrator`` (``core.confidence``; ``open_searcher`` loads the model's) gives hits their confidence.
     """
 
     def __init__(
         self, index: PhraseIndex, encoder=None, max_answer_tokens: int | None = None, vector_source: str | None = None,
-        length_bias: Sequence[float] | None = None,
+        length_bias: Sequence[float] | None = None, calibrator: Calibrator | None = None,
     ):
         self.index = index
+        self.calibrator = calibrator
         self.encoder = encoder
         self.max_answer_tokens = max_answer_tokens or index.encoder_config.max_answer_tokens
         if length_bias is None:  # the model's (a QSFT'd or refitted model may differ from the one that built the index)
@@ -159,10 +187,14 @@ class Searcher:
         return MODES if self.lexical is not None else ("dense",)
 
     def check_mode(self, params: SearchParams) -> Mode:
-        """The mode ``params`` asks for (or the default); raises LexicalIndexMissing when the index cannot serve it."""
+        """The mode ``params`` asks for (or the default); raises LexicalIndexMissing when the index cannot serve it,
+        and SearchParamsError when ``min_confidence`` is asked of a searcher with no calibrator for the unit/mode."""
         mode = params.mode or self.default_mode
         if mode != "dense" and self.lexical is None:
             raise LexicalIndexMissing(f"mode={mode}: {missing_message(self.index.dir)}")
+        if params.min_confidence is not None and (self.calibrator is None or not self.calibrator.has(params.unit, mode)):
+            raise SearchParamsError(f"min_confidence needs a calibrated model (unit={params.unit}, mode={mode}); this "
+                                    "model has no calibration for it: fit one with `spanseek train calibrate`")
         return mode
 
     def search(
@@ -192,10 +224,59 @@ class Searcher:
         over its phrases among the best max(64, 4 top_k); each hit is the best phrase of one answer. Summing is the
         Bayes decision for exact match when scores are log-probabilities up to a constant, which is what the
         losses' softmaxes train.
+
+        Phrase hits do not overlap one another unless ``allow_overlap`` (``non_overlapping``). Each hit
+        carries ``confidence`` when the searcher has a calibrator for the unit and mode; a question whose best hit
+        is below ``min_confidence`` gets no hits and ``no_answer`` (each list returned is a ``Hits``). The hits are
+        ranked ``offset + top_k`` deep (at least ``FEATURE_DEPTH[unit]``, which the confidence features read) and the
+        page ``[offset, offset + top_k)`` is returned.
         """
+        want = params.offset + params.top_k
+        depth = max(want, FEATURE_DEPTH[params.unit]) if self.calibrator is not None else want
+        mode = self.check_mode(params)
+        raw = dataclasses.replace(params, top_k=depth, offset=0, min_confidence=None, allow_overlap=True)
+        if params.unit != "phrase" or params.allow_overlap:
+            ranked = self._ranked(q_start, q_end, raw, timings, questions)
+        else:  # deepen the raw list until enough non-overlapping phrases are in it (or it has no more)
+            ranked = [[] for _ in range(len(q_start))]
+            pending, k = list(range(len(q_start))), depth
+            while pending:
+                deep = dataclasses.replace(raw, top_k=max(2 * k, k + 16))
+                found = self._ranked(q_start[pending], q_end[pending], deep, timings,
+                                     None if questions is None else [questions[b] for b in pending])
+                t0 = time.perf_counter()
+                still = []
+                for b, hits in zip(pending, found, strict=True):
+                    ranked[b] = non_overlapping(hits, depth)
+                    if len(ranked[b]) < depth and len(hits) == deep.top_k:
+                        still.append(b)
+                _add(timings, "aggregate", time.perf_counter() - t0)
+                pending, k = still, 4 * k
+        t0 = time.perf_counter()
+        out: list[list[Hit]] = [self._page(hits, params, mode) for hits in ranked]
+        _add(timings, "aggregate", time.perf_counter() - t0)
+        return out
+
+    def _page(self, hits: list[Hit], params: SearchParams, mode: Mode) -> Hits:
+        """One question's ranked hits -> confidences, abstention, then the page [offset, offset + top_k)."""
+        conf = None
+        if self.calibrator is not None:
+            conf = self.calibrator.confidences(params.unit, mode, [h.score for h in hits], [h.dense for h in hits],
+                                               [h.lexical for h in hits], [h.text for h in hits])
+        if conf is not None:
+            hits = [dataclasses.replace(h, confidence=c) for h, c in zip(hits, conf, strict=True)]
+        if params.min_confidence is not None and (not hits or (hits[0].confidence or 0.0) < params.min_confidence):
+            return Hits(no_answer=True)
+        return Hits(hits[params.offset : params.offset + params.top_k])
+
+    def _ranked(
+        self, q_start: np.ndarray, q_end: np.ndarray, params: SearchParams, timings: dict[str, float] | None,
+        questions: Sequence[str] | None,
+    ) -> list[list[Hit]]:
+        """The raw ranking: top_k hits per question, overlapping phrases kept, no confidence, offset ignored."""
         if params.merge_answers:
             wide = dataclasses.replace(params, top_k=max(ANSWER_CANDIDATES, 4 * params.top_k), merge_answers=False)
-            many = self.search_vectors(q_start, q_end, wide, timings, questions)
+            many = self._ranked(q_start, q_end, wide, timings, questions)
             t0 = time.perf_counter()
             merged = [
                 [dataclasses.replace(hits[r], score=score) for r, score in

@@ -88,13 +88,15 @@ def _params(args: argparse.Namespace, **fields) -> SearchParams:
 def _search(args: argparse.Namespace) -> int:
     from spanseek.core.loading import open_searcher
 
-    params = _params(args, unit=args.unit, top_k=args.top_k, merge_answers=args.merge_answers)  # bad values fail here
+    params = _params(args, unit=args.unit, top_k=args.top_k, merge_answers=args.merge_answers, offset=args.offset,
+                     allow_overlap=args.allow_overlap, min_confidence=args.min_confidence)  # bad values fail here
     searcher = open_searcher(args.index, args.model, device=args.device)
     searcher.check_mode(params)
     questions = args.questions or [line.strip() for line in sys.stdin if line.strip()]
     results = searcher.search(questions, params)
     for q, hits in zip(questions, results, strict=True):
-        print(json.dumps({"query": q, "unit": args.unit, "hits": [h.to_dict() for h in hits]}, ensure_ascii=False))
+        print(json.dumps({"query": q, "unit": args.unit, "hits": [h.to_dict() for h in hits],
+                          "no_answer": getattr(hits, "no_answer", False)}, ensure_ascii=False))
     return 0
 
 
@@ -222,6 +224,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     _search_flags(p)
     p.add_argument("--merge-answers", action="store_true",
                    help="phrase unit: one hit per distinct answer string, its phrases' probabilities summed")
+    p.add_argument("--offset", type=int, default=0, help="hits to skip (page n of top_k hits: --offset n*top_k)")
+    p.add_argument("--allow-overlap", action="store_true",
+                   help="phrase unit: keep phrases that overlap a better one (default: non-overlapping hits)")
+    p.add_argument("--min-confidence", type=float, default=None,
+                   help="abstain (no hits, \"no_answer\": true) when the best hit's confidence is below this")
     p.add_argument("--device", default="auto")
     p.set_defaults(func=_search)
 

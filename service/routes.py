@@ -143,7 +143,8 @@ async def info(request: Request) -> InfoResponse:
         "max_queue": s.max_queue, "default_top_k": s.default_top_k, "max_top_k": s.max_top_k,
         "max_queries_per_request": s.max_queries_per_request, "units": list(UNITS), **state.search_info,
         "max_queue_wait_ms": s.max_queue_wait_ms, "passage_context_chars": s.passage_context_chars,
-        "max_response_bytes": s.max_response_bytes,
+        "max_response_bytes": s.max_response_bytes, "max_offset_top_k": s.max_offset_top_k,
+        "confidence": sorted(state.searcher.calibrator.models) if state.searcher and state.searcher.calibrator else [],
         "pipeline": s.pipeline, "overlap": state.overlap,
         "version": request.app.version,
     }
@@ -187,14 +188,19 @@ async def search(
     _check_range("top_k", body.top_k, 1, s.max_top_k)
     _check_range("max_answer_tokens", body.max_answer_tokens, 1, s.max_answer_tokens_limit)
     _check_range("nprobe", body.nprobe, 1, s.max_nprobe)
+    _check_range("offset", body.offset, 0, s.max_offset_top_k)
+    top_k = body.top_k or s.default_top_k
+    if (body.offset or 0) + top_k > s.max_offset_top_k:
+        raise BadRequest(f"offset + top_k must be at most {s.max_offset_top_k}, got {(body.offset or 0) + top_k}")
     if state.batcher is None:
         raise NotReady(f"loading failed: {load_error(request)}" if state.status == "failed"
                        else "the model and index are still loading")
     try:
         params = SearchParams(
-            unit=unit, top_k=body.top_k or s.default_top_k, max_answer_tokens=body.max_answer_tokens,
+            unit=unit, top_k=top_k, max_answer_tokens=body.max_answer_tokens,
             nprobe=body.nprobe or state.default_nprobe, merge_answers=body.merge_answers, mode=body.mode,
-            fusion=body.fusion, lexical_weight=body.lexical_weight,
+            fusion=body.fusion, lexical_weight=body.lexical_weight, offset=body.offset or 0,
+            allow_overlap=body.allow_overlap, min_confidence=body.min_confidence,
         )
         state.searcher.check_mode(params)
     except (ValueError, LexicalIndexMissing) as e:  # SearchParamsError, or a mode the index cannot serve
@@ -212,8 +218,9 @@ async def search(
     context = None if body.full_passage else s.passage_context_chars
     hits = [[passage_window(h, context) for h in per_query] for per_query in outcome.hits]
     return render_bounded(
-        SearchResponse(unit=unit, results=[QueryResult(query=q, hits=[HitOut(**h) for h in per_query])
-                                           for q, per_query in zip(questions, hits, strict=True)],
+        SearchResponse(unit=unit, results=[QueryResult(query=q, hits=[HitOut(**h) for h in per_query],
+                                                       no_answer=getattr(found, "no_answer", False))
+                                           for q, per_query, found in zip(questions, hits, outcome.hits, strict=True)],
                        timings_ms=timings, request_id=request_id_of(request)),
         estimated_bytes(hits, questions), s.max_response_bytes, headers,
     )

@@ -63,6 +63,18 @@ class SearchRequest(BaseModel):
         False, description="unit=phrase only: one hit per distinct answer (phrases that read the same once "
         "normalised), scored by the log of the summed exp(score) of its phrases; the hit shows its best phrase",
     )
+    offset: int | None = Field(
+        None, description="hits to skip before the top_k returned: page n (from 0) is offset = n x top_k; offset + "
+        "top_k is bounded by the server's max_offset_top_k (GET /info)",
+    )
+    allow_overlap: bool = Field(
+        False, description="unit=phrase: also return phrases that overlap a better one in the same passage (\"1340\", "
+        "\"In 1340\"); by default phrase hits do not overlap",
+    )
+    min_confidence: float | None = Field(
+        None, description="abstain when the best hit's confidence is below this (0-1): the question gets no hits and "
+        "no_answer = true; needs a calibrated model (GET /info: confidence)",
+    )
 
     full_passage: bool = Field(
         False, description="return each hit's whole passage instead of a window of the server's passage_context_chars "
@@ -108,6 +120,10 @@ class HitOut(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict, description="the document's metadata from the corpus")
     dense: float | None = Field(None, description="the dense leg's score: the phrase's, or the unit's best phrase's")
     lexical: float | None = Field(None, description="the BM25 score of the passage (or document); null in dense mode")
+    confidence: float | None = Field(
+        None, description="calibrated probability that the hit is correct (phrase: matches the answer; passage: "
+        "contains it; doc: is the answer's document); null when the model has no calibration",
+    )
 
 
 class QueryResult(BaseModel):
@@ -115,6 +131,7 @@ class QueryResult(BaseModel):
 
     query: str
     hits: list[HitOut]
+    no_answer: bool = Field(False, description="true when the search abstained: no hit reached min_confidence")
 
 
 class Timings(BaseModel):

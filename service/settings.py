@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     # Request limits. Larger limits let one client take a bigger share of the batcher and of the response size.
     default_top_k: int = Field(10, ge=1, description="hits per query when the request gives no top_k")
     max_top_k: int = Field(100, ge=1, description="largest top_k accepted (400 above); deep k costs search time")
+    max_offset_top_k: int = Field(
+        200, ge=1, description="largest offset + top_k accepted (400 above): a page is cut from a ranking that deep, "
+        "so deep pages cost search time like a large top_k")
     max_queries_per_request: int = Field(32, ge=1, description="most queries in one request (413 above)")
     # Questions are truncated to the encoder's max_query_len tokens anyway; cutting characters first keeps a
     # megabyte-long query from costing tokenizer time. Longer than any useful question, short of abuse.

@@ -41,7 +41,8 @@ def _build(cls: Callable[..., T], data: dict[str, Any], **nested: Any) -> T:
 
 @dataclass(frozen=True)
 class Hit:
-    """One hit: the best phrase of the unit, its character span in ``passage``, and its document."""
+    """One hit: the best phrase of the unit, its character span in ``passage``, its document, the two legs' scores
+    and ``confidence``, the calibrated probability that it is correct (None when the server's model has none)."""
 
     text: str
     score: float
@@ -52,15 +53,19 @@ class Hit:
     doc_id: str = ""
     title: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    dense: float | None = None
+    lexical: float | None = None
+    confidence: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class QueryResult:
-    """Hits for one question, best first."""
+    """Hits for one question, best first; ``no_answer`` when the server abstained (``min_confidence``)."""
 
     query: str
     hits: list[Hit]
+    no_answer: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -91,6 +96,11 @@ class SearchResponse:
     def hits(self) -> list[Hit]:
         """The hits of the first (for ``search``, the only) question."""
         return self.results[0].hits if self.results else []
+
+    @property
+    def no_answer(self) -> bool:
+        """Whether the search abstained on the first (for ``search``, the only) question (``min_confidence``)."""
+        return bool(self.results and self.results[0].no_answer)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SearchResponse:

@@ -14,6 +14,8 @@ import importlib
 import json
 import os
 
+from spanseek.core.confidence import FEATURES
+from spanseek.core.params import MODES, UNITS
 from spanseek.trainer.arguments import DistInfo, FilterConfig, LengthBiasConfig, QsftConfig, TrainConfig
 from spanseek.trainer.options import add_options, from_args
 
@@ -76,6 +78,17 @@ def _average(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from spanseek.trainer.calibrate import calibrate
+
+    if args.from_examples is None and (args.index is None or args.questions is None):
+        raise ValueError("train calibrate needs --index and --questions (or --from-examples)")
+    calibrator = calibrate(args.index, args.questions, args.model, args.out, args.units, args.modes, args.C, args.limit,
+                           args.cache, args.examples, args.features, args.from_examples)
+    print(json.dumps(calibrator.to_dict(), indent=2))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="train models").add_subparsers(dest="train_command", required=True)
     for name, (config, _, text) in CONFIG_JOBS.items():
@@ -107,6 +120,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoints", nargs="+", required=True)
     p.add_argument("--out", default=None)
     p.set_defaults(func=_rank)
+
+    p = train.add_parser(
+        "calibrate", help="fit the hits' confidence (logistic on score features) on training questions, each also "
+        "searched without its gold document; writes MODEL_DIR/calibration.json")
+    p.add_argument("--index", default=None, help="an index of TRAINING articles (never the held-out ones)")
+    p.add_argument("--questions", default=None, help="SQuAD-format questions about the index's articles")
+    p.add_argument("--model", default="default", help="the model that built --index (its calibrator is written)")
+    p.add_argument("--out", default=None, help="calibration file (default: MODEL_DIR/calibration.json)")
+    p.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS)
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
+    p.add_argument("--limit", type=int, default=None, help="a fixed random sample of this many questions")
+    p.add_argument("--cache", default=None, help="npz of the encoded questions (written once, then read)")
+    p.add_argument("--examples", default=None, help="also write the collected features and labels to this npz")
+    p.add_argument("--from-examples", default=None, help="refit on an earlier --examples file instead of searching")
+    p.add_argument("--features", nargs="+", default=list(FEATURES), choices=FEATURES,
+                   help="score features the model may use (the others get weight 0)")
+    p.set_defaults(func=_calibrate)
 
     p = train.add_parser("average", help="average checkpoints of one config into a new model (LoRA updates "
                          "averaged and refactored to the rank by SVD)")

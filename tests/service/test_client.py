@@ -179,7 +179,7 @@ def test_retry_after_is_honoured_and_bounded(monkeypatch):
     assert len(seen) == 4 and seen[0].url.params["unit"] == "phrase"
     assert b'"mode":"hybrid"' in seen[0].content.replace(b" ", b"")  # options the client does not name pass through
     hit = response.hits[0]
-    assert (hit.text, hit.doc_id, hit.meta, hit.extra) == ("1340", "a.md", {"url": "u"}, {"confidence": 0.9})
+    assert (hit.text, hit.doc_id, hit.meta, hit.confidence, hit.extra) == ("1340", "a.md", {"url": "u"}, 0.9, {})
     assert response.extra == {"no_answer": False} and response.timings_ms.total == 10
 
     waits.clear()
@@ -212,3 +212,32 @@ def test_the_client_needs_only_httpx_and_the_standard_library():
                              "print(sorted(m for m in ('torch', 'faiss', 'numpy', 'transformers') if m in sys.modules))"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
+
+
+def test_confidence_pages_and_abstention_through_a_running_service(live, settings_for, tiny_searcher):
+    """A calibrated searcher behind uvicorn: typed hits carry confidence, pages match one deep search, and a
+    min_confidence above every hit's gives no hits and no_answer (sync and async clients)."""
+    from spanseek.core.search import Searcher
+    from tests.core.test_answers import calibrator
+
+    searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=calibrator(coef=(0.0,) * 7, intercept=0.0))
+    with live(create_app(settings_for(), lambda s: searcher)) as base, Client(base) as client:
+        page = client.search(QUESTION, top_k=2, offset=2)
+        deep = searcher.search([QUESTION], SearchParams(top_k=4))[0]
+        same_hits(page.hits, deep[2:4])
+        assert [h.confidence for h in page.hits] == [0.5, 0.5] and not page.no_answer
+        gated = client.search(QUESTION, unit="passage", min_confidence=0.6)
+        assert gated.no_answer and gated.hits == [] and gated.results[0].no_answer
+        assert client.search(QUESTION, min_confidence=0.4).hits
+        raw = client.search(QUESTION, top_k=5, allow_overlap=True)
+        same_hits(raw.hits, searcher.search([QUESTION], SearchParams(top_k=5, allow_overlap=True))[0])
+        with pytest.raises(BadRequestError, match="offset \\+ top_k must be at most 200"):
+            client.search(QUESTION, top_k=10, offset=195)
+
+        async def run():
+            async with AsyncClient(base) as aclient:
+                return await aclient.search(QUESTION, unit="doc", min_confidence=0.6)
+
+        import asyncio
+
+        assert asyncio.run(run()).no_answer

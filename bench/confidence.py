@@ -1,0 +1,156 @@
+"""Calibration of hit confidence and abstention, on questions searched with their gold article present and absent.
+
+    # validation articles (never fitted on); the model's calibrator (spanseek train calibrate) is the one measured
+    python bench/confidence.py --index VAL_INDEX --questions validation.json.gz --model default \
+        --cache runs/val-questions.npz --out bench/results/confidence.json
+
+Every question is searched over the whole index and over the index without its gold article
+(``trainer.calibrate.without_documents``: an exact index of the rest, BM25 rebuilt over it), with the default search
+options, per unit and mode. Reported per unit/mode, on each question's best hit: expected calibration error (10
+equal-width confidence bins, weighted by their share of hits) over both conditions together and apart, the AUROC of
+the confidence for answer present vs absent and for correct vs wrong, accuracy and coverage at a few thresholds, and
+the abstention curve; ``t80`` is the threshold that keeps 80% of the questions whose answer is present, and
+``absent_dropped_at_t80`` the share of answer-absent questions it abstains on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from spanseek.core.confidence import Calibrator, load_calibrator
+from spanseek.core.evaluate import sample_questions
+from spanseek.core.io import load_squad, squad_questions
+from spanseek.core.loading import open_searcher
+from spanseek.core.model import model_fingerprint, resolve_model
+from spanseek.core.params import MODES, UNITS
+from spanseek.trainer.calibrate import collect, encode_questions, load_runs, save_runs
+
+BINS = 10
+THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def ece(conf: np.ndarray, correct: np.ndarray, bins: int = BINS) -> float:
+    """Expected calibration error: sum over equal-width bins of |accuracy - mean confidence| x share of items."""
+    if not len(conf):
+        return float("nan")
+    which = np.minimum((conf * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        m = which == b
+        if m.any():
+            total += m.mean() * abs(correct[m].mean() - conf[m].mean())
+    return float(total)
+
+
+def auroc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """P(score of a random positive > a random negative), ties counting half (Mann-Whitney)."""
+    if not len(pos) or not len(neg):
+        return float("nan")
+    from scipy.stats import rankdata
+
+    r = rankdata(np.concatenate([pos, neg]))
+    return float((r[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def top1(runs: list) -> tuple[np.ndarray, np.ndarray]:
+    """Each question's best-hit confidence (0 with no hit) and whether that hit is correct."""
+    conf = np.asarray([r.confidence[0] if r.confidence is not None and len(r.confidence) else 0.0 for r in runs])
+    ok = np.asarray([bool(r.labels[0]) if len(r.labels) else False for r in runs])
+    return conf, ok
+
+
+def report(runs: dict) -> dict:
+    out = {}
+    for unit, mode in sorted({(u, m) for u, m, _ in runs}):
+        pres_all = runs[(unit, mode, "present")]
+        if pres_all[0].confidence is None and all(r.confidence is None for r in pres_all):
+            continue
+        cp, yp = top1(pres_all)
+        ca, ya = top1(runs[(unit, mode, "absent")])
+        both_c, both_y = np.concatenate([cp, ca]), np.concatenate([yp, ya])
+        every = [r for cond in ("present", "absent") for r in runs[(unit, mode, cond)]]
+        hit_c = np.concatenate([r.confidence for r in every if r.confidence is not None])
+        hit_y = np.concatenate([r.labels for r in every if r.confidence is not None])
+        t80 = float(np.quantile(cp, 0.2))
+        curve = []
+        for t in np.round(np.arange(0.0, 1.0001, 0.05), 2):
+            keep_p, keep_a = cp >= t, ca >= t
+            answered = np.concatenate([keep_p, keep_a])
+            curve.append({"threshold": float(t), "present_kept": float(keep_p.mean()), "absent_kept": float(keep_a.mean()),
+                          "accuracy_answered": float(both_y[answered].mean()) if answered.any() else None,
+                          "coverage": float(answered.mean())})
+        out[f"{unit}/{mode}"] = {
+            "questions": len(cp), "accuracy_present": float(yp.mean()), "accuracy_absent": float(ya.mean()),
+            "ece_top1": ece(both_c, both_y), "ece_top1_present": ece(cp, yp), "ece_top1_absent": ece(ca, ya),
+            "ece_all_hits": ece(hit_c, hit_y), "mean_conf_top1": float(both_c.mean()), "accuracy_top1": float(both_y.mean()),
+            "auroc_present_vs_absent": auroc(cp, ca), "auroc_correct_vs_wrong": auroc(both_c[both_y], both_c[~both_y]),
+            "t80": t80, "present_kept_at_t80": float((cp >= t80).mean()), "absent_dropped_at_t80": float((ca < t80).mean()),
+            "at_thresholds": {str(t): next(c for c in curve if abs(c["threshold"] - t) < 1e-9) for t in THRESHOLDS},
+            "curve": curve,
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", default="")
+    ap.add_argument("--questions", default=None)
+    ap.add_argument("--from-examples", default=None, help="report on examples written by an earlier --examples run")
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--calibration", default=None, help="a calibration file (default: the model's)")
+    ap.add_argument("--cache", default=None, help="npz of the encoded questions (written once, then read)")
+    ap.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--examples", default=None, help="also write the collected features and labels to this npz")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    t0 = time.perf_counter()
+    if args.from_examples:
+        runs = load_runs(args.from_examples)
+        n_questions = len({r.question for rs in runs.values() for r in rs})
+        model_dir = resolve_model(args.model)
+        calibrator = load_calibrator(model_dir, model_fingerprint(model_dir))
+    else:
+        searcher = open_searcher(args.index, args.model)
+        calibrator = searcher.calibrator
+        questions = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
+        n_questions = len(questions)
+        q_start, q_end = encode_questions(searcher, questions, cache=args.cache)
+        runs = collect(searcher.index, questions, q_start, q_end, args.units, args.modes)
+        if args.examples:
+            save_runs(runs, args.examples)
+    if args.calibration:
+        calibrator = Calibrator.load(args.calibration)
+    if calibrator is None:
+        sys.exit(f"{args.model} has no calibrator; fit one with `spanseek train calibrate` or pass --calibration")
+    for (unit, mode, _), ranked in runs.items():
+        for r in ranked:
+            model = calibrator.models.get(f"{unit}/{mode}")
+            r.confidence = model.predict(r.features) if model is not None and len(r.features) else None
+    result = {"index": Path(args.index).name, "questions": n_questions,
+              "sample": f"{args.limit}, core.evaluate.sample_questions (seed 13)" if args.limit else "all",
+              "bins": f"{BINS} equal-width",
+              "calibrator_fitted_on": calibrator.fitted_on, "by_unit_mode": report(runs),
+              "seconds": round(time.perf_counter() - t0, 1)}
+    print(f"{'unit/mode':16} {'acc+':>5} {'ECE':>6} {'ECE+':>6} {'ECE-':>6} {'AUROC+-':>7} {'AUROCok':>7} "
+          f"{'t80':>5} {'drop-':>5}")
+    for key, r in result["by_unit_mode"].items():
+        print(f"{key:16} {r['accuracy_present']:5.3f} {r['ece_top1']:6.3f} {r['ece_top1_present']:6.3f} "
+              f"{r['ece_top1_absent']:6.3f} {r['auroc_present_vs_absent']:7.3f} {r['auroc_correct_vs_wrong']:7.3f} "
+              f"{r['t80']:5.2f} {r['absent_dropped_at_t80']:5.3f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Calibrated confidence of search hits: score features -> a small logistic model -> a probability in [0, 1].
+
+A hit's ``confidence`` is the probability that it is a correct answer: for the phrase unit, that the phrase matches a
+gold answer exactly (``core.metrics.exact_match``); for the passage unit, that the passage contains a gold answer
+(``core.metrics.passage_has_answer``); for the doc unit, that the document is the question's gold document. It is
+computed from the hit's place in its question's ranked list (``hit_features``), with one logistic model per unit and
+search mode, fitted on training questions over a corpus that lacks the answer for part of them
+(``spanseek train calibrate``, ``trainer.calibrate``). The fitted coefficients are plain numbers in
+``calibration.json`` next to the model's weights (``CALIBRATION_NAME``): the scores a calibrator reads are the
+model's, so a calibrator belongs to the model that made them and is refused for another one (fingerprint check);
+without one, hits carry ``confidence = None``. Applying it needs only numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spanseek.core.io import write_json_atomic
+from spanseek.core.metrics import normalize_answer
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_NAME = "calibration.json"
+CALIBRATION_VERSION = 1
+# the ranked list the features are read from is at least this deep per unit (the served page may be shorter):
+# the softmax feature normalises over these first hits. Documents are few and a deep document search is costly.
+FEATURE_DEPTH = {"phrase": 10, "passage": 10, "doc": 5}
+FEATURES = ("score", "margin", "gap_to_best", "log_rank", "answer_prob", "log_lexical", "dense")
+LABELS = {
+    "phrase": "the phrase matches a gold answer exactly (normalised)",
+    "passage": "the passage contains a gold answer (normalised)",
+    "doc": "the document is the question's gold document",
+}
+
+
+class CalibrationError(ValueError):
+    """A calibration file is unreadable or does not fit this model; the message names the file."""
+
+
+def hit_features(unit: str, scores: Sequence[float], dense: Sequence[float | None], lexical: Sequence[float | None],
+                 texts: Sequence[str]) -> np.ndarray:
+    """(n, len(FEATURES)) features of one question's ranked hits (best first), from their scores alone.
+
+    score: the ranking score; margin: its lead over the next hit below it with a different answer (phrase unit: a
+    different normalised text; other units: the next hit), or over the last hit when none differs; gap_to_best:
+    how far below the first hit it is; log_rank: log(1 + rank); answer_prob: the softmax of the dense scores
+    (normalised over the first ``FEATURE_DEPTH[unit]`` hits, so a deeper list changes no feature of its first hits
+    but the last one's margin), summed over hits with the same answer (phrase unit); log_lexical: log(1 + BM25
+    score), 0 without a lexical leg; dense: the dense leg's score.
+    """
+    n = len(scores)
+    if n == 0:
+        return np.zeros((0, len(FEATURES)))
+    s = np.asarray(scores, dtype=np.float64)
+    d = np.asarray([s[i] if v is None else v for i, v in enumerate(dense)], dtype=np.float64)
+    lex = np.asarray([0.0 if v is None else math.log1p(max(v, 0.0)) for v in lexical])
+    keys = [normalize_answer(t) or f"\x00{i}" for i, t in enumerate(texts)] if unit == "phrase" else [str(i) for i in range(n)]
+    margin = np.empty(n)
+    for i in range(n):
+        below = [j for j in range(i + 1, n) if keys[j] != keys[i]]
+        margin[i] = s[i] - (s[below[0]] if below else s[-1])
+    top = d[: FEATURE_DEPTH.get(unit, n)]
+    p = np.exp(d - top.max())
+    p /= p[: len(top)].sum()
+    mass: dict[str, float] = {}
+    for k, v in zip(keys, p, strict=True):
+        mass[k] = mass.get(k, 0.0) + float(v)
+    prob = np.asarray([mass[k] for k in keys])
+    return np.stack([s, margin, s[0] - s, np.log1p(np.arange(n)), prob, lex, d], axis=1)
+
+
+@dataclass(frozen=True)
+class LogisticModel:
+    """p = sigmoid(coef . (x - mean) / scale + intercept) over ``FEATURES``."""
+
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    coef: tuple[float, ...]
+    intercept: float
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """(n, F) features -> (n,) probabilities."""
+        z = (x - np.asarray(self.mean)) / np.asarray(self.scale) @ np.asarray(self.coef) + self.intercept
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean": list(self.mean), "scale": list(self.scale), "coef": list(self.coef),
+                "intercept": self.intercept}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LogisticModel:
+        m = cls(tuple(map(float, d["mean"])), tuple(map(float, d["scale"])), tuple(map(float, d["coef"])),
+                float(d["intercept"]))
+        if not len(m.mean) == len(m.scale) == len(m.coef) == len(FEATURES):
+            raise ValueError(f"expected {len(FEATURES)} numbers per vector ({', '.join(FEATURES)})")
+        if not all(map(math.isfinite, (*m.mean, *m.scale, *m.coef, m.intercept))) or min(m.scale) <= 0:
+            raise ValueError("coefficients must be finite and scales positive")
+        return m
+
+
+@dataclass(frozen=True)
+class Calibrator:
+    """One logistic model per ``"unit/mode"`` (e.g. ``"phrase/hybrid"``) and what they were fitted on."""
+
+    models: dict[str, LogisticModel]
+    model_fingerprint: str
+    fitted_on: dict[str, Any]
+
+    def has(self, unit: str, mode: str) -> bool:
+        return f"{unit}/{mode}" in self.models
+
+    def confidences(self, unit: str, mode: str, scores: Sequence[float], dense: Sequence[float | None],
+                    lexical: Sequence[float | None], texts: Sequence[str]) -> list[float] | None:
+        """Confidence of each of one question's ranked hits; None when no model was fitted for unit/mode."""
+        model = self.models.get(f"{unit}/{mode}")
+        if model is None or not len(scores):
+            return None if model is None else []
+        return [round(float(p), 4) for p in model.predict(hit_features(unit, scores, dense, lexical, texts))]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": CALIBRATION_VERSION, "model_fingerprint": self.model_fingerprint, "features": list(FEATURES),
+                "labels": LABELS, "fitted_on": self.fitted_on,
+                "models": {k: m.to_dict() for k, m in sorted(self.models.items())}}
+
+    def save(self, path: str | Path) -> None:
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibrator:
+        """Read a calibration file; raises CalibrationError naming the file and what is wrong."""
+        try:
+            d = json.loads(Path(path).read_text(encoding="utf-8"))
+            if d.get("version") != CALIBRATION_VERSION:
+                raise ValueError(f"version {d.get('version')!r}, this spanseek reads {CALIBRATION_VERSION}")
+            if tuple(d.get("features", ())) != FEATURES:
+                raise ValueError(f"features {d.get('features')}, this spanseek computes {list(FEATURES)}")
+            models = {}
+            for key, m in d["models"].items():
+                try:
+                    models[key] = LogisticModel.from_dict(m)
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ValueError(f"model {key!r}: {e}") from None
+            return cls(models, str(d["model_fingerprint"]), dict(d.get("fitted_on", {})))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CalibrationError(f"{path}: not a usable calibration file ({e}); refit it with "
+                                   "`spanseek train calibrate`") from None
+
+
+def load_calibrator(model_dir: str | Path, fingerprint: str) -> Calibrator | None:
+    """The model's calibrator (``MODEL_DIR/calibration.json``), or None when it has none or it was fitted for other
+    weights (a warning says so): hits then carry no confidence rather than a wrong one."""
+    path = Path(model_dir) / CALIBRATION_NAME
+    if not path.is_file():
+        return None
+    calibrator = Calibrator.load(path)
+    if calibrator.model_fingerprint != fingerprint:
+        log.warning("%s was fitted for model %s, not this one (%s); hits carry no confidence until it is refitted "
+                    "with `spanseek train calibrate`", path, calibrator.model_fingerprint, fingerprint)
+        return None
+    return calibrator

@@ -1,0 +1,193 @@
+"""Results users can act on (core.search, core.confidence): non-overlapping phrase hits, pagination, confidence and
+abstention.
+
+Oracles: non-overlapping hits are a brute-force greedy pass over a deep raw (overlapping) list; page n equals items
+[n k, (n + 1) k) of one deep request for every unit and mode; confidences are recomputed from the features by hand;
+abstention happens exactly when the best hit's confidence is below ``min_confidence``.
+
+    .venv/bin/python -m pytest -q tests/core/test_answers.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from spanseek.core.confidence import (
+    FEATURE_DEPTH,
+    FEATURES,
+    CalibrationError,
+    Calibrator,
+    LogisticModel,
+    hit_features,
+    load_calibrator,
+)
+from spanseek.core.params import MODES, UNITS, SearchParams, SearchParamsError
+from spanseek.core.search import Hits, Searcher
+
+N_FEATURES = len(FEATURES)
+
+
+def questions(searcher: Searcher, n: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    texts = ["Who built the castle?", "When was the bridge built?", "Which river runs by the church?",
+             "Who painted the tower in 1500?"][:n]
+    q_start, q_end = searcher.encoder.encode(texts)
+    return q_start, q_end, texts
+
+
+def key(h) -> tuple:
+    return (h.passage_id, h.start, h.end, h.text, round(h.score, 4))
+
+
+def overlaps(a, b) -> bool:
+    return a.passage_id == b.passage_id and max(a.start, b.start) < min(a.end, b.end)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_phrase_hits_do_not_overlap_and_are_the_greedy_pick_of_the_raw_list(tiny_searcher, mode):
+    qs, qe, texts = questions(tiny_searcher)
+    raw = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=400, mode=mode, allow_overlap=True), None, texts)
+    for k in (1, 3, 10):
+        got = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=k, mode=mode), None, texts)
+        for hits, deep in zip(got, raw, strict=True):
+            want: list = []
+            for h in deep:  # brute force: walk the deep raw list, keep what overlaps nothing kept
+                if len(want) < k and not any(overlaps(h, w) for w in want):
+                    want.append(h)
+            assert not any(overlaps(a, b) for i, a in enumerate(hits) for b in hits[:i])
+            assert len(hits) == len(want)  # filled to k whenever the deep list has k non-overlapping phrases
+            if mode == "hybrid":  # its phrase scores z-normalise BM25 over the candidates, which a deeper search
+                continue  # changes: the order is the deep list's only up to that shift
+            assert [key(h) for h in hits] == [key(h) for h in want]
+    if mode != "lexical":  # lexical mode answers each passage with its one best phrase: never overlapping
+        assert any(overlaps(a, b) for deep in raw for i, a in enumerate(deep[:10]) for b in deep[:i]), \
+            "the raw lists have no overlaps: this test would not notice a missing filter"
+
+
+def test_overlap_filter_also_applies_to_merged_answers(tiny_searcher):
+    qs, qe, texts = questions(tiny_searcher)
+    for hits in tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=8, merge_answers=True, mode="dense")):
+        assert not any(overlaps(a, b) for i, a in enumerate(hits) for b in hits[:i])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("unit", UNITS)
+def test_page_n_is_a_slice_of_one_deep_request(tiny_searcher, unit, mode):
+    qs, qe, texts = questions(tiny_searcher)
+    k = 3
+    for page in (1, 2):
+        deep = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, mode=mode, top_k=(page + 1) * k), None, texts)
+        got = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, mode=mode, top_k=k, offset=page * k), None,
+                                           texts)
+        for hits, want in zip(got, deep, strict=True):
+            assert [key(h) for h in hits] == [key(h) for h in want[page * k : (page + 1) * k]]
+    far = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, mode=mode, top_k=k, offset=10_000), None, texts)
+    assert all(hits == [] for hits in far)  # past the end: an empty page, not an error
+
+
+def test_bad_offsets_and_confidences_are_refused():
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(SearchParamsError, match="offset"):
+            SearchParams(offset=bad)  # type: ignore[arg-type]
+    for bad in (-0.1, 1.5, float("nan"), True, "0.5"):
+        with pytest.raises(SearchParamsError, match="min_confidence"):
+            SearchParams(min_confidence=bad)  # type: ignore[arg-type]
+    assert hash(SearchParams(offset=3, min_confidence=0.5, allow_overlap=True))  # the batcher groups by params
+
+
+def sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def calibrator(coef=(1.0, 0.5, -0.5, -0.3, 2.0, 0.2, 0.1), intercept=-0.2, fingerprint="fp", mean=None,
+               scale=None) -> Calibrator:
+    model = LogisticModel(tuple(mean if mean is not None else [0.0] * N_FEATURES),
+                          tuple(scale if scale is not None else [1.0] * N_FEATURES), tuple(coef), intercept)
+    return Calibrator({f"{u}/{m}": model for u in UNITS for m in MODES}, fingerprint, {"test": True})
+
+
+def test_features_by_brute_force():
+    texts = ["1340", "In 1340", "the 1340", "Rotterdam", "1340"]
+    scores = [10.0, 9.0, 8.5, 7.0, 6.0]
+    f = hit_features("phrase", scores, scores, [None] * 5, texts)
+    col = {name: f[:, i] for i, name in enumerate(FEATURES)}
+    # "the 1340" normalises to "1340", "In 1340" to "in 1340": the next *different* answer below rank 0 is rank 1
+    assert list(col["margin"]) == [1.0, 0.5, 1.5, 1.0, 0.0]
+    p = np.exp(np.asarray(scores) - 10) / np.exp(np.asarray(scores) - 10).sum()
+    assert np.allclose(col["answer_prob"], [p[0] + p[2] + p[4], p[1], p[0] + p[2] + p[4], p[3], p[0] + p[2] + p[4]])
+    assert list(col["gap_to_best"]) == [0.0, 1.0, 1.5, 3.0, 4.0] and np.allclose(col["log_rank"], np.log1p(range(5)))
+    assert list(col["log_lexical"]) == [0.0] * 5
+    passages = hit_features("passage", scores, scores, [3.0, None, 1.0, 0.0, 2.0], texts)
+    assert list(passages[:, FEATURES.index("margin")]) == [1.0, 0.5, 1.5, 1.0, 0.0]  # units: the next hit
+    assert np.allclose(passages[:, FEATURES.index("log_lexical")], np.log1p([3.0, 0.0, 1.0, 0.0, 2.0]))
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_confidence_and_abstention(tiny_searcher, unit):
+    qs, qe, texts = questions(tiny_searcher)
+    for mode in MODES:
+        # standardise with the features' own spread, so the confidences spread over (0, 1)
+        lists = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, mode=mode, top_k=FEATURE_DEPTH[unit]),
+                                             None, texts)
+        f = np.concatenate([hit_features(unit, [h.score for h in hs], [h.dense for h in hs], [h.lexical for h in hs],
+                                         [h.text for h in hs]) for hs in lists])
+        cal = calibrator(mean=f.mean(axis=0), scale=np.maximum(f.std(axis=0), 1e-3))
+        searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=cal)
+        params = SearchParams(unit=unit, mode=mode, top_k=4)
+        got = searcher.search_vectors(qs, qe, params, None, texts)
+        deep = searcher.search_vectors(qs, qe, dataclasses.replace(params, top_k=FEATURE_DEPTH[unit]), None, texts)
+        for hits, ranked in zip(got, deep, strict=True):
+            assert isinstance(hits, Hits) and not hits.no_answer  # (lexical: no hits when no word matches)
+            # the confidence of a hit is the model applied to the features of the FEATURE_DEPTH-deep list
+            f = hit_features(unit, [h.score for h in ranked], [h.dense for h in ranked], [h.lexical for h in ranked],
+                             [h.text for h in ranked])
+            m = cal.models[f"{unit}/{mode}"]
+            want = sigmoid((f - np.asarray(m.mean)) / np.asarray(m.scale) @ np.asarray(m.coef) + m.intercept)
+            assert np.allclose([h.confidence for h in hits], want[: len(hits)], atol=1e-4)
+            assert all(0 <= h.confidence <= 1 for h in hits)
+        best = np.asarray([hits[0].confidence if hits else -1.0 for hits in got])
+        cut = float(np.median(best)) + 1e-6
+        assert cut < 1 and len(set(best[best >= 0])) > 1
+        gated = searcher.search_vectors(qs, qe, dataclasses.replace(params, min_confidence=cut), None, texts)
+        for hits, conf, full in zip(gated, best, got, strict=True):
+            assert hits.no_answer == (conf < cut)
+            assert list(hits) == ([] if conf < cut else list(full))
+        assert any(h.no_answer for h in gated) and not all(h.no_answer for h in gated)
+
+
+def test_without_a_calibrator_confidence_is_none_and_min_confidence_is_refused(tiny_searcher):
+    searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder)
+    hits = searcher.search(["Who built the castle?"], SearchParams(top_k=3))[0]
+    assert hits and all(h.confidence is None for h in hits)
+    with pytest.raises(SearchParamsError, match="calibrat"):
+        searcher.search(["Who built the castle?"], SearchParams(min_confidence=0.5))
+    partial = Calibrator({"phrase/dense": calibrator().models["phrase/dense"]}, "fp", {})
+    searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=partial)
+    question = ["Who built the castle?"]
+    assert searcher.search(question, SearchParams(mode="dense"))[0][0].confidence is not None
+    assert searcher.search(question, SearchParams(mode="lexical", unit="passage"))[0][0].confidence is None
+    with pytest.raises(SearchParamsError, match="unit=passage, mode=lexical"):
+        searcher.check_mode(SearchParams(mode="lexical", unit="passage", min_confidence=0.1))
+
+
+def test_calibration_file_round_trip_and_errors(tmp_path, caplog):
+    cal = calibrator(fingerprint="abc")
+    cal.save(tmp_path / "calibration.json")
+    again = load_calibrator(tmp_path, "abc")
+    assert again is not None and again.models == cal.models and again.fitted_on == cal.fitted_on
+    with caplog.at_level(logging.WARNING):
+        assert load_calibrator(tmp_path, "other") is None  # fitted for other weights: no confidence, not a wrong one
+    assert "fitted for model abc" in caplog.text
+    assert load_calibrator(tmp_path / "nowhere", "abc") is None
+    d = json.loads((tmp_path / "calibration.json").read_text())
+    d["models"]["phrase/dense"]["coef"] = [1.0, 2.0]
+    (tmp_path / "calibration.json").write_text(json.dumps(d))
+    with pytest.raises(CalibrationError, match=r"calibration.json.*phrase/dense.*expected 7 numbers"):
+        load_calibrator(tmp_path, "abc")
+    (tmp_path / "calibration.json").write_text("{not json")
+    with pytest.raises(CalibrationError, match="calibration.json"):
+        load_calibrator(tmp_path, "abc")

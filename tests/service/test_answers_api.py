@@ -1,0 +1,39 @@
+"""POST /search: pagination bounds, non-overlapping phrases, and min_confidence without a calibrated model.
+
+    .venv/bin/python -m pytest -q tests/service/test_answers_api.py
+"""
+
+from __future__ import annotations
+
+from spanseek.core.params import SearchParams
+
+QUESTION = "Who built the castle in 1500?"
+
+
+def test_offset_bounds_answer_400(client):
+    for body, words in (({"offset": -1}, "offset must be between 0"), ({"offset": 195, "top_k": 10},
+                        "offset + top_k must be at most 200"), ({"offset": 0, "top_k": 10}, None)):
+        r = client.post("/search", json={"query": QUESTION, **body})
+        if words is None:
+            assert r.status_code == 200
+        else:
+            assert r.status_code == 400 and words in r.json()["message"]
+    assert client.post("/search", json={"query": QUESTION, "offset": "2"}).status_code == 422
+
+
+def test_phrases_do_not_overlap_unless_asked(client, tiny_searcher):
+    default = client.post("/search", json={"query": QUESTION, "top_k": 8}).json()["results"][0]["hits"]
+    raw = client.post("/search", json={"query": QUESTION, "top_k": 8, "allow_overlap": True}).json()["results"][0]
+    for got, params in ((default, SearchParams(top_k=8)), (raw["hits"], SearchParams(top_k=8, allow_overlap=True))):
+        want = tiny_searcher.search([QUESTION], params)[0]
+        assert [(h["passage_id"], h["text"]) for h in got] == [(h.passage_id, h.text) for h in want]
+    assert raw["no_answer"] is False
+
+
+def test_min_confidence_needs_a_calibrated_model(client):
+    r = client.post("/search", json={"query": QUESTION, "min_confidence": 0.5})
+    assert r.status_code == 400 and "calibrat" in r.json()["message"]
+    assert client.post("/search", json={"query": QUESTION, "min_confidence": 1.5}).status_code == 400
+    hits = client.post("/search", json={"query": QUESTION}).json()["results"][0]["hits"]
+    assert hits and all(h["confidence"] is None for h in hits)
+    assert client.get("/info").json()["service"]["confidence"] == []

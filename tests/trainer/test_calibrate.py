@@ -1,0 +1,102 @@
+"""The calibration fit (trainer.calibrate): the answer-absent index equals one built without the article, and
+``spanseek train calibrate`` writes a calibrator the searcher then applies.
+
+    .venv/bin/python -m pytest -q tests/trainer/test_calibrate.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from spanseek.core.confidence import CALIBRATION_NAME, Calibrator
+from spanseek.core.loading import open_searcher
+from spanseek.core.params import MODES, UNITS, SearchParams
+from spanseek.core.search import Searcher
+from spanseek.core.store import PhraseIndex
+from spanseek.trainer.calibrate import collect, encode_questions, load_runs, save_runs, without_documents
+from tests.conftest import make_squad
+
+
+@pytest.fixture(scope="module")
+def squad_index(tmp_path_factory, tiny_model_dir):
+    """A SQuAD-format question file and the index of its articles (document i = article i)."""
+    from spanseek.core.io import from_squad
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    d = tmp_path_factory.mktemp("calibrate")
+    with gzip.open(d / "q.json.gz", "wt", encoding="utf-8") as f:
+        json.dump(make_squad(n_articles=4, n_paras=3), f)
+    from_squad(d / "q.json.gz", d / "corpus.jsonl")
+    build_index(d / "corpus.jsonl", tiny_model_dir, d / "index", BuildOptions(progress=False, precision="fp32"))
+    return d
+
+
+def test_without_documents_equals_an_index_built_without_them(squad_index, tiny_model_dir, tiny_searcher):
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    d = squad_index
+    lines = (d / "corpus.jsonl").read_text().splitlines()
+    (d / "rest.jsonl").write_text("".join(line + "\n" for i, line in enumerate(lines) if i != 1))
+    build_index(d / "rest.jsonl", tiny_model_dir, d / "rest", BuildOptions(progress=False, precision="fp32"))
+    built, sliced = PhraseIndex(d / "rest"), without_documents(PhraseIndex(d / "index"), [1])
+    assert sliced.docs == built.docs and sliced.passages == built.passages
+    assert np.array_equal(sliced.passage_tokens, built.passage_tokens)
+    assert np.array_equal(sliced.token_passage, built.token_passage)
+    assert np.array_equal(sliced.token_flags, built.token_flags)
+    assert np.allclose(np.asarray(sliced.vectors, np.float32), np.asarray(built.vectors, np.float32), atol=2e-3)
+    texts = ["When did Ana build the tower?", "Who built the bridge in 1500?"]
+    assert np.allclose(sliced.lexical.scores(texts), built.lexical.scores(texts), atol=1e-5)  # BM25 statistics too
+    qs, qe = tiny_searcher.encoder.encode(texts)
+    for unit in UNITS:
+        for mode in MODES:
+            params = SearchParams(unit=unit, mode=mode, top_k=5)
+            want = Searcher(built).search_vectors(qs, qe, params, None, texts)
+            got = Searcher(sliced).search_vectors(qs, qe, params, None, texts)
+            for g, w in zip(got, want, strict=True):
+                assert [(h.passage_id, h.start, h.end, h.doc_id) for h in g] == \
+                    [(h.passage_id, h.start, h.end, h.doc_id) for h in w]
+                assert np.allclose([h.score for h in g], [h.score for h in w], atol=5e-3)
+
+
+def test_collect_searches_each_question_with_and_without_its_article(squad_index, tiny_searcher, tmp_path):
+    from spanseek.core.io import load_squad, squad_questions
+
+    index = PhraseIndex(squad_index / "index")
+    questions = squad_questions(load_squad(squad_index / "q.json.gz"))[:12]
+    qs, qe = encode_questions(tiny_searcher, questions)
+    runs = collect(index, questions, qs, qe, units=["doc"], modes=["dense"], progress=False)
+    present, absent = runs[("doc", "dense", "present")], runs[("doc", "dense", "absent")]
+    assert sorted(r.question for r in present) == sorted(r.question for r in absent) == list(range(12))
+    assert not any(r.labels.any() for r in absent)  # the gold document is never found once it is gone
+    assert all(r.labels.sum() == 1 for r in present)  # and always among all the documents when it is there
+    save_runs(runs, tmp_path / "examples.npz")
+    again = load_runs(tmp_path / "examples.npz")
+    assert again.keys() == runs.keys()
+    for key, ranked in runs.items():
+        assert [r.question for r in again[key]] == [r.question for r in ranked if len(r.labels)]
+        for a, b in zip(again[key], [r for r in ranked if len(r.labels)], strict=True):
+            assert np.array_equal(a.features, b.features) and np.array_equal(a.labels, b.labels)
+
+
+def test_calibrate_command_writes_a_calibrator_the_searcher_applies(squad_index, tiny_model_dir, tmp_path):
+    import shutil
+
+    from spanseek.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    assert main(["train", "calibrate", "--index", str(squad_index / "index"), "--questions",
+                 str(squad_index / "q.json.gz"), "--model", str(model), "--units", "phrase", "doc"]) == 0
+    calibrator = Calibrator.load(model / CALIBRATION_NAME)
+    assert set(calibrator.models) <= {f"{u}/{m}" for u in ("phrase", "doc") for m in MODES}
+    assert "doc/dense" in calibrator.models and calibrator.fitted_on["n_questions"] > 0
+    searcher = open_searcher(squad_index / "index", model, device="cpu", precision="fp32")
+    assert searcher.calibrator is not None
+    hits = searcher.search(["Who built the tower?"], SearchParams(unit="doc", mode="dense", top_k=3))[0]
+    assert all(0 <= h.confidence <= 1 for h in hits)
+    conf = [h.confidence for h in hits]
+    assert conf == sorted(conf, reverse=True) or len(set(conf)) > 1

@@ -1,0 +1,249 @@
+"""Fit the confidence calibrator (``core.confidence``) on training questions, half of them with their answer absent.
+
+    spanseek train calibrate --index TRAIN_INDEX --questions TRAIN_QUESTIONS.json.gz --model default
+
+TRAIN_INDEX is an index of training articles (never the held-out ones: ``core.io.Holdout``) and TRAIN_QUESTIONS
+their SQuAD-format questions. Every question is searched twice: over the whole index (its gold article present) and
+over the index without its gold article (answer absent, the case a calibrator must learn to doubt). The second is
+``without_documents``: the same token vectors, an exact faiss index of the rest and a BM25 index rebuilt over the
+rest's passages, so scores and BM25 statistics are those of an index built without the article. Each hit of the
+served list (``FEATURE_DEPTH`` deep, default search options) gives one example: its features and whether it is
+correct (``core.confidence.LABELS``). One L2-regularised logistic regression per unit and mode is fitted
+(scikit-learn) and written as plain numbers to ``MODEL_DIR/calibration.json`` (atomically).
+
+``bench/confidence.py`` runs the same collection on the validation articles and reports the calibration.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from spanseek.core.confidence import (
+    CALIBRATION_NAME,
+    FEATURE_DEPTH,
+    FEATURES,
+    Calibrator,
+    LogisticModel,
+    hit_features,
+)
+from spanseek.core.io import Question, atomic_path, load_squad, squad_questions
+from spanseek.core.lexical import LexicalIndex, passage_text
+from spanseek.core.metrics import exact_match, passage_has_answer
+from spanseek.core.params import MODES, UNITS, SearchParams
+from spanseek.core.search import Hit, Searcher
+from spanseek.core.store import PhraseIndex
+
+log = logging.getLogger(__name__)
+CONDITIONS = ("present", "absent")
+
+
+def without_documents(index: PhraseIndex, drop: Iterable[int]) -> PhraseIndex:
+    """An in-memory copy of ``index`` without the documents ``drop`` (positions in ``index.docs``), as if built
+    without them: token vectors are encoded passage by passage, so the rest's vectors are unchanged; the copy gets
+    an exact (flat) faiss index of them and a BM25 index rebuilt over its passages."""
+    import faiss
+
+    drop = set(drop)
+    keep_docs = [d for d in range(len(index.docs)) if d not in drop]
+    new_doc = {d: i for i, d in enumerate(keep_docs)}
+    keep_p = [p for p, rec in enumerate(index.passages) if rec["doc"] in new_doc]
+    pt = index.passage_tokens
+    tokens = np.concatenate([np.arange(pt[p], pt[p + 1]) for p in keep_p]) if keep_p else np.zeros(0, np.int64)
+    lengths = np.asarray([pt[p + 1] - pt[p] for p in keep_p], dtype=np.int64)
+    sub = copy.copy(index)
+    sub.vectors = np.asarray(index.vectors[tokens])
+    sub.token_offsets = np.asarray(index.token_offsets[tokens])
+    sub.token_flags = index.token_flags[tokens]
+    sub.token_passage = np.repeat(np.arange(len(keep_p), dtype=np.int32), lengths)
+    sub.passage_tokens = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    sub.passages = [{**index.passages[p], "doc": new_doc[index.passages[p]["doc"]]} for p in keep_p]
+    sub.docs = [index.docs[d] for d in keep_docs]
+    sub.codes = None
+    sub.vector_source = "fine"
+    flat = faiss.IndexFlatIP(index.vectors.shape[1])
+    flat.add(np.asarray(sub.vectors, dtype=np.float32))
+    sub.faiss = flat
+    if index.lexical is not None:
+        sub.lexical = LexicalIndex.build([passage_text(sub.docs[r["doc"]]["title"], r["text"]) for r in sub.passages])
+    return sub
+
+
+def is_correct(unit: str, hit: Hit, question: Question) -> bool:
+    """Whether a hit answers the question (``core.confidence.LABELS``)."""
+    if unit == "phrase":
+        return bool(exact_match(hit.text, question.answers))
+    if unit == "passage":
+        return passage_has_answer(hit.passage, question.answers)
+    return hit.title == question.title
+
+
+@dataclass
+class Ranked:
+    """One question's served hit list under one unit, mode and condition: features, labels, confidences."""
+
+    question: int
+    features: np.ndarray  # (n, F)
+    labels: np.ndarray  # (n,) bool
+    confidence: np.ndarray | None  # (n,), when the searcher has a calibrator
+
+
+def collect(
+    index: PhraseIndex, questions: Sequence[Question], q_start: np.ndarray, q_end: np.ndarray,
+    units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, calibrator: Calibrator | None = None,
+    progress: bool = True,
+) -> dict[tuple[str, str, str], list[Ranked]]:
+    """Search every question with its gold document present and absent; per (unit, mode, condition) its ranked
+    hits' features and labels. Questions whose gold title is not in the index are skipped (with a warning)."""
+    doc_of_title = {d["title"]: i for i, d in enumerate(index.docs)}
+    by_doc: dict[int, list[int]] = {}
+    for i, q in enumerate(questions):
+        if q.title in doc_of_title:
+            by_doc.setdefault(doc_of_title[q.title], []).append(i)
+    skipped = len(questions) - sum(map(len, by_doc.values()))
+    if skipped:
+        log.warning("%d questions have a gold document that is not in the index; skipped", skipped)
+    if index.lexical is None:
+        modes = [m for m in modes if m == "dense"]
+    out: dict[tuple[str, str, str], list[Ranked]] = {}
+    full = Searcher(index, calibrator=calibrator)
+    jobs = [("present", full, sorted(i for rows in by_doc.values() for i in rows))]
+    jobs += [("absent", None, rows) for rows in by_doc.values()]
+    docs = iter(by_doc)
+    for condition, searcher, rows in tqdm(jobs, desc="searching", disable=not progress):
+        if searcher is None:
+            searcher = Searcher(without_documents(index, [next(docs)]), calibrator=calibrator)
+        sel = np.asarray(rows)
+        texts = [questions[i].question for i in rows]
+        for unit in units:
+            for mode in modes:
+                params = SearchParams(unit=unit, mode=mode, top_k=FEATURE_DEPTH[unit])  # type: ignore[arg-type]
+                hits = searcher.search_vectors(q_start[sel], q_end[sel], params, None, texts)
+                for i, h in zip(rows, hits, strict=True):
+                    feats = hit_features(unit, [x.score for x in h], [x.dense for x in h], [x.lexical for x in h],
+                                         [x.text for x in h])
+                    labels = np.asarray([is_correct(unit, x, questions[i]) for x in h], dtype=bool)
+                    conf = None if calibrator is None or not h or h[0].confidence is None else np.asarray(
+                        [x.confidence for x in h])
+                    out.setdefault((unit, mode, condition), []).append(Ranked(i, feats, labels, conf))
+    return out
+
+
+def save_runs(runs: dict[tuple[str, str, str], list[Ranked]], path: str | Path) -> None:
+    """Write the collected examples (features, labels, question of each ranked list) as one npz, for refits."""
+    arrays = {}
+    for (unit, mode, cond), ranked in runs.items():
+        key = f"{unit}/{mode}/{cond}"
+        arrays[f"{key}/features"] = np.concatenate([r.features for r in ranked]) if ranked else np.zeros((0, 0))
+        arrays[f"{key}/labels"] = np.concatenate([r.labels for r in ranked]) if ranked else np.zeros(0, bool)
+        arrays[f"{key}/question"] = np.repeat([r.question for r in ranked], [len(r.labels) for r in ranked])
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def load_runs(path: str | Path) -> dict[tuple[str, str, str], list[Ranked]]:
+    """The examples ``save_runs`` wrote, one Ranked per question (questions that got no hits are not in them)."""
+    z = np.load(path)
+    runs: dict[tuple[str, str, str], list[Ranked]] = {}
+    for key in sorted({k.rsplit("/", 1)[0] for k in z.files}):
+        unit, mode, cond = key.split("/")
+        features, labels, question = z[f"{key}/features"], z[f"{key}/labels"], z[f"{key}/question"]
+        starts = np.flatnonzero(np.r_[True, question[1:] != question[:-1]]) if len(question) else np.zeros(0, int)
+        ends = np.r_[starts[1:], len(question)]
+        runs[(unit, mode, cond)] = [Ranked(int(question[a]), features[a:b], labels[a:b], None)
+                                    for a, b in zip(starts, ends, strict=True)]
+    return runs
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, features: Sequence[str] = FEATURES) -> LogisticModel:
+    """An L2-regularised logistic regression on standardised features (scikit-learn), as plain numbers; features
+    not in ``features`` get weight 0."""
+    from sklearn.linear_model import LogisticRegression
+
+    unknown = set(features) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown features {sorted(unknown)}; known: {', '.join(FEATURES)}")
+    use = np.asarray([f in features for f in FEATURES])
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale < 1e-9] = 1.0  # a constant feature (no lexical leg) contributes nothing
+    lr = LogisticRegression(C=c, max_iter=1000).fit(((x - mean) / scale)[:, use], y)
+    coef = np.zeros(len(FEATURES))
+    coef[use] = lr.coef_[0]
+    return LogisticModel(tuple(map(float, mean)), tuple(map(float, scale)), tuple(map(float, coef)),
+                         float(lr.intercept_[0]))
+
+
+def fit_calibrator(runs: dict[tuple[str, str, str], list[Ranked]], fingerprint: str, fitted_on: dict[str, Any],
+                   c: float = 1.0, features: Sequence[str] = FEATURES) -> Calibrator:
+    """One logistic model per unit/mode over every hit of both conditions."""
+    models = {}
+    for unit, mode in sorted({(u, m) for u, m, _ in runs}):
+        ranked = [r for cond in CONDITIONS for r in runs.get((unit, mode, cond), [])]
+        x = np.concatenate([r.features for r in ranked])
+        y = np.concatenate([r.labels for r in ranked])
+        if y.all() or not y.any():
+            log.warning("%s/%s: every hit is %s; no model fitted", unit, mode, "correct" if y.all() else "wrong")
+            continue
+        models[f"{unit}/{mode}"] = fit_logistic(x, y, c, features)
+    return Calibrator(models, fingerprint, {**fitted_on, "examples": {
+        f"{u}/{m}/{cond}": sum(len(r.labels) for r in rs) for (u, m, cond), rs in sorted(runs.items())}})
+
+
+def encode_questions(searcher: Searcher, questions: Sequence[Question], batch: int = 64,
+                     cache: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(Q, d) q_start and q_end of every question, encoded once (read from / written to the npz ``cache``)."""
+    if cache is not None and Path(cache).is_file():
+        z = np.load(cache)
+        if len(z["q_start"]) != len(questions):
+            raise ValueError(f"{cache} holds {len(z['q_start'])} encoded questions, not {len(questions)}; delete it")
+        return z["q_start"], z["q_end"]
+    parts = [searcher.encoder.encode([q.question for q in questions[i : i + batch]])
+             for i in tqdm(range(0, len(questions), batch), desc="encoding questions", leave=False)]
+    q_start, q_end = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    if cache is not None:
+        with atomic_path(cache) as tmp, open(tmp, "wb") as f:
+            np.savez(f, q_start=q_start, q_end=q_end)
+    return q_start, q_end
+
+
+def calibrate(index_dir: str | Path, questions_path: str | Path, model: str, out: str | Path | None = None,
+              units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, c: float = 1.0,
+              limit: int | None = None, cache: str | Path | None = None,
+              examples: str | Path | None = None, features: Sequence[str] = FEATURES,
+              from_examples: str | Path | None = None) -> Calibrator:
+    """Fit and write the model's calibrator (default ``MODEL_DIR/calibration.json``); returns it. ``from_examples``
+    refits on the examples an earlier run wrote (``examples``) instead of searching again."""
+    from spanseek.core.evaluate import sample_questions
+    from spanseek.core.loading import open_searcher
+    from spanseek.core.model import model_fingerprint, resolve_model
+
+    model_dir = resolve_model(model)
+    if from_examples is not None:
+        runs = load_runs(from_examples)
+        fitted_on: dict[str, Any] = {"examples_file": Path(from_examples).name}
+    else:
+        searcher = open_searcher(index_dir, model)
+        questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
+        q_start, q_end = encode_questions(searcher, questions, cache=cache)
+        runs = collect(searcher.index, questions, q_start, q_end, units, modes)
+        if examples is not None:
+            save_runs(runs, examples)
+        fitted_on = {"index": str(Path(index_dir).name), "questions": str(Path(questions_path).name),
+                     "n_questions": len(questions), "documents": len(searcher.index.docs)}
+    fitted_on.update({"absent": "each question also searched over the index without its gold document", "C": c,
+                      "features": [f for f in FEATURES if f in features]})
+    calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, c, features)
+    calibrator.save(out or model_dir / CALIBRATION_NAME)
+    return calibrator
+
+
+__all__ = ["CONDITIONS", "Ranked", "calibrate", "collect", "encode_questions", "fit_calibrator", "fit_logistic",
+           "is_correct", "load_runs", "save_runs", "without_documents"]
