@@ -114,8 +114,18 @@ class Calibrator:
     model_fingerprint: str
     fitted_on: dict[str, Any]
 
-    def has(self, unit: str, mode: str) -> bool:
-        return f"{unit}/{mode}" in self.models
+    def applies(self, unit: str, mode: str, fusion: str | None = None, weight: float | None = None) -> bool:
+        """Whether a model was fitted for ``unit``/``mode`` and, in hybrid mode, for the same fusion: hybrid scores
+        move with the fusion and its lexical weight, so a calibrator fitted under other ones (or under unrecorded
+        ones) does not apply and hits carry no confidence rather than a wrong one."""
+        if f"{unit}/{mode}" not in self.models:
+            return False
+        if mode != "hybrid":
+            return True
+        fitted = self.fitted_on.get("fusion") or {}
+        w = (fitted.get("weights") or {}).get(unit)
+        same_fusion = unit == "phrase" or fitted.get("fusion") == fusion  # phrases always fuse by score
+        return same_fusion and w is not None and weight is not None and math.isclose(float(w), weight)
 
     def confidences(self, unit: str, mode: str, scores: Sequence[float], dense: Sequence[float | None],
                     lexical: Sequence[float | None], texts: Sequence[str]) -> list[float] | None:

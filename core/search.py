@@ -192,10 +192,18 @@ class Searcher:
         mode = params.mode or self.default_mode
         if mode != "dense" and self.lexical is None:
             raise LexicalIndexMissing(f"mode={mode}: {missing_message(self.index.dir)}")
-        if params.min_confidence is not None and (self.calibrator is None or not self.calibrator.has(params.unit, mode)):
+        if params.min_confidence is not None and not self._calibrated(params, mode):
             raise SearchParamsError(f"min_confidence needs a calibrated model (unit={params.unit}, mode={mode}); this "
-                                    "model has no calibration for it: fit one with `spanseek train calibrate`")
+                                    "model has no calibration for it (or for this fusion and lexical weight): fit one "
+                                    "with `spanseek train calibrate`")
         return mode
+
+    def _calibrated(self, params: SearchParams, mode: Mode) -> bool:
+        """Whether the calibrator applies to this request: its unit, mode and (hybrid) fusion and lexical weight."""
+        if self.calibrator is None:
+            return False
+        weight = params.lexical_weight if params.lexical_weight is not None else self.lexical_weights[params.unit]
+        return self.calibrator.applies(params.unit, mode, params.fusion or self.default_fusion, weight)
 
     def search(
         self, questions: list[str], params: SearchParams = DEFAULT_PARAMS, timings: dict[str, float] | None = None,
@@ -260,7 +268,7 @@ class Searcher:
     def _page(self, hits: list[Hit], params: SearchParams, mode: Mode) -> Hits:
         """One question's ranked hits -> confidences, abstention, then the page [offset, offset + top_k)."""
         conf = None
-        if self.calibrator is not None:
+        if self.calibrator is not None and self._calibrated(params, mode):
             conf = self.calibrator.confidences(params.unit, mode, [h.score for h in hits], [h.dense for h in hits],
                                                [h.lexical for h in hits], [h.text for h in hits])
         if conf is not None:

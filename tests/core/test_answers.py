@@ -26,6 +26,7 @@ from spanseek.core.confidence import (
     hit_features,
     load_calibrator,
 )
+from spanseek.core.lexical import DEFAULT_FUSION
 from spanseek.core.params import MODES, UNITS, SearchParams, SearchParamsError
 from spanseek.core.search import Hits, Searcher
 
@@ -107,7 +108,8 @@ def calibrator(coef=(1.0, 0.5, -0.5, -0.3, 2.0, 0.2, 0.1), intercept=-0.2, finge
                scale=None) -> Calibrator:
     model = LogisticModel(tuple(mean if mean is not None else [0.0] * N_FEATURES),
                           tuple(scale if scale is not None else [1.0] * N_FEATURES), tuple(coef), intercept)
-    return Calibrator({f"{u}/{m}": model for u in UNITS for m in MODES}, fingerprint, {"test": True})
+    fusion = {"fusion": DEFAULT_FUSION["fusion"], "weights": DEFAULT_FUSION["weights"]}  # the tiny index's
+    return Calibrator({f"{u}/{m}": model for u in UNITS for m in MODES}, fingerprint, {"fusion": fusion})
 
 
 def test_features_by_brute_force():
@@ -172,6 +174,25 @@ def test_without_a_calibrator_confidence_is_none_and_min_confidence_is_refused(t
     assert searcher.search(question, SearchParams(mode="lexical", unit="passage"))[0][0].confidence is None
     with pytest.raises(SearchParamsError, match="unit=passage, mode=lexical"):
         searcher.check_mode(SearchParams(mode="lexical", unit="passage", min_confidence=0.1))
+
+
+def test_a_hybrid_calibrator_applies_only_under_the_fusion_it_was_fitted_with(tiny_searcher):
+    """Hybrid scores move with the lexical weight: a calibrator fitted under another weight (or an unrecorded one)
+    gives no confidence, and min_confidence is refused, rather than a miscalibrated number."""
+    question = ["Who built the castle?"]
+    w = DEFAULT_FUSION["weights"]["phrase"]
+    searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=calibrator())
+    assert searcher.search(question, SearchParams(mode="hybrid"))[0][0].confidence is not None
+    assert searcher.search(question, SearchParams(mode="hybrid", lexical_weight=w + 1))[0][0].confidence is None
+    with pytest.raises(SearchParamsError, match="lexical weight"):
+        searcher.check_mode(SearchParams(mode="hybrid", lexical_weight=w + 1, min_confidence=0.1))
+    passage = SearchParams(mode="hybrid", unit="passage")
+    assert searcher.search(question, passage)[0][0].confidence is not None
+    assert searcher.search(question, dataclasses.replace(passage, fusion="rrf"))[0][0].confidence is None
+    unrecorded = Calibrator(calibrator().models, "fp", {})
+    searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=unrecorded)
+    assert searcher.search(question, SearchParams(mode="hybrid"))[0][0].confidence is None
+    assert searcher.search(question, SearchParams(mode="dense"))[0][0].confidence is not None
 
 
 def test_calibration_file_round_trip_and_errors(tmp_path, caplog):
