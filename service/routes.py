@@ -195,6 +195,7 @@ async def search(
             unit=unit, top_k=body.top_k or s.default_top_k, max_answer_tokens=body.max_answer_tokens,
             nprobe=body.nprobe or state.default_nprobe, merge_answers=body.merge_answers, mode=body.mode,
             fusion=body.fusion, lexical_weight=body.lexical_weight,
+            filter=body.filter.to_filter() if body.filter is not None else None,
         )
         state.searcher.check_mode(params)
     except (ValueError, LexicalIndexMissing) as e:  # SearchParamsError, or a mode the index cannot serve
