@@ -267,3 +267,36 @@ def test_an_interrupted_change_opens_as_the_old_or_the_new_index(lifecycle, tmp_
     assert np.array_equal(opened.deleted_docs, expected.deleted_docs)
     assert np.array_equal(np.asarray(opened.vectors), np.asarray(expected.vectors))
     assert verify_index(work, sample=20)["ok"]
+
+
+def test_cli_upsert_delete_verify_search_compact(lifecycle, tmp_path, tiny_model_dir, capsys):
+    from spanseek.cli import main
+
+    out = tmp_path / "idx"
+    shutil.copytree(lifecycle["dir"], out)
+    model = ["--model", str(tiny_model_dir)]
+    assert main(["index", "upsert", "--index", str(out), "--corpus", str(lifecycle["update_path"]), *model,
+                 "--quiet"]) == 0
+    assert "added 0, replaced 0, unchanged 4 documents" in capsys.readouterr().err
+    ids = tmp_path / "ids.txt"
+    ids.write_text("d6\nd7\n")
+    assert main(["index", "delete", "--index", str(out), "--ids", "d5,d6", "--ids-file", str(ids)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": 3, "not_found": [], "live_documents": 9,
+                                                   "deleted_documents": 6}
+    assert main(["index", "verify", str(out), "--sample", "20"]) == 0
+    assert json.loads(capsys.readouterr().out)["documents"] == {"live": 9, "deleted": 6}
+    assert main(["search", "castle bridge", "--index", str(out), *model, "--unit", "doc", "--top-k", "5",
+                 "--doc-ids", "d5,d8,n1,d9", "--where", "lang=en", "--mode", "dense"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert sorted(h["doc_id"] for h in hits) == ["d9"]  # d5 deleted, d8 and n1 are not "en"
+    assert main(["search", "castle", "--index", str(out), *model, "--where", "year=2001", "--title-prefix", "Title 1",
+                 "--top-k", "3"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert {h["doc_id"] for h in hits} <= {"d1", "d10"} and len(hits) == 3  # the new d1 kept its metadata
+    assert main(["index", "compact", "--index", str(out), "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["compacted"] and report["live_documents"] == 9 and report["deleted_documents"] == 0
+    assert main(["search", "x", "--index", str(out), *model, "--where", "novalue"]) == 2
+    assert "--where takes KEY=VALUE, got 'novalue'" in capsys.readouterr().err
+    assert main(["index", "delete", "--index", str(out)]) == 2
+    assert "no document ids to delete" in capsys.readouterr().err
