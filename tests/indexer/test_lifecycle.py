@@ -6,7 +6,7 @@ index holds exactly the arrays of a fresh build of the live documents (and, Flat
 mode), and its dense results equal the masked index's; a change interrupted before or after its commit point opens
 as the old or the new index, and finishing it gives what an uninterrupted change gives.
 
-    .venv/bin/python -m pytest -q tests/indexer/test_lifecycle.py
+    .venv/bin/python -m pytest -q tests/indexer/test_lifecycle.py          (-m slow: killed with SIGKILL)
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -300,3 +303,62 @@ def test_cli_upsert_delete_verify_search_compact(lifecycle, tmp_path, tiny_model
     assert "--where takes KEY=VALUE, got 'novalue'" in capsys.readouterr().err
     assert main(["index", "delete", "--index", str(out)]) == 2
     assert "no document ids to delete" in capsys.readouterr().err
+
+
+KILLS = {  # (step, n, before/after, journal_only) -> rolled back or forward; see tests/indexer/test_add_crash.py
+    "before the journal": (("os:replace", integrity.JOURNAL, "before", "0"), "back"),
+    "mid renames": (("os:replace", "3", "after", "1"), "forward"),
+}
+
+
+@pytest.fixture(scope="module")
+def kill_setup(tmp_path_factory, tiny_model_dir):
+    """An IVF index with deletions, a corpus to upsert, and each change's uninterrupted result."""
+    from tests.indexer.test_add_crash import OPTS
+
+    d = tmp_path_factory.mktemp("kill")
+    base = base_docs()
+    built = d / "built"
+    build_index(_write(d / "base.jsonl", base), tiny_model_dir, built, OPTS)
+    delete_documents(built, ["d0", "d4"])
+    corpus = _write(d / "upsert.jsonl", update_docs(base))
+    done = {}
+    for change in ("upsert", "compact"):
+        done[change] = d / change
+        shutil.copytree(built, done[change])
+        if change == "upsert":
+            upsert_documents(done[change], corpus, model=tiny_model_dir, opts=OPTS)
+        else:
+            compact_index(done[change], OPTS)
+    return built, corpus, done
+
+
+def _files(index_dir) -> dict:
+    """Recorded checksums but the BM25 part's (its vocabulary order follows per-process string hashing)."""
+    return {k: v[integrity.CHECKSUM] for k, v in store.Manifest.load(index_dir).files.items()
+            if not k.startswith(store.LEXICAL + "/")}
+
+
+@pytest.mark.slow  # a child process per case (the in-process interruptions above run by default)
+@pytest.mark.parametrize("point", KILLS)
+@pytest.mark.parametrize("change", ["upsert", "compact"])
+def test_a_killed_change_opens_as_the_old_or_the_new_index(kill_setup, tmp_path, tiny_model_dir, change, point):
+    """SIGKILL at a step (the child of tests/indexer/test_add_crash.py): the index opens and verifies as before the
+    change or after it, and the change run again gives the uninterrupted result."""
+    from tests.indexer.test_add_crash import CHILD, OPTS
+
+    built, corpus, done = kill_setup
+    args, outcome = KILLS[point]
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    child = subprocess.run([sys.executable, "-c", CHILD, str(index), str(corpus), str(tiny_model_dir), *args, change],
+                           capture_output=True, text=True, timeout=600)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    PhraseIndex(index)  # rolls back or forward
+    assert _files(index) == _files(built if outcome == "back" else done[change])
+    assert verify_index(index, sample=20)["ok"]
+    if change == "upsert":
+        upsert_documents(index, corpus, model=tiny_model_dir, opts=OPTS)
+    else:
+        compact_index(index, OPTS)
+    assert _files(index) == _files(done[change])
