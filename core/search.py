@@ -41,7 +41,7 @@ import numpy as np
 
 from spanseek.core.lexical import LexicalIndexMissing, missing_message, rrf_fuse, score_fuse, zscore
 from spanseek.core.params import MODES, UNITS, Mode, SearchFilter, SearchParams, Unit
-from spanseek.core.selection import Selection, select
+from spanseek.core.selection import Selection, search_ids, select
 from spanseek.core.spans import (
     ANSWER_CANDIDATES,
     NO_SPAN,
@@ -270,11 +270,10 @@ class Searcher:
         want = min(top_k, sel.unit_count.get(unit, top_k))
         pending = np.arange(len(q_start))
         spans: list[Spans] = [Spans(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))] * len(q_start)
-        faiss_params = self.index.search_parameters(nprobe, sel.selector)
         t_search = t_agg = 0.0
         while len(pending):
             t0 = time.perf_counter()
-            found = self._spans(q_start[pending], q_end[pending], k, max_tokens, vectors, faiss_params)
+            found = self._spans(q_start[pending], q_end[pending], k, max_tokens, vectors, nprobe, sel)
             t1 = time.perf_counter()
             still = []
             for b, sp in zip(pending.tolist(), found, strict=True):
@@ -299,13 +298,13 @@ class Searcher:
             raise ValueError(f"vector_source must be 'fine' or 'codes', got {source!r}")
         return self.index.token_vectors
 
-    def _spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int, max_tokens: int, vectors, faiss_params
-               ) -> list[Spans]:
+    def _spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int, max_tokens: int, vectors, nprobe: int | None,
+               sel: Selection) -> list[Spans]:
         if self.index.faiss.ntotal == 0:
             empty = np.zeros(0, np.int64)
             return [Spans(empty, empty, np.zeros(0, np.float32)) for _ in range(len(q_start))]
         # One faiss call for both sides: a flat index streams its vectors once for all 2B queries
-        _, ids = self.index.faiss.search(np.concatenate([q_start, q_end]), k, params=faiss_params)  # (2B, k)
+        ids = search_ids(self.index, np.concatenate([q_start, q_end]), k, nprobe, sel)  # (2B, k)
         start_ids, end_ids = ids[: len(q_start)], ids[len(q_start) :]
         with numpy_blas().limit(limits=1):
             return [

@@ -147,3 +147,26 @@ def test_hits_carry_their_paragraph_number(searcher):
             doc = next(i for i, d in enumerate(index.docs) if d["id"] == h.doc_id)
             own = [p for p in range(len(index.passages)) if index.passages[p]["doc"] == doc]
             assert h.paragraph == own.index(h.passage_id) and h.to_dict()["paragraph"] == h.paragraph
+
+
+@pytest.mark.parametrize("k", [1, 7, 40, 400])
+def test_a_flat_index_over_fetches_the_same_ids_as_the_selector_gives(searcher, monkeypatch, k):
+    """``search_ids`` on a flat index: asking for more neighbours without the selector and keeping the allowed ones
+    (most tokens allowed) gives what faiss gives with the selector."""
+    from spanseek.core import selection
+
+    index = searcher.index
+    sel = selection.select(index, SearchFilter(doc_ids=tuple(f"d{i}" for i in range(1, 12))),
+                           {u: m for u, m in searcher._unit_of_passage.items()})
+    queries = np.concatenate(_vectors(searcher))
+    monkeypatch.setattr(selection, "OVERFETCH_MIN_ALLOWED", 1.01)  # never over-fetch: the selector
+    with_selector = selection.search_ids(index, queries, k, None, sel)
+    monkeypatch.setattr(selection, "OVERFETCH_MIN_ALLOWED", 0.0)
+    over_fetched = selection.search_ids(index, queries, k, None, sel)
+    def scores(ids):
+        return np.einsum("qkd,qd->qk", index.token_vectors(ids), queries)
+
+    # the same ids but for the order of exact ties (identical tokens score the same)
+    assert np.allclose(scores(over_fetched), scores(with_selector), rtol=1e-5, atol=1e-5)
+    assert np.mean(over_fetched == with_selector) > 0.99
+    assert sel.tokens is not None and sel.tokens[with_selector].all() and (with_selector >= 0).all()
