@@ -60,23 +60,16 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    from spanseek.indexer.add import add_documents
-    from spanseek.indexer.build import BuildOptions
-
-    opts = BuildOptions(shard_passages=args.shard_passages, device=args.device, progress=not args.quiet)
-    m = add_documents(args.index, args.corpus, model=args.model, opts=opts)
-    print(json.dumps(m.to_dict(), indent=2))
-    return 0
-
-
-def _upsert(args: argparse.Namespace) -> int:
+    """`index add`, and `index upsert` (which replaces the documents whose id the index holds)."""
     from spanseek.indexer.add import upsert_documents
     from spanseek.indexer.build import BuildOptions
 
     opts = BuildOptions(shard_passages=args.shard_passages, device=args.device, progress=not args.quiet)
-    m, changes = upsert_documents(args.index, args.corpus, model=args.model, opts=opts)
-    print(f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents",
-          file=sys.stderr)
+    replace = args.index_command == "upsert"
+    m, changes = upsert_documents(args.index, args.corpus, model=args.model, opts=opts, replace=replace)
+    if replace:
+        print(f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents",
+              file=sys.stderr)
     print(json.dumps(m.to_dict(), indent=2))
     return 0
 
@@ -227,23 +220,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_build)
 
-    p = index.add_parser("add", help="append documents to a built index without retraining")
-    p.add_argument("--index", required=True, help="index directory")
-    p.add_argument("--corpus", required=True, help="JSONL corpus of the new documents")
-    p.add_argument("--model", default=None, help="model (default: the one recorded in the manifest)")
-    p.add_argument("--shard-passages", type=int, default=2000)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_add)
-
-    p = index.add_parser("upsert", help="replace the documents whose id the index holds, add the others")
-    p.add_argument("--index", required=True, help="index directory")
-    p.add_argument("--corpus", required=True, help="JSONL corpus of the new versions (identical documents are skipped)")
-    p.add_argument("--model", default=None, help="model (default: the one recorded in the manifest)")
-    p.add_argument("--shard-passages", type=int, default=2000)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_upsert)
+    for name, what, corpus_help in (
+        ("add", "append documents to a built index without retraining", "JSONL corpus of the new documents"),
+        ("upsert", "replace the documents whose id the index holds, add the others",
+         "JSONL corpus of the new versions (identical documents are skipped)"),
+    ):
+        p = index.add_parser(name, help=what)
+        p.add_argument("--index", required=True, help="index directory")
+        p.add_argument("--corpus", required=True, help=corpus_help)
+        p.add_argument("--model", default=None, help="model (default: the one recorded in the manifest)")
+        p.add_argument("--shard-passages", type=int, default=2000)
+        p.add_argument("--device", default="auto")
+        p.add_argument("--quiet", action="store_true")
+        p.set_defaults(func=_add)
 
     p = index.add_parser("delete", help="delete documents by id (masked at once; `index compact` reclaims the space)")
     p.add_argument("--index", required=True, help="index directory")

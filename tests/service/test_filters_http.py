@@ -52,3 +52,8 @@ def test_malformed_filters_are_422(client, flt):
     assert r.status_code == 422, r.text
     assert r.json()["error"] == "validation_error" and any("filter" in str(d) for d in r.json()["details"])
     assert client.post("/search", json={"query": "a", "filter": {"doc_ids": ["d1"]}}).status_code == 200
+
+
+def test_info_counts_deleted_documents(client):
+    index = client.get("/info").json()["index"]
+    assert index["deleted_documents"] == 0 and index["documents"] == 6
