@@ -2,15 +2,16 @@
 
 The HTTP route, the micro-batcher, the CLI (``spanseek search``, ``spanseek eval``) and the benchmarks build a
 ``SearchParams`` and hand it whole to ``core.search.Searcher``; requests with equal parameters share one search
-call in the batcher (the dataclass is hashable). Server-side limits (largest top_k, nprobe, ...) are the service's
+call in the batcher (the dataclasses are hashable: a filter's lists and objects are held as tuples). Server-side limits (largest top_k, nprobe, ...) are the service's
 business and are checked in the route; what is checked here holds for every caller.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 Unit = Literal["phrase", "passage", "doc"]
 UNITS: tuple[Unit, ...] = get_args(Unit)
@@ -22,8 +23,63 @@ VectorSource = Literal["fine", "codes"]
 VECTOR_SOURCES: tuple[VectorSource, ...] = get_args(VectorSource)
 
 
+MetaValue = str | int | float | bool | None
+META_TYPES = (str, int, float, bool, type(None))
+
+
 class SearchParamsError(ValueError):
     """A search parameter is out of its valid range (the service answers 400)."""
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    """Which documents a search may return: all the given conditions hold (an absent one holds for every document).
+
+    doc_ids: the document is one of these ids (a list is accepted and kept as a sorted tuple).
+    title_prefix: the document's title starts with this text (case-sensitive).
+    meta: for every key, the document's metadata has the key with an equal value (a mapping is accepted and kept
+        as sorted ``(key, value)`` pairs); values are JSON scalars, and ``true`` is not ``1``.
+    """
+
+    doc_ids: tuple[str, ...] | None = None
+    title_prefix: str | None = None
+    meta: tuple[tuple[str, MetaValue], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.doc_ids is not None:
+            ids = self.doc_ids
+            if isinstance(ids, str) or not isinstance(ids, Iterable) or not all(isinstance(i, str) for i in ids):
+                raise SearchParamsError(f"filter doc_ids must be a list of strings, got {ids!r}")
+            ids = tuple(sorted(set(ids)))
+            if not ids:
+                raise SearchParamsError("filter doc_ids is empty; give at least one document id or leave it out")
+            object.__setattr__(self, "doc_ids", ids)
+        if self.title_prefix is not None and not isinstance(self.title_prefix, str):
+            raise SearchParamsError(f"filter title_prefix must be a string, got {self.title_prefix!r}")
+        if self.meta is not None:
+            pairs = list(self.meta.items()) if isinstance(self.meta, Mapping) else list(self.meta)
+            for pair in pairs:
+                if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+                    raise SearchParamsError(f"filter meta must map keys to values, got {pair!r}")
+                if not isinstance(pair[1], META_TYPES) or (isinstance(pair[1], float) and not math.isfinite(pair[1])):
+                    raise SearchParamsError(f"filter meta {pair[0]!r}: a value must be a string, number, boolean or "
+                                            f"null, got {pair[1]!r}")
+            if len({k for k, _ in pairs}) != len(pairs):
+                raise SearchParamsError("filter meta names a key twice")
+            object.__setattr__(self, "meta", tuple(sorted(pairs, key=lambda kv: kv[0])))
+
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
+        """Whether a document (its id, title and metadata) passes every condition."""
+        if self.doc_ids is not None and doc_id not in self.doc_ids:  # few ids: a tuple scan is fine
+            return False
+        if self.title_prefix is not None and not title.startswith(self.title_prefix):
+            return False
+        return all(key in meta and _same(meta[key], value) for key, value in self.meta or ())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality of scalars: numbers compare by value, but a boolean equals only a boolean."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
 @dataclass(frozen=True)
@@ -47,6 +103,8 @@ class SearchParams:
         "In 1340"); by default each phrase hit is the best of its stretch of text, filled to top_k from deeper ones.
     min_confidence: abstain (no hits, ``no_answer``) when the best hit's confidence is below this; needs a
         calibrated model (``core.confidence``).
+    filter: only documents that pass it are searched (``SearchFilter``; applied inside the search, so ``top_k`` is
+        still filled when enough documents pass); None: every (live) document.
     """
 
     unit: Unit = "phrase"
@@ -61,6 +119,7 @@ class SearchParams:
     offset: int = 0
     allow_overlap: bool = False
     min_confidence: float | None = None
+    filter: SearchFilter | None = None
 
     def __post_init__(self) -> None:
         _one_of("unit", self.unit, UNITS)
@@ -80,6 +139,8 @@ class SearchParams:
         w = self.lexical_weight
         if w is not None and (isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0):
             raise SearchParamsError(f"lexical_weight must be a finite number >= 0, got {w!r}")
+        if self.filter is not None and not isinstance(self.filter, SearchFilter):
+            raise SearchParamsError(f"filter must be a SearchFilter, got {type(self.filter).__name__}")
 
 
 def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -22,11 +22,15 @@ passage's best span is its answer). ``hybrid`` ranks phrases by dense score + w 
 z-normalised over the question's candidate passages (DenSPI-style), and passages or documents by fusing the two
 legs' unit scores over the candidates of both: score fusion (``core.lexical.score_fuse``) or reciprocal rank fusion
 (``rrf_fuse``). Hits carry both components.
+
+Deleted documents and a request's ``filter`` are applied inside both legs (``core.selection``): faiss searches only
+the allowed tokens and the other passages' BM25 scores are zeroed, so ``top_k`` is filled when enough units pass.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +41,8 @@ import numpy as np
 
 from spanseek.core.confidence import FEATURE_DEPTH, Calibrator
 from spanseek.core.lexical import LexicalIndexMissing, missing_message, rrf_fuse, score_fuse, zscore
-from spanseek.core.params import MODES, UNITS, Mode, SearchParams, SearchParamsError, Unit
+from spanseek.core.params import MODES, UNITS, Mode, SearchFilter, SearchParams, SearchParamsError, Unit
+from spanseek.core.selection import Selection, search_ids, select
 from spanseek.core.spans import (
     ANSWER_CANDIDATES,
     NO_SPAN,
@@ -66,6 +71,7 @@ LEXICAL_PASSAGES = 10
 # few and large: the dense leg deepens its search until it has found this many)
 FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
 
+SELECTIONS_KEPT = 64  # distinct filters whose token selectors a Searcher keeps (each N / 8 bytes)
 # unit -> the unit of every passage, (P,) int64; the phrase unit is the span itself (None). A new unit is one entry.
 UNIT_OF_PASSAGE: dict[Unit, Callable[[PhraseIndex], np.ndarray] | None] = {
     "phrase": None,
@@ -91,6 +97,7 @@ class Hit:
     passage: str
     doc_id: str
     title: str
+    paragraph: int = 0  # the passage's number within its document (0-based)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)  # the document's metadata from the corpus
     dense: float | None = None
     lexical: float | None = None
@@ -173,6 +180,7 @@ class Searcher:
         self._vector_reader(self.vector_source)  # a bad source fails here, not at the first search
         self._unit_of_passage = {u: f(index) for u, f in UNIT_OF_PASSAGE.items() if f is not None}
         self._unit_count = {u: len(np.unique(m)) for u, m in self._unit_of_passage.items()}
+        self.selection = functools.lru_cache(maxsize=SELECTIONS_KEPT)(self._select)
         self.lexical = index.lexical
         if self.lexical is None:
             log.warning("%s", missing_message(index.dir))
@@ -180,6 +188,10 @@ class Searcher:
         self.default_mode: Mode = fusion["default_mode"] if self.lexical is not None else "dense"
         self.default_fusion = fusion["fusion"]
         self.lexical_weights: dict[str, float] = dict(fusion["weights"])
+
+    def _select(self, flt: SearchFilter | None) -> Selection:
+        """The passages a search with filter ``flt`` may return (live ones that pass it); see ``core.selection``."""
+        return select(self.index, flt, self._unit_of_passage)
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -301,18 +313,23 @@ class Searcher:
         vectors = self._vector_reader(params.vector_source or self.vector_source)
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)
         q_end = np.ascontiguousarray(q_end, dtype=np.float32)
+        sel = self.selection(params.filter)
+        if sel.empty:
+            return [[] for _ in range(len(q_start))]
         if mode == "dense":
-            spans = self._dense_spans(q_start, q_end, unit, top_k, max_tokens, vectors, params.nprobe, timings)
+            spans = self._dense_spans(q_start, q_end, unit, top_k, max_tokens, vectors, params.nprobe, timings, sel)
             t0 = time.perf_counter()
             hits = [self._hits(sp, unit, top_k) for sp in spans]
             _add(timings, "aggregate", time.perf_counter() - t0)
             return hits
         depth = max(top_k, FUSION_DEPTH[unit])
         dense = ([None] * len(q_start) if mode == "lexical" else
-                 self._dense_spans(q_start, q_end, unit, depth, max_tokens, vectors, params.nprobe, timings))
+                 self._dense_spans(q_start, q_end, unit, depth, max_tokens, vectors, params.nprobe, timings, sel))
         assert self.lexical is not None and questions is not None
         t0 = time.perf_counter()
         lexical = self.lexical.scores(questions)  # (B, P)
+        if sel.passages is not None:  # only scores above zero count as matches
+            lexical = np.where(sel.passages[None, :], lexical, 0)
         lex_unit = "passage" if unit == "phrase" else unit
         n_lex = top_k if mode == "lexical" else LEXICAL_PASSAGES if unit == "phrase" else depth
         hits = []
@@ -333,19 +350,19 @@ class Searcher:
     # --- dense leg ----------------------------------------------------------------------------------
 
     def _dense_spans(self, q_start: np.ndarray, q_end: np.ndarray, unit: Unit, top_k: int, max_tokens: int, vectors,
-                     nprobe: int | None, timings: dict[str, float] | None) -> list[Spans]:
-        """Candidate spans per question from MIPS, deepened until ``top_k`` units are among them (or no more)."""
+                     nprobe: int | None, timings: dict[str, float] | None, sel: Selection) -> list[Spans]:
+        """Candidate spans per question from MIPS over the tokens ``sel`` allows, deepened until ``top_k`` units
+        are among them (or no more)."""
         ntotal = self.index.faiss.ntotal
         k = min(ntotal, max(32, 2 * top_k) if unit == "phrase" else max(64, 8 * top_k))
-        # a unit search deepens until top_k units are found, or every unit the index has (not every token)
-        want = min(top_k, self._unit_count.get(unit, top_k))
+        # a unit search deepens until top_k units are found, or every unit it may return (not every token)
+        want = min(top_k, sel.unit_count.get(unit, top_k))
         pending = np.arange(len(q_start))
         spans: list[Spans] = [Spans(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))] * len(q_start)
-        faiss_params = self.index.search_parameters(nprobe)
         t_search = t_agg = 0.0
         while len(pending):
             t0 = time.perf_counter()
-            found = self._spans(q_start[pending], q_end[pending], k, max_tokens, vectors, faiss_params)
+            found = self._spans(q_start[pending], q_end[pending], k, max_tokens, vectors, nprobe, sel)
             t1 = time.perf_counter()
             still = []
             for b, sp in zip(pending.tolist(), found, strict=True):
@@ -370,13 +387,13 @@ class Searcher:
             raise ValueError(f"vector_source must be 'fine' or 'codes', got {source!r}")
         return self.index.token_vectors
 
-    def _spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int, max_tokens: int, vectors, faiss_params
-               ) -> list[Spans]:
+    def _spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int, max_tokens: int, vectors, nprobe: int | None,
+               sel: Selection) -> list[Spans]:
         if self.index.faiss.ntotal == 0:
             empty = np.zeros(0, np.int64)
             return [Spans(empty, empty, np.zeros(0, np.float32)) for _ in range(len(q_start))]
         # One faiss call for both sides: a flat index streams its vectors once for all 2B queries
-        _, ids = self.index.faiss.search(np.concatenate([q_start, q_end]), k, params=faiss_params)  # (2B, k)
+        ids = search_ids(self.index, np.concatenate([q_start, q_end]), k, nprobe, sel)  # (2B, k)
         start_ids, end_ids = ids[: len(q_start)], ids[len(q_start) :]
         with numpy_blas().limit(limits=1):
             return [
@@ -529,7 +546,8 @@ class Searcher:
         a, b = int(idx.token_offsets[start_tok, 0]), int(idx.token_offsets[end_tok, 1])
         return Hit(
             text=passage["text"][a:b], score=score, start=a, end=b, passage_id=p,
-            passage=passage["text"], doc_id=doc["id"], title=doc["title"], meta=doc.get("meta", {}),
+            passage=passage["text"], doc_id=doc["id"], title=doc["title"], paragraph=int(passage["para"]),
+            meta=doc.get("meta", {}),
             dense=dense, lexical=lexical,
         )
 

@@ -21,6 +21,8 @@ An index directory (written by ``spanseek index build``) holds:
                          kept for compressed indexes whose build asked for the ``codes`` neighbour source;
                          decoded with the index's ``sa_decode``.
 - ``token_filter.npy``   (N, 2) float16, optional: start/end filter probabilities (models with a filter head).
+- ``deleted.npy``        (k,) int64, optional: the sorted document numbers deleted (``spanseek index delete`` or
+                         replaced by ``index upsert``); their passages are never returned; ``index compact`` drops them.
 - ``lexical/``           the BM25 index of the passages (``core.lexical``), recorded in ``manifest.lexical`` with
                          the fusion defaults; absent in indexes built before it (``spanseek index add-lexical``).
 
@@ -78,6 +80,7 @@ CODES = "codes.npy"
 IVFDATA = "index.ivfdata"  # the inverted lists of an on-disk IVF index (build --on-disk), next to index.faiss
 FILTER_SCORES = "token_filter.npy"
 LEXICAL = LEXICAL_DIR
+DELETED = "deleted.npy"
 
 
 CHECKSUM_FIELD = "checksum"
@@ -407,6 +410,9 @@ class PhraseIndex:
         self.passage_tokens = _read(d / PASSAGE_TOKENS, lambda p: np.load(p, mmap_mode=maps))
         self.passages = _read(d / PASSAGES, read_jsonl)
         self.docs = _read(d / DOCS, read_jsonl)
+        self.deleted_docs = _read(d / DELETED, np.load) if (d / DELETED).is_file() else np.zeros(0, np.int64)
+        if len(self.deleted_docs) and (self.deleted_docs.min() < 0 or self.deleted_docs.max() >= len(self.docs)):
+            raise IndexFormatError(f"{d / DELETED}: document numbers outside 0..{len(self.docs) - 1}; rebuild the index")
         if not (d / FAISS_INDEX).is_file():  # faiss would raise its own RuntimeError
             raise IndexFormatError(f"{d}: index is incomplete ({FAISS_INDEX} missing); rebuild it")
         if self.manifest.faiss_params.get("on_disk") and not (d / IVFDATA).is_file():
@@ -487,30 +493,45 @@ class PhraseIndex:
     def passage_range(self, passage: int) -> tuple[int, int]:
         return int(self.passage_tokens[passage]), int(self.passage_tokens[passage + 1])
 
-    def search_parameters(self, nprobe: int | None) -> Any:
-        """faiss per-call search parameters for ``nprobe`` (None: the index's stored default, no parameters).
+    @property
+    def live_documents(self) -> int:
+        """Documents not deleted."""
+        return len(self.docs) - len(self.deleted_docs)
+
+    def search_parameters(self, nprobe: int | None, selector: Any = None) -> Any:
+        """faiss per-call search parameters for ``nprobe`` (None: the index's stored default) and an optional
+        ``faiss.IDSelector`` of the token ids a search may return; None when neither is needed.
 
         Given per call, never set on the shared index, so one request's nprobe cannot leak into another's.
         """
-        if nprobe is None or ivf_of(self.faiss) is None:
+        ivf = ivf_of(self.faiss)
+        if (nprobe is None or ivf is None) and selector is None:
             return None
-        return faiss_search_parameters(self.faiss, int(nprobe))
+        return faiss_search_parameters(self.faiss, int(nprobe or (ivf.nprobe if ivf is not None else 1)), selector)
 
 
-def faiss_search_parameters(index: Any, nprobe: int) -> Any:
-    """SearchParametersIVF(nprobe) wrapped as the index's layers need: a pre-transform (OPQ) takes its inner
-    index's parameters in SearchParametersPreTransform; id maps pass theirs through."""
+def faiss_search_parameters(index: Any, nprobe: int, selector: Any = None) -> Any:
+    """SearchParametersIVF(nprobe) (or plain SearchParameters for a flat index) with ``selector`` as its ``sel``,
+    wrapped as the index's layers need: a pre-transform (OPQ) takes its inner index's parameters in
+    SearchParametersPreTransform; id maps pass theirs through (faiss translates the selector's ids)."""
     import faiss
 
     index = faiss.downcast_index(index)
+    params: Any
     if isinstance(index, faiss.IndexPreTransform):
-        inner = faiss_search_parameters(index.index, nprobe)
-        params: Any = faiss.SearchParametersPreTransform()
+        inner = faiss_search_parameters(index.index, nprobe, selector)
+        params = faiss.SearchParametersPreTransform()
         params.index_params = inner
         params.referenced_objects = [inner]  # the C++ side holds a bare pointer: keep the Python object alive
         return params
     if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2):
-        return faiss_search_parameters(index.index, nprobe)
-    params = faiss.SearchParametersIVF()
-    params.nprobe = nprobe
+        return faiss_search_parameters(index.index, nprobe, selector)
+    if ivf_of(index) is not None:
+        params = faiss.SearchParametersIVF()
+        params.nprobe = nprobe  # its default is 1, not the index's: always set
+    else:
+        params = faiss.SearchParameters()
+    if selector is not None:
+        params.sel = selector
+        params.referenced_objects = [selector]  # likewise held by a bare pointer
     return params

@@ -3,8 +3,10 @@
     spanseek index add --index INDEX_DIR --corpus more.jsonl [--model default]
 
 Document ids are the key: an add whose corpus holds an id the index already has (or one id twice) is refused
-before anything changes, so running the same add again changes nothing. (Replacing documents by id is not
-supported: remove them by rebuilding.)
+before anything changes, so running the same add again changes nothing. ``replace=True`` (``spanseek index
+upsert``, ``indexer.lifecycle``) instead replaces the documents whose id the index holds: the old ones join the
+deletion mask (``deleted.npy``) in the same commit that adds the new ones; a document identical to the one held
+(title, metadata, passages) is left alone, so an upsert repeated changes nothing.
 
 The new corpus is encoded into a staging directory (``add.staging``, the build's resumable shards and merge),
 then every store is rewritten as ``<name>.add.tmp`` = old rows followed by the new ones (token ids, passage and
@@ -15,23 +17,28 @@ their checksums) is written: that is the commit point. Then each file is renamed
 manifest is written and the journal removed. The lexical (BM25) part, when the index has one, is rebuilt
 over the old and new passages as the directory ``lexical.add.tmp`` before the journal. A kill -9 anywhere leaves an index that opens: before the journal,
 opening it drops the partial files (roll back); after it, opening it finishes the renames (roll forward;
-``core.store.recover``). An add holds the index's writer lock, so two adds cannot interleave.
+``core.store.recover``). An add holds the index's writer lock, so two adds cannot interleave. ``commit`` is that
+commit protocol for any writer (upsert, delete and compact use it too).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
 import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from spanseek.core import integrity, store
 from spanseek.core.encoding import pick_device
 from spanseek.core.finestore import FINE_CODES, open_fine_store
-from spanseek.core.io import atomic_path
+from spanseek.core.io import Document, atomic_path, read_corpus, unique_ids, write_corpus
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
 from spanseek.indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
 from spanseek.indexer.compress import kept_token_ids, write_codes
@@ -48,7 +55,8 @@ JOURNAL = integrity.JOURNAL
 TMP_SUFFIX = integrity.ADD_SUFFIX
 
 
-def _tmp(index_dir: Path, name: str) -> Path:
+def staged(index_dir: Path, name: str) -> Path:
+    """Where a writer puts the new version of the index file ``name`` before its commit."""
     return index_dir / (name + TMP_SUFFIX)
 
 
@@ -78,52 +86,169 @@ def _concat_jsonl(old_path: Path, new_path: Path, dest: Path, doc_offset: int | 
                 out.write(line)
 
 
+@dataclass(frozen=True)
+class Changes:
+    """What an add or upsert did: documents added (new ids), replaced (ids the index held) and left unchanged."""
+
+    added: int = 0
+    replaced: int = 0
+    unchanged: int = 0
+
+
+def write_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save`` to exactly ``path`` (np.save appends ``.npy`` to a name without it, such as ``*.add.tmp``)."""
+    with open(path, "wb") as f:
+        np.save(f, array)
+
+
+def live_rows(index_dir: Path) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, int]]:
+    """The index's document records, its deleted document numbers, and {id: number} of the live documents."""
+    docs = store.read_jsonl(index_dir / store.DOCS)
+    deleted = np.load(index_dir / store.DELETED) if (index_dir / store.DELETED).is_file() else np.zeros(0, np.int64)
+    dead = set(deleted.tolist())
+    return docs, deleted, {d["id"]: i for i, d in enumerate(docs) if i not in dead}
+
+
+@contextlib.contextmanager
+def locked_index(index_dir: Path, command: str) -> Iterator[store.Manifest]:
+    """Hold the index's writer lock, finish a change that was interrupted, and yield the manifest (file sizes
+    checked; each writer re-reads what it rewrites). Raises BuildError naming ``command`` when another process
+    holds the lock, IndexFormatError for a missing or unfinished index."""
+    store.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
+    with integrity.writer_lock(index_dir) as locked:
+        if not locked:
+            raise BuildError(f"{index_dir} is being changed by another process (or is read-only); "
+                             f"`spanseek index {command}` changed nothing")
+        if store.recover_locked(index_dir) == "rolled forward":
+            log.info("finished an interrupted change of %s", index_dir)
+        yield store.check_index(index_dir, contents=False, recovered=True)
+
+
+def commit(index_dir: Path, old: store.Manifest, names: Iterable[str], fields: dict[str, Any]) -> store.Manifest:
+    """Make the ``<name>.add.tmp`` version of each of ``names`` the index's, with ``old``'s manifest updated by
+    ``fields``: the files are flushed, the journal naming them and the new manifest is written (the commit point),
+    then they are renamed into place (``core.store.recover_locked``, which also finishes a commit killed midway).
+    The caller holds the writer lock."""
+    names = list(names)
+    replaced = {name: staged(index_dir, name) for name in names}
+    for path in replaced.values():  # on disk before the commit point
+        integrity.fsync_path(path)
+    manifest = store.Manifest.create(index_dir, {**old.to_dict(), **fields}, replaced=replaced)
+    with atomic_path(index_dir / JOURNAL) as tmp:  # the commit point
+        tmp.write_text(json.dumps({"files": names, "manifest": manifest.to_dict()}, ensure_ascii=False))
+        integrity.fsync_path(tmp)
+    integrity.fsync_path(index_dir)
+    store.recover_locked(index_dir)  # roll forward: rename the files, write the manifest, drop the journal
+    return manifest
+
+
+def remeasure_recall(index_dir: Path, old: store.Manifest, index: Any, params: dict[str, Any], names: list[str],
+                     n_tokens: int, opts: BuildOptions) -> None:
+    """Measure the build's recall again over the index's tokens as committed (``names``' new versions), for
+    ``index verify`` to repeat; nothing when the build did not measure it."""
+    if "recall" not in params or not opts.recall_sample:
+        return
+
+    def current(name: str) -> Path:
+        return staged(index_dir, name) if name in names else index_dir / name
+
+    fine = FINE_CODES if old.fine_store != "fp16" else store.VECTORS
+    vectors = open_fine_store(index_dir, old.fine_store, rows=current(fine))
+    filter_path = current(store.FILTER_SCORES)
+    scores = np.load(filter_path, mmap_mode="r") if filter_path.is_file() else None
+    kept = kept_token_ids(scores, old.filter_threshold, n_tokens)
+    params["recall"] = measure_recall(index, vectors, kept, sample=int(params["recall"].get("sample", 200)))
+
+
 def add_documents(
-    index_dir: str | Path, corpus: str | Path, model: str | Path | None = None, opts: BuildOptions | None = None
+    index_dir: str | Path, corpus: str | Path, model: str | Path | None = None, opts: BuildOptions | None = None,
+    replace: bool = False,
 ) -> store.Manifest:
     """Append the documents of ``corpus`` to the index in ``index_dir``; returns the new manifest.
 
-    Raises CorpusError (file and line) when a document id is already in the index or repeated in the corpus,
-    BuildError when another add holds the index; the index is then unchanged.
+    Raises CorpusError (file and line) when a document id is already in the index (unless ``replace``) or repeated
+    in the corpus, BuildError when another writer holds the index; the index is then unchanged. With ``replace``
+    the documents whose id the index holds replace the old ones (``upsert_documents`` also reports the changes).
     """
+    return upsert_documents(index_dir, corpus, model, opts, replace)[0]
+
+
+def upsert_documents(
+    index_dir: str | Path, corpus: str | Path, model: str | Path | None = None, opts: BuildOptions | None = None,
+    replace: bool = True,
+) -> tuple[store.Manifest, Changes]:
+    """``add_documents`` returning what changed as well; by default it replaces documents whose id is held."""
     index_dir, corpus = Path(index_dir), Path(corpus)
     opts = opts or BuildOptions(progress=False)
-    store.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
     problem = corpus_problem(corpus)  # a directory, a Markdown or SQuAD file...: say which command converts it
     if problem:
         raise BuildError(problem)
-    with integrity.writer_lock(index_dir) as locked:
-        if not locked:
-            raise BuildError(f"{index_dir} is being changed by another `spanseek index add` (or is read-only)")
-        if store.recover_locked(index_dir) == "rolled forward":
-            log.info("finished an interrupted add in %s", index_dir)
+    with locked_index(index_dir, "upsert" if replace else "add") as old:
         staging = index_dir / STAGING
         try:
-            return _add_locked(index_dir, corpus, model, opts, staging)
+            return _add_locked(index_dir, old, corpus, model, opts, staging, replace)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _add_locked(index_dir: Path, corpus: Path, model: str | Path | None, opts: BuildOptions,
-                staging: Path) -> store.Manifest:
-    """``add_documents`` under the writer lock."""
+def _same_document(doc: Document, record: dict[str, Any], texts: list[str]) -> bool:
+    """Whether a corpus document is the one an index holds (its ``docs.jsonl`` record and passage texts)."""
+    return (doc.title == record["title"] and (doc.meta or {}) == record.get("meta", {})
+            and list(doc.paragraphs) == texts)
+
+
+def _plan_upsert(index_dir: Path, corpus: Path, live: dict[str, int]) -> tuple[list[Document], list[int], int]:
+    """The corpus documents to add (new or changed), the document numbers they replace, and how many are unchanged.
+
+    Repeated ids in the corpus raise CorpusError naming the file and line, before anything changes."""
+    texts: dict[int, list[str]] = {}
+    for p in store.read_jsonl(index_dir / store.PASSAGES):
+        texts.setdefault(p["doc"], []).append(p["text"])
+    records = store.read_jsonl(index_dir / store.DOCS)
+    new, replaced, unchanged = [], [], 0
+    for doc in unique_ids(read_corpus(corpus), corpus):
+        row = live.get(doc.id)
+        if row is not None and _same_document(doc, records[row], texts.get(row, [])):
+            unchanged += 1
+            continue
+        new.append(doc)
+        if row is not None:
+            replaced.append(row)
+    return new, sorted(replaced), unchanged
+
+
+def _add_locked(index_dir: Path, old: store.Manifest, corpus: Path, model: str | Path | None, opts: BuildOptions,
+                staging: Path, replace: bool) -> tuple[store.Manifest, Changes]:
+    """``upsert_documents`` under the writer lock."""
     import faiss
 
-    old = store.check_index(index_dir, contents=False, recovered=True)  # sizes; every file is re-read below anyway
     if old.faiss_params.get("on_disk"):
         raise BuildError(f"{index_dir} keeps its inverted lists on disk ({store.IVFDATA}), which `index add` would "
                          "change in place; build the index again with the new documents")
+    _, old_deleted, live = live_rows(index_dir)
+    source, replaced, unchanged = corpus, [], 0
+    if replace:
+        docs, replaced, unchanged = _plan_upsert(index_dir, corpus, live)
+        if not docs:  # every document is already there as given: nothing to do
+            return old, Changes(unchanged=unchanged)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        source = staging / "upsert.jsonl"
+        write_corpus(source, docs)
     model_dir = resolve_model(model or old.model_ref)
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     fingerprint = model_fingerprint(model_dir)
     old.check_model(phrase_model.config, fingerprint, phrase_fingerprint(model_dir))
     t0 = time.time()
 
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    held = (d["id"] for d in store.read_jsonl(index_dir / store.DOCS))
-    n_shards, stats = encode_corpus(corpus, staging, phrase_model, opts, fingerprint, held,
-                                    f"the index {index_dir} (`index add` refuses ids it holds; nothing was changed)")
+    if not replace:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+    replacing = set(replaced)
+    held = (i for i, row in live.items() if row not in replacing)  # ids the corpus may not use
+    n_shards, stats = encode_corpus(source, staging, phrase_model, opts, fingerprint, held,
+                                    f"the index {index_dir} (`index add` refuses ids it holds; `index upsert` "
+                                    "replaces them; nothing was changed)")
     n_new = merge_shards(staging, n_shards, phrase_model.dim)
     N, P, D = old.tokens, old.passages, old.documents
     new_vectors = np.load(staging / store.VECTORS, mmap_mode="r")
@@ -133,55 +258,47 @@ def _add_locked(index_dir: Path, corpus: Path, model: str | Path | None, opts: B
         names[0] = FINE_CODES
         encode_fine_rows(index_dir, new_vectors, staging / FINE_CODES)
     for name in names:
-        _concat_npy(index_dir / name, np.load(staging / name, mmap_mode="r"), _tmp(index_dir, name))
+        _concat_npy(index_dir / name, np.load(staging / name, mmap_mode="r"), staged(index_dir, name))
     _concat_npy(index_dir / store.TOKEN_PASSAGE, np.load(staging / store.TOKEN_PASSAGE) + P,
-                _tmp(index_dir, store.TOKEN_PASSAGE))
+                staged(index_dir, store.TOKEN_PASSAGE))
     _concat_npy(index_dir / store.PASSAGE_TOKENS, np.load(staging / store.PASSAGE_TOKENS)[1:] + N,
-                _tmp(index_dir, store.PASSAGE_TOKENS))
-    _concat_jsonl(index_dir / store.PASSAGES, staging / store.PASSAGES, _tmp(index_dir, store.PASSAGES), D)
-    _concat_jsonl(index_dir / store.DOCS, staging / store.DOCS, _tmp(index_dir, store.DOCS), None)
+                staged(index_dir, store.PASSAGE_TOKENS))
+    _concat_jsonl(index_dir / store.PASSAGES, staging / store.PASSAGES, staged(index_dir, store.PASSAGES), D)
+    _concat_jsonl(index_dir / store.DOCS, staging / store.DOCS, staged(index_dir, store.DOCS), None)
     names += [store.TOKEN_PASSAGE, store.PASSAGE_TOKENS, store.PASSAGES, store.DOCS]
 
     new_filter = load_filter_scores(staging)
     if (index_dir / store.FILTER_SCORES).is_file() and new_filter is not None:
-        _concat_npy(index_dir / store.FILTER_SCORES, new_filter, _tmp(index_dir, store.FILTER_SCORES))
+        _concat_npy(index_dir / store.FILTER_SCORES, new_filter, staged(index_dir, store.FILTER_SCORES))
         names.append(store.FILTER_SCORES)
 
     index = faiss.read_index(str(index_dir / store.FAISS_INDEX))
     ids = kept_token_ids(new_filter, old.filter_threshold, n_new, offset=N)
     add_vectors(index, new_vectors, ids, progress=opts.progress, gpu=False, id_offset=N)
-    faiss.write_index(index, str(_tmp(index_dir, store.FAISS_INDEX)))
+    faiss.write_index(index, str(staged(index_dir, store.FAISS_INDEX)))
     names.append(store.FAISS_INDEX)
     if (index_dir / store.CODES).is_file():
         old_codes = np.load(index_dir / store.CODES, mmap_mode="r")
-        write_codes(index, new_vectors, _tmp(index_dir, store.CODES), old_codes=old_codes)
+        write_codes(index, new_vectors, staged(index_dir, store.CODES), old_codes=old_codes)
         names.append(store.CODES)
 
     lexical = old.lexical
     if lexical is not None:  # an index without one stays without (`spanseek index add-lexical` adds it)
-        lexical = write_lexical(index_dir, _tmp(index_dir, store.PASSAGES), _tmp(index_dir, store.DOCS),
-                                _tmp(index_dir, store.LEXICAL), fusion=lexical.get("fusion"))
+        lexical = write_lexical(index_dir, staged(index_dir, store.PASSAGES), staged(index_dir, store.DOCS),
+                                staged(index_dir, store.LEXICAL), fusion=lexical.get("fusion"))
         names.append(store.LEXICAL)
 
+    if replaced:  # the old versions are deleted in the same commit
+        write_npy(staged(index_dir, store.DELETED), np.union1d(old_deleted, replaced).astype(np.int64))
+        names.append(store.DELETED)
+
     params = dict(old.faiss_params)
-    if "recall" in params and opts.recall_sample:  # re-measured over all tokens, for `index verify` to repeat
-        all_vectors = open_fine_store(index_dir, old.fine_store, rows=_tmp(index_dir, names[0]))
-        scores = load_filter_scores(index_dir) if store.FILTER_SCORES not in names else \
-            np.load(_tmp(index_dir, store.FILTER_SCORES), mmap_mode="r")
-        kept = kept_token_ids(scores, old.filter_threshold, N + n_new)
-        params["recall"] = measure_recall(index, all_vectors, kept, sample=int(params["recall"].get("sample", 200)))
-    params["added"] = [*params.get("added", []), {"corpus": str(corpus.resolve()), "documents": stats.documents,
-                                                   "tokens": n_new, "seconds": round(time.time() - t0, 2)}]
-    replaced = {name: _tmp(index_dir, name) for name in names}
-    for path in replaced.values():  # on disk before the commit point
-        integrity.fsync_path(path)
-    manifest = store.Manifest.create(index_dir, {
-        **old.to_dict(), "faiss_params": params, "documents": D + stats.documents, "passages": P + stats.paragraphs,
+    remeasure_recall(index_dir, old, index, params, names, N + n_new, opts)
+    record = {"corpus": str(corpus.resolve()), "documents": stats.documents, "tokens": n_new,
+              "seconds": round(time.time() - t0, 2), **({"replaced": len(replaced)} if replace else {})}
+    params["added"] = [*params.get("added", []), record]
+    manifest = commit(index_dir, old, names, {
+        "faiss_params": params, "documents": D + stats.documents, "passages": P + stats.paragraphs,
         "tokens": N + n_new, "indexed_tokens": int(index.ntotal), "lexical": lexical,
-    }, replaced=replaced)
-    with atomic_path(index_dir / JOURNAL) as tmp:  # the commit point
-        tmp.write_text(json.dumps({"files": names, "manifest": manifest.to_dict()}, ensure_ascii=False))
-        integrity.fsync_path(tmp)
-    integrity.fsync_path(index_dir)
-    store.recover_locked(index_dir)  # roll forward: rename the files, write the manifest, drop the journal
-    return manifest
+    })
+    return manifest, Changes(added=stats.documents - len(replaced), replaced=len(replaced), unchanged=unchanged)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from spanseek.core.params import FUSIONS, MODES, UNITS, VECTOR_SOURCES, SearchParams
+from spanseek.core.params import FUSIONS, MODES, UNITS, VECTOR_SOURCES, SearchFilter, SearchParams
 
 
 def _from_squad(args: argparse.Namespace) -> int:
@@ -60,12 +60,32 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    from spanseek.indexer.add import add_documents
+    """`index add`, and `index upsert` (which replaces the documents whose id the index holds)."""
+    from spanseek.indexer.add import upsert_documents
     from spanseek.indexer.build import BuildOptions
 
     opts = BuildOptions(shard_passages=args.shard_passages, device=args.device, progress=not args.quiet)
-    m = add_documents(args.index, args.corpus, model=args.model, opts=opts)
+    replace = args.index_command == "upsert"
+    m, changes = upsert_documents(args.index, args.corpus, model=args.model, opts=opts, replace=replace)
+    if replace:
+        print(f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents",
+              file=sys.stderr)
     print(json.dumps(m.to_dict(), indent=2))
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    from spanseek.indexer.lifecycle import delete_documents, read_ids
+
+    print(json.dumps(delete_documents(args.index, read_ids(args.ids, args.ids_file)), indent=2))
+    return 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from spanseek.indexer.build import BuildOptions
+    from spanseek.indexer.lifecycle import compact_index
+
+    print(json.dumps(compact_index(args.index, BuildOptions(progress=not args.quiet)), indent=2))
     return 0
 
 
@@ -85,11 +105,30 @@ def _params(args: argparse.Namespace, **fields) -> SearchParams:
                         vector_source=args.vector_source, max_answer_tokens=args.max_answer_tokens, **fields)
 
 
+def _filter(args: argparse.Namespace) -> SearchFilter | None:
+    """`spanseek search`'s --doc-ids / --title-prefix / --where flags as a SearchFilter (None without any)."""
+    meta = {}
+    for item in args.where:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--where takes KEY=VALUE, got {item!r}")
+        try:  # numbers, true/false/null as JSON; anything else (or a quoted JSON string) is a string
+            meta[key] = json.loads(value)
+        except json.JSONDecodeError:
+            meta[key] = value
+    doc_ids = [i.strip() for i in args.doc_ids.split(",") if i.strip()] if args.doc_ids is not None else None
+    if doc_ids is None and args.title_prefix is None and not meta:
+        return None
+    return SearchFilter(doc_ids=tuple(doc_ids) if doc_ids is not None else None, title_prefix=args.title_prefix,
+                        meta=tuple(meta.items()) or None)
+
+
 def _search(args: argparse.Namespace) -> int:
     from spanseek.core.loading import open_searcher
 
     params = _params(args, unit=args.unit, top_k=args.top_k, merge_answers=args.merge_answers, offset=args.offset,
-                     allow_overlap=args.allow_overlap, min_confidence=args.min_confidence)  # bad values fail here
+                     allow_overlap=args.allow_overlap, min_confidence=args.min_confidence,
+                     filter=_filter(args))  # bad values fail here
     searcher = open_searcher(args.index, args.model, device=args.device)
     searcher.check_mode(params)
     questions = args.questions or [line.strip() for line in sys.stdin if line.strip()]
@@ -195,14 +234,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_build)
 
-    p = index.add_parser("add", help="append documents to a built index without retraining")
+    for name, what, corpus_help in (
+        ("add", "append documents to a built index without retraining", "JSONL corpus of the new documents"),
+        ("upsert", "replace the documents whose id the index holds, add the others",
+         "JSONL corpus of the new versions (identical documents are skipped)"),
+    ):
+        p = index.add_parser(name, help=what)
+        p.add_argument("--index", required=True, help="index directory")
+        p.add_argument("--corpus", required=True, help=corpus_help)
+        p.add_argument("--model", default=None, help="model (default: the one recorded in the manifest)")
+        p.add_argument("--shard-passages", type=int, default=2000)
+        p.add_argument("--device", default="auto")
+        p.add_argument("--quiet", action="store_true")
+        p.set_defaults(func=_add)
+
+    p = index.add_parser("delete", help="delete documents by id (masked at once; `index compact` reclaims the space)")
     p.add_argument("--index", required=True, help="index directory")
-    p.add_argument("--corpus", required=True, help="JSONL corpus of the new documents")
-    p.add_argument("--model", default=None, help="model (default: the one recorded in the manifest)")
-    p.add_argument("--shard-passages", type=int, default=2000)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--ids", default=None, help="comma-separated document ids")
+    p.add_argument("--ids-file", default=None, help="a file of document ids, one a line")
+    p.set_defaults(func=_delete)
+
+    p = index.add_parser("compact", help="rewrite the index without its deleted documents (nothing is re-encoded)")
+    p.add_argument("--index", required=True, help="index directory")
     p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_add)
+    p.set_defaults(func=_compact)
 
     p = index.add_parser("add-lexical", help="add (or rebuild) the BM25 part of a built index; nothing is re-encoded")
     p.add_argument("index", help="index directory")
@@ -229,6 +284,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="phrase unit: keep phrases that overlap a better one (default: non-overlapping hits)")
     p.add_argument("--min-confidence", type=float, default=None,
                    help="abstain (no hits, \"no_answer\": true) when the best hit's confidence is below this")
+    p.add_argument("--doc-ids", default=None, help="search only these documents (comma-separated ids)")
+    p.add_argument("--title-prefix", default=None, help="search only documents whose title starts with this")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="search only documents whose metadata KEY equals VALUE (JSON number/true/false/null, else a "
+                        "string; repeatable: all must hold)")
     p.add_argument("--device", default="auto")
     p.set_defaults(func=_search)
 

@@ -3,6 +3,8 @@ search (against what the build measured), bytes per token.
 
     spanseek index verify INDEX_DIR [--sample 1000] [--nprobe N]
 
+The report counts live and deleted documents (``deleted.npy``: masked until ``spanseek index compact``).
+
 Checksums: each file the manifest records is re-read and compared (a damaged file is named). Recall
 (``indexer.recall``) uses a sample of the index's own (fine, fp16) token vectors as queries; the build's own
 measurement is repeated with its settings and must not fall more than ``RECALL_DROP`` below the recorded value.
@@ -113,6 +115,9 @@ def check_maps(index: PhraseIndex) -> list[str]:
     docs = np.asarray([p["doc"] for p in index.passages], dtype=np.int64)
     if len(docs) and (docs.min() < 0 or docs.max() >= len(index.docs) or np.any(np.diff(docs) < 0)):
         problems.append("passages refer to documents out of range or out of order")
+    deleted = index.deleted_docs
+    if len(deleted) and np.any(np.diff(deleted) <= 0):
+        problems.append(f"{store.DELETED} is not a sorted list of distinct document numbers")
     if index.faiss.ntotal != m.indexed_tokens:
         problems.append(f"faiss holds {index.faiss.ntotal} vectors, the manifest says {m.indexed_tokens} indexed tokens")
     if index.faiss.d != index.vectors.shape[1]:
@@ -162,6 +167,8 @@ def verify_index(
         "problems": problems,
         "manifest": {"factory": m.factory, "fine_store": m.fine_store, "documents": m.documents, "passages": m.passages, "tokens": m.tokens,
                      "indexed_tokens": m.indexed_tokens, "filter_threshold": m.filter_threshold},
+        # documents replaced (`index upsert`) or deleted stay in the stores, masked, until `index compact`
+        "documents": {"live": index.live_documents, "deleted": len(index.deleted_docs)},
         "lexical": describe_lexical(index),
     }
     if notes:

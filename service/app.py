@@ -151,7 +151,8 @@ class ServiceState:
             },
             "index": {
                 "dir": str(index.dir), "factory": m.factory, "format_version": m.format_version,
-                "documents": m.documents, "passages": m.passages, "tokens": m.tokens,
+                "documents": m.documents, "deleted_documents": len(index.deleted_docs),  # masked, not compacted
+                "passages": m.passages, "tokens": m.tokens,
                 "indexed_tokens": m.indexed_tokens, "filter_threshold": m.filter_threshold,
                 "created": m.created, "size_bytes": size, "nprobe": self.default_nprobe,
             },

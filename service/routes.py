@@ -201,6 +201,7 @@ async def search(
             nprobe=body.nprobe or state.default_nprobe, merge_answers=body.merge_answers, mode=body.mode,
             fusion=body.fusion, lexical_weight=body.lexical_weight, offset=body.offset or 0,
             allow_overlap=body.allow_overlap, min_confidence=body.min_confidence,
+            filter=body.filter.to_filter() if body.filter is not None else None,
         )
         state.searcher.check_mode(params)
     except (ValueError, LexicalIndexMissing) as e:  # SearchParamsError, or a mode the index cannot serve

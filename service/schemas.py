@@ -6,10 +6,13 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from spanseek.core.params import Fusion, Mode, Unit
+from spanseek.core.params import Fusion, MetaValue, Mode, SearchFilter, Unit
 
-__all__ = ["ErrorResponse", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "SearchRequest",
+__all__ = ["ErrorResponse", "FilterIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "SearchRequest",
            "SearchResponse", "Timings", "Unit"]
+
+MAX_FILTER_IDS = 10_000  # document ids in one filter
+MAX_FILTER_KEYS = 64  # metadata keys in one filter
 
 
 def unencodable_at(text: str) -> int | None:
@@ -23,6 +26,25 @@ def unencodable_at(text: str) -> int | None:
     except UnicodeEncodeError as e:
         return e.start
     return None
+
+
+class FilterIn(BaseModel):
+    """Which documents to search: every condition given must hold (``core.params.SearchFilter``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    doc_ids: list[str] | None = Field(None, min_length=1, max_length=MAX_FILTER_IDS,
+                                      description="only these documents (their ids)")
+    title_prefix: str | None = Field(None, description="only documents whose title starts with this (case-sensitive)")
+    meta: dict[str, MetaValue] | None = Field(
+        None, max_length=MAX_FILTER_KEYS, description="only documents whose metadata has each key with an equal "
+        "value (strings, numbers, booleans or null; true is not 1)", examples=[{"lang": "en"}],
+    )
+
+    def to_filter(self) -> SearchFilter:
+        """The core filter (raises SearchParamsError for a value it refuses)."""
+        return SearchFilter(doc_ids=tuple(self.doc_ids) if self.doc_ids is not None else None,
+                            title_prefix=self.title_prefix, meta=tuple(self.meta.items()) if self.meta else None)
 
 
 class SearchRequest(BaseModel):
@@ -76,6 +98,11 @@ class SearchRequest(BaseModel):
         "no_answer = true; needs a calibrated model (GET /info: confidence)",
     )
 
+    filter: FilterIn | None = Field(
+        None, description="search only the documents that pass it; applied inside the search, so top_k is still "
+        "filled when enough documents pass",
+    )
+
     full_passage: bool = Field(
         False, description="return each hit's whole passage instead of a window of the server's passage_context_chars "
         "characters on each side of the phrase (whole passages can be large; the response size is capped)",
@@ -111,7 +138,8 @@ class HitOut(BaseModel):
                          "BM25 score; hybrid: the fused score")
     start: int = Field(description="character offset of the phrase in `passage`")
     end: int = Field(description="character end offset (exclusive) of the phrase in `passage`")
-    passage_id: int
+    passage_id: int = Field(description="the passage's number in the index (changes when the index is compacted)")
+    paragraph: int = Field(0, description="the passage's number within its document, from 0")
     passage: str = Field(description="the passage text around the phrase (all of it with full_passage)")
     passage_offset: int = Field(0, description="where `passage` starts in the whole passage (0 with full_passage)")
     passage_chars: int = Field(description="length of the whole passage in characters")

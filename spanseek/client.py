@@ -49,6 +49,7 @@ class Hit:
     start: int = 0
     end: int = 0
     passage_id: int = -1
+    paragraph: int = 0
     passage: str = ""
     doc_id: str = ""
     title: str = ""

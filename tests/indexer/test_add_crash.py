@@ -28,9 +28,9 @@ from tests.conftest import make_corpus
 
 OPTS = BuildOptions(factory="IVF4,SQ8", shard_passages=3, progress=False, precision="fp32", gpu=False)
 
-# The child: patch one step so that it kills the process (before or after the real step runs), then add. The step
-# is its n-th call, or (n not a number) the call with an argument ending in n; with journal_only, only calls made
-# while the journal exists count.
+# The child: patch one step so that it kills the process (before or after the real step runs), then add (or, given
+# a last argument, upsert or compact: tests/indexer/test_lifecycle.py). The step is its n-th call, or (n not a
+# number) the call with an argument ending in n; with journal_only, only calls made while the journal exists count.
 CHILD = r"""
 import importlib, os, signal, sys
 from pathlib import Path
@@ -53,10 +53,15 @@ def step(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return out
 setattr(owner, name, step)
-from spanseek.indexer.add import add_documents
+from spanseek.indexer.add import add_documents, upsert_documents
 from spanseek.indexer.build import BuildOptions
-add_documents(index, corpus, model=model, opts=BuildOptions(factory="IVF4,SQ8", shard_passages=3, progress=False,
-                                                            precision="fp32", gpu=False))
+from spanseek.indexer.lifecycle import compact_index
+opts = BuildOptions(factory="IVF4,SQ8", shard_passages=3, progress=False, precision="fp32", gpu=False)
+change = sys.argv[8] if len(sys.argv) > 8 else "add"
+if change == "compact":
+    compact_index(index, opts)
+else:
+    (upsert_documents if change == "upsert" else add_documents)(index, corpus, model=model, opts=opts)
 """
 
 # where the child dies: (step, n, before/after, journal_only) -> the add is rolled back or forward on opening

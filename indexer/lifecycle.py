@@ -1,0 +1,167 @@
+"""Replace, delete and compact documents of a built index, by document id.
+
+    spanseek index upsert  --index INDEX_DIR --corpus docs.jsonl   # replace held ids, add the others
+    spanseek index delete  --index INDEX_DIR --ids a,b [--ids-file ids.txt]
+    spanseek index compact --index INDEX_DIR                       # drop deleted documents' rows for good
+
+A deleted document stays in the stores until ``compact``: its number joins the deletion mask ``deleted.npy``
+(``core.store``), which the searcher applies inside faiss and the lexical leg (``core.selection``), so it is never
+returned. ``upsert`` is ``index add`` with replacement (``indexer.add``): the new versions are added and the old
+ones masked in one commit; documents identical to the held ones are skipped, so repeating it changes nothing.
+``delete`` of an id that is not held (or already deleted) changes nothing and reports it.
+
+``compact`` rewrites every store without the deleted documents' rows: the stored token vectors, codes and filter
+scores are copied (nothing is encoded again), the trained faiss index is emptied and given the live tokens under
+their new ids, and the BM25 part is rebuilt over the live passages; the mask is then empty. Its results equal
+those of a fresh build of the live documents (with the same trained faiss index).
+
+All three hold the index's writer lock and commit through the journal of ``indexer.add.commit``: a kill at any
+point leaves the old index or the new one when it is next opened.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spanseek.core import store
+from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_recall, staged, write_npy
+from spanseek.indexer.build import BuildError, BuildOptions
+from spanseek.indexer.compress import kept_token_ids
+from spanseek.indexer.faiss_index import ADD_CHUNK, add_vectors
+from spanseek.indexer.lexical import write_lexical
+
+log = logging.getLogger(__name__)
+
+
+def read_ids(ids: str | None = None, ids_file: str | Path | None = None) -> list[str]:
+    """Document ids from a comma-separated list and/or a file of one id a line (blank lines skipped), in order,
+    each once."""
+    out = [i.strip() for i in (ids or "").split(",") if i.strip()]
+    if ids_file is not None:
+        with open(ids_file, encoding="utf-8") as f:
+            out += [line.strip() for line in f if line.strip()]
+    return list(dict.fromkeys(out))
+
+
+def counts(index_dir: str | Path) -> dict[str, int]:
+    """Live and deleted documents of an index."""
+    docs, deleted, live = live_rows(Path(index_dir))
+    return {"live_documents": len(live), "deleted_documents": len(deleted)}
+
+
+def delete_documents(index_dir: str | Path, ids: Iterable[str]) -> dict[str, Any]:
+    """Delete the live documents with these ids; returns ``{"deleted", "not_found", "live_documents",
+    "deleted_documents"}``. Ids the index does not hold (or has deleted) are listed, not an error."""
+    index_dir = Path(index_dir)
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        raise ValueError("no document ids to delete (give --ids and/or --ids-file)")
+    with locked_index(index_dir, "delete") as old:
+        _, deleted, live = live_rows(index_dir)
+        rows = [live[i] for i in ids if i in live]
+        if rows:
+            write_npy(staged(index_dir, store.DELETED), np.union1d(deleted, rows).astype(np.int64))
+            commit(index_dir, old, [store.DELETED], {})
+    return {"deleted": len(rows), "not_found": [i for i in ids if i not in live], **counts(index_dir)}
+
+
+def _select_rows(src: Path, keep: np.ndarray, dest: Path) -> None:
+    """Write the rows of the array in ``src`` where ``keep`` is True to ``dest``, through memory maps."""
+    old = np.load(src, mmap_mode="r")
+    out = np.lib.format.open_memmap(dest, mode="w+", dtype=old.dtype, shape=(int(keep.sum()), *old.shape[1:]))
+    at = 0
+    for a in range(0, len(old), ADD_CHUNK):
+        rows = old[a : a + ADD_CHUNK][keep[a : a + ADD_CHUNK]]
+        out[at : at + len(rows)] = rows
+        at += len(rows)
+    out.flush()
+    del out
+
+
+def _write_jsonl(dest: Path, records: Iterable[dict[str, Any]]) -> None:
+    with open(dest, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def _disk_bytes(index_dir: Path) -> int:
+    return sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
+
+
+def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> dict[str, Any]:
+    """Rewrite the index without its deleted documents (see the module docstring); returns what was removed and
+    the disk size before and after. An index with nothing deleted is left as it is."""
+    import faiss
+
+    index_dir = Path(index_dir)
+    opts = opts or BuildOptions(progress=False)
+    with locked_index(index_dir, "compact") as old:
+        docs, deleted, live = live_rows(index_dir)
+        before = _disk_bytes(index_dir)
+        if not len(deleted):
+            return {"compacted": False, "disk_bytes": before, **counts(index_dir)}
+        if not live:
+            raise BuildError(f"{index_dir}: every document is deleted; build a new index instead of compacting")
+        if old.fine_store != "fp16" or old.faiss_params.get("on_disk"):
+            raise BuildError(f"{index_dir}: compact re-adds the live tokens from an fp16 fine store to in-memory "
+                             "lists; this index has a quantised store or lists on disk: build it again from the live "
+                             "documents instead")
+        t0 = time.time()
+        live_doc = np.ones(len(docs), dtype=bool)
+        live_doc[deleted] = False
+        passages = store.read_jsonl(index_dir / store.PASSAGES)
+        passage_doc = np.asarray([p["doc"] for p in passages], dtype=np.int64)
+        live_passage = live_doc[passage_doc]
+        token_passage = np.load(index_dir / store.TOKEN_PASSAGE)
+        live_token = live_passage[token_passage]
+        n_live = int(live_token.sum())
+
+        names = [store.VECTORS, store.TOKEN_OFFSETS, store.TOKEN_FLAGS, store.FILTER_SCORES, store.CODES]
+        names = [n for n in names if (index_dir / n).is_file()]
+        for name in names:  # stored rows are copied: nothing is encoded again
+            _select_rows(index_dir / name, live_token, staged(index_dir, name))
+        new_passage = np.cumsum(live_passage) - 1
+        write_npy(staged(index_dir, store.TOKEN_PASSAGE), new_passage[token_passage[live_token]].astype(np.int32))
+        lengths = np.diff(np.load(index_dir / store.PASSAGE_TOKENS))[live_passage]
+        write_npy(staged(index_dir, store.PASSAGE_TOKENS), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        new_doc = np.cumsum(live_doc) - 1
+        _write_jsonl(staged(index_dir, store.PASSAGES),
+                     ({**p, "doc": int(new_doc[p["doc"]])} for p, ok in zip(passages, live_passage, strict=True) if ok))
+        _write_jsonl(staged(index_dir, store.DOCS), (d for d, ok in zip(docs, live_doc, strict=True) if ok))
+        write_npy(staged(index_dir, store.DELETED), np.zeros(0, np.int64))
+        names += [store.TOKEN_PASSAGE, store.PASSAGE_TOKENS, store.PASSAGES, store.DOCS, store.DELETED]
+
+        index = faiss.read_index(str(index_dir / store.FAISS_INDEX))
+        index.reset()  # keeps what training learned (coarse quantizer, codebooks, OPQ rotation)
+        filter_path = staged(index_dir, store.FILTER_SCORES)
+        scores = np.load(filter_path, mmap_mode="r") if filter_path.is_file() else None
+        vectors = np.load(staged(index_dir, store.VECTORS), mmap_mode="r")
+        add_vectors(index, vectors, kept_token_ids(scores, old.filter_threshold, n_live), progress=opts.progress,
+                    gpu=False)
+        faiss.write_index(index, str(staged(index_dir, store.FAISS_INDEX)))
+        names.append(store.FAISS_INDEX)
+
+        lexical = old.lexical
+        if lexical is not None:
+            lexical = write_lexical(index_dir, staged(index_dir, store.PASSAGES), staged(index_dir, store.DOCS),
+                                    staged(index_dir, store.LEXICAL), fusion=lexical.get("fusion"))
+            names.append(store.LEXICAL)
+
+        params = dict(old.faiss_params)
+        remeasure_recall(index_dir, old, index, params, names, n_live, opts)
+        removed = {"documents": len(deleted), "passages": int((~live_passage).sum()),
+                   "tokens": int(len(live_token) - n_live)}
+        params["compacted"] = [*params.get("compacted", []), {**removed, "seconds": round(time.time() - t0, 2)}]
+        commit(index_dir, old, names, {
+            "faiss_params": params, "documents": len(live), "passages": int(live_passage.sum()), "tokens": n_live,
+            "indexed_tokens": int(index.ntotal), "lexical": lexical,
+        })
+    return {"compacted": True, "removed": removed, "disk_bytes_before": before, "disk_bytes": _disk_bytes(index_dir),
+            **counts(index_dir)}

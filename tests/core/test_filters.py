@@ -1,0 +1,172 @@
+"""Search filters (document ids, title prefix, metadata equality) against a brute-force oracle.
+
+Oracle: search everything with a top_k large enough to return every unit, keep the hits whose document passes the
+filter (in Python), and compare the first top_k with the filtered search (dense and lexical modes; hybrid fuses
+scores normalised over its candidates, so there every hit must pass and top_k must be filled). The index has a
+deleted document too: the filter and the deletion mask combine.
+
+    .venv/bin/python -m pytest -q tests/core/test_filters.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from spanseek.core.params import SearchFilter, SearchParams, SearchParamsError
+from spanseek.core.search import Searcher
+from spanseek.core.store import PhraseIndex
+from spanseek.indexer.build import BuildOptions, build_index
+from spanseek.indexer.lifecycle import delete_documents
+from tests.conftest import make_corpus
+
+QUESTIONS = ["Who built the castle in 1500?", "When did Cato build the bridge?", "Which river and mountain?",
+             "the king and the queen"]
+DELETED = "d7"
+FILTERS = {
+    "ids": SearchFilter(doc_ids=("d2", "d5", "d9", DELETED, "unknown")),
+    "prefix": SearchFilter(title_prefix="Title 1"),  # Title 1, Title 10, Title 11
+    "meta": SearchFilter(meta={"lang": "en"}),  # type: ignore[arg-type]  (a mapping is accepted)
+    "meta two keys": SearchFilter(meta={"lang": "fr", "year": 2001}),  # type: ignore[arg-type]
+    "all three": SearchFilter(doc_ids=("d1", "d3", "d4", "d10"), title_prefix="Title 1", meta=(("lang", "en"),)),
+    "nothing": SearchFilter(meta=(("lang", "xx"),)),
+    "deleted only": SearchFilter(doc_ids=(DELETED,)),
+}
+
+
+@pytest.fixture(scope="module")
+def searcher(tmp_path_factory, tiny_model_dir):
+    d = tmp_path_factory.mktemp("filters")
+    docs = make_corpus(seed=21, n_docs=12, n_paras=3)
+    for i, doc in enumerate(docs):
+        doc["meta"] = {"lang": "en" if i % 2 else "fr", "year": 2000 + i % 3, "draft": i % 4 == 0}
+    (d / "c.jsonl").write_text("".join(json.dumps(x) + "\n" for x in docs))
+    build_index(d / "c.jsonl", tiny_model_dir, d / "idx",
+                BuildOptions(factory="Flat", progress=False, precision="fp32", gpu=False))
+    delete_documents(d / "idx", [DELETED])
+    return Searcher(PhraseIndex(d / "idx"))
+
+
+def _vectors(searcher: Searcher):
+    rng = np.random.default_rng(1)
+    shape = (len(QUESTIONS), searcher.index.vectors.shape[1])
+    return rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+
+
+def _search(searcher: Searcher, **params):
+    qs, qe = _vectors(searcher)
+    return searcher.search_vectors(qs, qe, SearchParams(**params), questions=QUESTIONS)
+
+
+def _passes(searcher: Searcher, flt: SearchFilter, doc_id: str) -> bool:
+    doc = next(d for d in searcher.index.docs if d["id"] == doc_id)
+    return doc_id != DELETED and flt.matches(doc["id"], doc["title"], doc.get("meta", {}))
+
+
+def _fill(searcher: Searcher, flt: SearchFilter, unit: str, top_k: int) -> int:
+    """How many hits a search that fills top_k returns: top_k, or fewer when fewer units pass."""
+    index = searcher.index
+    docs = [i for i, d in enumerate(index.docs) if _passes(searcher, flt, d["id"])]
+    passages = [p for p in index.passages if p["doc"] in docs]
+    return min(top_k, {"phrase": top_k * bool(docs), "passage": len(passages), "doc": len(docs)}[unit])
+
+
+def _key(hit):
+    return hit.doc_id, hit.passage_id, hit.start, hit.end, round(hit.score, 4)
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+@pytest.mark.parametrize("mode", ["dense", "lexical"])
+@pytest.mark.parametrize("name", FILTERS)
+def test_filters_match_the_brute_force_oracle(searcher, name, mode, unit):
+    flt, top_k = FILTERS[name], 3
+    everything = _search(searcher, unit=unit, mode=mode, top_k=100_000)
+    filtered = _search(searcher, unit=unit, mode=mode, top_k=top_k, filter=flt)
+    # Phrases are found from the top max(32, 2 top_k) start and end tokens (in both searches alike), so a shallow
+    # phrase search may miss a span that completing every token finds: the phrase oracle compares searches deep
+    # enough to complete every token, and checks that the shallow one's hits are true spans with their scores.
+    deep = filtered if unit != "phrase" else _search(searcher, unit=unit, mode=mode, top_k=100_000, filter=flt)
+    for hits, got, shallow in zip(everything, deep, filtered, strict=True):
+        want = [h for h in hits if _passes(searcher, flt, h.doc_id)]
+        assert [_key(h) for h in got[:top_k]] == [_key(h) for h in want[:top_k]]
+        assert {_key(h) for h in shallow} <= {_key(h) for h in want}
+    if name in ("nothing", "deleted only"):
+        assert not any(filtered)
+    elif mode == "dense":  # every unit has phrases: top_k is filled whenever that many units pass
+        assert all(len(hits) == _fill(searcher, flt, unit, top_k) for hits in filtered)
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+@pytest.mark.parametrize("name", FILTERS)
+def test_hybrid_honours_filters_and_fills_top_k(searcher, name, unit):
+    flt = FILTERS[name]
+    expected = _fill(searcher, flt, unit, 3)
+    for hits in _search(searcher, unit=unit, mode="hybrid", top_k=3, filter=flt):
+        assert all(_passes(searcher, flt, h.doc_id) for h in hits)
+        assert len(hits) == expected
+
+
+def test_merged_answers_honour_filters(searcher):
+    flt = FILTERS["meta"]
+    for hits in _search(searcher, unit="phrase", top_k=5, merge_answers=True, filter=flt, mode="dense"):
+        assert len(hits) == 5 and all(_passes(searcher, flt, h.doc_id) for h in hits)
+
+
+def test_filters_are_hashable_values_and_validated():
+    a = SearchFilter(doc_ids=["b", "a", "b"], meta={"y": 1, "x": "s"})  # type: ignore[arg-type]
+    b = SearchFilter(doc_ids=("a", "b"), meta=(("x", "s"), ("y", 1)))
+    assert a == b and hash(SearchParams(filter=a)) == hash(SearchParams(filter=b))
+    assert a.doc_ids == ("a", "b") and a.meta == (("x", "s"), ("y", 1))
+    assert SearchFilter(meta=(("draft", True),)).matches("d", "t", {"draft": True})
+    assert not SearchFilter(meta=(("draft", True),)).matches("d", "t", {"draft": 1})  # true is not 1
+    assert not SearchFilter(meta=(("n", 1),)).matches("d", "t", {"n": True})
+    assert SearchFilter(meta=(("n", 1),)).matches("d", "t", {"n": 1.0})
+    assert not SearchFilter(meta=(("n", None),)).matches("d", "t", {})  # a missing key is not null
+    for bad, message in [
+        (dict(doc_ids=[]), "doc_ids is empty"),
+        (dict(doc_ids="d1"), "list of strings"),
+        (dict(doc_ids=[1]), "list of strings"),
+        (dict(title_prefix=3), "title_prefix must be a string"),
+        (dict(meta={"a": {"b": 1}}), "'a': a value must be"),
+        (dict(meta={"a": [1]}), "'a': a value must be"),
+        (dict(meta={"a": float("nan")}), "'a': a value must be"),
+        (dict(meta=[("a", 1), ("a", 2)]), "names a key twice"),
+    ]:
+        with pytest.raises(SearchParamsError, match=message):
+            SearchFilter(**bad)  # type: ignore[arg-type]
+    with pytest.raises(SearchParamsError, match="filter must be a SearchFilter"):
+        SearchParams(filter={"doc_ids": ["a"]})  # type: ignore[arg-type]
+
+
+def test_hits_carry_their_paragraph_number(searcher):
+    index = searcher.index
+    for hits in _search(searcher, unit="passage", top_k=20, mode="dense"):
+        for h in hits:
+            doc = next(i for i, d in enumerate(index.docs) if d["id"] == h.doc_id)
+            own = [p for p in range(len(index.passages)) if index.passages[p]["doc"] == doc]
+            assert h.paragraph == own.index(h.passage_id) and h.to_dict()["paragraph"] == h.paragraph
+
+
+@pytest.mark.parametrize("k", [1, 7, 40, 400])
+def test_a_flat_index_over_fetches_the_same_ids_as_the_selector_gives(searcher, monkeypatch, k):
+    """``search_ids`` on a flat index: asking for more neighbours without the selector and keeping the allowed ones
+    (most tokens allowed) gives what faiss gives with the selector."""
+    from spanseek.core import selection
+
+    index = searcher.index
+    sel = selection.select(index, SearchFilter(doc_ids=tuple(f"d{i}" for i in range(1, 12))),
+                           {u: m for u, m in searcher._unit_of_passage.items()})
+    queries = np.concatenate(_vectors(searcher))
+    monkeypatch.setattr(selection, "OVERFETCH_MIN_ALLOWED", 1.01)  # never over-fetch: the selector
+    with_selector = selection.search_ids(index, queries, k, None, sel)
+    monkeypatch.setattr(selection, "OVERFETCH_MIN_ALLOWED", 0.0)
+    over_fetched = selection.search_ids(index, queries, k, None, sel)
+    def scores(ids):
+        return np.einsum("qkd,qd->qk", index.token_vectors(ids), queries)
+
+    # the same ids but for the order of exact ties (identical tokens score the same)
+    assert np.allclose(scores(over_fetched), scores(with_selector), rtol=1e-5, atol=1e-5)
+    assert np.mean(over_fetched == with_selector) > 0.99
+    assert sel.tokens is not None and sel.tokens[with_selector].all() and (with_selector >= 0).all()

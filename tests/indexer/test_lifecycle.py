@@ -1,0 +1,364 @@
+"""Upsert, delete and compact by document id (``indexer.lifecycle``), end to end on the tiny model.
+
+Oracles: a deleted or replaced document is never returned in any mode or unit, and top_k is still filled;
+upserting twice changes nothing the second time; ``index verify`` counts live and deleted documents; a compacted
+index holds exactly the arrays of a fresh build of the live documents (and, Flat, gives the same results in every
+mode), and its dense results equal the masked index's; a change interrupted before or after its commit point opens
+as the old or the new index, and finishing it gives what an uninterrupted change gives.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_lifecycle.py          (-m slow: killed with SIGKILL)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from spanseek.core import integrity, store
+from spanseek.core.io import CorpusError
+from spanseek.core.params import SearchParams
+from spanseek.core.search import Searcher
+from spanseek.core.store import PhraseIndex
+from spanseek.indexer.add import upsert_documents
+from spanseek.indexer.build import BuildOptions, build_index
+from spanseek.indexer.lifecycle import compact_index, delete_documents, read_ids
+from spanseek.indexer.verify import verify_index
+from tests.conftest import make_corpus
+
+UNITS = ("phrase", "passage", "doc")
+MODES = ("dense", "lexical", "hybrid")
+QUESTIONS = ["Who built the castle in 1500?", "When did Cato build the bridge?", "Which river and mountain?"]
+
+
+def _opts(factory: str = "Flat") -> BuildOptions:
+    return BuildOptions(factory=factory, shard_passages=30, progress=False, precision="fp32", gpu=False)
+
+
+def _write(path, docs):
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def base_docs() -> list[dict]:
+    docs = make_corpus(seed=11, n_docs=12, n_paras=3)
+    for i, d in enumerate(docs):
+        d["meta"] = {"lang": "en" if i % 2 else "fr", "year": 2000 + i % 3}
+    return docs
+
+
+def update_docs(base: list[dict]) -> list[dict]:
+    """d1 changed, d2 as it is, two new documents."""
+    fresh = make_corpus(seed=12, n_docs=3, n_paras=2)
+    return [
+        {**base[1], "paragraphs": fresh[0]["paragraphs"], "title": "Title 1 revised"},
+        base[2],
+        {**fresh[1], "id": "n1", "title": "New one", "meta": {"lang": "de"}},
+        {**fresh[2], "id": "n2", "title": "New two"},
+    ]
+
+
+DELETE = ["d3", "d4", "missing"]
+
+
+def live_docs(base: list[dict], update: list[dict]) -> list[dict]:
+    """The documents after upsert + delete, in index order: base survivors then the upserted new versions."""
+    replaced = {u["id"] for u in update if u not in base}
+    return [d for d in base if d["id"] not in replaced | set(DELETE)] + [u for u in update if u not in base]
+
+
+def _vectors(searcher: Searcher, n: int = 3):
+    rng = np.random.default_rng(0)
+    d = searcher.index.vectors.shape[1]
+    return rng.standard_normal((n, d)).astype(np.float32), rng.standard_normal((n, d)).astype(np.float32)
+
+
+def _search(searcher: Searcher, params: SearchParams):
+    qs, qe = _vectors(searcher, len(QUESTIONS))
+    return searcher.search_vectors(qs, qe, params, questions=QUESTIONS)
+
+
+def _key(hit, scores: bool = True):
+    return (hit.doc_id, hit.paragraph, hit.start, hit.end, hit.text) + ((round(hit.score, 3),) if scores else ())
+
+
+@pytest.fixture(scope="module")
+def lifecycle(tmp_path_factory, tiny_model_dir):
+    """An index built from the base corpus, upserted, then with documents deleted (Flat)."""
+    d = tmp_path_factory.mktemp("lifecycle")
+    base, update = base_docs(), update_docs(base_docs())
+    out = d / "idx"
+    build_index(_write(d / "base.jsonl", base), tiny_model_dir, out, _opts())
+    m1, changes = upsert_documents(out, _write(d / "update.jsonl", update), model=tiny_model_dir, opts=_opts())
+    report = delete_documents(out, DELETE)
+    return {"dir": out, "base": base, "update": update, "changes": changes, "report": report,
+            "update_path": d / "update.jsonl"}
+
+
+def test_upsert_and_delete_report_what_changed(lifecycle):
+    assert lifecycle["changes"].added == 2 and lifecycle["changes"].replaced == 1
+    assert lifecycle["changes"].unchanged == 1
+    assert lifecycle["report"]["deleted"] == 2 and lifecycle["report"]["not_found"] == ["missing"]
+    index = PhraseIndex(lifecycle["dir"])
+    assert index.deleted_docs.tolist() == [1, 3, 4]  # the old d1, d3, d4
+    assert index.live_documents == 12 + 2 - 2 == len(live_docs(lifecycle["base"], lifecycle["update"]))
+    report = verify_index(lifecycle["dir"], sample=50)
+    assert report["ok"], report
+    assert report["documents"] == {"live": 12, "deleted": 3}
+
+
+def test_upsert_and_delete_twice_change_nothing(lifecycle, tiny_model_dir):
+    before = (lifecycle["dir"] / store.MANIFEST).read_bytes()
+    _, changes = upsert_documents(lifecycle["dir"], lifecycle["update_path"], model=tiny_model_dir, opts=_opts())
+    assert (changes.added, changes.replaced, changes.unchanged) == (0, 0, 4)
+    report = delete_documents(lifecycle["dir"], DELETE)
+    assert report["deleted"] == 0 and report["not_found"] == DELETE
+    assert (lifecycle["dir"] / store.MANIFEST).read_bytes() == before
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("unit", UNITS)
+def test_deleted_documents_are_never_returned_and_top_k_is_filled(lifecycle, unit, mode):
+    index = PhraseIndex(lifecycle["dir"])
+    searcher = Searcher(index)
+    live = live_docs(lifecycle["base"], lifecycle["update"])
+    texts = {(d["id"], p) for d in live for p in d["paragraphs"]}
+    everything = _search(searcher, SearchParams(unit=unit, top_k=10_000, mode=mode))
+    for hits in everything:
+        assert hits
+        for h in hits:  # every hit is a live document's passage (the old d1's text is gone)
+            assert (h.doc_id, h.passage) in texts and h.passage_id not in set(np.flatnonzero(
+                np.isin([p["doc"] for p in index.passages], index.deleted_docs)))
+            assert h.paragraph == next(d for d in live if d["id"] == h.doc_id)["paragraphs"].index(h.passage)
+    if mode == "dense":  # every live unit is found (lexical: only units that share a word with the question)
+        n_units = {"doc": len(live), "passage": sum(len(d["paragraphs"]) for d in live)}
+        for hits in everything:
+            assert len(hits) == n_units.get(unit, len(hits))
+    top = _search(searcher, SearchParams(unit=unit, top_k=4, mode=mode))
+    for hits, all_hits in zip(top, everything, strict=True):
+        assert len(hits) == min(4, len(all_hits))
+
+
+def test_verify_names_a_damaged_mask(lifecycle, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(lifecycle["dir"], broken)
+    np.save(broken / store.DELETED, np.array([3, 1], np.int64))
+    report = verify_index(broken, sample=10)
+    assert not report["ok"] and report["problems"][0].startswith(f"{broken / store.DELETED}: ")
+
+
+def test_compact_equals_a_fresh_build_of_the_live_documents(lifecycle, tiny_model_dir, tmp_path):
+    compacted = tmp_path / "compacted"
+    shutil.copytree(lifecycle["dir"], compacted)
+    masked = Searcher(PhraseIndex(compacted))
+    report = compact_index(compacted)
+    assert report["compacted"] and report["removed"]["documents"] == 3
+    assert report["deleted_documents"] == 0 and report["disk_bytes"] < report["disk_bytes_before"]
+    assert compact_index(compacted)["compacted"] is False  # nothing left to compact
+    fresh = tmp_path / "fresh"
+    build_index(_write(tmp_path / "live.jsonl", live_docs(lifecycle["base"], lifecycle["update"])), tiny_model_dir,
+                fresh, _opts())
+    a, b = PhraseIndex(compacted), PhraseIndex(fresh)
+    for field in ("tokens", "passages", "documents", "indexed_tokens"):
+        assert getattr(a.manifest, field) == getattr(b.manifest, field), field
+    for arr in ("vectors", "token_passage", "token_offsets", "token_flags", "passage_tokens"):
+        assert np.array_equal(np.asarray(getattr(a, arr)), np.asarray(getattr(b, arr))), arr
+    assert a.passages == b.passages and a.docs == b.docs and not len(a.deleted_docs)
+    report = verify_index(compacted, sample=50)
+    assert report["ok"] and report["documents"] == {"live": 12, "deleted": 0}, report
+    sa, sb = Searcher(a), Searcher(b)
+    for unit in UNITS:
+        dense = SearchParams(unit=unit, top_k=5, mode="dense")
+        assert [[_key(h) for h in hits] for hits in _search(masked, dense)] == \
+            [[_key(h) for h in hits] for hits in _search(sa, dense)]
+        for mode in MODES:
+            params = SearchParams(unit=unit, top_k=5, mode=mode)
+            assert [[(*_key(h), h.passage_id) for h in hits] for hits in _search(sa, params)] == \
+                [[(*_key(h), h.passage_id) for h in hits] for hits in _search(sb, params)], (unit, mode)
+
+
+def test_compact_keeps_a_trained_ivf_index(tmp_path, tiny_model_dir):
+    base = base_docs()
+    out = tmp_path / "ivf"
+    build_index(_write(tmp_path / "base.jsonl", base), tiny_model_dir, out, _opts("IVF4,SQ8"))
+    delete_documents(out, ["d0", "d5", "d6"])
+    masked = Searcher(PhraseIndex(out))
+    before = [_search(masked, SearchParams(unit=u, top_k=5, mode="dense", nprobe=4)) for u in UNITS]
+    report = compact_index(out)
+    index = PhraseIndex(out)
+    assert report["removed"]["documents"] == 3 and index.faiss.ntotal == index.num_tokens
+    assert len(index.codes) == index.num_tokens
+    after = [_search(Searcher(index), SearchParams(unit=u, top_k=5, mode="dense", nprobe=4)) for u in UNITS]
+    assert [[[_key(h) for h in hits] for hits in r] for r in before] == \
+        [[[_key(h) for h in hits] for hits in r] for r in after]
+    assert verify_index(out, sample=50)["ok"]
+
+
+def test_upsert_refuses_a_repeated_id_and_changes_nothing(lifecycle, tmp_path, tiny_model_dir):
+    before = (lifecycle["dir"] / store.MANIFEST).read_bytes()
+    doc = {"id": "x", "title": "t", "paragraphs": ["The castle stood by the river."]}
+    bad = _write(tmp_path / "bad.jsonl", [doc, doc])
+    with pytest.raises(CorpusError, match=r"bad\.jsonl:2: document id 'x' was already used on line 1"):
+        upsert_documents(lifecycle["dir"], bad, model=tiny_model_dir, opts=_opts())
+    assert (lifecycle["dir"] / store.MANIFEST).read_bytes() == before
+
+
+def test_read_ids_and_an_empty_delete(tmp_path, lifecycle):
+    f = tmp_path / "ids.txt"
+    f.write_text("b\n\n c \na\n")
+    assert read_ids("a, b,,", f) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="no document ids"):
+        delete_documents(lifecycle["dir"], [])
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("where", ["before the journal", "after the journal"])
+@pytest.mark.parametrize("change", ["upsert", "delete", "compact"])
+def test_an_interrupted_change_opens_as_the_old_or_the_new_index(lifecycle, tmp_path, tiny_model_dir, monkeypatch,
+                                                                  change, where):
+    """A change that stops (an exception standing in for a crash) before the journal is rolled back when the index
+    is next opened, one that stops after it is rolled forward; running it again then matches an uninterrupted one."""
+    work, done = tmp_path / "work", tmp_path / "done"
+    shutil.copytree(lifecycle["dir"], work)
+    shutil.copytree(lifecycle["dir"], done)
+    corpus = _write(tmp_path / "c.jsonl", [{**lifecycle["update"][2], "paragraphs": ["The king built a bridge."]},
+                                           {"id": "n3", "title": "T", "paragraphs": ["A river in 1200."]}])
+
+    def run(index_dir):
+        if change == "upsert":
+            upsert_documents(index_dir, corpus, model=tiny_model_dir, opts=_opts())
+        elif change == "delete":
+            delete_documents(index_dir, ["d5", "n1"])
+        else:
+            compact_index(index_dir)
+
+    run(done)
+    old_manifest = (work / store.MANIFEST).read_bytes()
+    real_replace, calls = os.replace, [0]
+
+    def crashing_replace(src, dst, *args, **kwargs):
+        journal = (work / integrity.JOURNAL).exists()
+        if where == "before the journal" and str(dst).endswith(integrity.JOURNAL):
+            raise Crash
+        if where == "after the journal" and journal and not str(dst).endswith(integrity.JOURNAL):
+            calls[0] += 1
+            if calls[0] == 1:
+                raise Crash
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", crashing_replace)
+    with pytest.raises(Crash):
+        run(work)
+    monkeypatch.setattr(os, "replace", real_replace)
+    opened = PhraseIndex(work)  # recovers
+    assert not [p for p in work.iterdir() if integrity.is_scratch(p.name) and p.name != integrity.LOCK]
+    if where == "before the journal":
+        assert (work / store.MANIFEST).read_bytes() == old_manifest
+        run(work)
+        opened = PhraseIndex(work)
+    expected = PhraseIndex(done)
+    assert opened.docs == expected.docs and opened.passages == expected.passages
+    assert np.array_equal(opened.deleted_docs, expected.deleted_docs)
+    assert np.array_equal(np.asarray(opened.vectors), np.asarray(expected.vectors))
+    assert verify_index(work, sample=20)["ok"]
+
+
+def test_cli_upsert_delete_verify_search_compact(lifecycle, tmp_path, tiny_model_dir, capsys):
+    from spanseek.cli import main
+
+    out = tmp_path / "idx"
+    shutil.copytree(lifecycle["dir"], out)
+    model = ["--model", str(tiny_model_dir)]
+    assert main(["index", "upsert", "--index", str(out), "--corpus", str(lifecycle["update_path"]), *model,
+                 "--quiet"]) == 0
+    assert "added 0, replaced 0, unchanged 4 documents" in capsys.readouterr().err
+    ids = tmp_path / "ids.txt"
+    ids.write_text("d6\nd7\n")
+    assert main(["index", "delete", "--index", str(out), "--ids", "d5,d6", "--ids-file", str(ids)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": 3, "not_found": [], "live_documents": 9,
+                                                   "deleted_documents": 6}
+    assert main(["index", "verify", str(out), "--sample", "20"]) == 0
+    assert json.loads(capsys.readouterr().out)["documents"] == {"live": 9, "deleted": 6}
+    assert main(["search", "castle bridge", "--index", str(out), *model, "--unit", "doc", "--top-k", "5",
+                 "--doc-ids", "d5,d8,n1,d9", "--where", "lang=en", "--mode", "dense"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert sorted(h["doc_id"] for h in hits) == ["d9"]  # d5 deleted, d8 and n1 are not "en"
+    assert main(["search", "castle", "--index", str(out), *model, "--where", "year=2001", "--title-prefix", "Title 1",
+                 "--top-k", "3"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert {h["doc_id"] for h in hits} <= {"d1", "d10"} and len(hits) == 3  # the new d1 kept its metadata
+    assert main(["index", "compact", "--index", str(out), "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["compacted"] and report["live_documents"] == 9 and report["deleted_documents"] == 0
+    assert main(["search", "x", "--index", str(out), *model, "--where", "novalue"]) == 2
+    assert "--where takes KEY=VALUE, got 'novalue'" in capsys.readouterr().err
+    assert main(["index", "delete", "--index", str(out)]) == 2
+    assert "no document ids to delete" in capsys.readouterr().err
+
+
+KILLS = {  # (step, n, before/after, journal_only) -> rolled back or forward; see tests/indexer/test_add_crash.py
+    "before the journal": (("os:replace", integrity.JOURNAL, "before", "0"), "back"),
+    "mid renames": (("os:replace", "3", "after", "1"), "forward"),
+}
+
+
+@pytest.fixture(scope="module")
+def kill_setup(tmp_path_factory, tiny_model_dir):
+    """An IVF index with deletions, a corpus to upsert, and each change's uninterrupted result."""
+    from tests.indexer.test_add_crash import OPTS
+
+    d = tmp_path_factory.mktemp("kill")
+    base = base_docs()
+    built = d / "built"
+    build_index(_write(d / "base.jsonl", base), tiny_model_dir, built, OPTS)
+    delete_documents(built, ["d0", "d4"])
+    corpus = _write(d / "upsert.jsonl", update_docs(base))
+    done = {}
+    for change in ("upsert", "compact"):
+        done[change] = d / change
+        shutil.copytree(built, done[change])
+        if change == "upsert":
+            upsert_documents(done[change], corpus, model=tiny_model_dir, opts=OPTS)
+        else:
+            compact_index(done[change], OPTS)
+    return built, corpus, done
+
+
+def _files(index_dir) -> dict:
+    """Recorded checksums but the BM25 part's (its vocabulary order follows per-process string hashing)."""
+    return {k: v[integrity.CHECKSUM] for k, v in store.Manifest.load(index_dir).files.items()
+            if not k.startswith(store.LEXICAL + "/")}
+
+
+@pytest.mark.slow  # a child process per case (the in-process interruptions above run by default)
+@pytest.mark.parametrize("point", KILLS)
+@pytest.mark.parametrize("change", ["upsert", "compact"])
+def test_a_killed_change_opens_as_the_old_or_the_new_index(kill_setup, tmp_path, tiny_model_dir, change, point):
+    """SIGKILL at a step (the child of tests/indexer/test_add_crash.py): the index opens and verifies as before the
+    change or after it, and the change run again gives the uninterrupted result."""
+    from tests.indexer.test_add_crash import CHILD, OPTS
+
+    built, corpus, done = kill_setup
+    args, outcome = KILLS[point]
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    child = subprocess.run([sys.executable, "-c", CHILD, str(index), str(corpus), str(tiny_model_dir), *args, change],
+                           capture_output=True, text=True, timeout=600)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    PhraseIndex(index)  # rolls back or forward
+    assert _files(index) == _files(built if outcome == "back" else done[change])
+    assert verify_index(index, sample=20)["ok"]
+    if change == "upsert":
+        upsert_documents(index, corpus, model=tiny_model_dir, opts=OPTS)
+    else:
+        compact_index(index, OPTS)
+    assert _files(index) == _files(done[change])

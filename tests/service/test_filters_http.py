@@ -1,0 +1,59 @@
+"""The ``filter`` field of ``POST /search`` and the ``paragraph`` of each hit, through HTTP on the tiny index.
+
+Oracle: the searcher called with the same SearchFilter; malformed filters are 422 with the field named.
+
+    .venv/bin/python -m pytest -q tests/service/test_filters_http.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spanseek.core.params import SearchFilter, SearchParams
+from spanseek.service.schemas import MAX_FILTER_IDS
+
+QUESTION = "Who built the castle in 1500?"
+FILTERS = [
+    ({"doc_ids": ["d1", "d3", "nope"]}, SearchFilter(doc_ids=("d1", "d3", "nope"))),
+    ({"title_prefix": "Title 2"}, SearchFilter(title_prefix="Title 2")),
+    ({"doc_ids": ["d0", "d2"], "title_prefix": "Title"}, SearchFilter(doc_ids=("d0", "d2"), title_prefix="Title")),
+    ({"meta": {"lang": "en"}}, SearchFilter(meta=(("lang", "en"),))),  # the tiny corpus has no metadata: no hits
+]
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+@pytest.mark.parametrize(("body", "flt"), FILTERS)
+def test_filtered_search_matches_the_searcher(client, tiny_searcher, unit, body, flt):
+    r = client.post(f"/search?unit={unit}", json={"query": QUESTION, "top_k": 3, "filter": body})
+    assert r.status_code == 200, r.text
+    hits = r.json()["results"][0]["hits"]
+    expected = tiny_searcher.search([QUESTION], SearchParams(unit=unit, top_k=3, filter=flt))[0]
+    assert [(h["doc_id"], h["passage_id"], h["paragraph"], h["start"]) for h in hits] == \
+        [(h.doc_id, h.passage_id, h.paragraph, h.start) for h in expected]
+    assert all(flt.matches(h["doc_id"], h["title"], h["meta"]) for h in hits)
+    passing = [d for d in tiny_searcher.index.docs if flt.matches(d["id"], d["title"], d.get("meta", {}))]
+    assert len(hits) == min(3, len(passing) if unit == "doc" else 3 * bool(passing))  # top_k filled
+
+
+def test_hits_carry_their_paragraph(client, tiny_searcher):
+    hits = client.post("/search?unit=passage", json={"query": QUESTION, "top_k": 10}).json()["results"][0]["hits"]
+    index = tiny_searcher.index
+    assert [h["paragraph"] for h in hits] == [index.passages[h["passage_id"]]["para"] for h in hits]
+    assert any(h["paragraph"] > 0 for h in hits)
+
+
+@pytest.mark.parametrize("flt", [
+    "d1", ["d1"], {"doc_ids": "d1"}, {"doc_ids": [1]}, {"doc_ids": []}, {"title_prefix": 3},
+    {"meta": {"lang": {"is": "en"}}}, {"meta": {"lang": ["en"]}}, {"meta": ["lang", "en"]}, {"unknown": 1},
+    {"doc_ids": [f"d{i}" for i in range(MAX_FILTER_IDS + 1)]},
+])
+def test_malformed_filters_are_422(client, flt):
+    r = client.post("/search", json={"query": "a", "filter": flt})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "validation_error" and any("filter" in str(d) for d in r.json()["details"])
+    assert client.post("/search", json={"query": "a", "filter": {"doc_ids": ["d1"]}}).status_code == 200
+
+
+def test_info_counts_deleted_documents(client):
+    index = client.get("/info").json()["index"]
+    assert index["deleted_documents"] == 0 and index["documents"] == 6
