@@ -74,6 +74,7 @@ class _Pending:
     params: SearchParams
     future: asyncio.Future
     enqueued: float = field(default_factory=time.monotonic)
+    searcher: Searcher | None = None  # the one its batch runs on, set when the batch is taken
 
 
 Requests = list[tuple[list[str], SearchParams]]
@@ -253,6 +254,15 @@ class MicroBatcher:
         self.cost = BatchCostModel()  # measured seconds per batch size, for admission and Retry-After
         self._last_done = 0.0  # when the last batch finished (monotonic)
 
+    def swap(self, searcher: Searcher) -> None:
+        """Run the batches taken from now on with ``searcher`` (a hot reload); batches already taken finish on
+        the one they started with."""
+        self.searcher = searcher
+
+    def serves(self, searcher: Searcher) -> bool:
+        """Whether a batch taken with ``searcher`` is still being encoded or searched."""
+        return any(item.searcher is searcher for item in self._inflight)
+
     @property
     def depth(self) -> int:
         """Questions waiting for a batch."""
@@ -364,10 +374,10 @@ class MicroBatcher:
         """Both steps in ``executor``; returns when the batch is answered."""
         started = time.monotonic()
         requests = [(item.questions, item.params) for item in batch]
-        self._inflight.extend(batch)  # stays set if we are cancelled (stop() then fails these requests)
+        searcher = self._hold(batch)
         try:
             outcomes, t = await asyncio.get_running_loop().run_in_executor(self.executor, run_batch_isolated,
-                                                                           self.searcher, requests)
+                                                                           searcher, requests)
         except Exception as e:  # not even the isolated retries ran: fail the batch (500), not the batcher
             self._fail(batch, e)
             return
@@ -381,9 +391,9 @@ class MicroBatcher:
         """
         started = time.monotonic()
         loop = asyncio.get_running_loop()
-        self._inflight.extend(batch)
+        searcher = self._hold(batch)
         try:
-            enc, failures = await loop.run_in_executor(self.executor, encode_isolated, self.searcher,
+            enc, failures = await loop.run_in_executor(self.executor, encode_isolated, searcher,
                                                        [(item.questions, item.params) for item in batch])
         except Exception as e:
             self._fail(batch, e)
@@ -393,17 +403,24 @@ class MicroBatcher:
                 self._fail([item], failure)  # at once: it has nothing to search
         if self._searching is not None:
             await asyncio.wait([self._searching])  # one batch in the search step at a time
-        self._searching = loop.create_task(self._search(batch, enc, started), name="spanseek-search-step")
+        self._searching = loop.create_task(self._search(batch, enc, started, searcher), name="spanseek-search-step")
 
-    async def _search(self, batch: list[_Pending], enc: EncodedBatch, started: float) -> None:
+    async def _search(self, batch: list[_Pending], enc: EncodedBatch, started: float, searcher: Searcher) -> None:
         assert self.search_executor is not None
         try:
             outcomes, t = await asyncio.get_running_loop().run_in_executor(self.search_executor, search_isolated,
-                                                                           self.searcher, enc)
+                                                                           searcher, enc)
         except Exception as e:
             self._fail(batch, e)
             return
         self._resolve(batch, outcomes, t, started)
+
+    def _hold(self, batch: list[_Pending]) -> Searcher:
+        """Mark ``batch`` in flight on the current searcher, which runs all its steps (even across a swap)."""
+        for item in batch:
+            item.searcher = self.searcher
+        self._inflight.extend(batch)  # stays set if we are cancelled (stop() then fails these requests)
+        return self.searcher
 
     def _fail(self, batch: list[_Pending], error: Exception) -> None:
         """Fail these requests (mapped to 500), not the batcher."""

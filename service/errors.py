@@ -68,6 +68,12 @@ class Overloaded(ServiceError):
         super().__init__(message, {"Retry-After": str(max(1, math.ceil(retry_after)))})
 
 
+class ReloadFailed(ServiceError):
+    """The new index failed to load, its checksums or its model; the previous index keeps serving."""
+
+    status, error = 409, "reload_failed"
+
+
 class NotReady(ServiceError):
     """The model and index are not loaded (or warmed up) yet, failed to load, or the service is stopping."""
 
@@ -85,7 +91,7 @@ class ClientClosed(ServiceError):
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
 ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "not_found", "method_not_allowed",
                "payload_too_large", "request_timeout", "validation_error", "overloaded", "not_ready", "client_closed",
-               "internal_error")
+               "reload_failed", "internal_error")
 _HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
                      408: "request_timeout", 413: "payload_too_large", 429: "overloaded", 503: "not_ready"}
 
