@@ -83,16 +83,20 @@ class ServiceState:
         self.search_executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-search")
                                 if settings.pipeline != "off" else None)
         self.reloader = IndexReloader(self, reopener)
+        self.factory: SearcherFactory = default_searcher_factory  # what load() opened the first index with
 
     async def load(self, factory: SearcherFactory) -> None:
-        """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason)."""
+        """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason).
+
+        The served path is ``reloader.path`` (``settings.index`` until a reload names another)."""
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
+        self.factory, self.status = factory, "loading"
         try:
             if self.settings.torch_threads is not None:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
-            self.reloader.signature = await loop.run_in_executor(self.executor, signature_of, self.settings.index)
-            resolved = await loop.run_in_executor(self.executor, resolve_alias, self.settings.index)
+            self.reloader.signature = await loop.run_in_executor(self.executor, signature_of, self.reloader.path)
+            resolved = await loop.run_in_executor(self.executor, resolve_alias, self.reloader.path)
             # the factory opens the alias's target, so /info names the directory actually loaded
             searcher = await loop.run_in_executor(self.executor, factory,
                                                   self.settings.model_copy(update={"index": resolved.target}))
@@ -119,7 +123,7 @@ class ServiceState:
             self.batcher.observe_batch(size, seconds)
         self.overlap = overlap if self.search_executor is not None else "off"
         self.batcher.start()
-        self.status = "ready"
+        self.status, self.detail = "ready", None
         self.metrics.ready.set(1)
         log.info("ready: %s in %.1f s", self.info.get("index", {}).get("dir"), time.perf_counter() - t0)
 
@@ -186,9 +190,10 @@ class ServiceState:
         })
 
     async def watch_index(self, loading: asyncio.Task) -> None:
-        """Once loaded, reload when the served alias changes (every ``index_poll_s`` seconds; 0 = never)."""
+        """Once loaded (or failed), reload when the served alias changes (every ``index_poll_s`` seconds; 0 =
+        never): a service whose index failed to load recovers when the alias is pointed at a good one."""
         await asyncio.gather(loading, return_exceptions=True)
-        if self.settings.index_poll_s > 0 and self.status == "ready":
+        if self.settings.index_poll_s > 0 and not loading.cancelled():
             await self.reloader.watch(self.settings.index_poll_s)
 
     async def close(self) -> None:

@@ -97,9 +97,11 @@ class IndexReloader:
         """
         async with self._lock:
             state = self.state
-            if state.batcher is None or state.searcher is None:
-                raise NotReady("the service is not serving an index yet; nothing to reload")
             path = Path(path) if path is not None else self.path
+            if state.status == "failed":  # nothing serves: load from scratch (the model too)
+                return await self._load_again(path, reason)
+            if state.batcher is None or state.searcher is None:
+                raise NotReady("the model and index are still loading; reload once /ready says so")
             t0 = time.perf_counter()
             loop = asyncio.get_running_loop()
             signature = await loop.run_in_executor(self.executor, signature_of, path)
@@ -112,23 +114,44 @@ class IndexReloader:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a bad, damaged or foreign index: keep serving the old one
-                self.failures += 1
-                self._failed = signature
-                detail = f"{type(e).__name__}: {e}"
-                self.last = {"at": _now(), "reason": reason, "outcome": "failed", "error": detail}
-                state.metrics.reloads.labels(outcome="failed").inc()
-                log.error("reload of %s failed, still serving %s: %s", path, state.info["index"]["dir"], detail)
-                raise ReloadFailed(f"reload failed, still serving the previous index: {detail}") from None
+                raise self._failure(signature, reason, f"{type(e).__name__}: {e}",
+                                    f"reload of {path} failed, still serving the previous index") from None
             old = state.searcher
             self.path, self.signature, self._failed = path, signature, None
             state.swap_searcher(new, resolved)
-            self.reloads += 1
-            seconds = time.perf_counter() - t0
-            self.last = {"at": _now(), "reason": reason, "outcome": "ok", "seconds": round(seconds, 3)}
-            state.metrics.reloads.labels(outcome="ok").inc()
-            log.info("reloaded %s -> %s in %.1f s (%s)", path, resolved.target, seconds, reason)
+            self._success(reason, resolved.target, t0)
             released = await self._release(old)
             return {**state.info["index"], "released_previous": released}
+
+    async def _load_again(self, path: Path, reason: str) -> dict[str, Any]:
+        """After a failed start: load ``path`` as at startup; the service turns ready if it loads."""
+        t0 = time.perf_counter()
+        previous = self.path, self.signature
+        self.path = path
+        await self.state.load(self.state.factory)  # sets self.signature to the new path's
+        if self.state.status != "ready":
+            failed = self.signature
+            self.path, self.signature = previous  # the watcher keeps watching the served path
+            raise self._failure(failed, reason, str(self.state.detail), f"reload of {path} failed, still not serving")
+        self._failed = None
+        self._success(reason, Path(self.state.info["index"]["dir"]), t0)
+        return {**self.state.info["index"], "released_previous": True}
+
+    def _success(self, reason: str, target: Path, t0: float) -> None:
+        self.reloads += 1
+        seconds = time.perf_counter() - t0
+        self.last = {"at": _now(), "reason": reason, "outcome": "ok", "seconds": round(seconds, 3)}
+        self.state.metrics.reloads.labels(outcome="ok").inc()
+        log.info("reloaded %s -> %s in %.1f s (%s)", self.path, target, seconds, reason)
+
+    def _failure(self, signature: Signature | None, reason: str, detail: str, outcome: str) -> ReloadFailed:
+        """Count and record a failed reload; the error to raise (the watcher will not retry ``signature``)."""
+        self.failures += 1
+        self._failed = signature
+        self.last = {"at": _now(), "reason": reason, "outcome": "failed", "error": detail}
+        self.state.metrics.reloads.labels(outcome="failed").inc()
+        log.error("%s: %s", outcome, detail)
+        return ReloadFailed(f"{outcome}: {detail}")
 
     async def _warm_up(self, searcher: Searcher) -> None:
         """Every unit once on the new index before it serves: encoded in the encoder's thread (which the question

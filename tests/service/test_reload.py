@@ -171,6 +171,26 @@ async def test_alias_switches_are_picked_up(settings_for, async_serve, until, ti
     assert str(tmp_path) not in json.dumps(info)  # no key configured: no server paths shown
 
 
+async def test_a_service_whose_index_failed_to_load_recovers(settings_for, until, tiny_index, foreign_index,
+                                                             tmp_path):
+    """Started on an alias naming an index of another model: not ready; a reload to a missing index still fails;
+    pointing the alias at a good index makes it ready without a restart."""
+    alias = switch_alias(tmp_path / "current", foreign_index).path
+    app = create_app(settings_for(index=alias, index_poll_s=0.02))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            await until(lambda: app.state.service.status == "failed")
+            assert "different model" in (await client.get("/ready")).json()["message"]
+            r = await client.post("/admin/reload", json={"index": str(tmp_path / "nowhere")})
+            assert r.status_code == 409 and "still not serving" in r.json()["message"]
+            assert (await client.get("/ready")).status_code == 503
+            switch_alias(alias, tiny_index)  # the watcher still follows the alias, not the failed body's path
+            await until(lambda: app.state.service.status == "ready")
+            assert docs_of(await search(client)) == {"d"}
+            reload = (await client.get("/info")).json()["service"]["reload"]
+    assert (reload["reloads"], reload["failed"]) == (1, 1) and reload["last"]["reason"] == "alias changed"
+
+
 async def test_reload_needs_the_api_key(settings_for, async_serve, index_b):
     async with async_serve(create_app(settings_for(api_key=KEY))) as client:
         assert (await client.post("/admin/reload")).status_code == 401
