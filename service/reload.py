@@ -62,9 +62,10 @@ def signature_of(path: Path) -> Signature:
 
 
 def index_identity(resolved: Resolved, manifest: Manifest) -> dict[str, Any]:
-    """The /info fields naming the index in use: the served path, its kind, the manifest checksum, load time."""
+    """The /info fields naming the index in use (beside its ``dir``): the served path, its kind (alias or
+    directory), the manifest checksum and the load time."""
     return {
-        "path": str(resolved.path), "alias": resolved.kind, "dir": str(resolved.target),
+        "path": str(resolved.path), "alias": resolved.kind,
         "manifest_checksum": manifest.to_dict()["checksum"],
         "loaded_at": _now(),
     }

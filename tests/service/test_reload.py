@@ -241,3 +241,14 @@ def test_switch_alias_kinds_and_errors(tmp_path, tiny_index, index_b):
     with pytest.raises(AliasError, match="empty pointer file"):
         resolve_alias(tmp_path / "empty")
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_index_switch_refuses_a_damaged_index(tmp_path, tiny_index, index_b, capsys):
+    alias = tmp_path / "current"
+    assert main(["index", "switch", str(alias), str(tiny_index)]) == 0
+    assert json.loads(capsys.readouterr().out)["target"] == str(tiny_index.resolve())
+    damaged = tmp_path / "damaged"
+    shutil.copytree(index_b, damaged)
+    (damaged / "docs.jsonl").write_text((damaged / "docs.jsonl").read_text().replace("b0", "x0"))
+    assert main(["index", "switch", str(alias), str(damaged)]) == 2
+    assert "docs.jsonl" in capsys.readouterr().err and resolve_alias(alias).target == tiny_index.resolve()
