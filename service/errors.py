@@ -53,6 +53,12 @@ class Unauthorized(ServiceError):
     default_message, default_headers = "missing or wrong API key", {"WWW-Authenticate": "Bearer"}
 
 
+class Forbidden(ServiceError):
+    """The request needs a permission this server does not grant (naming an index without an API key set)."""
+
+    status, error = 403, "forbidden"
+
+
 class PayloadTooLarge(ServiceError):
     """The body, or the number of queries, exceeds the server's limit."""
 
@@ -89,10 +95,11 @@ class ClientClosed(ServiceError):
 
 
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
-ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "not_found", "method_not_allowed",
+ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "forbidden", "not_found", "method_not_allowed",
                "payload_too_large", "request_timeout", "validation_error", "overloaded", "not_ready", "client_closed",
                "reload_failed", "internal_error")
-_HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+_HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                     405: "method_not_allowed",
                      408: "request_timeout", 413: "payload_too_large", 429: "overloaded", 503: "not_ready"}
 
 

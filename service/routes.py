@@ -20,6 +20,7 @@ from spanseek.service.bounds import estimated_bytes, passage_window, render_boun
 from spanseek.service.errors import (
     BadRequest,
     ClientClosed,
+    Forbidden,
     NotReady,
     PayloadTooLarge,
     ReloadFailed,
@@ -231,13 +232,18 @@ async def search(
 
 
 @router.post("/admin/reload", response_model=ReloadResponse, tags=["service"], dependencies=[Depends(require_api_key)],
-             responses=_errors(401, 409, 422, 503))
+             responses=_errors(401, 403, 409, 422, 503))
 async def reload_index(request: Request, body: ReloadRequest | None = None) -> ReloadResponse:
     """Hot reload: load the index (``index`` from the body, else the served path or alias resolved again), verify
     its checksums and model, warm it up, then swap it in. Requests in flight finish on the old index; none is
-    dropped. 409 with the reason when the new index cannot serve (the old one keeps serving)."""
+    dropped. 409 with the reason when the new index cannot serve (the old one keeps serving). Naming an index
+    needs an API key to be configured (403 otherwise): without one, any caller could make any readable index served.
+    """
     state = get_state(request)
     path = Path(body.index) if body is not None and body.index is not None else None
+    if path is not None and state.settings.api_key is None:
+        raise Forbidden("naming an index to reload needs an API key on the server (SPANSEEK_API_KEY); without "
+                        "one, POST /admin/reload with no body reloads the served path or alias")
     try:
         index = await state.reloader.reload(path)
     except ReloadFailed as e:

@@ -176,18 +176,18 @@ async def test_a_service_whose_index_failed_to_load_recovers(settings_for, until
     """Started on an alias naming an index of another model: not ready; a reload to a missing index still fails;
     pointing the alias at a good index makes it ready without a restart."""
     alias = switch_alias(tmp_path / "current", foreign_index).path
-    app = create_app(settings_for(index=alias, index_poll_s=0.02))
+    app = create_app(settings_for(index=alias, index_poll_s=0.02, api_key=KEY))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
             await until(lambda: app.state.service.status == "failed")
             assert "different model" in (await client.get("/ready")).json()["message"]
-            r = await client.post("/admin/reload", json={"index": str(tmp_path / "nowhere")})
+            r = await client.post("/admin/reload", json={"index": str(tmp_path / "nowhere")}, headers=AUTH)
             assert r.status_code == 409 and "still not serving" in r.json()["message"]
             assert (await client.get("/ready")).status_code == 503
             switch_alias(alias, tiny_index)  # the watcher still follows the alias, not the failed body's path
             await until(lambda: app.state.service.status == "ready")
             assert docs_of(await search(client)) == {"d"}
-            reload = (await client.get("/info")).json()["service"]["reload"]
+            reload = (await client.get("/info", headers=AUTH)).json()["service"]["reload"]
     assert (reload["reloads"], reload["failed"]) == (1, 1) and reload["last"]["reason"] == "alias changed"
 
 
@@ -198,21 +198,27 @@ async def test_reload_needs_the_api_key(settings_for, async_serve, index_b):
         r = await client.post("/admin/reload", json={"index": str(index_b)}, headers={"Authorization": f"Bearer {KEY}"})
         assert r.status_code == 200 and r.json()["reload"]["reloads"] == 1
         assert docs_of(await search(client)) == {"b"}
+    async with async_serve(create_app(settings_for())) as client:  # no key configured: no paths from callers
+        r = await client.post("/admin/reload", json={"index": str(index_b)})
+        assert r.status_code == 403 and "SPANSEEK_API_KEY" in r.json()["message"]
+        assert (await client.post("/admin/reload")).status_code == 200  # the served path again: allowed
 
 
 async def test_a_batch_taken_before_the_swap_finishes_on_the_old_index(settings_for, async_serve, counting_factory,
-                                                                       hold_worker, until, index_b, tiny_index):
+                                                                       hold_worker, until, index_b, tiny_index,
+                                                                       tmp_path):
     """A batch held in the encoder while the index is swapped is searched on the index it started with; the next
     one on the new index; the old searcher is freed once that batch is done."""
     factory, encoder = counting_factory()
-    app = create_app(settings_for(max_wait_ms=1), factory)
+    alias = switch_alias(tmp_path / "current", tiny_index).path
+    app = create_app(settings_for(index=alias, max_wait_ms=1), factory)
     state = app.state.service
     async with async_serve(app) as client:
-        r = await client.post("/admin/reload", json={"index": str(tiny_index)})  # a searcher only the app holds
-        assert r.status_code == 200
+        assert (await client.post("/admin/reload")).status_code == 200  # a searcher that only the app holds
         old = weakref.ref(state.searcher)
         busy = await hold_worker(client, encoder)
-        reload = asyncio.create_task(client.post("/admin/reload", json={"index": str(index_b)}))
+        switch_alias(alias, index_b)
+        reload = asyncio.create_task(client.post("/admin/reload"))
         await until(lambda: state.info["index"]["dir"] == str(index_b.resolve()))
         assert not reload.done()  # it waits for the held batch before releasing the old index
         encoder.gate.set()
