@@ -17,9 +17,10 @@ a full batch is waiting: under moderate load batches are not split in two and ea
 saturation the steps overlap.
 
 Admission (service/overload.py): a request fails at once with ``Overloaded`` (HTTP 429 + Retry-After) when the
-questions queued ahead of it would take longer than ``max_queue_wait_ms`` at the batch rate measured
-on recent batches, or would overflow ``max_queue``; latency stays bounded under overload instead of growing with
-the backlog.
+batch it would join would start later than ``max_queue_wait_ms`` from now (the batches in flight plus the full
+batches queued ahead of it, at the batch rate measured on recent batches), or when it would overflow
+``max_queue``; latency stays bounded under overload instead of growing with the backlog. A burst at an idle server
+is taken whole while its second batch finishes within the budget plus one full batch of the burst's start.
 
 Isolation: requests are validated before they are queued (service/schemas.py); if a batch step still raises, its
 requests are retried in halves (bisection, in the same worker thread) until the failing ones are alone, so one bad
@@ -253,6 +254,8 @@ class MicroBatcher:
         self.max_queue_wait = max_queue_wait_ms / 1000.0
         self.cost = BatchCostModel()  # measured seconds per batch size, for admission and Retry-After
         self._last_done = 0.0  # when the last batch finished (monotonic)
+        self._busy_since = 0.0  # when the batches in flight started to run (the pipeline was idle before)
+        self._batches_since_idle = 0  # batches started since the pipeline was last idle (nothing queued or run)
 
     def swap(self, searcher: Searcher) -> None:
         """Run the batches taken from now on with ``searcher`` (a hot reload); batches already taken finish on
@@ -306,7 +309,8 @@ class MicroBatcher:
         if self._closed or self._task is None:
             raise NotReady("the search batcher is not running")
         n = len(questions)
-        check_admission(self.cost, self._depth, n, self.max_batch_size, self.max_queue, self.max_queue_wait)
+        check_admission(self.cost, self._depth, n, self.max_batch_size, self.max_queue, self.max_queue_wait,
+                        self._inflight_remaining(), self._burst_deadline(n))
         item = _Pending(questions, params, asyncio.get_running_loop().create_future())
         self._pending.append(item)
         self._set_depth(self._depth + n)
@@ -318,6 +322,40 @@ class MicroBatcher:
         self._depth = depth
         if self.metrics is not None:
             self.metrics.queue_depth.set(depth)
+
+    def _inflight_remaining(self) -> float:
+        """Expected seconds until the batches in flight have finished, at the measured rate (0 when idle)."""
+        if not self._inflight:
+            return 0.0
+        questions = sum(len(p.questions) for p in self._inflight)
+        held = time.monotonic() - max(self._last_done, self._busy_since)
+        return max(0.0, self.cost.seconds_for(questions, self.max_batch_size) - held)
+
+    def _burst_deadline(self, incoming: int) -> float | None:
+        """Seconds from now by which the next batch must finish for ``incoming`` questions to join a burst.
+
+        Only while the batch in flight is the first since the pipeline was idle and the queue (with these) fits in
+        the next batch: then the burst's second batch may run beyond the wait budget, as long as it finishes within
+        the budget plus one full batch of its first request's arrival (so no request of it waits longer than the
+        budget rule allows). None otherwise.
+        """
+        if self._batches_since_idle != 1 or self._depth + incoming > self.max_batch_size:
+            return None
+        now = time.monotonic()
+        first = next((p.enqueued for p in self._pending if not p.future.done()), now)
+        full = self.cost.seconds_for(self.max_batch_size, self.max_batch_size)
+        return first + self.max_queue_wait + full - now
+
+    def _start(self, batch: list[_Pending], started: float) -> Searcher:
+        """Mark ``batch`` as in flight (it stays marked if we are cancelled: stop() then fails these requests) on
+        the current searcher, which runs all its steps (even across a swap); returns that searcher."""
+        if not self._inflight:
+            self._busy_since = started
+        self._batches_since_idle += 1
+        for item in batch:
+            item.searcher = self.searcher
+        self._inflight.extend(batch)
+        return self.searcher
 
     def _live_questions(self) -> int:
         return sum(len(p.questions) for p in self._pending if not p.future.done())
@@ -374,7 +412,7 @@ class MicroBatcher:
         """Both steps in ``executor``; returns when the batch is answered."""
         started = time.monotonic()
         requests = [(item.questions, item.params) for item in batch]
-        searcher = self._hold(batch)
+        searcher = self._start(batch, started)
         try:
             outcomes, t = await asyncio.get_running_loop().run_in_executor(self.executor, run_batch_isolated,
                                                                            searcher, requests)
@@ -391,7 +429,7 @@ class MicroBatcher:
         """
         started = time.monotonic()
         loop = asyncio.get_running_loop()
-        searcher = self._hold(batch)
+        searcher = self._start(batch, started)
         try:
             enc, failures = await loop.run_in_executor(self.executor, encode_isolated, searcher,
                                                        [(item.questions, item.params) for item in batch])
@@ -415,13 +453,6 @@ class MicroBatcher:
             return
         self._resolve(batch, outcomes, t, started)
 
-    def _hold(self, batch: list[_Pending]) -> Searcher:
-        """Mark ``batch`` in flight on the current searcher, which runs all its steps (even across a swap)."""
-        for item in batch:
-            item.searcher = self.searcher
-        self._inflight.extend(batch)  # stays set if we are cancelled (stop() then fails these requests)
-        return self.searcher
-
     def _fail(self, batch: list[_Pending], error: Exception) -> None:
         """Fail these requests (mapped to 500), not the batcher."""
         self._forget(batch)
@@ -438,6 +469,8 @@ class MicroBatcher:
     def _forget(self, batch: list[_Pending]) -> None:
         done = {id(p) for p in batch}
         self._inflight = [p for p in self._inflight if id(p) not in done]
+        if not self._inflight and not self._live_questions():
+            self._batches_since_idle = 0
 
     def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: BatchTimings, started: float) -> None:
         self._forget(batch)

@@ -1,9 +1,12 @@
 """Load shedding by expected waiting time: the batch rate the service measures, and the admit-or-429 decision.
 
 The micro-batcher (service/batcher.py) records every finished batch here (its size and how long it held the
-pipeline) and asks, for each new request, how long the questions queued ahead of it would take to run.
+pipeline) and asks, for each new request, how long until the batch it would join starts: the rest of the batches
+in flight plus the full batches queued ahead of it (questions that will share its batch are not ahead of it).
 Beyond ``max_queue_wait_ms`` the request gets 429 with ``Retry-After`` at once, so accepted requests keep a
-bounded latency whatever the concurrency; ``max_queue`` stays a hard cap on top.
+bounded latency (about the budget plus their own batch) whatever the concurrency. A burst at an idle server is
+the exception: it is taken whole while its second batch still finishes within the budget plus one full batch of
+its first request's arrival. ``max_queue`` stays a hard cap on top.
 """
 
 from __future__ import annotations
@@ -61,17 +64,37 @@ class BatchCostModel:
         return math.ceil(questions / max_batch_size) * fixed + questions * per_question
 
 
+def queue_wait(cost: BatchCostModel, queued: int, max_batch_size: int, inflight_remaining_s: float = 0.0) -> float:
+    """Expected seconds until a request joining ``queued`` waiting questions starts to run.
+
+    Batches are cut from the head of the queue, ``max_batch_size`` questions at a time, so the request runs in the
+    batch after the ``queued // max_batch_size`` full batches ahead of it: the questions of its own (forming) batch
+    run with it, not before it. Those batches start once the batches in flight finish (``inflight_remaining_s``).
+    """
+    ahead = (queued // max_batch_size) * max_batch_size
+    return max(0.0, inflight_remaining_s) + cost.seconds_for(ahead, max_batch_size)
+
+
 def check_admission(cost: BatchCostModel, queued: int, incoming: int, max_batch_size: int, max_queue: int,
-                    budget_s: float) -> None:
+                    budget_s: float, inflight_remaining_s: float = 0.0, burst_deadline_s: float | None = None) -> None:
     """Raise Overloaded (429 + Retry-After) when ``incoming`` questions should not join ``queued`` ones.
 
     Refused when the queue would exceed ``max_queue`` questions, or when a budget is set (> 0) and the measured
-    rate says the questions queued ahead of this request would take longer than ``budget_s`` to run. A request
-    that finds the queue empty is always admitted (up to ``max_queue``), so a slow machine still serves.
+    rate says this request's batch would start more than ``budget_s`` from now (``queue_wait``: the batches in
+    flight, then the full batches ahead of it). An accepted request thus finishes within about the budget plus
+    its own batch. ``burst_deadline_s`` (the batcher gives it while the batch in flight is the first since the
+    pipeline was idle and the queue fits in the next batch): a burst at an idle server is admitted beyond the
+    budget as long as the next batch, with these questions, still finishes within that many seconds from now
+    (the budget plus one full batch after its first request arrived), so the burst is served whole when it is
+    about one batch of work.
     """
-    wait = cost.seconds_for(queued, max_batch_size)
+    wait = queue_wait(cost, queued, max_batch_size, inflight_remaining_s)
     if queued + incoming > max_queue:
-        raise Overloaded(f"search queue is full ({queued} questions waiting); retry later", wait)
-    if budget_s > 0 and wait > budget_s:
-        raise Overloaded(f"the search queue would take {wait * 1e3:.0f} ms, over this server's "
-                         f"{budget_s * 1e3:.0f} ms budget (max_queue_wait_ms); retry later", wait)
+        drain = max(0.0, inflight_remaining_s) + cost.seconds_for(queued, max_batch_size)
+        raise Overloaded(f"search queue is full ({queued} questions waiting); retry later", drain)
+    if budget_s <= 0 or wait <= budget_s:
+        return
+    if burst_deadline_s is not None and wait + cost.seconds_for(queued + incoming, max_batch_size) <= burst_deadline_s:
+        return
+    raise Overloaded(f"this request's batch would start in {wait * 1e3:.0f} ms, over this server's "
+                     f"{budget_s * 1e3:.0f} ms budget (max_queue_wait_ms); retry later", wait)

@@ -60,11 +60,11 @@ class Settings(BaseSettings):
         "auto", description="overlap encoding of the next batch with search of the current one: auto, on, full, off"
     )
     max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="longest a question waits for its batch to fill")
-    # Load shedding by expected waiting time: a request is refused (429 + Retry-After) when the questions queued
-    # ahead of it would take longer than this to run at the batch rate measured on recent batches. A small budget
-    # keeps accepted requests fast under overload (latency ~ budget + the batches in flight + its own) but
-    # refuses more of a burst, and on a slow machine it keeps batches small (on a CPU that costs little
-    # throughput: the encoder's cost is nearly linear in the batch). 0 turns it off (only max_queue sheds).
+    # Load shedding by expected waiting time: a request is refused (429 + Retry-After) when the batch it would join
+    # would start later than this, at the batch rate measured on recent batches (the batches in flight plus the
+    # full batches queued ahead of it; questions that share its batch are not ahead of it). A small budget keeps
+    # accepted requests fast under overload (latency ~ budget + its own batch) but refuses more of a sustained
+    # overload; a burst that fits in one batch is admitted whole. 0 turns it off (only max_queue sheds).
     max_queue_wait_ms: float = Field(
         300.0, ge=0, le=600_000, description="refuse requests whose expected queueing time exceeds this (429)"
     )

@@ -8,7 +8,7 @@ import pytest
 
 from spanseek.service.app import create_app
 from spanseek.service.errors import Overloaded
-from spanseek.service.overload import BatchCostModel, check_admission
+from spanseek.service.overload import BatchCostModel, check_admission, queue_wait
 
 
 def test_cost_model_recovers_a_linear_batch_cost():
@@ -32,16 +32,38 @@ def test_cost_model_with_one_batch_size_is_proportional_and_follows_the_machine(
 
 def test_admission_by_expected_wait_and_by_the_hard_cap():
     cost = BatchCostModel()
-    cost.observe(32, 0.32)  # 10 ms a question
+    cost.observe(32, 0.32)  # 10 ms a question, 320 ms a full batch
     check_admission(cost, queued=0, incoming=32, max_batch_size=32, max_queue=256, budget_s=0.001)  # empty: admitted
-    check_admission(cost, queued=29, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3)  # 290 ms ahead
-    with pytest.raises(Overloaded) as e:
-        check_admission(cost, queued=31, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3)  # 310 ms
+    with pytest.raises(Overloaded) as e:  # one full batch (320 ms) ahead of it
+        check_admission(cost, queued=32, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3)
     assert "max_queue_wait_ms" in e.value.message and e.value.headers["Retry-After"] == "1"
     with pytest.raises(Overloaded) as e:  # budget off: only the cap
         check_admission(cost, queued=250, incoming=7, max_batch_size=32, max_queue=256, budget_s=0)
-    assert "full" in e.value.message and int(e.value.headers["Retry-After"]) >= 3  # ~2.6 s of queued work
+    assert "full" in e.value.message and int(e.value.headers["Retry-After"]) >= 3  # ~2.5 s of queued work
     check_admission(cost, queued=249, incoming=7, max_batch_size=32, max_queue=256, budget_s=0)
+
+
+def test_questions_of_the_forming_batch_are_not_ahead_but_batches_in_flight_are():
+    """A burst that fits in one batch is admitted whole (before, the 31st request saw 300 ms "ahead" of it and was
+    refused although it would run in the same batch as the others); the batches in flight count."""
+    cost = BatchCostModel()
+    cost.observe(32, 0.32)
+    for queued in range(32):  # all of them join the forming batch: nothing runs before it
+        assert queue_wait(cost, queued, 32) == 0.0
+        check_admission(cost, queued=queued, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3)
+    assert queue_wait(cost, 32, 32) == pytest.approx(0.32) and queue_wait(cost, 95, 32) == pytest.approx(0.64)
+    assert queue_wait(cost, 5, 32, inflight_remaining_s=0.25) == pytest.approx(0.25)
+    check_admission(cost, queued=5, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
+                    inflight_remaining_s=0.25)
+    with pytest.raises(Overloaded):
+        check_admission(cost, queued=5, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
+                        inflight_remaining_s=0.35)
+    # part of a burst: admitted beyond the budget while the next batch (350 ms + 6 x 10 ms) meets the deadline
+    check_admission(cost, queued=5, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
+                    inflight_remaining_s=0.35, burst_deadline_s=0.41)
+    with pytest.raises(Overloaded):
+        check_admission(cost, queued=5, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
+                        inflight_remaining_s=0.35, burst_deadline_s=0.40)
 
 
 async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(hold_worker, until, settings_for,
@@ -54,19 +76,19 @@ async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(hold_wor
     encoder.gate.set()
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
-        batcher.observe_batch(4, 0.040)  # measured rate: 10 ms a question, so 100 ms = 10 queued questions
+        batcher.observe_batch(4, 0.040)  # measured rate: 40 ms a batch of 4, so 100 ms = 2 full batches ahead
         busy = await hold_worker(ac, encoder)
         tasks = []
         for i in range(40):  # one at a time, so the queue depth each one sees is known
             tasks.append(asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})))
             await until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
         refused = [t.result() for t in tasks if t.done()]
-        assert len(refused) == 40 - 11  # admitted while the queue ahead held <= 100 ms: 0..10 questions
+        assert len(refused) == 40 - 12  # admitted while <= 2 full batches were ahead: 0..11 queued questions
         assert all(r.status_code == 429 and r.json()["error"] == "overloaded" for r in refused)
         assert all(r.headers["Retry-After"] == "1" and "max_queue_wait_ms" in r.json()["message"] for r in refused)
         encoder.gate.set()
         served = await asyncio.wait_for(asyncio.gather(busy, *[t for t in tasks if not t.done()]), 30)
-    assert [r.status_code for r in served] == [200] * 12
+    assert [r.status_code for r in served] == [200] * 13
 
 
 async def test_warm_up_measures_the_batch_rate(settings_for, tiny_searcher, async_serve):
@@ -74,3 +96,28 @@ async def test_warm_up_measures_the_batch_rate(settings_for, tiny_searcher, asyn
     async with async_serve(app):
         cost = app.state.service.batcher.cost
         assert cost.known and cost.seconds_for(32, 32) > 0
+
+
+async def test_a_burst_of_one_batch_at_an_idle_server_is_served_whole(hold_worker, until, settings_for,
+                                                                    counting_factory, async_serve):
+    """The burst's first request starts a batch from idle; the rest of it joins the next batch and is admitted
+    although the measured rate says that batch starts a second from now, because the burst is one full batch of
+    work. The request after that would finish later than the budget plus one full batch and is refused (429).
+    Before, every request after the first was refused (the 1 ms budget counted every queued question)."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=8, max_wait_ms=1, max_queue_wait_ms=1), factory)
+    encoder.gate.set()
+    async with async_serve(app) as ac:
+        batcher = app.state.service.batcher
+        batcher.observe_batch(8, 8.0)  # 1 s a question: far over the 1 ms budget
+        busy = await hold_worker(ac, encoder)  # the burst's first batch (1 question)
+        tasks = []
+        for i in range(8):
+            tasks.append(asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})))
+            await until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
+        refused = [t.result() for t in tasks if t.done()]
+        assert [r.status_code for r in refused] == [429] and refused[0].headers["Retry-After"]
+        assert tasks[-1].done() and not any(t.done() for t in tasks[:-1])
+        encoder.gate.set()
+        served = await asyncio.wait_for(asyncio.gather(busy, *tasks[:-1]), 30)
+    assert [r.status_code for r in served] == [200] * 8
