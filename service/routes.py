@@ -230,7 +230,6 @@ async def search(
     )
 
 
-
 @router.post("/admin/reload", response_model=ReloadResponse, tags=["service"], dependencies=[Depends(require_api_key)],
              responses=_errors(401, 403, 409, 422, 503))
 async def reload_index(request: Request, body: ReloadRequest | None = None) -> ReloadResponse:
