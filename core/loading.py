@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spanseek.core.confidence import load_calibrator
+from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import QuestionEncoder, pick_device, pick_precision
 from spanseek.core.model import (
     load_model,
@@ -17,15 +18,28 @@ from spanseek.core.search import Searcher
 from spanseek.core.store import PhraseIndex
 
 
+def check_index_model(index: PhraseIndex, model_dir: Path, config: EncoderConfig) -> None:
+    """Refuse (IndexFormatError) an index built by a model other than ``model_dir`` (whose config is ``config``)."""
+    index.manifest.check_model(config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))
+
+
 def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto") -> Searcher:
     """Load an index and the model's question encoder (and its calibrator, if it has one), refusing a model that does
     not match the index."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     phrase_model = load_model(model_dir)
-    fingerprint = model_fingerprint(model_dir)
-    index.manifest.check_model(phrase_model.config, fingerprint, phrase_fingerprint(model_dir))
+    check_index_model(index, model_dir, phrase_model.config)
     dev = pick_device(device)
     phrase_model.to(dev)
     encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev))
-    return Searcher(index, encoder, calibrator=load_calibrator(model_dir, fingerprint))
+    return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)))
+
+
+def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionEncoder) -> Searcher:
+    """A searcher over another index for an already loaded question encoder of ``model`` (the service's hot
+    reload): the index is loaded and checked (checksums, and that ``model`` built it); the encoder is shared."""
+    index = PhraseIndex(index_dir)
+    model_dir = resolve_model(model)
+    check_index_model(index, model_dir, encoder.model.config)
+    return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)))

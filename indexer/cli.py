@@ -97,6 +97,17 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+def _switch(args: argparse.Namespace) -> int:
+    from spanseek.core.alias import switch_alias
+    from spanseek.core.store import check_index
+
+    manifest = check_index(args.target, contents=not args.no_verify)  # never point an alias at a damaged index
+    resolved = switch_alias(args.alias, args.target, pointer=args.pointer or None)
+    print(json.dumps({"alias": str(resolved.path), "kind": resolved.kind, "target": str(resolved.target),
+                      "manifest_checksum": manifest.to_dict()["checksum"]}))
+    return 0
+
+
 def _params(args: argparse.Namespace, **fields) -> SearchParams:
     """The search flags shared by `spanseek search` and `spanseek eval` as one SearchParams."""
     from spanseek.core.params import SearchParams
@@ -269,6 +280,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--nprobe", type=int, default=None)
     p.set_defaults(func=_verify)
+
+    p = index.add_parser("switch", help="point an alias (symlink or pointer file) at an index, atomically; a "
+                                        "service serving the alias swaps to it (docs/service.md)")
+    p.add_argument("alias", help="the alias the service serves (created if missing)")
+    p.add_argument("target", help="index directory to serve from now on (checked first)")
+    p.add_argument("--pointer", action="store_true",
+                   help="create a pointer file (one line naming the directory) instead of a symlink")
+    p.add_argument("--no-verify", action="store_true", help="compare file sizes only, not checksums")
+    p.set_defaults(func=_switch)
 
     p = sub.add_parser("search", help="search an index; prints one JSON line per question")
     p.add_argument("questions", nargs="*", help="questions (default: one per line on stdin)")

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from spanseek.core.alias import Resolved, resolve_alias
 from spanseek.core.lexical import missing_message
 from spanseek.core.params import UNITS, SearchParams
 from spanseek.core.search import Searcher
@@ -27,6 +28,7 @@ from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.errors import install_error_handlers
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import RequestContextMiddleware
+from spanseek.service.reload import IndexReloader, Reopener, index_identity, signature_of
 from spanseek.service.routes import router
 from spanseek.service.settings import Settings
 
@@ -63,7 +65,7 @@ def _set_torch_threads(n: int) -> None:
 class ServiceState:
     """Everything the routes need: settings, metrics, and (once loaded) the searcher and the batcher."""
 
-    def __init__(self, settings: Settings, metrics: ServiceMetrics):
+    def __init__(self, settings: Settings, metrics: ServiceMetrics, reopener: Reopener | None = None):
         self.settings = settings
         self.metrics = metrics
         self.status = "loading"  # loading -> ready | failed
@@ -80,18 +82,27 @@ class ServiceState:
         # pipeline: the index search step gets its own thread (faiss is used from that thread only)
         self.search_executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-search")
                                 if settings.pipeline != "off" else None)
+        self.reloader = IndexReloader(self, reopener)
+        self.factory: SearcherFactory = default_searcher_factory  # what load() opened the first index with
 
     async def load(self, factory: SearcherFactory) -> None:
-        """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason)."""
+        """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason).
+
+        The served path is ``reloader.path`` (``settings.index`` until a reload names another)."""
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
+        self.factory, self.status = factory, "loading"
         try:
             if self.settings.torch_threads is not None:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
-            searcher = await loop.run_in_executor(self.executor, factory, self.settings)
+            self.reloader.signature = await loop.run_in_executor(self.executor, signature_of, self.reloader.path)
+            resolved = await loop.run_in_executor(self.executor, resolve_alias, self.reloader.path)
+            # the factory opens the alias's target, so /info names the directory actually loaded
+            searcher = await loop.run_in_executor(self.executor, factory,
+                                                  self.settings.model_copy(update={"index": resolved.target}))
             if self.default_nprobe is None:  # reported by /info (a request without nprobe gets the index's)
                 self.default_nprobe = index_nprobe(searcher)
-            self._describe(searcher)
+            self._describe(searcher, resolved)
             warm_batches: list[tuple[int, float]] = []
             if self.settings.warmup:
                 warm_batches = await loop.run_in_executor(self.executor, self._warm_up, searcher)
@@ -112,7 +123,7 @@ class ServiceState:
             self.batcher.observe_batch(size, seconds)
         self.overlap = overlap if self.search_executor is not None else "off"
         self.batcher.start()
-        self.status = "ready"
+        self.status, self.detail = "ready", None
         self.metrics.ready.set(1)
         log.info("ready: %s in %.1f s", self.info.get("index", {}).get("dir"), time.perf_counter() - t0)
 
@@ -132,7 +143,16 @@ class ServiceState:
             timed.append((self.settings.max_batch_size, time.perf_counter() - t0))
         return timed[1:]
 
-    def _describe(self, searcher: Searcher) -> None:
+    def swap_searcher(self, searcher: Searcher, resolved: Resolved) -> None:
+        """Serve ``searcher`` from the next batch on (service.reload has loaded and warmed it up)."""
+        assert self.batcher is not None
+        if self.settings.default_nprobe is None:
+            self.default_nprobe = index_nprobe(searcher)
+        self._describe(searcher, resolved)
+        self.searcher = searcher
+        self.batcher.swap(searcher)
+
+    def _describe(self, searcher: Searcher, resolved: Resolved) -> None:
         index = searcher.index
         m = index.manifest
         encoder = searcher.encoder
@@ -155,6 +175,7 @@ class ServiceState:
                 "passages": m.passages, "tokens": m.tokens,
                 "indexed_tokens": m.indexed_tokens, "filter_threshold": m.filter_threshold,
                 "created": m.created, "size_bytes": size, "nprobe": self.default_nprobe,
+                **index_identity(resolved, m),
             },
         }
         self.search_info = {
@@ -169,9 +190,17 @@ class ServiceState:
             "device": device, "precision": self.info["model"]["precision"],
         })
 
+    async def watch_index(self, loading: asyncio.Task) -> None:
+        """Once loaded (or failed), reload when the served alias changes (every ``index_poll_s`` seconds; 0 =
+        never): a service whose index failed to load recovers when the alias is pointed at a good one."""
+        await asyncio.gather(loading, return_exceptions=True)
+        if self.settings.index_poll_s > 0 and not loading.cancelled():
+            await self.reloader.watch(self.settings.index_poll_s)
+
     async def close(self) -> None:
-        """Stop the batcher and the worker thread."""
+        """Stop the batcher and the worker threads."""
         self.metrics.ready.set(0)
+        self.reloader.close()
         if self.batcher is not None:
             await self.batcher.stop()
         for executor in (self.executor, self.search_executor):
@@ -179,20 +208,24 @@ class ServiceState:
                 executor.shutdown(wait=False, cancel_futures=True)
 
 
-def create_app(settings: Settings, searcher_factory: SearcherFactory | None = None) -> FastAPI:
-    """Build the service app; ``searcher_factory(settings)`` defaults to opening ``settings.index``/``model``."""
+def create_app(settings: Settings, searcher_factory: SearcherFactory | None = None,
+               searcher_reopener: Reopener | None = None) -> FastAPI:
+    """Build the service app; ``searcher_factory(settings)`` defaults to opening ``settings.index``/``model``, and
+    ``searcher_reopener`` (hot reload) to opening another index for the loaded encoder (service.reload)."""
     metrics = ServiceMetrics()
-    state = ServiceState(settings, metrics)
+    state = ServiceState(settings, metrics, searcher_reopener)
     factory = searcher_factory or default_searcher_factory
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loading = asyncio.create_task(state.load(factory), name="spanseek-load")
+        watching = asyncio.create_task(state.watch_index(loading), name="spanseek-index-watch")
         try:
             yield
         finally:
-            loading.cancel()
-            await asyncio.gather(loading, return_exceptions=True)
+            for task in (loading, watching):
+                task.cancel()
+            await asyncio.gather(loading, watching, return_exceptions=True)
             await state.close()
 
     from spanseek import __version__

@@ -75,6 +75,7 @@ class _Pending:
     params: SearchParams
     future: asyncio.Future
     enqueued: float = field(default_factory=time.monotonic)
+    searcher: Searcher | None = None  # the one its batch runs on, set when the batch is taken
 
 
 Requests = list[tuple[list[str], SearchParams]]
@@ -256,6 +257,15 @@ class MicroBatcher:
         self._busy_since = 0.0  # when the batches in flight started to run (the pipeline was idle before)
         self._batches_since_idle = 0  # batches started since the pipeline was last idle (nothing queued or run)
 
+    def swap(self, searcher: Searcher) -> None:
+        """Run the batches taken from now on with ``searcher`` (a hot reload); batches already taken finish on
+        the one they started with."""
+        self.searcher = searcher
+
+    def serves(self, searcher: Searcher) -> bool:
+        """Whether a batch taken with ``searcher`` is still being encoded or searched."""
+        return any(item.searcher is searcher for item in self._inflight)
+
     @property
     def depth(self) -> int:
         """Questions waiting for a batch."""
@@ -336,12 +346,16 @@ class MicroBatcher:
         full = self.cost.seconds_for(self.max_batch_size, self.max_batch_size)
         return first + self.max_queue_wait + full - now
 
-    def _start(self, batch: list[_Pending], started: float) -> None:
-        """Mark ``batch`` as in flight (it stays marked if we are cancelled: stop() then fails these requests)."""
+    def _start(self, batch: list[_Pending], started: float) -> Searcher:
+        """Mark ``batch`` as in flight (it stays marked if we are cancelled: stop() then fails these requests) on
+        the current searcher, which runs all its steps (even across a swap); returns that searcher."""
         if not self._inflight:
             self._busy_since = started
         self._batches_since_idle += 1
+        for item in batch:
+            item.searcher = self.searcher
         self._inflight.extend(batch)
+        return self.searcher
 
     def _live_questions(self) -> int:
         return sum(len(p.questions) for p in self._pending if not p.future.done())
@@ -398,10 +412,10 @@ class MicroBatcher:
         """Both steps in ``executor``; returns when the batch is answered."""
         started = time.monotonic()
         requests = [(item.questions, item.params) for item in batch]
-        self._start(batch, started)
+        searcher = self._start(batch, started)
         try:
             outcomes, t = await asyncio.get_running_loop().run_in_executor(self.executor, run_batch_isolated,
-                                                                           self.searcher, requests)
+                                                                           searcher, requests)
         except Exception as e:  # not even the isolated retries ran: fail the batch (500), not the batcher
             self._fail(batch, e)
             return
@@ -415,9 +429,9 @@ class MicroBatcher:
         """
         started = time.monotonic()
         loop = asyncio.get_running_loop()
-        self._start(batch, started)
+        searcher = self._start(batch, started)
         try:
-            enc, failures = await loop.run_in_executor(self.executor, encode_isolated, self.searcher,
+            enc, failures = await loop.run_in_executor(self.executor, encode_isolated, searcher,
                                                        [(item.questions, item.params) for item in batch])
         except Exception as e:
             self._fail(batch, e)
@@ -427,13 +441,13 @@ class MicroBatcher:
                 self._fail([item], failure)  # at once: it has nothing to search
         if self._searching is not None:
             await asyncio.wait([self._searching])  # one batch in the search step at a time
-        self._searching = loop.create_task(self._search(batch, enc, started), name="spanseek-search-step")
+        self._searching = loop.create_task(self._search(batch, enc, started, searcher), name="spanseek-search-step")
 
-    async def _search(self, batch: list[_Pending], enc: EncodedBatch, started: float) -> None:
+    async def _search(self, batch: list[_Pending], enc: EncodedBatch, started: float, searcher: Searcher) -> None:
         assert self.search_executor is not None
         try:
             outcomes, t = await asyncio.get_running_loop().run_in_executor(self.search_executor, search_isolated,
-                                                                           self.searcher, enc)
+                                                                           searcher, enc)
         except Exception as e:
             self._fail(batch, e)
             return

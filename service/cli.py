@@ -17,7 +17,8 @@ log = logging.getLogger("spanseek.service")
 
 # (flag, settings field, type, help); the default of every flag is None = "not given, use env/default"
 _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
-    ("--index", "index", str, "index directory (SPANSEEK_INDEX)"),
+    ("--index", "index", str, "index directory or alias of one (SPANSEEK_INDEX)"),
+    ("--index-poll-s", "index_poll_s", float, "seconds between checks for a switched index alias (0 = off)"),
     ("--model", "model", str, "model directory or 'default' (SPANSEEK_MODEL)"),
     ("--host", "host", str, "listen address (default 127.0.0.1)"),
     ("--port", "port", int, "listen port (default 8000)"),
@@ -67,11 +68,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def check_servable(settings: Settings) -> None:
     """Fail fast (before starting uvicorn) when the index or model cannot be found, or a file of the index is
-    damaged (its checksum differs from the manifest's record)."""
+    damaged (its checksum differs from the manifest's record). An alias is checked through to its target."""
+    from spanseek.core.alias import resolve_alias
     from spanseek.core.model import resolve_model
     from spanseek.core.store import check_index
 
-    check_index(settings.index)
+    check_index(resolve_alias(settings.index).target)
     resolve_model(settings.model)
 
 

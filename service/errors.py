@@ -53,6 +53,12 @@ class Unauthorized(ServiceError):
     default_message, default_headers = "missing or wrong API key", {"WWW-Authenticate": "Bearer"}
 
 
+class Forbidden(ServiceError):
+    """The request needs a permission this server does not grant (naming an index without an API key set)."""
+
+    status, error = 403, "forbidden"
+
+
 class PayloadTooLarge(ServiceError):
     """The body, or the number of queries, exceeds the server's limit."""
 
@@ -66,6 +72,12 @@ class Overloaded(ServiceError):
 
     def __init__(self, message: str, retry_after: float):
         super().__init__(message, {"Retry-After": str(max(1, math.ceil(retry_after)))})
+
+
+class ReloadFailed(ServiceError):
+    """The new index failed to load, its checksums or its model; the previous index keeps serving."""
+
+    status, error = 409, "reload_failed"
 
 
 class NotReady(ServiceError):
@@ -83,10 +95,11 @@ class ClientClosed(ServiceError):
 
 
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
-ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "not_found", "method_not_allowed",
+ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "forbidden", "not_found", "method_not_allowed",
                "payload_too_large", "request_timeout", "validation_error", "overloaded", "not_ready", "client_closed",
-               "internal_error")
-_HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+               "reload_failed", "internal_error")
+_HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                     405: "method_not_allowed",
                      408: "request_timeout", 413: "payload_too_large", 429: "overloaded", 503: "not_ready"}
 
 

@@ -48,12 +48,18 @@ class ServiceMetrics:
         self.index_documents = Gauge("spanseek_index_documents", "documents in the index", registry=r)
         self.index_bytes = Gauge("spanseek_index_size_bytes", "bytes of the index directory on disk", registry=r)
         self.model_info = Info("spanseek_model", "the served model and index", registry=r)
+        self.reloads = Counter("spanseek_index_reloads_total", "hot reloads of the index by outcome (ok, failed)",
+                               ["outcome"], registry=r)
+        self.index_loaded = Gauge("spanseek_index_loaded_timestamp_seconds", "when the served index was loaded",
+                                  registry=r)
         for t in ERROR_TYPES:  # zeros rather than missing series, so rate() panels show 0 instead of "no data"
             self.errors.labels(type=t)
         for unit in UNITS:
             self.questions.labels(unit=unit)
         for stage in STAGES:
             self.stage_duration.labels(stage=stage)
+        for outcome in ("ok", "failed"):
+            self.reloads.labels(outcome=outcome)
 
     def set_index(self, tokens: int, vectors: int, passages: int, documents: int, size_bytes: int) -> None:
         """Record the served index's size."""
@@ -62,6 +68,7 @@ class ServiceMetrics:
         self.index_passages.set(passages)
         self.index_documents.set(documents)
         self.index_bytes.set(size_bytes)
+        self.index_loaded.set_to_current_time()
 
     def observe_batch(self, size: int, encode: float, search: float, aggregate: float) -> None:
         """Record one batch: its size and the seconds of each of its stages."""

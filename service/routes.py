@@ -1,4 +1,4 @@
-"""HTTP routes: POST /search, GET /health, /ready, /info, /metrics (OpenAPI at /docs)."""
+"""HTTP routes: POST /search, GET /health, /ready, /info, /metrics, POST /admin/reload (OpenAPI at /docs)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 import secrets
 import time
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -19,8 +20,10 @@ from spanseek.service.bounds import estimated_bytes, passage_window, render_boun
 from spanseek.service.errors import (
     BadRequest,
     ClientClosed,
+    Forbidden,
     NotReady,
     PayloadTooLarge,
+    ReloadFailed,
     Unauthorized,
     request_id_of,
 )
@@ -30,6 +33,8 @@ from spanseek.service.schemas import (
     HitOut,
     InfoResponse,
     QueryResult,
+    ReloadRequest,
+    ReloadResponse,
     SearchRequest,
     SearchResponse,
     Timings,
@@ -146,12 +151,15 @@ async def info(request: Request) -> InfoResponse:
         "max_response_bytes": s.max_response_bytes, "max_offset_top_k": s.max_offset_top_k,
         "confidence": sorted(state.searcher.calibrator.models) if state.searcher and state.searcher.calibrator else [],
         "pipeline": s.pipeline, "overlap": state.overlap,
-        "version": request.app.version,
+        "version": request.app.version, "reload": state.reloader.describe(),
     }
     index = dict(state.info["index"])
     model = dict(state.info["model"])
     if not may_see_paths(request):
-        index["dir"] = hide_paths(index["dir"])
+        index["dir"], index["path"] = hide_paths(index["dir"]), hide_paths(index["path"])
+        if service["reload"]["last"] and "error" in service["reload"]["last"]:
+            service["reload"]["last"] = {**service["reload"]["last"],
+                                         "error": hide_paths(service["reload"]["last"]["error"])}
         model["ref"], model["built_with"] = hide_paths(str(model["ref"])), hide_paths(str(model["built_with"]))
     return InfoResponse(model=model, index=index, service=service)
 
@@ -206,7 +214,10 @@ async def search(
         state.searcher.check_mode(params)
     except (ValueError, LexicalIndexMissing) as e:  # SearchParamsError, or a mode the index cannot serve
         raise BadRequest(str(e)) from None
-    outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params))
+    try:
+        outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params))
+    except LexicalIndexMissing as e:  # checked above, but a reload swapped in an index without a lexical part
+        raise BadRequest(str(e)) from None
     state.metrics.questions.labels(unit=unit).inc(len(questions))
     timings = Timings(
         queue=outcome.queue * 1e3, encode=outcome.encode * 1e3, search=outcome.search * 1e3,
@@ -226,3 +237,24 @@ async def search(
         estimated_bytes(hits, questions), s.max_response_bytes, headers,
     )
 
+
+@router.post("/admin/reload", response_model=ReloadResponse, tags=["service"], dependencies=[Depends(require_api_key)],
+             responses=_errors(401, 403, 409, 422, 503))
+async def reload_index(request: Request, body: ReloadRequest | None = None) -> ReloadResponse:
+    """Hot reload: load the index (``index`` from the body, else the served path or alias resolved again), verify
+    its checksums and model, warm it up, then swap it in. Requests in flight finish on the old index; none is
+    dropped. 409 with the reason when the new index cannot serve (the old one keeps serving). Naming an index
+    needs an API key to be configured (403 otherwise): without one, any caller could make any readable index served.
+    """
+    state = get_state(request)
+    path = Path(body.index) if body is not None and body.index is not None else None
+    if path is not None and state.settings.api_key is None:
+        raise Forbidden("naming an index to reload needs an API key on the server (SPANSEEK_API_KEY); without "
+                        "one, POST /admin/reload with no body reloads the served path or alias")
+    try:
+        index = await state.reloader.reload(path)
+    except ReloadFailed as e:
+        raise ReloadFailed(e.message if may_see_paths(request) else hide_paths(e.message)) from None
+    if not may_see_paths(request):
+        index["dir"], index["path"] = hide_paths(index["dir"]), hide_paths(index["path"])
+    return ReloadResponse(index=index, reload=state.reloader.describe())

@@ -8,8 +8,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from spanseek.core.params import Fusion, MetaValue, Mode, SearchFilter, Unit
 
-__all__ = ["ErrorResponse", "FilterIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "SearchRequest",
-           "SearchResponse", "Timings", "Unit"]
+__all__ = ["ErrorResponse", "FilterIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
+           "ReloadResponse", "SearchRequest", "SearchResponse", "Timings", "Unit"]
 
 MAX_FILTER_IDS = 10_000  # document ids in one filter
 MAX_FILTER_KEYS = 64  # metadata keys in one filter
@@ -204,3 +204,19 @@ class InfoResponse(BaseModel):
     model: dict[str, Any]
     index: dict[str, Any]
     service: dict[str, Any]
+
+
+class ReloadRequest(BaseModel):
+    """Body of ``POST /admin/reload`` (optional): the index to serve from now on, else the served path again."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    index: str | None = Field(None, min_length=1, description="index directory or alias on the server; "
+                                                              "default: the served path, resolved again")
+
+
+class ReloadResponse(BaseModel):
+    """Answer of ``POST /admin/reload``: the index now served (as in /info) and the reload counters."""
+
+    index: dict[str, Any]
+    reload: dict[str, Any]

@@ -19,7 +19,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPANSEEK_", frozen=True, extra="ignore")
 
     # What to serve. The service refuses an index whose manifest does not match the model.
-    index: Path = Field(description="index directory built by `spanseek index build`")
+    index: Path = Field(description="index directory built by `spanseek index build`, or an alias of one (a "
+                                    "symlink or a pointer file naming it; `spanseek index switch`)")
+    # Seconds between checks of the index path: when its alias points elsewhere or its manifest is rewritten, the
+    # new index is loaded next to the old one and swapped in (memory for both meanwhile). Each check is two stats;
+    # 0 = only POST /admin/reload swaps.
+    index_poll_s: float = Field(0.0, ge=0, description="seconds between checks for a switched index alias (0 = off)")
     model: str = Field("default", description="model directory, or 'default' for the bundled model")
     # auto = CUDA when present. bf16 roughly halves encoder time on GPUs / AVX-512 CPUs for a tiny score drift.
     device: str = Field("auto", description="torch device for the question encoder: auto, cpu, cuda, cuda:1")

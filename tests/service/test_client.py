@@ -241,3 +241,20 @@ def test_confidence_pages_and_abstention_through_a_running_service(live, setting
         import asyncio
 
         assert asyncio.run(run()).no_answer
+async def test_async_client_retries_429_after_retry_after(monkeypatch):
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(client_module.asyncio, "sleep", sleep)
+    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "3"}),
+                                   httpx.Response(429, json=OVERLOADED), httpx.Response(200, json=OK)])
+    async with AsyncClient("http://fake", transport=transport, max_retries=2, max_retry_wait=10) as client:
+        response = await client.search("q")
+    assert waits == [3.0, 2.0] and len(seen) == 3 and response.hits[0].text == "1340"  # as told; then 2 ** 1
+    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "1"})])
+    async with AsyncClient("http://fake", transport=transport, max_retries=1) as client:
+        with pytest.raises(OverloadedError) as e:
+            await client.search("q")
+    assert len(seen) == 2 and e.value.retry_after == 1.0

@@ -69,6 +69,22 @@ def test_compose_publishes_where_told_and_passes_the_api_key():
     assert spanseek["environment"]["SPANSEEK_API_KEY"] == "k3y"
 
 
+def test_compose_serves_an_alias_in_the_mounted_folder():
+    """By default the mount itself is the index; with SPANSEEK_INDEX_ALIAS the service serves that alias inside it."""
+    for env, (index, poll) in (({}, ("/data/index/", "0")),
+                               ({"SPANSEEK_INDEX_ALIAS": "current", "SPANSEEK_INDEX_POLL_S": "5"},
+                                ("/data/index/current", "5"))):
+        out = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="x", **env)
+        assert out.returncode == 0, out.stderr
+        environment = yaml.safe_load(out.stdout)["services"]["spanseek"]["environment"]
+        assert (environment["SPANSEEK_INDEX"], str(environment["SPANSEEK_INDEX_POLL_S"])) == (index, poll)
+    from pathlib import Path
+
+    from spanseek.service.settings import Settings
+
+    assert Settings(index="/data/index/").index == Path("/data/index")  # the trailing slash is harmless
+
+
 def test_gpu_file_adds_the_cuda_image_and_a_gpu():
     out = compose_config("docker-compose.yml", "docker-compose.gpu.yml", GRAFANA_ADMIN_PASSWORD="x")
     assert out.returncode == 0, out.stderr

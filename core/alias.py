@@ -1,0 +1,101 @@
+"""Index aliases: a stable path that names the index directory in use, switched atomically.
+
+An alias is either a symlink to an index directory (``ln -sfn index-v2 current``) or a small pointer file whose
+first line is the index directory (relative paths are read from the file's folder). A plain index directory is
+its own target. The service serves an alias and swaps indexes when it is switched (docs/service.md); switching
+builds the new link or file beside the alias and renames it over the alias, so a reader sees the old target or
+the new one, never a half-written one.
+
+    spanseek index switch work/current work/index-v2      # point the alias at a new index
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+AliasKind = Literal["symlink", "pointer", "directory"]
+POINTER_MAX_BYTES = 4096  # a pointer file holds one path; anything longer is not a pointer file
+
+
+class AliasError(ValueError):
+    """An alias is dangling, unreadable, or names something that is not a directory; the message names it."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where an alias points now: its kind and the real path of the index directory."""
+
+    path: Path  # the alias (or directory) as given
+    kind: AliasKind
+    target: Path  # real path of the index directory (symlinks resolved)
+
+
+def _read_pointer(path: Path) -> Path:
+    if path.stat().st_size > POINTER_MAX_BYTES:
+        raise AliasError(f"{path}: a file of {path.stat().st_size} bytes, not an index directory or a pointer file "
+                         "(one line naming the index directory)")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise AliasError(f"{path}: not UTF-8 text, so not a pointer file naming an index directory") from None
+    name = lines[0].strip() if lines else ""
+    if not name:
+        raise AliasError(f"{path}: an empty pointer file; its first line must name the index directory")
+    return path.parent / name  # an absolute name replaces the parent
+
+
+def resolve_alias(path: str | Path) -> Resolved:
+    """Follow ``path`` (symlink, pointer file or directory) to the real index directory it names now.
+
+    A path that does not exist is returned as a directory (opening it then says what is missing). Raises
+    AliasError when a symlink dangles or a pointer file names no directory. One level
+    of pointer file is followed (a pointer naming another pointer file is refused, so cycles cannot happen).
+    """
+    path = Path(path)
+    kind: AliasKind = "symlink" if path.is_symlink() else "directory"
+    if not path.exists():
+        if kind == "symlink":
+            raise AliasError(f"{path}: a dangling symlink (it points to {os.readlink(path)}, which does not exist)")
+        return Resolved(path, kind, path.absolute())  # opening it says what is missing and what to run
+    target = path
+    if path.is_file():  # (a symlink to a pointer file is read as that pointer file)
+        kind = "pointer"
+        target = _read_pointer(path.resolve())
+        if not target.is_dir():
+            raise AliasError(f"{path}: the pointer file names {target}, which is not a directory")
+    return Resolved(path, kind, target.resolve())
+
+
+def switch_alias(alias: str | Path, target: str | Path, pointer: bool | None = None) -> Resolved:
+    """Point ``alias`` at the directory ``target`` atomically; returns the new resolution.
+
+    An existing symlink stays a symlink and an existing pointer file a pointer file; a new alias is a symlink
+    unless ``pointer``. The stored path is relative to the alias's folder when the target lies under it, so the
+    alias still resolves when that folder is mounted elsewhere (a container volume). A real directory at
+    ``alias`` is refused rather than replaced.
+    """
+    alias, target = Path(alias), Path(target)
+    if not target.is_dir():
+        raise AliasError(f"{target}: no such directory")
+    if alias.is_dir() and not alias.is_symlink():
+        raise AliasError(f"{alias}: an index directory, not an alias; serve an alias (a symlink or pointer file) "
+                         "to switch indexes without a restart")
+    if pointer is None:
+        pointer = alias.is_file() and not alias.is_symlink()
+    parent = alias.absolute().parent
+    real = target.resolve()
+    stored = os.path.relpath(real, parent.resolve()) if real.is_relative_to(parent.resolve()) else str(real)
+    tmp = parent / f".{alias.name}.switch-{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    if pointer:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(stored + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    else:
+        tmp.symlink_to(stored, target_is_directory=True)
+    os.replace(tmp, alias)  # rename(2): readers see the old alias or the new one
+    return resolve_alias(alias)

@@ -1,0 +1,204 @@
+"""Hot reload: swap the served index without dropping a request (``POST /admin/reload`` or an alias switch).
+
+The served path (``SPANSEEK_INDEX``) may be an index directory or an alias (core.alias: a symlink or a pointer file
+naming the index directory). A reload resolves the path again (or takes a new one from the request), loads the
+index in its own thread (checksums verified, the model that built it checked against the served model; the
+question encoder is shared), warms it up, and only then swaps it into the batcher: batches already taken finish
+on the old index, the next ones run on the new one, and the old index is released once its last batch is done. If
+anything fails before the swap, the old index keeps serving and the caller gets the reason (409).
+
+With ``index_poll_s`` set, a watcher notices when the alias points elsewhere or the index's manifest is rewritten
+(``spanseek index switch``, ``ln -sfn``, ``index add``) and reloads by itself.
+
+    curl -X POST -H "X-API-Key: $KEY" localhost:8000/admin/reload -d '{"index": "/data/indexes/v2"}'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import gc
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spanseek.core.alias import AliasError, Resolved, resolve_alias
+from spanseek.core.params import UNITS, SearchParams
+from spanseek.core.search import Searcher
+from spanseek.core.store import MANIFEST, Manifest
+from spanseek.service.batcher import encode_batch, search_batch
+from spanseek.service.errors import NotReady, ReloadFailed
+from spanseek.service.settings import Settings
+
+if TYPE_CHECKING:
+    from spanseek.service.app import ServiceState
+
+log = logging.getLogger("spanseek.service.reload")
+
+# (settings, index directory, searcher now served) -> a searcher over that directory for the same model
+Reopener = Callable[[Settings, Path, Searcher], Searcher]
+Signature = tuple[Any, ...]
+RELEASE_WAIT_S = 120.0  # longest a reload waits for the old index's last batch before reporting
+
+
+def default_reopener(settings: Settings, index_dir: Path, current: Searcher) -> Searcher:
+    """Open ``index_dir`` for the served model, sharing the served searcher's question encoder."""
+    from spanseek.core.loading import reopen_searcher
+
+    return reopen_searcher(index_dir, settings.model, current.encoder)
+
+
+def signature_of(path: Path) -> Signature:
+    """What the watcher compares: the alias's target and its manifest file's identity (a rewrite changes it)."""
+    try:
+        target = resolve_alias(path).target
+        st = (target / MANIFEST).stat()
+    except (AliasError, OSError) as e:
+        return ("unresolvable", str(e))
+    return (str(target), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def index_identity(resolved: Resolved, manifest: Manifest) -> dict[str, Any]:
+    """The /info fields naming the index in use (beside its ``dir``): the served path, its kind (alias or
+    directory), the manifest checksum and the load time."""
+    return {
+        "path": str(resolved.path), "alias": resolved.kind,
+        "manifest_checksum": manifest.to_dict()["checksum"],
+        "loaded_at": _now(),
+    }
+
+
+class IndexReloader:
+    """Reloads the service's index on request or when its alias changes; one reload at a time."""
+
+    def __init__(self, state: ServiceState, reopener: Reopener | None = None):
+        self.state = state
+        self.reopener = reopener or default_reopener
+        self.path = Path(state.settings.index)  # the served path (alias or directory); a reload may change it
+        self.signature: Signature | None = None  # of the path when the served index was loaded
+        self._failed: Signature | None = None  # the watcher does not retry a switch that already failed
+        self._lock = asyncio.Lock()
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-reload")
+        self.reloads = 0
+        self.failures = 0
+        self.last: dict[str, Any] | None = None  # the last attempt: when, outcome, error
+
+    def describe(self) -> dict[str, Any]:
+        """Counters and the last attempt, for /info."""
+        return {"reloads": self.reloads, "failed": self.failures, "last": self.last,
+                "poll_s": self.state.settings.index_poll_s or None}
+
+    async def reload(self, path: Path | None = None, reason: str = "request") -> dict[str, Any]:
+        """Load ``path`` (default: the served path, resolved again), warm it up, swap it in, release the old index.
+
+        Returns the new index's /info fields. Raises ReloadFailed (the old index keeps serving) or NotReady.
+        """
+        async with self._lock:
+            state = self.state
+            path = Path(path) if path is not None else self.path
+            if state.status == "failed":  # nothing serves: load from scratch (the model too)
+                return await self._load_again(path, reason)
+            if state.batcher is None or state.searcher is None:
+                raise NotReady("the model and index are still loading; reload once /ready says so")
+            t0 = time.perf_counter()
+            loop = asyncio.get_running_loop()
+            signature = await loop.run_in_executor(self.executor, signature_of, path)
+            try:
+                resolved = await loop.run_in_executor(self.executor, resolve_alias, path)
+                new = await loop.run_in_executor(self.executor, self.reopener, state.settings, resolved.target,
+                                                 state.searcher)
+                loaded = time.perf_counter() - t0
+                if state.settings.warmup:
+                    await self._warm_up(new)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a bad, damaged or foreign index: keep serving the old one
+                raise self._failure(signature, reason, f"{type(e).__name__}: {e}",
+                                    f"reload of {path} failed, still serving the previous index") from None
+            old = state.searcher
+            self.path, self.signature, self._failed = path, signature, None
+            state.swap_searcher(new, resolved)
+            self._success(reason, resolved.target, t0, loaded)
+            released = await self._release(old)
+            return {**state.info["index"], "released_previous": released}
+
+    async def _load_again(self, path: Path, reason: str) -> dict[str, Any]:
+        """After a failed start: load ``path`` as at startup; the service turns ready if it loads."""
+        t0 = time.perf_counter()
+        previous = self.path, self.signature
+        self.path = path
+        await self.state.load(self.state.factory)  # sets self.signature to the new path's
+        if self.state.status != "ready":
+            failed = self.signature
+            self.path, self.signature = previous  # the watcher keeps watching the served path
+            raise self._failure(failed, reason, str(self.state.detail), f"reload of {path} failed, still not serving")
+        self._failed = None
+        self._success(reason, Path(self.state.info["index"]["dir"]), t0, None)
+        return {**self.state.info["index"], "released_previous": True}
+
+    def _success(self, reason: str, target: Path, t0: float, loaded: float | None) -> None:
+        """Count and record a reload; ``loaded``: seconds spent opening and checking the index (the rest: warm-up)."""
+        self.reloads += 1
+        seconds = time.perf_counter() - t0
+        self.last = {"at": _now(), "reason": reason, "outcome": "ok", "seconds": round(seconds, 3),
+                     "load_seconds": round(loaded, 3) if loaded is not None else None}
+        self.state.metrics.reloads.labels(outcome="ok").inc()
+        log.info("reloaded %s -> %s in %.1f s (%s)", self.path, target, seconds, reason)
+
+    def _failure(self, signature: Signature | None, reason: str, detail: str, outcome: str) -> ReloadFailed:
+        """Count and record a failed reload; the error to raise (the watcher will not retry ``signature``)."""
+        self.failures += 1
+        self._failed = signature
+        self.last = {"at": _now(), "reason": reason, "outcome": "failed", "error": detail}
+        self.state.metrics.reloads.labels(outcome="failed").inc()
+        log.error("%s: %s", outcome, detail)
+        return ReloadFailed(f"{outcome}: {detail}")
+
+    async def _warm_up(self, searcher: Searcher) -> None:
+        """Every unit once on the new index before it serves: encoded in the encoder's thread (which the question
+        encoder never leaves), searched in this reloader's thread (the served index keeps its own)."""
+        from spanseek.service.app import WARMUP_QUESTIONS, index_nprobe  # app imports this module
+
+        loop = asyncio.get_running_loop()
+        nprobe = self.state.settings.default_nprobe or index_nprobe(searcher)
+        requests = [(WARMUP_QUESTIONS, SearchParams(u, self.state.settings.default_top_k, nprobe=nprobe))
+                    for u in UNITS]
+        encoded = await loop.run_in_executor(self.state.executor, encode_batch, searcher, requests)
+        await loop.run_in_executor(self.executor, search_batch, searcher, encoded)
+
+    async def _release(self, old: Searcher) -> bool:
+        """Wait until no batch runs on ``old`` any more, then collect it (faiss and memory maps are freed once
+        the last reference goes). False if its batches took longer than RELEASE_WAIT_S (it is freed later)."""
+        batcher = self.state.batcher
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        while batcher is not None and batcher.serves(old):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.01)
+        del old
+        await asyncio.get_running_loop().run_in_executor(self.executor, gc.collect)
+        return True
+
+    async def watch(self, interval: float) -> None:
+        """Reload whenever the served path's signature changes (polled every ``interval`` seconds)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            signature = await loop.run_in_executor(self.executor, signature_of, self.path)
+            if signature in (self.signature, self._failed) or self._lock.locked():
+                continue
+            try:
+                await self.reload(reason="alias changed")
+            except (ReloadFailed, NotReady):
+                pass  # logged and counted; the watcher tries again when the alias changes again
+
+    def close(self) -> None:
+        """Stop the reload thread."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -1,0 +1,260 @@
+"""Hot reload: POST /admin/reload and alias switches swap the index under load without losing a request; a reload
+that cannot serve (foreign model, damaged files, no index) keeps the old index serving and says why.
+
+    .venv/bin/python -m pytest -q tests/service/test_reload.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import threading
+import time
+import weakref
+
+import httpx
+import pytest
+
+from spanseek.cli import main
+from spanseek.core.alias import AliasError, resolve_alias, switch_alias
+from spanseek.core.store import VECTORS
+from spanseek.indexer.build import BuildOptions, build_index
+from spanseek.service.app import create_app
+from tests.conftest import make_corpus
+
+KEY = "admin-key"
+AUTH = {"X-API-Key": KEY}
+OPTS = BuildOptions(shard_passages=7, progress=False, precision="fp32")
+
+
+@pytest.fixture(scope="module")
+def index_b(tmp_path_factory, tiny_model_dir):
+    """An index of other documents (ids b0..b5, unlike the tiny index's d0..d5) built by the same model."""
+    root = tmp_path_factory.mktemp("index-b")
+    docs = [{**d, "id": "b" + d["id"][1:]} for d in make_corpus(seed=3)]
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    build_index(root / "corpus.jsonl", tiny_model_dir, root / "index", OPTS)
+    return root / "index"
+
+
+@pytest.fixture(scope="module")
+def foreign_index(tmp_path_factory, tiny_config, tiny_corpus):
+    """A valid index built by another model (same config, other weights)."""
+    import torch
+
+    from spanseek.core.model import PhraseModel
+
+    root = tmp_path_factory.mktemp("foreign")
+    torch.manual_seed(1)
+    model = PhraseModel(tiny_config).save(root / "model")
+    build_index(tiny_corpus, model, root / "index", OPTS)
+    return root / "index"
+
+
+def docs_of(response: httpx.Response) -> set[str]:
+    """The first letter of every hit's document id: {"d"} from the tiny index, {"b"} from index_b."""
+    assert response.status_code == 200, response.text
+    return {h["doc_id"][0] for r in response.json()["results"] for h in r["hits"]}
+
+
+def search(client, question: str = "Who built the castle?"):
+    return client.post("/search?unit=doc", json={"query": question, "top_k": 3}, headers=AUTH)
+
+
+def test_reload_under_load_loses_no_request(settings_for, live, tiny_index, index_b, tmp_path):
+    """Four clients search without pause while the index is swapped five times: every answer is a 200 from one
+    index or the other, and every request sent after a reload returned is answered by the new index."""
+    alias = switch_alias(tmp_path / "current", tiny_index).path
+    app = create_app(settings_for(index=alias, api_key=KEY, warmup=True, max_queue_wait_ms=0))
+    answers: list[tuple[float, float, int, frozenset[str]]] = []  # (sent, received, status, doc id letters)
+    stop = threading.Event()
+
+    def client_loop(n: int) -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            while not stop.is_set():
+                sent = time.monotonic()
+                r = search(c, f"Who built the castle number {n}?")
+                got = frozenset(docs_of(r)) if r.status_code == 200 else frozenset()
+                answers.append((sent, time.monotonic(), r.status_code, got))
+
+    swaps: list[tuple[float, float, str]] = []  # (sent, returned, letter now served)
+    with live(app) as url:
+        threads = [threading.Thread(target=client_loop, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(0.3)
+            with httpx.Client(base_url=url, timeout=120, headers=AUTH) as admin:
+                # a path in the body is served from then on; no body: the served path (the alias) resolved again
+                for target, letter in [(index_b, "b"), (alias, "d"), (index_b, "b"), (alias, "d"), (None, "d")]:
+                    body = {"json": {"index": str(target)}} if target is not None else {}
+                    sent, r = time.monotonic(), admin.post("/admin/reload", **body)
+                    assert r.status_code == 200, r.text
+                    assert r.json()["index"]["dir"] == str((index_b if letter == "b" else tiny_index).resolve())
+                    assert r.json()["index"]["released_previous"] is True
+                    swaps.append((sent, time.monotonic(), letter))
+                    time.sleep(0.3)
+                info = admin.get("/info").json()
+                metrics = admin.get("/metrics").text
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+    assert len(answers) > 40 and {status for _, _, status, _ in answers} == {200}
+    assert all(len(letters) == 1 for *_, letters in answers)  # each answer comes from one index
+    for (_, returned, letter), nxt in zip(swaps, [*swaps[1:], None], strict=True):
+        after = [a for a in answers if a[0] > returned and (nxt is None or a[1] < nxt[0])]
+        assert after and all(a[3] == {letter} for a in after)
+    during = [a for a in answers if any(a[0] < returned and a[1] > sent for sent, returned, _ in swaps)]
+    assert during  # requests were in flight during the swaps
+    assert info["service"]["reload"]["reloads"] == 5 and info["service"]["reload"]["last"]["outcome"] == "ok"
+    assert info["index"]["path"] == str(alias) and info["index"]["alias"] == "symlink"
+    assert info["index"]["manifest_checksum"] and info["index"]["loaded_at"]
+    assert 'spanseek_index_reloads_total{outcome="ok"} 5.0' in metrics
+
+
+async def test_a_failing_reload_keeps_the_old_index(settings_for, async_serve, foreign_index, index_b, tmp_path):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(index_b, damaged)
+    with open(damaged / VECTORS, "r+b") as f:  # same size, other bytes: only the checksum can tell
+        f.seek(-2, 2)
+        last = f.read(2)
+        f.seek(-2, 2)
+        f.write(bytes(b ^ 0xFF for b in last))
+    bad_pointer = tmp_path / "pointer"
+    bad_pointer.write_text("no-such-dir\n")
+    app = create_app(settings_for(api_key=KEY))
+    async with async_serve(app) as client:
+        before = (await client.get("/info", headers=AUTH)).json()["index"]
+        cases = [(foreign_index, "index was built with a different model"), (damaged, "vectors.npy: checksum mismatch"),
+                 (tmp_path / "nowhere", "no such index directory"), (bad_pointer, "names"),
+                 (tmp_path, "no manifest.json")]
+        for path, reason in cases:
+            r = await client.post("/admin/reload", json={"index": str(path)}, headers=AUTH)
+            assert r.status_code == 409 and r.json()["error"] == "reload_failed", r.text
+            assert reason in r.json()["message"] and "still serving the previous index" in r.json()["message"]
+            assert docs_of(await search(client)) == {"d"}
+        r = await client.post("/admin/reload", json={"index": str(index_b), "extra": 1}, headers=AUTH)
+        assert r.status_code == 422
+        info = (await client.get("/info", headers=AUTH)).json()
+        assert (await client.get("/ready")).status_code == 200
+        metrics = (await client.get("/metrics")).text
+    assert info["index"] == before
+    reload = info["service"]["reload"]
+    assert (reload["reloads"], reload["failed"], reload["last"]["outcome"]) == (0, len(cases), "failed")
+    assert f'spanseek_index_reloads_total{{outcome="failed"}} {len(cases)}.0' in metrics
+    assert 'spanseek_errors_total{type="reload_failed"} 5.0' in metrics
+
+
+async def test_alias_switches_are_picked_up(settings_for, async_serve, until, tiny_index, index_b, foreign_index,
+                                            tmp_path):
+    """A pointer-file alias, switched with `spanseek index switch`: the watcher swaps to the new index, and skips
+    (once, with the reason in /info) a switch to an index of another model."""
+    pointer = tmp_path / "current"
+    switch_alias(pointer, tiny_index, pointer=True)
+    app = create_app(settings_for(index=pointer, index_poll_s=0.02))
+    state = app.state.service
+    async with async_serve(app) as client:
+        assert docs_of(await search(client)) == {"d"}
+        assert main(["index", "switch", str(pointer), str(index_b)]) == 0
+        await until(lambda: state.info["index"]["dir"] == str(index_b.resolve()))
+        assert docs_of(await search(client)) == {"b"}
+        assert main(["index", "switch", str(pointer), str(foreign_index)]) == 0
+        await until(lambda: state.reloader.failures == 1)
+        await asyncio.sleep(0.2)  # ten more polls: the failed switch is not retried
+        info = (await client.get("/info")).json()
+        assert docs_of(await search(client)) == {"b"}
+    assert info["index"]["dir"].endswith("index") and info["index"]["alias"] == "pointer"
+    reload = info["service"]["reload"]
+    assert (reload["reloads"], reload["failed"]) == (1, 1) and "different model" in reload["last"]["error"]
+    assert str(tmp_path) not in json.dumps(info)  # no key configured: no server paths shown
+
+
+async def test_a_service_whose_index_failed_to_load_recovers(settings_for, until, tiny_index, foreign_index,
+                                                             tmp_path):
+    """Started on an alias naming an index of another model: not ready; a reload to a missing index still fails;
+    pointing the alias at a good index makes it ready without a restart."""
+    alias = switch_alias(tmp_path / "current", foreign_index).path
+    app = create_app(settings_for(index=alias, index_poll_s=0.02, api_key=KEY))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            await until(lambda: app.state.service.status == "failed")
+            assert "different model" in (await client.get("/ready")).json()["message"]
+            r = await client.post("/admin/reload", json={"index": str(tmp_path / "nowhere")}, headers=AUTH)
+            assert r.status_code == 409 and "still not serving" in r.json()["message"]
+            assert (await client.get("/ready")).status_code == 503
+            switch_alias(alias, tiny_index)  # the watcher still follows the alias, not the failed body's path
+            await until(lambda: app.state.service.status == "ready")
+            assert docs_of(await search(client)) == {"d"}
+            reload = (await client.get("/info", headers=AUTH)).json()["service"]["reload"]
+    assert (reload["reloads"], reload["failed"]) == (1, 1) and reload["last"]["reason"] == "alias changed"
+
+
+async def test_reload_needs_the_api_key(settings_for, async_serve, index_b):
+    async with async_serve(create_app(settings_for(api_key=KEY))) as client:
+        assert (await client.post("/admin/reload")).status_code == 401
+        assert (await client.post("/admin/reload", headers={"X-API-Key": "wrong"})).status_code == 401
+        r = await client.post("/admin/reload", json={"index": str(index_b)}, headers={"Authorization": f"Bearer {KEY}"})
+        assert r.status_code == 200 and r.json()["reload"]["reloads"] == 1
+        assert docs_of(await search(client)) == {"b"}
+    async with async_serve(create_app(settings_for())) as client:  # no key configured: no paths from callers
+        r = await client.post("/admin/reload", json={"index": str(index_b)})
+        assert r.status_code == 403 and "SPANSEEK_API_KEY" in r.json()["message"]
+        assert (await client.post("/admin/reload")).status_code == 200  # the served path again: allowed
+
+
+async def test_a_batch_taken_before_the_swap_finishes_on_the_old_index(settings_for, async_serve, counting_factory,
+                                                                       hold_worker, until, index_b, tiny_index,
+                                                                       tmp_path):
+    """A batch held in the encoder while the index is swapped is searched on the index it started with; the next
+    one on the new index; the old searcher is freed once that batch is done."""
+    factory, encoder = counting_factory()
+    alias = switch_alias(tmp_path / "current", tiny_index).path
+    app = create_app(settings_for(index=alias, max_wait_ms=1), factory)
+    state = app.state.service
+    async with async_serve(app) as client:
+        assert (await client.post("/admin/reload")).status_code == 200  # a searcher that only the app holds
+        old = weakref.ref(state.searcher)
+        busy = await hold_worker(client, encoder)
+        switch_alias(alias, index_b)
+        reload = asyncio.create_task(client.post("/admin/reload"))
+        await until(lambda: state.info["index"]["dir"] == str(index_b.resolve()))
+        assert not reload.done()  # it waits for the held batch before releasing the old index
+        encoder.gate.set()
+        assert docs_of(await busy) == {"d"}
+        assert (await reload).json()["index"]["released_previous"] is True
+        assert docs_of(await search(client)) == {"b"}
+        assert old() is None
+
+
+def test_switch_alias_kinds_and_errors(tmp_path, tiny_index, index_b):
+    link = switch_alias(tmp_path / "link", tiny_index)
+    assert (link.kind, link.target) == ("symlink", tiny_index.resolve())
+    assert switch_alias(tmp_path / "link", index_b).target == index_b.resolve() and (tmp_path / "link").is_symlink()
+    local = tmp_path / "v1"
+    shutil.copytree(tiny_index, local)
+    pointer = switch_alias(tmp_path / "ptr", local, pointer=True)
+    assert (tmp_path / "ptr").read_text() == "v1\n" and pointer.kind == "pointer"  # relative: survives a move
+    assert switch_alias(tmp_path / "ptr", index_b).kind == "pointer"  # stays a pointer file
+    assert resolve_alias(local).kind == "directory"
+    with pytest.raises(AliasError, match="an index directory, not an alias"):
+        switch_alias(local, index_b)
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    with pytest.raises(AliasError, match="dangling symlink"):
+        resolve_alias(tmp_path / "dangling")
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(AliasError, match="empty pointer file"):
+        resolve_alias(tmp_path / "empty")
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_index_switch_refuses_a_damaged_index(tmp_path, tiny_index, index_b, capsys):
+    alias = tmp_path / "current"
+    assert main(["index", "switch", str(alias), str(tiny_index)]) == 0
+    assert json.loads(capsys.readouterr().out)["target"] == str(tiny_index.resolve())
+    damaged = tmp_path / "damaged"
+    shutil.copytree(index_b, damaged)
+    (damaged / "docs.jsonl").write_text((damaged / "docs.jsonl").read_text().replace("b0", "x0"))
+    assert main(["index", "switch", str(alias), str(damaged)]) == 2
+    assert "docs.jsonl" in capsys.readouterr().err and resolve_alias(alias).target == tiny_index.resolve()
