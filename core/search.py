@@ -30,7 +30,6 @@ the allowed tokens and the other passages' BM25 scores are zeroed, so ``top_k`` 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -180,7 +179,7 @@ class Searcher:
         self._vector_reader(self.vector_source)  # a bad source fails here, not at the first search
         self._unit_of_passage = {u: f(index) for u, f in UNIT_OF_PASSAGE.items() if f is not None}
         self._unit_count = {u: len(np.unique(m)) for u, m in self._unit_of_passage.items()}
-        self.selection = functools.lru_cache(maxsize=SELECTIONS_KEPT)(self._select)
+        self._selections: dict[SearchFilter | None, Selection] = {}  # recent filters' selections, oldest first
         self.lexical = index.lexical
         if self.lexical is None:
             log.warning("%s", missing_message(index.dir))
@@ -188,6 +187,17 @@ class Searcher:
         self.default_mode: Mode = fusion["default_mode"] if self.lexical is not None else "dense"
         self.default_fusion = fusion["fusion"]
         self.lexical_weights: dict[str, float] = dict(fusion["weights"])
+
+    def selection(self, flt: SearchFilter | None) -> Selection:
+        """``_select`` of ``flt``, kept for the ``SELECTIONS_KEPT`` most recent filters. A plain dict, not an
+        lru_cache of a bound method, so a Searcher is freed as soon as it is unused (no reference cycle)."""
+        sel = self._selections.pop(flt, None)
+        if sel is None:
+            sel = self._select(flt)
+        self._selections[flt] = sel  # most recent last
+        while len(self._selections) > SELECTIONS_KEPT:
+            del self._selections[next(iter(self._selections))]
+        return sel
 
     def _select(self, flt: SearchFilter | None) -> Selection:
         """The passages a search with filter ``flt`` may return (live ones that pass it); see ``core.selection``."""

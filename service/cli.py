@@ -35,6 +35,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--max-queue", "max_queue", int, "queued questions before 429 (hard cap)"),
     ("--default-top-k", "default_top_k", int, "hits per query by default"),
     ("--max-top-k", "max_top_k", int, "largest top_k accepted"),
+    ("--max-offset-top-k", "max_offset_top_k", int, "largest offset + top_k accepted (pagination bound)"),
     ("--max-queries-per-request", "max_queries_per_request", int, "most queries per request"),
     ("--max-query-chars", "max_query_chars", int, "query characters kept before tokenisation"),
     ("--max-body-bytes", "max_body_bytes", int, "largest request body"),

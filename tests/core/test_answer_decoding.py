@@ -148,9 +148,11 @@ def test_merged_phrase_search_groups_the_unmerged_candidates(tiny_searcher):
     """Oracle: merging = grouping the best max(64, 4 top_k) unmerged phrases by normalised text, by brute force."""
     idx = tiny_searcher.index
     qs, qe = random_questions(np.random.default_rng(7), 6, idx.vectors.shape[1])
-    merged = tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=5, merge_answers=True, mode="dense"))
+    merged = tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=5, merge_answers=True, mode="dense",
+                                                               allow_overlap=True))
     grouped_any = False
-    for b, cands in enumerate(tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=64, mode="dense"))):
+    raw = SearchParams(unit="phrase", top_k=64, mode="dense", allow_overlap=True)
+    for b, cands in enumerate(tiny_searcher.search_vectors(qs, qe, raw)):
         groups: dict[str, list] = {}
         for h in cands:
             groups.setdefault(normalize_answer(h.text), []).append(h)

@@ -68,7 +68,8 @@ def test_cli_search_prints_json_lines(tiny_index, tiny_model_dir, capsys):
             rec = json.loads(line)
             assert rec["query"] == q and rec["unit"] == unit and len(rec["hits"]) == 3
             for h in rec["hits"]:
-                assert set(h) == {"text", "score", "start", "end", "passage_id", "paragraph", "passage", "doc_id", "title", "meta", "dense", "lexical"}
+                assert set(h) == {"text", "score", "start", "end", "passage_id", "paragraph", "passage", "doc_id",
+                                  "title", "meta", "dense", "lexical", "confidence"}
                 assert h["passage"][h["start"] : h["end"]] == h["text"]
             if unit != "phrase":
                 key = "passage_id" if unit == "passage" else "doc_id"

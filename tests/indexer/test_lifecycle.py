@@ -37,8 +37,8 @@ MODES = ("dense", "lexical", "hybrid")
 QUESTIONS = ["Who built the castle in 1500?", "When did Cato build the bridge?", "Which river and mountain?"]
 
 
-def _opts(factory: str = "Flat") -> BuildOptions:
-    return BuildOptions(factory=factory, shard_passages=30, progress=False, precision="fp32", gpu=False)
+def _opts(factory: str = "Flat", **kw) -> BuildOptions:
+    return BuildOptions(factory=factory, shard_passages=30, progress=False, precision="fp32", gpu=False, **kw)
 
 
 def _write(path, docs):
@@ -186,7 +186,7 @@ def test_compact_equals_a_fresh_build_of_the_live_documents(lifecycle, tiny_mode
 def test_compact_keeps_a_trained_ivf_index(tmp_path, tiny_model_dir):
     base = base_docs()
     out = tmp_path / "ivf"
-    build_index(_write(tmp_path / "base.jsonl", base), tiny_model_dir, out, _opts("IVF4,SQ8"))
+    build_index(_write(tmp_path / "base.jsonl", base), tiny_model_dir, out, _opts("IVF4,SQ8", keep_codes=True))
     delete_documents(out, ["d0", "d5", "d6"])
     masked = Searcher(PhraseIndex(out))
     before = [_search(masked, SearchParams(unit=u, top_k=5, mode="dense", nprobe=4)) for u in UNITS]
