@@ -33,6 +33,7 @@ from spanseek.core.params import SearchParams
 from spanseek.core.rerank import RERANK_DEPTH, RERANK_FEATURES, rerank_features, rerank_scores
 
 BATCH = 64
+UNITS = ("phrase", "passage", "doc")
 CONFIGS = {  # name -> the SearchParams fields that make it
     "bm25": {"mode": "lexical"},
     "dense": {"mode": "dense"},
@@ -49,7 +50,7 @@ def search_all(searcher, texts: list[str], q_start: np.ndarray, q_end: np.ndarra
                                              texts[a : a + BATCH])]
 
 
-def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParams, units=("phrase", "passage", "doc"),
+def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParams, units=UNITS,
                  weights: dict[str, float] | None = None) -> dict:
     """Phrase EM@1/F1@1, passage acc@1/5/20 + MRR@20 and doc acc@1 of one configuration (``weights``: per-unit
     lexical weights instead of the index's, for the hybrid modes)."""
@@ -122,24 +123,26 @@ def run(args: argparse.Namespace) -> dict:
     for name in [] if args.speed_only else args.configs:
         fields = CONFIGS[name]
         t0 = time.perf_counter()
-        results[name] = unit_metrics(searcher, qs, q_start, q_end, SearchParams(**fields), weights=args.weights)
+        results[name] = unit_metrics(searcher, qs, q_start, q_end, SearchParams(**fields), tuple(args.units),
+                                     weights=args.weights)
         results[name]["seconds"] = round(time.perf_counter() - t0, 1)
         print(name, json.dumps(results[name]), flush=True)
     report = {
         "questions": args.questions, "n_questions": len(qs), "index": str(args.index), "model": args.model,
         "passages": len(searcher.index.passages), "tokens": searcher.index.num_tokens,
-        "fusion_defaults": searcher.index.fusion_defaults, "weights_override": args.weights, "results": results,
+        "fusion_defaults": searcher.index.fusion_defaults, "weights_override": args.weights, "units": args.units,
+        "results": results,
         "cpu": cpu_name(),
     }
     if args.speed_questions:
         report["throughput_batch64"] = phrase_qps(searcher, [q.question for q in qs], q_start, q_end,
                                                   args.speed_questions)
-    if results:
+    if results and set(args.units) == set(UNITS):  # the table needs every unit
         print(f"{'mode':<14}{'p@1':>7}{'p@5':>7}{'p@20':>7}{'mrr':>7}{'EM@1':>7}{'F1@1':>7}{'doc@1':>7}")
-    for name, r in results.items():
-        p = r["passage"]
-        print(f"{name:<14}{p['acc@1']:>7}{p['acc@5']:>7}{p['acc@20']:>7}{p['mrr@20']:>7}"
-              f"{r['phrase']['em@1']:>7}{r['phrase']['f1@1']:>7}{r['doc']['acc@1']:>7}")
+        for name, r in results.items():
+            p = r["passage"]
+            print(f"{name:<14}{p['acc@1']:>7}{p['acc@5']:>7}{p['acc@20']:>7}{p['mrr@20']:>7}"
+                  f"{r['phrase']['em@1']:>7}{r['phrase']['f1@1']:>7}{r['doc']['acc@1']:>7}")
     print(json.dumps(report.get("throughput_batch64")))
     if args.out:
         write_json_atomic(args.out, report)
@@ -227,6 +230,7 @@ def main() -> None:
     ap.add_argument("--speed-questions", type=int, default=1024, help="questions timed per mode (run; 0: no timing)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), help="modes to measure (run)")
     ap.add_argument("--speed-only", action="store_true", help="run: only the q/s comparison")
+    ap.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS, help="units to measure (run)")
     ap.add_argument("--weights", type=parse_weights, default=None,
                     help="run, fit --rerank-only: per-unit lexical weights instead of the index's, e.g. "
                          "phrase=2,passage=0.5,doc=0.5")
