@@ -88,6 +88,7 @@ async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concu
     """``concurrency`` clients sending one question each time; a 429 makes the client wait its Retry-After."""
     latencies: list[float] = []
     in_server: list[float] = []  # the service's own timings_ms.total: the rest is HTTP and the load generator
+    queued: list[float] = []  # timings_ms.queue: from admission to the start of its batch
     status: dict[str, int] = {}
     refused_without_retry_after = 0
     peak_rss = rss_mb(pid)
@@ -105,7 +106,9 @@ async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concu
             status[str(code)] = status.get(str(code), 0) + 1
             if code == 200:
                 latencies.append(took)
-                in_server.append(json.loads(body)["timings_ms"]["total"] / 1e3)
+                timings = json.loads(body)["timings_ms"]
+                in_server.append(timings["total"] / 1e3)
+                queued.append(timings["queue"] / 1e3)
             elif code == 429:
                 retry = headers.get("Retry-After")
                 if retry is None:
@@ -124,7 +127,8 @@ async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concu
     elapsed = time.perf_counter() - t0
     return {"concurrency": concurrency, "seconds": elapsed, "qps": len(latencies) / elapsed, **percentiles(latencies),
             "max_ms": max(latencies, default=float("nan")) * 1e3,
-            "in_server": {k: v for k, v in percentiles(in_server).items() if k != "p95_ms"}, "status": status,
+            "in_server": {k: v for k, v in percentiles(in_server).items() if k != "p95_ms"},
+            "in_queue": {k: v for k, v in percentiles(queued).items() if k != "p95_ms"}, "status": status,
             "refused_without_retry_after": refused_without_retry_after, "peak_rss_mb": peak_rss}
 
 
@@ -272,10 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     po, sat, ov, rss = result["poison"], result["saturation"], result["overload"], result["rss_mb"]
     print(f"poison: {po['rounds']} rounds, normal {po['normal_status']} ({po['normal_non_200']} non-200), "
           f"poisoned {po['poisoned_status']}")
-    print(f"{'clients':>8} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'server p99':>10}  status")
+    print(f"{'clients':>8} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'server p99':>10} {'queue p99':>9}  status")
     for lv in [*result["levels"], ov]:
         print(f"{lv['concurrency']:>8} {lv['qps']:>8.1f} {lv['p50_ms']:>8.1f} {lv['p99_ms']:>8.1f} "
-              f"{lv['max_ms']:>8.1f} {lv['in_server']['p99_ms']:>10.1f}  {lv['status']}")
+              f"{lv['max_ms']:>8.1f} {lv['in_server']['p99_ms']:>10.1f} {lv['in_queue']['p99_ms']:>9.1f}  {lv['status']}")
     print(f"saturation at {sat['concurrency']} clients ({sat['qps']:.1f} q/s); {ov['concurrency']} clients: "
           f"{ov['qps'] / sat['qps']:.2f} x its q/s, p99 {ov['p99_ms']:.0f} ms, 429s without Retry-After: "
           f"{ov['refused_without_retry_after']}")

@@ -301,6 +301,17 @@ class MicroBatcher:
         self._pending.clear()
         self._set_depth(0)
 
+    def check_would_admit(self) -> None:
+        """Raise Overloaded if even a one-question request would be refused now; cheap (no request needed).
+
+        The HTTP layer calls it before reading and validating a /search body, so a refusal under overload costs
+        microseconds; ``submit`` still makes the exact check with the request's own question count.
+        """
+        if self._closed or self._task is None:
+            return  # submit says NotReady
+        check_admission(self.cost, self._depth, 1, self.max_batch_size, self.max_queue, self.max_queue_wait,
+                        self._inflight_remaining(), self._burst_deadline(1))
+
     async def submit(self, questions: list[str], params: SearchParams) -> BatchOutcome:
         """Queue one request's questions and wait for their hits.
 
@@ -324,12 +335,18 @@ class MicroBatcher:
             self.metrics.queue_depth.set(depth)
 
     def _inflight_remaining(self) -> float:
-        """Expected seconds until the batches in flight have finished, at the measured rate (0 when idle)."""
+        """Seconds until the batches in flight have finished, at the measured rate plus twice the measured spread
+        of batch times (0 when idle).
+
+        Without the margin, a batch that runs longer than its mean would count as finished: while it overran,
+        every request would be admitted and wait for the overrun too, beyond the budget.
+        """
         if not self._inflight:
             return 0.0
         questions = sum(len(p.questions) for p in self._inflight)
         held = time.monotonic() - max(self._last_done, self._busy_since)
-        return max(0.0, self.cost.seconds_for(questions, self.max_batch_size) - held)
+        expected = self.cost.seconds_for(questions, self.max_batch_size) + 2.0 * self.cost.spread()
+        return max(0.0, expected - held)
 
     def _burst_deadline(self, incoming: int) -> float | None:
         """Seconds from now by which the next batch must finish for ``incoming`` questions to join a burst.
@@ -343,7 +360,8 @@ class MicroBatcher:
             return None
         now = time.monotonic()
         first = next((p.enqueued for p in self._pending if not p.future.done()), now)
-        full = self.cost.seconds_for(self.max_batch_size, self.max_batch_size)
+        # one full batch, with the same overrun margin as the batches in flight (_inflight_remaining)
+        full = self.cost.seconds_for(self.max_batch_size, self.max_batch_size) + 2.0 * self.cost.spread()
         return first + self.max_queue_wait + full - now
 
     def _start(self, batch: list[_Pending], started: float) -> Searcher:

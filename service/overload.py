@@ -28,6 +28,7 @@ class BatchCostModel:
     def __init__(self, decay: float = 0.95):
         self.decay = decay
         self._w = self._x = self._y = self._xx = self._xy = 0.0
+        self._rw = self._rr = 0.0  # decayed weight and sum of squared residuals of batches against the line
 
     @property
     def known(self) -> bool:
@@ -37,6 +38,10 @@ class BatchCostModel:
     def observe(self, size: int, seconds: float) -> None:
         """Record one batch of ``size`` questions that took ``seconds``."""
         d = self.decay
+        if self.known:  # how far this batch was from what the line predicted for it (before learning from it)
+            residual = seconds - self.seconds_for(size, max(size, 1))
+            self._rw = d * self._rw + 1.0
+            self._rr = d * self._rr + residual * residual
         self._w = d * self._w + 1.0
         self._x = d * self._x + size
         self._y = d * self._y + seconds
@@ -55,6 +60,10 @@ class BatchCostModel:
             if slope > 0 and fixed >= 0:
                 return fixed, slope
         return 0.0, my / max(mx, 1.0)  # one batch size seen (or a noisy fit): proportional to size
+
+    def spread(self) -> float:
+        """Typical deviation (seconds, RMS) of recent batches from the line: how much a batch may overrun it."""
+        return math.sqrt(self._rr / self._rw) if self._rw > 0 else 0.0
 
     def seconds_for(self, questions: int, max_batch_size: int) -> float:
         """Expected seconds to run ``questions`` queued questions in batches of at most ``max_batch_size``."""

@@ -121,3 +121,59 @@ async def test_a_burst_of_one_batch_at_an_idle_server_is_served_whole(hold_worke
         encoder.gate.set()
         served = await asyncio.wait_for(asyncio.gather(busy, *tasks[:-1]), 30)
     assert [r.status_code for r in served] == [200] * 8
+
+
+def test_cost_model_measures_how_far_batches_stray_from_the_line():
+    cost = BatchCostModel()
+    assert cost.spread() == 0.0
+    for _ in range(30):
+        cost.observe(32, 1.0)
+    assert cost.spread() == pytest.approx(0.0, abs=1e-9)  # every batch as predicted
+    for seconds in [0.5, 1.5] * 30:  # 1 s on average, give or take 0.5 s
+        cost.observe(32, seconds)
+    assert cost.seconds_for(32, 32) == pytest.approx(1.0, abs=0.05) and cost.spread() == pytest.approx(0.5, rel=0.1)
+
+
+async def test_a_batch_running_past_its_mean_time_still_counts_as_in_flight(hold_worker, settings_for,
+                                                                           counting_factory, async_serve):
+    """The batches in flight count for their mean time plus twice the measured spread. Before, a batch that ran
+    past its mean counted as finished, so every request arriving during the overrun was admitted and waited for it:
+    here the batch in flight is expected to take 1 s, give or take 0.5 s, and a request behind it would have been
+    admitted under the 1.5 s budget although the batch may still need 2 s."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=1500), factory)
+    encoder.gate.set()
+    async with async_serve(app) as ac:
+        batcher = app.state.service.batcher
+        for seconds in [0.5, 1.5] * 30:
+            batcher.observe_batch(1, seconds)
+        busy = await hold_worker(ac, encoder)
+        r = await ac.post("/search", json={"queries": ["behind it", "too"]})  # two questions: not part of a burst
+        assert r.status_code == 429 and r.json()["error"] == "overloaded"
+        assert int(r.headers["Retry-After"]) >= 2  # the ~2 s the batch in flight may still need, rounded up
+        encoder.gate.set()
+        assert (await asyncio.wait_for(busy, 30)).status_code == 200
+        assert (await ac.post("/search", json={"query": "now idle"})).status_code == 200
+
+
+async def test_a_refusal_under_overload_does_not_read_or_validate_the_body(hold_worker, settings_for,
+                                                                           counting_factory, async_serve):
+    """Under overload POST /search is refused before its body is parsed or validated (a rejection costs no JSON
+    parsing and no schema validation): a body that is not even JSON gets 429, with the request id and Retry-After,
+    and is counted. Before, every refused request was parsed and validated first, so this one got 422."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=100), factory)
+    encoder.gate.set()
+    bad = {"content": b"{not json", "headers": {"Content-Type": "application/json", "X-Request-ID": "shed-1"}}
+    async with async_serve(app) as ac:
+        app.state.service.batcher.observe_batch(1, 1.0)  # 1 s a batch: far over the 100 ms budget
+        busy = await hold_worker(ac, encoder)
+        r = await ac.post("/search", **bad)
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1" and r.headers["X-Request-ID"] == "shed-1"
+        assert r.json()["error"] == "overloaded" and r.json()["request_id"] == "shed-1"
+        assert (await ac.get("/health")).status_code == 200  # only /search is shed
+        assert 'spanseek_errors_total{type="overloaded"} 1.0' in (await ac.get("/metrics")).text
+        encoder.gate.set()
+        assert (await asyncio.wait_for(busy, 30)).status_code == 200
+        r = await ac.post("/search", **bad)  # not overloaded: parsed and validated as before
+        assert r.status_code == 422 and r.json()["error"] == "validation_error"
