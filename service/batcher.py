@@ -20,7 +20,8 @@ Admission (service/overload.py): a request fails at once with ``Overloaded`` (HT
 batch it would join would start later than ``max_queue_wait_ms`` from now (the batches in flight plus the full
 batches queued ahead of it, at the batch rate measured on recent batches), or when it would overflow
 ``max_queue``; latency stays bounded under overload instead of growing with the backlog. A burst at an idle server
-is taken whole while its second batch finishes within the budget plus one full batch of the burst's start.
+of up to ``burst_questions`` (one request's most questions) is taken whole while it all runs within the budget plus
+its own expected time.
 
 Isolation: requests are validated before they are queued (service/schemas.py); if a batch step still raises, its
 requests are retried in halves (bisection, in the same worker thread) until the failing ones are alone, so one bad
@@ -233,6 +234,7 @@ class MicroBatcher:
         search_executor: Executor | None = None,
         overlap: Literal["always", "full"] = "always",
         max_queue_wait_ms: float = 0.0,
+        burst_questions: int = 0,
     ):
         self.searcher = searcher
         self.executor = executor
@@ -252,6 +254,7 @@ class MicroBatcher:
         self._task: asyncio.Task | None = None
         self._closed = False
         self.max_queue_wait = max_queue_wait_ms / 1000.0
+        self.burst_questions = max(burst_questions, max_batch_size)  # taken whole at an idle server (see below)
         self.cost = BatchCostModel()  # measured seconds per batch size, for admission and Retry-After
         self._last_done = 0.0  # when the last batch finished (monotonic)
         self._busy_since = 0.0  # when the batches in flight started to run (the pipeline was idle before)
@@ -349,20 +352,22 @@ class MicroBatcher:
         return max(0.0, expected - held)
 
     def _burst_deadline(self, incoming: int) -> float | None:
-        """Seconds from now by which the next batch must finish for ``incoming`` questions to join a burst.
+        """Seconds from now by which the queue (with ``incoming`` questions) must be run for them to join a burst.
 
-        Only while the batch in flight is the first since the pipeline was idle and the queue (with these) fits in
-        the next batch: then the burst's second batch may run beyond the wait budget, as long as it finishes within
-        the budget plus one full batch of its first request's arrival (so no request of it waits longer than the
-        budget rule allows). None otherwise.
+        Only while at most the first batch since the pipeline was idle has started, and the burst (in flight,
+        queued and incoming questions) holds at most ``burst_questions``: the work of one request of the most
+        questions accepted, which an idle server would take as one request anyway. The burst is admitted beyond
+        the wait budget as long as it is all run within the budget plus its own expected time (with the overrun
+        margin of _inflight_remaining) from when it started. None otherwise.
         """
-        if self._batches_since_idle != 1 or self._depth + incoming > self.max_batch_size:
+        inflight = sum(len(p.questions) for p in self._inflight)
+        if self._batches_since_idle > 1 or inflight + self._depth + incoming > self.burst_questions:
             return None
         now = time.monotonic()
-        first = next((p.enqueued for p in self._pending if not p.future.done()), now)
-        # one full batch, with the same overrun margin as the batches in flight (_inflight_remaining)
-        full = self.cost.seconds_for(self.max_batch_size, self.max_batch_size) + 2.0 * self.cost.spread()
-        return first + self.max_queue_wait + full - now
+        first = self._busy_since if self._inflight else next(
+            (p.enqueued for p in self._pending if not p.future.done()), now)
+        whole = self.cost.seconds_for(self.burst_questions, self.max_batch_size) + 2.0 * self.cost.spread()
+        return first + self.max_queue_wait + whole - now
 
     def _start(self, batch: list[_Pending], started: float) -> Searcher:
         """Mark ``batch`` as in flight (it stays marked if we are cancelled: stop() then fails these requests) on

@@ -72,7 +72,8 @@ async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(hold_wor
 
     Before, the default max_queue (256 questions) was the only bound: all 40 requests would have queued."""
     factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=4, max_wait_ms=1, max_queue_wait_ms=100), factory)
+    app = create_app(settings_for(max_batch_size=4, max_wait_ms=1, max_queue_wait_ms=100, max_queries_per_request=4),
+                     factory)  # a burst allowance of one batch: the wait budget decides
     encoder.gate.set()
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
@@ -105,7 +106,8 @@ async def test_a_burst_of_one_batch_at_an_idle_server_is_served_whole(hold_worke
     work. The request after that would finish later than the budget plus one full batch and is refused (429).
     Before, every request after the first was refused (the 1 ms budget counted every queued question)."""
     factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=8, max_wait_ms=1, max_queue_wait_ms=1), factory)
+    app = create_app(settings_for(max_batch_size=8, max_wait_ms=1, max_queue_wait_ms=1, max_queries_per_request=8),
+                     factory)
     encoder.gate.set()
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
@@ -141,14 +143,15 @@ async def test_a_batch_running_past_its_mean_time_still_counts_as_in_flight(hold
     here the batch in flight is expected to take 1 s, give or take 0.5 s, and a request behind it would have been
     admitted under the 1.5 s budget although the batch may still need 2 s."""
     factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=1500), factory)
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=1500, max_queries_per_request=2),
+                     factory)  # bursts of at most 2 questions: the request below is not part of one
     encoder.gate.set()
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
         for seconds in [0.5, 1.5] * 30:
             batcher.observe_batch(1, seconds)
         busy = await hold_worker(ac, encoder)
-        r = await ac.post("/search", json={"queries": ["behind it", "too"]})  # two questions: not part of a burst
+        r = await ac.post("/search", json={"queries": ["behind it", "too"]})
         assert r.status_code == 429 and r.json()["error"] == "overloaded"
         assert int(r.headers["Retry-After"]) >= 2  # the ~2 s the batch in flight may still need, rounded up
         encoder.gate.set()
@@ -162,7 +165,8 @@ async def test_a_refusal_under_overload_does_not_read_or_validate_the_body(hold_
     parsing and no schema validation): a body that is not even JSON gets 429, with the request id and Retry-After,
     and is counted. Before, every refused request was parsed and validated first, so this one got 422."""
     factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=100), factory)
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=100, max_queries_per_request=1),
+                     factory)
     encoder.gate.set()
     bad = {"content": b"{not json", "headers": {"Content-Type": "application/json", "X-Request-ID": "shed-1"}}
     async with async_serve(app) as ac:
@@ -177,3 +181,27 @@ async def test_a_refusal_under_overload_does_not_read_or_validate_the_body(hold_
         assert (await asyncio.wait_for(busy, 30)).status_code == 200
         r = await ac.post("/search", **bad)  # not overloaded: parsed and validated as before
         assert r.status_code == 422 and r.json()["error"] == "validation_error"
+
+
+async def test_a_burst_of_one_request_s_worth_of_questions_is_served_whole_across_batches(
+        hold_worker, until, settings_for, counting_factory, async_serve):
+    """A burst at an idle server of up to max_queries_per_request (32) questions is answered whole although it
+    spans batches of max_batch_size (16): it is the work of one request of 32 questions, which the server would
+    take anyway. Before, only what fitted in the next batch joined, and the 18th request of a 32-request burst got
+    429. The burst's 33rd question is refused."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=16, max_wait_ms=1, max_queue_wait_ms=1), factory)
+    encoder.gate.set()
+    async with async_serve(app) as ac:
+        batcher = app.state.service.batcher
+        batcher.observe_batch(16, 16.0)  # 1 s a question: far over the 1 ms budget
+        busy = await hold_worker(ac, encoder)  # the burst's first batch (1 question)
+        tasks = []
+        for i in range(32):
+            tasks.append(asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})))
+            await until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
+        refused = [t.result() for t in tasks if t.done()]
+        assert [r.status_code for r in refused] == [429] and tasks[-1].done()
+        encoder.gate.set()
+        served = await asyncio.wait_for(asyncio.gather(busy, *tasks[:-1]), 30)
+    assert [r.status_code for r in served] == [200] * 32
