@@ -258,7 +258,7 @@ class MicroBatcher:
         self.cost = BatchCostModel()  # measured seconds per batch size, for admission and Retry-After
         self._last_done = 0.0  # when the last batch finished (monotonic)
         self._busy_since = 0.0  # when the batches in flight started to run (the pipeline was idle before)
-        self._batches_since_idle = 0  # batches started since the pipeline was last idle (nothing queued or run)
+        self._admitted_since_idle = 0  # questions admitted since the pipeline was last idle (nothing queued or run)
 
     def swap(self, searcher: Searcher) -> None:
         """Run the batches taken from now on with ``searcher`` (a hot reload); batches already taken finish on
@@ -326,6 +326,7 @@ class MicroBatcher:
         check_admission(self.cost, self._depth, n, self.max_batch_size, self.max_queue, self.max_queue_wait,
                         self._inflight_remaining(), self._burst_deadline(n))
         item = _Pending(questions, params, asyncio.get_running_loop().create_future())
+        self._admitted_since_idle += n
         self._pending.append(item)
         self._set_depth(self._depth + n)
         self._wakeup.set()
@@ -354,14 +355,13 @@ class MicroBatcher:
     def _burst_deadline(self, incoming: int) -> float | None:
         """Seconds from now by which the queue (with ``incoming`` questions) must be run for them to join a burst.
 
-        Only while at most the first batch since the pipeline was idle has started, and the burst (in flight,
-        queued and incoming questions) holds at most ``burst_questions``: the work of one request of the most
-        questions accepted, which an idle server would take as one request anyway. The burst is admitted beyond
+        Only while the questions admitted since the pipeline was idle, with these, are at most ``burst_questions``:
+        the work of one request of the most questions accepted, which an idle server would take as one request
+        anyway (however the burst is cut into batches). The burst is admitted beyond
         the wait budget as long as it is all run within the budget plus its own expected time (with the overrun
         margin of _inflight_remaining) from when it started. None otherwise.
         """
-        inflight = sum(len(p.questions) for p in self._inflight)
-        if self._batches_since_idle > 1 or inflight + self._depth + incoming > self.burst_questions:
+        if self._admitted_since_idle + incoming > self.burst_questions:
             return None
         now = time.monotonic()
         first = self._busy_since if self._inflight else next(
@@ -374,7 +374,6 @@ class MicroBatcher:
         the current searcher, which runs all its steps (even across a swap); returns that searcher."""
         if not self._inflight:
             self._busy_since = started
-        self._batches_since_idle += 1
         for item in batch:
             item.searcher = self.searcher
         self._inflight.extend(batch)
@@ -493,7 +492,7 @@ class MicroBatcher:
         done = {id(p) for p in batch}
         self._inflight = [p for p in self._inflight if id(p) not in done]
         if not self._inflight and not self._live_questions():
-            self._batches_since_idle = 0
+            self._admitted_since_idle = 0
 
     def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: BatchTimings, started: float) -> None:
         self._forget(batch)
