@@ -99,22 +99,24 @@ async def test_warm_up_measures_the_batch_rate(settings_for, tiny_searcher, asyn
         assert cost.known and cost.seconds_for(32, 32) > 0
 
 
-async def test_a_burst_of_one_batch_at_an_idle_server_is_served_whole(hold_worker, until, settings_for,
-                                                                    counting_factory, async_serve):
-    """The burst's first request starts a batch from idle; the rest of it joins the next batch and is admitted
-    although the measured rate says that batch starts a second from now, because the burst is one full batch of
-    work. The request after that would finish later than the budget plus one full batch and is refused (429).
-    Before, every request after the first was refused (the 1 ms budget counted every queued question)."""
+@pytest.mark.parametrize("max_batch_size,burst", [(8, 8), (16, 32)])
+async def test_a_burst_of_one_request_s_worth_of_questions_at_an_idle_server_is_served_whole(
+        max_batch_size, burst, hold_worker, until, settings_for, counting_factory, async_serve):
+    """A burst at an idle server of up to max_queries_per_request questions is answered whole, also when it spans
+    batches (16 questions a batch, 32 in the burst): it is the work of one request of that many questions, which
+    the server would take anyway. Its first request starts a batch; the rest is admitted although the measured
+    rate (1 s a question) puts it far over the 1 ms budget. The question after the burst is refused (429).
+    Before, only what fitted in the next batch joined: the 18th request of a 32-request burst got 429."""
     factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=8, max_wait_ms=1, max_queue_wait_ms=1, max_queries_per_request=8),
-                     factory)
+    app = create_app(settings_for(max_batch_size=max_batch_size, max_wait_ms=1, max_queue_wait_ms=1,
+                                  max_queries_per_request=burst), factory)
     encoder.gate.set()
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
-        batcher.observe_batch(8, 8.0)  # 1 s a question: far over the 1 ms budget
+        batcher.observe_batch(max_batch_size, float(max_batch_size))
         busy = await hold_worker(ac, encoder)  # the burst's first batch (1 question)
         tasks = []
-        for i in range(8):
+        for i in range(burst):
             tasks.append(asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})))
             await until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
         refused = [t.result() for t in tasks if t.done()]
@@ -122,7 +124,8 @@ async def test_a_burst_of_one_batch_at_an_idle_server_is_served_whole(hold_worke
         assert tasks[-1].done() and not any(t.done() for t in tasks[:-1])
         encoder.gate.set()
         served = await asyncio.wait_for(asyncio.gather(busy, *tasks[:-1]), 30)
-    assert [r.status_code for r in served] == [200] * 8
+    assert [r.status_code for r in served] == [200] * burst
+
 
 
 def test_cost_model_measures_how_far_batches_stray_from_the_line():
@@ -181,27 +184,3 @@ async def test_a_refusal_under_overload_does_not_read_or_validate_the_body(hold_
         assert (await asyncio.wait_for(busy, 30)).status_code == 200
         r = await ac.post("/search", **bad)  # not overloaded: parsed and validated as before
         assert r.status_code == 422 and r.json()["error"] == "validation_error"
-
-
-async def test_a_burst_of_one_request_s_worth_of_questions_is_served_whole_across_batches(
-        hold_worker, until, settings_for, counting_factory, async_serve):
-    """A burst at an idle server of up to max_queries_per_request (32) questions is answered whole although it
-    spans batches of max_batch_size (16): it is the work of one request of 32 questions, which the server would
-    take anyway. Before, only what fitted in the next batch joined, and the 18th request of a 32-request burst got
-    429. The burst's 33rd question is refused."""
-    factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=16, max_wait_ms=1, max_queue_wait_ms=1), factory)
-    encoder.gate.set()
-    async with async_serve(app) as ac:
-        batcher = app.state.service.batcher
-        batcher.observe_batch(16, 16.0)  # 1 s a question: far over the 1 ms budget
-        busy = await hold_worker(ac, encoder)  # the burst's first batch (1 question)
-        tasks = []
-        for i in range(32):
-            tasks.append(asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})))
-            await until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
-        refused = [t.result() for t in tasks if t.done()]
-        assert [r.status_code for r in refused] == [429] and tasks[-1].done()
-        encoder.gate.set()
-        served = await asyncio.wait_for(asyncio.gather(busy, *tasks[:-1]), 30)
-    assert [r.status_code for r in served] == [200] * 32
