@@ -66,7 +66,8 @@ class Settings(BaseSettings):
     # would start later than this, at the batch rate measured on recent batches (the batches in flight plus the
     # full batches queued ahead of it; questions that share its batch are not ahead of it). A small budget keeps
     # accepted requests fast under overload (latency ~ budget + its own batch) but refuses more of a sustained
-    # overload; a burst that fits in one batch is admitted whole. 0 turns it off (only max_queue sheds).
+    # overload; a burst at an idle server of up to max_queries_per_request questions is admitted whole.
+    # 0 turns it off (only max_queue sheds).
     max_queue_wait_ms: float = Field(
         300.0, ge=0, le=600_000, description="refuse requests whose expected queueing time exceeds this (429)"
     )
