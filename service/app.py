@@ -27,7 +27,7 @@ from spanseek.core.search import Searcher
 from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.errors import install_error_handlers
 from spanseek.service.metrics import ServiceMetrics
-from spanseek.service.middleware import RequestContextMiddleware
+from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware
 from spanseek.service.reload import IndexReloader, Reopener, index_identity, signature_of
 from spanseek.service.routes import router
 from spanseek.service.settings import Settings
@@ -118,7 +118,7 @@ class ServiceState:
         overlap: Literal["always", "full"] = "always" if s.pipeline == "on" or (s.pipeline == "auto" and on_gpu) else "full"
         self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,
                                     search_executor=self.search_executor, overlap=overlap,
-                                    max_queue_wait_ms=s.max_queue_wait_ms)
+                                    max_queue_wait_ms=s.max_queue_wait_ms, burst_questions=s.max_queries_per_request)
         for size, seconds in warm_batches:  # admission knows the batch rate before the first request
             self.batcher.observe_batch(size, seconds)
         self.overlap = overlap if self.search_executor is not None else "off"
@@ -244,6 +244,12 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
 
     install_error_handlers(app, on_error=count_error)
     app.include_router(router)
+
+    def would_admit() -> None:
+        if state.batcher is not None:
+            state.batcher.check_would_admit()
+
+    app.add_middleware(EarlyShedMiddleware, would_admit=would_admit, on_error=count_error)  # innermost
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],

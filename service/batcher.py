@@ -20,7 +20,8 @@ Admission (service/overload.py): a request fails at once with ``Overloaded`` (HT
 batch it would join would start later than ``max_queue_wait_ms`` from now (the batches in flight plus the full
 batches queued ahead of it, at the batch rate measured on recent batches), or when it would overflow
 ``max_queue``; latency stays bounded under overload instead of growing with the backlog. A burst at an idle server
-is taken whole while its second batch finishes within the budget plus one full batch of the burst's start.
+of up to ``burst_questions`` (one request's most questions) is taken whole while it all runs within the budget plus
+its own expected time.
 
 Isolation: requests are validated before they are queued (service/schemas.py); if a batch step still raises, its
 requests are retried in halves (bisection, in the same worker thread) until the failing ones are alone, so one bad
@@ -233,6 +234,7 @@ class MicroBatcher:
         search_executor: Executor | None = None,
         overlap: Literal["always", "full"] = "always",
         max_queue_wait_ms: float = 0.0,
+        burst_questions: int = 0,
     ):
         self.searcher = searcher
         self.executor = executor
@@ -252,10 +254,11 @@ class MicroBatcher:
         self._task: asyncio.Task | None = None
         self._closed = False
         self.max_queue_wait = max_queue_wait_ms / 1000.0
+        self.burst_questions = max(burst_questions, max_batch_size)  # taken whole at an idle server (see below)
         self.cost = BatchCostModel()  # measured seconds per batch size, for admission and Retry-After
         self._last_done = 0.0  # when the last batch finished (monotonic)
         self._busy_since = 0.0  # when the batches in flight started to run (the pipeline was idle before)
-        self._batches_since_idle = 0  # batches started since the pipeline was last idle (nothing queued or run)
+        self._admitted_since_idle = 0  # questions admitted since the pipeline was last idle (nothing queued or run)
 
     def swap(self, searcher: Searcher) -> None:
         """Run the batches taken from now on with ``searcher`` (a hot reload); batches already taken finish on
@@ -301,6 +304,17 @@ class MicroBatcher:
         self._pending.clear()
         self._set_depth(0)
 
+    def check_would_admit(self) -> None:
+        """Raise Overloaded if even a one-question request would be refused now; cheap (no request needed).
+
+        The HTTP layer calls it before reading and validating a /search body, so a refusal under overload costs
+        microseconds; ``submit`` still makes the exact check with the request's own question count.
+        """
+        if self._closed or self._task is None:
+            return  # submit says NotReady
+        check_admission(self.cost, self._depth, 1, self.max_batch_size, self.max_queue, self.max_queue_wait,
+                        self._inflight_remaining(), self._burst_deadline(1))
+
     async def submit(self, questions: list[str], params: SearchParams) -> BatchOutcome:
         """Queue one request's questions and wait for their hits.
 
@@ -312,6 +326,7 @@ class MicroBatcher:
         check_admission(self.cost, self._depth, n, self.max_batch_size, self.max_queue, self.max_queue_wait,
                         self._inflight_remaining(), self._burst_deadline(n))
         item = _Pending(questions, params, asyncio.get_running_loop().create_future())
+        self._admitted_since_idle += n
         self._pending.append(item)
         self._set_depth(self._depth + n)
         self._wakeup.set()
@@ -324,34 +339,41 @@ class MicroBatcher:
             self.metrics.queue_depth.set(depth)
 
     def _inflight_remaining(self) -> float:
-        """Expected seconds until the batches in flight have finished, at the measured rate (0 when idle)."""
+        """Seconds until the batches in flight have finished, at the measured rate plus twice the measured spread
+        of batch times (0 when idle).
+
+        Without the margin, a batch that runs longer than its mean would count as finished: while it overran,
+        every request would be admitted and wait for the overrun too, beyond the budget.
+        """
         if not self._inflight:
             return 0.0
         questions = sum(len(p.questions) for p in self._inflight)
         held = time.monotonic() - max(self._last_done, self._busy_since)
-        return max(0.0, self.cost.seconds_for(questions, self.max_batch_size) - held)
+        expected = self.cost.seconds_for(questions, self.max_batch_size) + 2.0 * self.cost.spread()
+        return max(0.0, expected - held)
 
     def _burst_deadline(self, incoming: int) -> float | None:
-        """Seconds from now by which the next batch must finish for ``incoming`` questions to join a burst.
+        """Seconds from now by which the queue (with ``incoming`` questions) must be run for them to join a burst.
 
-        Only while the batch in flight is the first since the pipeline was idle and the queue (with these) fits in
-        the next batch: then the burst's second batch may run beyond the wait budget, as long as it finishes within
-        the budget plus one full batch of its first request's arrival (so no request of it waits longer than the
-        budget rule allows). None otherwise.
+        Only while the questions admitted since the pipeline was idle, with these, are at most ``burst_questions``:
+        the work of one request of the most questions accepted, which an idle server would take as one request
+        anyway (however the burst is cut into batches). The burst is admitted beyond
+        the wait budget as long as it is all run within the budget plus its own expected time (with the overrun
+        margin of _inflight_remaining) from when it started. None otherwise.
         """
-        if self._batches_since_idle != 1 or self._depth + incoming > self.max_batch_size:
+        if self._admitted_since_idle + incoming > self.burst_questions:
             return None
         now = time.monotonic()
-        first = next((p.enqueued for p in self._pending if not p.future.done()), now)
-        full = self.cost.seconds_for(self.max_batch_size, self.max_batch_size)
-        return first + self.max_queue_wait + full - now
+        first = self._busy_since if self._inflight else next(
+            (p.enqueued for p in self._pending if not p.future.done()), now)
+        whole = self.cost.seconds_for(self.burst_questions, self.max_batch_size) + 2.0 * self.cost.spread()
+        return first + self.max_queue_wait + whole - now
 
     def _start(self, batch: list[_Pending], started: float) -> Searcher:
         """Mark ``batch`` as in flight (it stays marked if we are cancelled: stop() then fails these requests) on
         the current searcher, which runs all its steps (even across a swap); returns that searcher."""
         if not self._inflight:
             self._busy_since = started
-        self._batches_since_idle += 1
         for item in batch:
             item.searcher = self.searcher
         self._inflight.extend(batch)
@@ -470,7 +492,7 @@ class MicroBatcher:
         done = {id(p) for p in batch}
         self._inflight = [p for p in self._inflight if id(p) not in done]
         if not self._inflight and not self._live_questions():
-            self._batches_since_idle = 0
+            self._admitted_since_idle = 0
 
     def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: BatchTimings, started: float) -> None:
         self._forget(batch)

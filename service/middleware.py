@@ -1,4 +1,5 @@
-"""Pure-ASGI middleware around every request: request id, body size and time limits, /search latency, last-resort 500.
+"""Pure-ASGI middleware around every request: request id, body size and time limits, /search latency, last-resort 500,
+and the early refusal of /search under overload (before its body is read).
 
 Pure ASGI (not BaseHTTPMiddleware) so that a client disconnect cancels the route task, which the batcher
 then skips, and so that streaming bodies are counted as they arrive.
@@ -18,7 +19,7 @@ from fastapi import HTTPException
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spanseek.service.errors import error_response, error_type_of
+from spanseek.service.errors import Overloaded, error_response, error_type_of
 from spanseek.service.metrics import UNITS, ServiceMetrics
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -108,3 +109,30 @@ class RequestContextMiddleware:
         if self.on_error is not None:
             self.on_error(error_type_of(exc))
         await error_response(exc, request_id)(scope, receive, send)
+
+
+class EarlyShedMiddleware:
+    """Refuses ``POST /search`` with 429 + Retry-After before its body is read or validated when the batcher would
+    refuse any request now (``would_admit`` raises Overloaded).
+
+    Under sustained overload most requests are refused; answering them here keeps JSON parsing, schema validation
+    and routing off the cores the encoder needs. Requests that pass still get the batcher's exact admission.
+    Installed inside CORS (browsers can read the 429) and inside RequestContextMiddleware (request id, latency).
+    """
+
+    def __init__(self, app: ASGIApp, would_admit: Callable[[], None], on_error: Callable[[str], Any] | None = None):
+        self.app = app
+        self.would_admit = would_admit
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/search":
+            try:
+                self.would_admit()
+            except Overloaded as exc:
+                if self.on_error is not None:
+                    self.on_error(exc.error)
+                request_id = str(scope.get("state", {}).get("request_id", "-"))
+                await error_response(exc, request_id)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

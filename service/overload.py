@@ -5,8 +5,8 @@ pipeline) and asks, for each new request, how long until the batch it would join
 in flight plus the full batches queued ahead of it (questions that will share its batch are not ahead of it).
 Beyond ``max_queue_wait_ms`` the request gets 429 with ``Retry-After`` at once, so accepted requests keep a
 bounded latency (about the budget plus their own batch) whatever the concurrency. A burst at an idle server is
-the exception: it is taken whole while its second batch still finishes within the budget plus one full batch of
-its first request's arrival. ``max_queue`` stays a hard cap on top.
+the exception: up to one request's most questions, it is taken whole while it all runs within the budget plus its
+own expected time. ``max_queue`` stays a hard cap on top.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class BatchCostModel:
     def __init__(self, decay: float = 0.95):
         self.decay = decay
         self._w = self._x = self._y = self._xx = self._xy = 0.0
+        self._rw = self._rr = 0.0  # decayed weight and sum of squared residuals of batches against the line
 
     @property
     def known(self) -> bool:
@@ -37,6 +38,10 @@ class BatchCostModel:
     def observe(self, size: int, seconds: float) -> None:
         """Record one batch of ``size`` questions that took ``seconds``."""
         d = self.decay
+        if self.known:  # how far this batch was from what the line predicted for it (before learning from it)
+            residual = seconds - self.seconds_for(size, max(size, 1))
+            self._rw = d * self._rw + 1.0
+            self._rr = d * self._rr + residual * residual
         self._w = d * self._w + 1.0
         self._x = d * self._x + size
         self._y = d * self._y + seconds
@@ -55,6 +60,10 @@ class BatchCostModel:
             if slope > 0 and fixed >= 0:
                 return fixed, slope
         return 0.0, my / max(mx, 1.0)  # one batch size seen (or a noisy fit): proportional to size
+
+    def spread(self) -> float:
+        """Typical deviation (seconds, RMS) of recent batches from the line: how much a batch may overrun it."""
+        return math.sqrt(self._rr / self._rw) if self._rw > 0 else 0.0
 
     def seconds_for(self, questions: int, max_batch_size: int) -> float:
         """Expected seconds to run ``questions`` queued questions in batches of at most ``max_batch_size``."""
@@ -82,11 +91,10 @@ def check_admission(cost: BatchCostModel, queued: int, incoming: int, max_batch_
     Refused when the queue would exceed ``max_queue`` questions, or when a budget is set (> 0) and the measured
     rate says this request's batch would start more than ``budget_s`` from now (``queue_wait``: the batches in
     flight, then the full batches ahead of it). An accepted request thus finishes within about the budget plus
-    its own batch. ``burst_deadline_s`` (the batcher gives it while the batch in flight is the first since the
-    pipeline was idle and the queue fits in the next batch): a burst at an idle server is admitted beyond the
-    budget as long as the next batch, with these questions, still finishes within that many seconds from now
-    (the budget plus one full batch after its first request arrived), so the burst is served whole when it is
-    about one batch of work.
+    its own batch. ``burst_deadline_s`` (the batcher gives it while a burst at an idle server is still small: at
+    most its first batch started and at most one request's most questions in all): the burst is admitted beyond the
+    budget as long as the whole queue, these questions included, still runs within that many seconds from now
+    (the budget plus the burst's own expected time after it started), so such a burst is served whole.
     """
     wait = queue_wait(cost, queued, max_batch_size, inflight_remaining_s)
     if queued + incoming > max_queue:
@@ -94,7 +102,8 @@ def check_admission(cost: BatchCostModel, queued: int, incoming: int, max_batch_
         raise Overloaded(f"search queue is full ({queued} questions waiting); retry later", drain)
     if budget_s <= 0 or wait <= budget_s:
         return
-    if burst_deadline_s is not None and wait + cost.seconds_for(queued + incoming, max_batch_size) <= burst_deadline_s:
-        return
+    if burst_deadline_s is not None and \
+            max(0.0, inflight_remaining_s) + cost.seconds_for(queued + incoming, max_batch_size) <= burst_deadline_s:
+        return  # the whole queue, these questions included, runs by the burst's deadline
     raise Overloaded(f"this request's batch would start in {wait * 1e3:.0f} ms, over this server's "
                      f"{budget_s * 1e3:.0f} ms budget (max_queue_wait_ms); retry later", wait)

@@ -72,7 +72,8 @@ async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(hold_wor
 
     Before, the default max_queue (256 questions) was the only bound: all 40 requests would have queued."""
     factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=4, max_wait_ms=1, max_queue_wait_ms=100), factory)
+    app = create_app(settings_for(max_batch_size=4, max_wait_ms=1, max_queue_wait_ms=100, max_queries_per_request=4),
+                     factory)  # a burst allowance of one batch: the wait budget decides
     encoder.gate.set()
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
@@ -98,21 +99,24 @@ async def test_warm_up_measures_the_batch_rate(settings_for, tiny_searcher, asyn
         assert cost.known and cost.seconds_for(32, 32) > 0
 
 
-async def test_a_burst_of_one_batch_at_an_idle_server_is_served_whole(hold_worker, until, settings_for,
-                                                                    counting_factory, async_serve):
-    """The burst's first request starts a batch from idle; the rest of it joins the next batch and is admitted
-    although the measured rate says that batch starts a second from now, because the burst is one full batch of
-    work. The request after that would finish later than the budget plus one full batch and is refused (429).
-    Before, every request after the first was refused (the 1 ms budget counted every queued question)."""
+@pytest.mark.parametrize("max_batch_size,burst", [(8, 8), (16, 32)])
+async def test_a_burst_of_one_request_s_worth_of_questions_at_an_idle_server_is_served_whole(
+        max_batch_size, burst, hold_worker, until, settings_for, counting_factory, async_serve):
+    """A burst at an idle server of up to max_queries_per_request questions is answered whole, also when it spans
+    batches (16 questions a batch, 32 in the burst): it is the work of one request of that many questions, which
+    the server would take anyway. Its first request starts a batch; the rest is admitted although the measured
+    rate (1 s a question) puts it far over the 1 ms budget. The question after the burst is refused (429).
+    Before, only what fitted in the next batch joined: the 18th request of a 32-request burst got 429."""
     factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=8, max_wait_ms=1, max_queue_wait_ms=1), factory)
+    app = create_app(settings_for(max_batch_size=max_batch_size, max_wait_ms=1, max_queue_wait_ms=1,
+                                  max_queries_per_request=burst), factory)
     encoder.gate.set()
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
-        batcher.observe_batch(8, 8.0)  # 1 s a question: far over the 1 ms budget
+        batcher.observe_batch(max_batch_size, float(max_batch_size))
         busy = await hold_worker(ac, encoder)  # the burst's first batch (1 question)
         tasks = []
-        for i in range(8):
+        for i in range(burst):
             tasks.append(asyncio.create_task(ac.post("/search", json={"query": f"q{i}"})))
             await until(lambda: tasks[-1].done() or batcher.depth == len([t for t in tasks if not t.done()]))
         refused = [t.result() for t in tasks if t.done()]
@@ -120,4 +124,63 @@ async def test_a_burst_of_one_batch_at_an_idle_server_is_served_whole(hold_worke
         assert tasks[-1].done() and not any(t.done() for t in tasks[:-1])
         encoder.gate.set()
         served = await asyncio.wait_for(asyncio.gather(busy, *tasks[:-1]), 30)
-    assert [r.status_code for r in served] == [200] * 8
+    assert [r.status_code for r in served] == [200] * burst
+
+
+
+def test_cost_model_measures_how_far_batches_stray_from_the_line():
+    cost = BatchCostModel()
+    assert cost.spread() == 0.0
+    for _ in range(30):
+        cost.observe(32, 1.0)
+    assert cost.spread() == pytest.approx(0.0, abs=1e-9)  # every batch as predicted
+    for seconds in [0.5, 1.5] * 30:  # 1 s on average, give or take 0.5 s
+        cost.observe(32, seconds)
+    assert cost.seconds_for(32, 32) == pytest.approx(1.0, abs=0.05) and cost.spread() == pytest.approx(0.5, rel=0.1)
+
+
+async def test_a_batch_running_past_its_mean_time_still_counts_as_in_flight(hold_worker, settings_for,
+                                                                           counting_factory, async_serve):
+    """The batches in flight count for their mean time plus twice the measured spread. Before, a batch that ran
+    past its mean counted as finished, so every request arriving during the overrun was admitted and waited for it:
+    here the batch in flight is expected to take 1 s, give or take 0.5 s, and a request behind it would have been
+    admitted under the 1.5 s budget although the batch may still need 2 s."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=1500, max_queries_per_request=2),
+                     factory)  # bursts of at most 2 questions: the request below is not part of one
+    encoder.gate.set()
+    async with async_serve(app) as ac:
+        batcher = app.state.service.batcher
+        for seconds in [0.5, 1.5] * 30:
+            batcher.observe_batch(1, seconds)
+        busy = await hold_worker(ac, encoder)
+        r = await ac.post("/search", json={"queries": ["behind it", "too"]})
+        assert r.status_code == 429 and r.json()["error"] == "overloaded"
+        assert int(r.headers["Retry-After"]) >= 2  # the ~2 s the batch in flight may still need, rounded up
+        encoder.gate.set()
+        assert (await asyncio.wait_for(busy, 30)).status_code == 200
+        assert (await ac.post("/search", json={"query": "now idle"})).status_code == 200
+
+
+async def test_a_refusal_under_overload_does_not_read_or_validate_the_body(hold_worker, settings_for,
+                                                                           counting_factory, async_serve):
+    """Under overload POST /search is refused before its body is parsed or validated (a rejection costs no JSON
+    parsing and no schema validation): a body that is not even JSON gets 429, with the request id and Retry-After,
+    and is counted. Before, every refused request was parsed and validated first, so this one got 422."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=100, max_queries_per_request=1),
+                     factory)
+    encoder.gate.set()
+    bad = {"content": b"{not json", "headers": {"Content-Type": "application/json", "X-Request-ID": "shed-1"}}
+    async with async_serve(app) as ac:
+        app.state.service.batcher.observe_batch(1, 1.0)  # 1 s a batch: far over the 100 ms budget
+        busy = await hold_worker(ac, encoder)
+        r = await ac.post("/search", **bad)
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1" and r.headers["X-Request-ID"] == "shed-1"
+        assert r.json()["error"] == "overloaded" and r.json()["request_id"] == "shed-1"
+        assert (await ac.get("/health")).status_code == 200  # only /search is shed
+        assert 'spanseek_errors_total{type="overloaded"} 1.0' in (await ac.get("/metrics")).text
+        encoder.gate.set()
+        assert (await asyncio.wait_for(busy, 30)).status_code == 200
+        r = await ac.post("/search", **bad)  # not overloaded: parsed and validated as before
+        assert r.status_code == 422 and r.json()["error"] == "validation_error"
