@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> dict:
         is_ivf = man.spec.is_ivf
         default_nprobe = man.faiss_params.get("nprobe")
         sweep = []
-        for nprobe in (nprobes if is_ivf else [None]):
+        speed_at = [] if args.no_speed else nprobes if is_ivf else [None]
+        for nprobe in speed_at:
             qps, tops = phrase_speed(searcher, q_start, q_end, nprobe)
             if exact_qps is None:
                 exact_qps, exact_tops = qps, tops
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> dict:
             else:
                 metrics = evaluate(searcher, questions, progress=False,
                                    params=SearchParams(nprobe=nprobe, vector_source=source, mode="dense"))
-            qps, _ = phrase_speed(searcher, q_start, q_end, nprobe)
+            qps = float("nan") if args.no_speed else phrase_speed(searcher, q_start, q_end, nprobe)[0]
             rows.append({
                 "factory": f, "fine_store": man.fine_store, "vector_source": source, "nprobe": nprobe,
                 "phrase_em@1": metrics["phrase"]["em@1"], "phrase_f1@1": metrics["phrase"]["f1@1"],
@@ -221,6 +222,8 @@ def main() -> None:
     p.add_argument("--out", default=None, help="JSON results")
     p.add_argument("--speed-only", action="store_true",
                    help="reuse the built indexes and time them again without evaluating (accuracy reads NaN)")
+    p.add_argument("--no-speed", action="store_true",
+                   help="accuracy and sizes only (no q/s passes: for large corpora on a busy machine)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
     result = run(args)

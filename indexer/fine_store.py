@@ -8,7 +8,8 @@ corpus size (``auto_store``): fp16 for small corpora, where its disk cost does n
 
 With a token filter (``keep``) only the kept tokens' rows are written, with the row map ``fine_kept.npy``, and
 the dropped tokens' start / end flags are cleared in ``token_flags.npy`` (a new file: a reindexed source's
-hard-linked flags are not touched), so span completion treats them as impossible starts and ends.
+hard-linked flags are not touched), so span completion treats them as impossible starts and ends. The filter
+scores (``token_filter.npy``) are then removed: the row map records what was kept.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from spanseek.core.finestore import (
     write_row_map,
 )
 from spanseek.core.io import atomic_path
-from spanseek.core.store import TOKEN_FLAGS
+from spanseek.core.store import FILTER_SCORES, TOKEN_FLAGS
 from spanseek.indexer.faiss_index import AUTO, SQ8_MAX
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ def write_fine_store(out: Path, kind: str, sample: int = 262_144, progress: bool
             mm.flush()
             del mm
         write_row_map(out, mask)
+        (out / FILTER_SCORES).unlink(missing_ok=True)  # the row map says what was kept (4 B per token saved)
     rows = open_fine_store(out, kind).data
     record: dict[str, Any] = {"kind": kind, "bytes_per_token": int(rows.shape[1] * rows.itemsize)}
     if filtered:

@@ -20,6 +20,7 @@ from spanseek.core.params import SearchParams
 from spanseek.core.search import Searcher
 from spanseek.core.spans import best_span
 from spanseek.core.store import PhraseIndex
+from spanseek.indexer import verify
 from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildError, BuildOptions, build_index, reindex
 from tests.core.test_search import random_questions
@@ -79,8 +80,10 @@ def test_row_map_round_trip_matches_the_mask(tmp_path, n):
 
 def test_filtered_build_stores_only_kept_rows(kept_index, full_index):
     idx, full = PhraseIndex(kept_index), PhraseIndex(full_index)
-    keep = _kept(kept_index)
-    assert np.array_equal(keep, _kept(full_index))  # same model, same vectors, same scores
+    keep = _kept(full_index)  # same model, same vectors, same scores
+    assert not (kept_index / store.FILTER_SCORES).exists()  # the row map records what was kept
+    assert np.array_equal(np.flatnonzero(keep), verify.indexed_ids(idx))
+    assert verify.verify_index(kept_index, sample=50)["ok"]
     assert 0 < keep.sum() < len(keep)
     record = idx.manifest.faiss_params["fine_store"]
     assert record["rows"] == "kept" and record["stored_tokens"] == keep.sum() == idx.faiss.ntotal
@@ -97,7 +100,7 @@ def test_filtered_build_stores_only_kept_rows(kept_index, full_index):
 
 def test_filtered_search_equals_brute_force_over_kept_tokens(kept_index, full_index):
     idx, full = PhraseIndex(kept_index), PhraseIndex(full_index)
-    keep = _kept(kept_index)
+    keep = _kept(full_index)
     searcher = Searcher(idx)
     L = searcher.max_answer_tokens
     qs, qe = random_questions(np.random.default_rng(5), 12, idx.vectors.shape[1])
@@ -126,8 +129,8 @@ def test_filtered_sq4_store_and_reindex_with_a_filter_model(tmp_path, full_index
     with pytest.raises(BuildError, match="no filter scores"):
         reindex(src, tmp_path / "x", _opts(filter_threshold=THRESHOLD))
     m = reindex(src, tmp_path / "sq4", _opts(filter_threshold=THRESHOLD, store="sq4"), filter_model=filter_model_dir)
-    keep = _kept(kept_index)
-    assert np.array_equal(_kept(tmp_path / "sq4"), keep)
+    keep = _kept(full_index)
+    assert np.array_equal(verify.indexed_ids(PhraseIndex(tmp_path / "sq4")), np.flatnonzero(keep))
     assert m.fine_store == "sq4" and m.indexed_tokens == keep.sum()
     idx = PhraseIndex(tmp_path / "sq4")
     assert len(np.load(tmp_path / "sq4" / finestore.FINE_CODES, mmap_mode="r")) == keep.sum()
