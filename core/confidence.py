@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,16 +114,19 @@ class Calibrator:
     model_fingerprint: str
     fitted_on: dict[str, Any]
 
-    def applies(self, unit: str, mode: str, fusion: str | None = None, weight: float | None = None) -> bool:
+    def applies(self, unit: str, mode: str, fusion: str | None = None, weight: float | None = None,
+                phrase_rerank: Mapping[str, float] | None = None) -> bool:
         """Whether a model was fitted for ``unit``/``mode`` and, in hybrid mode, for the same fusion: hybrid scores
-        move with the fusion and its lexical weight, so a calibrator fitted under other ones (or under unrecorded
-        ones) does not apply and hits carry no confidence rather than a wrong one."""
+        move with the fusion, its lexical weight and (phrases) the re-ranking weights, so a calibrator fitted under
+        other ones (or under unrecorded ones) does not apply and hits carry no confidence rather than a wrong one."""
         if f"{unit}/{mode}" not in self.models:
             return False
         if mode != "hybrid":
             return True
         fitted = self.fitted_on.get("fusion") or {}
         w = (fitted.get("weights") or {}).get(unit)
+        if unit == "phrase" and (fitted.get("phrase_rerank") or None) != (dict(phrase_rerank) if phrase_rerank else None):
+            return False
         same_fusion = unit == "phrase" or fitted.get("fusion") == fusion  # phrases always fuse by score
         return same_fusion and w is not None and weight is not None and math.isclose(float(w), weight)
 

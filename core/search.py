@@ -41,6 +41,7 @@ import numpy as np
 from spanseek.core.confidence import FEATURE_DEPTH, Calibrator
 from spanseek.core.lexical import LexicalIndexMissing, missing_message, rrf_fuse, score_fuse, zscore
 from spanseek.core.params import MODES, UNITS, Mode, SearchFilter, SearchParams, SearchParamsError, Unit
+from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
 from spanseek.core.selection import Selection, search_ids, select
 from spanseek.core.spans import (
     ANSWER_CANDIDATES,
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 RC_DECODES = ("answer", "span")
 DEFAULT_PARAMS = SearchParams()
 # phrase unit, hybrid: the lexical passages whose every span joins the dense candidates
-LEXICAL_PASSAGES = 10
+LEXICAL_PASSAGES = 5
 # passage/doc units, hybrid: each leg brings at least this many units to the fused candidate list (documents are
 # few and large: the dense leg deepens its search until it has found this many)
 FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
@@ -133,6 +134,21 @@ def non_overlapping(hits: Sequence[Hit], k: int) -> list[Hit]:
     return kept
 
 
+def non_overlapping_spans(starts: np.ndarray, ends: np.ndarray, order: np.ndarray, k: int) -> np.ndarray:
+    """``non_overlapping`` on spans: the first ``k`` of ``order`` (best first) whose token range does not intersect
+    one kept before them. Token ids run through each passage in turn, so intersecting token ranges are exactly
+    intersecting character ranges in one passage."""
+    kept: list[int] = []
+    for i in order.tolist():
+        s, e = starts[i], ends[i]
+        if any(s <= ends[j] and starts[j] <= e for j in kept):
+            continue
+        kept.append(i)
+        if len(kept) == k:
+            break
+    return np.asarray(kept, dtype=np.int64)
+
+
 def dedupe_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, n_tokens: int) -> Spans:
     """Spans sorted by score (descending, stable), each (start, end) once, with its first (best) score."""
     order = np.argsort(-scores, kind="stable")
@@ -187,6 +203,8 @@ class Searcher:
         self.default_mode: Mode = fusion["default_mode"] if self.lexical is not None else "dense"
         self.default_fusion = fusion["fusion"]
         self.lexical_weights: dict[str, float] = dict(fusion["weights"])
+        # hybrid phrases are re-ranked with these weights (core.rerank); None: ranked by the fused score alone
+        self.phrase_rerank: dict[str, float] | None = fusion.get("phrase_rerank") or None
 
     def selection(self, flt: SearchFilter | None) -> Selection:
         """``_select`` of ``flt``, kept for the ``SELECTIONS_KEPT`` most recent filters. A plain dict, not an
@@ -225,7 +243,8 @@ class Searcher:
         if self.calibrator is None:
             return False
         weight = params.lexical_weight if params.lexical_weight is not None else self.lexical_weights[params.unit]
-        return self.calibrator.applies(params.unit, mode, params.fusion or self.default_fusion, weight)
+        return self.calibrator.applies(params.unit, mode, params.fusion or self.default_fusion, weight,
+                                       self.phrase_rerank)
 
     def search(
         self, questions: list[str], params: SearchParams = DEFAULT_PARAMS, timings: dict[str, float] | None = None,
@@ -264,23 +283,21 @@ class Searcher:
         want = params.offset + params.top_k
         depth = max(want, FEATURE_DEPTH[params.unit]) if self.calibrator is not None else want
         mode = self.check_mode(params)
-        raw = dataclasses.replace(params, top_k=depth, offset=0, min_confidence=None, allow_overlap=True)
-        if params.unit != "phrase" or params.allow_overlap:
-            ranked = self._ranked(q_start, q_end, raw, timings, questions)
-        else:  # deepen the raw list until enough non-overlapping phrases are in it (or it has no more)
-            ranked = [[] for _ in range(len(q_start))]
-            pending, k = list(range(len(q_start))), depth
-            while pending:
-                deep = dataclasses.replace(raw, top_k=max(2 * k, k + 16))
+        raw = dataclasses.replace(params, top_k=depth, offset=0, min_confidence=None)
+        ranked = self._ranked(q_start, q_end, raw, timings, questions)
+        if params.unit == "phrase" and not params.allow_overlap and mode != "lexical":
+            # fewer non-overlapping phrases than asked: deepen the dense candidates while that finds more
+            pending, k = [b for b, hits in enumerate(ranked) if len(hits) < depth], 4 * depth
+            while pending and k <= 64 * depth:
+                deep = dataclasses.replace(raw, top_k=k)
                 found = self._ranked(q_start[pending], q_end[pending], deep, timings,
                                      None if questions is None else [questions[b] for b in pending])
-                t0 = time.perf_counter()
                 still = []
                 for b, hits in zip(pending, found, strict=True):
-                    ranked[b] = non_overlapping(hits, depth)
-                    if len(ranked[b]) < depth and len(hits) == deep.top_k:
+                    more = len(hits) > len(ranked[b])
+                    ranked[b] = hits[:depth] if more else ranked[b]
+                    if more and len(ranked[b]) < depth:
                         still.append(b)
-                _add(timings, "aggregate", time.perf_counter() - t0)
                 pending, k = still, 4 * k
         t0 = time.perf_counter()
         out: list[list[Hit]] = [self._page(hits, params, mode) for hits in ranked]
@@ -303,16 +320,17 @@ class Searcher:
         self, q_start: np.ndarray, q_end: np.ndarray, params: SearchParams, timings: dict[str, float] | None,
         questions: Sequence[str] | None,
     ) -> list[list[Hit]]:
-        """The raw ranking: top_k hits per question, overlapping phrases kept, no confidence, offset ignored."""
-        if params.merge_answers:
-            wide = dataclasses.replace(params, top_k=max(ANSWER_CANDIDATES, 4 * params.top_k), merge_answers=False)
+        """The raw ranking: top_k hits per question (phrases overlapping a better one dropped unless
+        ``allow_overlap``), no confidence, offset ignored."""
+        if params.merge_answers:  # every span of an answer counts, overlapping or not; then one hit per answer
+            wide = dataclasses.replace(params, top_k=max(ANSWER_CANDIDATES, 4 * params.top_k), merge_answers=False,
+                                       allow_overlap=True)
             many = self._ranked(q_start, q_end, wide, timings, questions)
             t0 = time.perf_counter()
-            merged = [
-                [dataclasses.replace(hits[r], score=score) for r, score in
-                 merge_by_answer([h.text for h in hits], [h.score for h in hits])[: params.top_k]] if hits else []
-                for hits in many
-            ]
+            merged = [[dataclasses.replace(hits[r], score=score) for r, score in
+                       merge_by_answer([h.text for h in hits], [h.score for h in hits])] if hits else []
+                      for hits in many]
+            merged = [m[: params.top_k] if params.allow_overlap else non_overlapping(m, params.top_k) for m in merged]
             _add(timings, "aggregate", time.perf_counter() - t0)
             return merged
         mode = self.check_mode(params)
@@ -329,7 +347,7 @@ class Searcher:
         if mode == "dense":
             spans = self._dense_spans(q_start, q_end, unit, top_k, max_tokens, vectors, params.nprobe, timings, sel)
             t0 = time.perf_counter()
-            hits = [self._hits(sp, unit, top_k) for sp in spans]
+            hits = [self._hits(sp, unit, top_k, params.allow_overlap) for sp in spans]
             _add(timings, "aggregate", time.perf_counter() - t0)
             return hits
         depth = max(top_k, FUSION_DEPTH[unit])
@@ -353,7 +371,7 @@ class Searcher:
                     assert sp is not None
                     both = dedupe_spans(np.concatenate([sp.starts, extra.starts]), np.concatenate([sp.ends, extra.ends]),
                                         np.concatenate([sp.scores, extra.scores]), self.index.num_tokens)
-                    hits.append(self._fused_hits(both, lexical[b], unit, params))
+                    hits.append(self._fused_hits(both, lexical[b], unit, params, questions[b]))
         _add(timings, "search", time.perf_counter() - t0)
         return hits
 
@@ -507,8 +525,10 @@ class Searcher:
                 break
         return hits
 
-    def _fused_hits(self, spans: Spans, lexical: np.ndarray, unit: Unit, params: SearchParams) -> list[Hit]:
-        """Hybrid: one question's candidate spans (dense and lexical) ranked with the lexical leg fused in."""
+    def _fused_hits(self, spans: Spans, lexical: np.ndarray, unit: Unit, params: SearchParams, question: str
+                    ) -> list[Hit]:
+        """Hybrid: one question's candidate spans (dense and lexical) ranked with the lexical leg fused in; phrases
+        then re-ranked (``core.rerank``) when the index's fusion defaults carry re-ranking weights."""
         if not len(spans.scores):
             return []
         weight = params.lexical_weight if params.lexical_weight is not None else self.lexical_weights[unit]
@@ -516,9 +536,19 @@ class Searcher:
         if unit == "phrase":
             cand, where = np.unique(passages, return_inverse=True)  # the candidate passages, and each span's
             fused = spans.scores + weight * zscore(lexical[cand])[where]
-            pick = np.argsort(-fused, kind="stable")[: params.top_k]
-            return [self._hit(int(spans.starts[i]), int(spans.ends[i]), float(fused[i]), float(spans.scores[i]),
-                              float(lexical[passages[i]])) for i in pick]
+            order = np.argsort(-fused, kind="stable")
+            scores = fused[order]
+            if self.phrase_rerank:  # the head of the fused list re-ranked; the rest follows, its scores shifted
+                head, tail = order[:RERANK_DEPTH], order[RERANK_DEPTH:]
+                texts = [self._span_text(int(spans.starts[i]), int(spans.ends[i])) for i in head]
+                score = rerank_scores(rerank_features(fused[head], texts, question), self.phrase_rerank)
+                new = np.argsort(-score, kind="stable")
+                order = np.concatenate([head[new], tail])
+                scores = np.concatenate([score[new], fused[tail] - fused[head[-1]] + score.min()])
+            pos = (np.arange(min(params.top_k, len(order))) if params.allow_overlap else
+                   non_overlapping_spans(spans.starts[order], spans.ends[order], np.arange(len(order)), params.top_k))
+            return [self._hit(int(spans.starts[i]), int(spans.ends[i]), float(sc), float(spans.scores[i]),
+                              float(lexical[passages[i]])) for i, sc in zip(order[pos], scores[pos], strict=True)]
         unit_of_passage = self._unit_of_passage[unit]
         first = first_per_unit(unit_of_passage[passages])  # each candidate unit's best span (spans are sorted)
         dense = spans.scores[first].astype(np.float64)
@@ -540,12 +570,18 @@ class Searcher:
     def _unit_ids(self, sp: Spans, unit: Unit) -> np.ndarray:
         return self._unit_of_passage[unit][self.index.token_passage[sp.starts]]
 
-    def _hits(self, sp: Spans, unit: Unit, top_k: int) -> list[Hit]:
-        if unit == "phrase":
-            pick = np.arange(min(top_k, len(sp.scores)))
+    def _hits(self, sp: Spans, unit: Unit, top_k: int, allow_overlap: bool = True) -> list[Hit]:
+        if unit == "phrase":  # spans are sorted
+            pick = (np.arange(min(top_k, len(sp.scores))) if allow_overlap else
+                    non_overlapping_spans(sp.starts, sp.ends, np.arange(len(sp.scores)), top_k))
         else:  # spans are sorted, so a unit's first span is its best one: score = max over its phrases
             pick = first_per_unit(self._unit_ids(sp, unit))[:top_k]
         return [self._hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i]), float(sp.scores[i])) for i in pick]
+
+    def _span_text(self, start_tok: int, end_tok: int) -> str:
+        idx = self.index
+        text = idx.passages[int(idx.token_passage[start_tok])]["text"]
+        return text[int(idx.token_offsets[start_tok, 0]) : int(idx.token_offsets[end_tok, 1])]
 
     def _hit(self, start_tok: int, end_tok: int, score: float, dense: float | None = None,
              lexical: float | None = None) -> Hit:

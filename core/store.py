@@ -489,7 +489,7 @@ class PhraseIndex:
         """Rows ``read(sorted unique ids)`` scattered back to ids' shape + (d,), as float32 (one batched read)."""
         ids = np.asarray(ids)
         uniq, inverse = np.unique(ids.reshape(-1), return_inverse=True)  # sorted reads suit a memory map
-        rows = np.asarray(read(uniq), dtype=np.float32).reshape(len(uniq), self.vectors.shape[1])
+        rows = as_float32(read(uniq)).reshape(len(uniq), self.vectors.shape[1])
         return rows[inverse].reshape(*ids.shape, self.vectors.shape[1])
 
     def passage_range(self, passage: int) -> tuple[int, int]:
@@ -510,6 +510,17 @@ class PhraseIndex:
         if (nprobe is None or ivf is None) and selector is None:
             return None
         return faiss_search_parameters(self.faiss, int(nprobe or (ivf.nprobe if ivf is not None else 1)), selector)
+
+
+def as_float32(rows: Any) -> np.ndarray:
+    """``rows`` as float32; half precision is widened by torch, about ten times faster than numpy's cast on CPUs
+    (span completion widens every neighbour vector it reads)."""
+    rows = np.asarray(rows)
+    if rows.dtype == np.float16:
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(rows)).float().numpy()
+    return np.asarray(rows, dtype=np.float32)
 
 
 def faiss_search_parameters(index: Any, nprobe: int, selector: Any = None) -> Any:

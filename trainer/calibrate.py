@@ -239,7 +239,8 @@ def calibrate(index_dir: str | Path, questions_path: str | Path, model: str, out
         fusion = searcher.index.fusion_defaults  # hybrid scores depend on it: the calibrator applies under it only
         fitted_on = {"index": str(Path(index_dir).name), "questions": str(Path(questions_path).name),
                      "n_questions": len(questions), "documents": len(searcher.index.docs),
-                     "fusion": {"fusion": fusion["fusion"], "weights": fusion["weights"]}}
+                     "fusion": {"fusion": fusion["fusion"], "weights": fusion["weights"],
+                                "phrase_rerank": fusion.get("phrase_rerank")}}
     fitted_on.update({"absent": "each question also searched over the index without its gold document", "C": c,
                       "features": [f for f in FEATURES if f in features]})
     calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, c, features)

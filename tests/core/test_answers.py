@@ -108,7 +108,8 @@ def calibrator(coef=(1.0, 0.5, -0.5, -0.3, 2.0, 0.2, 0.1), intercept=-0.2, finge
                scale=None) -> Calibrator:
     model = LogisticModel(tuple(mean if mean is not None else [0.0] * N_FEATURES),
                           tuple(scale if scale is not None else [1.0] * N_FEATURES), tuple(coef), intercept)
-    fusion = {"fusion": DEFAULT_FUSION["fusion"], "weights": DEFAULT_FUSION["weights"]}  # the tiny index's
+    fusion = {"fusion": DEFAULT_FUSION["fusion"], "weights": DEFAULT_FUSION["weights"],  # the tiny index's
+              "phrase_rerank": DEFAULT_FUSION["phrase_rerank"]}
     return Calibrator({f"{u}/{m}": model for u in UNITS for m in MODES}, fingerprint, {"fusion": fusion})
 
 
@@ -189,6 +190,13 @@ def test_a_hybrid_calibrator_applies_only_under_the_fusion_it_was_fitted_with(ti
     passage = SearchParams(mode="hybrid", unit="passage")
     assert searcher.search(question, passage)[0][0].confidence is not None
     assert searcher.search(question, dataclasses.replace(passage, fusion="rrf"))[0][0].confidence is None
+    # fitted before phrases were re-ranked (or under other re-ranking weights): phrases get none, passages do
+    fitted = calibrator().fitted_on["fusion"]
+    for rerank in (None, {**DEFAULT_FUSION["phrase_rerank"], "gap": 1.0}):
+        other = Calibrator(calibrator().models, "fp", {"fusion": {**fitted, "phrase_rerank": rerank}})
+        searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=other)
+        assert searcher.search(question, SearchParams(mode="hybrid"))[0][0].confidence is None
+        assert searcher.search(question, passage)[0][0].confidence is not None
     unrecorded = Calibrator(calibrator().models, "fp", {})
     searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=unrecorded)
     assert searcher.search(question, SearchParams(mode="hybrid"))[0][0].confidence is None

@@ -114,7 +114,8 @@ def test_a_span_found_through_a_lexical_passage_is_its_brute_force_best_span(tin
                 assert h.dense == pytest.approx(oracle.score, rel=1e-4, abs=1e-4)
 
 
-def test_hybrid_phrase_score_is_dense_plus_weighted_lexical(tiny_searcher):
+def test_hybrid_phrase_score_is_dense_plus_weighted_lexical(tiny_searcher, monkeypatch):
+    monkeypatch.setattr(tiny_searcher, "phrase_rerank", None)  # the fused score itself (core.rerank re-ranks it)
     texts, qs, qe = questions_of(tiny_searcher, seed=2)
     plain = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=5, mode="hybrid", lexical_weight=0.0), None, texts)
     dense = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=5, mode="dense"), None, texts)
