@@ -17,6 +17,8 @@ is encoded twice). Factories default to IVF-SQ8 and IVF-SQ4 (accuracy points) an
 - phrase-search q/s (``Searcher.search_vectors``, batch 64, top-k 10, questions encoded once beforehand) and
   its ratio to the exact index's q/s measured in the same run, at every --nprobes value for IVF indexes, with
   the share of questions whose top phrase equals the exact index's;
+- with ``FACTORY@STORE@T``, only tokens whose start or end filter probability reaches T are indexed and
+  stored (``--filter-model`` gives the filter head when the exact index was built without one);
 - bytes per token in RAM / memory-mapped / on disk (``indexer.verify.memory_per_token``) and build times.
 
 ``--speed-only`` reuses the indexes of a finished run and times them again without evaluating, for a run whose
@@ -121,10 +123,13 @@ def run(args: argparse.Namespace) -> dict:
     exact_qps, exact_tops = None, None
     for f in ["Flat", *factories]:
         d = exact_dir if f == "Flat" else work / f.replace(",", "_").replace("@", "-")
-        factory, _, fine_store = f.partition("@")
+        factory, _, rest = f.partition("@")
+        fine_store, _, threshold = rest.partition("@")
         if not (d / "manifest.json").exists():  # built here, one at a time, so early rows are written early
             m = reindex(exact_dir, d, BuildOptions(factory=factory, max_train=args.max_train, progress=not args.quiet,
-                                                   store=fine_store or None, keep_codes=args.codes))
+                                                   store=fine_store or None, keep_codes=args.codes,
+                                                   filter_threshold=float(threshold) if threshold else None),
+                        filter_model=args.filter_model)
             print(f"built {f} in {m.build_seconds:.1f}s", flush=True)
         builds[f] = Manifest.load(d).build_seconds
         index = PhraseIndex(d)
@@ -134,7 +139,8 @@ def run(args: argparse.Namespace) -> dict:
         is_ivf = man.spec.is_ivf
         default_nprobe = man.faiss_params.get("nprobe")
         sweep = []
-        for nprobe in (nprobes if is_ivf else [None]):
+        speed_at = [] if args.no_speed else nprobes if is_ivf else [None]
+        for nprobe in speed_at:
             qps, tops = phrase_speed(searcher, q_start, q_end, nprobe)
             if exact_qps is None:
                 exact_qps, exact_tops = qps, tops
@@ -151,7 +157,7 @@ def run(args: argparse.Namespace) -> dict:
             else:
                 metrics = evaluate(searcher, questions, progress=False,
                                    params=SearchParams(nprobe=nprobe, vector_source=source, mode="dense"))
-            qps, _ = phrase_speed(searcher, q_start, q_end, nprobe)
+            qps = float("nan") if args.no_speed else phrase_speed(searcher, q_start, q_end, nprobe)[0]
             rows.append({
                 "factory": f, "fine_store": man.fine_store, "vector_source": source, "nprobe": nprobe,
                 "phrase_em@1": metrics["phrase"]["em@1"], "phrase_f1@1": metrics["phrase"]["f1@1"],
@@ -201,8 +207,12 @@ def main() -> None:
     p.add_argument("--limit-passages", type=int, default=None, help="index only the first N passages")
     p.add_argument("--limit-questions", type=int, default=500, help="a fixed random sample of N questions")
     p.add_argument("--factories", default=None,
-                   help="';'-separated factory strings, each optionally @fp16|sq8|sq4 for its fine store "
-                        "(e.g. 'Flat@sq8;IVF1024,SQ8@sq4'; default: see the docstring)")
+                   help="';'-separated factory strings, each optionally @fp16|sq8|sq4 for its fine store and "
+                        "then @T for a token filter threshold (e.g. 'Flat@sq8;IVF1024,SQ8@sq4;Flat@sq4@0.2'; "
+                        "default: see the docstring)")
+    p.add_argument("--filter-model", default=None,
+                   help="model with a filter head (same phrase encoder) whose scores filter the @T variants when "
+                        "the exact index has none")
     p.add_argument("--codes", action=argparse.BooleanOptionalAction, default=True,
                    help="keep each compressed index's codes.npy and evaluate the codes neighbour source too")
     p.add_argument("--nprobes", default="4,16,64", help="nprobe values for the q/s sweep")
@@ -212,6 +222,8 @@ def main() -> None:
     p.add_argument("--out", default=None, help="JSON results")
     p.add_argument("--speed-only", action="store_true",
                    help="reuse the built indexes and time them again without evaluating (accuracy reads NaN)")
+    p.add_argument("--no-speed", action="store_true",
+                   help="accuracy and sizes only (no q/s passes: for large corpora on a busy machine)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
     result = run(args)

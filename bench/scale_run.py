@@ -24,6 +24,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
 import threading  # noqa: E402
@@ -151,9 +152,17 @@ def build(base: store.PhraseIndex, out: Path, n: int, args, mem: PeakMemory) -> 
     factory = args.factory.format(nlist=nlist)
     spec = parse_factory(factory)
     check_on_disk(spec)
-    index = create_index(spec, dim, contiguous_ids=True)
     n_train = training_size(spec, n_tok, args.max_train)
-    stage("train", lambda: train_index(index, vecs, n_train))
+    shared = Path(args.workdir) / f"trained-{hashlib.sha1(f'{factory} {n_train}'.encode()).hexdigest()[:12]}.faiss"
+    if args.train_once and shared.is_file():  # the same quantisers for every size: training cost is paid once
+        index = faiss.read_index(str(shared))
+        stages["train"] = {"seconds": 0.0, "reused": str(shared)}
+    else:
+        index = create_index(spec, dim, contiguous_ids=True)
+        stage("train", lambda: train_index(index, vecs, n_train))
+        if args.train_once:
+            with atomic_path(shared) as tmp:
+                faiss.write_index(index, str(tmp))
     ivf = faiss.extract_index_ivf(index)
     ivf.nprobe = default_nprobe(nlist)
     save_trained_index(out, index, "scale")
@@ -212,6 +221,9 @@ def main() -> None:
     p.add_argument("--factory", default="IVF{nlist}_HNSW32,SQ8", help="{nlist} is filled in from the size")
     p.add_argument("--nlist", type=int, default=None)
     p.add_argument("--store", default="sq4", choices=["sq8", "sq4"])
+    p.add_argument("--train-once", action="store_true",
+                   help="train the quantisers on the first size's sample and reuse them for the larger sizes "
+                        "(needs a fixed --nlist)")
     p.add_argument("--noise", type=float, default=0.05, help="noise std as a share of each dimension's std")
     p.add_argument("--max-train", type=int, default=131_072)
     p.add_argument("--limit-questions", type=int, default=512)
@@ -219,6 +231,8 @@ def main() -> None:
     p.add_argument("--workdir", required=True)
     p.add_argument("--out", required=True)
     args = p.parse_args()
+    if args.train_once and args.nlist is None:
+        raise SystemExit("--train-once needs a fixed --nlist (the trained coarse quantiser is shared)")
     mem = PeakMemory()
     base_searcher = open_searcher(args.base, args.model)
     if base_searcher.index.manifest.fine_store != "fp16":

@@ -9,6 +9,11 @@ Written by ``spanseek index build --store fp16|sq8|sq4`` (recorded in ``manifest
   per-dimension range decodes them. A component within the trained range comes back within half a step of
   its value (step = range / 255 or range / 15).
 
+With a token filter (``index build --filter-threshold``) the store holds rows of the kept tokens only, and
+``fine_kept.npy``, a bit per token (``np.packbits``), says which tokens have a row (``RowMap``: row of token t =
+kept tokens before t, from a rank table per 256 tokens). Reading a token without a row gives zeros; its flags are
+cleared in ``token_flags.npy``, so span completion never starts or ends a phrase there.
+
 Either way the store is memory-mapped and only the gathered rows are read and decoded: ``FineStore`` behaves
 as a read-only (N, d) array for row reads (``store[ids]``, ``store[a:b]``), returning float32 for the quantised
 stores (fp16 rows as stored), so the faiss trainer, the recall measurement and the searcher read it alike.
@@ -29,6 +34,9 @@ DEFAULT_STORE = "fp16"
 VECTORS = "vectors.npy"
 FINE_CODES = "fine_codes.npy"
 FINE_QUANTIZER = "fine_quantizer.faiss"
+FINE_KEPT = "fine_kept.npy"
+RANK_BLOCK = 256  # tokens per entry of RowMap's rank table (8 int64 bytes per 256 tokens)
+_POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1).astype(np.uint8)
 ENCODE_CHUNK = 65536
 _SQ_BITS = {"sq8": 8, "sq4": 4}
 
@@ -61,18 +69,58 @@ def step_sizes(quantizer: Any) -> np.ndarray:
     return vdiff / (2 ** int(sq.bits) - 1)
 
 
-class FineStore:
-    """A read-only (N, d) view of a fine store; ``rows = store[ids]`` decodes only the rows asked for."""
+class RowMap:
+    """Which tokens have a fine-store row and which row: a packed bitmap of N bits plus a rank table."""
 
-    def __init__(self, kind: str, data: np.ndarray, quantizer: Any = None):
+    def __init__(self, bits: np.ndarray, n: int):
+        if len(bits) != (n + 7) // 8:
+            raise ValueError(f"a row map of {n} tokens needs {(n + 7) // 8} bytes, got {len(bits)}")
+        self.n = n
+        per = RANK_BLOCK // 8
+        self.bits = np.concatenate([np.asarray(bits, np.uint8), np.zeros(-len(bits) % per + per, np.uint8)])
+        counts = np.concatenate([_POPCOUNT[self.bits[a : a + (1 << 24)]].reshape(-1, per).sum(axis=1, dtype=np.int64)
+                                 for a in range(0, len(self.bits), 1 << 24)])  # (1 << 24) is a multiple of per
+        self.ranks = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    @classmethod
+    def from_mask(cls, keep: np.ndarray) -> RowMap:
+        """The row map of a boolean (N,) mask of the tokens that have a row."""
+        return cls(np.packbits(np.asarray(keep, bool)), len(keep))
+
+    @property
+    def stored(self) -> int:
+        """Tokens with a row (the store's row count)."""
+        return int(self.ranks[-1])
+
+    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row of each token id, whether it has one); the row is meaningless where it has none."""
+        ids = np.asarray(ids, np.int64)
+        block, pos = ids // RANK_BLOCK, ids % RANK_BLOCK
+        per = RANK_BLOCK // 8
+        window = np.unpackbits(self.bits[block[..., None] * per + np.arange(per)], axis=-1)  # (..., RANK_BLOCK)
+        before = (window * (np.arange(RANK_BLOCK) < pos[..., None])).sum(axis=-1, dtype=np.int64)
+        has = np.take_along_axis(window, pos[..., None], axis=-1)[..., 0].astype(bool)
+        return self.ranks[block] + before, has
+
+
+class FineStore:
+    """A read-only (N, d) view of a fine store; ``rows = store[ids]`` decodes only the rows asked for.
+
+    With a ``row_map`` the data holds rows of the kept tokens only; a token without a row reads as zeros.
+    """
+
+    def __init__(self, kind: str, data: np.ndarray, quantizer: Any = None, row_map: RowMap | None = None):
         self.kind = check_kind(kind)
         self.data = data  # fp16: the (N, d) vectors; sq: the (N, code_size) codes
         self.quantizer = quantizer
         self.dim = int(data.shape[1]) if quantizer is None else int(quantizer.d)
+        if row_map is not None and row_map.stored != len(data):
+            raise ValueError(f"the row map gives {row_map.stored} rows, the store has {len(data)}")
+        self.row_map = row_map
 
     @property
     def shape(self) -> tuple[int, int]:
-        return (len(self.data), self.dim)
+        return (len(self), self.dim)
 
     @property
     def dtype(self) -> np.dtype:
@@ -89,9 +137,21 @@ class FineStore:
         return isinstance(self.data, np.memmap)
 
     def __len__(self) -> int:
-        return len(self.data)
+        return self.row_map.n if self.row_map is not None else len(self.data)
 
     def __getitem__(self, rows: Any) -> np.ndarray:
+        if self.row_map is None:
+            return self._rows(rows)
+        ids = np.arange(self.row_map.n)[rows] if isinstance(rows, slice) else np.asarray(rows, np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.row_map.n):
+            raise IndexError(f"token ids outside 0..{self.row_map.n - 1}")
+        row, has = self.row_map.lookup(ids)
+        out = np.zeros((*ids.shape, self.dim), self.dtype)
+        out[has] = self._rows(row[has])
+        return out
+
+    def _rows(self, rows: Any) -> np.ndarray:
+        """Stored rows (data row numbers), decoded."""
         got = self.data[rows]
         if self.quantizer is None:
             return got
@@ -109,12 +169,31 @@ def open_fine_store(index_dir: Path, kind: str, mmap: bool = True, rows: Path | 
     import faiss
 
     mode: Literal["r"] | None = "r" if mmap else None
+    row_map = read_row_map(index_dir) if rows is None else None
     if check_kind(kind) == "fp16":
-        return FineStore(kind, np.load(rows or index_dir / VECTORS, mmap_mode=mode))
+        return FineStore(kind, np.load(rows or index_dir / VECTORS, mmap_mode=mode), row_map=row_map)
     if not (index_dir / FINE_QUANTIZER).is_file():
         raise FileNotFoundError(str(index_dir / FINE_QUANTIZER))
     quantizer = faiss.read_index(str(index_dir / FINE_QUANTIZER))
-    return FineStore(kind, np.load(rows or index_dir / FINE_CODES, mmap_mode=mode), quantizer)
+    return FineStore(kind, np.load(rows or index_dir / FINE_CODES, mmap_mode=mode), quantizer, row_map)
+
+
+def read_row_map(index_dir: Path) -> RowMap | None:
+    """The row map of a filtered store (``fine_kept.npy``: the token count, then the packed bits), else None."""
+    path = index_dir / FINE_KEPT
+    if not path.is_file():
+        return None
+    raw = np.load(path)
+    return RowMap(raw[8:], int(raw[:8].view(np.int64)[0]))
+
+
+def write_row_map(index_dir: Path, keep: np.ndarray) -> RowMap:
+    """Write ``fine_kept.npy`` for a boolean (N,) mask of the tokens that keep a row, atomically."""
+    row_map = RowMap.from_mask(keep)
+    raw = np.concatenate([np.array([len(keep)], np.int64).view(np.uint8), np.packbits(np.asarray(keep, bool))])
+    with atomic_path(index_dir / FINE_KEPT) as tmp, open(tmp, "wb") as f:
+        np.save(f, raw)
+    return row_map
 
 
 def detect_kind(index_dir: Path) -> str:

@@ -21,6 +21,8 @@ An index directory (written by ``spanseek index build``) holds:
                          kept for compressed indexes whose build asked for the ``codes`` neighbour source;
                          decoded with the index's ``sa_decode``.
 - ``token_filter.npy``   (N, 2) float16, optional: start/end filter probabilities (models with a filter head).
+- ``fine_kept.npy``      optional (``--filter-threshold``): which tokens have a fine-store row, a bit per token;
+                         the store then holds the kept tokens' rows only (``core.finestore.RowMap``).
 - ``deleted.npy``        (k,) int64, optional: the sorted document numbers deleted (``spanseek index delete`` or
                          replaced by ``index upsert``); their passages are never returned; ``index compact`` drops them.
 - ``lexical/``           the BM25 index of the passages (``core.lexical``), recorded in ``manifest.lexical`` with

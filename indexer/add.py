@@ -37,7 +37,7 @@ import numpy as np
 
 from spanseek.core import integrity, store
 from spanseek.core.encoding import pick_device
-from spanseek.core.finestore import FINE_CODES, open_fine_store
+from spanseek.core.finestore import FINE_CODES, FINE_KEPT, open_fine_store
 from spanseek.core.io import Document, atomic_path, read_corpus, unique_ids, write_corpus
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
 from spanseek.indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
@@ -225,6 +225,9 @@ def _add_locked(index_dir: Path, old: store.Manifest, corpus: Path, model: str |
     if old.faiss_params.get("on_disk"):
         raise BuildError(f"{index_dir} keeps its inverted lists on disk ({store.IVFDATA}), which `index add` would "
                          "change in place; build the index again with the new documents")
+    if (index_dir / FINE_KEPT).is_file():
+        raise BuildError(f"{index_dir} has a filtered fine store ({FINE_KEPT}: rows of the kept tokens only), which "
+                         "`index add` does not extend; build the index again with the new documents")
     _, old_deleted, live = live_rows(index_dir)
     source, replaced, unchanged = corpus, [], 0
     if replace:

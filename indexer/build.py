@@ -323,7 +323,8 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
     n_tokens = merge_shards(out, n_shards, phrase_model.dim)  # 2. merge shards into the final arrays
     factory, faiss_params, indexed = fill_faiss(out, phrase_model.dim, opts)  # 3. faiss (+ codes)
     fine_store = resolve_store(opts.store, opts.factory, n_tokens)
-    faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress)  # 4. fine store
+    faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress,  # 4. fine store
+                                                  keep=filtered_ids(out, opts.filter_threshold, n_tokens))
     lexical = write_lexical(out)  # 5. BM25 over the passages
     remove_scratch(out)  # leftovers of killed steps would otherwise be taken for index files
 
@@ -355,12 +356,15 @@ def remove_scratch(out: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def reindex(src: str | Path, out: str | Path, opts: BuildOptions) -> store.Manifest:
+def reindex(src: str | Path, out: str | Path, opts: BuildOptions,
+            filter_model: str | Path | None = None) -> store.Manifest:
     """A new index in ``out`` over the token vectors of the built index ``src`` with another faiss factory (and,
     with ``opts.store``, another fine store: fp16 converts to sq8 / sq4, not back).
 
     The stores are hard-linked (copied across file systems), so no passage is encoded again; only faiss is
-    trained and filled (benchmarks compare factories this way). The filter scores, if any, are reused.
+    trained and filled (benchmarks compare factories this way). The filter scores, if any, are reused; a source
+    without them gets them from ``filter_model``'s filter head (a model with the same phrase encoder) when
+    ``opts.filter_threshold`` is set.
     """
     src, out = Path(src), Path(out)
     old = store.Manifest.load(src)
@@ -376,9 +380,15 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions) -> store.Manif
             shutil.copy2(src / rel, out / rel)
     t0 = time.time()
     check_store_option(opts.store)
+    if opts.filter_threshold is not None and not (out / store.FILTER_SCORES).is_file():
+        if filter_model is None:
+            raise BuildError(f"{src} has no filter scores ({store.FILTER_SCORES}); give a model with a filter head "
+                             "(filter_model) to compute them from its token vectors")
+        write_filter_scores(out, filter_model, old)
     factory, faiss_params, indexed = fill_faiss(out, int(old.encoder["dim"]), opts)
     fine_store = opts.store or old.fine_store
-    faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress)
+    faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress,
+                                                  keep=filtered_ids(out, opts.filter_threshold, old.tokens))
     remove_scratch(out)
     manifest = store.Manifest.create(out, {
         **old.to_dict(), "factory": factory, "faiss_params": faiss_params, "indexed_tokens": indexed,
@@ -387,6 +397,34 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions) -> store.Manif
     })
     manifest.write(out)
     return manifest
+
+
+def filtered_ids(out: Path, threshold: float | None, n_tokens: int) -> np.ndarray | None:
+    """The token ids a filter threshold keeps (None without one: every token keeps its fine-store row)."""
+    if threshold is None:
+        return None
+    return kept_token_ids(load_filter_scores(out), threshold, n_tokens)
+
+
+def write_filter_scores(out: Path, model: str | Path, manifest: store.Manifest) -> None:
+    """``token_filter.npy`` of an index directory computed from its fp16 token vectors with ``model``'s filter
+    head; the model must have the phrase encoder that built the index."""
+    model_dir = resolve_model(model)
+    if phrase_fingerprint(model_dir) != (manifest.phrase_fingerprint or ""):
+        raise BuildError(f"{model}: its phrase encoder is not the one that built the index (phrase fingerprint "
+                         f"{phrase_fingerprint(model_dir)} vs {manifest.phrase_fingerprint})")
+    phrase_model = load_model(model_dir)
+    if phrase_model.filter_head is None:
+        raise BuildError(f"{model} has no filter head (train one with `spanseek train filter`)")
+    vectors = open_fine_store(out, detect_kind(out))
+    if vectors.kind != "fp16":
+        raise BuildError(f"{out}: filter scores are computed from an fp16 fine store, this one is {vectors.kind}")
+    with atomic_path(out / store.FILTER_SCORES) as tmp:
+        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(vectors), 2))
+        for a in range(0, len(vectors), 65536):
+            mm[a : a + 65536] = filter_probabilities(phrase_model, vectors[a : a + 65536])
+        mm.flush()
+        del mm
 
 
 def merge_shards(out: Path, n_shards: int, dim: int) -> int:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from spanseek.core import store
+from spanseek.core.finestore import FINE_KEPT
 from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_recall, staged, write_npy
 from spanseek.indexer.build import BuildError, BuildOptions
 from spanseek.indexer.compress import kept_token_ids
@@ -109,9 +110,9 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
             return {"compacted": False, "disk_bytes": before, **counts(index_dir)}
         if not live:
             raise BuildError(f"{index_dir}: every document is deleted; build a new index instead of compacting")
-        if old.fine_store != "fp16" or old.faiss_params.get("on_disk"):
+        if old.fine_store != "fp16" or old.faiss_params.get("on_disk") or (index_dir / FINE_KEPT).is_file():
             raise BuildError(f"{index_dir}: compact re-adds the live tokens from an fp16 fine store to in-memory "
-                             "lists; this index has a quantised store or lists on disk: build it again from the live "
+                             "lists; this index has a quantised or filtered store or lists on disk: build it again from the live "
                              "documents instead")
         t0 = time.time()
         live_doc = np.ones(len(docs), dtype=bool)

@@ -78,7 +78,7 @@ def recall_vs_exact(
     index: PhraseIndex, sample: int = 1000, k: int = 10, nprobe: int | None = None, seed: int = 0
 ) -> dict[str, Any]:
     """recall@1 and recall@k of ``index.faiss`` against exact search, queries = a sample of its own vectors."""
-    ids = kept_token_ids(_filter_scores(index), index.manifest.filter_threshold, index.num_tokens)
+    ids = indexed_ids(index)
     return measure_recall(index.faiss, index.vectors, ids, sample=sample, k=k, seed=seed,
                           params=index.search_parameters(nprobe))
 
@@ -95,6 +95,15 @@ def recall_drop(index: PhraseIndex) -> str | None:
         return (f"{index.dir / store.FAISS_INDEX}: {key} is {now[key]}, the build measured {built[key]} on the same "
                 "queries: the faiss index is damaged or does not match the stored vectors")
     return None
+
+
+def indexed_ids(index: PhraseIndex) -> np.ndarray:
+    """The token ids faiss should hold: those with a fine-store row in a filtered store, else those the filter
+    threshold keeps (every token without a filter)."""
+    row_map = index.vectors.row_map
+    if row_map is not None:
+        return np.flatnonzero(np.unpackbits(row_map.bits)[: row_map.n])
+    return kept_token_ids(_filter_scores(index), index.manifest.filter_threshold, index.num_tokens)
 
 
 def _filter_scores(index: PhraseIndex) -> np.ndarray | None:
@@ -125,7 +134,7 @@ def check_maps(index: PhraseIndex) -> list[str]:
     if index.codes is not None and index.codes.shape[1] != index.faiss.sa_code_size():
         problems.append(f"codes.npy rows are {index.codes.shape[1]} bytes, faiss codes {index.faiss.sa_code_size()}")
     if m.filter_threshold is not None:
-        kept = len(kept_token_ids(_filter_scores(index), m.filter_threshold, n))
+        kept = len(indexed_ids(index))
         if kept != m.indexed_tokens:
             problems.append(f"filter threshold {m.filter_threshold} keeps {kept} tokens, the manifest says {m.indexed_tokens}")
     if len(docs) and not problems:

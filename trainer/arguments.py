@@ -188,6 +188,9 @@ class FilterConfig(FrozenModelJob):
     epochs: int = option(20, "passes over the training tokens")
     lr: float = option(1e-2, "Adam learning rate of the head")
     batch_windows: int = option(32, "windows per batch when computing the frozen token vectors")
+    from_index: str | None = option(None, "read the token vectors from this index, built with the model over "
+                                    "articles of the training file (document ids = article numbers), instead "
+                                    "of encoding windows: every token of its paragraphs is used")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ from spanseek.trainer.arguments import FilterConfig
 from spanseek.trainer.data import build_windows, collate
 
 log = logging.getLogger(__name__)
+KEEP_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.5, 0.75)
 
 
 @torch.no_grad()
@@ -51,6 +52,48 @@ def token_features(model: PhraseModel, windows, tokenizer, batch_windows: int, d
         ys.append(start[content].cpu())
         ye.append(end[content].cpu())
     return torch.cat(feats), torch.cat(ys), torch.cat(ye)
+
+
+def index_features(index_dir: str | Path, data: list, holdout) -> tuple[dict, dict]:
+    """Token vectors and gold start/end labels read from a built index instead of encoded windows.
+
+    The index's documents must be articles of ``data`` (document id = article number, same title); every token of
+    a paragraph that has questions is used. Returns (training, held-out) dicts of "x" (N, d) fp16 torch tensor,
+    "ys" / "ye" (N,) bool tensors, split by ``holdout`` on the article number.
+    """
+    from spanseek.core.store import PhraseIndex
+
+    index = PhraseIndex(index_dir, verify_checksums=False)
+    parts: dict[bool, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {True: [], False: []}
+    for p, passage in enumerate(index.passages):
+        doc = index.docs[passage["doc"]]
+        try:
+            art = data[int(doc["id"])]
+        except (ValueError, IndexError):
+            raise ValueError(f"{index_dir}: document {doc['id']!r} is not an article number of the training "
+                             "file (--from-index needs an index of its articles)") from None
+        if art.get("title") != doc["title"]:
+            raise ValueError(f"{index_dir}: document {doc['id']} is {doc['title']!r}, article {doc['id']} of the "
+                             f"training file is {art.get('title')!r}")
+        para = art["paragraphs"][passage["para"]]
+        if not para.get("qas"):
+            continue
+        a, b = index.passage_range(p)
+        offsets = np.asarray(index.token_offsets[a:b])
+        starts = {int(ans["answer_start"]) for qa in para["qas"] for ans in qa.get("answers", [])}
+        ends = {int(ans["answer_start"]) + len(ans["text"]) for qa in para["qas"] for ans in qa.get("answers", [])}
+        ys = np.isin(offsets[:, 0], list(starts))
+        ye = np.isin(offsets[:, 1], list(ends))
+        parts[holdout.held(int(doc["id"]))].append((np.asarray(index.vectors[a:b], np.float16), ys, ye))
+
+    def stack(rows):
+        if not rows:
+            raise ValueError(f"{index_dir}: no paragraph with questions on this side of the held-out split")
+        return {"x": torch.from_numpy(np.concatenate([r[0] for r in rows])),
+                "ys": torch.from_numpy(np.concatenate([r[1] for r in rows])),
+                "ye": torch.from_numpy(np.concatenate([r[2] for r in rows]))}
+
+    return stack(parts[False]), stack(parts[True])
 
 
 def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -85,10 +128,15 @@ def train_filter(cfg: FilterConfig) -> dict:
                                 base.config.max_answer_tokens)
         return [wins[i] for i in rng.permutation(len(wins))[:n]]
 
-    x, ys, ye = token_features(base, sample_windows(train_art, cfg.train_windows), tokenizer,
-                               cfg.batch_windows, device, precision, cfg.progress)
-    vx, vys, vye = token_features(base, sample_windows(held_art, cfg.val_windows), tokenizer,
-                                  cfg.batch_windows, device, precision, cfg.progress)
+    if cfg.from_index:  # the vectors are already computed: no encoding
+        train, held = index_features(cfg.from_index, data, cfg.holdout)
+        x, ys, ye = train["x"], train["ys"], train["ye"]
+        vx, vys, vye = held["x"], held["ys"], held["ye"]
+    else:
+        x, ys, ye = token_features(base, sample_windows(train_art, cfg.train_windows), tokenizer,
+                                   cfg.batch_windows, device, precision, cfg.progress)
+        vx, vys, vye = token_features(base, sample_windows(held_art, cfg.val_windows), tokenizer,
+                                      cfg.batch_windows, device, precision, cfg.progress)
     y = torch.stack([ys, ye], dim=1).float()
     head = base.filter_head
     head.requires_grad_(True)
@@ -106,7 +154,12 @@ def train_filter(cfg: FilterConfig) -> dict:
             total += loss.item() * len(idx)
         losses.append(total / len(x))
     with torch.no_grad():
-        vp = torch.sigmoid(head(vx.float().to(device))).cpu().numpy()  # (N, 2)
+        def probs(t: torch.Tensor) -> np.ndarray:  # (N, 2), in chunks (N may be millions of tokens)
+            return np.concatenate([torch.sigmoid(head(t[a : a + 65536].float().to(device))).cpu().numpy()
+                                   for a in range(0, len(t), 65536)])
+
+        vp = probs(vx)
+        train_keep = probs(x).max(axis=1)
     keep_prob = vp.max(axis=1)
     summary = {
         "train_tokens": len(x),
@@ -115,11 +168,13 @@ def train_filter(cfg: FilterConfig) -> dict:
         "bce_last_epoch": round(losses[-1], 5),
         "auc_pr_start": round(average_precision(vys.numpy(), vp[:, 0]), 4),
         "auc_pr_end": round(average_precision(vye.numpy(), vp[:, 1]), 4),
-        "thresholds": {str(k): round(threshold_for_keep_ratio(keep_prob, k), 5) for k in (0.25, 0.5, 0.75)},
+        "thresholds": {str(k): round(threshold_for_keep_ratio(keep_prob, k), 5) for k in KEEP_RATIOS},
+        # the same from the training tokens: what a build's threshold should be chosen from
+        "train_thresholds": {str(k): round(threshold_for_keep_ratio(train_keep, k), 5) for k in KEEP_RATIOS},
         # recall of gold start/end tokens kept at each keep ratio (what filtering may cost in accuracy)
         "gold_recall": {
             str(k): round(float(np.mean(keep_prob[(vys | vye).numpy()] >= threshold_for_keep_ratio(keep_prob, k))), 4)
-            for k in (0.25, 0.5, 0.75)
+            for k in KEEP_RATIOS
         },
     }
     out = Path(cfg.out)

@@ -118,3 +118,43 @@ def test_validation_sets(squad_file, tmp_path):
     rand = {p for d in read_corpus(tmp_path / "random.jsonl") for p in d.paragraphs}
     assert gold <= hard and gold <= rand
     assert counts["random"] == counts["hard"] > counts["gold"]
+
+
+def test_filter_features_from_a_built_index(squad_file, tiny_model_dir, tmp_path):
+    import numpy as np
+    import pytest
+
+    from spanseek.core.io import Holdout, from_squad, load_squad
+    from spanseek.core.store import PhraseIndex
+    from spanseek.indexer.build import BuildOptions, build_index
+    from spanseek.trainer.filter import FilterConfig, index_features, train_filter
+
+    corpus = tmp_path / "corpus.jsonl"
+    from_squad(squad_file, corpus)
+    build_index(corpus, tiny_model_dir, tmp_path / "idx", BuildOptions(progress=False, precision="fp32", gpu=False))
+    data = load_squad(squad_file)
+    train, held = index_features(tmp_path / "idx", data, Holdout())
+    idx = PhraseIndex(tmp_path / "idx")
+    rows: dict[bool, list[int]] = {True: [], False: []}
+    starts: dict[bool, list[bool]] = {True: [], False: []}
+    for p, passage in enumerate(idx.passages):  # oracle: a token starts a gold answer iff its offset is one
+        para = data[int(idx.docs[passage["doc"]]["id"])]["paragraphs"][passage["para"]]
+        if not para["qas"]:
+            continue
+        a, b = idx.passage_range(p)
+        gold = {ans["answer_start"] for qa in para["qas"] for ans in qa["answers"]}
+        held_out = Holdout().held(int(idx.docs[passage["doc"]]["id"]))
+        rows[held_out] += range(a, b)
+        starts[held_out] += [int(o) in gold for o in idx.token_offsets[a:b, 0]]
+    assert len(rows[True]) and len(rows[False])  # articles 7 and 27 are the held-out side
+    for side, got in ((False, train), (True, held)):
+        assert np.array_equal(got["x"].numpy(), np.asarray(idx.token_vectors(np.array(rows[side])), np.float16))
+        assert got["ys"].tolist() == starts[side] and got["ys"].any() and got["ye"].any()
+    summary = train_filter(FilterConfig(model=str(tiny_model_dir), train=str(squad_file), out=str(tmp_path / "f"),
+                                        from_index=str(tmp_path / "idx"), epochs=15, device="cpu",
+                                        precision="fp32", progress=False))
+    assert summary["bce_last_epoch"] < summary["bce_first_epoch"]
+    assert summary["train_tokens"] == len(rows[False]) and summary["val_tokens"] == len(rows[True])
+    data[0]["title"] = "Another article"
+    with pytest.raises(ValueError, match="Another article"):
+        index_features(tmp_path / "idx", data, Holdout())
