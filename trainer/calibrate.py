@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,18 +181,65 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, features: Sequenc
                          float(lr.intercept_[0]))
 
 
+def _examples(runs: dict[tuple[str, str, str], list[Ranked]], unit: str, mode: str
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Features, labels and question of every hit of both conditions of one unit/mode."""
+    ranked = [r for cond in CONDITIONS for r in runs.get((unit, mode, cond), [])]
+    x = np.concatenate([r.features for r in ranked])
+    y = np.concatenate([r.labels for r in ranked])
+    q = np.repeat([r.question for r in ranked], [len(r.labels) for r in ranked])
+    return x, y, q
+
+
+def grouped_folds(groups: Sequence[str], k: int = 5) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) positions of ``k`` folds in which every group (an article's title) lies in one test fold only,
+    so a held-out score measures the fit on articles it has not seen (scikit-learn GroupKFold; fewer folds when
+    there are fewer groups)."""
+    from sklearn.model_selection import GroupKFold
+
+    n_groups = len(set(groups))
+    if n_groups < 2:
+        raise ValueError(f"grouped cross-validation needs at least 2 articles, got {n_groups}")
+    splitter = GroupKFold(n_splits=min(k, n_groups))
+    return list(splitter.split(np.zeros(len(groups)), groups=np.asarray(groups)))
+
+
+def choose_c(runs: dict[tuple[str, str, str], list[Ranked]], groups: Sequence[str], cs: Sequence[float], k: int = 5,
+             features: Sequence[str] = FEATURES) -> dict[str, dict[str, Any]]:
+    """Per unit/mode, the C of ``cs`` with the lowest held-out log loss when the examples are split by article
+    (``groups[question]``: every hit of an article's questions lies in one fold) and the loss of each C."""
+    from sklearn.metrics import log_loss
+
+    out: dict[str, dict[str, Any]] = {}
+    for unit, mode in sorted({(u, m) for u, m, _ in runs}):
+        x, y, q = _examples(runs, unit, mode)
+        if y.all() or not y.any():
+            continue
+        hit_groups = [groups[i] for i in q]
+        losses = {}
+        for c in cs:
+            pred = np.empty(len(y))
+            for train, test in grouped_folds(hit_groups, k):
+                pred[test] = fit_logistic(x[train], y[train], c, features).predict(x[test]) \
+                    if 0 < y[train].sum() < len(train) else y[train].mean()
+            losses[c] = float(log_loss(y, np.clip(pred, 1e-6, 1 - 1e-6), labels=[False, True]))
+        best = min(losses, key=lambda c: (losses[c], c))
+        out[f"{unit}/{mode}"] = {"C": best, "cv_log_loss": {str(c): round(v, 5) for c, v in losses.items()}}
+    return out
+
+
 def fit_calibrator(runs: dict[tuple[str, str, str], list[Ranked]], fingerprint: str, fitted_on: dict[str, Any],
-                   c: float = 1.0, features: Sequence[str] = FEATURES) -> Calibrator:
-    """One logistic model per unit/mode over every hit of both conditions."""
+                   c: float | Mapping[str, float] = 1.0, features: Sequence[str] = FEATURES) -> Calibrator:
+    """One logistic model per unit/mode over every hit of both conditions; ``c`` one C for all or one per
+    ``"unit/mode"`` (``choose_c``)."""
     models = {}
     for unit, mode in sorted({(u, m) for u, m, _ in runs}):
-        ranked = [r for cond in CONDITIONS for r in runs.get((unit, mode, cond), [])]
-        x = np.concatenate([r.features for r in ranked])
-        y = np.concatenate([r.labels for r in ranked])
+        x, y, _ = _examples(runs, unit, mode)
         if y.all() or not y.any():
             log.warning("%s/%s: every hit is %s; no model fitted", unit, mode, "correct" if y.all() else "wrong")
             continue
-        models[f"{unit}/{mode}"] = fit_logistic(x, y, c, features)
+        key = f"{unit}/{mode}"
+        models[key] = fit_logistic(x, y, c[key] if isinstance(c, Mapping) else c, features)
     return Calibrator(models, fingerprint, {**fitted_on, "examples": {
         f"{u}/{m}/{cond}": sum(len(r.labels) for r in rs) for (u, m, cond), rs in sorted(runs.items())}})
 
@@ -214,21 +261,31 @@ def encode_questions(searcher: Searcher, questions: Sequence[Question], batch: i
     return q_start, q_end
 
 
-def calibrate(index_dir: str | Path, questions_path: str | Path, model: str, out: str | Path | None = None,
-              units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, c: float = 1.0,
+def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, model: str, out: str | Path | None = None,
+              units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, c: float | Sequence[float] = 1.0,
               limit: int | None = None, cache: str | Path | None = None,
               examples: str | Path | None = None, features: Sequence[str] = FEATURES,
               from_examples: str | Path | None = None) -> Calibrator:
     """Fit and write the model's calibrator (default ``MODEL_DIR/calibration.json``); returns it. ``from_examples``
-    refits on the examples an earlier run wrote (``examples``) instead of searching again."""
+    refits on the examples an earlier run wrote (``examples``) instead of searching again (``questions_path`` and
+    ``limit`` must then be the ones it searched, to know each question's article). Several ``c`` values: each
+    unit/mode gets the one with the best held-out log loss across articles (``choose_c``, 5 grouped folds)."""
     from spanseek.core.evaluate import sample_questions
     from spanseek.core.loading import open_searcher
     from spanseek.core.model import model_fingerprint, resolve_model
 
     model_dir = resolve_model(model)
+    cs = [float(c)] if isinstance(c, (int, float)) else [float(v) for v in c]
+    questions: list[Question] = []
+    if from_examples is not None and len(cs) > 1:
+        if questions_path is None:
+            raise ValueError("choosing C across articles needs --questions (the file the examples were searched for)")
+        questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
     if from_examples is not None:
         runs = load_runs(from_examples)
         fitted_on: dict[str, Any] = {"examples_file": Path(from_examples).name}
+    elif index_dir is None or questions_path is None:
+        raise ValueError("calibrating needs an index and its questions (or examples written by an earlier run)")
     else:
         searcher = open_searcher(index_dir, model)
         questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
@@ -241,12 +298,17 @@ def calibrate(index_dir: str | Path, questions_path: str | Path, model: str, out
                      "n_questions": len(questions), "documents": len(searcher.index.docs),
                      "fusion": {"fusion": fusion["fusion"], "weights": fusion["weights"],
                                 "phrase_rerank": fusion.get("phrase_rerank")}}
-    fitted_on.update({"absent": "each question also searched over the index without its gold document", "C": c,
+    chosen: float | dict[str, float] = cs[0]
+    if len(cs) > 1:
+        cv = choose_c(runs, [q.title for q in questions], cs, features=features)
+        chosen = {key: r["C"] for key, r in cv.items()}
+        fitted_on["grouped_cv"] = {"folds": 5, "by": "article", "loss": "log loss", "by_unit_mode": cv}
+    fitted_on.update({"absent": "each question also searched over the index without its gold document", "C": chosen,
                       "features": [f for f in FEATURES if f in features]})
-    calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, c, features)
+    calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, chosen, features)
     calibrator.save(out or model_dir / CALIBRATION_NAME)
     return calibrator
 
 
-__all__ = ["CONDITIONS", "Ranked", "calibrate", "collect", "encode_questions", "fit_calibrator", "fit_logistic",
-           "is_correct", "load_runs", "save_runs", "without_documents"]
+__all__ = ["CONDITIONS", "Ranked", "calibrate", "choose_c", "collect", "encode_questions", "fit_calibrator",
+           "fit_logistic", "grouped_folds", "is_correct", "load_runs", "save_runs", "without_documents"]

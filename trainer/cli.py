@@ -130,7 +130,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="calibration file (default: MODEL_DIR/calibration.json)")
     p.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
+    p.add_argument("--C", type=float, nargs="+", default=[1.0],
+                   help="inverse L2 strength of the logistic regression; several: each unit/mode gets the one with "
+                   "the best held-out log loss over 5 folds split by article")
     p.add_argument("--limit", type=int, default=None, help="a fixed random sample of this many questions")
     p.add_argument("--cache", default=None, help="npz of the encoded questions (written once, then read)")
     p.add_argument("--examples", default=None, help="also write the collected features and labels to this npz")

@@ -100,3 +100,70 @@ def test_calibrate_command_writes_a_calibrator_the_searcher_applies(squad_index,
     assert all(0 <= h.confidence <= 1 for h in hits)
     conf = [h.confidence for h in hits]
     assert conf == sorted(conf, reverse=True) or len(set(conf)) > 1
+
+
+def _synthetic_runs(n_articles: int = 6, per_article: int = 10, seed: int = 0):
+    """Ranked lists of 3 hits per question whose label follows feature 0; question i is about article i // per."""
+    from spanseek.core.confidence import FEATURES
+    from spanseek.trainer.calibrate import Ranked
+
+    rng = np.random.default_rng(seed)
+    runs = {}
+    for cond in ("present", "absent"):
+        ranked = []
+        for i in range(n_articles * per_article):
+            x = rng.normal(size=(3, len(FEATURES)))
+            ranked.append(Ranked(i, x, rng.random(3) < 1 / (1 + np.exp(-2 * x[:, 0])), None))
+        runs[("phrase", "hybrid", cond)] = ranked
+    groups = [f"article {i // per_article}" for i in range(n_articles * per_article)]
+    return runs, groups
+
+
+def test_grouped_folds_never_put_one_article_in_train_and_test():
+    from spanseek.trainer.calibrate import grouped_folds
+
+    groups = [f"a{i % 7}" for i in range(100)]
+    folds = grouped_folds(groups, k=5)
+    assert len(folds) == 5
+    tested = np.concatenate([test for _, test in folds])
+    assert sorted(tested) == list(range(100))  # every example is held out exactly once
+    g = np.asarray(groups)
+    for train, test in folds:
+        assert not set(g[train]) & set(g[test])
+    assert len(grouped_folds(["a", "b", "a"], k=5)) == 2  # fewer articles than folds: one fold per article
+    with pytest.raises(ValueError, match="at least 2 articles"):
+        grouped_folds(["a", "a"], k=5)
+
+
+def test_choose_c_prefers_a_fit_over_a_constant_and_fit_calibrator_uses_it(monkeypatch):
+    import spanseek.trainer.calibrate as cal
+
+    runs, groups = _synthetic_runs()
+    seen: list[tuple[set[str], set[str]]] = []
+    real = cal.grouped_folds
+
+    def spy(g, k=5):
+        folds = real(g, k)
+        seen.extend((set(np.asarray(g)[tr]), set(np.asarray(g)[te])) for tr, te in folds)
+        return folds
+
+    monkeypatch.setattr(cal, "grouped_folds", spy)
+    cv = cal.choose_c(runs, groups, [1e-6, 1.0])
+    assert seen and all(not train & test for train, test in seen)  # hits split by their question's article
+    r = cv["phrase/hybrid"]
+    assert r["C"] == 1.0 and r["cv_log_loss"]["1.0"] < r["cv_log_loss"]["1e-06"]  # a near-constant fit loses
+    calibrator = cal.fit_calibrator(runs, "fp", {}, {"phrase/hybrid": 1e-6})
+    flat = calibrator.models["phrase/hybrid"]
+    assert max(abs(c) for c in flat.coef) < 1e-3  # the per-unit/mode C is the one used
+    assert max(abs(c) for c in cal.fit_calibrator(runs, "fp", {}, 1.0).models["phrase/hybrid"].coef) > 0.5
+
+
+def test_choosing_c_from_examples_needs_the_questions_file(tiny_model_dir, tmp_path):
+    from spanseek.trainer.calibrate import calibrate
+
+    runs, _ = _synthetic_runs()
+    save_runs(runs, tmp_path / "ex.npz")
+    with pytest.raises(ValueError, match="needs --questions"):
+        calibrate(None, None, str(tiny_model_dir), tmp_path / "cal.json", c=[0.1, 1.0], from_examples=tmp_path / "ex.npz")
+    calibrate(None, None, str(tiny_model_dir), tmp_path / "cal.json", c=[1.0], from_examples=tmp_path / "ex.npz")
+    assert Calibrator.load(tmp_path / "cal.json").fitted_on["C"] == 1.0  # one C: no cross-validation, as before
