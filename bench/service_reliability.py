@@ -194,6 +194,7 @@ def build_huge_paragraph_index(out: Path, paragraph_chars: int, indexed_chars: i
                              intermediate_size=64, max_position_embeddings=512), add_pooling_layer=False).save_pretrained(backbone)
         PhraseModel(EncoderConfig(backbone=str(backbone), max_seq_len=128, stride=32, weights="lora")).save(model_dir)
     if not (index_dir / MANIFEST).exists():
+        from spanseek.core.store import Manifest
         from spanseek.indexer.build import BuildOptions, build_index
 
         rng = random.Random(0)
@@ -219,6 +220,9 @@ def build_huge_paragraph_index(out: Path, paragraph_chars: int, indexed_chars: i
             if row["doc"] == 0:
                 row["text"] = paragraph  # same prefix, so every indexed offset still points at the same text
         store.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        # the passage store changed after the build: record its new checksum, or the service refuses the index
+        manifest = Manifest.load(index_dir)
+        Manifest.create(index_dir, manifest.to_dict()).write(index_dir)
     return index_dir, model_dir
 
 
