@@ -9,7 +9,13 @@ over the index without its gold article (answer absent, the case a calibrator mu
 rest's passages, so scores and BM25 statistics are those of an index built without the article. Each hit of the
 served list (``FEATURE_DEPTH`` deep, default search options) gives one example: its features and whether it is
 correct (``core.confidence.LABELS``). One L2-regularised logistic regression per unit and mode is fitted
-(scikit-learn) and written as plain numbers to ``MODEL_DIR/calibration.json`` (atomically).
+(scikit-learn) and written as plain numbers to ``MODEL_DIR/calibration.json`` (atomically). Each list's first hit
+weighs as much as the rest of its list together (``hit_weights``): the first hit's confidence is the one a caller
+abstains on, and unweighted it would be one example in ten.
+
+Fit it over an index of many training articles (a hundred, not a handful): with its answer absent, a question
+meets the distractors of the rest of the index, and in a small index those are too weak, so the calibrator learns
+to trust answers that a larger corpus would beat.
 
 ``bench/confidence.py`` runs the same collection on the validation articles and reports the calibration.
 """
@@ -17,6 +23,7 @@ correct (``core.confidence.LABELS``). One L2-regularised logistic regression per
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -136,9 +143,14 @@ def collect(
     return out
 
 
-def save_runs(runs: dict[tuple[str, str, str], list[Ranked]], path: str | Path) -> None:
-    """Write the collected examples (features, labels, question of each ranked list) as one npz, for refits."""
-    arrays = {}
+META_KEY = "__meta__"
+
+
+def save_runs(runs: dict[tuple[str, str, str], list[Ranked]], path: str | Path, meta: Mapping[str, Any] | None = None
+              ) -> None:
+    """Write the collected examples (features, labels, question of each ranked list) as one npz, for refits, with
+    ``meta`` (what they were searched on: index, questions, fusion) as JSON."""
+    arrays: dict[str, Any] = {META_KEY: np.asarray(json.dumps(dict(meta or {})))}
     for (unit, mode, cond), ranked in runs.items():
         key = f"{unit}/{mode}/{cond}"
         arrays[f"{key}/features"] = np.concatenate([r.features for r in ranked]) if ranked else np.zeros((0, 0))
@@ -148,11 +160,17 @@ def save_runs(runs: dict[tuple[str, str, str], list[Ranked]], path: str | Path) 
         np.savez(f, **arrays)
 
 
+def load_meta(path: str | Path) -> dict[str, Any]:
+    """What ``save_runs`` recorded about the examples in ``path`` ({} for files written before it did)."""
+    z = np.load(path)
+    return json.loads(str(z[META_KEY])) if META_KEY in z.files else {}
+
+
 def load_runs(path: str | Path) -> dict[tuple[str, str, str], list[Ranked]]:
     """The examples ``save_runs`` wrote, one Ranked per question (questions that got no hits are not in them)."""
     z = np.load(path)
     runs: dict[tuple[str, str, str], list[Ranked]] = {}
-    for key in sorted({k.rsplit("/", 1)[0] for k in z.files}):
+    for key in sorted({k.rsplit("/", 1)[0] for k in z.files if k != META_KEY}):
         unit, mode, cond = key.split("/")
         features, labels, question = z[f"{key}/features"], z[f"{key}/labels"], z[f"{key}/question"]
         starts = np.flatnonzero(np.r_[True, question[1:] != question[:-1]]) if len(question) else np.zeros(0, int)
@@ -162,9 +180,17 @@ def load_runs(path: str | Path) -> dict[tuple[str, str, str], list[Ranked]]:
     return runs
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, features: Sequence[str] = FEATURES) -> LogisticModel:
-    """An L2-regularised logistic regression on standardised features (scikit-learn), as plain numbers; features
-    not in ``features`` get weight 0."""
+def hit_weights(lengths: Sequence[int]) -> np.ndarray:
+    """Example weights of ranked lists of these lengths, concatenated: a list's first hit weighs as much as the rest
+    of its list together (``n - 1``, at least 1), every other hit 1."""
+    return np.concatenate([np.r_[max(n - 1, 1), np.ones(n - 1)] for n in lengths if n]) if any(lengths) \
+        else np.zeros(0)
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, features: Sequence[str] = FEATURES,
+                 weight: np.ndarray | None = None) -> LogisticModel:
+    """An L2-regularised logistic regression on standardised features (scikit-learn), as plain numbers, with
+    optional example weights; features not in ``features`` get weight 0."""
     from sklearn.linear_model import LogisticRegression
 
     unknown = set(features) - set(FEATURES)
@@ -174,7 +200,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, features: Sequenc
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale[scale < 1e-9] = 1.0  # a constant feature (no lexical leg) contributes nothing
-    lr = LogisticRegression(C=c, max_iter=1000).fit(((x - mean) / scale)[:, use], y)
+    lr = LogisticRegression(C=c, max_iter=1000).fit(((x - mean) / scale)[:, use], y, sample_weight=weight)
     coef = np.zeros(len(FEATURES))
     coef[use] = lr.coef_[0]
     return LogisticModel(tuple(map(float, mean)), tuple(map(float, scale)), tuple(map(float, coef)),
@@ -182,13 +208,14 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, features: Sequenc
 
 
 def _examples(runs: dict[tuple[str, str, str], list[Ranked]], unit: str, mode: str
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Features, labels and question of every hit of both conditions of one unit/mode."""
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Features, labels, question and weight (``hit_weights``) of every hit of both conditions of one unit/mode."""
     ranked = [r for cond in CONDITIONS for r in runs.get((unit, mode, cond), [])]
+    lengths = [len(r.labels) for r in ranked]
     x = np.concatenate([r.features for r in ranked])
     y = np.concatenate([r.labels for r in ranked])
-    q = np.repeat([r.question for r in ranked], [len(r.labels) for r in ranked])
-    return x, y, q
+    q = np.repeat([r.question for r in ranked], lengths)
+    return x, y, q, hit_weights(lengths)
 
 
 def grouped_folds(groups: Sequence[str], k: int = 5) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -206,13 +233,14 @@ def grouped_folds(groups: Sequence[str], k: int = 5) -> list[tuple[np.ndarray, n
 
 def choose_c(runs: dict[tuple[str, str, str], list[Ranked]], groups: Sequence[str], cs: Sequence[float], k: int = 5,
              features: Sequence[str] = FEATURES) -> dict[str, dict[str, Any]]:
-    """Per unit/mode, the C of ``cs`` with the lowest held-out log loss when the examples are split by article
-    (``groups[question]``: every hit of an article's questions lies in one fold) and the loss of each C."""
+    """Per unit/mode, the C of ``cs`` with the lowest held-out log loss (weighted as the fit is) when the examples are
+    split by article (``groups[question]``: every hit of an article's questions lies in one fold) and the loss of
+    each C."""
     from sklearn.metrics import log_loss
 
     out: dict[str, dict[str, Any]] = {}
     for unit, mode in sorted({(u, m) for u, m, _ in runs}):
-        x, y, q = _examples(runs, unit, mode)
+        x, y, q, w = _examples(runs, unit, mode)
         if y.all() or not y.any():
             continue
         hit_groups = [groups[i] for i in q]
@@ -220,9 +248,9 @@ def choose_c(runs: dict[tuple[str, str, str], list[Ranked]], groups: Sequence[st
         for c in cs:
             pred = np.empty(len(y))
             for train, test in grouped_folds(hit_groups, k):
-                pred[test] = fit_logistic(x[train], y[train], c, features).predict(x[test]) \
+                pred[test] = fit_logistic(x[train], y[train], c, features, w[train]).predict(x[test]) \
                     if 0 < y[train].sum() < len(train) else y[train].mean()
-            losses[c] = float(log_loss(y, np.clip(pred, 1e-6, 1 - 1e-6), labels=[False, True]))
+            losses[c] = float(log_loss(y, np.clip(pred, 1e-6, 1 - 1e-6), labels=[False, True], sample_weight=w))
         best = min(losses, key=lambda c: (losses[c], c))
         out[f"{unit}/{mode}"] = {"C": best, "cv_log_loss": {str(c): round(v, 5) for c, v in losses.items()}}
     return out
@@ -234,12 +262,12 @@ def fit_calibrator(runs: dict[tuple[str, str, str], list[Ranked]], fingerprint: 
     ``"unit/mode"`` (``choose_c``)."""
     models = {}
     for unit, mode in sorted({(u, m) for u, m, _ in runs}):
-        x, y, _ = _examples(runs, unit, mode)
+        x, y, _, w = _examples(runs, unit, mode)
         if y.all() or not y.any():
             log.warning("%s/%s: every hit is %s; no model fitted", unit, mode, "correct" if y.all() else "wrong")
             continue
         key = f"{unit}/{mode}"
-        models[key] = fit_logistic(x, y, c[key] if isinstance(c, Mapping) else c, features)
+        models[key] = fit_logistic(x, y, c[key] if isinstance(c, Mapping) else c, features, w)
     return Calibrator(models, fingerprint, {**fitted_on, "examples": {
         f"{u}/{m}/{cond}": sum(len(r.labels) for r in rs) for (u, m, cond), rs in sorted(runs.items())}})
 
@@ -283,7 +311,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
         questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
     if from_examples is not None:
         runs = load_runs(from_examples)
-        fitted_on: dict[str, Any] = {"examples_file": Path(from_examples).name}
+        fitted_on: dict[str, Any] = {**load_meta(from_examples), "examples_file": Path(from_examples).name}
     elif index_dir is None or questions_path is None:
         raise ValueError("calibrating needs an index and its questions (or examples written by an earlier run)")
     else:
@@ -291,24 +319,26 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
         questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
         q_start, q_end = encode_questions(searcher, questions, cache=cache)
         runs = collect(searcher.index, questions, q_start, q_end, units, modes)
-        if examples is not None:
-            save_runs(runs, examples)
         fusion = searcher.index.fusion_defaults  # hybrid scores depend on it: the calibrator applies under it only
         fitted_on = {"index": str(Path(index_dir).name), "questions": str(Path(questions_path).name),
                      "n_questions": len(questions), "documents": len(searcher.index.docs),
                      "fusion": {"fusion": fusion["fusion"], "weights": fusion["weights"],
                                 "phrase_rerank": fusion.get("phrase_rerank")}}
+        if examples is not None:
+            save_runs(runs, examples, fitted_on)
     chosen: float | dict[str, float] = cs[0]
     if len(cs) > 1:
         cv = choose_c(runs, [q.title for q in questions], cs, features=features)
         chosen = {key: r["C"] for key, r in cv.items()}
         fitted_on["grouped_cv"] = {"folds": 5, "by": "article", "loss": "log loss", "by_unit_mode": cv}
     fitted_on.update({"absent": "each question also searched over the index without its gold document", "C": chosen,
-                      "features": [f for f in FEATURES if f in features]})
+                      "features": [f for f in FEATURES if f in features],
+                      "weights": "each list's first hit weighs as much as the rest of its list"})
     calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, chosen, features)
     calibrator.save(out or model_dir / CALIBRATION_NAME)
     return calibrator
 
 
 __all__ = ["CONDITIONS", "Ranked", "calibrate", "choose_c", "collect", "encode_questions", "fit_calibrator",
-           "fit_logistic", "grouped_folds", "is_correct", "load_runs", "save_runs", "without_documents"]
+           "fit_logistic", "grouped_folds", "hit_weights", "is_correct", "load_meta", "load_runs", "save_runs",
+           "without_documents"]

@@ -167,3 +167,42 @@ def test_choosing_c_from_examples_needs_the_questions_file(tiny_model_dir, tmp_p
         calibrate(None, None, str(tiny_model_dir), tmp_path / "cal.json", c=[0.1, 1.0], from_examples=tmp_path / "ex.npz")
     calibrate(None, None, str(tiny_model_dir), tmp_path / "cal.json", c=[1.0], from_examples=tmp_path / "ex.npz")
     assert Calibrator.load(tmp_path / "cal.json").fitted_on["C"] == 1.0  # one C: no cross-validation, as before
+
+
+def test_first_hits_weigh_as_much_as_the_rest_of_their_list():
+    from spanseek.trainer.calibrate import hit_weights
+
+    assert hit_weights([3, 1, 0, 2]).tolist() == [2, 1, 1, 1, 1, 1]
+    assert hit_weights([]).tolist() == [] and hit_weights([0]).tolist() == []
+
+
+def test_weighted_fit_equals_a_fit_on_repeated_examples():
+    from spanseek.core.confidence import FEATURES
+    from spanseek.trainer.calibrate import fit_logistic
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(60, len(FEATURES)))
+    y = rng.random(60) < 1 / (1 + np.exp(-x[:, 1]))
+    w = rng.integers(1, 4, size=60)
+    weighted = fit_logistic(x, y, 1.0, weight=w.astype(float))
+    repeated = fit_logistic(np.repeat(x, w, axis=0), np.repeat(y, w), 1.0)
+    # the same objective up to the standardisation, which the weighted fit takes from the unrepeated rows
+    probe = rng.normal(size=(20, len(FEATURES)))
+    assert np.allclose(weighted.predict(probe), repeated.predict(probe), atol=0.03)
+    unweighted = fit_logistic(x, y, 1.0)
+    assert not np.allclose(weighted.predict(probe), unweighted.predict(probe), atol=0.03)
+
+
+def test_examples_carry_what_they_were_searched_on_into_a_refit(tiny_model_dir, tmp_path):
+    from spanseek.trainer.calibrate import calibrate, load_meta
+
+    runs, _ = _synthetic_runs()
+    fusion = {"fusion": "score", "weights": {"phrase": 4.0}, "phrase_rerank": {"gap": 1.0}}
+    save_runs(runs, tmp_path / "ex.npz", {"index": "train-idx", "fusion": fusion})
+    assert load_meta(tmp_path / "ex.npz") == {"index": "train-idx", "fusion": fusion}
+    assert load_runs(tmp_path / "ex.npz").keys() == runs.keys()  # the record is not read as examples
+    calibrate(None, None, str(tiny_model_dir), tmp_path / "cal.json", from_examples=tmp_path / "ex.npz")
+    cal = Calibrator.load(tmp_path / "cal.json")
+    assert cal.fitted_on["fusion"] == fusion and cal.fitted_on["index"] == "train-idx"
+    assert cal.applies("phrase", "hybrid", "score", 4.0, {"gap": 1.0})  # so a refit calibrator still applies
+    assert not cal.applies("phrase", "hybrid", "score", 4.0, {"gap": 2.0})
