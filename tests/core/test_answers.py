@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from spanseek.core.confidence import (
+    CALIBRATION_NAME,
     FEATURE_DEPTH,
     FEATURES,
     CalibrationError,
@@ -220,3 +221,16 @@ def test_calibration_file_round_trip_and_errors(tmp_path, caplog):
     (tmp_path / "calibration.json").write_text("{not json")
     with pytest.raises(CalibrationError, match="calibration.json"):
         load_calibrator(tmp_path, "abc")
+
+
+def test_the_default_models_calibrator_applies_to_a_new_index():
+    """The shipped calibration.json was fitted for the bundled weights and under the current fusion defaults (every
+    new index records those), so hybrid hits of a freshly built index carry a confidence for every unit."""
+    from spanseek.core.model import model_fingerprint, resolve_model
+
+    model_dir = resolve_model("default")
+    cal = Calibrator.load(model_dir / CALIBRATION_NAME)
+    assert cal.model_fingerprint == model_fingerprint(model_dir)
+    for unit in UNITS:
+        assert cal.applies(unit, "hybrid", DEFAULT_FUSION["fusion"], DEFAULT_FUSION["weights"][unit],
+                           DEFAULT_FUSION["phrase_rerank"]), unit
