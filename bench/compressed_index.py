@@ -33,6 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch/faiss: spin-
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -121,7 +122,15 @@ def run(args: argparse.Namespace) -> dict:
 
     rows = []
     exact_qps, exact_tops = None, None
-    for f in ["Flat", *factories]:
+    if args.exact_from:  # the exact row of an earlier run over the same corpus and questions (the slow one)
+        earlier = json.loads(Path(args.exact_from).read_text())
+        same = (earlier["tokens"], earlier["questions"], earlier["model"]) == (exact_m.tokens, len(questions),
+                                                                               str(args.model))
+        if not same or earlier["rows"][0]["factory"] != "Flat":
+            raise SystemExit(f"{args.exact_from}: not an exact row over this corpus ({exact_m.tokens} tokens), "
+                             f"these {len(questions)} questions and model {args.model}")
+        rows.append(earlier["rows"][0])
+    for f in ["Flat", *factories][1 if args.exact_from else 0 :]:
         d = exact_dir if f == "Flat" else work / f.replace(",", "_").replace("@", "-")
         factory, _, rest = f.partition("@")
         fine_store, _, threshold = rest.partition("@")
@@ -224,6 +233,9 @@ def main() -> None:
                    help="reuse the built indexes and time them again without evaluating (accuracy reads NaN)")
     p.add_argument("--no-speed", action="store_true",
                    help="accuracy and sizes only (no q/s passes: for large corpora on a busy machine)")
+    p.add_argument("--exact-from", default=None, metavar="JSON",
+                   help="take the exact (Flat) row from this earlier --out of the same corpus, model and questions "
+                        "instead of evaluating it again (with --no-speed)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
     result = run(args)

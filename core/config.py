@@ -43,6 +43,7 @@ class EncoderConfig:
     max_query_len: question length in tokens; longer questions are truncated.
     weights: ``lora`` saves only adapters and heads; ``full`` saves every weight.
     filter_head: whether the model carries a start/end token filter head.
+    filter_hidden: width of the filter head's hidden layer (GELU); 0 = a linear head.
     length_bias: a score added to every span by its length in tokens (entry k for k + 1 tokens), fitted on training
         questions by ``spanseek train length-bias``; empty = none. It does not change token vectors, so an index
         built before it was fitted stays valid.
@@ -57,6 +58,7 @@ class EncoderConfig:
     weights: WeightsKind = "lora"
     lora: LoraSettings = field(default_factory=LoraSettings)
     filter_head: bool = False
+    filter_hidden: int = 0
     length_bias: tuple[float, ...] = ()
     dim: int = 0  # filled from the backbone's hidden size when the model is built
 
@@ -65,6 +67,8 @@ class EncoderConfig:
             raise ValueError(f"question_mode must be 'separate' or 'shared', got {self.question_mode!r}")
         if self.weights not in ("lora", "full"):
             raise ValueError(f"weights must be 'lora' or 'full', got {self.weights!r}")
+        if self.filter_hidden < 0:
+            raise ValueError(f"filter_hidden must be >= 0 (0: a linear filter head), got {self.filter_hidden}")
         if self.max_answer_tokens < 1:
             raise ValueError(f"max_answer_tokens must be >= 1, got {self.max_answer_tokens}")
         if self.length_bias and len(self.length_bias) != self.max_answer_tokens:

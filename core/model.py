@@ -107,6 +107,14 @@ def _load_backbone(config: EncoderConfig) -> nn.Module:
     return model
 
 
+def filter_head(dim: int, hidden: int) -> nn.Module:
+    """The token filter head: (…, dim) token vectors -> (…, 2) start/end logits; linear, or one GELU hidden layer
+    of width ``hidden``."""
+    if hidden == 0:
+        return nn.Linear(dim, 2)
+    return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 2))
+
+
 class PhraseModel(nn.Module):
     """Phrase encoder + question encoder(s) + optional token filter head."""
 
@@ -125,7 +133,7 @@ class PhraseModel(nn.Module):
             for head in (self.start_head, self.end_head):  # start as the identity: q = [CLS]
                 nn.init.eye_(head.weight)
                 nn.init.zeros_(head.bias)
-        self.filter_head = nn.Linear(hidden, 2) if config.filter_head else None
+        self.filter_head = filter_head(hidden, config.filter_hidden) if config.filter_head else None
 
     @property
     def dim(self) -> int:

@@ -71,6 +71,11 @@ LEXICAL_PASSAGES = 5
 # few and large: the dense leg deepens its search until it has found this many)
 FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
 
+# A PQ index ranks by its codes, coarser than the fine store: it is asked for REFINE_FACTOR times the candidates,
+# which the fine store scores again, and the best k of those go on to span completion (faiss's IndexRefine, with
+# the fine store as the refinement). Deep unit searches (k beyond REFINE_MAX_FETCH / factor) are not refined.
+REFINE_FACTOR = 8
+REFINE_MAX_FETCH = 1024
 SELECTIONS_KEPT = 64  # distinct filters whose token selectors a Searcher keeps (each N / 8 bytes)
 # unit -> the unit of every passage, (P,) int64; the phrase unit is the span itself (None). A new unit is one entry.
 UNIT_OF_PASSAGE: dict[Unit, Callable[[PhraseIndex], np.ndarray] | None] = {
@@ -158,6 +163,18 @@ def dedupe_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, n_tok
     return Spans(starts[first].astype(np.int64), ends[first].astype(np.int64), scores[first].astype(np.float32))
 
 
+def refine(ids: np.ndarray, queries: np.ndarray, k: int, vectors) -> np.ndarray:
+    """(n, k) of (n, m) candidate ids (-1: none), re-ranked by the inner product of ``vectors(ids)`` with each
+    query: the best ``k`` first, -1 after the real ones."""
+    out = np.full((len(ids), k), -1, dtype=np.int64)
+    for row, (cand, q) in enumerate(zip(ids, queries, strict=True)):
+        cand = cand[cand >= 0]
+        if len(cand):
+            order = np.argsort(-(vectors(cand) @ q), kind="stable")[:k]
+            out[row, : len(order)] = cand[order]
+    return out
+
+
 def first_per_unit(units: np.ndarray) -> np.ndarray:
     """Positions of each unit's first occurrence in ``units``, in order of appearance."""
     _, first = np.unique(units, return_index=True)
@@ -193,6 +210,7 @@ class Searcher:
                         if len(self.length_bias) < self.max_answer_tokens else "the extra entries are unused")
         self.vector_source = vector_source or index.vector_source
         self._vector_reader(self.vector_source)  # a bad source fails here, not at the first search
+        self.refine_factor = REFINE_FACTOR if index.manifest.spec.pq_m is not None else 1
         self._unit_of_passage = {u: f(index) for u, f in UNIT_OF_PASSAGE.items() if f is not None}
         self._unit_count = {u: len(np.unique(m)) for u, m in self._unit_of_passage.items()}
         self._selections: dict[SearchFilter | None, Selection] = {}  # recent filters' selections, oldest first
@@ -421,7 +439,12 @@ class Searcher:
             empty = np.zeros(0, np.int64)
             return [Spans(empty, empty, np.zeros(0, np.float32)) for _ in range(len(q_start))]
         # One faiss call for both sides: a flat index streams its vectors once for all 2B queries
-        ids = search_ids(self.index, np.concatenate([q_start, q_end]), k, nprobe, sel)  # (2B, k)
+        queries = np.concatenate([q_start, q_end])
+        fetch = min(self.index.faiss.ntotal, k * self.refine_factor)
+        if self.refine_factor > 1 and vectors == self.index.token_vectors and fetch > k and fetch <= REFINE_MAX_FETCH:
+            ids = refine(search_ids(self.index, queries, fetch, nprobe, sel), queries, k, vectors)
+        else:
+            ids = search_ids(self.index, queries, k, nprobe, sel)  # (2B, k)
         start_ids, end_ids = ids[: len(q_start)], ids[len(q_start) :]
         with numpy_blas().limit(limits=1):
             return [

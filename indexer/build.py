@@ -134,10 +134,11 @@ def _encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Pa
     vecs = encoder.encode_flat(toks)  # (shard tokens, d) float32
     np.save(tmp / "vectors.npy", vecs.astype(np.float16))
     np.save(tmp / "offsets.npy", np.concatenate([t.offsets for t in toks]).astype(np.int32).reshape(-1, 2))
-    np.save(tmp / "flags.npy", np.concatenate([t.flags for t in toks]).astype(np.uint8))
+    flags = np.concatenate([t.flags for t in toks]).astype(np.uint8)
+    np.save(tmp / "flags.npy", flags)
     np.save(tmp / "ntokens.npy", np.asarray([len(t) for t in toks], dtype=np.int64))
     if encoder.model.filter_head is not None:
-        np.save(tmp / "filter.npy", filter_probabilities(encoder.model, vecs))
+        np.save(tmp / "filter.npy", filter_probabilities(encoder.model, vecs, flags))
     (tmp / SHARD_KEY).write_text(key)
     shutil.rmtree(dest, ignore_errors=True)  # a shard of other passages (the corpus changed since)
     tmp.rename(dest)
@@ -421,8 +422,9 @@ def write_filter_scores(out: Path, model: str | Path, manifest: store.Manifest) 
         raise BuildError(f"{out}: filter scores are computed from an fp16 fine store, this one is {vectors.kind}")
     with atomic_path(out / store.FILTER_SCORES) as tmp:
         mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(vectors), 2))
+        flags = np.load(out / store.TOKEN_FLAGS, mmap_mode="r")
         for a in range(0, len(vectors), 65536):
-            mm[a : a + 65536] = filter_probabilities(phrase_model, vectors[a : a + 65536])
+            mm[a : a + 65536] = filter_probabilities(phrase_model, vectors[a : a + 65536], flags[a : a + 65536])
         mm.flush()
         del mm
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from spanseek.core.finestore import STORES
 from spanseek.core.params import FUSIONS, MODES, UNITS, VECTOR_SOURCES, SearchFilter, SearchParams
 
 
@@ -221,9 +222,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nprobe", type=int, default=None, help="IVF lists probed by default (stored in the index)")
     p.add_argument("--vector-source", default="fine", choices=["fine", "codes"],
                    help="default neighbour vectors for span completion: the fine store or decoded codes")
-    p.add_argument("--store", default=None, choices=["fp16", "sq8", "sq4"],
-                   help="fine store precision (768 / 384 / 192 B per token at d 384); default: by corpus size with "
-                        "--factory auto, else fp16")
+    p.add_argument("--store", default=None, choices=list(STORES),
+                   help="fine store precision: fp16 / sq8 / sq4 = 768 / 384 / 192 B per token at d 384, pqM = M B "
+                        "(8-bit product quantiser); default: by corpus size with --factory auto, else fp16")
     p.add_argument("--on-disk", action="store_true",
                    help="IVF inverted lists in index.ivfdata, memory-mapped, merged from blocks (RAM bounded by the "
                         "training sample and one block)")

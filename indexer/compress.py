@@ -18,6 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from spanseek.core.io import atomic_path
+from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.indexer.faiss_index import ADD_CHUNK
 
 
@@ -46,14 +47,20 @@ def write_codes(index, vectors: np.ndarray, path: str | Path, old_codes: np.ndar
     return code_size
 
 
-def filter_probabilities(model, vectors: np.ndarray) -> np.ndarray:
-    """(n, d) token vectors -> (n, 2) float16 start/end filter probabilities (sigmoid of the filter head)."""
+def filter_probabilities(model, vectors: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """(n, d) token vectors and their (n,) flags -> (n, 2) float16 start/end filter probabilities (sigmoid of the
+    filter head). A token that cannot start (end) a phrase gets start (end) probability 0, so no threshold keeps
+    it for a role it cannot play (a middle word piece has neither)."""
     import torch
 
     device = next(model.parameters()).device
     with torch.no_grad():
         logits = model.filter_logits(torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(device))
-    return torch.sigmoid(logits.float()).cpu().numpy().astype(np.float16)
+    probs = torch.sigmoid(logits.float()).cpu().numpy()
+    flags = np.asarray(flags)
+    probs[:, 0] *= (flags & FLAG_START) > 0
+    probs[:, 1] *= (flags & FLAG_END) > 0
+    return probs.astype(np.float16)
 
 
 def kept_token_ids(filter_scores: np.ndarray | None, threshold: float | None, n: int, offset: int = 0) -> np.ndarray:

@@ -1,10 +1,10 @@
-"""Write the fine store of a build (``spanseek index build --store fp16|sq8|sq4``; ``core.finestore`` reads it).
+"""Write the fine store of a build (``spanseek index build --store fp16|sq8|sq4|pqM``; ``core.finestore`` reads it).
 
 The merge always writes the fp16 ``vectors.npy`` first: faiss trains and adds from full-precision vectors. A
 quantised store is then trained on a sample, encoded chunk by chunk into ``fine_codes.npy`` and the fp16 file is
 removed, so the finished index holds one store. With ``--factory auto`` and no ``--store`` the store follows the
 corpus size (``auto_store``): fp16 for small corpora, where its disk cost does not matter, sq8 up to
-``SQ8_STORE_MAX`` tokens and sq4 above.
+``SQ8_STORE_MAX`` tokens and pq192 above (as small as sq4, and it re-scores better: docs/scale.md).
 
 With a token filter (``keep``) only the kept tokens' rows are written, with the row map ``fine_kept.npy``, and
 the dropped tokens' start / end flags are cleared in ``token_flags.npy`` (a new file: a reindexed source's
@@ -49,7 +49,7 @@ def auto_store(n_tokens: int) -> str:
     """The fine store ``--factory auto`` picks for ``n_tokens`` tokens (see the module docstring)."""
     if n_tokens < FP16_STORE_MAX:
         return "fp16"
-    return "sq8" if n_tokens < SQ8_STORE_MAX else "sq4"
+    return "sq8" if n_tokens < SQ8_STORE_MAX else "pq192"
 
 
 def check_store_option(store: str | None) -> None:

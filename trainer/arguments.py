@@ -185,8 +185,10 @@ class FilterConfig(FrozenModelJob):
     out: str = option(help="model directory to write, with the filter head")
     train_windows: int = option(3000, "training windows sampled for the head's training tokens")
     val_windows: int = option(600, "held-out windows sampled for its validation (AUC-PR)")
-    epochs: int = option(20, "passes over the training tokens")
-    lr: float = option(1e-2, "Adam learning rate of the head")
+    hidden: int = option(512, "width of the head's hidden layer (0: a linear head)")
+    epochs: int = option(4, "passes over the training tokens")
+    lr: float = option(1e-3, "Adam learning rate of the head")
+    batch_tokens: int = option(4096, "tokens per training step")
     batch_windows: int = option(32, "windows per batch when computing the frozen token vectors")
     from_index: str | None = option(None, "read the token vectors from this index, built with the model over "
                                     "articles of the training file (document ids = article numbers), instead "

@@ -2,9 +2,10 @@
 
     spanseek train filter --model RUN/last --train squad-train.json.gz --out RUN/filtered
 
-The phrase encoder is frozen; a linear head on each token vector gives start/end filter logits, trained with
-binary cross-entropy against the gold start/end tokens of training questions and validated by AUC-PR on the
-held-out articles. ``spanseek index build --filter-threshold T`` then indexes only tokens whose start or end
+The phrase encoder is frozen; a head on each token vector (one GELU hidden layer, ``--hidden``; 0 = linear) gives
+start/end filter logits, trained with binary cross-entropy against the gold start/end tokens of training questions
+and validated by AUC-PR on the held-out articles. A token that cannot start (end) a phrase gets probability 0 for
+that role (``indexer.compress.filter_probabilities``). ``spanseek index build --filter-threshold T`` then indexes only tokens whose start or end
 filter probability reaches T; ``threshold_for_keep_ratio`` picks T for a wanted fraction of kept tokens.
 """
 
@@ -21,22 +22,25 @@ from tqdm.auto import tqdm
 
 from spanseek.core.encoding import autocast, pick_device, pick_precision
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic
-from spanseek.core.model import PhraseModel, load_model, load_tokenizer
+from spanseek.core.model import PhraseModel, filter_head, load_model, load_tokenizer
+from spanseek.core.text import FLAG_END, FLAG_START
+from spanseek.indexer.compress import filter_probabilities
 from spanseek.trainer.arguments import FilterConfig
 from spanseek.trainer.data import build_windows, collate
 
 log = logging.getLogger(__name__)
-KEEP_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.5, 0.75)
+KEEP_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.75)
 
 
 @torch.no_grad()
 def token_features(model: PhraseModel, windows, tokenizer, batch_windows: int, device, precision: str,
-                   progress: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Frozen token vectors of windows with gold labels: (N, d) fp16, (N,) start label, (N,) end label.
+                   progress: bool = True) -> dict[str, torch.Tensor]:
+    """Frozen token vectors of windows with gold labels: "x" (N, d) fp16, "ys" / "ye" (N,) start / end labels,
+    "flags" (N,) uint8 FLAG_START / FLAG_END.
 
     Only content tokens are kept (not [CLS]/[SEP]/padding).
     """
-    feats, ys, ye = [], [], []
+    feats, ys, ye, flags = [], [], [], []
     for a in tqdm(range(0, len(windows), batch_windows), desc="filter features", disable=not progress):
         b = collate(windows[a : a + batch_windows], tokenizer, model.config.max_query_len).to(device)
         with autocast(device, precision):
@@ -51,7 +55,8 @@ def token_features(model: PhraseModel, windows, tokenizer, batch_windows: int, d
         feats.append(H[content].half().cpu())
         ys.append(start[content].cpu())
         ye.append(end[content].cpu())
-    return torch.cat(feats), torch.cat(ys), torch.cat(ye)
+        flags.append((b.start_ok[content] * FLAG_START + b.end_ok[content] * FLAG_END).to(torch.uint8).cpu())
+    return {"x": torch.cat(feats), "ys": torch.cat(ys), "ye": torch.cat(ye), "flags": torch.cat(flags)}
 
 
 def index_features(index_dir: str | Path, data: list, holdout) -> tuple[dict, dict]:
@@ -59,12 +64,12 @@ def index_features(index_dir: str | Path, data: list, holdout) -> tuple[dict, di
 
     The index's documents must be articles of ``data`` (document id = article number, same title); every token of
     a paragraph that has questions is used. Returns (training, held-out) dicts of "x" (N, d) fp16 torch tensor,
-    "ys" / "ye" (N,) bool tensors, split by ``holdout`` on the article number.
+    "ys" / "ye" (N,) bool tensors and "flags" (N,) uint8, split by ``holdout`` on the article number.
     """
     from spanseek.core.store import PhraseIndex
 
     index = PhraseIndex(index_dir, verify_checksums=False)
-    parts: dict[bool, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {True: [], False: []}
+    parts: dict[bool, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {True: [], False: []}
     for p, passage in enumerate(index.passages):
         doc = index.docs[passage["doc"]]
         try:
@@ -84,14 +89,16 @@ def index_features(index_dir: str | Path, data: list, holdout) -> tuple[dict, di
         ends = {int(ans["answer_start"]) + len(ans["text"]) for qa in para["qas"] for ans in qa.get("answers", [])}
         ys = np.isin(offsets[:, 0], list(starts))
         ye = np.isin(offsets[:, 1], list(ends))
-        parts[holdout.held(int(doc["id"]))].append((np.asarray(index.vectors[a:b], np.float16), ys, ye))
+        parts[holdout.held(int(doc["id"]))].append((np.asarray(index.vectors[a:b], np.float16), ys, ye,
+                                                     np.asarray(index.token_flags[a:b], np.uint8)))
 
     def stack(rows):
         if not rows:
             raise ValueError(f"{index_dir}: no paragraph with questions on this side of the held-out split")
         return {"x": torch.from_numpy(np.concatenate([r[0] for r in rows])),
                 "ys": torch.from_numpy(np.concatenate([r[1] for r in rows])),
-                "ye": torch.from_numpy(np.concatenate([r[2] for r in rows]))}
+                "ye": torch.from_numpy(np.concatenate([r[2] for r in rows])),
+                "flags": torch.from_numpy(np.concatenate([r[3] for r in rows]))}
 
     return stack(parts[False]), stack(parts[True])
 
@@ -115,8 +122,8 @@ def train_filter(cfg: FilterConfig) -> dict:
     precision = pick_precision(cfg.precision, device)
     base = load_model(cfg.model, for_inference=False)
     base.requires_grad_(False)
-    base.config = replace(base.config, filter_head=True)
-    base.filter_head = torch.nn.Linear(base.dim, 2)
+    base.config = replace(base.config, filter_head=True, filter_hidden=cfg.hidden)
+    base.filter_head = filter_head(base.dim, cfg.hidden)
     base.to(device).eval()
     tokenizer = load_tokenizer(base.config)
     data = load_squad(cfg.train)
@@ -130,13 +137,13 @@ def train_filter(cfg: FilterConfig) -> dict:
 
     if cfg.from_index:  # the vectors are already computed: no encoding
         train, held = index_features(cfg.from_index, data, cfg.holdout)
-        x, ys, ye = train["x"], train["ys"], train["ye"]
-        vx, vys, vye = held["x"], held["ys"], held["ye"]
     else:
-        x, ys, ye = token_features(base, sample_windows(train_art, cfg.train_windows), tokenizer,
-                                   cfg.batch_windows, device, precision, cfg.progress)
-        vx, vys, vye = token_features(base, sample_windows(held_art, cfg.val_windows), tokenizer,
-                                      cfg.batch_windows, device, precision, cfg.progress)
+        train = token_features(base, sample_windows(train_art, cfg.train_windows), tokenizer, cfg.batch_windows,
+                               device, precision, cfg.progress)
+        held = token_features(base, sample_windows(held_art, cfg.val_windows), tokenizer, cfg.batch_windows,
+                              device, precision, cfg.progress)
+    x, ys, ye = train["x"], train["ys"], train["ye"]
+    vx, vys, vye = held["x"], held["ys"], held["ye"]
     y = torch.stack([ys, ye], dim=1).float()
     head = base.filter_head
     head.requires_grad_(True)
@@ -145,21 +152,23 @@ def train_filter(cfg: FilterConfig) -> dict:
     for _ in tqdm(range(cfg.epochs), desc="filter epochs", disable=not cfg.progress):
         perm = torch.randperm(len(x))
         total = 0.0
-        for a in range(0, len(x), 8192):
-            idx = perm[a : a + 8192]
+        for a in range(0, len(x), cfg.batch_tokens):
+            idx = perm[a : a + cfg.batch_tokens]
             loss = F.binary_cross_entropy_with_logits(head(x[idx].float().to(device)), y[idx].to(device))
             opt.zero_grad()
             loss.backward()
             opt.step()
             total += loss.item() * len(idx)
         losses.append(total / len(x))
-    with torch.no_grad():
-        def probs(t: torch.Tensor) -> np.ndarray:  # (N, 2), in chunks (N may be millions of tokens)
-            return np.concatenate([torch.sigmoid(head(t[a : a + 65536].float().to(device))).cpu().numpy()
-                                   for a in range(0, len(t), 65536)])
+    head.eval()
 
-        vp = probs(vx)
-        train_keep = probs(x).max(axis=1)
+    def probs(part: dict) -> np.ndarray:  # (N, 2) as an index build computes them, in chunks (N: millions)
+        return np.concatenate([filter_probabilities(base, part["x"][a : a + 65536].numpy(),
+                                                    part["flags"][a : a + 65536].numpy())
+                               for a in range(0, len(part["x"]), 65536)]).astype(np.float32)
+
+    vp = probs(held)
+    train_keep = probs(train).max(axis=1)
     keep_prob = vp.max(axis=1)
     summary = {
         "train_tokens": len(x),

@@ -18,7 +18,7 @@ from spanseek.core.search import Searcher
 from spanseek.core.store import CODES, IndexFormatError, PhraseIndex
 from spanseek.indexer import build as build_mod
 from spanseek.indexer import verify
-from spanseek.indexer.build import BuildError, BuildOptions, build_index
+from spanseek.indexer.build import BuildError, BuildOptions, build_index, reindex
 from spanseek.indexer.faiss_index import (
     MIN_POINTS_PER_CENTROID,
     FactoryError,
@@ -175,6 +175,38 @@ def test_compressed_search_scores_spans_with_the_chosen_source(pq_index, source)
             j = a + int(np.flatnonzero(offs[:, 1] == h.end)[-1])
             vi, vj = read(np.array([i, j]))
             assert np.isclose(h.score, vi @ qs[b] + vj @ qe[b], rtol=1e-4, atol=1e-4)
+
+
+def test_refine_reranks_candidates_by_the_fine_vectors():
+    from spanseek.core.search import refine
+
+    rng = np.random.default_rng(2)
+    vecs = rng.standard_normal((50, 6)).astype(np.float32)
+    queries = rng.standard_normal((3, 6)).astype(np.float32)
+    ids = np.stack([rng.permutation(50)[:10] for _ in range(3)])
+    ids[1, 4:] = -1  # fewer candidates than k: the rest stays -1
+    got = refine(ids, queries, 5, lambda t: vecs[t])
+    for row in range(3):
+        cand = ids[row][ids[row] >= 0]
+        best = cand[np.argsort(-(vecs[cand] @ queries[row]))[:5]]  # brute force over the candidates
+        assert got[row, : len(best)].tolist() == best.tolist() and (got[row, len(best) :] == -1).all()
+
+
+def test_pq_search_refined_over_every_token_equals_exact_search(pq_index, tmp_path, monkeypatch):
+    from spanseek.core import search
+
+    reindex(pq_index, tmp_path / "flat", BuildOptions(factory="Flat", progress=False))  # same fine store
+    exact, idx = Searcher(PhraseIndex(tmp_path / "flat")), PhraseIndex(pq_index)
+    pq = Searcher(idx)
+    assert pq.refine_factor == search.REFINE_FACTOR and exact.refine_factor == 1
+    monkeypatch.setattr(search, "REFINE_MAX_FETCH", idx.faiss.ntotal)
+    pq.refine_factor = idx.faiss.ntotal  # every token fetched: the candidates are the exact top k
+    rng = np.random.default_rng(4)
+    qs, qe = rng.standard_normal((2, 10, idx.vectors.shape[1])).astype(np.float32)
+    params = SearchParams(unit="phrase", top_k=3, nprobe=8, mode="dense")
+    for got, want in zip(pq.search_vectors(qs, qe, params), exact.search_vectors(qs, qe, params), strict=True):
+        assert [(h.start, h.end, h.passage_id) for h in got] == [(h.start, h.end, h.passage_id) for h in want]
+        assert np.allclose([h.score for h in got], [h.score for h in want], atol=1e-5)
 
 
 def test_manifest_records_compression(ivf_index):

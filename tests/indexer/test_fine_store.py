@@ -1,7 +1,8 @@
-"""Fine store precision (``--store fp16|sq8|sq4``): round trips, builds, search over a quantised store, add.
+"""Fine store precision (``--store fp16|sq8|sq4|pqM``): round trips, builds, search over a quantised store, add.
 
 Oracles: decoded rows lie within half a quantiser step of the vectors (the faiss ScalarQuantizer bound inside
-its trained range); search over an sq8 store equals brute force over its decoded vectors; an add encodes the new
+its trained range); a pq row decodes to the nearest centroid of each sub-vector (brute force over the trained
+centroids); search over an sq8 store equals brute force over its decoded vectors; an add encodes the new
 rows exactly as the index's quantiser encodes the vectors of a build of everything at once.
 
     .venv/bin/python -m pytest -q tests/indexer/test_fine_store.py
@@ -46,6 +47,37 @@ def test_quantised_store_round_trip_is_within_half_a_step(tmp_path, kind):
     assert np.array_equal(fine[ids], fine[:][ids])  # gathering rows decodes the same as decoding everything
 
 
+@pytest.mark.parametrize("kind", ["pq96", "pq128"])
+def test_pq_store_decodes_each_sub_vector_to_its_nearest_centroid(tmp_path, kind):
+    import faiss
+
+    m = {"pq96": 96, "pq128": 128}[kind]
+    d = 384
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((256 * 40, d)) * rng.uniform(0.1, 2.0, d)).astype(np.float32)
+    record = write_quantized(tmp_path, kind, x, sample=len(x))
+    fine = open_fine_store(tmp_path, kind)
+    assert record["code_size"] == m and fine.shape == x.shape and finestore.detect_kind(tmp_path) == kind
+    assert np.load(tmp_path / finestore.FINE_CODES, mmap_mode="r").shape == (len(x), m)
+    sub = d // m
+    centroids = faiss.vector_to_array(fine.quantizer.pq.centroids).reshape(m, 256, sub)
+    ids = rng.integers(0, len(x), 50)
+    parts = x[ids].reshape(len(ids), m, 1, sub)
+    nearest = ((parts - centroids[None]) ** 2).sum(-1).argmin(-1)  # (50, m): brute force per sub-vector
+    expect = centroids[np.arange(m)[None, :], nearest].reshape(len(ids), d)
+    assert np.allclose(fine[ids], expect, atol=1e-5)
+    assert np.mean((fine[ids] - x[ids]) ** 2) < 0.5 * np.mean(x[ids] ** 2)  # closer than zero, yet not a copy
+    assert not np.allclose(fine[ids], x[ids], atol=1e-3)
+
+
+def test_pq_store_needs_a_divisible_dimension_and_enough_tokens(tmp_path):
+    x = np.random.default_rng(0).standard_normal((256 * 40, 100)).astype(np.float32)
+    with pytest.raises(FineStoreError, match="d = 100 is not a multiple"):
+        write_quantized(tmp_path, "pq96", x)
+    with pytest.raises(FineStoreError, match="at least 9984 tokens"):
+        write_quantized(tmp_path, "pq96", np.zeros((500, 384), np.float32))
+
+
 def test_unknown_store_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir):
     with pytest.raises(FineStoreError, match="fp16, sq8, sq4"):
         build_index(tiny_corpus, tiny_model_dir, tmp_path / "x", _opts(store="sq2"))
@@ -54,8 +86,8 @@ def test_unknown_store_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_mo
 
 def test_auto_store_by_size_class():
     assert [auto_store(n) for n in (10_000, 4_999_999, 5_000_000, 49_999_999, 50_000_000)] == \
-        ["fp16", "fp16", "sq8", "sq8", "sq4"]
-    assert resolve_store(None, "Flat", 10**9) == "fp16" and resolve_store(None, "auto", 10**9) == "sq4"
+        ["fp16", "fp16", "sq8", "sq8", "pq192"]
+    assert resolve_store(None, "Flat", 10**9) == "fp16" and resolve_store(None, "auto", 10**9) == "pq192"
     assert resolve_store("sq8", "Flat", 10) == "sq8"
 
 

@@ -105,7 +105,8 @@ def test_filter_training_reduces_bce(squad_file, tiny_model_dir, tmp_path):
     assert summary["bce_last_epoch"] < summary["bce_first_epoch"]
     assert 0.0 <= summary["auc_pr_start"] <= 1.0
     model = load_model(out)
-    assert model.filter_head is not None and model.config.filter_head
+    assert model.filter_head is not None and model.config.filter_head and model.config.filter_hidden == 512
+    assert summary["train_thresholds"]["0.25"] >= summary["train_thresholds"]["0.5"]
 
 
 def test_validation_sets(squad_file, tmp_path):
