@@ -232,7 +232,7 @@ def train_quantizer(kind: str, vectors: Any, sample: int = 262_144, seed: int = 
         if len(x) < 256 * 39:  # faiss's k-means wants 39 points per centroid
             raise FineStoreError(f"a {kind} store trains 256 centroids per sub-vector on at least {256 * 39} "
                                  f"tokens; this index has {len(x)} (use sq8 / sq4)")
-        quantizer = faiss.IndexPQ(d, m, 8, faiss.METRIC_INNER_PRODUCT)
+        quantizer: Any = faiss.IndexPQ(d, m, 8, faiss.METRIC_INNER_PRODUCT)
     else:
         qtype = {8: faiss.ScalarQuantizer.QT_8bit, 4: faiss.ScalarQuantizer.QT_4bit}[_SQ_BITS[kind]]
         quantizer = faiss.IndexScalarQuantizer(d, qtype, faiss.METRIC_INNER_PRODUCT)
