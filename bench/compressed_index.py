@@ -238,6 +238,8 @@ def main() -> None:
                         "instead of evaluating it again (with --no-speed)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
+    if args.exact_from and not args.no_speed:
+        p.error("--exact-from takes accuracy only: add --no-speed (speed ratios need the exact index timed in the same run)")
     result = run(args)
     print_table(result)
     if args.out:
