@@ -1,6 +1,7 @@
 """faiss index build on GPU vs CPU: training and adding time, same machine, same vectors, same factories.
 
     python bench/gpu_build.py --n 2000000 --out gpu-build.json
+    python bench/gpu_build.py --vectors work/acc2m/Flat --out gpu-build-2m.json   # real token vectors
 
 The vectors are synthetic and clustered (k-means and OPQ cost the same on any data of this shape; accuracy is not
 the point here, the format is): ``--n`` token vectors of ``--dim`` floats around 20,000 centres. For each factory the
@@ -8,6 +9,9 @@ index is trained (``indexer.faiss_index.train_index``) and filled (``add_vectors
 once with ``gpu=True``, both from the same training sample. Reported per factory: seconds for each phase on each
 device, the GPU speed-up, and recall@10 against exact inner-product search on 200 held-out queries for both builds
 (the GPU build must give a CPU index of the same type and about the same recall).
+
+``--vectors INDEX`` takes real token vectors instead: the fine store of an index (every token, or the first
+``--n``), with 200 of them held out as the queries.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ def recall_at_10(index, queries: np.ndarray, truth: np.ndarray) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=2_000_000)
+    ap.add_argument("--n", type=int, default=None, help="vectors (default: 2M synthetic, or every stored token)")
     ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--vectors", default=None, help="an index directory whose fine-store vectors to build from")
     ap.add_argument("--factories", nargs="+", default=["IVF4096,SQ8", "IVF4096,PQ96x4fs", "OPQ96,IVF4096,PQ96x4fs"])
     ap.add_argument("--max-train", type=int, default=262_144)
     ap.add_argument("--out", required=True)
@@ -50,14 +55,25 @@ def main() -> None:
 
     import faiss
 
-    x = clustered(args.n, args.dim, 20_000, seed=0)
-    queries = clustered(200, args.dim, 20_000, seed=0)[:200] + 0.1
+    if args.vectors:
+        from spanseek.core.store import PhraseIndex
+
+        store = PhraseIndex(args.vectors, verify_checksums=False).vectors
+        n = min(len(store), args.n) if args.n else len(store)
+        rows = np.asarray(store[: n], dtype=np.float32)
+        held = np.random.default_rng(0).choice(n, 200, replace=False)
+        queries, x = rows[held], np.delete(rows, held, axis=0)
+        args.n, args.dim = len(x), x.shape[1]
+    else:
+        args.n = args.n or 2_000_000
+        x = clustered(args.n, args.dim, 20_000, seed=0)
+        queries = clustered(200, args.dim, 20_000, seed=0)[:200] + 0.1
     flat = faiss.IndexFlatIP(args.dim)
     flat.add(x)
     _, truth = flat.search(queries, 10)
     del flat
     report = {
-        "n": args.n, "dim": args.dim, "max_train": args.max_train, "faiss": faiss.__version__,
+        "n": args.n, "dim": args.dim, "vectors": args.vectors or "synthetic, clustered", "max_train": args.max_train, "faiss": faiss.__version__,
         "gpus": faiss.get_num_gpus(), "cpu_threads": faiss.omp_get_max_threads(), "cpus": os.cpu_count(),
         "machine": platform.node(), "factories": {},
     }

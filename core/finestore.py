@@ -97,6 +97,17 @@ class RowMap:
         """Tokens with a row (the store's row count)."""
         return int(self.ranks[-1])
 
+    def rows(self, missing: int = -1) -> np.ndarray:
+        """(N,) int64: every token's row, ``missing`` where it has none."""
+        out = np.full(self.n, missing, dtype=np.int64)
+        block = 1 << 24  # tokens at a time (a multiple of 8)
+        for lo in range(0, self.n, block):
+            hi = min(self.n, lo + block)
+            has = np.unpackbits(self.bits[lo // 8 : (hi + 7) // 8])[: hi - lo].astype(bool)
+            first = self.lookup(np.asarray([lo]))[0][0]  # rows before this block
+            out[lo:hi][has] = first + np.arange(int(has.sum()))
+        return out
+
     def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row of each token id, whether it has one); the row is meaningless where it has none."""
         ids = np.asarray(ids, np.int64)
@@ -154,6 +165,10 @@ class FineStore:
         out = np.zeros((*ids.shape, self.dim), self.dtype)
         out[has] = self._rows(row[has])
         return out
+
+    def stored_rows(self, lo: int, hi: int) -> np.ndarray:
+        """Stored rows ``lo:hi`` decoded (row numbers of the data, not token ids: see ``row_map``)."""
+        return self._rows(slice(lo, hi))
 
     def _rows(self, rows: Any) -> np.ndarray:
         """Stored rows (data row numbers), decoded."""

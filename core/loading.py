@@ -6,7 +6,8 @@ from pathlib import Path
 
 from spanseek.core.confidence import load_calibrator
 from spanseek.core.config import EncoderConfig
-from spanseek.core.encoding import QuestionEncoder, pick_device, pick_precision
+from spanseek.core.encoding import QuestionEncoder, model_device, pick_device, pick_precision
+from spanseek.core.gpu import OnDevice, place
 from spanseek.core.model import (
     load_model,
     load_tokenizer,
@@ -23,9 +24,17 @@ def check_index_model(index: PhraseIndex, model_dir: Path, config: EncoderConfig
     index.manifest.check_model(config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))
 
 
-def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto") -> Searcher:
+def search_placement(index: PhraseIndex, search_device: str, encoder_device: str) -> OnDevice | None:
+    """Where ``index`` is searched: ``auto`` follows the question encoder onto a CUDA GPU, ``cpu`` keeps it on the
+    CPU, ``cuda`` / ``cuda:N`` ask for that GPU (``core.gpu.place``: what does not fit stays on the CPU)."""
+    device = encoder_device if search_device == "auto" else search_device
+    return None if device == "cpu" or not device.startswith("cuda") else place(index, device)
+
+
+def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto",
+                  search_device: str = "auto") -> Searcher:
     """Load an index and the model's question encoder (and its calibrator, if it has one), refusing a model that does
-    not match the index."""
+    not match the index. ``search_device``: see ``search_placement``."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     phrase_model = load_model(model_dir)
@@ -33,13 +42,16 @@ def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto"
     dev = pick_device(device)
     phrase_model.to(dev)
     encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev))
-    return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)))
+    return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
+                    on_device=search_placement(index, search_device, str(dev)))
 
 
-def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionEncoder) -> Searcher:
+def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionEncoder,
+                    search_device: str = "auto") -> Searcher:
     """A searcher over another index for an already loaded question encoder of ``model`` (the service's hot
     reload): the index is loaded and checked (checksums, and that ``model`` built it); the encoder is shared."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     check_index_model(index, model_dir, encoder.model.config)
-    return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)))
+    return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
+                    on_device=search_placement(index, search_device, str(model_device(encoder.model))))

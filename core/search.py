@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from spanseek.core.confidence import FEATURE_DEPTH, Calibrator
+from spanseek.core.gpu import OnDevice
 from spanseek.core.lexical import LexicalIndexMissing, missing_message, rrf_fuse, score_fuse, zscore
 from spanseek.core.params import MODES, UNITS, Mode, SearchFilter, SearchParams, SearchParamsError, Unit
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
@@ -163,14 +164,15 @@ def dedupe_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, n_tok
     return Spans(starts[first].astype(np.int64), ends[first].astype(np.int64), scores[first].astype(np.float32))
 
 
-def refine(ids: np.ndarray, queries: np.ndarray, k: int, vectors) -> np.ndarray:
-    """(n, k) of (n, m) candidate ids (-1: none), re-ranked by the inner product of ``vectors(ids)`` with each
-    query: the best ``k`` first, -1 after the real ones."""
+def refine(ids: np.ndarray, queries: np.ndarray, k: int, scores: Callable[[np.ndarray, np.ndarray], np.ndarray]
+           ) -> np.ndarray:
+    """(n, k) of (n, m) candidate ids (-1: none), re-ranked by ``scores(ids, (d, 1) query)`` (the inner product
+    of their vectors with the query): the best ``k`` first, -1 after the real ones."""
     out = np.full((len(ids), k), -1, dtype=np.int64)
     for row, (cand, q) in enumerate(zip(ids, queries, strict=True)):
         cand = cand[cand >= 0]
         if len(cand):
-            order = np.argsort(-(vectors(cand) @ q), kind="stable")[:k]
+            order = np.argsort(-scores(cand, q[:, None])[:, 0], kind="stable")[:k]
             out[row, : len(order)] = cand[order]
     return out
 
@@ -190,13 +192,16 @@ class Searcher:
     ``SearchParams`` names one. ``length_bias`` (default: the encoder's model config's, else the index's) is added
     to every span by its length. The fusion defaults (mode, fusion, weights) come from the index's manifest.
     ``calibrator`` (``core.confidence``; ``open_searcher`` loads the model's) gives hits their confidence.
+    ``on_device`` (``core.gpu.place``) holds the parts of the index that are searched and scored on a GPU.
     """
 
     def __init__(
         self, index: PhraseIndex, encoder=None, max_answer_tokens: int | None = None, vector_source: str | None = None,
         length_bias: Sequence[float] | None = None, calibrator: Calibrator | None = None,
+        on_device: OnDevice | None = None,
     ):
         self.index = index
+        self.on_device = on_device
         self.calibrator = calibrator
         self.encoder = encoder
         self.max_answer_tokens = max_answer_tokens or index.encoder_config.max_answer_tokens
@@ -440,11 +445,13 @@ class Searcher:
             return [Spans(empty, empty, np.zeros(0, np.float32)) for _ in range(len(q_start))]
         # One faiss call for both sides: a flat index streams its vectors once for all 2B queries
         queries = np.concatenate([q_start, q_end])
+        device = self.on_device.index if self.on_device is not None else None
         fetch = min(self.index.faiss.ntotal, k * self.refine_factor)
         if self.refine_factor > 1 and vectors == self.index.token_vectors and fetch > k and fetch <= REFINE_MAX_FETCH:
-            ids = refine(search_ids(self.index, queries, fetch, nprobe, sel), queries, k, vectors)
+            ids = refine(search_ids(self.index, queries, fetch, nprobe, sel, device), queries, k,
+                         lambda t, q: self._scores(vectors, t, q))
         else:
-            ids = search_ids(self.index, queries, k, nprobe, sel)  # (2B, k)
+            ids = search_ids(self.index, queries, k, nprobe, sel, device)  # (2B, k)
         start_ids, end_ids = ids[: len(q_start)], ids[len(q_start) :]
         with numpy_blas().limit(limits=1):
             return [
@@ -480,7 +487,7 @@ class Searcher:
         m, m2 = len(s), len(e)
         ids = np.concatenate([s, e, fwd.reshape(-1), bwd.reshape(-1)])  # (m + m' + (m + m') max_tokens,)
         uniq, inverse = np.unique(ids, return_inverse=True)
-        sc = (vec(uniq) @ np.stack([qs, qe], axis=1))[inverse]  # (len(ids), 2): start score, end score
+        sc = self._scores(vec, uniq, np.stack([qs, qe], axis=1))[inverse]  # (len(ids), 2): start score, end score
         s_score = sc[:m, 0]  # (m,)
         e_score = sc[m : m + m2, 1]
         bias = length_scores(self.length_bias, max_tokens)  # column k of fwd/bwd is a span of k + 1 tokens
@@ -495,6 +502,13 @@ class Searcher:
         ).astype(np.float32)
         ok = np.isfinite(scores)  # the same span from both sides is kept once
         return dedupe_spans(starts[ok], ends[ok], scores[ok], n)
+
+    def _scores(self, vec, ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """(len(ids), q): the vectors ``vec`` reads for ``ids`` dot each column of ``queries`` (d, q); on the GPU
+        when the fine vectors are held there."""
+        if vec == self.index.token_vectors and self.on_device is not None and self.on_device.vectors is not None:
+            return self.on_device.vectors.scores(ids, queries)
+        return vec(ids) @ queries
 
     # --- lexical leg and fusion -------------------------------------------------------------------------
 
@@ -520,7 +534,7 @@ class Searcher:
             return Spans(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
         ids = np.concatenate([np.arange(ptok[p], ptok[p + 1]) for p in passages])  # (n,) token ids
         n = len(ids)
-        sc = vec(ids) @ np.stack([qs, qe], axis=1)  # (n, 2): start score, end score
+        sc = self._scores(vec, ids, np.stack([qs, qe], axis=1))  # (n, 2): start score, end score
         flags = self.index.token_flags[ids]
         stop = np.repeat(np.cumsum(lengths), lengths)  # (n,) local end of each token's passage
         fwd = np.arange(n)[:, None] + np.arange(max_tokens)[None, :]  # (n, max_tokens) local end positions

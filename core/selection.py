@@ -84,21 +84,32 @@ def select(index: PhraseIndex, flt: SearchFilter | None, unit_of_passage: dict[s
     return Selection(passages, selector, bitmap, counts, tokens)
 
 
-def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | None, sel: Selection) -> np.ndarray:
-    """(n, k) ids of the ``k`` best allowed tokens for each query (-1 where there are fewer), best first."""
+def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | None, sel: Selection,
+               device: Any = None) -> np.ndarray:
+    """(n, k) ids of the ``k`` best allowed tokens for each query (-1 where there are fewer), best first.
+
+    ``device`` (a ``core.gpu.DeviceIndex``) serves each search it can; the others go to the CPU index."""
     faiss_index = index.faiss
+
+    def search(x: np.ndarray, kk: int, selector: Any = None) -> np.ndarray:
+        if device is not None:
+            ids = device.search(x, kk, nprobe or index.default_nprobe, selector)
+            if ids is not None:
+                return ids
+        return faiss_index.search(x, kk, params=index.search_parameters(nprobe, selector))[1]
+
     if sel.selector is None:
-        return faiss_index.search(queries, k, params=index.search_parameters(nprobe))[1]
+        return search(queries, k)
     assert sel.tokens is not None
     n = faiss_index.ntotal
     share = sel.tokens.mean() if len(sel.tokens) else 0.0
     if ivf_of(faiss_index) is not None or share < OVERFETCH_MIN_ALLOWED or k >= n:
-        return faiss_index.search(queries, k, params=index.search_parameters(nprobe, sel.selector))[1]
+        return search(queries, k, sel.selector)
     wide = min(n, int(k / share * 1.5) + 16)  # allowed ones are about a share of any neighbours
     out = np.full((len(queries), k), -1, dtype=np.int64)
     rows = np.arange(len(queries))
     for _ in range(OVERFETCH_TRIES):
-        ids = faiss_index.search(queries[rows], wide, params=index.search_parameters(nprobe))[1]
+        ids = search(queries[rows], wide)
         ok = ids >= 0
         ok[ok] = sel.tokens[ids[ok]]
         short = []
@@ -112,5 +123,5 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
         if not len(rows):
             return out
         wide = min(n, wide * OVERFETCH_GROWTH)
-    out[rows] = faiss_index.search(queries[rows], k, params=index.search_parameters(nprobe, sel.selector))[1]
+    out[rows] = search(queries[rows], k, sel.selector)
     return out

@@ -141,7 +141,7 @@ def _search(args: argparse.Namespace) -> int:
     params = _params(args, unit=args.unit, top_k=args.top_k, merge_answers=args.merge_answers, offset=args.offset,
                      allow_overlap=args.allow_overlap, min_confidence=args.min_confidence,
                      filter=_filter(args))  # bad values fail here
-    searcher = open_searcher(args.index, args.model, device=args.device)
+    searcher = open_searcher(args.index, args.model, device=args.device, search_device=args.search_device)
     searcher.check_mode(params)
     questions = args.questions or [line.strip() for line in sys.stdin if line.strip()]
     results = searcher.search(questions, params)
@@ -310,7 +310,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="search only documents whose metadata KEY equals VALUE (JSON number/true/false/null, else a "
                         "string; repeatable: all must hold)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="question encoder: auto, cpu, cuda, cuda:N")
+    p.add_argument("--search-device", default="auto",
+                   help="where the index is searched: auto (the encoder's device), cpu, cuda, cuda:N")
     p.set_defaults(func=_search)
 
     p = sub.add_parser("eval", help="phrase/passage/doc accuracy on SQuAD-format questions")

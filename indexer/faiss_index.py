@@ -18,11 +18,8 @@ training and adding run through ``indexer.compress_gpu`` and the index comes bac
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import subprocess
-import sys
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -35,6 +32,7 @@ from spanseek.core.faiss_spec import (  # noqa: F401  (FactorySpec, parse_factor
     parse_factory,
     unwrapped,
 )
+from spanseek.core.gpu import gpu_unusable_reason  # noqa: F401  (re-exported: builds and searches share the probe)
 
 log = logging.getLogger(__name__)
 
@@ -172,36 +170,6 @@ def training_sample(vectors: np.ndarray, size: int, seed: int = 0, pool: np.ndar
     rows = np.arange(len(vectors)) if pool is None else np.asarray(pool)
     take = np.sort(rng.choice(rows, size=min(len(rows), size), replace=False))
     return np.ascontiguousarray(vectors[take], dtype=np.float32)
-
-
-# A GPU flat search in a child process: a faiss GPU build without kernels for the card (e.g. the PyPI
-# faiss-gpu-cu12 wheels, which stop at compute capability 8.9, on Hopper) aborts the process on first use
-# instead of raising.
-_GPU_PROBE = (
-    "import faiss, numpy as np\n"
-    "index = faiss.GpuIndexFlatIP(faiss.StandardGpuResources(), 8)\n"
-    "x = np.eye(8, dtype='float32')\n"
-    "index.add(x)\n"
-    "assert (index.search(x, 1)[1].ravel() == np.arange(8)).all()\n"
-)
-
-
-@functools.cache
-def gpu_unusable_reason() -> str | None:
-    """Why faiss cannot build on a GPU here (no GPU build, no GPU, or no kernels for the card), or None."""
-    import faiss
-
-    if not hasattr(faiss, "get_num_gpus") or faiss.get_num_gpus() == 0:
-        return "faiss sees no GPU (install the `gpu` extra on a CUDA host)"
-    try:
-        probe = subprocess.run([sys.executable, "-c", _GPU_PROBE], capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        return "a GPU flat search did not finish in 300 s"
-    if probe.returncode != 0:
-        detail = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
-        return ("faiss sees a GPU but cannot run on it; a faiss build with kernels for this card is needed "
-                f"(PyPI faiss-gpu>=1.15.1 covers 7.0-9.0, faiss-gpu-cu12 only 7.0-8.9): {detail[-300:]}")
-    return None
 
 
 def use_gpu(gpu: bool | None) -> bool:

@@ -42,7 +42,8 @@ def default_searcher_factory(settings: Settings) -> Searcher:
     """Open the index and the model's question encoder named by the settings."""
     from spanseek.core.loading import open_searcher
 
-    return open_searcher(settings.index, settings.model, device=settings.device, precision=settings.precision)
+    return open_searcher(settings.index, settings.model, device=settings.device, precision=settings.precision,
+                         search_device=settings.search_device)
 
 
 def index_nprobe(searcher: Searcher) -> int | None:
@@ -181,6 +182,8 @@ class ServiceState:
         self.search_info = {
             "modes": list(searcher.modes), "default_mode": searcher.default_mode,
             "fusion": searcher.default_fusion, "lexical_weights": searcher.lexical_weights,
+            "search_device": (searcher.on_device.describe() if getattr(searcher, "on_device", None) is not None
+                              else {"device": "cpu", "index": "cpu", "vectors": "cpu", "notes": []}),
         }
         if searcher.lexical is None:
             self.search_info["lexical"] = missing_message(index.dir)

@@ -27,6 +27,7 @@ _FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--body-timeout-s", "body_timeout_s", float, "seconds a client has to send a request's body (408 after)"),
     ("--device", "device", str, "auto, cpu, cuda, cuda:N"),
     ("--precision", "precision", str, "auto, fp32 or bf16"),
+    ("--search-device", "search_device", str, "where the index is searched: auto (the encoder's), cpu, cuda, cuda:N"),
     ("--torch-threads", "torch_threads", int, "torch intra-op threads on CPU"),
     ("--max-batch-size", "max_batch_size", int, "most questions per batch"),
     ("--max-wait-ms", "max_wait_ms", float, "longest wait for a batch to fill"),

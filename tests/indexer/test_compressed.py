@@ -185,7 +185,7 @@ def test_refine_reranks_candidates_by_the_fine_vectors():
     queries = rng.standard_normal((3, 6)).astype(np.float32)
     ids = np.stack([rng.permutation(50)[:10] for _ in range(3)])
     ids[1, 4:] = -1  # fewer candidates than k: the rest stays -1
-    got = refine(ids, queries, 5, lambda t: vecs[t])
+    got = refine(ids, queries, 5, lambda t, q: vecs[t] @ q)
     for row in range(3):
         cand = ids[row][ids[row] >= 0]
         best = cand[np.argsort(-(vecs[cand] @ queries[row]))[:5]]  # brute force over the candidates
@@ -363,7 +363,7 @@ def test_gpu_without_kernels_for_the_card_falls_back_or_names_why(monkeypatch, c
     monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1, raising=False)
     aborted = subprocess.CompletedProcess([], -6, "", "Faiss assertion 'err__ == cudaSuccess' failed ... CUDA error "
                                                      "209 no kernel image is available for execution on the device")
-    monkeypatch.setattr(faiss_index.subprocess, "run", lambda *a, **k: aborted)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: aborted)
     faiss_index.gpu_unusable_reason.cache_clear()
     try:
         with caplog.at_level("WARNING"):
@@ -372,7 +372,7 @@ def test_gpu_without_kernels_for_the_card_falls_back_or_names_why(monkeypatch, c
         with pytest.raises(faiss_index.FactoryError, match="cannot run on it.*no kernel image"):
             faiss_index.use_gpu(True)
         assert faiss_index.use_gpu(False) is False
-        monkeypatch.setattr(faiss_index.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess([], 0, "", ""))
+        monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess([], 0, "", ""))
         faiss_index.gpu_unusable_reason.cache_clear()
         assert faiss_index.use_gpu(None) is True and faiss_index.use_gpu(True) is True
     finally:

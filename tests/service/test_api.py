@@ -104,6 +104,7 @@ def test_probes_info_and_docs(client, tiny_searcher):
     assert info["index"]["documents"] == m.documents and info["index"]["size_bytes"] > 0
     assert info["model"]["fingerprint"] == m.model_fingerprint and info["model"]["device"] == "cpu"
     assert info["service"]["max_batch_size"] == 16
+    assert info["service"]["search_device"] == {"device": "cpu", "index": "cpu", "vectors": "cpu", "notes": []}
     assert info["model"]["length_bias"] == list(tiny_searcher.length_bias) == []  # the tiny model has none
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
