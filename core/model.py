@@ -81,7 +81,9 @@ def _load_backbone(config: EncoderConfig) -> nn.Module:
     from transformers import AutoModel
 
     path = resolve_backbone(config.backbone)  # a local directory never asks the hub
-    model = AutoModel.from_pretrained(path, add_pooling_layer=False, local_files_only=os.path.isdir(path))
+    # fp32 whatever the checkpoint stores (transformers 5 keeps an fp16 checkpoint in fp16): adapters and heads train
+    # in fp32, and bf16 comes from autocast where the device runs it
+    model = AutoModel.from_pretrained(path, add_pooling_layer=False, local_files_only=os.path.isdir(path)).float()
     backbone_config = getattr(model, "config")  # noqa: B009 (nn.Module hides its type)
     model_type = str(backbone_config.model_type)
     # MPNet and RoBERTa number positions from padding_idx + 1, so two of their position embeddings are never used

@@ -52,6 +52,27 @@ def test_mpnet_gets_adapters_on_its_own_attention_and_feed_forward_names(mpnet_c
     assert trainable and all("lora_" in n or n.startswith(("start_head", "end_head")) for n in trainable)
 
 
+def test_a_half_precision_checkpoint_trains_in_fp32(tiny_mpnet, mpnet_config, tmp_path):
+    """A backbone stored in fp16 (as bench/gpu/carry_backbone.py packs the base one) loads as fp32 weights, so the
+    adapters and heads train in fp32, with the same outputs as the fp32 checkpoint up to fp16 rounding."""
+    from dataclasses import replace
+
+    from transformers import MPNetModel
+
+    MPNetModel.from_pretrained(tiny_mpnet, add_pooling_layer=False).half().save_pretrained(tmp_path)
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (tiny_mpnet / f).is_file():
+            (tmp_path / f).write_bytes((tiny_mpnet / f).read_bytes())
+    half = PhraseModel(replace(mpnet_config, backbone=str(tmp_path)))
+    assert {p.dtype for p in half.parameters()} == {torch.float32}
+    full = PhraseModel(mpnet_config)
+    x = torch.tensor([[0, 7, 8, 9, 2]])
+    with torch.no_grad():
+        a = full.phrase_encoder(input_ids=x).last_hidden_state
+        b = half.phrase_encoder(input_ids=x).last_hidden_state
+    torch.testing.assert_close(a, b, atol=1e-2, rtol=1e-2)
+
+
 def test_an_unknown_architecture_without_targets_is_refused(tmp_path):
     from transformers import RobertaConfig, RobertaModel
 
