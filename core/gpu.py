@@ -305,6 +305,19 @@ class OnDevice:
     vectors: DeviceVectors | None = None
     notes: list[str] = field(default_factory=list)
 
+    def release(self) -> None:
+        """Give the GPU memory back (a reload's new index takes it): searches from now on run on the CPU; one in
+        flight finishes on the parts it holds."""
+        self.index, self.vectors = None, None
+        self.notes.append("released: searching on the CPU")
+        import gc
+
+        import torch
+
+        gc.collect()  # faiss frees its GPU memory when the last reference to its index goes
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # torch's cached blocks, so faiss can allocate them
+
     def describe(self) -> dict[str, Any]:
         """For /info and the logs: the device, what of the token index is on it (``index``, ``quantizer`` or
         ``cpu``: none), where the fine vectors are scored, and why anything stayed on the CPU."""

@@ -47,11 +47,16 @@ def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto"
 
 
 def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionEncoder,
-                    search_device: str = "auto") -> Searcher:
+                    search_device: str = "auto", current: Searcher | None = None) -> Searcher:
     """A searcher over another index for an already loaded question encoder of ``model`` (the service's hot
-    reload): the index is loaded and checked (checksums, and that ``model`` built it); the encoder is shared."""
+    reload): the index is loaded and checked (checksums, and that ``model`` built it); the encoder is shared.
+
+    The ``current`` searcher's GPU parts are released once the new index has passed its checks, so the new one can
+    take the GPU memory (the current one answers from the CPU until it is swapped out)."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     check_index_model(index, model_dir, encoder.model.config)
+    if current is not None and current.on_device is not None:
+        current.on_device.release()
     return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
                     on_device=search_placement(index, search_device, str(model_device(encoder.model))))

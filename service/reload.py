@@ -48,7 +48,7 @@ def default_reopener(settings: Settings, index_dir: Path, current: Searcher) -> 
     """Open ``index_dir`` for the served model, sharing the served searcher's question encoder."""
     from spanseek.core.loading import reopen_searcher
 
-    return reopen_searcher(index_dir, settings.model, current.encoder, settings.search_device)
+    return reopen_searcher(index_dir, settings.model, current.encoder, settings.search_device, current)
 
 
 def signature_of(path: Path) -> Signature:
