@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from spanseek.core.confidence import load_calibrator
@@ -27,6 +28,8 @@ def check_index_model(index: PhraseIndex, model_dir: Path, config: EncoderConfig
 def search_placement(index: PhraseIndex, search_device: str, encoder_device: str) -> OnDevice | None:
     """Where ``index`` is searched: ``auto`` follows the question encoder onto a CUDA GPU, ``cpu`` keeps it on the
     CPU, ``cuda`` / ``cuda:N`` ask for that GPU (``core.gpu.place``: what does not fit stays on the CPU)."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", search_device):
+        raise ValueError(f"search device must be auto, cpu, cuda or cuda:N, got {search_device!r}")
     device = encoder_device if search_device == "auto" else search_device
     return None if device == "cpu" or not device.startswith("cuda") else place(index, device)
 

@@ -31,7 +31,8 @@ class Settings(BaseSettings):
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="question-encoder precision")
     # Where the token index is searched and span completion scores: auto follows the encoder onto a GPU (the
     # index, or its coarse quantiser, and the fine vectors go to GPU memory when they fit; see core.gpu).
-    search_device: str = Field("auto", description="where the token index is searched: auto, cpu, cuda, cuda:1")
+    search_device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+                               description="where the token index is searched: auto, cpu, cuda, cuda:1")
 
     # CPU intra-op threads of the encoder. Fewer than the cores leaves one for the event loop (HTTP parsing, JSON)
     # so batches keep filling at saturation; more speeds up each batch. None = torch's default (all cores).

@@ -201,6 +201,14 @@ def test_search_device_cpu_or_a_missing_gpu_searches_on_the_cpu(tiny_index, capl
         assert search_placement(index, "cpu", "cpu") is None
         assert search_placement(index, "auto", "cpu") is None
     assert not caplog.records
+    with pytest.raises(ValueError, match="search device must be auto, cpu, cuda or cuda:N, got 'gpu'"):
+        search_placement(index, "gpu", "cpu")
+    from pydantic import ValidationError
+
+    from spanseek.service.settings import Settings
+
+    with pytest.raises(ValidationError, match="search_device"):
+        Settings(index="/i", search_device="gpu0")
     import torch
 
     if torch.cuda.is_available():

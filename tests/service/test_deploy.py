@@ -91,6 +91,7 @@ def test_gpu_file_adds_the_cuda_image_and_a_gpu():
     spanseek = yaml.safe_load(out.stdout)["services"]["spanseek"]
     assert spanseek["image"] == "spanseek:cuda" and spanseek["build"]["dockerfile"] == "docker/Dockerfile.cuda"
     assert spanseek["environment"]["SPANSEEK_DEVICE"] == "cuda"
+    assert spanseek["environment"]["SPANSEEK_SEARCH_DEVICE"] == "auto"
     devices = spanseek["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
 
