@@ -202,6 +202,8 @@ class DeviceIndex:
         self.place = place
         self.cpu = cpu_index
         self.default_nprobe = default_nprobe or 1
+        ivf = ivf_of(cpu_index)
+        self.nlist = int(ivf.nlist) if ivf is not None else 1  # nprobe beyond it means every list
         self.lock = threading.Lock()  # faiss GPU resources serve one search at a time
         self.res: Any = None  # the GPU indexes' resources (kept referenced)
         if gpu is not None:
@@ -214,6 +216,11 @@ class DeviceIndex:
         ivf = ivf_of(cpu_index)
         if ivf is None:
             raise ValueError("only an IVF index has a coarse quantiser to move")
+        inner = faiss.downcast_index(cpu_index)
+        if isinstance(inner, faiss.IndexPreTransform):
+            inner = faiss.downcast_index(inner.index)
+        if not isinstance(inner, faiss.IndexIVF):  # an id map would translate the ids the lists return
+            raise ValueError(f"the lists of a {type(inner).__name__} are not scanned directly")
         self.ivf = ivf
         self.chain = _pre_transforms(cpu_index)
         centroids = ivf.quantizer.reconstruct_n(0, ivf.nlist)
@@ -237,7 +244,7 @@ class DeviceIndex:
 
     def search(self, queries: np.ndarray, k: int, nprobe: int | None, selector: Any = None) -> np.ndarray | None:
         """(n, k) ids of the best tokens, or None when the GPU cannot serve this search."""
-        nprobe = int(nprobe or self.default_nprobe)
+        nprobe = min(int(nprobe or self.default_nprobe), self.nlist)
         if nprobe > GPU_MAX_K:
             return None
         if self.place == "index":
@@ -249,7 +256,6 @@ class DeviceIndex:
 
         from spanseek.core.store import faiss_search_parameters
 
-        nprobe = min(nprobe, int(self.ivf.nlist))
         x = np.ascontiguousarray(queries, dtype=np.float32)
         for transform in self.chain:
             x = transform.apply(x)

@@ -132,7 +132,9 @@ def test_device_vectors_score_as_the_store_reads(kind, filtered, monkeypatch):
 
 
 @pytest.mark.parametrize("factory", ["IVF32,Flat", "IVF32,SQ8", "OPQ8,IVF32,PQ8x4fs", "IVF32_HNSW8,SQ8"])
-def test_quantizer_path_returns_the_cpu_index_results(factory):
+def test_quantizer_path_returns_the_cpu_index_results(factory, monkeypatch):
+    import spanseek.core.gpu as gpu
+
     x = _clustered(6000)
     index = _index(factory, x)
     q = _clustered(50, seed=9)
@@ -152,12 +154,27 @@ def test_quantizer_path_returns_the_cpu_index_results(factory):
     assert allowed[got[got >= 0]].all()
     if "HNSW" not in factory:
         assert (got == index.search(q, 10, params=faiss_search_parameters(index, 8, selector))[1]).all()
-    assert device.search(q, 10, GPU_MAX_K + 1) is None  # beyond faiss's GPU k-selection: the CPU index serves it
+    monkeypatch.setattr(gpu, "GPU_MAX_K", 4)  # more lists than faiss selects on a GPU: the CPU index serves it
+    assert device.search(q, 10, 8) is None and device.search(q, 10, 4) is not None
 
 
-def test_quantizer_path_needs_an_ivf_index():
+def test_quantizer_path_needs_an_ivf_index_it_can_scan():
     with pytest.raises(ValueError, match="only an IVF index"):
         DeviceIndex(_index("Flat", _clustered(100)), "quantizer", None, None)
+    x = _clustered(2000)
+    id_map = faiss.IndexIDMap2(faiss.index_factory(D, "IVF8,Flat", faiss.METRIC_INNER_PRODUCT))
+    id_map.train(x)
+    id_map.add_with_ids(x, np.arange(len(x)) * 7)
+    with pytest.raises(ValueError, match="IndexIDMap2 are not scanned directly"):
+        DeviceIndex(id_map, "quantizer", None, None)
+
+
+def test_nprobe_beyond_the_lists_means_every_list():
+    x = _clustered(3000)
+    index = _index("IVF16,Flat", x)
+    q = _clustered(20, seed=4)
+    got = DeviceIndex(index, "quantizer", None, 4).search(q, 10, GPU_MAX_K + 1)  # but there are only 16 lists
+    assert got is not None and (got == index.search(q, 10, params=faiss_search_parameters(index, 16))[1]).all()
 
 
 # --- a Searcher with parts on a device -----------------------------------------------------------------------
