@@ -213,7 +213,6 @@ class DeviceIndex:
             assert gpu is not None, "a whole-index copy needs a GPU"
             self.gpu = self._clone(cpu_index, gpu)
             return
-        ivf = ivf_of(cpu_index)
         if ivf is None:
             raise ValueError("only an IVF index has a coarse quantiser to move")
         inner = faiss.downcast_index(cpu_index)
