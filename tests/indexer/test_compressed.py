@@ -209,6 +209,20 @@ def test_pq_search_refined_over_every_token_equals_exact_search(pq_index, tmp_pa
         assert np.allclose([h.score for h in got], [h.score for h in want], atol=1e-5)
 
 
+@pytest.mark.parametrize("unit, top_k", [("phrase", 10), ("passage", 20), ("doc", 5)])
+def test_pq_searches_of_every_unit_at_the_usual_depths_are_refined(pq_index, monkeypatch, unit, top_k):
+    from spanseek.core import search
+
+    fetched = []
+    real = search.refine
+    monkeypatch.setattr(search, "refine", lambda ids, *a: fetched.append(ids.shape[1]) or real(ids, *a))
+    idx = PhraseIndex(pq_index)
+    qs, qe = np.random.default_rng(5).standard_normal((2, 4, idx.vectors.shape[1])).astype(np.float32)
+    Searcher(idx).search_vectors(qs, qe, SearchParams(unit=unit, top_k=top_k, mode="dense"))
+    assert fetched and fetched[0] == min(idx.faiss.ntotal, search.REFINE_FACTOR * (32 if unit == "phrase" else 8 * top_k
+                                                                                   if unit == "passage" else 64))
+
+
 def test_manifest_records_compression(ivf_index):
     m = PhraseIndex(ivf_index).manifest
     assert m.factory == IVF_FACTORY and (ivf_index / CODES).is_file()
