@@ -3,6 +3,10 @@
     python bench/paired_accuracy.py --exact work/acc2m/Flat --questions runs/validation.json.gz \
         --indexes work/acc2m/OPQ16_IVF2048_HNSW32_PQ16-pq192-0.02675 --out paired.json
 
+An entry INDEX@MODEL asks that index with another model's question encoder (one fine-tuned against it with
+`train qsft --from-index`, sharing the phrase side); the exact index keeps --model's. ``--exact-cache FILE`` keeps
+the exact index's per-question results, reused while the index, model and questions are the same.
+
 `compressed_index.py` compares layouts on a fixed sample of 1,000 questions; a difference of half a point there
 is within its noise. This bench asks every question of the file (dense mode, the same question vectors for every
 index) and reports, per index, phrase EM@1 and passage acc@5, their difference from the exact index with a 95%
@@ -18,13 +22,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch/faiss: spin-
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from spanseek.core.io import load_squad, squad_questions, write_json_atomic  # noqa: E402
+from spanseek.core.io import atomic_path, load_squad, squad_questions, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.metrics import cluster_bootstrap_ci, exact_match, passage_has_answer  # noqa: E402
+from spanseek.core.model import model_fingerprint, resolve_model  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.core.search import Searcher  # noqa: E402
 from spanseek.core.store import PhraseIndex  # noqa: E402
@@ -45,6 +52,24 @@ def per_question(searcher: Searcher, questions, q_start: np.ndarray, q_end: np.n
     return np.asarray(em), np.asarray(acc)
 
 
+def exact_results(exact: Searcher, model: str, questions, q_start, q_end, cache: str | None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``per_question`` of the exact index, read from ``cache`` when it was made for this index, model and
+    questions (else computed and written there)."""
+    key = np.frombuffer(hashlib.blake2b("\n".join([
+        exact.index.manifest.created, model_fingerprint(resolve_model(model)), *(q.id for q in questions)]).encode(),
+        digest_size=16).digest(), np.uint8)
+    if cache and Path(cache).is_file():
+        with np.load(cache) as z:
+            if np.array_equal(z["key"], key):
+                return z["em"], z["acc"]
+    em, acc = per_question(exact, questions, q_start, q_end)
+    if cache:
+        with atomic_path(Path(cache)) as tmp, open(tmp, "wb") as f:
+            np.savez(f, key=key, em=em, acc=acc)
+    return em, acc
+
+
 def run(args: argparse.Namespace) -> dict:
     exact = open_searcher(args.exact, args.model)
     indexed = {(exact.index.docs[p["doc"]]["title"], p["text"]) for p in exact.index.passages}
@@ -52,15 +77,21 @@ def run(args: argparse.Namespace) -> dict:
     q_start, q_end = exact.encoder.encode([q.question for q in questions])
     groups = [q.title for q in questions]
     t0 = time.perf_counter()
-    e_em, e_acc = per_question(exact, questions, q_start, q_end)
+    e_em, e_acc = exact_results(exact, args.model, questions, q_start, q_end, args.exact_cache)
     result: dict = {"questions": len(questions), "articles": len(set(groups)), "exact": {
-        "index": str(args.exact), "em@1": round(100 * e_em.mean(), 1), "acc@5": round(100 * e_acc.mean(), 1),
-        "seconds": round(time.perf_counter() - t0)}, "indexes": []}
+        "index": str(args.exact), "model": args.model, "em@1": round(100 * e_em.mean(), 1),
+        "acc@5": round(100 * e_acc.mean(), 1), "seconds": round(time.perf_counter() - t0)}, "indexes": []}
     print(result["exact"], flush=True)
-    for d in args.indexes:
+    for entry in args.indexes:
+        d, _, model = entry.partition("@")
         t0 = time.perf_counter()
-        em, acc = per_question(Searcher(PhraseIndex(d), exact.encoder), questions, q_start, q_end)
-        row = {"index": str(d), "em@1": round(100 * em.mean(), 1), "acc@5": round(100 * acc.mean(), 1),
+        if model:  # another question encoder: the questions are encoded again
+            searcher = open_searcher(d, model)
+            qs, qe = searcher.encoder.encode([q.question for q in questions])
+        else:
+            searcher, qs, qe = Searcher(PhraseIndex(d), exact.encoder), q_start, q_end
+        em, acc = per_question(searcher, questions, qs, qe)
+        row = {"index": d, "model": model or args.model, "em@1": round(100 * em.mean(), 1), "acc@5": round(100 * acc.mean(), 1),
                "em_delta": round(100 * (em - e_em).mean(), 1), "em_delta_ci95": cluster_bootstrap_ci(em - e_em, groups),
                "acc5_delta": round(100 * (acc - e_acc).mean(), 1),
                "acc5_delta_ci95": cluster_bootstrap_ci(acc - e_acc, groups),
@@ -76,10 +107,12 @@ def run(args: argparse.Namespace) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--exact", required=True, help="the exact (Flat) index")
-    p.add_argument("--indexes", nargs="+", required=True, help="indexes over the same corpus to compare with it")
+    p.add_argument("--indexes", nargs="+", required=True,
+                   help="indexes over the same corpus to compare with it: INDEX or INDEX@MODEL")
     p.add_argument("--questions", required=True, help="SQuAD-format questions (those with an indexed passage are asked)")
     p.add_argument("--model", default="default", help="the model that encodes the questions")
     p.add_argument("--out", default=None, help="JSON results, written after every index")
+    p.add_argument("--exact-cache", default=None, help="npz file keeping the exact index's per-question results")
     args = p.parse_args()
     result = run(args)
     if args.out:

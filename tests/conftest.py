@@ -76,6 +76,20 @@ def tiny_model_dir(tmp_path_factory, tiny_config) -> Path:
 
 
 @pytest.fixture(scope="session")
+def filter_model_dir(tmp_path_factory, tiny_config) -> Path:
+    """A tiny phrase model with a (random) token filter head of one hidden layer."""
+    from dataclasses import replace
+
+    import torch
+
+    from spanseek.core.model import PhraseModel
+
+    torch.manual_seed(1)
+    model = PhraseModel(replace(tiny_config, filter_head=True, filter_hidden=16))
+    return model.save(tmp_path_factory.mktemp("models") / "filter")
+
+
+@pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> Path:
     import json
 

@@ -167,6 +167,10 @@ class QsftConfig(TrainingOptions):
     model: str = option(help="trained phrase model (e.g. default); its phrase encoder stays as it is")
     cache: str | None = option(None, "phrase-vector cache directory (default OUT/phrase-cache)")
     val_index: str | None = option(None, "index of the held-out articles built with --model (else one is built)")
+    from_index: str | None = option(None, "train against the vectors of this index, built with --model over "
+                                    "articles of the training file, as its searches score them (its fine store "
+                                    "decoded, its token filter applied): quantisation-aware fine-tuning for a "
+                                    "compressed index; nothing is encoded")
     # defaults: the better of the two settings tried on the default model (qsft-b in its card); a larger in-batch
     # weight (32) traded reading comprehension for open retrieval. The phrase vectors are exact (cached from a
     # frozen encoder), so pre-batch negatives need no warm-up and hard passages cost little.

@@ -30,6 +30,8 @@ class TrainWindow:
     ends: list[int]
     answers: list[tuple[str, ...]]
     hard: list[str]  # hard-negative passage texts mined for its questions, best first
+    passage: str = ""  # the text the window was cut from
+    first: int = 0  # the passage token at the window's content position 0
 
 
 @dataclass
@@ -105,8 +107,8 @@ def build_windows(
         chunk = contexts[c0 : c0 + 1024]
         for ctx, toks in zip(chunk, tokenize_passages(tokenizer, chunk), strict=True):
             starts = window_starts(len(toks), window, stride)
-            per_window = [TrainWindow(toks.input_ids[s : s + window], toks.flags[s : s + window], [], [], [], [], [])
-                          for s in starts]
+            per_window = [TrainWindow(toks.input_ids[s : s + window], toks.flags[s : s + window], [], [], [], [], [],
+                                      passage=ctx, first=s) for s in starts]
             for q in by_ctx[ctx]:
                 if not q.answers or q.answer_starts[0] < 0:
                     skipped["no_answer_tokens"] += 1

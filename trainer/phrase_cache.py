@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +58,7 @@ class PhraseCache:
         self.keys: list[str] = meta["keys"]
         self.offsets = np.asarray(meta["offsets"], dtype=np.int64)  # (K + 1,)
         self.shard_windows: int = meta["shard_windows"]
+        self.source: str = meta.get("source", "model")  # "model" (encoded) or the index it was read from
         self.row = {k: i for i, k in enumerate(self.keys)}
         self.vectors = np.load(self.dir / CACHE_VECTORS, mmap_mode="r")
         self.flags = np.load(self.dir / CACHE_FLAGS, mmap_mode="r")
@@ -82,6 +85,69 @@ class PhraseCache:
         return len(self.done_shards()) == self.n_shards
 
 
+def _open_or_create(directory: Path, keys: list[str], uniq: dict[str, tuple[np.ndarray, np.ndarray]], dim: int,
+                    fingerprint: str, shard_windows: int, source: str) -> PhraseCache:
+    """The cache at ``directory`` for these windows and this phrase encoder and source, created empty (zeros) if
+    there is none; CacheError if the one there was made otherwise."""
+    if (directory / CACHE_META).exists():
+        cache = PhraseCache(directory)
+        if cache.fingerprint != fingerprint:
+            raise CacheError(f"{directory}: made with phrase encoder {cache.fingerprint}, this model's is "
+                             f"{fingerprint}; delete it or choose another cache directory")
+        if cache.source != source:
+            raise CacheError(f"{directory}: its vectors come from {cache.source}, not {source}; delete it or choose "
+                             "another cache directory")
+        if cache.keys != keys:
+            raise CacheError(f"{directory}: holds {len(cache.keys)} other windows (different training data or hard "
+                             "negatives); delete it or choose another cache directory")
+        return cache
+    directory.mkdir(parents=True, exist_ok=True)
+    lengths = np.asarray([len(uniq[k][0]) for k in keys], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    np.lib.format.open_memmap(directory / CACHE_VECTORS, mode="w+", dtype=np.float16,
+                              shape=(int(offsets[-1]), dim)).flush()
+    np.save(directory / CACHE_FLAGS, np.concatenate([uniq[k][1] for k in keys]).astype(np.uint8))
+    write_json_atomic(directory / CACHE_META, {  # last: its presence means the files above are complete
+        "fingerprint": fingerprint, "dim": dim, "shard_windows": shard_windows, "source": source,
+        "keys": keys, "offsets": offsets.tolist(),
+    })
+    return PhraseCache(directory)
+
+
+def _fill(cache: PhraseCache, desc: str, progress: bool,
+          vectors_of: Callable[[list[str]], list[np.ndarray]], batch_windows: int) -> PhraseCache:
+    """Write the vectors of every shard not done yet (``vectors_of``: a chunk of keys -> each window's (n, d)
+    vectors), marking each shard done once flushed; returns the reopened cache."""
+    done = cache.done_shards()
+    todo = [s for s in range(cache.n_shards) if s not in done]
+    if not todo:
+        return cache
+    keys, per = cache.keys, cache.shard_windows
+    vectors = np.load(cache.dir / CACHE_VECTORS, mmap_mode="r+")
+    bar = tqdm(total=sum(min(per, len(keys) - s * per) for s in todo), desc=desc, unit="window", disable=not progress)
+    for shard in todo:
+        shard_keys = keys[shard * per : (shard + 1) * per]
+        for a in range(0, len(shard_keys), batch_windows):
+            chunk = shard_keys[a : a + batch_windows]
+            for k, v in zip(chunk, vectors_of(chunk), strict=True):
+                i = cache.row[k]
+                vectors[cache.offsets[i] : cache.offsets[i + 1]] = v
+            bar.update(len(chunk))
+        vectors.flush()
+        done.add(shard)
+        write_json_atomic(cache.dir / CACHE_DONE, sorted(done))
+    bar.close()
+    return PhraseCache(cache.dir)
+
+
+def _distinct(windows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[str], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The distinct windows by ``window_key``, ordered by length (less padding), and each key's window."""
+    uniq: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for win_ids, win_flags in windows:
+        uniq.setdefault(window_key(win_ids), (win_ids, win_flags))
+    return sorted(uniq, key=lambda k: (len(uniq[k][0]), k)), uniq
+
+
 def fill_cache(
     directory: str | Path,
     model: PhraseModel,
@@ -96,61 +162,95 @@ def fill_cache(
 ) -> PhraseCache:
     """Encode the distinct ``windows`` (content ids, flags) into a PhraseCache at ``directory`` (resuming).
 
-    Windows are ordered by length (less padding). An existing cache is reused if it was made by the same phrase
-    encoder for the same windows; otherwise CacheError names the difference.
+    An existing cache is reused if it was made by the same phrase encoder for the same windows; otherwise
+    CacheError names the difference.
     """
-    directory = Path(directory)
     device = device or torch.device("cpu")
-    fingerprint = phrase_fingerprint(model_dir)
-    uniq: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for win_ids, win_flags in windows:
-        uniq.setdefault(window_key(win_ids), (win_ids, win_flags))
-    keys = sorted(uniq, key=lambda k: (len(uniq[k][0]), k))
-    if (directory / CACHE_META).exists():
-        cache = PhraseCache(directory)
-        if cache.fingerprint != fingerprint:
-            raise CacheError(f"{directory}: made with phrase encoder {cache.fingerprint}, this model's is "
-                             f"{fingerprint}; delete it or choose another cache directory")
-        if cache.keys != keys:
-            raise CacheError(f"{directory}: holds {len(cache.keys)} other windows (different training data or hard "
-                             "negatives); delete it or choose another cache directory")
-    else:
-        directory.mkdir(parents=True, exist_ok=True)
-        lengths = np.asarray([len(uniq[k][0]) for k in keys], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        np.lib.format.open_memmap(directory / CACHE_VECTORS, mode="w+", dtype=np.float16,
-                                  shape=(int(offsets[-1]), model.dim)).flush()
-        np.save(directory / CACHE_FLAGS, np.concatenate([uniq[k][1] for k in keys]).astype(np.uint8))
-        write_json_atomic(directory / CACHE_META, {  # last: its presence means the files above are complete
-            "fingerprint": fingerprint, "dim": model.dim, "shard_windows": shard_windows,
-            "keys": keys, "offsets": offsets.tolist(),
-        })
-        cache = PhraseCache(directory)
-    done = cache.done_shards()
-    todo = [s for s in range(cache.n_shards) if s not in done]
-    if not todo:
-        return cache
-    vectors = np.load(directory / CACHE_VECTORS, mmap_mode="r+")
+    keys, uniq = _distinct(windows)
+    cache = _open_or_create(Path(directory), keys, uniq, model.dim, phrase_fingerprint(model_dir), shard_windows,
+                            "model")
     model.eval()
-    bar = tqdm(total=sum(min(shard_windows, len(keys) - s * shard_windows) for s in todo), desc="phrase cache",
-               unit="window", disable=not progress)
-    for shard in todo:
-        shard_keys = keys[shard * shard_windows : (shard + 1) * shard_windows]
-        for a in range(0, len(shard_keys), batch_windows):
-            chunk = shard_keys[a : a + batch_windows]
-            ids, mask = window_batch([uniq[k][0] for k in chunk], tokenizer)
-            with torch.no_grad(), autocast(device, precision):
-                H = model.encode_passages(ids.to(device), mask.to(device)).float().cpu().numpy()
-            for r, k in enumerate(chunk):
-                i = cache.row[k]
-                o, n = cache.offsets[i], cache.offsets[i + 1] - cache.offsets[i]
-                vectors[o : o + n] = H[r, 1 : n + 1]
-            bar.update(len(chunk))
-        vectors.flush()
-        done.add(shard)
-        write_json_atomic(directory / CACHE_DONE, sorted(done))
-    bar.close()
-    return PhraseCache(directory)
+
+    def encode(chunk: list[str]) -> list[np.ndarray]:
+        ids, mask = window_batch([uniq[k][0] for k in chunk], tokenizer)
+        with torch.no_grad(), autocast(device, precision):
+            H = model.encode_passages(ids.to(device), mask.to(device)).float().cpu().numpy()
+        return [H[r, 1 : len(uniq[k][0]) + 1] for r, k in enumerate(chunk)]
+
+    return _fill(cache, "phrase cache", progress, encode, batch_windows)
+
+
+def fill_cache_from_index(
+    directory: str | Path,
+    index_dir: str | Path,
+    model_dir: Path,
+    config: EncoderConfig,
+    windows: list[tuple[str, int, np.ndarray]],
+    shard_windows: int = 512,
+    progress: bool = True,
+) -> tuple[PhraseCache, int]:
+    """A PhraseCache of the distinct ``windows`` (passage text, first token, content ids) read from a built index
+    instead of encoded: each token's vector as the index's searches score it (its fine store, decoded) and its
+    flags as the index has them (cleared where a token filter dropped the token, whose vector reads as zeros).
+
+    Training the question encoder against these vectors makes it quantisation-aware: it learns to rank the
+    compressed vectors. The index must have been built with ``model_dir``'s phrase encoder. Windows of passages the
+    index does not hold are left out; returns the cache and how many windows were.
+    """
+    from spanseek.core.loading import check_index_model
+    from spanseek.core.store import PhraseIndex
+
+    index = PhraseIndex(index_dir, verify_checksums=False)
+    check_index_model(index, model_dir, config)
+    where: dict[str, int] = {}
+    for p, passage in enumerate(index.passages):
+        where.setdefault(passage["text"], p)
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    rows: dict[str, int] = {}  # window key -> its first token in the index
+    missing = 0
+    for text, first, ids in windows:
+        if text not in where:
+            missing += 1
+            continue
+        a, b = index.passage_range(where[text])
+        if first + len(ids) > b - a:
+            raise CacheError(f"{index_dir}: passage {where[text]} has {b - a} tokens, a window reaches token "
+                             f"{first + len(ids)}: was the index built with this tokenizer?")
+        key = window_key(ids)
+        rows.setdefault(key, a + first)
+        found.append((ids, np.asarray(index.token_flags[a + first : a + first + len(ids)], np.uint8)))
+    keys, uniq = _distinct(found)
+    manifest = index.manifest
+    source = f"index {Path(index_dir).resolve()} ({manifest.factory}, {manifest.fine_store} store, {manifest.created})"
+    cache = _open_or_create(Path(directory), keys, uniq, index.vectors.shape[1], phrase_fingerprint(model_dir), shard_windows,
+                            source)
+
+    def read(chunk: list[str]) -> list[np.ndarray]:
+        return [np.asarray(index.vectors[rows[k] : rows[k] + len(uniq[k][0])], np.float32) for k in chunk]
+
+    return _fill(cache, "phrase cache from index", progress, read, 256), missing
+
+
+def as_indexed(windows: list[TrainWindow], cache: PhraseCache) -> tuple[list[TrainWindow], dict[str, int]]:
+    """The windows of an index-filled cache with the index's flags, and what was left out: windows it does not hold
+    (``not_in_index``, counted in questions) and questions whose gold start or end token the index's filter dropped
+    (``gold_filtered``: no kept vector to score)."""
+    kept: list[TrainWindow] = []
+    skipped = {"not_in_index": 0, "gold_filtered": 0}
+    for w in windows:
+        key = window_key(w.input_ids)
+        if key not in cache:
+            skipped["not_in_index"] += len(w.questions)
+            continue
+        flags = np.asarray(cache.window(key)[1])
+        ok = [bool(flags[i] & FLAG_START and flags[j] & FLAG_END) for i, j in zip(w.starts, w.ends, strict=True)]
+        skipped["gold_filtered"] += ok.count(False)
+        if any(ok):
+            pick = [i for i, good in enumerate(ok) if good]
+            kept.append(replace(w, flags=flags, questions=[w.questions[i] for i in pick],
+                                starts=[w.starts[i] for i in pick], ends=[w.ends[i] for i in pick],
+                                answers=[w.answers[i] for i in pick]))
+    return kept, skipped
 
 
 def hard_windows(windows: list[TrainWindow], tokenizer, enc: EncoderConfig) -> tuple[list[tuple], dict[str, str]]:

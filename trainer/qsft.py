@@ -11,6 +11,12 @@ hard passages cost nothing to add (many more per step than joint training can af
 
 The loss is the same unified loss as in joint training (trainer.losses). Indexes built with the input model stay
 valid for the fine-tuned one: its phrase side, and so ``core.model.phrase_fingerprint``, is unchanged.
+
+``--from-index INDEX`` (an index of training articles built with the model) fills the cache from the index
+instead: every token's vector as its searches score it (a compact store decoded; zeros and cleared flags where
+its token filter dropped the token), so nothing is encoded and the question encoder learns to rank the compressed
+vectors (quantisation-aware fine-tuning, as DensePhrases tunes its question encoder on its compressed index).
+Questions whose gold start or end token the filter dropped are left out.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ from spanseek.trainer.mining import load_hard_negatives
 from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part of this module's interface)
     CacheError,
     PhraseCache,
+    as_indexed,
     cached_batch,
     fill_cache,
+    fill_cache_from_index,
     hard_windows,
     window_key,
 )
@@ -88,9 +96,23 @@ def train_qsft(cfg: QsftConfig) -> dict:
     windows, skipped = training_windows(cfg, data, tokenizer, enc, hard)
     hard_pairs, hard_keys = hard_windows(windows, tokenizer, enc)
     t0 = time.perf_counter()
-    cache = fill_cache(cfg.cache or out / "phrase-cache", model, model_dir, tokenizer,
-                       [(w.input_ids, w.flags) for w in windows] + hard_pairs, device=device, precision=precision,
-                       progress=cfg.progress)
+    if cfg.from_index:
+        cache, _ = fill_cache_from_index(
+            cfg.cache or out / "phrase-cache", cfg.from_index, model_dir, model.config,
+            [(w.passage, w.first, w.input_ids) for w in windows]
+            + [(text, 0, ids) for text, (ids, _) in zip(hard_keys, hard_pairs, strict=True)],
+            progress=cfg.progress)
+        windows, not_indexed = as_indexed(windows, cache)
+        skipped |= not_indexed
+        hard_keys = {text: key for text, key in hard_keys.items() if key in cache}
+        if not windows:
+            raise ValueError(f"{cfg.from_index}: holds none of the training questions' passages (--from-index needs "
+                             "an index of training articles)")
+        log.info("training against %s: %d windows (left out: %s)", cfg.from_index, len(windows), not_indexed)
+    else:
+        cache = fill_cache(cfg.cache or out / "phrase-cache", model, model_dir, tokenizer,
+                           [(w.input_ids, w.flags) for w in windows] + hard_pairs, device=device,
+                           precision=precision, progress=cfg.progress)
     cache_seconds = time.perf_counter() - t0
     model.phrase_encoder.to("cpu")  # not used again: training reads the cache
     write_json_atomic(out / "qsft_config.json", asdict(replace(cfg, loss=cfg.loss.resolved())))

@@ -262,7 +262,8 @@ def test_ivfpq_recall_vs_flat_oracle():
 
 
 @pytest.fixture(scope="module")
-def filter_model_dir(tmp_path_factory, tiny_config):
+def linear_filter_model_dir(tmp_path_factory, tiny_config):
+    """A tiny model with a linear filter head (the shared filter_model_dir has a hidden layer)."""
     from dataclasses import replace
 
     import torch
@@ -273,16 +274,16 @@ def filter_model_dir(tmp_path_factory, tiny_config):
     return PhraseModel(replace(tiny_config, filter_head=True)).save(tmp_path_factory.mktemp("models") / "filter")
 
 
-def test_filter_threshold_indexes_only_kept_tokens(tmp_path_factory, medium_corpus, filter_model_dir):
+def test_filter_threshold_indexes_only_kept_tokens(tmp_path_factory, medium_corpus, linear_filter_model_dir):
     import torch
 
     from spanseek.core.model import load_model
 
-    out = _build(tmp_path_factory, medium_corpus, filter_model_dir, IVF_FACTORY, "filtered", filter_threshold=0.5,
+    out = _build(tmp_path_factory, medium_corpus, linear_filter_model_dir, IVF_FACTORY, "filtered", filter_threshold=0.5,
                  keep_codes=True)
     idx = PhraseIndex(out)
     assert not (out / "token_filter.npy").exists()  # the row map records what was kept
-    model = load_model(filter_model_dir)
+    model = load_model(linear_filter_model_dir)
     kept = verify.indexed_ids(idx)
     with torch.no_grad():  # only kept tokens keep a fine-store row
         probs = torch.sigmoid(model.filter_logits(torch.from_numpy(idx.token_vectors(kept)))).numpy()

@@ -33,19 +33,6 @@ def _opts(**kw) -> BuildOptions:
 
 
 @pytest.fixture(scope="module")
-def filter_model_dir(tmp_path_factory, tiny_config):
-    from dataclasses import replace
-
-    import torch
-
-    from spanseek.core.model import PhraseModel
-
-    torch.manual_seed(1)
-    model = PhraseModel(replace(tiny_config, filter_head=True, filter_hidden=16))  # one hidden layer
-    return model.save(tmp_path_factory.mktemp("models") / "filter")
-
-
-@pytest.fixture(scope="module")
 def full_index(tmp_path_factory, tiny_corpus, filter_model_dir):
     """Unfiltered exact index of the filter model (it has filter scores, every token indexed)."""
     out = tmp_path_factory.mktemp("filtered") / "full"

@@ -1,11 +1,15 @@
 """Query-side fine-tuning (trainer.qsft): the phrase cache holds what the phrase encoder gives, resumes after a
 kill and refuses another model's or other windows' cache; QSFT lowers the loss while leaving the phrase side
-(and so the phrase fingerprint) unchanged, and an index built with the input model serves the tuned one.
+(and so the phrase fingerprint) unchanged, and an index built with the input model serves the tuned one. A cache
+read from a built index (quantisation-aware QSFT) holds what its searches score: the encoded vectors for an exact
+index, the decoded store and the filter's flags for a compact one.
 
     .venv/bin/python -m pytest -q tests/trainer/test_qsft.py
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,8 +19,10 @@ from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.loading import open_searcher
 from spanseek.core.model import PhraseModel, load_model, load_tokenizer, model_fingerprint, phrase_fingerprint
 from spanseek.core.store import IndexFormatError, PhraseIndex
+from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.trainer.data import build_windows, collate
 from spanseek.trainer.losses import LossConfig, phrase_loss
+from spanseek.trainer.phrase_cache import as_indexed, fill_cache_from_index
 from spanseek.trainer.qsft import CacheError, PhraseCache, QsftConfig, fill_cache, train_qsft, window_key
 
 
@@ -114,3 +120,97 @@ def test_qsft_lowers_the_loss_keeps_the_phrase_side_and_serves_the_old_index(
     with pytest.raises(IndexFormatError, match="phrase-encoder weights"):
         PhraseIndex(tiny_index).manifest.check_model(load_model(stranger).config, model_fingerprint(stranger),
                                                      phrase_fingerprint(stranger))
+
+
+# --- quantisation-aware: the cache read from a built index ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def squad_indexes(tmp_path_factory, tiny_squad, filter_model_dir):
+    """Indexes of the tiny SQuAD file's articles built with the filter model: exact (fp16), and a compact one
+    (sq4 store, the filter dropping tokens) over the same vectors."""
+    from spanseek.core.io import from_squad
+    from spanseek.indexer.build import BuildOptions, build_index, reindex
+
+    root = tmp_path_factory.mktemp("qat")
+    from_squad(tiny_squad, root / "corpus.jsonl")
+    opts = BuildOptions(progress=False, precision="fp32", gpu=False, factory="Flat")
+    build_index(root / "corpus.jsonl", filter_model_dir, root / "exact", opts)
+    reindex(root / "exact", root / "compact", BuildOptions(progress=False, precision="fp32", gpu=False,
+                                                            factory="Flat", store="sq4", filter_threshold=0.5),
+            filter_model=filter_model_dir)
+    return root / "exact", root / "compact"
+
+
+def _index_windows(windows):
+    return [(w.passage, w.first, w.input_ids) for w in windows]
+
+
+def test_a_cache_read_from_an_exact_index_holds_its_vectors_as_encoded(tmp_path, filter_model_dir, tiny_squad,
+                                                                        squad_indexes):
+    model, tok, windows = _windows(filter_model_dir, tiny_squad)
+    encoded = fill_cache(tmp_path / "encoded", model, filter_model_dir, tok, [(w.input_ids, w.flags) for w in windows],
+                         progress=False)
+    stranger = (windows[0].passage + " An unindexed sentence.", 0, np.concatenate([windows[0].input_ids, [1000]]))
+    read, missing = fill_cache_from_index(tmp_path / "read", squad_indexes[0], filter_model_dir, model.config,
+                                          _index_windows(windows) + [stranger], progress=False)
+    assert missing == 1 and read.keys == encoded.keys and read.source.startswith("index ")
+    index = PhraseIndex(squad_indexes[0])
+    where = {p["text"]: i for i, p in enumerate(index.passages)}
+    whole = 0
+    for w in windows:
+        a, b = index.passage_range(where[w.passage])
+        ids = np.arange(a + w.first, a + w.first + len(w.input_ids))
+        (v_enc, f_enc), (v_read, f_read) = encoded.window(window_key(w.input_ids)), read.window(window_key(w.input_ids))
+        np.testing.assert_array_equal(v_read, index.token_vectors(ids))
+        np.testing.assert_array_equal(f_read, f_enc)
+        if len(w.input_ids) == b - a:  # the passage is this one window: the index holds the window's encoding
+            whole += 1
+            np.testing.assert_allclose(v_read.astype(np.float32), v_enc.astype(np.float32), atol=2e-3, rtol=2e-3)
+    assert 0 < whole < len(windows)  # both kinds are here: tokens of longer passages come from their best window
+    with pytest.raises(CacheError, match="come from"):  # an encoded cache is not taken for an index's
+        fill_cache_from_index(tmp_path / "encoded", squad_indexes[0], filter_model_dir, model.config,
+                              _index_windows(windows), progress=False)
+
+
+def test_a_cache_read_from_a_compact_filtered_index_holds_its_decoded_store_and_flags(
+    tmp_path, filter_model_dir, tiny_squad, squad_indexes
+):
+    model, _, windows = _windows(filter_model_dir, tiny_squad)
+    index = PhraseIndex(squad_indexes[1])
+    cache, missing = fill_cache_from_index(tmp_path / "c", squad_indexes[1], filter_model_dir, model.config,
+                                           _index_windows(windows), progress=False)
+    assert missing == 0
+    where = {p["text"]: i for i, p in enumerate(index.passages)}
+    dropped = 0
+    for w in windows:
+        a = index.passage_range(where[w.passage])[0] + w.first
+        ids = np.arange(a, a + len(w.input_ids))
+        vecs, flags = cache.window(window_key(w.input_ids))
+        np.testing.assert_array_equal(vecs, index.token_vectors(ids).astype(np.float16))  # sq4 decoded, 0 if dropped
+        np.testing.assert_array_equal(flags, index.token_flags[ids])
+        dropped += int((~index.vectors.row_map.lookup(ids)[1]).sum())
+    assert dropped > 0  # the filter dropped tokens of these windows
+
+    kept, skipped = as_indexed(windows, cache)
+    want = sum(bool(f[i] & FLAG_START and f[j] & FLAG_END) for w in windows
+               for f in [cache.window(window_key(w.input_ids))[1]] for i, j in zip(w.starts, w.ends, strict=True))
+    assert sum(len(w.questions) for w in kept) == want and skipped["gold_filtered"] > 0
+    assert skipped["gold_filtered"] + want == sum(len(w.questions) for w in windows)
+    for w in kept:  # what is left trains on the index's flags, each gold start and end allowed
+        assert all(w.flags[i] & FLAG_START and w.flags[j] & FLAG_END for i, j in zip(w.starts, w.ends, strict=True))
+
+
+def test_qsft_from_an_index_trains_against_it_and_refuses_another_models_index(
+    tmp_path, filter_model_dir, tiny_model_dir, tiny_squad, squad_indexes
+):
+    cfg = QsftConfig(model=str(filter_model_dir), train=str(tiny_squad), out=str(tmp_path / "run"), epochs=3,
+                     batch_windows=4, hard_per_batch=2, checkpoint_every=5, val_questions=0, precision="fp32",
+                     device="cpu", progress=False, from_index=str(squad_indexes[1]))
+    summary = train_qsft(cfg)
+    assert summary["steps"] > 0 and summary["skipped"]["gold_filtered"] > 0
+    assert summary["skipped"]["not_in_index"] == 0 and summary["cache_windows"] > 0
+    assert phrase_fingerprint(tmp_path / "run" / "last") == phrase_fingerprint(filter_model_dir)
+    assert PhraseCache(tmp_path / "run" / "phrase-cache").source.startswith("index ")
+    with pytest.raises(IndexFormatError, match="different model"):
+        train_qsft(replace(cfg, model=str(tiny_model_dir), out=str(tmp_path / "other")))
