@@ -12,6 +12,13 @@ Written by ``spanseek index build --store fp16|sq8|sq4`` (recorded in ``manifest
   sub-vectors of d / M dimensions, 256 centroids each): M bytes per token. A centroid per 2-4 dimensions
   follows the vectors' distribution where sq4 spends 16 even steps on every dimension, so pq128 re-scores about
   as well as sq4 in two thirds of the bytes (docs/scale.md).
+- ``pca192``: 192 bytes per token spent where the variance is (``RotatedPQ``): the vectors are rotated onto their
+  principal axes, then the 64 strongest components get a byte each (an 8-bit scalar quantiser: even steps over
+  the range keep the extreme values that make a token score high), the next 128 a byte per pair (PQ) and the rest
+  a byte per group of (d - 192) / 64. The token vectors' variance is concentrated (at d = 384 the first 32
+  components hold two thirds) and the questions point along the same axes, so inner products come out about half
+  as far off as from pq192's even two dimensions a byte (docs/scale.md). ``fine_codes.npy`` holds the codes,
+  ``fine_rotation.npz`` the rotation and the segments' quantisers.
 
 With a token filter (``index build --filter-threshold``) the store holds rows of the kept tokens only, and
 ``fine_kept.npy``, a bit per token (``np.packbits``), says which tokens have a row (``RowMap``: row of token t =
@@ -33,17 +40,19 @@ from tqdm.auto import tqdm
 
 from spanseek.core.io import atomic_path
 
-STORES = ("fp16", "sq8", "sq4", "pq192", "pq128", "pq96")
+STORES = ("fp16", "sq8", "sq4", "pq192", "pq128", "pq96", "pca192")
 DEFAULT_STORE = "fp16"
 VECTORS = "vectors.npy"
 FINE_CODES = "fine_codes.npy"
 FINE_QUANTIZER = "fine_quantizer.faiss"
+FINE_ROTATION = "fine_rotation.npz"
 FINE_KEPT = "fine_kept.npy"
 RANK_BLOCK = 256  # tokens per entry of RowMap's rank table (8 int64 bytes per 256 tokens)
 _POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1).astype(np.uint8)
 ENCODE_CHUNK = 65536
 _SQ_BITS = {"sq8": 8, "sq4": 4}
 _PQ_M = {"pq192": 192, "pq128": 128, "pq96": 96}
+_ROTATED_BYTES = {"pca192": 192}
 
 
 class FineStoreError(ValueError):
@@ -53,7 +62,9 @@ class FineStoreError(ValueError):
 def store_files(kind: str) -> tuple[str, ...]:
     """The files of a ``kind`` fine store, relative to the index directory."""
     check_kind(kind)
-    return (VECTORS,) if kind == "fp16" else (FINE_CODES, FINE_QUANTIZER)
+    if kind == "fp16":
+        return (VECTORS,)
+    return (FINE_CODES, FINE_ROTATION if kind in _ROTATED_BYTES else FINE_QUANTIZER)
 
 
 def check_kind(kind: str) -> str:
@@ -72,6 +83,119 @@ def step_sizes(quantizer: Any) -> np.ndarray:
     d = int(quantizer.d)
     vdiff = trained[d:] if len(trained) == 2 * d else np.full(d, trained[1])
     return vdiff / (2 ** int(sq.bits) - 1)
+
+
+class RotatedPQ:
+    """A principal-axes rotation, then segments of the rotated dimensions, each with its own faiss quantiser (an
+    8-bit scalar quantiser on the strongest components, product quantisers on the rest): the ``pca192`` store's
+    quantiser (module docstring). It has what the fine store uses of a faiss quantiser: ``d``,
+    ``sa_code_size()``, ``sa_encode``, ``sa_decode``."""
+
+    def __init__(self, mean: np.ndarray, rotation: np.ndarray, segments: list[tuple[int, str]], parts: list[Any]):
+        self.mean = np.asarray(mean, np.float32)  # (d,)
+        self.rotation = np.asarray(rotation, np.float32)  # (d, d): column k is the k-th principal axis
+        self.segments = [(int(w), str(f)) for w, f in segments]  # (dimensions, faiss factory of their quantiser)
+        self.parts = parts
+        self.d = len(self.mean)
+
+    @staticmethod
+    def plan(d: int, nbytes: int) -> list[tuple[int, str]]:
+        """The segments of an ``nbytes`` code at dimension ``d``: a third of the bytes on the strongest nbytes / 3
+        components (8-bit scalar), a third on the next 2 nbytes / 3 (a byte per pair), a third on the rest."""
+        third = nbytes // 3
+        rest = d - 3 * third
+        if nbytes % 3 or rest <= 0 or rest % third:
+            raise FineStoreError(f"a {nbytes}-byte rotated store needs d > {nbytes} with d - {nbytes} a multiple of "
+                                 f"{third}; d = {d}")
+        return [(third, "SQ8"), (2 * third, f"PQ{third}np"), (rest, f"PQ{third}np")]  # np: no polysemous training
+
+    @classmethod
+    def fit(cls, x: np.ndarray, nbytes: int) -> RotatedPQ:
+        """Principal axes of the sample ``x`` (n, d), then each segment's quantiser trained on its rotated columns."""
+        import faiss
+
+        mean = x.mean(axis=0, dtype=np.float64)
+        eigval, eigvec = np.linalg.eigh(np.cov(x, rowvar=False, dtype=np.float64))
+        rotation = eigvec[:, np.argsort(-eigval)]
+        y = ((x - mean) @ rotation).astype(np.float32)
+        segments, parts, a = cls.plan(x.shape[1], nbytes), [], 0
+        for width, factory in segments:
+            part = faiss.index_factory(width, factory)
+            part.train(np.ascontiguousarray(y[:, a : a + width]))
+            parts.append(part)
+            a += width
+        return cls(mean.astype(np.float32), rotation.astype(np.float32), segments, parts)
+
+    def sa_code_size(self) -> int:
+        return sum(int(part.sa_code_size()) for part in self.parts)
+
+    def sa_encode(self, x: np.ndarray) -> np.ndarray:
+        y = (np.asarray(x, np.float32) - self.mean) @ self.rotation
+        codes, a = [], 0
+        for (width, _), part in zip(self.segments, self.parts, strict=True):
+            codes.append(part.sa_encode(np.ascontiguousarray(y[:, a : a + width])))
+            a += width
+        return np.concatenate(codes, axis=1)
+
+    def decode_rotated(self, codes: np.ndarray) -> np.ndarray:
+        """(n, d) rows in the rotated space, centred: ``sa_decode`` before the rotation back."""
+        y = np.empty((len(codes), self.d), np.float32)
+        a = c = 0
+        for (width, _), part in zip(self.segments, self.parts, strict=True):
+            size = int(part.sa_code_size())
+            y[:, a : a + width] = part.sa_decode(np.ascontiguousarray(codes[:, c : c + size]))
+            a, c = a + width, c + size
+        return y
+
+    def sa_decode(self, codes: np.ndarray) -> np.ndarray:
+        return self.decode_rotated(codes) @ self.rotation.T + self.mean
+
+    def scores(self, codes: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """(n, q): the decoded rows dot each column of ``queries`` (d, q), computed in the rotated space (the
+        queries are rotated once instead of every row back)."""
+        queries = np.asarray(queries, np.float32)
+        return self.decode_rotated(codes) @ (self.rotation.T @ queries) + self.mean @ queries
+
+    def save(self, path: Path) -> None:
+        """Write it to ``path`` (an .npz: the rotation and each segment's serialised faiss quantiser), atomically."""
+        import faiss
+
+        parts: dict[str, Any] = {f"part{i}": faiss.serialize_index(part) for i, part in enumerate(self.parts)}
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, mean=self.mean, rotation=self.rotation, widths=np.asarray([w for w, _ in self.segments]),
+                     factories=np.asarray([f for _, f in self.segments]), **parts)
+
+    @classmethod
+    def load(cls, path: Path) -> RotatedPQ:
+        import faiss
+
+        with np.load(path) as z:
+            segments = list(zip(z["widths"].tolist(), z["factories"].tolist(), strict=True))
+            return cls(z["mean"], z["rotation"], segments,
+                       [faiss.deserialize_index(z[f"part{i}"]) for i in range(len(segments))])
+
+
+def read_quantizer(index_dir: Path, kind: str) -> Any:
+    """The trained quantiser of ``index_dir``'s ``kind`` store (a faiss index, or a RotatedPQ); a missing file
+    raises FileNotFoundError naming it."""
+    import faiss
+
+    path = index_dir / store_files(kind)[1]
+    if not path.is_file():
+        raise FileNotFoundError(str(path))
+    return RotatedPQ.load(path) if kind in _ROTATED_BYTES else faiss.read_index(str(path))
+
+
+def write_quantizer(index_dir: Path, kind: str, quantizer: Any) -> None:
+    """Write a ``kind`` store's trained quantiser into ``index_dir``, atomically."""
+    import faiss
+
+    path = index_dir / store_files(kind)[1]
+    if isinstance(quantizer, RotatedPQ):
+        quantizer.save(path)
+        return
+    with atomic_path(path) as tmp:
+        faiss.write_index(quantizer, str(tmp))
 
 
 class RowMap:
@@ -166,6 +290,22 @@ class FineStore:
         out[has] = self._rows(row[has])
         return out
 
+    def dot(self, ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """(len(ids), q) float32: the rows of token ids ``ids`` (1-D) dot each column of ``queries`` (d, q); a
+        token without a row scores 0. A rotated store scores in its rotated space."""
+        if not isinstance(self.quantizer, RotatedPQ):
+            return np.asarray(self[ids], np.float32) @ queries
+        ids = np.asarray(ids, np.int64)
+        out = np.zeros((len(ids), np.shape(queries)[1]), np.float32)
+        if self.row_map is None:
+            rows, has = ids, np.ones(len(ids), bool)
+        else:
+            if ids.size and (ids.min() < 0 or ids.max() >= self.row_map.n):
+                raise IndexError(f"token ids outside 0..{self.row_map.n - 1}")
+            rows, has = self.row_map.lookup(ids)
+        out[has] = self.quantizer.scores(self.data[rows[has]], queries)
+        return out
+
     def stored_rows(self, lo: int, hi: int) -> np.ndarray:
         """Stored rows ``lo:hi`` decoded (row numbers of the data, not token ids: see ``row_map``)."""
         return self._rows(slice(lo, hi))
@@ -186,15 +326,12 @@ class FineStore:
 def open_fine_store(index_dir: Path, kind: str, mmap: bool = True, rows: Path | None = None) -> FineStore:
     """The ``kind`` fine store of ``index_dir`` (memory-mapped with ``mmap``; ``rows``: read the vectors or codes
     from this file instead, e.g. an add's new file); a missing file raises FileNotFoundError naming it."""
-    import faiss
 
     mode: Literal["r"] | None = "r" if mmap else None
     row_map = read_row_map(index_dir) if rows is None else None
     if check_kind(kind) == "fp16":
         return FineStore(kind, np.load(rows or index_dir / VECTORS, mmap_mode=mode), row_map=row_map)
-    if not (index_dir / FINE_QUANTIZER).is_file():
-        raise FileNotFoundError(str(index_dir / FINE_QUANTIZER))
-    quantizer = faiss.read_index(str(index_dir / FINE_QUANTIZER))
+    quantizer = read_quantizer(index_dir, kind)
     return FineStore(kind, np.load(rows or index_dir / FINE_CODES, mmap_mode=mode), quantizer, row_map)
 
 
@@ -221,6 +358,8 @@ def detect_kind(index_dir: Path) -> str:
     quantiser's kind."""
     if (index_dir / VECTORS).is_file():
         return "fp16"
+    if (index_dir / FINE_ROTATION).is_file():
+        return f"pca{RotatedPQ.load(index_dir / FINE_ROTATION).sa_code_size()}"
     if (index_dir / FINE_QUANTIZER).is_file():
         import faiss
 
@@ -228,25 +367,30 @@ def detect_kind(index_dir: Path) -> str:
         if isinstance(quantizer, faiss.IndexPQ):
             return f"pq{int(quantizer.pq.M)}"
         return {8: "sq8", 4: "sq4"}[int(quantizer.sq.bits)]
-    raise FineStoreError(f"{index_dir}: no fine store ({VECTORS} or {FINE_CODES} + {FINE_QUANTIZER})")
+    raise FineStoreError(f"{index_dir}: no fine store ({VECTORS}, or {FINE_CODES} + {FINE_QUANTIZER} or "
+                         f"{FINE_ROTATION})")
 
 
 def train_quantizer(kind: str, vectors: Any, sample: int = 262_144, seed: int = 0) -> Any:
     """The quantiser of a ``kind`` store trained on a sorted random sample of rows: an ``IndexScalarQuantizer``
-    (sq8 / sq4: per-dimension min / max) or an 8-bit ``IndexPQ`` (pqM: k-means per sub-vector)."""
+    (sq8 / sq4: per-dimension min / max), an 8-bit ``IndexPQ`` (pqM: k-means per sub-vector) or a ``RotatedPQ``
+    (pca192)."""
     import faiss
 
     check_kind(kind)
     take = np.sort(np.random.default_rng(seed).choice(len(vectors), size=min(sample, len(vectors)), replace=False))
     x = np.ascontiguousarray(vectors[take], dtype=np.float32)
     d = x.shape[1]
+    if kind in _PQ_M or kind in _ROTATED_BYTES:
+        if len(x) < 256 * 39:  # faiss's k-means wants 39 points per centroid
+            raise FineStoreError(f"a {kind} store trains 256 centroids per sub-vector on at least {256 * 39} "
+                                 f"tokens; this index has {len(x)} (use sq8 / sq4)")
+    if kind in _ROTATED_BYTES:
+        return RotatedPQ.fit(x, _ROTATED_BYTES[kind])
     if kind in _PQ_M:
         m = _PQ_M[kind]
         if d % m:
             raise FineStoreError(f"a {kind} store splits vectors into {m} sub-vectors; d = {d} is not a multiple")
-        if len(x) < 256 * 39:  # faiss's k-means wants 39 points per centroid
-            raise FineStoreError(f"a {kind} store trains 256 centroids per sub-vector on at least {256 * 39} "
-                                 f"tokens; this index has {len(x)} (use sq8 / sq4)")
         quantizer: Any = faiss.IndexPQ(d, m, 8, faiss.METRIC_INNER_PRODUCT)
     else:
         qtype = {8: faiss.ScalarQuantizer.QT_8bit, 4: faiss.ScalarQuantizer.QT_4bit}[_SQ_BITS[kind]]
@@ -266,7 +410,6 @@ def write_quantized(out_dir: Path, kind: str, vectors: Any, sample: int = 262_14
                     quantizer: Any = None) -> dict[str, Any]:
     """Write a quantised (sq / pq) fine store of ``vectors`` (any (N, d) row source) into ``out_dir`` atomically, training
     the quantiser on a sample unless one is given. Returns the manifest's record of it."""
-    import faiss
 
     if check_kind(kind) == "fp16":
         raise FineStoreError("write_quantized writes quantised stores; fp16 is the merged vectors.npy")
@@ -277,7 +420,6 @@ def write_quantized(out_dir: Path, kind: str, vectors: Any, sample: int = 262_14
         encode_rows(quantizer, vectors, mm, progress=progress)
         mm.flush()
         del mm
-    with atomic_path(out_dir / FINE_QUANTIZER) as tmp:
-        faiss.write_index(quantizer, str(tmp))
+    write_quantizer(out_dir, kind, quantizer)
     return {"kind": kind, "code_size": code_size, "train_size": int(min(sample, len(vectors)))}
 

@@ -508,8 +508,10 @@ class Searcher:
     def _scores(self, vec, ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """(len(ids), q): the vectors ``vec`` reads for ``ids`` dot each column of ``queries`` (d, q); on the GPU
         when the fine vectors are held there."""
-        if vec == self.index.token_vectors and self.on_device is not None and self.on_device.vectors is not None:
-            return self.on_device.vectors.scores(ids, queries)
+        if vec == self.index.token_vectors:
+            if self.on_device is not None and self.on_device.vectors is not None:
+                return self.on_device.vectors.scores(ids, queries)
+            return self.index.token_scores(ids, queries)
         return vec(ids) @ queries
 
     # --- lexical leg and fusion -------------------------------------------------------------------------

@@ -479,6 +479,11 @@ class PhraseIndex:
         """Fine vectors of token ids (any shape) as float32, shape ids.shape + (d,)."""
         return self._gather(ids, lambda rows: self.vectors[rows])
 
+    def token_scores(self, ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """(len(ids), q): the fine vectors of token ids ``ids`` (1-D) dot each column of ``queries`` (d, q) (equal
+        to ``token_vectors(ids) @ queries``; a rotated store computes it without rotating every row back)."""
+        return self.vectors.dot(ids, queries)
+
     def code_vectors(self, ids: np.ndarray) -> np.ndarray:
         """Vectors of token ids decoded from their compressed codes (faiss ``sa_decode``), shape ids.shape + (d,)."""
         if self.codes is None:

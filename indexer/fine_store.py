@@ -1,10 +1,11 @@
-"""Write the fine store of a build (``spanseek index build --store fp16|sq8|sq4|pqM``; ``core.finestore`` reads it).
+"""Write the fine store of a build (``spanseek index build --store fp16|sq8|sq4|pqM|pca192``; ``core.finestore`` reads
+it).
 
 The merge always writes the fp16 ``vectors.npy`` first: faiss trains and adds from full-precision vectors. A
 quantised store is then trained on a sample, encoded chunk by chunk into ``fine_codes.npy`` and the fp16 file is
 removed, so the finished index holds one store. With ``--factory auto`` and no ``--store`` the store follows the
 corpus size (``auto_store``): fp16 for small corpora, where its disk cost does not matter, sq8 up to
-``SQ8_STORE_MAX`` tokens and pq192 above (as small as sq4, and it re-scores better: docs/scale.md).
+``SQ8_STORE_MAX`` tokens and pca192 above (as small as sq4 and pq192, and it re-scores better: docs/scale.md).
 
 With a token filter (``keep``) only the kept tokens' rows are written, with the row map ``fine_kept.npy``, and
 the dropped tokens' start / end flags are cleared in ``token_flags.npy`` (a new file: a reindexed source's
@@ -24,13 +25,13 @@ import numpy as np
 from spanseek.core.finestore import (
     DEFAULT_STORE,
     FINE_KEPT,
-    FINE_QUANTIZER,
     STORES,
     VECTORS,
     FineStoreError,
     detect_kind,
     encode_rows,
     open_fine_store,
+    read_quantizer,
     store_files,
     write_quantized,
     write_row_map,
@@ -49,7 +50,7 @@ def auto_store(n_tokens: int) -> str:
     """The fine store ``--factory auto`` picks for ``n_tokens`` tokens (see the module docstring)."""
     if n_tokens < FP16_STORE_MAX:
         return "fp16"
-    return "sq8" if n_tokens < SQ8_STORE_MAX else "pq192"
+    return "sq8" if n_tokens < SQ8_STORE_MAX else "pca192"
 
 
 def check_store_option(store: str | None) -> None:
@@ -131,11 +132,9 @@ def write_fine_store(out: Path, kind: str, sample: int = 262_144, progress: bool
 
 
 def encode_fine_rows(index_dir: Path, vectors: Any, dest: Path) -> None:
-    """Encode ``vectors`` with the sq8 / sq4 quantiser of ``index_dir``'s fine store into the .npy ``dest``
+    """Encode ``vectors`` with the quantiser of ``index_dir``'s fine store into the .npy ``dest``
     (``spanseek index add``: new rows of an existing store)."""
-    import faiss
-
-    quantizer = faiss.read_index(str(index_dir / FINE_QUANTIZER))
+    quantizer = read_quantizer(index_dir, detect_kind(index_dir))
     with atomic_path(dest) as tmp:
         mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(vectors), quantizer.sa_code_size()))
         encode_rows(quantizer, vectors, mm)

@@ -1,8 +1,10 @@
-"""Fine store precision (``--store fp16|sq8|sq4|pqM``): round trips, builds, search over a quantised store, add.
+"""Fine store precision (``--store fp16|sq8|sq4|pqM|pca192``): round trips, builds, search over a quantised store,
+add.
 
 Oracles: decoded rows lie within half a quantiser step of the vectors (the faiss ScalarQuantizer bound inside
 its trained range); a pq row decodes to the nearest centroid of each sub-vector (brute force over the trained
-centroids); search over an sq8 store equals brute force over its decoded vectors; an add encodes the new
+centroids), a pca192 row likewise after its rotation (its first segment within half a step); search over an sq8 store equals brute force over its decoded
+vectors; an add encodes the new
 rows exactly as the index's quantiser encodes the vectors of a build of everything at once.
 
     .venv/bin/python -m pytest -q tests/indexer/test_fine_store.py
@@ -78,6 +80,95 @@ def test_pq_store_needs_a_divisible_dimension_and_enough_tokens(tmp_path):
         write_quantized(tmp_path, "pq96", np.zeros((500, 384), np.float32))
 
 
+def _anisotropic(rng, n: int, d: int, axes: np.ndarray | None = None) -> np.ndarray:
+    """Rows with a decaying spectrum along random axes, as token vectors have (a few strong directions)."""
+    if axes is None:
+        axes = np.linalg.qr(np.random.default_rng(0).standard_normal((d, d)))[0]
+    return ((rng.standard_normal((n, d)) / (1 + np.arange(d)) ** 0.75) @ axes.T * 3).astype(np.float32)
+
+
+def test_rotated_quantiser_beats_pq_on_inner_products_in_the_same_bytes():
+    import faiss
+
+    rng = np.random.default_rng(4)
+    x, q = _anisotropic(rng, 256 * 40, 96), _anisotropic(rng, 64, 96)  # questions share the strong directions
+    rotated = finestore.RotatedPQ.fit(x, 48)
+    pq = faiss.IndexPQ(96, 48, 8)
+    pq.train(x)
+    assert rotated.sa_code_size() == pq.sa_code_size() == 48
+    test = x[:500]
+    err_rotated = (rotated.sa_decode(rotated.sa_encode(test)) - test) @ q.T
+    err_pq = (pq.sa_decode(pq.sa_encode(test)) - test) @ q.T
+    assert np.sqrt((err_rotated ** 2).mean()) < 0.7 * np.sqrt((err_pq ** 2).mean())
+
+
+def test_rotated_store_decodes_each_segment_as_its_quantiser_does(tmp_path):
+    import faiss
+
+    rng = np.random.default_rng(2)
+    x = _anisotropic(rng, 256 * 40, 384)
+    record = write_quantized(tmp_path, "pca192", x, sample=len(x))
+    fine = open_fine_store(tmp_path, "pca192")
+    assert record["code_size"] == 192 and fine.shape == x.shape and finestore.detect_kind(tmp_path) == "pca192"
+    assert finestore.store_files("pca192") == (finestore.FINE_CODES, finestore.FINE_ROTATION)
+    rq = fine.quantizer
+    assert rq.segments == [(64, "SQ8"), (128, "PQ64np"), (192, "PQ64np")]
+    np.testing.assert_allclose(rq.rotation.T @ rq.rotation, np.eye(384), atol=1e-4)  # a rotation
+    # oracle: rotate; the strongest 64 components within half a scalar step, every PQ sub-vector at its nearest
+    # centroid (brute force); rotate back
+    ids = rng.integers(0, len(x), 50)
+    y = (x[ids] - rq.mean) @ rq.rotation
+    decoded = (fine[ids] - rq.mean) @ rq.rotation
+    sq = y[:, :64].clip(*faiss.vector_to_array(rq.parts[0].sq.trained).reshape(2, 64).cumsum(axis=0))
+    assert (np.abs(decoded[:, :64] - sq) / step_sizes(rq.parts[0])).max() <= 0.5 + 1e-2
+    a = 64
+    for (width, _), part in zip(rq.segments[1:], rq.parts[1:], strict=True):
+        m, per = part.pq.M, width // part.pq.M
+        centroids = faiss.vector_to_array(part.pq.centroids).reshape(m, 256, per)
+        sub = y[:, a : a + width].reshape(len(ids), m, 1, per)
+        nearest = ((sub - centroids[None]) ** 2).sum(-1).argmin(-1)
+        expect = centroids[np.arange(m)[None, :], nearest].reshape(len(ids), width)
+        np.testing.assert_allclose(decoded[:, a : a + width], expect, atol=1e-3)
+        a += width
+    assert not np.allclose(fine[ids], x[ids], atol=1e-3)  # quantised, not a copy
+
+
+def test_rotated_store_needs_more_dimensions_than_bytes():
+    with pytest.raises(FineStoreError, match="d = 96"):
+        finestore.RotatedPQ.plan(96, 192)
+    with pytest.raises(FineStoreError, match="d = 400"):  # 400 - 192 is not a multiple of 64
+        finestore.RotatedPQ.plan(400, 192)
+    assert finestore.RotatedPQ.plan(768, 192) == [(64, "SQ8"), (128, "PQ64np"), (576, "PQ64np")]
+
+
+def test_a_filtered_rotated_store_is_written_and_extended_with_the_same_quantiser(tmp_path):
+    """The build's path (fp16 vectors.npy -> pca192 codes of the kept rows) and the add's (new rows encoded with
+    the index's quantiser), on vectors written as a build leaves them."""
+    from spanseek.core.store import TOKEN_FLAGS
+    from spanseek.indexer.fine_store import encode_fine_rows, write_fine_store
+
+    rng = np.random.default_rng(3)
+    x = _anisotropic(rng, 256 * 48, 384).astype(np.float16)
+    np.save(tmp_path / finestore.VECTORS, x)
+    np.save(tmp_path / TOKEN_FLAGS, np.full(len(x), 3, np.uint8))
+    keep = np.sort(rng.choice(len(x), 256 * 42, replace=False))
+    record = write_fine_store(tmp_path, "pca192", sample=len(x), keep=keep)
+    assert record["kind"] == "pca192" and record["bytes_per_token"] == 192 and record["stored_tokens"] == len(keep)
+    assert not (tmp_path / finestore.VECTORS).exists() and finestore.detect_kind(tmp_path) == "pca192"
+    fine = open_fine_store(tmp_path, "pca192")
+    dropped = np.setdiff1d(np.arange(len(x)), keep)
+    assert np.array_equal(fine[dropped[:20]], np.zeros((20, 384), np.float32))
+    np.testing.assert_allclose(fine[keep[:20]], fine.quantizer.sa_decode(fine.quantizer.sa_encode(
+        x[keep[:20]].astype(np.float32))), atol=1e-6)
+    ids = rng.integers(0, len(x), 300)  # scoring in the rotated space equals decoding the rows first
+    queries = _anisotropic(rng, 4, 384).T
+    np.testing.assert_allclose(fine.dot(ids, queries), fine[ids] @ queries, rtol=1e-4, atol=1e-3)
+    assert np.array_equal(fine.dot(dropped[:5], queries), np.zeros((5, 4), np.float32))
+    new = _anisotropic(rng, 30, 384)
+    encode_fine_rows(tmp_path, new, tmp_path / "new.npy")
+    assert np.array_equal(np.load(tmp_path / "new.npy"), fine.quantizer.sa_encode(new))
+
+
 def test_unknown_store_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir):
     with pytest.raises(FineStoreError, match="fp16, sq8, sq4"):
         build_index(tiny_corpus, tiny_model_dir, tmp_path / "x", _opts(store="sq2"))
@@ -86,8 +177,8 @@ def test_unknown_store_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_mo
 
 def test_auto_store_by_size_class():
     assert [auto_store(n) for n in (10_000, 4_999_999, 5_000_000, 49_999_999, 50_000_000)] == \
-        ["fp16", "fp16", "sq8", "sq8", "pq192"]
-    assert resolve_store(None, "Flat", 10**9) == "fp16" and resolve_store(None, "auto", 10**9) == "pq192"
+        ["fp16", "fp16", "sq8", "sq8", "pca192"]
+    assert resolve_store(None, "Flat", 10**9) == "fp16" and resolve_store(None, "auto", 10**9) == "pca192"
     assert resolve_store("sq8", "Flat", 10) == "sq8"
 
 
