@@ -60,7 +60,7 @@ import numpy as np
 from spanseek.core import integrity
 from spanseek.core.config import EncoderConfig
 from spanseek.core.faiss_spec import FactorySpec, ivf_of, parse_factory, unwrapped
-from spanseek.core.finestore import DEFAULT_STORE, STORES, open_fine_store, store_files
+from spanseek.core.finestore import DEFAULT_STORE, STORES, FineStore, open_fine_store, store_files
 from spanseek.core.finestore import VECTORS as VECTORS
 from spanseek.core.io import write_json_atomic
 from spanseek.core.lexical import DEFAULT_FUSION, LEXICAL_DIR, LexicalIndex
@@ -482,7 +482,9 @@ class PhraseIndex:
     def token_scores(self, ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """(len(ids), q): the fine vectors of token ids ``ids`` (1-D) dot each column of ``queries`` (d, q) (equal
         to ``token_vectors(ids) @ queries``; a rotated store computes it without rotating every row back)."""
-        return self.vectors.dot(ids, queries)
+        if isinstance(self.vectors, FineStore):
+            return self.vectors.dot(ids, queries)
+        return self.token_vectors(ids) @ queries  # vectors held as a plain array (a derived in-memory index)
 
     def code_vectors(self, ids: np.ndarray) -> np.ndarray:
         """Vectors of token ids decoded from their compressed codes (faiss ``sa_decode``), shape ids.shape + (d,)."""
