@@ -16,7 +16,7 @@ import faiss
 import numpy as np
 import pytest
 
-from spanseek.core.finestore import FineStore, RowMap, train_quantizer
+from spanseek.core.finestore import FineStore, RotatedPQ, RowMap, train_quantizer
 from spanseek.core.gpu import (
     GPU_MAX_K,
     DeviceIndex,
@@ -126,6 +126,25 @@ def test_device_vectors_score_as_the_store_reads(kind, filtered, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-5 if exact else 2e-3, atol=1e-4 if exact else 2e-2)
     if filtered:
         assert (got[~keep[ids]] == 0).all()
+
+
+def test_device_vectors_of_a_rotated_store_score_as_its_rotated_cpu_path():
+    """A pca192 store scores in its rotated space on the CPU (``FineStore.dot``); on a device its rows are decoded
+    back to the original space once and rounded to fp16: the same products up to that rounding."""
+    d = 256  # pca192 needs d > 192
+    rng = np.random.default_rng(6)
+    scale = np.linspace(2.0, 0.1, d).astype(np.float32)  # a spectrum for the principal axes to sort
+    x = (rng.standard_normal((3000, d)).astype(np.float32) * scale) @ np.linalg.qr(rng.standard_normal((d, d)))[0]
+    x = x.astype(np.float32)
+    keep = rng.random(len(x)) < 0.5
+    quantizer = RotatedPQ.fit(x[keep], 192)
+    store = FineStore("pca192", quantizer.sa_encode(x[keep]), quantizer, row_map=RowMap.from_mask(keep))
+    ids = rng.integers(0, len(x), 700)
+    q = rng.standard_normal((d, 3)).astype(np.float32)
+    want = store.dot(ids, q)
+    got = DeviceVectors(store, "cpu").scores(ids, q)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=3e-2)
+    assert (got[~keep[ids]] == 0).all() and np.abs(want[keep[ids]]).mean() > 1.0  # real products, not zeros
 
 
 # --- the coarse quantiser apart, lists scanned on the CPU ----------------------------------------------------
