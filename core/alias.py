@@ -34,16 +34,23 @@ class Resolved:
 
 
 def _read_pointer(path: Path) -> Path:
-    if path.stat().st_size > POINTER_MAX_BYTES:
-        raise AliasError(f"{path}: a file of {path.stat().st_size} bytes, not an index directory or a pointer file "
-                         "(one line naming the index directory)")
+    """The directory a pointer file names. Errors name the file, never quote it: a path handed to the service's
+    reload must not read any file back to its caller."""
+    with open(path, "rb") as f:  # read, not stat: /proc and pipe-like files report a size of 0
+        raw = f.read(POINTER_MAX_BYTES + 1)
+    not_pointer = f"{path}: not an index directory or a pointer file (one line naming the index directory)"
+    if len(raw) > POINTER_MAX_BYTES:
+        raise AliasError(f"{not_pointer}; it holds over {POINTER_MAX_BYTES} bytes")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise AliasError(f"{path}: not UTF-8 text, so not a pointer file naming an index directory") from None
+        raise AliasError(f"{not_pointer}; it is not UTF-8 text") from None
+    lines = text.splitlines()
     name = lines[0].strip() if lines else ""
     if not name:
         raise AliasError(f"{path}: an empty pointer file; its first line must name the index directory")
+    if any(not ch.isprintable() for ch in name):
+        raise AliasError(f"{not_pointer}; its first line holds control characters")
     return path.parent / name  # an absolute name replaces the parent
 
 
@@ -65,7 +72,8 @@ def resolve_alias(path: str | Path) -> Resolved:
         kind = "pointer"
         target = _read_pointer(path.resolve())
         if not target.is_dir():
-            raise AliasError(f"{path}: the pointer file names {target}, which is not a directory")
+            raise AliasError(f"{path}: the first line of this pointer file names no directory (it must hold the "
+                             "index directory's path, relative to the file's folder or absolute)")
     return Resolved(path, kind, target.resolve())
 
 

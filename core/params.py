@@ -25,13 +25,14 @@ VECTOR_SOURCES: tuple[VectorSource, ...] = get_args(VectorSource)
 
 MetaValue = str | int | float | bool | None
 META_TYPES = (str, int, float, bool, type(None))
+MAX_LEXICAL_WEIGHT = 1000.0  # beyond it BM25 alone decides (and fused scores lose the dense part to rounding)
 
 
 class SearchParamsError(ValueError):
     """A search parameter is out of its valid range (the service answers 400)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # equality and hash below: a boolean is not a number
 class SearchFilter:
     """Which documents a search may return: all the given conditions hold (an absent one holds for every document).
 
@@ -67,6 +68,18 @@ class SearchFilter:
             if len({k for k, _ in pairs}) != len(pairs):
                 raise SearchParamsError("filter meta names a key twice")
             object.__setattr__(self, "meta", tuple(sorted(pairs, key=lambda kv: kv[0])))
+
+    def _key(self) -> tuple[Any, ...]:
+        """What equality and hashing compare: the fields, each meta value tagged with whether it is a boolean (a
+        tuple alone would make ``true`` and ``1`` the same filter, for caches and batch grouping alike)."""
+        meta = None if self.meta is None else tuple((k, isinstance(v, bool), v) for k, v in self.meta)
+        return (self.doc_ids, self.title_prefix, meta)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SearchFilter) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
         """Whether a document (its id, title and metadata) passes every condition."""
@@ -137,8 +150,9 @@ class SearchParams:
         if c is not None and (isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c <= 1):
             raise SearchParamsError(f"min_confidence must be a number in [0, 1], got {c!r}")
         w = self.lexical_weight
-        if w is not None and (isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0):
-            raise SearchParamsError(f"lexical_weight must be a finite number >= 0, got {w!r}")
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= MAX_LEXICAL_WEIGHT):
+            raise SearchParamsError(f"lexical_weight must be a number in [0, {MAX_LEXICAL_WEIGHT:g}] (larger ranks by "
+                                    f"BM25 alone: use mode=lexical), got {w!r}")
         if self.filter is not None and not isinstance(self.filter, SearchFilter):
             raise SearchParamsError(f"filter must be a SearchFilter, got {type(self.filter).__name__}")
 

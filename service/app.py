@@ -253,14 +253,14 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
             state.batcher.check_would_admit()
 
     app.add_middleware(EarlyShedMiddleware, would_admit=would_admit, on_error=count_error)  # innermost
-    if settings.cors_origins:
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, metrics=metrics,
+                       on_error=count_error, body_timeout_s=settings.body_timeout_s)
+    if settings.cors_origins:  # outermost: the errors the middlewares send themselves (413, 408, 500) carry it too
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "Server-Timing", "Retry-After"],
         )
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, metrics=metrics,
-                       on_error=count_error, body_timeout_s=settings.body_timeout_s)
     return app
 
 

@@ -94,10 +94,16 @@ class EncodedBatch:
     encode: float  # seconds
 
 
+def has_text(question: str) -> bool:
+    """Whether a question has a visible character: whitespace, control and format characters alone (NUL, a
+    zero-width space, a byte order mark) make it blank, which gets no hits and is not encoded."""
+    return any(ch.isprintable() and not ch.isspace() for ch in question)
+
+
 def encode_batch(searcher: Searcher, requests: Requests) -> EncodedBatch:
     """Step 1: one encoder call for all non-blank questions of the batch."""
     flat = [(r, q) for r, (questions, _) in enumerate(requests) for q in questions]
-    rows = [i for i, (_, q) in enumerate(flat) if q.strip()]
+    rows = [i for i, (_, q) in enumerate(flat) if has_text(q)]
     if not rows:
         return EncodedBatch(requests, flat, rows, None, None, 0.0)
     t0 = time.perf_counter()

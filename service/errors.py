@@ -65,6 +65,12 @@ class PayloadTooLarge(ServiceError):
     status, error = 413, "payload_too_large"
 
 
+class UnsupportedMediaType(ServiceError):
+    """A body that is not declared as JSON (``curl -d`` sends a form type unless told otherwise)."""
+
+    status, error = 415, "unsupported_media_type"
+
+
 class Overloaded(ServiceError):
     """The batcher's queue is full: come back after ``retry_after`` seconds."""
 
@@ -96,8 +102,8 @@ class ClientClosed(ServiceError):
 
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
 ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "forbidden", "not_found", "method_not_allowed",
-               "payload_too_large", "request_timeout", "validation_error", "overloaded", "not_ready", "client_closed",
-               "reload_failed", "internal_error")
+               "payload_too_large", "unsupported_media_type", "request_timeout", "validation_error", "overloaded",
+               "not_ready", "client_closed", "reload_failed", "internal_error")
 _HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                      405: "method_not_allowed",
                      408: "request_timeout", 413: "payload_too_large", 429: "overloaded", 503: "not_ready"}

@@ -28,7 +28,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 def _unit_label(scope: Scope) -> str:
     """The unit of a /search request for metric labels (bounded cardinality: unknown values -> 'invalid')."""
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("unit", ["phrase"])
-    return values[0] if values[0] in UNITS else "invalid"
+    return values[-1] if values[-1] in UNITS else "invalid"  # the last value: the one FastAPI reads
 
 
 class RequestContextMiddleware:

@@ -25,6 +25,7 @@ from spanseek.service.errors import (
     PayloadTooLarge,
     ReloadFailed,
     Unauthorized,
+    UnsupportedMediaType,
     request_id_of,
 )
 from spanseek.service.schemas import (
@@ -66,6 +67,17 @@ def require_api_key(request: Request) -> None:
         raise Unauthorized()
 
 
+def require_json_body(request: Request) -> None:
+    """A request that sends a body must declare it JSON (``application/json`` or ``application/*+json``), else 415
+    with what to send; one without a body (a bare ``POST /admin/reload``) passes."""
+    headers = request.headers
+    has_body = headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in headers
+    media = headers.get("content-type", "").split(";")[0].strip().lower()
+    if has_body and media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise UnsupportedMediaType(f"send the body as JSON with the header Content-Type: application/json (got "
+                                   f"{media or 'no Content-Type'})")
+
+
 def may_see_paths(request: Request) -> bool:
     """Server paths are shown only to a caller holding the configured API key (never when none is configured)."""
     key = get_state(request).settings.api_key
@@ -85,6 +97,13 @@ def load_error(request: Request) -> str:
     """Why loading failed, as this caller may see it (full paths are in the log)."""
     detail = str(get_state(request).detail)
     return detail if may_see_paths(request) else hide_paths(detail)
+
+
+def not_ready(request: Request) -> NotReady:
+    """The 503 for a service without a loaded index: why loading failed, or that it is still loading."""
+    if get_state(request).status == "failed":
+        return NotReady(f"loading failed: {load_error(request)}")
+    return NotReady()
 
 
 async def _cancel_on_disconnect(request: Request, task: asyncio.Task) -> None:
@@ -127,11 +146,8 @@ async def health(request: Request) -> HealthResponse:
 @router.get("/ready", response_model=HealthResponse, responses=_errors(503), tags=["probes"])
 async def ready(request: Request) -> HealthResponse:
     """Readiness: 200 once the model and index are loaded and warmed up, 503 before (or if loading failed)."""
-    state = get_state(request)
-    if state.status == "failed":
-        raise NotReady(f"loading failed: {load_error(request)}")
-    if state.status != "ready":
-        raise NotReady()
+    if get_state(request).status != "ready":
+        raise not_ready(request)
     return HealthResponse(status="ready")
 
 
@@ -141,7 +157,7 @@ async def info(request: Request) -> InfoResponse:
     """The served model, a summary of the index manifest with its counts, and the batching settings."""
     state = get_state(request)
     if not state.info:
-        raise NotReady()
+        raise not_ready(request)
     s = state.settings
     service = {
         "status": state.status, "max_batch_size": s.max_batch_size, "max_wait_ms": s.max_wait_ms,
@@ -175,8 +191,8 @@ async def metrics(request: Request) -> Response:
 
 
 @router.post(
-    "/search", response_model=SearchResponse, tags=["search"], dependencies=[Depends(require_api_key)],
-    responses=_errors(400, 401, 413, 422, 429, 503),
+    "/search", response_model=SearchResponse, tags=["search"],
+    dependencies=[Depends(require_api_key), Depends(require_json_body)], responses=_errors(400, 401, 413, 415, 422, 429, 503),
 )
 async def search(
     body: SearchRequest,
@@ -201,8 +217,7 @@ async def search(
     if (body.offset or 0) + top_k > s.max_offset_top_k:
         raise BadRequest(f"offset + top_k must be at most {s.max_offset_top_k}, got {(body.offset or 0) + top_k}")
     if state.batcher is None:
-        raise NotReady(f"loading failed: {load_error(request)}" if state.status == "failed"
-                       else "the model and index are still loading")
+        raise not_ready(request)
     try:
         params = SearchParams(
             unit=unit, top_k=top_k, max_answer_tokens=body.max_answer_tokens,
@@ -238,8 +253,9 @@ async def search(
     )
 
 
-@router.post("/admin/reload", response_model=ReloadResponse, tags=["service"], dependencies=[Depends(require_api_key)],
-             responses=_errors(401, 403, 409, 422, 503))
+@router.post("/admin/reload", response_model=ReloadResponse, tags=["service"],
+             dependencies=[Depends(require_api_key), Depends(require_json_body)],
+             responses=_errors(401, 403, 409, 415, 422, 503))
 async def reload_index(request: Request, body: ReloadRequest | None = None) -> ReloadResponse:
     """Hot reload: load the index (``index`` from the body, else the served path or alias resolved again), verify
     its checksums and model, warm it up, then swap it in. Requests in flight finish on the old index; none is

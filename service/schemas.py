@@ -79,7 +79,8 @@ class SearchRequest(BaseModel):
         "fusion); default: the index's",
     )
     lexical_weight: float | None = Field(
-        None, description="hybrid: weight of the normalised BM25 score (default: the one fitted for the unit)",
+        None, description="hybrid: weight of the normalised BM25 score, 0 to 1000 (default: the one fitted for the "
+        "unit)",
     )
     merge_answers: bool = Field(
         False, description="unit=phrase only: one hit per distinct answer (phrases that read the same once "

@@ -114,6 +114,19 @@ def test_merged_answers_honour_filters(searcher):
         assert len(hits) == 5 and all(_passes(searcher, flt, h.doc_id) for h in hits)
 
 
+def test_true_and_1_are_different_filters_for_the_cache_and_for_batching(searcher):
+    """``true`` and ``1`` compare and hash equal in Python: as filters (selection cache keys, batch grouping keys)
+    they must not, or one request's filter answers another's."""
+    as_bool, as_int = SearchFilter(meta={"draft": True}), SearchFilter(meta={"draft": 1})  # type: ignore[arg-type]
+    assert as_bool != as_int and SearchParams(filter=as_bool) != SearchParams(filter=as_int)
+    assert len({as_bool: 0, as_int: 1}) == 2 and SearchFilter(meta={"year": 2001}) == SearchFilter(meta={"year": 2001.0})
+    for first, second in [(as_bool, as_int), (as_int, as_bool)]:
+        searcher._selections.clear()
+        hits = {flt: _search(searcher, unit="doc", mode="dense", top_k=5, filter=flt) for flt in (first, second)}
+        assert all(hits[as_bool]) and all(h.doc_id in {"d0", "d4", "d8"} for r in hits[as_bool] for h in r)
+        assert not any(hits[as_int])  # the drafts are booleans: no document has draft == 1
+
+
 def test_filters_are_hashable_values_and_validated():
     a = SearchFilter(doc_ids=["b", "a", "b"], meta={"y": 1, "x": "s"})  # type: ignore[arg-type]
     b = SearchFilter(doc_ids=("a", "b"), meta=(("x", "s"), ("y", 1)))

@@ -74,6 +74,7 @@ def test_top_passages_breaks_ties_by_id_and_drops_non_matches():
 @pytest.mark.parametrize("fields", [{"unit": "sentence"}, {"top_k": 0}, {"top_k": 2.5}, {"nprobe": 0},
                                     {"max_answer_tokens": -1}, {"mode": "sparse"}, {"fusion": "max"},
                                     {"lexical_weight": -0.5}, {"lexical_weight": float("nan")},
+                                    {"lexical_weight": 1e308}, {"lexical_weight": float("inf")},
                                     {"vector_source": "disk"}, {"unit": "doc", "merge_answers": True}])
 def test_search_params_refuse_bad_values(fields):
     with pytest.raises(SearchParamsError, match=next(iter(fields)) if "merge_answers" not in fields else "merge"):

@@ -91,8 +91,10 @@ def test_odd_queries_never_crash(client, query):
 
 
 def test_blank_queries_mixed_with_real_ones(client):
-    r = client.post("/search", json={"queries": ["", "the king", " "], "top_k": 1})
-    assert [len(res["hits"]) for res in r.json()["results"]] == [0, 1, 0]
+    """Blank: nothing visible, only whitespace, control or format characters (NUL, zero-width space, BOM)."""
+    blanks = ["", " ", "\u0000", "\u200b", "\ufeff \u00a0", "\u0000\u0000 \u0001"]
+    r = client.post("/search", json={"queries": [*blanks, "the king", "\u200bthe king"], "top_k": 1})
+    assert [len(res["hits"]) for res in r.json()["results"]] == [0] * len(blanks) + [1, 1]
 
 
 def test_probes_info_and_docs(client, tiny_searcher):

@@ -43,7 +43,7 @@ def test_invalid_json_and_unknown_unit_are_422(client):
 
 @pytest.mark.parametrize("extra", [{"top_k": 0}, {"top_k": 101}, {"top_k": -3}, {"nprobe": 0},
                                    {"nprobe": 10**6}, {"max_answer_tokens": 0}, {"max_answer_tokens": 65},
-                                   {"lexical_weight": -1.0}])
+                                   {"lexical_weight": -1.0}, {"lexical_weight": 1e308}])
 def test_out_of_range_values_are_400(client, extra):
     body = assert_error(client.post("/search", json={"query": "a", **extra}), 400, "bad_request")
     assert next(iter(extra)) in body["message"]
@@ -205,6 +205,16 @@ def test_unexpected_error_is_a_generic_500_with_logged_request_id(settings_for, 
         assert 'spanseek_errors_total{type="internal_error"} 1.0' in c.get("/metrics").text
 
 
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain", None])
+def test_a_body_not_declared_json_is_415_saying_what_to_send(client, content_type):
+    headers = {"content-type": content_type} if content_type else {}
+    r = client.post("/search", content=b'{"query": "who wrote hamlet?"}', headers=headers)
+    body = assert_error(r, 415, "unsupported_media_type")
+    assert "Content-Type: application/json" in body["message"] and (content_type or "no Content-Type") in body["message"]
+    for ok in ("application/json", "application/json; charset=utf-8", "application/vnd.api+json"):
+        assert client.post("/search", content=b'{"query": "a"}', headers={"content-type": ok}).status_code == 200, ok
+
+
 def test_unknown_route_and_method(client):
     assert_error(client.get("/nope"), 404, "not_found")
     assert_error(client.get("/search"), 405, "method_not_allowed")
@@ -216,6 +226,11 @@ def test_cors(settings_for, tiny_searcher, serve):
         assert r.headers["access-control-allow-origin"] == "https://a.example"
         r = c.post("/search", json={"query": "a"}, headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in r.headers
+        ok = {"Origin": "https://b.example"}
+        for r, status in [(c.post("/search", json={"query": "a"}, headers=ok), 200),  # a browser can read the
+                          (c.post("/search", content=b"x" * (2 << 20), headers=ok), 413)]:  # errors sent by the
+            assert r.status_code == status and r.headers["access-control-allow-origin"] == "https://b.example"
+            assert "x-request-id" in r.headers["access-control-expose-headers"].lower()  # middlewares too
 
 
 def test_an_index_without_the_lexical_part_serves_dense_and_explains_the_other_modes(tmp_path, settings_for,

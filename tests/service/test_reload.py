@@ -12,6 +12,7 @@ import shutil
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import httpx
 import pytest
@@ -180,7 +181,10 @@ async def test_a_service_whose_index_failed_to_load_recovers(settings_for, until
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
             await until(lambda: app.state.service.status == "failed")
-            assert "different model" in (await client.get("/ready")).json()["message"]
+            for path in ("/ready", "/info", "/search"):  # every route says why, none says to keep waiting
+                r = await (client.get(path, headers=AUTH) if path != "/search" else search(client))
+                assert r.status_code == 503 and "loading failed" in r.json()["message"], (path, r.text)
+                assert "different model" in r.json()["message"], path
             r = await client.post("/admin/reload", json={"index": str(tmp_path / "nowhere")}, headers=AUTH)
             assert r.status_code == 409 and "still not serving" in r.json()["message"]
             assert (await client.get("/ready")).status_code == 503
@@ -247,6 +251,20 @@ def test_switch_alias_kinds_and_errors(tmp_path, tiny_index, index_b):
     with pytest.raises(AliasError, match="empty pointer file"):
         resolve_alias(tmp_path / "empty")
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_an_alias_error_never_quotes_the_file_it_read(tmp_path):
+    """A path given to reload that is some other file is refused by name: its content never reaches the caller
+    (a multi-line file, a NUL-separated one like /proc/self/environ, which reports a size of 0, a large one)."""
+    secret = "SPANSEEK_API_KEY=s3cret"
+    files = {"passwd": f"{secret}:x:0:0\nother:x:1:1\n", "environ": f"HOME=/root\0{secret}\0", "big": secret * 400}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    paths = [tmp_path / name for name in files] + [Path("/proc/self/environ")]
+    for path in paths:
+        with pytest.raises(AliasError) as err:
+            resolve_alias(path)
+        assert path.name in str(err.value) and "s3cret" not in str(err.value) and "HOME" not in str(err.value)
 
 
 def test_index_switch_refuses_a_damaged_index(tmp_path, tiny_index, index_b, capsys):
