@@ -83,7 +83,7 @@ def switch_alias(alias: str | Path, target: str | Path, pointer: bool | None = N
     An existing symlink stays a symlink and an existing pointer file a pointer file; a new alias is a symlink
     unless ``pointer``. The stored path is relative to the alias's folder when the target lies under it, so the
     alias still resolves when that folder is mounted elsewhere (a container volume). A real directory at
-    ``alias`` is refused rather than replaced.
+    ``alias``, or a file that is not a pointer file naming a directory, is refused rather than replaced.
     """
     alias, target = Path(alias), Path(target)
     if not target.is_dir():
@@ -91,6 +91,12 @@ def switch_alias(alias: str | Path, target: str | Path, pointer: bool | None = N
     if alias.is_dir() and not alias.is_symlink():
         raise AliasError(f"{alias}: an index directory, not an alias; serve an alias (a symlink or pointer file) "
                          "to switch indexes without a restart")
+    if alias.is_file() and not alias.is_symlink():  # only a pointer file naming a directory is replaced: one line
+        try:  # of text alone could be anyone's file ("hi")
+            resolve_alias(alias)
+        except AliasError:
+            raise AliasError(f"{alias}: a file that is not a pointer to an index directory; not replaced (give "
+                             "a new path, or remove the file first)") from None
     if pointer is None:
         pointer = alias.is_file() and not alias.is_symlink()
     parent = alias.absolute().parent

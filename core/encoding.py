@@ -28,10 +28,21 @@ def autocast(device: torch.device | str, precision: str):
 
 
 def pick_device(device: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu."""
+    """``auto`` -> cuda when available, else cpu; a named device that this machine lacks is a ValueError."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        picked = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N (or another torch device), got {device!r}") from None
+    if picked.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: no CUDA GPU is usable here (torch {torch.__version__}, "
+                             f"{'built without CUDA' if torch.version.cuda is None else 'no GPU found'}); use "
+                             "--device cpu or auto")
+        if picked.index is not None and picked.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+    return picked
 
 
 def pick_precision(precision: str, device: torch.device) -> str:

@@ -278,8 +278,9 @@ def recover(index_dir: str | Path) -> str | None:
         return recover_locked(index_dir)
 
 
-def recover_locked(index_dir: Path) -> str | None:
-    """``recover`` under the writer lock."""
+def recover_locked(index_dir: Path, committing: bool = False) -> str | None:
+    """``recover`` under the writer lock; ``committing``: the caller has just written the journal and rolls its own
+    change forward (nothing was interrupted, so nothing is reported)."""
     journal = index_dir / integrity.JOURNAL
     outcome = None
     if journal.is_file():
@@ -296,7 +297,8 @@ def recover_locked(index_dir: Path) -> str | None:
         integrity.fsync_path(index_dir)
         journal.unlink()
         outcome = "rolled forward"
-        log.warning("%s: finished an interrupted `index add` (rolled forward)", index_dir)
+        if not committing:
+            log.warning("%s: finished an interrupted `index add` (rolled forward)", index_dir)
     for path in _leftovers(index_dir):
         if path.name.endswith(integrity.ADD_SUFFIX):
             outcome = outcome or "rolled back"
@@ -412,7 +414,7 @@ class PhraseIndex:
         self.passage_tokens = _read(d / PASSAGE_TOKENS, lambda p: np.load(p, mmap_mode=maps))
         self.passages = _read(d / PASSAGES, read_jsonl)
         self.docs = _read(d / DOCS, read_jsonl)
-        self.deleted_docs = _read(d / DELETED, np.load) if (d / DELETED).is_file() else np.zeros(0, np.int64)
+        self.deleted_docs = _read(d / DELETED, np.load) if self._has(DELETED) else np.zeros(0, np.int64)
         if len(self.deleted_docs) and (self.deleted_docs.min() < 0 or self.deleted_docs.max() >= len(self.docs)):
             raise IndexFormatError(f"{d / DELETED}: document numbers outside 0..{len(self.docs) - 1}; rebuild the index")
         if not (d / FAISS_INDEX).is_file():  # faiss would raise its own RuntimeError
@@ -427,7 +429,7 @@ class PhraseIndex:
             raise IndexFormatError(f"{d / FAISS_INDEX}: {'an IVF' if ivf is not None else 'no IVF'} index, but the "
                                    f"manifest's factory is {self.manifest.factory!r}; rebuild the index")
         self.default_nprobe: int | None = int(ivf.nprobe) if ivf is not None else None
-        self.codes = _read(d / CODES, lambda p: np.load(p, mmap_mode=mode)) if (d / CODES).is_file() else None
+        self.codes = _read(d / CODES, lambda p: np.load(p, mmap_mode=mode)) if self._has(CODES) else None
         n = len(self.token_passage)
         for name, arr in ((fine_file.name, self.vectors), (TOKEN_OFFSETS, self.token_offsets), (TOKEN_FLAGS, self.token_flags),
                           (TOKEN_PASSAGE, self.token_passage)):
@@ -501,6 +503,17 @@ class PhraseIndex:
 
     def passage_range(self, passage: int) -> tuple[int, int]:
         return int(self.passage_tokens[passage]), int(self.passage_tokens[passage + 1])
+
+    def _has(self, name: str) -> bool:
+        """Whether the index has its optional file ``name``: present, and recorded by the manifest when it records
+        files (an unrecorded one, e.g. a stray deleted.npy, would silently change what is served)."""
+        path = self.dir / name
+        if not path.is_file():
+            return False
+        if self.manifest.files is not None and name not in self.manifest.files:
+            raise IndexFormatError(f"{path}: a file the manifest does not record (not written by this index); "
+                                   "remove it, or restore the index")
+        return True
 
     @property
     def live_documents(self) -> int:

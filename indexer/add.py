@@ -138,7 +138,7 @@ def commit(index_dir: Path, old: store.Manifest, names: Iterable[str], fields: d
         tmp.write_text(json.dumps({"files": names, "manifest": manifest.to_dict()}, ensure_ascii=False))
         integrity.fsync_path(tmp)
     integrity.fsync_path(index_dir)
-    store.recover_locked(index_dir)  # roll forward: rename the files, write the manifest, drop the journal
+    store.recover_locked(index_dir, committing=True)  # roll forward: rename the files, write the manifest, drop the journal
     return manifest
 
 

@@ -34,6 +34,8 @@ def run_eval(
     params: SearchParams | None = None,
 ) -> dict[str, Any]:
     """Evaluate on ``index``; without one, on a temporary index of ``corpus`` (default: the file's paragraphs)."""
+    if out is not None and Path(out).is_dir():  # found now, not after the evaluation has run
+        raise ValueError(f"{out}: a directory; --out names the metrics file to write")
     data = load_squad(questions)
     qs = sample_questions(squad_questions(data), limit)
     with tempfile.TemporaryDirectory(prefix="spanseek-eval-") as tmp:

@@ -63,9 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except (ValueError, RuntimeError, FileNotFoundError) as e:
-        print(f"spanseek {args.command}: error: {e}", file=sys.stderr)
+    except (ValueError, RuntimeError, OSError) as e:  # bad input, and the system's refusals (a read-only disk)
+        if args.verbose:
+            logging.getLogger("spanseek").exception("the command failed")
+        print(f"spanseek {args.command}: error: {describe_error(e)}", file=sys.stderr)
         return 2
+
+
+def describe_error(e: BaseException) -> str:
+    """One line for a failed command: an OS error as ``path: reason`` (``out: Is a directory``; a failed rename
+    names its destination, the path the user gave), else its message."""
+    if isinstance(e, OSError) and e.strerror and e.filename is not None:
+        return f"{e.filename2 if e.filename2 is not None else e.filename}: {e.strerror}"
+    return str(e)
 
 
 if __name__ == "__main__":

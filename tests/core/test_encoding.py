@@ -91,6 +91,14 @@ def test_question_encoding_is_padding_invariant_and_truncates(model_and_tokenize
 def test_device_and_precision_choices():
     assert pick_device("cpu") == torch.device("cpu")
     assert pick_device("auto").type in ("cpu", "cuda")
+    with pytest.raises(ValueError, match="got 'gpu0'"):
+        pick_device("gpu0")
+    if not torch.cuda.is_available():  # a CUDA device this machine lacks: said so, not an assertion deep in torch
+        with pytest.raises(ValueError, match="no CUDA GPU is usable here.*--device cpu"):
+            pick_device("cuda")
+    else:
+        with pytest.raises(ValueError, match="CUDA GPU"):
+            pick_device(f"cuda:{torch.cuda.device_count()}")
     assert pick_precision("fp32", torch.device("cpu")) == "fp32"
     assert pick_precision("auto", torch.device("cpu")) in ("fp32", "bf16")
     with pytest.raises(ValueError, match="precision must be"):

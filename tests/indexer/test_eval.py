@@ -150,6 +150,22 @@ def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_index, tiny_model_dir, 
     assert err.startswith(f"spanseek {argv[0]}: error: ") and message in err and "Traceback" not in err
 
 
+def test_the_systems_refusals_are_one_line_errors(tmp_path, tiny_squad, tiny_model_dir, capsys):
+    """An output path that is a directory, or on a file system that refuses it: `path: reason`, exit 2, no
+    traceback; eval checks its --out before it runs."""
+    (tmp_path / "file").write_text("")
+    cases = [(["corpus", "from-squad", str(tiny_squad), "--out", str(tmp_path)], f"{tmp_path}: Is a directory"),
+             (["corpus", "from-squad", str(tiny_squad), "--out", str(tmp_path / "file" / "c.jsonl")],
+              f"{tmp_path / 'file'}: File exists"),  # its folder cannot be made: a file holds the name
+             (["eval", "--questions", str(tiny_squad), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+               "--quiet"], "a directory; --out names the metrics file")]
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"spanseek {argv[0]}: error: ") and message in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1
+
+
 def test_cli_usage_errors_exit_2(tiny_index, capsys):
     with pytest.raises(SystemExit) as e:
         main(["search", "--index", str(tiny_index), "--unit", "sentence", "q"])

@@ -122,6 +122,31 @@ def test_upsert_and_delete_twice_change_nothing(lifecycle, tiny_model_dir):
     assert (lifecycle["dir"] / store.MANIFEST).read_bytes() == before
 
 
+def test_a_change_that_finishes_reports_no_interruption(lifecycle, tmp_path, caplog):
+    """Each change rolls its own journal forward: that is no "interrupted `index add`" warning (which an operator
+    must be able to trust), while a journal left by a killed change is one."""
+    index = tmp_path / "idx"
+    shutil.copytree(lifecycle["dir"], index)
+    with caplog.at_level("INFO"):
+        assert delete_documents(index, ["d5"])["deleted"] == 1
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    (index / integrity.JOURNAL).write_text(json.dumps({"files": [], "manifest": store.Manifest.load(index).to_dict()}))
+    caplog.clear()
+    assert store.recover(index) == "rolled forward"
+    assert "finished an interrupted `index add`" in caplog.text
+
+
+def test_a_deletion_mask_the_manifest_does_not_record_is_refused(tiny_index, tmp_path):
+    """A deleted.npy put into an index by hand would hide documents while verify says ok: refused by name."""
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    np.save(index / store.DELETED, np.array([0, 1]))
+    with pytest.raises(store.IndexFormatError, match="deleted.npy: a file the manifest does not record"):
+        PhraseIndex(index)
+    report = verify_index(index, sample=10)
+    assert not report["ok"] and "deleted.npy" in json.dumps(report)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("unit", UNITS)
 def test_deleted_documents_are_never_returned_and_top_k_is_filled(lifecycle, unit, mode):

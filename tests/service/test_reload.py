@@ -250,6 +250,13 @@ def test_switch_alias_kinds_and_errors(tmp_path, tiny_index, index_b):
     (tmp_path / "empty").write_text("")
     with pytest.raises(AliasError, match="empty pointer file"):
         resolve_alias(tmp_path / "empty")
+    (tmp_path / "notes.txt").write_text("my notes\n")  # a file that names no directory is not replaced: it may
+    (tmp_path / "stale").write_text("removed-index\n")  # be anyone's, though it could be a stale pointer too
+    for other in (tmp_path / "notes.txt", tmp_path / "empty", tmp_path / "stale"):
+        before = other.read_text()
+        with pytest.raises(AliasError, match="not a pointer to an index directory; not replaced"):
+            switch_alias(other, index_b)
+        assert other.read_text() == before
     assert not list(tmp_path.glob(".*.tmp"))
 
 
