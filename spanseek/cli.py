@@ -14,6 +14,7 @@ import argparse
 import importlib
 import logging
 import sys
+import warnings
 
 # Each module defines register(subparsers); subcommands set `func` (called with the parsed args).
 # The command names are listed so that a module whose dependencies are missing (a training host without the
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # the libraries' own chatter: faiss says which CPU build it tried, transformers deprecations
+        logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     try:
         return int(args.func(args) or 0)
     except (ValueError, RuntimeError, OSError) as e:  # bad input, and the system's refusals (a read-only disk)
