@@ -2,14 +2,17 @@
 
 Corpus format (JSON Lines, one document a line): ``{"id": str, "title": str, "paragraphs": [str, ...]}`` and an
 optional ``"meta"`` object (any JSON: a URL, a date, tags), which the index stores and returns with hits.
-Questions are SQuAD-format JSON, optionally gzipped. ``spanseek corpus from-squad IN --out OUT`` converts.
+Questions are SQuAD-format JSON, optionally gzipped. ``spanseek corpus from-squad IN --out OUT`` converts. Both are
+UTF-8 (a leading BOM is allowed).
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import gzip
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -64,11 +67,12 @@ class SquadArticle:
 
 
 def open_text(path: str | Path, mode: str = "rt") -> IO[str]:
-    """Open a text file, transparently gunzipping ``*.gz``."""
+    """Open a UTF-8 text file, transparently gunzipping ``*.gz``; reading drops a leading BOM."""
     path = Path(path)
+    encoding = "utf-8-sig" if "r" in mode else "utf-8"  # utf-8-sig would also *write* a BOM
     if path.suffix == ".gz":
-        return gzip.open(path, mode, encoding="utf-8")  # type: ignore[return-value]
-    return open(path, mode, encoding="utf-8")
+        return gzip.open(path, mode, encoding=encoding)  # type: ignore[return-value]
+    return open(path, mode, encoding=encoding)
 
 
 @contextlib.contextmanager
@@ -111,19 +115,27 @@ def save_npy_atomic(path: str | Path, array) -> None:
         np.save(f, array)
 
 
+def decode_line(path: str | Path, lineno: int, raw: bytes, final: bool = True) -> str:
+    """Line ``lineno`` of a UTF-8 file as text, a BOM at the start of line 1 dropped; CorpusError naming the file
+    and line if it is not UTF-8. With ``final`` False, a character cut off at the end is left out."""
+    if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
+    try:
+        return codecs.utf_8_decode(raw, "strict", final)[0]
+    except UnicodeDecodeError as e:
+        raise CorpusError(f"{path}:{lineno}: not UTF-8 (byte {e.start} of the line, 0x{raw[e.start]:02x}); "
+                          "save the file as UTF-8") from None
+
+
 def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a UTF-8 text file, gunzipping ``*.gz``; bad bytes or a damaged gzip stream raise
-    CorpusError naming the file and line."""
+    """(line number, text) of a UTF-8 text file (a leading BOM dropped), gunzipping ``*.gz``; bad bytes or a damaged
+    gzip stream raise CorpusError naming the file and line."""
     path = Path(path)
     lineno = 0
     try:
         with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
             for lineno, raw in enumerate(f, start=1):
-                try:
-                    yield lineno, raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise CorpusError(f"{path}:{lineno}: not UTF-8 (byte {e.start} of the line, "
-                                      f"0x{raw[e.start]:02x}); save the file as UTF-8") from None
+                yield lineno, decode_line(path, lineno, raw)
     except gzip.BadGzipFile as e:
         raise CorpusError(f"{path}: not a gzip file ({e}); remove the .gz suffix if it is plain text") from None
     except EOFError:
@@ -135,11 +147,44 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         raise CorpusError(f"{path}:{lineno + 1}: cannot be read ({e})") from None
 
 
+def read_head(path: str | Path, size: int = 65536) -> str:
+    """The text in the first ``size`` bytes of a UTF-8 file (gunzipped if ``*.gz``, a leading BOM dropped), to
+    sniff its format; CorpusError naming the file (and line, for bytes that are not UTF-8) if it cannot be read."""
+    path = Path(path)
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            raw = f.read(size)
+    except gzip.BadGzipFile as e:
+        raise CorpusError(f"{path}: not a gzip file ({e}); remove the .gz suffix if it is plain text") from None
+    except FileNotFoundError:
+        raise
+    except (OSError, EOFError, zlib.error) as e:
+        raise CorpusError(f"{path}: cannot be read ({e})") from None
+    lines = raw.split(b"\n")
+    whole = len(raw) < size  # else the last line may end inside a character
+    return "\n".join(decode_line(path, n, line, final=whole or n < len(lines)) for n, line in enumerate(lines, 1))
+
+
+class _NotFinite(ValueError):
+    """NaN, Infinity or a number too large for a float in a corpus line: not JSON, and not printable as JSON."""
+
+
+def _refuse_constant(name: str) -> float:
+    raise _NotFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
 def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Document]:
     """Stream documents from a JSONL corpus, skipping (and counting) empty paragraphs and documents.
 
-    Raises CorpusError naming the file and line for invalid JSON, bytes that are not UTF-8, a damaged gzip
-    stream or a wrong shape.
+    Raises CorpusError naming the file and line for invalid JSON (NaN and Infinity included), bytes that are not
+    UTF-8, a damaged gzip stream or a wrong shape.
     """
     stats = stats if stats is not None else ReadStats()
     for lineno, line in read_lines(path):
@@ -147,9 +192,13 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
             continue
         where = f"{path}:{lineno}"
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
         except json.JSONDecodeError as e:
             raise CorpusError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+        except _NotFinite as e:
+            raise CorpusError(f"{where}: invalid JSON ({e} is not a finite number)") from None
+        except RecursionError:
+            raise CorpusError(f"{where}: JSON nested too deeply to read") from None
         if not isinstance(obj, dict):
             raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         paragraphs = obj.get("paragraphs")
@@ -213,18 +262,78 @@ def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
 
 
 def load_squad(path: str | Path) -> list[dict[str, Any]]:
-    """Load the ``data`` list of a SQuAD-format file (optionally gzipped), checking its shape."""
+    """Load the ``data`` list of a SQuAD-format file (optionally gzipped), checking its shape (``check_squad``)."""
     try:
         obj = json.loads("".join(line for _, line in read_lines(path)))
     except json.JSONDecodeError as e:
         raise CorpusError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise CorpusError(f"{path}: JSON nested too deeply to read") from None
     data = obj.get("data") if isinstance(obj, dict) else None
     if not isinstance(data, list):
         raise CorpusError(f"{path}: not SQuAD format (expected an object with a 'data' list)")
-    for i, art in enumerate(data):
-        if not isinstance(art, dict) or not isinstance(art.get("paragraphs"), list):
-            raise CorpusError(f"{path}: article {i} has no 'paragraphs' list")
+    check_squad(data, path)
     return data
+
+
+_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+               bool: "true or false", type(None): "null"}
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _wrong(path: str | Path, where: str, obj: Any, key: str, want: str) -> CorpusError:
+    """The CorpusError for ``obj[key]`` (at ``where`` in ``path``) that is missing or not ``want``."""
+    if not isinstance(obj, dict):
+        return CorpusError(f"{path}: {where}: must be an object (got {_json_type(obj)})")
+    got = f"got {_json_type(obj[key])}" if key in obj else "missing"
+    return CorpusError(f'{path}: {where}: "{key}" must be {want} ({got})')
+
+
+def check_squad(data: list[Any], path: str | Path) -> None:
+    """Raise CorpusError at the first part of a SQuAD ``data`` list of the wrong type, naming the file and the place
+    (``data[0].paragraphs[2].qas[5]``). Checked: articles' ``title`` (optional) and ``paragraphs``; paragraphs'
+    ``context`` and ``qas`` (both optional); questions' ``question``, ``id`` (optional) and ``answers`` (optional,
+    may be empty as in SQuAD v2); answers' ``text`` and ``answer_start`` (optional). Other keys are not read."""
+    for i, art in enumerate(data):
+        if not isinstance(art, dict) or not isinstance(art.get("title", ""), str):
+            raise _wrong(path, f"data[{i}]", art, "title", "a string")
+        if not isinstance(art.get("paragraphs"), list):
+            raise _wrong(path, f"data[{i}]", art, "paragraphs", "a list")
+        for j, para in enumerate(art["paragraphs"]):
+            if not isinstance(para, dict) or not isinstance(para.get("context", ""), str):
+                raise _wrong(path, f"data[{i}].paragraphs[{j}]", para, "context", "a string")
+            if not isinstance(para.get("qas", []), list):
+                raise _wrong(path, f"data[{i}].paragraphs[{j}]", para, "qas", "a list")
+            # The hot loop (87,599 questions in SQuAD train): no enumerate, and type() rather than isinstance (json
+            # gives exact types; it also keeps out a bool where an int is wanted); positions are found on error.
+            for qa in para.get("qas", ()):
+                if type(qa) is not dict or type(qa.get("question")) is not str:
+                    raise _wrong(path, _place(i, j, para, qa), qa, "question", "a string")
+                if type(qa.get("id", "")) not in (str, int):
+                    raise _wrong(path, _place(i, j, para, qa), qa, "id", "a string")
+                answers = qa.get("answers") or []  # SQuAD v2: empty for unanswerable questions
+                if type(answers) is not list:
+                    raise _wrong(path, _place(i, j, para, qa), qa, "answers", "a list")
+                for ans in answers:
+                    if type(ans) is not dict or type(ans.get("text")) is not str:
+                        raise _wrong(path, _place(i, j, para, qa, ans), ans, "text", "a string")
+                    if type(ans.get("answer_start", 0)) is not int:
+                        raise _wrong(path, _place(i, j, para, qa, ans), ans, "answer_start", "a whole number")
+
+
+_QUESTION = object()  # _place's ``ans`` when the place is the question's own
+
+
+def _place(i: int, j: int, para: dict[str, Any], qa: Any, ans: Any = _QUESTION) -> str:
+    """Where question ``qa`` (and its answer ``ans``) of ``data[i].paragraphs[j]`` is, found by identity: the first
+    match is the one, as any earlier identical item would have failed the check first."""
+    k = next(k for k, x in enumerate(para["qas"]) if x is qa)
+    if ans is _QUESTION:
+        return f"data[{i}].paragraphs[{j}].qas[{k}]"
+    return f"data[{i}].paragraphs[{j}].qas[{k}].answers[{next(m for m, x in enumerate(qa['answers']) if x is ans)}]"
 
 
 def squad_documents(data: list[dict[str, Any]]) -> Iterator[Document]:

@@ -33,7 +33,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from spanseek.core.io import CorpusError, Document, write_corpus
+from spanseek.core.io import CorpusError, Document, read_head, write_corpus
 from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_paragraphs, word_token_counter
 
 log = logging.getLogger(__name__)
@@ -305,8 +305,6 @@ def corpus_problem(path: str | Path) -> str | None:
     Directories, text/Markdown/HTML files and SQuAD-format files are recognised (by their type, suffix, or the
     first 64 KB of their content), so ``index build`` can point at ``corpus from-files`` or ``corpus from-squad``.
     """
-    from spanseek.core.io import open_text
-
     path = Path(path)
     stem = path.name.removesuffix(".gz").rsplit(".", 1)[0] if path.is_file() else path.name
     out = (path.parent / f"{stem or 'corpus'}.jsonl").as_posix()
@@ -321,10 +319,9 @@ def corpus_problem(path: str | Path) -> str | None:
         return (f"{path} is a {FORMATS[suffix]} file, not a JSONL corpus; "
                 f"convert it with `spanseek corpus from-files {path} --out {out}`{then}")
     try:
-        with open_text(path) as f:
-            head = f.read(65536)
-    except (UnicodeDecodeError, OSError, EOFError) as e:
-        return f"{path} is not a UTF-8 JSONL corpus ({e})"
+        head = read_head(path)  # a leading BOM dropped
+    except CorpusError as e:
+        return str(e)  # names the file, and the line of bytes that are not UTF-8
     if re.search(r'"data"\s*:\s*\[', head) and re.search(r'"(context|qas)"\s*:', head):
         return (f"{path} is a SQuAD-format file, not a JSONL corpus; convert it with "
                 f"`spanseek corpus from-squad {path} --out {out}`{then}")

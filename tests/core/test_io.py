@@ -119,7 +119,10 @@ def test_load_squad_errors(tmp_path):
     with pytest.raises(CorpusError, match="not SQuAD format"):
         load_squad(bad)
     bad.write_text(json.dumps({"data": [{"title": "x"}]}))
-    with pytest.raises(CorpusError, match="article 0 has no 'paragraphs' list"):
+    with pytest.raises(CorpusError, match=rf'{bad}: data\[0\]: "paragraphs" must be a list \(missing\)'):
+        load_squad(bad)
+    bad.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CorpusError, match=rf"{bad}: JSON nested too deeply to read"):
         load_squad(bad)
 
 
@@ -159,6 +162,35 @@ def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path):
     good = json.dumps({"id": "1", "title": "A", "paragraphs": ["ok"]}).encode()
     path.write_bytes(good + b"\n" + good + b"\n" + '{"id": "3", "title": "Caf\u00e9", "paragraphs": ["x"]}'.encode("latin-1") + b"\n")
     with pytest.raises(CorpusError, match=rf"{path}:3: not UTF-8 \(byte 25 of the line, 0xe9\)"):
+        list(read_corpus(path))
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_utf8_bom_is_allowed(tmp_path, suffix):
+    path = tmp_path / f"bom{suffix}"
+    text = "\ufeff" + json.dumps({"id": "1", "title": "Café", "paragraphs": ["ok"]}) + "\n"
+    if suffix == ".jsonl.gz":
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    assert list(read_corpus(path)) == [Document("1", "Café", ("ok",))]
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_numbers_that_are_not_finite_name_the_file_and_line(tmp_path, number):
+    path = _write_lines(tmp_path / "nan.jsonl", [
+        json.dumps({"id": "1", "title": "A", "paragraphs": ["ok"], "meta": {"v": 1.5}}),
+        '{"id": "2", "title": "B", "paragraphs": ["ok"], "meta": {"v": [' + number + "]}}",
+    ])
+    with pytest.raises(CorpusError, match=rf"{path}:2: invalid JSON \({number} is not a finite number\)"):
+        list(read_corpus(path))
+
+
+def test_meta_nested_too_deeply_names_the_file_and_line(tmp_path):
+    deep = '{"id": "2", "title": "B", "paragraphs": ["ok"], "meta": {"v": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    path = _write_lines(tmp_path / "deep.jsonl", [json.dumps({"id": "1", "title": "A", "paragraphs": ["ok"]}), deep])
+    with pytest.raises(CorpusError, match=rf"{path}:2: JSON nested too deeply to read"):
         list(read_corpus(path))
 
 

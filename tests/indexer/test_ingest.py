@@ -191,6 +191,29 @@ def test_index_build_names_the_converter(docs_dir, tmp_path, tiny_squad, tiny_co
     assert not (tmp_path / "index").exists()  # refused before anything was made
 
 
+def test_a_corpus_with_a_utf8_bom_is_accepted(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "title": "A", "paragraphs": ["x"]}).encode() + b"\n")
+    assert corpus_problem(path) is None
+    assert [d.id for d in read_corpus(path)] == ["a"]
+
+
+def test_bytes_that_are_not_utf8_near_the_start_name_the_line(tmp_path):
+    good = json.dumps({"id": "1", "title": "A", "paragraphs": ["ok"]}).encode() + b"\n"
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(good * 100 + '{"id": "x", "title": "Caf\u00e9", "paragraphs": ["x"]}\n'.encode("latin-1"))
+    assert corpus_problem(path) == f"{path}:101: not UTF-8 (byte 25 of the line, 0xe9); save the file as UTF-8"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"title": "\xe9"}\n')  # the BOM is not counted in the line
+    assert corpus_problem(path).startswith(f"{path}:1: not UTF-8 (byte 11 of the line, 0xe9)")
+
+
+def test_a_character_cut_by_the_64kb_sniff_is_not_an_error(tmp_path):
+    path = tmp_path / "long.jsonl"
+    prefix = b'{"id": "a", "title": "A", "paragraphs": ["'
+    path.write_bytes(prefix + b"x" * (65535 - len(prefix)) + "é".encode() + b'"]}\n')  # é spans bytes 65535-65536
+    assert corpus_problem(path) is None
+
+
 def test_cli_from_files(docs_dir, tmp_path, capsys):
     out = tmp_path / "c.jsonl"
     argv = ["corpus", "from-files", str(docs_dir), "--out", str(out), "--tokenizer", "words", "--max-tokens", "50",
