@@ -1,10 +1,10 @@
 """What a faiss factory string asks for, parsed once, and the inner parts of a built faiss index.
 
 ``parse_factory("OPQ32,IVF1024,PQ32x4fs")`` gives a ``FactorySpec`` (nlist, OPQ/PQ sub-spaces, bits, scalar
-quantiser, whether it is IVF / HNSW / wrapped in an IDMap). The indexer (``spanseek index build``) validates and
-sizes training with it, the manifest exposes it (``Manifest.spec``) and the searcher reads it, so no code tests
-substrings of a factory string. ``ivf_of`` and ``unwrapped`` reach inside a built index (an IVF behind an OPQ
-pre-transform, for example) the one way all callers share.
+quantiser, a PCA's output dimension, whether it is IVF / HNSW / wrapped in an IDMap). The indexer (``spanseek
+index build``) validates and sizes training with it, the manifest exposes it (``Manifest.spec``) and the searcher
+reads it, so no code tests substrings of a factory string. ``ivf_of`` and ``unwrapped`` reach inside a built index
+(an IVF behind an OPQ pre-transform, for example) the one way all callers share.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class FactorySpec:
     nlist: int | None = None  # IVF coarse centroids
     opq_m: int | None = None  # OPQ sub-spaces
     opq_dim: int | None = None  # OPQ output dimension (OPQ{M}_{D})
+    pca_dim: int | None = None  # PCA pre-transform output dimension (PCA{D}, PCAR{D}, PCAW{D}, PCAWR{D})
     pq_m: int | None = None  # PQ sub-quantisers
     pq_nbits: int = 8
     fast_scan: bool = False
@@ -42,7 +43,8 @@ class FactorySpec:
 
     @property
     def needs_training(self) -> bool:
-        return self.nlist is not None or self.pq_m is not None or self.opq_m is not None or self.sq is not None
+        return (self.nlist is not None or self.pq_m is not None or self.opq_m is not None or self.sq is not None
+                or self.pca_dim is not None)
 
     @property
     def stores_ids(self) -> bool:
@@ -56,7 +58,8 @@ class FactorySpec:
 
     @property
     def min_train(self) -> int:
-        """Fewest training vectors for every k-means in this index to see 39 points per centroid."""
+        """Fewest training vectors for every k-means in this index to see 39 points per centroid, and for a PCA
+        to have as many vectors as output dimensions (faiss refuses fewer)."""
         ks = [1]
         if self.nlist:
             ks.append(self.nlist)
@@ -64,12 +67,20 @@ class FactorySpec:
             ks.append(2**self.pq_nbits)
         if self.opq_m:  # OPQ trains a PQ with the final codes' bits (8 without a PQ)
             ks.append(2 ** (self.pq_nbits if self.pq_m else 8))
-        return MIN_POINTS_PER_CENTROID * max(ks) if len(ks) > 1 else 1
+        return max(MIN_POINTS_PER_CENTROID * max(ks) if len(ks) > 1 else 1, self.pca_dim or 1)
+
+    def check_dim(self, dim: int) -> None:
+        """Raise FactoryError when a pre-transform cannot be applied to vectors of dimension ``dim`` (faiss would
+        only fail when training)."""
+        if self.pca_dim is not None and self.pca_dim > dim:
+            raise FactoryError(f"factory {self.factory!r}: PCA{self.pca_dim} cannot reduce vectors of dimension {dim} "
+                               f"to {self.pca_dim}; use PCA{dim} or fewer dimensions")
 
 
 _OPQ = re.compile(r"^OPQ(\d+)(?:_(\d+))?$")
 _IVF = re.compile(r"^IVF(\d+)(?:_.*)?$")
 _PQ = re.compile(r"^(?:IVF\d+_)?PQ(\d+)(?:x(\d+))?(fs|fsr)?(?:np)?$")
+_PCA = re.compile(r"^PCAW?R?(\d+)$")
 _SQ = re.compile(r"^(SQ(?:fp16|bf16|8_direct_signed|8_direct|\d+))$")
 
 
@@ -89,14 +100,16 @@ def parse_factory(factory: str) -> FactorySpec:
             fields["pq_m"] = int(m.group(1))
             fields["pq_nbits"] = int(m.group(2)) if m.group(2) else 8
             fields["fast_scan"] = m.group(3) is not None
+        elif m := _PCA.match(part):
+            fields["pca_dim"] = int(m.group(1))
         elif m := _SQ.match(part):
             fields["sq"] = m.group(1)
         elif part.startswith("HNSW"):
             fields["hnsw"] = True
         elif part.startswith("IDMap"):
             fields["id_map"] = True
-    if fields.get("nlist") == 0 or fields.get("pq_m") == 0 or fields.get("opq_m") == 0:
-        raise FactoryError(f"factory {factory!r}: nlist and M must be positive")
+    if fields.get("nlist") == 0 or fields.get("pq_m") == 0 or fields.get("opq_m") == 0 or fields.get("pca_dim") == 0:
+        raise FactoryError(f"factory {factory!r}: nlist, M and the PCA dimension must be positive")
     return FactorySpec(factory=factory, **fields)
 
 

@@ -159,11 +159,14 @@ class Manifest:
         path = index_dir / MANIFEST
         if not index_dir.is_dir():
             raise IndexFormatError(f"{index_dir}: no such index directory (build one with `spanseek index build`)")
-        if not path.is_file():
+        if not path.is_file() and (index_dir / integrity.SHARDS).is_dir():
             raise IndexFormatError(
                 f"{index_dir}: no {MANIFEST}, so the build did not finish; run the same "
                 f"`spanseek index build ... --out {index_dir}` again to resume it"
             )
+        if not path.is_file():
+            raise IndexFormatError(f"{index_dir}: not an index directory (no {MANIFEST} and no unfinished build); "
+                                   "build one with `spanseek index build`")
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError as e:

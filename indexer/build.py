@@ -7,11 +7,13 @@ The corpus is read once, as a stream: the passage and document stores are writte
 encoded in shards of ``shard_passages``. Each finished shard is a directory renamed into place and keyed by a hash
 of its passages and the model, so a killed build resumes by re-using every shard whose passages are unchanged,
 also after the corpus was fixed (the shards do not depend on the factory, so a build that stopped at the faiss
-stage can be resumed with another ``--factory``). Document ids must be unique. The merge writes the final arrays
-through memory maps; then the factory is resolved (``auto``) and validated against the number of tokens to
-index, faiss is trained on a sample (on GPU when faiss has one) and filled chunk by chunk, compressed indexes get
-a codes store (``indexer.compress``), the passages a BM25 index (``indexer.lexical``), the recall against exact search is measured on a sample, and the manifest
-(with every file's checksum) is written last; then the shards and other scratch are removed.
+stage can be resumed with another ``--factory``). ``--out`` must be new, empty or such an unfinished build: a
+folder of other files, or one holding the corpus, is refused (``check_out_dir``) rather than written over. Document
+ids must be unique. The merge writes the final arrays through memory maps; then the factory is resolved (``auto``)
+and validated against the number of tokens to index, faiss is trained on a sample (on GPU when faiss has one) and
+filled chunk by chunk, compressed indexes get a codes store (``indexer.compress``), the passages a BM25 index
+(``indexer.lexical``), the recall against exact search is measured on a sample, and the manifest (with every file's
+checksum) is written last; then the shards and other scratch are removed.
 
 With a filter head and ``filter_threshold`` T, start/end filter probabilities are computed at encode time; faiss
 holds only tokens with either probability >= T, while the fine store and codes keep every token.
@@ -106,6 +108,12 @@ class BuildOptions:
     keep_codes: bool | None = None  # codes.npy for compressed indexes; None: only when vector_source is "codes"
     on_disk: bool = False  # IVF inverted lists in index.ivfdata, memory-mapped (indexer.ondisk)
     ray: str | None = None  # encode on a Ray cluster at this address ("": a local one; indexer.ray_encode)
+
+    def __post_init__(self) -> None:
+        # checked here, not after encoding: a bad nprobe would otherwise fail (or be ignored) at the faiss stage
+        if self.nprobe is not None and (isinstance(self.nprobe, bool) or not isinstance(self.nprobe, int)
+                                        or self.nprobe < 1):
+            raise ValueError(f"nprobe must be an integer >= 1, got {self.nprobe!r}")
 
 
 def _shard_dir(out: Path, k: int) -> Path:
@@ -206,13 +214,13 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
                     buf.append(text)
                     if len(buf) == opts.shard_passages:
                         flush()
-            if buf:  # an empty shard cannot be encoded; a corpus without passages is refused below
+            if buf:  # an empty shard cannot be encoded
                 flush()
+            if stats.paragraphs == 0:  # refused before the stores are renamed into place: ``out`` stays as it was
+                raise BuildError(f"corpus {corpus} has no non-empty passages")
     if pending:
         encode_pending()
     bar.close()
-    if stats.paragraphs == 0:
-        raise BuildError(f"corpus {corpus} has no non-empty passages")
     if reused:
         log.info("re-used %d of %d encoded shards", reused, k)
     log.info("corpus: %d documents, %d passages (skipped %d empty documents, %d empty paragraphs)",
@@ -242,6 +250,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     factory = resolve_factory(opts.factory, dim, len(ids), opts.on_disk)
     try:
         spec = validate_factory(factory, dim, len(ids))
+        spec.check_dim(dim)
     except FactoryError as e:
         raise FactoryError(f"{e} (the encoded shards in {out} are kept: rerun with another --factory to resume)") from None
     if opts.on_disk:
@@ -271,7 +280,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     }
     ivf = ivf_of(index)
     if ivf is not None and spec.nlist:
-        nprobe = opts.nprobe or default_nprobe(spec.nlist)
+        nprobe = opts.nprobe if opts.nprobe is not None else default_nprobe(spec.nlist)
         ivf.nprobe = nprobe  # stored in index.faiss: the search-time default
         params.update(nlist=spec.nlist, nprobe=nprobe)
     keep_codes = opts.keep_codes if opts.keep_codes is not None else opts.vector_source == "codes"
@@ -299,12 +308,10 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
     if problem:
         raise BuildError(problem)
     model_dir = resolve_model(model)
-    if (out / store.MANIFEST).exists():
-        raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
-    if opts.factory != "auto":
-        spec = parse_factory(opts.factory)  # syntax errors before any encoding; sizes are checked after it
-        if opts.on_disk:
-            check_on_disk(spec)
+    check_out_dir(out, corpus)
+    spec = parse_factory(opts.factory) if opts.factory != "auto" else None  # syntax errors before any encoding
+    if spec is not None and opts.on_disk:
+        check_on_disk(spec)
     check_store_option(opts.store)
     if opts.vector_source not in store.VECTOR_SOURCES:
         raise BuildError(f"vector_source must be one of {store.VECTOR_SOURCES}, got {opts.vector_source!r}")
@@ -316,12 +323,17 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
     if opts.filter_threshold is not None and phrase_model.filter_head is None:
         raise BuildError(f"--filter-threshold needs a model with a filter head; {model} has none "
                          "(train one with `spanseek train filter`)")
+    if spec is not None:
+        spec.check_dim(phrase_model.dim)  # the dimension too; sizes are checked once the tokens are counted
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = model_fingerprint(model_dir)
 
     n_shards, stats = encode_corpus(corpus, out, phrase_model, opts, fingerprint,  # 1. stores + encoded shards
                                     model_dir=model_dir)
     n_tokens = merge_shards(out, n_shards, phrase_model.dim)  # 2. merge shards into the final arrays
+    if n_tokens == 0:  # every passage is only characters the tokenizer drops (zero-width, control, ...)
+        raise BuildError(f"corpus {corpus} has no non-empty passages: none of its {stats.paragraphs} passages has a "
+                         "token the model's tokenizer keeps (only spaces, zero-width or control characters)")
     factory, faiss_params, indexed = fill_faiss(out, phrase_model.dim, opts)  # 3. faiss (+ codes)
     fine_store = resolve_store(opts.store, opts.factory, n_tokens)
     faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress,  # 4. fine store
@@ -340,6 +352,33 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: Bu
     manifest.write(out)
     remove_scratch(out)
     return manifest
+
+
+def check_out_dir(out: Path, corpus: Path) -> None:
+    """Refuse an ``out`` the build would damage: a finished index, a file, a directory holding the corpus, or one
+    that holds other files and no unfinished build (the build writes its stores there and removes ``*.tmp``).
+
+    An unfinished build is recognised by its ``shards`` directory, or, killed before its first shard, by nothing
+    but scratch (the temporary passage and document stores); such a directory is resumed.
+    """
+    if (out / store.MANIFEST).exists():
+        raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
+    if out.exists() and not out.is_dir():
+        raise BuildError(f"--out {out} is a file, not a directory; choose another --out")
+    out_dir = out.resolve()
+    if any(out_dir == d or out_dir in d.parents for d in (corpus.absolute().parent.resolve(), corpus.resolve().parent)):
+        raise BuildError(f"--corpus {corpus} is inside --out {out}, where the build writes the index's files; "
+                         "choose another --out")
+    if not out.is_dir() or (out / SHARDS).is_dir():
+        return
+    own = tuple(f".{name}." for name in (store.PASSAGES, store.DOCS))  # atomic_path's temporaries of the stores
+    others = sorted(p.name for p in out.iterdir() if not (
+        p.name in integrity.SCRATCH_DIRS or p.name in integrity.SCRATCH_FILES
+        or (p.name.startswith(own) and p.name.endswith(".tmp"))))
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise BuildError(f"--out {out} is not empty ({shown}) and is neither an index nor an unfinished build of "
+                         "one; choose a new or empty directory")
 
 
 def remove_scratch(out: Path) -> None:

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import sys
 
 from spanseek.core.finestore import STORES
 from spanseek.core.params import FUSIONS, MODES, UNITS, VECTOR_SOURCES, SearchFilter, SearchParams
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (nprobe, k, sample sizes: 0 or less would fail deep in faiss)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
 
 
 def _from_squad(args: argparse.Namespace) -> int:
@@ -141,14 +153,46 @@ def _search(args: argparse.Namespace) -> int:
     params = _params(args, unit=args.unit, top_k=args.top_k, merge_answers=args.merge_answers, offset=args.offset,
                      allow_overlap=args.allow_overlap, min_confidence=args.min_confidence,
                      filter=_filter(args))  # bad values fail here
+    questions = _argv_questions(args.questions) if args.questions else _stdin_questions()  # before loading
     searcher = open_searcher(args.index, args.model, device=args.device, search_device=args.search_device)
     searcher.check_mode(params)
-    questions = args.questions or [line.strip() for line in sys.stdin if line.strip()]
     results = searcher.search(questions, params)
     for q, hits in zip(questions, results, strict=True):
         print(json.dumps({"query": q, "unit": args.unit, "hits": [h.to_dict() for h in hits],
                           "no_answer": getattr(hits, "no_answer", False)}, ensure_ascii=False))
     return 0
+
+
+def _argv_questions(questions: list[str]) -> list[str]:
+    """The questions given as arguments; bytes that are not UTF-8 (kept by Python as lone surrogates) are refused."""
+    for n, q in enumerate(questions, 1):
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"question {n} ({q!r}) is not UTF-8 text") from None
+    return questions
+
+
+def _stdin_questions() -> list[str]:
+    """One question a line from stdin, decoded as UTF-8 (a leading byte order mark dropped), blank lines skipped.
+
+    Read as bytes whatever the locale, so a line that is not UTF-8 is refused naming it instead of reaching the
+    tokenizer; every line is read before any is answered.
+    """
+    stream = getattr(sys.stdin, "buffer", None)  # a text stream without one (tests): its lines as bytes again
+    lines = stream if stream is not None else (line.encode("utf-8", "surrogateescape") for line in sys.stdin)
+    questions = []
+    for n, raw in enumerate(lines, 1):
+        if n == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"stdin line {n} is not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                             "give questions as UTF-8") from None
+        if line.strip():
+            questions.append(line.strip())
+    return questions
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -219,7 +263,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="faiss factory string (inner product), e.g. Flat, IVF256,SQ8, OPQ32,IVF256,PQ32x4fs, or "
                         "'auto' (chosen from the token count; see docs/compressed-index.md)")
     p.add_argument("--max-train", type=int, default=262_144, help="upper bound on the faiss training sample")
-    p.add_argument("--nprobe", type=int, default=None, help="IVF lists probed by default (stored in the index)")
+    p.add_argument("--nprobe", type=_positive_int, default=None,
+                   help="IVF lists probed by default (stored in the index; default: ~3%% of the lists, at least 8)")
     p.add_argument("--vector-source", default="fine", choices=["fine", "codes"],
                    help="default neighbour vectors for span completion: the fine store or decoded codes")
     p.add_argument("--store", default=None, choices=list(STORES),
@@ -277,9 +322,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = index.add_parser("verify", help="check an index and report recall vs exact search and bytes/token")
     p.add_argument("index", help="index directory")
-    p.add_argument("--sample", type=int, default=1000, help="own vectors used as queries")
-    p.add_argument("--k", type=int, default=10)
-    p.add_argument("--nprobe", type=int, default=None)
+    p.add_argument("--sample", type=_positive_int, default=1000, help="own vectors used as queries")
+    p.add_argument("--k", type=_positive_int, default=10, help="recall@k against exact search")
+    p.add_argument("--nprobe", type=_positive_int, default=None, help="IVF lists probed (default: the index's)")
     p.set_defaults(func=_verify)
 
     p = index.add_parser("switch", help="point an alias (symlink or pointer file) at an index, atomically; a "

@@ -87,7 +87,7 @@ def training_size(spec: FactorySpec, n: int, max_train: int) -> int:
     """How many vectors to train on: at least ``spec.min_train``, about ``max_train``, at most n."""
     if not spec.needs_training:
         return 0
-    ks = max(spec.nlist or 1, 2**spec.pq_nbits if spec.pq_m else (256 if spec.opq_m else 1))
+    ks = max(spec.nlist or 1, 2**spec.pq_nbits if spec.pq_m else (256 if spec.opq_m else 1), spec.pca_dim or 1)
     want = max(spec.min_train, min(max_train, MAX_POINTS_PER_CENTROID * ks))
     return int(min(n, want))
 
@@ -100,7 +100,7 @@ def validate_factory(factory: str, dim: int, n: int, max_train: int | None = Non
     spec = parse_factory(factory)
     if spec.opq_m and (spec.opq_dim or dim) % spec.opq_m:
         raise FactoryError(f"factory {factory!r}: OPQ{spec.opq_m} needs a dimension divisible by {spec.opq_m} (dim {spec.opq_dim or dim})")
-    pq_dim = spec.opq_dim or dim
+    pq_dim = spec.opq_dim or spec.pca_dim or dim
     if spec.pq_m and pq_dim % spec.pq_m:
         divisors = [m for m in range(2, pq_dim + 1) if pq_dim % m == 0]
         raise FactoryError(f"factory {factory!r}: PQ{spec.pq_m} needs M dividing the dimension {pq_dim}; try one of {divisors}")
@@ -113,6 +113,8 @@ def validate_factory(factory: str, dim: int, n: int, max_train: int | None = Non
         if bits and n < MIN_POINTS_PER_CENTROID * 2**bits:
             reasons.append(f"{bits}-bit {'OPQ/' if spec.opq_m else ''}PQ codebooks need {MIN_POINTS_PER_CENTROID} "
                            f"per code = {MIN_POINTS_PER_CENTROID * 2**bits}")
+        if spec.pca_dim and n < spec.pca_dim:
+            reasons.append(f"PCA{spec.pca_dim} needs at least {spec.pca_dim} vectors")
         raise FactoryError(
             f"the corpus has {n} vectors, too few to train {factory!r} ({'; '.join(reasons)}); "
             f"use a larger corpus, a smaller nlist (IVF{auto_nlist(n)}) or --factory auto (-> {auto_factory(n, dim)})"

@@ -1,7 +1,7 @@
 """Verify a built index: every file's checksum, manifest, counts and maps, recall of its faiss index vs exact
 search (against what the build measured), bytes per token.
 
-    spanseek index verify INDEX_DIR [--sample 1000] [--nprobe N]
+    spanseek index verify INDEX_DIR [--sample 1000] [--k 10] [--nprobe N]
 
 The report counts live and deleted documents (``deleted.npy``: masked until ``spanseek index compact``).
 
@@ -151,8 +151,12 @@ def verify_index(
     """Check an index and measure it: ``{"ok", "problems", "manifest": counts, "recall", "memory"}``.
 
     Problems name the file: a checksum or size that differs from the manifest's record, a store that cannot be
-    read, maps that disagree, or a recall far below the build's.
+    read, maps that disagree, or a recall far below the build's. ``sample``, ``k`` and ``nprobe`` must be integers
+    >= 1 (ValueError, before the index is read).
     """
+    for name, value in (("sample", sample), ("k", k), ("nprobe", nprobe)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     index_dir = Path(index_dir)
     try:
         if index_dir.is_dir():

@@ -132,6 +132,7 @@ def test_eval_refuses_questions_whose_passages_are_not_indexed(tiny_squad, tiny_
     [
         (["search", "--index", "{tmp}/nowhere", "--model", "{model}", "q"], "no such index directory"),
         (["search", "--index", "{tmp}/partial", "--model", "{model}", "q"], "again to resume it"),
+        (["search", "--index", "{tmp}/partial/shards", "--model", "{model}", "q"], "not an index directory"),
         (["search", "--index", "{index}", "--model", "{other}", "q"], "index was built with a different model"),
         (["search", "--index", "{index}", "--model", "{tmp}", "q"], "not a spanseek model directory"),
         (["eval", "--questions", "{tmp}/notsquad.json", "--model", "{model}", "--quiet"], "not SQuAD format"),
@@ -141,7 +142,7 @@ def test_eval_refuses_questions_whose_passages_are_not_indexed(tiny_squad, tiny_
     ],
 )
 def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_index, tiny_model_dir, tiny_config, capsys, argv, message):
-    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "shards").mkdir(parents=True)  # a build killed after its first shard
     (tmp_path / "notsquad.json").write_text(json.dumps({"questions": []}))
     other = PhraseModel(tiny_config).save(tmp_path / "other") if "{other}" in argv else None
     argv = [a.format(tmp=tmp_path, model=tiny_model_dir, index=tiny_index, other=other) for a in argv]

@@ -1,0 +1,180 @@
+"""Bad input to `spanseek index build`, `index verify` and `spanseek search` is refused with a one-line message,
+before any encoding where it can be: an --out folder of other files (never written over, the corpus least of all),
+a corpus whose passages have no tokens, nprobe / k / sample below 1, a PCA wider than the vectors; a PCA
+pre-transform is trained like OPQ; questions on stdin are UTF-8 (a BOM dropped), a bad line is named.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_build_errors.py
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from spanseek.cli import main
+from spanseek.core import store
+from spanseek.core.encoding import PassageEncoder
+from spanseek.core.faiss_spec import FactoryError, parse_factory
+from spanseek.core.loading import open_searcher
+from spanseek.core.params import SearchParams
+from spanseek.indexer.build import SHARDS, BuildError, BuildOptions, build_index
+from spanseek.indexer.faiss_index import validate_factory
+from spanseek.indexer.verify import verify_index
+
+OPTS = BuildOptions(factory="Flat", progress=False, precision="fp32", gpu=False)
+
+
+def write_jsonl(path, docs):
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def snapshot(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.fixture
+def no_encoding(monkeypatch):
+    """Any passage encoding fails the test: the refusals under test come before it."""
+    def encode_flat(self, passages):
+        raise AssertionError("encoded before refusing")
+
+    monkeypatch.setattr(PassageEncoder, "encode_flat", encode_flat)
+
+
+def test_only_a_new_empty_or_unfinished_out_folder_is_built_in(tmp_path, tiny_corpus, tiny_model_dir, capsys,
+                                                               monkeypatch, no_encoding):
+    """A folder of other files is refused before encoding and left as it was, the corpus above all; a new or
+    empty folder, or one a killed build left, is built in."""
+    work = tmp_path / "work"
+    work.mkdir()
+    corpus = work / "docs.jsonl"  # the index's document store has this name
+    corpus.write_bytes(tiny_corpus.read_bytes())
+    (work / "notes.tmp").write_text("mine")  # the build removes its own *.tmp files from --out
+    before = snapshot(work)
+    with pytest.raises(BuildError, match=rf"--corpus {corpus} is inside --out {work}"):
+        build_index(corpus, tiny_model_dir, work, OPTS)
+    with pytest.raises(BuildError, match=rf"--out {work} is not empty \(docs.jsonl, notes.tmp\) and is neither an "
+                                         "index nor an unfinished build"):
+        build_index(tiny_corpus, tiny_model_dir, work, OPTS)
+    assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(work),
+                 "--quiet", "--precision", "fp32", "--device", "cpu", "--no-gpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spanseek index: error: ") and "is not empty" in err and len(err.strip().splitlines()) == 1
+    assert snapshot(work) == before
+
+    monkeypatch.undo()  # encoding allowed again
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    killed = tmp_path / "killed"  # killed before its first shard: only the stores' temporaries
+    killed.mkdir()
+    (killed / f".{store.PASSAGES}.k1l2.tmp").write_text("{}\n")
+    (killed / f".{store.DOCS}.k1l2.tmp").write_text("{}\n")
+    for out in (empty, killed, tmp_path / "new"):
+        assert build_index(tiny_corpus, tiny_model_dir, out, OPTS).documents == 6
+        assert not list(out.glob("*.tmp")) and not (out / SHARDS).exists()
+
+
+def test_a_corpus_whose_passages_have_no_tokens_is_refused_then_resumes_when_fixed(tmp_path, tiny_corpus,
+                                                                                  tiny_model_dir):
+    blank = write_jsonl(tmp_path / "blank.jsonl", [{"id": "x", "title": "t", "paragraphs": ["\u200b\u00a0"]},
+                                                   {"id": "y", "title": "u", "paragraphs": ["\u200b", "\u00ad"]}])
+    out = tmp_path / "index"
+    with pytest.raises(BuildError, match=rf"corpus {blank} has no non-empty passages: none of its 3 passages has a "
+                                         "token"):
+        build_index(blank, tiny_model_dir, out, OPTS)
+    assert not (out / store.MANIFEST).exists()
+    blank.write_bytes(tiny_corpus.read_bytes())  # fixed: the same --out resumes
+    assert build_index(blank, tiny_model_dir, out, OPTS).passages == 24
+
+
+def test_a_corpus_without_passages_leaves_out_reusable(tmp_path, tiny_corpus, tiny_model_dir):
+    empty = write_jsonl(tmp_path / "empty.jsonl", [{"id": "a", "title": "A", "paragraphs": [" "]}])
+    out = tmp_path / "index"
+    with pytest.raises(BuildError, match="has no non-empty passages"):
+        build_index(empty, tiny_model_dir, out, OPTS)
+    assert not out.exists() or not any(out.iterdir())  # the stores were not renamed into place
+    assert build_index(tiny_corpus, tiny_model_dir, out, OPTS).documents == 6
+
+
+@pytest.mark.parametrize("nprobe", [0, -3])
+def test_nprobe_below_one_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, capsys, no_encoding,
+                                                     nprobe):
+    with pytest.raises(ValueError, match=rf"nprobe must be an integer >= 1, got {nprobe}"):
+        BuildOptions(factory="IVF4,SQ8", nprobe=nprobe)
+    with pytest.raises(SystemExit) as e:
+        main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out",
+              str(tmp_path / "i"), "--factory", "IVF4,SQ8", "--nprobe", str(nprobe), "--quiet"])
+    assert e.value.code == 2
+    assert f"argument --nprobe: must be an integer >= 1, got '{nprobe}'" in capsys.readouterr().err
+    assert not (tmp_path / "i").exists()
+
+
+@pytest.mark.parametrize("flag", ["--k", "--sample", "--nprobe"])
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_verify_refuses_counts_below_one(tiny_index, capsys, flag, value):
+    with pytest.raises(SystemExit) as e:
+        main(["index", "verify", str(tiny_index), flag, value])
+    assert e.value.code == 2
+    assert f"argument {flag}: must be an integer >= 1, got '{value}'" in capsys.readouterr().err
+    name = flag.removeprefix("--")
+    with pytest.raises(ValueError, match=rf"{name} must be an integer >= 1, got {value}"):
+        verify_index(tiny_index, **{name: int(value)})
+
+
+def test_verify_says_when_a_folder_is_no_index(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["index", "verify", str(tmp_path / "empty")]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["problems"] == [f"{tmp_path / 'empty'}: not an index directory (no manifest.json and no unfinished "
+                                  "build); build one with `spanseek index build`"]
+    assert main(["index", "verify", str(tmp_path / "missing")]) == 1
+    assert "missing: no such index directory" in json.loads(capsys.readouterr().out)["problems"][0]
+
+
+def test_a_pca_pre_transform_is_trained_and_searched(tmp_path, tiny_corpus, tiny_model_dir):
+    spec = parse_factory("PCA16,Flat")
+    assert spec.pca_dim == 16 and spec.needs_training and spec.min_train == 16
+    assert validate_factory("PCA16,PQ8", 32, 20_000).pq_m == 8  # the PQ splits the PCA's 16 dimensions
+    with pytest.raises(FactoryError, match="dimension 16"):
+        validate_factory("PCA16,PQ5", 32, 20_000)
+    with pytest.raises(FactoryError, match="PCA16 needs at least 16 vectors"):
+        validate_factory("PCA16,Flat", 32, 10)
+    out = tmp_path / "pca"
+    m = build_index(tiny_corpus, tiny_model_dir, out, BuildOptions(factory="PCA16,Flat", progress=False,
+                                                                   precision="fp32", gpu=False))
+    assert m.factory == "PCA16,Flat" and m.indexed_tokens == m.tokens > 0
+    assert m.faiss_params["train_size"] >= 16 and m.faiss_params["recall"]["recall@1"] > 0.5
+    assert verify_index(out, sample=50)["ok"]
+    searcher = open_searcher(out, tiny_model_dir, device="cpu", precision="fp32")
+    [hits] = searcher.search(["Who built the bridge?"], SearchParams(unit="passage", top_k=3, mode="dense"))
+    assert len(hits) == 3
+
+
+def test_a_pca_wider_than_the_vectors_is_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, no_encoding):
+    with pytest.raises(FactoryError, match=r"PCA64 cannot reduce vectors of dimension 32 to 64; use PCA32 or fewer"):
+        build_index(tiny_corpus, tiny_model_dir, tmp_path / "i", BuildOptions(factory="PCA64,Flat", progress=False,
+                                                                              precision="fp32", gpu=False))
+
+
+def _search_stdin(monkeypatch, capsys, index, model, data: bytes) -> tuple[int, list[dict], str]:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    rc = main(["search", "--index", str(index), "--model", str(model), "--device", "cpu", "--top-k", "1"])
+    out, err = capsys.readouterr()
+    return rc, [json.loads(line) for line in out.splitlines()], err
+
+
+def test_search_reads_stdin_as_utf8_and_names_a_bad_line(tiny_index, tiny_model_dir, monkeypatch, capsys):
+    rc, lines, err = _search_stdin(monkeypatch, capsys, tiny_index, tiny_model_dir,
+                                   "\ufeffWho built the bridge?\r\n\n caf\u00e9 ole \n".encode())
+    assert rc == 0 and [line["query"] for line in lines] == ["Who built the bridge?", "caf\u00e9 ole"]
+    rc, lines, err = _search_stdin(monkeypatch, capsys, tiny_index, tiny_model_dir,
+                                   b"when was the bridge built\ncaf\xe9 ole\n")
+    assert rc == 2 and lines == []
+    assert err.strip() == ("spanseek search: error: stdin line 2 is not UTF-8 text (byte 0xe9 at column 4); give "
+                           "questions as UTF-8")
+    # an argument that is not UTF-8 reaches Python as a lone surrogate (os.fsdecode)
+    assert main(["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "ok", "caf\udce9"]) == 2
+    assert "question 2 ('caf\\udce9') is not UTF-8 text" in capsys.readouterr().err
