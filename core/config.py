@@ -30,6 +30,10 @@ class LoraSettings:
     # layers (core.model.LORA_TARGETS: BERT's query/key/value/dense, MPNet's q/k/v/o/dense)
     target_modules: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if self.r < 1:
+            raise ValueError(f"the LoRA rank r must be >= 1, got {self.r}")
+
 
 @dataclass(frozen=True)
 class EncoderConfig:
@@ -105,7 +109,19 @@ class EncoderConfig:
 
     @classmethod
     def load(cls, path: Path) -> EncoderConfig:
-        return cls.from_dict(json.loads(path.read_text()))
+        """The config saved at ``path``; ValueError naming the file if it is not JSON or not an encoder config."""
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: invalid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not UTF-8 text (an encoder config is JSON)") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}: expected a JSON object (an encoder config), got {type(d).__name__}")
+        try:
+            return cls.from_dict(d)
+        except (TypeError, ValueError) as e:  # an unknown key or a value out of range
+            raise ValueError(f"{path}: {e}") from None
 
     def index_relevant(self) -> dict[str, Any]:
         """The fields that change token vectors or the token map (compared between an index and a model)."""

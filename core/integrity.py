@@ -116,12 +116,12 @@ def fsync_path(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def writer_lock(index_dir: Path, wait: bool = False) -> Iterator[bool]:
-    """Hold ``index_dir``'s exclusive writer lock while open; yields False when another process holds it (and
-    ``wait`` is False) or the directory is read-only. The lock dies with its process, so a killed writer never
-    leaves it held."""
+def writer_lock(index_dir: Path, wait: bool = False, name: str = LOCK) -> Iterator[bool]:
+    """Hold ``index_dir``'s exclusive writer lock (the file ``name``) while open; yields False when another process
+    holds it (and ``wait`` is False) or the directory is read-only. The lock dies with its process, so a killed
+    writer never leaves it held."""
     try:
-        fd = os.open(index_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(index_dir / name, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         if e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
             yield False

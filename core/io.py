@@ -194,7 +194,7 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
         try:
             obj = json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
         except json.JSONDecodeError as e:
-            raise CorpusError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+            raise CorpusError(f"{where}: invalid JSON ({e.msg}, column {e.colno})") from None
         except _NotFinite as e:
             raise CorpusError(f"{where}: invalid JSON ({e} is not a finite number)") from None
         except RecursionError:
@@ -266,7 +266,10 @@ def load_squad(path: str | Path) -> list[dict[str, Any]]:
     try:
         obj = json.loads("".join(line for _, line in read_lines(path)))
     except json.JSONDecodeError as e:
-        raise CorpusError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+        # e.msg may end in "at" ("Unterminated string starting at"): the position completes it; a SQuAD file is
+        # often one line, so the column is what finds the place
+        raise CorpusError(f"{path}: invalid JSON ({e.msg.removesuffix(' at')} at line {e.lineno}, "
+                          f"column {e.colno})") from None
     except RecursionError:
         raise CorpusError(f"{path}: JSON nested too deeply to read") from None
     data = obj.get("data") if isinstance(obj, dict) else None

@@ -199,14 +199,35 @@ class PhraseModel(nn.Module):
         return out_dir
 
     def load_weights(self, path: str | Path) -> None:
+        """Load a checkpoint's weights file; ModelError naming the file when its weights do not fit the config."""
         state = load_file(str(path))
-        missing, unexpected = self.load_state_dict(state, strict=False)
+        own = self.state_dict()
+        unexpected = [n for n in state if n not in own]
         if unexpected:
             raise ModelError(f"{path}: weights do not fit this model config (unexpected: {unexpected[:3]} ...)")
+        for name in sorted(state):  # checked before loading: torch's size-mismatch error lists every tensor
+            if state[name].shape != own[name].shape:
+                raise ModelError(f"{path}: weight {name} has shape {tuple(state[name].shape)}, the model config "
+                                 f"needs {tuple(own[name].shape)} (the weights do not fit the config)")
+        self.load_state_dict(state, strict=False)
         expected = set(self.saved_state())
         absent = sorted(expected - set(state))
         if absent:
             raise ModelError(f"{path}: checkpoint lacks {len(absent)} weights this config needs, e.g. {absent[:3]}")
+
+
+def check_model_out(out: str | Path, *models: str | Path) -> Path:
+    """Refuse an ``out`` to write a model to that is, holds or lies inside one of ``models`` (the models it is made
+    from) or that exists and is not a model directory (``save`` replaces the whole directory); returns it resolved.
+    """
+    out = Path(out).resolve()
+    for model_dir in (Path(m).resolve() for m in models):
+        if out == model_dir or model_dir in out.parents or out in model_dir.parents:
+            raise ModelError(f"--out {out} is, holds or lies inside the model {model_dir}; write the new model to a "
+                             "new directory")
+    if out.exists() and not (out / CONFIG_NAME).is_file():
+        raise ModelError(f"--out {out} exists and is not a model directory (no {CONFIG_NAME}); it is left alone")
+    return out
 
 
 def resolve_model(ref: str | Path) -> Path:

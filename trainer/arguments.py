@@ -12,6 +12,7 @@ the command line starts fast.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -27,6 +28,23 @@ def lora_settings(r: int, alpha: int | None = None) -> LoraSettings:
     return LoraSettings(r=r, alpha=alpha or 2 * r)
 
 
+def check(ok: bool, flag: str, want: str, value: object) -> None:
+    """ValueError naming the flag when an option's value is out of range (raised when the config is built, before
+    any data or model is loaded): ``--batch-windows must be an integer >= 1, got 0``."""
+    if not ok:
+        raise ValueError(f"{flag} must be {want}, got {value}")
+
+
+def positive(value: float) -> bool:
+    """A finite number > 0 (NaN and infinity are not)."""
+    return math.isfinite(value) and value > 0
+
+
+def non_negative(value: float) -> bool:
+    """A finite number >= 0."""
+    return math.isfinite(value) and value >= 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class EncoderOptions:
     """Encoder of a new model (with --init-from, the starting model's encoder is kept)."""
@@ -40,6 +58,9 @@ class EncoderOptions:
     max_answer_tokens: int = option(EncoderConfig.max_answer_tokens, "longest answer phrase in tokens")
     max_seq_len: int = option(EncoderConfig.max_seq_len, "passage window in tokens, [CLS] and [SEP] included")
     stride: int = option(EncoderConfig.stride, "overlap of consecutive passage windows in tokens")
+
+    def __post_init__(self) -> None:
+        check(self.lora_r >= 1, "--lora-r", "an integer >= 1", self.lora_r)
 
     def build(self) -> EncoderConfig:
         return EncoderConfig(backbone=self.backbone, question_mode=self.question_mode,
@@ -61,6 +82,11 @@ class JobOptions:
     device: str = option("auto", "cpu, cuda, cuda:N or auto")
     precision: Precision = option("auto", "auto: bf16 autocast where the device supports it, else fp32")
     progress: bool = option(True, "show progress bars")
+
+    def __post_init__(self) -> None:
+        check(self.holdout_every >= 1, "--holdout-every", "an integer >= 1", self.holdout_every)
+        check(0 <= self.holdout_offset < self.holdout_every, "--holdout-offset",
+              f"in [0, --holdout-every) = [0, {self.holdout_every})", self.holdout_offset)
 
     @property
     def holdout(self) -> Holdout:
@@ -107,8 +133,10 @@ class LossConfig:
     def __post_init__(self) -> None:
         if self.kind not in ("unified", "two_term"):
             raise ValueError(f"loss kind must be 'unified' or 'two_term', got {self.kind!r}")
-        if self.lambda_span < 0:
-            raise ValueError(f"lambda_span must be >= 0, got {self.lambda_span}")
+        for name in ("lambda_inb", "lambda_pre", "lambda_hard", "lambda_neg", "lambda_span"):
+            value = getattr(self, name)  # the loss is built in code as often as from flags: name both
+            flag = f"--{name.replace('_', '-')} ({name})"
+            check(value is None or non_negative(value), flag, "a number >= 0 (0: off)", value)
 
     @property
     def pre_weight(self) -> float:
@@ -141,6 +169,29 @@ class TrainingOptions(JobOptions):
     snapshot_every: int = option(0, "also keep a model copy every N steps in OUT/snapshots (0 = off)")
     val_questions: int = option(1000, "held-out questions evaluated at the end (reading comprehension and open)")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(positive(self.epochs), "--epochs", "a number > 0", self.epochs)
+        # None (not 0) is "unset": the loop reads `max_steps or epochs`, so 0 would silently mean --epochs
+        check(self.max_steps is None or self.max_steps >= 1, "--max-steps", "an integer >= 1 (leave it out to run "
+              "--epochs)", self.max_steps)
+        check(self.stop_after is None or self.stop_after >= 1, "--stop-after", "an integer >= 1 (leave it out to "
+              "run the whole schedule)", self.stop_after)
+        check(self.batch_windows >= 1, "--batch-windows", "an integer >= 1", self.batch_windows)
+        check(positive(self.lr), "--lr", "a number > 0", self.lr)
+        check(math.isfinite(self.warmup) and 0 <= self.warmup < 1, "--warmup", "in [0, 1) (a fraction of the steps)",
+              self.warmup)
+        check(non_negative(self.weight_decay), "--weight-decay", "a number >= 0", self.weight_decay)
+        check(self.prebatch >= 0, "--prebatch", "an integer >= 0 (0: off)", self.prebatch)
+        check(math.isfinite(self.prebatch_warmup) and 0 <= self.prebatch_warmup <= 1, "--prebatch-warmup",
+              "in [0, 1] (a fraction of the steps)", self.prebatch_warmup)
+        check(self.hard_per_batch >= 0, "--hard-per-batch", "an integer >= 0", self.hard_per_batch)
+        check(self.limit_questions is None or self.limit_questions >= 1, "--limit-questions", "an integer >= 1 "
+              "(leave it out to train on every question)", self.limit_questions)
+        check(self.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", self.checkpoint_every)
+        check(self.snapshot_every >= 0, "--snapshot-every", "an integer >= 0 (0: off)", self.snapshot_every)
+        check(self.val_questions >= 0, "--val-questions", "an integer >= 0", self.val_questions)
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(TrainingOptions):
@@ -158,6 +209,11 @@ class TrainConfig(TrainingOptions):
     corrector_lr: float = option(1e-3, "learning rate of the target corrector")
     dist: DistInfo = option(factory=DistInfo, cli=False, help="data-parallel rank and world size (set by the CLI "
                             "from torchrun's environment)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.widen_lora is None or self.widen_lora >= 1, "--widen-lora", "an integer >= 1", self.widen_lora)
+        check(positive(self.corrector_lr), "--corrector-lr", "a number > 0", self.corrector_lr)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,6 +265,7 @@ class LengthBiasConfig(FrozenModelJob):
     val_questions: int = option(2000, "held-out questions whose likelihood is reported")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.questions < 1:
             raise ValueError(f"questions must be >= 1 (training questions to fit on), got {self.questions}")
         if self.val_questions < 0:

@@ -25,7 +25,14 @@ import torch
 from safetensors.torch import load_file
 
 from spanseek.core.config import EncoderConfig
-from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, ModelError, PhraseModel, resolve_model
+from spanseek.core.model import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    ModelError,
+    PhraseModel,
+    check_model_out,
+    resolve_model,
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,7 @@ def average_checkpoints(
         raise ModelError(f"weights must be non-negative with a positive sum, got {weights}")
     weights = [w / sum(weights) for w in weights]
     paths = [resolve_model(r) for r in refs]
+    check_model_out(out, *paths)  # before reading any weights
     configs = [EncoderConfig.load(p / CONFIG_NAME) for p in paths]
     for ref, cfg in zip(refs[1:], configs[1:], strict=True):
         if cfg.to_dict() != configs[0].to_dict():

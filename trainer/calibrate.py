@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ from spanseek.core.confidence import (
     LogisticModel,
     hit_features,
 )
-from spanseek.core.io import Question, atomic_path, load_squad, squad_questions
+from spanseek.core.io import CorpusError, Question, atomic_path, load_squad, squad_questions
 from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.metrics import exact_match, passage_has_answer
 from spanseek.core.params import MODES, UNITS, SearchParams
@@ -160,15 +161,32 @@ def save_runs(runs: dict[tuple[str, str, str], list[Ranked]], path: str | Path, 
         np.savez(f, **arrays)
 
 
+def open_examples(path: str | Path) -> np.lib.npyio.NpzFile:
+    """The npz ``save_runs`` wrote; CorpusError naming the file if it is another kind of file."""
+    want = "expected the .npz of examples that `spanseek train calibrate --examples` writes"
+    try:
+        z = np.load(path)  # allow_pickle stays off: an object array (or a text file) is refused
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        raise CorpusError(f"{path}: not a NumPy .npz file; {want}") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise CorpusError(f"{path}: a single .npy array; {want}")
+    parts = ("features", "labels", "question")
+    if not all(k == META_KEY or (k.count("/") == 3 and k.rsplit("/", 1)[1] in parts) for k in z.files):
+        raise CorpusError(f"{path}: holds other arrays ({', '.join(z.files[:3])}); {want}")
+    return z
+
+
 def load_meta(path: str | Path) -> dict[str, Any]:
     """What ``save_runs`` recorded about the examples in ``path`` ({} for files written before it did)."""
-    z = np.load(path)
+    z = open_examples(path)
     return json.loads(str(z[META_KEY])) if META_KEY in z.files else {}
 
 
 def load_runs(path: str | Path) -> dict[tuple[str, str, str], list[Ranked]]:
     """The examples ``save_runs`` wrote, one Ranked per question (questions that got no hits are not in them)."""
-    z = np.load(path)
+    z = open_examples(path)
     runs: dict[tuple[str, str, str], list[Ranked]] = {}
     for key in sorted({k.rsplit("/", 1)[0] for k in z.files if k != META_KEY}):
         unit, mode, cond = key.split("/")

@@ -22,7 +22,14 @@ from tqdm.auto import tqdm
 
 from spanseek.core.encoding import autocast, pick_device, pick_precision
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic
-from spanseek.core.model import PhraseModel, filter_head, load_model, load_tokenizer
+from spanseek.core.model import (
+    PhraseModel,
+    check_model_out,
+    filter_head,
+    load_model,
+    load_tokenizer,
+    resolve_model,
+)
 from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.indexer.compress import filter_probabilities
 from spanseek.trainer.arguments import FilterConfig
@@ -118,9 +125,11 @@ def threshold_for_keep_ratio(probs: np.ndarray, keep: float) -> float:
 
 def train_filter(cfg: FilterConfig) -> dict:
     """Train the filter head on frozen token vectors, validate by AUC-PR, save a model with the head."""
+    model_dir = resolve_model(cfg.model)
+    out = check_model_out(cfg.out, model_dir)  # before minutes of encoding and training
     device = pick_device(cfg.device)
     precision = pick_precision(cfg.precision, device)
-    base = load_model(cfg.model, for_inference=False)
+    base = load_model(model_dir, for_inference=False)
     base.requires_grad_(False)
     base.config = replace(base.config, filter_head=True, filter_hidden=cfg.hidden)
     base.filter_head = filter_head(base.dim, cfg.hidden)
@@ -186,7 +195,6 @@ def train_filter(cfg: FilterConfig) -> dict:
             for k in KEEP_RATIOS
         },
     }
-    out = Path(cfg.out)
     base.save(out)
     write_json_atomic(out / "filter_summary.json", summary)
     return summary

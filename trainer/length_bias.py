@@ -30,7 +30,14 @@ import torch
 
 from spanseek.core.encoding import PassageEncoder, QuestionEncoder, pick_device, pick_precision
 from spanseek.core.io import Question, load_squad, replace_dir, squad_questions
-from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, load_model, load_tokenizer, resolve_model
+from spanseek.core.model import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    check_model_out,
+    load_model,
+    load_tokenizer,
+    resolve_model,
+)
 from spanseek.core.search import span_scores
 from spanseek.core.text import char_to_token
 from spanseek.trainer.arguments import LengthBiasConfig
@@ -105,21 +112,10 @@ def answerable(questions: list[Question]) -> list[Question]:
     return [q for q in questions if q.answers and q.answer_starts and q.answer_starts[0] >= 0]
 
 
-def check_out(model_dir: Path, out: str | Path) -> Path:
-    """Refuse an ``out`` that would overwrite the model or anything that is not a model directory."""
-    model_dir, out = Path(model_dir).resolve(), Path(out).resolve()
-    if out == model_dir or model_dir in out.parents or out in model_dir.parents:
-        raise ValueError(f"--out {out} is, holds or lies inside the model {model_dir}; write the fitted model to a "
-                         "new directory")
-    if out.exists() and not (out / CONFIG_NAME).is_file():
-        raise ValueError(f"--out {out} exists and is not a model directory (no {CONFIG_NAME}); it is left alone")
-    return out
-
-
 def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     """Fit the bias on training questions, write the model copy to ``cfg.out`` and return a summary."""
     model_dir = resolve_model(cfg.model)
-    out = check_out(model_dir, cfg.out)  # before minutes of fitting
+    out = check_model_out(cfg.out, model_dir)  # before minutes of fitting
     model = load_model(model_dir)
     if model.config.length_bias:
         log.info("%s already has a length bias; it is refitted from zero", model_dir)

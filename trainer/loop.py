@@ -12,12 +12,15 @@ the optimizer and its schedule, gradient clipping and data-parallel averaging, p
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
 import math
+import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +30,9 @@ from tqdm.auto import tqdm
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import autocast
+from spanseek.core.integrity import fsync_path, writer_lock
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic
-from spanseek.core.model import PhraseModel
+from spanseek.core.model import CONFIG_NAME, PhraseModel
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
 from spanseek.trainer.data import Batch, TrainWindow, build_windows
@@ -84,10 +88,18 @@ def training_windows(
     ``build_windows`` skipped."""
     train_articles, _ = cfg.holdout.split(data)
     questions = squad_questions(train_articles)
+    if not questions:
+        raise ValueError(f"{cfg.train}: no trainable questions in the training articles")
+    if cfg.limit_questions and cfg.limit_questions > len(questions):
+        raise ValueError(f"--limit-questions {cfg.limit_questions}: {cfg.train} has {len(questions)} training "
+                         "questions; ask for at most that many, or leave it out to use them all")
     if cfg.limit_questions:
         rng = np.random.default_rng(cfg.seed)
         questions = [questions[i] for i in sorted(rng.choice(len(questions), cfg.limit_questions, replace=False))]
     windows, skipped = build_windows(questions, tokenizer, enc.max_seq_len, enc.stride, enc.max_answer_tokens, hard)
+    if not windows:
+        raise ValueError(f"{cfg.train}: no trainable questions in the training articles (none has an answer a "
+                         f"window can hold: skipped {skipped})")
     log.info("training on %d questions in %d windows (skipped %s)", sum(len(w.questions) for w in windows),
              len(windows), skipped)
     return windows, skipped
@@ -101,13 +113,76 @@ def write_holdout(cfg: JobOptions, path: Path) -> Path:
     return path
 
 
+RUN_LOCK = "train.lock"  # a training run's lock in its --out (core.integrity.writer_lock)
+
+
+@contextlib.contextmanager
+def run_lock(out: Path, hold: bool = True) -> Iterator[None]:
+    """Hold ``out``'s lock for a run's life (``hold`` False: a data-parallel rank that writes nothing): a second run
+    into the same directory is refused at its start instead of mixing checkpoints with the first."""
+    if not hold:
+        yield
+        return
+    with writer_lock(out, name=RUN_LOCK) as locked:
+        if not locked:
+            if not os.access(out, os.W_OK):
+                raise ValueError(f"--out {out} is not writable")
+            raise ValueError(f"--out {out}: another run holds it (lock {out / RUN_LOCK}); wait for it to end or use "
+                             "a new --out")
+        yield
+
+
+def resume_point(out: Path, name: str = "last") -> Path | None:
+    """The checkpoint a run into ``out`` resumes from: out/name if it holds a training state; where out/name is
+    missing, what a run killed between the renames of ``save_checkpoint`` left: name.saving (complete once its state
+    is there, as that is written last) or else name.old. None for a new run."""
+    candidates = [out / name] if (out / name).exists() else [out / f"{name}.saving", out / f"{name}.old"]
+    return next((path for path in candidates if (path / STATE).is_file()), None)
+
+
+def check_resume(out: Path, config: EncoderConfig) -> None:
+    """Refuse to resume the run in ``out`` with a model of another encoder config than its checkpoint's (its
+    weights would not fit), naming the settings that differ; before the run writes anything but its lock."""
+    point = resume_point(out)
+    if point is None:
+        return
+
+    def settings(c: EncoderConfig) -> dict[str, Any]:  # nested settings by their dotted name ("lora.r")
+        flat: dict[str, Any] = {}
+        for k, v in c.to_dict().items():
+            flat |= {f"{k}.{sub}": w for sub, w in v.items()} if isinstance(v, dict) else {k: v}
+        return flat
+
+    ours, theirs = settings(config), settings(EncoderConfig.load(point / CONFIG_NAME))
+    differ = [f"{k} {theirs.get(k)!r} (this run: {ours.get(k)!r})" for k in sorted(ours.keys() | theirs.keys())
+              if ours.get(k) != theirs.get(k)]
+    if differ:
+        raise ValueError(f"--out {out} holds a run with other settings: {'; '.join(differ)}; use a new --out (or "
+                         "resume with the same settings)")
+
+
+def recover_checkpoint(out: Path, name: str = "last") -> None:
+    """Put the checkpoint ``resume_point`` picks at out/name when a run was killed between the renames of
+    ``save_checkpoint`` (out/name missing), so that the next save does not remove it."""
+    point = resume_point(out, name)
+    if point is not None and point != out / name:
+        log.warning("%s is missing (a run was killed while saving it); resuming from %s", out / name, point)
+        point.rename(out / name)
+
+
 def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None) -> None:
-    """Save a checkpoint (and the optimizer state) to out/name, replacing it atomically."""
+    """Save a checkpoint (and the optimizer state) to out/name, replacing it atomically.
+
+    The new checkpoint is complete in out/name.saving (its state written last, by a rename, and flushed to disk)
+    before the old one is moved aside, so a run killed between the two renames resumes from it (``resume_point``).
+    """
     tmp = out / f"{name}.saving"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save(tmp)
     if state is not None:
-        torch.save(state, tmp / STATE)
+        torch.save(state, tmp / f"{STATE}.tmp")
+        (tmp / f"{STATE}.tmp").rename(tmp / STATE)
+    fsync_path(tmp)
     final = out / name
     old = out / f"{name}.old"
     shutil.rmtree(old, ignore_errors=True)
@@ -160,6 +235,10 @@ def train_loop(
     steps_per_epoch = max(1, math.ceil(len(windows) / cfg.batch_windows) // dist.world)
     total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
     end = min(total, cfg.stop_after or total)
+    if dist.is_main:
+        recover_checkpoint(out)
+    if dist.enabled:
+        torch.distributed.barrier()  # every rank resumes from the recovered checkpoint
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     mode.load_state_dict(state)
     prebatch = PreBatchCache(cfg.prebatch)

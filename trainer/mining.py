@@ -21,7 +21,15 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from spanseek.core.io import Holdout, Question, atomic_path, load_squad, open_text, squad_questions
+from spanseek.core.io import (
+    CorpusError,
+    Holdout,
+    Question,
+    atomic_path,
+    load_squad,
+    read_lines,
+    squad_questions,
+)
 from spanseek.core.metrics import passage_has_answer
 
 log = logging.getLogger(__name__)
@@ -31,10 +39,11 @@ Retriever = Callable[[list[str], int], np.ndarray]
 
 
 def training_pool(data: list[dict], holdout: Holdout | None = None) -> list[tuple[int, int, str]]:
-    """(article index, paragraph index, text) of every paragraph of the training split."""
+    """(article index, paragraph index, text) of every paragraph of the training split (a paragraph without a
+    context, which SQuAD allows, has the empty text)."""
     holdout = holdout or Holdout()
     return [
-        (a, p, para["context"])
+        (a, p, para.get("context", ""))
         for a, art in enumerate(data)
         if not holdout.held(a)
         for p, para in enumerate(art["paragraphs"])
@@ -103,12 +112,18 @@ def mine(
     progress: bool = True,
 ) -> Path:
     """Mine hard negatives for the training split of ``train`` into ``out`` (resumable). Returns ``out``."""
+    for flag, value in (("--top-k", top_k), ("--keep", keep), ("chunk", chunk), ("--limit-questions", limit_questions)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be an integer >= 1, got {value}")
     out = Path(out)
     data = load_squad(train)
     holdout = holdout or Holdout()
     pool = training_pool(data, holdout)
     # question positions must refer to the full file, so flatten it and drop held-out articles afterwards
     questions = [q for q in squad_questions(data) if not holdout.held(q.doc_index)]
+    if not questions:
+        raise CorpusError(f"{train}: no questions to mine for (none in its {len(data)} articles, held-out ones "
+                          "excluded)")
     if limit_questions:
         questions = questions[:limit_questions]
     if miner == "bm25":
@@ -138,11 +153,58 @@ def mine(
     return out
 
 
-def load_hard_negatives(path: str | Path, data: list[dict]) -> dict[str, list[str]]:
-    """Question id -> hard-negative passage texts, from a file written by ``mine``."""
-    out = {}
-    with open_text(path) as f:  # plain or gzipped JSONL
-        for line in f:
-            row = json.loads(line)
-            out[row["id"]] = [data[a]["paragraphs"][p]["context"] for a, p in row["hard"]]
+def load_hard_negatives(path: str | Path, data: list[dict], holdout: Holdout | None = None) -> dict[str, list[str]]:
+    """Question id -> hard-negative passage texts, from a file written by ``mine`` for the training file ``data``
+    (plain or gzipped JSON Lines; blank lines are skipped).
+
+    Raises CorpusError naming the file and line for a line that is not ``{"id": ..., "hard": [[article, paragraph],
+    ...]}``, for a pair that is not a paragraph of ``data`` (a file mined from another training file) or that is in
+    a held-out article (its text would reach training), and when no id is a training question of ``data``. Logs a
+    warning when fewer than half of them are.
+    """
+    holdout = holdout or Holdout()
+    out: dict[str, list[str]] = {}
+    for lineno, line in read_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(line.rstrip())  # a position past the line's end would point at the next line
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{where}: invalid JSON ({e.msg.removesuffix(' at')} at column {e.colno})") from None
+        except RecursionError:
+            raise CorpusError(f"{where}: JSON nested too deeply to read") from None
+        qid, hard = (row.get("id"), row.get("hard")) if isinstance(row, dict) else (None, None)
+        if type(qid) not in (str, int) or type(hard) is not list:
+            raise CorpusError(f'{where}: expected {{"id": question id, "hard": [[article, paragraph], ...]}} '
+                              f"(a line of `spanseek train mine`), got {line.strip()[:80]}")
+        texts = []
+        for pair in hard:
+            if type(pair) is not list or len(pair) != 2 or any(type(i) is not int for i in pair):
+                raise CorpusError(f"{where}: each hard negative must be [article, paragraph] (two whole numbers), "
+                                  f"got {json.dumps(pair)}")
+            a, p = pair
+            if a < 0 or p < 0:
+                raise CorpusError(f"{where}: [{a}, {p}]: article and paragraph indices must be >= 0")
+            if a >= len(data) or p >= len(data[a]["paragraphs"]):
+                has = (f"{len(data)} articles" if a >= len(data)
+                       else f"article {a} has {len(data[a]['paragraphs'])} paragraphs")
+                raise CorpusError(f"{where}: [{a}, {p}] is not a paragraph of the training file ({has}): the hard "
+                                  "negatives were mined from another file")
+            if holdout.held(a):
+                raise CorpusError(f"{where}: [{a}, {p}] is in held-out article {a} (i % {holdout.every} == "
+                                  f"{holdout.offset}), whose text must not reach training: mine with this split")
+            if text := data[a]["paragraphs"][p].get("context", ""):
+                texts.append(text)
+        out[str(qid)] = texts
+    train_ids = {q.id for q in squad_questions(data) if not holdout.held(q.doc_index)}
+    matched = sum(qid in train_ids for qid in out)
+    if not out:
+        raise CorpusError(f"{path}: no hard negatives (an empty file)")
+    if not matched:
+        raise CorpusError(f"{path}: none of its {len(out)} question ids is a question of the training split: the "
+                          "hard negatives were mined from another training file")
+    if matched < len(out) / 2:
+        log.warning("%s: only %d of its %d question ids are questions of the training split (mined from another "
+                    "file?)", path, matched, len(out))
     return out

@@ -33,7 +33,7 @@ from spanseek.core.io import load_squad, write_json_atomic
 from spanseek.core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
 from spanseek.trainer.arguments import QsftConfig
 from spanseek.trainer.data import Batch, TrainWindow
-from spanseek.trainer.loop import Mode, finish, train_loop, training_windows
+from spanseek.trainer.loop import Mode, check_resume, finish, run_lock, train_loop, training_windows
 from spanseek.trainer.losses import HardNegatives
 from spanseek.trainer.mining import load_hard_negatives
 from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part of this module's interface)
@@ -70,14 +70,21 @@ class QsftMode(Mode):
 
 
 def train_qsft(cfg: QsftConfig) -> dict:
-    """Fill (or reuse) the phrase cache, then train (or resume) the question encoder; returns a summary."""
+    """Fill (or reuse) the phrase cache, then train (or resume) the question encoder; returns a summary. The run
+    holds ``cfg.out``'s lock throughout (a second run into it is refused)."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    with run_lock(out):
+        return _train_qsft(cfg, out)
+
+
+def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
     precision = pick_precision(cfg.precision, device)
     model_dir = resolve_model(cfg.model)
     model = load_model(model_dir, for_inference=False).to(device)
+    check_resume(out, model.config)  # a resumed run's checkpoint must fit this model
     model.requires_grad_(False)
     question_side = [m for m in (getattr(model, n, None) for n in
                                  ("question_encoder", "start_head", "end_head", "q_start_encoder", "q_end_encoder"))
@@ -92,7 +99,7 @@ def train_qsft(cfg: QsftConfig) -> dict:
     enc = model.config
 
     data = load_squad(cfg.train)
-    hard = load_hard_negatives(cfg.hard_negatives, data) if cfg.hard_negatives else None
+    hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None
     windows, skipped = training_windows(cfg, data, tokenizer, enc, hard)
     hard_pairs, hard_keys = hard_windows(windows, tokenizer, enc)
     t0 = time.perf_counter()

@@ -7,7 +7,8 @@ the unified loss or DensePhrases' two-term loss, with in-batch, pre-batch and ha
 encoded at every step, or, with ``stale_cache``, read from a cache of the starting model's vectors and corrected
 by a target corrector trained alongside (trainer.corrector). A fixed slice of articles (core.io.Holdout) is never
 trained on: it is the validation set. The loop (trainer.loop) is the one QSFT uses; checkpoints go to
-``OUT/last`` (with the optimizer state, so a killed run resumes) and, with ``snapshot_every``, OUT/snapshots.
+``OUT/last`` (with the optimizer state, so a killed run resumes, with the same encoder settings) and, with
+``snapshot_every``, OUT/snapshots; a run holds a lock on OUT (``OUT/index.lock``), so a second run into it is refused.
 Runs on CPU (bf16 autocast where the CPU supports it) or CUDA (bf16 autocast).
 """
 
@@ -32,7 +33,9 @@ from spanseek.trainer.data import Batch, TrainWindow, collate
 from spanseek.trainer.loop import (  # noqa: F401 (STATE, write_holdout: part of this module's interface)
     STATE,
     Mode,
+    check_resume,
     finish,
+    run_lock,
     train_loop,
     training_windows,
     write_holdout,
@@ -127,6 +130,11 @@ def train_phrase(cfg: TrainConfig) -> dict:
         raise ValueError("--widen-lora widens a trained model's adapters: it needs --init-from")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    with run_lock(out, hold=cfg.dist.is_main):  # held until the summary is written
+        return _train_phrase(cfg, out)
+
+
+def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
     torch.manual_seed(cfg.seed)  # the same on every rank: identical initial adapters
     device = pick_device(cfg.device)
     if cfg.dist.enabled and device.type == "cuda":
@@ -137,6 +145,7 @@ def train_phrase(cfg: TrainConfig) -> dict:
     main = cfg.dist.is_main
 
     data = load_squad(cfg.train)
+    hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None  # pre-model
     if cfg.init_from:  # continue a trained model: its encoder config wins over cfg.encoder
         from spanseek.core.model import CONFIG_NAME, resolve_model
 
@@ -152,8 +161,8 @@ def train_phrase(cfg: TrainConfig) -> dict:
     else:
         model = PhraseModel(cfg.encoder).to(device)
     enc_cfg = model.config
+    check_resume(out, enc_cfg)  # a resumed run's checkpoint must fit this model
     tokenizer = load_tokenizer(enc_cfg)
-    hard = load_hard_negatives(cfg.hard_negatives, data) if cfg.hard_negatives else None
     if hard is not None and cfg.loss.kind != "unified":
         raise ValueError("hard negatives are used by the unified loss only (--loss unified)")
     if cfg.stale_cache and not (cfg.init_from and hard is not None and not cfg.dist.enabled):

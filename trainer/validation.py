@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import random
 from collections import defaultdict
 from pathlib import Path
 
-from spanseek.core.io import Document, Holdout, load_squad, write_corpus, write_json_atomic
+from spanseek.core.io import CorpusError, Document, Holdout, load_squad, write_corpus, write_json_atomic
 from spanseek.trainer.mining import bm25_retriever
+
+log = logging.getLogger(__name__)
 
 SETS = ("hard", "gold", "random", "reference")
 
@@ -35,7 +38,8 @@ def _documents(data: list[dict], keys: set[tuple[int, int]]) -> list[Document]:
     for a, p in sorted(keys):
         by_art[a].append(p)
     return [
-        Document(id=str(a), title=data[a]["title"], paragraphs=tuple(data[a]["paragraphs"][p]["context"] for p in ps))
+        Document(id=str(a), title=data[a].get("title", f"article-{a}"),
+                 paragraphs=tuple(data[a]["paragraphs"][p].get("context", "") for p in ps))
         for a, ps in sorted(by_art.items())
     ]
 
@@ -49,24 +53,36 @@ def build_validation_sets(
     holdout: Holdout | None = None,
     seed: int = 0,
 ) -> dict[str, int]:
-    """Write questions.json.gz and {hard,gold,random,reference}.jsonl to ``out``; returns passage counts."""
+    """Write questions.json.gz and {hard,gold,random,reference}.jsonl to ``out``; returns passage counts. Fewer
+    held-out questions than ``n_questions``, or training paragraphs than ``reference_extra``: all of them."""
+    for flag, value, low in (("--questions", n_questions, 1), ("--bm25-k", bm25_k, 1),
+                             ("--reference-extra", reference_extra, 0)):
+        if value < low:
+            raise ValueError(f"{flag} must be an integer >= {low}, got {value}")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     data = load_squad(train)
     rng = random.Random(seed)
     holdout = holdout or Holdout()
     held = [a for a in range(len(data)) if holdout.held(a)]
-    qs = [(a, p, qa) for a in held for p, para in enumerate(data[a]["paragraphs"]) for qa in para["qas"]]
+    qs = [(a, p, qa) for a in held for p, para in enumerate(data[a]["paragraphs"]) for qa in para.get("qas", [])]
+    if not qs:
+        raise CorpusError(f"{train}: no held-out questions to validate on (held out: article i with i % "
+                          f"{holdout.every} == {holdout.offset}, of {len(data)} articles)")
+    out.mkdir(parents=True, exist_ok=True)
     qs = rng.sample(qs, min(n_questions, len(qs)))
     pool = [(a, p) for a, art in enumerate(data) for p in range(len(art["paragraphs"]))]
-    retrieve = bm25_retriever([data[a]["paragraphs"][p]["context"] for a, p in pool])
+    retrieve = bm25_retriever([data[a]["paragraphs"][p].get("context", "") for a, p in pool])
     found = retrieve([qa["question"] for _, _, qa in qs], bm25_k)
     gold = {(a, p) for a, p, _ in qs}
     hard = gold | {pool[i] for row in found for i in row.tolist() if i >= 0}
     rest = [k for k in pool if k not in gold]
     random_set = gold | set(rng.sample(rest, max(0, len(hard) - len(gold))))
     train_keys = [k for k in pool if not holdout.held(k[0])]
-    reference = {k for k in pool if holdout.held(k[0])} | set(rng.sample(train_keys, reference_extra))
+    if reference_extra > len(train_keys):
+        log.warning("--reference-extra %d: %s has only %d training paragraphs; the reference corpus takes them all",
+                    reference_extra, train, len(train_keys))
+    reference = {k for k in pool if holdout.held(k[0])} | set(rng.sample(train_keys, min(reference_extra,
+                                                                                            len(train_keys))))
     counts = {}
     for name, keys in zip(SETS, (hard, gold, random_set, reference), strict=True):
         write_corpus(out / f"{name}.jsonl", _documents(data, keys))
@@ -74,8 +90,9 @@ def build_validation_sets(
     # the sampled questions in SQuAD format, each under its own article and paragraph
     arts: dict[int, dict] = {}
     for a, p, qa in qs:
-        art = arts.setdefault(a, {"title": data[a]["title"], "paragraphs": {}})
-        art["paragraphs"].setdefault(p, {"context": data[a]["paragraphs"][p]["context"], "qas": []})["qas"].append(qa)
+        art = arts.setdefault(a, {"title": data[a].get("title", f"article-{a}"), "paragraphs": {}})
+        context = data[a]["paragraphs"][p].get("context", "")
+        art["paragraphs"].setdefault(p, {"context": context, "qas": []})["qas"].append(qa)
     squad = {"version": "spanseek-valsets", "data": [
         {"title": art["title"], "paragraphs": list(art["paragraphs"].values())} for art in arts.values()
     ]}

@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 import torch
 
+from spanseek.core.integrity import writer_lock
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.loading import open_searcher
 from spanseek.core.model import PhraseModel, load_model, load_tokenizer, model_fingerprint, phrase_fingerprint
 from spanseek.core.store import IndexFormatError, PhraseIndex
 from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.trainer.data import build_windows, collate
+from spanseek.trainer.loop import RUN_LOCK
 from spanseek.trainer.losses import LossConfig, phrase_loss
 from spanseek.trainer.phrase_cache import as_indexed, fill_cache_from_index
 from spanseek.trainer.qsft import CacheError, PhraseCache, QsftConfig, fill_cache, train_qsft, window_key
@@ -214,3 +216,14 @@ def test_qsft_from_an_index_trains_against_it_and_refuses_another_models_index(
     assert PhraseCache(tmp_path / "run" / "phrase-cache").source.startswith("index ")
     with pytest.raises(IndexFormatError, match="different model"):
         train_qsft(replace(cfg, model=str(tiny_model_dir), out=str(tmp_path / "other")))
+
+
+def test_a_second_qsft_run_into_the_same_out_is_refused(tmp_path, tiny_model_dir, tiny_squad):
+    out = tmp_path / "run"
+    out.mkdir()
+    cfg = QsftConfig(model=str(tiny_model_dir), train=str(tiny_squad), out=str(out), epochs=1, device="cpu")
+    with writer_lock(out, name=RUN_LOCK) as locked:  # what a running training holds for its life
+        assert locked
+        with pytest.raises(ValueError, match="another run holds it"):
+            train_qsft(cfg)
+    assert [p.name for p in out.iterdir()] == [RUN_LOCK]

@@ -1,0 +1,176 @@
+"""What training jobs do with their --out directory: nothing of the user's is deleted, two runs never share one, a
+run resumes only a checkpoint that fits it (and the one a kill between checkpoint renames left), and inputs
+that cannot be trained on are refused with the reason.
+
+    .venv/bin/python -m pytest -q tests/trainer/test_out_dirs.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import logging
+import shutil
+
+import pytest
+import torch
+
+from spanseek.core.integrity import writer_lock
+from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, ModelError, load_model
+from spanseek.trainer import filter as filter_module
+from spanseek.trainer import loop as loop_module
+from spanseek.trainer import train as train_module
+from spanseek.trainer.arguments import FilterConfig
+from spanseek.trainer.average import average_checkpoints
+from spanseek.trainer.loop import RUN_LOCK
+from spanseek.trainer.train import STATE, TrainConfig, train_phrase
+from tests.conftest import make_squad
+
+
+def _user_dir(path):
+    path.mkdir()
+    (path / "notes.txt").write_text("precious")
+    (path / "sub").mkdir()
+    (path / "sub" / "data.txt").write_text("more")
+    return path
+
+
+def _untouched(path) -> bool:
+    return (sorted(p.relative_to(path).as_posix() for p in path.rglob("*")) == ["notes.txt", "sub", "sub/data.txt"]
+            and (path / "notes.txt").read_text() == "precious")
+
+
+def _run_config(tiny_squad, tiny_config, out, **kw) -> TrainConfig:
+    return TrainConfig(train=str(tiny_squad), out=str(out), encoder=tiny_config, batch_windows=4, prebatch=1,
+                       val_questions=0, precision="fp32", device="cpu", progress=False, **kw)
+
+
+@pytest.mark.parametrize("job", ["average", "filter"])
+def test_an_out_that_is_not_a_model_directory_is_left_alone(tmp_path, tiny_model_dir, tiny_squad, job, monkeypatch):
+    user = _user_dir(tmp_path / "userdir")
+    with pytest.raises(ValueError, match="exists and is not a model directory"):
+        if job == "average":
+            average_checkpoints([str(tiny_model_dir)], user)
+        else:
+            monkeypatch.setattr(filter_module, "load_model", lambda *a, **k: pytest.fail("refused only after loading"))
+            filter_module.train_filter(FilterConfig(model=str(tiny_model_dir), train=str(tiny_squad), out=str(user)))
+    assert _untouched(user)
+
+
+def test_average_refuses_to_write_over_its_checkpoint_and_replaces_a_model_directory(tmp_path, tiny_model_dir):
+    model = shutil.copytree(tiny_model_dir, tmp_path / "m")
+    for out in (model, model / "avg", tmp_path):
+        with pytest.raises(ModelError, match="is, holds or lies inside the model"):
+            average_checkpoints([str(model)], out)
+    assert sorted(p.name for p in model.iterdir()) == sorted([CONFIG_NAME, WEIGHTS_NAME])
+    earlier = shutil.copytree(tiny_model_dir, tmp_path / "earlier")  # an older model there: replaced, as before
+    average_checkpoints([str(model)], earlier, dtype=torch.float16)
+    assert load_model(earlier).config == load_model(model).config
+
+
+def test_a_second_run_into_the_same_out_is_refused_at_its_start(tmp_path, tiny_squad, tiny_config, monkeypatch):
+    out = tmp_path / "run"
+    out.mkdir()
+    monkeypatch.setattr(train_module, "load_squad", lambda *a: pytest.fail("refused only after loading"))
+    with writer_lock(out, name=RUN_LOCK) as locked:  # what the first run holds for its life
+        assert locked
+        with pytest.raises(ValueError, match="another run holds it"):
+            train_phrase(_run_config(tiny_squad, tiny_config, out, max_steps=1))
+    assert [p.name for p in out.iterdir()] == [RUN_LOCK]
+
+
+def test_a_run_holds_its_out_for_its_life_and_releases_it(tmp_path, tiny_squad, tiny_config, monkeypatch):
+    out = tmp_path / "run"
+    held = []
+    finish = train_module.finish
+
+    def second_run_meanwhile(cfg, summary):
+        with writer_lock(out, name=RUN_LOCK) as locked:
+            held.append(not locked)
+        return finish(cfg, summary)
+
+    monkeypatch.setattr(train_module, "finish", second_run_meanwhile)
+    train_phrase(_run_config(tiny_squad, tiny_config, out, max_steps=1))
+    with writer_lock(out, name=RUN_LOCK) as locked:
+        assert held == [True] and locked
+
+
+def test_resuming_with_another_config_is_refused_naming_the_settings(tmp_path, tiny_squad, tiny_config):
+    out = tmp_path / "run"
+    train_phrase(_run_config(tiny_squad, tiny_config, out, max_steps=1))
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    lora = tiny_config.lora
+    other = dataclasses.replace(tiny_config, lora=dataclasses.replace(lora, r=lora.r * 2), max_answer_tokens=5)
+    with pytest.raises(ValueError) as e:
+        train_phrase(_run_config(tiny_squad, other, out, max_steps=2))
+    message = str(e.value)
+    assert "\n" not in message and "use a new --out" in message
+    assert f"lora.r {lora.r} (this run: {lora.r * 2})" in message and "max_answer_tokens 6 (this run: 5)" in message
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_weights_that_do_not_fit_their_config_name_the_file_and_the_tensor(tmp_path, tiny_model_dir):
+    model = shutil.copytree(tiny_model_dir, tmp_path / "m")
+    config = json.loads((model / CONFIG_NAME).read_text())
+    config["lora"]["r"] *= 2
+    (model / CONFIG_NAME).write_text(json.dumps(config))
+    with pytest.raises(ModelError) as e:
+        load_model(model)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"{model / WEIGHTS_NAME}: weight ")
+    r = config["lora"]["r"]
+    assert "lora_A" in message and f"has shape ({r // 2}, 32), the model config needs ({r}, 32)" in message
+
+
+@pytest.mark.parametrize("saving", ["complete", "incomplete"])
+def test_a_run_killed_between_the_checkpoint_renames_resumes(tmp_path, tiny_squad, tiny_config, monkeypatch, caplog,
+                                                             saving):
+    out = tmp_path / "run"
+    cfg = _run_config(tiny_squad, tiny_config, out, max_steps=4, checkpoint_every=2)
+    rename = loop_module.Path.rename
+    renames = []
+
+    def dies_before_the_second_checkpoint_is_in_place(self, target):
+        if (self.name, loop_module.Path(target).name) == ("last.saving", "last"):
+            renames.append(1)
+            if len(renames) == 2:
+                raise KeyboardInterrupt
+        return rename(self, target)
+
+    monkeypatch.setattr(loop_module.Path, "rename", dies_before_the_second_checkpoint_is_in_place)
+    with pytest.raises(KeyboardInterrupt):
+        train_phrase(cfg)
+    monkeypatch.undo()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("last")) == ["last.old", "last.saving"]
+    if saving == "incomplete":  # killed while writing it: the previous checkpoint is the one to resume
+        (out / "last.saving" / STATE).unlink()
+    calls = []
+    loss_fn = loop_module.phrase_loss
+    monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
+    with caplog.at_level(logging.INFO, logger="spanseek.trainer.loop"):
+        summary = train_phrase(dataclasses.replace(cfg, max_steps=6))
+    step = 4 if saving == "complete" else 2
+    source = out / ("last.saving" if saving == "complete" else "last.old")
+    assert f"resuming from {source}" in caplog.text and f"resumed from {out / 'last'} at step {step}" in caplog.text
+    assert summary["steps"] == 6 and len(calls) == 6 - step
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("last")) == ["last"]
+    assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 6
+
+
+def test_a_training_file_without_questions_is_refused_in_one_line(tmp_path, tiny_backbone, capsys):
+    from spanseek.cli import main
+
+    squad = make_squad(n_articles=40)
+    for article in squad["data"]:
+        for para in article["paragraphs"]:
+            para["qas"] = []
+    path = tmp_path / "noqas.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(squad, f)
+    args = ["train", "phrase", "--train", str(path), "--out", str(tmp_path / "run"), "--backbone", str(tiny_backbone),
+            "--max-seq-len", "32", "--stride", "8", "--max-answer-tokens", "6", "--max-steps", "1",
+            "--val-questions", "0", "--precision", "fp32", "--device", "cpu", "--no-progress"]
+    assert main(args) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("INFO", "WARNING"))]
+    assert err == [f"spanseek train: error: {path}: no trainable questions in the training articles"]
