@@ -93,10 +93,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def replace_dir(tmp: Path, out: Path) -> None:
-    """Put the finished directory ``tmp`` at ``out``; an old ``out`` is moved aside first and removed only after."""
+    """Put the finished directory ``tmp`` at ``out``; an old ``out`` is moved aside first (to a new hidden name, so
+    a user's ``out.old`` backup is never touched) and removed only after."""
     if out.exists():
-        old = out.with_name(out.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        old.rmdir()  # the name is reserved for this call; rename needs it free
         out.rename(old)
         tmp.rename(out)
         shutil.rmtree(old)

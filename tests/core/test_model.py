@@ -135,3 +135,15 @@ def test_config_round_trip_and_validation(tmp_path, tiny_config):
     with pytest.raises(ValueError, match="stride"):
         EncoderConfig(max_seq_len=32, stride=30)
     assert set(tiny_config.index_relevant()) == {"backbone", "dim", "max_seq_len", "stride"}
+
+
+def test_saving_over_a_model_keeps_a_users_backup_beside_it(tmp_path, tiny_config):
+    """Replacing a model directory moves the old one to a new hidden name: a folder the user named OUT.old stays."""
+    out = tmp_path / "model"
+    PhraseModel(tiny_config).save(out)
+    backup = tmp_path / "model.old"
+    backup.mkdir()
+    (backup / "mine.txt").write_text("keep me")
+    PhraseModel(tiny_config).save(out)
+    assert (backup / "mine.txt").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "model.old"]
