@@ -65,7 +65,7 @@ def index_identity(resolved: Resolved, manifest: Manifest) -> dict[str, Any]:
     """The /info fields naming the index in use (beside its ``dir``): the served path, its kind (alias or
     directory), the manifest checksum and the load time."""
     return {
-        "path": str(resolved.path), "alias": resolved.kind,
+        "path": str(resolved.path.absolute()), "alias": resolved.kind,  # absolute: hide_paths can shorten it
         "manifest_checksum": manifest.to_dict()["checksum"],
         "loaded_at": _now(),
     }

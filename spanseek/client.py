@@ -41,8 +41,9 @@ def _build(cls: Callable[..., T], data: dict[str, Any], **nested: Any) -> T:
 
 @dataclass(frozen=True)
 class Hit:
-    """One hit: the best phrase of the unit, its character span in ``passage``, its document, the two legs' scores
-    and ``confidence``, the calibrated probability that it is correct (None when the server's model has none)."""
+    """One hit: the best phrase of the unit, its character span in ``passage`` (a window of the whole passage, which
+    starts at ``passage_offset`` in it and is ``passage_chars`` long), its document, the two legs' scores and
+    ``confidence``, the calibrated probability that it is correct (None when the server's model has none)."""
 
     text: str
     score: float
@@ -51,6 +52,8 @@ class Hit:
     passage_id: int = -1
     paragraph: int = 0
     passage: str = ""
+    passage_offset: int = 0
+    passage_chars: int = 0
     doc_id: str = ""
     title: str = ""
     meta: dict[str, Any] = field(default_factory=dict)

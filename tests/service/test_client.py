@@ -55,6 +55,8 @@ def test_search_matches_the_searcher(url, tiny_searcher, unit):
     assert isinstance(response, SearchResponse) and response.unit == unit
     same_hits(response.hits, tiny_searcher.search([QUESTION], SearchParams(unit=unit, top_k=3))[0])
     assert response.request_id and response.timings_ms.batch_size >= 1 and response.results[0].query == QUESTION
+    for hit in response.hits:  # every field the server sends has its attribute: nothing lands in extra
+        assert hit.extra == {} and hit.passage_chars >= len(hit.passage) > 0 and hit.passage_offset >= 0
 
 
 def test_batch_search_and_options(url, tiny_searcher):

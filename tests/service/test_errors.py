@@ -156,7 +156,9 @@ def test_failed_load_is_reported_on_ready_while_alive(settings_for, tmp_path):
         assert str(tmp_path) not in search["message"]
 
 
-def test_paths_are_shown_only_to_key_holders(settings_for, tmp_path, tiny_searcher, serve):
+def test_paths_are_shown_only_to_key_holders(settings_for, tmp_path, tiny_searcher, serve, monkeypatch):
+    import os
+
     from fastapi.testclient import TestClient
 
     missing = tmp_path / "missing"
@@ -164,9 +166,13 @@ def test_paths_are_shown_only_to_key_holders(settings_for, tmp_path, tiny_search
         _wait_failed(c)
         assert str(missing) in c.get("/ready", headers={"X-API-Key": "k"}).json()["message"]
         assert str(tmp_path) not in c.get("/ready", headers={"X-API-Key": "wrong"}).text
-    with serve(create_app(settings_for(), lambda s: tiny_searcher)) as c:  # no key configured: nobody sees paths
-        info = c.get("/info").json()
-        assert info["index"]["dir"].startswith(".../") and "/" not in info["index"]["dir"][4:]
+    index_dir = tiny_searcher.index.dir
+    monkeypatch.chdir(index_dir.parent.parent)  # served by a relative path too: shortened all the same
+    for given in (index_dir, os.path.relpath(index_dir)):
+        with serve(create_app(settings_for(index=given), lambda s: tiny_searcher)) as c:  # no key: nobody sees paths
+            info = c.get("/info").json()
+        for shown in (info["index"]["dir"], info["index"]["path"]):
+            assert shown.startswith(".../") and "/" not in shown[4:], (given, shown)
     with serve(create_app(settings_for(api_key="k"), lambda s: tiny_searcher)) as c:
         assert c.get("/info", headers={"X-API-Key": "k"}).json()["index"]["dir"] == str(tiny_searcher.index.dir)
 
