@@ -79,6 +79,20 @@ def check_servable(settings: Settings) -> None:
     resolve_model(settings.model)
 
 
+def settings_errors(error: Any) -> str:
+    """A pydantic ValidationError of ``Settings`` on one line, each problem named by its flag and environment
+    variable: ``--max-batch-size / SPANSEEK_MAX_BATCH_SIZE: Input should be greater than or equal to 1 (got 0)``."""
+    parts = []
+    for problem in error.errors():
+        if not problem["loc"]:  # a check across settings (default_top_k above max_top_k): its message names them
+            parts.append(str(problem["msg"]))
+            continue
+        name = str(problem["loc"][0])
+        parts.append(f"--{name.replace('_', '-')} / SPANSEEK_{name.upper()}: {problem['msg']} "
+                     f"(got {problem.get('input')!r})")
+    return "; ".join(parts)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
@@ -89,7 +103,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
     except ValidationError as e:
-        raise ValueError(f"invalid settings: {e}") from e
+        raise ValueError(f"invalid settings: {settings_errors(e)}") from None
     check_servable(settings)
     log.info("serving %s with model %s on http://%s:%d", settings.index, settings.model, settings.host, settings.port)
     uvicorn.Server(server_config(create_app(settings), settings, args.log_level)).run()

@@ -43,6 +43,21 @@ def test_invalid_settings_are_refused(tmp_path):
         Settings(index=tmp_path, max_queue=4, max_queries_per_request=8)
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--max-batch-size", "0", "--port", "70000"],
+     "--port / SPANSEEK_PORT: Input should be less than or equal to 65535 (got 70000); --max-batch-size / "
+     "SPANSEEK_MAX_BATCH_SIZE: Input should be greater than or equal to 1 (got 0)"),
+    (["--default-top-k", "50", "--max-top-k", "10"], "default_top_k"),
+])
+def test_invalid_serve_flags_are_one_line_naming_the_flag(tmp_path, capsys, flags, message):
+    from spanseek.cli import main
+
+    assert main(["serve", "--index", str(tmp_path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spanseek serve: error: invalid settings: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_serve_fails_fast_on_a_missing_index_or_model(tmp_path, tiny_index):
     with pytest.raises(IndexFormatError):
         check_servable(Settings(index=tmp_path / "none"))
