@@ -36,6 +36,7 @@ from spanseek.core.io import load_squad, squad_questions, write_json_atomic  # n
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.metrics import exact_match, passage_has_answer  # noqa: E402
 from spanseek.core.params import SearchFilter, SearchParams, Unit  # noqa: E402
+from spanseek.core.plan import StageTimes  # noqa: E402
 from spanseek.core.search import Searcher  # noqa: E402
 
 
@@ -59,13 +60,13 @@ def on_cpu_parts(searcher: Searcher) -> OnDevice:
 def run_unit(searcher: Searcher, q_start: np.ndarray, q_end: np.ndarray, params: SearchParams, batch: int):
     """(hits per question, questions/s, search seconds per batch), after one warm-up batch."""
     searcher.search_vectors(q_start[:batch], q_end[:batch], params)
-    hits, timings = [], {}
+    hits, timings = [], StageTimes()
     t0 = time.perf_counter()
     for a in range(0, len(q_start), batch):
         hits += searcher.search_vectors(q_start[a : a + batch], q_end[a : a + batch], params, timings)
     seconds = time.perf_counter() - t0
     batches = -(-len(q_start) // batch)
-    return hits, len(q_start) / seconds, timings.get("search", 0.0) / batches
+    return hits, len(q_start) / seconds, timings.search / batches
 
 
 def accuracy(unit: Unit, hits, questions) -> float:

@@ -35,8 +35,10 @@ import torch  # noqa: E402
 
 from spanseek.core.io import load_squad, split_articles, squad_questions, write_corpus, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
-from spanseek.core.params import SearchParams
-from spanseek.core.search import UNITS  # noqa: E402
+from spanseek.core.params import (
+    UNITS,  # noqa: E402
+    SearchParams,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SQUAD_TRAIN = ROOT.parent / "shared" / "data" / "squad-v1.1-train.json.gz"

@@ -88,19 +88,23 @@ class LogisticModel:
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(n, F) features -> (n,) probabilities."""
-        z = (x - np.asarray(self.mean)) / np.asarray(self.scale) @ np.asarray(self.coef) + self.intercept
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
+        return 1.0 / (1.0 + np.exp(-np.clip(self.logit(x), -50, 50)))
+
+    def logit(self, x: np.ndarray) -> np.ndarray:
+        """(n, F) features -> (n,) log-odds."""
+        return (x - np.asarray(self.mean)) / np.asarray(self.scale) @ np.asarray(self.coef) + self.intercept
 
     def to_dict(self) -> dict[str, Any]:
         return {"mean": list(self.mean), "scale": list(self.scale), "coef": list(self.coef),
                 "intercept": self.intercept}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LogisticModel:
+    def from_dict(cls, d: dict[str, Any], features: Sequence[str] = FEATURES) -> LogisticModel:
+        """The model of ``to_dict``, over ``features``; ValueError saying what is wrong."""
         m = cls(tuple(map(float, d["mean"])), tuple(map(float, d["scale"])), tuple(map(float, d["coef"])),
                 float(d["intercept"]))
-        if not len(m.mean) == len(m.scale) == len(m.coef) == len(FEATURES):
-            raise ValueError(f"expected {len(FEATURES)} numbers per vector ({', '.join(FEATURES)})")
+        if not len(m.mean) == len(m.scale) == len(m.coef) == len(features):
+            raise ValueError(f"expected {len(features)} numbers per vector ({', '.join(features)})")
         if not all(map(math.isfinite, (*m.mean, *m.scale, *m.coef, m.intercept))) or min(m.scale) <= 0:
             raise ValueError("coefficients must be finite and scales positive")
         return m

@@ -126,3 +126,46 @@ class EncoderConfig:
     def index_relevant(self) -> dict[str, Any]:
         """The fields that change token vectors or the token map (compared between an index and a model)."""
         return {k: v for k, v in self.to_dict().items() if k in ("backbone", "dim", "max_seq_len", "stride")}
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """What rebuilds a reader.
+
+    backbone: as for the phrase model (``package:NAME``, a directory, a hub id).
+    max_len / stride: a (question, passage) window in tokens, special tokens included, and the overlap of
+        consecutive windows of a long passage.
+    max_query_len: question tokens kept (longer questions are truncated).
+    max_answer_tokens: the longest answer span, in tokens.
+    """
+
+    backbone: str = DEFAULT_BACKBONE
+    max_len: int = 256
+    stride: int = 64
+    max_query_len: int = 64
+    max_answer_tokens: int = 30
+
+    def __post_init__(self) -> None:
+        if self.max_query_len + self.stride + 8 > self.max_len:
+            raise ValueError(f"reader max_len ({self.max_len}) must exceed max_query_len ({self.max_query_len}) + "
+                             f"stride ({self.stride}) + 8")
+        if self.max_answer_tokens < 1:
+            raise ValueError(f"max_answer_tokens must be >= 1, got {self.max_answer_tokens}")
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> ReaderConfig:
+        """The config saved at ``path``; ValueError naming the file when it is not a reader config."""
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a reader config ({e})") from None
+        known = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(d, dict) or set(d) - known:
+            raise ValueError(f"{path}: not a reader config (keys {sorted(d) if isinstance(d, dict) else d!r})")
+        try:
+            return cls(**d)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None

@@ -93,6 +93,10 @@ def evaluate(
         q_start, q_end = searcher.encoder.encode(texts)
         phrases, merged, passages, documents = (searcher.search_vectors(q_start, q_end, p, None, texts)
                                                 for p in runs.values())
+        read_rc = None  # with read, reading comprehension is the reader's: its best span of the gold passage
+        if reading_comprehension and base.read and searcher.reading is not None:
+            read_rc = [found[0].text if found else "" for found in
+                       searcher.reading.reader.read(texts, [q.context for q in batch])]
         for i, q in enumerate(batch):
             top = phrases[i][0].text if phrases[i] else ""
             em1.append(exact_match(top, q.answers))
@@ -101,7 +105,10 @@ def evaluate(
             em1_merged.append(exact_match(merged[i][0].text, q.answers) if merged[i] else 0.0)
             pas.append([passage_has_answer(h.passage, q.answers) for h in passages[i]])
             docs.append([h.title == q.title for h in documents[i]])
-            if reading_comprehension:
+            if read_rc is not None:
+                rc_em.append(exact_match(read_rc[i], q.answers))
+                rc_f1.append(f1_score(read_rc[i], q.answers))
+            elif reading_comprehension:
                 pid = lookup.get((q.title, q.context))
                 if pid is None:
                     raise ValueError(f"question {q.id}: its gold passage is not in the index")
@@ -115,6 +122,7 @@ def evaluate(
     out: dict[str, Any] = {
         "n_questions": n,
         "mode": mode,
+        "read": base.read,
         "phrase": {"em@1": pct(float(np.mean(em1))), "f1@1": pct(float(np.mean(f11))), "em@10": pct(float(np.mean(em10))),
                    "merged_em@1": pct(float(np.mean(em1_merged)))},
         "passage": {

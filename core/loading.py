@@ -9,13 +9,17 @@ from spanseek.core.confidence import load_calibrator
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import QuestionEncoder, model_device, pick_device, pick_precision
 from spanseek.core.gpu import OnDevice, place
+from spanseek.core.hits import HitBuilder
 from spanseek.core.model import (
+    ModelError,
     load_model,
     load_tokenizer,
     model_fingerprint,
     phrase_fingerprint,
     resolve_model,
 )
+from spanseek.core.reader import PassageReader, resolve_reader
+from spanseek.core.reading import READING_NAME, Reading, ReadingStage
 from spanseek.core.search import Searcher
 from spanseek.core.store import PhraseIndex
 
@@ -34,10 +38,24 @@ def search_placement(index: PhraseIndex, search_device: str, encoder_device: str
     return None if device == "cpu" or not device.startswith("cuda") else place(index, device)
 
 
+def open_reading(reader: str | Path, hits: HitBuilder, device: str = "auto", precision: str = "auto") -> ReadingStage:
+    """The reading stage of a reader directory (``default``: the bundled reader): the reader and its fitted
+    ``reading.json``; ModelError naming what is missing."""
+    path = resolve_reader(reader)
+    if not (path / READING_NAME).is_file():
+        raise ModelError(f"reader {str(reader)!r}: {path} has no {READING_NAME} (fit one with `spanseek train "
+                         "fit-reading`)")
+    dev = pick_device(device)
+    return ReadingStage(PassageReader.load(path, dev, pick_precision(precision, dev)), Reading.load(path / READING_NAME),
+                        hits)
+
+
 def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto",
-                  search_device: str = "auto") -> Searcher:
+                  search_device: str = "auto", reader: str | Path | None = None,
+                  reader_precision: str = "auto") -> Searcher:
     """Load an index and the model's question encoder (and its calibrator, if it has one), refusing a model that does
-    not match the index. ``search_device``: see ``search_placement``."""
+    not match the index. ``search_device``: see ``search_placement``; ``reader``: a reader directory (or
+    ``default``) for requests with ``read``."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     phrase_model = load_model(model_dir)
@@ -45,8 +63,9 @@ def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto"
     dev = pick_device(device)
     phrase_model.to(dev)
     encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev))
+    reading = None if reader is None else open_reading(reader, HitBuilder(index), device, reader_precision)
     return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
-                    on_device=search_placement(index, search_device, str(dev)))
+                    on_device=search_placement(index, search_device, str(dev)), reading=reading)
 
 
 def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionEncoder,
@@ -61,5 +80,9 @@ def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionE
     check_index_model(index, model_dir, encoder.model.config)
     if current is not None and current.on_device is not None:
         current.on_device.release()
+    reading = None  # the current searcher's reader, over the new index's passages
+    if current is not None and current.reading is not None:
+        reading = ReadingStage(current.reading.reader, current.reading.reading, HitBuilder(index))
     return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
-                    on_device=search_placement(index, search_device, str(model_device(encoder.model))))
+                    on_device=search_placement(index, search_device, str(model_device(encoder.model))),
+                    reading=reading)

@@ -25,6 +25,7 @@ VECTOR_SOURCES: tuple[VectorSource, ...] = get_args(VectorSource)
 
 MetaValue = str | int | float | bool | None
 META_TYPES = (str, int, float, bool, type(None))
+MAX_READ_PASSAGES = 64  # a question's reading cost grows with each passage read
 MAX_LEXICAL_WEIGHT = 1000.0  # beyond it BM25 alone decides (and fused scores lose the dense part to rounding)
 
 
@@ -118,6 +119,10 @@ class SearchParams:
         calibrated model (``core.confidence``).
     filter: only documents that pass it are searched (``SearchFilter``; applied inside the search, so ``top_k`` is
         still filled when enough documents pass); None: every (live) document.
+    read: read the search's top passages with the cross-attention reader (``core.reading``) and answer with its
+        spans: slower, more often right; needs a searcher with a reader.
+    read_passages: passages read per question when ``read`` (phrase unit; passage and doc units read every hit
+        they rank); default: the reader's fitted one.
     """
 
     unit: Unit = "phrase"
@@ -133,12 +138,19 @@ class SearchParams:
     allow_overlap: bool = False
     min_confidence: float | None = None
     filter: SearchFilter | None = None
+    read: bool = False
+    read_passages: int | None = None
 
     def __post_init__(self) -> None:
         _one_of("unit", self.unit, UNITS)
         _positive("top_k", self.top_k)
         _positive("max_answer_tokens", self.max_answer_tokens)
         _positive("nprobe", self.nprobe)
+        _positive("read_passages", self.read_passages)
+        if not isinstance(self.read, bool):
+            raise SearchParamsError(f"read must be true or false, got {self.read!r}")
+        if self.read_passages is not None and self.read_passages > MAX_READ_PASSAGES:
+            raise SearchParamsError(f"read_passages must be at most {MAX_READ_PASSAGES}, got {self.read_passages}")
         _one_of("vector_source", self.vector_source, VECTOR_SOURCES)
         _one_of("mode", self.mode, MODES)
         _one_of("fusion", self.fusion, FUSIONS)

@@ -126,7 +126,8 @@ def _params(args: argparse.Namespace, **fields) -> SearchParams:
     from spanseek.core.params import SearchParams
 
     return SearchParams(mode=args.mode, fusion=args.fusion, lexical_weight=args.lexical_weight, nprobe=args.nprobe,
-                        vector_source=args.vector_source, max_answer_tokens=args.max_answer_tokens, **fields)
+                        vector_source=args.vector_source, max_answer_tokens=args.max_answer_tokens, read=args.read,
+                        read_passages=args.read_passages, **fields)
 
 
 def _filter(args: argparse.Namespace) -> SearchFilter | None:
@@ -154,7 +155,8 @@ def _search(args: argparse.Namespace) -> int:
                      allow_overlap=args.allow_overlap, min_confidence=args.min_confidence,
                      filter=_filter(args))  # bad values fail here
     questions = _argv_questions(args.questions) if args.questions else _stdin_questions()  # before loading
-    searcher = open_searcher(args.index, args.model, device=args.device, search_device=args.search_device)
+    searcher = open_searcher(args.index, args.model, device=args.device, search_device=args.search_device,
+                             reader=args.reader if params.read else None)
     searcher.check_mode(params)
     results = searcher.search(questions, params)
     for q, hits in zip(questions, results, strict=True):
@@ -198,9 +200,10 @@ def _stdin_questions() -> list[str]:
 def _eval(args: argparse.Namespace) -> int:
     from spanseek.indexer.evaluate import run_eval
 
-    m = run_eval(args.questions, args.model, index=args.index, corpus=args.corpus, reading_comprehension=args.reading_comprehension,
-                 limit=args.limit, out=args.out, progress=not args.quiet,
-                 precision=args.precision, rc_decode=args.rc_decode, params=_params(args))
+    m = run_eval(args.questions, args.model, index=args.index, corpus=args.corpus,
+                 reading_comprehension=args.reading_comprehension, limit=args.limit, out=args.out,
+                 progress=not args.quiet, precision=args.precision, rc_decode=args.rc_decode, params=_params(args),
+                 reader=args.reader if args.read else None)
     print(json.dumps(m, indent=2))
     return 0
 
@@ -223,6 +226,11 @@ def _search_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nprobe", type=int, default=None)
     p.add_argument("--vector-source", default=None, choices=VECTOR_SOURCES, help="default: the index's")
     p.add_argument("--max-answer-tokens", type=int, default=None, help="longest answer in tokens (default: the model's)")
+    p.add_argument("--read", action="store_true",
+                   help="read the top passages with the cross-attention reader (slower, more often exact)")
+    p.add_argument("--read-passages", type=int, default=None,
+                   help="with --read: passages read per question (default: the reader's fitted one)")
+    p.add_argument("--reader", default="default", help="with --read: reader directory or default (the bundled one)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -32,8 +32,10 @@ def run_eval(
     precision: str = "auto",
     rc_decode: str = "answer",
     params: SearchParams | None = None,
+    reader: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Evaluate on ``index``; without one, on a temporary index of ``corpus`` (default: the file's paragraphs)."""
+    """Evaluate on ``index``; without one, on a temporary index of ``corpus`` (default: the file's paragraphs).
+    ``reader`` (with ``params.read``): the reader that reads the top passages, and answers reading comprehension."""
     if out is not None and Path(out).is_dir():  # found now, not after the evaluation has run
         raise ValueError(f"{out}: a directory; --out names the metrics file to write")
     data = load_squad(questions)
@@ -45,7 +47,7 @@ def run_eval(
                 write_corpus(corpus, squad_documents(data))
             index = Path(tmp) / "index"
             build_index(corpus, model, index, build or BuildOptions(progress=progress, precision=precision))
-        searcher = open_searcher(index, model, precision=precision)
+        searcher = open_searcher(index, model, precision=precision, reader=reader)
         metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress,
                            rc_decode=rc_decode, params=params)
     if out is not None:

@@ -43,7 +43,8 @@ def default_searcher_factory(settings: Settings) -> Searcher:
     from spanseek.core.loading import open_searcher
 
     return open_searcher(settings.index, settings.model, device=settings.device, precision=settings.precision,
-                         search_device=settings.search_device)
+                         search_device=settings.search_device, reader=settings.reader,
+                         reader_precision=settings.reader_precision)
 
 
 def index_nprobe(searcher: Searcher) -> int | None:

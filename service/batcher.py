@@ -42,8 +42,10 @@ from typing import Literal, TypeVar
 
 import numpy as np
 
+from spanseek.core.hits import Hit
 from spanseek.core.params import SearchParams
-from spanseek.core.search import Hit, Searcher
+from spanseek.core.plan import StageTimes
+from spanseek.core.search import Searcher
 from spanseek.service.errors import NotReady
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.overload import BatchCostModel, check_admission
@@ -60,14 +62,8 @@ class BatchOutcome:
     encode: float
     search: float
     aggregate: float
+    read: float
     batch_size: int
-
-
-@dataclass(frozen=True)
-class BatchTimings:
-    encode: float
-    search: float
-    aggregate: float
 
 
 @dataclass(eq=False)
@@ -111,11 +107,11 @@ def encode_batch(searcher: Searcher, requests: Requests) -> EncodedBatch:
     return EncodedBatch(requests, flat, rows, q_start, q_end, time.perf_counter() - t0)
 
 
-def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[Hit]]], BatchTimings]:
+def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[Hit]]], StageTimes]:
     """Step 2: one ``search_vectors`` call per parameter group. Returns, per request, per question, its hits."""
     out: list[list[list[Hit]]] = [[[] for _ in questions] for questions, _ in enc.requests]
     if enc.q_start is None or enc.q_end is None:
-        return out, BatchTimings(0.0, 0.0, 0.0)
+        return out, StageTimes()
     position = [0] * len(enc.flat)  # flat index -> index of the question within its request
     counters = [0] * len(enc.requests)
     for i, (r, _) in enumerate(enc.flat):
@@ -124,7 +120,7 @@ def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[
     groups: dict[SearchParams, list[int]] = {}
     for b, i in enumerate(enc.rows):
         groups.setdefault(enc.requests[enc.flat[i][0]][1], []).append(b)
-    timings: dict[str, float] = {}
+    timings = StageTimes(encode=enc.encode)
     for params, members in groups.items():
         sel = np.asarray(members)
         texts = [enc.flat[enc.rows[b]][1] for b in members]
@@ -132,10 +128,10 @@ def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[
         for b, h in zip(members, hits, strict=True):
             i = enc.rows[b]
             out[enc.flat[i][0]][position[i]] = h
-    return out, BatchTimings(enc.encode, timings.get("search", 0.0), timings.get("aggregate", 0.0))
+    return out, timings
 
 
-def run_batch(searcher: Searcher, requests: Requests) -> tuple[list[list[list[Hit]]], BatchTimings]:
+def run_batch(searcher: Searcher, requests: Requests) -> tuple[list[list[list[Hit]]], StageTimes]:
     """Answer several requests with one encoder call and one ``search_vectors`` call per parameter group.
 
     Blank questions get no hits and are not encoded. Returns, per request, per question, its hits.
@@ -200,9 +196,9 @@ def encode_isolated(searcher: Searcher, requests: Requests) -> tuple[EncodedBatc
     return encode_batch(searcher, kept), [f if isinstance(f, Exception) else None for f in failures]
 
 
-def search_isolated(searcher: Searcher, enc: EncodedBatch) -> tuple[list[Outcome], BatchTimings]:
+def search_isolated(searcher: Searcher, enc: EncodedBatch) -> tuple[list[Outcome], StageTimes]:
     """Step 2 with isolation: per request its hits, or the exception it alone raised; timings summed over tries."""
-    tries: list[BatchTimings] = []
+    tries: list[StageTimes] = []
 
     def run(idx: list[int]) -> list[list[list[Hit]]]:
         part = enc if len(idx) == len(enc.requests) else select_requests(enc, idx)
@@ -211,10 +207,11 @@ def search_isolated(searcher: Searcher, enc: EncodedBatch) -> tuple[list[Outcome
         return hits
 
     outcomes = bisect_failures(run, list(range(len(enc.requests))))
-    return outcomes, BatchTimings(enc.encode, sum(t.search for t in tries), sum(t.aggregate for t in tries))
+    return outcomes, StageTimes(enc.encode, sum(t.search for t in tries), sum(t.aggregate for t in tries),
+                                sum(t.read for t in tries))
 
 
-def run_batch_isolated(searcher: Searcher, requests: Requests) -> tuple[list[Outcome], BatchTimings]:
+def run_batch_isolated(searcher: Searcher, requests: Requests) -> tuple[list[Outcome], StageTimes]:
     """``run_batch`` where a request that makes a step raise fails alone: per request, its hits or its exception."""
     enc, failures = encode_isolated(searcher, requests)
     outcomes, t = search_isolated(searcher, enc)
@@ -500,7 +497,7 @@ class MicroBatcher:
         if not self._inflight and not self._live_questions():
             self._admitted_since_idle = 0
 
-    def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: BatchTimings, started: float) -> None:
+    def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: StageTimes, started: float) -> None:
         self._forget(batch)
         size = sum(len(p.questions) for p in batch)
         now = time.monotonic()
@@ -508,7 +505,7 @@ class MicroBatcher:
         self.observe_batch(size, now - max(started, self._last_done))
         self._last_done = now
         if self.metrics is not None:
-            self.metrics.observe_batch(size, t.encode, t.search, t.aggregate)
+            self.metrics.observe_batch(size, t)
         for item, item_hits in zip(batch, outcomes, strict=True):
             if item.future.done():  # cancelled while its batch ran, or failed at its encoding
                 continue
@@ -518,4 +515,4 @@ class MicroBatcher:
             queue = started - item.enqueued
             if self.metrics is not None:
                 self.metrics.stage_duration.labels(stage="queue").observe(queue)
-            item.future.set_result(BatchOutcome(item_hits, queue, t.encode, t.search, t.aggregate, size))
+            item.future.set_result(BatchOutcome(item_hits, queue, t.encode, t.search, t.aggregate, t.read, size))

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import Response
 
-from spanseek.core.search import Hit
+from spanseek.core.hits import Hit
 from spanseek.service.errors import ResponseTooLarge
 from spanseek.service.schemas import SearchResponse
 

@@ -15,46 +15,26 @@ from spanseek.service.settings import Settings
 
 log = logging.getLogger("spanseek.service")
 
-# (flag, settings field, type, help); the default of every flag is None = "not given, use env/default"
-_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
-    ("--index", "index", str, "index directory or alias of one (SPANSEEK_INDEX)"),
-    ("--index-poll-s", "index_poll_s", float, "seconds between checks for a switched index alias (0 = off)"),
-    ("--model", "model", str, "model directory or 'default' (SPANSEEK_MODEL)"),
-    ("--host", "host", str, "listen address (default 127.0.0.1)"),
-    ("--port", "port", int, "listen port (default 8000)"),
-    ("--keep-alive-s", "keep_alive_s", int, "HTTP keep-alive idle timeout in seconds (default 75)"),
-    ("--header-timeout-s", "header_timeout_s", float, "seconds a client has to send a request's headers"),
-    ("--body-timeout-s", "body_timeout_s", float, "seconds a client has to send a request's body (408 after)"),
-    ("--device", "device", str, "auto, cpu, cuda, cuda:N"),
-    ("--precision", "precision", str, "auto, fp32 or bf16"),
-    ("--search-device", "search_device", str, "where the index is searched: auto (the encoder's), cpu, cuda, cuda:N"),
-    ("--torch-threads", "torch_threads", int, "torch intra-op threads on CPU"),
-    ("--max-batch-size", "max_batch_size", int, "most questions per batch"),
-    ("--max-wait-ms", "max_wait_ms", float, "longest wait for a batch to fill"),
-    ("--pipeline", "pipeline", str, "auto, on, full (overlap only with a full batch waiting) or off"),
-    ("--max-queue-wait-ms", "max_queue_wait_ms", float, "429 when the expected queueing time exceeds this"),
-    ("--max-queue", "max_queue", int, "queued questions before 429 (hard cap)"),
-    ("--default-top-k", "default_top_k", int, "hits per query by default"),
-    ("--max-top-k", "max_top_k", int, "largest top_k accepted"),
-    ("--max-offset-top-k", "max_offset_top_k", int, "largest offset + top_k accepted (pagination bound)"),
-    ("--max-queries-per-request", "max_queries_per_request", int, "most queries per request"),
-    ("--max-query-chars", "max_query_chars", int, "query characters kept before tokenisation"),
-    ("--max-body-bytes", "max_body_bytes", int, "largest request body"),
-    ("--passage-context-chars", "passage_context_chars", int, "passage characters each side of a hit's phrase"),
-    ("--max-response-bytes", "max_response_bytes", int, "largest /search response body"),
-    ("--max-answer-tokens-limit", "max_answer_tokens_limit", int, "largest max_answer_tokens accepted"),
-    ("--default-nprobe", "default_nprobe", int, "IVF nprobe by default"),
-    ("--max-nprobe", "max_nprobe", int, "largest nprobe accepted"),
-    ("--api-key", "api_key", str, "require this API key (prefer SPANSEEK_API_KEY: flags show in ps)"),
-    ("--cors-origins", "cors_origins", str, "comma-separated allowed browser origins"),
-)
+def serve_flags() -> list[tuple[str, str, str]]:
+    """(flag, settings field, help) of every setting: the flags are generated from ``Settings`` (its field names and
+    descriptions), so a new setting is one line there. ``warmup`` is the switch ``--no-warmup``."""
+    flags = []
+    for name, info in Settings.model_fields.items():
+        if name == "warmup":
+            continue
+        default = "" if info.is_required() else f"; default {info.get_default(call_default_factory=True)!r}"
+        flags.append((f"--{name.replace('_', '-')}", name,
+                      f"{info.description or name} (SPANSEEK_{name.upper()}{default})".replace("%", "%%")))
+    return flags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``serve`` subcommand."""
-    p = sub.add_parser("serve", help="run the HTTP search service (FastAPI + uvicorn)")
-    for flag, dest, typ, help_text in _FLAGS:
-        p.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
+    p = sub.add_parser("serve", help="run the HTTP search service (FastAPI + uvicorn); every flag is also an "
+                                     "environment variable")
+    for flag, dest, help_text in serve_flags():
+        # strings: pydantic converts and checks them as it does the environment's, naming the flag when they fail
+        p.add_argument(flag, dest=dest, default=None, help=help_text)
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip warm-up searches")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_serve)
@@ -62,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from the flags that were given, the environment (SPANSEEK_*) and the defaults, in that order."""
-    given = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS if getattr(args, dest, None) is not None}
+    given = {dest: getattr(args, dest) for _, dest, _ in serve_flags() if getattr(args, dest, None) is not None}
     if getattr(args, "warmup", None) is not None:
         given["warmup"] = args.warmup
     return Settings(**given)
@@ -77,6 +57,10 @@ def check_servable(settings: Settings) -> None:
 
     check_index(resolve_alias(settings.index).target)
     resolve_model(settings.model)
+    if settings.reader is not None:
+        from spanseek.core.reader import resolve_reader
+
+        resolve_reader(settings.reader)
 
 
 def settings_errors(error: Any) -> str:

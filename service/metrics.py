@@ -10,6 +10,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 from spanseek.core.params import UNITS
+from spanseek.core.plan import StageTimes
 from spanseek.service.errors import ERROR_TYPES
 
 __all__ = ["UNITS", "ServiceMetrics"]
@@ -70,12 +71,13 @@ class ServiceMetrics:
         self.index_bytes.set(size_bytes)
         self.index_loaded.set_to_current_time()
 
-    def observe_batch(self, size: int, encode: float, search: float, aggregate: float) -> None:
-        """Record one batch: its size and the seconds of each of its stages."""
+    def observe_batch(self, size: int, times: StageTimes) -> None:
+        """Record one batch: its size and the seconds of each of its stages (reading only when it read)."""
         self.batch_size.observe(size)
-        self.stage_duration.labels(stage="encode").observe(encode)
-        self.stage_duration.labels(stage="search").observe(search)
-        self.stage_duration.labels(stage="aggregate").observe(aggregate)
+        for stage in ("encode", "search", "aggregate"):
+            self.stage_duration.labels(stage=stage).observe(getattr(times, stage))
+        if times.read:
+            self.stage_duration.labels(stage="read").observe(times.read)
 
     def render(self) -> bytes:
         """The exposition text of this registry."""

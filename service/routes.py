@@ -151,6 +151,15 @@ async def ready(request: Request) -> HealthResponse:
     return HealthResponse(status="ready")
 
 
+def _reader_info(searcher) -> dict[str, Any] | None:
+    """What requests with ``read`` get: the reader's default depth; None when the service has no reader."""
+    reading = getattr(searcher, "reading", None)
+    if reading is None:
+        return None
+    return {"read_passages": reading.reading.read_passages, "spans_per_passage": reading.reading.spans_per_passage,
+            "backbone": reading.reader.config.backbone}
+
+
 @router.get("/info", response_model=InfoResponse, responses=_errors(401, 503), tags=["service"],
             dependencies=[Depends(require_api_key)])
 async def info(request: Request) -> InfoResponse:
@@ -166,8 +175,8 @@ async def info(request: Request) -> InfoResponse:
         "max_queue_wait_ms": s.max_queue_wait_ms, "passage_context_chars": s.passage_context_chars,
         "max_response_bytes": s.max_response_bytes, "max_offset_top_k": s.max_offset_top_k,
         "confidence": sorted(state.searcher.calibrator.models) if state.searcher and state.searcher.calibrator else [],
-        "pipeline": s.pipeline, "overlap": state.overlap,
-        "version": request.app.version, "reload": state.reloader.describe(),
+        "pipeline": s.pipeline, "overlap": state.overlap, "reader": _reader_info(state.searcher),
+        "max_read_passages": s.max_read_passages, "version": request.app.version, "reload": state.reloader.describe(),
     }
     index = dict(state.info["index"])
     model = dict(state.info["model"])
@@ -213,6 +222,7 @@ async def search(
     _check_range("max_answer_tokens", body.max_answer_tokens, 1, s.max_answer_tokens_limit)
     _check_range("nprobe", body.nprobe, 1, s.max_nprobe)
     _check_range("offset", body.offset, 0, s.max_offset_top_k)
+    _check_range("read_passages", body.read_passages, 1, s.max_read_passages)
     top_k = body.top_k or s.default_top_k
     if (body.offset or 0) + top_k > s.max_offset_top_k:
         raise BadRequest(f"offset + top_k must be at most {s.max_offset_top_k}, got {(body.offset or 0) + top_k}")
@@ -225,6 +235,7 @@ async def search(
             fusion=body.fusion, lexical_weight=body.lexical_weight, offset=body.offset or 0,
             allow_overlap=body.allow_overlap, min_confidence=body.min_confidence,
             filter=body.filter.to_filter() if body.filter is not None else None,
+            read=body.read, read_passages=body.read_passages,
         )
         state.searcher.check_mode(params)
     except (ValueError, LexicalIndexMissing) as e:  # SearchParamsError, or a mode the index cannot serve
@@ -236,9 +247,10 @@ async def search(
     state.metrics.questions.labels(unit=unit).inc(len(questions))
     timings = Timings(
         queue=outcome.queue * 1e3, encode=outcome.encode * 1e3, search=outcome.search * 1e3,
-        aggregate=outcome.aggregate * 1e3, total=(time.perf_counter() - t0) * 1e3, batch_size=outcome.batch_size,
+        aggregate=outcome.aggregate * 1e3, read=outcome.read * 1e3, total=(time.perf_counter() - t0) * 1e3,
+        batch_size=outcome.batch_size,
     )
-    stages = ("queue", "encode", "search", "aggregate", "total")
+    stages = ("queue", "encode", "search", "aggregate", "read", "total")
     headers = {f"X-Spanseek-{stage.capitalize()}-Ms": f"{getattr(timings, stage):.3f}" for stage in stages}
     headers["X-Spanseek-Batch-Size"] = str(outcome.batch_size)
     headers["Server-Timing"] = ", ".join(f"{st};dur={getattr(timings, st):.3f}" for st in stages)

@@ -98,6 +98,15 @@ class SearchRequest(BaseModel):
         None, description="abstain when the best hit's confidence is below this (0-1): the question gets no hits and "
         "no_answer = true; needs a calibrated model (GET /info: confidence)",
     )
+    read: bool = Field(
+        False, description="read the top passages with the cross-attention reader and answer with its spans "
+        "(slower, more often exact; needs a server with a reader: GET /info reader); passages and documents are "
+        "re-ranked by their best read answer",
+    )
+    read_passages: int | None = Field(
+        None, description="with read: passages (units) read per question, up to the server's max_read_passages "
+        "(default: the reader's fitted one)",
+    )
 
     filter: FilterIn | None = Field(
         None, description="search only the documents that pass it; applied inside the search, so top_k is still "
@@ -153,6 +162,8 @@ class HitOut(BaseModel):
         None, description="calibrated probability that the hit is correct (phrase: matches the answer; passage: "
         "contains it; doc: is the answer's document); null when the model has no calibration",
     )
+    read: float | None = Field(None, description="the reader's score of the phrase when the hit was read (read: "
+                               "true); null when it was not read")
 
 
 class QueryResult(BaseModel):
@@ -170,6 +181,7 @@ class Timings(BaseModel):
     encode: float
     search: float
     aggregate: float
+    read: float = Field(0.0, description="reading the top passages (requests with read)")
     total: float
     batch_size: int = Field(description="questions in the batch that served this request")
 

@@ -26,6 +26,11 @@ class Settings(BaseSettings):
     # 0 = only POST /admin/reload swaps.
     index_poll_s: float = Field(0.0, ge=0, description="seconds between checks for a switched index alias (0 = off)")
     model: str = Field("default", description="model directory, or 'default' for the bundled model")
+    # Requests with "read": true have their top passages read by this cross-attention reader: more often the exact
+    # answer, at a reader forward pass per passage read. Loading it costs ~90 MB of memory; None = no reading (400).
+    reader: str | None = Field(None, description="reader directory, or 'default' for the bundled reader, for "
+                                                 "requests with read (none: read is refused)")
+    reader_precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="reader precision")
     # auto = CUDA when present. bf16 roughly halves encoder time on GPUs / AVX-512 CPUs for a tiny score drift.
     device: str = Field("auto", description="torch device for the question encoder: auto, cpu, cuda, cuda:1")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="question-encoder precision")
@@ -101,6 +106,8 @@ class Settings(BaseSettings):
     # nprobe: inverted lists visited per IVF search. More = better recall, slower search. None = index default.
     default_nprobe: int | None = Field(None, ge=1, description="IVF nprobe when the request gives none")
     max_nprobe: int = Field(4096, ge=1, description="largest nprobe accepted (400 above)")
+    # Each passage read costs a reader forward pass (a few ms on a CPU core): bounds one question's reading.
+    max_read_passages: int = Field(20, ge=1, le=64, description="largest read_passages accepted (400 above)")
 
     # Access. With an API key, /search and /info need `Authorization: Bearer KEY` or `X-API-Key: KEY`; probes and
     # /metrics stay open so orchestrators and Prometheus need no secret (put /metrics behind the network instead).

@@ -43,7 +43,8 @@ def _build(cls: Callable[..., T], data: dict[str, Any], **nested: Any) -> T:
 class Hit:
     """One hit: the best phrase of the unit, its character span in ``passage`` (a window of the whole passage, which
     starts at ``passage_offset`` in it and is ``passage_chars`` long), its document, the two legs' scores and
-    ``confidence``, the calibrated probability that it is correct (None when the server's model has none)."""
+    ``confidence``, the calibrated probability that it is correct (None when the server's model has none), and
+    ``read``, the reader's score when the search read it (``search(..., read=True)``)."""
 
     text: str
     score: float
@@ -60,6 +61,7 @@ class Hit:
     dense: float | None = None
     lexical: float | None = None
     confidence: float | None = None
+    read: float | None = None  # the reader's score when the hit was read (``read=True``)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -81,6 +83,7 @@ class Timings:
     encode: float = 0.0
     search: float = 0.0
     aggregate: float = 0.0
+    read: float = 0.0
     total: float = 0.0
     batch_size: int = 0
     extra: dict[str, Any] = field(default_factory=dict)

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from spanseek.core.config import EncoderConfig, LoraSettings, QuestionMode
+from spanseek.core.config import EncoderConfig, LoraSettings, QuestionMode, ReaderConfig
 from spanseek.core.io import Holdout
 from spanseek.trainer.options import option
 
@@ -270,3 +270,79 @@ class LengthBiasConfig(FrozenModelJob):
             raise ValueError(f"questions must be >= 1 (training questions to fit on), got {self.questions}")
         if self.val_questions < 0:
             raise ValueError(f"val_questions must be >= 0, got {self.val_questions}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReaderTrainConfig(JobOptions):
+    """`spanseek train reader`: the cross-attention reader (core.reader), a full fine-tune of the backbone with its
+    word embeddings frozen."""
+
+    backbone: str = option(ReaderConfig.backbone, "backbone: package:NAME, a model directory or a hub id")
+    max_len: int = option(ReaderConfig.max_len, "(question, passage) window in tokens, special tokens included")
+    stride: int = option(ReaderConfig.stride, "overlap of a long passage's consecutive windows in tokens")
+    max_answer_tokens: int = option(ReaderConfig.max_answer_tokens, "longest answer span in tokens")
+    epochs: float = option(1.0, "passes over the training windows")
+    max_steps: int | None = option(None, "stop after this many steps (overrides --epochs)")
+    batch_size: int = option(32, "windows per step")
+    lr: float = option(1e-4, "peak learning rate")
+    warmup: float = option(0.1, "fraction of steps with a linear warm-up of the learning rate")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    limit_questions: int | None = option(None, "train on a fixed sample of this many questions")
+    checkpoint_every: int = option(100, "save OUT/last (weights and optimizer state) every N steps")
+    val_questions: int = option(1000, "held-out questions read at the end (reading-comprehension EM/F1); 0 = none")
+    reserve_offset: int | None = option(12, "articles i with i % holdout-every == this are kept out of training too: "
+                                        "reading at search time is fitted on them (`spanseek train fit-reading`)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.reserve_offset is None or (0 <= self.reserve_offset < self.holdout_every
+                                              and self.reserve_offset != self.holdout_offset),
+              "--reserve-offset", "in [0, --holdout-every), not --holdout-offset", self.reserve_offset)
+        check(self.batch_size >= 1, "--batch-size", "an integer >= 1", self.batch_size)
+        check(self.lr > 0, "--lr", "a number > 0", self.lr)
+        check(self.epochs > 0, "--epochs", "a number > 0", self.epochs)
+        check(self.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", self.checkpoint_every)
+
+    @property
+    def reserved(self) -> Holdout | None:
+        """The articles kept out of the reader's training for fitting reading at search time."""
+        return None if self.reserve_offset is None else Holdout(self.holdout_every, self.reserve_offset)
+
+    def build(self) -> ReaderConfig:
+        return ReaderConfig(backbone=self.backbone, max_len=self.max_len, stride=self.stride,
+                            max_answer_tokens=self.max_answer_tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitReadingConfig(JobOptions):
+    """`spanseek train fit-reading`: how read spans combine with retrieval (core.reading), fitted on training
+    articles the reader never trained on (``spanseek train reader --reserve-offset``)."""
+
+    out: str = option(help="reader directory to write reading.json into (usually the --reader itself)")
+    reader: str = option(help="reader directory (from `spanseek train reader`, e.g. RUN/last) or default")
+    model: str = option("default", "phrase model that retrieves the passages read")
+    articles_offset: int = option(12, "fit on articles i with i % holdout-every == this (the reader's --reserve-offset)")
+    questions: int = option(2000, "questions of those articles sampled for the fit")
+    read_passages: str = option("1,2,3,5,8", "passages read per question to choose from (comma-separated): the "
+                                "fewest whose phrase EM@1 is within --tolerance of the best is the default")
+    tolerance: float = option(0.5, "EM@1 points a smaller read_passages may lose to the best and still be chosen")
+    spans_per_passage: int = option(3, "best spans kept per passage read")
+    index: str | None = option(None, "index of those articles built with --model (else a temporary one is built)")
+    mode: Literal["dense", "lexical", "hybrid"] | None = option(None, "retrieval mode (default: the index's)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 <= self.articles_offset < self.holdout_every and self.articles_offset != self.holdout_offset,
+              "--articles-offset", "in [0, --holdout-every), not --holdout-offset", self.articles_offset)
+        check(self.questions >= 10, "--questions", "an integer >= 10", self.questions)
+        check(self.spans_per_passage >= 1, "--spans-per-passage", "an integer >= 1", self.spans_per_passage)
+        try:
+            depths = self.depths
+        except ValueError:
+            depths = ()
+        check(bool(depths) and min(depths) >= 1, "--read-passages", "comma-separated integers >= 1",
+              self.read_passages)
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        return tuple(sorted({int(x) for x in self.read_passages.split(",") if x.strip()}))

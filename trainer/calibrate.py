@@ -42,11 +42,12 @@ from spanseek.core.confidence import (
     LogisticModel,
     hit_features,
 )
+from spanseek.core.hits import Hit
 from spanseek.core.io import CorpusError, Question, atomic_path, load_squad, squad_questions
 from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.metrics import exact_match, passage_has_answer
 from spanseek.core.params import MODES, UNITS, SearchParams
-from spanseek.core.search import Hit, Searcher
+from spanseek.core.search import Searcher
 from spanseek.core.store import PhraseIndex
 
 log = logging.getLogger(__name__)
@@ -206,20 +207,20 @@ def hit_weights(lengths: Sequence[int]) -> np.ndarray:
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, features: Sequence[str] = FEATURES,
-                 weight: np.ndarray | None = None) -> LogisticModel:
+                 weight: np.ndarray | None = None, known: Sequence[str] = FEATURES) -> LogisticModel:
     """An L2-regularised logistic regression on standardised features (scikit-learn), as plain numbers, with
-    optional example weights; features not in ``features`` get weight 0."""
+    optional example weights; ``x``'s columns are ``known``, and those not in ``features`` get weight 0."""
     from sklearn.linear_model import LogisticRegression
 
-    unknown = set(features) - set(FEATURES)
+    unknown = set(features) - set(known)
     if unknown:
-        raise ValueError(f"unknown features {sorted(unknown)}; known: {', '.join(FEATURES)}")
-    use = np.asarray([f in features for f in FEATURES])
+        raise ValueError(f"unknown features {sorted(unknown)}; known: {', '.join(known)}")
+    use = np.asarray([f in features for f in known])
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale[scale < 1e-9] = 1.0  # a constant feature (no lexical leg) contributes nothing
     lr = LogisticRegression(C=c, max_iter=1000).fit(((x - mean) / scale)[:, use], y, sample_weight=weight)
-    coef = np.zeros(len(FEATURES))
+    coef = np.zeros(len(known))
     coef[use] = lr.coef_[0]
     return LogisticModel(tuple(map(float, mean)), tuple(map(float, scale)), tuple(map(float, coef)),
                          float(lr.intercept_[0]))

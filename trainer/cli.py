@@ -16,7 +16,15 @@ import os
 
 from spanseek.core.confidence import FEATURES
 from spanseek.core.params import MODES, UNITS
-from spanseek.trainer.arguments import DistInfo, FilterConfig, LengthBiasConfig, QsftConfig, TrainConfig
+from spanseek.trainer.arguments import (
+    DistInfo,
+    FilterConfig,
+    FitReadingConfig,
+    LengthBiasConfig,
+    QsftConfig,
+    ReaderTrainConfig,
+    TrainConfig,
+)
 from spanseek.trainer.options import add_options, from_args
 
 # The jobs run from a config dataclass: subcommand -> (config, "module:function" of spanseek.trainer, help).
@@ -28,6 +36,10 @@ CONFIG_JOBS = {
     "filter": (FilterConfig, "filter:train_filter", "train the token filter head on a frozen phrase model"),
     "length-bias": (LengthBiasConfig, "length_bias:fit_length_bias", "fit the span length bias of a trained model "
                     "on training questions (writes a copy of the model; its indexes stay valid)"),
+    "reader": (ReaderTrainConfig, "reader:train_reader", "train the cross-attention reader (the teacher, and "
+               "reading at search time; resumes from OUT/last)"),
+    "fit-reading": (FitReadingConfig, "fit_reading:fit_reading", "fit how read spans combine with retrieval, on "
+                    "training articles the reader never saw (writes OUT/reading.json)"),
 }
 
 

@@ -38,7 +38,7 @@ from spanseek.core.model import (
     load_tokenizer,
     resolve_model,
 )
-from spanseek.core.search import span_scores
+from spanseek.core.spans import span_scores
 from spanseek.core.text import char_to_token
 from spanseek.trainer.arguments import LengthBiasConfig
 

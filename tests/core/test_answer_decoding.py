@@ -14,7 +14,7 @@ import pytest
 from spanseek.core.config import EncoderConfig
 from spanseek.core.metrics import normalize_answer
 from spanseek.core.params import SearchParams
-from spanseek.core.search import best_answer, best_span, length_scores, merge_by_answer
+from spanseek.core.spans import best_answer, best_span, length_scores, merge_by_answer
 from spanseek.core.text import FLAG_END, FLAG_START
 from tests.core.test_search import random_questions
 

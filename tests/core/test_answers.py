@@ -27,9 +27,10 @@ from spanseek.core.confidence import (
     hit_features,
     load_calibrator,
 )
+from spanseek.core.hits import Hits
 from spanseek.core.lexical import DEFAULT_FUSION
 from spanseek.core.params import MODES, UNITS, SearchParams, SearchParamsError
-from spanseek.core.search import Hits, Searcher
+from spanseek.core.search import Searcher
 
 N_FEATURES = len(FEATURES)
 

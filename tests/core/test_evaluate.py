@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from spanseek.core.evaluate import confidence_intervals, evaluate, sample_questions
+from spanseek.core.hits import Hit
 from spanseek.core.io import Question
-from spanseek.core.search import Hit
 
 CONTEXTS = ("Paris is the capital of France.", "New York is a city in the USA.")
 QUESTIONS = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from spanseek.core.params import SearchParams
-from spanseek.core.search import best_span
+from spanseek.core.spans import best_span
 
 
 def test_top_phrase_matches_brute_force(tiny_searcher):

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from spanseek.core.params import SearchParams
-from spanseek.core.search import Searcher, best_span
+from spanseek.core.search import Searcher
+from spanseek.core.spans import best_span
 from spanseek.core.store import MANIFEST, PASSAGES, TOKEN_FLAGS, PhraseIndex
 from spanseek.indexer import add as add_mod
 from spanseek.indexer.add import add_documents

@@ -178,7 +178,7 @@ def test_compressed_search_scores_spans_with_the_chosen_source(pq_index, source)
 
 
 def test_refine_reranks_candidates_by_the_fine_vectors():
-    from spanseek.core.search import refine
+    from spanseek.core.dense import refine
 
     rng = np.random.default_rng(2)
     vecs = rng.standard_normal((50, 6)).astype(np.float32)
@@ -193,7 +193,7 @@ def test_refine_reranks_candidates_by_the_fine_vectors():
 
 
 def test_pq_search_refined_over_every_token_equals_exact_search(pq_index, tmp_path, monkeypatch):
-    from spanseek.core import search
+    from spanseek.core import dense as search
 
     reindex(pq_index, tmp_path / "flat", BuildOptions(factory="Flat", progress=False))  # same fine store
     exact, idx = Searcher(PhraseIndex(tmp_path / "flat")), PhraseIndex(pq_index)
@@ -211,7 +211,7 @@ def test_pq_search_refined_over_every_token_equals_exact_search(pq_index, tmp_pa
 
 @pytest.mark.parametrize("unit, top_k", [("phrase", 10), ("passage", 20), ("doc", 5)])
 def test_pq_searches_of_every_unit_at_the_usual_depths_are_refined(pq_index, monkeypatch, unit, top_k):
-    from spanseek.core import search
+    from spanseek.core import dense as search
 
     fetched = []
     real = search.refine

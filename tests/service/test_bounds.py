@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
+from spanseek.core.hits import Hit
 from spanseek.core.params import SearchParams
-from spanseek.core.search import Hit, Searcher
+from spanseek.core.search import Searcher
 from spanseek.service.app import create_app
 from spanseek.service.bounds import passage_window
 

@@ -8,7 +8,7 @@ import pytest
 
 from spanseek.core.model import ModelError
 from spanseek.core.store import IndexFormatError
-from spanseek.service.cli import _FLAGS, check_servable, register, settings_from_args
+from spanseek.service.cli import check_servable, register, serve_flags, settings_from_args
 from spanseek.service.settings import Settings
 
 
@@ -19,7 +19,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_flags_mirror_the_settings():
-    assert {dest for _, dest, _, _ in _FLAGS} | {"warmup"} == set(Settings.model_fields)  # warmup: --no-warmup
+    """Every setting has a flag (warmup: --no-warmup) whose help is the setting's description and names its
+    environment variable."""
+    flags = serve_flags()
+    assert {dest for _, dest, _ in flags} | {"warmup"} == set(Settings.model_fields)
+    for flag, dest, help_text in flags:
+        assert flag == "--" + dest.replace("_", "-")
+        assert Settings.model_fields[dest].description and f"SPANSEEK_{dest.upper()}" in help_text
 
 
 def test_flags_override_environment_which_overrides_defaults(monkeypatch, tmp_path):

@@ -98,7 +98,7 @@ def test_span_table_has_every_valid_span_of_each_passage(squad_file, tiny_model_
     from spanseek.core.encoding import PassageEncoder, QuestionEncoder
     from spanseek.core.io import load_squad, squad_questions
     from spanseek.core.model import load_model, load_tokenizer
-    from spanseek.core.search import span_scores
+    from spanseek.core.spans import span_scores
     from spanseek.core.text import char_to_token
     from spanseek.trainer.length_bias import span_table
 

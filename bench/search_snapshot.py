@@ -1,0 +1,81 @@
+"""Every unit x mode's hits for a question file, written to JSON and compared with an earlier snapshot.
+
+    python bench/search_snapshot.py --index runs/val-index --model default \
+        --questions runs/validation.json.gz --out runs/snapshot-before.json
+    python bench/search_snapshot.py ... --out runs/snapshot-after.json --compare runs/snapshot-before.json
+
+A refactoring of the search path keeps behaviour when the two snapshots agree: per question, unit and mode, the
+same hits (passage, character span, text) with the same scores (to 1e-4) and confidences. The question vectors are
+encoded once and shared by every search, so the snapshot isolates the search stage from encoder noise.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from spanseek.core.io import load_squad, squad_questions, write_json_atomic  # noqa: E402
+from spanseek.core.loading import open_searcher  # noqa: E402
+from spanseek.core.params import MODES, UNITS, SearchParams  # noqa: E402
+
+
+def snapshot(index: str, model: str, questions_file: str, top_k: int, limit: int | None) -> dict[str, list]:
+    searcher = open_searcher(index, model, precision="fp32")
+    questions = [q.question for q in squad_questions(load_squad(questions_file))][:limit]
+    assert searcher.encoder is not None
+    q_start, q_end = searcher.encoder.encode(questions)
+    out: dict[str, list] = {}
+    for unit in UNITS:
+        for mode in MODES:
+            params = SearchParams(unit=unit, mode=mode, top_k=top_k)
+            rows = []
+            for i in range(0, len(questions), 64):
+                hits = searcher.search_vectors(q_start[i:i + 64], q_end[i:i + 64], params, None, questions[i:i + 64])
+                rows += [[[h.passage_id, h.start, h.end, h.text, round(h.score, 4),
+                           None if h.confidence is None else round(h.confidence, 4)] for h in q] for q in hits]
+            out[f"{unit}/{mode}"] = rows
+    return out
+
+
+def compare(now: dict[str, list], before: dict[str, list]) -> dict[str, dict[str, int]]:
+    """Per unit/mode: questions compared and how many differ (hits, order, span or a score beyond 1e-4)."""
+    report = {}
+    for key, rows in now.items():
+        old = before.get(key, [])
+        differ = 0
+        for a, b in zip(rows, old, strict=False):
+            same = len(a) == len(b) and all(
+                x[:4] == y[:4] and abs(x[4] - y[4]) <= 1e-4 and (x[5] is None) == (y[5] is None)
+                and (x[5] is None or abs(x[5] - y[5]) <= 1e-4) for x, y in zip(a, b, strict=True))
+            differ += not same
+        report[key] = {"questions": len(rows), "compared": min(len(rows), len(old)), "differ": differ}
+    return report
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--questions", required=True, help="SQuAD-format file")
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--compare", default=None, help="an earlier snapshot: report the questions whose hits differ")
+    args = ap.parse_args()
+    now = snapshot(args.index, args.model, args.questions, args.top_k, args.limit)
+    write_json_atomic(args.out, now)
+    if args.compare:
+        report = compare(now, json.loads(Path(args.compare).read_text()))
+        json.dump(report, sys.stdout, indent=2)
+        return 1 if any(r["differ"] or r["compared"] != r["questions"] for r in report.values()) else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""The lexical leg and the fusion of the two legs (``lexical`` and ``hybrid`` modes).
+
+Every span of the top lexical passages is a candidate too, scored from the stored token vectors exactly as reading
+comprehension scores them (``DenseLeg.passage_spans``). ``lexical`` ranks units by BM25 (a passage's best span is
+its answer). ``hybrid`` ranks phrases by dense score + w x the passage's BM25 score z-normalised over the question's
+candidate passages (DenSPI-style), then re-ranks the head of that list (``core.rerank``); passages and documents
+are ranked by fusing the two legs' unit scores over the candidates of both: score fusion
+(``core.lexical.score_fuse``) or reciprocal rank fusion (``rrf_fuse``). Hits carry both components.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spanseek.core.dense import DenseLeg, dedupe_spans
+from spanseek.core.hits import Hit, HitBuilder, first_per_unit, non_overlapping_spans
+from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, zscore
+from spanseek.core.plan import Plan
+from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
+from spanseek.core.spans import Spans, numpy_blas
+
+# phrase unit, hybrid: the lexical passages whose every span joins the dense candidates
+LEXICAL_PASSAGES = 5
+# passage/doc units, hybrid: each leg brings at least this many units to the fused candidate list (documents are
+# few and large: the dense leg deepens its search until it has found this many)
+FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
+
+
+class LexicalFusion:
+    """The lexical leg of a batch, alone (``lexical``) or fused with the dense leg's spans (``hybrid``)."""
+
+    def __init__(self, lexical: LexicalIndex, dense: DenseLeg, hits: HitBuilder,
+                 unit_of_passage: dict[str, np.ndarray], phrase_rerank: dict[str, float] | None):
+        self.lexical = lexical
+        self.dense = dense
+        self.hits = hits
+        self.unit_of_passage = unit_of_passage
+        self.unit_count = {u: len(np.unique(m)) for u, m in unit_of_passage.items()}
+        self.phrase_rerank = phrase_rerank
+
+    def rank(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, questions: list[str],
+             dense: list[Spans] | None) -> list[list[Hit]]:
+        """Per question, the plan's ``top_k`` hits: by BM25 (``dense`` None) or fused with ``dense`` spans."""
+        lexical = self.lexical.scores(questions)  # (B, P)
+        if plan.selection.passages is not None:  # only scores above zero count as matches
+            lexical = np.where(plan.selection.passages[None, :], lexical, 0)
+        unit, top_k = plan.unit, plan.top_k
+        lex_unit = "passage" if unit == "phrase" else unit
+        n_lex = top_k if dense is None else LEXICAL_PASSAGES if unit == "phrase" else max(top_k, FUSION_DEPTH[unit])
+        out = []
+        with numpy_blas().limit(limits=1):
+            for b in range(len(questions)):
+                units, unit_scores, passages = self.lexical_units(lexical[b], lex_unit, n_lex)
+                extra = self.dense.passage_spans(passages, q_start[b], q_end[b], plan)
+                if dense is None:
+                    out.append(self.lexical_hits(extra, unit_scores, passages, top_k))
+                    continue
+                sp = dense[b]
+                both = dedupe_spans(np.concatenate([sp.starts, extra.starts]), np.concatenate([sp.ends, extra.ends]),
+                                    np.concatenate([sp.scores, extra.scores]), self.dense.index.num_tokens)
+                out.append(self.fused_hits(both, lexical[b], plan, questions[b]))
+        return out
+
+    def lexical_units(self, scores: np.ndarray, unit: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One question's top ``n`` units by BM25 (a unit scores its best passage's score; only matching ones):
+        (units, their scores, their best passages), best first, ties by passage id."""
+        if unit == "passage":
+            n = min(n, len(scores))
+            top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
+            top = top[np.lexsort((top, -scores[top]))]
+        else:
+            top = np.argsort(-scores, kind="stable")
+            top = top[first_per_unit(self.unit_of_passage[unit][top])][:n]
+        top = top[scores[top] > 0]
+        return self.unit_of_passage[unit][top], scores[top], top
+
+    def lexical_hits(self, spans: Spans, unit_scores: np.ndarray, passages: np.ndarray, top_k: int) -> list[Hit]:
+        """Lexical mode: units in BM25 order, each answered by the best span of its best passage."""
+        span_passage = self.dense.index.token_passage[spans.starts]
+        best = {int(span_passage[i]): int(i) for i in first_per_unit(span_passage)}  # spans are sorted
+        hits = []
+        for p, score in zip(passages.tolist(), unit_scores.tolist(), strict=True):
+            i = best.get(p)
+            if i is None:  # no valid span in the passage (no token may start or end a phrase)
+                continue
+            hits.append(self.hits.hit(int(spans.starts[i]), int(spans.ends[i]), score, float(spans.scores[i]), score))
+            if len(hits) == top_k:
+                break
+        return hits
+
+    def fused_hits(self, spans: Spans, lexical: np.ndarray, plan: Plan, question: str) -> list[Hit]:
+        """Hybrid: one question's candidate spans (dense and lexical) ranked with the lexical leg fused in."""
+        if not len(spans.scores):
+            return []
+        if plan.unit == "phrase":
+            return self._fused_phrases(spans, lexical, plan, question)
+        unit_of_passage = self.unit_of_passage[plan.unit]
+        passages = self.dense.index.token_passage[spans.starts]
+        first = first_per_unit(unit_of_passage[passages])  # each candidate unit's best span (spans are sorted)
+        dense = spans.scores[first].astype(np.float64)
+        units = unit_of_passage[passages[first]]
+        if plan.unit == "passage":
+            lex = lexical[units].astype(np.float64)
+        else:  # a document's lexical score is its best passage's
+            lex = np.zeros(self.unit_count[plan.unit])
+            np.maximum.at(lex, unit_of_passage, lexical)
+            lex = lex[units]
+        fused = score_fuse(dense, lex, plan.lexical_weight) if plan.fusion == "score" else rrf_fuse(dense, lex)
+        pick = np.argsort(-fused, kind="stable")[: plan.top_k]
+        return [self.hits.hit(int(spans.starts[first[i]]), int(spans.ends[first[i]]), float(fused[i]),
+                              float(dense[i]), float(lex[i])) for i in pick]
+
+    def _fused_phrases(self, spans: Spans, lexical: np.ndarray, plan: Plan, question: str) -> list[Hit]:
+        """Phrases: dense score + w x z-normalised BM25 of their passage; the head re-ranked when the index's fusion
+        defaults carry re-ranking weights."""
+        passages = self.dense.index.token_passage[spans.starts]
+        cand, where = np.unique(passages, return_inverse=True)  # the candidate passages, and each span's
+        fused = spans.scores + plan.lexical_weight * zscore(lexical[cand])[where]
+        order = np.argsort(-fused, kind="stable")
+        scores = fused[order]
+        if self.phrase_rerank:  # the head of the fused list re-ranked; the rest follows, its scores shifted
+            head, tail = order[:RERANK_DEPTH], order[RERANK_DEPTH:]
+            texts = [self.hits.span_text(int(spans.starts[i]), int(spans.ends[i])) for i in head]
+            score = rerank_scores(rerank_features(fused[head], texts, question), self.phrase_rerank)
+            new = np.argsort(-score, kind="stable")
+            order = np.concatenate([head[new], tail])
+            scores = np.concatenate([score[new], fused[tail] - fused[head[-1]] + score.min()])
+        pos = (np.arange(min(plan.top_k, len(order))) if plan.params.allow_overlap else
+               non_overlapping_spans(spans.starts[order], spans.ends[order], np.arange(len(order)), plan.top_k))
+        return [self.hits.hit(int(spans.starts[i]), int(spans.ends[i]), float(sc), float(spans.scores[i]),
+                              float(lexical[passages[i]])) for i, sc in zip(order[pos], scores[pos], strict=True)]

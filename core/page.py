@@ -1,0 +1,37 @@
+"""The last stage of a search: confidence for each ranked hit, abstention, and the page the request asked for."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from spanseek.core.confidence import Calibrator
+from spanseek.core.hits import Hit, Hits
+from spanseek.core.params import SearchParams
+from spanseek.core.plan import Plan
+
+
+class Pager:
+    """Confidences from the model's calibrator (``core.confidence``) where it applies to the plan, then
+    ``min_confidence`` and the page ``[offset, offset + top_k)``. Read hits (``core.reading``) bring their own
+    confidence, from the reader's calibration."""
+
+    def __init__(self, calibrator: Calibrator | None, phrase_rerank: dict[str, float] | None):
+        self.calibrator = calibrator
+        self.phrase_rerank = phrase_rerank
+
+    def calibrated(self, plan: Plan) -> bool:
+        """Whether the calibrator applies to this plan: its unit, mode and (hybrid) fusion and lexical weight."""
+        if self.calibrator is None:
+            return False
+        return self.calibrator.applies(plan.unit, plan.mode, plan.fusion, plan.lexical_weight, self.phrase_rerank)
+
+    def page(self, hits: list[Hit], params: SearchParams, plan: Plan) -> Hits:
+        """One question's ranked hits -> confidences, abstention, then the page of ``params``."""
+        if not params.read and self.calibrator is not None and self.calibrated(plan):
+            conf = self.calibrator.confidences(plan.unit, plan.mode, [h.score for h in hits], [h.dense for h in hits],
+                                               [h.lexical for h in hits], [h.text for h in hits])
+            if conf is not None:
+                hits = [dataclasses.replace(h, confidence=c) for h, c in zip(hits, conf, strict=True)]
+        if params.min_confidence is not None and (not hits or (hits[0].confidence or 0.0) < params.min_confidence):
+            return Hits(no_answer=True)
+        return Hits(hits[params.offset : params.offset + params.top_k])

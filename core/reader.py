@@ -1,0 +1,297 @@
+"""The cross-attention reader: a question and a passage in one sequence, start and end logits over the passage.
+
+An extractive reading-comprehension model (the standard SQuAD head: one linear layer giving a start and an end
+logit per token) on the phrase model's backbone. It reads far better than the phrase model, because it sees the
+question while it reads, and costs a forward pass per (question, passage) pair: the searcher uses it to read the
+top passages of a search when a request asks for it (``read``), and the trainer as the teacher of distillation.
+
+A reader directory holds ``reader_config.json`` (the ReaderConfig) and ``weights.safetensors``: every weight but
+the word embeddings (frozen in training, so they come from the backbone package), stored in fp16, so a reader on
+MiniLM-L6 is about 22 MB. ``resolve_reader("default")`` gives the reader shipped in ``core/models/reader``.
+
+    spanseek train reader --out work/reader           # trains one (trainer.reader)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from spanseek.core.config import ReaderConfig
+from spanseek.core.encoding import autocast, model_device
+from spanseek.core.io import replace_dir
+from spanseek.core.model import ModelError, resolve_backbone
+
+READER_CONFIG_NAME = "reader_config.json"
+READER_WEIGHTS_NAME = "weights.safetensors"
+DEFAULT_READER_DIR = Path(__file__).parent / "models" / "reader"
+FROZEN = "word_embeddings"  # parameters whose name holds this are never trained and never saved
+
+
+class ReaderModel(nn.Module):
+    """Backbone + a linear start/end head over every token: (B, T) ids -> (B, T) start and end logits."""
+
+    def __init__(self, config: ReaderConfig):
+        super().__init__()
+        from transformers import AutoModel
+
+        path = resolve_backbone(config.backbone)
+        self.config = config
+        self.backbone = AutoModel.from_pretrained(path, add_pooling_layer=False,
+                                                  local_files_only=os.path.isdir(path)).float()
+        hidden = int(getattr(self.backbone, "config").hidden_size)  # noqa: B009 (nn.Module hides its type)
+        self.qa_head = nn.Linear(hidden, 2)
+        for name, p in self.named_parameters():
+            p.requires_grad_(FROZEN not in name)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+        logits = self.qa_head(hidden).float()  # (B, T, 2)
+        return logits[..., 0], logits[..., 1]
+
+    def saved_state(self) -> dict[str, torch.Tensor]:
+        return {n: t for n, t in self.state_dict().items() if FROZEN not in n}
+
+    def save(self, out_dir: str | Path) -> Path:
+        """Config + fp16 weights (all but the word embeddings) to ``out_dir``, atomically."""
+        out_dir = Path(out_dir)
+        tmp = out_dir.with_name(out_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.config.save(tmp / READER_CONFIG_NAME)
+        state = {n: t.detach().to("cpu", torch.float16).contiguous() for n, t in self.saved_state().items()}
+        save_file(state, str(tmp / READER_WEIGHTS_NAME))
+        (tmp / READER_WEIGHTS_NAME).chmod(0o644)
+        replace_dir(tmp, out_dir)
+        return out_dir
+
+    def load_weights(self, path: str | Path) -> None:
+        """A saved reader's weights; ModelError naming the file when they do not fit this config."""
+        state = load_file(str(path))
+        own = self.saved_state()
+        if set(state) != set(own):
+            odd = sorted(set(state) ^ set(own))
+            raise ModelError(f"{path}: weights do not fit this reader config (e.g. {odd[:3]})")
+        for name, t in state.items():
+            if t.shape != own[name].shape:
+                raise ModelError(f"{path}: weight {name} has shape {tuple(t.shape)}, the config needs "
+                                 f"{tuple(own[name].shape)}")
+        self.load_state_dict({n: t.float() for n, t in state.items()}, strict=False)
+
+
+def resolve_reader(ref: str | Path) -> Path:
+    """``default`` -> the bundled reader; otherwise a reader directory (ModelError when it is not one)."""
+    path = DEFAULT_READER_DIR if str(ref) == "default" else Path(ref)
+    if not (path / READER_CONFIG_NAME).is_file() or not (path / READER_WEIGHTS_NAME).is_file():
+        raise ModelError(f"reader {str(ref)!r}: {path} is not a reader directory (it needs {READER_CONFIG_NAME} and "
+                         f"{READER_WEIGHTS_NAME}; train one with `spanseek train reader`)")
+    return path
+
+
+def load_reader_model(ref: str | Path) -> ReaderModel:
+    path = resolve_reader(ref)
+    model = ReaderModel(ReaderConfig.load(path / READER_CONFIG_NAME))
+    model.load_weights(path / READER_WEIGHTS_NAME)
+    return model.eval()
+
+
+def load_reader_tokenizer(config: ReaderConfig):
+    from transformers import AutoTokenizer
+
+    path = resolve_backbone(config.backbone)
+    return AutoTokenizer.from_pretrained(path, use_fast=True, local_files_only=os.path.isdir(path))
+
+
+# --- windows -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Windows:
+    """(question, passage) pairs tokenised into windows.
+
+    ids[w]: token ids of window w; pair[w]: the pair it belongs to; offsets[w]: (T, 2) character offsets into the
+    passage, (-1, -1) for tokens outside it (question, special tokens); type_ids[w] where the backbone uses them.
+    """
+
+    ids: list[np.ndarray]
+    pair: np.ndarray
+    offsets: list[np.ndarray]
+    type_ids: list[np.ndarray] | None
+
+
+def make_windows(tokenizer, config: ReaderConfig, questions: list[str], passages: list[str]) -> Windows:
+    """Tokenise pairs into windows of at most ``max_len`` tokens, long passages in strided windows."""
+    if not questions:
+        return Windows([], np.zeros(0, np.int64), [], None)
+    q_ids = tokenizer(questions, add_special_tokens=False, truncation=True, max_length=config.max_query_len)
+    questions = tokenizer.batch_decode(q_ids["input_ids"])  # truncated questions, so the pair budget holds
+    enc = tokenizer(questions, passages, truncation="only_second", max_length=config.max_len, stride=config.stride,
+                    return_overflowing_tokens=True, return_offsets_mapping=True, padding=False)
+    uses_types = "token_type_ids" in tokenizer.model_input_names
+    ids, offsets, types = [], [], []
+    for w in range(len(enc["input_ids"])):
+        seq = enc.sequence_ids(w)
+        off = np.array(enc["offset_mapping"][w], dtype=np.int64).reshape(-1, 2)
+        outside = np.array([s != 1 for s in seq])
+        off[outside] = -1
+        ids.append(np.array(enc["input_ids"][w], dtype=np.int64))
+        offsets.append(off)
+        if uses_types:
+            types.append(np.array(enc["token_type_ids"][w], dtype=np.int64))
+    pair = np.array(enc["overflow_to_sample_mapping"], dtype=np.int64)
+    return Windows(ids, pair, offsets, types if uses_types else None)
+
+
+def pad_batch(rows: list[np.ndarray], pad_id: int, multiple: int = 8) -> torch.Tensor:
+    """(B, T) tensor of rows right-padded with ``pad_id`` to a multiple of ``multiple``."""
+    width = -(-max(len(r) for r in rows) // multiple) * multiple
+    out = np.full((len(rows), width), pad_id, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return torch.from_numpy(out)
+
+
+# --- span decoding -------------------------------------------------------------------------------------------------
+
+
+def best_spans(start: torch.Tensor, end: torch.Tensor, valid: torch.Tensor, max_tokens: int,
+               k: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``k`` best spans i <= j < i + max_tokens of each row, both ends on valid tokens.
+
+    start, end: (B, T) logits; valid: (B, T) bool. Returns (B, k) scores (start[i] + end[j]), starts and ends;
+    rows with fewer than k spans give -inf scores there.
+    """
+    b, t = start.shape
+    width = min(max_tokens, t)
+    # band[b, i, l] = start[b, i] + end[b, i + l]: every span of l + 1 tokens from i, (B, T, width)
+    end_pad = torch.cat([end, end.new_full((b, width), float("-inf"))], dim=1)
+    valid_pad = torch.cat([valid, valid.new_zeros((b, width))], dim=1)
+    idx = torch.arange(t, device=start.device)[:, None] + torch.arange(width, device=start.device)[None, :]
+    band = start[:, :, None] + end_pad[:, idx]
+    ok = valid[:, :, None] & valid_pad[:, idx]
+    band = band.masked_fill(~ok, float("-inf")).reshape(b, -1)
+    k = min(k, band.shape[1])
+    scores, flat = band.topk(k, dim=1)
+    starts = torch.div(flat, width, rounding_mode="floor")
+    return scores, starts, starts + flat % width
+
+
+@dataclass(frozen=True)
+class ReadSpan:
+    """An answer read from a passage: its characters in the passage, text, and reader score (logit sum)."""
+
+    pair: int
+    start: int
+    end: int
+    text: str
+    score: float
+
+
+class PassageReader:
+    """Reads (question, passage) pairs in batches and gives each pair's best spans.
+
+        reader = PassageReader.load("default")
+        spans = reader.read(["who wrote hamlet?"], ["Hamlet is a tragedy by William Shakespeare."])
+    """
+
+    def __init__(self, model: ReaderModel, tokenizer, precision: str = "fp32", max_batch_tokens: int = 16384):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.precision = precision
+        self.max_batch_tokens = max_batch_tokens
+
+    @classmethod
+    def load(cls, ref: str | Path, device: str | torch.device = "cpu", precision: str = "fp32") -> PassageReader:
+        model = load_reader_model(ref).to(device)
+        return cls(model, load_reader_tokenizer(model.config), precision=precision)
+
+    @torch.inference_mode()
+    def logits(self, windows: Windows) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(start, end) logits of every window, each (T_w,), batched by length."""
+        device = model_device(self.model)
+        order = sorted(range(len(windows.ids)), key=lambda w: len(windows.ids[w]))
+        out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0), np.zeros(0))] * len(order)
+        pad_id = int(self.tokenizer.pad_token_id or 0)
+        i = 0
+        while i < len(order):
+            j = i + 1  # grow the batch while its padded size stays in the token budget
+            while j < len(order) and (j - i + 1) * len(windows.ids[order[j]]) <= self.max_batch_tokens:
+                j += 1
+            batch = order[i:j]
+            ids = pad_batch([windows.ids[w] for w in batch], pad_id)
+            mask = pad_batch([np.ones(len(windows.ids[w]), np.int64) for w in batch], 0)
+            types = None if windows.type_ids is None else pad_batch([windows.type_ids[w] for w in batch], 0)
+            with autocast(device, self.precision):
+                start, end = self.model(ids.to(device), mask.to(device), None if types is None else types.to(device))
+            start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
+            for row, w in enumerate(batch):
+                n = len(windows.ids[w])
+                out[w] = (start[row, :n], end[row, :n])
+            i = j
+        return out
+
+    def read(self, questions: list[str], passages: list[str], k: int = 1) -> list[list[ReadSpan]]:
+        """The ``k`` best spans of each (question, passage) pair over all its windows, best first."""
+        windows = make_windows(self.tokenizer, self.config, questions, passages)
+        logits = self.logits(windows)
+        found: list[list[ReadSpan]] = [[] for _ in questions]
+        for w, (start, end) in enumerate(logits):
+            off = windows.offsets[w]
+            valid = torch.from_numpy(off[:, 0] >= 0)[None]
+            scores, starts, ends = best_spans(torch.from_numpy(start)[None], torch.from_numpy(end)[None], valid,
+                                              self.config.max_answer_tokens, k)
+            p = int(windows.pair[w])
+            for s, i, j in zip(scores[0].tolist(), starts[0].tolist(), ends[0].tolist(), strict=True):
+                if s == float("-inf"):
+                    continue
+                c0, c1 = int(off[i, 0]), int(off[j, 1])
+                found[p].append(ReadSpan(p, c0, c1, passages[p][c0:c1], float(s)))
+        for p, spans in enumerate(found):
+            best: dict[tuple[int, int], ReadSpan] = {}
+            for span in spans:  # overlapping windows read the same span twice: keep its best score
+                key = (span.start, span.end)
+                if key not in best or span.score > best[key].score:
+                    best[key] = span
+            found[p] = sorted(best.values(), key=lambda s: -s.score)[:k]
+        return found
+
+
+def reader_summary(path: Path) -> dict[str, Any]:
+    """What a reader directory holds (for /info and model cards)."""
+    config = ReaderConfig.load(path / READER_CONFIG_NAME)
+    return {"path": str(path), **asdict(config), "bytes": (path / READER_WEIGHTS_NAME).stat().st_size}
+
+
+def reading_comprehension(reader: PassageReader, questions: list, batch: int = 64,
+                          progress: bool = False) -> dict[str, Any]:
+    """Reading-comprehension EM/F1 (percent) of the reader on questions (core.io.Question) read from their gold
+    passages, and its rate."""
+    from tqdm.auto import tqdm
+
+    from spanseek.core.metrics import exact_match, f1_score
+
+    em = f1 = 0.0
+    t0 = time.perf_counter()
+    for i in tqdm(range(0, len(questions), batch), desc="reading", unit="batch", disable=not progress):
+        chunk = questions[i:i + batch]
+        spans = reader.read([q.question for q in chunk], [q.context for q in chunk])
+        for q, found in zip(chunk, spans, strict=True):
+            text = found[0].text if found else ""
+            em += exact_match(text, q.answers)
+            f1 += f1_score(text, q.answers)
+    n = max(1, len(questions))
+    seconds = time.perf_counter() - t0
+    return {"questions": len(questions), "em": round(100 * em / n, 2), "f1": round(100 * f1 / n, 2),
+            "questions_per_second": round(len(questions) / seconds, 1) if seconds > 0 else None}

@@ -1,0 +1,198 @@
+"""Reading at search time: the top passages of a search read by the cross-attention reader (``core.reader``).
+
+A request with ``read`` is searched as usual (phrase unit: for passages), then the reader reads the passages of the
+top ``read_passages`` units of each question, all pairs of a batch in one batched pass (pairs read recently are
+remembered), and keeps each passage's best ``spans_per_passage`` spans. Every read span becomes a candidate with
+the features ``READ_FEATURES`` (the reader's score and margin, how much of the reader's mass and how many passages
+agree on the same answer text, the passage's retrieval score and rank), and a logistic model per unit, fitted on
+training questions (``spanseek train fit-reading``, stored as ``reading.json`` in the reader's directory), turns
+them into the hit's score (its log-odds) and ``confidence`` (its probability):
+
+- phrase: read spans ranked by that score, spans that read the same (normalised) answer merged into the best one;
+- passage / doc: the units read re-ranked by their best read span, which becomes the hit's phrase; units ranked
+  below ``read_passages`` follow them unread, in retrieval order, with their retrieval scores.
+
+Read hits carry ``read`` (the reader's span score) beside the retrieval leg's ``dense`` and ``lexical``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spanseek.core.confidence import LogisticModel
+from spanseek.core.hits import Hit, HitBuilder, non_overlapping
+from spanseek.core.io import write_json_atomic
+from spanseek.core.metrics import normalize_answer
+from spanseek.core.plan import Plan
+from spanseek.core.reader import PassageReader, ReadSpan
+
+READING_NAME = "reading.json"
+READING_VERSION = 1
+RECENT_READS = 4096  # (question, passage) pairs whose spans a stage remembers (evaluation reads a pair per unit)
+READ_FEATURES = ("reader", "reader_margin", "answer_mass", "agreement", "retrieval_z", "retrieval_rank")
+
+
+class ReadingError(ValueError):
+    """A reading file cannot be used; the message names it and says why."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How read spans are combined with retrieval, fitted on training questions: passages read by default, spans
+    kept per passage, and per unit a logistic model over ``READ_FEATURES``."""
+
+    read_passages: int
+    spans_per_passage: int
+    models: dict[str, LogisticModel]
+    fitted_on: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": READING_VERSION, "features": list(READ_FEATURES), "read_passages": self.read_passages,
+                "spans_per_passage": self.spans_per_passage, "fitted_on": self.fitted_on,
+                "models": {u: m.to_dict() for u, m in sorted(self.models.items())}}
+
+    def save(self, path: str | Path) -> None:
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Reading:
+        """Read ``reading.json``; ReadingError naming the file and what is wrong."""
+        try:
+            d = json.loads(Path(path).read_text(encoding="utf-8"))
+            if d.get("version") != READING_VERSION or tuple(d.get("features", ())) != READ_FEATURES:
+                raise ValueError(f"version {d.get('version')!r} with features {d.get('features')}; this spanseek "
+                                 f"reads version {READING_VERSION} with {list(READ_FEATURES)}")
+            models = {u: LogisticModel.from_dict(m, READ_FEATURES) for u, m in d["models"].items()}
+            reading = cls(int(d["read_passages"]), int(d["spans_per_passage"]), models, dict(d.get("fitted_on", {})))
+            if reading.read_passages < 1 or reading.spans_per_passage < 1:
+                raise ValueError("read_passages and spans_per_passage must be >= 1")
+            return reading
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ReadingError(f"{path}: not a usable reading file ({e}); fit one with `spanseek train "
+                               "fit-reading`") from None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A read span of one question: the passage hit it was read from (``source``, at ``rank``) and the span."""
+
+    source: Hit
+    rank: int
+    span: ReadSpan
+
+
+def read_features(candidates: Sequence[Candidate], sources: Sequence[Hit]) -> np.ndarray:
+    """(n, len(READ_FEATURES)) features of one question's read spans; ``sources``: every unit it read, best first
+    (their retrieval scores are z-normalised over them)."""
+    if not candidates:
+        return np.zeros((0, len(READ_FEATURES)))
+    s = np.array([c.span.score for c in candidates], dtype=np.float64)
+    texts = [normalize_answer(c.span.text) for c in candidates]
+    total = np.logaddexp.reduce(s)
+    mass: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for t, score in zip(texts, s.tolist(), strict=True):
+        mass[t] = float(np.logaddexp(mass.get(t, -np.inf), score))
+        count[t] = count.get(t, 0) + 1
+    retrieval = np.array([h.score for h in sources], dtype=np.float64)
+    z = (retrieval - retrieval.mean()) / (retrieval.std() or 1.0)
+    return np.stack([
+        s,
+        s - s.max(),
+        np.array([mass[t] for t in texts]) - total,
+        np.log([count[t] for t in texts]),
+        np.array([z[c.rank] for c in candidates]),
+        np.log1p([c.rank for c in candidates]),
+    ], axis=1)
+
+
+class ReadingStage:
+    """Reads a batch's retrieved passages and ranks their spans (see the module docstring)."""
+
+    def __init__(self, reader: PassageReader, reading: Reading, hits: HitBuilder):
+        self.reader = reader
+        self.reading = reading
+        self.hits = hits
+        self._recent: dict[tuple[str, str, int], list[ReadSpan]] = {}  # (question, passage, k) -> spans, oldest first
+        self._lock = threading.Lock()
+
+    def read_depth(self, plan: Plan) -> int:
+        """How many units of each question are read."""
+        return plan.params.read_passages or self.reading.read_passages
+
+    def depth(self, plan: Plan) -> int:
+        """How many units to retrieve per question: those read, and for passages and documents the page."""
+        return self.read_depth(plan) if plan.unit == "phrase" else max(plan.top_k, self.read_depth(plan))
+
+    def candidates(self, questions: Sequence[str], retrieved: Sequence[Sequence[Hit]],
+                   depth: int) -> list[list[Candidate]]:
+        """The passages of every question's first ``depth`` units read in one batched pass (those read recently
+        are not read again): their best spans as candidates."""
+        k = self.reading.spans_per_passage
+        pairs = [(b, r) for b, hits in enumerate(retrieved) for r in range(min(depth, len(hits)))]
+        keys = [(questions[b], retrieved[b][r].passage, k) for b, r in pairs]
+        with self._lock:
+            spans = {key: self._recent[key] for key in keys if key in self._recent}
+        todo = list(dict.fromkeys(key for key in keys if key not in spans))
+        if todo:
+            spans |= dict(zip(todo, self.reader.read([q for q, _, _ in todo], [p for _, p, _ in todo], k=k),
+                              strict=True))
+            with self._lock:  # batches may run in two threads (the service pipelines them)
+                self._recent |= {key: spans[key] for key in todo}
+                while len(self._recent) > RECENT_READS:
+                    del self._recent[next(iter(self._recent))]
+        out: list[list[Candidate]] = [[] for _ in retrieved]
+        for (b, r), key in zip(pairs, keys, strict=True):
+            out[b] += [Candidate(retrieved[b][r], r, span) for span in spans[key]]
+        return out
+
+    def rank(self, plan: Plan, questions: Sequence[str], retrieved: Sequence[Sequence[Hit]]) -> list[list[Hit]]:
+        """Per question, the plan's ``top_k`` read hits, best first, each with its confidence."""
+        model = self.reading.models.get(plan.unit)
+        if model is None:
+            raise ReadingError(f"the reader's reading file has no model for unit={plan.unit}")
+        out = []
+        depth = self.read_depth(plan)
+        for cands, sources in zip(self.candidates(questions, retrieved, depth), retrieved, strict=True):
+            x = read_features(cands, sources[:depth])
+            logit = model.logit(x) if len(x) else np.zeros(0)
+            if plan.unit == "phrase":
+                out.append(self._phrases(cands, logit, plan))
+            else:
+                out.append(self._units(cands, logit, sources, plan))
+        return out
+
+    def _hit(self, c: Candidate, logit: float) -> Hit:
+        src = c.source
+        hit = self.hits.passage_hit(src.passage_id, c.span.start, c.span.end, logit, src.dense, src.lexical,
+                                    read=c.span.score)
+        return replace(hit, confidence=round(1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, logit)))), 4))
+
+    def _phrases(self, cands: list[Candidate], logit: np.ndarray, plan: Plan) -> list[Hit]:
+        seen: set[str] = set()
+        hits = []
+        for i in np.argsort(-logit, kind="stable").tolist():
+            text = normalize_answer(cands[i].span.text)
+            if text in seen:  # the same answer read elsewhere: merged into its best reading
+                continue
+            seen.add(text)
+            hits.append(self._hit(cands[i], float(logit[i])))
+        return hits[: plan.top_k] if plan.params.allow_overlap else non_overlapping(hits, plan.top_k)
+
+    def _units(self, cands: list[Candidate], logit: np.ndarray, sources: Sequence[Hit], plan: Plan) -> list[Hit]:
+        best: dict[int, int] = {}  # rank of a unit -> its best read span
+        for i, c in enumerate(cands):
+            if c.rank not in best or logit[i] > logit[best[c.rank]]:
+                best[c.rank] = i
+        read = sorted(best.values(), key=lambda i: (-logit[i], cands[i].rank))
+        hits = [self._hit(cands[i], float(logit[i])) for i in read]
+        unread = [h for r, h in enumerate(sources) if r not in best]  # below the read depth, or nothing to read
+        return (hits + unread)[: plan.top_k]

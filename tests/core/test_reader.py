@@ -1,0 +1,229 @@
+"""The cross-attention reader (core.reader), reading at search time (core.reading) and the reader's training labels.
+
+Oracles: span decoding against brute force over the logits; a passage that fits one window reads the same in
+strided windows; a saved reader reads as the model it was saved from; reading on and off over the searcher.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from spanseek.core.confidence import LogisticModel
+from spanseek.core.config import ReaderConfig
+from spanseek.core.model import ModelError
+from spanseek.core.params import SearchParams, SearchParamsError
+from spanseek.core.reader import (
+    READER_WEIGHTS_NAME,
+    PassageReader,
+    ReaderModel,
+    best_spans,
+    load_reader_tokenizer,
+    make_windows,
+    resolve_reader,
+)
+from spanseek.core.reading import READ_FEATURES, READING_NAME, Reading, ReadingStage
+from spanseek.trainer.reader import answer_tokens, length_batches
+
+PASSAGE = ("The castle of Alba was built in 1340 by King Borin on the river. In 1402 a fire destroyed its "
+           "western tower, which Queen Dara rebuilt in 1410 with stone from the northern mountain quarry.")
+
+
+def brute_force(start: np.ndarray, end: np.ndarray, valid: np.ndarray, max_tokens: int) -> list[tuple[float, int, int]]:
+    spans = [(start[i] + end[j], i, j) for i, j in itertools.product(range(len(start)), repeat=2)
+             if i <= j < i + max_tokens and valid[i] and valid[j]]
+    return sorted(spans, key=lambda s: (-s[0], s[1] * len(start) + s[2]))
+
+
+@pytest.mark.parametrize("seed, max_tokens, k", [(0, 3, 1), (1, 5, 4), (2, 30, 7), (3, 1, 2)])
+def test_span_decoding_equals_brute_force_over_the_logits(seed, max_tokens, k):
+    rng = np.random.default_rng(seed)
+    start, end = rng.standard_normal((2, 3, 17)).astype(np.float32)
+    valid = rng.random((3, 17)) > 0.3
+    scores, starts, ends = best_spans(torch.from_numpy(start), torch.from_numpy(end), torch.from_numpy(valid),
+                                      max_tokens, k)
+    for row in range(3):
+        want = brute_force(start[row], end[row], valid[row], max_tokens)[:k]
+        got = [(s, i, j) for s, i, j in zip(scores[row].tolist(), starts[row].tolist(), ends[row].tolist(),
+                                            strict=True) if s != float("-inf")]
+        assert [(i, j) for _, i, j in got] == [(i, j) for _, i, j in want]
+        np.testing.assert_allclose([s for s, _, _ in got], [s for s, _, _ in want], rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def tiny_reader(tiny_backbone, tmp_path_factory):
+    torch.manual_seed(0)
+    model = ReaderModel(ReaderConfig(backbone=str(tiny_backbone), max_len=256, stride=16, max_query_len=16,
+                                     max_answer_tokens=8))
+    directory = model.save(tmp_path_factory.mktemp("readers") / "tiny")
+    features = len(READ_FEATURES)
+    models = {u: LogisticModel((0.0,) * features, (1.0,) * features, (1.0,) + (0.0,) * (features - 1), 0.0)
+              for u in ("phrase", "passage", "doc")}
+    Reading(3, 2, models).save(directory / READING_NAME)
+    return directory
+
+
+def reader_with(directory, **changes) -> PassageReader:
+    """The saved reader with its config changed (the same weights)."""
+    config = json.loads((directory / "reader_config.json").read_text())
+    model = ReaderModel(ReaderConfig(**{**config, **changes}))
+    model.load_weights(directory / READER_WEIGHTS_NAME)
+    return PassageReader(model.eval(), load_reader_tokenizer(model.config))
+
+
+def test_a_saved_reader_reads_as_the_model_it_was_saved_from(tiny_reader, tiny_backbone):
+    torch.manual_seed(0)
+    original = ReaderModel(ReaderConfig(backbone=str(tiny_backbone), max_len=256, stride=16, max_query_len=16,
+                                        max_answer_tokens=8))
+    loaded = PassageReader.load(tiny_reader)
+    with torch.no_grad():
+        ids = torch.tensor([[101, 2054, 102, 1996, 3317, 102]])
+        want = original(ids, torch.ones_like(ids))
+        got = loaded.model(ids, torch.ones_like(ids))
+    for a, b in zip(want, got, strict=True):  # fp16 storage
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-2)
+    from safetensors.torch import load_file
+
+    stored = load_file(str(tiny_reader / READER_WEIGHTS_NAME))
+    assert not any("word_embeddings" in n for n in stored) and {t.dtype for t in stored.values()} == {torch.float16}
+
+
+def test_a_passage_that_fits_reads_the_same_in_strided_windows(tiny_reader):
+    wide = reader_with(tiny_reader, max_len=256, stride=16)
+    narrow = reader_with(tiny_reader, max_len=40, stride=8)
+    question = "who rebuilt the tower?"
+    short = PASSAGE[:60]
+    assert len(make_windows(wide.tokenizer, wide.config, [question], [PASSAGE]).ids) == 1
+    assert len(make_windows(narrow.tokenizer, narrow.config, [question], [PASSAGE]).ids) >= 2
+    assert len(make_windows(narrow.tokenizer, narrow.config, [question], [short]).ids) == 1
+    [a], [b] = wide.read([question], [short], k=3), narrow.read([question], [short], k=3)
+    assert [(s.start, s.end) for s in a] == [(s.start, s.end) for s in b]
+    np.testing.assert_allclose([s.score for s in a], [s.score for s in b], rtol=1e-4, atol=1e-4)
+
+
+def test_long_passages_read_in_windows_give_the_best_span_over_them(tiny_reader):
+    reader = reader_with(tiny_reader, max_len=40, stride=8)
+    question = "who rebuilt the tower?"
+    windows = make_windows(reader.tokenizer, reader.config, [question], [PASSAGE])
+    best = None
+    for (start, end), off in zip(reader.logits(windows), windows.offsets, strict=True):
+        for score, i, j in brute_force(start, end, off[:, 0] >= 0, reader.config.max_answer_tokens)[:1]:
+            if best is None or score > best[0]:
+                best = (score, int(off[i, 0]), int(off[j, 1]))
+    [[span]] = reader.read([question], [PASSAGE])
+    assert (span.start, span.end) == best[1:] and span.text == PASSAGE[best[1]:best[2]]
+    assert span.score == pytest.approx(best[0], abs=1e-4)
+
+
+def test_a_batch_reads_each_pair_as_if_alone(tiny_reader):
+    reader = PassageReader.load(tiny_reader)
+    questions = ["who built the castle?", "when did the fire happen?", "what did Dara use?"]
+    passages = [PASSAGE, PASSAGE[:70], PASSAGE[60:]]
+    together = reader.read(questions, passages, k=2)
+    for q, p, spans in zip(questions, passages, together, strict=True):
+        [alone] = reader.read([q], [p], k=2)
+        assert [(s.start, s.end) for s in alone] == [(s.start, s.end) for s in spans]
+        np.testing.assert_allclose([s.score for s in alone], [s.score for s in spans], atol=1e-4)
+
+
+def test_training_targets_are_the_answers_tokens(tiny_reader):
+    reader = reader_with(tiny_reader, max_len=40, stride=8)
+    answer = "Queen Dara"
+    start = PASSAGE.index(answer)
+    windows = make_windows(reader.tokenizer, reader.config, ["who rebuilt it?"], [PASSAGE])
+    inside = 0
+    for off in windows.offsets:
+        first, last = answer_tokens(off, start, start + len(answer))
+        if (first, last) == (0, 0):  # not wholly in this window
+            ctx = off[off[:, 0] >= 0]
+            assert ctx[0, 0] > start or ctx[-1, 1] < start + len(answer)
+            continue
+        inside += 1
+        assert PASSAGE[off[first, 0]:off[last, 1]] == answer
+    assert inside >= 1
+
+
+def test_length_batches_cover_every_window_once_and_are_deterministic():
+    lengths = np.random.default_rng(0).integers(10, 200, 1000)
+    batches = length_batches(lengths, 32, seed=3)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(1000))
+    assert all(len(b) <= 32 for b in batches)
+    assert [b.tolist() for b in batches] == [b.tolist() for b in length_batches(lengths, 32, seed=3)]
+
+
+def test_a_directory_without_a_reader_is_refused(tmp_path):
+    with pytest.raises(ModelError, match="not a reader directory"):
+        resolve_reader(tmp_path)
+
+
+# --- reading at search time ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def reading_searcher(tiny_searcher, tiny_reader):
+    from spanseek.core.loading import open_reading
+    from spanseek.core.search import Searcher
+
+    index = tiny_searcher.index
+    return Searcher(index, tiny_searcher.encoder, reading=open_reading(tiny_reader, tiny_searcher.hits,
+                                                                       precision="fp32"))
+
+
+QUESTIONS = ["When did Alba build the castle?", "Who built the bridge?", "What did Cato build?"]
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_read_hits_are_read_spans_of_the_retrieved_passages(reading_searcher, unit):
+    read = reading_searcher.search(QUESTIONS, SearchParams(unit=unit, top_k=3, mode="dense", read=True))
+    unread = reading_searcher.search(QUESTIONS, SearchParams(unit=unit, top_k=3, mode="dense"))
+    reader = reading_searcher.reading.reader
+    for q, hits, plain in zip(QUESTIONS, read, unread, strict=True):
+        assert hits and all(h.read is not None and 0 <= h.confidence <= 1 for h in hits)
+        assert all(h.read is None for h in plain)
+        for h in hits:
+            assert h.passage[h.start:h.end] == h.text
+            spans = reader.read([q], [h.passage], k=2)[0]
+            assert any((s.start, s.end) == (h.start, h.end) and s.score == pytest.approx(h.read) for s in spans)
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        if unit != "phrase":  # the same units, re-ranked by their best read span
+            assert {h.passage_id if unit == "passage" else h.doc_id for h in hits} == \
+                   {h.passage_id if unit == "passage" else h.doc_id for h in plain}
+
+
+def test_the_fitted_combination_is_read_from_the_reader_directory(reading_searcher, tiny_reader):
+    """read_passages and the model's coefficients come from reading.json: passages read per question and the
+    ranking follow the file."""
+    reading = Reading.load(tiny_reader / READING_NAME)
+    assert reading_searcher.reading.reading == reading and reading.read_passages == 3
+    calls = []
+    real = reading_searcher.reading.reader.read
+    reading_searcher.reading.reader.read = lambda q, p, k=1: calls.append(len(q)) or real(q, p, k)
+    reading_searcher.search(QUESTIONS[:1], SearchParams(top_k=2, mode="dense", read=True))
+    assert calls == [3]
+    flipped = Reading(1, 2, {u: LogisticModel(m.mean, m.scale, tuple(-c for c in m.coef), m.intercept)
+                             for u, m in reading.models.items()})
+    reading_searcher.reading = ReadingStage(reading_searcher.reading.reader, flipped, reading_searcher.hits)
+    [[worst]] = reading_searcher.search(QUESTIONS[:1], SearchParams(top_k=1, mode="dense", read=True,
+                                                                    allow_overlap=True))
+    [best] = reading_searcher.search(QUESTIONS[:1], SearchParams(top_k=50, mode="dense", read=True, read_passages=1,
+                                                                 allow_overlap=True))
+    assert worst.read == min(h.read for h in best)  # the file's (negated) coefficients rank lowest score first
+
+
+def test_read_without_a_reader_is_refused(tiny_searcher):
+    with pytest.raises(SearchParamsError, match="read needs a reader"):
+        tiny_searcher.check_mode(SearchParams(read=True, mode="dense"))
+    with pytest.raises(SearchParamsError, match="read_passages must be an integer >= 1"):
+        SearchParams(read=True, read_passages=0)
+
+
+def test_a_reading_file_of_another_shape_is_refused(tmp_path):
+    from spanseek.core.reading import ReadingError
+
+    (tmp_path / READING_NAME).write_text(json.dumps({"version": 1, "features": ["x"]}))
+    with pytest.raises(ReadingError, match="not a usable reading file"):
+        Reading.load(tmp_path / READING_NAME)

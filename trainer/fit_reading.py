@@ -1,0 +1,145 @@
+"""Fitting reading at search time (core.reading): how read spans combine with retrieval, and how many passages to read.
+
+    spanseek train fit-reading --train ../shared/data/squad-v1.1-train.json.gz --reader runs/reader/last \
+        --out runs/reader/last
+
+The questions come from training articles that the reader never trained on (``spanseek train reader`` keeps the
+articles of ``--reserve-offset`` out) and that no evaluation uses; they are searched over an index of those
+articles' paragraphs with the phrase model, each question's top passages (and top documents' best passages) are
+read once at the deepest ``--read-passages``, and for each depth a logistic model per unit is fitted on the read
+candidates' ``READ_FEATURES`` (labels: the span is an exact answer; the passage holds an answer; the document is the
+question's article). The default depth is the fewest passages whose phrase EM@1 comes within ``--tolerance`` of the
+best depth's. ``OUT/reading.json`` records the models, the depth and what they were fitted on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from spanseek.core.evaluate import sample_questions
+from spanseek.core.io import Holdout, Question, load_squad, squad_documents, squad_questions, write_corpus
+from spanseek.core.loading import open_searcher
+from spanseek.core.metrics import exact_match, passage_has_answer
+from spanseek.core.params import SearchParams
+from spanseek.core.reader import PassageReader, resolve_reader
+from spanseek.core.reading import READ_FEATURES, READING_NAME, Candidate, Reading, ReadingStage, read_features
+from spanseek.trainer.arguments import FitReadingConfig
+from spanseek.trainer.calibrate import fit_logistic
+
+UNITS = ("phrase", "passage", "doc")
+
+
+@dataclasses.dataclass
+class Read:
+    """One question's read candidates per unit (phrase and passage share the passages read)."""
+
+    question: Question
+    candidates: dict[str, list[Candidate]]
+    sources: dict[str, list]
+
+
+def label(unit: str, c: Candidate, q: Question) -> float:
+    """Whether a read candidate is right for its unit."""
+    if unit == "phrase":
+        return exact_match(c.span.text, q.answers)
+    if unit == "passage":
+        return float(passage_has_answer(c.source.passage, q.answers))
+    return float(c.source.title == q.title)
+
+
+def examples(reads: list[Read], unit: str, depth: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Features and labels of the candidates read at ``depth`` (phrase: every span; passage and doc: each unit's
+    best span by reader score), and each question's number of candidates."""
+    xs, ys, sizes = [], [], []
+    for r in reads:
+        cands = [c for c in r.candidates[unit] if c.rank < depth]
+        if unit != "phrase":
+            best: dict[int, Candidate] = {}
+            for c in cands:
+                if c.rank not in best or c.span.score > best[c.rank].span.score:
+                    best[c.rank] = c
+            cands = list(best.values())
+        xs.append(read_features(cands, r.sources[unit][:depth]))
+        ys.append(np.array([label(unit, c, r.question) for c in cands]))
+        sizes.append(len(cands))
+    return np.concatenate(xs), np.concatenate(ys), sizes
+
+
+def first_hit_accuracy(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) -> float:
+    """Share of questions whose best-scored candidate is right (percent)."""
+    logit, right, start = model.logit(x), 0.0, 0
+    for n in sizes:
+        if n:
+            right += y[start + int(np.argmax(logit[start:start + n]))]
+        start += n
+    return round(100 * right / max(1, len(sizes)), 2)
+
+
+def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str | Path) -> list[Read]:
+    searcher = open_searcher(index, cfg.model, device=cfg.device, precision=cfg.precision)
+    reader = PassageReader.load(resolve_reader(cfg.reader), precision="fp32" if cfg.precision == "auto" else
+                                cfg.precision)
+    depth = max(cfg.depths)
+    stage = ReadingStage(reader, Reading(depth, cfg.spans_per_passage, {}), searcher.hits)
+    base = SearchParams(mode=cfg.mode)
+    reads = []
+    assert searcher.encoder is not None
+    for b in tqdm(range(0, len(questions), 32), desc="reading", unit="batch", disable=not cfg.progress):
+        batch = questions[b:b + 32]
+        texts = [q.question for q in batch]
+        q_start, q_end = searcher.encoder.encode(texts)
+        passages = searcher.search_vectors(q_start, q_end, dataclasses.replace(base, unit="passage", top_k=depth),
+                                           None, texts)
+        docs = searcher.search_vectors(q_start, q_end, dataclasses.replace(base, unit="doc", top_k=depth), None,
+                                       texts)
+        read_p = stage.candidates(texts, passages, depth)
+        read_d = stage.candidates(texts, docs, depth)
+        for i, q in enumerate(batch):
+            reads.append(Read(q, {"phrase": read_p[i], "passage": read_p[i], "doc": read_d[i]},
+                              {"phrase": list(passages[i]), "passage": list(passages[i]), "doc": list(docs[i])}))
+    return reads
+
+
+def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
+    data = load_squad(cfg.train)
+    articles = [a for i, a in enumerate(data) if Holdout(cfg.holdout_every, cfg.articles_offset).held(i)]
+    questions = sample_questions([q for q in squad_questions(articles) if q.answers], cfg.questions, seed=cfg.seed)
+    with tempfile.TemporaryDirectory(prefix="spanseek-fit-reading-") as tmp:
+        index = cfg.index
+        if index is None:
+            from spanseek.indexer.build import BuildOptions, build_index
+
+            corpus = Path(tmp) / "corpus.jsonl"
+            write_corpus(corpus, squad_documents(articles))
+            index = str(Path(tmp) / "index")
+            build_index(corpus, cfg.model, index, BuildOptions(progress=cfg.progress, precision=cfg.precision))
+        reads = read_questions(cfg, questions, index)
+    by_depth: dict[int, dict[str, Any]] = {}
+    for depth in cfg.depths:
+        x, y, sizes = examples(reads, "phrase", depth)
+        model = fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
+        by_depth[depth] = {"phrase_em@1": first_hit_accuracy(model, x, y, sizes), "model": model}
+    best = max(d["phrase_em@1"] for d in by_depth.values())
+    chosen = min(d for d, v in by_depth.items() if v["phrase_em@1"] >= best - cfg.tolerance)
+    models, report = {"phrase": by_depth[chosen]["model"]}, {}
+    for unit in ("passage", "doc"):
+        x, y, sizes = examples(reads, unit, chosen)
+        models[unit] = fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
+        report[f"{unit}_acc@1"] = first_hit_accuracy(models[unit], x, y, sizes)
+    fitted_on = {
+        "questions": len(questions), "articles": len(articles), "train": str(cfg.train),
+        "articles_offset": cfg.articles_offset, "holdout_every": cfg.holdout_every, "model": str(cfg.model),
+        "mode": cfg.mode, "phrase_em@1_by_read_passages": {str(d): v["phrase_em@1"] for d, v in by_depth.items()},
+        **report,
+    }
+    reading = Reading(chosen, cfg.spans_per_passage, models, fitted_on)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    reading.save(out / READING_NAME)
+    return {"reading": str(out / READING_NAME), "read_passages": chosen, **fitted_on}
