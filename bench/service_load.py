@@ -99,27 +99,27 @@ def percentiles(latencies: list[float]) -> dict[str, float]:
     return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)), "p99_ms": float(np.percentile(a, 99))}
 
 
-def raw_throughput(searcher, questions: list[str], batch: int, seconds: float, unit: str, top_k: int) -> float:
+def raw_throughput(searcher, questions: list[str], batch: int, seconds: float, params: SearchParams) -> float:
     """Questions per second of the in-process pipeline at the given batch size."""
-    searcher.search(questions[:batch], SearchParams(unit=unit, top_k=top_k))  # warm
+    searcher.search(questions[:batch], params)  # warm
     done, i, t0 = 0, 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         chunk = [questions[(i + j) % len(questions)] for j in range(batch)]
-        searcher.search(chunk, SearchParams(unit=unit, top_k=top_k))
+        searcher.search(chunk, params)
         done += batch
         i += batch
     return done / (time.perf_counter() - t0)
 
 
-def raw_throughput_pipelined(searcher, questions: list[str], batch: int, seconds: float, unit: str,
-                             top_k: int) -> float:
+def raw_throughput_pipelined(searcher, questions: list[str], batch: int, seconds: float,
+                             params: SearchParams) -> float:
     """The same, with the service's pipeline: batch n + 1 is encoded in one thread while batch n is searched in
     another (at most one batch in each step), which is what the service does with ``pipeline`` on."""
     from concurrent.futures import ThreadPoolExecutor
 
     encode_pool, search_pool = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
     try:
-        searcher.search(questions[:batch], SearchParams(unit=unit, top_k=top_k))  # warm
+        searcher.search(questions[:batch], params)  # warm
         done, i, searching, t0 = 0, 0, None, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             chunk = [questions[(i + j) % len(questions)] for j in range(batch)]
@@ -127,7 +127,7 @@ def raw_throughput_pipelined(searcher, questions: list[str], batch: int, seconds
             if searching is not None:
                 searching.result()
                 done += batch
-            searching = search_pool.submit(searcher.search_vectors, q_start, q_end, unit, top_k)
+            searching = search_pool.submit(searcher.search_vectors, q_start, q_end, params, None, chunk)
             i += batch
         if searching is not None:
             searching.result()
@@ -185,10 +185,10 @@ class Recorder:
         return sum(n for k, n in self.status.items() if k not in ("200", "429"))
 
 
-async def one_request(client: aiohttp.ClientSession, question: str, unit: str, top_k: int, rec: Recorder) -> None:
+async def one_request(client: aiohttp.ClientSession, question: str, unit: str, body: dict, rec: Recorder) -> None:
     t0 = time.perf_counter()
     try:
-        async with client.post(f"/search?unit={unit}", json={"query": question, "top_k": top_k}) as r:
+        async with client.post(f"/search?unit={unit}", json={"query": question, **body}) as r:
             await r.read()
         rec.add(str(r.status), time.perf_counter() - t0 if r.status == 200 else None)
         if r.status == 429:
@@ -198,7 +198,7 @@ async def one_request(client: aiohttp.ClientSession, question: str, unit: str, t
 
 
 async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concurrency: int, seconds: float,
-                      unit: str, top_k: int) -> dict:
+                      unit: str, body: dict) -> dict:
     """``concurrency`` clients, each sending its next request as soon as the last is answered."""
     rec = Recorder()
     before = await service_sums(client)
@@ -207,7 +207,7 @@ async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concu
     async def worker(w: int) -> None:
         i = w
         while time.perf_counter() < deadline:
-            await one_request(client, questions[i % len(questions)], unit, top_k, rec)
+            await one_request(client, questions[i % len(questions)], unit, body, rec)
             i += concurrency
 
     t0 = time.perf_counter()
@@ -219,7 +219,7 @@ async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concu
 
 
 async def open_loop(client: aiohttp.ClientSession, questions: list[str], rate: float, seconds: float,
-                    unit: str, top_k: int, seed: int = 0) -> dict:
+                    unit: str, body: dict, seed: int = 0) -> dict:
     """Poisson arrivals at ``rate`` requests/s regardless of answers (latency as users would see it)."""
     rng = random.Random(seed)
     rec = Recorder()
@@ -229,12 +229,17 @@ async def open_loop(client: aiohttp.ClientSession, questions: list[str], rate: f
     next_at, i = t0, 0
     while next_at - t0 < seconds:
         await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-        tasks.append(asyncio.create_task(one_request(client, questions[i % len(questions)], unit, top_k, rec)))
+        tasks.append(asyncio.create_task(one_request(client, questions[i % len(questions)], unit, body, rec)))
         i += 1
         next_at += rng.expovariate(rate)
     await asyncio.gather(*tasks)
     return {"rate": rate, "sent": i, **percentiles(rec.latencies), **service_means(before, await service_sums(client)),
             "status": rec.status, "errors": rec.errors()}
+
+
+def request_body(args: argparse.Namespace) -> dict:
+    """The search parameters every request sends."""
+    return {"top_k": args.top_k, **({"read": True} if args.read else {})}
 
 
 def start_server(args: argparse.Namespace, index: Path, model: str, port: int) -> subprocess.Popen:
@@ -245,6 +250,8 @@ def start_server(args: argparse.Namespace, index: Path, model: str, port: int) -
            "--pipeline", args.pipeline]
     if args.torch_threads:
         cmd += ["--torch-threads", str(args.torch_threads)]
+    if args.read:
+        cmd += ["--reader", args.reader]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.Popen(cmd, env=env, cwd=ROOT)
 
@@ -274,20 +281,20 @@ async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Pope
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as client:
         await wait_ready(client, proc)
-        await closed_loop(client, questions, min(args.concurrency), 1.0, args.unit, args.top_k)  # warm connections
+        await closed_loop(client, questions, min(args.concurrency), 1.0, args.unit, request_body(args))  # warm connections
         levels = []
         for c in args.concurrency:
-            levels.append(await closed_loop(client, questions, c, args.seconds, args.unit, args.top_k))
+            levels.append(await closed_loop(client, questions, c, args.seconds, args.unit, request_body(args)))
             print(json.dumps(levels[-1]), file=sys.stderr)
-        single = await closed_loop(client, questions, 1, args.seconds, args.unit, args.top_k)
+        single = await closed_loop(client, questions, 1, args.seconds, args.unit, request_body(args))
         saturation = max(levels, key=lambda lv: lv["qps"])
         rate = args.open_loop_rate or saturation["qps"] / 2
-        half = await open_loop(client, questions, rate, args.seconds, args.unit, args.top_k)
+        half = await open_loop(client, questions, rate, args.seconds, args.unit, request_body(args))
         print(json.dumps({"half_load": half}), file=sys.stderr)
         soak = None
         if args.soak_seconds > 0:
             over = max(args.concurrency) * 2  # above saturation: the queue bound must answer 429, nothing else
-            soak = await closed_loop(client, questions, over, args.soak_seconds, args.unit, args.top_k)
+            soak = await closed_loop(client, questions, over, args.soak_seconds, args.unit, request_body(args))
             soak["non_429_errors"] = soak["errors"]
         return {"levels": levels, "single": single, "saturation": saturation, "half_load": half, "soak": soak}
 
@@ -303,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="encoder precision of both the raw pipeline and the service (auto: as the service defaults)")
     p.add_argument("--unit", default="passage", choices=UNITS)
     p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--read", action="store_true", help="requests read their top passages (the server gets --reader)")
+    p.add_argument("--reader", default="default", help="with --read: the reader directory")
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--max-queue", type=int, default=256)
@@ -331,12 +340,13 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    searcher = open_searcher(index, model, device=args.device, precision=args.precision)
+    searcher = open_searcher(index, model, device=args.device, precision=args.precision,
+                             reader=args.reader if args.read else None)
     precision = searcher.encoder.precision  # what "auto" chose here (the server picks the same on this host)
     questions = make_questions(searcher, 512)
-    raw_sequential = raw_throughput(searcher, questions, args.max_batch_size, args.seconds, args.unit, args.top_k)
-    raw_pipelined = raw_throughput_pipelined(searcher, questions, args.max_batch_size, args.seconds, args.unit,
-                                             args.top_k)
+    params = SearchParams(unit=args.unit, top_k=args.top_k, read=args.read)
+    raw_sequential = raw_throughput(searcher, questions, args.max_batch_size, args.seconds, params)
+    raw_pipelined = raw_throughput_pipelined(searcher, questions, args.max_batch_size, args.seconds, params)
     raw = raw_pipelined if args.pipeline != "off" else raw_sequential  # like for like with the service
     print(f"raw pipeline: {raw_sequential:.1f} q/s sequential, {raw_pipelined:.1f} q/s pipelined, at batch "
           f"{args.max_batch_size}", file=sys.stderr)
@@ -355,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     sat = service["saturation"]
     result = {
         "index": str(index), "model": model, "device": args.device, "precision": precision, "unit": args.unit,
-        "top_k": args.top_k,
+        "top_k": args.top_k, "read": args.read,
         "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "pipeline": args.pipeline,
         "torch_threads": args.torch_threads,
         "raw_qps": raw, "raw_sequential_qps": raw_sequential, "raw_pipelined_qps": raw_pipelined, **service,

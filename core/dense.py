@@ -20,6 +20,7 @@ passages join the candidates that way.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -27,19 +28,21 @@ import numpy as np
 
 from spanseek.core.gpu import OnDevice
 from spanseek.core.selection import search_ids
-from spanseek.core.spans import Spans, length_scores, numpy_blas
+from spanseek.core.spans import Spans, best_answer, best_span, length_scores, numpy_blas
 from spanseek.core.store import PhraseIndex
 from spanseek.core.text import FLAG_END, FLAG_START
 
 if TYPE_CHECKING:
     from spanseek.core.plan import Plan
 
+log = logging.getLogger(__name__)
 # A PQ index ranks by its codes, coarser than the fine store: it is asked for REFINE_FACTOR times the candidates,
 # which the fine store scores again, and the best k of those go on to span completion (faiss's IndexRefine, with
 # the fine store as the refinement). Deep unit searches (k beyond REFINE_MAX_FETCH / factor) are not refined; 2,048
 # covers a passage search of top_k 32 (k = 8 top_k). At 2.15M tokens refining passage searches of top_k 20 raised
 # acc@5 by 0.5 (all validation questions, paired) for about 1.6x the search time of that layout.
 REFINE_FACTOR = 8
+RC_DECODES = ("answer", "span")  # how reading comprehension decodes a passage (``DenseLeg.best_in_passage``)
 REFINE_MAX_FETCH = 2048
 EMPTY_SPANS = Spans(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
 
@@ -69,9 +72,14 @@ def refine(ids: np.ndarray, queries: np.ndarray, k: int, scores: Callable[[np.nd
 class DenseLeg:
     """Candidate spans of a batch of questions from the token index (see the module docstring)."""
 
-    def __init__(self, index: PhraseIndex, length_bias: Sequence[float], on_device: OnDevice | None = None):
+    def __init__(self, index: PhraseIndex, length_bias: Sequence[float], on_device: OnDevice | None = None,
+                 max_answer_tokens: int | None = None):
         self.index = index
         self.length_bias = tuple(length_bias)
+        if self.length_bias and max_answer_tokens and len(self.length_bias) != max_answer_tokens:
+            log.warning("the length bias has %d entries for spans of up to %d tokens; %s", len(self.length_bias),
+                        max_answer_tokens, "its last entry serves the longer spans"
+                        if len(self.length_bias) < max_answer_tokens else "the extra entries are unused")
         self.on_device = on_device
         self.refine_factor = REFINE_FACTOR if index.manifest.spec.pq_m is not None else 1
 
@@ -200,3 +208,24 @@ class DenseLeg:
         scores = (sc[:, 0] + end_scores[rows, j]).astype(np.float32)
         keep = np.isfinite(scores)
         return dedupe_spans(ids[keep], ids[fwd[rows, j]][keep], scores[keep], self.index.num_tokens)
+
+    def best_in_passage(self, passage: int, q_start: np.ndarray, q_end: np.ndarray, max_tokens: int,
+                        decode: str = "span") -> tuple[int, int, float]:
+        """Reading comprehension inside one passage (exact, brute force): (start token id, end token id, score).
+        ``decode="span"``: the best span (``best_span``); ``"answer"``: the best span of the most probable answer
+        string (``best_answer``), scored log sum exp over the answer's spans."""
+        if decode not in RC_DECODES:
+            raise ValueError(f"decode must be one of {RC_DECODES}, got {decode!r}")
+        a, b = self.index.passage_range(passage)
+        vecs = self.index.token_vectors(np.arange(a, b))
+        args = (vecs @ q_start, vecs @ q_end, self.index.token_flags[a:b], max_tokens)
+        try:
+            if decode == "span":
+                i, j, score = best_span(*args, self.length_bias)
+            else:
+                offsets = self.index.token_offsets[a:b]
+                text = self.index.passages[passage]["text"]
+                i, j, score = best_answer(*args, lambda x, y: text[offsets[x, 0] : offsets[y, 1]], self.length_bias)
+        except ValueError as e:
+            raise ValueError(f"passage {passage}: {e}") from None
+        return a + i, a + j, score

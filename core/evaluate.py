@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from spanseek.core.dense import RC_DECODES
 from spanseek.core.io import Question
 from spanseek.core.metrics import (
     accuracy_at,
@@ -30,7 +31,7 @@ from spanseek.core.metrics import (
     precision_at,
 )
 from spanseek.core.params import SearchParams
-from spanseek.core.search import RC_DECODES, Searcher
+from spanseek.core.search import Searcher
 
 MIN_ARTICLES_FOR_CLUSTERS = 5
 

@@ -53,10 +53,12 @@ class Reading:
     spans_per_passage: int
     models: dict[str, LogisticModel]
     fitted_on: dict[str, Any] = field(default_factory=dict)
+    window_chars: int = 0  # read this many characters each side of the unit's best phrase (0: the whole passage)
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": READING_VERSION, "features": list(READ_FEATURES), "read_passages": self.read_passages,
-                "spans_per_passage": self.spans_per_passage, "fitted_on": self.fitted_on,
+                "spans_per_passage": self.spans_per_passage, "window_chars": self.window_chars,
+                "fitted_on": self.fitted_on,
                 "models": {u: m.to_dict() for u, m in sorted(self.models.items())}}
 
     def save(self, path: str | Path) -> None:
@@ -71,9 +73,10 @@ class Reading:
                 raise ValueError(f"version {d.get('version')!r} with features {d.get('features')}; this spanseek "
                                  f"reads version {READING_VERSION} with {list(READ_FEATURES)}")
             models = {u: LogisticModel.from_dict(m, READ_FEATURES) for u, m in d["models"].items()}
-            reading = cls(int(d["read_passages"]), int(d["spans_per_passage"]), models, dict(d.get("fitted_on", {})))
-            if reading.read_passages < 1 or reading.spans_per_passage < 1:
-                raise ValueError("read_passages and spans_per_passage must be >= 1")
+            reading = cls(int(d["read_passages"]), int(d["spans_per_passage"]), models, dict(d.get("fitted_on", {})),
+                          int(d.get("window_chars", 0)))
+            if reading.read_passages < 1 or reading.spans_per_passage < 1 or reading.window_chars < 0:
+                raise ValueError("read_passages and spans_per_passage must be >= 1, window_chars >= 0")
             return reading
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ReadingError(f"{path}: not a usable reading file ({e}); fit one with `spanseek train "
@@ -138,7 +141,8 @@ class ReadingStage:
         are not read again): their best spans as candidates."""
         k = self.reading.spans_per_passage
         pairs = [(b, r) for b, hits in enumerate(retrieved) for r in range(min(depth, len(hits)))]
-        keys = [(questions[b], retrieved[b][r].passage, k) for b, r in pairs]
+        windows = [self.window(retrieved[b][r]) for b, r in pairs]
+        keys = [(questions[b], text, k) for (b, _), (_, text) in zip(pairs, windows, strict=True)]
         with self._lock:
             spans = {key: self._recent[key] for key in keys if key in self._recent}
         todo = list(dict.fromkeys(key for key in keys if key not in spans))
@@ -150,9 +154,23 @@ class ReadingStage:
                 while len(self._recent) > RECENT_READS:
                     del self._recent[next(iter(self._recent))]
         out: list[list[Candidate]] = [[] for _ in retrieved]
-        for (b, r), key in zip(pairs, keys, strict=True):
-            out[b] += [Candidate(retrieved[b][r], r, span) for span in spans[key]]
+        for (b, r), key, (at, _) in zip(pairs, keys, windows, strict=True):
+            out[b] += [Candidate(retrieved[b][r], r, replace(span, start=span.start + at, end=span.end + at))
+                       for span in spans[key]]
         return out
+
+    def window(self, hit: Hit) -> tuple[int, str]:
+        """What is read of a unit's passage: (where it starts, the text): ``window_chars`` characters each side of
+        its best phrase, widened to whole words; the whole passage when ``window_chars`` is 0."""
+        width, text = self.reading.window_chars, hit.passage
+        if not width or len(text) <= hit.end - hit.start + 2 * width:
+            return 0, text
+        a, b = max(0, hit.start - width), min(len(text), hit.end + width)
+        while a > 0 and not text[a - 1].isspace():
+            a -= 1
+        while b < len(text) and not text[b].isspace():
+            b += 1
+        return a, text[a:b]
 
     def rank(self, plan: Plan, questions: Sequence[str], retrieved: Sequence[Sequence[Hit]]) -> list[list[Hit]]:
         """Per question, the plan's ``top_k`` read hits, best first, each with its confidence."""

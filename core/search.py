@@ -4,10 +4,8 @@ One ``SearchParams`` (``core.params``) says what to search for; the ``Searcher``
 (``core.plan``) once per batch and runs the stages, each a unit with one job:
 
 1. the dense leg (``core.dense.DenseLeg``): MIPS over the token index, span completion, deepening for units;
-2. the lexical leg and fusion (``core.fusion.LexicalFusion``): BM25 over the passages, alone (``lexical``) or fused
-   with the dense leg (``hybrid``);
-3. reading (``core.reading.ReadingStage``), when the request asks for it: the top passages read by the
-   cross-attention reader;
+2. the lexical leg and fusion (``core.fusion.LexicalFusion``): BM25, alone (``lexical``) or fused (``hybrid``);
+3. reading (``core.reading.ReadingStage``), when asked for: the top passages read by the cross-attention reader;
 4. the page (``core.page.Pager``): confidence, abstention, the page ``[offset, offset + top_k)``.
 
 Passages and documents score the max over their phrases. A unit is one entry of ``UNIT_OF_PASSAGE``: which unit
@@ -34,12 +32,11 @@ from spanseek.core.page import Pager
 from spanseek.core.params import MODES, UNITS, Mode, SearchFilter, SearchParams, SearchParamsError, Unit
 from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.reading import ReadingStage
-from spanseek.core.selection import Selection, select
-from spanseek.core.spans import ANSWER_CANDIDATES, Spans, best_answer, best_span, merge_by_answer
+from spanseek.core.selection import Selection, Selections
+from spanseek.core.spans import ANSWER_CANDIDATES, Spans, merge_by_answer
 from spanseek.core.store import PhraseIndex
 
 log = logging.getLogger(__name__)
-RC_DECODES = ("answer", "span")
 DEFAULT_PARAMS = SearchParams()
 SELECTIONS_KEPT = 64  # distinct filters whose token selectors a Searcher keeps (each N / 8 bytes)
 # unit -> the unit of every passage, (P,) int64; the phrase unit is the span itself (None). A new unit is one entry.
@@ -78,15 +75,11 @@ class Searcher:
             config = getattr(getattr(encoder, "model", None), "config", None) or index.encoder_config
             length_bias = config.length_bias
         self.length_bias = tuple(length_bias)
-        if self.length_bias and len(self.length_bias) != self.max_answer_tokens:
-            log.warning("the length bias has %d entries for spans of up to %d tokens; %s", len(self.length_bias),
-                        self.max_answer_tokens, "its last entry serves the longer spans"
-                        if len(self.length_bias) < self.max_answer_tokens else "the extra entries are unused")
-        self.dense = DenseLeg(index, self.length_bias, on_device)
+        self.dense = DenseLeg(index, self.length_bias, on_device, self.max_answer_tokens)
         self.vector_source = vector_source or index.vector_source
         self.dense.vector_reader(self.vector_source)  # a bad source fails here, not at the first search
         self._unit_of_passage = {u: f(index) for u, f in UNIT_OF_PASSAGE.items() if f is not None}
-        self._selections: dict[SearchFilter | None, Selection] = {}  # recent filters' selections, oldest first
+        self._selections = Selections(index, self._unit_of_passage, SELECTIONS_KEPT)
         self.hits = HitBuilder(index)
         self.lexical = index.lexical
         if self.lexical is None:
@@ -101,24 +94,9 @@ class Searcher:
                        LexicalFusion(self.lexical, self.dense, self.hits, self._unit_of_passage, self.phrase_rerank))
         self.pager = Pager(calibrator, self.phrase_rerank)
 
-    @property
-    def refine_factor(self) -> int:
-        return self.dense.refine_factor
-
-    @refine_factor.setter
-    def refine_factor(self, factor: int) -> None:
-        self.dense.refine_factor = factor
-
     def selection(self, flt: SearchFilter | None) -> Selection:
-        """The passages a search with filter ``flt`` may return (live ones that pass it; ``core.selection``), kept
-        for the ``SELECTIONS_KEPT`` most recent filters (a plain dict: no reference cycle keeps a Searcher alive)."""
-        sel = self._selections.pop(flt, None)
-        if sel is None:
-            sel = select(self.index, flt, self._unit_of_passage)
-        self._selections[flt] = sel  # most recent last
-        while len(self._selections) > SELECTIONS_KEPT:
-            del self._selections[next(iter(self._selections))]
-        return sel
+        """The passages a search with filter ``flt`` may return (live ones that pass it; ``core.selection``)."""
+        return self._selections.get(flt)
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -266,21 +244,7 @@ class Searcher:
 
     def passage_best_span(self, passage: int, q_start: np.ndarray, q_end: np.ndarray,
                           max_answer_tokens: int | None = None, decode: str = "span") -> Hit:
-        """Reading comprehension inside one passage (exact, brute force): ``decode="span"`` returns the best span
-        (``best_span``), ``"answer"`` the best span of the most probable answer string (``best_answer``), scored
-        log sum exp over the answer's spans."""
-        if decode not in RC_DECODES:
-            raise ValueError(f"decode must be one of {RC_DECODES}, got {decode!r}")
-        a, b = self.index.passage_range(passage)
-        vecs = self.index.token_vectors(np.arange(a, b))
-        args = (vecs @ q_start, vecs @ q_end, self.index.token_flags[a:b], max_answer_tokens or self.max_answer_tokens)
-        try:
-            if decode == "span":
-                i, j, score = best_span(*args, self.length_bias)
-            else:
-                offsets = self.index.token_offsets[a:b]
-                text = self.index.passages[passage]["text"]
-                i, j, score = best_answer(*args, lambda x, y: text[offsets[x, 0] : offsets[y, 1]], self.length_bias)
-        except ValueError as e:
-            raise ValueError(f"passage {passage}: {e}") from None
-        return self.hits.hit(a + i, a + j, score, score)
+        """Reading comprehension inside one passage (exact, brute force; ``DenseLeg.best_in_passage``)."""
+        i, j, score = self.dense.best_in_passage(passage, q_start, q_end, max_answer_tokens or self.max_answer_tokens,
+                                                 decode)
+        return self.hits.hit(i, j, score, score)

@@ -125,3 +125,23 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
         wide = min(n, wide * OVERFETCH_GROWTH)
     out[rows] = search(queries[rows], k, sel.selector)
     return out
+
+
+class Selections:
+    """The ``select`` of the ``kept`` most recently used filters of one index (each holds N / 8 bytes of token
+    bitmap). A plain dict, not an lru_cache of a bound method, so its owner is freed as soon as it is unused."""
+
+    def __init__(self, index: PhraseIndex, unit_of_passage: dict[str, np.ndarray], kept: int = 64):
+        self.index = index
+        self.unit_of_passage = unit_of_passage
+        self.kept = kept
+        self.recent: dict[SearchFilter | None, Selection] = {}  # oldest first
+
+    def get(self, flt: SearchFilter | None) -> Selection:
+        sel = self.recent.pop(flt, None)
+        if sel is None:
+            sel = select(self.index, flt, self.unit_of_passage)
+        self.recent[flt] = sel  # most recent last
+        while len(self.recent) > self.kept:
+            del self.recent[next(iter(self.recent))]
+        return sel

@@ -46,7 +46,7 @@ from spanseek.core.model import (
     phrase_fingerprint,
     resolve_model,
 )
-from spanseek.core.text import tokenize_passages
+from spanseek.indexer import shards as shard_files
 from spanseek.indexer.compress import filter_probabilities, kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import (
     FactoryError,
@@ -76,7 +76,6 @@ from spanseek.indexer.recall import measure_recall
 log = logging.getLogger(__name__)
 
 SHARDS = integrity.SHARDS
-SHARD_KEY = "key.txt"  # a shard's content key: model, precision and its passages (``shard_key``)
 
 
 class BuildError(RuntimeError):
@@ -129,38 +128,6 @@ def shard_key(model_fingerprint: str, precision: str, texts: list[str]) -> str:
     return h.hexdigest()
 
 
-def _encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Path, key: str) -> int:
-    """Encode one shard of passages into ``dest`` (written to dest.tmp, renamed over any old ``dest`` when
-    complete), recording its content ``key``.
-
-    With a filter head, the shard also gets ``filter.npy`` (n, 2) start/end filter probabilities.
-    """
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    toks = tokenize_passages(tokenizer, texts)
-    vecs = encoder.encode_flat(toks)  # (shard tokens, d) float32
-    np.save(tmp / "vectors.npy", vecs.astype(np.float16))
-    np.save(tmp / "offsets.npy", np.concatenate([t.offsets for t in toks]).astype(np.int32).reshape(-1, 2))
-    flags = np.concatenate([t.flags for t in toks]).astype(np.uint8)
-    np.save(tmp / "flags.npy", flags)
-    np.save(tmp / "ntokens.npy", np.asarray([len(t) for t in toks], dtype=np.int64))
-    if encoder.model.filter_head is not None:
-        np.save(tmp / "filter.npy", filter_probabilities(encoder.model, vecs, flags))
-    (tmp / SHARD_KEY).write_text(key)
-    shutil.rmtree(dest, ignore_errors=True)  # a shard of other passages (the corpus changed since)
-    tmp.rename(dest)
-    return len(vecs)
-
-
-def _has_shard(dest: Path, key: str) -> bool:
-    """Whether ``dest`` is a finished shard of exactly these passages (same key)."""
-    try:
-        return (dest / SHARD_KEY).read_text() == key
-    except OSError:
-        return False
-
-
 def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fingerprint: str,
                   existing_ids: Iterable[str] = (), existing_name: str = "",
                   model_dir: Path | None = None) -> tuple[int, ReadStats]:
@@ -192,7 +159,7 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     def flush() -> None:
         nonlocal k, buf, reused
         dest, key = _shard_dir(out, k), shard_key(fingerprint, precision, buf)
-        if _has_shard(dest, key):
+        if shard_files.has_shard(dest, key):
             reused += 1
             bar.update(len(buf))
         elif opts.ray is not None:
@@ -200,7 +167,7 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
             if len(pending) >= SHARDS_PER_ROUND:
                 encode_pending()
         else:
-            _encode_shard(encoder, tokenizer, buf, dest, key)
+            shard_files.encode_shard(encoder, tokenizer, buf, dest, key)
             bar.update(len(buf))
         k, buf = k + 1, []
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from spanseek.indexer import shards
+
 log = logging.getLogger(__name__)
 
 CPUS_PER_ACTOR = 1
@@ -41,9 +43,7 @@ class ShardEncoder:
         self.encoder = PassageEncoder(model, self.tokenizer, precision=precision, max_batch_tokens=max_batch_tokens)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from spanseek.indexer.build import _encode_shard
-
-        tokens = [_encode_shard(self.encoder, self.tokenizer, json.loads(str(texts)), Path(str(dest)), str(key))
+        tokens = [shards.encode_shard(self.encoder, self.tokenizer, json.loads(str(texts)), Path(str(dest)), str(key))
                   for dest, key, texts in zip(batch["dest"], batch["key"], batch["texts"], strict=True)]
         return {"dest": batch["dest"], "tokens": np.asarray(tokens, dtype=np.int64)}
 

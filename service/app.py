@@ -28,14 +28,20 @@ from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.errors import install_error_handlers
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware
-from spanseek.service.reload import IndexReloader, Reopener, index_identity, signature_of
+from spanseek.service.reload import (
+    WARMUP_QUESTIONS,
+    IndexReloader,
+    Reopener,
+    index_identity,
+    index_nprobe,
+    signature_of,
+)
 from spanseek.service.routes import router
 from spanseek.service.settings import Settings
 
 log = logging.getLogger("spanseek.service")
 
 SearcherFactory = Callable[[Settings], Searcher]
-WARMUP_QUESTIONS = ["what is the warm-up question?", "", "¿Quién? 谁 كيف"]
 
 
 def default_searcher_factory(settings: Settings) -> Searcher:
@@ -45,12 +51,6 @@ def default_searcher_factory(settings: Settings) -> Searcher:
     return open_searcher(settings.index, settings.model, device=settings.device, precision=settings.precision,
                          search_device=settings.search_device, reader=settings.reader,
                          reader_precision=settings.reader_precision)
-
-
-def index_nprobe(searcher: Searcher) -> int | None:
-    """The IVF nprobe the index was loaded with (None for indexes without inverted lists)."""
-    nprobe = getattr(searcher.index, "default_nprobe", None)  # PhraseIndex reads it from the IVF at load
-    return nprobe if isinstance(nprobe, int) else None
 
 
 def directory_bytes(path: Path) -> int:

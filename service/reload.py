@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spanseek.core.alias import AliasError, Resolved, resolve_alias
 from spanseek.core.params import UNITS, SearchParams
@@ -34,7 +34,34 @@ from spanseek.service.errors import NotReady, ReloadFailed
 from spanseek.service.settings import Settings
 
 if TYPE_CHECKING:
-    from spanseek.service.app import ServiceState
+    from spanseek.service.batcher import MicroBatcher
+    from spanseek.service.metrics import ServiceMetrics
+
+WARMUP_QUESTIONS = ["what is the warm-up question?", "", "¿Quién? 谁 كيف"]
+
+
+def index_nprobe(searcher: Searcher) -> int | None:
+    """The IVF nprobe the index was loaded with (None for indexes without inverted lists)."""
+    nprobe = getattr(searcher.index, "default_nprobe", None)  # PhraseIndex reads it from the IVF at load
+    return nprobe if isinstance(nprobe, int) else None
+
+
+class ServiceState(Protocol):
+    """What a reloader reads and changes of the service's state (``service.app.ServiceState``)."""
+
+    settings: Settings
+    status: str
+    detail: Any
+    info: dict[str, Any]
+    searcher: Searcher | None
+    batcher: MicroBatcher | None
+    metrics: ServiceMetrics
+    executor: ThreadPoolExecutor
+    factory: Any
+
+    async def load(self, factory: Any) -> None: ...
+
+    def swap_searcher(self, searcher: Searcher, resolved: Resolved) -> None: ...
 
 log = logging.getLogger("spanseek.service.reload")
 
@@ -160,7 +187,6 @@ class IndexReloader:
     async def _warm_up(self, searcher: Searcher) -> None:
         """Every unit once on the new index before it serves: encoded in the encoder's thread (which the question
         encoder never leaves), searched in this reloader's thread (the served index keeps its own)."""
-        from spanseek.service.app import WARMUP_QUESTIONS, index_nprobe  # app imports this module
 
         loop = asyncio.get_running_loop()
         nprobe = self.state.settings.default_nprobe or index_nprobe(searcher)

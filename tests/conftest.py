@@ -109,6 +109,28 @@ def tiny_index(tmp_path_factory, tiny_corpus, tiny_model_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_reader(tiny_backbone, tmp_path_factory):
+    """A saved (untrained, random) reader on the tiny backbone, with a reading.json that ranks read spans by the
+    reader's score and reads 3 passages."""
+    import torch
+
+    from spanseek.core.confidence import LogisticModel
+    from spanseek.core.config import ReaderConfig
+    from spanseek.core.reader import ReaderModel
+    from spanseek.core.reading import READ_FEATURES, READING_NAME, Reading
+
+    torch.manual_seed(0)
+    model = ReaderModel(ReaderConfig(backbone=str(tiny_backbone), max_len=256, stride=16, max_query_len=16,
+                                     max_answer_tokens=8))
+    directory = model.save(tmp_path_factory.mktemp("readers") / "tiny")
+    features = len(READ_FEATURES)
+    models = {u: LogisticModel((0.0,) * features, (1.0,) * features, (1.0,) + (0.0,) * (features - 1), 0.0)
+              for u in ("phrase", "passage", "doc")}
+    Reading(3, 2, models).save(directory / READING_NAME)
+    return directory
+
+
+@pytest.fixture(scope="session")
 def tiny_searcher(tiny_index, tiny_model_dir):
     from spanseek.core.loading import open_searcher
 

@@ -327,6 +327,9 @@ class FitReadingConfig(JobOptions):
                                 "fewest whose phrase EM@1 is within --tolerance of the best is the default")
     tolerance: float = option(0.5, "EM@1 points a smaller read_passages may lose to the best and still be chosen")
     spans_per_passage: int = option(3, "best spans kept per passage read")
+    window_chars: str = option("0,200", "characters read each side of a unit's best phrase to choose from "
+                               "(comma-separated; 0: the whole passage); a window is chosen when it keeps EM@1 "
+                               "within --tolerance at a lower cost")
     index: str | None = option(None, "index of those articles built with --model (else a temporary one is built)")
     mode: Literal["dense", "lexical", "hybrid"] | None = option(None, "retrieval mode (default: the index's)")
 
@@ -342,7 +345,17 @@ class FitReadingConfig(JobOptions):
             depths = ()
         check(bool(depths) and min(depths) >= 1, "--read-passages", "comma-separated integers >= 1",
               self.read_passages)
+        try:
+            windows = self.windows
+        except ValueError:
+            windows = ()
+        check(bool(windows) and min(windows) >= 0, "--window-chars", "comma-separated integers >= 0",
+              self.window_chars)
 
     @property
     def depths(self) -> tuple[int, ...]:
         return tuple(sorted({int(x) for x in self.read_passages.split(",") if x.strip()}))
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        return tuple(sorted({int(x) for x in self.window_chars.split(",") if x.strip()}))

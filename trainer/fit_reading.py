@@ -32,8 +32,6 @@ from spanseek.core.reading import READ_FEATURES, READING_NAME, Candidate, Readin
 from spanseek.trainer.arguments import FitReadingConfig
 from spanseek.trainer.calibrate import fit_logistic
 
-UNITS = ("phrase", "passage", "doc")
-
 
 @dataclasses.dataclass
 class Read:
@@ -81,14 +79,16 @@ def first_hit_accuracy(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) ->
     return round(100 * right / max(1, len(sizes)), 2)
 
 
-def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str | Path) -> list[Read]:
+def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str | Path) -> dict[int, list[Read]]:
+    """Every question's top passages and documents read once per window width, at the deepest depth."""
     searcher = open_searcher(index, cfg.model, device=cfg.device, precision=cfg.precision)
     reader = PassageReader.load(resolve_reader(cfg.reader), precision="fp32" if cfg.precision == "auto" else
                                 cfg.precision)
     depth = max(cfg.depths)
-    stage = ReadingStage(reader, Reading(depth, cfg.spans_per_passage, {}), searcher.hits)
+    stages = {w: ReadingStage(reader, Reading(depth, cfg.spans_per_passage, {}, window_chars=w), searcher.hits)
+              for w in cfg.windows}
     base = SearchParams(mode=cfg.mode)
-    reads = []
+    reads: dict[int, list[Read]] = {w: [] for w in cfg.windows}
     assert searcher.encoder is not None
     for b in tqdm(range(0, len(questions), 32), desc="reading", unit="batch", disable=not cfg.progress):
         batch = questions[b:b + 32]
@@ -98,11 +98,13 @@ def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str 
                                            None, texts)
         docs = searcher.search_vectors(q_start, q_end, dataclasses.replace(base, unit="doc", top_k=depth), None,
                                        texts)
-        read_p = stage.candidates(texts, passages, depth)
-        read_d = stage.candidates(texts, docs, depth)
-        for i, q in enumerate(batch):
-            reads.append(Read(q, {"phrase": read_p[i], "passage": read_p[i], "doc": read_d[i]},
-                              {"phrase": list(passages[i]), "passage": list(passages[i]), "doc": list(docs[i])}))
+        for w, stage in stages.items():
+            read_p = stage.candidates(texts, passages, depth)
+            read_d = stage.candidates(texts, docs, depth)
+            for i, q in enumerate(batch):
+                reads[w].append(Read(q, {"phrase": read_p[i], "passage": read_p[i], "doc": read_d[i]},
+                                     {"phrase": list(passages[i]), "passage": list(passages[i]),
+                                      "doc": list(docs[i])}))
     return reads
 
 
@@ -120,26 +122,31 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
             index = str(Path(tmp) / "index")
             build_index(corpus, cfg.model, index, BuildOptions(progress=cfg.progress, precision=cfg.precision))
         reads = read_questions(cfg, questions, index)
-    by_depth: dict[int, dict[str, Any]] = {}
-    for depth in cfg.depths:
-        x, y, sizes = examples(reads, "phrase", depth)
-        model = fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
-        by_depth[depth] = {"phrase_em@1": first_hit_accuracy(model, x, y, sizes), "model": model}
-    best = max(d["phrase_em@1"] for d in by_depth.values())
-    chosen = min(d for d, v in by_depth.items() if v["phrase_em@1"] >= best - cfg.tolerance)
-    models, report = {"phrase": by_depth[chosen]["model"]}, {}
+    by_setting: dict[tuple[int, int], dict[str, Any]] = {}  # (depth, window) -> EM@1 and the phrase model
+    for window, window_reads in reads.items():
+        for depth in cfg.depths:
+            x, y, sizes = examples(window_reads, "phrase", depth)
+            model = fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
+            by_setting[depth, window] = {"phrase_em@1": first_hit_accuracy(model, x, y, sizes), "model": model}
+    best = max(v["phrase_em@1"] for v in by_setting.values())
+    # the cheapest setting within tolerance of the best: reading cost grows with the passages and the characters read
+    depth, window = min((k for k, v in by_setting.items() if v["phrase_em@1"] >= best - cfg.tolerance),
+                        key=lambda k: (k[0] * (1.0 if k[1] == 0 else min(1.0, (2 * k[1] + 40) / 750)),
+                                       -by_setting[k]["phrase_em@1"]))
+    models, report = {"phrase": by_setting[depth, window]["model"]}, {}
     for unit in ("passage", "doc"):
-        x, y, sizes = examples(reads, unit, chosen)
+        x, y, sizes = examples(reads[window], unit, depth)
         models[unit] = fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
         report[f"{unit}_acc@1"] = first_hit_accuracy(models[unit], x, y, sizes)
     fitted_on = {
         "questions": len(questions), "articles": len(articles), "train": str(cfg.train),
         "articles_offset": cfg.articles_offset, "holdout_every": cfg.holdout_every, "model": str(cfg.model),
-        "mode": cfg.mode, "phrase_em@1_by_read_passages": {str(d): v["phrase_em@1"] for d, v in by_depth.items()},
+        "mode": cfg.mode, "phrase_em@1_by_read_passages_and_window": {
+            f"{d}/{w}": v["phrase_em@1"] for (d, w), v in sorted(by_setting.items())},
         **report,
     }
-    reading = Reading(chosen, cfg.spans_per_passage, models, fitted_on)
+    reading = Reading(depth, cfg.spans_per_passage, models, fitted_on, window_chars=window)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     reading.save(out / READING_NAME)
-    return {"reading": str(out / READING_NAME), "read_passages": chosen, **fitted_on}
+    return {"reading": str(out / READING_NAME), "read_passages": depth, "window_chars": window, **fitted_on}

@@ -121,7 +121,7 @@ def test_true_and_1_are_different_filters_for_the_cache_and_for_batching(searche
     assert as_bool != as_int and SearchParams(filter=as_bool) != SearchParams(filter=as_int)
     assert len({as_bool: 0, as_int: 1}) == 2 and SearchFilter(meta={"year": 2001}) == SearchFilter(meta={"year": 2001.0})
     for first, second in [(as_bool, as_int), (as_int, as_bool)]:
-        searcher._selections.clear()
+        searcher._selections.recent.clear()
         hits = {flt: _search(searcher, unit="doc", mode="dense", top_k=5, filter=flt) for flt in (first, second)}
         assert all(hits[as_bool]) and all(h.doc_id in {"d0", "d4", "d8"} for r in hits[as_bool] for h in r)
         assert not any(hits[as_int])  # the drafts are booleans: no document has draft == 1

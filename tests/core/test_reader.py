@@ -26,7 +26,7 @@ from spanseek.core.reader import (
     make_windows,
     resolve_reader,
 )
-from spanseek.core.reading import READ_FEATURES, READING_NAME, Reading, ReadingStage
+from spanseek.core.reading import READING_NAME, Reading, ReadingStage
 from spanseek.trainer.reader import answer_tokens, length_batches
 
 PASSAGE = ("The castle of Alba was built in 1340 by King Borin on the river. In 1402 a fire destroyed its "
@@ -52,19 +52,6 @@ def test_span_decoding_equals_brute_force_over_the_logits(seed, max_tokens, k):
                                             strict=True) if s != float("-inf")]
         assert [(i, j) for _, i, j in got] == [(i, j) for _, i, j in want]
         np.testing.assert_allclose([s for s, _, _ in got], [s for s, _, _ in want], rtol=1e-6)
-
-
-@pytest.fixture(scope="module")
-def tiny_reader(tiny_backbone, tmp_path_factory):
-    torch.manual_seed(0)
-    model = ReaderModel(ReaderConfig(backbone=str(tiny_backbone), max_len=256, stride=16, max_query_len=16,
-                                     max_answer_tokens=8))
-    directory = model.save(tmp_path_factory.mktemp("readers") / "tiny")
-    features = len(READ_FEATURES)
-    models = {u: LogisticModel((0.0,) * features, (1.0,) * features, (1.0,) + (0.0,) * (features - 1), 0.0)
-              for u in ("phrase", "passage", "doc")}
-    Reading(3, 2, models).save(directory / READING_NAME)
-    return directory
 
 
 def reader_with(directory, **changes) -> PassageReader:

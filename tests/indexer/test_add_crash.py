@@ -66,7 +66,7 @@ else:
 
 # where the child dies: (step, n, before/after, journal_only) -> the add is rolled back or forward on opening
 POINTS = {
-    "encoding": (("spanseek.indexer.build:_encode_shard", "2", "before", "0"), "back"),
+    "encoding": (("spanseek.indexer.shards:encode_shard", "2", "before", "0"), "back"),
     "new stores": (("spanseek.indexer.add:_concat_jsonl", "1", "after", "0"), "back"),
     "before the journal": (("os:replace", integrity.JOURNAL, "before", "0"), "back"),
     "first rename": (("os:replace", "1", "before", "1"), "forward"),

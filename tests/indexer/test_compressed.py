@@ -17,7 +17,7 @@ from spanseek.core.params import SearchParams
 from spanseek.core.search import Searcher
 from spanseek.core.store import CODES, IndexFormatError, PhraseIndex
 from spanseek.indexer import build as build_mod
-from spanseek.indexer import verify
+from spanseek.indexer import shards, verify
 from spanseek.indexer.build import BuildError, BuildOptions, build_index, reindex
 from spanseek.indexer.faiss_index import (
     MIN_POINTS_PER_CENTROID,
@@ -198,9 +198,9 @@ def test_pq_search_refined_over_every_token_equals_exact_search(pq_index, tmp_pa
     reindex(pq_index, tmp_path / "flat", BuildOptions(factory="Flat", progress=False))  # same fine store
     exact, idx = Searcher(PhraseIndex(tmp_path / "flat")), PhraseIndex(pq_index)
     pq = Searcher(idx)
-    assert pq.refine_factor == search.REFINE_FACTOR and exact.refine_factor == 1
+    assert pq.dense.refine_factor == search.REFINE_FACTOR and exact.dense.refine_factor == 1
     monkeypatch.setattr(search, "REFINE_MAX_FETCH", idx.faiss.ntotal)
-    pq.refine_factor = idx.faiss.ntotal  # every token fetched: the candidates are the exact top k
+    pq.dense.refine_factor = idx.faiss.ntotal  # every token fetched: the candidates are the exact top k
     rng = np.random.default_rng(4)
     qs, qe = rng.standard_normal((2, 10, idx.vectors.shape[1])).astype(np.float32)
     params = SearchParams(unit="phrase", top_k=3, nprobe=8, mode="dense")
@@ -308,7 +308,7 @@ def test_killed_ivf_build_resumes(tmp_path, medium_corpus, tiny_model_dir, ivf_i
     out = tmp_path / "resumed"
     opts = BuildOptions(factory=IVF_FACTORY, shard_passages=40, progress=False, precision="fp32", gpu=False,
                         keep_codes=True)
-    real_encode = build_mod._encode_shard
+    real_encode = shards.encode_shard
     calls = []
 
     def dying_encode(*args):
@@ -317,7 +317,7 @@ def test_killed_ivf_build_resumes(tmp_path, medium_corpus, tiny_model_dir, ivf_i
             raise KeyboardInterrupt("killed")
         return real_encode(*args)
 
-    monkeypatch.setattr(build_mod, "_encode_shard", dying_encode)
+    monkeypatch.setattr(shards, "encode_shard", dying_encode)
     with pytest.raises(KeyboardInterrupt):
         build_index(medium_corpus, tiny_model_dir, out, opts)
     monkeypatch.setattr(build_mod, "add_vectors", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt("killed")))

@@ -1,0 +1,126 @@
+"""Reading at search time, measured: open search with and without the reader, its confidence, its cost.
+
+    python bench/reading.py --index runs/val-index --model default --reader default \
+        --questions runs/validation.json.gz --out bench/results/reading.json
+
+On every question of the file (or a fixed sample of --limit), searched over --index in the index's default mode:
+
+- quality without and with ``read``: phrase EM@1 / F1@1, passage acc@1 / acc@5, document acc@1;
+- read hits' confidence: the first hit's expected calibration error (10 bins) per unit, every answer in the index;
+- the reader alone reading each question's gold passage (reading-comprehension EM / F1);
+- speed, one run on this machine: phrase search q/s at batch 64 with and without reading (question encoding
+  included, after a warm-up batch), and their ratio.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from confidence import ece  # noqa: E402  (bench/ is on sys.path when run as a script)
+from hybrid import cpu_name  # noqa: E402
+
+from spanseek.core.evaluate import sample_questions  # noqa: E402
+from spanseek.core.io import load_squad, squad_questions, write_json_atomic  # noqa: E402
+from spanseek.core.loading import open_searcher  # noqa: E402
+from spanseek.core.metrics import exact_match, f1_score, passage_has_answer  # noqa: E402
+from spanseek.core.params import SearchParams  # noqa: E402
+from spanseek.core.reader import reading_comprehension  # noqa: E402
+
+BATCH = 64
+RUNS = {"phrase": ("phrase", 1), "passage": ("passage", 5), "doc": ("doc", 1)}
+
+
+def quality(searcher, questions, read: bool, read_passages: int | None) -> dict:
+    """Metrics of one setting over every question; the first hits' confidences and labels per unit."""
+    em, f1, acc1, acc5, doc1 = [], [], [], [], []
+    conf: dict[str, list[float]] = {u: [] for u in RUNS}
+    right: dict[str, list[float]] = {u: [] for u in RUNS}
+    for b in range(0, len(questions), BATCH):
+        batch = questions[b:b + BATCH]
+        texts = [q.question for q in batch]
+        q_start, q_end = searcher.encoder.encode(texts)
+        found = {name: searcher.search_vectors(q_start, q_end, SearchParams(unit=unit, top_k=k, read=read,
+                                                                            read_passages=read_passages), None, texts)
+                 for name, (unit, k) in RUNS.items()}
+        for i, q in enumerate(batch):
+            top = found["phrase"][i][0].text if found["phrase"][i] else ""
+            em.append(exact_match(top, q.answers))
+            f1.append(f1_score(top, q.answers))
+            has = [passage_has_answer(h.passage, q.answers) for h in found["passage"][i]]
+            acc1.append(float(any(has[:1])))
+            acc5.append(float(any(has[:5])))
+            doc1.append(float(bool(found["doc"][i]) and found["doc"][i][0].title == q.title))
+            for unit, ok in (("phrase", em[-1]), ("passage", acc1[-1]), ("doc", doc1[-1])):
+                hits = found[unit][i]
+                if hits and hits[0].confidence is not None:
+                    conf[unit].append(hits[0].confidence)
+                    right[unit].append(ok)
+    out = {"phrase_em@1": pct(em), "phrase_f1@1": pct(f1), "passage_acc@1": pct(acc1), "passage_acc@5": pct(acc5),
+           "doc_acc@1": pct(doc1)}
+    if read:
+        out["first_hit_ece"] = {u: round(ece(np.array(conf[u]), np.array(right[u])), 4) for u in RUNS if conf[u]}
+    return out
+
+
+def pct(values: list[float]) -> float:
+    return round(100 * float(np.mean(values)), 2)
+
+
+def speed(searcher, questions, read: bool, read_passages: int | None, batches: int) -> float:
+    """Phrase-search q/s at batch 64, encoding included, after one warm-up batch."""
+    texts = [q.question for q in questions]
+    params = SearchParams(read=read, read_passages=read_passages)
+    searcher.search(texts[:BATCH], params)
+    if searcher.reading is not None:
+        searcher.reading._recent.clear()  # timed reads are real reads, not remembered ones
+    timed = texts[BATCH:BATCH * (batches + 1)]
+    t0 = time.perf_counter()
+    for b in range(0, len(timed), BATCH):
+        searcher.search(timed[b:b + BATCH], params)
+    return round(len(timed) / (time.perf_counter() - t0), 1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--reader", default="default")
+    ap.add_argument("--questions", required=True, help="SQuAD-format file whose paragraphs the index holds")
+    ap.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
+    ap.add_argument("--read-passages", type=int, default=None, help="default: the reader's fitted one")
+    ap.add_argument("--speed-batches", type=int, default=8, help="timed batches of 64 for the q/s")
+    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="question encoder")
+    ap.add_argument("--reader-precision", default="auto", choices=["auto", "fp32", "bf16"])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    searcher = open_searcher(args.index, args.model, precision=args.precision, reader=args.reader,
+                             reader_precision=args.reader_precision)
+    assert searcher.reading is not None
+    questions = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
+    result = {
+        "cpu": cpu_name(), "cores": os.cpu_count(), "questions": len(questions), "index": args.index,
+        "model": args.model, "reader": args.reader, "mode": searcher.default_mode,
+        "read_passages": args.read_passages or searcher.reading.reading.read_passages,
+        "reader_precision": searcher.reading.reader.precision,
+        "speed": {"without_read_qps": speed(searcher, questions, False, None, args.speed_batches),
+                  "with_read_qps": speed(searcher, questions, True, args.read_passages, args.speed_batches)},
+        "without_read": quality(searcher, questions, False, None),
+        "with_read": quality(searcher, questions, True, args.read_passages),
+        "reader_rc": reading_comprehension(searcher.reading.reader, questions),
+    }
+    result["speed"]["ratio"] = round(result["speed"]["with_read_qps"] / result["speed"]["without_read_qps"], 3)
+    write_json_atomic(args.out, result)
+    print(json.dumps(result, indent=2))  # noqa: T201
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""A shard of an index build: the token vectors and maps of a run of passages, keyed by their content.
+
+A finished shard is a directory renamed into place holding its content key (model, precision and passages), so a
+killed build, local (``indexer.build``) or on Ray (``indexer.ray_encode``), re-uses every shard whose key is the
+same and encodes only the rest.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from spanseek.core.encoding import PassageEncoder
+from spanseek.core.text import tokenize_passages
+from spanseek.indexer.compress import filter_probabilities
+
+SHARD_KEY = "key.txt"  # a shard's content key: model, precision and its passages (``indexer.build.shard_key``)
+
+
+def encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Path, key: str) -> int:
+    """Encode one shard of passages into ``dest`` (written to dest.tmp, renamed over any old ``dest`` when
+    complete), recording its content ``key``.
+
+    With a filter head, the shard also gets ``filter.npy`` (n, 2) start/end filter probabilities.
+    """
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    toks = tokenize_passages(tokenizer, texts)
+    vecs = encoder.encode_flat(toks)  # (shard tokens, d) float32
+    np.save(tmp / "vectors.npy", vecs.astype(np.float16))
+    np.save(tmp / "offsets.npy", np.concatenate([t.offsets for t in toks]).astype(np.int32).reshape(-1, 2))
+    flags = np.concatenate([t.flags for t in toks]).astype(np.uint8)
+    np.save(tmp / "flags.npy", flags)
+    np.save(tmp / "ntokens.npy", np.asarray([len(t) for t in toks], dtype=np.int64))
+    if encoder.model.filter_head is not None:
+        np.save(tmp / "filter.npy", filter_probabilities(encoder.model, vecs, flags))
+    (tmp / SHARD_KEY).write_text(key)
+    shutil.rmtree(dest, ignore_errors=True)  # a shard of other passages (the corpus changed since)
+    tmp.rename(dest)
+    return len(vecs)
+
+
+def has_shard(dest: Path, key: str) -> bool:
+    """Whether ``dest`` is a finished shard of exactly these passages (same key)."""
+    try:
+        return (dest / SHARD_KEY).read_text() == key
+    except OSError:
+        return False
