@@ -280,6 +280,7 @@ class ReaderTrainConfig(JobOptions):
     backbone: str = option(ReaderConfig.backbone, "backbone: package:NAME, a model directory or a hub id")
     max_len: int = option(ReaderConfig.max_len, "(question, passage) window in tokens, special tokens included")
     stride: int = option(ReaderConfig.stride, "overlap of a long passage's consecutive windows in tokens")
+    max_query_len: int = option(ReaderConfig.max_query_len, "question tokens kept (longer questions are truncated)")
     max_answer_tokens: int = option(ReaderConfig.max_answer_tokens, "longest answer span in tokens")
     epochs: float = option(1.0, "passes over the training windows")
     max_steps: int | None = option(None, "stop after this many steps (overrides --epochs)")
@@ -310,7 +311,7 @@ class ReaderTrainConfig(JobOptions):
 
     def build(self) -> ReaderConfig:
         return ReaderConfig(backbone=self.backbone, max_len=self.max_len, stride=self.stride,
-                            max_answer_tokens=self.max_answer_tokens)
+                            max_query_len=self.max_query_len, max_answer_tokens=self.max_answer_tokens)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -69,6 +69,14 @@ def examples(reads: list[Read], unit: str, depth: int) -> tuple[np.ndarray, np.n
     return np.concatenate(xs), np.concatenate(ys), sizes
 
 
+def fit(x: np.ndarray, y: np.ndarray, unit: str):
+    """The logistic model of one unit's candidates; ValueError when they are all right or all wrong."""
+    if len(set(y.tolist())) < 2:
+        raise ValueError(f"every {unit} candidate read is {'right' if len(y) and y[0] else 'wrong'} ({len(y)} "
+                         "candidates): nothing to fit; use more --questions, or a trained --reader")
+    return fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
+
+
 def first_hit_accuracy(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) -> float:
     """Share of questions whose best-scored candidate is right (percent)."""
     logit, right, start = model.logit(x), 0.0, 0
@@ -126,7 +134,7 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     for window, window_reads in reads.items():
         for depth in cfg.depths:
             x, y, sizes = examples(window_reads, "phrase", depth)
-            model = fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
+            model = fit(x, y, "phrase")
             by_setting[depth, window] = {"phrase_em@1": first_hit_accuracy(model, x, y, sizes), "model": model}
     best = max(v["phrase_em@1"] for v in by_setting.values())
     # the cheapest setting within tolerance of the best: reading cost grows with the passages and the characters read
@@ -136,7 +144,7 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     models, report = {"phrase": by_setting[depth, window]["model"]}, {}
     for unit in ("passage", "doc"):
         x, y, sizes = examples(reads[window], unit, depth)
-        models[unit] = fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
+        models[unit] = fit(x, y, unit)
         report[f"{unit}_acc@1"] = first_hit_accuracy(models[unit], x, y, sizes)
     fitted_on = {
         "questions": len(questions), "articles": len(articles), "train": str(cfg.train),

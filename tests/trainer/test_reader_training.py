@@ -1,0 +1,82 @@
+"""`spanseek train reader` and `spanseek train fit-reading` on the tiny backbone and SQuAD file: what they train on,
+that a run resumes where it stopped, and that the fitted reading file is what a searcher loads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spanseek.cli import main
+from spanseek.core.io import load_squad, squad_questions
+from spanseek.core.reader import PassageReader, resolve_reader
+from spanseek.core.reading import READING_NAME, Reading
+from spanseek.trainer.arguments import FitReadingConfig, ReaderTrainConfig
+from spanseek.trainer.reader import train_reader
+
+SPLIT = {"holdout_every": 4, "holdout_offset": 1}
+
+
+def config(tiny_squad, tiny_backbone, out, **changes) -> ReaderTrainConfig:
+    return ReaderTrainConfig(train=str(tiny_squad), out=str(out), backbone=str(tiny_backbone), max_len=64, stride=16, max_query_len=24,
+                             batch_size=4, checkpoint_every=1, val_questions=5, progress=False, precision="fp32",
+                             **{"reserve_offset": 2, **SPLIT, **changes})
+
+
+def test_the_reader_trains_without_held_out_or_reserved_articles_and_resumes(tiny_squad, tiny_backbone, tmp_path):
+    out = tmp_path / "reader"
+    first = train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2))
+    data = load_squad(tiny_squad)
+    kept = [a for i, a in enumerate(data) if i % 4 not in (1, 2)]
+    assert first["train_questions"] == len(squad_questions(kept)) and first["steps"] == 2
+    assert "validation" in first and 0 <= first["validation"]["em"] <= 100
+    resumed = train_reader(config(tiny_squad, tiny_backbone, out, max_steps=3))
+    assert resumed["steps"] == 3 and resumed["seconds"] < first["seconds"] * 5  # one more step, not three
+    reader = PassageReader.load(resolve_reader(out / "last"))
+    [[span]] = reader.read(["Who built it?"], ["In 1500 Alba built the bridge."])
+    assert span.text and span.text in "In 1500 Alba built the bridge."
+
+
+def test_train_reader_refuses_a_reserved_split_equal_to_the_held_out_one(tiny_squad, tiny_backbone, tmp_path):
+    with pytest.raises(ValueError, match="--reserve-offset"):
+        config(tiny_squad, tiny_backbone, tmp_path, reserve_offset=1)
+
+
+def fit_args(tiny_squad, tiny_reader, tiny_model_dir, out) -> list[str]:
+    return ["train", "fit-reading", "--train", str(tiny_squad), "--reader", str(tiny_reader), "--model",
+            str(tiny_model_dir), "--out", str(out), "--holdout-every", "4", "--holdout-offset", "1",
+            "--articles-offset", "2", "--questions", "10", "--read-passages", "1,2", "--window-chars", "0,40",
+            "--precision", "fp32", "--no-progress"]
+
+
+def test_fit_reading_says_when_there_is_nothing_to_fit(tiny_squad, tiny_model_dir, tiny_reader, tmp_path, capsys):
+    """The tiny reader is untrained: it reads no answer right, and the fit says so instead of failing inside."""
+    assert main(fit_args(tiny_squad, tiny_reader, tiny_model_dir, tmp_path / "fitted")) == 2
+    assert "every phrase candidate read is wrong" in capsys.readouterr().err
+    assert not (tmp_path / "fitted" / READING_NAME).exists()
+
+
+def test_fit_reading_writes_the_file_a_searcher_reads(tiny_squad, tiny_model_dir, tiny_reader, tmp_path, capsys,
+                                                      monkeypatch):
+    from spanseek.trainer import fit_reading
+
+    # an untrained reader reads no answer right: here a span is right when it holds a digit (a year), a passage or
+    # document when its question is a when-question, so both labels occur for every unit
+    monkeypatch.setattr(fit_reading, "label", lambda unit, c, q: float(any(ch.isdigit() for ch in c.span.text)
+                                                                       if unit == "phrase" else
+                                                                       q.question.startswith("When")))
+    out = tmp_path / "fitted"
+    assert main(fit_args(tiny_squad, tiny_reader, tiny_model_dir, out)) == 0
+    summary = json.loads(capsys.readouterr().out)
+    reading = Reading.load(out / READING_NAME)
+    assert set(reading.models) == {"phrase", "passage", "doc"}
+    assert reading.read_passages == summary["read_passages"] in (1, 2)
+    assert reading.window_chars == summary["window_chars"] in (0, 40)
+    assert set(reading.fitted_on["phrase_em@1_by_read_passages_and_window"]) == {"1/0", "2/0", "1/40", "2/40"}
+
+
+def test_fit_reading_options_are_checked():
+    with pytest.raises(ValueError, match="--read-passages"):
+        FitReadingConfig(train="t", out="o", reader="r", read_passages="0,x")
+    with pytest.raises(ValueError, match="--articles-offset"):
+        FitReadingConfig(train="t", out="o", reader="r", articles_offset=7)
