@@ -1,7 +1,7 @@
 """Build a phrase index from a JSONL corpus: encode in shards (resumable), merge, fill faiss, write the manifest.
 
     spanseek index build --corpus corpus.jsonl --model default --out INDEX_DIR [--factory Flat|auto|IVF1024,SQ8|...]
-        [--filter-threshold T] [--gpu/--no-gpu] [--store fp16|sq8|sq4] [--on-disk] [--ray [ADDRESS]]
+        [--filter-threshold T] [--gpu/--no-gpu] [--store fp16|sq8|sq4] [--on-disk] [--ray ADDRESS|local]
 
 The corpus is read once, as a stream: the passage and document stores are written as it goes and passages are
 encoded in shards of ``shard_passages``. Each finished shard is a directory renamed into place and keyed by a hash
@@ -27,7 +27,6 @@ import os
 import shutil
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +69,7 @@ from spanseek.indexer.ondisk import (
     save_trained_index,
     saved_trained_index,
 )
+from spanseek.indexer.options import BuildOptions
 from spanseek.indexer.ray_encode import SHARDS_PER_ROUND
 from spanseek.indexer.recall import measure_recall
 
@@ -80,39 +80,6 @@ SHARDS = integrity.SHARDS
 
 class BuildError(RuntimeError):
     """The build cannot proceed; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """How to build: ``factory`` is any faiss factory string or ``auto``; ``gpu`` None = use one if faiss has it;
-    ``filter_threshold`` needs a model with a filter head; ``vector_source`` is the searcher's default neighbour
-    source recorded in the manifest; ``nprobe`` the IVF default stored in the index (None: ``default_nprobe``);
-    ``recall_sample`` the queries of the recall that `index verify` later re-measures; ``store`` the fine store's
-    precision (``core.finestore``); ``keep_codes`` whether a compressed index also keeps ``codes.npy``, a second
-    copy of its codes that only the ``codes`` neighbour source reads."""
-
-    factory: str = "Flat"
-    shard_passages: int = 2000
-    max_batch_tokens: int = 8192
-    precision: str = "auto"  # bf16 on CPUs/GPUs that support it, else fp32
-    max_train: int = 262_144
-    device: str = "auto"
-    progress: bool = True
-    gpu: bool | None = None
-    filter_threshold: float | None = None
-    vector_source: str = "fine"
-    nprobe: int | None = None
-    recall_sample: int = 200  # own vectors used as queries for the recall recorded in the manifest (0: skip)
-    store: str | None = None  # fine store fp16 | sq8 | sq4; None: by size with factory auto, else fp16 (reindex: kept)
-    keep_codes: bool | None = None  # codes.npy for compressed indexes; None: only when vector_source is "codes"
-    on_disk: bool = False  # IVF inverted lists in index.ivfdata, memory-mapped (indexer.ondisk)
-    ray: str | None = None  # encode on a Ray cluster at this address ("": a local one; indexer.ray_encode)
-
-    def __post_init__(self) -> None:
-        # checked here, not after encoding: a bad nprobe would otherwise fail (or be ignored) at the faiss stage
-        if self.nprobe is not None and (isinstance(self.nprobe, bool) or not isinstance(self.nprobe, int)
-                                        or self.nprobe < 1):
-            raise ValueError(f"nprobe must be an integer >= 1, got {self.nprobe!r}")
 
 
 def _shard_dir(out: Path, k: int) -> Path:
@@ -268,9 +235,11 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     return factory, params, int(index.ntotal)
 
 
-def build_index(corpus: str | Path, model: str | Path, out: str | Path, opts: BuildOptions = BuildOptions()) -> store.Manifest:
+def build_index(corpus: str | Path, model: str | Path, out: str | Path,
+                opts: BuildOptions | None = None) -> store.Manifest:
     """Build (or resume building) an index of ``corpus`` with ``model`` in ``out``. Returns its manifest."""
     corpus, out = Path(corpus), Path(out)
+    opts = opts or BuildOptions()
     problem = corpus_problem(corpus)  # a directory, a Markdown or SQuAD file...: say which command converts it
     if problem:
         raise BuildError(problem)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import dataclasses
 import json
 import sys
 
-from spanseek.core.finestore import STORES
+from spanseek.core.options import add_options, from_args
 from spanseek.core.params import FUSIONS, MODES, UNITS, VECTOR_SOURCES, SearchFilter, SearchParams
+from spanseek.indexer.options import BuildOptions, EncodeOptions
 
 
 def _positive_int(text: str) -> int:
@@ -59,14 +61,9 @@ def _from_files(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from spanseek.indexer.build import BuildOptions, build_index
+    from spanseek.indexer.build import build_index
 
-    opts = BuildOptions(
-        factory=args.factory, shard_passages=args.shard_passages, max_batch_tokens=args.max_batch_tokens,
-        precision=args.precision, device=args.device, progress=not args.quiet, gpu=args.gpu,
-        filter_threshold=args.filter_threshold, vector_source=args.vector_source, nprobe=args.nprobe,
-        max_train=args.max_train, store=args.store, keep_codes=args.keep_codes, on_disk=args.on_disk, ray=args.ray,
-    )
+    opts = from_args(BuildOptions, args, progress=not args.quiet)
     m = build_index(args.corpus, args.model, args.out, opts)  # refuses --filter-threshold without a filter head
     print(json.dumps(m.to_dict(), indent=2))
     return 0
@@ -75,9 +72,9 @@ def _build(args: argparse.Namespace) -> int:
 def _add(args: argparse.Namespace) -> int:
     """`index add`, and `index upsert` (which replaces the documents whose id the index holds)."""
     from spanseek.indexer.add import upsert_documents
-    from spanseek.indexer.build import BuildOptions
 
-    opts = BuildOptions(shard_passages=args.shard_passages, device=args.device, progress=not args.quiet)
+    encode = from_args(EncodeOptions, args, progress=not args.quiet)
+    opts = BuildOptions(**{f.name: getattr(encode, f.name) for f in dataclasses.fields(EncodeOptions)})
     replace = args.index_command == "upsert"
     m, changes = upsert_documents(args.index, args.corpus, model=args.model, opts=opts, replace=replace)
     if replace:
@@ -95,7 +92,6 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    from spanseek.indexer.build import BuildOptions
     from spanseek.indexer.lifecycle import compact_index
 
     print(json.dumps(compact_index(args.index, BuildOptions(progress=not args.quiet)), indent=2))
@@ -267,36 +263,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="JSONL corpus (make one with `spanseek corpus from-files` or `corpus from-squad`)")
     p.add_argument("--model", default="default", help="model directory or 'default'")
     p.add_argument("--out", required=True, help="index directory")
-    p.add_argument("--factory", default="Flat",
-                   help="faiss factory string (inner product), e.g. Flat, IVF256,SQ8, OPQ32,IVF256,PQ32x4fs, or "
-                        "'auto' (chosen from the token count; see docs/compressed-index.md)")
-    p.add_argument("--max-train", type=int, default=262_144, help="upper bound on the faiss training sample")
-    p.add_argument("--nprobe", type=_positive_int, default=None,
-                   help="IVF lists probed by default (stored in the index; default: ~3%% of the lists, at least 8)")
-    p.add_argument("--vector-source", default="fine", choices=["fine", "codes"],
-                   help="default neighbour vectors for span completion: the fine store or decoded codes")
-    p.add_argument("--store", default=None, choices=list(STORES),
-                   help="fine store precision: fp16 / sq8 / sq4 = 768 / 384 / 192 B per token at d 384, pqM = M B "
-                        "(8-bit product quantiser); default: by corpus size with --factory auto, else fp16")
-    p.add_argument("--on-disk", action="store_true",
-                   help="IVF inverted lists in index.ivfdata, memory-mapped, merged from blocks (RAM bounded by the "
-                        "training sample and one block)")
-    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="encode on a Ray cluster (extra `ray`): its address (ray://host:10001, auto), or none to "
-                        "start a local one")
-    p.add_argument("--keep-codes", action=argparse.BooleanOptionalAction, default=None,
-                   help="also keep codes.npy, the compressed codes in token order (default: only with "
-                        "--vector-source codes)")
-    gpu = p.add_mutually_exclusive_group()
-    gpu.add_argument("--gpu", dest="gpu", action="store_true", default=None, help="train/add faiss on GPU (default: if any)")
-    gpu.add_argument("--no-gpu", dest="gpu", action="store_false", help="train/add faiss on CPU")
-    p.add_argument("--shard-passages", type=int, default=2000, help="passages per resumable shard")
-    p.add_argument("--max-batch-tokens", type=int, default=8192, help="tokens per encoder forward pass")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
-    p.add_argument("--device", default="auto")
-    p.add_argument("--filter-threshold", type=float, default=None,
-                   help="index only tokens whose start or end filter probability is >= this (needs a filter head)")
-    p.add_argument("--quiet", action="store_true")
+    add_options(p, BuildOptions)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_build)
 
     for name, what, corpus_help in (
@@ -308,9 +276,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--index", required=True, help="index directory")
         p.add_argument("--corpus", required=True, help=corpus_help)
         p.add_argument("--model", default=None, help="model (default: the one recorded in the manifest)")
-        p.add_argument("--shard-passages", type=int, default=2000)
-        p.add_argument("--device", default="auto")
-        p.add_argument("--quiet", action="store_true")
+        add_options(p, EncodeOptions)
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
         p.set_defaults(func=_add)
 
     p = index.add_parser("delete", help="delete documents by id (masked at once; `index compact` reclaims the space)")

@@ -1,4 +1,4 @@
-"""Encode a build's shards on a Ray cluster (``spanseek index build --ray [ADDRESS]``, extra ``ray``).
+"""Encode a build's shards on a Ray cluster (``spanseek index build --ray ADDRESS|local``, extra ``ray``).
 
 The build reads the corpus and writes the passage and document stores as it always does; each shard that is not
 already encoded (same key: model, precision, passages) becomes one row of a Ray Dataset, and
@@ -9,7 +9,7 @@ the shards unchanged. One actor per GPU when the cluster has GPUs (``num_gpus=1`
 ``CPUS_PER_ACTOR`` CPUs. Actors write to the output directory, so every node must see it at the same path (a
 shared file system; on one machine, any directory).
 
-ADDRESS is a running cluster's address (``ray://host:10001`` or ``auto``); without it Ray starts a local one.
+ADDRESS is a running cluster's address (``ray://host:10001`` or ``auto``); ``local`` starts a local one.
 Shards go to the cluster ``SHARDS_PER_ROUND`` at a time, so the driver holds that many shards' texts, not the
 corpus.
 """

@@ -2,7 +2,7 @@
 
     spanseek train phrase --help
 
-The `spanseek train` flags are generated from these classes (trainer.options), as tevatron's and Hugging Face's
+The `spanseek train` flags are generated from these classes (core.options), as tevatron's and Hugging Face's
 argument dataclasses are: a new option is one line here. Shared options live in base classes: ``JobOptions`` (data,
 output, the held-out split, hardware) under every job, ``TrainingOptions`` (schedule, batches, negatives) under
 joint training (``TrainConfig``) and query-side fine-tuning (``QsftConfig``), ``FrozenModelJob`` under the jobs
@@ -18,7 +18,7 @@ from typing import Literal
 
 from spanseek.core.config import EncoderConfig, LoraSettings, QuestionMode, ReaderConfig
 from spanseek.core.io import Holdout
-from spanseek.trainer.options import option
+from spanseek.core.options import option
 
 Precision = Literal["auto", "fp32", "bf16"]
 

@@ -3,7 +3,7 @@
     spanseek train phrase --help
 
 The flags of `phrase`, `qsft`, `filter` and `length-bias` are generated from their config dataclasses
-(trainer.options), so each option is declared once, with its default and help, in the config.
+(core.options), so each option is declared once, with its default and help, in the config.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import os
 
 from spanseek.core.confidence import FEATURES
+from spanseek.core.options import add_options, from_args
 from spanseek.core.params import MODES, UNITS
 from spanseek.trainer.arguments import (
     DistInfo,
@@ -25,7 +26,6 @@ from spanseek.trainer.arguments import (
     ReaderTrainConfig,
     TrainConfig,
 )
-from spanseek.trainer.options import add_options, from_args
 
 # The jobs run from a config dataclass: subcommand -> (config, "module:function" of spanseek.trainer, help).
 CONFIG_JOBS = {

@@ -1,6 +1,7 @@
-"""Command-line flags generated from config dataclasses (the configs are in trainer.arguments).
+"""Command-line flags generated from config dataclasses (training: trainer.arguments; indexing: indexer.build).
 
     spanseek train phrase --help
+    spanseek index build --help
 
 A field ``batch_windows: int = option(24, "passage windows per step")`` becomes the flag ``--batch-windows`` with
 that default and help (as tevatron's argument dataclasses and Hugging Face's ``HfArgumentParser`` do), so a new

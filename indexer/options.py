@@ -1,0 +1,70 @@
+"""The options of the index commands, each declared once: a dataclass field with its default and help text.
+
+    spanseek index build --help        # every BuildOptions field is a flag (core.options)
+    spanseek index add --help          # the EncodeOptions fields
+
+This module imports no torch or faiss, so the command line starts fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from spanseek.core.options import option
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncodeOptions:
+    """Encoding the corpus (every index command that encodes passages)."""
+
+    shard_passages: int = option(2000, "passages per resumable shard")
+    max_batch_tokens: int = option(8192, "tokens per encoder forward pass")
+    precision: Literal["auto", "fp32", "bf16"] = option("auto", "encoder precision: auto = bf16 where the device "
+                                                        "supports it, else fp32")
+    device: str = option("auto", "encoder device: auto, cpu, cuda, cuda:N")
+    ray: str | None = option(None, "encode on a Ray cluster (extra `ray`) at this address (ray://host:10001, auto), "
+                             "or 'local' to start a local one", metavar="ADDRESS")
+    progress: bool = option(True, "show progress bars", cli=False)  # the commands' --quiet
+
+    def __post_init__(self) -> None:
+        if self.shard_passages < 1 or self.max_batch_tokens < 1:
+            raise ValueError(f"--shard-passages and --max-batch-tokens must be >= 1, got {self.shard_passages} and "
+                             f"{self.max_batch_tokens}")
+        if self.ray == "local":  # Ray starts a local cluster when given no address
+            object.__setattr__(self, "ray", "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions(EncodeOptions):
+    """Building the index (`spanseek index build`): faiss factory, stores, defaults recorded in the manifest.
+
+    ``filter_threshold`` needs a model with a filter head; ``vector_source`` and ``nprobe`` are the searcher's
+    defaults recorded in the manifest; ``recall_sample`` the queries of the recall that `index verify` re-measures;
+    ``store`` the fine store's precision (``core.finestore``); ``keep_codes`` whether a compressed index also keeps
+    ``codes.npy``, a second copy of its codes that only the ``codes`` neighbour source reads."""
+
+    factory: str = option("Flat", "faiss factory string (inner product), e.g. Flat, IVF256,SQ8, "
+                          "OPQ32,IVF256,PQ32x4fs, or 'auto' (chosen from the token count; docs/compressed-index.md)")
+    max_train: int = option(262_144, "upper bound on the faiss training sample")
+    nprobe: int | None = option(None, "IVF lists probed by default (stored in the index; default: ~3% of the lists, "
+                                "at least 8)")
+    vector_source: Literal["fine", "codes"] = option("fine", "default neighbour vectors for span completion: the "
+                                                     "fine store or decoded codes")
+    store: str | None = option(None, "fine store precision: fp16 / sq8 / sq4 = 768 / 384 / 192 B per token at d 384, "
+                               "pqM = M B, pca192 (default: by corpus size with --factory auto, else fp16)")
+    keep_codes: bool | None = option(None, "also keep codes.npy, the compressed codes in token order (default: only "
+                                     "with --vector-source codes)")
+    on_disk: bool = option(False, "IVF inverted lists in index.ivfdata, memory-mapped, merged from blocks (RAM "
+                           "bounded by the training sample and one block)")
+    gpu: bool | None = option(None, "train and fill faiss on a GPU (default: when faiss has one)")
+    filter_threshold: float | None = option(None, "index only tokens whose start or end filter probability is >= "
+                                            "this (needs a model with a filter head)")
+    recall_sample: int = option(200, "own vectors used as queries for the recall recorded in the manifest (0: skip)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # checked here, not after encoding: a bad nprobe would otherwise fail (or be ignored) at the faiss stage
+        if self.nprobe is not None and (isinstance(self.nprobe, bool) or not isinstance(self.nprobe, int)
+                                        or self.nprobe < 1):
+            raise ValueError(f"nprobe must be an integer >= 1, got {self.nprobe!r}")

@@ -1,0 +1,69 @@
+"""`spanseek index build/add/upsert` flags are generated from their options classes (indexer.options): every
+option has a flag with help text, and flags parse into the options, round trip."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+import pytest
+
+from spanseek.cli import build_parser
+from spanseek.core.options import from_args
+from spanseek.indexer.options import BuildOptions, EncodeOptions
+
+COMMANDS = {"build": BuildOptions, "add": EncodeOptions, "upsert": EncodeOptions}
+REQUIRED = {"build": ["--corpus", "c.jsonl", "--out", "o"], "add": ["--index", "i", "--corpus", "c.jsonl"],
+            "upsert": ["--index", "i", "--corpus", "c.jsonl"]}
+OTHER = {bool: lambda d: not d, int: lambda d: (d or 0) + 3, float: lambda d: (d or 0.0) + 0.5,
+         str: lambda d: f"{d}-other"}
+
+
+def subparser(command: str) -> argparse.ArgumentParser:
+    index = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["index"]
+    return next(a for a in index._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+
+
+def cli_fields(cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]
+
+
+def other_value(tp, default):
+    if typing.get_origin(tp) in (typing.Union, type(int | None)):
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    if typing.get_origin(tp) is typing.Literal:
+        return next(c for c in typing.get_args(tp) if c != default)
+    return OTHER[tp](default)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_has_a_flag_with_help_text(command):
+    actions = {a.dest: a for a in subparser(command)._actions}
+    for f in cli_fields(COMMANDS[command]):
+        assert f.name in actions, f"--{f.name.replace('_', '-')} missing"
+        assert actions[f.name].help and len(actions[f.name].help) > 10, f"{f.name} has no help text"
+    assert "progress" not in actions and "quiet" in actions  # progress is set by --quiet
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_flags_parse_into_the_options_round_trip(command):
+    cls, parser = COMMANDS[command], subparser(command)
+    assert from_args(cls, parser.parse_args(REQUIRED[command]), progress=True) == cls()
+    argv, values = list(REQUIRED[command]), {}
+    hints = typing.get_type_hints(cls)
+    for f in cli_fields(cls):
+        value = other_value(hints[f.name], f.default)
+        values[f.name] = value
+        flag = next(a for a in parser._actions if a.dest == f.name).option_strings[0]
+        argv += [flag if value else f"--no-{flag[2:]}"] if isinstance(value, bool) else [flag, str(value)]
+    options = from_args(cls, parser.parse_args(argv), progress=False)
+    assert {name: getattr(options, name) for name in values} == values and not options.progress
+
+
+def test_ray_local_starts_a_local_cluster_and_bad_values_are_refused():
+    assert BuildOptions(ray="local").ray == "" and BuildOptions(ray="auto").ray == "auto"
+    with pytest.raises(ValueError, match="nprobe must be an integer >= 1"):
+        BuildOptions(nprobe=0)
+    with pytest.raises(ValueError, match="--shard-passages"):
+        EncodeOptions(shard_passages=0)
