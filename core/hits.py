@@ -1,59 +1,21 @@
-"""A search hit, defined once: its fields, how one is built from token ids, and the overlap rules of phrase hits.
-
-``Hit`` is what every unit returns (the phrase, its place in its passage, the passage and document it is from, the
-scores behind its rank); the service's response (``service.schemas``) and the client (``spanseek.client``) are
-derived from its fields. ``HitBuilder`` turns an index's token ids into hits.
-"""
+"""Hits from an index: ``HitBuilder`` turns token ids into hits (``core.params.Hit``, the hit's one definition),
+and the overlap rules of phrase hits."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from spanseek.core.params import HIT_FIELDS, Hit, Hits
+from spanseek.core.spans import Spans
 from spanseek.core.store import PhraseIndex
 
+if TYPE_CHECKING:
+    from spanseek.core.plan import Plan
 
-@dataclass(frozen=True)
-class Hit:
-    """One result: the best phrase (of the unit), its character span in its passage, and where it is from.
-
-    ``dense`` and ``lexical`` are the two legs' scores behind ``score``: the dense span (or unit) score and the
-    passage's (or document's) BM25 score; ``lexical`` is None in dense mode. ``read`` is the reader's span score when
-    the hit was read (``SearchParams.read``), else None.
-    """
-
-    text: str
-    score: float
-    start: int
-    end: int
-    passage_id: int
-    passage: str
-    doc_id: str
-    title: str
-    paragraph: int = 0  # the passage's number within its document (0-based)
-    meta: dict[str, Any] = dataclasses.field(default_factory=dict)  # the document's metadata from the corpus
-    dense: float | None = None
-    lexical: float | None = None
-    confidence: float | None = None  # probability that the hit is correct (core.confidence); None: no calibrator
-    read: float | None = None  # the reader's score of this answer (reading at search time); None: not read
-
-    def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in HIT_FIELDS}  # asdict's deep copy costs 10x, per hit
-
-
-HIT_FIELDS = tuple(f.name for f in fields(Hit))
-
-
-class Hits(list[Hit]):
-    """One question's hits, best first; ``no_answer`` is True when the search abstained (``min_confidence``)."""
-
-    def __init__(self, hits: Sequence[Hit] = (), no_answer: bool = False):
-        super().__init__(hits)
-        self.no_answer = no_answer
+__all__ = ["HIT_FIELDS", "Hit", "HitBuilder", "Hits", "first_per_unit", "non_overlapping", "non_overlapping_spans"]
 
 
 class HitBuilder:
@@ -74,6 +36,16 @@ class HitBuilder:
         p = int(idx.token_passage[start_tok])
         a, b = int(idx.token_offsets[start_tok, 0]), int(idx.token_offsets[end_tok, 1])
         return self.passage_hit(p, a, b, score, dense, lexical)
+
+    def ranked(self, sp: Spans, plan: Plan, unit_ids: Callable[[Spans], np.ndarray] | None) -> list[Hit]:
+        """Dense mode's hits of sorted spans: a phrase per span (not overlapping a better one unless the plan allows
+        it), or each unit's first (best) span (``unit_ids``: each span's unit): score = max over its phrases."""
+        if unit_ids is None:
+            pick = (np.arange(min(plan.top_k, len(sp.scores))) if plan.params.allow_overlap else
+                    non_overlapping_spans(sp.starts, sp.ends, np.arange(len(sp.scores)), plan.top_k))
+        else:
+            pick = first_per_unit(unit_ids(sp))[: plan.top_k]
+        return [self.hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i]), float(sp.scores[i])) for i in pick]
 
     def passage_hit(self, p: int, a: int, b: int, score: float, dense: float | None = None,
                     lexical: float | None = None, read: float | None = None) -> Hit:

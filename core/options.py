@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import types
 import typing
+from collections.abc import Collection
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
@@ -31,9 +32,11 @@ def option(
     metavar: str | None = None,
     options: type | None = None,
     cli: bool = True,
+    http: bool = True,
 ) -> Any:
-    """A dataclass field that is also a command-line flag (see the module docstring). No default: required."""
-    given = {"help": help, "flag": flag, "metavar": metavar, "options": options, "cli": cli}
+    """A dataclass field that is also a command-line flag (see the module docstring). No default: required.
+    ``http`` False: not a field of the HTTP request built from the class (``service.schemas``)."""
+    given = {"help": help, "flag": flag, "metavar": metavar, "options": options, "cli": cli, "http": http}
     metadata = {k: v for k, v in given.items() if v not in ("", None, True)}  # unset keys are inherited
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
@@ -77,13 +80,14 @@ def _default(f: dataclasses.Field) -> Any:
     return MISSING
 
 
-def flags(cls: type) -> list[Flag]:
-    """The flags of a config dataclass, in field order (nested dataclasses and options classes expanded)."""
+def flags(cls: type, only: Collection[str] | None = None) -> list[Flag]:
+    """The flags of a config dataclass, in field order (nested dataclasses and options classes expanded); ``only``:
+    those of these fields."""
     hints = typing.get_type_hints(cls)
     out: list[Flag] = []
     for f in fields(cls):
         meta = _metadata(cls, f.name)
-        if not meta.get("cli", True):
+        if not meta.get("cli", True) or (only is not None and f.name not in only):
             continue
         default = _default(f)
         nested = meta.get("options") or (hints[f.name] if is_dataclass(hints[f.name]) else None)
@@ -116,10 +120,11 @@ def _argparse_type(tp: Any) -> dict[str, Any]:
     raise TypeError(f"options of type {tp} have no flag; use bool, int, float, str or a Literal")
 
 
-def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add a flag for every option of ``cls``, in help sections by the class that declares them."""
+def add_options(parser: argparse.ArgumentParser, cls: type, only: Collection[str] | None = None) -> None:
+    """Add a flag for every option of ``cls`` (``only``: of these fields), in help sections by the class that
+    declares them."""
     groups: dict[str, argparse._ArgumentGroup] = {}
-    for fl in flags(cls):
+    for fl in flags(cls, only):
         if fl.group not in groups:
             groups[fl.group] = parser.add_argument_group(fl.group)
         kwargs = _argparse_type(fl.type)
@@ -135,13 +140,14 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
         groups[fl.group].add_argument(fl.flag, dest=fl.dest, help=text, **kwargs)
 
 
-def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
-    """The config ``cls`` from flags parsed with ``add_options(parser, cls)``; ``given`` sets non-flag fields."""
+def from_args(cls: type, args: argparse.Namespace, only: Collection[str] | None = None, **given: Any) -> Any:
+    """The config ``cls`` from flags parsed with ``add_options(parser, cls, only)``; ``given`` sets non-flag
+    fields (the rest keep their defaults)."""
     hints = typing.get_type_hints(cls)
     values = dict(given)
     for f in fields(cls):
         meta = _metadata(cls, f.name)
-        if f.name in values or not meta.get("cli", True):
+        if f.name in values or not meta.get("cli", True) or (only is not None and f.name not in only):
             continue
         nested = meta.get("options") or (hints[f.name] if is_dataclass(hints[f.name]) else None)
         if nested is None:

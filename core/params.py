@@ -1,4 +1,5 @@
-"""One search request's parameters as one frozen value, validated once where it is made.
+"""The search's types, each defined once: a request's parameters (``SearchParams``, validated once where it is
+made) and a hit (``Hit``).
 
 The HTTP route, the micro-batcher, the CLI (``spanseek search``, ``spanseek eval``) and the benchmarks build a
 ``SearchParams`` and hand it whole to ``core.search.Searcher``; requests with equal parameters share one search
@@ -9,9 +10,11 @@ business and are checked in the route; what is checked here holds for every call
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
+
+from spanseek.core.options import option
 
 Unit = Literal["phrase", "passage", "doc"]
 UNITS: tuple[Unit, ...] = get_args(Unit)
@@ -100,46 +103,43 @@ def _same(a: Any, b: Any) -> bool:
 class SearchParams:
     """What to search for and how; ``None`` fields take the index's (or model's) default.
 
-    unit: answer phrases, passages or documents.
-    top_k: hits per question.
-    max_answer_tokens: longest answer phrase in tokens (default: the model's).
-    nprobe: IVF lists visited (compressed indexes; default: the index's).
-    vector_source: where span completion reads neighbour vectors, ``fine`` or ``codes`` (default: the index's).
-    merge_answers: phrase unit only: one hit per distinct answer string, its phrases' probabilities summed.
-    mode: ``dense`` (phrase MIPS), ``lexical`` (BM25 over passages), ``hybrid`` (both fused); default: the index's.
-    fusion: how hybrid ranks passages and documents: ``score`` (per-query normalised scores, weighted) or
-        ``rrf`` (reciprocal rank fusion); default: the index's.
-    lexical_weight: weight of the normalised lexical score in hybrid score fusion (phrase unit: added to each span's
-        dense score; passage/doc: to the normalised dense score); default: the one fitted for the unit.
-    offset: hits skipped before the ``top_k`` returned (pagination: page n is ``offset = n * top_k``); the page is
-        cut from one ranking of ``offset + top_k`` hits.
-    allow_overlap: phrase unit (passages and documents never overlap): keep phrases that overlap a better one in the same passage ("1340",
-        "In 1340"); by default each phrase hit is the best of its stretch of text, filled to top_k from deeper ones.
-    min_confidence: abstain (no hits, ``no_answer``) when the best hit's confidence is below this; needs a
-        calibrated model (``core.confidence``).
-    filter: only documents that pass it are searched (``SearchFilter``; applied inside the search, so ``top_k`` is
-        still filled when enough documents pass); None: every (live) document.
-    read: read the search's top passages with the cross-attention reader (``core.reading``) and answer with its
-        spans: slower, more often right; needs a searcher with a reader.
-    read_passages: passages read per question when ``read`` (phrase unit; passage and doc units read every hit
-        they rank); default: the reader's fitted one.
+    The one definition of the search parameters: each field's help is also its ``spanseek search`` flag
+    (``core.options``) and its field of the HTTP request (``service.schemas.SearchRequest``); ``http=False`` fields
+    are not request fields (the unit is the route's ``?unit=``; the filter has its own request model).
     """
 
-    unit: Unit = "phrase"
-    top_k: int = 10
-    max_answer_tokens: int | None = None
-    nprobe: int | None = None
-    vector_source: VectorSource | None = None
-    merge_answers: bool = False
-    mode: Mode | None = None
-    fusion: Fusion | None = None
-    lexical_weight: float | None = None
-    offset: int = 0
-    allow_overlap: bool = False
-    min_confidence: float | None = None
-    filter: SearchFilter | None = None
-    read: bool = False
-    read_passages: int | None = None
+    unit: Unit = option("phrase", "what to return: answer phrases, passages or documents", http=False)
+    top_k: int = option(10, "hits per question")
+    max_answer_tokens: int | None = option(None, "longest answer phrase in tokens (default: the model's)")
+    nprobe: int | None = option(None, "IVF lists visited (compressed indexes; default: the index's)")
+    vector_source: VectorSource | None = option(
+        None, "where span completion reads neighbour vectors, fine (the fine store) or codes (decoded compressed "
+        "codes); default: the index's", http=False)
+    merge_answers: bool = option(
+        False, "phrase unit only: one hit per distinct answer (phrases that read the same once normalised), scored "
+        "by the log of the summed exp(score) of its phrases; the hit shows its best phrase")
+    mode: Mode | None = option(None, "dense (phrase vectors), lexical (BM25 over passages) or hybrid (both fused); "
+                               "default: the index's")
+    fusion: Fusion | None = option(None, "hybrid passage/doc ranking: score (normalised scores, weighted) or rrf "
+                                   "(reciprocal rank fusion); default: the index's")
+    lexical_weight: float | None = option(
+        None, "hybrid: weight of the normalised BM25 score, 0 to 1000 (phrase unit: added to each span's dense "
+        "score; passage/doc: to the normalised dense score); default: the one fitted for the unit")
+    offset: int = option(0, "hits to skip before the top_k returned: page n (from 0) is offset = n x top_k; a page "
+                         "is cut from one ranking of offset + top_k hits")
+    allow_overlap: bool = option(
+        False, "phrase unit: also return phrases that overlap a better one in the same passage (\"1340\", "
+        "\"In 1340\"); by default phrase hits do not overlap (passages and documents never do)")
+    min_confidence: float | None = option(
+        None, "abstain (no hits, no_answer) when the best hit's confidence is below this (0-1); needs a calibrated "
+        "model")
+    filter: SearchFilter | None = option(None, "search only the documents that pass it (SearchFilter)", cli=False,
+                                         http=False)
+    read: bool = option(
+        False, "read the top passages with the cross-attention reader and answer with its spans (slower, more often "
+        "exact; needs a reader); passages and documents are re-ranked by their best read answer")
+    read_passages: int | None = option(None, "with read: passages (units) read per question (default: the reader's "
+                                       "fitted one)")
 
     def __post_init__(self) -> None:
         _one_of("unit", self.unit, UNITS)
@@ -177,3 +177,58 @@ def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
 def _positive(name: str, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise SearchParamsError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One result: the best phrase (of the unit), its character span in its passage, and where it is from.
+
+    The one definition of a hit: the HTTP response's hit (``service.schemas.HitOut``) and the client's
+    (``spanseek.client.Hit``) are generated from these fields and their help, plus ``HIT_WINDOW``.
+    """
+
+    text: str = field(metadata=_doc("the answer phrase"))
+    score: float = field(metadata=_doc(
+        "what the hit is ranked by: dense mode q_start . h_start + q_end . h_end (+ length bias); lexical the BM25 "
+        "score; hybrid the fused score; read hits the log-odds of the reading model"))
+    start: int = field(metadata=_doc("character offset of the phrase in `passage`"))
+    end: int = field(metadata=_doc("character end offset (exclusive) of the phrase in `passage`"))
+    passage_id: int = field(metadata=_doc("the passage's number in the index (changes when the index is compacted)"))
+    passage: str = field(metadata=_doc("the passage text around the phrase (over HTTP: a window of it, all of it "
+                                       "with full_passage)"))
+    doc_id: str = field(metadata=_doc("the document's id in the corpus"))
+    title: str = field(metadata=_doc("the document's title"))
+    paragraph: int = field(default=0, metadata=_doc("the passage's number within its document, from 0"))
+    meta: dict[str, Any] = field(default_factory=dict, metadata=_doc("the document's metadata from the corpus"))
+    dense: float | None = field(default=None, metadata=_doc(
+        "the dense leg's score: the phrase's, or the unit's best phrase's"))
+    lexical: float | None = field(default=None, metadata=_doc(
+        "the BM25 score of the passage (or document); null in dense mode"))
+    confidence: float | None = field(default=None, metadata=_doc(
+        "calibrated probability that the hit is correct (phrase: matches the answer; passage: contains it; doc: is "
+        "the answer's document); null when the model has no calibration for the search"))
+    read: float | None = field(default=None, metadata=_doc(
+        "the reader's score of the phrase when the hit was read (read: true); null when it was not read"))
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in HIT_FIELDS}  # asdict's deep copy costs 10x, per hit
+
+
+HIT_FIELDS = tuple(f.name for f in fields(Hit))
+# What a hit sent over HTTP adds: where its window of the passage starts, and how long the whole passage is
+HIT_WINDOW: dict[str, tuple[type, int, str]] = {
+    "passage_offset": (int, 0, "where `passage` starts in the whole passage (0 with full_passage)"),
+    "passage_chars": (int, 0, "length of the whole passage in characters"),
+}
+
+
+class Hits(list[Hit]):
+    """One question's hits, best first; ``no_answer`` is True when the search abstained (``min_confidence``)."""
+
+    def __init__(self, hits: Sequence[Hit] = (), no_answer: bool = False):
+        super().__init__(hits)
+        self.no_answer = no_answer

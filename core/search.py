@@ -26,7 +26,7 @@ from spanseek.core.confidence import FEATURE_DEPTH, Calibrator
 from spanseek.core.dense import DenseLeg
 from spanseek.core.fusion import FUSION_DEPTH, LexicalFusion
 from spanseek.core.gpu import OnDevice
-from spanseek.core.hits import Hit, HitBuilder, Hits, first_per_unit, non_overlapping, non_overlapping_spans
+from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.lexical import LexicalIndexMissing, missing_message
 from spanseek.core.page import Pager
 from spanseek.core.params import MODES, UNITS, Mode, SearchFilter, SearchParams, SearchParamsError, Unit
@@ -88,11 +88,21 @@ class Searcher:
         self.default_mode: Mode = fusion["default_mode"] if self.lexical is not None else "dense"
         self.default_fusion = fusion["fusion"]
         self.lexical_weights: dict[str, float] = dict(fusion["weights"])
-        # hybrid phrases are re-ranked with these weights (core.rerank); None: ranked by the fused score alone
-        self.phrase_rerank: dict[str, float] | None = fusion.get("phrase_rerank") or None
+        rerank = fusion.get("phrase_rerank") or None
         self.fusion = (None if self.lexical is None else
-                       LexicalFusion(self.lexical, self.dense, self.hits, self._unit_of_passage, self.phrase_rerank))
-        self.pager = Pager(calibrator, self.phrase_rerank)
+                       LexicalFusion(self.lexical, self.dense, self.hits, self._unit_of_passage, rerank))
+        self.pager = Pager(calibrator, rerank)
+
+    @property
+    def phrase_rerank(self) -> dict[str, float] | None:
+        """The weights hybrid phrases are re-ranked with (core.rerank); None: ranked by the fused score alone."""
+        return self.pager.phrase_rerank
+
+    @phrase_rerank.setter
+    def phrase_rerank(self, weights: dict[str, float] | None) -> None:
+        self.pager.phrase_rerank = weights  # the calibrator applies to one re-ranking
+        if self.fusion is not None:
+            self.fusion.phrase_rerank = weights
 
     def selection(self, flt: SearchFilter | None) -> Selection:
         """The passages a search with filter ``flt`` may return (live ones that pass it; ``core.selection``)."""
@@ -220,7 +230,7 @@ class Searcher:
             with timings.timing("search"):
                 spans = self.dense.candidates(plan, q_start, q_end, plan.top_k, unit_ids)
             with timings.timing("aggregate"):
-                return [self._hits(sp, plan) for sp in spans]
+                return [self.hits.ranked(sp, plan, unit_ids) for sp in spans]
         assert self.fusion is not None and texts is not None
         with timings.timing("search"):
             dense = (None if plan.mode == "lexical" else
@@ -230,17 +240,6 @@ class Searcher:
     def _unit_ids_of(self, unit: Unit) -> Callable[[Spans], np.ndarray]:
         unit_of_passage = self._unit_of_passage[unit]
         return lambda sp: unit_of_passage[self.index.token_passage[sp.starts]]
-
-    def _hits(self, sp: Spans, plan: Plan) -> list[Hit]:
-        """Dense mode: a phrase per span (spans are sorted), or each unit's first (best) span: score = max over its
-        phrases."""
-        if plan.unit == "phrase":
-            pick = (np.arange(min(plan.top_k, len(sp.scores))) if plan.params.allow_overlap else
-                    non_overlapping_spans(sp.starts, sp.ends, np.arange(len(sp.scores)), plan.top_k))
-        else:
-            pick = first_per_unit(self._unit_ids_of(plan.unit)(sp))[: plan.top_k]
-        return [self.hits.hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i]), float(sp.scores[i]))
-                for i in pick]
 
     def passage_best_span(self, passage: int, q_start: np.ndarray, q_end: np.ndarray,
                           max_answer_tokens: int | None = None, decode: str = "span") -> Hit:

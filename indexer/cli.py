@@ -9,7 +9,7 @@ import json
 import sys
 
 from spanseek.core.options import add_options, from_args
-from spanseek.core.params import FUSIONS, MODES, UNITS, VECTOR_SOURCES, SearchFilter, SearchParams
+from spanseek.core.params import SearchFilter, SearchParams
 from spanseek.indexer.options import BuildOptions, EncodeOptions
 
 
@@ -117,13 +117,9 @@ def _switch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _params(args: argparse.Namespace, **fields) -> SearchParams:
-    """The search flags shared by `spanseek search` and `spanseek eval` as one SearchParams."""
-    from spanseek.core.params import SearchParams
-
-    return SearchParams(mode=args.mode, fusion=args.fusion, lexical_weight=args.lexical_weight, nprobe=args.nprobe,
-                        vector_source=args.vector_source, max_answer_tokens=args.max_answer_tokens, read=args.read,
-                        read_passages=args.read_passages, **fields)
+# `spanseek eval` sets the unit, top_k and answer merging per metric; these apply to all of its searches
+EVAL_SEARCH_FLAGS = ("mode", "fusion", "lexical_weight", "nprobe", "vector_source", "max_answer_tokens", "read",
+                     "read_passages")
 
 
 def _filter(args: argparse.Namespace) -> SearchFilter | None:
@@ -147,9 +143,7 @@ def _filter(args: argparse.Namespace) -> SearchFilter | None:
 def _search(args: argparse.Namespace) -> int:
     from spanseek.core.loading import open_searcher
 
-    params = _params(args, unit=args.unit, top_k=args.top_k, merge_answers=args.merge_answers, offset=args.offset,
-                     allow_overlap=args.allow_overlap, min_confidence=args.min_confidence,
-                     filter=_filter(args))  # bad values fail here
+    params = from_args(SearchParams, args, filter=_filter(args))  # bad values fail here
     questions = _argv_questions(args.questions) if args.questions else _stdin_questions()  # before loading
     searcher = open_searcher(args.index, args.model, device=args.device, search_device=args.search_device,
                              reader=args.reader if params.read else None)
@@ -198,7 +192,8 @@ def _eval(args: argparse.Namespace) -> int:
 
     m = run_eval(args.questions, args.model, index=args.index, corpus=args.corpus,
                  reading_comprehension=args.reading_comprehension, limit=args.limit, out=args.out,
-                 progress=not args.quiet, precision=args.precision, rc_decode=args.rc_decode, params=_params(args),
+                 progress=not args.quiet, precision=args.precision, rc_decode=args.rc_decode,
+                 params=from_args(SearchParams, args, only=EVAL_SEARCH_FLAGS),
                  reader=args.reader if args.read else None)
     print(json.dumps(m, indent=2))
     return 0
@@ -212,20 +207,7 @@ def _add_lexical(args: argparse.Namespace) -> int:
     return 0
 
 
-def _search_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", default=None, choices=MODES,
-                   help="dense (phrase vectors), lexical (BM25) or hybrid (both fused); default: the index's")
-    p.add_argument("--fusion", default=None, choices=FUSIONS,
-                   help="hybrid passage/doc ranking: score (normalised, weighted) or rrf; default: the index's")
-    p.add_argument("--lexical-weight", type=float, default=None,
-                   help="hybrid: weight of the normalised BM25 score (default: the index's, fitted per unit)")
-    p.add_argument("--nprobe", type=int, default=None)
-    p.add_argument("--vector-source", default=None, choices=VECTOR_SOURCES, help="default: the index's")
-    p.add_argument("--max-answer-tokens", type=int, default=None, help="longest answer in tokens (default: the model's)")
-    p.add_argument("--read", action="store_true",
-                   help="read the top passages with the cross-attention reader (slower, more often exact)")
-    p.add_argument("--read-passages", type=int, default=None,
-                   help="with --read: passages read per question (default: the reader's fitted one)")
+def _reader_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reader", default="default", help="with --read: reader directory or default (the bundled one)")
 
 
@@ -315,16 +297,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("questions", nargs="*", help="questions (default: one per line on stdin)")
     p.add_argument("--index", required=True)
     p.add_argument("--model", default="default")
-    p.add_argument("--unit", default="phrase", choices=UNITS)
-    p.add_argument("--top-k", type=int, default=10)
-    _search_flags(p)
-    p.add_argument("--merge-answers", action="store_true",
-                   help="phrase unit: one hit per distinct answer string, its phrases' probabilities summed")
-    p.add_argument("--offset", type=int, default=0, help="hits to skip (page n of top_k hits: --offset n*top_k)")
-    p.add_argument("--allow-overlap", action="store_true",
-                   help="phrase unit: keep phrases that overlap a better one (default: non-overlapping hits)")
-    p.add_argument("--min-confidence", type=float, default=None,
-                   help="abstain (no hits, \"no_answer\": true) when the best hit's confidence is below this")
+    add_options(p, SearchParams)
+    _reader_flag(p)
     p.add_argument("--doc-ids", default=None, help="search only these documents (comma-separated ids)")
     p.add_argument("--title-prefix", default=None, help="search only documents whose title starts with this")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
@@ -345,7 +319,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rc-decode", default="answer", choices=["answer", "span"],
                    help="answer: the most probable answer string (sums spans that read the same); span: the best span")
     p.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
-    _search_flags(p)
+    add_options(p, SearchParams, only=EVAL_SEARCH_FLAGS)
+    _reader_flag(p)
     p.add_argument("--out", default=None, help="metrics JSON")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_eval)

@@ -72,8 +72,9 @@ def settings_errors(error: Any) -> str:
             parts.append(str(problem["msg"]))
             continue
         name = str(problem["loc"][0])
+        given = problem.get("input")  # a flag's or variable's text as typed; other values as Python shows them
         parts.append(f"--{name.replace('_', '-')} / SPANSEEK_{name.upper()}: {problem['msg']} "
-                     f"(got {problem.get('input')!r})")
+                     f"(got {given if isinstance(given, str) else repr(given)})")
     return "; ".join(parts)
 
 

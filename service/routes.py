@@ -204,7 +204,7 @@ async def metrics(request: Request) -> Response:
     dependencies=[Depends(require_api_key), Depends(require_json_body)], responses=_errors(400, 401, 413, 415, 422, 429, 503),
 )
 async def search(
-    body: SearchRequest,
+    body: SearchRequest,  # type: ignore[valid-type]  # generated from SearchParams (service.schemas)
     request: Request,
     unit: Annotated[Unit, Query(description="what to return: answer phrases, passages or documents")] = "phrase",
 ) -> Response:
@@ -229,14 +229,9 @@ async def search(
     if state.batcher is None:
         raise not_ready(request)
     try:
-        params = SearchParams(
-            unit=unit, top_k=top_k, max_answer_tokens=body.max_answer_tokens,
-            nprobe=body.nprobe or state.default_nprobe, merge_answers=body.merge_answers, mode=body.mode,
-            fusion=body.fusion, lexical_weight=body.lexical_weight, offset=body.offset or 0,
-            allow_overlap=body.allow_overlap, min_confidence=body.min_confidence,
-            filter=body.filter.to_filter() if body.filter is not None else None,
-            read=body.read, read_passages=body.read_passages,
-        )
+        params = SearchParams(**{**body.search_parameters(), "unit": unit, "top_k": top_k, "offset": body.offset or 0,
+                                 "nprobe": body.nprobe or state.default_nprobe,
+                                 "filter": body.filter.to_filter() if body.filter is not None else None})
         state.searcher.check_mode(params)
     except (ValueError, LexicalIndexMissing) as e:  # SearchParamsError, or a mode the index cannot serve
         raise BadRequest(str(e)) from None

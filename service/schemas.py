@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
-from spanseek.core.params import Fusion, MetaValue, Mode, SearchFilter, Unit
+from spanseek.core.params import HIT_WINDOW, Hit, MetaValue, SearchFilter, SearchParams, Unit
 
 __all__ = ["ErrorResponse", "FilterIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
            "ReloadResponse", "SearchRequest", "SearchResponse", "Timings", "Unit"]
@@ -47,7 +57,38 @@ class FilterIn(BaseModel):
                             title_prefix=self.title_prefix, meta=tuple(self.meta.items()) if self.meta else None)
 
 
-class SearchRequest(BaseModel):
+# What the HTTP API adds to a search parameter's help (core.params.SearchParams): the server's limits and defaults
+SERVER_NOTES = {
+    "top_k": "default: the server's default_top_k; at most max_top_k (GET /info)",
+    "nprobe": "at most the server's max_nprobe",
+    "max_answer_tokens": "at most the server's max_answer_tokens_limit; max_answer_length, its older name, is "
+                         "accepted",
+    "offset": "offset + top_k is bounded by the server's max_offset_top_k (GET /info)",
+    "min_confidence": "GET /info lists the calibrated unit/mode pairs (service.confidence)",
+    "read": "the server needs a reader (GET /info: service.reader)",
+    "read_passages": "at most the server's max_read_passages",
+}
+
+
+def search_parameter_fields() -> dict[str, Any]:
+    """The request fields of the search parameters, from ``SearchParams`` (its ``http`` fields, their types and
+    help): a parameter with a non-boolean default is optional here (null: the server's or the index's default)."""
+    hints = typing.get_type_hints(SearchParams)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(SearchParams):
+        if f.metadata.get("http", True) is False:
+            continue
+        tp, default = hints[f.name], f.default
+        if default is not None and not isinstance(default, bool):
+            tp, default = tp | None, None
+        note = SERVER_NOTES.get(f.name)
+        alias = AliasChoices("max_answer_tokens", "max_answer_length") if f.name == "max_answer_tokens" else None
+        fields[f.name] = (tp, Field(default, description=f.metadata["help"] + (f"; {note}" if note else ""),
+                                    validation_alias=alias))
+    return fields
+
+
+class SearchRequestBase(BaseModel):
     """Body of ``POST /search``: exactly one of ``query`` / ``queries`` plus optional search parameters.
 
     Range checks against the server's limits (top_k, nprobe, ...) happen in the route and answer 400;
@@ -63,56 +104,10 @@ class SearchRequest(BaseModel):
 
     query: str | None = Field(None, description="one question", examples=["Who built the castle?"])
     queries: list[str] | None = Field(None, min_length=1, description="several questions, answered in order")
-    top_k: int | None = Field(None, description="hits per question (default: server's default_top_k)")
-    # "max_answer_length" is the name older clients send; it is still accepted
-    max_answer_tokens: int | None = Field(
-        None, description="longest answer phrase in tokens (default: the model's)",
-        validation_alias=AliasChoices("max_answer_tokens", "max_answer_length"),
-    )
-    nprobe: int | None = Field(None, description="IVF lists to visit (compressed indexes only)")
-    mode: Mode | None = Field(
-        None, description="dense (phrase vectors), lexical (BM25 over passages) or hybrid (both fused); default: "
-        "the server's (GET /info)",
-    )
-    fusion: Fusion | None = Field(
-        None, description="hybrid passage/doc ranking: score (normalised scores, weighted) or rrf (reciprocal rank "
-        "fusion); default: the index's",
-    )
-    lexical_weight: float | None = Field(
-        None, description="hybrid: weight of the normalised BM25 score, 0 to 1000 (default: the one fitted for the "
-        "unit)",
-    )
-    merge_answers: bool = Field(
-        False, description="unit=phrase only: one hit per distinct answer (phrases that read the same once "
-        "normalised), scored by the log of the summed exp(score) of its phrases; the hit shows its best phrase",
-    )
-    offset: int | None = Field(
-        None, description="hits to skip before the top_k returned: page n (from 0) is offset = n x top_k; offset + "
-        "top_k is bounded by the server's max_offset_top_k (GET /info)",
-    )
-    allow_overlap: bool = Field(
-        False, description="unit=phrase: also return phrases that overlap a better one in the same passage (\"1340\", "
-        "\"In 1340\"); by default phrase hits do not overlap",
-    )
-    min_confidence: float | None = Field(
-        None, description="abstain when the best hit's confidence is below this (0-1): the question gets no hits and "
-        "no_answer = true; needs a calibrated model (GET /info: confidence)",
-    )
-    read: bool = Field(
-        False, description="read the top passages with the cross-attention reader and answer with its spans "
-        "(slower, more often exact; needs a server with a reader: GET /info reader); passages and documents are "
-        "re-ranked by their best read answer",
-    )
-    read_passages: int | None = Field(
-        None, description="with read: passages (units) read per question, up to the server's max_read_passages "
-        "(default: the reader's fitted one)",
-    )
-
     filter: FilterIn | None = Field(
         None, description="search only the documents that pass it; applied inside the search, so top_k is still "
         "filled when enough documents pass",
     )
-
     full_passage: bool = Field(
         False, description="return each hit's whole passage instead of a window of the server's passage_context_chars "
         "characters on each side of the phrase (whole passages can be large; the response size is capped)",
@@ -130,7 +125,7 @@ class SearchRequest(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _one_of(self) -> SearchRequest:
+    def _one_of(self) -> SearchRequestBase:
         if (self.query is None) == (self.queries is None):
             raise ValueError("give exactly one of 'query' or 'queries'")
         return self
@@ -139,38 +134,46 @@ class SearchRequest(BaseModel):
         """The request's questions as a list, in order."""
         return [self.query] if self.query is not None else list(self.queries or [])
 
+    def search_parameters(self) -> dict[str, Any]:
+        """The search parameters the request gave (the others are left to the server's defaults)."""
+        return {name: getattr(self, name) for name in SEARCH_PARAMETERS if getattr(self, name) is not None}
 
-class HitOut(BaseModel):
-    """One hit: the best phrase of the unit, its character span in its passage, and its source."""
 
-    text: str = Field(description="the answer phrase")
-    score: float = Field(description="dense mode: q_start . h_start + q_end . h_end (+ length bias); lexical: the "
-                         "BM25 score; hybrid: the fused score")
-    start: int = Field(description="character offset of the phrase in `passage`")
-    end: int = Field(description="character end offset (exclusive) of the phrase in `passage`")
-    passage_id: int = Field(description="the passage's number in the index (changes when the index is compacted)")
-    paragraph: int = Field(0, description="the passage's number within its document, from 0")
-    passage: str = Field(description="the passage text around the phrase (all of it with full_passage)")
-    passage_offset: int = Field(0, description="where `passage` starts in the whole passage (0 with full_passage)")
-    passage_chars: int = Field(description="length of the whole passage in characters")
-    doc_id: str
-    title: str
-    meta: dict[str, Any] = Field(default_factory=dict, description="the document's metadata from the corpus")
-    dense: float | None = Field(None, description="the dense leg's score: the phrase's, or the unit's best phrase's")
-    lexical: float | None = Field(None, description="the BM25 score of the passage (or document); null in dense mode")
-    confidence: float | None = Field(
-        None, description="calibrated probability that the hit is correct (phrase: matches the answer; passage: "
-        "contains it; doc: is the answer's document); null when the model has no calibration",
-    )
-    read: float | None = Field(None, description="the reader's score of the phrase when the hit was read (read: "
-                               "true); null when it was not read")
+# The request: SearchRequestBase plus a field per search parameter, generated from core.params.SearchParams
+SearchRequest: type[SearchRequestBase] = create_model(  # type: ignore[call-overload]
+    "SearchRequest", __base__=SearchRequestBase, __doc__=SearchRequestBase.__doc__, **search_parameter_fields())
+SEARCH_PARAMETERS = tuple(search_parameter_fields())
+
+
+def hit_fields() -> dict[str, Any]:
+    """The response fields of a hit, from ``core.params.Hit`` (its fields, types, defaults and help) and
+    ``HIT_WINDOW``."""
+    hints = typing.get_type_hints(Hit)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(Hit):
+        if f.default is not dataclasses.MISSING:
+            spec = Field(f.default, description=f.metadata["help"])
+        elif f.default_factory is not dataclasses.MISSING:
+            spec = Field(default_factory=f.default_factory, description=f.metadata["help"])
+        else:
+            spec = Field(description=f.metadata["help"])
+        out[f.name] = (hints[f.name], spec)
+    for name, (tp, default, text) in HIT_WINDOW.items():
+        out[name] = (tp, Field(default, description=text))
+    return out
+
+
+# One hit of the response: the fields of core.params.Hit and where its window of the passage lies
+HitOut: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    "HitOut", __doc__="One hit: the best phrase of the unit, its character span in its passage, and its source.",
+    **hit_fields())
 
 
 class QueryResult(BaseModel):
     """Hits for one question, best first (empty for a blank question)."""
 
     query: str
-    hits: list[HitOut]
+    hits: list[HitOut]  # type: ignore[valid-type]  # generated from core.params.Hit
     no_answer: bool = Field(False, description="true when the search abstained: no hit reached min_confidence")
 
 

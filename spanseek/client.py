@@ -19,12 +19,13 @@ import asyncio
 import email.utils
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from spanseek.core.params import Unit  # core.params imports only the standard library
+from spanseek.core.params import HIT_WINDOW, Unit  # core.params imports only the standard library
+from spanseek.core.params import Hit as CoreHit
 
 T = TypeVar("T")
 
@@ -39,30 +40,28 @@ def _build(cls: Callable[..., T], data: dict[str, Any], **nested: Any) -> T:
     return cls(**{**known, **nested}, extra={k: v for k, v in data.items() if k not in names})
 
 
-@dataclass(frozen=True)
-class Hit:
-    """One hit: the best phrase of the unit, its character span in ``passage`` (a window of the whole passage, which
-    starts at ``passage_offset`` in it and is ``passage_chars`` long), its document, the two legs' scores and
-    ``confidence``, the calibrated probability that it is correct (None when the server's model has none), and
-    ``read``, the reader's score when the search read it (``search(..., read=True)``)."""
+def _hit_class() -> type:
+    """The client's hit: the fields of ``core.params.Hit`` (the hit's one definition) and ``HIT_WINDOW``, each with
+    a default, plus ``extra`` for fields a newer server adds."""
+    spec: list[Any] = []
+    for f in fields(CoreHit):
+        default = ({"default": f.default} if f.default is not MISSING else
+                   {"default_factory": f.default_factory} if f.default_factory is not MISSING else
+                   {"default": _EMPTY.get(f.name, "")})
+        spec.append((f.name, f.type, field(**default)))  # type: ignore[call-overload]
+    spec += [(name, tp, field(default=default)) for name, (tp, default, _) in HIT_WINDOW.items()]
+    spec.append(("extra", "dict[str, Any]", field(default_factory=dict)))
+    doc = ("One hit: the best phrase of the unit, its character span in ``passage`` (a window of the whole passage, "
+           "starting at ``passage_offset`` in it, ``passage_chars`` long), its document, the legs' scores, "
+           "``confidence`` and ``read``; the fields of ``spanseek.core.params.Hit`` with their help.")
+    return make_dataclass("Hit", spec, frozen=True, namespace={"__doc__": doc, "__module__": __name__})
 
-    text: str
-    score: float
-    start: int = 0
-    end: int = 0
-    passage_id: int = -1
-    paragraph: int = 0
-    passage: str = ""
-    passage_offset: int = 0
-    passage_chars: int = 0
-    doc_id: str = ""
-    title: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
-    dense: float | None = None
-    lexical: float | None = None
-    confidence: float | None = None
-    read: float | None = None  # the reader's score when the hit was read (``read=True``)
-    extra: dict[str, Any] = field(default_factory=dict)
+
+_EMPTY: dict[str, Any] = {"score": 0.0, "start": 0, "end": 0, "passage_id": -1}  # text, passage, ids: ""
+if TYPE_CHECKING:  # what a type checker sees: the core hit (the window fields aside)
+    from spanseek.core.params import Hit
+else:
+    Hit = _hit_class()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ KEYS = {
     "doc": {"acc@1", "acc@5"},
     "rc": {"em", "f1"},
     "ci95": None,
+    "read": None,
     "seconds": None,
     "questions_per_second": None,
 }
@@ -69,7 +70,8 @@ def test_cli_search_prints_json_lines(tiny_index, tiny_model_dir, capsys):
             assert rec["query"] == q and rec["unit"] == unit and len(rec["hits"]) == 3
             for h in rec["hits"]:
                 assert set(h) == {"text", "score", "start", "end", "passage_id", "paragraph", "passage", "doc_id",
-                                  "title", "meta", "dense", "lexical", "confidence"}
+                                  "title", "meta", "dense", "lexical", "confidence", "read"}
+                assert h["read"] is None  # read only with --read
                 assert h["passage"][h["start"] : h["end"]] == h["text"]
             if unit != "phrase":
                 key = "passage_id" if unit == "passage" else "doc_id"
