@@ -28,25 +28,13 @@ from spanseek.core.confidence import Calibrator, load_calibrator
 from spanseek.core.evaluate import sample_questions
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.loading import open_searcher
+from spanseek.core.metrics import calibration_error as ece
 from spanseek.core.model import model_fingerprint, resolve_model
 from spanseek.core.params import MODES, UNITS
 from spanseek.trainer.calibrate import collect, encode_questions, load_runs, save_runs
 
 BINS = 10
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-
-
-def ece(conf: np.ndarray, correct: np.ndarray, bins: int = BINS) -> float:
-    """Expected calibration error: sum over equal-width bins of |accuracy - mean confidence| x share of items."""
-    if not len(conf):
-        return float("nan")
-    which = np.minimum((conf * bins).astype(int), bins - 1)
-    total = 0.0
-    for b in range(bins):
-        m = which == b
-        if m.any():
-            total += m.mean() * abs(correct[m].mean() - conf[m].mean())
-    return float(total)
 
 
 def auroc(pos: np.ndarray, neg: np.ndarray) -> float:

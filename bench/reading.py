@@ -24,12 +24,12 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from confidence import ece  # noqa: E402  (bench/ is on sys.path when run as a script)
-from hybrid import cpu_name  # noqa: E402
+from hybrid import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.evaluate import sample_questions  # noqa: E402
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
+from spanseek.core.metrics import calibration_error as ece  # noqa: E402
 from spanseek.core.metrics import exact_match, f1_score, passage_has_answer  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.core.reader import reading_comprehension  # noqa: E402

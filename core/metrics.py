@@ -99,3 +99,14 @@ def cluster_bootstrap_ci(
     means = (draws @ sums) / (draws @ counts)
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return pct(float(lo)), pct(float(hi))
+
+
+def calibration_error(conf: np.ndarray, correct: np.ndarray, bins: int = 10) -> float:
+    """Expected calibration error: over equal-width confidence bins, |accuracy - mean confidence| weighted by the
+    share of items in the bin (NaN without items)."""
+    if not len(conf):
+        return float("nan")
+    which = np.minimum((np.asarray(conf) * bins).astype(int), bins - 1)
+    correct = np.asarray(correct, dtype=np.float64)
+    return float(sum((which == b).mean() * abs(correct[which == b].mean() - np.asarray(conf)[which == b].mean())
+                     for b in range(bins) if (which == b).any()))

@@ -54,11 +54,17 @@ class Reading:
     models: dict[str, LogisticModel]
     fitted_on: dict[str, Any] = field(default_factory=dict)
     window_chars: int = 0  # read this many characters each side of the unit's best phrase (0: the whole passage)
+    # per unit (a, b): a hit's confidence is sigmoid(a x its score + b), fitted on the first hits (the models rank)
+    calibration: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def confidence(self, unit: str, score: float) -> float:
+        a, b = self.calibration.get(unit, (1.0, 0.0))
+        return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, a * score + b))))
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": READING_VERSION, "features": list(READ_FEATURES), "read_passages": self.read_passages,
                 "spans_per_passage": self.spans_per_passage, "window_chars": self.window_chars,
-                "fitted_on": self.fitted_on,
+                "calibration": {u: list(ab) for u, ab in sorted(self.calibration.items())}, "fitted_on": self.fitted_on,
                 "models": {u: m.to_dict() for u, m in sorted(self.models.items())}}
 
     def save(self, path: str | Path) -> None:
@@ -73,8 +79,9 @@ class Reading:
                 raise ValueError(f"version {d.get('version')!r} with features {d.get('features')}; this spanseek "
                                  f"reads version {READING_VERSION} with {list(READ_FEATURES)}")
             models = {u: LogisticModel.from_dict(m, READ_FEATURES) for u, m in d["models"].items()}
+            calibration = {u: (float(a), float(b)) for u, (a, b) in d.get("calibration", {}).items()}
             reading = cls(int(d["read_passages"]), int(d["spans_per_passage"]), models, dict(d.get("fitted_on", {})),
-                          int(d.get("window_chars", 0)))
+                          int(d.get("window_chars", 0)), calibration)
             if reading.read_passages < 1 or reading.spans_per_passage < 1 or reading.window_chars < 0:
                 raise ValueError("read_passages and spans_per_passage must be >= 1, window_chars >= 0")
             return reading
@@ -188,11 +195,11 @@ class ReadingStage:
                 out.append(self._units(cands, logit, sources, plan))
         return out
 
-    def _hit(self, c: Candidate, logit: float) -> Hit:
+    def _hit(self, c: Candidate, logit: float, unit: str) -> Hit:
         src = c.source
         hit = self.hits.passage_hit(src.passage_id, c.span.start, c.span.end, logit, src.dense, src.lexical,
                                     read=c.span.score)
-        return replace(hit, confidence=round(1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, logit)))), 4))
+        return replace(hit, confidence=round(self.reading.confidence(unit, logit), 4))
 
     def _phrases(self, cands: list[Candidate], logit: np.ndarray, plan: Plan) -> list[Hit]:
         seen: set[str] = set()
@@ -202,7 +209,7 @@ class ReadingStage:
             if text in seen:  # the same answer read elsewhere: merged into its best reading
                 continue
             seen.add(text)
-            hits.append(self._hit(cands[i], float(logit[i])))
+            hits.append(self._hit(cands[i], float(logit[i]), plan.unit))
         return hits[: plan.top_k] if plan.params.allow_overlap else non_overlapping(hits, plan.top_k)
 
     def _units(self, cands: list[Candidate], logit: np.ndarray, sources: Sequence[Hit], plan: Plan) -> list[Hit]:
@@ -211,6 +218,6 @@ class ReadingStage:
             if c.rank not in best or logit[i] > logit[best[c.rank]]:
                 best[c.rank] = i
         read = sorted(best.values(), key=lambda i: (-logit[i], cands[i].rank))
-        hits = [self._hit(cands[i], float(logit[i])) for i in read]
+        hits = [self._hit(cands[i], float(logit[i]), plan.unit) for i in read]
         unread = [h for r, h in enumerate(sources) if r not in best]  # below the read depth, or nothing to read
         return (hits + unread)[: plan.top_k]

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from spanseek.core.evaluate import sample_questions
 from spanseek.core.io import Holdout, Question, load_squad, squad_documents, squad_questions, write_corpus
 from spanseek.core.loading import open_searcher
-from spanseek.core.metrics import exact_match, passage_has_answer
+from spanseek.core.metrics import calibration_error, exact_match, passage_has_answer
 from spanseek.core.params import SearchParams
 from spanseek.core.reader import PassageReader, resolve_reader
 from spanseek.core.reading import READ_FEATURES, READING_NAME, Candidate, Reading, ReadingStage, read_features
@@ -75,6 +75,29 @@ def fit(x: np.ndarray, y: np.ndarray, unit: str):
         raise ValueError(f"every {unit} candidate read is {'right' if len(y) and y[0] else 'wrong'} ({len(y)} "
                          "candidates): nothing to fit; use more --questions, or a trained --reader")
     return fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
+
+
+def first_hits(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each question's best-scored candidate: its score (log-odds) and whether it is right."""
+    logit, scores, right, start = model.logit(x), [], [], 0
+    for n in sizes:
+        if n:
+            best = start + int(np.argmax(logit[start:start + n]))
+            scores.append(logit[best])
+            right.append(y[best])
+        start += n
+    return np.asarray(scores), np.asarray(right)
+
+
+def calibrate_first_hits(scores: np.ndarray, right: np.ndarray) -> tuple[float, float]:
+    """(a, b) of sigmoid(a x score + b) fitted to the first hits' correctness (Platt scaling): a model fitted over
+    every candidate is over-confident for the best of them, which is the hit users read."""
+    from sklearn.linear_model import LogisticRegression
+
+    if len(set(right.tolist())) < 2:
+        return 1.0, 0.0
+    lr = LogisticRegression(C=100.0).fit(scores[:, None], right)
+    return float(lr.coef_[0, 0]), float(lr.intercept_[0])
 
 
 def first_hit_accuracy(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) -> float:
@@ -141,11 +164,18 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     depth, window = min((k for k, v in by_setting.items() if v["phrase_em@1"] >= best - cfg.tolerance),
                         key=lambda k: (k[0] * (1.0 if k[1] == 0 else min(1.0, (2 * k[1] + 40) / 750)),
                                        -by_setting[k]["phrase_em@1"]))
-    models, report = {"phrase": by_setting[depth, window]["model"]}, {}
-    for unit in ("passage", "doc"):
+    models, report, calibration = {"phrase": by_setting[depth, window]["model"]}, {}, {}
+    for unit in ("phrase", "passage", "doc"):
         x, y, sizes = examples(reads[window], unit, depth)
-        models[unit] = fit(x, y, unit)
-        report[f"{unit}_acc@1"] = first_hit_accuracy(models[unit], x, y, sizes)
+        if unit != "phrase":
+            models[unit] = fit(x, y, unit)
+            report[f"{unit}_acc@1"] = first_hit_accuracy(models[unit], x, y, sizes)
+        scores, right = first_hits(models[unit], x, y, sizes)
+        calibration[unit] = calibrate_first_hits(scores, right)
+        a, b = calibration[unit]
+        report[f"{unit}_first_hit_ece"] = {
+            "uncalibrated": round(calibration_error(1 / (1 + np.exp(-scores)), right), 4),
+            "calibrated": round(calibration_error(1 / (1 + np.exp(-(a * scores + b))), right), 4)}
     fitted_on = {
         "questions": len(questions), "articles": len(articles), "train": str(cfg.train),
         "articles_offset": cfg.articles_offset, "holdout_every": cfg.holdout_every, "model": str(cfg.model),
@@ -153,7 +183,7 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
             f"{d}/{w}": v["phrase_em@1"] for (d, w), v in sorted(by_setting.items())},
         **report,
     }
-    reading = Reading(depth, cfg.spans_per_passage, models, fitted_on, window_chars=window)
+    reading = Reading(depth, cfg.spans_per_passage, models, fitted_on, window_chars=window, calibration=calibration)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     reading.save(out / READING_NAME)

@@ -26,7 +26,7 @@ from spanseek.core.reader import (
     make_windows,
     resolve_reader,
 )
-from spanseek.core.reading import READING_NAME, Reading, ReadingStage
+from spanseek.core.reading import READ_FEATURES, READING_NAME, Reading, ReadingStage
 from spanseek.trainer.reader import answer_tokens, length_batches
 
 PASSAGE = ("The castle of Alba was built in 1340 by King Borin on the river. In 1402 a fire destroyed its "
@@ -214,3 +214,23 @@ def test_a_reading_file_of_another_shape_is_refused(tmp_path):
     (tmp_path / READING_NAME).write_text(json.dumps({"version": 1, "features": ["x"]}))
     with pytest.raises(ReadingError, match="not a usable reading file"):
         Reading.load(tmp_path / READING_NAME)
+
+
+def test_a_reading_file_round_trips_with_its_calibration(tmp_path):
+    features = len(READ_FEATURES)
+    model = LogisticModel((0.5,) * features, (2.0,) * features, (1.0, -0.5) + (0.0,) * (features - 2), 0.3)
+    reading = Reading(4, 2, {"phrase": model}, {"questions": 7}, window_chars=120, calibration={"phrase": (0.5, -1.0)})
+    reading.save(tmp_path / READING_NAME)
+    assert Reading.load(tmp_path / READING_NAME) == reading
+    assert reading.confidence("phrase", 2.0) == pytest.approx(1 / (1 + np.exp(-(0.5 * 2.0 - 1.0))))
+    assert reading.confidence("doc", 2.0) == pytest.approx(1 / (1 + np.exp(-2.0)))  # no calibration: the model's
+
+
+def test_calibration_error_by_hand():
+    from spanseek.core.metrics import calibration_error
+
+    conf = np.array([0.05, 0.15, 0.95, 0.92])
+    right = np.array([0, 1, 1, 1])
+    # bins 0 (0.05, wrong), 1 (0.15, right), 9 (0.95 and 0.92, both right)
+    want = 0.25 * 0.05 + 0.25 * 0.85 + 0.5 * abs(1 - 0.935)
+    assert calibration_error(conf, right) == pytest.approx(want)
