@@ -65,7 +65,9 @@ class ScriptedSearcher:
 
 def test_metrics_dict_by_hand():
     m = evaluate(ScriptedSearcher(), QUESTIONS, reading_comprehension=True, progress=False)
-    assert list(m) == ["n_questions", "mode", "phrase", "passage", "doc", "rc", "ci95", "seconds", "questions_per_second"]
+    assert list(m) == ["n_questions", "mode", "read", "phrase", "passage", "doc", "rc", "ci95", "seconds",
+                       "questions_per_second"]
+    assert m["read"] is False
     assert m["n_questions"] == 2
     # phrase: q1 'paris' exact; q2 'New York City' vs 'New York': F1 0.8, exact at rank 2
     assert m["phrase"] == {"em@1": 50.0, "f1@1": 90.0, "em@10": 100.0, "merged_em@1": 50.0}

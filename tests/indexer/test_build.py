@@ -69,7 +69,11 @@ def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_co
         assert (out / name).read_bytes() == (tiny_index / name).read_bytes(), name
     reference = Manifest.load(tiny_index).to_dict()
     skip = {"build_seconds", "created", "checksum"}
-    assert {k: v for k, v in manifest.to_dict().items() if k not in skip} == {k: v for k, v in reference.items() if k not in skip}
+    def settled(d: dict) -> dict:  # what the build decided, not how long it took (timings vary with the load)
+        params = {k: v for k, v in d["faiss_params"].items() if not k.endswith("_seconds")}
+        return {**{k: v for k, v in d.items() if k not in skip}, "faiss_params": params}
+
+    assert settled(manifest.to_dict()) == settled(reference)
     assert (manifest.documents, manifest.passages) == (6, 24) and manifest.tokens == manifest.indexed_tokens > 0
 
 
