@@ -1,4 +1,4 @@
-"""The dependency rule of DESIGN §2, checked on the imports (ast) of every module of every package.
+"""The dependency rule between the packages (docs/architecture.md), checked on the imports (ast) of every module.
 
 - everything is imported under one root: ``spanseek.core``, never a bare ``core`` (nor indexer/trainer/service);
 - ``core`` imports none of indexer / trainer / service / spanseek (only third-party libraries);

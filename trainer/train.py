@@ -8,7 +8,7 @@ encoded at every step, or, with ``stale_cache``, read from a cache of the starti
 by a target corrector trained alongside (trainer.corrector). A fixed slice of articles (core.io.Holdout) is never
 trained on: it is the validation set. The loop (trainer.loop) is the one QSFT uses; checkpoints go to
 ``OUT/last`` (with the optimizer state, so a killed run resumes, with the same encoder settings) and, with
-``snapshot_every``, OUT/snapshots; a run holds a lock on OUT (``OUT/index.lock``), so a second run into it is refused.
+``snapshot_every``, OUT/snapshots; a run holds a lock on OUT (``OUT/train.lock``), so a second run into it is refused.
 Runs on CPU (bf16 autocast where the CPU supports it) or CUDA (bf16 autocast).
 """
 
