@@ -3,7 +3,7 @@
     spanseek train phrase --train squad-train.json.gz --out runs/phrase
     spanseek train qsft --model default --train squad-train.json.gz --out runs/qsft
 
-A mode (``Mode``) says how a step gets its batch and its windows' token vectors: joint training encodes them (and
+A step source (``StepSource``: joint or QSFT) says how a step gets its batch and its windows' token vectors: joint training encodes them (and
 hard-negative passages, or reads those from a stale cache), QSFT reads them from a phrase cache. Everything else
 is one piece of code: the epoch order, question encoding and the loss (trainer.losses) with pre-batch negatives,
 the optimizer and its schedule, gradient clipping and data-parallel averaging, progress, checkpoints that resume
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 STATE = "trainer_state.pt"
 
 
-class Mode:
+class StepSource:
     """What a training mode adds to the shared loop: its batches and its windows' token vectors."""
 
     name = "train"  # progress-bar label
@@ -218,7 +218,7 @@ def optimizer_and_resume(
 
 def train_loop(
     cfg: TrainingOptions,
-    mode: Mode,
+    mode: StepSource,
     model: PhraseModel,
     params: list[torch.nn.Parameter],
     windows: list[TrainWindow],

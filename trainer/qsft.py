@@ -33,7 +33,7 @@ from spanseek.core.io import load_squad, write_json_atomic
 from spanseek.core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
 from spanseek.trainer.arguments import QsftConfig
 from spanseek.trainer.data import Batch, TrainWindow
-from spanseek.trainer.loop import Mode, check_resume, finish, run_lock, train_loop, training_windows
+from spanseek.trainer.loop import StepSource, check_resume, finish, run_lock, train_loop, training_windows
 from spanseek.trainer.losses import HardNegatives
 from spanseek.trainer.mining import load_hard_negatives
 from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part of this module's interface)
@@ -50,7 +50,7 @@ from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_ke
 log = logging.getLogger(__name__)
 
 
-class QsftMode(Mode):
+class QsftMode(StepSource):
     """QSFT's step: the windows' and hard passages' token vectors come from the phrase cache."""
 
     name = "qsft"

@@ -32,7 +32,7 @@ from spanseek.trainer.corrector import TargetCorrector, corrector_loss
 from spanseek.trainer.data import Batch, TrainWindow, collate
 from spanseek.trainer.loop import (  # noqa: F401 (STATE, write_holdout: part of this module's interface)
     STATE,
-    Mode,
+    StepSource,
     check_resume,
     finish,
     run_lock,
@@ -46,7 +46,7 @@ from spanseek.trainer.phrase_cache import PhraseCache, cached_hard, cached_windo
 
 log = logging.getLogger(__name__)
 
-class JointMode(Mode):
+class JointMode(StepSource):
     """Joint training's step: encode the batch's windows (and hard passages, unless they come from a stale cache)."""
 
     name = "train"
