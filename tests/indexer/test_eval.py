@@ -12,6 +12,7 @@ import json
 import pytest
 
 from spanseek.cli import main
+from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.model import PhraseModel
 from spanseek.indexer.build import BuildOptions
 from spanseek.indexer.evaluate import run_eval
@@ -173,3 +174,22 @@ def test_cli_usage_errors_exit_2(tiny_index, capsys):
     with pytest.raises(SystemExit) as e:
         main(["search", "--index", str(tiny_index), "--unit", "sentence", "q"])
     assert e.value.code == 2 and "invalid choice: 'sentence'" in capsys.readouterr().err
+
+
+def test_cli_eval_with_reading_as_a_new_user_runs_it(tmp_path, tiny_squad, tiny_model_dir, tiny_reader, capsys):
+    """No --index: a temporary index of the file's paragraphs; --read reads the top passages, and with
+    --reading-comprehension the RC figures are the reader's, read from each question's gold passage."""
+    from spanseek.core.evaluate import sample_questions
+    from spanseek.core.reader import PassageReader, reading_comprehension
+
+    out = tmp_path / "m.json"
+    assert main(["eval", "--questions", str(tiny_squad), "--model", str(tiny_model_dir), "--read", "--reader",
+                 str(tiny_reader), "--reading-comprehension", "--limit", "6", "--out", str(out), "--quiet",
+                 "--precision", "fp32"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    check_metrics(printed, 6, rc=True)
+    assert printed["read"] is True
+    questions = sample_questions(squad_questions(load_squad(tiny_squad)), 6)
+    reader_rc = reading_comprehension(PassageReader.load(tiny_reader), questions)
+    assert printed["rc"]["em"] == pytest.approx(reader_rc["em"], abs=0.05)  # eval rounds to one decimal
+    assert printed["rc"]["f1"] == pytest.approx(reader_rc["f1"], abs=0.05)
