@@ -278,6 +278,8 @@ class ReaderTrainConfig(JobOptions):
     word embeddings frozen."""
 
     backbone: str = option(ReaderConfig.backbone, "backbone: package:NAME, a model directory or a hub id")
+    init: str | None = option(None, "start from this reader's weights instead of the bare backbone (a reader "
+                                    "directory, `default`, or a run's OUT/last); its config replaces the flags above")
     max_len: int = option(ReaderConfig.max_len, "(question, passage) window in tokens, special tokens included")
     stride: int = option(ReaderConfig.stride, "overlap of a long passage's consecutive windows in tokens")
     max_query_len: int = option(ReaderConfig.max_query_len, "question tokens kept (longer questions are truncated)")
@@ -310,6 +312,10 @@ class ReaderTrainConfig(JobOptions):
         return None if self.reserve_offset is None else Holdout(self.holdout_every, self.reserve_offset)
 
     def build(self) -> ReaderConfig:
+        if self.init is not None:
+            from spanseek.core.reader import READER_CONFIG_NAME, resolve_reader
+
+            return ReaderConfig.load(resolve_reader(self.init) / READER_CONFIG_NAME)
         return ReaderConfig(backbone=self.backbone, max_len=self.max_len, stride=self.stride,
                             max_query_len=self.max_query_len, max_answer_tokens=self.max_answer_tokens)
 

@@ -25,15 +25,17 @@ from tqdm.auto import tqdm
 from spanseek.core.encoding import autocast, pick_device, pick_precision
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic
 from spanseek.core.reader import (
+    READER_WEIGHTS_NAME,
     PassageReader,
     ReaderModel,
     load_reader_tokenizer,
     make_windows,
     pad_batch,
     reading_comprehension,
+    resolve_reader,
 )
 from spanseek.trainer.arguments import ReaderTrainConfig
-from spanseek.trainer.loop import optimizer_and_resume, recover_checkpoint, run_lock, save_checkpoint
+from spanseek.trainer.loop import STATE, optimizer_and_resume, recover_checkpoint, run_lock, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,18 @@ def length_batches(lengths: np.ndarray, size: int, seed: int) -> list[np.ndarray
     return batches
 
 
+def init_from(model: ReaderModel, path: Path) -> None:
+    """A reader's weights into ``model``: the fp32 master weights when ``path`` is a run's checkpoint, else the
+    shipped (fp16) ones. A resumed run's own checkpoint then replaces them."""
+    model.load_weights(path / READER_WEIGHTS_NAME)
+    state = path / STATE
+    if state.is_file():
+        master = torch.load(state, weights_only=False, map_location="cpu").get("master")
+        if master:
+            model.load_state_dict(master, strict=False)
+    log.info("initialised from the reader at %s", path)
+
+
 def train_reader(cfg: ReaderTrainConfig) -> dict[str, Any]:
     """Train (or resume) the reader into ``cfg.out``; the reader is ``OUT/last``. Returns the run's summary."""
     out = Path(cfg.out)
@@ -97,6 +111,8 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     if cfg.limit_questions:
         questions = random.Random(cfg.seed).sample(questions, min(cfg.limit_questions, len(questions)))
     model = ReaderModel(reader_config).to(device)
+    if cfg.init is not None:
+        init_from(model, resolve_reader(cfg.init))
     tokenizer = load_reader_tokenizer(reader_config)
     log.info("tokenising %d training questions", len(questions))
     windows, targets = training_windows(tokenizer, reader_config, questions)

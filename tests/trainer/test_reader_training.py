@@ -10,7 +10,7 @@ import torch
 
 from spanseek.cli import main
 from spanseek.core.io import load_squad, squad_questions
-from spanseek.core.reader import PassageReader, resolve_reader
+from spanseek.core.reader import PassageReader, ReaderModel, resolve_reader
 from spanseek.core.reading import READING_NAME, Reading
 from spanseek.trainer.arguments import FitReadingConfig, ReaderTrainConfig
 from spanseek.trainer.reader import train_reader
@@ -19,9 +19,9 @@ SPLIT = {"holdout_every": 4, "holdout_offset": 1}
 
 
 def config(tiny_squad, tiny_backbone, out, **changes) -> ReaderTrainConfig:
-    return ReaderTrainConfig(train=str(tiny_squad), out=str(out), backbone=str(tiny_backbone), max_len=64, stride=16, max_query_len=24,
-                             batch_size=4, checkpoint_every=1, val_questions=5, progress=False, precision="fp32",
-                             **{"reserve_offset": 2, **SPLIT, **changes})
+    return ReaderTrainConfig(train=str(tiny_squad), out=str(out), backbone=str(tiny_backbone), stride=16, max_query_len=24,
+                             batch_size=4, checkpoint_every=1, progress=False, precision="fp32",
+                             **{"reserve_offset": 2, "max_len": 64, "val_questions": 5, **SPLIT, **changes})
 
 
 def test_the_reader_trains_without_held_out_or_reserved_articles_and_resumes(tiny_squad, tiny_backbone, tmp_path,
@@ -40,6 +40,30 @@ def test_the_reader_trains_without_held_out_or_reserved_articles_and_resumes(tin
     reader = PassageReader.load(resolve_reader(out / "last"))
     [[span]] = reader.read(["Who built it?"], ["In 1500 Alba built the bridge."])
     assert span.text and span.text in "In 1500 Alba built the bridge."
+
+
+def test_a_run_initialised_from_a_reader_starts_from_its_master_weights(tiny_squad, tiny_backbone, tmp_path,
+                                                                       monkeypatch):
+    first = tmp_path / "first"
+    train_reader(config(tiny_squad, tiny_backbone, first, max_steps=2, val_questions=0))
+    master = torch.load(first / "last" / "trainer_state.pt", weights_only=False)["master"]
+    seen = {}
+    real_step = torch.optim.AdamW.step
+
+    def spy(self, *a, **k):  # the weights the second run's first step starts from
+        if not seen:
+            seen.update({n: p.detach().clone() for n, p in zip(names, self.param_groups[0]["params"], strict=True)})
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    second = config(tiny_squad, tiny_backbone, tmp_path / "second", max_steps=1, val_questions=0, init=str(first / "last"),
+                    max_len=96)  # the initial reader's config wins over the flags
+    assert second.build().max_len == 64
+    names = [n for n, p in ReaderModel(second.build()).named_parameters() if p.requires_grad]
+    train_reader(second)
+    assert seen and set(seen) <= set(master)
+    for name, weight in seen.items():  # fp32 master weights, not the fp16 shipped copy
+        assert torch.equal(weight, master[name]), name
 
 
 def test_train_reader_refuses_a_reserved_split_equal_to_the_held_out_one(tiny_squad, tiny_backbone, tmp_path):
