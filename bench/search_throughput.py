@@ -39,6 +39,7 @@ from spanseek.core.params import (
     UNITS,  # noqa: E402
     SearchParams,
 )
+from spanseek.core.plan import StageTimes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SQUAD_TRAIN = ROOT.parent / "shared" / "data" / "squad-v1.1-train.json.gz"
@@ -80,16 +81,16 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
     if "phrase" in args.units:
         runs.append(("phrase_merged", "phrase", True))  # merge_answers: one hit per answer string
     for name, unit, merge in runs:
-        best, parts = float("inf"), {}
+        best, parts = float("inf"), StageTimes()
         for _ in range(args.repeats):
-            t: dict[str, float] = {}
+            t = StageTimes()
             params = SearchParams(unit=unit, top_k=args.top_k, merge_answers=merge)
             seconds = timed(lambda b, t=t, params=params: searcher.search(b, params, t), batches)
             if seconds < best:
                 best, parts = seconds, t
         result["units"][name] = {
             "seconds": round(best, 3), "qps": round(n / best, 1), "ratio": round(raw / best, 3),
-            **{f"{k}_seconds": round(v, 3) for k, v in parts.items()},
+            **{f"{k}_seconds": round(getattr(parts, k), 3) for k in ("encode", "search", "aggregate")},
         }
     return result
 
