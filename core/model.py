@@ -238,11 +238,11 @@ def resolve_model(ref: str | Path) -> Path:
     return path
 
 
-def model_fingerprint(model_dir: str | Path) -> str:
-    """sha256 over the checkpoint's config and weights (first 16 hex digits)."""
+def model_fingerprint(model_dir: str | Path, files: tuple[str, ...] = (CONFIG_NAME, WEIGHTS_NAME)) -> str:
+    """sha256 over the checkpoint's config and weights (``files``; first 16 hex digits)."""
     model_dir = Path(model_dir)
     h = hashlib.sha256()
-    for name in (CONFIG_NAME, WEIGHTS_NAME):
+    for name in files:
         p = model_dir / name
         if p.exists():
             h.update(p.read_bytes())

@@ -33,6 +33,7 @@ from spanseek.core.model import ModelError, resolve_backbone
 
 READER_CONFIG_NAME = "reader_config.json"
 READER_WEIGHTS_NAME = "weights.safetensors"
+MISSING_LOGIT = -1e4  # a token the reader did not read (finite: it survives fp16 and bf16)
 DEFAULT_READER_DIR = Path(__file__).parent / "models" / "reader"
 FROZEN = "word_embeddings"  # parameters whose name holds this are never trained and never saved
 
@@ -240,6 +241,31 @@ class PassageReader:
                 n = len(windows.ids[w])
                 out[w] = (start[row, :n], end[row, :n])
             i = j
+        return out
+
+    def token_logits(self, questions: list[str], passages: list[str],
+                     char_starts: list[np.ndarray]) -> list[np.ndarray]:
+        """(n_p, 2) start and end logits of each pair at the tokens the caller cut its passage into, given by their
+        first characters ``char_starts[p]`` (another tokenizer's tokens, e.g. the phrase model's): each from the
+        reader token that starts at the same character, in the window where it has the most context; -1e4 where
+        no reader token starts there (a distillation target masks those)."""
+        windows = make_windows(self.tokenizer, self.config, questions, passages)
+        out = [np.full((len(c), 2), MISSING_LOGIT, dtype=np.float32) for c in char_starts]
+        context = [np.full(len(c), -1, dtype=np.int64) for c in char_starts]
+        for w, (start, end) in enumerate(self.logits(windows)):
+            p = int(windows.pair[w])
+            inside = np.flatnonzero(windows.offsets[w][:, 0] >= 0)
+            if not len(inside):
+                continue
+            chars = windows.offsets[w][inside, 0]
+            wanted = np.asarray(char_starts[p])
+            at = np.searchsorted(chars, wanted).clip(0, len(chars) - 1)
+            hit = chars[at] == wanted
+            tok = inside[at]
+            ctx = np.minimum(tok - inside[0], inside[-1] - tok)
+            better = hit & (ctx > context[p])
+            out[p][better, 0], out[p][better, 1] = start[tok[better]], end[tok[better]]
+            context[p][better] = ctx[better]
         return out
 
     def read(self, questions: list[str], passages: list[str], k: int = 1) -> list[list[ReadSpan]]:

@@ -129,11 +129,16 @@ class LossConfig:
     lambda_hard: float = option(1.0, "weight of hard negatives (unified loss)")
     lambda_neg: float = option(4.0, "two_term loss: weight of its in-batch term")
     lambda_span: float = option(0.0, "weight of the span-level in-passage term (one softmax over valid spans; 0 = off)")
+    lambda_kl: float = option(0.0, "weight of the distillation term (KL from the --teacher reader's start/end "
+                                   "distributions; DensePhrases used 4 on SQuAD; 0 = off)")
+    kl_temperature: float = option(1.0, "temperature of both distributions in the distillation term")
 
     def __post_init__(self) -> None:
         if self.kind not in ("unified", "two_term"):
             raise ValueError(f"loss kind must be 'unified' or 'two_term', got {self.kind!r}")
-        for name in ("lambda_inb", "lambda_pre", "lambda_hard", "lambda_neg", "lambda_span"):
+        check(math.isfinite(self.kl_temperature) and self.kl_temperature > 0, "--kl-temperature", "a number > 0",
+              self.kl_temperature)
+        for name in ("lambda_inb", "lambda_pre", "lambda_hard", "lambda_neg", "lambda_span", "lambda_kl"):
             value = getattr(self, name)  # the loss is built in code as often as from flags: name both
             flag = f"--{name.replace('_', '-')} ({name})"
             check(value is None or non_negative(value), flag, "a number >= 0 (0: off)", value)
@@ -164,6 +169,10 @@ class TrainingOptions(JobOptions):
     prebatch_warmup: float = option(0.1, "fraction of steps before pre-batch negatives switch on")
     hard_negatives: str | None = option(None, "JSONL from `spanseek train mine` (unified loss)")
     hard_per_batch: int = option(8, "hard passages per step, shared by the batch's questions")
+    teacher: str | None = option(None, "a reader (directory or `default`) to distil from (--lambda-kl > 0): its "
+                                       "logits are computed once, before the first step, into the teacher cache")
+    teacher_cache: str | None = option(None, "where the teacher's logits are kept (default: OUT/teacher-cache); "
+                                             "a killed fill resumes")
     limit_questions: int | None = option(None, "train on a fixed sample of this many questions")
     checkpoint_every: int = option(100, "save OUT/last (weights and optimizer state) every N steps")
     snapshot_every: int = option(0, "also keep a model copy every N steps in OUT/snapshots (0 = off)")
@@ -186,6 +195,8 @@ class TrainingOptions(JobOptions):
         check(math.isfinite(self.prebatch_warmup) and 0 <= self.prebatch_warmup <= 1, "--prebatch-warmup",
               "in [0, 1] (a fraction of the steps)", self.prebatch_warmup)
         check(self.hard_per_batch >= 0, "--hard-per-batch", "an integer >= 0", self.hard_per_batch)
+        check((self.teacher is None) == (self.loss.lambda_kl == 0), "--lambda-kl",
+              "> 0 exactly when a --teacher is given", self.loss.lambda_kl)
         check(self.limit_questions is None or self.limit_questions >= 1, "--limit-questions", "an integer >= 1 "
               "(leave it out to train on every question)", self.limit_questions)
         check(self.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", self.checkpoint_every)

@@ -32,6 +32,7 @@ class TrainWindow:
     hard: list[str]  # hard-negative passage texts mined for its questions, best first
     passage: str = ""  # the text the window was cut from
     first: int = 0  # the passage token at the window's content position 0
+    offsets: np.ndarray | None = None  # (n, 2) characters of ``passage`` each content token covers
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Batch:
     gold_start: torch.Tensor  # (Q,) position in its window's row
     gold_end: torch.Tensor  # (Q,)
     n_windows: int  # rows [0, n_windows) are windows; the rows after them are hard-negative passages
+    content_shift: int = 1  # the row position of content token 0: 1 after [CLS], 0 in cached vectors
     windows: list[TrainWindow] = field(default_factory=list)
     input_ids: torch.Tensor | None = None  # (P + Hp, T) with [CLS] ... [SEP] and padding
     attention_mask: torch.Tensor | None = None  # (P + Hp, T)
@@ -108,7 +110,7 @@ def build_windows(
         for ctx, toks in zip(chunk, tokenize_passages(tokenizer, chunk), strict=True):
             starts = window_starts(len(toks), window, stride)
             per_window = [TrainWindow(toks.input_ids[s : s + window], toks.flags[s : s + window], [], [], [], [], [],
-                                      passage=ctx, first=s) for s in starts]
+                                      passage=ctx, first=s, offsets=toks.offsets[s : s + window]) for s in starts]
             for q in by_ctx[ctx]:
                 if not q.answers or q.answer_starts[0] < 0:
                     skipped["no_answer_tokens"] += 1
@@ -186,6 +188,7 @@ def collate(windows: list[TrainWindow], tokenizer, max_query_len: int, hard_per_
         end_ok=(flags & FLAG_END) > 0,
         **question_tensors(windows, tokenizer, max_query_len, shift=1),  # [CLS] comes first
         n_windows=P,
+        content_shift=1,
         windows=windows,
         hard_allowed=torch.tensor(
             [[not passage_has_answer(h, a) for h in hard_texts] for a in answers], dtype=torch.bool

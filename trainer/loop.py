@@ -36,6 +36,7 @@ from spanseek.core.model import CONFIG_NAME, PhraseModel
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
 from spanseek.trainer.data import Batch, TrainWindow, build_windows
+from spanseek.trainer.distill import teacher_cache, teacher_tensors
 from spanseek.trainer.losses import HardNegatives, PreBatchCache, phrase_loss
 
 log = logging.getLogger(__name__)
@@ -241,6 +242,13 @@ def train_loop(
         torch.distributed.barrier()  # every rank resumes from the recovered checkpoint
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     mode.load_state_dict(state)
+    teacher = None
+    if cfg.teacher:  # the reader's logits, computed once (by the main rank) before the first step
+        if dist.is_main:
+            teacher_cache(cfg, windows, device, precision)
+        if dist.enabled:
+            torch.distributed.barrier()
+        teacher = teacher_cache(cfg, windows, device, precision)
     prebatch = PreBatchCache(cfg.prebatch)
     pre_on = int(cfg.prebatch_warmup * total)
     seen_q, t0, loss_ema = 0, time.perf_counter(), None
@@ -253,6 +261,10 @@ def train_loop(
             order, order_epoch = epoch_batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
         batch = mode.batch([windows[i] for i in order[pos * dist.world + dist.rank]]).to(device)
         P = batch.n_windows
+        targets = None
+        if teacher is not None:
+            width = batch.start_ok.shape[1]
+            targets = tuple(t.to(device) for t in teacher_tensors(batch.windows, teacher, width, batch.content_shift))
         with autocast(device, precision):
             H, hard = mode.passages(batch)  # (P, T, d)
             q_start, q_end = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
@@ -263,7 +275,7 @@ def train_loop(
                 others = (distributed.gather_others(gold_s, dist), distributed.gather_others(gold_e, dist))
             loss = phrase_loss(H, q_start, q_end, batch.start_ok[:P], batch.end_ok[:P], batch.q_passage,
                                batch.gold_start, batch.gold_end, cfg.loss, pre=pre, hard=hard, others=others,
-                               max_answer_tokens=model.config.max_answer_tokens)
+                               max_answer_tokens=model.config.max_answer_tokens, teacher=targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if dist.enabled:

@@ -11,7 +11,8 @@ For each question with gold start s (and likewise end e), the groups of candidat
 gold against in-batch/pre-batch golds. ``unified`` (Kim et al. 2022, Eq. 2) is one softmax of the gold against all
 groups, each group's terms weighted by λ_group (adding log λ to its logits).
 
-``lambda_span`` > 0 adds λ_span times a span-level term (span_loss): one softmax over every valid in-passage span
+``teacher`` logits (a cross-attention reader's, trainer.distill) add λ_kl times the KL divergence of the start and
+end distributions from the teacher's (distill_loss). ``lambda_span`` > 0 adds λ_span times a span-level term (span_loss): one softmax over every valid in-passage span
 (i, j), j − i < L, scored q_start·h_i + q_end·h_j, exactly what reading comprehension decodes (core.search.best_span),
 where the start and end softmaxes above score the two boundaries separately.
 """
@@ -128,6 +129,21 @@ def span_loss(
     return F.cross_entropy(scores, gold_start * L + length)
 
 
+def distill_loss(q: torch.Tensor, H: torch.Tensor, ok: torch.Tensor, q_passage: torch.Tensor, teacher: torch.Tensor,
+                 temperature: float = 1.0) -> torch.Tensor:
+    """KL(teacher ‖ student) of one side (start or end) over each question's window tokens, times τ²
+    (DensePhrases Eq. 7). q (Q, d); H (P, T, d); ok (P, T); teacher (Q, T) logits, MISSING_LOGIT where the teacher
+    has none. Both distributions are over the tokens the student may pick that the teacher read; questions with
+    none count 0."""
+    valid = ok[q_passage] & (teacher > NEG_INF / 2)
+    student = torch.einsum("qd,qtd->qt", q, H[q_passage]).float()
+    log_s = F.log_softmax(student.masked_fill(~valid, NEG_INF) / temperature, dim=1)
+    log_t = F.log_softmax(teacher.float().masked_fill(~valid, NEG_INF) / temperature, dim=1)
+    kl = (log_t.exp() * (log_t - log_s)).masked_fill(~valid, 0.0).sum(1)
+    has = valid.any(1)
+    return kl[has].sum() / has.sum().clamp(min=1) * temperature**2
+
+
 def phrase_loss(
     H: torch.Tensor,
     q_start: torch.Tensor,
@@ -142,9 +158,11 @@ def phrase_loss(
     hard: HardNegatives | None = None,
     others: tuple[torch.Tensor, torch.Tensor] | None = None,
     max_answer_tokens: int | None = None,
+    teacher: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Mean of the start-side and end-side losses (hard negatives are used by the unified loss only), plus
-    λ_span · span_loss when ``cfg.lambda_span`` > 0 (which needs ``max_answer_tokens``).
+    λ_span · span_loss when ``cfg.lambda_span`` > 0 (which needs ``max_answer_tokens``), plus λ_kl times the mean of
+    the start and end distillation terms when ``teacher`` (the (Q, T) start and end logits of a reader) is given.
 
     ``others`` = gold start and end vectors of the other data-parallel ranks' questions (trainer.distributed).
     """
@@ -160,4 +178,8 @@ def phrase_loss(
             raise ValueError("lambda_span > 0 needs max_answer_tokens (the longest span the decoder considers)")
         loss = loss + cfg.lambda_span * span_loss(q_start, q_end, H, start_ok, end_ok, q_passage, gold_start,
                                                   gold_end, max_answer_tokens)
+    if teacher is not None:
+        kl = (distill_loss(q_start, H, start_ok, q_passage, teacher[0], cfg.kl_temperature) +
+              distill_loss(q_end, H, end_ok, q_passage, teacher[1], cfg.kl_temperature)) / 2
+        loss = loss + cfg.lambda_kl * kl
     return loss

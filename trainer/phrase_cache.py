@@ -67,7 +67,7 @@ class PhraseCache:
         return key in self.row
 
     def window(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-        """(n, d) fp16 vectors and (n,) flags of one window."""
+        """(n, d) vectors (fp16; a teacher cache's logits fp32) and (n,) flags of one window."""
         i = self.row[key]
         a, b = self.offsets[i], self.offsets[i + 1]
         return self.vectors[a:b], self.flags[a:b]
@@ -85,15 +85,15 @@ class PhraseCache:
         return len(self.done_shards()) == self.n_shards
 
 
-def _open_or_create(directory: Path, keys: list[str], uniq: dict[str, tuple[np.ndarray, np.ndarray]], dim: int,
-                    fingerprint: str, shard_windows: int, source: str) -> PhraseCache:
-    """The cache at ``directory`` for these windows and this phrase encoder and source, created empty (zeros) if
-    there is none; CacheError if the one there was made otherwise."""
+def open_or_create(directory: Path, keys: list[str], uniq: dict[str, tuple[np.ndarray, np.ndarray]], dim: int,
+                    fingerprint: str, shard_windows: int, source: str, dtype: type = np.float16) -> PhraseCache:
+    """The cache at ``directory`` for these windows and this phrase encoder (or teacher) and source, created empty
+    (zeros) if there is none; CacheError if the one there was made otherwise."""
     if (directory / CACHE_META).exists():
         cache = PhraseCache(directory)
         if cache.fingerprint != fingerprint:
-            raise CacheError(f"{directory}: made with phrase encoder {cache.fingerprint}, this model's is "
-                             f"{fingerprint}; delete it or choose another cache directory")
+            raise CacheError(f"{directory}: made with model {cache.fingerprint}, this one is {fingerprint}; delete "
+                             "it or choose another cache directory")
         if cache.source != source:
             raise CacheError(f"{directory}: its vectors come from {cache.source}, not {source}; delete it or choose "
                              "another cache directory")
@@ -104,7 +104,7 @@ def _open_or_create(directory: Path, keys: list[str], uniq: dict[str, tuple[np.n
     directory.mkdir(parents=True, exist_ok=True)
     lengths = np.asarray([len(uniq[k][0]) for k in keys], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    np.lib.format.open_memmap(directory / CACHE_VECTORS, mode="w+", dtype=np.float16,
+    np.lib.format.open_memmap(directory / CACHE_VECTORS, mode="w+", dtype=dtype,
                               shape=(int(offsets[-1]), dim)).flush()
     np.save(directory / CACHE_FLAGS, np.concatenate([uniq[k][1] for k in keys]).astype(np.uint8))
     write_json_atomic(directory / CACHE_META, {  # last: its presence means the files above are complete
@@ -114,7 +114,7 @@ def _open_or_create(directory: Path, keys: list[str], uniq: dict[str, tuple[np.n
     return PhraseCache(directory)
 
 
-def _fill(cache: PhraseCache, desc: str, progress: bool,
+def fill_rows(cache: PhraseCache, desc: str, progress: bool,
           vectors_of: Callable[[list[str]], list[np.ndarray]], batch_windows: int) -> PhraseCache:
     """Write the vectors of every shard not done yet (``vectors_of``: a chunk of keys -> each window's (n, d)
     vectors), marking each shard done once flushed; returns the reopened cache."""
@@ -167,7 +167,7 @@ def fill_cache(
     """
     device = device or torch.device("cpu")
     keys, uniq = _distinct(windows)
-    cache = _open_or_create(Path(directory), keys, uniq, model.dim, phrase_fingerprint(model_dir), shard_windows,
+    cache = open_or_create(Path(directory), keys, uniq, model.dim, phrase_fingerprint(model_dir), shard_windows,
                             "model")
     model.eval()
 
@@ -177,7 +177,7 @@ def fill_cache(
             H = model.encode_passages(ids.to(device), mask.to(device)).float().cpu().numpy()
         return [H[r, 1 : len(uniq[k][0]) + 1] for r, k in enumerate(chunk)]
 
-    return _fill(cache, "phrase cache", progress, encode, batch_windows)
+    return fill_rows(cache, "phrase cache", progress, encode, batch_windows)
 
 
 def fill_cache_from_index(
@@ -222,13 +222,13 @@ def fill_cache_from_index(
     keys, uniq = _distinct(found)
     manifest = index.manifest
     source = f"index {Path(index_dir).resolve()} ({manifest.factory}, {manifest.fine_store} store, {manifest.created})"
-    cache = _open_or_create(Path(directory), keys, uniq, index.vectors.shape[1], phrase_fingerprint(model_dir), shard_windows,
+    cache = open_or_create(Path(directory), keys, uniq, index.vectors.shape[1], phrase_fingerprint(model_dir), shard_windows,
                             source)
 
     def read(chunk: list[str]) -> list[np.ndarray]:
         return [np.asarray(index.vectors[rows[k] : rows[k] + len(uniq[k][0])], np.float32) for k in chunk]
 
-    return _fill(cache, "phrase cache from index", progress, read, 256), missing
+    return fill_rows(cache, "phrase cache from index", progress, read, 256), missing
 
 
 def as_indexed(windows: list[TrainWindow], cache: PhraseCache) -> tuple[list[TrainWindow], dict[str, int]]:
@@ -308,6 +308,7 @@ def cached_batch(
         end_ok=(flags & FLAG_END) > 0,
         **question_tensors(windows, tokenizer, max_query_len, shift=0),
         n_windows=len(windows),
+        content_shift=0,
         windows=windows,
         vectors=cached_windows(windows, cache, T),
         hard=HardNegatives(hard_vectors, hard_start_ok, hard_end_ok, hard_allowed) if len(hard_vectors) else None,

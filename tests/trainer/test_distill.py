@@ -1,0 +1,166 @@
+"""Distillation from the reader (trainer.distill, trainer.losses.distill_loss).
+
+The distillation term is the KL divergence of a brute-force computation; the reader's logits at another
+tokenizer's tokens are those of the window where the token has the most context; a step with the teacher's logits
+from the cache has the loss of one that reads them in the step; a killed cache fill resumes where it stopped; a
+cache of another reader is refused; `spanseek train phrase --teacher` trains through the shared loop.
+
+    .venv/bin/python -m pytest -q tests/trainer/test_distill.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from spanseek.core.io import load_squad, squad_questions
+from spanseek.core.model import load_model, load_tokenizer
+from spanseek.core.reader import MISSING_LOGIT, PassageReader, ReaderModel, make_windows
+from spanseek.trainer import loop as loop_module
+from spanseek.trainer.arguments import LossConfig, TrainConfig
+from spanseek.trainer.data import build_windows, collate
+from spanseek.trainer.distill import fill_teacher_cache, teacher_key, teacher_tensors, window_text
+from spanseek.trainer.losses import distill_loss, phrase_loss
+from spanseek.trainer.phrase_cache import CacheError
+from spanseek.trainer.train import train_phrase
+
+
+def test_distill_loss_is_the_kl_divergence_from_the_teacher():
+    g = torch.Generator().manual_seed(0)
+    Q, P, T, d = 5, 3, 9, 4
+    q, H = torch.randn(Q, d, generator=g), torch.randn(P, T, d, generator=g)
+    ok = torch.rand(P, T, generator=g) > 0.3
+    q_passage = torch.tensor([0, 0, 1, 2, 2])
+    teacher = torch.randn(Q, T, generator=g) * 3
+    teacher[1, :4] = MISSING_LOGIT
+    ok[2] = False  # the window of questions 3 and 4: nothing to distil
+    for tau in (1.0, 2.0):
+        kls = []
+        for i in range(Q):
+            valid = [t for t in range(T) if ok[q_passage[i], t] and teacher[i, t] > MISSING_LOGIT / 2]
+            if not valid:
+                continue
+            s = np.array([float(q[i] @ H[q_passage[i], t]) for t in valid]) / tau
+            u = np.array([float(teacher[i, t]) for t in valid]) / tau
+            ps, pt = np.exp(s - s.max()) / np.exp(s - s.max()).sum(), np.exp(u - u.max()) / np.exp(u - u.max()).sum()
+            kls.append(float((pt * np.log(pt / ps)).sum()))
+        assert len(kls) == Q - 2
+        got = distill_loss(q, H, ok, q_passage, teacher, tau)
+        assert got.item() == pytest.approx(np.mean(kls) * tau**2, rel=1e-4)
+    student = torch.einsum("qd,qtd->qt", q, H[q_passage])
+    assert distill_loss(q, H, ok, q_passage, student, 1.0).item() == pytest.approx(0.0, abs=1e-5)
+
+
+def test_the_reader_logits_at_other_tokens_come_from_the_window_with_most_context(tiny_reader):
+    reader = PassageReader.load(tiny_reader)
+    question = "who built the old bridge over the river?"
+    passage = " ".join(f"word{i} stone" for i in range(150))  # several strided windows
+    windows = make_windows(reader.tokenizer, reader.config, [question], [passage])
+    assert len(windows.ids) > 1
+    logits = reader.logits(windows)
+    starts = np.unique(np.concatenate([o[o[:, 0] >= 0, 0] for o in windows.offsets]))
+    starts = np.append(starts, starts[-1] + 1)  # inside a token: no reader token starts there
+    [got] = reader.token_logits([question], [passage], [starts])
+    for k, c in enumerate(starts[:-1]):  # brute force over the windows holding the token
+        best = max(((min(t - inside[0], inside[-1] - t), w, t)
+                    for w, o in enumerate(windows.offsets)
+                    for inside in [np.flatnonzero(o[:, 0] >= 0)]
+                    for t in np.flatnonzero(o[:, 0] == c)), key=lambda x: x[0])
+        _, w, t = best
+        assert tuple(got[k]) == (logits[w][0][t], logits[w][1][t])
+    assert tuple(got[-1]) == (MISSING_LOGIT, MISSING_LOGIT)
+
+
+def _windows(tiny_model_dir, tiny_squad):
+    model = load_model(tiny_model_dir, for_inference=False).eval()
+    tok = load_tokenizer(model.config)
+    c = model.config
+    windows, _ = build_windows(squad_questions(load_squad(tiny_squad)), tok, c.max_seq_len, c.stride,
+                               c.max_answer_tokens)
+    return model, tok, windows
+
+
+def test_a_step_with_cached_teacher_logits_has_the_loss_of_one_that_reads_them(tmp_path, tiny_model_dir, tiny_squad,
+                                                                              tiny_reader):
+    model, tok, windows = _windows(tiny_model_dir, tiny_squad)
+    cache = fill_teacher_cache(tmp_path / "cache", tiny_reader, windows, shard_pairs=7, progress=False)
+    batch_windows = windows[:5]
+    batch = collate(batch_windows, tok, model.config.max_query_len)
+    width = batch.start_ok.shape[1]
+    cached = teacher_tensors(batch_windows, cache, width, batch.content_shift)
+    reader = PassageReader.load(tiny_reader)
+    read = [torch.full((len(batch.q_passage), width), MISSING_LOGIT) for _ in range(2)]
+    row = 0
+    for w in batch_windows:  # the teacher run in the step, one pair at a time
+        text, starts = window_text(w)
+        for question in w.questions:
+            [logits] = reader.token_logits([question], [text], [starts])
+            for side in (0, 1):
+                read[side][row, 1 : 1 + len(starts)] = torch.from_numpy(logits[:, side])
+            row += 1
+    torch.testing.assert_close(cached[0], read[0], atol=1e-4, rtol=1e-4)
+    cfg = LossConfig(lambda_kl=4.0)
+    with torch.no_grad():
+        H = model.encode_passages(batch.input_ids, batch.attention_mask)
+        q_start, q_end = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
+        args = (H, q_start, q_end, batch.start_ok, batch.end_ok, batch.q_passage, batch.gold_start, batch.gold_end, cfg)
+        with_cache, in_step = phrase_loss(*args, teacher=cached), phrase_loss(*args, teacher=(read[0], read[1]))
+        without = phrase_loss(*args)
+    assert with_cache.item() == pytest.approx(in_step.item(), rel=1e-4)
+    assert with_cache.item() > without.item()  # the term is there (a random reader disagrees with the model)
+
+
+def test_a_killed_teacher_cache_fill_resumes_where_it_stopped(tmp_path, tiny_model_dir, tiny_squad, tiny_reader,
+                                                              monkeypatch):
+    _, _, windows = _windows(tiny_model_dir, tiny_squad)
+    n_pairs = len({teacher_key(q, w.input_ids) for w in windows for q in w.questions})
+    whole = fill_teacher_cache(tmp_path / "whole", tiny_reader, windows, batch_pairs=4, shard_pairs=8, progress=False)
+    read, dying = [], [True]
+    real = PassageReader.token_logits
+
+    def dies_in_the_third_shard(self, questions, passages, starts):
+        if dying[0] and sum(read) >= 16:
+            raise KeyboardInterrupt
+        read.append(len(questions))
+        return real(self, questions, passages, starts)
+
+    monkeypatch.setattr(PassageReader, "token_logits", dies_in_the_third_shard)
+    with pytest.raises(KeyboardInterrupt):
+        fill_teacher_cache(tmp_path / "cache", tiny_reader, windows, batch_pairs=4, shard_pairs=8, progress=False)
+    assert sum(read) == 16 and n_pairs > 16
+    read.clear()
+    dying[0] = False
+    resumed = fill_teacher_cache(tmp_path / "cache", tiny_reader, windows, batch_pairs=4, shard_pairs=8,
+                                 progress=False)
+    assert sum(read) == n_pairs - 16  # the two finished shards were not read again
+    assert resumed.complete and resumed.keys == whole.keys
+    for key in whole.keys:
+        np.testing.assert_array_equal(resumed.window(key)[0], whole.window(key)[0])
+
+
+def test_a_teacher_cache_of_another_reader_is_refused(tmp_path, tiny_model_dir, tiny_squad, tiny_reader):
+    _, _, windows = _windows(tiny_model_dir, tiny_squad)
+    fill_teacher_cache(tmp_path / "cache", tiny_reader, windows[:3], progress=False)
+    torch.manual_seed(5)
+    other = ReaderModel(PassageReader.load(tiny_reader).config).save(tmp_path / "other")
+    with pytest.raises(CacheError, match="made with model"):
+        fill_teacher_cache(tmp_path / "cache", other, windows[:3], progress=False)
+    with pytest.raises(CacheError, match="other windows"):
+        fill_teacher_cache(tmp_path / "cache", tiny_reader, windows[:2], progress=False)
+
+
+def test_joint_training_distils_from_a_teacher(tmp_path, tiny_squad, tiny_config, tiny_reader, monkeypatch):
+    with pytest.raises(ValueError, match="--lambda-kl"):
+        TrainConfig(train=str(tiny_squad), out="o", teacher=str(tiny_reader))
+    with pytest.raises(ValueError, match="--lambda-kl"):
+        TrainConfig(train=str(tiny_squad), out="o", loss=LossConfig(lambda_kl=1.0))
+    targets = []
+    loss_fn = loop_module.phrase_loss
+    monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: targets.append(k["teacher"]) or loss_fn(*a, **k))
+    cfg = TrainConfig(train=str(tiny_squad), out=str(tmp_path / "run"), encoder=tiny_config, max_steps=2,
+                      batch_windows=4, val_questions=0, precision="fp32", device="cpu", progress=False,
+                      teacher=str(tiny_reader), loss=LossConfig(lambda_kl=4.0))
+    assert train_phrase(cfg)["steps"] == 2
+    assert len(targets) == 2 and all(t is not None and (t[0] > MISSING_LOGIT / 2).any() for t in targets)
+    assert (tmp_path / "run" / "teacher-cache" / "done.json").is_file()
