@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -110,13 +110,51 @@ class LogisticModel:
         return m
 
 
+class FittedFile:
+    """A fitted part saved as plain numbers in a JSON file: the subclass's ``to_dict`` and ``from_dict`` (ValueError
+    saying what is wrong), written atomically and read back with ``error`` naming the file and how to ``refit``."""
+
+    kind: ClassVar[str]
+    refit: ClassVar[str]
+    error: ClassVar[type[ValueError]]
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        raise NotImplementedError
+
+    def save(self, path: str | Path) -> None:
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        """Read the file; ``error`` naming it and what is wrong."""
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise cls.error(f"{path}: not a usable {cls.kind} file ({e}); {cls.refit}") from None
+
+
+def check_header(d: dict[str, Any], version: int, features: Sequence[str]) -> None:
+    """ValueError unless a fitted file is of ``version`` over ``features`` (what this spanseek computes)."""
+    if d.get("version") != version:
+        raise ValueError(f"version {d.get('version')!r}, this spanseek reads {version}")
+    if tuple(d.get("features", ())) != tuple(features):
+        raise ValueError(f"features {d.get('features')}, this spanseek computes {list(features)}")
+
+
 @dataclass(frozen=True)
-class Calibrator:
+class Calibrator(FittedFile):
     """One logistic model per ``"unit/mode"`` (e.g. ``"phrase/hybrid"``) and what they were fitted on."""
 
     models: dict[str, LogisticModel]
     model_fingerprint: str
     fitted_on: dict[str, Any]
+    kind: ClassVar[str] = "calibration"
+    refit: ClassVar[str] = "refit it with `spanseek train calibrate`"
+    error: ClassVar[type[ValueError]] = CalibrationError
 
     def applies(self, unit: str, mode: str, fusion: str | None = None, weight: float | None = None,
                 phrase_rerank: Mapping[str, float] | None = None) -> bool:
@@ -147,28 +185,16 @@ class Calibrator:
                 "labels": LABELS, "fitted_on": self.fitted_on,
                 "models": {k: m.to_dict() for k, m in sorted(self.models.items())}}
 
-    def save(self, path: str | Path) -> None:
-        write_json_atomic(path, self.to_dict())
-
     @classmethod
-    def load(cls, path: str | Path) -> Calibrator:
-        """Read a calibration file; raises CalibrationError naming the file and what is wrong."""
-        try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-            if d.get("version") != CALIBRATION_VERSION:
-                raise ValueError(f"version {d.get('version')!r}, this spanseek reads {CALIBRATION_VERSION}")
-            if tuple(d.get("features", ())) != FEATURES:
-                raise ValueError(f"features {d.get('features')}, this spanseek computes {list(FEATURES)}")
-            models = {}
-            for key, m in d["models"].items():
-                try:
-                    models[key] = LogisticModel.from_dict(m)
-                except (KeyError, TypeError, ValueError) as e:
-                    raise ValueError(f"model {key!r}: {e}") from None
-            return cls(models, str(d["model_fingerprint"]), dict(d.get("fitted_on", {})))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise CalibrationError(f"{path}: not a usable calibration file ({e}); refit it with "
-                                   "`spanseek train calibrate`") from None
+    def from_dict(cls, d: dict[str, Any]) -> Calibrator:
+        check_header(d, CALIBRATION_VERSION, FEATURES)
+        models = {}
+        for key, m in d["models"].items():
+            try:
+                models[key] = LogisticModel.from_dict(m)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"model {key!r}: {e}") from None
+        return cls(models, str(d["model_fingerprint"]), dict(d.get("fitted_on", {})))
 
 
 def load_calibrator(model_dir: str | Path, fingerprint: str) -> Calibrator | None:

@@ -17,19 +17,16 @@ Read hits carry ``read`` (the reader's span score) beside the retrieval leg's ``
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from spanseek.core.confidence import LogisticModel
+from spanseek.core.confidence import FittedFile, LogisticModel, check_header
 from spanseek.core.hits import Hit, HitBuilder, non_overlapping
-from spanseek.core.io import write_json_atomic
 from spanseek.core.metrics import normalize_answer
 from spanseek.core.plan import Plan
 from spanseek.core.reader import PassageReader, ReadSpan
@@ -45,7 +42,7 @@ class ReadingError(ValueError):
 
 
 @dataclass(frozen=True)
-class Reading:
+class Reading(FittedFile):
     """How read spans are combined with retrieval, fitted on training questions: passages read by default, spans
     kept per passage, and per unit a logistic model over ``READ_FEATURES``."""
 
@@ -56,6 +53,9 @@ class Reading:
     window_chars: int = 0  # read this many characters each side of the unit's best phrase (0: the whole passage)
     # per unit (a, b): a hit's confidence is sigmoid(a x its score + b), fitted on the first hits (the models rank)
     calibration: dict[str, tuple[float, float]] = field(default_factory=dict)
+    kind: ClassVar[str] = "reading"
+    refit: ClassVar[str] = "fit one with `spanseek train fit-reading`"
+    error: ClassVar[type[ValueError]] = ReadingError
 
     def confidence(self, unit: str, score: float) -> float:
         a, b = self.calibration.get(unit, (1.0, 0.0))
@@ -67,27 +67,16 @@ class Reading:
                 "calibration": {u: list(ab) for u, ab in sorted(self.calibration.items())}, "fitted_on": self.fitted_on,
                 "models": {u: m.to_dict() for u, m in sorted(self.models.items())}}
 
-    def save(self, path: str | Path) -> None:
-        write_json_atomic(path, self.to_dict())
-
     @classmethod
-    def load(cls, path: str | Path) -> Reading:
-        """Read ``reading.json``; ReadingError naming the file and what is wrong."""
-        try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-            if d.get("version") != READING_VERSION or tuple(d.get("features", ())) != READ_FEATURES:
-                raise ValueError(f"version {d.get('version')!r} with features {d.get('features')}; this spanseek "
-                                 f"reads version {READING_VERSION} with {list(READ_FEATURES)}")
-            models = {u: LogisticModel.from_dict(m, READ_FEATURES) for u, m in d["models"].items()}
-            calibration = {u: (float(a), float(b)) for u, (a, b) in d.get("calibration", {}).items()}
-            reading = cls(int(d["read_passages"]), int(d["spans_per_passage"]), models, dict(d.get("fitted_on", {})),
-                          int(d.get("window_chars", 0)), calibration)
-            if reading.read_passages < 1 or reading.spans_per_passage < 1 or reading.window_chars < 0:
-                raise ValueError("read_passages and spans_per_passage must be >= 1, window_chars >= 0")
-            return reading
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ReadingError(f"{path}: not a usable reading file ({e}); fit one with `spanseek train "
-                               "fit-reading`") from None
+    def from_dict(cls, d: dict[str, Any]) -> Reading:
+        check_header(d, READING_VERSION, READ_FEATURES)
+        models = {u: LogisticModel.from_dict(m, READ_FEATURES) for u, m in d["models"].items()}
+        calibration = {u: (float(a), float(b)) for u, (a, b) in d.get("calibration", {}).items()}
+        reading = cls(int(d["read_passages"]), int(d["spans_per_passage"]), models, dict(d.get("fitted_on", {})),
+                      int(d.get("window_chars", 0)), calibration)
+        if reading.read_passages < 1 or reading.spans_per_passage < 1 or reading.window_chars < 0:
+            raise ValueError("read_passages and spans_per_passage must be >= 1, window_chars >= 0")
+        return reading
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,14 @@ def lora_settings(r: int, alpha: int | None = None) -> LoraSettings:
     return LoraSettings(r=r, alpha=alpha or 2 * r)
 
 
+def int_set(text: str) -> tuple[int, ...]:
+    """The distinct integers of a comma-separated list, ascending; () when it is not one."""
+    try:
+        return tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        return ()
+
+
 def check(ok: bool, flag: str, want: str, value: object) -> None:
     """ValueError naming the flag when an option's value is out of range (raised when the config is built, before
     any data or model is loaded): ``--batch-windows must be an integer >= 1, got 0``."""
@@ -357,23 +365,15 @@ class FitReadingConfig(JobOptions):
               "--articles-offset", "in [0, --holdout-every), not --holdout-offset", self.articles_offset)
         check(self.questions >= 10, "--questions", "an integer >= 10", self.questions)
         check(self.spans_per_passage >= 1, "--spans-per-passage", "an integer >= 1", self.spans_per_passage)
-        try:
-            depths = self.depths
-        except ValueError:
-            depths = ()
-        check(bool(depths) and min(depths) >= 1, "--read-passages", "comma-separated integers >= 1",
+        check(min(self.depths, default=0) >= 1, "--read-passages", "comma-separated integers >= 1",
               self.read_passages)
-        try:
-            windows = self.windows
-        except ValueError:
-            windows = ()
-        check(bool(windows) and min(windows) >= 0, "--window-chars", "comma-separated integers >= 0",
+        check(min(self.windows, default=-1) >= 0, "--window-chars", "comma-separated integers >= 0",
               self.window_chars)
 
     @property
     def depths(self) -> tuple[int, ...]:
-        return tuple(sorted({int(x) for x in self.read_passages.split(",") if x.strip()}))
+        return int_set(self.read_passages)
 
     @property
     def windows(self) -> tuple[int, ...]:
-        return tuple(sorted({int(x) for x in self.window_chars.split(",") if x.strip()}))
+        return int_set(self.window_chars)
