@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,12 +48,22 @@ class Plan:
 
 @dataclass
 class StageTimes:
-    """Seconds spent per stage over a batch (summed over its searches): the service reports them per request."""
+    """Seconds spent per stage over a batch (summed over its searches): the service reports them per request.
+
+    ``intervals`` keeps each timed run as (stage, start, end) in ``time.perf_counter`` seconds, in order: the
+    service turns them into trace spans with their real start and end times.
+    """
 
     encode: float = 0.0
     search: float = 0.0
     aggregate: float = 0.0
     read: float = 0.0
+    intervals: list[tuple[str, float, float]] = field(default_factory=list, compare=False, repr=False)
+
+    def add(self, stage: str, start: float, end: float) -> None:
+        """Count one run of ``stage`` from ``start`` to ``end`` (perf_counter seconds)."""
+        setattr(self, stage, getattr(self, stage) + end - start)
+        self.intervals.append((stage, start, end))
 
     @contextmanager
     def timing(self, stage: str) -> Iterator[None]:
@@ -61,4 +71,12 @@ class StageTimes:
         try:
             yield
         finally:
-            setattr(self, stage, getattr(self, stage) + time.perf_counter() - t0)
+            self.add(stage, t0, time.perf_counter())
+
+    @classmethod
+    def total(cls, parts: Iterable[StageTimes]) -> StageTimes:
+        """The stages of several runs together: seconds summed, intervals in order of start."""
+        out = cls()
+        for stage, start, end in sorted((i for part in parts for i in part.intervals), key=lambda i: i[1]):
+            out.add(stage, start, end)
+        return out

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 
 from spanseek.core.alias import Resolved, resolve_alias
 from spanseek.core.lexical import missing_message
@@ -38,6 +40,10 @@ from spanseek.service.reload import (
 )
 from spanseek.service.routes import router
 from spanseek.service.settings import Settings
+from spanseek.service.tracing import TracingMiddleware, provider_from_environment
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 log = logging.getLogger("spanseek.service")
 
@@ -50,7 +56,8 @@ def default_searcher_factory(settings: Settings) -> Searcher:
 
     return open_searcher(settings.index, settings.model, device=settings.device, precision=settings.precision,
                          search_device=settings.search_device, reader=settings.reader,
-                         reader_precision=settings.reader_precision)
+                         reader_precision=settings.reader_precision,
+                         selection_cache_bytes=settings.selection_cache_bytes)
 
 
 def directory_bytes(path: Path) -> int:
@@ -213,9 +220,10 @@ class ServiceState:
 
 
 def create_app(settings: Settings, searcher_factory: SearcherFactory | None = None,
-               searcher_reopener: Reopener | None = None) -> FastAPI:
+               searcher_reopener: Reopener | None = None, tracer_provider: TracerProvider | None = None) -> FastAPI:
     """Build the service app; ``searcher_factory(settings)`` defaults to opening ``settings.index``/``model``, and
-    ``searcher_reopener`` (hot reload) to opening another index for the loaded encoder (service.reload)."""
+    ``searcher_reopener`` (hot reload) to opening another index for the loaded encoder (service.reload). With an
+    OpenTelemetry ``tracer_provider`` (service.tracing), requests are traced; without one, nothing is."""
     metrics = ServiceMetrics()
     state = ServiceState(settings, metrics, searcher_reopener)
     factory = searcher_factory or default_searcher_factory
@@ -234,12 +242,17 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
 
     from spanseek import __version__
 
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc load their scripts and styles from the app (fastapi-offline's packaged copies
+    # under /docs-static), not from a CDN: they work on hosts without internet access.
+    app = FastAPIOffline(
         title="spanseek",
         version=__version__,
         description="Dense phrase retrieval: the best phrases, passages or documents for a question.",
         lifespan=lifespan,
         docs_url="/docs",
+        redoc_url="/redoc",
+        static_url="/docs-static",
+        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from the online validator either
     )
     app.state.service = state
 
@@ -254,6 +267,8 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
             state.batcher.check_would_admit()
 
     app.add_middleware(EarlyShedMiddleware, would_admit=would_admit, on_error=count_error)  # innermost
+    if tracer_provider is not None:  # inside the request id (an attribute of the span), outside the early 429
+        app.add_middleware(TracingMiddleware, provider=tracer_provider)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, metrics=metrics,
                        on_error=count_error, body_timeout_s=settings.body_timeout_s)
     if settings.cors_origins:  # outermost: the errors the middlewares send themselves (413, 408, 500) carry it too
@@ -266,5 +281,7 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
 
 
 def app_from_env() -> FastAPI:
-    """``uvicorn --factory spanseek.service.app:app_from_env``: settings from the SPANSEEK_* environment."""
-    return create_app(Settings())  # type: ignore[call-arg]  # index comes from SPANSEEK_INDEX
+    """``uvicorn --factory spanseek.service.app:app_from_env``: settings from the SPANSEEK_* environment, traces
+    exported when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (service.tracing)."""
+    return create_app(Settings(),  # type: ignore[call-arg]  # index comes from SPANSEEK_INDEX
+                      tracer_provider=provider_from_environment(os.environ))

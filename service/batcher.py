@@ -47,6 +47,7 @@ from spanseek.core.params import SearchParams
 from spanseek.core.plan import StageTimes
 from spanseek.core.search import Searcher
 from spanseek.service.errors import NotReady
+from spanseek.service.logs import logging_for, request_id_var, with_request_ids
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.overload import BatchCostModel, check_admission
 
@@ -64,6 +65,9 @@ class BatchOutcome:
     aggregate: float
     read: float
     batch_size: int
+    # (stage, start, end) in perf_counter seconds: this request's queue wait, then every timed run of its batch's
+    # stages (encode, search, aggregate, read) as service.tracing turns them into spans
+    intervals: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(eq=False)
@@ -73,6 +77,11 @@ class _Pending:
     future: asyncio.Future
     enqueued: float = field(default_factory=time.monotonic)
     searcher: Searcher | None = None  # the one its batch runs on, set when the batch is taken
+    request_id: str = field(default_factory=lambda: request_id_var.get() or "-")  # for the batch's log lines
+
+
+def _ids(batch: list[_Pending]) -> list[str]:
+    return [item.request_id for item in batch]
 
 
 Requests = list[tuple[list[str], SearchParams]]
@@ -87,7 +96,7 @@ class EncodedBatch:
     rows: list[int]  # flat positions that were encoded (non-blank), one per row of q_start / q_end
     q_start: np.ndarray | None  # (B, d); None when every question is blank
     q_end: np.ndarray | None
-    encode: float  # seconds
+    times: StageTimes  # of the encode step
 
 
 def has_text(question: str) -> bool:
@@ -100,15 +109,17 @@ def encode_batch(searcher: Searcher, requests: Requests) -> EncodedBatch:
     """Step 1: one encoder call for all non-blank questions of the batch."""
     flat = [(r, q) for r, (questions, _) in enumerate(requests) for q in questions]
     rows = [i for i, (_, q) in enumerate(flat) if has_text(q)]
+    times = StageTimes()
     if not rows:
-        return EncodedBatch(requests, flat, rows, None, None, 0.0)
-    t0 = time.perf_counter()
-    q_start, q_end = searcher.encoder.encode([flat[i][1] for i in rows])  # (B, d) each
-    return EncodedBatch(requests, flat, rows, q_start, q_end, time.perf_counter() - t0)
+        return EncodedBatch(requests, flat, rows, None, None, times)
+    with times.timing("encode"):
+        q_start, q_end = searcher.encoder.encode([flat[i][1] for i in rows])  # (B, d) each
+    return EncodedBatch(requests, flat, rows, q_start, q_end, times)
 
 
 def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[Hit]]], StageTimes]:
-    """Step 2: one ``search_vectors`` call per parameter group. Returns, per request, per question, its hits."""
+    """Step 2: one ``search_vectors`` call per parameter group. Returns, per request, per question, its hits, and
+    the times of the search stages (not of the encoding: ``enc.times``)."""
     out: list[list[list[Hit]]] = [[[] for _ in questions] for questions, _ in enc.requests]
     if enc.q_start is None or enc.q_end is None:
         return out, StageTimes()
@@ -120,7 +131,7 @@ def search_batch(searcher: Searcher, enc: EncodedBatch) -> tuple[list[list[list[
     groups: dict[SearchParams, list[int]] = {}
     for b, i in enumerate(enc.rows):
         groups.setdefault(enc.requests[enc.flat[i][0]][1], []).append(b)
-    timings = StageTimes(encode=enc.encode)
+    timings = StageTimes()
     for params, members in groups.items():
         sel = np.asarray(members)
         texts = [enc.flat[enc.rows[b]][1] for b in members]
@@ -136,7 +147,9 @@ def run_batch(searcher: Searcher, requests: Requests) -> tuple[list[list[list[Hi
 
     Blank questions get no hits and are not encoded. Returns, per request, per question, its hits.
     """
-    return search_batch(searcher, encode_batch(searcher, requests))
+    enc = encode_batch(searcher, requests)
+    hits, times = search_batch(searcher, enc)
+    return hits, StageTimes.total([enc.times, times])
 
 
 # --- per-request isolation: a failing batch step is retried in halves until the culprits are alone ---
@@ -173,9 +186,9 @@ def select_requests(enc: EncodedBatch, keep: list[int]) -> EncodedBatch:
                 sel.append(row_of[i])
             flat.append((new_index[r], q))
     if not sel or enc.q_start is None or enc.q_end is None:
-        return EncodedBatch([enc.requests[r] for r in keep], flat, rows, None, None, enc.encode)
+        return EncodedBatch([enc.requests[r] for r in keep], flat, rows, None, None, enc.times)
     take = np.asarray(sel)
-    return EncodedBatch([enc.requests[r] for r in keep], flat, rows, enc.q_start[take], enc.q_end[take], enc.encode)
+    return EncodedBatch([enc.requests[r] for r in keep], flat, rows, enc.q_start[take], enc.q_end[take], enc.times)
 
 
 def encode_isolated(searcher: Searcher, requests: Requests) -> tuple[EncodedBatch, list[Exception | None]]:
@@ -207,8 +220,7 @@ def search_isolated(searcher: Searcher, enc: EncodedBatch) -> tuple[list[Outcome
         return hits
 
     outcomes = bisect_failures(run, list(range(len(enc.requests))))
-    return outcomes, StageTimes(enc.encode, sum(t.search for t in tries), sum(t.aggregate for t in tries),
-                                sum(t.read for t in tries))
+    return outcomes, StageTimes.total([enc.times, *tries])
 
 
 def run_batch_isolated(searcher: Searcher, requests: Requests) -> tuple[list[Outcome], StageTimes]:
@@ -439,8 +451,8 @@ class MicroBatcher:
         requests = [(item.questions, item.params) for item in batch]
         searcher = self._start(batch, started)
         try:
-            outcomes, t = await asyncio.get_running_loop().run_in_executor(self.executor, run_batch_isolated,
-                                                                           searcher, requests)
+            outcomes, t = await asyncio.get_running_loop().run_in_executor(
+                self.executor, with_request_ids, _ids(batch), run_batch_isolated, searcher, requests)
         except Exception as e:  # not even the isolated retries ran: fail the batch (500), not the batcher
             self._fail(batch, e)
             return
@@ -456,8 +468,8 @@ class MicroBatcher:
         loop = asyncio.get_running_loop()
         searcher = self._start(batch, started)
         try:
-            enc, failures = await loop.run_in_executor(self.executor, encode_isolated, searcher,
-                                                       [(item.questions, item.params) for item in batch])
+            enc, failures = await loop.run_in_executor(self.executor, with_request_ids, _ids(batch), encode_isolated,
+                                                       searcher, [(item.questions, item.params) for item in batch])
         except Exception as e:
             self._fail(batch, e)
             return
@@ -471,8 +483,8 @@ class MicroBatcher:
     async def _search(self, batch: list[_Pending], enc: EncodedBatch, started: float, searcher: Searcher) -> None:
         assert self.search_executor is not None
         try:
-            outcomes, t = await asyncio.get_running_loop().run_in_executor(self.search_executor, search_isolated,
-                                                                           searcher, enc)
+            outcomes, t = await asyncio.get_running_loop().run_in_executor(
+                self.search_executor, with_request_ids, _ids(batch), search_isolated, searcher, enc)
         except Exception as e:
             self._fail(batch, e)
             return
@@ -481,8 +493,9 @@ class MicroBatcher:
     def _fail(self, batch: list[_Pending], error: Exception) -> None:
         """Fail these requests (mapped to 500), not the batcher."""
         self._forget(batch)
-        log.error("%d request(s) of %d questions failed", len(batch), sum(len(p.questions) for p in batch),
-                  exc_info=error)
+        with logging_for(_ids(batch)):
+            log.error("%d request(s) of %d questions failed", len(batch), sum(len(p.questions) for p in batch),
+                      exc_info=error)
         for item in batch:
             if not item.future.done():
                 item.future.set_exception(error)
@@ -506,6 +519,7 @@ class MicroBatcher:
         self._last_done = now
         if self.metrics is not None:
             self.metrics.observe_batch(size, t)
+        to_perf = time.perf_counter() - now  # the queue is timed on the monotonic clock, the stages on perf_counter
         for item, item_hits in zip(batch, outcomes, strict=True):
             if item.future.done():  # cancelled while its batch ran, or failed at its encoding
                 continue
@@ -515,4 +529,6 @@ class MicroBatcher:
             queue = started - item.enqueued
             if self.metrics is not None:
                 self.metrics.stage_duration.labels(stage="queue").observe(queue)
-            item.future.set_result(BatchOutcome(item_hits, queue, t.encode, t.search, t.aggregate, t.read, size))
+            intervals = (("queue", item.enqueued + to_perf, started + to_perf), *t.intervals)
+            item.future.set_result(BatchOutcome(item_hits, queue, t.encode, t.search, t.aggregate, t.read, size,
+                                                intervals))

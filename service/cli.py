@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import Any
 
 from spanseek.service.settings import Settings
@@ -84,12 +85,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     from spanseek.service.app import create_app
     from spanseek.service.server import server_config
+    from spanseek.service.tracing import provider_from_environment
 
     try:
         settings = settings_from_args(args)
     except ValidationError as e:
         raise ValueError(f"invalid settings: {settings_errors(e)}") from None
     check_servable(settings)
+    config = server_config(create_app(settings, tracer_provider=provider_from_environment(os.environ)), settings,
+                           args.log_level)  # from here on, logs are in the settings' format
     log.info("serving %s with model %s on http://%s:%d", settings.index, settings.model, settings.host, settings.port)
-    uvicorn.Server(server_config(create_app(settings), settings, args.log_level)).run()
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down gracefully, then raises it again
+        log.info("stopped")
     return 0

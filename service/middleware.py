@@ -1,5 +1,6 @@
-"""Pure-ASGI middleware around every request: request id, body size and time limits, /search latency, last-resort 500,
-and the early refusal of /search under overload (before its body is read).
+"""Pure-ASGI middleware around every request: request id (with the log context and the access line), body size and
+time limits, /search latency, last-resort 500, and the early refusal of /search under overload (before its body is
+read).
 
 Pure ASGI (not BaseHTTPMiddleware) so that a client disconnect cancels the route task, which the batcher
 then skips, and so that streaming bodies are counted as they arrive.
@@ -20,6 +21,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spanseek.service.errors import Overloaded, error_response, error_type_of
+from spanseek.service.logs import log_access, request_id_var
 from spanseek.service.metrics import UNITS, ServiceMetrics
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -51,8 +53,24 @@ class RequestContextMiddleware:
         given = headers.get("x-request-id", "")
         request_id = given if _SAFE_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        token = request_id_var.set(request_id)  # every line logged while serving it names it (service.logs)
         started = time.perf_counter()
         status_holder = {"status": 500, "started": False}
+        try:
+            await self._serve(scope, receive, send, headers, request_id, status_holder)
+        finally:
+            elapsed = time.perf_counter() - started
+            if scope.get("path") == "/search":
+                self.metrics.request_duration.labels(unit=_unit_label(scope),
+                                                     status=str(status_holder["status"])).observe(elapsed)
+            client = scope.get("client")
+            log_access(scope["method"], scope["path"], int(status_holder["status"]), elapsed * 1e3,
+                       client[0] if client else None)
+            request_id_var.reset(token)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, headers: Headers, request_id: str,
+                     status_holder: dict[str, Any]) -> None:
+        """The request under the body limits; ``status_holder`` learns the status sent."""
 
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -92,10 +110,6 @@ class RequestContextMiddleware:
                 if status_holder["started"]:
                     raise
                 await self._send_error(exc, request_id, scope, receive, send_wrapper)
-        if scope.get("path") == "/search":
-            self.metrics.request_duration.labels(unit=_unit_label(scope), status=str(status_holder["status"])).observe(
-                time.perf_counter() - started
-            )
 
     async def _receive_body_part(self, receive: Receive, deadline: float) -> Message:
         """The next body message, or 408 (and the connection closed) when the body is not in by ``deadline``."""

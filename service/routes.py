@@ -41,6 +41,7 @@ from spanseek.service.schemas import (
     Timings,
     Unit,
 )
+from spanseek.service.tracing import OUTCOME_KEY
 
 router = APIRouter()
 
@@ -240,6 +241,7 @@ async def search(
     except LexicalIndexMissing as e:  # checked above, but a reload swapped in an index without a lexical part
         raise BadRequest(str(e)) from None
     state.metrics.questions.labels(unit=unit).inc(len(questions))
+    setattr(request.state, OUTCOME_KEY, outcome)  # its stage times, for the trace (service.tracing)
     timings = Timings(
         queue=outcome.queue * 1e3, encode=outcome.encode * 1e3, search=outcome.search * 1e3,
         aggregate=outcome.aggregate * 1e3, read=outcome.read * 1e3, total=(time.perf_counter() - t0) * 1e3,

@@ -18,6 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from spanseek.service.logs import logging_config
 from spanseek.service.settings import Settings
 
 log = logging.getLogger("spanseek.service")
@@ -70,9 +71,12 @@ def protocol_with_header_timeout(seconds: float) -> type[HeaderTimeoutH11Protoco
 
 
 def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> uvicorn.Config:
-    """The uvicorn config ``spanseek serve`` runs: one worker, keep-alive and header timeouts from the settings."""
+    """The uvicorn config ``spanseek serve`` runs: one worker, keep-alive and header timeouts and the log format from
+    the settings."""
     # One process: the micro-batcher batches across all requests of its process; scale with replicas instead.
+    # The logging of service.logs (text or JSON, request ids); its middleware writes the access lines, with durations.
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level, workers=1, timeout_graceful_shutdown=10,
         timeout_keep_alive=settings.keep_alive_s, http=protocol_with_header_timeout(settings.header_timeout_s),
+        log_config=logging_config(settings.log_format, log_level), access_log=False,
     )

@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     # cannot hold sockets forever. Too short cuts off clients on slow links; bodies are at most max_body_bytes.
     header_timeout_s: float = Field(10.0, gt=0, description="seconds to receive a request's headers (spanseek serve)")
     body_timeout_s: float = Field(30.0, gt=0, description="seconds to receive a request's body (408 after)")
+    # Log lines: text for a terminal; json (one object per line with time, level, logger, message and request_id;
+    # access lines add method, path, status and duration_ms) for a log pipeline, at the cost of longer lines.
+    log_format: Literal["text", "json"] = Field("text", description="log lines: text, or json (one JSON object per "
+                                                                    "line) (spanseek serve)")
 
     # Micro-batching. A bigger batch raises throughput (one encoder pass and one faiss call for many questions)
     # but each batch takes longer; a longer wait fills batches at low load at the cost of added latency.
@@ -108,6 +112,9 @@ class Settings(BaseSettings):
     max_nprobe: int = Field(4096, ge=1, description="largest nprobe accepted (400 above)")
     # Each passage read costs a reader forward pass (a few ms on a CPU core): bounds one question's reading.
     max_read_passages: int = Field(20, ge=1, le=64, description="largest read_passages accepted (400 above)")
+    # Each distinct filter's selection (allowed documents and passages) is kept for the next request with it: about
+    # D + 1.125 P bytes each (D documents, P passages). More = fewer selections computed again, more memory.
+    selection_cache_bytes: int = Field(1 << 30, ge=0, description="bytes of recent filters' selections kept")
 
     # Access. With an API key, /search and /info need `Authorization: Bearer KEY` or `X-API-Key: KEY`; probes and
     # /metrics stay open so orchestrators and Prometheus need no secret (put /metrics behind the network instead).

@@ -79,8 +79,11 @@ def test_spanseek_serve_is_registered():
 
 
 def test_spanseek_serve_runs_the_service(tiny_index, tiny_model_dir):
-    """The real command on loopback: ready, answers a search, stops on SIGTERM."""
+    """The real command on loopback: ready, answers a search, logs JSON lines (uvicorn's too) whose access line
+    carries the request id it was sent with, and stops on Ctrl-C without a traceback."""
+    import json
     import os
+    import signal
     import socket
     import subprocess
     import sys
@@ -91,17 +94,18 @@ def test_spanseek_serve_runs_the_service(tiny_index, tiny_model_dir):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "SPANSEEK_DEVICE": "cpu", "SPANSEEK_PRECISION": "fp32", "OMP_WAIT_POLICY": "PASSIVE"}
+    env = {**os.environ, "SPANSEEK_DEVICE": "cpu", "SPANSEEK_PRECISION": "fp32", "OMP_WAIT_POLICY": "PASSIVE",
+           "SPANSEEK_LOG_FORMAT": "json"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "spanseek.cli", "serve", "--index", str(tiny_index), "--model", str(tiny_model_dir),
-         "--port", str(port), "--max-batch-size", "4", "--log-level", "warning"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+         "--port", str(port), "--max-batch-size", "4"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
-            assert proc.poll() is None, proc.stderr.read().decode()
+            assert proc.poll() is None, proc.stderr.read()
             assert time.monotonic() < deadline, "spanseek serve never became ready"
             try:
                 if httpx.get(url + "/ready").status_code == 200:
@@ -109,12 +113,25 @@ def test_spanseek_serve_runs_the_service(tiny_index, tiny_model_dir):
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        r = httpx.post(url + "/search?unit=doc", json={"query": "who built the castle?", "top_k": 2})
+        r = httpx.post(url + "/search?unit=doc", json={"query": "who built the castle?", "top_k": 2},
+                       headers={"X-Request-ID": "json-1"})
         assert r.status_code == 200 and len(r.json()["results"][0]["hits"]) == 2
+        assert r.headers["x-request-id"] == "json-1" and r.json()["request_id"] == "json-1"
+        assert httpx.post(url + "/search", json={"query": "x", "top_k": 0}).status_code == 400
         assert httpx.get(url + "/info").json()["service"]["max_batch_size"] == 4
     finally:
-        proc.terminate()
-        assert proc.wait(30) in (0, -15)  # uvicorn re-raises SIGTERM after a graceful shutdown
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: a graceful stop
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line is one JSON object
+    assert all({"time", "level", "logger", "message", "request_id"} <= set(line) for line in lines)
+    assert any(line["logger"].startswith("uvicorn") for line in lines)  # uvicorn's own lines are JSON too
+    assert not any("color_message" in line for line in lines)
+    [search] = [line for line in lines if line["logger"] == "spanseek.access" and line["request_id"] == "json-1"]
+    assert (search["method"], search["path"], search["status"]) == ("POST", "/search", 200)
+    assert search["duration_ms"] > 0
+    refused = [line for line in lines if line["logger"] == "spanseek.access" and line["status"] == 400]
+    assert len(refused) == 1 and len(refused[0]["request_id"]) == 32  # a generated id
 
 
 def test_spanseek_serve_refuses_a_missing_index(tmp_path):

@@ -1,0 +1,108 @@
+"""The service's log lines: text or JSON, each with the request id(s) it belongs to, and one access line per request.
+
+The request-id middleware sets ``request_id_var`` for the task that serves a request, so every line logged while
+serving it (by the app, FastAPI, uvicorn) names it. The batcher runs a batch of several requests in a worker
+thread: it calls its steps through ``with_request_ids``, so lines logged in the thread name every request of the
+batch. ``spanseek serve --log-format json`` writes one JSON object per line:
+
+    {"level": "INFO", "logger": "spanseek.access", "message": "POST /search 200 12.3 ms", "request_id": "4f7c...",
+     "request_ids": null, "method": "POST", "path": "/search", "status": 200, "duration_ms": 12.3, ...,
+     "time": "2025-01-01T12:00:00.123456+00:00"}
+
+``logging_config(fmt, level)`` is the ``logging.config.dictConfig`` of ``spanseek serve`` (it replaces uvicorn's, and
+uvicorn's own access log is off: the middleware's access line has the duration and the request id).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Literal, TypeVar
+
+LogFormat = Literal["text", "json"]
+T = TypeVar("T")
+
+request_id_var: ContextVar[str | None] = ContextVar("spanseek_request_id", default=None)
+batch_ids_var: ContextVar[tuple[str, ...] | None] = ContextVar("spanseek_batch_request_ids", default=None)
+
+access_log = logging.getLogger("spanseek.access")
+
+
+@contextmanager
+def logging_for(request_ids: Sequence[str]) -> Iterator[None]:
+    """Lines logged inside name every one of ``request_ids`` (the requests of a batch)."""
+    token = batch_ids_var.set(tuple(request_ids))
+    try:
+        yield
+    finally:
+        batch_ids_var.reset(token)
+
+
+def with_request_ids(request_ids: Sequence[str], fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` inside ``logging_for(request_ids)``: what the batcher runs in its worker threads."""
+    with logging_for(request_ids):
+        return fn(*args)
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds ``request_id`` (the request being served, else None) and ``request_ids`` (the requests of the batch
+    being run, else None) to every record; a batch of one request has both."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        batch = batch_ids_var.get()
+        if not hasattr(record, "request_id"):
+            record.request_id = batch[0] if batch is not None and len(batch) == 1 else request_id_var.get()
+        if not hasattr(record, "request_ids"):
+            record.request_ids = list(batch) if batch is not None else None
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    """``2025-01-01 12:00:00,123 INFO spanseek.access [4f7c...] POST /search 200 12.3 ms`` (``-`` outside a
+    request; the ids of a batch comma-separated)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        ids = getattr(record, "request_ids", None) or [getattr(record, "request_id", None) or "-"]
+        return f"{record.asctime} {record.levelname} {record.name} [{','.join(ids)}] {record.message}"
+
+    def usesTime(self) -> bool:  # noqa: N802
+        return True
+
+
+def json_formatter() -> logging.Formatter:
+    """One JSON object per line: time (ISO 8601, UTC), level, logger, message, request_id, request_ids, the
+    record's extra fields (the access line's method, path, status, duration_ms), and exc_info for a traceback."""
+    from pythonjsonlogger.core import RESERVED_ATTRS
+    from pythonjsonlogger.json import JsonFormatter
+
+    return JsonFormatter("{levelname}{name}{message}", style="{", timestamp="time",
+                         rename_fields={"levelname": "level", "name": "logger"},
+                         defaults={"request_id": None, "request_ids": None},
+                         reserved_attrs=[*RESERVED_ATTRS, "color_message"])  # uvicorn's terminal copy of message
+
+
+def logging_config(fmt: LogFormat, level: str = "info") -> dict[str, Any]:
+    """The ``dictConfig`` of ``spanseek serve``: one stderr handler on the root logger, in ``fmt``, with the request
+    ids; uvicorn's loggers propagate to it."""
+    formatter = {"()": json_formatter} if fmt == "json" else {"()": TextFormatter}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"request_id": {"()": RequestIdFilter}},
+        "formatters": {"default": formatter},
+        "handlers": {"default": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
+                                 "formatter": "default", "filters": ["request_id"]}},
+        "root": {"handlers": ["default"], "level": level.upper()},
+        "loggers": {name: {"handlers": [], "propagate": True, "level": level.upper()}
+                    for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+    }
+
+
+def log_access(method: str, path: str, status: int, duration_ms: float, client: str | None) -> None:
+    """The access line of one request (logged by the request-id middleware, so it carries the request id)."""
+    if access_log.isEnabledFor(logging.INFO):
+        access_log.info("%s %s %d %.1f ms", method, path, status, duration_ms,
+                        extra={"method": method, "path": path, "status": status,
+                               "duration_ms": round(duration_ms, 3), "client": client})
