@@ -20,7 +20,7 @@ from spanseek.core.model import (
 )
 from spanseek.core.reader import PassageReader, resolve_reader
 from spanseek.core.reading import READING_NAME, Reading, ReadingStage
-from spanseek.core.search import Searcher
+from spanseek.core.search import SELECTION_CACHE_BYTES, Searcher
 from spanseek.core.store import PhraseIndex
 
 
@@ -52,10 +52,10 @@ def open_reading(reader: str | Path, hits: HitBuilder, device: str = "auto", pre
 
 def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto",
                   search_device: str = "auto", reader: str | Path | None = None,
-                  reader_precision: str = "auto") -> Searcher:
+                  reader_precision: str = "auto", selection_cache_bytes: int = SELECTION_CACHE_BYTES) -> Searcher:
     """Load an index and the model's question encoder (and its calibrator, if it has one), refusing a model that does
     not match the index. ``search_device``: see ``search_placement``; ``reader``: a reader directory (or
-    ``default``) for requests with ``read``."""
+    ``default``) for requests with ``read``; ``selection_cache_bytes``: see ``Searcher``."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     phrase_model = load_model(model_dir)
@@ -65,7 +65,8 @@ def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto"
     encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev))
     reading = None if reader is None else open_reading(reader, HitBuilder(index), device, reader_precision)
     return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
-                    on_device=search_placement(index, search_device, str(dev)), reading=reading)
+                    on_device=search_placement(index, search_device, str(dev)), reading=reading,
+                    selection_cache_bytes=selection_cache_bytes)
 
 
 def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionEncoder,
@@ -74,15 +75,17 @@ def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionE
     reload): the index is loaded and checked (checksums, and that ``model`` built it); the encoder is shared.
 
     The ``current`` searcher's GPU parts are released once the new index has passed its checks, so the new one can
-    take the GPU memory (the current one answers from the CPU until it is swapped out)."""
+    take the GPU memory (the current one answers from the CPU until it is swapped out). The current searcher's
+    selection cache budget carries over."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     check_index_model(index, model_dir, encoder.model.config)
     if current is not None and current.on_device is not None:
         current.on_device.release()
+    cache_bytes = current.selection_cache_bytes if current is not None else SELECTION_CACHE_BYTES
     reading = None  # the current searcher's reader, over the new index's passages
     if current is not None and current.reading is not None:
         reading = ReadingStage(current.reading.reader, current.reading.reading, HitBuilder(index))
     return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
                     on_device=search_placement(index, search_device, str(model_device(encoder.model))),
-                    reading=reading)
+                    reading=reading, selection_cache_bytes=cache_bytes)

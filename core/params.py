@@ -9,11 +9,14 @@ business and are checked in the route; what is checked here holds for every call
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
+from spanseek.core.filters import META_TYPES as META_TYPES
+from spanseek.core.filters import MetaValue as MetaValue
+from spanseek.core.filters import SearchFilter as SearchFilter
+from spanseek.core.filters import SearchParamsError as SearchParamsError
 from spanseek.core.options import option
 
 Unit = Literal["phrase", "passage", "doc"]
@@ -26,77 +29,8 @@ VectorSource = Literal["fine", "codes"]
 VECTOR_SOURCES: tuple[VectorSource, ...] = get_args(VectorSource)
 
 
-MetaValue = str | int | float | bool | None
-META_TYPES = (str, int, float, bool, type(None))
 MAX_READ_PASSAGES = 64  # a question's reading cost grows with each passage read
 MAX_LEXICAL_WEIGHT = 1000.0  # beyond it BM25 alone decides (and fused scores lose the dense part to rounding)
-
-
-class SearchParamsError(ValueError):
-    """A search parameter is out of its valid range (the service answers 400)."""
-
-
-@dataclass(frozen=True, eq=False)  # equality and hash below: a boolean is not a number
-class SearchFilter:
-    """Which documents a search may return: all the given conditions hold (an absent one holds for every document).
-
-    doc_ids: the document is one of these ids (a list is accepted and kept as a sorted tuple).
-    title_prefix: the document's title starts with this text (case-sensitive).
-    meta: for every key, the document's metadata has the key with an equal value (a mapping is accepted and kept
-        as sorted ``(key, value)`` pairs); values are JSON scalars, and ``true`` is not ``1``.
-    """
-
-    doc_ids: tuple[str, ...] | None = None
-    title_prefix: str | None = None
-    meta: tuple[tuple[str, MetaValue], ...] | None = None
-
-    def __post_init__(self) -> None:
-        if self.doc_ids is not None:
-            ids = self.doc_ids
-            if isinstance(ids, str) or not isinstance(ids, Iterable) or not all(isinstance(i, str) for i in ids):
-                raise SearchParamsError(f"filter doc_ids must be a list of strings, got {ids!r}")
-            ids = tuple(sorted(set(ids)))
-            if not ids:
-                raise SearchParamsError("filter doc_ids is empty; give at least one document id or leave it out")
-            object.__setattr__(self, "doc_ids", ids)
-        if self.title_prefix is not None and not isinstance(self.title_prefix, str):
-            raise SearchParamsError(f"filter title_prefix must be a string, got {self.title_prefix!r}")
-        if self.meta is not None:
-            pairs = list(self.meta.items()) if isinstance(self.meta, Mapping) else list(self.meta)
-            for pair in pairs:
-                if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
-                    raise SearchParamsError(f"filter meta must map keys to values, got {pair!r}")
-                if not isinstance(pair[1], META_TYPES) or (isinstance(pair[1], float) and not math.isfinite(pair[1])):
-                    raise SearchParamsError(f"filter meta {pair[0]!r}: a value must be a string, number, boolean or "
-                                            f"null, got {pair[1]!r}")
-            if len({k for k, _ in pairs}) != len(pairs):
-                raise SearchParamsError("filter meta names a key twice")
-            object.__setattr__(self, "meta", tuple(sorted(pairs, key=lambda kv: kv[0])))
-
-    def _key(self) -> tuple[Any, ...]:
-        """What equality and hashing compare: the fields, each meta value tagged with whether it is a boolean (a
-        tuple alone would make ``true`` and ``1`` the same filter, for caches and batch grouping alike)."""
-        meta = None if self.meta is None else tuple((k, isinstance(v, bool), v) for k, v in self.meta)
-        return (self.doc_ids, self.title_prefix, meta)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SearchFilter) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
-        """Whether a document (its id, title and metadata) passes every condition."""
-        if self.doc_ids is not None and doc_id not in self.doc_ids:  # few ids: a tuple scan is fine
-            return False
-        if self.title_prefix is not None and not title.startswith(self.title_prefix):
-            return False
-        return all(key in meta and _same(meta[key], value) for key, value in self.meta or ())
-
-
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality of scalars: numbers compare by value, but a boolean equals only a boolean."""
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ from spanseek.core.store import PhraseIndex
 
 log = logging.getLogger(__name__)
 DEFAULT_PARAMS = SearchParams()
-SELECTIONS_KEPT = 64  # distinct filters whose token selectors a Searcher keeps (each N / 8 bytes)
+# bytes of recent filters' selections a Searcher keeps (each D + P + P / 8 bytes: core.selection)
+SELECTION_CACHE_BYTES = 1 << 30
 # unit -> the unit of every passage, (P,) int64; the phrase unit is the span itself (None). A new unit is one entry.
 UNIT_OF_PASSAGE: dict[Unit, Callable[[PhraseIndex], np.ndarray] | None] = {
     "phrase": None,
@@ -57,13 +58,15 @@ class Searcher:
     ``length_bias`` (default: the encoder's model config's, else the index's) is added to every span by its length.
     The fusion defaults come from the index's manifest. ``calibrator`` (``core.confidence``) gives hits their
     confidence; ``reading`` (``core.reading``) serves requests with ``read``; ``on_device`` (``core.gpu.place``)
-    holds the parts of the index searched and scored on a GPU.
+    holds the parts of the index searched and scored on a GPU. ``selection_cache_bytes`` bounds the selections of
+    recent filters kept (``core.selection.Selections``).
     """
 
     def __init__(
         self, index: PhraseIndex, encoder=None, max_answer_tokens: int | None = None, vector_source: str | None = None,
         length_bias: Sequence[float] | None = None, calibrator: Calibrator | None = None,
         on_device: OnDevice | None = None, reading: ReadingStage | None = None,
+        selection_cache_bytes: int = SELECTION_CACHE_BYTES,
     ):
         self.index = index
         self.encoder = encoder
@@ -79,7 +82,7 @@ class Searcher:
         self.vector_source = vector_source or index.vector_source
         self.dense.vector_reader(self.vector_source)  # a bad source fails here, not at the first search
         self._unit_of_passage = {u: f(index) for u, f in UNIT_OF_PASSAGE.items() if f is not None}
-        self._selections = Selections(index, self._unit_of_passage, SELECTIONS_KEPT)
+        self._selections = Selections(index, self._unit_of_passage, selection_cache_bytes)
         self.hits = HitBuilder(index)
         self.lexical = index.lexical
         if self.lexical is None:
@@ -104,6 +107,11 @@ class Searcher:
         if self.fusion is not None:
             self.fusion.phrase_rerank = weights
 
+    @property
+    def selection_cache_bytes(self) -> int:
+        """The byte budget of the selections of recent filters kept."""
+        return self._selections.max_bytes
+
     def selection(self, flt: SearchFilter | None) -> Selection:
         """The passages a search with filter ``flt`` may return (live ones that pass it; ``core.selection``)."""
         return self._selections.get(flt)
@@ -115,13 +123,16 @@ class Searcher:
 
     def check_mode(self, params: SearchParams) -> Mode:
         """The mode ``params`` asks for (or the default); LexicalIndexMissing when the index cannot serve it, and
-        SearchParamsError when ``min_confidence`` or ``read`` is asked of a searcher that cannot give it."""
+        SearchParamsError when ``min_confidence`` or ``read`` is asked of a searcher that cannot give it, or the filter
+        names a field the index cannot filter on (FilterError, naming it)."""
         return self._plan(params, resolve=False).mode
 
     def _plan(self, params: SearchParams, resolve: bool = True) -> Plan:
         """The plan of ``params``, checked; ``resolve`` False skips what only a search needs (the neighbour vectors'
         source and the filter's selection)."""
         mode = params.mode or self.default_mode
+        if params.filter is not None:  # an unknown field, or a range over strings: FilterError naming it
+            self.index.fields.check(params.filter)
         if mode != "dense" and self.lexical is None:
             raise LexicalIndexMissing(f"mode={mode}: {missing_message(self.index.dir)}")
         if params.read and self.reading is None:

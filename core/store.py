@@ -11,7 +11,8 @@ An index directory (written by ``spanseek index build``) holds:
 - ``token_offsets.npy``  (N, 2) int32 character [start, end) of each token in its passage.
 - ``token_flags.npy``    (N,) uint8 FLAG_START / FLAG_END (core.text).
 - ``passage_tokens.npy`` (P + 1,) int64: tokens of passage p are ids [passage_tokens[p], passage_tokens[p+1]).
-- ``passages.jsonl``     one ``{"doc": int, "para": int, "text": str}`` per passage.
+- ``passages.jsonl``     one ``{"doc": int, "para": int, "text": str}`` per passage, plus ``"meta": {...}`` when the
+                         corpus gives the passage metadata of its own (a page, a heading path).
 - ``docs.jsonl``         one ``{"id": str, "title": str}`` per document, plus ``"meta": {...}`` when the corpus
                          gave the document metadata (returned with its hits).
 - ``index.faiss``        a faiss index over the (kept) token vectors, faiss ids = token ids.
@@ -25,6 +26,8 @@ An index directory (written by ``spanseek index build``) holds:
                          the store then holds the kept tokens' rows only (``core.finestore.RowMap``).
 - ``deleted.npy``        (k,) int64, optional: the sorted document numbers deleted (``spanseek index delete`` or
                          replaced by ``index upsert``); their passages are never returned; ``index compact`` drops them.
+- ``doc_fields.npz``     the field index of the documents' ids, titles and metadata, which filters are evaluated
+                         over (``core.fieldindex``); absent in indexes built before it (built in memory at first use).
 - ``lexical/``           the BM25 index of the passages (``core.lexical``), recorded in ``manifest.lexical`` with
                          the fusion defaults; absent in indexes built before it (``spanseek index add-lexical``).
 
@@ -60,6 +63,8 @@ import numpy as np
 from spanseek.core import integrity
 from spanseek.core.config import EncoderConfig
 from spanseek.core.faiss_spec import FactorySpec, ivf_of, parse_factory, unwrapped
+from spanseek.core.fieldindex import FIELDS as FIELDS
+from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.finestore import DEFAULT_STORE, STORES, FineStore, open_fine_store, store_files
 from spanseek.core.finestore import VECTORS as VECTORS
 from spanseek.core.io import write_json_atomic
@@ -217,6 +222,11 @@ class Manifest:
 def doc_record(doc_id: str, title: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """One line of ``docs.jsonl``: the key ``meta`` only when there is metadata (older indexes have none)."""
     return {"id": doc_id, "title": title, **({"meta": meta} if meta else {})}
+
+
+def passage_record(doc: int, para: int, text: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One line of ``passages.jsonl``: the key ``meta`` only when the passage has metadata of its own."""
+    return {"doc": doc, "para": para, "text": text, **({"meta": meta} if meta else {})}
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -418,6 +428,9 @@ class PhraseIndex:
         self.passages = _read(d / PASSAGES, read_jsonl)
         self.docs = _read(d / DOCS, read_jsonl)
         self.deleted_docs = _read(d / DELETED, np.load) if self._has(DELETED) else np.zeros(0, np.int64)
+        self._fields: FieldIndex | None = None
+        if self._has(FIELDS):
+            self._fields = _read(d / FIELDS, lambda p: FieldIndex.load(p, self.docs))
         if len(self.deleted_docs) and (self.deleted_docs.min() < 0 or self.deleted_docs.max() >= len(self.docs)):
             raise IndexFormatError(f"{d / DELETED}: document numbers outside 0..{len(self.docs) - 1}; rebuild the index")
         if not (d / FAISS_INDEX).is_file():  # faiss would raise its own RuntimeError
@@ -465,6 +478,15 @@ class PhraseIndex:
             if self.lexical.n_passages != len(self.passages):
                 raise IndexFormatError(f"{self.dir}: the lexical index has {self.lexical.n_passages} passages for "
                                        f"{len(self.passages)}; rebuild it with `spanseek index add-lexical {self.dir}`")
+
+    @property
+    def fields(self) -> FieldIndex:
+        """The field index filters are evaluated over: the index's ``doc_fields.npz``, or, in an index built
+        before it, one built from the document store at the first use."""
+        if self._fields is None:
+            log.info("%s: no %s (built before it); building the field index in memory", self.dir, FIELDS)
+            self._fields = FieldIndex.build(self.docs)
+        return self._fields
 
     @property
     def fusion_defaults(self) -> dict[str, Any]:

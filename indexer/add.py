@@ -14,7 +14,8 @@ document numbers continue after the existing ones), the new tokens (those the fi
 built with a threshold) are added to the trained faiss index and encoded into the codes store. When all those
 files are complete and flushed to disk, a journal (``add.journal.json``) naming them and the new manifest (with
 their checksums) is written: that is the commit point. Then each file is renamed over its old version, the
-manifest is written and the journal removed. The lexical (BM25) part, when the index has one, is rebuilt
+manifest is written and the journal removed. The field index of the documents (``doc_fields.npz``) is rebuilt
+over the old and new documents (an index built before it gains one). The lexical (BM25) part, when the index has one, is rebuilt
 over the old and new passages as the directory ``lexical.add.tmp`` before the journal. A kill -9 anywhere leaves an index that opens: before the journal,
 opening it drops the partial files (roll back); after it, opening it finishes the renames (roll forward;
 ``core.store.recover``). An add holds the index's writer lock, so two adds cannot interleave. ``commit`` is that
@@ -40,7 +41,14 @@ from spanseek.core.encoding import pick_device
 from spanseek.core.finestore import FINE_CODES, FINE_KEPT, open_fine_store
 from spanseek.core.io import Document, atomic_path, read_corpus, unique_ids, write_corpus
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
-from spanseek.indexer.build import BuildError, BuildOptions, encode_corpus, load_filter_scores, merge_shards
+from spanseek.indexer.build import (
+    BuildError,
+    BuildOptions,
+    encode_corpus,
+    load_filter_scores,
+    merge_shards,
+    write_fields,
+)
 from spanseek.indexer.compress import kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import add_vectors
 from spanseek.indexer.fine_store import encode_fine_rows
@@ -191,24 +199,25 @@ def upsert_documents(
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _same_document(doc: Document, record: dict[str, Any], texts: list[str]) -> bool:
-    """Whether a corpus document is the one an index holds (its ``docs.jsonl`` record and passage texts)."""
+def _same_document(doc: Document, record: dict[str, Any], passages: list[tuple[str, dict[str, Any]]]) -> bool:
+    """Whether a corpus document is the one an index holds (its ``docs.jsonl`` record and its passages' texts and
+    metadata)."""
     return (doc.title == record["title"] and (doc.meta or {}) == record.get("meta", {})
-            and list(doc.paragraphs) == texts)
+            and [(text, doc.paragraph_meta(i)) for i, text in enumerate(doc.paragraphs)] == passages)
 
 
 def _plan_upsert(index_dir: Path, corpus: Path, live: dict[str, int]) -> tuple[list[Document], list[int], int]:
     """The corpus documents to add (new or changed), the document numbers they replace, and how many are unchanged.
 
     Repeated ids in the corpus raise CorpusError naming the file and line, before anything changes."""
-    texts: dict[int, list[str]] = {}
+    passages: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for p in store.read_jsonl(index_dir / store.PASSAGES):
-        texts.setdefault(p["doc"], []).append(p["text"])
+        passages.setdefault(p["doc"], []).append((p["text"], p.get("meta", {})))
     records = store.read_jsonl(index_dir / store.DOCS)
     new, replaced, unchanged = [], [], 0
     for doc in unique_ids(read_corpus(corpus), corpus):
         row = live.get(doc.id)
-        if row is not None and _same_document(doc, records[row], texts.get(row, [])):
+        if row is not None and _same_document(doc, records[row], passages.get(row, [])):
             unchanged += 1
             continue
         new.append(doc)
@@ -268,7 +277,8 @@ def _add_locked(index_dir: Path, old: store.Manifest, corpus: Path, model: str |
                 staged(index_dir, store.PASSAGE_TOKENS))
     _concat_jsonl(index_dir / store.PASSAGES, staging / store.PASSAGES, staged(index_dir, store.PASSAGES), D)
     _concat_jsonl(index_dir / store.DOCS, staging / store.DOCS, staged(index_dir, store.DOCS), None)
-    names += [store.TOKEN_PASSAGE, store.PASSAGE_TOKENS, store.PASSAGES, store.DOCS]
+    write_fields(staged(index_dir, store.DOCS), staged(index_dir, store.FIELDS))  # also for an index without one
+    names += [store.TOKEN_PASSAGE, store.PASSAGE_TOKENS, store.PASSAGES, store.DOCS, store.FIELDS]
 
     new_filter = load_filter_scores(staging)
     if (index_dir / store.FILTER_SCORES).is_file() and new_filter is not None:

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from spanseek.core import integrity, store
 from spanseek.core.encoding import PassageEncoder, pick_device, pick_precision
 from spanseek.core.faiss_spec import ivf_of
+from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.finestore import detect_kind, open_fine_store
 from spanseek.core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, unique_ids
 from spanseek.core.model import (
@@ -144,7 +145,7 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
             for d, doc in enumerate(docs):
                 fd.write(json.dumps(store.doc_record(doc.id, doc.title, doc.meta), ensure_ascii=False) + "\n")
                 for p, text in enumerate(doc.paragraphs):
-                    fp.write(json.dumps({"doc": d, "para": p, "text": text}, ensure_ascii=False) + "\n")
+                    fp.write(json.dumps(store.passage_record(d, p, text, doc.paragraph_meta(p)), ensure_ascii=False) + "\n")
                     buf.append(text)
                     if len(buf) == opts.shard_passages:
                         flush()
@@ -160,6 +161,11 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     log.info("corpus: %d documents, %d passages (skipped %d empty documents, %d empty paragraphs)",
              stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs)
     return k, stats
+
+
+def write_fields(docs: Path, dest: Path) -> None:
+    """Write the field index (``core.fieldindex``) of the document store ``docs`` to exactly ``dest``."""
+    FieldIndex.build(store.read_jsonl(docs)).save(dest)
 
 
 def load_filter_scores(index_dir: Path) -> np.ndarray | None:
@@ -274,7 +280,9 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     fine_store = resolve_store(opts.store, opts.factory, n_tokens)
     faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress,  # 4. fine store
                                                   keep=filtered_ids(out, opts.filter_threshold, n_tokens))
-    lexical = write_lexical(out)  # 5. BM25 over the passages
+    lexical = write_lexical(out)  # 5. BM25 over the passages, and the field index of the documents
+    with atomic_path(out / store.FIELDS) as tmp:
+        write_fields(out / store.DOCS, tmp)
     remove_scratch(out)  # leftovers of killed steps would otherwise be taken for index files
 
     # 6. manifest last: its presence marks a finished index

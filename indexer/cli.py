@@ -7,7 +7,9 @@ import codecs
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
+from spanseek.core.filters import FilterError
 from spanseek.core.options import add_options, from_args
 from spanseek.core.params import SearchFilter, SearchParams
 from spanseek.indexer.options import BuildOptions, EncodeOptions
@@ -123,7 +125,8 @@ EVAL_SEARCH_FLAGS = ("mode", "fusion", "lexical_weight", "nprobe", "vector_sourc
 
 
 def _filter(args: argparse.Namespace) -> SearchFilter | None:
-    """`spanseek search`'s --doc-ids / --title-prefix / --where flags as a SearchFilter (None without any)."""
+    """`spanseek search`'s --doc-ids / --title-prefix / --where / --filter flags as a SearchFilter (None without
+    any); a malformed --filter raises FilterError (a ValueError) saying what is wrong."""
     meta = {}
     for item in args.where:
         key, sep, value = item.partition("=")
@@ -134,10 +137,28 @@ def _filter(args: argparse.Namespace) -> SearchFilter | None:
         except json.JSONDecodeError:
             meta[key] = value
     doc_ids = [i.strip() for i in args.doc_ids.split(",") if i.strip()] if args.doc_ids is not None else None
+    given = _filter_json(args.filter) if args.filter is not None else None
     if doc_ids is None and args.title_prefix is None and not meta:
-        return None
-    return SearchFilter(doc_ids=tuple(doc_ids) if doc_ids is not None else None, title_prefix=args.title_prefix,
-                        meta=tuple(meta.items()) or None)
+        return given
+    flags = SearchFilter(doc_ids=tuple(doc_ids) if doc_ids is not None else None, title_prefix=args.title_prefix,
+                         meta=tuple(meta.items()) or None)
+    return flags if given is None else SearchFilter(must=(flags, given))
+
+
+def _filter_json(text: str) -> SearchFilter:
+    """--filter's JSON (or @FILE's) as a SearchFilter."""
+    where = "--filter"
+    if text.startswith("@"):
+        where = f"--filter file {text[1:]}"
+        text = Path(text[1:]).read_text(encoding="utf-8")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FilterError(f"{where}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    try:
+        return SearchFilter.from_json(obj)
+    except FilterError as e:
+        raise FilterError(f"{where}: {e}", e.field) from None
 
 
 def _search(args: argparse.Namespace) -> int:
@@ -304,6 +325,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="search only documents whose metadata KEY equals VALUE (JSON number/true/false/null, else a "
                         "string; repeatable: all must hold)")
+    p.add_argument("--filter", default=None, metavar="JSON",
+                   help="search only documents that pass this filter, the HTTP filter object (range, any, not, "
+                        "must/should/must_not: docs/service.md), or @FILE holding it; with the flags above, all hold")
     p.add_argument("--device", default="auto", help="question encoder: auto, cpu, cuda, cuda:N")
     p.add_argument("--search-device", default="auto",
                    help="where the index is searched: auto (the encoder's device), cpu, cuda, cuda:N")

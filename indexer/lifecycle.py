@@ -6,13 +6,13 @@
 
 A deleted document stays in the stores until ``compact``: its number joins the deletion mask ``deleted.npy``
 (``core.store``), which the searcher applies inside faiss and the lexical leg (``core.selection``), so it is never
-returned. ``upsert`` is ``index add`` with replacement (``indexer.add``): the new versions are added and the old
+returned (the field index, ``doc_fields.npz``, still holds it: the mask is applied on top of a filter). ``upsert`` is ``index add`` with replacement (``indexer.add``): the new versions are added and the old
 ones masked in one commit; documents identical to the held ones are skipped, so repeating it changes nothing.
 ``delete`` of an id that is not held (or already deleted) changes nothing and reports it.
 
 ``compact`` rewrites every store without the deleted documents' rows: the stored token vectors, codes and filter
 scores are copied (nothing is encoded again), the trained faiss index is emptied and given the live tokens under
-their new ids, and the BM25 part is rebuilt over the live passages; the mask is then empty. Its results equal
+their new ids, and the BM25 part and the field index are rebuilt over the live passages and documents; the mask is then empty. Its results equal
 those of a fresh build of the live documents (with the same trained faiss index).
 
 All three hold the index's writer lock and commit through the journal of ``indexer.add.commit``: a kill at any
@@ -33,7 +33,7 @@ import numpy as np
 from spanseek.core import store
 from spanseek.core.finestore import FINE_KEPT
 from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_recall, staged, write_npy
-from spanseek.indexer.build import BuildError, BuildOptions
+from spanseek.indexer.build import BuildError, BuildOptions, write_fields
 from spanseek.indexer.compress import kept_token_ids
 from spanseek.indexer.faiss_index import ADD_CHUNK, add_vectors
 from spanseek.indexer.lexical import write_lexical
@@ -137,7 +137,8 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
                      ({**p, "doc": int(new_doc[p["doc"]])} for p, ok in zip(passages, live_passage, strict=True) if ok))
         _write_jsonl(staged(index_dir, store.DOCS), (d for d, ok in zip(docs, live_doc, strict=True) if ok))
         write_npy(staged(index_dir, store.DELETED), np.zeros(0, np.int64))
-        names += [store.TOKEN_PASSAGE, store.PASSAGE_TOKENS, store.PASSAGES, store.DOCS, store.DELETED]
+        write_fields(staged(index_dir, store.DOCS), staged(index_dir, store.FIELDS))
+        names += [store.TOKEN_PASSAGE, store.PASSAGE_TOKENS, store.PASSAGES, store.DOCS, store.DELETED, store.FIELDS]
 
         index = faiss.read_index(str(index_dir / store.FAISS_INDEX))
         index.reset()  # keeps what training learned (coarse quantizer, codebooks, OPQ rotation)

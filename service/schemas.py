@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     create_model,
     field_validator,
     model_validator,
@@ -18,7 +20,7 @@ from pydantic import (
 
 from spanseek.core.params import HIT_WINDOW, Hit, MetaValue, SearchFilter, SearchParams, Unit
 
-__all__ = ["ErrorResponse", "FilterIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
+__all__ = ["ErrorResponse", "FieldConditionIn", "FilterIn", "NotIn", "RangeIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
            "ReloadResponse", "SearchRequest", "SearchResponse", "Timings", "Unit"]
 
 MAX_FILTER_IDS = 10_000  # document ids in one filter
@@ -38,8 +40,57 @@ def unencodable_at(text: str) -> int | None:
     return None
 
 
+class RangeIn(BaseModel):
+    """Bounds of a range condition: numbers, or ISO-8601 dates / datetimes (``core.filters.Range``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    gt: float | str | None = Field(None, description="greater than")
+    gte: float | str | None = Field(None, description="greater than or equal")
+    lt: float | str | None = Field(None, description="less than")
+    lte: float | str | None = Field(None, description="less than or equal")
+
+
+class FieldConditionIn(BaseModel):
+    """A condition on one metadata field: ``key`` and exactly one of ``match``, ``any`` or ``range``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    key: str = Field(min_length=1, description="the metadata field", examples=["year"])
+    match: MetaValue = Field(None, description="the field equals this value (a list field: one of its elements)")
+    any: list[MetaValue] | None = Field(None, min_length=1, max_length=MAX_FILTER_IDS,
+                                        description="the field equals one of these values")
+    range: RangeIn | None = Field(None, description="the field lies in the range (every bound given holds)")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> FieldConditionIn:
+        forms = [f for f in ("match", "any", "range") if f in self.model_fields_set]
+        if len(forms) != 1:
+            raise ValueError(f"give exactly one of match, any or range with key {self.key!r}")
+        return self
+
+
+class NotIn(BaseModel):
+    """The condition does not hold."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    not_: Condition = Field(alias="not", description="the condition negated")
+
+
+def _condition_form(v: Any) -> str:
+    """Which condition an object is: a field condition (has ``key``), a ``not``, else a nested filter."""
+    if isinstance(v, dict):
+        return "field" if "key" in v else "not" if "not" in v else "filter"
+    return "field" if isinstance(v, FieldConditionIn) else "not" if isinstance(v, NotIn) else "filter"
+
+
+Condition = Annotated[Union[Annotated[FieldConditionIn, Tag("field")], Annotated[NotIn, Tag("not")],  # noqa: UP007
+                            Annotated["FilterIn", Tag("filter")]], Discriminator(_condition_form)]
+
+
 class FilterIn(BaseModel):
-    """Which documents to search: every condition given must hold (``core.params.SearchFilter``)."""
+    """Which documents to search: every part given must hold (``core.filters.SearchFilter``)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -50,11 +101,17 @@ class FilterIn(BaseModel):
         None, max_length=MAX_FILTER_KEYS, description="only documents whose metadata has each key with an equal "
         "value (strings, numbers, booleans or null; true is not 1)", examples=[{"lang": "en"}],
     )
+    must: list[Condition] | None = Field(None, min_length=1, description="conditions that must all hold")
+    should: list[Condition] | None = Field(None, min_length=1, description="conditions of which at least one holds")
+    must_not: list[Condition] | None = Field(None, min_length=1, description="conditions of which none may hold")
 
     def to_filter(self) -> SearchFilter:
-        """The core filter (raises SearchParamsError for a value it refuses)."""
-        return SearchFilter(doc_ids=tuple(self.doc_ids) if self.doc_ids is not None else None,
-                            title_prefix=self.title_prefix, meta=tuple(self.meta.items()) if self.meta else None)
+        """The core filter (raises FilterError, a SearchParamsError, for a value it refuses: an unparsable date)."""
+        return SearchFilter.from_json(self.model_dump(by_alias=True, exclude_unset=True))
+
+
+NotIn.model_rebuild()
+FieldConditionIn.model_rebuild()
 
 
 # What the HTTP API adds to a search parameter's help (core.params.SearchParams): the server's limits and defaults

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from spanseek.core.filters import SearchFilter  # the filter's one definition (standard library only)
 from spanseek.core.params import HIT_WINDOW, Unit  # core.params imports only the standard library
 from spanseek.core.params import Hit as CoreHit
 
@@ -193,6 +194,8 @@ class _Base:
         named = {"top_k": top_k, "max_answer_tokens": max_answer_tokens, "nprobe": nprobe,
                  "merge_answers": merge_answers}
         body.update({k: v for k, v in {**named, **params}.items() if v is not None})
+        if isinstance(body.get("filter"), SearchFilter):  # a core filter goes as its JSON form (a dict as it is)
+            body["filter"] = body["filter"].to_json()
         return body
 
     def _wait(self, response: httpx.Response, attempt: int) -> float | None:

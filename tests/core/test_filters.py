@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 
+from spanseek.core.filters import FilterError
 from spanseek.core.params import SearchFilter, SearchParams, SearchParamsError
 from spanseek.core.search import Searcher
 from spanseek.core.store import PhraseIndex
@@ -116,15 +117,19 @@ def test_merged_answers_honour_filters(searcher):
 
 def test_true_and_1_are_different_filters_for_the_cache_and_for_batching(searcher):
     """``true`` and ``1`` compare and hash equal in Python: as filters (selection cache keys, batch grouping keys)
-    they must not, or one request's filter answers another's."""
+    they must not, or one request's filter answers another's (here: a boolean field refuses the number)."""
     as_bool, as_int = SearchFilter(meta={"draft": True}), SearchFilter(meta={"draft": 1})  # type: ignore[arg-type]
     assert as_bool != as_int and SearchParams(filter=as_bool) != SearchParams(filter=as_int)
     assert len({as_bool: 0, as_int: 1}) == 2 and SearchFilter(meta={"year": 2001}) == SearchFilter(meta={"year": 2001.0})
     for first, second in [(as_bool, as_int), (as_int, as_bool)]:
         searcher._selections.recent.clear()
-        hits = {flt: _search(searcher, unit="doc", mode="dense", top_k=5, filter=flt) for flt in (first, second)}
-        assert all(hits[as_bool]) and all(h.doc_id in {"d0", "d4", "d8"} for r in hits[as_bool] for h in r)
-        assert not any(hits[as_int])  # the drafts are booleans: no document has draft == 1
+        for flt in (first, second):
+            if flt is as_int:  # the drafts are booleans: a number is refused, cached boolean selection or not
+                with pytest.raises(FilterError, match="'draft': 1 is a number, but the field holds boolean"):
+                    _search(searcher, unit="doc", mode="dense", top_k=5, filter=flt)
+            else:
+                hits = _search(searcher, unit="doc", mode="dense", top_k=5, filter=flt)
+                assert all(hits) and all(h.doc_id in {"d0", "d4", "d8"} for r in hits for h in r)
 
 
 def test_filters_are_hashable_values_and_validated():
@@ -170,7 +175,7 @@ def test_a_flat_index_over_fetches_the_same_ids_as_the_selector_gives(searcher, 
 
     index = searcher.index
     sel = selection.select(index, SearchFilter(doc_ids=tuple(f"d{i}" for i in range(1, 12))),
-                           {u: m for u, m in searcher._unit_of_passage.items()})
+                           searcher._selections.layout)
     queries = np.concatenate(_vectors(searcher))
     monkeypatch.setattr(selection, "OVERFETCH_MIN_ALLOWED", 1.01)  # never over-fetch: the selector
     with_selector = selection.search_ids(index, queries, k, None, sel)
@@ -182,4 +187,4 @@ def test_a_flat_index_over_fetches_the_same_ids_as_the_selector_gives(searcher, 
     # the same ids but for the order of exact ties (identical tokens score the same)
     assert np.allclose(scores(over_fetched), scores(with_selector), rtol=1e-5, atol=1e-5)
     assert np.mean(over_fetched == with_selector) > 0.99
-    assert sel.tokens is not None and sel.tokens[with_selector].all() and (with_selector >= 0).all()
+    assert sel.passages is not None and sel.passages[index.token_passage[with_selector]].all() and (with_selector >= 0).all()

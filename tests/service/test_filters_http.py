@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from spanseek.core.filters import Not
 from spanseek.core.params import SearchFilter, SearchParams
 from spanseek.service.schemas import MAX_FILTER_IDS
 
@@ -17,7 +18,10 @@ FILTERS = [
     ({"doc_ids": ["d1", "d3", "nope"]}, SearchFilter(doc_ids=("d1", "d3", "nope"))),
     ({"title_prefix": "Title 2"}, SearchFilter(title_prefix="Title 2")),
     ({"doc_ids": ["d0", "d2"], "title_prefix": "Title"}, SearchFilter(doc_ids=("d0", "d2"), title_prefix="Title")),
-    ({"meta": {"lang": "en"}}, SearchFilter(meta=(("lang", "en"),))),  # the tiny corpus has no metadata: no hits
+    ({"should": [{"doc_ids": ["d1"]}, {"title_prefix": "Title 3"}], "must_not": [{"doc_ids": ["d3"]}]},
+     SearchFilter(should=(SearchFilter(doc_ids=("d1",)), SearchFilter(title_prefix="Title 3")),
+                  must_not=(SearchFilter(doc_ids=("d3",)),))),
+    ({"must": [{"not": {"title_prefix": "Title 1"}}]}, SearchFilter(must=(Not(SearchFilter(title_prefix="Title 1")),))),
 ]
 
 
@@ -46,12 +50,26 @@ def test_hits_carry_their_paragraph(client, tiny_searcher):
     "d1", ["d1"], {"doc_ids": "d1"}, {"doc_ids": [1]}, {"doc_ids": []}, {"title_prefix": 3},
     {"meta": {"lang": {"is": "en"}}}, {"meta": {"lang": ["en"]}}, {"meta": ["lang", "en"]}, {"unknown": 1},
     {"doc_ids": [f"d{i}" for i in range(MAX_FILTER_IDS + 1)]},
+    {"must": [{"key": "year"}]}, {"must": [{"key": "year", "match": 1, "range": {"gte": 1}}]}, {"must": []},
+    {"must": [{"key": "year", "range": {"gte": True}}]}, {"must": [{"key": "year", "range": {"from": 1}}]},
+    {"should": [{"not": {"key": "x", "match": 1}, "extra": 1}]}, {"must": [{"key": "tags", "any": []}]},
 ])
 def test_malformed_filters_are_422(client, flt):
     r = client.post("/search", json={"query": "a", "filter": flt})
     assert r.status_code == 422, r.text
     assert r.json()["error"] == "validation_error" and any("filter" in str(d) for d in r.json()["details"])
     assert client.post("/search", json={"query": "a", "filter": {"doc_ids": ["d1"]}}).status_code == 200
+
+
+@pytest.mark.parametrize(("flt", "field", "message"), [
+    ({"meta": {"lang": "en"}}, "lang", "no document has it"),  # the tiny corpus has no metadata
+    ({"must": [{"not": {"key": "year", "range": {"gte": 2000}}}]}, "year", "no document has it"),
+    ({"must": [{"key": "date", "range": {"gte": "last week"}}]}, "date", "is not an ISO-8601 date"),
+])
+def test_unknown_fields_and_bad_dates_are_400_naming_the_field(client, flt, field, message):
+    r = client.post("/search", json={"query": "a", "filter": flt})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "bad_request" and f"'{field}'" in r.json()["message"] and message in r.json()["message"]
 
 
 def test_info_counts_deleted_documents(client):

@@ -1,0 +1,422 @@
+"""A search filter: which documents a search may return, and its JSON form (the HTTP ``filter``, ``--filter``).
+
+A filter is a tree, in the manner of Qdrant's filter language. A ``SearchFilter`` holds the older conditions
+(``doc_ids``, ``title_prefix``, ``meta`` equality) and three lists of conditions: ``must`` (all hold), ``should``
+(at least one holds) and ``must_not`` (none holds); every part given must hold. A condition is one of
+
+- ``Match(key, value)``  ``{"key": "lang", "match": "en"}``: the metadata field equals the value;
+- ``AnyOf(key, values)``  ``{"key": "tags", "any": ["a", "b"]}``: it equals one of the values;
+- ``Range(key, gt=, gte=, lt=, lte=)``  ``{"key": "year", "range": {"gte": 2000, "lt": 2010}}``: it lies in the
+  range; bounds are numbers, or ISO-8601 dates / datetimes (``"2024-05-01"``, ``"2024-05-01T12:00:00Z"``);
+- ``Not(condition)``  ``{"not": {...}}``: the condition does not hold;
+- a nested ``SearchFilter`` (an object with the filter's own keys).
+
+Metadata values are JSON scalars compared as JSON: a number equals the same number (``2024 == 2024.0``), a boolean
+only a boolean (``true`` is not ``1``), a missing key nothing (not even ``null``). A field holding a list matches
+when one of its elements does (``tags: ["a", "b"]`` matches ``{"key": "tags", "match": "a"}``). Dates compare as
+instants: a date is its midnight, a datetime without a zone is UTC. ``matches`` is the per-document definition;
+searches evaluate filters over the index's field index instead (``core.fieldindex``).
+
+This module needs only the standard library (the HTTP client imports it). Filters are frozen and hashable (lists
+and mappings are kept as tuples), so requests with equal filters share a search and a cached selection.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+MetaValue = str | int | float | bool | None
+META_TYPES = (str, int, float, bool, type(None))
+MAX_FILTER_CONDITIONS = 1024  # conditions (and nested filters) in one filter
+MAX_FILTER_DEPTH = 16  # nesting of filters and ``not``
+BOUNDS = ("gt", "gte", "lt", "lte")
+Kind = Literal["number", "string", "boolean", "null", "date"]
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?)?")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class SearchParamsError(ValueError):
+    """A search parameter is out of its valid range (the service answers 400)."""
+
+
+class FilterError(SearchParamsError):
+    """A filter is malformed, or does not fit the index's fields (an unknown field, a range over strings); ``field``
+    names the metadata field when there is one."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+def parse_date(value: str) -> int | None:
+    """Microseconds since 1970-01-01 UTC of an ISO-8601 date or datetime string (a date is its midnight, a datetime
+    without a zone is UTC), or None when ``value`` is not one."""
+    if not _DATE.fullmatch(value):
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value)
+    except ValueError:  # 2024-02-30, 25:00, ...
+        return None
+    t = t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+    return (t - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+def kind_of(value: Any) -> Kind | None:
+    """The kind of a JSON scalar (``number`` for ints and floats, not booleans); None for anything else."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "null" if value is None else None
+
+
+def elements(value: Any) -> list[Any]:
+    """The scalars a metadata value offers to a condition: the value, or a list's elements."""
+    return value if isinstance(value, list) else [value]
+
+
+def same(a: Any, b: Any) -> bool:
+    """JSON equality of scalars: numbers compare by value, but a boolean equals only a boolean."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _tagged(value: MetaValue) -> tuple[bool, MetaValue]:
+    """A value as cache and batch keys compare it: ``true`` and ``1`` hash alike in Python, but are different."""
+    return isinstance(value, bool), value
+
+
+def _scalar(where: str, value: Any, key: str | None = None) -> MetaValue:
+    if not isinstance(value, META_TYPES) or (isinstance(value, float) and not math.isfinite(value)):
+        raise FilterError(f"{where}: a value must be a string, number, boolean or null, got {value!r}", key)
+    return value
+
+
+def _key_name(where: str, key: Any) -> str:
+    if not isinstance(key, str) or not key:
+        raise FilterError(f"{where}: the key must be a non-empty string, got {key!r}")
+    return key
+
+
+class _Keyed:
+    """Equality and hashing by ``_key()`` (the fields, values tagged so that ``true`` is not ``1``)."""
+
+    def _key(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._key()))
+
+
+@dataclass(frozen=True, eq=False)
+class Match(_Keyed):
+    """The metadata field ``key`` equals ``value`` (or, for a list, one of its elements does)."""
+
+    key: str
+    value: MetaValue
+
+    def __post_init__(self) -> None:
+        _key_name("match", self.key)
+        _scalar(f"match on {self.key!r}", self.value, self.key)
+
+    def _key(self) -> tuple[Any, ...]:
+        return self.key, _tagged(self.value)
+
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
+        return self.key in meta and any(same(v, self.value) for v in elements(meta[self.key]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "match": self.value}
+
+
+@dataclass(frozen=True, eq=False)
+class AnyOf(_Keyed):
+    """The metadata field ``key`` equals one of ``values`` (a list is kept as a tuple)."""
+
+    key: str
+    values: tuple[MetaValue, ...]
+
+    def __post_init__(self) -> None:
+        _key_name("any", self.key)
+        if isinstance(self.values, str | bytes) or not isinstance(self.values, Iterable):
+            raise FilterError(f"any on {self.key!r}: give a list of values, got {self.values!r}", self.key)
+        values = tuple(_scalar(f"any on {self.key!r}", v, self.key) for v in self.values)
+        if not values:
+            raise FilterError(f"any on {self.key!r}: the list of values is empty", self.key)
+        object.__setattr__(self, "values", values)
+
+    def _key(self) -> tuple[Any, ...]:
+        return self.key, tuple(sorted({_tagged(v) for v in self.values}, key=repr))
+
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
+        return self.key in meta and any(same(v, w) for v in elements(meta[self.key]) for w in self.values)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "any": list(self.values)}
+
+
+@dataclass(frozen=True, eq=False)
+class Range(_Keyed):
+    """The metadata field ``key`` (or one of a list's elements) lies in the range: every bound given holds.
+
+    Bounds are all numbers, or all ISO-8601 date / datetime strings (``kind`` says which); ``bounds`` holds them
+    as compared: floats, or microseconds since 1970 UTC (``parse_date``)."""
+
+    key: str
+    gt: float | str | None = None
+    gte: float | str | None = None
+    lt: float | str | None = None
+    lte: float | str | None = None
+
+    def __post_init__(self) -> None:
+        _key_name("range", self.key)
+        given = {b: getattr(self, b) for b in BOUNDS if getattr(self, b) is not None}
+        where = f"range on {self.key!r}"
+        if not given:
+            raise FilterError(f"{where}: give at least one of gt, gte, lt, lte", self.key)
+        kinds = {kind_of(v) for v in given.values()}
+        if kinds == {"number"}:
+            if not all(math.isfinite(v) for v in given.values()):
+                raise FilterError(f"{where}: bounds must be finite numbers", self.key)
+            bounds = {b: float(v) for b, v in given.items()}
+        elif kinds == {"string"}:
+            bounds = {}
+            for b, v in given.items():
+                at = parse_date(v)
+                if at is None:
+                    raise FilterError(f"{where}: {b} {v!r} is not an ISO-8601 date or datetime (e.g. 2024-05-01 or "
+                                      "2024-05-01T12:00:00Z)", self.key)
+                bounds[b] = at
+        else:
+            raise FilterError(f"{where}: bounds must be all numbers or all ISO-8601 date strings, got "
+                              f"{', '.join(f'{b}={v!r}' for b, v in given.items())}", self.key)
+        object.__setattr__(self, "bounds", tuple(bounds.get(b) for b in BOUNDS))
+
+    # the bounds as compared (gt, gte, lt, lte; None where not given), set from those given
+    bounds: tuple[float | int | None, ...] = field(default=(), init=False, repr=False)
+
+    @property
+    def kind(self) -> Kind:
+        """``number`` or ``date``: what the bounds are, and which of the field's values they compare with."""
+        return "date" if any(isinstance(getattr(self, b), str) for b in BOUNDS) else "number"
+
+    def _key(self) -> tuple[Any, ...]:
+        return self.key, self.kind, self.bounds
+
+    def holds(self, x: float | int) -> bool:
+        """Whether a number (or a date, as microseconds) lies in the range."""
+        gt, gte, lt, lte = self.bounds
+        return ((gt is None or x > gt) and (gte is None or x >= gte) and (lt is None or x < lt)
+                and (lte is None or x <= lte))
+
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
+        if self.key not in meta:
+            return False
+        for v in elements(meta[self.key]):
+            x = (v if kind_of(v) == "number" and math.isfinite(v) else None) if self.kind == "number" else (
+                parse_date(v) if isinstance(v, str) else None)
+            if x is not None and self.holds(x):
+                return True
+        return False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "range": {b: getattr(self, b) for b in BOUNDS if getattr(self, b) is not None}}
+
+
+@dataclass(frozen=True, eq=False)
+class Not(_Keyed):
+    """The condition does not hold."""
+
+    condition: Condition
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.condition, CONDITION_TYPES):
+            raise FilterError(f"not: expected a condition, got {self.condition!r}")
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.condition,)
+
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
+        return not self.condition.matches(doc_id, title, meta)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"not": self.condition.to_json()}
+
+
+@dataclass(frozen=True, eq=False)
+class SearchFilter(_Keyed):
+    """Which documents a search may return: every part given holds (an absent one holds for every document).
+
+    doc_ids: the document is one of these ids (a list is accepted and kept as a sorted tuple).
+    title_prefix: the document's title starts with this text (case-sensitive).
+    meta: for every key, the document's metadata has the key with an equal value (a mapping is accepted and kept
+        as sorted ``(key, value)`` pairs); values are JSON scalars, and ``true`` is not ``1``.
+    must / should / must_not: conditions (``Match``, ``AnyOf``, ``Range``, ``Not`` or a nested ``SearchFilter``)
+        of which all / at least one / none hold (lists are kept as tuples).
+    """
+
+    doc_ids: tuple[str, ...] | None = None
+    title_prefix: str | None = None
+    meta: tuple[tuple[str, MetaValue], ...] | None = None
+    must: tuple[Condition, ...] | None = None
+    should: tuple[Condition, ...] | None = None
+    must_not: tuple[Condition, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.doc_ids is not None:
+            ids = self.doc_ids
+            if isinstance(ids, str) or not isinstance(ids, Iterable) or not all(isinstance(i, str) for i in ids):
+                raise FilterError(f"filter doc_ids must be a list of strings, got {ids!r}")
+            ids = tuple(sorted(set(ids)))
+            if not ids:
+                raise FilterError("filter doc_ids is empty; give at least one document id or leave it out")
+            object.__setattr__(self, "doc_ids", ids)
+        if self.title_prefix is not None and not isinstance(self.title_prefix, str):
+            raise FilterError(f"filter title_prefix must be a string, got {self.title_prefix!r}")
+        if self.meta is not None:
+            pairs = list(self.meta.items()) if isinstance(self.meta, Mapping) else list(self.meta)
+            for pair in pairs:
+                if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+                    raise FilterError(f"filter meta must map keys to values, got {pair!r}")
+                _scalar(f"filter meta {pair[0]!r}", pair[1], pair[0])
+            if len({k for k, _ in pairs}) != len(pairs):
+                raise FilterError("filter meta names a key twice")
+            object.__setattr__(self, "meta", tuple(sorted(pairs, key=lambda kv: kv[0])))
+        for part in ("must", "should", "must_not"):
+            conditions = getattr(self, part)
+            if conditions is None:
+                continue
+            if isinstance(conditions, str | Mapping) or not isinstance(conditions, Iterable):
+                raise FilterError(f"filter {part} must be a list of conditions, got {conditions!r}")
+            conditions = tuple(conditions)
+            if not conditions:
+                raise FilterError(f"filter {part} is empty; give at least one condition or leave it out")
+            for c in conditions:
+                if not isinstance(c, CONDITION_TYPES):
+                    raise FilterError(f"filter {part}: expected conditions (Match, AnyOf, Range, Not, SearchFilter), "
+                                      f"got {c!r}")
+            object.__setattr__(self, part, conditions)
+        size, depth = _size(self)
+        if size > MAX_FILTER_CONDITIONS or depth > MAX_FILTER_DEPTH:
+            raise FilterError(f"filter too large: {size} conditions nested {depth} deep (at most "
+                              f"{MAX_FILTER_CONDITIONS} conditions, {MAX_FILTER_DEPTH} deep)")
+
+    def _key(self) -> tuple[Any, ...]:
+        meta = None if self.meta is None else tuple((k, _tagged(v)) for k, v in self.meta)
+        return self.doc_ids, self.title_prefix, meta, self.must, self.should, self.must_not
+
+    def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
+        """Whether a document (its id, title and metadata) passes the filter: the definition, one document at a
+        time (a search evaluates the filter over the index's field index, ``core.fieldindex``)."""
+        if self.doc_ids is not None and doc_id not in self.doc_ids:
+            return False
+        if self.title_prefix is not None and not title.startswith(self.title_prefix):
+            return False
+        if not all(Match(key, value).matches(doc_id, title, meta) for key, value in self.meta or ()):
+            return False
+        args = (doc_id, title, meta)
+        return (all(c.matches(*args) for c in self.must or ()) and
+                (self.should is None or any(c.matches(*args) for c in self.should)) and
+                not any(c.matches(*args) for c in self.must_not or ()))
+
+    def leaves(self) -> Iterator[Match | AnyOf | Range]:
+        """Every field condition of the tree (``meta`` pairs as ``Match``), for checks against the index's fields."""
+        for key, value in self.meta or ():
+            yield Match(key, value)
+        for c in (*(self.must or ()), *(self.should or ()), *(self.must_not or ())):
+            while isinstance(c, Not):
+                c = c.condition
+            if isinstance(c, SearchFilter):
+                yield from c.leaves()
+            else:
+                yield c
+
+    def to_json(self) -> dict[str, Any]:
+        """The filter's JSON form (what ``from_json`` reads; the HTTP ``filter`` field)."""
+        out: dict[str, Any] = {}
+        if self.doc_ids is not None:
+            out["doc_ids"] = list(self.doc_ids)
+        if self.title_prefix is not None:
+            out["title_prefix"] = self.title_prefix
+        if self.meta is not None:
+            out["meta"] = dict(self.meta)
+        for part in ("must", "should", "must_not"):
+            if getattr(self, part) is not None:
+                out[part] = [c.to_json() for c in getattr(self, part)]
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> SearchFilter:
+        """A filter from its JSON form; FilterError naming what is wrong (an unknown key, a condition of no form)."""
+        return _filter_from_json(obj, "filter")
+
+
+Condition = Union[Match, AnyOf, Range, Not, SearchFilter]  # noqa: UP007  (a runtime alias of classes defined above)
+CONDITION_TYPES = (Match, AnyOf, Range, Not, SearchFilter)
+FILTER_KEYS = ("doc_ids", "title_prefix", "meta", "must", "should", "must_not")
+
+
+def _size(c: Condition) -> tuple[int, int]:
+    """(conditions, depth) of a condition tree."""
+    if isinstance(c, Not):
+        size, depth = _size(c.condition)
+        return size + 1, depth + 1
+    if isinstance(c, SearchFilter):
+        parts = [_size(x) for x in (*(c.must or ()), *(c.should or ()), *(c.must_not or ()))]
+        return 1 + sum(s for s, _ in parts), 1 + max((d for _, d in parts), default=0)
+    return 1, 0
+
+
+def _filter_from_json(obj: Any, where: str) -> SearchFilter:
+    if not isinstance(obj, Mapping):
+        raise FilterError(f"{where}: expected a JSON object, got {obj!r}")
+    unknown = sorted(set(obj) - set(FILTER_KEYS))
+    if unknown:
+        raise FilterError(f"{where}: unknown key {unknown[0]!r} (a filter has {', '.join(FILTER_KEYS)}; a condition "
+                          "has key with match, any or range, or not)")
+    parts: dict[str, Any] = {k: obj[k] for k in FILTER_KEYS[:3] if obj.get(k) is not None}
+    if isinstance(parts.get("meta"), Mapping):
+        parts["meta"] = tuple(parts["meta"].items())
+    for part in FILTER_KEYS[3:]:
+        if obj.get(part) is not None:
+            if not isinstance(obj[part], list):
+                raise FilterError(f"{where}.{part}: expected a list of conditions, got {obj[part]!r}")
+            parts[part] = tuple(condition_from_json(c, f"{where}.{part}[{i}]") for i, c in enumerate(obj[part]))
+    return SearchFilter(**parts)
+
+
+def condition_from_json(obj: Any, where: str = "condition") -> Condition:
+    """One condition from its JSON form (``where`` names its place in errors)."""
+    if not isinstance(obj, Mapping):
+        raise FilterError(f"{where}: expected a JSON object, got {obj!r}")
+    if "not" in obj:
+        if len(obj) != 1:
+            raise FilterError(f"{where}: a not condition has no other keys, got {sorted(obj)}")
+        return Not(condition_from_json(obj["not"], f"{where}.not"))
+    if "key" not in obj:
+        return _filter_from_json(obj, where)
+    forms = [f for f in ("match", "any", "range") if f in obj]
+    extra = sorted(set(obj) - {"key", "match", "any", "range"})
+    if len(forms) != 1 or extra:
+        raise FilterError(f"{where}: a field condition has key and exactly one of match, any or range, got "
+                          f"{sorted(obj)}", obj.get("key") if isinstance(obj.get("key"), str) else None)
+    key, value = obj["key"], obj[forms[0]]
+    if forms[0] == "match":
+        return Match(key, value)
+    if forms[0] == "any":
+        if not isinstance(value, list):
+            raise FilterError(f"{where}.any: expected a list of values, got {value!r}", key)
+        return AnyOf(key, tuple(value))
+    if not isinstance(value, Mapping) or set(value) - set(BOUNDS):
+        raise FilterError(f"{where}.range: expected an object of gt, gte, lt, lte, got {value!r}", key)
+    return Range(key, **value)

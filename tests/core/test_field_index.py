@@ -1,0 +1,337 @@
+"""The filter language (range, any, not, must/should/must_not) over the field index, against a brute-force scan.
+
+Oracle: an evaluator written here, over the filter's JSON form and each document's metadata one at a time (with
+``datetime`` for dates); it must agree with ``FieldIndex`` (built in memory, and saved and loaded) on hundreds of
+random documents and random nested filters, and with ``SearchFilter.matches`` (the per-document definition). Then
+the errors (an unknown field, a range over strings, a date that does not parse: FilterError naming the field), the
+selection (deleted documents removed, passages expanded, the faiss selector) and the cache's byte budget.
+
+    .venv/bin/python -m pytest -q tests/core/test_field_index.py
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from types import SimpleNamespace
+
+import faiss
+import numpy as np
+import pytest
+
+from spanseek.core.fieldindex import FieldIndex
+from spanseek.core.filters import AnyOf, FilterError, Match, Not, Range, SearchFilter
+from spanseek.core.selection import Layout, Selections, select
+
+LANGS = ["en", "fr", "de", "nl"]
+TAGS = ["news", "sport", "tech", "arts", "food", "2024-01-01"]
+N_DOCS = 400
+
+
+def _date(rng: random.Random) -> str:
+    day = dt.date(2019, 1, 1) + dt.timedelta(days=rng.randrange(6 * 365))
+    if rng.random() < 0.5:
+        return day.isoformat()
+    t = dt.datetime.combine(day, dt.time(rng.randrange(24), rng.randrange(60)))
+    return t.isoformat() + rng.choice(["", "Z", "+02:00"])
+
+
+def random_docs(seed: int, n: int = N_DOCS) -> list[dict]:
+    """Documents with numeric, date, string, list, boolean and mixed fields, each sometimes missing."""
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        meta: dict = {}
+        maybe = {
+            "year": lambda: rng.randrange(1990, 2025),
+            "score": lambda: round(rng.uniform(-5, 5), 2),
+            "date": lambda: _date(rng),
+            "lang": lambda: rng.choice(LANGS),
+            "tags": lambda: rng.sample(TAGS, rng.randrange(0, 4)),
+            "draft": lambda: rng.random() < 0.3,
+            "mixed": lambda: rng.choice([None, 1, 2.5, "1", True, [1, "x"], {"nested": 1}]),
+        }
+        for key, make in maybe.items():
+            if rng.random() < 0.85:
+                meta[key] = make()
+        docs.append({"id": f"doc{i}", "title": rng.choice(["Alpha ", "Alps ", "Beta ", "Álvaro ", ""]) + str(i),
+                     **({"meta": meta} if meta else {})})
+    return docs
+
+
+# --- the oracle: the filter's JSON form, one document at a time -------------------------------------------------
+
+
+def _as_date(v) -> dt.datetime | None:
+    if not isinstance(v, str) or len(v) < 10 or v[4] != "-" or v[7] != "-":
+        return None
+    try:
+        t = dt.datetime.fromisoformat(v)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def _scalars(v) -> list:
+    return [x for x in (v if isinstance(v, list) else [v]) if not isinstance(x, dict | list)]
+
+
+def _equal(a, b) -> bool:
+    return type(a) is bool and type(b) is bool and a == b or (
+        type(a) is not bool and type(b) is not bool and a == b)
+
+
+def _in_range(x, bounds: dict) -> bool:
+    ops = {"gt": lambda b: x > b, "gte": lambda b: x >= b, "lt": lambda b: x < b, "lte": lambda b: x <= b}
+    return all(ops[op](b) for op, b in bounds.items())
+
+
+def oracle(cond: dict, doc: dict) -> bool:
+    meta = doc.get("meta", {})
+    if "not" in cond:
+        return not oracle(cond["not"], doc)
+    if "key" in cond:
+        if cond["key"] not in meta:
+            return False
+        values = _scalars(meta[cond["key"]])
+        if "match" in cond:
+            return any(_equal(v, cond["match"]) for v in values)
+        if "any" in cond:
+            return any(_equal(v, w) for v in values for w in cond["any"])
+        bounds = cond["range"]
+        if isinstance(next(iter(bounds.values())), str):
+            dates = [d for d in map(_as_date, values) if d is not None]
+            return any(_in_range(d, {op: _as_date(b) for op, b in bounds.items()}) for d in dates)
+        return any(_in_range(v, bounds) for v in values if type(v) in (int, float))
+    ok = True
+    if "doc_ids" in cond:
+        ok &= doc["id"] in cond["doc_ids"]
+    if "title_prefix" in cond:
+        ok &= doc["title"].startswith(cond["title_prefix"])
+    for key, value in cond.get("meta", {}).items():
+        ok &= oracle({"key": key, "match": value}, doc)
+    ok &= all(oracle(c, doc) for c in cond.get("must", []))
+    ok &= "should" not in cond or any(oracle(c, doc) for c in cond["should"])
+    ok &= not any(oracle(c, doc) for c in cond.get("must_not", []))
+    return ok
+
+
+# --- random filters ---------------------------------------------------------------------------------------------
+
+
+def random_leaf(rng: random.Random) -> dict:
+    form = rng.choice(["year", "score", "date", "lang", "tags", "draft", "mixed", "any", "not", "ids", "title"])
+    if form == "year":
+        a = rng.randrange(1988, 2027)
+        op1, op2 = rng.choice(["gt", "gte"]), rng.choice(["lt", "lte"])
+        bounds = rng.choice([{op1: a}, {op2: a}, {op1: a, op2: a + rng.randrange(0, 12)}, {"gte": a, "lte": a}])
+        return {"key": "year", "range": bounds} if rng.random() < 0.8 else {"key": "year", "match": a}
+    if form == "score":
+        return {"key": "score", "range": {rng.choice(["gt", "gte", "lt", "lte"]): round(rng.uniform(-6, 6), 2)}}
+    if form == "date":
+        a, b = sorted([_date(rng), _date(rng)], key=lambda s: _as_date(s))  # type: ignore[arg-type, return-value]
+        return {"key": "date", "range": rng.choice([{"gte": a}, {"lt": b}, {"gt": a, "lte": b}])}
+    if form == "lang":
+        return {"key": "lang", "match": rng.choice(LANGS)}
+    if form == "tags":
+        return {"key": "tags", "match": rng.choice(TAGS)}
+    if form == "draft":
+        return {"key": "draft", "match": rng.random() < 0.5}
+    if form == "mixed":
+        return {"key": "mixed", "match": rng.choice([None, 1, 1.0, "1", True, 2.5, "x"])}
+    if form == "any":
+        key, pool = rng.choice([("lang", LANGS), ("tags", TAGS), ("year", list(range(1990, 2025)))])
+        return {"key": key, "any": rng.sample(pool, rng.randrange(1, 4))}
+    if form == "not":
+        return {"not": random_leaf(rng)}
+    if form == "ids":
+        return {"doc_ids": [f"doc{rng.randrange(N_DOCS + 20)}" for _ in range(rng.randrange(1, 60))]}
+    return {"title_prefix": rng.choice(["Al", "Alp", "Alps 1", "Á", "B", "", "Z"])}
+
+
+def random_filter(rng: random.Random, depth: int = 0) -> dict:
+    out: dict = {}
+    for part in ("must", "should", "must_not"):
+        if rng.random() < 0.55:
+            out[part] = [random_filter(rng, depth + 1) if depth < 3 and rng.random() < 0.3 else random_leaf(rng)
+                         for _ in range(rng.randrange(1, 4))]
+    if rng.random() < 0.2:
+        out["meta"] = {"lang": rng.choice(LANGS)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict]:
+    return random_docs(seed=5)
+
+
+@pytest.fixture(scope="module", params=["built", "saved and loaded"])
+def fields(request, docs, tmp_path_factory) -> FieldIndex:
+    built = FieldIndex.build(docs)
+    if request.param == "built":
+        return built
+    path = tmp_path_factory.mktemp("fields") / "doc_fields.npz"
+    built.save(path)
+    return FieldIndex.load(path, docs)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_nested_filters_select_what_a_scan_selects(docs, fields, seed):
+    rng = random.Random(seed)
+    sizes = []
+    for _ in range(60):
+        obj = random_filter(rng)
+        flt = SearchFilter.from_json(obj)
+        want = np.array([oracle(obj, d) for d in docs])
+        got = fields.documents_of(flt)
+        assert got.dtype == bool and got.shape == (len(docs),)
+        assert np.array_equal(got, want), obj
+        assert [flt.matches(d["id"], d["title"], d.get("meta", {})) for d in docs] == want.tolist(), obj
+        assert SearchFilter.from_json(flt.to_json()) == flt
+        sizes.append(int(want.sum()))
+    assert min(sizes) < len(docs) // 4 and max(sizes) > len(docs) // 2  # the filters select few and many
+
+
+@pytest.mark.parametrize("obj", [
+    {"must": [{"key": "year", "range": {"gte": 2000, "lt": 2010}}]},
+    {"must": [{"key": "year", "range": {"gt": 2000.5}}]},
+    {"must": [{"key": "score", "range": {"lte": 0}}]},
+    {"must": [{"key": "date", "range": {"gte": "2021-03-01", "lt": "2022-01-01T00:00:00Z"}}]},
+    {"must": [{"key": "date", "range": {"gt": "2021-03-01T10:00:00+02:00"}}]},
+    {"must": [{"key": "tags", "any": ["news", "food"]}]},
+    {"must": [{"key": "tags", "range": {"gte": "2024-01-01"}}]},  # a list element that is a date
+    {"must": [{"key": "lang", "any": ["en", "xx"]}], "must_not": [{"key": "draft", "match": True}]},
+    {"should": [{"key": "lang", "match": "fr"}, {"key": "year", "range": {"lt": 1995}}]},
+    {"must": [{"not": {"key": "tags", "match": "sport"}}]},  # documents without tags too
+    {"must": [{"not": {"not": {"key": "lang", "match": "de"}}}]},
+    {"must_not": [{"should": [{"key": "lang", "match": "en"}, {"key": "lang", "match": "fr"}]}]},
+    {"must": [{"key": "mixed", "match": None}]},
+    {"must": [{"key": "mixed", "match": 1}]},  # 1 and 1.0, and the list [1, "x"]; not true, not "1"
+    {"must": [{"key": "mixed", "match": True}]},
+    {"must": [{"key": "year", "match": 2001.0}]},
+    {"doc_ids": [f"doc{i}" for i in range(0, 200, 3)] + ["nope"], "title_prefix": "Al"},
+    {"title_prefix": "Á"},
+])
+def test_each_form_selects_what_a_scan_selects(docs, fields, obj):
+    want = np.array([oracle(obj, d) for d in docs])
+    assert want.any() and np.array_equal(fields.documents_of(SearchFilter.from_json(obj)), want)
+
+
+def test_python_conditions_are_the_json_ones_and_hash_as_values():
+    flt = SearchFilter(must=[Range("year", gte=2000), AnyOf("tags", ["a", "b"])],  # type: ignore[arg-type]
+                       must_not=[Not(Match("draft", True))])
+    assert flt == SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 2000}},
+                                                   {"key": "tags", "any": ["b", "a"]}],
+                                          "must_not": [{"not": {"key": "draft", "match": True}}]})
+    assert Match("x", True) != Match("x", 1) and hash(Match("x", 1)) == hash(Match("x", 1.0))
+    assert Range("d", gte="2024-01-01") == Range("d", gte="2024-01-01T00:00:00Z")  # the same instant
+    assert Range("d", gte="2024-01-01").kind == "date" and Range("y", lt=3).kind == "number"
+
+
+@pytest.mark.parametrize(("obj", "message"), [
+    ({"must": [{"key": "date", "range": {"gte": "yesterday"}}]}, "'yesterday' is not an ISO-8601 date"),
+    ({"must": [{"key": "date", "range": {"gte": "2024-02-30"}}]}, "not an ISO-8601 date"),
+    ({"must": [{"key": "year", "range": {"gte": 1, "lt": "2024-01-01"}}]}, "all numbers or all ISO-8601"),
+    ({"must": [{"key": "year", "range": {"gte": True}}]}, "all numbers or all ISO-8601"),
+    ({"must": [{"key": "year", "range": {}}]}, "at least one of gt, gte, lt, lte"),
+    ({"must": [{"key": "year", "range": {"from": 1}}]}, "an object of gt, gte, lt, lte"),
+    ({"must": [{"key": "year", "match": 1, "any": [1]}]}, "exactly one of match, any or range"),
+    ({"must": [{"key": "tags", "any": []}]}, "the list of values is empty"),
+    ({"must": [{"key": "tags", "any": [["a"]]}]}, "a value must be a string"),
+    ({"must": []}, "must is empty"),
+    ({"must": {"key": "x", "match": 1}}, "expected a list of conditions"),
+    ({"nope": 1}, "unknown key 'nope'"),
+    ({"must": [{"not": {"key": "x", "match": 1}, "key": "y"}]}, "a not condition has no other keys"),
+])
+def test_malformed_filters_name_what_is_wrong(obj, message):
+    with pytest.raises(FilterError, match=message):
+        SearchFilter.from_json(obj)
+
+
+@pytest.mark.parametrize(("obj", "field", "message"), [
+    ({"meta": {"colour": "red"}}, "colour", "no document has it"),
+    ({"must": [{"not": {"key": "colour", "any": ["red"]}}]}, "colour", "no document has it"),
+    ({"must": [{"key": "lang", "range": {"gte": 1}}]}, "lang", "a range of numbers, but the field holds string"),
+    ({"should": [{"key": "year", "range": {"gte": "2024-01-01"}}]}, "year", "a range of ISO-8601 dates"),
+    ({"must": [{"key": "lang", "range": {"gte": "2024-01-01"}}]}, "lang", "a range of ISO-8601 dates"),
+    ({"must_not": [{"key": "year", "match": "2001"}]}, "year", '"2001" is a string, but the field holds number'),
+    ({"must": [{"key": "draft", "any": [1]}]}, "draft", "1 is a number, but the field holds boolean"),
+])
+def test_unknown_fields_and_kind_mismatches_name_the_field(fields, obj, field, message):
+    flt = SearchFilter.from_json(obj)
+    for call in (fields.check, fields.documents_of):
+        with pytest.raises(FilterError, match=message) as e:
+            call(flt)
+        assert e.value.field == field and repr(field) in str(e.value)
+
+
+# --- selections --------------------------------------------------------------------------------------------------
+
+
+def fake_index(docs: list[dict], deleted: list[int], seed: int = 0) -> SimpleNamespace:
+    """What ``select`` reads of an index: documents, deletions, passages of 1-3 per document, tokens per passage."""
+    rng = np.random.default_rng(seed)
+    passage_doc = np.repeat(np.arange(len(docs)), rng.integers(1, 4, len(docs)))
+    lengths = rng.integers(1, 9, len(passage_doc))
+    passage_tokens = np.concatenate([[0], np.cumsum(lengths)])
+    token_passage = np.repeat(np.arange(len(passage_doc)), lengths).astype(np.int32)
+    return SimpleNamespace(docs=docs, deleted_docs=np.asarray(deleted, dtype=np.int64), fields=FieldIndex.build(docs),
+                           passage_tokens=passage_tokens, token_passage=token_passage, num_tokens=len(token_passage),
+                           units={"doc": passage_doc, "passage": np.arange(len(passage_doc))})
+
+
+def test_a_selection_allows_the_tokens_of_live_documents_that_pass(docs):
+    index = fake_index(docs, deleted=[3, 10, 11])
+    obj = {"must": [{"key": "year", "range": {"gte": 2005}}], "must_not": [{"key": "tags", "match": "news"}]}
+    layout = Layout(index, index.units)  # type: ignore[arg-type]
+    sel = select(index, SearchFilter.from_json(obj), layout)  # type: ignore[arg-type]
+    live = np.array([oracle(obj, d) and i not in (3, 10, 11) for i, d in enumerate(docs)])
+    assert np.array_equal(sel.docs, live) and np.array_equal(sel.passages, live[index.units["doc"]])
+    tokens = live[index.units["doc"]][index.token_passage]
+    assert [sel.selector.is_member(t) for t in range(index.num_tokens)] == tokens.tolist()
+    assert sel.unit_count == {"doc": int(live.sum()), "passage": int(sel.passages.sum())}
+    assert sel.token_share == pytest.approx(tokens.mean())
+    n_passages = len(index.units["passage"])
+    assert sel.nbytes == len(docs) + n_passages + -(-n_passages // 8)  # nothing per token
+    unfiltered = select(index, None, layout)  # type: ignore[arg-type]
+    assert np.array_equal(unfiltered.docs, np.isin(np.arange(len(docs)), [3, 10, 11], invert=True))
+    whole = select(fake_index(docs, deleted=[]), None, layout)  # type: ignore[arg-type]
+    assert whole.selector is None and whole.unit_count["doc"] == len(docs)
+
+
+def test_the_selector_filters_a_faiss_search(docs):
+    index = fake_index(docs, deleted=[0])
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((index.num_tokens, 8)).astype(np.float32)
+    flat = faiss.IndexFlatIP(8)
+    flat.add(vectors)
+    flt = SearchFilter.from_json({"must": [{"key": "lang", "match": "de"}]})
+    sel = select(index, flt, Layout(index, index.units))  # type: ignore[arg-type]
+    params = faiss.SearchParameters()
+    params.sel = sel.selector
+    _, ids = flat.search(vectors[:5], 20, params=params)
+    allowed = np.flatnonzero(sel.passages[index.token_passage])
+    scores = vectors[:5] @ vectors[allowed].T
+    want = allowed[np.argsort(-scores, axis=1, kind="stable")[:, :20]]
+    assert np.array_equal(np.sort(ids, axis=1), np.sort(want, axis=1))
+
+
+def test_the_cache_keeps_recent_selections_within_its_byte_budget(docs):
+    index = fake_index(docs, deleted=[])
+    filters = [SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 1990 + i}}]}) for i in range(12)]
+    one = select(index, filters[0], Layout(index, index.units)).nbytes  # type: ignore[arg-type]
+    cache = Selections(index, index.units, max_bytes=3 * one)  # type: ignore[arg-type]
+    for flt in filters:
+        cache.get(flt)
+        assert cache.nbytes == sum(s.nbytes for s in cache.recent.values()) <= 3 * one
+    assert list(cache.recent) == filters[-3:]
+    first = cache.get(filters[-3])  # a hit: the same selection, now the most recent
+    assert cache.get(filters[-3]) is first and list(cache.recent)[-1] == filters[-3]
+    cache.get(filters[0])
+    assert filters[-2] not in cache.recent and len(cache.recent) == 3  # the least recently used left
+    tiny = Selections(index, index.units, max_bytes=0)  # type: ignore[arg-type]
+    for flt in filters[:3]:
+        tiny.get(flt)
+        assert list(tiny.recent) == [flt]  # the newest is kept, alone
+    with pytest.raises(ValueError, match="byte budget"):
+        Selections(index, index.units, max_bytes=-1)  # type: ignore[arg-type]

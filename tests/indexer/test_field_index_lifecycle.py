@@ -1,0 +1,135 @@
+"""The field index (``doc_fields.npz``) through build, add, upsert, delete and compact, and in older indexes.
+
+Oracle: after each change, the documents a filter selects in the reopened index (the field index with the deletion
+mask) are those a scan of the live documents' metadata passes (``SearchFilter.matches``); the file is recorded in
+the manifest; an index without it (built before it) filters the same from a field index built in memory, and gains
+the file with its next add.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_field_index_lifecycle.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from spanseek.core import store
+from spanseek.core.filters import FilterError, SearchFilter
+from spanseek.core.selection import allowed_documents
+from spanseek.core.store import PhraseIndex
+from spanseek.indexer.add import add_documents, upsert_documents
+from spanseek.indexer.build import BuildOptions, build_index
+from spanseek.indexer.lifecycle import compact_index, delete_documents
+from tests.conftest import make_corpus
+
+FILTERS = [
+    {"must": [{"key": "year", "range": {"gte": 2001}}]},
+    {"must": [{"key": "date", "range": {"lt": "2020-03-01"}}], "must_not": [{"key": "tags", "match": "b"}]},
+    {"should": [{"key": "lang", "match": "fr"}, {"key": "tags", "any": ["c"]}]},
+    {"doc_ids": ["d1", "d4", "n0", "n1"]},
+    {"title_prefix": "Title 1"},
+]
+
+
+def _opts() -> BuildOptions:
+    return BuildOptions(factory="Flat", shard_passages=30, progress=False, precision="fp32", gpu=False)
+
+
+def _docs(prefix: str, n: int, seed: int) -> list[dict]:
+    docs = make_corpus(seed=seed, n_docs=n, n_paras=2)
+    for i, d in enumerate(docs):
+        d["id"] = f"{prefix}{i}"
+        d["meta"] = {"lang": "en" if (i + seed) % 2 else "fr", "year": 1999 + (i + seed) % 4,
+                     "date": f"2020-0{1 + (i + seed) % 4}-15", "tags": ["a", "b", "c"][: 1 + (i + seed) % 3]}
+    return docs
+
+
+def _write(path, docs):
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def _check(index_dir) -> PhraseIndex:
+    """Every filter selects, in the reopened index, what a scan of its live documents passes."""
+    index = PhraseIndex(index_dir)
+    dead = set(index.deleted_docs.tolist())
+    for obj in FILTERS:
+        flt = SearchFilter.from_json(obj)
+        want = [i not in dead and flt.matches(d["id"], d["title"], d.get("meta", {})) for i, d in enumerate(index.docs)]
+        got = allowed_documents(index, flt)
+        assert got is not None and got.tolist() == want, obj
+    return index
+
+
+def test_the_field_index_follows_every_change(tmp_path, tiny_model_dir):
+    idx = tmp_path / "idx"
+    build_index(_write(tmp_path / "c.jsonl", _docs("d", 6, 0)), tiny_model_dir, idx, _opts())
+    assert store.FIELDS in store.Manifest.load(idx).files  # type: ignore[operator]
+    _check(idx)
+    add_documents(idx, _write(tmp_path / "more.jsonl", _docs("n", 2, 1)), tiny_model_dir, _opts())
+    assert len(_check(idx).fields.ids) == 8
+    changed = _docs("d", 2, 5)  # d0 and d1 with other metadata
+    upsert_documents(idx, _write(tmp_path / "up.jsonl", changed), tiny_model_dir, _opts())
+    index = _check(idx)
+    live = np.flatnonzero(allowed_documents(index, SearchFilter.from_json({"doc_ids": ["d1"]})))
+    assert [index.docs[i].get("meta") for i in live] == [changed[1]["meta"]]  # the new version, not the old
+    delete_documents(idx, ["d4", "n0"])
+    _check(idx)
+    compact_index(idx, _opts())
+    index = _check(idx)
+    assert len(index.fields.ids) == len(index.docs) == 8 - 2 and not len(index.deleted_docs)
+    with pytest.raises(FilterError, match="'colour': no document has it"):
+        index.fields.check(SearchFilter.from_json({"meta": {"colour": "red"}}))
+
+
+def test_an_index_built_before_the_field_index_filters_and_gains_it_on_add(tmp_path, tiny_model_dir):
+    idx = tmp_path / "old"
+    build_index(_write(tmp_path / "c.jsonl", _docs("d", 5, 2)), tiny_model_dir, idx, _opts())
+    (idx / store.FIELDS).unlink()  # as an older spanseek wrote it: no file, none recorded
+    old = store.Manifest.load(idx)
+    store.Manifest.create(idx, old.to_dict()).write(idx)
+    assert store.FIELDS not in store.Manifest.load(idx).files  # type: ignore[operator]
+    index = _check(idx)
+    assert index._fields is not None  # built in memory at the first filter
+    add_documents(idx, _write(tmp_path / "more.jsonl", _docs("n", 2, 3)), tiny_model_dir, _opts())
+    assert (idx / store.FIELDS).is_file() and store.FIELDS in store.Manifest.load(idx).files  # type: ignore[operator]
+    _check(idx)
+
+
+def test_a_field_index_of_other_documents_is_refused_naming_the_file(tmp_path, tiny_model_dir):
+    idx = tmp_path / "idx"
+    build_index(_write(tmp_path / "c.jsonl", _docs("d", 4, 0)), tiny_model_dir, idx, _opts())
+    from spanseek.core.fieldindex import FieldIndex
+
+    FieldIndex.build(_docs("d", 3, 0)).save(idx / store.FIELDS)
+    store.Manifest.create(idx, store.Manifest.load(idx).to_dict()).write(idx)  # recorded, but for 3 documents
+    with pytest.raises(store.IndexFormatError, match="doc_fields.npz.*3 documents, the document store has 4"):
+        PhraseIndex(idx)
+
+
+@pytest.mark.parametrize(("flt", "message"), [
+    ('{"must": [{"key": "lang", "match": "en"}]}', "filter field 'lang': no document has it"),
+    ('{"must": [{"key": "date", "range": {"lt": "soon"}}]}', "--filter: range on 'date': lt 'soon' is not an ISO"),
+    ('{"must": [{"key": "x"}]}', "--filter: filter.must[0]: a field condition has key and exactly one of"),
+    ("{must: 1}", "--filter: not JSON"),
+])
+def test_cli_filter_errors_are_one_line_naming_the_field(tiny_index, tiny_model_dir, capsys, flt, message):
+    from spanseek.cli import main
+
+    assert main(["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--device", "cpu",
+                 "--filter", flt, "a question"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_filter_combines_with_the_older_flags(tiny_index, tiny_model_dir, tmp_path, capsys):
+    from spanseek.cli import main
+
+    (tmp_path / "f.json").write_text('{"should": [{"doc_ids": ["d1", "d2"]}, {"title_prefix": "Title 4"}]}')
+    assert main(["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--device", "cpu", "--unit",
+                 "doc", "--top-k", "10", "--filter", f"@{tmp_path / 'f.json'}", "--doc-ids", "d2,d4,d5",
+                 "a question"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert sorted(h["doc_id"] for h in hits) == ["d2", "d4"]
