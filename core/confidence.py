@@ -3,9 +3,11 @@
 A hit's ``confidence`` is the probability that it is a correct answer: for the phrase unit, that the phrase matches a
 gold answer exactly (``core.metrics.exact_match``); for the passage unit, that the passage contains a gold answer
 (``core.metrics.passage_has_answer``); for the doc unit, that the document is the question's gold document. It is
-computed from the hit's place in its question's ranked list (``hit_features``), with one logistic model per unit and
-search mode, fitted on training questions over a corpus that lacks the answer for part of them
-(``spanseek train calibrate``, ``trainer.calibrate``). The fitted coefficients are plain numbers in
+computed from the hit's place in its question's ranked list (``hit_features``), with two logistic models per unit and
+search mode fitted on training questions searched with and without their article (``spanseek train calibrate``,
+``trainer.calibrate``): one for whether the hit is correct when the answer is in the index, one for whether the
+answer is in the index. Their product, at the share of questions without an answer in the index that the caller
+expects (``unanswerable_prior``, default 0), is the confidence (``Calibrator.predict``). The fitted coefficients are plain numbers in
 ``calibration.json`` next to the model's weights (``CALIBRATION_NAME``): the scores a calibrator reads are the
 model's, so a calibrator belongs to the model that made them and is refused for another one (fingerprint check);
 without one, hits carry ``confidence = None``. Applying it needs only numpy.
@@ -17,7 +19,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -29,7 +31,7 @@ from spanseek.core.metrics import normalize_answer
 log = logging.getLogger(__name__)
 
 CALIBRATION_NAME = "calibration.json"
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: a correctness and a presence model per unit/mode (1: one model, still read)
 # the ranked list the features are read from is at least this deep per unit (the served page may be shorter):
 # the softmax feature normalises over these first hits. Documents are few and a deep document search is costly.
 FEATURE_DEPTH = {"phrase": 10, "passage": 10, "doc": 5}
@@ -145,13 +147,30 @@ def check_header(d: dict[str, Any], version: int, features: Sequence[str]) -> No
         raise ValueError(f"features {d.get('features')}, this spanseek computes {list(features)}")
 
 
+def prior_shift(present_logit: np.ndarray, prior: float) -> np.ndarray:
+    """P(answer in the index | hit) from the log-odds of a model fitted with as many answer-absent lists as present
+    ones, moved (Bayes' rule: the odds scale with the prior odds) to a world where a share ``prior`` of the questions
+    has no answer in the index."""
+    if prior <= 0.0:
+        return np.ones_like(present_logit)
+    if prior >= 1.0:
+        return np.zeros_like(present_logit)
+    shifted = present_logit + math.log((1.0 - prior) / prior)
+    return 1.0 / (1.0 + np.exp(-np.clip(shifted, -50, 50)))
+
+
 @dataclass(frozen=True)
 class Calibrator(FittedFile):
-    """One logistic model per ``"unit/mode"`` (e.g. ``"phrase/hybrid"``) and what they were fitted on."""
+    """Per ``"unit/mode"`` (e.g. ``"phrase/hybrid"``) two logistic models and what they were fitted on: ``models``,
+    P(the hit is correct | its features, the answer is in the index), and ``present``, P(the answer is in the index |
+    the hit's features) fitted on as many lists without the answer as with it. A hit's confidence is their product
+    at the share of unanswerable questions the caller expects (``unanswerable_prior``; 0: every answer is in the
+    index). A version-1 file has one model per unit/mode fitted on half unanswerable lists, used at any prior."""
 
     models: dict[str, LogisticModel]
     model_fingerprint: str
     fitted_on: dict[str, Any]
+    present: dict[str, LogisticModel] = field(default_factory=dict)
     kind: ClassVar[str] = "calibration"
     refit: ClassVar[str] = "refit it with `spanseek train calibrate`"
     error: ClassVar[type[ValueError]] = CalibrationError
@@ -172,29 +191,43 @@ class Calibrator(FittedFile):
         same_fusion = unit == "phrase" or fitted.get("fusion") == fusion  # phrases always fuse by score
         return same_fusion and w is not None and weight is not None and math.isclose(float(w), weight)
 
+    def predict(self, key: str, x: np.ndarray, unanswerable_prior: float = 0.0) -> np.ndarray:
+        """(n,) confidences of (n, F) features under ``key`` (``"unit/mode"``) at the prior."""
+        p = self.models[key].predict(x)
+        present = self.present.get(key)
+        return p if present is None else p * prior_shift(present.logit(x), unanswerable_prior)
+
     def confidences(self, unit: str, mode: str, scores: Sequence[float], dense: Sequence[float | None],
-                    lexical: Sequence[float | None], texts: Sequence[str]) -> list[float] | None:
+                    lexical: Sequence[float | None], texts: Sequence[str],
+                    unanswerable_prior: float = 0.0) -> list[float] | None:
         """Confidence of each of one question's ranked hits; None when no model was fitted for unit/mode."""
-        model = self.models.get(f"{unit}/{mode}")
-        if model is None or not len(scores):
-            return None if model is None else []
-        return [round(float(p), 4) for p in model.predict(hit_features(unit, scores, dense, lexical, texts))]
+        key = f"{unit}/{mode}"
+        if key not in self.models or not len(scores):
+            return None if key not in self.models else []
+        x = hit_features(unit, scores, dense, lexical, texts)
+        return [round(float(p), 4) for p in self.predict(key, x, unanswerable_prior)]
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": CALIBRATION_VERSION, "model_fingerprint": self.model_fingerprint, "features": list(FEATURES),
                 "labels": LABELS, "fitted_on": self.fitted_on,
-                "models": {k: m.to_dict() for k, m in sorted(self.models.items())}}
+                "models": {k: m.to_dict() for k, m in sorted(self.models.items())},
+                "present": {k: m.to_dict() for k, m in sorted(self.present.items())}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibrator:
+        if d.get("version") == 1:  # one model per unit/mode, fitted on half unanswerable lists
+            d = {**d, "version": CALIBRATION_VERSION, "present": {}}
         check_header(d, CALIBRATION_VERSION, FEATURES)
-        models = {}
-        for key, m in d["models"].items():
-            try:
-                models[key] = LogisticModel.from_dict(m)
-            except (KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"model {key!r}: {e}") from None
-        return cls(models, str(d["model_fingerprint"]), dict(d.get("fitted_on", {})))
+        parts: dict[str, dict[str, LogisticModel]] = {"models": {}, "present": {}}
+        for part, models in parts.items():
+            for key, m in d[part].items():
+                try:
+                    models[key] = LogisticModel.from_dict(m)
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ValueError(f"{part} {key!r}: {e}") from None
+        if set(parts["present"]) - set(parts["models"]):
+            raise ValueError(f"present models without a correctness model: {sorted(set(parts['present']) - set(parts['models']))}")
+        return cls(parts["models"], str(d["model_fingerprint"]), dict(d.get("fitted_on", {})), parts["present"])
 
 
 def load_calibrator(model_dir: str | Path, fingerprint: str) -> Calibrator | None:

@@ -52,10 +52,11 @@ def open_reading(reader: str | Path, hits: HitBuilder, device: str = "auto", pre
 
 def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto",
                   search_device: str = "auto", reader: str | Path | None = None,
-                  reader_precision: str = "auto", selection_cache_bytes: int = SELECTION_CACHE_BYTES) -> Searcher:
+                  reader_precision: str = "auto", selection_cache_bytes: int = SELECTION_CACHE_BYTES,
+                  unanswerable_prior: float = 0.0) -> Searcher:
     """Load an index and the model's question encoder (and its calibrator, if it has one), refusing a model that does
     not match the index. ``search_device``: see ``search_placement``; ``reader``: a reader directory (or
-    ``default``) for requests with ``read``; ``selection_cache_bytes``: see ``Searcher``."""
+    ``default``) for requests with ``read``; ``selection_cache_bytes``, ``unanswerable_prior``: see ``Searcher``."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     phrase_model = load_model(model_dir)
@@ -66,7 +67,7 @@ def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto"
     reading = None if reader is None else open_reading(reader, HitBuilder(index), device, reader_precision)
     return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
                     on_device=search_placement(index, search_device, str(dev)), reading=reading,
-                    selection_cache_bytes=selection_cache_bytes)
+                    selection_cache_bytes=selection_cache_bytes, unanswerable_prior=unanswerable_prior)
 
 
 def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionEncoder,
@@ -76,7 +77,7 @@ def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionE
 
     The ``current`` searcher's GPU parts are released once the new index has passed its checks, so the new one can
     take the GPU memory (the current one answers from the CPU until it is swapped out). The current searcher's
-    selection cache budget carries over."""
+    selection cache budget and unanswerable prior carry over."""
     index = PhraseIndex(index_dir)
     model_dir = resolve_model(model)
     check_index_model(index, model_dir, encoder.model.config)
@@ -88,4 +89,5 @@ def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionE
         reading = ReadingStage(current.reading.reader, current.reading.reading, HitBuilder(index))
     return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
                     on_device=search_placement(index, search_device, str(model_device(encoder.model))),
-                    reading=reading, selection_cache_bytes=cache_bytes)
+                    reading=reading, selection_cache_bytes=cache_bytes,
+                    unanswerable_prior=current.pager.unanswerable_prior if current is not None else 0.0)

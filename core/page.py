@@ -15,9 +15,11 @@ class Pager:
     ``min_confidence`` and the page ``[offset, offset + top_k)``. Read hits (``core.reading``) bring their own
     confidence, from the reader's calibration."""
 
-    def __init__(self, calibrator: Calibrator | None, phrase_rerank: dict[str, float] | None):
+    def __init__(self, calibrator: Calibrator | None, phrase_rerank: dict[str, float] | None,
+                 unanswerable_prior: float = 0.0):
         self.calibrator = calibrator
         self.phrase_rerank = phrase_rerank
+        self.unanswerable_prior = unanswerable_prior  # when the request does not say
 
     def calibrated(self, plan: Plan) -> bool:
         """Whether the calibrator applies to this plan: its unit, mode and (hybrid) fusion and lexical weight."""
@@ -25,11 +27,16 @@ class Pager:
             return False
         return self.calibrator.applies(plan.unit, plan.mode, plan.fusion, plan.lexical_weight, self.phrase_rerank)
 
+    def prior(self, params: SearchParams) -> float:
+        """The share of unanswerable questions the confidences assume: the request's, else the searcher's."""
+        return self.unanswerable_prior if params.unanswerable_prior is None else params.unanswerable_prior
+
     def page(self, hits: list[Hit], params: SearchParams, plan: Plan) -> Hits:
         """One question's ranked hits -> confidences, abstention, then the page of ``params``."""
         if not params.read and self.calibrator is not None and self.calibrated(plan):
             conf = self.calibrator.confidences(plan.unit, plan.mode, [h.score for h in hits], [h.dense for h in hits],
-                                               [h.lexical for h in hits], [h.text for h in hits])
+                                               [h.lexical for h in hits], [h.text for h in hits],
+                                               self.prior(params))
             if conf is not None:
                 hits = [dataclasses.replace(h, confidence=c) for h, c in zip(hits, conf, strict=True)]
         if params.min_confidence is not None and (not hits or (hits[0].confidence or 0.0) < params.min_confidence):

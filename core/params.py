@@ -67,6 +67,10 @@ class SearchParams:
     min_confidence: float | None = option(
         None, "abstain (no hits, no_answer) when the best hit's confidence is below this (0-1); needs a calibrated "
         "model")
+    unanswerable_prior: float | None = option(
+        None, "the share of questions you expect to have no answer in the index (0-1): a hit's confidence is the "
+        "probability that it is correct among such questions; default: the searcher's (0: every answer is in the "
+        "index)")
     filter: SearchFilter | None = option(None, "search only the documents that pass it (SearchFilter)", cli=False,
                                          http=False)
     read: bool = option(
@@ -92,9 +96,10 @@ class SearchParams:
             raise SearchParamsError(f"merge_answers applies to unit=phrase, not unit={self.unit}")
         if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
             raise SearchParamsError(f"offset must be an integer >= 0, got {self.offset!r}")
-        c = self.min_confidence
-        if c is not None and (isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c <= 1):
-            raise SearchParamsError(f"min_confidence must be a number in [0, 1], got {c!r}")
+        for name in ("min_confidence", "unanswerable_prior"):
+            c = getattr(self, name)
+            if c is not None and (isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c <= 1):
+                raise SearchParamsError(f"{name} must be a number in [0, 1], got {c!r}")
         w = self.lexical_weight
         if w is not None and (isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= MAX_LEXICAL_WEIGHT):
             raise SearchParamsError(f"lexical_weight must be a number in [0, {MAX_LEXICAL_WEIGHT:g}] (larger ranks by "

@@ -59,14 +59,15 @@ class Searcher:
     The fusion defaults come from the index's manifest. ``calibrator`` (``core.confidence``) gives hits their
     confidence; ``reading`` (``core.reading``) serves requests with ``read``; ``on_device`` (``core.gpu.place``)
     holds the parts of the index searched and scored on a GPU. ``selection_cache_bytes`` bounds the selections of
-    recent filters kept (``core.selection.Selections``).
+    recent filters kept (``core.selection.Selections``). ``unanswerable_prior``: the share of questions without an
+    answer in the index that confidences assume when a request does not say (``SearchParams.unanswerable_prior``).
     """
 
     def __init__(
         self, index: PhraseIndex, encoder=None, max_answer_tokens: int | None = None, vector_source: str | None = None,
         length_bias: Sequence[float] | None = None, calibrator: Calibrator | None = None,
         on_device: OnDevice | None = None, reading: ReadingStage | None = None,
-        selection_cache_bytes: int = SELECTION_CACHE_BYTES,
+        selection_cache_bytes: int = SELECTION_CACHE_BYTES, unanswerable_prior: float = 0.0,
     ):
         self.index = index
         self.encoder = encoder
@@ -94,7 +95,7 @@ class Searcher:
         rerank = fusion.get("phrase_rerank") or None
         self.fusion = (None if self.lexical is None else
                        LexicalFusion(self.lexical, self.dense, self.hits, self._unit_of_passage, rerank))
-        self.pager = Pager(calibrator, rerank)
+        self.pager = Pager(calibrator, rerank, unanswerable_prior)
 
     @property
     def phrase_rerank(self) -> dict[str, float] | None:

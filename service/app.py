@@ -57,7 +57,8 @@ def default_searcher_factory(settings: Settings) -> Searcher:
     return open_searcher(settings.index, settings.model, device=settings.device, precision=settings.precision,
                          search_device=settings.search_device, reader=settings.reader,
                          reader_precision=settings.reader_precision,
-                         selection_cache_bytes=settings.selection_cache_bytes)
+                         selection_cache_bytes=settings.selection_cache_bytes,
+                         unanswerable_prior=settings.unanswerable_prior)
 
 
 def directory_bytes(path: Path) -> int:

@@ -115,9 +115,9 @@ class Settings(BaseSettings):
     # Each distinct filter's selection (allowed documents and passages) is kept for the next request with it: about
     # D + 1.125 P bytes each (D documents, P passages). More = fewer selections computed again, more memory.
     selection_cache_bytes: int = Field(1 << 30, ge=0, description="bytes of recent filters' selections kept")
-    # Each distinct filter's selection (allowed documents and passages) is kept for the next request with it: about
-    # D + 1.125 P bytes each (D documents, P passages). More = fewer selections computed again, more memory.
-    selection_cache_bytes: int = Field(1 << 30, ge=0, description="bytes of recent filters' selections kept")
+    unanswerable_prior: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "share of questions expected to have no answer in the index (0-1), assumed by hits' confidence when a "
+        "request does not say (unanswerable_prior)"))
 
     # Access. With an API key, /search and /info need `Authorization: Bearer KEY` or `X-API-Key: KEY`; probes and
     # /metrics stay open so orchestrators and Prometheus need no secret (put /metrics behind the network instead).

@@ -1,4 +1,4 @@
-"""Fit the confidence calibrator (``core.confidence``) on training questions, half of them with their answer absent.
+"""Fit the confidence calibrator (``core.confidence``) on training questions searched with their answer present and absent.
 
     spanseek train calibrate --index TRAIN_INDEX --questions TRAIN_QUESTIONS.json.gz --model default
 
@@ -8,8 +8,10 @@ over the index without its gold article (answer absent, the case a calibrator mu
 ``without_documents``: the same token vectors, an exact faiss index of the rest and a BM25 index rebuilt over the
 rest's passages, so scores and BM25 statistics are those of an index built without the article. Each hit of the
 served list (``FEATURE_DEPTH`` deep, default search options) gives one example: its features and whether it is
-correct (``core.confidence.LABELS``). One L2-regularised logistic regression per unit and mode is fitted
-(scikit-learn) and written as plain numbers to ``MODEL_DIR/calibration.json`` (atomically). Each list's first hit
+correct (``core.confidence.LABELS``). Two L2-regularised logistic regressions per unit and mode are fitted
+(scikit-learn): whether a hit is correct, on the answer-present lists, and whether the answer is present, on the lists
+of both conditions (as many of each); they are written as plain numbers to ``MODEL_DIR/calibration.json``
+(atomically), and their product at the caller's share of unanswerable questions is a hit's confidence. Each list's first hit
 weighs as much as the rest of its list together (``hit_weights``): the first hit's confidence is the one a caller
 abstains on, and unweighted it would be one example in ten.
 
@@ -226,14 +228,18 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, features: Sequenc
                          float(lr.intercept_[0]))
 
 
-def _examples(runs: dict[tuple[str, str, str], list[Ranked]], unit: str, mode: str
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Features, labels, question and weight (``hit_weights``) of every hit of both conditions of one unit/mode."""
-    ranked = [r for cond in CONDITIONS for r in runs.get((unit, mode, cond), [])]
-    lengths = [len(r.labels) for r in ranked]
-    x = np.concatenate([r.features for r in ranked])
-    y = np.concatenate([r.labels for r in ranked])
-    q = np.repeat([r.question for r in ranked], lengths)
+def _examples(runs: dict[tuple[str, str, str], list[Ranked]], unit: str, mode: str,
+              conditions: Sequence[str] = ("present",)) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Features, labels, question and weight (``hit_weights``) of every hit of one unit/mode under ``conditions``;
+    the labels are whether the hit is correct, or with both conditions, whether its list had the answer present."""
+    ranked = [(cond, r) for cond in conditions for r in runs.get((unit, mode, cond), [])]
+    lengths = [len(r.labels) for _, r in ranked]
+    x = np.concatenate([r.features for _, r in ranked])
+    if len(conditions) == 1:
+        y = np.concatenate([r.labels for _, r in ranked])
+    else:
+        y = np.repeat([cond == "present" for cond, _ in ranked], lengths)
+    q = np.repeat([r.question for _, r in ranked], lengths)
     return x, y, q, hit_weights(lengths)
 
 
@@ -277,18 +283,22 @@ def choose_c(runs: dict[tuple[str, str, str], list[Ranked]], groups: Sequence[st
 
 def fit_calibrator(runs: dict[tuple[str, str, str], list[Ranked]], fingerprint: str, fitted_on: dict[str, Any],
                    c: float | Mapping[str, float] = 1.0, features: Sequence[str] = FEATURES) -> Calibrator:
-    """One logistic model per unit/mode over every hit of both conditions; ``c`` one C for all or one per
+    """Per unit/mode, the correctness model over the hits of the answer-present lists and the presence model over
+    the hits of both conditions (labelled by their list's condition); ``c`` one C for all or one per
     ``"unit/mode"`` (``choose_c``)."""
-    models = {}
+    models, present = {}, {}
     for unit, mode in sorted({(u, m) for u, m, _ in runs}):
+        key = f"{unit}/{mode}"
         x, y, _, w = _examples(runs, unit, mode)
         if y.all() or not y.any():
-            log.warning("%s/%s: every hit is %s; no model fitted", unit, mode, "correct" if y.all() else "wrong")
+            log.warning("%s: every hit is %s; no model fitted", key, "correct" if y.all() else "wrong")
             continue
-        key = f"{unit}/{mode}"
         models[key] = fit_logistic(x, y, c[key] if isinstance(c, Mapping) else c, features, w)
+        if (unit, mode, "absent") in runs:
+            x, y, _, w = _examples(runs, unit, mode, CONDITIONS)
+            present[key] = fit_logistic(x, y, c[key] if isinstance(c, Mapping) else c, features, w)
     return Calibrator(models, fingerprint, {**fitted_on, "examples": {
-        f"{u}/{m}/{cond}": sum(len(r.labels) for r in rs) for (u, m, cond), rs in sorted(runs.items())}})
+        f"{u}/{m}/{cond}": sum(len(r.labels) for r in rs) for (u, m, cond), rs in sorted(runs.items())}}, present)
 
 
 def encode_questions(searcher: Searcher, questions: Sequence[Question], batch: int = 64,
@@ -350,7 +360,8 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
         cv = choose_c(runs, [q.title for q in questions], cs, features=features)
         chosen = {key: r["C"] for key, r in cv.items()}
         fitted_on["grouped_cv"] = {"folds": 5, "by": "article", "loss": "log loss", "by_unit_mode": cv}
-    fitted_on.update({"absent": "each question also searched over the index without its gold document", "C": chosen,
+    fitted_on.update({"absent": "each question also searched over the index without its gold document: the "
+                                "presence model's examples", "C": chosen,
                       "features": [f for f in FEATURES if f in features],
                       "weights": "each list's first hit weighs as much as the rest of its list"})
     calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, chosen, features)

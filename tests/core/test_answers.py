@@ -235,3 +235,27 @@ def test_the_default_models_calibrator_applies_to_a_new_index():
     for unit in UNITS:
         assert cal.applies(unit, "hybrid", DEFAULT_FUSION["fusion"], DEFAULT_FUSION["weights"][unit],
                            DEFAULT_FUSION["phrase_rerank"]), unit
+
+
+def test_the_unanswerable_prior_comes_from_the_request_else_the_searcher(tiny_searcher):
+    """With a presence model, confidence = correctness x presence at the prior (Bayes' rule on the presence odds,
+    fitted at even odds); the request's prior wins over the searcher's, which applies when the request has none."""
+    base = calibrator()
+    present = {k: dataclasses.replace(m, intercept=0.3) for k, m in base.models.items()}
+    cal = Calibrator(base.models, "fp", base.fitted_on, present)
+    question = ["Who built the castle?"]
+    params = SearchParams(mode="dense", top_k=3)
+    plain = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=base).search(question, params)[0]
+    at_zero = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=cal).search(question, params)[0]
+    assert [h.confidence for h in at_zero] == [h.confidence for h in plain]  # prior 0: the answer is there
+    wary = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=cal, unanswerable_prior=0.5)
+    half = wary.search(question, params)[0]
+    features = hit_features("phrase", [h.score for h in half], [h.dense for h in half], [h.lexical for h in half],
+                            [h.text for h in half])
+    expected = base.models["phrase/dense"].predict(features) * sigmoid(present["phrase/dense"].logit(features))
+    assert [h.confidence for h in half] == [round(float(p), 4) for p in expected]
+    asked = wary.search(question, dataclasses.replace(params, unanswerable_prior=0.0))[0]
+    assert [h.confidence for h in asked] == [h.confidence for h in at_zero]
+    for bad in (-0.1, 1.5, True, "half"):
+        with pytest.raises(SearchParamsError, match="unanswerable_prior"):
+            SearchParams(unanswerable_prior=bad)  # type: ignore[arg-type]

@@ -206,3 +206,64 @@ def test_examples_carry_what_they_were_searched_on_into_a_refit(tiny_model_dir, 
     assert cal.fitted_on["fusion"] == fusion and cal.fitted_on["index"] == "train-idx"
     assert cal.applies("phrase", "hybrid", "score", 4.0, {"gap": 1.0})  # so a refit calibrator still applies
     assert not cal.applies("phrase", "hybrid", "score", 4.0, {"gap": 2.0})
+
+
+def _lists(rng, n: int, present: bool):
+    """n ranked lists of 3 hits: correct with probability sigmoid(2 x0) when the answer is present (never when it
+    is absent); absent lists score lower on feature 1, which is what tells the two apart."""
+    from spanseek.core.confidence import FEATURES
+    from spanseek.trainer.calibrate import Ranked
+
+    out = []
+    for i in range(n):
+        x = rng.normal(size=(3, len(FEATURES)))
+        x[:, 1] += 0.0 if present else -1.5
+        labels = (rng.random(3) < 1 / (1 + np.exp(-2 * x[:, 0]))) if present else np.zeros(3, bool)
+        out.append(Ranked(i, x, labels, None))
+    return out
+
+
+def test_confidence_is_calibrated_at_the_prior_the_caller_gives():
+    """Fitted on lists with the answer present and absent, the product of the correctness and presence models is
+    calibrated on answerable questions at prior 0 and on a half-unanswerable mix at prior 0.5; one model fitted on
+    the mix (the version-1 calibrator) is not calibrated on answerable questions."""
+    from spanseek.core.metrics import calibration_error
+    from spanseek.trainer.calibrate import fit_calibrator, fit_logistic, hit_weights
+
+    rng = np.random.default_rng(0)
+    runs = {("phrase", "dense", c): _lists(rng, 3000, c == "present") for c in ("present", "absent")}
+    calibrator = fit_calibrator(runs, "fp", {})
+    assert set(calibrator.present) == {"phrase/dense"}
+    test_present, test_absent = _lists(rng, 3000, True), _lists(rng, 3000, False)
+
+    def ece(cal, lists, prior):
+        x = np.concatenate([r.features for r in lists])
+        y = np.concatenate([r.labels for r in lists])
+        return calibration_error(cal.predict("phrase/dense", x, prior), y)
+
+    assert ece(calibrator, test_present, 0.0) < 0.03
+    assert ece(calibrator, test_present + test_absent, 0.5) < 0.03
+    both = [r for c in ("present", "absent") for r in runs[("phrase", "dense", c)]]
+    x, y = np.concatenate([r.features for r in both]), np.concatenate([r.labels for r in both])
+    one_model = Calibrator({"phrase/dense": fit_logistic(x, y, weight=hit_weights([3] * len(both)))}, "fp", {})
+    assert ece(one_model, test_present, 0.0) > 0.05  # under-confident where every answer is in the index
+    # Bayes' rule on the presence odds: prior 1 leaves nothing, a larger prior never raises a confidence
+    x = np.concatenate([r.features for r in test_present[:50]])
+    by_prior = [calibrator.predict("phrase/dense", x, p) for p in (0.0, 0.2, 0.5, 0.9, 1.0)]
+    assert all((a >= b).all() for a, b in zip(by_prior, by_prior[1:], strict=False))
+    assert (by_prior[-1] == 0).all() and (by_prior[0] == calibrator.models["phrase/dense"].predict(x)).all()
+
+
+def test_a_version_1_calibration_file_still_loads_and_ignores_the_prior(tmp_path):
+    from spanseek.trainer.calibrate import fit_calibrator
+
+    rng = np.random.default_rng(1)
+    runs = {("phrase", "dense", c): _lists(rng, 200, c == "present") for c in ("present", "absent")}
+    fitted = fit_calibrator(runs, "fp", {})
+    old = {k: v for k, v in fitted.to_dict().items() if k != "present"} | {"version": 1}
+    (tmp_path / CALIBRATION_NAME).write_text(json.dumps(old))
+    loaded = Calibrator.load(tmp_path / CALIBRATION_NAME)
+    assert loaded.present == {} and loaded.models == fitted.models
+    args = ("phrase", "dense", [3.0, 2.0], [3.0, 2.0], [None, None], ["a", "b"])
+    assert loaded.confidences(*args, unanswerable_prior=0.0) == loaded.confidences(*args, unanswerable_prior=0.9)
+    assert fitted.confidences(*args, unanswerable_prior=0.9) < fitted.confidences(*args)
