@@ -9,7 +9,8 @@ Every question is searched over the whole index and over the index without its g
 options, per unit and mode. Reported per unit/mode, on each question's best hit: expected calibration error (10
 equal-width confidence bins, weighted by their share of hits) over both conditions together and apart, the AUROC of
 the confidence for answer present vs absent and for correct vs wrong, accuracy and coverage at a few thresholds, and
-the abstention curve; ``t80`` is the threshold that keeps 80% of the questions whose answer is present, and
+the abstention curve, once per ``--priors`` value (the share of unanswerable questions the confidences assume:
+at 0 the answer-present ECE is the one that matters, at 0.5 the ECE over both conditions); ``t80`` is the threshold that keeps 80% of the questions whose answer is present, and
 ``absent_dropped_at_t80`` the share of answer-absent questions it abstains on.
 """
 
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--examples", default=None, help="also write the collected features and labels to this npz")
+    ap.add_argument("--priors", type=float, nargs="+", default=[0.0, 0.5],
+                    help="shares of unanswerable questions the confidences assume (one report each; the first is "
+                         "by_unit_mode)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
@@ -120,21 +124,28 @@ def main(argv: list[str] | None = None) -> dict:
         calibrator = Calibrator.load(args.calibration)
     if calibrator is None:
         sys.exit(f"{args.model} has no calibrator; fit one with `spanseek train calibrate` or pass --calibration")
-    for (unit, mode, _), ranked in runs.items():
-        for r in ranked:
-            model = calibrator.models.get(f"{unit}/{mode}")
-            r.confidence = model.predict(r.features) if model is not None and len(r.features) else None
+    by_prior = {}
+    for prior in args.priors:
+        for (unit, mode, _), ranked in runs.items():
+            key = f"{unit}/{mode}"
+            for r in ranked:
+                known = key in calibrator.models and len(r.features)
+                r.confidence = calibrator.predict(key, r.features, prior) if known else None
+        by_prior[f"{prior:g}"] = report(runs)
     result = {"index": Path(args.index).name, "questions": n_questions,
               "sample": f"{args.limit}, core.evaluate.sample_questions (seed 13)" if args.limit else "all",
-              "bins": f"{BINS} equal-width",
-              "calibrator_fitted_on": calibrator.fitted_on, "by_unit_mode": report(runs),
+              "bins": f"{BINS} equal-width", "calibrator_fitted_on": calibrator.fitted_on,
+              "by_unit_mode": by_prior[f"{args.priors[0]:g}"], "by_prior": by_prior,
               "seconds": round(time.perf_counter() - t0, 1)}
-    print(f"{'unit/mode':16} {'acc+':>5} {'ECE':>6} {'ECE+':>6} {'ECE-':>6} {'AUROC+-':>7} {'AUROCok':>7} "
-          f"{'t80':>5} {'drop-':>5}")
-    for key, r in result["by_unit_mode"].items():
-        print(f"{key:16} {r['accuracy_present']:5.3f} {r['ece_top1']:6.3f} {r['ece_top1_present']:6.3f} "
-              f"{r['ece_top1_absent']:6.3f} {r['auroc_present_vs_absent']:7.3f} {r['auroc_correct_vs_wrong']:7.3f} "
-              f"{r['t80']:5.2f} {r['absent_dropped_at_t80']:5.3f}")
+    for prior, rows in by_prior.items():
+        print(f"unanswerable_prior {prior}: ECE+ is the calibration where every answer is in the index, ECE over "
+              "both conditions (half unanswerable)")
+        print(f"{'unit/mode':16} {'acc+':>5} {'ECE':>6} {'ECE+':>6} {'ECE-':>6} {'AUROC+-':>7} {'AUROCok':>7} "
+              f"{'t80':>5} {'drop-':>5}")
+        for key, r in rows.items():
+            print(f"{key:16} {r['accuracy_present']:5.3f} {r['ece_top1']:6.3f} {r['ece_top1_present']:6.3f} "
+                  f"{r['ece_top1_absent']:6.3f} {r['auroc_present_vs_absent']:7.3f} "
+                  f"{r['auroc_correct_vs_wrong']:7.3f} {r['t80']:5.2f} {r['absent_dropped_at_t80']:5.3f}")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return result
