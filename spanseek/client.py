@@ -6,29 +6,76 @@
         for hit in client.search("Who built the castle?", unit="passage", top_k=5).hits:
             print(hit.score, hit.title, hit.meta, hit.text)
 
-It needs only httpx (``pip install 'spanseek[client]'``) and defines its own light result types, mirroring the
-response schema of ``POST /search``; fields the server adds later land in each object's ``extra`` dict, and search
-options this client does not name are passed through as keyword arguments. A 429 (queue full) is retried after
-the server's ``Retry-After`` (at most ``max_retries`` times, each wait at most ``max_retry_wait`` seconds); other
-non-2xx answers raise an ``APIError`` subclass carrying the server's error type, message and request id.
+It needs only httpx and tenacity (``pip install 'spanseek[client]'``) and defines its own light result types,
+mirroring the response schema of ``POST /search``; fields the server adds later land in each object's ``extra``
+dict. Every route has its method: ``search``/``search_batch`` (the request's options typed in ``SearchOptions``),
+``info``, ``health``, ``ready``, ``metrics`` and ``reload``.
+
+Retries (tenacity): a 429 (queue full), a 503 (loading, or shutting down) and a failed connection are tried again,
+up to ``max_retries`` times and ``max_retry_time`` seconds in all. The wait is the server's ``Retry-After`` when it
+gives a usable one (seconds or an HTTP date; negative or NaN values are ignored) plus a random share of
+``backoff``, else an exponential back-off with jitter (``backoff`` x 2^n plus up to ``backoff``); never more than
+``max_retry_wait`` at a time. Other answers are not retried. A non-2xx answer raises an ``APIError`` subclass
+carrying the server's error type, message and request id; a 2xx whose body is not the JSON expected raises
+``InvalidResponseError``; both are ``SpanseekError``s. Connection failures, after the retries, raise httpx's own
+exceptions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
+import os
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 import httpx
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_exponential_jitter,
+)
 
 from spanseek.core.filters import SearchFilter  # the filter's one definition (standard library only)
-from spanseek.core.params import HIT_WINDOW, Unit  # core.params imports only the standard library
+from spanseek.core.params import HIT_WINDOW, Fusion, Mode, Unit  # standard library only, as core.filters
 from spanseek.core.params import Hit as CoreHit
 
 T = TypeVar("T")
+
+
+# --- request options ----------------------------------------------------------------------------------------
+
+
+class SearchOptions(TypedDict, total=False):
+    """The options of ``POST /search`` besides the questions, the unit and ``top_k`` (the search methods' own
+    arguments): the HTTP request's fields (generated from ``spanseek.core.params.SearchParams``, where each one's help
+    is; ``service.schemas.SearchRequest``). Options left out take the server's defaults. Keyword arguments not named
+    here are sent as they are (a newer server's options; an older server answers 422 naming the ones it does not
+    know)."""
+
+    max_answer_tokens: int
+    nprobe: int
+    merge_answers: bool
+    mode: Mode
+    fusion: Fusion
+    lexical_weight: float
+    offset: int
+    allow_overlap: bool
+    min_confidence: float
+    unanswerable_prior: float
+    read: bool
+    read_passages: int
+    full_passage: bool
+    filter: SearchFilter | Mapping[str, Any]  # a core filter, or its JSON object as it is (docs/indexing.md#filters)
 
 
 # --- results ------------------------------------------------------------------------------------------------
@@ -120,7 +167,12 @@ class SearchResponse:
 # --- errors -------------------------------------------------------------------------------------------------
 
 
-class APIError(Exception):
+class SpanseekError(Exception):
+    """What this client raises of its own: a non-2xx answer (``APIError``) or an answer it cannot read
+    (``InvalidResponseError``)."""
+
+
+class APIError(SpanseekError):
     """A non-2xx answer: ``status``, the server's ``error`` type and ``message``, its ``request_id``."""
 
     def __init__(self, status: int, error: str, message: str, request_id: str | None = None,
@@ -135,7 +187,7 @@ class BadRequestError(APIError):
 
 
 class AuthenticationError(APIError):
-    """401: missing or wrong API key."""
+    """401 or 403: a missing or wrong API key, or a permission the server does not grant."""
 
 
 class OverloadedError(APIError):
@@ -143,23 +195,35 @@ class OverloadedError(APIError):
 
 
 class ServerError(APIError):
-    """5xx: the server failed (500, with a request id to find in its log) or is not ready (503)."""
+    """5xx: the server failed (500, with a request id to find in its log) or is not ready (503, after the retries)."""
+
+
+class InvalidResponseError(SpanseekError):
+    """A 2xx answer whose body is not the JSON expected (a proxy's HTML page, a truncated body): ``status``,
+    ``content_type``, ``request_id`` (from the header, when there is one) and the body's first 200 characters."""
+
+    def __init__(self, response: httpx.Response, problem: str):
+        self.status, self.content_type = response.status_code, response.headers.get("content-type", "")
+        self.request_id, self.body = response.headers.get("x-request-id"), response.text[:200]
+        super().__init__(f"HTTP {self.status} from {response.request.method} {response.request.url.path}: "
+                         f"{problem} (Content-Type {self.content_type or 'none'}; body starts {self.body[:80]!r})")
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    """The Retry-After header in seconds (delta-seconds or an HTTP date), or None."""
+    """The Retry-After header in seconds (delta-seconds, or an HTTP date: 0 once past), or None when there is none
+    or it is unusable (negative, NaN, not a number or date). An infinite value stays infinite: the caller clamps."""
     value = response.headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        return max(0.0, when.timestamp() - time.time())
+    return None if math.isnan(seconds) or seconds < 0 else seconds
 
 
 def _error(response: httpx.Response) -> APIError:
@@ -170,90 +234,169 @@ def _error(response: httpx.Response) -> APIError:
     if not isinstance(body, dict):
         body = {"error": response.reason_phrase or "error", "message": response.text[:500]}
     status = response.status_code
-    cls = (AuthenticationError if status == 401 else OverloadedError if status == 429 else
+    cls = (AuthenticationError if status in (401, 403) else OverloadedError if status == 429 else
            BadRequestError if 400 <= status < 500 else ServerError)
     return cls(status, str(body.get("error", "error")), str(body.get("message", "")),
                body.get("request_id") or response.headers.get("x-request-id"), body.get("details"),
                _retry_after(response))
 
 
+def _checked(response: httpx.Response) -> httpx.Response:
+    """``response`` when it is a 2xx, else its ``APIError``."""
+    if not response.is_success:
+        raise _error(response)
+    return response
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    """The JSON object of a 2xx answer; an ``APIError`` for any other answer, ``InvalidResponseError`` when the body
+    is not a JSON object."""
+    try:
+        body = _checked(response).json()
+    except ValueError:
+        raise InvalidResponseError(response, "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidResponseError(response, f"expected a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _search_response(response: httpx.Response) -> SearchResponse:
+    body = _json_object(response)
+    try:
+        return SearchResponse.from_json(body)
+    except (TypeError, AttributeError) as e:  # results or hits of the wrong shape
+        raise InvalidResponseError(response, f"not a search response ({e})") from None
+
+
+# --- retries ------------------------------------------------------------------------------------------------
+
+RETRIED_STATUSES = frozenset({429, 503})  # queue full; loading or stopping: both say when to come back
+RETRIED_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached the server
+
+
+def _retried(response: httpx.Response) -> bool:
+    return response.status_code in RETRIED_STATUSES
+
+
+def _last_outcome(state: RetryCallState) -> Any:
+    """Out of tries: the last answer (the caller raises its APIError), or the last connection error raised."""
+    assert state.outcome is not None
+    return state.outcome.result()
+
+
+def _sleep(seconds: float) -> None:  # the waits between tries (tests replace these two)
+    time.sleep(seconds)
+
+
+async def _async_sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
 # --- clients ------------------------------------------------------------------------------------------------
 
 
 class _Base:
-    def __init__(self, url: str, api_key: str | None, max_retries: int, max_retry_wait: float):
-        if max_retries < 0 or max_retry_wait < 0:
-            raise ValueError("max_retries and max_retry_wait must be >= 0")
-        self.url = url.rstrip("/")
-        self.max_retries, self.max_retry_wait = max_retries, max_retry_wait
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    """What both clients share: the base URL and key, the retry policy, the request body."""
 
-    def _body(self, queries: str | list[str], top_k: int | None, max_answer_tokens: int | None,
-              nprobe: int | None, merge_answers: bool | None, params: dict[str, Any]) -> dict[str, Any]:
+    def __init__(self, url: str, api_key: str | None, max_retries: int, max_retry_wait: float,
+                 max_retry_time: float, backoff: float):
+        for name, value in (("max_retries", max_retries), ("max_retry_wait", max_retry_wait),
+                            ("max_retry_time", max_retry_time), ("backoff", backoff)):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        self.url = url.rstrip("/")
+        self.max_retries, self.max_retry_wait = int(max_retries), float(max_retry_wait)
+        self.max_retry_time, self.backoff = float(max_retry_time), float(backoff)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._backoff = wait_exponential_jitter(initial=backoff, max=max_retry_wait, jitter=backoff)
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Seconds before the next try: the server's usable Retry-After plus up to ``backoff`` of jitter, else the
+        jittered exponential back-off; at most ``max_retry_wait``."""
+        outcome = state.outcome
+        advised = None if outcome is None or outcome.failed else _retry_after(outcome.result())
+        if advised is None:
+            return float(self._backoff(state))
+        return min(self.max_retry_wait, advised + random.uniform(0.0, self.backoff))
+
+    def _policy(self) -> dict[str, Any]:
+        """tenacity's arguments: what is retried, when to stop, how long to wait (one Retrying per call)."""
+        return {"retry": retry_if_exception_type(RETRIED_ERRORS) | retry_if_result(_retried),
+                "stop": stop_after_attempt(self.max_retries + 1) | stop_before_delay(self.max_retry_time),
+                "wait": self._wait, "retry_error_callback": _last_outcome}
+
+    def _body(self, queries: str | list[str], top_k: int | None, options: Mapping[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {"query": queries} if isinstance(queries, str) else {"queries": list(queries)}
-        named = {"top_k": top_k, "max_answer_tokens": max_answer_tokens, "nprobe": nprobe,
-                 "merge_answers": merge_answers}
-        body.update({k: v for k, v in {**named, **params}.items() if v is not None})
+        body.update({k: v for k, v in {"top_k": top_k, **options}.items() if v is not None})
         if isinstance(body.get("filter"), SearchFilter):  # a core filter goes as its JSON form (a dict as it is)
             body["filter"] = body["filter"].to_json()
         return body
 
-    def _wait(self, response: httpx.Response, attempt: int) -> float | None:
-        """Seconds to wait before retrying ``response``, or None to give up (not a 429, or out of retries)."""
-        if response.status_code != 429 or attempt >= self.max_retries:
-            return None
-        advised = _retry_after(response)
-        return min(self.max_retry_wait, advised if advised is not None else 2.0 ** attempt)
-
     @staticmethod
-    def _parse(response: httpx.Response) -> Any:
-        if response.status_code >= 400:
-            raise _error(response)
-        return response.json()
+    def _reload_body(index: str | os.PathLike[str] | None) -> dict[str, Any]:
+        return {} if index is None else {"json": {"index": os.fspath(index)}}
+
+
+def _timeout(timeout: float | httpx.Timeout, connect_timeout: float | None) -> httpx.Timeout:
+    """``timeout`` seconds to read, write and get a pooled connection; ``connect_timeout`` to connect (a refused or
+    unreachable server is retried sooner than a slow answer is given up)."""
+    if isinstance(timeout, httpx.Timeout):
+        return timeout
+    return httpx.Timeout(timeout, connect=timeout if connect_timeout is None else connect_timeout)
 
 
 class Client(_Base):
-    """Synchronous client: ``search``, ``search_batch``, ``info``, ``ready``; use as a context manager or ``close()``.
+    """Synchronous client of every route; use as a context manager or ``close()``.
 
-    ``transport`` (an httpx transport) is for tests and custom networking; ``timeout`` is per HTTP request.
+    ``timeout`` is per HTTP request (read, write), ``connect_timeout`` per connection attempt (or pass an
+    ``httpx.Timeout``); ``max_retries``, ``max_retry_time``, ``max_retry_wait`` and ``backoff`` bound the retries
+    (module docstring); ``transport`` (an httpx transport) is for tests and custom networking.
     """
 
-    def __init__(self, url: str, api_key: str | None = None, *, timeout: float = 60.0, max_retries: int = 3,
-                 max_retry_wait: float = 30.0, transport: httpx.BaseTransport | None = None):
-        super().__init__(url, api_key, max_retries, max_retry_wait)
-        self._http = httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout, transport=transport)
+    def __init__(self, url: str, api_key: str | None = None, *, timeout: float | httpx.Timeout = 60.0,
+                 connect_timeout: float | None = 5.0, max_retries: int = 3, max_retry_time: float = 60.0,
+                 max_retry_wait: float = 30.0, backoff: float = 0.5, transport: httpx.BaseTransport | None = None):
+        super().__init__(url, api_key, max_retries, max_retry_wait, max_retry_time, backoff)
+        self._http = httpx.Client(base_url=self.url, headers=self.headers, timeout=_timeout(timeout, connect_timeout),
+                                  transport=transport)
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        attempt = 0
-        while True:
-            response = self._http.request(method, path, **kwargs)
-            wait = self._wait(response, attempt)
-            if wait is None:
-                return self._parse(response)
-            time.sleep(wait)
-            attempt += 1
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request, retried by the policy; the last answer whatever its status."""
+        return Retrying(sleep=_sleep, **self._policy())(self._http.request, method, path, **kwargs)
 
-    def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None, *,
-               max_answer_tokens: int | None = None, nprobe: int | None = None, merge_answers: bool | None = None,
-               **params: Any) -> SearchResponse:
-        """The best ``unit``s for one question (``.hits``); other keyword arguments go into the request body."""
-        body = self._body(query, top_k, max_answer_tokens, nprobe, merge_answers, params)
-        return SearchResponse.from_json(self._request("POST", "/search", params={"unit": unit}, json=body))
+    def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None,
+               **options: Unpack[SearchOptions]) -> SearchResponse:
+        """The best ``unit``s for one question (``.hits``); ``options`` as in ``SearchOptions``."""
+        return _search_response(self._send("POST", "/search", params={"unit": unit},
+                                           json=self._body(query, top_k, options)))
 
-    def search_batch(self, queries: list[str], unit: Unit = "phrase", top_k: int | None = None, *,
-                     max_answer_tokens: int | None = None, nprobe: int | None = None,
-                     merge_answers: bool | None = None, **params: Any) -> SearchResponse:
+    def search_batch(self, queries: list[str], unit: Unit = "phrase", top_k: int | None = None,
+                     **options: Unpack[SearchOptions]) -> SearchResponse:
         """Several questions in one request (``.results``, in order), batched together by the server."""
-        body = self._body(queries, top_k, max_answer_tokens, nprobe, merge_answers, params)
-        return SearchResponse.from_json(self._request("POST", "/search", params={"unit": unit}, json=body))
+        return _search_response(self._send("POST", "/search", params={"unit": unit},
+                                           json=self._body(queries, top_k, options)))
 
     def info(self) -> dict[str, Any]:
         """``GET /info``: the served model, index summary and service settings."""
-        return self._request("GET", "/info")
+        return _json_object(self._send("GET", "/info"))
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health`` (not retried): ``status`` "ok" while the process runs; ``detail`` says loading, ready or
+        why loading failed."""
+        return _json_object(self._http.get("/health"))
 
     def ready(self) -> bool:
-        """True when ``GET /ready`` answers 200 (model and index loaded)."""
+        """True when ``GET /ready`` answers 200 (model and index loaded); not retried."""
         return self._http.get("/ready").status_code == 200
+
+    def metrics(self) -> str:
+        """``GET /metrics``: the Prometheus exposition text."""
+        return _checked(self._send("GET", "/metrics")).text
+
+    def reload(self, index: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """``POST /admin/reload`` with the client's API key: serve ``index`` (a directory or alias; naming one needs
+        a server with an API key), or open the served path again; the new index's summary."""
+        return _json_object(self._send("POST", "/admin/reload", **self._reload_body(index)))
 
     def close(self) -> None:
         self._http.close()
@@ -266,44 +409,51 @@ class Client(_Base):
 
 
 class AsyncClient(_Base):
-    """The asyncio twin of ``Client``: the same methods, awaited; ``async with`` or ``await aclose()``."""
+    """The asyncio twin of ``Client``: the same methods and arguments, awaited; ``async with`` or ``await aclose()``."""
 
-    def __init__(self, url: str, api_key: str | None = None, *, timeout: float = 60.0, max_retries: int = 3,
-                 max_retry_wait: float = 30.0, transport: httpx.AsyncBaseTransport | None = None):
-        super().__init__(url, api_key, max_retries, max_retry_wait)
-        self._http = httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=timeout, transport=transport)
+    def __init__(self, url: str, api_key: str | None = None, *, timeout: float | httpx.Timeout = 60.0,
+                 connect_timeout: float | None = 5.0, max_retries: int = 3, max_retry_time: float = 60.0,
+                 max_retry_wait: float = 30.0, backoff: float = 0.5,
+                 transport: httpx.AsyncBaseTransport | None = None):
+        super().__init__(url, api_key, max_retries, max_retry_wait, max_retry_time, backoff)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=self.headers,
+                                       timeout=_timeout(timeout, connect_timeout), transport=transport)
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        attempt = 0
-        while True:
-            response = await self._http.request(method, path, **kwargs)
-            wait = self._wait(response, attempt)
-            if wait is None:
-                return self._parse(response)
-            await asyncio.sleep(wait)
-            attempt += 1
+    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request, retried by the policy; the last answer whatever its status."""
+        return await AsyncRetrying(sleep=_async_sleep, **self._policy())(self._http.request, method, path, **kwargs)
 
-    async def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None, *,
-                     max_answer_tokens: int | None = None, nprobe: int | None = None,
-                     merge_answers: bool | None = None, **params: Any) -> SearchResponse:
-        """The best ``unit``s for one question (``.hits``); other keyword arguments go into the request body."""
-        body = self._body(query, top_k, max_answer_tokens, nprobe, merge_answers, params)
-        return SearchResponse.from_json(await self._request("POST", "/search", params={"unit": unit}, json=body))
+    async def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None,
+                     **options: Unpack[SearchOptions]) -> SearchResponse:
+        """The best ``unit``s for one question (``.hits``); ``options`` as in ``SearchOptions``."""
+        return _search_response(await self._send("POST", "/search", params={"unit": unit},
+                                                 json=self._body(query, top_k, options)))
 
-    async def search_batch(self, queries: list[str], unit: Unit = "phrase", top_k: int | None = None, *,
-                           max_answer_tokens: int | None = None, nprobe: int | None = None,
-                           merge_answers: bool | None = None, **params: Any) -> SearchResponse:
+    async def search_batch(self, queries: list[str], unit: Unit = "phrase", top_k: int | None = None,
+                           **options: Unpack[SearchOptions]) -> SearchResponse:
         """Several questions in one request (``.results``, in order), batched together by the server."""
-        body = self._body(queries, top_k, max_answer_tokens, nprobe, merge_answers, params)
-        return SearchResponse.from_json(await self._request("POST", "/search", params={"unit": unit}, json=body))
+        return _search_response(await self._send("POST", "/search", params={"unit": unit},
+                                                 json=self._body(queries, top_k, options)))
 
     async def info(self) -> dict[str, Any]:
         """``GET /info``: the served model, index summary and service settings."""
-        return await self._request("GET", "/info")
+        return _json_object(await self._send("GET", "/info"))
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /health`` (not retried): ``status`` "ok" while the process runs."""
+        return _json_object(await self._http.get("/health"))
 
     async def ready(self) -> bool:
-        """True when ``GET /ready`` answers 200 (model and index loaded)."""
+        """True when ``GET /ready`` answers 200 (model and index loaded); not retried."""
         return (await self._http.get("/ready")).status_code == 200
+
+    async def metrics(self) -> str:
+        """``GET /metrics``: the Prometheus exposition text."""
+        return _checked(await self._send("GET", "/metrics")).text
+
+    async def reload(self, index: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """``POST /admin/reload`` with the client's API key (see ``Client.reload``)."""
+        return _json_object(await self._send("POST", "/admin/reload", **self._reload_body(index)))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -7,6 +7,8 @@ in-process searcher's, errors carry the server's message, and a full queue's 429
 from __future__ import annotations
 
 import ast
+import json
+import math
 import threading
 import time
 from pathlib import Path
@@ -17,13 +19,16 @@ import pytest
 
 import spanseek.client as client_module
 from spanseek.client import (
+    APIError,
     AsyncClient,
     AuthenticationError,
     BadRequestError,
     Client,
+    InvalidResponseError,
     OverloadedError,
     SearchResponse,
     ServerError,
+    SpanseekError,
 )
 from spanseek.core.params import SearchParams
 from spanseek.service.app import create_app
@@ -141,7 +146,7 @@ def test_overload_429_is_retried_after_retry_after(settings_for, counting_factor
             encoder.gate.set()
             real_sleep(0.05)
 
-        monkeypatch.setattr(client_module.time, "sleep", sleep)
+        monkeypatch.setattr(client_module, "_sleep", sleep)
         search("retried", max_retries=20, max_retry_wait=0.5)
         for t in threads:
             t.join(30)
@@ -150,12 +155,16 @@ def test_overload_429_is_retried_after_retry_after(settings_for, counting_factor
     assert all(isinstance(results[n], SearchResponse) for n in ("blocks the encoder", "waits in the queue"))
 
 
-def fake_server(answers: list[httpx.Response]) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+def fake_server(answers: list[httpx.Response | Exception]) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+    """A transport that gives ``answers`` in turn (an exception is raised), then the last one for ever."""
     seen: list[httpx.Request] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return answers[min(len(seen), len(answers)) - 1]
+        answer = answers[min(len(seen), len(answers)) - 1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     return httpx.MockTransport(handle), seen
 
@@ -167,28 +176,120 @@ OK = {"unit": "phrase", "results": [{"query": "q", "hits": [{"text": "1340", "sc
 OVERLOADED = {"error": "overloaded", "message": "queue full", "request_id": "r0"}
 
 
-def test_retry_after_is_honoured_and_bounded(monkeypatch):
-    waits: list[float] = []
-    monkeypatch.setattr(client_module.time, "sleep", waits.append)
-    date = "Wed, 21 Oct 2099 07:28:00 GMT"  # far future: capped by max_retry_wait
-    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "2"}),
-                                   httpx.Response(429, json=OVERLOADED, headers={"Retry-After": date}),
-                                   httpx.Response(429, json=OVERLOADED),
-                                   httpx.Response(200, json=OK)])
-    with Client("http://fake", transport=transport, max_retries=3, max_retry_wait=7) as client:
-        response = client.search("q", top_k=1, mode="hybrid")
-    assert waits == [2.0, 7.0, 4.0]  # as told; a date, capped; no header: exponential back-off (2 ** attempt)
-    assert len(seen) == 4 and seen[0].url.params["unit"] == "phrase"
-    assert b'"mode":"hybrid"' in seen[0].content.replace(b" ", b"")  # options the client does not name pass through
+NOT_READY = {"error": "not_ready", "message": "the model and index are still loading", "request_id": "r2"}
+REFUSED = httpx.ConnectError("connection refused")
+
+
+@pytest.fixture
+def waits(monkeypatch) -> list[float]:
+    """The client's waits between tries, recorded instead of slept (sync and async)."""
+    recorded: list[float] = []
+
+    async def async_sleep(seconds: float) -> None:
+        recorded.append(seconds)
+
+    monkeypatch.setattr(client_module, "_sleep", recorded.append)
+    monkeypatch.setattr(client_module, "_async_sleep", async_sleep)
+    return recorded
+
+
+def test_429_503_and_refused_connections_are_retried_with_jittered_backoff(waits):
+    transport, seen = fake_server([REFUSED, httpx.Response(503, json=NOT_READY, headers={"Retry-After": "5"}),
+                                   httpx.Response(429, json=OVERLOADED), httpx.Response(200, json=OK)])
+    with Client("http://fake", transport=transport, max_retries=3, backoff=0.5, max_retry_wait=30) as client:
+        response = client.search("q", top_k=1, mode="hybrid", filter={"doc_ids": ["a.md"]})
+    assert len(seen) == 4 and response.hits[0].text == "1340"
+    assert 0.5 <= waits[0] <= 1.0  # refused: backoff x 2^0 plus up to one backoff of jitter
+    assert 5.0 <= waits[1] <= 5.5  # 503: its Retry-After plus jitter
+    assert 2.0 <= waits[2] <= 2.5  # 429 without Retry-After: backoff x 2^2 plus jitter
+    body = json.loads(seen[0].content)
+    assert body == {"query": "q", "top_k": 1, "mode": "hybrid", "filter": {"doc_ids": ["a.md"]}}
+    assert seen[0].url.params["unit"] == "phrase"
     hit = response.hits[0]
     assert (hit.text, hit.doc_id, hit.meta, hit.confidence, hit.extra) == ("1340", "a.md", {"url": "u"}, 0.9, {})
     assert response.extra == {"no_answer": False} and response.timings_ms.total == 10
 
-    waits.clear()
-    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "1"})])
-    with Client("http://fake", transport=transport, max_retries=2) as client, pytest.raises(OverloadedError) as e:
+
+@pytest.mark.parametrize(("answer", "error"), [
+    (httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "1"}), OverloadedError),
+    (httpx.Response(503, json=NOT_READY, headers={"Retry-After": "5"}), ServerError),
+    (REFUSED, httpx.ConnectError),
+])
+def test_retries_stop_at_max_retries(waits, answer, error):
+    transport, seen = fake_server([answer])
+    with Client("http://fake", transport=transport, max_retries=2) as client, pytest.raises(error) as e:
         client.search("q")
-    assert len(seen) == 3 and waits == [1.0, 1.0] and e.value.retry_after == 1.0 and e.value.request_id == "r0"
+    assert len(seen) == 3 and len(waits) == 2  # the first try and two retries
+    if isinstance(e.value, APIError):
+        assert e.value.status == answer.status_code and e.value.request_id in ("r0", "r2")
+
+
+def test_retries_stop_within_max_retry_time():
+    """Real sleeps: no try starts later than max_retry_time after the first, however many retries are allowed."""
+    transport, seen = fake_server([httpx.Response(503, json=NOT_READY)])
+    started = time.monotonic()
+    with Client("http://fake", transport=transport, max_retries=100, max_retry_time=0.4, max_retry_wait=0.1,
+                backoff=0.05) as client, pytest.raises(ServerError):
+        client.search("q")
+    assert 2 <= len(seen) <= 9 and time.monotonic() - started < 1.5
+    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "2"})])
+    with Client("http://fake", transport=transport, max_retry_time=1) as client, pytest.raises(OverloadedError):
+        client.search("q")  # the server's advice would end past the time budget: no retry at all
+    assert len(seen) == 1
+
+
+def test_backoff_is_jittered_exponential_and_capped(waits):
+    transport, _ = fake_server([httpx.Response(503, json=NOT_READY)])
+    with Client("http://fake", transport=transport, max_retries=6, backoff=0.5, max_retry_wait=10) as client:
+        for _ in range(20):
+            with pytest.raises(ServerError):
+                client.search("q")
+    tries = [waits[i::6] for i in range(6)]  # 20 samples of each retry's wait
+    for n, samples in enumerate(tries):
+        low = min(10.0, 0.5 * 2 ** n)
+        assert all(low <= w <= min(10.0, low + 0.5) for w in samples), (n, samples)
+    assert all(len(set(samples)) > 1 for samples in tries[:5])  # jitter: not one wait for every client
+    assert set(tries[5]) == {10.0}  # 0.5 x 2^5 = 16 s, capped at max_retry_wait
+
+
+@pytest.mark.parametrize(("header", "low", "high"), [
+    ("-5", 0.5, 1.0),  # negative: ignored, the backoff instead of an immediate retry
+    ("NaN", 0.5, 1.0),
+    ("nan", 0.5, 1.0),
+    ("soon", 0.5, 1.0),  # neither seconds nor a date
+    ("0", 0.0, 0.5),  # now: jitter only
+    ("2", 2.0, 2.5),
+    ("inf", 7.0, 7.0),  # absurd values: capped at max_retry_wait
+    ("1e400", 7.0, 7.0),
+    ("99999999999999999999", 7.0, 7.0),
+    ("Wed, 21 Oct 2099 07:28:00 GMT", 7.0, 7.0),
+    ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0, 0.5),  # a date in the past: now
+])
+def test_retry_after_is_clamped(waits, header, low, high):
+    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": header}),
+                                   httpx.Response(200, json=OK)])
+    with Client("http://fake", transport=transport, backoff=0.5, max_retry_wait=7) as client:
+        assert client.search("q").hits
+    assert len(seen) == 2 and len(waits) == 1 and low <= waits[0] <= high
+
+
+@pytest.mark.parametrize(("header", "advice"), [("-5", None), ("NaN", None), ("3", 3.0), ("1e400", math.inf)])
+def test_the_servers_advice_is_kept_on_the_error(header, advice):
+    transport, _ = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": header})])
+    with Client("http://fake", transport=transport, max_retries=0) as client, pytest.raises(OverloadedError) as e:
+        client.search("q")
+    assert e.value.retry_after == advice
+
+
+def test_other_failures_are_not_retried(waits):
+    for answer in (httpx.Response(500, json={"error": "internal_error", "message": "boom", "request_id": "x"}),
+                   httpx.Response(400, json={"error": "bad_request", "message": "top_k", "request_id": "y"}),
+                   httpx.ReadTimeout("slow")):  # the server may be working on it: not sent again
+        transport, seen = fake_server([answer])
+        with Client("http://fake", transport=transport) as client, pytest.raises((APIError, httpx.ReadTimeout)):
+            client.search("q")
+        assert len(seen) == 1
+    assert waits == []
 
 
 def test_server_errors_and_non_json_bodies():
@@ -201,17 +302,94 @@ def test_server_errors_and_non_json_bodies():
         client.search("q")
 
 
-def test_the_client_needs_only_httpx_and_the_standard_library():
+@pytest.mark.parametrize(("answer", "problem"), [
+    (httpx.Response(200, text="<html>a proxy's login page</html>", headers={"content-type": "text/html",
+                                                                             "x-request-id": "p1"}), "not JSON"),
+    (httpx.Response(200, content=b'{"unit": "phrase", "results": [', headers={"content-type": "application/json"}),
+     "not JSON"),
+    (httpx.Response(200, json=[1, 2]), "expected a JSON object, got list"),
+    (httpx.Response(200, json={"unit": "phrase", "results": 5, "timings_ms": {}}), "not a search response"),
+])
+async def test_a_2xx_that_is_not_the_json_expected_is_a_clear_error(answer, problem):
+    transport, _ = fake_server([answer])
+    with Client("http://fake", transport=transport) as client, pytest.raises(InvalidResponseError) as e:
+        client.search("q")
+    assert isinstance(e.value, SpanseekError) and not isinstance(e.value, ValueError)  # not a JSONDecodeError
+    assert problem in str(e.value) and e.value.status == 200 and "POST /search" in str(e.value)
+    if e.value.request_id:
+        assert e.value.request_id == "p1" and "login page" in e.value.body
+    fresh = httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+    async with AsyncClient("http://fake", transport=fake_server([fresh])[0]) as aclient:
+        with pytest.raises(InvalidResponseError, match=problem):
+            await aclient.search("q")
+
+
+async def test_async_client_retries_the_same_way(waits):
+    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "3"}), REFUSED,
+                                   httpx.Response(200, json=OK)])
+    async with AsyncClient("http://fake", transport=transport, max_retries=2, max_retry_wait=10) as client:
+        response = await client.search("q")
+    assert len(seen) == 3 and response.hits[0].text == "1340"
+    assert 3.0 <= waits[0] <= 3.5 and 1.0 <= waits[1] <= 1.5  # as told, plus jitter; then backoff x 2^1
+    transport, seen = fake_server([httpx.Response(503, json=NOT_READY)])
+    async with AsyncClient("http://fake", transport=transport, max_retries=1) as client:
+        with pytest.raises(ServerError) as e:
+            await client.info()
+    assert len(seen) == 2 and e.value.error == "not_ready"
+
+
+def test_timeouts_and_retry_settings_are_checked():
+    with Client("http://fake", timeout=12, connect_timeout=2) as client:
+        timeout = client._http.timeout
+    assert (timeout.connect, timeout.read, timeout.write) == (2, 12, 12)
+    with Client("http://fake", timeout=httpx.Timeout(3, connect=1)) as client:
+        assert (client._http.timeout.connect, client._http.timeout.read) == (1, 3)
+    for bad in ({"max_retries": -1}, {"backoff": math.nan}, {"max_retry_time": math.inf}, {"max_retry_wait": -1}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Client("http://fake", **bad)
+
+
+def test_search_options_are_the_http_requests_fields():
+    """SearchOptions types every option of the HTTP request (itself generated from core.params.SearchParams)."""
+    from spanseek.client import SearchOptions
+    from spanseek.service.schemas import SearchRequest
+
+    assert set(SearchOptions.__annotations__) | {"top_k"} == set(SearchRequest.model_fields) - {"query", "queries"}
+
+
+def test_every_route_through_a_running_service(url, tiny_index):
+    with Client(url, api_key=KEY) as client:
+        assert client.health()["status"] == "ok" and client.ready()
+        text = client.metrics()
+        assert "spanseek_questions_total" in text and "spanseek_ready 1.0" in text
+        reloaded = client.reload()
+        assert reloaded["index"]["documents"] > 0 and reloaded["reload"]["reloads"] >= 1
+        assert client.reload(tiny_index)["index"]["dir"] == str(tiny_index)  # naming it: the key holder sees paths
+    with Client(url, api_key="wrong") as client, pytest.raises(AuthenticationError):
+        client.reload()
+
+
+async def test_every_route_through_a_running_service_async(url):
+    async with AsyncClient(url, api_key=KEY) as client:
+        assert (await client.health())["status"] == "ok" and await client.ready()
+        assert "spanseek_ready 1.0" in await client.metrics()
+        assert (await client.info())["index"]["documents"] > 0
+        assert (await client.reload())["index"]["documents"] > 0
+
+
+def test_the_client_needs_only_httpx_tenacity_and_the_standard_library():
     import subprocess
     import sys
 
     tree = ast.parse(Path(client_module.__file__).read_text())
     modules = {(a.name if isinstance(n, ast.Import) else n.module or "")
                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in getattr(n, "names", [])}
-    assert {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names} == {"httpx", "spanseek.core.params"}
-    # the shared unit names come from core.params, which imports only the standard library: no torch, faiss, numpy
+    outside = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names}
+    assert {m for m in outside if not m.startswith("spanseek.core.")} == {"httpx", "tenacity"}
+    # the shared types come from core modules that import only the standard library: no torch, faiss, numpy
     loaded = subprocess.run([sys.executable, "-c", "import sys, spanseek.client; "
-                             "print(sorted(m for m in ('torch', 'faiss', 'numpy', 'transformers') if m in sys.modules))"],
+                             "print(sorted(m for m in ('torch', 'faiss', 'numpy', 'transformers', 'fastapi') "
+                             "if m in sys.modules))"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
 
@@ -243,20 +421,3 @@ def test_confidence_pages_and_abstention_through_a_running_service(live, setting
         import asyncio
 
         assert asyncio.run(run()).no_answer
-async def test_async_client_retries_429_after_retry_after(monkeypatch):
-    waits: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        waits.append(seconds)
-
-    monkeypatch.setattr(client_module.asyncio, "sleep", sleep)
-    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "3"}),
-                                   httpx.Response(429, json=OVERLOADED), httpx.Response(200, json=OK)])
-    async with AsyncClient("http://fake", transport=transport, max_retries=2, max_retry_wait=10) as client:
-        response = await client.search("q")
-    assert waits == [3.0, 2.0] and len(seen) == 3 and response.hits[0].text == "1340"  # as told; then 2 ** 1
-    transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "1"})])
-    async with AsyncClient("http://fake", transport=transport, max_retries=1) as client:
-        with pytest.raises(OverloadedError) as e:
-            await client.search("q")
-    assert len(seen) == 2 and e.value.retry_after == 1.0
