@@ -52,10 +52,13 @@ class HitBuilder:
         """The hit of characters [a, b) of passage ``p``."""
         passage = self.index.passages[p]
         doc = self.index.docs[passage["doc"]]
+        meta = doc.get("meta", {})
+        if "meta" in passage:  # the passage's own metadata (a page, a heading path) over its document's
+            meta = {**meta, **passage["meta"]}
         return Hit(
             text=passage["text"][a:b], score=score, start=a, end=b, passage_id=p,
             passage=passage["text"], doc_id=doc["id"], title=doc["title"], paragraph=int(passage["para"]),
-            meta=doc.get("meta", {}), dense=dense, lexical=lexical, read=read,
+            meta=meta, dense=dense, lexical=lexical, read=read,
         )
 
 

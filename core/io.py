@@ -1,7 +1,9 @@
 """Corpus and question-set IO, and atomic file writes.
 
-Corpus format (JSON Lines, one document a line): ``{"id": str, "title": str, "paragraphs": [str, ...]}`` and an
-optional ``"meta"`` object (any JSON: a URL, a date, tags), which the index stores and returns with hits.
+Corpus format (JSON Lines, one document a line): ``{"id": str, "title": str, "paragraphs": [str, ...]}``, an
+optional ``"meta"`` object (any JSON: a URL, a date, tags) and an optional ``"passage_meta"`` list of objects, one
+per paragraph (``{"page": 3}``, a heading path; null or ``{}`` for none), which the index stores and returns with hits
+(a passage's own keys over its document's).
 Questions are SQuAD-format JSON, optionally gzipped. ``spanseek corpus from-squad IN --out OUT`` converts. Both are
 UTF-8 (a leading BOM is allowed).
 """
@@ -36,6 +38,12 @@ class Document:
     paragraphs: tuple[str, ...]
     meta: dict[str, Any] = field(default_factory=dict)  # carried into the index's document store, returned with hits
     line: int = field(default=0, compare=False)  # its line in the corpus file (0: not read from one)
+    # one metadata object per paragraph (a page, a heading path), stored with each passage; () when none has any
+    passage_meta: tuple[dict[str, Any], ...] = ()
+
+    def paragraph_meta(self, i: int) -> dict[str, Any]:
+        """The metadata of paragraph ``i`` (``{}`` when it has none)."""
+        return self.passage_meta[i] if self.passage_meta else {}
 
 
 @dataclass
@@ -212,6 +220,11 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
         meta = obj.get("meta", {})
         if not isinstance(meta, dict):
             raise CorpusError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
+        passage_meta = obj.get("passage_meta") or [None] * len(paragraphs)
+        if (not isinstance(passage_meta, list) or len(passage_meta) != len(paragraphs)
+                or not all(m is None or isinstance(m, dict) for m in passage_meta)):
+            raise CorpusError(f"{where}: 'passage_meta' must be a list of JSON objects (or nulls), one per paragraph "
+                              f"({len(paragraphs)})")
         for i, text in enumerate([str(doc_id), title, *paragraphs]):
             try:
                 text.encode("utf-8")
@@ -219,14 +232,16 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
                 part = ("'id'", "'title'")[i] if i < 2 else f"paragraph {i - 2}"
                 raise CorpusError(f"{where}: {part} holds an unpaired surrogate ({text[e.start]!a}), "
                                   "which is not valid Unicode text") from None
-        kept = tuple(p for p in paragraphs if p.strip())
+        keep = [i for i, p in enumerate(paragraphs) if p.strip()]
+        kept = tuple(paragraphs[i] for i in keep)
+        kept_meta = tuple(passage_meta[i] or {} for i in keep) if any(passage_meta) else ()
         stats.empty_paragraphs += len(paragraphs) - len(kept)
         if not kept:
             stats.empty_documents += 1
             continue
         stats.documents += 1
         stats.paragraphs += len(kept)
-        yield Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno)
+        yield Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno, passage_meta=kept_meta)
 
 
 def unique_ids(docs: Iterable[Document], path: str | Path, existing: Iterable[str] = (),
@@ -254,6 +269,8 @@ def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
         with opener as f:
             for d in docs:
                 line: dict[str, Any] = {"id": d.id, "title": d.title, "paragraphs": list(d.paragraphs)}
+                if any(d.passage_meta):
+                    line["passage_meta"] = list(d.passage_meta)
                 if d.meta:
                     line["meta"] = d.meta
                 f.write(json.dumps(line, ensure_ascii=False))
