@@ -7,6 +7,11 @@ over the budget is cut into windows of at most ``max_tokens`` tokens at word bou
 window after a sentence (in its second half), and each window starts ``overlap`` tokens before the end of the one
 before it, so an answer cut by one window is whole in the next. A passage shorter than ``min_tokens`` (a heading,
 a list item) absorbs the paragraphs after it while they fit the budget, so headings stay with their text.
+``chunk_sections`` does this within runs of paragraphs that share their metadata (a page, a heading path), so no
+passage mixes two pages or sections.
+
+Sentences are found by pysbd (rule-based, English), which knows abbreviations ("e.g.", "Dr.", "U.S.") and numbers
+("3.5"), so a window does not end after "Dr.". Only paragraphs over the budget are split into sentences.
 
 Tokens are counted by a ``TokenCounter``: the model's tokenizer (``model_token_counter``: WordPiece tokens of
 each whitespace-separated word, which for BERT tokenizers sums to the paragraph's token count, without the
@@ -16,15 +21,19 @@ about 1.3 WordPiece tokens per word, 1.31 on SQuAD's held-out paragraphs).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 """Tokens of each word, for a list of words."""
 
 _WORD = re.compile(r"\S+")
-_SENTENCE_END = re.compile(r"[.!?][\"')\]»”’]*$")
+_MAY_END = re.compile(r"[.!?][\"')\]»”’]*$")  # a word that may end a sentence: asked of the segmenter
+_CONTEXT = 8  # words on each side of a possible sentence end that the segmenter reads
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,41 @@ def model_token_counter(tokenizer) -> TokenCounter:
     return count
 
 
+@functools.cache
+def _segmenter():
+    try:
+        import pysbd
+    except ImportError:
+        raise ImportError("splitting long paragraphs at sentences needs pysbd (pip install 'spanseek[index]')") from None
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (English rules: "Dr. Smith went to Washington. He arrived." is two), stripped."""
+    return [s.strip() for s in _segmenter().segment(text) if s.strip()]
+
+
+def sentence_ends(text: str) -> set[int]:
+    """Character offsets in ``text`` just after each sentence's last character."""
+    ends, pos = set(), 0
+    for sentence in split_sentences(text):
+        start = text.find(sentence, pos)
+        if start < 0:  # the segmenter changed the sentence's text: no reliable offset, leave it out
+            continue
+        pos = start + len(sentence)
+        ends.add(pos)
+    return ends
+
+
+def _ends_sentence(text: str, spans: list[tuple[int, int]], w: int) -> bool:
+    """Whether word ``w`` ends a sentence: it ends in . ! or ? and the segmenter, reading the words around it, ends
+    a sentence there (only the neighbourhood is read: segmenting whole paragraphs made chunking 20x slower)."""
+    if not _MAY_END.search(text[spans[w][0] : spans[w][1]]):
+        return False
+    lo, hi = spans[max(0, w - _CONTEXT)][0], spans[min(len(spans) - 1, w + _CONTEXT)][1]
+    return spans[w][1] - lo in sentence_ends(text[lo:hi])
+
+
 def _windows(text: str, spans: list[tuple[int, int]], counts: list[int], opts: ChunkOptions) -> list[tuple[str, int]]:
     """Cut one long paragraph (its words' character spans and token counts) into overlapping windows."""
     out: list[tuple[str, int]] = []
@@ -75,7 +119,7 @@ def _windows(text: str, spans: list[tuple[int, int]], counts: list[int], opts: C
             j += 1
         if j < n:  # not the last window: end it after a sentence when one ends in its second half
             for k in range(j, i + (j - i) // 2, -1):
-                if _SENTENCE_END.search(text[spans[k - 1][0] : spans[k - 1][1]]):
+                if _ends_sentence(text, spans, k - 1):
                     j = k
                     break
         out.append((text[spans[i][0] : spans[j - 1][1]], sum(counts[i:j])))
@@ -117,3 +161,13 @@ def chunk_paragraphs(paragraphs: Sequence[str], count: TokenCounter, opts: Chunk
         if before + size <= opts.max_tokens:
             passages[-2].extend(passages.pop())
     return ["\n\n".join(p) for p in passages]
+
+
+def chunk_sections(paragraphs: Sequence[str], metas: Sequence[dict[str, Any]], count: TokenCounter,
+                   opts: ChunkOptions = ChunkOptions()) -> list[tuple[str, dict[str, Any]]]:
+    """``chunk_paragraphs`` within each run of consecutive paragraphs with equal metadata (``metas``, one per
+    paragraph: a page, a heading path): (passage, its run's metadata), so no passage mixes two runs."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for meta, run in itertools.groupby(zip(paragraphs, metas, strict=True), key=lambda pm: pm[1]):
+        out.extend((passage, meta) for passage in chunk_paragraphs([p for p, _ in run], count, opts))
+    return out

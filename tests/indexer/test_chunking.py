@@ -14,8 +14,10 @@ import pytest
 from spanseek.indexer.chunking import (
     ChunkOptions,
     chunk_paragraphs,
+    chunk_sections,
     model_token_counter,
     split_paragraph,
+    split_sentences,
     word_token_counter,
 )
 from tests.conftest import make_paragraph
@@ -51,6 +53,25 @@ def test_windows_end_after_a_sentence_when_one_ends_in_their_second_half():
     pieces = split_paragraph(text, word_token_counter, ChunkOptions(max_tokens=10, overlap=0, min_tokens=0))
     assert pieces[0] == ("one two three four five six seven.", 7)
     assert pieces[1][0].startswith("eight")
+
+
+def test_sentences_know_abbreviations():
+    assert split_sentences("Dr. Smith went to Washington. He arrived.") == ["Dr. Smith went to Washington.",
+                                                                           "He arrived."]
+    assert len(split_sentences("The U.S. team won, e.g. in 2019. It rained.")) == 2
+
+
+def test_a_window_does_not_end_after_an_abbreviation():
+    # the second half of the first 10-word window ends no sentence: "Dr." only looks like an end
+    text = "one two three four. five six seven eight Dr. Smith nine ten eleven twelve thirteen fourteen"
+    pieces = split_paragraph(text, word_token_counter, ChunkOptions(max_tokens=10, overlap=0, min_tokens=0))
+    assert pieces[0] == ("one two three four. five six seven eight Dr. Smith", 10)
+
+
+def test_sections_are_chunked_apart():
+    paragraphs, metas = ["a b", "c d", "e f", "g h"], [{"page": 1}, {"page": 1}, {"page": 2}, {"page": 2}]
+    passages = chunk_sections(paragraphs, metas, word_token_counter, ChunkOptions(max_tokens=50, overlap=10, min_tokens=32))
+    assert passages == [("a b\n\nc d", {"page": 1}), ("e f\n\ng h", {"page": 2})]  # short, yet not joined
 
 
 def test_overlap_is_close_to_what_was_asked_with_exact_tokens():
