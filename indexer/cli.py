@@ -239,10 +239,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True)
     p.set_defaults(func=_from_squad)
     p = corpus.add_parser(
-        "from-files", help=".txt/.md/.html files and directories (recursive) -> JSONL corpus, chunked into passages",
+        "from-files", help=".txt/.md/.html/.pdf/.docx files and directories (recursive) -> JSONL corpus, chunked into "
+                     "passages",
         description="Each file is one document: id = its path relative to the directory given (or --id-field), "
                     "title = front matter title / first heading / file name, meta = source path, front matter, "
-                    "HTML <meta> tags and --meta. Binary, non-UTF-8 and empty files are skipped with a warning.")
+                    "HTML <meta> tags and --meta; PDF passages carry their page, Word passages their heading path. "
+                    "Binary, non-UTF-8 and empty files, PDFs without a text layer (scanned) and damaged PDF or Word "
+                    "files are skipped with a warning naming them.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
     p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage")
@@ -257,7 +260,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="take document ids from this metadata field (front matter / HTML meta) instead of the path")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
                    help="metadata added to every document (repeatable)")
-    p.add_argument("--strict", action="store_true", help="fail on a binary, non-UTF-8 or empty file instead of skipping it")
+    p.add_argument("--strict", action="store_true", help="fail on a file that would be skipped (binary, non-UTF-8, empty, "
+                   "scanned or damaged) instead of skipping it")
     p.set_defaults(func=_from_files)
 
     index = sub.add_parser("index", help="build and inspect phrase indexes").add_subparsers(dest="index_command", required=True)

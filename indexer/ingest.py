@@ -1,29 +1,37 @@
-"""Plain documents -> a JSONL corpus: text, Markdown and HTML files and directories, chunked into passages.
+"""Documents -> a JSONL corpus: text, Markdown, HTML, PDF and Word files and directories, chunked into passages.
 
     spanseek corpus from-files DOCS/ notes.md page.html --out corpus.jsonl [--max-tokens 200 --overlap 40]
         [--tokenizer model|words] [--id-field KEY] [--meta KEY=VALUE ...] [--strict]
 
-Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown`` and
-``.html``/``.htm`` files; other files in them are ignored, while a file named on the command line must have one of
-those suffixes. Each file is one document:
+Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown``,
+``.html``/``.htm``, ``.pdf`` and ``.docx`` files; other files in them are ignored, while a file named on the command
+line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
   as given; with ``id_field`` the value of that metadata field instead (a file without it is an error).
 - **title**: Markdown front matter's ``title``, else the first heading (Markdown ``#``, HTML ``<title>`` then
-  ``<h1>``), else the file name without its suffix.
-- **paragraphs**: text files split at blank lines; Markdown is rendered (markdown-it-py) and read like HTML; HTML
-  is split at block elements (p, li, h1-h6, div, tr, ...), with script, style, template and the like dropped.
-  Then ``indexer.chunking`` makes passages of them.
+  ``<h1>``; PDF and Word: see ``indexer.documents``), else the file name without its suffix.
+- **paragraphs**: text files split at blank lines; Markdown is rendered (markdown-it-py) and split at block
+  elements (p, li, h1-h6, div, tr, ...); HTML is reduced to its main content by trafilatura (navigation, headers,
+  footers, asides, cookie banners and other boilerplate dropped) and split at its paragraphs, headings, list items
+  and table rows, or, when trafilatura finds no main content, split at block elements like Markdown; script,
+  style, template and the like are always dropped. PDF and Word files: ``indexer.documents``. Then
+  ``indexer.chunking`` makes passages of them, never mixing two pages of a PDF or two sections of a Word file.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
-  tags, and the fixed ``extra_meta`` given; all of it is stored in the index and comes back with hits.
+  tags, a PDF's page count (``pages``), and the fixed ``extra_meta`` given; all of it is stored in the index and
+  comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
+  next page), those of a Word file their ``section`` (the heading path, "Intro > Scope"); hits return them in
+  ``meta`` too.
 
-Files are read as UTF-8 (a BOM is allowed). A file that is binary (has NUL bytes), not valid UTF-8, or without
-text is skipped with a warning naming it (``strict`` makes that an error); malformed front matter and duplicate
-ids are errors naming the files. The corpus is written atomically.
+Text files are read as UTF-8 (a BOM is allowed). A file that is binary (has NUL bytes), not valid UTF-8, or without
+text, a PDF without a text layer, and a PDF or Word file that cannot be read (damaged, truncated, encrypted) are
+skipped with a warning naming the file and the reason, and the other files are read (``strict`` makes a skip an
+error); malformed front matter and duplicate ids are errors naming the files. The corpus is written atomically.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -34,12 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from spanseek.core.io import CorpusError, Document, read_head, write_corpus
-from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_paragraphs, word_token_counter
+from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections, word_token_counter
+from spanseek.indexer.documents import Extracted, IngestError, Unreadable, extract_docx, extract_pdf
 
 log = logging.getLogger(__name__)
 
 FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
-           ".htm": "html"}
+           ".htm": "html", ".pdf": "pdf", ".docx": "word"}
+_BINARY = {"pdf": extract_pdf, "word": extract_docx}  # formats read from bytes, not decoded as UTF-8 text
 # Elements whose text is not content.
 _SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head"}
 # Elements that end a paragraph where they start and where they end.
@@ -51,10 +61,6 @@ _BLOCK = {
 _CELL = {"td", "th"}  # a table cell's text is kept on its row's line, spaced from its neighbours
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
-
-
-class IngestError(CorpusError):
-    """A file cannot be turned into a document; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -74,15 +80,6 @@ class IngestReport:
     documents: int = 0
     passages: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
-@dataclass
-class Extracted:
-    """A file's text before chunking."""
-
-    title: str | None
-    paragraphs: list[str]
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class _HTMLText(HTMLParser):
@@ -153,12 +150,48 @@ class _HTMLText(HTMLParser):
         self._flush()
 
 
-def extract_html(source: str) -> Extracted:
-    """Paragraphs, title (<title>, else the first <h1>) and <meta> tags of an HTML document."""
+@functools.cache
+def _trafilatura_config():
+    from trafilatura.settings import use_config
+
+    config = use_config()
+    # keep what the main-content extraction finds however short (a page of one paragraph is a page), rather than
+    # falling back to the whole page's text
+    config.set("DEFAULT", "MIN_EXTRACTED_SIZE", "1")
+    config.set("DEFAULT", "MIN_OUTPUT_SIZE", "1")
+    return config
+
+
+# trafilatura's output elements that are one paragraph each (a table row's cells go on one line)
+_MAIN_BLOCKS = {"p", "head", "item", "row", "quote", "code"}
+
+
+def _main_content(source: str, where: str) -> list[str]:
+    """The paragraphs of an HTML page's main content (trafilatura: navigation, footers, asides and other
+    boilerplate dropped); [] when it finds none."""
+    try:
+        import trafilatura
+    except ImportError:
+        raise IngestError(f"{where}: reading HTML needs trafilatura (pip install 'spanseek[index]')") from None
+    found = trafilatura.bare_extraction(source, fast=True, favor_recall=True, include_comments=False,
+                                        include_tables=True, config=_trafilatura_config())
+    body = getattr(found, "body", None)
+    if body is None:
+        return []
+    for br in body.iter("lb"):  # a line break inside a paragraph reads as a space
+        br.tail = " " + (br.tail or "")
+    blocks = (el for el in body.iter(*_MAIN_BLOCKS) if not any(a.tag in _MAIN_BLOCKS for a in el.iterancestors()))
+    return [text for el in blocks if (text := " ".join(" ".join(el.itertext()).split()))]
+
+
+def extract_html(source: str, where: str = "<html>") -> Extracted:
+    """Main-content paragraphs (``_main_content``, else every block's), title (<title>, else the first <h1>) and
+    <meta> tags of an HTML document."""
     parser = _HTMLText()
     parser.feed(source)
     parser.close()
-    return Extracted(parser.title or parser.first_h1, parser.paragraphs, dict(parser.meta))
+    paragraphs = _main_content(source, where) or parser.paragraphs
+    return Extracted(parser.title or parser.first_h1, paragraphs, dict(parser.meta))
 
 
 def _front_matter(source: str, where: str) -> tuple[dict[str, Any], str]:
@@ -237,19 +270,29 @@ def _files(paths: Sequence[str | Path]) -> Iterator[tuple[Path, str]]:
                 yield p, rel
 
 
-def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions) -> Document | str:
-    """One file as a Document, or the reason it is skipped (binary, not UTF-8, no text)."""
+def extract_file(path: Path) -> Extracted:
+    """A file's text by its suffix; Unreadable with the reason when it is skipped (binary, not UTF-8, damaged)."""
+    fmt = FORMATS[path.suffix.lower()]
+    if fmt in _BINARY:
+        return _BINARY[fmt](path)
     source, why = _decode(path)
     if source is None:
-        return why
-    fmt = FORMATS[path.suffix.lower()]
+        raise Unreadable(why)
     if fmt == "html":
-        ext = extract_html(source)
-    elif fmt == "markdown":
-        ext = extract_markdown(source, str(path))
-    else:
-        ext = extract_text(source)
-    passages = chunk_paragraphs(ext.paragraphs, count, opts.chunk)
+        return extract_html(source, str(path))
+    if fmt == "markdown":
+        return extract_markdown(source, str(path))
+    return extract_text(source)
+
+
+def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions) -> Document | str:
+    """One file as a Document, or the reason it is skipped (binary, not UTF-8, damaged, no text)."""
+    try:
+        ext = extract_file(path)
+    except Unreadable as e:
+        return str(e)
+    metas = ext.paragraph_meta or [{}] * len(ext.paragraphs)
+    passages = chunk_sections(ext.paragraphs, metas, count, opts.chunk)
     if not passages:
         return "no text"
     meta = {"source": rel, **ext.meta, **opts.extra_meta}
@@ -259,7 +302,8 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
         if doc_id is None or isinstance(doc_id, (dict, list)):
             raise IngestError(f"{path}: no usable {opts.id_field!r} field for the document id "
                               f"(its metadata has {', '.join(sorted(meta)) or 'nothing'})")
-    return Document(id=str(doc_id), title=ext.title or path.stem, paragraphs=tuple(passages), meta=meta)
+    return Document(id=str(doc_id), title=ext.title or path.stem, paragraphs=tuple(p for p, _ in passages), meta=meta,
+                    passage_meta=tuple(m for _, m in passages) if ext.paragraph_meta else ())
 
 
 def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token_counter,
@@ -310,7 +354,7 @@ def corpus_problem(path: str | Path) -> str | None:
     out = (path.parent / f"{stem or 'corpus'}.jsonl").as_posix()
     then = f"; then index it with `spanseek index build --corpus {out} ...`"
     if path.is_dir():
-        return (f"{path} is a directory, not a JSONL corpus; make one of its .txt/.md/.html files with "
+        return (f"{path} is a directory, not a JSONL corpus; make one of its .txt/.md/.html/.pdf/.docx files with "
                 f"`spanseek corpus from-files {path} --out {out}`{then}")
     if not path.is_file():
         return f"corpus {path} does not exist"
@@ -327,6 +371,6 @@ def corpus_problem(path: str | Path) -> str | None:
                 f"`spanseek corpus from-squad {path} --out {out}`{then}")
     if head.strip() and not head.lstrip().startswith("{"):
         return (f"{path} is not a JSONL corpus (one JSON object a line: {{\"id\", \"title\", \"paragraphs\"}}); "
-                "`spanseek corpus from-files` converts .txt/.md/.html files and directories of them, "
+                "`spanseek corpus from-files` converts .txt/.md/.html/.pdf/.docx files and directories of them, "
                 "`spanseek corpus from-squad` SQuAD-format files")
     return None

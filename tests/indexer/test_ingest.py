@@ -50,19 +50,45 @@ code block
 """
 
 
+PAGE = """<html><head><title>Install guide - ACME</title></head><body>
+<nav><ul><li><a href="/">Home</a></li><li><a href="/about">About us</a></li></ul></nav>
+<header><div class="logo">ACME</div></header>
+<main><article><h1>Installing the tool</h1>
+<p>Run the installer and follow the steps on the screen. It takes about five minutes on a laptop.</p>
+<h2>Requirements</h2><p>You need Python 3.11 or newer, and 2 GB of free disk space for the models.</p>
+<ul><li>Linux or macOS</li><li>an internet connection</li></ul>
+</article></main>
+<aside><h3>Related</h3><p>See also our blog post about speed and the newsletter.</p></aside>
+<footer><p>Copyright 2024 ACME Inc. All rights reserved. Privacy policy. Cookie settings.</p></footer>
+</body></html>"""
+
+
 def test_html_drops_scripts_and_styles_and_splits_at_blocks():
     ext = extract_html(HTML)
     assert ext.title == "Rotterdam history"
     assert ext.meta == {"author": "Ann", "og:url": "https://example.org/r"}
-    assert ext.paragraphs == ["Home", "Rotterdam", "In 1340 Rotterdam was granted city rights & a seal.",
-                              "Second block", "after a break", "cell a cell b"]
+    assert ext.paragraphs == ["In 1340 Rotterdam was granted city rights & a seal.", "Second block after a break",
+                              "cell a cell b"]  # the <nav> went too
     text = " ".join(ext.paragraphs)
     assert "secret" not in text and "color" not in text and "alert" not in text and "enable js" not in text
 
 
+def test_html_keeps_the_main_content_and_drops_navigation_footers_and_asides():
+    ext = extract_html(PAGE)
+    assert ext.title == "Install guide - ACME"
+    assert ext.paragraphs == [
+        "Installing the tool",
+        "Run the installer and follow the steps on the screen. It takes about five minutes on a laptop.",
+        "Requirements", "You need Python 3.11 or newer, and 2 GB of free disk space for the models.",
+        "Linux or macOS", "an internet connection",
+    ]
+    text = " ".join(ext.paragraphs)
+    assert not any(word in text for word in ("Home", "About us", "ACME", "Related", "newsletter", "Copyright"))
+
+
 def test_html_title_falls_back_to_the_first_h1_and_an_open_head_ends_at_the_body():
     ext = extract_html("<html><head><meta name=x content=1><body><h2>Sub</h2><h1>Main</h1><p>text</p>")
-    assert (ext.title, ext.paragraphs, ext.meta) == ("Main", ["Sub", "Main", "text"], {"x": "1"})
+    assert (ext.title, ext.paragraphs, ext.meta) == ("Main", ["text"], {"x": "1"})
 
 
 def test_markdown_front_matter_title_and_plain_text():

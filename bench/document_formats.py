@@ -1,0 +1,113 @@
+"""The held-out SQuAD articles as PDF, Word and Markdown files, through `spanseek corpus from-files`, indexed and
+evaluated against the SQuAD paragraphs themselves: what reading real documents costs in accuracy.
+
+    nice -n 19 .venv/bin/python bench/document_formats.py --out runs/formats [--formats squad pdf docx md] [--limit 800]
+
+Each article becomes one file: its title as a heading, then its paragraphs (PDF: fpdf2, DejaVu Sans 11 pt on A4,
+justified, the title also in the document's info; Word: python-docx, the title as a "Heading 1" and the document's
+title property; Markdown: a ``#`` title). Every version is indexed with the default model and an exact (Flat) index
+and evaluated on the same sample of the held-out questions. Prints one JSON line per version (phrase EM@1, passage
+acc@5, ...) and writes ``OUT/results.json``. Steps whose output exists are not run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+from spanseek.core.io import Holdout, load_squad, write_json_atomic
+
+SQUAD = "/work/shared/data/squad-v1.1-train.json.gz"
+FONT = Path("/usr/share/fonts/truetype/dejavu")
+SPANSEEK = str(Path(sys.executable).parent / "spanseek")
+
+
+def write_pdf(article: dict, path: Path) -> None:
+    from fpdf import FPDF
+
+    logging.getLogger("fontTools").setLevel(logging.ERROR)
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(True, margin=20)
+    pdf.set_title(article["title"])
+    pdf.add_font("DejaVu", "", str(FONT / "DejaVuSans.ttf"))
+    pdf.add_font("DejaVu", "B", str(FONT / "DejaVuSans-Bold.ttf"))
+    pdf.add_page()
+    pdf.set_font("DejaVu", "B", 16)
+    pdf.multi_cell(0, 9, article["title"])
+    pdf.ln(3)
+    pdf.set_font("DejaVu", "", 11)
+    for paragraph in article["paragraphs"]:
+        pdf.multi_cell(0, 5.5, paragraph["context"], align="J")
+        pdf.ln(4)
+    pdf.output(str(path))
+
+
+def write_docx(article: dict, path: Path) -> None:
+    import docx
+
+    document = docx.Document()
+    document.core_properties.title = article["title"]
+    document.add_heading(article["title"], 1)
+    for paragraph in article["paragraphs"]:
+        document.add_paragraph(paragraph["context"])
+    document.save(str(path))
+
+
+def write_md(article: dict, path: Path) -> None:
+    text = "\n\n".join([f"# {article['title']}", *(p["context"] for p in article["paragraphs"])])
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+WRITERS = {"pdf": write_pdf, "docx": write_docx, "md": write_md}
+
+
+def run(*argv: str) -> None:
+    print("+", " ".join(argv), file=sys.stderr, flush=True)
+    subprocess.run(["nice", "-n", "19", *argv], check=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("runs/formats"))
+    ap.add_argument("--formats", nargs="+", default=["squad", "pdf", "docx"], choices=["squad", *WRITERS])
+    ap.add_argument("--limit", type=int, default=800, help="questions sampled (the same sample for every version)")
+    args = ap.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    held = Holdout().split(load_squad(SQUAD))[1]
+    questions = out / "held-out.json"
+    if not questions.exists():
+        write_json_atomic(questions, {"version": "holdout", "data": held})
+    results = {}
+    for fmt in args.formats:
+        corpus, index, metrics = out / f"{fmt}.jsonl", out / f"{fmt}-index", out / f"{fmt}-metrics.json"
+        if not corpus.exists():
+            if fmt == "squad":
+                run(SPANSEEK, "corpus", "from-squad", str(questions), "--out", str(corpus))
+            else:
+                files = out / fmt
+                files.mkdir(exist_ok=True)
+                for i, article in enumerate(held):
+                    WRITERS[fmt](article, files / f"{i:02d}.{fmt}")
+                run(SPANSEEK, "corpus", "from-files", str(files), "--out", str(corpus))
+        if not (index / "manifest.json").exists():
+            run(SPANSEEK, "index", "build", "--corpus", str(corpus), "--model", "default", "--out", str(index),
+                "--factory", "Flat", "--quiet")
+        if not metrics.exists():
+            run(SPANSEEK, "eval", "--questions", str(questions), "--index", str(index), "--model", "default",
+                "--limit", str(args.limit), "--out", str(metrics), "--quiet")
+        m = json.loads(metrics.read_text())
+        passages = sum(1 for _ in open(index / "passages.jsonl", encoding="utf-8"))
+        results[fmt] = {"passages": passages, "phrase_em@1": m["phrase"]["em@1"], "passage_acc@1": m["passage"]["acc@1"],
+                        "passage_acc@5": m["passage"]["acc@5"], "passage_acc@20": m["passage"]["acc@20"],
+                        "doc_acc@1": m["doc"]["acc@1"], "n_questions": m["n_questions"]}
+        print(json.dumps({"format": fmt, **results[fmt]}), flush=True)
+    write_json_atomic(out / "results.json", results)
+
+
+if __name__ == "__main__":
+    main()

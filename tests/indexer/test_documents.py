@@ -1,0 +1,171 @@
+"""PDF and Word files -> passages with their page or heading path (indexer.documents through `corpus from-files`),
+the per-passage metadata from the corpus through the index to the hits, and skipped scanned or damaged files.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/indexer/test_documents.py
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from spanseek.core.io import CorpusError, Document, read_corpus, write_corpus
+from spanseek.indexer.chunking import ChunkOptions
+from spanseek.indexer.ingest import IngestError, IngestOptions, from_files
+
+fpdf = pytest.importorskip("fpdf")
+docx = pytest.importorskip("docx")
+
+# Short paragraphs (under min_tokens): without the page rule they would be joined across pages.
+PAGES = [
+    ["The castle was built in 1340 by the count.", "Its walls are twelve metres high."],
+    ["The harbour opened in 1872.", "Ships from Norway came every week."],
+    ["The museum holds paintings from Delft.", "It opens at ten."],
+]
+WORDS = IngestOptions(chunk=ChunkOptions(max_tokens=60, overlap=10, min_tokens=32))
+
+
+def write_pdf(path: Path, pages: list[list[str]], title: str | None = None, footer: bool = False) -> Path:
+    """A PDF with one page per list, each string a paragraph (a gap between them); ``footer`` adds page numbers."""
+    pdf = fpdf.FPDF()
+    if title:
+        pdf.set_title(title)
+    pdf.set_auto_page_break(False)
+    for number, paragraphs in enumerate(pages, start=1):
+        pdf.add_page()
+        pdf.set_font("helvetica", size=12)
+        for text in paragraphs:
+            pdf.multi_cell(0, 6, text)
+            pdf.ln(8)
+        if footer:
+            pdf.set_y(-15)
+            pdf.cell(0, 10, str(number), align="C")
+    pdf.output(str(path))
+    return path
+
+
+def passages_of(path: Path, tmp_path: Path, opts: IngestOptions = WORDS) -> Document:
+    from_files([path], tmp_path / "c.jsonl", opts=opts)
+    (doc,) = read_corpus(tmp_path / "c.jsonl")
+    return doc
+
+
+def test_pdf_passages_carry_their_page_and_never_mix_two_pages(tmp_path):
+    doc = passages_of(write_pdf(tmp_path / "city.pdf", PAGES, title="City guide", footer=True), tmp_path)
+    assert doc.title == "City guide" and doc.meta["pages"] == 3
+    assert len(doc.paragraphs) == 3  # each page's two short paragraphs joined, but no further
+    for passage, meta in zip(doc.paragraphs, doc.passage_meta, strict=True):
+        assert passage.split("\n\n") == PAGES[meta["page"] - 1]  # all of its page, in order, and nothing else
+    assert [m["page"] for m in doc.passage_meta] == [1, 2, 3]
+    assert all(not p.strip().isdigit() for text in doc.paragraphs for p in text.split("\n\n"))  # page numbers dropped
+
+
+def test_a_paragraph_running_onto_the_next_page_stays_one(tmp_path):
+    pages = [["A first paragraph that ends on its page.", "The old bridge over the river was built"],
+             ["in 1620 and rebuilt after the flood.", "A new paragraph starts here."]]
+    opts = IngestOptions(chunk=ChunkOptions(max_tokens=60, overlap=10, min_tokens=0))  # one passage a paragraph
+    doc = passages_of(write_pdf(tmp_path / "bridge.pdf", pages), tmp_path, opts)
+    assert list(doc.paragraphs) == ["A first paragraph that ends on its page.",
+                                    "The old bridge over the river was built in 1620 and rebuilt after the flood.",
+                                    "A new paragraph starts here."]
+    assert list(doc.passage_meta) == [{"page": 1}, {"page": 1, "page_end": 2}, {"page": 2}]
+
+
+def test_a_pdf_without_a_text_layer_is_skipped_with_a_warning_and_the_others_are_read(tmp_path, caplog):
+    from PIL import Image
+
+    image = tmp_path / "scan.png"
+    Image.new("RGB", (60, 40), "gray").save(image)
+    pdf = fpdf.FPDF()
+    pdf.add_page()
+    pdf.image(str(image), x=10, y=10, w=60)
+    pdf.add_page()  # and an empty page
+    pdf.output(str(tmp_path / "scan.pdf"))
+    write_pdf(tmp_path / "good.pdf", PAGES[:1])
+    with caplog.at_level(logging.WARNING):
+        report = from_files([tmp_path], tmp_path / "out" / "c.jsonl")
+    assert report.documents == 1 and [Path(p).name for p, _ in report.skipped] == ["scan.pdf"]
+    (warning,) = [r.getMessage() for r in caplog.records if "scan.pdf" in r.getMessage()]
+    assert "no text layer in its 2 pages" in warning and "scanned" in warning and "OCR" in warning
+    assert [d.id for d in read_corpus(tmp_path / "out" / "c.jsonl")] == ["good.pdf"]
+
+
+def test_a_damaged_pdf_or_word_file_is_named_and_does_not_stop_the_others(tmp_path, caplog):
+    good = write_pdf(tmp_path / "good.pdf", PAGES)
+    (tmp_path / "cut.pdf").write_bytes(good.read_bytes()[: len(good.read_bytes()) // 3])  # truncated
+    (tmp_path / "junk.pdf").write_bytes(b"%PDF-1.4\nnot really a pdf")
+    (tmp_path / "old.docx").write_bytes(b"\xd0\xcf\x11\xe0 an old binary .doc renamed")
+    with caplog.at_level(logging.WARNING):
+        report = from_files([tmp_path], tmp_path / "out" / "c.jsonl")
+    assert report.documents == 1
+    reasons = {Path(p).name: why for p, why in report.skipped}
+    assert set(reasons) == {"cut.pdf", "junk.pdf", "old.docx"}
+    assert reasons["junk.pdf"].startswith("not a readable PDF (") and "damaged" in reasons["junk.pdf"]
+    assert reasons["cut.pdf"].startswith(("not a readable PDF (", "no text layer"))
+    assert reasons["old.docx"].startswith("not a readable Word (.docx) file (")
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert all(str(tmp_path / name) in messages for name in reasons)  # every warning names its file
+    assert "Traceback" not in messages
+    with pytest.raises(IngestError, match=r"junk\.pdf: not a readable PDF"):
+        from_files([tmp_path / "junk.pdf"], tmp_path / "strict.jsonl", opts=IngestOptions(strict=True))
+
+
+def test_word_passages_carry_their_heading_path(tmp_path):
+    document = docx.Document()
+    document.add_heading("Field manual", 0)  # the "Title" style: the document's title, not a passage
+    document.add_paragraph("Read this first.")
+    document.add_heading("Intro", 1)
+    document.add_heading("Scope", 2)  # straight after Intro: Intro has no text of its own
+    document.add_paragraph("The manual covers the harbour cranes.")
+    table = document.add_table(rows=2, cols=2)
+    for r, row in enumerate([("crane", "load"), ("north", "40 t")]):
+        for c, text in enumerate(row):
+            table.cell(r, c).text = text
+    document.add_heading("Audience", 2)
+    document.add_paragraph("Crane drivers and their supervisors.")
+    document.add_heading("Safety", 1)
+    document.add_paragraph("Wear a helmet at all times.")
+    document.save(str(tmp_path / "manual.docx"))
+    doc = passages_of(tmp_path / "manual.docx", tmp_path)
+    assert doc.title == "Field manual"
+    assert list(zip(doc.paragraphs, doc.passage_meta, strict=True)) == [
+        ("Read this first.", {}),
+        ("Scope\n\nThe manual covers the harbour cranes.\n\ncrane load\n\nnorth 40 t", {"section": "Intro > Scope"}),
+        ("Audience\n\nCrane drivers and their supervisors.", {"section": "Intro > Audience"}),
+        ("Safety\n\nWear a helmet at all times.", {"section": "Safety"}),
+    ]
+
+
+def test_passage_meta_round_trips_keeps_its_paragraphs_and_is_checked(tmp_path):
+    path = tmp_path / "c.jsonl"
+    docs = [Document("a", "A", ("x", "y"), {"src": "a"}, passage_meta=({"page": 1}, {"page": 2})),
+            Document("b", "B", ("z",))]
+    write_corpus(path, docs)
+    assert list(read_corpus(path)) == docs
+    assert "passage_meta" not in path.read_text().splitlines()[1]  # none: no key
+    path.write_text(json.dumps({"id": "a", "paragraphs": ["x", " ", "y"], "passage_meta": [{"page": 1}, None, None]}))
+    (doc,) = read_corpus(path)  # the empty paragraph goes, and its metadata with it
+    assert doc.paragraphs == ("x", "y") and doc.passage_meta == ({"page": 1}, {})
+    path.write_text('{"id": "a", "paragraphs": ["x"]}\n{"id": "b", "paragraphs": ["x", "y"], "passage_meta": [{}]}\n')
+    with pytest.raises(CorpusError, match=r"c\.jsonl:2: 'passage_meta' must be a list of JSON objects .* one per "
+                                          r"paragraph \(2\)"):
+        list(read_corpus(path))
+
+
+def test_hits_return_the_page_of_their_passage(tmp_path, tiny_model_dir):
+    from spanseek.core.loading import open_searcher
+    from spanseek.core.params import SearchParams
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    from_files([write_pdf(tmp_path / "city.pdf", PAGES)], tmp_path / "c.jsonl", opts=WORDS)
+    build_index(tmp_path / "c.jsonl", tiny_model_dir, tmp_path / "index",
+                BuildOptions(progress=False, precision="fp32"))
+    searcher = open_searcher(tmp_path / "index", tiny_model_dir, device="cpu", precision="fp32")
+    hits = searcher.search(["When did the harbour open?"], SearchParams(unit="passage", top_k=3, mode="lexical"))[0]
+    assert hits[0].meta == {"source": (tmp_path / "city.pdf").as_posix(), "pages": 3, "page": 2}  # its doc's, and its own
+    assert len({h.meta["page"] for h in hits}) >= 2
+    for hit in hits:
+        assert hit.passage.split("\n\n") == PAGES[hit.meta["page"] - 1]
