@@ -155,9 +155,10 @@ def test_passage_meta_round_trips_keeps_its_paragraphs_and_is_checked(tmp_path):
         list(read_corpus(path))
 
 
-def test_hits_return_the_page_of_their_passage(tmp_path, tiny_model_dir):
+def test_hits_return_the_page_of_their_passage_and_upsert_sees_a_page_change(tmp_path, tiny_model_dir):
     from spanseek.core.loading import open_searcher
     from spanseek.core.params import SearchParams
+    from spanseek.indexer.add import upsert_documents
     from spanseek.indexer.build import BuildOptions, build_index
 
     from_files([write_pdf(tmp_path / "city.pdf", PAGES)], tmp_path / "c.jsonl", opts=WORDS)
@@ -169,3 +170,10 @@ def test_hits_return_the_page_of_their_passage(tmp_path, tiny_model_dir):
     assert len({h.meta["page"] for h in hits}) >= 2
     for hit in hits:
         assert hit.passage.split("\n\n") == PAGES[hit.meta["page"] - 1]
+
+    opts = BuildOptions(progress=False, precision="fp32")
+    assert upsert_documents(tmp_path / "index", tmp_path / "c.jsonl", model=tiny_model_dir, opts=opts)[1].unchanged == 1
+    (doc,) = read_corpus(tmp_path / "c.jsonl")  # the same text, but the pages numbered from 2
+    write_corpus(tmp_path / "moved.jsonl", [Document(doc.id, doc.title, doc.paragraphs, doc.meta,
+                                                     passage_meta=tuple({"page": m["page"] + 1} for m in doc.passage_meta))])
+    assert upsert_documents(tmp_path / "index", tmp_path / "moved.jsonl", model=tiny_model_dir, opts=opts)[1].replaced == 1
