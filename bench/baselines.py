@@ -44,7 +44,7 @@ def bm25(passages: list[str], questions: list[str], k: int = 20) -> tuple[np.nda
     retriever.index(bm25s.tokenize(passages, stopwords="en", show_progress=False), show_progress=False)
     t0 = time.perf_counter()
     q = bm25s.tokenize(questions, stopwords="en", return_ids=False, show_progress=False)
-    ids, _ = retriever.retrieve(q, k=k, show_progress=False, n_threads=1)
+    ids, _ = retriever.retrieve(q, k=min(k, len(passages)), show_progress=False, n_threads=1)  # bm25s: k <= corpus
     return ids, time.perf_counter() - t0
 
 

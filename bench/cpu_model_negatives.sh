@@ -11,7 +11,8 @@
 # 4. `spanseek eval` on the held-out articles ($VALIDATION, as `train phrase` writes it), reading comprehension
 #    included, into OUT_RUN/val-full.json.
 # Each step is skipped when its output exists; `train phrase` resumes from its last checkpoint. Relative paths
-# are taken from the repository root.
+# are taken from the repository root. FACTORY and NPROBE set the index (a small corpus needs a smaller nlist);
+# TRAIN_FLAGS are added to (and override) the training flags.
 set -eu
 cd "$(dirname "$0")/.."  # paths below are relative to the repository root
 PREV_MODEL=${1:?usage: bench/cpu_model_negatives.sh PREV_MODEL OUT_RUN [PARTIAL_MINED.jsonl.gz]}
@@ -20,6 +21,8 @@ PARTIAL=${3:-}
 WORK=${WORK:-work/model-negatives}
 TRAIN=${TRAIN:-../shared/data/squad-v1.1-train.json.gz}
 VALIDATION=${VALIDATION:-runs/validation.json.gz}
+FACTORY=${FACTORY:-IVF4096,SQ8}
+NPROBE=${NPROBE:-8}
 export OMP_WAIT_POLICY=PASSIVE TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 S=${SPANSEEK:-.venv/bin/spanseek}
 T0=$SECONDS
@@ -27,7 +30,7 @@ mkdir -p "$WORK"
 [ -f "$WORK/corpus.jsonl" ] || $S corpus from-squad "$TRAIN" --out "$WORK/corpus.jsonl"
 if [ ! -f "$WORK/index/manifest.json" ]; then
   $S index build --corpus "$WORK/corpus.jsonl" --model "$PREV_MODEL" --out "$WORK/index" \
-     --factory IVF4096,SQ8 --nprobe 8 --no-gpu --quiet
+     --factory "$FACTORY" --nprobe "$NPROBE" --no-gpu --quiet
 fi
 echo "index at $((SECONDS - T0)) s"
 if [ ! -f "$WORK/hard-model.jsonl" ]; then
@@ -51,7 +54,7 @@ if ! gzip -t "$WORK/hard-model.jsonl.gz" 2>/dev/null; then  # missing or cut sho
 fi
 $S train phrase --train "$TRAIN" --out "$OUT_RUN" --val-questions 0 --checkpoint-every 50 --seed 0 \
    --loss unified --lora-r 16 --lambda-inb 256 --batch-windows 24 --lr 1e-3 --prebatch 2 --hard-per-batch 8 \
-   --epochs 1 --hard-negatives "$WORK/hard-model.jsonl.gz"
+   --epochs 1 --hard-negatives "$WORK/hard-model.jsonl.gz" ${TRAIN_FLAGS:-}  # word-split on purpose
 echo "trained at $((SECONDS - T0)) s"
 [ -f "$OUT_RUN/val-full.json" ] || $S eval --questions "$VALIDATION" --model "$OUT_RUN/last" \
    --reading-comprehension --quiet --out "$OUT_RUN/val-full.json"

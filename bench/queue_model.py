@@ -1,7 +1,7 @@
 """What p99 latency at half load can a micro-batching service reach, given what a batch costs?
 
     python bench/queue_model.py --fixed-ms 16.3 --per-question-ms 3.3       # 2-core CPU, demo index, bf16
-    python bench/queue_model.py --fixed-ms 25 --per-question-ms 0.2 --max-batch-size 64
+    python bench/queue_model.py --fixed-ms 25 --per-question-ms 0.2 --max-batch-size 64 --out queue.json
 
 A discrete-event simulation of the service's batcher (``service/batcher.py``). Requests arrive as a Poisson
 stream, a batch takes everything waiting (up to --max-batch-size) once the worker is free, and an idle worker
@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+
+from spanseek.core.io import write_json_atomic
 
 
 def simulate(fixed: float, per_q: float, rate: float, max_batch: int, wait: float, n: int = 200_000,
@@ -51,18 +53,22 @@ def main() -> None:
     ap.add_argument("--max-batch-size", type=int, default=32)
     ap.add_argument("--waits-ms", default="0,2,5,10", help="max_wait_ms values to compare")
     ap.add_argument("--load", type=float, default=0.5, help="arrival rate as a fraction of saturation")
+    ap.add_argument("--arrivals", type=int, default=200_000, help="simulated requests per wait setting")
+    ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args()
     fixed, per_q = args.fixed_ms / 1000, args.per_question_ms / 1000
     saturation = args.max_batch_size / (fixed + args.max_batch_size * per_q)
     rows = []
     for w in (float(x) / 1000 for x in args.waits_ms.split(",")):
-        lat = simulate(fixed, per_q, args.load * saturation, args.max_batch_size, w)
+        lat = simulate(fixed, per_q, args.load * saturation, args.max_batch_size, w, args.arrivals)
         single = fixed + per_q + w
         rows.append({"max_wait_ms": w * 1000, "single_ms": round(single * 1000, 1),
                      "p50_over_single": round(lat[len(lat) // 2] / single, 2),
                      "p99_over_single": round(lat[int(len(lat) * 0.99)] / single, 2)})
-    print(json.dumps({"saturation_qps": round(saturation, 1), "rate_qps": round(args.load * saturation, 1),
-                      "rows": rows}, indent=1))
+    result = {"saturation_qps": round(saturation, 1), "rate_qps": round(args.load * saturation, 1), "rows": rows}
+    print(json.dumps(result, indent=1))
+    if args.out:
+        write_json_atomic(args.out, result)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ async def run(args: argparse.Namespace) -> dict:
         raise SystemExit("the two indexes share document titles; answers could not tell them apart")
     questions = make_questions(SimpleNamespace(index=SimpleNamespace(passages=read_jsonl(indexes[0] / PASSAGES))),
                                400)
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
     alias = switch_alias(Path(args.workdir) / "current", indexes[0]).path
     port = free_port()
     proc = start(alias, args.model, port, ["--index-poll-s", str(args.poll)])
