@@ -28,7 +28,7 @@ from types import SimpleNamespace  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-from gpu_search import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
+from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.fieldindex import FieldIndex  # noqa: E402
 from spanseek.core.filters import SearchFilter  # noqa: E402
@@ -72,6 +72,7 @@ def forms(rng: random.Random, n_docs: int) -> dict[str, Any]:
         return (dt.date(1995, 1, 1) + dt.timedelta(days=rng.randrange(30 * 365))).isoformat()
 
     def ids(k: int) -> list[str]:
+        k = min(k, n_docs)  # a small --docs run asks for as many ids as there are documents
         return [f"doc-{i:07d}" for i in rng.sample(range(n_docs + k // 10), k)]  # a tenth unknown
 
     return {

@@ -25,10 +25,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch/faiss: spin-
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
-import platform  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.evaluate import sample_questions  # noqa: E402
 from spanseek.core.gpu import DeviceIndex, DeviceVectors, OnDevice, place  # noqa: E402
@@ -38,16 +38,6 @@ from spanseek.core.metrics import exact_match, passage_has_answer  # noqa: E402
 from spanseek.core.params import SearchFilter, SearchParams, Unit  # noqa: E402
 from spanseek.core.plan import StageTimes  # noqa: E402
 from spanseek.core.search import Searcher  # noqa: E402
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def on_cpu_parts(searcher: Searcher) -> OnDevice:

@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
+from machine import cpu_name  # bench/ is on sys.path when run as a script
 
 from spanseek.core.evaluate import sample_questions
 from spanseek.core.io import Question, load_squad, squad_questions, write_json_atomic
@@ -78,41 +77,35 @@ def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParam
     return out
 
 
-def phrase_qps(searcher, texts: list[str], q_start, q_end, n: int) -> dict:
-    """Phrase search q/s at batch 64, dense vs hybrid, batches interleaved so both see the same machine load."""
+def phrase_qps(searcher, texts: list[str], q_start, q_end, n: int, batch: int = BATCH) -> dict:
+    """Phrase search q/s at ``batch``, dense vs hybrid, batches interleaved so both see the same machine load."""
     modes = {"dense": SearchParams(mode="dense"), "hybrid": SearchParams(mode="hybrid")}
-    n = min(n, len(texts)) // BATCH * BATCH
+    n = min(n, len(texts)) // batch * batch
+    if not n:
+        raise SystemExit(f"the q/s comparison needs a whole batch of {batch} questions; there are {len(texts)}")
     search = dict.fromkeys(modes, 0.0)
     e2e = dict.fromkeys(modes, 0.0)
     for p in modes.values():  # warm-up
-        searcher.search_vectors(q_start[:BATCH], q_end[:BATCH], p, None, texts[:BATCH])
-    for a in range(0, n, BATCH):
+        searcher.search_vectors(q_start[:batch], q_end[:batch], p, None, texts[:batch])
+    for a in range(0, n, batch):
         for name, p in modes.items():
             t0 = time.perf_counter()
-            searcher.search_vectors(q_start[a : a + BATCH], q_end[a : a + BATCH], p, None, texts[a : a + BATCH])
+            searcher.search_vectors(q_start[a : a + batch], q_end[a : a + batch], p, None, texts[a : a + batch])
             search[name] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            searcher.search(texts[a : a + BATCH], p)
+            searcher.search(texts[a : a + batch], p)
             e2e[name] += time.perf_counter() - t0
     out = {f"{name}_search_qps": round(n / s, 1) for name, s in search.items()}
     out |= {f"{name}_end_to_end_qps": round(n / s, 1) for name, s in e2e.items()}
     out["hybrid_vs_dense_search"] = round(search["dense"] / search["hybrid"], 3)
     out["hybrid_vs_dense_end_to_end"] = round(e2e["dense"] / e2e["hybrid"], 3)
-    out["questions"] = n
+    out["questions"], out["batch"] = n, batch
     return out
 
 
 def encode(searcher, qs: list[Question]) -> tuple[np.ndarray, np.ndarray]:
     parts = [searcher.encoder.encode([q.question for q in qs[a : a + BATCH]]) for a in range(0, len(qs), BATCH)]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -136,7 +129,7 @@ def run(args: argparse.Namespace) -> dict:
     }
     if args.speed_questions:
         report["throughput_batch64"] = phrase_qps(searcher, [q.question for q in qs], q_start, q_end,
-                                                  args.speed_questions)
+                                                  args.speed_questions, args.speed_batch)
     if results and set(args.units) == set(UNITS):  # the table needs every unit
         print(f"{'mode':<14}{'p@1':>7}{'p@5':>7}{'p@20':>7}{'mrr':>7}{'EM@1':>7}{'F1@1':>7}{'doc@1':>7}")
         for name, r in results.items():
@@ -228,6 +221,7 @@ def main() -> None:
     ap.add_argument("--model", default="default")
     ap.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
     ap.add_argument("--speed-questions", type=int, default=1024, help="questions timed per mode (run; 0: no timing)")
+    ap.add_argument("--speed-batch", type=int, default=BATCH, help="batch size of the q/s comparison (run)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), help="modes to measure (run)")
     ap.add_argument("--speed-only", action="store_true", help="run: only the q/s comparison")
     ap.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS, help="units to measure (run)")

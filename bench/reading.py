@@ -8,8 +8,8 @@ On every question of the file (or a fixed sample of --limit), searched over --in
 - quality without and with ``read``: phrase EM@1 / F1@1, passage acc@1 / acc@5, document acc@1;
 - read hits' confidence: the first hit's expected calibration error (10 bins) per unit, every answer in the index;
 - the reader alone reading each question's gold passage (reading-comprehension EM / F1);
-- speed, one run on this machine: phrase search q/s at batch 64 with and without reading (question encoding
-  included, after a warm-up batch), and their ratio.
+- speed, one run on this machine: phrase search q/s at batch 64 (--batch-size) with and without reading (question
+  encoding included, after a warm-up batch), and their ratio.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from hybrid import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
+from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.evaluate import sample_questions  # noqa: E402
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic  # noqa: E402
@@ -34,23 +34,22 @@ from spanseek.core.metrics import exact_match, f1_score, passage_has_answer  # n
 from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.core.reader import reading_comprehension  # noqa: E402
 
-BATCH = 64
 RUNS = {"phrase": ("phrase", 1), "passage": ("passage", 5), "doc": ("doc", 1)}
 
 
-def quality(searcher, questions, read: bool, read_passages: int | None) -> dict:
+def quality(searcher, questions, read: bool, read_passages: int | None, batch: int) -> dict:
     """Metrics of one setting over every question; the first hits' confidences and labels per unit."""
     em, f1, acc1, acc5, doc1 = [], [], [], [], []
     conf: dict[str, list[float]] = {u: [] for u in RUNS}
     right: dict[str, list[float]] = {u: [] for u in RUNS}
-    for b in range(0, len(questions), BATCH):
-        batch = questions[b:b + BATCH]
-        texts = [q.question for q in batch]
+    for b in range(0, len(questions), batch):
+        chunk = questions[b:b + batch]
+        texts = [q.question for q in chunk]
         q_start, q_end = searcher.encoder.encode(texts)
         found = {name: searcher.search_vectors(q_start, q_end, SearchParams(unit=unit, top_k=k, read=read,
                                                                             read_passages=read_passages), None, texts)
                  for name, (unit, k) in RUNS.items()}
-        for i, q in enumerate(batch):
+        for i, q in enumerate(chunk):
             top = found["phrase"][i][0].text if found["phrase"][i] else ""
             em.append(exact_match(top, q.answers))
             f1.append(f1_score(top, q.answers))
@@ -74,17 +73,20 @@ def pct(values: list[float]) -> float:
     return round(100 * float(np.mean(values)), 2)
 
 
-def speed(searcher, questions, read: bool, read_passages: int | None, batches: int) -> float:
-    """Phrase-search q/s at batch 64, encoding included, after one warm-up batch."""
+def speed(searcher, questions, read: bool, read_passages: int | None, batches: int, batch: int) -> float:
+    """Phrase-search q/s at ``batch``, encoding included, after one warm-up batch (the questions after it are timed,
+    so there must be more than one batch of them)."""
     texts = [q.question for q in questions]
     params = SearchParams(read=read, read_passages=read_passages)
-    searcher.search(texts[:BATCH], params)
+    searcher.search(texts[:batch], params)
     if searcher.reading is not None:
         searcher.reading._recent.clear()  # timed reads are real reads, not remembered ones
-    timed = texts[BATCH:BATCH * (batches + 1)]
+    timed = texts[batch:batch * (batches + 1)]
+    if not timed:
+        raise SystemExit(f"{len(texts)} questions leave none to time after a warm-up batch of {batch}")
     t0 = time.perf_counter()
-    for b in range(0, len(timed), BATCH):
-        searcher.search(timed[b:b + BATCH], params)
+    for b in range(0, len(timed), batch):
+        searcher.search(timed[b:b + batch], params)
     return round(len(timed) / (time.perf_counter() - t0), 1)
 
 
@@ -96,7 +98,8 @@ def main() -> int:
     ap.add_argument("--questions", required=True, help="SQuAD-format file whose paragraphs the index holds")
     ap.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
     ap.add_argument("--read-passages", type=int, default=None, help="default: the reader's fitted one")
-    ap.add_argument("--speed-batches", type=int, default=8, help="timed batches of 64 for the q/s")
+    ap.add_argument("--speed-batches", type=int, default=8, help="timed batches for the q/s")
+    ap.add_argument("--batch-size", type=int, default=64, help="questions per search batch")
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="question encoder")
     ap.add_argument("--reader-precision", default="auto", choices=["auto", "fp32", "bf16"])
     ap.add_argument("--out", required=True)
@@ -110,10 +113,11 @@ def main() -> int:
         "model": args.model, "reader": args.reader, "mode": searcher.default_mode,
         "read_passages": args.read_passages or searcher.reading.reading.read_passages,
         "reader_precision": searcher.reading.reader.precision,
-        "speed": {"without_read_qps": speed(searcher, questions, False, None, args.speed_batches),
-                  "with_read_qps": speed(searcher, questions, True, args.read_passages, args.speed_batches)},
-        "without_read": quality(searcher, questions, False, None),
-        "with_read": quality(searcher, questions, True, args.read_passages),
+        "speed": {"without_read_qps": speed(searcher, questions, False, None, args.speed_batches, args.batch_size),
+                  "with_read_qps": speed(searcher, questions, True, args.read_passages, args.speed_batches,
+                                         args.batch_size)},
+        "without_read": quality(searcher, questions, False, None, args.batch_size),
+        "with_read": quality(searcher, questions, True, args.read_passages, args.batch_size),
         "reader_rc": reading_comprehension(searcher.reading.reader, questions),
     }
     result["speed"]["ratio"] = round(result["speed"]["with_read_qps"] / result["speed"]["without_read_qps"], 3)
