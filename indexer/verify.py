@@ -145,10 +145,23 @@ def check_maps(index: PhraseIndex) -> list[str]:
     return problems
 
 
+def built_by(m: store.Manifest) -> dict[str, Any]:
+    """Which model built the index: the reference it was built with, its fingerprints and backbone, and whether the
+    bundled default model makes the same token vectors (``bundled_default``; a query-side fine-tune of the builder
+    does too), so an index built by an earlier default or another model is told apart."""
+    from spanseek.core.model import phrase_fingerprint, resolve_model
+
+    default = phrase_fingerprint(resolve_model("default"))
+    return {"ref": m.model_ref, "fingerprint": m.model_fingerprint, "phrase_fingerprint": m.phrase_fingerprint,
+            "backbone": m.encoder.get("backbone"),
+            "bundled_default": m.phrase_fingerprint == default if m.phrase_fingerprint else None}
+
+
 def verify_index(
     index_dir: str | Path, sample: int = 1000, k: int = 10, nprobe: int | None = None
 ) -> dict[str, Any]:
-    """Check an index and measure it: ``{"ok", "problems", "manifest": counts, "recall", "memory"}``.
+    """Check an index and measure it: ``{"ok", "problems", "manifest": counts, "model": built_by, "recall",
+    "memory"}``.
 
     Problems name the file: a checksum or size that differs from the manifest's record, a store that cannot be
     read, maps that disagree, or a recall far below the build's. ``sample``, ``k`` and ``nprobe`` must be integers
@@ -180,6 +193,7 @@ def verify_index(
         "problems": problems,
         "manifest": {"factory": m.factory, "fine_store": m.fine_store, "documents": m.documents, "passages": m.passages, "tokens": m.tokens,
                      "indexed_tokens": m.indexed_tokens, "filter_threshold": m.filter_threshold},
+        "model": built_by(m),
         # documents replaced (`index upsert`) or deleted stay in the stores, masked, until `index compact`
         "documents": {"live": index.live_documents, "deleted": len(index.deleted_docs)},
         "lexical": describe_lexical(index),

@@ -9,6 +9,7 @@ index, and names the problem when a store is damaged.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -22,7 +23,7 @@ from spanseek.core.store import MANIFEST, PASSAGES, TOKEN_FLAGS, PhraseIndex
 from spanseek.indexer import add as add_mod
 from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildOptions, build_index
-from spanseek.indexer.verify import memory_per_token, verify_index
+from spanseek.indexer.verify import built_by, memory_per_token, verify_index
 from tests.conftest import make_corpus
 
 NEW_DOC = {"id": "new-1", "title": "Zebra Chronicle",
@@ -100,6 +101,19 @@ def test_verify_reports_recall_and_memory(tiny_index, added_index):
     assert mem["ram_breakdown"]["faiss"] >= 4 * d  # exact: fp32 vectors in RAM
     assert mem["mapped_breakdown"]["vectors.npy"] == 2 * d  # fp16 fine store on disk
     assert mem["disk_bytes_per_token"] > mem["mapped_bytes_per_token"]
+
+
+def test_verify_says_which_model_built_the_index(tiny_index, tiny_model_dir):
+    from spanseek.core.model import model_fingerprint, phrase_fingerprint, resolve_model
+
+    model = verify_index(tiny_index, sample=10)["model"]
+    assert model["fingerprint"] == model_fingerprint(tiny_model_dir)
+    assert model["phrase_fingerprint"] == phrase_fingerprint(tiny_model_dir)
+    assert model["ref"] == PhraseIndex(tiny_index).manifest.model_ref and model["bundled_default"] is False
+    manifest = PhraseIndex(tiny_index).manifest
+    default = dataclasses.replace(manifest, phrase_fingerprint=phrase_fingerprint(resolve_model("default")))
+    assert built_by(default)["bundled_default"] is True
+    assert built_by(dataclasses.replace(manifest, phrase_fingerprint=None))["bundled_default"] is None  # older index
 
 
 def test_verify_names_a_damaged_store(tmp_path, tiny_index):
