@@ -519,7 +519,8 @@ class MicroBatcher:
         self._last_done = now
         if self.metrics is not None:
             self.metrics.observe_batch(size, t)
-        to_perf = time.perf_counter() - now  # the queue is timed on the monotonic clock, the stages on perf_counter
+        # the queue is timed on the monotonic clock, the stages on perf_counter: the offset between the two clocks
+        to_perf = time.perf_counter() - time.monotonic()
         for item, item_hits in zip(batch, outcomes, strict=True):
             if item.future.done():  # cancelled while its batch ran, or failed at its encoding
                 continue
