@@ -1,0 +1,304 @@
+"""Every shell command of README.md and docs/python.md runs as written, on tiny inputs, so the pages stay true.
+
+    .venv/bin/python -m pytest -q tests/test_docs_commands.py
+
+Each page's ```bash / ```sh / ```console blocks are cut into commands (continuation lines joined, comments
+dropped) and run in order in a fresh directory that holds small files under the names the page uses
+(``my-docs/``, ``dev-v1.1.json``, ``more.jsonl``, ...), with the bundled models (``--model default``):
+
+- ``spanseek ...`` runs in this process (``spanseek.cli.main``); it must exit 0 and write the file its ``--out``
+  names; ``spanseek search`` must print a JSON line with hits per question. ``spanseek serve`` starts the real
+  command on a free port, and the page's ``curl`` commands then run against it (must answer 2xx with JSON).
+- Commands that cannot run here are listed in ``NOT_RUN`` with the reason; training commands in ``PARSE_ONLY``
+  run only through the argument parser, so a flag that does not exist still fails.
+
+A command that is none of these fails ``test_the_pages_have_commands_and_each_is_run_or_classified``, so a new
+block gets covered.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, redirect_stdout
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+
+import httpx
+import pytest
+
+from spanseek.cli import build_parser
+from spanseek.cli import main as spanseek_main
+from tests.conftest import make_corpus, make_paragraph, make_squad
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ("README.md", "docs/python.md")
+FENCE = re.compile(r"^```(?:bash|sh|shell|console)[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "TRANSFORMERS_VERBOSITY": "error",
+       "TOKENIZERS_PARALLELISM": "false", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+# Commands that do not run here, matched in full (regex) against the command's words joined by spaces.
+NOT_RUN = {
+    r"make (demo|test|lint|test-slow|test-docker)": "make targets install a virtualenv, system packages or Docker; "
+                                                    "make test runs this suite",
+    r"SPANSEEK_DEMO_NO_SERVE=1 make demo": "make demo indexes the whole demo corpus (minutes)",
+    r"pip install .+": "installs packages from an index (network)",
+    r"\. \.venv/bin/activate": "shell set-up: the commands run with this interpreter's spanseek",
+    r"cd deploy && export GRAFANA_ADMIN_PASSWORD=\.\.\.": "the compose stack needs a Docker engine (make test-docker)",
+    r"docker compose .+": "the compose stack needs a Docker engine (make test-docker)",
+    r"python bench/\.\.\.": "a pointer to bench/README.md, not a command",
+    r"python bench/document_formats\.py .+": "renders the 22 held-out articles as PDF and Word files and builds and "
+                                            "evaluates an index of each (tens of minutes of CPU)",
+    r"python bench/reading\.py .+": "times batches of 64 validation questions with the bundled reader (minutes of CPU); "
+                                   "tests/bench/test_bench_smoke.py runs it on the tiny model",
+}
+# Training runs for hours on a CPU (tests/trainer covers the jobs with a tiny model): only the flags are checked.
+PARSE_ONLY = r"spanseek train (phrase|length-bias|qsft|reader|fit-reading) .+"
+PORT = "8000"  # where the pages serve
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of a page: where it starts, and its words (comments dropped, quotes resolved)."""
+
+    doc: str
+    line: int
+    argv: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.argv)
+
+    def __str__(self) -> str:
+        return f"{self.doc}:{self.line}: {self.text}"
+
+
+def doc_commands(doc: str) -> list[Command]:
+    """The commands of ``doc``'s shell blocks, in page order."""
+    text = (ROOT / doc).read_text()
+    out: list[Command] = []
+    for block in FENCE.finditer(text):
+        first = text.count("\n", 0, block.start(1)) + 1
+        pending, start = "", first
+        for n, line in enumerate(block.group(1).splitlines(), first):
+            line = line.removeprefix("$ ")  # console prompts
+            if not pending:
+                start = n
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            argv = shlex.split(pending + line, comments=True)
+            pending = ""
+            if argv:
+                out.append(Command(doc, start, tuple(argv)))
+    return out
+
+
+def not_run_reason(cmd: Command) -> str | None:
+    return next((reason for pattern, reason in NOT_RUN.items() if re.fullmatch(pattern, cmd.text)), None)
+
+
+def kind(cmd: Command) -> str:
+    """How the test treats a command: not-run, parse, serve, spanseek or curl; unknown raises."""
+    if not_run_reason(cmd):
+        return "not-run"
+    if re.fullmatch(PARSE_ONLY, cmd.text):
+        return "parse"
+    if cmd.argv[:2] == ("spanseek", "serve"):
+        return "serve"
+    if cmd.argv[0] == "spanseek":
+        return "spanseek"
+    if cmd.argv[0] == "curl":
+        return "curl"
+    raise LookupError(f"{cmd}: neither run nor classified; add a way to run it, or a NOT_RUN entry with the reason")
+
+
+def all_commands() -> list[Command]:
+    return [cmd for doc in DOCS for cmd in doc_commands(doc)]
+
+
+# -- what the pages need on disk ---------------------------------------------------------------------------------
+
+
+MARKDOWN = """---
+title: {title}
+date: {date}
+tags: [{tags}]
+---
+# {title}
+
+{body}
+"""
+
+
+def write_fixtures(ws: Path) -> None:
+    """The files the pages name, small: text, Markdown and HTML folders, SQuAD files, corpora to add."""
+    rng = random.Random(1)
+    for folder in ("my-docs", "docs"):
+        (ws / folder / "guides").mkdir(parents=True)
+        (ws / folder / "guides" / "install.md").write_text(MARKDOWN.format(
+            title="Install guide", date="2024-05-01", tags="new", body="Run pip install to install it. "
+            + make_paragraph(rng, 3)))
+        (ws / folder / "release.md").write_text(MARKDOWN.format(
+            title="Release notes", date="2023-02-01", tags="old", body=make_paragraph(rng, 4)))
+        (ws / folder / "notes.txt").write_text(make_paragraph(rng, 3) + "\n\n" + make_paragraph(rng, 2))
+        (ws / folder / "page.html").write_text(f"<html><title>A page</title><p>{make_paragraph(rng, 3)}</p></html>")
+    (ws / "handbook").mkdir()
+    (ws / "handbook" / "faq.md").write_text(MARKDOWN.format(
+        title="FAQ", date="2024-06-01", tags="new", body="Who wrote the FAQ? The support team. " + make_paragraph(rng, 2)))
+    squad = make_squad()
+    for name in ("dev-v1.1.json", "train.json", "new-questions.json"):
+        (ws / name).write_text(json.dumps(squad))
+    (ws / "runs").mkdir()
+    with gzip.open(ws / "runs" / "validation.json.gz", "wt") as f:
+        json.dump(squad, f)
+    extra = make_corpus(seed=5, n_docs=2, n_paras=2)
+    (ws / "more.jsonl").write_text("".join(json.dumps({**d, "id": f"more-{d['id']}"}) + "\n" for d in extra))
+    (ws / "docs.jsonl").write_text(json.dumps({**extra[0], "id": "upserted"}) + "\n")
+    (ws / "work").mkdir()
+
+
+# -- running them ------------------------------------------------------------------------------------------------
+
+
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def on_port(argv: tuple[str, ...], port: str) -> list[str]:
+    """The words with the pages' URLs moved to ``port`` (``localhost:8000/search`` -> ``localhost:PORT/search``)."""
+    return [re.sub(rf"(localhost|127\.0\.0\.1):{PORT}\b", rf"\1:{port}", w) for w in argv]
+
+
+def written_by(argv: list[str], ws: Path) -> Path | None:
+    """The file or directory a command's ``--out`` names, if it has one."""
+    return ws / argv[argv.index("--out") + 1] if "--out" in argv else None
+
+
+def run_spanseek(cmd: Command, ws: Path) -> None:
+    """``spanseek ...`` in this process: exit 0, its ``--out`` written, and a search's JSON lines have hits."""
+    argv = list(cmd.argv)
+    stdout = StringIO()
+    with redirect_stdout(stdout):
+        try:
+            status = spanseek_main(argv[1:])
+        except SystemExit as e:  # argparse refused the arguments
+            status = e.code
+    assert status == 0, f"{cmd} exited with {status}:\n{stdout.getvalue()[-3000:]}"
+    out = written_by(argv, ws)
+    assert out is None or out.exists(), f"{cmd} did not write {out}"
+    if argv[1] == "search":
+        lines = [json.loads(line) for line in stdout.getvalue().splitlines()]
+        assert lines and all(line["hits"] for line in lines), f"{cmd} found nothing:\n{stdout.getvalue()}"
+
+
+def run_parse_only(cmd: Command) -> None:
+    """Training commands: the parser must accept every flag (argparse exits 2 on one it does not know)."""
+    try:
+        build_parser().parse_args(list(cmd.argv[1:]))
+    except SystemExit as e:
+        pytest.fail(f"{cmd}: spanseek refuses these arguments (exit {e.code})")
+
+
+def run_process(cmd: Command, argv: list[str], ws: Path) -> str:
+    proc = subprocess.run(argv, cwd=ws, env=ENV, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, f"{cmd} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def run_curl(cmd: Command, ws: Path, port: str | None) -> None:
+    """A page's curl against the service it started: 2xx (``--fail-with-body``) and a JSON answer."""
+    assert port is not None, f"{cmd}: the page runs curl before it starts spanseek serve"
+    body = run_process(cmd, ["curl", "--fail-with-body", "--max-time", "120", *on_port(cmd.argv[1:], port)], ws)
+    answer = json.loads(body)
+    assert "error" not in answer, f"{cmd}: {answer}"
+
+
+@contextmanager
+def serving(cmd: Command, ws: Path) -> Iterator[str]:
+    """``spanseek serve ...`` as the page writes it, on a free port; yields the port once /ready says 200."""
+    port = free_port()
+    argv = [str(BIN / "spanseek"), *cmd.argv[1:]]
+    if "--port" in argv:
+        del argv[argv.index("--port") : argv.index("--port") + 2]
+    argv += ["--port", port]
+    log = (ws / "serve.log").open("w")
+    proc = subprocess.Popen(argv, cwd=ws, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, f"{cmd} exited:\n{(ws / 'serve.log').read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"{cmd} never became ready"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        yield port
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+# -- the tests ---------------------------------------------------------------------------------------------------
+
+
+def test_the_pages_have_commands_and_each_is_run_or_classified():
+    commands = all_commands()
+    kinds, unknown = set(), []
+    for cmd in commands:
+        try:
+            kinds.add(kind(cmd))
+        except LookupError as e:
+            unknown.append(str(e))
+    assert not unknown, "\n".join(unknown)
+    assert {"spanseek", "serve", "curl", "not-run", "parse"} <= kinds
+    for pattern in NOT_RUN:  # an entry that no longer matches is stale
+        assert any(re.fullmatch(pattern, cmd.text) for cmd in commands), f"NOT_RUN {pattern!r} matches no command"
+
+
+def test_commands_are_cut_as_a_shell_would():
+    commands = doc_commands("docs/python.md")
+    curl = next(cmd for cmd in commands if cmd.argv[0] == "curl")
+    assert curl.argv[-1].startswith('{"query"') and "-d" in curl.argv  # continuation joined, quotes resolved
+    assert all("#" not in word for cmd in commands for word in cmd.argv)  # comments dropped
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_doc_commands_run(doc, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    write_fixtures(tmp_path)
+    port = None
+    with ExitStack() as stack:
+        for cmd in doc_commands(doc):
+            how = kind(cmd)
+            if how == "spanseek":
+                run_spanseek(cmd, tmp_path)
+            elif how == "parse":
+                run_parse_only(cmd)
+            elif how == "serve":
+                port = stack.enter_context(serving(cmd, tmp_path))
+            elif how == "curl":
+                run_curl(cmd, tmp_path, port)
