@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # GPU hosts use the CUDA image in docker/ or `pip install -e '.[gpu]'` next to a CUDA torch.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: install system-deps docker-deps test test-slow test-docker demo lint bench clean
+.PHONY: install system-deps docker-deps test test-slow test-docker bench-smoke demo lint bench clean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ test: install system-deps lint
 
 test-slow: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow
+
+# Every benchmark the docs cite, run end to end on a tiny model and index (a few minutes; the quicker ones are also
+# part of `make test`, the ones that train or start the service several times only here).
+bench-smoke: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not gpu and not docker" tests/bench
 
 # Both images built and the compose stack run on a local Docker engine (started here if none answers, and
 # stopped again); minutes, root, not part of `make test`. docs/deploy.md says what it checks.

@@ -1,0 +1,358 @@
+"""Every benchmark the documentation cites runs end to end, as a user runs it, on a tiny model, corpus and index.
+
+    pytest -q tests/bench/test_bench_smoke.py        # or: make bench-smoke
+
+Each script is started as ``python bench/NAME.py`` (its own process, so imports that only work from bench/ and
+flags are checked too) with the smallest sizes its flags allow, and the JSON it writes must hold the figures the
+documentation quotes. Scripts that need a CUDA GPU run their CPU path where they have one, else ``--help``. The
+runs that train, or start the service several times, are marked ``slow``: ``make bench-smoke`` runs them all.
+``test_every_cited_script_has_a_smoke_test`` fails when a document cites a script that is missing or untested.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ["README.md", "bench/README.md", "docs/*.md", "core/models/*/README.md"]
+CITED = re.compile(r"bench/[a-z_0-9/]+\.(?:py|sh)")
+SMOKED: set[str] = set()  # scripts with a smoke test, filled by @smoke
+
+
+def smoke(script: str) -> Callable:
+    """Register the decorated test as ``script``'s smoke test."""
+    def register(test: Callable) -> Callable:
+        SMOKED.add(script)
+        return test
+    return register
+
+
+def run_bench(script: str, *args: object, timeout: float = 240, env: dict[str, str] | None = None) -> str:
+    """Run ``python bench/SCRIPT args`` from the repository root; fail with its output unless it exits 0."""
+    cmd = ([] if script.endswith(".py") else ["bash"]) + [str(ROOT / script), *map(str, args)]
+    if script.endswith(".py"):
+        cmd.insert(0, sys.executable)
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "TRANSFORMERS_VERBOSITY": "error",
+                "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{script} ran past {timeout} s:\n{e.stdout!r:.3000}\n{e.stderr!r:.3000}")
+    if proc.returncode != 0:
+        pytest.fail(f"{script} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc.stdout
+
+
+def results(path: Path, *keys: str) -> dict:
+    """The JSON a script wrote, which must hold ``keys`` (``a.b`` looks inside ``a``)."""
+    data = json.loads(path.read_text())
+    for key in keys:
+        node = data
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, f"{path.name} lacks {key!r}"
+            node = node[part]
+    return data
+
+
+def positive(x: float) -> bool:
+    return math.isfinite(x) and x > 0
+
+
+def test_a_failing_script_or_a_missing_figure_fails_its_smoke_test(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import json, sys\njson.dump({'qps': 1.0}, open(sys.argv[1], 'w'))\nraise RuntimeError('rotted')\n")
+    with pytest.raises(pytest.fail.Exception, match="rotted"):
+        run_bench(str(broken), tmp_path / "out.json")
+    with pytest.raises(AssertionError, match="ratio"):
+        results(tmp_path / "out.json", "qps", "ratio")
+
+
+# -- the documentation's list ------------------------------------------------------------------------------------
+
+
+def cited_scripts() -> set[str]:
+    return {m for pattern in DOCS for doc in ROOT.glob(pattern) for m in CITED.findall(doc.read_text())}
+
+
+def test_every_cited_script_exists_and_has_a_smoke_test():
+    cited = cited_scripts()
+    assert "bench/service_load.py" in cited  # the pattern finds citations at all
+    assert not {s for s in cited if not (ROOT / s).is_file()}, "cited scripts that do not exist"
+    assert not cited - SMOKED, "cited scripts without a smoke test in this file"
+    assert all((ROOT / s).is_file() for s in SMOKED)
+
+
+# -- indexing and in-process search ------------------------------------------------------------------------------
+
+
+@smoke("bench/index_throughput.py")
+def test_index_throughput(tmp_path, tiny_model_dir, tiny_corpus):
+    run_bench("bench/index_throughput.py", "--model", tiny_model_dir, "--corpus", tiny_corpus,
+              "--limit-passages", 6, "--shard-passages", 4, "--out", tmp_path / "index.json")
+    r = results(tmp_path / "index.json", "ratio", "raw_tokens_per_second", "build_tokens_per_second")
+    assert r["passages"] == 6 and positive(r["ratio"])
+
+
+@smoke("bench/search_throughput.py")
+def test_search_throughput(tmp_path, tiny_model_dir, tiny_index, tiny_squad):
+    run_bench("bench/search_throughput.py", "--model", tiny_model_dir, "--index", tiny_index, "--questions", tiny_squad,
+              "--split", "all", "--n-questions", 8, "--batch-size", 4, "--precision", "fp32", "--device", "cpu",
+              "--out", tmp_path / "search.json")
+    r = results(tmp_path / "search.json", "raw_encode_qps", "units.phrase.qps", "units.phrase.ratio",
+                "units.passage.qps", "units.doc.qps", "units.phrase_merged.qps", "units.phrase.search_seconds")
+    assert r["questions"] == 8 and all(positive(u["ratio"]) for u in r["units"].values())
+
+
+@smoke("bench/filter_selection.py")
+def test_filter_selection(tmp_path):
+    run_bench("bench/filter_selection.py", "--docs", 300, "--trials", 2, "--out", tmp_path / "filters.json")
+    r = results(tmp_path / "filters.json", "forms", "selection_bytes_per_token", "worst_p90_ms", "field_index.build_s")
+    assert r["documents"] == 300 and r["forms"]
+
+
+@smoke("bench/queue_model.py")
+def test_queue_model(tmp_path):
+    run_bench("bench/queue_model.py", "--fixed-ms", 16.3, "--per-question-ms", 3.3, "--waits-ms", "0,5",
+              "--arrivals", 2000, "--out", tmp_path / "queue.json")
+    r = results(tmp_path / "queue.json", "saturation_qps", "rate_qps", "rows")
+    assert [row["max_wait_ms"] for row in r["rows"]] == [0, 5]
+    assert all(row["p99_over_single"] >= row["p50_over_single"] > 0 for row in r["rows"])
+
+
+@smoke("bench/reading.py")
+def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad):
+    run_bench("bench/reading.py", "--index", squad_index, "--model", tiny_model_dir, "--reader", tiny_reader,
+              "--questions", tiny_squad, "--limit", 24, "--batch-size", 8, "--speed-batches", 1,
+              "--precision", "fp32", "--reader-precision", "fp32", "--out", tmp_path / "reading.json")
+    r = results(tmp_path / "reading.json", "cpu", "speed.with_read_qps", "speed.without_read_qps", "speed.ratio",
+                "without_read.phrase_em@1", "with_read.passage_acc@5", "with_read.first_hit_ece", "reader_rc")
+    assert r["questions"] == 24 and positive(r["speed"]["ratio"])
+
+
+@smoke("bench/search_snapshot.py")
+def test_search_snapshot(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    # compared with itself (one process start instead of two): every hit must match
+    out = tmp_path / "snapshot.json"
+    report = json.loads(run_bench("bench/search_snapshot.py", "--index", squad_index, "--model", tiny_model_dir,
+                                  "--questions", tiny_squad, "--limit", 6, "--out", out, "--compare", out))
+    snapshot = results(out, "phrase/dense", "passage/hybrid", "doc/lexical")
+    assert len(snapshot["phrase/dense"]) == 6 and snapshot["phrase/dense"][0]
+    assert report["phrase/dense"] == {"questions": 6, "compared": 6, "differ": 0}
+
+
+@smoke("bench/hybrid.py")
+def test_hybrid_run(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    run_bench("bench/hybrid.py", "run", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--limit", 16, "--speed-questions", 16, "--speed-batch", 8, "--out", tmp_path / "hybrid.json")
+    r = results(tmp_path / "hybrid.json", "cpu", "results.bm25.passage.acc@5", "results.dense.phrase.em@1",
+                "results.hybrid_rrf.passage.mrr@20", "results.hybrid_score.doc.acc@1",
+                "throughput_batch64.hybrid_vs_dense_search", "throughput_batch64.hybrid_vs_dense_end_to_end")
+    assert r["n_questions"] == 16 and positive(r["throughput_batch64"]["hybrid_vs_dense_search"])
+
+
+def test_hybrid_fit(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    run_bench("bench/hybrid.py", "fit", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--limit", 16, "--rerank-limit", 50, "--out", tmp_path / "fit.json")
+    r = results(tmp_path / "fit.json", "grid.phrase", "grid.passage", "weights.phrase", "weights.doc",
+                "phrase_rerank.weights", "phrase_rerank.em@1_reranked")
+    assert set(r["weights"]) == {"phrase", "passage", "doc"}
+
+
+def write_calibration(path: Path, units: tuple[str, ...], mode: str) -> Path:
+    """A calibration file whose models rank hits by their score alone."""
+    from spanseek.core.confidence import FEATURES, Calibrator, LogisticModel
+
+    n = len(FEATURES)
+    score_only = LogisticModel((0.0,) * n, (1.0,) * n, (1.0,) + (0.0,) * (n - 1), 0.0)
+    Calibrator({f"{u}/{mode}": score_only for u in units}, "any", {}).save(path)
+    return path
+
+
+@smoke("bench/confidence.py")
+def test_confidence(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    calibration = write_calibration(tmp_path / "calibration.json", ("phrase", "passage", "doc"), "dense")
+    run_bench("bench/confidence.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--modes", "dense", "--limit", 12, "--calibration", calibration, "--examples", tmp_path / "ex.npz",
+              "--out", tmp_path / "confidence.json")
+    r = results(tmp_path / "confidence.json", "by_unit_mode.phrase/dense.ece_top1",
+                "by_unit_mode.passage/dense.auroc_present_vs_absent", "by_unit_mode.doc/dense.absent_dropped_at_t80",
+                "by_unit_mode.phrase/dense.curve")
+    assert r["questions"] == 12
+    # the report again from the examples the first run wrote, without searching
+    run_bench("bench/confidence.py", "--from-examples", tmp_path / "ex.npz", "--model", tiny_model_dir,
+              "--calibration", calibration, "--out", tmp_path / "again.json")
+    assert results(tmp_path / "again.json")["by_unit_mode"] == r["by_unit_mode"]
+
+
+@smoke("bench/paired_accuracy.py")
+def test_paired_accuracy(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    # the exact index against itself, and against itself asked with a question encoder named by INDEX@MODEL
+    run_bench("bench/paired_accuracy.py", "--exact", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--indexes", squad_index, f"{squad_index}@{tiny_model_dir}", "--exact-cache", tmp_path / "exact.npz",
+              "--out", tmp_path / "paired.json")
+    r = results(tmp_path / "paired.json", "exact.em@1", "exact.acc@5", "indexes")
+    assert r["questions"] == 50 and (tmp_path / "exact.npz").is_file()
+    for row in r["indexes"]:
+        assert row["em_delta"] == row["acc5_delta"] == 0 and row["em_gained"] == row["em_lost"] == 0
+        assert len(row["em_delta_ci95"]) == len(row["acc5_delta_ci95"]) == 2
+
+
+@smoke("bench/gpu_search.py")
+def test_gpu_search_on_cpu_parts(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    run_bench("bench/gpu_search.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--limit", 16, "--batch", 8, "--device", "cpu", "--filter-docs", 2, "--out", tmp_path / "gpu.json")
+    r = results(tmp_path / "gpu.json", "cpu", "placement", "rows")
+    assert [row["unit"] for row in r["rows"]] == ["phrase", "passage", "doc", "passage"]
+    assert all(row["top1_same"] == 100 and positive(row["device_x_cpu"]) for row in r["rows"])
+
+
+@smoke("bench/compressed_index.py")
+def test_compressed_index(tmp_path, tiny_model_dir, squad_corpus, tiny_squad):
+    run_bench("bench/compressed_index.py", "--model", tiny_model_dir, "--corpus", squad_corpus, "--questions",
+              tiny_squad, "--limit-passages", 10, "--limit-questions", 12, "--factories", "IVF4,SQ8;Flat@sq8",
+              "--nprobes", "1,4", "--max-train", 2000, "--workdir", tmp_path / "work", "--quiet",
+              "--out", tmp_path / "compressed.json")
+    r = results(tmp_path / "compressed.json", "tokens", "rows")
+    assert [(row["factory"], row["vector_source"]) for row in r["rows"]] == [
+        ("Flat", "fine"), ("IVF4,SQ8", "fine"), ("IVF4,SQ8", "codes"), ("Flat@sq8", "fine")]
+    for row in r["rows"]:
+        assert {"speed_x_exact", "em_delta_vs_exact", "ram_fraction_of_exact", "disk_bytes_per_token"} <= set(row)
+    assert [s["nprobe"] for s in r["rows"][1]["nprobe_sweep"]] == [1, 4]
+
+
+@smoke("bench/baselines.py")
+def test_baselines(tmp_path, tiny_model_dir, tiny_backbone, tiny_squad):
+    run_bench("bench/baselines.py", "--questions", tiny_squad, "--model", tiny_model_dir, "--backbone", tiny_backbone,
+              "--limit", 12, "--out", tmp_path / "baselines.json")
+    r = results(tmp_path / "baselines.json", "results.bm25.acc@5", "results.bi_encoder_untrained.mrr@20",
+                "results.spanseek.acc@20", "results.spanseek.questions_per_second")
+    assert r["n_questions"] == 12 and all(positive(x["questions_per_second"]) for x in r["results"].values())
+
+
+@smoke("bench/question_modes.py")
+@pytest.mark.slow
+def test_question_modes(tmp_path, tiny_model_dir, separate_model_dir, tiny_squad):
+    run_bench("bench/question_modes.py", "--shared", tiny_model_dir, "--separate", separate_model_dir,
+              "--questions", tiny_squad, "--split", "all", "--limit", 12, "--batch-size", 8, "--repeats", 1,
+              "--precision", "fp32", "--device", "cpu", "--out", tmp_path / "modes.json")
+    r = results(tmp_path / "modes.json", "shared.phrase.em@1", "separate.passage.acc@5", "shared.rc.f1",
+                "separate.speed.encode_qps", "shared.speed.phrase_search_qps")
+    assert (r["shared"]["question_mode"], r["separate"]["question_mode"]) == ("shared", "separate")
+
+
+@smoke("bench/scale_run.py")
+def test_scale_run(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    from spanseek.core.store import Manifest
+
+    n = 2 * Manifest.load(squad_index).tokens + 50  # two whole replicas and part of a third
+    run_bench("bench/scale_run.py", "--base", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--sizes", n, "--factory", "IVF{nlist},SQ8", "--nlist", 4, "--store", "sq8", "--limit-questions", 8,
+              "--exact-sample", 4, "--workdir", tmp_path / "work", "--out", tmp_path / "scale.json")
+    row = results(tmp_path / "scale.json", f"sizes.{n}.qps", f"sizes.{n}.top1_start_same_as_exact",
+                  f"sizes.{n}.ram_bytes_per_token", f"sizes.{n}.stages.build_seconds")["sizes"][str(n)]
+    assert row["exact_sample"] == 4 and positive(row["qps"])
+
+
+@smoke("bench/stale_cache_training.py")
+@pytest.mark.slow
+def test_stale_cache_training(tmp_path, tiny_model_dir, tiny_squad, hard_negatives):
+    run_bench("bench/stale_cache_training.py", "--model", tiny_model_dir, "--train", tiny_squad,
+              "--hard-negatives", hard_negatives, "--cache", tmp_path / "cache", "--steps", 2, "--batch-windows", 4,
+              "--hard-per-batch", 2, "--precision", "fp32", "--work", tmp_path / "runs", "--out", tmp_path / "stale.json")
+    r = results(tmp_path / "stale.json", "arms.fresh.questions_per_second", "arms.stale.ratio_to_first",
+                "arms.corrected.stale_cache")
+    assert r["arms"]["fresh"]["ratio_to_first"] == 1 and positive(r["arms"]["corrected"]["ratio_to_first"])
+
+
+# -- the service ---------------------------------------------------------------------------------------------------
+
+
+@smoke("bench/service_load.py")
+def test_service_load(tmp_path, tiny_index, tiny_model_dir):
+    run_bench("bench/service_load.py", "--index", tiny_index, "--model", tiny_model_dir, "--precision", "fp32",
+              "--unit", "phrase", "--concurrency", "1,2", "--seconds", 1, "--max-batch-size", 4,
+              "--soak-seconds", 1, "--out", tmp_path / "load.json")
+    r = results(tmp_path / "load.json", "raw_qps", "raw_sequential_qps", "raw_pipelined_qps", "service_over_raw",
+                "saturation.qps", "single.p50_ms", "half_load.p99_ms", "half_load_p99_over_single_p50",
+                "levels", "soak.non_429_errors")
+    assert [lv["concurrency"] for lv in r["levels"]] == [1, 2]
+    assert all(lv["errors"] == 0 and lv["mean_batch_size"] >= 1 for lv in r["levels"])
+    assert positive(r["service_over_raw"])
+
+
+@smoke("bench/service_reliability.py")
+@pytest.mark.slow
+def test_service_reliability(tmp_path, tiny_index, tiny_model_dir):
+    run_bench("bench/service_reliability.py", "--index", tiny_index, "--model", tiny_model_dir, "--rounds", 2,
+              "--concurrency", "1,2", "--seconds", 1, "--sweeps", 1, "--overload-factor", 2, "--overload-seconds", 1,
+              "--settle-seconds", 0, "--huge-paragraph-chars", 20_000, "--indexed-chars", 2000,
+              "--work", tmp_path / "work", "--out", tmp_path / "reliability.json")
+    r = results(tmp_path / "reliability.json", "poison.normal_status", "poison.poisoned_status", "saturation.qps",
+                "overload.p99_ms", "overload.refused_without_retry_after", "rss_mb.after_over_before",
+                "bounded.phrase.bytes", "bounded.full_passage.status")
+    assert r["poison"]["normal_non_200"] == 0 and set(r["poison"]["poisoned_status"]) <= {"400", "422"}
+    assert r["bounded"]["doc"]["status"] == 200
+
+
+@smoke("bench/reload_under_load.py")
+@pytest.mark.slow
+def test_reload_under_load(tmp_path, tiny_index, squad_index, tiny_model_dir):
+    run_bench("bench/reload_under_load.py", "--indexes", tiny_index, squad_index, "--model", tiny_model_dir,
+              "--workdir", tmp_path / "alias", "--clients", 2, "--swaps", 2, "--interval", 1, "--poll", 0.2,
+              "--out", tmp_path / "reload.json")
+    r = results(tmp_path / "reload.json", "statuses.during_swaps", "switch_to_new_answers_s", "latency_otherwise.p50_ms",
+                "reload_seconds_by_service", "rss_mb.peak")
+    assert r["swaps"] == 2 and r["stale_answers_after_swap"] == 0
+
+
+# -- training ------------------------------------------------------------------------------------------------------
+
+
+@smoke("bench/cpu_model_negatives.sh")
+@pytest.mark.slow
+def test_cpu_model_negatives(tmp_path, tiny_model_dir, tiny_backbone, tiny_squad):
+    tiny_training = (f"--backbone {tiny_backbone} --max-seq-len 32 --stride 8 --lora-r 4 --max-steps 2 "
+                     "--batch-windows 4 --hard-per-batch 2 --precision fp32")
+    run_bench("bench/cpu_model_negatives.sh", tiny_model_dir, tmp_path / "run", timeout=600, env={
+        "WORK": str(tmp_path / "work"), "TRAIN": str(tiny_squad), "VALIDATION": str(tiny_squad),
+        "FACTORY": "IVF4,SQ8", "NPROBE": "2", "TRAIN_FLAGS": tiny_training,
+        "SPANSEEK": str(Path(sys.executable).parent / "spanseek")})
+    assert (tmp_path / "work" / "hard-model.jsonl.gz").is_file()
+    r = results(tmp_path / "run" / "val-full.json", "phrase.em@1", "passage.acc@5", "rc.em")
+    assert r["n_questions"] == 50
+
+
+# -- on a CUDA host --------------------------------------------------------------------------------------------------
+
+
+@smoke("bench/gpu_build.py")
+def test_gpu_build_on_the_cpu(tmp_path):
+    run_bench("bench/gpu_build.py", "--n", 3000, "--dim", 16, "--factories", "IVF8,SQ8", "IVF8,PQ4x4fs",
+              "--devices", "cpu", "--out", tmp_path / "build.json")
+    r = results(tmp_path / "build.json", "factories.IVF8,SQ8.cpu.recall@10", "factories.IVF8,PQ4x4fs.cpu.total_s")
+    assert all(0 < row["cpu"]["recall@10"] <= 1 for row in r["factories"].values())
+
+
+@smoke("bench/gpu/carry_backbone.py")
+def test_carry_backbone_help():
+    for command in ("pack", "unpack"):
+        assert "usage:" in run_bench("bench/gpu/carry_backbone.py", command, "--help")
+
+
+@smoke("bench/gpu_training.sh")
+@smoke("bench/gpu_model_negatives.sh")
+@pytest.mark.parametrize("script", ["bench/gpu_training.sh", "bench/gpu_model_negatives.sh"])
+def test_gpu_shell_scripts_parse_and_state_their_usage(script):
+    subprocess.run(["bash", "-n", str(ROOT / script)], check=True)
+    proc = subprocess.run(["bash", str(ROOT / script)], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and f"usage: {script}" in proc.stderr
