@@ -78,7 +78,7 @@ def _segmenter():
     try:
         import pysbd
     except ImportError:
-        raise ImportError("splitting long paragraphs at sentences needs pysbd (pip install 'spanseek[index]')") from None
+        raise ImportError("cutting long paragraphs at sentences needs pysbd (pip install 'spanseek[index]')") from None
     return pysbd.Segmenter(language="en", clean=False)
 
 

@@ -122,7 +122,8 @@ def extract_pdf(path: Path) -> Extracted:
     for number, boxes in enumerate(pages, start=1):
         for i, box in enumerate(boxes):
             last = metas[-1] if metas else {}
-            if last.get("page_end", last.get("page")) in (number - 1, number) and _continues(paragraphs[-1], box, i > 0):
+            ends_on = last.get("page_end", last.get("page"))  # the page the paragraph before ends on
+            if ends_on in (number - 1, number) and _continues(paragraphs[-1], box, same_page=i > 0):
                 paragraphs[-1] = f"{paragraphs[-1]} {box}"
                 metas[-1] = last if last["page"] == number else {"page": last["page"], "page_end": number}
             else:
