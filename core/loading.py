@@ -20,7 +20,8 @@ from spanseek.core.model import (
 )
 from spanseek.core.reader import PassageReader, resolve_reader
 from spanseek.core.reading import READING_NAME, Reading, ReadingStage
-from spanseek.core.search import SELECTION_CACHE_BYTES, Searcher
+from spanseek.core.search import Searcher
+from spanseek.core.selection import SELECTION_CACHE_BYTES
 from spanseek.core.store import PhraseIndex
 
 

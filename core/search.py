@@ -8,8 +8,8 @@ One ``SearchParams`` (``core.params``) says what to search for; the ``Searcher``
 3. reading (``core.reading.ReadingStage``), when asked for: the top passages read by the cross-attention reader;
 4. the page (``core.page.Pager``): confidence, abstention, the page ``[offset, offset + top_k)``.
 
-Passages and documents score the max over their phrases. A unit is one entry of ``UNIT_OF_PASSAGE``: which unit
-each passage belongs to. Deleted documents and a request's ``filter`` are applied inside both legs
+Passages and documents score the max over their phrases. A unit is one entry of ``core.selection.UNIT_OF_PASSAGE``:
+which unit each passage belongs to. Deleted documents and a request's ``filter`` are applied inside both legs
 (``core.selection``): faiss searches only the allowed tokens and the other passages' BM25 scores are zeroed, so
 ``top_k`` is filled when enough units pass.
 """
@@ -29,24 +29,15 @@ from spanseek.core.gpu import OnDevice
 from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.lexical import LexicalIndexMissing, missing_message
 from spanseek.core.page import Pager
-from spanseek.core.params import MODES, UNITS, Mode, SearchFilter, SearchParams, SearchParamsError, Unit
+from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError, Unit
 from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.reading import ReadingStage
-from spanseek.core.selection import Selection, Selections
+from spanseek.core.selection import SELECTION_CACHE_BYTES, UNIT_OF_PASSAGE, Selection, Selections
 from spanseek.core.spans import ANSWER_CANDIDATES, Spans, merge_by_answer
 from spanseek.core.store import PhraseIndex
 
 log = logging.getLogger(__name__)
 DEFAULT_PARAMS = SearchParams()
-# bytes of recent filters' selections a Searcher keeps (each D + P + P / 8 bytes: core.selection)
-SELECTION_CACHE_BYTES = 1 << 30
-# unit -> the unit of every passage, (P,) int64; the phrase unit is the span itself (None). A new unit is one entry.
-UNIT_OF_PASSAGE: dict[Unit, Callable[[PhraseIndex], np.ndarray] | None] = {
-    "phrase": None,
-    "passage": lambda index: np.arange(len(index.passages), dtype=np.int64),
-    "doc": lambda index: np.asarray([p["doc"] for p in index.passages], dtype=np.int64),
-}
-assert tuple(UNIT_OF_PASSAGE) == UNITS
 
 
 class Searcher:
@@ -56,11 +47,9 @@ class Searcher:
     q_end (and the question texts, for the lexical leg and reading) directly. ``vector_source`` (``fine`` | ``codes``;
     default: the index's) is where span completion reads neighbour vectors, unless the request names one.
     ``length_bias`` (default: the encoder's model config's, else the index's) is added to every span by its length.
-    The fusion defaults come from the index's manifest. ``calibrator`` (``core.confidence``) gives hits their
-    confidence; ``reading`` (``core.reading``) serves requests with ``read``; ``on_device`` (``core.gpu.place``)
-    holds the parts of the index searched and scored on a GPU. ``selection_cache_bytes`` bounds the selections of
-    recent filters kept (``core.selection.Selections``). ``unanswerable_prior``: the share of questions without an
-    answer in the index that confidences assume when a request does not say (``SearchParams.unanswerable_prior``).
+    The fusion defaults come from the index's manifest. ``calibrator`` gives hits their confidence, at
+    ``unanswerable_prior`` unless a request says (``core.confidence``); ``reading`` serves requests with ``read``;
+    ``on_device`` holds the parts searched on a GPU; ``selection_cache_bytes`` bounds recent filters' selections.
     """
 
     def __init__(

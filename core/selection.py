@@ -31,14 +31,25 @@ the same (but for the order of exact ties). IVF indexes always take the selector
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from spanseek.core.faiss_spec import ivf_of
-from spanseek.core.params import SearchFilter
+from spanseek.core.params import UNITS, SearchFilter, Unit
 from spanseek.core.store import PhraseIndex
+
+# bytes of recent filters' selections a Searcher keeps by default (each D + P + P / 8 bytes)
+SELECTION_CACHE_BYTES = 1 << 30
+# unit -> the unit of every passage, (P,) int64; the phrase unit is the span itself (None). A new unit is one entry.
+UNIT_OF_PASSAGE: dict[Unit, Callable[[PhraseIndex], np.ndarray] | None] = {
+    "phrase": None,
+    "passage": lambda index: np.arange(len(index.passages), dtype=np.int64),
+    "doc": lambda index: np.asarray([p["doc"] for p in index.passages], dtype=np.int64),
+}
+assert tuple(UNIT_OF_PASSAGE) == UNITS
 
 # a flat index over-fetches (rather than take the selector) when at least this share of its tokens is allowed
 OVERFETCH_MIN_ALLOWED = 0.5
