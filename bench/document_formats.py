@@ -2,6 +2,7 @@
 evaluated against the SQuAD paragraphs themselves: what reading real documents costs in accuracy.
 
     nice -n 19 .venv/bin/python bench/document_formats.py --out runs/formats [--formats squad pdf docx md] [--limit 800]
+        [--squad squad-v1.1-train.json.gz --articles held-out|all --model default]
 
 Each article becomes one file: its title as a heading, then its paragraphs (PDF: fpdf2, DejaVu Sans 11 pt on A4,
 justified, the title also in the document's info; Word: python-docx, the title as a "Heading 1" and the document's
@@ -75,10 +76,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/formats"))
     ap.add_argument("--formats", nargs="+", default=["squad", "pdf", "docx"], choices=["squad", *WRITERS])
     ap.add_argument("--limit", type=int, default=800, help="questions sampled (the same sample for every version)")
+    ap.add_argument("--squad", default=SQUAD, help="SQuAD-format file of the articles")
+    ap.add_argument("--articles", choices=["held-out", "all"], default="held-out",
+                    help="the file's held-out articles (core.io.Holdout) or all of them")
+    ap.add_argument("--model", default="default", help="the model that indexes and searches")
     args = ap.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    held = Holdout().split(load_squad(SQUAD))[1]
+    data = load_squad(args.squad)
+    held = Holdout().split(data)[1] if args.articles == "held-out" else data
     questions = out / "held-out.json"
     if not questions.exists():
         write_json_atomic(questions, {"version": "holdout", "data": held})
@@ -95,10 +101,10 @@ def main() -> None:
                     WRITERS[fmt](article, files / f"{i:02d}.{fmt}")
                 run(SPANSEEK, "corpus", "from-files", str(files), "--out", str(corpus))
         if not (index / "manifest.json").exists():
-            run(SPANSEEK, "index", "build", "--corpus", str(corpus), "--model", "default", "--out", str(index),
+            run(SPANSEEK, "index", "build", "--corpus", str(corpus), "--model", args.model, "--out", str(index),
                 "--factory", "Flat", "--quiet")
         if not metrics.exists():
-            run(SPANSEEK, "eval", "--questions", str(questions), "--index", str(index), "--model", "default",
+            run(SPANSEEK, "eval", "--questions", str(questions), "--index", str(index), "--model", args.model,
                 "--limit", str(args.limit), "--out", str(metrics), "--quiet")
         m = json.loads(metrics.read_text())
         passages = sum(1 for _ in open(index / "passages.jsonl", encoding="utf-8"))

@@ -357,3 +357,11 @@ def test_gpu_shell_scripts_parse_and_state_their_usage(script):
     subprocess.run(["bash", "-n", str(ROOT / script)], check=True)
     proc = subprocess.run(["bash", str(ROOT / script)], cwd=ROOT, capture_output=True, text=True, check=False)
     assert proc.returncode != 0 and f"usage: {script}" in proc.stderr
+
+
+@smoke("bench/document_formats.py")
+def test_document_formats(tmp_path, tiny_model_dir, tiny_squad):
+    run_bench("bench/document_formats.py", "--squad", tiny_squad, "--articles", "all", "--model", tiny_model_dir,
+              "--formats", "squad", "pdf", "docx", "--limit", 6, "--out", tmp_path / "formats")
+    r = results(tmp_path / "formats" / "results.json", "squad.phrase_em@1", "pdf.passage_acc@5", "docx.passage_acc@5")
+    assert r["pdf"]["n_questions"] == r["docx"]["n_questions"] == 6 and r["pdf"]["passages"] > 0
