@@ -3,7 +3,8 @@
 Corpus format (JSON Lines, one document a line): ``{"id": str, "title": str, "paragraphs": [str, ...]}``, an
 optional ``"meta"`` object (any JSON: a URL, a date, tags) and an optional ``"passage_meta"`` list of objects, one
 per paragraph (``{"page": 3}``, a heading path; null or ``{}`` for none), which the index stores and returns with hits
-(a passage's own keys over its document's).
+(a passage's own keys over its document's). Metadata comes back with every hit, so a document whose ``meta`` or
+one of whose ``passage_meta`` objects is longer than ``MAX_META_BYTES`` as JSON is refused, naming it.
 Questions are SQuAD-format JSON, optionally gzipped. ``spanseek corpus from-squad IN --out OUT`` converts. Both are
 UTF-8 (a leading BOM is allowed).
 """
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
+MAX_META_BYTES = 16 * 1024  # a metadata object as JSON: a URL, dates, tags and a heading path fit many times over
 
 
 class CorpusError(ValueError):
@@ -225,6 +228,9 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
                 or not all(m is None or isinstance(m, dict) for m in passage_meta)):
             raise CorpusError(f"{where}: 'passage_meta' must be a list of JSON objects (or nulls), one per paragraph "
                               f"({len(paragraphs)})")
+        if 4 * len(line) > MAX_META_BYTES:  # a shorter line cannot hold more (UTF-8: <= 4 bytes a character)
+            _check_meta_size(where, doc_id, [("'meta'", meta)] + [(f"'passage_meta' {i}", m)
+                                                                  for i, m in enumerate(passage_meta) if m])
         for i, text in enumerate([str(doc_id), title, *paragraphs]):
             try:
                 text.encode("utf-8")
@@ -242,6 +248,16 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
         stats.documents += 1
         stats.paragraphs += len(kept)
         yield Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno, passage_meta=kept_meta)
+
+
+def _check_meta_size(where: str, doc_id: object, metas: list[tuple[str, dict[str, Any]]]) -> None:
+    """CorpusError naming the document when one of its metadata objects is over MAX_META_BYTES as JSON."""
+    for name, meta in metas:
+        size = len(json.dumps(meta, ensure_ascii=False).encode())
+        if size > MAX_META_BYTES:
+            raise CorpusError(f"{where}: document {doc_id!r}: its {name} is {size} bytes as JSON, over the limit of "
+                              f"{MAX_META_BYTES} (metadata is returned with every hit; keep large values such as "
+                              "full texts or images out of it)")
 
 
 def unique_ids(docs: Iterable[Document], path: str | Path, existing: Iterable[str] = (),

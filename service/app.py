@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,8 @@ from spanseek.core.lexical import missing_message
 from spanseek.core.params import UNITS, SearchParams
 from spanseek.core.search import Searcher
 from spanseek.service.batcher import MicroBatcher, run_batch
-from spanseek.service.errors import install_error_handlers
+from spanseek.service.cost import CostModel
+from spanseek.service.errors import ServiceError, install_error_handlers
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware
 from spanseek.service.reload import (
@@ -38,7 +40,7 @@ from spanseek.service.reload import (
     index_nprobe,
     signature_of,
 )
-from spanseek.service.routes import router
+from spanseek.service.routes import hide_paths, router
 from spanseek.service.settings import Settings
 from spanseek.service.tracing import TracingMiddleware, provider_from_environment
 
@@ -86,6 +88,7 @@ class ServiceState:
         self.info: dict[str, Any] = {}
         self.search_info: dict[str, Any] = {}  # modes and fusion defaults, for /info
         self.overlap = "off"  # what the pipeline setting resolved to once the encoder's device is known
+        self.cost = CostModel({"passage": 1, "doc": 1}, settings.default_top_k)  # of the served index (_describe)
         # One worker: the question encoder runs in this thread only (also the warm-up and the loading), and so does
         # faiss unless the pipeline gives the search step its own thread.
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-encode")
@@ -196,9 +199,13 @@ class ServiceState:
         }
         if searcher.lexical is None:
             self.search_info["lexical"] = missing_message(index.dir)
+        reading = getattr(searcher, "reading", None)
+        self.cost = CostModel({"passage": m.passages, "doc": max(1, m.documents - len(index.deleted_docs))},
+                              int(index.faiss.ntotal), self.settings.default_top_k,
+                              reading.reading.read_passages if reading is not None else 5)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
-        self.metrics.model_info.info({
-            "model": self.settings.model, "fingerprint": m.model_fingerprint, "factory": m.factory,
+        self.metrics.model_info.info({  # /metrics needs no key: the model's path is cut as /info cuts it
+            "model": hide_paths(self.settings.model), "fingerprint": m.model_fingerprint, "factory": m.factory,
             "device": device, "precision": self.info["model"]["precision"],
         })
 
@@ -220,6 +227,27 @@ class ServiceState:
                 executor.shutdown(wait=False, cancel_futures=True)
 
 
+def reload_on_hangup(state: ServiceState) -> bool:
+    """SIGHUP reloads the served path (as ``POST /admin/reload`` with no body, which needs the API key). Only where
+    the event loop runs in the main thread (``spanseek serve``); returns whether the handler was installed."""
+    loop = asyncio.get_running_loop()
+
+    def reload() -> None:
+        async def run() -> None:
+            try:
+                await state.reloader.on_request(reason="SIGHUP")
+            except (ServiceError, OSError) as e:  # logged and counted by the reloader, or refused (too soon)
+                log.warning("SIGHUP: no reload: %s", e)
+
+        loop.create_task(run(), name="spanseek-sighup-reload")
+
+    try:
+        loop.add_signal_handler(signal.SIGHUP, reload)
+    except (ValueError, RuntimeError, NotImplementedError, AttributeError):  # not the main thread, or no SIGHUP
+        return False
+    return True
+
+
 def create_app(settings: Settings, searcher_factory: SearcherFactory | None = None,
                searcher_reopener: Reopener | None = None, tracer_provider: TracerProvider | None = None) -> FastAPI:
     """Build the service app; ``searcher_factory(settings)`` defaults to opening ``settings.index``/``model``, and
@@ -233,9 +261,12 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loading = asyncio.create_task(state.load(factory), name="spanseek-load")
         watching = asyncio.create_task(state.watch_index(loading), name="spanseek-index-watch")
+        hangup = reload_on_hangup(state)
         try:
             yield
         finally:
+            if hangup:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             for task in (loading, watching):
                 task.cancel()
             await asyncio.gather(loading, watching, return_exceptions=True)
@@ -263,15 +294,17 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
     install_error_handlers(app, on_error=count_error)
     app.include_router(router)
 
-    def would_admit() -> None:
+    def would_admit(client: str) -> None:
         if state.batcher is not None:
-            state.batcher.check_would_admit()
+            state.batcher.check_would_admit(client)
 
-    app.add_middleware(EarlyShedMiddleware, would_admit=would_admit, on_error=count_error)  # innermost
+    app.add_middleware(EarlyShedMiddleware, would_admit=would_admit, on_error=count_error,
+                       fair_share_by=settings.fair_share_by)  # innermost
     if tracer_provider is not None:  # inside the request id (an attribute of the span), outside the early 429
         app.add_middleware(TracingMiddleware, provider=tracer_provider)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, metrics=metrics,
-                       on_error=count_error, body_timeout_s=settings.body_timeout_s)
+                       on_error=count_error, body_timeout_s=settings.body_timeout_s,
+                       access_log_per_s=settings.access_log_per_s)
     if settings.cors_origins:  # outermost: the errors the middlewares send themselves (413, 408, 500) carry it too
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],

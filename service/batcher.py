@@ -9,6 +9,11 @@ One task owns the queue. It waits for the first request, then collects more unti
    call (with the group's question texts, for the lexical leg);
 3. every request's future gets its hits plus the batch's timings.
 
+Work is counted in question-equivalents (service/cost.py), batches take waiting requests in fair order between
+clients (service/fairness.py), and a request costing more than a full batch is queued in parts of at most
+``max_batch_size`` question-equivalents, so other clients' work runs between its parts and no request holds the
+pipeline longer than a full batch.
+
 Without a search executor, steps 1-2 run in one worker thread. With one (``pipeline``), step 1 runs in the
 encoder thread and step 2 in the search thread, so the next batch is encoded while this one is searched; at
 most one batch is being encoded and one searched, so the pipeline holds two batches, not a backlog. With
@@ -34,8 +39,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
@@ -47,9 +51,10 @@ from spanseek.core.params import SearchParams
 from spanseek.core.plan import StageTimes
 from spanseek.core.search import Searcher
 from spanseek.service.errors import NotReady
+from spanseek.service.fairness import FairQueue
 from spanseek.service.logs import logging_for, request_id_var, with_request_ids
 from spanseek.service.metrics import ServiceMetrics
-from spanseek.service.overload import BatchCostModel, check_admission
+from spanseek.service.overload import BatchCostModel, check_admission, check_client_share
 
 log = logging.getLogger("spanseek.service.batcher")
 
@@ -69,15 +74,30 @@ class BatchOutcome:
     # stages (encode, search, aggregate, read) as service.tracing turns them into spans
     intervals: tuple[tuple[str, float, float], ...] = ()
 
+    @classmethod
+    def joined(cls, parts: list[BatchOutcome]) -> BatchOutcome:
+        """The outcome of a request run in several batches: its parts' hits in order, their stage times summed, the
+        first part's queue wait and the largest batch."""
+        return cls([h for p in parts for h in p.hits], parts[0].queue, sum(p.encode for p in parts),
+                   sum(p.search for p in parts), sum(p.aggregate for p in parts), sum(p.read for p in parts),
+                   max(p.batch_size for p in parts), tuple(i for p in parts for i in p.intervals))
+
 
 @dataclass(eq=False)
 class _Pending:
     questions: list[str]
     params: SearchParams
     future: asyncio.Future
+    cost: float  # question-equivalents (service.cost)
+    client: str  # whose share of the queue it uses (service.fairness)
+    tag: float  # fair-queueing order
     enqueued: float = field(default_factory=time.monotonic)
     searcher: Searcher | None = None  # the one its batch runs on, set when the batch is taken
     request_id: str = field(default_factory=lambda: request_id_var.get() or "-")  # for the batch's log lines
+
+    def live(self) -> bool:
+        """False once its client left (the future was cancelled) or it was answered."""
+        return not self.future.done()
 
 
 def _ids(batch: list[_Pending]) -> list[str]:
@@ -261,10 +281,11 @@ class MicroBatcher:
         self.max_wait = max_wait_ms / 1000.0
         self.max_queue = max_queue
         self.metrics = metrics
-        self._pending: deque[_Pending] = deque()
+        self._pending: FairQueue[_Pending] = FairQueue()
         self._inflight: list[_Pending] = []  # requests of the batches being run (encoded or searched)
         self._searching: asyncio.Task | None = None  # pipelined: the batch in the search step
         self._depth = 0  # questions in _pending (including cancelled ones not yet dropped)
+        self._learning_paused = 0  # > 0 while a reload runs: its work would make the batches look slower
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._closed = False
@@ -273,7 +294,7 @@ class MicroBatcher:
         self.cost = BatchCostModel()  # measured seconds per batch size, for admission and Retry-After
         self._last_done = 0.0  # when the last batch finished (monotonic)
         self._busy_since = 0.0  # when the batches in flight started to run (the pipeline was idle before)
-        self._admitted_since_idle = 0  # questions admitted since the pipeline was last idle (nothing queued or run)
+        self._admitted_since_idle = 0.0  # cost admitted since the pipeline was last idle (nothing queued or run)
 
     def swap(self, searcher: Searcher) -> None:
         """Run the batches taken from now on with ``searcher`` (a hot reload); batches already taken finish on
@@ -313,47 +334,86 @@ class MicroBatcher:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        for item in [*self._inflight, *self._pending]:
+        for item in [*self._inflight, *self._pending.clear()]:
             if not item.future.done():
                 item.future.set_exception(NotReady("the service is shutting down"))
-        self._pending.clear()
         self._set_depth(0)
 
-    def check_would_admit(self) -> None:
-        """Raise Overloaded if even a one-question request would be refused now; cheap (no request needed).
+    def check_would_admit(self, client: str = "-") -> None:
+        """Raise Overloaded if even a one-question request of ``client`` would be refused now; cheap (no request
+        needed).
 
         The HTTP layer calls it before reading and validating a /search body, so a refusal under overload costs
-        microseconds; ``submit`` still makes the exact check with the request's own question count.
+        microseconds; ``submit`` still makes the exact check with the request's own cost.
         """
         if self._closed or self._task is None:
             return  # submit says NotReady
-        check_admission(self.cost, self._depth, 1, self.max_batch_size, self.max_queue, self.max_queue_wait,
-                        self._inflight_remaining(), self._burst_deadline(1))
+        self._admit(client, 1.0)
 
-    async def submit(self, questions: list[str], params: SearchParams) -> BatchOutcome:
-        """Queue one request's questions and wait for their hits.
+    def _admit(self, client: str, cost: float) -> None:
+        """Raise Overloaded unless a request of ``cost`` from ``client`` may join the queue.
+
+        The work ahead of it is what fair queueing runs before it (service.fairness), and a client holding more
+        than its share of ``max_queue`` (an equal split among the clients with work queued) is refused first.
+        """
+        tag = self._pending.tag_for(client, cost)
+        now = time.monotonic()  # one clock reading for both estimates: they are compared with each other
+        check_admission(self.cost, self._pending.cost, cost, self.max_batch_size, self.max_queue, self.max_queue_wait,
+                        self._inflight_remaining(now), self._burst_deadline(cost, now),
+                        ahead=self._pending.cost_ahead(tag))
+        held = self._pending.client_cost(client)
+        if held > 0:
+            check_client_share(self.cost, held, cost, self._pending.clients(), self.max_batch_size, self.max_queue)
+
+    async def submit(self, questions: list[str], params: SearchParams, cost: float | None = None,
+                     client: str = "-") -> BatchOutcome:
+        """Queue one request's questions and wait for their hits; ``cost`` in question-equivalents (service.cost;
+        default: one per question), ``client`` whose fair share it uses (service.fairness).
 
         Raises Overloaded when the queue cannot take them, NotReady when the batcher is stopped.
         """
         if self._closed or self._task is None:
             raise NotReady("the search batcher is not running")
-        n = len(questions)
-        check_admission(self.cost, self._depth, n, self.max_batch_size, self.max_queue, self.max_queue_wait,
-                        self._inflight_remaining(), self._burst_deadline(n))
-        item = _Pending(questions, params, asyncio.get_running_loop().create_future())
-        self._admitted_since_idle += n
-        self._pending.append(item)
-        self._set_depth(self._depth + n)
+        cost = float(len(questions)) if cost is None else cost
+        self._admit(client, cost)
+        loop = asyncio.get_running_loop()
+        items = []
+        for part in self._parts(questions, cost):  # each part queued on its own: other clients' work runs between
+            part_cost = cost * len(part) / len(questions)
+            items.append(_Pending(part, params, loop.create_future(), part_cost, client,
+                                  self._pending.tag_for(client, part_cost)))
+            self._pending.push(items[-1])
+        self._admitted_since_idle += cost
+        self._set_depth(self._depth + len(questions))
         self._wakeup.set()
-        # if this task is cancelled (client gone), awaiting cancels the future and the batcher skips it
-        return await item.future
+        # if this task is cancelled (client gone), awaiting cancels the futures and the batcher skips them
+        if len(items) == 1:
+            return await items[0].future
+        return BatchOutcome.joined(list(await asyncio.gather(*(item.future for item in items))))
+
+    def _parts(self, questions: list[str], cost: float) -> list[list[str]]:
+        """A request's questions cut into parts of at most max_batch_size question-equivalents (a question
+        costing more is a part alone), so that one request never holds the pipeline longer than a full batch."""
+        per_question = cost / max(1, len(questions))
+        size = max(1, int(self.max_batch_size / per_question)) if per_question > 0 else len(questions)
+        return [questions[i: i + size] for i in range(0, len(questions), size)] or [questions]
 
     def _set_depth(self, depth: int) -> None:
         self._depth = depth
         if self.metrics is not None:
             self.metrics.queue_depth.set(depth)
 
-    def _inflight_remaining(self) -> float:
+    @contextlib.contextmanager
+    def learning_paused(self) -> Iterator[None]:
+        """Batches finishing inside do not teach the cost model: a reload's loading and warm-up share the cores and
+        the encoder thread, and learning from the slower batches would refuse requests after it for nothing."""
+        self._learning_paused += 1
+        try:
+            yield
+        finally:
+            self._learning_paused -= 1
+
+    def _inflight_remaining(self, now: float) -> float:
         """Seconds until the batches in flight have finished, at the measured rate plus twice the measured spread
         of batch times (0 when idle).
 
@@ -362,12 +422,12 @@ class MicroBatcher:
         """
         if not self._inflight:
             return 0.0
-        questions = sum(len(p.questions) for p in self._inflight)
-        held = time.monotonic() - max(self._last_done, self._busy_since)
-        expected = self.cost.seconds_for(questions, self.max_batch_size) + 2.0 * self.cost.spread()
+        cost = sum(p.cost for p in self._inflight)
+        held = now - max(self._last_done, self._busy_since)
+        expected = self.cost.seconds_for(cost, self.max_batch_size) + 2.0 * self.cost.spread()
         return max(0.0, expected - held)
 
-    def _burst_deadline(self, incoming: int) -> float | None:
+    def _burst_deadline(self, incoming: float, now: float) -> float | None:
         """Seconds from now by which the queue (with ``incoming`` questions) must be run for them to join a burst.
 
         Only while the questions admitted since the pipeline was idle, with these, are at most ``burst_questions``:
@@ -378,9 +438,8 @@ class MicroBatcher:
         """
         if self._admitted_since_idle + incoming > self.burst_questions:
             return None
-        now = time.monotonic()
-        first = self._busy_since if self._inflight else next(
-            (p.enqueued for p in self._pending if not p.future.done()), now)
+        head = self._pending.first_enqueued()
+        first = self._busy_since if self._inflight else (head.enqueued if head is not None else now)
         whole = self.cost.seconds_for(self.burst_questions, self.max_batch_size) + 2.0 * self.cost.spread()
         return first + self.max_queue_wait + whole - now
 
@@ -394,8 +453,23 @@ class MicroBatcher:
         self._inflight.extend(batch)
         return self.searcher
 
-    def _live_questions(self) -> int:
-        return sum(len(p.questions) for p in self._pending if not p.future.done())
+    def _live_cost(self) -> float:
+        return sum(p.cost for p in self._pending if p.live())
+
+    def _next_batch(self) -> list[_Pending]:
+        """The requests the next batch would take: in fair order, each that still fits in max_batch_size
+        question-equivalents (the first one always), so a large request does not stop smaller ones from filling
+        a batch until its turn comes."""
+        batch: list[_Pending] = []
+        cost = 0.0
+        for item in self._pending.in_order():
+            if not batch or cost + item.cost <= self.max_batch_size:
+                batch.append(item)
+                cost += item.cost
+        return batch
+
+    def _batch_cost(self) -> float:
+        return sum(p.cost for p in self._next_batch())
 
     async def _run(self) -> None:
         while True:
@@ -404,8 +478,9 @@ class MicroBatcher:
                 await self._wakeup.wait()
             if self.overlap == "full":
                 await self._search_done_or_full_batch()
-            deadline = self._pending[0].enqueued + self.max_wait
-            while self._live_questions() < self.max_batch_size:
+            head = self._pending.first_enqueued()
+            deadline = (head.enqueued if head is not None else time.monotonic()) + self.max_wait
+            while self._batch_cost() < self.max_batch_size:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -421,28 +496,18 @@ class MicroBatcher:
     async def _search_done_or_full_batch(self) -> None:
         """Wait while a batch is being searched, unless a full batch is waiting (then overlap with it)."""
         while self._searching is not None and not self._searching.done() \
-                and self._live_questions() < self.max_batch_size:
+                and self._live_cost() < self.max_batch_size:
             self._wakeup.clear()
             wake = asyncio.ensure_future(self._wakeup.wait())
             await asyncio.wait([self._searching, wake], return_when=asyncio.FIRST_COMPLETED)
             wake.cancel()
 
     def _take(self) -> list[_Pending]:
-        """Pop live requests up to max_batch_size questions (at least one request); drop cancelled ones."""
-        batch: list[_Pending] = []
-        size = 0
-        while self._pending:
-            item = self._pending[0]
-            if item.future.done():  # client left while queued
-                self._pending.popleft()
-                self._set_depth(self._depth - len(item.questions))
-                continue
-            if batch and size + len(item.questions) > self.max_batch_size:
-                break
-            self._pending.popleft()
-            self._set_depth(self._depth - len(item.questions))
-            batch.append(item)
-            size += len(item.questions)
+        """Pop the next batch's requests (``_next_batch``)."""
+        batch = self._next_batch()
+        for item in batch:
+            self._pending.pop(item)
+        self._set_depth(sum(len(p.questions) for p in self._pending if p.live()))
         return batch
 
     async def _execute(self, batch: list[_Pending]) -> None:
@@ -500,22 +565,24 @@ class MicroBatcher:
             if not item.future.done():
                 item.future.set_exception(error)
 
-    def observe_batch(self, size: int, seconds: float) -> None:
-        """Teach the admission's cost model one batch (the warm-up's batches seed it before any traffic)."""
+    def observe_batch(self, size: float, seconds: float) -> None:
+        """Teach the admission's cost model one batch of ``size`` question-equivalents (the warm-up's batches seed
+        it before any traffic)."""
         self.cost.observe(size, seconds)
 
     def _forget(self, batch: list[_Pending]) -> None:
         done = {id(p) for p in batch}
         self._inflight = [p for p in self._inflight if id(p) not in done]
-        if not self._inflight and not self._live_questions():
-            self._admitted_since_idle = 0
+        if not self._inflight and not self._live_cost():
+            self._admitted_since_idle = 0.0
 
     def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: StageTimes, started: float) -> None:
         self._forget(batch)
         size = sum(len(p.questions) for p in batch)
         now = time.monotonic()
         # the time this batch held the pipeline: with two batches in flight, since the previous one finished
-        self.observe_batch(size, now - max(started, self._last_done))
+        if not self._learning_paused:
+            self.observe_batch(sum(p.cost for p in batch), now - max(started, self._last_done))
         self._last_done = now
         if self.metrics is not None:
             self.metrics.observe_batch(size, t)

@@ -2,12 +2,15 @@
 
 A hit's ``passage`` is at most ``2 * passage_context_chars`` characters plus the phrase itself unless the request
 asks for ``full_passage``; a whole answer is refused (400 ``response_too_large``) beyond ``max_response_bytes``
-before it is rendered, so neither a huge paragraph nor a deep top_k can make the server build a huge body.
+before it is rendered, so neither a huge paragraph, large metadata nor a deep top_k can make the server build a huge
+body: the estimate counts every hit's strings and its metadata (as JSON, measured once per metadata object) and
+stops as soon as it passes the limit.
 Used by the /search route (service/routes.py).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import Response
@@ -58,12 +61,26 @@ def _word_edge_after(text: str, i: int) -> int:
     return j if j >= 0 else i
 
 
-def estimated_bytes(hits: list[list[dict[str, Any]]], queries: list[str]) -> int:
-    """A lower bound of the JSON size of these results: every character of their strings is at least one byte."""
+def estimated_bytes(hits: list[list[dict[str, Any]]], queries: list[str], limit: int | None = None) -> int:
+    """A lower bound of the JSON size of these results: every character of their strings is at least one byte, and
+    each hit's metadata is its JSON (hits of one document share their metadata object, measured once).
+
+    With ``limit``, it returns as soon as the bound passes it (a few hits of megabyte metadata are enough).
+    """
     total = sum(len(q) for q in queries) + 64 * len(queries)
+    meta_bytes: dict[int, int] = {}
     for per_query in hits:
         for h in per_query:
-            total += len(h["text"]) + len(h["passage"]) + len(h["doc_id"]) + len(h["title"]) + HIT_OVERHEAD_BYTES
+            meta = h.get("meta") or None
+            size = 0
+            if meta is not None:
+                size = meta_bytes.get(id(meta), -1)
+                if size < 0:
+                    size = meta_bytes[id(meta)] = len(json.dumps(meta, ensure_ascii=False))
+            total += (len(h["text"]) + len(h["passage"]) + len(h["doc_id"]) + len(h["title"]) + size
+                      + HIT_OVERHEAD_BYTES)
+            if limit is not None and total > limit:
+                return total
     return total
 
 
@@ -77,13 +94,15 @@ def check_response_size(size: int, limit: int, *, exact: bool) -> None:
         )
 
 
-def render_bounded(answer: SearchResponse, lower_bound: int, limit: int, headers: dict[str, str]) -> Response:
-    """The JSON response, or ResponseTooLarge (400) when it would exceed ``limit`` bytes.
+def check_estimate(hits: list[list[dict[str, Any]]], queries: list[str], limit: int) -> None:
+    """ResponseTooLarge (400) when the lower bound of the answer's size (``estimated_bytes``) already exceeds
+    ``limit``: called before the response is built, so an oversized answer costs no rendering."""
+    check_response_size(estimated_bytes(hits, queries, limit), limit, exact=False)
 
-    ``lower_bound`` (``estimated_bytes``) refuses most oversized answers before anything is rendered; the exact
-    check runs on the rendered bytes, which are at most a few times the bound.
-    """
-    check_response_size(lower_bound, limit, exact=False)
+
+def render_bounded(answer: SearchResponse, limit: int, headers: dict[str, str]) -> Response:
+    """The JSON response, or ResponseTooLarge (400) when it exceeds ``limit`` bytes (after ``check_estimate``,
+    the rendered bytes are at most a few times the limit)."""
     content = answer.model_dump_json().encode()
     check_response_size(len(content), limit, exact=True)
     return Response(content, media_type="application/json", headers=headers)

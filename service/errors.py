@@ -126,6 +126,9 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
             {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
             for e in exc.errors()
         ]
+    elif _unreadable_body(exc):  # FastAPI's 400 "error parsing the body": a malformed request, so 422
+        status, error = 422, "validation_error"
+        message = f"the request body is not JSON that can be read: {_UNREADABLE.get(type(exc.__cause__), 'malformed')}"
     elif isinstance(exc, StarletteHTTPException):
         status = exc.status_code
         error = _HTTP_ERROR_NAMES.get(status, "http_error")
@@ -138,6 +141,16 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
     body = ErrorResponse(error=error, message=message, request_id=request_id, details=details)
     headers["X-Request-ID"] = request_id
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+
+
+_UNREADABLE = {RecursionError: "nested too deeply", UnicodeDecodeError: "not UTF-8 text"}
+
+
+def _unreadable_body(exc: BaseException) -> bool:
+    """Whether ``exc`` is FastAPI's answer to a body its JSON parser raised on (other than a syntax error, which is
+    a 422 already): JSON nested deeper than the parser recurses, or bytes that are not UTF-8."""
+    return (isinstance(exc, StarletteHTTPException) and exc.status_code == 400 and exc.__cause__ is not None
+            and not isinstance(exc.__cause__, StarletteHTTPException))
 
 
 def install_error_handlers(app: FastAPI, on_error=None) -> None:
@@ -157,7 +170,7 @@ def error_type_of(exc: BaseException) -> str:
     """The error type label of an exception (as in ErrorResponse.error)."""
     if isinstance(exc, ServiceError):
         return exc.error
-    if isinstance(exc, RequestValidationError):
+    if isinstance(exc, RequestValidationError) or _unreadable_body(exc):
         return "validation_error"
     if isinstance(exc, StarletteHTTPException):
         return _HTTP_ERROR_NAMES.get(exc.status_code, "http_error")

@@ -16,6 +16,7 @@ uvicorn's own access log is off: the middleware's access line has the duration a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -98,6 +99,37 @@ def logging_config(fmt: LogFormat, level: str = "info") -> dict[str, Any]:
         "loggers": {name: {"handlers": [], "propagate": True, "level": level.upper()}
                     for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
     }
+
+
+class AccessLogLimiter:
+    """At most ``per_s`` access lines a second (a token bucket holding one second's worth; 0 = no limit).
+
+    Under a flood of requests the log would otherwise grow with the request rate; the lines left out are counted
+    and the next line that passes is preceded by one saying how many.
+    """
+
+    def __init__(self, per_s: float, clock: Callable[[], float] = time.monotonic):
+        self.per_s = per_s
+        self.clock = clock
+        self._tokens = max(1.0, per_s)
+        self._last = clock()
+        self.left_out = 0
+
+    def allow(self) -> bool:
+        """Whether a line may be written now (counts it as left out if not)."""
+        if self.per_s <= 0:
+            return True
+        now = self.clock()
+        self._tokens = min(max(1.0, self.per_s), self._tokens + (now - self._last) * self.per_s)
+        self._last = now
+        if self._tokens < 1.0:
+            self.left_out += 1
+            return False
+        self._tokens -= 1.0
+        if self.left_out:
+            access_log.info("%d access lines left out (more than %g a second)", self.left_out, self.per_s)
+            self.left_out = 0
+        return True
 
 
 def log_access(method: str, path: str, status: int, duration_ms: float, client: str | None) -> None:

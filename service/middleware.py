@@ -21,7 +21,8 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spanseek.service.errors import Overloaded, error_response, error_type_of
-from spanseek.service.logs import log_access, request_id_var
+from spanseek.service.fairness import FairShareBy, client_key
+from spanseek.service.logs import AccessLogLimiter, log_access, request_id_var
 from spanseek.service.metrics import UNITS, ServiceMetrics
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -38,12 +39,14 @@ class RequestContextMiddleware:
     into ErrorResponse."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: ServiceMetrics,
-                 on_error: Callable[[str], Any] | None = None, body_timeout_s: float | None = None):
+                 on_error: Callable[[str], Any] | None = None, body_timeout_s: float | None = None,
+                 access_log_per_s: float = 0.0):
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.metrics = metrics
         self.on_error = on_error
+        self.access_lines = AccessLogLimiter(access_log_per_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,9 +66,12 @@ class RequestContextMiddleware:
             if scope.get("path") == "/search":
                 self.metrics.request_duration.labels(unit=_unit_label(scope),
                                                      status=str(status_holder["status"])).observe(elapsed)
-            client = scope.get("client")
-            log_access(scope["method"], scope["path"], int(status_holder["status"]), elapsed * 1e3,
-                       client[0] if client else None)
+            status = int(status_holder["status"])
+            # a refusal under overload writes no line (it is counted in spanseek_errors_total): a flood of them
+            # would otherwise cost a line each
+            if status != 429 and self.access_lines.allow():
+                client = scope.get("client")
+                log_access(scope["method"], scope["path"], status, elapsed * 1e3, client[0] if client else None)
             request_id_var.reset(token)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, headers: Headers, request_id: str,
@@ -127,22 +133,24 @@ class RequestContextMiddleware:
 
 class EarlyShedMiddleware:
     """Refuses ``POST /search`` with 429 + Retry-After before its body is read or validated when the batcher would
-    refuse any request now (``would_admit`` raises Overloaded).
+    refuse any request of this client now (``would_admit(client)`` raises Overloaded; service.fairness).
 
     Under sustained overload most requests are refused; answering them here keeps JSON parsing, schema validation
     and routing off the cores the encoder needs. Requests that pass still get the batcher's exact admission.
     Installed inside CORS (browsers can read the 429) and inside RequestContextMiddleware (request id, latency).
     """
 
-    def __init__(self, app: ASGIApp, would_admit: Callable[[], None], on_error: Callable[[str], Any] | None = None):
+    def __init__(self, app: ASGIApp, would_admit: Callable[[str], None], on_error: Callable[[str], Any] | None = None,
+                 fair_share_by: FairShareBy = "connection"):
         self.app = app
         self.would_admit = would_admit
         self.on_error = on_error
+        self.fair_share_by: FairShareBy = fair_share_by
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/search":
             try:
-                self.would_admit()
+                self.would_admit(client_key(scope, self.fair_share_by))
             except Overloaded as exc:
                 if self.on_error is not None:
                     self.on_error(exc.error)

@@ -7,6 +7,11 @@ Beyond ``max_queue_wait_ms`` the request gets 429 with ``Retry-After`` at once, 
 bounded latency (about the budget plus their own batch) whatever the concurrency. A burst at an idle server is
 the exception: up to one request's most questions, it is taken whole while it all runs within the budget plus its
 own expected time. ``max_queue`` stays a hard cap on top.
+
+Work is counted in question-equivalents (service/cost.py: a question at the default depth is one; a deep document
+search or reading counts for more), so batches and admission follow what requests cost rather than how many
+questions they hold; with fair queueing (service/fairness.py), the work ahead of a request is only what runs
+before it, and a client holding more than an equal share of ``max_queue`` is refused first.
 """
 
 from __future__ import annotations
@@ -35,11 +40,11 @@ class BatchCostModel:
         """True once a batch has been observed."""
         return self._w > 0
 
-    def observe(self, size: int, seconds: float) -> None:
-        """Record one batch of ``size`` questions that took ``seconds``."""
+    def observe(self, size: float, seconds: float) -> None:
+        """Record one batch of ``size`` questions (question-equivalents) that took ``seconds``."""
         d = self.decay
         if self.known:  # how far this batch was from what the line predicted for it (before learning from it)
-            residual = seconds - self.seconds_for(size, max(size, 1))
+            residual = seconds - self.seconds_for(size, max(math.ceil(size), 1))  # as one batch
             self._rw = d * self._rw + 1.0
             self._rr = d * self._rr + residual * residual
         self._w = d * self._w + 1.0
@@ -65,7 +70,7 @@ class BatchCostModel:
         """Typical deviation (seconds, RMS) of recent batches from the line: how much a batch may overrun it."""
         return math.sqrt(self._rr / self._rw) if self._rw > 0 else 0.0
 
-    def seconds_for(self, questions: int, max_batch_size: int) -> float:
+    def seconds_for(self, questions: float, max_batch_size: int) -> float:
         """Expected seconds to run ``questions`` queued questions in batches of at most ``max_batch_size``."""
         if questions <= 0:
             return 0.0
@@ -73,19 +78,20 @@ class BatchCostModel:
         return math.ceil(questions / max_batch_size) * fixed + questions * per_question
 
 
-def queue_wait(cost: BatchCostModel, queued: int, max_batch_size: int, inflight_remaining_s: float = 0.0) -> float:
+def queue_wait(cost: BatchCostModel, queued: float, max_batch_size: int, inflight_remaining_s: float = 0.0) -> float:
     """Expected seconds until a request joining ``queued`` waiting questions starts to run.
 
     Batches are cut from the head of the queue, ``max_batch_size`` questions at a time, so the request runs in the
     batch after the ``queued // max_batch_size`` full batches ahead of it: the questions of its own (forming) batch
     run with it, not before it. Those batches start once the batches in flight finish (``inflight_remaining_s``).
     """
-    ahead = (queued // max_batch_size) * max_batch_size
+    ahead = math.floor(queued / max_batch_size) * max_batch_size
     return max(0.0, inflight_remaining_s) + cost.seconds_for(ahead, max_batch_size)
 
 
-def check_admission(cost: BatchCostModel, queued: int, incoming: int, max_batch_size: int, max_queue: int,
-                    budget_s: float, inflight_remaining_s: float = 0.0, burst_deadline_s: float | None = None) -> None:
+def check_admission(cost: BatchCostModel, queued: float, incoming: float, max_batch_size: int, max_queue: int,
+                    budget_s: float, inflight_remaining_s: float = 0.0, burst_deadline_s: float | None = None,
+                    ahead: float | None = None) -> None:
     """Raise Overloaded (429 + Retry-After) when ``incoming`` questions should not join ``queued`` ones.
 
     Refused when the queue would exceed ``max_queue`` questions, or when a budget is set (> 0) and the measured
@@ -95,11 +101,12 @@ def check_admission(cost: BatchCostModel, queued: int, incoming: int, max_batch_
     most its first batch started and at most one request's most questions in all): the burst is admitted beyond the
     budget as long as the whole queue, these questions included, still runs within that many seconds from now
     (the budget plus the burst's own expected time after it started), so such a burst is served whole.
+    ``ahead``: the queued work that runs before this request (fair queueing), default all of ``queued``.
     """
-    wait = queue_wait(cost, queued, max_batch_size, inflight_remaining_s)
+    wait = queue_wait(cost, queued if ahead is None else ahead, max_batch_size, inflight_remaining_s)
     if queued + incoming > max_queue:
         drain = max(0.0, inflight_remaining_s) + cost.seconds_for(queued, max_batch_size)
-        raise Overloaded(f"search queue is full ({queued} questions waiting); retry later", drain)
+        raise Overloaded(f"search queue is full ({queued:.0f} question-equivalents waiting); retry later", drain)
     if budget_s <= 0 or wait <= budget_s:
         return
     if burst_deadline_s is not None and \
@@ -107,3 +114,18 @@ def check_admission(cost: BatchCostModel, queued: int, incoming: int, max_batch_
         return  # the whole queue, these questions included, runs by the burst's deadline
     raise Overloaded(f"this request's batch would start in {wait * 1e3:.0f} ms, over this server's "
                      f"{budget_s * 1e3:.0f} ms budget (max_queue_wait_ms); retry later", wait)
+
+
+def check_client_share(cost: BatchCostModel, held: float, incoming: float, clients: int, max_batch_size: int,
+                       max_queue: int) -> None:
+    """Raise Overloaded when a client already holding ``held`` queued question-equivalents would hold more than an
+    equal share of ``max_queue`` among the ``clients`` with work queued (itself included) by adding ``incoming``.
+
+    The queue's room is shared: one client cannot fill it and turn everyone else away. ``Retry-After`` is the time
+    its own queued work takes.
+    """
+    share = max_queue / max(1, clients)
+    if held + incoming > share:
+        raise Overloaded(f"this client has {held:.0f} question-equivalents queued, its share of the queue is "
+                         f"{share:.0f} (max_queue split among {clients} clients); retry later",
+                         cost.seconds_for(held, max_batch_size))

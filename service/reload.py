@@ -8,7 +8,14 @@ on the old index, the next ones run on the new one, and the old index is release
 anything fails before the swap, the old index keeps serving and the caller gets the reason (409).
 
 With ``index_poll_s`` set, a watcher notices when the alias points elsewhere or the index's manifest is rewritten
-(``spanseek index switch``, ``ln -sfn``, ``index add``) and reloads by itself.
+(``spanseek index switch``, ``ln -sfn``, ``index add``) and reloads by itself; SIGHUP reloads the served path.
+
+A reload reads and checksums the whole index and holds two copies in memory until the swap, so reloads on request
+(``on_request``: the route and SIGHUP) share one: a request that comes while a reload of the same path runs waits
+for that one, and one that comes less than ``reload_min_interval_s`` after the last ended gets 429 with
+Retry-After. The route needs the API key (without one it is off). While a reload runs, the batcher does not learn
+its batch rate from the batches the reload slows down (``MicroBatcher.learning_paused``): requests are admitted on
+the rate measured before it, not refused for the reload's work.
 
     curl -X POST -H "X-API-Key: $KEY" localhost:8000/admin/reload -d '{"index": "/data/indexes/v2"}'
 """
@@ -16,6 +23,7 @@ With ``index_poll_s`` set, a watcher notices when the alias points elsewhere or 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import gc
 import logging
@@ -30,7 +38,7 @@ from spanseek.core.params import UNITS, SearchParams
 from spanseek.core.search import Searcher
 from spanseek.core.store import MANIFEST, Manifest
 from spanseek.service.batcher import encode_batch, search_batch
-from spanseek.service.errors import NotReady, ReloadFailed
+from spanseek.service.errors import NotReady, Overloaded, ReloadFailed
 from spanseek.service.settings import Settings
 
 if TYPE_CHECKING:
@@ -112,45 +120,77 @@ class IndexReloader:
         self.reloads = 0
         self.failures = 0
         self.last: dict[str, Any] | None = None  # the last attempt: when, outcome, error
+        self._running: tuple[Path, asyncio.Task] | None = None  # the reload on request under way, shared
+        self._ended = -float("inf")  # monotonic time the last reload on request ended
 
     def describe(self) -> dict[str, Any]:
         """Counters and the last attempt, for /info."""
         return {"reloads": self.reloads, "failed": self.failures, "last": self.last,
                 "poll_s": self.state.settings.index_poll_s or None}
 
+    async def on_request(self, path: Path | None = None, reason: str = "request") -> dict[str, Any]:
+        """``reload`` for a caller: joins the reload of the same path under way, else starts one unless the last
+        ended less than ``reload_min_interval_s`` ago (Overloaded, 429). The reload goes on if the caller leaves."""
+        target = Path(path) if path is not None else self.path
+        if self._running is not None and self._running[0] != target:
+            raise Overloaded("a reload of another index is under way; retry once it is done", 1.0)
+        if self._running is None:
+            interval = self.state.settings.reload_min_interval_s
+            since = time.monotonic() - self._ended
+            if since < interval:
+                raise Overloaded(f"the last reload ended {since:.0f} s ago; reloads are at least {interval:g} s apart "
+                                 "(reload_min_interval_s)", interval - since)
+            task = asyncio.get_running_loop().create_task(self.reload(target, reason), name="spanseek-reload")
+            task.add_done_callback(self._ended_now)
+            self._running = (target, task)
+        return await asyncio.shield(self._running[1])
+
+    def _ended_now(self, task: asyncio.Task) -> None:
+        self._ended = time.monotonic()
+        if self._running is not None and self._running[1] is task:
+            self._running = None
+        if not task.cancelled():
+            task.exception()  # retrieved: a failure is the callers' (or the log's), not asyncio's "never retrieved"
+
     async def reload(self, path: Path | None = None, reason: str = "request") -> dict[str, Any]:
         """Load ``path`` (default: the served path, resolved again), warm it up, swap it in, release the old index.
 
         Returns the new index's /info fields. Raises ReloadFailed (the old index keeps serving) or NotReady.
         """
+        batcher = self.state.batcher
         async with self._lock:
-            state = self.state
-            path = Path(path) if path is not None else self.path
-            if state.status == "failed":  # nothing serves: load from scratch (the model too)
-                return await self._load_again(path, reason)
-            if state.batcher is None or state.searcher is None:
-                raise NotReady("the model and index are still loading; reload once /ready says so")
-            t0 = time.perf_counter()
-            loop = asyncio.get_running_loop()
-            signature = await loop.run_in_executor(self.executor, signature_of, path)
-            try:
-                resolved = await loop.run_in_executor(self.executor, resolve_alias, path)
-                new = await loop.run_in_executor(self.executor, self.reopener, state.settings, resolved.target,
-                                                 state.searcher)
-                loaded = time.perf_counter() - t0
-                if state.settings.warmup:
-                    await self._warm_up(new)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a bad, damaged or foreign index: keep serving the old one
-                raise self._failure(signature, reason, f"{type(e).__name__}: {e}",
-                                    f"reload of {path} failed, still serving the previous index") from None
-            old = state.searcher
-            self.path, self.signature, self._failed = path, signature, None
-            state.swap_searcher(new, resolved)
-            self._success(reason, resolved.target, t0, loaded)
-            released = await self._release(old)
-            return {**state.info["index"], "released_previous": released}
+            with batcher.learning_paused() if batcher is not None else contextlib.nullcontext():
+                return await self._reload(path, reason)
+
+    async def _reload(self, path: Path | None, reason: str) -> dict[str, Any]:
+        """The reload itself, under the lock (``reload``)."""
+        state = self.state
+        path = Path(path) if path is not None else self.path
+        if state.status == "failed":  # nothing serves: load from scratch (the model too)
+            return await self._load_again(path, reason)
+        if state.batcher is None or state.searcher is None:
+            raise NotReady("the model and index are still loading; reload once /ready says so")
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        signature = await loop.run_in_executor(self.executor, signature_of, path)
+        try:
+            resolved = await loop.run_in_executor(self.executor, resolve_alias, path)
+            new = await loop.run_in_executor(self.executor, self.reopener, state.settings, resolved.target,
+                                             state.searcher)
+            loaded = time.perf_counter() - t0
+            if state.settings.warmup:
+                await self._warm_up(new)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bad, damaged or foreign index: keep serving the old one
+            raise self._failure(signature, reason, f"{type(e).__name__}: {e}",
+                                f"reload of {path} failed, still serving the previous index") from None
+        old = state.searcher
+        self.path, self.signature, self._failed = path, signature, None
+        state.swap_searcher(new, resolved)
+        self._success(reason, resolved.target, t0, loaded)
+        released = await self._release(old)
+        return {**state.info["index"], "released_previous": released}
 
     async def _load_again(self, path: Path, reason: str) -> dict[str, Any]:
         """After a failed start: load ``path`` as at startup; the service turns ready if it loads."""

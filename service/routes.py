@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from spanseek.core.lexical import LexicalIndexMissing
 from spanseek.core.params import UNITS, SearchParams
 from spanseek.service.batcher import BatchOutcome
-from spanseek.service.bounds import estimated_bytes, passage_window, render_bounded
+from spanseek.service.bounds import check_estimate, passage_window, render_bounded
 from spanseek.service.errors import (
     BadRequest,
     ClientClosed,
@@ -28,6 +28,7 @@ from spanseek.service.errors import (
     UnsupportedMediaType,
     request_id_of,
 )
+from spanseek.service.fairness import client_key
 from spanseek.service.schemas import (
     ErrorResponse,
     HealthResponse,
@@ -174,6 +175,7 @@ async def info(request: Request) -> InfoResponse:
         "max_queue": s.max_queue, "default_top_k": s.default_top_k, "max_top_k": s.max_top_k,
         "max_queries_per_request": s.max_queries_per_request, "units": list(UNITS), **state.search_info,
         "max_queue_wait_ms": s.max_queue_wait_ms, "passage_context_chars": s.passage_context_chars,
+        "max_request_cost": s.max_request_cost, "fair_share_by": s.fair_share_by,
         "max_response_bytes": s.max_response_bytes, "max_offset_top_k": s.max_offset_top_k,
         "confidence": sorted(state.searcher.calibrator.models) if state.searcher and state.searcher.calibrator else [],
         "pipeline": s.pipeline, "overlap": state.overlap, "reader": _reader_info(state.searcher),
@@ -236,8 +238,16 @@ async def search(
         state.searcher.check_mode(params)
     except (ValueError, LexicalIndexMissing) as e:  # SearchParamsError, or a mode the index cannot serve
         raise BadRequest(str(e)) from None
+    cost = state.cost.request(len(questions), params)
+    # a request costing more than the queue holds could never be admitted: that is a 400 too, not a 429 for ever
+    limit, name = min((s.max_request_cost, "max_request_cost"), (float(s.max_queue), "max_queue"))
+    if cost > limit:
+        raise BadRequest(f"this request would cost {cost:.0f} question-equivalents, over this server's limit of "
+                         f"{limit:g} ({name}) ({len(questions)} questions, "
+                         f"{state.cost.explain(params)}); ask fewer questions or a shallower page (top_k + offset)")
+    client = client_key(request.scope, s.fair_share_by)
     try:
-        outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params))
+        outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params, cost, client))
     except LexicalIndexMissing as e:  # checked above, but a reload swapped in an index without a lexical part
         raise BadRequest(str(e)) from None
     state.metrics.questions.labels(unit=unit).inc(len(questions))
@@ -253,31 +263,34 @@ async def search(
     headers["Server-Timing"] = ", ".join(f"{st};dur={getattr(timings, st):.3f}" for st in stages)
     context = None if body.full_passage else s.passage_context_chars
     hits = [[passage_window(h, context) for h in per_query] for per_query in outcome.hits]
+    check_estimate(hits, questions, s.max_response_bytes)
     return render_bounded(
         SearchResponse(unit=unit, results=[QueryResult(query=q, hits=[HitOut(**h) for h in per_query],
                                                        no_answer=getattr(found, "no_answer", False))
                                            for q, per_query, found in zip(questions, hits, outcome.hits, strict=True)],
                        timings_ms=timings, request_id=request_id_of(request)),
-        estimated_bytes(hits, questions), s.max_response_bytes, headers,
+        s.max_response_bytes, headers,
     )
 
 
 @router.post("/admin/reload", response_model=ReloadResponse, tags=["service"],
              dependencies=[Depends(require_api_key), Depends(require_json_body)],
-             responses=_errors(401, 403, 409, 415, 422, 503))
+             responses=_errors(401, 403, 409, 415, 422, 429, 503))
 async def reload_index(request: Request, body: ReloadRequest | None = None) -> ReloadResponse:
     """Hot reload: load the index (``index`` from the body, else the served path or alias resolved again), verify
     its checksums and model, warm it up, then swap it in. Requests in flight finish on the old index; none is
-    dropped. 409 with the reason when the new index cannot serve (the old one keeps serving). Naming an index
-    needs an API key to be configured (403 otherwise): without one, any caller could make any readable index served.
+    dropped. 409 with the reason when the new index cannot serve (the old one keeps serving). A reload reads the
+    whole index and holds two in memory: it needs an API key to be configured (403 otherwise), requests that come
+    while one runs share it, and one within ``reload_min_interval_s`` of the last gets 429.
     """
     state = get_state(request)
+    if state.settings.api_key is None:
+        raise Forbidden("POST /admin/reload is off: it needs an API key on the server (SPANSEEK_API_KEY); without "
+                        "one, switch the index alias with SPANSEEK_INDEX_POLL_S set, or send SIGHUP to the server "
+                        "to reload the served path")
     path = Path(body.index) if body is not None and body.index is not None else None
-    if path is not None and state.settings.api_key is None:
-        raise Forbidden("naming an index to reload needs an API key on the server (SPANSEEK_API_KEY); without "
-                        "one, POST /admin/reload with no body reloads the served path or alias")
     try:
-        index = await state.reloader.reload(path)
+        index = await state.reloader.on_request(path)
     except ReloadFailed as e:
         raise ReloadFailed(e.message if may_see_paths(request) else hide_paths(e.message)) from None
     if not may_see_paths(request):

@@ -1,16 +1,31 @@
-"""The uvicorn server of ``spanseek serve``: its config from the settings, and an HTTP/1.1 protocol with a header timeout.
+"""The uvicorn server of ``spanseek serve``: its config from the settings, and an HTTP/1.1 protocol that cuts off slow
+and idle clients at every stage.
 
-uvicorn closes idle keep-alive connections but has no limit on how long a client may take to send a request's
-head: a client that sends half a request line (or one header byte a second) holds its socket for ever. The
-protocol below closes a connection whose request head is not complete ``header_timeout_s`` after the connection
-opened or after the first byte of a new request on a kept-alive one. Bodies are timed in the ASGI middleware
-(service/middleware.py, 408). ``spanseek serve`` runs ``uvicorn.Server(server_config(app, settings))``.
+uvicorn closes idle keep-alive connections, but any byte a client sends cancels that timer, it has no limit on
+how long a request's head or body may take, and none on how long an answer may wait for a client that does not
+read it. The protocol below adds, per connection:
+
+- a head deadline: the request head must be complete ``header_timeout_s`` after the connection opened or after the
+  first byte of a new request on a kept-alive one;
+- a request deadline: the body must be complete ``body_timeout_s`` (plus a second, so that the middleware's 408
+  goes out first when the route reads the body) after the request's first byte, whether or not the route reads it;
+  when the answer is sent before the body is in (401, 404, 413, an early 429, /health), the rest of the body may
+  take at most ``LINGER_S`` more before the connection is closed;
+- a write deadline: an answer that is not draining to the client (no progress for ``write_timeout_s`` after
+  writing stalled or after it was sent, counting the kernel's send queue too) aborts the connection, freeing its
+  buffers; an idle connection with unsent data is aborted too.
+
+Bodies are also timed in the ASGI middleware (service/middleware.py, 408). ``spanseek serve`` runs
+``uvicorn.Server(server_config(app, settings))``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import struct
+import termios
 from typing import Any
 
 import h11
@@ -23,60 +38,146 @@ from spanseek.service.settings import Settings
 
 log = logging.getLogger("spanseek.service")
 
+LINGER_S = 2.0  # how long the rest of an unread body may take once the answer is sent
+BODY_GRACE_S = 1.0  # the request deadline's margin over body_timeout_s (the middleware answers 408 at that time)
 
-class HeaderTimeoutH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol plus a deadline for each request head (``header_timeout_s``, a class attribute)."""
+
+class SpanseekH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with head, request and write deadlines (class attributes, set by ``protocol_class``)."""
 
     header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    write_timeout_s: float = 30.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_deadline: asyncio.TimerHandle | None = None
+        self._request_deadline: asyncio.TimerHandle | None = None
+        self._request_deadline_at = 0.0
+        self._write_deadline: asyncio.TimerHandle | None = None
+        self._unsent_when_armed = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head_deadline()  # a new connection must send its first head promptly
 
     def data_received(self, data: bytes) -> None:
-        if self.conn.their_state is h11.IDLE:  # bytes of a new request head: its deadline starts now
+        if self.conn.their_state is h11.IDLE:  # bytes of a new request: its deadlines start now
             self._arm_head_deadline()
+            if self._request_deadline is None:
+                self._arm_request_deadline(self.body_timeout_s + BODY_GRACE_S)
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:  # the head is complete (body or response under way)
-            self._disarm_head_deadline()
+            self._disarm("_head_deadline")
+        if self.conn.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED):  # the whole request is in
+            self._disarm("_request_deadline")
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.transport.is_closing():
+            return
+        if self.conn.their_state is h11.SEND_BODY:  # answered before the body was read: the rest must come soon
+            self._arm_request_deadline(LINGER_S)
+        elif self.conn.their_state is h11.IDLE:  # the next request (pipelined or not) has not begun
+            self._disarm("_request_deadline")
+        if self._unsent() > 0:
+            self._arm_write_deadline()
+
+    def _unsent(self) -> int:
+        """Bytes written but not yet taken by the client: the transport's buffer and the socket's send queue."""
+        unsent = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                unsent += struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+            except (OSError, ValueError):  # not a TCP socket (tests), or closed
+                pass
+        return unsent
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._arm_write_deadline()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._disarm("_write_deadline")
+
+    def timeout_keep_alive_handler(self) -> None:
+        if self._unsent() > 0 and not self.transport.is_closing():
+            self.transport.abort()  # close() would wait for a client that does not read
+            return
+        super().timeout_keep_alive_handler()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_deadline()
+        for name in ("_head_deadline", "_request_deadline", "_write_deadline"):
+            self._disarm(name)
         super().connection_lost(exc)
+
+    def _disarm(self, name: str) -> None:
+        handle = getattr(self, name)
+        if handle is not None:
+            handle.cancel()
+            setattr(self, name, None)
 
     def _arm_head_deadline(self) -> None:
         if self._head_deadline is None:
             self._head_deadline = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
 
-    def _disarm_head_deadline(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
+    def _arm_request_deadline(self, seconds: float) -> None:
+        """The request must be complete within ``seconds`` (never later than a deadline already set)."""
+        at = self.loop.time() + seconds
+        if self._request_deadline is not None:
+            if self._request_deadline_at <= at:
+                return
+            self._request_deadline.cancel()
+        self._request_deadline_at = at
+        self._request_deadline = self.loop.call_at(at, self._request_timed_out)
+
+    def _arm_write_deadline(self) -> None:
+        if self._write_deadline is None:
+            self._unsent_when_armed = self._unsent()
+            self._write_deadline = self.loop.call_later(self.write_timeout_s, self._write_timed_out)
 
     def _head_timed_out(self) -> None:
         self._head_deadline = None
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            log.info("closing a connection from %s: no complete request head in %.1f s",
-                     self.client, self.header_timeout_s)
-            self.transport.close()
+            log.debug("closing a connection from %s: no complete request head in %.1f s",
+                      self.client, self.header_timeout_s)
+            self.transport.abort()
+
+    def _request_timed_out(self) -> None:
+        self._request_deadline = None
+        if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+            log.debug("closing a connection from %s: its request was not complete in time", self.client)
+            self.transport.abort()
+
+    def _write_timed_out(self) -> None:
+        self._write_deadline = None
+        unsent = self._unsent()
+        if unsent == 0 or self.transport.is_closing():
+            return
+        if unsent < self._unsent_when_armed:  # a slow reader, but reading: another period
+            self._arm_write_deadline()
+            return
+        log.debug("aborting a connection from %s: its answer was not read in %.1f s", self.client, self.write_timeout_s)
+        self.transport.abort()
 
 
-def protocol_with_header_timeout(seconds: float) -> type[HeaderTimeoutH11Protocol]:
-    """The protocol class with its header deadline set (uvicorn instantiates the class per connection)."""
-    return type("SpanseekH11Protocol", (HeaderTimeoutH11Protocol,), {"header_timeout_s": seconds})
+def protocol_class(settings: Settings) -> type[SpanseekH11Protocol]:
+    """The protocol class with the settings' deadlines (uvicorn instantiates the class per connection)."""
+    return type("SpanseekH11Protocol", (SpanseekH11Protocol,), {
+        "header_timeout_s": settings.header_timeout_s, "body_timeout_s": settings.body_timeout_s,
+        "write_timeout_s": settings.write_timeout_s,
+    })
 
 
 def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> uvicorn.Config:
-    """The uvicorn config ``spanseek serve`` runs: one worker, keep-alive and header timeouts and the log format from
-    the settings."""
+    """The uvicorn config ``spanseek serve`` runs: one worker, the keep-alive, head, request and write deadlines and
+    the log format from the settings."""
     # One process: the micro-batcher batches across all requests of its process; scale with replicas instead.
     # The logging of service.logs (text or JSON, request ids); its middleware writes the access lines, with durations.
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level, workers=1, timeout_graceful_shutdown=10,
-        timeout_keep_alive=settings.keep_alive_s, http=protocol_with_header_timeout(settings.header_timeout_s),
+        timeout_keep_alive=settings.keep_alive_s, http=protocol_class(settings),
         log_config=logging_config(settings.log_format, log_level), access_log=False,
     )

@@ -55,7 +55,15 @@ class Settings(BaseSettings):
     # body_timeout_s gets 408 and its connection closed: half-sent requests (slow or stalled clients, slowloris)
     # cannot hold sockets forever. Too short cuts off clients on slow links; bodies are at most max_body_bytes.
     header_timeout_s: float = Field(10.0, gt=0, description="seconds to receive a request's headers (spanseek serve)")
-    body_timeout_s: float = Field(30.0, gt=0, description="seconds to receive a request's body (408 after)")
+    # body_timeout_s runs from the request's first byte whether or not the route reads the body: a request that
+    # answers early (401, 404, 413, 429, /health) and leaves the body unread has its connection closed once the
+    # answer is sent (after a short linger) or at that deadline, so a trickled body cannot hold a socket.
+    body_timeout_s: float = Field(30.0, gt=0, description="seconds from a request's first byte to the last byte of "
+                                                          "its body (408, and the connection closed, after)")
+    # A client that does not read its answer: its connection is aborted when the answer has not drained for this
+    # long, so unread answers cannot pin memory. Too short cuts off clients on slow links reading big answers.
+    write_timeout_s: float = Field(30.0, gt=0, description="seconds an answer may wait for the client to read it "
+                                                           "before the connection is aborted (spanseek serve)")
     # Log lines: text for a terminal; json (one object per line with time, level, logger, message and request_id;
     # access lines add method, path, status and duration_ms) for a log pipeline, at the cost of longer lines.
     log_format: Literal["text", "json"] = Field("text", description="log lines: text, or json (one JSON object per "
@@ -86,7 +94,20 @@ class Settings(BaseSettings):
     )
     # Hard queue bound (in questions), whatever the measured rate says: a small bound caps memory and latency
     # even before a rate is measured; a large one absorbs bursts but lets queueing delay grow to max_queue/throughput.
-    max_queue: int = Field(256, ge=1, description="most questions waiting to be batched before 429")
+    max_queue: int = Field(256, ge=1, description="most question-equivalents waiting to be batched before 429")
+    # Fair shares: batches take waiting requests in fair-queueing order by cost, so a client queueing much work (or
+    # expensive work) is overtaken by the others and refused first, and no client may hold more than an equal share
+    # of max_queue among those waiting. connection = each TCP connection is a client (clients on one host or behind
+    # one NAT kept apart, but a client opening many connections gets many shares); peer = each address (behind a
+    # proxy, every client shares the proxy's).
+    fair_share_by: Literal["connection", "peer"] = Field(
+        "connection", description="who gets a fair share of the queue: each connection, or each peer address")
+    # The most work one request may ask, in question-equivalents (service.cost: a phrase question at the default
+    # top_k is 1; a document search whose offset + top_k reaches every document of the index 70): 400 above. Higher
+    # lets one request hold the batcher longer, delaying everyone's answers; the default admits two requests of the
+    # most queries (max_queries_per_request) at the default depth.
+    max_request_cost: float = Field(64.0, ge=1, description="most question-equivalents one request may cost "
+                                                            "(400 above)")
 
     # Request limits. Larger limits let one client take a bigger share of the batcher and of the response size.
     default_top_k: int = Field(10, ge=1, description="hits per query when the request gives no top_k")
@@ -126,6 +147,14 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, description="require this key on /search and /info (empty = no key)")
     # Browser origins allowed to call the API (comma-separated or JSON list); empty = no CORS headers at all.
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="CORS allowed origins")
+
+    # POST /admin/reload loads and checksums the whole index and holds two copies in memory until the swap: it needs
+    # the API key (without one it is off: switch the alias with index_poll_s set, or send SIGHUP), concurrent
+    # requests share one reload, and a reload finished less than this long ago is answered 429 with Retry-After.
+    reload_min_interval_s: float = Field(30.0, ge=0, description="least seconds between two reloads on request")
+    # Access lines: at most this many a second (then one line says how many were left out); refusals under overload
+    # (429) get none, they are counted in spanseek_errors_total. 0 = no limit.
+    access_log_per_s: float = Field(50.0, ge=0, description="most access log lines a second (0 = no limit)")
 
     # Warm-up runs every unit once before /ready says yes, so the first user request does not pay for lazy
     # initialisation (allocator, faiss, tokenizer caches). Off only for tests with fake backends.

@@ -194,6 +194,19 @@ def test_meta_nested_too_deeply_names_the_file_and_line(tmp_path):
         list(read_corpus(path))
 
 
+def test_metadata_over_the_limit_is_refused_naming_the_document(tmp_path):
+    """Metadata comes back with every hit: a megabyte of it made one search render 728 MB before its 400."""
+    from spanseek.core.io import MAX_META_BYTES
+
+    fits = {"id": "ok", "title": "A", "paragraphs": ["p"], "meta": {"v": "é" * (MAX_META_BYTES // 4)}}
+    big = {"id": "scan-7", "title": "B", "paragraphs": ["p", "q"], "passage_meta": [None, {"img": "x" * (1 << 20)}]}
+    path = _write_lines(tmp_path / "m.jsonl", [json.dumps(fits, ensure_ascii=False), json.dumps(big)])
+    with pytest.raises(CorpusError, match=rf"{path}:2: document 'scan-7': its 'passage_meta' 1 is \d+ bytes as JSON, "
+                                          rf"over the limit of {MAX_META_BYTES}"):
+        list(read_corpus(path))
+    assert [d.id for d in read_corpus(_write_lines(tmp_path / "ok.jsonl", [json.dumps(fits)]))] == ["ok"]
+
+
 def test_an_unpaired_surrogate_names_the_file_and_line(tmp_path):
     path = _write_lines(tmp_path / "s.jsonl", [json.dumps({"id": "1", "title": "A", "paragraphs": ["ok", "bad \ud800"]})])
     with pytest.raises(CorpusError, match=rf"{path}:1: paragraph 1 holds an unpaired surrogate"):

@@ -45,7 +45,8 @@ def settings_for(tiny_index, tiny_model_dir) -> Callable[..., Settings]:
     """Settings over the tiny index; keyword arguments override fields."""
 
     def make(**overrides) -> Settings:
-        base = dict(index=tiny_index, model=str(tiny_model_dir), device="cpu", precision="fp32", warmup=False)
+        base = dict(index=tiny_index, model=str(tiny_model_dir), device="cpu", precision="fp32", warmup=False,
+                    reload_min_interval_s=0)  # tests reload back to back; test_reload.py checks the interval
         return Settings(**{**base, **overrides})
 
     return make

@@ -95,3 +95,42 @@ def test_full_passage_on_request_and_the_exact_size_cap(settings_for, tiny_searc
         assert c.post("/search", json={**big, "full_passage": False}).status_code == 200
     with serve(create_app(settings_for(max_response_bytes=size + 40), lambda s: tiny_searcher)) as c:
         assert c.post("/search", json=big).status_code == 200
+
+
+class HugeMetaSearcher(Searcher):
+    """The tiny index's hits, each carrying one document's megabyte of metadata."""
+
+    META = {"scan": "x" * (1 << 20)}
+
+    def search_vectors(self, *args, **kwargs):
+        out = super().search_vectors(*args, **kwargs)
+        return [[dataclasses.replace(h, meta=self.META) for h in hits] for hits in out]
+
+
+def test_metadata_counts_in_the_size_bound_before_anything_is_rendered(settings_for, tiny_searcher, serve,
+                                                                       monkeypatch):
+    """32 queries x top_k 100 of hits with a megabyte of metadata each: refused from the estimate, without the
+    answer being rendered. Before, the estimate left metadata out: the server rendered 728 MB before its 400."""
+    from spanseek.service.schemas import SearchResponse
+
+    rendered = []
+    monkeypatch.setattr(SearchResponse, "model_dump_json", lambda self, **kw: rendered.append(1) or "{}")
+    searcher = HugeMetaSearcher(tiny_searcher.index, tiny_searcher.encoder)
+    with serve(create_app(settings_for(max_top_k=100), lambda s: searcher)) as c:
+        body = {"queries": [f"who built the castle {i}?" for i in range(32)], "top_k": 100, "allow_overlap": True}
+        r = c.post("/search", json=body)
+    assert r.status_code == 400 and r.json()["error"] == "response_too_large"
+    assert "would be at least" in r.json()["message"] and rendered == []
+
+
+def test_the_estimate_measures_shared_metadata_once_and_stops_past_the_limit(monkeypatch):
+    import json
+
+    from spanseek.service import bounds
+
+    dumps, real_dumps = [], json.dumps
+    monkeypatch.setattr(bounds.json, "dumps", lambda obj, **kw: dumps.append(1) or real_dumps(obj, **kw))
+    meta = {"k": "v" * 1000}
+    hit = {"text": "t", "passage": "p", "doc_id": "d", "title": "", "meta": meta}
+    assert bounds.estimated_bytes([[hit] * 50], ["q"]) > 50 * 1000 and len(dumps) == 1
+    assert bounds.estimated_bytes([[hit] * 50], ["q"], limit=3000) < 5000  # stopped after a few hits

@@ -42,7 +42,7 @@ QUESTION = "Who built the castle in 1500?"
 def url(live, tiny_index, tiny_model_dir, tiny_searcher):
     """A live service over the tiny index that requires an API key."""
     settings = Settings(index=tiny_index, model=str(tiny_model_dir), device="cpu", precision="fp32", warmup=False,
-                        api_key=KEY)
+                        api_key=KEY, reload_min_interval_s=0)
     with live(create_app(settings, lambda s: tiny_searcher)) as base:
         yield base
 

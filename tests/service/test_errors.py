@@ -41,6 +41,17 @@ def test_invalid_json_and_unknown_unit_are_422(client):
     assert_error(client.post("/search?unit=sentence", json={"query": "a"}), 422, "validation_error")
 
 
+@pytest.mark.parametrize("content,reason", [(b'{"query": "a", "filter": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                                             "nested too deeply"),
+                                            (b'{"query": "\xff"}', "not UTF-8")])
+def test_json_the_parser_cannot_read_is_422_saying_why(client, content, reason):
+    """Before, JSON nested deeper than the parser recurses (and bytes that are not UTF-8) got FastAPI's 400 "There
+    was an error parsing the body", where the API promises 422 for malformed requests."""
+    body = assert_error(client.post("/search", content=content, headers={"content-type": "application/json"}),
+                        422, "validation_error")
+    assert reason in body["message"]
+
+
 @pytest.mark.parametrize("extra", [{"top_k": 0}, {"top_k": 101}, {"top_k": -3}, {"nprobe": 0},
                                    {"nprobe": 10**6}, {"max_answer_tokens": 0}, {"max_answer_tokens": 65},
                                    {"lexical_weight": -1.0}, {"lexical_weight": 1e308}])

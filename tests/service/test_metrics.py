@@ -44,6 +44,10 @@ def test_metrics_reflect_traffic(client, tiny_searcher):
     assert m[("spanseek_index_size_bytes", ())] > 0
     info = [labels for (name, labels) in m if name == "spanseek_model_info"]
     assert info and dict(info[0])["fingerprint"] == manifest.model_fingerprint and dict(info[0])["factory"] == manifest.factory
+    # /metrics needs no key: the model's directory is cut to its name, as /info shows it to callers without one
+    # (before, the absolute --model path was there)
+    model = dict(info[0])["model"]
+    assert model.startswith(".../") and "/" not in model[4:]
 
 
 def test_each_app_has_its_own_registry(settings_for, tiny_searcher, serve):

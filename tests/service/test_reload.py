@@ -202,10 +202,50 @@ async def test_reload_needs_the_api_key(settings_for, async_serve, index_b):
         r = await client.post("/admin/reload", json={"index": str(index_b)}, headers={"Authorization": f"Bearer {KEY}"})
         assert r.status_code == 200 and r.json()["reload"]["reloads"] == 1
         assert docs_of(await search(client)) == {"b"}
-    async with async_serve(create_app(settings_for())) as client:  # no key configured: no paths from callers
-        r = await client.post("/admin/reload", json={"index": str(index_b)})
-        assert r.status_code == 403 and "SPANSEEK_API_KEY" in r.json()["message"]
-        assert (await client.post("/admin/reload")).status_code == 200  # the served path again: allowed
+    async with async_serve(create_app(settings_for())) as client:  # no key configured: reloads on request are off
+        for body in ({"json": {"index": str(index_b)}}, {}):
+            r = await client.post("/admin/reload", **body)
+            message = r.json()["message"]
+            assert r.status_code == 403 and "SPANSEEK_API_KEY" in message
+            assert "SPANSEEK_INDEX_POLL_S" in message and "SIGHUP" in message  # the ways that remain
+        assert (await client.get("/info")).json()["service"]["reload"]["reloads"] == 0
+
+
+async def test_reloads_on_request_are_shared_and_spaced(settings_for, async_serve):
+    """A reload reads and checksums the whole index and holds two copies: concurrent requests share one reload, and
+    one that comes within reload_min_interval_s of the last gets 429 with Retry-After. Before, a bare POST (no key
+    needed) started a reload each time, and a few clients repeating it halved the service's throughput."""
+    app = create_app(settings_for(api_key=KEY, reload_min_interval_s=60))
+    state = app.state.service
+    async with async_serve(app) as client:
+        together = await asyncio.gather(*[client.post("/admin/reload", headers=AUTH) for _ in range(5)])
+        assert [r.status_code for r in together] == [200] * 5
+        assert state.reloader.reloads == 1
+        r = await client.post("/admin/reload", headers=AUTH)
+        assert r.status_code == 429 and "reload_min_interval_s" in r.json()["message"]
+        assert 50 <= int(r.headers["Retry-After"]) <= 60 and state.reloader.reloads == 1
+
+
+async def test_batches_slowed_by_a_reload_do_not_teach_admission(settings_for, async_serve, counting_factory,
+                                                                  hold_worker):
+    """While a reload loads and warms up its index it shares the cores and the encoder thread: batches run slower
+    then, and learning their time would refuse requests (429) after it for nothing. Before, 40 reloads under load
+    gave 25 refusals; now the batch rate measured before the reload stays."""
+    factory, encoder = counting_factory()
+    app = create_app(settings_for(max_wait_ms=1), factory)
+    state = app.state.service
+    async with async_serve(app) as client:
+        batcher = state.batcher
+        batcher.observe_batch(1, 0.01)
+        before = batcher.cost.seconds_for(16, 16)
+        with batcher.learning_paused():
+            busy = await hold_worker(client, encoder)
+            await asyncio.sleep(0.3)  # a batch held 300 ms, as one behind a reload's warm-up
+            encoder.gate.set()
+            assert (await busy).status_code == 200
+        assert batcher.cost.seconds_for(16, 16) == before
+        assert (await search(client)).status_code == 200
+        assert batcher.cost.seconds_for(16, 16) != before  # outside a reload it learns again
 
 
 async def test_a_batch_taken_before_the_swap_finishes_on_the_old_index(settings_for, async_serve, counting_factory,
@@ -215,9 +255,10 @@ async def test_a_batch_taken_before_the_swap_finishes_on_the_old_index(settings_
     one on the new index; the old searcher is freed once that batch is done."""
     factory, encoder = counting_factory()
     alias = switch_alias(tmp_path / "current", tiny_index).path
-    app = create_app(settings_for(index=alias, max_wait_ms=1), factory)
+    app = create_app(settings_for(index=alias, max_wait_ms=1, api_key=KEY), factory)
     state = app.state.service
     async with async_serve(app) as client:
+        client.headers.update(AUTH)  # every request of this test, the held search's too
         assert (await client.post("/admin/reload")).status_code == 200  # a searcher that only the app holds
         old = weakref.ref(state.searcher)
         busy = await hold_worker(client, encoder)

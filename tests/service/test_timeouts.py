@@ -85,3 +85,94 @@ def test_half_sent_heads_and_bodies_are_closed(settings_for):
             assert conn.sock is first  # the same connection served both
         finally:
             conn.close()
+
+
+def _closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") -> bool:
+    """Whether the server closes ``sock`` within ``seconds`` while the client sends ``trickle`` a byte every 0.1 s
+    (and reads whatever comes)."""
+    deadline = time.monotonic() + seconds
+    sock.settimeout(0.1)
+    i = 0
+    while time.monotonic() < deadline:
+        try:
+            if trickle:
+                sock.sendall(trickle[i % len(trickle): i % len(trickle) + 1])
+                i += 1
+            if sock.recv(65536) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:  # reset, or a broken pipe: closed
+            return True
+    return False
+
+
+def _response(sock: socket.socket) -> bytes:
+    """One /health answer (its head and JSON body may come in separate packets)."""
+    sock.settimeout(5)
+    data = b""
+    while not data.endswith(b"}"):
+        data += sock.recv(65536)
+    return data
+
+
+def test_an_unread_body_cannot_hold_the_connection(settings_for):
+    """A route that answers without reading the body (/health, 401, 404, an early 429) leaves the rest of the body
+    unread: it may take LINGER_S more, whatever trickles in, then the connection is closed. Before, each body byte
+    cancelled uvicorn's keep-alive timer and the head deadline no longer applied: 2,000 such sockets were held for
+    90 s, none closed."""
+    from spanseek.service.server import LINGER_S
+
+    settings = settings_for(port=_free_port(), header_timeout_s=0.5, body_timeout_s=30, keep_alive_s=60)
+    with spanseek_server(settings) as addr:
+        sock = socket.create_connection(addr)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nsome of it")
+        assert _response(sock).startswith(b"HTTP/1.1 200")
+        t0 = time.monotonic()
+        assert _closed_within(sock, LINGER_S + 3, trickle=b"more body bytes")
+        assert time.monotonic() - t0 < LINGER_S + 2
+        sock.close()
+        # a body that completes within the linger keeps the connection for the next request
+        with socket.create_connection(addr) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+            assert _response(sock).startswith(b"HTTP/1.1 200")
+            sock.sendall(b"cd" + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _response(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_a_trickled_body_is_cut_at_the_request_deadline_whether_or_not_the_route_reads_it(settings_for):
+    """The request deadline runs from the request's first byte to the body's last, also for a route that never
+    reads the body (here a 404 answered at once, then one body byte a tenth of a second)."""
+    settings = settings_for(port=_free_port(), header_timeout_s=0.5, body_timeout_s=0.5, keep_alive_s=60)
+    with spanseek_server(settings) as addr, socket.create_connection(addr) as sock:
+        sock.sendall(b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100000\r\n\r\n{")
+        t0 = time.monotonic()
+        assert _closed_within(sock, 5, trickle=b"[1]")
+        assert time.monotonic() - t0 < 0.5 + 1.0 + 1.0  # body_timeout_s + the grace for the 408 + slack
+
+
+def test_a_client_that_does_not_read_its_answers_is_cut_off(settings_for):
+    """Pipelined requests whose answers are never read: once the answers stop draining for write_timeout_s, the
+    connection is aborted and its buffers freed. Before, nothing timed the write: 64 such clients pinned 40 MB."""
+    settings = settings_for(port=_free_port(), write_timeout_s=0.5, keep_alive_s=60)
+    with spanseek_server(settings) as addr:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(addr)
+        requests = 400
+        sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n" * requests)
+        time.sleep(2.0)  # read nothing meanwhile
+        sock.settimeout(2)
+        received, closed = b"", False
+        try:
+            while not closed:
+                chunk = sock.recv(1 << 20)
+                received += chunk
+                closed = chunk == b""
+        except TimeoutError:  # still open: nothing more came
+            pass
+        except OSError:  # reset by the server's abort
+            closed = True
+        sock.close()
+        assert closed and received.count(b"HTTP/1.1 200") < requests

@@ -1,0 +1,80 @@
+"""What one search request costs the batcher, in question-equivalents: the unit admission and batches count.
+
+A question-equivalent is the work of one ``phrase`` question at the default depth in a full batch. A question
+costs more the deeper its ranking (``depth = offset + top_k``): a phrase search completes spans for 2 x depth
+start and end tokens, a ``passage`` or ``doc`` search for 8 x depth, and the latter widens its token search
+(4x a round) until ``depth`` distinct units are among the candidates, which costs more and more as the depth nears
+the number of passages or documents in the index, and at that number completes spans for every token. Reading
+adds a reader pass per passage read. The factors below were measured on the demo index (22 documents, 1,022
+passages, 146k tokens; ``python bench/attack.py --parts cost``: 16-question batches, seconds per batch against 16
+default phrase questions); docs/service.md lists them. At full depth every token is searched, so that point
+scales with the index's tokens (70 at the demo index's 146k; never below the 90% point).
+
+The service refuses (400) a request whose cost exceeds ``max_request_cost``, queues work by cost
+(service/batcher.py, service/overload.py) and shares it fairly between clients (service/fairness.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from spanseek.core.params import SearchParams
+
+# Question-equivalents per unit of depth, at least 1 (measured: phrase 1.16 at depth 100 and 2.84 at 200; passage
+# 2.07 at 50 and 8.6 at 200).
+PHRASE_DEPTH_COST = 0.0142
+UNIT_DEPTH_COST = 0.043
+# A passage or document search, times this factor of its depth's share of the index's units (linear in between).
+# Past 0.9 the cost climbs steeply: the rarest units are found only by searching almost every token; the last
+# point is for an index of FULL_DEPTH_TOKENS tokens and scales with the index's tokens.
+UNIT_SHARE_FACTOR = ((0.0, 1.0), (0.23, 1.1), (0.45, 1.55), (0.68, 2.65), (0.91, 6.7), (1.0, 70.0))
+FULL_DEPTH_TOKENS = 146_352
+# Reading: question-equivalents per passage read (estimated, not measured: a reader pass of a few ms a passage
+# against about 8 ms a question in a full batch).
+READ_PASSAGE_COST = 0.5
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The per-question cost of a search on one index: its unit counts and the service's defaults."""
+
+    units: Mapping[str, int]  # "passage" and "doc": how many the index holds
+    tokens: int = FULL_DEPTH_TOKENS  # in the index
+    default_top_k: int = 10
+    default_read_passages: int = 5
+
+    def question(self, params: SearchParams) -> float:
+        """Question-equivalents of one question searched with ``params``."""
+        depth = params.top_k + params.offset
+        if params.unit == "phrase":
+            cost = max(1.0, PHRASE_DEPTH_COST * depth)
+        else:
+            share = min(1.0, depth / max(1, self.units.get(params.unit, depth)))
+            factor = float(np.interp(share, [x for x, _ in UNIT_SHARE_FACTOR], self._share_factors()))
+            cost = max(1.0, UNIT_DEPTH_COST * depth) * factor
+        if params.read:
+            cost += READ_PASSAGE_COST * (params.read_passages or self.default_read_passages)
+        return cost
+
+    def _share_factors(self) -> list[float]:
+        """The factors of UNIT_SHARE_FACTOR with the full-depth one scaled to this index's tokens."""
+        *factors, full = (y for _, y in UNIT_SHARE_FACTOR)
+        return [*factors, max(factors[-1], full * self.tokens / FULL_DEPTH_TOKENS)]
+
+    def request(self, questions: int, params: SearchParams) -> float:
+        """Question-equivalents of a request of ``questions`` questions (at least one: blank ones are cheap but not
+        free)."""
+        return max(1, questions) * self.question(params)
+
+    def explain(self, params: SearchParams) -> str:
+        """Why a question with ``params`` costs what it does, for the 400 beyond ``max_request_cost``."""
+        depth = params.top_k + params.offset
+        what = f"unit={params.unit}, offset + top_k = {depth}"
+        if params.unit != "phrase":
+            what += f" of the index's {self.units.get(params.unit, 0)} {params.unit}s"
+        if params.read:
+            what += ", read"
+        return f"{what}: {self.question(params):.1f} question-equivalents a question"
