@@ -43,7 +43,7 @@ from spanseek.core.evaluate import evaluate, sample_questions  # noqa: E402
 from spanseek.core.io import load_squad, read_corpus, squad_questions, write_corpus, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
-from spanseek.core.store import Manifest, PhraseIndex  # noqa: E402
+from spanseek.core.phrase_index import Manifest, PhraseIndex  # noqa: E402
 from spanseek.indexer.build import BuildOptions, build_index, reindex  # noqa: E402
 from spanseek.indexer.faiss_index import auto_nlist  # noqa: E402
 from spanseek.indexer.verify import memory_per_token  # noqa: E402

@@ -20,7 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spanseek.core.io import Holdout, load_squad, write_json_atomic
+from spanseek.core.holdout import Holdout
+from spanseek.core.io import load_squad, write_json_atomic
 
 SQUAD = "/work/shared/data/squad-v1.1-train.json.gz"
 FONT = Path("/usr/share/fonts/truetype/dejavu")

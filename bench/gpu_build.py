@@ -59,7 +59,7 @@ def main() -> None:
     import faiss
 
     if args.vectors:
-        from spanseek.core.store import PhraseIndex
+        from spanseek.core.phrase_index import PhraseIndex
 
         store = PhraseIndex(args.vectors, verify_checksums=False).vectors
         n = min(len(store), args.n) if args.n else len(store)

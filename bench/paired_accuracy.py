@@ -33,8 +33,8 @@ from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.metrics import cluster_bootstrap_ci, exact_match, passage_has_answer  # noqa: E402
 from spanseek.core.model import model_fingerprint, resolve_model  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
+from spanseek.core.phrase_index import PhraseIndex  # noqa: E402
 from spanseek.core.search import Searcher  # noqa: E402
-from spanseek.core.store import PhraseIndex  # noqa: E402
 
 BATCH = 64
 

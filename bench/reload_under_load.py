@@ -30,7 +30,7 @@ from service_load import free_port, make_questions, percentiles, wait_ready  # n
 from service_reliability import rss_mb, start, stop  # noqa: E402
 
 from spanseek.core.alias import switch_alias  # noqa: E402
-from spanseek.core.store import DOCS, PASSAGES, read_jsonl  # noqa: E402
+from spanseek.core.phrase_index import DOCS, PASSAGES, read_jsonl  # noqa: E402
 
 
 async def client_loop(session: aiohttp.ClientSession, questions: list[str], n: int, done: asyncio.Event,

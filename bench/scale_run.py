@@ -10,7 +10,7 @@ from a fixed table, so any row can be recomputed) with fresh passage and documen
 repeat). Vectors are generated on the fly: no fp16 copy of the N tokens is ever written. Each size is built with
 the library's stages, timed one by one, with peak RAM sampled: token maps and passage store; faiss training on
 a sample; adding block by block into on-disk inverted lists (``indexer.ondisk``); the quantised fine store
-(``core.finestore``); the manifest. Then it is searched: phrase-search q/s with real validation questions (batch
+(``core.fine_store``); the manifest. Then it is searched: phrase-search q/s with real validation questions (batch
 64, top-k 10), and the share of questions whose top start token (faiss, default nprobe) is the exact maximum
 inner product over all N tokens (brute force over the generated vectors, on --exact-sample questions), and the
 share whose top start token is the exact one or one of its replicas (beyond one replica a token has near-copies
@@ -35,9 +35,9 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from spanseek.core import store  # noqa: E402
+from spanseek.core import phrase_index  # noqa: E402
 from spanseek.core.evaluate import sample_questions  # noqa: E402
-from spanseek.core.finestore import write_quantized  # noqa: E402
+from spanseek.core.fine_store import write_quantized  # noqa: E402
 from spanseek.core.io import atomic_path, load_squad, squad_questions, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
@@ -100,7 +100,7 @@ class PeakMemory:
         self.peak_anon = self.status("RssAnon")
 
 
-def write_maps(base: store.PhraseIndex, out: Path, n: int) -> tuple[int, int]:
+def write_maps(base: phrase_index.PhraseIndex, out: Path, n: int) -> tuple[int, int]:
     """Token maps and passage / document stores of n tokens: whole base replicas, the last one cut at a passage
     end. Returns (tokens, passages)."""
     pt0 = np.asarray(base.passage_tokens)
@@ -111,16 +111,16 @@ def write_maps(base: store.PhraseIndex, out: Path, n: int) -> tuple[int, int]:
     n_tok = reps * n0 + int(pt0[cut])
     lengths = np.diff(pt0)
     passage_tokens = np.concatenate([[0], np.cumsum(np.concatenate([lengths[:c] for c in counts]))]).astype(np.int64)
-    np.save(out / store.PASSAGE_TOKENS, passage_tokens)
-    np.save(out / store.TOKEN_PASSAGE, np.repeat(np.arange(len(passage_tokens) - 1, dtype=np.int32),
+    np.save(out / phrase_index.PASSAGE_TOKENS, passage_tokens)
+    np.save(out / phrase_index.TOKEN_PASSAGE, np.repeat(np.arange(len(passage_tokens) - 1, dtype=np.int32),
                                                  np.diff(passage_tokens)))
-    for name, arr in ((store.TOKEN_OFFSETS, base.token_offsets), (store.TOKEN_FLAGS, base.token_flags)):
+    for name, arr in ((phrase_index.TOKEN_OFFSETS, base.token_offsets), (phrase_index.TOKEN_FLAGS, base.token_flags)):
         mm = np.lib.format.open_memmap(out / name, mode="w+", dtype=arr.dtype, shape=(n_tok, *arr.shape[1:]))
         for r, c in enumerate(counts):
             mm[r * n0 : r * n0 + int(pt0[c])] = arr[: int(pt0[c])]
         mm.flush()
         del mm
-    with open(out / store.PASSAGES, "w", encoding="utf-8") as fp, open(out / store.DOCS, "w", encoding="utf-8") as fd:
+    with open(out / phrase_index.PASSAGES, "w", encoding="utf-8") as fp, open(out / phrase_index.DOCS, "w", encoding="utf-8") as fd:
         n_docs = len(base.docs)
         for r, c in enumerate(counts):
             for p in base.passages[:c]:
@@ -131,7 +131,7 @@ def write_maps(base: store.PhraseIndex, out: Path, n: int) -> tuple[int, int]:
     return n_tok, len(passage_tokens) - 1
 
 
-def build(base: store.PhraseIndex, out: Path, n: int, args, mem: PeakMemory) -> dict:
+def build(base: phrase_index.PhraseIndex, out: Path, n: int, args, mem: PeakMemory) -> dict:
     """Build the n-token index in ``out`` stage by stage; returns seconds and peak anonymous RAM per stage."""
     import faiss
 
@@ -171,14 +171,14 @@ def build(base: store.PhraseIndex, out: Path, n: int, args, mem: PeakMemory) -> 
     ids = np.arange(n_tok, dtype=np.int64)
     stage("add (on-disk blocks + merge)", lambda: add_on_disk(index, vecs, ids, out, progress=False))
     stage("fine store", lambda: write_quantized(out, args.store, vecs, args.max_train))
-    faiss.write_index(index, str(out / store.FAISS_INDEX))
+    faiss.write_index(index, str(out / phrase_index.FAISS_INDEX))
     shutil.rmtree(out / "ivf_blocks", ignore_errors=True)
     fields = {**base.manifest.to_dict(), "factory": factory, "tokens": n_tok, "indexed_tokens": n_tok,
-              "passages": n_pass, "documents": sum(1 for _ in open(out / store.DOCS, encoding="utf-8")),
+              "passages": n_pass, "documents": sum(1 for _ in open(out / phrase_index.DOCS, encoding="utf-8")),
               "fine_store": args.store, "lexical": None, "filter_threshold": None,
               "faiss_params": {"nlist": nlist, "nprobe": int(ivf.nprobe), "on_disk": True, "train_size": n_train,
                                "vector_source": "fine", "synthetic": f"replicas of {args.base}, noise {args.noise}"}}
-    manifest = stage("manifest (checksums)", lambda: store.Manifest.create(out, fields))
+    manifest = stage("manifest (checksums)", lambda: phrase_index.Manifest.create(out, fields))
     stages["build_seconds"] = round(sum(s["seconds"] for s in stages.values()), 1)
     with atomic_path(out / "build_stages.json") as tmp:
         tmp.write_text(json.dumps(stages))
@@ -188,7 +188,7 @@ def build(base: store.PhraseIndex, out: Path, n: int, args, mem: PeakMemory) -> 
 
 def measure(out: Path, base_searcher: Searcher, q_start, q_end, n_exact: int, args) -> dict:
     """q/s of phrase search and top-1 start-token agreement with exact inner-product search."""
-    index = store.PhraseIndex(out, verify_checksums=False)
+    index = phrase_index.PhraseIndex(out, verify_checksums=False)
     searcher = Searcher(index, base_searcher.encoder)
     params = SearchParams(unit="phrase", top_k=10, mode="dense")
     searcher.search_vectors(q_start[:64], q_end[:64], params)  # warm-up
@@ -204,7 +204,7 @@ def measure(out: Path, base_searcher: Searcher, q_start, q_end, n_exact: int, ar
     approx = index.faiss.search(q, 1)[1][:, 0]
     n0 = len(base_searcher.index.vectors)  # replicas of one base token differ by the noise only
     disk = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
-    ram_files = (store.FAISS_INDEX, store.PASSAGES, store.DOCS)
+    ram_files = (phrase_index.FAISS_INDEX, phrase_index.PASSAGES, phrase_index.DOCS)
     ram = sum((out / f).stat().st_size for f in ram_files) + 8 * len(index.passages)
     return {"tokens": index.num_tokens, "qps": round(qps, 1), "exact_sample": len(q),
             "top1_start_same_as_exact": round(float(np.mean(approx == exact)), 4),
@@ -250,7 +250,7 @@ def main() -> None:
         out = Path(args.workdir) / f"n{n}"
         print(f"{n} tokens -> {out}", flush=True)
         row = result["sizes"].get(str(n), {})
-        if not (out / store.MANIFEST).is_file():
+        if not (out / phrase_index.MANIFEST).is_file():
             row["stages"] = build(base_searcher.index, out, n, args, mem)
         elif (out / "build_stages.json").is_file():
             row["stages"] = json.loads((out / "build_stages.json").read_text())

@@ -33,7 +33,8 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from spanseek.core.io import load_squad, split_articles, squad_questions, write_corpus, write_json_atomic  # noqa: E402
+from spanseek.core.holdout import split_articles  # noqa: E402
+from spanseek.core.io import load_squad, squad_questions, write_corpus, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import (
     UNITS,  # noqa: E402

@@ -59,7 +59,7 @@ def build_synthetic(out: Path, n_docs: int) -> tuple[Path, Path]:
     from spanseek.core.config import EncoderConfig
     from spanseek.core.io import read_corpus
     from spanseek.core.model import PhraseModel
-    from spanseek.core.store import MANIFEST
+    from spanseek.core.phrase_index import MANIFEST
     from spanseek.indexer.build import BuildOptions, build_index
 
     model_dir, index_dir = out / "model", out / "index"

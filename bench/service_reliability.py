@@ -176,7 +176,7 @@ def build_huge_paragraph_index(out: Path, paragraph_chars: int, indexed_chars: i
     an indexer limit outside the service); the index's passage store then gets the whole paragraph, so the
     service serves hits inside a ``paragraph_chars`` passage.
     """
-    from spanseek.core.store import MANIFEST
+    from spanseek.core.phrase_index import MANIFEST
 
     model_dir, index_dir = out / "tiny-model", out / "huge-index"
     if not (model_dir / "spanseek_config.json").exists():
@@ -194,7 +194,7 @@ def build_huge_paragraph_index(out: Path, paragraph_chars: int, indexed_chars: i
                              intermediate_size=64, max_position_embeddings=512), add_pooling_layer=False).save_pretrained(backbone)
         PhraseModel(EncoderConfig(backbone=str(backbone), max_seq_len=128, stride=32, weights="lora")).save(model_dir)
     if not (index_dir / MANIFEST).exists():
-        from spanseek.core.store import Manifest
+        from spanseek.core.phrase_index import Manifest
         from spanseek.indexer.build import BuildOptions, build_index
 
         rng = random.Random(0)
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
 
-    from spanseek.core.store import read_jsonl
+    from spanseek.core.phrase_index import read_jsonl
 
     passages = read_jsonl(args.index / "passages.jsonl")
     questions = make_questions(SimpleNamespace(index=SimpleNamespace(passages=passages)), 1024)

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from spanseek.core.gpu import OnDevice
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import search_ids
 from spanseek.core.spans import Spans, best_answer, best_span, length_scores, numpy_blas
-from spanseek.core.store import PhraseIndex
 from spanseek.core.text import FLAG_END, FLAG_START
 
 if TYPE_CHECKING:

@@ -253,7 +253,7 @@ class DeviceIndex:
                 return self.gpu.search(queries, k, params=gpu_search_parameters(self.gpu, nprobe))[1]
         from faiss import swig_ptr
 
-        from spanseek.core.store import faiss_search_parameters
+        from spanseek.core.phrase_index import faiss_search_parameters
 
         x = np.ascontiguousarray(queries, dtype=np.float32)
         for transform in self.chain:
@@ -331,7 +331,7 @@ class OnDevice:
 
 
 def place(phrase_index: Any, device: str, share: float = MEMORY_SHARE) -> OnDevice | None:
-    """Put what fits of ``phrase_index`` (a core.store.PhraseIndex) on the CUDA device ``device`` (``cuda``,
+    """Put what fits of ``phrase_index`` (a core.phrase_index.PhraseIndex) on the CUDA device ``device`` (``cuda``,
     ``cuda:N``); None, with a warning naming why, when search cannot use the GPU at all."""
     import torch
 

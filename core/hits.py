@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from spanseek.core.params import HIT_FIELDS, Hit, Hits
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.spans import Spans
-from spanseek.core.store import PhraseIndex
 
 if TYPE_CHECKING:
     from spanseek.core.plan import Plan

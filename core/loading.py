@@ -18,11 +18,11 @@ from spanseek.core.model import (
     phrase_fingerprint,
     resolve_model,
 )
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.reader import PassageReader, resolve_reader
 from spanseek.core.reading import READING_NAME, Reading, ReadingStage
 from spanseek.core.search import Searcher
 from spanseek.core.selection import SELECTION_CACHE_BYTES
-from spanseek.core.store import PhraseIndex
 
 
 def check_index_model(index: PhraseIndex, model_dir: Path, config: EncoderConfig) -> None:

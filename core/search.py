@@ -30,11 +30,11 @@ from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.lexical import LexicalIndexMissing, missing_message
 from spanseek.core.page import Pager
 from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError, Unit
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.reading import ReadingStage
 from spanseek.core.selection import SELECTION_CACHE_BYTES, UNIT_OF_PASSAGE, Selection, Selections
 from spanseek.core.spans import ANSWER_CANDIDATES, Spans, merge_by_answer
-from spanseek.core.store import PhraseIndex
 
 log = logging.getLogger(__name__)
 DEFAULT_PARAMS = SearchParams()

@@ -39,7 +39,7 @@ import numpy as np
 
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.params import UNITS, SearchFilter, Unit
-from spanseek.core.store import PhraseIndex
+from spanseek.core.phrase_index import PhraseIndex
 
 # bytes of recent filters' selections a Searcher keeps by default (each D + P + P / 8 bytes)
 SELECTION_CACHE_BYTES = 1 << 30

@@ -18,7 +18,7 @@ manifest is written and the journal removed. The field index of the documents (`
 over the old and new documents (an index built before it gains one). The lexical (BM25) part, when the index has one, is rebuilt
 over the old and new passages as the directory ``lexical.add.tmp`` before the journal. A kill -9 anywhere leaves an index that opens: before the journal,
 opening it drops the partial files (roll back); after it, opening it finishes the renames (roll forward;
-``core.store.recover``). An add holds the index's writer lock, so two adds cannot interleave. ``commit`` is that
+``core.phrase_index.recover``). An add holds the index's writer lock, so two adds cannot interleave. ``commit`` is that
 commit protocol for any writer (upsert, delete and compact use it too).
 """
 
@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core import integrity, store
+from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
-from spanseek.core.finestore import FINE_CODES, FINE_KEPT, open_fine_store
+from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
 from spanseek.core.io import Document, atomic_path, read_corpus, unique_ids, write_corpus
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
 from spanseek.indexer.build import (
@@ -51,7 +51,7 @@ from spanseek.indexer.build import (
 )
 from spanseek.indexer.compress import kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import add_vectors
-from spanseek.indexer.fine_store import encode_fine_rows
+from spanseek.indexer.fine_store_build import encode_fine_rows
 from spanseek.indexer.ingest import corpus_problem
 from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.recall import measure_recall
@@ -111,46 +111,46 @@ def write_npy(path: Path, array: np.ndarray) -> None:
 
 def live_rows(index_dir: Path) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, int]]:
     """The index's document records, its deleted document numbers, and {id: number} of the live documents."""
-    docs = store.read_jsonl(index_dir / store.DOCS)
-    deleted = np.load(index_dir / store.DELETED) if (index_dir / store.DELETED).is_file() else np.zeros(0, np.int64)
+    docs = phrase_index.read_jsonl(index_dir / phrase_index.DOCS)
+    deleted = np.load(index_dir / phrase_index.DELETED) if (index_dir / phrase_index.DELETED).is_file() else np.zeros(0, np.int64)
     dead = set(deleted.tolist())
     return docs, deleted, {d["id"]: i for i, d in enumerate(docs) if i not in dead}
 
 
 @contextlib.contextmanager
-def locked_index(index_dir: Path, command: str) -> Iterator[store.Manifest]:
+def locked_index(index_dir: Path, command: str) -> Iterator[phrase_index.Manifest]:
     """Hold the index's writer lock, finish a change that was interrupted, and yield the manifest (file sizes
     checked; each writer re-reads what it rewrites). Raises BuildError naming ``command`` when another process
     holds the lock, IndexFormatError for a missing or unfinished index."""
-    store.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
+    phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
     with integrity.writer_lock(index_dir) as locked:
         if not locked:
             raise BuildError(f"{index_dir} is being changed by another process (or is read-only); "
                              f"`spanseek index {command}` changed nothing")
-        if store.recover_locked(index_dir) == "rolled forward":
+        if phrase_index.recover_locked(index_dir) == "rolled forward":
             log.info("finished an interrupted change of %s", index_dir)
-        yield store.check_index(index_dir, contents=False, recovered=True)
+        yield phrase_index.check_index(index_dir, contents=False, recovered=True)
 
 
-def commit(index_dir: Path, old: store.Manifest, names: Iterable[str], fields: dict[str, Any]) -> store.Manifest:
+def commit(index_dir: Path, old: phrase_index.Manifest, names: Iterable[str], fields: dict[str, Any]) -> phrase_index.Manifest:
     """Make the ``<name>.add.tmp`` version of each of ``names`` the index's, with ``old``'s manifest updated by
     ``fields``: the files are flushed, the journal naming them and the new manifest is written (the commit point),
-    then they are renamed into place (``core.store.recover_locked``, which also finishes a commit killed midway).
+    then they are renamed into place (``core.phrase_index.recover_locked``, which also finishes a commit killed midway).
     The caller holds the writer lock."""
     names = list(names)
     replaced = {name: staged(index_dir, name) for name in names}
     for path in replaced.values():  # on disk before the commit point
         integrity.fsync_path(path)
-    manifest = store.Manifest.create(index_dir, {**old.to_dict(), **fields}, replaced=replaced)
+    manifest = phrase_index.Manifest.create(index_dir, {**old.to_dict(), **fields}, replaced=replaced)
     with atomic_path(index_dir / JOURNAL) as tmp:  # the commit point
         tmp.write_text(json.dumps({"files": names, "manifest": manifest.to_dict()}, ensure_ascii=False))
         integrity.fsync_path(tmp)
     integrity.fsync_path(index_dir)
-    store.recover_locked(index_dir, committing=True)  # roll forward: rename the files, write the manifest, drop the journal
+    phrase_index.recover_locked(index_dir, committing=True)  # roll forward: rename the files, write the manifest, drop the journal
     return manifest
 
 
-def remeasure_recall(index_dir: Path, old: store.Manifest, index: Any, params: dict[str, Any], names: list[str],
+def remeasure_recall(index_dir: Path, old: phrase_index.Manifest, index: Any, params: dict[str, Any], names: list[str],
                      n_tokens: int, opts: BuildOptions) -> None:
     """Measure the build's recall again over the index's tokens as committed (``names``' new versions), for
     ``index verify`` to repeat; nothing when the build did not measure it."""
@@ -160,9 +160,9 @@ def remeasure_recall(index_dir: Path, old: store.Manifest, index: Any, params: d
     def current(name: str) -> Path:
         return staged(index_dir, name) if name in names else index_dir / name
 
-    fine = FINE_CODES if old.fine_store != "fp16" else store.VECTORS
+    fine = FINE_CODES if old.fine_store != "fp16" else phrase_index.VECTORS
     vectors = open_fine_store(index_dir, old.fine_store, rows=current(fine))
-    filter_path = current(store.FILTER_SCORES)
+    filter_path = current(phrase_index.FILTER_SCORES)
     scores = np.load(filter_path, mmap_mode="r") if filter_path.is_file() else None
     kept = kept_token_ids(scores, old.filter_threshold, n_tokens)
     params["recall"] = measure_recall(index, vectors, kept, sample=int(params["recall"].get("sample", 200)))
@@ -171,7 +171,7 @@ def remeasure_recall(index_dir: Path, old: store.Manifest, index: Any, params: d
 def add_documents(
     index_dir: str | Path, corpus: str | Path, model: str | Path | None = None, opts: BuildOptions | None = None,
     replace: bool = False,
-) -> store.Manifest:
+) -> phrase_index.Manifest:
     """Append the documents of ``corpus`` to the index in ``index_dir``; returns the new manifest.
 
     Raises CorpusError (file and line) when a document id is already in the index (unless ``replace``) or repeated
@@ -184,7 +184,7 @@ def add_documents(
 def upsert_documents(
     index_dir: str | Path, corpus: str | Path, model: str | Path | None = None, opts: BuildOptions | None = None,
     replace: bool = True,
-) -> tuple[store.Manifest, Changes]:
+) -> tuple[phrase_index.Manifest, Changes]:
     """``add_documents`` returning what changed as well; by default it replaces documents whose id is held."""
     index_dir, corpus = Path(index_dir), Path(corpus)
     opts = opts or BuildOptions(progress=False)
@@ -211,9 +211,9 @@ def _plan_upsert(index_dir: Path, corpus: Path, live: dict[str, int]) -> tuple[l
 
     Repeated ids in the corpus raise CorpusError naming the file and line, before anything changes."""
     passages: dict[int, list[tuple[str, dict[str, Any]]]] = {}
-    for p in store.read_jsonl(index_dir / store.PASSAGES):
+    for p in phrase_index.read_jsonl(index_dir / phrase_index.PASSAGES):
         passages.setdefault(p["doc"], []).append((p["text"], p.get("meta", {})))
-    records = store.read_jsonl(index_dir / store.DOCS)
+    records = phrase_index.read_jsonl(index_dir / phrase_index.DOCS)
     new, replaced, unchanged = [], [], 0
     for doc in unique_ids(read_corpus(corpus), corpus):
         row = live.get(doc.id)
@@ -226,13 +226,13 @@ def _plan_upsert(index_dir: Path, corpus: Path, live: dict[str, int]) -> tuple[l
     return new, sorted(replaced), unchanged
 
 
-def _add_locked(index_dir: Path, old: store.Manifest, corpus: Path, model: str | Path | None, opts: BuildOptions,
-                staging: Path, replace: bool) -> tuple[store.Manifest, Changes]:
+def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model: str | Path | None, opts: BuildOptions,
+                staging: Path, replace: bool) -> tuple[phrase_index.Manifest, Changes]:
     """``upsert_documents`` under the writer lock."""
     import faiss
 
     if old.faiss_params.get("on_disk"):
-        raise BuildError(f"{index_dir} keeps its inverted lists on disk ({store.IVFDATA}), which `index add` would "
+        raise BuildError(f"{index_dir} keeps its inverted lists on disk ({phrase_index.IVFDATA}), which `index add` would "
                          "change in place; build the index again with the new documents")
     if (index_dir / FINE_KEPT).is_file():
         raise BuildError(f"{index_dir} has a filtered fine store ({FINE_KEPT}: rows of the kept tokens only), which "
@@ -263,47 +263,47 @@ def _add_locked(index_dir: Path, old: store.Manifest, corpus: Path, model: str |
                                     "replaces them; nothing was changed)")
     n_new = merge_shards(staging, n_shards, phrase_model.dim)
     N, P, D = old.tokens, old.passages, old.documents
-    new_vectors = np.load(staging / store.VECTORS, mmap_mode="r")
+    new_vectors = np.load(staging / phrase_index.VECTORS, mmap_mode="r")
 
-    names = [store.VECTORS, store.TOKEN_OFFSETS, store.TOKEN_FLAGS]
+    names = [phrase_index.VECTORS, phrase_index.TOKEN_OFFSETS, phrase_index.TOKEN_FLAGS]
     if old.fine_store != "fp16":  # a quantised fine store: the new rows encoded with the index's quantiser
         names[0] = FINE_CODES
         encode_fine_rows(index_dir, new_vectors, staging / FINE_CODES)
     for name in names:
         _concat_npy(index_dir / name, np.load(staging / name, mmap_mode="r"), staged(index_dir, name))
-    _concat_npy(index_dir / store.TOKEN_PASSAGE, np.load(staging / store.TOKEN_PASSAGE) + P,
-                staged(index_dir, store.TOKEN_PASSAGE))
-    _concat_npy(index_dir / store.PASSAGE_TOKENS, np.load(staging / store.PASSAGE_TOKENS)[1:] + N,
-                staged(index_dir, store.PASSAGE_TOKENS))
-    _concat_jsonl(index_dir / store.PASSAGES, staging / store.PASSAGES, staged(index_dir, store.PASSAGES), D)
-    _concat_jsonl(index_dir / store.DOCS, staging / store.DOCS, staged(index_dir, store.DOCS), None)
-    write_fields(staged(index_dir, store.DOCS), staged(index_dir, store.FIELDS))  # also for an index without one
-    names += [store.TOKEN_PASSAGE, store.PASSAGE_TOKENS, store.PASSAGES, store.DOCS, store.FIELDS]
+    _concat_npy(index_dir / phrase_index.TOKEN_PASSAGE, np.load(staging / phrase_index.TOKEN_PASSAGE) + P,
+                staged(index_dir, phrase_index.TOKEN_PASSAGE))
+    _concat_npy(index_dir / phrase_index.PASSAGE_TOKENS, np.load(staging / phrase_index.PASSAGE_TOKENS)[1:] + N,
+                staged(index_dir, phrase_index.PASSAGE_TOKENS))
+    _concat_jsonl(index_dir / phrase_index.PASSAGES, staging / phrase_index.PASSAGES, staged(index_dir, phrase_index.PASSAGES), D)
+    _concat_jsonl(index_dir / phrase_index.DOCS, staging / phrase_index.DOCS, staged(index_dir, phrase_index.DOCS), None)
+    write_fields(staged(index_dir, phrase_index.DOCS), staged(index_dir, phrase_index.FIELDS))  # also for an index without one
+    names += [phrase_index.TOKEN_PASSAGE, phrase_index.PASSAGE_TOKENS, phrase_index.PASSAGES, phrase_index.DOCS, phrase_index.FIELDS]
 
     new_filter = load_filter_scores(staging)
-    if (index_dir / store.FILTER_SCORES).is_file() and new_filter is not None:
-        _concat_npy(index_dir / store.FILTER_SCORES, new_filter, staged(index_dir, store.FILTER_SCORES))
-        names.append(store.FILTER_SCORES)
+    if (index_dir / phrase_index.FILTER_SCORES).is_file() and new_filter is not None:
+        _concat_npy(index_dir / phrase_index.FILTER_SCORES, new_filter, staged(index_dir, phrase_index.FILTER_SCORES))
+        names.append(phrase_index.FILTER_SCORES)
 
-    index = faiss.read_index(str(index_dir / store.FAISS_INDEX))
+    index = faiss.read_index(str(index_dir / phrase_index.FAISS_INDEX))
     ids = kept_token_ids(new_filter, old.filter_threshold, n_new, offset=N)
     add_vectors(index, new_vectors, ids, progress=opts.progress, gpu=False, id_offset=N)
-    faiss.write_index(index, str(staged(index_dir, store.FAISS_INDEX)))
-    names.append(store.FAISS_INDEX)
-    if (index_dir / store.CODES).is_file():
-        old_codes = np.load(index_dir / store.CODES, mmap_mode="r")
-        write_codes(index, new_vectors, staged(index_dir, store.CODES), old_codes=old_codes)
-        names.append(store.CODES)
+    faiss.write_index(index, str(staged(index_dir, phrase_index.FAISS_INDEX)))
+    names.append(phrase_index.FAISS_INDEX)
+    if (index_dir / phrase_index.CODES).is_file():
+        old_codes = np.load(index_dir / phrase_index.CODES, mmap_mode="r")
+        write_codes(index, new_vectors, staged(index_dir, phrase_index.CODES), old_codes=old_codes)
+        names.append(phrase_index.CODES)
 
     lexical = old.lexical
     if lexical is not None:  # an index without one stays without (`spanseek index add-lexical` adds it)
-        lexical = write_lexical(index_dir, staged(index_dir, store.PASSAGES), staged(index_dir, store.DOCS),
-                                staged(index_dir, store.LEXICAL), fusion=lexical.get("fusion"))
-        names.append(store.LEXICAL)
+        lexical = write_lexical(index_dir, staged(index_dir, phrase_index.PASSAGES), staged(index_dir, phrase_index.DOCS),
+                                staged(index_dir, phrase_index.LEXICAL), fusion=lexical.get("fusion"))
+        names.append(phrase_index.LEXICAL)
 
     if replaced:  # the old versions are deleted in the same commit
-        write_npy(staged(index_dir, store.DELETED), np.union1d(old_deleted, replaced).astype(np.int64))
-        names.append(store.DELETED)
+        write_npy(staged(index_dir, phrase_index.DELETED), np.union1d(old_deleted, replaced).astype(np.int64))
+        names.append(phrase_index.DELETED)
 
     params = dict(old.faiss_params)
     remeasure_recall(index_dir, old, index, params, names, N + n_new, opts)

@@ -33,11 +33,11 @@ import numpy as np
 import xxhash
 from tqdm.auto import tqdm
 
-from spanseek.core import integrity, store
+from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import PassageEncoder, pick_device, pick_precision
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fieldindex import FieldIndex
-from spanseek.core.finestore import detect_kind, open_fine_store
+from spanseek.core.fine_store import detect_kind, open_fine_store
 from spanseek.core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, unique_ids
 from spanseek.core.model import (
     load_model,
@@ -60,7 +60,7 @@ from spanseek.indexer.faiss_index import (
     use_gpu,
     validate_factory,
 )
-from spanseek.indexer.fine_store import check_store_option, resolve_store, write_fine_store
+from spanseek.indexer.fine_store_build import check_store_option, resolve_store, write_fine_store
 from spanseek.indexer.ingest import corpus_problem
 from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.ondisk import (
@@ -140,12 +140,12 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
         k, buf = k + 1, []
 
     docs = unique_ids(read_corpus(corpus, stats), corpus, existing_ids, existing_name)
-    with atomic_path(out / store.PASSAGES) as tp, atomic_path(out / store.DOCS) as td:
+    with atomic_path(out / phrase_index.PASSAGES) as tp, atomic_path(out / phrase_index.DOCS) as td:
         with open(tp, "w", encoding="utf-8") as fp, open(td, "w", encoding="utf-8") as fd:
             for d, doc in enumerate(docs):
-                fd.write(json.dumps(store.doc_record(doc.id, doc.title, doc.meta), ensure_ascii=False) + "\n")
+                fd.write(json.dumps(phrase_index.doc_record(doc.id, doc.title, doc.meta), ensure_ascii=False) + "\n")
                 for p, text in enumerate(doc.paragraphs):
-                    fp.write(json.dumps(store.passage_record(d, p, text, doc.paragraph_meta(p)), ensure_ascii=False) + "\n")
+                    fp.write(json.dumps(phrase_index.passage_record(d, p, text, doc.paragraph_meta(p)), ensure_ascii=False) + "\n")
                     buf.append(text)
                     if len(buf) == opts.shard_passages:
                         flush()
@@ -165,12 +165,12 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
 
 def write_fields(docs: Path, dest: Path) -> None:
     """Write the field index (``core.fieldindex``) of the document store ``docs`` to exactly ``dest``."""
-    FieldIndex.build(store.read_jsonl(docs)).save(dest)
+    FieldIndex.build(phrase_index.read_jsonl(docs)).save(dest)
 
 
 def load_filter_scores(index_dir: Path) -> np.ndarray | None:
     """The (N, 2) filter probabilities of an index or staging directory, or None when the model has no filter."""
-    path = index_dir / store.FILTER_SCORES
+    path = index_dir / phrase_index.FILTER_SCORES
     return np.load(path, mmap_mode="r") if path.is_file() else None
 
 
@@ -185,7 +185,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     vectors = open_fine_store(out, detect_kind(out))
     scores = load_filter_scores(out)
     if opts.filter_threshold is not None and scores is None:
-        raise BuildError(f"{out} has no filter scores ({store.FILTER_SCORES}): its model has no filter head")
+        raise BuildError(f"{out} has no filter scores ({phrase_index.FILTER_SCORES}): its model has no filter head")
     ids = kept_token_ids(scores, opts.filter_threshold, len(vectors))
     factory = resolve_factory(opts.factory, dim, len(ids), opts.on_disk)
     try:
@@ -207,7 +207,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
         if opts.on_disk:
             save_trained_index(out, index, key)
     t1 = time.perf_counter()
-    (out / store.IVFDATA).unlink(missing_ok=True)  # a killed earlier build's
+    (out / phrase_index.IVFDATA).unlink(missing_ok=True)  # a killed earlier build's
     if opts.on_disk:
         add_on_disk(index, vectors, ids, out, progress=opts.progress, gpu=gpu)
     else:
@@ -228,21 +228,21 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
         raise FactoryError("vector_source 'codes' needs the codes store; do not switch keep_codes off")
     if spec.has_codes and keep_codes:
         t2 = time.perf_counter()
-        params["code_size"] = write_codes(index, vectors, out / store.CODES, progress=opts.progress)
+        params["code_size"] = write_codes(index, vectors, out / phrase_index.CODES, progress=opts.progress)
         params["codes_seconds"] = round(time.perf_counter() - t2, 2)
     elif opts.vector_source == "codes":
         raise FactoryError(f"vector_source 'codes' needs a compressed index; {factory!r} has no codes")
     else:
-        (out / store.CODES).unlink(missing_ok=True)  # a killed earlier build's (reindex never links it)
+        (out / phrase_index.CODES).unlink(missing_ok=True)  # a killed earlier build's (reindex never links it)
     if opts.recall_sample:
         params["recall"] = measure_recall(index, vectors, ids, sample=opts.recall_sample)
-    with atomic_path(out / store.FAISS_INDEX) as tmp:
+    with atomic_path(out / phrase_index.FAISS_INDEX) as tmp:
         faiss.write_index(index, str(tmp))
     return factory, params, int(index.ntotal)
 
 
 def build_index(corpus: str | Path, model: str | Path, out: str | Path,
-                opts: BuildOptions | None = None) -> store.Manifest:
+                opts: BuildOptions | None = None) -> phrase_index.Manifest:
     """Build (or resume building) an index of ``corpus`` with ``model`` in ``out``. Returns its manifest."""
     corpus, out = Path(corpus), Path(out)
     opts = opts or BuildOptions()
@@ -255,8 +255,8 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     if spec is not None and opts.on_disk:
         check_on_disk(spec)
     check_store_option(opts.store)
-    if opts.vector_source not in store.VECTOR_SOURCES:
-        raise BuildError(f"vector_source must be one of {store.VECTOR_SOURCES}, got {opts.vector_source!r}")
+    if opts.vector_source not in phrase_index.VECTOR_SOURCES:
+        raise BuildError(f"vector_source must be one of {phrase_index.VECTOR_SOURCES}, got {opts.vector_source!r}")
     if (out / SHARDS).is_dir():
         log.info("resuming the build in %s (re-using the shards whose passages are unchanged)", out)
 
@@ -281,12 +281,12 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress,  # 4. fine store
                                                   keep=filtered_ids(out, opts.filter_threshold, n_tokens))
     lexical = write_lexical(out)  # 5. BM25 over the passages, and the field index of the documents
-    with atomic_path(out / store.FIELDS) as tmp:
-        write_fields(out / store.DOCS, tmp)
+    with atomic_path(out / phrase_index.FIELDS) as tmp:
+        write_fields(out / phrase_index.DOCS, tmp)
     remove_scratch(out)  # leftovers of killed steps would otherwise be taken for index files
 
     # 6. manifest last: its presence marks a finished index
-    manifest = store.Manifest.create(out, {
+    manifest = phrase_index.Manifest.create(out, {
         "encoder": phrase_model.config.to_dict(), "model_fingerprint": fingerprint, "model_ref": str(model),
         "factory": factory, "faiss_params": faiss_params, "documents": stats.documents,
         "passages": stats.paragraphs, "tokens": n_tokens, "indexed_tokens": indexed,
@@ -305,7 +305,7 @@ def check_out_dir(out: Path, corpus: Path) -> None:
     An unfinished build is recognised by its ``shards`` directory, or, killed before its first shard, by nothing
     but scratch (the temporary passage and document stores); such a directory is resumed.
     """
-    if (out / store.MANIFEST).exists():
+    if (out / phrase_index.MANIFEST).exists():
         raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
     if out.exists() and not out.is_dir():
         raise BuildError(f"--out {out} is a file, not a directory; choose another --out")
@@ -315,7 +315,7 @@ def check_out_dir(out: Path, corpus: Path) -> None:
                          "choose another --out")
     if not out.is_dir() or (out / SHARDS).is_dir():
         return
-    own = tuple(f".{name}." for name in (store.PASSAGES, store.DOCS))  # atomic_path's temporaries of the stores
+    own = tuple(f".{name}." for name in (phrase_index.PASSAGES, phrase_index.DOCS))  # atomic_path's temporaries of the stores
     others = sorted(p.name for p in out.iterdir() if not (
         p.name in integrity.SCRATCH_DIRS or p.name in integrity.SCRATCH_FILES
         or (p.name.startswith(own) and p.name.endswith(".tmp"))))
@@ -332,7 +332,7 @@ def remove_scratch(out: Path) -> None:
         if path.name == integrity.BUILD_STATE or (path.is_file() and path.name.endswith(".tmp")):
             path.unlink()
     shards = out / SHARDS
-    if (out / store.MANIFEST).is_file():
+    if (out / phrase_index.MANIFEST).is_file():
         shutil.rmtree(shards, ignore_errors=True)
         shutil.rmtree(out / integrity.IVF_BLOCKS, ignore_errors=True)
     elif shards.is_dir():
@@ -341,7 +341,7 @@ def remove_scratch(out: Path) -> None:
 
 
 def reindex(src: str | Path, out: str | Path, opts: BuildOptions,
-            filter_model: str | Path | None = None) -> store.Manifest:
+            filter_model: str | Path | None = None) -> phrase_index.Manifest:
     """A new index in ``out`` over the token vectors of the built index ``src`` with another faiss factory (and,
     with ``opts.store``, another fine store: fp16 converts to sq8 / sq4, not back).
 
@@ -351,11 +351,11 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions,
     ``opts.filter_threshold`` is set.
     """
     src, out = Path(src), Path(out)
-    old = store.Manifest.load(src)
-    if (out / store.MANIFEST).exists():
+    old = phrase_index.Manifest.load(src)
+    if (out / phrase_index.MANIFEST).exists():
         raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    for rel in integrity.index_files(src, exclude=(store.MANIFEST, store.FAISS_INDEX, store.CODES, store.IVFDATA)):
+    for rel in integrity.index_files(src, exclude=(phrase_index.MANIFEST, phrase_index.FAISS_INDEX, phrase_index.CODES, phrase_index.IVFDATA)):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).unlink(missing_ok=True)
         try:
@@ -364,9 +364,9 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions,
             shutil.copy2(src / rel, out / rel)
     t0 = time.time()
     check_store_option(opts.store)
-    if opts.filter_threshold is not None and not (out / store.FILTER_SCORES).is_file():
+    if opts.filter_threshold is not None and not (out / phrase_index.FILTER_SCORES).is_file():
         if filter_model is None:
-            raise BuildError(f"{src} has no filter scores ({store.FILTER_SCORES}); give a model with a filter head "
+            raise BuildError(f"{src} has no filter scores ({phrase_index.FILTER_SCORES}); give a model with a filter head "
                              "(filter_model) to compute them from its token vectors")
         write_filter_scores(out, filter_model, old)
     factory, faiss_params, indexed = fill_faiss(out, int(old.encoder["dim"]), opts)
@@ -374,7 +374,7 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions,
     faiss_params["fine_store"] = write_fine_store(out, fine_store, opts.max_train, opts.progress,
                                                   keep=filtered_ids(out, opts.filter_threshold, old.tokens))
     remove_scratch(out)
-    manifest = store.Manifest.create(out, {
+    manifest = phrase_index.Manifest.create(out, {
         **old.to_dict(), "factory": factory, "faiss_params": faiss_params, "indexed_tokens": indexed,
         "filter_threshold": opts.filter_threshold, "build_seconds": round(time.time() - t0, 2),
         "fine_store": fine_store,
@@ -390,7 +390,7 @@ def filtered_ids(out: Path, threshold: float | None, n_tokens: int) -> np.ndarra
     return kept_token_ids(load_filter_scores(out), threshold, n_tokens)
 
 
-def write_filter_scores(out: Path, model: str | Path, manifest: store.Manifest) -> None:
+def write_filter_scores(out: Path, model: str | Path, manifest: phrase_index.Manifest) -> None:
     """``token_filter.npy`` of an index directory computed from its fp16 token vectors with ``model``'s filter
     head; the model must have the phrase encoder that built the index."""
     model_dir = resolve_model(model)
@@ -403,9 +403,9 @@ def write_filter_scores(out: Path, model: str | Path, manifest: store.Manifest) 
     vectors = open_fine_store(out, detect_kind(out))
     if vectors.kind != "fp16":
         raise BuildError(f"{out}: filter scores are computed from an fp16 fine store, this one is {vectors.kind}")
-    with atomic_path(out / store.FILTER_SCORES) as tmp:
+    with atomic_path(out / phrase_index.FILTER_SCORES) as tmp:
         mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(vectors), 2))
-        flags = np.load(out / store.TOKEN_FLAGS, mmap_mode="r")
+        flags = np.load(out / phrase_index.TOKEN_FLAGS, mmap_mode="r")
         for a in range(0, len(vectors), 65536):
             mm[a : a + 65536] = filter_probabilities(phrase_model, vectors[a : a + 65536], flags[a : a + 65536])
         mm.flush()
@@ -421,12 +421,12 @@ def merge_shards(out: Path, n_shards: int, dim: int) -> int:
     n = sum(per_shard)
     passage_tokens = np.concatenate([[0], np.cumsum(np.concatenate(ntok))]).astype(np.int64)
     arrays = {
-        store.VECTORS: ((n, dim), np.float16, "vectors.npy"),
-        store.TOKEN_OFFSETS: ((n, 2), np.int32, "offsets.npy"),
-        store.TOKEN_FLAGS: ((n,), np.uint8, "flags.npy"),
+        phrase_index.VECTORS: ((n, dim), np.float16, "vectors.npy"),
+        phrase_index.TOKEN_OFFSETS: ((n, 2), np.int32, "offsets.npy"),
+        phrase_index.TOKEN_FLAGS: ((n,), np.uint8, "flags.npy"),
     }
     if shards and (shards[0] / "filter.npy").is_file():
-        arrays[store.FILTER_SCORES] = ((n, 2), np.float16, "filter.npy")
+        arrays[phrase_index.FILTER_SCORES] = ((n, 2), np.float16, "filter.npy")
     for name, (shape, dtype, part) in arrays.items():
         with atomic_path(out / name) as tmp:
             mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
@@ -436,7 +436,7 @@ def merge_shards(out: Path, n_shards: int, dim: int) -> int:
                 pos += m
             mm.flush()
             del mm
-    save_npy_atomic(out / store.PASSAGE_TOKENS, passage_tokens)
+    save_npy_atomic(out / phrase_index.PASSAGE_TOKENS, passage_tokens)
     token_passage = np.repeat(np.arange(len(passage_tokens) - 1, dtype=np.int32), np.diff(passage_tokens))
-    save_npy_atomic(out / store.TOKEN_PASSAGE, token_passage)
+    save_npy_atomic(out / phrase_index.TOKEN_PASSAGE, token_passage)
     return n

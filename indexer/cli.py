@@ -110,7 +110,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _switch(args: argparse.Namespace) -> int:
     from spanseek.core.alias import switch_alias
-    from spanseek.core.store import check_index
+    from spanseek.core.phrase_index import check_index
 
     manifest = check_index(args.target, contents=not args.no_verify)  # never point an alias at a damaged index
     resolved = switch_alias(args.alias, args.target, pointer=args.pointer or None)

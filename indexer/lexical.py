@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core import integrity, store
+from spanseek.core import integrity, phrase_index
 from spanseek.core.lexical import DEFAULT_FUSION, LexicalIndex, missing_message, passage_text
 
 
 def lexical_texts(passages_path: Path, docs_path: Path) -> list[str]:
     """Title + text of every passage of a passage store (what the BM25 index sees), in passage order."""
-    docs = store.read_jsonl(docs_path)
-    return [passage_text(docs[p["doc"]]["title"], p["text"]) for p in store.read_jsonl(passages_path)]
+    docs = phrase_index.read_jsonl(docs_path)
+    return [passage_text(docs[p["doc"]]["title"], p["text"]) for p in phrase_index.read_jsonl(passages_path)]
 
 
 def write_lexical(index_dir: str | Path, passages_path: Path | None = None, docs_path: Path | None = None,
@@ -30,32 +30,32 @@ def write_lexical(index_dir: str | Path, passages_path: Path | None = None, docs
     """Build the BM25 index of the passage store into ``dest`` (default ``INDEX_DIR/lexical``); returns the
     manifest record: the index's description plus the fusion defaults (``fusion``, else ``DEFAULT_FUSION``)."""
     index_dir = Path(index_dir)
-    texts = lexical_texts(passages_path or index_dir / store.PASSAGES, docs_path or index_dir / store.DOCS)
-    record = LexicalIndex.build(texts).save(dest or index_dir / store.LEXICAL)
+    texts = lexical_texts(passages_path or index_dir / phrase_index.PASSAGES, docs_path or index_dir / phrase_index.DOCS)
+    record = LexicalIndex.build(texts).save(dest or index_dir / phrase_index.LEXICAL)
     return {**record, "fusion": fusion or DEFAULT_FUSION}
 
 
-def add_lexical(index_dir: str | Path) -> store.Manifest:
+def add_lexical(index_dir: str | Path) -> phrase_index.Manifest:
     """Give a built index its lexical part (or rebuild it) from its passage store; no passage is encoded again."""
     index_dir = Path(index_dir)
-    store.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
+    phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
     with integrity.writer_lock(index_dir) as locked:
         if not locked:
-            raise store.IndexFormatError(f"{index_dir} is being changed by another process (or is read-only)")
-        store.recover_locked(index_dir)
-        old = store.check_index(index_dir, recovered=True)
+            raise phrase_index.IndexFormatError(f"{index_dir} is being changed by another process (or is read-only)")
+        phrase_index.recover_locked(index_dir)
+        old = phrase_index.check_index(index_dir, recovered=True)
         fusion = (old.lexical or {}).get("fusion")  # keep weights fitted for this index
-        manifest = store.Manifest.create(index_dir, {**old.to_dict(), "lexical": write_lexical(index_dir, fusion=fusion)})
+        manifest = phrase_index.Manifest.create(index_dir, {**old.to_dict(), "lexical": write_lexical(index_dir, fusion=fusion)})
         manifest.write(index_dir)
     return manifest
 
 
-def check_lexical(index: store.PhraseIndex, sample: int = 50, k: int = 5, seed: int = 0) -> list[str]:
+def check_lexical(index: phrase_index.PhraseIndex, sample: int = 50, k: int = 5, seed: int = 0) -> list[str]:
     """Problems of the lexical part (empty if none): its top-k for a sample of passage-text queries must be a
     fresh BM25's of the current passages (a stale lexical index, e.g. from before an add, differs)."""
     if index.lexical is None:
         return []
-    texts = lexical_texts(index.dir / store.PASSAGES, index.dir / store.DOCS)
+    texts = lexical_texts(index.dir / phrase_index.PASSAGES, index.dir / phrase_index.DOCS)
     if not texts:
         return []
     rng = np.random.default_rng(seed)
@@ -68,7 +68,7 @@ def check_lexical(index: store.PhraseIndex, sample: int = 50, k: int = 5, seed: 
     return []
 
 
-def describe(index: store.PhraseIndex) -> dict[str, Any] | str:
+def describe(index: phrase_index.PhraseIndex) -> dict[str, Any] | str:
     """What ``index verify`` reports about the lexical part."""
     if index.lexical is None:
         return missing_message(index.dir)

@@ -5,7 +5,7 @@
     spanseek index compact --index INDEX_DIR                       # drop deleted documents' rows for good
 
 A deleted document stays in the stores until ``compact``: its number joins the deletion mask ``deleted.npy``
-(``core.store``), which the searcher applies inside faiss and the lexical leg (``core.selection``), so it is never
+(``core.phrase_index``), which the searcher applies inside faiss and the lexical leg (``core.selection``), so it is never
 returned (the field index, ``doc_fields.npz``, still holds it: the mask is applied on top of a filter). ``upsert`` is ``index add`` with replacement (``indexer.add``): the new versions are added and the old
 ones masked in one commit; documents identical to the held ones are skipped, so repeating it changes nothing.
 ``delete`` of an id that is not held (or already deleted) changes nothing and reports it.
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core import store
-from spanseek.core.finestore import FINE_KEPT
+from spanseek.core import phrase_index
+from spanseek.core.fine_store import FINE_KEPT
 from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_recall, staged, write_npy
 from spanseek.indexer.build import BuildError, BuildOptions, write_fields
 from spanseek.indexer.compress import kept_token_ids
@@ -68,8 +68,8 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str]) -> dict[str, Any
         _, deleted, live = live_rows(index_dir)
         rows = [live[i] for i in ids if i in live]
         if rows:
-            write_npy(staged(index_dir, store.DELETED), np.union1d(deleted, rows).astype(np.int64))
-            commit(index_dir, old, [store.DELETED], {})
+            write_npy(staged(index_dir, phrase_index.DELETED), np.union1d(deleted, rows).astype(np.int64))
+            commit(index_dir, old, [phrase_index.DELETED], {})
     return {"deleted": len(rows), "not_found": [i for i in ids if i not in live], **counts(index_dir)}
 
 
@@ -117,44 +117,44 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
         t0 = time.time()
         live_doc = np.ones(len(docs), dtype=bool)
         live_doc[deleted] = False
-        passages = store.read_jsonl(index_dir / store.PASSAGES)
+        passages = phrase_index.read_jsonl(index_dir / phrase_index.PASSAGES)
         passage_doc = np.asarray([p["doc"] for p in passages], dtype=np.int64)
         live_passage = live_doc[passage_doc]
-        token_passage = np.load(index_dir / store.TOKEN_PASSAGE)
+        token_passage = np.load(index_dir / phrase_index.TOKEN_PASSAGE)
         live_token = live_passage[token_passage]
         n_live = int(live_token.sum())
 
-        names = [store.VECTORS, store.TOKEN_OFFSETS, store.TOKEN_FLAGS, store.FILTER_SCORES, store.CODES]
+        names = [phrase_index.VECTORS, phrase_index.TOKEN_OFFSETS, phrase_index.TOKEN_FLAGS, phrase_index.FILTER_SCORES, phrase_index.CODES]
         names = [n for n in names if (index_dir / n).is_file()]
         for name in names:  # stored rows are copied: nothing is encoded again
             _select_rows(index_dir / name, live_token, staged(index_dir, name))
         new_passage = np.cumsum(live_passage) - 1
-        write_npy(staged(index_dir, store.TOKEN_PASSAGE), new_passage[token_passage[live_token]].astype(np.int32))
-        lengths = np.diff(np.load(index_dir / store.PASSAGE_TOKENS))[live_passage]
-        write_npy(staged(index_dir, store.PASSAGE_TOKENS), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        write_npy(staged(index_dir, phrase_index.TOKEN_PASSAGE), new_passage[token_passage[live_token]].astype(np.int32))
+        lengths = np.diff(np.load(index_dir / phrase_index.PASSAGE_TOKENS))[live_passage]
+        write_npy(staged(index_dir, phrase_index.PASSAGE_TOKENS), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
         new_doc = np.cumsum(live_doc) - 1
-        _write_jsonl(staged(index_dir, store.PASSAGES),
+        _write_jsonl(staged(index_dir, phrase_index.PASSAGES),
                      ({**p, "doc": int(new_doc[p["doc"]])} for p, ok in zip(passages, live_passage, strict=True) if ok))
-        _write_jsonl(staged(index_dir, store.DOCS), (d for d, ok in zip(docs, live_doc, strict=True) if ok))
-        write_npy(staged(index_dir, store.DELETED), np.zeros(0, np.int64))
-        write_fields(staged(index_dir, store.DOCS), staged(index_dir, store.FIELDS))
-        names += [store.TOKEN_PASSAGE, store.PASSAGE_TOKENS, store.PASSAGES, store.DOCS, store.DELETED, store.FIELDS]
+        _write_jsonl(staged(index_dir, phrase_index.DOCS), (d for d, ok in zip(docs, live_doc, strict=True) if ok))
+        write_npy(staged(index_dir, phrase_index.DELETED), np.zeros(0, np.int64))
+        write_fields(staged(index_dir, phrase_index.DOCS), staged(index_dir, phrase_index.FIELDS))
+        names += [phrase_index.TOKEN_PASSAGE, phrase_index.PASSAGE_TOKENS, phrase_index.PASSAGES, phrase_index.DOCS, phrase_index.DELETED, phrase_index.FIELDS]
 
-        index = faiss.read_index(str(index_dir / store.FAISS_INDEX))
+        index = faiss.read_index(str(index_dir / phrase_index.FAISS_INDEX))
         index.reset()  # keeps what training learned (coarse quantizer, codebooks, OPQ rotation)
-        filter_path = staged(index_dir, store.FILTER_SCORES)
+        filter_path = staged(index_dir, phrase_index.FILTER_SCORES)
         scores = np.load(filter_path, mmap_mode="r") if filter_path.is_file() else None
-        vectors = np.load(staged(index_dir, store.VECTORS), mmap_mode="r")
+        vectors = np.load(staged(index_dir, phrase_index.VECTORS), mmap_mode="r")
         add_vectors(index, vectors, kept_token_ids(scores, old.filter_threshold, n_live), progress=opts.progress,
                     gpu=False)
-        faiss.write_index(index, str(staged(index_dir, store.FAISS_INDEX)))
-        names.append(store.FAISS_INDEX)
+        faiss.write_index(index, str(staged(index_dir, phrase_index.FAISS_INDEX)))
+        names.append(phrase_index.FAISS_INDEX)
 
         lexical = old.lexical
         if lexical is not None:
-            lexical = write_lexical(index_dir, staged(index_dir, store.PASSAGES), staged(index_dir, store.DOCS),
-                                    staged(index_dir, store.LEXICAL), fusion=lexical.get("fusion"))
-            names.append(store.LEXICAL)
+            lexical = write_lexical(index_dir, staged(index_dir, phrase_index.PASSAGES), staged(index_dir, phrase_index.DOCS),
+                                    staged(index_dir, phrase_index.LEXICAL), fusion=lexical.get("fusion"))
+            names.append(phrase_index.LEXICAL)
 
         params = dict(old.faiss_params)
         remeasure_recall(index_dir, old, index, params, names, n_live, opts)

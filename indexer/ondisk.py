@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from spanseek.core.faiss_spec import FactoryError, FactorySpec
 from spanseek.core.integrity import IVF_BLOCKS
 from spanseek.core.io import atomic_path
-from spanseek.core.store import IVFDATA
+from spanseek.core.phrase_index import IVFDATA
 from spanseek.indexer.faiss_index import add_vectors
 
 log = logging.getLogger(__name__)

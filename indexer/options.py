@@ -41,7 +41,7 @@ class BuildOptions(EncodeOptions):
 
     ``filter_threshold`` needs a model with a filter head; ``vector_source`` and ``nprobe`` are the searcher's
     defaults recorded in the manifest; ``recall_sample`` the queries of the recall that `index verify` re-measures;
-    ``store`` the fine store's precision (``core.finestore``); ``keep_codes`` whether a compressed index also keeps
+    ``store`` the fine store's precision (``core.fine_store``); ``keep_codes`` whether a compressed index also keeps
     ``codes.npy``, a second copy of its codes that only the ``codes`` neighbour source reads."""
 
     factory: str = option("Flat", "faiss factory string (inner product), e.g. Flat, IVF256,SQ8, "

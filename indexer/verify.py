@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core import integrity, store
-from spanseek.core.finestore import store_files
-from spanseek.core.store import IndexFormatError, PhraseIndex
+from spanseek.core import integrity, phrase_index
+from spanseek.core.fine_store import store_files
+from spanseek.core.phrase_index import IndexFormatError, PhraseIndex
 from spanseek.indexer.compress import kept_token_ids
 from spanseek.indexer.lexical import check_lexical
 from spanseek.indexer.lexical import describe as describe_lexical
@@ -50,19 +50,19 @@ def memory_per_token(index: PhraseIndex) -> dict[str, Any]:
     """
     n = max(1, index.num_tokens)
     d = index.dir
-    ram = {"faiss": _file_bytes(d / store.FAISS_INDEX)}
+    ram = {"faiss": _file_bytes(d / phrase_index.FAISS_INDEX)}
     mapped = {}
     arrays: dict[str, Any] = {
-        store_files(index.manifest.fine_store)[0]: index.vectors, store.TOKEN_PASSAGE: index.token_passage, store.TOKEN_OFFSETS: index.token_offsets,
-        store.TOKEN_FLAGS: index.token_flags, store.PASSAGE_TOKENS: index.passage_tokens,
+        store_files(index.manifest.fine_store)[0]: index.vectors, phrase_index.TOKEN_PASSAGE: index.token_passage, phrase_index.TOKEN_OFFSETS: index.token_offsets,
+        phrase_index.TOKEN_FLAGS: index.token_flags, phrase_index.PASSAGE_TOKENS: index.passage_tokens,
     }
     if index.codes is not None:
-        arrays[store.CODES] = index.codes
+        arrays[phrase_index.CODES] = index.codes
     for name, arr in arrays.items():
         (mapped if getattr(arr, "mapped", isinstance(arr, np.memmap)) else ram)[name] = int(arr.nbytes)
-    if (d / store.IVFDATA).is_file():
-        mapped[store.IVFDATA] = _file_bytes(d / store.IVFDATA)
-    ram["passages+docs"] = _file_bytes(d / store.PASSAGES) + _file_bytes(d / store.DOCS)
+    if (d / phrase_index.IVFDATA).is_file():
+        mapped[phrase_index.IVFDATA] = _file_bytes(d / phrase_index.IVFDATA)
+    ram["passages+docs"] = _file_bytes(d / phrase_index.PASSAGES) + _file_bytes(d / phrase_index.DOCS)
     ram["searcher"] = 8 * len(index.passages)
     disk = sum(_file_bytes(p) for p in d.iterdir())
     return {
@@ -92,7 +92,7 @@ def recall_drop(index: PhraseIndex) -> str | None:
     now = recall_vs_exact(index, sample=int(built["sample"]), k=k, seed=int(built.get("seed", 0)))
     key = f"recall@{now['k']}"
     if key in built and now[key] < built[key] - RECALL_DROP:
-        return (f"{index.dir / store.FAISS_INDEX}: {key} is {now[key]}, the build measured {built[key]} on the same "
+        return (f"{index.dir / phrase_index.FAISS_INDEX}: {key} is {now[key]}, the build measured {built[key]} on the same "
                 "queries: the faiss index is damaged or does not match the stored vectors")
     return None
 
@@ -107,7 +107,7 @@ def indexed_ids(index: PhraseIndex) -> np.ndarray:
 
 
 def _filter_scores(index: PhraseIndex) -> np.ndarray | None:
-    path = index.dir / store.FILTER_SCORES
+    path = index.dir / phrase_index.FILTER_SCORES
     return np.load(path, mmap_mode="r") if path.is_file() else None
 
 
@@ -126,7 +126,7 @@ def check_maps(index: PhraseIndex) -> list[str]:
         problems.append("passages refer to documents out of range or out of order")
     deleted = index.deleted_docs
     if len(deleted) and np.any(np.diff(deleted) <= 0):
-        problems.append(f"{store.DELETED} is not a sorted list of distinct document numbers")
+        problems.append(f"{phrase_index.DELETED} is not a sorted list of distinct document numbers")
     if index.faiss.ntotal != m.indexed_tokens:
         problems.append(f"faiss holds {index.faiss.ntotal} vectors, the manifest says {m.indexed_tokens} indexed tokens")
     if index.faiss.d != index.vectors.shape[1]:
@@ -145,7 +145,7 @@ def check_maps(index: PhraseIndex) -> list[str]:
     return problems
 
 
-def built_by(m: store.Manifest) -> dict[str, Any]:
+def built_by(m: phrase_index.Manifest) -> dict[str, Any]:
     """Which model built the index: the reference it was built with, its fingerprints and backbone, and whether the
     bundled default model makes the same token vectors (``bundled_default``; a query-side fine-tune of the builder
     does too), so an index built by an earlier default or another model is told apart."""
@@ -173,8 +173,8 @@ def verify_index(
     index_dir = Path(index_dir)
     try:
         if index_dir.is_dir():
-            store.recover(index_dir)
-        manifest = store.Manifest.load(index_dir)
+            phrase_index.recover(index_dir)
+        manifest = phrase_index.Manifest.load(index_dir)
     except IndexFormatError as e:
         return {"ok": False, "problems": [str(e)]}
     problems = integrity.check_files(index_dir, manifest.files) if manifest.files is not None else []

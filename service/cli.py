@@ -54,7 +54,7 @@ def check_servable(settings: Settings) -> None:
     damaged (its checksum differs from the manifest's record). An alias is checked through to its target."""
     from spanseek.core.alias import resolve_alias
     from spanseek.core.model import resolve_model
-    from spanseek.core.store import check_index
+    from spanseek.core.phrase_index import check_index
 
     check_index(resolve_alias(settings.index).target)
     resolve_model(settings.model)

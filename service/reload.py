@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from spanseek.core.alias import AliasError, Resolved, resolve_alias
 from spanseek.core.params import UNITS, SearchParams
+from spanseek.core.phrase_index import MANIFEST, Manifest
 from spanseek.core.search import Searcher
-from spanseek.core.store import MANIFEST, Manifest
 from spanseek.service.batcher import encode_batch, search_batch
 from spanseek.service.errors import NotReady, Overloaded, ReloadFailed
 from spanseek.service.settings import Settings

@@ -53,7 +53,7 @@ def ensure_index(corpus: Path = CORPUS, index: Path = INDEX, model: str = "defau
     import shutil
 
     from spanseek.core.model import model_fingerprint, phrase_fingerprint, resolve_model
-    from spanseek.core.store import MANIFEST, Manifest
+    from spanseek.core.phrase_index import MANIFEST, Manifest
     from spanseek.indexer.build import BuildOptions, build_index
 
     model_dir = resolve_model(model)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from spanseek.core.config import EncoderConfig, LoraSettings, QuestionMode, ReaderConfig
-from spanseek.core.io import Holdout
+from spanseek.core.holdout import Holdout
 from spanseek.core.options import option
 
 Precision = Literal["auto", "fp32", "bf16"]

@@ -49,8 +49,8 @@ from spanseek.core.io import CorpusError, Question, atomic_path, load_squad, squ
 from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.metrics import exact_match, passage_has_answer
 from spanseek.core.params import MODES, UNITS, SearchParams
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
-from spanseek.core.store import PhraseIndex
 
 log = logging.getLogger(__name__)
 CONDITIONS = ("present", "absent")

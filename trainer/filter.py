@@ -73,7 +73,7 @@ def index_features(index_dir: str | Path, data: list, holdout) -> tuple[dict, di
     a paragraph that has questions is used. Returns (training, held-out) dicts of "x" (N, d) fp16 torch tensor,
     "ys" / "ye" (N,) bool tensors and "flags" (N,) uint8, split by ``holdout`` on the article number.
     """
-    from spanseek.core.store import PhraseIndex
+    from spanseek.core.phrase_index import PhraseIndex
 
     index = PhraseIndex(index_dir, verify_checksums=False)
     parts: dict[bool, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {True: [], False: []}

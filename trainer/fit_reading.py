@@ -23,7 +23,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from spanseek.core.evaluate import sample_questions
-from spanseek.core.io import Holdout, Question, load_squad, squad_documents, squad_questions, write_corpus
+from spanseek.core.holdout import Holdout
+from spanseek.core.io import Question, load_squad, squad_documents, squad_questions, write_corpus
 from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import calibration_error, exact_match, passage_has_answer
 from spanseek.core.params import SearchParams

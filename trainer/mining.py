@@ -21,15 +21,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from spanseek.core.io import (
-    CorpusError,
-    Holdout,
-    Question,
-    atomic_path,
-    load_squad,
-    read_lines,
-    squad_questions,
-)
+from spanseek.core.holdout import Holdout
+from spanseek.core.io import CorpusError, Question, atomic_path, load_squad, read_lines, squad_questions
 from spanseek.core.metrics import passage_has_answer
 
 log = logging.getLogger(__name__)

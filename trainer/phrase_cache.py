@@ -198,7 +198,7 @@ def fill_cache_from_index(
     index does not hold are left out; returns the cache and how many windows were.
     """
     from spanseek.core.loading import check_index_model
-    from spanseek.core.store import PhraseIndex
+    from spanseek.core.phrase_index import PhraseIndex
 
     index = PhraseIndex(index_dir, verify_checksums=False)
     check_index_model(index, model_dir, config)

@@ -24,7 +24,8 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from spanseek.core.io import CorpusError, Document, Holdout, load_squad, write_corpus, write_json_atomic
+from spanseek.core.holdout import Holdout
+from spanseek.core.io import CorpusError, Document, load_squad, write_corpus, write_json_atomic
 from spanseek.trainer.mining import bm25_retriever
 
 log = logging.getLogger(__name__)

@@ -253,7 +253,7 @@ def test_question_modes(tmp_path, tiny_model_dir, separate_model_dir, tiny_squad
 
 @smoke("bench/scale_run.py")
 def test_scale_run(tmp_path, squad_index, tiny_model_dir, tiny_squad):
-    from spanseek.core.store import Manifest
+    from spanseek.core.phrase_index import Manifest
 
     n = 2 * Manifest.load(squad_index).tokens + 50  # two whole replicas and part of a third
     run_bench("bench/scale_run.py", "--base", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,

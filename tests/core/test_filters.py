@@ -17,8 +17,8 @@ import pytest
 
 from spanseek.core.filters import FilterError
 from spanseek.core.params import SearchFilter, SearchParams, SearchParamsError
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
-from spanseek.core.store import PhraseIndex
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.lifecycle import delete_documents
 from tests.conftest import make_corpus

@@ -16,7 +16,7 @@ import faiss
 import numpy as np
 import pytest
 
-from spanseek.core.finestore import FineStore, RotatedPQ, RowMap, train_quantizer
+from spanseek.core.fine_store import FineStore, RotatedPQ, RowMap, train_quantizer
 from spanseek.core.gpu import (
     GPU_MAX_K,
     DeviceIndex,
@@ -30,8 +30,8 @@ from spanseek.core.gpu import (
 )
 from spanseek.core.loading import search_placement
 from spanseek.core.params import SearchFilter, SearchParams
+from spanseek.core.phrase_index import IndexFormatError, PhraseIndex, faiss_search_parameters
 from spanseek.core.search import Searcher
-from spanseek.core.store import IndexFormatError, PhraseIndex, faiss_search_parameters
 from spanseek.indexer.build import BuildOptions, reindex
 
 GIB = 2**30

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from spanseek.core.holdout import split_articles
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -18,7 +19,6 @@ from spanseek.core.io import (
     from_squad,
     load_squad,
     read_corpus,
-    split_articles,
     squad_questions,
     write_corpus,
 )

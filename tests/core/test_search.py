@@ -262,7 +262,7 @@ def test_per_call_nprobe_equals_setting_it_and_leaves_the_index_alone(factory):
     """faiss per-call parameters give what setting nprobe on the index gives, and never change the stored default."""
     import faiss
 
-    from spanseek.core.store import faiss_search_parameters
+    from spanseek.core.phrase_index import faiss_search_parameters
 
     rng = np.random.default_rng(0)
     index = faiss.index_factory(8, factory, faiss.METRIC_INNER_PRODUCT)
@@ -292,7 +292,7 @@ def test_batched_flat_search_equals_per_query_search():
     """tune_faiss sends batches through BLAS; each query's neighbours must equal searching it alone."""
     import faiss
 
-    from spanseek.core.store import FAISS_BLAS_MIN_QUERIES, tune_faiss
+    from spanseek.core.phrase_index import FAISS_BLAS_MIN_QUERIES, tune_faiss
 
     rng = np.random.default_rng(0)
     d = 48

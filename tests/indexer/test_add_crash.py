@@ -18,9 +18,9 @@ import sys
 
 import pytest
 
-from spanseek.core import integrity, store
+from spanseek.core import integrity, phrase_index
 from spanseek.core.io import CorpusError
-from spanseek.core.store import PhraseIndex
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.verify import verify_index
@@ -71,7 +71,7 @@ POINTS = {
     "before the journal": (("os:replace", integrity.JOURNAL, "before", "0"), "back"),
     "first rename": (("os:replace", "1", "before", "1"), "forward"),
     "mid renames": (("os:replace", "4", "after", "1"), "forward"),
-    "manifest written": (("spanseek.core.store:Manifest.write", "1", "after", "0"), "forward"),
+    "manifest written": (("spanseek.core.phrase_index:Manifest.write", "1", "after", "0"), "forward"),
     "journal removed": (("pathlib:Path.unlink", integrity.JOURNAL, "after", "0"), "forward"),
 }
 FAST = ("encoding", "before the journal", "mid renames", "manifest written")
@@ -99,8 +99,8 @@ def setup(tmp_path_factory, tiny_model_dir):
 def _contents(index_dir) -> dict:
     """Every recorded file's checksum (what an identical index must share), but the BM25 part's: its vocabulary
     order follows Python's per-process string hashing (verify compares its rankings with a fresh BM25 instead)."""
-    return {k: v[integrity.CHECKSUM] for k, v in store.Manifest.load(index_dir).files.items()
-            if not k.startswith(store.LEXICAL + "/")}
+    return {k: v[integrity.CHECKSUM] for k, v in phrase_index.Manifest.load(index_dir).files.items()
+            if not k.startswith(phrase_index.LEXICAL + "/")}
 
 
 def test_the_same_add_twice_changes_nothing_the_second_time(setup, tmp_path, tiny_model_dir):
@@ -137,7 +137,7 @@ def _crash_then_recover(point, setup, tmp_path, tiny_model_dir):
     assert any(integrity.is_scratch(p.name) and p.name != integrity.LOCK for p in index.iterdir())  # it died mid-add
     opened = PhraseIndex(index)  # rolls back or forward
     expected = reference if outcome == "forward" else built
-    assert opened.manifest.documents == store.Manifest.load(expected).documents
+    assert opened.manifest.documents == phrase_index.Manifest.load(expected).documents
     assert _contents(index) == _contents(expected)
     assert not any(integrity.is_scratch(p.name) and p.name != integrity.LOCK for p in index.iterdir())
     assert verify_index(index, sample=30)["ok"]

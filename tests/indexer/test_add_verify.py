@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from spanseek.core.params import SearchParams
+from spanseek.core.phrase_index import MANIFEST, PASSAGES, TOKEN_FLAGS, PhraseIndex
 from spanseek.core.search import Searcher
 from spanseek.core.spans import best_span
-from spanseek.core.store import MANIFEST, PASSAGES, TOKEN_FLAGS, PhraseIndex
 from spanseek.indexer import add as add_mod
 from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildOptions, build_index

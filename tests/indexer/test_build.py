@@ -18,17 +18,17 @@ import numpy as np
 import pytest
 
 from spanseek.cli import main
-from spanseek.core import store
+from spanseek.core import phrase_index
 from spanseek.core.encoding import PassageEncoder
 from spanseek.core.io import CorpusError
 from spanseek.core.loading import open_searcher
 from spanseek.core.model import PhraseModel
-from spanseek.core.store import IndexFormatError, Manifest, PhraseIndex
+from spanseek.core.phrase_index import IndexFormatError, Manifest, PhraseIndex
 from spanseek.indexer.build import SHARDS, BuildError, BuildOptions, build_index
 
 # the options the tiny_index fixture was built with (4 shards of 7, 7, 7, 3 passages)
 OPTS = BuildOptions(shard_passages=7, progress=False, precision="fp32")
-ARRAYS = (store.VECTORS, store.TOKEN_PASSAGE, store.TOKEN_OFFSETS, store.TOKEN_FLAGS, store.PASSAGE_TOKENS)
+ARRAYS = (phrase_index.VECTORS, phrase_index.TOKEN_PASSAGE, phrase_index.TOKEN_OFFSETS, phrase_index.TOKEN_FLAGS, phrase_index.PASSAGE_TOKENS)
 
 
 def write_jsonl(path, docs):
@@ -51,7 +51,7 @@ def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_co
     with pytest.raises(KeyboardInterrupt):
         build_index(tiny_corpus, tiny_model_dir, out, OPTS)
     shards = sorted(p.name for p in (out / SHARDS).iterdir())
-    assert shards == ["000000", "000001.tmp"] and not (out / store.MANIFEST).exists()
+    assert shards == ["000000", "000001.tmp"] and not (out / phrase_index.MANIFEST).exists()
 
     with pytest.raises(IndexFormatError, match=rf"did not finish; run the same `spanseek index build \.\.\. --out {out}` again to resume"):
         PhraseIndex(out)
@@ -65,7 +65,7 @@ def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_co
     for name in ARRAYS:
         a, b = np.load(out / name), np.load(tiny_index / name)
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
-    for name in (store.PASSAGES, store.DOCS, store.FAISS_INDEX):
+    for name in (phrase_index.PASSAGES, phrase_index.DOCS, phrase_index.FAISS_INDEX):
         assert (out / name).read_bytes() == (tiny_index / name).read_bytes(), name
     reference = Manifest.load(tiny_index).to_dict()
     skip = {"build_seconds", "created", "checksum"}
@@ -117,14 +117,14 @@ def test_duplicate_document_ids_are_refused_naming_both_lines(tmp_path, tiny_mod
     ])
     with pytest.raises(CorpusError, match=rf"{corpus}:3: document id 'a' was already used on line 1"):
         build_index(corpus, tiny_model_dir, tmp_path / "i", OPTS)
-    assert not (tmp_path / "i" / store.MANIFEST).exists()
+    assert not (tmp_path / "i" / phrase_index.MANIFEST).exists()
 
 
 def test_finished_index_is_not_overwritten(tiny_corpus, tiny_model_dir, tiny_index):
-    before = (tiny_index / store.MANIFEST).read_bytes()
+    before = (tiny_index / phrase_index.MANIFEST).read_bytes()
     with pytest.raises(BuildError, match="already holds a finished index"):
         build_index(tiny_corpus, tiny_model_dir, tiny_index, OPTS)
-    assert (tiny_index / store.MANIFEST).read_bytes() == before
+    assert (tiny_index / phrase_index.MANIFEST).read_bytes() == before
 
 
 def test_missing_and_incomplete_indexes_say_what_to_do(tmp_path, tiny_index):
@@ -133,7 +133,7 @@ def test_missing_and_incomplete_indexes_say_what_to_do(tmp_path, tiny_index):
     broken = tmp_path / "broken"
     broken.mkdir()
     for p in tiny_index.iterdir():
-        if p.is_file() and p.name != store.FAISS_INDEX:
+        if p.is_file() and p.name != phrase_index.FAISS_INDEX:
             (broken / p.name).write_bytes(p.read_bytes())
     with pytest.raises(IndexFormatError, match=r"incomplete \(index.faiss missing\)"):
         PhraseIndex(broken)
@@ -142,7 +142,7 @@ def test_missing_and_incomplete_indexes_say_what_to_do(tmp_path, tiny_index):
 def test_an_index_refuses_a_different_model(tmp_path, tiny_config, tiny_index, tiny_model_dir):
     assert open_searcher(tiny_index, tiny_model_dir, device="cpu").index.num_tokens > 0  # its own model is fine
     PhraseModel(tiny_config).save(tmp_path / "other-weights")  # same config, other random adapters
-    fp = json.loads((tiny_index / store.MANIFEST).read_text())["phrase_fingerprint"]
+    fp = json.loads((tiny_index / phrase_index.MANIFEST).read_text())["phrase_fingerprint"]
     with pytest.raises(IndexFormatError, match=rf"different model \(phrase-encoder weights: index {fp} vs model [0-9a-f]{{16}}\)"):
         open_searcher(tiny_index, tmp_path / "other-weights", device="cpu")
     PhraseModel(dataclasses.replace(tiny_config, max_seq_len=64)).save(tmp_path / "other-windows")
@@ -154,10 +154,10 @@ def test_an_index_built_before_phrase_fingerprints_checks_the_whole_checkpoint(t
                                                                                tiny_model_dir):
     old = tmp_path / "old-index"
     shutil.copytree(tiny_index, old)
-    manifest = json.loads((old / store.MANIFEST).read_text())
+    manifest = json.loads((old / phrase_index.MANIFEST).read_text())
     for key in ("phrase_fingerprint", "files", "checksum"):  # fields added since
         del manifest[key]
-    (old / store.MANIFEST).write_text(json.dumps(manifest))
+    (old / phrase_index.MANIFEST).write_text(json.dumps(manifest))
     assert open_searcher(old, tiny_model_dir, device="cpu").index.manifest.phrase_fingerprint is None  # still opens
     PhraseModel(tiny_config).save(tmp_path / "other-weights")
     with pytest.raises(IndexFormatError, match=rf"phrase-encoder weights: index {manifest['model_fingerprint']} vs"):
@@ -188,7 +188,7 @@ def test_a_corpus_without_text_or_with_a_bad_line_is_refused(tmp_path, tiny_mode
     bad.write_text('{"id": "a", "title": "A", "paragraphs": ["ok"]}\n{"id": "b", "title": \n')
     with pytest.raises(CorpusError, match=rf"{bad}:2: invalid JSON"):
         build_index(bad, tiny_model_dir, tmp_path / "i2", OPTS)
-    assert not (tmp_path / "i2" / store.MANIFEST).exists()
+    assert not (tmp_path / "i2" / phrase_index.MANIFEST).exists()
     with pytest.raises(BuildError, match="does not exist"):
         build_index(tmp_path / "nope.jsonl", tiny_model_dir, tmp_path / "i3", OPTS)
 

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from spanseek.cli import main
-from spanseek.core import store
+from spanseek.core import phrase_index
 from spanseek.core.encoding import PassageEncoder
 from spanseek.core.faiss_spec import FactoryError, parse_factory
 from spanseek.core.loading import open_searcher
@@ -70,8 +70,8 @@ def test_only_a_new_empty_or_unfinished_out_folder_is_built_in(tmp_path, tiny_co
     empty.mkdir()
     killed = tmp_path / "killed"  # killed before its first shard: only the stores' temporaries
     killed.mkdir()
-    (killed / f".{store.PASSAGES}.k1l2.tmp").write_text("{}\n")
-    (killed / f".{store.DOCS}.k1l2.tmp").write_text("{}\n")
+    (killed / f".{phrase_index.PASSAGES}.k1l2.tmp").write_text("{}\n")
+    (killed / f".{phrase_index.DOCS}.k1l2.tmp").write_text("{}\n")
     for out in (empty, killed, tmp_path / "new"):
         assert build_index(tiny_corpus, tiny_model_dir, out, OPTS).documents == 6
         assert not list(out.glob("*.tmp")) and not (out / SHARDS).exists()
@@ -85,7 +85,7 @@ def test_a_corpus_whose_passages_have_no_tokens_is_refused_then_resumes_when_fix
     with pytest.raises(BuildError, match=rf"corpus {blank} has no non-empty passages: none of its 3 passages has a "
                                          "token"):
         build_index(blank, tiny_model_dir, out, OPTS)
-    assert not (out / store.MANIFEST).exists()
+    assert not (out / phrase_index.MANIFEST).exists()
     blank.write_bytes(tiny_corpus.read_bytes())  # fixed: the same --out resumes
     assert build_index(blank, tiny_model_dir, out, OPTS).passages == 24
 

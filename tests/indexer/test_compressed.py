@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from spanseek.core.params import SearchParams
+from spanseek.core.phrase_index import CODES, IndexFormatError, PhraseIndex
 from spanseek.core.search import Searcher
-from spanseek.core.store import CODES, IndexFormatError, PhraseIndex
 from spanseek.indexer import build as build_mod
 from spanseek.indexer import shards, verify
 from spanseek.indexer.build import BuildError, BuildOptions, build_index, reindex
@@ -140,7 +140,7 @@ def test_decode_codes_of_a_read_index_equals_sa_decode_before_writing(factory, t
     """Fast-scan indexes read back from disk crash in sa_decode (faiss 1.15); decode_codes must not, and agree."""
     import faiss
 
-    from spanseek.core.store import decode_codes
+    from spanseek.core.phrase_index import decode_codes
 
     x = np.random.default_rng(0).standard_normal((3000, 32)).astype(np.float32)
     index = create_index(factory, 32, contiguous_ids=True)

@@ -15,10 +15,10 @@ import json
 import numpy as np
 import pytest
 
-from spanseek.core import store
+from spanseek.core import phrase_index
 from spanseek.core.filters import FilterError, SearchFilter
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import allowed_documents
-from spanseek.core.store import PhraseIndex
 from spanseek.indexer.add import add_documents, upsert_documents
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.lifecycle import compact_index, delete_documents
@@ -66,7 +66,7 @@ def _check(index_dir) -> PhraseIndex:
 def test_the_field_index_follows_every_change(tmp_path, tiny_model_dir):
     idx = tmp_path / "idx"
     build_index(_write(tmp_path / "c.jsonl", _docs("d", 6, 0)), tiny_model_dir, idx, _opts())
-    assert store.FIELDS in store.Manifest.load(idx).files  # type: ignore[operator]
+    assert phrase_index.FIELDS in phrase_index.Manifest.load(idx).files  # type: ignore[operator]
     _check(idx)
     add_documents(idx, _write(tmp_path / "more.jsonl", _docs("n", 2, 1)), tiny_model_dir, _opts())
     assert len(_check(idx).fields.ids) == 8
@@ -87,14 +87,14 @@ def test_the_field_index_follows_every_change(tmp_path, tiny_model_dir):
 def test_an_index_built_before_the_field_index_filters_and_gains_it_on_add(tmp_path, tiny_model_dir):
     idx = tmp_path / "old"
     build_index(_write(tmp_path / "c.jsonl", _docs("d", 5, 2)), tiny_model_dir, idx, _opts())
-    (idx / store.FIELDS).unlink()  # as an older spanseek wrote it: no file, none recorded
-    old = store.Manifest.load(idx)
-    store.Manifest.create(idx, old.to_dict()).write(idx)
-    assert store.FIELDS not in store.Manifest.load(idx).files  # type: ignore[operator]
+    (idx / phrase_index.FIELDS).unlink()  # as an older spanseek wrote it: no file, none recorded
+    old = phrase_index.Manifest.load(idx)
+    phrase_index.Manifest.create(idx, old.to_dict()).write(idx)
+    assert phrase_index.FIELDS not in phrase_index.Manifest.load(idx).files  # type: ignore[operator]
     index = _check(idx)
     assert index._fields is not None  # built in memory at the first filter
     add_documents(idx, _write(tmp_path / "more.jsonl", _docs("n", 2, 3)), tiny_model_dir, _opts())
-    assert (idx / store.FIELDS).is_file() and store.FIELDS in store.Manifest.load(idx).files  # type: ignore[operator]
+    assert (idx / phrase_index.FIELDS).is_file() and phrase_index.FIELDS in phrase_index.Manifest.load(idx).files  # type: ignore[operator]
     _check(idx)
 
 
@@ -103,9 +103,9 @@ def test_a_field_index_of_other_documents_is_refused_naming_the_file(tmp_path, t
     build_index(_write(tmp_path / "c.jsonl", _docs("d", 4, 0)), tiny_model_dir, idx, _opts())
     from spanseek.core.fieldindex import FieldIndex
 
-    FieldIndex.build(_docs("d", 3, 0)).save(idx / store.FIELDS)
-    store.Manifest.create(idx, store.Manifest.load(idx).to_dict()).write(idx)  # recorded, but for 3 documents
-    with pytest.raises(store.IndexFormatError, match="doc_fields.npz.*3 documents, the document store has 4"):
+    FieldIndex.build(_docs("d", 3, 0)).save(idx / phrase_index.FIELDS)
+    phrase_index.Manifest.create(idx, phrase_index.Manifest.load(idx).to_dict()).write(idx)  # recorded, but for 3 documents
+    with pytest.raises(phrase_index.IndexFormatError, match="doc_fields.npz.*3 documents, the document store has 4"):
         PhraseIndex(idx)
 
 

@@ -14,12 +14,12 @@ import shutil
 import numpy as np
 import pytest
 
-from spanseek.core import finestore, store
-from spanseek.core.finestore import RowMap, read_row_map, write_row_map
+from spanseek.core import fine_store, phrase_index
+from spanseek.core.fine_store import RowMap, read_row_map, write_row_map
 from spanseek.core.params import SearchParams
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
 from spanseek.core.spans import best_span
-from spanseek.core.store import PhraseIndex
 from spanseek.indexer import verify
 from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildError, BuildOptions, build_index, reindex
@@ -48,7 +48,7 @@ def kept_index(tmp_path_factory, tiny_corpus, filter_model_dir):
 
 
 def _kept(index_dir) -> np.ndarray:
-    probs = np.load(index_dir / store.FILTER_SCORES).astype(np.float32)
+    probs = np.load(index_dir / phrase_index.FILTER_SCORES).astype(np.float32)
     return (probs >= THRESHOLD).any(axis=1)
 
 
@@ -81,7 +81,7 @@ def test_filter_scores_are_the_heads_probabilities_for_the_roles_a_token_can_pla
     assert ((flags & FLAG_START) == 0).any() and ((flags & FLAG_END) == 0).any()  # word pieces in the corpus
     probs[:, 0] *= (flags & FLAG_START) > 0
     probs[:, 1] *= (flags & FLAG_END) > 0
-    got = np.load(full_index / store.FILTER_SCORES).astype(np.float32)
+    got = np.load(full_index / phrase_index.FILTER_SCORES).astype(np.float32)
     assert np.allclose(got, probs, atol=2e-3)
     assert not got[(flags & FLAG_START) == 0, 0].any() and not got[(flags & FLAG_END) == 0, 1].any()
 
@@ -89,14 +89,14 @@ def test_filter_scores_are_the_heads_probabilities_for_the_roles_a_token_can_pla
 def test_filtered_build_stores_only_kept_rows(kept_index, full_index):
     idx, full = PhraseIndex(kept_index), PhraseIndex(full_index)
     keep = _kept(full_index)  # same model, same vectors, same scores
-    assert not (kept_index / store.FILTER_SCORES).exists()  # the row map records what was kept
+    assert not (kept_index / phrase_index.FILTER_SCORES).exists()  # the row map records what was kept
     assert np.array_equal(np.flatnonzero(keep), verify.indexed_ids(idx))
     assert verify.verify_index(kept_index, sample=50)["ok"]
     assert 0 < keep.sum() < len(keep)
     record = idx.manifest.faiss_params["fine_store"]
     assert record["rows"] == "kept" and record["stored_tokens"] == keep.sum() == idx.faiss.ntotal
-    assert idx.manifest.filter_threshold == THRESHOLD and finestore.FINE_KEPT in (idx.manifest.files or {})
-    assert len(np.load(kept_index / finestore.VECTORS, mmap_mode="r")) == keep.sum()
+    assert idx.manifest.filter_threshold == THRESHOLD and fine_store.FINE_KEPT in (idx.manifest.files or {})
+    assert len(np.load(kept_index / fine_store.VECTORS, mmap_mode="r")) == keep.sum()
     assert len(idx.vectors) == idx.num_tokens == full.num_tokens
     ids = np.arange(idx.num_tokens)
     assert np.array_equal(idx.token_vectors(ids)[keep], full.token_vectors(ids)[keep])
@@ -134,7 +134,7 @@ def test_filtered_sq4_store_and_reindex_with_a_filter_model(tmp_path, full_index
                                                             tiny_index):
     src = tmp_path / "no-scores"  # an index built without filter scores (e.g. by the model before its filter head)
     shutil.copytree(full_index, src)
-    (src / store.FILTER_SCORES).unlink()
+    (src / phrase_index.FILTER_SCORES).unlink()
     with pytest.raises(BuildError, match="no filter scores"):
         reindex(src, tmp_path / "x", _opts(filter_threshold=THRESHOLD))
     m = reindex(src, tmp_path / "sq4", _opts(filter_threshold=THRESHOLD, store="sq4"), filter_model=filter_model_dir)
@@ -142,9 +142,9 @@ def test_filtered_sq4_store_and_reindex_with_a_filter_model(tmp_path, full_index
     assert np.array_equal(verify.indexed_ids(PhraseIndex(tmp_path / "sq4")), np.flatnonzero(keep))
     assert m.fine_store == "sq4" and m.indexed_tokens == keep.sum()
     idx = PhraseIndex(tmp_path / "sq4")
-    assert len(np.load(tmp_path / "sq4" / finestore.FINE_CODES, mmap_mode="r")) == keep.sum()
+    assert len(np.load(tmp_path / "sq4" / fine_store.FINE_CODES, mmap_mode="r")) == keep.sum()
     assert not idx.token_vectors(np.flatnonzero(~keep)).any()
-    assert np.asarray(np.load(full_index / store.TOKEN_FLAGS))[~keep].any()  # the source's flags are untouched
+    assert np.asarray(np.load(full_index / phrase_index.TOKEN_FLAGS))[~keep].any()  # the source's flags are untouched
     with pytest.raises(BuildError, match="phrase encoder is not the one"):
         reindex(tiny_index, tmp_path / "y", _opts(filter_threshold=THRESHOLD), filter_model=filter_model_dir)
 

@@ -17,14 +17,14 @@ import json
 import numpy as np
 import pytest
 
-from spanseek.core import finestore
-from spanseek.core.finestore import FineStoreError, open_fine_store, step_sizes, write_quantized
+from spanseek.core import fine_store
+from spanseek.core.fine_store import FineStoreError, open_fine_store, step_sizes, write_quantized
 from spanseek.core.params import SearchParams
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
-from spanseek.core.store import PhraseIndex
 from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildOptions, build_index, reindex
-from spanseek.indexer.fine_store import auto_store, resolve_store
+from spanseek.indexer.fine_store_build import auto_store, resolve_store
 from spanseek.indexer.verify import verify_index
 from tests.conftest import make_corpus
 from tests.core.test_search import passage_maxima, random_questions
@@ -41,7 +41,7 @@ def test_quantised_store_round_trip_is_within_half_a_step(tmp_path, kind):
     record = write_quantized(tmp_path, kind, x, sample=len(x))
     fine = open_fine_store(tmp_path, kind)
     assert fine.shape == x.shape and fine.mapped and record["code_size"] == {"sq8": 24, "sq4": 12}[kind]
-    assert np.load(tmp_path / finestore.FINE_CODES, mmap_mode="r").shape == (3000, record["code_size"])
+    assert np.load(tmp_path / fine_store.FINE_CODES, mmap_mode="r").shape == (3000, record["code_size"])
     err = np.abs(fine[:] - x) / step_sizes(fine.quantizer)
     assert err.max() <= 0.5 + 1e-3
     assert err.mean() > 0.1  # it is quantised, not a copy
@@ -59,8 +59,8 @@ def test_pq_store_decodes_each_sub_vector_to_its_nearest_centroid(tmp_path, kind
     x = (rng.standard_normal((256 * 40, d)) * rng.uniform(0.1, 2.0, d)).astype(np.float32)
     record = write_quantized(tmp_path, kind, x, sample=len(x))
     fine = open_fine_store(tmp_path, kind)
-    assert record["code_size"] == m and fine.shape == x.shape and finestore.detect_kind(tmp_path) == kind
-    assert np.load(tmp_path / finestore.FINE_CODES, mmap_mode="r").shape == (len(x), m)
+    assert record["code_size"] == m and fine.shape == x.shape and fine_store.detect_kind(tmp_path) == kind
+    assert np.load(tmp_path / fine_store.FINE_CODES, mmap_mode="r").shape == (len(x), m)
     sub = d // m
     centroids = faiss.vector_to_array(fine.quantizer.pq.centroids).reshape(m, 256, sub)
     ids = rng.integers(0, len(x), 50)
@@ -92,7 +92,7 @@ def test_rotated_quantiser_beats_pq_on_inner_products_in_the_same_bytes():
 
     rng = np.random.default_rng(4)
     x, q = _anisotropic(rng, 256 * 40, 96), _anisotropic(rng, 64, 96)  # questions share the strong directions
-    rotated = finestore.RotatedPQ.fit(x, 48)
+    rotated = fine_store.RotatedPQ.fit(x, 48)
     pq = faiss.IndexPQ(96, 48, 8)
     pq.train(x)
     assert rotated.sa_code_size() == pq.sa_code_size() == 48
@@ -109,8 +109,8 @@ def test_rotated_store_decodes_each_segment_as_its_quantiser_does(tmp_path):
     x = _anisotropic(rng, 256 * 40, 384)
     record = write_quantized(tmp_path, "pca192", x, sample=len(x))
     fine = open_fine_store(tmp_path, "pca192")
-    assert record["code_size"] == 192 and fine.shape == x.shape and finestore.detect_kind(tmp_path) == "pca192"
-    assert finestore.store_files("pca192") == (finestore.FINE_CODES, finestore.FINE_ROTATION)
+    assert record["code_size"] == 192 and fine.shape == x.shape and fine_store.detect_kind(tmp_path) == "pca192"
+    assert fine_store.store_files("pca192") == (fine_store.FINE_CODES, fine_store.FINE_ROTATION)
     rq = fine.quantizer
     assert rq.segments == [(64, "SQ8"), (128, "PQ64np"), (192, "PQ64np")]
     np.testing.assert_allclose(rq.rotation.T @ rq.rotation, np.eye(384), atol=1e-4)  # a rotation
@@ -135,26 +135,26 @@ def test_rotated_store_decodes_each_segment_as_its_quantiser_does(tmp_path):
 
 def test_rotated_store_needs_more_dimensions_than_bytes():
     with pytest.raises(FineStoreError, match="d = 96"):
-        finestore.RotatedPQ.plan(96, 192)
+        fine_store.RotatedPQ.plan(96, 192)
     with pytest.raises(FineStoreError, match="d = 400"):  # 400 - 192 is not a multiple of 64
-        finestore.RotatedPQ.plan(400, 192)
-    assert finestore.RotatedPQ.plan(768, 192) == [(64, "SQ8"), (128, "PQ64np"), (576, "PQ64np")]
+        fine_store.RotatedPQ.plan(400, 192)
+    assert fine_store.RotatedPQ.plan(768, 192) == [(64, "SQ8"), (128, "PQ64np"), (576, "PQ64np")]
 
 
 def test_a_filtered_rotated_store_is_written_and_extended_with_the_same_quantiser(tmp_path):
     """The build's path (fp16 vectors.npy -> pca192 codes of the kept rows) and the add's (new rows encoded with
     the index's quantiser), on vectors written as a build leaves them."""
-    from spanseek.core.store import TOKEN_FLAGS
-    from spanseek.indexer.fine_store import encode_fine_rows, write_fine_store
+    from spanseek.core.phrase_index import TOKEN_FLAGS
+    from spanseek.indexer.fine_store_build import encode_fine_rows, write_fine_store
 
     rng = np.random.default_rng(3)
     x = _anisotropic(rng, 256 * 48, 384).astype(np.float16)
-    np.save(tmp_path / finestore.VECTORS, x)
+    np.save(tmp_path / fine_store.VECTORS, x)
     np.save(tmp_path / TOKEN_FLAGS, np.full(len(x), 3, np.uint8))
     keep = np.sort(rng.choice(len(x), 256 * 42, replace=False))
     record = write_fine_store(tmp_path, "pca192", sample=len(x), keep=keep)
     assert record["kind"] == "pca192" and record["bytes_per_token"] == 192 and record["stored_tokens"] == len(keep)
-    assert not (tmp_path / finestore.VECTORS).exists() and finestore.detect_kind(tmp_path) == "pca192"
+    assert not (tmp_path / fine_store.VECTORS).exists() and fine_store.detect_kind(tmp_path) == "pca192"
     fine = open_fine_store(tmp_path, "pca192")
     dropped = np.setdiff1d(np.arange(len(x)), keep)
     assert np.array_equal(fine[dropped[:20]], np.zeros((20, 384), np.float32))
@@ -192,14 +192,14 @@ def sq8_index(tmp_path_factory, tiny_corpus, tiny_model_dir):
 def test_sq8_build_holds_one_store_within_the_bound(sq8_index, tiny_index):
     idx, exact = PhraseIndex(sq8_index), PhraseIndex(tiny_index)
     assert idx.manifest.fine_store == "sq8" and idx.manifest.faiss_params["fine_store"]["bytes_per_token"] == 32
-    assert not (sq8_index / finestore.VECTORS).exists()
-    assert {finestore.FINE_CODES, finestore.FINE_QUANTIZER} <= set(idx.manifest.files or {})
+    assert not (sq8_index / fine_store.VECTORS).exists()
+    assert {fine_store.FINE_CODES, fine_store.FINE_QUANTIZER} <= set(idx.manifest.files or {})
     ids = np.arange(idx.num_tokens)
     err = np.abs(idx.token_vectors(ids) - exact.token_vectors(ids)) / step_sizes(idx.vectors.quantizer)
     assert err.max() <= 0.5 + 1e-2  # trained on every token of this small corpus (fp16 rounding on top)
     report = verify_index(sq8_index, sample=50)
     assert report["ok"], report["problems"]
-    assert report["memory"]["mapped_breakdown"][finestore.FINE_CODES] == 32
+    assert report["memory"]["mapped_breakdown"][fine_store.FINE_CODES] == 32
 
 
 def test_search_over_an_sq8_store_equals_brute_force_over_its_decoded_vectors(sq8_index, tmp_path):
@@ -217,8 +217,8 @@ def test_search_over_an_sq8_store_equals_brute_force_over_its_decoded_vectors(sq
 
 def test_reindex_converts_fp16_to_sq4_but_not_back(tiny_index, sq8_index, tmp_path):
     m = reindex(tiny_index, tmp_path / "sq4", _opts(factory="Flat", store="sq4"))
-    assert m.fine_store == "sq4" and (tmp_path / "sq4" / finestore.FINE_CODES).is_file()
-    assert (tiny_index / finestore.VECTORS).is_file()  # the source keeps its store
+    assert m.fine_store == "sq4" and (tmp_path / "sq4" / fine_store.FINE_CODES).is_file()
+    assert (tiny_index / fine_store.VECTORS).is_file()  # the source keeps its store
     assert PhraseIndex(tmp_path / "sq4").vectors.shape == PhraseIndex(tiny_index).vectors.shape
     with pytest.raises(FineStoreError, match="cannot be derived"):
         reindex(sq8_index, tmp_path / "fp16", _opts(factory="Flat", store="fp16"))
@@ -239,11 +239,11 @@ def test_add_to_an_sq8_store_encodes_new_rows_with_its_quantizer(tmp_path, tiny_
         paths[name] = tmp_path / f"{name}.jsonl"
         paths[name].write_text("".join(json.dumps(d) + "\n" for d in docs))
     build_index(paths["base"], tiny_model_dir, tmp_path / "idx", _opts(store="sq8"))
-    old_codes = np.load(tmp_path / "idx" / finestore.FINE_CODES).copy()
+    old_codes = np.load(tmp_path / "idx" / fine_store.FINE_CODES).copy()
     add_documents(tmp_path / "idx", paths["more"], model=tiny_model_dir, opts=_opts())
     build_index(paths["all"], tiny_model_dir, tmp_path / "all", _opts())
     idx, whole = PhraseIndex(tmp_path / "idx"), PhraseIndex(tmp_path / "all")
-    codes = np.load(tmp_path / "idx" / finestore.FINE_CODES)
+    codes = np.load(tmp_path / "idx" / fine_store.FINE_CODES)
     n_old = len(old_codes)
     assert idx.num_tokens == whole.num_tokens == len(codes) and np.array_equal(codes[:n_old], old_codes)
     expect = idx.vectors.quantizer.sa_encode(np.asarray(whole.vectors[n_old:], dtype=np.float32))

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from spanseek.cli import main
-from spanseek.core import store
-from spanseek.core.store import IndexFormatError, Manifest, PhraseIndex
+from spanseek.core import phrase_index
+from spanseek.core.phrase_index import IndexFormatError, Manifest, PhraseIndex
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.verify import verify_index
 
@@ -48,24 +48,24 @@ def _flip(path, at: float = 0.5) -> None:
 
 def _strip_checksums(index_dir) -> None:
     """Make the manifest look like one written before checksums were recorded."""
-    d = json.loads((index_dir / store.MANIFEST).read_text())
-    for key in ("files", store.CHECKSUM_FIELD):
+    d = json.loads((index_dir / phrase_index.MANIFEST).read_text())
+    for key in ("files", phrase_index.CHECKSUM_FIELD):
         d.pop(key)
-    (index_dir / store.MANIFEST).write_text(json.dumps(d))
+    (index_dir / phrase_index.MANIFEST).write_text(json.dumps(d))
 
 
 def test_the_manifest_records_every_file(ivf_index):
     m = Manifest.load(ivf_index)
     on_disk = sorted(p.relative_to(ivf_index).as_posix() for p in ivf_index.rglob("*")
-                     if p.is_file() and p.name != store.MANIFEST)
-    assert sorted(m.files) == on_disk and store.CODES in on_disk and store.FAISS_INDEX in on_disk
-    assert any(name.startswith(store.LEXICAL + "/") for name in on_disk)  # a store kept as a directory too
+                     if p.is_file() and p.name != phrase_index.MANIFEST)
+    assert sorted(m.files) == on_disk and phrase_index.CODES in on_disk and phrase_index.FAISS_INDEX in on_disk
+    assert any(name.startswith(phrase_index.LEXICAL + "/") for name in on_disk)  # a store kept as a directory too
     assert all(rec["bytes"] == (ivf_index / name).stat().st_size for name, rec in m.files.items())
     assert verify_index(ivf_index, sample=50)["ok"]
 
 
 def test_a_flipped_byte_in_any_file_fails_verify_and_open_naming_it(ivf_index, tmp_path):
-    names = [*Manifest.load(ivf_index).files, store.MANIFEST]
+    names = [*Manifest.load(ivf_index).files, phrase_index.MANIFEST]
     assert len(names) >= 10
     for name in names:
         broken = _copy(ivf_index, tmp_path, f"flip-{name}")
@@ -79,14 +79,14 @@ def test_a_flipped_byte_in_any_file_fails_verify_and_open_naming_it(ivf_index, t
 
 def test_a_changed_manifest_value_is_caught_by_its_checksum(ivf_index, tmp_path):
     broken = _copy(ivf_index, tmp_path)
-    text = (broken / store.MANIFEST).read_text()
+    text = (broken / phrase_index.MANIFEST).read_text()
     tokens = json.loads(text)["tokens"]
-    (broken / store.MANIFEST).write_text(text.replace(f'"tokens": {tokens}', f'"tokens": {tokens + 1}'))
-    with pytest.raises(IndexFormatError, match=rf"{broken / store.MANIFEST}: checksum mismatch"):
+    (broken / phrase_index.MANIFEST).write_text(text.replace(f'"tokens": {tokens}', f'"tokens": {tokens + 1}'))
+    with pytest.raises(IndexFormatError, match=rf"{broken / phrase_index.MANIFEST}: checksum mismatch"):
         PhraseIndex(broken)
     d = json.loads(text)
     del d["encoder"]
-    (broken / store.MANIFEST).write_text(json.dumps(d))
+    (broken / phrase_index.MANIFEST).write_text(json.dumps(d))
     with pytest.raises(IndexFormatError, match=r"manifest.json: missing field\(s\) encoder"):
         PhraseIndex(broken)
 
@@ -97,8 +97,8 @@ def test_serve_search_and_verify_refuse_a_damaged_index_on_the_command_line(ivf_
     from spanseek.service.settings import Settings
 
     broken = _copy(ivf_index, tmp_path)
-    _flip(broken / store.VECTORS)
-    message = f"{broken / store.VECTORS}: checksum mismatch"
+    _flip(broken / phrase_index.VECTORS)
+    message = f"{broken / phrase_index.VECTORS}: checksum mismatch"
     with pytest.raises(IndexFormatError, match=message):
         check_servable(Settings(index=broken, model=str(tiny_model_dir)))
     assert main(["search", "--index", str(broken), "--model", str(tiny_model_dir), "who?"]) == 2
@@ -114,16 +114,16 @@ def test_verify_fails_when_recall_falls_far_below_the_builds(ivf_index, tmp_path
     import faiss
 
     broken = _copy(ivf_index, tmp_path)
-    index = faiss.read_index(str(broken / store.FAISS_INDEX))
+    index = faiss.read_index(str(broken / phrase_index.FAISS_INDEX))
     built = Manifest.load(broken).faiss_params["recall"]
-    vectors = np.load(broken / store.VECTORS).astype(np.float32)
+    vectors = np.load(broken / phrase_index.VECTORS).astype(np.float32)
     index.reset()
     index.add_with_ids(np.random.default_rng(0).permutation(vectors), np.arange(len(vectors)))
-    faiss.write_index(index, str(broken / store.FAISS_INDEX))
+    faiss.write_index(index, str(broken / phrase_index.FAISS_INDEX))
     Manifest.create(broken, Manifest.load(broken).to_dict()).write(broken)  # checksums match the new file
     report = verify_index(broken, sample=50)
     assert not report["ok"], report
-    assert any(f"{broken / store.FAISS_INDEX}: recall@10 is" in p and f"the build measured {built['recall@10']}" in p
+    assert any(f"{broken / phrase_index.FAISS_INDEX}: recall@10 is" in p and f"the build measured {built['recall@10']}" in p
                for p in report["problems"]), report
 
 
@@ -133,24 +133,24 @@ def test_load_errors_of_an_index_without_checksums_name_the_file(ivf_index, tmp_
     assert PhraseIndex(old).num_tokens > 0  # an older index still opens
 
     broken = _copy(old, tmp_path, "faiss")
-    data = (broken / store.FAISS_INDEX).read_bytes()
-    (broken / store.FAISS_INDEX).write_bytes(data[: len(data) // 2])
-    with pytest.raises(IndexFormatError, match=rf"{broken / store.FAISS_INDEX}: cannot be read .*damaged"):
+    data = (broken / phrase_index.FAISS_INDEX).read_bytes()
+    (broken / phrase_index.FAISS_INDEX).write_bytes(data[: len(data) // 2])
+    with pytest.raises(IndexFormatError, match=rf"{broken / phrase_index.FAISS_INDEX}: cannot be read .*damaged"):
         PhraseIndex(broken)
 
     broken = _copy(old, tmp_path, "passages")
-    lines = (broken / store.PASSAGES).read_bytes().splitlines(keepends=True)
+    lines = (broken / phrase_index.PASSAGES).read_bytes().splitlines(keepends=True)
     cut = b"".join(lines[:5]) + lines[5][: len(lines[5]) // 2]  # line 6 is cut in the middle
-    (broken / store.PASSAGES).write_bytes(cut)
-    with pytest.raises(IndexFormatError, match=rf"{broken / store.PASSAGES}:6: invalid JSON"):
+    (broken / phrase_index.PASSAGES).write_bytes(cut)
+    with pytest.raises(IndexFormatError, match=rf"{broken / phrase_index.PASSAGES}:6: invalid JSON"):
         PhraseIndex(broken)
 
     broken = _copy(old, tmp_path, "npy")
-    _flip(broken / store.TOKEN_FLAGS, at=0.01)  # inside the .npy header
-    with pytest.raises(IndexFormatError, match=rf"{broken / store.TOKEN_FLAGS}: cannot be read"):
+    _flip(broken / phrase_index.TOKEN_FLAGS, at=0.01)  # inside the .npy header
+    with pytest.raises(IndexFormatError, match=rf"{broken / phrase_index.TOKEN_FLAGS}: cannot be read"):
         PhraseIndex(broken)
 
     broken = _copy(old, tmp_path, "bytes")
-    _flip(broken / store.MANIFEST)
-    with pytest.raises(IndexFormatError, match=rf"{broken / store.MANIFEST}: (not UTF-8|invalid JSON)"):
+    _flip(broken / phrase_index.MANIFEST)
+    with pytest.raises(IndexFormatError, match=rf"{broken / phrase_index.MANIFEST}: (not UTF-8|invalid JSON)"):
         PhraseIndex(broken)

@@ -8,11 +8,11 @@ import shutil
 import numpy as np
 import pytest
 
-from spanseek.core import store
+from spanseek.core import phrase_index
 from spanseek.core.lexical import LexicalIndexMissing
 from spanseek.core.params import SearchParams
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
-from spanseek.core.store import PhraseIndex
 from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.lexical import add_lexical
@@ -31,19 +31,19 @@ def _vectors(searcher: Searcher, n: int = 1):
 def _without_lexical(src, dest):
     """A copy of an index as built before the lexical part existed."""
     shutil.copytree(src, dest)
-    shutil.rmtree(dest / store.LEXICAL)
-    manifest = json.loads((dest / store.MANIFEST).read_text())
-    for key in ("lexical", "files", store.CHECKSUM_FIELD):  # fields added since
+    shutil.rmtree(dest / phrase_index.LEXICAL)
+    manifest = json.loads((dest / phrase_index.MANIFEST).read_text())
+    for key in ("lexical", "files", phrase_index.CHECKSUM_FIELD):  # fields added since
         del manifest[key]
-    (dest / store.MANIFEST).write_text(json.dumps(manifest))
+    (dest / phrase_index.MANIFEST).write_text(json.dumps(manifest))
     return dest
 
 
 def test_build_records_the_lexical_part(tiny_index):
-    m = store.Manifest.load(tiny_index)
+    m = phrase_index.Manifest.load(tiny_index)
     assert m.lexical["passages"] == m.passages and m.lexical["fields"] == "title + passage"
     assert set(m.lexical["fusion"]["weights"]) == {"phrase", "passage", "doc"}
-    assert (tiny_index / store.LEXICAL).is_dir()
+    assert (tiny_index / phrase_index.LEXICAL).is_dir()
 
 
 def test_add_then_lexical_search_finds_the_new_text(tmp_path, tiny_corpus, tiny_model_dir):
@@ -76,21 +76,21 @@ def test_an_index_without_the_lexical_part_serves_dense_and_says_how_to_add_it(t
     again = Searcher(PhraseIndex(old))
     assert again.modes == ("dense", "lexical", "hybrid")
     assert again.search_vectors(qs, qe, SearchParams(mode="hybrid"), None, ["castle"])[0]
-    assert np.array_equal(np.load(old / store.VECTORS), np.load(tiny_index / store.VECTORS))
+    assert np.array_equal(np.load(old / phrase_index.VECTORS), np.load(tiny_index / phrase_index.VECTORS))
 
 
 def test_verify_catches_a_stale_lexical_index(tmp_path, tiny_index):
     broken = tmp_path / "stale"
     shutil.copytree(tiny_index, broken)
-    passages = store.read_jsonl(broken / store.PASSAGES)
+    passages = phrase_index.read_jsonl(broken / phrase_index.PASSAGES)
     passages[0]["text"] = passages[0]["text"].replace("built", "zeppelin zeppelin zeppelin")  # same count, new words
-    (broken / store.PASSAGES).write_text("".join(json.dumps(p) + "\n" for p in passages))
+    (broken / phrase_index.PASSAGES).write_text("".join(json.dumps(p) + "\n" for p in passages))
     report = verify_index(broken, sample=200)  # the changed store fails its checksum first
-    assert not report["ok"] and [p.split(": ")[0] for p in report["problems"]] == [str(broken / store.PASSAGES)]
-    manifest = json.loads((broken / store.MANIFEST).read_text())
-    for key in ("files", store.CHECKSUM_FIELD):  # as an index without checksums: the lexical check is what is left
+    assert not report["ok"] and [p.split(": ")[0] for p in report["problems"]] == [str(broken / phrase_index.PASSAGES)]
+    manifest = json.loads((broken / phrase_index.MANIFEST).read_text())
+    for key in ("files", phrase_index.CHECKSUM_FIELD):  # as an index without checksums: the lexical check is what is left
         del manifest[key]
-    (broken / store.MANIFEST).write_text(json.dumps(manifest))
+    (broken / phrase_index.MANIFEST).write_text(json.dumps(manifest))
     report = verify_index(broken, sample=200)
     assert not report["ok"] and any("add-lexical" in p for p in report["problems"])
 

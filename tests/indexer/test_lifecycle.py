@@ -21,11 +21,11 @@ import sys
 import numpy as np
 import pytest
 
-from spanseek.core import integrity, store
+from spanseek.core import integrity, phrase_index
 from spanseek.core.io import CorpusError
 from spanseek.core.params import SearchParams
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
-from spanseek.core.store import PhraseIndex
 from spanseek.indexer.add import upsert_documents
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.lifecycle import compact_index, delete_documents, read_ids
@@ -114,12 +114,12 @@ def test_upsert_and_delete_report_what_changed(lifecycle):
 
 
 def test_upsert_and_delete_twice_change_nothing(lifecycle, tiny_model_dir):
-    before = (lifecycle["dir"] / store.MANIFEST).read_bytes()
+    before = (lifecycle["dir"] / phrase_index.MANIFEST).read_bytes()
     _, changes = upsert_documents(lifecycle["dir"], lifecycle["update_path"], model=tiny_model_dir, opts=_opts())
     assert (changes.added, changes.replaced, changes.unchanged) == (0, 0, 4)
     report = delete_documents(lifecycle["dir"], DELETE)
     assert report["deleted"] == 0 and report["not_found"] == DELETE
-    assert (lifecycle["dir"] / store.MANIFEST).read_bytes() == before
+    assert (lifecycle["dir"] / phrase_index.MANIFEST).read_bytes() == before
 
 
 def test_a_change_that_finishes_reports_no_interruption(lifecycle, tmp_path, caplog):
@@ -130,9 +130,9 @@ def test_a_change_that_finishes_reports_no_interruption(lifecycle, tmp_path, cap
     with caplog.at_level("INFO"):
         assert delete_documents(index, ["d5"])["deleted"] == 1
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
-    (index / integrity.JOURNAL).write_text(json.dumps({"files": [], "manifest": store.Manifest.load(index).to_dict()}))
+    (index / integrity.JOURNAL).write_text(json.dumps({"files": [], "manifest": phrase_index.Manifest.load(index).to_dict()}))
     caplog.clear()
-    assert store.recover(index) == "rolled forward"
+    assert phrase_index.recover(index) == "rolled forward"
     assert "finished an interrupted `index add`" in caplog.text
 
 
@@ -140,8 +140,8 @@ def test_a_deletion_mask_the_manifest_does_not_record_is_refused(tiny_index, tmp
     """A deleted.npy put into an index by hand would hide documents while verify says ok: refused by name."""
     index = tmp_path / "idx"
     shutil.copytree(tiny_index, index)
-    np.save(index / store.DELETED, np.array([0, 1]))
-    with pytest.raises(store.IndexFormatError, match="deleted.npy: a file the manifest does not record"):
+    np.save(index / phrase_index.DELETED, np.array([0, 1]))
+    with pytest.raises(phrase_index.IndexFormatError, match="deleted.npy: a file the manifest does not record"):
         PhraseIndex(index)
     report = verify_index(index, sample=10)
     assert not report["ok"] and "deleted.npy" in json.dumps(report)
@@ -173,9 +173,9 @@ def test_deleted_documents_are_never_returned_and_top_k_is_filled(lifecycle, uni
 def test_verify_names_a_damaged_mask(lifecycle, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(lifecycle["dir"], broken)
-    np.save(broken / store.DELETED, np.array([3, 1], np.int64))
+    np.save(broken / phrase_index.DELETED, np.array([3, 1], np.int64))
     report = verify_index(broken, sample=10)
-    assert not report["ok"] and report["problems"][0].startswith(f"{broken / store.DELETED}: ")
+    assert not report["ok"] and report["problems"][0].startswith(f"{broken / phrase_index.DELETED}: ")
 
 
 def test_compact_equals_a_fresh_build_of_the_live_documents(lifecycle, tiny_model_dir, tmp_path):
@@ -226,12 +226,12 @@ def test_compact_keeps_a_trained_ivf_index(tmp_path, tiny_model_dir):
 
 
 def test_upsert_refuses_a_repeated_id_and_changes_nothing(lifecycle, tmp_path, tiny_model_dir):
-    before = (lifecycle["dir"] / store.MANIFEST).read_bytes()
+    before = (lifecycle["dir"] / phrase_index.MANIFEST).read_bytes()
     doc = {"id": "x", "title": "t", "paragraphs": ["The castle stood by the river."]}
     bad = _write(tmp_path / "bad.jsonl", [doc, doc])
     with pytest.raises(CorpusError, match=r"bad\.jsonl:2: document id 'x' was already used on line 1"):
         upsert_documents(lifecycle["dir"], bad, model=tiny_model_dir, opts=_opts())
-    assert (lifecycle["dir"] / store.MANIFEST).read_bytes() == before
+    assert (lifecycle["dir"] / phrase_index.MANIFEST).read_bytes() == before
 
 
 def test_read_ids_and_an_empty_delete(tmp_path, lifecycle):
@@ -267,7 +267,7 @@ def test_an_interrupted_change_opens_as_the_old_or_the_new_index(lifecycle, tmp_
             compact_index(index_dir)
 
     run(done)
-    old_manifest = (work / store.MANIFEST).read_bytes()
+    old_manifest = (work / phrase_index.MANIFEST).read_bytes()
     real_replace, calls = os.replace, [0]
 
     def crashing_replace(src, dst, *args, **kwargs):
@@ -287,7 +287,7 @@ def test_an_interrupted_change_opens_as_the_old_or_the_new_index(lifecycle, tmp_
     opened = PhraseIndex(work)  # recovers
     assert not [p for p in work.iterdir() if integrity.is_scratch(p.name) and p.name != integrity.LOCK]
     if where == "before the journal":
-        assert (work / store.MANIFEST).read_bytes() == old_manifest
+        assert (work / phrase_index.MANIFEST).read_bytes() == old_manifest
         run(work)
         opened = PhraseIndex(work)
     expected = PhraseIndex(done)
@@ -360,8 +360,8 @@ def kill_setup(tmp_path_factory, tiny_model_dir):
 
 def _files(index_dir) -> dict:
     """Recorded checksums but the BM25 part's (its vocabulary order follows per-process string hashing)."""
-    return {k: v[integrity.CHECKSUM] for k, v in store.Manifest.load(index_dir).files.items()
-            if not k.startswith(store.LEXICAL + "/")}
+    return {k: v[integrity.CHECKSUM] for k, v in phrase_index.Manifest.load(index_dir).files.items()
+            if not k.startswith(phrase_index.LEXICAL + "/")}
 
 
 @pytest.mark.slow  # a child process per case (the in-process interruptions above run by default)

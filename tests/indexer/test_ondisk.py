@@ -17,8 +17,8 @@ import pytest
 
 from spanseek.core.faiss_spec import FactoryError
 from spanseek.core.params import SearchParams
+from spanseek.core.phrase_index import IVFDATA, PhraseIndex
 from spanseek.core.search import Searcher
-from spanseek.core.store import IVFDATA, PhraseIndex
 from spanseek.indexer import build as build_mod
 from spanseek.indexer import ondisk
 from spanseek.indexer.add import add_documents

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from spanseek.core.params import SearchParams
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
-from spanseek.core.store import PhraseIndex
 from spanseek.indexer import ray_encode
 from spanseek.indexer.build import SHARDS, BuildOptions, build_index
 

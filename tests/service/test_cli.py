@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from spanseek.core.model import ModelError
-from spanseek.core.store import IndexFormatError
+from spanseek.core.phrase_index import IndexFormatError
 from spanseek.service.cli import check_servable, register, serve_flags, settings_from_args
 from spanseek.service.settings import Settings
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from spanseek.core.phrase_index import IndexFormatError
 from spanseek.core.search import Searcher
-from spanseek.core.store import IndexFormatError
 from spanseek.service.app import create_app
 
 ERROR_KEYS = {"error", "message", "request_id"}
@@ -257,17 +257,17 @@ def test_an_index_without_the_lexical_part_serves_dense_and_explains_the_other_m
 
     from fastapi.testclient import TestClient
 
-    from spanseek.core import store
+    from spanseek.core import phrase_index
+    from spanseek.core.phrase_index import PhraseIndex
     from spanseek.core.search import Searcher
-    from spanseek.core.store import PhraseIndex
 
     old = tmp_path / "old"
     shutil.copytree(tiny_searcher.index.dir, old)
-    shutil.rmtree(old / store.LEXICAL)
-    manifest = json.loads((old / store.MANIFEST).read_text())
-    for key in ("lexical", "files", store.CHECKSUM_FIELD):  # as built before these fields existed
+    shutil.rmtree(old / phrase_index.LEXICAL)
+    manifest = json.loads((old / phrase_index.MANIFEST).read_text())
+    for key in ("lexical", "files", phrase_index.CHECKSUM_FIELD):  # as built before these fields existed
         del manifest[key]
-    (old / store.MANIFEST).write_text(json.dumps(manifest))
+    (old / phrase_index.MANIFEST).write_text(json.dumps(manifest))
     searcher = Searcher(PhraseIndex(old), tiny_searcher.encoder)
     with TestClient(create_app(settings_for(index=old), lambda s: searcher)) as client:
         while client.get("/ready").status_code != 200:

@@ -19,7 +19,7 @@ import pytest
 
 from spanseek.cli import main
 from spanseek.core.alias import AliasError, resolve_alias, switch_alias
-from spanseek.core.store import VECTORS
+from spanseek.core.phrase_index import VECTORS
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.service.app import create_app
 from tests.conftest import make_corpus

@@ -15,8 +15,8 @@ import pytest
 from spanseek.core.confidence import CALIBRATION_NAME, Calibrator
 from spanseek.core.loading import open_searcher
 from spanseek.core.params import MODES, UNITS, SearchParams
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
-from spanseek.core.store import PhraseIndex
 from spanseek.trainer.calibrate import collect, encode_questions, load_runs, save_runs, without_documents
 from tests.conftest import make_squad
 

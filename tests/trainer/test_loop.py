@@ -15,7 +15,8 @@ import json
 import pytest
 import torch
 
-from spanseek.core.io import Holdout, load_squad, squad_questions
+from spanseek.core.holdout import Holdout
+from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.model import load_model, load_tokenizer
 from spanseek.trainer import loop as loop_module
 from spanseek.trainer.arguments import LossConfig, QsftConfig, TrainConfig

@@ -19,7 +19,7 @@ from spanseek.core.integrity import writer_lock
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.loading import open_searcher
 from spanseek.core.model import PhraseModel, load_model, load_tokenizer, model_fingerprint, phrase_fingerprint
-from spanseek.core.store import IndexFormatError, PhraseIndex
+from spanseek.core.phrase_index import IndexFormatError, PhraseIndex
 from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.trainer.data import build_windows, collate
 from spanseek.trainer.loop import RUN_LOCK

@@ -125,8 +125,9 @@ def test_filter_features_from_a_built_index(squad_file, tiny_model_dir, tmp_path
     import numpy as np
     import pytest
 
-    from spanseek.core.io import Holdout, from_squad, load_squad
-    from spanseek.core.store import PhraseIndex
+    from spanseek.core.holdout import Holdout
+    from spanseek.core.io import from_squad, load_squad
+    from spanseek.core.phrase_index import PhraseIndex
     from spanseek.indexer.build import BuildOptions, build_index
     from spanseek.trainer.filter import FilterConfig, index_features, train_filter
 

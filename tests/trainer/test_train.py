@@ -19,7 +19,8 @@ import torch
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import PassageEncoder, QuestionEncoder
-from spanseek.core.io import load_squad, split_articles, squad_questions
+from spanseek.core.holdout import split_articles
+from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.model import PhraseModel, load_model, load_tokenizer
 from spanseek.trainer import loop as loop_module
 from spanseek.trainer.data import build_windows, collate

@@ -1,4 +1,4 @@
-"""Write the fine store of a build (``spanseek index build --store fp16|sq8|sq4|pqM|pca192``; ``core.finestore`` reads
+"""Write the fine store of a build (``spanseek index build --store fp16|sq8|sq4|pqM|pca192``; ``core.fine_store`` reads
 it).
 
 The merge always writes the fp16 ``vectors.npy`` first: faiss trains and adds from full-precision vectors. A
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core.finestore import (
+from spanseek.core.fine_store import (
     DEFAULT_STORE,
     FINE_KEPT,
     STORES,
@@ -37,7 +37,7 @@ from spanseek.core.finestore import (
     write_row_map,
 )
 from spanseek.core.io import atomic_path
-from spanseek.core.store import FILTER_SCORES, TOKEN_FLAGS
+from spanseek.core.phrase_index import FILTER_SCORES, TOKEN_FLAGS
 from spanseek.indexer.faiss_index import AUTO, SQ8_MAX
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The fine store: every token's vector, read back for span completion and for re-scoring compressed candidates.
 
 Written by ``spanseek index build --store fp16|sq8|sq4`` (recorded in ``manifest.fine_store``), read by
-``core.store.PhraseIndex``. One of:
+``core.phrase_index.PhraseIndex``. One of:
 
 - ``fp16``: ``vectors.npy`` (N, d) float16, 2·d bytes per token (768 B at d = 384).
 - ``sq8`` / ``sq4``: ``fine_codes.npy`` (N, code_size) uint8 faiss ScalarQuantizer codes, d (384 B) or d / 2

@@ -6,7 +6,7 @@ An index directory (written by ``spanseek index build``) holds:
                          counts, filter threshold, build time. Written last: no manifest = no finished index.
 - ``vectors.npy``        (N, d) float16 token vectors in passage order: the fine store (memory-mapped), or with
                          ``manifest.fine_store`` sq8 / sq4 ``fine_codes.npy`` + ``fine_quantizer.faiss`` instead
-                         (``core.finestore``).
+                         (``core.fine_store``).
 - ``token_passage.npy``  (N,) int32 passage of each token.
 - ``token_offsets.npy``  (N, 2) int32 character [start, end) of each token in its passage.
 - ``token_flags.npy``    (N,) uint8 FLAG_START / FLAG_END (core.text).
@@ -23,7 +23,7 @@ An index directory (written by ``spanseek index build``) holds:
                          decoded with the index's ``sa_decode``.
 - ``token_filter.npy``   (N, 2) float16, optional: start/end filter probabilities (models with a filter head).
 - ``fine_kept.npy``      optional (``--filter-threshold``): which tokens have a fine-store row, a bit per token;
-                         the store then holds the kept tokens' rows only (``core.finestore.RowMap``).
+                         the store then holds the kept tokens' rows only (``core.fine_store.RowMap``).
 - ``deleted.npy``        (k,) int64, optional: the sorted document numbers deleted (``spanseek index delete`` or
                          replaced by ``index upsert``); their passages are never returned; ``index compact`` drops them.
 - ``doc_fields.npz``     the field index of the documents' ids, titles and metadata, which filters are evaluated
@@ -53,6 +53,7 @@ import json
 import logging
 import os
 import shutil
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +66,8 @@ from spanseek.core.config import EncoderConfig
 from spanseek.core.faiss_spec import FactorySpec, ivf_of, parse_factory, unwrapped
 from spanseek.core.fieldindex import FIELDS as FIELDS
 from spanseek.core.fieldindex import FieldIndex
-from spanseek.core.finestore import DEFAULT_STORE, STORES, FineStore, open_fine_store, store_files
-from spanseek.core.finestore import VECTORS as VECTORS
+from spanseek.core.fine_store import DEFAULT_STORE, STORES, FineStore, open_fine_store, store_files
+from spanseek.core.fine_store import VECTORS as VECTORS
 from spanseek.core.io import write_json_atomic
 from spanseek.core.lexical import DEFAULT_FUSION, LEXICAL_DIR, LexicalIndex
 from spanseek.core.params import VECTOR_SOURCES
@@ -124,7 +125,7 @@ class Manifest:
     # the BM25 part (core.lexical.LexicalIndex.describe) plus "fusion": default mode, fusion and weights; None in
     # indexes built before it
     lexical: dict[str, Any] | None = None
-    fine_store: str = DEFAULT_STORE  # core.finestore kind: fp16 | sq8 | sq4 (fp16 in indexes built before it)
+    fine_store: str = DEFAULT_STORE  # core.fine_store kind: fp16 | sq8 | sq4 (fp16 in indexes built before it)
     files: dict[str, dict[str, Any]] | None = None  # relative path -> {"bytes", "xxh3_128"} (absent before checksums)
 
     @classmethod
@@ -257,7 +258,7 @@ def _read(path: Path, read: Callable[[Path], T]) -> T:
         raise
     except FileNotFoundError:
         raise IndexFormatError(f"{path.parent}: index is incomplete ({path.name} missing); rebuild it") from None
-    except (OSError, ValueError, RuntimeError, EOFError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, RuntimeError, EOFError, UnicodeDecodeError, zipfile.BadZipFile, KeyError) as e:
         detail = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         raise IndexFormatError(f"{path}: cannot be read ({detail[:200]}); the file is damaged: rebuild or "
                                "restore the index") from None
