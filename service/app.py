@@ -31,7 +31,7 @@ from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.cost import CostModel
 from spanseek.service.errors import ServiceError, install_error_handlers
 from spanseek.service.metrics import ServiceMetrics
-from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware
+from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware, SlowRefusalMiddleware
 from spanseek.service.reload import (
     WARMUP_QUESTIONS,
     IndexReloader,
@@ -300,6 +300,7 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
 
     app.add_middleware(EarlyShedMiddleware, would_admit=would_admit, on_error=count_error,
                        fair_share_by=settings.fair_share_by)  # innermost
+    app.add_middleware(SlowRefusalMiddleware, delay_s=settings.reload_refusal_delay_s)
     if tracer_provider is not None:  # inside the request id (an attribute of the span), outside the early 429
         app.add_middleware(TracingMiddleware, provider=tracer_provider)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, metrics=metrics,

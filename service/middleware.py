@@ -131,6 +131,29 @@ class RequestContextMiddleware:
         await error_response(exc, request_id)(scope, receive, send)
 
 
+class SlowRefusalMiddleware:
+    """Answers a refused ``POST /admin/reload`` (401, 403, 429) after ``delay_s``: a client repeating it without
+    back-off then asks once per ``delay_s`` per connection instead of as fast as the server can refuse, which took
+    the cores from the searches (two such clients halved the answered questions). Nothing else is delayed."""
+
+    def __init__(self, app: ASGIApp, delay_s: float = 1.0, paths: tuple[str, ...] = ("/admin/reload",)):
+        self.app = app
+        self.delay_s = delay_s
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_after_delay(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] in (401, 403, 429):
+                await asyncio.sleep(self.delay_s)
+            await send(message)
+
+        await self.app(scope, receive, send_after_delay)
+
+
 class EarlyShedMiddleware:
     """Refuses ``POST /search`` with 429 + Retry-After before its body is read or validated when the batcher would
     refuse any request of this client now (``would_admit(client)`` raises Overloaded; service.fairness).

@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     # the API key (without one it is off: switch the alias with index_poll_s set, or send SIGHUP), concurrent
     # requests share one reload, and a reload finished less than this long ago is answered 429 with Retry-After.
     reload_min_interval_s: float = Field(30.0, ge=0, description="least seconds between two reloads on request")
+    # A refused POST /admin/reload (401, 403, 429) is answered after this long, so a client repeating it without
+    # back-off cannot take the cores from the searches; longer slows a legitimate caller's retry too.
+    reload_refusal_delay_s: float = Field(1.0, ge=0, description="seconds before a refused POST /admin/reload is "
+                                                                 "answered")
     # Access lines: at most this many a second (then one line says how many were left out); refusals under overload
     # (429) get none, they are counted in spanseek_errors_total. 0 = no limit.
     access_log_per_s: float = Field(50.0, ge=0, description="most access log lines a second (0 = no limit)")

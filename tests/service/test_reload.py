@@ -215,15 +215,20 @@ async def test_reloads_on_request_are_shared_and_spaced(settings_for, async_serv
     """A reload reads and checksums the whole index and holds two copies: concurrent requests share one reload, and
     one that comes within reload_min_interval_s of the last gets 429 with Retry-After. Before, a bare POST (no key
     needed) started a reload each time, and a few clients repeating it halved the service's throughput."""
-    app = create_app(settings_for(api_key=KEY, reload_min_interval_s=60))
+    app = create_app(settings_for(api_key=KEY, reload_min_interval_s=60, reload_refusal_delay_s=0.5))
     state = app.state.service
     async with async_serve(app) as client:
         together = await asyncio.gather(*[client.post("/admin/reload", headers=AUTH) for _ in range(5)])
         assert [r.status_code for r in together] == [200] * 5
         assert state.reloader.reloads == 1
+        t0 = time.monotonic()
         r = await client.post("/admin/reload", headers=AUTH)
         assert r.status_code == 429 and "reload_min_interval_s" in r.json()["message"]
         assert 50 <= int(r.headers["Retry-After"]) <= 60 and state.reloader.reloads == 1
+        r = await client.post("/admin/reload")
+        assert r.status_code == 401 and time.monotonic() - t0 >= 2 * 0.5  # refusals answered after the delay
+        t0 = time.monotonic()
+        assert (await client.get("/ready")).status_code == 200 and time.monotonic() - t0 < 0.5  # nothing else
 
 
 async def test_batches_slowed_by_a_reload_do_not_teach_admission(settings_for, async_serve, counting_factory,
