@@ -28,75 +28,66 @@ class ServiceError(Exception):
     default_message: str = "internal error"
     default_headers: dict[str, str] = {}
 
+    def __init_subclass__(cls, status: int | None = None, error: str | None = None, **kwargs) -> None:
+        """``class Gone(ServiceError, status=410, error="gone")``: an error type is its status and its name."""
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if error is not None:
+            cls.error = error
+
     def __init__(self, message: str | None = None, headers: dict[str, str] | None = None):
         self.message = message if message is not None else self.default_message
         super().__init__(self.message)
         self.headers = {**self.default_headers, **(headers or {})}
 
 
-class BadRequest(ServiceError):
+class BadRequest(ServiceError, status=400, error="bad_request"):
     """A value is out of the accepted range (top_k, nprobe, ...)."""
 
-    status, error = 400, "bad_request"
 
-
-class ResponseTooLarge(ServiceError):
+class ResponseTooLarge(ServiceError, status=400, error="response_too_large"):
     """The answer would exceed ``max_response_bytes`` (too many hits, queries or whole passages)."""
 
-    status, error = 400, "response_too_large"
 
-
-class Unauthorized(ServiceError):
+class Unauthorized(ServiceError, status=401, error="unauthorized"):
     """An API key is configured and the request's is missing or wrong."""
 
-    status, error = 401, "unauthorized"
     default_message, default_headers = "missing or wrong API key", {"WWW-Authenticate": "Bearer"}
 
 
-class Forbidden(ServiceError):
+class Forbidden(ServiceError, status=403, error="forbidden"):
     """The request needs a permission this server does not grant (naming an index without an API key set)."""
 
-    status, error = 403, "forbidden"
 
-
-class PayloadTooLarge(ServiceError):
+class PayloadTooLarge(ServiceError, status=413, error="payload_too_large"):
     """The body, or the number of queries, exceeds the server's limit."""
 
-    status, error = 413, "payload_too_large"
 
-
-class UnsupportedMediaType(ServiceError):
+class UnsupportedMediaType(ServiceError, status=415, error="unsupported_media_type"):
     """A body that is not declared as JSON (``curl -d`` sends a form type unless told otherwise)."""
 
-    status, error = 415, "unsupported_media_type"
 
-
-class Overloaded(ServiceError):
+class Overloaded(ServiceError, status=429, error="overloaded"):
     """The batcher's queue is full: come back after ``retry_after`` seconds."""
-
-    status, error = 429, "overloaded"
 
     def __init__(self, message: str, retry_after: float):
         super().__init__(message, {"Retry-After": str(max(1, math.ceil(retry_after)))})
 
 
-class ReloadFailed(ServiceError):
+class ReloadFailed(ServiceError, status=409, error="reload_failed"):
     """The new index failed to load, its checksums or its model; the previous index keeps serving."""
 
-    status, error = 409, "reload_failed"
 
-
-class NotReady(ServiceError):
+class NotReady(ServiceError, status=503, error="not_ready"):
     """The model and index are not loaded (or warmed up) yet, failed to load, or the service is stopping."""
 
-    status, error = 503, "not_ready"
     default_message, default_headers = "the model and index are still loading", {"Retry-After": "5"}
 
 
-class ClientClosed(ServiceError):
+class ClientClosed(ServiceError, status=499, error="client_closed"):
     """The client disconnected before its answer was ready (nginx's 499; nobody receives this body)."""
 
-    status, error = 499, "client_closed"
     default_message = "the client closed the connection"
 
 
