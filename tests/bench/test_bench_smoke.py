@@ -316,6 +316,18 @@ def test_reload_under_load(tmp_path, tiny_index, squad_index, tiny_model_dir):
     assert r["swaps"] == 2 and r["stale_answers_after_swap"] == 0
 
 
+@smoke("bench/attack.py")
+@pytest.mark.slow
+def test_attack(tmp_path, tiny_index, tiny_model_dir):
+    run_bench("bench/attack.py", "--index", tiny_index, "--model", tiny_model_dir, "--seconds", 1,
+              "--flood-clients", 8, "--sockets", 4, "--header-timeout", 1, "--write-timeout", 1,
+              "--workdir", tmp_path / "work", "--out", tmp_path / "attack.json")
+    r = results(tmp_path / "attack.json", "cpu", "parts.starvation.throughput_kept", "parts.flood.errors_5xx",
+                "parts.slow.never_read.all_closed_after_s", "parts.reload.spam_with_key.goodput_change",
+                "parts.metadata.status")
+    assert r["parts"]["flood"]["errors_5xx"] == 0 and r["parts"]["metadata"]["status"] == 400
+
+
 # -- training ------------------------------------------------------------------------------------------------------
 
 
