@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The base-size phrase model (`--model base`) trained on a lent GPU in two calls, each carrying under 64 MiB.
+#
+#   bench/gpu/train_base.sh probe        # call 1 carries .gpu/a: backbone piece 1, the data, the tokenizer
+#   TRAIN_S=480 bench/gpu/train_base.sh train   # call 2 carries .gpu/b: backbone piece 2 (piece 1 stays there)
+#
+# Made here (see core/models/base/README.md):
+#   python bench/gpu/carry_backbone.py pack --out .gpu/pack --weights int8 --piece-mb 52
+#   .gpu/a: the first piece, manifest.json, squad-v1.1-train.json.gz, hard-bm25.jsonl.gz, skeleton/ (the
+#   backbone's config and tokenizer files); .gpu/b: the second piece and manifest.json.
+#
+# probe: trains PROBE_STEPS steps of the recipe below on a randomly initialised MPNet-base (same shapes, same data,
+# so the same speed) and writes .gpu/a/probe.json: steps/s and the seconds before the first step (data, model).
+# train: joins the backbone, sizes the run to TRAIN_S seconds from the probe (at most MAX_EPOCHS), trains with a
+# checkpoint every 100 steps under a hard deadline, and packs the model into $OUT in pieces of at most 15 MB, so a
+# cut run still returns the last checkpoint. EXTRA adds flags to both (small local dry runs).
+set -u
+PHASE=${1:?usage: bench/gpu/train_base.sh probe|train}
+A=.gpu/a B=.gpu/b
+OUT=${OUT:-/tmp/out}
+RECIPE="--question-mode shared --lora-r 16 --batch-windows 32 --lr 1e-3 --lambda-inb 16 --prebatch 0 --lambda-span 1
+ --hard-negatives $A/hard-bm25.jsonl.gz --seed 0 --val-questions 0 --no-progress ${EXTRA:-}"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+mkdir -p "$OUT"
+spanseek() { python3 -c "import sys; from spanseek.cli import main; sys.exit(main())" "$@"; }
+now() { date +%s.%N; }
+
+if [ "$PHASE" = probe ]; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+    python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers',
+transformers.__version__, 'peft', peft.__version__, 'cuda', torch.cuda.is_available())" || exit 1
+    python3 - "$A/skeleton" /tmp/mpnet-random <<'PY' || exit 1
+import shutil, sys
+from pathlib import Path
+from transformers import AutoConfig, AutoModel
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+AutoModel.from_config(AutoConfig.from_pretrained(src)).save_pretrained(dst)  # random weights, the real shapes
+for f in src.iterdir():
+    if f.name != "config.json":
+        shutil.copy(f, dst / f.name)
+PY
+    rm -rf /tmp/probe
+    t0=$(now)
+    # shellcheck disable=SC2086  # the recipe is word-split on purpose
+    spanseek train phrase --train "$A/squad-v1.1-train.json.gz" --out /tmp/probe --backbone /tmp/mpnet-random \
+        --max-steps "${PROBE_STEPS:-60}" --checkpoint-every 1000 $RECIPE 2>&1 | tail -5
+    t1=$(now)
+    python3 - "$t0" "$t1" "$A/probe.json" <<'PY' || exit 1
+import json, sys
+t0, t1, out = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+s = json.load(open("/tmp/probe/summary.json"))
+probe = {"steps": s["steps"], "loop_s": s["seconds"], "wall_s": round(t1 - t0, 1),
+         "steps_per_s": round(s["steps"] / s["seconds"], 3), "before_first_step_s": round(t1 - t0 - s["seconds"], 1),
+         "questions_per_s": s["questions_per_second"], "precision": s["precision"], "device": s["device"],
+         "steps_per_epoch": -(-s["train_windows"] // 32)}
+json.dump(probe, open(out, "w"), indent=1)
+print(json.dumps(probe))
+PY
+    cp "$A/probe.json" "$OUT/"
+    exit 0
+fi
+
+[ "$PHASE" = train ] || { echo "unknown phase $PHASE"; exit 2; }
+TRAIN_S=${TRAIN_S:?TRAIN_S: seconds this call may train}
+t0=$(now)
+python3 bench/gpu/carry_backbone.py unpack "$B" --pieces-from "$A" || exit 1
+STEPS=$(python3 - "$A/probe.json" "$TRAIN_S" "$(python3 -c "print(round($(now) - $t0))")" <<'PY'
+import json, sys
+p, budget, spent = json.load(open(sys.argv[1])), float(sys.argv[2]), float(sys.argv[3])
+train_s = budget - spent - p["before_first_step_s"] - 30  # 30 s: the last checkpoint and the packing
+print(max(1, min(int(train_s * p["steps_per_s"]), int(float(__import__("os").environ.get("MAX_EPOCHS", 5))
+                                                    * p["steps_per_epoch"]))))
+PY
+)
+echo "training $STEPS steps"
+left=$(python3 -c "print(max(10, int($TRAIN_S - ($(now) - $t0) - 20)))")
+# shellcheck disable=SC2086
+timeout "$left" python3 -c "import sys; from spanseek.cli import main; sys.exit(main())" train phrase \
+    --train "$A/squad-v1.1-train.json.gz" --out /tmp/base-run --backbone package:all-mpnet-base-v2 \
+    --max-steps "$STEPS" --checkpoint-every 100 $RECIPE > /tmp/base-run.log 2>&1
+echo "exit $?" | tee -a /tmp/base-run.log
+tail -5 /tmp/base-run.log
+cd /tmp/base-run || exit 1
+python3 -c "import torch; print(torch.load('last/trainer_state.pt', weights_only=False)['step'])" > step.txt
+cp /tmp/base-run.log train.log
+files="last/weights.safetensors last/spanseek_config.json train_config.json step.txt train.log"
+[ -f summary.json ] && files="$files summary.json"
+# shellcheck disable=SC2086
+tar czf /tmp/base.tgz $files && split -b 15000000 -d /tmp/base.tgz "$OUT/base.tgz."
+ls -la "$OUT"; cat step.txt
