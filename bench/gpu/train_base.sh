@@ -22,6 +22,12 @@ RECIPE="--question-mode shared --lora-r 16 --batch-windows 32 --lr 1e-3 --lambda
  --hard-negatives $A/hard-bm25.jsonl.gz --seed 0 --val-questions 0 --no-progress ${EXTRA:-}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 mkdir -p "$OUT"
+if ! python3 -c "import spanseek.trainer" 2>/dev/null; then  # not installed there: the checkout as the package
+    PKG=/tmp/spanseek-pkg
+    rm -rf "$PKG" && mkdir -p "$PKG/spanseek" && cp spanseek/*.py "$PKG/spanseek/"
+    for d in core indexer trainer service; do ln -s "$PWD/$d" "$PKG/spanseek/$d"; done
+    export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1  # not ./spanseek, which lacks core/ etc.
+fi
 spanseek() { python3 -c "import sys; from spanseek.cli import main; sys.exit(main())" "$@"; }
 now() { date +%s.%N; }
 
