@@ -121,8 +121,11 @@ def unwrapped(index: Any) -> Any:
 
 
 def ivf_of(index: Any) -> Any | None:
-    """The IVF part of a faiss index (behind any pre-transform or id map), downcast; None without inverted lists."""
+    """The IVF part of a faiss index (behind any pre-transform or id map), downcast; None without inverted lists.
+    An object with ``ivf_index`` (``core.segment.SegmentedFaiss``) answers for that index."""
     import faiss
+
+    index = getattr(index, "ivf_index", index)
 
     try:
         return faiss.downcast_index(faiss.extract_index_ivf(index))

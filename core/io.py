@@ -211,43 +211,55 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
             raise CorpusError(f"{where}: invalid JSON ({e} is not a finite number)") from None
         except RecursionError:
             raise CorpusError(f"{where}: JSON nested too deeply to read") from None
-        if not isinstance(obj, dict):
-            raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        paragraphs = obj.get("paragraphs")
-        if not isinstance(paragraphs, list) or not all(isinstance(p, str) for p in paragraphs):
-            raise CorpusError(f"{where}: 'paragraphs' must be a list of strings")
-        doc_id = obj.get("id", str(lineno))
-        title = obj.get("title", "")
-        if not isinstance(doc_id, (str, int)) or not isinstance(title, str):
-            raise CorpusError(f"{where}: 'id' must be a string and 'title' a string")
-        meta = obj.get("meta", {})
-        if not isinstance(meta, dict):
-            raise CorpusError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
-        passage_meta = obj.get("passage_meta") or [None] * len(paragraphs)
-        if (not isinstance(passage_meta, list) or len(passage_meta) != len(paragraphs)
-                or not all(m is None or isinstance(m, dict) for m in passage_meta)):
-            raise CorpusError(f"{where}: 'passage_meta' must be a list of JSON objects (or nulls), one per paragraph "
-                              f"({len(paragraphs)})")
-        if 4 * len(line) > MAX_META_BYTES:  # a shorter line cannot hold more (UTF-8: <= 4 bytes a character)
-            _check_meta_size(where, doc_id, [("'meta'", meta)] + [(f"'passage_meta' {i}", m)
-                                                                  for i, m in enumerate(passage_meta) if m])
-        for i, text in enumerate([str(doc_id), title, *paragraphs]):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as e:
-                part = ("'id'", "'title'")[i] if i < 2 else f"paragraph {i - 2}"
-                raise CorpusError(f"{where}: {part} holds an unpaired surrogate ({text[e.start]!a}), "
-                                  "which is not valid Unicode text") from None
-        keep = [i for i, p in enumerate(paragraphs) if p.strip()]
-        kept = tuple(paragraphs[i] for i in keep)
-        kept_meta = tuple(passage_meta[i] or {} for i in keep) if any(passage_meta) else ()
-        stats.empty_paragraphs += len(paragraphs) - len(kept)
-        if not kept:
-            stats.empty_documents += 1
-            continue
-        stats.documents += 1
-        stats.paragraphs += len(kept)
-        yield Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno, passage_meta=kept_meta)
+        doc = document_from_json(obj, where, lineno, stats, len(line))
+        if doc is not None:
+            yield doc
+
+
+def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats | None = None,
+                       size: int | None = None) -> Document | None:
+    """The corpus document of one JSON value (a corpus line, or a document sent to ``PUT /documents``), empty
+    paragraphs dropped; None (counted in ``stats``) when none is left. Raises CorpusError starting with ``where``
+    and naming the field for a wrong shape, text that is not valid Unicode, or metadata over MAX_META_BYTES
+    (``size``: the JSON's length in characters, when known, skips that check for short lines)."""
+    stats = stats if stats is not None else ReadStats()
+    if not isinstance(obj, dict):
+        raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    paragraphs = obj.get("paragraphs")
+    if not isinstance(paragraphs, list) or not all(isinstance(p, str) for p in paragraphs):
+        raise CorpusError(f"{where}: 'paragraphs' must be a list of strings")
+    doc_id = obj.get("id", str(lineno))
+    title = obj.get("title", "")
+    if not isinstance(doc_id, (str, int)) or not isinstance(title, str):
+        raise CorpusError(f"{where}: 'id' must be a string and 'title' a string")
+    meta = obj.get("meta", {})
+    if not isinstance(meta, dict):
+        raise CorpusError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
+    passage_meta = obj.get("passage_meta") or [None] * len(paragraphs)
+    if (not isinstance(passage_meta, list) or len(passage_meta) != len(paragraphs)
+            or not all(m is None or isinstance(m, dict) for m in passage_meta)):
+        raise CorpusError(f"{where}: 'passage_meta' must be a list of JSON objects (or nulls), one per paragraph "
+                          f"({len(paragraphs)})")
+    if size is None or 4 * size > MAX_META_BYTES:  # a shorter line cannot hold more (UTF-8: <= 4 bytes a character)
+        _check_meta_size(where, doc_id, [("'meta'", meta)] + [(f"'passage_meta' {i}", m)
+                                                              for i, m in enumerate(passage_meta) if m])
+    for i, text in enumerate([str(doc_id), title, *paragraphs]):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            part = ("'id'", "'title'")[i] if i < 2 else f"paragraph {i - 2}"
+            raise CorpusError(f"{where}: {part} holds an unpaired surrogate ({text[e.start]!a}), "
+                              "which is not valid Unicode text") from None
+    keep = [i for i, p in enumerate(paragraphs) if p.strip()]
+    kept = tuple(paragraphs[i] for i in keep)
+    kept_meta = tuple(passage_meta[i] or {} for i in keep) if any(passage_meta) else ()
+    stats.empty_paragraphs += len(paragraphs) - len(kept)
+    if not kept:
+        stats.empty_documents += 1
+        return None
+    stats.documents += 1
+    stats.paragraphs += len(kept)
+    return Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno, passage_meta=kept_meta)
 
 
 def _check_meta_size(where: str, doc_id: object, metas: list[tuple[str, dict[str, Any]]]) -> None:

@@ -19,6 +19,23 @@ from spanseek.indexer.compress import filter_probabilities
 SHARD_KEY = "key.txt"  # a shard's content key: model, precision and its passages (``indexer.build.shard_key``)
 
 
+def encode_passages(encoder: PassageEncoder, toks: list) -> dict[str, np.ndarray]:
+    """Encode tokenised passages (``core.text.tokenize_passages``) into a shard's arrays, in memory: ``vectors``
+    (n, d) float16, ``offsets`` (n, 2) int32, ``flags`` (n,) uint8, ``ntokens`` (p,) int64, and with a filter head
+    ``filter`` (n, 2) start/end filter probabilities. A live write (``indexer.live``) encodes documents the same way."""
+    vecs = encoder.encode_flat(toks)  # (tokens, d) float32
+    flags = (np.concatenate([t.flags for t in toks]) if toks else np.zeros(0)).astype(np.uint8)
+    out = {
+        "vectors": vecs.astype(np.float16),
+        "offsets": (np.concatenate([t.offsets for t in toks]) if toks else np.zeros(0)).astype(np.int32).reshape(-1, 2),
+        "flags": flags,
+        "ntokens": np.asarray([len(t) for t in toks], dtype=np.int64),
+    }
+    if encoder.model.filter_head is not None:
+        out["filter"] = filter_probabilities(encoder.model, vecs, flags)
+    return out
+
+
 def encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Path, key: str) -> int:
     """Encode one shard of passages into ``dest`` (written to dest.tmp, renamed over any old ``dest`` when
     complete), recording its content ``key``.
@@ -28,19 +45,13 @@ def encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Pat
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    toks = tokenize_passages(tokenizer, texts)
-    vecs = encoder.encode_flat(toks)  # (shard tokens, d) float32
-    np.save(tmp / "vectors.npy", vecs.astype(np.float16))
-    np.save(tmp / "offsets.npy", np.concatenate([t.offsets for t in toks]).astype(np.int32).reshape(-1, 2))
-    flags = np.concatenate([t.flags for t in toks]).astype(np.uint8)
-    np.save(tmp / "flags.npy", flags)
-    np.save(tmp / "ntokens.npy", np.asarray([len(t) for t in toks], dtype=np.int64))
-    if encoder.model.filter_head is not None:
-        np.save(tmp / "filter.npy", filter_probabilities(encoder.model, vecs, flags))
+    arrays = encode_passages(encoder, tokenize_passages(tokenizer, texts))
+    for name, array in arrays.items():
+        np.save(tmp / f"{name}.npy", array)
     (tmp / SHARD_KEY).write_text(key)
     shutil.rmtree(dest, ignore_errors=True)  # a shard of other passages (the corpus changed since)
     tmp.rename(dest)
-    return len(vecs)
+    return len(arrays["vectors"])
 
 
 def has_shard(dest: Path, key: str) -> bool:

@@ -1,0 +1,322 @@
+"""A served index with live writes: an immutable base, a small segment of documents written since, and tombstones.
+
+    spanseek serve --index INDEX_DIR --writes     # (service.live keeps the segment; indexer.live encodes into it)
+
+``LiveIndex`` is a ``PhraseIndex`` whose rows are the base's followed by the segment's: token ids, passage and
+document numbers continue after the base's, as ``spanseek index add`` numbers them, so the searcher, its stages and
+the hits run on it unchanged. Each write publishes a new ``LiveIndex`` (a snapshot; the base's arrays are shared,
+the maps are concatenated) and a new ``Searcher`` over it (``searcher_over``).
+
+- **Dense leg.** ``SegmentedFaiss`` searches the base's faiss index and a faiss index of the segment's (kept) tokens
+  made from the base's trained, empty index (so the same quantiser and codes), and merges the two top-k lists by
+  score. For an exact (Flat) factory that is the exact top k of the union; for IVF the same lists are probed in
+  both parts, so it is what one IVF index over both would return.
+- **Tombstones** are the base's document numbers deleted or replaced by a write: they join the deletion mask
+  (``deleted_docs``) that ``core.selection`` applies inside both legs. A document of the segment that is replaced
+  or deleted simply leaves the segment (a replacement is appended at its end).
+- **Lexical leg.** ``LiveLexical`` scores BM25 (bm25s' Lucene variant, the formula the base's ``lexical/`` was
+  built with) over the live passages, base and segment together: the number of passages, their mean length and each
+  term's document frequency count the live passages only, as an index built from scratch over the same documents
+  would. Term frequencies are kept per passage (the base's tokenised once), and the statistics are computed per
+  snapshot in O(postings).
+
+So a search over base + segment + tombstones ranks as one over an index built from scratch from the live documents
+(base order, then the segment in write order), up to float rounding. What differs: a base with a quantised fine
+store (sq8/sq4) reads the segment's neighbour vectors as fp16, and the maps are held in RAM for the snapshot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spanseek.core.faiss_spec import ivf_of
+from spanseek.core.fieldindex import FieldIndex
+from spanseek.core.hits import HitBuilder
+from spanseek.core.lexical import LexicalIndex, passage_text, tokenize, top_passages
+from spanseek.core.phrase_index import (
+    PhraseIndex,
+    as_float32,
+    decode_codes,
+    faiss_search_parameters,
+    passage_record,
+)
+from spanseek.core.reading import ReadingStage
+from spanseek.core.search import Searcher
+
+
+@dataclass(frozen=True)
+class EncodedDocument:
+    """One document encoded as an index build encodes it (``indexer.shards``): its store records and token rows.
+
+    record: its ``docs.jsonl`` line; passages: its ``passages.jsonl`` lines without ``doc``; vectors: (n, d) float16;
+    offsets: (n, 2) int32; flags: (n,) uint8; ntokens: (p,) tokens per passage; kept: (n,) bool, the tokens faiss
+    holds (the filter head's choice; all without a threshold); terms: each passage's BM25 terms (``tokenize``).
+    """
+
+    record: dict[str, Any]
+    passages: tuple[dict[str, Any], ...]
+    vectors: np.ndarray
+    offsets: np.ndarray
+    flags: np.ndarray
+    ntokens: np.ndarray
+    kept: np.ndarray
+    terms: tuple[list[str], ...]
+
+    @property
+    def id(self) -> str:
+        return str(self.record["id"])
+
+    @property
+    def tokens(self) -> int:
+        return len(self.vectors)
+
+
+def passage_terms(title: str, texts: Sequence[str]) -> list[list[str]]:
+    """The BM25 terms of a document's passages (what ``core.lexical`` indexes: title + passage)."""
+    return tokenize([passage_text(title, t) for t in texts]) if texts else []
+
+
+class LiveLexical:
+    """BM25 over base + segment passages, counting only the live ones (module docstring); ``scores`` as
+    ``LexicalIndex.scores``. ``base_terms`` are the base's passages' terms (tokenised once per base)."""
+
+    def __init__(self, base: LexicalIndex, base_terms: BaseTerms, segment_terms: Sequence[list[str]],
+                 live: np.ndarray):
+        import scipy.sparse as sp
+
+        r = base.retriever
+        self.k1, self.b, self.method = float(r.k1), float(r.b), r.method
+        self.base = base
+        self.n_passages = len(live)
+        self.vocab = dict(base_terms.vocab)
+        rows, cols = [], []
+        for p, terms in enumerate(segment_terms):
+            for t in terms:
+                rows.append(p)
+                cols.append(self.vocab.setdefault(t, len(self.vocab)))
+        n_base, v = base_terms.tf.shape[0], len(self.vocab)
+        seg = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(segment_terms), v))
+        base_tf = base_terms.tf
+        base_tf = sp.csr_matrix((base_tf.data, base_tf.indices, base_tf.indptr), shape=(n_base, v))
+        self.tf = sp.vstack([base_tf, seg], format="csc")  # (P, V) term frequencies
+        self.tf.sum_duplicates()
+        self.live = live.astype(np.float32)
+        self.doc_len = np.concatenate([base_terms.doc_len, [len(t) for t in segment_terms]]).astype(np.int64)
+        n_live = int(live.sum())
+        self.avg_len = np.float64(self.doc_len[live].mean()) if n_live else np.float64(1.0)
+        df = (self.tf > 0).T.astype(np.float32) @ self.live  # (V,) live passages holding each term
+        df = np.asarray(df, np.float64)
+        self.idf = np.where(df > 0, np.log(1 + (n_live - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.base.describe(), "passages": self.n_passages, "live": True}
+
+    def term_scores(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        """The passages holding ``term`` and their BM25 score for it (0 for passages not live)."""
+        a, b = self.tf.indptr[term], self.tf.indptr[term + 1]
+        rows, tf = self.tf.indices[a:b], self.tf.data[a:b]
+        tfc = tf / (self.k1 * ((1 - self.b) + self.b * self.doc_len[rows] / self.avg_len) + tf)  # float64, as bm25s
+        return rows, (self.idf[term] * tfc).astype(np.float32) * self.live[rows]
+
+    def scores(self, questions: Sequence[str]) -> np.ndarray:
+        """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs)."""
+        out = np.zeros((len(questions), self.n_passages), np.float32)
+        for q, terms in enumerate(tokenize(questions)):
+            for term in (self.vocab[t] for t in terms if t in self.vocab):
+                rows, s = self.term_scores(term)
+                out[q, rows] += s
+        return out
+
+    def top(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        return top_passages(self.scores(questions), k)
+
+
+@dataclass(frozen=True)
+class BaseTerms:
+    """Term frequencies of a base's passages: tf (P, V) CSR, vocab {term: column}, doc_len (P,) terms a passage."""
+
+    tf: Any
+    vocab: dict[str, int]
+    doc_len: np.ndarray
+
+    @classmethod
+    def of(cls, index: PhraseIndex) -> BaseTerms:
+        import scipy.sparse as sp
+
+        terms = tokenize([passage_text(index.docs[p["doc"]]["title"], p["text"]) for p in index.passages])
+        vocab: dict[str, int] = {}
+        rows, cols = [], []
+        for p, ts in enumerate(terms):
+            for t in ts:
+                rows.append(p)
+                cols.append(vocab.setdefault(t, len(vocab)))
+        tf = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(terms), len(vocab)))
+        tf.sum_duplicates()
+        return cls(tf, vocab, np.asarray([len(t) for t in terms], np.int64))
+
+
+@dataclass(frozen=True)
+class SegmentParams:
+    """Per-call faiss parameters for each part of a ``SegmentedFaiss``."""
+
+    base: Any
+    segment: Any
+    keep: tuple[Any, ...] = ()  # what the segment's selector reads through bare pointers
+
+
+class SegmentedFaiss:
+    """The base's faiss index and the segment's, searched as one (module docstring): ``search`` merges the two
+    top-k lists by score. Ids are token ids of the live index: the segment's index numbers its rows itself, and
+    ``segment_ids`` maps them (a faiss id map would hand a selector its own row numbers, not the token ids)."""
+
+    def __init__(self, base: Any, segment: Any, segment_ids: np.ndarray):
+        self.base = base
+        self.segment = segment
+        self.segment_ids = segment_ids
+        self.d = base.d
+        self.ntotal = int(base.ntotal + segment.ntotal)
+        self.ivf_index = base  # core.faiss_spec.ivf_of looks through to the base's lists
+
+    def search(self, x: np.ndarray, k: int, params: SegmentParams | None = None) -> tuple[np.ndarray, np.ndarray]:
+        dist, ids = self.base.search(x, k, params=params.base if params is not None else None)
+        if self.segment.ntotal == 0:
+            return dist, ids
+        d2, i2 = self.segment.search(x, k, params=params.segment if params is not None else None)
+        i2 = np.where(i2 >= 0, self.segment_ids[np.maximum(i2, 0)], -1)
+        dist, ids = np.concatenate([dist, d2], axis=1), np.concatenate([ids, i2], axis=1)
+        dist = np.where(ids < 0, -np.inf, dist)
+        order = np.argsort(-dist, axis=1, kind="stable")[:, :k]  # ties: the base first (lower ids)
+        return np.take_along_axis(dist, order, axis=1), np.take_along_axis(ids, order, axis=1)
+
+
+def empty_like(index: Any) -> Any:
+    """An empty faiss index with ``index``'s training (quantiser, codebooks, rotation)."""
+    import faiss
+
+    inner = faiss.downcast_index(index)
+    empty: Any
+    if isinstance(inner, faiss.IndexFlat):
+        empty = faiss.IndexFlat(inner.d, inner.metric_type)
+    else:
+        empty = faiss.clone_index(index)  # once per base: the copy of its lists is dropped at once
+        empty.reset()
+    return empty
+
+
+class LiveIndex(PhraseIndex):
+    """The base ``PhraseIndex`` followed by the segment's documents, less the tombstoned base documents.
+
+    ``template``: ``empty_like(base.faiss)`` (kept by the caller, so each snapshot clones a small index);
+    ``base_terms``: ``BaseTerms.of(base)`` when the base has a lexical part.
+    """
+
+    def __init__(self, base: PhraseIndex, segment: Sequence[EncodedDocument], tombstones: np.ndarray,
+                 template: Any, base_terms: BaseTerms | None):
+        import faiss
+
+        self.base = base
+        self.segment = list(segment)
+        self.dir = base.dir
+        n, p, d = len(base.token_passage), len(base.passages), len(base.docs)
+        seg_ntokens = np.concatenate([doc.ntokens for doc in segment]) if segment else np.zeros(0, np.int64)
+        self.seg_vectors = (np.concatenate([doc.vectors for doc in segment]) if segment
+                            else np.zeros((0, base.faiss.d), np.float16))
+        self.token_passage = np.concatenate([base.token_passage, p + np.repeat(
+            np.arange(len(seg_ntokens), dtype=np.int32), seg_ntokens)]).astype(np.int32)
+        self.token_offsets = np.concatenate([base.token_offsets, *[doc.offsets for doc in segment]])
+        self.token_flags = np.concatenate([base.token_flags, *[doc.flags for doc in segment]])
+        self.passage_tokens = np.concatenate([base.passage_tokens, n + np.cumsum(seg_ntokens)]).astype(np.int64)
+        self.passages = list(base.passages)
+        self.docs = list(base.docs)
+        for k, doc in enumerate(segment):
+            self.docs.append(doc.record)
+            self.passages += [passage_record(d + k, q["para"], q["text"], q.get("meta")) for q in doc.passages]
+        self.deleted_docs = np.union1d(base.deleted_docs, tombstones).astype(np.int64)
+        self._fields = FieldIndex.build(self.docs)
+        n_seg = len(self.seg_vectors)
+        kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
+        seg_index = faiss.clone_index(template)
+        if len(kept):
+            seg_index.add(as_float32(self.seg_vectors[kept]))
+        self.faiss = SegmentedFaiss(base.faiss, seg_index, (kept + n).astype(np.int64))
+        self._segment_map: Any = faiss.Int64Vector()  # segment row -> token id, for selectors
+        faiss.copy_array_to_vector(self.faiss.segment_ids, self._segment_map)
+        self.default_nprobe = base.default_nprobe
+        self.vectors = base.vectors
+        self.codes = base.codes
+        self.seg_codes = (base.faiss.sa_encode(as_float32(self.seg_vectors)) if base.codes is not None and n_seg
+                          else None)
+        self.vector_source = base.vector_source
+        self.manifest = dataclasses.replace(
+            base.manifest, documents=len(self.docs), passages=len(self.passages), tokens=n + n_seg,
+            indexed_tokens=self.faiss.ntotal)
+        self.lexical = None
+        if base.lexical is not None and base_terms is not None:
+            live = np.ones(len(self.passages), dtype=bool)
+            dead = np.zeros(len(self.docs), dtype=bool)
+            dead[self.deleted_docs] = True
+            live[dead[np.asarray([q["doc"] for q in self.passages], dtype=np.int64)]] = False
+            self.lexical = LiveLexical(base.lexical, base_terms, [t for doc in segment for t in doc.terms], live)
+
+    @property
+    def n_base_tokens(self) -> int:
+        return len(self.base.token_passage)
+
+    def _split(self, ids: np.ndarray, base_read, segment_read, width: int) -> np.ndarray:
+        """Rows for token ids ``ids`` (1-D), the base's from ``base_read`` and the segment's from ``segment_read``."""
+        ids = np.asarray(ids)
+        out = np.empty((len(ids), width), np.float32)
+        in_base = ids < self.n_base_tokens
+        if in_base.any():
+            out[in_base] = base_read(ids[in_base])
+        if not in_base.all():
+            out[~in_base] = segment_read(ids[~in_base] - self.n_base_tokens)
+        return out
+
+    def token_vectors(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids)
+        flat = self._split(ids.reshape(-1), self.base.token_vectors, lambda r: as_float32(self.seg_vectors[r]),
+                           self.seg_vectors.shape[1])
+        return flat.reshape(*ids.shape, -1)
+
+    def token_scores(self, ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        return self._split(ids, lambda r: self.base.token_scores(r, queries),
+                           lambda r: as_float32(self.seg_vectors[r]) @ queries, queries.shape[1])
+
+    def code_vectors(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids)
+        codes = self.seg_codes
+        flat = self._split(ids.reshape(-1), self.base.code_vectors,
+                           lambda r: decode_codes(self.base.faiss, np.ascontiguousarray(codes[r])),  # type: ignore[index]
+                           self.seg_vectors.shape[1])
+        return flat.reshape(*ids.shape, -1)
+
+    def search_parameters(self, nprobe: int | None, selector: Any = None) -> Any:
+        ivf = ivf_of(self.base.faiss)
+        base = self.base.search_parameters(nprobe, selector)
+        probes = int(nprobe or (ivf.nprobe if ivf is not None else 1))
+        if selector is None:
+            return SegmentParams(base, faiss_search_parameters(self.faiss.segment, probes) if nprobe else None)
+        import faiss
+
+        translated = faiss.IDSelectorTranslated(self._segment_map, selector)  # segment row -> token id -> selector
+        return SegmentParams(base, faiss_search_parameters(self.faiss.segment, probes, translated),
+                             (translated, selector, self._segment_map))
+
+
+def searcher_over(searcher: Searcher, index: PhraseIndex) -> Searcher:
+    """A ``Searcher`` configured as ``searcher`` (encoder, calibration, reading, limits) over ``index``; the search
+    runs on the CPU (a device copy of the base does not hold the segment)."""
+    reading = searcher.reading
+    if reading is not None:
+        reading = ReadingStage(reading.reader, reading.reading, HitBuilder(index))
+    out = Searcher(index, searcher.encoder, searcher.max_answer_tokens, searcher.vector_source, searcher.length_bias,
+                   searcher.calibrator, None, reading, searcher.selection_cache_bytes,
+                   searcher.pager.unanswerable_prior)
+    out.phrase_rerank = searcher.phrase_rerank
+    return out

@@ -1,0 +1,378 @@
+"""Live writes to a served index: documents encoded into a segment, logged before they count, merged into a new base.
+
+    SPANSEEK_WRITES=1 spanseek serve --index INDEX_DIR        # service.live drives a LiveStore
+
+A ``LiveStore`` owns the write side of a served index (``core.segment`` is the read side):
+
+- ``DocumentEncoder`` encodes a document as an index build does (``indexer.shards.encode_passages``), in chunks of
+  passages so the service can run each chunk between two search batches;
+- ``upsert`` / ``delete`` append the write to the write-ahead log (``indexer.wal``, fsynced), apply it to the
+  segment and the tombstones in memory, and publish a new ``core.segment.LiveIndex``; a write is acknowledged only
+  after all three, so what was acknowledged is searchable and survives a kill -9 (the log is replayed at start);
+- ``merge`` builds a new base from base + segment - tombstones with the index commands (``index delete``, ``index
+  add``, ``index compact`` on a hard-linked copy of the base), checks it by opening it, and swaps it in; writes go on
+  meanwhile, into a new log file, and are applied again on the new base.
+
+The live directory (``SPANSEEK_LIVE_DIR``, default ``<index>.live``) holds ``state.json`` (the base served and the
+log files to replay over it, in order; replaced atomically), ``wal/`` and ``bases/`` (merged bases). The index the
+service was started with is never changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spanseek.core.encoding import PassageEncoder, pick_precision
+from spanseek.core.io import Document, document_from_json, write_corpus, write_json_atomic
+from spanseek.core.model import load_tokenizer
+from spanseek.core.params import SearchFilter
+from spanseek.core.phrase_index import PhraseIndex, doc_record
+from spanseek.core.segment import BaseTerms, EncodedDocument, LiveIndex, empty_like, passage_terms
+from spanseek.core.text import PassageTokens, tokenize_passages
+from spanseek.indexer.build import BuildOptions
+from spanseek.indexer.compress import kept_token_ids
+from spanseek.indexer.shards import encode_passages
+from spanseek.indexer.wal import WriteAheadLog, read_entries
+
+log = logging.getLogger(__name__)
+
+STATE = "state.json"
+WAL_DIR = "wal"
+BASES = "bases"
+CHUNK_TOKENS = 512  # tokens per encoding step of a write: about one search batch's time on 2 CPU cores
+
+
+def document_json(doc: Document) -> dict[str, Any]:
+    """A document in the corpus format (what the log records and ``GET /documents/{id}`` returns)."""
+    out: dict[str, Any] = {"id": doc.id, "title": doc.title, "paragraphs": list(doc.paragraphs)}
+    if doc.meta:
+        out["meta"] = doc.meta
+    if any(doc.passage_meta):
+        out["passage_meta"] = list(doc.passage_meta)
+    return out
+
+
+def corpus_json(record: dict[str, Any], passages: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """A stored document (its ``docs.jsonl`` record and ``passages.jsonl`` lines) in the corpus format."""
+    passages = list(passages)
+    metas = [p.get("meta") or {} for p in passages]
+    return document_json(Document(record["id"], record["title"], tuple(p["text"] for p in passages),
+                                  record.get("meta") or {}, passage_meta=tuple(metas) if any(metas) else ()))
+
+
+class DocumentEncoder:
+    """Encodes corpus documents into ``EncodedDocument`` rows exactly as ``spanseek index build`` does."""
+
+    def __init__(self, phrase_model: Any, filter_threshold: float | None, precision: str = "auto",
+                 max_batch_tokens: int = 8192, chunk_tokens: int = CHUNK_TOKENS):
+        device = next(phrase_model.parameters()).device
+        self.tokenizer = load_tokenizer(phrase_model.config)
+        self.encoder = PassageEncoder(phrase_model, self.tokenizer, precision=pick_precision(precision, device),
+                                      max_batch_tokens=max_batch_tokens)
+        self.filter_threshold = filter_threshold
+        self.chunk_tokens = chunk_tokens
+
+    def chunks(self, doc: Document) -> list[list[PassageTokens]]:
+        """The document's tokenised passages in runs of about ``chunk_tokens`` tokens (a passage is never split)."""
+        out: list[list[PassageTokens]] = [[]]
+        size = 0
+        for toks in tokenize_passages(self.tokenizer, list(doc.paragraphs)):
+            if out[-1] and size + len(toks) > self.chunk_tokens:
+                out.append([])
+                size = 0
+            out[-1].append(toks)
+            size += len(toks)
+        return out
+
+    def encode_chunk(self, toks: list[PassageTokens]) -> dict[str, np.ndarray]:
+        return encode_passages(self.encoder, toks)
+
+    def assemble(self, doc: Document, parts: list[dict[str, np.ndarray]]) -> EncodedDocument:
+        """The document from its encoded chunks (in order)."""
+        arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        n = len(arrays["vectors"])
+        kept = np.zeros(n, dtype=bool)
+        kept[kept_token_ids(arrays.get("filter"), self.filter_threshold, n)] = True
+        passages = tuple({"para": i, "text": text, **({"meta": doc.paragraph_meta(i)} if doc.paragraph_meta(i) else {})}
+                         for i, text in enumerate(doc.paragraphs))
+        return EncodedDocument(doc_record(doc.id, doc.title, doc.meta), passages, arrays["vectors"],
+                               arrays["offsets"], arrays["flags"], arrays["ntokens"], kept,
+                               tuple(passage_terms(doc.title, list(doc.paragraphs))))
+
+    def encode(self, doc: Document) -> EncodedDocument:
+        """All of a document at once (log replay, tests)."""
+        return self.assemble(doc, [self.encode_chunk(c) for c in self.chunks(doc)])
+
+
+@dataclass
+class Segment:
+    """The write state over one base: live base documents {id: row}, tombstoned base rows, and the segment's
+    documents in write order (a replaced one moves to the end)."""
+
+    base_rows: dict[str, int]
+    tombstones: set[int]
+    docs: dict[str, EncodedDocument]
+
+    @classmethod
+    def over(cls, base: PhraseIndex) -> Segment:
+        dead = set(base.deleted_docs.tolist())
+        return cls({d["id"]: i for i, d in enumerate(base.docs) if i not in dead}, set(), {})
+
+    def upsert(self, docs: Iterable[EncodedDocument]) -> None:
+        for doc in docs:
+            if self.docs.pop(doc.id, None) is None and doc.id in self.base_rows:
+                self.tombstones.add(self.base_rows.pop(doc.id))
+            self.docs[doc.id] = doc
+
+    def delete(self, ids: Iterable[str]) -> list[str]:
+        """Delete the held documents among ``ids``; returns those deleted."""
+        deleted = []
+        for i in ids:
+            if self.docs.pop(i, None) is not None:
+                deleted.append(i)
+            elif i in self.base_rows:
+                self.tombstones.add(self.base_rows.pop(i))
+                deleted.append(i)
+        return deleted
+
+    @property
+    def tokens(self) -> int:
+        return sum(d.tokens for d in self.docs.values())
+
+
+class LiveStoreError(RuntimeError):
+    """The live directory cannot be used (a damaged state file or log); the message names the file."""
+
+
+def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
+    """The live directory's state (``{"base": dir, "wals": [names]}``), or the initial one over ``index``."""
+    path = live_dir / STATE
+    if not path.is_file():
+        return {"base": str(Path(index).resolve()), "wals": ["wal-000001.jsonl"], "merges": 0}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise LiveStoreError(f"{path}: cannot be read ({e}); restore it, or move the live directory away") from None
+
+
+def base_dir(live_dir: str | Path, index: str | Path) -> Path:
+    """The base index a service with writes serves: the last merged one, else ``index``."""
+    return Path(read_state(Path(live_dir), index)["base"])
+
+
+class LiveStore:
+    """The write side of a served index (module docstring). ``publish(LiveIndex)`` is called with every new
+    snapshot, in order, before the write that made it returns; ``model`` is the model directory a merge encodes with.
+    """
+
+    def __init__(self, live_dir: str | Path, index: str | Path, base: PhraseIndex, encoder: DocumentEncoder,
+                 publish: Callable[[LiveIndex], None], model: str | Path | None = None):
+        self.dir = Path(live_dir)
+        (self.dir / WAL_DIR).mkdir(parents=True, exist_ok=True)
+        (self.dir / BASES).mkdir(exist_ok=True)
+        self.state = read_state(self.dir, index)
+        if Path(self.state["base"]).resolve() != base.dir.resolve():
+            raise LiveStoreError(f"{self.dir / STATE} names the base {self.state['base']}, not the index opened "
+                                 f"({base.dir}); open the base named by live.base_dir")
+        self.encoder = encoder
+        self.publish = publish
+        self.model = model
+        self._lock = threading.Lock()  # the log, the segment and the published snapshot change together
+        self._merging = threading.Lock()
+        self._since_rotation: list[tuple[str, Any]] | None = None  # writes during a merge, applied again after it
+        for leftover in (self.dir / BASES).glob("*.tmp"):  # a merge killed midway
+            shutil.rmtree(leftover, ignore_errors=True)
+        self._set_base(base)
+        self.segment = Segment.over(base)
+        self.replayed = 0
+        for name in self.state["wals"]:
+            for entry in read_entries(self.dir / WAL_DIR / name):
+                self._apply(entry, self._encode_entry(entry, self.dir / WAL_DIR / name))
+                self.replayed += 1
+        write_json_atomic(self.dir / STATE, self.state)
+        self.wal = WriteAheadLog(self.dir / WAL_DIR / self.state["wals"][-1])
+        self.snapshot = self._snapshot()
+        publish(self.snapshot)
+
+    def _set_base(self, base: PhraseIndex) -> None:
+        self.base = base
+        self.template = empty_like(base.faiss)
+        self.base_terms = BaseTerms.of(base) if base.lexical is not None else None
+        self._base_passage_doc = np.asarray([p["doc"] for p in base.passages], dtype=np.int64)  # sorted
+
+    def _encode_entry(self, entry: dict[str, Any], where: Path) -> list[EncodedDocument]:
+        if entry["op"] != "upsert":
+            return []
+        docs = [document_from_json(d, str(where)) for d in entry["docs"]]
+        return [self.encoder.encode(d) for d in docs if d is not None]
+
+    def _apply(self, entry: dict[str, Any], encoded: list[EncodedDocument]) -> list[str]:
+        if entry["op"] == "upsert":
+            self.segment.upsert(encoded)
+            out = [d.id for d in encoded]
+        else:
+            out = self.segment.delete(entry["ids"])
+        if self._since_rotation is not None:
+            self._since_rotation.append((entry["op"], encoded if entry["op"] == "upsert" else out))
+        return out
+
+    def _snapshot(self) -> LiveIndex:
+        return LiveIndex(self.base, list(self.segment.docs.values()),
+                         np.asarray(sorted(self.segment.tombstones), dtype=np.int64), self.template, self.base_terms)
+
+    def _write(self, entry: dict[str, Any], encoded: list[EncodedDocument]) -> list[str]:
+        """Log, apply and publish one write (the caller holds the lock); returns the ids it affected."""
+        self.wal.append(entry)
+        out = self._apply(entry, encoded)
+        self.snapshot = self._snapshot()
+        self.publish(self.snapshot)
+        return out
+
+    def upsert(self, docs: list[Document], encoded: list[EncodedDocument]) -> int:
+        """Log, apply and publish new versions of documents (``encoded``: ``docs`` encoded); returns the log size."""
+        with self._lock:
+            self._write({"op": "upsert", "docs": [document_json(d) for d in docs]}, encoded)
+            return self.wal.size
+
+    def delete(self, ids: list[str]) -> tuple[list[str], int]:
+        """Delete the documents with these ids; returns (the ids that were held and are now deleted, log size).
+        Nothing held: nothing is logged."""
+        with self._lock:
+            held = [i for i in dict.fromkeys(ids) if i in self.segment.docs or i in self.segment.base_rows]
+            return (self._write({"op": "delete", "ids": held}, []) if held else []), self.wal.size
+
+    def delete_where(self, flt: SearchFilter) -> tuple[list[str], int]:
+        """Delete every live document that passes ``flt`` (FilterError naming a field no document has); returns
+        (the ids deleted, log size)."""
+        with self._lock:
+            snap = self.snapshot
+            allowed = snap.fields.documents_of(flt)
+            allowed[snap.deleted_docs] = False
+            ids = [snap.docs[i]["id"] for i in np.flatnonzero(allowed)]
+            return (self._write({"op": "delete", "ids": ids}, []) if ids else []), self.wal.size
+
+    def get(self, doc_id: str) -> dict[str, Any] | None:
+        """The live document ``doc_id`` in the corpus format, or None."""
+        with self._lock:
+            doc = self.segment.docs.get(doc_id)
+            if doc is not None:
+                return corpus_json(doc.record, doc.passages)
+            row = self.segment.base_rows.get(doc_id)
+            if row is None:
+                return None
+            first = int(np.searchsorted(self._base_passage_doc, row, side="left"))
+            last = int(np.searchsorted(self._base_passage_doc, row, side="right"))
+            return corpus_json(self.base.docs[row], self.base.passages[first:last])
+
+    @property
+    def wal_bytes(self) -> int:
+        return sum(f.stat().st_size for f in (self.dir / WAL_DIR).glob("wal-*.jsonl"))
+
+    def describe(self) -> dict[str, Any]:
+        with self._lock:
+            seg = self.segment
+            return {"base": str(self.base.dir), "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
+                    "tombstones": len(seg.tombstones), "wal_bytes": self.wal_bytes, "merges": self.state["merges"],
+                    "merging": self._merging.locked()}
+
+    # ---- merging ------------------------------------------------------------------------------------------------
+
+    def merge(self, opts: BuildOptions | None = None) -> dict[str, Any] | None:
+        """Build a new base from base + segment - tombstones and serve it (module docstring); None when a merge is
+        already running or there is nothing to merge. Blocks for the build: run it in a background thread."""
+        if not self._merging.acquire(blocking=False):
+            return None
+        try:
+            with self._lock:
+                if not self.segment.docs and not self.segment.tombstones:
+                    return None
+                n = int(self.state["merges"]) + 1
+                docs = [corpus_json(d.record, d.passages) for d in self.segment.docs.values()]
+                dead_ids = [self.base.docs[r]["id"] for r in sorted(self.segment.tombstones)]
+                rotated = f"wal-{int(self.state['wals'][-1][4:10]) + 1:06d}.jsonl"
+                self.state = {**self.state, "wals": [*self.state["wals"], rotated]}
+                write_json_atomic(self.dir / STATE, self.state)  # the new log is replayed after the old one
+                self.wal.close()
+                self.wal = WriteAheadLog(self.dir / WAL_DIR / rotated)
+                self._since_rotation = []
+                old_base = self.base
+            t0 = time.perf_counter()
+            dest = self.dir / BASES / f"base-{n:06d}"
+            build_merged(old_base.dir, dest, dead_ids, docs, self.model, opts)
+            new_base = PhraseIndex(dest)
+            with self._lock:
+                self._set_base(new_base)
+                self.segment = Segment.over(new_base)
+                for op, arg in self._since_rotation or []:
+                    self.segment.upsert(arg) if op == "upsert" else self.segment.delete(arg)
+                self._since_rotation = None
+                old_wals = self.state["wals"][:-1]
+                self.state = {"base": str(dest.resolve()), "wals": [rotated], "merges": n}
+                write_json_atomic(self.dir / STATE, self.state)  # the commit point: the new base, the new log
+                self.snapshot = self._snapshot()
+                self.publish(self.snapshot)
+            for name in old_wals:
+                (self.dir / WAL_DIR / name).unlink(missing_ok=True)
+            if old_base.dir.resolve().parent == (self.dir / BASES).resolve():
+                shutil.rmtree(old_base.dir, ignore_errors=True)  # a merged base (never the index served at first)
+            seconds = round(time.perf_counter() - t0, 2)
+            log.info("merged %d documents and %d deletions into %s in %.1f s", len(docs), len(dead_ids), dest, seconds)
+            return {"base": str(dest), "documents": len(docs), "deleted": len(dead_ids), "seconds": seconds}
+        finally:
+            self._since_rotation = None
+            self._merging.release()
+
+    def close(self) -> None:
+        self.wal.close()
+
+
+def link_copy(src: Path, dest: Path) -> None:
+    """Copy the index directory ``src`` to ``dest`` with hard links where the file system allows (the index
+    commands replace files by renames, never in place, so the original is untouched)."""
+    def link(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dest, copy_function=link)
+
+
+def build_merged(base: Path, dest: Path, dead_ids: list[str], docs: list[dict[str, Any]], model: str | Path | None,
+                 opts: BuildOptions | None = None) -> None:
+    """Write to ``dest`` the index ``base`` less the documents ``dead_ids`` plus ``docs`` (corpus format), compacted,
+    with ``spanseek index delete / add / compact`` on a copy (``dest``.tmp, renamed when complete)."""
+    from spanseek.indexer.add import add_documents
+    from spanseek.indexer.lifecycle import compact_index, delete_documents
+
+    opts = opts or BuildOptions(progress=False)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    corpus = tmp.with_name(dest.name + ".corpus.jsonl")
+    try:
+        link_copy(base, tmp)
+        if dead_ids:
+            delete_documents(tmp, dead_ids)
+        if docs:
+            write_corpus(corpus, (Document(d["id"], d["title"], tuple(d["paragraphs"]), d.get("meta", {}),
+                                           passage_meta=tuple(d.get("passage_meta", ()))) for d in docs))
+            add_documents(tmp, corpus, model, opts)
+        compact_index(tmp, opts)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        corpus.unlink(missing_ok=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)

@@ -1,0 +1,80 @@
+"""The write-ahead log of live writes: one JSON object a line, each flushed and fsynced before it is acknowledged.
+
+    {"op": "upsert", "docs": [{"id": ..., "title": ..., "paragraphs": [...], ...}, ...]}
+    {"op": "delete", "ids": ["a", "b"]}
+
+A line is one write, applied whole or not at all: an upsert of many documents is one line, and a delete by filter is
+logged as the ids it matched when it was applied (so replaying it deletes the same documents, whatever was written
+after). A kill -9 while a line is written leaves it without its newline or cut in its JSON: that write was never
+acknowledged, and ``replay`` drops it and truncates the file there, so later appends start on a clean line. A bad
+line before the last one is damage, not a torn write: ``WalError`` names the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from spanseek.core.integrity import fsync_path
+
+
+class WalError(RuntimeError):
+    """A write-ahead log is damaged before its last line; the message names the file and line."""
+
+
+def read_entries(path: Path, repair: bool = True) -> Iterator[dict[str, Any]]:
+    """The entries of the log ``path`` in order; a torn last line is dropped (and cut off the file if ``repair``)."""
+    if not path.is_file():
+        return
+    with open(path, "rb") as f:
+        data = f.read()
+    pos, lineno = 0, 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        lineno += 1
+        line = data[pos:] if end < 0 else data[pos:end]
+        try:
+            entry = json.loads(line.decode("utf-8")) if end >= 0 else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            entry = None
+        if entry is None or not isinstance(entry, dict) or "op" not in entry:
+            if data.find(b"\n", end + 1 if end >= 0 else len(data)) >= 0:
+                raise WalError(f"{path}:{lineno}: not a log entry, and lines follow it: the log is damaged (restore "
+                               "it, or move it away to start from the base index)")
+            if repair:  # the torn last write of a killed process: never acknowledged
+                with open(path, "r+b") as f:
+                    f.truncate(pos)
+                    os.fsync(f.fileno())
+            return
+        yield entry
+        pos = end + 1
+
+
+class WriteAheadLog:
+    """Appends entries to one log file, each fsynced before ``append`` returns."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
+        self._file = open(path, "ab")  # noqa: SIM115  (held open for the process's life)
+        if new:
+            fsync_path(path.parent)  # the new file's name is durable too
+
+    def append(self, entry: dict[str, Any]) -> int:
+        """Write ``entry`` as one line and fsync it; returns the log's size in bytes."""
+        self._file.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        return self._file.tell()
+
+    @property
+    def size(self) -> int:
+        return self._file.tell()
+
+    def close(self) -> None:
+        self._file.close()
+

@@ -1,0 +1,186 @@
+"""Live writes (indexer.live, core.segment): base + segment + tombstones searches as an index built from scratch over
+the same documents; delete by filter removes exactly what a scan of the metadata finds; the log survives a crash."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spanseek.core.io import Document, document_from_json, write_corpus
+from spanseek.core.params import MODES, UNITS, SearchFilter, SearchParams
+from tests.conftest import make_corpus
+
+QUESTIONS = ["When did Alba build the castle?", "Who built the river bridge?", "empire battle treaty",
+             "What did Hugo build in 1500?"]
+
+
+def doc(d: dict) -> Document:
+    out = document_from_json(d, "test")
+    assert out is not None
+    return out
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_model_dir):
+    from spanseek.core.model import load_model
+    from spanseek.indexer.live import DocumentEncoder
+
+    return DocumentEncoder(load_model(tiny_model_dir), None, precision="fp32", chunk_tokens=40)
+
+
+def open_store(live_dir: Path, index: Path, encoder, searcher, published: list):
+    from spanseek.core.segment import searcher_over
+    from spanseek.indexer.live import LiveStore
+
+    return LiveStore(live_dir, index, searcher.index, encoder,
+                     lambda snap: published.append(searcher_over(searcher, snap)))
+
+
+def upsert(store, encoder, docs: list[dict]) -> None:
+    parsed = [doc(d) for d in docs]
+    store.upsert(parsed, [encoder.encode(d) for d in parsed])
+
+
+def hits_of(searcher, unit: str, mode: str, flt: SearchFilter | None = None) -> list[list[tuple]]:
+    out = searcher.search(QUESTIONS, SearchParams(unit, 5, mode=mode, filter=flt))
+    return [[(h.doc_id, h.paragraph, h.text, h.start, h.end, round(h.score, 3)) for h in hits] for hits in out]
+
+
+def writes(store, encoder) -> list[dict]:
+    """Adds, replacements (of a base and of a segment document) and deletes (likewise); returns the live corpus in
+    the order an index built from scratch holds it: the base's survivors, then the segment in write order."""
+    base = make_corpus()
+    new = [{**d, "id": f"n{i}", "title": f"New {i}"} for i, d in enumerate(make_corpus(seed=1, n_docs=4))]
+    d1 = {**make_corpus(seed=2, n_docs=1)[0], "id": "d1", "title": "Title 1 again", "meta": {"lang": "fr"}}
+    n3 = {**make_corpus(seed=3, n_docs=1)[0], "id": "n3", "title": "New 3 again"}
+    upsert(store, encoder, new[:3])
+    upsert(store, encoder, [d1])
+    assert store.delete(["d3", "missing"])[0] == ["d3"]
+    upsert(store, encoder, [new[3]])
+    upsert(store, encoder, [n3])
+    assert store.delete(["n2"])[0] == ["n2"]
+    return [base[i] for i in (0, 2, 4, 5)] + [new[0], new[1], d1, n3]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, tiny_index, tiny_searcher, encoder, tiny_model_dir):
+    """A store over the tiny index after ``writes``, its searcher, and a searcher over a fresh build of the same
+    live documents."""
+    from spanseek.core.loading import open_searcher
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    tmp = tmp_path_factory.mktemp("live")
+    published: list = []
+    store = open_store(tmp / "live", tiny_index, encoder, tiny_searcher, published)
+    corpus = writes(store, encoder)
+    write_corpus(tmp / "scratch.jsonl", [doc(d) for d in corpus])
+    build_index(tmp / "scratch.jsonl", tiny_model_dir, tmp / "scratch",
+                BuildOptions(shard_passages=7, progress=False, precision="fp32"))
+    scratch = open_searcher(tmp / "scratch", tiny_model_dir, device="cpu", precision="fp32")
+    return store, published, scratch, corpus
+
+
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize("mode", MODES)
+def test_base_segment_and_tombstones_search_as_a_fresh_build(live, unit, mode):
+    store, published, scratch, _ = live
+    assert hits_of(published[-1], unit, mode) == hits_of(scratch, unit, mode)
+
+
+def test_a_filter_sees_the_segment_and_not_the_tombstones(live):
+    store, published, scratch, _ = live
+    flt = SearchFilter.from_json({"meta": {"lang": "fr"}})
+    for mode in ("dense", "lexical"):  # (hybrid over one document z-scores every candidate to 0: a tie)
+        assert hits_of(published[-1], "doc", mode, flt) == hits_of(scratch, "doc", mode, flt)
+    assert {h[0] for q in hits_of(published[-1], "passage", "dense", flt) for h in q} == {"d1"}
+
+
+def test_get_returns_the_live_version(live):
+    store, _, _, corpus = live
+    by_id = {d["id"]: d for d in corpus}
+    for i in ("d0", "d1", "n3"):
+        got = store.get(i)
+        assert got["title"] == by_id[i]["title"] and got["paragraphs"] == by_id[i]["paragraphs"]
+    assert store.get("d3") is None and store.get("n2") is None
+    assert store.describe()["segment_documents"] == 4 and store.describe()["tombstones"] == 2
+
+
+def test_the_log_is_replayed_at_start_and_a_torn_last_line_dropped(live, tmp_path, tiny_index, tiny_searcher, encoder):
+    store, published, scratch, _ = live
+    wal = store.dir / "wal" / store.state["wals"][-1]
+    copy = tmp_path / "live"
+    import shutil
+
+    shutil.copytree(store.dir, copy)
+    with open(copy / "wal" / wal.name, "ab") as f:  # a write killed before its newline: never acknowledged
+        f.write(b'{"op":"upsert","docs":[{"id":"torn","title":"x","paragraphs":["In 1200 Cato')
+    again: list = []
+    reopened = open_store(copy, tiny_index, encoder, tiny_searcher, again)
+    assert reopened.replayed == 6 and reopened.get("torn") is None
+    for unit in UNITS:
+        assert hits_of(again[-1], unit, "hybrid") == hits_of(published[-1], unit, "hybrid")
+    assert (copy / "wal" / wal.name).read_bytes() == wal.read_bytes()  # cut back to the last whole line
+    upsert(reopened, encoder, [{"id": "after", "title": "After", "paragraphs": ["In 1300 Dara built a harbour."]}])
+    assert reopened.get("after") is not None
+
+
+def test_a_damaged_line_before_the_last_is_refused_naming_it(tmp_path):
+    from spanseek.indexer.wal import WalError, read_entries
+
+    path = tmp_path / "wal.jsonl"
+    path.write_bytes(b'{"op":"delete","ids":["a"]}\nnot json\n{"op":"delete","ids":["b"]}\n')
+    with pytest.raises(WalError, match=r"wal.jsonl:2"):
+        list(read_entries(path))
+
+
+def test_delete_by_filter_removes_exactly_the_matching_documents(tmp_path, tiny_index, tiny_searcher, encoder):
+    rng = random.Random(5)
+    docs = []
+    for i, d in enumerate(make_corpus(seed=7, n_docs=30, n_paras=1)):
+        meta = {"year": rng.randint(1990, 2020), "lang": rng.choice(["en", "fr", "de"])}
+        if rng.random() < 0.5:
+            meta["tags"] = rng.sample(["news", "sport", "art"], rng.randint(1, 2))
+        docs.append({**d, "id": f"m{i}", "meta": meta})
+    published: list = []
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, published)
+    upsert(store, encoder, docs)
+    flt = {"must": [{"key": "year", "range": {"gte": 2000, "lt": 2015}}],
+           "should": [{"key": "lang", "match": "fr"}, {"key": "tags", "any": ["sport"]}],
+           "must_not": [{"key": "lang", "match": "de"}]}
+
+    def brute(meta: dict) -> bool:
+        return (2000 <= meta["year"] < 2015 and (meta["lang"] == "fr" or "sport" in meta.get("tags", []))
+                and meta["lang"] != "de")
+
+    want = sorted(d["id"] for d in docs if brute(d["meta"]))
+    assert want and len(want) < len(docs)
+    deleted, _ = store.delete_where(SearchFilter.from_json(flt))
+    assert sorted(deleted) == want
+    for d in docs:
+        assert (store.get(d["id"]) is None) == (d["id"] in want)
+    assert all(store.get(f"d{i}") is not None for i in range(6))  # the base has no such metadata
+    snap = store.snapshot
+    alive = {snap.docs[i]["id"] for i in range(len(snap.docs)) if i not in set(snap.deleted_docs.tolist())}
+    assert alive == {f"d{i}" for i in range(6)} | {d["id"] for d in docs} - set(want)
+
+
+def test_merge_builds_a_base_that_searches_as_base_plus_segment(tmp_path, tiny_index, tiny_searcher, encoder,
+                                                               tiny_model_dir):
+    from spanseek.indexer.build import BuildOptions
+
+    published: list = []
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, published)
+    writes(store, encoder)
+    before = {(u, m): hits_of(published[-1], u, m) for u in UNITS for m in MODES}
+    store.model = tiny_model_dir
+    result = store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32"))
+    assert result is not None and result["documents"] == 4 and result["deleted"] == 2
+    assert store.describe()["segment_documents"] == 0 and store.describe()["tombstones"] == 0
+    assert {(u, m): hits_of(published[-1], u, m) for u in UNITS for m in MODES} == before
+    state = json.loads((tmp_path / "live" / "state.json").read_text())
+    assert Path(state["base"]).name == "base-000001" and len(state["wals"]) == 1
+    assert np.array_equal(published[-1].index.deleted_docs, [])
