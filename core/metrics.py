@@ -49,8 +49,17 @@ def f1_score(prediction: str, answers: Sequence[str]) -> float:
 
 def passage_has_answer(passage: str, answers: Sequence[str]) -> bool:
     """Open-domain passage correctness: some normalised answer occurs in the normalised passage."""
-    norm = f" {normalize_answer(passage)} "
-    return any(f" {normalize_answer(a)} " in norm for a in answers if normalize_answer(a))
+    return answers_in(normalized_passage(passage), answers)
+
+
+def normalized_passage(passage: str) -> str:
+    """The passage as ``answers_in`` reads it: normalised, between spaces (normalise once, test many answers)."""
+    return f" {normalize_answer(passage)} "
+
+
+def answers_in(norm_passage: str, answers: Sequence[str]) -> bool:
+    """Whether some non-empty normalised answer occurs, as whole words, in a ``normalized_passage``."""
+    return any(f" {a} " in norm_passage for a in map(normalize_answer, answers) if a)
 
 
 def pct(x: float) -> float:

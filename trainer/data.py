@@ -7,6 +7,7 @@ their questions, so the phrase encoder runs once per window (SQuAD has ~4.6 ques
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 
 from spanseek.core.encoding import QUESTION_PAD_MULTIPLE, padded_length
 from spanseek.core.io import Question
-from spanseek.core.metrics import passage_has_answer
+from spanseek.core.metrics import answers_in, normalized_passage
 from spanseek.core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
 from spanseek.trainer.losses import HardNegatives
 
@@ -159,6 +160,14 @@ def pick_hard(windows: list[TrainWindow], n: int) -> list[str]:
     return picked
 
 
+def hard_allowed(hard_texts: list[str], answers: Sequence[Sequence[str]]) -> torch.Tensor:
+    """(Q, H) bool: hard passage h may be a negative of question q (it does not contain one of q's answers). Each
+    passage is normalised once per batch, not once per question (that was most of a GPU step's time)."""
+    norm = [normalized_passage(h) for h in hard_texts]
+    return torch.tensor([[not answers_in(n, a) for n in norm] for a in answers],
+                        dtype=torch.bool).reshape(len(answers), len(hard_texts))
+
+
 def collate(windows: list[TrainWindow], tokenizer, max_query_len: int, hard_per_batch: int = 0) -> Batch:
     """Pad windows (adding [CLS]/[SEP]) and tokenise their questions; gold positions shift by 1 for [CLS].
 
@@ -190,7 +199,5 @@ def collate(windows: list[TrainWindow], tokenizer, max_query_len: int, hard_per_
         n_windows=P,
         content_shift=1,
         windows=windows,
-        hard_allowed=torch.tensor(
-            [[not passage_has_answer(h, a) for h in hard_texts] for a in answers], dtype=torch.bool
-        ).reshape(len(answers), len(hard_texts)),
+        hard_allowed=hard_allowed(hard_texts, answers),
     )

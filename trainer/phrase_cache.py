@@ -22,10 +22,9 @@ from tqdm.auto import tqdm
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import autocast, padded_length, window_batch
 from spanseek.core.io import write_json_atomic
-from spanseek.core.metrics import passage_has_answer
 from spanseek.core.model import PhraseModel, phrase_fingerprint
 from spanseek.core.text import FLAG_END, FLAG_START, tokenize_passages
-from spanseek.trainer.data import Batch, TrainWindow, pick_hard, question_tensors
+from spanseek.trainer.data import Batch, TrainWindow, hard_allowed, pick_hard, question_tensors
 from spanseek.trainer.losses import HardNegatives
 
 CACHE_META = "cache.json"
@@ -276,10 +275,10 @@ def cached_hard(
     hv = np.concatenate([v for v, _ in rows]) if rows else np.zeros((0, d), np.float16)
     hf = np.concatenate([f for _, f in rows]) if rows else np.zeros(0, np.uint8)
     lengths = torch.tensor([len(f) for _, f in rows], dtype=torch.long)
-    allowed = torch.tensor([[not passage_has_answer(t, a) for t in texts] for a in answers], dtype=torch.bool)
+    allowed = hard_allowed(texts, answers)
     return (torch.from_numpy(hv.astype(np.float32)), torch.from_numpy((hf & FLAG_START) > 0),
             torch.from_numpy((hf & FLAG_END) > 0),
-            allowed.reshape(len(answers), len(texts)).repeat_interleave(lengths, dim=1))
+            allowed.repeat_interleave(lengths, dim=1))
 
 
 def cached_windows(batch: list[TrainWindow], cache: PhraseCache, T: int, first: int = 0) -> torch.Tensor:

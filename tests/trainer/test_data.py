@@ -8,6 +8,7 @@ misplaced.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from spanseek.core.io import Question, load_squad, squad_questions
 from spanseek.trainer.data import build_windows, collate
@@ -71,3 +72,17 @@ def test_an_answer_that_starts_or_ends_inside_a_word_is_skipped(tokenizer):
     assert [q for w in windows for q in w.questions] == ["where?"] and sum(skipped.values()) == 2
     [w] = windows
     assert w.input_ids[w.starts[0] : w.ends[0] + 1].tolist() == answer_ids(tokenizer, whole)
+
+
+def test_hard_allowed_matches_checking_every_pair():
+    """The batch's negative mask normalises each hard passage once; it must equal the per-pair check."""
+    from spanseek.core.metrics import passage_has_answer
+    from spanseek.trainer.data import hard_allowed
+
+    texts = ["The Eiffel Tower is in Paris.", "Paris, Texas is a town.", "Nothing here.", "The the"]
+    answers = [["Paris"], ["the Eiffel Tower", "Eiffel"], ["Texas"], ["a"], ["tower!"], ["Nothing", "x"], []]
+    got = hard_allowed(texts, answers)
+    assert got.shape == (len(answers), len(texts)) and got.dtype == torch.bool
+    assert got.tolist() == [[not passage_has_answer(t, a) for t in texts] for a in answers]
+    assert got[0].tolist() == [False, False, True, True] and got[3].tolist() == [True] * 4  # "a" normalises away
+    assert hard_allowed([], answers).shape == (len(answers), 0)
