@@ -27,9 +27,11 @@ from spanseek.core.alias import Resolved, resolve_alias
 from spanseek.core.lexical import missing_message
 from spanseek.core.params import UNITS, SearchParams
 from spanseek.core.search import Searcher
+from spanseek.indexer.live import base_dir
 from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.cost import CostModel
 from spanseek.service.errors import ServiceError, install_error_handlers
+from spanseek.service.live import LiveWrites, live_dir_of
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware, SlowRefusalMiddleware
 from spanseek.service.reload import (
@@ -43,6 +45,7 @@ from spanseek.service.reload import (
 from spanseek.service.routes import hide_paths, router
 from spanseek.service.settings import Settings
 from spanseek.service.tracing import TracingMiddleware, provider_from_environment
+from spanseek.service.writes import router as writes_router
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -97,6 +100,7 @@ class ServiceState:
                                 if settings.pipeline != "off" else None)
         self.reloader = IndexReloader(self, reopener)
         self.factory: SearcherFactory = default_searcher_factory  # what load() opened the first index with
+        self.live: LiveWrites | None = None  # live writes (settings.writes), once loaded
 
     async def load(self, factory: SearcherFactory) -> None:
         """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason).
@@ -110,9 +114,16 @@ class ServiceState:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
             self.reloader.signature = await loop.run_in_executor(self.executor, signature_of, self.reloader.path)
             resolved = await loop.run_in_executor(self.executor, resolve_alias, self.reloader.path)
+            target = resolved.target
+            if self.settings.writes:  # the base a merge left, else the index given (service.live)
+                target = base_dir(live_dir_of(self.settings), target)
             # the factory opens the alias's target, so /info names the directory actually loaded
             searcher = await loop.run_in_executor(self.executor, factory,
-                                                  self.settings.model_copy(update={"index": resolved.target}))
+                                                  self.settings.model_copy(update={"index": target}))
+            if self.settings.writes:  # replays the write-ahead log (encoding its documents) before ready
+                live = await loop.run_in_executor(self.executor, LiveWrites, self.settings, self.metrics, searcher,
+                                                  self.executor)
+                self.live, searcher = live, live.current
             if self.default_nprobe is None:  # reported by /info (a request without nprobe gets the index's)
                 self.default_nprobe = index_nprobe(searcher)
             self._describe(searcher, resolved)
@@ -135,6 +146,8 @@ class ServiceState:
         for size, seconds in warm_batches:  # admission knows the batch rate before the first request
             self.batcher.observe_batch(size, seconds)
         self.overlap = overlap if self.search_executor is not None else "off"
+        if self.live is not None:
+            self.live.attach(self._serve_live)
         self.batcher.start()
         self.status, self.detail = "ready", None
         self.metrics.ready.set(1)
@@ -162,6 +175,12 @@ class ServiceState:
         if self.settings.default_nprobe is None:
             self.default_nprobe = index_nprobe(searcher)
         self._describe(searcher, resolved)
+        self.searcher = searcher
+        self.batcher.swap(searcher)
+
+    def _serve_live(self, searcher: Searcher) -> None:
+        """Serve a new snapshot of the live index from the next batch on (called by the write thread)."""
+        assert self.batcher is not None
         self.searcher = searcher
         self.batcher.swap(searcher)
 
@@ -213,7 +232,7 @@ class ServiceState:
         """Once loaded (or failed), reload when the served alias changes (every ``index_poll_s`` seconds; 0 =
         never): a service whose index failed to load recovers when the alias is pointed at a good one."""
         await asyncio.gather(loading, return_exceptions=True)
-        if self.settings.index_poll_s > 0 and not loading.cancelled():
+        if self.settings.index_poll_s > 0 and not self.settings.writes and not loading.cancelled():
             await self.reloader.watch(self.settings.index_poll_s)
 
     async def close(self) -> None:
@@ -222,6 +241,8 @@ class ServiceState:
         self.reloader.close()
         if self.batcher is not None:
             await self.batcher.stop()
+        if self.live is not None:
+            self.live.close()
         for executor in (self.executor, self.search_executor):
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
@@ -233,6 +254,10 @@ def reload_on_hangup(state: ServiceState) -> bool:
     loop = asyncio.get_running_loop()
 
     def reload() -> None:
+        if state.settings.writes:
+            log.warning("SIGHUP: no reload while writes are on (POST /admin/compact merges)")
+            return
+
         async def run() -> None:
             try:
                 await state.reloader.on_request(reason="SIGHUP")
@@ -293,6 +318,7 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
 
     install_error_handlers(app, on_error=count_error)
     app.include_router(router)
+    app.include_router(writes_router)
 
     def would_admit(client: str) -> None:
         if state.batcher is not None:

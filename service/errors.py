@@ -60,6 +60,10 @@ class Forbidden(ServiceError, status=403, error="forbidden"):
     """The request needs a permission this server does not grant (naming an index without an API key set)."""
 
 
+class NotFound(ServiceError, status=404, error="not_found"):
+    """No such document (the write API); an unknown route is Starlette's own 404."""
+
+
 class PayloadTooLarge(ServiceError, status=413, error="payload_too_large"):
     """The body, or the number of queries, exceeds the server's limit."""
 

@@ -53,6 +53,18 @@ class ServiceMetrics:
                                ["outcome"], registry=r)
         self.index_loaded = Gauge("spanseek_index_loaded_timestamp_seconds", "when the served index was loaded",
                                   registry=r)
+        # live writes (SPANSEEK_WRITES): documents written and deleted, the log's size, the segment's size, and the
+        # seconds from a write's arrival to the snapshot that holds it being served (encoding + log + publish)
+        self.documents_written = Counter("spanseek_documents_written_total", "documents added or replaced by "
+                                         "PUT /documents", registry=r)
+        self.documents_deleted = Counter("spanseek_documents_deleted_total", "documents deleted by DELETE "
+                                         "/documents/{id} or POST /documents/delete", registry=r)
+        self.wal_bytes = Gauge("spanseek_wal_bytes", "bytes of the write-ahead log not yet merged", registry=r)
+        self.segment_documents = Gauge("spanseek_segment_documents", "documents in the live segment", registry=r)
+        self.write_visible = Histogram("spanseek_write_visible_seconds", "seconds from a write's arrival until "
+                                       "searches see it", buckets=LATENCY_BUCKETS, registry=r)
+        self.merges = Counter("spanseek_merges_total", "background merges of the live segment by outcome (ok, "
+                              "failed)", ["outcome"], registry=r)
         for t in ERROR_TYPES:  # zeros rather than missing series, so rate() panels show 0 instead of "no data"
             self.errors.labels(type=t)
         for unit in UNITS:
@@ -61,6 +73,7 @@ class ServiceMetrics:
             self.stage_duration.labels(stage=stage)
         for outcome in ("ok", "failed"):
             self.reloads.labels(outcome=outcome)
+            self.merges.labels(outcome=outcome)
 
     def set_index(self, tokens: int, vectors: int, passages: int, documents: int, size_bytes: int) -> None:
         """Record the served index's size."""

@@ -63,9 +63,12 @@ def _presents_key(request: Request, key: str) -> bool:
 
 
 def require_api_key(request: Request) -> None:
-    """When an API key is configured: accept ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``, else 401."""
-    key = get_state(request).settings.api_key
-    if key is not None and not _presents_key(request, key.get_secret_value()):
+    """When an API key is configured: accept ``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` (or the admin
+    key, ``SPANSEEK_ADMIN_API_KEY``), else 401."""
+    settings = get_state(request).settings
+    key, admin = settings.api_key, settings.admin_api_key
+    if key is not None and not (_presents_key(request, key.get_secret_value())
+                                or (admin is not None and _presents_key(request, admin.get_secret_value()))):
         raise Unauthorized()
 
 
@@ -284,6 +287,9 @@ async def reload_index(request: Request, body: ReloadRequest | None = None) -> R
     while one runs share it, and one within ``reload_min_interval_s`` of the last gets 429.
     """
     state = get_state(request)
+    if state.settings.writes:
+        raise Forbidden("POST /admin/reload is off while writes are on: the served index changes by writes and "
+                        "merges (POST /admin/compact)")
     if state.settings.api_key is None:
         raise Forbidden("POST /admin/reload is off: it needs an API key on the server (SPANSEEK_API_KEY); without "
                         "one, switch the index alias with SPANSEEK_INDEX_POLL_S set, or send SIGHUP to the server "

@@ -293,3 +293,57 @@ class ReloadResponse(BaseModel):
 
     index: dict[str, Any]
     reload: dict[str, Any]
+
+
+# ---- live writes (SPANSEEK_WRITES=1; service.writes) ------------------------------------------------------------
+
+class DocumentIn(BaseModel):
+    """One document in the corpus format (``core.io``); written by id: a held id is replaced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str = Field(min_length=1, max_length=1024, description="the document's id (the key of upserts and deletes)")
+    title: str = Field("", description="title (searched with every passage by the lexical leg)")
+    paragraphs: list[str] = Field(min_length=1, description="its passages, in order (blank ones are dropped)")
+    meta: dict[str, Any] | None = Field(None, description="metadata returned with hits and filtered on")
+    passage_meta: list[dict[str, Any] | None] | None = Field(None, description="metadata of each paragraph")
+
+
+class UpsertRequest(BaseModel):
+    """Documents to add or replace; ``PUT /documents`` also takes one document without this wrapper."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    documents: list[DocumentIn] = Field(min_length=1, max_length=1000, description="the documents (ids unique)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_document(cls, v: Any) -> Any:
+        """A bare document is a batch of one (its errors are then named ``documents.0.FIELD``)."""
+        return {"documents": [v]} if isinstance(v, dict) and "documents" not in v else v
+
+
+class WriteResponse(BaseModel):
+    """What a write did: it is in the log and searchable when this answer is sent."""
+
+    documents: int = Field(description="documents added or replaced")
+    passages: int = Field(description="passages written")
+    tokens: int = Field(description="tokens encoded")
+    request_id: str
+
+
+class DeleteByFilterRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    filter: FilterIn = Field(description="the documents to delete: those that pass this search filter")
+
+
+class DeleteResponse(BaseModel):
+    deleted: list[str] = Field(description="ids of the documents deleted")
+    request_id: str
+
+
+class CompactResponse(BaseModel):
+    merging: bool = Field(description="whether a merge is running (started now, or already)")
+    live: dict[str, Any] = Field(description="the base, the segment's documents and tokens, tombstones, log bytes, "
+                                             "merges done and the last merge's result")

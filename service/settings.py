@@ -160,6 +160,27 @@ class Settings(BaseSettings):
     # (429) get none, they are counted in spanseek_errors_total. 0 = no limit.
     access_log_per_s: float = Field(50.0, ge=0, description="most access log lines a second (0 = no limit)")
 
+    # Live writes (PUT /documents, DELETE /documents/{id}, POST /documents/delete, GET /documents/{id}). On, the
+    # service keeps the phrase encoder's passage side busy between search batches (each write is encoded in chunks
+    # of write_chunk_tokens tokens in the encoder's thread), a write-ahead log fsynced per write and a segment in
+    # memory (its token vectors, 768 B a token at d 384); each write rebuilds the searched snapshot's maps (O(base
+    # passages + tokens), milliseconds for the demo index). Off, the index is read-only as before.
+    writes: bool = Field(False, description="accept document writes over HTTP (needs an API key)")
+    # The live directory holds the log, the merged bases and state.json; it must be on a writable volume.
+    live_dir: Path | None = Field(None, description="directory of the write-ahead log and merged bases (default: "
+                                                    "the index path + '.live')")
+    # Writes need this key when it is set (the API key then only reads); without it they need the API key.
+    admin_api_key: SecretStr | None = Field(None, description="key for writes and /admin routes (empty = the API "
+                                                              "key does both)")
+    # A merge re-encodes the segment's documents into a copy of the base and compacts it: CPU for the segment's
+    # size, disk for a second base meanwhile. Larger segments cost memory and snapshot time per write.
+    merge_tokens: int = Field(200_000, ge=0, description="segment tokens that start a background merge (0 = only "
+                                                         "POST /admin/compact)")
+    # Smaller chunks let search batches run sooner between them (less search latency under writes), at more
+    # encoder calls per document.
+    write_chunk_tokens: int = Field(512, ge=16, description="tokens encoded per step of a write, between search "
+                                                            "batches")
+
     # Warm-up runs every unit once before /ready says yes, so the first user request does not pay for lazy
     # initialisation (allocator, faiss, tokenizer caches). Off only for tests with fake backends.
     warmup: bool = Field(True, description="run warm-up searches before reporting ready")
@@ -177,7 +198,7 @@ class Settings(BaseSettings):
             return [o.strip() for o in v.split(",") if o.strip()]
         return v
 
-    @field_validator("api_key", mode="before")
+    @field_validator("api_key", "admin_api_key", mode="before")
     @classmethod
     def _empty_key_is_none(cls, v: object) -> object:
         """``SPANSEEK_API_KEY=`` (empty or blank) turns authentication off rather than requiring an empty key."""

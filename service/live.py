@@ -1,0 +1,133 @@
+"""Live writes in the service (``SPANSEEK_WRITES=1``): the routes' side of ``indexer.live.LiveStore``.
+
+    SPANSEEK_WRITES=1 SPANSEEK_API_KEY=... spanseek serve --index INDEX_DIR
+
+A write is encoded in the encoder's thread (the micro-batcher's pool), a chunk of ``write_chunk_tokens`` tokens per
+step, so search batches run between the steps rather than wait for a whole document; then, in the write thread, it
+is logged (fsynced), applied and published: a new ``Searcher`` over the new snapshot is handed to the batcher, and
+the next batch searches it. The answer comes after that, so an acknowledged write is durable and searchable. A
+merge runs in its own thread when the segment passes ``merge_tokens`` (or on ``POST /admin/compact``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from spanseek.core.io import Document
+from spanseek.core.params import SearchFilter
+from spanseek.core.search import Searcher
+from spanseek.core.segment import LiveIndex, searcher_over
+from spanseek.indexer.live import DocumentEncoder, LiveStore
+from spanseek.service.metrics import ServiceMetrics
+from spanseek.service.settings import Settings
+
+log = logging.getLogger("spanseek.service")
+
+
+def live_dir_of(settings: Settings) -> Path:
+    """The live directory: ``live_dir``, else the index path with ``.live`` appended."""
+    return settings.live_dir or settings.index.with_name(settings.index.name + ".live")
+
+
+class LiveWrites:
+    """Writes to the served index (module docstring). ``serve(searcher)`` is how a new searcher reaches the
+    batcher; until the service is ready it only records the searcher (``current``)."""
+
+    def __init__(self, settings: Settings, metrics: ServiceMetrics, base: Searcher, encoder_pool: ThreadPoolExecutor):
+        self.settings = settings
+        self.metrics = metrics
+        self.base = base
+        self.encoder_pool = encoder_pool
+        self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-write")
+        self.current: Searcher = base
+        self._serve: Any = None  # the service's hand-over to the batcher, once it has one (attach)
+        self._serving = threading.Lock()
+        self.encoder = DocumentEncoder(base.encoder.model, base.index.manifest.filter_threshold,
+                                       chunk_tokens=settings.write_chunk_tokens)
+        self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
+                               model=settings.model)
+        self.merge_thread: threading.Thread | None = None
+        self.last_merge: dict[str, Any] | None = None
+        self._gauges()
+
+    def attach(self, serve: Any) -> None:
+        """From now on hand every new searcher to ``serve`` (the batcher's swap), starting with the current one."""
+        with self._serving:
+            self._serve = serve
+            serve(self.current)
+
+    def _publish(self, snapshot: LiveIndex) -> None:
+        searcher = searcher_over(self.base, snapshot)
+        with self._serving:
+            self.current = searcher
+            if self._serve is not None:
+                self._serve(searcher)
+
+    def _gauges(self) -> None:
+        self.metrics.wal_bytes.set(self.store.wal_bytes)
+        self.metrics.segment_documents.set(len(self.store.segment.docs))
+
+    async def upsert(self, docs: list[Document]) -> dict[str, int]:
+        """Encode, log, apply and publish ``docs``; returns the passages and tokens written."""
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        encoded = []
+        for doc in docs:
+            chunks = await loop.run_in_executor(self.encoder_pool, self.encoder.chunks, doc)
+            parts = [await loop.run_in_executor(self.encoder_pool, self.encoder.encode_chunk, c) for c in chunks]
+            encoded.append(self.encoder.assemble(doc, parts))
+        await loop.run_in_executor(self.write_pool, self.store.upsert, docs, encoded)
+        self.metrics.write_visible.observe(time.perf_counter() - t0)
+        self.metrics.documents_written.inc(len(docs))
+        self._gauges()
+        self.maybe_merge()
+        return {"documents": len(docs), "passages": sum(len(d.passages) for d in encoded),
+                "tokens": sum(d.tokens for d in encoded)}
+
+    async def delete(self, ids: list[str] | None = None, flt: SearchFilter | None = None) -> list[str]:
+        """Delete documents by id, or every one passing ``flt``; returns the ids deleted."""
+        loop = asyncio.get_running_loop()
+        if flt is not None:
+            deleted, _ = await loop.run_in_executor(self.write_pool, self.store.delete_where, flt)
+        else:
+            deleted, _ = await loop.run_in_executor(self.write_pool, self.store.delete, ids or [])
+        self.metrics.documents_deleted.inc(len(deleted))
+        self._gauges()
+        return deleted
+
+    def maybe_merge(self, force: bool = False) -> bool:
+        """Start a background merge when the segment has passed ``merge_tokens`` (or ``force``); returns whether
+        one is running."""
+        if self.merge_thread is not None and self.merge_thread.is_alive():
+            return True
+        threshold = self.settings.merge_tokens
+        if not force and (threshold == 0 or self.store.segment.tokens < threshold):
+            return False
+        self.merge_thread = threading.Thread(target=self._merge, name="spanseek-merge", daemon=True)
+        self.merge_thread.start()
+        return True
+
+    def _merge(self) -> None:
+        try:
+            result = self.store.merge()
+            if result is not None:  # None: nothing to merge
+                self.last_merge = result
+                self.metrics.merges.labels(outcome="ok").inc()
+        except Exception as e:  # the old base and the segment keep serving; the log still holds every write
+            self.last_merge = {"error": f"{type(e).__name__}: {e}"}
+            self.metrics.merges.labels(outcome="failed").inc()
+            log.exception("merge failed; the segment keeps serving")
+        self._gauges()
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.store.describe(), "last_merge": self.last_merge}
+
+    def close(self) -> None:
+        self.write_pool.shutdown(wait=True)
+        self.store.close()

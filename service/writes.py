@@ -1,0 +1,137 @@
+"""HTTP routes of live writes: PUT /documents, DELETE /documents/{id}, POST /documents/delete, GET /documents/{id},
+POST /admin/compact (``service.live`` does the work; on only with ``SPANSEEK_WRITES=1``).
+
+Writes need the admin key when one is configured (``SPANSEEK_ADMIN_API_KEY``; the API key then only reads), else
+the API key; a server with neither refuses them (403). A document the corpus reader would refuse is a 422 whose
+``details`` name the document and the field; nothing of a refused request is written.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
+
+from spanseek.core.io import CorpusError, Document, document_from_json
+from spanseek.core.params import SearchParamsError
+from spanseek.service.errors import BadRequest, Forbidden, NotFound, NotReady, Unauthorized, request_id_of
+from spanseek.service.routes import (
+    _errors,
+    _presents_key,
+    get_state,
+    not_ready,
+    require_api_key,
+    require_json_body,
+)
+from spanseek.service.schemas import (
+    CompactResponse,
+    DeleteByFilterRequest,
+    DeleteResponse,
+    DocumentIn,
+    UpsertRequest,
+    WriteResponse,
+)
+
+router = APIRouter(tags=["documents"])
+_FIELD = re.compile(r"'(id|title|paragraphs|meta|passage_meta)'")  # the field a CorpusError names
+
+
+def require_write_key(request: Request) -> None:
+    """The admin key when one is configured, else the API key; 403 when the server has neither."""
+    settings = get_state(request).settings
+    key = settings.admin_api_key or settings.api_key
+    if key is None:
+        raise Forbidden("writes need a key on the server (SPANSEEK_ADMIN_API_KEY or SPANSEEK_API_KEY)")
+    if not _presents_key(request, key.get_secret_value()):
+        raise Unauthorized()
+
+
+def live_of(request: Request) -> Any:
+    """The service's LiveWrites; 403 when writes are off, 503 until loaded."""
+    state = get_state(request)
+    if not state.settings.writes:
+        raise Forbidden("writes are off on this server (start it with SPANSEEK_WRITES=1)")
+    if state.status != "ready" or state.live is None:
+        raise not_ready(request)
+    return state.live
+
+
+def parse_documents(given: list[DocumentIn]) -> list[Document]:
+    """The corpus documents of a request; RequestValidationError (422) naming the document and field of the first
+    one the corpus reader refuses, one with no non-blank paragraph, or an id given twice."""
+    out: list[Document] = []
+    seen: dict[str, int] = {}
+
+    def refuse(i: int, field: str, msg: str) -> RequestValidationError:
+        return RequestValidationError([{"loc": ("body", "documents", i, field), "msg": msg, "type": "value_error"}])
+
+    for i, d in enumerate(given):
+        try:
+            doc = document_from_json(d.model_dump(exclude_none=True), f"document {i}")
+        except CorpusError as e:
+            field = _FIELD.search(str(e))
+            raise refuse(i, field.group(1) if field else "paragraphs", str(e)) from None
+        if doc is None:
+            raise refuse(i, "paragraphs", f"document {i} ({d.id!r}) has no non-blank paragraph")
+        if doc.id in seen:
+            raise refuse(i, "id", f"document id {doc.id!r} is also document {seen[doc.id]} of this request")
+        seen[doc.id] = i
+        out.append(doc)
+    return out
+
+
+@router.put("/documents", response_model=WriteResponse, dependencies=[Depends(require_write_key),
+            Depends(require_json_body)], responses=_errors(401, 403, 413, 415, 422, 503))
+async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
+    """Add or replace documents by id (a batch ``{"documents": [...]}`` or one document). The answer comes once
+    the write is in the fsynced log and searchable, with the passages and tokens written."""
+    live = live_of(request)
+    written = await live.upsert(parse_documents(body.documents))
+    return WriteResponse(**written, request_id=request_id_of(request))
+
+
+@router.delete("/documents/{doc_id}", response_model=DeleteResponse, dependencies=[Depends(require_write_key)],
+               responses=_errors(401, 403, 404, 503))
+async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
+    """Delete one document; 404 when no live document has this id."""
+    deleted = await live_of(request).delete([doc_id])
+    if not deleted:
+        raise NotFound(f"no document {doc_id!r}")
+    return DeleteResponse(deleted=deleted, request_id=request_id_of(request))
+
+
+@router.post("/documents/delete", response_model=DeleteResponse, dependencies=[Depends(require_write_key),
+             Depends(require_json_body)], responses=_errors(400, 401, 403, 415, 422, 503))
+async def delete_documents(request: Request, body: DeleteByFilterRequest) -> DeleteResponse:
+    """Delete every document that passes ``filter`` (the search filter's language); 400 naming a field no document
+    has. Answers with the ids deleted (none is not an error)."""
+    live = live_of(request)
+    try:
+        deleted = await live.delete(flt=body.filter.to_filter())
+    except SearchParamsError as e:
+        raise BadRequest(str(e)) from None
+    return DeleteResponse(deleted=deleted, request_id=request_id_of(request))
+
+
+@router.get("/documents/{doc_id}", dependencies=[Depends(require_api_key)], responses=_errors(401, 403, 404, 503))
+async def get_document(request: Request, doc_id: str) -> dict[str, Any]:
+    """The live version of a document, in the corpus format; 404 when none has this id."""
+    live = live_of(request)
+    doc = live.store.get(doc_id)
+    if doc is None:
+        raise NotFound(f"no document {doc_id!r}")
+    return doc
+
+
+@router.post("/admin/compact", response_model=CompactResponse, status_code=202,
+             dependencies=[Depends(require_write_key)], responses=_errors(401, 403, 503))
+async def compact(request: Request) -> CompactResponse:
+    """Merge the segment and the tombstones into a new base in the background (searches and writes go on; the new
+    base is swapped in when built and checked). 202 with whether a merge runs and the live state."""
+    live = live_of(request)
+    if live is None:
+        raise NotReady()
+    merging = live.maybe_merge(force=True)
+    return CompactResponse(merging=merging, live=live.describe())

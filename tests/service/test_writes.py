@@ -1,0 +1,118 @@
+"""The write API (service.writes, service.live): documents written over HTTP are searchable when acknowledged,
+refused whole with a 422 naming the field, deleted by id or filter, kept across a restart, merged in the background.
+
+    .venv/bin/python -m pytest -q tests/service/test_writes.py
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from spanseek.service.app import create_app
+from tests.service.conftest import serving
+
+KEY = {"X-API-Key": "key"}
+ADMIN = {"X-API-Key": "admin"}
+DOC = {"id": "new-1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the harbour bridge of the island.",
+                                                        "In 1460 Hugo built the island church."],
+       "meta": {"lang": "en", "year": 1450}}
+
+
+@pytest.fixture
+def write_settings(settings_for, tmp_path):
+    def make(**overrides):
+        return settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0, **overrides)
+
+    return make
+
+
+def found(client, doc_id: str, unit: str = "doc", headers=KEY) -> bool:
+    r = client.post(f"/search?unit={unit}", headers=headers,
+                    json={"query": "who built the harbour bridge?", "top_k": 5, "filter": {"doc_ids": [doc_id]}})
+    assert r.status_code == 200, r.text
+    return any(h["doc_id"] == doc_id for h in r.json()["results"][0]["hits"])
+
+
+def test_a_written_document_is_searchable_when_acknowledged_and_a_restart_keeps_it(write_settings):
+    settings = write_settings()
+    with serving(create_app(settings)) as client:
+        r = client.put("/documents", headers=KEY, json={"documents": [DOC]})
+        assert r.status_code == 200, r.text
+        assert r.json()["documents"] == 1 and r.json()["passages"] == 2 and r.json()["tokens"] > 10
+        assert all(found(client, "new-1", unit) for unit in ("phrase", "passage", "doc"))
+        assert client.get("/documents/new-1", headers=KEY).json() == DOC
+        r = client.put("/documents", headers=KEY, json={**DOC, "id": "d0", "title": "Replaced"})  # one, unwrapped
+        assert r.status_code == 200 and client.get("/documents/d0", headers=KEY).json()["title"] == "Replaced"
+        metrics = client.get("/metrics").text
+        assert "spanseek_documents_written_total 2.0" in metrics and "spanseek_wal_bytes" in metrics
+    with serving(create_app(settings)) as client:  # the log is replayed at start
+        assert found(client, "new-1") and client.get("/documents/d0", headers=KEY).json()["title"] == "Replaced"
+
+
+def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
+    with serving(create_app(write_settings())) as client:
+        bad = [
+            ({"documents": [DOC, {"id": "x", "paragraphs": ["ok", 3]}]}, ["body", "documents", "1", "paragraphs"]),
+            ({"documents": [DOC, {"id": "x", "title": "\ud800", "paragraphs": ["ok"]}]},
+             ["body", "documents", "1", "title"]),
+            ({"documents": [DOC, {"id": "x", "paragraphs": ["ok"], "meta": {"big": "x" * 20000}}]},
+             ["body", "documents", "1", "meta"]),
+            ({"documents": [DOC, {"id": "x", "paragraphs": ["  "]}]}, ["body", "documents", "1", "paragraphs"]),
+            ({"documents": [DOC, DOC]}, ["body", "documents", "1", "id"]),
+        ]
+        for body, loc in bad:
+            r = client.put("/documents", headers={**KEY, "Content-Type": "application/json"},
+                           content=json.dumps(body))  # (escaped: a lone surrogate is sent as \\ud800)
+            assert r.status_code == 422, r.text
+            assert any(d["loc"][: len(loc)] == loc for d in r.json()["details"]), (loc, r.json()["details"])
+        assert client.get("/documents/new-1", headers=KEY).status_code == 404  # nothing of them was written
+        assert not found(client, "new-1")
+
+
+def test_delete_by_id_and_by_filter(write_settings):
+    with serving(create_app(write_settings())) as client:
+        docs = [{**DOC, "id": f"w{i}", "meta": {"lang": lang, "year": 2000 + i}}
+                for i, lang in enumerate(["en", "fr", "en", "de"])]
+        assert client.put("/documents", headers=KEY, json={"documents": docs}).status_code == 200
+        r = client.delete("/documents/w0", headers=KEY)
+        assert r.status_code == 200 and r.json()["deleted"] == ["w0"] and not found(client, "w0")
+        assert client.delete("/documents/w0", headers=KEY).status_code == 404
+        r = client.post("/documents/delete", headers=KEY,
+                        json={"filter": {"must": [{"key": "lang", "match": "en"}]}})
+        assert r.status_code == 200 and r.json()["deleted"] == ["w2"]
+        r = client.post("/documents/delete", headers=KEY,
+                        json={"filter": {"must": [{"key": "year", "range": {"gte": 2003}}]}})
+        assert r.json()["deleted"] == ["w3"] and found(client, "w1") and not found(client, "w3")
+        r = client.post("/documents/delete", headers=KEY, json={"filter": {"meta": {"colour": "red"}}})
+        assert r.status_code == 400 and "colour" in r.json()["message"]
+
+
+def test_writes_need_the_write_key(write_settings, settings_for):
+    with serving(create_app(write_settings(admin_api_key="admin"))) as client:
+        assert client.put("/documents", json=DOC).status_code == 401
+        assert client.put("/documents", headers=KEY, json=DOC).status_code == 401  # the API key only reads
+        assert client.put("/documents", headers=ADMIN, json=DOC).status_code == 200
+        assert client.get("/documents/new-1", headers=KEY).status_code == 200 and found(client, "new-1", headers=ADMIN)
+        assert client.post("/admin/reload", headers=ADMIN).status_code == 403  # the index changes by writes
+    with serving(create_app(settings_for(api_key="key"))) as client:
+        assert client.put("/documents", headers=KEY, json=DOC).status_code == 403  # writes off
+
+
+def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
+    with serving(create_app(write_settings())) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        assert client.delete("/documents/d1", headers=KEY).status_code == 200
+        r = client.post("/admin/compact", headers=KEY)
+        assert r.status_code == 202 and r.json()["merging"]
+        statuses = []
+        deadline = time.monotonic() + 120
+        while client.post("/admin/compact", headers=KEY).json()["live"]["merges"] < 1:
+            assert time.monotonic() < deadline
+            statuses.append(client.post("/search", headers=KEY, json={"query": "who built it?"}).status_code)
+        live = client.post("/admin/compact", headers=KEY).json()["live"]
+        assert live["segment_documents"] == 0 and live["tombstones"] == 0 and live["last_merge"]["documents"] == 1
+        assert set(statuses) <= {200} and found(client, "new-1") and not found(client, "d1")
+        assert client.get("/documents/d0", headers=KEY).status_code == 200
