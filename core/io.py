@@ -296,15 +296,20 @@ def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
         opener = gzip.open(tmp, "wt", encoding="utf-8") if path.suffix == ".gz" else open(tmp, "w", encoding="utf-8")
         with opener as f:
             for d in docs:
-                line: dict[str, Any] = {"id": d.id, "title": d.title, "paragraphs": list(d.paragraphs)}
-                if any(d.passage_meta):
-                    line["passage_meta"] = list(d.passage_meta)
-                if d.meta:
-                    line["meta"] = d.meta
-                f.write(json.dumps(line, ensure_ascii=False))
+                f.write(json.dumps(document_json(d), ensure_ascii=False))
                 f.write("\n")
                 n += 1
     return n
+
+
+def document_json(doc: Document) -> dict[str, Any]:
+    """A document as one corpus line's JSON object (``meta`` and ``passage_meta`` only when given)."""
+    out: dict[str, Any] = {"id": doc.id, "title": doc.title, "paragraphs": list(doc.paragraphs)}
+    if any(doc.passage_meta):
+        out["passage_meta"] = list(doc.passage_meta)
+    if doc.meta:
+        out["meta"] = doc.meta
+    return out
 
 
 def load_squad(path: str | Path) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from spanseek.core.encoding import PassageEncoder, pick_precision
-from spanseek.core.io import Document, document_from_json, write_corpus, write_json_atomic
+from spanseek.core.io import Document, document_from_json, document_json, write_corpus, write_json_atomic
 from spanseek.core.model import load_tokenizer
 from spanseek.core.params import SearchFilter
 from spanseek.core.phrase_index import PhraseIndex, doc_record
@@ -51,16 +51,6 @@ STATE = "state.json"
 WAL_DIR = "wal"
 BASES = "bases"
 CHUNK_TOKENS = 512  # tokens per encoding step of a write: about one search batch's time on 2 CPU cores
-
-
-def document_json(doc: Document) -> dict[str, Any]:
-    """A document in the corpus format (what the log records and ``GET /documents/{id}`` returns)."""
-    out: dict[str, Any] = {"id": doc.id, "title": doc.title, "paragraphs": list(doc.paragraphs)}
-    if doc.meta:
-        out["meta"] = doc.meta
-    if any(doc.passage_meta):
-        out["passage_meta"] = list(doc.passage_meta)
-    return out
 
 
 def corpus_json(record: dict[str, Any], passages: Iterable[dict[str, Any]]) -> dict[str, Any]:

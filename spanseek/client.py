@@ -9,7 +9,8 @@
 It needs only httpx and tenacity (``pip install 'spanseek[client]'``) and defines its own light result types,
 mirroring the response schema of ``POST /search``; fields the server adds later land in each object's ``extra``
 dict. Every route has its method: ``search``/``search_batch`` (the request's options typed in ``SearchOptions``),
-``info``, ``health``, ``ready``, ``metrics`` and ``reload``.
+``info``, ``health``, ``ready``, ``metrics`` and ``reload``; on a server with writes on (``SPANSEEK_WRITES=1``),
+``upsert``, ``delete`` (by id or by filter), ``get`` and ``compact``.
 
 Retries (tenacity): a 429 (queue full), a 503 (loading, or shutting down) and a failed connection are tried again,
 up to ``max_retries`` times and ``max_retry_time`` seconds in all. The wait is the server's ``Retry-After`` when it
@@ -29,9 +30,10 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
+from urllib.parse import quote
 
 import httpx
 from tenacity import (
@@ -337,6 +339,28 @@ class _Base:
         return {} if index is None else {"json": {"index": os.fspath(index)}}
 
 
+DocumentLike = Mapping[str, Any]  # a document in the corpus format: {"id", "title", "paragraphs", "meta", ...}
+
+
+def _documents_body(documents: DocumentLike | Sequence[DocumentLike]) -> dict[str, Any]:
+    docs = [documents] if isinstance(documents, Mapping) else list(documents)
+    return {"documents": [dict(d) for d in docs]}
+
+
+def _document_path(doc_id: str) -> str:
+    return "/documents/" + quote(doc_id, safe="")
+
+
+def _delete_request(doc_id: str | None, flt: SearchFilter | Mapping[str, Any] | None
+                    ) -> tuple[str, str, dict[str, Any]]:
+    if (doc_id is None) == (flt is None):
+        raise ValueError("delete takes a document id or a filter (one of them)")
+    if doc_id is not None:
+        return "DELETE", _document_path(doc_id), {}
+    body = flt.to_json() if isinstance(flt, SearchFilter) else dict(flt or {})
+    return "POST", "/documents/delete", {"json": {"filter": body}}
+
+
 def _timeout(timeout: float | httpx.Timeout, connect_timeout: float | None) -> httpx.Timeout:
     """``timeout`` seconds to read, write and get a pooled connection; ``connect_timeout`` to connect (a refused or
     unreachable server is retried sooner than a slow answer is given up)."""
@@ -398,6 +422,27 @@ class Client(_Base):
         a server with an API key), or open the served path again; the new index's summary."""
         return _json_object(self._send("POST", "/admin/reload", **self._reload_body(index)))
 
+    def upsert(self, documents: DocumentLike | Sequence[DocumentLike]) -> dict[str, int]:
+        """``PUT /documents`` (a server with writes on; the write or admin key): add or replace documents by id;
+        returns the documents, passages and tokens written. Searchable when this returns."""
+        return _json_object(self._send("PUT", "/documents", json=_documents_body(documents)))
+
+    def delete(self, doc_id: str | None = None, *, filter: SearchFilter | Mapping[str, Any] | None = None) -> list[str]:
+        """Delete one document by id (``DELETE /documents/{id}``), or every one that passes a search ``filter``
+        (``POST /documents/delete``); returns the ids deleted ([] when the id is not held)."""
+        method, path, kwargs = _delete_request(doc_id, filter)
+        response = self._send(method, path, **kwargs)
+        return [] if response.status_code == 404 else list(_json_object(response)["deleted"])
+
+    def get(self, doc_id: str) -> dict[str, Any] | None:
+        """``GET /documents/{id}``: the live version of a document in the corpus format, or None."""
+        response = self._send("GET", _document_path(doc_id))
+        return None if response.status_code == 404 else _json_object(response)
+
+    def compact(self) -> dict[str, Any]:
+        """``POST /admin/compact``: start merging the written documents into a new base (in the background)."""
+        return _json_object(self._send("POST", "/admin/compact"))
+
     def close(self) -> None:
         self._http.close()
 
@@ -454,6 +499,26 @@ class AsyncClient(_Base):
     async def reload(self, index: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         """``POST /admin/reload`` with the client's API key (see ``Client.reload``)."""
         return _json_object(await self._send("POST", "/admin/reload", **self._reload_body(index)))
+
+    async def upsert(self, documents: DocumentLike | Sequence[DocumentLike]) -> dict[str, int]:
+        """``PUT /documents`` (see ``Client.upsert``)."""
+        return _json_object(await self._send("PUT", "/documents", json=_documents_body(documents)))
+
+    async def delete(self, doc_id: str | None = None, *,
+                     filter: SearchFilter | Mapping[str, Any] | None = None) -> list[str]:
+        """Delete by id or by filter (see ``Client.delete``)."""
+        method, path, kwargs = _delete_request(doc_id, filter)
+        response = await self._send(method, path, **kwargs)
+        return [] if response.status_code == 404 else list(_json_object(response)["deleted"])
+
+    async def get(self, doc_id: str) -> dict[str, Any] | None:
+        """``GET /documents/{id}`` (see ``Client.get``)."""
+        response = await self._send("GET", _document_path(doc_id))
+        return None if response.status_code == 404 else _json_object(response)
+
+    async def compact(self) -> dict[str, Any]:
+        """``POST /admin/compact`` (see ``Client.compact``)."""
+        return _json_object(await self._send("POST", "/admin/compact"))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -116,3 +116,17 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         assert live["segment_documents"] == 0 and live["tombstones"] == 0 and live["last_merge"]["documents"] == 1
         assert set(statuses) <= {200} and found(client, "new-1") and not found(client, "d1")
         assert client.get("/documents/d0", headers=KEY).status_code == 200
+
+
+def test_the_python_client_upserts_gets_and_deletes(write_settings, live):
+    from spanseek.client import Client
+    from spanseek.core.filters import SearchFilter
+
+    with live(create_app(write_settings())) as url, Client(url, api_key="key") as client:
+        written = client.upsert(DOC)
+        assert written["documents"] == 1 and written["passages"] == 2 and written["tokens"] > 10
+        assert client.get("new-1") == DOC and client.get("nope") is None
+        assert client.search("harbour bridge", unit="doc", filter=SearchFilter(doc_ids=("new-1",))).hits
+        assert client.delete("nope") == [] and client.delete("new-1") == ["new-1"] and client.get("new-1") is None
+        client.upsert([{**DOC, "id": "a", "meta": {"lang": "fr"}}, {**DOC, "id": "b"}])
+        assert client.delete(filter={"meta": {"lang": "fr"}}) == ["a"] and client.get("b") is not None
