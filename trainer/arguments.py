@@ -105,7 +105,7 @@ class JobOptions:
 class FrozenModelJob(JobOptions):
     """A job that fits something on top of a frozen trained model (the token filter head, the span length bias)."""
 
-    model: str = option(help="trained phrase model (a directory or default); its encoders stay frozen")
+    model: str = option(help="trained phrase model (a directory, default or base); its encoders stay frozen")
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ class TrainConfig(TrainingOptions):
 class QsftConfig(TrainingOptions):
     """Query-side fine-tuning: the model whose question side is tuned, and its phrase cache."""
 
-    model: str = option(help="trained phrase model (e.g. default); its phrase encoder stays as it is")
+    model: str = option(help="trained phrase model (a directory, default or base); its phrase encoder stays as it is")
     cache: str | None = option(None, "phrase-vector cache directory (default OUT/phrase-cache)")
     val_index: str | None = option(None, "index of the held-out articles built with --model (else one is built)")
     from_index: str | None = option(None, "train against the vectors of this index, built with --model over "

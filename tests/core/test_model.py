@@ -15,6 +15,7 @@ import torch
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.model import (
+    BUNDLED_MODELS,
     CONFIG_NAME,
     DEFAULT_MODEL_DIR,
     WEIGHTS_NAME,
@@ -122,6 +123,30 @@ def test_default_model_is_bundled_and_small():
     assert config.weights == "lora" and config.backbone.startswith("package:")  # loads on a fresh install
     assert sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.rglob("*") if p.is_file()) <= 20e6
 
+
+
+def test_base_model_is_bundled_in_half_precision_with_adapters_that_fit_its_config():
+    """``--model base``: MPNet-base adapters and heads, stored as fp16 (under 25 MB), whose shapes are those its
+    config makes (rank, 768 dimensions): checked without the 438 MB backbone, which CI does not install."""
+    from safetensors import safe_open
+
+    base = BUNDLED_MODELS["base"]
+    assert resolve_model("base") == base
+    config = EncoderConfig.load(base / CONFIG_NAME)
+    assert config.backbone == "package:all-mpnet-base-v2" and config.weights == "lora" and config.dim == 768
+    assert sum(p.stat().st_size for p in base.rglob("*") if p.is_file()) <= 25e6
+    r, shapes = config.lora.r, {}
+    with safe_open(str(base / WEIGHTS_NAME), "pt") as f:
+        for name in f.keys():
+            shapes[name] = tuple(f.get_slice(name).get_shape())
+            assert f.get_slice(name).get_dtype() == "F16", name
+    lora_a = [s for n, s in shapes.items() if "lora_A" in n]
+    lora_b = [s for n, s in shapes.items() if "lora_B" in n]
+    assert lora_a and len(lora_a) == len(lora_b)
+    assert all(s[0] == r and s[1] in (768, 3072) for s in lora_a)
+    assert all(s[1] == r and s[0] in (768, 3072) for s in lora_b)
+    heads = {n: s for n, s in shapes.items() if "lora" not in n}
+    assert heads and all(768 in s for s in heads.values() if len(s) == 2)
 
 def test_config_round_trip_and_validation(tmp_path, tiny_config):
     path = tmp_path / CONFIG_NAME
