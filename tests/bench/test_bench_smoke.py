@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "bench/README.md", "docs/*.md", "core/models/*/README.md"]
@@ -101,6 +102,20 @@ def test_index_throughput(tmp_path, tiny_model_dir, tiny_corpus):
               "--limit-passages", 6, "--shard-passages", 4, "--out", tmp_path / "index.json")
     r = results(tmp_path / "index.json", "ratio", "raw_tokens_per_second", "build_tokens_per_second")
     assert r["passages"] == 6 and positive(r["ratio"])
+
+
+@smoke("bench/model_cost.py")
+def test_model_cost(tmp_path, tiny_model_dir, tiny_corpus, tiny_squad):
+    run_bench("bench/model_cost.py", "--models", f"{tiny_model_dir},{tiny_model_dir}", "--corpus", tiny_corpus,
+              "--limit-passages", 6, "--questions", tiny_squad, "--split", "all", "--n-questions", 8,
+              "--single-questions", 2, "--repeats", 1, "--out", tmp_path / "cost.json")
+    r = results(tmp_path / "cost.json", "models", "cpu")
+    first, second = r["models"]
+    for row in (first, second):
+        assert positive(row["questions_per_second_batch64"]) and positive(row["build_tokens_per_second"])
+        assert row["index_bytes_per_token"] > row["faiss_bytes_per_token"] >= 4 * row["dim"]  # Flat: fp32 vectors
+    assert first["ratio_to_first"]["index_bytes_per_token"] == 1.0
+    assert second["ratio_to_first"]["index_bytes_per_token"] == 1.0  # the same model twice: the same index
 
 
 @smoke("bench/search_throughput.py")
@@ -362,9 +377,31 @@ def test_carry_backbone_help():
         assert "usage:" in run_bench("bench/gpu/carry_backbone.py", command, "--help")
 
 
+def test_carried_int8_weights_round_trip_within_their_scale():
+    """int8 with one fp16 scale per 128 weights of a row: every weight comes back within half a step of its
+    group's scale; vectors and small matrices come back as fp16; integer tensors unchanged."""
+    sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+    from carry_backbone import GROUP, SCALE, shrink, widen
+
+    torch.manual_seed(0)
+    big = torch.randn(128, 4 * GROUP) * torch.logspace(-3, 0, 4 * GROUP)  # groups of very different scales
+    tensors = {"big": big, "small": torch.randn(32, 12), "bias": torch.randn(7), "ids": torch.arange(5)}
+    stored = shrink(tensors, "int8")
+    assert stored["big"].dtype == torch.int8 and stored["big" + SCALE].shape == (128, 4)
+    assert stored["small"].dtype == torch.float16 and stored["ids"].dtype == torch.int64
+    back = widen(stored)
+    assert set(back) == set(tensors) and all(t.dtype != torch.float16 for t in back.values())
+    step = stored["big" + SCALE].float().repeat_interleave(GROUP, dim=1)
+    assert torch.all((back["big"] - big).abs() <= 0.5 * step * 1.01 + 1e-7)
+    assert torch.equal(back["ids"], tensors["ids"])
+    assert torch.allclose(back["small"], tensors["small"], rtol=1e-3, atol=1e-3)
+    assert torch.equal(widen(shrink(tensors, "fp16"))["big"], big.half().float())
+
+
 @smoke("bench/gpu_training.sh")
 @smoke("bench/gpu_model_negatives.sh")
-@pytest.mark.parametrize("script", ["bench/gpu_training.sh", "bench/gpu_model_negatives.sh"])
+@smoke("bench/gpu/train_base.sh")
+@pytest.mark.parametrize("script", ["bench/gpu_training.sh", "bench/gpu_model_negatives.sh", "bench/gpu/train_base.sh"])
 def test_gpu_shell_scripts_parse_and_state_their_usage(script):
     subprocess.run(["bash", "-n", str(ROOT / script)], check=True)
     proc = subprocess.run(["bash", str(ROOT / script)], cwd=ROOT, capture_output=True, text=True, check=False)
