@@ -18,7 +18,8 @@ log = logging.getLogger("spanseek.service")
 
 def serve_flags() -> list[tuple[str, str, str]]:
     """(flag, settings field, help) of every setting: the flags are generated from ``Settings`` (its field names and
-    descriptions), so a new setting is one line there. ``warmup`` is the switch ``--no-warmup``."""
+    descriptions), so a new setting is one line there. ``warmup`` is the switch ``--no-warmup``; other booleans
+    (off by default, ``writes``) are switches that turn them on."""
     flags = []
     for name, info in Settings.model_fields.items():
         if name == "warmup":
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the HTTP search service (FastAPI + uvicorn); every flag is also an "
                                      "environment variable")
     for flag, dest, help_text in serve_flags():
+        if Settings.model_fields[dest].annotation is bool:  # a switch that is off by default: --writes
+            p.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=help_text)
+            continue
         # strings: pydantic converts and checks them as it does the environment's, naming the flag when they fail
         p.add_argument(flag, dest=dest, default=None, help=help_text)
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip warm-up searches")

@@ -414,3 +414,16 @@ def test_document_formats(tmp_path, tiny_model_dir, tiny_squad):
               "--formats", "squad", "pdf", "docx", "--limit", 6, "--out", tmp_path / "formats")
     r = results(tmp_path / "formats" / "results.json", "squad.phrase_em@1", "pdf.passage_acc@5", "docx.passage_acc@5")
     assert r["pdf"]["n_questions"] == r["docx"]["n_questions"] == 6 and r["pdf"]["passages"] > 0
+
+
+@smoke("bench/live_writes.py")
+@pytest.mark.slow
+def test_live_writes(tmp_path, tiny_index, tiny_model_dir):
+    run_bench("bench/live_writes.py", "--index", tiny_index, "--model", tiny_model_dir, "--workdir", tmp_path / "w",
+              "--clients", 2, "--seconds", 1, "--writes", 3, "--kills", 2, "--kill-writes", 4,
+              "--out", tmp_path / "live.json")
+    r = results(tmp_path / "live.json", "cpu", "baseline.p99_ms", "during_writes.p99_ms", "writes.visible_after_ack",
+                "merge.statuses", "kill9.lost_acknowledged", "kill9.half_present_unacknowledged")
+    assert r["writes"]["statuses"] == {"200": 3} and r["writes"]["visible_within_1s"] == 3
+    assert r["kill9"]["kills"] == 2 and r["kill9"]["lost_acknowledged"] == 0
+    assert r["kill9"]["half_present_unacknowledged"] == 0 and set(r["merge"]["statuses"]) <= {"200"}

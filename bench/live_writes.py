@@ -1,0 +1,286 @@
+"""Live writes under search load: how soon a written document is searchable, what writes cost the searches, a
+background merge under load, and kill -9 during writes.
+
+    python bench/live_writes.py --index work/demo-index --model default --workdir work/live-bench \
+        --out bench/results/live_writes.json
+
+Starts `spanseek serve --writes` (a fresh live directory under --workdir, an API key) and runs, with --clients
+closed-loop searching clients (phrase unit, top_k 10, honouring Retry-After) throughout:
+
+1. baseline: --seconds of search load alone (latency p50/p99);
+2. writes: --writes single-document `PUT /documents`, one at a time (each document one passage of the index,
+   under a new id). After each acknowledgement a probe searches for it (unit=doc, filtered to its id) until it is
+   found: the visible delay is from the acknowledgement to the answer of the first probe that finds it (so it
+   includes one search's latency). The searching clients' latency is recorded meanwhile;
+3. merge (unless --no-merge): `POST /admin/compact` under the same load, every answer's status counted until the
+   merge is done;
+4. kill -9 (--kills > 0): a second server over a fresh live directory; --kill-writes single-document writes, and
+   the server killed (SIGKILL) --kills times at random moments, some while a write is in flight, then restarted.
+   After each restart every acknowledged document must be returned by `GET /documents/{id}` and found by a search,
+   and a write that was not acknowledged must be all there (found, every passage) or not at all.
+
+Prints a table and writes JSON with the CPU's name (bench/machine.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import aiohttp  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_name  # noqa: E402
+from service_load import free_port, make_questions, percentiles, wait_ready  # noqa: E402
+from service_reliability import start, stop  # noqa: E402
+
+from spanseek.core.phrase_index import PASSAGES, read_jsonl  # noqa: E402
+
+KEY = "live-writes-bench"
+HEADERS = {"X-API-Key": KEY}
+
+
+def serve(index: Path, model: str, port: int, live_dir: Path):
+    return start(index, model, port, ["--writes", "--live-dir", str(live_dir), "--api-key", KEY, "--merge-tokens", "0"])
+
+
+def documents(index: Path, n: int, prefix: str, seed: int = 0) -> list[dict]:
+    """``n`` one-passage documents taken from the index's passages, under new ids."""
+    passages = read_jsonl(index / PASSAGES)
+    rng = random.Random(seed)
+    return [{"id": f"{prefix}-{i}", "title": f"Live {i}", "paragraphs": [rng.choice(passages)["text"]],
+             "meta": {"source": "live-writes-bench"}} for i in range(n)]
+
+
+async def searching(s: aiohttp.ClientSession, questions: list[str], n: int, stop_at: asyncio.Event,
+                    records: list[tuple[float, float, int | str]]) -> None:
+    """A closed-loop client: (sent, latency, status) per request; honours Retry-After."""
+    i = n
+    while not stop_at.is_set():
+        sent = time.monotonic()
+        try:
+            async with s.post("/search?unit=phrase", json={"query": questions[i % len(questions)], "top_k": 10},
+                              headers=HEADERS) as r:
+                await r.read()
+                status: int | str = r.status
+                wait = float(r.headers.get("Retry-After", "1")) if r.status == 429 else 0.0
+        except (aiohttp.ClientError, TimeoutError) as e:
+            status, wait = type(e).__name__, 0.0
+        records.append((sent, time.monotonic() - sent, status))
+        await asyncio.sleep(wait)
+        i += 7
+
+
+async def found(s: aiohttp.ClientSession, doc: dict) -> bool:
+    """Whether a search filtered to the document finds it (its title and text)."""
+    body = {"query": doc["paragraphs"][0][:200], "top_k": 1, "filter": {"doc_ids": [doc["id"]]}}
+    async with s.post("/search?unit=doc", json=body, headers=HEADERS) as r:
+        if r.status != 200:
+            return False
+        return any(h["doc_id"] == doc["id"] for res in (await r.json())["results"] for h in res["hits"])
+
+
+async def write(s: aiohttp.ClientSession, doc: dict) -> int:
+    async with s.put("/documents", json=doc, headers=HEADERS) as r:
+        await r.read()
+        return r.status
+
+
+def summary(records: list[tuple[float, float, int | str]], t0: float, t1: float) -> dict:
+    window = [r for r in records if t0 <= r[0] < t1]
+    statuses: dict[str, int] = {}
+    for _, _, st in window:
+        statuses[str(st)] = statuses.get(str(st), 0) + 1
+    return {"requests": len(window), "statuses": statuses, **percentiles([lat for _, lat, st in window if st == 200])}
+
+
+async def load_phases(args: argparse.Namespace, index: Path, port: int) -> dict:
+    questions = make_questions(SimpleNamespace(index=SimpleNamespace(passages=read_jsonl(index / PASSAGES))), 400)
+    docs = documents(index, args.writes, "live")
+    out: dict = {}
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", timeout=aiohttp.ClientTimeout(total=600)) as s:
+        await wait_ready(s, args.proc)
+        stop_at, records = asyncio.Event(), []
+        clients = [asyncio.create_task(searching(s, questions, n, stop_at, records)) for n in range(args.clients)]
+        t0 = time.monotonic()
+        await asyncio.sleep(args.seconds)
+        t1 = time.monotonic()
+        out["baseline"] = summary(records, t0, t1)
+        acks, delays, probes, write_status = [], [], [], {}
+        for doc in docs:
+            sent = time.monotonic()
+            status = await write(s, doc)
+            acked = time.monotonic()
+            write_status[str(status)] = write_status.get(str(status), 0) + 1
+            if status != 200:
+                continue
+            acks.append(acked - sent)
+            tries = 0
+            while True:
+                tries += 1
+                if await found(s, doc):
+                    delays.append(time.monotonic() - acked)
+                    break
+                if time.monotonic() - acked > 30:
+                    delays.append(float("inf"))
+                    break
+            probes.append(tries)
+            if args.write_interval:
+                await asyncio.sleep(args.write_interval)
+        t2 = time.monotonic()
+        out["writes"] = {"documents": len(docs), "statuses": write_status, "seconds": round(t2 - t1, 2),
+                         "ack": percentiles(acks), "visible_after_ack": percentiles(delays),
+                         "visible_max_ms": max(delays) * 1e3 if delays else None,
+                         "visible_within_1s": sum(d <= 1.0 for d in delays), "probes_max": max(probes, default=0)}
+        out["during_writes"] = summary(records, t1, t2)
+        base_p99, write_p99 = out["baseline"]["p99_ms"], out["during_writes"]["p99_ms"]
+        out["search_p99_ratio"] = write_p99 / base_p99 if base_p99 else None
+        if args.merge:
+            async with s.post("/admin/compact", headers=HEADERS) as r:
+                started = (await r.json())["live"]["merges"]
+            while True:
+                await asyncio.sleep(0.5)
+                async with s.post("/admin/compact", headers=HEADERS) as r:
+                    live = (await r.json())["live"]
+                if live["merges"] > started or (live["last_merge"] or {}).get("error"):
+                    break
+            t3 = time.monotonic()
+            out["merge"] = {**summary(records, t2, t3), "seconds": round(t3 - t2, 1), "result": live["last_merge"],
+                            "found_after": sum([await found(s, d) for d in docs[:: max(1, len(docs) // 20)]])}
+        stop_at.set()
+        await asyncio.gather(*clients)
+    return out
+
+
+async def kill_phase(args: argparse.Namespace, index: Path) -> dict:
+    live_dir = Path(args.workdir) / "kill.live"
+    shutil.rmtree(live_dir, ignore_errors=True)
+    docs = documents(index, args.kill_writes, "kill", seed=1)
+    rng = random.Random(args.seed)
+    kill_at = set(rng.sample(range(1, len(docs)), min(args.kills, len(docs) - 1)))
+    acked: list[dict] = []
+    unacked: list[dict] = []
+    restarts: list[float] = []
+    lost, half, all_there_unacked = 0, 0, 0
+    interrupted: dict | None = None
+    port = free_port()
+    proc = serve(index, args.model, port, live_dir)
+    timeout = aiohttp.ClientTimeout(total=600)
+    try:
+        for i, doc in enumerate(docs):
+            async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", timeout=timeout) as s:
+                if i == 0 or i - 1 in kill_at:
+                    t0 = time.monotonic()
+                    await wait_ready(s, proc, timeout=900)
+                    if i:
+                        restarts.append(time.monotonic() - t0)
+                        for d in acked:  # everything acknowledged is back, and searchable
+                            async with s.get(f"/documents/{d['id']}", headers=HEADERS) as r:
+                                ok = r.status == 200 and (await r.json())["paragraphs"] == d["paragraphs"]
+                            lost += not (ok and await found(s, d))
+                        if interrupted is not None:  # the write the kill cut short: all there, or nothing
+                            async with s.get(f"/documents/{interrupted['id']}", headers=HEADERS) as r:
+                                there = r.status == 200
+                            searchable = await found(s, interrupted)
+                            half += there != searchable
+                            all_there_unacked += there and searchable
+                task = asyncio.create_task(write(s, doc))
+                if i in kill_at:
+                    await asyncio.sleep(rng.uniform(0.0, args.kill_window))
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    try:
+                        status = await task
+                    except (aiohttp.ClientError, TimeoutError):
+                        status = 0
+                    (acked if status == 200 else unacked).append(doc)
+                    interrupted = None if status == 200 else doc
+                    proc = serve(index, args.model, port, live_dir)
+                    continue
+                status = await task
+                (acked if status == 200 else unacked).append(doc)
+    finally:
+        stop(proc)
+    return {"writes": len(docs), "kills": len(kill_at), "acknowledged": len(acked), "unacknowledged": len(unacked),
+            "lost_acknowledged": lost, "half_present_unacknowledged": half,
+            "unacknowledged_found_whole": all_there_unacked,
+            "restart_seconds": percentiles(restarts) | {"max_s": max(restarts, default=0.0)}}
+
+
+async def run(args: argparse.Namespace) -> dict:
+    index = Path(args.index).resolve()
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    result: dict = {"cpu": cpu_name(), "index": str(index), "clients": args.clients, "writes": args.writes,
+                    "write_interval_s": args.write_interval}
+    if args.writes:
+        live_dir = Path(args.workdir) / "load.live"
+        shutil.rmtree(live_dir, ignore_errors=True)
+        port = free_port()
+        args.proc = serve(index, args.model, port, live_dir)
+        try:
+            result.update(await load_phases(args, index, port))
+        finally:
+            stop(args.proc)
+    if args.kills:
+        result["kill9"] = await kill_phase(args, index)
+    return result
+
+
+def table(r: dict) -> str:
+    rows = [f"CPU: {r['cpu']}; {r['clients']} searching clients"]
+    if "writes" in r and isinstance(r["writes"], dict):
+        w = r["writes"]
+        rows += [f"search p50/p99 alone        {r['baseline']['p50_ms']:8.1f} / {r['baseline']['p99_ms']:8.1f} ms",
+                 f"search p50/p99 during writes{r['during_writes']['p50_ms']:8.1f} / "
+                 f"{r['during_writes']['p99_ms']:8.1f} ms  (p99 x{r['search_p99_ratio']:.2f})",
+                 f"write ack p50/p99           {w['ack']['p50_ms']:8.1f} / {w['ack']['p99_ms']:8.1f} ms",
+                 f"visible after ack p50/p99   {w['visible_after_ack']['p50_ms']:8.1f} / "
+                 f"{w['visible_after_ack']['p99_ms']:8.1f} ms  ({w['visible_within_1s']}/{w['documents']} within 1 s)"]
+    if "merge" in r:
+        m = r["merge"]
+        rows.append(f"merge under load            {m['seconds']} s, statuses {m['statuses']}")
+    if "kill9" in r:
+        k = r["kill9"]
+        rows.append(f"kill -9                     {k['kills']} kills in {k['writes']} writes: lost acknowledged "
+                    f"{k['lost_acknowledged']}, half-present unacknowledged {k['half_present_unacknowledged']}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--index", required=True, help="index directory (not changed: writes go to --workdir)")
+    p.add_argument("--model", default="default")
+    p.add_argument("--workdir", required=True, help="folder for the live directories")
+    p.add_argument("--clients", type=int, default=8, help="closed-loop searching clients")
+    p.add_argument("--seconds", type=float, default=30.0, help="seconds of the baseline search load")
+    p.add_argument("--writes", type=int, default=200, help="single-document writes under load (0: skip)")
+    p.add_argument("--write-interval", type=float, default=0.0, help="seconds between two writes (0: back to back)")
+    p.add_argument("--no-merge", dest="merge", action="store_false", help="skip the merge under load")
+    p.add_argument("--kills", type=int, default=10, help="kill -9 of the server during the kill phase (0: skip)")
+    p.add_argument("--kill-writes", type=int, default=200, help="writes of the kill phase")
+    p.add_argument("--kill-window", type=float, default=0.3, help="a kill comes up to this many seconds after a "
+                                                                  "write is sent")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    result = asyncio.run(run(args))
+    print(table(result))  # noqa: T201
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
