@@ -50,7 +50,8 @@ def test_compose_file_validates_with_safe_defaults():
     assert spanseek["image"] == "spanseek:cpu" and "deploy" not in spanseek
     assert spanseek["environment"]["SPANSEEK_API_KEY"] == ""  # unset = empty = no key
     mounts = {v.split(":")[1]: v.split(":")[2] for v in spanseek["volumes"]}  # source:target:mode
-    assert mounts == {"/data/index": "ro", "/models/custom": "ro"}
+    assert mounts == {"/data/index": "ro", "/models/custom": "ro", "/data/live": "rw"}  # writes: the live volume
+    assert spanseek["environment"]["SPANSEEK_WRITES"] == "false" and spanseek["environment"]["SPANSEEK_LIVE_DIR"] == "/data/live"
     assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "s3cret"
 
 
