@@ -183,7 +183,10 @@ async def info(request: Request) -> InfoResponse:
         "confidence": sorted(state.searcher.calibrator.models) if state.searcher and state.searcher.calibrator else [],
         "pipeline": s.pipeline, "overlap": state.overlap, "reader": _reader_info(state.searcher),
         "max_read_passages": s.max_read_passages, "version": request.app.version, "reload": state.reloader.describe(),
+        "writes": state.live.describe() if state.live is not None else None,  # live writes: base, segment, log
     }
+    if service["writes"] is not None and not may_see_paths(request):
+        service["writes"]["base"] = hide_paths(service["writes"]["base"])
     index = dict(state.info["index"])
     model = dict(state.info["model"])
     if not may_see_paths(request):

@@ -46,6 +46,8 @@ def test_a_written_document_is_searchable_when_acknowledged_and_a_restart_keeps_
         assert client.get("/documents/new-1", headers=KEY).json() == DOC
         r = client.put("/documents", headers=KEY, json={**DOC, "id": "d0", "title": "Replaced"})  # one, unwrapped
         assert r.status_code == 200 and client.get("/documents/d0", headers=KEY).json()["title"] == "Replaced"
+        writes = client.get("/info", headers=KEY).json()["service"]["writes"]
+        assert writes["segment_documents"] == 2 and writes["tombstones"] == 1 and writes["wal_bytes"] > 0
         metrics = client.get("/metrics").text
         assert "spanseek_documents_written_total 2.0" in metrics and "spanseek_wal_bytes" in metrics
     with serving(create_app(settings)) as client:  # the log is replayed at start
