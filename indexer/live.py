@@ -181,8 +181,7 @@ class LiveStore:
         self._lock = threading.Lock()  # the log, the segment and the published snapshot change together
         self._merging = threading.Lock()
         self._since_rotation: list[tuple[str, Any]] | None = None  # writes during a merge, applied again after it
-        for leftover in (self.dir / BASES).glob("*.tmp"):  # a merge killed midway
-            shutil.rmtree(leftover, ignore_errors=True)
+        self._remove_leftovers()
         self._set_base(base)
         self.segment = Segment.over(base)
         self.replayed = 0
@@ -194,6 +193,17 @@ class LiveStore:
         self.wal = WriteAheadLog(self.dir / WAL_DIR / self.state["wals"][-1])
         self.snapshot = self._snapshot()
         publish(self.snapshot)
+
+    def _remove_leftovers(self) -> None:
+        """What a merge killed midway, or killed after its commit point, left: a partial base, logs and a base that
+        state.json no longer names."""
+        current = Path(self.state["base"]).resolve()
+        for path in (self.dir / BASES).iterdir():
+            if path.resolve() != current:
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        for path in (self.dir / WAL_DIR).glob("wal-*.jsonl"):
+            if path.name not in self.state["wals"]:
+                path.unlink()
 
     def _set_base(self, base: PhraseIndex) -> None:
         self.base = base

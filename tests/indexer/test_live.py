@@ -184,3 +184,14 @@ def test_merge_builds_a_base_that_searches_as_base_plus_segment(tmp_path, tiny_i
     state = json.loads((tmp_path / "live" / "state.json").read_text())
     assert Path(state["base"]).name == "base-000001" and len(state["wals"]) == 1
     assert np.array_equal(published[-1].index.deleted_docs, [])
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+
+    (tmp_path / "live" / "wal" / "wal-000001.jsonl").write_text("")  # what a kill after the commit point leaves
+    (tmp_path / "live" / "bases" / "base-000002.tmp").mkdir()  # and one during the next merge
+    again: list = []
+    reopened = open_store(tmp_path / "live", tiny_index, encoder,
+                          searcher_over(tiny_searcher, PhraseIndex(state["base"])), again)
+    assert reopened.replayed == 0 and sorted(p.name for p in (tmp_path / "live" / "bases").iterdir()) == ["base-000001"]
+    assert [p.name for p in (tmp_path / "live" / "wal").iterdir()] == state["wals"]
+    assert {(u, m): hits_of(again[-1], u, m) for u in UNITS for m in MODES} == before
