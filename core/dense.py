@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from spanseek.core.flat_search import FlatScan, flat_vectors
 from spanseek.core.gpu import OnDevice
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import search_ids
@@ -94,44 +95,96 @@ class DenseLeg:
         return self.index.token_vectors
 
     def candidates(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, top_k: int,
-                   unit_ids: Callable[[Spans], np.ndarray] | None) -> list[Spans]:
+                   unit_of_passage: np.ndarray | None) -> list[Spans]:
         """Candidate spans per question from MIPS over the tokens the plan's selection allows; a unit search
-        (``unit_ids``: each span's unit) deepens until ``top_k`` units are among them, or every unit it may return."""
+        (``unit_of_passage``: each passage's unit) deepens until ``top_k`` units are among them, or every unit it may
+        return.
+
+        A round's units are those of its candidate tokens that can start or end a span (``unit_counts``): what the
+        completed spans would hold, known before completing them, so each question is completed once, at its last
+        round's k. On a flat index the batch's scores are computed once for every round (``core.flat_search``)."""
         ntotal = self.index.faiss.ntotal
         unit = plan.params.unit
         k = min(ntotal, max(32, 2 * top_k) if unit == "phrase" else max(64, 8 * top_k))
         want = min(top_k, plan.selection.unit_count.get(unit, top_k))
+        search = self.searcher(plan, q_start, q_end)
+        last: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64),) * 2] * len(q_start)
         pending = np.arange(len(q_start))
-        spans: list[Spans] = [EMPTY_SPANS] * len(q_start)
-        while len(pending):
-            found = self.spans(q_start[pending], q_end[pending], k, plan)
-            still = []
-            for b, sp in zip(pending.tolist(), found, strict=True):
-                spans[b] = sp
-                if unit_ids is not None and k < ntotal and len(np.unique(unit_ids(sp))) < want:
-                    still.append(b)
-            pending = np.asarray(still, dtype=np.int64)
+        while len(pending) and ntotal:
+            ids = self.round_ids(search, pending, k)  # (2P, k): start rows, then end rows
+            for row, b in enumerate(pending.tolist()):
+                last[b] = (ids[row], ids[len(pending) + row])
+            if unit_of_passage is None or k >= ntotal:
+                break
+            pending = pending[self.unit_counts(ids, plan.max_tokens, unit_of_passage) < want]
             k = min(ntotal, k * 4)
-        return spans
+        return self.complete_all(plan, q_start, q_end, last)
 
-    def spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int, plan: Plan) -> list[Spans]:
-        """One round: top ``k`` start and end tokens per question, each completed to its best span."""
-        if self.index.faiss.ntotal == 0:
-            return [EMPTY_SPANS for _ in range(len(q_start))]
-        # One faiss call for both sides: a flat index streams its vectors once for all 2B queries
-        queries = np.concatenate([q_start, q_end])
+    def searcher(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray]:
+        """``ids(rows, k)``: the (2 len(rows), k) best token ids of questions ``rows`` (start rows, then end rows):
+        a ``FlatScan`` of the whole batch on a flat index searched on the CPU, else faiss for each round (with the
+        request's nprobe, the selection's selector, the refinement of a PQ index)."""
+        n = len(q_start)
+        queries = np.concatenate([q_start, q_end])  # one search for both sides: a flat index streams its vectors once
+        if self.on_device is None and flat_vectors(self.index.faiss) is not None:
+            allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
+            scan = FlatScan(self.index.faiss, queries, allowed)
+            return lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)
         device = self.on_device.index if self.on_device is not None else None
-        fetch = min(self.index.faiss.ntotal, k * self.refine_factor)
         sel, nprobe, vectors = plan.selection, plan.params.nprobe, plan.vectors
-        if self.refine_factor > 1 and vectors == self.index.token_vectors and fetch > k and fetch <= REFINE_MAX_FETCH:
-            ids = refine(search_ids(self.index, queries, fetch, nprobe, sel, device), queries, k,
-                         lambda t, q: self.scores(vectors, t, q))
-        else:
-            ids = search_ids(self.index, queries, k, nprobe, sel, device)  # (2B, k)
-        start_ids, end_ids = ids[: len(q_start)], ids[len(q_start) :]
+
+        def ids(rows: np.ndarray, k: int) -> np.ndarray:
+            x = queries[np.concatenate([rows, n + rows])]
+            fetch = min(self.index.faiss.ntotal, k * self.refine_factor)
+            if (self.refine_factor > 1 and vectors == self.index.token_vectors and fetch > k
+                    and fetch <= REFINE_MAX_FETCH):
+                return refine(search_ids(self.index, x, fetch, nprobe, sel, device), x, k,
+                              lambda t, q: self.scores(vectors, t, q))
+            return search_ids(self.index, x, k, nprobe, sel, device)
+
+        return ids
+
+    def round_ids(self, search: Callable[[np.ndarray, int], np.ndarray], rows: np.ndarray, k: int) -> np.ndarray:
+        """One round of the search: the top ``k`` start and end tokens of questions ``rows``."""
+        return search(rows, k)
+
+    def unit_counts(self, ids: np.ndarray, max_tokens: int, unit_of_passage: np.ndarray) -> np.ndarray:
+        """(P,) distinct units among the spans of each question's candidates ``ids`` (2P, k): the units of its start
+        candidates that can start a span and of its end candidates that can end one (``window``)."""
+        p, flags = len(ids) // 2, self.index.token_flags
+        ok = ids >= 0
+        for half, flag, forward in ((slice(0, p), FLAG_START, True), (slice(p, 2 * p), FLAG_END, False)):
+            part = ok[half]  # a view: the starts' rows, then the ends'
+            tokens = ids[half][part]
+            part[part] = (flags[tokens] & flag > 0) & self.window(tokens, max_tokens, forward)[1].any(axis=1)
+        question = np.nonzero(ok)[0] % p
+        n_units = int(unit_of_passage.max()) + 1
+        pairs = np.unique(question * n_units + unit_of_passage[self.index.token_passage[ids[ok]]])
+        return np.bincount(pairs // n_units, minlength=p)
+
+    def window(self, tokens: np.ndarray, max_tokens: int, forward: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(len(tokens), max_tokens) each: the ends of the spans each start token may begin (``forward``; column k
+        is a span of k + 1 tokens), or the starts of those each end token may close, clipped to the index, and
+        which of them are valid: in the token's passage, and a token that may end (start) a phrase."""
+        ptok, n, flags = self.index.passage_tokens, self.index.num_tokens, self.index.token_flags
+        offs = np.arange(max_tokens)
+        passage = self.index.token_passage[tokens]
+        if forward:
+            win = tokens[:, None] + offs[None, :]
+            ok = win < ptok[passage + 1][:, None]  # before the end of the start's passage
+            win = np.minimum(win, n - 1)
+            return win, ok & (flags[win] & FLAG_END > 0)
+        win = tokens[:, None] - offs[None, :]
+        ok = win >= ptok[passage][:, None]
+        win = np.maximum(win, 0)
+        return win, ok & (flags[win] & FLAG_START > 0)
+
+    def complete_all(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray,
+                     candidates: list[tuple[np.ndarray, np.ndarray]]) -> list[Spans]:
+        """Each question's start and end candidates (from its last round) completed to spans."""
         with numpy_blas().limit(limits=1):
-            return [self.complete(start_ids[b], end_ids[b], q_start[b], q_end[b], plan.max_tokens, vectors)
-                    for b in range(len(q_start))]
+            return [self.complete(s, e, q_start[b], q_end[b], plan.max_tokens, plan.vectors) if len(s) or len(e)
+                    else EMPTY_SPANS for b, (s, e) in enumerate(candidates)]
 
     def complete(self, start_ids: np.ndarray, end_ids: np.ndarray, qs: np.ndarray, qe: np.ndarray, max_tokens: int,
                  vec: Callable[[np.ndarray], np.ndarray]) -> Spans:
@@ -142,22 +195,11 @@ class DenseLeg:
         s = s[flags[s] & FLAG_START > 0]
         e = end_ids[end_ids >= 0]
         e = e[flags[e] & FLAG_END > 0]
-        offs = np.arange(max_tokens)
-        # forward: start s, ends s .. s+max_tokens-1 in the same passage
-        fwd = s[:, None] + offs[None, :]  # (m, max_tokens)
-        ptok = self.index.passage_tokens
-        fwd_ok = fwd < ptok[self.index.token_passage[s] + 1][:, None]  # end id of each start's passage
-        fwd = np.minimum(fwd, n - 1)
-        fwd_ok &= flags[fwd] & FLAG_END > 0
-        # backward: end e, starts e-max_tokens+1 .. e in the same passage
-        bwd = e[:, None] - offs[None, :]  # (m', max_tokens)
-        bwd_ok = bwd >= ptok[self.index.token_passage[e]][:, None]
-        bwd = np.maximum(bwd, 0)
-        bwd_ok &= flags[bwd] & FLAG_START > 0
-
+        fwd, fwd_ok = self.window(s, max_tokens, True)  # (m, max_tokens): ends s .. s + max_tokens - 1
+        bwd, bwd_ok = self.window(e, max_tokens, False)  # (m', max_tokens): starts e - max_tokens + 1 .. e
+        m, m2 = len(s), len(e)
         # Neighbour windows overlap, so each distinct token is read and scored once: one batched read, then
         # its start and end score in one (U, d) @ (d, 2) product, scattered back to every place it is used.
-        m, m2 = len(s), len(e)
         ids = np.concatenate([s, e, fwd.reshape(-1), bwd.reshape(-1)])  # (m + m' + (m + m') max_tokens,)
         uniq, inverse = np.unique(ids, return_inverse=True)
         sc = self.scores(vec, uniq, np.stack([qs, qe], axis=1))[inverse]  # (len(ids), 2): start score, end score
@@ -229,3 +271,4 @@ class DenseLeg:
         except ValueError as e:
             raise ValueError(f"passage {passage}: {e}") from None
         return a + i, a + j, score
+

@@ -294,7 +294,7 @@ class FineStore:
         """(len(ids), q) float32: the rows of token ids ``ids`` (1-D) dot each column of ``queries`` (d, q); a
         token without a row scores 0. A rotated store scores in its rotated space."""
         if not isinstance(self.quantizer, RotatedPQ):
-            return np.asarray(self[ids], np.float32) @ queries
+            return as_float32(self[ids]) @ queries  # widened exactly, so the product is numpy's as before
         ids = np.asarray(ids, np.int64)
         out = np.zeros((len(ids), np.shape(queries)[1]), np.float32)
         if self.row_map is None:
@@ -321,6 +321,17 @@ class FineStore:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self[:]
         return out if dtype is None else out.astype(dtype)
+
+
+def as_float32(rows: Any) -> np.ndarray:
+    """``rows`` as float32; half precision is widened by torch, about ten times faster than numpy's cast on CPUs
+    (span completion widens every neighbour vector it reads; the widening is exact either way)."""
+    rows = np.asarray(rows)
+    if rows.dtype == np.float16:
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(rows)).float().numpy()
+    return np.asarray(rows, dtype=np.float32)
 
 
 def open_fine_store(index_dir: Path, kind: str, mmap: bool = True, rows: Path | None = None) -> FineStore:

@@ -42,13 +42,13 @@ def passage_maxima(index, qs: np.ndarray, qe: np.ndarray, L: int, length_bias=No
 def count_rounds(monkeypatch, searcher) -> list[int]:
     """Record the k of every round of the phrase search (deepening grows it) in the returned list."""
     rounds: list[int] = []
-    spans = searcher.dense.spans
+    round_ids = searcher.dense.round_ids
 
-    def counting_spans(q_start, q_end, k, *rest):
+    def counting_round_ids(search, rows, k):
         rounds.append(k)
-        return spans(q_start, q_end, k, *rest)
+        return round_ids(search, rows, k)
 
-    monkeypatch.setattr(searcher.dense, "spans", counting_spans)
+    monkeypatch.setattr(searcher.dense, "round_ids", counting_round_ids)
     return rounds
 
 

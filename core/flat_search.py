@@ -1,0 +1,126 @@
+"""Exact MIPS over a flat (exhaustive) inner-product faiss index: one matrix product per batch, kept for its rounds.
+
+``DenseLeg`` (``core.dense``) searches a batch's 2B queries (q_start, then q_end) once for the first k and again,
+deeper, for the questions whose candidates hold too few units. faiss's ``IndexFlat`` recomputes every inner
+product for each of those searches and keeps its k best in a heap. Here the (2B, N) scores are one torch matrix
+product over the index's own vectors (``IndexFlat.get_xb``, not copied), held for the batch (within
+``FLAT_SCORES_BYTES``; larger batches are scored a block of queries at a time, and again for each round), and each
+round is a ``torch.topk`` over the rows it asks for.
+
+Order and ties are faiss's: best score first and, among equal scores, the larger token id first (faiss's min-heap
+for inner products breaks ties on the id, ``CMin::cmp2``); the tokens tied at the k-th place that are kept are the
+ones faiss's heap keeps (``faiss_ties``), so duplicated passages, whose tokens tie exactly, come back as from faiss. The scores are float32 inner products as faiss's, computed by another BLAS:
+they may differ from faiss's in the last bits, and two tokens within that of each other may then swap places.
+Tokens a selection does not allow score -inf and are returned as -1 after the allowed ones, as faiss does with
+a selector.
+
+    .venv/bin/python -m pytest -q tests/core/test_flat_search.py
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# (2B, N) float32 scores held for one batch's rounds; a batch over more is scored a block of queries at a time
+FLAT_SCORES_BYTES = 512 << 20
+
+
+def flat_vectors(faiss_index: Any) -> np.ndarray | None:
+    """The (N, d) float32 vectors of a flat inner-product faiss index (a view, not a copy); None for any other
+    index (IVF, PQ, an id map, a segmented index), which faiss searches."""
+    import faiss
+
+    if type(faiss_index) not in (faiss.IndexFlat, faiss.IndexFlatIP):
+        return None
+    if faiss_index.metric_type != faiss.METRIC_INNER_PRODUCT or faiss_index.ntotal == 0:
+        return None
+    n, d = faiss_index.ntotal, faiss_index.d
+    return faiss.rev_swig_ptr(faiss_index.get_xb(), n * d).reshape(n, d)
+
+
+def top_ids(scores: Any, k: int) -> np.ndarray:
+    """(R, k) int64 ids of the k best columns of each row of ``scores`` (a (R, N) float32 torch tensor), best
+    first, ties to the larger id; -1 for -inf scores (not allowed) and past N."""
+    import torch
+
+    rows, n = scores.shape
+    out = np.full((rows, k), -1, dtype=np.int64)
+    kk = min(k, n)
+    if kk == 0 or rows == 0:
+        return out
+    # one more than k: a row whose (k+1)-th value equals its k-th has a tie across the cut, settled below
+    top = torch.topk(scores, min(kk + 1, n), dim=1, sorted=True)
+    vals, ids = top.values.numpy(), top.indices.numpy()
+    for r in np.flatnonzero(vals[:, kk - 1] == vals[:, kk]) if kk < n else ():
+        row = scores[r].numpy()
+        above, tied = np.flatnonzero(row > vals[r, kk - 1]), np.flatnonzero(row == vals[r, kk - 1])
+        ids[r, :kk] = np.concatenate([above, faiss_ties(above, tied, kk)])
+        vals[r, :kk] = row[ids[r, :kk]]
+    vals, ids = vals[:, :kk], ids[:, :kk].astype(np.int64)
+    order = np.lexsort((-ids, -vals), axis=1)  # best first, the larger id first among ties
+    ids, vals = np.take_along_axis(ids, order, axis=1), np.take_along_axis(vals, order, axis=1)
+    out[:, :kk] = np.where(np.isneginf(vals), -1, ids)
+    return out
+
+
+def faiss_ties(above: np.ndarray, tied: np.ndarray, k: int) -> np.ndarray:
+    """Which of the tokens ``tied`` (ascending ids), tied at the k-th score with ``above`` (ascending ids) scoring
+    higher, faiss keeps in its k best. faiss reads the tokens in id order into a heap of k: a tied token enters
+    only while fewer than k tokens at or above the tie have been read (the heap's least must be strictly worse), and
+    a better token that comes later pushes out the least, the smaller id first among equal scores. So it keeps the
+    largest ids among the tied tokens that entered; with k = 1 (a plain maximum) the first one."""
+    want = k - len(above)
+    if k == 1:
+        return tied[:want]
+    read_before = np.searchsorted(above, tied) + np.arange(len(tied))  # tokens at or above the tie read before it
+    entered = tied[read_before < k]
+    return entered[len(entered) - want :]
+
+
+class FlatScan:
+    """One batch's exact MIPS over a flat inner-product faiss index (``flat_vectors`` not None): ``top(rows, k)``
+    gives the k best allowed tokens of the query rows ``rows``; the scores are computed once for the batch when they
+    fit ``max_bytes``.
+
+    queries: (Q, d) float32; allowed: (N,) bool of the tokens a search may return, or None for all.
+    """
+
+    def __init__(self, faiss_index: Any, queries: np.ndarray, allowed: np.ndarray | None,
+                 max_bytes: int = FLAT_SCORES_BYTES):
+        import torch
+
+        xb = flat_vectors(faiss_index)
+        if xb is None:
+            raise ValueError(f"not a flat inner-product index: {type(faiss_index).__name__}")
+        self.faiss_index = faiss_index  # holds the memory xb views
+        self.xb = torch.from_numpy(xb)
+        self.queries = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+        self.allowed = None if allowed is None else torch.from_numpy(np.ascontiguousarray(allowed, dtype=bool))
+        self.block = max(1, max_bytes // (4 * max(1, len(xb))))  # query rows whose scores fit the budget
+        self._all: Any = None
+
+    def scores(self, rows: np.ndarray) -> Any:
+        """(len(rows), N) torch float32 scores of query rows ``rows``; -inf where a token is not allowed."""
+        import torch
+
+        if self._all is None and len(self.queries) <= self.block:
+            self._all = self._score(self.queries)
+        if self._all is not None:
+            if len(rows) == len(self._all) and (rows == np.arange(len(rows))).all():
+                return self._all  # the first round: every row, not copied
+            return self._all[torch.from_numpy(np.asarray(rows, dtype=np.int64))]
+        return self._score(self.queries[torch.from_numpy(np.asarray(rows, dtype=np.int64))])
+
+    def _score(self, queries: Any) -> Any:
+        out = queries @ self.xb.T  # (R, N)
+        if self.allowed is not None:
+            out.masked_fill_(~self.allowed, float("-inf"))
+        return out
+
+    def top(self, rows: np.ndarray, k: int) -> np.ndarray:
+        """(len(rows), k) ids of the k best allowed tokens of each query row, best first; -1 after them."""
+        rows = np.asarray(rows, dtype=np.int64)
+        parts = [top_ids(self.scores(rows[a : a + self.block]), k) for a in range(0, len(rows), self.block)]
+        return np.concatenate(parts) if parts else np.zeros((0, k), np.int64)

@@ -1,0 +1,114 @@
+"""Exact MIPS over a flat index (core.flat_search) against faiss's own IndexFlatIP search on synthetic vectors.
+
+faiss is the oracle for the ids and their order, ties included: duplicated vectors tie exactly, and faiss keeps
+(and lists first) the larger id among them.
+
+    .venv/bin/python -m pytest -q tests/core/test_flat_search.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spanseek.core.flat_search import FlatScan, flat_vectors, top_ids
+
+
+def flat_index(x: np.ndarray):
+    import faiss
+
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    return index
+
+
+def vectors_with_duplicates(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    """``n`` vectors on a coarse grid (many exact score ties), a block of them repeated further on."""
+    x = rng.integers(-2, 3, size=(n, d)).astype(np.float32)
+    x[n // 2 : n // 2 + 40] = x[10:50]  # a duplicated passage: its tokens tie exactly with the originals
+    return x
+
+
+@pytest.mark.parametrize("k", [1, 5, 37, 300])
+def test_top_ids_are_faiss_ids_in_faiss_order_ties_included(k):
+    rng = np.random.default_rng(0)
+    x = vectors_with_duplicates(rng, 600, 8)
+    queries = np.concatenate([x[[12, 20, 33]], rng.integers(-2, 3, size=(5, 8)).astype(np.float32)])
+    _, expected = flat_index(x).search(queries, k)
+    got = FlatScan(flat_index(x), queries, None).top(np.arange(len(queries)), k)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_rows_are_any_subset_and_blocks_give_the_same_ids():
+    rng = np.random.default_rng(1)
+    x = vectors_with_duplicates(rng, 500, 6)
+    queries = rng.standard_normal((9, 6)).astype(np.float32)
+    index = flat_index(x)
+    held = FlatScan(index, queries, None)
+    blocked = FlatScan(index, queries, None, max_bytes=3 * 4 * len(x))  # 3 query rows at a time, no batch copy
+    rows = np.array([7, 2, 2, 5])
+    np.testing.assert_array_equal(held.top(rows, 20), blocked.top(rows, 20))
+    np.testing.assert_array_equal(held.top(rows, 20), held.top(np.arange(9), 20)[rows])
+
+
+def test_not_allowed_tokens_are_skipped_and_short_rows_end_in_minus_one():
+    import faiss
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((200, 4)).astype(np.float32)
+    allowed = np.zeros(200, dtype=bool)
+    allowed[rng.choice(200, 15, replace=False)] = True
+    queries = rng.standard_normal((4, 4)).astype(np.float32)
+    index = flat_index(x)
+    params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(np.flatnonzero(allowed)))
+    _, expected = index.search(queries, 25, params=params)  # 15 allowed: 10 x -1 at the end of each row
+    got = FlatScan(index, queries, allowed).top(np.arange(4), 25)
+    np.testing.assert_array_equal(got, expected)
+    assert (got[:, 15:] == -1).all()
+
+
+def test_k_beyond_the_index_lists_every_token_then_minus_one():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((30, 4)).astype(np.float32)
+    queries = rng.standard_normal((2, 4)).astype(np.float32)
+    _, expected = flat_index(x).search(queries, 40)
+    np.testing.assert_array_equal(FlatScan(flat_index(x), queries, None).top(np.arange(2), 40), expected)
+
+
+def test_only_a_plain_inner_product_flat_index_is_scanned():
+    import faiss
+
+    x = np.random.default_rng(4).standard_normal((50, 8)).astype(np.float32)
+    index = flat_index(x)
+    np.testing.assert_array_equal(flat_vectors(index), x)
+    l2 = faiss.IndexFlatL2(8)
+    l2.add(x)
+    ivf = faiss.index_factory(8, "IVF2,Flat", faiss.METRIC_INNER_PRODUCT)
+    ivf.train(x)
+    ivf.add(x)
+    mapped = faiss.IndexIDMap(faiss.IndexFlatIP(8))
+    mapped.add_with_ids(x, np.arange(50) + 100)
+    assert flat_vectors(l2) is None and flat_vectors(ivf) is None and flat_vectors(mapped) is None
+    assert flat_vectors(faiss.IndexFlatIP(8)) is None  # empty
+    with pytest.raises(ValueError, match="not a flat inner-product index"):
+        FlatScan(l2, x[:2], None)
+
+
+def test_top_ids_of_an_empty_selection():
+    import torch
+
+    scores = torch.full((2, 10), float("-inf"))
+    assert (top_ids(scores, 4) == -1).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_many_ties_at_many_depths_match_faiss(seed):
+    """Vectors of -1/0/1 over 3 dimensions: hundreds of tokens share each score, so every cut falls in a tie."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-1, 2, size=(int(rng.integers(50, 3000)), 3)).astype(np.float32)
+    queries = rng.integers(-1, 2, size=(6, 3)).astype(np.float32)
+    index = flat_index(x)
+    scan = FlatScan(index, queries, None)
+    for k in sorted({2, 3, 32, 64, int(rng.integers(2, len(x))), len(x) - 1, len(x)}):
+        _, expected = index.search(queries, k)
+        np.testing.assert_array_equal(scan.top(np.arange(6), k), expected, err_msg=f"k={k}")
