@@ -63,7 +63,21 @@ def timed(fn, batches: list[list[str]]) -> float:
     return time.perf_counter() - t0
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux), for the record: speed figures name the machine they were measured on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def run(args: argparse.Namespace, index_dir: Path) -> dict:
+    load_before = os.getloadavg()
     searcher = open_searcher(index_dir, args.model, device=args.device, precision=args.precision)
     questions = bench_questions(args.questions, args.split, args.n_questions)
     batches = [questions[a : a + args.batch_size] for a in range(0, len(questions), args.batch_size)]
@@ -77,6 +91,7 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
         "factory": searcher.index.manifest.factory, "precision": searcher.encoder.precision,
         "torch_threads": torch.get_num_threads(), "questions": n, "batch_size": args.batch_size, "top_k": args.top_k,
         "raw_encode_seconds": round(raw, 3), "raw_encode_qps": round(n / raw, 1), "units": {},
+        "cpu": cpu_name(), "cpu_count": os.cpu_count(),
     }
     runs = [(unit, unit, False) for unit in args.units]
     if "phrase" in args.units:
@@ -93,6 +108,9 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
             "seconds": round(best, 3), "qps": round(n / best, 1), "ratio": round(raw / best, 3),
             **{f"{k}_seconds": round(getattr(parts, k), 3) for k in ("encode", "search", "aggregate")},
         }
+    # other jobs share the machine: its load (1, 5, 15 minutes) before and after, beside the figures
+    result["load_average"] = {"before": [round(x, 2) for x in load_before],
+                              "after": [round(x, 2) for x in os.getloadavg()]}
     return result
 
 

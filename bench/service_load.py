@@ -363,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     sat = service["saturation"]
+    from search_throughput import cpu_name  # noqa: I001  (bench/ is on sys.path when run as a script)
+
     result = {
         "index": str(index), "model": model, "device": args.device, "precision": precision, "unit": args.unit,
         "top_k": args.top_k, "read": args.read,
@@ -371,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         "raw_qps": raw, "raw_sequential_qps": raw_sequential, "raw_pipelined_qps": raw_pipelined, **service,
         "service_over_raw": sat["qps"] / raw, "service_over_raw_sequential": sat["qps"] / raw_sequential,
         "half_load_p99_over_single_p50": service["half_load"]["p99_ms"] / service["single"]["p50_ms"],
+        "cpu": cpu_name(), "cpu_count": os.cpu_count(), "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
