@@ -32,6 +32,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
+from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.holdout import split_articles  # noqa: E402
 from spanseek.core.io import load_squad, squad_questions, write_corpus, write_json_atomic  # noqa: E402
@@ -61,19 +62,6 @@ def timed(fn, batches: list[list[str]]) -> float:
     for b in batches:
         fn(b)
     return time.perf_counter() - t0
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), for the record: speed figures name the machine they were measured on."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def run(args: argparse.Namespace, index_dir: Path) -> dict:

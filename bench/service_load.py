@@ -41,6 +41,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
+from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.params import UNITS, SearchParams  # noqa: E402
 
@@ -363,8 +364,6 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     sat = service["saturation"]
-    from search_throughput import cpu_name  # noqa: I001  (bench/ is on sys.path when run as a script)
-
     result = {
         "index": str(index), "model": model, "device": args.device, "precision": precision, "unit": args.unit,
         "top_k": args.top_k, "read": args.read,
