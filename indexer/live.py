@@ -181,6 +181,7 @@ class LiveStore:
         self._lock = threading.Lock()  # the log, the segment and the published snapshot change together
         self._merging = threading.Lock()
         self._since_rotation: list[tuple[str, Any]] | None = None  # writes during a merge, applied again after it
+        self.last_merge: dict[str, Any] | None = None  # the last merge's result, or its error
         self._remove_leftovers()
         self._set_base(base)
         self.segment = Segment.over(base)
@@ -284,7 +285,7 @@ class LiveStore:
             seg = self.segment
             return {"base": str(self.base.dir), "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
                     "tombstones": len(seg.tombstones), "wal_bytes": self.wal_bytes, "merges": self.state["merges"],
-                    "merging": self._merging.locked()}
+                    "merging": self._merging.locked(), "last_merge": self.last_merge}
 
     # ---- merging ------------------------------------------------------------------------------------------------
 
@@ -322,13 +323,19 @@ class LiveStore:
                 write_json_atomic(self.dir / STATE, self.state)  # the commit point: the new base, the new log
                 self.snapshot = self._snapshot()
                 self.publish(self.snapshot)
+                result = {"base": str(dest), "documents": len(docs), "deleted": len(dead_ids),
+                          "seconds": round(time.perf_counter() - t0, 2)}
+                self.last_merge = result
             for name in old_wals:
                 (self.dir / WAL_DIR / name).unlink(missing_ok=True)
             if old_base.dir.resolve().parent == (self.dir / BASES).resolve():
                 shutil.rmtree(old_base.dir, ignore_errors=True)  # a merged base (never the index served at first)
-            seconds = round(time.perf_counter() - t0, 2)
-            log.info("merged %d documents and %d deletions into %s in %.1f s", len(docs), len(dead_ids), dest, seconds)
-            return {"base": str(dest), "documents": len(docs), "deleted": len(dead_ids), "seconds": seconds}
+            log.info("merged %d documents and %d deletions into %s in %.1f s", len(docs), len(dead_ids), dest,
+                     result["seconds"])
+            return result
+        except Exception as e:
+            self.last_merge = {"error": f"{type(e).__name__}: {e}"}
+            raise
         finally:
             self._since_rotation = None
             self._merging.release()

@@ -53,7 +53,6 @@ class LiveWrites:
         self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
                                model=settings.model)
         self.merge_thread: threading.Thread | None = None
-        self.last_merge: dict[str, Any] | None = None
         self._gauges()
 
     def attach(self, serve: Any) -> None:
@@ -115,18 +114,15 @@ class LiveWrites:
 
     def _merge(self) -> None:
         try:
-            result = self.store.merge()
-            if result is not None:  # None: nothing to merge
-                self.last_merge = result
+            if self.store.merge() is not None:  # None: nothing to merge
                 self.metrics.merges.labels(outcome="ok").inc()
-        except Exception as e:  # the old base and the segment keep serving; the log still holds every write
-            self.last_merge = {"error": f"{type(e).__name__}: {e}"}
+        except Exception:  # the old base and the segment keep serving; the log still holds every write
             self.metrics.merges.labels(outcome="failed").inc()
             log.exception("merge failed; the segment keeps serving")
         self._gauges()
 
     def describe(self) -> dict[str, Any]:
-        return {**self.store.describe(), "last_merge": self.last_merge}
+        return self.store.describe()
 
     def close(self) -> None:
         self.write_pool.shutdown(wait=True)
