@@ -7,7 +7,8 @@ background merge under load, and kill -9 during writes.
 Starts `spanseek serve --writes` (a fresh live directory under --workdir, an API key) and runs, with --clients
 closed-loop searching clients (phrase unit, top_k 10, honouring Retry-After) throughout:
 
-1. baseline: --seconds of search load alone (latency p50/p99);
+1. baseline: --seconds of search load alone after --warmup unmeasured seconds, and again --seconds after the
+   writes (the machine's other load drifts); latency p50/p99 of both windows together;
 2. writes: --writes single-document `PUT /documents`, one at a time (each document one passage of the index,
    under a new id). After each acknowledgement a probe searches for it (unit=doc, filtered to its id) until it is
    found: the visible delay is from the acknowledgement to the answer of the first probe that finds it (so it
@@ -83,12 +84,17 @@ async def searching(s: aiohttp.ClientSession, questions: list[str], n: int, stop
 
 
 async def found(s: aiohttp.ClientSession, doc: dict) -> bool:
-    """Whether a search filtered to the document finds it (its title and text)."""
+    """Whether a search filtered to the document finds it (by its text); a 429 is asked again after its Retry-After
+    (the search was refused, not answered)."""
     body = {"query": doc["paragraphs"][0][:200], "top_k": 1, "filter": {"doc_ids": [doc["id"]]}}
-    async with s.post("/search?unit=doc", json=body, headers=HEADERS) as r:
-        if r.status != 200:
-            return False
-        return any(h["doc_id"] == doc["id"] for res in (await r.json())["results"] for h in res["hits"])
+    while True:
+        async with s.post("/search?unit=doc", json=body, headers=HEADERS) as r:
+            if r.status == 429:
+                await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+                continue
+            if r.status != 200:
+                return False
+            return any(h["doc_id"] == doc["id"] for res in (await r.json())["results"] for h in res["hits"])
 
 
 async def write(s: aiohttp.ClientSession, doc: dict) -> int:
@@ -113,10 +119,10 @@ async def load_phases(args: argparse.Namespace, index: Path, port: int) -> dict:
         await wait_ready(s, args.proc)
         stop_at, records = asyncio.Event(), []
         clients = [asyncio.create_task(searching(s, questions, n, stop_at, records)) for n in range(args.clients)]
+        await asyncio.sleep(args.warmup)  # not measured: the first batches after the start are slow
         t0 = time.monotonic()
         await asyncio.sleep(args.seconds)
         t1 = time.monotonic()
-        out["baseline"] = summary(records, t0, t1)
         acks, delays, probes, write_status = [], [], [], {}
         for doc in docs:
             sent = time.monotonic()
@@ -135,15 +141,21 @@ async def load_phases(args: argparse.Namespace, index: Path, port: int) -> dict:
                 if time.monotonic() - acked > 30:
                     delays.append(float("inf"))
                     break
-            probes.append(tries)
+            probes.append(tries - 1)
             if args.write_interval:
                 await asyncio.sleep(args.write_interval)
         t2 = time.monotonic()
         out["writes"] = {"documents": len(docs), "statuses": write_status, "seconds": round(t2 - t1, 2),
                          "ack": percentiles(acks), "visible_after_ack": percentiles(delays),
                          "visible_max_ms": max(delays) * 1e3 if delays else None,
-                         "visible_within_1s": sum(d <= 1.0 for d in delays), "probes_max": max(probes, default=0)}
+                         "visible_within_1s": sum(d <= 1.0 for d in delays), "answered_misses": sum(probes)}
         out["during_writes"] = summary(records, t1, t2)
+        await asyncio.sleep(args.seconds)  # search alone again: the machine's other load drifts
+        t2b = time.monotonic()
+        out["baseline_before"], out["baseline_after"] = summary(records, t0, t1), summary(records, t2, t2b)
+        alone = [r for r in records if t0 <= r[0] < t1 or t2 <= r[0] < t2b]
+        out["baseline"] = summary(alone, 0.0, float("inf"))
+        t2 = t2b
         base_p99, write_p99 = out["baseline"]["p99_ms"], out["during_writes"]["p99_ms"]
         out["search_p99_ratio"] = write_p99 / base_p99 if base_p99 else None
         if args.merge:
@@ -153,10 +165,11 @@ async def load_phases(args: argparse.Namespace, index: Path, port: int) -> dict:
                 await asyncio.sleep(0.5)
                 async with s.post("/admin/compact", headers=HEADERS) as r:
                     live = (await r.json())["live"]
-                if live["merges"] > started or (live["last_merge"] or {}).get("error"):
+                last = live.get("last_merge") or {}
+                if (live["merges"] > started and last) or last.get("error"):
                     break
             t3 = time.monotonic()
-            out["merge"] = {**summary(records, t2, t3), "seconds": round(t3 - t2, 1), "result": live["last_merge"],
+            out["merge"] = {**summary(records, t2, t3), "seconds": round(t3 - t2, 1), "result": last,
                             "found_after": sum([await found(s, d) for d in docs[:: max(1, len(docs) // 20)]])}
         stop_at.set()
         await asyncio.gather(*clients)
@@ -263,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="default")
     p.add_argument("--workdir", required=True, help="folder for the live directories")
     p.add_argument("--clients", type=int, default=8, help="closed-loop searching clients")
-    p.add_argument("--seconds", type=float, default=30.0, help="seconds of the baseline search load")
+    p.add_argument("--seconds", type=float, default=30.0, help="seconds of each baseline window (before and after "
+                                                               "the writes)")
+    p.add_argument("--warmup", type=float, default=10.0, help="seconds of search load before the first window")
     p.add_argument("--writes", type=int, default=200, help="single-document writes under load (0: skip)")
     p.add_argument("--write-interval", type=float, default=0.0, help="seconds between two writes (0: back to back)")
     p.add_argument("--no-merge", dest="merge", action="store_false", help="skip the merge under load")

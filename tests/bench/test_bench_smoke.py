@@ -420,7 +420,7 @@ def test_document_formats(tmp_path, tiny_model_dir, tiny_squad):
 @pytest.mark.slow
 def test_live_writes(tmp_path, tiny_index, tiny_model_dir):
     run_bench("bench/live_writes.py", "--index", tiny_index, "--model", tiny_model_dir, "--workdir", tmp_path / "w",
-              "--clients", 2, "--seconds", 1, "--writes", 3, "--kills", 2, "--kill-writes", 4,
+              "--clients", 2, "--seconds", 1, "--warmup", 0, "--writes", 3, "--kills", 2, "--kill-writes", 4,
               "--out", tmp_path / "live.json")
     r = results(tmp_path / "live.json", "cpu", "baseline.p99_ms", "during_writes.p99_ms", "writes.visible_after_ack",
                 "merge.statuses", "kill9.lost_acknowledged", "kill9.half_present_unacknowledged")
