@@ -6,13 +6,15 @@ A write is encoded in the encoder's thread (the micro-batcher's pool), a chunk o
 step, so search batches run between the steps rather than wait for a whole document; then, in the write thread, it
 is logged (fsynced), applied and published: a new ``Searcher`` over the new snapshot is handed to the batcher, and
 the next batch searches it. The answer comes after that, so an acknowledged write is durable and searchable. A
-merge runs in its own thread when the segment passes ``merge_tokens`` (or on ``POST /admin/compact``).
+merge runs in its own thread when the segment passes ``merge_tokens`` (or on ``POST /admin/compact``), at a lower
+CPU priority (``merge_nice``) so that searches and writes keep the cores meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +30,18 @@ from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.settings import Settings
 
 log = logging.getLogger("spanseek.service")
+
+
+def lower_thread_priority(increment: int) -> None:
+    """Make the calling thread ``increment`` nicer (Linux schedules threads by their own niceness; the threads it
+    starts from now on, such as its OpenMP workers, inherit it). Elsewhere, or when refused, it runs as it is."""
+    if increment <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + increment))
+    except OSError as e:
+        log.warning("could not lower the merge's CPU priority (%s); it runs at the service's", e)
 
 
 def live_dir_of(settings: Settings) -> Path:
@@ -113,6 +127,7 @@ class LiveWrites:
         return True
 
     def _merge(self) -> None:
+        lower_thread_priority(self.settings.merge_nice)
         try:
             if self.store.merge() is not None:  # None: nothing to merge
                 self.metrics.merges.labels(outcome="ok").inc()

@@ -3,8 +3,9 @@
 The micro-batcher (service/batcher.py) records every finished batch here (its size and how long it held the
 pipeline) and asks, for each new request, how long until the batch it would join starts: the rest of the batches
 in flight plus the full batches queued ahead of it (questions that will share its batch are not ahead of it).
-Beyond ``max_queue_wait_ms`` the request gets 429 with ``Retry-After`` at once, so accepted requests keep a
-bounded latency (about the budget plus their own batch) whatever the concurrency. A burst at an idle server is
+Beyond ``max_queue_wait_ms`` (with at least one full batch queued ahead of it) the request gets 429 with
+``Retry-After`` at once, so accepted requests keep a bounded latency (about the budget plus their own batch)
+whatever the concurrency; a request that joins the next batch is always taken. A burst at an idle server is
 the exception: up to one request's most questions, it is taken whole while it all runs within the budget plus its
 own expected time. ``max_queue`` stays a hard cap on top.
 
@@ -94,21 +95,25 @@ def check_admission(cost: BatchCostModel, queued: float, incoming: float, max_ba
                     ahead: float | None = None) -> None:
     """Raise Overloaded (429 + Retry-After) when ``incoming`` questions should not join ``queued`` ones.
 
-    Refused when the queue would exceed ``max_queue`` questions, or when a budget is set (> 0) and the measured
-    rate says this request's batch would start more than ``budget_s`` from now (``queue_wait``: the batches in
-    flight, then the full batches ahead of it). An accepted request thus finishes within about the budget plus
-    its own batch. ``burst_deadline_s`` (the batcher gives it while a burst at an idle server is still small: at
+    Refused when the queue would exceed ``max_queue`` questions, or when a budget is set (> 0), at least one full
+    batch is queued ahead of this request and the measured rate says its batch would start more than ``budget_s``
+    from now (``queue_wait``: the batches in flight, then the full batches ahead of it). A request that joins the
+    next batch is never refused by the budget, however long the batch in flight runs: it adds no waiting to anyone,
+    and a retry would find the same batch running (closed-loop clients at saturation got 429s for nothing). An
+    accepted request thus finishes within about the budget plus its own batch (plus the batch in flight when the
+    queue is short). ``burst_deadline_s`` (the batcher gives it while a burst at an idle server is still small: at
     most its first batch started and at most one request's most questions in all): the burst is admitted beyond the
     budget as long as the whole queue, these questions included, still runs within that many seconds from now
     (the budget plus the burst's own expected time after it started), so such a burst is served whole.
     ``ahead``: the queued work that runs before this request (fair queueing), default all of ``queued``.
     """
-    wait = queue_wait(cost, queued if ahead is None else ahead, max_batch_size, inflight_remaining_s)
+    ahead = queued if ahead is None else ahead
+    wait = queue_wait(cost, ahead, max_batch_size, inflight_remaining_s)
     if queued + incoming > max_queue:
         drain = max(0.0, inflight_remaining_s) + cost.seconds_for(queued, max_batch_size)
         raise Overloaded(f"search queue is full ({queued:.0f} question-equivalents waiting); retry later", drain)
-    if budget_s <= 0 or wait <= budget_s:
-        return
+    if budget_s <= 0 or wait <= budget_s or ahead < max_batch_size:
+        return  # within the budget, or it runs in the next batch: nothing queued waits before it
     if burst_deadline_s is not None and \
             max(0.0, inflight_remaining_s) + cost.seconds_for(queued + incoming, max_batch_size) <= burst_deadline_s:
         return  # the whole queue, these questions included, runs by the burst's deadline

@@ -85,7 +85,8 @@ class Settings(BaseSettings):
     max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="longest a question waits for its batch to fill")
     # Load shedding by expected waiting time: a request is refused (429 + Retry-After) when the batch it would join
     # would start later than this, at the batch rate measured on recent batches (the batches in flight plus the
-    # full batches queued ahead of it; questions that share its batch are not ahead of it). A small budget keeps
+    # full batches queued ahead of it; questions that share its batch are not ahead of it), and at least one full
+    # batch is queued ahead of it (one that joins the next batch is always taken). A small budget keeps
     # accepted requests fast under overload (latency ~ budget + its own batch) but refuses more of a sustained
     # overload; a burst at an idle server of up to max_queries_per_request questions is admitted whole.
     # 0 turns it off (only max_queue sheds).
@@ -176,6 +177,11 @@ class Settings(BaseSettings):
     # size, disk for a second base meanwhile. Larger segments cost memory and snapshot time per write.
     merge_tokens: int = Field(200_000, ge=0, description="segment tokens that start a background merge (0 = only "
                                                          "POST /admin/compact)")
+    # The merge thread (and the encoder and faiss threads it starts) runs at this niceness above the service's, so
+    # searches and writes keep the cores while it works; a merge then takes longer on a busy machine. 0 = same
+    # priority; 19 = only idle time.
+    merge_nice: int = Field(10, ge=0, le=19, description="how much lower the CPU priority of a background merge is "
+                                                       "(nice increment; Linux)")
     # Smaller chunks let search batches run sooner between them (less search latency under writes), at more
     # encoder calls per document.
     write_chunk_tokens: int = Field(512, ge=16, description="tokens encoded per step of a write, between search "

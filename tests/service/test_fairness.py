@@ -178,7 +178,7 @@ def test_the_access_log_is_rate_limited_and_says_how_many_lines_it_left_out(capl
     assert all(AccessLogLimiter(0).allow() for _ in range(1000))  # 0: no limit
 
 
-async def test_a_refusal_under_overload_writes_no_access_line(hold_worker, settings_for, counting_factory,
+async def test_a_refusal_under_overload_writes_no_access_line(hold_worker, until, settings_for, counting_factory,
                                                              async_serve, caplog):
     """Each 429 is counted in spanseek_errors_total, not logged: under a flood of clients that ignore Retry-After,
     the log grew by a line per refusal (18 MB in two minutes)."""
@@ -187,8 +187,11 @@ async def test_a_refusal_under_overload_writes_no_access_line(hold_worker, setti
                      factory)
     encoder.gate.set()
     async with async_serve(app) as ac:
-        app.state.service.batcher.observe_batch(1, 1.0)
+        batcher = app.state.service.batcher
+        batcher.observe_batch(1, 1.0)
         busy = await hold_worker(ac, encoder)
+        queued = asyncio.create_task(ac.post("/search", json={"query": "next batch"}))  # a full batch ahead
+        await until(lambda: batcher.depth == 1)
         with caplog.at_level(logging.INFO, logger="spanseek.access"):
             caplog.clear()
             statuses = [(await ac.post("/search", json={"query": f"q{i}"})).status_code for i in range(20)]
@@ -197,4 +200,4 @@ async def test_a_refusal_under_overload_writes_no_access_line(hold_worker, setti
             assert 'spanseek_errors_total{type="overloaded"} 20.0' in (await ac.get("/metrics")).text
             assert "GET /metrics 200" in caplog.text  # other requests still get their line
         encoder.gate.set()
-        assert (await asyncio.wait_for(busy, 30)).status_code == 200
+        assert [r.status_code for r in await asyncio.wait_for(asyncio.gather(busy, queued), 30)] == [200, 200]

@@ -53,17 +53,39 @@ def test_questions_of_the_forming_batch_are_not_ahead_but_batches_in_flight_are(
         check_admission(cost, queued=queued, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3)
     assert queue_wait(cost, 32, 32) == pytest.approx(0.32) and queue_wait(cost, 95, 32) == pytest.approx(0.64)
     assert queue_wait(cost, 5, 32, inflight_remaining_s=0.25) == pytest.approx(0.25)
-    check_admission(cost, queued=5, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
-                    inflight_remaining_s=0.25)
+    assert queue_wait(cost, 37, 32, inflight_remaining_s=0.03) == pytest.approx(0.35)
+    check_admission(cost, queued=37, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.33,
+                    inflight_remaining_s=0.0)  # one full batch (320 ms) ahead, nothing in flight
+    with pytest.raises(Overloaded):  # and 30 ms still to run in flight: 350 ms
+        check_admission(cost, queued=37, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.33,
+                        inflight_remaining_s=0.03)
+    # part of a burst: admitted beyond the budget while the whole queue (30 ms + 38 x 10 ms) meets the deadline
+    check_admission(cost, queued=37, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
+                    inflight_remaining_s=0.03, burst_deadline_s=0.415)
     with pytest.raises(Overloaded):
-        check_admission(cost, queued=5, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
-                        inflight_remaining_s=0.35)
-    # part of a burst: admitted beyond the budget while the next batch (350 ms + 6 x 10 ms) meets the deadline
-    check_admission(cost, queued=5, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
-                    inflight_remaining_s=0.35, burst_deadline_s=0.41)
-    with pytest.raises(Overloaded):
-        check_admission(cost, queued=5, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
-                        inflight_remaining_s=0.35, burst_deadline_s=0.40)
+        check_admission(cost, queued=37, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
+                        inflight_remaining_s=0.03, burst_deadline_s=0.40)
+
+
+def test_a_request_that_joins_the_next_batch_is_never_refused_by_the_budget():
+    """Only queued work ahead is shed: a request whose batch is the next one (less than a full batch ahead of it)
+    is admitted however long the batch in flight still runs. Before, a batch in flight longer than the budget
+    refused it, so 8 clients waiting for their answers (never more than 8 questions queued, max_batch_size 16) got
+    429s at saturation for nothing: their retries found the same batch running."""
+    cost = BatchCostModel()
+    cost.observe(32, 0.32)
+    for queued in (0, 5, 31):
+        check_admission(cost, queued=queued, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
+                        inflight_remaining_s=5.0)
+    with pytest.raises(Overloaded) as e:  # a full batch ahead of it, behind the 5 s batch in flight
+        check_admission(cost, queued=32, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
+                        inflight_remaining_s=5.0)
+    assert int(e.value.headers["Retry-After"]) >= 5
+    with pytest.raises(Overloaded):  # the hard cap still holds for the next batch
+        check_admission(cost, queued=31, incoming=1, max_batch_size=32, max_queue=31, budget_s=0.3)
+    # fair queueing: what runs before it counts, not the whole queue
+    check_admission(cost, queued=64, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
+                    inflight_remaining_s=5.0, ahead=3)
 
 
 async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(hold_worker, until, settings_for,
@@ -99,13 +121,14 @@ async def test_warm_up_measures_the_batch_rate(settings_for, tiny_searcher, asyn
         assert cost.known and cost.seconds_for(32, 32) > 0
 
 
-@pytest.mark.parametrize("max_batch_size,burst", [(8, 8), (16, 32)])
+@pytest.mark.parametrize("max_batch_size,burst", [(4, 8), (16, 32)])
 async def test_a_burst_of_one_request_s_worth_of_questions_at_an_idle_server_is_served_whole(
         max_batch_size, burst, hold_worker, until, settings_for, counting_factory, async_serve):
     """A burst at an idle server of up to max_queries_per_request questions is answered whole, also when it spans
     batches (16 questions a batch, 32 in the burst): it is the work of one request of that many questions, which
     the server would take anyway. Its first request starts a batch; the rest is admitted although the measured
-    rate (10 s a question) puts it far over the 1 ms budget. The question after the burst is refused (429).
+    rate (10 s a question) puts it far over the 1 ms budget. The question after the burst, with full batches
+    queued ahead of it, is refused (429).
     Before, only what fitted in the next batch joined: the 18th request of a 32-request burst got 429."""
     factory, encoder = counting_factory(block=True)
     app = create_app(settings_for(max_batch_size=max_batch_size, max_wait_ms=1, max_queue_wait_ms=1,
@@ -139,30 +162,33 @@ def test_cost_model_measures_how_far_batches_stray_from_the_line():
     assert cost.seconds_for(32, 32) == pytest.approx(1.0, abs=0.05) and cost.spread() == pytest.approx(0.5, rel=0.1)
 
 
-async def test_a_batch_running_past_its_mean_time_still_counts_as_in_flight(hold_worker, settings_for,
+async def test_a_batch_running_past_its_mean_time_still_counts_as_in_flight(hold_worker, until, settings_for,
                                                                            counting_factory, async_serve):
     """The batches in flight count for their mean time plus twice the measured spread. Before, a batch that ran
     past its mean counted as finished, so every request arriving during the overrun was admitted and waited for it:
-    here the batch in flight is expected to take 1 s, give or take 0.5 s, and a request behind it would have been
-    admitted under the 1.5 s budget although the batch may still need 2 s."""
+    here the batch in flight is expected to take 1 s, give or take 0.5 s, and a request behind it and a queued
+    batch would have been admitted under the 2.5 s budget although the batch may still need 2 s (3 s with the
+    queued one)."""
     factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=1500, max_queries_per_request=2),
-                     factory)  # bursts of at most 2 questions: the request below is not part of one
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=2500, max_queries_per_request=1),
+                     factory)  # bursts of at most 1 question: the requests below are not part of one
     encoder.gate.set()
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
         for seconds in [0.5, 1.5] * 30:
             batcher.observe_batch(1, seconds)
         busy = await hold_worker(ac, encoder)
-        r = await ac.post("/search", json={"queries": ["behind it", "too"]})
+        queued = asyncio.create_task(ac.post("/search", json={"query": "next batch"}))  # joins the next batch
+        await until(lambda: batcher.depth == 1)
+        r = await ac.post("/search", json={"query": "behind both"})
         assert r.status_code == 429 and r.json()["error"] == "overloaded"
-        assert int(r.headers["Retry-After"]) >= 2  # the ~2 s the batch in flight may still need, rounded up
+        assert int(r.headers["Retry-After"]) >= 3  # the ~2 s in flight may still need and the 1 s queued
         encoder.gate.set()
-        assert (await asyncio.wait_for(busy, 30)).status_code == 200
+        assert [x.status_code for x in await asyncio.wait_for(asyncio.gather(busy, queued), 30)] == [200, 200]
         assert (await ac.post("/search", json={"query": "now idle"})).status_code == 200
 
 
-async def test_a_refusal_under_overload_does_not_read_or_validate_the_body(hold_worker, settings_for,
+async def test_a_refusal_under_overload_does_not_read_or_validate_the_body(hold_worker, until, settings_for,
                                                                            counting_factory, async_serve):
     """Under overload POST /search is refused before its body is parsed or validated (a rejection costs no JSON
     parsing and no schema validation): a body that is not even JSON gets 429, with the request id and Retry-After,
@@ -173,14 +199,17 @@ async def test_a_refusal_under_overload_does_not_read_or_validate_the_body(hold_
     encoder.gate.set()
     bad = {"content": b"{not json", "headers": {"Content-Type": "application/json", "X-Request-ID": "shed-1"}}
     async with async_serve(app) as ac:
-        app.state.service.batcher.observe_batch(1, 1.0)  # 1 s a batch: far over the 100 ms budget
+        batcher = app.state.service.batcher
+        batcher.observe_batch(1, 1.0)  # 1 s a batch: far over the 100 ms budget
         busy = await hold_worker(ac, encoder)
+        queued = asyncio.create_task(ac.post("/search", json={"query": "next batch"}))  # a full batch (1 s) ahead
+        await until(lambda: batcher.depth == 1)
         r = await ac.post("/search", **bad)
-        assert r.status_code == 429 and r.headers["Retry-After"] == "1" and r.headers["X-Request-ID"] == "shed-1"
+        assert r.status_code == 429 and r.headers["Retry-After"] == "2" and r.headers["X-Request-ID"] == "shed-1"
         assert r.json()["error"] == "overloaded" and r.json()["request_id"] == "shed-1"
         assert (await ac.get("/health")).status_code == 200  # only /search is shed
         assert 'spanseek_errors_total{type="overloaded"} 1.0' in (await ac.get("/metrics")).text
         encoder.gate.set()
-        assert (await asyncio.wait_for(busy, 30)).status_code == 200
+        assert [x.status_code for x in await asyncio.wait_for(asyncio.gather(busy, queued), 30)] == [200, 200]
         r = await ac.post("/search", **bad)  # not overloaded: parsed and validated as before
         assert r.status_code == 422 and r.json()["error"] == "validation_error"

@@ -7,6 +7,8 @@ refused whole with a 422 naming the field, deleted by id or filter, kept across 
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 
 import pytest
@@ -118,6 +120,34 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         assert live["segment_documents"] == 0 and live["tombstones"] == 0 and live["last_merge"]["documents"] == 1
         assert set(statuses) <= {200} and found(client, "new-1") and not found(client, "d1")
         assert client.get("/documents/d0", headers=KEY).status_code == 200
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="thread niceness is a Linux scheduler setting")
+@pytest.mark.parametrize("merge_nice", [0, 7])
+def test_a_merge_runs_at_the_lower_cpu_priority_it_is_given(write_settings, monkeypatch, merge_nice):
+    """The merge thread is merge_nice nicer than the service's threads (searches and writes keep the cores while
+    it builds), and the threads serving requests are not: their priority is unchanged after it."""
+    from spanseek.indexer.live import LiveStore
+
+    seen = []
+    real_merge = LiveStore.merge
+
+    def merge(self, *args, **kwargs):
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return real_merge(self, *args, **kwargs)
+
+    monkeypatch.setattr(LiveStore, "merge", merge)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with serving(create_app(write_settings(merge_nice=merge_nice))) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        assert client.post("/admin/compact", headers=KEY).status_code == 202
+        deadline = time.monotonic() + 120
+        while client.post("/admin/compact", headers=KEY).json()["live"]["merges"] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert found(client, "new-1")
+    assert seen and set(seen) == {min(19, mine + merge_nice)}  # every merge the polling compacts started
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
 
 
 def test_the_python_client_upserts_gets_and_deletes(write_settings, live):
