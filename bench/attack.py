@@ -17,7 +17,8 @@ Each part starts its own server (default settings unless said) and measures, bou
   its documented limit (header_timeout_s; LINGER_S after the answer; write_timeout_s once writes stall, plus the
   time to fill the buffers) and the normal clients still answered;
 - reload: 6 normal clients alone, then beside 2 clients repeating POST /admin/reload without back-off (with no key,
-  then with the key); target: goodput changes by <= 10%;
+  a wrong key, then the key); target: goodput changes by <= 10% for the refused ones (with the key, each reload
+  the minimum interval lets through loads the index again: reported, not judged);
 - metadata: an index whose one document has 1 MB of metadata (built past the corpus limit, as an old index might
   hold), then 32 queries x top_k 100 allow_overlap; target: refused (400) before the server's RSS grows by 100 MB.
 
@@ -346,7 +347,8 @@ async def part_reload(args: argparse.Namespace, workdir: Path) -> dict:
     async with Server(args, workdir, "reload", "--api-key", KEY) as server:
         rss0 = rss_mb(server.proc.pid)
         out["alone"] = await closed_loop(server, 6, args.seconds, headers={"X-API-Key": KEY})
-        for spam, headers in (("spam_without_key", {}), ("spam_with_key", {"X-API-Key": KEY})):
+        for spam, headers in (("spam_without_key", {}), ("spam_wrong_key", {"X-API-Key": "not-" + KEY}),
+                              ("spam_with_key", {"X-API-Key": KEY})):
             normal, spammers = Clients(), Clients()
             stop_at = time.monotonic() + args.seconds
             async with server.session() as client:
@@ -358,7 +360,8 @@ async def part_reload(args: argparse.Namespace, workdir: Path) -> dict:
                          "goodput_change": round(summary["answered_qps"] / max(out["alone"]["answered_qps"], 1e-9) - 1,
                                                  3)}
         out["rss_mb"] = {"ready": round(rss0), "end": round(rss_mb(server.proc.pid))}
-    out["pass"] = all(abs(out[k]["goodput_change"]) <= 0.10 for k in ("spam_without_key", "spam_with_key"))
+    # the target is for refused spam; with the key each accepted reload really loads the index again (informative)
+    out["pass"] = all(abs(out[k]["goodput_change"]) <= 0.10 for k in ("spam_without_key", "spam_wrong_key"))
     return out
 
 

@@ -142,7 +142,8 @@ class ServiceState:
         overlap: Literal["always", "full"] = "always" if s.pipeline == "on" or (s.pipeline == "auto" and on_gpu) else "full"
         self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,
                                     search_executor=self.search_executor, overlap=overlap,
-                                    max_queue_wait_ms=s.max_queue_wait_ms, burst_questions=s.max_queries_per_request)
+                                    max_queue_wait_ms=s.max_queue_wait_ms, burst_questions=s.max_queries_per_request,
+                                    fair_wait_ms=s.fair_wait_ms)
         for size, seconds in warm_batches:  # admission knows the batch rate before the first request
             self.batcher.observe_batch(size, seconds)
         self.overlap = overlap if self.search_executor is not None else "off"

@@ -21,6 +21,10 @@ most one batch is being encoded and one searched, so the pipeline holds two batc
 a full batch is waiting: under moderate load batches are not split in two and each runs alone, and at
 saturation the steps overlap.
 
+A batch whose first request is ahead of its client's fair turn waits up to ``fair_wait_ms`` for clients that are in
+flight or were just answered to ask again (service/fairness.py), so clients that wait for each answer keep their
+share beside a backlogged one.
+
 Admission (service/overload.py): a request fails at once with ``Overloaded`` (HTTP 429 + Retry-After) when the
 batch it would join would start later than ``max_queue_wait_ms`` from now (the batches in flight plus the full
 batches queued ahead of it, at the batch rate measured on recent batches), or when it would overflow
@@ -38,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
@@ -270,6 +275,7 @@ class MicroBatcher:
         overlap: Literal["always", "full"] = "always",
         max_queue_wait_ms: float = 0.0,
         burst_questions: int = 0,
+        fair_wait_ms: float = 0.0,
     ):
         self.searcher = searcher
         self.executor = executor
@@ -295,6 +301,8 @@ class MicroBatcher:
         self._last_done = 0.0  # when the last batch finished (monotonic)
         self._busy_since = 0.0  # when the batches in flight started to run (the pipeline was idle before)
         self._admitted_since_idle = 0.0  # cost admitted since the pipeline was last idle (nothing queued or run)
+        self.fair_wait = fair_wait_ms / 1000.0
+        self._answered: dict[str, float] = {}  # client -> when its last request was answered (monotonic)
 
     def swap(self, searcher: Searcher) -> None:
         """Run the batches taken from now on with ``searcher`` (a hot reload); batches already taken finish on
@@ -478,6 +486,7 @@ class MicroBatcher:
                 await self._wakeup.wait()
             if self.overlap == "full":
                 await self._search_done_or_full_batch()
+            await self._yield_to_returning_clients()
             head = self._pending.first_enqueued()
             deadline = (head.enqueued if head is not None else time.monotonic()) + self.max_wait
             while self._batch_cost() < self.max_batch_size:
@@ -501,6 +510,40 @@ class MicroBatcher:
             wake = asyncio.ensure_future(self._wakeup.wait())
             await asyncio.wait([self._searching, wake], return_when=asyncio.FIRST_COMPLETED)
             wake.cancel()
+
+    def _returning_until(self, client: str, now: float) -> float | None:
+        """Until when another client than ``client``, with nothing queued, may be about to ask again: ``inf`` while
+        one is in flight, else the last answer of one within ``fair_wait`` plus ``fair_wait``; None when none."""
+        queued = {item.client for item in self._pending if item.live()}
+        if any(item.client != client and item.client not in queued for item in self._inflight):
+            return math.inf
+        recent = [t for c, t in self._answered.items() if c != client and c not in queued and now - t < self.fair_wait]
+        return max(recent) + self.fair_wait if recent else None
+
+    async def _yield_to_returning_clients(self) -> None:
+        """Hold back the next batch while its first request is ahead of its turn (service.fairness) and another
+        client is in flight or was just answered: that client's next request is taken first when it comes within
+        ``fair_wait``. Without it, clients that wait for their answers lose every gap to a backlogged one."""
+        while self.fair_wait > 0 and self._pending:
+            batch = self._next_batch()
+            if not batch or not self._pending.ahead_of_its_turn(batch[0]):
+                return
+            now = time.monotonic()
+            until = self._returning_until(batch[0].client, now)
+            if until is None:
+                return
+            self._wakeup.clear()
+            wake = asyncio.ensure_future(self._wakeup.wait())
+            waits: set[asyncio.Future] = {wake}
+            if self._searching is not None and not self._searching.done():
+                waits.add(self._searching)
+            timeout = None if math.isinf(until) else max(0.0, until - now)
+            if timeout is None and len(waits) == 1:
+                timeout = self.fair_wait  # in flight but not in a step this loop can wait for: look again soon
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
+            if not done and not math.isinf(until):
+                return  # nobody came back in time: run it
 
     def _take(self) -> list[_Pending]:
         """Pop the next batch's requests (``_next_batch``)."""
@@ -580,6 +623,9 @@ class MicroBatcher:
         self._forget(batch)
         size = sum(len(p.questions) for p in batch)
         now = time.monotonic()
+        if self.fair_wait > 0:
+            self._answered = {c: t for c, t in self._answered.items() if now - t < self.fair_wait}
+            self._answered.update((item.client, now) for item in batch)
         # the time this batch held the pipeline: with two batches in flight, since the previous one finished
         if not self._learning_paused:
             self.observe_batch(sum(p.cost for p in batch), now - max(started, self._last_done))

@@ -7,6 +7,12 @@ by cost. Each client (``client_key``: its connection, or its address) has a virt
 each backlogged client gets about an equal share of the batches, in cost, and the work counted ahead of a new
 request (what admission compares with its wait budget) is only what runs before it. A heavy client is therefore
 refused (429) while the others are still admitted.
+
+Clients that wait for each answer before asking again are never backlogged: between their answer and their next
+request only the heavy client's work is queued, and a scheduler that always runs what is queued would give it
+most of the batches. So the batcher (``fair_wait_ms``) holds back work that is ahead of its turn while another
+client is in flight or was answered in the last ``fair_wait_ms``: that client's next request, tagged from the
+virtual time, is taken first. The held work waits at most ``fair_wait_ms`` for a client that does not come back.
 """
 
 from __future__ import annotations
@@ -67,6 +73,11 @@ class FairQueue(Generic[T]):
     def tag_for(self, client: str, cost: float) -> float:
         """The tag a request of ``cost`` from ``client`` would get now."""
         return max(self._vtime, self._finish.get(client, 0.0)) + cost
+
+    def ahead_of_its_turn(self, item: T) -> bool:
+        """Whether ``item`` starts after the virtual time: its client has been served more than the clients now
+        starting afresh (a newcomer's request would be taken before it)."""
+        return item.tag - item.cost > self._vtime + 1e-9
 
     def cost_ahead(self, tag: float) -> float:
         """Cost of the live queued requests that a request tagged ``tag`` would run after (or with)."""

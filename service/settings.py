@@ -101,6 +101,12 @@ class Settings(BaseSettings):
     # of max_queue among those waiting. connection = each TCP connection is a client (clients on one host or behind
     # one NAT kept apart, but a client opening many connections gets many shares); peer = each address (behind a
     # proxy, every client shares the proxy's).
+    # Clients that wait for each answer are never backlogged, so between their answer and their next request only a
+    # heavy client's work is queued: a batch of work ahead of its fair turn waits this long for clients in flight or
+    # just answered to ask again (their requests go first). Longer catches slower clients, and delays the heavy
+    # work more when they do not come back; 0 = run whatever is queued at once.
+    fair_wait_ms: float = Field(20.0, ge=0, le=1000, description="how long work ahead of its fair turn waits for "
+                                                                 "clients just answered to ask again")
     fair_share_by: Literal["connection", "peer"] = Field(
         "connection", description="who gets a fair share of the queue: each connection, or each peer address")
     # The most work one request may ask, in question-equivalents (service.cost: a phrase question at the default

@@ -126,6 +126,32 @@ async def test_a_request_costing_more_than_a_batch_runs_in_parts_and_others_run_
     await batcher.stop()
 
 
+@pytest.mark.parametrize("fair_wait_ms", [0.0, 200.0])
+async def test_a_client_waiting_for_its_answers_keeps_its_share_beside_a_backlogged_one(tiny_searcher, fair_wait_ms):
+    """A light client in a closed loop (one question, 1 question-equivalent, asked again 2 ms after each answer)
+    beside a heavy request queued in 8 parts of a full batch (4 question-equivalents each). Fair shares in cost give
+    the light client about 4 questions per heavy part. Without fair_wait (0) every gap between its answer and its
+    next question goes to a heavy part: the heavy request is done within the light client's first 10 questions."""
+    encoder = CountingEncoder(tiny_searcher.encoder)
+    executor = ThreadPoolExecutor(1)
+    batcher = MicroBatcher(Searcher(tiny_searcher.index, encoder), executor, max_batch_size=4, max_wait_ms=1,
+                           max_queue=64, fair_wait_ms=fair_wait_ms)
+    batcher.start()
+    heavy = asyncio.create_task(batcher.submit([f"h{i}" for i in range(8)], PHRASE, cost=32.0, client="heavy"))
+    await asyncio.sleep(0)
+    for i in range(10):
+        await asyncio.wait_for(batcher.submit([f"light {i}"], PHRASE, client="light"), 30)
+        await asyncio.sleep(0.002)
+    heavy_parts = sum(call[0].startswith("h") for call in encoder.calls)
+    await asyncio.wait_for(heavy, 30)
+    await batcher.stop()
+    executor.shutdown(wait=False)
+    if fair_wait_ms:
+        assert heavy_parts <= 4  # about one part per 4 light questions
+    else:
+        assert heavy_parts >= 8  # a part in every gap: the whole request
+
+
 async def test_a_client_with_much_work_queued_is_refused_while_the_others_are_admitted(blocked_batcher, until):
     """At 100 ms per question-equivalent and a 300 ms budget, a client with 6 queued is refused (its next request
     would run after them), and so is one holding more than its share of max_queue; a new client is admitted at once.
