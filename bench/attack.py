@@ -215,9 +215,11 @@ async def part_starvation(args: argparse.Namespace, workdir: Path) -> dict:
         alone = await closed_loop(server, 8, args.seconds)
         normal, hostile = Clients(), Clients()
         stop_at = time.monotonic() + args.seconds
-        async with server.session() as client:
+        # the hostile client has its own connections, as another user does: sharing the normal clients' pool would
+        # hand its connections (and so its fair-queueing account, keyed by connection) to them in turn
+        async with server.session() as client, server.session() as own:
             await asyncio.gather(*[normal.run(client, stop_at, {}) for _ in range(8)],
-                                 hostile.run(client, stop_at, {k: heavy[k] for k in ("queries", "top_k", "offset")},
+                                 hostile.run(own, stop_at, {k: heavy[k] for k in ("queries", "top_k", "offset")},
                                              unit="doc", honour_retry_after=False))
     beside = normal.summary(args.seconds)
     ratio = beside["answered_qps"] / max(alone["answered_qps"], 1e-9)

@@ -10,9 +10,9 @@ One task owns the queue. It waits for the first request, then collects more unti
 3. every request's future gets its hits plus the batch's timings.
 
 Work is counted in question-equivalents (service/cost.py), batches take waiting requests in fair order between
-clients (service/fairness.py), and a request costing more than a full batch is queued in parts of at most
-``max_batch_size`` question-equivalents, so other clients' work runs between its parts and no request holds the
-pipeline longer than a full batch.
+clients (service/fairness.py), and a request costing more than half a batch is queued in parts of at most half a
+batch (``max_batch_size`` / 2 question-equivalents), so other clients' work runs between its parts and beside each
+of them (a part never fills a batch alone: a question arriving when it is its turn still joins that batch).
 
 Without a search executor, steps 1-2 run in one worker thread. With one (``pipeline``), step 1 runs in the
 encoder thread and step 2 in the search thread, so the next batch is encoded while this one is searched; at
@@ -400,10 +400,11 @@ class MicroBatcher:
         return BatchOutcome.joined(list(await asyncio.gather(*(item.future for item in items))))
 
     def _parts(self, questions: list[str], cost: float) -> list[list[str]]:
-        """A request's questions cut into parts of at most max_batch_size question-equivalents (a question
-        costing more is a part alone), so that one request never holds the pipeline longer than a full batch."""
+        """A request's questions cut into parts of at most half of max_batch_size question-equivalents (a question
+        costing more is a part alone), so that one request never holds the pipeline longer than half a batch and
+        others' questions share the batch of each part."""
         per_question = cost / max(1, len(questions))
-        size = max(1, int(self.max_batch_size / per_question)) if per_question > 0 else len(questions)
+        size = max(1, int(self.max_batch_size / 2 / per_question)) if per_question > 0 else len(questions)
         return [questions[i: i + size] for i in range(0, len(questions), size)] or [questions]
 
     def _set_depth(self, depth: int) -> None:
@@ -467,10 +468,14 @@ class MicroBatcher:
     def _next_batch(self) -> list[_Pending]:
         """The requests the next batch would take: in fair order, each that still fits in max_batch_size
         question-equivalents (the first one always), so a large request does not stop smaller ones from filling
-        a batch until its turn comes."""
+        a batch until its turn comes. Work ahead of its turn does not fill the room beside the first request while
+        other clients may be about to ask again (``fair_wait``): it would take their share of the batch."""
         batch: list[_Pending] = []
         cost = 0.0
+        returning = self._returning_clients(time.monotonic()) if self.fair_wait > 0 else set()
         for item in self._pending.in_order():
+            if batch and returning - {item.client} and self._pending.ahead_of_its_turn(item):
+                continue
             if not batch or cost + item.cost <= self.max_batch_size:
                 batch.append(item)
                 cost += item.cost
@@ -510,6 +515,12 @@ class MicroBatcher:
             wake = asyncio.ensure_future(self._wakeup.wait())
             await asyncio.wait([self._searching, wake], return_when=asyncio.FIRST_COMPLETED)
             wake.cancel()
+
+    def _returning_clients(self, now: float) -> set[str]:
+        """Clients with nothing queued that are in flight or were answered in the last ``fair_wait``."""
+        queued = {item.client for item in self._pending if item.live()}
+        recent = {c for c, t in self._answered.items() if now - t < self.fair_wait}
+        return ({item.client for item in self._inflight} | recent) - queued
 
     def _returning_until(self, client: str, now: float) -> float | None:
         """Until when another client than ``client``, with nothing queued, may be about to ask again: ``inf`` while

@@ -160,8 +160,15 @@ class EarlyShedMiddleware:
 
     Under sustained overload most requests are refused; answering them here keeps JSON parsing, schema validation
     and routing off the cores the encoder needs. Requests that pass still get the batcher's exact admission.
+    A client that comes back before the ``Retry-After`` it was given and is refused again gets that 429 only once
+    its ``Retry-After`` has passed (at most ``MAX_TARPIT_S``): clients that ignore it and ask again at once (a
+    flood) then ask about once per ``Retry-After`` instead of as fast as the server can refuse, which took the cores
+    from the searches. Clients that honour it are never held.
     Installed inside CORS (browsers can read the 429) and inside RequestContextMiddleware (request id, latency).
     """
+
+    MAX_TARPIT_S = 10.0
+    MAX_CLIENTS = 4096  # remembered Retry-After deadlines before the expired ones are dropped
 
     def __init__(self, app: ASGIApp, would_admit: Callable[[str], None], on_error: Callable[[str], Any] | None = None,
                  fair_share_by: FairShareBy = "connection"):
@@ -169,15 +176,29 @@ class EarlyShedMiddleware:
         self.would_admit = would_admit
         self.on_error = on_error
         self.fair_share_by: FairShareBy = fair_share_by
+        self._retry_at: dict[str, float] = {}  # client -> when its last refusal said it may come back (monotonic)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/search":
+            client = client_key(scope, self.fair_share_by)
             try:
-                self.would_admit(client_key(scope, self.fair_share_by))
+                self.would_admit(client)
             except Overloaded as exc:
                 if self.on_error is not None:
                     self.on_error(exc.error)
+                early = self._retry_at.get(client, 0.0) - time.monotonic()
+                if early > 0:  # it ignored the Retry-After it was given: it waits it out here
+                    await asyncio.sleep(min(early, self.MAX_TARPIT_S))
+                self._remember(client, float(exc.headers.get("Retry-After", "1")))
                 request_id = str(scope.get("state", {}).get("request_id", "-"))
                 await error_response(exc, request_id)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def _remember(self, client: str, retry_after: float) -> None:
+        now = time.monotonic()
+        if len(self._retry_at) >= self.MAX_CLIENTS:
+            self._retry_at = {c: t for c, t in self._retry_at.items() if t > now}
+            if len(self._retry_at) >= self.MAX_CLIENTS:  # that many clients told to wait: start over
+                self._retry_at.clear()
+        self._retry_at[client] = now + retry_after

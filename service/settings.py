@@ -89,9 +89,11 @@ class Settings(BaseSettings):
     # batch is queued ahead of it (one that joins the next batch is always taken). A small budget keeps
     # accepted requests fast under overload (latency ~ budget + its own batch) but refuses more of a sustained
     # overload; a burst at an idle server of up to max_queries_per_request questions is admitted whole.
-    # 0 turns it off (only max_queue sheds).
+    # Retry-After counts whole seconds, so a client told to retry comes back a second later at the earliest: under a
+    # second, the budget refuses requests that queueing would answer sooner (lower it where a load balancer sends
+    # the refused request to another replica at once). 0 turns it off (only max_queue sheds).
     max_queue_wait_ms: float = Field(
-        300.0, ge=0, le=600_000, description="refuse requests whose expected queueing time exceeds this (429)"
+        1000.0, ge=0, le=600_000, description="refuse requests whose expected queueing time exceeds this (429)"
     )
     # Hard queue bound (in questions), whatever the measured rate says: a small bound caps memory and latency
     # even before a rate is measured; a large one absorbs bursts but lets queueing delay grow to max_queue/throughput.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -110,9 +111,10 @@ async def test_batches_take_light_clients_before_a_heavy_client_s_backlog(blocke
 
 
 async def test_a_request_costing_more_than_a_batch_runs_in_parts_and_others_run_first(blocked_batcher, until):
-    """Six questions of 2 question-equivalents each, with batches of 4: three parts of two questions, each queued in
-    fair order, so a light client's question sent after them runs first; the answer joins the parts in order.
-    Before, a request ran as one batch whatever it cost: one request of 7.5 s held every other client's answers."""
+    """Six questions of 2 question-equivalents each, with batches of 4: six parts of half a batch, each queued in
+    fair order, so a light client's question sent after them runs first, beside the first part; the answer joins
+    the parts in order. Before, a request ran as one batch whatever it cost: one request of 7.5 s held every other
+    client's answers (and with parts of a whole batch, a part ahead of a question kept it for a batch)."""
     batcher, encoder = await blocked_batcher()
     busy = await _occupy(batcher, encoder, until)
     heavy = asyncio.create_task(batcher.submit([f"h{i}" for i in range(6)], PHRASE, cost=12.0, client="heavy"))
@@ -121,7 +123,7 @@ async def test_a_request_costing_more_than_a_batch_runs_in_parts_and_others_run_
     await asyncio.sleep(0.01)
     encoder.gate.set()
     outcome, _, _ = await asyncio.wait_for(asyncio.gather(heavy, light, busy), 30)
-    assert encoder.calls[1:] == [["light"], ["h0", "h1"], ["h2", "h3"], ["h4", "h5"]]
+    assert encoder.calls[1:] == [["light", "h0"], ["h1", "h2"], ["h3", "h4"], ["h5"]]
     assert len(outcome.hits) == 6 and outcome.batch_size == 2
     await batcher.stop()
 
@@ -204,10 +206,40 @@ def test_the_access_log_is_rate_limited_and_says_how_many_lines_it_left_out(capl
     assert all(AccessLogLimiter(0).allow() for _ in range(1000))  # 0: no limit
 
 
+async def test_a_client_ignoring_retry_after_gets_its_next_refusal_only_when_it_has_passed(
+        hold_worker, until, settings_for, counting_factory, async_serve):
+    """Refused with Retry-After: 2 and asking again at once, a client waits out those 2 s for its second 429, so a
+    flood of such clients asks about once per Retry-After each instead of as fast as the server can refuse (which
+    took the cores from the searches: 27% of the saturation rate answered). The first refusal comes at once."""
+    factory, encoder = counting_factory(block=True)
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=100, max_queries_per_request=1),
+                     factory)
+    encoder.gate.set()
+    async with async_serve(app) as ac:
+        batcher = app.state.service.batcher
+        batcher.observe_batch(1, 1.0)
+        busy = await hold_worker(ac, encoder)
+        queued = asyncio.create_task(ac.post("/search", json={"query": "next batch"}))  # a full batch (1 s) ahead
+        await until(lambda: batcher.depth == 1)
+        times, statuses = [], []
+        for i in range(2):
+            t0 = time.monotonic()
+            r = await ac.post("/search", json={"query": f"q{i}"})
+            times.append(time.monotonic() - t0)
+            statuses.append((r.status_code, r.headers.get("Retry-After")))
+        assert statuses == [(429, "2"), (429, "2")]
+        assert times[0] < 1.0 and times[1] >= 1.8  # the second waited out the first's Retry-After
+        encoder.gate.set()
+        assert [r.status_code for r in await asyncio.wait_for(asyncio.gather(busy, queued), 30)] == [200, 200]
+
+
 async def test_a_refusal_under_overload_writes_no_access_line(hold_worker, until, settings_for, counting_factory,
-                                                             async_serve, caplog):
+                                                             async_serve, caplog, monkeypatch):
     """Each 429 is counted in spanseek_errors_total, not logged: under a flood of clients that ignore Retry-After,
     the log grew by a line per refusal (18 MB in two minutes)."""
+    from spanseek.service.middleware import EarlyShedMiddleware
+
+    monkeypatch.setattr(EarlyShedMiddleware, "MAX_TARPIT_S", 0.0)  # 20 refusals in a row, none held
     factory, encoder = counting_factory(block=True)
     app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=100, max_queries_per_request=1),
                      factory)

@@ -89,10 +89,13 @@ def test_a_request_that_joins_the_next_batch_is_never_refused_by_the_budget():
 
 
 async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(hold_worker, until, settings_for,
-                                                                        counting_factory, async_serve):
+                                                                        counting_factory, async_serve, monkeypatch):
     """The queue holds only what the measured rate runs within max_queue_wait_ms, far below max_queue.
 
     Before, the default max_queue (256 questions) was the only bound: all 40 requests would have queued."""
+    from spanseek.service.middleware import EarlyShedMiddleware
+
+    monkeypatch.setattr(EarlyShedMiddleware, "MAX_TARPIT_S", 0.0)  # one client refused 28 times in a row, none held
     factory, encoder = counting_factory(block=True)
     app = create_app(settings_for(max_batch_size=4, max_wait_ms=1, max_queue_wait_ms=100, max_queries_per_request=4),
                      factory)  # a burst allowance of one batch: the wait budget decides
