@@ -140,6 +140,30 @@ def async_serve() -> Callable[..., asynccontextmanager]:
     return async_serving
 
 
+@pytest.fixture
+def overloaded(hold_worker, until, settings_for, counting_factory) -> Callable[..., asynccontextmanager]:
+    """``async with overloaded(**settings) as (client, app)``: a served app (batches of one question, measured at
+    1 s each, a 100 ms wait budget) whose worker holds one request while a full batch waits behind it, so any other
+    /search is refused (429, Retry-After 2); on leaving, both are released and answered 200."""
+    @asynccontextmanager
+    async def serve(**overrides: object) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
+        factory, encoder = counting_factory(block=True)
+        app = create_app(settings_for(**{"max_batch_size": 1, "max_wait_ms": 1, "max_queue_wait_ms": 100,
+                                         "max_queries_per_request": 1, **overrides}), factory)
+        encoder.gate.set()
+        async with async_serving(app) as client:
+            batcher = app.state.service.batcher
+            batcher.observe_batch(1, 1.0)
+            busy = await hold_worker(client, encoder)
+            queued = asyncio.create_task(client.post("/search", json={"query": "next batch"}))  # a full batch ahead
+            await until(lambda: batcher.depth == 1)
+            yield client, app
+            encoder.gate.set()
+            assert [r.status_code for r in await asyncio.wait_for(asyncio.gather(busy, queued), 30)] == [200, 200]
+
+    return serve
+
+
 @contextmanager
 def live_server(app: FastAPI) -> Iterator[str]:
     """Run ``app`` under a real uvicorn server on 127.0.0.1 (a free port) in a thread; yields its base URL."""
