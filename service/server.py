@@ -13,7 +13,12 @@ read it. The protocol below adds, per connection:
   take at most ``LINGER_S`` more before the connection is closed;
 - a write deadline: an answer that is not draining to the client (no progress for ``write_timeout_s`` after
   writing stalled or after it was sent, counting the kernel's send queue too) aborts the connection, freeing its
-  buffers; an idle connection with unsent data is aborted too.
+  buffers; an idle connection with unsent data is aborted too;
+- pipelining held to the client's reading: the next pipelined request of a connection is taken only once the
+  answer before it has been taken by the client (polled with a growing interval, at most ``HOLD_POLL_MAX_S``).
+  Without it, each client sending many requests at once and never reading had several answers rendered before
+  its buffers filled: 2,000 such connections kept the event loop busy for half a minute, every other client
+  waiting.
 
 Bodies are also timed in the ASGI middleware (service/middleware.py, 408). ``spanseek serve`` runs
 ``uvicorn.Server(server_config(app, settings))``.
@@ -39,6 +44,8 @@ from spanseek.service.settings import Settings
 log = logging.getLogger("spanseek.service")
 
 LINGER_S = 2.0  # how long the rest of an unread body may take once the answer is sent
+HOLD_POLL_S = 0.01  # first look at a held connection's unsent answer; the interval doubles up to HOLD_POLL_MAX_S
+HOLD_POLL_MAX_S = 1.0
 BODY_GRACE_S = 1.0  # the request deadline's margin over body_timeout_s (the middleware answers 408 at that time)
 
 
@@ -56,6 +63,8 @@ class SpanseekH11Protocol(H11Protocol):
         self._request_deadline_at = 0.0
         self._write_deadline: asyncio.TimerHandle | None = None
         self._unsent_when_armed = 0
+        self._hold: asyncio.TimerHandle | None = None  # the next pipelined request waits for the answer to drain
+        self._hold_poll = HOLD_POLL_S
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -73,6 +82,12 @@ class SpanseekH11Protocol(H11Protocol):
             self._disarm("_request_deadline")
 
     def on_response_complete(self) -> None:
+        if self._pipelined() and self._unsent() > 0 and not self.transport.is_closing():
+            self._arm_write_deadline()  # held until the client takes the answer; cut off if it never does
+            self._hold = self.loop.call_later(self._hold_poll, self._release_hold)
+            self._hold_poll = min(HOLD_POLL_MAX_S, 2 * self._hold_poll)
+            return
+        self._hold_poll = HOLD_POLL_S
         super().on_response_complete()
         if self.transport.is_closing():
             return
@@ -82,6 +97,19 @@ class SpanseekH11Protocol(H11Protocol):
             self._disarm("_request_deadline")
         if self._unsent() > 0:
             self._arm_write_deadline()
+
+    def _pipelined(self) -> bool:
+        """Whether bytes of a next request are already buffered (the client sent it before reading this answer)."""
+        return bool(self.conn.trailing_data[0])
+
+    def _release_hold(self) -> None:
+        self._hold = None
+        if self.transport.is_closing():
+            return
+        if self._write_deadline is not None and self._unsent() < self._unsent_when_armed:
+            self._disarm("_write_deadline")  # the client took some: the deadline counts from now
+            self._arm_write_deadline()
+        self.on_response_complete()  # looks again: the next request now, or another wait
 
     def _unsent(self) -> int:
         """Bytes written but not yet taken by the client: the transport's buffer and the socket's send queue."""
@@ -109,7 +137,7 @@ class SpanseekH11Protocol(H11Protocol):
         super().timeout_keep_alive_handler()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for name in ("_head_deadline", "_request_deadline", "_write_deadline"):
+        for name in ("_head_deadline", "_request_deadline", "_write_deadline", "_hold"):
             self._disarm(name)
         super().connection_lost(exc)
 

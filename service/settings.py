@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     # heavy client's work is queued: a batch of work ahead of its fair turn waits this long for clients in flight or
     # just answered to ask again (their requests go first). Longer catches slower clients, and delays the heavy
     # work more when they do not come back; 0 = run whatever is queued at once.
-    fair_wait_ms: float = Field(20.0, ge=0, le=1000, description="how long work ahead of its fair turn waits for "
+    fair_wait_ms: float = Field(50.0, ge=0, le=1000, description="how long work ahead of its fair turn waits for "
                                                                  "clients just answered to ask again")
     fair_share_by: Literal["connection", "peer"] = Field(
         "connection", description="who gets a fair share of the queue: each connection, or each peer address")
