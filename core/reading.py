@@ -4,10 +4,9 @@ A request with ``read`` is searched as usual (phrase unit: for passages), then t
 top ``read_passages`` units of each question, all pairs of a batch in one batched pass (pairs read recently are
 remembered), and keeps each passage's best ``spans_per_passage`` spans. Every read span becomes a candidate with
 the features ``READ_FEATURES`` (the reader's score and margin, how much of the reader's mass and how many passages
-agree on the same answer text, the passage's retrieval score and rank, and how far the span agrees with the phrase
-model's own best phrase in that passage: two readers of different kinds agreeing), and a logistic model per unit,
-fitted on training questions (``spanseek train fit-reading``, stored as ``reading.json`` in the reader's
-directory), turns them into the hit's score (its log-odds) and ``confidence`` (its probability):
+agree on the same answer text, the passage's retrieval score and rank), and a logistic model per unit, fitted on
+training questions (``spanseek train fit-reading``, stored as ``reading.json`` in the reader's directory), turns
+them into the hit's score (its log-odds) and ``confidence`` (its probability):
 
 - phrase: read spans ranked by that score, spans that read the same (normalised) answer merged into the best one;
 - passage / doc: the units read re-ranked by their best read span, which becomes the hit's phrase; units ranked
@@ -28,15 +27,14 @@ import numpy as np
 
 from spanseek.core.confidence import FittedFile, LogisticModel, check_header
 from spanseek.core.hits import Hit, HitBuilder, non_overlapping
-from spanseek.core.metrics import f1_score, normalize_answer
+from spanseek.core.metrics import normalize_answer
 from spanseek.core.plan import Plan
 from spanseek.core.reader import PassageReader, ReadSpan
 
 READING_NAME = "reading.json"
-READING_VERSION = 2
+READING_VERSION = 1
 RECENT_READS = 4096  # (question, passage) pairs whose spans a stage remembers (evaluation reads a pair per unit)
-READ_FEATURES = ("reader", "reader_margin", "answer_mass", "agreement", "retrieval_z", "retrieval_rank",
-                 "phrase_agreement")
+READ_FEATURES = ("reader", "reader_margin", "answer_mass", "agreement", "retrieval_z", "retrieval_rank")
 
 
 class ReadingError(ValueError):
@@ -97,7 +95,6 @@ def read_features(candidates: Sequence[Candidate], sources: Sequence[Hit]) -> np
         return np.zeros((0, len(READ_FEATURES)))
     s = np.array([c.span.score for c in candidates], dtype=np.float64)
     texts = [normalize_answer(c.span.text) for c in candidates]
-    phrase = [f1_score(c.span.text, [c.source.text]) for c in candidates]  # the retrieved unit's best phrase
     total = np.logaddexp.reduce(s)
     mass: dict[str, float] = {}
     count: dict[str, int] = {}
@@ -113,7 +110,6 @@ def read_features(candidates: Sequence[Candidate], sources: Sequence[Hit]) -> np
         np.log([count[t] for t in texts]),
         np.array([z[c.rank] for c in candidates]),
         np.log1p([c.rank for c in candidates]),
-        np.array(phrase, dtype=np.float64),
     ], axis=1)
 
 

@@ -216,32 +216,6 @@ def test_a_reading_file_of_another_shape_is_refused(tmp_path):
         Reading.load(tmp_path / READING_NAME)
 
 
-def test_read_features_by_hand_and_the_phrase_model_agreement():
-    """Each candidate's features against a hand computation; phrase_agreement is the token F1 of the read span
-    against the phrase model's best phrase of the passage it was read from (1 when both read the same answer)."""
-    from spanseek.core.params import Hit
-    from spanseek.core.reader import ReadSpan
-    from spanseek.core.reading import Candidate, read_features
-
-    passage = "In 1450 the harbour bridge was built by Gala of Tarn."
-    def source(phrase, score):
-        a = passage.index(phrase)
-        return Hit(phrase, score, a, a + len(phrase), 0, passage, "d", "t")
-    def span(text, score):
-        a = passage.index(text)
-        return ReadSpan(0, a, a + len(text), text, score)
-
-    sources = [source("Gala of Tarn", 3.0), source("1450", 1.0)]
-    cands = [Candidate(sources[0], 0, span("Gala", 2.0)), Candidate(sources[0], 0, span("Gala of Tarn", 1.0)),
-             Candidate(sources[1], 1, span("the harbour bridge", -1.0))]
-    x = read_features(cands, sources)
-    col = {name: x[:, i] for i, name in enumerate(READ_FEATURES)}
-    assert col["reader"].tolist() == [2.0, 1.0, -1.0] and col["reader_margin"].tolist() == [0.0, -1.0, -3.0]
-    assert col["retrieval_z"].tolist() == [1.0, 1.0, -1.0] and col["retrieval_rank"].tolist() == [0, 0, np.log(2)]
-    assert col["agreement"].tolist() == [0.0, 0.0, 0.0]  # three different answers
-    assert col["phrase_agreement"].tolist() == pytest.approx([2 * (1 * 1 / 3) / (1 + 1 / 3), 1.0, 0.0])
-
-
 def test_a_reading_file_round_trips_with_its_calibration(tmp_path):
     features = len(READ_FEATURES)
     model = LogisticModel((0.5,) * features, (2.0,) * features, (1.0, -0.5) + (0.0,) * (features - 2), 0.3)
