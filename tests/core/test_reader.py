@@ -216,6 +216,34 @@ def test_a_reading_file_of_another_shape_is_refused(tmp_path):
         Reading.load(tmp_path / READING_NAME)
 
 
+def test_read_features_by_hand():
+    """Each candidate's features against a hand computation: the reader's score and margin, the share of the
+    reader's mass and the number of passages on the same answer, the passage's retrieval z-score and rank."""
+    from spanseek.core.params import Hit
+    from spanseek.core.reader import ReadSpan
+    from spanseek.core.reading import Candidate, read_features
+
+    passage = "In 1450 the harbour bridge was built by Gala of Tarn."
+    def source(phrase, score):
+        a = passage.index(phrase)
+        return Hit(phrase, score, a, a + len(phrase), 0, passage, "d", "t")
+    def span(text, score):
+        a = passage.index(text)
+        return ReadSpan(0, a, a + len(text), text, score)
+
+    sources = [source("Gala of Tarn", 3.0), source("1450", 1.0)]
+    cands = [Candidate(sources[0], 0, span("Gala", 2.0)), Candidate(sources[1], 1, span("Gala", 1.0)),
+             Candidate(sources[1], 1, span("the harbour bridge", -1.0))]
+    x = read_features(cands, sources)
+    col = {name: x[:, i] for i, name in enumerate(READ_FEATURES)}
+    total = np.logaddexp.reduce([2.0, 1.0, -1.0])
+    assert col["reader"].tolist() == [2.0, 1.0, -1.0] and col["reader_margin"].tolist() == [0.0, -1.0, -3.0]
+    assert col["answer_mass"] == pytest.approx([np.logaddexp(2.0, 1.0) - total] * 2 + [-1.0 - total])
+    assert col["agreement"] == pytest.approx([np.log(2), np.log(2), 0.0])  # "Gala" read in two passages
+    assert col["retrieval_z"].tolist() == [1.0, -1.0, -1.0] and col["retrieval_rank"].tolist() == [0, np.log(2),
+                                                                                                    np.log(2)]
+
+
 def test_a_reading_file_round_trips_with_its_calibration(tmp_path):
     features = len(READ_FEATURES)
     model = LogisticModel((0.5,) * features, (2.0,) * features, (1.0, -0.5) + (0.0,) * (features - 2), 0.3)
