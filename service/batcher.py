@@ -508,9 +508,10 @@ class MicroBatcher:
                 await (self._execute(batch) if self.search_executor is None else self._encode_then_hand_over(batch))
 
     async def _search_done_or_full_batch(self) -> None:
-        """Wait while a batch is being searched, unless a full batch is waiting (then overlap with it)."""
+        """Wait while a batch is being searched, unless a full batch is waiting (then overlap with it). Work held
+        back for returning clients (``_next_batch``) does not count: it would split their next batch in two."""
         while self._searching is not None and not self._searching.done() \
-                and self._live_cost() < self.max_batch_size:
+                and self._batch_cost() < self.max_batch_size:
             self._wakeup.clear()
             wake = asyncio.ensure_future(self._wakeup.wait())
             await asyncio.wait([self._searching, wake], return_when=asyncio.FIRST_COMPLETED)
