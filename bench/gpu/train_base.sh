@@ -13,7 +13,11 @@
 # so the same speed) and writes .gpu/a/probe.json: steps/s and the seconds before the first step (data, model).
 # train: joins the backbone, sizes the run to TRAIN_S seconds from the probe (at most MAX_EPOCHS), trains with a
 # checkpoint every 100 steps under a hard deadline, and packs the model into $OUT in pieces of at most 15 MB, so a
-# cut run still returns the last checkpoint. EXTRA adds flags to both (small local dry runs).
+# cut run still returns the last checkpoint. EXTRA adds flags to both (small local dry runs). INIT_FROM (a model
+# directory in the checkout, such as core/models/base) continues training from that model instead of the bare
+# backbone. Its adapters travel with the checkout (13 MB for core/models/base), so the 112 MB backbone no longer
+# fits two calls: pack three pieces (e.g. --piece-mb 50,45), carry the middle one in a call of its own between
+# probe and train (a warm machine keeps carried folders) and name that folder in PIECES_FROM.
 set -u
 PHASE=${1:?usage: bench/gpu/train_base.sh probe|train}
 A=.gpu/a B=.gpu/b
@@ -69,7 +73,7 @@ fi
 [ "$PHASE" = train ] || { echo "unknown phase $PHASE"; exit 2; }
 TRAIN_S=${TRAIN_S:?TRAIN_S: seconds this call may train}
 t0=$(now)
-python3 bench/gpu/carry_backbone.py unpack "$B" --pieces-from "$A" || exit 1
+python3 bench/gpu/carry_backbone.py unpack "$B" --pieces-from "$A" ${PIECES_FROM:+--pieces-from "$PIECES_FROM"} || exit 1
 STEPS=$(python3 - "$A/probe.json" "$TRAIN_S" "$(python3 -c "print(round($(now) - $t0))")" <<'PY'
 import json, sys
 p, budget, spent = json.load(open(sys.argv[1])), float(sys.argv[2]), float(sys.argv[3])
@@ -83,7 +87,7 @@ left=$(python3 -c "print(max(10, int($TRAIN_S - ($(now) - $t0) - 20)))")
 # shellcheck disable=SC2086
 timeout "$left" python3 -c "import sys; from spanseek.cli import main; sys.exit(main())" train phrase \
     --train "$A/squad-v1.1-train.json.gz" --out /tmp/base-run --backbone package:all-mpnet-base-v2 \
-    --max-steps "$STEPS" --checkpoint-every 100 $RECIPE > /tmp/base-run.log 2>&1
+    --max-steps "$STEPS" --checkpoint-every 100 $RECIPE ${INIT_FROM:+--init-from "$INIT_FROM"} > /tmp/base-run.log 2>&1
 echo "exit $?" | tee -a /tmp/base-run.log
 tail -5 /tmp/base-run.log
 cd /tmp/base-run || exit 1
