@@ -16,16 +16,23 @@ For a batch of questions the leg
 
 ``passage_spans`` scores every span of given passages exactly as reading comprehension does: the lexical leg's
 passages join the candidates that way.
+
+Every token score of a batch (completion's neighbours, the lexical passages' tokens) comes from its
+``BatchScores``: on an exact fp16 index searched on the CPU, the flat scan's (2B, N) inner products already hold
+them (the flat index holds the fine vectors, widened), so they are read from there; otherwise the plan's vectors
+are read and scored.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from spanseek.core.fine_store import FineStore, as_float32
 from spanseek.core.flat_search import FlatScan, flat_vectors
 from spanseek.core.gpu import OnDevice
 from spanseek.core.phrase_index import PhraseIndex
@@ -70,6 +77,35 @@ def refine(ids: np.ndarray, queries: np.ndarray, k: int, scores: Callable[[np.nd
     return out
 
 
+class BatchScores:
+    """(q_start . h, q_end . h) of one batch's questions for any token ids: ``of(b, ids)`` is (len(ids), 2).
+
+    ``held`` (2B, N), when given, holds every token's score for the batch (a flat scan's inner products, start rows
+    then end rows, with the plan's vectors): the scores are read from it. Otherwise each call reads the plan's
+    vectors of ``ids`` and scores them (``DenseLeg.scores``)."""
+
+    def __init__(self, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray,
+                 held: Callable[[], np.ndarray | None] | None = None):
+        self.leg, self.plan = leg, plan
+        self.q_start, self.q_end = q_start, q_end
+        self._held = held
+
+    def __len__(self) -> int:
+        return len(self.q_start)
+
+    def of(self, b: int, ids: np.ndarray, distinct: bool = False) -> np.ndarray:
+        """(len(ids), 2) float32: question ``b``'s start and end score of tokens ``ids`` (1-D). ``distinct``: the
+        ids are known to be distinct (each vector is read once without deduplicating them)."""
+        held = self._held() if self._held is not None else None
+        if held is not None:
+            return np.stack([held[b, ids], held[len(self) + b, ids]], axis=1)
+        queries = np.stack([self.q_start[b], self.q_end[b]], axis=1)
+        if distinct:
+            return self.leg.scores(self.plan.vectors, ids, queries)
+        uniq, inverse = np.unique(ids, return_inverse=True)  # neighbour windows overlap: each token read once
+        return self.leg.scores(self.plan.vectors, uniq, queries)[inverse]
+
+
 class DenseLeg:
     """Candidate spans of a batch of questions from the token index (see the module docstring)."""
 
@@ -83,6 +119,7 @@ class DenseLeg:
                         if len(self.length_bias) < max_answer_tokens else "the extra entries are unused")
         self.on_device = on_device
         self.refine_factor = REFINE_FACTOR if index.manifest.spec.pq_m is not None else 1
+        self.flat_holds_fine = on_device is None and flat_holds_fine(index)
 
     def vector_reader(self, source: str) -> Callable[[np.ndarray], np.ndarray]:
         """The PhraseIndex method that reads neighbour vectors for ``source`` (``fine`` or ``codes``)."""
@@ -94,8 +131,11 @@ class DenseLeg:
             raise ValueError(f"vector_source must be 'fine' or 'codes', got {source!r}")
         return self.index.token_vectors
 
-    def candidates(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, top_k: int,
-                   unit_of_passage: np.ndarray | None) -> list[Spans]:
+    def batch(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True) -> DenseBatch:
+        """One batch's dense search: its token searches (``search``: none for the lexical mode) and its scores."""
+        return DenseBatch(self, plan, q_start, q_end, search)
+
+    def candidates(self, batch: DenseBatch, top_k: int, unit_of_passage: np.ndarray | None) -> list[Spans]:
         """Candidate spans per question from MIPS over the tokens the plan's selection allows; a unit search
         (``unit_of_passage``: each passage's unit) deepens until ``top_k`` units are among them, or every unit it may
         return.
@@ -103,33 +143,34 @@ class DenseLeg:
         A round's units are those of its candidate tokens that can start or end a span (``unit_counts``): what the
         completed spans would hold, known before completing them, so each question is completed once, at its last
         round's k. On a flat index the batch's scores are computed once for every round (``core.flat_search``)."""
+        plan = batch.plan
         ntotal = self.index.faiss.ntotal
         unit = plan.params.unit
         k = min(ntotal, max(32, 2 * top_k) if unit == "phrase" else max(64, 8 * top_k))
         want = min(top_k, plan.selection.unit_count.get(unit, top_k))
-        search = self.searcher(plan, q_start, q_end)
-        last: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64),) * 2] * len(q_start)
-        pending = np.arange(len(q_start))
+        last: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64),) * 2] * len(batch.scores)
+        pending = np.arange(len(batch.scores))
         while len(pending) and ntotal:
-            ids = self.round_ids(search, pending, k)  # (2P, k): start rows, then end rows
+            ids = self.round_ids(batch.search, pending, k)  # (2P, k): start rows, then end rows
             for row, b in enumerate(pending.tolist()):
                 last[b] = (ids[row], ids[len(pending) + row])
             if unit_of_passage is None or k >= ntotal:
                 break
             pending = pending[self.unit_counts(ids, plan.max_tokens, unit_of_passage) < want]
             k = min(ntotal, k * 4)
-        return self.complete_all(plan, q_start, q_end, last)
+        return self.complete_all(batch.scores, last)
 
-    def searcher(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray]:
+    def searcher(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray
+                 ) -> tuple[Callable[[np.ndarray, int], np.ndarray], FlatScan | None]:
         """``ids(rows, k)``: the (2 len(rows), k) best token ids of questions ``rows`` (start rows, then end rows):
-        a ``FlatScan`` of the whole batch on a flat index searched on the CPU, else faiss for each round (with the
-        request's nprobe, the selection's selector, the refinement of a PQ index)."""
+        a ``FlatScan`` of the whole batch on a flat index searched on the CPU (returned too), else faiss for each
+        round (with the request's nprobe, the selection's selector, the refinement of a PQ index)."""
         n = len(q_start)
         queries = np.concatenate([q_start, q_end])  # one search for both sides: a flat index streams its vectors once
         if self.on_device is None and flat_vectors(self.index.faiss) is not None:
             allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
             scan = FlatScan(self.index.faiss, queries, allowed)
-            return lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)
+            return (lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)), scan
         device = self.on_device.index if self.on_device is not None else None
         sel, nprobe, vectors = plan.selection, plan.params.nprobe, plan.vectors
 
@@ -142,7 +183,7 @@ class DenseLeg:
                               lambda t, q: self.scores(vectors, t, q))
             return search_ids(self.index, x, k, nprobe, sel, device)
 
-        return ids
+        return ids, None
 
     def round_ids(self, search: Callable[[np.ndarray, int], np.ndarray], rows: np.ndarray, k: int) -> np.ndarray:
         """One round of the search: the top ``k`` start and end tokens of questions ``rows``."""
@@ -179,16 +220,17 @@ class DenseLeg:
         win = np.maximum(win, 0)
         return win, ok & (flags[win] & FLAG_START > 0)
 
-    def complete_all(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray,
-                     candidates: list[tuple[np.ndarray, np.ndarray]]) -> list[Spans]:
+    def complete_all(self, scores: BatchScores, candidates: list[tuple[np.ndarray, np.ndarray]]) -> list[Spans]:
         """Each question's start and end candidates (from its last round) completed to spans."""
+        max_tokens = scores.plan.max_tokens
         with numpy_blas().limit(limits=1):
-            return [self.complete(s, e, q_start[b], q_end[b], plan.max_tokens, plan.vectors) if len(s) or len(e)
+            return [self.complete(s, e, partial(scores.of, b), max_tokens) if len(s) or len(e)
                     else EMPTY_SPANS for b, (s, e) in enumerate(candidates)]
 
-    def complete(self, start_ids: np.ndarray, end_ids: np.ndarray, qs: np.ndarray, qe: np.ndarray, max_tokens: int,
-                 vec: Callable[[np.ndarray], np.ndarray]) -> Spans:
-        """Span completion in both directions for one question; returns deduplicated spans by score."""
+    def complete(self, start_ids: np.ndarray, end_ids: np.ndarray, score: Callable[[np.ndarray], np.ndarray],
+                 max_tokens: int) -> Spans:
+        """Span completion in both directions for one question (``score(ids)``: its (len(ids), 2) start and end
+        scores of tokens); returns deduplicated spans by score."""
         flags = self.index.token_flags
         n = self.index.num_tokens
         s = start_ids[start_ids >= 0]
@@ -198,11 +240,8 @@ class DenseLeg:
         fwd, fwd_ok = self.window(s, max_tokens, True)  # (m, max_tokens): ends s .. s + max_tokens - 1
         bwd, bwd_ok = self.window(e, max_tokens, False)  # (m', max_tokens): starts e - max_tokens + 1 .. e
         m, m2 = len(s), len(e)
-        # Neighbour windows overlap, so each distinct token is read and scored once: one batched read, then
-        # its start and end score in one (U, d) @ (d, 2) product, scattered back to every place it is used.
-        ids = np.concatenate([s, e, fwd.reshape(-1), bwd.reshape(-1)])  # (m + m' + (m + m') max_tokens,)
-        uniq, inverse = np.unique(ids, return_inverse=True)
-        sc = self.scores(vec, uniq, np.stack([qs, qe], axis=1))[inverse]  # (len(ids), 2): start score, end score
+        # one scoring of every token used: the candidates, then their windows
+        sc = score(np.concatenate([s, e, fwd.reshape(-1), bwd.reshape(-1)]))  # (m + m' + (m + m') max_tokens, 2)
         s_score = sc[:m, 0]  # (m,)
         e_score = sc[m : m + m2, 1]
         bias = length_scores(self.length_bias, max_tokens)  # column k of fwd/bwd is a span of k + 1 tokens
@@ -227,29 +266,39 @@ class DenseLeg:
             return self.index.token_scores(ids, queries)
         return vec(ids) @ queries
 
-    def passage_spans(self, passages: np.ndarray, qs: np.ndarray, qe: np.ndarray, plan: Plan) -> Spans:
-        """Every start token of ``passages`` completed with its best end: reading comprehension's exact best span
-        of each passage is among them (``best_span``), with the same score."""
+    def passage_spans(self, passages: np.ndarray, scores: BatchScores, b: int, best_only: bool = False) -> Spans:
+        """Every start token of ``passages`` completed with its best end for question ``b`` of the batch, by score:
+        reading comprehension's exact best span of each passage is among them (``best_span``), with the same score.
+        ``best_only``: only that span of each passage (the first in token order among equal scores)."""
         ptok = self.index.passage_tokens
         lengths = ptok[passages + 1] - ptok[passages]
         if not len(passages) or not lengths.sum():
             return EMPTY_SPANS
-        max_tokens = plan.max_tokens
+        max_tokens = scores.plan.max_tokens
         ids = np.concatenate([np.arange(ptok[p], ptok[p + 1]) for p in passages])  # (n,) token ids
-        n = len(ids)
-        sc = self.scores(plan.vectors, ids, np.stack([qs, qe], axis=1))  # (n, 2): start score, end score
+        sc = scores.of(b, ids, distinct=True)  # (n, 2): start score, end score
         flags = self.index.token_flags[ids]
-        stop = np.repeat(np.cumsum(lengths), lengths)  # (n,) local end of each token's passage
-        fwd = np.arange(n)[:, None] + np.arange(max_tokens)[None, :]  # (n, max_tokens) local end positions
-        ok = (fwd < stop[:, None]) & (flags[:, None] & FLAG_START > 0)
-        fwd = np.minimum(fwd, n - 1)
-        ok &= flags[fwd] & FLAG_END > 0
-        end_scores = np.where(ok, sc[fwd, 1] + length_scores(self.length_bias, max_tokens), -np.inf)
+        # End scores laid out with max_tokens - 1 places of -inf after each passage: the window of max_tokens
+        # ends at every start never reaches into the next passage, and it is a strided view, not a gather.
+        at = np.arange(len(ids)) + np.repeat(np.arange(len(passages)) * (max_tokens - 1), lengths)
+        ends = np.full(len(ids) + len(passages) * (max_tokens - 1), -np.inf)
+        ends[at] = np.where(flags & FLAG_END > 0, sc[:, 1], -np.inf)
+        rows = np.flatnonzero(flags & FLAG_START > 0)  # the tokens that may start a phrase
+        end_scores = np.lib.stride_tricks.sliding_window_view(ends, max_tokens)[at[rows]] + length_scores(
+            self.length_bias, max_tokens)  # (r, max_tokens): column k ends the span k tokens later
         j = end_scores.argmax(axis=1)  # ties: the shortest span, as best_span
-        rows = np.arange(n)
-        scores = (sc[:, 0] + end_scores[rows, j]).astype(np.float32)
-        keep = np.isfinite(scores)
-        return dedupe_spans(ids[keep], ids[fwd[rows, j]][keep], scores[keep], self.index.num_tokens)
+        span_scores = np.full(len(ids), -np.inf, np.float32)
+        span_scores[rows] = sc[rows, 0] + end_scores[np.arange(len(rows)), j]
+        last = np.zeros(len(ids), np.int64)
+        last[rows] = rows + j  # local position of each start's best end
+        keep = np.flatnonzero(np.isfinite(span_scores))  # one span per start token: nothing to deduplicate
+        if best_only:
+            passage = np.repeat(np.arange(len(passages)), lengths)
+            keep = keep[np.lexsort((keep, -span_scores[keep], passage[keep]))]  # by passage, best first, token order
+            first = passage[keep]
+            keep = np.sort(keep[np.r_[True, first[1:] != first[:-1]]])  # each passage's first row, in token order
+        keep = keep[np.argsort(-span_scores[keep], kind="stable")]
+        return Spans(ids[keep].astype(np.int64), ids[last[keep]].astype(np.int64), span_scores[keep])
 
     def best_in_passage(self, passage: int, q_start: np.ndarray, q_end: np.ndarray, max_tokens: int,
                         decode: str = "span") -> tuple[int, int, float]:
@@ -272,3 +321,28 @@ class DenseLeg:
             raise ValueError(f"passage {passage}: {e}") from None
         return a + i, a + j, score
 
+
+
+class DenseBatch:
+    """One batch of questions in the dense leg: ``search(rows, k)`` (its token searches, see ``DenseLeg.searcher``)
+    and ``scores`` (its ``BatchScores``: read from the flat scan's held scores when they are the fine vectors')."""
+
+    def __init__(self, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True):
+        self.plan = plan
+        scan = None
+        if search:
+            self.search, scan = leg.searcher(plan, q_start, q_end)
+        held = scan.held if scan is not None and leg.flat_holds_fine and plan.vectors == leg.index.token_vectors \
+            else None
+        self.scores = BatchScores(leg, plan, q_start, q_end, held)
+
+
+def flat_holds_fine(index: PhraseIndex) -> bool:
+    """Whether the index's faiss index is flat and holds exactly its fp16 fine vectors, widened (as a build adds
+    them): its inner products are then the fine vectors' scores. Checked on the first and last rows."""
+    xb = flat_vectors(index.faiss)
+    store = index.vectors
+    if xb is None or not isinstance(store, FineStore) or store.kind != "fp16" or store.row_map is not None:
+        return False
+    rows = np.asarray([0, len(xb) - 1])
+    return len(xb) == len(store) and np.array_equal(xb[rows], as_float32(store[rows]))

@@ -101,12 +101,18 @@ class FlatScan:
         self.block = max(1, max_bytes // (4 * max(1, len(xb))))  # query rows whose scores fit the budget
         self._all: Any = None
 
+    def held(self) -> np.ndarray | None:
+        """(Q, N) float32 scores of every query row (computed once, -inf where a token is not allowed), or None when
+        they are over the byte budget and are scored a block at a time."""
+        if self._all is None and len(self.queries) <= self.block:
+            self._all = self._score(self.queries)
+        return None if self._all is None else self._all.numpy()
+
     def scores(self, rows: np.ndarray) -> Any:
         """(len(rows), N) torch float32 scores of query rows ``rows``; -inf where a token is not allowed."""
         import torch
 
-        if self._all is None and len(self.queries) <= self.block:
-            self._all = self._score(self.queries)
+        self.held()
         if self._all is not None:
             if len(rows) == len(self._all) and (rows == np.arange(len(rows))).all():
                 return self._all  # the first round: every row, not copied

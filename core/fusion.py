@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spanseek.core.dense import DenseLeg, dedupe_spans
+from spanseek.core.dense import BatchScores, DenseLeg, dedupe_spans
 from spanseek.core.hits import Hit, HitBuilder, first_per_unit, non_overlapping_spans
 from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, zscore
 from spanseek.core.plan import Plan
@@ -38,9 +38,10 @@ class LexicalFusion:
         self.unit_count = {u: len(np.unique(m)) for u, m in unit_of_passage.items()}
         self.phrase_rerank = phrase_rerank
 
-    def rank(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, questions: list[str],
-             dense: list[Spans] | None) -> list[list[Hit]]:
-        """Per question, the plan's ``top_k`` hits: by BM25 (``dense`` None) or fused with ``dense`` spans."""
+    def rank(self, plan: Plan, scores: BatchScores, questions: list[str], dense: list[Spans] | None
+             ) -> list[list[Hit]]:
+        """Per question, the plan's ``top_k`` hits: by BM25 (``dense`` None) or fused with ``dense`` spans; the
+        lexical passages' spans are scored with the batch's ``scores``."""
         lexical = self.lexical.scores(questions)  # (B, P)
         if plan.selection.passages is not None:  # only scores above zero count as matches
             lexical = np.where(plan.selection.passages[None, :], lexical, 0)
@@ -51,7 +52,8 @@ class LexicalFusion:
         with numpy_blas().limit(limits=1):
             for b in range(len(questions)):
                 units, unit_scores, passages = self.lexical_units(lexical[b], lex_unit, n_lex)
-                extra = self.dense.passage_spans(passages, q_start[b], q_end[b], plan)
+                # phrases in hybrid mode rank every span; units and lexical hits take each passage's best
+                extra = self.dense.passage_spans(passages, scores, b, best_only=dense is None or unit != "phrase")
                 if dense is None:
                     out.append(self.lexical_hits(extra, unit_scores, passages, top_k))
                     continue

@@ -227,16 +227,17 @@ class Searcher:
         if plan.selection.empty:
             return [[] for _ in range(len(q_start))]
         units = self._unit_of_passage.get(plan.unit)  # each passage's unit (None: phrases)
+        batch = self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
         if plan.mode == "dense":
             with timings.timing("search"):
-                spans = self.dense.candidates(plan, q_start, q_end, plan.top_k, units)
+                spans = self.dense.candidates(batch, plan.top_k, units)
             with timings.timing("aggregate"):
                 return [self.hits.ranked(sp, plan, None if units is None else self._unit_ids_of(plan.unit)) for sp in spans]
         assert self.fusion is not None and texts is not None
         with timings.timing("search"):
             dense = (None if plan.mode == "lexical" else
-                     self.dense.candidates(plan, q_start, q_end, max(plan.top_k, FUSION_DEPTH[plan.unit]), units))
-            return self.fusion.rank(plan, q_start, q_end, texts, dense)
+                     self.dense.candidates(batch, max(plan.top_k, FUSION_DEPTH[plan.unit]), units))
+            return self.fusion.rank(plan, batch.scores, texts, dense)
 
     def _unit_ids_of(self, unit: Unit) -> Callable[[Spans], np.ndarray]:
         unit_of_passage = self._unit_of_passage[unit]

@@ -163,7 +163,28 @@ def test_search_snapshot(tmp_path, squad_index, tiny_model_dir, tiny_squad):
                                   "--questions", tiny_squad, "--limit", 6, "--out", out, "--compare", out))
     snapshot = results(out, "phrase/dense", "passage/hybrid", "doc/lexical")
     assert len(snapshot["phrase/dense"]) == 6 and snapshot["phrase/dense"][0]
-    assert report["phrase/dense"] == {"questions": 6, "compared": 6, "differ": 0}
+    assert report["phrase/dense"] == {"questions": 6, "compared": 6, "differ": 0, "tied_duplicates_reordered": 0}
+
+
+def test_snapshot_compare_tells_a_swap_of_tied_copies_from_a_change():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from search_snapshot import compare
+
+    a = [7, 0, 5, "Apple", 2.5121, 0.26]
+    copy = [9, 0, 5, "Apple", 2.5121, 0.24]  # the same text in a duplicated passage, tied
+    other = [3, 4, 9, "Pear", 1.0, 0.1]
+    before = {"phrase/hybrid": [[a, copy, other], [a, other]]}
+
+    def report(rows):
+        return compare({"phrase/hybrid": rows}, before)["phrase/hybrid"]
+
+    assert report([[a, copy, other], [a, other]])["differ"] == 0
+    rounded = [[a[:4] + [2.5122, 0.26], copy, other], [a, other]]  # float noise in the last kept decimal
+    assert report(rounded) == {"questions": 2, "compared": 2, "differ": 0, "tied_duplicates_reordered": 0}
+    swapped = [[copy[:5] + [0.26], a[:5] + [0.24], other], [a, other]]
+    assert report(swapped) == {"questions": 2, "compared": 2, "differ": 0, "tied_duplicates_reordered": 1}
+    assert report([[a, other, copy], [a, other]])["differ"] == 1  # another order: a change
+    assert report([[a, copy, other], [a, other[:4] + [1.01, 0.1]]])["differ"] == 1  # a moved score
 
 
 @smoke("bench/hybrid.py")

@@ -344,3 +344,34 @@ def test_span_completion_runs_numpy_blas_single_threaded(tiny_searcher, monkeypa
     qs, qe = random_questions(rng, 2, tiny_searcher.index.vectors.shape[1])
     tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=3, mode="dense"))
     assert entered == [True]
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["vectors-read", "flat-scan-held"])
+def test_passage_spans_hold_each_passage_exact_best_span(long_searcher, held):
+    """Every start token completed with its best end (one span each), by score; ``best_only`` keeps each passage's
+    reading-comprehension best span (brute force), whether the token scores are read from the fine vectors or from
+    a flat scan's held product."""
+    from spanseek.core.dense import BatchScores
+
+    searcher = long_searcher
+    index, leg = searcher.index, searcher.dense
+    plan = searcher._plan(SearchParams(unit="passage"))
+    passages = np.arange(len(index.passages))
+    qs, qe = (x[0] for x in random_questions(np.random.default_rng(11), 1, index.vectors.shape[1]))
+    maxima = passage_maxima(index, qs, qe, plan.max_tokens, leg.length_bias)
+    vectors = index.token_vectors(np.arange(index.num_tokens))
+    scan = np.stack([vectors @ qs, vectors @ qe]) if held else None  # (2B, N) as a flat scan holds them
+    scores = BatchScores(leg, plan, qs[None], qe[None], (lambda: scan) if held else None)
+    every = leg.passage_spans(passages, scores, 0)
+    best = leg.passage_spans(passages, scores, 0, best_only=True)
+    assert len(np.unique(every.starts)) == len(every.starts) and (np.diff(every.scores) <= 0).all()
+    assert (np.diff(best.scores) <= 0).all()
+    got = {int(index.token_passage[i]): (float(s), int(i), int(j))
+           for i, j, s in zip(best.starts, best.ends, best.scores, strict=True)}
+    assert sorted(got) == [p for p in passages.tolist() if np.isfinite(maxima[p][0])]
+    for p, (s, i, j) in got.items():
+        assert (i, j) == maxima[p][1:] and s == pytest.approx(maxima[p][0], abs=1e-4), p
+    first = {}
+    for i, j, s in zip(every.starts, every.ends, every.scores, strict=True):  # each passage's first in the full list
+        first.setdefault(int(index.token_passage[i]), (float(s), int(i), int(j)))
+    assert first == got

@@ -4,8 +4,9 @@ The fast path (``DenseLeg.candidates``): on a flat index the batch's inner produ
 deepening round selects from them (``core.flat_search``), a round's units are counted from its candidate tokens,
 and each question is completed once. The straightforward path (``straightforward_candidates`` below, the search as
 it was written first): every round asks faiss again (its own ``IndexFlat`` search, with the selection's selector)
-and completes every question's candidates, counting units among the completed spans. Same hits, same scores (to
-the bit), same order.
+and completes every question's candidates from the fine vectors, counting units among the completed spans. Same
+hits in the same order; the same scores to float32 rounding (the fast path reads a flat index's token scores from
+the batch's one matrix product, another BLAS than the fine vectors' numpy products).
 
     .venv/bin/python -m pytest -q tests/core/test_search_oracle.py
 """
@@ -38,8 +39,9 @@ def straightforward_candidates(leg, plan, q_start, q_end, top_k, unit_of_passage
         still = []
         for row, b in enumerate(pending):
             with numpy_blas().limit(limits=1):
-                spans[b] = leg.complete(ids[row], ids[len(pending) + row], q_start[b], q_end[b], plan.max_tokens,
-                                        plan.vectors)
+                queries = np.stack([q_start[b], q_end[b]], axis=1)
+                spans[b] = leg.complete(ids[row], ids[len(pending) + row],
+                                        lambda t, q=queries: leg.scores(plan.vectors, t, q), plan.max_tokens)
             units = None if unit_of_passage is None else unit_of_passage[index.token_passage[spans[b].starts]]
             if units is not None and k < ntotal and len(np.unique(units)) < want:
                 still.append(b)
@@ -48,8 +50,13 @@ def straightforward_candidates(leg, plan, q_start, q_end, top_k, unit_of_passage
 
 
 def hit_rows(hits):
-    return [[(h.passage_id, h.start, h.end, h.text, h.score, h.dense, h.lexical, h.confidence) for h in q]
-            for q in hits]
+    return [[(h.passage_id, h.start, h.end, h.text) for h in q] for q in hits]
+
+
+def hit_scores(hits) -> np.ndarray:
+    """Every hit's score, dense and lexical components and confidence (nan where it has none), in order."""
+    return np.asarray([[np.nan if x is None else x for x in (h.score, h.dense, h.lexical, h.confidence)]
+                       for q in hits for h in q], dtype=np.float64).reshape(-1, 4)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -58,6 +65,7 @@ def hit_rows(hits):
 def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatch, unit, mode, filtered):
     searcher = tiny_searcher
     index = searcher.index
+    assert searcher.dense.flat_holds_fine  # token scores are read from the flat scan's held product
     rng = np.random.default_rng(zlib.crc32(f"{unit}/{mode}/{filtered}".encode()))
     qs, qe = rng.standard_normal((2, 12, index.vectors.shape[1])).astype(np.float32)
     qs[:4] = index.token_vectors(rng.choice(index.num_tokens, 4))  # questions aimed at tokens: close scores
@@ -67,7 +75,9 @@ def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatc
         params = SearchParams(unit=unit, mode=mode, top_k=top_k, filter=flt)
         fast = searcher.search_vectors(qs, qe, params, None, texts)
         with monkeypatch.context() as m:
-            m.setattr(searcher.dense, "candidates", lambda *a: straightforward_candidates(searcher.dense, *a))
+            m.setattr(searcher.dense, "candidates", lambda batch, top_k, units: straightforward_candidates(
+                searcher.dense, batch.plan, batch.scores.q_start, batch.scores.q_end, top_k, units))
             plain = searcher.search_vectors(qs, qe, params, None, texts)
         assert hit_rows(fast) == hit_rows(plain), (unit, mode, filtered, top_k)
+        np.testing.assert_allclose(hit_scores(fast), hit_scores(plain), rtol=1e-6, atol=1e-5, equal_nan=True)
         assert any(fast), "no hits at all: the comparison is empty"
