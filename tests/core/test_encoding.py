@@ -103,3 +103,24 @@ def test_device_and_precision_choices():
     assert pick_precision("auto", torch.device("cpu")) in ("fp32", "bf16")
     with pytest.raises(ValueError, match="precision must be"):
         autocast("cpu", "fp16")
+
+
+def test_auto_precision_on_a_cpu_is_the_faster_one_measured(monkeypatch):
+    from spanseek.core import encoding
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    for speedup, picked in ((1.7, "bf16"), (0.55, "fp32"), (1.05, "fp32")):  # AMD EPYC-like, Xeon without AMX, noise
+        monkeypatch.setattr(encoding, "cpu_bf16_speedup", lambda s=speedup: s)
+        assert pick_precision("auto", cpu) == picked
+        assert pick_precision("fp32", cpu) == "fp32" and pick_precision("bf16", cpu) == "bf16"  # asked: as asked
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # emulated bf16: never probed
+    monkeypatch.setattr(encoding, "cpu_bf16_speedup", lambda: pytest.fail("probed a CPU without AVX-512"))
+    assert pick_precision("auto", cpu) == "fp32"
+
+
+def test_the_bf16_probe_measures_a_positive_speed_ratio_once():
+    from spanseek.core.encoding import cpu_bf16_speedup
+
+    first = cpu_bf16_speedup()
+    assert 0.05 < first < 20 and cpu_bf16_speedup() == first  # cached: one probe per process
