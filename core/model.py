@@ -220,17 +220,17 @@ class PhraseModel(nn.Module):
             raise ModelError(f"{path}: checkpoint lacks {len(absent)} weights this config needs, e.g. {absent[:3]}")
 
 
-def check_model_out(out: str | Path, *models: str | Path) -> Path:
+def check_model_out(out: str | Path, *models: str | Path, config_name: str = CONFIG_NAME) -> Path:
     """Refuse an ``out`` to write a model to that is, holds or lies inside one of ``models`` (the models it is made
-    from) or that exists and is not a model directory (``save`` replaces the whole directory); returns it resolved.
-    """
+    from) or that exists and is not a model directory (no ``config_name``: ``save`` replaces the whole directory);
+    returns it resolved."""
     out = Path(out).resolve()
     for model_dir in (Path(m).resolve() for m in models):
         if out == model_dir or model_dir in out.parents or out in model_dir.parents:
             raise ModelError(f"--out {out} is, holds or lies inside the model {model_dir}; write the new model to a "
                              "new directory")
-    if out.exists() and not (out / CONFIG_NAME).is_file():
-        raise ModelError(f"--out {out} exists and is not a model directory (no {CONFIG_NAME}); it is left alone")
+    if out.exists() and not (out / config_name).is_file():
+        raise ModelError(f"--out {out} exists and is not a model directory (no {config_name}); it is left alone")
     return out
 
 

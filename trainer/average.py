@@ -8,7 +8,8 @@ LoRA factors are not averaged one by one: B·A is invariant to B → B·M, A →
 not line up even when their products do. Instead each adapted layer's weight update ΔW = B·A is averaged and the
 mean is factored back to the configured rank r by SVD (B = U_r·√S_r, A = √S_r·V_rᵀ). The mean of k rank-r updates
 has rank ≤ k·r; the part beyond rank r is dropped and reported (``truncation``: the largest relative Frobenius
-norm dropped over all layers). Everything else (heads, full weights) is averaged as is.
+norm dropped over all layers). Everything else (heads, full weights) is averaged as is. Readers (``core.reader``:
+full fine-tunes) are averaged weight by weight, the same way: the snapshots of one reader run, for instance.
 
 ``widen_lora`` is the other LoRA surgery a continued run needs: it gives a trained model's adapters a larger rank
 r' > r without changing what the model computes. Each A gets r' - r new rows (peft's random init) and each B
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from spanseek.core.config import EncoderConfig
+from spanseek.core.config import EncoderConfig, ReaderConfig
 from spanseek.core.model import (
     CONFIG_NAME,
     WEIGHTS_NAME,
@@ -33,6 +34,7 @@ from spanseek.core.model import (
     check_model_out,
     resolve_model,
 )
+from spanseek.core.reader import READER_CONFIG_NAME, READER_WEIGHTS_NAME, ReaderModel, resolve_reader
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ def average_checkpoints(
     if any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ModelError(f"weights must be non-negative with a positive sum, got {weights}")
     weights = [w / sum(weights) for w in weights]
+    if all((Path(r) / READER_CONFIG_NAME).is_file() for r in refs):
+        return average_readers(refs, out, weights)
     paths = [resolve_model(r) for r in refs]
     check_model_out(out, *paths)  # before reading any weights
     configs = [EncoderConfig.load(p / CONFIG_NAME) for p in paths]
@@ -115,6 +119,26 @@ def average_checkpoints(
         raise ModelError(f"{refs[0]}: weights do not fit its config (unexpected: {unexpected[:3]} ...)")
     model.save(out, dtype=dtype)
     return AverageReport(out=str(out), checkpoints=[str(p) for p in paths], weights=weights, truncation=truncation)
+
+
+def average_readers(refs: list[str], out: str | Path, weights: list[float]) -> AverageReport:
+    """The readers ``refs`` (reader directories of one config) averaged weight by weight (``weights``: summing to 1)
+    into the reader directory ``out`` (fp16, as every reader is stored)."""
+    paths = [resolve_reader(r) for r in refs]
+    check_model_out(out, *paths, config_name=READER_CONFIG_NAME)
+    configs = [ReaderConfig.load(p / READER_CONFIG_NAME) for p in paths]
+    for ref, cfg in zip(refs[1:], configs[1:], strict=True):
+        if cfg != configs[0]:
+            raise ModelError(f"{ref}: its reader config differs from {refs[0]}'s; only readers of one config can be "
+                             "averaged")
+    states = [load_file(str(p / READER_WEIGHTS_NAME)) for p in paths]
+    avg, _ = average_state([{n: t.float() for n, t in s.items()} for s in states], weights, None)
+    model = ReaderModel(configs[0])
+    if set(avg) != set(model.saved_state()):
+        raise ModelError(f"{refs[0]}: weights do not fit its reader config")
+    model.load_state_dict(avg, strict=False)
+    model.save(out)
+    return AverageReport(out=str(out), checkpoints=[str(p) for p in paths], weights=weights, truncation=0.0)
 
 
 def widen_lora(ref: str | Path, r: int, seed: int = 0) -> PhraseModel:

@@ -154,8 +154,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_calibrate)
 
     p = train.add_parser("average", help="average checkpoints of one config into a new model (LoRA updates "
-                         "averaged and refactored to the rank by SVD)")
-    p.add_argument("checkpoints", nargs="+", help="model directories (or default); one just converts --dtype")
+                         "averaged and refactored to the rank by SVD), or reader directories into a new reader")
+    p.add_argument("checkpoints", nargs="+", help="model directories (or default; one just converts --dtype), or "
+                   "reader directories (all of them: the result is a reader, fp16)")
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--weights", type=float, nargs="+", default=None, help="one weight per checkpoint (default equal)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],

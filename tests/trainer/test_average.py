@@ -147,3 +147,25 @@ def test_bad_requests_are_refused_with_the_reason(tmp_path, tiny_config):
     with pytest.raises(ModelError, match="not a spanseek model"):
         average_checkpoints([str(a), str(tmp_path / "missing")], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_readers_average_weight_by_weight_into_a_reader(tmp_path, tiny_backbone):
+    from spanseek.core.config import ReaderConfig
+    from spanseek.core.reader import READER_WEIGHTS_NAME, ReaderModel, load_reader_model
+
+    config = ReaderConfig(backbone=str(tiny_backbone), max_len=64, stride=16, max_query_len=16, max_answer_tokens=8)
+    dirs = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        dirs.append(str(ReaderModel(config).save(tmp_path / f"r{seed}")))
+    report = average_checkpoints(dirs, tmp_path / "avg", weights=[3, 1])
+    assert report.weights == [0.75, 0.25]
+    a, b, avg = (load_file(str(tmp_path / d / READER_WEIGHTS_NAME)) for d in ("r1", "r2", "avg"))
+    assert set(avg) == set(a) and all(t.dtype == torch.float16 for t in avg.values())
+    for name in a:
+        want = (0.75 * a[name].double() + 0.25 * b[name].double()).half()
+        assert torch.equal(avg[name], want), name
+    assert load_reader_model(tmp_path / "avg").config == config  # a reader that loads
+    other = ReaderModel(dataclasses.replace(config, max_answer_tokens=4)).save(tmp_path / "other")
+    with pytest.raises(ModelError, match="reader config differs"):
+        average_checkpoints([dirs[0], str(other)], tmp_path / "bad")
