@@ -311,6 +311,8 @@ class ReaderTrainConfig(JobOptions):
     weight_decay: float = option(0.01, "AdamW weight decay")
     limit_questions: int | None = option(None, "train on a fixed sample of this many questions")
     checkpoint_every: int = option(100, "save OUT/last (weights and optimizer state) every N steps")
+    snapshot_every: int = option(0, "also keep the reader every N steps as OUT/snapshots/step-N (for `spanseek "
+                                    "train average`; 0 = off)")
     val_questions: int = option(1000, "held-out questions read at the end (reading-comprehension EM/F1); 0 = none")
     reserve_offset: int | None = option(12, "articles i with i % holdout-every == this are kept out of training too: "
                                         "reading at search time is fitted on them (`spanseek train fit-reading`)")
@@ -324,6 +326,7 @@ class ReaderTrainConfig(JobOptions):
         check(self.lr > 0, "--lr", "a number > 0", self.lr)
         check(self.epochs > 0, "--epochs", "a number > 0", self.epochs)
         check(self.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", self.checkpoint_every)
+        check(self.snapshot_every >= 0, "--snapshot-every", "an integer >= 0 (0: off)", self.snapshot_every)
 
     @property
     def reserved(self) -> Holdout | None:

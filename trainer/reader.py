@@ -5,8 +5,9 @@
 Each (question, gold passage) pair becomes windows of at most ``max_len`` tokens (long passages strided); a window's
 targets are the answer's first and last tokens, or the first token ([CLS]) when the answer is not inside it (the
 standard SQuAD recipe). Steps take length-grouped batches (dynamic padding: about 1.5x faster than padding every
-window to ``max_len``), under bf16 autocast where the CPU or GPU runs it. The run resumes from ``OUT/last`` (weights,
-optimizer, schedule, step) and ends by reading ``val_questions`` held-out questions from their gold passages.
+window to ``max_len``), under bf16 autocast where the CPU or GPU runs it faster. The run resumes from ``OUT/last`` (weights,
+optimizer, schedule, step), keeps a reader every ``snapshot_every`` steps in ``OUT/snapshots`` (to average the last
+few: ``spanseek train average``) and ends by reading ``val_questions`` held-out questions from their gold passages.
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
             master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
             saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master}
             save_checkpoint(model, out, "last", saved)  # type: ignore[arg-type] (any model with save())
+        if cfg.snapshot_every and step % cfg.snapshot_every == 0:
+            model.save(out / "snapshots" / f"step-{step:06d}")
     bar.close()
     elapsed = time.perf_counter() - t0
     summary: dict[str, Any] = {

@@ -27,7 +27,9 @@ def config(tiny_squad, tiny_backbone, out, **changes) -> ReaderTrainConfig:
 def test_the_reader_trains_without_held_out_or_reserved_articles_and_resumes(tiny_squad, tiny_backbone, tmp_path,
                                                                              monkeypatch):
     out = tmp_path / "reader"
-    first = train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2))
+    first = train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2, snapshot_every=1))
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["step-000001", "step-000002"]
+    assert PassageReader.load(resolve_reader(out / "snapshots" / "step-000001"))  # each one a reader
     data = load_squad(tiny_squad)
     kept = [a for i, a in enumerate(data) if i % 4 not in (1, 2)]
     assert first["train_questions"] == len(squad_questions(kept)) and first["steps"] == 2
