@@ -8,10 +8,9 @@ One ``SearchParams`` (``core.params``) says what to search for; the ``Searcher``
 3. reading (``core.reading.ReadingStage``), when asked for: the top passages read by the cross-attention reader;
 4. the page (``core.page.Pager``): confidence, abstention, the page ``[offset, offset + top_k)``.
 
-Passages and documents score the max over their phrases. A unit is one entry of ``core.selection.UNIT_OF_PASSAGE``:
-which unit each passage belongs to. Deleted documents and a request's ``filter`` are applied inside both legs
-(``core.selection``): faiss searches only the allowed tokens and the other passages' BM25 scores are zeroed, so
-``top_k`` is filled when enough units pass.
+Passages and documents score the max over their phrases (``core.selection.UNIT_OF_PASSAGE``: each passage's unit).
+Deleted documents and a request's ``filter`` apply inside both legs (``core.selection``): faiss searches only the
+allowed tokens and the other passages' BM25 scores are zeroed, so ``top_k`` is filled when enough units pass.
 """
 
 from __future__ import annotations
@@ -235,8 +234,8 @@ class Searcher:
                 return [self.hits.ranked(sp, plan, None if units is None else self._unit_ids_of(plan.unit)) for sp in spans]
         assert self.fusion is not None and texts is not None
         with timings.timing("search"):
-            dense = (None if plan.mode == "lexical" else
-                     self.dense.candidates(batch, max(plan.top_k, FUSION_DEPTH[plan.unit]), units))
+            depth = max(plan.top_k, FUSION_DEPTH[plan.unit])
+            dense = None if plan.mode == "lexical" else self.dense.candidates(batch, depth, units)
             return self.fusion.rank(plan, batch.scores, texts, dense)
 
     def _unit_ids_of(self, unit: Unit) -> Callable[[Spans], np.ndarray]:
