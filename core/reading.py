@@ -4,8 +4,8 @@ A request with ``read`` is searched as usual (phrase unit: for passages), then t
 top ``read_passages`` units of each question, all pairs of a batch in one batched pass (pairs read recently are
 remembered), and keeps each passage's best ``spans_per_passage`` spans. Every read span becomes a candidate with
 the features ``READ_FEATURES`` (the reader's score and margin, how much of the reader's mass and how many passages
-agree on the same answer text, the passage's retrieval score and rank), and a logistic model per unit, fitted on
-training questions (``spanseek train fit-reading``, stored as ``reading.json`` in the reader's directory), turns
+agree on the same answer text, the passage's retrieval score and rank), and a logistic model per unit and number of
+passages read, fitted on training questions (``spanseek train fit-reading``, stored as ``reading.json`` in the reader's directory), turns
 them into the hit's score (its log-odds) and ``confidence`` (its probability):
 
 - phrase: read spans ranked by that score, spans that read the same (normalised) answer merged into the best one;
@@ -53,6 +53,8 @@ class Reading(FittedFile):
     window_chars: int = 0  # read this many characters each side of the unit's best phrase (0: the whole passage)
     # per unit (a, b): a hit's confidence is sigmoid(a x its score + b), fitted on the first hits (the models rank)
     calibration: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # the models and calibration fitted for reading other numbers of passages (``at``), the same window
+    depths: dict[int, Reading] = field(default_factory=dict)
     kind: ClassVar[str] = "reading"
     refit: ClassVar[str] = "fit one with `spanseek train fit-reading`"
     error: ClassVar[type[ValueError]] = ReadingError
@@ -61,21 +63,38 @@ class Reading(FittedFile):
         a, b = self.calibration.get(unit, (1.0, 0.0))
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, a * score + b))))
 
+    def at(self, depth: int) -> Reading:
+        """The fit for reading ``depth`` passages per question: the one fitted at that depth, else at the nearest
+        depth fitted (the smaller on a tie). The features' distribution shifts with the passages read, so a
+        request's ``read_passages`` is scored by the models fitted for it."""
+        fits = {self.read_passages: self, **self.depths}
+        return fits[min(fits, key=lambda d: (abs(d - depth), d))]
+
+    def _fit_dict(self) -> dict[str, Any]:
+        return {"calibration": {u: list(ab) for u, ab in sorted(self.calibration.items())},
+                "models": {u: m.to_dict() for u, m in sorted(self.models.items())}}
+
     def to_dict(self) -> dict[str, Any]:
         return {"version": READING_VERSION, "features": list(READ_FEATURES), "read_passages": self.read_passages,
                 "spans_per_passage": self.spans_per_passage, "window_chars": self.window_chars,
-                "calibration": {u: list(ab) for u, ab in sorted(self.calibration.items())}, "fitted_on": self.fitted_on,
-                "models": {u: m.to_dict() for u, m in sorted(self.models.items())}}
+                "fitted_on": self.fitted_on, **self._fit_dict(),
+                "depths": {str(d): r._fit_dict() for d, r in sorted(self.depths.items())}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Reading:
         check_header(d, READING_VERSION, READ_FEATURES)
-        models = {u: LogisticModel.from_dict(m, READ_FEATURES) for u, m in d["models"].items()}
-        calibration = {u: (float(a), float(b)) for u, (a, b) in d.get("calibration", {}).items()}
-        reading = cls(int(d["read_passages"]), int(d["spans_per_passage"]), models, dict(d.get("fitted_on", {})),
-                      int(d.get("window_chars", 0)), calibration)
-        if reading.read_passages < 1 or reading.spans_per_passage < 1 or reading.window_chars < 0:
-            raise ValueError("read_passages and spans_per_passage must be >= 1, window_chars >= 0")
+
+        def fit(depth: int, f: dict[str, Any], fitted_on: dict[str, Any]) -> Reading:
+            models = {u: LogisticModel.from_dict(m, READ_FEATURES) for u, m in f["models"].items()}
+            calibration = {u: (float(a), float(b)) for u, (a, b) in f.get("calibration", {}).items()}
+            return cls(depth, int(d["spans_per_passage"]), models, fitted_on, int(d.get("window_chars", 0)),
+                       calibration)
+
+        depths = {int(k): fit(int(k), f, {}) for k, f in d.get("depths", {}).items()}
+        reading = replace(fit(int(d["read_passages"]), d, dict(d.get("fitted_on", {}))), depths=depths)
+        if min([reading.read_passages, *depths]) < 1 or reading.spans_per_passage < 1 or reading.window_chars < 0:
+            raise ValueError("read_passages (and every fitted depth) and spans_per_passage must be >= 1, "
+                             "window_chars >= 0")
         return reading
 
 
@@ -170,27 +189,28 @@ class ReadingStage:
 
     def rank(self, plan: Plan, questions: Sequence[str], retrieved: Sequence[Sequence[Hit]]) -> list[list[Hit]]:
         """Per question, the plan's ``top_k`` read hits, best first, each with its confidence."""
-        model = self.reading.models.get(plan.unit)
+        depth = self.read_depth(plan)
+        reading = self.reading.at(depth)
+        model = reading.models.get(plan.unit)
         if model is None:
             raise ReadingError(f"the reader's reading file has no model for unit={plan.unit}")
         out = []
-        depth = self.read_depth(plan)
         for cands, sources in zip(self.candidates(questions, retrieved, depth), retrieved, strict=True):
             x = read_features(cands, sources[:depth])
             logit = model.logit(x) if len(x) else np.zeros(0)
             if plan.unit == "phrase":
-                out.append(self._phrases(cands, logit, plan))
+                out.append(self._phrases(cands, logit, plan, reading))
             else:
-                out.append(self._units(cands, logit, sources, plan))
+                out.append(self._units(cands, logit, sources, plan, reading))
         return out
 
-    def _hit(self, c: Candidate, logit: float, unit: str) -> Hit:
+    def _hit(self, c: Candidate, logit: float, unit: str, reading: Reading) -> Hit:
         src = c.source
         hit = self.hits.passage_hit(src.passage_id, c.span.start, c.span.end, logit, src.dense, src.lexical,
                                     read=c.span.score)
-        return replace(hit, confidence=round(self.reading.confidence(unit, logit), 4))
+        return replace(hit, confidence=round(reading.confidence(unit, logit), 4))
 
-    def _phrases(self, cands: list[Candidate], logit: np.ndarray, plan: Plan) -> list[Hit]:
+    def _phrases(self, cands: list[Candidate], logit: np.ndarray, plan: Plan, reading: Reading) -> list[Hit]:
         seen: set[str] = set()
         hits = []
         for i in np.argsort(-logit, kind="stable").tolist():
@@ -198,15 +218,16 @@ class ReadingStage:
             if text in seen:  # the same answer read elsewhere: merged into its best reading
                 continue
             seen.add(text)
-            hits.append(self._hit(cands[i], float(logit[i]), plan.unit))
+            hits.append(self._hit(cands[i], float(logit[i]), plan.unit, reading))
         return hits[: plan.top_k] if plan.params.allow_overlap else non_overlapping(hits, plan.top_k)
 
-    def _units(self, cands: list[Candidate], logit: np.ndarray, sources: Sequence[Hit], plan: Plan) -> list[Hit]:
+    def _units(self, cands: list[Candidate], logit: np.ndarray, sources: Sequence[Hit], plan: Plan,
+               reading: Reading) -> list[Hit]:
         best: dict[int, int] = {}  # rank of a unit -> its best read span
         for i, c in enumerate(cands):
             if c.rank not in best or logit[i] > logit[best[c.rank]]:
                 best[c.rank] = i
         read = sorted(best.values(), key=lambda i: (-logit[i], cands[i].rank))
-        hits = [self._hit(cands[i], float(logit[i]), plan.unit) for i in read]
+        hits = [self._hit(cands[i], float(logit[i]), plan.unit, reading) for i in read]
         unread = [h for r, h in enumerate(sources) if r not in best]  # below the read depth, or nothing to read
         return (hits + unread)[: plan.top_k]

@@ -157,12 +157,14 @@ async def ready(request: Request) -> HealthResponse:
 
 
 def _reader_info(searcher) -> dict[str, Any] | None:
-    """What requests with ``read`` get: the reader's default depth; None when the service has no reader."""
+    """What requests with ``read`` get: the reader's default depth and the depths its combination was fitted for;
+    None when the service has no reader."""
     reading = getattr(searcher, "reading", None)
     if reading is None:
         return None
-    return {"read_passages": reading.reading.read_passages, "spans_per_passage": reading.reading.spans_per_passage,
-            "backbone": reading.reader.config.backbone}
+    r = reading.reading
+    return {"read_passages": r.read_passages, "fitted_read_passages": sorted({r.read_passages, *r.depths}),
+            "spans_per_passage": r.spans_per_passage, "backbone": reading.reader.config.backbone}
 
 
 @router.get("/info", response_model=InfoResponse, responses=_errors(401, 503), tags=["service"],

@@ -9,7 +9,8 @@ articles' paragraphs with the phrase model, each question's top passages (and to
 read once at the deepest ``--read-passages``, and for each depth a logistic model per unit is fitted on the read
 candidates' ``READ_FEATURES`` (labels: the span is an exact answer; the passage holds an answer; the document is the
 question's article). The default depth is the fewest passages whose phrase EM@1 comes within ``--tolerance`` of the
-best depth's. ``OUT/reading.json`` records the models, the depth and what they were fitted on.
+best depth's. ``OUT/reading.json`` records the models of every depth (a request reading another number of passages
+is scored by that depth's), the default depth and what they were fitted on.
 """
 
 from __future__ import annotations
@@ -111,6 +112,24 @@ def first_hit_accuracy(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) ->
     return round(100 * right / max(1, len(sizes)), 2)
 
 
+def fit_depth(reads: list[Read], depth: int, phrase_model) -> tuple[dict, dict, dict[str, Any]]:
+    """Per unit, the logistic model and first-hit calibration of reading ``depth`` passages (the phrase model is
+    given: it was fitted when choosing the depth), and a report of their first hits' accuracy and calibration."""
+    models, report, calibration = {"phrase": phrase_model}, {}, {}
+    for unit in ("phrase", "passage", "doc"):
+        x, y, sizes = examples(reads, unit, depth)
+        if unit != "phrase":
+            models[unit] = fit(x, y, unit)
+            report[f"{unit}_acc@1"] = first_hit_accuracy(models[unit], x, y, sizes)
+        scores, right = first_hits(models[unit], x, y, sizes)
+        calibration[unit] = calibrate_first_hits(scores, right)
+        a, b = calibration[unit]
+        report[f"{unit}_first_hit_ece"] = {
+            "uncalibrated": round(calibration_error(1 / (1 + np.exp(-scores)), right), 4),
+            "calibrated": round(calibration_error(1 / (1 + np.exp(-(a * scores + b))), right), 4)}
+    return models, calibration, report
+
+
 def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str | Path) -> dict[int, list[Read]]:
     """Every question's top passages and documents read once per window width, at the deepest depth."""
     searcher = open_searcher(index, cfg.model, device=cfg.device, precision=cfg.precision)
@@ -165,18 +184,8 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     depth, window = min((k for k, v in by_setting.items() if v["phrase_em@1"] >= best - cfg.tolerance),
                         key=lambda k: (k[0] * (1.0 if k[1] == 0 else min(1.0, (2 * k[1] + 40) / 750)),
                                        -by_setting[k]["phrase_em@1"]))
-    models, report, calibration = {"phrase": by_setting[depth, window]["model"]}, {}, {}
-    for unit in ("phrase", "passage", "doc"):
-        x, y, sizes = examples(reads[window], unit, depth)
-        if unit != "phrase":
-            models[unit] = fit(x, y, unit)
-            report[f"{unit}_acc@1"] = first_hit_accuracy(models[unit], x, y, sizes)
-        scores, right = first_hits(models[unit], x, y, sizes)
-        calibration[unit] = calibrate_first_hits(scores, right)
-        a, b = calibration[unit]
-        report[f"{unit}_first_hit_ece"] = {
-            "uncalibrated": round(calibration_error(1 / (1 + np.exp(-scores)), right), 4),
-            "calibrated": round(calibration_error(1 / (1 + np.exp(-(a * scores + b))), right), 4)}
+    fits = {d: fit_depth(reads[window], d, by_setting[d, window]["model"]) for d in cfg.depths}
+    models, calibration, report = fits[depth]
     fitted_on = {
         "questions": len(questions), "articles": len(articles), "train": str(cfg.train),
         "articles_offset": cfg.articles_offset, "holdout_every": cfg.holdout_every, "model": str(cfg.model),
@@ -184,7 +193,9 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
             f"{d}/{w}": v["phrase_em@1"] for (d, w), v in sorted(by_setting.items())},
         **report,
     }
-    reading = Reading(depth, cfg.spans_per_passage, models, fitted_on, window_chars=window, calibration=calibration)
+    reading = Reading(depth, cfg.spans_per_passage, models, fitted_on, window_chars=window, calibration=calibration,
+                      depths={d: Reading(d, cfg.spans_per_passage, m, window_chars=window, calibration=c)
+                              for d, (m, c, _) in fits.items() if d != depth})
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     reading.save(out / READING_NAME)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -201,6 +202,23 @@ def test_the_fitted_combination_is_read_from_the_reader_directory(reading_search
     assert worst.read == min(h.read for h in best)  # the file's (negated) coefficients rank lowest score first
 
 
+def test_a_request_reading_another_number_of_passages_is_scored_by_that_depths_fit(reading_searcher, tiny_reader):
+    """A reading file fitted at several depths: a request's read_passages picks the models fitted for it (here
+    depth 1's coefficients are negated, so it ranks the lowest reader score first), the default depth keeps its own."""
+    reading = Reading.load(tiny_reader / READING_NAME)
+    flipped = Reading(1, 2, {u: LogisticModel(m.mean, m.scale, tuple(-c for c in m.coef), m.intercept)
+                             for u, m in reading.models.items()}, calibration={"phrase": (2.0, 1.0)})
+    both = replace(reading, depths={1: flipped})
+    reading_searcher.reading = ReadingStage(reading_searcher.reading.reader, both, reading_searcher.hits)
+    params = SearchParams(top_k=50, mode="dense", read=True, allow_overlap=True)
+    [one] = reading_searcher.search(QUESTIONS[:1], replace(params, read_passages=1))
+    [three] = reading_searcher.search(QUESTIONS[:1], params)
+    assert one[0].read == min(h.read for h in one)  # depth 1: the flipped model
+    assert three[0].read == max(h.read for h in three) > one[0].read  # depth 3: the file's own model
+    assert one[0].confidence == pytest.approx(1 / (1 + np.exp(-(2.0 * one[0].score + 1.0))), abs=1e-4)
+    assert both.at(1) is flipped and both.at(2) is flipped and both.at(3) is both and both.at(9) is both
+
+
 def test_read_without_a_reader_is_refused(tiny_searcher):
     with pytest.raises(SearchParamsError, match="read needs a reader"):
         tiny_searcher.check_mode(SearchParams(read=True, mode="dense"))
@@ -247,9 +265,12 @@ def test_read_features_by_hand():
 def test_a_reading_file_round_trips_with_its_calibration(tmp_path):
     features = len(READ_FEATURES)
     model = LogisticModel((0.5,) * features, (2.0,) * features, (1.0, -0.5) + (0.0,) * (features - 2), 0.3)
-    reading = Reading(4, 2, {"phrase": model}, {"questions": 7}, window_chars=120, calibration={"phrase": (0.5, -1.0)})
+    other = Reading(2, 2, {"phrase": replace(model, intercept=-0.1)}, window_chars=120,
+                    calibration={"phrase": (1.5, 0.0)})
+    reading = Reading(4, 2, {"phrase": model}, {"questions": 7}, window_chars=120, calibration={"phrase": (0.5, -1.0)},
+                      depths={2: other})
     reading.save(tmp_path / READING_NAME)
-    assert Reading.load(tmp_path / READING_NAME) == reading
+    assert Reading.load(tmp_path / READING_NAME) == reading and Reading.load(tmp_path / READING_NAME).at(1) == other
     assert reading.confidence("phrase", 2.0) == pytest.approx(1 / (1 + np.exp(-(0.5 * 2.0 - 1.0))))
     assert reading.confidence("doc", 2.0) == pytest.approx(1 / (1 + np.exp(-2.0)))  # no calibration: the model's
 

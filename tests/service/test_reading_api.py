@@ -34,7 +34,8 @@ def test_read_on_and_off_over_http(serve, settings_for, tiny_reader, reading_sea
     with serve(create_app(settings, lambda s: reading_searcher)) as client:
         read = client.post(f"/search?unit={unit}", json={"query": QUESTION, "top_k": 3, "read": True})
         plain = client.post(f"/search?unit={unit}", json={"query": QUESTION, "top_k": 3})
-        assert client.get("/info").json()["service"]["reader"]["read_passages"] == 3
+        reader = client.get("/info").json()["service"]["reader"]
+        assert reader["read_passages"] == 3 and reader["fitted_read_passages"] == [3]
     assert read.status_code == plain.status_code == 200, read.text
     read_hits, plain_hits = read.json()["results"][0]["hits"], plain.json()["results"][0]["hits"]
     assert read_hits and all(h["read"] is not None and h["confidence"] is not None for h in read_hits)

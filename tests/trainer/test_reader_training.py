@@ -104,6 +104,9 @@ def test_fit_reading_writes_the_file_a_searcher_reads(tiny_squad, tiny_model_dir
     assert reading.read_passages == summary["read_passages"] in (1, 2)
     assert reading.window_chars == summary["window_chars"] in (0, 40)
     assert set(reading.fitted_on["phrase_em@1_by_read_passages_and_window"]) == {"1/0", "2/0", "1/40", "2/40"}
+    other = reading.at(3 - reading.read_passages)  # the depth not chosen: fitted too, at the chosen window
+    assert {reading.read_passages, other.read_passages} == {1, 2} and set(other.models) == {"phrase", "passage", "doc"}
+    assert other.window_chars == reading.window_chars and set(other.calibration) == {"phrase", "passage", "doc"}
 
 
 def test_fit_reading_options_are_checked():
