@@ -5,7 +5,8 @@
 For every (training question, window) the reader (core.reader) reads the question with the window's text and gives
 a start and an end logit at each of the window's tokens; the loss (trainer.losses.distill_loss) pulls the phrase
 model's start and end distributions over the window towards the reader's. The reader never runs in a training
-step: its logits are computed once, before the first step, into a teacher cache (the content-addressed row store
+step: its logits are computed once, before the first step, for the windows the run's steps visit (all of them
+from an epoch on), into a teacher cache (the content-addressed row store
 of trainer.phrase_cache, two fp32 numbers a token) keyed by the question and the window's token ids and bound to
 the reader's fingerprint. A killed fill resumes at the shard it stopped in; a cache made by another reader or for
 other windows is refused. ``teacher_tensors`` lays a batch's targets out like its student logits.

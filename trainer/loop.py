@@ -82,6 +82,21 @@ def epoch_batches(windows: list[TrainWindow], size: int, seed: int) -> list[list
     return batches
 
 
+def visited_windows(windows: list[TrainWindow], size: int, seed: int, steps: int, world: int = 1) -> list[TrainWindow]:
+    """The windows that the first ``steps`` steps train on (every data-parallel rank's), in their first visit's order:
+    a run shorter than an epoch needs the teacher's logits of those only."""
+    steps_per_epoch = max(1, math.ceil(len(windows) / size) // world)
+    seen: dict[int, None] = {}
+    for epoch in range(math.ceil(steps / steps_per_epoch)):
+        order = epoch_batches(windows, size, seed + epoch)
+        for pos in range(min(steps_per_epoch, steps - epoch * steps_per_epoch)):
+            for rank in range(world):
+                seen |= dict.fromkeys(order[pos * world + rank])
+        if len(seen) == len(windows):
+            break
+    return [windows[i] for i in seen]
+
+
 def training_windows(
     cfg: TrainingOptions, data: list[dict], tokenizer, enc: EncoderConfig, hard: dict[str, list[str]] | None
 ) -> tuple[list[TrainWindow], dict[str, int]]:
@@ -243,12 +258,13 @@ def train_loop(
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     mode.load_state_dict(state)
     teacher = None
-    if cfg.teacher:  # the reader's logits, computed once (by the main rank) before the first step
+    if cfg.teacher:  # the reader's logits of the windows the run visits, computed once (by the main rank) up front
+        taught = visited_windows(windows, cfg.batch_windows, cfg.seed, total, dist.world)
         if dist.is_main:
-            teacher_cache(cfg, windows, device, precision)
+            teacher_cache(cfg, taught, device, precision)
         if dist.enabled:
             torch.distributed.barrier()
-        teacher = teacher_cache(cfg, windows, device, precision)
+        teacher = teacher_cache(cfg, taught, device, precision)
     prebatch = PreBatchCache(cfg.prebatch)
     pre_on = int(cfg.prebatch_warmup * total)
     seen_q, t0, loss_ema = 0, time.perf_counter(), None

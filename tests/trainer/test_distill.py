@@ -19,11 +19,11 @@ from spanseek.core.model import load_model, load_tokenizer
 from spanseek.core.reader import MISSING_LOGIT, PassageReader, ReaderModel, make_windows
 from spanseek.trainer import loop as loop_module
 from spanseek.trainer.arguments import LossConfig, TrainConfig
-from spanseek.trainer.data import build_windows, collate
+from spanseek.trainer.data import TrainWindow, build_windows, collate
 from spanseek.trainer.distill import fill_teacher_cache, teacher_key, teacher_tensors, window_text
 from spanseek.trainer.losses import distill_loss, phrase_loss
 from spanseek.trainer.phrase_cache import CacheError
-from spanseek.trainer.train import train_phrase
+from spanseek.trainer.train import JointMode, train_phrase
 
 
 def test_distill_loss_is_the_kl_divergence_from_the_teacher():
@@ -164,3 +164,32 @@ def test_joint_training_distils_from_a_teacher(tmp_path, tiny_squad, tiny_config
     assert train_phrase(cfg)["steps"] == 2
     assert len(targets) == 2 and all(t is not None and (t[0] > MISSING_LOGIT / 2).any() for t in targets)
     assert (tmp_path / "run" / "teacher-cache" / "done.json").is_file()
+
+
+def test_a_run_reads_the_teacher_for_the_windows_it_trains_on_only(tmp_path, tiny_squad, tiny_config, tiny_reader,
+                                                                  monkeypatch):
+    """The teacher cache of a run shorter than an epoch holds the pairs of the windows its steps visit, which are
+    exactly the windows its batches are made of (here 2 steps of 3 windows)."""
+    taught, trained = [], []
+    fill = loop_module.teacher_cache
+    monkeypatch.setattr(loop_module, "teacher_cache", lambda cfg, ws, *a: taught.append(ws) or fill(cfg, ws, *a))
+    batch = JointMode.batch
+    monkeypatch.setattr(JointMode, "batch", lambda self, ws: trained.extend(ws) or batch(self, ws))
+    cfg = TrainConfig(train=str(tiny_squad), out=str(tmp_path / "run"), encoder=tiny_config, max_steps=2,
+                      batch_windows=3, val_questions=0, precision="fp32", device="cpu", progress=False,
+                      teacher=str(tiny_reader), loss=LossConfig(lambda_kl=1.0))
+    train_phrase(cfg)
+    ids = lambda ws: {id(w) for w in ws}  # noqa: E731
+    assert len(taught[0]) == len(trained) == 6 and ids(taught[0]) == ids(trained)
+
+
+def test_visited_windows_follow_the_epoch_order_of_every_rank():
+    windows = [TrainWindow(np.zeros(n + 1, np.int64), np.zeros(n + 1, np.uint8), ["q"], [0], [0], [("a",)], [])
+               for n in range(20)]
+    for world in (1, 2):
+        steps = 3
+        order = loop_module.epoch_batches(windows, 2, 5)
+        want = [windows[i] for b in order[: steps * world] for i in b]
+        assert loop_module.visited_windows(windows, 2, 5, steps, world) == want
+    assert len(loop_module.visited_windows(windows, 2, 5, 9)) == 18  # one batch short of an epoch
+    assert sorted(loop_module.visited_windows(windows, 2, 5, 12), key=id) == sorted(windows, key=id)  # past one
