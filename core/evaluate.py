@@ -68,9 +68,11 @@ def evaluate(
     progress: bool = True,
     rc_decode: str = "answer",
     params: SearchParams | None = None,
+    per_question: bool = False,
 ) -> dict[str, Any]:
     """Run every question through phrase, passage and document search (and RC, decoded by ``rc_decode``: see
-    ``Searcher.passage_best_span``) and compute the metrics.
+    ``Searcher.passage_best_span``) and compute the metrics; with ``per_question``, also each question's headline
+    values and article (``per_question``), for paired comparisons of two models on the same questions.
 
     ``params`` gives the search settings (mode, fusion, nprobe, vector source, ...); unit, top_k and merge_answers
     are set per metric. The metrics record the mode used.
@@ -141,6 +143,8 @@ def evaluate(
     if reading_comprehension:
         headline["rc.em"] = rc_em
     out["ci95"] = confidence_intervals(questions, headline)
+    if per_question:
+        out["per_question"] = {"id": [q.id for q in questions], "title": [q.title for q in questions], **headline}
     out["seconds"] = round(seconds, 1)
     out["questions_per_second"] = round(n / seconds, 1) if seconds > 0 else 0.0
     return out

@@ -33,6 +33,7 @@ def run_eval(
     rc_decode: str = "answer",
     params: SearchParams | None = None,
     reader: str | Path | None = None,
+    per_question: bool = False,
 ) -> dict[str, Any]:
     """Evaluate on ``index``; without one, on a temporary index of ``corpus`` (default: the file's paragraphs).
     ``reader`` (with ``params.read``): the reader that reads the top passages, and answers reading comprehension."""
@@ -49,7 +50,7 @@ def run_eval(
             build_index(corpus, model, index, build or BuildOptions(progress=progress, precision=precision))
         searcher = open_searcher(index, model, precision=precision, reader=reader)
         metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress,
-                           rc_decode=rc_decode, params=params)
+                           rc_decode=rc_decode, params=params, per_question=per_question)
     if out is not None:
         write_json_atomic(out, metrics)
     return metrics

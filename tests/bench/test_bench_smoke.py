@@ -244,6 +244,45 @@ def test_paired_accuracy(tmp_path, squad_index, tiny_model_dir, tiny_squad):
         assert len(row["em_delta_ci95"]) == len(row["acc5_delta_ci95"]) == 2
 
 
+@smoke("bench/paired_models.py")
+def test_paired_models(tmp_path, tiny_model_dir, filter_model_dir, tiny_squad):
+    # a model against itself differs by nothing; another model's differences are its metrics minus the first's
+    run_bench("bench/paired_models.py", "--questions", tiny_squad, "--models", tiny_model_dir, tiny_model_dir,
+              filter_model_dir, "--limit", 30, "--precision", "fp32", "--out", tmp_path / "paired.json")
+    r = results(tmp_path / "paired.json", "models", "against_first")
+    first, same, other = r["models"]
+    assert r["n_questions"] == 30 and first == {**same, "model": first["model"]}
+    assert all(d["difference"] == d["gained"] == d["lost"] == 0 for d in r["against_first"][str(tiny_model_dir)].values())
+    diffs = r["against_first"][str(filter_model_dir)]
+    for name, key in (("rc.em", "rc_em"), ("phrase.em@1", "phrase_em@1"), ("passage.acc@5", "passage_acc@5")):
+        assert diffs[name]["difference"] == pytest.approx(other[key] - first[key], abs=0.11)
+        lo, hi = diffs[name]["ci95_over_articles"]
+        assert lo <= diffs[name]["difference"] <= hi
+        assert diffs[name]["gained"] - diffs[name]["lost"] == pytest.approx(diffs[name]["difference"] * 30 / 100,
+                                                                            abs=0.02)
+
+
+def test_paired_differences_by_hand():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paired_models", ROOT / "bench" / "paired_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    titles = ["a", "a", "b", "b"]
+    ref = {"per_question": {"id": [1, 2, 3, 4], "title": titles, "rc.em": [1, 0, 1, 0], "phrase.em@1": [0, 0, 0, 0],
+                            "passage.acc@5": [1, 1, 1, 1]}}
+    new = {"per_question": {"id": [1, 2, 3, 4], "title": titles, "rc.em": [1, 1, 0, 1], "phrase.em@1": [0, 0, 0, 1],
+                            "passage.acc@5": [1, 1, 1, 1]}}
+    d = module.paired(ref, new)
+    assert (d["rc.em"]["difference"], d["rc.em"]["gained"], d["rc.em"]["lost"]) == (25.0, 2, 1)
+    assert (d["phrase.em@1"]["difference"], d["phrase.em@1"]["gained"], d["phrase.em@1"]["lost"]) == (25.0, 1, 0)
+    assert d["passage.acc@5"] == {"difference": 0.0, "ci95_over_articles": [0.0, 0.0], "gained": 0, "lost": 0}
+    lo, hi = d["rc.em"]["ci95_over_articles"]  # article a gains 50 points, b gains 0: the draws' means lie in [0, 50]
+    assert 0.0 <= lo <= 25.0 <= hi <= 50.0
+    with pytest.raises(ValueError, match="different questions"):
+        module.paired(ref, {"per_question": {**new["per_question"], "id": [4, 3, 2, 1]}})
+
+
 @smoke("bench/gpu_search.py")
 def test_gpu_search_on_cpu_parts(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/gpu_search.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
