@@ -19,10 +19,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch/faiss: spin-
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
-import platform  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.io import write_json_atomic  # noqa: E402
 from spanseek.core.metrics import cluster_bootstrap_ci, pct  # noqa: E402
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      per_question=True, progress=False) for m in args.models]
     result: dict[str, Any] = {
         "questions": args.questions, "n_questions": runs[0]["n_questions"], "mode": runs[0]["mode"],
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "models": [{"model": m, "rc_em": r["rc"]["em"], "phrase_em@1": r["phrase"]["em@1"],
                     "passage_acc@5": r["passage"]["acc@5"]} for m, r in zip(args.models, runs, strict=True)],
         "against_first": {m: paired(runs[0], r) for m, r in zip(args.models[1:], runs[1:], strict=True)},

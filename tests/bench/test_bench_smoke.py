@@ -262,9 +262,10 @@ def test_paired_models(tmp_path, tiny_model_dir, filter_model_dir, tiny_squad):
                                                                             abs=0.02)
 
 
-def test_paired_differences_by_hand():
+def test_paired_differences_by_hand(monkeypatch):
     import importlib.util
 
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # as when run as a script
     spec = importlib.util.spec_from_file_location("paired_models", ROOT / "bench" / "paired_models.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
