@@ -16,8 +16,9 @@
 # cut run still returns the last checkpoint. EXTRA adds flags to both (small local dry runs). INIT_FROM (a model
 # directory in the checkout, such as core/models/base) continues training from that model instead of the bare
 # backbone. Its adapters travel with the checkout (13 MB for core/models/base), so the 112 MB backbone no longer
-# fits two calls: pack three pieces (e.g. --piece-mb 50,45), carry the middle one in a call of its own between
-# probe and train (a warm machine keeps carried folders) and name that folder in PIECES_FROM.
+# fits two calls: pack three pieces (--piece-mb 40,50 beside the slimmed checkout: bench/gpu/slim_checkout.sh on),
+# carry the middle one in a call of its own between probe and train (a warm machine keeps carried folders) and
+# name that folder in PIECES_FROM.
 set -u
 PHASE=${1:?usage: bench/gpu/train_base.sh probe|train}
 A=.gpu/a B=.gpu/b
