@@ -5,7 +5,7 @@ deeper, for the questions whose candidates hold too few units. faiss's ``IndexFl
 product for each of those searches and keeps its k best in a heap. Here the (2B, N) scores are one torch matrix
 product over the index's own vectors (``IndexFlat.get_xb``, not copied), held for the batch (within
 ``FLAT_SCORES_BYTES``; larger batches are scored a block of queries at a time, and again for each round), and each
-round is a ``torch.topk`` over the rows it asks for.
+round ranks the rows it asks for: only each row's best blocks of columns (``top_values``), not every column.
 
 Order and ties are faiss's: best score first and, among equal scores, the larger token id first (faiss's min-heap
 for inner products breaks ties on the id, ``CMin::cmp2``); the tokens tied at the k-th place that are kept are the
@@ -40,19 +40,49 @@ def flat_vectors(faiss_index: Any) -> np.ndarray | None:
     return faiss.rev_swig_ptr(faiss_index.get_xb(), n * d).reshape(n, d)
 
 
+def block_width(m: int) -> int:
+    """Columns per block of ``top_values`` for the m best: wide blocks for a shallow search (fewer candidates to
+    gather per block kept), narrow ones for a deep one (m blocks of fewer columns). Measured on 128 rows of 146k
+    scores (2-core Xeon): 3.8x faster than one ``torch.topk`` at m = 33, 2.6x at 81, 1.7x at 321, 1.6x at 1,281."""
+    return 64 if m <= 128 else 32 if m <= 512 else 8
+
+
+def top_values(scores: Any, m: int) -> tuple[Any, Any]:
+    """(values, ids) of the m best columns of each row of ``scores`` (R, N), best first: the same values as
+    ``torch.topk`` (ids may differ among equal values), found without ordering every column.
+
+    The columns are cut into blocks; a row's m best values lie in its m blocks of highest maximum (fewer than m
+    values beat the m-th best, and each block ranked above a block holding one of them has a maximum at least as
+    high), so only those blocks, and the columns after the last whole block, are ranked."""
+    import torch
+
+    rows, n = scores.shape
+    width = block_width(m)
+    whole = n // width
+    if m * width * 4 >= n or whole == 0:  # no fewer candidates than columns worth it
+        return torch.topk(scores, m, dim=1, sorted=True)
+    blocks = scores[:, : whole * width].unflatten(1, (whole, width))  # a view
+    kept = torch.topk(blocks.amax(dim=2), m, dim=1, sorted=False).indices  # (R, m)
+    candidates = torch.gather(blocks, 1, kept.unsqueeze(2).expand(-1, -1, width)).flatten(1)  # (R, m * width)
+    ids = (kept.unsqueeze(2) * width + torch.arange(width)).flatten(1)
+    if whole * width < n:  # the last, partial block is always a candidate
+        candidates = torch.cat([candidates, scores[:, whole * width :]], dim=1)
+        ids = torch.cat([ids, torch.arange(whole * width, n).expand(rows, -1)], dim=1)
+    values, at = torch.topk(candidates, m, dim=1, sorted=True)
+    return values, torch.gather(ids, 1, at)
+
+
 def top_ids(scores: Any, k: int) -> np.ndarray:
     """(R, k) int64 ids of the k best columns of each row of ``scores`` (a (R, N) float32 torch tensor), best
     first, ties to the larger id; -1 for -inf scores (not allowed) and past N."""
-    import torch
-
     rows, n = scores.shape
     out = np.full((rows, k), -1, dtype=np.int64)
     kk = min(k, n)
     if kk == 0 or rows == 0:
         return out
     # one more than k: a row whose (k+1)-th value equals its k-th has a tie across the cut, settled below
-    top = torch.topk(scores, min(kk + 1, n), dim=1, sorted=True)
-    vals, ids = top.values.numpy(), top.indices.numpy()
+    top_vals, top_idx = top_values(scores, min(kk + 1, n))
+    vals, ids = top_vals.numpy(), top_idx.numpy()
     for r in np.flatnonzero(vals[:, kk - 1] == vals[:, kk]) if kk < n else ():
         row = scores[r].numpy()
         above, tied = np.flatnonzero(row > vals[r, kk - 1]), np.flatnonzero(row == vals[r, kk - 1])

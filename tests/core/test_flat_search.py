@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spanseek.core.flat_search import FlatScan, flat_vectors, top_ids
+from spanseek.core.flat_search import FlatScan, flat_vectors, top_ids, top_values
 
 
 def flat_index(x: np.ndarray):
@@ -112,3 +112,37 @@ def test_many_ties_at_many_depths_match_faiss(seed):
     for k in sorted({2, 3, 32, 64, int(rng.integers(2, len(x))), len(x) - 1, len(x)}):
         _, expected = index.search(queries, k)
         np.testing.assert_array_equal(scan.top(np.arange(6), k), expected, err_msg=f"k={k}")
+
+
+@pytest.mark.parametrize("k", [1, 10, 33, 99, 300, 1000])
+def test_block_selection_over_many_tokens_gives_the_ids_of_a_full_ranking(k, monkeypatch):
+    """Enough tokens that only the best blocks are ranked (the last block partial), ties and a duplicated passage
+    included: the same ids in the same order as faiss (below k = 100, where faiss keeps a heap) and as ranking
+    every token with one torch.topk."""
+    import torch
+
+    from spanseek.core import flat_search
+
+    rng = np.random.default_rng(k)
+    x = vectors_with_duplicates(rng, 40_011, 6)
+    queries = np.concatenate([x[[12, 40_000]], rng.integers(-2, 3, size=(6, 6)).astype(np.float32)])
+    got = FlatScan(flat_index(x), queries, None).top(np.arange(8), k)
+    if k < 100:  # from k = 100 faiss keeps a reservoir, whose choice among ties differs
+        np.testing.assert_array_equal(got, flat_index(x).search(queries, k)[1])
+    monkeypatch.setattr(flat_search, "top_values", lambda s, m: torch.topk(s, m, dim=1, sorted=True))
+    np.testing.assert_array_equal(got, FlatScan(flat_index(x), queries, None).top(np.arange(8), k))
+
+
+@pytest.mark.parametrize("m", [1, 2, 7, 64, 129, 600])
+def test_top_values_are_topks_values(m):
+    """Any row, -inf and exact ties included: the m best values equal torch.topk's, and the ids hold them."""
+    import torch
+
+    rng = np.random.default_rng(m)
+    scores = torch.from_numpy(rng.integers(-50, 50, size=(5, 60_001)).astype(np.float32))
+    scores[1, rng.choice(60_001, 59_990, replace=False)] = float("-inf")  # a row with few allowed tokens
+    scores[2, -3:] = 1000.0  # the best values in the partial last block
+    values, ids = top_values(scores, m)
+    assert torch.equal(values, torch.topk(scores, m, dim=1).values)
+    assert torch.equal(torch.gather(scores, 1, ids), values)
+    assert all(len(set(row.tolist())) == m for row in ids)
