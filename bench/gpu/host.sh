@@ -35,6 +35,8 @@ if [ "$PHASE" = stage ]; then
     PY=${PY:-.venv/bin/python}
     H=.gpu/host
     rm -rf "$H" .gpu/h[0-9]* && mkdir -p "$H/wheels" || exit 1
+    EXCLUDE=$(git rev-parse --git-path info/exclude)  # the pieces travel only as carried paths
+    grep -qsx "/.gpu/" "$EXCLUDE" || { mkdir -p "$(dirname "$EXCLUDE")" && echo "/.gpu/" >> "$EXCLUDE"; }
     for w in $WHEELS; do
         python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
             --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
