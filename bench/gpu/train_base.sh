@@ -19,6 +19,11 @@
 # fits two calls: pack three pieces (--piece-mb 40,50 beside the slimmed checkout: bench/gpu/slim_checkout.sh on),
 # carry the middle one in a call of its own between probe and train (a warm machine keeps carried folders) and
 # name that folder in PIECES_FROM.
+# TEACHER_S (seconds) first trains a cross-attention reader on the same backbone (a full fine-tune: the teacher) and
+# then distils it into the phrase model (DensePhrases' Eq. 7, --lambda-kl LAMBDA_KL, default 4): its logits of every
+# window the run visits are computed once, timed, before the run is sized to the time left. The probe then also
+# times READER_PROBE_STEPS reader steps and that teacher's logits on a random MPNet-base. The reader's summary (with
+# its reading comprehension of every held-out question, read on the GPU) comes back beside the phrase model.
 set -u
 PHASE=${1:?usage: bench/gpu/train_base.sh probe|train}
 A=.gpu/a B=.gpu/b
@@ -33,8 +38,16 @@ if ! python3 -c "import spanseek.trainer" 2>/dev/null; then  # not installed the
     for d in core indexer trainer service; do ln -s "$PWD/$d" "$PKG/spanseek/$d"; done
     export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1  # not ./spanseek, which lacks core/ etc.
 fi
-spanseek() { python3 -c "import sys; from spanseek.cli import main; sys.exit(main())" "$@"; }
+SPANSEEK=(python3 -c "import sys; from spanseek.cli import main; sys.exit(main())")
+spanseek() { "${SPANSEEK[@]}" "$@"; }
 now() { date +%s.%N; }
+READER="--batch-size 32 --lr ${READER_LR:-5e-5} --checkpoint-every 200 --seed 0 --no-progress ${READER_EXTRA:-}"
+reader_run() {  # OUT BACKBONE [flags]: the cross-attention reader on this backbone
+    local out=$1 backbone=$2
+    shift 2
+    # shellcheck disable=SC2086
+    spanseek train reader --train "$A/squad-v1.1-train.json.gz" --out "$out" --backbone "$backbone" $READER "$@"
+}
 
 if [ "$PHASE" = probe ]; then
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
@@ -50,20 +63,42 @@ for f in src.iterdir():
     if f.name != "config.json":
         shutil.copy(f, dst / f.name)
 PY
-    rm -rf /tmp/probe
+    rm -rf /tmp/probe /tmp/reader-probe /tmp/probe-fill /tmp/probe-tcache
+    TEACH_PROBE="" fill_s=0
+    if [ "${READER_PROBE_STEPS:-0}" -gt 0 ]; then  # the reader's steps, then its logits of the probe's windows
+        r0=$(now)
+        # shellcheck disable=SC2086
+        reader_run /tmp/reader-probe /tmp/mpnet-random --max-steps "$READER_PROBE_STEPS" --val-questions 0 \
+            2>&1 | tail -3
+        echo "reader probe: $(python3 -c "print(round($(now) - $r0, 1))") s in all"
+        TEACH_PROBE="--teacher /tmp/reader-probe/last --lambda-kl ${LAMBDA_KL:-4} --teacher-cache /tmp/probe-tcache"
+        f0=$(now)
+        # shellcheck disable=SC2086
+        spanseek train phrase --train "$A/squad-v1.1-train.json.gz" --out /tmp/probe-fill \
+            --backbone /tmp/mpnet-random --max-steps "${PROBE_STEPS:-60}" --stop-after 1 --checkpoint-every 1000 \
+            $RECIPE $TEACH_PROBE 2>&1 | tail -3
+        fill_s=$(python3 -c "print(round($(now) - $f0, 1))")
+    fi
     t0=$(now)
     # shellcheck disable=SC2086  # the recipe is word-split on purpose
     spanseek train phrase --train "$A/squad-v1.1-train.json.gz" --out /tmp/probe --backbone /tmp/mpnet-random \
-        --max-steps "${PROBE_STEPS:-60}" --checkpoint-every 1000 $RECIPE 2>&1 | tail -5
+        --max-steps "${PROBE_STEPS:-60}" --checkpoint-every 1000 $RECIPE $TEACH_PROBE 2>&1 | tail -5
     t1=$(now)
-    python3 - "$t0" "$t1" "$A/probe.json" <<'PY' || exit 1
+    python3 - "$t0" "$t1" "$A/probe.json" "$fill_s" <<'PY' || exit 1
 import json, sys
-t0, t1, out = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+from pathlib import Path
+t0, t1, out, fill_wall = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 s = json.load(open("/tmp/probe/summary.json"))
 probe = {"steps": s["steps"], "loop_s": s["seconds"], "wall_s": round(t1 - t0, 1),
          "steps_per_s": round(s["steps"] / s["seconds"], 3), "before_first_step_s": round(t1 - t0 - s["seconds"], 1),
          "questions_per_s": s["questions_per_second"], "precision": s["precision"], "device": s["device"],
          "steps_per_epoch": -(-s["train_windows"] // 32)}
+if Path("/tmp/reader-probe/summary.json").exists():  # the teacher's probe: its steps and its logits' fill
+    r = json.load(open("/tmp/reader-probe/summary.json"))
+    pairs = len(json.load(open("/tmp/probe-tcache/cache.json"))["keys"])
+    fill = max(1.0, fill_wall - probe["before_first_step_s"])  # the fill run less a run's start-up (its 1 step: noise)
+    probe |= {"reader_steps_per_s": round(r["steps"] / r["seconds"], 3), "reader_windows": r["train_windows"],
+              "fill_pairs": pairs, "fill_s": round(fill, 1), "fill_pairs_per_s": round(pairs / fill, 1)}
 json.dump(probe, open(out, "w"), indent=1)
 print(json.dumps(probe))
 PY
@@ -74,28 +109,64 @@ fi
 [ "$PHASE" = train ] || { echo "unknown phase $PHASE"; exit 2; }
 TRAIN_S=${TRAIN_S:?TRAIN_S: seconds this call may train}
 t0=$(now)
+elapsed() { python3 -c "print(round($(now) - $t0))"; }
 python3 bench/gpu/carry_backbone.py unpack "$B" --pieces-from "$A" ${PIECES_FROM:+--pieces-from "$PIECES_FROM"} || exit 1
-STEPS=$(python3 - "$A/probe.json" "$TRAIN_S" "$(python3 -c "print(round($(now) - $t0))")" <<'PY'
-import json, sys
-p, budget, spent = json.load(open(sys.argv[1])), float(sys.argv[2]), float(sys.argv[3])
-train_s = budget - spent - p["before_first_step_s"] - 30  # 30 s: the last checkpoint and the packing
-print(max(1, min(int(train_s * p["steps_per_s"]), int(float(__import__("os").environ.get("MAX_EPOCHS", 5))
-                                                    * p["steps_per_epoch"]))))
+TEACH=""
+if [ "${TEACHER_S:-0}" -gt 0 ]; then
+    RSTEPS=$(python3 -c "import json; p = json.load(open('$A/probe.json')); print(max(1, int(($TEACHER_S - 45) * p['reader_steps_per_s'])))")
+    echo "reader: $RSTEPS steps"  # 45 s of TEACHER_S: its start-up and the reading of every held-out question
+    # shellcheck disable=SC2086
+    timeout "$((TEACHER_S + 30))" "${SPANSEEK[@]}" train reader --train "$A/squad-v1.1-train.json.gz" --out /tmp/reader \
+        --backbone package:all-mpnet-base-v2 --max-steps "$RSTEPS" --val-questions 100000 $READER > /tmp/reader.log 2>&1
+    echo "reader exit $? at $(elapsed) s"; tail -3 /tmp/reader.log
+    if [ -f /tmp/reader/last/reader_config.json ]; then
+        TEACH="--teacher /tmp/reader/last --lambda-kl ${LAMBDA_KL:-4} --teacher-cache /tmp/tcache"
+    else
+        echo "no reader checkpoint: the phrase model trains without a teacher"
+    fi
+fi
+size() {  # steps that fit the time left: at most MAX_EPOCHS epochs, at least AT_LEAST
+    python3 - "$A/probe.json" "$TRAIN_S" "$(elapsed)" "${1:-0}" "${2:-1}" <<'PY'
+import json, os, sys
+p, budget, spent, fill, at_least = json.load(open(sys.argv[1])), *map(float, sys.argv[2:])
+train_s = budget - spent - fill - p["before_first_step_s"] - 30  # 30 s: the last checkpoint and the packing
+epochs = float(os.environ.get("MAX_EPOCHS", 5))
+print(int(max(at_least, min(train_s * p["steps_per_s"], epochs * p["steps_per_epoch"]))))
 PY
-)
-echo "training $STEPS steps"
+}
+if [ -n "$TEACH" ]; then  # the teacher's logits of every window an epoch visits, before the run is sized again
+    FILL_S=$(python3 -c "import json; p = json.load(open('$A/probe.json'))
+print(round(p['fill_pairs'] / min(p['steps'], p['steps_per_epoch']) * p['steps_per_epoch'] / p['fill_pairs_per_s']
+            + p['before_first_step_s']))")
+    STEPS=$(size "$FILL_S")
+    echo "teacher logits (about $FILL_S s), then $STEPS steps"
+    # shellcheck disable=SC2086
+    timeout "$((TRAIN_S - $(elapsed) - 20))" "${SPANSEEK[@]}" train phrase --train "$A/squad-v1.1-train.json.gz" \
+        --out /tmp/fill --backbone package:all-mpnet-base-v2 --max-steps "$STEPS" --stop-after 1 --checkpoint-every 1000 \
+        $RECIPE $TEACH ${INIT_FROM:+--init-from "$INIT_FROM"} > /tmp/fill.log 2>&1
+    echo "fill exit $? at $(elapsed) s"; tail -2 /tmp/fill.log
+    spe=$(python3 -c "import json; print(json.load(open('$A/probe.json'))['steps_per_epoch'])")
+    [ "$STEPS" -ge "$spe" ] && STEPS=$(size 0 "$spe")  # any run of an epoch or more visits every window: same cache
+else
+    STEPS=$(size 0)
+fi
+echo "training $STEPS steps at $(elapsed) s"
 left=$(python3 -c "print(max(10, int($TRAIN_S - ($(now) - $t0) - 20)))")
 # shellcheck disable=SC2086
-timeout "$left" python3 -c "import sys; from spanseek.cli import main; sys.exit(main())" train phrase \
+timeout "$left" "${SPANSEEK[@]}" train phrase \
     --train "$A/squad-v1.1-train.json.gz" --out /tmp/base-run --backbone package:all-mpnet-base-v2 \
-    --max-steps "$STEPS" --checkpoint-every 100 $RECIPE ${INIT_FROM:+--init-from "$INIT_FROM"} > /tmp/base-run.log 2>&1
-echo "exit $?" | tee -a /tmp/base-run.log
+    --max-steps "$STEPS" --checkpoint-every 100 $RECIPE $TEACH ${INIT_FROM:+--init-from "$INIT_FROM"} \
+    > /tmp/base-run.log 2>&1
+echo "exit $? at $(elapsed) s" | tee -a /tmp/base-run.log
 tail -5 /tmp/base-run.log
 cd /tmp/base-run || exit 1
 python3 -c "import torch; print(torch.load('last/trainer_state.pt', weights_only=False)['step'])" > step.txt
 cp /tmp/base-run.log train.log
 files="last/weights.safetensors last/spanseek_config.json train_config.json step.txt train.log"
 [ -f summary.json ] && files="$files summary.json"
+for f in reader.log fill.log reader/summary.json; do  # the teacher's run, when there was one
+    [ -f "/tmp/$f" ] && mkdir -p teacher && cp "/tmp/$f" "teacher/${f//\//-}" && files="$files teacher/${f//\//-}"
+done
 # shellcheck disable=SC2086
 tar czf /tmp/base.tgz $files && split -b 15000000 -d /tmp/base.tgz "$OUT/base.tgz."
 ls -la "$OUT"; cat step.txt
