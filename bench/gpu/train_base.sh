@@ -23,9 +23,13 @@
 # then distils it into the phrase model (DensePhrases' Eq. 7, --lambda-kl LAMBDA_KL, default 4): its logits of every
 # window the run visits are computed once, timed, before the run is sized to the time left. The probe then also
 # times READER_PROBE_STEPS reader steps and that teacher's logits on a random MPNet-base. The reader's summary (with
-# its reading comprehension of every held-out question, read on the GPU) comes back beside the phrase model.
+# its reading comprehension of every held-out question, read on the GPU) comes back beside the phrase model. On an
+# H200 the reader starts in about 70 s (tokenising 87k windows) and runs 7.4 steps/s of 32 windows (bf16), and the
+# teacher's logits of all 80.5k training pairs take about 95 s: a teacher and a 2-epoch phrase run do not fit one
+# call, so `TEACHER_S=520 ... train_base.sh reader` trains it in a call of its own (it stays on the warm machine) and
+# the next call, `REUSE_TEACHER=1 ... train_base.sh train`, distils from it.
 set -u
-PHASE=${1:?usage: bench/gpu/train_base.sh probe|train}
+PHASE=${1:?usage: bench/gpu/train_base.sh probe|reader|train}
 A=.gpu/a B=.gpu/b
 OUT=${OUT:-/tmp/out}
 RECIPE="--question-mode shared --lora-r 16 --batch-windows 32 --lr 1e-3 --lambda-inb 16 --prebatch 0 --lambda-span 1
@@ -106,19 +110,26 @@ PY
     exit 0
 fi
 
-[ "$PHASE" = train ] || { echo "unknown phase $PHASE"; exit 2; }
+case $PHASE in train | reader) ;; *) echo "unknown phase $PHASE"; exit 2 ;; esac
 TRAIN_S=${TRAIN_S:?TRAIN_S: seconds this call may train}
 t0=$(now)
 elapsed() { python3 -c "print(round($(now) - $t0))"; }
 python3 bench/gpu/carry_backbone.py unpack "$B" --pieces-from "$A" ${PIECES_FROM:+--pieces-from "$PIECES_FROM"} || exit 1
-TEACH=""
 if [ "${TEACHER_S:-0}" -gt 0 ]; then
-    RSTEPS=$(python3 -c "import json; p = json.load(open('$A/probe.json')); print(max(1, int(($TEACHER_S - 45) * p['reader_steps_per_s'])))")
-    echo "reader: $RSTEPS steps"  # 45 s of TEACHER_S: its start-up and the reading of every held-out question
+    RSTEPS=$(python3 -c "import json; p = json.load(open('$A/probe.json')); print(max(1, int(($TEACHER_S - 90) * p['reader_steps_per_s'])))")
+    echo "reader: $RSTEPS steps"  # 90 s of TEACHER_S: its start-up (70 s on an H200) and the held-out reading
     # shellcheck disable=SC2086
     timeout "$((TEACHER_S + 30))" "${SPANSEEK[@]}" train reader --train "$A/squad-v1.1-train.json.gz" --out /tmp/reader \
         --backbone package:all-mpnet-base-v2 --max-steps "$RSTEPS" --val-questions 100000 $READER > /tmp/reader.log 2>&1
     echo "reader exit $? at $(elapsed) s"; tail -3 /tmp/reader.log
+fi
+if [ "$PHASE" = reader ]; then  # the teacher alone: it stays on the warm machine for a train call with REUSE_TEACHER=1
+    cp /tmp/reader/summary.json /tmp/reader.log "$OUT/" 2>/dev/null
+    ls -la "$OUT"
+    exit 0
+fi
+TEACH=""
+if [ "${TEACHER_S:-0}" -gt 0 ] || [ "${REUSE_TEACHER:-0}" = 1 ]; then
     if [ -f /tmp/reader/last/reader_config.json ]; then
         TEACH="--teacher /tmp/reader/last --lambda-kl ${LAMBDA_KL:-4} --teacher-cache /tmp/tcache"
     else
