@@ -178,7 +178,8 @@ class TrainingOptions(JobOptions):
     hard_negatives: str | None = option(None, "JSONL from `spanseek train mine` (unified loss)")
     hard_per_batch: int = option(8, "hard passages per step, shared by the batch's questions")
     teacher: str | None = option(None, "a reader (directory or `default`) to distil from (--lambda-kl > 0): its "
-                                       "logits are computed once, before the first step, into the teacher cache")
+                                       "logits are computed once, before the first step, into the teacher cache; "
+                                       "or a complete teacher cache, whose logits stand for its reader")
     teacher_cache: str | None = option(None, "where the teacher's logits are kept (default: OUT/teacher-cache); "
                                              "a killed fill resumes")
     limit_questions: int | None = option(None, "train on a fixed sample of this many questions")

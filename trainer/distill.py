@@ -9,7 +9,9 @@ step: its logits are computed once, before the first step, for the windows the r
 from an epoch on), into a teacher cache (the content-addressed row store
 of trainer.phrase_cache, two fp32 numbers a token) keyed by the question and the window's token ids and bound to
 the reader's fingerprint. A killed fill resumes at the shard it stopped in; a cache made by another reader or for
-other windows is refused. ``teacher_tensors`` lays a batch's targets out like its student logits.
+other windows is refused. A complete cache may also stand for its reader (``--teacher CACHE_DIR``): a teacher too
+slow for the machine that trains (a base-size reader on a CPU) fills it where it runs fast, and only the logits
+travel (``bench/gpu/teacher_cache.py``). ``teacher_tensors`` lays a batch's targets out like its student logits.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from spanseek.core.reader import (
 )
 from spanseek.trainer.arguments import TrainingOptions
 from spanseek.trainer.data import TrainWindow
-from spanseek.trainer.phrase_cache import PhraseCache, fill_rows, open_or_create
+from spanseek.trainer.phrase_cache import CACHE_META, CacheError, PhraseCache, fill_rows, open_or_create
 
 TEACHER_CACHE = "teacher-cache"  # in the run's --out unless --teacher-cache says otherwise
 
@@ -61,14 +63,43 @@ def read_pairs(reader: PassageReader, pairs: list[tuple[str, TrainWindow]]) -> l
     return reader.token_logits([q for q, _ in pairs], list(texts), list(starts))
 
 
+def teacher_pairs(windows: list[TrainWindow]) -> tuple[dict[str, tuple[str, TrainWindow]], list[str]]:
+    """Every (question, window) pair of ``windows`` by its key, and the keys in a teacher cache's order."""
+    pairs = {teacher_key(q, w.input_ids): (q, w) for w in windows for q in w.questions}
+    keys = sorted(pairs, key=lambda k: (len(pairs[k][1].input_ids), k))  # similar lengths share a batch
+    return pairs, keys
+
+
+def is_teacher_cache(ref: str | Path) -> bool:
+    """Whether ``--teacher`` names a teacher cache (its logits) rather than a reader."""
+    return (Path(ref) / CACHE_META).is_file()
+
+
+def open_teacher_cache(directory: str | Path, windows: list[TrainWindow]) -> PhraseCache:
+    """A teacher cache made elsewhere, standing for its reader: it must be complete and hold exactly the pairs of
+    ``windows`` (CacheError naming what differs)."""
+    cache = PhraseCache(directory)
+    if not cache.source.startswith("reader:"):
+        raise CacheError(f"{directory}: not a teacher cache (its rows come from {cache.source}, not a reader)")
+    if not cache.complete:
+        raise CacheError(f"{directory}: incomplete ({len(cache.done_shards())} of {cache.n_shards} shards filled); "
+                         "finish it where its reader runs (give that reader as --teacher there)")
+    _, keys = teacher_pairs(windows)
+    if cache.keys != keys:
+        missing = len(set(keys) - set(cache.keys))
+        raise CacheError(f"{directory}: holds {len(cache.keys)} (question, window) pairs, this run trains on "
+                         f"{len(keys)} ({missing} of them not in the cache): it was made for other training data, "
+                         "another tokenizer or window size, or a run of other length")
+    return cache
+
+
 def fill_teacher_cache(directory: str | Path, reader_ref: str | Path, windows: list[TrainWindow],
                        device: torch.device | None = None, precision: str = "fp32", batch_pairs: int = 64,
                        shard_pairs: int = 2048, progress: bool = True) -> PhraseCache:
     """The teacher logits of every (question, window) pair of ``windows`` in a cache at ``directory`` (resuming a
     killed fill; CacheError for a cache of another reader or other pairs)."""
     path = resolve_reader(reader_ref)
-    pairs = {teacher_key(q, w.input_ids): (q, w) for w in windows for q in w.questions}
-    keys = sorted(pairs, key=lambda k: (len(pairs[k][1].input_ids), k))  # similar lengths share a batch
+    pairs, keys = teacher_pairs(windows)
     rows = {k: (pairs[k][1].input_ids, np.zeros(len(pairs[k][1].input_ids), np.uint8)) for k in keys}
     cache = open_or_create(Path(directory), keys, rows, 2, reader_fingerprint(path), shard_pairs,
                             f"reader:{path}", dtype=np.float32)
@@ -84,6 +115,11 @@ def teacher_cache(cfg: TrainingOptions, windows: list[TrainWindow], device: torc
     """The run's teacher cache (``--teacher-cache``, else OUT/teacher-cache), filled for ``windows`` if it is not."""
     if cfg.teacher is None:
         raise ValueError("no --teacher to distil from")
+    if is_teacher_cache(cfg.teacher):
+        if cfg.teacher_cache:
+            raise ValueError(f"--teacher-cache {cfg.teacher_cache}: --teacher {cfg.teacher} is a teacher cache "
+                             "already (its logits are used as they are); leave --teacher-cache out")
+        return open_teacher_cache(cfg.teacher, windows)
     directory = Path(cfg.teacher_cache) if cfg.teacher_cache else Path(cfg.out) / TEACHER_CACHE
     return fill_teacher_cache(directory, cfg.teacher, windows, device, precision, progress=cfg.progress)
 

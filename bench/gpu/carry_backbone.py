@@ -73,6 +73,31 @@ def widen(tensors: dict) -> dict:
     return out
 
 
+def write_pieces(data: bytes, out: Path, stem: str, piece_mb: list[float]) -> list[dict]:
+    """``data`` as files STEM.000, STEM.001, ... in ``out``, of ``piece_mb`` MB each (the last size repeats); each
+    piece's name and sha256, for the manifest that ``join_pieces`` checks them against."""
+    sizes, start = [int(mb * 1_000_000) for mb in piece_mb], 0
+    pieces: list[dict] = []
+    while start < len(data):
+        chunk = data[start : start + sizes[min(len(pieces), len(sizes) - 1)]]
+        piece = f"{stem}.{len(pieces):03d}"
+        (out / piece).write_bytes(chunk)
+        pieces.append({"file": piece, "sha256": hashlib.sha256(chunk).hexdigest()})
+        start += len(chunk)
+    return pieces
+
+
+def join_pieces(pieces: list[dict], folders: list[Path], dest: Path) -> None:
+    """The pieces named in a manifest, found in ``folders`` and checked, joined into ``dest``."""
+    with open(dest, "wb") as f:
+        for piece in pieces:
+            path = find_piece(piece["file"], folders)
+            if sha256_file(path) != piece["sha256"]:
+                raise SystemExit(f"{path}: sha256 differs from the manifest (damaged in transit); carry it again")
+            with open(path, "rb") as p:
+                shutil.copyfileobj(p, f)
+
+
 def pack(out: Path, piece_mb: list[float], weights: str, name: str = NAME) -> None:
     from safetensors.torch import load_file, save_file
 
@@ -87,14 +112,7 @@ def pack(out: Path, piece_mb: list[float], weights: str, name: str = NAME) -> No
         for path in sorted(source.rglob("*")):
             if path.is_file():
                 tar.add(stored if path.name == "model.safetensors" else path, f"{name}/{path.relative_to(source)}")
-    data, sizes = buf.getvalue(), [int(mb * 1_000_000) for mb in piece_mb]
-    pieces, start = [], 0
-    while start < len(data):
-        chunk = data[start : start + sizes[min(len(pieces), len(sizes) - 1)]]
-        piece = f"{name}.{weights}.tar.{len(pieces):03d}"
-        (out / piece).write_bytes(chunk)
-        pieces.append({"file": piece, "sha256": hashlib.sha256(chunk).hexdigest()})
-        start += len(chunk)
+    pieces = write_pieces(buf.getvalue(), out, f"{name}.{weights}.tar", piece_mb)
     manifest = {"backbone": name, "weights": weights,
                 "from_sha256": SPLIT_BACKBONES[name].sha256 if name in SPLIT_BACKBONES else None,
                 "source_sha256": sha256_file(source / "model.safetensors"), "pieces": pieces}
@@ -134,13 +152,7 @@ def unpack(src: Path, cache: Path, pieces_from: list[Path] | None = None, packag
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".unpack.") as tmp:  # same file system: one rename
         joined = Path(tmp) / "backbone.tar"
-        with open(joined, "wb") as f:
-            for piece in manifest["pieces"]:
-                path = find_piece(piece["file"], [src, *(pieces_from or [])])
-                if sha256_file(path) != piece["sha256"]:
-                    raise SystemExit(f"{path}: sha256 differs from the manifest (damaged in transit); carry it again")
-                with open(path, "rb") as p:
-                    shutil.copyfileobj(p, f)
+        join_pieces(manifest["pieces"], [src, *(pieces_from or [])], joined)
         with tarfile.open(joined) as tar:
             tar.extractall(tmp, filter="data")
         model_dir = Path(tmp) / manifest["backbone"]

@@ -27,9 +27,11 @@
 # H200 the reader starts in about 70 s (tokenising 87k windows) and runs 7.4 steps/s of 32 windows (bf16), and the
 # teacher's logits of all 80.5k training pairs take about 95 s: a teacher and a 2-epoch phrase run do not fit one
 # call, so `TEACHER_S=520 ... train_base.sh reader` trains it in a call of its own (it stays on the warm machine) and
-# the next call, `REUSE_TEACHER=1 ... train_base.sh train`, distils from it.
+# the next call, `REUSE_TEACHER=1 ... train_base.sh train`, distils from it. `train_base.sh teach` has that reader
+# read the default model's training pairs instead (bench/gpu/teacher_cache.py, the MiniLM tokenizer files in
+# .gpu/a/skeleton-minilm) and returns them as a teacher cache in 15 MB pieces, to distil the default model on a CPU.
 set -u
-PHASE=${1:?usage: bench/gpu/train_base.sh probe|reader|train}
+PHASE=${1:?usage: bench/gpu/train_base.sh probe|reader|teach|train}
 A=.gpu/a B=.gpu/b
 OUT=${OUT:-/tmp/out}
 RECIPE="--question-mode shared --lora-r 16 --batch-windows 32 --lr 1e-3 --lambda-inb 16 --prebatch 0 --lambda-span 1
@@ -110,6 +112,17 @@ PY
     exit 0
 fi
 
+if [ "$PHASE" = teach ]; then  # the reader of a `reader` call reads the default model's training pairs
+    [ -f /tmp/reader/last/reader_config.json ] || { echo "no reader in /tmp/reader/last: run the reader phase first"; exit 1; }
+    t0=$(now)
+    # shellcheck disable=SC2086
+    python3 bench/gpu/teacher_cache.py fill --reader /tmp/reader/last --train "$A/squad-v1.1-train.json.gz" \
+        --model "${TEACH_MODEL:-default}" --tokenizer "$A/skeleton-minilm" --out /tmp/tcache-default ${TEACH_EXTRA:-} || exit 1
+    python3 bench/gpu/teacher_cache.py pack /tmp/tcache-default --out "$OUT" --piece-mb 15 || exit 1
+    cp /tmp/reader/summary.json "$OUT/reader-summary.json" 2>/dev/null
+    echo "teach: $(python3 -c "print(round($(now) - $t0))") s"; ls -la "$OUT"
+    exit 0
+fi
 case $PHASE in train | reader) ;; *) echo "unknown phase $PHASE"; exit 2 ;; esac
 TRAIN_S=${TRAIN_S:?TRAIN_S: seconds this call may train}
 t0=$(now)

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -564,3 +565,25 @@ def test_carried_package_backbone_is_found_through_its_stand_in(tmp_path):
     got = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
                          check=True, capture_output=True, text=True).stdout.strip()
     assert got == str(tmp_path / "model")
+
+
+@smoke("bench/gpu/teacher_cache.py")
+def test_teacher_cache_fills_and_round_trips_in_pieces(tmp_path, tiny_model_dir, tiny_reader, tiny_squad):
+    """fill reads the pairs a phrase run of the model trains on; pack and unpack give the same cache back (logits to
+    fp16 rounding) through pieces checked against their manifest; a damaged piece is refused."""
+    from spanseek.trainer.phrase_cache import PhraseCache
+
+    script = "bench/gpu/teacher_cache.py"
+    run_bench(script, "fill", "--reader", tiny_reader, "--train", tiny_squad, "--model", tiny_model_dir,
+              "--out", tmp_path / "cache")
+    run_bench(script, "pack", tmp_path / "cache", "--out", tmp_path / "pieces", "--piece-mb", 0.002)
+    assert len(list((tmp_path / "pieces").glob("teacher-cache.tar.gz.*"))) > 1
+    run_bench(script, "unpack", tmp_path / "pieces", "--out", tmp_path / "back")
+    filled, back = PhraseCache(tmp_path / "cache"), PhraseCache(tmp_path / "back")
+    assert back.complete and back.keys == filled.keys and back.source == filled.source and len(filled.keys) > 1
+    assert back.vectors.dtype == filled.vectors.dtype
+    np.testing.assert_allclose(back.vectors, filled.vectors, atol=0.02, rtol=1e-3)
+    piece = tmp_path / "pieces" / "teacher-cache.tar.gz.000"
+    piece.write_bytes(piece.read_bytes()[:-1] + b"\0")
+    with pytest.raises(pytest.fail.Exception, match="sha256 differs"):
+        run_bench(script, "unpack", tmp_path / "pieces", "--out", tmp_path / "again")

@@ -193,3 +193,28 @@ def test_visited_windows_follow_the_epoch_order_of_every_rank():
         assert loop_module.visited_windows(windows, 2, 5, steps, world) == want
     assert len(loop_module.visited_windows(windows, 2, 5, 9)) == 18  # one batch short of an epoch
     assert sorted(loop_module.visited_windows(windows, 2, 5, 12), key=id) == sorted(windows, key=id)  # past one
+
+
+def test_a_complete_teacher_cache_stands_for_its_reader(tmp_path, tiny_squad, tiny_config, tiny_reader, monkeypatch):
+    """`--teacher CACHE_DIR` trains on the same targets as the reader that filled the cache, without that reader; a
+    cache of other pairs, an unfinished one, or a second cache directory beside it is refused."""
+    targets = []
+    loss_fn = loop_module.phrase_loss
+    monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: targets.append(k["teacher"]) or loss_fn(*a, **k))
+    run = lambda out, teacher, **kw: train_phrase(TrainConfig(  # noqa: E731
+        train=str(tiny_squad), out=str(tmp_path / out), encoder=tiny_config, batch_windows=4, val_questions=0,
+        precision="fp32", device="cpu", progress=False, teacher=str(teacher), loss=LossConfig(lambda_kl=4.0), **kw))
+    run("read", tiny_reader, teacher_cache=str(tmp_path / "cache"))  # one epoch: every window's pairs
+    read, targets[:] = list(targets), []
+    monkeypatch.setattr(PassageReader, "load", lambda *a, **k: pytest.fail("the reader was loaded"))
+    run("cached", tmp_path / "cache")
+    assert len(targets) == len(read) > 1
+    for got, want in zip(targets, read, strict=True):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(CacheError, match="pairs"):
+        run("shorter", tmp_path / "cache", max_steps=1)  # a run shorter than an epoch visits fewer pairs
+    with pytest.raises(ValueError, match="--teacher-cache"):
+        run("both", tmp_path / "cache", teacher_cache=str(tmp_path / "other"))
+    (tmp_path / "cache" / "done.json").unlink()
+    with pytest.raises(CacheError, match="incomplete"):
+        run("unfinished", tmp_path / "cache")
