@@ -76,8 +76,8 @@ def is_teacher_cache(ref: str | Path) -> bool:
 
 
 def open_teacher_cache(directory: str | Path, windows: list[TrainWindow]) -> PhraseCache:
-    """A teacher cache made elsewhere, standing for its reader: it must be complete and hold exactly the pairs of
-    ``windows`` (CacheError naming what differs)."""
+    """A teacher cache made elsewhere, standing for its reader: it must be complete and hold every pair of ``windows``
+    (a run shorter than the one it was made for reads a part of it); CacheError naming what differs."""
     cache = PhraseCache(directory)
     if not cache.source.startswith("reader:"):
         raise CacheError(f"{directory}: not a teacher cache (its rows come from {cache.source}, not a reader)")
@@ -85,11 +85,11 @@ def open_teacher_cache(directory: str | Path, windows: list[TrainWindow]) -> Phr
         raise CacheError(f"{directory}: incomplete ({len(cache.done_shards())} of {cache.n_shards} shards filled); "
                          "finish it where its reader runs (give that reader as --teacher there)")
     _, keys = teacher_pairs(windows)
-    if cache.keys != keys:
-        missing = len(set(keys) - set(cache.keys))
-        raise CacheError(f"{directory}: holds {len(cache.keys)} (question, window) pairs, this run trains on "
-                         f"{len(keys)} ({missing} of them not in the cache): it was made for other training data, "
-                         "another tokenizer or window size, or a run of other length")
+    missing = sum(k not in cache for k in keys)
+    if missing:
+        raise CacheError(f"{directory}: {missing} of the {len(keys)} (question, window) pairs this run trains on are "
+                         f"not among its {len(cache.keys)}: it was made for other training data, another tokenizer or "
+                         "window size, or a shorter run")
     return cache
 
 

@@ -196,8 +196,9 @@ def test_visited_windows_follow_the_epoch_order_of_every_rank():
 
 
 def test_a_complete_teacher_cache_stands_for_its_reader(tmp_path, tiny_squad, tiny_config, tiny_reader, monkeypatch):
-    """`--teacher CACHE_DIR` trains on the same targets as the reader that filled the cache, without that reader; a
-    cache of other pairs, an unfinished one, or a second cache directory beside it is refused."""
+    """`--teacher CACHE_DIR` trains on the same targets as the reader that filled the cache, without that reader, and
+    a shorter run reads a part of it; a cache without some of the run's pairs, an unfinished one, or a second cache
+    directory beside it is refused."""
     targets = []
     loss_fn = loop_module.phrase_loss
     monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: targets.append(k["teacher"]) or loss_fn(*a, **k))
@@ -211,8 +212,11 @@ def test_a_complete_teacher_cache_stands_for_its_reader(tmp_path, tiny_squad, ti
     assert len(targets) == len(read) > 1
     for got, want in zip(targets, read, strict=True):
         torch.testing.assert_close(got, want)
-    with pytest.raises(CacheError, match="pairs"):
-        run("shorter", tmp_path / "cache", max_steps=1)  # a run shorter than an epoch visits fewer pairs
+    assert run("shorter", tmp_path / "cache", max_steps=1)["steps"] == 1  # it reads a part of the cache
+    monkeypatch.undo()
+    run("part", tiny_reader, teacher_cache=str(tmp_path / "part"), max_steps=1)  # one step's pairs only
+    with pytest.raises(CacheError, match="pairs this run trains on are not among"):
+        run("longer", tmp_path / "part")
     with pytest.raises(ValueError, match="--teacher-cache"):
         run("both", tmp_path / "cache", teacher_cache=str(tmp_path / "other"))
     (tmp_path / "cache" / "done.json").unlink()
