@@ -317,6 +317,14 @@ class ReaderTrainConfig(JobOptions):
     val_questions: int = option(1000, "held-out questions read at the end (reading-comprehension EM/F1); 0 = none")
     reserve_offset: int | None = option(12, "articles i with i % holdout-every == this are kept out of training too: "
                                         "reading at search time is fitted on them (`spanseek train fit-reading`)")
+    teacher: str | None = option(None, "a stronger reader (directory) to distil from (--lambda-kl > 0): its logits "
+                                       "of every training window are computed once, before the first step, into the "
+                                       "teacher cache; or a complete teacher cache, whose logits stand for it")
+    teacher_cache: str | None = option(None, "where the teacher's logits are kept (default: OUT/teacher-cache); "
+                                             "a killed fill resumes")
+    lambda_kl: float = option(0.0, "weight of the distillation term: KL from the --teacher's start/end "
+                                   "distributions over each window's passage tokens (0 = off)")
+    kl_temperature: float = option(1.0, "temperature of both distributions in the distillation term")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -328,6 +336,11 @@ class ReaderTrainConfig(JobOptions):
         check(self.epochs > 0, "--epochs", "a number > 0", self.epochs)
         check(self.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", self.checkpoint_every)
         check(self.snapshot_every >= 0, "--snapshot-every", "an integer >= 0 (0: off)", self.snapshot_every)
+        check(non_negative(self.lambda_kl), "--lambda-kl", "a number >= 0", self.lambda_kl)
+        check((self.teacher is None) == (self.lambda_kl == 0), "--lambda-kl", "> 0 exactly when a --teacher is given",
+              self.lambda_kl)
+        check(math.isfinite(self.kl_temperature) and self.kl_temperature > 0, "--kl-temperature", "a number > 0",
+              self.kl_temperature)
 
     @property
     def reserved(self) -> Holdout | None:

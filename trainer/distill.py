@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ from spanseek.core.reader import (
     PassageReader,
     resolve_reader,
 )
-from spanseek.trainer.arguments import TrainingOptions
+from spanseek.trainer.arguments import ReaderTrainConfig, TrainingOptions
 from spanseek.trainer.data import TrainWindow
 from spanseek.trainer.phrase_cache import CACHE_META, CacheError, PhraseCache, fill_rows, open_or_create
 
@@ -110,7 +111,7 @@ def fill_teacher_cache(directory: str | Path, reader_ref: str | Path, windows: l
                  batch_pairs)
 
 
-def teacher_cache(cfg: TrainingOptions, windows: list[TrainWindow], device: torch.device,
+def teacher_cache(cfg: TrainingOptions | ReaderTrainConfig, windows: list[TrainWindow], device: torch.device,
                   precision: str) -> PhraseCache:
     """The run's teacher cache (``--teacher-cache``, else OUT/teacher-cache), filled for ``windows`` if it is not."""
     if cfg.teacher is None:
@@ -136,5 +137,35 @@ def teacher_tensors(windows: list[TrainWindow], cache: PhraseCache, width: int,
             logits, _ = cache.window(teacher_key(q, w.input_ids))
             out[row, shift : shift + len(logits)] = logits
             row += 1
+    t = torch.from_numpy(out)
+    return t[..., 0], t[..., 1]
+
+
+def reader_windows(questions: list, windows: Any) -> list[TrainWindow | None]:
+    """What a teacher reads of each of a reader's training windows (``core.reader.Windows`` of ``questions``,
+    core.io.Question): its passage tokens as a one-question window, which also keys the teacher cache; None for a
+    window without passage tokens. A reader learns from a teacher as a phrase model does (``--teacher``), the
+    teacher's logits at the window's passage tokens."""
+    out: list[TrainWindow | None] = []
+    for w, off in enumerate(windows.offsets):
+        inside = np.flatnonzero(off[:, 0] >= 0)
+        if not len(inside):
+            out.append(None)
+            continue
+        q = questions[int(windows.pair[w])]
+        out.append(TrainWindow(input_ids=windows.ids[w][inside], flags=np.zeros(len(inside), np.uint8),
+                               questions=[q.question], starts=[], ends=[], answers=[], hard=[], passage=q.context,
+                               offsets=off[inside]))
+    return out
+
+
+def reader_teacher_tensors(taught: list[TrainWindow | None], offsets: list[np.ndarray], cache: PhraseCache,
+                           width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, width) start and end teacher logits of a reader's batch of windows (``reader_windows`` of each, and its
+    (T, 2) offsets): the teacher's at the passage tokens, MISSING_LOGIT elsewhere."""
+    out = np.full((len(taught), width, 2), MISSING_LOGIT, dtype=np.float32)
+    for i, (w, off) in enumerate(zip(taught, offsets, strict=True)):
+        if w is not None:
+            out[i, np.flatnonzero(off[:, 0] >= 0)] = cache.window(teacher_key(w.questions[0], w.input_ids))[0]
     t = torch.from_numpy(out)
     return t[..., 0], t[..., 1]

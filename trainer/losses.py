@@ -136,8 +136,14 @@ def distill_loss(q: torch.Tensor, H: torch.Tensor, ok: torch.Tensor, q_passage: 
     has none. Both distributions are over the tokens the student may pick that the teacher read; questions with
     none count 0."""
     valid = ok[q_passage] & (teacher > NEG_INF / 2)
-    student = torch.einsum("qd,qtd->qt", q, H[q_passage]).float()
-    log_s = F.log_softmax(student.masked_fill(~valid, NEG_INF) / temperature, dim=1)
+    return masked_kl(torch.einsum("qd,qtd->qt", q, H[q_passage]), teacher, valid, temperature)
+
+
+def masked_kl(student: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor,
+              temperature: float = 1.0) -> torch.Tensor:
+    """KL(teacher ‖ student) of each row's distribution over its ``valid`` columns (student and teacher (R, T)
+    logits), times τ², averaged over the rows with a valid column (0 when none has)."""
+    log_s = F.log_softmax(student.float().masked_fill(~valid, NEG_INF) / temperature, dim=1)
     log_t = F.log_softmax(teacher.float().masked_fill(~valid, NEG_INF) / temperature, dim=1)
     kl = (log_t.exp() * (log_t - log_s)).masked_fill(~valid, 0.0).sum(1)
     has = valid.any(1)

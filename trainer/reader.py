@@ -8,6 +8,9 @@ standard SQuAD recipe). Steps take length-grouped batches (dynamic padding: abou
 window to ``max_len``), under bf16 autocast where the CPU or GPU runs it faster. The run resumes from ``OUT/last`` (weights,
 optimizer, schedule, step), keeps a reader every ``snapshot_every`` steps in ``OUT/snapshots`` (to average the last
 few: ``spanseek train average``) and ends by reading ``val_questions`` held-out questions from their gold passages.
+With ``--teacher`` (a stronger reader, or a complete teacher cache of one: ``bench/gpu/teacher_cache.py fill --for
+reader``) each step adds ``lambda_kl`` times the KL divergence of the start and end distributions over the window's
+passage tokens from the teacher's (trainer.distill, the teacher's logits read once into a cache).
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ from spanseek.core.reader import (
     resolve_reader,
 )
 from spanseek.trainer.arguments import ReaderTrainConfig
+from spanseek.trainer.distill import reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.loop import STATE, optimizer_and_resume, recover_checkpoint, run_lock, save_checkpoint
+from spanseek.trainer.losses import NEG_INF, masked_kl
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +95,17 @@ def init_from(model: ReaderModel, path: Path) -> None:
     log.info("initialised from the reader at %s", path)
 
 
+def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
+    """The questions a reader trains on: the answered ones of the articles neither held out nor reserved (a fixed
+    sample with ``limit_questions``)."""
+    kept_out = [cfg.holdout] + ([cfg.reserved] if cfg.reserved is not None else [])
+    train = [a for i, a in enumerate(data) if not any(h.held(i) for h in kept_out)]
+    questions = [q for q in squad_questions(train) if q.answers and q.answer_starts[0] >= 0]
+    if cfg.limit_questions:
+        questions = random.Random(cfg.seed).sample(questions, min(cfg.limit_questions, len(questions)))
+    return questions
+
+
 def train_reader(cfg: ReaderTrainConfig) -> dict[str, Any]:
     """Train (or resume) the reader into ``cfg.out``; the reader is ``OUT/last``. Returns the run's summary."""
     out = Path(cfg.out)
@@ -105,12 +121,8 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     precision = pick_precision(cfg.precision, device)
     reader_config = cfg.build()
     data = load_squad(cfg.train)
-    kept_out = [cfg.holdout] + ([cfg.reserved] if cfg.reserved is not None else [])
-    train = [a for i, a in enumerate(data) if not any(h.held(i) for h in kept_out)]
     held = [a for i, a in enumerate(data) if cfg.holdout.held(i)]
-    questions = [q for q in squad_questions(train) if q.answers and q.answer_starts[0] >= 0]
-    if cfg.limit_questions:
-        questions = random.Random(cfg.seed).sample(questions, min(cfg.limit_questions, len(questions)))
+    questions = reader_questions(cfg, data)
     model = ReaderModel(reader_config).to(device)
     if cfg.init is not None:
         init_from(model, resolve_reader(cfg.init))
@@ -125,6 +137,10 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     if "master" in state:  # the fp32 weights (the checkpoint's weights file is fp16, the reader as shipped)
         model.load_state_dict(state["master"], strict=False)
+    teacher, taught = None, []
+    if cfg.teacher:  # a stronger reader's logits of every training window, computed once
+        taught = reader_windows(questions, windows)
+        teacher = teacher_cache(cfg, [w for w in taught if w is not None], device, precision)
     pad_id = int(tokenizer.pad_token_id or 0)
     bar = tqdm(total=total, initial=step, desc="reader", unit="step", disable=not cfg.progress)
     order, order_epoch, loss_ema, t0, seen = [], -1, None, time.perf_counter(), 0
@@ -144,6 +160,12 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
         end = end.masked_fill(mask == 0, -1e4)
         loss = (torch.nn.functional.cross_entropy(start, gold[:, 0]) +
                 torch.nn.functional.cross_entropy(end, gold[:, 1])) / 2
+        if teacher is not None:
+            t_start, t_end = (t.to(device) for t in reader_teacher_tensors(
+                [taught[w] for w in batch], [windows.offsets[w] for w in batch], teacher, ids.shape[1]))
+            valid = (mask > 0) & (t_start > NEG_INF / 2)
+            loss = loss + cfg.lambda_kl * (masked_kl(start, t_start, valid, cfg.kl_temperature) +
+                                           masked_kl(end, t_end, valid, cfg.kl_temperature)) / 2
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -167,6 +189,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
         "train_questions": len(questions), "train_windows": len(lengths), "seconds": round(elapsed, 1),
         "windows_per_second": round(seen / elapsed, 2) if seen else None, "precision": precision,
         "device": str(device), "batch_size": cfg.batch_size, "lr": cfg.lr,
+        "teacher": cfg.teacher, "lambda_kl": cfg.lambda_kl,
     }
     if cfg.val_questions:
         model.eval()

@@ -2,16 +2,20 @@
 
     python bench/gpu/teacher_cache.py fill --reader /tmp/reader/last --model default --out /tmp/tcache \
         --train .gpu/a/squad-v1.1-train.json.gz --tokenizer .gpu/a/skeleton-minilm     # there (a GPU)
+    python bench/gpu/teacher_cache.py fill --for reader --model default ... --out /tmp/tcache-reader  # a reader's
     python bench/gpu/teacher_cache.py pack /tmp/tcache --out "$OUT" --piece-mb 15             # there: fp16 pieces
     python bench/gpu/teacher_cache.py unpack DOWNLOADED --out runs/teacher-mpnet            # here: fp32 cache
     spanseek train phrase --init-from default --teacher runs/teacher-mpnet --lambda-kl 4 ...  # here, an epoch or more
+    spanseek train reader --init default --teacher runs/teacher-mpnet-reader --lambda-kl 1 ...  # or the reader
 
 A base-size reader (MPNet-base, a full fine-tune) is a far stronger teacher than the bundled MiniLM one, but reading
 the 80.5k training (question, window) pairs with it takes hours on two CPU cores and about a minute and a half on an
 H200. ``fill`` reads the pairs of the windows that ``spanseek train phrase`` makes for ``--model`` (its tokenizer and
 window sizes, every training question: what a run of an epoch or more trains on) with ``--reader`` into a teacher
 cache (trainer.distill); ``--tokenizer`` names a directory with the model's tokenizer files where its backbone is not
-installed (only the tokenizer is used). ``pack`` stores the logits as fp16 (they are logits of at most a few tens;
+installed (only the tokenizer is used). ``--for reader`` reads the windows of ``spanseek train reader --init
+MODEL`` instead (the reader's questions and windows; the teacher reads each window's passage tokens), to distil a
+small reader from a large one. ``pack`` stores the logits as fp16 (they are logits of at most a few tens;
 fp16 keeps them to about 0.01) in a gzip'd tar cut into pieces of at most ``--piece-mb`` MB with a manifest of their
 sha256; ``unpack`` checks and joins them and writes the cache back with fp32 logits, as a local fill makes it. The
 cache then stands for its reader: ``--teacher DIR``.
@@ -36,22 +40,45 @@ HALF = "vectors.f16.npy"  # the logits as carried
 
 
 def fill(reader: str, train: str, model: str, out: Path, tokenizer: str | None, limit_questions: int | None,
-         progress: bool) -> None:
-    from spanseek.core.config import EncoderConfig
+         student: str, progress: bool) -> None:
     from spanseek.core.encoding import pick_device, pick_precision
     from spanseek.core.io import load_squad
+    from spanseek.trainer.distill import fill_teacher_cache
+
+    data = load_squad(train)
+    of = phrase_windows if student == "phrase" else reader_windows_of
+    windows = of(data, train, model, tokenizer, limit_questions)
+    device = pick_device("auto")
+    cache = fill_teacher_cache(out, reader, windows, device, pick_precision("auto", device), progress=progress)
+    print(f"{len(cache.keys)} pairs of {len(windows)} {student} windows in {out} (device {device})")
+
+
+def phrase_windows(data: list, train: str, model: str, tokenizer: str | None, limit_questions: int | None) -> list:
+    """The windows of `spanseek train phrase --init-from MODEL` (its tokenizer and window sizes)."""
+    from spanseek.core.config import EncoderConfig
     from spanseek.core.model import CONFIG_NAME, load_tokenizer, resolve_model
     from spanseek.trainer.arguments import TrainConfig
-    from spanseek.trainer.distill import fill_teacher_cache
     from spanseek.trainer.loop import training_windows
 
     enc = EncoderConfig.load(resolve_model(model) / CONFIG_NAME)
     tok = load_tokenizer(replace(enc, backbone=tokenizer) if tokenizer else enc)
-    cfg = TrainConfig(train=train, out=str(out), limit_questions=limit_questions)  # the trainer's own split and sample
-    windows, _ = training_windows(cfg, load_squad(train), tok, enc, None)
-    device = pick_device("auto")
-    cache = fill_teacher_cache(out, reader, windows, device, pick_precision("auto", device), progress=progress)
-    print(f"{len(cache.keys)} pairs of {len(windows)} windows in {out} (device {device})")
+    cfg = TrainConfig(train=train, out="unused", limit_questions=limit_questions)  # the trainer's own split, sample
+    return training_windows(cfg, data, tok, enc, None)[0]
+
+
+def reader_windows_of(data: list, train: str, model: str, tokenizer: str | None, limit_questions: int | None) -> list:
+    """What a teacher reads of the windows of `spanseek train reader --init MODEL` (its tokenizer and window sizes;
+    only MODEL's config is read)."""
+    from spanseek.core.config import ReaderConfig
+    from spanseek.core.reader import DEFAULT_READER_DIR, READER_CONFIG_NAME, load_reader_tokenizer
+    from spanseek.trainer.arguments import ReaderTrainConfig
+    from spanseek.trainer.distill import reader_windows
+    from spanseek.trainer.reader import reader_questions, training_windows
+
+    config = ReaderConfig.load((DEFAULT_READER_DIR if model == "default" else Path(model)) / READER_CONFIG_NAME)
+    tok = load_reader_tokenizer(replace(config, backbone=tokenizer) if tokenizer else config)
+    questions = reader_questions(ReaderTrainConfig(train=train, out="unused", limit_questions=limit_questions), data)
+    return [w for w in reader_windows(questions, training_windows(tok, config, questions)[0]) if w is not None]
 
 
 def pack(cache: Path, out: Path, piece_mb: float) -> None:
@@ -94,7 +121,10 @@ def main() -> None:
     p = sub.add_parser("fill", help="read the training pairs of --model's windows with --reader")
     p.add_argument("--reader", required=True, help="the teacher: a reader directory or `default`")
     p.add_argument("--train", required=True, help="SQuAD-format training file, as the phrase run will be given")
-    p.add_argument("--model", default="default", help="the phrase model whose windows are read (its tokenizer)")
+    p.add_argument("--for", dest="student", choices=("phrase", "reader"), default="phrase",
+                   help="the windows of a phrase model's training run, or of a reader's (distilling a reader)")
+    p.add_argument("--model", default="default", help="the phrase model (--for phrase) or reader (--for reader) "
+                   "whose training windows are read: `default` or a directory (its config and tokenizer)")
     p.add_argument("--out", type=Path, required=True, help="the teacher cache (a killed fill resumes)")
     p.add_argument("--tokenizer", help="directory of the model's tokenizer files, where its backbone is not installed")
     p.add_argument("--limit-questions", type=int, help="as the phrase run's --limit-questions (a fixed sample)")
@@ -108,7 +138,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     if args.cmd == "fill":
-        fill(args.reader, args.train, args.model, args.out, args.tokenizer, args.limit_questions, args.progress)
+        fill(args.reader, args.train, args.model, args.out, args.tokenizer, args.limit_questions, args.student,
+             args.progress)
     elif args.cmd == "pack":
         pack(args.cache, args.out, args.piece_mb)
     else:

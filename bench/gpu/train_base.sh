@@ -28,8 +28,9 @@
 # teacher's logits of all 80.5k training pairs take about 95 s: a teacher and a 2-epoch phrase run do not fit one
 # call, so `TEACHER_S=520 ... train_base.sh reader` trains it in a call of its own (it stays on the warm machine) and
 # the next call, `REUSE_TEACHER=1 ... train_base.sh train`, distils from it. `train_base.sh teach` has that reader
-# read the default model's training pairs instead (bench/gpu/teacher_cache.py, the MiniLM tokenizer files in
-# .gpu/a/skeleton-minilm) and returns them as a teacher cache in 15 MB pieces, to distil the default model on a CPU.
+# read the default phrase model's training pairs instead (`TEACH_FOR=reader`: the default reader's training windows;
+# bench/gpu/teacher_cache.py, the MiniLM tokenizer files in .gpu/a/skeleton-minilm) and returns them as a teacher
+# cache in 16 MB pieces, to distil the default model (or reader) from it on a CPU.
 set -u
 PHASE=${1:?usage: bench/gpu/train_base.sh probe|reader|teach|train}
 A=.gpu/a B=.gpu/b
@@ -112,15 +113,16 @@ PY
     exit 0
 fi
 
-if [ "$PHASE" = teach ]; then  # the reader of a `reader` call reads the default model's training pairs
+if [ "$PHASE" = teach ]; then  # the reader of a `reader` call reads the default model's (or reader's) training pairs
     [ -f /tmp/reader/last/reader_config.json ] || { echo "no reader in /tmp/reader/last: run the reader phase first"; exit 1; }
     t0=$(now)
+    FOR=${TEACH_FOR:-phrase}
     # shellcheck disable=SC2086
-    python3 bench/gpu/teacher_cache.py fill --reader /tmp/reader/last --train "$A/squad-v1.1-train.json.gz" \
-        --model "${TEACH_MODEL:-default}" --tokenizer "$A/skeleton-minilm" --out /tmp/tcache-default ${TEACH_EXTRA:-} || exit 1
-    python3 bench/gpu/teacher_cache.py pack /tmp/tcache-default --out "$OUT" --piece-mb 15 || exit 1
-    cp /tmp/reader/summary.json "$OUT/reader-summary.json" 2>/dev/null
-    echo "teach: $(python3 -c "print(round($(now) - $t0))") s"; ls -la "$OUT"
+    python3 bench/gpu/teacher_cache.py fill --for "$FOR" --reader /tmp/reader/last --train "$A/squad-v1.1-train.json.gz" \
+        --model default --tokenizer "$A/skeleton-minilm" --out "/tmp/tcache-$FOR" ${TEACH_EXTRA:-} || exit 1
+    python3 bench/gpu/teacher_cache.py pack "/tmp/tcache-$FOR" --out "$OUT" --piece-mb 16 || exit 1
+    echo "teach $FOR: $(python3 -c "print(round($(now) - $t0))") s"; ls -la "$OUT"
+    python3 -c "import json; print(json.dumps(json.load(open('/tmp/reader/summary.json')).get('validation')))"
     exit 0
 fi
 case $PHASE in train | reader) ;; *) echo "unknown phase $PHASE"; exit 2 ;; esac

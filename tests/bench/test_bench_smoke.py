@@ -569,8 +569,8 @@ def test_carried_package_backbone_is_found_through_its_stand_in(tmp_path):
 
 @smoke("bench/gpu/teacher_cache.py")
 def test_teacher_cache_fills_and_round_trips_in_pieces(tmp_path, tiny_model_dir, tiny_reader, tiny_squad):
-    """fill reads the pairs a phrase run of the model trains on; pack and unpack give the same cache back (logits to
-    fp16 rounding) through pieces checked against their manifest; a damaged piece is refused."""
+    """fill reads the pairs a phrase run of the model (or a reader's run) trains on; pack and unpack give the same
+    cache back (logits to fp16 rounding) through pieces checked against their manifest; a damaged piece is refused."""
     from spanseek.trainer.phrase_cache import PhraseCache
 
     script = "bench/gpu/teacher_cache.py"
@@ -583,6 +583,9 @@ def test_teacher_cache_fills_and_round_trips_in_pieces(tmp_path, tiny_model_dir,
     assert back.complete and back.keys == filled.keys and back.source == filled.source and len(filled.keys) > 1
     assert back.vectors.dtype == filled.vectors.dtype
     np.testing.assert_allclose(back.vectors, filled.vectors, atol=0.02, rtol=1e-3)
+    run_bench(script, "fill", "--for", "reader", "--reader", tiny_reader, "--train", tiny_squad, "--model", tiny_reader,
+              "--out", tmp_path / "reader-cache")  # a reader's windows, as `spanseek train reader --init` cuts them
+    assert PhraseCache(tmp_path / "reader-cache").complete and len(PhraseCache(tmp_path / "reader-cache").keys) > 1
     piece = tmp_path / "pieces" / "teacher-cache.tar.gz.000"
     piece.write_bytes(piece.read_bytes()[:-1] + b"\0")
     with pytest.raises(pytest.fail.Exception, match="sha256 differs"):

@@ -114,3 +114,52 @@ def test_fit_reading_options_are_checked():
         FitReadingConfig(train="t", out="o", reader="r", read_passages="0,x")
     with pytest.raises(ValueError, match="--articles-offset"):
         FitReadingConfig(train="t", out="o", reader="r", articles_offset=7)
+
+
+def test_a_reader_distils_from_a_teacher_or_its_cache(tiny_squad, tiny_backbone, tiny_reader, tmp_path, monkeypatch):
+    """`--teacher` adds the KL term over each window's passage tokens, the teacher's logits read once into a cache;
+    that cache, complete, then stands for the teacher (same targets, the teacher never loaded)."""
+    from spanseek.trainer import reader as reader_module
+
+    with pytest.raises(ValueError, match="--lambda-kl"):
+        config(tiny_squad, tiny_backbone, tmp_path / "x", teacher=str(tiny_reader))
+    seen = []
+    real_kl = reader_module.masked_kl
+    monkeypatch.setattr(reader_module, "masked_kl", lambda s, t, v, T: seen.append((t.clone(), v.clone())) or
+                        real_kl(s, t, v, T))
+    train_reader(config(tiny_squad, tiny_backbone, tmp_path / "read", max_steps=2, val_questions=0,
+                        teacher=str(tiny_reader), lambda_kl=2.0))
+    assert len(seen) == 4 and all(v.any() for _, v in seen)  # start and end, two steps
+    assert (tmp_path / "read" / "teacher-cache" / "done.json").is_file()
+    read, seen[:] = list(seen), []
+    monkeypatch.setattr(PassageReader, "load", lambda *a, **k: pytest.fail("the teacher was loaded"))
+    train_reader(config(tiny_squad, tiny_backbone, tmp_path / "cached", max_steps=2, val_questions=0,
+                        teacher=str(tmp_path / "read" / "teacher-cache"), lambda_kl=2.0))
+    for (t, v), (t0, v0) in zip(seen, read, strict=True):
+        assert torch.equal(t, t0) and torch.equal(v, v0)
+
+
+def test_the_teacher_logits_of_a_reader_window_sit_at_its_passage_tokens(tiny_squad, tiny_reader, tmp_path):
+    """A window read by the teacher that made it: its cached logits are the teacher's own logits of that window at
+    the passage tokens, and missing at the question and special tokens."""
+    from spanseek.core.reader import MISSING_LOGIT, make_windows
+    from spanseek.trainer.distill import fill_teacher_cache, reader_teacher_tensors, reader_windows
+
+    reader = PassageReader.load(resolve_reader(tiny_reader))
+    questions = squad_questions(load_squad(tiny_squad))[:6]
+    windows = make_windows(reader.tokenizer, reader.config, [q.question for q in questions],
+                           [q.context for q in questions])
+    one = [w for w in range(len(windows.ids)) if (windows.pair == windows.pair[w]).sum() == 1]  # passages in one window
+    assert one
+    taught = reader_windows(questions, windows)
+    cache = fill_teacher_cache(tmp_path / "cache", tiny_reader, [t for t in taught if t is not None], progress=False)
+    width = max(len(windows.ids[w]) for w in one)
+    start, end = reader_teacher_tensors([taught[w] for w in one], [windows.offsets[w] for w in one], cache, width)
+    logits = reader.logits(windows)
+    for row, w in enumerate(one):
+        inside = torch.from_numpy(windows.offsets[w][:, 0] >= 0)
+        s, e = (torch.from_numpy(x) for x in logits[w])
+        n = len(inside)
+        torch.testing.assert_close(start[row, :n][inside], s[inside])
+        torch.testing.assert_close(end[row, :n][inside], e[inside])
+        assert (start[row, :n][~inside] == MISSING_LOGIT).all() and (start[row, n:] == MISSING_LOGIT).all()
