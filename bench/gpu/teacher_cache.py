@@ -26,13 +26,16 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
 import tarfile
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from carry_backbone import join_pieces, write_pieces  # noqa: I001  (bench/gpu/ is on sys.path when run as a script)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # beside carry_backbone.py, even under PYTHONSAFEPATH
+from carry_backbone import join_pieces, write_pieces  # noqa: E402
 
 from spanseek.trainer.phrase_cache import CACHE_DONE, CACHE_FLAGS, CACHE_META, CACHE_VECTORS, PhraseCache
 
