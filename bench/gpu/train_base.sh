@@ -126,7 +126,7 @@ if [ "$PHASE" = teach ]; then  # the reader of a `reader` call reads the default
     exit 0
 fi
 case $PHASE in train | reader) ;; *) echo "unknown phase $PHASE"; exit 2 ;; esac
-TRAIN_S=${TRAIN_S:?TRAIN_S: seconds this call may train}
+[ "$PHASE" = train ] && : "${TRAIN_S:?TRAIN_S: seconds this call may train}"
 t0=$(now)
 elapsed() { python3 -c "print(round($(now) - $t0))"; }
 python3 bench/gpu/carry_backbone.py unpack "$B" --pieces-from "$A" ${PIECES_FROM:+--pieces-from "$PIECES_FROM"} || exit 1
