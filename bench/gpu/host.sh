@@ -31,6 +31,12 @@ WHEELS="faiss-gpu==1.15.1 nvidia-cuda-runtime-cu12==12.9.79 bm25s==0.3.16 PyStem
  pydantic-settings==2.16.3 python-dotenv==1.2.4 annotated-types==0.8.0 annotated-doc==0.0.7 typing-inspection==0.4.5
  python-json-logger==4.2.0 opentelemetry-api==1.45.2"
 
+build_shim() {  # DIR: cuBLAS 12 as faiss-gpu loads it, over CUDA 13's (bench/gpu/cublas12_shim.c)
+    cc -shared -fPIC -O2 -o "$1/libcublas.so.12" -Wl,-soname,libcublas.so.12 \
+        -Wl,--version-script=bench/gpu/cublas12.map bench/gpu/cublas12_shim.c -ldl || return 1
+    echo "" | cc -shared -fPIC -x c -o "$1/libcublasLt.so.12" -Wl,-soname,libcublasLt.so.12 -
+}
+
 if [ "$PHASE" = stage ]; then
     PY=${PY:-.venv/bin/python}
     H=.gpu/host
@@ -52,6 +58,7 @@ if [ "$PHASE" = stage ]; then
         n=$((n + 1)); mkdir -p ".gpu/h$n" && mv "$p" ".gpu/h$n/"
     done
     sha256sum .gpu/host.tar | cut -d' ' -f1 > ".gpu/h$n/host.tar.sha256" && rm .gpu/host.tar
+    mkdir -p ".gpu/h$n/prebuilt" && build_shim ".gpu/h$n/prebuilt" || exit 1  # for a GPU host without a compiler
     du -sh .gpu/h*
     echo "$n pieces: calls 1..$((n - 1)) carry .gpu/h1 .. .gpu/h$((n - 1)); the last carries .gpu/h$n and runs measure"
     exit 0
@@ -121,15 +128,17 @@ install_carried() {  # the carried archive: wheels into $W/site, the backbone, c
     # CUDA 13's libcurand.so.10 (the same major version)
     local lib=$W/site/nvidia
     mkdir -p "$lib/cublas/lib" "$lib/curand/lib"
-    cc -shared -fPIC -O2 -o "$lib/cublas/lib/libcublas.so.12" -Wl,-soname,libcublas.so.12 \
-        -Wl,--version-script=bench/gpu/cublas12.map bench/gpu/cublas12_shim.c -ldl || return 1
-    echo "" | cc -shared -fPIC -x c -o "$lib/cublas/lib/libcublasLt.so.12" -Wl,-soname,libcublasLt.so.12 - || return 1
+    if command -v cc > /dev/null; then
+        build_shim "$lib/cublas/lib" || return 1
+    else  # no compiler there: the copy built when staging
+        cp .gpu/h*/prebuilt/libcublas*.so.12 "$lib/cublas/lib/" || return 1
+    fi
     ln -sf "$(cuda13_lib libcurand.so.10)" "$lib/curand/lib/libcurand.so.10"
 }
 cuda13_lib() {  # the path of CUDA 13 library $1 on this machine (torch's nvidia packages, else the toolkit)
     python3 -c "import glob, site, sys; print(([p for d in site.getsitepackages() for p in sorted(glob.glob(d + '/nvidia/**/' + sys.argv[1] + '*', recursive=True))] + sorted(glob.glob('/usr/local/cuda*/lib64/' + sys.argv[1] + '*')) + [sys.argv[1]])[0])" "$1"
 }
-export -f install_carried cuda13_lib
+export -f install_carried cuda13_lib build_shim
 export W
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
     step install 120 60 install_carried || exit 1
