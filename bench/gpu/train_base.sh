@@ -24,7 +24,8 @@
 # window the run visits are computed once, timed, before the run is sized to the time left. The probe then also
 # times READER_PROBE_STEPS reader steps and that teacher's logits on a random MPNet-base. The reader's summary (with
 # its reading comprehension of every held-out question, read on the GPU) comes back beside the phrase model. On an
-# H200 the reader starts in about 70 s (tokenising 87k windows) and runs 7.4 steps/s of 32 windows (bf16), and the
+# H200 the reader started in about 70 s (tokenising 87k windows on one core: 30 s of it in the tokenizer's batch
+# call, which now gets every core) and runs 7.4 steps/s of 32 windows (bf16), and the
 # teacher's logits of all 80.5k training pairs take about 95 s: a teacher and a 2-epoch phrase run do not fit one
 # call, so `TEACHER_S=520 ... train_base.sh reader` trains it in a call of its own (it stays on the warm machine) and
 # the next call, `REUSE_TEACHER=1 ... train_base.sh train`, distils from it. `train_base.sh teach` has that reader
@@ -53,7 +54,8 @@ reader_run() {  # OUT BACKBONE [flags]: the cross-attention reader on this backb
     local out=$1 backbone=$2
     shift 2
     # shellcheck disable=SC2086
-    spanseek train reader --train "$A/squad-v1.1-train.json.gz" --out "$out" --backbone "$backbone" $READER "$@"
+    TOKENIZERS_PARALLELISM=true spanseek train reader --train "$A/squad-v1.1-train.json.gz" --out "$out" \
+        --backbone "$backbone" $READER "$@"
 }
 
 if [ "$PHASE" = probe ]; then
@@ -134,7 +136,7 @@ if [ "${TEACHER_S:-0}" -gt 0 ]; then
     RSTEPS=$(python3 -c "import json; p = json.load(open('$A/probe.json')); print(max(1, int(($TEACHER_S - 90) * p['reader_steps_per_s'])))")
     echo "reader: $RSTEPS steps"  # 90 s of TEACHER_S: its start-up (70 s on an H200) and the held-out reading
     # shellcheck disable=SC2086
-    timeout "$((TEACHER_S + 30))" "${SPANSEEK[@]}" train reader --train "$A/squad-v1.1-train.json.gz" --out /tmp/reader \
+    TOKENIZERS_PARALLELISM=true timeout "$((TEACHER_S + 30))" "${SPANSEEK[@]}" train reader --train "$A/squad-v1.1-train.json.gz" --out /tmp/reader \
         --backbone package:all-mpnet-base-v2 --max-steps "$RSTEPS" --val-questions 100000 $READER > /tmp/reader.log 2>&1
     echo "reader exit $? at $(elapsed) s"; tail -3 /tmp/reader.log
 fi
