@@ -275,7 +275,8 @@ class DenseLeg:
         if not len(passages) or not lengths.sum():
             return EMPTY_SPANS
         max_tokens = scores.plan.max_tokens
-        ids = np.concatenate([np.arange(ptok[p], ptok[p + 1]) for p in passages])  # (n,) token ids
+        first = np.cumsum(lengths) - lengths  # each passage's first local position
+        ids = np.arange(int(lengths.sum())) + np.repeat(ptok[passages] - first, lengths)  # (n,) token ids
         sc = scores.of(b, ids, distinct=True)  # (n, 2): start score, end score
         flags = self.index.token_flags[ids]
         # End scores laid out with max_tokens - 1 places of -inf after each passage: the window of max_tokens
@@ -292,11 +293,12 @@ class DenseLeg:
         last = np.zeros(len(ids), np.int64)
         last[rows] = rows + j  # local position of each start's best end
         keep = np.flatnonzero(np.isfinite(span_scores))  # one span per start token: nothing to deduplicate
-        if best_only:
-            passage = np.repeat(np.arange(len(passages)), lengths)
-            keep = keep[np.lexsort((keep, -span_scores[keep], passage[keep]))]  # by passage, best first, token order
-            first = passage[keep]
-            keep = np.sort(keep[np.r_[True, first[1:] != first[:-1]]])  # each passage's first row, in token order
+        if best_only and len(keep):  # each passage's best row, the first in token order among equal scores
+            passage = np.repeat(np.arange(len(passages)), lengths)[keep]
+            cut = np.flatnonzero(np.r_[True, passage[1:] != passage[:-1]])  # keep is in token order
+            best = np.repeat(np.maximum.reduceat(span_scores[keep], cut), np.diff(np.r_[cut, len(keep)]))
+            at_best = np.flatnonzero(span_scores[keep] == best)
+            keep = keep[at_best[np.r_[True, passage[at_best][1:] != passage[at_best][:-1]]]]
         keep = keep[np.argsort(-span_scores[keep], kind="stable")]
         return Spans(ids[keep].astype(np.int64), ids[last[keep]].astype(np.int64), span_scores[keep])
 

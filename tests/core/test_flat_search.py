@@ -146,3 +146,18 @@ def test_top_values_are_topks_values(m):
     assert torch.equal(values, torch.topk(scores, m, dim=1).values)
     assert torch.equal(torch.gather(scores, 1, ids), values)
     assert all(len(set(row.tolist())) == m for row in ids)
+
+
+def test_a_scan_whose_buffer_a_later_scan_took_scores_again():
+    """Scans on one thread share a buffer for their held scores: the first scan, asked again after a second one
+    wrote over it, gives its own scores and ids, not the second's."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    index = flat_index(x)
+    q1, q2 = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((6, 8)).astype(np.float32)
+    first, second = FlatScan(index, q1, None), FlatScan(index, q2, None)
+    ids1 = first.top(np.arange(4), 5)
+    np.testing.assert_allclose(second.held(), q2 @ x.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(first.held(), q1 @ x.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(first.top(np.arange(4), 5), ids1)
+    np.testing.assert_allclose(second.held(), q2 @ x.T, rtol=1e-5, atol=1e-5)
