@@ -99,7 +99,7 @@ def evaluate(
         read_rc = None  # with read, reading comprehension is the reader's: its best span of the gold passage
         if reading_comprehension and base.read and searcher.reading is not None:
             read_rc = [found[0].text if found else "" for found in
-                       searcher.reading.reader.read(texts, [q.context for q in batch])]
+                       searcher.reading.reader.read(texts, [q.context for q in batch], decode=rc_decode)]
         for i, q in enumerate(batch):
             top = phrases[i][0].text if phrases[i] else ""
             em1.append(exact_match(top, q.answers))

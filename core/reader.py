@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from spanseek.core.config import ReaderConfig
 from spanseek.core.encoding import autocast, model_device
 from spanseek.core.io import replace_dir
 from spanseek.core.model import ModelError, resolve_backbone
+from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
 READER_CONFIG_NAME = "reader_config.json"
 READER_WEIGHTS_NAME = "weights.safetensors"
@@ -268,16 +269,24 @@ class PassageReader:
             context[p][better] = ctx[better]
         return out
 
-    def read(self, questions: list[str], passages: list[str], k: int = 1) -> list[list[ReadSpan]]:
-        """The ``k`` best spans of each (question, passage) pair over all its windows, best first."""
+    def read(self, questions: list[str], passages: list[str], k: int = 1, decode: str = "span") -> list[list[ReadSpan]]:
+        """The ``k`` best spans of each (question, passage) pair over all its windows, best first.
+
+        ``decode="answer"``: the ``k`` most probable answer strings instead, as the phrase model's reading
+        comprehension decodes (``core.spans.best_answer``): among the pair's ``ANSWER_CANDIDATES`` best spans, those
+        that read the same once normalised are one answer, scored log sum exp over them and given by its best span.
+        """
+        if decode not in ("span", "answer"):
+            raise ValueError(f"decode must be 'span' or 'answer', got {decode!r}")
         windows = make_windows(self.tokenizer, self.config, questions, passages)
         logits = self.logits(windows)
         found: list[list[ReadSpan]] = [[] for _ in questions]
+        per_window = max(k, ANSWER_CANDIDATES) if decode == "answer" else k
         for w, (start, end) in enumerate(logits):
             off = windows.offsets[w]
             valid = torch.from_numpy(off[:, 0] >= 0)[None]
             scores, starts, ends = best_spans(torch.from_numpy(start)[None], torch.from_numpy(end)[None], valid,
-                                              self.config.max_answer_tokens, k)
+                                              self.config.max_answer_tokens, per_window)
             p = int(windows.pair[w])
             for s, i, j in zip(scores[0].tolist(), starts[0].tolist(), ends[0].tolist(), strict=True):
                 if s == float("-inf"):
@@ -290,7 +299,12 @@ class PassageReader:
                 key = (span.start, span.end)
                 if key not in best or span.score > best[key].score:
                     best[key] = span
-            found[p] = sorted(best.values(), key=lambda s: -s.score)[:k]
+            ranked = sorted(best.values(), key=lambda s: -s.score)
+            if decode == "answer":
+                ranked = [replace(ranked[i], score=float(score)) for i, score in
+                          merge_by_answer([s.text for s in ranked[:ANSWER_CANDIDATES]],
+                                          [s.score for s in ranked[:ANSWER_CANDIDATES]])]
+            found[p] = ranked[:k]
         return found
 
 
@@ -301,9 +315,10 @@ def reader_summary(path: Path) -> dict[str, Any]:
 
 
 def reading_comprehension(reader: PassageReader, questions: list, batch: int = 64,
-                          progress: bool = False) -> dict[str, Any]:
+                          progress: bool = False, decode: str = "answer") -> dict[str, Any]:
     """Reading-comprehension EM/F1 (percent) of the reader on questions (core.io.Question) read from their gold
-    passages, and its rate."""
+    passages (decoded as ``PassageReader.read``'s ``decode``; ``answer``, as the phrase model's is by default), and
+    its rate."""
     from tqdm.auto import tqdm
 
     from spanseek.core.metrics import exact_match, f1_score
@@ -312,7 +327,7 @@ def reading_comprehension(reader: PassageReader, questions: list, batch: int = 6
     t0 = time.perf_counter()
     for i in tqdm(range(0, len(questions), batch), desc="reading", unit="batch", disable=not progress):
         chunk = questions[i:i + batch]
-        spans = reader.read([q.question for q in chunk], [q.context for q in chunk])
+        spans = reader.read([q.question for q in chunk], [q.context for q in chunk], decode=decode)
         for q, found in zip(chunk, spans, strict=True):
             text = found[0].text if found else ""
             em += exact_match(text, q.answers)

@@ -283,3 +283,31 @@ def test_calibration_error_by_hand():
     # bins 0 (0.05, wrong), 1 (0.15, right), 9 (0.95 and 0.92, both right)
     want = 0.25 * 0.05 + 0.25 * 0.85 + 0.5 * abs(1 - 0.935)
     assert calibration_error(conf, right) == pytest.approx(want)
+
+
+def test_answer_decoding_sums_the_spans_of_each_answer_string_over_the_logits(tiny_reader):
+    """``decode="answer"``: the most probable answer strings, each scored log sum exp over its spans among the
+    ``ANSWER_CANDIDATES`` best and given by its best span: brute force over the logits of a passage that names its
+    answer twice."""
+    from spanseek.core.metrics import normalize_answer
+    from spanseek.core.spans import ANSWER_CANDIDATES
+
+    reader = reader_with(tiny_reader, max_len=256, stride=16)
+    question, passage = "who built the castle?", "King Borin built it. The castle is by King Borin. " + PASSAGE
+    windows = make_windows(reader.tokenizer, reader.config, [question], [passage])
+    [(start, end)] = reader.logits(windows)
+    off = windows.offsets[0]
+    mass: dict[str, list[tuple[float, int, int]]] = {}
+    best = brute_force(start, end, off[:, 0] >= 0, reader.config.max_answer_tokens)[:ANSWER_CANDIDATES]
+    for score, i, j in best:
+        text = passage[off[i, 0]:off[j, 1]]
+        mass.setdefault(normalize_answer(text) or f"#{i},{j}", []).append((float(score), int(off[i, 0]), int(off[j, 1])))
+    want = sorted(((float(np.logaddexp.reduce([s for s, _, _ in spans])), spans[0]) for spans in mass.values()),
+                  key=lambda a: -a[0])[:3]
+    got = reader.read([question], [passage], k=3, decode="answer")[0]
+    assert [(s.start, s.end) for s in got] == [best[1:] for _, best in want]
+    np.testing.assert_allclose([s.score for s in got], [score for score, _ in want], rtol=1e-4, atol=1e-3)
+    [[span]] = reader.read([question], [passage], decode="span")
+    assert span.score <= got[0].score + 1e-4
+    with pytest.raises(ValueError, match="decode must be"):
+        reader.read([question], [passage], decode="answers")
