@@ -51,7 +51,7 @@ class Scratch(threading.local):
     a (rows, n) float32 view of it (grown when too small), and ``holds(owner)`` says whether that view is still
     ``owner``'s (no later scan on this thread took the buffer)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.buffer: Any = None
         self.owner: object | None = None
 
