@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from spanseek.core.encoding import QuestionEncoder, model_device, pick_device, p
 from spanseek.core.gpu import OnDevice, place
 from spanseek.core.hits import HitBuilder
 from spanseek.core.model import (
+    BUNDLED_MODELS,
+    CONFIG_NAME,
     ModelError,
     load_model,
     load_tokenizer,
@@ -18,11 +21,30 @@ from spanseek.core.model import (
     phrase_fingerprint,
     resolve_model,
 )
-from spanseek.core.phrase_index import PhraseIndex
+from spanseek.core.phrase_index import Manifest, PhraseIndex
 from spanseek.core.reader import PassageReader, resolve_reader
 from spanseek.core.reading import READING_NAME, Reading, ReadingStage
 from spanseek.core.search import Searcher
 from spanseek.core.selection import SELECTION_CACHE_BYTES
+
+log = logging.getLogger(__name__)
+
+
+def index_model(manifest: Manifest, model: str | Path, where: str | Path = "the index") -> Path:
+    """The model directory to search or extend the index of ``manifest`` with when ``model`` is asked for: ``model``'s
+    own, unless ``model`` names a bundled model (``default``) whose current weights did not build the index and
+    another bundled model's did (an earlier default, kept by a dated name): then that one, so an index keeps
+    serving after the default changes."""
+    model_dir = resolve_model(model)
+    if str(model) not in BUNDLED_MODELS or manifest.built_by(model_fingerprint(model_dir), phrase_fingerprint(model_dir)):
+        return model_dir
+    for name, other in BUNDLED_MODELS.items():
+        if other != model_dir and (other / CONFIG_NAME).is_file() and manifest.built_by(
+                model_fingerprint(other), phrase_fingerprint(other)):
+            log.warning("%s was built with the bundled model %r, not the current %r: using %r", where, name,
+                        str(model), name)
+            return other
+    return model_dir
 
 
 def check_index_model(index: PhraseIndex, model_dir: Path, config: EncoderConfig) -> None:
@@ -59,7 +81,7 @@ def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto"
     not match the index. ``search_device``: see ``search_placement``; ``reader``: a reader directory (or
     ``default``) for requests with ``read``; ``selection_cache_bytes``, ``unanswerable_prior``: see ``Searcher``."""
     index = PhraseIndex(index_dir)
-    model_dir = resolve_model(model)
+    model_dir = index_model(index.manifest, model, index.dir)
     phrase_model = load_model(model_dir)
     check_index_model(index, model_dir, phrase_model.config)
     dev = pick_device(device)

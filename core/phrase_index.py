@@ -198,6 +198,12 @@ class Manifest:
         """The parsed factory string."""
         return parse_factory(self.factory)
 
+    def built_by(self, fingerprint: str, phrase_fingerprint: str | None = None) -> bool:
+        """Whether a model of these fingerprints made this index's token vectors: the whole checkpoint, or its phrase
+        side (``check_model``)."""
+        return fingerprint == self.model_fingerprint or (
+            phrase_fingerprint is not None and phrase_fingerprint == self.phrase_fingerprint)
+
     def check_model(self, config: EncoderConfig, fingerprint: str, phrase_fingerprint: str | None = None) -> None:
         """Refuse a model whose token vectors differ from the ones this index was built with.
 
@@ -210,8 +216,7 @@ class Manifest:
             for k, v in config.index_relevant().items()
             if built.index_relevant()[k] != v
         ]
-        same_phrase_side = phrase_fingerprint is not None and phrase_fingerprint == self.phrase_fingerprint
-        if fingerprint != self.model_fingerprint and not same_phrase_side:
+        if not self.built_by(fingerprint, phrase_fingerprint):
             diffs.append(f"phrase-encoder weights: index {self.phrase_fingerprint or self.model_fingerprint} "
                          f"vs model {phrase_fingerprint if self.phrase_fingerprint else fingerprint}")
         if diffs:

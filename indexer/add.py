@@ -40,7 +40,8 @@ from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
 from spanseek.core.io import Document, atomic_path, read_corpus, unique_ids, write_corpus
-from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint, resolve_model
+from spanseek.core.loading import index_model
+from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint
 from spanseek.indexer.build import (
     BuildError,
     BuildOptions,
@@ -247,7 +248,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         staging.mkdir()
         source = staging / "upsert.jsonl"
         write_corpus(source, docs)
-    model_dir = resolve_model(model or old.model_ref)
+    model_dir = index_model(old, model or old.model_ref, index_dir)
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     fingerprint = model_fingerprint(model_dir)
     old.check_model(phrase_model.config, fingerprint, phrase_fingerprint(model_dir))

@@ -153,6 +153,27 @@ def test_an_index_refuses_a_different_model(tmp_path, tiny_config, tiny_index, t
         open_searcher(tiny_index, tmp_path / "other-windows", device="cpu")
 
 
+def test_an_index_built_by_an_earlier_bundled_default_keeps_serving_with_it(tmp_path, tiny_config, tiny_index,
+                                                                           tiny_model_dir, monkeypatch):
+    """When the bundled default changes, an index built with the earlier one (kept under a dated name) is searched
+    with that one when ``default`` is asked for; a model named by its path is never swapped, and without the earlier
+    one the index is refused as before."""
+    from spanseek.core import model as model_module
+    from spanseek.core.loading import index_model
+
+    PhraseModel(tiny_config).save(tmp_path / "new-default")
+    monkeypatch.setitem(model_module.BUNDLED_MODELS, "default", tmp_path / "new-default")
+    with pytest.raises(IndexFormatError, match="different model"):
+        open_searcher(tiny_index, "default", device="cpu")
+    monkeypatch.setitem(model_module.BUNDLED_MODELS, "default-2026-11", tiny_model_dir)
+    manifest = PhraseIndex(tiny_index).manifest
+    assert index_model(manifest, "default") == tiny_model_dir
+    assert index_model(manifest, "default-2026-11") == tiny_model_dir
+    assert open_searcher(tiny_index, "default", device="cpu").search(["who?"])[0] is not None
+    with pytest.raises(IndexFormatError, match="different model"):
+        open_searcher(tiny_index, tmp_path / "new-default", device="cpu")
+
+
 def test_an_index_built_before_phrase_fingerprints_checks_the_whole_checkpoint(tmp_path, tiny_config, tiny_index,
                                                                                tiny_model_dir):
     old = tmp_path / "old-index"
