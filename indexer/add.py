@@ -239,7 +239,8 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         raise BuildError(f"{index_dir} has a filtered fine store ({FINE_KEPT}: rows of the kept tokens only), which "
                          "`index add` does not extend; build the index again with the new documents")
     _, old_deleted, live = live_rows(index_dir)
-    source, replaced, unchanged = corpus, [], 0
+    source, unchanged = corpus, 0
+    replaced: list[int] = []
     if replace:
         docs, replaced, unchanged = _plan_upsert(index_dir, corpus, live)
         if not docs:  # every document is already there as given: nothing to do

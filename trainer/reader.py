@@ -40,6 +40,7 @@ from spanseek.core.reader import (
 )
 from spanseek.trainer.arguments import ReaderTrainConfig
 from spanseek.trainer.distill import reader_teacher_tensors, reader_windows, teacher_cache
+from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.loop import STATE, optimizer_and_resume, recover_checkpoint, run_lock, save_checkpoint
 from spanseek.trainer.losses import NEG_INF, masked_kl
 
@@ -145,6 +146,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     bar = tqdm(total=total, initial=step, desc="reader", unit="step", disable=not cfg.progress)
     order, order_epoch, loss_ema, t0, seen = [], -1, None, time.perf_counter(), 0
     model.train()
+    fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)
     while step < total:
         epoch, pos = divmod(step, steps_per_epoch)
         if epoch != order_epoch:

@@ -590,3 +590,13 @@ def test_teacher_cache_fills_and_round_trips_in_pieces(tmp_path, tiny_model_dir,
     piece.write_bytes(piece.read_bytes()[:-1] + b"\0")
     with pytest.raises(pytest.fail.Exception, match="sha256 differs"):
         run_bench(script, "unpack", tmp_path / "pieces", "--out", tmp_path / "again")
+
+
+@smoke("bench/training_step.py")
+def test_training_step(tmp_path, tiny_model_dir, tiny_reader):
+    run_bench("bench/training_step.py", "--phrase-model", tiny_model_dir, "--reader", tiny_reader, "--windows", 2,
+              "--questions", 3, "--reader-windows", 2, "--seq-len", 16, "--steps", 1, "--out", tmp_path / "step.json")
+    r = results(tmp_path / "step.json", "phrase.speedup", "reader.speedup", "cpu")
+    for part in ("phrase", "reader"):
+        assert r[part]["dropout_modules_swapped"] > 0
+        assert positive(r[part]["torch_dropout_seconds"]) and positive(r[part]["fast_dropout_seconds"])

@@ -92,8 +92,9 @@ def test_joint_training_reads_hard_passages_from_the_stale_cache(
     report = summary["stale_cache"]
     assert report["corrector"] is True
     first, late = report["top1_agreement_first_10pct"], report["top1_agreement_last_10pct"]
-    assert first["stale"] == first["corrected"] == 1.0  # step 1: the cache is the model's own vectors
-    assert late["stale"] < 1.0  # the encoder moved away from its cache ...
+    # the cache is the init model's own vectors (without dropout: a training step's fresh ones differ even at step 1,
+    # by the dropout mask), so stale vectors agree with fresh ones less as the encoder moves away from its cache ...
+    assert late["stale"] < first["stale"]
     state = torch.load(tmp_path / "run" / "last" / STATE, weights_only=False)
     assert state["corrector"]["down.weight"].abs().sum() > 0  # ... and the corrector learned, and was saved
 
