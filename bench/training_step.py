@@ -79,9 +79,9 @@ def compare(model: torch.nn.Module, step: Callable[[torch.nn.Module], None], ste
             if i:  # the first step of each arm warms up
                 times[name].append(time.perf_counter() - t)
     torch_s, fast_s = (statistics.median(times[n]) for n in arms)
-    return {"dropout_modules_swapped": swapped, "torch_dropout_seconds": round(torch_s, 3),
-            "fast_dropout_seconds": round(fast_s, 3), "speedup": round(torch_s / fast_s, 3),
-            "steps": {n: [round(x, 3) for x in v] for n, v in times.items()}}
+    return {"dropout_modules_swapped": swapped, "torch_dropout_seconds": round(torch_s, 5),
+            "fast_dropout_seconds": round(fast_s, 5), "speedup": round(torch_s / fast_s, 3),
+            "steps": {n: [round(x, 5) for x in v] for n, v in times.items()}}
 
 
 def main() -> None:

@@ -90,23 +90,36 @@ def dropout_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     ``attention_mask`` is sdpa's: None, a bool mask (True: attend) or an additive float one."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if dropout == 0.0 or not module.training or query.device.type != "cpu":
+    # what this function does not compute itself goes to sdpa: causal attention, position biases, grouped heads
+    other = (getattr(module, "is_causal", False) or kwargs.get("is_causal") or kwargs.get("position_bias") is not None
+             or getattr(module, "num_key_value_groups", 1) > 1)
+    if dropout == 0.0 or not module.training or query.device.type != "cpu" or other:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     scores = torch.matmul(query, key.transpose(-2, -1)) * (query.shape[-1] ** -0.5 if scaling is None else scaling)
     if attention_mask is not None:
         scores = (scores.masked_fill(~attention_mask, float("-inf")) if attention_mask.dtype == torch.bool
                   else scores + attention_mask)
-    probs = _Dropout.apply(torch.softmax(scores, dim=-1), dropout)
+    probs = torch.softmax(scores, dim=-1)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        attends = attention_mask.any(dim=-1, keepdim=True)
+        if not bool(attends.all()):  # a query that may attend to nothing reads zeros, as sdpa's does (not NaN)
+            probs = probs.masked_fill(~attends, 0.0)
+    probs = _Dropout.apply(probs, dropout)
     return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
 
 
-def _register_attention() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-
+def _register_attention() -> bool:
+    """Register ``dropout_attention`` (with sdpa's masks) as ``ATTENTION``; False where this transformers has no
+    attention interface (older releases), whose models then keep their own attention."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    except ImportError:
+        return False
     AttentionInterface.register(ATTENTION, dropout_attention)
     AttentionMaskInterface.register(ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return True
 
 
 def fast_dropout(model: nn.Module, device: torch.device | str) -> int:
@@ -117,10 +130,11 @@ def fast_dropout(model: nn.Module, device: torch.device | str) -> int:
         return 0
     from transformers import PreTrainedModel
 
-    _register_attention()
-    for module in model.modules():
-        if isinstance(module, PreTrainedModel) and module.config._attn_implementation == "sdpa":
-            module.set_attn_implementation(ATTENTION)
+    if _register_attention():
+        for module in model.modules():
+            if (isinstance(module, PreTrainedModel) and module.config._attn_implementation == "sdpa"
+                    and not getattr(module.config, "is_decoder", False) and hasattr(module, "set_attn_implementation")):
+                module.set_attn_implementation(ATTENTION)
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

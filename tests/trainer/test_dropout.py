@@ -121,11 +121,40 @@ def test_attention_without_dropout_is_sdpa():
     q, k, v = (torch.randn(2, 2, 5, 4) for _ in range(3))
     module = nn.Module()
     module.is_causal = False
-    for training, p in ((False, 0.1), (True, 0.0)):
+    for training, p in ((False, 0.1), (True, 0.0)):  # eval mode (sdpa, whatever it is passed), or no dropout
         module.train(training)
-        got, _ = dropout_attention(module, q, k, v, None, dropout=p if training else 0.0)
-        want, _ = sdpa_attention_forward(module, q, k, v, None, dropout=0.0)
+        torch.manual_seed(10)
+        got, _ = dropout_attention(module, q, k, v, None, dropout=p)
+        torch.manual_seed(10)
+        want, _ = sdpa_attention_forward(module, q, k, v, None, dropout=p)
         assert torch.equal(got, want)
+
+
+def test_attention_leaves_what_it_does_not_compute_to_sdpa(monkeypatch):
+    from transformers.integrations import sdpa_attention
+
+    from spanseek.trainer.dropout import dropout_attention
+
+    q = k = v = torch.randn(1, 2, 3, 4)
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", lambda *a, **kw: ("sdpa", kw))
+    module = nn.Module().train()
+    module.is_causal = True
+    assert dropout_attention(module, q, k, v, None, dropout=0.1)[0] == "sdpa"  # causal
+    module.is_causal = False
+    assert dropout_attention(module, q, k, v, None, dropout=0.1, position_bias=torch.zeros(1))[0] == "sdpa"
+    assert dropout_attention(module, q, k, v, None, dropout=0.1)[0] != "sdpa"  # plain bidirectional: computed here
+
+
+def test_a_query_that_may_attend_to_nothing_reads_zeros_not_nan():
+    from spanseek.trainer.dropout import dropout_attention
+
+    torch.manual_seed(9)
+    q, k, v = (torch.randn(1, 1, 3, 4, requires_grad=True) for _ in range(3))
+    mask = torch.tensor([[True, True, False], [False, False, False], [True, False, False]])[None, None]
+    out, _ = dropout_attention(nn.Module().train(), q, k, v, mask, dropout=0.2)
+    assert torch.equal(out[0, 1], torch.zeros(1, 4)) and torch.isfinite(out).all()
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
 def test_a_reader_trains_with_the_attention_function_and_reads_as_before(tiny_reader):
