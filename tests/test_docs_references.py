@@ -1,0 +1,80 @@
+"""Every Python name the pages cite exists: the imports of their snippets and the dotted names in backticks.
+
+    .venv/bin/python -m pytest -q tests/test_docs_references.py
+
+A page that says ``from spanseek.core.io import split_articles`` after the function moved, or points readers at
+`core.search.best_span` after a refactoring, fails here. Pages: README.md, docs/*.md, the packages' READMEs and
+the model cards. Names in backticks count when they start with ``spanseek.`` or one of the Python packages
+(``core.``, ``indexer.``, ``trainer.``); ``service.`` in prose is also a JSON field of /info, so only
+``spanseek.service.`` is checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted({ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("*/README.md"),
+                *ROOT.glob("core/models/*/README.md")})
+IMPORT = re.compile(r"from (spanseek(?:\.\w+)+) import \(?([\w, ]+)")
+REFERENCE = re.compile(r"`((?:spanseek\.(?:core|indexer|trainer|service|bench)|core|indexer|trainer)(?:\.\w+)+)(?:\(\))?`")
+
+
+def resolve(dotted: str) -> None:
+    """Import the longest module prefix of ``dotted`` (``spanseek.`` added when missing) and read the rest as
+    attributes; raises when any part does not exist."""
+    parts = dotted.split(".")
+    if parts[0] != "spanseek":
+        parts = ["spanseek", *parts]
+    for cut in range(len(parts), 1, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        return
+    raise ModuleNotFoundError(f"no module of {dotted}")
+
+
+def cited(page: Path) -> list[tuple[int, str]]:
+    """(line, dotted name) of every name ``page`` imports in a snippet or cites in backticks."""
+    text = page.read_text(encoding="utf-8")
+    names = []
+    for m in IMPORT.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        names += [(line, f"{m.group(1)}.{n}") for n in re.split(r"[,\s]+", m.group(2)) if n]
+    names += [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in REFERENCE.finditer(text)]
+    return names
+
+
+def test_the_pages_cite_names():
+    assert sum(len(cited(p)) for p in PAGES) > 20  # the patterns still match how the pages cite code
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_cited_name_exists(page: Path):
+    missing = []
+    for line, name in cited(page):
+        try:
+            resolve(name)
+        except (ImportError, AttributeError) as e:
+            missing.append(f"{page.relative_to(ROOT)}:{line}: {name} ({e})")
+    assert not missing, "\n".join(missing)
+
+
+def test_a_moved_name_is_caught(tmp_path: Path):
+    with pytest.raises(AttributeError):
+        resolve("spanseek.core.io.split_articles")  # it lives in core.holdout
+    with pytest.raises(ModuleNotFoundError):
+        resolve("spanseek.nowhere.thing")
+    resolve("core.holdout.split_articles")
+    page = tmp_path / "page.md"
+    page.write_text("Run\n\n    python -c 'from spanseek.core.io import load_squad, split_articles'\n\nsee "
+                    "`core.spans.best_span()`.\n")
+    assert cited(page) == [(3, "spanseek.core.io.load_squad"), (3, "spanseek.core.io.split_articles"),
+                           (5, "core.spans.best_span")]
