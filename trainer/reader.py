@@ -15,10 +15,12 @@ passage tokens from the teacher's (trainer.distill, the teacher's logits read on
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from tqdm.auto import tqdm
 
 from spanseek.core.encoding import autocast, pick_device, pick_precision
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic
+from spanseek.core.lexical import LexicalIndex
+from spanseek.core.metrics import answers_in, normalized_passage
 from spanseek.core.reader import (
     READER_WEIGHTS_NAME,
     PassageReader,
@@ -58,15 +62,45 @@ def answer_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int]:
     return (int(first), int(last)) if last >= first else (0, 0)
 
 
-def training_windows(tokenizer, reader_config, questions) -> tuple[Any, np.ndarray]:
-    """The windows of every (question, gold passage) pair and their (W, 2) target tokens."""
-    windows = make_windows(tokenizer, reader_config, [q.question for q in questions], [q.context for q in questions])
+def training_windows(tokenizer, reader_config, questions, negatives: Sequence[tuple[int, str]] = ()
+                     ) -> tuple[Any, np.ndarray]:
+    """The windows of every (question, gold passage) pair, then of every (question index, passage) of
+    ``negatives``, and their (W, 2) target tokens: the answer's, or [CLS] (0, 0) in a window without it (every
+    window of a negative). A window's pair is its question's index for gold passages, ``len(questions) + n`` for
+    the n-th negative."""
+    texts = [q.question for q in questions] + [questions[i].question for i, _ in negatives]
+    passages = [q.context for q in questions] + [passage for _, passage in negatives]
+    windows = make_windows(tokenizer, reader_config, texts, passages)
     targets = np.zeros((len(windows.ids), 2), dtype=np.int64)
     for w, p in enumerate(windows.pair):
-        q = questions[p]
-        start = q.answer_starts[0]
-        targets[w] = answer_tokens(windows.offsets[w], start, start + len(q.answers[0]))
+        if p < len(questions):
+            q = questions[p]
+            start = q.answer_starts[0]
+            targets[w] = answer_tokens(windows.offsets[w], start, start + len(q.answers[0]))
     return windows, targets
+
+
+def negative_passages(articles: list[dict], questions: list, n: int) -> list[tuple[int, str]]:
+    """Each question's ``n`` hardest negatives, as (question index, passage): the paragraphs of its own article
+    (``articles[q.doc_index]``) without its answer (``passage_has_answer``) that BM25 (``core.lexical``, over the
+    article's paragraphs) ranks highest for it. What retrieval puts beside the answer's passage at search time is
+    of this kind: on the same subject, sharing the question's words, but not answering it."""
+    by_article: dict[int, list[int]] = {}
+    for i, q in enumerate(questions):
+        by_article.setdefault(q.doc_index, []).append(i)
+    out: list[tuple[int, str]] = []
+    for article, asked in by_article.items():
+        paragraphs = [p["context"] for p in articles[article]["paragraphs"]]
+        if len(paragraphs) < 2 or n < 1:
+            continue
+        normalised = [normalized_passage(p) for p in paragraphs]
+        scores = LexicalIndex.build(paragraphs).scores([questions[i].question for i in asked])
+        for row, i in zip(scores, asked, strict=True):
+            q = questions[i]
+            ranked = (p for p in np.argsort(-row, kind="stable").tolist()
+                      if paragraphs[p] != q.context and not answers_in(normalised[p], q.answers))
+            out += [(i, paragraphs[p]) for p in itertools.islice(ranked, n)]
+    return out
 
 
 def length_batches(lengths: np.ndarray, size: int, seed: int) -> list[np.ndarray]:
@@ -96,12 +130,16 @@ def init_from(model: ReaderModel, path: Path) -> None:
     log.info("initialised from the reader at %s", path)
 
 
-def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
-    """The questions a reader trains on: the answered ones of the articles neither held out nor reserved (a fixed
-    sample with ``limit_questions``)."""
+def reader_articles(cfg: ReaderTrainConfig, data: list[dict]) -> list[dict]:
+    """The articles a reader trains on: neither held out nor reserved."""
     kept_out = [cfg.holdout] + ([cfg.reserved] if cfg.reserved is not None else [])
-    train = [a for i, a in enumerate(data) if not any(h.held(i) for h in kept_out)]
-    questions = [q for q in squad_questions(train) if q.answers and q.answer_starts[0] >= 0]
+    return [a for i, a in enumerate(data) if not any(h.held(i) for h in kept_out)]
+
+
+def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
+    """The questions a reader trains on: the answered ones of ``reader_articles`` (their ``doc_index`` indexes
+    that list; a fixed sample with ``limit_questions``)."""
+    questions = [q for q in squad_questions(reader_articles(cfg, data)) if q.answers and q.answer_starts[0] >= 0]
     if cfg.limit_questions:
         questions = random.Random(cfg.seed).sample(questions, min(cfg.limit_questions, len(questions)))
     return questions
@@ -128,8 +166,9 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     if cfg.init is not None:
         init_from(model, resolve_reader(cfg.init))
     tokenizer = load_reader_tokenizer(reader_config)
-    log.info("tokenising %d training questions", len(questions))
-    windows, targets = training_windows(tokenizer, reader_config, questions)
+    negatives = negative_passages(reader_articles(cfg, data), questions, cfg.negatives) if cfg.negatives else []
+    log.info("tokenising %d training questions and %d negative passages", len(questions), len(negatives))
+    windows, targets = training_windows(tokenizer, reader_config, questions, negatives)
     lengths = np.array([len(ids) for ids in windows.ids])
     steps_per_epoch = math.ceil(len(lengths) / cfg.batch_size)
     total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
@@ -188,7 +227,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     elapsed = time.perf_counter() - t0
     summary: dict[str, Any] = {
         "reader": str(out / "last"), "config": reader_config.__dict__, "steps": step, "total_steps": total,
-        "train_questions": len(questions), "train_windows": len(lengths), "seconds": round(elapsed, 1),
+        "train_questions": len(questions), "negative_passages": len(negatives), "train_windows": len(lengths), "seconds": round(elapsed, 1),
         "windows_per_second": round(seen / elapsed, 2) if seen else None, "precision": precision,
         "device": str(device), "batch_size": cfg.batch_size, "lr": cfg.lr,
         "teacher": cfg.teacher, "lambda_kl": cfg.lambda_kl,

@@ -10,10 +10,11 @@ import torch
 
 from spanseek.cli import main
 from spanseek.core.io import load_squad, squad_questions
-from spanseek.core.reader import PassageReader, ReaderModel, resolve_reader
+from spanseek.core.metrics import passage_has_answer
+from spanseek.core.reader import PassageReader, ReaderModel, load_reader_tokenizer, resolve_reader
 from spanseek.core.reading import READING_NAME, Reading
 from spanseek.trainer.arguments import FitReadingConfig, ReaderTrainConfig
-from spanseek.trainer.reader import train_reader
+from spanseek.trainer.reader import negative_passages, train_reader, training_windows
 
 SPLIT = {"holdout_every": 4, "holdout_offset": 1}
 
@@ -71,6 +72,62 @@ def test_a_run_initialised_from_a_reader_starts_from_its_master_weights(tiny_squ
 def test_train_reader_refuses_a_reserved_split_equal_to_the_held_out_one(tiny_squad, tiny_backbone, tmp_path):
     with pytest.raises(ValueError, match="--reserve-offset"):
         config(tiny_squad, tiny_backbone, tmp_path, reserve_offset=1)
+
+
+def article(title: str, paragraphs: list[tuple[str, list[tuple[str, str]]]]) -> dict:
+    """A SQuAD article: (context, [(question, answer)]) per paragraph, answers at their first occurrence."""
+    return {"title": title, "paragraphs": [
+        {"context": c, "qas": [{"id": f"{title}-{p}-{i}", "question": q, "answers": [{"text": a, "answer_start":
+                                                                                        c.index(a)}]}
+                               for i, (q, a) in enumerate(qas)]} for p, (c, qas) in enumerate(paragraphs)]}
+
+
+def test_negatives_are_the_bm25_best_paragraphs_of_the_same_article_without_the_answer():
+    bridge = article("Bridge", [
+        ("Alba built the stone bridge over the river in 1500.", [("Who built the stone bridge over the river?",
+                                                                  "Alba")]),
+        ("The stone bridge over the river was repaired by Alba and his sons.", []),  # holds the answer
+        ("The river floods the stone bridge every spring.", []),  # most of the question's words
+        ("The river is long.", []),
+        ("Wine is made in the valley.", []),
+    ])
+    other = article("Other", [("The stone bridge over the river Thames was built by Bob.", [("Who?", "Bob")])])
+    articles = [bridge, other]
+    questions = squad_questions(articles)
+    assert negative_passages(articles, questions, 2) == [
+        (0, "The river floods the stone bridge every spring."), (0, "The river is long.")]  # BM25 order
+    every = negative_passages(articles, questions, 10)  # all but the gold one and the one holding the answer
+    assert [p for _, p in every] == [bridge["paragraphs"][i]["context"] for i in (2, 3, 4)]
+    assert not any(passage_has_answer(p, questions[0].answers) for _, p in every)
+    assert negative_passages(articles, questions, 0) == []  # and "Other" has no second paragraph: none from it
+
+
+def test_every_window_of_a_negative_targets_cls(tiny_squad, tiny_backbone):
+    cfg = ReaderTrainConfig(train=str(tiny_squad), out="unused", backbone=str(tiny_backbone), max_len=48, stride=16,
+                            max_query_len=24)
+    questions = [q for q in squad_questions(load_squad(tiny_squad)) if q.answers][:6]
+    negatives = [(i, questions[(i + 1) % 6].context) for i in range(6)]
+    reader_config = cfg.build()
+    tokenizer = load_reader_tokenizer(reader_config)
+    windows, targets = training_windows(tokenizer, reader_config, questions, negatives)
+    alone, alone_targets = training_windows(tokenizer, reader_config, questions)
+    gold = windows.pair < len(questions)
+    assert gold.sum() == len(alone.ids) and (targets[gold] == alone_targets).all()  # the gold windows unchanged
+    assert (~gold).any() and (targets[~gold] == 0).all()
+    assert set(windows.pair[~gold].tolist()) == set(range(6, 12))
+    assert (targets[gold][:, 0] > 0).any()  # the answers' windows have real targets
+
+
+def test_a_reader_trains_with_negatives_and_not_beside_a_teacher(tiny_squad, tiny_backbone, tmp_path):
+    summary = train_reader(config(tiny_squad, tiny_backbone, tmp_path / "neg", max_steps=2, val_questions=0,
+                                  negatives=1))
+    plain = train_reader(config(tiny_squad, tiny_backbone, tmp_path / "plain", max_steps=1, val_questions=0))
+    assert summary["negative_passages"] > 0 and plain["negative_passages"] == 0
+    assert summary["train_windows"] > plain["train_windows"]
+    with pytest.raises(ValueError, match="--negatives must be 0 with a --teacher"):
+        config(tiny_squad, tiny_backbone, tmp_path, negatives=1, teacher="default", lambda_kl=1.0)
+    with pytest.raises(ValueError, match="--negatives must be an integer >= 0"):
+        config(tiny_squad, tiny_backbone, tmp_path, negatives=-1)
 
 
 def fit_args(tiny_squad, tiny_reader, tiny_model_dir, out) -> list[str]:
