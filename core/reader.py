@@ -191,13 +191,15 @@ def best_spans(start: torch.Tensor, end: torch.Tensor, valid: torch.Tensor, max_
 
 @dataclass(frozen=True)
 class ReadSpan:
-    """An answer read from a passage: its characters in the passage, text, and reader score (logit sum)."""
+    """An answer read from a passage: its characters in the passage, text, and reader score (logit sum); ``null``
+    is the [CLS] score (start + end logit of "no answer here") of the window it was read in."""
 
     pair: int
     start: int
     end: int
     text: str
     score: float
+    null: float = 0.0
 
 
 class PassageReader:
@@ -288,11 +290,12 @@ class PassageReader:
             scores, starts, ends = best_spans(torch.from_numpy(start)[None], torch.from_numpy(end)[None], valid,
                                               self.config.max_answer_tokens, per_window)
             p = int(windows.pair[w])
+            null = float(start[0] + end[0])  # [CLS]: the window holds no answer
             for s, i, j in zip(scores[0].tolist(), starts[0].tolist(), ends[0].tolist(), strict=True):
                 if s == float("-inf"):
                     continue
                 c0, c1 = int(off[i, 0]), int(off[j, 1])
-                found[p].append(ReadSpan(p, c0, c1, passages[p][c0:c1], float(s)))
+                found[p].append(ReadSpan(p, c0, c1, passages[p][c0:c1], float(s), null))
         for p, spans in enumerate(found):
             best: dict[tuple[int, int], ReadSpan] = {}
             for span in spans:  # overlapping windows read the same span twice: keep its best score

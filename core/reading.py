@@ -4,7 +4,8 @@ A request with ``read`` is searched as usual (phrase unit: for passages), then t
 top ``read_passages`` units of each question, all pairs of a batch in one batched pass (pairs read recently are
 remembered), and keeps each passage's best ``spans_per_passage`` spans. Every read span becomes a candidate with
 the features ``READ_FEATURES`` (the reader's score and margin, how much of the reader's mass and how many passages
-agree on the same answer text, the passage's retrieval score and rank), and a logistic model per unit and number of
+agree on the same answer text, the passage's retrieval score and rank, the span's lead over the reader's "no answer
+here" score in its window), and a logistic model per unit and number of
 passages read, fitted on training questions (``spanseek train fit-reading``, stored as ``reading.json`` in the reader's directory), turns
 them into the hit's score (its log-odds) and ``confidence`` (its probability):
 
@@ -32,9 +33,12 @@ from spanseek.core.plan import Plan
 from spanseek.core.reader import PassageReader, ReadSpan
 
 READING_NAME = "reading.json"
-READING_VERSION = 1
+READING_VERSION = 2
 RECENT_READS = 4096  # (question, passage) pairs whose spans a stage remembers (evaluation reads a pair per unit)
-READ_FEATURES = ("reader", "reader_margin", "answer_mass", "agreement", "retrieval_z", "retrieval_rank")
+READ_FEATURES = ("reader", "reader_margin", "answer_mass", "agreement", "retrieval_z", "retrieval_rank",
+                 "reader_null")
+# version 1 files were fitted before ``reader_null``: read as version 2 with that feature's weight 0
+V1_FEATURES = READ_FEATURES[:6]
 
 
 class ReadingError(ValueError):
@@ -82,6 +86,9 @@ class Reading(FittedFile):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Reading:
+        if d.get("version") == 1:
+            check_header(d, 1, V1_FEATURES)
+            d = upgrade_v1(d)
         check_header(d, READING_VERSION, READ_FEATURES)
 
         def fit(depth: int, f: dict[str, Any], fitted_on: dict[str, Any]) -> Reading:
@@ -96,6 +103,17 @@ class Reading(FittedFile):
             raise ValueError("read_passages (and every fitted depth) and spans_per_passage must be >= 1, "
                              "window_chars >= 0")
         return reading
+
+
+def upgrade_v1(d: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 reading file as version 2: each model gains ``reader_null`` with weight 0 (mean 0, scale 1), so
+    it ranks and scores exactly as before."""
+    def models(f: dict[str, Any]) -> dict[str, Any]:
+        return {**f, "models": {u: {**m, "mean": [*m["mean"], 0.0], "scale": [*m["scale"], 1.0],
+                                    "coef": [*m["coef"], 0.0]} for u, m in f["models"].items()}}
+
+    return {**models(d), "version": READING_VERSION, "features": list(READ_FEATURES),
+            "depths": {k: models(f) for k, f in d.get("depths", {}).items()}}
 
 
 @dataclass(frozen=True)
@@ -129,6 +147,7 @@ def read_features(candidates: Sequence[Candidate], sources: Sequence[Hit]) -> np
         np.log([count[t] for t in texts]),
         np.array([z[c.rank] for c in candidates]),
         np.log1p([c.rank for c in candidates]),
+        s - np.array([c.span.null for c in candidates]),
     ], axis=1)
 
 

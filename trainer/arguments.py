@@ -381,9 +381,16 @@ class FitReadingConfig(JobOptions):
                                "within --tolerance at a lower cost")
     index: str | None = option(None, "index of those articles built with --model (else a temporary one is built)")
     mode: Literal["dense", "lexical", "hybrid"] | None = option(None, "retrieval mode (default: the index's)")
+    features: str | None = option(None, "the read features the models use (comma-separated names of "
+                                        "core.reading.READ_FEATURES; the others get weight 0); default: all")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        from spanseek.core.reading import READ_FEATURES
+
+        unknown = sorted(set(self.feature_names) - set(READ_FEATURES))
+        check(not unknown and bool(self.feature_names), "--features",
+              f"comma-separated names among {', '.join(READ_FEATURES)}", self.features)
         check(0 <= self.articles_offset < self.holdout_every and self.articles_offset != self.holdout_offset,
               "--articles-offset", "in [0, --holdout-every), not --holdout-offset", self.articles_offset)
         check(self.questions >= 10, "--questions", "an integer >= 10", self.questions)
@@ -400,3 +407,12 @@ class FitReadingConfig(JobOptions):
     @property
     def windows(self) -> tuple[int, ...]:
         return int_set(self.window_chars)
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The features the fitted models use (all of ``READ_FEATURES`` by default)."""
+        from spanseek.core.reading import READ_FEATURES
+
+        if self.features is None:
+            return READ_FEATURES
+        return tuple(f.strip() for f in self.features.split(",") if f.strip())

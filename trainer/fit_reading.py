@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +72,13 @@ def examples(reads: list[Read], unit: str, depth: int) -> tuple[np.ndarray, np.n
     return np.concatenate(xs), np.concatenate(ys), sizes
 
 
-def fit(x: np.ndarray, y: np.ndarray, unit: str):
-    """The logistic model of one unit's candidates; ValueError when they are all right or all wrong."""
+def fit(x: np.ndarray, y: np.ndarray, unit: str, features: Sequence[str] = READ_FEATURES):
+    """The logistic model of one unit's candidates over ``features`` (the others weigh 0); ValueError when they
+    are all right or all wrong."""
     if len(set(y.tolist())) < 2:
         raise ValueError(f"every {unit} candidate read is {'right' if len(y) and y[0] else 'wrong'} ({len(y)} "
                          "candidates): nothing to fit; use more --questions, or a trained --reader")
-    return fit_logistic(x, y, features=READ_FEATURES, known=READ_FEATURES)
+    return fit_logistic(x, y, features=features, known=READ_FEATURES)
 
 
 def first_hits(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -112,14 +114,15 @@ def first_hit_accuracy(model, x: np.ndarray, y: np.ndarray, sizes: list[int]) ->
     return round(100 * right / max(1, len(sizes)), 2)
 
 
-def fit_depth(reads: list[Read], depth: int, phrase_model) -> tuple[dict, dict, dict[str, Any]]:
+def fit_depth(reads: list[Read], depth: int, phrase_model, features: Sequence[str] = READ_FEATURES
+              ) -> tuple[dict, dict, dict[str, Any]]:
     """Per unit, the logistic model and first-hit calibration of reading ``depth`` passages (the phrase model is
     given: it was fitted when choosing the depth), and a report of their first hits' accuracy and calibration."""
     models, report, calibration = {"phrase": phrase_model}, {}, {}
     for unit in ("phrase", "passage", "doc"):
         x, y, sizes = examples(reads, unit, depth)
         if unit != "phrase":
-            models[unit] = fit(x, y, unit)
+            models[unit] = fit(x, y, unit, features)
             report[f"{unit}_acc@1"] = first_hit_accuracy(models[unit], x, y, sizes)
         scores, right = first_hits(models[unit], x, y, sizes)
         calibration[unit] = calibrate_first_hits(scores, right)
@@ -177,19 +180,19 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     for window, window_reads in reads.items():
         for depth in cfg.depths:
             x, y, sizes = examples(window_reads, "phrase", depth)
-            model = fit(x, y, "phrase")
+            model = fit(x, y, "phrase", cfg.feature_names)
             by_setting[depth, window] = {"phrase_em@1": first_hit_accuracy(model, x, y, sizes), "model": model}
     best = max(v["phrase_em@1"] for v in by_setting.values())
     # the cheapest setting within tolerance of the best: reading cost grows with the passages and the characters read
     depth, window = min((k for k, v in by_setting.items() if v["phrase_em@1"] >= best - cfg.tolerance),
                         key=lambda k: (k[0] * (1.0 if k[1] == 0 else min(1.0, (2 * k[1] + 40) / 750)),
                                        -by_setting[k]["phrase_em@1"]))
-    fits = {d: fit_depth(reads[window], d, by_setting[d, window]["model"]) for d in cfg.depths}
+    fits = {d: fit_depth(reads[window], d, by_setting[d, window]["model"], cfg.feature_names) for d in cfg.depths}
     models, calibration, report = fits[depth]
     fitted_on = {
         "questions": len(questions), "articles": len(articles), "train": str(cfg.train),
         "articles_offset": cfg.articles_offset, "holdout_every": cfg.holdout_every, "model": str(cfg.model),
-        "mode": cfg.mode, "phrase_em@1_by_read_passages_and_window": {
+        "mode": cfg.mode, "features": list(cfg.feature_names), "phrase_em@1_by_read_passages_and_window": {
             f"{d}/{w}": v["phrase_em@1"] for (d, w), v in sorted(by_setting.items())},
         **report,
     }

@@ -245,12 +245,12 @@ def test_read_features_by_hand():
     def source(phrase, score):
         a = passage.index(phrase)
         return Hit(phrase, score, a, a + len(phrase), 0, passage, "d", "t")
-    def span(text, score):
+    def span(text, score, null=0.5):
         a = passage.index(text)
-        return ReadSpan(0, a, a + len(text), text, score)
+        return ReadSpan(0, a, a + len(text), text, score, null)
 
     sources = [source("Gala of Tarn", 3.0), source("1450", 1.0)]
-    cands = [Candidate(sources[0], 0, span("Gala", 2.0)), Candidate(sources[1], 1, span("Gala", 1.0)),
+    cands = [Candidate(sources[0], 0, span("Gala", 2.0, null=-3.0)), Candidate(sources[1], 1, span("Gala", 1.0)),
              Candidate(sources[1], 1, span("the harbour bridge", -1.0))]
     x = read_features(cands, sources)
     col = {name: x[:, i] for i, name in enumerate(READ_FEATURES)}
@@ -260,6 +260,52 @@ def test_read_features_by_hand():
     assert col["agreement"] == pytest.approx([np.log(2), np.log(2), 0.0])  # "Gala" read in two passages
     assert col["retrieval_z"].tolist() == [1.0, -1.0, -1.0] and col["retrieval_rank"].tolist() == [0, np.log(2),
                                                                                                     np.log(2)]
+    assert col["reader_null"].tolist() == [5.0, 0.5, -1.5]  # the lead over its window's "no answer" score
+
+
+def test_a_read_span_carries_its_windows_cls_score(tiny_reader):
+    """``ReadSpan.null`` is start + end logit at [CLS] of the window the span scored best in: brute force over the
+    logits of a passage read in several strided windows."""
+    from spanseek.core.reader import best_spans
+
+    reader = reader_with(tiny_reader, max_len=48, stride=16)
+    question, passage = "who built the castle?", PASSAGE + " " + PASSAGE.replace("Borin", "Tavi")
+    windows = make_windows(reader.tokenizer, reader.config, [question], [passage])
+    assert len(windows.ids) > 2
+    best: dict[tuple[int, int], tuple[float, float]] = {}
+    for w, (start, end) in enumerate(reader.logits(windows)):
+        off = windows.offsets[w]
+        scores, starts, ends = best_spans(torch.from_numpy(start)[None], torch.from_numpy(end)[None],
+                                          torch.from_numpy(off[:, 0] >= 0)[None], reader.config.max_answer_tokens, 5)
+        for sc, i, j in zip(scores[0].tolist(), starts[0].tolist(), ends[0].tolist(), strict=True):
+            key = (int(off[i, 0]), int(off[j, 1]))
+            if key not in best or sc > best[key][0]:
+                best[key] = (sc, float(start[0] + end[0]))
+    spans = reader.read([question], [passage], k=5)[0]
+    assert len(spans) == 5 and len({s.null for s in spans}) > 1  # read in more than one window
+    for s in spans:
+        assert (s.score, s.null) == pytest.approx(best[s.start, s.end], abs=1e-5)
+
+
+def test_a_version_1_reading_file_ranks_as_before(tmp_path):
+    """A reading file fitted before ``reader_null`` loads with that feature's weight 0: the same log-odds."""
+    from spanseek.core.reading import V1_FEATURES
+
+    rng = np.random.default_rng(0)
+    old = LogisticModel(tuple(rng.normal(size=6)), tuple(rng.uniform(0.5, 2, size=6)), tuple(rng.normal(size=6)), 0.2)
+    v1 = {"version": 1, "features": list(V1_FEATURES), "read_passages": 2, "spans_per_passage": 3, "window_chars": 200,
+          "fitted_on": {"questions": 5}, "models": {"phrase": old.to_dict()}, "calibration": {"phrase": [1.0, 0.5]},
+          "depths": {"1": {"models": {"phrase": old.to_dict()}, "calibration": {}}}}
+    (tmp_path / READING_NAME).write_text(json.dumps(v1))
+    reading = Reading.load(tmp_path / READING_NAME)
+    x = rng.normal(size=(9, len(READ_FEATURES)))
+    for fit in (reading, reading.at(1)):
+        assert fit.models["phrase"].logit(x) == pytest.approx(old.logit(x[:, :6]))
+    assert reading.window_chars == 200 and reading.calibration == {"phrase": (1.0, 0.5)}
+    v1["features"] = list(READ_FEATURES)  # a version 1 file over other features is refused, naming them
+    (tmp_path / READING_NAME).write_text(json.dumps(v1))
+    with pytest.raises(ValueError, match="features"):
+        Reading.load(tmp_path / READING_NAME)
 
 
 def test_a_reading_file_round_trips_with_its_calibration(tmp_path):

@@ -12,7 +12,7 @@ from spanseek.cli import main
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.metrics import passage_has_answer
 from spanseek.core.reader import PassageReader, ReaderModel, load_reader_tokenizer, resolve_reader
-from spanseek.core.reading import READING_NAME, Reading
+from spanseek.core.reading import READ_FEATURES, READING_NAME, Reading
 from spanseek.trainer.arguments import FitReadingConfig, ReaderTrainConfig
 from spanseek.trainer.reader import negative_passages, train_reader, training_windows
 
@@ -164,9 +164,23 @@ def test_fit_reading_writes_the_file_a_searcher_reads(tiny_squad, tiny_model_dir
     other = reading.at(3 - reading.read_passages)  # the depth not chosen: fitted too, at the chosen window
     assert {reading.read_passages, other.read_passages} == {1, 2} and set(other.models) == {"phrase", "passage", "doc"}
     assert other.window_chars == reading.window_chars and set(other.calibration) == {"phrase", "passage", "doc"}
+    assert reading.fitted_on["features"] == list(READ_FEATURES)
+    # --features: the models use those alone, the others weigh 0 at every depth
+    capsys.readouterr()
+    some = tmp_path / "some"
+    assert main([*fit_args(tiny_squad, tiny_reader, tiny_model_dir, some), "--features", "reader,retrieval_z"]) == 0
+    fitted = Reading.load(some / READING_NAME)
+    used = [READ_FEATURES.index("reader"), READ_FEATURES.index("retrieval_z")]
+    weighed = {i for fit in (fitted, fitted.at(3 - fitted.read_passages)) for model in fit.models.values()
+               for i, c in enumerate(model.coef) if c != 0}
+    assert weighed == set(used)  # (reading one passage, its retrieval z is constant and weighs 0 there)
 
 
 def test_fit_reading_options_are_checked():
+    with pytest.raises(ValueError, match="--features must be comma-separated names among reader, "):
+        FitReadingConfig(train="t", out="o", reader="r", features="reader,lexical")
+    with pytest.raises(ValueError, match="--features"):
+        FitReadingConfig(train="t", out="o", reader="r", features=" , ")
     with pytest.raises(ValueError, match="--read-passages"):
         FitReadingConfig(train="t", out="o", reader="r", read_passages="0,x")
     with pytest.raises(ValueError, match="--articles-offset"):
