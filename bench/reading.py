@@ -10,6 +10,8 @@ On every question of the file (or a fixed sample of --limit), searched over --in
 - the reader alone reading each question's gold passage (reading-comprehension EM / F1);
 - speed, one run on this machine: phrase search q/s at batch 64 (--batch-size) with and without reading (question
   encoding included, after a warm-up batch), and their ratio.
+
+``--parts`` measures a subset (``--parts with_read`` compares two fits of reading for one reader).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.core.reader import reading_comprehension  # noqa: E402
 
 RUNS = {"phrase": ("phrase", 1), "passage": ("passage", 5), "doc": ("doc", 1)}
+PARTS = ("speed", "without_read", "with_read", "reader_rc")
 
 
 def quality(searcher, questions, read: bool, read_passages: int | None, batch: int) -> dict:
@@ -67,6 +70,13 @@ def quality(searcher, questions, read: bool, read_passages: int | None, batch: i
     if read:
         out["first_hit_ece"] = {u: round(ece(np.array(conf[u]), np.array(right[u])), 4) for u in RUNS if conf[u]}
     return out
+
+
+def parts_list(value: str) -> str:
+    unknown = set(value.split(",")) - set(PARTS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown parts {sorted(unknown)}; choose among {', '.join(PARTS)}")
+    return value
 
 
 def pct(values: list[float]) -> float:
@@ -102,25 +112,32 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=64, help="questions per search batch")
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="question encoder")
     ap.add_argument("--reader-precision", default="auto", choices=["auto", "fp32", "bf16"])
+    ap.add_argument("--parts", default=",".join(PARTS), type=parts_list,
+                    help=f"what to measure, comma-separated among {','.join(PARTS)} (default: all)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     searcher = open_searcher(args.index, args.model, precision=args.precision, reader=args.reader,
                              reader_precision=args.reader_precision)
     assert searcher.reading is not None
     questions = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
+    parts = set(args.parts.split(","))
     result = {
         "cpu": cpu_name(), "cores": os.cpu_count(), "questions": len(questions), "index": args.index,
         "model": args.model, "reader": args.reader, "mode": searcher.default_mode,
         "read_passages": args.read_passages or searcher.reading.reading.read_passages,
         "reader_precision": searcher.reading.reader.precision,
-        "speed": {"without_read_qps": speed(searcher, questions, False, None, args.speed_batches, args.batch_size),
-                  "with_read_qps": speed(searcher, questions, True, args.read_passages, args.speed_batches,
-                                         args.batch_size)},
-        "without_read": quality(searcher, questions, False, None, args.batch_size),
-        "with_read": quality(searcher, questions, True, args.read_passages, args.batch_size),
-        "reader_rc": reading_comprehension(searcher.reading.reader, questions),
     }
-    result["speed"]["ratio"] = round(result["speed"]["with_read_qps"] / result["speed"]["without_read_qps"], 3)
+    if "speed" in parts:
+        result["speed"] = {
+            "without_read_qps": speed(searcher, questions, False, None, args.speed_batches, args.batch_size),
+            "with_read_qps": speed(searcher, questions, True, args.read_passages, args.speed_batches, args.batch_size)}
+        result["speed"]["ratio"] = round(result["speed"]["with_read_qps"] / result["speed"]["without_read_qps"], 3)
+    if "without_read" in parts:
+        result["without_read"] = quality(searcher, questions, False, None, args.batch_size)
+    if "with_read" in parts:
+        result["with_read"] = quality(searcher, questions, True, args.read_passages, args.batch_size)
+    if "reader_rc" in parts:
+        result["reader_rc"] = reading_comprehension(searcher.reading.reader, questions)
     write_json_atomic(args.out, result)
     print(json.dumps(result, indent=2))  # noqa: T201
     return 0

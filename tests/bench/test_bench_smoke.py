@@ -154,6 +154,11 @@ def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad)
     r = results(tmp_path / "reading.json", "cpu", "speed.with_read_qps", "speed.without_read_qps", "speed.ratio",
                 "without_read.phrase_em@1", "with_read.passage_acc@5", "with_read.first_hit_ece", "reader_rc")
     assert r["questions"] == 24 and positive(r["speed"]["ratio"])
+    run_bench("bench/reading.py", "--index", squad_index, "--model", tiny_model_dir, "--reader", tiny_reader,
+              "--questions", tiny_squad, "--limit", 8, "--batch-size", 8, "--parts", "with_read",
+              "--precision", "fp32", "--reader-precision", "fp32", "--out", tmp_path / "read-only.json")
+    part = results(tmp_path / "read-only.json", "with_read.phrase_em@1")
+    assert not {"speed", "without_read", "reader_rc"} & set(part)  # only the part asked for
 
 
 @smoke("bench/search_snapshot.py")
