@@ -10,11 +10,13 @@ are ranked by fusing the two legs' unit scores over the candidates of both: scor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from spanseek.core.dense import BatchScores, DenseLeg, dedupe_spans
 from spanseek.core.hits import Hit, HitBuilder, first_per_unit, non_overlapping_spans
-from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, zscore
+from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, tokenize, zscore
 from spanseek.core.plan import Plan
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
 from spanseek.core.spans import Spans, numpy_blas
@@ -48,7 +50,8 @@ class LexicalFusion:
         unit, top_k = plan.unit, plan.top_k
         lex_unit = "passage" if unit == "phrase" else unit
         n_lex = top_k if dense is None else LEXICAL_PASSAGES if unit == "phrase" else max(top_k, FUSION_DEPTH[unit])
-        out = []
+        out: list[list[Hit]] = []
+        phrases: list[tuple[int, Spans]] = []  # hybrid phrases: ranked together below (one tokenisation a batch)
         with numpy_blas().limit(limits=1):
             for b in range(len(questions)):
                 units, unit_scores, passages = self.lexical_units(lexical[b], lex_unit, n_lex)
@@ -60,7 +63,16 @@ class LexicalFusion:
                 sp = dense[b]
                 both = dedupe_spans(np.concatenate([sp.starts, extra.starts]), np.concatenate([sp.ends, extra.ends]),
                                     np.concatenate([sp.scores, extra.scores]), self.dense.index.num_tokens)
-                out.append(self.fused_hits(both, lexical[b], plan, questions[b]))
+                if unit == "phrase":
+                    phrases.append((b, both))
+                    out.append([])
+                else:
+                    out.append(self.fused_hits(both, lexical[b], plan, questions[b]))
+            if phrases:
+                ranked = self.fused_phrases([both for _, both in phrases], lexical[[b for b, _ in phrases]], plan,
+                                            [questions[b] for b, _ in phrases])
+                for (b, _), hits in zip(phrases, ranked, strict=True):
+                    out[b] = hits
         return out
 
     def lexical_units(self, scores: np.ndarray, unit: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -92,10 +104,10 @@ class LexicalFusion:
 
     def fused_hits(self, spans: Spans, lexical: np.ndarray, plan: Plan, question: str) -> list[Hit]:
         """Hybrid: one question's candidate spans (dense and lexical) ranked with the lexical leg fused in."""
+        if plan.unit == "phrase":
+            return self.fused_phrases([spans], lexical[None], plan, [question])[0]
         if not len(spans.scores):
             return []
-        if plan.unit == "phrase":
-            return self._fused_phrases(spans, lexical, plan, question)
         unit_of_passage = self.unit_of_passage[plan.unit]
         passages = self.dense.index.token_passage[spans.starts]
         first = first_per_unit(unit_of_passage[passages])  # each candidate unit's best span (spans are sorted)
@@ -112,22 +124,41 @@ class LexicalFusion:
         return [self.hits.hit(int(spans.starts[first[i]]), int(spans.ends[first[i]]), float(fused[i]),
                               float(dense[i]), float(lex[i])) for i in pick]
 
-    def _fused_phrases(self, spans: Spans, lexical: np.ndarray, plan: Plan, question: str) -> list[Hit]:
-        """Phrases: dense score + w x z-normalised BM25 of their passage; the head re-ranked when the index's fusion
-        defaults carry re-ranking weights."""
-        passages = self.dense.index.token_passage[spans.starts]
-        cand, where = np.unique(passages, return_inverse=True)  # the candidate passages, and each span's
-        fused = spans.scores + plan.lexical_weight * zscore(lexical[cand])[where]
-        order = np.argsort(-fused, kind="stable")
-        scores = fused[order]
-        if self.phrase_rerank:  # the head of the fused list re-ranked; the rest follows, its scores shifted
-            head, tail = order[:RERANK_DEPTH], order[RERANK_DEPTH:]
-            texts = [self.hits.span_text(int(spans.starts[i]), int(spans.ends[i])) for i in head]
-            score = rerank_scores(rerank_features(fused[head], texts, question), self.phrase_rerank)
-            new = np.argsort(-score, kind="stable")
-            order = np.concatenate([head[new], tail])
-            scores = np.concatenate([score[new], fused[tail] - fused[head[-1]] + score.min()])
-        pos = (np.arange(min(plan.top_k, len(order))) if plan.params.allow_overlap else
-               non_overlapping_spans(spans.starts[order], spans.ends[order], np.arange(len(order)), plan.top_k))
-        return [self.hits.hit(int(spans.starts[i]), int(spans.ends[i]), float(sc), float(spans.scores[i]),
-                              float(lexical[passages[i]])) for i, sc in zip(order[pos], scores[pos], strict=True)]
+    def fused_phrases(self, spans: Sequence[Spans], lexical: np.ndarray, plan: Plan, questions: Sequence[str]
+                      ) -> list[list[Hit]]:
+        """Phrases of several questions (their candidate spans, (n, P) BM25 rows and texts): dense score + w x
+        z-normalised BM25 of their passage; the head of each ranking re-ranked when the index's fusion defaults carry
+        re-ranking weights, the terms of every head and question found in one tokenisation."""
+        fused, order = [], []
+        for sp, lex in zip(spans, lexical, strict=True):
+            passages = self.dense.index.token_passage[sp.starts]
+            cand, where = np.unique(passages, return_inverse=True)  # the candidate passages, and each span's
+            fused.append(sp.scores + plan.lexical_weight * zscore(lex[cand])[where])
+            order.append(np.argsort(-fused[-1], kind="stable"))
+        heads = [o[:RERANK_DEPTH] if self.phrase_rerank else o[:0] for o in order]
+        texts = [[self.hits.span_text(int(sp.starts[i]), int(sp.ends[i])) for i in head]
+                 for sp, head in zip(spans, heads, strict=True)]
+        terms = iter(tokenize([t for ts in texts for t in ts] + list(questions)) if self.phrase_rerank else [])
+        span_terms = [[next(terms) for _ in ts] for ts in texts]
+        question_terms = list(terms)
+        out: list[list[Hit]] = []
+        for q, sp in enumerate(spans):
+            if not len(sp.scores):
+                out.append([])
+                continue
+            o, head = order[q], heads[q]
+            scores = fused[q][o]
+            if self.phrase_rerank:  # the head of the fused list re-ranked; the rest follows, its scores shifted
+                features = rerank_features(fused[q][head], texts[q], questions[q], (span_terms[q], question_terms[q]))
+                score = rerank_scores(features, self.phrase_rerank)
+                new = np.argsort(-score, kind="stable")
+                tail = o[RERANK_DEPTH:]
+                o = np.concatenate([head[new], tail])
+                scores = np.concatenate([score[new], fused[q][tail] - fused[q][head[-1]] + score.min()])
+            pos = (np.arange(min(plan.top_k, len(o))) if plan.params.allow_overlap else
+                   non_overlapping_spans(sp.starts[o], sp.ends[o], np.arange(len(o)), plan.top_k))
+            passages = self.dense.index.token_passage[sp.starts]
+            out.append([self.hits.hit(int(sp.starts[i]), int(sp.ends[i]), float(sc), float(sp.scores[i]),
+                                      float(lexical[q][passages[i]]))
+                        for i, sc in zip(o[pos], scores[pos], strict=True)])
+        return out

@@ -32,9 +32,11 @@ RERANK_FEATURES = ("gap", "question_overlap", "answer_mass")
 RERANK_DEPTH = 10
 
 
-def rerank_features(fused: np.ndarray, texts: Sequence[str], question: str) -> np.ndarray:
+def rerank_features(fused: np.ndarray, texts: Sequence[str], question: str,
+                    terms: tuple[Sequence[Sequence[str]], Sequence[str]] | None = None) -> np.ndarray:
     """(n, len(RERANK_FEATURES)) features of one question's n candidate phrases (the head of its fused ranking),
-    from their fused scores and texts."""
+    from their fused scores and texts; ``terms``: the texts' and the question's lexical terms (``tokenize``), when
+    the caller has them."""
     fused = np.asarray(fused, dtype=np.float64)
     n = len(fused)
     if n == 0:
@@ -46,7 +48,10 @@ def rerank_features(fused: np.ndarray, texts: Sequence[str], question: str) -> n
     mass: dict[str, float] = {}
     for key, p in zip(keys, prob.tolist(), strict=True):
         mass[key] = mass.get(key, 0.0) + p
-    *span_terms, question_terms = tokenize([*texts, question])
+    if terms is None:
+        *span_terms, question_terms = tokenize([*texts, question])
+    else:
+        span_terms, question_terms = terms
     asked = set(question_terms)
     overlap = [sum(t in asked for t in terms) / len(terms) if terms else 0.0 for terms in span_terms]
     return np.stack([gap, np.asarray(overlap), np.asarray([mass[k] for k in keys])], axis=1)

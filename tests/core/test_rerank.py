@@ -64,3 +64,25 @@ def test_reranked_answers_do_not_depend_on_page_size(tiny_searcher, monkeypatch)
         assert [(h.start, h.end, h.score) for h in s] == [(h.start, h.end, h.score) for h in lg[:3]]
         # below the re-ranked head the fused order goes on, its scores never above the head's
         assert [h.score for h in lg] == sorted((h.score for h in lg), reverse=True)
+
+
+def test_terms_of_a_batch_are_each_texts_own():
+    """Re-ranking tokenises a whole batch's candidates and questions in one call: each text's terms must not depend
+    on the texts beside it (bm25s builds its vocabulary per call)."""
+    from spanseek.core.lexical import tokenize
+
+    texts = ["Who designed the Eiffel Tower?", "", "the of and", "Gustave Eiffel's designs", "1889 — Paris",
+             "Zürich's ÉCOLE polytechnique", "towers tower towering", "a b c", "Eiffel"]
+    assert tokenize(texts) == [terms for t in texts for terms in tokenize([t])]
+    assert tokenize(texts[::-1]) == tokenize(texts)[::-1]
+
+
+def test_a_batch_of_hybrid_phrase_searches_answers_each_question_as_alone(tiny_searcher, monkeypatch):
+    monkeypatch.setattr(tiny_searcher, "phrase_rerank", WEIGHTS)
+    texts, qs, qe = questions_of(tiny_searcher, seed=6)
+    params = SearchParams(top_k=5, mode="hybrid")
+    batch = tiny_searcher.search_vectors(qs, qe, params, None, texts)
+    for b, hits in enumerate(batch):
+        [alone] = tiny_searcher.search_vectors(qs[b:b + 1], qe[b:b + 1], params, None, texts[b:b + 1])
+        assert [(h.passage_id, h.start, h.end) for h in hits] == [(h.passage_id, h.start, h.end) for h in alone]
+        assert [h.score for h in hits] == pytest.approx([h.score for h in alone], abs=1e-5)
