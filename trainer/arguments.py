@@ -327,7 +327,8 @@ class ReaderTrainConfig(JobOptions):
     kl_temperature: float = option(1.0, "temperature of both distributions in the distillation term")
     negatives: int = option(0, "per question, also train on this many paragraphs of its article without its answer "
                                "(those BM25 ranks highest for it), each window's target [CLS]: the reader learns "
-                               "which passages do not answer, as reading the top passages at search time needs")
+                               "which passages do not answer, as reading the top passages at search time needs (a "
+                               "--teacher teaches the gold passages' windows only)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -335,8 +336,6 @@ class ReaderTrainConfig(JobOptions):
                                               and self.reserve_offset != self.holdout_offset),
               "--reserve-offset", "in [0, --holdout-every), not --holdout-offset", self.reserve_offset)
         check(self.negatives >= 0, "--negatives", "an integer >= 0", self.negatives)
-        check(not (self.negatives and self.teacher), "--negatives", "0 with a --teacher (the teacher's logits are "
-              "cached for the gold passages' windows only)", self.negatives)
         check(self.batch_size >= 1, "--batch-size", "an integer >= 1", self.batch_size)
         check(self.lr > 0, "--lr", "a number > 0", self.lr)
         check(self.epochs > 0, "--epochs", "a number > 0", self.epochs)

@@ -144,12 +144,13 @@ def teacher_tensors(windows: list[TrainWindow], cache: PhraseCache, width: int,
 def reader_windows(questions: list, windows: Any) -> list[TrainWindow | None]:
     """What a teacher reads of each of a reader's training windows (``core.reader.Windows`` of ``questions``,
     core.io.Question): its passage tokens as a one-question window, which also keys the teacher cache; None for a
-    window without passage tokens. A reader learns from a teacher as a phrase model does (``--teacher``), the
-    teacher's logits at the window's passage tokens."""
+    window without passage tokens, and for a window of a pair past ``questions`` (a negative passage: the teacher
+    is not asked about it). A reader learns from a teacher as a phrase model does (``--teacher``), the teacher's
+    logits at the window's passage tokens."""
     out: list[TrainWindow | None] = []
     for w, off in enumerate(windows.offsets):
         inside = np.flatnonzero(off[:, 0] >= 0)
-        if not len(inside):
+        if not len(inside) or int(windows.pair[w]) >= len(questions):
             out.append(None)
             continue
         q = questions[int(windows.pair[w])]

@@ -118,14 +118,24 @@ def test_every_window_of_a_negative_targets_cls(tiny_squad, tiny_backbone):
     assert (targets[gold][:, 0] > 0).any()  # the answers' windows have real targets
 
 
-def test_a_reader_trains_with_negatives_and_not_beside_a_teacher(tiny_squad, tiny_backbone, tmp_path):
+def test_a_reader_trains_with_negatives_and_a_teacher_teaches_only_the_gold_windows(tiny_squad, tiny_backbone,
+                                                                                     tiny_reader, tmp_path):
+    from spanseek.trainer.distill import reader_windows
+
     summary = train_reader(config(tiny_squad, tiny_backbone, tmp_path / "neg", max_steps=2, val_questions=0,
                                   negatives=1))
     plain = train_reader(config(tiny_squad, tiny_backbone, tmp_path / "plain", max_steps=1, val_questions=0))
     assert summary["negative_passages"] > 0 and plain["negative_passages"] == 0
     assert summary["train_windows"] > plain["train_windows"]
-    with pytest.raises(ValueError, match="--negatives must be 0 with a --teacher"):
-        config(tiny_squad, tiny_backbone, tmp_path, negatives=1, teacher="default", lambda_kl=1.0)
+    taught = train_reader(config(tiny_squad, tiny_backbone, tmp_path / "taught", max_steps=2, val_questions=0,
+                                 negatives=1, teacher=str(tiny_reader), lambda_kl=1.0))
+    assert taught["steps"] == 2 and taught["negative_passages"] == summary["negative_passages"]
+    questions = [q for q in squad_questions(load_squad(tiny_squad)) if q.answers][:4]
+    reader_config = config(tiny_squad, tiny_backbone, tmp_path).build()
+    windows, _ = training_windows(load_reader_tokenizer(reader_config), reader_config, questions,
+                                  [(i, questions[(i + 1) % 4].context) for i in range(4)])
+    asked = [w is not None for w in reader_windows(questions, windows)]
+    assert asked == (windows.pair < len(questions)).tolist()  # the negatives' windows are not taught
     with pytest.raises(ValueError, match="--negatives must be an integer >= 0"):
         config(tiny_squad, tiny_backbone, tmp_path, negatives=-1)
 
