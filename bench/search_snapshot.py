@@ -51,7 +51,8 @@ SCORE_TOLERANCE = 2e-4  # scores are kept to 4 decimals; float32 products summed
 def compare(now: dict[str, list], before: dict[str, list]) -> dict[str, dict[str, int]]:
     """Per unit/mode: questions compared, how many differ (hits, order, span, or a score or confidence beyond
     SCORE_TOLERANCE), and how many give the same answers in another order only among tied copies (the same text at
-    the same score from duplicated passages, whose order float rounding decides)."""
+    the same score from duplicated passages, whose order float rounding decides), or the same span of another copy
+    of its passage where only one copy makes the page."""
 
     def close(x: list, y: list) -> bool:
         return abs(x[4] - y[4]) <= SCORE_TOLERANCE and (x[5] is None) == (y[5] is None) and (
@@ -66,7 +67,8 @@ def compare(now: dict[str, list], before: dict[str, list]) -> dict[str, dict[str
                 differ += 1
             elif any(x[:4] != y[:4] for x, y in zip(a, b, strict=True)):
                 same_answers = ([x[3] for x in a] == [y[3] for y in b]
-                                and sorted(x[:4] for x in a) == sorted(y[:4] for y in b))
+                                and (sorted(x[:4] for x in a) == sorted(y[:4] for y in b)  # copies swapped
+                                     or [x[1:4] for x in a] == [y[1:4] for y in b]))  # one copy for the other
                 tied += same_answers
                 differ += not same_answers
         report[key] = {"questions": len(rows), "compared": min(len(rows), len(old)), "differ": differ,

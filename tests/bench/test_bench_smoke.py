@@ -190,6 +190,10 @@ def test_snapshot_compare_tells_a_swap_of_tied_copies_from_a_change():
     swapped = [[copy[:5] + [0.26], a[:5] + [0.24], other], [a, other]]
     assert report(swapped) == {"questions": 2, "compared": 2, "differ": 0, "tied_duplicates_reordered": 1}
     assert report([[a, other, copy], [a, other]])["differ"] == 1  # another order: a change
+    # the second question's page held one copy; rounding put the other copy's identical span there instead
+    assert report([[a, copy, other], [copy[:5] + [0.26], other]]) == {
+        "questions": 2, "compared": 2, "differ": 0, "tied_duplicates_reordered": 1}
+    assert report([[a, copy, other], [[9, 0, 6, "Apple!", 2.5121, 0.26], other]])["differ"] == 1  # another span
     assert report([[a, copy, other], [a, other[:4] + [1.01, 0.1]]])["differ"] == 1  # a moved score
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spanseek.core.flat_search import FlatScan, flat_vectors, top_ids, top_values
+from spanseek.core.flat_search import FlatScan, block_maxima, flat_vectors, scores_into, top_ids, top_values
 
 
 def flat_index(x: np.ndarray):
@@ -129,8 +129,51 @@ def test_block_selection_over_many_tokens_gives_the_ids_of_a_full_ranking(k, mon
     got = FlatScan(flat_index(x), queries, None).top(np.arange(8), k)
     if k < 100:  # from k = 100 faiss keeps a reservoir, whose choice among ties differs
         np.testing.assert_array_equal(got, flat_index(x).search(queries, k)[1])
-    monkeypatch.setattr(flat_search, "top_values", lambda s, m: torch.topk(s, m, dim=1, sorted=True))
+    monkeypatch.setattr(flat_search, "top_values", lambda s, m, rows=None, maxima=None: torch.topk(
+        s if rows is None else s[rows], m, dim=1, sorted=True))
     np.testing.assert_array_equal(got, FlatScan(flat_index(x), queries, None).top(np.arange(8), k))
+
+
+@pytest.mark.parametrize("k", [10, 99, 300, 1000])
+def test_a_deeper_round_of_some_rows_gives_each_row_its_own_ranking(k):
+    """After a first round over every row, a deeper one over some of them (ranked from the blocks' maxima of the held
+    scores, the rows not copied; a row asked twice) gives each the ids a scan of that question alone gives, ties and
+    a duplicated passage included."""
+    rng = np.random.default_rng(k + 1)
+    x = vectors_with_duplicates(rng, 40_011, 6)
+    queries = np.concatenate([x[[12, 40_000]], rng.integers(-2, 3, size=(6, 6)).astype(np.float32)])
+    index = flat_index(x)
+    scan = FlatScan(index, queries, None)
+    scan.top(np.arange(8), 32)
+    rows = np.array([6, 1, 1, 0, 3])
+    got = scan.top(rows, k)
+    assert scan._maxima is not None  # the deeper round took the maxima's path
+    for r, ids in zip(rows, got, strict=True):
+        np.testing.assert_array_equal(ids, FlatScan(index, queries[[r]], None).top(np.array([0]), k)[0])
+
+
+@pytest.mark.parametrize("m", [7, 64, 129, 600])
+def test_top_values_of_some_rows_from_the_blocks_maxima_are_topks_values(m):
+    import torch
+
+    rng = np.random.default_rng(m + 7)
+    scores = torch.from_numpy(rng.integers(-50, 50, size=(5, 60_001)).astype(np.float32))
+    scores[1, rng.choice(60_001, 59_990, replace=False)] = float("-inf")
+    scores[2, -3:] = 1000.0
+    rows = torch.tensor([4, 1, 2, 2])
+    values, ids = top_values(scores, m, rows, block_maxima(scores))
+    assert torch.equal(values, torch.topk(scores[rows], m, dim=1).values)
+    assert torch.equal(torch.gather(scores[rows], 1, ids), values)
+
+
+def test_the_product_is_the_same_however_many_threads_share_it():
+    """scores_into: one thread or several (the last piece narrower), the same bits; and they are the inner products."""
+    rng = np.random.default_rng(3)
+    q, x = rng.standard_normal((7, 384), dtype=np.float32), rng.standard_normal((10_001, 384), dtype=np.float32)
+    alone = scores_into(q, x, np.empty((7, len(x)), np.float32), workers=1)
+    np.testing.assert_allclose(alone, q @ x.T, rtol=1e-4, atol=1e-4)
+    for workers in (2, 3):
+        assert np.array_equal(scores_into(q, x, np.empty_like(alone), workers=workers), alone)
 
 
 @pytest.mark.parametrize("m", [1, 2, 7, 64, 129, 600])
