@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,11 +56,25 @@ EMPTY_SPANS = Spans(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np
 
 def dedupe_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, n_tokens: int) -> Spans:
     """Spans sorted by score (descending, stable), each (start, end) once, with its first (best) score."""
-    order = np.argsort(-scores, kind="stable")
-    starts, ends, scores = starts[order], ends[order], scores[order]
-    _, first = np.unique(starts * n_tokens + ends, return_index=True)
+    return dedupe_grouped(np.zeros(len(starts), np.int64), starts, ends, scores, n_tokens, 1)[0]
+
+
+def dedupe_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, n_tokens: int,
+                   n_groups: int) -> list[Spans]:
+    """Per group g < ``n_groups`` (``groups``: each span's), its spans sorted by score (descending; equal scores in
+    their order here), each (start, end) once, with its first (best) score."""
+    if not len(starts):
+        return [EMPTY_SPANS] * n_groups
+    order = np.lexsort((-scores, groups))  # by group, then by score; stable
+    groups, starts, ends, scores = groups[order], starts[order], ends[order], scores[order]
+    key = starts.astype(np.int64) * n_tokens + ends
+    at = np.lexsort((np.arange(len(key)), key, groups))  # each (group, span)'s copies together, the best first
+    first = at[np.r_[True, (groups[at][1:] != groups[at][:-1]) | (key[at][1:] != key[at][:-1])]]
     first.sort()
-    return Spans(starts[first].astype(np.int64), ends[first].astype(np.int64), scores[first].astype(np.float32))
+    bounds = np.searchsorted(groups[first], np.arange(n_groups + 1))
+    starts, ends, scores = starts[first].astype(np.int64), ends[first].astype(np.int64), scores[first].astype(np.float32)
+    return [Spans(starts[a:b], ends[a:b], scores[a:b]) if b > a else EMPTY_SPANS
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def refine(ids: np.ndarray, queries: np.ndarray, k: int, scores: Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -92,6 +105,23 @@ class BatchScores:
 
     def __len__(self) -> int:
         return len(self.q_start)
+
+    def of_rows(self, questions: np.ndarray, ids: np.ndarray, distinct: bool = True) -> np.ndarray:
+        """(len(ids), 2) float32: question ``questions[i]``'s start and end score of token ``ids[i]``. ``distinct``:
+        each question's ids are known to be distinct (as ``of``'s)."""
+        held = self._held() if self._held is not None else None
+        if held is not None:  # gathered from the flat array: 2x faster than indexing rows and columns
+            flat, n = held.reshape(-1), held.shape[1]
+            at = questions * n + ids
+            return np.stack([flat.take(at), flat.take(at + len(self) * n)], axis=1)
+        out = np.zeros((0, 2), np.float32)
+        for b in np.unique(questions).tolist():
+            mine = questions == b
+            part = self.of(b, ids[mine], distinct=distinct)
+            if not out.size:
+                out = np.empty((len(ids), 2), part.dtype)
+            out[mine] = part
+        return out
 
     def of(self, b: int, ids: np.ndarray, distinct: bool = False) -> np.ndarray:
         """(len(ids), 2) float32: question ``b``'s start and end score of tokens ``ids`` (1-D). ``distinct``: the
@@ -220,42 +250,44 @@ class DenseLeg:
         win = np.maximum(win, 0)
         return win, ok & (flags[win] & FLAG_START > 0)
 
-    def complete_all(self, scores: BatchScores, candidates: list[tuple[np.ndarray, np.ndarray]]) -> list[Spans]:
-        """Each question's start and end candidates (from its last round) completed to spans."""
+    def complete_all(self, scores: BatchScores, candidates: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Spans]:
+        """Each question's start and end candidates (ids, -1 for none; from its last round) completed to spans, in
+        both directions: a start token with its best end within ``max_tokens``, an end token with its best start.
+        Per question, the spans deduplicated, by score. The batch's candidates are completed together."""
         max_tokens = scores.plan.max_tokens
-        with numpy_blas().limit(limits=1):
-            return [self.complete(s, e, partial(scores.of, b), max_tokens) if len(s) or len(e)
-                    else EMPTY_SPANS for b, (s, e) in enumerate(candidates)]
-
-    def complete(self, start_ids: np.ndarray, end_ids: np.ndarray, score: Callable[[np.ndarray], np.ndarray],
-                 max_tokens: int) -> Spans:
-        """Span completion in both directions for one question (``score(ids)``: its (len(ids), 2) start and end
-        scores of tokens); returns deduplicated spans by score."""
-        flags = self.index.token_flags
-        n = self.index.num_tokens
-        s = start_ids[start_ids >= 0]
-        s = s[flags[s] & FLAG_START > 0]
-        e = end_ids[end_ids >= 0]
-        e = e[flags[e] & FLAG_END > 0]
+        flags, n = self.index.token_flags, self.index.num_tokens
+        out = [EMPTY_SPANS] * len(candidates)
+        sides = []
+        for side, flag in ((0, FLAG_START), (1, FLAG_END)):
+            ids = [np.asarray(c[side]) for c in candidates]
+            tokens = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+            owner = np.repeat(np.arange(len(ids)), [len(x) for x in ids])
+            ok = tokens >= 0
+            ok[ok] = flags[tokens[ok]] & flag > 0
+            sides.append((tokens[ok], owner[ok]))
+        (s, qs), (e, qe) = sides
+        if not len(s) and not len(e):
+            return out
         fwd, fwd_ok = self.window(s, max_tokens, True)  # (m, max_tokens): ends s .. s + max_tokens - 1
         bwd, bwd_ok = self.window(e, max_tokens, False)  # (m', max_tokens): starts e - max_tokens + 1 .. e
         m, m2 = len(s), len(e)
-        # one scoring of every token used: the candidates, then their windows
-        sc = score(np.concatenate([s, e, fwd.reshape(-1), bwd.reshape(-1)]))  # (m + m' + (m + m') max_tokens, 2)
-        s_score = sc[:m, 0]  # (m,)
-        e_score = sc[m : m + m2, 1]
+        # one scoring of every token used: the candidates, then their windows, each for its question
+        with numpy_blas().limit(limits=1):
+            sc = scores.of_rows(np.concatenate([qs, qe, np.repeat(qs, max_tokens), np.repeat(qe, max_tokens)]),
+                                np.concatenate([s, e, fwd.reshape(-1), bwd.reshape(-1)]), distinct=False)
         bias = length_scores(self.length_bias, max_tokens)  # column k of fwd/bwd is a span of k + 1 tokens
         fwd_end = np.where(fwd_ok, sc[m + m2 : m + m2 + m * max_tokens, 1].reshape(m, max_tokens) + bias, -np.inf)
         bwd_start = np.where(bwd_ok, sc[m + m2 + m * max_tokens :, 0].reshape(m2, max_tokens) + bias, -np.inf)
         fj = fwd_end.argmax(axis=1)
         bi = bwd_start.argmax(axis=1)
-        starts = np.concatenate([s, bwd[np.arange(len(e)), bi]])
-        ends = np.concatenate([fwd[np.arange(len(s)), fj], e])
-        scores = np.concatenate(
-            [s_score + fwd_end[np.arange(len(s)), fj], e_score + bwd_start[np.arange(len(e)), bi]]
+        starts = np.concatenate([s, bwd[np.arange(m2), bi]])
+        ends = np.concatenate([fwd[np.arange(m), fj], e])
+        span_scores = np.concatenate(
+            [sc[:m, 0] + fwd_end[np.arange(m), fj], sc[m : m + m2, 1] + bwd_start[np.arange(m2), bi]]
         ).astype(np.float32)
-        ok = np.isfinite(scores)  # the same span from both sides is kept once
-        return dedupe_spans(starts[ok], ends[ok], scores[ok], n)
+        question = np.concatenate([qs, qe])
+        ok = np.isfinite(span_scores)  # the same span from both sides is kept once, with its best score
+        return dedupe_grouped(question[ok], starts[ok], ends[ok], span_scores[ok], n, len(candidates))
 
     def scores(self, vec: Callable[[np.ndarray], np.ndarray], ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """(len(ids), q): the vectors ``vec`` reads for ``ids`` dot each column of ``queries`` (d, q); on the GPU
@@ -266,18 +298,24 @@ class DenseLeg:
             return self.index.token_scores(ids, queries)
         return vec(ids) @ queries
 
-    def passage_spans(self, passages: np.ndarray, scores: BatchScores, b: int, best_only: bool = False) -> Spans:
-        """Every start token of ``passages`` completed with its best end for question ``b`` of the batch, by score:
-        reading comprehension's exact best span of each passage is among them (``best_span``), with the same score.
-        ``best_only``: only that span of each passage (the first in token order among equal scores)."""
+    def passage_spans(self, groups: Sequence[np.ndarray], scores: BatchScores, best_only: bool = False
+                      ) -> list[Spans]:
+        """Per question b of the batch, every start token of its passages ``groups[b]`` completed with its best end,
+        by score: reading comprehension's exact best span of each passage is among them (``best_span``), with the
+        same score. ``best_only``: only that span of each passage (the first in token order among equal scores).
+        The batch's passages are laid end to end and completed together; each question's spans are its own."""
         ptok = self.index.passage_tokens
+        passages = np.concatenate([np.asarray(g, np.int64) for g in groups]) if len(groups) else np.zeros(0, np.int64)
+        owner = np.repeat(np.arange(len(groups)), [len(g) for g in groups])  # each passage's question
         lengths = ptok[passages + 1] - ptok[passages]
-        if not len(passages) or not lengths.sum():
-            return EMPTY_SPANS
+        out = [EMPTY_SPANS] * len(groups)
+        if not lengths.sum():
+            return out
         max_tokens = scores.plan.max_tokens
-        first = np.cumsum(lengths) - lengths  # each passage's first local position
+        first = np.cumsum(lengths) - lengths  # each passage's first position in the batch's layout
         ids = np.arange(int(lengths.sum())) + np.repeat(ptok[passages] - first, lengths)  # (n,) token ids
-        sc = scores.of(b, ids, distinct=True)  # (n, 2): start score, end score
+        question = np.repeat(owner, lengths)  # (n,) each token's question
+        sc = scores.of_rows(question, ids)  # (n, 2): start score, end score
         flags = self.index.token_flags[ids]
         # End scores laid out with max_tokens - 1 places of -inf after each passage: the window of max_tokens
         # ends at every start never reaches into the next passage, and it is a strided view, not a gather.
@@ -291,7 +329,7 @@ class DenseLeg:
         span_scores = np.full(len(ids), -np.inf, np.float32)
         span_scores[rows] = sc[rows, 0] + end_scores[np.arange(len(rows)), j]
         last = np.zeros(len(ids), np.int64)
-        last[rows] = rows + j  # local position of each start's best end
+        last[rows] = rows + j  # position of each start's best end
         keep = np.flatnonzero(np.isfinite(span_scores))  # one span per start token: nothing to deduplicate
         if best_only and len(keep):  # each passage's best row, the first in token order among equal scores
             passage = np.repeat(np.arange(len(passages)), lengths)[keep]
@@ -299,8 +337,13 @@ class DenseLeg:
             best = np.repeat(np.maximum.reduceat(span_scores[keep], cut), np.diff(np.r_[cut, len(keep)]))
             at_best = np.flatnonzero(span_scores[keep] == best)
             keep = keep[at_best[np.r_[True, passage[at_best][1:] != passage[at_best][:-1]]]]
-        keep = keep[np.argsort(-span_scores[keep], kind="stable")]
-        return Spans(ids[keep].astype(np.int64), ids[last[keep]].astype(np.int64), span_scores[keep])
+        keep = keep[np.lexsort((-span_scores[keep], question[keep]))]  # by question, then by score (stable)
+        bounds = np.r_[0, np.cumsum(np.bincount(question[keep], minlength=len(groups)))]
+        for b in range(len(groups)):
+            k = keep[bounds[b] : bounds[b + 1]]
+            if len(k):
+                out[b] = Spans(ids[k].astype(np.int64), ids[last[k]].astype(np.int64), span_scores[k])
+        return out
 
     def best_in_passage(self, passage: int, q_start: np.ndarray, q_end: np.ndarray, max_tokens: int,
                         decode: str = "span") -> tuple[int, int, float]:

@@ -39,7 +39,9 @@ from spanseek.core.spans import numpy_blas
 
 # (2B, N) float32 scores held for one batch's rounds; a batch over more is scored a block of queries at a time
 FLAT_SCORES_BYTES = 512 << 20
-MAXIMA_WIDTH = 8  # columns per block of the block maxima a scan keeps for its deeper rounds (top_values)
+# columns per block of the block maxima a scan finds once for its rounds (top_values): torch finds maxima of 32 or
+# more columns 4.7x faster than of 8 or 16 (4.5 against 21 ms for 128 rows of 146k scores, 2-core EPYC)
+MAXIMA_WIDTH = 32
 PRODUCT_COLUMNS = 2048  # token columns of one piece of the product (its output fits a core's L2 at 128 rows)
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -150,7 +152,7 @@ def top_values(scores: Any, m: int, rows: Any = None, maxima: Any = None) -> tup
     whole = n // width
     if m * width * 4 >= n or whole == 0:  # no fewer candidates than columns worth it
         return torch.topk(scores if rows is None else scores[rows], m, dim=1, sorted=True)
-    if maxima is None:
+    if maxima is None or width % MAXIMA_WIDTH:
         tops = block_maxima(scores if rows is None else scores[rows], width)
     else:  # blocks of ``width`` are runs of ``width // MAXIMA_WIDTH`` blocks of the maxima
         per = width // MAXIMA_WIDTH
@@ -228,7 +230,7 @@ class FlatScan:
         self.allowed = None if allowed is None else torch.from_numpy(np.ascontiguousarray(allowed, dtype=bool))
         self.block = max(1, max_bytes // (4 * max(1, len(xb))))  # query rows whose scores fit the budget
         self._all: Any = None
-        self._maxima: Any = None  # block_maxima of the held scores, once a round ranks only some rows
+        self._maxima: Any = None  # block_maxima of the held scores, for every round
 
     def held(self) -> np.ndarray | None:
         """(Q, N) float32 scores of every query row (computed once, -inf where a token is not allowed), or None when
@@ -263,12 +265,10 @@ class FlatScan:
     def top(self, rows: np.ndarray, k: int) -> np.ndarray:
         """(len(rows), k) ids of the k best allowed tokens of each query row, best first; -1 after them."""
         rows = np.asarray(rows, dtype=np.int64)
-        if self.held() is not None:
-            if len(rows) == len(self._all) and (rows == np.arange(len(rows))).all():
-                return top_ids(self._all, k)  # the first round: every row
-            # a deeper round ranks some rows: the blocks' maxima of every row are found once, the rows not copied
+        if self.held() is not None:  # the blocks' maxima of every row are found once; a round's rows not copied
             if self._maxima is None:
                 self._maxima = block_maxima(self._all)
-            return top_ids(self._all, k, rows, self._maxima)
+            every = len(rows) == len(self._all) and (rows == np.arange(len(rows))).all()  # the first round
+            return top_ids(self._all, k, None if every else rows, self._maxima)
         parts = [top_ids(self.scores(rows[a : a + self.block]), k) for a in range(0, len(rows), self.block)]
         return np.concatenate(parts) if parts else np.zeros((0, k), np.int64)

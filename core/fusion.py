@@ -53,10 +53,11 @@ class LexicalFusion:
         out: list[list[Hit]] = []
         phrases: list[tuple[int, Spans]] = []  # hybrid phrases: ranked together below (one tokenisation a batch)
         with numpy_blas().limit(limits=1):
-            for b in range(len(questions)):
-                units, unit_scores, passages = self.lexical_units(lexical[b], lex_unit, n_lex)
-                # phrases in hybrid mode rank every span; units and lexical hits take each passage's best
-                extra = self.dense.passage_spans(passages, scores, b, best_only=dense is None or unit != "phrase")
+            found = [self.lexical_units(lexical[b], lex_unit, n_lex) for b in range(len(questions))]
+            # phrases in hybrid mode rank every span; units and lexical hits take each passage's best
+            spans = self.dense.passage_spans([passages for _, _, passages in found], scores,
+                                             best_only=dense is None or unit != "phrase")
+            for b, ((_, unit_scores, passages), extra) in enumerate(zip(found, spans, strict=True)):
                 if dense is None:
                     out.append(self.lexical_hits(extra, unit_scores, passages, top_k))
                     continue

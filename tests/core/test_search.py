@@ -346,6 +346,32 @@ def test_span_completion_runs_numpy_blas_single_threaded(tiny_searcher, monkeypa
     assert entered == [True]
 
 
+@pytest.mark.parametrize("best_only", [False, True])
+@pytest.mark.parametrize("held", [False, True], ids=["vectors-read", "flat-scan-held"])
+def test_passage_spans_of_a_batch_are_each_questions_alone(long_searcher, held, best_only):
+    """Passages of several questions completed together (one passage shared, one question with none): each
+    question's spans, in order and to the bit, are those of its passages completed alone."""
+    from spanseek.core.dense import BatchScores
+
+    searcher = long_searcher
+    index, leg = searcher.index, searcher.dense
+    plan = searcher._plan(SearchParams(unit="passage"))
+    qs, qe = random_questions(np.random.default_rng(12), 3, index.vectors.shape[1])
+    n = len(index.passages)
+    groups = [np.arange(n)[::-2], np.zeros(0, np.int64), np.array([0, n - 1])]
+    vectors = index.token_vectors(np.arange(index.num_tokens))
+    scan = np.concatenate([qs @ vectors.T, qe @ vectors.T]) if held else None
+    scores = BatchScores(leg, plan, qs, qe, (lambda: scan) if held else None)
+    together = leg.passage_spans(groups, scores, best_only=best_only)
+    assert len(together[0].starts) and not len(together[1].starts)
+    for b, group in enumerate(groups):
+        one = BatchScores(leg, plan, qs[b : b + 1], qe[b : b + 1], (lambda b=b: scan[[b, 3 + b]]) if held else None)
+        alone = leg.passage_spans([group], one, best_only=best_only)[0]
+        for got, want in zip((together[b].starts, together[b].ends, together[b].scores),
+                             (alone.starts, alone.ends, alone.scores), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("held", [False, True], ids=["vectors-read", "flat-scan-held"])
 def test_passage_spans_hold_each_passage_exact_best_span(long_searcher, held):
     """Every start token completed with its best end (one span each), by score; ``best_only`` keeps each passage's
@@ -362,8 +388,8 @@ def test_passage_spans_hold_each_passage_exact_best_span(long_searcher, held):
     vectors = index.token_vectors(np.arange(index.num_tokens))
     scan = np.stack([vectors @ qs, vectors @ qe]) if held else None  # (2B, N) as a flat scan holds them
     scores = BatchScores(leg, plan, qs[None], qe[None], (lambda: scan) if held else None)
-    every = leg.passage_spans(passages, scores, 0)
-    best = leg.passage_spans(passages, scores, 0, best_only=True)
+    every = leg.passage_spans([passages], scores)[0]
+    best = leg.passage_spans([passages], scores, best_only=True)[0]
     assert len(np.unique(every.starts)) == len(every.starts) and (np.diff(every.scores) <= 0).all()
     assert (np.diff(best.scores) <= 0).all()
     got = {int(index.token_passage[i]): (float(s), int(i), int(j))

@@ -18,9 +18,8 @@ import zlib
 import numpy as np
 import pytest
 
-from spanseek.core.dense import EMPTY_SPANS
+from spanseek.core.dense import EMPTY_SPANS, BatchScores
 from spanseek.core.params import MODES, UNITS, SearchFilter, SearchParams
-from spanseek.core.spans import numpy_blas
 
 
 def straightforward_candidates(leg, plan, q_start, q_end, top_k, unit_of_passage):
@@ -38,10 +37,9 @@ def straightforward_candidates(leg, plan, q_start, q_end, top_k, unit_of_passage
         ids = index.faiss.search(x, k, params=params)[1]
         still = []
         for row, b in enumerate(pending):
-            with numpy_blas().limit(limits=1):
-                queries = np.stack([q_start[b], q_end[b]], axis=1)
-                spans[b] = leg.complete(ids[row], ids[len(pending) + row],
-                                        lambda t, q=queries: leg.scores(plan.vectors, t, q), plan.max_tokens)
+            # completed alone, its token scores read from the index's vectors
+            spans[b] = leg.complete_all(BatchScores(leg, plan, q_start[[b]], q_end[[b]]),
+                                        [(ids[row], ids[len(pending) + row])])[0]
             units = None if unit_of_passage is None else unit_of_passage[index.token_passage[spans[b].starts]]
             if units is not None and k < ntotal and len(np.unique(units)) < want:
                 still.append(b)
