@@ -65,10 +65,9 @@ def hit_features(unit: str, scores: Sequence[float], dense: Sequence[float | Non
     d = np.asarray([s[i] if v is None else v for i, v in enumerate(dense)], dtype=np.float64)
     lex = np.asarray([0.0 if v is None else math.log1p(max(v, 0.0)) for v in lexical])
     keys = [normalize_answer(t) or f"\x00{i}" for i, t in enumerate(texts)] if unit == "phrase" else [str(i) for i in range(n)]
-    margin = np.empty(n)
-    for i in range(n):
-        below = [j for j in range(i + 1, n) if keys[j] != keys[i]]
-        margin[i] = s[i] - (s[below[0]] if below else s[-1])
+    key_ids = np.unique(np.asarray(keys, dtype=object), return_inverse=True)[1] if unit == "phrase" else np.arange(n)
+    below = np.triu(key_ids[None, :] != key_ids[:, None], 1)  # [i, j]: j is below i with a different answer
+    margin = s - np.where(below.any(axis=1), s[below.argmax(axis=1)], s[-1])
     top = d[: FEATURE_DEPTH.get(unit, n)]
     p = np.exp(d - top.max())
     p /= p[: len(top)].sum()
@@ -201,11 +200,24 @@ class Calibrator(FittedFile):
                     lexical: Sequence[float | None], texts: Sequence[str],
                     unanswerable_prior: float = 0.0) -> list[float] | None:
         """Confidence of each of one question's ranked hits; None when no model was fitted for unit/mode."""
+        many = self.confidences_of_hits(unit, mode, [(scores, dense, lexical, texts)], unanswerable_prior)
+        return None if many is None else many[0]
+
+    def confidences_of_hits(self, unit: str, mode: str,
+                            questions: Sequence[tuple[Sequence[float], Sequence[float | None], Sequence[float | None],
+                                                      Sequence[str]]],
+                            unanswerable_prior: float = 0.0) -> list[list[float]] | None:
+        """``confidences`` of several questions' hits ((scores, dense, lexical, texts) each), the calibrator evaluated
+        once over all of them; None when no model was fitted for unit/mode."""
         key = f"{unit}/{mode}"
-        if key not in self.models or not len(scores):
-            return None if key not in self.models else []
-        x = hit_features(unit, scores, dense, lexical, texts)
-        return [round(float(p), 4) for p in self.predict(key, x, unanswerable_prior)]
+        if key not in self.models:
+            return None
+        features = [hit_features(unit, *q) for q in questions]
+        if not sum(len(f) for f in features):
+            return [[] for _ in questions]
+        p = self.predict(key, np.concatenate(features), unanswerable_prior).tolist()
+        bounds = np.cumsum([0] + [len(f) for f in features]).tolist()
+        return [[round(x, 4) for x in p[a:b]] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": CALIBRATION_VERSION, "model_fingerprint": self.model_fingerprint, "features": list(FEATURES),

@@ -38,6 +38,9 @@ class LexicalFusion:
         self.hits = hits
         self.unit_of_passage = unit_of_passage
         self.unit_count = {u: len(np.unique(m)) for u, m in unit_of_passage.items()}
+        # each unit's passages together (passages in unit order, where each unit's run starts): units' BM25 maxima
+        self._runs = {u: (order, np.flatnonzero(np.r_[True, m[order][1:] != m[order][:-1]]))
+                      for u, m in unit_of_passage.items() for order in [np.argsort(m, kind="stable")]}
         self.phrase_rerank = phrase_rerank
 
     def rank(self, plan: Plan, scores: BatchScores, questions: list[str], dense: list[Spans] | None
@@ -54,6 +57,7 @@ class LexicalFusion:
         phrases: list[tuple[int, Spans]] = []  # hybrid phrases: ranked together below (one tokenisation a batch)
         with numpy_blas().limit(limits=1):
             found = [self.lexical_units(lexical[b], lex_unit, n_lex) for b in range(len(questions))]
+            unit_lexical = self.unit_lexical(lexical, unit) if dense is not None and unit == "doc" else None
             # phrases in hybrid mode rank every span; units and lexical hits take each passage's best
             spans = self.dense.passage_spans([passages for _, _, passages in found], scores,
                                              best_only=dense is None or unit != "phrase")
@@ -68,7 +72,8 @@ class LexicalFusion:
                     phrases.append((b, both))
                     out.append([])
                 else:
-                    out.append(self.fused_hits(both, lexical[b], plan, questions[b]))
+                    out.append(self.fused_hits(both, lexical[b], plan, questions[b],
+                                               None if unit_lexical is None else unit_lexical[b]))
             if phrases:
                 ranked = self.fused_phrases([both for _, both in phrases], lexical[[b for b, _ in phrases]], plan,
                                             [questions[b] for b, _ in phrases])
@@ -103,8 +108,20 @@ class LexicalFusion:
                 break
         return hits
 
-    def fused_hits(self, spans: Spans, lexical: np.ndarray, plan: Plan, question: str) -> list[Hit]:
-        """Hybrid: one question's candidate spans (dense and lexical) ranked with the lexical leg fused in."""
+    def unit_lexical(self, lexical: np.ndarray, unit: str) -> np.ndarray:
+        """(B, units) float64: each unit's BM25 score, its best passage's (0 when none matches), of (B, P) passage
+        scores."""
+        order, starts = self._runs[unit]
+        out = np.zeros((len(lexical), self.unit_count[unit]))
+        if lexical.size:
+            best = np.maximum.reduceat(lexical[:, order], starts, axis=1)
+            out[:, self.unit_of_passage[unit][order[starts]]] = np.maximum(best, 0)
+        return out
+
+    def fused_hits(self, spans: Spans, lexical: np.ndarray, plan: Plan, question: str,
+                   unit_lexical: np.ndarray | None = None) -> list[Hit]:
+        """Hybrid: one question's candidate spans (dense and lexical) ranked with the lexical leg fused in
+        (``unit_lexical``: its row of ``unit_lexical``, when the batch's are known)."""
         if plan.unit == "phrase":
             return self.fused_phrases([spans], lexical[None], plan, [question])[0]
         if not len(spans.scores):
@@ -117,9 +134,8 @@ class LexicalFusion:
         if plan.unit == "passage":
             lex = lexical[units].astype(np.float64)
         else:  # a document's lexical score is its best passage's
-            lex = np.zeros(self.unit_count[plan.unit])
-            np.maximum.at(lex, unit_of_passage, lexical)
-            lex = lex[units]
+            row = unit_lexical if unit_lexical is not None else self.unit_lexical(lexical[None], plan.unit)[0]
+            lex = row[units]
         fused = score_fuse(dense, lex, plan.lexical_weight) if plan.fusion == "score" else rrf_fuse(dense, lex)
         pick = np.argsort(-fused, kind="stable")[: plan.top_k]
         return [self.hits.hit(int(spans.starts[first[i]]), int(spans.ends[first[i]]), float(fused[i]),

@@ -31,14 +31,21 @@ class Pager:
         """The share of unanswerable questions the confidences assume: the request's, else the searcher's."""
         return self.unanswerable_prior if params.unanswerable_prior is None else params.unanswerable_prior
 
-    def page(self, hits: list[Hit], params: SearchParams, plan: Plan) -> Hits:
-        """One question's ranked hits -> confidences, abstention, then the page of ``params``."""
+    def pages(self, ranked: list[list[Hit]], params: SearchParams, plan: Plan) -> list[Hits]:
+        """Each question's ranked hits -> confidences (the calibrator evaluated once for the batch), abstention, then
+        the page of ``params``."""
         if not params.read and self.calibrator is not None and self.calibrated(plan):
-            conf = self.calibrator.confidences(plan.unit, plan.mode, [h.score for h in hits], [h.dense for h in hits],
-                                               [h.lexical for h in hits], [h.text for h in hits],
-                                               self.prior(params))
+            conf = self.calibrator.confidences_of_hits(
+                plan.unit, plan.mode, [([h.score for h in hits], [h.dense for h in hits], [h.lexical for h in hits],
+                                        [h.text for h in hits]) for hits in ranked], self.prior(params))
             if conf is not None:
-                hits = [dataclasses.replace(h, confidence=c) for h, c in zip(hits, conf, strict=True)]
+                ranked = [[dataclasses.replace(h, confidence=c) for h, c in zip(hits, cs, strict=True)]
+                          for hits, cs in zip(ranked, conf, strict=True)]
+        return [self.page_of(hits, params) for hits in ranked]
+
+    @staticmethod
+    def page_of(hits: list[Hit], params: SearchParams) -> Hits:
+        """Abstention (``min_confidence`` against the first hit), then the page ``[offset, offset + top_k)``."""
         if params.min_confidence is not None and (not hits or (hits[0].confidence or 0.0) < params.min_confidence):
             return Hits(no_answer=True)
         return Hits(hits[params.offset : params.offset + params.top_k])

@@ -178,7 +178,7 @@ class Searcher:
         else:
             ranked = self._ranked_deep(plan, q_start, q_end, texts, timings)
         with timings.timing("aggregate"):
-            return [self.pager.page(hits, params, plan) for hits in ranked]
+            return self.pager.pages(ranked, params, plan)
 
     def _read(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str],
               timings: StageTimes) -> list[list[Hit]]:

@@ -131,6 +131,25 @@ def test_features_by_brute_force():
     assert np.allclose(passages[:, FEATURES.index("log_lexical")], np.log1p([3.0, 0.0, 1.0, 0.0, 2.0]))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_margins_equal_the_next_different_answer_found_by_a_loop(seed):
+    """The margin against a plain loop (the next hit below with another normalised answer, else the last hit), on
+    lists where answers repeat anywhere; and a batch's confidences are each question's own."""
+    from spanseek.core.metrics import normalize_answer
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 25))
+    texts = [str(rng.choice(["Paris", "paris", "the Paris", "Lyon", "", "Nice", "a Nice"])) for _ in range(n)]
+    scores = sorted(rng.normal(size=n).tolist(), reverse=True)
+    keys = [normalize_answer(t) or f"\x00{i}" for i, t in enumerate(texts)]
+    loop = [scores[i] - next((scores[j] for j in range(i + 1, n) if keys[j] != keys[i]), scores[-1]) for i in range(n)]
+    assert hit_features("phrase", scores, scores, [None] * n, texts)[:, FEATURES.index("margin")].tolist() == loop
+    fitted = calibrator(coef=tuple(rng.normal(size=N_FEATURES).tolist()))
+    lists = [(scores[:m], scores[:m], [None] * m, texts[:m]) for m in (n, 0, max(1, n // 2))]
+    assert fitted.confidences_of_hits("phrase", "dense", lists) == [
+        fitted.confidences("phrase", "dense", *q) for q in lists]
+
+
 @pytest.mark.parametrize("unit", UNITS)
 def test_confidence_and_abstention(tiny_searcher, unit):
     qs, qe, texts = questions(tiny_searcher)

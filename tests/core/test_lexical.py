@@ -144,6 +144,24 @@ def test_hybrid_units_are_unique_and_carry_both_components(tiny_searcher, unit, 
         assert all(h.dense is not None and h.lexical is not None for h in row)
 
 
+def test_a_documents_lexical_score_is_its_best_passages(tiny_searcher):
+    """Each document's BM25 score for each question (unit_lexical) against a loop over its passages: their
+    maximum, 0 when none matches; and a hybrid document hit carries its document's."""
+    fusion = tiny_searcher.fusion
+    texts, qs, qe = questions_of(tiny_searcher, seed=5)
+    lexical = tiny_searcher.lexical.scores(texts)
+    lexical[0] = 0.0  # a question no passage matches
+    doc_of = fusion.unit_of_passage["doc"]
+    got = fusion.unit_lexical(lexical, "doc")
+    for b, row in enumerate(lexical):
+        want = [max([0.0, *(float(x) for x in row[doc_of == d])]) for d in range(fusion.unit_count["doc"])]
+        assert got[b].tolist() == want
+    hits = tiny_searcher.search_vectors(qs, qe, SearchParams(unit="doc", top_k=3, mode="hybrid"), None, texts)
+    for b, row in enumerate(hits[1:], start=1):
+        for h in row:
+            assert h.lexical == pytest.approx(got[b][doc_of[h.passage_id]])
+
+
 def test_lexical_and_hybrid_need_the_question_texts(tiny_searcher):
     _, qs, qe = questions_of(tiny_searcher)
     with pytest.raises(ValueError, match="needs the question texts"):
