@@ -150,6 +150,7 @@ class DenseLeg:
         self.on_device = on_device
         self.refine_factor = REFINE_FACTOR if index.manifest.spec.pq_m is not None else 1
         self.flat_holds_fine = on_device is None and flat_holds_fine(index)
+        self._spannable: tuple[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] | None = None
 
     def vector_reader(self, source: str) -> Callable[[np.ndarray], np.ndarray]:
         """The PhraseIndex method that reads neighbour vectors for ``source`` (``fine`` or ``codes``)."""
@@ -222,16 +223,37 @@ class DenseLeg:
     def unit_counts(self, ids: np.ndarray, max_tokens: int, unit_of_passage: np.ndarray) -> np.ndarray:
         """(P,) distinct units among the spans of each question's candidates ``ids`` (2P, k): the units of its start
         candidates that can start a span and of its end candidates that can end one (``window``)."""
-        p, flags = len(ids) // 2, self.index.token_flags
+        p = len(ids) // 2
         ok = ids >= 0
-        for half, flag, forward in ((slice(0, p), FLAG_START, True), (slice(p, 2 * p), FLAG_END, False)):
+        for half, spannable in zip((slice(0, p), slice(p, 2 * p)), self.spannable(max_tokens), strict=True):
             part = ok[half]  # a view: the starts' rows, then the ends'
-            tokens = ids[half][part]
-            part[part] = (flags[tokens] & flag > 0) & self.window(tokens, max_tokens, forward)[1].any(axis=1)
+            part[part] = spannable[ids[half][part]]
         question = np.nonzero(ok)[0] % p
         n_units = int(unit_of_passage.max()) + 1
         pairs = np.unique(question * n_units + unit_of_passage[self.index.token_passage[ids[ok]]])
         return np.bincount(pairs // n_units, minlength=p)
+
+    def spannable(self, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """(N,) bool each, for spans of at most ``max_tokens``: the tokens that start a span (they may start one, and a
+        token that may end one follows within reach in their passage: ``window`` forward has a valid end), and the
+        tokens that end one. Found once per index size and ``max_tokens``, from each token's next possible end and
+        last possible start."""
+        key = (max_tokens, self.index.num_tokens, id(self.index.token_flags))
+        if self._spannable is None or self._spannable[0] != key:
+            flags, ptok = self.index.token_flags, self.index.passage_tokens
+            tokens = np.arange(self.index.num_tokens)
+            passage = self.index.token_passage
+            ends, starts = np.flatnonzero(flags & FLAG_END > 0), np.flatnonzero(flags & FLAG_START > 0)
+            nxt = np.searchsorted(ends, tokens)  # the first possible end at or after each token
+            end_at = np.where(nxt < len(ends), ends[np.minimum(nxt, len(ends) - 1)], len(tokens))
+            reach = np.minimum(tokens + max_tokens - 1, ptok[passage + 1] - 1)
+            can_start = (flags & FLAG_START > 0) & (end_at <= reach)
+            prv = np.searchsorted(starts, tokens, side="right") - 1  # the last possible start at or before
+            start_at = np.where(prv >= 0, starts[np.maximum(prv, 0)], -1)
+            back = np.maximum(tokens - max_tokens + 1, ptok[passage])
+            can_end = (flags & FLAG_END > 0) & (start_at >= back)
+            self._spannable = (key, (can_start, can_end))
+        return self._spannable[1]
 
     def window(self, tokens: np.ndarray, max_tokens: int, forward: bool) -> tuple[np.ndarray, np.ndarray]:
         """(len(tokens), max_tokens) each: the ends of the spans each start token may begin (``forward``; column k

@@ -346,6 +346,21 @@ def test_span_completion_runs_numpy_blas_single_threaded(tiny_searcher, monkeypa
     assert entered == [True]
 
 
+@pytest.mark.parametrize("max_tokens", [1, 2, 5, 30, 500])
+def test_spannable_tokens_are_those_whose_window_holds_a_valid_span(long_searcher, max_tokens):
+    """A token starts (ends) some span exactly when it may start (end) one and its forward (backward) window has a
+    valid end (start): every token of the index, window lengths from one token to longer than any passage."""
+    from spanseek.core.text import FLAG_END, FLAG_START
+
+    leg, index = long_searcher.dense, long_searcher.index
+    tokens = np.arange(index.num_tokens)
+    can_start, can_end = leg.spannable(max_tokens)
+    flags = index.token_flags
+    assert (can_start == ((flags & FLAG_START > 0) & leg.window(tokens, max_tokens, True)[1].any(axis=1))).all()
+    assert (can_end == ((flags & FLAG_END > 0) & leg.window(tokens, max_tokens, False)[1].any(axis=1))).all()
+    assert can_start.any() and can_end.any() and leg.spannable(max_tokens)[0] is can_start  # found once
+
+
 @pytest.mark.parametrize("best_only", [False, True])
 @pytest.mark.parametrize("held", [False, True], ids=["vectors-read", "flat-scan-held"])
 def test_passage_spans_of_a_batch_are_each_questions_alone(long_searcher, held, best_only):
