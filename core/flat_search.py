@@ -30,7 +30,8 @@ OpenBLAS's own two threads, whose workers then busy-wait on the cores the next s
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -43,18 +44,21 @@ FLAT_SCORES_BYTES = 512 << 20
 # more columns 4.7x faster than of 8 or 16 (4.5 against 21 ms for 128 rows of 146k scores, 2-core EPYC)
 MAXIMA_WIDTH = 32
 PRODUCT_COLUMNS = 2048  # token columns of one piece of the product (its output fits a core's L2 at 128 rows)
-_pool: ThreadPoolExecutor | None = None
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (its number of threads, the pool)
 _pool_lock = threading.Lock()
 
 
-def _product_pool(workers: int) -> ThreadPoolExecutor:
-    """The threads that share a product's pieces: one pool for the process, remade when torch's thread count
-    changes (the service sets it at start)."""
+def _share(workers: int, run: Callable[[int, int], None], runs: list[tuple[int, int]]) -> list[Future]:
+    """``run(a, b)`` for each of ``runs`` on the threads that share products: one pool for the process, remade (the
+    old one's threads let go once their work is done) when torch's thread count changes (the service sets it at
+    start); the work is handed over under the same lock, so no search submits to a pool being let go."""
     global _pool
     with _pool_lock:
-        if _pool is None or _pool._max_workers != workers:
-            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spanseek-flat-scan")
-        return _pool
+        if _pool is None or _pool[0] != workers:
+            if _pool is not None:
+                _pool[1].shutdown(wait=False)
+            _pool = (workers, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spanseek-flat-scan"))
+        return [_pool[1].submit(run, a, b) for a, b in runs]
 
 
 def scores_into(queries: np.ndarray, xb: np.ndarray, out: np.ndarray, workers: int | None = None) -> np.ndarray:
@@ -79,7 +83,7 @@ def scores_into(queries: np.ndarray, xb: np.ndarray, out: np.ndarray, workers: i
         if workers == 1:
             run(0, n)
         else:
-            for f in [_product_pool(workers).submit(run, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]:
+            for f in _share(workers, run, list(zip(bounds[:-1], bounds[1:], strict=True))):
                 f.result()
     return out
 

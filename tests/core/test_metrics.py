@@ -35,6 +35,26 @@ def test_normalize_answer(raw, norm):
     assert normalize_answer(raw) == norm
 
 
+def test_normalize_answer_equals_the_squad_script_on_random_text():
+    """The official script's steps, one by one (punctuation dropped character by character), on random strings of
+    letters, digits, ASCII punctuation, spaces and non-ASCII characters."""
+    import random
+    import re
+    import string
+
+    def squad(s: str) -> str:
+        s = s.lower()
+        s = "".join(ch for ch in s if ch not in set(string.punctuation))
+        s = re.sub(r"\b(a|an|the)\b", " ", s)
+        return " ".join(s.split())
+
+    rng = random.Random(0)
+    alphabet = string.ascii_letters + string.digits + string.punctuation + "  \t\u00e9\u2013\u00bfThe an A"
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert normalize_answer(text) == squad(text), text
+
+
 def test_exact_match():
     assert exact_match("the Eiffel Tower", ["Eiffel tower."]) == 1.0
     assert exact_match("Eiffel", ["Eiffel Tower", "Paris"]) == 0.0
