@@ -65,7 +65,8 @@ def hit_features(unit: str, scores: Sequence[float], dense: Sequence[float | Non
     d = np.asarray([s[i] if v is None else v for i, v in enumerate(dense)], dtype=np.float64)
     lex = np.asarray([0.0 if v is None else math.log1p(max(v, 0.0)) for v in lexical])
     keys = [normalize_answer(t) or f"\x00{i}" for i, t in enumerate(texts)] if unit == "phrase" else [str(i) for i in range(n)]
-    key_ids = np.unique(np.asarray(keys, dtype=object), return_inverse=True)[1] if unit == "phrase" else np.arange(n)
+    ids: dict[str, int] = {}  # a number per distinct key (only which hits share one matters)
+    key_ids = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, n) if unit == "phrase" else np.arange(n)
     below = np.triu(key_ids[None, :] != key_ids[:, None], 1)  # [i, j]: j is below i with a different answer
     margin = s - np.where(below.any(axis=1), s[below.argmax(axis=1)], s[-1])
     top = d[: FEATURE_DEPTH.get(unit, n)]

@@ -54,11 +54,6 @@ REFINE_MAX_FETCH = 2048
 EMPTY_SPANS = Spans(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
 
 
-def dedupe_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, n_tokens: int) -> Spans:
-    """Spans sorted by score (descending, stable), each (start, end) once, with its first (best) score."""
-    return dedupe_grouped(np.zeros(len(starts), np.int64), starts, ends, scores, n_tokens, 1)[0]
-
-
 def dedupe_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, n_tokens: int,
                    n_groups: int) -> list[Spans]:
     """Per group g < ``n_groups`` (``groups``: each span's), its spans sorted by score (descending; equal scores in

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spanseek.core.dense import BatchScores, DenseLeg, dedupe_spans
+from spanseek.core.dense import BatchScores, DenseLeg, dedupe_grouped
 from spanseek.core.hits import Hit, HitBuilder, first_per_unit, non_overlapping_spans
 from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, tokenize, zscore
 from spanseek.core.plan import Plan
@@ -47,39 +47,33 @@ class LexicalFusion:
              ) -> list[list[Hit]]:
         """Per question, the plan's ``top_k`` hits: by BM25 (``dense`` None) or fused with ``dense`` spans; the
         lexical passages' spans are scored with the batch's ``scores``."""
+        if not questions:
+            return []
         lexical = self.lexical.scores(questions)  # (B, P)
         if plan.selection.passages is not None:  # only scores above zero count as matches
             lexical = np.where(plan.selection.passages[None, :], lexical, 0)
         unit, top_k = plan.unit, plan.top_k
         lex_unit = "passage" if unit == "phrase" else unit
         n_lex = top_k if dense is None else LEXICAL_PASSAGES if unit == "phrase" else max(top_k, FUSION_DEPTH[unit])
-        out: list[list[Hit]] = []
-        phrases: list[tuple[int, Spans]] = []  # hybrid phrases: ranked together below (one tokenisation a batch)
         with numpy_blas().limit(limits=1):
             found = [self.lexical_units(lexical[b], lex_unit, n_lex) for b in range(len(questions))]
             unit_lexical = self.unit_lexical(lexical, unit) if dense is not None and unit == "doc" else None
             # phrases in hybrid mode rank every span; units and lexical hits take each passage's best
             spans = self.dense.passage_spans([passages for _, _, passages in found], scores,
                                              best_only=dense is None or unit != "phrase")
-            for b, ((_, unit_scores, passages), extra) in enumerate(zip(found, spans, strict=True)):
-                if dense is None:
-                    out.append(self.lexical_hits(extra, unit_scores, passages, top_k))
-                    continue
-                sp = dense[b]
-                both = dedupe_spans(np.concatenate([sp.starts, extra.starts]), np.concatenate([sp.ends, extra.ends]),
-                                    np.concatenate([sp.scores, extra.scores]), self.dense.index.num_tokens)
-                if unit == "phrase":
-                    phrases.append((b, both))
-                    out.append([])
-                else:
-                    out.append(self.fused_hits(both, lexical[b], plan, questions[b],
-                                               None if unit_lexical is None else unit_lexical[b]))
-            if phrases:
-                ranked = self.fused_phrases([both for _, both in phrases], lexical[[b for b, _ in phrases]], plan,
-                                            [questions[b] for b, _ in phrases])
-                for (b, _), hits in zip(phrases, ranked, strict=True):
-                    out[b] = hits
-        return out
+            if dense is None:
+                return [self.lexical_hits(extra, unit_scores, passages, top_k)
+                        for (_, unit_scores, passages), extra in zip(found, spans, strict=True)]
+            # each question's dense and lexical spans, deduplicated together (one pass for the batch)
+            parts = [sp for pair in zip(dense, spans, strict=True) for sp in pair]
+            merged = dedupe_grouped(np.repeat(np.arange(len(parts)) // 2, [len(sp.starts) for sp in parts]),
+                                    np.concatenate([sp.starts for sp in parts]), np.concatenate([sp.ends for sp in parts]),
+                                    np.concatenate([sp.scores for sp in parts]), self.dense.index.num_tokens,
+                                    len(questions))
+            if unit == "phrase":  # ranked together (one tokenisation a batch)
+                return self.fused_phrases(merged, lexical, plan, questions)
+            return [self.fused_hits(both, lexical[b], plan, questions[b],
+                                    None if unit_lexical is None else unit_lexical[b]) for b, both in enumerate(merged)]
 
     def lexical_units(self, scores: np.ndarray, unit: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One question's top ``n`` units by BM25 (a unit scores its best passage's score; only matching ones):

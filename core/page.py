@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from spanseek.core.confidence import Calibrator
 from spanseek.core.hits import Hit, Hits
 from spanseek.core.params import SearchParams
@@ -39,7 +37,7 @@ class Pager:
                 plan.unit, plan.mode, [([h.score for h in hits], [h.dense for h in hits], [h.lexical for h in hits],
                                         [h.text for h in hits]) for hits in ranked], self.prior(params))
             if conf is not None:
-                ranked = [[dataclasses.replace(h, confidence=c) for h, c in zip(hits, cs, strict=True)]
+                ranked = [[h.but(confidence=c) for h, c in zip(hits, cs, strict=True)]
                           for hits, cs in zip(ranked, conf, strict=True)]
         return [self.page_of(hits, params) for hits in ranked]
 

@@ -227,7 +227,7 @@ class ReadingStage:
         src = c.source
         hit = self.hits.passage_hit(src.passage_id, c.span.start, c.span.end, logit, src.dense, src.lexical,
                                     read=c.span.score)
-        return replace(hit, confidence=round(reading.confidence(unit, logit), 4))
+        return hit.but(confidence=round(reading.confidence(unit, logit), 4))
 
     def _phrases(self, cands: list[Candidate], logit: np.ndarray, plan: Plan, reading: Reading) -> list[Hit]:
         seen: set[str] = set()

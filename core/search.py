@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -219,7 +218,7 @@ class Searcher:
             wide = plan.but(top_k=max(ANSWER_CANDIDATES, 4 * plan.top_k), merge_answers=False, allow_overlap=True)
             many = self._ranked(wide, q_start, q_end, texts, timings)
             with timings.timing("aggregate"):
-                merged = [[replace(h[r], score=score) for r, score in
+                merged = [[h[r].but(score=score) for r, score in
                            merge_by_answer([x.text for x in h], [x.score for x in h])] if h else [] for h in many]
                 return [m[: plan.top_k] if plan.params.allow_overlap else non_overlapping(m, plan.top_k)
                         for m in merged]

@@ -102,6 +102,24 @@ def test_bad_offsets_and_confidences_are_refused():
     assert hash(SearchParams(offset=3, min_confidence=0.5, allow_overlap=True))  # the batcher groups by params
 
 
+def test_a_hits_copy_with_changes_equals_dataclasses_replace_and_refuses_unknown_fields():
+    import dataclasses
+
+    from spanseek.core.params import HIT_FIELDS, Hit
+
+    hit = Hit(text="1340", score=2.5, start=4, end=8, passage_id=3, passage="in 1340 ...", doc_id="d", title="t",
+              paragraph=1, meta={"lang": "en"}, dense=2.0, lexical=1.5)
+    for changes in ({"confidence": 0.25}, {"score": -1.0, "read": 3.0}, {}):
+        copy = hit.but(**changes)
+        assert copy == dataclasses.replace(hit, **changes) and copy is not hit
+        assert all(getattr(copy, f) == changes.get(f, getattr(hit, f)) for f in HIT_FIELDS)
+    assert hit.confidence is None  # the original is left as it was
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hit.but(confidence=0.5).score = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no field 'confidense'"):
+        hit.but(confidense=0.5)
+
+
 def sigmoid(z):
     return 1 / (1 + np.exp(-z))
 
