@@ -137,6 +137,10 @@ class ReaderConfig:
         consecutive windows of a long passage.
     max_query_len: question tokens kept (longer questions are truncated).
     max_answer_tokens: the longest answer span, in tokens.
+    length_bias: added to a span's score by its length (entry 0: one token), ``max_answer_tokens`` entries, or
+        none. The reader scores a span as its start logit plus its end logit, trained apart, so nothing in it knows
+        how long answers are; this prior does, fitted on questions the reader never trained on
+        (``spanseek train reader-lengths``).
     """
 
     backbone: str = DEFAULT_BACKBONE
@@ -144,6 +148,7 @@ class ReaderConfig:
     stride: int = 64
     max_query_len: int = 64
     max_answer_tokens: int = 30
+    length_bias: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_query_len + self.stride + 8 > self.max_len:
@@ -151,6 +156,12 @@ class ReaderConfig:
                              f"stride ({self.stride}) + 8")
         if self.max_answer_tokens < 1:
             raise ValueError(f"max_answer_tokens must be >= 1, got {self.max_answer_tokens}")
+        bias = tuple(self.length_bias)
+        if bias and (len(bias) != self.max_answer_tokens or not all(
+                isinstance(b, int | float) and not isinstance(b, bool) and math.isfinite(b) for b in bias)):
+            raise ValueError(f"length_bias must be {self.max_answer_tokens} finite numbers (one per span length up "
+                             f"to max_answer_tokens) or empty, got {list(bias)!r}")
+        object.__setattr__(self, "length_bias", tuple(float(b) for b in bias))  # a JSON list becomes a tuple
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -168,11 +169,12 @@ def pad_batch(rows: list[np.ndarray], pad_id: int, multiple: int = 8) -> torch.T
 
 
 def best_spans(start: torch.Tensor, end: torch.Tensor, valid: torch.Tensor, max_tokens: int,
-               k: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               k: int = 1, length_bias: Sequence[float] = ()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The ``k`` best spans i <= j < i + max_tokens of each row, both ends on valid tokens.
 
-    start, end: (B, T) logits; valid: (B, T) bool. Returns (B, k) scores (start[i] + end[j]), starts and ends;
-    rows with fewer than k spans give -inf scores there.
+    start, end: (B, T) logits; valid: (B, T) bool; length_bias: added to the score of a span of l + 1 tokens
+    (``ReaderConfig.length_bias``; at least ``max_tokens`` entries, or none). Returns (B, k) scores (start[i] +
+    end[j] + length_bias[j - i]), starts and ends; rows with fewer than k spans give -inf scores there.
     """
     b, t = start.shape
     width = min(max_tokens, t)
@@ -181,6 +183,8 @@ def best_spans(start: torch.Tensor, end: torch.Tensor, valid: torch.Tensor, max_
     valid_pad = torch.cat([valid, valid.new_zeros((b, width))], dim=1)
     idx = torch.arange(t, device=start.device)[:, None] + torch.arange(width, device=start.device)[None, :]
     band = start[:, :, None] + end_pad[:, idx]
+    if len(length_bias):
+        band = band + torch.tensor(length_bias[:width], dtype=band.dtype, device=band.device)
     ok = valid[:, :, None] & valid_pad[:, idx]
     band = band.masked_fill(~ok, float("-inf")).reshape(b, -1)
     k = min(k, band.shape[1])
@@ -288,7 +292,7 @@ class PassageReader:
             off = windows.offsets[w]
             valid = torch.from_numpy(off[:, 0] >= 0)[None]
             scores, starts, ends = best_spans(torch.from_numpy(start)[None], torch.from_numpy(end)[None], valid,
-                                              self.config.max_answer_tokens, per_window)
+                                              self.config.max_answer_tokens, per_window, self.config.length_bias)
             p = int(windows.pair[w])
             null = float(start[0] + end[0])  # [CLS]: the window holds no answer
             for s, i, j in zip(scores[0].tolist(), starts[0].tolist(), ends[0].tolist(), strict=True):

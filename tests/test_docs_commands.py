@@ -65,7 +65,7 @@ NOT_RUN = {
                                    "tests/bench/test_bench_smoke.py runs it on the tiny model",
 }
 # Training runs for hours on a CPU (tests/trainer covers the jobs with a tiny model): only the flags are checked.
-PARSE_ONLY = r"spanseek train (phrase|length-bias|qsft|reader|fit-reading) .+"
+PARSE_ONLY = r"spanseek train (phrase|length-bias|qsft|reader|reader-length-bias|fit-reading) .+"
 PORT = "8000"  # where the pages serve
 
 

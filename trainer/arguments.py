@@ -293,6 +293,25 @@ class LengthBiasConfig(FrozenModelJob):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReaderLengthBiasConfig(JobOptions):
+    """`spanseek train reader-length-bias`: the reader's span length prior, fitted on the articles it never trained
+    on (``spanseek train reader --reserve-offset``)."""
+
+    reader: str = option(help="reader directory (from `spanseek train reader`, e.g. RUN/last) or default")
+    out: str = option(help="reader directory to write: the reader's config with the prior, its weights copied")
+    articles_offset: int = option(12, "fit on articles i with i % holdout-every == this (the reader's --reserve-offset)")
+    questions: int = option(20000, "questions of those articles sampled for the fit (all of them when fewer)")
+    val_questions: int = option(2000, "held-out questions whose likelihood is reported")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 <= self.articles_offset < self.holdout_every and self.articles_offset != self.holdout_offset,
+              "--articles-offset", "in [0, --holdout-every), not --holdout-offset", self.articles_offset)
+        check(self.questions >= 1, "--questions", "an integer >= 1", self.questions)
+        check(self.val_questions >= 0, "--val-questions", "an integer >= 0", self.val_questions)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReaderTrainConfig(JobOptions):
     """`spanseek train reader`: the cross-attention reader (core.reader), a full fine-tune of the backbone with its
     word embeddings frozen."""
@@ -356,7 +375,8 @@ class ReaderTrainConfig(JobOptions):
         if self.init is not None:
             from spanseek.core.reader import READER_CONFIG_NAME, resolve_reader
 
-            return ReaderConfig.load(resolve_reader(self.init) / READER_CONFIG_NAME)
+            # new weights need their own length prior (`spanseek train reader-length-bias`)
+            return replace(ReaderConfig.load(resolve_reader(self.init) / READER_CONFIG_NAME), length_bias=())
         return ReaderConfig(backbone=self.backbone, max_len=self.max_len, stride=self.stride,
                             max_query_len=self.max_query_len, max_answer_tokens=self.max_answer_tokens)
 

@@ -2,7 +2,7 @@
 
     spanseek train phrase --help
 
-The flags of `phrase`, `qsft`, `filter` and `length-bias` are generated from their config dataclasses
+The flags of the jobs in ``CONFIG_JOBS`` are generated from their config dataclasses
 (core.options), so each option is declared once, with its default and help, in the config.
 """
 
@@ -23,6 +23,7 @@ from spanseek.trainer.arguments import (
     FitReadingConfig,
     LengthBiasConfig,
     QsftConfig,
+    ReaderLengthBiasConfig,
     ReaderTrainConfig,
     TrainConfig,
 )
@@ -38,6 +39,8 @@ CONFIG_JOBS = {
                     "on training questions (writes a copy of the model; its indexes stay valid)"),
     "reader": (ReaderTrainConfig, "reader:train_reader", "train the cross-attention reader (the teacher, and "
                "reading at search time; resumes from OUT/last)"),
+    "reader-length-bias": (ReaderLengthBiasConfig, "length_bias:fit_reader_length_bias", "fit the reader's span "
+                           "length prior on articles it never trained on (writes a copy of the reader)"),
     "fit-reading": (FitReadingConfig, "fit_reading:fit_reading", "fit how read spans combine with retrieval, on "
                     "training articles the reader never saw (writes OUT/reading.json)"),
 }

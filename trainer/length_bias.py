@@ -13,6 +13,15 @@ b(0) is fixed at 0, as the softmax ignores a shift; a small ridge term, RIDGE ·
 answer has finite). The held-out articles are not used for fitting; their likelihood before and after is
 reported. The output is the model's config with ``length_bias`` and its weights file copied byte for byte, so
 indexes built with the model stay valid for it.
+
+The cross-attention reader scores a span the same way, start logit plus end logit, each trained on its own, and
+gets the same prior (``spanseek train reader-length-bias``): here the softmax runs over the spans of each window
+the reader reads that holds the whole gold answer, and the questions come from the articles kept out of the
+reader's training (a reader is sure of the answers it learned, so its own training questions would teach the
+prior little).
+
+    spanseek train reader-length-bias --reader RUN/last --train squad-train.json.gz --out RUN/biased
+    spanseek train fit-reading --reader RUN/biased --out RUN/biased ...   # read scores moved: refit reading
 """
 
 from __future__ import annotations
@@ -27,8 +36,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from spanseek.core.encoding import PassageEncoder, QuestionEncoder, pick_device, pick_precision
+from spanseek.core.holdout import Holdout
 from spanseek.core.io import Question, load_squad, replace_dir, squad_questions
 from spanseek.core.model import (
     CONFIG_NAME,
@@ -38,9 +49,16 @@ from spanseek.core.model import (
     load_tokenizer,
     resolve_model,
 )
+from spanseek.core.reader import (
+    READER_CONFIG_NAME,
+    READER_WEIGHTS_NAME,
+    PassageReader,
+    make_windows,
+    resolve_reader,
+)
 from spanseek.core.spans import span_scores
 from spanseek.core.text import char_to_token
-from spanseek.trainer.arguments import LengthBiasConfig
+from spanseek.trainer.arguments import LengthBiasConfig, ReaderLengthBiasConfig
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +96,33 @@ def span_table(model, tokenizer, questions: list[Question], precision: str) -> S
             continue  # the gold span is not one the decoder can output (too long, or inside a word)
         i, j = np.nonzero(np.isfinite(total))
         rows.append((total[i, j].astype(np.float32), j - i, int(np.flatnonzero((i == gold[0]) & (j == gold[1]))[0])))
+    return table_of(rows)
+
+
+def reader_span_table(reader: PassageReader, questions: list[Question], batch: int = 64,
+                      progress: bool = False) -> SpanTable:
+    """Every span (at most ``max_answer_tokens``, both ends on passage tokens) of each window the reader reads that
+    holds a question's whole gold answer, a row per such window, scored start logit + end logit."""
+    L = reader.config.max_answer_tokens
+    rows: list[tuple[np.ndarray, np.ndarray, int]] = []
+    for a in tqdm(range(0, len(questions), batch), desc="reading", unit="batch", disable=not progress):
+        chunk = questions[a : a + batch]
+        windows = make_windows(reader.tokenizer, reader.config, [q.question for q in chunk], [q.context for q in chunk])
+        for w, (start, end) in enumerate(reader.logits(windows)):
+            q, off = chunk[int(windows.pair[w])], windows.offsets[w]
+            first = np.flatnonzero(off[:, 0] == q.answer_starts[0])
+            last = np.flatnonzero(off[:, 1] == q.answer_starts[0] + len(q.answers[0]))
+            inside = off[:, 0] >= 0
+            if not len(first) or not len(last) or not 0 <= last[0] - first[0] < L or not inside[first[0]]:
+                continue  # the window cuts the answer off, or it does not end on a token boundary
+            i, j = np.nonzero(np.triu(np.tril(np.ones((len(off), len(off)), bool), L - 1)) & np.outer(inside, inside))
+            rows.append(((start[i] + end[j]).astype(np.float32), j - i,
+                         int(np.flatnonzero((i == first[0]) & (j == last[0]))[0])))
+    return table_of(rows)
+
+
+def table_of(rows: list[tuple[np.ndarray, np.ndarray, int]]) -> SpanTable:
+    """A ``SpanTable`` of rows (scores, lengths, gold column) of any widths."""
     if not rows:
         raise ValueError("no question has a gold span the decoder can output; is this a SQuAD-format file with "
                          "answer_start offsets?")
@@ -108,6 +153,20 @@ def fit_bias(table: SpanTable, L: int) -> torch.Tensor:
     return torch.cat([torch.zeros(1), free.detach()])
 
 
+def bias_summary(table: SpanTable, bias: torch.Tensor, L: int, questions: int | None = None) -> dict[str, Any]:
+    """The fitted bias, what it was fitted on (rows of the table: questions, or windows of ``questions``) and the
+    fit's likelihood before and after."""
+    zero = torch.zeros(L)
+    gold_lengths = table.lengths.gather(1, table.gold[:, None])[:, 0]
+    return {
+        "length_bias": [round(float(b), 4) for b in bias],
+        **({"fit_questions": len(table.gold)} if questions is None else
+           {"fit_questions": questions, "fit_windows": len(table.gold)}),
+        "gold_per_length": torch.bincount(gold_lengths, minlength=L).tolist(),  # entry k: spans of k + 1 tokens
+        "fit_nll": [round(float(table.nll(zero)), 4), round(float(table.nll(bias)), 4)],
+    }
+
+
 def answerable(questions: list[Question]) -> list[Question]:
     return [q for q in questions if q.answers and q.answer_starts and q.answer_starts[0] >= 0]
 
@@ -133,13 +192,7 @@ def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     table = span_table(model, tokenizer, fit_q, precision)
     bias = fit_bias(table, L)
     zero = torch.zeros(L)
-    gold_lengths = table.lengths.gather(1, table.gold[:, None])[:, 0]
-    summary: dict[str, Any] = {
-        "length_bias": [round(float(b), 4) for b in bias],
-        "fit_questions": len(table.gold),
-        "gold_per_length": torch.bincount(gold_lengths, minlength=L).tolist(),  # entry k: spans of k + 1 tokens
-        "fit_nll": [round(float(table.nll(zero)), 4), round(float(table.nll(bias)), 4)],
-    }
+    summary = bias_summary(table, bias, L)
     try:
         val = span_table(model, tokenizer, val_q, precision) if val_q else None
     except ValueError as e:  # no held-out question has a usable gold span: the fit itself stands
@@ -153,11 +206,46 @@ def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     return summary
 
 
+def fit_reader_length_bias(cfg: ReaderLengthBiasConfig) -> dict[str, Any]:
+    """Fit the reader's prior on its reserved articles, write the reader copy to ``cfg.out``, return a summary."""
+    reader_dir = resolve_reader(cfg.reader)
+    out = check_model_out(cfg.out, reader_dir, config_name=READER_CONFIG_NAME)
+    reader = PassageReader.load(reader_dir, cfg.device, pick_precision(cfg.precision, pick_device(cfg.device)))
+    if reader.config.length_bias:
+        log.info("%s already has a length prior; it is refitted from zero", reader_dir)
+        reader.config = dataclasses.replace(reader.config, length_bias=())
+    data = load_squad(cfg.train)
+    rng = random.Random(cfg.seed)
+    articles = Holdout(cfg.holdout_every, cfg.articles_offset).split(data)[1]
+    fit_q = answerable(squad_questions(articles))
+    fit_q = rng.sample(fit_q, min(cfg.questions, len(fit_q)))
+    val_q = answerable(squad_questions(cfg.holdout.split(data)[1]))
+    val_q = rng.sample(val_q, min(cfg.val_questions, len(val_q)))
+    L = reader.config.max_answer_tokens
+    table = reader_span_table(reader, fit_q, progress=cfg.progress)
+    bias = fit_bias(table, L)
+    summary = bias_summary(table, bias, L, len(fit_q))
+    if val_q:
+        val = reader_span_table(reader, val_q, progress=cfg.progress)
+        summary["val_windows"] = len(val.gold)
+        summary["val_nll"] = [round(float(val.nll(torch.zeros(L))), 4), round(float(val.nll(bias)), 4)]
+    config = dataclasses.replace(reader.config, length_bias=tuple(summary["length_bias"]))
+    write_copy(reader_dir, out, READER_WEIGHTS_NAME, lambda d: config.save(d / READER_CONFIG_NAME))
+    return {**summary, "out": str(cfg.out), "next": f"spanseek train fit-reading --reader {cfg.out} --out {cfg.out} "
+            "(read span scores moved: the reading file must be refitted)"}
+
+
 def write_model_copy(model_dir: Path, out: Path, config) -> None:
     """Write ``config`` and ``model_dir``'s weights file (copied byte for byte) to ``out``, atomically."""
+    write_copy(model_dir, out, WEIGHTS_NAME, lambda d: config.save(d / CONFIG_NAME))
+
+
+def write_copy(src: Path, out: Path, weights: str, save_config) -> None:
+    """``src``'s weights file ``weights`` (copied byte for byte) and the config ``save_config(dir)`` writes, to
+    ``out``, atomically."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    shutil.copy2(model_dir / WEIGHTS_NAME, tmp / WEIGHTS_NAME)
-    config.save(tmp / CONFIG_NAME)
+    shutil.copy2(src / weights, tmp / weights)
+    save_config(tmp)
     replace_dir(tmp, out)

@@ -34,21 +34,25 @@ PASSAGE = ("The castle of Alba was built in 1340 by King Borin on the river. In 
            "western tower, which Queen Dara rebuilt in 1410 with stone from the northern mountain quarry.")
 
 
-def brute_force(start: np.ndarray, end: np.ndarray, valid: np.ndarray, max_tokens: int) -> list[tuple[float, int, int]]:
-    spans = [(start[i] + end[j], i, j) for i, j in itertools.product(range(len(start)), repeat=2)
+def brute_force(start: np.ndarray, end: np.ndarray, valid: np.ndarray, max_tokens: int,
+                bias: tuple[float, ...] = ()) -> list[tuple[float, int, int]]:
+    spans = [(start[i] + end[j] + (bias[j - i] if bias else 0.0), i, j)
+             for i, j in itertools.product(range(len(start)), repeat=2)
              if i <= j < i + max_tokens and valid[i] and valid[j]]
     return sorted(spans, key=lambda s: (-s[0], s[1] * len(start) + s[2]))
 
 
-@pytest.mark.parametrize("seed, max_tokens, k", [(0, 3, 1), (1, 5, 4), (2, 30, 7), (3, 1, 2)])
-def test_span_decoding_equals_brute_force_over_the_logits(seed, max_tokens, k):
+@pytest.mark.parametrize("seed, max_tokens, k, prior", [(0, 3, 1, False), (1, 5, 4, False), (2, 30, 7, False),
+                                                        (3, 1, 2, False), (4, 5, 4, True), (5, 30, 7, True)])
+def test_span_decoding_equals_brute_force_over_the_logits(seed, max_tokens, k, prior):
     rng = np.random.default_rng(seed)
     start, end = rng.standard_normal((2, 3, 17)).astype(np.float32)
     valid = rng.random((3, 17)) > 0.3
+    bias = tuple(rng.normal(0, 2, max_tokens).astype(np.float32).tolist()) if prior else ()
     scores, starts, ends = best_spans(torch.from_numpy(start), torch.from_numpy(end), torch.from_numpy(valid),
-                                      max_tokens, k)
+                                      max_tokens, k, bias)
     for row in range(3):
-        want = brute_force(start[row], end[row], valid[row], max_tokens)[:k]
+        want = brute_force(start[row], end[row], valid[row], max_tokens, bias)[:k]
         got = [(s, i, j) for s, i, j in zip(scores[row].tolist(), starts[row].tolist(), ends[row].tolist(),
                                             strict=True) if s != float("-inf")]
         assert [(i, j) for _, i, j in got] == [(i, j) for _, i, j in want]
@@ -146,6 +150,32 @@ def test_length_batches_cover_every_window_once_and_are_deterministic():
 def test_a_directory_without_a_reader_is_refused(tmp_path):
     with pytest.raises(ModelError, match="not a reader directory"):
         resolve_reader(tmp_path)
+
+
+def test_a_length_prior_round_trips_and_a_wrong_one_is_refused_naming_the_file(tmp_path):
+    from spanseek.core.config import ReaderConfig
+
+    prior = tuple(-0.1 * i for i in range(30))
+    ReaderConfig(length_bias=prior).save(tmp_path / "reader_config.json")
+    assert ReaderConfig.load(tmp_path / "reader_config.json").length_bias == prior
+    for bad in ([0.0] * 29, [0.0] * 29 + [float("nan")], [True] * 30, 3):
+        (tmp_path / "bad.json").write_text(json.dumps({"length_bias": bad}))
+        with pytest.raises(ValueError, match=r"bad\.json: length_bias must be 30 finite numbers|bad\.json: "):
+            ReaderConfig.load(tmp_path / "bad.json")
+
+
+def test_a_reader_trained_from_a_biased_one_starts_without_its_prior(tiny_reader, tmp_path):
+    """New weights need their own prior: ``--init`` keeps the reader's shape, not the prior fitted to its logits."""
+    import shutil
+
+    from spanseek.trainer.arguments import ReaderTrainConfig
+
+    biased = tmp_path / "biased"
+    shutil.copytree(tiny_reader, biased)
+    config = json.loads((biased / "reader_config.json").read_text())
+    (biased / "reader_config.json").write_text(json.dumps({**config, "length_bias": [0.0] * config["max_answer_tokens"]}))
+    built = ReaderTrainConfig(train="t", out="o", init=str(biased)).build()
+    assert built.length_bias == () and built.max_answer_tokens == config["max_answer_tokens"]
 
 
 # --- reading at search time ----------------------------------------------------------------------------------------

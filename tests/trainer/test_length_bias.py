@@ -132,3 +132,72 @@ def test_cli_fits_and_prints_the_summary(squad_file, tiny_model_dir, tmp_path, c
     assert main(["train", "length-bias", "--model", str(tiny_model_dir), "--train", str(squad_file), "--out",
                  str(out), "--questions", "0"]) == 2
     assert "questions must be >= 1" in capsys.readouterr().err
+
+
+def test_reader_span_table_has_every_span_of_each_window_that_holds_the_answer(squad_file, tiny_reader):
+    from spanseek.core.io import load_squad, squad_questions
+    from spanseek.core.reader import PassageReader, make_windows
+    from spanseek.trainer.length_bias import reader_span_table
+
+    reader = PassageReader.load(tiny_reader)
+    L = reader.config.max_answer_tokens
+    qs = squad_questions(load_squad(squad_file))[:10]
+    table = reader_span_table(reader, qs, batch=4)
+    windows = make_windows(reader.tokenizer, reader.config, [q.question for q in qs], [q.context for q in qs])
+    assert len(table.gold) == len(windows.ids) == len(qs)  # short passages: one window each, the answer inside
+    for r, (q, (start, end), off) in enumerate(zip(qs, reader.logits(windows), windows.offsets, strict=True)):
+        inside = np.flatnonzero(off[:, 0] >= 0)
+        spans = [(i, j) for i in inside for j in inside if i <= j < i + L]
+        row = table.scores[r]
+        assert int(torch.isfinite(row).sum()) == len(spans)
+        i = int(np.flatnonzero(off[:, 0] == q.answer_starts[0])[0])
+        j = int(np.flatnonzero(off[:, 1] == q.answer_starts[0] + len(q.answers[0]))[0])
+        assert float(row[table.gold[r]]) == pytest.approx(float(start[i] + end[j]), abs=1e-5)
+        assert int(table.lengths[r, table.gold[r]]) == j - i
+        assert sorted(table.lengths[r, : len(spans)].tolist()) == sorted(b - a for a, b in spans)
+
+
+def test_reader_command_writes_the_reader_with_its_prior(squad_file, tiny_reader, tmp_path):
+    from spanseek.core.io import load_squad, squad_questions
+    from spanseek.core.reader import READER_CONFIG_NAME, READER_WEIGHTS_NAME, PassageReader, make_windows
+    from spanseek.trainer.length_bias import ReaderLengthBiasConfig, fit_reader_length_bias
+
+    out = tmp_path / "reader-biased"
+    summary = fit_reader_length_bias(ReaderLengthBiasConfig(
+        reader=str(tiny_reader), train=str(squad_file), out=str(out), questions=1000, val_questions=30, device="cpu",
+        precision="fp32", progress=False))
+    reader = PassageReader.load(out)
+    L = reader.config.max_answer_tokens
+    assert list(reader.config.length_bias) == summary["length_bias"] and len(summary["length_bias"]) == L
+    assert summary["length_bias"][0] == 0.0
+    # make_squad's answers are one or two word pieces: longer spans sink
+    assert max(summary["length_bias"][2:]) < min(summary["length_bias"][:2]) - 2
+    assert summary["fit_nll"][1] < summary["fit_nll"][0] - 0.1 and summary["val_nll"][1] < summary["val_nll"][0]
+    reserved = [q for q in squad_questions(load_squad(squad_file)) if q.doc_index % 20 == 12]
+    assert summary["fit_questions"] == len(reserved) <= summary["fit_windows"]  # all of articles 12 and 32, only
+    assert (out / READER_WEIGHTS_NAME).read_bytes() == (tiny_reader / READER_WEIGHTS_NAME).read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == sorted([READER_CONFIG_NAME, READER_WEIGHTS_NAME])
+    assert "fit-reading" in summary["next"]
+    assert json.loads((tiny_reader / READER_CONFIG_NAME).read_text())["length_bias"] == []
+
+    # decoding adds the prior by length: the biased reader's best span is the best of logits plus prior
+    question, passage = "who built the castle?", "The castle was built by Borin the mason in 1340 near the river."
+    windows = make_windows(reader.tokenizer, reader.config, [question], [passage])
+    (start, end), = reader.logits(windows)
+    off, bias = windows.offsets[0], reader.config.length_bias
+    inside = np.flatnonzero(off[:, 0] >= 0)
+    score, i, j = max((start[i] + end[j] + bias[j - i], i, j) for i in inside for j in inside if i <= j < i + L)
+    [best] = reader.read([question], [passage], k=1)[0]
+    assert (best.start, best.end) == (off[i, 0], off[j, 1]) and best.score == pytest.approx(score, abs=1e-5)
+
+
+def test_a_reader_out_that_would_lose_data_is_refused_before_reading(tiny_reader, tmp_path, monkeypatch):
+    from spanseek.trainer import length_bias
+
+    monkeypatch.setattr(length_bias.PassageReader, "load", lambda *a, **k: pytest.fail("refused only after loading"))
+    for out in (tiny_reader, tiny_reader / "inside"):
+        with pytest.raises(ValueError, match="is, holds or lies inside"):
+            length_bias.fit_reader_length_bias(length_bias.ReaderLengthBiasConfig(
+                reader=str(tiny_reader), train="unused", out=str(out)))
+    with pytest.raises(ValueError, match="--articles-offset"):
+        length_bias.ReaderLengthBiasConfig(reader="r", train="t", out="o", articles_offset=7)
