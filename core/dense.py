@@ -161,10 +161,11 @@ class DenseLeg:
         """One batch's dense search: its token searches (``search``: none for the lexical mode) and its scores."""
         return DenseBatch(self, plan, q_start, q_end, search)
 
-    def candidates(self, batch: DenseBatch, top_k: int, unit_of_passage: np.ndarray | None) -> list[Spans]:
+    def candidates(self, batch: DenseBatch, top_k: int, unit_of_passage: np.ndarray | None,
+                   dedupe: bool = True) -> list[Spans]:
         """Candidate spans per question from MIPS over the tokens the plan's selection allows; a unit search
         (``unit_of_passage``: each passage's unit) deepens until ``top_k`` units are among them, or every unit it may
-        return.
+        return. ``dedupe``: as ``complete_all``'s.
 
         A round's units are those of its candidate tokens that can start or end a span (``unit_counts``): what the
         completed spans would hold, known before completing them, so each question is completed once, at its last
@@ -184,7 +185,7 @@ class DenseLeg:
                 break
             pending = pending[self.unit_counts(ids, plan.max_tokens, unit_of_passage) < want]
             k = min(ntotal, k * 4)
-        return self.complete_all(batch.scores, last)
+        return self.complete_all(batch.scores, last, dedupe)
 
     def searcher(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray
                  ) -> tuple[Callable[[np.ndarray, int], np.ndarray], FlatScan | None]:
@@ -267,10 +268,13 @@ class DenseLeg:
         win = np.maximum(win, 0)
         return win, ok & (flags[win] & FLAG_START > 0)
 
-    def complete_all(self, scores: BatchScores, candidates: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Spans]:
+    def complete_all(self, scores: BatchScores, candidates: Sequence[tuple[np.ndarray, np.ndarray]],
+                     dedupe: bool = True) -> list[Spans]:
         """Each question's start and end candidates (ids, -1 for none; from its last round) completed to spans, in
         both directions: a start token with its best end within ``max_tokens``, an end token with its best start.
-        Per question, the spans deduplicated, by score. The batch's candidates are completed together."""
+        Per question, the spans deduplicated, by score; or, without ``dedupe``, as completed (the starts' spans, then
+        the ends'; a span found from both sides twice), for a caller that sorts them itself. The batch's candidates
+        are completed together."""
         max_tokens = scores.plan.max_tokens
         flags, n = self.index.token_flags, self.index.num_tokens
         out = [EMPTY_SPANS] * len(candidates)
@@ -304,7 +308,12 @@ class DenseLeg:
         ).astype(np.float32)
         question = np.concatenate([qs, qe])
         ok = np.isfinite(span_scores)  # the same span from both sides is kept once, with its best score
-        return dedupe_grouped(question[ok], starts[ok], ends[ok], span_scores[ok], n, len(candidates))
+        if dedupe:
+            return dedupe_grouped(question[ok], starts[ok], ends[ok], span_scores[ok], n, len(candidates))
+        order = np.flatnonzero(ok)[np.argsort(question[ok], kind="stable")]
+        bounds = np.searchsorted(question[order], np.arange(len(candidates) + 1))
+        return [Spans(starts[order[a:b]].astype(np.int64), ends[order[a:b]].astype(np.int64), span_scores[order[a:b]])
+                if b > a else EMPTY_SPANS for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def scores(self, vec: Callable[[np.ndarray], np.ndarray], ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """(len(ids), q): the vectors ``vec`` reads for ``ids`` dot each column of ``queries`` (d, q); on the GPU

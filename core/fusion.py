@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spanseek.core.dense import BatchScores, DenseLeg, dedupe_grouped
+from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseLeg, dedupe_grouped
 from spanseek.core.hits import Hit, HitBuilder, first_per_unit, non_overlapping_spans
 from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, tokenize, zscore
 from spanseek.core.plan import Plan
@@ -64,16 +64,34 @@ class LexicalFusion:
             if dense is None:
                 return [self.lexical_hits(extra, unit_scores, passages, top_k)
                         for (_, unit_scores, passages), extra in zip(found, spans, strict=True)]
-            # each question's dense and lexical spans, deduplicated together (one pass for the batch)
+            # each question's dense and lexical spans together (one pass for the batch): phrases deduplicated,
+            # units each by its best span
             parts = [sp for pair in zip(dense, spans, strict=True) for sp in pair]
-            merged = dedupe_grouped(np.repeat(np.arange(len(parts)) // 2, [len(sp.starts) for sp in parts]),
-                                    np.concatenate([sp.starts for sp in parts]), np.concatenate([sp.ends for sp in parts]),
-                                    np.concatenate([sp.scores for sp in parts]), self.dense.index.num_tokens,
-                                    len(questions))
+            together = (np.repeat(np.arange(len(parts)) // 2, [len(sp.starts) for sp in parts]),
+                        np.concatenate([sp.starts for sp in parts]), np.concatenate([sp.ends for sp in parts]),
+                        np.concatenate([sp.scores for sp in parts]))
             if unit == "phrase":  # ranked together (one tokenisation a batch)
+                merged = dedupe_grouped(*together, self.dense.index.num_tokens, len(questions))
                 return self.fused_phrases(merged, lexical, plan, questions)
-            return [self.fused_hits(both, lexical[b], plan, questions[b],
-                                    None if unit_lexical is None else unit_lexical[b]) for b, both in enumerate(merged)]
+            best = self.best_per_unit(*together, unit, len(questions))
+            return [self.fused_hits(sp, lexical[b], plan, questions[b],
+                                    None if unit_lexical is None else unit_lexical[b]) for b, sp in enumerate(best)]
+
+    def best_per_unit(self, groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, unit: str,
+                      n_groups: int) -> list[Spans]:
+        """Per group g < ``n_groups``, the best span of each unit among its spans (``groups``: each span's), best
+        first; equal scores keep their order here. The same units, spans and scores as the first span of each unit
+        after ``dedupe_grouped`` (a duplicate comes after its first copy, in the same unit), without deduplicating."""
+        if not len(starts):
+            return [EMPTY_SPANS] * n_groups
+        order = np.lexsort((-scores, groups))  # by group, then by score; stable
+        units = self.unit_of_passage[unit][self.dense.index.token_passage[starts[order]]]
+        key = groups[order].astype(np.int64) * (int(units.max()) + 1) + units
+        first = order[np.sort(np.unique(key, return_index=True)[1])]  # each (group, unit)'s first, in that order
+        bounds = np.searchsorted(groups[first], np.arange(n_groups + 1))
+        starts, ends, scores = starts[first].astype(np.int64), ends[first].astype(np.int64), scores[first]
+        return [Spans(starts[a:b], ends[a:b], scores[a:b].astype(np.float32)) if b > a else EMPTY_SPANS
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def lexical_units(self, scores: np.ndarray, unit: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One question's top ``n`` units by BM25 (a unit scores its best passage's score; only matching ones):

@@ -234,7 +234,7 @@ class Searcher:
         assert self.fusion is not None and texts is not None
         with timings.timing("search"):
             depth = max(plan.top_k, FUSION_DEPTH[plan.unit])
-            dense = None if plan.mode == "lexical" else self.dense.candidates(batch, depth, units)
+            dense = None if plan.mode == "lexical" else self.dense.candidates(batch, depth, units, units is None)
             return self.fusion.rank(plan, batch.scores, texts, dense)
 
     def _unit_ids_of(self, unit: Unit) -> Callable[[Spans], np.ndarray]:

@@ -73,9 +73,37 @@ def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatc
         params = SearchParams(unit=unit, mode=mode, top_k=top_k, filter=flt)
         fast = searcher.search_vectors(qs, qe, params, None, texts)
         with monkeypatch.context() as m:
-            m.setattr(searcher.dense, "candidates", lambda batch, top_k, units: straightforward_candidates(
+            # the straightforward spans are always deduplicated and sorted; the fast path's unit searches are not
+            m.setattr(searcher.dense, "candidates", lambda batch, top_k, units, dedupe=True: straightforward_candidates(
                 searcher.dense, batch.plan, batch.scores.q_start, batch.scores.q_end, top_k, units))
             plain = searcher.search_vectors(qs, qe, params, None, texts)
         assert hit_rows(fast) == hit_rows(plain), (unit, mode, filtered, top_k)
         np.testing.assert_allclose(hit_scores(fast), hit_scores(plain), rtol=1e-6, atol=1e-5, equal_nan=True)
         assert any(fast), "no hits at all: the comparison is empty"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_each_units_best_span_equals_the_first_of_its_unit_after_deduplication(tiny_searcher, seed):
+    """``best_per_unit`` over raw spans (duplicates, ties, any order) picks what deduplicating them and then taking
+    each unit's first span does: the same spans, scores and order."""
+    from spanseek.core.dense import dedupe_grouped
+    from spanseek.core.hits import first_per_unit
+
+    rng = np.random.default_rng(seed)
+    fusion, index = tiny_searcher.fusion, tiny_searcher.index
+    n, groups = 300, 4
+    starts = rng.integers(0, index.num_tokens - 3, n)
+    ends = starts + rng.integers(0, 3, n)
+    scores = rng.integers(0, 12, n).astype(np.float32)  # many ties
+    dup = rng.integers(0, n, 60)  # the same spans again, some better, some worse
+    starts, ends = np.r_[starts, starts[dup]], np.r_[ends, ends[dup]]
+    scores = np.r_[scores, scores[dup] + rng.integers(-2, 3, 60)].astype(np.float32)
+    group = rng.integers(0, groups, len(starts))
+    for unit in ("passage", "doc"):
+        best = fusion.best_per_unit(group, starts, ends, scores, unit, groups + 1)
+        deduped = dedupe_grouped(group, starts, ends, scores, index.num_tokens, groups + 1)
+        assert best[groups] is EMPTY_SPANS  # a group without spans
+        for got, sp in zip(best, deduped, strict=True):
+            first = first_per_unit(fusion.unit_of_passage[unit][index.token_passage[sp.starts]])
+            assert got.starts.tolist() == sp.starts[first].tolist() and got.ends.tolist() == sp.ends[first].tolist()
+            assert got.scores.tolist() == sp.scores[first].tolist()
