@@ -169,23 +169,23 @@ async def test_a_batch_running_past_its_mean_time_still_counts_as_in_flight(hold
                                                                            counting_factory, async_serve):
     """The batches in flight count for their mean time plus twice the measured spread. Before, a batch that ran
     past its mean counted as finished, so every request arriving during the overrun was admitted and waited for it:
-    here the batch in flight is expected to take 1 s, give or take 0.5 s, and a request behind it and a queued
-    batch would have been admitted under the 2.5 s budget although the batch may still need 2 s (3 s with the
-    queued one)."""
+    here the batch in flight is expected to take 10 s, give or take 5 s, and a request behind it and a queued
+    batch would have been admitted under the 25 s budget although the batch may still need 20 s (30 s with the
+    queued one). The seconds are large so that a slow, loaded test machine stays inside the 5 s margin."""
     factory, encoder = counting_factory(block=True)
-    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=2500, max_queries_per_request=1),
+    app = create_app(settings_for(max_batch_size=1, max_wait_ms=1, max_queue_wait_ms=25000, max_queries_per_request=1),
                      factory)  # bursts of at most 1 question: the requests below are not part of one
     encoder.gate.set()
     async with async_serve(app) as ac:
         batcher = app.state.service.batcher
-        for seconds in [0.5, 1.5] * 30:
+        for seconds in [5.0, 15.0] * 30:
             batcher.observe_batch(1, seconds)
         busy = await hold_worker(ac, encoder)
         queued = asyncio.create_task(ac.post("/search", json={"query": "next batch"}))  # joins the next batch
         await until(lambda: batcher.depth == 1)
         r = await ac.post("/search", json={"query": "behind both"})
         assert r.status_code == 429 and r.json()["error"] == "overloaded"
-        assert int(r.headers["Retry-After"]) >= 3  # the ~2 s in flight may still need and the 1 s queued
+        assert int(r.headers["Retry-After"]) >= 25  # the ~20 s in flight may still need and the 10 s queued
         encoder.gate.set()
         assert [x.status_code for x in await asyncio.wait_for(asyncio.gather(busy, queued), 30)] == [200, 200]
         assert (await ac.post("/search", json={"query": "now idle"})).status_code == 200
