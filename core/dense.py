@@ -12,7 +12,8 @@ For a batch of questions the leg
 3. deduplicates spans and ranks them by f(i, j) = q_start . h_i + q_end . h_j + b(j - i), where b is the model's
    span length bias (``EncoderConfig.length_bias``; zero when it has none);
 4. for ``passage`` and ``doc`` units deepens the search (k x 4) until ``top_k`` distinct units are among the spans or
-   the index is exhausted.
+   the index is exhausted; only the candidates whose span may be their unit's best are completed (a unit is
+   ranked by its best span).
 
 ``passage_spans`` scores every span of given passages exactly as reading comprehension does: the lexical leg's
 passages join the candidates that way.
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 REFINE_FACTOR = 8
 RC_DECODES = ("answer", "span")  # how reading comprehension decodes a passage (``DenseLeg.best_in_passage``)
 REFINE_MAX_FETCH = 2048
+# a unit search bounds its candidates' spans (``DenseLeg._complete_for_units``) when its units have at least this
+# many candidates each, per side, on average
+UNIT_CANDIDATES = 4
 EMPTY_SPANS = Spans(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
 
 
@@ -101,10 +105,14 @@ class BatchScores:
     def __len__(self) -> int:
         return len(self.q_start)
 
+    def held_array(self) -> np.ndarray | None:
+        """The (2B, N) scores of every token, when held (``held``); None otherwise."""
+        return self._held() if self._held is not None else None
+
     def of_rows(self, questions: np.ndarray, ids: np.ndarray, distinct: bool = True) -> np.ndarray:
         """(len(ids), 2) float32: question ``questions[i]``'s start and end score of token ``ids[i]``. ``distinct``:
         each question's ids are known to be distinct (as ``of``'s)."""
-        held = self._held() if self._held is not None else None
+        held = self.held_array()
         if held is not None:  # gathered from the flat array: 2x faster than indexing rows and columns
             flat, n = held.reshape(-1), held.shape[1]
             at = questions * n + ids
@@ -169,7 +177,8 @@ class DenseLeg:
 
         A round's units are those of its candidate tokens that can start or end a span (``unit_counts``): what the
         completed spans would hold, known before completing them, so each question is completed once, at its last
-        round's k. On a flat index the batch's scores are computed once for every round (``core.flat_search``)."""
+        round's k. On a flat index the batch's scores are computed once for every round (``core.flat_search``).
+        A unit search completes only the candidates that may be their unit's best span (``complete_all``)."""
         plan = batch.plan
         ntotal = self.index.faiss.ntotal
         unit = plan.params.unit
@@ -185,7 +194,7 @@ class DenseLeg:
                 break
             pending = pending[self.unit_counts(ids, plan.max_tokens, unit_of_passage) < want]
             k = min(ntotal, k * 4)
-        return self.complete_all(batch.scores, last, dedupe)
+        return self.complete_all(batch.scores, last, dedupe, unit_of_passage)
 
     def searcher(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray
                  ) -> tuple[Callable[[np.ndarray, int], np.ndarray], FlatScan | None]:
@@ -269,14 +278,17 @@ class DenseLeg:
         return win, ok & (flags[win] & FLAG_START > 0)
 
     def complete_all(self, scores: BatchScores, candidates: Sequence[tuple[np.ndarray, np.ndarray]],
-                     dedupe: bool = True) -> list[Spans]:
+                     dedupe: bool = True, unit_of_passage: np.ndarray | None = None) -> list[Spans]:
         """Each question's start and end candidates (ids, -1 for none; from its last round) completed to spans, in
         both directions: a start token with its best end within ``max_tokens``, an end token with its best start.
         Per question, the spans deduplicated, by score; or, without ``dedupe``, as completed (the starts' spans, then
         the ends'; a span found from both sides twice), for a caller that sorts them itself. The batch's candidates
-        are completed together."""
-        max_tokens = scores.plan.max_tokens
-        flags, n = self.index.token_flags, self.index.num_tokens
+        are completed together.
+
+        ``unit_of_passage`` (each passage's unit): the caller keeps only each unit's best span, so a candidate whose
+        span cannot reach the best span found in its unit is left out (``_complete_for_units``); the spans kept are
+        the others' in the same order, and each unit's best span is the same, ties included."""
+        flags = self.index.token_flags
         out = [EMPTY_SPANS] * len(candidates)
         sides = []
         for side, flag in ((0, FLAG_START), (1, FLAG_END)):
@@ -289,6 +301,26 @@ class DenseLeg:
         (s, qs), (e, qe) = sides
         if not len(s) and not len(e):
             return out
+        if unit_of_passage is not None and scores.held_array() is not None:
+            starts, ends, span_scores, question = self._complete_for_units(scores, candidates, unit_of_passage,
+                                                                           s, qs, e, qe)
+        else:
+            starts, ends, span_scores, question = self._complete(scores, s, qs, e, qe)
+        ok = np.isfinite(span_scores)  # the same span from both sides is kept once, with its best score
+        if dedupe:
+            return dedupe_grouped(question[ok], starts[ok], ends[ok], span_scores[ok], self.index.num_tokens,
+                                  len(candidates))
+        order = np.flatnonzero(ok)[np.argsort(question[ok], kind="stable")]
+        bounds = np.searchsorted(question[order], np.arange(len(candidates) + 1))
+        return [Spans(starts[order[a:b]].astype(np.int64), ends[order[a:b]].astype(np.int64), span_scores[order[a:b]])
+                if b > a else EMPTY_SPANS for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def _complete(self, scores: BatchScores, s: np.ndarray, qs: np.ndarray, e: np.ndarray, qe: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Start tokens ``s`` (of questions ``qs``) completed with their best end and end tokens ``e`` with their best
+        start: (starts, ends, float32 scores, questions), the starts' spans then the ends'; -inf where a token has
+        no valid span."""
+        max_tokens = scores.plan.max_tokens
         fwd, fwd_ok = self.window(s, max_tokens, True)  # (m, max_tokens): ends s .. s + max_tokens - 1
         bwd, bwd_ok = self.window(e, max_tokens, False)  # (m', max_tokens): starts e - max_tokens + 1 .. e
         m, m2 = len(s), len(e)
@@ -306,14 +338,55 @@ class DenseLeg:
         span_scores = np.concatenate(
             [sc[:m, 0] + fwd_end[np.arange(m), fj], sc[m : m + m2, 1] + bwd_start[np.arange(m2), bi]]
         ).astype(np.float32)
-        question = np.concatenate([qs, qe])
-        ok = np.isfinite(span_scores)  # the same span from both sides is kept once, with its best score
-        if dedupe:
-            return dedupe_grouped(question[ok], starts[ok], ends[ok], span_scores[ok], n, len(candidates))
-        order = np.flatnonzero(ok)[np.argsort(question[ok], kind="stable")]
-        bounds = np.searchsorted(question[order], np.arange(len(candidates) + 1))
-        return [Spans(starts[order[a:b]].astype(np.int64), ends[order[a:b]].astype(np.int64), span_scores[order[a:b]])
-                if b > a else EMPTY_SPANS for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return starts, ends, span_scores, np.concatenate([qs, qe])
+
+    def _complete_for_units(self, scores: BatchScores, candidates: Sequence[tuple[np.ndarray, np.ndarray]],
+                            unit_of_passage: np.ndarray, s: np.ndarray, qs: np.ndarray, e: np.ndarray,
+                            qe: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``_complete`` for a caller that keeps only each (question, unit)'s best span: the spans of the candidates
+        that may be it, in their order. First each unit's first start token and first end token (its best: the
+        candidates come best first) are completed; then another candidate only when its bound reaches the best span
+        of its unit so far. A start token's span scores at most its start score + the question's best end score of
+        any token + the largest length bias (an end token's likewise; float32 sums round monotonically, so the bound
+        holds to the bit). Exact where the candidates are an exact search's top tokens, best first, scored as
+        ``scores`` scores them (a flat index's held product): a question's first top token is then its best token.
+        Only where units have several candidates each (documents: on the 146k-token demo index 29% of a document
+        search's candidates are completed; passages have about one each and are completed as they are)."""
+        n_units = int(unit_of_passage.max()) + 1
+        if UNIT_CANDIDATES * 2 * len(candidates) * n_units > len(s) + len(e):  # too few a unit, even if all have some
+            return self._complete(scores, s, qs, e, qe)
+        tokens, question = np.concatenate([s, e]), np.concatenate([qs, qe])
+        side = np.r_[np.zeros(len(s), np.int64), np.ones(len(e), np.int64)]
+        key = (question * n_units + unit_of_passage[self.index.token_passage[tokens]]) * 2
+        sides, head, where = np.unique(key + side, return_index=True, return_inverse=True)  # each unit's side
+        if UNIT_CANDIDATES * len(sides) > len(tokens):  # too few candidates per unit to leave any out
+            return self._complete(scores, s, qs, e, qe)
+        # each question's best start and end score of any token: its first top start and end token's
+        best = np.full((len(candidates), 2), np.inf, np.float32)  # no top tokens: nothing is left out
+        for col in (0, 1):
+            first = np.asarray([c[col][0] if len(c[col]) else -1 for c in candidates], np.int64)
+            has = np.flatnonzero(first >= 0)
+            best[has, col] = scores.of_rows(has, first[has], distinct=False)[:, col]
+        reach = np.float32(length_scores(self.length_bias, scores.plan.max_tokens).max())
+        own = scores.of_rows(question, tokens, distinct=False)[np.arange(len(tokens)), side]
+        bound = own + (best[question, 1 - side] + reach)
+        out_starts, out_ends = np.zeros(len(tokens), np.int64), np.zeros(len(tokens), np.int64)
+        out_scores = np.full(len(tokens), -np.inf, np.float32)
+
+        def complete(at: np.ndarray) -> None:  # ascending positions: the starts' candidates, then the ends'
+            first, second = at[at < len(s)], at[at >= len(s)]
+            done = self._complete(scores, tokens[first], question[first], tokens[second], question[second])
+            out_starts[at], out_ends[at], out_scores[at] = done[0], done[1], done[2]
+
+        complete(np.sort(head))
+        units, unit_of_side = np.unique(sides // 2, return_inverse=True)
+        floor = np.full(len(units), -np.inf, np.float32)  # each unit's best span among its first candidates'
+        np.maximum.at(floor, unit_of_side, out_scores[head])
+        keep = bound >= floor[unit_of_side[where]]
+        keep[head] = False
+        complete(np.flatnonzero(keep))
+        keep[head] = True
+        return out_starts[keep], out_ends[keep], out_scores[keep], question[keep]
 
     def scores(self, vec: Callable[[np.ndarray], np.ndarray], ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """(len(ids), q): the vectors ``vec`` reads for ``ids`` dot each column of ``queries`` (d, q); on the GPU

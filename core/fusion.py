@@ -56,7 +56,7 @@ class LexicalFusion:
         lex_unit = "passage" if unit == "phrase" else unit
         n_lex = top_k if dense is None else LEXICAL_PASSAGES if unit == "phrase" else max(top_k, FUSION_DEPTH[unit])
         with numpy_blas().limit(limits=1):
-            found = [self.lexical_units(lexical[b], lex_unit, n_lex) for b in range(len(questions))]
+            found = self.lexical_units(lexical, lex_unit, n_lex)
             unit_lexical = self.unit_lexical(lexical, unit) if dense is not None and unit == "doc" else None
             # phrases in hybrid mode rank every span; units and lexical hits take each passage's best
             spans = self.dense.passage_spans([passages for _, _, passages in found], scores,
@@ -93,18 +93,34 @@ class LexicalFusion:
         return [Spans(starts[a:b], ends[a:b], scores[a:b].astype(np.float32)) if b > a else EMPTY_SPANS
                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
-    def lexical_units(self, scores: np.ndarray, unit: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One question's top ``n`` units by BM25 (a unit scores its best passage's score; only matching ones):
-        (units, their scores, their best passages), best first, ties by passage id."""
+    def lexical_units(self, scores: np.ndarray, unit: str, n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per question (row of ``scores``, (B, P) BM25), its top ``n`` units by BM25 (a unit scores its best
+        passage's score; only matching ones): (units, their scores, their best passages), best first, ties by passage
+        id (a unit's best passage: the first of its passages with its score). Passages tied at the n-th place are
+        cut as ``np.argpartition`` cuts them; documents and other units are ranked for the batch at once, from each
+        unit's run of passages, ties at the cut by best passage too."""
         if unit == "passage":
-            n = min(n, len(scores))
-            top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
-            top = top[np.lexsort((top, -scores[top]))]
-        else:
-            top = np.argsort(-scores, kind="stable")
-            top = top[first_per_unit(self.unit_of_passage[unit][top])][:n]
-        top = top[scores[top] > 0]
-        return self.unit_of_passage[unit][top], scores[top], top
+            out = []
+            for row in scores:
+                k = min(n, len(row))
+                top = np.argpartition(-row, k - 1)[:k] if k < len(row) else np.arange(len(row))
+                top = top[np.lexsort((top, -row[top]))]
+                top = top[row[top] > 0]
+                out.append((self.unit_of_passage[unit][top], row[top], top))
+            return out
+        order, starts = self._runs[unit]
+        ranked = scores[:, order]  # each unit's passages together, in passage order
+        best = np.maximum.reduceat(ranked, starts, axis=1)  # (B, U) each unit's best score
+        lengths = np.diff(np.r_[starts, len(order)])
+        at = np.where(ranked == np.repeat(best, lengths, axis=1), np.arange(len(order)), len(order))
+        passage = order[np.minimum.reduceat(at, starts, axis=1)]  # each unit's best passage: its first at its best
+        units = self.unit_of_passage[unit][order[starts]]
+        top = np.lexsort((passage, -best), axis=1)[:, :n]  # by score, ties by best passage
+        out = []
+        for b, t in enumerate(top):
+            t = t[best[b, t] > 0]
+            out.append((units[t], best[b, t], passage[b, t]))
+        return out
 
     def lexical_hits(self, spans: Spans, unit_scores: np.ndarray, passages: np.ndarray, top_k: int) -> list[Hit]:
         """Lexical mode: units in BM25 order, each answered by the best span of its best passage."""

@@ -2,7 +2,8 @@
 
 The fast path (``DenseLeg.candidates``): on a flat index the batch's inner products are computed once and each
 deepening round selects from them (``core.flat_search``), a round's units are counted from its candidate tokens,
-and each question is completed once. The straightforward path (``straightforward_candidates`` below, the search as
+each question is completed once, and a unit search completes only the candidates whose span may be their unit's
+best. The straightforward path (``straightforward_candidates`` below, the search as
 it was written first): every round asks faiss again (its own ``IndexFlat`` search, with the selection's selector)
 and completes every question's candidates from the fine vectors, counting units among the completed spans. Same
 hits in the same order; the same scores to float32 rounding (the fast path reads a flat index's token scores from
@@ -61,6 +62,9 @@ def hit_scores(hits) -> np.ndarray:
 @pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("filtered", [False, True])
 def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatch, unit, mode, filtered):
+    from spanseek.core import dense
+
+    monkeypatch.setattr(dense, "UNIT_CANDIDATES", 1)  # unit searches bound their candidates, however few
     searcher = tiny_searcher
     index = searcher.index
     assert searcher.dense.flat_holds_fine  # token scores are read from the flat scan's held product
@@ -107,3 +111,74 @@ def test_each_units_best_span_equals_the_first_of_its_unit_after_deduplication(t
             first = first_per_unit(fusion.unit_of_passage[unit][index.token_passage[sp.starts]])
             assert got.starts.tolist() == sp.starts[first].tolist() and got.ends.tolist() == sp.ends[first].tolist()
             assert got.scores.tolist() == sp.scores[first].tolist()
+
+
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_a_unit_search_completes_only_candidates_that_may_be_their_units_best(tiny_searcher, monkeypatch, unit):
+    """Completing for a unit search leaves out candidates whose span cannot beat their unit's best: fewer spans,
+    the others in the same order, and each unit's best span (and the deduplicated ranking's first of each unit)
+    exactly as when every candidate is completed. Questions aimed at tokens give close scores and ties."""
+    from spanseek.core import dense
+    from spanseek.core.hits import first_per_unit
+
+    monkeypatch.setattr(dense, "UNIT_CANDIDATES", 1)  # bound the tiny index's units however few candidates they have
+
+    searcher = tiny_searcher
+    index, leg = searcher.index, searcher.dense
+    rng = np.random.default_rng(11)
+    qs, qe = rng.standard_normal((2, 8, index.vectors.shape[1])).astype(np.float32)
+    qs[:3] = index.token_vectors(rng.choice(index.num_tokens, 3))
+    qe[:3] = qs[:3]
+    plan = searcher._plan(SearchParams(unit=unit, top_k=3))
+    batch = leg.batch(plan, qs, qe)
+    ids = batch.search(np.arange(8), min(index.num_tokens, 256))
+    candidates = [(ids[b], ids[8 + b]) for b in range(8)]
+    units = searcher.fusion.unit_of_passage[unit]
+    everything = leg.complete_all(batch.scores, candidates, dedupe=False)
+    worth = leg.complete_all(batch.scores, candidates, dedupe=False, unit_of_passage=units)
+    assert sum(len(sp.starts) for sp in worth) < sum(len(sp.starts) for sp in everything)  # some were left out
+    for all_b, kept_b in zip(everything, worth, strict=True):
+        pairs = list(zip(all_b.starts.tolist(), all_b.ends.tolist(), all_b.scores.tolist(), strict=True))
+        it = iter(pairs)
+        assert all(p in it for p in zip(kept_b.starts.tolist(), kept_b.ends.tolist(), kept_b.scores.tolist(),
+                                        strict=True))  # a subsequence: the same order
+    best = [searcher.fusion.best_per_unit(np.repeat(np.arange(8), [len(sp.starts) for sp in sps]),
+                                          np.concatenate([sp.starts for sp in sps]),
+                                          np.concatenate([sp.ends for sp in sps]),
+                                          np.concatenate([sp.scores for sp in sps]), unit, 8)
+            for sps in (everything, worth)]
+    for a, b in zip(*best, strict=True):
+        assert (a.starts.tolist(), a.ends.tolist(), a.scores.tolist()) == (b.starts.tolist(), b.ends.tolist(),
+                                                                           b.scores.tolist())
+    deduped = [leg.complete_all(batch.scores, candidates, unit_of_passage=u) for u in (None, units)]
+    for a, b in zip(*deduped, strict=True):
+        fa = first_per_unit(units[index.token_passage[a.starts]])
+        fb = first_per_unit(units[index.token_passage[b.starts]])
+        assert (a.starts[fa].tolist(), a.scores[fa].tolist()) == (b.starts[fb].tolist(), b.scores[fb].tolist())
+
+
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_the_lexical_legs_units_are_those_of_ranking_every_passage(tiny_searcher, unit):
+    """``lexical_units`` (documents: ranked for the batch at once from each unit's run of passages) gives what ranking
+    every passage by BM25 (ties by passage id) and taking each unit's first gives: the same units, scores and best
+    passages, in order, only those that match; with ties within and across units (passages: ties only above the
+    cut, where the cut is argpartition's)."""
+    from spanseek.core.hits import first_per_unit
+
+    fusion = tiny_searcher.fusion
+    unit_of_passage = fusion.unit_of_passage[unit]
+    rng = np.random.default_rng(5)
+    scores = rng.integers(0, 4, size=(6, len(unit_of_passage))).astype(np.float32)  # many ties, many zeros
+    scores[0] = 0  # nothing matches
+    cuts = (1, 3, len(unit_of_passage) + 1)
+    if unit == "passage":  # distinct scores around the cuts: the first 3 above the rest, which may tie
+        scores[1:, :3] = [10, 9, 8]
+        cuts = (1, 2, 3, len(unit_of_passage) + 1)
+    for n in cuts:
+        got = fusion.lexical_units(scores, unit, n)
+        for row, (units, unit_scores, passages) in zip(scores, got, strict=True):
+            top = np.argsort(-row, kind="stable")
+            top = top[first_per_unit(unit_of_passage[top])][:n]
+            top = top[row[top] > 0]
+            assert units.tolist() == unit_of_passage[top].tolist() and passages.tolist() == top.tolist()
+            assert unit_scores.tolist() == row[top].tolist()
