@@ -401,8 +401,9 @@ class DenseLeg:
                       ) -> list[Spans]:
         """Per question b of the batch, every start token of its passages ``groups[b]`` completed with its best end,
         by score: reading comprehension's exact best span of each passage is among them (``best_span``), with the
-        same score. ``best_only``: only that span of each passage (the first in token order among equal scores).
-        The batch's passages are laid end to end and completed together; each question's spans are its own."""
+        same score. ``best_only``: only that span of each passage (the first in token order among equal scores),
+        completing only the starts that may give it (``_may_be_best``). The batch's passages are laid end to end
+        and completed together; each question's spans are its own."""
         ptok = self.index.passage_tokens
         passages = np.concatenate([np.asarray(g, np.int64) for g in groups]) if len(groups) else np.zeros(0, np.int64)
         owner = np.repeat(np.arange(len(groups)), [len(g) for g in groups])  # each passage's question
@@ -422,8 +423,11 @@ class DenseLeg:
         ends = np.full(len(ids) + len(passages) * (max_tokens - 1), -np.inf)
         ends[at] = np.where(flags & FLAG_END > 0, sc[:, 1], -np.inf)
         rows = np.flatnonzero(flags & FLAG_START > 0)  # the tokens that may start a phrase
-        end_scores = np.lib.stride_tricks.sliding_window_view(ends, max_tokens)[at[rows]] + length_scores(
-            self.length_bias, max_tokens)  # (r, max_tokens): column k ends the span k tokens later
+        bias = length_scores(self.length_bias, max_tokens)
+        windows = np.lib.stride_tricks.sliding_window_view(ends, max_tokens)
+        if best_only and len(rows):
+            rows = self._may_be_best(rows, sc[:, 0], ends[at], lengths, windows, at, bias)
+        end_scores = windows[at[rows]] + bias  # (r, max_tokens): column k ends the span k tokens later
         j = end_scores.argmax(axis=1)  # ties: the shortest span, as best_span
         span_scores = np.full(len(ids), -np.inf, np.float32)
         span_scores[rows] = sc[rows, 0] + end_scores[np.arange(len(rows)), j]
@@ -443,6 +447,29 @@ class DenseLeg:
             if len(k):
                 out[b] = Spans(ids[k].astype(np.int64), ids[last[k]].astype(np.int64), span_scores[k])
         return out
+
+    @staticmethod
+    def _may_be_best(rows: np.ndarray, start: np.ndarray, end: np.ndarray, lengths: np.ndarray, windows: np.ndarray,
+                     at: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        """The start positions ``rows`` (ascending) whose span may be the best of its passage: a span from i scores
+        at most start[i] + its passage's best end score + the largest bias (summed as the spans are, in float64 and
+        then float32: monotone roundings), so a start whose bound is below the span of its passage's best start can
+        neither be the passage's best nor tie with it. ``start``, ``end``: each position's scores (end: -inf where
+        no span may end); ``lengths``: the passages' positions, laid end to end; ``windows[at[i]]``: the end scores
+        of the spans from position i."""
+        passage = np.repeat(np.arange(len(lengths)), lengths)
+        nonempty = np.flatnonzero(lengths)
+        best_end = np.full(len(lengths), -np.inf)
+        best_end[nonempty] = np.maximum.reduceat(end, (np.cumsum(lengths) - lengths)[nonempty])
+        own = passage[rows]
+        bound = (start[rows] + (best_end[own] + float(bias.max()))).astype(np.float32)
+        # each passage's best start (the first among equal ones), completed: the floor its other starts must reach
+        cut = np.flatnonzero(np.r_[True, own[1:] != own[:-1]])
+        top = np.repeat(np.maximum.reduceat(start[rows], cut), np.diff(np.r_[cut, len(rows)]))
+        lead = rows[np.minimum.reduceat(np.where(start[rows] == top, np.arange(len(rows)), len(rows)), cut)]
+        floor = np.full(len(lengths), -np.inf, np.float32)
+        floor[passage[lead]] = (start[lead] + (windows[at[lead]] + bias).max(axis=1)).astype(np.float32)
+        return rows[bound >= floor[own]]
 
     def best_in_passage(self, passage: int, q_start: np.ndarray, q_end: np.ndarray, max_tokens: int,
                         decode: str = "span") -> tuple[int, int, float]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -134,10 +135,15 @@ def top_passages(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def zscore(x: np.ndarray) -> np.ndarray:
-    """Standardise a question's scores over its candidates (all zeros when they do not vary)."""
+    """Standardise a question's scores over its candidates (all zeros when they do not vary). The same bits as
+    ``(x - x.mean()) / x.std()``, whose sums it makes directly (numpy's pairwise ``add.reduce``): a quarter of the
+    time on the few dozen candidates of a question, which every hybrid search standardises twice."""
     x = np.asarray(x, np.float64)
-    sd = x.std()
-    return (x - x.mean()) / sd if sd > 1e-9 else np.zeros_like(x)
+    if not len(x):
+        return np.zeros_like(x)
+    centred = x - np.add.reduce(x) / len(x)
+    sd = math.sqrt(np.add.reduce(centred * centred) / len(x))
+    return centred / sd if sd > 1e-9 else np.zeros_like(x)
 
 
 def score_fuse(dense: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:

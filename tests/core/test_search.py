@@ -416,3 +416,33 @@ def test_passage_spans_hold_each_passage_exact_best_span(long_searcher, held):
     for i, j, s in zip(every.starts, every.ends, every.scores, strict=True):  # each passage's first in the full list
         first.setdefault(int(index.token_passage[i]), (float(s), int(i), int(j)))
     assert first == got
+
+
+@pytest.mark.parametrize("aim", ["zero-start", "token-start", "random"])
+def test_each_passages_best_span_is_the_first_of_its_passage_among_every_span(long_searcher, aim):
+    """``best_only`` completes only the starts that may be their passage's best (a bound from the passage's best end
+    score): the span kept for each passage is, to the bit, the first of that passage in the full ranking of every
+    start's span, ties included (a zero start vector ties every start of a passage)."""
+    from spanseek.core.dense import BatchScores
+
+    searcher = long_searcher
+    index, leg = searcher.index, searcher.dense
+    plan = searcher._plan(SearchParams(unit="passage"))
+    rng = np.random.default_rng(3)
+    qs, qe = (x[0] for x in random_questions(rng, 1, index.vectors.shape[1]))
+    if aim == "zero-start":
+        qs = np.zeros_like(qs)
+    elif aim == "token-start":
+        qs = index.token_vectors(np.array([index.num_tokens // 2]))[0]
+    vectors = index.token_vectors(np.arange(index.num_tokens))
+    scan = np.stack([vectors @ qs, vectors @ qe])
+    scores = BatchScores(leg, plan, qs[None], qe[None], lambda: scan)
+    passages = np.arange(len(index.passages))
+    every = leg.passage_spans([passages], scores)[0]
+    best = leg.passage_spans([passages], scores, best_only=True)[0]
+    first: dict[int, tuple[int, int, float]] = {}
+    for i, j, s in zip(every.starts.tolist(), every.ends.tolist(), every.scores.tolist(), strict=True):
+        first.setdefault(int(index.token_passage[i]), (i, j, s))
+    got = {int(index.token_passage[i]): (i, j, s)
+           for i, j, s in zip(best.starts.tolist(), best.ends.tolist(), best.scores.tolist(), strict=True)}
+    assert got == first
