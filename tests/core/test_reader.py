@@ -212,6 +212,23 @@ def test_read_hits_are_read_spans_of_the_retrieved_passages(reading_searcher, un
                    {h.passage_id if unit == "passage" else h.doc_id for h in plain}
 
 
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_the_units_read_are_those_a_search_without_read_returns_first(reading_searcher, monkeypatch, unit):
+    """A search with ``read`` reads the units that a search of them without it ranks first, with the same scores
+    (a phrase search reads the passages a passage search returns: hybrid, with the passage unit's lexical weight)."""
+    retrieved = []
+    rank = reading_searcher.reading.rank
+    monkeypatch.setattr(reading_searcher.reading, "rank", lambda plan, q, r: retrieved.extend(r) or rank(plan, q, r))
+    params = SearchParams(unit=unit, top_k=1, mode="hybrid", read=True, read_passages=2)
+    reading_searcher.search(QUESTIONS, params)
+    plain = reading_searcher.search(QUESTIONS, replace(params, unit="passage" if unit == "phrase" else unit,
+                                                       top_k=2, read=False))
+    assert len(retrieved) == len(QUESTIONS)
+    for got, want in zip(retrieved, plain, strict=True):
+        assert [(h.passage_id, h.start, h.end, h.score) for h in got[:2]] == \
+               [(h.passage_id, h.start, h.end, h.score) for h in want]
+
+
 def test_the_fitted_combination_is_read_from_the_reader_directory(reading_searcher, tiny_reader):
     """read_passages and the model's coefficients come from reading.json: passages read per question and the
     ranking follow the file."""
