@@ -111,11 +111,15 @@ def test_long_passages_read_in_windows_give_the_best_span_over_them(tiny_reader)
     assert span.score == pytest.approx(best[0], abs=1e-4)
 
 
-def test_a_batch_reads_each_pair_as_if_alone(tiny_reader):
+@pytest.mark.parametrize("budget", [1, 64, 16384])
+def test_a_batch_reads_each_pair_as_if_alone(tiny_reader, budget):
+    """Whatever the token budget of a forward pass (one window a pass, a few, all of them padded together)."""
     reader = PassageReader.load(tiny_reader)
     questions = ["who built the castle?", "when did the fire happen?", "what did Dara use?"]
     passages = [PASSAGE, PASSAGE[:70], PASSAGE[60:]]
+    reader.max_batch_tokens = budget
     together = reader.read(questions, passages, k=2)
+    reader.max_batch_tokens = 1
     for q, p, spans in zip(questions, passages, together, strict=True):
         [alone] = reader.read([q], [p], k=2)
         assert [(s.start, s.end) for s in alone] == [(s.start, s.end) for s in spans]
