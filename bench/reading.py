@@ -112,12 +112,13 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=64, help="questions per search batch")
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="question encoder")
     ap.add_argument("--reader-precision", default="auto", choices=["auto", "fp32", "bf16"])
+    ap.add_argument("--runtime", default="auto", choices=["auto", "torch", "onnx"], help="forward passes: auto (ONNX Runtime in fp32 on a CPU), torch or onnx")
     ap.add_argument("--parts", default=",".join(PARTS), type=parts_list,
                     help=f"what to measure, comma-separated among {','.join(PARTS)} (default: all)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     searcher = open_searcher(args.index, args.model, precision=args.precision, reader=args.reader,
-                             reader_precision=args.reader_precision)
+                             reader_precision=args.reader_precision, runtime=args.runtime)
     assert searcher.reading is not None
     questions = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
     parts = set(args.parts.split(","))
@@ -126,6 +127,7 @@ def main() -> int:
         "model": args.model, "reader": args.reader, "mode": searcher.default_mode,
         "read_passages": args.read_passages or searcher.reading.reading.read_passages,
         "reader_precision": searcher.reading.reader.precision,
+        "runtime": "onnx" if searcher.reading.reader.onnx is not None else "torch",
     }
     if "speed" in parts:
         result["speed"] = {

@@ -66,7 +66,8 @@ def timed(fn, batches: list[list[str]]) -> float:
 
 def run(args: argparse.Namespace, index_dir: Path) -> dict:
     load_before = os.getloadavg()
-    searcher = open_searcher(index_dir, args.model, device=args.device, precision=args.precision)
+    searcher = open_searcher(index_dir, args.model, device=args.device, precision=args.precision,
+                             runtime=args.runtime)
     questions = bench_questions(args.questions, args.split, args.n_questions)
     batches = [questions[a : a + args.batch_size] for a in range(0, len(questions), args.batch_size)]
     searcher.search(batches[0], SearchParams(unit="passage", top_k=args.top_k))  # warm-up (allocations, page cache)
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
         "benchmark": "search_throughput", "model": str(args.model), "index": str(index_dir),
         "indexed_tokens": int(searcher.index.faiss.ntotal), "passages": len(searcher.index.passages),
         "factory": searcher.index.manifest.factory, "precision": searcher.encoder.precision,
+        "runtime": "onnx" if searcher.encoder.onnx is not None else "torch",
         "torch_threads": torch.get_num_threads(), "questions": n, "batch_size": args.batch_size, "top_k": args.top_k,
         "repeats": args.repeats, "raw_encode_seconds": round(raw, 3), "raw_encode_qps": round(n / raw, 1),
         "units": {}, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS)
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--runtime", default="auto", choices=["auto", "torch", "onnx"], help="forward passes: auto (ONNX Runtime in fp32 on a CPU), torch or onnx")
     p.add_argument("--device", default="auto")
     p.add_argument("--repeats", type=int, default=1, help="runs of each measurement; the fastest is kept")
     p.add_argument("--out", required=True, help="JSON results")

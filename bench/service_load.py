@@ -246,7 +246,7 @@ def request_body(args: argparse.Namespace) -> dict:
 def start_server(args: argparse.Namespace, index: Path, model: str, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "spanseek.cli", "serve", "--index", str(index), "--model", model,
            "--host", "127.0.0.1", "--port", str(port), "--device", args.device, "--precision", args.precision,
-           "--max-batch-size", str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
+           "--runtime", args.runtime, "--max-batch-size", str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
            "--max-queue", str(args.max_queue), "--log-level", "warning",
            "--pipeline", args.pipeline]
     if args.torch_threads:
@@ -309,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
                    help="encoder precision of both the raw pipeline and the service (auto: as the service defaults)")
+    p.add_argument("--runtime", default="auto", choices=["auto", "torch", "onnx"], help="forward passes: auto (ONNX Runtime in fp32 on a CPU), torch or onnx")
     p.add_argument("--unit", default="passage", choices=UNITS)
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--read", action="store_true", help="requests read their top passages (the server gets --reader)")
@@ -342,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.torch_threads)
     searcher = open_searcher(index, model, device=args.device, precision=args.precision,
-                             reader=args.reader if args.read else None)
+                             reader=args.reader if args.read else None, runtime=args.runtime)
+    runtime = "onnx" if searcher.encoder.onnx is not None else "torch"
     precision = searcher.encoder.precision  # what "auto" chose here (the server picks the same on this host)
     questions = make_questions(searcher, 512)
     params = SearchParams(unit=args.unit, top_k=args.top_k, read=args.read)
@@ -365,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             proc.kill()
     sat = service["saturation"]
     result = {
-        "index": str(index), "model": model, "device": args.device, "precision": precision, "unit": args.unit,
+        "index": str(index), "model": model, "device": args.device, "precision": precision, "runtime": runtime,
+        "unit": args.unit,
         "top_k": args.top_k, "read": args.read,
         "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "pipeline": args.pipeline,
         "torch_threads": args.torch_threads,

