@@ -273,6 +273,22 @@ async def wait_ready(client: aiohttp.ClientSession, proc: subprocess.Popen, time
         await asyncio.sleep(0.2)
 
 
+class Fresh:
+    """The question list rotated past the questions earlier phases asked: ``next()`` the list for the next phase,
+    ``used(result)`` moves past the requests a phase sent (every status and exception it counted)."""
+
+    def __init__(self, questions: list[str]):
+        self.questions, self.start = questions, 0
+
+    def next(self) -> list[str]:
+        k = self.start % len(self.questions)
+        return self.questions[k:] + self.questions[:k]
+
+    def used(self, result: dict) -> dict:
+        self.start += sum(result["status"].values())
+        return result
+
+
 async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Popen, questions: list[str]) -> dict:
     # The load generator shares the machine's cores with the service, so it must be cheap: aiohttp spends
     # ~0.3 ms of CPU a request here where httpx spent ~3.5 ms (0.45 of the 2 cores at 115 q/s, which the
@@ -282,15 +298,19 @@ async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Pope
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as client:
         await wait_ready(client, proc)
-        await closed_loop(client, questions, min(args.concurrency), 1.0, args.unit, request_body(args))  # warm connections
+        # each phase asks the questions after the last phase's (a reading service remembers recent reads, so a
+        # phase that asked them again would measure its cache, not reading)
+        fresh = Fresh(questions)
+        await closed_loop(client, fresh.next(), min(args.concurrency), 1.0, args.unit, request_body(args))  # warm
         levels = []
         for c in args.concurrency:
-            levels.append(await closed_loop(client, questions, c, args.seconds, args.unit, request_body(args)))
+            levels.append(fresh.used(await closed_loop(client, fresh.next(), c, args.seconds, args.unit,
+                                                       request_body(args))))
             print(json.dumps(levels[-1]), file=sys.stderr)
-        single = await closed_loop(client, questions, 1, args.seconds, args.unit, request_body(args))
+        single = fresh.used(await closed_loop(client, fresh.next(), 1, args.seconds, args.unit, request_body(args)))
         saturation = max(levels, key=lambda lv: lv["qps"])
         rate = args.open_loop_rate or saturation["qps"] / 2
-        half = await open_loop(client, questions, rate, args.seconds, args.unit, request_body(args))
+        half = fresh.used(await open_loop(client, fresh.next(), rate, args.seconds, args.unit, request_body(args)))
         print(json.dumps({"half_load": half}), file=sys.stderr)
         soak = None
         if args.soak_seconds > 0:
