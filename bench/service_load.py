@@ -301,7 +301,8 @@ async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Pope
         # each phase asks the questions after the last phase's (a reading service remembers recent reads, so a
         # phase that asked them again would measure its cache, not reading)
         fresh = Fresh(questions)
-        await closed_loop(client, fresh.next(), min(args.concurrency), 1.0, args.unit, request_body(args))  # warm
+        fresh.used(await closed_loop(client, fresh.next(), min(args.concurrency), 1.0, args.unit,
+                                     request_body(args)))  # warm connections
         levels = []
         for c in args.concurrency:
             levels.append(fresh.used(await closed_loop(client, fresh.next(), c, args.seconds, args.unit,
