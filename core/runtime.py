@@ -11,7 +11,8 @@ reader windows). On a 2-core AMD EPYC (Zen 3, AVX2) the same fp32 graphs ran und
 | reader, 32 windows of 128 tokens      | 938 ms  | 812 ms       |
 
 A module is exported once with torch's exporter (dynamic batch and length), stored in a cache directory under a
-key of its weights and the library versions (``ONNX_CACHE``; a later process loads it in a fraction of a second),
+key of its weights and the library versions (``ONNX_CACHE``: ``~/.cache/spanseek/onnx``, or ``$SPANSEEK_ONNX_CACHE``;
+a later process loads it in a fraction of a second),
 and run by an ONNX Runtime session on torch's number of threads, whose workers do not spin between operators (the
 stage after the forward pass needs the cores). Outputs equal torch's within float rounding (about 1e-5 on
 logits), as a different BLAS would give.
@@ -93,6 +94,7 @@ class OnnxForward:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else ONNX_CACHE
         self._session: Any = None
         self._threads = 0
+        self._path: Path | None = None  # the graph's file once found or exported (a new thread count reuses it)
         self._lock = threading.Lock()
 
     def path(self) -> Path:
@@ -104,8 +106,11 @@ class OnnxForward:
 
     def export(self) -> Path:
         """The exported graph's file: from the cache, or exported now and moved into it in one rename."""
+        if self._path is not None and self._path.is_file():
+            return self._path
         path = self.path()
         if path.is_file():
+            self._path = path
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -125,6 +130,7 @@ class OnnxForward:
             for m, training in modes:
                 m.training = training
         log.info("exported %s for ONNX Runtime to %s", type(self.module).__name__, path)
+        self._path = path
         return path
 
     def session(self) -> Any:
