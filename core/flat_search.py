@@ -22,7 +22,11 @@ The buffer stays at the largest batch's size, at most ``FLAT_SCORES_BYTES`` a th
 The product is numpy's (OpenBLAS) on pieces of ``PRODUCT_COLUMNS`` token columns, its BLAS held to one thread and
 the pieces shared among torch's number of threads (``scores_into``). On a 2-core AMD EPYC (Zen 3, AVX2) the
 (128 x 384) x (384 x 146k) product took 118 ms this way against 171 ms for torch's (MKL) and 116-135 ms for
-OpenBLAS's own two threads, whose workers then busy-wait on the cores the next steps need.
+OpenBLAS's own two threads, whose workers then busy-wait on the cores the next steps need. A few query rows (one to
+four questions: ``SMALL_ROWS``) are the other way round: the scan is bound by reading the index, and torch's
+tall product ``xb @ queries.T`` reads it once, where OpenBLAS's wide one reads it about twice as slowly (146k
+tokens, same EPYC, medians of 15 interleaved: 2 rows 20.1 against 41.2 ms, 4 rows 20.4 against 38.8, 8 rows 37.1
+against 43.9, 10 rows 50.9 against 46.5).
 
     .venv/bin/python -m pytest -q tests/core/test_flat_search.py
 """
@@ -44,6 +48,7 @@ FLAT_SCORES_BYTES = 512 << 20
 # more columns 4.7x faster than of 8 or 16 (4.5 against 21 ms for 128 rows of 146k scores, 2-core EPYC)
 MAXIMA_WIDTH = 32
 PRODUCT_COLUMNS = 2048  # token columns of one piece of the product (its output fits a core's L2 at 128 rows)
+SMALL_ROWS = 8  # query rows up to which the scan is torch's tall product (see the module docstring)
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (its number of threads, the pool)
 _pool_lock = threading.Lock()
 
@@ -66,9 +71,13 @@ def scores_into(queries: np.ndarray, xb: np.ndarray, out: np.ndarray, workers: i
     each piece numpy's single-threaded product, ``workers`` threads (default: torch's thread count) each taking
     one contiguous run of pieces. The pieces are cut at the same columns however many threads share them, so the
     scores have the same bits for any thread count (float rounding does depend on the cut, and on the number of
-    rows, as with any BLAS)."""
+    rows, as with any BLAS). Up to ``SMALL_ROWS`` rows, torch's tall product ``xb @ queries.T`` instead (torch's
+    threads; the same bits for any thread count too)."""
     import torch
 
+    if len(queries) <= SMALL_ROWS:
+        out[:] = torch.matmul(torch.from_numpy(xb), torch.from_numpy(queries).T).numpy().T
+        return out
     n = len(xb)
     workers = max(1, min(workers or torch.get_num_threads(), -(-n // PRODUCT_COLUMNS)))
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spanseek.core.flat_search import FlatScan, block_maxima, flat_vectors, scores_into, top_ids, top_values
+from spanseek.core.flat_search import (
+    SMALL_ROWS,
+    FlatScan,
+    block_maxima,
+    flat_vectors,
+    scores_into,
+    top_ids,
+    top_values,
+)
 
 
 def flat_index(x: np.ndarray):
@@ -166,14 +174,24 @@ def test_top_values_of_some_rows_from_the_blocks_maxima_are_topks_values(m):
     assert torch.equal(torch.gather(scores[rows], 1, ids), values)
 
 
-def test_the_product_is_the_same_however_many_threads_share_it():
-    """scores_into: one thread or several (the last piece narrower), the same bits; and they are the inner products."""
+@pytest.mark.parametrize("rows", [2, SMALL_ROWS, SMALL_ROWS + 1, 13])
+def test_the_product_is_the_same_however_many_threads_share_it(rows):
+    """scores_into, on either side of SMALL_ROWS (torch's tall product, numpy's pieces): one thread or several (the
+    last piece narrower), the same bits; and they are the inner products."""
+    import torch
+
     rng = np.random.default_rng(3)
-    q, x = rng.standard_normal((7, 384), dtype=np.float32), rng.standard_normal((10_001, 384), dtype=np.float32)
-    alone = scores_into(q, x, np.empty((7, len(x)), np.float32), workers=1)
-    np.testing.assert_allclose(alone, q @ x.T, rtol=1e-4, atol=1e-4)
-    for workers in (2, 3):
-        assert np.array_equal(scores_into(q, x, np.empty_like(alone), workers=workers), alone)
+    q, x = rng.standard_normal((rows, 384), dtype=np.float32), rng.standard_normal((10_001, 384), dtype=np.float32)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = scores_into(q, x, np.empty((rows, len(x)), np.float32), workers=1)
+        np.testing.assert_allclose(alone, q.astype(np.float64) @ x.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+        for workers in (2, 3):
+            torch.set_num_threads(workers)
+            assert np.array_equal(scores_into(q, x, np.empty_like(alone), workers=workers), alone)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("m", [1, 2, 7, 64, 129, 600])
