@@ -41,6 +41,10 @@ DEFAULT_READER_DIR = Path(__file__).parent / "models" / "reader"
 # padded tokens per forward pass: windows sorted by length are padded to their batch's longest, so small batches
 # waste little (a batch of 64 questions' reads: 10% padding against 28% at 16,384) and ran 1.3x faster on 2 cores
 MAX_BATCH_TOKENS = 4096
+# on ONNX Runtime (a CPU) passes of a few windows run faster still: a batch of 64 questions' reads (2-core AVX2
+# EPYC, medians of 12 alternating) took 5.86 s at 4,096 tokens a pass, 4.97 at 2,048, 4.50 at 1,024, 4.03 at 512
+# and 768, 4.09 at 384, 4.30 at 256 (torch on the same CPU: 5.35 at 4,096, 4.87 at 1,024, 4.98 at 512)
+ONNX_BATCH_TOKENS = 512
 FROZEN = "word_embeddings"  # parameters whose name holds this are never trained and never saved
 
 
@@ -218,18 +222,19 @@ class PassageReader:
     """
 
     def __init__(self, model: ReaderModel, tokenizer, precision: str = "fp32",
-                 max_batch_tokens: int = MAX_BATCH_TOKENS, runtime: str = "torch"):
+                 max_batch_tokens: int | None = None, runtime: str = "torch"):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
         self.precision = precision
-        self.max_batch_tokens = max_batch_tokens
         example = {"input_ids": torch.ones((2, 8), dtype=torch.long), "attention_mask": torch.ones((2, 8), dtype=torch.long)}
         if "token_type_ids" in tokenizer.model_input_names:
             example["token_type_ids"] = torch.zeros((2, 8), dtype=torch.long)
         # ``core.runtime``: ``auto`` reads on ONNX Runtime in fp32 on a CPU (1.7x faster for one request's three
         # windows on an AVX2 EPYC, 1.15x for a pass of 4,096 tokens); ``torch`` suits a reader being trained
         self.onnx = onnx_forward(runtime, model_device(model), precision, model, example, ("start", "end"))
+        # padded tokens a forward pass (default: by runtime, measured above)
+        self.max_batch_tokens = max_batch_tokens or (MAX_BATCH_TOKENS if self.onnx is None else ONNX_BATCH_TOKENS)
 
     @classmethod
     def load(cls, ref: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",

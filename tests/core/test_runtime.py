@@ -11,7 +11,7 @@ import torch
 from spanseek.core import runtime
 from spanseek.core.encoding import QuestionEncoder
 from spanseek.core.model import load_model, load_tokenizer
-from spanseek.core.reader import PassageReader, load_reader_model
+from spanseek.core.reader import MAX_BATCH_TOKENS, ONNX_BATCH_TOKENS, PassageReader, load_reader_model
 from spanseek.core.runtime import OnnxForward, onnx_forward, pick_runtime
 
 QUESTIONS = ["who built the castle?", "when", "which painter wrote the novel about the railway harbour in 1410?"]
@@ -54,6 +54,7 @@ def test_a_reader_reads_the_same_spans_as_on_torch(tiny_reader, cache):
     fast = PassageReader.load(tiny_reader)
     slow = PassageReader.load(tiny_reader, runtime="torch")
     assert fast.onnx is not None and slow.onnx is None
+    assert (fast.max_batch_tokens, slow.max_batch_tokens) == (ONNX_BATCH_TOKENS, MAX_BATCH_TOKENS)  # by runtime
     a = fast.read(QUESTIONS, PASSAGES, k=3)
     b = slow.read(QUESTIONS, PASSAGES, k=3)
     for x, y in zip(a, b, strict=True):
