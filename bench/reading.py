@@ -68,7 +68,7 @@ def quality(searcher, questions, read: bool, read_passages: int | None, batch: i
     out = {"phrase_em@1": pct(em), "phrase_f1@1": pct(f1), "passage_acc@1": pct(acc1), "passage_acc@5": pct(acc5),
            "doc_acc@1": pct(doc1)}
     if read:
-        out["first_hit_ece"] = {u: round(ece(np.array(conf[u]), np.array(right[u])), 4) for u in RUNS if conf[u]}
+        out["first_hit_ece"] = {u: round(ece(np.array(conf[u]), np.array(right[u])), 6) for u in RUNS if conf[u]}
     return out
 
 
