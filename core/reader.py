@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from spanseek.core.config import ReaderConfig
-from spanseek.core.encoding import autocast, model_device
+from spanseek.core.encoding import autocast, length_passes, model_device, pad_batch
 from spanseek.core.io import replace_dir
 from spanseek.core.model import ModelError, resolve_backbone
 from spanseek.core.runtime import onnx_forward
@@ -164,15 +164,6 @@ def make_windows(tokenizer, config: ReaderConfig, questions: list[str], passages
     return Windows(ids, pair, offsets, types if uses_types else None)
 
 
-def pad_batch(rows: list[np.ndarray], pad_id: int, multiple: int = 8) -> torch.Tensor:
-    """(B, T) tensor of rows right-padded with ``pad_id`` to a multiple of ``multiple``."""
-    width = -(-max(len(r) for r in rows) // multiple) * multiple
-    out = np.full((len(rows), width), pad_id, dtype=np.int64)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r
-    return torch.from_numpy(out)
-
-
 # --- span decoding -------------------------------------------------------------------------------------------------
 
 
@@ -246,15 +237,9 @@ class PassageReader:
     def logits(self, windows: Windows) -> list[tuple[np.ndarray, np.ndarray]]:
         """(start, end) logits of every window, each (T_w,), batched by length."""
         device = model_device(self.model)
-        order = sorted(range(len(windows.ids)), key=lambda w: len(windows.ids[w]))
-        out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0), np.zeros(0))] * len(order)
+        out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0), np.zeros(0))] * len(windows.ids)
         pad_id = int(self.tokenizer.pad_token_id or 0)
-        i = 0
-        while i < len(order):
-            j = i + 1  # grow the batch while its padded size stays in the token budget
-            while j < len(order) and (j - i + 1) * len(windows.ids[order[j]]) <= self.max_batch_tokens:
-                j += 1
-            batch = order[i:j]
+        for batch in length_passes([len(w) for w in windows.ids], self.max_batch_tokens):
             ids = pad_batch([windows.ids[w] for w in batch], pad_id)
             mask = pad_batch([np.ones(len(windows.ids[w]), np.int64) for w in batch], 0)
             types = None if windows.type_ids is None else pad_batch([windows.type_ids[w] for w in batch], 0)
@@ -270,7 +255,6 @@ class PassageReader:
             for row, w in enumerate(batch):
                 n = len(windows.ids[w])
                 out[w] = (start[row, :n], end[row, :n])
-            i = j
         return out
 
     def token_logits(self, questions: list[str], passages: list[str],

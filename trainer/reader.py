@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from spanseek.core.encoding import autocast, pick_device, pick_precision
+from spanseek.core.encoding import autocast, pad_batch, pick_device, pick_precision
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic
 from spanseek.core.lexical import LexicalIndex
 from spanseek.core.metrics import answers_in, normalized_passage
@@ -38,7 +38,6 @@ from spanseek.core.reader import (
     ReaderModel,
     load_reader_tokenizer,
     make_windows,
-    pad_batch,
     reading_comprehension,
     resolve_reader,
 )

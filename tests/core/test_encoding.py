@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from spanseek.core.encoding import PassageEncoder, QuestionEncoder, autocast, pick_device, pick_precision
+from spanseek.core.encoding import (
+    PassageEncoder,
+    QuestionEncoder,
+    autocast,
+    length_passes,
+    pick_device,
+    pick_precision,
+)
 from spanseek.core.model import load_model, load_tokenizer
 from spanseek.core.text import best_window, tokenize_passages, window_starts
 from tests.conftest import make_paragraph
@@ -124,3 +131,19 @@ def test_the_bf16_probe_measures_a_positive_speed_ratio_once():
 
     first = cpu_bf16_speedup()
     assert 0.05 < first < 20 and cpu_bf16_speedup() == first  # cached: one probe per process
+
+
+@pytest.mark.parametrize("budget", [1, 10, 64, 10_000])
+def test_length_passes_cover_every_row_shortest_first_within_the_budget(budget):
+    """Every row in exactly one pass; passes in order of length; a pass of several rows pads within the budget."""
+    rng = np.random.default_rng(budget)
+    lengths = rng.integers(1, 30, size=50).tolist()
+    passes = length_passes(lengths, budget)
+    flat = [r for p in passes for r in p]
+    assert sorted(flat) == list(range(50))
+    assert [lengths[r] for r in flat] == sorted(lengths)
+    assert all(len(p) == 1 or len(p) * max(lengths[r] for r in p) <= budget for p in passes)
+    for p, after in zip(passes, passes[1:], strict=False):  # each pass as long as the budget allows
+        assert (len(p) + 1) * lengths[after[0]] > budget
+    if budget == 10_000:
+        assert len(passes) == 1

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spanseek.core import runtime
-from spanseek.core.encoding import QuestionEncoder
+from spanseek.core.encoding import ONNX_QUESTION_TOKENS, QuestionEncoder, length_passes
 from spanseek.core.model import load_model, load_tokenizer
 from spanseek.core.reader import MAX_BATCH_TOKENS, ONNX_BATCH_TOKENS, PassageReader, load_reader_model
 from spanseek.core.runtime import OnnxForward, onnx_forward, pick_runtime
@@ -41,7 +41,9 @@ def test_questions_encode_as_on_torch_in_padded_batches(tiny_model_dir, cache):
     tokenizer = load_tokenizer(model.config)
     fast, slow = QuestionEncoder(model, tokenizer, "fp32", "auto"), QuestionEncoder(model, tokenizer, "fp32")
     assert fast.onnx is not None and slow.onnx is None
-    for batch in (QUESTIONS, QUESTIONS[:1], QUESTIONS[1:] * 5):  # lengths differ: rows are padded
+    many = [f"{q} {' and more' * (i % 7)}" for i, q in enumerate(QUESTIONS * 30)]  # several passes, out of order
+    assert len(length_passes([len(x) for x in tokenizer(many)["input_ids"]], ONNX_QUESTION_TOKENS)) > 3
+    for batch in (QUESTIONS, QUESTIONS[:1], QUESTIONS[1:] * 5, many):  # lengths differ: rows are padded
         for a, b in zip(fast.encode(batch), slow.encode(batch), strict=True):
             assert a.dtype == np.float32 and a.shape == b.shape
             np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)
