@@ -31,6 +31,7 @@ from spanseek.indexer.live import base_dir
 from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.cost import CostModel
 from spanseek.service.errors import ServiceError, install_error_handlers
+from spanseek.service.heap import settle
 from spanseek.service.live import LiveWrites, live_dir_of
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware, SlowRefusalMiddleware
@@ -130,6 +131,7 @@ class ServiceState:
             warm_batches: list[tuple[int, float]] = []
             if self.settings.warmup:
                 warm_batches = await loop.run_in_executor(self.executor, self._warm_up, searcher)
+            await loop.run_in_executor(self.executor, settle)  # full collections skip the loaded heap
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bad index or model: stay up, say why on /ready and /health, log it

@@ -44,6 +44,7 @@ import contextlib
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -309,9 +310,11 @@ class MicroBatcher:
         the one they started with."""
         self.searcher = searcher
 
-    def serves(self, searcher: Searcher) -> bool:
-        """Whether a batch taken with ``searcher`` is still being encoded or searched."""
-        return any(item.searcher is searcher for item in self._inflight)
+    def serves(self, searcher: weakref.ref[Searcher]) -> bool:
+        """Whether a batch taken with ``searcher`` (a weak reference: asking does not keep a replaced searcher
+        alive) is still being encoded or searched."""
+        held = searcher()
+        return held is not None and any(item.searcher is held for item in self._inflight)
 
     @property
     def depth(self) -> int:
@@ -626,6 +629,8 @@ class MicroBatcher:
         self.cost.observe(size, seconds)
 
     def _forget(self, batch: list[_Pending]) -> None:
+        for item in batch:  # a request waiting for its answer to be sent no longer holds a replaced searcher
+            item.searcher = None
         done = {id(p) for p in batch}
         self._inflight = [p for p in self._inflight if id(p) not in done]
         if not self._inflight and not self._live_cost():

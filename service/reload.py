@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import gc
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,6 +39,7 @@ from spanseek.core.phrase_index import MANIFEST, Manifest
 from spanseek.core.search import Searcher
 from spanseek.service.batcher import encode_batch, search_batch
 from spanseek.service.errors import NotReady, Overloaded, ReloadFailed
+from spanseek.service.heap import settle
 from spanseek.service.settings import Settings
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ class IndexReloader:
         except Exception as e:  # a bad, damaged or foreign index: keep serving the old one
             raise self._failure(signature, reason, f"{type(e).__name__}: {e}",
                                 f"reload of {path} failed, still serving the previous index") from None
-        old = state.searcher
+        old = weakref.ref(state.searcher)  # no strong reference here: _release collects it, cycles and all
         self.path, self.signature, self._failed = path, signature, None
         state.swap_searcher(new, resolved)
         self._success(reason, resolved.target, t0, loaded)
@@ -235,17 +236,17 @@ class IndexReloader:
         encoded = await loop.run_in_executor(self.state.executor, encode_batch, searcher, requests)
         await loop.run_in_executor(self.executor, search_batch, searcher, encoded)
 
-    async def _release(self, old: Searcher) -> bool:
+    async def _release(self, old: weakref.ref[Searcher]) -> bool:
         """Wait until no batch runs on ``old`` any more, then collect it (faiss and memory maps are freed once
-        the last reference goes). False if its batches took longer than RELEASE_WAIT_S (it is freed later)."""
+        the last reference goes; ``settle`` thaws the frozen heap, so a reference cycle through the old searcher is
+        collected too). False if its batches took longer than RELEASE_WAIT_S (it is freed later)."""
         batcher = self.state.batcher
         deadline = time.monotonic() + RELEASE_WAIT_S
         while batcher is not None and batcher.serves(old):
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.01)
-        del old
-        await asyncio.get_running_loop().run_in_executor(self.executor, gc.collect)
+        await asyncio.get_running_loop().run_in_executor(self.executor, settle, True)
         return True
 
     async def watch(self, interval: float) -> None:

@@ -7,6 +7,7 @@ that cannot serve (foreign model, damaged files, no index) keeps the old index s
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import shutil
 import threading
@@ -329,3 +330,22 @@ def test_index_switch_refuses_a_damaged_index(tmp_path, tiny_index, index_b, cap
     (damaged / "docs.jsonl").write_text((damaged / "docs.jsonl").read_text().replace("b0", "x0"))
     assert main(["index", "switch", str(alias), str(damaged)]) == 2
     assert "docs.jsonl" in capsys.readouterr().err and resolve_alias(alias).target == tiny_index.resolve()
+
+
+async def test_the_served_searcher_is_frozen_and_a_replaced_one_collected(settings_for, async_serve, index_b):
+    """Full collections skip the loaded searcher (service.heap); a reload lets the old one go even when it sits in a
+    reference cycle, and freezes the new one."""
+    app = create_app(settings_for(api_key=KEY))
+    state = app.state.service
+    async with async_serve(app) as client:
+        assert (await client.post("/admin/reload", headers=AUTH)).status_code == 200  # one only the app holds
+        first = state.searcher
+        assert not any(o is first for o in gc.get_objects())
+        first.cycle = first  # only the cyclic collector can free it now
+        old = weakref.ref(first)
+        del first
+        r = await client.post("/admin/reload", json={"index": str(index_b)}, headers=AUTH)
+        assert r.status_code == 200 and r.json()["index"]["released_previous"] is True
+        assert old() is None
+        assert not any(o is state.searcher for o in gc.get_objects())
+        assert docs_of(await search(client)) == {"b"}
