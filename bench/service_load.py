@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read", action="store_true", help="requests read their top passages (the server gets --reader)")
     p.add_argument("--reader", default="default", help="with --read: the reader directory")
     p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--max-wait-ms", type=float, default=0.0)
     p.add_argument("--max-queue", type=int, default=256)
     p.add_argument("--torch-threads", type=int, default=None,
                    help="torch intra-op threads of the raw pipeline and the service (default: torch's, all cores)")

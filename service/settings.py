@@ -76,7 +76,9 @@ class Settings(BaseSettings):
 
     # Micro-batching. A bigger batch raises throughput (one encoder pass and one faiss call for many questions)
     # but each batch takes longer; a longer wait fills batches at low load at the cost of added latency.
-    # At saturation batches fill without waiting, so max_wait_ms only costs latency when traffic is light.
+    # At saturation batches fill without waiting, so max_wait_ms only costs latency when traffic is light; the
+    # default takes whatever is queued once the batcher is free (requests arriving during a batch form the next),
+    # which on a 2-core CPU host answered single requests 7 ms sooner and kept p99 at moderate load no higher.
     # Every accepted request may wait behind a whole batch and then run in one, so the batch time bounds latency
     # under overload: 16 keeps it under 2 s on a 2-core CPU host at about the same throughput as 32.
     max_batch_size: int = Field(16, ge=1, le=4096, description="most questions in one encoder/search batch")
@@ -87,7 +89,7 @@ class Settings(BaseSettings):
     pipeline: Literal["auto", "on", "full", "off"] = Field(
         "auto", description="overlap encoding of the next batch with search of the current one: auto, on, full, off"
     )
-    max_wait_ms: float = Field(5.0, ge=0, le=10_000, description="longest a question waits for its batch to fill")
+    max_wait_ms: float = Field(0.0, ge=0, le=10_000, description="longest a question waits for its batch to fill")
     # Load shedding by expected waiting time: a request is refused (429 + Retry-After) when the batch it would join
     # would start later than this, at the batch rate measured on recent batches (the batches in flight plus the
     # full batches queued ahead of it; questions that share its batch are not ahead of it), and at least one full
