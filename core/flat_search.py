@@ -196,14 +196,20 @@ def top_ids(scores: Any, k: int, rows: np.ndarray | None = None, maxima: Any = N
     # one more than k: a row whose (k+1)-th value equals its k-th has a tie across the cut, settled below
     top_vals, top_idx = top_values(scores, min(kk + 1, n), picked, maxima)
     vals, ids = top_vals.numpy(), top_idx.numpy()
-    for r in np.flatnonzero(vals[:, kk - 1] == vals[:, kk]) if kk < n else ():
+    cut = np.flatnonzero(vals[:, kk - 1] == vals[:, kk]) if kk < n else np.zeros(0, np.int64)
+    for r in cut:
         row = scores[r if rows is None else int(rows[r])].numpy()
         above, tied = np.flatnonzero(row > vals[r, kk - 1]), np.flatnonzero(row == vals[r, kk - 1])
         ids[r, :kk] = np.concatenate([above, faiss_ties(above, tied, kk)])
         vals[r, :kk] = row[ids[r, :kk]]
     vals, ids = vals[:, :kk], ids[:, :kk].astype(np.int64)
-    order = np.lexsort((-ids, -vals), axis=1)  # best first, the larger id first among ties
-    ids, vals = np.take_along_axis(ids, order, axis=1), np.take_along_axis(vals, order, axis=1)
+    # best first (topk's order), the larger id first among ties: only rows with a tie inside, or settled at the cut
+    # above (in id order), are sorted again; most rows have neither
+    again = np.union1d(cut, np.flatnonzero((vals[:, 1:] == vals[:, :-1]).any(axis=1)))
+    if len(again):
+        order = np.lexsort((-ids[again], -vals[again]), axis=1)
+        ids[again] = np.take_along_axis(ids[again], order, axis=1)
+        vals[again] = np.take_along_axis(vals[again], order, axis=1)
     out[:, :kk] = np.where(np.isneginf(vals), -1, ids)
     return out
 

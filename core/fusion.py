@@ -49,7 +49,8 @@ class LexicalFusion:
         lexical passages' spans are scored with the batch's ``scores``."""
         if not questions:
             return []
-        lexical = self.lexical.scores(questions)  # (B, P)
+        terms = tokenize(questions)  # once: BM25 and the re-ranker's question terms
+        lexical = self.lexical.scores(questions, terms)  # (B, P)
         if plan.selection.passages is not None:  # only scores above zero count as matches
             lexical = np.where(plan.selection.passages[None, :], lexical, 0)
         unit, top_k = plan.unit, plan.top_k
@@ -72,7 +73,7 @@ class LexicalFusion:
                         np.concatenate([sp.scores for sp in parts]))
             if unit == "phrase":  # ranked together (one tokenisation a batch)
                 merged = dedupe_grouped(*together, self.dense.index.num_tokens, len(questions))
-                return self.fused_phrases(merged, lexical, plan, questions)
+                return self.fused_phrases(merged, lexical, plan, questions, terms)
             best = self.best_per_unit(*together, unit, len(questions))
             return [self.fused_hits(sp, lexical[b], plan, questions[b],
                                     None if unit_lexical is None else unit_lexical[b]) for b, sp in enumerate(best)]
@@ -169,11 +170,12 @@ class LexicalFusion:
         return [self.hits.hit(int(spans.starts[first[i]]), int(spans.ends[first[i]]), float(fused[i]),
                               float(dense[i]), float(lex[i])) for i in pick]
 
-    def fused_phrases(self, spans: Sequence[Spans], lexical: np.ndarray, plan: Plan, questions: Sequence[str]
-                      ) -> list[list[Hit]]:
+    def fused_phrases(self, spans: Sequence[Spans], lexical: np.ndarray, plan: Plan, questions: Sequence[str],
+                      question_terms: Sequence[list[str]] | None = None) -> list[list[Hit]]:
         """Phrases of several questions (their candidate spans, (n, P) BM25 rows and texts): dense score + w x
         z-normalised BM25 of their passage; the head of each ranking re-ranked when the index's fusion defaults carry
-        re-ranking weights, the terms of every head and question found in one tokenisation."""
+        re-ranking weights, the terms of every head found in one tokenisation (``question_terms``: the questions',
+        when the caller has them)."""
         fused, order = [], []
         for sp, lex in zip(spans, lexical, strict=True):
             passages = self.dense.index.token_passage[sp.starts]
@@ -183,9 +185,10 @@ class LexicalFusion:
         heads = [o[:RERANK_DEPTH] if self.phrase_rerank else o[:0] for o in order]
         texts = [[self.hits.span_text(int(sp.starts[i]), int(sp.ends[i])) for i in head]
                  for sp, head in zip(spans, heads, strict=True)]
-        terms = iter(tokenize([t for ts in texts for t in ts] + list(questions)) if self.phrase_rerank else [])
+        asked = [] if question_terms is not None or not self.phrase_rerank else list(questions)
+        terms = iter(tokenize([t for ts in texts for t in ts] + asked) if self.phrase_rerank else [])
         span_terms = [[next(terms) for _ in ts] for ts in texts]
-        question_terms = list(terms)
+        question_terms = list(terms) if question_terms is None else question_terms
         out: list[list[Hit]] = []
         for q, sp in enumerate(spans):
             if not len(sp.scores):

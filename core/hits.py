@@ -55,11 +55,12 @@ class HitBuilder:
         meta = doc.get("meta", {})
         if "meta" in passage:  # the passage's own metadata (a page, a heading path) over its document's
             meta = {**meta, **passage["meta"]}
-        return Hit(
-            text=passage["text"][a:b], score=score, start=a, end=b, passage_id=p,
-            passage=passage["text"], doc_id=doc["id"], title=doc["title"], paragraph=int(passage["para"]),
-            meta=meta, dense=dense, lexical=lexical, read=read,
-        )
+        text = passage["text"]
+        return Hit.of_fields({
+            "text": text[a:b], "score": score, "start": a, "end": b, "passage_id": p, "passage": text,
+            "doc_id": doc["id"], "title": doc["title"], "paragraph": int(passage["para"]), "meta": meta,
+            "dense": dense, "lexical": lexical, "confidence": None, "read": read,
+        })
 
 
 def non_overlapping(hits: Sequence[Hit], k: int) -> list[Hit]:
@@ -83,11 +84,14 @@ def non_overlapping_spans(starts: np.ndarray, ends: np.ndarray, order: np.ndarra
     one kept before them. Token ids run through each passage in turn, so intersecting token ranges are exactly
     intersecting character ranges in one passage."""
     kept: list[int] = []
+    taken: list[tuple[int, int]] = []  # the kept spans, as Python ints (numpy scalars compare 10x slower)
+    first, last = starts.tolist(), ends.tolist()
     for i in order.tolist():
-        s, e = starts[i], ends[i]
-        if any(s <= ends[j] and starts[j] <= e for j in kept):
+        s, e = first[i], last[i]
+        if any(s <= b and a <= e for a, b in taken):
             continue
         kept.append(i)
+        taken.append((s, e))
         if len(kept) == k:
             break
     return np.asarray(kept, dtype=np.int64)

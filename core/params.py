@@ -161,8 +161,14 @@ class Hit:
         9 us a hit; a search batch sets the confidence of hundreds)."""
         if not changes.keys() <= _HIT_FIELD_SET:
             raise TypeError(f"Hit has no field {sorted(changes.keys() - _HIT_FIELD_SET)[0]!r}")
+        return Hit.of_fields({**self.__dict__, **changes})
+
+    @staticmethod
+    def of_fields(values: dict[str, Any]) -> Hit:
+        """The hit of ``values``, a dict with every field (taken, not copied), made without the frozen constructor:
+        2 against 4 us a hit, for the hits a search batch makes by the thousand."""
         new = object.__new__(Hit)
-        object.__setattr__(new, "__dict__", {**self.__dict__, **changes})
+        object.__setattr__(new, "__dict__", values)
         return new
 
 

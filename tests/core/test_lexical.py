@@ -4,6 +4,7 @@ and the searcher's lexical and hybrid modes on the tiny index."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,6 +79,23 @@ def test_lexical_ranking_equals_bm25s(tmp_path):
     assert np.array_equal(np.where(matched, ids, -1), got_ids)
     assert np.allclose(np.where(matched, scores, 0), got_scores, rtol=1e-5)
     assert tokenize(["The castles were built"]) == [["castl", "were", "built"]]  # stemmed; "the" is a stop word
+
+
+def test_tokenize_gives_bm25s_tokens():
+    """The search path's tokenizer against bm25s's own, on the demo corpus's passages and questions-like edge cases:
+    stop words only, one-letter words, digits and underscores, accents and other scripts, empty text."""
+    import bm25s
+
+    from spanseek.core.io import read_corpus
+    from spanseek.core.lexical import STOPWORDS, _stemmer
+
+    demo = Path(__file__).resolve().parents[2] / "data" / "demo" / "corpus.jsonl.gz"
+    texts = [p for d in read_corpus(demo) for p in d.paragraphs][:60]
+    texts += ["", "the a of and", "I a x", "Who was the U.S. president in 1999?", "snake_case and CamelCase words",
+              "Müller's café in Zürich", "東京 タワー", "running runs ran", "THE RUNNING MAN", "e-mail, re-entry"]
+    expected = bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=_stemmer(), return_ids=False, show_progress=False)
+    assert tokenize(texts) == expected
+    assert tokenize([]) == []
 
 
 def test_top_passages_breaks_ties_by_id_and_drops_non_matches():

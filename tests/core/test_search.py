@@ -446,3 +446,17 @@ def test_each_passages_best_span_is_the_first_of_its_passage_among_every_span(lo
     got = {int(index.token_passage[i]): (i, j, s)
            for i, j, s in zip(best.starts.tolist(), best.ends.tolist(), best.scores.tolist(), strict=True)}
     assert got == first
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_hits_hold_every_field_as_the_constructor_makes_them(tiny_searcher, unit):
+    """Hits are made without the frozen constructor (``Hit.of_fields``): each must still be the Hit its constructor
+    makes from the same values, every field present (a field added to Hit and not to the builder fails here)."""
+    from spanseek.core.params import HIT_FIELDS, Hit
+
+    hits = tiny_searcher.search(["What is the capital?"], SearchParams(unit=unit, top_k=3))[0]
+    assert hits
+    for h in hits:
+        assert set(vars(h)) == set(HIT_FIELDS)
+        assert h == Hit(**h.to_dict())
+        assert h.but(score=1.5) == Hit(**{**h.to_dict(), "score": 1.5})
