@@ -123,11 +123,12 @@ class LiveLexical:
         tfc = tf / (self.k1 * ((1 - self.b) + self.b * self.doc_len[rows] / self.avg_len) + tf)  # float64, as bm25s
         return rows, (self.idf[term] * tfc).astype(np.float32) * self.live[rows]
 
-    def scores(self, questions: Sequence[str]) -> np.ndarray:
-        """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs)."""
+    def scores(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> np.ndarray:
+        """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs); ``terms``:
+        the questions' ``tokenize``, when the caller has it (as ``LexicalIndex.scores``)."""
         out = np.zeros((len(questions), self.n_passages), np.float32)
-        for q, terms in enumerate(tokenize(questions)):
-            for term in (self.vocab[t] for t in terms if t in self.vocab):
+        for q, words in enumerate(tokenize(questions) if terms is None else terms):
+            for term in (self.vocab[t] for t in words if t in self.vocab):
                 rows, s = self.term_scores(term)
                 out[q, rows] += s
         return out

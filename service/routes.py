@@ -62,9 +62,10 @@ def _presents_key(request: Request, key: str) -> bool:
     return secrets.compare_digest(given.encode(), key.encode())
 
 
-def require_api_key(request: Request) -> None:
+async def require_api_key(request: Request) -> None:
     """When an API key is configured: accept ``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` (or the admin
-    key, ``SPANSEEK_ADMIN_API_KEY``), else 401."""
+    key, ``SPANSEEK_ADMIN_API_KEY``), else 401. The request checks are ``async`` (they only read headers): FastAPI
+    runs a plain function dependency on a worker thread, two thread hops a search for nothing."""
     settings = get_state(request).settings
     key, admin = settings.api_key, settings.admin_api_key
     if key is not None and not (_presents_key(request, key.get_secret_value())
@@ -72,7 +73,7 @@ def require_api_key(request: Request) -> None:
         raise Unauthorized()
 
 
-def require_json_body(request: Request) -> None:
+async def require_json_body(request: Request) -> None:
     """A request that sends a body must declare it JSON (``application/json`` or ``application/*+json``), else 415
     with what to send; one without a body (a bare ``POST /admin/reload``) passes."""
     headers = request.headers

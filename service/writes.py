@@ -38,7 +38,7 @@ router = APIRouter(tags=["documents"])
 _FIELD = re.compile(r"'(id|title|paragraphs|meta|passage_meta)'")  # the field a CorpusError names
 
 
-def require_write_key(request: Request) -> None:
+async def require_write_key(request: Request) -> None:
     """The admin key when one is configured, else the API key; 403 when the server has neither."""
     settings = get_state(request).settings
     key = settings.admin_api_key or settings.api_key
