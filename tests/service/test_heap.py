@@ -26,7 +26,9 @@ def test_settle_freezes_survivors_and_a_thawing_settle_collects_frozen_cycles():
     a.other, b.other = b, a  # a cycle: reference counting alone never frees it
     assert tracked(a)
     frozen = settle()
-    assert frozen == gc.get_freeze_count() > 0
+    # the count settle returns, less any frozen object that reference counting freed since (other threads of the
+    # test process run on)
+    assert 0 < gc.get_freeze_count() <= frozen
     assert not tracked(a) and not tracked(b)
     gone = weakref.ref(a)
     del a, b
