@@ -8,7 +8,7 @@ stream, a batch takes everything waiting (up to --max-batch-size) once the worke
 first waits --max-wait-ms for company. A batch of k questions costs ``fixed + k * per_question``. The arrival
 rate is half the saturation rate of that cost model, which is how ``bench/service_load.py`` loads the real
 service. It prints p50 and p99 latency at that load as multiples of the single-request latency
-(fixed + per_question + max_wait), the quantity issue 5 bounds by 3.
+(fixed + per_question + max_wait), the tail the service aims to keep under 3 times a lone request.
 
 The two costs come from the raw pipeline: time one batch of 1 and one of 8 questions (the batch sizes half load
 runs at). Where per-question cost is a fifth of the fixed cost or more (a CPU encoding each question), the ratio

@@ -27,7 +27,8 @@ from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import MODES, UNITS, SearchParams  # noqa: E402
 
 
-def snapshot(index: str, model: str, questions_file: str, top_k: int, limit: int | None) -> dict[str, list]:
+def snapshot(index: str, model: str, questions_file: str, top_k: int, limit: int | None,
+             batch_size: int = 64) -> dict[str, list]:
     searcher = open_searcher(index, model, precision="fp32")
     questions = [q.question for q in squad_questions(load_squad(questions_file))][:limit]
     assert searcher.encoder is not None
@@ -37,8 +38,9 @@ def snapshot(index: str, model: str, questions_file: str, top_k: int, limit: int
         for mode in MODES:
             params = SearchParams(unit=unit, mode=mode, top_k=top_k)
             rows = []
-            for i in range(0, len(questions), 64):
-                hits = searcher.search_vectors(q_start[i:i + 64], q_end[i:i + 64], params, None, questions[i:i + 64])
+            for i in range(0, len(questions), batch_size):
+                j = i + batch_size
+                hits = searcher.search_vectors(q_start[i:j], q_end[i:j], params, None, questions[i:j])
                 rows += [[[h.passage_id, h.start, h.end, h.text, round(h.score, 4),
                            None if h.confidence is None else round(h.confidence, 4)] for h in q] for q in hits]
             out[f"{unit}/{mode}"] = rows
@@ -83,10 +85,12 @@ def main() -> int:
     ap.add_argument("--questions", required=True, help="SQuAD-format file")
     ap.add_argument("--top-k", type=int, default=10)
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--batch-size", type=int, default=64,
+                    help="questions searched together (small batches take the paths of single requests)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--compare", default=None, help="an earlier snapshot: report the questions whose hits differ")
     args = ap.parse_args()
-    now = snapshot(args.index, args.model, args.questions, args.top_k, args.limit)
+    now = snapshot(args.index, args.model, args.questions, args.top_k, args.limit, args.batch_size)
     write_json_atomic(args.out, now)
     if args.compare:
         report = compare(now, json.loads(Path(args.compare).read_text()))

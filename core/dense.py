@@ -20,20 +20,22 @@ passages join the candidates that way.
 
 Every token score of a batch (completion's neighbours, the lexical passages' tokens) comes from its
 ``BatchScores``: on an exact fp16 index searched on the CPU, the flat scan's (2B, N) inner products already hold
-them (the flat index holds the fine vectors, widened), so they are read from there; otherwise the plan's vectors
-are read and scored.
+them (the flat index holds the fine vectors, widened), so they are read from there, or, where a small batch's scan
+ranks from fp16 products (``core.flat_search``), they are the scan's exact scores of the pairs asked for, the ones
+its ranking used; otherwise the plan's vectors are read and scored.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from spanseek.core.fine_store import FineStore, as_float32
-from spanseek.core.flat_search import FlatScan, flat_vectors
+from spanseek.core.flat_search import HALF_ROWS, FlatScan, HalfVectors, flat_vectors
 from spanseek.core.gpu import OnDevice
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import search_ids
@@ -93,14 +95,17 @@ class BatchScores:
     """(q_start . h, q_end . h) of one batch's questions for any token ids: ``of(b, ids)`` is (len(ids), 2).
 
     ``held`` (2B, N), when given, holds every token's score for the batch (a flat scan's inner products, start rows
-    then end rows, with the plan's vectors): the scores are read from it. Otherwise each call reads the plan's
-    vectors of ``ids`` and scores them (``DenseLeg.scores``)."""
+    then end rows, with the plan's vectors): the scores are read from it. ``rescored``, when given, is the batch's
+    flat scan ranking from fp16 products (start rows then end rows, with the plan's vectors): the scores are its
+    exact ones (``FlatScan.exact``), which its ranking used. Otherwise each call reads the plan's vectors of ``ids``
+    and scores them (``DenseLeg.scores``)."""
 
     def __init__(self, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray,
-                 held: Callable[[], np.ndarray | None] | None = None):
+                 held: Callable[[], np.ndarray | None] | None = None, rescored: FlatScan | None = None):
         self.leg, self.plan = leg, plan
         self.q_start, self.q_end = q_start, q_end
         self._held = held
+        self._rescored = rescored
 
     def __len__(self) -> int:
         return len(self.q_start)
@@ -108,6 +113,14 @@ class BatchScores:
     def held_array(self) -> np.ndarray | None:
         """The (2B, N) scores of every token, when held (``held``); None otherwise."""
         return self._held() if self._held is not None else None
+
+    def ranked(self) -> bool:
+        """Whether the batch's token search ranked every token by these very scores, so that a question's first top
+        token is its best by them, to the bit: a flat scan's held product, or a fp16 scan's exact scores where every
+        row had its certificate (``FlatScan.fell_back``)."""
+        if self._rescored is not None:
+            return not self._rescored.fell_back
+        return self.held_array() is not None
 
     def of_rows(self, questions: np.ndarray, ids: np.ndarray, distinct: bool = True) -> np.ndarray:
         """(len(ids), 2) float32: question ``questions[i]``'s start and end score of token ``ids[i]``. ``distinct``:
@@ -117,6 +130,8 @@ class BatchScores:
             flat, n = held.reshape(-1), held.shape[1]
             at = questions * n + ids
             return np.stack([flat.take(at), flat.take(at + len(self) * n)], axis=1)
+        if self._rescored is not None:
+            return self._exact(questions, ids)
         out = np.zeros((0, 2), np.float32)
         for b in np.unique(questions).tolist():
             mine = questions == b
@@ -132,11 +147,22 @@ class BatchScores:
         held = self._held() if self._held is not None else None
         if held is not None:
             return np.stack([held[b, ids], held[len(self) + b, ids]], axis=1)
+        if self._rescored is not None:
+            return self._exact(np.full(len(ids), b), np.asarray(ids))
         queries = np.stack([self.q_start[b], self.q_end[b]], axis=1)
         if distinct:
             return self.leg.scores(self.plan.vectors, ids, queries)
         uniq, inverse = np.unique(ids, return_inverse=True)  # neighbour windows overlap: each token read once
         return self.leg.scores(self.plan.vectors, uniq, queries)[inverse]
+
+    def _exact(self, questions: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """(len(ids), 2): the rescoring scan's exact scores of question ``questions[i]`` for token ``ids[i]``, each
+        distinct pair scored once (neighbour windows overlap)."""
+        assert self._rescored is not None
+        n = self.leg.index.num_tokens
+        pairs, inverse = np.unique(questions.astype(np.int64) * n + ids, return_inverse=True)
+        question = pairs // n
+        return self._rescored.exact(pairs % n, np.stack([question, len(self) + question], axis=1))[inverse.reshape(-1)]
 
 
 class DenseLeg:
@@ -153,6 +179,8 @@ class DenseLeg:
         self.on_device = on_device
         self.refine_factor = REFINE_FACTOR if index.manifest.spec.pq_m is not None else 1
         self.flat_holds_fine = on_device is None and flat_holds_fine(index)
+        self._half: HalfVectors | None = None
+        self._half_lock = threading.Lock()
         self._spannable: tuple[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] | None = None
 
     def vector_reader(self, source: str) -> Callable[[np.ndarray], np.ndarray]:
@@ -205,7 +233,8 @@ class DenseLeg:
         queries = np.concatenate([q_start, q_end])  # one search for both sides: a flat index streams its vectors once
         if self.on_device is None and flat_vectors(self.index.faiss) is not None:
             allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
-            scan = FlatScan(self.index.faiss, queries, allowed)
+            half = self.half_vectors() if self.flat_holds_fine and len(queries) <= HALF_ROWS else None
+            scan = FlatScan(self.index.faiss, queries, allowed, half=half)
             return (lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)), scan
         device = self.on_device.index if self.on_device is not None else None
         sel, nprobe, vectors = plan.selection, plan.params.nprobe, plan.vectors
@@ -220,6 +249,16 @@ class DenseLeg:
             return search_ids(self.index, x, k, nprobe, sel, device)
 
         return ids, None
+
+    def half_vectors(self) -> HalfVectors:
+        """The fp16 fine store as the flat index holds it (``flat_holds_fine``), with its largest norm and the
+        measured speed-up of a small batch's product from it (``HalfVectors``): found on first use, once."""
+        with self._half_lock:
+            if self._half is None:
+                store, xb = self.index.vectors, flat_vectors(self.index.faiss)
+                assert isinstance(store, FineStore) and xb is not None
+                self._half = HalfVectors.of(store.data, xb)
+        return self._half
 
     def round_ids(self, search: Callable[[np.ndarray, int], np.ndarray], rows: np.ndarray, k: int) -> np.ndarray:
         """One round of the search: the top ``k`` start and end tokens of questions ``rows``."""
@@ -301,7 +340,7 @@ class DenseLeg:
         (s, qs), (e, qe) = sides
         if not len(s) and not len(e):
             return out
-        if unit_of_passage is not None and scores.held_array() is not None:
+        if unit_of_passage is not None and scores.ranked():
             starts, ends, span_scores, question = self._complete_for_units(scores, candidates, unit_of_passage,
                                                                            s, qs, e, qe)
         else:
@@ -348,8 +387,8 @@ class DenseLeg:
         candidates come best first) are completed; then another candidate only when its bound reaches the best span
         of its unit so far. A start token's span scores at most its start score + the question's best end score of
         any token + the largest length bias (an end token's likewise; float32 sums round monotonically, so the bound
-        holds to the bit). Exact where the candidates are an exact search's top tokens, best first, scored as
-        ``scores`` scores them (a flat index's held product): a question's first top token is then its best token.
+        holds to the bit). Exact where the candidates are an exact search's top tokens, best first, ranked by the
+        scores ``scores`` gives (``BatchScores.ranked``): a question's first top token is then its best token.
         Only where units have several candidates each (documents: on the 146k-token demo index 29% of a document
         search's candidates are completed; passages have about one each and are completed as they are)."""
         n_units = int(unit_of_passage.max()) + 1
@@ -496,16 +535,19 @@ class DenseLeg:
 
 class DenseBatch:
     """One batch of questions in the dense leg: ``search(rows, k)`` (its token searches, see ``DenseLeg.searcher``)
-    and ``scores`` (its ``BatchScores``: read from the flat scan's held scores when they are the fine vectors')."""
+    and ``scores`` (its ``BatchScores``: from the flat scan, held or rescored, when its vectors are the fine ones)."""
 
     def __init__(self, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True):
         self.plan = plan
         scan = None
         if search:
             self.search, scan = leg.searcher(plan, q_start, q_end)
-        held = scan.held if scan is not None and leg.flat_holds_fine and plan.vectors == leg.index.token_vectors \
-            else None
-        self.scores = BatchScores(leg, plan, q_start, q_end, held)
+        if scan is None or not leg.flat_holds_fine or plan.vectors != leg.index.token_vectors:
+            self.scores = BatchScores(leg, plan, q_start, q_end)
+        elif scan.half is not None:
+            self.scores = BatchScores(leg, plan, q_start, q_end, rescored=scan)
+        else:
+            self.scores = BatchScores(leg, plan, q_start, q_end, scan.held)
 
 
 def flat_holds_fine(index: PhraseIndex) -> bool:

@@ -28,19 +28,42 @@ tall product ``xb @ queries.T`` reads it once, where OpenBLAS's wide one reads i
 tokens, same EPYC, medians of 15 interleaved: 2 rows 20.1 against 41.2 ms, 4 rows 20.4 against 38.8, 8 rows 37.1
 against 43.9, 10 rows 50.9 against 46.5).
 
+A small batch (at most ``HALF_ROWS`` query rows) may rank from half-precision products instead: when the flat index
+holds an fp16 fine store exactly, widened (``DenseLeg.flat_holds_fine``), the product of the queries rounded to fp16
+with the store reads half the bytes, and where this CPU's fp16 product is faster (``HalfVectors``, measured once per
+index; torch's, oneDNN's kernel on AVX-512 FP16) each row's ``candidates(k)`` best by the fp16 scores are scored
+exactly (``FlatScan.exact``) and ranked as ``top_ids`` ranks a row. A certificate per row says the exact k best, and
+every token tied with the k-th, are among them: a token outside has an exact score at most its fp16 score plus
+``half_error``, so at most the best fp16 score outside plus that bound, and the certificate is that the k-th exact
+score is above it. A row without one is scored in float32 as above (``FlatScan.fell_back``). The ids are then the
+exact k best by ``exact``'s float32 scores, faiss's order and ties; those scores are another float32 sum than the
+product's, so two tokens within rounding of each other may swap places as they may against faiss. On the demo index
+(146k tokens, 400 rows of real questions) the fp16 scores lie within 3.1e-4 |q| max|h| of the exact ones against a
+bound of 1.5e-3, and every row has its certificate at k = 32, 64, 256 and 1,024. The bound holds for a kernel that
+sums in float32 and rounds once; the probe checks that on a sample (``rounds_once``) and leaves the scans in
+float32 otherwise. Such a scan's held products are not exact (``held`` is None): the batch's token scores are then
+``exact``'s of the pairs asked for (``core.dense.BatchScores``), which cost more than reading the held product
+(7 ms for the 12k pairs, two scores each, of completing 8 questions' passage candidates).
+
     .venv/bin/python -m pytest -q tests/core/test_flat_search.py
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from spanseek.core.spans import numpy_blas
+
+log = logging.getLogger(__name__)
 
 # (2B, N) float32 scores held for one batch's rounds; a batch over more is scored a block of queries at a time
 FLAT_SCORES_BYTES = 512 << 20
@@ -49,6 +72,22 @@ FLAT_SCORES_BYTES = 512 << 20
 MAXIMA_WIDTH = 32
 PRODUCT_COLUMNS = 2048  # token columns of one piece of the product (its output fits a core's L2 at 128 rows)
 SMALL_ROWS = 8  # query rows up to which the scan is torch's tall product (see the module docstring)
+# query rows (16 questions) up to which a scan may rank from fp16 products. FlatScan.top over the demo index (146k
+# tokens, 2-core Xeon with AVX-512 FP16, real questions, medians of 9-15 alternating, a neighbour's load on the
+# cores) at k = 32 / 256 was 1.86x / 1.79x as fast at 2 rows, 1.73x / 1.45x at 32, 1.56x / 1.28x at 48, 1.23x /
+# 1.00x at 64 and 0.98x / 0.36x at 128
+HALF_ROWS = 32
+# the probe's speed-up of the product alone at HALF_ROWS rows (HalfVectors) below which scans stay in float32: the
+# candidates' exact scores and the batch's exact token scores take back part of it (1.85x on the demo index, above)
+HALF_MIN_SPEEDUP = 1.5
+HALF_MIN_TOKENS = 1 << 14  # a smaller index is not probed and stays in float32: its product takes a few ms at most
+APPROXIMATE = True  # False: every scan ranks from float32 products alone (the exact path), for comparisons
+EXACT_PAIRS = 2048  # token rows FlatScan.exact gathers at a time (3 MB)
+# a fp16 scan's round whose rows x candidates(k) pairs to score exactly exceed this share of the index's tokens is
+# ranked from float32 products instead: a pair costs about 0.4 us (FlatScan.exact), a product of a few rows about
+# 0.2 us a token (146k tokens, 2-core Xeon)
+EXACT_SHARE = 0.5
+HALF_CHECK_COLUMNS = 4096  # tokens whose fp16 scores the probe checks against exact ones (probe_half)
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (its number of threads, the pool)
 _pool_lock = threading.Lock()
 
@@ -108,6 +147,114 @@ def flat_vectors(faiss_index: Any) -> np.ndarray | None:
         return None
     n, d = faiss_index.ntotal, faiss_index.d
     return faiss.rev_swig_ptr(faiss_index.get_xb(), n * d).reshape(n, d)
+
+
+def candidates(k: int) -> int:
+    """Tokens a row's fp16 scores pick for its k best, to be scored exactly: enough for the certificate (module
+    docstring) of every one of 400 rows of real questions on the demo index at k = 32, 64, 256 and 1,024, which
+    needed at most 48, 80, 296 and 1,160."""
+    return k + k // 4 + 16
+
+
+def half_error(query_norms: np.ndarray, max_norm: float, d: int) -> np.ndarray:
+    """Per query row (float64 norms |q|), a bound on |fp16 score - exact score| of any token h, |h| <= ``max_norm``:
+    the fp16 score is ``half_product``'s, the exact one ``FlatScan.exact``'s.
+
+    With u = 2^-11 (fp16's unit roundoff), g = d 2^-24 / (1 - d 2^-24) and S = sum |q_i h_i| <= |q| max|h|: rounding q
+    to fp16 moves q.h by at most u S (plus 2^-25 sum |h_i| below fp16's normal range); the products of two fp16
+    numbers are exact in float32 and their float32 sum, in any order, is within g (1 + u) S of theirs; rounding it to
+    fp16 moves it by u times its size, at most (1 + u + g (1 + u)) S, plus 2^-25. So the fp16 score is within
+    (2u + g + u^2 + 2ug + u^2 g) S <= (3u + g) |q| max|h| of q.h (for g < 0.4: d below millions), plus
+    2^-24 (sqrt(d) max|h| + 1) below the normal range; the exact score, a float32 sum of float32 products, within
+    g S. The bound is the sum of the two (the slack of 3u over 2u + u^2 + ... also covers the float64 sum the
+    certificate compares with)."""
+    u, g = 2.0**-11, d * 2.0**-24 / (1 - d * 2.0**-24)
+    return (3 * u + 2 * g) * query_norms * max_norm + 2.0**-24 * (np.sqrt(d) * max_norm + 1)
+
+
+def half_product(queries: Any, half: Any, out: Any) -> Any:
+    """``out[:] = fp16(queries) @ half.T`` ((R, d) float32 torch queries, (N, d) float16 vectors -> (R, N) float32
+    ``out``): torch's fp16 product, widened (exactly) for the ranking, as torch's reductions over fp16 are slower
+    than over float32 on CPUs (the block maxima of 16 x 146k scores: 9.4 against 1.7 ms, one thread, Xeon; the
+    widening 0.9 ms)."""
+    import torch
+
+    out.copy_(torch.mm(queries.half(), half.T))
+    return out
+
+
+def rounds_once(scores: np.ndarray, queries: np.ndarray, x: np.ndarray) -> bool:
+    """Whether the fp16 scores (R, n) of queries (R, d) by vectors (n, d), all fp16 numbers, are what a float32 sum of
+    their products rounded once to fp16 may give: within u |q.x| + 2 g S + 2^-24 of q.x (``half_error``'s terms
+    without the queries' rounding). A kernel that sums in fp16, or rounds partial sums, is off by about u times the
+    partial sums instead, beyond the bound ``half_error`` relies on."""
+    d = x.shape[1]
+    u, g = 2.0**-11, d * 2.0**-24 / (1 - d * 2.0**-24)
+    q64, x64 = queries.astype(np.float64), x.astype(np.float64)
+    exact = q64 @ x64.T  # the products of fp16 numbers and their float64 sum: within d 2^-53 S
+    allowed = u * np.abs(exact) + 2 * g * (np.abs(q64) @ np.abs(x64).T) + 2.0**-24
+    return bool((np.abs(scores.astype(np.float64) - exact) <= allowed).all())
+
+
+def probe_half(half: Any, xb: np.ndarray, rows: int = HALF_ROWS) -> float:
+    """How many times faster ``half_product`` scores ``rows`` query rows than ``scores_into`` over this index, on this
+    CPU, with torch's threads (best of 3 each, alternating; 0.4 s on the 146k-token demo index); 0 when its scores of
+    a sample, for ``rows`` rows and for one, are not what a float32 sum rounded once to fp16 gives (``rounds_once``).
+    The queries are the index's own vectors, exact in fp16, so only the product's rounding counts."""
+    import torch
+
+    n = len(xb)
+    queries = np.ascontiguousarray(xb[np.linspace(0, n - 1, rows).astype(np.int64)])
+    q = torch.from_numpy(queries)
+    exact_out, half_out = np.empty((rows, n), np.float32), torch.empty(rows, n)
+    fp32 = fp16 = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        scores_into(queries, xb, exact_out)
+        t1 = time.perf_counter()
+        half_product(q, half, half_out)
+        t2 = time.perf_counter()
+        fp32, fp16 = min(fp32, t1 - t0), min(fp16, t2 - t1)
+    one = half_product(q[:1], half, torch.empty(1, n))
+    sample = slice(0, min(n, HALF_CHECK_COLUMNS))
+    if not all(rounds_once(s[:, sample].numpy(), queries[: len(s)], xb[sample]) for s in (half_out, one)):
+        log.warning("this CPU's fp16 product is less accurate than a float32 sum rounded once: flat scans stay in "
+                    "float32")
+        return 0.0
+    log.info("fp16 products over %d tokens: %.2fx the speed of float32 at %d rows (small batches rank from them at "
+             "%.2fx or more)", n, fp32 / fp16, rows, HALF_MIN_SPEEDUP)
+    return fp32 / fp16
+
+
+@dataclass(frozen=True)
+class HalfVectors:
+    """An index's (N, d) float16 vectors that its flat index holds exactly, widened (an fp16 fine store:
+    ``DenseLeg.flat_holds_fine``), their largest norm (``half_error``'s max|h|) and how many times faster they score a
+    batch of ``HALF_ROWS`` rows than the float32 vectors (``probe_half``)."""
+
+    vectors: Any  # (N, d) torch float16, only read
+    max_norm: float
+    speedup: float
+
+    @classmethod
+    def of(cls, half: np.ndarray, xb: np.ndarray) -> HalfVectors:
+        """From the fp16 vectors ``half`` and the flat index's float32 ``xb``: their norms, and the probe where every
+        row of ``xb`` is its fp16 row widened (else a speed-up of 0: the certificate's bound would not hold) and
+        there are ``HALF_MIN_TOKENS`` rows. 0.6 s on the demo index, 3 s when its memory-mapped store is first read."""
+        import torch
+
+        with warnings.catch_warnings():  # a read-only memory map: torch warns that a tensor could write to it
+            warnings.simplefilter("ignore", UserWarning)
+            vectors = torch.from_numpy(half)
+        max_norm, same, step = 0.0, len(half) == len(xb), 8192
+        for a in range(0, len(xb) if same else 0, step):
+            x = xb[a : a + step]
+            same = same and np.array_equal(x, vectors[a : a + step].float().numpy())
+            max_norm = max(max_norm, float(np.sqrt(np.square(x, dtype=np.float64).sum(axis=1)).max()))
+        if not same:
+            log.warning("the flat index does not hold the fp16 vectors exactly: flat scans stay in float32")
+            return cls(vectors, max_norm, 0.0)
+        return cls(vectors, max_norm, probe_half(vectors, xb) if len(xb) >= HALF_MIN_TOKENS else 0.0)
 
 
 class Scratch(threading.local):
@@ -233,11 +380,14 @@ class FlatScan:
     gives the k best allowed tokens of the query rows ``rows``; the scores are computed once for the batch when they
     fit ``max_bytes``.
 
-    queries: (Q, d) float32; allowed: (N,) bool of the tokens a search may return, or None for all.
+    queries: (Q, d) float32; allowed: (N,) bool of the tokens a search may return, or None for all; half: the index's
+    fp16 vectors (``HalfVectors``), when the flat index holds them exactly: a scan of at most ``HALF_ROWS`` rows then
+    ranks from fp16 products where they are faster (``half`` is kept; module docstring), its held scores are not
+    exact (``held`` is None) and ``exact`` gives the scores it ranked by.
     """
 
     def __init__(self, faiss_index: Any, queries: np.ndarray, allowed: np.ndarray | None,
-                 max_bytes: int = FLAT_SCORES_BYTES):
+                 max_bytes: int = FLAT_SCORES_BYTES, half: HalfVectors | None = None):
         import torch
 
         xb = flat_vectors(faiss_index)
@@ -248,28 +398,60 @@ class FlatScan:
         self.queries = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
         self.allowed = None if allowed is None else torch.from_numpy(np.ascontiguousarray(allowed, dtype=bool))
         self.block = max(1, max_bytes // (4 * max(1, len(xb))))  # query rows whose scores fit the budget
-        self._all: Any = None
+        self.half: HalfVectors | None = None
+        self.fell_back = False  # whether a row was ranked from float32 products (no certificate, or a deep round)
+        if (half is not None and APPROXIMATE and 0 < len(self.queries) <= min(HALF_ROWS, self.block)
+                and half.speedup >= HALF_MIN_SPEEDUP and len(half.vectors) == len(xb)):
+            norms = np.linalg.norm(self.queries.numpy().astype(np.float64), axis=1)
+            if norms.max() * max(1.0, half.max_norm) < 2**15:  # no query element or score beyond fp16's range
+                self.half, self._margin = half, half_error(norms, half.max_norm, xb.shape[1])
+        self._all: Any = None  # the held (Q, N) products: exact, or with ``half`` the fp16 ones widened
         self._maxima: Any = None  # block_maxima of the held scores, for every round
 
     def held(self) -> np.ndarray | None:
         """(Q, N) float32 scores of every query row (computed once, -inf where a token is not allowed), or None when
-        they are over the byte budget and are scored a block at a time."""
+        they are over the byte budget and are scored a block at a time, or when the scan ranks from fp16 products."""
+        products = self._products()
+        return None if products is None or self.half is not None else products.numpy()
+
+    def _products(self) -> Any:
+        """The held (Q, N) float32 products (exact, or the fp16 ones widened), or None over the byte budget."""
         if self._all is not None and not SCRATCH.holds(self):
             self._all = self._maxima = None  # a later scan on this thread wrote over them: score again
         if self._all is None and len(self.queries) <= self.block:
-            self._all = self._score(self.queries, SCRATCH.take(self, len(self.queries), len(self.xb)))
-        return None if self._all is None else self._all.numpy()
+            out = SCRATCH.take(self, len(self.queries), len(self.xb))
+            self._all = (self._score(self.queries, out) if self.half is None
+                         else self._mask(half_product(self.queries, self.half.vectors, out)))
+        return self._all
 
     def scores(self, rows: np.ndarray) -> Any:
         """(len(rows), N) torch float32 scores of query rows ``rows``; -inf where a token is not allowed."""
         import torch
 
-        self.held()
-        if self._all is not None:
+        if self.held() is not None:
             if len(rows) == len(self._all) and (rows == np.arange(len(rows))).all():
                 return self._all  # the first round: every row, not copied
             return self._all[torch.from_numpy(np.asarray(rows, dtype=np.int64))]
         return self._score(self.queries[torch.from_numpy(np.asarray(rows, dtype=np.int64))])
+
+    def exact(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """(m, c) float32: token ``ids[i]``'s inner product with query row ``rows[i, j]`` (ids (m,), rows (m, c); list a
+        row's pairs together: each run of one row is one ``np.einsum("ij,j->i")``). Each is a float32 sum of the d
+        products in the same order, so a pair has the same bits alone or among others, at any place (a BLAS product's
+        bits depend on the shape it is given): a fp16 scan ranks by these, and its batch's spans are scored with them
+        (``BatchScores``). Tokens are gathered ``EXACT_PAIRS`` at a time: for 12k pairs of 8 questions (two scores
+        each) 6.8 ms against 8.5 all at once (medians, 2-core Xeon; sharing the pieces between two threads did not
+        help)."""
+        xb, q = self.xb.numpy(), self.queries.numpy()
+        out = np.empty(rows.shape, np.float32)
+        for a in range(0, len(ids), EXACT_PAIRS):
+            x = xb[ids[a : a + EXACT_PAIRS]]
+            for j in range(rows.shape[1]):
+                row = rows[a : a + EXACT_PAIRS, j]
+                cut = np.flatnonzero(np.r_[True, row[1:] != row[:-1], True])  # runs of one query row
+                for lo, hi in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
+                    out[a + lo : a + hi, j] = np.einsum("ij,j->i", x[lo:hi], q[row[lo]])
+        return out
 
     def _score(self, queries: Any, out: Any = None) -> Any:
         import torch
@@ -277,17 +459,52 @@ class FlatScan:
         if out is None:
             out = torch.empty(len(queries), len(self.xb), dtype=torch.float32)
         scores_into(queries.numpy(), self.xb.numpy(), out.numpy())  # (R, N)
+        return self._mask(out)
+
+    def _mask(self, out: Any) -> Any:
         if self.allowed is not None:
             out.masked_fill_(~self.allowed, float("-inf"))
         return out
 
     def top(self, rows: np.ndarray, k: int) -> np.ndarray:
         """(len(rows), k) ids of the k best allowed tokens of each query row, best first; -1 after them."""
+        import torch
+
         rows = np.asarray(rows, dtype=np.int64)
-        if self.held() is not None:  # the blocks' maxima of every row are found once; a round's rows not copied
-            if self._maxima is None:
-                self._maxima = block_maxima(self._all)
-            every = len(rows) == len(self._all) and (rows == np.arange(len(rows))).all()  # the first round
-            return top_ids(self._all, k, None if every else rows, self._maxima)
-        parts = [top_ids(self.scores(rows[a : a + self.block]), k) for a in range(0, len(rows), self.block)]
-        return np.concatenate(parts) if parts else np.zeros((0, k), np.int64)
+        products = self._products()
+        if products is None:
+            parts = [top_ids(self.scores(rows[a : a + self.block]), k) for a in range(0, len(rows), self.block)]
+            return np.concatenate(parts) if parts else np.zeros((0, k), np.int64)
+        if self._maxima is None:  # the blocks' maxima of every row are found once; a round's rows not copied
+            self._maxima = block_maxima(products)
+        every = len(rows) == len(products) and (rows == np.arange(len(rows))).all()  # the first round
+        if self.half is None:
+            return top_ids(products, k, None if every else rows, self._maxima)
+        return self._certified_top(rows, k, None if every else torch.from_numpy(rows))
+
+    def _certified_top(self, rows: np.ndarray, k: int, picked: Any) -> np.ndarray:
+        """``top`` from the held fp16 products: each row's ``candidates(k)`` best by them, ranked by their ``exact``
+        scores where the row's certificate holds (module docstring); the other rows, or every row of a round with
+        more candidates than ``EXACT_SHARE`` allows, from float32 products."""
+        import torch
+
+        n = len(self.xb)
+        m = min(candidates(k), n)
+        if len(rows) * m > EXACT_SHARE * n:
+            self.fell_back = True
+            return top_ids(self._score(self.queries[torch.from_numpy(rows)]), k)
+        values, ids = (t.numpy() for t in top_values(self._all, min(m + 1, n), picked, self._maxima))
+        cand = np.sort(ids[:, :m], axis=1)  # (r, m) ascending ids: a column's place is its id's, for top_ids's ties
+        exact = self.exact(cand.reshape(-1), np.repeat(rows, m)[:, None]).reshape(len(rows), m)
+        if self.allowed is not None:
+            exact[~self.allowed.numpy()[cand]] = -np.inf
+        cols = top_ids(torch.from_numpy(exact), k)  # (r, k) columns of cand, -1 after the allowed ones
+        out = np.where(cols >= 0, np.take_along_axis(cand, np.maximum(cols, 0), axis=1), -1)
+        if m < n:  # a token outside scores at most the best fp16 score outside (the (m+1)-th) + the margin
+            outside = values[:, m].astype(np.float64)
+            kth = np.sort(exact, axis=1)[:, m - k].astype(np.float64)
+            failed = np.flatnonzero((kth <= outside + self._margin[rows]) & ~np.isneginf(outside))
+            if len(failed):
+                self.fell_back = True
+                out[failed] = top_ids(self._score(self.queries[torch.from_numpy(rows[failed])]), k)
+        return out

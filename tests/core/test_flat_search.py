@@ -1,7 +1,8 @@
 """Exact MIPS over a flat index (core.flat_search) against faiss's own IndexFlatIP search on synthetic vectors.
 
 faiss is the oracle for the ids and their order, ties included: duplicated vectors tie exactly, and faiss keeps
-(and lists first) the larger id among them.
+(and lists first) the larger id among them. A scan ranking from fp16 products has the float32 scan as its oracle:
+the same ids, rows with a certificate and rows without.
 
     .venv/bin/python -m pytest -q tests/core/test_flat_search.py
 """
@@ -11,11 +12,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from spanseek.core import flat_search
 from spanseek.core.flat_search import (
+    HALF_ROWS,
     SMALL_ROWS,
     FlatScan,
+    HalfVectors,
     block_maxima,
+    candidates,
     flat_vectors,
+    half_error,
+    half_product,
+    probe_half,
+    rounds_once,
     scores_into,
     top_ids,
     top_values,
@@ -222,3 +231,246 @@ def test_a_scan_whose_buffer_a_later_scan_took_scores_again():
     np.testing.assert_allclose(first.held(), q1 @ x.T, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(first.top(np.arange(4), 5), ids1)
     np.testing.assert_allclose(second.held(), q2 @ x.T, rtol=1e-5, atol=1e-5)
+
+
+def rounded_once(queries, half, out):
+    """A float32 product of the fp16 numbers, rounded once to fp16: a product the bound holds for, on any CPU."""
+    return out.copy_((queries.half().float() @ half.float().T).half())
+
+
+@pytest.fixture(autouse=True)
+def reference_product(monkeypatch):
+    """fp16 scans multiply with ``rounded_once`` (this CPU's product is tested in test_half_error_bounds_...)."""
+    monkeypatch.setattr(flat_search, "half_product", rounded_once)
+
+
+def half_vectors(x: np.ndarray, speedup: float = 2.0) -> HalfVectors:
+    """``x`` (exact in fp16) as a scan's fp16 vectors, the probe's speed-up given (the machine's is not tested)."""
+    import torch
+
+    return HalfVectors(torch.from_numpy(x.astype(np.float16)), float(np.linalg.norm(x, axis=1).max()), speedup)
+
+
+def fp16_vectors(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    """``n`` random vectors exact in fp16, a block of them repeated further on (a duplicated passage: exact ties)."""
+    x = rng.standard_normal((n, d)).astype(np.float16).astype(np.float32)
+    x[n // 2 : n // 2 + 40] = x[10:50]
+    return x
+
+
+def both_scans(x: np.ndarray, queries: np.ndarray, allowed: np.ndarray | None = None) -> tuple[FlatScan, FlatScan]:
+    """A float32 scan and a fp16 one of the same queries."""
+    index = flat_index(x)
+    return FlatScan(index, queries, allowed), FlatScan(index, queries, allowed, half=half_vectors(x))
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 37, 300, 1000])
+@pytest.mark.parametrize("selected", [False, True])
+def test_a_fp16_scan_gives_the_float32_scans_ids(k, selected, monkeypatch):
+    """Random fp16 vectors over enough tokens that the best blocks are ranked, a duplicated passage, questions aimed at
+    duplicated tokens (exact ties at the top) and random ones: every row has its certificate and the ids of the
+    float32 scan, in order, ties included; over the allowed tokens when some are."""
+    monkeypatch.setattr(flat_search, "EXACT_SHARE", float("inf"))  # however many candidates
+    rng = np.random.default_rng(k)
+    x = fp16_vectors(rng, 20_011, 16)
+    queries = np.concatenate([x[[12, 20, 10_020]], rng.standard_normal((9, 16)).astype(np.float32)])
+    allowed = rng.random(len(x)) < 0.7 if selected else None
+    exact, fp16 = both_scans(x, queries, allowed)
+    got = fp16.top(np.arange(12), k)
+    assert fp16.half is not None and fp16.held() is None and not fp16.fell_back
+    np.testing.assert_array_equal(got, exact.top(np.arange(12), k))
+    if not selected and k < 100:  # faiss keeps a heap below k = 100
+        np.testing.assert_array_equal(got, flat_index(x).search(queries, k)[1])
+
+
+def test_a_fp16_scans_deeper_round_gives_each_row_the_float32_ids():
+    """A first round over every row, then a deeper one over some (one asked twice), from the held fp16 products."""
+    rng = np.random.default_rng(8)
+    x = fp16_vectors(rng, 40_011, 8)
+    queries = np.concatenate([x[[12, 40_000]], rng.standard_normal((6, 8)).astype(np.float32)])
+    exact, fp16 = both_scans(x, queries)
+    np.testing.assert_array_equal(fp16.top(np.arange(8), 32), exact.top(np.arange(8), 32))
+    rows = np.array([6, 1, 1, 0, 3])
+    for k in (99, 1000):
+        np.testing.assert_array_equal(fp16.top(rows, k), exact.top(rows, k))
+    assert fp16.half is not None and not fp16.fell_back
+
+
+def test_rows_without_a_certificate_are_ranked_by_the_float32_product():
+    """500 copies of one vector among random ones, a question aimed at it (500 tokens tie at the top) and a zero
+    question (every token ties): the tie runs past the candidates, so those rows have no certificate, and they get
+    the float32 scan's (and faiss's) ids; a random question keeps its certificate."""
+    rng = np.random.default_rng(9)
+    x = fp16_vectors(rng, 5000, 8)
+    x[1000:1500] = x[3]
+    queries = np.concatenate([np.zeros((1, 8), np.float32), 10 * x[[3]], rng.standard_normal((1, 8)).astype(np.float32)])
+    for k in (1, 32, 256):
+        exact, fp16 = both_scans(x, queries)
+        got = fp16.top(np.arange(3), k)
+        np.testing.assert_array_equal(got, exact.top(np.arange(3), k))
+        if k < 100:  # from k = 100 faiss keeps a reservoir, whose choice among ties differs
+            np.testing.assert_array_equal(got, flat_index(x).search(queries, k)[1])
+        alone = both_scans(x, queries[2:])[1]
+        alone.top(np.array([0]), k)
+        assert fp16.fell_back and not alone.fell_back
+
+
+def test_a_margin_no_row_meets_sends_every_row_to_the_float32_product(monkeypatch):
+    rng = np.random.default_rng(10)
+    x = fp16_vectors(rng, 5000, 16)
+    queries = rng.standard_normal((6, 16)).astype(np.float32)
+    monkeypatch.setattr(flat_search, "half_error", lambda norms, max_norm, d: np.full(len(norms), 1e9))
+    exact, fp16 = both_scans(x, queries)
+    calls = []
+    real = fp16._score
+    monkeypatch.setattr(fp16, "_score", lambda q, out=None: calls.append(len(q)) or real(q, out))
+    np.testing.assert_array_equal(fp16.top(np.arange(6), 20), exact.top(np.arange(6), 20))
+    assert fp16.fell_back and calls == [6]  # every row, in one float32 product
+
+
+@pytest.mark.parametrize("k", [250, 299, 300, 305])
+def test_k_near_the_number_of_tokens_scores_every_token_exactly(k, monkeypatch):
+    """Candidates would be every token: no token is outside them, every row is exact, -1 past the index."""
+    monkeypatch.setattr(flat_search, "EXACT_SHARE", float("inf"))
+    rng = np.random.default_rng(k)
+    x = fp16_vectors(rng, 300, 8)
+    queries = np.concatenate([x[[12]], rng.standard_normal((3, 8)).astype(np.float32)])
+    exact, fp16 = both_scans(x, queries)
+    np.testing.assert_array_equal(fp16.top(np.arange(4), k), exact.top(np.arange(4), k))
+    assert candidates(k) >= len(x) and not fp16.fell_back
+
+
+def test_a_round_with_more_candidates_than_its_share_is_ranked_by_the_float32_product():
+    """8 rows x candidates(1000) pairs, over ``EXACT_SHARE`` of the tokens: the round is ranked by the float32
+    product; a shallow round of two of the rows, on a scan of its own, ranks from the fp16 products."""
+    rng = np.random.default_rng(16)
+    x = fp16_vectors(rng, 20_000, 8)
+    queries = rng.standard_normal((8, 8)).astype(np.float32)
+    exact, fp16 = both_scans(x, queries)
+    assert 2 * candidates(32) < flat_search.EXACT_SHARE * len(x) < 8 * candidates(1000)
+    np.testing.assert_array_equal(fp16.top(np.arange(8), 1000), exact.top(np.arange(8), 1000))
+    assert fp16.fell_back
+    again = FlatScan(flat_index(x), queries, None, half=half_vectors(x))
+    np.testing.assert_array_equal(again.top(np.array([3, 5]), 32), exact.top(np.array([3, 5]), 32))
+    assert not again.fell_back
+
+
+def test_a_fp16_scan_skips_tokens_not_allowed_and_ends_short_rows_in_minus_one():
+    """15 allowed tokens: they are all among the candidates (nothing allowed outside), -1 after them."""
+    rng = np.random.default_rng(2)
+    x = fp16_vectors(rng, 2000, 4)
+    allowed = np.zeros(len(x), dtype=bool)
+    allowed[rng.choice(len(x), 15, replace=False)] = True
+    queries = rng.standard_normal((4, 4)).astype(np.float32)
+    exact, fp16 = both_scans(x, queries, allowed)
+    got = fp16.top(np.arange(4), 25)
+    np.testing.assert_array_equal(got, exact.top(np.arange(4), 25))
+    assert (got[:, 15:] == -1).all() and not fp16.fell_back
+
+
+def test_the_fp16_path_is_for_few_rows_only_and_can_be_switched_off(monkeypatch):
+    rng = np.random.default_rng(11)
+    x = fp16_vectors(rng, 500, 8)
+    index, half = flat_index(x), half_vectors(x)
+    assert FlatScan(index, x[:HALF_ROWS], None, half=half).half is half
+    assert FlatScan(index, x[: HALF_ROWS + 1], None, half=half).half is None
+    assert FlatScan(index, x[:2], None, half=half_vectors(x, speedup=1.0)).half is None  # not faster here
+    assert FlatScan(index, 1e5 * x[:2], None, half=half).half is None  # beyond fp16's range
+    monkeypatch.setattr(flat_search, "APPROXIMATE", False)
+    assert FlatScan(index, x[:2], None, half=half).half is None
+
+
+def test_exact_scores_have_the_same_bits_however_the_pairs_are_asked_for():
+    """``FlatScan.exact``: each (token, query row) pair scored alone, among others, in other groupings and past a chunk
+    boundary has one float32 value (the certificate and the batch's spans rely on it), near the float64 product."""
+    rng = np.random.default_rng(12)
+    x = fp16_vectors(rng, 3000, 384)
+    queries = rng.standard_normal((4, 384)).astype(np.float32)
+    scan = FlatScan(flat_index(x), queries, None, half=half_vectors(x))
+    ids, rows = rng.integers(0, 3000, 5000), rng.integers(0, 4, (5000, 2))
+    together = scan.exact(ids, rows)
+    alone = np.stack([scan.exact(ids[i : i + 1], rows[i : i + 1]) for i in range(0, 5000, 37)])[:, 0]
+    np.testing.assert_array_equal(alone, together[::37])
+    np.testing.assert_array_equal(scan.exact(ids[::-1], rows[::-1, ::-1]), together[::-1, ::-1])
+    np.testing.assert_allclose(together, np.einsum("ij,ikj->ik", x[ids].astype(np.float64), queries[rows]), atol=1e-4)
+
+
+@pytest.mark.parametrize("product", ["reference", "this CPU's"])
+@pytest.mark.parametrize("scale", [1.0, 1e-3, 300.0])
+def test_half_error_bounds_the_fp16_scores_distance_from_the_exact_ones(scale, product):
+    """On random vectors, and questions aimed at some of them (scores near |q| |h|, where fp16's steps are widest) or
+    random (down to fp16's subnormal range), every fp16 score is within half_error of the exact score, and the bound
+    is within 10x of the largest distance seen (not needlessly loose): for a product that sums in float32 and rounds
+    once, and for this CPU's fp16 product where the probe would rank from it."""
+    import torch
+
+    multiply = rounded_once if product == "reference" else half_product  # this module's: torch's, not the fixture's
+    rng = np.random.default_rng(13)
+    x = (scale * rng.standard_normal((4000, 384))).astype(np.float16).astype(np.float32)
+    aimed = x[:16] / scale + 0.1 * rng.standard_normal((16, 384))
+    queries = np.concatenate([aimed, rng.standard_normal((HALF_ROWS - 16, 384))]).astype(np.float32)
+    queries *= np.float32(1e-2 if scale > 100 else 1.0)
+    half = half_vectors(x)
+    fp16 = multiply(torch.from_numpy(queries), half.vectors, torch.empty(HALF_ROWS, len(x))).numpy()
+    exact_in_fp16 = queries[:8].astype(np.float16).astype(np.float32)
+    if product != "reference" and not rounds_once(multiply(torch.from_numpy(exact_in_fp16), half.vectors,
+                                                           torch.empty(8, len(x))).numpy(), exact_in_fp16, x):
+        pytest.skip("this CPU's fp16 product does not round once: the probe keeps scans in float32")
+    exact = FlatScan(flat_index(x), queries, None, half=half).exact(
+        np.repeat(np.arange(len(x)), HALF_ROWS), np.tile(np.arange(HALF_ROWS), len(x))[:, None]).reshape(len(x), -1).T
+    bound = half_error(np.linalg.norm(queries.astype(np.float64), axis=1), half.max_norm, 384)[:, None]
+    distance = np.abs(fp16.astype(np.float64) - exact)
+    assert (distance <= bound).all()
+    assert distance.max() > bound.max() / 10
+
+
+def summed_in_fp16(queries, half, out):
+    """A product whose running sum is rounded to fp16 after every term (a kernel accumulating in half precision)."""
+    import torch
+
+    q = queries.half()
+    acc = torch.zeros(len(q), len(half), dtype=torch.float16)
+    for i in range(q.shape[1]):
+        acc = acc + q[:, i : i + 1] * half[:, i]
+    return out.copy_(acc)
+
+
+def test_the_probe_refuses_a_product_that_sums_in_fp16(monkeypatch):
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((3000, 64)).astype(np.float16).astype(np.float32)
+    half = half_vectors(x).vectors
+    monkeypatch.setattr(flat_search, "half_product", rounded_once)
+    assert probe_half(half, x) > 0
+    monkeypatch.setattr(flat_search, "half_product", summed_in_fp16)
+    assert probe_half(half, x) == 0.0
+
+
+def test_the_probe_leaves_scans_in_float32_where_the_fp16_product_is_slower(monkeypatch):
+    import time
+
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((3000, 64)).astype(np.float16).astype(np.float32)
+
+    def slow(queries, half, out):
+        time.sleep(0.05)
+        return half_product(queries, half, out)
+
+    monkeypatch.setattr(flat_search, "half_product", slow)
+    monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", len(x))
+    half = HalfVectors.of(x.astype(np.float16), x)
+    assert 0 < half.speedup < 1 and half.max_norm == pytest.approx(np.linalg.norm(x, axis=1).max())
+    assert FlatScan(flat_index(x), x[:2], None, half=half).half is None
+    monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", len(x) + 1)  # too few tokens: not even probed
+    monkeypatch.setattr(flat_search, "half_product", lambda *a: pytest.fail("probed a small index"))
+    assert HalfVectors.of(x.astype(np.float16), x).speedup == 0.0
+
+
+def test_vectors_the_flat_index_does_not_hold_exactly_are_not_ranked_from(monkeypatch):
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((3000, 16)).astype(np.float16).astype(np.float32)
+    monkeypatch.setattr(flat_search, "probe_half", lambda half, xb: 2.0)
+    monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", 0)
+    assert HalfVectors.of(x.astype(np.float16), x).speedup == 2.0
+    other = x.astype(np.float16)
+    other[2500, 3] += np.float16(0.5)  # one component of one row, past the first and last rows
+    assert HalfVectors.of(other, x).speedup == 0.0

@@ -362,11 +362,15 @@ def test_spannable_tokens_are_those_whose_window_holds_a_valid_span(long_searche
 
 
 @pytest.mark.parametrize("best_only", [False, True])
-@pytest.mark.parametrize("held", [False, True], ids=["vectors-read", "flat-scan-held"])
+@pytest.mark.parametrize("held", [False, True, "rescored"], ids=["vectors-read", "flat-scan-held", "fp16-scan"])
 def test_passage_spans_of_a_batch_are_each_questions_alone(long_searcher, held, best_only):
     """Passages of several questions completed together (one passage shared, one question with none): each
-    question's spans, in order and to the bit, are those of its passages completed alone."""
+    question's spans, in order and to the bit, are those of its passages completed alone; with a fp16 scan's exact
+    scores too, each question's scan its own."""
+    import dataclasses
+
     from spanseek.core.dense import BatchScores
+    from spanseek.core.flat_search import FlatScan
 
     searcher = long_searcher
     index, leg = searcher.index, searcher.dense
@@ -375,12 +379,21 @@ def test_passage_spans_of_a_batch_are_each_questions_alone(long_searcher, held, 
     n = len(index.passages)
     groups = [np.arange(n)[::-2], np.zeros(0, np.int64), np.array([0, n - 1])]
     vectors = index.token_vectors(np.arange(index.num_tokens))
-    scan = np.concatenate([qs @ vectors.T, qe @ vectors.T]) if held else None
-    scores = BatchScores(leg, plan, qs, qe, (lambda: scan) if held else None)
+    scan = np.concatenate([qs @ vectors.T, qe @ vectors.T]) if held is True else None
+    half = dataclasses.replace(leg.half_vectors(), speedup=float("inf"))
+
+    def batch_scores(rows):
+        if held == "rescored":
+            rescored = FlatScan(index.faiss, np.concatenate([qs[rows], qe[rows]]), None, half=half)
+            assert rescored.half is not None
+            return BatchScores(leg, plan, qs[rows], qe[rows], rescored=rescored)
+        return BatchScores(leg, plan, qs[rows], qe[rows], (lambda: scan[np.r_[rows, 3 + rows]]) if held else None)
+
+    scores = batch_scores(np.arange(3))
     together = leg.passage_spans(groups, scores, best_only=best_only)
     assert len(together[0].starts) and not len(together[1].starts)
     for b, group in enumerate(groups):
-        one = BatchScores(leg, plan, qs[b : b + 1], qe[b : b + 1], (lambda b=b: scan[[b, 3 + b]]) if held else None)
+        one = batch_scores(np.array([b]))
         alone = leg.passage_spans([group], one, best_only=best_only)[0]
         for got, want in zip((together[b].starts, together[b].ends, together[b].scores),
                              (alone.starts, alone.ends, alone.scores), strict=True):

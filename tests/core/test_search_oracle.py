@@ -58,13 +58,25 @@ def hit_scores(hits) -> np.ndarray:
                        for q in hits for h in q], dtype=np.float64).reshape(-1, 4)
 
 
+@pytest.mark.parametrize("scan", ["float32", "fp16"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("filtered", [False, True])
-def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatch, unit, mode, filtered):
-    from spanseek.core import dense
+def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatch, unit, mode, filtered, scan):
+    """``scan``: the flat scan ranks from float32 products, or (its probe's speed-up aside) from fp16 ones, the token
+    scores then the scan's exact ones."""
+    from spanseek.core import dense, flat_search
 
     monkeypatch.setattr(dense, "UNIT_CANDIDATES", 1)  # unit searches bound their candidates, however few
+    monkeypatch.setattr(flat_search, "APPROXIMATE", scan == "fp16")
+    monkeypatch.setattr(flat_search, "HALF_MIN_SPEEDUP", 0.0)
+    monkeypatch.setattr(flat_search, "EXACT_SHARE", float("inf"))  # the tiny index: candidates are most tokens
+    monkeypatch.setattr(flat_search, "half_product",  # a product that rounds once, whatever this CPU's does
+                        lambda q, half, out: out.copy_((q.half().float() @ half.float().T).half()))
+    ranked = []
+    certified = flat_search.FlatScan._certified_top
+    monkeypatch.setattr(flat_search.FlatScan, "_certified_top",
+                        lambda self, *a: (certified(self, *a), ranked.append(self.fell_back))[0])
     searcher = tiny_searcher
     index = searcher.index
     assert searcher.dense.flat_holds_fine  # token scores are read from the flat scan's held product
@@ -84,6 +96,7 @@ def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatc
         assert hit_rows(fast) == hit_rows(plain), (unit, mode, filtered, top_k)
         np.testing.assert_allclose(hit_scores(fast), hit_scores(plain), rtol=1e-6, atol=1e-5, equal_nan=True)
         assert any(fast), "no hits at all: the comparison is empty"
+    assert (len(ranked) > 0) == (scan == "fp16" and mode != "lexical") and not any(ranked)
 
 
 @pytest.mark.parametrize("seed", range(5))
