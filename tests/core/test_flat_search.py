@@ -279,7 +279,9 @@ def test_a_fp16_scan_gives_the_float32_scans_ids(k, selected, monkeypatch):
     got = fp16.top(np.arange(12), k)
     assert fp16.half is not None and fp16.held() is None and not fp16.fell_back
     np.testing.assert_array_equal(got, exact.top(np.arange(12), k))
-    if not selected and k < 100:  # faiss keeps a heap below k = 100
+    # faiss keeps a heap below k = 100; at k = 1 its maximum may come from either of two exactly tied tokens (seen in
+    # CI: 10,007 for a query tied with tokens 12 and 10,007, where a local run gave 12)
+    if not selected and 1 < k < 100:
         np.testing.assert_array_equal(got, flat_index(x).search(queries, k)[1])
 
 
