@@ -3,11 +3,13 @@
     python bench/flat_scan.py --index work/demo-index --model default --questions runs/validation.json.gz \
         --out bench/results/flat_scan.json
 
-On an exact fp16 index searched on the CPU, a batch of at most ``HALF_ROWS`` query rows ranks from fp16 products,
+On an exact fp16 index searched on the CPU, a batch of at most ``HALF_ROWS`` query rows (fewer where the probe finds
+fp16 faster only for fewer: ``probe_rows``) ranks from fp16 products,
 each row's candidates scored again exactly (``core.flat_search``); ``flat_search.APPROXIMATE = False`` forces the
 float32 path, the arm compared against. The questions' vectors are encoded once. Measured, each arm in turn within
 every repeat (the machine is shared: ratios, medians):
 
+- product: the (rows x N) product alone, float32 by either BLAS (``flat_search.PRODUCT``) and fp16, ms;
 - scan: ``FlatScan(...).top(rows, k)`` for 2..128 query rows (the questions' q_start then q_end rows, as the dense
   leg asks) at k = 32 and 256, ms;
 - search: ``Searcher.search`` (encoding included) of 1 and 8 questions, units phrase and passage, ms;
@@ -33,12 +35,13 @@ import torch  # noqa: E402
 from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core import flat_search  # noqa: E402
-from spanseek.core.flat_search import FlatScan  # noqa: E402
+from spanseek.core.flat_search import FlatScan, flat_vectors  # noqa: E402
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
 
 ARMS = ("float32", "fp16")
+PRODUCTS = ("pieces", "mkl", "fp16")
 SCAN_ROWS = (2, 8, 16, 32, 64, 128)
 SCAN_KS = (32, 256)
 
@@ -89,6 +92,31 @@ def scan_times(searcher, q_start: np.ndarray, q_end: np.ndarray, repeats: int) -
         ranked_fp16 = {c: FlatScan(leg.index.faiss, queries[c[0]], None, half=half).half is not None for c in cases}
     return {f"rows={r} k={k}": {**v, "fp16_ranked": ranked_fp16[r, k], "fell_back": fell_back[r, k]}
             for (r, k), v in out.items()}
+
+
+def product_times(searcher, q_start: np.ndarray, repeats: int) -> dict:
+    """The product alone per row count, ms (medians, the three in turn): float32 by OpenBLAS's pieces and by MKL
+    (``flat_search.PRODUCT``; up to ``SMALL_ROWS`` rows both are torch's tall product), and fp16 (``half_product``)."""
+    leg = searcher.dense
+    xb, half = flat_vectors(leg.index.faiss), leg.half_vectors()
+    times: dict = {(r, a): [] for r in SCAN_ROWS for a in PRODUCTS}
+    before = flat_search.PRODUCT
+    try:
+        for _ in range(repeats):
+            for rows in SCAN_ROWS:
+                q = np.ascontiguousarray(np.resize(q_start, (rows, q_start.shape[1])), dtype=np.float32)
+                out = np.empty((rows, len(xb)), np.float32)
+                for a in PRODUCTS:
+                    flat_search.PRODUCT = a if a != "fp16" else before
+                    t0 = time.perf_counter()
+                    if a == "fp16":
+                        flat_search.half_product(torch.from_numpy(q), half.vectors, torch.from_numpy(out))
+                    else:
+                        flat_search.scores_into(q, xb, out)
+                    times[rows, a].append(1e3 * (time.perf_counter() - t0))
+    finally:
+        flat_search.PRODUCT = before
+    return {f"rows={r}": {a: round(statistics.median(times[r, a]), 2) for a in PRODUCTS} for r in SCAN_ROWS}
 
 
 def search_times(searcher, questions: list[str], repeats: int) -> dict:
@@ -153,12 +181,16 @@ def main() -> int:
     half = searcher.dense.half_vectors()  # the probe, once, before anything is timed
     report = {
         "cpu": cpu_name(), "torch_threads": torch.get_num_threads(), "tokens": searcher.index.num_tokens,
-        "half_rows": flat_search.HALF_ROWS, "probe_speedup": round(half.speedup, 3),
+        "half_rows": flat_search.HALF_ROWS, "probe_rows": half.rows, "probe_speedup": round(half.speedup, 3),
+        "wide_product": flat_search.wide_product(),
+        "product_ms": product_times(searcher, q_start, args.repeats),
         "scan_ms": scan_times(searcher, q_start, q_end, args.repeats),
         "search_ms": search_times(searcher, questions, args.repeats),
         "same_hits": same_hits(searcher, questions, q_start, q_end),
     }
     write_json_atomic(args.out, report)
+    for case, v in report["product_ms"].items():
+        print(f"product_ms {case}: " + " ".join(f"{a} {v[a]}" for a in PRODUCTS))  # noqa: T201
     for name in ("scan_ms", "search_ms"):
         for case, v in report[name].items():
             print(f"{name} {case}: float32 {v['float32']} fp16 {v['fp16']} ratio {v['ratio']}")  # noqa: T201

@@ -19,16 +19,20 @@ The held scores are written into a buffer each thread keeps (``Scratch``) rather
 with the buffer, 88 without, 2-core Xeon). A scan whose buffer a later scan on the same thread took scores again.
 The buffer stays at the largest batch's size, at most ``FLAT_SCORES_BYTES`` a thread.
 
-The product is numpy's (OpenBLAS) on pieces of ``PRODUCT_COLUMNS`` token columns, its BLAS held to one thread and
-the pieces shared among torch's number of threads (``scores_into``). On a 2-core AMD EPYC (Zen 3, AVX2) the
-(128 x 384) x (384 x 146k) product took 118 ms this way against 171 ms for torch's (MKL) and 116-135 ms for
-OpenBLAS's own two threads, whose workers then busy-wait on the cores the next steps need. A few query rows (one to
+The product's BLAS depends on the CPU (``PRODUCT``). On AMD it is numpy's (OpenBLAS) on pieces of
+``PRODUCT_COLUMNS`` token columns, its BLAS held to one thread and the pieces shared among torch's number of threads
+(``scores_into``): on a 2-core AMD EPYC (Zen 3, AVX2) the (128 x 384) x (384 x 146k) product took 118 ms this way
+against 171 ms for torch's (MKL) and 116-135 ms for OpenBLAS's own two threads, whose workers then busy-wait on the
+cores the next steps need. On Intel it is torch's (MKL) into the held buffer: on a 2-core Xeon with AVX-512 the same
+product took 67 ms against 88-100 ms in OpenBLAS's pieces (64 rows: 34 against 54-71 ms; medians of 7). MKL's bits
+may depend on the thread count for a few row counts (9 rows of 146k tokens: up to 1e-4 apart), OpenBLAS's pieces'
+do not. A few query rows (one to
 four questions: ``SMALL_ROWS``) are the other way round: the scan is bound by reading the index, and torch's
 tall product ``xb @ queries.T`` reads it once, where OpenBLAS's wide one reads it about twice as slowly (146k
 tokens, same EPYC, medians of 15 interleaved: 2 rows 20.1 against 41.2 ms, 4 rows 20.4 against 38.8, 8 rows 37.1
 against 43.9, 10 rows 50.9 against 46.5).
 
-A small batch (at most ``HALF_ROWS`` query rows) may rank from half-precision products instead: when the flat index
+A small batch (at most ``HALF_ROWS`` query rows, fewer where the probe finds fp16 faster only for fewer) may rank from half-precision products instead: when the flat index
 holds an fp16 fine store exactly, widened (``DenseLeg.flat_holds_fine``), the product of the queries rounded to fp16
 with the store reads half the bytes, and where this CPU's fp16 product is faster (``HalfVectors``, measured once per
 index; torch's, oneDNN's kernel on AVX-512 FP16) each row's ``candidates(k)`` best by the fp16 scores are scored
@@ -50,6 +54,7 @@ float32 otherwise. Such a scan's held products are not exact (``held`` is None):
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -72,11 +77,19 @@ FLAT_SCORES_BYTES = 512 << 20
 MAXIMA_WIDTH = 32
 PRODUCT_COLUMNS = 2048  # token columns of one piece of the product (its output fits a core's L2 at 128 rows)
 SMALL_ROWS = 8  # query rows up to which the scan is torch's tall product (see the module docstring)
+# the BLAS of the product of more than SMALL_ROWS rows: "mkl" (torch's, into the held buffer), "pieces" (numpy's
+# OpenBLAS on pieces shared among threads) or "auto": mkl on Intel CPUs, pieces on others (module docstring)
+PRODUCT = "auto"
 # query rows (16 questions) up to which a scan may rank from fp16 products. FlatScan.top over the demo index (146k
 # tokens, 2-core Xeon with AVX-512 FP16, real questions, medians of 9-15 alternating, a neighbour's load on the
 # cores) at k = 32 / 256 was 1.86x / 1.79x as fast at 2 rows, 1.73x / 1.45x at 32, 1.56x / 1.28x at 48, 1.23x /
 # 1.00x at 64 and 0.98x / 0.36x at 128
 HALF_ROWS = 32
+# query rows at which HalfVectors.of probes the fp16 product, in turn until one is not HALF_MIN_SPEEDUP faster: a scan
+# ranks from fp16 products up to the most rows that were. On the 2-core Xeon against MKL's float32 product (146k
+# tokens, medians of 9) fp16 was 1.9x as fast at 8 rows, 1.5x at 16 and 1.07x at 32; against OpenBLAS's pieces 1.9x
+# at 32
+HALF_PROBE_ROWS = (SMALL_ROWS, 16, HALF_ROWS)
 # the probe's speed-up of the product alone at HALF_ROWS rows (HalfVectors) below which scans stay in float32: the
 # candidates' exact scores and the batch's exact token scores take back part of it (1.85x on the demo index, above)
 HALF_MIN_SPEEDUP = 1.5
@@ -111,11 +124,15 @@ def scores_into(queries: np.ndarray, xb: np.ndarray, out: np.ndarray, workers: i
     one contiguous run of pieces. The pieces are cut at the same columns however many threads share them, so the
     scores have the same bits for any thread count (float rounding does depend on the cut, and on the number of
     rows, as with any BLAS). Up to ``SMALL_ROWS`` rows, torch's tall product ``xb @ queries.T`` instead (torch's
-    threads; the same bits for any thread count too)."""
+    threads; the same bits for any thread count too); with ``wide_product()`` "mkl", more rows are torch's product
+    into ``out`` (torch's threads, ``workers`` unused)."""
     import torch
 
     if len(queries) <= SMALL_ROWS:
         out[:] = torch.matmul(torch.from_numpy(xb), torch.from_numpy(queries).T).numpy().T
+        return out
+    if wide_product() == "mkl" and out.flags.c_contiguous:  # (torch would write a non-contiguous out elsewhere)
+        torch.mm(torch.from_numpy(queries), torch.from_numpy(xb).T, out=torch.from_numpy(out))
         return out
     n = len(xb)
     workers = max(1, min(workers or torch.get_num_threads(), -(-n // PRODUCT_COLUMNS)))
@@ -134,6 +151,28 @@ def scores_into(queries: np.ndarray, xb: np.ndarray, out: np.ndarray, workers: i
             for f in _share(workers, run, list(zip(bounds[:-1], bounds[1:], strict=True))):
                 f.result()
     return out
+
+
+def wide_product() -> str:
+    """``PRODUCT`` resolved: "auto" is "mkl" on an Intel CPU whose torch has MKL, else "pieces"."""
+    if PRODUCT != "auto":
+        return PRODUCT
+    import torch
+
+    return "mkl" if cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available() else "pieces"
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``), "" where /proc/cpuinfo does not say."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def flat_vectors(faiss_index: Any) -> np.ndarray | None:
@@ -221,8 +260,7 @@ def probe_half(half: Any, xb: np.ndarray, rows: int = HALF_ROWS) -> float:
         log.warning("this CPU's fp16 product is less accurate than a float32 sum rounded once: flat scans stay in "
                     "float32")
         return 0.0
-    log.info("fp16 products over %d tokens: %.2fx the speed of float32 at %d rows (small batches rank from them at "
-             "%.2fx or more)", n, fp32 / fp16, rows, HALF_MIN_SPEEDUP)
+    log.debug("fp16 products over %d tokens: %.2fx the speed of float32 at %d rows", n, fp32 / fp16, rows)
     return fp32 / fp16
 
 
@@ -230,11 +268,13 @@ def probe_half(half: Any, xb: np.ndarray, rows: int = HALF_ROWS) -> float:
 class HalfVectors:
     """An index's (N, d) float16 vectors that its flat index holds exactly, widened (an fp16 fine store:
     ``DenseLeg.flat_holds_fine``), their largest norm (``half_error``'s max|h|) and how many times faster they score a
-    batch of ``HALF_ROWS`` rows than the float32 vectors (``probe_half``)."""
+    batch of ``rows`` rows than the float32 vectors (``probe_half``): a scan of at most ``rows`` query rows ranks from
+    them where that is at least ``HALF_MIN_SPEEDUP``."""
 
     vectors: Any  # (N, d) torch float16, only read
     max_norm: float
     speedup: float
+    rows: int = HALF_ROWS  # the most of HALF_PROBE_ROWS at which the probe found them HALF_MIN_SPEEDUP faster
 
     @classmethod
     def of(cls, half: np.ndarray, xb: np.ndarray) -> HalfVectors:
@@ -254,7 +294,19 @@ class HalfVectors:
         if not same:
             log.warning("the flat index does not hold the fp16 vectors exactly: flat scans stay in float32")
             return cls(vectors, max_norm, 0.0)
-        return cls(vectors, max_norm, probe_half(vectors, xb) if len(xb) >= HALF_MIN_TOKENS else 0.0)
+        if len(xb) < HALF_MIN_TOKENS:
+            return cls(vectors, max_norm, 0.0)
+        rows, speedup = HALF_PROBE_ROWS[0], 0.0
+        for r in HALF_PROBE_ROWS:  # fewer rows gain more: on to more rows while they still gain enough
+            got = probe_half(vectors, xb, r)
+            if r == HALF_PROBE_ROWS[0] or got >= HALF_MIN_SPEEDUP:
+                rows, speedup = r, got
+            if got < HALF_MIN_SPEEDUP:
+                break
+        if speedup >= HALF_MIN_SPEEDUP:
+            log.info("batches of up to %d query rows rank from fp16 products (%.2fx the speed of float32)", rows,
+                     speedup)
+        return cls(vectors, max_norm, speedup, rows)
 
 
 class Scratch(threading.local):
@@ -400,7 +452,7 @@ class FlatScan:
         self.block = max(1, max_bytes // (4 * max(1, len(xb))))  # query rows whose scores fit the budget
         self.half: HalfVectors | None = None
         self.fell_back = False  # whether a row was ranked from float32 products (no certificate, or a deep round)
-        if (half is not None and APPROXIMATE and 0 < len(self.queries) <= min(HALF_ROWS, self.block)
+        if (half is not None and APPROXIMATE and 0 < len(self.queries) <= min(HALF_ROWS, half.rows, self.block)
                 and half.speedup >= HALF_MIN_SPEEDUP and len(half.vectors) == len(xb)):
             norms = np.linalg.norm(self.queries.numpy().astype(np.float64), axis=1)
             if norms.max() * max(1.0, half.max_norm) < 2**15:  # no query element or score beyond fp16's range

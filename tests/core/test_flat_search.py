@@ -184,11 +184,12 @@ def test_top_values_of_some_rows_from_the_blocks_maxima_are_topks_values(m):
 
 
 @pytest.mark.parametrize("rows", [2, SMALL_ROWS, SMALL_ROWS + 1, 13])
-def test_the_product_is_the_same_however_many_threads_share_it(rows):
+def test_the_product_is_the_same_however_many_threads_share_it(rows, monkeypatch):
     """scores_into, on either side of SMALL_ROWS (torch's tall product, numpy's pieces): one thread or several (the
     last piece narrower), the same bits; and they are the inner products."""
     import torch
 
+    monkeypatch.setattr(flat_search, "PRODUCT", "pieces")
     rng = np.random.default_rng(3)
     q, x = rng.standard_normal((rows, 384), dtype=np.float32), rng.standard_normal((10_001, 384), dtype=np.float32)
     threads = torch.get_num_threads()
@@ -201,6 +202,30 @@ def test_the_product_is_the_same_however_many_threads_share_it(rows):
             assert np.array_equal(scores_into(q, x, np.empty_like(alone), workers=workers), alone)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("product", ["pieces", "mkl"])
+@pytest.mark.parametrize("rows", [SMALL_ROWS + 1, 64])
+def test_either_blas_gives_the_inner_products(product, rows, monkeypatch):
+    """Both products of more than SMALL_ROWS rows are the inner products, into ``out`` itself, contiguous or not (a
+    non-contiguous ``out`` takes OpenBLAS's pieces); and "auto" picks MKL exactly on Intel CPUs."""
+    import torch
+
+    monkeypatch.setattr(flat_search, "PRODUCT", product)
+    rng = np.random.default_rng(5)
+    q, x = rng.standard_normal((rows, 384), dtype=np.float32), rng.standard_normal((5_003, 384), dtype=np.float32)
+    want = q.astype(np.float64) @ x.T.astype(np.float64)
+    out = np.full((rows, len(x)), np.nan, np.float32)
+    assert scores_into(q, x, out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    wide = np.full((rows, 2 * len(x)), np.nan, np.float32)
+    scores_into(q, x, wide[:, ::2])
+    np.testing.assert_allclose(wide[:, ::2], want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(flat_search, "PRODUCT", "auto")
+    for vendor, blas in (("GenuineIntel", "mkl" if torch.backends.mkl.is_available() else "pieces"),
+                         ("AuthenticAMD", "pieces"), ("", "pieces")):
+        monkeypatch.setattr(flat_search, "cpu_vendor", lambda vendor=vendor: vendor)
+        assert flat_search.wide_product() == blas
 
 
 @pytest.mark.parametrize("m", [1, 2, 7, 64, 129, 600])
@@ -467,10 +492,28 @@ def test_the_probe_leaves_scans_in_float32_where_the_fp16_product_is_slower(monk
     assert HalfVectors.of(x.astype(np.float16), x).speedup == 0.0
 
 
+def test_the_probe_keeps_the_most_rows_at_which_fp16_still_gains(monkeypatch):
+    """HalfVectors.of probes HALF_PROBE_ROWS in turn, stops at the first that gains too little, and a scan ranks from
+    fp16 products up to the most rows that gained enough, not beyond."""
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((3000, 16)).astype(np.float16).astype(np.float32)
+    monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", 0)
+    for gains, rows, probed in (({8: 1.9, 16: 1.6, 32: 1.1}, 16, [8, 16, 32]), ({8: 1.9, 16: 1.2, 32: 3.0}, 8, [8, 16]),
+                                ({8: 2.0, 16: 2.0, 32: 2.0}, 32, [8, 16, 32]), ({8: 1.2, 16: 9.0, 32: 9.0}, 8, [8])):
+        asked: list[int] = []
+        monkeypatch.setattr(flat_search, "probe_half", lambda half, xb, r, g=gains, a=asked: a.append(r) or g[r])
+        half = HalfVectors.of(x.astype(np.float16), x)
+        assert (half.rows, half.speedup, asked) == (rows, gains[rows], probed)
+        index = flat_index(x)
+        used = half.speedup >= flat_search.HALF_MIN_SPEEDUP
+        assert (FlatScan(index, x[:rows], None, half=half).half is half) == used
+        assert FlatScan(index, x[: rows + 1], None, half=half).half is None
+
+
 def test_vectors_the_flat_index_does_not_hold_exactly_are_not_ranked_from(monkeypatch):
     rng = np.random.default_rng(17)
     x = rng.standard_normal((3000, 16)).astype(np.float16).astype(np.float32)
-    monkeypatch.setattr(flat_search, "probe_half", lambda half, xb: 2.0)
+    monkeypatch.setattr(flat_search, "probe_half", lambda half, xb, rows=HALF_ROWS: 2.0)
     monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", 0)
     assert HalfVectors.of(x.astype(np.float16), x).speedup == 2.0
     other = x.astype(np.float16)
