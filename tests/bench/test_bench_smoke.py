@@ -183,6 +183,15 @@ def test_flat_scan(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     assert report["same_hits"]["phrase/dense batch=1"]["lists"] == 9
 
 
+@smoke("bench/top_values.py")
+def test_top_values(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    out = tmp_path / "top_values.json"
+    run_bench("bench/top_values.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--batch-size", 4, "--repeats", 1, "--out", out)
+    report = results(out, "cpu", "gather_width", "tokens")
+    assert report["cases"] and all(v["same_values"] and positive(v["whole_ms"]) for v in report["cases"].values())
+
+
 def test_snapshot_compare_tells_a_swap_of_tied_copies_from_a_change():
     sys.path.insert(0, str(ROOT / "bench"))
     from search_snapshot import compare
