@@ -8,7 +8,8 @@ A refactoring of the search path keeps behaviour when the two snapshots agree: p
 same hits (passage, character span, text) with the same scores and confidences (to ``SCORE_TOLERANCE``). Copies
 of one passage (a corpus may hold the same text twice) tie exactly, and float rounding may put either first: a
 question whose only change is such a swap is counted apart (``tied_duplicates_reordered``), not as differing. The question vectors are
-encoded once and shared by every search, so the snapshot isolates the search stage from encoder noise.
+encoded once and shared by every search, so the snapshot isolates the search stage from encoder noise. Phrases are
+also searched with ``merge_answers`` (``phrase+merged/MODE``).
 """
 
 from __future__ import annotations
@@ -34,16 +35,16 @@ def snapshot(index: str, model: str, questions_file: str, top_k: int, limit: int
     assert searcher.encoder is not None
     q_start, q_end = searcher.encoder.encode(questions)
     out: dict[str, list] = {}
-    for unit in UNITS:
-        for mode in MODES:
-            params = SearchParams(unit=unit, mode=mode, top_k=top_k)
-            rows = []
-            for i in range(0, len(questions), batch_size):
-                j = i + batch_size
-                hits = searcher.search_vectors(q_start[i:j], q_end[i:j], params, None, questions[i:j])
-                rows += [[[h.passage_id, h.start, h.end, h.text, round(h.score, 4),
-                           None if h.confidence is None else round(h.confidence, 4)] for h in q] for q in hits]
-            out[f"{unit}/{mode}"] = rows
+    runs = [(unit, mode, False) for unit in UNITS for mode in MODES] + [("phrase", mode, True) for mode in MODES]
+    for unit, mode, merge in runs:
+        params = SearchParams(unit=unit, mode=mode, top_k=top_k, merge_answers=merge)
+        rows = []
+        for i in range(0, len(questions), batch_size):
+            j = i + batch_size
+            hits = searcher.search_vectors(q_start[i:j], q_end[i:j], params, None, questions[i:j])
+            rows += [[[h.passage_id, h.start, h.end, h.text, round(h.score, 4),
+                       None if h.confidence is None else round(h.confidence, 4)] for h in q] for q in hits]
+        out[f"{unit}{'+merged' if merge else ''}/{mode}"] = rows
     return out
 
 

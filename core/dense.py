@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from spanseek.core.flat_search import HALF_ROWS, FlatScan, HalfVectors, flat_vec
 from spanseek.core.gpu import OnDevice
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import search_ids
-from spanseek.core.spans import Spans, best_answer, best_span, length_scores, numpy_blas
+from spanseek.core.spans import Spans, best_answer, best_span, by_group_then_score, length_scores, numpy_blas
 from spanseek.core.text import FLAG_END, FLAG_START
 
 if TYPE_CHECKING:
@@ -66,11 +66,15 @@ def dedupe_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, sco
     their order here), each (start, end) once, with its first (best) score."""
     if not len(starts):
         return [EMPTY_SPANS] * n_groups
-    order = np.lexsort((-scores, groups))  # by group, then by score; stable
+    order = by_group_then_score(groups, scores)
     groups, starts, ends, scores = groups[order], starts[order], ends[order], scores[order]
-    key = starts.astype(np.int64) * n_tokens + ends
-    at = np.lexsort((np.arange(len(key)), key, groups))  # each (group, span)'s copies together, the best first
-    first = at[np.r_[True, (groups[at][1:] != groups[at][:-1]) | (key[at][1:] != key[at][:-1])]]
+    if n_groups * n_tokens * n_tokens < 1 << 62:  # one integer a (group, span): np.unique keeps each's first place
+        key = (groups.astype(np.int64) * n_tokens + starts) * n_tokens + ends
+        first = np.unique(key, return_index=True)[1]
+    else:
+        key = starts.astype(np.int64) * n_tokens + ends
+        at = np.lexsort((np.arange(len(key)), key, groups))  # each (group, span)'s copies together, the best first
+        first = at[np.r_[True, (groups[at][1:] != groups[at][:-1]) | (key[at][1:] != key[at][:-1])]]
     first.sort()
     bounds = np.searchsorted(groups[first], np.arange(n_groups + 1))
     starts, ends, scores = starts[first].astype(np.int64), ends[first].astype(np.int64), scores[first].astype(np.float32)
@@ -98,7 +102,8 @@ class BatchScores:
     then end rows, with the plan's vectors): the scores are read from it. ``rescored``, when given, is the batch's
     flat scan ranking from fp16 products (start rows then end rows, with the plan's vectors): the scores are its
     exact ones (``FlatScan.exact``), which its ranking used. Otherwise each call reads the plan's vectors of ``ids``
-    and scores them (``DenseLeg.scores``)."""
+    and scores them (``DenseLeg.scores``). ``of_questions`` gives some of the batch's questions as a batch of their
+    own, reading the same held scores or scan."""
 
     def __init__(self, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray,
                  held: Callable[[], np.ndarray | None] | None = None, rescored: FlatScan | None = None):
@@ -106,6 +111,17 @@ class BatchScores:
         self.q_start, self.q_end = q_start, q_end
         self._held = held
         self._rescored = rescored
+        self._rows: np.ndarray | None = None  # each question's row among the held scores' (None: its own)
+
+    def of_questions(self, picked: np.ndarray) -> BatchScores:
+        """The scores of this batch's questions ``picked`` (their positions here), question i being ``picked[i]``:
+        the same held scores or rescoring scan, read at their rows, so the same bits as here."""
+        sub = BatchScores(self.leg, self.plan, self.q_start[picked], self.q_end[picked], self._held, self._rescored)
+        sub._rows = self._row_of(np.asarray(picked, dtype=np.int64))
+        return sub
+
+    def _row_of(self, questions: Any) -> Any:
+        return questions if self._rows is None else self._rows[questions]
 
     def __len__(self) -> int:
         return len(self.q_start)
@@ -128,8 +144,8 @@ class BatchScores:
         held = self.held_array()
         if held is not None:  # gathered from the flat array: 2x faster than indexing rows and columns
             flat, n = held.reshape(-1), held.shape[1]
-            at = questions * n + ids
-            return np.stack([flat.take(at), flat.take(at + len(self) * n)], axis=1)
+            at = self._row_of(questions) * n + ids
+            return np.stack([flat.take(at), flat.take(at + len(held) // 2 * n)], axis=1)
         if self._rescored is not None:
             return self._exact(questions, ids)
         out = np.zeros((0, 2), np.float32)
@@ -146,7 +162,8 @@ class BatchScores:
         ids are known to be distinct (each vector is read once without deduplicating them)."""
         held = self._held() if self._held is not None else None
         if held is not None:
-            return np.stack([held[b, ids], held[len(self) + b, ids]], axis=1)
+            row = self._row_of(b)
+            return np.stack([held[row, ids], held[len(held) // 2 + row, ids]], axis=1)
         if self._rescored is not None:
             return self._exact(np.full(len(ids), b), np.asarray(ids))
         queries = np.stack([self.q_start[b], self.q_end[b]], axis=1)
@@ -160,9 +177,11 @@ class BatchScores:
         distinct pair scored once (neighbour windows overlap)."""
         assert self._rescored is not None
         n = self.leg.index.num_tokens
-        pairs, inverse = np.unique(questions.astype(np.int64) * n + ids, return_inverse=True)
-        question = pairs // n
-        return self._rescored.exact(pairs % n, np.stack([question, len(self) + question], axis=1))[inverse.reshape(-1)]
+        rows = self._row_of(questions.astype(np.int64))
+        pairs, inverse = np.unique(rows * n + ids, return_inverse=True)
+        row = pairs // n
+        half = len(self._rescored.queries) // 2
+        return self._rescored.exact(pairs % n, np.stack([row, half + row], axis=1))[inverse.reshape(-1)]
 
 
 class DenseLeg:
@@ -195,7 +214,7 @@ class DenseLeg:
 
     def batch(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True) -> DenseBatch:
         """One batch's dense search: its token searches (``search``: none for the lexical mode) and its scores."""
-        return DenseBatch(self, plan, q_start, q_end, search)
+        return DenseBatch.of(self, plan, q_start, q_end, search)
 
     def candidates(self, batch: DenseBatch, top_k: int, unit_of_passage: np.ndarray | None,
                    dedupe: bool = True) -> list[Spans]:
@@ -207,7 +226,8 @@ class DenseLeg:
         completed spans would hold, known before completing them, so each question is completed once, at its last
         round's k. On a flat index the batch's scores are computed once for every round (``core.flat_search``).
         A unit search completes only the candidates that may be their unit's best span (``complete_all``)."""
-        plan = batch.plan
+        plan, search = batch.plan, batch.search
+        assert search is not None, "a batch made without its token search (the lexical mode) has no candidates"
         ntotal = self.index.faiss.ntotal
         unit = plan.params.unit
         k = min(ntotal, max(32, 2 * top_k) if unit == "phrase" else max(64, 8 * top_k))
@@ -215,7 +235,7 @@ class DenseLeg:
         last: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64),) * 2] * len(batch.scores)
         pending = np.arange(len(batch.scores))
         while len(pending) and ntotal:
-            ids = self.round_ids(batch.search, pending, k)  # (2P, k): start rows, then end rows
+            ids = self.round_ids(search, pending, k)  # (2P, k): start rows, then end rows
             for row, b in enumerate(pending.tolist()):
                 last[b] = (ids[row], ids[len(pending) + row])
             if unit_of_passage is None or k >= ntotal:
@@ -479,7 +499,7 @@ class DenseLeg:
             best = np.repeat(np.maximum.reduceat(span_scores[keep], cut), np.diff(np.r_[cut, len(keep)]))
             at_best = np.flatnonzero(span_scores[keep] == best)
             keep = keep[at_best[np.r_[True, passage[at_best][1:] != passage[at_best][:-1]]]]
-        keep = keep[np.lexsort((-span_scores[keep], question[keep]))]  # by question, then by score (stable)
+        keep = keep[by_group_then_score(question[keep], span_scores[keep])]  # by question, then by score
         bounds = np.r_[0, np.cumsum(np.bincount(question[keep], minlength=len(groups)))]
         for b in range(len(groups)):
             k = keep[bounds[b] : bounds[b + 1]]
@@ -534,20 +554,34 @@ class DenseLeg:
 
 
 class DenseBatch:
-    """One batch of questions in the dense leg: ``search(rows, k)`` (its token searches, see ``DenseLeg.searcher``)
-    and ``scores`` (its ``BatchScores``: from the flat scan, held or rescored, when its vectors are the fine ones)."""
+    """One batch of questions in the dense leg: ``search(rows, k)`` (its token searches, see ``DenseLeg.searcher``;
+    None for the lexical mode) and ``scores`` (its ``BatchScores``: from the flat scan, held or rescored, when its
+    vectors are the fine ones). ``of_questions`` gives some of its questions as a batch of their own that searches
+    the same scan: a deeper search of a few of them ranks the batch's held product again instead of computing
+    another."""
 
-    def __init__(self, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True):
-        self.plan = plan
-        scan = None
-        if search:
-            self.search, scan = leg.searcher(plan, q_start, q_end)
+    def __init__(self, plan: Plan, search: Callable[[np.ndarray, int], np.ndarray] | None, scores: BatchScores):
+        self.plan, self.search, self.scores = plan, search, scores
+
+    @classmethod
+    def of(cls, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True
+           ) -> DenseBatch:
+        ids, scan = leg.searcher(plan, q_start, q_end) if search else (None, None)
         if scan is None or not leg.flat_holds_fine or plan.vectors != leg.index.token_vectors:
-            self.scores = BatchScores(leg, plan, q_start, q_end)
+            scores = BatchScores(leg, plan, q_start, q_end)
         elif scan.half is not None:
-            self.scores = BatchScores(leg, plan, q_start, q_end, rescored=scan)
+            scores = BatchScores(leg, plan, q_start, q_end, rescored=scan)
         else:
-            self.scores = BatchScores(leg, plan, q_start, q_end, scan.held)
+            scores = BatchScores(leg, plan, q_start, q_end, scan.held)
+        return cls(plan, ids, scores)
+
+    def of_questions(self, picked: np.ndarray) -> DenseBatch:
+        """This batch's questions ``picked`` (positions here; question i is ``picked[i]``), searching the same
+        scan (or faiss, for their rows) and reading the same scores."""
+        picked = np.asarray(picked, dtype=np.int64)
+        search = self.search
+        return DenseBatch(self.plan, None if search is None else (lambda rows, k: search(picked[rows], k)),
+                          self.scores.of_questions(picked))
 
 
 def flat_holds_fine(index: PhraseIndex) -> bool:

@@ -19,7 +19,7 @@ from spanseek.core.hits import Hit, HitBuilder, first_per_unit, non_overlapping_
 from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, tokenize, zscore
 from spanseek.core.plan import Plan
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
-from spanseek.core.spans import Spans, numpy_blas
+from spanseek.core.spans import Spans, by_group_then_score, numpy_blas
 
 # phrase unit, hybrid: the lexical passages whose every span joins the dense candidates
 LEXICAL_PASSAGES = 5
@@ -85,7 +85,7 @@ class LexicalFusion:
         after ``dedupe_grouped`` (a duplicate comes after its first copy, in the same unit), without deduplicating."""
         if not len(starts):
             return [EMPTY_SPANS] * n_groups
-        order = np.lexsort((-scores, groups))  # by group, then by score; stable
+        order = by_group_then_score(groups, scores)
         units = self.unit_of_passage[unit][self.dense.index.token_passage[starts[order]]]
         key = groups[order].astype(np.int64) * (int(units.max()) + 1) + units
         first = order[np.sort(np.unique(key, return_index=True)[1])]  # each (group, unit)'s first, in that order

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from spanseek.core.confidence import FEATURE_DEPTH, Calibrator
-from spanseek.core.dense import DenseLeg
+from spanseek.core.dense import DenseBatch, DenseLeg
 from spanseek.core.fusion import FUSION_DEPTH, LexicalFusion
 from spanseek.core.gpu import OnDevice
 from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
@@ -193,15 +193,20 @@ class Searcher:
     def _ranked_deep(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
                      timings: StageTimes) -> list[list[Hit]]:
         """``_ranked``, with questions that found fewer non-overlapping phrases than asked searched again with
-        deeper dense candidates (k x 4, up to 64 top_k) while that finds more."""
-        ranked = self._ranked(plan, q_start, q_end, texts, timings)
-        if plan.unit != "phrase" or plan.params.allow_overlap or plan.mode == "lexical":
+        deeper dense candidates (k x 4, up to 64 top_k) while that finds more. The deeper searches are the batch's
+        own (``DenseBatch.of_questions``): a flat index's product of the batch is ranked again, not computed again."""
+        deepens = plan.unit == "phrase" and not plan.params.allow_overlap and plan.mode != "lexical"
+        batch = (self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
+                 if deepens and not plan.selection.empty else None)
+        ranked = self._ranked(plan, q_start, q_end, texts, timings, batch)
+        if not deepens:
             return ranked
         depth = plan.top_k
         pending, k = [b for b, hits in enumerate(ranked) if len(hits) < depth], 4 * depth
         while pending and k <= 64 * depth:
             found = self._ranked(plan.but(top_k=k), q_start[pending], q_end[pending],
-                                 None if texts is None else [texts[b] for b in pending], timings)
+                                 None if texts is None else [texts[b] for b in pending], timings,
+                                 None if batch is None else batch.of_questions(np.asarray(pending)))
             still = []
             for b, hits in zip(pending, found, strict=True):
                 more = len(hits) > len(ranked[b])
@@ -212,12 +217,13 @@ class Searcher:
         return ranked
 
     def _ranked(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                timings: StageTimes) -> list[list[Hit]]:
+                timings: StageTimes, batch: DenseBatch | None = None) -> list[list[Hit]]:
         """The raw ranking: ``plan.top_k`` hits per question (phrases overlapping a better one dropped unless
-        ``allow_overlap``), no confidence, offset ignored."""
+        ``allow_overlap``), no confidence, offset ignored. ``batch``: these questions' dense batch, when the caller
+        has made it (for this plan's selection and vectors)."""
         if plan.params.merge_answers:  # every span of an answer counts, overlapping or not; then one hit per answer
             wide = plan.but(top_k=max(ANSWER_CANDIDATES, 4 * plan.top_k), merge_answers=False, allow_overlap=True)
-            many = self._ranked(wide, q_start, q_end, texts, timings)
+            many = self._ranked(wide, q_start, q_end, texts, timings, batch)
             with timings.timing("aggregate"):
                 merged = [[h[r].but(score=score) for r, score in
                            merge_by_answer([x.text for x in h], [x.score for x in h])] if h else [] for h in many]
@@ -226,7 +232,8 @@ class Searcher:
         if plan.selection.empty:
             return [[] for _ in range(len(q_start))]
         units = self._unit_of_passage.get(plan.unit)  # each passage's unit (None: phrases)
-        batch = self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
+        if batch is None:
+            batch = self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
         if plan.mode == "dense":
             with timings.timing("search"):
                 spans = self.dense.candidates(batch, plan.top_k, units)

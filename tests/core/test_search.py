@@ -473,3 +473,61 @@ def test_hits_hold_every_field_as_the_constructor_makes_them(tiny_searcher, unit
         assert set(vars(h)) == set(HIT_FIELDS)
         assert h == Hit(**h.to_dict())
         assert h.but(score=1.5) == Hit(**{**h.to_dict(), "score": 1.5})
+
+
+@pytest.mark.parametrize("held", [False, True, "rescored"], ids=["vectors-read", "flat-scan-held", "fp16-scan"])
+def test_some_questions_of_a_batch_read_the_batchs_own_scores(long_searcher, held):
+    """``BatchScores.of_questions`` (and a pick of a pick): question i of the pick scores any token to the bit as the
+    batch's question ``picked[i]`` does, through ``of_rows`` and ``of``."""
+    import dataclasses
+
+    from spanseek.core.dense import BatchScores
+    from spanseek.core.flat_search import FlatScan
+
+    index, leg = long_searcher.index, long_searcher.dense
+    plan = long_searcher._plan(SearchParams(unit="passage"))
+    qs, qe = random_questions(np.random.default_rng(21), 5, index.vectors.shape[1])
+    if held == "rescored":
+        half = dataclasses.replace(leg.half_vectors(), speedup=float("inf"))
+        scan = FlatScan(index.faiss, np.concatenate([qs, qe]), None, half=half)
+        assert scan.half is not None
+        scores = BatchScores(leg, plan, qs, qe, rescored=scan)
+    else:
+        vectors = index.token_vectors(np.arange(index.num_tokens))
+        product = np.concatenate([qs @ vectors.T, qe @ vectors.T])
+        scores = BatchScores(leg, plan, qs, qe, (lambda: product) if held else None)
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, index.num_tokens, 40)
+    picked = np.array([4, 1, 3])
+    for pick, rows in ((scores.of_questions(picked), picked),
+                       (scores.of_questions(picked).of_questions(np.array([2, 0])), picked[[2, 0]])):
+        questions = rng.integers(0, len(rows), len(ids))
+        assert len(pick) == len(rows)
+        np.testing.assert_array_equal(pick.of_rows(questions, ids), scores.of_rows(rows[questions], ids))
+        np.testing.assert_array_equal(pick.of(1, ids[:7]), scores.of(int(rows[1]), ids[:7]))
+
+
+@pytest.mark.parametrize(("top_k", "merge"), [(150, False), (80, True)], ids=["phrases", "answers"])
+def test_a_deeper_phrase_search_ranks_the_batchs_product_again(long_searcher, monkeypatch, top_k, merge):
+    """Questions that found too few phrases (or distinct answers) are searched deeper from the batch's own product
+    (one product of the index for the batch, however many rounds), and each finds what it finds searched alone."""
+    from spanseek.core import flat_search
+
+    products = []
+    scores_into = flat_search.scores_into
+
+    def counting(queries, xb, out, workers=None):
+        products.append(len(queries))
+        return scores_into(queries, xb, out, workers)
+
+    monkeypatch.setattr(flat_search, "scores_into", counting)
+    rounds = count_rounds(monkeypatch, long_searcher)
+    questions = ["When was the zebra built?", "Who juggles near Oslo?", "What did Ada build?"]
+    params = SearchParams(unit="phrase", top_k=top_k, merge_answers=merge, mode="dense")
+    together = long_searcher.search(questions, params)
+    assert len(rounds) > 1  # a phrase search ranks once a call: some question deepened
+    assert products == [2 * len(questions)]  # and the product was the batch's, once
+    for question, hits in zip(questions, together, strict=True):
+        alone = long_searcher.search([question], params)[0]
+        assert [(h.passage_id, h.start, h.end) for h in hits] == [(h.passage_id, h.start, h.end) for h in alone]
+        np.testing.assert_allclose([h.score for h in hits], [h.score for h in alone], rtol=1e-5)

@@ -1,0 +1,62 @@
+"""The overlap rule of phrase hits: ``non_overlapping_spans`` (token ranges, bisection over the kept spans) against
+the brute-force rule, and against ``non_overlapping`` on hits (character ranges within a passage)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spanseek.core.hits import NON_OVERLAP_CHUNK, non_overlapping, non_overlapping_spans
+from spanseek.core.params import Hit
+
+
+def brute_force(starts: np.ndarray, ends: np.ndarray, order: np.ndarray, k: int) -> list[int]:
+    """Greedy, best first: keep a span when it meets no span kept before it (every kept span checked)."""
+    kept: list[int] = []
+    for i in order.tolist():
+        if all(ends[i] < starts[j] or ends[j] < starts[i] for j in kept):
+            kept.append(i)
+            if len(kept) == k:
+                break
+    return kept
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("k", [1, 3, 10, NON_OVERLAP_CHUNK + 5, 10_000])
+def test_non_overlapping_spans_keeps_what_the_brute_force_rule_keeps(seed, k):
+    """Crowded spans (many share tokens, some are single tokens, some repeat exactly), in a random order longer than
+    several chunks: the same spans kept, in the same order."""
+    rng = np.random.default_rng(seed)
+    n = 5 * NON_OVERLAP_CHUNK + 7
+    starts = rng.integers(0, 300, n)
+    ends = starts + rng.integers(0, 9, n)
+    ends[::11] = starts[::11]
+    starts[5::17], ends[5::17] = starts[4], ends[4]
+    order = rng.permutation(n)
+    got = non_overlapping_spans(starts, ends, order, k)
+    assert got.dtype == np.int64
+    assert got.tolist() == brute_force(starts, ends, order, k)
+    if k >= n:  # what is left out meets a kept span
+        left = np.setdiff1d(order, got)
+        assert all(any(starts[i] <= ends[j] and starts[j] <= ends[i] for j in got) for i in left)
+
+
+def test_non_overlapping_spans_of_nothing_and_of_a_prefix_of_the_order():
+    starts, ends = np.array([0, 2, 4]), np.array([1, 3, 5])
+    assert non_overlapping_spans(starts, ends, np.zeros(0, np.int64), 3).tolist() == []
+    assert non_overlapping_spans(starts, ends, np.array([2, 0]), 5).tolist() == [2, 0]  # span 1 not in the order
+    assert non_overlapping_spans(np.array([3, 3]), np.array([3, 8]), np.array([1, 0]), 2).tolist() == [1]  # touching
+
+
+def test_non_overlapping_spans_agrees_with_the_rule_on_hits():
+    """Tokens as characters of one passage (and a second passage whose tokens come after): the spans kept are the
+    hits ``non_overlapping`` keeps."""
+    rng = np.random.default_rng(9)
+    starts = rng.integers(0, 200, 120)
+    passage = (starts >= 100).astype(int)
+    ends = np.minimum(starts + rng.integers(0, 6, 120), 100 * passage + 99)  # a span stays in its passage
+    hits = [Hit(text="x", score=0.0, start=int(s - 100 * p), end=int(e - 100 * p) + 1, passage_id=int(p), passage="",
+                doc_id="d", title="t") for s, e, p in zip(starts, ends, passage, strict=True)]
+    kept = non_overlapping(hits, 15)
+    spans = non_overlapping_spans(starts, ends, np.arange(120), 15)
+    assert [hits[i] for i in spans] == kept
