@@ -4,7 +4,7 @@ and the overlap rules of phrase hits."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,14 +40,15 @@ class HitBuilder:
         a, b = int(idx.token_offsets[start_tok, 0]), int(idx.token_offsets[end_tok, 1])
         return self.passage_hit(p, a, b, score, dense, lexical)
 
-    def ranked(self, sp: Spans, plan: Plan, unit_ids: Callable[[Spans], np.ndarray] | None) -> list[Hit]:
+    def ranked(self, sp: Spans, plan: Plan, unit_of_passage: np.ndarray | None) -> list[Hit]:
         """Dense mode's hits of sorted spans: a phrase per span (not overlapping a better one unless the plan allows
-        it), or each unit's first (best) span (``unit_ids``: each span's unit): score = max over its phrases."""
-        if unit_ids is None:
+        it), or each unit's first (best) span (``unit_of_passage``: each passage's unit): score = max over its
+        phrases."""
+        if unit_of_passage is None:
             pick = (np.arange(min(plan.top_k, len(sp.scores))) if plan.params.allow_overlap else
                     non_overlapping_spans(sp.starts, sp.ends, np.arange(len(sp.scores)), plan.top_k))
         else:
-            pick = first_per_unit(unit_ids(sp))[: plan.top_k]
+            pick = first_per_unit(unit_of_passage[self.index.token_passage[sp.starts]])[: plan.top_k]
         return [self.hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i]), float(sp.scores[i])) for i in pick]
 
     def passage_hit(self, p: int, a: int, b: int, score: float, dense: float | None = None,

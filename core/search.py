@@ -16,7 +16,7 @@ allowed tokens and the other passages' BM25 scores are zeroed, so ``top_k`` is f
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -27,12 +27,12 @@ from spanseek.core.gpu import OnDevice
 from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.lexical import LexicalIndexMissing, missing_message
 from spanseek.core.page import Pager
-from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError, Unit
+from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.reading import ReadingStage
 from spanseek.core.selection import SELECTION_CACHE_BYTES, UNIT_OF_PASSAGE, Selection, Selections
-from spanseek.core.spans import ANSWER_CANDIDATES, Spans, merge_by_answer
+from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
 log = logging.getLogger(__name__)
 DEFAULT_PARAMS = SearchParams()
@@ -196,8 +196,7 @@ class Searcher:
         deeper dense candidates (k x 4, up to 64 top_k) while that finds more. The deeper searches are the batch's
         own (``DenseBatch.of_questions``): a flat index's product of the batch is ranked again, not computed again."""
         deepens = plan.unit == "phrase" and not plan.params.allow_overlap and plan.mode != "lexical"
-        batch = (self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
-                 if deepens and not plan.selection.empty else None)
+        batch = self.dense.batch(plan, q_start, q_end) if deepens and not plan.selection.empty else None
         ranked = self._ranked(plan, q_start, q_end, texts, timings, batch)
         if not deepens:
             return ranked
@@ -207,13 +206,10 @@ class Searcher:
             found = self._ranked(plan.but(top_k=k), q_start[pending], q_end[pending],
                                  None if texts is None else [texts[b] for b in pending], timings,
                                  None if batch is None else batch.of_questions(np.asarray(pending)))
-            still = []
-            for b, hits in zip(pending, found, strict=True):
-                more = len(hits) > len(ranked[b])
-                ranked[b] = hits[:depth] if more else ranked[b]
-                if more and len(ranked[b]) < depth:
-                    still.append(b)
-            pending, k = still, 4 * k
+            grown = [(b, hits[:depth]) for b, hits in zip(pending, found, strict=True) if len(hits) > len(ranked[b])]
+            for b, hits in grown:
+                ranked[b] = hits
+            pending, k = [b for b, hits in grown if len(hits) < depth], 4 * k
         return ranked
 
     def _ranked(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
@@ -232,22 +228,17 @@ class Searcher:
         if plan.selection.empty:
             return [[] for _ in range(len(q_start))]
         units = self._unit_of_passage.get(plan.unit)  # each passage's unit (None: phrases)
-        if batch is None:
-            batch = self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
+        batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
         if plan.mode == "dense":
             with timings.timing("search"):
                 spans = self.dense.candidates(batch, plan.top_k, units)
             with timings.timing("aggregate"):
-                return [self.hits.ranked(sp, plan, None if units is None else self._unit_ids_of(plan.unit)) for sp in spans]
+                return [self.hits.ranked(sp, plan, units) for sp in spans]
         assert self.fusion is not None and texts is not None
         with timings.timing("search"):
             depth = max(plan.top_k, FUSION_DEPTH[plan.unit])
             dense = None if plan.mode == "lexical" else self.dense.candidates(batch, depth, units, units is None)
             return self.fusion.rank(plan, batch.scores, texts, dense)
-
-    def _unit_ids_of(self, unit: Unit) -> Callable[[Spans], np.ndarray]:
-        unit_of_passage = self._unit_of_passage[unit]
-        return lambda sp: unit_of_passage[self.index.token_passage[sp.starts]]
 
     def passage_best_span(self, passage: int, q_start: np.ndarray, q_end: np.ndarray,
                           max_answer_tokens: int | None = None, decode: str = "span") -> Hit:
