@@ -307,9 +307,15 @@ class SearchFilter(_Keyed):
                                       f"got {c!r}")
             object.__setattr__(self, part, conditions)
         size, depth = _size(self)
-        if size > MAX_FILTER_CONDITIONS or depth > MAX_FILTER_DEPTH:
-            raise FilterError(f"filter too large: {size} conditions nested {depth} deep (at most "
-                              f"{MAX_FILTER_CONDITIONS} conditions, {MAX_FILTER_DEPTH} deep)")
+        if depth > MAX_FILTER_DEPTH:  # (nested filters are made inside out: the first one too deep says so)
+            raise FilterError(f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters and not")
+        if size > MAX_FILTER_CONDITIONS:
+            raise FilterError(f"filter too large: {size} conditions (at most {MAX_FILTER_CONDITIONS})")
+
+    @property
+    def passes_everything(self) -> bool:
+        """Whether no part is given, so every document passes."""
+        return all(getattr(self, k) is None for k in FILTER_KEYS)
 
     def _key(self) -> tuple[Any, ...]:
         meta = None if self.meta is None else tuple((k, _tagged(v)) for k, v in self.meta)

@@ -240,9 +240,10 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
             or not all(m is None or isinstance(m, dict) for m in passage_meta)):
         raise CorpusError(f"{where}: 'passage_meta' must be a list of JSON objects (or nulls), one per paragraph "
                           f"({len(paragraphs)})")
-    if size is None or 4 * size > MAX_META_BYTES:  # a shorter line cannot hold more (UTF-8: <= 4 bytes a character)
-        _check_meta_size(where, doc_id, [("'meta'", meta)] + [(f"'passage_meta' {i}", m)
-                                                              for i, m in enumerate(passage_meta) if m])
+    if isinstance(doc_id, str) and not doc_id.strip():
+        raise CorpusError(f"{where}: 'id' is blank; give each document an id with a visible character")
+    _check_meta(where, doc_id, [("'meta'", meta)] + [(f"'passage_meta' {i}", m) for i, m in enumerate(passage_meta)
+                                                     if m], size is None or 4 * size > MAX_META_BYTES)
     for i, text in enumerate([str(doc_id), title, *paragraphs]):
         try:
             text.encode("utf-8")
@@ -262,14 +263,35 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
     return Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno, passage_meta=kept_meta)
 
 
-def _check_meta_size(where: str, doc_id: object, metas: list[tuple[str, dict[str, Any]]]) -> None:
-    """CorpusError naming the document when one of its metadata objects is over MAX_META_BYTES as JSON."""
+def _check_meta(where: str, doc_id: object, metas: list[tuple[str, dict[str, Any]]], may_be_large: bool) -> None:
+    """CorpusError naming the document when one of its metadata objects holds a number JSON cannot store (NaN,
+    Infinity: a merge's corpus reader would refuse it) or an unpaired surrogate (not valid Unicode text), or, where
+    ``may_be_large`` (a line short enough cannot be), is over MAX_META_BYTES as JSON."""
     for name, meta in metas:
-        size = len(json.dumps(meta, ensure_ascii=False).encode())
-        if size > MAX_META_BYTES:
+        try:
+            size = len(json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+        except ValueError as e:
+            if isinstance(e, UnicodeEncodeError):
+                raise CorpusError(f"{where}: document {doc_id!r}: its {name} holds an unpaired surrogate "
+                                  f"({e.object[e.start]!a}), which is not valid Unicode text") from None
+            raise CorpusError(f"{where}: document {doc_id!r}: its {name} holds a number that is not finite (NaN or "
+                              "Infinity), which JSON cannot store") from None
+        if may_be_large and size > MAX_META_BYTES:
             raise CorpusError(f"{where}: document {doc_id!r}: its {name} is {size} bytes as JSON, over the limit of "
                               f"{MAX_META_BYTES} (metadata is returned with every hit; keep large values such as "
                               "full texts or images out of it)")
+
+
+def without_nonfinite(value: Any) -> Any:
+    """``value`` (parsed JSON) with every NaN or infinite number made null: for documents written before such
+    numbers were refused, whose log still holds them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: without_nonfinite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_nonfinite(v) for v in value]
+    return value
 
 
 def unique_ids(docs: Iterable[Document], path: str | Path, existing: Iterable[str] = (),

@@ -34,7 +34,15 @@ from typing import Any
 import numpy as np
 
 from spanseek.core.encoding import PassageEncoder, pick_precision
-from spanseek.core.io import Document, document_from_json, document_json, write_corpus, write_json_atomic
+from spanseek.core.filters import FilterError
+from spanseek.core.io import (
+    Document,
+    document_from_json,
+    document_json,
+    without_nonfinite,
+    write_corpus,
+    write_json_atomic,
+)
 from spanseek.core.model import load_tokenizer
 from spanseek.core.params import SearchFilter
 from spanseek.core.phrase_index import PhraseIndex, doc_record
@@ -215,7 +223,7 @@ class LiveStore:
     def _encode_entry(self, entry: dict[str, Any], where: Path) -> list[EncodedDocument]:
         if entry["op"] != "upsert":
             return []
-        docs = [document_from_json(d, str(where)) for d in entry["docs"]]
+        docs = [document_from_json(without_nonfinite(d), str(where)) for d in entry["docs"]]  # (older logs: NaN)
         return [self.encoder.encode(d) for d in docs if d is not None]
 
     def _apply(self, entry: dict[str, Any], encoded: list[EncodedDocument]) -> list[str]:
@@ -254,8 +262,12 @@ class LiveStore:
             return (self._write({"op": "delete", "ids": held}, []) if held else []), self.wal.size
 
     def delete_where(self, flt: SearchFilter) -> tuple[list[str], int]:
-        """Delete every live document that passes ``flt`` (FilterError naming a field no document has); returns
-        (the ids deleted, log size)."""
+        """Delete every live document that passes ``flt`` (FilterError naming a field no document has, or when
+        ``flt`` has no part at all: it would pass, and delete, every document); returns (the ids deleted, log
+        size)."""
+        if flt.passes_everything:
+            raise FilterError("the filter is empty: it passes every document, so it would delete them all; give it "
+                              "a condition (deleting a whole index is removing its directory)")
         with self._lock:
             snap = self.snapshot
             allowed = snap.fields.documents_of(flt)

@@ -92,7 +92,7 @@ def signature_of(path: Path) -> Signature:
     try:
         target = resolve_alias(path).target
         st = (target / MANIFEST).stat()
-    except (AliasError, OSError) as e:
+    except (AliasError, OSError, ValueError) as e:  # (ValueError: a path with a NUL)
         return ("unresolvable", str(e))
     return (str(target), st.st_ino, st.st_mtime_ns, st.st_size)
 

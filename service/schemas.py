@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from spanseek.core.filters import MAX_FILTER_CONDITIONS
 from spanseek.core.params import HIT_WINDOW, Hit, MetaValue, SearchFilter, SearchParams, Unit
 
 __all__ = ["ErrorResponse", "FieldConditionIn", "FilterIn", "NotIn", "RangeIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
@@ -25,6 +26,9 @@ __all__ = ["ErrorResponse", "FieldConditionIn", "FilterIn", "NotIn", "RangeIn", 
 
 MAX_FILTER_IDS = 10_000  # document ids in one filter
 MAX_FILTER_KEYS = 64  # metadata keys in one filter
+# questions one request's schema takes: the server's own limit (max_queries_per_request, a 413 above it) is checked
+# after validation; this bound stops a huge list early, before each of its items is validated
+MAX_QUERIES = 1024
 
 
 def unencodable_at(text: str) -> int | None:
@@ -101,9 +105,12 @@ class FilterIn(BaseModel):
         None, max_length=MAX_FILTER_KEYS, description="only documents whose metadata has each key with an equal "
         "value (strings, numbers, booleans or null; true is not 1)", examples=[{"lang": "en"}],
     )
-    must: list[Condition] | None = Field(None, min_length=1, description="conditions that must all hold")
-    should: list[Condition] | None = Field(None, min_length=1, description="conditions of which at least one holds")
-    must_not: list[Condition] | None = Field(None, min_length=1, description="conditions of which none may hold")
+    must: list[Condition] | None = Field(None, min_length=1, max_length=MAX_FILTER_CONDITIONS,
+                                         description="conditions that must all hold")
+    should: list[Condition] | None = Field(None, min_length=1, max_length=MAX_FILTER_CONDITIONS,
+                                           description="conditions of which at least one holds")
+    must_not: list[Condition] | None = Field(None, min_length=1, max_length=MAX_FILTER_CONDITIONS,
+                                             description="conditions of which none may hold")
 
     def to_filter(self) -> SearchFilter:
         """The core filter (raises FilterError, a SearchParamsError, for a value it refuses: an unparsable date)."""
@@ -160,7 +167,8 @@ class SearchRequestBase(BaseModel):
     )
 
     query: str | None = Field(None, description="one question", examples=["Who built the castle?"])
-    queries: list[str] | None = Field(None, min_length=1, description="several questions, answered in order")
+    queries: list[str] | None = Field(None, min_length=1, max_length=MAX_QUERIES,
+                                      description="several questions, answered in order")
     filter: FilterIn | None = Field(
         None, description="search only the documents that pass it; applied inside the search, so top_k is still "
         "filled when enough documents pass",
@@ -286,6 +294,13 @@ class ReloadRequest(BaseModel):
 
     index: str | None = Field(None, min_length=1, description="index directory or alias on the server; "
                                                               "default: the served path, resolved again")
+
+    @field_validator("index")
+    @classmethod
+    def _a_path(cls, v: str | None) -> str | None:
+        if v is not None and "\x00" in v:
+            raise ValueError("a path cannot hold a NUL character")
+        return v
 
 
 class ReloadResponse(BaseModel):

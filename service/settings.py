@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from spanseek.service.schemas import MAX_QUERIES
+
 
 class Settings(BaseSettings):
     """Configuration of one service process (one model, one index, one micro-batcher)."""
@@ -131,7 +133,8 @@ class Settings(BaseSettings):
     max_offset_top_k: int = Field(
         200, ge=1, description="largest offset + top_k accepted (400 above): a page is cut from a ranking that deep, "
         "so deep pages cost search time like a large top_k")
-    max_queries_per_request: int = Field(32, ge=1, description="most queries in one request (413 above)")
+    max_queries_per_request: int = Field(32, ge=1, le=MAX_QUERIES,
+                                         description="most queries in one request (413 above)")
     # Questions are truncated to the encoder's max_query_len tokens anyway; cutting characters first keeps a
     # megabyte-long query from costing tokenizer time. Longer than any useful question, short of abuse.
     max_query_chars: int = Field(2000, ge=1, description="query characters kept before tokenisation")

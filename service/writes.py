@@ -92,7 +92,7 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
-@router.delete("/documents/{doc_id}", response_model=DeleteResponse, dependencies=[Depends(require_write_key)],
+@router.delete("/documents/{doc_id:path}", response_model=DeleteResponse, dependencies=[Depends(require_write_key)],
                responses=_errors(401, 403, 404, 503))
 async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
     """Delete one document; 404 when no live document has this id."""
@@ -115,7 +115,7 @@ async def delete_documents(request: Request, body: DeleteByFilterRequest) -> Del
     return DeleteResponse(deleted=deleted, request_id=request_id_of(request))
 
 
-@router.get("/documents/{doc_id}", dependencies=[Depends(require_api_key)], responses=_errors(401, 403, 404, 503))
+@router.get("/documents/{doc_id:path}", dependencies=[Depends(require_api_key)], responses=_errors(401, 403, 404, 503))
 async def get_document(request: Request, doc_id: str) -> dict[str, Any]:
     """The live version of a document, in the corpus format; 404 when none has this id."""
     live = live_of(request)

@@ -348,7 +348,9 @@ def _documents_body(documents: DocumentLike | Sequence[DocumentLike]) -> dict[st
 
 
 def _document_path(doc_id: str) -> str:
-    return "/documents/" + quote(doc_id, safe="")
+    """The path of a document by id, every character but letters, digits and ``_-~`` escaped: a slash stays part of
+    the id, and dots too (HTTP clients resolve a literal "." or ".." segment away)."""
+    return "/documents/" + quote(doc_id, safe="").replace(".", "%2E")
 
 
 def _delete_request(doc_id: str | None, flt: SearchFilter | Mapping[str, Any] | None

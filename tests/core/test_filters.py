@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from spanseek.core.filters import FilterError
+from spanseek.core.filters import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, FilterError
 from spanseek.core.params import SearchFilter, SearchParams, SearchParamsError
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
@@ -156,6 +156,20 @@ def test_filters_are_hashable_values_and_validated():
             SearchFilter(**bad)  # type: ignore[arg-type]
     with pytest.raises(SearchParamsError, match="filter must be a SearchFilter"):
         SearchParams(filter={"doc_ids": ["a"]})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("levels", [MAX_FILTER_DEPTH + 1, 40, 250])
+def test_a_filter_nested_too_deeply_says_so_however_deep(levels):
+    """Nested filters are made inside out, so the first one over the limit is the one refused: the message names
+    the limit, not that inner filter's size ("17 conditions nested 17 deep" for any depth, before)."""
+    flt = SearchFilter(doc_ids=["a"])
+    with pytest.raises(FilterError) as refused:
+        for _ in range(levels):
+            flt = SearchFilter(must=[flt])
+    assert str(refused.value) == f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters and not"
+    with pytest.raises(FilterError, match=rf"filter too large: {MAX_FILTER_CONDITIONS + 1} conditions \(at most"):
+        SearchFilter(must=[SearchFilter(doc_ids=[str(i)]) for i in range(MAX_FILTER_CONDITIONS)])
+    assert SearchFilter().passes_everything and not SearchFilter(title_prefix="").passes_everything
 
 
 def test_hits_carry_their_paragraph_number(searcher):

@@ -187,6 +187,37 @@ def test_numbers_that_are_not_finite_name_the_file_and_line(tmp_path, number):
         list(read_corpus(path))
 
 
+@pytest.mark.parametrize("meta", ['{"k": "\\ud800"}', '{"\\udfff": 1}', '{"k": ["ok", {"j": "\\udc00x"}]}'])
+def test_a_lone_surrogate_in_metadata_names_the_file_line_and_document(tmp_path, meta):
+    """Escaped in a line (JSON lets "\\ud800" stand alone), it made indexing fail with a bare codec error."""
+    path = _write_lines(tmp_path / "s.jsonl", [json.dumps({"id": "1", "paragraphs": ["ok"]}),
+                                               '{"id": "d2", "paragraphs": ["ok"], "meta": ' + meta + "}"])
+    with pytest.raises(CorpusError, match=rf"{path}:2: document 'd2': its 'meta' holds an unpaired surrogate"):
+        list(read_corpus(path))
+
+
+def test_documents_sent_as_values_refuse_what_a_corpus_line_cannot_hold():
+    """A document that comes as parsed JSON (a write to the service) is held to what the corpus reader reads back,
+    so that a merge of the live documents cannot fail on it: numbers that are not finite, lone surrogates in
+    passage metadata and blank ids are refused, naming the field; the log of an older version is read with its
+    NaN made null."""
+    from spanseek.core.io import document_from_json, without_nonfinite
+
+    ok = {"id": "x", "paragraphs": ["a", "b"]}
+    for bad, message in [
+        ({**ok, "meta": {"s": float("nan")}}, "document 0: document 'x': its 'meta' holds a number that is not finite"),
+        ({**ok, "meta": {"s": [1, {"t": float("-inf")}]}}, "its 'meta' holds a number that is not finite"),
+        ({**ok, "passage_meta": [None, {"p": float("inf")}]}, "its 'passage_meta' 1 holds a number that is not"),
+        ({**ok, "passage_meta": [{"p": "\udfff"}, None]}, "its 'passage_meta' 0 holds an unpaired surrogate"),
+        ({**ok, "id": " \t"}, "document 0: 'id' is blank"),
+    ]:
+        with pytest.raises(CorpusError, match=message):
+            document_from_json(bad, "document 0")
+    old = {**ok, "meta": {"s": float("nan"), "n": [1.5, float("inf")], "k": "v"}}
+    doc = document_from_json(without_nonfinite(old), "wal")
+    assert doc is not None and doc.meta == {"s": None, "n": [1.5, None], "k": "v"}
+
+
 def test_meta_nested_too_deeply_names_the_file_and_line(tmp_path):
     deep = '{"id": "2", "title": "B", "paragraphs": ["ok"], "meta": {"v": ' + "[" * 100_000 + "]" * 100_000 + "}}"
     path = _write_lines(tmp_path / "deep.jsonl", [json.dumps({"id": "1", "title": "A", "paragraphs": ["ok"]}), deep])

@@ -200,6 +200,8 @@ async def test_reload_needs_the_api_key(settings_for, async_serve, index_b):
     async with async_serve(create_app(settings_for(api_key=KEY))) as client:
         assert (await client.post("/admin/reload")).status_code == 401
         assert (await client.post("/admin/reload", headers={"X-API-Key": "wrong"})).status_code == 401
+        r = await client.post("/admin/reload", json={"index": "a\x00b"}, headers={"X-API-Key": KEY})
+        assert r.status_code == 422 and r.json()["details"][0]["loc"] == ["body", "index"], r.text
         r = await client.post("/admin/reload", json={"index": str(index_b)}, headers={"Authorization": f"Bearer {KEY}"})
         assert r.status_code == 200 and r.json()["reload"]["reloads"] == 1
         assert docs_of(await search(client)) == {"b"}

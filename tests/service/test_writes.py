@@ -66,12 +66,25 @@ def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
              ["body", "documents", "1", "meta"]),
             ({"documents": [DOC, {"id": "x", "paragraphs": ["  "]}]}, ["body", "documents", "1", "paragraphs"]),
             ({"documents": [DOC, DOC]}, ["body", "documents", "1", "id"]),
+            ({"documents": [DOC, {"id": "   ", "paragraphs": ["ok"]}]}, ["body", "documents", "1", "id"]),
+            # JSON the corpus reader (and so a merge) refuses: a lone surrogate or a number that is not finite
+            ({"documents": [DOC, {"id": "x", "paragraphs": ["ok"], "meta": {"k": "\ud800"}}]},
+             ["body", "documents", "1", "meta"]),
+            ({"documents": [DOC, {"id": "x", "paragraphs": ["ok"], "meta": {"\udfff": 1}}]},
+             ["body", "documents", "1", "meta"]),
+            ({"documents": [DOC, {"id": "x", "paragraphs": ["ok"], "passage_meta": [{"k": "\udfff"}]}]},
+             ["body", "documents", "1", "passage_meta"]),
         ]
         for body, loc in bad:
             r = client.put("/documents", headers={**KEY, "Content-Type": "application/json"},
                            content=json.dumps(body))  # (escaped: a lone surrogate is sent as \\ud800)
             assert r.status_code == 422, r.text
             assert any(d["loc"][: len(loc)] == loc for d in r.json()["details"]), (loc, r.json()["details"])
+        for number in ("NaN", "Infinity", "-Infinity", "1e400"):
+            body = '{"documents": [{"id": "x", "paragraphs": ["ok"], "meta": {"score": NUMBER}}]}'
+            r = client.put("/documents", headers={**KEY, "Content-Type": "application/json"},
+                           content=body.replace("NUMBER", number))
+            assert r.status_code == 422 and "not finite" in r.json()["details"][0]["msg"], (number, r.text)
         assert client.get("/documents/new-1", headers=KEY).status_code == 404  # nothing of them was written
         assert not found(client, "new-1")
 
@@ -92,6 +105,8 @@ def test_delete_by_id_and_by_filter(write_settings):
         assert r.json()["deleted"] == ["w3"] and found(client, "w1") and not found(client, "w3")
         r = client.post("/documents/delete", headers=KEY, json={"filter": {"meta": {"colour": "red"}}})
         assert r.status_code == 400 and "colour" in r.json()["message"]
+        r = client.post("/documents/delete", headers=KEY, json={"filter": {}})  # would pass every document
+        assert r.status_code == 400 and "empty" in r.json()["message"] and found(client, "w1")
 
 
 def test_writes_need_the_write_key(write_settings, settings_for):
@@ -162,3 +177,7 @@ def test_the_python_client_upserts_gets_and_deletes(write_settings, live):
         assert client.delete("nope") == [] and client.delete("new-1") == ["new-1"] and client.get("new-1") is None
         client.upsert([{**DOC, "id": "a", "meta": {"lang": "fr"}}, {**DOC, "id": "b"}])
         assert client.delete(filter={"meta": {"lang": "fr"}}) == ["a"] and client.get("b") is not None
+        odd = ["guide/install.md", "a/../b", ".", "..", "x?y#z", "50% off", "é/ü"]  # ids as from-files makes them
+        client.upsert([{**DOC, "id": i} for i in odd])
+        assert [client.get(i)["id"] for i in odd] == odd
+        assert [client.delete(i) for i in odd] == [[i] for i in odd] and client.get("guide/install.md") is None
