@@ -65,13 +65,15 @@ def index_files(index_dir: Path, exclude: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
-def describe_files(index_dir: Path, exclude: tuple[str, ...] = (), replaced: Mapping[str, Path] | None = None
-                   ) -> dict[str, dict[str, Any]]:
+def describe_files(index_dir: Path, exclude: tuple[str, ...] = (), replaced: Mapping[str, Path] | None = None,
+                   kept: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """``{relative path: {"bytes", CHECKSUM}}`` for every file of ``index_dir``.
 
     ``replaced`` maps a relative path to the file or directory that will take its place (an add's ``*.add.tmp``):
     it is described under the final name, whether or not the name exists yet; a directory replaces every file
-    under the old one.
+    under the old one. ``kept``: the recorded files of the index before a change; a file the change does not
+    replace keeps its record (of the same size) instead of being read again, so a file damaged before the change
+    is still found damaged after it, not recorded afresh as it now is.
     """
     paths = {rel: index_dir / rel for rel in index_files(index_dir, exclude)}
     for rel, new in (replaced or {}).items():
@@ -80,7 +82,13 @@ def describe_files(index_dir: Path, exclude: tuple[str, ...] = (), replaced: Map
             paths.update({f"{rel}/{p.relative_to(new).as_posix()}": p for p in new.rglob("*") if p.is_file()})
         else:
             paths[rel] = new
-    return {rel: {"bytes": paths[rel].stat().st_size, CHECKSUM: file_digest(paths[rel])} for rel in sorted(paths)}
+    out = {}
+    for rel in sorted(paths):
+        size, record = paths[rel].stat().st_size, (kept or {}).get(rel)
+        digest = (record[CHECKSUM] if isinstance(record, dict) and paths[rel] == index_dir / rel
+                  and record.get("bytes") == size and CHECKSUM in record else file_digest(paths[rel]))
+        out[rel] = {"bytes": size, CHECKSUM: digest}
+    return out
 
 
 def check_files(index_dir: Path, files: Mapping[str, Any], contents: bool = True) -> list[str]:

@@ -130,15 +130,16 @@ class Manifest:
     files: dict[str, dict[str, Any]] | None = None  # relative path -> {"bytes", "xxh3_128"} (absent before checksums)
 
     @classmethod
-    def create(cls, index_dir: Path, fields: dict[str, Any], replaced: dict[str, Path] | None = None) -> Manifest:
-        """The manifest of the files now in ``index_dir`` (``replaced``: see ``integrity.describe_files``).
+    def create(cls, index_dir: Path, fields: dict[str, Any], replaced: dict[str, Path] | None = None,
+               kept: dict[str, Any] | None = None) -> Manifest:
+        """The manifest of the files now in ``index_dir`` (``replaced``, ``kept``: see ``integrity.describe_files``).
 
         ``fields`` gives the rest (a fresh build's values, or an old manifest's ``to_dict()`` with changes); the
         format version, creation time and file records are set here, for every writer alike.
         """
         fields = {**fields, "format_version": FORMAT_VERSION,
                   "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                  "files": integrity.describe_files(index_dir, exclude=(MANIFEST,), replaced=replaced)}
+                  "files": integrity.describe_files(index_dir, exclude=(MANIFEST,), replaced=replaced, kept=kept)}
         return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
 
     @classmethod

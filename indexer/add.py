@@ -142,7 +142,7 @@ def commit(index_dir: Path, old: phrase_index.Manifest, names: Iterable[str], fi
     replaced = {name: staged(index_dir, name) for name in names}
     for path in replaced.values():  # on disk before the commit point
         integrity.fsync_path(path)
-    manifest = phrase_index.Manifest.create(index_dir, {**old.to_dict(), **fields}, replaced=replaced)
+    manifest = phrase_index.Manifest.create(index_dir, {**old.to_dict(), **fields}, replaced=replaced, kept=old.files)
     with atomic_path(index_dir / JOURNAL) as tmp:  # the commit point
         tmp.write_text(json.dumps({"files": names, "manifest": manifest.to_dict()}, ensure_ascii=False))
         integrity.fsync_path(tmp)

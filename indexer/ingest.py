@@ -32,6 +32,7 @@ error); malformed front matter and duplicate ids are errors naming the files. Th
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import re
@@ -335,9 +336,14 @@ def from_files(paths: Sequence[str | Path], out: str | Path, count: TokenCounter
     counts the model's tokens (what ``spanseek corpus from-files`` uses unless told ``--tokenizer words``).
     """
     report = IngestReport()
-    write_corpus(out, iter_documents(paths, count, opts, report))
+    target = Path(out).resolve()
+    if any(Path(p).resolve() == target for p in paths):
+        raise IngestError(f"{out} is one of the files to read; write the corpus somewhere else")
+    docs = iter_documents(paths, count, opts, report)
+    first = next(docs, None)  # nothing is written (an existing corpus at ``out`` is kept) when there is no document
+    if first is not None:
+        write_corpus(out, itertools.chain([first], docs))
     if report.documents == 0:
-        Path(out).unlink(missing_ok=True)
         raise IngestError(f"no documents in {', '.join(map(str, paths))} (from-files reads "
                           f"{', '.join(sorted(FORMATS))}; skipped: {len(report.skipped)})")
     return report

@@ -177,3 +177,20 @@ def test_hits_return_the_page_of_their_passage_and_upsert_sees_a_page_change(tmp
     write_corpus(tmp_path / "moved.jsonl", [Document(doc.id, doc.title, doc.paragraphs, doc.meta,
                                                      passage_meta=tuple({"page": m["page"] + 1} for m in doc.passage_meta))])
     assert upsert_documents(tmp_path / "index", tmp_path / "moved.jsonl", model=tiny_model_dir, opts=opts)[1].replaced == 1
+
+
+def test_from_files_keeps_what_is_at_out_and_never_writes_over_its_input(tmp_path):
+    """A run that yields no document leaves an existing corpus at --out as it was (it was deleted before), and an
+    --out that is one of the inputs is refused before anything is read (the input was overwritten before)."""
+    out = tmp_path / "existing.jsonl"
+    write_corpus(out, [Document(id="a", title="A", paragraphs=("kept",))])
+    before = out.read_bytes()
+    (tmp_path / "zero.pdf").write_bytes(b"")
+    with pytest.raises(IngestError, match="no documents in"):
+        from_files([tmp_path / "zero.pdf"], out)
+    assert out.read_bytes() == before
+    text = tmp_path / "in.txt"
+    text.write_text("some text")
+    with pytest.raises(IngestError, match="is one of the files to read"):
+        from_files([text], tmp_path / "." / "in.txt")
+    assert text.read_text() == "some text"

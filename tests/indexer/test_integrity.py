@@ -77,6 +77,23 @@ def test_a_flipped_byte_in_any_file_fails_verify_and_open_naming_it(ivf_index, t
         shutil.rmtree(broken)
 
 
+def test_a_change_of_a_damaged_index_does_not_record_the_damage_as_good(ivf_index, tmp_path):
+    """A delete rewrites a few files and records the manifest again: the files it did not write keep their recorded
+    checksums, so a byte flipped before it is still found by verify after it (before, every file was hashed
+    afresh and verify said ok)."""
+    from spanseek.indexer.lifecycle import delete_documents
+
+    broken = _copy(ivf_index, tmp_path)
+    _flip(broken / phrase_index.CODES)
+    assert not verify_index(broken, sample=20)["ok"]
+    doc = json.loads((broken / phrase_index.DOCS).read_text().splitlines()[0])["id"]
+    assert delete_documents(broken, [doc])["deleted"] == 1
+    report = verify_index(broken, sample=20)
+    assert not report["ok"] and any(str(broken / phrase_index.CODES) in p for p in report["problems"]), report
+    clean = _copy(ivf_index, tmp_path, "clean")
+    assert delete_documents(clean, [doc])["deleted"] == 1 and verify_index(clean, sample=20)["ok"]
+
+
 def test_a_changed_manifest_value_is_caught_by_its_checksum(ivf_index, tmp_path):
     broken = _copy(ivf_index, tmp_path)
     text = (broken / phrase_index.MANIFEST).read_text()
