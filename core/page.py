@@ -29,6 +29,13 @@ class Pager:
         """The share of unanswerable questions the confidences assume: the request's, else the searcher's."""
         return self.unanswerable_prior if params.unanswerable_prior is None else params.unanswerable_prior
 
+    @staticmethod
+    def past_the_end(params: SearchParams, plan: Plan) -> bool:
+        """Whether the page starts past the last passage or document the search may return (the page is empty, and
+        nothing need be searched; not with ``min_confidence``, which judges the first hit)."""
+        count = plan.selection.unit_count.get(params.unit)
+        return count is not None and params.offset >= count and params.min_confidence is None
+
     def pages(self, ranked: list[list[Hit]], params: SearchParams, plan: Plan) -> list[Hits]:
         """Each question's ranked hits -> confidences (the calibrator evaluated once for the batch), abstention, then
         the page of ``params``."""

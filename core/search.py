@@ -171,7 +171,9 @@ class Searcher:
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)
         q_end = np.ascontiguousarray(q_end, dtype=np.float32)
         texts = list(questions) if questions is not None else None
-        if params.read:
+        if self.pager.past_the_end(params, plan):
+            ranked: list[list[Hit]] = [[] for _ in q_start]
+        elif params.read:
             assert self.reading is not None and texts is not None
             ranked = self._read(plan, q_start, q_end, texts, timings)
         else:

@@ -9,6 +9,7 @@ tests pass ``searcher_factory`` to inject a fake or pre-built backend.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -179,12 +180,16 @@ class ServiceState:
             self.default_nprobe = index_nprobe(searcher)
         self._describe(searcher, resolved)
         self.searcher = searcher
+        self.cost = dataclasses.replace(self.cost, units=searcher.selection(None).unit_count,
+                                        tokens=int(searcher.index.faiss.ntotal))
         self.batcher.swap(searcher)
 
     def _serve_live(self, searcher: Searcher) -> None:
         """Serve a new snapshot of the live index from the next batch on (called by the write thread)."""
         assert self.batcher is not None
         self.searcher = searcher
+        self.cost = dataclasses.replace(self.cost, units=searcher.selection(None).unit_count,
+                                        tokens=int(searcher.index.faiss.ntotal))
         self.batcher.swap(searcher)
 
     def _describe(self, searcher: Searcher, resolved: Resolved) -> None:
@@ -223,7 +228,7 @@ class ServiceState:
         if searcher.lexical is None:
             self.search_info["lexical"] = missing_message(index.dir)
         reading = getattr(searcher, "reading", None)
-        self.cost = CostModel({"passage": m.passages, "doc": max(1, m.documents - len(index.deleted_docs))},
+        self.cost = CostModel(searcher.selection(None).unit_count,
                               int(index.faiss.ntotal), self.settings.default_top_k,
                               reading.reading.read_passages if reading is not None else 5)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)

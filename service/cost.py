@@ -41,7 +41,7 @@ READ_PASSAGE_COST = 0.5
 class CostModel:
     """The per-question cost of a search on one index: its unit counts and the service's defaults."""
 
-    units: Mapping[str, int]  # "passage" and "doc": how many the index holds
+    units: Mapping[str, int]  # "passage" and "doc": how many the index serves (deleted documents' not counted)
     tokens: int = FULL_DEPTH_TOKENS  # in the index
     default_top_k: int = 10
     default_read_passages: int = 5
@@ -51,6 +51,8 @@ class CostModel:
         depth = params.top_k + params.offset
         if params.unit == "phrase":
             cost = max(1.0, PHRASE_DEPTH_COST * depth)
+        elif params.offset >= self.units.get(params.unit, depth) and params.min_confidence is None:
+            return 1.0  # the page starts past the index's last unit: nothing is searched (core.page.Pager.past_the_end)
         else:
             share = min(1.0, depth / max(1, self.units.get(params.unit, depth)))
             factor = float(np.interp(share, [x for x, _ in UNIT_SHARE_FACTOR], self._share_factors()))

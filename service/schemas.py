@@ -189,6 +189,14 @@ class SearchRequestBase(BaseModel):
                 raise ValueError(f"{where}character {at} (U+{ord(text[at]):04X}) is a lone surrogate, not valid Unicode")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name(cls, data: Any) -> Any:
+        """Refuse a parameter given under both of its names (an older one is still accepted), naming both."""
+        if isinstance(data, dict) and "max_answer_tokens" in data and "max_answer_length" in data:
+            raise ValueError("give max_answer_tokens or max_answer_length (its older name), not both")
+        return data
+
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequestBase:
         if (self.query is None) == (self.queries is None):
@@ -353,8 +361,13 @@ class DeleteByFilterRequest(BaseModel):
     filter: FilterIn = Field(description="the documents to delete: those that pass this search filter")
 
 
+# the ids a delete answer lists at most (a filter may delete any number of documents; ``count`` says how many)
+MAX_LISTED_DELETES = 1000
+
+
 class DeleteResponse(BaseModel):
-    deleted: list[str] = Field(description="ids of the documents deleted")
+    deleted: list[str] = Field(description=f"ids of the documents deleted (the first {MAX_LISTED_DELETES:,})")
+    count: int = Field(description="how many documents were deleted")
     request_id: str
 
 

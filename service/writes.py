@@ -26,6 +26,7 @@ from spanseek.service.routes import (
     require_json_body,
 )
 from spanseek.service.schemas import (
+    MAX_LISTED_DELETES,
     CompactResponse,
     DeleteByFilterRequest,
     DeleteResponse,
@@ -99,20 +100,20 @@ async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
     deleted = await live_of(request).delete([doc_id])
     if not deleted:
         raise NotFound(f"no document {doc_id!r}")
-    return DeleteResponse(deleted=deleted, request_id=request_id_of(request))
+    return DeleteResponse(deleted=deleted, count=len(deleted), request_id=request_id_of(request))
 
 
 @router.post("/documents/delete", response_model=DeleteResponse, dependencies=[Depends(require_write_key),
              Depends(require_json_body)], responses=_errors(400, 401, 403, 415, 422, 503))
 async def delete_documents(request: Request, body: DeleteByFilterRequest) -> DeleteResponse:
     """Delete every document that passes ``filter`` (the search filter's language); 400 naming a field no document
-    has. Answers with the ids deleted (none is not an error)."""
+    has. Answers with how many were deleted and the first ``MAX_LISTED_DELETES`` ids (none is not an error)."""
     live = live_of(request)
     try:
         deleted = await live.delete(flt=body.filter.to_filter())
     except SearchParamsError as e:
         raise BadRequest(str(e)) from None
-    return DeleteResponse(deleted=deleted, request_id=request_id_of(request))
+    return DeleteResponse(deleted=deleted[:MAX_LISTED_DELETES], count=len(deleted), request_id=request_id_of(request))
 
 
 @router.get("/documents/{doc_id:path}", dependencies=[Depends(require_api_key)], responses=_errors(401, 403, 404, 503))

@@ -431,7 +431,8 @@ class Client(_Base):
 
     def delete(self, doc_id: str | None = None, *, filter: SearchFilter | Mapping[str, Any] | None = None) -> list[str]:
         """Delete one document by id (``DELETE /documents/{id}``), or every one that passes a search ``filter``
-        (``POST /documents/delete``); returns the ids deleted ([] when the id is not held)."""
+        (``POST /documents/delete``); returns the ids deleted ([] when the id is not held; by filter, the first
+        1,000 of them: the answer's ``count`` says how many)."""
         method, path, kwargs = _delete_request(doc_id, filter)
         response = self._send(method, path, **kwargs)
         return [] if response.status_code == 404 else list(_json_object(response)["deleted"])

@@ -92,6 +92,19 @@ def test_page_n_is_a_slice_of_one_deep_request(tiny_searcher, unit, mode):
     assert all(hits == [] for hits in far)  # past the end: an empty page, not an error
 
 
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_a_page_past_the_last_unit_is_empty_and_searches_nothing(tiny_searcher, unit, monkeypatch):
+    qs, qe, texts = questions(tiny_searcher)
+    n = tiny_searcher.selection(None).unit_count[unit]
+    every = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=n), None, texts)
+    last = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=3, offset=n - 1), None, texts)
+    assert [[key(h) for h in hits] for hits in last] == [[key(h) for h in hits[n - 1 :]] for hits in every]
+    assert any(last), "no question found every unit: this test would not notice a page cut one unit short"
+    monkeypatch.setattr(tiny_searcher, "_ranked", lambda *a, **k: pytest.fail("searched for a page past the end"))
+    past = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=3, offset=n), None, texts)
+    assert len(past) == len(qs) and all(hits == [] and not hits.no_answer for hits in past)
+
+
 def test_bad_offsets_and_confidences_are_refused():
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(SearchParamsError, match="offset"):

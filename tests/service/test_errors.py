@@ -88,6 +88,21 @@ def test_the_old_answer_length_name_is_still_accepted(client):
     assert client.post("/search", json={"query": "a", "max_answer_length": 2}).status_code == 200
 
 
+def test_a_page_past_the_last_document_is_empty_and_cheap(client, tiny_searcher):
+    n = tiny_searcher.selection(None).unit_count["doc"]
+    r = client.post("/search?unit=doc", json={"queries": ["a castle"] * 32, "top_k": 10, "offset": n})
+    assert r.status_code == 200, r.text  # at offset n - 1 these 32 questions cost more than the server admits
+    assert [res["hits"] for res in r.json()["results"]] == [[]] * 32
+    assert client.post("/search?unit=doc", json={"queries": ["a castle"] * 32, "top_k": 10,
+                                                 "offset": n - 1}).status_code == 400
+
+
+def test_both_names_of_the_answer_length_are_one_clear_422(client):
+    body = assert_error(client.post("/search", json={"query": "a", "max_answer_tokens": 4, "max_answer_length": 4}),
+                        422, "validation_error")
+    assert "max_answer_tokens or max_answer_length (its older name), not both" in body["details"][0]["msg"]
+
+
 @pytest.mark.parametrize("extra", [{"mode": "fuzzy"}, {"fusion": "sum"}, {"lexical_weight": "heavy"}])
 def test_malformed_search_params_are_422(client, extra):
     assert_error(client.post("/search", json={"query": "a", **extra}), 422, "validation_error")

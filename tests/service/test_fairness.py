@@ -31,7 +31,10 @@ def test_deep_unit_searches_cost_more_the_nearer_their_depth_comes_to_the_unit_c
     assert cost.question(PHRASE) == 1.0
     shallow, half, most, whole = (cost.question(SearchParams("doc", k)) for k in (2, 10, 18, 20))
     assert 1.0 < shallow < half < most < whole == UNIT_SHARE_FACTOR[-1][1] and whole > 8 * most
-    assert cost.question(SearchParams("doc", 100, offset=100)) > whole  # beyond every unit: more tokens a round
+    assert cost.question(SearchParams("doc", 100, offset=10)) > whole  # beyond every unit: more tokens a round
+    # a page past the last document is empty and searches nothing, unless min_confidence judges the first hit
+    assert cost.question(SearchParams("doc", 10, offset=20)) == 1.0
+    assert cost.question(SearchParams("doc", 10, offset=20, min_confidence=0.5)) > whole
     assert cost.question(SearchParams("passage", 200)) > 8  # deep pages cost even far from every unit
     assert cost.question(SearchParams("passage", 10)) < 1.01  # 10 of 1,000 passages: about a phrase question
     assert cost.question(SearchParams("phrase", 100, offset=100)) > cost.question(PHRASE)

@@ -95,7 +95,8 @@ def test_delete_by_id_and_by_filter(write_settings):
                 for i, lang in enumerate(["en", "fr", "en", "de"])]
         assert client.put("/documents", headers=KEY, json={"documents": docs}).status_code == 200
         r = client.delete("/documents/w0", headers=KEY)
-        assert r.status_code == 200 and r.json()["deleted"] == ["w0"] and not found(client, "w0")
+        assert r.status_code == 200 and r.json()["deleted"] == ["w0"] and r.json()["count"] == 1
+        assert not found(client, "w0")
         assert client.delete("/documents/w0", headers=KEY).status_code == 404
         r = client.post("/documents/delete", headers=KEY,
                         json={"filter": {"must": [{"key": "lang", "match": "en"}]}})
@@ -107,6 +108,18 @@ def test_delete_by_id_and_by_filter(write_settings):
         assert r.status_code == 400 and "colour" in r.json()["message"]
         r = client.post("/documents/delete", headers=KEY, json={"filter": {}})  # would pass every document
         assert r.status_code == 400 and "empty" in r.json()["message"] and found(client, "w1")
+
+
+def test_a_delete_answer_counts_every_document_but_lists_a_bounded_number(write_settings, monkeypatch):
+    monkeypatch.setattr("spanseek.service.writes.MAX_LISTED_DELETES", 2)
+    with serving(create_app(write_settings())) as client:
+        docs = [{**DOC, "id": f"d{i}", "meta": {"lang": "en"}} for i in range(3)]
+        assert client.put("/documents", headers=KEY, json={"documents": docs}).status_code == 200
+        r = client.post("/documents/delete", headers=KEY, json={"filter": {"must": [{"key": "lang", "match": "en"}]}})
+        body = r.json()
+        assert r.status_code == 200 and body["count"] == 3 and len(body["deleted"]) == 2
+        assert set(body["deleted"]) < {"d0", "d1", "d2"} and not any(found(client, f"d{i}") for i in range(3))
+        assert client.delete("/documents/new-1", headers=KEY).status_code == 404
 
 
 def test_writes_need_the_write_key(write_settings, settings_for):
