@@ -2,7 +2,9 @@
 
 Writes the metrics dict that ``spanseek eval`` saves (percentages rounded to 0.1):
 ``{"n_questions", "mode", "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
-"doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``.
+"doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``,
+and ``unanswerable_skipped`` when questions without a gold answer (SQuAD v2's) were left out: nothing could match
+them, so every metric would count them wrong.
 
 ``ci95`` holds 95% intervals of the headline metrics (phrase EM@1, passage acc@5, RC EM), from a bootstrap over
 articles (over questions when there are fewer than ``MIN_ARTICLES_FOR_CLUSTERS``), and says which it used.
@@ -11,6 +13,7 @@ articles (over questions when there are fewer than ``MIN_ARTICLES_FOR_CLUSTERS``
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 import time
 from typing import Any
@@ -32,6 +35,8 @@ from spanseek.core.metrics import (
 )
 from spanseek.core.params import SearchParams
 from spanseek.core.search import Searcher
+
+log = logging.getLogger(__name__)
 
 MIN_ARTICLES_FOR_CLUSTERS = 5
 
@@ -77,8 +82,14 @@ def evaluate(
     ``params`` gives the search settings (mode, fusion, nprobe, vector source, ...); unit, top_k and merge_answers
     are set per metric. The metrics record the mode used.
     """
+    unanswerable = sum(not q.answers for q in questions)
+    if unanswerable:
+        log.warning("%d of %d questions have no gold answer (SQuAD v2's unanswerable ones); they are not evaluated",
+                    unanswerable, len(questions))
+        questions = [q for q in questions if q.answers]
     if not questions:  # the means below would be NaN, which is not even valid JSON
-        raise ValueError("no questions to evaluate (an empty question file, or --limit 0)")
+        raise ValueError("no questions to evaluate (an empty question file, --limit 0, or no question with an "
+                         "answer)")
     if rc_decode not in RC_DECODES:
         raise ValueError(f"rc_decode must be one of {RC_DECODES}, got {rc_decode!r}")
     t0 = time.perf_counter()
@@ -145,6 +156,8 @@ def evaluate(
     out["ci95"] = confidence_intervals(questions, headline)
     if per_question:
         out["per_question"] = {"id": [q.id for q in questions], "title": [q.title for q in questions], **headline}
+    if unanswerable:
+        out["unanswerable_skipped"] = unanswerable
     out["seconds"] = round(seconds, 1)
     out["questions_per_second"] = round(n / seconds, 1) if seconds > 0 else 0.0
     return out

@@ -19,6 +19,15 @@ from spanseek.core.params import SearchParams
 from spanseek.indexer.build import BuildOptions, build_index
 
 
+def check_out_file(out: Path) -> None:
+    """Refuse a metrics file that cannot be written: a directory, or a path under a file."""
+    if out.is_dir():
+        raise ValueError(f"{out}: a directory; --out names the metrics file to write")
+    folder = next(p for p in out.parents if p.exists())  # the folders below it are made when it is written
+    if not folder.is_dir():
+        raise ValueError(f"--out {out}: {folder} is a file, not a folder")
+
+
 def run_eval(
     questions: str | Path,
     model: str | Path,
@@ -37,8 +46,10 @@ def run_eval(
 ) -> dict[str, Any]:
     """Evaluate on ``index``; without one, on a temporary index of ``corpus`` (default: the file's paragraphs).
     ``reader`` (with ``params.read``): the reader that reads the top passages, and answers reading comprehension."""
-    if out is not None and Path(out).is_dir():  # found now, not after the evaluation has run
-        raise ValueError(f"{out}: a directory; --out names the metrics file to write")
+    if out is not None:  # found now, not after the evaluation has run
+        check_out_file(Path(out))
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be an integer >= 1 (leave it out to use every question), got {limit}")
     data = load_squad(questions)
     qs = sample_questions(squad_questions(data), limit)
     with tempfile.TemporaryDirectory(prefix="spanseek-eval-") as tmp:

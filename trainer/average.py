@@ -19,11 +19,11 @@ Training then uses the new directions from the first step.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from spanseek.core.config import EncoderConfig, ReaderConfig
 from spanseek.core.model import (
@@ -32,6 +32,7 @@ from spanseek.core.model import (
     ModelError,
     PhraseModel,
     check_model_out,
+    read_weights,
     resolve_model,
 )
 from spanseek.core.reader import READER_CONFIG_NAME, READER_WEIGHTS_NAME, ReaderModel, resolve_reader
@@ -91,7 +92,7 @@ def average_checkpoints(
     weights = [1.0] * len(refs) if weights is None else list(weights)
     if len(weights) != len(refs):
         raise ModelError(f"{len(weights)} weights for {len(refs)} checkpoints")
-    if any(w < 0 for w in weights) or sum(weights) <= 0:
+    if not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
         raise ModelError(f"weights must be non-negative with a positive sum, got {weights}")
     weights = [w / sum(weights) for w in weights]
     if all((Path(r) / READER_CONFIG_NAME).is_file() for r in refs):
@@ -109,7 +110,7 @@ def average_checkpoints(
     for p in paths:
         if not (p / WEIGHTS_NAME).is_file():
             raise ModelError(f"{p}: no {WEIGHTS_NAME} (an untrained config cannot be averaged)")
-        states.append(load_file(str(p / WEIGHTS_NAME)))
+        states.append(read_weights(p / WEIGHTS_NAME))
     config = configs[0]
     rank = config.lora.r if config.weights == "lora" else None
     avg, truncation = average_state(states, weights, rank) if len(states) > 1 else (states[0], 0.0)
@@ -131,7 +132,7 @@ def average_readers(refs: list[str], out: str | Path, weights: list[float]) -> A
         if cfg != configs[0]:
             raise ModelError(f"{ref}: its reader config differs from {refs[0]}'s; only readers of one config can be "
                              "averaged")
-    states = [load_file(str(p / READER_WEIGHTS_NAME)) for p in paths]
+    states = [read_weights(p / READER_WEIGHTS_NAME) for p in paths]
     avg, _ = average_state([{n: t.float() for n, t in s.items()} for s in states], weights, None)
     model = ReaderModel(configs[0])
     if set(avg) != set(model.saved_state()):
@@ -159,7 +160,7 @@ def widen_lora(ref: str | Path, r: int, seed: int = 0) -> PhraseModel:
     torch.manual_seed(seed)
     model = PhraseModel(wide)
     state = model.state_dict()
-    for name, t in load_file(str(path / WEIGHTS_NAME)).items():
+    for name, t in read_weights(path / WEIGHTS_NAME).items():
         if name not in state:
             raise ModelError(f"{ref}: weight {name} does not fit its own config")
         if "lora_A" in name:

@@ -51,6 +51,7 @@ from spanseek.core.metrics import exact_match, passage_has_answer
 from spanseek.core.params import MODES, UNITS, SearchParams
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
+from spanseek.trainer.arguments import check, positive
 
 log = logging.getLogger(__name__)
 CONDITIONS = ("present", "absent")
@@ -305,7 +306,13 @@ def encode_questions(searcher: Searcher, questions: Sequence[Question], batch: i
                      cache: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(Q, d) q_start and q_end of every question, encoded once (read from / written to the npz ``cache``)."""
     if cache is not None and Path(cache).is_file():
-        z = np.load(cache)
+        try:
+            z = np.load(cache)  # allow_pickle stays off
+            if not isinstance(z, np.lib.npyio.NpzFile) or not {"q_start", "q_end"} <= set(z.files):
+                raise ValueError(cache)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+            raise CorpusError(f"{cache}: not a cache of encoded questions (the .npz of q_start and q_end that "
+                              "--cache writes); delete it or name a new file") from None
         if len(z["q_start"]) != len(questions):
             raise ValueError(f"{cache} holds {len(z['q_start'])} encoded questions, not {len(questions)}; delete it")
         return z["q_start"], z["q_end"]
@@ -331,8 +338,12 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     from spanseek.core.loading import open_searcher
     from spanseek.core.model import model_fingerprint, resolve_model
 
-    model_dir = resolve_model(model)
     cs = [float(c)] if isinstance(c, (int, float)) else [float(v) for v in c]
+    check(bool(cs) and all(map(positive, cs)), "--C", "numbers > 0 (inverse L2 strengths)", cs)
+    check(limit is None or limit >= 1, "--limit", "an integer >= 1 (leave it out to use every question)", limit)
+    for flag, path in (("--out", out), ("--examples", examples), ("--cache", cache)):  # found before the searches
+        check(path is None or not Path(path).is_dir(), flag, "a file to write, not a directory", path)
+    model_dir = resolve_model(model)
     questions: list[Question] = []
     if from_examples is not None and len(cs) > 1:
         if questions_path is None:
@@ -346,6 +357,8 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     else:
         searcher = open_searcher(index_dir, model)
         questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
+        if not questions:
+            raise CorpusError(f"{questions_path}: no questions to calibrate on")
         q_start, q_end = encode_questions(searcher, questions, cache=cache)
         runs = collect(searcher.index, questions, q_start, q_end, units, modes)
         fusion = searcher.index.fusion_defaults  # hybrid scores depend on it: the calibrator applies under it only

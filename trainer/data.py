@@ -2,11 +2,14 @@
 
 A paragraph is tokenised once; long paragraphs are cut into the same windows the indexer uses, and each
 question goes to the window where its answer has the most context. A batch is a set of windows with all of
-their questions, so the phrase encoder runs once per window (SQuAD has ~4.6 questions per paragraph).
+their questions, so the phrase encoder runs once per window (SQuAD has ~4.6 questions per paragraph). A question
+is trained on only where its ``answer_start`` points at its answer's text (``answer_span``): an offset past the
+context or at other words would teach the wrong span (or, to the reader, "no answer here").
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -18,6 +21,32 @@ from spanseek.core.io import Question
 from spanseek.core.metrics import answers_in, normalized_passage
 from spanseek.core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
 from spanseek.trainer.losses import HardNegatives
+
+log = logging.getLogger(__name__)
+
+
+def answer_span(q: Question) -> tuple[int, int] | None:
+    """The characters [start, end) of the question's first answer in its context; None when it has no answer, no
+    ``answer_start``, or one that does not point at the answer's text (past the context's end, or at other words:
+    a file whose offsets were shifted, or counted in another encoding)."""
+    if not q.answers or not q.answer_starts or q.answer_starts[0] < 0:
+        return None
+    start, end = q.answer_starts[0], q.answer_starts[0] + len(q.answers[0])
+    return (start, end) if q.context[start:end] == q.answers[0] else None
+
+
+def answered(questions: list[Question]) -> list[Question]:
+    """The questions with an ``answer_span``, warning how many with an answer were left out for a wrong offset."""
+    kept, wrong = [], []
+    for q in questions:
+        if answer_span(q) is not None:
+            kept.append(q)
+        elif q.answers and q.answer_starts[0] >= 0:
+            wrong.append(q.id)
+    if wrong:
+        log.warning("%d questions are left out: their answer_start does not point at their answer's text (e.g. "
+                    "question %s)", len(wrong), wrong[0])
+    return kept
 
 
 @dataclass
@@ -104,7 +133,7 @@ def build_windows(
         by_ctx.setdefault(q.context, []).append(q)
     contexts = list(by_ctx)
     window = max_seq_len - 2
-    skipped = {"no_answer_tokens": 0, "too_long": 0, "no_window": 0, "inside_word": 0}
+    skipped = {"no_answer_tokens": 0, "answer_not_at_offset": 0, "too_long": 0, "no_window": 0, "inside_word": 0}
     windows: list[TrainWindow] = []
     for c0 in range(0, len(contexts), 1024):
         chunk = contexts[c0 : c0 + 1024]
@@ -116,8 +145,11 @@ def build_windows(
                 if not q.answers or q.answer_starts[0] < 0:
                     skipped["no_answer_tokens"] += 1
                     continue
-                a = q.answer_starts[0]
-                span = char_to_token(toks.offsets, a, a + len(q.answers[0]))
+                chars = answer_span(q)
+                if chars is None:  # the offset is past the context or at other words: the span would be wrong
+                    skipped["answer_not_at_offset"] += 1
+                    continue
+                span = char_to_token(toks.offsets, *chars)
                 if span is None:
                     skipped["no_answer_tokens"] += 1
                     continue

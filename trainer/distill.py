@@ -111,15 +111,26 @@ def fill_teacher_cache(directory: str | Path, reader_ref: str | Path, windows: l
                  batch_pairs)
 
 
+def check_teacher(cfg: TrainingOptions | ReaderTrainConfig) -> None:
+    """Refuse a ``--teacher`` that is neither a reader nor a teacher cache, and a ``--teacher-cache`` beside a
+    cache, when a run starts: the teacher is first read after the data is tokenised (and QSFT's phrase cache
+    filled)."""
+    if cfg.teacher is None:
+        return
+    if not is_teacher_cache(cfg.teacher):
+        resolve_reader(cfg.teacher)  # ModelError naming it when it is not a reader
+    elif cfg.teacher_cache:
+        raise ValueError(f"--teacher-cache {cfg.teacher_cache}: --teacher {cfg.teacher} is a teacher cache "
+                         "already (its logits are used as they are); leave --teacher-cache out")
+
+
 def teacher_cache(cfg: TrainingOptions | ReaderTrainConfig, windows: list[TrainWindow], device: torch.device,
                   precision: str) -> PhraseCache:
     """The run's teacher cache (``--teacher-cache``, else OUT/teacher-cache), filled for ``windows`` if it is not."""
     if cfg.teacher is None:
         raise ValueError("no --teacher to distil from")
+    check_teacher(cfg)
     if is_teacher_cache(cfg.teacher):
-        if cfg.teacher_cache:
-            raise ValueError(f"--teacher-cache {cfg.teacher_cache}: --teacher {cfg.teacher} is a teacher cache "
-                             "already (its logits are used as they are); leave --teacher-cache out")
         return open_teacher_cache(cfg.teacher, windows)
     directory = Path(cfg.teacher_cache) if cfg.teacher_cache else Path(cfg.out) / TEACHER_CACHE
     return fill_teacher_cache(directory, cfg.teacher, windows, device, precision, progress=cfg.progress)

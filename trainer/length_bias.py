@@ -59,6 +59,7 @@ from spanseek.core.reader import (
 from spanseek.core.spans import span_scores
 from spanseek.core.text import char_to_token
 from spanseek.trainer.arguments import LengthBiasConfig, ReaderLengthBiasConfig
+from spanseek.trainer.data import answered
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +168,6 @@ def bias_summary(table: SpanTable, bias: torch.Tensor, L: int, questions: int | 
     }
 
 
-def answerable(questions: list[Question]) -> list[Question]:
-    return [q for q in questions if q.answers and q.answer_starts and q.answer_starts[0] >= 0]
-
-
 def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     """Fit the bias on training questions, write the model copy to ``cfg.out`` and return a summary."""
     model_dir = resolve_model(cfg.model)
@@ -184,9 +181,9 @@ def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     tokenizer = load_tokenizer(model.config)
     train, held = cfg.holdout.split(load_squad(cfg.train))
     rng = random.Random(cfg.seed)
-    fit_q = answerable(squad_questions(train))
+    fit_q = answered(squad_questions(train))
     fit_q = rng.sample(fit_q, min(cfg.questions, len(fit_q)))
-    val_q = answerable(squad_questions(held))
+    val_q = answered(squad_questions(held))
     val_q = rng.sample(val_q, min(cfg.val_questions, len(val_q)))
     L = model.config.max_answer_tokens
     table = span_table(model, tokenizer, fit_q, precision)
@@ -217,9 +214,9 @@ def fit_reader_length_bias(cfg: ReaderLengthBiasConfig) -> dict[str, Any]:
     data = load_squad(cfg.train)
     rng = random.Random(cfg.seed)
     articles = Holdout(cfg.holdout_every, cfg.articles_offset).split(data)[1]
-    fit_q = answerable(squad_questions(articles))
+    fit_q = answered(squad_questions(articles))
     fit_q = rng.sample(fit_q, min(cfg.questions, len(fit_q)))
-    val_q = answerable(squad_questions(cfg.holdout.split(data)[1]))
+    val_q = answered(squad_questions(cfg.holdout.split(data)[1]))
     val_q = rng.sample(val_q, min(cfg.val_questions, len(val_q)))
     L = reader.config.max_answer_tokens
     table = reader_span_table(reader, fit_q, progress=cfg.progress)

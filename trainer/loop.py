@@ -32,17 +32,16 @@ from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import autocast
 from spanseek.core.integrity import fsync_path, writer_lock
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic
-from spanseek.core.model import CONFIG_NAME, PhraseModel
+from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, PhraseModel
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
+from spanseek.trainer.checkpoints import STATE, check_checkpoint, read_state
 from spanseek.trainer.data import Batch, TrainWindow, build_windows
 from spanseek.trainer.distill import teacher_cache, teacher_tensors
 from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.losses import HardNegatives, PreBatchCache, phrase_loss
 
 log = logging.getLogger(__name__)
-
-STATE = "trainer_state.pt"
 
 
 class StepSource:
@@ -159,10 +158,12 @@ def resume_point(out: Path, name: str = "last") -> Path | None:
 
 def check_resume(out: Path, config: EncoderConfig) -> None:
     """Refuse to resume the run in ``out`` with a model of another encoder config than its checkpoint's (its
-    weights would not fit), naming the settings that differ; before the run writes anything but its lock."""
+    weights would not fit), naming the settings that differ, or from a checkpoint whose files are cut short
+    (``check_checkpoint``); before the run writes anything but its lock."""
     point = resume_point(out)
     if point is None:
         return
+    check_checkpoint(point, WEIGHTS_NAME, out)
 
     def settings(c: EncoderConfig) -> dict[str, Any]:  # nested settings by their dotted name ("lora.r")
         flat: dict[str, Any] = {}
@@ -224,8 +225,9 @@ def optimizer_and_resume(
     step, state = 0, {}
     last = out / "last"
     if (last / STATE).exists():
-        model.load_weights(last / "weights.safetensors")
-        state = torch.load(last / STATE, weights_only=False)
+        check_checkpoint(last, WEIGHTS_NAME, out)  # a damaged file is named, not a library's traceback
+        state = read_state(last / STATE, remedy=f"remove {last} to start the run in {out} over")
+        model.load_weights(last / WEIGHTS_NAME)
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         step = state["step"]

@@ -5,13 +5,16 @@
 
 Only the training split is mined (held-out articles are never touched). The candidate pool is every paragraph
 of the training split. Output: JSON Lines ``{"id": question id, "hard": [[article, paragraph], ...]}`` with
-article/paragraph indices into the training file, best first. Mining runs in chunks, each written atomically to
-``OUT.parts/``; an interrupted run resumes at the first missing chunk, and the parts are joined at the end.
+article/paragraph indices into the training file, best first (gzipped when OUT ends in .gz). Mining runs in
+chunks, each written atomically to ``OUT.parts/`` with the run's settings; an interrupted run resumes at the first
+missing chunk (a run with other settings is refused: its chunks would mix), and the parts are joined at the end.
+An OUT that exists and is not such a file (the training file, say) is left alone.
 The ``model`` miner searches a phrase index of ``spanseek corpus from-squad TRAIN`` (article i = document i).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import shutil
@@ -91,6 +94,42 @@ def select_hard(q: Question, candidates: np.ndarray, pool: list[tuple[int, int, 
     return hard
 
 
+MINE_SETTINGS = "settings.json"  # in OUT.parts: what its chunks were mined with
+
+
+def check_mine_out(out: Path, train: str | Path) -> None:
+    """Refuse an ``out`` that is the training file, a directory, or an existing file that is not hard negatives
+    (its first line is not a ``mine`` row): writing it would destroy it. An earlier run's output is replaced."""
+    if out.resolve() == Path(train).resolve():
+        raise ValueError(f"--out {out} is the --train file; write the hard negatives to a new file")
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory; it names the JSON Lines file to write")
+    if not out.exists():
+        return
+    try:
+        first = next((line for _, line in read_lines(out) if line.strip()), None)
+        row = None if first is None else json.loads(first)
+    except (CorpusError, json.JSONDecodeError, RecursionError):
+        row = {}
+    if row is not None and not (isinstance(row, dict) and {"id", "hard"} <= row.keys()):
+        raise ValueError(f"--out {out} exists and is not a file of hard negatives (`spanseek train mine` output); "
+                         "it is left alone: write to a new file")
+
+
+def check_parts(parts: Path, settings: dict) -> None:
+    """Record ``settings`` in ``parts``, or refuse to resume into chunks mined with other settings."""
+    path = parts / MINE_SETTINGS
+    if path.is_file():
+        theirs = json.loads(path.read_text(encoding="utf-8"))
+        differ = [f"{k} {theirs.get(k)!r} (this run: {v!r})" for k, v in settings.items() if theirs.get(k) != v]
+        if differ:
+            raise ValueError(f"{parts} holds the chunks of a run with other settings: {'; '.join(differ)}; run with "
+                             f"those settings to resume it, or remove {parts} to start over")
+        return
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(settings), encoding="utf-8")
+
+
 def mine(
     train: str | Path,
     out: str | Path,
@@ -109,6 +148,7 @@ def mine(
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be an integer >= 1, got {value}")
     out = Path(out)
+    check_mine_out(out, train)  # before any work
     data = load_squad(train)
     holdout = holdout or Holdout()
     pool = training_pool(data, holdout)
@@ -129,6 +169,10 @@ def mine(
         raise ValueError(f"miner must be 'bm25' or 'model', got {miner!r}")
     parts = out.with_name(out.name + ".parts")
     parts.mkdir(parents=True, exist_ok=True)
+    check_parts(parts, {"train": str(Path(train).resolve()), "questions": len(questions), "first": questions[0].id,
+                        "last": questions[-1].id, "miner": miner, "top_k": top_k, "keep": keep, "chunk": chunk,
+                        "index": None if index is None else str(Path(index).resolve()),
+                        "model": None if model is None else str(model), "holdout": [holdout.every, holdout.offset]})
     n_chunks = (len(questions) + chunk - 1) // chunk
     for c in tqdm(range(n_chunks), desc=f"mine ({miner})", unit="chunk", disable=not progress):
         part = parts / f"{c:05d}.jsonl"
@@ -139,7 +183,8 @@ def mine(
         with atomic_path(part) as tmp, open(tmp, "w", encoding="utf-8") as f:
             for q, row in zip(qs, cands, strict=True):
                 f.write(json.dumps({"id": q.id, "hard": select_hard(q, row, pool, keep)}) + "\n")
-    with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
+    opener = gzip.open if out.suffix == ".gz" else open  # `--hard-negatives` reads a .gz name as gzip
+    with atomic_path(out) as tmp, opener(tmp, "wt", encoding="utf-8") as f:
         for c in range(n_chunks):
             f.write((parts / f"{c:05d}.jsonl").read_text(encoding="utf-8"))
     shutil.rmtree(parts)

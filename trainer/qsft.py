@@ -33,6 +33,7 @@ from spanseek.core.io import load_squad, write_json_atomic
 from spanseek.core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
 from spanseek.trainer.arguments import QsftConfig
 from spanseek.trainer.data import Batch, TrainWindow
+from spanseek.trainer.distill import check_teacher
 from spanseek.trainer.loop import StepSource, check_resume, finish, run_lock, train_loop, training_windows
 from spanseek.trainer.losses import HardNegatives
 from spanseek.trainer.mining import load_hard_negatives
@@ -72,6 +73,7 @@ class QsftMode(StepSource):
 def train_qsft(cfg: QsftConfig) -> dict:
     """Fill (or reuse) the phrase cache, then train (or resume) the question encoder; returns a summary. The run
     holds ``cfg.out``'s lock throughout (a second run into it is refused)."""
+    check_teacher(cfg)  # before any work
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):

@@ -42,9 +42,17 @@ from spanseek.core.reader import (
     resolve_reader,
 )
 from spanseek.trainer.arguments import ReaderTrainConfig
-from spanseek.trainer.distill import reader_teacher_tensors, reader_windows, teacher_cache
+from spanseek.trainer.checkpoints import STATE, check_checkpoint, check_weights, read_state
+from spanseek.trainer.data import answered
+from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
-from spanseek.trainer.loop import STATE, optimizer_and_resume, recover_checkpoint, run_lock, save_checkpoint
+from spanseek.trainer.loop import (
+    optimizer_and_resume,
+    recover_checkpoint,
+    resume_point,
+    run_lock,
+    save_checkpoint,
+)
 from spanseek.trainer.losses import NEG_INF, masked_kl
 
 log = logging.getLogger(__name__)
@@ -120,10 +128,11 @@ def length_batches(lengths: np.ndarray, size: int, seed: int) -> list[np.ndarray
 def init_from(model: ReaderModel, path: Path) -> None:
     """A reader's weights into ``model``: the fp32 master weights when ``path`` is a run's checkpoint, else the
     shipped (fp16) ones. A resumed run's own checkpoint then replaces them."""
+    check_weights(path / READER_WEIGHTS_NAME)
     model.load_weights(path / READER_WEIGHTS_NAME)
     state = path / STATE
     if state.is_file():
-        master = torch.load(state, weights_only=False, map_location="cpu").get("master")
+        master = read_state(state).get("master")
         if master:
             model.load_state_dict(master, strict=False)
     log.info("initialised from the reader at %s", path)
@@ -136,9 +145,9 @@ def reader_articles(cfg: ReaderTrainConfig, data: list[dict]) -> list[dict]:
 
 
 def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
-    """The questions a reader trains on: the answered ones of ``reader_articles`` (their ``doc_index`` indexes
-    that list; a fixed sample with ``limit_questions``)."""
-    questions = [q for q in squad_questions(reader_articles(cfg, data)) if q.answers and q.answer_starts[0] >= 0]
+    """The questions a reader trains on: the answered ones of ``reader_articles`` (``trainer.data.answered``; their
+    ``doc_index`` indexes that list; a fixed sample with ``limit_questions``)."""
+    questions = answered(squad_questions(reader_articles(cfg, data)))
     if cfg.limit_questions:
         questions = random.Random(cfg.seed).sample(questions, min(cfg.limit_questions, len(questions)))
     return questions
@@ -146,6 +155,7 @@ def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
 
 def train_reader(cfg: ReaderTrainConfig) -> dict[str, Any]:
     """Train (or resume) the reader into ``cfg.out``; the reader is ``OUT/last``. Returns the run's summary."""
+    check_teacher(cfg)  # before any work
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):
@@ -158,6 +168,9 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     device = pick_device(cfg.device)
     precision = pick_precision(cfg.precision, device)
     reader_config = cfg.build()
+    recover_checkpoint(out)
+    if (point := resume_point(out)) is not None:  # a damaged checkpoint is found before the data is tokenised
+        check_checkpoint(point, READER_WEIGHTS_NAME, out)
     data = load_squad(cfg.train)
     held = [a for i, a in enumerate(data) if cfg.holdout.held(i)]
     questions = reader_questions(cfg, data)
@@ -172,7 +185,6 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     steps_per_epoch = math.ceil(len(lengths) / cfg.batch_size)
     total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
     params = [p for p in model.parameters() if p.requires_grad]
-    recover_checkpoint(out)
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     if "master" in state:  # the fp32 weights (the checkpoint's weights file is fp16, the reader as shipped)
         model.load_state_dict(state["master"], strict=False)

@@ -28,8 +28,10 @@ from spanseek.core.io import load_squad, write_json_atomic
 from spanseek.core.model import PhraseModel, load_tokenizer
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import TrainConfig, lora_settings
+from spanseek.trainer.checkpoints import check_weights
 from spanseek.trainer.corrector import TargetCorrector, corrector_loss
 from spanseek.trainer.data import Batch, TrainWindow, collate
+from spanseek.trainer.distill import check_teacher
 from spanseek.trainer.loop import (  # noqa: F401 (STATE, write_holdout: part of this module's interface)
     STATE,
     StepSource,
@@ -128,6 +130,7 @@ def train_phrase(cfg: TrainConfig) -> dict:
     """Train (or resume) a phrase model; returns a summary with throughput and validation metrics."""
     if cfg.widen_lora and not cfg.init_from:
         raise ValueError("--widen-lora widens a trained model's adapters: it needs --init-from")
+    check_teacher(cfg)  # before any work
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out, hold=cfg.dist.is_main):  # held until the summary is written
@@ -147,7 +150,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
     data = load_squad(cfg.train)
     hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None  # pre-model
     if cfg.init_from:  # continue a trained model: its encoder config wins over cfg.encoder
-        from spanseek.core.model import CONFIG_NAME, resolve_model
+        from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, resolve_model
 
         init_dir = resolve_model(cfg.init_from)
         if cfg.widen_lora:
@@ -156,7 +159,8 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
             model = widen_lora(init_dir, cfg.widen_lora, seed=cfg.seed)
         else:
             model = PhraseModel(EncoderConfig.load(init_dir / CONFIG_NAME))
-            model.load_weights(init_dir / "weights.safetensors")
+            check_weights(init_dir / WEIGHTS_NAME)  # a damaged file is named, not a library's traceback
+            model.load_weights(init_dir / WEIGHTS_NAME)
         model.to(device)
     else:
         model = PhraseModel(cfg.encoder).to(device)

@@ -1,0 +1,246 @@
+"""Inputs found broken in a sweep of `spanseek train ...` and `spanseek eval`: a damaged checkpoint, weights file or
+cache is named in one line (before the data is tokenised where it can be), an --out that is not the job's kind of
+file is left alone, flags out of range are refused before any search, and answers whose offsets do not point at
+their text or that do not exist are left out instead of being learned or scored wrong.
+
+    .venv/bin/python -m pytest -q tests/trainer/test_damaged_inputs.py
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gzip
+import json
+import logging
+import re
+
+import numpy as np
+import pytest
+
+from spanseek.cli import main
+from spanseek.core.io import CorpusError, Question, load_squad, squad_questions
+from spanseek.core.model import WEIGHTS_NAME, ModelError
+from spanseek.trainer import train as train_module
+from spanseek.trainer.arguments import LossConfig, ReaderTrainConfig, TrainConfig
+from spanseek.trainer.average import average_checkpoints
+from spanseek.trainer.calibrate import calibrate, encode_questions
+from spanseek.trainer.data import build_windows
+from spanseek.trainer.mining import load_hard_negatives, mine
+from spanseek.trainer.reader import reader_questions, train_reader
+from spanseek.trainer.train import STATE, train_phrase
+from tests.conftest import make_squad
+
+
+def _phrase_config(tiny_squad, tiny_config, out, **kw) -> TrainConfig:
+    return TrainConfig(train=str(tiny_squad), out=str(out), encoder=tiny_config, batch_windows=4, prebatch=1,
+                       val_questions=0, precision="fp32", device="cpu", progress=False, **kw)
+
+
+def _never_tokenised(monkeypatch):
+    def fail(*a, **k):
+        raise AssertionError("the data was tokenised before the bad input was found")
+
+    monkeypatch.setattr(train_module, "training_windows", fail)
+
+
+def _cut(path, size: int = 300) -> None:
+    path.write_bytes(path.read_bytes()[:size])
+
+
+# --- a damaged checkpoint or weights file ---
+
+
+@pytest.mark.parametrize("damaged", [WEIGHTS_NAME, STATE])
+def test_resuming_from_a_cut_short_checkpoint_names_the_file_before_tokenising(tmp_path, tiny_squad, tiny_config,
+                                                                              monkeypatch, damaged):
+    out = tmp_path / "run"
+    cfg = _phrase_config(tiny_squad, tiny_config, out, max_steps=1)
+    train_phrase(cfg)
+    _cut(out / "last" / damaged)
+    _never_tokenised(monkeypatch)
+    with pytest.raises(ModelError) as e:
+        train_phrase(dataclasses.replace(cfg, max_steps=2))
+    message = str(e.value)
+    assert message.startswith(f"{out / 'last' / damaged}: cannot be read (") and "\n" not in message
+    assert message.endswith(f"remove {out / 'last'} to start the run in {out} over")
+    assert (out / "last" / damaged).stat().st_size == 300  # left as it was
+
+
+def test_a_reader_run_names_its_cut_short_checkpoint_before_tokenising(tmp_path, tiny_squad, tiny_backbone,
+                                                                       monkeypatch):
+    from spanseek.trainer import reader as reader_module
+
+    out = tmp_path / "reader"
+    cfg = ReaderTrainConfig(train=str(tiny_squad), out=str(out), backbone=str(tiny_backbone), max_len=64, stride=16,
+                            max_query_len=16, max_steps=1, batch_size=2, val_questions=0, device="cpu",
+                            precision="fp32", progress=False)
+    train_reader(cfg)
+    _cut(out / "last" / WEIGHTS_NAME)
+    monkeypatch.setattr(reader_module, "training_windows", lambda *a, **k: pytest.fail("tokenised"))
+    with pytest.raises(ModelError, match=rf"^{re.escape(str(out / 'last' / WEIGHTS_NAME))}: cannot be read"):
+        train_reader(dataclasses.replace(cfg, max_steps=2))
+
+
+def test_average_and_init_from_name_a_cut_short_weights_file(tmp_path, tiny_model_dir, tiny_squad, tiny_config):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_model_dir, bad)
+    _cut(bad / WEIGHTS_NAME)
+    where = rf"^{re.escape(str(bad / WEIGHTS_NAME))}: cannot be read \("
+    with pytest.raises(ModelError, match=where):
+        average_checkpoints([str(tiny_model_dir), str(bad)], tmp_path / "avg")
+    with pytest.raises(ModelError, match=where):
+        train_phrase(_phrase_config(tiny_squad, tiny_config, tmp_path / "run", max_steps=1, init_from=str(bad)))
+    assert not (tmp_path / "avg").exists()
+
+
+def test_average_refuses_a_nan_weight_before_reading_the_checkpoints(tmp_path, tiny_model_dir):
+    with pytest.raises(ModelError, match=r"weights must be non-negative with a positive sum, got \[nan, 1.0\]"):
+        average_checkpoints([str(tiny_model_dir), str(tiny_model_dir)], tmp_path / "avg", [float("nan"), 1.0])
+
+
+def test_a_teacher_that_is_not_a_reader_is_refused_before_tokenising(tmp_path, tiny_squad, tiny_config,
+                                                                     tiny_model_dir, monkeypatch):
+    _never_tokenised(monkeypatch)
+    cfg = _phrase_config(tiny_squad, tiny_config, tmp_path / "run", max_steps=1, teacher=str(tiny_model_dir),
+                         loss=LossConfig(lambda_kl=1.0))
+    with pytest.raises(ModelError, match="is not a reader directory"):
+        train_phrase(cfg)
+
+
+# --- hard-negative mining's --out ---
+
+
+def _write(path, obj) -> str:
+    path.write_text(json.dumps(obj), encoding="utf-8")
+    return path.read_text(encoding="utf-8")
+
+
+def test_mine_leaves_its_training_file_and_other_files_alone(tmp_path):
+    train = tmp_path / "train.json"
+    text = _write(train, make_squad(n_articles=3))
+    with pytest.raises(ValueError, match=r"--out .*train.json is the --train file"):
+        mine(train, train, progress=False)
+    other = tmp_path / "notes.json"
+    notes = _write(other, {"notes": "precious"})
+    with pytest.raises(ValueError, match="exists and is not a file of hard negatives .* it is left alone"):
+        mine(train, other, progress=False)
+    with pytest.raises(ValueError, match="is a directory"):
+        mine(train, tmp_path, progress=False)
+    assert train.read_text(encoding="utf-8") == text and other.read_text(encoding="utf-8") == notes
+    assert not list(tmp_path.glob("*.parts"))
+    out = mine(train, tmp_path / "hard.jsonl", progress=False)
+    assert mine(train, out, progress=False) == out  # its own output is replaced
+
+
+def test_mine_writes_gzip_for_a_gz_name_that_training_then_reads(tmp_path):
+    train = tmp_path / "train.json"
+    _write(train, make_squad(n_articles=3))
+    out = mine(train, tmp_path / "hard.jsonl.gz", progress=False)
+    with gzip.open(out, "rt", encoding="utf-8") as f:
+        assert json.loads(f.readline())["id"] == "0-0-0-when"
+    assert load_hard_negatives(out, load_squad(train))
+
+
+def test_mine_refuses_to_resume_into_chunks_mined_with_other_settings(tmp_path, monkeypatch):
+    from spanseek.trainer import mining
+
+    train = tmp_path / "train.json"
+    _write(train, make_squad(n_articles=3))
+    out = tmp_path / "hard.jsonl"
+    original = mining.atomic_path
+
+    def killed_at_the_join(path):  # the chunks are written, the run dies before it joins them
+        if path == out:
+            raise KeyboardInterrupt
+        return original(path)
+
+    monkeypatch.setattr(mining, "atomic_path", killed_at_the_join)
+    with pytest.raises(KeyboardInterrupt):
+        mine(train, out, keep=2, progress=False)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"hard.jsonl.parts holds the chunks of a run with other settings: keep 2 "
+                                         r"\(this run: 4\)"):
+        mine(train, out, keep=4, progress=False)
+    rows = [json.loads(line) for line in mine(train, out, keep=2, progress=False).read_text().splitlines()]
+    assert rows and all(len(r["hard"]) <= 2 for r in rows)
+
+
+# --- calibrate ---
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"limit": 0}, "--limit must be an integer >= 1"), ({"limit": -3}, "--limit must be an integer >= 1"),
+    ({"c": [1.0, -1.0]}, r"--C must be numbers > 0"), ({"c": float("nan")}, r"--C must be numbers > 0"),
+    ({"out": "DIR"}, "--out must be a file to write, not a directory"),
+])
+def test_calibrate_refuses_bad_flags_before_opening_anything(tmp_path, given, message):
+    given = {k: str(tmp_path) if v == "DIR" else v for k, v in given.items()}
+    with pytest.raises(ValueError, match=message):  # the index and model do not exist: nothing was opened
+        calibrate(tmp_path / "no-index", tmp_path / "no-questions.json", str(tmp_path / "no-model"), **given)
+
+
+@pytest.mark.parametrize("kind", ["text", "other npz"])
+def test_a_question_cache_of_another_kind_is_named(tmp_path, kind):
+    cache = tmp_path / "cache.npz"
+    if kind == "text":
+        cache.write_text("not an npz")
+    else:
+        np.savez(cache, other=np.zeros(3))
+    with pytest.raises(CorpusError, match=rf"^{re.escape(str(cache))}: not a cache of encoded questions"):
+        encode_questions(None, [], cache=cache)  # type: ignore[arg-type]
+
+
+# --- answers the data gets wrong ---
+
+
+def test_an_answer_whose_offset_misses_its_text_is_neither_trained_nor_read(tiny_backbone, caplog):
+    from transformers import AutoTokenizer
+
+    context = "In 1841 Borin crossed the river by railway."
+    right = Question("ok", "who?", ("Borin",), (context.index("Borin"),), "t", context, 0, 0)
+    shifted = Question("shifted", "when?", ("1841",), (context.index("1841") + 2,), "t", context, 0, 0)
+    past = Question("past", "how?", ("railway",), (len(context) + 5,), "t", context, 0, 0)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone)
+    windows, skipped = build_windows([right, shifted, past], tokenizer, 64, 8, 6)
+    assert [q for w in windows for q in w.questions] == ["who?"] and skipped["answer_not_at_offset"] == 2
+    squad = {"data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
+        {"id": q.id, "question": q.question, "answers": [{"text": q.answers[0], "answer_start": q.answer_starts[0]}]}
+        for q in (right, shifted, past)]}]}]}
+    cfg = ReaderTrainConfig(train="x", out="y", holdout_every=20, holdout_offset=7, reserve_offset=None)
+    with caplog.at_level(logging.WARNING, logger="spanseek.trainer.data"):
+        assert [q.id for q in reader_questions(cfg, squad["data"])] == ["ok"]  # not taught "no answer here"
+    assert "2 questions are left out: their answer_start does not point at their answer's text" in caplog.text
+
+
+# --- spanseek eval ---
+
+
+def test_eval_refuses_a_bad_limit_and_an_out_under_a_file_before_evaluating(tmp_path, capsys):
+    questions = tmp_path / "q.json"
+    _write(questions, make_squad(n_articles=2))
+    base = ["eval", "--questions", str(questions), "--model", str(tmp_path / "no-model"), "--quiet"]
+    assert main(base + ["--limit", "-5"]) == 2
+    assert capsys.readouterr().err.strip() == "spanseek eval: error: --limit must be an integer >= 1 (leave it out " \
+                                              "to use every question), got -5"
+    assert main(base + ["--out", str(questions / "m.json")]) == 2
+    assert capsys.readouterr().err.strip() == (f"spanseek eval: error: --out {questions / 'm.json'}: {questions} is "
+                                               "a file, not a folder")
+
+
+def test_eval_leaves_unanswerable_questions_out_of_the_metrics(tmp_path, tiny_model_dir):
+    from spanseek.indexer.evaluate import run_eval
+
+    squad = make_squad(n_articles=2)
+    with_v2 = copy.deepcopy(squad)
+    with_v2["data"][0]["paragraphs"][0]["qas"][0]["answers"] = []  # SQuAD v2: unanswerable
+    with_v2["data"][1]["paragraphs"][0]["qas"].append({"id": "v2", "question": "What is not here?", "answers": []})
+    _write(tmp_path / "v1.json", squad)
+    _write(tmp_path / "v2.json", with_v2)
+    n = len(squad_questions(squad["data"]))
+    kw = {"progress": False, "precision": "fp32"}
+    m1, m2 = run_eval(tmp_path / "v1.json", tiny_model_dir, **kw), run_eval(tmp_path / "v2.json", tiny_model_dir, **kw)
+    assert m1["n_questions"] == n and "unanswerable_skipped" not in m1
+    assert m2["n_questions"] == n - 1 and m2["unanswerable_skipped"] == 2

@@ -1,0 +1,56 @@
+"""Reading the checkpoint files a training job is given or resumes from, with one-line errors naming the file.
+
+    spanseek train phrase --train squad-train.json.gz --out runs/phrase   (resumes from runs/phrase/last)
+    spanseek train average RUN/snapshots/step-* --out runs/averaged
+
+A weights file (safetensors: ``core.model.read_weights``) or a training state (``torch.save``) that a full disk, a killed copy or a stray edit
+cut short is refused as ``PATH: cannot be read (...)`` instead of the library's traceback; a run's damaged
+``OUT/last`` is found by ``check_checkpoint`` before the run tokenises its data.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from spanseek.core.model import damaged
+
+STATE = "trainer_state.pt"  # the optimizer, schedule and step of a run's checkpoint, beside its weights
+
+
+def read_state(path: str | Path, remedy: str = "") -> dict[str, Any]:
+    """A training state written by ``torch.save`` (trusted: the run's own); ModelError naming it when damaged."""
+    path = Path(path)
+    try:
+        state = torch.load(path, weights_only=False, map_location="cpu")
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        raise damaged(path, e, remedy) from None
+    if not isinstance(state, dict) or "step" not in state:
+        raise damaged(path, "not a training state", remedy)
+    return state
+
+
+def check_weights(path: Path, remedy: str = "") -> None:
+    """Refuse a safetensors file that is cut short (its header and length are read, not its tensors)."""
+    try:
+        with safe_open(str(path), framework="pt"):
+            pass
+    except (SafetensorError, OSError) as e:
+        raise damaged(path, e, remedy) from None
+
+
+def check_checkpoint(point: Path, weights_name: str, out: Path) -> None:
+    """Refuse a run's checkpoint ``point`` whose weights or training state is cut short, naming the file and how to
+    start over; cheap (headers and directories are read), so a run checks before it tokenises its data."""
+    remedy = f"remove {point} to start the run in {out} over"
+    check_weights(point / weights_name, remedy)
+    try:
+        with zipfile.ZipFile(point / STATE) as z:  # torch.save's format: a zip, its directory written last
+            z.infolist()
+    except (zipfile.BadZipFile, OSError) as e:
+        raise damaged(point / STATE, e, remedy) from None
