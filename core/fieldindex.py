@@ -27,7 +27,6 @@ from __future__ import annotations
 import bisect
 import io
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -47,6 +46,7 @@ from spanseek.core.filters import (
     Range,
     SearchFilter,
     elements,
+    finite_float,
     kind_of,
     parse_date,
 )
@@ -157,8 +157,8 @@ class FieldIndex:
                 per_kind = raw.setdefault(key, {})
                 for v in elements(value):
                     kind = kind_of(v)
-                    if kind is None or (kind == "number" and not math.isfinite(v)):
-                        continue  # an object or a nested list (or NaN): matches no condition
+                    if kind is None or (kind == "number" and finite_float(v) is None):
+                        continue  # an object or a nested list (or NaN, or beyond a float): matches no condition
                     bucket = "true" if v is True else "false" if v is False else kind
                     values, numbers = per_kind.setdefault(bucket, ([], []))
                     values.append(v)

@@ -93,9 +93,32 @@ def _tagged(value: MetaValue) -> tuple[bool, MetaValue]:
     return isinstance(value, bool), value
 
 
+def finite_float(value: float) -> float | None:
+    """A JSON number as the float it is compared as, or None when it has no finite one (NaN, an infinity, or an
+    integer beyond a float's range, about ±1.8e308): such a value matches no condition and bounds none."""
+    try:
+        x = float(value)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def unfit_number(value: Any) -> bool:
+    """Whether ``value`` is a number (not a boolean) that has no finite float (``finite_float``)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and finite_float(value) is None
+
+
+def value_text(value: Any) -> str:
+    """A value as an error shows it: its repr, but an integer too long to read at a glance by its count of digits."""
+    if isinstance(value, int) and abs(value) > 10**40:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"  # str() may refuse it
+    return repr(value)
+
+
 def _scalar(where: str, value: Any, key: str | None = None) -> MetaValue:
-    if not isinstance(value, META_TYPES) or (isinstance(value, float) and not math.isfinite(value)):
-        raise FilterError(f"{where}: a value must be a string, number, boolean or null, got {value!r}", key)
+    if not isinstance(value, META_TYPES) or unfit_number(value):
+        raise FilterError(f"{where}: a value must be a string, number (finite, within about ±1.8e308), boolean or "
+                          f"null, got {value_text(value)}", key)
     return value
 
 
@@ -186,9 +209,11 @@ class Range(_Keyed):
             raise FilterError(f"{where}: give at least one of gt, gte, lt, lte", self.key)
         kinds = {kind_of(v) for v in given.values()}
         if kinds == {"number"}:
-            if not all(math.isfinite(v) for v in given.values()):
-                raise FilterError(f"{where}: bounds must be finite numbers", self.key)
-            bounds = {b: float(v) for b, v in given.items()}
+            bounds = {b: finite_float(v) for b, v in given.items()}
+            wrong = [f"{b} {value_text(v)}" for b, v in given.items() if bounds[b] is None]
+            if wrong:
+                raise FilterError(f"{where}: bounds must be finite numbers within about ±1.8e308 (a float's range), "
+                                  f"got {', '.join(wrong)}", self.key)
         elif kinds == {"string"}:
             bounds = {}
             for b, v in given.items():
@@ -223,7 +248,7 @@ class Range(_Keyed):
         if self.key not in meta:
             return False
         for v in elements(meta[self.key]):
-            x = (v if kind_of(v) == "number" and math.isfinite(v) else None) if self.kind == "number" else (
+            x = (finite_float(v) if kind_of(v) == "number" else None) if self.kind == "number" else (
                 parse_date(v) if isinstance(v, str) else None)
             if x is not None and self.holds(x):
                 return True

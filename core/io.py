@@ -1,10 +1,12 @@
 """Corpus and question-set IO, and atomic file writes.
 
-Corpus format (JSON Lines, one document a line): ``{"id": str, "title": str, "paragraphs": [str, ...]}``, an
+Corpus format (JSON Lines, one document a line): ``{"id": str, "title": str, "paragraphs": [str, ...]}`` (an id
+that is a whole number is read as its digits, ``true`` is refused; a line without one takes its line number), an
 optional ``"meta"`` object (any JSON: a URL, a date, tags) and an optional ``"passage_meta"`` list of objects, one
 per paragraph (``{"page": 3}``, a heading path; null or ``{}`` for none), which the index stores and returns with hits
 (a passage's own keys over its document's). Metadata comes back with every hit, so a document whose ``meta`` or
-one of whose ``passage_meta`` objects is longer than ``MAX_META_BYTES`` as JSON is refused, naming it.
+one of whose ``passage_meta`` objects is longer than ``MAX_META_BYTES`` as JSON, or holds a number that is not a
+finite float (NaN, Infinity, an integer beyond about ±1.8e308, which filters cannot compare), is refused, naming it.
 Questions are SQuAD-format JSON, optionally gzipped. ``spanseek corpus from-squad IN --out OUT`` converts. Both are
 UTF-8 (a leading BOM is allowed).
 """
@@ -18,6 +20,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
+from spanseek.core.filters import unfit_number, value_text
 
 MAX_META_BYTES = 16 * 1024  # a metadata object as JSON: a URL, dates, tags and a heading path fit many times over
 
@@ -181,6 +186,25 @@ class _NotFinite(ValueError):
     """NaN, Infinity or a number too large for a float in a corpus line: not JSON, and not printable as JSON."""
 
 
+def loads_json(text: str, where: str, whole_file: bool = False, **hooks: Any) -> Any:
+    """``json.loads(text, **hooks)``; CorpusError starting with ``where`` for JSON it cannot read (the line and column
+    of a syntax error: a ``whole_file`` is often one line, so the column is what finds the place), NaN or Infinity
+    (refused by ``hooks``), an integer longer than Python converts, or nesting too deep."""
+    try:
+        return json.loads(text, **hooks)
+    except json.JSONDecodeError as e:
+        # e.msg may end in "at" ("Unterminated string starting at"): the position completes it
+        at = f"line {e.lineno}, column {e.colno}" if whole_file else f"column {e.colno}"
+        raise CorpusError(f"{where}: invalid JSON ({e.msg.removesuffix(' at')} at {at})") from None
+    except _NotFinite as e:
+        raise CorpusError(f"{where}: invalid JSON ({e} is not a finite number)") from None
+    except ValueError:  # the one other ValueError of json.loads: int() refusing a literal over the limit
+        raise CorpusError(f"{where}: invalid JSON (an integer of more than {sys.get_int_max_str_digits()} digits, "
+                          "too long to read as a number; write it as a string)") from None
+    except RecursionError:
+        raise CorpusError(f"{where}: JSON nested too deeply to read") from None
+
+
 def _refuse_constant(name: str) -> float:
     raise _NotFinite(name)
 
@@ -195,22 +219,15 @@ def _finite_float(text: str) -> float:
 def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Document]:
     """Stream documents from a JSONL corpus, skipping (and counting) empty paragraphs and documents.
 
-    Raises CorpusError naming the file and line for invalid JSON (NaN and Infinity included), bytes that are not
-    UTF-8, a damaged gzip stream or a wrong shape.
+    Raises CorpusError naming the file and line for invalid JSON (NaN, Infinity and integers too long to read
+    included), bytes that are not UTF-8, a damaged gzip stream or a wrong shape (``document_from_json``).
     """
     stats = stats if stats is not None else ReadStats()
     for lineno, line in read_lines(path):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
-        except json.JSONDecodeError as e:
-            raise CorpusError(f"{where}: invalid JSON ({e.msg}, column {e.colno})") from None
-        except _NotFinite as e:
-            raise CorpusError(f"{where}: invalid JSON ({e} is not a finite number)") from None
-        except RecursionError:
-            raise CorpusError(f"{where}: JSON nested too deeply to read") from None
+        obj = loads_json(line, where, parse_constant=_refuse_constant, parse_float=_finite_float)
         doc = document_from_json(obj, where, lineno, stats, len(line))
         if doc is not None:
             yield doc
@@ -229,9 +246,12 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
     if not isinstance(paragraphs, list) or not all(isinstance(p, str) for p in paragraphs):
         raise CorpusError(f"{where}: 'paragraphs' must be a list of strings")
     doc_id = obj.get("id", str(lineno))
+    if type(doc_id) not in (str, int):  # type(): true and false are ints to isinstance
+        raise CorpusError(f"{where}: 'id' must be a string (a whole number is read as its digits), got "
+                          f"{_json_type(doc_id)}")
     title = obj.get("title", "")
-    if not isinstance(doc_id, (str, int)) or not isinstance(title, str):
-        raise CorpusError(f"{where}: 'id' must be a string and 'title' a string")
+    if not isinstance(title, str):
+        raise CorpusError(f"{where}: 'title' must be a string, got {_json_type(title)}")
     meta = obj.get("meta", {})
     if not isinstance(meta, dict):
         raise CorpusError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
@@ -264,28 +284,47 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
 
 
 def _check_meta(where: str, doc_id: object, metas: list[tuple[str, dict[str, Any]]], may_be_large: bool) -> None:
-    """CorpusError naming the document when one of its metadata objects holds a number JSON cannot store (NaN,
-    Infinity: a merge's corpus reader would refuse it) or an unpaired surrogate (not valid Unicode text), or, where
+    """CorpusError naming the document and the key when one of its metadata objects holds a number that is not a
+    finite float (NaN, Infinity: a merge's corpus reader would refuse it; an integer beyond a float's range, which
+    the field index and filters cannot compare) or an unpaired surrogate (not valid Unicode text), or, where
     ``may_be_large`` (a line short enough cannot be), is over MAX_META_BYTES as JSON."""
     for name, meta in metas:
+        unfit = _first_unfit_number(meta)
+        if unfit is not None:
+            at, value = unfit
+            raise CorpusError(f"{where}: document {doc_id!r}: its {name} holds a number that is not finite as a float "
+                              f"({value_text(value)}, at {at}); filters compare metadata numbers as floats, so each "
+                              "must be finite and within about ±1.8e308")
         try:
-            size = len(json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8"))
-        except ValueError as e:
-            if isinstance(e, UnicodeEncodeError):
-                raise CorpusError(f"{where}: document {doc_id!r}: its {name} holds an unpaired surrogate "
-                                  f"({e.object[e.start]!a}), which is not valid Unicode text") from None
-            raise CorpusError(f"{where}: document {doc_id!r}: its {name} holds a number that is not finite (NaN or "
-                              "Infinity), which JSON cannot store") from None
+            size = len(json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+        except UnicodeEncodeError as e:
+            raise CorpusError(f"{where}: document {doc_id!r}: its {name} holds an unpaired surrogate "
+                              f"({e.object[e.start]!a}), which is not valid Unicode text") from None
         if may_be_large and size > MAX_META_BYTES:
             raise CorpusError(f"{where}: document {doc_id!r}: its {name} is {size} bytes as JSON, over the limit of "
                               f"{MAX_META_BYTES} (metadata is returned with every hit; keep large values such as "
                               "full texts or images out of it)")
 
 
+def _first_unfit_number(meta: dict[str, Any]) -> tuple[str, Any] | None:
+    """The place (``["year"]``, ``["tags"][2]``) and value of the first number in ``meta`` that has no finite float
+    (``unfit_number``), or None. Iterative: metadata may be nested as deep as the JSON parser reads."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), meta)]
+    while stack:
+        at, value = stack.pop()
+        if isinstance(value, dict):
+            stack += reversed([((*at, k), v) for k, v in value.items()])
+        elif isinstance(value, list):
+            stack += reversed([((*at, i), v) for i, v in enumerate(value)])
+        elif unfit_number(value):
+            return "".join(f"[{json.dumps(k)}]" for k in at), value  # (ASCII: a key may hold a lone surrogate)
+    return None
+
+
 def without_nonfinite(value: Any) -> Any:
-    """``value`` (parsed JSON) with every NaN or infinite number made null: for documents written before such
-    numbers were refused, whose log still holds them."""
-    if isinstance(value, float) and not math.isfinite(value):
+    """``value`` (parsed JSON) with every number that has no finite float (NaN, Infinity, an integer beyond about
+    ±1.8e308) made null: for documents written before such numbers were refused, whose log still holds them."""
+    if unfit_number(value):
         return None
     if isinstance(value, dict):
         return {k: without_nonfinite(v) for k, v in value.items()}
@@ -336,15 +375,7 @@ def document_json(doc: Document) -> dict[str, Any]:
 
 def load_squad(path: str | Path) -> list[dict[str, Any]]:
     """Load the ``data`` list of a SQuAD-format file (optionally gzipped), checking its shape (``check_squad``)."""
-    try:
-        obj = json.loads("".join(line for _, line in read_lines(path)))
-    except json.JSONDecodeError as e:
-        # e.msg may end in "at" ("Unterminated string starting at"): the position completes it; a SQuAD file is
-        # often one line, so the column is what finds the place
-        raise CorpusError(f"{path}: invalid JSON ({e.msg.removesuffix(' at')} at line {e.lineno}, "
-                          f"column {e.colno})") from None
-    except RecursionError:
-        raise CorpusError(f"{path}: JSON nested too deeply to read") from None
+    obj = loads_json("".join(line for _, line in read_lines(path)), str(path), whole_file=True)
     data = obj.get("data") if isinstance(obj, dict) else None
     if not isinstance(data, list):
         raise CorpusError(f"{path}: not SQuAD format (expected an object with a 'data' list)")

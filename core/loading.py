@@ -21,7 +21,7 @@ from spanseek.core.model import (
     phrase_fingerprint,
     resolve_model,
 )
-from spanseek.core.phrase_index import Manifest, PhraseIndex
+from spanseek.core.phrase_index import IndexFormatError, Manifest, PhraseIndex
 from spanseek.core.reader import PassageReader, resolve_reader
 from spanseek.core.reading import READING_NAME, Reading, ReadingStage
 from spanseek.core.search import Searcher
@@ -30,26 +30,44 @@ from spanseek.core.selection import SELECTION_CACHE_BYTES
 log = logging.getLogger(__name__)
 
 
-def index_model(manifest: Manifest, model: str | Path, where: str | Path = "the index") -> Path:
-    """The model directory to search or extend the index of ``manifest`` with when ``model`` is asked for: ``model``'s
-    own, unless ``model`` names a bundled model (``default``) whose current weights did not build the index and
-    another bundled model's did (an earlier default, kept by a dated name): then that one, so an index keeps
-    serving after the default changes."""
+def index_model(manifest: Manifest, model: str | Path | None, where: str | Path = "the index") -> Path:
+    """The model directory to search or extend the index of ``manifest`` with when ``model`` is asked for (None: the
+    one recorded in the manifest): ``model``'s own, unless ``model`` names a bundled model (``default``) whose current
+    weights did not build the index and an earlier version of it, kept under a dated name (``default-2026-11``), did:
+    then that one, so an index keeps serving after the default changes. Another bundled model is never taken instead
+    (``base`` for ``default`` or the reverse): a model asked for by name is used, and refused by
+    ``check_index_model`` when it did not build the index."""
+    if model is None:
+        try:
+            return index_model(manifest, manifest.model_ref, where)
+        except ModelError as e:
+            raise ModelError(f"{where} was built with the model {manifest.model_ref!r}, which is not here ({e}); "
+                             "give the model that built it (--model)") from None
     model_dir = resolve_model(model)
     if str(model) not in BUNDLED_MODELS or manifest.built_by(model_fingerprint(model_dir), phrase_fingerprint(model_dir)):
         return model_dir
     for name, other in BUNDLED_MODELS.items():
-        if other != model_dir and (other / CONFIG_NAME).is_file() and manifest.built_by(
-                model_fingerprint(other), phrase_fingerprint(other)):
+        if (is_earlier_version(name, str(model)) and other != model_dir and (other / CONFIG_NAME).is_file()
+                and manifest.built_by(model_fingerprint(other), phrase_fingerprint(other))):
             log.warning("%s was built with the bundled model %r, not the current %r: using %r", where, name,
                         str(model), name)
             return other
     return model_dir
 
 
+def is_earlier_version(name: str, model: str) -> bool:
+    """Whether the bundled model ``name`` is an earlier version of ``model`` kept under a dated name
+    (``default-2026-11`` of ``default``)."""
+    return re.fullmatch(rf"{re.escape(model)}-\d{{4}}-\d{{2}}(-\d{{2}})?", name) is not None
+
+
 def check_index_model(index: PhraseIndex, model_dir: Path, config: EncoderConfig) -> None:
-    """Refuse (IndexFormatError) an index built by a model other than ``model_dir`` (whose config is ``config``)."""
-    index.manifest.check_model(config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))
+    """Refuse (IndexFormatError) an index built by a model other than ``model_dir`` (whose config is ``config``),
+    naming the model the manifest records."""
+    try:
+        index.manifest.check_model(config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))
+    except IndexFormatError as e:
+        raise IndexFormatError(f"{index.dir}: {e} (it was built with the model {index.manifest.model_ref!r})") from None
 
 
 def search_placement(index: PhraseIndex, search_device: str, encoder_device: str) -> OnDevice | None:
@@ -74,19 +92,21 @@ def open_reading(reader: str | Path, hits: HitBuilder, device: str = "auto", pre
                         Reading.load(path / READING_NAME), hits)
 
 
-def open_searcher(index_dir: str | Path, model: str | Path, device: str = "auto", precision: str = "auto",
+def open_searcher(index_dir: str | Path, model: str | Path | None, device: str = "auto", precision: str = "auto",
                   search_device: str = "auto", reader: str | Path | None = None,
                   reader_precision: str = "auto", selection_cache_bytes: int = SELECTION_CACHE_BYTES,
                   unanswerable_prior: float = 0.0, runtime: str = "auto") -> Searcher:
     """Load an index and the model's question encoder (and its calibrator, if it has one), refusing a model that does
-    not match the index. ``search_device``: see ``search_placement``; ``reader``: a reader directory (or
-    ``default``) for requests with ``read``; ``selection_cache_bytes``, ``unanswerable_prior``: see ``Searcher``;
-    ``runtime``: what runs the encoder's and the reader's forward passes (``core.runtime``: ``auto``, ``torch``,
-    ``onnx``)."""
+    not match the index; ``model`` None: the one recorded in the index's manifest (``index_model``).
+    ``search_device``: see ``search_placement``; ``reader``: a reader directory (or ``default``) for requests with
+    ``read``; ``selection_cache_bytes``, ``unanswerable_prior``: see ``Searcher``; ``runtime``: what runs the
+    encoder's and the reader's forward passes (``core.runtime``: ``auto``, ``torch``, ``onnx``)."""
     index = PhraseIndex(index_dir)
     model_dir = index_model(index.manifest, model, index.dir)
+    # the config is enough to refuse a model that did not build the index, before its backbone is loaded (or found
+    # missing: an optional extra such as the base model's)
+    check_index_model(index, model_dir, EncoderConfig.load(model_dir / CONFIG_NAME))
     phrase_model = load_model(model_dir)
-    check_index_model(index, model_dir, phrase_model.config)
     dev = pick_device(device)
     phrase_model.to(dev)
     encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev),

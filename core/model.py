@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -47,6 +48,23 @@ class ModelError(ValueError):
     """A model reference or checkpoint cannot be used; the message says why."""
 
 
+def damaged(path: Path, reason: object, remedy: str = "") -> ModelError:
+    """The error for a checkpoint file that cannot be read."""
+    return ModelError(f"{path}: cannot be read ({str(reason).splitlines()[0]}): the file is damaged or not what "
+                      f"its name says{f'; {remedy}' if remedy else ''}")
+
+
+def read_weights(path: str | Path, remedy: str = "") -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; ModelError naming it when it is missing or damaged."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such weights file")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise damaged(path, e, remedy) from None
+
+
 def resolve_backbone(ref: str) -> str:
     """Turn a backbone reference into something ``from_pretrained`` accepts.
 
@@ -59,7 +77,7 @@ def resolve_backbone(ref: str) -> str:
             try:
                 return str(packaged_backbone(ref.removeprefix("package:")))
             except BackboneError as e:
-                raise ModelError(str(e)) from e
+                raise ModelError(f"backbone {ref!r}: {e}") from e
         name = ref.removeprefix("package:").replace("-", "_")
         try:
             mod = importlib.import_module(name)
@@ -204,7 +222,7 @@ class PhraseModel(nn.Module):
 
     def load_weights(self, path: str | Path) -> None:
         """Load a checkpoint's weights file; ModelError naming the file when its weights do not fit the config."""
-        state = load_file(str(path))
+        state = read_weights(path)
         own = self.state_dict()
         unexpected = [n for n in state if n not in own]
         if unexpected:
@@ -238,6 +256,9 @@ def resolve_model(ref: str | Path) -> Path:
     """A bundled model's name (``default``, ``base``: ``BUNDLED_MODELS``) -> its directory; otherwise a checkpoint
     directory (checked)."""
     path = BUNDLED_MODELS.get(str(ref), Path(ref))
+    if str(ref) not in BUNDLED_MODELS and not path.exists():  # a mistyped name, most likely: say which there are
+        raise ModelError(f"{ref}: not a spanseek model directory (there is no such directory) nor a bundled model "
+                         f"(bundled: {', '.join(sorted(BUNDLED_MODELS))})")
     if not (path / CONFIG_NAME).is_file():
         raise ModelError(f"{ref}: not a spanseek model directory (no {CONFIG_NAME}); train one with `spanseek train phrase`")
     return path
@@ -280,7 +301,10 @@ def load_model(ref: str | Path, for_inference: bool = True) -> PhraseModel:
     """Load a checkpoint. For inference, LoRA adapters are merged into the base weights (faster forward)."""
     path = resolve_model(ref)
     config = EncoderConfig.load(path / CONFIG_NAME)
-    model = PhraseModel(config)
+    try:
+        model = PhraseModel(config)
+    except ModelError as e:  # its backbone: missing (an optional extra), or not one this config fits
+        raise ModelError(f"model {str(ref)!r}: {e}") from e
     weights = path / WEIGHTS_NAME
     if weights.exists():
         model.load_weights(weights)

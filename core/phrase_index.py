@@ -272,8 +272,11 @@ def _read(path: Path, read: Callable[[Path], T]) -> T:
 
 
 def _leftovers(index_dir: Path) -> list[Path]:
-    """Scratch at the top of a finished index: partial files of killed writes, build shards, add staging."""
-    return [p for p in index_dir.iterdir() if integrity.is_scratch(p.name) and p.name != integrity.LOCK]
+    """Scratch at the top of a finished index: partial files of killed writes, build shards. Not the add staging:
+    the encoded shards an interrupted add left there are re-used when it is run again (``indexer.add``); the next
+    change committed (``recover_locked`` rolling forward) removes it."""
+    return [p for p in index_dir.iterdir()
+            if integrity.is_scratch(p.name) and p.name not in (integrity.LOCK, integrity.STAGING)]
 
 
 def recover(index_dir: str | Path) -> str | None:
@@ -316,6 +319,9 @@ def recover_locked(index_dir: Path, committing: bool = False) -> str | None:
                 os.replace(tmp, index_dir / name)
         manifest.write(index_dir)
         integrity.fsync_path(index_dir)
+        # the change is in: an add's encoded shards are not needed again (before the journal goes, so a kill here
+        # is finished by the next open)
+        shutil.rmtree(index_dir / integrity.STAGING, ignore_errors=True)
         journal.unlink()
         outcome = "rolled forward"
         if not committing:

@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from spanseek.core.config import ReaderConfig
 from spanseek.core.encoding import autocast, length_passes, model_device, pad_batch
 from spanseek.core.io import replace_dir
-from spanseek.core.model import ModelError, resolve_backbone
+from spanseek.core.model import ModelError, read_weights, resolve_backbone
 from spanseek.core.runtime import onnx_forward
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
@@ -89,7 +89,7 @@ class ReaderModel(nn.Module):
 
     def load_weights(self, path: str | Path) -> None:
         """A saved reader's weights; ModelError naming the file when they do not fit this config."""
-        state = load_file(str(path))
+        state = read_weights(path)
         own = self.saved_state()
         if set(state) != set(own):
             odd = sorted(set(state) ^ set(own))

@@ -20,6 +20,11 @@ over the old and new passages as the directory ``lexical.add.tmp`` before the jo
 opening it drops the partial files (roll back); after it, opening it finishes the renames (roll forward;
 ``core.phrase_index.recover``). An add holds the index's writer lock, so two adds cannot interleave. ``commit`` is that
 commit protocol for any writer (upsert, delete and compact use it too).
+
+An add killed or stopped with Ctrl-C resumes: the staging keeps its finished shards, each keyed by its passages
+and the model (``indexer.build.shard_key``), and the same add run again re-encodes only the others
+(``keep_shards``). An add that is refused (a held id, a bad corpus) removes the staging, and so does any change
+that commits (the add itself, rolled forward or not, or a later delete or compact).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from spanseek.indexer.recall import measure_recall
 log = logging.getLogger(__name__)
 
 STAGING = integrity.STAGING
+SHARDS = integrity.SHARDS
 JOURNAL = integrity.JOURNAL
 TMP_SUFFIX = integrity.ADD_SUFFIX
 
@@ -195,9 +201,33 @@ def upsert_documents(
     with locked_index(index_dir, "upsert" if replace else "add") as old:
         staging = index_dir / STAGING
         try:
-            return _add_locked(index_dir, old, corpus, model, opts, staging, replace)
-        finally:
+            done = _add_locked(index_dir, old, corpus, model, opts, staging, replace)
+        except KeyboardInterrupt:  # Ctrl-C: the finished shards stay for the rerun, as a kill -9 leaves them
+            keep_shards(staging)
+            raise
+        except BaseException:  # refused (a held id, a bad corpus...): nothing is left behind
             shutil.rmtree(staging, ignore_errors=True)
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        return done
+
+
+def keep_shards(staging: Path) -> None:
+    """Reduce an interrupted add's staging to its finished encoded shards (``staging/shards/NNNNNN``, each keyed by
+    its passages and the model, so a rerun re-uses exactly those it encodes again); everything else, which the rerun
+    writes afresh (stores, merged arrays, a half-written shard), is removed. No shard: no staging."""
+    shards = staging / SHARDS
+    if not staging.is_dir():
+        return
+    for path in staging.iterdir():
+        if path.is_dir() and path != shards:
+            shutil.rmtree(path)
+        elif not path.is_dir():
+            path.unlink()
+    for path in shards.glob("*.tmp"):
+        shutil.rmtree(path, ignore_errors=True)
+    if not any(shards.glob("*")):
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _same_document(doc: Document, record: dict[str, Any], passages: list[tuple[str, dict[str, Any]]]) -> bool:
@@ -245,19 +275,19 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         docs, replaced, unchanged = _plan_upsert(index_dir, corpus, live)
         if not docs:  # every document is already there as given: nothing to do
             return old, Changes(unchanged=unchanged)
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
+        keep_shards(staging)  # an interrupted add's encoded shards are re-used
+        staging.mkdir(exist_ok=True)
         source = staging / "upsert.jsonl"
         write_corpus(source, docs)
-    model_dir = index_model(old, model or old.model_ref, index_dir)
+    model_dir = index_model(old, model, index_dir)  # None: the model recorded in the manifest
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     fingerprint = model_fingerprint(model_dir)
     old.check_model(phrase_model.config, fingerprint, phrase_fingerprint(model_dir))
     t0 = time.time()
 
     if not replace:
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
+        keep_shards(staging)
+        staging.mkdir(exist_ok=True)
     replacing = set(replaced)
     held = (i for i, row in live.items() if row not in replacing)  # ids the corpus may not use
     n_shards, stats = encode_corpus(source, staging, phrase_model, opts, fingerprint, held,

@@ -8,7 +8,8 @@ encoded in shards of ``shard_passages``. Each finished shard is a directory rena
 of its passages and the model, so a killed build resumes by re-using every shard whose passages are unchanged,
 also after the corpus was fixed (the shards do not depend on the factory, so a build that stopped at the faiss
 stage can be resumed with another ``--factory``). ``--out`` must be new, empty or such an unfinished build: a
-folder of other files, or one holding the corpus, is refused (``check_out_dir``) rather than written over. Document
+folder of other files, or one holding the corpus, is refused (``check_out_dir``) rather than written over; a build
+holds its writer lock (``build_lock``), so a second build into it is refused at its start. Document
 ids must be unique. The merge writes the final arrays through memory maps; then the factory is resolved (``auto``)
 and validated against the number of tokens to index, faiss is trained on a sample (on GPU when faiss has one) and
 filled chunk by chunk, compressed indexes get a codes store (``indexer.compress``), the passages a BM25 index
@@ -21,12 +22,13 @@ holds only tokens with either probability >= T, while the fine store and codes k
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +52,7 @@ from spanseek.indexer import shards as shard_files
 from spanseek.indexer.compress import filter_probabilities, kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import (
     FactoryError,
+    FactorySpec,
     add_vectors,
     create_index,
     default_nprobe,
@@ -257,17 +260,44 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     check_store_option(opts.store)
     if opts.vector_source not in phrase_index.VECTOR_SOURCES:
         raise BuildError(f"vector_source must be one of {phrase_index.VECTOR_SOURCES}, got {opts.vector_source!r}")
+    with build_lock(out):
+        check_out_dir(out, corpus)  # again: a build that held the lock until now may have finished the index
+        return _build_locked(corpus, model, model_dir, out, opts, spec)
+
+
+@contextlib.contextmanager
+def build_lock(out: Path) -> Iterator[None]:
+    """Hold ``out``'s writer lock (``core.integrity.writer_lock``, the one `index add`, `delete` and `compact` take)
+    for a build's life: a second build into the same --out is refused at its start instead of mixing its files with
+    the first's. A build refused before it wrote anything leaves no directory it created."""
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    with integrity.writer_lock(out) as locked:
+        if not locked:
+            if not os.access(out, os.W_OK):
+                raise BuildError(f"--out {out} is not writable")
+            raise BuildError(f"--out {out}: another build or change of it holds its lock ({out / integrity.LOCK}); "
+                             "wait for it to end (a killed build resumes when run again) or choose another --out")
+        try:
+            yield
+        finally:
+            if created and [p.name for p in out.iterdir()] == [integrity.LOCK]:
+                (out / integrity.LOCK).unlink()
+                out.rmdir()
+
+
+def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, opts: BuildOptions,
+                  spec: FactorySpec | None) -> phrase_index.Manifest:
+    """``build_index`` under ``out``'s writer lock."""
     if (out / SHARDS).is_dir():
         log.info("resuming the build in %s (re-using the shards whose passages are unchanged)", out)
-
     t_start = time.time()
-    phrase_model = load_model(model_dir).to(pick_device(opts.device))
+    phrase_model = load_model(model).to(pick_device(opts.device))
     if opts.filter_threshold is not None and phrase_model.filter_head is None:
         raise BuildError(f"--filter-threshold needs a model with a filter head; {model} has none "
                          "(train one with `spanseek train filter`)")
     if spec is not None:
         spec.check_dim(phrase_model.dim)  # the dimension too; sizes are checked once the tokens are counted
-    out.mkdir(parents=True, exist_ok=True)
     fingerprint = model_fingerprint(model_dir)
 
     n_shards, stats = encode_corpus(corpus, out, phrase_model, opts, fingerprint,  # 1. stores + encoded shards

@@ -7,7 +7,6 @@ import codecs
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
 from spanseek.core.filters import FilterError
 from spanseek.core.options import add_options, from_args
@@ -138,6 +137,9 @@ def _filter(args: argparse.Namespace) -> SearchFilter | None:
             meta[key] = json.loads(value)
         except json.JSONDecodeError:
             meta[key] = value
+        except ValueError:  # int() refusing a literal over Python's limit
+            raise ValueError(f"--where {key}: a number of more than {sys.get_int_max_str_digits()} digits, too long "
+                             "to compare; quote it to match it as text") from None
     doc_ids = [i.strip() for i in args.doc_ids.split(",") if i.strip()] if args.doc_ids is not None else None
     given = _filter_json(args.filter) if args.filter is not None else None
     if doc_ids is None and args.title_prefix is None and not meta:
@@ -148,15 +150,20 @@ def _filter(args: argparse.Namespace) -> SearchFilter | None:
 
 
 def _filter_json(text: str) -> SearchFilter:
-    """--filter's JSON (or @FILE's) as a SearchFilter."""
+    """--filter's JSON (or @FILE's, UTF-8) as a SearchFilter."""
+    from spanseek.core.io import CorpusError, loads_json, read_lines
+
     where = "--filter"
     if text.startswith("@"):
         where = f"--filter file {text[1:]}"
-        text = Path(text[1:]).read_text(encoding="utf-8")
+        try:
+            text = "".join(line for _, line in read_lines(text[1:]))
+        except CorpusError as e:  # names the file and line
+            raise FilterError(f"--filter: {e}") from None
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise FilterError(f"{where}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        obj = loads_json(text, where, whole_file=True)
+    except CorpusError as e:  # its line and column, an integer too long to read, nesting too deep
+        raise FilterError(str(e)) from None
     try:
         return SearchFilter.from_json(obj)
     except FilterError as e:
@@ -277,7 +284,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_build)
 
     for name, what, corpus_help in (
-        ("add", "append documents to a built index without retraining", "JSONL corpus of the new documents"),
+        ("add", "append documents to a built index without retraining (resumes a killed add)",
+         "JSONL corpus of the new documents"),
         ("upsert", "replace the documents whose id the index holds, add the others",
          "JSONL corpus of the new versions (identical documents are skipped)"),
     ):
@@ -323,7 +331,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("search", help="search an index; prints one JSON line per question")
     p.add_argument("questions", nargs="*", help="questions (default: one per line on stdin)")
     p.add_argument("--index", required=True)
-    p.add_argument("--model", default="default", help=MODEL_HELP)
+    p.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: the one that built the index, as its "
+                   "manifest records)")
     add_options(p, SearchParams)
     _reader_flag(p)
     p.add_argument("--doc-ids", default=None, help="search only these documents (comma-separated ids)")

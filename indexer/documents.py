@@ -18,7 +18,8 @@ the heading's own included. The title is the document's title property, else its
 heading.
 
 A file either library cannot read (damaged, truncated, encrypted) raises ``Unreadable`` with the reason, which
-``ingest`` reports as a skipped file naming it.
+``ingest`` reports as a skipped file naming it: an encrypted PDF is named as one that needs a password, and a
+password-protected .docx (an OLE file, as an old .doc is) as one.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ _SENTENCE_END = re.compile(r"[.!?:][\"')\]»”’]*$")
 _PAGE_NUMBER = re.compile(r"(page\s+)?\d{1,4}(\s*(/|of)\s*\d{1,4})?|[-–—]\s*\d{1,4}\s*[-–—]", re.I)
 _HEADING = re.compile(r"heading\s*(\d)", re.I)
 _LINE_HYPHEN = re.compile(r"(?<=\w)-\s*\n\s*(?=\w)")
+_OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc, or an encrypted .docx
 
 
 class IngestError(CorpusError):
@@ -104,6 +106,23 @@ def _continues(before: str, after: str, same_page: bool) -> bool:
     return open_end and lower_start if same_page else open_end or lower_start
 
 
+def _error(e: Exception) -> str:
+    """An exception as "Type: message", or its type alone when the message is empty (pdfminer's often are)."""
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _pdf_problem(e: Exception) -> str:
+    """Why pdfminer could not read a PDF: it needs a password, its encryption is not supported, or it is damaged."""
+    from pdfminer.pdfdocument import PDFEncryptionError, PDFPasswordIncorrect
+
+    if isinstance(e, PDFPasswordIncorrect):  # raised with no message
+        return ("encrypted PDF: it needs a password to open; remove the password (for example `qpdf --decrypt "
+                "--password=PASSWORD in.pdf out.pdf`) and ingest the result")
+    if isinstance(e, PDFEncryptionError):
+        return f"encrypted PDF that cannot be decrypted ({_error(e)}); remove the encryption (`qpdf --decrypt`) first"
+    return f"not a readable PDF ({_error(e)}); the file may be truncated, damaged or encrypted"
+
+
 def extract_pdf(path: Path) -> Extracted:
     """Paragraphs of a PDF in reading order, each with its ``page`` (and ``page_end`` when it runs onto the next
     pages); the title from the document's info. Unreadable for a damaged file or one without a text layer."""
@@ -112,8 +131,7 @@ def extract_pdf(path: Path) -> Extracted:
     except IngestError:
         raise
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
-        raise Unreadable(f"not a readable PDF ({type(e).__name__}: {e or 'damaged file'}); "
-                         "the file may be truncated, damaged or encrypted") from None
+        raise Unreadable(_pdf_problem(e)) from None
     if not any(pages):
         raise Unreadable(f"no text layer in its {len(pages)} page{'s' * (len(pages) != 1)} (a scanned or image-only "
                          "PDF); run OCR on it first, for example with ocrmypdf, and ingest the result")
@@ -156,7 +174,12 @@ def extract_docx(path: Path) -> Extracted:
         document = docx.Document(str(path))
         blocks = list(document.iter_inner_content())
     except Exception as e:  # a .docx is a zip of XML parts; any of them may be missing or damaged
-        raise Unreadable(f"not a readable Word (.docx) file ({type(e).__name__}: {e}); "
+        with open(path, "rb") as f:
+            ole = f.read(4) == _OLE
+        if ole:  # not a zip: Word stores a password-protected .docx, like an old .doc, in an OLE file
+            raise Unreadable("not a readable Word (.docx) file (an OLE file: a password-protected .docx, or an old "
+                             ".doc renamed); remove the password, or save it as .docx, and ingest the result") from None
+        raise Unreadable(f"not a readable Word (.docx) file ({_error(e)}); "
                          "the file may be truncated or damaged, or an old .doc renamed") from None
     title = " ".join((document.core_properties.title or "").split()) or None
     first_heading: str | None = None

@@ -9,8 +9,9 @@ line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
   as given; with ``id_field`` the value of that metadata field instead (a file without it is an error).
-- **title**: Markdown front matter's ``title``, else the first heading (Markdown ``#``, HTML ``<title>`` then
-  ``<h1>``; PDF and Word: see ``indexer.documents``), else the file name without its suffix.
+- **title**: Markdown front matter's ``title`` (as written: ``title: 2024`` is "2024"), else the first heading
+  (Markdown ``#``, HTML ``<title>`` then ``<h1>``; PDF and Word: see ``indexer.documents``), else the file name
+  without its suffix.
 - **paragraphs**: text files split at blank lines; Markdown is rendered (markdown-it-py) and split at block
   elements (p, li, h1-h6, div, tr, ...); HTML is reduced to its main content by trafilatura (navigation, headers,
   footers, asides, cookie banners and other boilerplate dropped) and split at its paragraphs, headings, list items
@@ -23,17 +24,20 @@ line must have one of those suffixes. Each file is one document:
   next page), those of a Word file their ``section`` (the heading path, "Intro > Scope"); hits return them in
   ``meta`` too.
 
-Text files are read as UTF-8 (a BOM is allowed). A file that is binary (has NUL bytes), not valid UTF-8, or without
-text, a PDF without a text layer, and a PDF or Word file that cannot be read (damaged, truncated, encrypted) are
-skipped with a warning naming the file and the reason, and the other files are read (``strict`` makes a skip an
-error); malformed front matter and duplicate ids are errors naming the files. The corpus is written atomically.
+Text files are read as UTF-8 (a BOM is allowed; any line ends). A file that is binary (has NUL bytes), not valid
+UTF-8, or without text, a PDF without a text layer, and a PDF or Word file that cannot be read (damaged, truncated,
+encrypted) are skipped with a warning naming the file and the reason, and the other files are read (``strict`` makes
+a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
+can expand without bound), gives a key twice, holds a number JSON cannot store (``.nan``, ``.inf``) or a ``title``
+that is a list or mapping; a document the corpus reader would refuse (``core.io.document_from_json``: metadata over
+16 KiB, a lone surrogate); duplicate ids. Keys and dates in front matter are kept as written. The corpus is written
+atomically.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-import json
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -42,9 +46,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from spanseek.core.io import CorpusError, Document, read_head, write_corpus
+from spanseek.core.io import CorpusError, Document, document_from_json, document_json, read_head, write_corpus
 from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections, word_token_counter
 from spanseek.indexer.documents import Extracted, IngestError, Unreadable, extract_docx, extract_pdf
+from spanseek.indexer.front_matter import front_matter
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +66,7 @@ _BLOCK = {
 }
 _CELL = {"td", "th"}  # a table cell's text is kept on its row's line, spaced from its neighbours
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
+_LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" before Markdown and text are read
 
 
 @dataclass(frozen=True)
@@ -195,27 +200,6 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
     return Extracted(parser.title or parser.first_h1, paragraphs, dict(parser.meta))
 
 
-def _front_matter(source: str, where: str) -> tuple[dict[str, Any], str]:
-    """Split YAML front matter (between ``---`` lines at the top) from a Markdown document."""
-    m = _FRONT_MATTER.match(source)
-    if not m:
-        return {}, source
-    try:
-        import yaml
-    except ImportError:
-        raise IngestError(f"{where}: reading front matter needs PyYAML (pip install 'spanseek[index]')") from None
-    try:
-        data = yaml.safe_load(m.group(1))
-    except yaml.YAMLError as e:
-        raise IngestError(f"{where}: front matter is not valid YAML ({str(e).splitlines()[0]})") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise IngestError(f"{where}: front matter must be a YAML mapping (key: value lines), got {type(data).__name__}")
-    # YAML dates and the like become strings, so the metadata is plain JSON
-    return json.loads(json.dumps(data, default=str)), source[m.end() :]
-
-
 def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
     """Front matter as metadata; the body rendered to HTML (CommonMark + tables) and read as HTML, so the title
     is front matter's ``title`` or the first heading of any level."""
@@ -224,17 +208,16 @@ def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
     except ImportError:
         raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
 
-    meta, body = _front_matter(source, where)
+    meta, title, body = front_matter(_LINE_END.sub("\n", source), where)
     parser = _HTMLText()
     parser.feed(MarkdownIt("commonmark").enable("table").render(body))
     parser.close()
-    title = meta.get("title") if isinstance(meta.get("title"), str) else None
     return Extracted(title or parser.first_heading, parser.paragraphs, meta)
 
 
 def extract_text(source: str) -> Extracted:
     """Plain text: paragraphs at blank lines, line breaks inside a paragraph read as spaces; no title."""
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n[ \t]*\r?\n", source.replace("\r\n", "\n"))]
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n[ \t]*\n", _LINE_END.sub("\n", source))]
     return Extracted(None, [p for p in paragraphs if p])
 
 
@@ -300,11 +283,16 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
     doc_id: Any = rel
     if opts.id_field is not None:
         doc_id = meta.get(opts.id_field)
-        if doc_id is None or isinstance(doc_id, (dict, list)):
+        if doc_id is None or isinstance(doc_id, (dict, list)) or not str(doc_id).strip():
             raise IngestError(f"{path}: no usable {opts.id_field!r} field for the document id "
                               f"(its metadata has {', '.join(sorted(meta)) or 'nothing'})")
-    return Document(id=str(doc_id), title=ext.title or path.stem, paragraphs=tuple(p for p, _ in passages), meta=meta,
-                    passage_meta=tuple(m for _, m in passages) if ext.paragraph_meta else ())
+    doc = Document(id=str(doc_id), title=ext.title or path.stem, paragraphs=tuple(p for p, _ in passages), meta=meta,
+                   passage_meta=tuple(m for _, m in passages) if ext.paragraph_meta else ())
+    try:  # the corpus reader's own checks (no NaN, no lone surrogate, metadata under 16 KiB): index build reads it
+        document_from_json(document_json(doc), str(path))
+    except CorpusError as e:
+        raise IngestError(str(e)) from None
+    return doc
 
 
 def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token_counter,

@@ -32,6 +32,7 @@ import numpy as np
 
 from spanseek.core import phrase_index
 from spanseek.core.fine_store import FINE_KEPT
+from spanseek.core.io import read_lines
 from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_recall, staged, write_npy
 from spanseek.indexer.build import BuildError, BuildOptions, write_fields
 from spanseek.indexer.compress import kept_token_ids
@@ -42,12 +43,11 @@ log = logging.getLogger(__name__)
 
 
 def read_ids(ids: str | None = None, ids_file: str | Path | None = None) -> list[str]:
-    """Document ids from a comma-separated list and/or a file of one id a line (blank lines skipped), in order,
-    each once."""
+    """Document ids from a comma-separated list and/or a UTF-8 file of one id a line (blank lines skipped), in order,
+    each once; a file that is not UTF-8 raises CorpusError naming it and the line."""
     out = [i.strip() for i in (ids or "").split(",") if i.strip()]
     if ids_file is not None:
-        with open(ids_file, encoding="utf-8") as f:
-            out += [line.strip() for line in f if line.strip()]
+        out += [line.strip() for _, line in read_lines(ids_file) if line.strip()]
     return list(dict.fromkeys(out))
 
 

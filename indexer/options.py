@@ -64,7 +64,19 @@ class BuildOptions(EncodeOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # checked here, not after encoding: a bad nprobe would otherwise fail (or be ignored) at the faiss stage
-        if self.nprobe is not None and (isinstance(self.nprobe, bool) or not isinstance(self.nprobe, int)
-                                        or self.nprobe < 1):
-            raise ValueError(f"nprobe must be an integer >= 1, got {self.nprobe!r}")
+        # checked here, not after encoding: these are read only at the faiss stage, after the whole corpus is
+        # encoded, where a bad value fails (a negative recall sample), is ignored or quietly changes the index
+        if self.nprobe is not None:
+            _check_count("nprobe", self.nprobe, 1)
+        _check_count("max_train", self.max_train, 1)
+        _check_count("recall_sample", self.recall_sample, 0, " (0: skip the recall)")
+        threshold = self.filter_threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
+                                      or not 0.0 <= threshold <= 1.0):  # NaN too: a probability, or no token is kept
+            raise ValueError(f"filter_threshold must be a probability between 0 and 1, got {threshold!r}")
+
+
+def _check_count(name: str, value: object, least: int, note: str = "") -> None:
+    """Refuse a count that is not an integer >= ``least`` (ValueError naming the option)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an integer >= {least}{note}, got {value!r}")

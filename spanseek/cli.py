@@ -54,8 +54,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 128 + 2  # the exit status of a command stopped by SIGINT (Ctrl-C), as shells report it
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; its exit status. Ctrl-C stops it with one line and status 130, no traceback (the command's
+    ``finally`` blocks have run by then: scratch is removed, a build's finished shards are kept for its resume)."""
+    command = None
+    try:
+        args = build_parser().parse_args(argv)
+        command = args.command
+        return _run(args)
+    except KeyboardInterrupt:
+        print(f"spanseek{f' {command}' if command else ''}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The parsed command, its errors reported as one line (status 2)."""
     if not args.verbose:  # transformers' per-load reports and progress bars drown the command's own output
         from transformers.utils import logging as hf_logging
 

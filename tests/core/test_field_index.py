@@ -248,6 +248,36 @@ def test_malformed_filters_name_what_is_wrong(obj, message):
         SearchFilter.from_json(obj)
 
 
+BIG = 10**400  # an integer JSON and Python hold, but no float: float(BIG) overflows
+
+
+@pytest.mark.parametrize(("obj", "field", "got"), [
+    ({"meta": {"n": BIG}}, "n", "got an integer of about 401 digits"),
+    ({"must": [{"key": "n", "match": -BIG}]}, "n", "got an integer of about 401 digits"),
+    ({"should": [{"key": "n", "any": [1, BIG]}]}, "n", "got an integer of about 401 digits"),
+    ({"must": [{"key": "n", "match": float("inf")}]}, "n", "got inf"),
+    ({"must": [{"key": "n", "range": {"gte": 1, "lt": BIG}}]}, "n", "got lt an integer of about 401 digits"),
+    ({"must_not": [{"key": "n", "range": {"gt": float("nan")}}]}, "n", "got gt nan"),
+])
+def test_a_filter_number_beyond_a_float_names_the_field(obj, field, got):
+    """It raised a bare OverflowError (a 500 from the service) where the field index compares numbers as floats;
+    now it is a FilterError, a SearchParamsError (400), naming the field, like NaN."""
+    with pytest.raises(FilterError, match=rf"'{field}': .*(within about ±1\.8e308).*{got}$") as e:
+        SearchFilter.from_json(obj)
+    assert e.value.field == field
+
+
+def test_an_older_store_s_integer_beyond_a_float_matches_no_condition():
+    """A document store written before such integers were refused is still indexed (they match nothing, as NaN)."""
+    docs = [{"id": f"d{i}", "title": "", "meta": {"n": n}} for i, n in enumerate([BIG, [5, -BIG], 1e308, -3, BIG])]
+    fields = FieldIndex.build(docs)
+    for flt in [SearchFilter(must=[Range("n", gte=0)]), SearchFilter(must=[Range("n", lt=0)]),
+                SearchFilter(meta={"n": 5}), SearchFilter(must_not=[Range("n", gte=-10)])]:  # type: ignore[arg-type]
+        want = [flt.matches(d["id"], d["title"], d["meta"]) for d in docs]
+        assert fields.documents_of(flt).tolist() == want
+    assert fields.documents_of(SearchFilter(must=[Range("n", gte=0)])).tolist() == [False, True, True, False, False]
+
+
 @pytest.mark.parametrize(("obj", "field", "message"), [
     ({"meta": {"colour": "red"}}, "colour", "no document has it"),
     ({"must": [{"not": {"key": "colour", "any": ["red"]}}]}, "colour", "no document has it"),

@@ -158,6 +158,21 @@ def test_filters_are_hashable_values_and_validated():
         SearchParams(filter={"doc_ids": ["a"]})  # type: ignore[arg-type]
 
 
+def test_a_where_value_beyond_a_float_is_a_search_params_error(searcher):
+    """An integer no float holds (``--where year=1`` and 400 zeros reads as one, as does JSON) made a search over the
+    field index raise a bare OverflowError; the filter refuses it, naming the field: a FilterError, which is a
+    SearchParamsError (HTTP 400), before any search. Large numbers within a float's range still search."""
+    from spanseek.core.filters import Match, Range
+
+    for make in (lambda: SearchFilter(meta=(("year", 10**400),)), lambda: Match("year", -(10**400)),
+                 lambda: Range("year", lte=10**400)):
+        with pytest.raises(FilterError, match=r"'year': .*within about ±1\.8e308.*an integer of about 401 digits") as e:
+            make()
+        assert e.value.field == "year" and isinstance(e.value, SearchParamsError)
+    within = SearchFilter(must=[Match("year", 10**300), Range("year", gt=-(10**300))])  # floats hold these
+    assert all(not hits for hits in _search(searcher, unit="doc", mode="dense", top_k=3, filter=within))
+
+
 @pytest.mark.parametrize("levels", [MAX_FILTER_DEPTH + 1, 40, 250])
 def test_a_filter_nested_too_deeply_says_so_however_deep(levels):
     """Nested filters are made inside out, so the first one over the limit is the one refused: the message names

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 
 import pytest
 
@@ -88,13 +89,28 @@ def test_invalid_json_names_file_and_line(tmp_path):
         ('{"id": "x", "title": "t", "paragraphs": "one string"}', "'paragraphs' must be a list of strings"),
         ('{"id": "x", "title": "t", "paragraphs": ["ok", 3]}', "'paragraphs' must be a list of strings"),
         ('{"id": ["x"], "title": "t", "paragraphs": ["ok"]}', "'id' must be a string"),
-        ('{"id": "x", "title": 7, "paragraphs": ["ok"]}', "'title' a string"),
+        ('{"id": "x", "title": 7, "paragraphs": ["ok"]}', "'title' must be a string, got a number"),
     ],
 )
 def test_wrong_shape_names_file_and_line(tmp_path, line, what):
     path = _write_lines(tmp_path / "shape.jsonl", [json.dumps({"id": "1", "title": "t", "paragraphs": ["ok"]}), line])
     with pytest.raises(CorpusError, match=rf"{path}:2: .*{what}"):
         list(read_corpus(path))
+
+
+@pytest.mark.parametrize(("value", "got"), [("true", "true or false"), ("false", "true or false"),
+                                            ("1.5", "a number"), ("null", "null"), ('{"a": 1}', "an object")])
+def test_an_id_that_is_not_a_string_or_a_whole_number_names_the_file_and_line(tmp_path, value, got):
+    """``"id": true`` was stored as the string "True" (bool is an int to isinstance). Ids are strings, as the HTTP
+    schema takes them; a whole number is read as its JSON text, so 7 is the document "7" of PUT /documents."""
+    path = _write_lines(tmp_path / "ids.jsonl", [json.dumps({"id": 7, "title": "t", "paragraphs": ["ok"]}),
+                                                 '{"id": ' + value + ', "title": "t", "paragraphs": ["ok"]}'])
+    with pytest.raises(CorpusError) as e:
+        list(read_corpus(path))
+    assert str(e.value) == f"{path}:2: 'id' must be a string (a whole number is read as its digits), got {got}"
+    assert [d.id for d in read_corpus(_write_lines(tmp_path / "ok.jsonl", [
+        json.dumps({"id": 7, "paragraphs": ["a"]}), json.dumps({"id": -12, "paragraphs": ["b"]}),
+        json.dumps({"paragraphs": ["c"]})]))] == ["7", "-12", "3"]
 
 
 def test_empty_documents_and_paragraphs_are_skipped_and_counted(tmp_path):
@@ -185,6 +201,72 @@ def test_numbers_that_are_not_finite_name_the_file_and_line(tmp_path, number):
     ])
     with pytest.raises(CorpusError, match=rf"{path}:2: invalid JSON \({number} is not a finite number\)"):
         list(read_corpus(path))
+
+
+BIG = "1" + "0" * 400  # an integer JSON holds and Python reads, but no float does (float() overflows)
+
+
+@pytest.mark.parametrize(("field", "value", "name", "place"), [
+    ("meta", '{"n": ' + BIG + "}", "'meta'", '["n"]'),
+    ("meta", '{"tags": ["a", {"rank": -' + BIG + "}]}", "'meta'", '["tags"][1]["rank"]'),
+    ("passage_meta", '[null, {"page": ' + BIG + "}]", "'passage_meta' 1", '["page"]'),
+])
+def test_a_metadata_integer_beyond_a_float_names_the_file_line_document_and_key(tmp_path, field, value, name, place):
+    """Such an integer made ``index build`` fail with a bare OverflowError in the field index, after the whole
+    corpus was encoded; filters compare numbers as floats, so the corpus reader refuses it at its line."""
+    path = _write_lines(tmp_path / "big.jsonl", [
+        json.dumps({"id": "a", "title": "A", "paragraphs": ["ok"], "meta": {"n": 10**308, "m": -(10**300)}}),
+        '{"id": "b", "title": "B", "paragraphs": ["ok", "also"], "' + field + '": ' + value + "}",
+    ])
+    with pytest.raises(CorpusError) as e:
+        list(read_corpus(path))
+    assert str(e.value) == (f"{path}:2: document 'b': its {name} holds a number that is not finite as a float (an "
+                            f"integer of about 401 digits, at {place}); filters compare metadata numbers as floats, "
+                            "so each must be finite and within about ±1.8e308")
+    assert next(read_corpus(path)).meta == {"n": 10**308, "m": -(10**300)}  # within a float's range: kept exactly
+
+
+def test_an_index_build_refuses_a_metadata_integer_beyond_a_float_before_encoding(tmp_path, tiny_model_dir, capsys,
+                                                                                   monkeypatch):
+    from spanseek.cli import main
+    from spanseek.indexer import shards
+
+    def encode_shard(*args, **kwargs):
+        raise AssertionError("a shard was encoded before the corpus was refused")
+
+    monkeypatch.setattr(shards, "encode_shard", encode_shard)
+    corpus = _write_lines(tmp_path / "c.jsonl", [json.dumps({"id": "a", "title": "A", "paragraphs": ["one two"]}),
+                                                 '{"id": "b", "paragraphs": ["three"], "meta": {"n": ' + BIG + "}}"])
+    out = tmp_path / "index"
+    assert main(["index", "build", "--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(out),
+                 "--quiet", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert f"{corpus}:2: document 'b': its 'meta' holds a number that is not finite as a float" in err, err
+    assert "Traceback" not in err and not (out / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("where", ["id", "meta", "paragraph"])
+def test_an_integer_too_long_to_read_names_the_file_and_line(tmp_path, where):
+    """Python reads at most 4,300 digits of an integer: a longer one was a bare ValueError naming no file."""
+    huge = "9" * (sys.get_int_max_str_digits() + 1)
+    line = {"id": '{"id": ' + huge + ', "paragraphs": ["ok"]}',
+            "meta": '{"id": "b", "paragraphs": ["ok"], "meta": {"n": [1, ' + huge + "]}}",
+            "paragraph": '{"id": "b", "paragraphs": ["ok", ' + huge + "]}"}[where]
+    path = _write_lines(tmp_path / "huge.jsonl", [json.dumps({"id": "a", "paragraphs": ["ok"]}), line])
+    with pytest.raises(CorpusError) as e:
+        list(read_corpus(path))
+    assert str(e.value) == (f"{path}:2: invalid JSON (an integer of more than {sys.get_int_max_str_digits()} digits, "
+                            "too long to read as a number; write it as a string)")
+
+
+def test_an_older_log_s_integer_beyond_a_float_is_read_as_null():
+    from spanseek.core.io import document_from_json, without_nonfinite
+
+    old = {"id": "x", "paragraphs": ["a"], "meta": {"n": int(BIG), "k": [True, 3, -int(BIG)], "ok": 10**308}}
+    with pytest.raises(CorpusError, match=r"document 0: document 'x': its 'meta' holds a number that is not finite"):
+        document_from_json(old, "document 0")
+    doc = document_from_json(without_nonfinite(old), "wal")
+    assert doc is not None and doc.meta == {"n": None, "k": [True, 3, None], "ok": 10**308}
 
 
 @pytest.mark.parametrize("meta", ['{"k": "\\ud800"}', '{"\\udfff": 1}', '{"k": ["ok", {"j": "\\udc00x"}]}'])

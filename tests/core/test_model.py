@@ -107,6 +107,19 @@ def test_weights_that_do_not_fit_the_config_are_refused(tmp_path, tiny_config):
         load_model(lora_only)
 
 
+def test_cut_short_weights_of_a_model_or_a_reader_name_the_file(tmp_path, tiny_config, tiny_reader):
+    from spanseek.core.reader import READER_WEIGHTS_NAME, load_reader_model
+
+    model = trained_like(tiny_config).save(tmp_path / "model")
+    reader = shutil.copytree(tiny_reader, tmp_path / "reader")
+    for weights in (model / WEIGHTS_NAME, reader / READER_WEIGHTS_NAME):
+        weights.write_bytes(weights.read_bytes()[:100])  # a copy killed after 100 bytes
+    with pytest.raises(ModelError, match=f"{model / WEIGHTS_NAME}: cannot be read .*damaged"):
+        load_model(model)
+    with pytest.raises(ModelError, match=f"{reader / READER_WEIGHTS_NAME}: cannot be read .*damaged"):
+        load_reader_model(reader)
+
+
 def test_bad_references_are_explained(tmp_path):
     with pytest.raises(ModelError, match="not a spanseek model directory"):
         resolve_model(tmp_path)

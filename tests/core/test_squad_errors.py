@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 
 import pytest
 
@@ -113,3 +114,19 @@ def test_malformed_squad_reaches_the_command_line_as_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f'{path}: data[0]: "title" must be a string (got a number)' in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_an_integer_too_long_to_read_names_the_file(tmp_path, capsys):
+    """Python reads at most 4,300 digits of an integer: a longer one was a bare ValueError naming no file."""
+    from spanseek.cli import main
+
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(GOOD).replace('"answer_start": 99', '"answer_start": 1' + "0" * 5000))
+    with pytest.raises(CorpusError) as e:
+        load_squad(path)
+    message = (f"{path}: invalid JSON (an integer of more than {sys.get_int_max_str_digits()} digits, too long to "
+               "read as a number; write it as a string)")
+    assert str(e.value) == message
+    assert main(["corpus", "from-squad", str(path), "--out", str(tmp_path / "c.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

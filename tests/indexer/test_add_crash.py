@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from spanseek.core import integrity, phrase_index
+from spanseek.core.encoding import PassageEncoder
 from spanseek.core.io import CorpusError
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.indexer.add import add_documents
@@ -126,6 +127,63 @@ def test_an_add_with_a_repeated_id_is_refused(setup, tmp_path, tiny_model_dir):
     assert _contents(index) == _contents(built) and not (index / integrity.STAGING).exists()
 
 
+def _count_encoded(monkeypatch, stop_at: int | None = None) -> list[int]:
+    """The passages of each shard encoded from now on; Ctrl-C (KeyboardInterrupt) in the ``stop_at``-th."""
+    encode, calls = PassageEncoder.encode_flat, []
+
+    def counted(self, passages):
+        calls.append(len(passages))
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        return encode(self, passages)
+
+    monkeypatch.setattr(PassageEncoder, "encode_flat", counted)
+    return calls
+
+
+def test_ctrl_c_during_an_add_says_interrupted_and_the_add_resumes(setup, tmp_path, tiny_model_dir, monkeypatch,
+                                                                   capsys):
+    """Ctrl-C printed a KeyboardInterrupt traceback: now one line and exit status 130; the index is as it was, the
+    staging holds only the finished shard, and the same command then encodes only the other shards."""
+    from spanseek.cli import main
+
+    built, more, reference = setup
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    argv = ["index", "add", "--index", str(index), "--corpus", str(more), "--model", str(tiny_model_dir), "--quiet",
+            "--device", "cpu", "--precision", "fp32", "--shard-passages", "3"]
+    _count_encoded(monkeypatch, stop_at=2)
+    assert main(argv) == 130
+    assert capsys.readouterr().err == "spanseek index: interrupted\n"
+    assert _contents(PhraseIndex(index).dir) == _contents(built)
+    assert [p.relative_to(index).as_posix() for p in sorted((index / integrity.STAGING).rglob("*")) if p.is_dir()] == [
+        f"{integrity.STAGING}/{integrity.SHARDS}", f"{integrity.STAGING}/{integrity.SHARDS}/000000"]
+    encoded = _count_encoded(monkeypatch)
+    assert main(argv) == 0
+    assert encoded == [3, 2]  # of 3 + 3 + 2 passages: the first shard is re-used
+    assert _contents(index) == _contents(reference) and not (index / integrity.STAGING).exists()
+
+
+def test_a_killed_add_resumes_encoding_only_the_shards_it_had_not_finished(setup, tmp_path, tiny_model_dir,
+                                                                           monkeypatch):
+    """kill -9 in the second shard, the index opened meanwhile (which rolls the add back but keeps its shards),
+    then the same add: the index an uninterrupted add gives, with fewer passages encoded (the staging used to be
+    removed, and every passage encoded again)."""
+    built, more, reference = setup
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    child = subprocess.run([sys.executable, "-c", CHILD, str(index), str(more), str(tiny_model_dir),
+                            "spanseek.indexer.shards:encode_shard", "2", "before", "0"],
+                           capture_output=True, text=True, timeout=600)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    assert _contents(PhraseIndex(index).dir) == _contents(built) and verify_index(index, sample=30)["ok"]
+    assert sorted(p.name for p in (index / integrity.STAGING / integrity.SHARDS).iterdir()) == ["000000"]
+    encoded = _count_encoded(monkeypatch)
+    add_documents(index, more, model=tiny_model_dir, opts=OPTS)
+    assert encoded == [3, 2]
+    assert _contents(index) == _contents(reference) and not (index / integrity.STAGING).exists()
+
+
 def _crash_then_recover(point, setup, tmp_path, tiny_model_dir):
     args, outcome = POINTS[point]
     built, more, reference = setup
@@ -134,19 +192,23 @@ def _crash_then_recover(point, setup, tmp_path, tiny_model_dir):
     child = subprocess.run([sys.executable, "-c", CHILD, str(index), str(more), str(tiny_model_dir), *args],
                            capture_output=True, text=True, timeout=600)
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
-    assert any(integrity.is_scratch(p.name) and p.name != integrity.LOCK for p in index.iterdir())  # it died mid-add
+    left = [p for p in index.iterdir() if integrity.is_scratch(p.name) and p.name != integrity.LOCK]
+    assert left or point == "journal removed"  # it died mid-add (after its last step, with nothing left over)
     opened = PhraseIndex(index)  # rolls back or forward
     expected = reference if outcome == "forward" else built
     assert opened.manifest.documents == phrase_index.Manifest.load(expected).documents
     assert _contents(index) == _contents(expected)
-    assert not any(integrity.is_scratch(p.name) and p.name != integrity.LOCK for p in index.iterdir())
+    # the staging stays where the add was rolled back: its finished shards are re-used by the add below
+    assert not any(integrity.is_scratch(p.name) and p.name not in (integrity.LOCK, integrity.STAGING)
+                   for p in index.iterdir())
+    assert (index / integrity.STAGING).exists() == (outcome == "back")
     assert verify_index(index, sample=30)["ok"]
     if outcome == "back":
         add_documents(index, more, model=tiny_model_dir, opts=OPTS)
     else:  # already in: the same add again is refused and changes nothing
         with pytest.raises(CorpusError, match="already in the index"):
             add_documents(index, more, model=tiny_model_dir, opts=OPTS)
-    assert _contents(index) == _contents(reference)
+    assert _contents(index) == _contents(reference) and not (index / integrity.STAGING).exists()
 
 
 @pytest.mark.parametrize("point", FAST)

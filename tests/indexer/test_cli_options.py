@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import typing
 
 import pytest
@@ -67,3 +68,24 @@ def test_ray_local_starts_a_local_cluster_and_bad_values_are_refused():
         BuildOptions(nprobe=0)
     with pytest.raises(ValueError, match="--shard-passages"):
         EncodeOptions(shard_passages=0)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("recall_sample", -1, "recall_sample must be an integer >= 0 (0: skip the recall), got -1"),
+        ("recall_sample", 2.5, "recall_sample must be an integer >= 0 (0: skip the recall), got 2.5"),
+        ("max_train", 0, "max_train must be an integer >= 1, got 0"),
+        ("max_train", -5, "max_train must be an integer >= 1, got -5"),
+        ("nprobe", True, "nprobe must be an integer >= 1, got True"),
+        ("filter_threshold", 1.5, "filter_threshold must be a probability between 0 and 1, got 1.5"),
+        ("filter_threshold", -0.1, "filter_threshold must be a probability between 0 and 1, got -0.1"),
+        ("filter_threshold", float("nan"), "filter_threshold must be a probability between 0 and 1, got nan"),
+    ],
+)
+def test_build_options_the_faiss_stage_reads_are_checked_when_made(field, value, message):
+    """These are read only after the whole corpus is encoded: a bad value is refused when the options are made."""
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        BuildOptions(**{field: value})
+    assert BuildOptions(recall_sample=0, max_train=1, filter_threshold=0.0).recall_sample == 0  # the bounds are allowed
+    assert BuildOptions(filter_threshold=1).filter_threshold == 1

@@ -113,6 +113,26 @@ def test_a_damaged_pdf_or_word_file_is_named_and_does_not_stop_the_others(tmp_pa
         from_files([tmp_path / "junk.pdf"], tmp_path / "strict.jsonl", opts=IngestOptions(strict=True))
 
 
+def test_an_encrypted_pdf_is_skipped_as_needing_a_password_and_one_it_can_open_is_read(tmp_path):
+    from fpdf.enums import EncryptionMethod
+
+    for name, password in (("locked.pdf", "secret"), ("open.pdf", "")):  # no user password: anyone may open it
+        pdf = fpdf.FPDF()
+        pdf.add_page()
+        pdf.set_font("helvetica", size=12)
+        pdf.multi_cell(0, 6, PAGES[0][0])
+        pdf.set_encryption(owner_password="owner", user_password=password, encryption_method=EncryptionMethod.RC4)
+        pdf.output(str(tmp_path / name))
+    (tmp_path / "locked.docx").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504))  # how Word stores one
+    report = from_files([tmp_path], tmp_path / "out" / "c.jsonl")
+    reasons = {Path(p).name: why for p, why in report.skipped}
+    # the PDF's reason was "not a readable PDF (PDFPasswordIncorrect: ); ..."
+    assert reasons["locked.pdf"].startswith("encrypted PDF: it needs a password to open; remove the password")
+    assert "password-protected .docx, or an old .doc" in reasons["locked.docx"]
+    assert set(reasons) == {"locked.pdf", "locked.docx"}
+    assert [d.paragraphs for d in read_corpus(tmp_path / "out" / "c.jsonl")] == [(PAGES[0][0],)]
+
+
 def test_word_passages_carry_their_heading_path(tmp_path):
     document = docx.Document()
     document.add_heading("Field manual", 0)  # the "Title" style: the document's title, not a passage

@@ -113,7 +113,9 @@ def test_a_field_index_of_other_documents_is_refused_naming_the_file(tmp_path, t
     ('{"must": [{"key": "lang", "match": "en"}]}', "filter field 'lang': no document has it"),
     ('{"must": [{"key": "date", "range": {"lt": "soon"}}]}', "--filter: range on 'date': lt 'soon' is not an ISO"),
     ('{"must": [{"key": "x"}]}', "--filter: filter.must[0]: a field condition has key and exactly one of"),
-    ("{must: 1}", "--filter: not JSON"),
+    ("{must: 1}", "--filter: invalid JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
+    ('{"must": [{"key": "n", "match": 1' + "0" * 5000 + "}]}", "--filter: invalid JSON (an integer of more than"),
+    ("[" * 100_000 + "]" * 100_000, "--filter: JSON nested too deeply"),
 ])
 def test_cli_filter_errors_are_one_line_naming_the_field(tiny_index, tiny_model_dir, capsys, flt, message):
     from spanseek.cli import main
@@ -122,6 +124,15 @@ def test_cli_filter_errors_are_one_line_naming_the_field(tiny_index, tiny_model_
                  "--filter", flt, "a question"]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_where_number_too_long_to_read_is_one_line_naming_the_flag(tiny_index, tiny_model_dir, capsys):
+    from spanseek.cli import main
+
+    assert main(["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--device", "cpu",
+                 "--where", "n=1" + "0" * 5000, "a question"]) == 2
+    err = capsys.readouterr().err
+    assert "--where n: a number of more than" in err and len(err.strip().splitlines()) == 1
 
 
 def test_cli_filter_combines_with_the_older_flags(tiny_index, tiny_model_dir, tmp_path, capsys):

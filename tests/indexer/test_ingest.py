@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 
@@ -102,10 +103,112 @@ def test_markdown_front_matter_title_and_plain_text():
 
 
 def test_bad_front_matter_names_the_file():
-    with pytest.raises(IngestError, match=r"notes\.md: front matter is not valid YAML"):
+    with pytest.raises(IngestError, match=r"notes\.md:2: front matter is not valid YAML \(expected ',' or '\]'"):
         extract_markdown("---\ntitle: [unclosed\n---\ntext", "notes.md")
-    with pytest.raises(IngestError, match=r"notes\.md: front matter must be a YAML mapping"):
+    with pytest.raises(IngestError, match=r"notes\.md:3: front matter is not valid YAML \(mapping values are not"):
+        extract_markdown("---\na: 1\n b: 2\n---\ntext", "notes.md")  # the line of the file, not of the YAML
+    with pytest.raises(IngestError, match=r"notes\.md: front matter must be a YAML mapping .*, got list"):
         extract_markdown("---\n- a\n- b\n---\ntext", "notes.md")
+
+
+def test_front_matter_keys_and_dates_stay_as_written(tmp_path):
+    source = ("---\n2024-01-01: new year\nyes: 1\n1.10: v\nwhen: 2024-05-01T10:00:00Z\nbad_day: 2024-02-30\n"
+              "blob: !!binary aGVs\n  bG8=\ntags: !!set {b, a}\n---\ntext")
+    meta = {"2024-01-01": "new year", "yes": 1, "1.10": "v", "when": "2024-05-01T10:00:00Z", "bad_day": "2024-02-30",
+            "blob": "aGVsbG8=", "tags": ["b", "a"]}
+    assert extract_markdown(source, "notes.md").meta == meta  # a date key was a TypeError, 2024-02-30 a ValueError
+    (tmp_path / "notes.md").write_text(source)
+    from_files([tmp_path / "notes.md"], tmp_path / "c.jsonl")
+    assert next(read_corpus(tmp_path / "c.jsonl")).meta == {"source": (tmp_path / "notes.md").as_posix(), **meta}
+
+
+LAUGHS = "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abc", "bcd", strict=True))
+
+
+@pytest.mark.parametrize(("yaml", "line"), [
+    ("a: &a [*a]", 2),  # holds itself: json.dumps said "Circular reference detected", naming no file
+    ("x: 1\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + LAUGHS, 4),  # expands 9-fold a line
+    ("base: &b {x: 1}\nmine:\n  <<: *b", 4),
+])
+def test_front_matter_aliases_are_refused_naming_the_file_and_line(yaml, line):
+    with pytest.raises(IngestError, match=rf"notes\.md:{line}: front matter uses the YAML alias \*\w; aliases are "
+                                          "not allowed"):
+        extract_markdown(f"---\n{yaml}\n---\ntext", "notes.md")
+    assert extract_markdown("---\nkept: &k 1\n---\ntext").meta == {"kept": 1}  # an anchor no alias uses is harmless
+
+
+@pytest.mark.parametrize("number", [".nan", ".NaN", ".inf", "-.inf", "1.0e+400"])
+def test_front_matter_numbers_json_cannot_store_are_refused_and_nothing_is_written(tmp_path, number):
+    (tmp_path / "notes.md").write_text(f"---\ntitle: T\nscore: {number}\n---\ntext")
+    with pytest.raises(IngestError, match=rf"notes\.md:3: front matter holds {re.escape(number)}, a number that is "
+                                          "not finite.* quote it"):
+        from_files([tmp_path / "notes.md"], tmp_path / "c.jsonl")
+    assert not (tmp_path / "c.jsonl").exists()  # it was written, and index build refused it
+    assert extract_markdown(f"---\nscore: '{number}'\n---\ntext").meta == {"score": number}
+
+
+def test_the_corpus_writer_refuses_what_the_corpus_reader_refuses(tmp_path):
+    (tmp_path / "big.md").write_text(f"---\nbody: {'x' * 20000}\n---\ntext")
+    (tmp_path / "lone.md").write_text('---\nnote: "\\ud800"\n---\ntext')
+    with pytest.raises(IngestError, match=r"big\.md: document .*'meta' is \d+ bytes as JSON, over the limit"):
+        from_files([tmp_path / "big.md"], tmp_path / "c.jsonl")
+    with pytest.raises(IngestError, match=r"lone\.md: document .*'meta' holds an unpaired surrogate"):
+        from_files([tmp_path / "lone.md"], tmp_path / "c.jsonl")
+    assert not (tmp_path / "c.jsonl").exists()
+
+
+@pytest.mark.parametrize(("yaml", "message"), [
+    ("title: A\ndate: 1\ntitle: B", r"notes\.md:4: front matter gives the key 'title' twice \(first on line 2\)"),
+    ("1: a\n'1': b", r"notes\.md:3: front matter gives the key '1' twice"),
+    ("? [a, b]\n: x", r"notes\.md:2: front matter has a key that is a list"),
+    ("n: " + "9" * 5000,
+     r"notes\.md:2: front matter holds a value that cannot be read \(9{37}\.\.\.: Exceeds the limit"),
+    ("n: " + "[" * 2000 + "]" * 2000, r"notes\.md: front matter is nested too deeply to read"),
+])
+def test_front_matter_that_is_read_wrong_or_not_at_all_is_an_error(yaml, message):
+    with pytest.raises(IngestError, match=message):  # B won silently; the rest were tracebacks naming no file
+        extract_markdown(f"---\n{yaml}\n---\ntext", "notes.md")
+
+
+@pytest.mark.parametrize(("title", "expected"), [
+    ("2024", "2024"), ("1.10", "1.10"), ("2024-05-01", "2024-05-01"), ("yes", "yes"),
+    ('"  Two\\n  lines "', "Two lines"), ("~", "Heading"), ("''", "Heading"),
+])
+def test_a_front_matter_title_is_its_text_as_written(title, expected):
+    assert extract_markdown(f"---\ntitle: {title}\n---\n# Heading\n\ntext").title == expected
+
+
+@pytest.mark.parametrize(("title", "kind"),
+                         [("[a, b]", "a list"), ("\n  - a\n  - b", "a list"), ("{a: 1}", "a mapping")])
+def test_a_front_matter_title_that_is_a_list_or_mapping_is_an_error(title, kind):
+    with pytest.raises(IngestError, match=rf"notes\.md:3: front matter 'title' must be text, got {kind}"):
+        extract_markdown(f"---\ndate: 1\ntitle: {title}\n---\n# Heading", "notes.md")
+
+
+@pytest.mark.parametrize("encode", [
+    lambda text: text.replace("\n", "\r\n").encode(),  # Windows
+    lambda text: b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode(),  # and a BOM
+    lambda text: text.replace("\n", "\r").encode(),  # old Mac: the front matter was read as text
+])
+def test_front_matter_with_any_line_ends_or_a_bom(tmp_path, encode):
+    (tmp_path / "notes.md").write_bytes(encode("---\ntitle: Guide\n---\nFirst.\n\nSecond.\n"))
+    from_files([tmp_path / "notes.md"], tmp_path / "c.jsonl", opts=IngestOptions(chunk=ChunkOptions(min_tokens=0)))
+    (doc,) = read_corpus(tmp_path / "c.jsonl")
+    assert (doc.title, doc.paragraphs, doc.meta["title"]) == ("Guide", ("First.", "Second."), "Guide")
+    (tmp_path / "notes.txt").write_bytes(encode("First.\n\nSecond.\n"))
+    assert extract_text((tmp_path / "notes.txt").read_bytes().decode("utf-8-sig")).paragraphs == ["First.", "Second."]
+
+
+def test_front_matter_without_its_closing_line_is_read_as_text_with_a_warning(caplog):
+    with caplog.at_level(logging.WARNING):
+        ext = extract_markdown("---\ntitle: Guide\n\nSome text.", "notes.md")
+    assert ext.paragraphs == ["title: Guide", "Some text."] and ext.meta == {}
+    assert any("notes.md: the front matter opened on line 1 has no closing ---" in r.getMessage()
+               for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        extract_markdown("---\n\nA thematic break first.", "notes.md")
+    assert not caplog.records
 
 
 def test_text_paragraphs_at_blank_lines():
@@ -181,6 +284,9 @@ def test_ids_from_a_metadata_field(tmp_path):
         from_files([root / "a.md", root / "b.md"], tmp_path / "c.jsonl", opts=opts)
     with pytest.raises(IngestError, match=r"c\.md: no usable 'slug' field for the document id"):
         from_files([root / "c.md"], tmp_path / "c.jsonl", opts=opts)
+    (root / "d.md").write_text("---\nslug: ' '\n---\ntext d")  # a blank id, which index build refuses
+    with pytest.raises(IngestError, match=r"d\.md: no usable 'slug' field for the document id"):
+        from_files([root / "d.md"], tmp_path / "c.jsonl", opts=opts)
     from_files([root / "a.md"], tmp_path / "c.jsonl", opts=opts)
     assert [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["alpha"]
 

@@ -242,6 +242,23 @@ def test_read_ids_and_an_empty_delete(tmp_path, lifecycle):
         delete_documents(lifecycle["dir"], [])
 
 
+def test_an_ids_file_that_is_not_utf8_is_refused_naming_it_and_the_line(tmp_path, tiny_index, capsys):
+    """It was a bare ``'utf-8' codec can't decode byte 0xe9 in position 5``; nothing is deleted."""
+    from spanseek.cli import main
+
+    index = tmp_path / "index"
+    shutil.copytree(tiny_index, index)
+    ids = tmp_path / "ids.txt"
+    ids.write_bytes(b"d0\nd\xe91\n")
+    with pytest.raises(CorpusError, match=rf"^{ids}:2: not UTF-8 \(byte 1 of the line, 0xe9\)"):
+        read_ids("d2", ids)
+    before = (index / phrase_index.MANIFEST).read_bytes()
+    assert main(["index", "delete", "--index", str(index), "--ids-file", str(ids)]) == 2
+    assert capsys.readouterr().err == (f"spanseek index: error: {ids}:2: not UTF-8 (byte 1 of the line, 0xe9); save "
+                                       "the file as UTF-8\n")
+    assert (index / phrase_index.MANIFEST).read_bytes() == before and not (index / phrase_index.DELETED).exists()
+
+
 class Crash(Exception):
     pass
 
