@@ -36,7 +36,12 @@ MAX_META_BYTES = 16 * 1024  # a metadata object as JSON: a URL, dates, tags and 
 
 
 class CorpusError(ValueError):
-    """A corpus or question file is malformed; the message names the file and line."""
+    """A corpus or question file is malformed; the message names the file and line, and ``field`` the document's
+    field at fault (``id``, ``title``, ``paragraphs``, ``meta``, ``passage_meta``) where there is one."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -244,33 +249,35 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
         raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     paragraphs = obj.get("paragraphs")
     if not isinstance(paragraphs, list) or not all(isinstance(p, str) for p in paragraphs):
-        raise CorpusError(f"{where}: 'paragraphs' must be a list of strings")
+        raise CorpusError(f"{where}: 'paragraphs' must be a list of strings", "paragraphs")
     doc_id = obj.get("id", str(lineno))
     if type(doc_id) not in (str, int):  # type(): true and false are ints to isinstance
         raise CorpusError(f"{where}: 'id' must be a string (a whole number is read as its digits), got "
-                          f"{_json_type(doc_id)}")
+                          f"{_json_type(doc_id)}", "id")
     title = obj.get("title", "")
     if not isinstance(title, str):
-        raise CorpusError(f"{where}: 'title' must be a string, got {_json_type(title)}")
+        raise CorpusError(f"{where}: 'title' must be a string, got {_json_type(title)}", "title")
     meta = obj.get("meta", {})
     if not isinstance(meta, dict):
-        raise CorpusError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
+        raise CorpusError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}", "meta")
     passage_meta = obj.get("passage_meta") or [None] * len(paragraphs)
     if (not isinstance(passage_meta, list) or len(passage_meta) != len(paragraphs)
             or not all(m is None or isinstance(m, dict) for m in passage_meta)):
         raise CorpusError(f"{where}: 'passage_meta' must be a list of JSON objects (or nulls), one per paragraph "
-                          f"({len(paragraphs)})")
+                          f"({len(paragraphs)})", "passage_meta")
     if isinstance(doc_id, str) and not doc_id.strip():
-        raise CorpusError(f"{where}: 'id' is blank; give each document an id with a visible character")
-    _check_meta(where, doc_id, [("'meta'", meta)] + [(f"'passage_meta' {i}", m) for i, m in enumerate(passage_meta)
-                                                     if m], size is None or 4 * size > MAX_META_BYTES)
+        raise CorpusError(f"{where}: 'id' is blank; give each document an id with a visible character", "id")
+    _check_meta(where, doc_id, [("meta", "'meta'", meta)] + [
+        ("passage_meta", f"'passage_meta' {i}", m) for i, m in enumerate(passage_meta) if m],
+        size is None or 4 * size > MAX_META_BYTES)
     for i, text in enumerate([str(doc_id), title, *paragraphs]):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:
-            part = ("'id'", "'title'")[i] if i < 2 else f"paragraph {i - 2}"
+            key = ("id", "title")[i] if i < 2 else "paragraphs"
+            part = f"'{key}'" if i < 2 else f"paragraph {i - 2}"
             raise CorpusError(f"{where}: {part} holds an unpaired surrogate ({text[e.start]!a}), "
-                              "which is not valid Unicode text") from None
+                              "which is not valid Unicode text", key) from None
     keep = [i for i, p in enumerate(paragraphs) if p.strip()]
     kept = tuple(paragraphs[i] for i in keep)
     kept_meta = tuple(passage_meta[i] or {} for i in keep) if any(passage_meta) else ()
@@ -283,27 +290,27 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
     return Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno, passage_meta=kept_meta)
 
 
-def _check_meta(where: str, doc_id: object, metas: list[tuple[str, dict[str, Any]]], may_be_large: bool) -> None:
+def _check_meta(where: str, doc_id: object, metas: list[tuple[str, str, dict[str, Any]]], may_be_large: bool) -> None:
     """CorpusError naming the document and the key when one of its metadata objects holds a number that is not a
     finite float (NaN, Infinity: a merge's corpus reader would refuse it; an integer beyond a float's range, which
     the field index and filters cannot compare) or an unpaired surrogate (not valid Unicode text), or, where
     ``may_be_large`` (a line short enough cannot be), is over MAX_META_BYTES as JSON."""
-    for name, meta in metas:
+    for key, name, meta in metas:  # (the document's field, how the message names it, the metadata)
         unfit = _first_unfit_number(meta)
         if unfit is not None:
             at, value = unfit
             raise CorpusError(f"{where}: document {doc_id!r}: its {name} holds a number that is not finite as a float "
                               f"({value_text(value)}, at {at}); filters compare metadata numbers as floats, so each "
-                              "must be finite and within about ±1.8e308")
+                              "must be finite and within about ±1.8e308", key)
         try:
             size = len(json.dumps(meta, ensure_ascii=False).encode("utf-8"))
         except UnicodeEncodeError as e:
             raise CorpusError(f"{where}: document {doc_id!r}: its {name} holds an unpaired surrogate "
-                              f"({e.object[e.start]!a}), which is not valid Unicode text") from None
+                              f"({e.object[e.start]!a}), which is not valid Unicode text", key) from None
         if may_be_large and size > MAX_META_BYTES:
             raise CorpusError(f"{where}: document {doc_id!r}: its {name} is {size} bytes as JSON, over the limit of "
                               f"{MAX_META_BYTES} (metadata is returned with every hit; keep large values such as "
-                              "full texts or images out of it)")
+                              "full texts or images out of it)", key)
 
 
 def _first_unfit_number(meta: dict[str, Any]) -> tuple[str, Any] | None:

@@ -86,7 +86,10 @@ def resolve_backbone(ref: str) -> str:
         if not hasattr(mod, "get_model_path"):
             raise ModelError(f"backbone {ref!r}: package {name!r} has no get_model_path()")
         return str(mod.get_model_path())
-    return ref
+    if ref.startswith(("/", "./", "../", "~")) and not Path(ref).expanduser().is_dir():  # a path, not a hub id
+        raise ModelError(f"backbone {ref!r}: no such directory (a backbone is package:NAME, a model directory or a "
+                         "hub id)")
+    return str(Path(ref).expanduser()) if ref.startswith("~") else ref
 
 
 def load_tokenizer(config: EncoderConfig):

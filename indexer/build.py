@@ -382,9 +382,20 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions,
     """
     src, out = Path(src), Path(out)
     old = phrase_index.Manifest.load(src)
+    _refuse_finished(out)
+    with build_lock(out):  # as a build's: a second reindex (or build) into ``out`` is refused at its start
+        _refuse_finished(out)  # again: one that held the lock until now may have finished it
+        return _reindex_locked(src, out, old, opts, filter_model)
+
+
+def _refuse_finished(out: Path) -> None:
     if (out / phrase_index.MANIFEST).exists():
         raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+
+
+def _reindex_locked(src: Path, out: Path, old: phrase_index.Manifest, opts: BuildOptions,
+                    filter_model: str | Path | None) -> phrase_index.Manifest:
+    """``reindex`` under ``out``'s writer lock."""
     for rel in integrity.index_files(src, exclude=(phrase_index.MANIFEST, phrase_index.FAISS_INDEX, phrase_index.CODES, phrase_index.IVFDATA)):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).unlink(missing_ok=True)

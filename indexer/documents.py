@@ -70,6 +70,7 @@ def _pdf_pages(path: Path) -> tuple[list[list[str]], dict[str, Any]]:
         from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
         from pdfminer.pdfpage import PDFPage
         from pdfminer.pdfparser import PDFParser
+        from pdfminer.pdftypes import resolve1
     except ImportError:
         raise IngestError(f"{path}: reading PDF needs pdfminer.six (pip install 'spanseek[index]')") from None
 
@@ -83,7 +84,8 @@ def _pdf_pages(path: Path) -> tuple[list[list[str]], dict[str, Any]]:
             interpreter.process_page(page)
             boxes = (_clean(el.get_text()) for el in device.get_result() if isinstance(el, LTTextContainer))
             pages.append([b for b in boxes if b and not _PAGE_NUMBER.fullmatch(b)])
-        info = document.info[0] if document.info else {}
+        # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
+        info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
     return pages, info
 
 

@@ -8,7 +8,6 @@ the API key; a server with neither refuses them (403). A document the corpus rea
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -36,7 +35,6 @@ from spanseek.service.schemas import (
 )
 
 router = APIRouter(tags=["documents"])
-_FIELD = re.compile(r"'(id|title|paragraphs|meta|passage_meta)'")  # the field a CorpusError names
 
 
 async def require_write_key(request: Request) -> None:
@@ -72,8 +70,7 @@ def parse_documents(given: list[DocumentIn]) -> list[Document]:
         try:
             doc = document_from_json(d.model_dump(exclude_none=True), f"document {i}")
         except CorpusError as e:
-            field = _FIELD.search(str(e))
-            raise refuse(i, field.group(1) if field else "paragraphs", str(e)) from None
+            raise refuse(i, e.field or "paragraphs", str(e)) from None
         if doc is None:
             raise refuse(i, "paragraphs", f"document {i} ({d.id!r}) has no non-blank paragraph")
         if doc.id in seen:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 
 import pytest
@@ -121,11 +122,14 @@ def test_cut_short_weights_of_a_model_or_a_reader_name_the_file(tmp_path, tiny_c
 
 
 def test_bad_references_are_explained(tmp_path):
+    for path in (str(tmp_path / "nowhere"), "./nowhere", "~/nowhere-spanseek"):
+        with pytest.raises(ModelError, match=f"backbone '{re.escape(path)}': no such directory"):
+            resolve_backbone(path)
+    assert resolve_backbone(str(tmp_path)) == str(tmp_path) and resolve_backbone("org/name") == "org/name"
     with pytest.raises(ModelError, match="not a spanseek model directory"):
         resolve_model(tmp_path)
     with pytest.raises(ModelError, match="is not installed"):
         resolve_backbone("package:no-such-spanseek-backbone")
-    assert resolve_backbone("/some/local/dir") == "/some/local/dir"
 
 
 def test_default_model_is_bundled_and_small():

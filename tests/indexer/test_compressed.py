@@ -192,6 +192,21 @@ def test_refine_reranks_candidates_by_the_fine_vectors():
         assert got[row, : len(best)].tolist() == best.tolist() and (got[row, len(best) :] == -1).all()
 
 
+def test_a_reindex_into_an_out_another_job_holds_is_refused_and_changes_nothing(pq_index, tmp_path):
+    from spanseek.core import integrity
+
+    out = tmp_path / "flat"
+    out.mkdir()
+    with integrity.writer_lock(out) as locked:  # a build or reindex into ``out`` under way
+        assert locked
+        with pytest.raises(BuildError, match=rf"--out {out}: another build or change of it holds its lock"):
+            reindex(pq_index, out, BuildOptions(factory="Flat", progress=False))
+        assert [p.name for p in out.iterdir()] == [integrity.LOCK]
+    reindex(pq_index, out, BuildOptions(factory="Flat", progress=False))  # once it is let go
+    with pytest.raises(BuildError, match="already holds a finished index"):
+        reindex(pq_index, out, BuildOptions(factory="Flat", progress=False))
+
+
 def test_pq_search_refined_over_every_token_equals_exact_search(pq_index, tmp_path, monkeypatch):
     from spanseek.core import dense as search
 

@@ -133,6 +133,38 @@ def test_an_encrypted_pdf_is_skipped_as_needing_a_password_and_one_it_can_open_i
     assert [d.paragraphs for d in read_corpus(tmp_path / "out" / "c.jsonl")] == [(PAGES[0][0],)]
 
 
+def pdf_of_objects(path: Path, objects: list[bytes], info: int) -> Path:
+    """A PDF of these objects (numbered from 1; object 1 the catalog) with a correct cross-reference table and
+    object ``info`` its document info."""
+    body, offsets = b"%PDF-1.4\n", []
+    for number, obj in enumerate(objects, start=1):
+        offsets.append(len(body))
+        body += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
+    xref = len(body)
+    body += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    body += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    body += b"trailer\n<< /Size %d /Root 1 0 R /Info %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1, info, xref)
+    path.write_bytes(body)
+    return path
+
+
+def test_a_pdf_title_held_in_another_object_is_the_title(tmp_path):
+    text = b"BT /F1 12 Tf 72 700 Td (The castle was built in 1250.) Tj ET"
+    path = pdf_of_objects(tmp_path / "ref.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Title 7 0 R >>",  # the info: its title a reference, as many PDF writers store it
+        b"(A History of the Castle)",
+    ], info=6)
+    doc = passages_of(path, tmp_path)
+    assert doc.title == "A History of the Castle" and doc.paragraphs == ("The castle was built in 1250.",)
+
+
 def test_word_passages_carry_their_heading_path(tmp_path):
     document = docx.Document()
     document.add_heading("Field manual", 0)  # the "Title" style: the document's title, not a passage

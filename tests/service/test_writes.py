@@ -74,6 +74,11 @@ def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
              ["body", "documents", "1", "meta"]),
             ({"documents": [DOC, {"id": "x", "paragraphs": ["ok"], "passage_meta": [{"k": "\udfff"}]}]},
              ["body", "documents", "1", "passage_meta"]),
+            # a document whose id is a field's name: the field at fault is named, not the id
+            ({"documents": [DOC, {"id": "title", "paragraphs": ["ok"], "meta": {"k": "\ud800"}}]},
+             ["body", "documents", "1", "meta"]),
+            ({"documents": [DOC, {"id": "meta", "paragraphs": ["ok", "\ud800"]}]},
+             ["body", "documents", "1", "paragraphs"]),
         ]
         for body, loc in bad:
             r = client.put("/documents", headers={**KEY, "Content-Type": "application/json"},
