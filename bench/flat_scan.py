@@ -41,7 +41,7 @@ from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
 
 ARMS = ("float32", "fp16")
-PRODUCTS = ("pieces", "mkl", "fp16")
+PRODUCTS = ("pieces", "transposed", "mkl", "fp16")  # transposed: the pieces by the (d, N) copy scans keep
 SCAN_ROWS = (2, 8, 16, 32, 64, 128)
 SCAN_KS = (32, 256)
 
@@ -95,10 +95,12 @@ def scan_times(searcher, q_start: np.ndarray, q_end: np.ndarray, repeats: int) -
 
 
 def product_times(searcher, q_start: np.ndarray, repeats: int) -> dict:
-    """The product alone per row count, ms (medians, the three in turn): float32 by OpenBLAS's pieces and by MKL
-    (``flat_search.PRODUCT``; up to ``SMALL_ROWS`` rows both are torch's tall product), and fp16 (``half_product``)."""
+    """The product alone per row count, ms (medians, the four in turn): float32 by OpenBLAS's pieces of the index's
+    rows, by its pieces of the transposed copy (``flat_search.transposed``) and by MKL (``flat_search.PRODUCT``; up
+    to ``SMALL_ROWS`` rows all three are torch's tall product), and fp16 (``half_product``)."""
     leg = searcher.dense
     xb, half = flat_vectors(leg.index.faiss), leg.half_vectors()
+    xt = np.ascontiguousarray(xb.T)
     times: dict = {(r, a): [] for r in SCAN_ROWS for a in PRODUCTS}
     before = flat_search.PRODUCT
     try:
@@ -107,12 +109,12 @@ def product_times(searcher, q_start: np.ndarray, repeats: int) -> dict:
                 q = np.ascontiguousarray(np.resize(q_start, (rows, q_start.shape[1])), dtype=np.float32)
                 out = np.empty((rows, len(xb)), np.float32)
                 for a in PRODUCTS:
-                    flat_search.PRODUCT = a if a != "fp16" else before
+                    flat_search.PRODUCT = {"fp16": before, "transposed": "pieces"}.get(a, a)
                     t0 = time.perf_counter()
                     if a == "fp16":
                         flat_search.half_product(torch.from_numpy(q), half.vectors, torch.from_numpy(out))
                     else:
-                        flat_search.scores_into(q, xb, out)
+                        flat_search.scores_into(q, xb, out, xt=xt if a == "transposed" else None)
                     times[rows, a].append(1e3 * (time.perf_counter() - t0))
     finally:
         flat_search.PRODUCT = before

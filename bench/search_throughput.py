@@ -34,6 +34,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
+from spanseek.core import flat_search  # noqa: E402
 from spanseek.core.holdout import split_articles  # noqa: E402
 from spanseek.core.io import load_squad, squad_questions, write_corpus, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
         "indexed_tokens": int(searcher.index.faiss.ntotal), "passages": len(searcher.index.passages),
         "factory": searcher.index.manifest.factory, "precision": searcher.encoder.precision,
         "runtime": "onnx" if searcher.encoder.onnx is not None else "torch",
-        "torch_threads": torch.get_num_threads(), "questions": n, "batch_size": args.batch_size, "top_k": args.top_k,
+        "torch_threads": torch.get_num_threads(), "transposed": searcher.dense.transposed_vectors() is not None, "questions": n, "batch_size": args.batch_size, "top_k": args.top_k,
         "repeats": args.repeats, "raw_encode_seconds": round(raw, 3), "raw_encode_qps": round(n / raw, 1),
         "units": {}, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
     }
@@ -120,9 +121,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--runtime", default="auto", choices=["auto", "torch", "onnx"], help="forward passes: auto (ONNX Runtime in fp32 on a CPU), torch or onnx")
     p.add_argument("--device", default="auto")
+    p.add_argument("--transposed", default="auto", choices=["auto", "off"],
+                   help="off: flat scans never keep the vectors transposed (flat_search.TRANSPOSED_BYTES = 0), to compare")
     p.add_argument("--repeats", type=int, default=1, help="runs of each measurement; the fastest is kept")
     p.add_argument("--out", required=True, help="JSON results")
     args = p.parse_args(argv)
+    if args.transposed == "off":
+        flat_search.TRANSPOSED_BYTES = 0
 
     if args.index:
         result = run(args, Path(args.index))

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from spanseek.core.fine_store import FineStore, as_float32
-from spanseek.core.flat_search import HALF_ROWS, FlatScan, HalfVectors, flat_vectors
+from spanseek.core.flat_search import HALF_ROWS, FlatScan, HalfVectors, flat_vectors, transposed
 from spanseek.core.gpu import OnDevice
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import search_ids
@@ -200,6 +200,7 @@ class DenseLeg:
         self.flat_holds_fine = on_device is None and flat_holds_fine(index)
         self._half: HalfVectors | None = None
         self._half_lock = threading.Lock()
+        self._transposed: tuple[tuple[int, int], np.ndarray | None] | None = None  # (the vectors' address, N), copy
         self._spannable: tuple[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] | None = None
 
     def vector_reader(self, source: str) -> Callable[[np.ndarray], np.ndarray]:
@@ -254,7 +255,7 @@ class DenseLeg:
         if self.on_device is None and flat_vectors(self.index.faiss) is not None:
             allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
             half = self.half_vectors() if self.flat_holds_fine and len(queries) <= HALF_ROWS else None
-            scan = FlatScan(self.index.faiss, queries, allowed, half=half)
+            scan = FlatScan(self.index.faiss, queries, allowed, half=half, transposed=self.transposed_vectors())
             return (lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)), scan
         device = self.on_device.index if self.on_device is not None else None
         sel, nprobe, vectors = plan.selection, plan.params.nprobe, plan.vectors
@@ -279,6 +280,18 @@ class DenseLeg:
                 assert isinstance(store, FineStore) and xb is not None
                 self._half = HalfVectors.of(store.data, xb)
         return self._half
+
+    def transposed_vectors(self) -> np.ndarray | None:
+        """The flat index's vectors transposed for the product (``core.flat_search.transposed``; None where it keeps
+        none): made on first use, and again once the index holds other vectors (its faiss index grew)."""
+        xb = flat_vectors(self.index.faiss)
+        if xb is None:
+            return None
+        key = (xb.ctypes.data, len(xb))
+        with self._half_lock:
+            if self._transposed is None or self._transposed[0] != key:
+                self._transposed = (key, transposed(xb))
+            return self._transposed[1]
 
     def round_ids(self, search: Callable[[np.ndarray, int], np.ndarray], rows: np.ndarray, k: int) -> np.ndarray:
         """One round of the search: the top ``k`` start and end tokens of questions ``rows``."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from spanseek.core import integrity, phrase_index
 from spanseek.core.fine_store import store_files
+from spanseek.core.flat_search import flat_vectors, keeps_transposed
 from spanseek.core.phrase_index import IndexFormatError, PhraseIndex
 from spanseek.indexer.compress import kept_token_ids
 from spanseek.indexer.lexical import check_lexical
@@ -46,7 +47,9 @@ def memory_per_token(index: PhraseIndex) -> dict[str, Any]:
 
     RAM: faiss index (its serialised size, which is its in-memory size up to small headers), arrays loaded into
     memory (not memory-mapped), the passage and document stores (their JSONL size; Python objects add more),
-    and the Searcher's passage -> document array. Mapped: memory-mapped files (page cache, read on demand).
+    and the Searcher's passage -> document array, and where a flat index is scanned from a transposed copy of its
+    vectors on this CPU (``core.flat_search.keeps_transposed``), that copy. Mapped: memory-mapped files (page cache,
+    read on demand).
     """
     n = max(1, index.num_tokens)
     d = index.dir
@@ -64,6 +67,9 @@ def memory_per_token(index: PhraseIndex) -> dict[str, Any]:
         mapped[phrase_index.IVFDATA] = _file_bytes(d / phrase_index.IVFDATA)
     ram["passages+docs"] = _file_bytes(d / phrase_index.PASSAGES) + _file_bytes(d / phrase_index.DOCS)
     ram["searcher"] = 8 * len(index.passages)
+    xb = flat_vectors(index.faiss)
+    if xb is not None and keeps_transposed(xb):
+        ram["flat_transposed"] = int(xb.nbytes)
     disk = sum(_file_bytes(p) for p in d.iterdir())
     return {
         "ram_bytes_per_token": round(sum(ram.values()) / n, 2),

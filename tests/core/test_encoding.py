@@ -130,7 +130,8 @@ def test_the_bf16_probe_measures_a_positive_speed_ratio_once():
     from spanseek.core.encoding import cpu_bf16_speedup
 
     first = cpu_bf16_speedup()
-    assert 0.05 < first < 20 and cpu_bf16_speedup() == first  # cached: one probe per process
+    # a finite, positive ratio (a shared CPU can make either side many times slower), cached: one probe per process
+    assert 0.01 < first < 200 and cpu_bf16_speedup() == first
 
 
 @pytest.mark.parametrize("budget", [1, 10, 64, 10_000])

@@ -204,6 +204,38 @@ def test_the_product_is_the_same_however_many_threads_share_it(rows, monkeypatch
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("rows", [SMALL_ROWS + 1, 64])
+def test_the_transposed_copy_gives_the_same_bits_and_the_same_ids(rows, monkeypatch):
+    """Pieces by the (d, N) copy ``transposed`` keeps are the pieces by the index's rows, bit for bit, for any
+    thread count, and a scan with the copy ranks the same ids; the copy is kept only for the pieces product, within
+    TRANSPOSED_BYTES, and one of another shape is refused."""
+    import torch
+
+    monkeypatch.setattr(flat_search, "PRODUCT", "pieces")
+    rng = np.random.default_rng(7)
+    q, x = rng.standard_normal((rows, 96), dtype=np.float32), rng.standard_normal((9_001, 96), dtype=np.float32)
+    xt = flat_search.transposed(x)
+    assert xt is not None and xt.flags.c_contiguous and np.array_equal(xt, x.T)
+    threads = torch.get_num_threads()
+    try:
+        for workers in (1, 2, 3):
+            torch.set_num_threads(workers)
+            by_rows = scores_into(q, x, np.empty((rows, len(x)), np.float32), workers=workers)
+            assert np.array_equal(scores_into(q, x, np.empty_like(by_rows), workers=workers, xt=xt), by_rows)
+    finally:
+        torch.set_num_threads(threads)
+    index = flat_index(x)
+    want = FlatScan(index, q, None).top(np.arange(rows), 50)
+    np.testing.assert_array_equal(FlatScan(index, q, None, transposed=xt).top(np.arange(rows), 50), want)
+    with pytest.raises(ValueError, match="transposed vectors of shape"):
+        FlatScan(index, q, None, transposed=xt[:, :-1])
+    monkeypatch.setattr(flat_search, "TRANSPOSED_BYTES", x.nbytes - 1)
+    assert flat_search.transposed(x) is None
+    monkeypatch.setattr(flat_search, "TRANSPOSED_BYTES", x.nbytes)
+    monkeypatch.setattr(flat_search, "PRODUCT", "mkl")
+    assert flat_search.transposed(x) is None
+
+
 @pytest.mark.parametrize("product", ["pieces", "mkl"])
 @pytest.mark.parametrize("rows", [SMALL_ROWS + 1, 64])
 def test_either_blas_gives_the_inner_products(product, rows, monkeypatch):

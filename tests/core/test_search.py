@@ -507,6 +507,36 @@ def test_some_questions_of_a_batch_read_the_batchs_own_scores(long_searcher, hel
         np.testing.assert_array_equal(pick.of(1, ids[:7]), scores.of(int(rows[1]), ids[:7]))
 
 
+def test_the_transposed_vectors_follow_the_index(long_searcher, monkeypatch):
+    """The dense leg keeps one transposed copy of a flat index's vectors for the pieces product, made once, and
+    made again once the index holds other vectors; searches with it find what searches without it find."""
+    import faiss
+
+    from spanseek.core import flat_search
+    from spanseek.core.dense import DenseLeg
+
+    monkeypatch.setattr(flat_search, "PRODUCT", "pieces")
+    index = long_searcher.index
+    xb = flat_search.flat_vectors(index.faiss)
+    leg = DenseLeg(index, long_searcher.length_bias)
+    first = leg.transposed_vectors()
+    assert first is not None and np.array_equal(first, xb.T) and leg.transposed_vectors() is first
+    questions = ["When was the zebra built?", "Who juggles near Oslo?"] * 5  # 20 query rows: the pieces product
+    params = SearchParams(unit="passage", top_k=3, mode="dense")
+    with_copy = long_searcher.search(questions, params)
+    monkeypatch.setattr(flat_search, "TRANSPOSED_BYTES", 0)
+    without = DenseLeg(index, long_searcher.length_bias)
+    assert without.transposed_vectors() is None
+    monkeypatch.setattr(long_searcher, "dense", without)
+    assert long_searcher.search(questions, params) == with_copy
+    grown = faiss.IndexFlatIP(xb.shape[1])
+    grown.add(np.concatenate([xb, xb[:3]]))
+    monkeypatch.setattr(flat_search, "TRANSPOSED_BYTES", 1 << 30)
+    monkeypatch.setattr(index, "faiss", grown)
+    again = leg.transposed_vectors()
+    assert again is not None and again.shape == (xb.shape[1], len(xb) + 3)
+
+
 @pytest.mark.parametrize(("top_k", "merge"), [(150, False), (80, True)], ids=["phrases", "answers"])
 def test_a_deeper_phrase_search_ranks_the_batchs_product_again(long_searcher, monkeypatch, top_k, merge):
     """Questions that found too few phrases (or distinct answers) are searched deeper from the batch's own product
@@ -516,9 +546,9 @@ def test_a_deeper_phrase_search_ranks_the_batchs_product_again(long_searcher, mo
     products = []
     scores_into = flat_search.scores_into
 
-    def counting(queries, xb, out, workers=None):
+    def counting(queries, xb, out, workers=None, xt=None):
         products.append(len(queries))
-        return scores_into(queries, xb, out, workers)
+        return scores_into(queries, xb, out, workers, xt)
 
     monkeypatch.setattr(flat_search, "scores_into", counting)
     rounds = count_rounds(monkeypatch, long_searcher)

@@ -103,6 +103,17 @@ def test_verify_reports_recall_and_memory(tiny_index, added_index):
     assert mem["disk_bytes_per_token"] > mem["mapped_bytes_per_token"]
 
 
+@pytest.mark.parametrize("product", ["pieces", "mkl"])
+def test_the_memory_counts_the_transposed_copy_a_scan_keeps(tiny_index, product, monkeypatch):
+    """Where flat scans keep the vectors transposed too (the pieces product), the RAM per token says so."""
+    from spanseek.core import flat_search
+
+    monkeypatch.setattr(flat_search, "PRODUCT", product)
+    mem = memory_per_token(PhraseIndex(tiny_index))
+    d = PhraseIndex(tiny_index).vectors.shape[1]
+    assert mem["ram_breakdown"].get("flat_transposed") == (4 * d if product == "pieces" else None)
+
+
 def test_verify_says_which_model_built_the_index(tiny_index, tiny_model_dir):
     from spanseek.core.model import model_fingerprint, phrase_fingerprint, resolve_model
 
