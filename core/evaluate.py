@@ -4,7 +4,8 @@ Writes the metrics dict that ``spanseek eval`` saves (percentages rounded to 0.1
 ``{"n_questions", "mode", "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
 "doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``,
 and ``unanswerable_skipped`` when questions without a gold answer (SQuAD v2's) were left out: nothing could match
-them, so every metric would count them wrong.
+them, so every metric would count them wrong. ``spanseek eval`` leaves them out before ``--limit`` samples its
+questions, so N questions with an answer are evaluated and every unanswerable one of the file is counted.
 
 ``ci95`` holds 95% intervals of the headline metrics (phrase EM@1, passage acc@5, RC EM), from a bootstrap over
 articles (over questions when there are fewer than ``MIN_ARTICLES_FOR_CLUSTERS``), and says which it used.
@@ -59,6 +60,16 @@ def sample_questions(questions: list[Question], limit: int | None, seed: int = 1
     return random.Random(seed).sample(questions, limit)
 
 
+def drop_unanswerable(questions: list[Question]) -> tuple[list[Question], int]:
+    """The questions with a gold answer, and how many had none (SQuAD v2's unanswerable ones, logged)."""
+    answerable = [q for q in questions if q.answers]
+    unanswerable = len(questions) - len(answerable)
+    if unanswerable:
+        log.warning("%d of %d questions have no gold answer (SQuAD v2's unanswerable ones); they are not evaluated",
+                    unanswerable, len(questions))
+    return answerable, unanswerable
+
+
 def passage_lookup(searcher: Searcher) -> dict[tuple[str, str], int]:
     """(document title, passage text) -> passage id, to find a question's gold passage in an index."""
     idx = searcher.index
@@ -74,19 +85,18 @@ def evaluate(
     rc_decode: str = "answer",
     params: SearchParams | None = None,
     per_question: bool = False,
+    unanswerable_skipped: int = 0,
 ) -> dict[str, Any]:
     """Run every question through phrase, passage and document search (and RC, decoded by ``rc_decode``: see
     ``Searcher.passage_best_span``) and compute the metrics; with ``per_question``, also each question's headline
     values and article (``per_question``), for paired comparisons of two models on the same questions.
 
     ``params`` gives the search settings (mode, fusion, nprobe, vector source, ...); unit, top_k and merge_answers
-    are set per metric. The metrics record the mode used.
+    are set per metric. The metrics record the mode used. Questions without an answer are left out and counted in
+    ``unanswerable_skipped``, with the ``unanswerable_skipped`` the caller left out before (``drop_unanswerable``).
     """
-    unanswerable = sum(not q.answers for q in questions)
-    if unanswerable:
-        log.warning("%d of %d questions have no gold answer (SQuAD v2's unanswerable ones); they are not evaluated",
-                    unanswerable, len(questions))
-        questions = [q for q in questions if q.answers]
+    questions, unanswerable = drop_unanswerable(questions)
+    unanswerable += unanswerable_skipped
     if not questions:  # the means below would be NaN, which is not even valid JSON
         raise ValueError("no questions to evaluate (an empty question file, --limit 0, or no question with an "
                          "answer)")

@@ -3,7 +3,9 @@
     spanseek eval --questions dev.json.gz --model default [--index DIR] [--mode hybrid] [--reading-comprehension] --out m.json
 
 Without ``--index`` the corpus is the paragraphs of the question file, indexed (with its lexical part) into a
-temporary directory. ``--mode`` and the other search flags apply to every unit's search.
+temporary directory. ``--mode`` and the other search flags apply to every unit's search. Questions without an answer
+(SQuAD v2's unanswerable ones) are left out before ``--limit`` samples, so N answerable questions are evaluated; the
+metrics count the file's unanswerable ones in ``unanswerable_skipped``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from spanseek.core.evaluate import evaluate, sample_questions
+from spanseek.core.evaluate import drop_unanswerable, evaluate, sample_questions
 from spanseek.core.io import load_squad, squad_documents, squad_questions, write_corpus, write_json_atomic
 from spanseek.core.loading import open_searcher
 from spanseek.core.params import SearchParams
@@ -51,7 +53,11 @@ def run_eval(
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be an integer >= 1 (leave it out to use every question), got {limit}")
     data = load_squad(questions)
-    qs = sample_questions(squad_questions(data), limit)
+    answerable, unanswerable = drop_unanswerable(squad_questions(data))  # before the sample: it takes N of these
+    if not answerable:  # found before an index is built
+        held = f"none of its {unanswerable} has an answer" if unanswerable else "it holds none"
+        raise ValueError(f"{questions}: no questions to evaluate ({held})")
+    qs = sample_questions(answerable, limit)
     with tempfile.TemporaryDirectory(prefix="spanseek-eval-") as tmp:
         if index is None:
             if corpus is None:
@@ -61,7 +67,8 @@ def run_eval(
             build_index(corpus, model, index, build or BuildOptions(progress=progress, precision=precision))
         searcher = open_searcher(index, model, precision=precision, reader=reader)
         metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress,
-                           rc_decode=rc_decode, params=params, per_question=per_question)
+                           rc_decode=rc_decode, params=params, per_question=per_question,
+                           unanswerable_skipped=unanswerable)
     if out is not None:
         write_json_atomic(out, metrics)
     return metrics

@@ -134,18 +134,40 @@ RUN_LOCK = "train.lock"  # a training run's lock in its --out (core.integrity.wr
 
 @contextlib.contextmanager
 def run_lock(out: Path, hold: bool = True) -> Iterator[None]:
-    """Hold ``out``'s lock for a run's life (``hold`` False: a data-parallel rank that writes nothing): a second run
-    into the same directory is refused at its start instead of mixing checkpoints with the first."""
+    """Make ``out`` (and its missing parents) and hold its lock for a run's life (``hold`` False: a data-parallel
+    rank that writes nothing): a second run into the same directory is refused at its start instead of mixing
+    checkpoints with the first. A run that ends in an error before it wrote anything but the lock (a refused
+    --backbone, say) leaves nothing it made: its lock file and the directories it made are removed; an --out that
+    was there before is kept as it was."""
+    made = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
+    out.mkdir(parents=True, exist_ok=True)
     if not hold:
         yield
         return
+    there = {p.name for p in out.iterdir()}
     with writer_lock(out, name=RUN_LOCK) as locked:
         if not locked:
             if not os.access(out, os.W_OK):
                 raise ValueError(f"--out {out} is not writable")
             raise ValueError(f"--out {out}: another run holds it (lock {out / RUN_LOCK}); wait for it to end or use "
                              "a new --out")
-        yield
+        try:
+            yield
+        except BaseException:
+            if RUN_LOCK not in there:
+                _remove_unused(out, there, made)
+            raise
+
+
+def _remove_unused(out: Path, there: set[str], made: list[Path]) -> None:
+    """Remove the lock of a run that added nothing else to ``out`` (whose entries were ``there``), then the
+    directories of ``made`` (deepest first) that are empty; while the lock is held, so no other run has taken it."""
+    with contextlib.suppress(OSError):  # the run's own error is the one to report
+        if {p.name for p in out.iterdir()} - there != {RUN_LOCK}:
+            return
+        (out / RUN_LOCK).unlink()
+        for directory in made:
+            directory.rmdir()  # OSError (not empty: another job wrote there meanwhile) ends the removal
 
 
 def resume_point(out: Path, name: str = "last") -> Path | None:

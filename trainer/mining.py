@@ -9,7 +9,8 @@ article/paragraph indices into the training file, best first (gzipped when OUT e
 chunks, each written atomically to ``OUT.parts/`` with the run's settings; an interrupted run resumes at the first
 missing chunk (a run with other settings is refused: its chunks would mix), and the parts are joined at the end.
 An OUT that exists and is not such a file (the training file, say) is left alone.
-The ``model`` miner searches a phrase index of ``spanseek corpus from-squad TRAIN`` (article i = document i).
+The ``model`` miner searches a phrase index of ``spanseek corpus from-squad TRAIN`` (article i = document id "i");
+an --index whose passages are not the paragraphs of --train (built from another file) is refused before mining.
 """
 
 from __future__ import annotations
@@ -58,16 +59,56 @@ def bm25_retriever(texts: list[str]) -> Retriever:
     return retrieve
 
 
-def model_retriever(index_dir: str | Path, model: str | Path, pool: list[tuple[int, int, str]]) -> Retriever:
-    """Passage search with a phrase model over an index of the whole training file."""
+def index_paragraphs(index_dir: str | Path, train: str | Path, data: list[dict]) -> list[tuple[int, int]]:
+    """(article, paragraph) of the training file ``data`` (read from ``train``) for each passage of the index in
+    ``index_dir``, an index of ``spanseek corpus from-squad TRAIN``: its document ids are article numbers, and a
+    document's passages are its article's non-empty paragraphs, in order. Raises ValueError naming both files when a
+    passage is not the text of the paragraph it stands for (the index was built from other data); read before the
+    index's vectors and the model are loaded."""
+    from spanseek.core.phrase_index import DOCS, PASSAGES, check_index, read_jsonl
+
+    index_dir = Path(index_dir)
+    check_index(index_dir, contents=False)  # an index, whole (its file sizes); its checksums are read when opened
+    docs, passages = read_jsonl(index_dir / DOCS), read_jsonl(index_dir / PASSAGES)
+    remedy = (f"build --index from it (`spanseek corpus from-squad {train} --out CORPUS`, then `spanseek index build "
+              "--corpus CORPUS`), or give the --train it was built from")
+    non_empty: dict[int, list[int]] = {}  # article -> its paragraphs that are passages
+    keys = []
+    for i, psg in enumerate(passages):
+        doc_id = str(docs[psg["doc"]]["id"])
+        if not (doc_id.isdecimal() and int(doc_id) < len(data)):
+            raise ValueError(f"--index {index_dir} was not built from --train {train}: its document {doc_id!r} is not "
+                             f"an article number of --train ({len(data)} articles); {remedy}")
+        a = int(doc_id)
+        paras = non_empty.setdefault(a, [p for p, para in enumerate(data[a]["paragraphs"])
+                                         if para.get("context", "").strip()])
+        j = int(psg["para"])
+        if j >= len(paras):
+            what = f"is past the {len(paras)} non-empty paragraphs of article {a} of --train"
+        elif data[a]["paragraphs"][paras[j]].get("context", "") != psg["text"]:
+            what = f"is not the text of paragraph {paras[j]} of article {a} of --train"
+        else:
+            keys.append((a, paras[j]))
+            continue
+        raise ValueError(f"--index {index_dir} was not built from --train {train}: its passage {i} (paragraph {j} of "
+                         f"document {doc_id!r}) {what}; {remedy}")
+    return keys
+
+
+def model_retriever(index_dir: str | Path, model: str | Path, pool: list[tuple[int, int, str]],
+                    train: str | Path, data: list[dict]) -> Retriever:
+    """Passage search with a phrase model over an index of the whole training file ``data`` (read from ``train``;
+    ``index_paragraphs`` checks that the index is of it before anything is loaded)."""
     from spanseek.core.loading import open_searcher
     from spanseek.core.params import SearchParams
 
-    searcher = open_searcher(index_dir, model)
+    key = index_paragraphs(index_dir, train, data)  # index passage -> (article, paragraph)
     to_pool = {(a, p): i for i, (a, p, _) in enumerate(pool)}
-    idx = searcher.index
-    # index passage -> (article, paragraph); the index is of `corpus from-squad` of the same file
-    key = [(int(psg["doc"]), int(psg["para"])) for psg in idx.passages]
+    covered, passages = sum(k in to_pool for k in set(key)), sum(1 for *_, text in pool if text.strip())
+    if covered < passages:
+        log.warning("--index %s holds %d of the %d paragraphs of the training split of %s: negatives come from those "
+                    "only", index_dir, covered, passages, train)
+    searcher = open_searcher(index_dir, model)
 
     def retrieve(questions: list[str], k: int) -> np.ndarray:
         out = np.full((len(questions), k), -1, dtype=np.int64)
@@ -164,7 +205,7 @@ def mine(
     elif miner == "model":
         if index is None or model is None:
             raise ValueError("the model miner needs --index (an index of the training file) and --model")
-        retrieve = model_retriever(index, model, pool)
+        retrieve = model_retriever(index, model, pool, train, data)
     else:
         raise ValueError(f"miner must be 'bm25' or 'model', got {miner!r}")
     parts = out.with_name(out.name + ".parts")

@@ -74,8 +74,8 @@ def train_qsft(cfg: QsftConfig) -> dict:
     """Fill (or reuse) the phrase cache, then train (or resume) the question encoder; returns a summary. The run
     holds ``cfg.out``'s lock throughout (a second run into it is refused)."""
     check_teacher(cfg)  # before any work
+    resolve_model(cfg.model)  # a mistyped model is named before --out is made
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):
         return _train_qsft(cfg, out)
 

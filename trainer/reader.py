@@ -157,8 +157,7 @@ def train_reader(cfg: ReaderTrainConfig) -> dict[str, Any]:
     """Train (or resume) the reader into ``cfg.out``; the reader is ``OUT/last``. Returns the run's summary."""
     check_teacher(cfg)  # before any work
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with run_lock(out):
+    with run_lock(out):  # makes out
         return _train(cfg, out)
 
 

@@ -8,7 +8,8 @@ encoded at every step, or, with ``stale_cache``, read from a cache of the starti
 by a target corrector trained alongside (trainer.corrector). A fixed slice of articles (core.io.Holdout) is never
 trained on: it is the validation set. The loop (trainer.loop) is the one QSFT uses; checkpoints go to
 ``OUT/last`` (with the optimizer state, so a killed run resumes, with the same encoder settings) and, with
-``snapshot_every``, OUT/snapshots; a run holds a lock on OUT (``OUT/train.lock``), so a second run into it is refused.
+``snapshot_every``, OUT/snapshots; a run holds a lock on OUT (``OUT/train.lock``), so a second run into it is refused,
+and a run refused before it writes anything (a mistyped --init-from or --backbone) leaves no OUT it made behind.
 Runs on CPU (bf16 autocast where the CPU supports it) or CUDA (bf16 autocast).
 """
 
@@ -25,7 +26,7 @@ import torch
 from spanseek.core.config import DEFAULT_BACKBONE, EncoderConfig
 from spanseek.core.encoding import pick_device, pick_precision
 from spanseek.core.io import load_squad, write_json_atomic
-from spanseek.core.model import PhraseModel, load_tokenizer
+from spanseek.core.model import PhraseModel, load_tokenizer, resolve_model
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import TrainConfig, lora_settings
 from spanseek.trainer.checkpoints import check_weights
@@ -131,9 +132,10 @@ def train_phrase(cfg: TrainConfig) -> dict:
     if cfg.widen_lora and not cfg.init_from:
         raise ValueError("--widen-lora widens a trained model's adapters: it needs --init-from")
     check_teacher(cfg)  # before any work
+    if cfg.init_from:  # a mistyped model is named before --out is made
+        resolve_model(cfg.init_from)
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with run_lock(out, hold=cfg.dist.is_main):  # held until the summary is written
+    with run_lock(out, hold=cfg.dist.is_main):  # makes out; held until the summary is written
         return _train_phrase(cfg, out)
 
 
@@ -150,7 +152,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
     data = load_squad(cfg.train)
     hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None  # pre-model
     if cfg.init_from:  # continue a trained model: its encoder config wins over cfg.encoder
-        from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, resolve_model
+        from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME
 
         init_dir = resolve_model(cfg.init_from)
         if cfg.widen_lora:

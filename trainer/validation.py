@@ -11,6 +11,9 @@ From a fixed sample of held-out questions, ``build_validation_sets`` writes four
 - ``reference``: every held-out paragraph plus ``reference_extra`` random training paragraphs (the stand-in for
   the full corpus, too slow to validate on repeatedly on CPU).
 
+An --out that does not exist is made; one that holds these files only (an earlier run's, finished or not) is written
+over; any other, a model directory above all, is refused and left alone.
+
 ``rank_checkpoints`` evaluates each checkpoint (phrase EM@1) on each corpus and reports how well each small
 corpus's ranking of the checkpoints agrees with the reference ranking (Kendall's tau).
 """
@@ -25,12 +28,41 @@ from collections import defaultdict
 from pathlib import Path
 
 from spanseek.core.holdout import Holdout
-from spanseek.core.io import CorpusError, Document, load_squad, write_corpus, write_json_atomic
+from spanseek.core.io import CorpusError, Document, atomic_path, load_squad, write_corpus, write_json_atomic
+from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME
 from spanseek.trainer.mining import bm25_retriever
 
 log = logging.getLogger(__name__)
 
 SETS = ("hard", "gold", "random", "reference")
+QUESTIONS = "questions.json.gz"
+COUNTS = "counts.json"  # written last: the sets are complete
+OUTPUTS = frozenset({*(f"{name}.jsonl" for name in SETS), QUESTIONS, COUNTS})
+
+
+def _is_output(name: str) -> bool:
+    """A file ``build_validation_sets`` writes, or the scratch file of one that a killed run left
+    (``core.io.atomic_path``: ``.NAME.XXXX.tmp``)."""
+    return name in OUTPUTS or (name.startswith(".") and name.endswith(".tmp")
+                               and any(name.startswith(f".{out}.") for out in OUTPUTS))
+
+
+def check_valsets_out(out: Path) -> None:
+    """Refuse an ``out`` that is a file, or a directory holding anything but validation sets (a model's directory,
+    say): writing into it would mix the sets with its files. A new or empty directory, or an earlier run's output
+    (complete or not), is written."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; it names the directory to write the validation sets to")
+    if not out.is_dir():
+        return
+    if (out / CONFIG_NAME).is_file() or (out / WEIGHTS_NAME).is_file():
+        raise ValueError(f"--out {out} is a model directory; it is left alone: write the validation sets to a new "
+                         "directory")
+    others = sorted(p.name for p in out.iterdir() if not (_is_output(p.name) and p.is_file()))
+    if others:
+        raise ValueError(f"--out {out} holds files that are not validation sets ({', '.join(others[:3])}"
+                         f"{', ...' if len(others) > 3 else ''}); it is left alone: write the validation sets to a new "
+                         "directory")
 
 
 def _documents(data: list[dict], keys: set[tuple[int, int]]) -> list[Document]:
@@ -61,6 +93,7 @@ def build_validation_sets(
         if value < low:
             raise ValueError(f"{flag} must be an integer >= {low}, got {value}")
     out = Path(out)
+    check_valsets_out(out)  # before any work
     data = load_squad(train)
     rng = random.Random(seed)
     holdout = holdout or Holdout()
@@ -97,9 +130,9 @@ def build_validation_sets(
     squad = {"version": "spanseek-valsets", "data": [
         {"title": art["title"], "paragraphs": list(art["paragraphs"].values())} for art in arts.values()
     ]}
-    with gzip.open(out / "questions.json.gz", "wt", encoding="utf-8") as f:
+    with atomic_path(out / QUESTIONS) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
         json.dump(squad, f)
-    write_json_atomic(out / "counts.json", counts)
+    write_json_atomic(out / COUNTS, counts)
     return counts
 
 
@@ -114,7 +147,7 @@ def rank_checkpoints(valsets: str | Path, checkpoints: list[str], out: str | Pat
     scores: dict[str, dict[str, float]] = {name: {} for name in SETS}
     for ckpt in checkpoints:
         for name in SETS:
-            m = run_eval(valsets / "questions.json.gz", ckpt, corpus=valsets / f"{name}.jsonl", progress=progress)
+            m = run_eval(valsets / QUESTIONS, ckpt, corpus=valsets / f"{name}.jsonl", progress=progress)
             scores[name][ckpt] = m["phrase"]["em@1"]
     ref = [scores["reference"][c] for c in checkpoints]
     result = {

@@ -1,7 +1,7 @@
-"""Inputs found broken in a sweep of `spanseek train ...` and `spanseek eval`: a damaged checkpoint, weights file or
-cache is named in one line (before the data is tokenised where it can be), an --out that is not the job's kind of
-file is left alone, flags out of range are refused before any search, and answers whose offsets do not point at
-their text or that do not exist are left out instead of being learned or scored wrong.
+"""Inputs found broken in a sweep of `spanseek train ...`: a damaged checkpoint, weights file or cache is named in one
+line (before the data is tokenised where it can be), an --out that is not the job's kind of file is left alone,
+flags out of range are refused before any search, and answers whose offsets do not point at their text are left
+out instead of being learned. (The sweep's `spanseek eval` inputs: tests/indexer/test_eval_inputs.py.)
 
     .venv/bin/python -m pytest -q tests/trainer/test_damaged_inputs.py
 """
@@ -18,8 +18,7 @@ import re
 import numpy as np
 import pytest
 
-from spanseek.cli import main
-from spanseek.core.io import CorpusError, Question, load_squad, squad_questions
+from spanseek.core.io import CorpusError, Question, load_squad
 from spanseek.core.model import WEIGHTS_NAME, ModelError
 from spanseek.trainer import train as train_module
 from spanseek.trainer.arguments import LossConfig, ReaderTrainConfig, TrainConfig
@@ -168,6 +167,65 @@ def test_mine_refuses_to_resume_into_chunks_mined_with_other_settings(tmp_path, 
     assert rows and all(len(r["hard"]) <= 2 for r in rows)
 
 
+# --- the model miner's --index ---
+
+
+@pytest.fixture(scope="module")
+def mined_index(tmp_path_factory, tiny_model_dir):
+    """A SQuAD file whose first paragraph is empty (the index leaves it out) and an index of its `corpus from-squad`."""
+    from spanseek.core.io import from_squad
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    root = tmp_path_factory.mktemp("mined")
+    squad = make_squad(n_articles=3)
+    squad["data"][0]["paragraphs"][0] = {"context": "", "qas": []}
+    train = root / "train.json"
+    _write(train, squad)
+    from_squad(train, root / "corpus.jsonl")
+    build_index(root / "corpus.jsonl", tiny_model_dir, root / "index", BuildOptions(progress=False, precision="fp32"))
+    return train, root / "index", squad
+
+
+def test_the_model_miner_maps_index_passages_to_their_paragraphs(tmp_path, mined_index, tiny_model_dir):
+    from spanseek.trainer.mining import index_paragraphs
+
+    train, index, squad = mined_index
+    keys = index_paragraphs(index, train, squad["data"])
+    assert keys[:2] == [(0, 1), (0, 2)] and len(keys) == len(set(keys)) == 3 * 3 - 1  # the empty one is not there
+    out = mine(train, tmp_path / "hard.jsonl", miner="model", index=index, model=str(tiny_model_dir), top_k=5,
+               limit_questions=4, progress=False)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 4 and all([0, 0] not in r["hard"] for r in rows)  # never the empty paragraph
+    assert load_hard_negatives(out, load_squad(train))
+
+
+@pytest.mark.parametrize("other", ["another file", "an edited paragraph", "fewer articles"])
+def test_the_model_miner_refuses_an_index_of_other_data_before_loading_it(tmp_path, mined_index, tiny_model_dir,
+                                                                          monkeypatch, other):
+    from spanseek.core import loading
+
+    _, index, squad = mined_index
+    data = {"another file": make_squad(seed=1, n_articles=3), "fewer articles": {"data": squad["data"][:2]},
+            "an edited paragraph": copy.deepcopy(squad)}[other]
+    if other == "an edited paragraph":
+        para = data["data"][2]["paragraphs"][1]
+        para["context"] = para["context"].replace(" built ", " rebuilt ", 1)
+    train = tmp_path / "train.json"
+    _write(train, data)
+    monkeypatch.setattr(loading, "open_searcher", lambda *a, **k: pytest.fail("the index was opened"))
+    out = tmp_path / "hard.jsonl"
+    with pytest.raises(ValueError) as e:
+        mine(train, out, miner="model", index=index, model=str(tiny_model_dir), progress=False)
+    message = str(e.value)
+    assert message.startswith(f"--index {index} was not built from --train {train}: ") and "\n" not in message
+    where = {"another file": "its passage 0 (paragraph 0 of document '0') is not the text of paragraph 0 of article 0",
+             "an edited paragraph": "its passage 6 (paragraph 1 of document '2') is not the text of paragraph 1 of "
+                                    "article 2",
+             "fewer articles": "its document '2' is not an article number of --train (2 articles)"}[other]
+    assert where in message and message.endswith("or give the --train it was built from")
+    assert not out.exists() and not list(tmp_path.glob("*.parts"))
+
+
 # --- calibrate ---
 
 
@@ -214,33 +272,3 @@ def test_an_answer_whose_offset_misses_its_text_is_neither_trained_nor_read(tiny
         assert [q.id for q in reader_questions(cfg, squad["data"])] == ["ok"]  # not taught "no answer here"
     assert "2 questions are left out: their answer_start does not point at their answer's text" in caplog.text
 
-
-# --- spanseek eval ---
-
-
-def test_eval_refuses_a_bad_limit_and_an_out_under_a_file_before_evaluating(tmp_path, capsys):
-    questions = tmp_path / "q.json"
-    _write(questions, make_squad(n_articles=2))
-    base = ["eval", "--questions", str(questions), "--model", str(tmp_path / "no-model"), "--quiet"]
-    assert main(base + ["--limit", "-5"]) == 2
-    assert capsys.readouterr().err.strip() == "spanseek eval: error: --limit must be an integer >= 1 (leave it out " \
-                                              "to use every question), got -5"
-    assert main(base + ["--out", str(questions / "m.json")]) == 2
-    assert capsys.readouterr().err.strip() == (f"spanseek eval: error: --out {questions / 'm.json'}: {questions} is "
-                                               "a file, not a folder")
-
-
-def test_eval_leaves_unanswerable_questions_out_of_the_metrics(tmp_path, tiny_model_dir):
-    from spanseek.indexer.evaluate import run_eval
-
-    squad = make_squad(n_articles=2)
-    with_v2 = copy.deepcopy(squad)
-    with_v2["data"][0]["paragraphs"][0]["qas"][0]["answers"] = []  # SQuAD v2: unanswerable
-    with_v2["data"][1]["paragraphs"][0]["qas"].append({"id": "v2", "question": "What is not here?", "answers": []})
-    _write(tmp_path / "v1.json", squad)
-    _write(tmp_path / "v2.json", with_v2)
-    n = len(squad_questions(squad["data"]))
-    kw = {"progress": False, "precision": "fp32"}
-    m1, m2 = run_eval(tmp_path / "v1.json", tiny_model_dir, **kw), run_eval(tmp_path / "v2.json", tiny_model_dir, **kw)
-    assert m1["n_questions"] == n and "unanswerable_skipped" not in m1
-    assert m2["n_questions"] == n - 1 and m2["unanswerable_skipped"] == 2

@@ -174,3 +174,111 @@ def test_a_training_file_without_questions_is_refused_in_one_line(tmp_path, tiny
     assert main(args) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("INFO", "WARNING"))]
     assert err == [f"spanseek train: error: {path}: no trainable questions in the training articles"]
+
+
+# --- a run refused at its start leaves no --out behind ---
+
+
+def _refused_run_config(tiny_squad, tiny_config, out, bad: str, missing) -> TrainConfig:
+    if bad == "init-from":
+        return _run_config(tiny_squad, tiny_config, out, max_steps=1, init_from=str(missing))
+    return _run_config(tiny_squad, dataclasses.replace(tiny_config, backbone=str(missing)), out, max_steps=1)
+
+
+@pytest.mark.parametrize("bad", ["init-from", "backbone"])
+def test_a_run_refused_for_its_model_leaves_no_out_it_made(tmp_path, tiny_squad, tiny_config, bad):
+    out = tmp_path / "runs" / "phrase"  # its parent is made too
+    with pytest.raises(ModelError, match="no such directory"):
+        train_phrase(_refused_run_config(tiny_squad, tiny_config, out, bad, tmp_path / "no-model"))
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("bad", ["init-from", "backbone"])
+def test_a_run_refused_for_its_model_keeps_an_out_that_was_there(tmp_path, tiny_squad, tiny_config, bad):
+    empty, user = tmp_path / "empty", _user_dir(tmp_path / "userdir")
+    empty.mkdir()
+    for out in (empty, user):
+        with pytest.raises(ModelError, match="no such directory"):
+            train_phrase(_refused_run_config(tiny_squad, tiny_config, out, bad, tmp_path / "no-model"))
+    assert empty.is_dir() and not list(empty.iterdir()) and _untouched(user)
+
+
+def test_a_qsft_run_refused_for_its_model_makes_no_out(tmp_path, tiny_squad):
+    from spanseek.trainer.arguments import QsftConfig
+    from spanseek.trainer.qsft import train_qsft
+
+    out = tmp_path / "qsft"
+    with pytest.raises(ModelError, match="not a spanseek model directory"):
+        train_qsft(QsftConfig(model=str(tmp_path / "no-model"), train=str(tiny_squad), out=str(out), device="cpu",
+                              progress=False))
+    assert not out.exists()
+
+
+def test_the_cli_refuses_a_mistyped_init_from_in_one_line_and_makes_no_out(tmp_path, tiny_squad, capsys):
+    from spanseek.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "phrase", "--train", str(tiny_squad), "--out", str(out), "--init-from", "defualt",
+                 "--device", "cpu", "--no-progress"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("INFO", "WARNING"))]
+    assert err == ["spanseek train: error: defualt: not a spanseek model directory (there is no such directory) nor "
+                   "a bundled model (bundled: base, default)"]
+    assert not out.exists()
+
+
+def test_a_run_that_fails_after_writing_keeps_what_it_wrote(tmp_path, tiny_squad, tiny_config, monkeypatch):
+    out = tmp_path / "run"
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "train_loop", killed)  # after train_config.json is written
+    with pytest.raises(KeyboardInterrupt):
+        train_phrase(_run_config(tiny_squad, tiny_config, out, max_steps=1))
+    assert sorted(p.name for p in out.iterdir()) == [RUN_LOCK, "train_config.json"]
+
+
+# --- spanseek train valsets --out ---
+
+
+def _valsets(squad_file, out):
+    from spanseek.trainer.validation import build_validation_sets
+
+    return build_validation_sets(squad_file, out, n_questions=6, bm25_k=2, reference_extra=5)
+
+
+def test_valsets_refuse_a_model_directory_and_other_files(tmp_path, squad_file, tiny_model_dir):
+    model = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    with pytest.raises(ValueError, match=rf"^--out {model} is a model directory; it is left alone"):
+        _valsets(squad_file, model)
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    user = _user_dir(tmp_path / "userdir")
+    with pytest.raises(ValueError, match=rf"^--out {user} holds files that are not validation sets \(notes.txt, "
+                                         r"sub\); it is left alone"):
+        _valsets(squad_file, user)
+    assert _untouched(user)
+    with pytest.raises(ValueError, match=rf"^--out {user / 'notes.txt'} is a file"):
+        _valsets(squad_file, user / "notes.txt")
+    assert _untouched(user)
+
+
+def test_valsets_rewrite_their_own_output_the_same(tmp_path, squad_file):
+    out = tmp_path / "valsets"
+    counts = _valsets(squad_file, out)
+    first = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "questions.json.gz"}  # gzip has a mtime
+    (out / "counts.json").unlink()  # a run killed before its end: what it wrote, and a scratch file
+    (out / ".hard.jsonl.x1y2.tmp").write_text("partial")
+    assert _valsets(squad_file, out) == counts
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name not in ("questions.json.gz",
+                                                                           ".hard.jsonl.x1y2.tmp")} == first
+
+
+def test_the_cli_refuses_valsets_into_a_model_directory_in_one_line(tmp_path, squad_file, tiny_model_dir, capsys):
+    from spanseek.cli import main
+
+    model = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    assert main(["train", "valsets", "--train", str(squad_file), "--out", str(model)]) == 2
+    assert capsys.readouterr().err.strip() == (f"spanseek train: error: --out {model} is a model directory; it is "
+                                               "left alone: write the validation sets to a new directory")
+    assert sorted(p.name for p in model.iterdir()) == sorted([CONFIG_NAME, WEIGHTS_NAME])
