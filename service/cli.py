@@ -8,8 +8,11 @@ Every flag left out falls back to its SPANSEEK_* environment variable, then to t
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from spanseek.service.settings import Settings
@@ -54,33 +57,88 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def check_servable(settings: Settings) -> None:
-    """Fail fast (before starting uvicorn) when the index or model cannot be found, or a file of the index is
-    damaged (its checksum differs from the manifest's record). An alias is checked through to its target."""
+    """Fail fast (before starting uvicorn) when the index or model cannot be found, a file of the index is damaged
+    (its checksum differs from the manifest's record), the model did not build the index, the reader has no fitted
+    reading, or the device or runtime cannot be used here; from the manifest and the models' configs and
+    fingerprints, loading no weights. An alias is checked through to its target."""
     from spanseek.core.alias import resolve_alias
-    from spanseek.core.model import resolve_model
-    from spanseek.core.phrase_index import check_index
+    from spanseek.core.config import EncoderConfig
+    from spanseek.core.encoding import pick_device
+    from spanseek.core.loading import index_model
+    from spanseek.core.model import CONFIG_NAME, model_fingerprint, phrase_fingerprint
+    from spanseek.core.phrase_index import IndexFormatError, check_index
 
-    check_index(resolve_alias(settings.index).target)
-    resolve_model(settings.model)
+    target = resolve_alias(settings.index).target
+    manifest = check_index(target)
+    model_dir = index_model(manifest, settings.model, target)
+    try:
+        manifest.check_model(EncoderConfig.load(model_dir / CONFIG_NAME), model_fingerprint(model_dir),
+                             phrase_fingerprint(model_dir))
+    except IndexFormatError as e:  # as core.loading.check_index_model says it once the service has loaded
+        raise IndexFormatError(f"{setting_names('model')} {settings.model!r}: {target}: {e} (it was built with the "
+                               f"model {manifest.model_ref!r})") from None
     if settings.reader is not None:
         from spanseek.core.reader import resolve_reader
+        from spanseek.core.reading import READING_NAME
 
-        resolve_reader(settings.reader)
+        reader_dir = resolve_reader(settings.reader)
+        if not (reader_dir / READING_NAME).is_file():  # core.loading.open_reading refuses it
+            raise ValueError(f"{setting_names('reader')}: {reader_dir} has no {READING_NAME} (fit one with "
+                             "`spanseek train fit-reading`)")
+    try:
+        device = pick_device(settings.device)  # a device this machine lacks
+    except ValueError as e:
+        raise ValueError(f"{setting_names('device')}: {e}") from None
+    if settings.runtime == "onnx":  # onnx runs fp32 on a CPU only, and must be installed
+        from spanseek.core.runtime import pick_runtime
+
+        precisions = {"precision": settings.precision}
+        if settings.reader is not None:
+            precisions["reader_precision"] = settings.reader_precision
+        for name, precision in precisions.items():
+            try:
+                pick_runtime("onnx", device, "fp32" if precision == "auto" else precision)
+            except ValueError as e:
+                raise ValueError(f"{setting_names('runtime')} with {setting_names(name)} {precision}: {e}") from None
+
+
+def setting_names(name: str) -> str:
+    """How a user gives the setting ``name``: ``--max-batch-size / SPANSEEK_MAX_BATCH_SIZE``."""
+    flag = "--no-warmup" if name == "warmup" else f"--{name.replace('_', '-')}"
+    return f"{flag} / SPANSEEK_{name.upper()}"
 
 
 def settings_errors(error: Any) -> str:
     """A pydantic ValidationError of ``Settings`` on one line, each problem named by its flag and environment
-    variable: ``--max-batch-size / SPANSEEK_MAX_BATCH_SIZE: Input should be greater than or equal to 1 (got 0)``."""
+    variable: ``--max-batch-size / SPANSEEK_MAX_BATCH_SIZE: Input should be greater than or equal to 1 (got 0)``; a
+    check across settings (default_top_k above max_top_k) is followed by the flags of the settings it names."""
     parts = []
     for problem in error.errors():
-        if not problem["loc"]:  # a check across settings (default_top_k above max_top_k): its message names them
-            parts.append(str(problem["msg"]))
+        message = str(problem["msg"]).removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+        if not problem["loc"]:
+            found = {n: re.search(rf"\b{n}\b", message) for n in Settings.model_fields}
+            named = sorted((n for n, m in found.items() if m), key=lambda n: found[n].start())  # type: ignore[union-attr]
+            parts.append(f"{message} ({', '.join(setting_names(n) for n in named)})" if named else message)
             continue
         name = str(problem["loc"][0])
         given = problem.get("input")  # a flag's or variable's text as typed; other values as Python shows them
-        parts.append(f"--{name.replace('_', '-')} / SPANSEEK_{name.upper()}: {problem['msg']} "
-                     f"(got {given if isinstance(given, str) else repr(given)})")
+        parts.append(f"{setting_names(name)}: {message} (got {given if isinstance(given, str) else repr(given)})")
     return "; ".join(parts)
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each SPANSEEK_* variable that is close to a setting's name but is none (a typo is otherwise
+    ignored without a word: ``SPANSEEK_MAX_BATCHSIZE=64`` served batches of 16). Other SPANSEEK_* variables (the
+    compose file's, the demo's) are not settings and are left alone."""
+    known = [name.upper() for name in Settings.model_fields]
+    warnings = []
+    for variable in sorted(environ):
+        if not variable.upper().startswith("SPANSEEK_") or variable.upper()[9:] in known:
+            continue
+        close = difflib.get_close_matches(variable.upper()[9:], known, n=1, cutoff=0.85)
+        if close:
+            warnings.append(f"{variable} is not a setting, and is ignored: did you mean SPANSEEK_{close[0]}?")
+    return warnings
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -88,19 +146,27 @@ def _serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from spanseek.service.app import create_app
-    from spanseek.service.server import server_config
+    from spanseek.service.server import bind_sockets, server_config
     from spanseek.service.tracing import provider_from_environment
 
     try:
         settings = settings_from_args(args)
     except ValidationError as e:
         raise ValueError(f"invalid settings: {settings_errors(e)}") from None
-    check_servable(settings)
-    config = server_config(create_app(settings, tracer_provider=provider_from_environment(os.environ)), settings,
-                           args.log_level)  # from here on, logs are in the settings' format
+    sockets = bind_sockets(settings.host, settings.port)  # a port in use fails here, before the index is read
+    try:
+        check_servable(settings)
+        config = server_config(create_app(settings, tracer_provider=provider_from_environment(os.environ)), settings,
+                               args.log_level)  # from here on, logs are in the settings' format
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    for warning in unknown_settings(os.environ):
+        log.warning("%s", warning)
     log.info("serving %s with model %s on http://%s:%d", settings.index, settings.model, settings.host, settings.port)
     try:
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=sockets)  # which uvicorn closes when it stops
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down gracefully, then raises it again
         log.info("stopped")
     return 0

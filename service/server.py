@@ -20,8 +20,9 @@ read it. The protocol below adds, per connection:
   its buffers filled: 2,000 such connections kept the event loop busy for half a minute, every other client
   waiting.
 
-Bodies are also timed in the ASGI middleware (service/middleware.py, 408). ``spanseek serve`` runs
-``uvicorn.Server(server_config(app, settings))``.
+Bodies are also timed in the ASGI middleware (service/middleware.py, 408). ``spanseek serve`` binds its address
+first (``bind_sockets``: a port in use is one error line before anything loads) and runs
+``uvicorn.Server(server_config(app, settings)).run(sockets=...)``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
+import socket
 import struct
 import termios
 from typing import Any
@@ -209,3 +211,35 @@ def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> 
         timeout_keep_alive=settings.keep_alive_s, http=protocol_class(settings),
         log_config=logging_config(settings.log_format, log_level), access_log=False,
     )
+
+
+def bind_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``host``:``port`` as uvicorn (asyncio's ``create_server``) would bind them, one per address
+    the host resolves to, not yet listening (a client connecting before the service runs is refused, not left
+    waiting); uvicorn listens on them. A host that does not resolve or an address that cannot be bound (in use, not
+    this machine's, a privileged port) is a ValueError naming the setting, where uvicorn logged it among its start-up
+    lines and exited with status 3 after starting the app."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ValueError(f"--host / SPANSEEK_HOST: cannot listen on {host!r}: {e.strerror}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):  # in order, each once
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio: a restart reuses the port at once
+            if family == socket.AF_INET6:  # as asyncio: the IPv4 address gets its own socket
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as e:
+                ip = str(address[0])
+                where = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
+                raise ValueError(f"--host / --port (SPANSEEK_HOST / SPANSEEK_PORT): cannot listen on {where}: "
+                                 f"{(e.strerror or str(e)).lower()}") from None
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -14,11 +15,16 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from spanseek.service.schemas import MAX_QUERIES
 
+# A CORS origin as browsers send it: scheme://host[:port], no path (a trailing slash never matches)
+ORIGIN = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s?#]+")
+
 
 class Settings(BaseSettings):
     """Configuration of one service process (one model, one index, one micro-batcher)."""
 
-    model_config = SettingsConfigDict(env_prefix="SPANSEEK_", frozen=True, extra="ignore")
+    # allow_inf_nan off: "inf" or "nan" in a limit or timeout is refused rather than meaning "never" (an infinite
+    # Retry-After is a 500, an infinite header timeout turns the slow-client protection off, /info shows null)
+    model_config = SettingsConfigDict(env_prefix="SPANSEEK_", frozen=True, extra="ignore", allow_inf_nan=False)
 
     # What to serve. The service refuses an index whose manifest does not match the model.
     index: Path = Field(description="index directory built by `spanseek index build`, or an alias of one (a "
@@ -47,8 +53,9 @@ class Settings(BaseSettings):
                                description="where the token index is searched: auto, cpu, cuda, cuda:1")
 
     # CPU intra-op threads of the encoder. Fewer than the cores leaves one for the event loop (HTTP parsing, JSON)
-    # so batches keep filling at saturation; more speeds up each batch. None = torch's default (all cores).
-    torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads (CPU)")
+    # so batches keep filling at saturation; more speeds up each batch. None = torch's default (all cores). At most
+    # 1024: torch takes any count (10^11 failed the loading with an overflow, after the server had started).
+    torch_threads: int | None = Field(None, ge=1, le=1024, description="torch intra-op threads (CPU)")
 
     # Where `spanseek serve` listens. Loopback by default so a laptop run is not exposed; images use 0.0.0.0.
     host: str = Field("127.0.0.1", description="listen address (spanseek serve)")
@@ -149,7 +156,8 @@ class Settings(BaseSettings):
     max_answer_tokens_limit: int = Field(64, ge=1, description="largest max_answer_tokens accepted")
     # nprobe: inverted lists visited per IVF search. More = better recall, slower search. None = index default.
     default_nprobe: int | None = Field(None, ge=1, description="IVF nprobe when the request gives none")
-    max_nprobe: int = Field(4096, ge=1, description="largest nprobe accepted (400 above)")
+    # At most 2^24: more lists than any index has (faiss visits at most all of them); faiss refuses an nprobe past 2^64.
+    max_nprobe: int = Field(4096, ge=1, le=1 << 24, description="largest nprobe accepted (400 above)")
     # Each passage read costs a reader forward pass (a few ms on a CPU core): bounds one question's reading.
     max_read_passages: int = Field(20, ge=1, le=64, description="largest read_passages accepted (400 above)")
     # Each distinct filter's selection (allowed documents and passages) is kept for the next request with it: about
@@ -218,8 +226,38 @@ class Settings(BaseSettings):
             if v.startswith("["):
                 import json
 
-                return json.loads(v)
+                try:
+                    return json.loads(v)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"not a JSON list of origins ({e}); or give them comma-separated") from None
             return [o.strip() for o in v.split(",") if o.strip()]
+        return v
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        """An origin is ``scheme://host[:port]`` as browsers send it (or ``*``): one with a path or a trailing slash
+        would never match, and every cross-origin call would fail without saying why."""
+        for origin in v:
+            if origin != "*" and not ORIGIN.fullmatch(origin):
+                raise ValueError(f"{origin!r} is not an origin: scheme://host[:port] with no path or trailing slash "
+                                 "(https://app.example.com), or *")
+        return v
+
+    @field_validator("reader", "live_dir", "default_nprobe", "torch_threads", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: object) -> object:
+        """An empty (or blank) optional setting is unset, as compose passes an unset variable (``SPANSEEK_READER=``
+        was the reader directory ``.``, ``SPANSEEK_LIVE_DIR=`` the working directory)."""
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("index", "model", "host", "device", mode="before")
+    @classmethod
+    def _not_empty(cls, v: object) -> object:
+        """An empty required setting is refused: ``SPANSEEK_INDEX=`` was the working directory, and ``SPANSEEK_HOST=``
+        listened on every interface (asyncio's meaning of an empty host), not on loopback."""
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("must not be empty")
         return v
 
     @field_validator("api_key", "admin_api_key", mode="before")
@@ -239,4 +277,16 @@ class Settings(BaseSettings):
             raise ValueError(f"default_nprobe ({self.default_nprobe}) exceeds max_nprobe ({self.max_nprobe})")
         if self.max_queue < self.max_queries_per_request:
             raise ValueError("max_queue must hold at least one full request (max_queries_per_request)")
+        if self.max_batch_size > self.max_queue:  # the warm-up would also time batches that never happen
+            raise ValueError(f"max_batch_size ({self.max_batch_size}) exceeds max_queue ({self.max_queue}): batches "
+                             "are cut from the queue, so none could be that large")
+        if self.max_top_k > self.max_offset_top_k:
+            raise ValueError(f"max_top_k ({self.max_top_k}) exceeds max_offset_top_k ({self.max_offset_top_k}): a top_k "
+                             "above max_offset_top_k is refused even at offset 0")
+        if self.max_request_cost < self.max_queries_per_request:  # every question costs at least 1 (service.cost)
+            raise ValueError(f"max_request_cost ({self.max_request_cost:g}) is below max_queries_per_request "
+                             f"({self.max_queries_per_request}): a request of that many questions would always be "
+                             "refused for its cost")
+        if self.writes and self.api_key is None and self.admin_api_key is None:
+            raise ValueError("writes need a key (admin_api_key or api_key): without one every write is refused (403)")
         return self

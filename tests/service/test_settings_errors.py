@@ -1,0 +1,172 @@
+"""`spanseek serve` refuses every bad setting with one line naming the flag and the variable (status 2, no traceback),
+before the model loads: values, settings that contradict each other, what the paths name, the listen address.
+
+    .venv/bin/python -m pytest -q tests/service/test_settings_errors.py
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from spanseek.core.phrase_index import IndexFormatError
+from spanseek.service import server
+from spanseek.service.cli import check_servable
+from spanseek.service.settings import Settings
+
+
+def serve_error(argv: list[str], capsys) -> str:
+    """The one error line of ``spanseek serve ARGV``, which must exit with status 2."""
+    from spanseek.cli import main
+
+    assert main(["serve", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spanseek serve: error: ") and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+# Each was accepted before: the service started and then answered 500s, never protected, or quietly differed.
+@pytest.mark.parametrize(("env", "flags", "message"), [
+    # an infinite Retry-After was a 500; an infinite header timeout turned the slowloris protection off
+    ({"SPANSEEK_RELOAD_MIN_INTERVAL_S": "inf"}, [],
+     "--reload-min-interval-s / SPANSEEK_RELOAD_MIN_INTERVAL_S: Input should be a finite number (got inf)"),
+    ({"SPANSEEK_HEADER_TIMEOUT_S": "1e400"}, [],
+     "--header-timeout-s / SPANSEEK_HEADER_TIMEOUT_S: Input should be a finite number (got 1e400)"),
+    ({}, ["--max-request-cost", "inf"], "--max-request-cost / SPANSEEK_MAX_REQUEST_COST: Input should be a finite"),
+    # torch took 10^5 threads; faiss refuses an nprobe past 2^64 (a 500 per request)
+    ({"SPANSEEK_TORCH_THREADS": "100000"}, [],
+     "--torch-threads / SPANSEEK_TORCH_THREADS: Input should be less than or equal to 1024 (got 100000)"),
+    ({}, ["--max-nprobe", str(10**20)], "--max-nprobe / SPANSEEK_MAX_NPROBE: Input should be less than or equal to"),
+    # an empty host listened on every interface; an empty index was the working directory
+    ({"SPANSEEK_HOST": ""}, [], "--host / SPANSEEK_HOST: must not be empty"),
+    ({"SPANSEEK_MODEL": " "}, [], "--model / SPANSEEK_MODEL: must not be empty"),
+    # a path or a trailing slash never matches the Origin a browser sends
+    ({"SPANSEEK_CORS_ORIGINS": "https://app.example.com/,https://b.example.com"}, [],
+     "--cors-origins / SPANSEEK_CORS_ORIGINS: 'https://app.example.com/' is not an origin"),
+    ({"SPANSEEK_CORS_ORIGINS": "[https://a.example.com"}, [],
+     "--cors-origins / SPANSEEK_CORS_ORIGINS: not a JSON list of origins"),  # was "Value error, Expecting value"
+    ({"SPANSEEK_WARMUP": "nope"}, [], "--no-warmup / SPANSEEK_WARMUP: Input should be a valid boolean"),  # no --warmup
+    # contradictions, each followed by the flags and variables of the settings it names
+    ({"SPANSEEK_MAX_BATCH_SIZE": "512"}, [],
+     "max_batch_size (512) exceeds max_queue (256): batches are cut from the queue, so none could be that large "
+     "(--max-batch-size / SPANSEEK_MAX_BATCH_SIZE, --max-queue / SPANSEEK_MAX_QUEUE)"),
+    ({}, ["--max-top-k", "500"],
+     "max_top_k (500) exceeds max_offset_top_k (200): a top_k above max_offset_top_k is refused even at offset 0 "
+     "(--max-top-k / SPANSEEK_MAX_TOP_K, --max-offset-top-k / SPANSEEK_MAX_OFFSET_TOP_K)"),
+    ({}, ["--max-queries-per-request", "128"],
+     "max_request_cost (64) is below max_queries_per_request (128): a request of that many questions would always "
+     "be refused for its cost (--max-request-cost / SPANSEEK_MAX_REQUEST_COST, --max-queries-per-request / "
+     "SPANSEEK_MAX_QUERIES_PER_REQUEST)"),
+    ({"SPANSEEK_API_KEY": ""}, ["--writes"],  # every write was a 403
+     "writes need a key (admin_api_key or api_key): without one every write is refused (403) (--writes / "
+     "SPANSEEK_WRITES, --admin-api-key / SPANSEEK_ADMIN_API_KEY, --api-key / SPANSEEK_API_KEY)"),
+    ({}, ["--default-top-k", "50", "--max-top-k", "10"],
+     "default_top_k (50) exceeds max_top_k (10) (--default-top-k / SPANSEEK_DEFAULT_TOP_K, "
+     "--max-top-k / SPANSEEK_MAX_TOP_K)"),
+])
+def test_a_bad_setting_is_one_line_naming_it(tmp_path, monkeypatch, capsys, env, flags, message):
+    """Refused before anything is read (the index here does not exist: its error would come later)."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    err = serve_error(["--index", str(tmp_path / "none"), *flags], capsys)
+    assert err.startswith("spanseek serve: error: invalid settings: ") and message in err, err
+    assert "Value error" not in err
+
+
+def test_an_empty_optional_setting_is_unset(monkeypatch, tmp_path):
+    """As compose passes an unset variable: ``SPANSEEK_READER=`` was the reader directory ``.``, ``SPANSEEK_LIVE_DIR=``
+    the working directory, and an empty nprobe or thread count was refused."""
+    for name in ("READER", "LIVE_DIR", "DEFAULT_NPROBE", "TORCH_THREADS"):
+        monkeypatch.setenv(f"SPANSEEK_{name}", "")
+    s = Settings(index=tmp_path)
+    assert (s.reader, s.live_dir, s.default_nprobe, s.torch_threads) == (None, None, None, None)
+    assert Settings(index=tmp_path, cors_origins="*, https://a.example.com:8443").cors_origins == [
+        "*", "https://a.example.com:8443"]
+
+
+@pytest.fixture
+def unfitted_reader(tmp_path):
+    """The bundled reader without its fitted reading.json."""
+    from spanseek.core.reader import READER_CONFIG_NAME, READER_WEIGHTS_NAME, resolve_reader
+
+    reader = tmp_path / "reader"
+    reader.mkdir()
+    for name in (READER_CONFIG_NAME, READER_WEIGHTS_NAME):
+        (reader / name).symlink_to(resolve_reader("default") / name)
+    return reader
+
+
+# Each started the service, which then answered 503 on /ready for good (its loading failed). A value in <> is the
+# path of that fixture.
+@pytest.mark.parametrize(("update", "error", "message"), [
+    ({"model": "<filter_model_dir>"}, IndexFormatError,
+     r"^--model / SPANSEEK_MODEL '.*filter': .*index was built with a different model .*\(it was built with the model "
+     r"'.*tiny'\)$"),
+    ({"reader": "<unfitted_reader>"}, ValueError,
+     r"^--reader / SPANSEEK_READER: .*reader has no reading.json \(fit one with `spanseek train fit-reading`\)$"),
+    ({"device": "gpu"}, ValueError, r"^--device / SPANSEEK_DEVICE: device must be auto, cpu, cuda or cuda:N"),
+    ({"device": "cuda:99"}, ValueError, r"^--device / SPANSEEK_DEVICE: device 'cuda:99': "),  # on any machine
+    ({"runtime": "onnx", "precision": "bf16"}, ValueError,
+     r"^--runtime / SPANSEEK_RUNTIME with --precision / SPANSEEK_PRECISION bf16: runtime onnx runs fp32 on a CPU"),
+])
+def test_serve_names_what_would_fail_only_once_loaded(request, tiny_index, tiny_model_dir, update, error, message):
+    """From the manifest, configs and fingerprints: no weights are loaded."""
+    settings = Settings(index=tiny_index, model=str(tiny_model_dir), device="cpu")
+    check_servable(settings)  # the good case passes
+    update = {k: str(request.getfixturevalue(v[1:-1])) if v.startswith("<") else v for k, v in update.items()}
+    with pytest.raises(error, match=message):
+        check_servable(settings.model_copy(update=update))
+
+
+@pytest.fixture
+def busy_port():
+    """A port another socket listens on."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        yield other.getsockname()[1]
+
+
+def test_a_port_in_use_is_refused_first(busy_port, tmp_path, capsys):
+    """Before, uvicorn started the app (and its loading), logged the error among its start-up lines and exited 3;
+    now the address is bound first: the port is named before the index (missing here) is looked at."""
+    err = serve_error(["--index", str(tmp_path / "none"), "--port", str(busy_port)], capsys)
+    assert err == (f"spanseek serve: error: --host / --port (SPANSEEK_HOST / SPANSEEK_PORT): cannot listen on "
+                   f"127.0.0.1:{busy_port}: address already in use")
+
+
+def test_an_address_that_cannot_be_bound_or_resolved_names_the_host(monkeypatch):
+    with pytest.raises(ValueError, match=r"^--host / --port .*: cannot listen on 192\.0\.2\.1:8000: cannot assign"):
+        server.bind_sockets("192.0.2.1", 8000)  # TEST-NET-1: no interface of this machine has it
+
+    def no_such_name(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
+    with pytest.raises(ValueError, match=r"^--host / SPANSEEK_HOST: cannot listen on 'nosuch\.invalid': Name or "):
+        server.bind_sockets("nosuch.invalid", 8000)
+
+
+def test_bound_sockets_refuse_connections_until_uvicorn_listens():
+    """A client connecting while the index is checked is refused at once rather than left waiting."""
+    sockets = server.bind_sockets("127.0.0.1", 0)
+    try:
+        assert [s.family for s in sockets] == [socket.AF_INET]
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(sockets[0].getsockname(), timeout=5).close()
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_a_mistyped_variable_is_warned_of():
+    """It was ignored without a word (SPANSEEK_MAX_BATCHSIZE=64 served batches of 16); the compose file's and the
+    demo's own SPANSEEK_* variables are left alone."""
+    others = ["SPANSEEK_INDEX_DIR", "SPANSEEK_MODEL_DIR", "SPANSEEK_INDEX_ALIAS", "SPANSEEK_PUBLISH",
+              "SPANSEEK_ONNX_CACHE", "SPANSEEK_DOCKER_CACHE", "SPANSEEK_DEMO_PORT", "SPANSEEK_DEMO_HOST",
+              "SPANSEEK_DEMO_MODEL", "SPANSEEK_DEMO_INDEX", "SPANSEEK_DEMO_NO_SERVE", "SPANSEEK_MAX_BATCH_SIZE"]
+    from spanseek.service import cli
+
+    assert cli.unknown_settings({**dict.fromkeys(others, "1"), "SPANSEEK_MAX_BATCHSIZE": "64", "PATH": "/bin"}) == [
+        "SPANSEEK_MAX_BATCHSIZE is not a setting, and is ignored: did you mean SPANSEEK_MAX_BATCH_SIZE?"]
