@@ -20,8 +20,10 @@ import importlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from safetensors import SafetensorError
@@ -29,7 +31,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from spanseek.core.backbones import SPLIT_BACKBONES, BackboneError, packaged_backbone
-from spanseek.core.config import EncoderConfig
+from spanseek.core.config import DEFAULT_BACKBONE, EncoderConfig
 from spanseek.core.io import replace_dir
 
 CONFIG_NAME = "spanseek_config.json"
@@ -92,11 +94,48 @@ def resolve_backbone(ref: str) -> str:
     return str(Path(ref).expanduser()) if ref.startswith("~") else ref
 
 
+Loaded = TypeVar("Loaded")
+
+
+def load_pretrained(ref: str, load: Callable[..., Loaded], **kwargs: Any) -> Loaded:
+    """``load(path, **kwargs)`` (a transformers ``from_pretrained``) of backbone ``ref`` (``resolve_backbone``): a
+    local directory never asks the hub, a hub id is downloaded as transformers does. A hub id that is neither in the
+    local cache nor reachable (no network, or ``HF_HUB_OFFLINE=1``), or that the hub does not have, is a ModelError
+    of one line naming it and what to give instead, not transformers' multi-line advice."""
+    path = resolve_backbone(ref)
+    local = os.path.isdir(path)
+    try:
+        return load(path, local_files_only=local, **kwargs)
+    except OSError as e:
+        reason = None if local else _hub_failure(e)
+        if reason is None:  # a damaged local directory, a full disk: transformers' own message
+            raise
+        packaged = ", ".join([DEFAULT_BACKBONE, *(f"package:{name}" for name in sorted(SPLIT_BACKBONES))])
+        raise ModelError(f"backbone {ref!r}: {reason}; give a packaged backbone ({packaged}) or a local model "
+                         "directory instead") from None
+
+
+def _hub_failure(error: BaseException) -> str | None:
+    """Why the hub could not give a backbone, from the huggingface_hub error behind transformers' OSError; None when
+    it is another error."""
+    from huggingface_hub import is_offline_mode
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, LocalEntryNotFoundError):
+            hub = "the hub is off (HF_HUB_OFFLINE is set)" if is_offline_mode() else "the hub cannot be reached"
+            return f"not installed or cached locally, and {hub}"
+        if isinstance(seen, RepositoryNotFoundError) and not isinstance(seen, GatedRepoError):
+            return "no such model on the Hugging Face hub (a private one needs `hf auth login`)"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def load_tokenizer(config: EncoderConfig):
     from transformers import AutoTokenizer
 
-    path = resolve_backbone(config.backbone)
-    tok = AutoTokenizer.from_pretrained(path, use_fast=True, local_files_only=os.path.isdir(path))
+    tok = load_pretrained(config.backbone, AutoTokenizer.from_pretrained, use_fast=True)
     if not tok.is_fast:
         raise ModelError(f"backbone {config.backbone!r} has no fast tokenizer (character offsets need one)")
     return tok
@@ -105,10 +144,9 @@ def load_tokenizer(config: EncoderConfig):
 def _load_backbone(config: EncoderConfig) -> nn.Module:
     from transformers import AutoModel
 
-    path = resolve_backbone(config.backbone)  # a local directory never asks the hub
     # fp32 whatever the checkpoint stores (transformers 5 keeps an fp16 checkpoint in fp16): adapters and heads train
     # in fp32, and bf16 comes from autocast where the device runs it
-    model = AutoModel.from_pretrained(path, add_pooling_layer=False, local_files_only=os.path.isdir(path)).float()
+    model = load_pretrained(config.backbone, AutoModel.from_pretrained, add_pooling_layer=False).float()
     backbone_config = getattr(model, "config")  # noqa: B009 (nn.Module hides its type)
     model_type = str(backbone_config.model_type)
     # MPNet and RoBERTa number positions from padding_idx + 1, so two of their position embeddings are never used

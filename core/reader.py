@@ -14,7 +14,6 @@ MiniLM-L6 is about 22 MB. ``resolve_reader("default")`` gives the reader shipped
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -30,7 +29,7 @@ from torch import nn
 from spanseek.core.config import ReaderConfig
 from spanseek.core.encoding import autocast, length_passes, model_device, pad_batch
 from spanseek.core.io import replace_dir
-from spanseek.core.model import ModelError, read_weights, resolve_backbone
+from spanseek.core.model import ModelError, load_pretrained, read_weights
 from spanseek.core.runtime import onnx_forward
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
@@ -55,10 +54,8 @@ class ReaderModel(nn.Module):
         super().__init__()
         from transformers import AutoModel
 
-        path = resolve_backbone(config.backbone)
         self.config = config
-        self.backbone = AutoModel.from_pretrained(path, add_pooling_layer=False,
-                                                  local_files_only=os.path.isdir(path)).float()
+        self.backbone = load_pretrained(config.backbone, AutoModel.from_pretrained, add_pooling_layer=False).float()
         hidden = int(getattr(self.backbone, "config").hidden_size)  # noqa: B009 (nn.Module hides its type)
         self.qa_head = nn.Linear(hidden, 2)
         for name, p in self.named_parameters():
@@ -120,8 +117,7 @@ def load_reader_model(ref: str | Path) -> ReaderModel:
 def load_reader_tokenizer(config: ReaderConfig):
     from transformers import AutoTokenizer
 
-    path = resolve_backbone(config.backbone)
-    return AutoTokenizer.from_pretrained(path, use_fast=True, local_files_only=os.path.isdir(path))
+    return load_pretrained(config.backbone, AutoTokenizer.from_pretrained, use_fast=True)
 
 
 # --- windows -------------------------------------------------------------------------------------------------------

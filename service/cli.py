@@ -59,8 +59,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def check_servable(settings: Settings) -> None:
     """Fail fast (before starting uvicorn) when the index or model cannot be found, a file of the index is damaged
     (its checksum differs from the manifest's record), the model did not build the index, the reader has no fitted
-    reading, or the device or runtime cannot be used here; from the manifest and the models' configs and
-    fingerprints, loading no weights. An alias is checked through to its target."""
+    reading, the device or runtime cannot be used here, or writes are on and the live directory cannot be written;
+    from the manifest and the models' configs and fingerprints, loading no weights. An alias is checked through to
+    its target."""
     from spanseek.core.alias import resolve_alias
     from spanseek.core.config import EncoderConfig
     from spanseek.core.encoding import pick_device
@@ -85,6 +86,13 @@ def check_servable(settings: Settings) -> None:
         if not (reader_dir / READING_NAME).is_file():  # core.loading.open_reading refuses it
             raise ValueError(f"{setting_names('reader')}: {reader_dir} has no {READING_NAME} (fit one with "
                              "`spanseek train fit-reading`)")
+    if settings.writes:  # the live store makes the directory and its log when it loads
+        from spanseek.service.live import live_dir_of, live_dir_problem
+
+        problem = live_dir_problem(live_dir_of(settings))
+        if problem is not None:
+            default = "" if settings.live_dir else " (the default: the index path + '.live')"
+            raise ValueError(f"{setting_names('live_dir')}: the live directory of --writes{default}: {problem}")
     try:
         device = pick_device(settings.device)  # a device this machine lacks
     except ValueError as e:

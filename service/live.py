@@ -25,7 +25,7 @@ from spanseek.core.io import Document
 from spanseek.core.params import SearchFilter
 from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
-from spanseek.indexer.live import DocumentEncoder, LiveStore
+from spanseek.indexer.live import BASES, WAL_DIR, DocumentEncoder, LiveStore
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.settings import Settings
 
@@ -47,6 +47,28 @@ def lower_thread_priority(increment: int) -> None:
 def live_dir_of(settings: Settings) -> Path:
     """The live directory: ``live_dir``, else the index path with ``.live`` appended."""
     return settings.live_dir or settings.index.with_name(settings.index.name + ".live")
+
+
+def live_dir_problem(live_dir: Path) -> str | None:
+    """Why the live store could not write ``live_dir`` (made when missing), or None: it, its ``wal/`` or ``bases/``
+    is a file or is not writable (a read-only volume), or the nearest folder above it that exists, where it would be
+    made, is. ``spanseek serve`` asks before loading: the store's first write would fail the loading, a 503 on
+    /ready for good."""
+    if not live_dir.exists():  # a path under a file does not exist either
+        folder = next(p for p in live_dir.parents if p.exists())
+        if not folder.is_dir():
+            return f"{live_dir} cannot be made: {folder} is a file, not a directory"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"{live_dir} cannot be made: {folder} is not writable"
+        return None
+    for path in (live_dir, live_dir / WAL_DIR, live_dir / BASES):
+        if not path.exists():
+            continue
+        if not path.is_dir():
+            return f"{path} is a file, not a directory"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{path} is not writable"
+    return None
 
 
 class LiveWrites:

