@@ -32,9 +32,9 @@ from pathlib import Path  # noqa: E402
 
 from spanseek.core.config import EncoderConfig  # noqa: E402
 from spanseek.core.evaluate import sample_questions  # noqa: E402
+from spanseek.core.holdout import split_articles  # noqa: E402
 from spanseek.core.io import (  # noqa: E402
     load_squad,
-    split_articles,
     squad_documents,
     squad_questions,
     write_corpus,
