@@ -6,7 +6,8 @@ Each script is started as ``python bench/NAME.py`` (its own process, so imports 
 flags are checked too) with the smallest sizes its flags allow, and the JSON it writes must hold the figures the
 documentation quotes. Scripts that need a CUDA GPU run their CPU path where they have one, else ``--help``. The
 runs that train, or start the service several times, are marked ``slow``: ``make bench-smoke`` runs them all.
-``test_every_cited_script_has_a_smoke_test`` fails when a document cites a script that is missing or untested.
+``test_every_cited_script_has_a_smoke_test`` fails when a document cites a script that is missing or untested, and
+``test_every_bench_script_imports`` (quick, in ``make test``) when any script under bench/ no longer imports.
 """
 
 from __future__ import annotations
@@ -92,6 +93,31 @@ def test_every_cited_script_exists_and_has_a_smoke_test():
     assert not {s for s in cited if not (ROOT / s).is_file()}, "cited scripts that do not exist"
     assert not cited - SMOKED, "cited scripts without a smoke test in this file"
     assert all((ROOT / s).is_file() for s in SMOKED)
+
+
+def test_every_bench_script_imports():
+    """Every script under bench/ imports as ``python bench/NAME.py`` would (bench/ and its folder first on the path),
+    in one interpreter: a name moved out of a module fails here, in ``make test``, not only in its slow smoke run."""
+    scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bench").rglob("*.py"))
+    probe = (
+        "import importlib.util, sys\n"
+        "failed = []\n"
+        "for path in sys.argv[1:]:\n"
+        "    folder = str(__import__('pathlib').Path(path).resolve().parent)\n"
+        "    sys.path[:0] = [folder]\n"
+        "    spec = importlib.util.spec_from_file_location('bench_probe_' + path.replace('/', '_')[:-3], path)\n"
+        "    try:\n"
+        "        spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "    except Exception as e:\n"
+        "        failed.append(f'{path}: {type(e).__name__}: {e}')\n"
+        "    finally:\n"
+        "        sys.path.remove(folder)\n"
+        "print('\\n'.join(failed))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe, *scripts], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(scripts) > 20 and proc.stdout.strip() == "", proc.stdout
 
 
 # -- indexing and in-process search ------------------------------------------------------------------------------
