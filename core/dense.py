@@ -252,10 +252,11 @@ class DenseLeg:
         round (with the request's nprobe, the selection's selector, the refinement of a PQ index)."""
         n = len(q_start)
         queries = np.concatenate([q_start, q_end])  # one search for both sides: a flat index streams its vectors once
-        if self.on_device is None and flat_vectors(self.index.faiss) is not None:
+        xb = flat_vectors(self.index.faiss) if self.on_device is None else None
+        if xb is not None:
             allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
             half = self.half_vectors() if self.flat_holds_fine and len(queries) <= HALF_ROWS else None
-            scan = FlatScan(self.index.faiss, queries, allowed, half=half, transposed=self.transposed_vectors())
+            scan = FlatScan(self.index.faiss, queries, allowed, half=half, transposed=self.transposed_vectors(xb))
             return (lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)), scan
         device = self.on_device.index if self.on_device is not None else None
         sel, nprobe, vectors = plan.selection, plan.params.nprobe, plan.vectors
@@ -281,17 +282,27 @@ class DenseLeg:
                 self._half = HalfVectors.of(store.data, xb)
         return self._half
 
-    def transposed_vectors(self) -> np.ndarray | None:
-        """The flat index's vectors transposed for the product (``core.flat_search.transposed``; None where it keeps
-        none): made on first use, and again once the index holds other vectors (its faiss index grew)."""
-        xb = flat_vectors(self.index.faiss)
+    def transposed_vectors(self, xb: np.ndarray | None = None) -> np.ndarray | None:
+        """The flat index's vectors ``xb`` (default: read from it now) transposed for the product
+        (``core.flat_search.transposed``; None where it keeps none, or for an index searched on a GPU): made on first
+        use, and again once the index holds other vectors (another buffer or row count: a faiss index that grew or
+        shrank). A served index is never rewritten in place (writes go to a segment, a reload opens a new index), so
+        the same buffer and count are the same vectors."""
+        xb = xb if xb is not None else flat_vectors(self.index.faiss) if self.on_device is None else None
         if xb is None:
             return None
         key = (xb.ctypes.data, len(xb))
         with self._half_lock:
             if self._transposed is None or self._transposed[0] != key:
+                self._transposed = None  # the old copy is freed before the new one is made
                 self._transposed = (key, transposed(xb))
             return self._transposed[1]
+
+    def drop_transposed(self) -> None:
+        """Let go of the transposed copy (a searcher over a segmented index, which faiss searches, serves instead);
+        a later flat scan makes it again."""
+        with self._half_lock:
+            self._transposed = None
 
     def round_ids(self, search: Callable[[np.ndarray, int], np.ndarray], rows: np.ndarray, k: int) -> np.ndarray:
         """One round of the search: the top ``k`` start and end tokens of questions ``rows``."""

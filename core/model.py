@@ -118,13 +118,13 @@ def load_pretrained(ref: str, load: Callable[..., Loaded], **kwargs: Any) -> Loa
 def _hub_failure(error: BaseException) -> str | None:
     """Why the hub could not give a backbone, from the huggingface_hub error behind transformers' OSError; None when
     it is another error."""
-    from huggingface_hub import is_offline_mode
+    from huggingface_hub import constants  # (is_offline_mode is only in huggingface_hub 1.2.1 and later)
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, LocalEntryNotFoundError):
-            hub = "the hub is off (HF_HUB_OFFLINE is set)" if is_offline_mode() else "the hub cannot be reached"
+            hub = "the hub is off (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else "the hub cannot be reached"
             return f"not installed or cached locally, and {hub}"
         if isinstance(seen, RepositoryNotFoundError) and not isinstance(seen, GatedRepoError):
             return "no such model on the Hugging Face hub (a private one needs `hf auth login`)"

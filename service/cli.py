@@ -174,7 +174,10 @@ def _serve(args: argparse.Namespace) -> int:
         log.warning("%s", warning)
     log.info("serving %s with model %s on http://%s:%d", settings.index, settings.model, settings.host, settings.port)
     try:
-        uvicorn.Server(config).run(sockets=sockets)  # which uvicorn closes when it stops
+        uvicorn.Server(config).run(sockets=sockets)  # uvicorn closes them when it stops, once it has started
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down gracefully, then raises it again
         log.info("stopped")
+    finally:  # and here whether or not it started (closing twice is harmless)
+        for sock in sockets:
+            sock.close()
     return 0

@@ -103,6 +103,8 @@ class LiveWrites:
             self.current = searcher
             if self._serve is not None:
                 self._serve(searcher)
+        if searcher.dense is not self.base.dense:  # another searcher serves: the base's scan copy is unused
+            self.base.dense.drop_transposed()
 
     def _gauges(self) -> None:
         self.metrics.wal_bytes.set(self.store.wal_bytes)

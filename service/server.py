@@ -213,10 +213,14 @@ def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> 
     )
 
 
+LISTEN_BACKLOG = 2048  # uvicorn's default backlog (it listens again with its own)
+
+
 def bind_sockets(host: str, port: int) -> list[socket.socket]:
     """Sockets bound to ``host``:``port`` as uvicorn (asyncio's ``create_server``) would bind them, one per address
-    the host resolves to, not yet listening (a client connecting before the service runs is refused, not left
-    waiting); uvicorn listens on them. A host that does not resolve or an address that cannot be bound (in use, not
+    the host resolves to (an address family this kernel lacks skipped), and listening at once, so a second server
+    starting meanwhile is refused at its bind, not later inside uvicorn; a client connecting before the service runs
+    waits in the backlog until it does. uvicorn serves on them. A host that does not resolve or an address that cannot be bound (in use, not
     this machine's, a privileged port) is a ValueError naming the setting, where uvicorn logged it among its start-up
     lines and exited with status 3 after starting the app."""
     try:
@@ -226,7 +230,10 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
     sockets: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):  # in order, each once
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # as asyncio: a family this kernel lacks (IPv6 turned off) is skipped
+                continue
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio: a restart reuses the port at once
             if family == socket.AF_INET6:  # as asyncio: the IPv4 address gets its own socket
@@ -238,6 +245,10 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
                 where = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
                 raise ValueError(f"--host / --port (SPANSEEK_HOST / SPANSEEK_PORT): cannot listen on {where}: "
                                  f"{(e.strerror or str(e)).lower()}") from None
+            sock.listen(LISTEN_BACKLOG)  # now: a second server binding the port meanwhile is refused at its bind
+        if not sockets:
+            raise ValueError(f"--host / SPANSEEK_HOST: cannot listen on {host!r}: none of its addresses' families is "
+                             "supported here")
     except BaseException:
         for sock in sockets:
             sock.close()

@@ -163,6 +163,11 @@ class Settings(BaseSettings):
     # Each distinct filter's selection (allowed documents and passages) is kept for the next request with it: about
     # D + 1.125 P bytes each (D documents, P passages). More = fewer selections computed again, more memory.
     selection_cache_bytes: int = Field(1 << 30, ge=0, description="bytes of recent filters' selections kept")
+    # On CPUs other than Intel's an exact index's scans multiply by a transposed copy of its vectors (core.flat_search):
+    # faster, and as much RAM again as the vectors.
+    scan_transposed_bytes: int = Field(1 << 30, ge=0, description=(
+        "largest exact index (bytes of float32 vectors) whose scans keep a transposed copy on CPUs other than "
+        "Intel's: faster, as much RAM again; 0: never"))
     unanswerable_prior: float = Field(0.0, ge=0.0, le=1.0, description=(
         "share of questions expected to have no answer in the index (0-1), assumed by hits' confidence when a "
         "request does not say (unanswerable_prior)"))

@@ -521,14 +521,25 @@ def test_the_transposed_vectors_follow_the_index(long_searcher, monkeypatch):
     leg = DenseLeg(index, long_searcher.length_bias)
     first = leg.transposed_vectors()
     assert first is not None and np.array_equal(first, xb.T) and leg.transposed_vectors() is first
-    questions = ["When was the zebra built?", "Who juggles near Oslo?"] * 5  # 20 query rows: the pieces product
+    leg.drop_transposed()  # a segmented searcher serves instead: let go, and made again by the next flat scan
+    assert leg._transposed is None and np.array_equal(leg.transposed_vectors(), first)
+    first = leg.transposed_vectors()
+    questions = ["When was the zebra built?", "Who juggles near Oslo?"] * 17  # 68 query rows: the pieces product
     params = SearchParams(unit="passage", top_k=3, mode="dense")
+    used, scores_into = [], flat_search.scores_into
+
+    def recording(queries, xb, out, workers=None, xt=None):
+        used.append(xt is not None)
+        return scores_into(queries, xb, out, workers, xt)
+
+    monkeypatch.setattr(flat_search, "scores_into", recording)
     with_copy = long_searcher.search(questions, params)
     monkeypatch.setattr(flat_search, "TRANSPOSED_BYTES", 0)
     without = DenseLeg(index, long_searcher.length_bias)
     assert without.transposed_vectors() is None
     monkeypatch.setattr(long_searcher, "dense", without)
     assert long_searcher.search(questions, params) == with_copy
+    assert used == [True, False]  # one product each, with the copy and without it
     grown = faiss.IndexFlatIP(xb.shape[1])
     grown.add(np.concatenate([xb, xb[:3]]))
     monkeypatch.setattr(flat_search, "TRANSPOSED_BYTES", 1 << 30)

@@ -149,16 +149,74 @@ def test_an_address_that_cannot_be_bound_or_resolved_names_the_host(monkeypatch)
         server.bind_sockets("nosuch.invalid", 8000)
 
 
-def test_bound_sockets_refuse_connections_until_uvicorn_listens():
-    """A client connecting while the index is checked is refused at once rather than left waiting."""
+def test_bound_sockets_listen_at_once_so_a_second_server_is_refused_at_its_bind():
+    """The first server's sockets listen from the start: a second one started meanwhile on the port (SO_REUSEADDR
+    lets two sockets bind an address nobody listens on) is refused at its own bind, naming the setting, rather than
+    later inside uvicorn; a client connecting meanwhile waits in the backlog instead of being refused."""
     sockets = server.bind_sockets("127.0.0.1", 0)
     try:
         assert [s.family for s in sockets] == [socket.AF_INET]
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(sockets[0].getsockname(), timeout=5).close()
+        port = sockets[0].getsockname()[1]
+        with pytest.raises(ValueError, match=rf"--host / --port .*cannot listen on 127\.0\.0\.1:{port}: address "
+                                             "already in use"):
+            server.bind_sockets("127.0.0.1", port)
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         for s in sockets:
             s.close()
+
+
+def test_the_bound_sockets_are_closed_when_the_server_fails_to_start(tiny_index, tiny_model_dir, monkeypatch):
+    """uvicorn closes its sockets only once it has started: a start-up that fails inside it (its lifespan's exit
+    status 3) leaves them to serve, which closes them, so an in-process caller gets the port back."""
+    import uvicorn
+
+    from spanseek.cli import main
+    from spanseek.service import app, cli
+
+    sockets = server.bind_sockets("127.0.0.1", 0)
+    port = sockets[0].getsockname()[1]
+    monkeypatch.setattr(server, "bind_sockets", lambda host, p: sockets)
+    monkeypatch.setattr(cli, "check_servable", lambda settings: None)
+    monkeypatch.setattr(app, "create_app", lambda settings, **kwargs: None)
+    monkeypatch.setattr(server, "server_config", lambda *args: None)
+
+    def fails(self, sockets=None):
+        raise SystemExit(3)
+
+    monkeypatch.setattr(uvicorn.Server, "__init__", lambda self, config: None)
+    monkeypatch.setattr(uvicorn.Server, "run", fails)
+    with pytest.raises(SystemExit):
+        main(["serve", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--port", str(port)])
+    assert all(s.fileno() == -1 for s in sockets)  # closed
+    server.bind_sockets("127.0.0.1", port)[0].close()  # the port is free again
+
+
+def test_an_address_family_the_kernel_lacks_is_skipped(monkeypatch):
+    """As asyncio does: a host that resolves to IPv6 too, on a kernel without IPv6, is served on its IPv4 address;
+    with no family at all left, one line names the host."""
+    real_socket, real_getaddrinfo = socket.socket, socket.getaddrinfo
+
+    def no_ipv6(family=socket.AF_INET, *args, **kwargs):
+        if family == socket.AF_INET6:
+            raise OSError(97, "Address family not supported by protocol")
+        return real_socket(family, *args, **kwargs)
+
+    def both(host, port, *args, **kwargs):
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0)),
+                *real_getaddrinfo("127.0.0.1", port, *args, **kwargs)]
+
+    monkeypatch.setattr(server.socket, "socket", no_ipv6)
+    monkeypatch.setattr(server.socket, "getaddrinfo", both)
+    sockets = server.bind_sockets("localhost", 0)
+    try:
+        assert [s.family for s in sockets] == [socket.AF_INET]
+    finally:
+        for s in sockets:
+            s.close()
+    monkeypatch.setattr(server.socket, "getaddrinfo", lambda host, port, *a, **k: both(host, port, *a, **k)[:1])
+    with pytest.raises(ValueError, match="--host / SPANSEEK_HOST: cannot listen on 'localhost': none of its"):
+        server.bind_sockets("localhost", 0)
 
 
 def test_a_mistyped_variable_is_warned_of():

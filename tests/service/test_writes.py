@@ -56,6 +56,21 @@ def test_a_written_document_is_searchable_when_acknowledged_and_a_restart_keeps_
         assert found(client, "new-1") and client.get("/documents/d0", headers=KEY).json()["title"] == "Replaced"
 
 
+def test_the_base_lets_go_of_its_scan_copy_once_a_segmented_searcher_serves(write_settings, monkeypatch):
+    """Until the first write the base index is served (its flat scans keep their transposed copy of the vectors); a
+    write publishes a searcher over base + segment, which faiss searches, and the base's copy is let go."""
+    from spanseek.core import flat_search
+
+    monkeypatch.setattr(flat_search, "PRODUCT", "pieces")  # the copy is kept on any CPU
+    app = create_app(write_settings())
+    with serving(app) as client:
+        live = app.state.service.live
+        assert live.base.dense.transposed_vectors() is not None
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        assert live.current is not live.base and live.base.dense._transposed is None
+        assert found(client, "new-1")
+
+
 def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
     with serving(create_app(write_settings())) as client:
         bad = [
