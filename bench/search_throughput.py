@@ -91,7 +91,9 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
         "indexed_tokens": int(searcher.index.faiss.ntotal), "passages": len(searcher.index.passages),
         "factory": searcher.index.manifest.factory, "precision": searcher.encoder.precision,
         "runtime": "onnx" if searcher.encoder.onnx is not None else "torch",
-        "torch_threads": torch.get_num_threads(), "transposed": searcher.dense.transposed_vectors() is not None,  # (None on a GPU) "questions": n, "batch_size": args.batch_size, "top_k": args.top_k,
+        "torch_threads": torch.get_num_threads(),
+        "transposed": searcher.dense.transposed_vectors() is not None,  # a flat scan's copy (never on a GPU)
+        "questions": n, "batch_size": args.batch_size, "top_k": args.top_k,
         "repeats": args.repeats, "raw_encode_seconds": round(raw, 3), "raw_encode_qps": round(n / raw, 1),
         "units": {}, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
     }
