@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from spanseek.core.model import PhraseModel
-from spanseek.core.runtime import onnx_forward
+from spanseek.core.runtime import small_passes
 from spanseek.core.text import PassageTokens, best_window, tokenize_passages, window_starts
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,8 @@ QUESTION_PAD_MULTIPLE = 8
 # / 192 tokens (2-core AVX2 EPYC, medians of 12 batches, budgets alternating), one question 8.9 ms either way, the
 # same vectors to the bit; on torch (a GPU, bf16, training) one pass
 ONNX_QUESTION_TOKENS = 256
+# the question length the bf16-or-ONNX probe times (``core.runtime.small_passes``): most questions pad to 16 or 24
+PROBE_QUESTION_TOKENS = 16
 
 
 def pad_batch(rows: list[np.ndarray], pad_id: int, multiple: int = 8) -> torch.Tensor:
@@ -171,8 +173,10 @@ class QuestionEncoder:
     """Tokenise and encode questions in batches: ``encode(["who …?"]) -> (q_start, q_end)`` as float32 arrays.
 
     ``runtime`` (``core.runtime``): ``auto`` runs the fp32 CPU forward pass on ONNX Runtime (3.7x faster for one
-    question on an AVX2 EPYC, 1.25x at 64 in one pass and more in the short passes of ``ONNX_QUESTION_TOKENS``); the
-    default ``torch`` suits a model still being trained.
+    question on an AVX2 EPYC, 1.25x at 64 in one pass and more in the short passes of ``ONNX_QUESTION_TOKENS``), and
+    in bf16 on a CPU the small batches there and the large ones on torch (``SmallPasses``: one question 4.8 against
+    18.9 ms on a 2-core Xeon with AMX, 64 questions 95.5 ms on torch against 144.8); the default ``torch`` suits a
+    model still being trained.
     """
 
     def __init__(self, model: PhraseModel, tokenizer, precision: str = "fp32", runtime: str = "torch"):
@@ -180,9 +184,13 @@ class QuestionEncoder:
         self.tokenizer = tokenizer
         self.precision = precision
         self.max_len = model.config.max_query_len
+        self.pad_id = int(tokenizer.pad_token_id or 0)
         example = torch.ones((2, QUESTION_PAD_MULTIPLE), dtype=torch.long)
-        self.onnx = onnx_forward(runtime, model_device(model), precision, _QuestionForward(model),
-                                 {"input_ids": example, "attention_mask": example}, ("q_start", "q_end"))
+        self.passes = small_passes(runtime, model_device(model), precision, _QuestionForward(model),
+                                   {"input_ids": example, "attention_mask": example}, ("q_start", "q_end"),
+                                   length=PROBE_QUESTION_TOKENS, max_rows=64,
+                                   torch_pass=lambda feed: self._forward(*map(torch.from_numpy, feed.values())))
+        self.onnx = self.passes.onnx
 
     @torch.no_grad()
     def encode(self, questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -190,31 +198,32 @@ class QuestionEncoder:
         if not questions:
             d = self.model.dim
             return np.zeros((0, d), np.float32), np.zeros((0, d), np.float32)
-        if self.onnx is not None:
-            return self._encode_onnx(questions)
-        device = model_device(self.model)
-        enc = self.tokenizer(
-            questions, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt",
-            pad_to_multiple_of=QUESTION_PAD_MULTIPLE,
-        )
-        with autocast(device, self.precision):
-            q_start, q_end = self.model.encode_questions(
-                enc["input_ids"].to(device), enc["attention_mask"].to(device)
-            )
-        return q_start.float().cpu().numpy(), q_end.float().cpu().numpy()
-
-    def _encode_onnx(self, questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``encode`` on ONNX Runtime, in passes of at most ``ONNX_QUESTION_TOKENS`` padded tokens."""
-        assert self.onnx is not None
         ids = [np.asarray(x, dtype=np.int64) for x in
                self.tokenizer(questions, truncation=True, max_length=self.max_len)["input_ids"]]
-        pad_id = int(self.tokenizer.pad_token_id or 0)
+        if self.passes.takes(len(ids) * padded_length(max(map(len, ids)), QUESTION_PAD_MULTIPLE)):
+            return self._encode_onnx(ids)
+        q_start, q_end = self._forward(*self._batch(ids))
+        return q_start.float().cpu().numpy(), q_end.float().cpu().numpy()
+
+    def _batch(self, ids: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded (B, T) ids and attention mask, T a multiple of ``QUESTION_PAD_MULTIPLE``."""
+        return (pad_batch(ids, self.pad_id, QUESTION_PAD_MULTIPLE),
+                pad_batch([np.ones(len(x), np.int64) for x in ids], 0, QUESTION_PAD_MULTIPLE))
+
+    @torch.no_grad()
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        device = model_device(self.model)
+        with autocast(device, self.precision):
+            return self.model.encode_questions(input_ids.to(device), attention_mask.to(device))
+
+    def _encode_onnx(self, ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``encode`` on ONNX Runtime, in passes of at most ``ONNX_QUESTION_TOKENS`` padded tokens."""
+        assert self.onnx is not None
         q_start = np.empty((len(ids), self.model.dim), np.float32)
         q_end = np.empty_like(q_start)
         for rows in length_passes([len(x) for x in ids], ONNX_QUESTION_TOKENS):
-            batch = pad_batch([ids[r] for r in rows], pad_id, QUESTION_PAD_MULTIPLE).numpy()
-            mask = pad_batch([np.ones(len(ids[r]), np.int64) for r in rows], 0, QUESTION_PAD_MULTIPLE).numpy()
-            q_start[rows], q_end[rows] = self.onnx(input_ids=batch, attention_mask=mask)
+            batch, mask = self._batch([ids[r] for r in rows])
+            q_start[rows], q_end[rows] = self.onnx(input_ids=batch.numpy(), attention_mask=mask.numpy())
         return q_start, q_end
 
 

@@ -30,7 +30,7 @@ from spanseek.core.config import ReaderConfig
 from spanseek.core.encoding import autocast, length_passes, model_device, pad_batch
 from spanseek.core.io import replace_dir
 from spanseek.core.model import ModelError, load_pretrained, read_weights
-from spanseek.core.runtime import onnx_forward
+from spanseek.core.runtime import small_passes
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
 READER_CONFIG_NAME = "reader_config.json"
@@ -44,6 +44,9 @@ MAX_BATCH_TOKENS = 4096
 # EPYC, medians of 12 alternating) took 5.86 s at 4,096 tokens a pass, 4.97 at 2,048, 4.50 at 1,024, 4.03 at 512
 # and 768, 4.09 at 384, 4.30 at 256 (torch on the same CPU: 5.35 at 4,096, 4.87 at 1,024, 4.98 at 512)
 ONNX_BATCH_TOKENS = 512
+# the window length the bf16-or-ONNX probe times (``core.runtime.small_passes``): a question and a 200-character
+# window read at search time
+PROBE_WINDOW_TOKENS = 80
 FROZEN = "word_embeddings"  # parameters whose name holds this are never trained and never saved
 
 
@@ -218,10 +221,15 @@ class PassageReader:
         if "token_type_ids" in tokenizer.model_input_names:
             example["token_type_ids"] = torch.zeros((2, 8), dtype=torch.long)
         # ``core.runtime``: ``auto`` reads on ONNX Runtime in fp32 on a CPU (1.7x faster for one request's three
-        # windows on an AVX2 EPYC, 1.15x for a pass of 4,096 tokens); ``torch`` suits a reader being trained
-        self.onnx = onnx_forward(runtime, model_device(model), precision, model, example, ("start", "end"))
+        # windows on an AVX2 EPYC, 1.15x for a pass of 4,096 tokens), and in bf16 on a CPU its small passes there
+        # (one request's three windows 23.3 against 35.5 ms on a 2-core Xeon with AMX; eight requests' 165 against
+        # 87.8 ms on torch); ``torch`` suits a reader being trained
+        self.passes = small_passes(runtime, model_device(model), precision, model, example, ("start", "end"),
+                                   length=PROBE_WINDOW_TOKENS, max_rows=16,
+                                   torch_pass=lambda feed: self._forward(*map(torch.from_numpy, feed.values())))
+        self.onnx = self.passes.onnx
         # padded tokens a forward pass (default: by runtime, measured above)
-        self.max_batch_tokens = max_batch_tokens or (MAX_BATCH_TOKENS if self.onnx is None else ONNX_BATCH_TOKENS)
+        self.max_batch_tokens = max_batch_tokens or (ONNX_BATCH_TOKENS if self.passes.name == "onnx" else MAX_BATCH_TOKENS)
 
     @classmethod
     def load(cls, ref: str | Path, device: str | torch.device = "cpu", precision: str = "fp32",
@@ -232,26 +240,33 @@ class PassageReader:
     @torch.inference_mode()
     def logits(self, windows: Windows) -> list[tuple[np.ndarray, np.ndarray]]:
         """(start, end) logits of every window, each (T_w,), batched by length."""
-        device = model_device(self.model)
         out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0), np.zeros(0))] * len(windows.ids)
         pad_id = int(self.tokenizer.pad_token_id or 0)
         for batch in length_passes([len(w) for w in windows.ids], self.max_batch_tokens):
             ids = pad_batch([windows.ids[w] for w in batch], pad_id)
             mask = pad_batch([np.ones(len(windows.ids[w]), np.int64) for w in batch], 0)
             types = None if windows.type_ids is None else pad_batch([windows.type_ids[w] for w in batch], 0)
-            if self.onnx is not None:
+            if self.passes.takes(ids.numel()):
+                assert self.onnx is not None
                 feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
                 if types is not None:
                     feed["token_type_ids"] = types.numpy()
                 start, end = self.onnx(**feed)
             else:
-                with autocast(device, self.precision):
-                    start, end = self.model(ids.to(device), mask.to(device), None if types is None else types.to(device))
+                start, end = self._forward(ids, mask, types)
                 start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
             for row, w in enumerate(batch):
                 n = len(windows.ids[w])
                 out[w] = (start[row, :n], end[row, :n])
         return out
+
+    @torch.inference_mode()
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor,
+                 types: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(start, end) logits of a padded pass on torch, at the reader's precision."""
+        device = model_device(self.model)
+        with autocast(device, self.precision):
+            return self.model(ids.to(device), mask.to(device), None if types is None else types.to(device))
 
     def token_logits(self, questions: list[str], passages: list[str],
                      char_starts: list[np.ndarray]) -> list[np.ndarray]:

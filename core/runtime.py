@@ -18,6 +18,20 @@ stage after the forward pass needs the cores). Outputs equal torch's within floa
 logits), as a different BLAS would give.
 
 ``runtime``: ``auto`` (ONNX Runtime for fp32 on a CPU when it is installed, else torch), ``torch``, ``onnx``.
+
+Where ``auto`` runs bf16 on a CPU (``precision auto`` picks it where bf16's products run faster: AMX, or AVX-512
+cores like Zen 4's), torch's fixed cost a pass still loses the small passes, and its bf16 products win the large
+ones. On a 2-core Intel Xeon with AMX, in milliseconds (question encoder; reader, three windows a question):
+
+| forward pass                          | torch, bf16 | ONNX Runtime, fp32 |
+|---------------------------------------|-------------|--------------------|
+| question encoder, 1 / 8 / 64 questions| 18.9 / 32.9 / 95.5 | 4.8 / 24.3 / 144.8 |
+| reader, 1 / 8 / 64 questions          | 35.5 / 87.8 / 622  | 23.3 / 165 / 1,312 |
+
+So ``auto`` in bf16 on a CPU keeps an fp32 ONNX Runtime session beside torch for the passes of at most
+``onnx_max_tokens`` padded tokens, the size up to which it measured ONNX Runtime faster once at load
+(``SmallPasses``, ``faster_up_to``); larger passes run on torch in bf16. A pass's outputs then depend on its size
+as a bf16 pass's do on its padding: within bf16's rounding of the fp32 ones.
 """
 
 from __future__ import annotations
@@ -27,8 +41,10 @@ import importlib.util
 import logging
 import os
 import threading
+import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +185,73 @@ def onnx_forward(runtime: str, device: torch.device | str, precision: str, modul
                     type(e).__name__, e)
         return None
     return forward
+
+
+def faster_up_to(sizes: Sequence[int], seconds_a: Callable[[int], float], seconds_b: Callable[[int], float]) -> int | None:
+    """The largest of ``sizes`` (ascending) up to which ``a`` is faster than ``b`` at every size: 0 where ``b`` is
+    faster at the first, None where ``a`` is faster at all of them. Stops at the first size ``b`` wins."""
+    best = 0
+    for size in sizes:
+        if seconds_a(size) >= seconds_b(size):
+            return best
+        best = size
+    return None
+
+
+def best_seconds(run: Callable[[], object], repeats: int = 3) -> float:
+    """The fastest of ``repeats`` timed calls of ``run``, after one untimed call (kernel choice, buffers)."""
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@dataclass
+class SmallPasses:
+    """Which forward passes run on ONNX Runtime: ``onnx`` (None: none) for passes of at most ``max_tokens`` padded
+    tokens (None: every pass)."""
+
+    onnx: OnnxForward | None = None
+    max_tokens: int | None = None
+
+    def takes(self, tokens: int) -> bool:
+        """Whether a pass of ``tokens`` padded tokens runs on ONNX Runtime."""
+        return self.onnx is not None and (self.max_tokens is None or tokens <= self.max_tokens)
+
+    @property
+    def name(self) -> str:
+        """``onnx``, ``torch``, or ``onnx+torch`` where passes are shared by size."""
+        return "torch" if self.onnx is None else "onnx" if self.max_tokens is None else "onnx+torch"
+
+
+def small_passes(runtime: str, device: torch.device | str, precision: str, module: torch.nn.Module,
+                 example: Mapping[str, torch.Tensor], outputs: Sequence[str], length: int, max_rows: int,
+                 torch_pass: Callable[[dict[str, np.ndarray]], object]) -> SmallPasses:
+    """What runs ``module``'s passes: ONNX Runtime for all of them where ``pick_runtime`` picks it; under ``auto``
+    on a CPU in bf16, ONNX Runtime (fp32) for the passes it runs faster than ``torch_pass`` (a torch forward of
+    such inputs, in bf16), measured once now on passes of ``length`` tokens and 1, 2, 3, 4, 6, 8 ... ``max_rows``
+    rows; else torch alone."""
+    forward = onnx_forward(runtime, device, precision, module, example, outputs)
+    if forward is not None:
+        return SmallPasses(forward)
+    if runtime != "auto" or torch.device(device).type != "cpu" or precision != "bf16" or not onnx_installed():
+        return SmallPasses()
+    forward = onnx_forward("auto", device, "fp32", module, example, outputs)
+    if forward is None:
+        return SmallPasses()
+
+    def feed(rows: int) -> dict[str, np.ndarray]:  # ids and mask of ones, segment ids of zeros
+        return {name: (np.zeros if name == "token_type_ids" else np.ones)((rows, length), dtype=np.int64)
+                for name in example}
+
+    rows = sorted({r for i in range(max_rows.bit_length()) for r in (1 << i, 3 << i >> 1) if 1 <= r <= max_rows})
+    up_to = faster_up_to(rows, lambda r: best_seconds(lambda: forward(**feed(r))),
+                         lambda r: best_seconds(lambda: torch_pass(feed(r))))
+    log.info("%s: passes of %s padded tokens on ONNX Runtime (fp32), larger on torch (bf16)",
+             type(module).__name__, "any number of" if up_to is None else f"at most {up_to * length}")
+    if up_to == 0:
+        return SmallPasses()
+    return SmallPasses(forward, None if up_to is None else up_to * length)

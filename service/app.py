@@ -208,7 +208,8 @@ class ServiceState:
             "model": {
                 "ref": self.settings.model, "fingerprint": m.model_fingerprint, "built_with": m.model_ref,
                 "device": device, "precision": str(getattr(encoder, "precision", "unknown")),
-                "runtime": "onnx" if getattr(encoder, "onnx", None) is not None else "torch",
+                "runtime": encoder.passes.name if hasattr(encoder, "passes") else "torch",
+                "onnx_max_tokens": getattr(getattr(encoder, "passes", None), "max_tokens", None),
                 "max_query_tokens": getattr(encoder, "max_len", None), "dim": m.encoder.get("dim"),
                 "max_answer_tokens": searcher.max_answer_tokens, "length_bias": list(searcher.length_bias),
             },

@@ -9,10 +9,16 @@ import pytest
 import torch
 
 from spanseek.core import runtime
-from spanseek.core.encoding import ONNX_QUESTION_TOKENS, QuestionEncoder, length_passes
+from spanseek.core.encoding import ONNX_QUESTION_TOKENS, PROBE_QUESTION_TOKENS, QuestionEncoder, length_passes
 from spanseek.core.model import load_model, load_tokenizer
-from spanseek.core.reader import MAX_BATCH_TOKENS, ONNX_BATCH_TOKENS, PassageReader, load_reader_model
-from spanseek.core.runtime import OnnxForward, onnx_forward, pick_runtime
+from spanseek.core.reader import (
+    MAX_BATCH_TOKENS,
+    ONNX_BATCH_TOKENS,
+    PROBE_WINDOW_TOKENS,
+    PassageReader,
+    load_reader_model,
+)
+from spanseek.core.runtime import OnnxForward, SmallPasses, faster_up_to, onnx_forward, pick_runtime
 
 QUESTIONS = ["who built the castle?", "when", "which painter wrote the novel about the railway harbour in 1410?"]
 PASSAGES = ["In 1410 Alba built the castle river.", "In 1200 Cato built the music empire and the bridge.",
@@ -113,3 +119,97 @@ def test_the_session_follows_torchs_thread_count(tiny_reader, cache):
         assert forward.session() is not one
     finally:
         torch.set_num_threads(threads)
+
+
+def test_faster_up_to_is_the_last_size_of_the_first_run_of_wins():
+    sizes = [1, 2, 4, 8, 16]
+    fixed_cost = {"onnx": lambda s: 1.0 * s, "torch": lambda s: 5.0 + 0.5 * s}  # crossover between 8 and 16
+    assert faster_up_to(sizes, fixed_cost["onnx"], fixed_cost["torch"]) == 8
+    assert faster_up_to(sizes, fixed_cost["torch"], fixed_cost["onnx"]) == 0  # loses the first: never
+    assert faster_up_to(sizes, lambda s: 1.0, lambda s: 2.0) is None  # wins everywhere: every size
+    seen = []
+    faster_up_to(sizes, lambda s: seen.append(s) or float(s == 2), lambda s: 0.5)
+    assert seen == [1, 2]  # a loss ends the probe: a later win (noise) does not extend the run
+    assert SmallPasses().takes(1) is False and SmallPasses().name == "torch"
+
+
+@pytest.fixture()
+def probed(monkeypatch):
+    """``small_passes``'s probe answers ``rows`` (its measurement is the timing of real passes, checked on a real
+    model by hand: one question 4.3 against 18.9 ms, 64 at 86.9 ms on torch)."""
+    calls = []
+
+    def answer(rows):
+        def faster(sizes, seconds_a, seconds_b):
+            calls.append(list(sizes))
+            seconds_a(sizes[0]), seconds_b(sizes[0])  # both arms run
+            return rows
+        monkeypatch.setattr(runtime, "faster_up_to", faster)
+        return calls
+    return answer
+
+
+def count_onnx_passes(forward: OnnxForward, monkeypatch) -> list[int]:
+    passes: list[int] = []
+    call = OnnxForward.__call__
+
+    def counted(self, **inputs):
+        passes.append(int(inputs["input_ids"].size))
+        return call(self, **inputs)
+
+    monkeypatch.setattr(OnnxForward, "__call__", counted)
+    return passes
+
+
+def test_bf16_questions_encode_their_small_batches_on_onnx_and_the_large_on_torch(tiny_model_dir, cache, probed,
+                                                                                    monkeypatch):
+    model = load_model(tiny_model_dir)
+    tokenizer = load_tokenizer(model.config)
+    probes = probed(2)  # ONNX Runtime faster up to two rows of PROBE_QUESTION_TOKENS
+    mixed = QuestionEncoder(model, tokenizer, "bf16", "auto")
+    assert probes == [[1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]]
+    assert mixed.passes.name == "onnx+torch" and mixed.passes.max_tokens == 2 * PROBE_QUESTION_TOKENS
+    fp32, bf16 = QuestionEncoder(model, tokenizer, "fp32"), QuestionEncoder(model, tokenizer, "bf16")
+    passes = count_onnx_passes(mixed.onnx, monkeypatch)
+    for small in (QUESTIONS[:1], QUESTIONS[:2]):  # padded to 8 tokens a question: within 2 x 16
+        for a, b in zip(mixed.encode(small), fp32.encode(small), strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)  # fp32, on ONNX Runtime
+    assert len(passes) == 2
+    large = QUESTIONS * 4
+    for a, b in zip(mixed.encode(large), bf16.encode(large), strict=True):
+        np.testing.assert_array_equal(a, b)  # bf16, on torch: the same as a bf16 encoder's
+    assert len(passes) == 2
+    assert np.abs(mixed.encode(large)[0] - fp32.encode(large)[0]).max() > 1e-5  # and not fp32's
+
+
+@pytest.mark.parametrize("precision, runtime_, rows, name", [
+    ("bf16", "auto", 0, "torch"),         # torch faster from one row: no session kept
+    ("bf16", "auto", None, "onnx"),       # ONNX Runtime faster at every size probed: every pass
+    ("bf16", "torch", 2, "torch"),        # asked for torch: no probe
+    ("fp32", "auto", 2, "onnx"),          # fp32 on a CPU: every pass, no probe
+])
+def test_which_passes_run_where(tiny_model_dir, cache, probed, precision, runtime_, rows, name):
+    model = load_model(tiny_model_dir)
+    probes = probed(rows)
+    encoder = QuestionEncoder(model, load_tokenizer(model.config), precision, runtime_)
+    assert encoder.passes.name == name and (encoder.onnx is None) == (name == "torch")
+    assert len(probes) == (precision == "bf16" and runtime_ == "auto")
+    assert encoder.encode(QUESTIONS)[0].shape[0] == len(QUESTIONS)
+
+
+def test_a_bf16_reader_reads_small_passes_on_onnx_and_large_ones_on_torch(tiny_reader, cache, probed, monkeypatch):
+    probed(3)
+    mixed = PassageReader.load(tiny_reader, precision="bf16")
+    assert mixed.passes.max_tokens == 3 * PROBE_WINDOW_TOKENS and mixed.max_batch_tokens == MAX_BATCH_TOKENS
+    fp32 = PassageReader.load(tiny_reader, runtime="torch")
+    bf16 = PassageReader.load(tiny_reader, precision="bf16", runtime="torch")
+    passes = count_onnx_passes(mixed.onnx, monkeypatch)
+    one = mixed.read(QUESTIONS[:1], PASSAGES[:1], k=3)[0]  # one short window: ONNX Runtime, fp32
+    assert len(passes) == 1 and passes[0] <= 3 * PROBE_WINDOW_TOKENS
+    want = fp32.read(QUESTIONS[:1], PASSAGES[:1], k=3)[0]
+    assert [(s.start, s.end) for s in one] == [(s.start, s.end) for s in want]
+    np.testing.assert_allclose([s.score for s in one], [s.score for s in want], atol=1e-4)
+    many = (QUESTIONS * 8, PASSAGES * 8)  # 24 pairs, the long passage in several windows: torch, bf16
+    got, want = mixed.read(*many, k=3), bf16.read(*many, k=3)
+    assert len(passes) == 1
+    assert [[(s.start, s.end, s.score) for s in x] for x in got] == [[(s.start, s.end, s.score) for s in x] for x in want]
