@@ -1,4 +1,4 @@
-"""The machine a benchmark ran on, for its JSON: the CPU's model name.
+"""The machine a benchmark ran on, for its JSON: the CPU's model name and the vector units that set its speed.
 
 A helper the bench scripts import (bench/ is on sys.path when one runs as a script), not a benchmark itself.
 """
@@ -8,13 +8,18 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
+# the flags that decide which kernels run (bf16 autocast, fp16 scans, AMX): /proc/cpuinfo's names
+FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16")
+
 
 def cpu_name() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo), else what ``platform`` knows of it."""
+    """The CPU's model name (Linux /proc/cpuinfo) with its ``FEATURES`` in brackets (cloud CPUs are often named
+    only "Intel Xeon Processor"), else what ``platform`` knows of it."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return platform.processor() or "unknown"
+    name = next((x.split(":", 1)[1].strip() for x in lines if x.startswith("model name")), "")
+    flags = set(next((x.split(":", 1)[1].split() for x in lines if x.startswith("flags")), []))
+    have = [f for f in FEATURES if f in flags]
+    return (f"{name} ({', '.join(have)})" if have else name) or platform.processor() or "unknown"

@@ -44,7 +44,8 @@ class Settings(BaseSettings):
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="question-encoder precision")
     # What runs the encoder's and the reader's forward passes: auto = ONNX Runtime in fp32 on a CPU (one question
     # encodes 3.7x faster than on torch, a batch of 64 1.25x; the graphs are exported once per model into
-    # ~/.cache/spanseek/onnx), torch otherwise (GPUs, bf16).
+    # ~/.cache/spanseek/onnx), torch on GPUs; in bf16 on a CPU (AMX) the small passes on ONNX Runtime and the large
+    # ones on torch, split where a probe at start-up finds torch faster (core.runtime.small_passes).
     runtime: Literal["auto", "torch", "onnx"] = Field("auto", description="forward passes on ONNX Runtime (CPU, "
                                                                         "fp32) or torch")
     # Where the token index is searched and span completion scores: auto follows the encoder onto a GPU (the
