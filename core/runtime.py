@@ -209,6 +209,12 @@ def best_seconds(run: Callable[[], object], repeats: int = 3) -> float:
     return best
 
 
+# rows up to which ONNX Runtime ran faster, by (module class, parameters, length, max rows, threads): a timing, so
+# two probes could disagree; one answer per process keeps a question's vectors independent of which model loaded it
+_SPLITS: dict[tuple[str, int, int, int, int], int | None] = {}
+_SPLITS_LOCK = threading.Lock()
+
+
 @dataclass
 class SmallPasses:
     """Which forward passes run on ONNX Runtime: ``onnx`` (None: none) for passes of at most ``max_tokens`` padded
@@ -248,8 +254,13 @@ def small_passes(runtime: str, device: torch.device | str, precision: str, modul
                 for name in example}
 
     rows = sorted({r for i in range(max_rows.bit_length()) for r in (1 << i, 3 << i >> 1) if 1 <= r <= max_rows})
-    up_to = faster_up_to(rows, lambda r: best_seconds(lambda: forward(**feed(r))),
-                         lambda r: best_seconds(lambda: torch_pass(feed(r))))
+    shape = (type(module).__qualname__, sum(p.numel() for p in module.parameters()), length, max_rows,
+             torch.get_num_threads())
+    with _SPLITS_LOCK:  # measured once per architecture: every model of it in a process splits passes alike
+        if shape not in _SPLITS:
+            _SPLITS[shape] = faster_up_to(rows, lambda r: best_seconds(lambda: forward(**feed(r))),
+                                          lambda r: best_seconds(lambda: torch_pass(feed(r))))
+        up_to = _SPLITS[shape]
     log.info("%s: passes of %s padded tokens on ONNX Runtime (fp32), larger on torch (bf16)",
              type(module).__name__, "any number of" if up_to is None else f"at most {up_to * length}")
     if up_to == 0:

@@ -138,6 +138,7 @@ def probed(monkeypatch):
     """``small_passes``'s probe answers ``rows`` (its measurement is the timing of real passes, checked on a real
     model by hand: one question 4.3 against 18.9 ms, 64 at 86.9 ms on torch)."""
     calls = []
+    monkeypatch.setattr(runtime, "_SPLITS", {})  # each test probes afresh
 
     def answer(rows):
         def faster(sizes, seconds_a, seconds_b):
@@ -213,3 +214,12 @@ def test_a_bf16_reader_reads_small_passes_on_onnx_and_large_ones_on_torch(tiny_r
     got, want = mixed.read(*many, k=3), bf16.read(*many, k=3)
     assert len(passes) == 1
     assert [[(s.start, s.end, s.score) for s in x] for x in got] == [[(s.start, s.end, s.score) for s in x] for x in want]
+
+
+def test_models_of_one_architecture_split_passes_alike_in_a_process(tiny_model_dir, cache, probed):
+    model = load_model(tiny_model_dir)
+    tokenizer = load_tokenizer(model.config)
+    probes = probed(2)
+    first = QuestionEncoder(model, tokenizer, "bf16", "auto")
+    second = QuestionEncoder(load_model(tiny_model_dir), tokenizer, "bf16", "auto")  # probed once, not twice
+    assert len(probes) == 1 and first.passes.max_tokens == second.passes.max_tokens == 2 * PROBE_QUESTION_TOKENS
