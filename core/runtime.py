@@ -29,8 +29,8 @@ ones. On a 2-core Intel Xeon with AMX, in milliseconds (question encoder; reader
 | reader, 1 / 8 / 64 questions          | 35.5 / 87.8 / 622  | 23.3 / 165 / 1,312 |
 
 So ``auto`` in bf16 on a CPU keeps an fp32 ONNX Runtime session beside torch for the passes of at most
-``onnx_max_tokens`` padded tokens, the size up to which it measured ONNX Runtime faster once at load
-(``SmallPasses``, ``faster_up_to``); larger passes run on torch in bf16. A pass's outputs then depend on its size
+``onnx_max_tokens`` padded tokens, the size up to which it measured ONNX Runtime faster at load, once per
+architecture in a process (``SmallPasses``, ``faster_up_to``); larger passes run on torch in bf16. A pass's outputs then depend on its size
 as a bf16 pass's do on its padding: within bf16's rounding of the fp32 ones.
 """
 
