@@ -533,6 +533,8 @@ def test_the_transposed_vectors_follow_the_index(long_searcher, monkeypatch):
         return scores_into(queries, xb, out, workers, xt)
 
     monkeypatch.setattr(flat_search, "scores_into", recording)
+    # the searcher's own leg may have been made under MKL's product (an Intel CPU), which keeps no copy: this one
+    monkeypatch.setattr(long_searcher, "dense", leg)
     with_copy = long_searcher.search(questions, params)
     monkeypatch.setattr(flat_search, "TRANSPOSED_BYTES", 0)
     without = DenseLeg(index, long_searcher.length_bias)
