@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from spanseek.core.fine_store import FineStore, as_float32
-from spanseek.core.flat_search import HALF_ROWS, FlatScan, HalfVectors, flat_vectors, transposed
+from spanseek.core.flat_search import (
+    HALF_ROWS,
+    FlatScan,
+    HalfVectors,
+    Scratch,
+    flat_vectors,
+    top_ids,
+    transposed,
+)
 from spanseek.core.gpu import OnDevice
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import search_ids
@@ -258,6 +266,12 @@ class DenseLeg:
             half = self.half_vectors() if self.flat_holds_fine and len(queries) <= HALF_ROWS else None
             scan = FlatScan(self.index.faiss, queries, allowed, half=half, transposed=self.transposed_vectors(xb))
             return (lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)), scan
+        parts = getattr(self.index.faiss, "flat_parts", None)  # a base and a segment of live writes, both flat
+        flat = parts() if parts is not None and self.on_device is None else None
+        if flat is not None:
+            allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
+            segmented = SegmentedScan(self.index, queries, allowed, *flat)
+            return (lambda rows, k: segmented.top(np.concatenate([rows, n + rows]), k)), segmented
         device = self.on_device.index if self.on_device is not None else None
         sel, nprobe, vectors = plan.selection, plan.params.nprobe, plan.vectors
 
@@ -577,6 +591,68 @@ class DenseLeg:
 
 
 
+HELD = Scratch()  # each thread's buffer for a segmented scan's held scores, base and segment together
+
+
+class SegmentedScan:
+    """One batch's token search over a base and a segment of live writes, both flat (``core.segment``'s
+    ``SegmentedFaiss.flat_parts``): the base's scores held once for the batch as any flat scan's (``FlatScan``; not
+    ranked from fp16 products, nor by a transposed copy, since each write makes a new searcher), the segment's (S, d)
+    indexed tokens scored in full, and each round's two top-k lists merged as ``SegmentedFaiss.search`` merges
+    faiss's (``merge_top``): the same tokens, without searching the base again each round. ``held`` gives every
+    token's scores, base then segment, where the base's flat index holds its fine vectors (``flat_holds_fine``),
+    for the spans' scores (``BatchScores``)."""
+
+    half = None  # never ranked from fp16 products
+
+    def __init__(self, index: Any, queries: np.ndarray, allowed: np.ndarray | None, base: Any,
+                 segment: np.ndarray):
+        self.queries, self.nb = queries, base.ntotal
+        self.seg_ids = index.faiss.segment_ids  # the indexed segment tokens' ids (their vectors: ``segment``)
+        self.scan = FlatScan(base, queries, None if allowed is None else allowed[: self.nb])
+        # every segment token's scores, the indexed ones' ranked from these very bits (``held`` holds them too)
+        self.seg_all = queries @ as_float32(index.seg_vectors).T  # (2B, S): a segment is small
+        self.seg_scores = self.seg_all[:, self.seg_ids - self.nb]
+        assert self.seg_scores.shape[1] == len(segment)
+        if allowed is not None:
+            self.seg_scores[:, ~allowed[self.seg_ids]] = -np.inf
+        self.holds_fine = flat_holds_fine(index.base) and len(index.base.token_passage) == self.nb
+        self._held: np.ndarray | None = None
+
+    def top(self, rows: np.ndarray, k: int) -> np.ndarray:
+        """(len(rows), k) token ids of the k best allowed tokens of query rows ``rows``, best first; -1 after them."""
+        import torch
+
+        from spanseek.core.segment import merge_top
+
+        top = self.scan.top(rows, k)
+        if not self.seg_scores.shape[1]:
+            return top
+        held = self.scan.held()
+        if held is not None:
+            scores = held[rows[:, None], np.maximum(top, 0)]  # (r, k) gathered, not the rows copied
+        else:  # over the byte budget: the k scores of each row
+            xb = self.scan.xb.numpy()
+            scores = np.stack([xb[np.maximum(t, 0)] @ self.queries[r] for r, t in zip(rows, top, strict=True)])
+        seg = self.seg_scores[rows]
+        cols = top_ids(torch.from_numpy(seg), min(k, seg.shape[1]))
+        seg_top = np.where(cols >= 0, self.seg_ids[np.maximum(cols, 0)], -1)
+        seg_best = np.take_along_axis(seg, np.maximum(cols, 0), axis=1)
+        return merge_top(np.where(top < 0, -np.inf, scores), top, seg_best, seg_top, k)[1]
+
+    def held(self) -> np.ndarray | None:
+        """(2B, N) scores of every token, the base's then the segment's (its fine vectors, widened), made once; None
+        where the base's flat index does not hold its fine vectors or its scores are over the byte budget."""
+        base = self.scan.held() if self.holds_fine else None
+        if base is None:
+            return None
+        if self._held is None or not HELD.holds(self):  # in a buffer kept per thread: no fresh pages a batch
+            held = HELD.take(self, len(base), self.nb + self.seg_all.shape[1]).numpy()
+            held[:, : self.nb], held[:, self.nb :] = base, self.seg_all
+            self._held = held
+        return self._held
+
+
 class DenseBatch:
     """One batch of questions in the dense leg: ``search(rows, k)`` (its token searches, see ``DenseLeg.searcher``;
     None for the lexical mode) and ``scores`` (its ``BatchScores``: from the flat scan, held or rescored, when its
@@ -591,7 +667,10 @@ class DenseBatch:
     def of(cls, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True
            ) -> DenseBatch:
         ids, scan = leg.searcher(plan, q_start, q_end) if search else (None, None)
-        if scan is None or not leg.flat_holds_fine or plan.vectors != leg.index.token_vectors:
+        if isinstance(scan, SegmentedScan):  # live writes: the held scores where the base holds its fine vectors
+            scores = BatchScores(leg, plan, q_start, q_end, scan.held if plan.vectors == leg.index.token_vectors
+                                 else None)
+        elif scan is None or not leg.flat_holds_fine or plan.vectors != leg.index.token_vectors:
             scores = BatchScores(leg, plan, q_start, q_end)
         elif scan.half is not None:
             scores = BatchScores(leg, plan, q_start, q_end, rescored=scan)

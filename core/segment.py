@@ -10,7 +10,9 @@ the maps are concatenated) and a new ``Searcher`` over it (``searcher_over``).
 - **Dense leg.** ``SegmentedFaiss`` searches the base's faiss index and a faiss index of the segment's (kept) tokens
   made from the base's trained, empty index (so the same quantiser and codes), and merges the two top-k lists by
   score. For an exact (Flat) factory that is the exact top k of the union; for IVF the same lists are probed in
-  both parts, so it is what one IVF index over both would return.
+  both parts, so it is what one IVF index over both would return. Where both are flat (``flat_parts``), the dense
+  leg scans the base once a batch and the segment in full, merging each round's lists as ``search`` does
+  (``core.dense.SegmentedScan``), instead of asking faiss again for each deeper round.
 - **Tombstones** are the base's document numbers deleted or replaced by a write: they join the deletion mask
   (``deleted_docs``) that ``core.selection`` applies inside both legs. A document of the segment that is replaced
   or deleted simply leaves the segment (a replacement is appended at its end).
@@ -36,6 +38,7 @@ import numpy as np
 
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fieldindex import FieldIndex
+from spanseek.core.flat_search import flat_vectors
 from spanseek.core.hits import HitBuilder
 from spanseek.core.lexical import LexicalIndex, passage_text, tokenize, top_passages
 from spanseek.core.phrase_index import (
@@ -188,11 +191,28 @@ class SegmentedFaiss:
         if self.segment.ntotal == 0:
             return dist, ids
         d2, i2 = self.segment.search(x, k, params=params.segment if params is not None else None)
-        i2 = np.where(i2 >= 0, self.segment_ids[np.maximum(i2, 0)], -1)
-        dist, ids = np.concatenate([dist, d2], axis=1), np.concatenate([ids, i2], axis=1)
-        dist = np.where(ids < 0, -np.inf, dist)
-        order = np.argsort(-dist, axis=1, kind="stable")[:, :k]  # ties: the base first (lower ids)
-        return np.take_along_axis(dist, order, axis=1), np.take_along_axis(ids, order, axis=1)
+        return merge_top(dist, ids, d2, np.where(i2 >= 0, self.segment_ids[np.maximum(i2, 0)], -1), k)
+
+    def flat_parts(self) -> tuple[Any, np.ndarray] | None:
+        """(base, segment vectors (S, d) float32 with their token ids) where both parts are flat inner-product
+        indexes: the dense leg then scans the base once a batch (``core.flat_search``) instead of searching it again
+        each round; None otherwise (IVF, PQ), which ``search`` serves."""
+        import faiss
+
+        if flat_vectors(self.base) is None or type(self.segment) not in (faiss.IndexFlat, faiss.IndexFlatIP):
+            return None
+        seg = flat_vectors(self.segment)
+        return self.base, (np.zeros((0, self.d), np.float32) if seg is None else seg)
+
+
+def merge_top(dist: np.ndarray, ids: np.ndarray, seg_dist: np.ndarray, seg_ids: np.ndarray, k: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of the base's and the segment's top-k lists (scores and token ids, -1 for none), best first; ties
+    to the base (lower ids)."""
+    dist, ids = np.concatenate([dist, seg_dist], axis=1), np.concatenate([ids, seg_ids], axis=1)
+    dist = np.where(ids < 0, -np.inf, dist)
+    order = np.argsort(-dist, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(dist, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
 def empty_like(index: Any) -> Any:

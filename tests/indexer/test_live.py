@@ -195,3 +195,27 @@ def test_merge_builds_a_base_that_searches_as_base_plus_segment(tmp_path, tiny_i
     assert reopened.replayed == 0 and sorted(p.name for p in (tmp_path / "live" / "bases").iterdir()) == ["base-000001"]
     assert [p.name for p in (tmp_path / "live" / "wal").iterdir()] == state["wals"]
     assert {(u, m): hits_of(again[-1], u, m) for u in UNITS for m in MODES} == before
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_a_flat_base_and_segment_are_scanned_once_a_batch_as_faiss_searches_them(live, unit, monkeypatch):
+    """The dense leg scans a flat base once a batch and scores the segment in full (``core.dense.SegmentedScan``)
+    instead of asking faiss each round: the same hits as faiss's merged search, filtered or not."""
+    from spanseek.core import dense
+    from spanseek.core.segment import SegmentedFaiss
+
+    store, published, _, _ = live
+    searcher = published[-1]
+    assert searcher.index.faiss.flat_parts() is not None
+    scans, faiss_searches, made, searched = [], [], dense.SegmentedScan.__init__, SegmentedFaiss.search
+    monkeypatch.setattr(dense.SegmentedScan, "__init__", lambda self, *a: scans.append(self) or made(self, *a))
+    monkeypatch.setattr(SegmentedFaiss, "search", lambda self, *a, **k: faiss_searches.append(1) or searched(self, *a, **k))
+    flt = SearchFilter.from_json({"meta": {"lang": "fr"}})
+    scanned = {mode: hits_of(searcher, unit, mode) for mode in MODES} | {"filter": hits_of(searcher, unit, "dense", flt)}
+    assert scans and not faiss_searches
+    assert all(scan.holds_fine for scan in scans)  # the spans read the held scores, the segment's among them
+    monkeypatch.setattr(SegmentedFaiss, "flat_parts", lambda self: None)  # faiss, round by round, as before
+    searched_by_faiss = {mode: hits_of(searcher, unit, mode) for mode in MODES} | {
+        "filter": hits_of(searcher, unit, "dense", flt)}
+    assert faiss_searches
+    assert scanned == searched_by_faiss
