@@ -155,6 +155,18 @@ def test_search_throughput(tmp_path, tiny_model_dir, tiny_index, tiny_squad):
     assert r["questions"] == 8 and all(positive(u["ratio"]) for u in r["units"].values())
 
 
+@smoke("bench/live_search.py")
+def test_live_search(tmp_path, tiny_model_dir, squad_index, tiny_squad):
+    run_bench("bench/live_search.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--n-questions", 8, "--batch-size", 4, "--writes", 2, "--tombstones", 1, "--repeats", 1, "--compare",
+              "--precision", "fp32", "--out", tmp_path / "live.json")
+    r = results(tmp_path / "live.json", "best.phrase", "best.passage", "best.doc", "differing")
+    assert r["questions"] == 8 and r["writes"] == 2 and r["tombstones"] == 1
+    assert all(positive(s) for arms in r["best"].values() for s in arms.values())
+    assert set(r["best"]["doc"]) == {"base", "live, scanned", "live, faiss each round"}
+    assert sum(r["differing"].values()) <= 1  # rounding may swap a near tie; a wrong merge differs everywhere
+
+
 @smoke("bench/filter_selection.py")
 def test_filter_selection(tmp_path):
     run_bench("bench/filter_selection.py", "--docs", 300, "--trials", 2, "--out", tmp_path / "filters.json")
