@@ -591,6 +591,16 @@ class DenseLeg:
 
 
 
+def merge_top(dist: np.ndarray, ids: np.ndarray, seg_dist: np.ndarray, seg_ids: np.ndarray, k: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of the base's and the segment's top-k lists (scores and token ids, -1 for none), best first; ties
+    to the base (lower ids)."""
+    dist, ids = np.concatenate([dist, seg_dist], axis=1), np.concatenate([ids, seg_ids], axis=1)
+    dist = np.where(ids < 0, -np.inf, dist)
+    order = np.argsort(-dist, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(dist, order, axis=1), np.take_along_axis(ids, order, axis=1)
+
+
 HELD = Scratch()  # each thread's buffer for a segmented scan's held scores, base and segment together
 
 
@@ -622,8 +632,6 @@ class SegmentedScan:
     def top(self, rows: np.ndarray, k: int) -> np.ndarray:
         """(len(rows), k) token ids of the k best allowed tokens of query rows ``rows``, best first; -1 after them."""
         import torch
-
-        from spanseek.core.segment import merge_top
 
         top = self.scan.top(rows, k)
         if not self.seg_scores.shape[1]:

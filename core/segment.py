@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from spanseek.core.dense import merge_top
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.flat_search import flat_vectors
@@ -203,16 +204,6 @@ class SegmentedFaiss:
             return None
         seg = flat_vectors(self.segment)
         return self.base, (np.zeros((0, self.d), np.float32) if seg is None else seg)
-
-
-def merge_top(dist: np.ndarray, ids: np.ndarray, seg_dist: np.ndarray, seg_ids: np.ndarray, k: int
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """The k best of the base's and the segment's top-k lists (scores and token ids, -1 for none), best first; ties
-    to the base (lower ids)."""
-    dist, ids = np.concatenate([dist, seg_dist], axis=1), np.concatenate([ids, seg_ids], axis=1)
-    dist = np.where(ids < 0, -np.inf, dist)
-    order = np.argsort(-dist, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(dist, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
 def empty_like(index: Any) -> Any:
