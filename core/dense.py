@@ -590,7 +590,6 @@ class DenseLeg:
         return a + i, a + j, score
 
 
-
 def merge_top(dist: np.ndarray, ids: np.ndarray, seg_dist: np.ndarray, seg_ids: np.ndarray, k: int
               ) -> tuple[np.ndarray, np.ndarray]:
     """The k best of the base's and the segment's top-k lists (scores and token ids, -1 for none), best first; ties
