@@ -39,7 +39,6 @@ from spanseek.core.flat_search import (
     HALF_ROWS,
     FlatScan,
     HalfVectors,
-    Scratch,
     flat_vectors,
     top_ids,
     transposed,
@@ -110,21 +109,25 @@ class BatchScores:
     then end rows, with the plan's vectors): the scores are read from it. ``rescored``, when given, is the batch's
     flat scan ranking from fp16 products (start rows then end rows, with the plan's vectors): the scores are its
     exact ones (``FlatScan.exact``), which its ranking used. Otherwise each call reads the plan's vectors of ``ids``
-    and scores them (``DenseLeg.scores``). ``of_questions`` gives some of the batch's questions as a batch of their
-    own, reading the same held scores or scan."""
+    and scores them (``DenseLeg.scores``). ``segment`` (n, (2B, S) scores), with ``held`` (2B, n): the tokens from n
+    on are a segment of live writes whose scores it holds (``SegmentedScan``). ``of_questions`` gives some of the
+    batch's questions as a batch of their own, reading the same held scores or scan."""
 
     def __init__(self, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray,
-                 held: Callable[[], np.ndarray | None] | None = None, rescored: FlatScan | None = None):
+                 held: Callable[[], np.ndarray | None] | None = None, rescored: FlatScan | None = None,
+                 segment: tuple[int, np.ndarray] | None = None):
         self.leg, self.plan = leg, plan
         self.q_start, self.q_end = q_start, q_end
         self._held = held
         self._rescored = rescored
+        self._segment = segment
         self._rows: np.ndarray | None = None  # each question's row among the held scores' (None: its own)
 
     def of_questions(self, picked: np.ndarray) -> BatchScores:
         """The scores of this batch's questions ``picked`` (their positions here), question i being ``picked[i]``:
         the same held scores or rescoring scan, read at their rows, so the same bits as here."""
-        sub = BatchScores(self.leg, self.plan, self.q_start[picked], self.q_end[picked], self._held, self._rescored)
+        sub = BatchScores(self.leg, self.plan, self.q_start[picked], self.q_end[picked], self._held, self._rescored,
+                          self._segment)
         sub._rows = self._row_of(np.asarray(picked, dtype=np.int64))
         return sub
 
@@ -150,6 +153,8 @@ class BatchScores:
         """(len(ids), 2) float32: question ``questions[i]``'s start and end score of token ``ids[i]``. ``distinct``:
         each question's ids are known to be distinct (as ``of``'s)."""
         held = self.held_array()
+        if held is not None and self._segment is not None:
+            return self._with_segment(held, self._row_of(questions), ids)
         if held is not None:  # gathered from the flat array: 2x faster than indexing rows and columns
             flat, n = held.reshape(-1), held.shape[1]
             at = self._row_of(questions) * n + ids
@@ -169,6 +174,9 @@ class BatchScores:
         """(len(ids), 2) float32: question ``b``'s start and end score of tokens ``ids`` (1-D). ``distinct``: the
         ids are known to be distinct (each vector is read once without deduplicating them)."""
         held = self._held() if self._held is not None else None
+        if held is not None and self._segment is not None:
+            ids = np.asarray(ids)
+            return self._with_segment(held, np.full(len(ids), self._row_of(b)), ids)
         if held is not None:
             row = self._row_of(b)
             return np.stack([held[row, ids], held[len(held) // 2 + row, ids]], axis=1)
@@ -179,6 +187,20 @@ class BatchScores:
             return self.leg.scores(self.plan.vectors, ids, queries)
         uniq, inverse = np.unique(ids, return_inverse=True)  # neighbour windows overlap: each token read once
         return self.leg.scores(self.plan.vectors, uniq, queries)[inverse]
+
+    def _with_segment(self, held: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """(len(ids), 2): start and end scores of held rows ``rows`` for token ``ids``, the base's from ``held`` and
+        the segment's (ids from n on) from ``segment``'s scores."""
+        assert self._segment is not None
+        n, seg = self._segment
+        half = len(held) // 2
+        out = np.empty((len(ids), 2), np.float32)
+        base = ids < n
+        r, i = rows[base], ids[base]
+        out[base, 0], out[base, 1] = held[r, i], held[half + r, i]
+        r, i = rows[~base], ids[~base] - n
+        out[~base, 0], out[~base, 1] = seg[r, i], seg[half + r, i]
+        return out
 
     def _exact(self, questions: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """(len(ids), 2): the rescoring scan's exact scores of question ``questions[i]`` for token ``ids[i]``, each
@@ -600,17 +622,14 @@ def merge_top(dist: np.ndarray, ids: np.ndarray, seg_dist: np.ndarray, seg_ids: 
     return np.take_along_axis(dist, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
-HELD = Scratch()  # each thread's buffer for a segmented scan's held scores, base and segment together
-
-
 class SegmentedScan:
     """One batch's token search over a base and a segment of live writes, both flat (``core.segment``'s
     ``SegmentedFaiss.flat_parts``): the base's scores held once for the batch as any flat scan's (``FlatScan``; not
     ranked from fp16 products, nor by a transposed copy, since each write makes a new searcher), the segment's (S, d)
     indexed tokens scored in full, and each round's two top-k lists merged as ``SegmentedFaiss.search`` merges
     faiss's (``merge_top``): the same tokens, without searching the base again each round. ``held`` gives every
-    token's scores, base then segment, where the base's flat index holds its fine vectors (``flat_holds_fine``),
-    for the spans' scores (``BatchScores``)."""
+    base token's scores where its flat index holds its fine vectors (``flat_holds_fine``), and ``seg_all`` every
+    segment token's, for the spans' scores (``BatchScores``)."""
 
     half = None  # never ranked from fp16 products
 
@@ -620,13 +639,13 @@ class SegmentedScan:
         self.seg_ids = index.faiss.segment_ids  # the indexed segment tokens' ids (their vectors: ``segment``)
         self.scan = FlatScan(base, queries, None if allowed is None else allowed[: self.nb])
         # every segment token's scores, the indexed ones' ranked from these very bits (``held`` holds them too)
-        self.seg_all = queries @ as_float32(index.seg_vectors).T  # (2B, S): a segment is small
+        with numpy_blas().limit(limits=1):  # OpenBLAS's spinning workers would slow the base's product (2-core
+            self.seg_all = queries @ as_float32(index.seg_vectors).T  # Xeon: 93 against 56 ms); (2B, S) is small
         self.seg_scores = self.seg_all[:, self.seg_ids - self.nb]
         assert self.seg_scores.shape[1] == len(segment)
         if allowed is not None:
             self.seg_scores[:, ~allowed[self.seg_ids]] = -np.inf
         self.holds_fine = flat_holds_fine(index.base) and len(index.base.token_passage) == self.nb
-        self._held: np.ndarray | None = None
 
     def top(self, rows: np.ndarray, k: int) -> np.ndarray:
         """(len(rows), k) token ids of the k best allowed tokens of query rows ``rows``, best first; -1 after them."""
@@ -648,16 +667,10 @@ class SegmentedScan:
         return merge_top(np.where(top < 0, -np.inf, scores), top, seg_best, seg_top, k)[1]
 
     def held(self) -> np.ndarray | None:
-        """(2B, N) scores of every token, the base's then the segment's (its fine vectors, widened), made once; None
-        where the base's flat index does not hold its fine vectors or its scores are over the byte budget."""
-        base = self.scan.held() if self.holds_fine else None
-        if base is None:
-            return None
-        if self._held is None or not HELD.holds(self):  # in a buffer kept per thread: no fresh pages a batch
-            held = HELD.take(self, len(base), self.nb + self.seg_all.shape[1]).numpy()
-            held[:, : self.nb], held[:, self.nb :] = base, self.seg_all
-            self._held = held
-        return self._held
+        """(2B, n) scores of every base token, where the base's flat index holds its fine vectors and they are within
+        the byte budget; None otherwise. The segment's are ``seg_all`` (``BatchScores``'s ``segment``): not copied
+        beside them, which would take a second (2B, N) buffer and push the base's vectors out of the CPU's cache."""
+        return self.scan.held() if self.holds_fine else None
 
 
 class DenseBatch:
@@ -675,8 +688,9 @@ class DenseBatch:
            ) -> DenseBatch:
         ids, scan = leg.searcher(plan, q_start, q_end) if search else (None, None)
         if isinstance(scan, SegmentedScan):  # live writes: the held scores where the base holds its fine vectors
-            scores = BatchScores(leg, plan, q_start, q_end, scan.held if plan.vectors == leg.index.token_vectors
-                                 else None)
+            fine = plan.vectors == leg.index.token_vectors
+            scores = BatchScores(leg, plan, q_start, q_end, scan.held if fine else None,
+                                 segment=(scan.nb, scan.seg_all) if fine else None)
         elif scan is None or not leg.flat_holds_fine or plan.vectors != leg.index.token_vectors:
             scores = BatchScores(leg, plan, q_start, q_end)
         elif scan.half is not None:

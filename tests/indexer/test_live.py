@@ -214,6 +214,15 @@ def test_a_flat_base_and_segment_are_scanned_once_a_batch_as_faiss_searches_them
     scanned = {mode: hits_of(searcher, unit, mode) for mode in MODES} | {"filter": hits_of(searcher, unit, "dense", flt)}
     assert scans and not faiss_searches
     assert all(scan.holds_fine for scan in scans)  # the spans read the held scores, the segment's among them
+    batch = dense.DenseBatch.of(searcher.dense, searcher._plan(SearchParams(unit, 5, mode="dense")),
+                                *searcher.encoder.encode(QUESTIONS))
+    ids = np.arange(searcher.index.num_tokens)  # base and segment tokens, each read from the held scores
+    held = batch.scores.of_rows(np.zeros(len(ids), np.int64), ids)
+    live = np.isfinite(held).all(axis=1)  # the tombstoned base documents' tokens are masked (-inf)
+    assert live[searcher.index.n_base_tokens:].all() and not live.all()
+    np.testing.assert_allclose(held[live], searcher.dense.scores(searcher.index.token_vectors, ids[live], np.stack(
+        [batch.scores.q_start[0], batch.scores.q_end[0]], axis=1)), rtol=1e-4, atol=1e-4)
+    assert batch.scores.ranked()
     monkeypatch.setattr(SegmentedFaiss, "flat_parts", lambda self: None)  # faiss, round by round, as before
     searched_by_faiss = {mode: hits_of(searcher, unit, mode) for mode in MODES} | {
         "filter": hits_of(searcher, unit, "dense", flt)}
