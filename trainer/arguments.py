@@ -179,9 +179,12 @@ class TrainingOptions(JobOptions):
     hard_per_batch: int = option(8, "hard passages per step, shared by the batch's questions")
     teacher: str | None = option(None, "a reader (directory or `default`) to distil from (--lambda-kl > 0): its "
                                        "logits are computed once, before the first step, into the teacher cache; "
-                                       "or a complete teacher cache, whose logits stand for its reader")
-    teacher_cache: str | None = option(None, "where the teacher's logits are kept (default: OUT/teacher-cache); "
-                                             "a killed fill resumes")
+                                       "or a phrase model (`base`, `phrase:DIR`), or a complete teacher cache, "
+                                       "whose logits stand for its teacher; several, comma-separated, teach the mean "
+                                       "of their log-probabilities")
+    teacher_cache: str | None = option(None, "where the teacher's logits are kept (default: OUT/teacher-cache, "
+                                             "OUT/teacher-cache-N for the N-th of several; comma-separated, one a "
+                                             "teacher that is not a cache); a killed fill resumes")
     limit_questions: int | None = option(None, "train on a fixed sample of this many questions")
     checkpoint_every: int = option(100, "save OUT/last (weights and optimizer state) every N steps")
     snapshot_every: int = option(0, "also keep a model copy every N steps in OUT/snapshots (0 = off)")
@@ -338,9 +341,10 @@ class ReaderTrainConfig(JobOptions):
                                         "reading at search time is fitted on them (`spanseek train fit-reading`)")
     teacher: str | None = option(None, "a stronger reader (directory) to distil from (--lambda-kl > 0): its logits "
                                        "of every training window are computed once, before the first step, into the "
-                                       "teacher cache; or a complete teacher cache, whose logits stand for it")
-    teacher_cache: str | None = option(None, "where the teacher's logits are kept (default: OUT/teacher-cache); "
-                                             "a killed fill resumes")
+                                       "teacher cache; or a complete teacher cache, whose logits stand for it; "
+                                       "several, comma-separated, teach the mean of their log-probabilities")
+    teacher_cache: str | None = option(None, "where the teacher's logits are kept (default: OUT/teacher-cache, "
+                                             "OUT/teacher-cache-N for the N-th of several); a killed fill resumes")
     lambda_kl: float = option(0.0, "weight of the distillation term: KL from the --teacher's start/end "
                                    "distributions over each window's passage tokens (0 = off)")
     kl_temperature: float = option(1.0, "temperature of both distributions in the distillation term")

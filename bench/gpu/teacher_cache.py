@@ -121,8 +121,9 @@ def unpack(src: Path, out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("fill", help="read the training pairs of --model's windows with --reader")
-    p.add_argument("--reader", required=True, help="the teacher: a reader directory or `default`")
+    p = sub.add_parser("fill", help="read the training pairs of --model's windows with --teacher")
+    p.add_argument("--teacher", "--reader", dest="reader", required=True,
+                   help="the teacher: a reader (a directory or `default`) or a phrase model (`base`, `phrase:DIR`)")
     p.add_argument("--train", required=True, help="SQuAD-format training file, as the phrase run will be given")
     p.add_argument("--for", dest="student", choices=("phrase", "reader"), default="phrase",
                    help="the windows of a phrase model's training run, or of a reader's (distilling a reader)")

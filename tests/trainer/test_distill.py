@@ -3,7 +3,8 @@
 The distillation term is the KL divergence of a brute-force computation; the reader's logits at another
 tokenizer's tokens are those of the window where the token has the most context; a step with the teacher's logits
 from the cache has the loss of one that reads them in the step; a killed cache fill resumes where it stopped; a
-cache of another reader is refused; `spanseek train phrase --teacher` trains through the shared loop.
+cache of another reader is refused; `spanseek train phrase --teacher` trains through the shared loop. A phrase model
+teaches its own products at the window's tokens; several teachers teach the mean of their log-probabilities.
 
     .venv/bin/python -m pytest -q tests/trainer/test_distill.py
 """
@@ -14,13 +15,22 @@ import numpy as np
 import pytest
 import torch
 
+from spanseek.core.encoding import PassageEncoder, QuestionEncoder
 from spanseek.core.io import load_squad, squad_questions
-from spanseek.core.model import load_model, load_tokenizer
+from spanseek.core.model import ModelError, load_model, load_tokenizer
 from spanseek.core.reader import MISSING_LOGIT, PassageReader, ReaderModel, make_windows
 from spanseek.trainer import loop as loop_module
 from spanseek.trainer.arguments import LossConfig, TrainConfig
 from spanseek.trainer.data import TrainWindow, build_windows, collate
-from spanseek.trainer.distill import fill_teacher_cache, teacher_key, teacher_tensors, window_text
+from spanseek.trainer.distill import (
+    PhraseTeacher,
+    fill_teacher_cache,
+    pooled_logits,
+    resolve_teacher,
+    teacher_key,
+    teacher_tensors,
+    window_text,
+)
 from spanseek.trainer.losses import distill_loss, phrase_loss
 from spanseek.trainer.phrase_cache import CacheError
 from spanseek.trainer.train import JointMode, train_phrase
@@ -88,7 +98,7 @@ def test_a_step_with_cached_teacher_logits_has_the_loss_of_one_that_reads_them(t
     batch_windows = windows[:5]
     batch = collate(batch_windows, tok, model.config.max_query_len)
     width = batch.start_ok.shape[1]
-    cached = teacher_tensors(batch_windows, cache, width, batch.content_shift)
+    cached = teacher_tensors(batch_windows, [cache], width, batch.content_shift)
     reader = PassageReader.load(tiny_reader)
     read = [torch.full((len(batch.q_passage), width), MISSING_LOGIT) for _ in range(2)]
     row = 0
@@ -222,3 +232,82 @@ def test_a_complete_teacher_cache_stands_for_its_reader(tmp_path, tiny_squad, ti
     (tmp_path / "cache" / "done.json").unlink()
     with pytest.raises(CacheError, match="incomplete"):
         run("unfinished", tmp_path / "cache")
+
+
+def test_a_phrase_model_teaches_its_question_vectors_products_with_its_token_vectors(tiny_model_dir, tiny_squad):
+    """Oracle: the window's text encoded alone by the teacher, each token's vector times the question's q_start and
+    q_end (the teacher shares the student's tokenizer here, so every token is found at its first character)."""
+    model, tok, windows = _windows(tiny_model_dir, tiny_squad)
+    teacher = PhraseTeacher(tiny_model_dir)
+    pairs = [(q, w) for w in windows[:4] for q in w.questions]
+    got = teacher.token_logits(pairs)
+    passages = PassageEncoder(model, tok)
+    questions = QuestionEncoder(model, tok)
+    for (question, window), logits in zip(pairs, got, strict=True):
+        text, starts = window_text(window)
+        [enc] = passages.encode([text])
+        np.testing.assert_array_equal(enc.tokens.offsets[:, 0], starts)
+        q_start, q_end = questions.encode([question])
+        np.testing.assert_allclose(logits[:, 0], enc.vectors @ q_start[0], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(logits[:, 1], enc.vectors @ q_end[0], rtol=1e-4, atol=1e-4)
+
+
+def test_several_teachers_pool_their_log_probabilities_over_the_tokens_all_of_them_read():
+    g = np.random.default_rng(0)
+    a, b = g.normal(size=(7, 2)).astype(np.float32) * 3, g.normal(size=(7, 2)).astype(np.float32)
+    np.testing.assert_array_equal(pooled_logits([a]), a)  # one teacher: its logits as they are
+    b[2] = MISSING_LOGIT
+    pooled = pooled_logits([a, b])
+    assert (pooled[2] == MISSING_LOGIT).all()
+    read = [0, 1, 3, 4, 5, 6]
+    for side in (0, 1):
+        want = (torch.log_softmax(torch.tensor(a[read, side], dtype=torch.float64), 0) +
+                torch.log_softmax(torch.tensor(b[read, side], dtype=torch.float64), 0)) / 2
+        np.testing.assert_allclose(pooled[read, side], want.numpy(), rtol=1e-6, atol=1e-6)
+    # a product of experts: the pooled distribution is the normalised geometric mean of the teachers'
+    p = np.exp(pooled[read, 0]) / np.exp(pooled[read, 0]).sum()
+    pa = np.exp(a[read, 0]) / np.exp(a[read, 0]).sum()
+    pb = np.exp(b[read, 0]) / np.exp(b[read, 0]).sum()
+    np.testing.assert_allclose(p, np.sqrt(pa * pb) / np.sqrt(pa * pb).sum(), rtol=1e-5)
+
+
+def test_teachers_resolve_by_name_and_kind(tiny_model_dir, tiny_reader, tmp_path):
+    assert resolve_teacher(tiny_reader) == ("reader", tiny_reader)
+    assert resolve_teacher(tiny_model_dir) == ("phrase", tiny_model_dir)
+    assert resolve_teacher(f"phrase:{tiny_model_dir}") == ("phrase", tiny_model_dir)
+    assert resolve_teacher("default")[0] == "reader"  # the bundled reader, as before
+    with pytest.raises(ModelError, match="neither a reader nor a phrase model"):
+        resolve_teacher(tmp_path / "nothing")
+    with pytest.raises(ModelError, match="not a reader directory"):
+        resolve_teacher(f"reader:{tiny_model_dir}")
+
+
+def test_a_run_distils_from_a_reader_and_a_phrase_model_pooled(tmp_path, tiny_squad, tiny_config, tiny_reader,
+                                                               tiny_model_dir, monkeypatch):
+    """`--teacher READER,MODEL`: each teacher's logits in a cache of its own (OUT/teacher-cache-N, or the
+    --teacher-cache directories), the step's targets their pooled log-probabilities; the caches then stand for
+    their teachers; a --teacher-cache list of the wrong length is refused before any work."""
+    targets = []
+    loss_fn = loop_module.phrase_loss
+    monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: targets.append(k["teacher"]) or loss_fn(*a, **k))
+    run = lambda out, teacher, **kw: train_phrase(TrainConfig(  # noqa: E731
+        train=str(tiny_squad), out=str(tmp_path / out), encoder=tiny_config, batch_windows=4, val_questions=0,
+        precision="fp32", device="cpu", progress=False, teacher=teacher, loss=LossConfig(lambda_kl=4.0),
+        max_steps=2, **kw))
+    run("two", f"{tiny_reader},{tiny_model_dir}")
+    caches = [tmp_path / "two" / f"teacher-cache-{i}" for i in (0, 1)]
+    assert all((c / "done.json").is_file() for c in caches)
+    pooled, targets[:] = list(targets), []
+    run("reader", str(caches[0]))
+    alone = list(targets)
+    assert len(pooled) == len(alone) == 2
+    for (p_start, _), (r_start, _) in zip(pooled, alone, strict=True):
+        read = r_start > MISSING_LOGIT / 2
+        assert torch.equal(p_start > MISSING_LOGIT / 2, read)  # the same tokens (one tokenizer here)
+        assert not torch.allclose(p_start[read], r_start[read])  # the phrase model moved the targets
+    targets[:] = []
+    run("cached", f"{caches[0]},{caches[1]}")
+    for got, want in zip(targets, pooled, strict=True):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match="one directory for each of the 2 teachers"):
+        run("wrong", f"{tiny_reader},{tiny_model_dir}", teacher_cache=str(tmp_path / "one"))

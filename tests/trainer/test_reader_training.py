@@ -235,7 +235,7 @@ def test_the_teacher_logits_of_a_reader_window_sit_at_its_passage_tokens(tiny_sq
     taught = reader_windows(questions, windows)
     cache = fill_teacher_cache(tmp_path / "cache", tiny_reader, [t for t in taught if t is not None], progress=False)
     width = max(len(windows.ids[w]) for w in one)
-    start, end = reader_teacher_tensors([taught[w] for w in one], [windows.offsets[w] for w in one], cache, width)
+    start, end = reader_teacher_tensors([taught[w] for w in one], [windows.offsets[w] for w in one], [cache], width)
     logits = reader.logits(windows)
     for row, w in enumerate(one):
         inside = torch.from_numpy(windows.offsets[w][:, 0] >= 0)
