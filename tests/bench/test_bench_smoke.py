@@ -330,6 +330,41 @@ def test_paired_models(tmp_path, tiny_model_dir, filter_model_dir, tiny_squad):
                                                                             abs=0.02)
 
 
+@smoke("bench/teacher_quality.py")
+def test_teacher_quality(tmp_path, tiny_model_dir, tiny_reader, tiny_squad):
+    # a teacher pooled with itself reads as it does alone (the mean of equal log-probabilities picks its spans)
+    run_bench("bench/teacher_quality.py", "--questions", tiny_squad, "--teachers", tiny_reader, tiny_reader,
+              tiny_model_dir, "--model", tiny_model_dir, "--limit", 40, "--out", tmp_path / "tq.json")
+    r = results(tmp_path / "tq.json", "em", "pairs", "seconds")
+    assert r["pairs"] == 40 and set(r["em"]) == {str(tiny_reader), str(tiny_model_dir),
+                                                 f"{tiny_reader},{tiny_reader},{tiny_model_dir}"}
+    for row in r["em"].values():
+        lo, hi = row["ci95_over_articles"]
+        assert 0 <= lo <= row["em"] <= hi <= 100
+
+
+def test_a_teacher_pooled_with_itself_picks_its_own_spans():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("teacher_quality", ROOT / "bench" / "teacher_quality.py")
+    sys.path.insert(0, str(ROOT / "bench"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from spanseek.trainer.distill import pooled_logits
+
+    g = np.random.default_rng(1)
+    flags = np.full(30, 3, np.uint8)
+    flags[[4, 9]] = 0  # neither start nor end
+    for _ in range(20):
+        x = g.normal(size=(30, 2)).astype(np.float32) * 4
+        i, j = module.best_span(x, flags, 6)
+        assert module.best_span(pooled_logits([x, x]), flags, 6) == (i, j)
+        # brute force over every allowed span
+        best = max((x[a, 0] + x[b, 1], (a, b)) for a in range(30) for b in range(a, min(a + 6, 30))
+                   if flags[a] and flags[b])
+        assert (i, j) == best[1]
+
+
 def test_paired_differences_by_hand(monkeypatch):
     import importlib.util
 
