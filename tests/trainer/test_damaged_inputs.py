@@ -100,13 +100,17 @@ def test_average_refuses_a_nan_weight_before_reading_the_checkpoints(tmp_path, t
         average_checkpoints([str(tiny_model_dir), str(tiny_model_dir)], tmp_path / "avg", [float("nan"), 1.0])
 
 
-def test_a_teacher_that_is_not_a_reader_is_refused_before_tokenising(tmp_path, tiny_squad, tiny_config,
-                                                                     tiny_model_dir, monkeypatch):
+def test_a_teacher_that_is_neither_a_reader_nor_a_phrase_model_is_refused_before_tokenising(
+        tmp_path, tiny_squad, tiny_config, tiny_model_dir, monkeypatch):
     _never_tokenised(monkeypatch)
-    cfg = _phrase_config(tiny_squad, tiny_config, tmp_path / "run", max_steps=1, teacher=str(tiny_model_dir),
-                         loss=LossConfig(lambda_kl=1.0))
-    with pytest.raises(ModelError, match="is not a reader directory"):
-        train_phrase(cfg)
+    (tmp_path / "notes").mkdir()
+    for teacher, says in ((tmp_path / "notes", "neither a reader nor a phrase model"),
+                          (f"{tiny_model_dir},{tmp_path / 'notes'}", "neither a reader nor a phrase model"),
+                          (f"reader:{tiny_model_dir}", "is not a reader directory")):
+        cfg = _phrase_config(tiny_squad, tiny_config, tmp_path / "run", max_steps=1, teacher=str(teacher),
+                             loss=LossConfig(lambda_kl=1.0))
+        with pytest.raises(ModelError, match=says):
+            train_phrase(cfg)
 
 
 # --- hard-negative mining's --out ---
