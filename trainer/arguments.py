@@ -140,10 +140,15 @@ class LossConfig:
     lambda_kl: float = option(0.0, "weight of the distillation term (KL from the --teacher reader's start/end "
                                    "distributions; DensePhrases used 4 on SQuAD; 0 = off)")
     kl_temperature: float = option(1.0, "temperature of both distributions in the distillation term")
+    kl_level: Literal["tokens", "spans"] = option(
+        "tokens", "what the distillation term matches: tokens: the start and the end distributions over the window's "
+        "tokens, apart (DensePhrases Eq. 7); spans: the distribution over the window's valid spans (start plus end "
+        "logit), the one reading comprehension decodes")
 
     def __post_init__(self) -> None:
         if self.kind not in ("unified", "two_term"):
             raise ValueError(f"loss kind must be 'unified' or 'two_term', got {self.kind!r}")
+        check(self.kl_level in ("tokens", "spans"), "--kl-level", "tokens or spans", self.kl_level)
         check(math.isfinite(self.kl_temperature) and self.kl_temperature > 0, "--kl-temperature", "a number > 0",
               self.kl_temperature)
         for name in ("lambda_inb", "lambda_pre", "lambda_hard", "lambda_neg", "lambda_span", "lambda_kl"):
@@ -348,6 +353,10 @@ class ReaderTrainConfig(JobOptions):
     lambda_kl: float = option(0.0, "weight of the distillation term: KL from the --teacher's start/end "
                                    "distributions over each window's passage tokens (0 = off)")
     kl_temperature: float = option(1.0, "temperature of both distributions in the distillation term")
+    kl_level: Literal["tokens", "spans"] = option(
+        "tokens", "what the distillation term matches: tokens: the start and the end distributions over the window's "
+        "tokens, apart (DensePhrases Eq. 7); spans: the distribution over the window's valid spans (start plus end "
+        "logit), the one reading comprehension decodes")
     negatives: int = option(0, "per question, also train on this many paragraphs of its article without its answer "
                                "(those BM25 ranks highest for it), each window's target [CLS]: the reader learns "
                                "which passages do not answer, as reading the top passages at search time needs (a "

@@ -12,7 +12,8 @@ gold against in-batch/pre-batch golds. ``unified`` (Kim et al. 2022, Eq. 2) is o
 groups, each group's terms weighted by λ_group (adding log λ to its logits).
 
 ``teacher`` logits (a cross-attention reader's, trainer.distill) add λ_kl times the KL divergence of the start and
-end distributions from the teacher's (distill_loss). ``lambda_span`` > 0 adds λ_span times a span-level term (span_loss): one softmax over every valid in-passage span
+end distributions from the teacher's (distill_loss), or with ``kl_level`` "spans" of the distribution over the
+window's valid spans (span_distill_loss). ``lambda_span`` > 0 adds λ_span times a span-level term (span_loss): one softmax over every valid in-passage span
 (i, j), j − i < L, scored q_start·h_i + q_end·h_j, exactly what reading comprehension decodes (core.search.best_span),
 where the start and end softmaxes above score the two boundaries separately.
 """
@@ -75,7 +76,7 @@ def _side_loss(
     ``hard`` = (vectors (M, d), mask (Q, M) of allowed negatives for this side).
     """
     Q = q.shape[0]
-    inp = torch.einsum("qd,qtd->qt", q, H[q_passage])  # (Q, T)
+    inp = _in_passage(q, H, q_passage)  # (Q, T)
     inp = inp.masked_fill(~ok[q_passage], NEG_INF)
     gold_vecs = H[q_passage, gold]  # (Q, d)
     inb = q @ gold_vecs.T  # (Q, Q): column c is question c's gold
@@ -103,6 +104,24 @@ def _side_loss(
     return F.cross_entropy(torch.cat(logits, dim=1).float(), gold)
 
 
+def _in_passage(q: torch.Tensor, H: torch.Tensor, q_passage: torch.Tensor) -> torch.Tensor:
+    """Each question's scores of its own window's tokens: q (Q, d), H (P, T, d) -> (Q, T)."""
+    return torch.einsum("qd,qtd->qt", q, H[q_passage])
+
+
+def _spans(start: torch.Tensor, end: torch.Tensor, L: int) -> torch.Tensor:
+    """Every span (i, i + k), k < L, of each row scored start[i] + end[i + k], laid out (Q, T·L) by start and
+    length; a span past the window's end scores NEG_INF."""
+    end = F.pad(end, (0, L - 1), value=NEG_INF).unfold(1, L, 1)  # (Q, T, L): end[q, i + k]
+    return (start[:, :, None] + end).flatten(1)
+
+
+def _span_ok(start_ok: torch.Tensor, end_ok: torch.Tensor, L: int) -> torch.Tensor:
+    """Which spans of ``_spans``' layout may be picked: a possible start and a possible end (Q, T·L)."""
+    end_ok = F.pad(end_ok, (0, L - 1), value=False).unfold(1, L, 1)
+    return (start_ok[:, :, None] & end_ok).flatten(1)
+
+
 def span_loss(
     q_start: torch.Tensor,
     q_end: torch.Tensor,
@@ -118,15 +137,12 @@ def span_loss(
     possible start and j a possible end, scored q_start·h_i + q_end·h_j. Spans are laid out (T, L) by start and
     length, so the cost is Q·T·L scores."""
     L = max_answer_tokens
-    Hq = H[q_passage]  # (Q, T, d)
-    s = torch.einsum("qd,qtd->qt", q_start, Hq).float().masked_fill(~start_ok[q_passage], NEG_INF)
-    e = torch.einsum("qd,qtd->qt", q_end, Hq).float().masked_fill(~end_ok[q_passage], NEG_INF)
-    e = F.pad(e, (0, L - 1), value=NEG_INF).unfold(1, L, 1)  # (Q, T, L): e[q, i + k]
-    scores = (s[:, :, None] + e).flatten(1)  # (Q, T·L)
+    s = _in_passage(q_start, H, q_passage).float().masked_fill(~start_ok[q_passage], NEG_INF)
+    e = _in_passage(q_end, H, q_passage).float().masked_fill(~end_ok[q_passage], NEG_INF)
     length = gold_end - gold_start
     if bool(((length < 0) | (length >= L)).any()):
         raise ValueError(f"gold spans must be 1..{L} tokens long, got lengths {(length + 1).tolist()}")
-    return F.cross_entropy(scores, gold_start * L + length)
+    return F.cross_entropy(_spans(s, e, L), gold_start * L + length)
 
 
 def distill_loss(q: torch.Tensor, H: torch.Tensor, ok: torch.Tensor, q_passage: torch.Tensor, teacher: torch.Tensor,
@@ -136,7 +152,23 @@ def distill_loss(q: torch.Tensor, H: torch.Tensor, ok: torch.Tensor, q_passage: 
     has none. Both distributions are over the tokens the student may pick that the teacher read; questions with
     none count 0."""
     valid = ok[q_passage] & (teacher > NEG_INF / 2)
-    return masked_kl(torch.einsum("qd,qtd->qt", q, H[q_passage]), teacher, valid, temperature)
+    return masked_kl(_in_passage(q, H, q_passage), teacher, valid, temperature)
+
+
+def span_distill_loss(q_start: torch.Tensor, q_end: torch.Tensor, H: torch.Tensor, start_ok: torch.Tensor,
+                      end_ok: torch.Tensor, q_passage: torch.Tensor, teacher: tuple[torch.Tensor, torch.Tensor],
+                      max_answer_tokens: int, temperature: float = 1.0) -> torch.Tensor:
+    """KL(teacher ‖ student) of the distribution over each window's spans, times τ²: the teacher's span (i, j)
+    scores its start logit at i plus its end logit at j, the student's q_start·h_i + q_end·h_j, over the spans
+    reading comprehension decodes (i <= j < i + L, a possible start and end) whose two tokens the teacher read.
+    Where the boundary terms (distill_loss) match the start and the end distributions apart, this matches the
+    distribution the decoder picks its answer from."""
+    L = max_answer_tokens
+    t_start, t_end = teacher
+    s_ok = start_ok[q_passage] & (t_start > NEG_INF / 2)
+    e_ok = end_ok[q_passage] & (t_end > NEG_INF / 2)
+    student = _spans(_in_passage(q_start, H, q_passage).float(), _in_passage(q_end, H, q_passage).float(), L)
+    return masked_kl(student, _spans(t_start.float(), t_end.float(), L), _span_ok(s_ok, e_ok, L), temperature)
 
 
 def masked_kl(student: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor,
@@ -184,7 +216,12 @@ def phrase_loss(
             raise ValueError("lambda_span > 0 needs max_answer_tokens (the longest span the decoder considers)")
         loss = loss + cfg.lambda_span * span_loss(q_start, q_end, H, start_ok, end_ok, q_passage, gold_start,
                                                   gold_end, max_answer_tokens)
-    if teacher is not None:
+    if teacher is not None and cfg.kl_level == "spans":
+        if max_answer_tokens is None:
+            raise ValueError("kl_level 'spans' needs max_answer_tokens (the longest span the decoder considers)")
+        loss = loss + cfg.lambda_kl * span_distill_loss(q_start, q_end, H, start_ok, end_ok, q_passage, teacher,
+                                                        max_answer_tokens, cfg.kl_temperature)
+    elif teacher is not None:
         kl = (distill_loss(q_start, H, start_ok, q_passage, teacher[0], cfg.kl_temperature) +
               distill_loss(q_end, H, end_ok, q_passage, teacher[1], cfg.kl_temperature)) / 2
         loss = loss + cfg.lambda_kl * kl

@@ -31,7 +31,7 @@ from spanseek.trainer.distill import (
     teacher_tensors,
     window_text,
 )
-from spanseek.trainer.losses import distill_loss, phrase_loss
+from spanseek.trainer.losses import distill_loss, phrase_loss, span_distill_loss
 from spanseek.trainer.phrase_cache import CacheError
 from spanseek.trainer.train import JointMode, train_phrase
 
@@ -60,6 +60,57 @@ def test_distill_loss_is_the_kl_divergence_from_the_teacher():
         assert got.item() == pytest.approx(np.mean(kls) * tau**2, rel=1e-4)
     student = torch.einsum("qd,qtd->qt", q, H[q_passage])
     assert distill_loss(q, H, ok, q_passage, student, 1.0).item() == pytest.approx(0.0, abs=1e-5)
+
+
+def test_span_distill_loss_is_the_kl_divergence_over_the_spans_the_decoder_picks_from():
+    g = torch.Generator().manual_seed(1)
+    Q, P, T, d, L = 5, 3, 9, 4, 3
+    q_start, q_end, H = torch.randn(Q, d, generator=g), torch.randn(Q, d, generator=g), torch.randn(P, T, d, generator=g)
+    start_ok, end_ok = torch.rand(P, T, generator=g) > 0.3, torch.rand(P, T, generator=g) > 0.3
+    q_passage = torch.tensor([0, 0, 1, 2, 2])
+    t_start, t_end = torch.randn(Q, T, generator=g) * 3, torch.randn(Q, T, generator=g) * 3
+    t_start[1, :4] = MISSING_LOGIT  # the teacher did not read the start of question 1's window
+    t_end[0, 5:] = MISSING_LOGIT
+    start_ok[2] = False  # the window of questions 3 and 4: no span to distil
+    for tau in (1.0, 2.0):
+        kls = []
+        for i in range(Q):  # brute force: every span i <= j < i + L both models may score
+            p = int(q_passage[i])
+            spans = [(a, b) for a in range(T) for b in range(a, min(T, a + L))
+                     if start_ok[p, a] and end_ok[p, b] and t_start[i, a] > MISSING_LOGIT / 2
+                     and t_end[i, b] > MISSING_LOGIT / 2]
+            if not spans:
+                continue
+            s = np.array([float(q_start[i] @ H[p, a] + q_end[i] @ H[p, b]) for a, b in spans]) / tau
+            u = np.array([float(t_start[i, a] + t_end[i, b]) for a, b in spans]) / tau
+            ps, pt = np.exp(s - s.max()) / np.exp(s - s.max()).sum(), np.exp(u - u.max()) / np.exp(u - u.max()).sum()
+            kls.append(float((pt * np.log(pt / ps)).sum()))
+        assert len(kls) == Q - 2
+        got = span_distill_loss(q_start, q_end, H, start_ok, end_ok, q_passage, (t_start, t_end), L, tau)
+        assert got.item() == pytest.approx(np.mean(kls) * tau**2, rel=1e-4)
+    own = tuple(torch.einsum("qd,qtd->qt", v, H[q_passage]) for v in (q_start, q_end))  # the student's own logits
+    assert span_distill_loss(q_start, q_end, H, start_ok, end_ok, q_passage, own, L).item() == pytest.approx(0, abs=1e-5)
+
+
+def test_the_loss_adds_the_span_level_term_in_place_of_the_boundary_terms():
+    g = torch.Generator().manual_seed(2)
+    Q, P, T, d, L = 4, 2, 8, 4, 3
+    case = dict(H=torch.randn(P, T, d, generator=g), q_start=torch.randn(Q, d, generator=g),
+                q_end=torch.randn(Q, d, generator=g), start_ok=torch.ones(P, T, dtype=torch.bool),
+                end_ok=torch.ones(P, T, dtype=torch.bool), q_passage=torch.tensor([0, 0, 1, 1]),
+                gold_start=torch.tensor([1, 2, 3, 4]), gold_end=torch.tensor([2, 2, 4, 5]))
+    teacher = (torch.randn(Q, T, generator=g), torch.randn(Q, T, generator=g))
+    base = phrase_loss(**case, cfg=LossConfig())
+    spans = phrase_loss(**case, cfg=LossConfig(lambda_kl=3, kl_level="spans"), teacher=teacher, max_answer_tokens=L)
+    want = span_distill_loss(case["q_start"], case["q_end"], case["H"], case["start_ok"], case["end_ok"],
+                             case["q_passage"], teacher, L)
+    assert (spans - base).item() == pytest.approx(3 * want.item(), rel=1e-5)
+    tokens = phrase_loss(**case, cfg=LossConfig(lambda_kl=3), teacher=teacher, max_answer_tokens=L)
+    assert tokens.item() != pytest.approx(spans.item(), rel=1e-3)
+    with pytest.raises(ValueError, match="max_answer_tokens"):
+        phrase_loss(**case, cfg=LossConfig(lambda_kl=3, kl_level="spans"), teacher=teacher)
+    with pytest.raises(ValueError, match="--kl-level"):
+        LossConfig(kl_level="words")  # type: ignore[arg-type]
 
 
 def test_the_reader_logits_at_other_tokens_come_from_the_window_with_most_context(tiny_reader):
