@@ -61,6 +61,9 @@ NOT_RUN = {
     r"python bench/\.\.\.": "a pointer to bench/README.md, not a command",
     r"python bench/document_formats\.py .+": "renders the 22 held-out articles as PDF and Word files and builds and "
                                             "evaluates an index of each (tens of minutes of CPU)",
+    r"python bench/(index|search)_throughput\.py .+|python bench/service_load\.py .+":
+        "benchmarks on the demo corpus or its index (minutes of CPU); tests/bench/test_bench_smoke.py runs each on the "
+        "tiny model",
     r"python bench/reading\.py .+": "times batches of 64 validation questions with the bundled reader (minutes of CPU); "
                                    "tests/bench/test_bench_smoke.py runs it on the tiny model",
 }
