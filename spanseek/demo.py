@@ -143,7 +143,7 @@ def serve(index: Path, model: str, host: str, port: int) -> int:
             command, answer = run_curl(base, unit, body)
             say(f"$ {command}")
             say(json.dumps(shorten(answer), indent=2, ensure_ascii=False), "\n")
-        say(f"$ curl -s {base}/info\n")
+        say(f"more: curl -s {base}/info (the index, model and settings); the API with examples: {base}/docs\n")
         say(f"serving on {base} until Ctrl-C ...")
         return proc.wait()
     except KeyboardInterrupt:

@@ -134,6 +134,25 @@ def test_the_bf16_probe_measures_a_positive_speed_ratio_once():
     assert 0.01 < first < 200 and cpu_bf16_speedup() == first
 
 
+@pytest.mark.parametrize("burst", ["fp32", "bf16"])
+def test_the_bf16_probe_takes_each_precisions_quiet_timing_so_a_burst_of_load_does_not_decide(burst):
+    """Timings taken in turn, the fastest of each kept: a burst of other work that slows the first two timings of one
+    precision (what a job starting beside the service does) leaves the ratio of the quiet timings, 1.0 / 0.3."""
+    from spanseek.core.encoding import PROBE_ROUNDS, interleaved_speedup
+
+    quiet = {"fp32": 1.0, "bf16": 0.3}
+    calls: list[str] = []
+
+    def seconds(precision: str) -> float:
+        calls.append(precision)
+        slowed = precision == burst and calls.count(precision) <= 2
+        return quiet[precision] * (10 if slowed else 1)
+
+    assert interleaved_speedup(seconds) == pytest.approx(1.0 / 0.3)
+    assert calls == ["fp32", "bf16"] * PROBE_ROUNDS  # in turn, never one precision's timings back to back
+    assert interleaved_speedup(seconds, rounds=1) == pytest.approx(1.0 / 0.3)  # the burst is over by now
+
+
 @pytest.mark.parametrize("budget", [1, 10, 64, 10_000])
 def test_length_passes_cover_every_row_shortest_first_within_the_budget(budget):
     """Every row in exactly one pass; passes in order of length; a pass of several rows pads within the budget."""
