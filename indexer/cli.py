@@ -101,10 +101,24 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index_operand(p: argparse.ArgumentParser) -> None:
+    """The index directory of a command that names nothing else: given as an operand (``index verify DIR``) or, as the
+    commands that take a corpus too name it, ``--index DIR``."""
+    p.add_argument("index_dir", nargs="?", metavar="INDEX", help="index directory (or --index INDEX)")
+    p.add_argument("--index", default=None, help=argparse.SUPPRESS)
+
+
+def _index_of(args: argparse.Namespace) -> str:
+    if (args.index_dir is None) == (args.index is None):
+        raise ValueError("give the index directory once: `INDEX` or `--index INDEX`" if args.index is None else
+                         f"the index is given twice ({args.index_dir!r} and --index {args.index!r}): give it once")
+    return str(args.index_dir or args.index)
+
+
 def _verify(args: argparse.Namespace) -> int:
     from spanseek.indexer.verify import verify_index
 
-    report = verify_index(args.index, sample=args.sample, k=args.k, nprobe=args.nprobe)
+    report = verify_index(_index_of(args), sample=args.sample, k=args.k, nprobe=args.nprobe)
     print(json.dumps(report, indent=2))
     return 0 if report["ok"] else 1
 
@@ -232,7 +246,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _add_lexical(args: argparse.Namespace) -> int:
     from spanseek.indexer.lexical import add_lexical
 
-    m = add_lexical(args.index)
+    m = add_lexical(_index_of(args))
     print(json.dumps(m.lexical, indent=2))
     return 0
 
@@ -309,11 +323,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_compact)
 
     p = index.add_parser("add-lexical", help="add (or rebuild) the BM25 part of a built index; nothing is re-encoded")
-    p.add_argument("index", help="index directory")
+    _index_operand(p)
     p.set_defaults(func=_add_lexical)
 
     p = index.add_parser("verify", help="check an index and report recall vs exact search and bytes/token")
-    p.add_argument("index", help="index directory")
+    _index_operand(p)
     p.add_argument("--sample", type=_positive_int, default=1000, help="own vectors used as queries")
     p.add_argument("--k", type=_positive_int, default=10, help="recall@k against exact search")
     p.add_argument("--nprobe", type=_positive_int, default=None, help="IVF lists probed (default: the index's)")

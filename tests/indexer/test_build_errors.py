@@ -170,6 +170,20 @@ def test_verify_refuses_counts_below_one(tiny_index, capsys, flag, value):
         verify_index(tiny_index, **{name: int(value)})
 
 
+def test_verify_takes_the_index_as_an_operand_or_as_index_like_the_other_index_commands(tiny_index, capsys):
+    """`index verify DIR` and `index verify --index DIR` (as add, upsert, delete and compact name it) give one report;
+    neither, or both, is one line naming what to give, status 2."""
+    reports = []
+    for argv in (["index", "verify", str(tiny_index)], ["index", "verify", "--index", str(tiny_index)]):
+        assert main([*argv, "--sample", "10"]) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    assert reports[0]["manifest"] == reports[1]["manifest"] and reports[0]["ok"] and reports[1]["ok"]
+    assert main(["index", "verify"]) == 2
+    assert capsys.readouterr().err == "spanseek index: error: give the index directory once: `INDEX` or `--index INDEX`\n"
+    assert main(["index", "verify", str(tiny_index), "--index", "other"]) == 2
+    assert "the index is given twice" in capsys.readouterr().err
+
+
 def test_verify_says_when_a_folder_is_no_index(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["index", "verify", str(tmp_path / "empty")]) == 1
