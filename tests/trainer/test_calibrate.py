@@ -82,6 +82,26 @@ def test_collect_searches_each_question_with_and_without_its_article(squad_index
             assert np.array_equal(a.features, b.features) and np.array_equal(a.labels, b.labels)
 
 
+def test_collect_in_batches_gathers_what_one_search_of_every_question_does(squad_index, tiny_searcher, monkeypatch):
+    """Searching a job's questions a batch at a time (``SEARCH_BATCH``) gives every question the hits, features and
+    labels one search of them all gives, in the same order."""
+    from spanseek.core.io import load_squad, squad_questions
+    from spanseek.trainer import calibrate
+
+    index = PhraseIndex(squad_index / "index")
+    questions = squad_questions(load_squad(squad_index / "q.json.gz"))[:12]
+    qs, qe = encode_questions(tiny_searcher, questions)
+    got = {}
+    for batch in (5, 1_000):
+        monkeypatch.setattr(calibrate, "SEARCH_BATCH", batch)
+        got[batch] = collect(index, questions, qs, qe, units=["phrase", "doc"], modes=["dense"], progress=False)
+    assert got[5].keys() == got[1_000].keys()
+    for key, ranked in got[1_000].items():
+        assert [r.question for r in got[5][key]] == [r.question for r in ranked]
+        for a, b in zip(got[5][key], ranked, strict=True):
+            assert np.array_equal(a.labels, b.labels) and np.allclose(a.features, b.features, atol=1e-5)
+
+
 def test_calibrate_command_writes_a_calibrator_the_searcher_applies(squad_index, tiny_model_dir, tmp_path):
     import shutil
 
