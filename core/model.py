@@ -38,7 +38,9 @@ CONFIG_NAME = "spanseek_config.json"
 WEIGHTS_NAME = "weights.safetensors"
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 # The models shipped with the package, by the name that --model takes
-BUNDLED_MODELS = {"default": DEFAULT_MODEL_DIR, "base": DEFAULT_MODEL_DIR.parent / "base"}
+# (an earlier default stays under a dated name, so the indexes it built keep serving: core.loading.index_model)
+BUNDLED_MODELS = {"default": DEFAULT_MODEL_DIR, "default-2026-11": DEFAULT_MODEL_DIR.parent / "default-2026-11",
+                  "base": DEFAULT_MODEL_DIR.parent / "base"}
 # LoRA targets when a config names none: every attention projection and feed-forward layer of the architecture
 LORA_TARGETS = {
     "bert": ("query", "key", "value", "dense"),

@@ -13,7 +13,8 @@ from spanseek.core.options import add_options, from_args
 from spanseek.core.params import SearchFilter, SearchParams
 from spanseek.indexer.options import BuildOptions, EncodeOptions
 
-MODEL_HELP = "model directory, or a bundled model: default (MiniLM-L6) or base (MPNet-base, spanseek[base])"
+MODEL_HELP = ("model directory, or a bundled model: default (MiniLM-L6), base (MPNet-base, spanseek[base]) or "
+              "default-2026-11 (the previous default)")
 
 
 def _positive_int(text: str) -> int:

@@ -152,15 +152,20 @@ def check_maps(index: PhraseIndex) -> list[str]:
 
 
 def built_by(m: phrase_index.Manifest) -> dict[str, Any]:
-    """Which model built the index: the reference it was built with, its fingerprints and backbone, and whether the
-    bundled default model makes the same token vectors (``bundled_default``; a query-side fine-tune of the builder
-    does too), so an index built by an earlier default or another model is told apart."""
-    from spanseek.core.model import phrase_fingerprint, resolve_model
+    """Which model built the index: the reference it was built with, its fingerprints and backbone, the bundled model
+    that makes the same token vectors (``bundled``: ``default``, an earlier default kept under a dated name such as
+    ``default-2026-11``, ``base``, or None; a query-side fine-tune of the builder makes them too) and whether that is
+    the current default (``bundled_default``), so an index built by an earlier default or another model is told
+    apart. Both are None for an index that records no phrase fingerprint."""
+    from spanseek.core.model import BUNDLED_MODELS, CONFIG_NAME, phrase_fingerprint
 
-    default = phrase_fingerprint(resolve_model("default"))
+    bundled = None
+    if m.phrase_fingerprint:
+        bundled = next((name for name, path in BUNDLED_MODELS.items()
+                        if (path / CONFIG_NAME).is_file() and phrase_fingerprint(path) == m.phrase_fingerprint), None)
     return {"ref": m.model_ref, "fingerprint": m.model_fingerprint, "phrase_fingerprint": m.phrase_fingerprint,
-            "backbone": m.encoder.get("backbone"),
-            "bundled_default": m.phrase_fingerprint == default if m.phrase_fingerprint else None}
+            "backbone": m.encoder.get("backbone"), "bundled": bundled,
+            "bundled_default": bundled == "default" if m.phrase_fingerprint else None}
 
 
 def verify_index(

@@ -274,12 +274,13 @@ def test_calibration_file_round_trip_and_errors(tmp_path, caplog):
         load_calibrator(tmp_path, "abc")
 
 
-def test_the_default_models_calibrator_applies_to_a_new_index():
-    """The shipped calibration.json was fitted for the bundled weights and under the current fusion defaults (every
+@pytest.mark.parametrize("name", ["default", "default-2026-11", "base"])
+def test_the_bundled_models_calibrators_apply_to_a_new_index(name):
+    """Each shipped calibration.json was fitted for its bundled weights and under the current fusion defaults (every
     new index records those), so hybrid hits of a freshly built index carry a confidence for every unit."""
     from spanseek.core.model import model_fingerprint, resolve_model
 
-    model_dir = resolve_model("default")
+    model_dir = resolve_model(name)
     cal = Calibrator.load(model_dir / CALIBRATION_NAME)
     assert cal.model_fingerprint == model_fingerprint(model_dir)
     for unit in UNITS:

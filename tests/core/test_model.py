@@ -246,3 +246,22 @@ def test_saving_over_a_model_keeps_a_users_backup_beside_it(tmp_path, tiny_confi
     PhraseModel(tiny_config).save(out)
     assert (backup / "mine.txt").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "model.old"]
+
+
+def test_every_bundled_model_file_is_in_the_package_data():
+    """A wheel (`pip install .`, the images) ships only what pyproject's package-data names: every file of every
+    bundled model (``--model`` names, the reader) must match one of its patterns, or that model works from a checkout
+    and not from an install."""
+    import fnmatch
+    import tomllib
+
+    from spanseek.core.reader import DEFAULT_READER_DIR
+
+    core = DEFAULT_MODEL_DIR.parents[1]  # the package's folder, at the checkout's root
+    pyproject = tomllib.loads((core.parent / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["spanseek.core"]
+    files = [p for d in (*BUNDLED_MODELS.values(), DEFAULT_READER_DIR) for p in d.rglob("*") if p.is_file()]
+    assert len({f.parent for f in files}) == len(BUNDLED_MODELS) + 1  # every directory is there and holds files
+    missing = [str(f.relative_to(core)) for f in files
+               if not any(fnmatch.fnmatch(str(f.relative_to(core)), pat) for pat in patterns)]
+    assert not missing, f"not in [tool.setuptools.package-data]: {missing}"

@@ -123,8 +123,12 @@ def test_verify_says_which_model_built_the_index(tiny_index, tiny_model_dir):
     assert model["ref"] == PhraseIndex(tiny_index).manifest.model_ref and model["bundled_default"] is False
     manifest = PhraseIndex(tiny_index).manifest
     default = dataclasses.replace(manifest, phrase_fingerprint=phrase_fingerprint(resolve_model("default")))
-    assert built_by(default)["bundled_default"] is True
-    assert built_by(dataclasses.replace(manifest, phrase_fingerprint=None))["bundled_default"] is None  # older index
+    assert model["bundled"] is None
+    assert built_by(default)["bundled_default"] is True and built_by(default)["bundled"] == "default"
+    earlier = dataclasses.replace(manifest, phrase_fingerprint=phrase_fingerprint(resolve_model("default-2026-11")))
+    assert built_by(earlier)["bundled"] == "default-2026-11" and built_by(earlier)["bundled_default"] is False
+    older = built_by(dataclasses.replace(manifest, phrase_fingerprint=None))  # an index from before the fingerprint
+    assert older["bundled_default"] is None and older["bundled"] is None
 
 
 def test_verify_names_a_damaged_store(tmp_path, tiny_index):
