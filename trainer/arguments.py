@@ -407,6 +407,10 @@ class FitReadingConfig(JobOptions):
     read_passages: str = option("1,2,3,5,8", "passages read per question to choose from (comma-separated): the "
                                 "fewest whose phrase EM@1 is within --tolerance of the best is the default")
     tolerance: float = option(0.5, "EM@1 points a smaller read_passages may lose to the best and still be chosen")
+    default_passages: int | None = option(None, "passages a request reads by default, one of --read-passages, in place "
+                                                "of the fit's choice (every number is fitted either way): for fit "
+                                                "articles whose retrieval is better than new text's, where the fit "
+                                                "favours reading fewer")
     spans_per_passage: int = option(3, "best spans kept per passage read")
     window_chars: str = option("0,200", "characters read each side of a unit's best phrase to choose from "
                                "(comma-separated; 0: the whole passage); a window is chosen when it keeps EM@1 "
@@ -429,6 +433,8 @@ class FitReadingConfig(JobOptions):
         check(self.spans_per_passage >= 1, "--spans-per-passage", "an integer >= 1", self.spans_per_passage)
         check(min(self.depths, default=0) >= 1, "--read-passages", "comma-separated integers >= 1",
               self.read_passages)
+        check(self.default_passages is None or self.default_passages in self.depths, "--default-passages",
+              f"one of --read-passages ({self.read_passages})", self.default_passages)
         check(min(self.windows, default=-1) >= 0, "--window-chars", "comma-separated integers >= 0",
               self.window_chars)
 

@@ -187,6 +187,9 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     depth, window = min((k for k, v in by_setting.items() if v["phrase_em@1"] >= best - cfg.tolerance),
                         key=lambda k: (k[0] * (1.0 if k[1] == 0 else min(1.0, (2 * k[1] + 40) / 750)),
                                        -by_setting[k]["phrase_em@1"]))
+    chosen = {"read_passages": depth, "window_chars": window}
+    if cfg.default_passages is not None:  # the window stays the fit's choice
+        depth = cfg.default_passages
     fits = {d: fit_depth(reads[window], d, by_setting[d, window]["model"], cfg.feature_names) for d in cfg.depths}
     models, calibration, report = fits[depth]
     fitted_on = {
@@ -194,6 +197,7 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
         "articles_offset": cfg.articles_offset, "holdout_every": cfg.holdout_every, "model": str(cfg.model),
         "mode": cfg.mode, "features": list(cfg.feature_names), "phrase_em@1_by_read_passages_and_window": {
             f"{d}/{w}": v["phrase_em@1"] for (d, w), v in sorted(by_setting.items())},
+        "fit_chose": chosen, "default_passages": "--default-passages" if cfg.default_passages is not None else "fit",
         **report,
     }
     reading = Reading(depth, cfg.spans_per_passage, models, fitted_on, window_chars=window, calibration=calibration,

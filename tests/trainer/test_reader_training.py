@@ -184,6 +184,21 @@ def test_fit_reading_writes_the_file_a_searcher_reads(tiny_squad, tiny_model_dir
     weighed = {i for fit in (fitted, fitted.at(3 - fitted.read_passages)) for model in fit.models.values()
                for i, c in enumerate(model.coef) if c != 0}
     assert weighed == set(used)  # (reading one passage, its retrieval z is constant and weighs 0 there)
+    # --default-passages: the other depth is the default, with the models the fit made for it; the fit's choice
+    # is recorded beside it
+    capsys.readouterr()
+    forced = tmp_path / "forced"
+    other_depth = 3 - reading.read_passages
+    assert main([*fit_args(tiny_squad, tiny_reader, tiny_model_dir, forced), "--default-passages",
+                 str(other_depth)]) == 0
+    again = Reading.load(forced / READING_NAME)
+    assert again.read_passages == other_depth and again.window_chars == reading.window_chars
+    assert again.fitted_on["fit_chose"] == {"read_passages": reading.read_passages,
+                                            "window_chars": reading.window_chars}
+    assert again.fitted_on["default_passages"] == "--default-passages" and reading.fitted_on["default_passages"] == "fit"
+    for unit in ("phrase", "passage", "doc"):
+        assert again.models[unit].coef == pytest.approx(other.models[unit].coef)
+        assert again.at(reading.read_passages).models[unit].coef == pytest.approx(reading.models[unit].coef)
 
 
 def test_fit_reading_options_are_checked():
@@ -195,6 +210,8 @@ def test_fit_reading_options_are_checked():
         FitReadingConfig(train="t", out="o", reader="r", read_passages="0,x")
     with pytest.raises(ValueError, match="--articles-offset"):
         FitReadingConfig(train="t", out="o", reader="r", articles_offset=7)
+    with pytest.raises(ValueError, match=r"--default-passages must be one of --read-passages \(1,2\), got 3"):
+        FitReadingConfig(train="t", out="o", reader="r", read_passages="1,2", default_passages=3)
 
 
 def test_a_reader_distils_from_a_teacher_or_its_cache(tiny_squad, tiny_backbone, tiny_reader, tmp_path, monkeypatch):
