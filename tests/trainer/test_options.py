@@ -32,7 +32,7 @@ COMMANDS = {"phrase": TrainConfig, "qsft": QsftConfig, "filter": FilterConfig, "
 REQUIRED = {"train": "t.json", "out": "o", "model": "m", "reader": "r"}
 # options whose values are lists in a string: another valid value than the default
 OTHER_VALUES = {"read_passages": "2,4", "window_chars": "0,100", "reserve_offset": 13, "articles_offset": 13,
-                "features": "reader,reader_null"}
+                "features": "reader,reader_null", "default_passages": 2}
 NOT_FLAGS = {"dist"}  # the data-parallel rank comes from torchrun's environment
 
 
