@@ -87,6 +87,22 @@ def print_answers(index: Path, model: str) -> None:
                     say(textwrap.indent(textwrap.fill("..." + ctx + "...", 100), "     | "))
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Raise RuntimeError naming the port when another process already listens on ``host:port``: the demo would
+    otherwise find that server ready and show its answers as the demo's, while its own service fails to start."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a closing socket is no reason
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            raise RuntimeError(f"cannot serve the demo on {host}:{port}: {e.strerror or e} (another service is "
+                               f"listening there?); stop it, or choose another port: SPANSEEK_DEMO_PORT={port + 1} "
+                               "make demo") from None
+
+
 def wait_ready(base: str, proc: subprocess.Popen, timeout: float = 600) -> None:
     """Poll /ready until 200; fail if the service process exits or the timeout passes."""
     deadline = time.monotonic() + timeout
@@ -130,6 +146,7 @@ def run_curl(base: str, unit: str, body: dict) -> tuple[str, dict]:
 def serve(index: Path, model: str, host: str, port: int) -> int:
     """Start ``spanseek serve`` on the index, print curl examples with their answers, serve until Ctrl-C."""
     base = f"http://{host}:{port}"
+    check_port_free(host, port)
     cmd = [sys.executable, "-m", "spanseek.cli", "serve", "--index", str(index), "--model", model,
            "--host", host, "--port", str(port), "--log-level", "warning"]
     say(f"starting the service: {shlex.join(cmd)}", file=sys.stderr)
@@ -170,7 +187,11 @@ def main() -> int:
         return 0
     host = os.environ.get("SPANSEEK_DEMO_HOST", "127.0.0.1")
     port = int(os.environ.get("SPANSEEK_DEMO_PORT", "8000"))
-    return serve(index, model, host, port)
+    try:
+        return serve(index, model, host, port)
+    except RuntimeError as e:
+        say(f"spanseek demo: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
