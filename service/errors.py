@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -119,13 +121,16 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
     if isinstance(exc, ServiceError):
         status, error, message, headers = exc.status, exc.error, exc.message, exc.headers
     elif isinstance(exc, RequestValidationError):
-        status, error, message = 422, "validation_error", "the request does not match the API schema"
+        status, error = 422, "validation_error"
         errors = exc.errors()
         details = [
             {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
             for e in errors[:MAX_ERROR_DETAILS]
         ]
-        if len(errors) > MAX_ERROR_DETAILS:
+        message = _validation_message(errors[0]) if errors else "the request does not match the API schema"
+        if errors and errors[0].get("type") == "json_invalid":  # its loc holds the character offset, not a field
+            details = [{"loc": ["body"], "msg": message, "type": "json_invalid"}]
+        elif len(errors) > MAX_ERROR_DETAILS:
             message += f" ({len(errors)} errors; the first {MAX_ERROR_DETAILS} are listed)"
     elif _unreadable_body(exc):  # FastAPI's 400 "error parsing the body": a malformed request, so 422
         status, error = 422, "validation_error"
@@ -145,6 +150,18 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
 
 
 _UNREADABLE = {RecursionError: "nested too deeply", UnicodeDecodeError: "not UTF-8 text"}
+
+
+def _validation_message(first: Mapping[str, Any]) -> str:
+    """A 422's message, naming its first error: where (``body.top_k``, ``query.unit``) and what, so that a client
+    showing only the message still says what to fix; malformed JSON says where the parser stopped."""
+    loc = [str(p) for p in first.get("loc", ())]
+    if first.get("type") == "json_invalid":
+        reason = str((first.get("ctx") or {}).get("error") or first.get("msg") or "malformed")
+        at = f" (at character {loc[1]})" if len(loc) > 1 and loc[1].isdigit() else ""
+        return f"the request body is not JSON that can be read: {reason}{at}"
+    where = ".".join(loc) or "the request"
+    return f"the request does not match the API schema: {where}: {first.get('msg', 'invalid')}"
 
 
 def _unreadable_body(exc: BaseException) -> bool:

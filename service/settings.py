@@ -177,7 +177,7 @@ class Settings(BaseSettings):
     # /metrics stay open so orchestrators and Prometheus need no secret (put /metrics behind the network instead).
     # An empty (or blank) value means no key, as when compose passes an unset variable: every client is accepted,
     # including those that send a key anyway.
-    api_key: SecretStr | None = Field(None, description="require this key on /search and /info (empty = no key)")
+    api_key: SecretStr | None = Field(None, description="require this key on /search, /info, GET /documents and /admin/reload (empty = no key)")
     # Browser origins allowed to call the API (comma-separated or JSON list); empty = no CORS headers at all.
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="CORS allowed origins")
 

@@ -56,10 +56,18 @@ def test_a_body_of_many_wrong_items_gets_a_short_422_and_delays_no_one(client):
     assert body["details"][0]["loc"] == ["body", "filter", "must"]
 
 
-def test_invalid_json_and_unknown_unit_are_422(client):
-    assert_error(client.post("/search", content=b"{not json", headers={"content-type": "application/json"}),
-                 422, "validation_error")
-    assert_error(client.post("/search?unit=sentence", json={"query": "a"}), 422, "validation_error")
+def test_invalid_json_and_unknown_unit_are_422_naming_what_is_wrong(client):
+    """The message alone says what to fix (a client may show nothing else): where malformed JSON stops being
+    readable, and the first field that does not fit the schema."""
+    body = assert_error(client.post("/search", content=b'{"query": "x",', headers={"content-type": "application/json"}),
+                        422, "validation_error")
+    assert body["message"].startswith("the request body is not JSON that can be read: ") and "at character 14" in \
+        body["message"], body
+    assert body["details"] == [{"loc": ["body"], "msg": body["message"], "type": "json_invalid"}]  # no offset as a field
+    body = assert_error(client.post("/search?unit=sentence", json={"query": "a"}), 422, "validation_error")
+    assert "query.unit: " in body["message"] and "phrase" in body["message"], body
+    body = assert_error(client.post("/search", json={"query": "a", "top_k": "5"}), 422, "validation_error")
+    assert "body.top_k: " in body["message"], body
 
 
 @pytest.mark.parametrize("content,reason", [(b'{"query": "a", "filter": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
