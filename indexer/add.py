@@ -29,6 +29,7 @@ that commits (the add itself, rolled forward or not, or a later delete or compac
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -279,6 +280,10 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         staging.mkdir(exist_ok=True)
         source = staging / "upsert.jsonl"
         write_corpus(source, docs)
+    held_where = (f"the index {index_dir} (`index add` refuses ids it holds; `index upsert` replaces them; nothing "
+                  "was changed)")
+    if not replace:  # a held or repeated id is refused from the ids alone, before the model loads
+        collections.deque(unique_ids(read_corpus(corpus), corpus, live, held_where), maxlen=0)
     model_dir = index_model(old, model, index_dir)  # None: the model recorded in the manifest
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     fingerprint = model_fingerprint(model_dir)
@@ -290,9 +295,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         staging.mkdir(exist_ok=True)
     replacing = set(replaced)
     held = (i for i, row in live.items() if row not in replacing)  # ids the corpus may not use
-    n_shards, stats = encode_corpus(source, staging, phrase_model, opts, fingerprint, held,
-                                    f"the index {index_dir} (`index add` refuses ids it holds; `index upsert` "
-                                    "replaces them; nothing was changed)")
+    n_shards, stats = encode_corpus(source, staging, phrase_model, opts, fingerprint, held, held_where)
     n_new = merge_shards(staging, n_shards, phrase_model.dim)
     N, P, D = old.tokens, old.passages, old.documents
     new_vectors = np.load(staging / phrase_index.VECTORS, mmap_mode="r")

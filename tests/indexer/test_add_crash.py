@@ -104,11 +104,16 @@ def _contents(index_dir) -> dict:
             if not k.startswith(phrase_index.LEXICAL + "/")}
 
 
-def test_the_same_add_twice_changes_nothing_the_second_time(setup, tmp_path, tiny_model_dir):
+def test_the_same_add_twice_changes_nothing_the_second_time(setup, tmp_path, tiny_model_dir, monkeypatch):
     built, more, reference = setup
     index = tmp_path / "idx"
     shutil.copytree(reference, index)  # already holds the new documents
     before = sorted(p.name for p in index.iterdir()), _contents(index)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded for an add its ids refuse")
+
+    monkeypatch.setattr("spanseek.indexer.add.load_model", no_model)  # refused from the ids alone, at once
     with pytest.raises(CorpusError, match=rf"{more}:1: document id 'new-0' is already in the index .*nothing was changed"):
         add_documents(index, more, model=tiny_model_dir, opts=OPTS)
     assert (sorted(p.name for p in index.iterdir()), _contents(index)) == before
