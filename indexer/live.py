@@ -295,7 +295,7 @@ class LiveStore:
     def describe(self) -> dict[str, Any]:
         with self._lock:
             seg = self.segment
-            return {"base": str(self.base.dir), "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
+            return {"base": str(self.base.dir.resolve()), "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
                     "tombstones": len(seg.tombstones), "wal_bytes": self.wal_bytes, "merges": self.state["merges"],
                     "merging": self._merging.locked(), "last_merge": self.last_merge}
 
@@ -335,7 +335,7 @@ class LiveStore:
                 write_json_atomic(self.dir / STATE, self.state)  # the commit point: the new base, the new log
                 self.snapshot = self._snapshot()
                 self.publish(self.snapshot)
-                result = {"base": str(dest), "documents": len(docs), "deleted": len(dead_ids),
+                result = {"base": str(dest.resolve()), "documents": len(docs), "deleted": len(dead_ids),
                           "seconds": round(time.perf_counter() - t0, 2)}
                 self.last_merge = result
             for name in old_wals:

@@ -169,17 +169,19 @@ def test_delete_by_filter_removes_exactly_the_matching_documents(tmp_path, tiny_
 
 
 def test_merge_builds_a_base_that_searches_as_base_plus_segment(tmp_path, tiny_index, tiny_searcher, encoder,
-                                                               tiny_model_dir):
+                                                               tiny_model_dir, monkeypatch):
     from spanseek.indexer.build import BuildOptions
 
     published: list = []
-    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, published)
+    monkeypatch.chdir(tmp_path)  # a live directory given relative: the base is still reported by its full path
+    store = open_store(Path("live"), tiny_index, encoder, tiny_searcher, published)
     writes(store, encoder)
     before = {(u, m): hits_of(published[-1], u, m) for u in UNITS for m in MODES}
     store.model = tiny_model_dir
     result = store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32"))
     assert result is not None and result["documents"] == 4 and result["deleted"] == 2
     assert store.describe()["segment_documents"] == 0 and store.describe()["tombstones"] == 0
+    assert store.describe()["base"] == result["base"] == str(tmp_path / "live" / "bases" / "base-000001")
     assert {(u, m): hits_of(published[-1], u, m) for u in UNITS for m in MODES} == before
     state = json.loads((tmp_path / "live" / "state.json").read_text())
     assert Path(state["base"]).name == "base-000001" and len(state["wals"]) == 1
