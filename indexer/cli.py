@@ -59,7 +59,8 @@ def _from_files(args: argparse.Namespace) -> int:
         id_field=args.id_field, extra_meta=extra, strict=args.strict,
     )
     report = from_files(args.paths, args.out, count, opts)
-    skipped = f"; skipped {len(report.skipped)} files (see the warnings)" if report.skipped else ""
+    n = len(report.skipped)
+    skipped = f"; skipped {n} file{'s' if n != 1 else ''} (see the warnings)" if n else ""
     print(f"wrote {report.documents} documents, {report.passages} passages to {args.out}{skipped}", file=sys.stderr)
     return 0
 

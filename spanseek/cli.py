@@ -80,6 +80,8 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # the libraries' own chatter: faiss says which CPU build it tried, transformers deprecations
         logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+        for handler in logging.getLogger().handlers:  # bm25s sets its logger to DEBUG when it is imported
+            handler.addFilter(lambda r: r.levelno >= logging.WARNING or not r.name.startswith("bm25s"))
         warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     try:
         return int(args.func(args) or 0)
