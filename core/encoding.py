@@ -56,8 +56,12 @@ def pick_device(device: str) -> torch.device:
 
 
 def pick_precision(precision: str, device: torch.device) -> str:
-    """``auto`` -> bf16 where the device runs it faster (CUDA with bf16; a CPU with AVX-512 whose measured bf16
-    speed-up, ``cpu_bf16_speedup``, is at least BF16_MIN_SPEEDUP), else fp32."""
+    """``auto`` -> bf16 where the device runs it faster (CUDA with bf16; a CPU with AMX; a CPU with AVX-512 whose
+    measured bf16 speed-up, ``cpu_bf16_speedup``, is at least BF16_MIN_SPEEDUP), else fp32.
+
+    AMX's tiles multiply bf16 several times faster than float32 (2.3-8.4x on 2 Xeon cores, measured quiet): such a
+    CPU is not probed, because a probe that meets a busy neighbour can time bf16 slower (0.27x once, beside a
+    training job) and a restart would then serve another precision, with other scores."""
     if precision != "auto":
         return precision
     if device.type == "cuda":
@@ -67,7 +71,19 @@ def pick_precision(precision: str, device: torch.device) -> str:
             return "fp32"
     except AttributeError:
         return "fp32"
+    if cpu_has_amx():
+        log.info("this CPU has AMX: precision=auto picks bf16")
+        return "bf16"
     return "bf16" if cpu_bf16_speedup() >= BF16_MIN_SPEEDUP else "fp32"
+
+
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (torch's own check, which its bf16 kernels use; False where torch has none)."""
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    try:
+        return bool(check()) if check is not None else False
+    except RuntimeError:
+        return False
 
 
 PROBE_ROUNDS = 5  # timings of each precision in cpu_bf16_speedup, taken in turn

@@ -117,6 +117,7 @@ def test_auto_precision_on_a_cpu_is_the_faster_one_measured(monkeypatch):
 
     cpu = torch.device("cpu")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(encoding, "cpu_has_amx", lambda: False)
     for speedup, picked in ((1.7, "bf16"), (0.55, "fp32"), (1.05, "fp32")):  # AMD EPYC-like, Xeon without AMX, noise
         monkeypatch.setattr(encoding, "cpu_bf16_speedup", lambda s=speedup: s)
         assert pick_precision("auto", cpu) == picked
@@ -124,6 +125,10 @@ def test_auto_precision_on_a_cpu_is_the_faster_one_measured(monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # emulated bf16: never probed
     monkeypatch.setattr(encoding, "cpu_bf16_speedup", lambda: pytest.fail("probed a CPU without AVX-512"))
     assert pick_precision("auto", cpu) == "fp32"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")  # as torch says of AMX Xeons
+    monkeypatch.setattr(encoding, "cpu_has_amx", lambda: True)  # bf16, however busy the cores
+    monkeypatch.setattr(encoding, "cpu_bf16_speedup", lambda: pytest.fail("probed a CPU with AMX"))
+    assert pick_precision("auto", cpu) == "bf16" and pick_precision("fp32", cpu) == "fp32"
 
 
 def test_the_bf16_probe_measures_a_positive_speed_ratio_once():
