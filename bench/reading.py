@@ -11,7 +11,9 @@ On every question of the file (or a fixed sample of --limit), searched over --in
 - speed, one run on this machine: phrase search q/s at batch 64 (--batch-size) with and without reading (question
   encoding included, after a warm-up batch), and their ratio.
 
-``--parts`` measures a subset (``--parts with_read`` compares two fits of reading for one reader).
+``--parts`` measures a subset (``--parts with_read`` compares two fits of reading for one reader). ``--read-below T
+...`` adds, for each T, the same quality, the share of questions read and the q/s with ``read_below`` T: only the
+questions whose best hit without read is less confident than T are read.
 """
 
 from __future__ import annotations
@@ -40,20 +42,23 @@ RUNS = {"phrase": ("phrase", 1), "passage": ("passage", 5), "doc": ("doc", 1)}
 PARTS = ("speed", "without_read", "with_read", "reader_rc")
 
 
-def quality(searcher, questions, read: bool, read_passages: int | None, batch: int) -> dict:
-    """Metrics of one setting over every question; the first hits' confidences and labels per unit."""
-    em, f1, acc1, acc5, doc1 = [], [], [], [], []
+def quality(searcher, questions, read: bool, read_passages: int | None, batch: int,
+            read_below: float | None = None) -> dict:
+    """Metrics of one setting over every question; the first hits' confidences and labels per unit; with
+    ``read_below``, the share of questions read (their first phrase hit is a read one)."""
+    em, f1, acc1, acc5, doc1, was_read = [], [], [], [], [], []
     conf: dict[str, list[float]] = {u: [] for u in RUNS}
     right: dict[str, list[float]] = {u: [] for u in RUNS}
     for b in range(0, len(questions), batch):
         chunk = questions[b:b + batch]
         texts = [q.question for q in chunk]
         q_start, q_end = searcher.encoder.encode(texts)
-        found = {name: searcher.search_vectors(q_start, q_end, SearchParams(unit=unit, top_k=k, read=read,
-                                                                            read_passages=read_passages), None, texts)
+        found = {name: searcher.search_vectors(q_start, q_end, SearchParams(
+            unit=unit, top_k=k, read=read, read_passages=read_passages, read_below=read_below), None, texts)
                  for name, (unit, k) in RUNS.items()}
         for i, q in enumerate(chunk):
             top = found["phrase"][i][0].text if found["phrase"][i] else ""
+            was_read.append(float(bool(found["phrase"][i]) and found["phrase"][i][0].read is not None))
             em.append(exact_match(top, q.answers))
             f1.append(f1_score(top, q.answers))
             has = [passage_has_answer(h.passage, q.answers) for h in found["passage"][i]]
@@ -69,6 +74,8 @@ def quality(searcher, questions, read: bool, read_passages: int | None, batch: i
            "doc_acc@1": pct(doc1)}
     if read:
         out["first_hit_ece"] = {u: round(ece(np.array(conf[u]), np.array(right[u])), 6) for u in RUNS if conf[u]}
+    if read_below is not None:
+        out["phrase_questions_read"] = pct(was_read)
     return out
 
 
@@ -83,11 +90,12 @@ def pct(values: list[float]) -> float:
     return round(100 * float(np.mean(values)), 2)
 
 
-def speed(searcher, questions, read: bool, read_passages: int | None, batches: int, batch: int) -> float:
+def speed(searcher, questions, read: bool, read_passages: int | None, batches: int, batch: int,
+          read_below: float | None = None) -> float:
     """Phrase-search q/s at ``batch``, encoding included, after one warm-up batch (the questions after it are timed,
     so there must be more than one batch of them)."""
     texts = [q.question for q in questions]
-    params = SearchParams(read=read, read_passages=read_passages)
+    params = SearchParams(read=read, read_passages=read_passages, read_below=read_below)
     searcher.search(texts[:batch], params)
     if searcher.reading is not None:
         searcher.reading._recent.clear()  # timed reads are real reads, not remembered ones
@@ -113,6 +121,8 @@ def main() -> int:
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="question encoder")
     ap.add_argument("--reader-precision", default="auto", choices=["auto", "fp32", "bf16"])
     ap.add_argument("--runtime", default="auto", choices=["auto", "torch", "onnx"], help="forward passes: auto (ONNX Runtime in fp32 on a CPU), torch or onnx")
+    ap.add_argument("--read-below", type=float, nargs="*", default=[], metavar="T",
+                    help="also measure read with read_below T (quality, questions read, speed), for each T")
     ap.add_argument("--parts", default=",".join(PARTS), type=parts_list,
                     help=f"what to measure, comma-separated among {','.join(PARTS)} (default: all)")
     ap.add_argument("--out", required=True)
@@ -138,6 +148,11 @@ def main() -> int:
         result["without_read"] = quality(searcher, questions, False, None, args.batch_size)
     if "with_read" in parts:
         result["with_read"] = quality(searcher, questions, True, args.read_passages, args.batch_size)
+    for below in args.read_below:  # a question is read only when its search's best hit is below ``below``
+        result.setdefault("read_below", {})[str(below)] = {
+            **quality(searcher, questions, True, args.read_passages, args.batch_size, below),
+            "with_read_qps": speed(searcher, questions, True, args.read_passages, args.speed_batches, args.batch_size,
+                                   below)}
     if "reader_rc" in parts:
         result["reader_rc"] = reading_comprehension(searcher.reading.reader, questions)
     write_json_atomic(args.out, result)

@@ -78,6 +78,10 @@ class SearchParams:
         "exact; needs a reader); passages and documents are re-ranked by their best read answer")
     read_passages: int | None = option(None, "with read: passages (units) read per question (default: the reader's "
                                        "fitted one)")
+    read_below: float | None = option(
+        None, "with read: read only the questions whose best hit, as the search without read finds it, has a "
+        "confidence below this (0-1); the others answer with that search's hits. Fewer questions read, for a little "
+        "accuracy; needs a calibrated model")
 
     def __post_init__(self) -> None:
         _one_of("unit", self.unit, UNITS)
@@ -96,7 +100,9 @@ class SearchParams:
             raise SearchParamsError(f"merge_answers applies to unit=phrase, not unit={self.unit}")
         if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
             raise SearchParamsError(f"offset must be an integer >= 0, got {self.offset!r}")
-        for name in ("min_confidence", "unanswerable_prior"):
+        if self.read_below is not None and not self.read:
+            raise SearchParamsError("read_below applies with read=true")
+        for name in ("min_confidence", "unanswerable_prior", "read_below"):
             c = getattr(self, name)
             if c is not None and (isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c <= 1):
                 raise SearchParamsError(f"{name} must be a number in [0, 1], got {c!r}")

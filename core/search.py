@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -132,10 +133,12 @@ class Searcher:
                     self.dense.vector_reader(params.vector_source or self.vector_source) if resolve else
                     self.index.token_vectors,
                     self.selection(params.filter) if resolve else Selection(None, None, None, {}))
-        if params.min_confidence is not None and not params.read and not self.pager.calibrated(plan):
-            raise SearchParamsError(f"min_confidence needs a calibrated model (unit={params.unit}, mode={mode}); this "
-                                    "model has no calibration for it (or for this fusion and lexical weight): fit one "
-                                    "with `spanseek train calibrate`")
+        for name in ("min_confidence", "read_below"):
+            gated = name == "read_below" or not params.read  # read_below judges the search without read
+            if getattr(params, name) is not None and gated and not self.pager.calibrated(plan):
+                raise SearchParamsError(f"{name} needs a calibrated model (unit={params.unit}, mode={mode}); this "
+                                        "model has no calibration for it (or for this fusion and lexical weight): fit "
+                                        "one with `spanseek train calibrate`")
         return plan
 
     def search(self, questions: list[str], params: SearchParams = DEFAULT_PARAMS,
@@ -162,6 +165,8 @@ class Searcher:
         ``FEATURE_DEPTH[unit]``, which the confidence features read) and the page is returned.
         """
         timings = timings if timings is not None else StageTimes()
+        if params.read and params.read_below is not None:
+            return self._read_unsure(q_start, q_end, params, timings, questions)
         want = params.offset + params.top_k
         depth = max(want, FEATURE_DEPTH[params.unit]) if self.calibrator is not None and not params.read else want
         plan = self._plan(params).but(top_k=depth, offset=0, min_confidence=None)
@@ -180,6 +185,27 @@ class Searcher:
             ranked = self._ranked_deep(plan, q_start, q_end, texts, timings)
         with timings.timing("aggregate"):
             return self.pager.pages(ranked, params, plan)
+
+    def _read_unsure(self, q_start: np.ndarray, q_end: np.ndarray, params: SearchParams, timings: StageTimes,
+                     questions: Sequence[str] | None) -> list[Hits]:
+        """``read_below``: every question searched without read (from its first hit, so that the best one is judged),
+        and only those whose best hit's confidence is below ``read_below`` searched again with read; the others get
+        the page of their search, abstaining by ``min_confidence`` as it would."""
+        self._plan(params, resolve=False)  # refused as a whole before anything is searched
+        searched = self.search_vectors(
+            q_start, q_end, replace(params, read=False, read_passages=None, read_below=None, min_confidence=None,
+                                    offset=0, top_k=params.offset + params.top_k), timings, questions)
+        assert params.read_below is not None
+        unsure = [i for i, hits in enumerate(searched) if not hits or (hits[0].confidence or 0.0) < params.read_below]
+        out = [self.pager.page_of(list(hits), params) for hits in searched]
+        if unsure:
+            pick = np.asarray(unsure)
+            texts = [questions[i] for i in unsure] if questions is not None else None
+            for i, hits in zip(unsure, self.search_vectors(q_start[pick], q_end[pick],
+                                                           replace(params, read_below=None), timings, texts),
+                               strict=True):
+                out[i] = hits
+        return out
 
     def _read(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str],
               timings: StageTimes) -> list[list[Hit]]:

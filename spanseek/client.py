@@ -76,6 +76,7 @@ class SearchOptions(TypedDict, total=False):
     unanswerable_prior: float
     read: bool
     read_passages: int
+    read_below: float
     full_passage: bool
     filter: SearchFilter | Mapping[str, Any]  # a core filter, or its JSON object as it is (docs/indexing.md#filters)
 

@@ -197,6 +197,23 @@ def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad)
               "--precision", "fp32", "--reader-precision", "fp32", "--out", tmp_path / "read-only.json")
     part = results(tmp_path / "read-only.json", "with_read.phrase_em@1")
     assert not {"speed", "without_read", "reader_rc"} & set(part)  # only the part asked for
+    # read_below needs confidences: a copy of the model with a calibrator of the index's hybrid searches
+    import shutil
+
+    from spanseek.core.confidence import CALIBRATION_NAME
+    from spanseek.core.model import model_fingerprint
+    from tests.core.test_answers import calibrator
+
+    model = tmp_path / "calibrated"
+    shutil.copytree(tiny_model_dir, model)
+    calibrator(fingerprint=model_fingerprint(model)).save(model / CALIBRATION_NAME)
+    run_bench("bench/reading.py", "--index", squad_index, "--model", model, "--reader", tiny_reader,
+              "--questions", tiny_squad, "--limit", 16, "--batch-size", 8, "--speed-batches", 1, "--parts",
+              "without_read", "--read-below", 0, 1, "--precision", "fp32", "--reader-precision", "fp32",
+              "--out", tmp_path / "below.json")
+    below = results(tmp_path / "below.json", "read_below")["read_below"]
+    assert below["0.0"]["phrase_questions_read"] == 0 < below["1.0"]["phrase_questions_read"]
+    assert positive(below["0.0"]["with_read_qps"]) and "phrase_em@1" in below["1.0"]
 
 
 @smoke("bench/search_snapshot.py")

@@ -233,6 +233,56 @@ def test_the_units_read_are_those_a_search_without_read_returns_first(reading_se
                [(h.passage_id, h.start, h.end, h.score) for h in want]
 
 
+def _spans(hits) -> list[tuple]:
+    return [(h.passage_id, h.start, h.end, h.read is None) for h in hits]
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage"])
+def test_read_below_reads_exactly_the_questions_whose_search_is_unsure(reading_searcher, unit):
+    """With ``read_below`` a question whose best search hit (without read) is at least that confident keeps that
+    search's page; the others are read, as a search with read alone reads them."""
+    from spanseek.core.confidence import FEATURE_DEPTH, hit_features
+    from spanseek.core.search import Searcher
+    from tests.core.test_answers import calibrator
+
+    questions = QUESTIONS * 3 + ["Where is the castle?", "Which bridge did Alba build?", "When was the tower built?"]
+    plain_params = SearchParams(unit=unit, top_k=2, mode="hybrid")
+    deep = reading_searcher.search(questions, replace(plain_params, top_k=FEATURE_DEPTH[unit]))
+    f = np.concatenate([hit_features(unit, [h.score for h in hs], [h.dense for h in hs], [h.lexical for h in hs],
+                                     [h.text for h in hs]) for hs in deep])
+    searcher = Searcher(reading_searcher.index, reading_searcher.encoder, reading=reading_searcher.reading,
+                        calibrator=calibrator(mean=f.mean(axis=0), scale=np.maximum(f.std(axis=0), 1e-3)))
+    plain = searcher.search(questions, plain_params)
+    read = searcher.search(questions, replace(plain_params, read=True))
+    best = np.asarray([hits[0].confidence for hits in plain])
+    cut = float(np.median(best)) + 1e-6
+    assert 0 < (best < cut).sum() < len(questions)
+    for below in (0.0, cut, 1.0):  # 0: none read; 1: all but a confidence of 1.0 (a saturated logistic)
+        mixed = searcher.search(questions, replace(plain_params, read=True, read_below=below))
+        for hits, conf, unread, was_read in zip(mixed, best, plain, read, strict=True):
+            want = was_read if conf < below else unread
+            assert _spans(hits) == _spans(want)
+            assert [h.score for h in hits] == pytest.approx([h.score for h in want], rel=1e-4, abs=1e-4)
+    # the second page of an answered question is its search's second page; min_confidence judges either answer
+    paged = searcher.search(questions, replace(plain_params, top_k=1, offset=1, read=True, read_below=cut))
+    for hits, conf, unread in zip(paged, best, plain, strict=True):
+        if conf >= cut:
+            assert _spans(hits) == _spans(unread)[1:2]
+    gated = searcher.search(questions, replace(plain_params, read=True, read_below=cut, min_confidence=cut))
+    for hits, conf in zip(gated, best, strict=True):
+        assert not hits.no_answer if conf >= cut else hits.no_answer == (not hits or hits[0].confidence < cut)
+
+
+def test_read_below_is_refused_without_read_or_without_a_calibrated_model(reading_searcher):
+    with pytest.raises(SearchParamsError, match="read_below applies with read=true"):
+        SearchParams(read_below=0.5)
+    for bad in (-0.1, 1.5, True):
+        with pytest.raises(SearchParamsError, match="read_below must be a number in"):
+            SearchParams(read=True, read_below=bad)  # type: ignore[arg-type]
+    with pytest.raises(SearchParamsError, match="read_below needs a calibrated model"):
+        reading_searcher.search(QUESTIONS, SearchParams(read=True, read_below=0.5))
+
+
 def test_the_fitted_combination_is_read_from_the_reader_directory(reading_searcher, tiny_reader):
     """read_passages and the model's coefficients come from reading.json: passages read per question and the
     ranking follow the file."""

@@ -56,6 +56,10 @@ def test_read_is_refused_without_a_reader_and_beyond_the_limit(serve, settings_f
         r = client.post("/search", json={"query": QUESTION, "read": True, "read_passages": 5})
         assert r.status_code == 400 and "read_passages must be between 1 and 4" in r.json()["message"]
         assert client.post("/search", json={"query": QUESTION, "read": "yes"}).status_code == 422
+        r = client.post("/search", json={"query": QUESTION, "read_below": 0.5})
+        assert r.status_code == 400 and "read_below applies with read=true" in r.json()["message"]
+        r = client.post("/search", json={"query": QUESTION, "read": True, "read_below": 0.5})  # no calibration
+        assert r.status_code == 400 and "read_below needs a calibrated model" in r.json()["message"], r.json()
 
 
 def test_a_batch_mixing_read_and_unread_requests_answers_each_as_if_alone(reading_searcher):
