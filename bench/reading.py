@@ -12,8 +12,8 @@ On every question of the file (or a fixed sample of --limit), searched over --in
   encoding included, after a warm-up batch), and their ratio.
 
 ``--parts`` measures a subset (``--parts with_read`` compares two fits of reading for one reader). ``--read-below T
-...`` adds, for each T, the same quality, the share of questions read and the q/s with ``read_below`` T: only the
-questions whose best hit without read is less confident than T are read.
+...`` adds, for each T, the same quality, the share of questions read and (with the speed part) the q/s with
+``read_below`` T: only the questions whose best hit without read is less confident than T are read.
 """
 
 from __future__ import annotations
@@ -149,10 +149,12 @@ def main() -> int:
     if "with_read" in parts:
         result["with_read"] = quality(searcher, questions, True, args.read_passages, args.batch_size)
     for below in args.read_below:  # a question is read only when its search's best hit is below ``below``
-        result.setdefault("read_below", {})[str(below)] = {
-            **quality(searcher, questions, True, args.read_passages, args.batch_size, below),
-            "with_read_qps": speed(searcher, questions, True, args.read_passages, args.speed_batches, args.batch_size,
-                                   below)}
+        got = result.setdefault("read_below", {})[str(below)] = quality(
+            searcher, questions, True, args.read_passages, args.batch_size, below)
+        if "speed" in parts:
+            got["with_read_qps"] = speed(searcher, questions, True, args.read_passages, args.speed_batches,
+                                         args.batch_size, below)
+            got["ratio"] = round(got["with_read_qps"] / result["speed"]["without_read_qps"], 3)
     if "reader_rc" in parts:
         result["reader_rc"] = reading_comprehension(searcher.reading.reader, questions)
     write_json_atomic(args.out, result)
