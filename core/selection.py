@@ -25,11 +25,15 @@ query at a time when given a selector (faiss 1.15), which made a batch of 64 que
 documents allowed. When most tokens are allowed, ``search_ids`` therefore asks a flat index for more neighbours
 without the selector and keeps the allowed ones; a question that did not get ``k`` of them (its nearest documents
 are the deleted or filtered ones) is asked once more for 8x more, then with the selector. Either way the ids are
-the same (but for the order of exact ties). IVF indexes always take the selector (they scan lists one query at a time).
+the same (but for the order of exact ties). IVF indexes take the selector (they scan lists one query at a time),
+but a selector only keeps the allowed tokens of the ``nprobe`` lists nearest each query: a selection of at most
+``EXACT_SELECTED_TOKENS`` tokens is scored whole from the fine vectors instead (``selected_top``: the exact index's
+hits), and a larger one is searched with nprobe divided by its share of the tokens.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +58,11 @@ assert tuple(UNIT_OF_PASSAGE) == UNITS
 # a flat index over-fetches (rather than take the selector) when at least this share of its tokens is allowed
 OVERFETCH_MIN_ALLOWED = 0.5
 OVERFETCH_TRIES, OVERFETCH_GROWTH = 2, 8  # then the questions still short take the selector
+# an IVF index scans only the nprobe lists nearest each query, and a selector keeps the allowed tokens among them:
+# a filter to a few documents found a few of their passages (1 of 6 asked for, IVF256 at its nprobe). Up to this
+# many allowed tokens (their (tokens, 2B) scores within 32 MB at a batch of 64 questions) every allowed token is
+# scored from the fine vectors; more are searched with nprobe divided by their share (at most every list)
+EXACT_SELECTED_TOKENS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -154,19 +163,25 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
     ``device`` (a ``core.gpu.DeviceIndex``) serves each search it can; the others go to the CPU index."""
     faiss_index = index.faiss
 
-    def search(x: np.ndarray, kk: int, selector: Any = None) -> np.ndarray:
+    def search(x: np.ndarray, kk: int, selector: Any = None, probes: int | None = nprobe) -> np.ndarray:
         if device is not None:
-            ids = device.search(x, kk, nprobe or index.default_nprobe, selector)
+            ids = device.search(x, kk, probes or index.default_nprobe, selector)
             if ids is not None:
                 return ids
-        return faiss_index.search(x, kk, params=index.search_parameters(nprobe, selector))[1]
+        return faiss_index.search(x, kk, params=index.search_parameters(probes, selector))[1]
 
     if sel.selector is None:
         return search(queries, k)
     assert sel.passages is not None
     n = faiss_index.ntotal
     share = sel.token_share
-    if ivf_of(faiss_index) is not None or share < OVERFETCH_MIN_ALLOWED or k >= n:
+    ivf = ivf_of(faiss_index)
+    if ivf is not None:  # the lists near a query may hold few allowed tokens (EXACT_SELECTED_TOKENS)
+        if share * n <= EXACT_SELECTED_TOKENS and not hasattr(faiss_index, "ivf_index"):  # (not live writes)
+            return selected_top(index, queries, k, sel.passages)
+        probes = min(int(ivf.nlist), math.ceil((nprobe or index.default_nprobe or 1) / max(share, 1e-12)))
+        return search(queries, k, sel.selector, probes)
+    if share < OVERFETCH_MIN_ALLOWED or k >= n:
         return search(queries, k, sel.selector)
     wide = min(n, int(k / share * 1.5) + 16)  # allowed ones are about a share of any neighbours
     out = np.full((len(queries), k), -1, dtype=np.int64)
@@ -187,6 +202,23 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
             return out
         wide = min(n, wide * OVERFETCH_GROWTH)
     out[rows] = search(queries[rows], k, sel.selector)
+    return out
+
+
+def selected_top(index: PhraseIndex, queries: np.ndarray, k: int, passages: np.ndarray) -> np.ndarray:
+    """(n, k) ids of the ``k`` best tokens of the allowed ``passages`` for each query, every one of them scored from
+    the fine vectors (``PhraseIndex.token_scores``, as span completion scores them); best first, the larger id
+    first among equal scores; -1 where fewer are allowed."""
+    ids = np.flatnonzero(passages[index.token_passage])  # ascending
+    out = np.full((len(queries), k), -1, dtype=np.int64)
+    kk = min(k, len(ids))
+    if kk == 0:
+        return out
+    scores = np.asarray(index.token_scores(ids, np.ascontiguousarray(queries.T)), dtype=np.float32).T  # (n, m)
+    top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if kk < len(ids) else np.tile(np.arange(len(ids)),
+                                                                                            (len(queries), 1))
+    order = np.lexsort((-top, -np.take_along_axis(scores, top, axis=1)), axis=1)  # by score, then larger id
+    out[:, :kk] = ids[np.take_along_axis(top, order, axis=1)]
     return out
 
 

@@ -217,3 +217,50 @@ def test_a_flat_index_over_fetches_the_same_ids_as_the_selector_gives(searcher, 
     assert np.allclose(scores(over_fetched), scores(with_selector), rtol=1e-5, atol=1e-5)
     assert np.mean(over_fetched == with_selector) > 0.99
     assert sel.passages is not None and sel.passages[index.token_passage[with_selector]].all() and (with_selector >= 0).all()
+
+
+@pytest.fixture(scope="module")
+def ivf_searcher(tmp_path_factory, tiny_model_dir, searcher):
+    """The filters' corpus as an IVF index searched at nprobe 1 (of 8 lists), the same document deleted."""
+    d = tmp_path_factory.mktemp("filters-ivf")
+    corpus = searcher.index.dir.parent / "c.jsonl"
+    build_index(corpus, tiny_model_dir, d / "idx", BuildOptions(factory="IVF8,Flat", nprobe=1, progress=False,
+                                                              precision="fp32", gpu=False))
+    delete_documents(d / "idx", [DELETED])
+    return Searcher(PhraseIndex(d / "idx"))
+
+
+def _keys(hits, places: int = 3) -> list[tuple]:
+    return [(h.doc_id, h.passage_id, h.start, h.end, round(h.score, places)) for h in hits]
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_an_ivf_index_fills_top_k_with_a_selective_filter_as_an_exact_index_does(searcher, ivf_searcher, unit):
+    """An IVF index scans the lists nearest each query, where few of a small filter's tokens lie: the allowed tokens
+    are then scored one by one from the fine vectors (as the exact index's own vectors score them), so the hits are
+    the exact index's, and top_k is filled whenever that many units pass."""
+    from spanseek.core import selection
+
+    flt = SearchFilter(doc_ids=("d2", "d5"))
+    assert ivf_searcher.selection(flt).token_share * ivf_searcher.index.faiss.ntotal <= selection.EXACT_SELECTED_TOKENS
+    got = _search(ivf_searcher, unit=unit, mode="dense", top_k=20, filter=flt)
+    want = _search(searcher, unit=unit, mode="dense", top_k=20, filter=flt)
+    assert [_keys(h) for h in got] == [_keys(h) for h in want]
+    assert all(len(hits) == _fill(searcher, flt, unit, 20) for hits in got)
+
+
+def test_a_larger_selection_on_an_ivf_index_probes_lists_in_proportion(ivf_searcher, monkeypatch):
+    """Above EXACT_SELECTED_TOKENS a filtered IVF search divides nprobe by the allowed share of the tokens: the lists
+    probed hold about as many allowed tokens as an unfiltered search's."""
+    from spanseek.core import selection
+
+    monkeypatch.setattr(selection, "EXACT_SELECTED_TOKENS", 0)
+    probes = []
+    search_parameters = ivf_searcher.index.search_parameters
+    monkeypatch.setattr(ivf_searcher.index, "search_parameters",
+                        lambda nprobe, selector=None: probes.append(nprobe) or search_parameters(nprobe, selector))
+    flt = SearchFilter(doc_ids=("d2", "d5"))
+    share = ivf_searcher.selection(flt).token_share
+    hits = _search(ivf_searcher, unit="passage", mode="dense", top_k=20, filter=flt)
+    assert probes and set(probes) == {min(8, int(np.ceil(1 / share)))}
+    assert all(len(h) == _fill(ivf_searcher, flt, "passage", 20) for h in hits)
