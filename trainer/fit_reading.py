@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from spanseek.core.encoding import pick_device
 from spanseek.core.evaluate import sample_questions
 from spanseek.core.holdout import Holdout
 from spanseek.core.io import Question, load_squad, squad_documents, squad_questions, write_corpus
@@ -136,8 +137,8 @@ def fit_depth(reads: list[Read], depth: int, phrase_model, features: Sequence[st
 def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str | Path) -> dict[int, list[Read]]:
     """Every question's top passages and documents read once per window width, at the deepest depth."""
     searcher = open_searcher(index, cfg.model, device=cfg.device, precision=cfg.precision)
-    reader = PassageReader.load(resolve_reader(cfg.reader), precision="fp32" if cfg.precision == "auto" else
-                                cfg.precision)
+    reader = PassageReader.load(resolve_reader(cfg.reader), pick_device(cfg.device),
+                                precision="fp32" if cfg.precision == "auto" else cfg.precision)
     depth = max(cfg.depths)
     stages = {w: ReadingStage(reader, Reading(depth, cfg.spans_per_passage, {}, window_chars=w), searcher.hits)
               for w in cfg.windows}

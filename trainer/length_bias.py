@@ -207,7 +207,8 @@ def fit_reader_length_bias(cfg: ReaderLengthBiasConfig) -> dict[str, Any]:
     """Fit the reader's prior on its reserved articles, write the reader copy to ``cfg.out``, return a summary."""
     reader_dir = resolve_reader(cfg.reader)
     out = check_model_out(cfg.out, reader_dir, config_name=READER_CONFIG_NAME)
-    reader = PassageReader.load(reader_dir, cfg.device, pick_precision(cfg.precision, pick_device(cfg.device)))
+    device = pick_device(cfg.device)
+    reader = PassageReader.load(reader_dir, device, pick_precision(cfg.precision, device))
     if reader.config.length_bias:
         log.info("%s already has a length prior; it is refitted from zero", reader_dir)
         reader.config = dataclasses.replace(reader.config, length_bias=())

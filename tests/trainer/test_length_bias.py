@@ -164,8 +164,8 @@ def test_reader_command_writes_the_reader_with_its_prior(squad_file, tiny_reader
 
     out = tmp_path / "reader-biased"
     summary = fit_reader_length_bias(ReaderLengthBiasConfig(
-        reader=str(tiny_reader), train=str(squad_file), out=str(out), questions=1000, val_questions=30, device="cpu",
-        precision="fp32", progress=False))
+        reader=str(tiny_reader), train=str(squad_file), out=str(out), questions=1000, val_questions=30, device="auto",
+        precision="fp32", progress=False))  # auto, the command's default: a device string torch did not know
     reader = PassageReader.load(out)
     L = reader.config.max_answer_tokens
     assert list(reader.config.length_bias) == summary["length_bias"] and len(summary["length_bias"]) == L
