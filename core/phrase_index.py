@@ -47,14 +47,16 @@ clipped to its passage.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import logging
 import os
 import shutil
+import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -257,6 +259,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+@contextlib.contextmanager
+def c_stdout_to_stderr() -> Iterator[None]:
+    """While inside, what C code prints on standard output (file descriptor 1) goes to standard error."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _read(path: Path, read: Callable[[Path], T]) -> T:
     """``read(path)``, with any failure to read or parse it raised as IndexFormatError naming the file."""
     try:
@@ -451,8 +466,10 @@ class PhraseIndex:
             raise IndexFormatError(f"{d}: index is incomplete ({FAISS_INDEX} missing); rebuild it")
         if self.manifest.faiss_params.get("on_disk") and not (d / IVFDATA).is_file():
             raise IndexFormatError(f"{d}: index is incomplete ({IVFDATA} missing); rebuild it")
-        # on-disk lists are found next to index.faiss wherever the directory was moved
-        self.faiss = _read(d / FAISS_INDEX, lambda p: faiss.read_index(str(p), faiss.IO_FLAG_ONDISK_SAME_DIR))
+        # on-disk lists are found next to index.faiss wherever the directory was moved; faiss then prints where, on
+        # the process's standard output, which a command's JSON output holds: the line goes to standard error
+        with c_stdout_to_stderr() if self.manifest.faiss_params.get("on_disk") else contextlib.nullcontext():
+            self.faiss = _read(d / FAISS_INDEX, lambda p: faiss.read_index(str(p), faiss.IO_FLAG_ONDISK_SAME_DIR))
         tune_faiss(self.faiss.d)
         ivf = ivf_of(self.faiss)
         if (ivf is not None) != self.manifest.spec.is_ivf:

@@ -62,8 +62,11 @@ def _same_search(a: PhraseIndex, b: PhraseIndex) -> None:
     assert Searcher(a).search_vectors(qs, qe, params) == Searcher(b).search_vectors(qs, qe, params)
 
 
-def test_on_disk_index_searches_like_the_in_memory_one(in_memory, on_disk, tmp_path):
+def test_on_disk_index_searches_like_the_in_memory_one(in_memory, on_disk, tmp_path, capfd):
+    capfd.readouterr()
     mem, disk = PhraseIndex(in_memory), PhraseIndex(on_disk)
+    printed = capfd.readouterr()  # faiss's note on where the lists are: not on standard output, which holds JSON
+    assert printed.out == "" and "ondisk" in printed.err
     assert disk.manifest.faiss_params["on_disk"] and IVFDATA in (disk.manifest.files or {})
     assert disk.faiss.ntotal == mem.faiss.ntotal == mem.num_tokens
     assert isinstance(disk.token_passage, np.memmap) and isinstance(disk.token_flags, np.memmap)
