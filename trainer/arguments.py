@@ -282,6 +282,15 @@ class FilterConfig(FrozenModelJob):
                                     "articles of the training file (document ids = article numbers), instead "
                                     "of encoding windows: every token of its paragraphs is used")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.hidden >= 0, "--hidden", "an integer >= 0 (0: a linear head)", self.hidden)
+        for flag, value in (("--train-windows", self.train_windows), ("--val-windows", self.val_windows),
+                            ("--epochs", self.epochs), ("--batch-tokens", self.batch_tokens),
+                            ("--batch-windows", self.batch_windows)):
+            check(value >= 1, flag, "an integer >= 1", value)
+        check(positive(self.lr), "--lr", "a number > 0", self.lr)
+
 
 @dataclass(frozen=True, kw_only=True)
 class LengthBiasConfig(FrozenModelJob):

@@ -181,3 +181,13 @@ def test_a_required_option_is_a_required_flag(capsys):
     with pytest.raises(SystemExit):
         subparser("qsft").parse_args(["--train", "t", "--out", "o"])
     assert "--model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag,value,want", [("hidden", -5, "--hidden must be an integer >= 0"),
+                                             ("epochs", 0, "--epochs must be an integer >= 1"),
+                                             ("lr", 0.0, "--lr must be a number > 0")])
+def test_the_filter_heads_options_are_checked_naming_the_flag(flag, value, want):
+    """Out of range, the filter head's options are refused when the config is built, by their flag's name (a bad
+    --hidden was reported as the model config's filter_hidden, after the model had loaded)."""
+    with pytest.raises(ValueError, match=want):
+        FilterConfig(model="default", train="t.json", out="o", **{flag: value})
