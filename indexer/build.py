@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -36,12 +37,14 @@ import xxhash
 from tqdm.auto import tqdm
 
 from spanseek.core import integrity, phrase_index
+from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import PassageEncoder, pick_device, pick_precision
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.fine_store import detect_kind, open_fine_store
 from spanseek.core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, unique_ids
 from spanseek.core.model import (
+    CONFIG_NAME,
     load_model,
     load_tokenizer,
     model_fingerprint,
@@ -255,6 +258,8 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     model_dir = resolve_model(model)
     check_out_dir(out, corpus)
     spec = parse_factory(opts.factory) if opts.factory != "auto" else None  # syntax errors before any encoding
+    if spec is not None:  # and what faiss itself refuses (an unknown part, a dimension PQ does not divide)
+        check_factory_for(spec, EncoderConfig.load(model_dir / CONFIG_NAME).dim)
     if spec is not None and opts.on_disk:
         check_on_disk(spec)
     check_store_option(opts.store)
@@ -263,6 +268,14 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     with build_lock(out):
         check_out_dir(out, corpus)  # again: a build that held the lock until now may have finished the index
         return _build_locked(corpus, model, model_dir, out, opts, spec)
+
+
+def check_factory_for(spec: FactorySpec, dim: int) -> None:
+    """FactoryError now, before any encoding, where the factory does not fit vectors of ``dim`` or faiss cannot make
+    it (``IVF64,Garbage``): an empty index is made and dropped. The corpus size is checked once it is encoded."""
+    if dim > 0:
+        validate_factory(spec.factory, dim, n=sys.maxsize)
+        create_index(spec, dim, contiguous_ids=True)
 
 
 @contextlib.contextmanager

@@ -110,10 +110,15 @@ def test_too_small_corpus_fails_the_build_clearly_and_keeps_the_shards(tmp_path,
     assert m.factory == "Flat" and m.faiss_params["requested_factory"] == "auto"
 
 
-def test_invalid_factory_string_fails_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, monkeypatch):
+@pytest.mark.parametrize("factory,match", [("IVF0,SQ8", ""), ("IVF64,Garbage", "faiss cannot build factory"),
+                                           ("IVF8,PQ5", "PQ5 needs M dividing the dimension")])
+def test_invalid_factory_string_fails_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, monkeypatch, factory,
+                                                      match):
+    """A factory the parser reads but faiss refuses, or one that does not fit the model's dimension, is refused
+    before the corpus is encoded (it was refused after, the shards kept)."""
     monkeypatch.setattr(build_mod, "encode_corpus", lambda *a, **k: pytest.fail("encoded before validating"))
-    with pytest.raises(FactoryError):
-        build_index(tiny_corpus, tiny_model_dir, tmp_path / "i", BuildOptions(factory="IVF0,SQ8", progress=False))
+    with pytest.raises(FactoryError, match=match):
+        build_index(tiny_corpus, tiny_model_dir, tmp_path / "i", BuildOptions(factory=factory, progress=False))
 
 
 # --- codes store and neighbour sources -----------------------------------------------------------------------
