@@ -103,6 +103,13 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from spanseek.indexer.lifecycle import export_documents
+
+    print(json.dumps(export_documents(args.index, args.out), indent=2))
+    return 0
+
+
 def _index_operand(p: argparse.ArgumentParser) -> None:
     """The index directory of a command that names nothing else: given as an operand (``index verify DIR``) or, as the
     commands that take a corpus too name it, ``--index DIR``."""
@@ -323,6 +330,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index", required=True, help="index directory")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_compact)
+
+    p = index.add_parser("export", help="write the index's live documents as a corpus (JSONL) that `index build` "
+                         "reads: to rebuild it with another store, factory or model")
+    p.add_argument("--index", required=True, help="index directory")
+    p.add_argument("--out", required=True, help="corpus file to write (JSONL; .gz to compress)")
+    p.set_defaults(func=_export)
 
     p = index.add_parser("add-lexical", help="add (or rebuild) the BM25 part of a built index; nothing is re-encoded")
     _index_operand(p)

@@ -96,6 +96,30 @@ def _disk_bytes(index_dir: Path) -> int:
     return sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
 
 
+def export_documents(index_dir: str | Path, out: str | Path) -> dict[str, Any]:
+    """Write the index's live documents to ``out`` as a corpus (JSONL, gzipped for a ``.gz`` name; atomically): each
+    one's id, title and metadata, its passages as its paragraphs (each with its own metadata), in index order. An
+    ``index build`` of it holds the documents the index serves: the way to rebuild an index ``compact`` refuses (a
+    quantised store, lists on disk), or with another model or factory. Holds the writer lock, so no change is half
+    read; returns the counts."""
+    from spanseek.core.io import Document, write_corpus
+
+    index_dir = Path(index_dir)
+    with locked_index(index_dir, "export"):
+        records, _, live = live_rows(index_dir)
+        paragraphs: dict[int, list[tuple[int, str, dict[str, Any]]]] = {}
+        for p in phrase_index.read_jsonl(index_dir / phrase_index.PASSAGES):
+            paragraphs.setdefault(p["doc"], []).append((p["para"], p["text"], p.get("meta", {})))
+        docs = []
+        for row in sorted(live.values()):
+            parts = sorted(paragraphs.get(row, []), key=lambda part: part[0])
+            metas = tuple(meta for _, _, meta in parts)
+            docs.append(Document(records[row]["id"], records[row]["title"], tuple(text for _, text, _ in parts),
+                                 records[row].get("meta", {}), passage_meta=metas if any(metas) else ()))
+        written = write_corpus(out, docs)
+    return {"documents": written, "passages": sum(len(d.paragraphs) for d in docs), "out": str(out)}
+
+
 def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> dict[str, Any]:
     """Rewrite the index without its deleted documents (see the module docstring); returns what was removed and
     the disk size before and after. An index with nothing deleted is left as it is."""
@@ -113,7 +137,8 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
         if old.fine_store != "fp16" or old.faiss_params.get("on_disk") or (index_dir / FINE_KEPT).is_file():
             raise BuildError(f"{index_dir}: compact re-adds the live tokens from an fp16 fine store to in-memory "
                              "lists; this index has a quantised or filtered store or lists on disk: build it again from the live "
-                             "documents instead")
+                             f"documents instead (`spanseek index export --index {index_dir} --out live.jsonl`, then "
+                             "`index build`)")
         t0 = time.time()
         live_doc = np.ones(len(docs), dtype=bool)
         live_doc[deleted] = False

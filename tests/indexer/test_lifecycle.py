@@ -178,6 +178,31 @@ def test_verify_names_a_damaged_mask(lifecycle, tmp_path):
     assert not report["ok"] and report["problems"][0].startswith(f"{broken / phrase_index.DELETED}: ")
 
 
+def test_export_writes_the_live_documents_and_a_build_of_it_is_the_compacted_index(lifecycle, tiny_model_dir,
+                                                                                     tmp_path):
+    """``index export`` after upserts and deletions: exactly the live documents (ids, titles, metadata, paragraphs,
+    per-passage metadata), in index order; building it gives the index ``compact`` gives (Flat)."""
+    from spanseek.core.io import read_corpus
+    from spanseek.indexer.lifecycle import export_documents
+
+    source = tmp_path / "idx"
+    shutil.copytree(lifecycle["dir"], source)
+    before = {p.name: p.stat().st_mtime_ns for p in source.iterdir()}
+    report = export_documents(source, tmp_path / "live.jsonl.gz")
+    live = live_docs(lifecycle["base"], lifecycle["update"])
+    assert report == {"documents": len(live), "passages": sum(len(d["paragraphs"]) for d in live),
+                      "out": str(tmp_path / "live.jsonl.gz")}
+    got = list(read_corpus(tmp_path / "live.jsonl.gz"))
+    assert [(d.id, d.title, list(d.paragraphs), d.meta) for d in got] == \
+        [(d["id"], d["title"], d["paragraphs"], d.get("meta", {})) for d in live]
+    assert {p.name: p.stat().st_mtime_ns for p in source.iterdir()} == before
+    build_index(tmp_path / "live.jsonl.gz", tiny_model_dir, tmp_path / "rebuilt", _opts())
+    compact_index(source)
+    a, b = PhraseIndex(source), PhraseIndex(tmp_path / "rebuilt")
+    assert a.passages == b.passages and a.docs == b.docs
+    assert np.array_equal(np.asarray(a.vectors), np.asarray(b.vectors))
+
+
 def test_compact_equals_a_fresh_build_of_the_live_documents(lifecycle, tiny_model_dir, tmp_path):
     compacted = tmp_path / "compacted"
     shutil.copytree(lifecycle["dir"], compacted)
