@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from spanseek.core.confidence import Calibrator
 from spanseek.core.hits import Hit, Hits
-from spanseek.core.params import SearchParams
+from spanseek.core.params import SearchParams, SearchParamsError
 from spanseek.core.plan import Plan
 
 
@@ -24,6 +24,17 @@ class Pager:
         if self.calibrator is None:
             return False
         return self.calibrator.applies(plan.unit, plan.mode, plan.fusion, plan.lexical_weight, self.phrase_rerank)
+
+    def check(self, plan: Plan) -> None:
+        """SearchParamsError when the plan asks for confidences the calibrator does not give: ``min_confidence`` (of
+        a search without read: read hits have the reader's) or ``read_below`` (which judges the search without read)."""
+        params = plan.params
+        for name in ("min_confidence", "read_below"):
+            gated = name == "read_below" or not params.read
+            if getattr(params, name) is not None and gated and not self.calibrated(plan):
+                raise SearchParamsError(f"{name} needs a calibrated model (unit={params.unit}, mode={plan.mode}); this "
+                                        "model has no calibration for it (or for this fusion and lexical weight): fit "
+                                        "one with `spanseek train calibrate`")
 
     def prior(self, params: SearchParams) -> float:
         """The share of unanswerable questions the confidences assume: the request's, else the searcher's."""

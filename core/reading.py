@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from spanseek.core.confidence import FittedFile, LogisticModel, check_header
-from spanseek.core.hits import Hit, HitBuilder, non_overlapping
+from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.metrics import normalize_answer
-from spanseek.core.plan import Plan
+from spanseek.core.page import Pager
+from spanseek.core.params import SearchParams
+from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.reader import PassageReader, ReadSpan
 
 READING_NAME = "reading.json"
@@ -250,3 +252,24 @@ class ReadingStage:
         hits = [self._hit(cands[i], float(logit[i]), plan.unit, reading) for i in read]
         unread = [h for r, h in enumerate(sources) if r not in best]  # below the read depth, or nothing to read
         return (hits + unread)[: plan.top_k]
+
+
+def read_unsure(search: Callable[..., list[Hits]], q_start: np.ndarray, q_end: np.ndarray, params: SearchParams,
+                timings: StageTimes, questions: Sequence[str] | None) -> list[Hits]:
+    """``read_below`` (``search``: a searcher's ``search_vectors``): every question searched without read (from its
+    first hit, so that the best one is judged), and only those whose best hit's confidence is below ``read_below``
+    searched again with read; the others get the page of their search, abstaining by ``min_confidence`` as it
+    would."""
+    assert params.read_below is not None
+    searched = search(q_start, q_end, replace(params, read=False, read_passages=None, read_below=None,
+                                              min_confidence=None, offset=0, top_k=params.offset + params.top_k),
+                      timings, questions)
+    unsure = [i for i, hits in enumerate(searched) if not hits or (hits[0].confidence or 0.0) < params.read_below]
+    out = [Pager.page_of(list(hits), params) for hits in searched]
+    if unsure:
+        pick = np.asarray(unsure)
+        texts = [questions[i] for i in unsure] if questions is not None else None
+        read = search(q_start[pick], q_end[pick], replace(params, read_below=None), timings, texts)
+        for i, hits in zip(unsure, read, strict=True):
+            out[i] = hits
+    return out

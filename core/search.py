@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from spanseek.core.page import Pager
 from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.plan import Plan, StageTimes
-from spanseek.core.reading import ReadingStage
+from spanseek.core.reading import ReadingStage, read_unsure
 from spanseek.core.selection import SELECTION_CACHE_BYTES, UNIT_OF_PASSAGE, Selection, Selections
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
@@ -133,12 +132,7 @@ class Searcher:
                     self.dense.vector_reader(params.vector_source or self.vector_source) if resolve else
                     self.index.token_vectors,
                     self.selection(params.filter) if resolve else Selection(None, None, None, {}))
-        for name in ("min_confidence", "read_below"):
-            gated = name == "read_below" or not params.read  # read_below judges the search without read
-            if getattr(params, name) is not None and gated and not self.pager.calibrated(plan):
-                raise SearchParamsError(f"{name} needs a calibrated model (unit={params.unit}, mode={mode}); this "
-                                        "model has no calibration for it (or for this fusion and lexical weight): fit "
-                                        "one with `spanseek train calibrate`")
+        self.pager.check(plan)
         return plan
 
     def search(self, questions: list[str], params: SearchParams = DEFAULT_PARAMS,
@@ -166,7 +160,8 @@ class Searcher:
         """
         timings = timings if timings is not None else StageTimes()
         if params.read and params.read_below is not None:
-            return self._read_unsure(q_start, q_end, params, timings, questions)
+            self._plan(params, resolve=False)  # refused as a whole before anything is searched
+            return read_unsure(self.search_vectors, q_start, q_end, params, timings, questions)
         want = params.offset + params.top_k
         depth = max(want, FEATURE_DEPTH[params.unit]) if self.calibrator is not None and not params.read else want
         plan = self._plan(params).but(top_k=depth, offset=0, min_confidence=None)
@@ -185,27 +180,6 @@ class Searcher:
             ranked = self._ranked_deep(plan, q_start, q_end, texts, timings)
         with timings.timing("aggregate"):
             return self.pager.pages(ranked, params, plan)
-
-    def _read_unsure(self, q_start: np.ndarray, q_end: np.ndarray, params: SearchParams, timings: StageTimes,
-                     questions: Sequence[str] | None) -> list[Hits]:
-        """``read_below``: every question searched without read (from its first hit, so that the best one is judged),
-        and only those whose best hit's confidence is below ``read_below`` searched again with read; the others get
-        the page of their search, abstaining by ``min_confidence`` as it would."""
-        self._plan(params, resolve=False)  # refused as a whole before anything is searched
-        searched = self.search_vectors(
-            q_start, q_end, replace(params, read=False, read_passages=None, read_below=None, min_confidence=None,
-                                    offset=0, top_k=params.offset + params.top_k), timings, questions)
-        assert params.read_below is not None
-        unsure = [i for i, hits in enumerate(searched) if not hits or (hits[0].confidence or 0.0) < params.read_below]
-        out = [self.pager.page_of(list(hits), params) for hits in searched]
-        if unsure:
-            pick = np.asarray(unsure)
-            texts = [questions[i] for i in unsure] if questions is not None else None
-            for i, hits in zip(unsure, self.search_vectors(q_start[pick], q_end[pick],
-                                                           replace(params, read_below=None), timings, texts),
-                               strict=True):
-                out[i] = hits
-        return out
 
     def _read(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str],
               timings: StageTimes) -> list[list[Hit]]:
