@@ -20,7 +20,9 @@ import importlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -99,15 +101,43 @@ def resolve_backbone(ref: str) -> str:
 Loaded = TypeVar("Loaded")
 
 
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers and peft quiet while a model is made: no progress bar over the weights, no load report (a
+    sentence-transformers backbone's unused pooler weights, listed as UNEXPECTED on every load), no deprecation
+    warnings of transformers' own (peft asks for a deprecated attribute). Errors still raise; settings are put back
+    after, so a program that wants transformers' reports keeps them elsewhere (``spanseek -v`` shows them)."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    if logging.getLogger("spanseek").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def load_pretrained(ref: str, load: Callable[..., Loaded], **kwargs: Any) -> Loaded:
     """``load(path, **kwargs)`` (a transformers ``from_pretrained``) of backbone ``ref`` (``resolve_backbone``): a
     local directory never asks the hub, a hub id is downloaded as transformers does. A hub id that is neither in the
     local cache nor reachable (no network, or ``HF_HUB_OFFLINE=1``), or that the hub does not have, is a ModelError
-    of one line naming it and what to give instead, not transformers' multi-line advice."""
+    of one line naming it and what to give instead, not transformers' multi-line advice. Quietly
+    (``quiet_transformers``)."""
     path = resolve_backbone(ref)
     local = os.path.isdir(path)
     try:
-        return load(path, local_files_only=local, **kwargs)
+        with quiet_transformers():
+            return load(path, local_files_only=local, **kwargs)
     except OSError as e:
         reason = None if local else _hub_failure(e)
         if reason is None:  # a damaged local directory, a full disk: transformers' own message
@@ -170,7 +200,8 @@ def _load_backbone(config: EncoderConfig) -> nn.Module:
             target_modules=list(targets),
             bias="none",
         )
-        model = get_peft_model(model, lora)
+        with quiet_transformers():
+            model = get_peft_model(model, lora)
     return model
 
 

@@ -77,7 +77,8 @@ def _run(args: argparse.Namespace) -> int:
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    level = logging.DEBUG if args.verbose else getattr(args, "log_level", logging.INFO)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # the libraries' own chatter: faiss says which CPU build it tried, transformers deprecations
         logging.getLogger("faiss.loader").setLevel(logging.WARNING)
         for handler in logging.getLogger().handlers:  # bm25s sets its logger to DEBUG when it is imported

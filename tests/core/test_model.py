@@ -265,3 +265,29 @@ def test_every_bundled_model_file_is_in_the_package_data():
     missing = [str(f.relative_to(core)) for f in files
                if not any(fnmatch.fnmatch(str(f.relative_to(core)), pat) for pat in patterns)]
     assert not missing, f"not in [tool.setuptools.package-data]: {missing}"
+
+
+def test_a_model_loads_quietly_and_leaves_transformers_settings_as_they_were(tmp_path, tiny_backbone, capfd):
+    """A backbone with weights the encoder does not use (a sentence-transformers model's pooler) made transformers
+    print a load report and a progress bar on every load, and peft a deprecation warning: a library call shows none
+    of it, and transformers' own settings are back as they were after."""
+    import warnings
+
+    from transformers import BertConfig, BertModel
+    from transformers.utils import logging as hf_logging
+
+    backbone = tmp_path / "with-pooler"
+    shutil.copytree(tiny_backbone, backbone)
+    cfg = BertConfig.from_pretrained(tiny_backbone)
+    BertModel(cfg, add_pooling_layer=True).save_pretrained(backbone)  # pooler.* weights the encoder drops
+    config = EncoderConfig(backbone=str(backbone), max_seq_len=32, stride=8, max_answer_tokens=6, weights="lora")
+    hf_logging.set_verbosity_warning()
+    hf_logging.enable_progress_bar()
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        PhraseModel(config)
+    out, err = capfd.readouterr()
+    assert "pooler" not in out + err and "UNEXPECTED" not in out + err and "Loading weights" not in err
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+    assert hf_logging.get_verbosity() == hf_logging.WARNING and hf_logging.is_progress_bar_enabled()

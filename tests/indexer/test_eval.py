@@ -193,3 +193,23 @@ def test_cli_eval_with_reading_as_a_new_user_runs_it(tmp_path, tiny_squad, tiny_
     reader_rc = reading_comprehension(PassageReader.load(tiny_reader), questions)
     assert printed["rc"]["em"] == pytest.approx(reader_rc["em"], abs=0.05)  # eval rounds to one decimal
     assert printed["rc"]["f1"] == pytest.approx(reader_rc["f1"], abs=0.05)
+
+
+def test_cli_search_prints_answers_without_start_up_chatter(tiny_index, tiny_model_dir):
+    """`spanseek search` is a one-shot query: its stderr holds no INFO lines about the precision or runtime chosen
+    (`-v` shows them, and everything else)."""
+    import subprocess
+    import sys
+
+    def stderr(*flags: str) -> str:
+        code = ("import sys; from spanseek.cli import main; "
+                f"sys.exit(main([*{list(flags)!r}, 'search', '--index', {str(tiny_index)!r}, '--model', "
+                f"{str(tiny_model_dir)!r}, '--top-k', '1', 'Who built the bridge?']))")
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                             env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["query"] == "Who built the bridge?"
+        return run.stderr
+
+    assert "INFO" not in stderr()
+    assert "INFO spanseek" in stderr("-v")
