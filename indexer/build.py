@@ -54,6 +54,8 @@ from spanseek.core.model import (
 from spanseek.indexer import shards as shard_files
 from spanseek.indexer.compress import filter_probabilities, kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import (
+    AUTO,
+    FLAT_MAX,
     FactoryError,
     FactorySpec,
     add_vectors,
@@ -194,27 +196,32 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
         raise BuildError(f"{out} has no filter scores ({phrase_index.FILTER_SCORES}): its model has no filter head")
     ids = kept_token_ids(scores, opts.filter_threshold, len(vectors))
     factory = resolve_factory(opts.factory, dim, len(ids), opts.on_disk)
+    on_disk = opts.on_disk and not (opts.factory == AUTO and parse_factory(factory).nlist is None)
+    if on_disk != opts.on_disk:  # a small corpus: auto picks Flat, which has no lists to put on disk
+        log.warning("--factory auto picked %s for %d tokens: its vectors are held in RAM (%.0f MB), as on-disk lists "
+                    "need an IVF index (auto picks one from %d tokens)", factory, len(ids),
+                    len(ids) * dim * 4 / 1e6, FLAT_MAX)
     try:
         spec = validate_factory(factory, dim, len(ids))
         spec.check_dim(dim)
     except FactoryError as e:
         raise FactoryError(f"{e} (the encoded shards in {out} are kept: rerun with another --factory to resume)") from None
-    if opts.on_disk:
+    if on_disk:
         check_on_disk(spec)
     contiguous = len(ids) == len(vectors)
     gpu = use_gpu(opts.gpu)
     n_train = training_size(spec, len(ids), opts.max_train)
-    key = blocks_key(factory, vectors, ids, n_train) if opts.on_disk else ""
-    index = saved_trained_index(out, key) if opts.on_disk else None
+    key = blocks_key(factory, vectors, ids, n_train) if on_disk else ""
+    index = saved_trained_index(out, key) if on_disk else None
     train_seconds = 0.0
     if index is None:
         index = create_index(spec, dim, contiguous_ids=contiguous)
         train_seconds = train_index(index, vectors, n_train, gpu=gpu, pool=None if contiguous else ids)
-        if opts.on_disk:
+        if on_disk:
             save_trained_index(out, index, key)
     t1 = time.perf_counter()
     (out / phrase_index.IVFDATA).unlink(missing_ok=True)  # a killed earlier build's
-    if opts.on_disk:
+    if on_disk:
         add_on_disk(index, vectors, ids, out, progress=opts.progress, gpu=gpu)
     else:
         add_vectors(index, vectors, ids, progress=opts.progress, gpu=gpu)
@@ -222,7 +229,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     params = {
         "max_train": opts.max_train, "train_size": n_train, "requested_factory": opts.factory, "gpu": gpu,
         "train_seconds": round(train_seconds, 2), "add_seconds": round(add_seconds, 2),
-        "vector_source": opts.vector_source, "on_disk": opts.on_disk,
+        "vector_source": opts.vector_source, "on_disk": on_disk,
     }
     ivf = ivf_of(index)
     if ivf is not None and spec.nlist:

@@ -376,7 +376,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="question encoder: auto, cpu, cuda, cuda:N")
     p.add_argument("--search-device", default="auto",
                    help="where the index is searched: auto (the encoder's device), cpu, cuda, cuda:N")
-    p.set_defaults(func=_search, log_level=logging.WARNING)  # its answers, and what went wrong: not start-up chatter
+    p.set_defaults(func=_search, quiet_log_level=logging.WARNING)  # its answers, and what went wrong: not start-up chatter
 
     p = sub.add_parser("eval", help="phrase/passage/doc accuracy on SQuAD-format questions")
     p.add_argument("--questions", required=True, help="SQuAD-format JSON(.gz)")

@@ -56,7 +56,8 @@ class BuildOptions(EncodeOptions):
     keep_codes: bool | None = option(None, "also keep codes.npy, the compressed codes in token order (default: only "
                                      "with --vector-source codes)")
     on_disk: bool = option(False, "IVF inverted lists in index.ivfdata, memory-mapped, merged from blocks (RAM "
-                           "bounded by the training sample and one block)")
+                           "bounded by the training sample and one block); with --factory auto, a corpus too small "
+                           "for IVF is a Flat index in RAM")
     gpu: bool | None = option(None, "train and fill faiss on a GPU (default: when faiss has one)")
     filter_threshold: float | None = option(None, "index only tokens whose start or end filter probability is >= "
                                             "this (needs a model with a filter head)")

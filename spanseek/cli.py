@@ -77,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-    level = logging.DEBUG if args.verbose else getattr(args, "log_level", logging.INFO)
+    level = logging.DEBUG if args.verbose else getattr(args, "quiet_log_level", logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # the libraries' own chatter: faiss says which CPU build it tried, transformers deprecations
         logging.getLogger("faiss.loader").setLevel(logging.WARNING)

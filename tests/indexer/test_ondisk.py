@@ -10,6 +10,7 @@ finished blocks, and ends with the same index.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 
 import numpy as np
@@ -116,6 +117,23 @@ def test_on_disk_needs_ivf_lists_that_disk_can_hold(tmp_path, tiny_corpus, tiny_
     with pytest.raises(FactoryError, match="--on-disk"):
         build_index(tiny_corpus, tiny_model_dir, tmp_path / "x", _opts(factory=factory, on_disk=True))
     assert not (tmp_path / "x").exists()  # refused before encoding
+
+
+def test_auto_on_disk_for_a_small_corpus_is_an_in_memory_flat_index(tmp_path, tiny_index, caplog):
+    """`--factory auto --on-disk` over fewer tokens than auto's first IVF: auto picks Flat, which has no lists to put
+    on disk. It was refused after the whole corpus was encoded; the build now completes, in RAM, and says so."""
+    out = tmp_path / "auto"
+    with caplog.at_level(logging.WARNING, logger="spanseek.indexer.build"):
+        reindex(tiny_index, out, _opts(factory="auto", on_disk=True))
+    built = PhraseIndex(out)
+    assert built.manifest.factory == "Flat" and built.manifest.faiss_params["on_disk"] is False
+    assert not (out / IVFDATA).exists() and "held in RAM" in caplog.text
+    report = verify_index(out, sample=50)
+    assert report["ok"], report["problems"]
+    qs, qe = np.random.default_rng(1).standard_normal((2, 4, built.vectors.shape[1])).astype(np.float32)
+    params = SearchParams(unit="passage", top_k=3, mode="dense")
+    assert Searcher(built).search_vectors(qs, qe, params) == Searcher(PhraseIndex(tiny_index)).search_vectors(
+        qs, qe, params)
 
 
 def test_add_to_an_on_disk_index_is_refused(on_disk, tmp_path, tiny_model_dir):
