@@ -83,9 +83,9 @@ def _add(args: argparse.Namespace) -> int:
     opts = BuildOptions(**{f.name: getattr(encode, f.name) for f in dataclasses.fields(EncodeOptions)})
     replace = args.index_command == "upsert"
     m, changes = upsert_documents(args.index, args.corpus, model=args.model, opts=opts, replace=replace)
-    if replace:
-        print(f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents",
-              file=sys.stderr)
+    done = (f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents" if replace
+            else f"added {changes.added} document{'s' * (changes.added != 1)}")
+    print(done, file=sys.stderr)
     print(json.dumps(m.to_dict(), indent=2))
     return 0
 

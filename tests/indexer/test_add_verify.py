@@ -159,7 +159,8 @@ def test_cli_add_and_verify(tmp_path, corpora, tiny_model_dir, capsys):
     out = tmp_path / "idx"
     build_index(base, tiny_model_dir, out, _opts("Flat"))
     assert main(["index", "add", "--index", str(out), "--corpus", str(more), "--model", str(tiny_model_dir), "--quiet"]) == 0
-    assert json.loads(capsys.readouterr().out)["documents"] == 14 + 4
+    said = capsys.readouterr()
+    assert json.loads(said.out)["documents"] == 14 + 4 and "added 4 documents" in said.err
     assert main(["index", "verify", str(out), "--sample", "50"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["recall"]["recall@1"] == 1.0
