@@ -109,7 +109,8 @@ class Field:
     @property
     def kinds(self) -> list[Kind]:
         """The kinds of value the field holds (``date``: strings that are ISO-8601 dates)."""
-        have: dict[Kind, Any] = {"number": self.numbers, "string": self.strings, "boolean": self.true,
+        booleans = self.true if self.true is not None else self.false
+        have: dict[Kind, Any] = {"number": self.numbers, "string": self.strings, "boolean": booleans,
                                  "null": self.null, "date": self.dates}
         return [k for k, v in have.items() if v is not None]
 

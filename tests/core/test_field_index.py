@@ -295,6 +295,25 @@ def test_unknown_fields_and_kind_mismatches_name_the_field(fields, obj, field, m
         assert e.value.field == field and repr(field) in str(e.value)
 
 
+
+def test_a_boolean_field_that_holds_only_false_filters_on_either_value(tmp_path):
+    """A boolean field whose documents are all ``false`` was listed as holding no kind of value, so every boolean
+    condition on it was refused: `must_not draft = true` (the docs' own example) now keeps every document, and the
+    field survives a save and load."""
+    docs = [{"id": "a", "title": "A", "meta": {"draft": False}}, {"id": "b", "title": "B", "meta": {"draft": False}},
+            {"id": "c", "title": "C", "meta": {}}]
+    built = FieldIndex.build(docs)
+    built.save(tmp_path / "fields.npz")
+    for fields in (built, FieldIndex.load(tmp_path / "fields.npz", docs)):
+        assert fields.fields["draft"].kinds == ["boolean"]
+        for obj in ({"must_not": [{"key": "draft", "match": True}]}, {"meta": {"draft": False}},
+                    {"meta": {"draft": True}}, {"must": [{"key": "draft", "any": [True, False]}]}):
+            flt = SearchFilter.from_json(obj)
+            fields.check(flt)
+            assert fields.documents_of(flt).tolist() == [flt.matches(d["id"], d["title"], d["meta"]) for d in docs]
+        with pytest.raises(FilterError, match="1 is a number, but the field holds boolean"):
+            fields.check(SearchFilter.from_json({"meta": {"draft": 1}}))
+
 # --- selections --------------------------------------------------------------------------------------------------
 
 
