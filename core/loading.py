@@ -120,13 +120,15 @@ def open_searcher(index_dir: str | Path, model: str | Path | None, device: str =
 def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionEncoder,
                     search_device: str = "auto", current: Searcher | None = None) -> Searcher:
     """A searcher over another index for an already loaded question encoder of ``model`` (the service's hot
-    reload): the index is loaded and checked (checksums, and that ``model`` built it); the encoder is shared.
+    reload): the index is loaded and checked (checksums, and that the encoder's model built it: the directory its
+    weights were loaded from, which for ``model`` ``default`` may be an earlier version that built the served
+    index, ``index_model``); the encoder is shared.
 
     The ``current`` searcher's GPU parts are released once the new index has passed its checks, so the new one can
     take the GPU memory (the current one answers from the CPU until it is swapped out). The current searcher's
     selection cache budget and unanswerable prior carry over."""
     index = PhraseIndex(index_dir)
-    model_dir = resolve_model(model)
+    model_dir = getattr(encoder.model, "source", None) or resolve_model(model)
     check_index_model(index, model_dir, encoder.model.config)
     if current is not None and current.on_device is not None:
         current.on_device.release()

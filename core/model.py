@@ -220,6 +220,7 @@ class PhraseModel(nn.Module):
         super().__init__()
         self.phrase_encoder = _load_backbone(config)
         hidden = int(getattr(self.phrase_encoder, "config").hidden_size)  # noqa: B009 (nn.Module hides its type)
+        self.source: Path | None = None  # the checkpoint directory its weights came from (load_model)
         self.config = replace(config, dim=hidden)
         if config.question_mode == "separate":
             self.q_start_encoder = _load_backbone(config)
@@ -386,4 +387,13 @@ def load_model(ref: str | Path, for_inference: bool = True) -> PhraseModel:
         model.merge_adapters()
         model.eval()
         model.requires_grad_(False)
+    model.source = path
     return model
+
+
+def model_name(model_dir: Path) -> str:
+    """The name ``--model`` takes for a model directory: a bundled model's (``default-2026-11``), else its path."""
+    for name, bundled in BUNDLED_MODELS.items():
+        if bundled.resolve() == Path(model_dir).resolve():
+            return name
+    return str(model_dir)

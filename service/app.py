@@ -26,6 +26,7 @@ from fastapi_offline import FastAPIOffline
 
 from spanseek.core.alias import Resolved, resolve_alias
 from spanseek.core.lexical import missing_message
+from spanseek.core.model import model_name
 from spanseek.core.params import UNITS, SearchParams
 from spanseek.core.search import Searcher
 from spanseek.indexer.live import base_dir
@@ -204,9 +205,11 @@ class ServiceState:
         except (AttributeError, StopIteration, TypeError):
             pass
         size = directory_bytes(index.dir)
+        source = getattr(getattr(encoder, "model", None), "source", None)  # default may serve an earlier version
+        served = model_name(source) if source is not None else self.settings.model
         self.info = {
             "model": {
-                "ref": self.settings.model, "fingerprint": m.model_fingerprint, "built_with": m.model_ref,
+                "ref": served, "fingerprint": m.model_fingerprint, "built_with": m.model_ref,
                 "device": device, "precision": str(getattr(encoder, "precision", "unknown")),
                 "runtime": encoder.passes.name if hasattr(encoder, "passes") else "torch",
                 "onnx_max_tokens": getattr(getattr(encoder, "passes", None), "max_tokens", None),
@@ -236,7 +239,7 @@ class ServiceState:
                               reading.reading.read_passages if reading is not None else 5)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
         self.metrics.model_info.info({  # /metrics needs no key: the model's path is cut as /info cuts it
-            "model": hide_paths(self.settings.model), "fingerprint": m.model_fingerprint, "factory": m.factory,
+            "model": hide_paths(served), "fingerprint": m.model_fingerprint, "factory": m.factory,
             "device": device, "precision": self.info["model"]["precision"],
         })
 

@@ -12,8 +12,9 @@ With ``index_poll_s`` set, a watcher notices when the alias points elsewhere or 
 
 A reload reads and checksums the whole index and holds two copies in memory until the swap, so reloads on request
 (``on_request``: the route and SIGHUP) share one: a request that comes while a reload of the same path runs waits
-for that one, and one that comes less than ``reload_min_interval_s`` after the last ended gets 429 with
-Retry-After. The route needs the API key (without one it is off). While a reload runs, the batcher does not learn
+for that one, and one that comes less than ``reload_min_interval_s`` after the last successful one ended gets 429
+with Retry-After (after a failed one: less than that failure took, so a mistyped path costs no wait and a slow
+failure cannot be repeated back to back; failures within ``QUICK_FAILURE_S`` hold off nothing). The route needs the API key (without one it is off). While a reload runs, the batcher does not learn
 its batch rate from the batches the reload slows down (``MicroBatcher.learning_paused``): requests are admitted on
 the rate measured before it, not refused for the reload's work.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import time
 import weakref
@@ -77,6 +79,7 @@ log = logging.getLogger("spanseek.service.reload")
 # (settings, index directory, searcher now served) -> a searcher over that directory for the same model
 Reopener = Callable[[Settings, Path, Searcher], Searcher]
 Signature = tuple[Any, ...]
+QUICK_FAILURE_S = 1.0  # a failed reload shorter than this (a mistyped path) holds off no other
 RELEASE_WAIT_S = 120.0  # longest a reload waits for the old index's last batch before reporting
 
 
@@ -122,7 +125,7 @@ class IndexReloader:
         self.failures = 0
         self.last: dict[str, Any] | None = None  # the last attempt: when, outcome, error
         self._running: tuple[Path, asyncio.Task] | None = None  # the reload on request under way, shared
-        self._ended = -float("inf")  # monotonic time the last reload on request ended
+        self._next = -float("inf")  # monotonic time from which the next reload on request may start
 
     def describe(self) -> dict[str, Any]:
         """Counters and the last attempt, for /info."""
@@ -131,27 +134,29 @@ class IndexReloader:
 
     async def on_request(self, path: Path | None = None, reason: str = "request") -> dict[str, Any]:
         """``reload`` for a caller: joins the reload of the same path under way, else starts one unless the last
-        ended less than ``reload_min_interval_s`` ago (Overloaded, 429). The reload goes on if the caller leaves."""
+        ended less than ``reload_min_interval_s`` ago, or the last failed one less than its own length ago (Overloaded,
+        429). The reload goes on if the caller leaves."""
         target = Path(path) if path is not None else self.path
         if self._running is not None and self._running[0] != target:
             raise Overloaded("a reload of another index is under way; retry once it is done", 1.0)
         if self._running is None:
-            interval = self.state.settings.reload_min_interval_s
-            since = time.monotonic() - self._ended
-            if since < interval:
-                raise Overloaded(f"the last reload ended {since:.0f} s ago; reloads are at least {interval:g} s apart "
-                                 "(reload_min_interval_s)", interval - since)
+            interval, wait = self.state.settings.reload_min_interval_s, self._next - time.monotonic()
+            if wait > 0:
+                raise Overloaded(f"the last reload ended {max(0.0, interval - wait):.0f} s ago; reloads are at least "
+                                 f"{interval:g} s apart (reload_min_interval_s)", wait)
             task = asyncio.get_running_loop().create_task(self.reload(target, reason), name="spanseek-reload")
-            task.add_done_callback(self._ended_now)
+            task.add_done_callback(functools.partial(self._ended_now, started=time.monotonic()))
             self._running = (target, task)
         return await asyncio.shield(self._running[1])
 
-    def _ended_now(self, task: asyncio.Task) -> None:
-        self._ended = time.monotonic()
+    def _ended_now(self, task: asyncio.Task, started: float) -> None:
+        now = time.monotonic()
+        failed = task.cancelled() or task.exception() is not None  # (retrieved: not asyncio's "never retrieved")
+        interval = self.state.settings.reload_min_interval_s
+        took = now - started
+        self._next = now + (interval if not failed else min(interval, took) if took >= QUICK_FAILURE_S else 0.0)
         if self._running is not None and self._running[1] is task:
             self._running = None
-        if not task.cancelled():
-            task.exception()  # retrieved: a failure is the callers' (or the log's), not asyncio's "never retrieved"
 
     async def reload(self, path: Path | None = None, reason: str = "request") -> dict[str, Any]:
         """Load ``path`` (default: the served path, resolved again), warm it up, swap it in, release the old index.

@@ -159,7 +159,7 @@ def test_an_index_built_by_an_earlier_bundled_default_keeps_serving_with_it(tmp_
     with that one when ``default`` is asked for; a model named by its path is never swapped, and without the earlier
     one the index is refused as before."""
     from spanseek.core import model as model_module
-    from spanseek.core.loading import index_model
+    from spanseek.core.loading import index_model, reopen_searcher
 
     PhraseModel(tiny_config).save(tmp_path / "new-default")
     monkeypatch.setitem(model_module.BUNDLED_MODELS, "default", tmp_path / "new-default")
@@ -169,7 +169,13 @@ def test_an_index_built_by_an_earlier_bundled_default_keeps_serving_with_it(tmp_
     manifest = PhraseIndex(tiny_index).manifest
     assert index_model(manifest, "default") == tiny_model_dir
     assert index_model(manifest, "default-2026-11") == tiny_model_dir
-    assert open_searcher(tiny_index, "default", device="cpu").search(["who?"])[0] is not None
+    searcher = open_searcher(tiny_index, "default", device="cpu")
+    assert searcher.search(["who?"])[0] is not None
+    assert model_module.model_name(searcher.encoder.model.source) == "default-2026-11"
+    # the service's hot reload of the same index, asked for as `default`, keeps the encoder it serves with (it was
+    # refused: the reload checked the index against the current default's weights)
+    again = reopen_searcher(tiny_index, "default", searcher.encoder, "cpu", searcher)
+    assert again.encoder is searcher.encoder and again.search(["who?"]) == searcher.search(["who?"])
     with pytest.raises(IndexFormatError, match="different model"):
         open_searcher(tiny_index, tmp_path / "new-default", device="cpu")
 

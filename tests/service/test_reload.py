@@ -234,6 +234,20 @@ async def test_reloads_on_request_are_shared_and_spaced(settings_for, async_serv
         assert (await client.get("/ready")).status_code == 200 and time.monotonic() - t0 < 0.5  # nothing else
 
 
+
+async def test_a_reload_that_fails_fast_does_not_hold_off_the_next(settings_for, async_serve, tmp_path):
+    """A mistyped path fails at once: the corrected request right after it reloads (it got 429 for the whole
+    reload_min_interval_s); a successful reload still spaces the next."""
+    app = create_app(settings_for(api_key=KEY, reload_min_interval_s=60, reload_refusal_delay_s=0.1))
+    state = app.state.service
+    async with async_serve(app) as client:
+        r = await client.post("/admin/reload", headers=AUTH, json={"index": str(tmp_path / "no-such-index")})
+        assert r.status_code == 409 and state.reloader.failures == 1
+        r = await client.post("/admin/reload", headers=AUTH)
+        assert r.status_code == 200 and state.reloader.reloads == 1, r.text
+        r = await client.post("/admin/reload", headers=AUTH)
+        assert r.status_code == 429 and 50 <= int(r.headers["Retry-After"]) <= 60
+
 async def test_batches_slowed_by_a_reload_do_not_teach_admission(settings_for, async_serve, counting_factory,
                                                                   hold_worker):
     """While a reload loads and warms up its index it shares the cores and the encoder thread: batches run slower
