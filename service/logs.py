@@ -60,13 +60,18 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+# control characters as escapes: a line of the text log is one record, whatever a client put in a path or an id
+# (``/x%0A2026-01-01 ... ERROR ...`` wrote a second, forged line)
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
 class TextFormatter(logging.Formatter):
     """``2025-01-01 12:00:00,123 INFO spanseek.access [4f7c...] POST /search 200 12.3 ms`` (``-`` outside a
-    request; the ids of a batch comma-separated)."""
+    request; the ids of a batch comma-separated); control characters in the message escaped (``\\n``, ``\\x00``)."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
         ids = getattr(record, "request_ids", None) or [getattr(record, "request_id", None) or "-"]
-        return f"{record.asctime} {record.levelname} {record.name} [{','.join(ids)}] {record.message}"
+        return f"{record.asctime} {record.levelname} {record.name} [{','.join(ids)}] {record.message.translate(_ESCAPES)}"
 
     def usesTime(self) -> bool:  # noqa: N802
         return True

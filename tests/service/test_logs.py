@@ -115,6 +115,14 @@ def test_formats():
     assert "spanseek.access [a,b] POST /search 200 12.2 ms" in TextFormatter().format(record)
     record.request_ids = None
     assert "spanseek.access [-] POST" in TextFormatter().format(record)
+    # a path or an id a client chose is one line of the text log: no second line can be forged through it
+    forged = "/documents/x\n2026-12-05 18:36:50,000 ERROR spanseek.service [-] checksum mismatch\x00\r\t\x7f"
+    record = logging.LogRecord("spanseek.access", logging.INFO, __file__, 1, "%s %s %d %.1f ms",
+                               ("GET", forged, 404, 0.6), None)
+    line = TextFormatter().format(record)
+    assert "\n" not in line and "\r" not in line and "\x00" not in line and "\x7f" not in line
+    assert line.endswith("x\\n2026-12-05 18:36:50,000 ERROR spanseek.service [-] checksum mismatch\\x00\\r\\t\\x7f "
+                         "404 0.6 ms")
 
     try:
         raise ValueError("bad")
