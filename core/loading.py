@@ -95,12 +95,13 @@ def open_reading(reader: str | Path, hits: HitBuilder, device: str = "auto", pre
 def open_searcher(index_dir: str | Path, model: str | Path | None, device: str = "auto", precision: str = "auto",
                   search_device: str = "auto", reader: str | Path | None = None,
                   reader_precision: str = "auto", selection_cache_bytes: int = SELECTION_CACHE_BYTES,
-                  unanswerable_prior: float = 0.0, runtime: str = "auto") -> Searcher:
+                  unanswerable_prior: float = 0.0, runtime: str = "auto", calibrated: bool = True) -> Searcher:
     """Load an index and the model's question encoder (and its calibrator, if it has one), refusing a model that does
     not match the index; ``model`` None: the one recorded in the index's manifest (``index_model``).
     ``search_device``: see ``search_placement``; ``reader``: a reader directory (or ``default``) for requests with
     ``read``; ``selection_cache_bytes``, ``unanswerable_prior``: see ``Searcher``; ``runtime``: what runs the
-    encoder's and the reader's forward passes (``core.runtime``: ``auto``, ``torch``, ``onnx``)."""
+    encoder's and the reader's forward passes (``core.runtime``: ``auto``, ``torch``, ``onnx``); ``calibrated``
+    False: the model's calibration file is not read (hits carry no confidence; what refits it opens it so)."""
     index = PhraseIndex(index_dir)
     model_dir = index_model(index.manifest, model, index.dir)
     # the config is enough to refuse a model that did not build the index, before its backbone is loaded (or found
@@ -112,7 +113,8 @@ def open_searcher(index_dir: str | Path, model: str | Path | None, device: str =
     encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev),
                               runtime)
     reading = None if reader is None else open_reading(reader, HitBuilder(index), device, reader_precision, runtime)
-    return Searcher(index, encoder, calibrator=load_calibrator(model_dir, model_fingerprint(model_dir)),
+    calibrator = load_calibrator(model_dir, model_fingerprint(model_dir)) if calibrated else None
+    return Searcher(index, encoder, calibrator=calibrator,
                     on_device=search_placement(index, search_device, str(dev)), reading=reading,
                     selection_cache_bytes=selection_cache_bytes, unanswerable_prior=unanswerable_prior)
 

@@ -340,7 +340,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     unit/mode gets the one with the best held-out log loss across articles (``choose_c``, 5 grouped folds)."""
     from spanseek.core.evaluate import sample_questions
     from spanseek.core.loading import open_searcher
-    from spanseek.core.model import model_fingerprint, resolve_model
+    from spanseek.core.model import BUNDLED_MODELS, model_fingerprint, resolve_model
 
     cs = [float(c)] if isinstance(c, (int, float)) else [float(v) for v in c]
     check(bool(cs) and all(map(positive, cs)), "--C", "numbers > 0 (inverse L2 strengths)", cs)
@@ -348,6 +348,9 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     for flag, path in (("--out", out), ("--examples", examples), ("--cache", cache)):  # found before the searches
         check(path is None or not Path(path).is_dir(), flag, "a file to write, not a directory", path)
     model_dir = resolve_model(model)
+    if out is None and str(model) in BUNDLED_MODELS:  # its file is the installed package's: every search reads it
+        raise ValueError(f"--model {model} is a bundled model, whose calibration.json the installed package serves: "
+                         "copy its directory and calibrate the copy (--model COPY), or write the fit elsewhere (--out)")
     questions: list[Question] = []
     if from_examples is not None and len(cs) > 1:
         if questions_path is None:
@@ -359,7 +362,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     elif index_dir is None or questions_path is None:
         raise ValueError("calibrating needs an index and its questions (or examples written by an earlier run)")
     else:
-        searcher = open_searcher(index_dir, model)
+        searcher = open_searcher(index_dir, model, calibrated=False)  # the file it replaces may be damaged
         questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
         if not questions:
             raise CorpusError(f"{questions_path}: no questions to calibrate on")
@@ -382,6 +385,10 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
                       "features": [f for f in FEATURES if f in features],
                       "weights": "each list's first hit weighs as much as the rest of its list"})
     calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, chosen, features)
+    if not calibrator.models:  # nothing written: the model's calibrator, if it has one, is kept
+        raise ValueError(f"no hits to fit on: none of the {len(questions)} questions found its gold document in the "
+                         "index (calibrate over an index of the questions' own articles)" if questions else
+                         f"{from_examples}: no examples to fit on")
     calibrator.save(out or model_dir / CALIBRATION_NAME)
     return calibrator
 

@@ -148,6 +148,9 @@ def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
     """The questions a reader trains on: the answered ones of ``reader_articles`` (``trainer.data.answered``; their
     ``doc_index`` indexes that list; a fixed sample with ``limit_questions``)."""
     questions = answered(squad_questions(reader_articles(cfg, data)))
+    if not questions:
+        raise ValueError(f"{cfg.train}: no trainable questions in the training articles (none has an answer whose "
+                         "answer_start points at its text)")
     if cfg.limit_questions:
         questions = random.Random(cfg.seed).sample(questions, min(cfg.limit_questions, len(questions)))
     return questions

@@ -122,6 +122,32 @@ def test_calibrate_command_writes_a_calibrator_the_searcher_applies(squad_index,
     assert conf == sorted(conf, reverse=True) or len(set(conf)) > 1
 
 
+
+def test_calibrate_writes_nothing_it_cannot_fit_and_never_into_a_bundled_model(squad_index, tiny_model_dir, tmp_path,
+                                                                              capsys):
+    """Questions none of whose articles the index holds gave an empty calibrator, written over the model's own (the
+    bundled default's, for `--model default`, the installed package's file): now the run stops before writing, and a
+    bundled model is refused without --out before anything is searched."""
+    import shutil
+
+    from spanseek.cli import main
+    from spanseek.core.model import BUNDLED_MODELS, resolve_model
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model / CALIBRATION_NAME).write_text("kept")
+    other, data = tmp_path / "other.json", make_squad(n_articles=2, n_paras=2, seed=7)
+    for article in data["data"]:  # articles the index does not hold
+        article["title"] = f"Elsewhere {article['title']}"
+    other.write_text(json.dumps(data))
+    argv = ["train", "calibrate", "--index", str(squad_index / "index"), "--questions", str(other), "--units", "doc"]
+    assert main([*argv, "--model", str(model)]) == 2
+    assert "no hits to fit on" in capsys.readouterr().err and (model / CALIBRATION_NAME).read_text() == "kept"
+    bundled = resolve_model("default") / CALIBRATION_NAME
+    before = bundled.read_bytes()
+    assert "default" in BUNDLED_MODELS and main([*argv, "--model", "default"]) == 2
+    assert "bundled model" in capsys.readouterr().err and bundled.read_bytes() == before
+
 def _synthetic_runs(n_articles: int = 6, per_article: int = 10, seed: int = 0):
     """Ranked lists of 3 hits per question whose label follows feature 0; question i is about article i // per."""
     from spanseek.core.confidence import FEATURES

@@ -74,6 +74,17 @@ def test_train_reader_refuses_a_reserved_split_equal_to_the_held_out_one(tiny_sq
         config(tiny_squad, tiny_backbone, tmp_path, reserve_offset=1)
 
 
+
+def test_a_training_file_without_one_usable_answer_is_one_line_naming_it(tiny_backbone, tmp_path, capsys):
+    """Every answer_start off its text: the questions are all left out, and the run stopped with a ZeroDivisionError
+    traceback at its first step."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"data": [{"title": "x", "paragraphs": [{"context": "abc def", "qas": [
+        {"id": "q", "question": "what?", "answers": [{"text": "zz", "answer_start": 0}]}]}]}]}))
+    assert main(["train", "reader", "--train", str(bad), "--out", str(tmp_path / "r"), "--backbone", str(tiny_backbone),
+                 "--max-steps", "1"]) == 2
+    assert f"{bad}: no trainable questions" in capsys.readouterr().err
+
 def article(title: str, paragraphs: list[tuple[str, list[tuple[str, str]]]]) -> dict:
     """A SQuAD article: (context, [(question, answer)]) per paragraph, answers at their first occurrence."""
     return {"title": title, "paragraphs": [
