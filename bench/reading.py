@@ -54,7 +54,8 @@ def quality(searcher, questions, read: bool, read_passages: int | None, batch: i
         texts = [q.question for q in chunk]
         q_start, q_end = searcher.encoder.encode(texts)
         found = {name: searcher.search_vectors(q_start, q_end, SearchParams(
-            unit=unit, top_k=k, read=read, read_passages=read_passages, read_below=read_below), None, texts)
+            unit=unit, top_k=k, read=read, read_passages=read_passages if read else None, read_below=read_below),
+            None, texts)
                  for name, (unit, k) in RUNS.items()}
         for i, q in enumerate(chunk):
             top = found["phrase"][i][0].text if found["phrase"][i] else ""
@@ -95,7 +96,7 @@ def speed(searcher, questions, read: bool, read_passages: int | None, batches: i
     """Phrase-search q/s at ``batch``, encoding included, after one warm-up batch (the questions after it are timed,
     so there must be more than one batch of them)."""
     texts = [q.question for q in questions]
-    params = SearchParams(read=read, read_passages=read_passages, read_below=read_below)
+    params = SearchParams(read=read, read_passages=read_passages if read else None, read_below=read_below)
     searcher.search(texts[:batch], params)
     if searcher.reading is not None:
         searcher.reading._recent.clear()  # timed reads are real reads, not remembered ones

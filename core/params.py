@@ -100,8 +100,9 @@ class SearchParams:
             raise SearchParamsError(f"merge_answers applies to unit=phrase, not unit={self.unit}")
         if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
             raise SearchParamsError(f"offset must be an integer >= 0, got {self.offset!r}")
-        if self.read_below is not None and not self.read:
-            raise SearchParamsError("read_below applies with read=true")
+        for name in ("read_passages", "read_below"):  # asked for without read, they would be silently ignored
+            if getattr(self, name) is not None and not self.read:
+                raise SearchParamsError(f"{name} applies with read=true")
         for name in ("min_confidence", "unanswerable_prior", "read_below"):
             c = getattr(self, name)
             if c is not None and (isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c <= 1):

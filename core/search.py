@@ -183,11 +183,11 @@ class Searcher:
 
     def _read(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str],
               timings: StageTimes) -> list[list[Hit]]:
-        """Reading: the units to read (phrase: passages) ranked as a search of them ranks them (with that unit's
-        lexical weight: the passages a passage search returns first), then read and ranked by the reading stage."""
+        """Reading: the units to read (phrase: passages) as a search of them ranks them, then read and ranked."""
         assert self.reading is not None
         unit = "passage" if plan.unit == "phrase" else plan.unit
-        retrieve = self._plan(plan.but(unit=unit, top_k=self.reading.depth(plan), read=False, merge_answers=False).params)
+        retrieve = self._plan(plan.but(unit=unit, top_k=self.reading.depth(plan), read=False, read_passages=None,
+                                            merge_answers=False).params)
         retrieved = self._ranked(retrieve, q_start, q_end, texts, timings)
         with timings.timing("read"):
             return self.reading.rank(plan, texts, retrieved)

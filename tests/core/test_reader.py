@@ -226,7 +226,7 @@ def test_the_units_read_are_those_a_search_without_read_returns_first(reading_se
     params = SearchParams(unit=unit, top_k=1, mode="hybrid", read=True, read_passages=2)
     reading_searcher.search(QUESTIONS, params)
     plain = reading_searcher.search(QUESTIONS, replace(params, unit="passage" if unit == "phrase" else unit,
-                                                       top_k=2, read=False))
+                                                       top_k=2, read=False, read_passages=None))
     assert len(retrieved) == len(QUESTIONS)
     for got, want in zip(retrieved, plain, strict=True):
         assert [(h.passage_id, h.start, h.end, h.score) for h in got[:2]] == \
@@ -276,6 +276,8 @@ def test_read_below_reads_exactly_the_questions_whose_search_is_unsure(reading_s
 def test_read_below_is_refused_without_read_or_without_a_calibrated_model(reading_searcher):
     with pytest.raises(SearchParamsError, match="read_below applies with read=true"):
         SearchParams(read_below=0.5)
+    with pytest.raises(SearchParamsError, match="read_passages applies with read=true"):  # it was silently ignored
+        SearchParams(read_passages=3)
     for bad in (-0.1, 1.5, True):
         with pytest.raises(SearchParamsError, match="read_below must be a number in"):
             SearchParams(read=True, read_below=bad)  # type: ignore[arg-type]

@@ -58,6 +58,8 @@ def test_read_is_refused_without_a_reader_and_beyond_the_limit(serve, settings_f
         assert client.post("/search", json={"query": QUESTION, "read": "yes"}).status_code == 422
         r = client.post("/search", json={"query": QUESTION, "read_below": 0.5})
         assert r.status_code == 400 and "read_below applies with read=true" in r.json()["message"]
+        r = client.post("/search", json={"query": QUESTION, "read_passages": 2})
+        assert r.status_code == 400 and "read_passages applies with read=true" in r.json()["message"]
         r = client.post("/search", json={"query": QUESTION, "read": True, "read_below": 0.5})  # no calibration
         assert r.status_code == 400 and "read_below needs a calibrated model" in r.json()["message"], r.json()
 
