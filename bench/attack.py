@@ -179,8 +179,8 @@ def part_cost(args: argparse.Namespace) -> dict:
     base = seconds(SearchParams("phrase", 10))
     out: dict = {"phrase_batch_s": round(base, 4), "documents": m.documents, "passages": m.passages}
     for unit, units in (("doc", m.documents), ("passage", m.passages)):
-        for share in (0.25, 0.5, 0.75, 0.9, 1.0):
-            depth = min(200, max(1, round(share * units)))
+        for share in (0.1, 0.25, 0.5, 0.75, 0.9, 1.0):
+            depth = max(1, round(share * units))
             params = SearchParams(unit, min(depth, 100), offset=max(0, depth - 100))
             out[f"{unit}_depth_{depth}"] = {"share": round(depth / units, 3), "cost": round(seconds(params) / base, 2)}
     for depth in (100, 200):

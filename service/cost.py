@@ -7,8 +7,9 @@ start and end tokens, a ``passage`` or ``doc`` search for 8 x depth, and the lat
 the number of passages or documents in the index, and at that number completes spans for every token. Reading
 adds a reader pass per passage read. The factors below were measured on the demo index (22 documents, 1,022
 passages, 146k tokens; ``python bench/attack.py --parts cost``: 16-question batches, seconds per batch against 16
-default phrase questions); docs/service.md lists them. At full depth every token is searched, so that point
-scales with the index's tokens (70 at the demo index's 146k; never below the 90% point).
+default phrase questions), per unit: documents, each of many passages, are found sooner than passages;
+docs/service.md lists them. At full depth every token is searched, so that point scales with the index's tokens
+(at the demo index's 146k: 6.1 for passages, 11.1 for documents; never below the 90% point).
 
 The service refuses (400) a request whose cost exceeds ``max_request_cost``, queues work by cost
 (service/batcher.py, service/overload.py) and shares it fairly between clients (service/fairness.py).
@@ -23,14 +24,20 @@ import numpy as np
 
 from spanseek.core.params import SearchParams
 
-# Question-equivalents per unit of depth, at least 1 (measured: phrase 1.16 at depth 100 and 2.84 at 200; passage
-# 2.07 at 50 and 8.6 at 200).
+# Question-equivalents per unit of depth, at least 1 (measured: phrase 1.94 at depth 100 and 2.22 at 200; passage
+# 2.31 at depth 102, a tenth of the demo index's passages).
 PHRASE_DEPTH_COST = 0.0142
-UNIT_DEPTH_COST = 0.043
-# A passage or document search, times this factor of its depth's share of the index's units (linear in between).
-# Past 0.9 the cost climbs steeply: the rarest units are found only by searching almost every token; the last
-# point is for an index of FULL_DEPTH_TOKENS tokens and scales with the index's tokens.
-UNIT_SHARE_FACTOR = ((0.0, 1.0), (0.23, 1.1), (0.45, 1.55), (0.68, 2.65), (0.91, 6.7), (1.0, 70.0))
+UNIT_DEPTH_COST = 0.0226
+# A passage or document search, times this factor of its depth's share of the index's units (linear in between;
+# never below 1: shallower pages measured a little under the depth term). Past 0.9 the cost climbs steeply: the
+# rarest units are found only by searching almost every token; the last point is for an index of FULL_DEPTH_TOKENS
+# tokens and scales with the index's tokens. Measured cost at each share (demo index, 2-core Xeon with AMX):
+# passages 3.3 / 9.1 / 21.2 / 115.6 / 140.7 at 0.25 / 0.5 / 0.75 / 0.9 / 1.0 of them, documents 0.93 / 0.96 / 1.2 /
+# 1.4 / 11.1 at 0.27 / 0.5 / 0.73 / 0.91 / 1.0 (two runs gave 5.7 and 11.1 for every document: the larger is kept).
+SHARE_FACTOR = {
+    "passage": ((0.0, 1.0), (0.5, 1.0), (0.75, 1.25), (0.9, 5.6), (1.0, 6.1)),
+    "doc": ((0.0, 1.0), (0.5, 1.0), (0.73, 1.2), (0.91, 1.4), (1.0, 11.1)),
+}
 FULL_DEPTH_TOKENS = 146_352
 # Reading: question-equivalents per passage read (estimated, not measured: a reader pass of a few ms a passage
 # against about 8 ms a question in a full batch).
@@ -55,15 +62,16 @@ class CostModel:
             return 1.0  # the page starts past the index's last unit: nothing is searched (core.page.Pager.past_the_end)
         else:
             share = min(1.0, depth / max(1, self.units.get(params.unit, depth)))
-            factor = float(np.interp(share, [x for x, _ in UNIT_SHARE_FACTOR], self._share_factors()))
+            table = SHARE_FACTOR[params.unit]
+            factor = float(np.interp(share, [x for x, _ in table], self._share_factors(params.unit)))
             cost = max(1.0, UNIT_DEPTH_COST * depth) * factor
         if params.read:
             cost += READ_PASSAGE_COST * (params.read_passages or self.default_read_passages)
         return cost
 
-    def _share_factors(self) -> list[float]:
-        """The factors of UNIT_SHARE_FACTOR with the full-depth one scaled to this index's tokens."""
-        *factors, full = (y for _, y in UNIT_SHARE_FACTOR)
+    def _share_factors(self, unit: str) -> list[float]:
+        """The factors of ``SHARE_FACTOR[unit]`` with the full-depth one scaled to this index's tokens."""
+        *factors, full = (y for _, y in SHARE_FACTOR[unit])
         return [*factors, max(factors[-1], full * self.tokens / FULL_DEPTH_TOKENS)]
 
     def request(self, questions: int, params: SearchParams) -> float:

@@ -98,10 +98,10 @@ def test_the_old_answer_length_name_is_still_accepted(client):
 
 def test_a_page_past_the_last_document_is_empty_and_cheap(client, tiny_searcher):
     n = tiny_searcher.selection(None).unit_count["doc"]
-    r = client.post("/search?unit=doc", json={"queries": ["a castle"] * 32, "top_k": 10, "offset": n})
+    r = client.post("/search?unit=doc", json={"queries": ["a castle"] * 32, "top_k": 100, "offset": n})
     assert r.status_code == 200, r.text  # at offset n - 1 these 32 questions cost more than the server admits
     assert [res["hits"] for res in r.json()["results"]] == [[]] * 32
-    assert client.post("/search?unit=doc", json={"queries": ["a castle"] * 32, "top_k": 10,
+    assert client.post("/search?unit=doc", json={"queries": ["a castle"] * 32, "top_k": 100,
                                                  "offset": n - 1}).status_code == 400
 
 

@@ -17,7 +17,7 @@ from spanseek.core.params import SearchParams
 from spanseek.core.search import Searcher
 from spanseek.service.app import create_app
 from spanseek.service.batcher import MicroBatcher
-from spanseek.service.cost import FULL_DEPTH_TOKENS, UNIT_SHARE_FACTOR, CostModel
+from spanseek.service.cost import FULL_DEPTH_TOKENS, SHARE_FACTOR, CostModel
 from spanseek.service.errors import Overloaded
 from spanseek.service.fairness import FairQueue, client_key
 from spanseek.service.logs import AccessLogLimiter
@@ -30,19 +30,23 @@ def test_deep_unit_searches_cost_more_the_nearer_their_depth_comes_to_the_unit_c
     cost = CostModel({"passage": 1000, "doc": 20}, FULL_DEPTH_TOKENS, default_top_k=10, default_read_passages=5)
     assert cost.question(PHRASE) == 1.0
     shallow, half, most, whole = (cost.question(SearchParams("doc", k)) for k in (2, 10, 18, 20))
-    assert 1.0 < shallow < half < most < whole == UNIT_SHARE_FACTOR[-1][1] and whole > 8 * most
+    assert 1.0 <= shallow <= half < most < whole == SHARE_FACTOR["doc"][-1][1] and whole > 6 * most
     assert cost.question(SearchParams("doc", 100, offset=10)) > whole  # beyond every unit: more tokens a round
     # a page past the last document is empty and searches nothing, unless min_confidence judges the first hit
     assert cost.question(SearchParams("doc", 10, offset=20)) == 1.0
-    assert cost.question(SearchParams("doc", 10, offset=20, min_confidence=0.5)) > whole
-    assert cost.question(SearchParams("passage", 200)) > 8  # deep pages cost even far from every unit
+    assert cost.question(SearchParams("doc", 10, offset=20, min_confidence=0.5)) >= whole
+    assert cost.question(SearchParams("passage", 200)) > 4  # deep pages cost even far from every unit
     assert cost.question(SearchParams("passage", 10)) < 1.01  # 10 of 1,000 passages: about a phrase question
     assert cost.question(SearchParams("phrase", 100, offset=100)) > cost.question(PHRASE)
     assert cost.request(32, SearchParams("doc", 20)) == 32 * whole
     assert "20 of the index's 20 docs" in cost.explain(SearchParams("doc", 20))
     # searching every token of a small index costs little; of a larger one, more
     small, large = (CostModel({"passage": 1000, "doc": 20}, tokens) for tokens in (500, 10 * FULL_DEPTH_TOKENS))
-    assert small.question(SearchParams("doc", 20)) == small.question(SearchParams("doc", 19)) == UNIT_SHARE_FACTOR[-2][1]
+    assert small.question(SearchParams("doc", 20)) == small.question(SearchParams("doc", 19)) == SHARE_FACTOR["doc"][-2][1]
+    # every passage costs more than 90% of them, and every document of the demo index fits max_request_cost (64)
+    deep, all_passages = (cost.question(SearchParams("passage", 100, offset=k - 100)) for k in (900, 1000))
+    assert 1.0 < deep < all_passages
+    assert CostModel({"passage": 1022, "doc": 22}).question(SearchParams("doc", 2, offset=20)) < 64
     assert large.question(SearchParams("doc", 20)) == pytest.approx(10 * whole)
 
 
@@ -184,18 +188,18 @@ async def test_a_client_with_much_work_queued_is_refused_while_the_others_are_ad
 async def test_a_request_costing_more_than_max_request_cost_is_refused_naming_the_limit(settings_for, tiny_searcher,
                                                                                       async_serve):
     """The tiny index has 6 documents: a document search 6 deep must find every one of them, which searches every
-    token (on this small index, the 6.7 question-equivalents a question of a search nearly as deep). Before, 32
+    token (on this small index, the 1.4 question-equivalents a question of a search nearly as deep). Before, 32
     such questions were queued as 32 default ones."""
-    app = create_app(settings_for(max_request_cost=64), lambda s: tiny_searcher)
+    app = create_app(settings_for(max_request_cost=16, max_queries_per_request=16), lambda s: tiny_searcher)
     async with async_serve(app) as ac:
-        ok = await ac.post("/search?unit=doc", json={"queries": ["a"] * 32, "top_k": 3})  # half the documents
+        ok = await ac.post("/search?unit=doc", json={"queries": ["a"] * 16, "top_k": 3})  # half the documents
         assert ok.status_code == 200
-        assert (await ac.post("/search?unit=doc", json={"queries": ["a"] * 9, "top_k": 6})).status_code == 200
-        r = await ac.post("/search?unit=doc", json={"queries": ["a"] * 10, "top_k": 6})
+        assert (await ac.post("/search?unit=doc", json={"queries": ["a"] * 11, "top_k": 6})).status_code == 200
+        r = await ac.post("/search?unit=doc", json={"queries": ["a"] * 12, "top_k": 6})
         assert r.status_code == 400 and r.json()["error"] == "bad_request"
         message = r.json()["message"]
-        assert "max_request_cost" in message and "64" in message and "unit=doc" in message
-        assert (await ac.post("/search", json={"queries": ["a"] * 32})).status_code == 200  # phrases: 1 each
+        assert "max_request_cost" in message and "16" in message and "unit=doc" in message
+        assert (await ac.post("/search", json={"queries": ["a"] * 16})).status_code == 200  # phrases: 1 each
 
 
 def test_the_access_log_is_rate_limited_and_says_how_many_lines_it_left_out(caplog):
