@@ -483,4 +483,6 @@ def squad_questions(data: list[dict[str, Any]]) -> list[Question]:
 
 def from_squad(in_path: str | Path, out_path: str | Path) -> int:
     """Convert a SQuAD-format file into a JSONL corpus (one document per article). Returns the count."""
+    if Path(out_path).resolve() == Path(in_path).resolve():
+        raise CorpusError(f"{out_path} is the SQuAD file to read; write the corpus somewhere else")
     return write_corpus(out_path, squad_documents(load_squad(in_path)))

@@ -12,6 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+
+def has_text(question: str) -> bool:
+    """Whether a question has a visible character: whitespace, control and format characters alone (NUL, a
+    zero-width space, a byte order mark) make it blank, which gets no hits and is not encoded (the service, the
+    search command)."""
+    return any(ch.isprintable() and not ch.isspace() for ch in question)
+
+
 FLAG_START = 1  # token may start a phrase (first piece of a word)
 FLAG_END = 2  # token may end a phrase (last piece of a word)
 

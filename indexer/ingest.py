@@ -325,7 +325,7 @@ def from_files(paths: Sequence[str | Path], out: str | Path, count: TokenCounter
     """
     report = IngestReport()
     target = Path(out).resolve()
-    if any(Path(p).resolve() == target for p in paths):
+    if any(p.resolve() == target for p, _ in _files(paths)):  # a file given, or one a folder given holds
         raise IngestError(f"{out} is one of the files to read; write the corpus somewhere else")
     docs = iter_documents(paths, count, opts, report)
     first = next(docs, None)  # nothing is written (an existing corpus at ``out`` is kept) when there is no document

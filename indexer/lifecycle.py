@@ -105,6 +105,8 @@ def export_documents(index_dir: str | Path, out: str | Path) -> dict[str, Any]:
     from spanseek.core.io import Document, write_corpus
 
     index_dir = Path(index_dir)
+    if index_dir.resolve() in Path(out).resolve().parents:  # it would replace (or sit among) the index's own files
+        raise BuildError(f"--out {out} lies inside the index {index_dir}; write the export somewhere else")
     with locked_index(index_dir, "export"):
         records, _, live = live_rows(index_dir)
         paragraphs: dict[int, list[tuple[int, str, dict[str, Any]]]] = {}

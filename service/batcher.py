@@ -56,6 +56,7 @@ from spanseek.core.hits import Hit
 from spanseek.core.params import SearchParams
 from spanseek.core.plan import StageTimes
 from spanseek.core.search import Searcher
+from spanseek.core.text import has_text
 from spanseek.service.errors import NotReady
 from spanseek.service.fairness import FairQueue
 from spanseek.service.logs import logging_for, request_id_var, with_request_ids
@@ -123,12 +124,6 @@ class EncodedBatch:
     q_start: np.ndarray | None  # (B, d); None when every question is blank
     q_end: np.ndarray | None
     times: StageTimes  # of the encode step
-
-
-def has_text(question: str) -> bool:
-    """Whether a question has a visible character: whitespace, control and format characters alone (NUL, a
-    zero-width space, a byte order mark) make it blank, which gets no hits and is not encoded."""
-    return any(ch.isprintable() and not ch.isspace() for ch in question)
 
 
 def encode_batch(searcher: Searcher, requests: Requests) -> EncodedBatch:

@@ -44,6 +44,14 @@ def test_from_squad_round_trip(tmp_path, tiny_squad, suffix):
         len(data), sum(len(a["paragraphs"]) for a in data), 0, 0)
 
 
+def test_from_squad_refuses_to_write_over_the_file_it_reads(tmp_path, tiny_squad):
+    squad = tmp_path / "squad.json.gz"
+    squad.write_bytes(tiny_squad.read_bytes())
+    with pytest.raises(CorpusError, match="is the SQuAD file to read"):
+        from_squad(squad, tmp_path / "." / "squad.json.gz")
+    assert squad.read_bytes() == tiny_squad.read_bytes()
+
+
 def test_from_squad_skips_and_counts_empty_paragraphs_and_articles(tmp_path):
     squad = {"data": [
         {"title": "Ünïcode — “quotes”", "paragraphs": [{"context": "First para."}, {"context": "  "}, {"context": "Last."}]},

@@ -246,3 +246,6 @@ def test_from_files_keeps_what_is_at_out_and_never_writes_over_its_input(tmp_pat
     with pytest.raises(IngestError, match="is one of the files to read"):
         from_files([text], tmp_path / "." / "in.txt")
     assert text.read_text() == "some text"
+    with pytest.raises(IngestError, match="is one of the files to read"):  # a file the folder given holds
+        from_files([tmp_path], tmp_path / "in.txt")
+    assert text.read_text() == "some text"

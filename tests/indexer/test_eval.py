@@ -87,6 +87,16 @@ def test_cli_search_reads_questions_from_stdin(tiny_index, tiny_model_dir, capsy
     assert [json.loads(x)["query"] for x in capsys.readouterr().out.splitlines()] == ["Who built the bridge?", "Where is the river?"]
 
 
+
+def test_cli_search_answers_blank_questions_with_no_hits(tiny_index, tiny_model_dir, capsys):
+    """As the service does: a blank argument (spaces, a zero-width space) gets no hits; it got the index's best."""
+    argv = ["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--top-k", "2"]
+    assert main([*argv, "", "Who built the bridge?", "   ", "\u200b"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["query"] for x in lines] == ["", "Who built the bridge?", "   ", "\u200b"]
+    assert [len(x["hits"]) for x in lines] == [0, 2, 0, 0]
+    assert main([*argv, "  "]) == 0 and json.loads(capsys.readouterr().out)["hits"] == []
+
 def test_cli_eval_with_an_index(tmp_path, tiny_squad, tiny_model_dir, capsys):
     corpus, index, out = tmp_path / "corpus.jsonl", tmp_path / "index", tmp_path / "m.json"
     assert main(["corpus", "from-squad", str(tiny_squad), "--out", str(corpus)]) == 0

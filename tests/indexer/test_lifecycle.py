@@ -27,7 +27,7 @@ from spanseek.core.params import SearchParams
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
 from spanseek.indexer.add import upsert_documents
-from spanseek.indexer.build import BuildOptions, build_index
+from spanseek.indexer.build import BuildError, BuildOptions, build_index
 from spanseek.indexer.lifecycle import compact_index, delete_documents, read_ids
 from spanseek.indexer.verify import verify_index
 from tests.conftest import make_corpus
@@ -195,6 +195,10 @@ def test_export_writes_the_live_documents_and_a_build_of_it_is_the_compacted_ind
     got = list(read_corpus(tmp_path / "live.jsonl.gz"))
     assert [(d.id, d.title, list(d.paragraphs), d.meta) for d in got] == \
         [(d["id"], d["title"], d["paragraphs"], d.get("meta", {})) for d in live]
+    assert {p.name: p.stat().st_mtime_ns for p in source.iterdir()} == before
+    for inside in (source / phrase_index.PASSAGES, source / "export.jsonl"):  # it overwrote the index's own file
+        with pytest.raises(BuildError, match="lies inside the index"):
+            export_documents(source, inside)
     assert {p.name: p.stat().st_mtime_ns for p in source.iterdir()} == before
     build_index(tmp_path / "live.jsonl.gz", tiny_model_dir, tmp_path / "rebuilt", _opts())
     compact_index(source)
