@@ -102,6 +102,13 @@ def evaluate(
                          "answer)")
     if rc_decode not in RC_DECODES:
         raise ValueError(f"rc_decode must be one of {RC_DECODES}, got {rc_decode!r}")
+    titles = {d["title"] for d in searcher.index.docs}  # a document hit is right when its title is the article's
+    untitled = sum(q.title not in titles for q in questions)
+    if untitled:
+        example = next(q.title for q in questions if q.title not in titles)
+        log.warning("%d of %d questions' articles (e.g. %r) are no document title of the index: document accuracy "
+                    "counts them wrong (documents are matched by title; build the index with `corpus from-squad` of "
+                    "the same file to measure it)", untitled, len(questions), example)
     t0 = time.perf_counter()
     em1, f11, em10, em1_merged, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], [], []
     lookup = passage_lookup(searcher) if reading_comprehension else {}
@@ -168,6 +175,8 @@ def evaluate(
         out["per_question"] = {"id": [q.id for q in questions], "title": [q.title for q in questions], **headline}
     if unanswerable:
         out["unanswerable_skipped"] = unanswerable
-    out["seconds"] = round(seconds, 1)
+    if untitled:
+        out["doc"]["articles_not_in_index"] = untitled
+    out["seconds"] = round(seconds, 3)
     out["questions_per_second"] = round(n / seconds, 1) if seconds > 0 else 0.0
     return out

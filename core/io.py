@@ -421,6 +421,9 @@ def check_squad(data: list[Any], path: str | Path) -> None:
                 raise _wrong(path, f"data[{i}].paragraphs[{j}]", para, "context", "a string")
             if not isinstance(para.get("qas", []), list):
                 raise _wrong(path, f"data[{i}].paragraphs[{j}]", para, "qas", "a list")
+            if "context" not in para and para.get("qas"):  # questions about a passage that is not there
+                raise CorpusError(f'{path}: data[{i}].paragraphs[{j}]: "context" missing (its questions need '
+                                  "the passage they ask about)")
             # The hot loop (87,599 questions in SQuAD train): no enumerate, and type() rather than isinstance (json
             # gives exact types; it also keeps out a bool where an int is wanted); positions are found on error.
             for qa in para.get("qas", ()):
@@ -485,4 +488,7 @@ def from_squad(in_path: str | Path, out_path: str | Path) -> int:
     """Convert a SQuAD-format file into a JSONL corpus (one document per article). Returns the count."""
     if Path(out_path).resolve() == Path(in_path).resolve():
         raise CorpusError(f"{out_path} is the SQuAD file to read; write the corpus somewhere else")
-    return write_corpus(out_path, squad_documents(load_squad(in_path)))
+    data = load_squad(in_path)
+    if not data:
+        raise CorpusError(f"{in_path}: no articles (its 'data' list is empty)")
+    return write_corpus(out_path, squad_documents(data))

@@ -167,6 +167,9 @@ class Manifest:
         """Read ``index_dir``'s manifest; a missing or damaged one raises IndexFormatError naming the file."""
         index_dir = Path(index_dir)
         path = index_dir / MANIFEST
+        if index_dir.exists() and not index_dir.is_dir():  # a corpus given as the index, often
+            raise IndexFormatError(f"{index_dir}: a file, not an index directory (an index is the --out directory of "
+                                   "`spanseek index build`)")
         if not index_dir.is_dir():
             raise IndexFormatError(f"{index_dir}: no such index directory (build one with `spanseek index build`)")
         if not path.is_file() and (index_dir / integrity.SHARDS).is_dir():

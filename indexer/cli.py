@@ -34,7 +34,7 @@ def _from_squad(args: argparse.Namespace) -> int:
     from spanseek.core.io import from_squad
 
     n = from_squad(args.input, args.out)
-    print(f"wrote {n} documents to {args.out}", file=sys.stderr)
+    print(f"wrote {n} document{'s' * (n != 1)} to {args.out}", file=sys.stderr)
     return 0
 
 
@@ -63,7 +63,9 @@ def _from_files(args: argparse.Namespace) -> int:
     report = from_files(args.paths, args.out, count, opts)
     n = len(report.skipped)
     skipped = f"; skipped {n} file{'s' if n != 1 else ''} (see the warnings)" if n else ""
-    print(f"wrote {report.documents} documents, {report.passages} passages to {args.out}{skipped}", file=sys.stderr)
+    docs, passages = report.documents, report.passages
+    print(f"wrote {docs} document{'s' * (docs != 1)}, {passages} passage{'s' * (passages != 1)} to {args.out}{skipped}",
+          file=sys.stderr)
     return 0
 
 

@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import sys
 import warnings
 
@@ -86,6 +88,10 @@ def _run(args: argparse.Namespace) -> int:
         warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader of our output went away (`| head`): what it read is all it wanted
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # (a stdout without a file descriptor)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when stdout is flushed
+        return 0
     except (ValueError, RuntimeError, OSError) as e:  # bad input, and the system's refusals (a read-only disk)
         if args.verbose:
             logging.getLogger("spanseek").exception("the command failed")

@@ -114,6 +114,16 @@ def test_missing_gold_passage_is_an_error():
         evaluate(ScriptedSearcher(), [QUESTIONS[0], stranger], reading_comprehension=True, progress=False)
 
 
+def test_articles_that_are_no_document_of_the_index_are_said_and_counted(caplog):
+    """Documents are matched by title: questions of an index built from other files (titles from file names) scored
+    document accuracy 0 without a word."""
+    searcher = ScriptedSearcher()
+    searcher.index.docs = [{"title": "france.pdf"}, {"title": "USA"}]
+    m = evaluate(searcher, QUESTIONS, progress=False)
+    assert m["doc"]["articles_not_in_index"] == 1 and "1 of 2 questions' articles (e.g. 'France')" in caplog.text
+    assert "articles_not_in_index" not in evaluate(ScriptedSearcher(), QUESTIONS, progress=False)["doc"]
+
+
 def test_unknown_rc_decode_is_refused_even_without_reading_comprehension():
     with pytest.raises(ValueError, match="rc_decode must be one of"):
         evaluate(ScriptedSearcher(), QUESTIONS, rc_decode="beam", progress=False)

@@ -68,6 +68,8 @@ def _qa(data):
                      id="qas-dict"),
         pytest.param(lambda d: _para(d).update(context=42), f'{PARA}: "context" must be a string (got a number)',
                      id="context-int"),
+        pytest.param(lambda d: _para(d).pop("context"),
+                     f'{PARA}: "context" missing (its questions need the passage they ask about)', id="no-context"),
         pytest.param(lambda d: d[0]["paragraphs"].append("just text"),
                      "data[0].paragraphs[2]: must be an object (got a string)", id="paragraph-str"),
         pytest.param(lambda d: d[0].update(title=42), 'data[0]: "title" must be a string (got a number)',
@@ -97,6 +99,16 @@ def test_valid_v1_and_v2_files_load_as_before(tmp_path):
     qs = squad_questions(data)
     assert [(q.id, q.answers, q.answer_starts) for q in qs] == [
         ("q0", ("Apple Inc.",), (57,)), ("imp", (), ()), ("0-1-2", ("October 23, 2001",), (99,))]
+
+
+def test_a_file_without_articles_is_no_corpus(tmp_path):
+    from spanseek.core.io import from_squad
+
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"data": []}')
+    with pytest.raises(CorpusError, match="no articles"):
+        from_squad(empty, tmp_path / "corpus.jsonl")
+    assert not (tmp_path / "corpus.jsonl").exists()
 
 
 def test_a_utf8_bom_is_allowed(tmp_path):

@@ -251,3 +251,22 @@ def test_a_filter_file_that_is_not_utf8_is_refused_naming_it_and_the_line(tmp_pa
     bad.write_text('{"doc_ids": ["d1"]}', encoding="utf-8")
     assert main([*argv[:-1], "--unit", "doc", "--top-k", "3", "who?"]) == 0
     assert [h["doc_id"] for h in json.loads(capsys.readouterr().out)["hits"]] == ["d1"]
+
+
+def test_output_piped_into_a_reader_that_stops_is_not_an_error(tmp_path, monkeypatch, capsys):
+    """`spanseek index delete ... | head` printed "error: [Errno 32] Broken pipe" once head had read its lines."""
+    from spanseek.indexer import cli as indexer_cli
+
+    def closed_pipe(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(indexer_cli, "_export", closed_pipe)
+    assert main(["index", "export", "--index", str(tmp_path), "--out", str(tmp_path / "x.jsonl")]) == 0
+    assert "error" not in capsys.readouterr().err
+
+
+def test_a_file_given_as_the_index_is_named_as_a_file(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "a", "paragraphs": ["text"]}\n')
+    assert main(["search", "--index", str(corpus), "who?"]) == 2
+    assert f"{corpus}: a file, not an index directory" in capsys.readouterr().err
