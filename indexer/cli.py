@@ -197,13 +197,22 @@ def _filter_json(text: str) -> SearchFilter:
         raise FilterError(f"{where}: {e}", e.field) from None
 
 
+QUICK_QUESTIONS = 8  # questions up to which `search` encodes in fp32 without measuring the CPU first
+
+
 def _search(args: argparse.Namespace) -> int:
+    from spanseek.core.encoding import pick_device
     from spanseek.core.loading import open_searcher
 
     params = from_args(SearchParams, args, filter=_filter(args))  # bad values fail here
     questions = _argv_questions(args.questions) if args.questions else _stdin_questions()  # before loading
+    # A few questions on a CPU: fp32 (ONNX Runtime where installed), which is the faster for small passes anyway and
+    # needs no start-up measurement of where bf16 passes overtake it (seconds, and tens of seconds on a busy CPU)
+    few = len(questions) <= QUICK_QUESTIONS and pick_device(args.device).type == "cpu"
+    precision = "fp32" if few else "auto"
     searcher = open_searcher(args.index, args.model, device=args.device, search_device=args.search_device,
-                             reader=args.reader if params.read else None)
+                             reader=args.reader if params.read else None, precision=precision,
+                             reader_precision=precision)
     searcher.check_mode(params)
     asked = [q for q in questions if has_text(q)]  # a blank question gets no hits, as from the service
     found = iter(searcher.search(asked, params) if asked else [])
