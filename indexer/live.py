@@ -292,10 +292,16 @@ class LiveStore:
     def wal_bytes(self) -> int:
         return sum(f.stat().st_size for f in (self.dir / WAL_DIR).glob("wal-*.jsonl"))
 
+    @property
+    def documents(self) -> int:
+        """The documents a search sees now: the base's live ones not deleted or replaced, and the segment's."""
+        return len(self.segment.base_rows) + len(self.segment.docs)
+
     def describe(self) -> dict[str, Any]:
         with self._lock:
             seg = self.segment
-            return {"base": str(self.base.dir.resolve()), "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
+            return {"base": str(self.base.dir.resolve()), "documents": self.documents,
+                    "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
                     "tombstones": len(seg.tombstones), "wal_bytes": self.wal_bytes, "merges": self.state["merges"],
                     "merging": self._merging.locked(), "last_merge": self.last_merge}
 

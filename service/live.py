@@ -109,6 +109,7 @@ class LiveWrites:
     def _gauges(self) -> None:
         self.metrics.wal_bytes.set(self.store.wal_bytes)
         self.metrics.segment_documents.set(len(self.store.segment.docs))
+        self.metrics.index_documents.set(self.store.documents)
 
     async def upsert(self, docs: list[Document]) -> dict[str, int]:
         """Encode, log, apply and publish ``docs``; returns the passages and tokens written."""

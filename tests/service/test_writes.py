@@ -155,6 +155,7 @@ def test_writes_need_the_write_key(write_settings, settings_for):
 
 def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
     with serving(create_app(write_settings())) as client:
+        before = client.get("/info", headers=KEY).json()["index"]["documents"]
         assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
         assert client.delete("/documents/d1", headers=KEY).status_code == 200
         r = client.post("/admin/compact", headers=KEY)
@@ -168,6 +169,10 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         assert live["segment_documents"] == 0 and live["tombstones"] == 0 and live["last_merge"]["documents"] == 1
         assert set(statuses) <= {200} and found(client, "new-1") and not found(client, "d1")
         assert client.get("/documents/d0", headers=KEY).status_code == 200
+        # /info and the gauge show the index searches see: its documents now, over the merged base
+        index = client.get("/info", headers=KEY).json()["index"]
+        assert index["documents"] == before + 1 - 1 and index["dir"].endswith("base-000001")
+        assert f"spanseek_index_documents {float(before)}" in client.get("/metrics").text
 
 
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="thread niceness is a Linux scheduler setting")
