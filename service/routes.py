@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from spanseek.core.lexical import LexicalIndexMissing
@@ -213,6 +214,25 @@ async def metrics(request: Request) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
+SEARCH_QUERY = ("unit",)  # what /search reads from the query string; every other option is in the body
+
+
+def check_query_string(request: Request) -> None:
+    """A 422 for a query-string parameter /search does not read (``?top_k=1`` was ignored: the body holds it) or one
+    given twice (``?unit=doc&unit=phrase`` took the last)."""
+    errors = []
+    for name in dict.fromkeys(request.query_params.keys()):
+        if name not in SEARCH_QUERY:
+            errors.append({"loc": ("query", name), "type": "extra_forbidden",
+                           "msg": f"not a query parameter of /search (only {', '.join(SEARCH_QUERY)}; the other "
+                                  "options go in the JSON body)", "input": request.query_params[name]})
+        elif len(request.query_params.getlist(name)) > 1:
+            errors.append({"loc": ("query", name), "type": "value_error", "msg": "given more than once",
+                           "input": request.query_params.getlist(name)})
+    if errors:
+        raise RequestValidationError(errors)
+
+
 @router.post(
     "/search", response_model=SearchResponse, tags=["search"],
     dependencies=[Depends(require_api_key), Depends(require_json_body)], responses=_errors(400, 401, 413, 415, 422, 429, 503),
@@ -227,6 +247,7 @@ async def search(
     Blank questions get no hits; questions longer than the encoder's limit are truncated.
     """
     t0 = time.perf_counter()
+    check_query_string(request)
     state = get_state(request)
     s = state.settings
     questions = [q[: s.max_query_chars] for q in body.questions()]

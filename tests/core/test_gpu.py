@@ -285,19 +285,21 @@ def test_gpu_search_answers_as_cpu_search(factory, tiny_index, tiny_searcher, tm
         assert top1 >= 0.99, (params, want, got)
 
 
-def test_a_reload_releases_the_served_searchers_device_parts(tiny_index, tiny_model_dir, tiny_searcher):
+def test_a_reload_releases_the_served_searchers_device_parts(tiny_index, tiny_model_dir, tiny_searcher, monkeypatch):
     """The new index gets the GPU memory: the served searcher's parts are released once the new index has passed
     its checks, and it goes on answering (from the CPU) with the same hits."""
     from spanseek.core.loading import reopen_searcher
+    from spanseek.core.model import resolve_model
 
     index = PhraseIndex(tiny_index)
     served = Searcher(index, tiny_searcher.encoder, on_device=OnDevice("cpu", None, DeviceVectors(index.vectors, "cpu")))
     q_start, q_end = tiny_searcher.encoder.encode(TEXTS)
     params = SearchParams(unit="phrase", top_k=5, mode="dense")
     before = _hits(served, q_start, q_end, params)
-    with pytest.raises(IndexFormatError, match="built with a different model"):  # a failed check keeps the parts
+    with monkeypatch.context() as m, pytest.raises(IndexFormatError, match="built with a different model"):
+        m.setattr(tiny_searcher.encoder.model, "source", resolve_model("default"))  # an encoder of another model
         reopen_searcher(tiny_index, "default", tiny_searcher.encoder, "cpu", served)
-    assert served.on_device is not None and served.on_device.vectors is not None
+    assert served.on_device is not None and served.on_device.vectors is not None  # a failed check keeps the parts
     new = reopen_searcher(tiny_index, tiny_model_dir, tiny_searcher.encoder, "cpu", served)
     assert served.on_device.vectors is None and served.on_device.describe()["vectors"] == "cpu"
     assert _hits(served, q_start, q_end, params) == before == _hits(new, q_start, q_end, params)

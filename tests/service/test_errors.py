@@ -68,6 +68,12 @@ def test_invalid_json_and_unknown_unit_are_422_naming_what_is_wrong(client):
     assert "query.unit: " in body["message"] and "phrase" in body["message"], body
     body = assert_error(client.post("/search", json={"query": "a", "top_k": "5"}), 422, "validation_error")
     assert "body.top_k: " in body["message"], body
+    # the query string holds the unit only: another option there was ignored, a second unit took the last
+    body = assert_error(client.post("/search?unit=doc&top_k=1", json={"query": "a"}), 422, "validation_error")
+    assert "query.top_k: not a query parameter of /search" in body["message"], body
+    body = assert_error(client.post("/search?unit=doc&unit=phrase", json={"query": "a"}), 422, "validation_error")
+    assert "query.unit: given more than once" in body["message"], body
+    assert client.post("/search?unit=doc", json={"query": "a"}).status_code == 200
 
 
 @pytest.mark.parametrize("content,reason", [(b'{"query": "a", "filter": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
