@@ -24,10 +24,13 @@ password-protected .docx (an OLE file, as an old .doc is) as one.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from spanseek.core.io import CorpusError
 
@@ -82,11 +85,51 @@ def _pdf_pages(path: Path) -> tuple[list[list[str]], dict[str, Any]]:
         interpreter = PDFPageInterpreter(resources, device)
         for page in PDFPage.create_pages(document):
             interpreter.process_page(page)
-            boxes = (_clean(el.get_text()) for el in device.get_result() if isinstance(el, LTTextContainer))
-            pages.append([b for b in boxes if b and not _PAGE_NUMBER.fullmatch(b)])
+            boxes = [el for el in device.get_result() if isinstance(el, LTTextContainer)]
+            texts = (_clean("".join(box.get_text() for box in run)) for run in _spaced_paragraphs(boxes))
+            pages.append([b for b in texts if b and not _PAGE_NUMBER.fullmatch(b)])
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
     return pages, info
+
+
+# a gap between two text boxes of at most this many of the page's line pitches is a line break, not a paragraph's
+LINE_PITCH_SLACK = 1.25
+
+
+def _spaced_paragraphs(boxes: list[Any]) -> list[list[Any]]:
+    """pdfminer's text boxes of a page (reading order) in runs that are one paragraph each. Layout analysis puts two
+    lines in one box when the space between them is under half a line: at 1.5 or double line spacing every line is a
+    box of its own, and a paragraph was cut into passages mid-sentence. Here the page's line pitch is the median
+    distance between consecutive baselines (within boxes and from one box to the next); a box whose first line
+    follows the last one of the box before it by at most ``LINE_PITCH_SLACK`` pitches, in the same column and the
+    same size of type, goes on with its paragraph unless that box ends a sentence (single-line paragraphs, a list,
+    are spaced as lines of one). A gap wider than that (the extra space between paragraphs, at any line spacing)
+    starts a new one."""
+    def lines(box: Any) -> list[Any]:
+        return [line for line in box if hasattr(line, "y0")] or [box]
+
+    def follows(a: Any, b: Any) -> float | None:  # baseline distance from line a down to line b, same column
+        overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
+        return a.y0 - b.y0 if overlap > 0 and a.y0 > b.y0 else None
+
+    pitches = [d for box in boxes for a, b in itertools.pairwise(lines(box)) if (d := follows(a, b))]
+    pitches += [d for a, b in itertools.pairwise(boxes) if (d := follows(lines(a)[-1], lines(b)[0]))]
+    if not pitches:
+        return [[box] for box in boxes]
+    pitch = float(np.median(pitches))
+    runs: list[list[Any]] = []
+    for box in boxes:
+        if runs:
+            last, first = lines(runs[-1][-1])[-1], lines(box)[0]
+            d = follows(last, first)
+            open_end = not _SENTENCE_END.search(_clean(runs[-1][-1].get_text()))
+            if (open_end and d is not None and d <= LINE_PITCH_SLACK * pitch
+                    and abs(last.height - first.height) <= 0.2 * last.height):
+                runs[-1].append(box)
+                continue
+        runs.append([box])
+    return runs
 
 
 def _info_text(value: Any) -> str | None:

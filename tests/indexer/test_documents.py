@@ -74,6 +74,28 @@ def test_a_paragraph_running_onto_the_next_page_stays_one(tmp_path):
     assert list(doc.passage_meta) == [{"page": 1}, {"page": 1, "page_end": 2}, {"page": 2}]
 
 
+
+@pytest.mark.parametrize(("pitch", "gap"), [(5, 5), (6, 6), (8, 8), (5, 2)], ids=["single", "1.5", "double", "tight"])
+def test_a_paragraph_stays_whole_at_any_line_spacing(tmp_path, pitch, gap):
+    """At 1.5 or double line spacing pdfminer made every line a text box, and a paragraph was cut mid-sentence into
+    passages ("... The lake was discovered by" | "Russian scientists in 1996 ..."); paragraphs only a little further
+    apart than their lines ("tight") stay two."""
+    from spanseek.indexer.documents import extract_pdf
+
+    paragraphs = ["Lake Vostok is the largest of the subglacial lakes of Antarctica, under the surface of the East "
+                  "Antarctic Ice Sheet. The lake was discovered by Russian scientists in 1996, who combined radar "
+                  "surveys by Andrey Kapitsa with seismic soundings of the ice above it.",
+                  "The Eiffel Tower was built for the World's Fair of 1889 by the engineering company of Gustave "
+                  "Eiffel. It was the tallest structure in the world until 1930."]
+    pdf = fpdf.FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=11)
+    for text in paragraphs:
+        pdf.multi_cell(0, pitch, text)
+        pdf.ln(gap)
+    pdf.output(str(tmp_path / "spaced.pdf"))
+    assert extract_pdf(tmp_path / "spaced.pdf").paragraphs == paragraphs
+
 def test_a_pdf_without_a_text_layer_is_skipped_with_a_warning_and_the_others_are_read(tmp_path, caplog):
     from PIL import Image
 
