@@ -24,7 +24,8 @@ line must have one of those suffixes. Each file is one document:
   next page), those of a Word file their ``section`` (the heading path, "Intro > Scope"); hits return them in
   ``meta`` too.
 
-Text files are read as UTF-8 (a BOM is allowed; any line ends). A file that is binary (has NUL bytes), not valid
+Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
+encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes), not valid
 UTF-8, or without text, a PDF without a text layer, and a PDF or Word file that cannot be read (damaged, truncated,
 encrypted) are skipped with a warning naming the file and the reason, and the other files are read (``strict`` makes
 a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
@@ -36,6 +37,7 @@ atomically.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import itertools
 import logging
@@ -221,15 +223,41 @@ def extract_text(source: str) -> Extracted:
     return Extracted(None, [p for p in paragraphs if p])
 
 
-def _decode(path: Path) -> tuple[str | None, str]:
-    """(text, "") or (None, why the file is skipped)."""
+# byte order marks of the UTF encodings other than UTF-8, longest first (UTF-32 LE's begins with UTF-16 LE's)
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+# an HTML page's declared encoding: <meta charset="..."> or <meta http-equiv="Content-Type" content="...; charset=...">
+_HTML_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
+# labels browsers read as another encoding (the WHATWG Encoding Standard): Latin-1 and ASCII pages are windows-1252
+_HTML_ALIASES = {"iso-8859-1": "cp1252", "latin1": "cp1252", "us-ascii": "cp1252", "ascii": "cp1252"}
+
+
+def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
+    """(text, "") or (None, why the file is skipped). UTF-8 (a BOM allowed), UTF-16 or UTF-32 with their BOM (what
+    Windows editors save as "Unicode"), and for an ``html`` page the encoding its first 1,024 bytes declare."""
     data = path.read_bytes()
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(codec), ""
+            except UnicodeDecodeError as e:
+                return None, f"not valid {codec.upper()} after its byte order mark ({e.reason} at offset {e.start})"
     if b"\x00" in data[:8192]:
         return None, "binary file (NUL bytes)"
     try:
         return data.decode("utf-8-sig"), ""
     except UnicodeDecodeError as e:
-        return None, f"not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); convert it to UTF-8 first"
+        why = f"not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); convert it to UTF-8 first"
+    declared = _HTML_CHARSET.search(data[:1024]) if html else None
+    if declared is None:
+        return None, why
+    label = declared.group(1).decode("ascii").lower()
+    try:
+        return data.decode(_HTML_ALIASES.get(label, label)), ""
+    except LookupError:
+        return None, f"{why} (it declares charset {label!r}, an encoding this reader does not know)"
+    except UnicodeDecodeError as e:
+        return None, f"not valid {label} as it declares (byte 0x{data[e.start]:02x} at offset {e.start})"
 
 
 def _files(paths: Sequence[str | Path]) -> Iterator[tuple[Path, str]]:
@@ -259,7 +287,7 @@ def extract_file(path: Path) -> Extracted:
     fmt = FORMATS[path.suffix.lower()]
     if fmt in _BINARY:
         return _BINARY[fmt](path)
-    source, why = _decode(path)
+    source, why = _decode(path, html=fmt == "html")
     if source is None:
         raise Unreadable(why)
     if fmt == "html":

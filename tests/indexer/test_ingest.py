@@ -255,6 +255,27 @@ def test_a_directory_becomes_documents_with_ids_titles_and_metadata(docs_dir, tm
         assert any(str(docs_dir / name) in r.getMessage() for r in caplog.records)
 
 
+
+def test_utf16_files_and_html_in_its_declared_encoding_are_read(tmp_path):
+    """A UTF-16 file with its byte order mark (Notepad's "Unicode") was skipped as "binary", and an HTML page in the
+    encoding its <meta charset> declares as "not UTF-8"; a Latin-1 text file with nothing declared still is."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "notes.txt").write_bytes("Café opens at nine.\n\nThe bakery on the corner sells bread.".encode("utf-16"))
+    (root / "old.html").write_bytes('<html><head><meta charset="iso-8859-1"><title>Caf\xe9</title></head><body>'
+                                    '<p>Le caf\xe9 ouvre \xe0 neuf heures, pr\xe8s du march\xe9.</p></body></html>'
+                                    .encode("latin-1"))
+    (root / "http.htm").write_bytes('<meta http-equiv="Content-Type" content="text/html; charset=windows-1251">'
+                                    '<p>Москва — столица России.</p>'.encode("cp1251"))
+    (root / "plain.txt").write_bytes("Caf\xe9 without a declaration.".encode("latin-1"))
+    report = from_files([root], tmp_path / "c.jsonl")
+    docs = {d.id: d for d in read_corpus(tmp_path / "c.jsonl")}
+    assert docs["notes.txt"].paragraphs[0].startswith("Café opens at nine.")
+    assert docs["old.html"].title == "Café" and "près du marché" in docs["old.html"].paragraphs[0]
+    assert "Москва — столица России." in docs["http.htm"].paragraphs[0]
+    assert dict(report.skipped) == {str(root / "plain.txt"): "not UTF-8 (byte 0xe9 at offset 3); convert it to UTF-8 "
+                                                                 "first"}
+
 def test_strict_refuses_what_would_be_skipped(docs_dir, tmp_path):
     with pytest.raises(IngestError, match=r"binary\.txt: binary file"):
         from_files([docs_dir], tmp_path / "c.jsonl", opts=IngestOptions(strict=True))
