@@ -354,6 +354,33 @@ def _document_path(doc_id: str) -> str:
     return "/documents/" + quote(doc_id, safe="").replace(".", "%2E")
 
 
+class Deleted(list[str]):
+    """The ids a delete answered with (by filter, the first 1,000), and ``count``: how many documents it deleted."""
+
+    def __init__(self, ids: Sequence[str] = (), count: int | None = None):
+        super().__init__(ids)
+        self.count = len(self) if count is None else count
+
+
+def _no_document(response: httpx.Response) -> bool:
+    """Whether an answer is the write API's 404 for an id no live document has (not a 404 for a wrong base URL or an
+    older server without the route, which ``_checked`` raises as an APIError)."""
+    if response.status_code != 404:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and str(body.get("message", "")).startswith("no document ")
+
+
+def _deleted(response: httpx.Response) -> Deleted:
+    if _no_document(response):
+        return Deleted()
+    body = _json_object(response)
+    return Deleted(body["deleted"], int(body.get("count", len(body["deleted"]))))
+
+
 def _delete_request(doc_id: str | None, flt: SearchFilter | Mapping[str, Any] | None
                     ) -> tuple[str, str, dict[str, Any]]:
     if (doc_id is None) == (flt is None):
@@ -430,18 +457,18 @@ class Client(_Base):
         returns the documents, passages and tokens written. Searchable when this returns."""
         return _json_object(self._send("PUT", "/documents", json=_documents_body(documents)))
 
-    def delete(self, doc_id: str | None = None, *, filter: SearchFilter | Mapping[str, Any] | None = None) -> list[str]:
+    def delete(self, doc_id: str | None = None, *, filter: SearchFilter | Mapping[str, Any] | None = None) -> Deleted:
         """Delete one document by id (``DELETE /documents/{id}``), or every one that passes a search ``filter``
         (``POST /documents/delete``); returns the ids deleted ([] when the id is not held; by filter, the first
-        1,000 of them: the answer's ``count`` says how many)."""
+        1,000 of them, and ``.count``: how many)."""
         method, path, kwargs = _delete_request(doc_id, filter)
-        response = self._send(method, path, **kwargs)
-        return [] if response.status_code == 404 else list(_json_object(response)["deleted"])
+        return _deleted(self._send(method, path, **kwargs))
 
     def get(self, doc_id: str) -> dict[str, Any] | None:
-        """``GET /documents/{id}``: the live version of a document in the corpus format, or None."""
+        """``GET /documents/{id}``: the live version of a document in the corpus format, or None when no live
+        document has the id (another 404, such as a wrong base URL, is an APIError)."""
         response = self._send("GET", _document_path(doc_id))
-        return None if response.status_code == 404 else _json_object(response)
+        return None if _no_document(response) else _json_object(response)
 
     def compact(self) -> dict[str, Any]:
         """``POST /admin/compact``: start merging the written documents into a new base (in the background)."""
@@ -509,16 +536,15 @@ class AsyncClient(_Base):
         return _json_object(await self._send("PUT", "/documents", json=_documents_body(documents)))
 
     async def delete(self, doc_id: str | None = None, *,
-                     filter: SearchFilter | Mapping[str, Any] | None = None) -> list[str]:
+                     filter: SearchFilter | Mapping[str, Any] | None = None) -> Deleted:
         """Delete by id or by filter (see ``Client.delete``)."""
         method, path, kwargs = _delete_request(doc_id, filter)
-        response = await self._send(method, path, **kwargs)
-        return [] if response.status_code == 404 else list(_json_object(response)["deleted"])
+        return _deleted(await self._send(method, path, **kwargs))
 
     async def get(self, doc_id: str) -> dict[str, Any] | None:
         """``GET /documents/{id}`` (see ``Client.get``)."""
         response = await self._send("GET", _document_path(doc_id))
-        return None if response.status_code == 404 else _json_object(response)
+        return None if _no_document(response) else _json_object(response)
 
     async def compact(self) -> dict[str, Any]:
         """``POST /admin/compact`` (see ``Client.compact``)."""
