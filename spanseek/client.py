@@ -355,11 +355,12 @@ def _document_path(doc_id: str) -> str:
 
 
 class Deleted(list[str]):
-    """The ids a delete answered with (by filter, the first 1,000), and ``count``: how many documents it deleted."""
+    """The ids a delete answered with (by filter, the first 1,000), and ``total``: how many documents it deleted (the
+    answer's ``count``)."""
 
-    def __init__(self, ids: Sequence[str] = (), count: int | None = None):
+    def __init__(self, ids: Sequence[str] = (), total: int | None = None):
         super().__init__(ids)
-        self.count = len(self) if count is None else count
+        self.total = len(self) if total is None else total
 
 
 def _no_document(response: httpx.Response) -> bool:
@@ -460,7 +461,7 @@ class Client(_Base):
     def delete(self, doc_id: str | None = None, *, filter: SearchFilter | Mapping[str, Any] | None = None) -> Deleted:
         """Delete one document by id (``DELETE /documents/{id}``), or every one that passes a search ``filter``
         (``POST /documents/delete``); returns the ids deleted ([] when the id is not held; by filter, the first
-        1,000 of them, and ``.count``: how many)."""
+        1,000 of them, and ``.total``: how many)."""
         method, path, kwargs = _delete_request(doc_id, filter)
         return _deleted(self._send(method, path, **kwargs))
 

@@ -221,7 +221,7 @@ def test_the_python_client_upserts_gets_and_deletes(write_settings, live):
         assert [client.delete(i) for i in odd] == [[i] for i in odd] and client.get("guide/install.md") is None
         client.upsert([{**DOC, "id": f"m{i}", "meta": {"lang": "nl"}} for i in range(3)])
         deleted = client.delete(filter={"meta": {"lang": "nl"}})
-        assert sorted(deleted) == ["m0", "m1", "m2"] and deleted.count == 3  # the answer's count, not dropped
+        assert sorted(deleted) == ["m0", "m1", "m2"] and deleted.total == 3  # the answer's count, not dropped
     # a 404 that is no "no such document" (a wrong base URL) is an error, not None
     from spanseek.client import APIError
 
