@@ -17,6 +17,7 @@ import codecs
 import contextlib
 import gzip
 import json
+import logging
 import math
 import os
 import shutil
@@ -32,6 +33,7 @@ import numpy as np
 
 from spanseek.core.filters import unfit_number, value_text
 
+log = logging.getLogger(__name__)
 MAX_META_BYTES = 16 * 1024  # a metadata object as JSON: a URL, dates, tags and a heading path fit many times over
 
 
@@ -421,9 +423,6 @@ def check_squad(data: list[Any], path: str | Path) -> None:
                 raise _wrong(path, f"data[{i}].paragraphs[{j}]", para, "context", "a string")
             if not isinstance(para.get("qas", []), list):
                 raise _wrong(path, f"data[{i}].paragraphs[{j}]", para, "qas", "a list")
-            if "context" not in para and para.get("qas"):  # questions about a passage that is not there
-                raise CorpusError(f'{path}: data[{i}].paragraphs[{j}]: "context" missing (its questions need '
-                                  "the passage they ask about)")
             # The hot loop (87,599 questions in SQuAD train): no enumerate, and type() rather than isinstance (json
             # gives exact types; it also keeps out a bool where an int is wanted); positions are found on error.
             for qa in para.get("qas", ()):
@@ -491,4 +490,9 @@ def from_squad(in_path: str | Path, out_path: str | Path) -> int:
     data = load_squad(in_path)
     if not data:
         raise CorpusError(f"{in_path}: no articles (its 'data' list is empty)")
+    missing = [(i, j) for i, art in enumerate(data) for j, para in enumerate(art["paragraphs"]) if "context" not in para]
+    if missing:  # optional in the format, but a passage with no text: nothing to index, nothing to answer from
+        i, j = missing[0]
+        log.warning("%s: %d paragraph%s without a \"context\" (the first: data[%d].paragraphs[%d]) become empty "
+                    "passages, which the index leaves out", in_path, len(missing), "s" * (len(missing) != 1), i, j)
     return write_corpus(out_path, squad_documents(data))

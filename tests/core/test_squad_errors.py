@@ -68,8 +68,6 @@ def _qa(data):
                      id="qas-dict"),
         pytest.param(lambda d: _para(d).update(context=42), f'{PARA}: "context" must be a string (got a number)',
                      id="context-int"),
-        pytest.param(lambda d: _para(d).pop("context"),
-                     f'{PARA}: "context" missing (its questions need the passage they ask about)', id="no-context"),
         pytest.param(lambda d: d[0]["paragraphs"].append("just text"),
                      "data[0].paragraphs[2]: must be an object (got a string)", id="paragraph-str"),
         pytest.param(lambda d: d[0].update(title=42), 'data[0]: "title" must be a string (got a number)',
@@ -109,6 +107,15 @@ def test_a_file_without_articles_is_no_corpus(tmp_path):
     with pytest.raises(CorpusError, match="no articles"):
         from_squad(empty, tmp_path / "corpus.jsonl")
     assert not (tmp_path / "corpus.jsonl").exists()
+
+
+def test_paragraphs_without_a_context_are_said(tmp_path, caplog):
+    """Optional in the format (and read as empty), but a passage without text: from-squad says so, naming one."""
+    from spanseek.core.io import from_squad
+
+    path = _squad(tmp_path, lambda d: _para(d).pop("context"))
+    from_squad(path, tmp_path / "corpus.jsonl")
+    assert '1 paragraph without a "context" (the first: data[0].paragraphs[1])' in caplog.text
 
 
 def test_a_utf8_bom_is_allowed(tmp_path):
