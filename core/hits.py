@@ -17,8 +17,28 @@ if TYPE_CHECKING:
     from spanseek.core.plan import Plan
 
 NON_OVERLAP_CHUNK = 32  # candidates non_overlapping_spans reads at a time
+SIGNS = "-−+$€£¥"  # a sign or currency written against a number belongs to it: "-84", "$5"
+TRAILING = ",;:"  # punctuation a span never ends with (a reader's "Canberra,")
 
-__all__ = ["HIT_FIELDS", "Hit", "HitBuilder", "Hits", "first_per_unit", "non_overlapping", "non_overlapping_spans"]
+
+def tidy_span(text: str, a: int, b: int) -> tuple[int, int]:
+    """Characters [a, b) of ``text`` as an answer reads: with the sign or currency symbol written against a number
+    it starts with ("84 degrees" of "-84 degrees" is another temperature; spans start at a word, and "-" is one), and
+    without trailing commas, semicolons, colons or a sentence's full stop after a word ("Ed Snider.", but "U.S." and
+    "Inc." keep theirs)."""
+    if 0 < a < b and text[a].isdigit() and text[a - 1] in SIGNS and (a == 1 or not text[a - 2].isalnum()):
+        a -= 1
+    while b > a + 1 and text[b - 1] in TRAILING:
+        b -= 1
+    last = text[a:b].rsplit(maxsplit=1)[-1] if b > a else ""
+    if last.endswith(".") and len(last) > 4 and "." not in last[:-1] and b > a + 1:
+        b -= 1
+    while b > a + 1 and text[b - 1].isspace():
+        b -= 1
+    return a, b
+
+__all__ = ["HIT_FIELDS", "Hit", "HitBuilder", "Hits", "first_per_unit", "non_overlapping", "non_overlapping_spans",
+           "tidy_span"]
 
 
 class HitBuilder:
@@ -53,13 +73,14 @@ class HitBuilder:
 
     def passage_hit(self, p: int, a: int, b: int, score: float, dense: float | None = None,
                     lexical: float | None = None, read: float | None = None) -> Hit:
-        """The hit of characters [a, b) of passage ``p``."""
+        """The hit of characters [a, b) of passage ``p``, tidied (``tidy_span``)."""
         passage = self.index.passages[p]
         doc = self.index.docs[passage["doc"]]
         meta = doc.get("meta", {})
         if "meta" in passage:  # the passage's own metadata (a page, a heading path) over its document's
             meta = {**meta, **passage["meta"]}
         text = passage["text"]
+        a, b = tidy_span(text, a, b)
         return Hit.of_fields({
             "text": text[a:b], "score": score, "start": a, "end": b, "passage_id": p, "passage": text,
             "doc_id": doc["id"], "title": doc["title"], "paragraph": int(passage["para"]), "meta": meta,

@@ -21,6 +21,15 @@ WORDS = (
 ).split()
 
 
+def span_chars(index, i: int, j: int) -> tuple[int, int]:
+    """The characters [start, end) a hit of tokens ``i``..``j`` of ``index`` shows (tidied as ``HitBuilder`` does:
+    ``core.hits.tidy_span``), for oracles that find the tokens by brute force."""
+    from spanseek.core.hits import tidy_span
+
+    text = index.passages[int(index.token_passage[i])]["text"]
+    return tidy_span(text, int(index.token_offsets[i, 0]), int(index.token_offsets[j, 1]))
+
+
 def make_paragraph(rng: random.Random, n_sentences: int) -> str:
     out = []
     for _ in range(n_sentences):

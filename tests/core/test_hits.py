@@ -60,3 +60,19 @@ def test_non_overlapping_spans_agrees_with_the_rule_on_hits():
     kept = non_overlapping(hits, 15)
     spans = non_overlapping_spans(starts, ends, np.arange(120), 15)
     assert [hits[i] for i in spans] == kept
+
+
+@pytest.mark.parametrize(("text", "span", "shown"), [
+    ("It was -84 degrees.", "84 degrees.", "-84 degrees"),  # another temperature without its sign
+    ("cost $5 million", "5 million", "$5 million"),
+    ("the B-52 bomber", "52", "52"),  # a hyphen inside a word is no sign
+    ("Founded by Ed Snider.", "Ed Snider.", "Ed Snider"),
+    ("in the U.S.", "U.S.", "U.S."), ("of Apple Inc.", "Apple Inc.", "Apple Inc."),  # abbreviations keep theirs
+    ("Canberra, the capital", "Canberra,", "Canberra"), ("a; b", "a;", "a"), ("a.", "a.", "a."),
+])
+def test_a_span_shows_as_an_answer_reads(text, span, shown):
+    from spanseek.core.hits import tidy_span
+
+    a = text.index(span)
+    start, end = tidy_span(text, a, a + len(span))
+    assert text[start:end] == shown

@@ -26,7 +26,7 @@ from spanseek.indexer.add import add_documents
 from spanseek.indexer.build import BuildOptions, build_index, reindex
 from spanseek.indexer.fine_store_build import auto_store, resolve_store
 from spanseek.indexer.verify import verify_index
-from tests.conftest import make_corpus
+from tests.conftest import make_corpus, span_chars
 from tests.core.test_search import passage_maxima, random_questions
 
 
@@ -212,7 +212,7 @@ def test_search_over_an_sq8_store_equals_brute_force_over_its_decoded_vectors(sq
     for b, [hit] in enumerate(searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=1, mode="dense"))):
         s, i, j = max(passage_maxima(idx, qs[b], qe[b], L))
         assert hit.score == pytest.approx(s, rel=1e-4, abs=1e-4)
-        assert (hit.start, hit.end) == (idx.token_offsets[i, 0], idx.token_offsets[j, 1])
+        assert (hit.start, hit.end) == span_chars(idx, i, j)
 
 
 def test_reindex_converts_fp16_to_sq4_but_not_back(tiny_index, sq8_index, tmp_path):
