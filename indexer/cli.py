@@ -47,6 +47,8 @@ def _from_files(args: argparse.Namespace) -> int:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--meta takes KEY=VALUE, got {item!r}")
+        if key in extra:  # the last would silently win
+            raise ValueError(f"--meta {key} given twice ({extra[key]!r} and {value!r}); give each key once")
         extra[key] = value
     if args.tokenizer == "words":
         count = word_token_counter

@@ -376,5 +376,7 @@ def test_cli_from_files(docs_dir, tmp_path, capsys):
     assert all(json.loads(line)["meta"]["team"] == "docs" for line in out.read_text().splitlines())
     assert main([*argv[:-1], "nokey"]) == 2
     assert "--meta takes KEY=VALUE" in capsys.readouterr().err
+    assert main([*argv, "--meta", "team=web"]) == 2  # the last one won, silently
+    assert "--meta team given twice ('docs' and 'web')" in capsys.readouterr().err
     assert main([*argv, "--overlap", "40"]) == 2
     assert "overlap must be between 0 and max_tokens / 2" in capsys.readouterr().err
