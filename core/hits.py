@@ -19,23 +19,28 @@ if TYPE_CHECKING:
 NON_OVERLAP_CHUNK = 32  # candidates non_overlapping_spans reads at a time
 SIGNS = "-−+$€£¥"  # a sign or currency written against a number belongs to it: "-84", "$5"
 TRAILING = ",;:"  # punctuation a span never ends with (a reader's "Canberra,")
+# words whose full stop is their own, not a sentence's ("Acme Corp.", "Smith Jr."); single letters ("J.") and words
+# with another stop inside ("U.S.") keep theirs too
+ABBREVIATIONS = frozenset({"co", "corp", "inc", "ltd", "jr", "sr", "mr", "mrs", "ms", "dr", "st", "bros", "etc",
+                           "vs", "no", "mt", "ft", "gen", "col", "lt", "sgt", "capt", "prof", "rev", "ave", "blvd"})
 
 
 def tidy_span(text: str, a: int, b: int) -> tuple[int, int]:
     """Characters [a, b) of ``text`` as an answer reads: with the sign or currency symbol written against a number
     it starts with ("84 degrees" of "-84 degrees" is another temperature; spans start at a word, and "-" is one), and
-    without trailing commas, semicolons, colons or a sentence's full stop after a word ("Ed Snider.", but "U.S." and
-    "Inc." keep theirs)."""
+    without trailing commas, semicolons, colons or a sentence's full stop ("Ed Snider.", "scored 42."; "U.S.", "J."
+    and "Acme Corp." keep theirs)."""
     if 0 < a < b and text[a].isdigit() and text[a - 1] in SIGNS and (a == 1 or not text[a - 2].isalnum()):
         a -= 1
     while b > a + 1 and text[b - 1] in TRAILING:
         b -= 1
-    last = text[a:b].rsplit(maxsplit=1)[-1] if b > a else ""
-    if last.endswith(".") and len(last) > 4 and "." not in last[:-1] and b > a + 1:
+    word = text[a:b].rsplit(maxsplit=1)[-1][:-1] if b > a + 1 and text[b - 1] == "." else ""
+    if (word.isdigit() or (len(word) > 1 and word.isalpha() and word.lower() not in ABBREVIATIONS)) and "." not in word:
         b -= 1
     while b > a + 1 and text[b - 1].isspace():
         b -= 1
     return a, b
+
 
 __all__ = ["HIT_FIELDS", "Hit", "HitBuilder", "Hits", "first_per_unit", "non_overlapping", "non_overlapping_spans",
            "tidy_span"]

@@ -95,6 +95,8 @@ def _pdf_pages(path: Path) -> tuple[list[list[str]], dict[str, Any]]:
 
 # a gap between two text boxes of at most this many of the page's line pitches is a line break, not a paragraph's
 LINE_PITCH_SLACK = 1.25
+# a line that ends within this share of its column's width from the column's right edge is full: the text wrapped
+FULL_LINE_SLACK = 0.2
 
 
 def _spaced_paragraphs(boxes: list[Any]) -> list[list[Any]]:
@@ -103,9 +105,10 @@ def _spaced_paragraphs(boxes: list[Any]) -> list[list[Any]]:
     box of its own, and a paragraph was cut into passages mid-sentence. Here the page's line pitch is the median
     distance between consecutive baselines (within boxes and from one box to the next); a box whose first line
     follows the last one of the box before it by at most ``LINE_PITCH_SLACK`` pitches, in the same column and the
-    same size of type, goes on with its paragraph unless that box ends a sentence (single-line paragraphs, a list,
-    are spaced as lines of one). A gap wider than that (the extra space between paragraphs, at any line spacing)
-    starts a new one."""
+    same size of type, goes on with its paragraph when the line before it is full (reaches the column's right edge
+    within ``FULL_LINE_SLACK`` of its width: the text wrapped) and does not end a sentence; a short line (a heading,
+    a list item, a table cell, a contents line) ends its paragraph. A gap wider than that (the extra space between
+    paragraphs, at any line spacing) starts a new one."""
     def lines(box: Any) -> list[Any]:
         return [line for line in box if hasattr(line, "y0")] or [box]
 
@@ -118,13 +121,20 @@ def _spaced_paragraphs(boxes: list[Any]) -> list[list[Any]]:
     if not pitches:
         return [[box] for box in boxes]
     pitch = float(np.median(pitches))
+    every = [line for box in boxes for line in lines(box)]
+
+    def full(line: Any) -> bool:  # reaches (nearly) the right edge of its column: the text wrapped there
+        column = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0]
+        right, left = max(o.x1 for o in column), min(o.x0 for o in column)
+        return line.x1 >= right - FULL_LINE_SLACK * (right - left)
+
     runs: list[list[Any]] = []
     for box in boxes:
         if runs:
             last, first = lines(runs[-1][-1])[-1], lines(box)[0]
             d = follows(last, first)
             open_end = not _SENTENCE_END.search(_clean(runs[-1][-1].get_text()))
-            if (open_end and d is not None and d <= LINE_PITCH_SLACK * pitch
+            if (open_end and d is not None and d <= LINE_PITCH_SLACK * pitch and full(last)
                     and abs(last.height - first.height) <= 0.2 * last.height):
                 runs[-1].append(box)
                 continue

@@ -230,6 +230,8 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (code
 _HTML_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
 # labels browsers read as another encoding (the WHATWG Encoding Standard): Latin-1 and ASCII pages are windows-1252
 _HTML_ALIASES = {"iso-8859-1": "cp1252", "latin1": "cp1252", "us-ascii": "cp1252", "ascii": "cp1252"}
+# codecs Python knows that no web page is written in (they would turn the page into other text)
+_NOT_CHARSETS = {"unicode-escape", "raw-unicode-escape", "utf-7", "punycode", "idna", "rot-13", "undefined"}
 
 
 def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
@@ -239,9 +241,10 @@ def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
     for bom, codec in _BOMS:
         if data.startswith(bom):
             try:
-                return data.decode(codec), ""
+                text = data.decode(codec)
             except UnicodeDecodeError as e:
                 return None, f"not valid {codec.upper()} after its byte order mark ({e.reason} at offset {e.start})"
+            return (None, "binary file (NUL characters)") if "\x00" in text[:8192] else (text, "")
     if b"\x00" in data[:8192]:
         return None, "binary file (NUL bytes)"
     try:
@@ -253,10 +256,16 @@ def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
         return None, why
     label = declared.group(1).decode("ascii").lower()
     try:
-        return data.decode(_HTML_ALIASES.get(label, label)), ""
+        codec = codecs.lookup(_HTML_ALIASES.get(label, label))
     except LookupError:
-        return None, f"{why} (it declares charset {label!r}, an encoding this reader does not know)"
+        codec = None
+    if codec is None or not getattr(codec, "_is_text_encoding", True) or codec.name in _NOT_CHARSETS:
+        return None, f"{why} (it declares charset {label!r}, which is no character encoding this reader knows)"
+    try:
+        return data.decode(codec.name), ""
     except UnicodeDecodeError as e:
+        if codec.name == "cp1252":  # the five bytes windows-1252 leaves undefined: Latin-1's control characters
+            return data.decode("latin-1"), ""
         return None, f"not valid {label} as it declares (byte 0x{data[e.start]:02x} at offset {e.start})"
 
 

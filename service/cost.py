@@ -24,8 +24,9 @@ import numpy as np
 
 from spanseek.core.params import SearchParams
 
-# Question-equivalents per unit of depth, at least 1 (measured: phrase 1.94 at depth 100 and 2.22 at 200; passage
-# 2.31 at depth 102, a tenth of the demo index's passages).
+# Question-equivalents per unit of depth, at least 1. The phrase constant is an earlier fit (1.16 at depth 100, 2.84
+# at 200); the last measurement read 1.94 and 2.22, beside another job (load average 2-3.4), so it is kept. Passages:
+# 2.31 at depth 102, a tenth of the demo index's passages.
 PHRASE_DEPTH_COST = 0.0142
 UNIT_DEPTH_COST = 0.0226
 # A passage or document search, times this factor of its depth's share of the index's units (linear in between;
@@ -33,7 +34,8 @@ UNIT_DEPTH_COST = 0.0226
 # rarest units are found only by searching almost every token; the last point is for an index of FULL_DEPTH_TOKENS
 # tokens and scales with the index's tokens. Measured cost at each share (demo index, 2-core Xeon with AMX):
 # passages 3.3 / 9.1 / 21.2 / 115.6 / 140.7 at 0.25 / 0.5 / 0.75 / 0.9 / 1.0 of them, documents 0.93 / 0.96 / 1.2 /
-# 1.4 / 11.1 at 0.27 / 0.5 / 0.73 / 0.91 / 1.0 (two runs gave 5.7 and 11.1 for every document: the larger is kept).
+# 1.4 / 11.1 at 0.27 / 0.5 / 0.73 / 0.91 / 1.0 (two runs beside another job gave 5.7 and 11.1 for every document:
+# the larger is kept).
 SHARE_FACTOR = {
     "passage": ((0.0, 1.0), (0.5, 1.0), (0.75, 1.25), (0.9, 5.6), (1.0, 6.1)),
     "doc": ((0.0, 1.0), (0.5, 1.0), (0.73, 1.2), (0.91, 1.4), (1.0, 11.1)),

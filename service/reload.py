@@ -126,6 +126,7 @@ class IndexReloader:
         self.last: dict[str, Any] | None = None  # the last attempt: when, outcome, error
         self._running: tuple[Path, asyncio.Task] | None = None  # the reload on request under way, shared
         self._next = -float("inf")  # monotonic time from which the next reload on request may start
+        self._ended, self._last_outcome = -float("inf"), "ended"  # when the last reload on request ended, and how
 
     def describe(self) -> dict[str, Any]:
         """Counters and the last attempt, for /info."""
@@ -140,10 +141,12 @@ class IndexReloader:
         if self._running is not None and self._running[0] != target:
             raise Overloaded("a reload of another index is under way; retry once it is done", 1.0)
         if self._running is None:
-            interval, wait = self.state.settings.reload_min_interval_s, self._next - time.monotonic()
+            interval, now = self.state.settings.reload_min_interval_s, time.monotonic()
+            wait = self._next - now
             if wait > 0:
-                raise Overloaded(f"the last reload ended {max(0.0, interval - wait):.0f} s ago; reloads are at least "
-                                 f"{interval:g} s apart (reload_min_interval_s)", wait)
+                ended = f"the last reload {self._last_outcome} {now - self._ended:.0f} s ago"
+                raise Overloaded(f"{ended}; reloads are at least {interval:g} s apart (reload_min_interval_s; after a "
+                                 "failure, as long as it took)", wait)
             task = asyncio.get_running_loop().create_task(self.reload(target, reason), name="spanseek-reload")
             task.add_done_callback(functools.partial(self._ended_now, started=time.monotonic()))
             self._running = (target, task)
@@ -155,6 +158,7 @@ class IndexReloader:
         interval = self.state.settings.reload_min_interval_s
         took = now - started
         self._next = now + (interval if not failed else min(interval, took) if took >= QUICK_FAILURE_S else 0.0)
+        self._ended, self._last_outcome = now, "failed" if failed else "ended"
         if self._running is not None and self._running[1] is task:
             self._running = None
 

@@ -87,7 +87,9 @@ def _run(args: argparse.Namespace) -> int:
             handler.addFilter(lambda r: r.levelno >= logging.WARNING or not r.name.startswith("bm25s"))
         warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so that a reader gone away is met inside the try, not at the interpreter's exit
+        return status
     except BrokenPipeError:  # the reader of our output went away (`| head`): what it read is all it wanted
         with contextlib.suppress(AttributeError, OSError, ValueError):  # (a stdout without a file descriptor)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when stdout is flushed

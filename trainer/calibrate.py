@@ -1,6 +1,6 @@
 """Fit the confidence calibrator (``core.confidence``) on training questions searched with their answer present and absent.
 
-    spanseek train calibrate --index TRAIN_INDEX --questions TRAIN_QUESTIONS.json.gz --model default
+    spanseek train calibrate --index TRAIN_INDEX --questions TRAIN_QUESTIONS.json.gz --model MODEL_DIR
 
 TRAIN_INDEX is an index of training articles (never the held-out ones: ``core.io.Holdout``) and TRAIN_QUESTIONS
 their SQuAD-format questions. Every question is searched twice: over the whole index (its gold article present) and
@@ -348,7 +348,8 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     for flag, path in (("--out", out), ("--examples", examples), ("--cache", cache)):  # found before the searches
         check(path is None or not Path(path).is_dir(), flag, "a file to write, not a directory", path)
     model_dir = resolve_model(model)
-    if out is None and str(model) in BUNDLED_MODELS:  # its file is the installed package's: every search reads it
+    bundled = {path.resolve() for path in BUNDLED_MODELS.values()}
+    if out is None and model_dir.resolve() in bundled:  # its file is the installed package's: every search reads it
         raise ValueError(f"--model {model} is a bundled model, whose calibration.json the installed package serves: "
                          "copy its directory and calibrate the copy (--model COPY), or write the fit elsewhere (--out)")
     questions: list[Question] = []

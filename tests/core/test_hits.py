@@ -68,6 +68,8 @@ def test_non_overlapping_spans_agrees_with_the_rule_on_hits():
     ("the B-52 bomber", "52", "52"),  # a hyphen inside a word is no sign
     ("Founded by Ed Snider.", "Ed Snider.", "Ed Snider"),
     ("in the U.S.", "U.S.", "U.S."), ("of Apple Inc.", "Apple Inc.", "Apple Inc."),  # abbreviations keep theirs
+    ("by Acme Corp.", "Acme Corp.", "Acme Corp."), ("by John J.", "John J.", "John J."),
+    ("It was Tom.", "Tom.", "Tom"), ("He scored 42.", "scored 42.", "scored 42"),
     ("Canberra, the capital", "Canberra,", "Canberra"), ("a; b", "a;", "a"), ("a.", "a.", "a."),
 ])
 def test_a_span_shows_as_an_answer_reads(text, span, shown):

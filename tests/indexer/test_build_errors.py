@@ -254,7 +254,8 @@ def test_a_filter_file_that_is_not_utf8_is_refused_naming_it_and_the_line(tmp_pa
 
 
 def test_output_piped_into_a_reader_that_stops_is_not_an_error(tmp_path, monkeypatch, capsys):
-    """`spanseek index delete ... | head` printed "error: [Errno 32] Broken pipe" once head had read its lines."""
+    """A command whose stdout reader went away (`spanseek index delete ... | head`) printed "error: [Errno 32] Broken
+    pipe" once head had read its lines: a BrokenPipeError out of a command ends it quietly."""
     from spanseek.indexer import cli as indexer_cli
 
     def closed_pipe(args):

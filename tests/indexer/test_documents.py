@@ -96,6 +96,23 @@ def test_a_paragraph_stays_whole_at_any_line_spacing(tmp_path, pitch, gap):
     pdf.output(str(tmp_path / "spaced.pdf"))
     assert extract_pdf(tmp_path / "spaced.pdf").paragraphs == paragraphs
 
+
+def test_short_lines_at_wide_spacing_stay_their_own(tmp_path):
+    """A heading, a contents list and list items spaced as the lines of a 1.5-spaced page are not glued onto the
+    paragraph after them: only a line that reaches its column's right edge (the text wrapped) goes on."""
+    from spanseek.indexer.documents import extract_pdf
+
+    body = ("The survey counted the birds of the northern marshes every spring from 1990 to 2020, and found that "
+            "the number of breeding pairs had fallen by half over those thirty years.")
+    pdf = fpdf.FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=11)
+    for line in ["Contents", "1 Introduction 3", "2 Methods 7", "Results of the survey", body]:
+        pdf.multi_cell(0, 6, line, new_x="LMARGIN", new_y="NEXT")
+    pdf.output(str(tmp_path / "short.pdf"))
+    assert extract_pdf(tmp_path / "short.pdf").paragraphs == ["Contents", "1 Introduction 3", "2 Methods 7",
+                                                              "Results of the survey", body]
+
 def test_a_pdf_without_a_text_layer_is_skipped_with_a_warning_and_the_others_are_read(tmp_path, caplog):
     from PIL import Image
 

@@ -6,6 +6,7 @@ and metadata, skipped and refused files, and `index build` pointing at the right
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import re
@@ -268,13 +269,19 @@ def test_utf16_files_and_html_in_its_declared_encoding_are_read(tmp_path):
     (root / "http.htm").write_bytes('<meta http-equiv="Content-Type" content="text/html; charset=windows-1251">'
                                     '<p>Москва — столица России.</p>'.encode("cp1251"))
     (root / "plain.txt").write_bytes("Caf\xe9 without a declaration.".encode("latin-1"))
+    (root / "undefined.html").write_bytes(b'<meta charset="iso-8859-1"><p>Caf\xe9 \x81 ouvert.</p>')  # no cp1252 0x81
+    (root / "escape.html").write_bytes(b'<meta charset="unicode_escape"><p>\xff\\u0041</p>')
+    (root / "junk.txt").write_bytes(codecs.BOM_UTF16_LE + b"A\x00\x00\x00" * 8)  # a BOM, then NUL characters
     report = from_files([root], tmp_path / "c.jsonl")
     docs = {d.id: d for d in read_corpus(tmp_path / "c.jsonl")}
     assert docs["notes.txt"].paragraphs[0].startswith("Café opens at nine.")
     assert docs["old.html"].title == "Café" and "près du marché" in docs["old.html"].paragraphs[0]
     assert "Москва — столица России." in docs["http.htm"].paragraphs[0]
-    assert dict(report.skipped) == {str(root / "plain.txt"): "not UTF-8 (byte 0xe9 at offset 3); convert it to UTF-8 "
-                                                                 "first"}
+    assert "Café" in docs["undefined.html"].paragraphs[0]
+    skipped = dict(report.skipped)
+    assert skipped.pop(str(root / "plain.txt")) == "not UTF-8 (byte 0xe9 at offset 3); convert it to UTF-8 first"
+    assert "which is no character encoding this reader knows" in skipped.pop(str(root / "escape.html"))
+    assert skipped.pop(str(root / "junk.txt")).startswith("binary file") and not skipped
 
 def test_strict_refuses_what_would_be_skipped(docs_dir, tmp_path):
     with pytest.raises(IngestError, match=r"binary\.txt: binary file"):

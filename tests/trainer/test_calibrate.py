@@ -145,8 +145,9 @@ def test_calibrate_writes_nothing_it_cannot_fit_and_never_into_a_bundled_model(s
     assert "no hits to fit on" in capsys.readouterr().err and (model / CALIBRATION_NAME).read_text() == "kept"
     bundled = resolve_model("default") / CALIBRATION_NAME
     before = bundled.read_bytes()
-    assert "default" in BUNDLED_MODELS and main([*argv, "--model", "default"]) == 2
-    assert "bundled model" in capsys.readouterr().err and bundled.read_bytes() == before
+    for name in ("default", str(resolve_model("default"))):  # by name or by its directory
+        assert "default" in BUNDLED_MODELS and main([*argv, "--model", name]) == 2
+        assert "bundled model" in capsys.readouterr().err and bundled.read_bytes() == before
 
 def _synthetic_runs(n_articles: int = 6, per_article: int = 10, seed: int = 0):
     """Ranked lists of 3 hits per question whose label follows feature 0; question i is about article i // per."""
