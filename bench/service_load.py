@@ -8,7 +8,7 @@ It starts ``spanseek serve`` as a subprocess on 127.0.0.1 (a free port), then me
 
 1. raw: the in-process pipeline on batches of --max-batch-size questions, q/s, both sequential
    (``Searcher.search``) and pipelined (encode of batch n + 1 overlapping search of batch n, as the service
-   does with ``pipeline`` on); the service is compared with the one it runs (--pipeline / --no-pipeline);
+   does with ``pipeline`` on); the service is compared with the one it runs (--pipeline auto, on, full or off);
 2. closed-loop HTTP load at each --concurrency level (single-question requests): q/s, p50/p95/p99, mean batch
    size (from the service's /metrics), status counts; saturation = the best level's q/s;
 3. single-request p50 (concurrency 1) and open-loop (Poisson) load at half the saturation rate: its p99;

@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     # new index is loaded next to the old one and swapped in (memory for both meanwhile). Each check is two stats;
     # 0 = only POST /admin/reload swaps.
     index_poll_s: float = Field(0.0, ge=0, description="seconds between checks for a switched index alias (0 = off)")
-    model: str = Field("default", description="model directory, or 'default' for the bundled model")
+    model: str = Field("default", description="model directory, or a bundled model: default, base, default-2026-11")
     # Requests with "read": true have their top passages read by this cross-attention reader: more often the exact
     # answer, at a reader forward pass per passage read. Loading it costs ~90 MB of memory; None = no reading (400).
     reader: str | None = Field(None, description="reader directory, or 'default' for the bundled reader, for "
@@ -48,8 +48,8 @@ class Settings(BaseSettings):
     # encodes 3.7x faster than on torch, a batch of 64 1.25x; the graphs are exported once per model into
     # ~/.cache/spanseek/onnx), torch on GPUs; in bf16 on a CPU (AMX) the small passes on ONNX Runtime and the large
     # ones on torch, split where a probe at start-up finds torch faster (core.runtime.small_passes).
-    runtime: Literal["auto", "torch", "onnx"] = Field("auto", description="forward passes on ONNX Runtime (CPU, "
-                                                                        "fp32) or torch")
+    runtime: Literal["auto", "torch", "onnx"] = Field("auto", description="auto, torch or onnx: forward passes on "
+                                                                        "ONNX Runtime (CPU, fp32) or torch")
     # Where the token index is searched and span completion scores: auto follows the encoder onto a GPU (the
     # index, or its coarse quantiser, and the fine vectors go to GPU memory when they fit; see core.gpu).
     search_device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$",
