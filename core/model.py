@@ -335,6 +335,8 @@ def resolve_model(ref: str | Path) -> Path:
         raise ModelError(f"{ref}: not a spanseek model directory (there is no such directory) nor a bundled model "
                          f"(bundled: {', '.join(sorted(BUNDLED_MODELS))})")
     if not (path / CONFIG_NAME).is_file():
+        if (path / "last" / CONFIG_NAME).is_file():  # a training run's directory: its model is the run's last/
+            raise ModelError(f"{ref}: a training run, not a model directory; its model is {path / 'last'}")
         raise ModelError(f"{ref}: not a spanseek model directory (no {CONFIG_NAME}); train one with `spanseek train phrase`")
     return path
 

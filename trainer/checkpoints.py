@@ -10,7 +10,10 @@ cut short is refused as ``PATH: cannot be read (...)`` instead of the library's 
 
 from __future__ import annotations
 
+import logging
 import pickle
+import signal
+import threading
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -54,3 +57,30 @@ def check_checkpoint(point: Path, weights_name: str, out: Path) -> None:
             z.infolist()
     except (zipfile.BadZipFile, OSError) as e:
         raise damaged(point / STATE, e, remedy) from None
+
+
+class StopAfterStep:
+    """Ctrl-C in a training loop: the step under way finishes, the loop saves its checkpoint and stops
+    (``requested``; the loop raises KeyboardInterrupt then), so an interrupted run loses no finished step; a second
+    Ctrl-C stops at once, as before. Only where Python takes signals (the main thread); elsewhere nothing changes."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> StopAfterStep:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._interrupt)
+        return self
+
+    def _interrupt(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        logging.getLogger("spanseek.trainer").warning("stopping after this step, once its checkpoint is saved "
+                                                      "(Ctrl-C again to stop at once)")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+

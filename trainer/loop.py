@@ -35,7 +35,7 @@ from spanseek.core.io import load_squad, squad_questions, write_json_atomic
 from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, PhraseModel
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
-from spanseek.trainer.checkpoints import STATE, check_checkpoint, read_state
+from spanseek.trainer.checkpoints import STATE, StopAfterStep, check_checkpoint, read_state
 from spanseek.trainer.data import Batch, TrainWindow, build_windows
 from spanseek.trainer.distill import teacher_cache, teacher_tensors
 from spanseek.trainer.dropout import fast_dropout
@@ -102,10 +102,14 @@ def training_windows(
 ) -> tuple[list[TrainWindow], dict[str, int]]:
     """The windows of the training articles' questions (a fixed sample with ``limit_questions``), and what
     ``build_windows`` skipped."""
-    train_articles, _ = cfg.holdout.split(data)
+    train_articles, held = cfg.holdout.split(data)
     questions = squad_questions(train_articles)
     if not questions:
         raise ValueError(f"{cfg.train}: no trainable questions in the training articles")
+    if getattr(cfg, "val_questions", 0) and not squad_questions(held):  # found now, not after the whole run
+        raise ValueError(f"--val-questions {cfg.val_questions}: {cfg.train} has no questions in its held-out articles "
+                         f"(every {cfg.holdout.every}th from article {cfg.holdout.offset}: {len(data)} articles); give "
+                         "--val-questions 0, or a file with more articles")
     if cfg.limit_questions and cfg.limit_questions > len(questions):
         raise ValueError(f"--limit-questions {cfg.limit_questions}: {cfg.train} has {len(questions)} training "
                          "questions; ask for at most that many, or leave it out to use them all")
@@ -297,49 +301,53 @@ def train_loop(
     bar = tqdm(total=total, initial=step, desc=mode.name, unit="step", disable=not (cfg.progress and dist.is_main))
     order: list[list[int]] = []
     order_epoch = -1
-    while step < end:
-        epoch, pos = divmod(step, steps_per_epoch)
-        if epoch != order_epoch:
-            order, order_epoch = epoch_batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
-        batch = mode.batch([windows[i] for i in order[pos * dist.world + dist.rank]]).to(device)
-        P = batch.n_windows
-        targets = None
-        if teacher is not None:
-            width = batch.start_ok.shape[1]
-            targets = tuple(t.to(device) for t in teacher_tensors(batch.windows, teacher, width, batch.content_shift))
-        with autocast(device, precision):
-            H, hard = mode.passages(batch)  # (P, T, d)
-            q_start, q_end = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
-            pre = prebatch.negatives() if step >= pre_on else None
-            gold_s, gold_e = H[batch.q_passage, batch.gold_start], H[batch.q_passage, batch.gold_end]
-            others = None
+    with StopAfterStep() if not dist.enabled else contextlib.nullcontext(StopAfterStep()) as stop:  # Ctrl-C: a clean stop
+        while step < end:
+            epoch, pos = divmod(step, steps_per_epoch)
+            if epoch != order_epoch:
+                order, order_epoch = epoch_batches(windows, cfg.batch_windows, cfg.seed + epoch), epoch
+            batch = mode.batch([windows[i] for i in order[pos * dist.world + dist.rank]]).to(device)
+            P = batch.n_windows
+            targets = None
+            if teacher is not None:
+                width = batch.start_ok.shape[1]
+                targets = tuple(t.to(device) for t in teacher_tensors(batch.windows, teacher, width, batch.content_shift))
+            with autocast(device, precision):
+                H, hard = mode.passages(batch)  # (P, T, d)
+                q_start, q_end = model.encode_questions(batch.q_input_ids, batch.q_attention_mask)
+                pre = prebatch.negatives() if step >= pre_on else None
+                gold_s, gold_e = H[batch.q_passage, batch.gold_start], H[batch.q_passage, batch.gold_end]
+                others = None
+                if dist.enabled:
+                    others = (distributed.gather_others(gold_s, dist), distributed.gather_others(gold_e, dist))
+                loss = phrase_loss(H, q_start, q_end, batch.start_ok[:P], batch.end_ok[:P], batch.q_passage,
+                                   batch.gold_start, batch.gold_end, cfg.loss, pre=pre, hard=hard, others=others,
+                                   max_answer_tokens=model.config.max_answer_tokens, teacher=targets)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
             if dist.enabled:
-                others = (distributed.gather_others(gold_s, dist), distributed.gather_others(gold_e, dist))
-            loss = phrase_loss(H, q_start, q_end, batch.start_ok[:P], batch.end_ok[:P], batch.q_passage,
-                               batch.gold_start, batch.gold_end, cfg.loss, pre=pre, hard=hard, others=others,
-                               max_answer_tokens=model.config.max_answer_tokens, teacher=targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if dist.enabled:
-            for p in params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            distributed.all_reduce_mean([p.grad for p in params], dist.world)
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        prebatch.push(gold_s.float(), gold_e.float())
-        mode.after_step(batch, H, q_start, q_end)
-        step += 1
-        seen_q += len(batch.q_passage)
-        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
-        bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t0):.1f}")
-        bar.update(1)
-        if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end):
-            saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step}
-            save_checkpoint(model, out, "last", saved | mode.state_dict())
-        if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
-            model.save(out / "snapshots" / f"step-{step:06d}")
+                for p in params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                distributed.all_reduce_mean([p.grad for p in params], dist.world)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            prebatch.push(gold_s.float(), gold_e.float())
+            mode.after_step(batch, H, q_start, q_end)
+            step += 1
+            seen_q += len(batch.q_passage)
+            loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
+            bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t0):.1f}")
+            bar.update(1)
+            if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end or stop.requested):
+                saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step}
+                save_checkpoint(model, out, "last", saved | mode.state_dict())
+            if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
+                model.save(out / "snapshots" / f"step-{step:06d}")
+            if stop.requested:  # Ctrl-C: this step finished and its checkpoint is saved
+                log.warning("stopped at step %d; the same command resumes from %s", step, out / "last")
+                raise KeyboardInterrupt
     bar.close()
     elapsed = time.perf_counter() - t0
     if dist.enabled:

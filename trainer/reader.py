@@ -42,7 +42,7 @@ from spanseek.core.reader import (
     resolve_reader,
 )
 from spanseek.trainer.arguments import ReaderTrainConfig
-from spanseek.trainer.checkpoints import STATE, check_checkpoint, check_weights, read_state
+from spanseek.trainer.checkpoints import STATE, StopAfterStep, check_checkpoint, check_weights, read_state
 from spanseek.trainer.data import answered
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
@@ -199,43 +199,47 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     order, order_epoch, loss_ema, t0, seen = [], -1, None, time.perf_counter(), 0
     model.train()
     fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)
-    while step < total:
-        epoch, pos = divmod(step, steps_per_epoch)
-        if epoch != order_epoch:
-            order, order_epoch = length_batches(lengths, cfg.batch_size, cfg.seed + epoch), epoch
-        batch = order[pos]
-        ids = pad_batch([windows.ids[w] for w in batch], pad_id).to(device)
-        mask = pad_batch([np.ones(lengths[w], np.int64) for w in batch], 0).to(device)
-        types = None if windows.type_ids is None else pad_batch([windows.type_ids[w] for w in batch], 0).to(device)
-        gold = torch.from_numpy(targets[batch]).to(device)
-        with autocast(device, precision):
-            start, end = model(ids, mask, types)
-        start = start.masked_fill(mask == 0, -1e4)
-        end = end.masked_fill(mask == 0, -1e4)
-        loss = (torch.nn.functional.cross_entropy(start, gold[:, 0]) +
-                torch.nn.functional.cross_entropy(end, gold[:, 1])) / 2
-        if teacher is not None:
-            t_start, t_end = (t.to(device) for t in reader_teacher_tensors(
-                [taught[w] for w in batch], [windows.offsets[w] for w in batch], teacher, ids.shape[1]))
-            valid = (mask > 0) & (t_start > NEG_INF / 2)
-            loss = loss + cfg.lambda_kl * (masked_kl(start, t_start, valid, cfg.kl_temperature) +
-                                           masked_kl(end, t_end, valid, cfg.kl_temperature)) / 2
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        step += 1
-        seen += len(batch)
-        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
-        bar.set_postfix(loss=f"{loss_ema:.3f}", windows_s=f"{seen / (time.perf_counter() - t0):.1f}")
-        bar.update(1)
-        if step % cfg.checkpoint_every == 0 or step == total:
-            master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
-            saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master}
-            save_checkpoint(model, out, "last", saved)  # type: ignore[arg-type] (any model with save())
-        if cfg.snapshot_every and step % cfg.snapshot_every == 0:
-            model.save(out / "snapshots" / f"step-{step:06d}")
+    with StopAfterStep() as stop:  # Ctrl-C: a clean stop
+        while step < total:
+            epoch, pos = divmod(step, steps_per_epoch)
+            if epoch != order_epoch:
+                order, order_epoch = length_batches(lengths, cfg.batch_size, cfg.seed + epoch), epoch
+            batch = order[pos]
+            ids = pad_batch([windows.ids[w] for w in batch], pad_id).to(device)
+            mask = pad_batch([np.ones(lengths[w], np.int64) for w in batch], 0).to(device)
+            types = None if windows.type_ids is None else pad_batch([windows.type_ids[w] for w in batch], 0).to(device)
+            gold = torch.from_numpy(targets[batch]).to(device)
+            with autocast(device, precision):
+                start, end = model(ids, mask, types)
+            start = start.masked_fill(mask == 0, -1e4)
+            end = end.masked_fill(mask == 0, -1e4)
+            loss = (torch.nn.functional.cross_entropy(start, gold[:, 0]) +
+                    torch.nn.functional.cross_entropy(end, gold[:, 1])) / 2
+            if teacher is not None:
+                t_start, t_end = (t.to(device) for t in reader_teacher_tensors(
+                    [taught[w] for w in batch], [windows.offsets[w] for w in batch], teacher, ids.shape[1]))
+                valid = (mask > 0) & (t_start > NEG_INF / 2)
+                loss = loss + cfg.lambda_kl * (masked_kl(start, t_start, valid, cfg.kl_temperature) +
+                                               masked_kl(end, t_end, valid, cfg.kl_temperature)) / 2
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            seen += len(batch)
+            loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
+            bar.set_postfix(loss=f"{loss_ema:.3f}", windows_s=f"{seen / (time.perf_counter() - t0):.1f}")
+            bar.update(1)
+            if step % cfg.checkpoint_every == 0 or step == total or stop.requested:
+                master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
+                saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master}
+                save_checkpoint(model, out, "last", saved)  # type: ignore[arg-type] (any model with save())
+            if cfg.snapshot_every and step % cfg.snapshot_every == 0:
+                model.save(out / "snapshots" / f"step-{step:06d}")
+            if stop.requested:  # Ctrl-C: this step finished and its checkpoint is saved
+                log.warning("stopped at step %d; the same command resumes from %s", step, out / "last")
+                raise KeyboardInterrupt
     bar.close()
     elapsed = time.perf_counter() - t0
     summary: dict[str, Any] = {

@@ -130,6 +130,10 @@ def test_bad_references_are_explained(tmp_path):
     assert resolve_backbone(str(tmp_path)) == str(tmp_path) and resolve_backbone("org/name") == "org/name"
     with pytest.raises(ModelError, match="not a spanseek model directory"):
         resolve_model(tmp_path)
+    run = tmp_path / "runs" / "mine"  # a training run: its model is last/ (the error said to train one)
+    shutil.copytree(DEFAULT_MODEL_DIR, run / "last")
+    with pytest.raises(ModelError, match=f"a training run, not a model directory; its model is {re.escape(str(run / 'last'))}"):
+        resolve_model(run)
     with pytest.raises(ModelError, match="is not installed"):
         resolve_backbone("package:no-such-spanseek-backbone")
 

@@ -83,6 +83,16 @@ def test_a_continued_run_can_widen_the_lora_rank(tmp_path, tiny_squad, tiny_conf
         train_phrase(dataclasses.replace(cfg, init_from=None, out=str(tmp_path / "other")))
 
 
+
+def test_validation_without_held_out_articles_is_refused_before_training(tmp_path, tiny_squad, tiny_config,
+                                                                         monkeypatch):
+    """The tiny file's 4 articles hold none of the held-out split (every 20th from the 8th): with --val-questions the
+    run trained to its end and then failed; it is refused before the first step."""
+    monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: pytest.fail("a step ran"))
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, tmp_path / "run"), val_questions=10)
+    with pytest.raises(ValueError, match="--val-questions 10: .* has no questions in its held-out articles"):
+        train_phrase(cfg)
+
 def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_config, monkeypatch, caplog):
     out = tmp_path / "run"
     cfg = tiny_train_config(tiny_squad, tiny_config, out)
@@ -120,6 +130,34 @@ def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_confi
     assert all(torch.equal(loaded_at_start[n], t) for n, t in saved.items())  # it continued from the saved weights
     assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 6
 
+
+
+def test_ctrl_c_finishes_the_step_saves_it_and_the_run_resumes_there(tmp_path, tiny_squad, tiny_config, monkeypatch,
+                                                                     caplog):
+    """Ctrl-C lost every step since the last checkpoint (100 steps by default: hours on a CPU): the step under way
+    now finishes, its checkpoint is saved, and the same command resumes from it."""
+    import os
+    import signal
+
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=6, checkpoint_every=100)
+    calls = []
+    loss_fn = loop_module.phrase_loss
+
+    def ctrl_c_in_step_2(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # as a terminal sends it, in the middle of the step
+        return loss_fn(*args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "phrase_loss", ctrl_c_in_step_2)
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        train_phrase(cfg)
+    assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 2 and len(calls) == 2
+    assert "stopped at step 2" in caplog.text and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    calls.clear()
+    monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
+    assert train_phrase(cfg)["steps"] == 6 and len(calls) == 4  # steps 3 to 6
 
 @pytest.mark.slow
 def test_real_squad_real_backbone_loss_goes_down(tmp_path):
