@@ -15,6 +15,7 @@ Runs on CPU (bf16 autocast where the CPU supports it) or CUDA (bf16 autocast).
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -38,6 +39,7 @@ from spanseek.trainer.loop import (  # noqa: F401 (STATE, write_holdout: part of
     StepSource,
     check_resume,
     finish,
+    resume_point,
     run_lock,
     train_loop,
     training_windows,
@@ -127,6 +129,30 @@ class JointMode(StepSource):
         }
 
 
+# what a resumed run must keep: its data, its order and its optimiser and loss (the resumed optimiser and schedule keep
+# the first run's learning rate whatever is asked; the others would change the run midway). The length of the run
+# (--epochs, --max-steps) may change: a finished run is extended that way.
+RECIPE = ("train", "holdout_every", "holdout_offset", "seed", "batch_windows", "lr", "warmup", "weight_decay", "loss",
+          "prebatch", "prebatch_warmup", "hard_negatives", "hard_per_batch", "teacher", "limit_questions", "init_from",
+          "widen_lora", "corrector", "corrector_lr")
+
+
+def check_same_recipe(out: Path, cfg: TrainConfig) -> None:
+    """Refuse to resume the run in ``out`` with other ``RECIPE`` settings than it was started with (its
+    ``train_config.json``), naming them; resuming with another --lr ran on at the first one while the file recorded
+    the second."""
+    path = out / "train_config.json"
+    if resume_point(out) is None or not path.is_file():
+        return
+    before = json.loads(path.read_text(encoding="utf-8"))
+    now = {**asdict(replace(cfg, loss=cfg.loss.resolved())), "encoder": None}
+    differ = [f"{key} {before[key]!r} (this run: {now[key]!r})" for key in RECIPE
+              if key in before and json.loads(json.dumps(now[key])) != before[key]]
+    if differ:
+        raise ValueError(f"--out {out} holds a run started with other settings: {'; '.join(differ)}; resume with "
+                         "the same ones (--epochs and --max-steps may change), or use a new --out")
+
+
 def train_phrase(cfg: TrainConfig) -> dict:
     """Train (or resume) a phrase model; returns a summary with throughput and validation metrics."""
     if cfg.widen_lora and not cfg.init_from:
@@ -168,6 +194,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
         model = PhraseModel(cfg.encoder).to(device)
     enc_cfg = model.config
     check_resume(out, enc_cfg)  # a resumed run's checkpoint must fit this model
+    check_same_recipe(out, cfg)
     tokenizer = load_tokenizer(enc_cfg)
     if hard is not None and cfg.loss.kind != "unified":
         raise ValueError("hard negatives are used by the unified loss only (--loss unified)")

@@ -110,6 +110,19 @@ def test_resuming_with_another_config_is_refused_naming_the_settings(tmp_path, t
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
+
+def test_resuming_with_another_learning_rate_is_refused_and_a_longer_run_is_not(tmp_path, tiny_squad, tiny_config):
+    """A resumed optimiser keeps its first learning rate: --lr 5e-4 on resume ran on at the first one while
+    train_config.json recorded 5e-4. Another recipe is refused naming it; more steps extend the run."""
+    out = tmp_path / "run"
+    first = _run_config(tiny_squad, tiny_config, out, max_steps=1)
+    train_phrase(first)
+    recorded = (out / "train_config.json").read_bytes()
+    with pytest.raises(ValueError, match=r"other settings: lr 0\.001 \(this run: 0\.0005\); resume with the same"):
+        train_phrase(dataclasses.replace(first, lr=5e-4, max_steps=2))
+    assert (out / "train_config.json").read_bytes() == recorded
+    assert train_phrase(dataclasses.replace(first, max_steps=2))["steps"] == 2
+
 def test_weights_that_do_not_fit_their_config_name_the_file_and_the_tensor(tmp_path, tiny_model_dir):
     model = shutil.copytree(tiny_model_dir, tmp_path / "m")
     config = json.loads((model / CONFIG_NAME).read_text())
