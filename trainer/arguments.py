@@ -43,6 +43,16 @@ def check(ok: bool, flag: str, want: str, value: object) -> None:
         raise ValueError(f"{flag} must be {want}, got {value}")
 
 
+def check_teacher_weight(teacher: str | None, lambda_kl: float) -> None:
+    """The distillation term is on exactly when a teacher is given: a weight without a teacher (or the reverse) is a
+    ValueError saying which of the two is missing."""
+    if teacher is None and lambda_kl != 0:
+        raise ValueError(f"--lambda-kl {lambda_kl} weighs a teacher's term, and no --teacher is given (give one, or "
+                         "leave --lambda-kl out)")
+    if teacher is not None and lambda_kl == 0:
+        raise ValueError(f"--teacher {teacher} needs --lambda-kl > 0, the weight of its term (the recipe's: 4)")
+
+
 def positive(value: float) -> bool:
     """A finite number > 0 (NaN and infinity are not)."""
     return math.isfinite(value) and value > 0
@@ -212,8 +222,7 @@ class TrainingOptions(JobOptions):
         check(math.isfinite(self.prebatch_warmup) and 0 <= self.prebatch_warmup <= 1, "--prebatch-warmup",
               "in [0, 1] (a fraction of the steps)", self.prebatch_warmup)
         check(self.hard_per_batch >= 0, "--hard-per-batch", "an integer >= 0", self.hard_per_batch)
-        check((self.teacher is None) == (self.loss.lambda_kl == 0), "--lambda-kl",
-              "> 0 exactly when a --teacher is given", self.loss.lambda_kl)
+        check_teacher_weight(self.teacher, self.loss.lambda_kl)
         check(self.limit_questions is None or self.limit_questions >= 1, "--limit-questions", "an integer >= 1 "
               "(leave it out to train on every question)", self.limit_questions)
         check(self.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", self.checkpoint_every)
@@ -383,8 +392,7 @@ class ReaderTrainConfig(JobOptions):
         check(self.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", self.checkpoint_every)
         check(self.snapshot_every >= 0, "--snapshot-every", "an integer >= 0 (0: off)", self.snapshot_every)
         check(non_negative(self.lambda_kl), "--lambda-kl", "a number >= 0", self.lambda_kl)
-        check((self.teacher is None) == (self.lambda_kl == 0), "--lambda-kl", "> 0 exactly when a --teacher is given",
-              self.lambda_kl)
+        check_teacher_weight(self.teacher, self.lambda_kl)
         check(math.isfinite(self.kl_temperature) and self.kl_temperature > 0, "--kl-temperature", "a number > 0",
               self.kl_temperature)
 
