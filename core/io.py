@@ -129,8 +129,21 @@ def replace_dir(tmp: Path, out: Path) -> None:
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """``obj`` as indented JSON at ``path``, atomically; a number that is not finite (NaN, infinity: a rank
+    correlation of constant scores) is written as null, which every JSON reader takes (``NaN`` is not JSON)."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(_finite(obj), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _finite(obj: Any) -> Any:
+    """``obj`` with every float that is not finite replaced by None (in nested dicts, lists and tuples)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def save_npy_atomic(path: str | Path, array) -> None:

@@ -367,3 +367,15 @@ def test_unique_ids_names_both_lines(tmp_path):
         list(unique_ids(read_corpus(path), path))
     with pytest.raises(CorpusError, match=rf"{path}:2: document id 'b' is already in the index X"):
         list(unique_ids(read_corpus(path), path, existing={"b"}, existing_name="the index X"))
+
+
+def test_json_files_hold_no_nan(tmp_path):
+    """A rank correlation of constant scores is NaN, and json wrote it as NaN, which strict JSON readers refuse."""
+    import json
+
+    from spanseek.core.io import write_json_atomic
+
+    write_json_atomic(tmp_path / "r.json", {"tau": float("nan"), "rows": [1.5, float("inf"), (float("-inf"), 2)]})
+    text = (tmp_path / "r.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {"tau": None, "rows": [1.5, None, [None, 2]]}
