@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import sys
+from pathlib import Path
 
 from spanseek.core.filters import FilterError
 from spanseek.core.options import add_options, from_args
@@ -71,12 +72,21 @@ def _from_files(args: argparse.Namespace) -> int:
     return 0
 
 
+def summary(manifest, index_dir: str) -> dict:
+    """What a build or an add prints: the index's counts, kind and model (its manifest.json has the rest: files and
+    their checksums, the encoder config, the faiss parameters)."""
+    m = manifest.to_dict()
+    keys = ("documents", "passages", "tokens", "indexed_tokens", "factory", "fine_store", "model_ref", "build_seconds")
+    return {"index": str(index_dir), **{k: m[k] for k in keys if k in m}, "lexical": m.get("lexical") is not None,
+            "manifest": str(Path(index_dir) / "manifest.json")}
+
+
 def _build(args: argparse.Namespace) -> int:
     from spanseek.indexer.build import build_index
 
     opts = from_args(BuildOptions, args, progress=not args.quiet)
     m = build_index(args.corpus, args.model, args.out, opts)  # refuses --filter-threshold without a filter head
-    print(json.dumps(m.to_dict(), indent=2))
+    print(json.dumps(summary(m, args.out), indent=2))
     return 0
 
 
@@ -91,7 +101,7 @@ def _add(args: argparse.Namespace) -> int:
     done = (f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents" if replace
             else f"added {changes.added} document{'s' * (changes.added != 1)}")
     print(done, file=sys.stderr)
-    print(json.dumps(m.to_dict(), indent=2))
+    print(json.dumps(summary(m, args.index), indent=2))
     return 0
 
 

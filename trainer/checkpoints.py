@@ -69,8 +69,8 @@ class StopAfterStep:
         self._previous: Any = None
 
     def __enter__(self) -> StopAfterStep:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._interrupt)
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            self._previous = signal.signal(signal.SIGINT, self._interrupt)  # (a job started to ignore it still does)
         return self
 
     def _interrupt(self, signum: int, frame: Any) -> None:

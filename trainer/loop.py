@@ -97,19 +97,24 @@ def visited_windows(windows: list[TrainWindow], size: int, seed: int, steps: int
     return [windows[i] for i in seen]
 
 
+def check_validation_split(cfg: TrainingOptions, data: list[dict]) -> None:
+    """A run that validates at its end (``val_questions``) needs questions in the held-out articles: refused before
+    training (it failed after the whole run)."""
+    if cfg.val_questions and not squad_questions(cfg.holdout.split(data)[1]):
+        raise ValueError(f"--val-questions {cfg.val_questions}: {cfg.train} has no questions in its held-out articles "
+                         f"(every {cfg.holdout.every}th from article {cfg.holdout.offset}: {len(data)} articles); give "
+                         "--val-questions 0, or a file with more articles")
+
+
 def training_windows(
     cfg: TrainingOptions, data: list[dict], tokenizer, enc: EncoderConfig, hard: dict[str, list[str]] | None
 ) -> tuple[list[TrainWindow], dict[str, int]]:
     """The windows of the training articles' questions (a fixed sample with ``limit_questions``), and what
     ``build_windows`` skipped."""
-    train_articles, held = cfg.holdout.split(data)
+    train_articles, _ = cfg.holdout.split(data)
     questions = squad_questions(train_articles)
     if not questions:
         raise ValueError(f"{cfg.train}: no trainable questions in the training articles")
-    if getattr(cfg, "val_questions", 0) and not squad_questions(held):  # found now, not after the whole run
-        raise ValueError(f"--val-questions {cfg.val_questions}: {cfg.train} has no questions in its held-out articles "
-                         f"(every {cfg.holdout.every}th from article {cfg.holdout.offset}: {len(data)} articles); give "
-                         "--val-questions 0, or a file with more articles")
     if cfg.limit_questions and cfg.limit_questions > len(questions):
         raise ValueError(f"--limit-questions {cfg.limit_questions}: {cfg.train} has {len(questions)} training "
                          "questions; ask for at most that many, or leave it out to use them all")

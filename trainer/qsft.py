@@ -34,7 +34,15 @@ from spanseek.core.model import load_model, load_tokenizer, phrase_fingerprint, 
 from spanseek.trainer.arguments import QsftConfig
 from spanseek.trainer.data import Batch, TrainWindow
 from spanseek.trainer.distill import check_teacher
-from spanseek.trainer.loop import StepSource, check_resume, finish, run_lock, train_loop, training_windows
+from spanseek.trainer.loop import (
+    StepSource,
+    check_resume,
+    check_validation_split,
+    finish,
+    run_lock,
+    train_loop,
+    training_windows,
+)
 from spanseek.trainer.losses import HardNegatives
 from spanseek.trainer.mining import load_hard_negatives
 from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part of this module's interface)
@@ -101,6 +109,7 @@ def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
     enc = model.config
 
     data = load_squad(cfg.train)
+    check_validation_split(cfg, data)  # before any training
     hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None
     windows, skipped = training_windows(cfg, data, tokenizer, enc, hard)
     hard_pairs, hard_keys = hard_windows(windows, tokenizer, enc)

@@ -38,6 +38,7 @@ from spanseek.trainer.loop import (  # noqa: F401 (STATE, write_holdout: part of
     STATE,
     StepSource,
     check_resume,
+    check_validation_split,
     finish,
     resume_point,
     run_lock,
@@ -176,6 +177,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
     main = cfg.dist.is_main
 
     data = load_squad(cfg.train)
+    check_validation_split(cfg, data)  # before any training
     hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None  # pre-model
     if cfg.init_from:  # continue a trained model: its encoder config wins over cfg.encoder
         from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME

@@ -303,7 +303,9 @@ def test_cli_from_squad_then_index_build(tmp_path, tiny_squad, tiny_model_dir, c
             "--quiet", "--precision", "fp32", "--device", "cpu", "--shard-passages", "5"]
     assert main(args) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed == Manifest.load(out).to_dict() and printed["documents"] == 4 and printed["passages"] == 12
+    manifest = Manifest.load(out).to_dict()  # printed: its counts, kind and model, not its checksums and config
+    assert printed["documents"] == manifest["documents"] == 4 and printed["passages"] == manifest["passages"] == 12
+    assert printed["factory"] == manifest["factory"] and printed["lexical"] and "files" not in printed
 
     assert main(args) == 2  # a finished index is not overwritten
     assert "already holds a finished index" in capsys.readouterr().err

@@ -151,10 +151,15 @@ def test_ctrl_c_finishes_the_step_saves_it_and_the_run_resumes_there(tmp_path, t
         return loss_fn(*args, **kwargs)
 
     monkeypatch.setattr(loop_module, "phrase_loss", ctrl_c_in_step_2)
-    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
-        train_phrase(cfg)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
+    try:
+        with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+            train_phrase(cfg)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 2 and len(calls) == 2
-    assert "stopped at step 2" in caplog.text and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert "stopped at step 2" in caplog.text
     calls.clear()
     monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
     assert train_phrase(cfg)["steps"] == 6 and len(calls) == 4  # steps 3 to 6
