@@ -12,7 +12,9 @@ reader windows). On a 2-core AMD EPYC (Zen 3, AVX2) the same fp32 graphs ran und
 
 A module is exported once with torch's exporter (dynamic batch and length), stored in a cache directory under a
 key of its weights and the library versions (``ONNX_CACHE``: ``~/.cache/spanseek/onnx``, or ``$SPANSEEK_ONNX_CACHE``;
-a later process loads it in a fraction of a second),
+a later process loads it in a fraction of a second; a graph is 90 MB for the default question encoder, and every
+trained checkpoint has its own, so the cache keeps the graphs used last within ``ONNX_CACHE_BYTES``, or
+``$SPANSEEK_ONNX_CACHE_BYTES``: ``trim_cache``),
 and run by an ONNX Runtime session on torch's number of threads, whose workers do not spin between operators (the
 stage after the forward pass needs the cores). Outputs equal torch's within float rounding (about 1e-5 on
 logits), as a different BLAS would give.
@@ -55,6 +57,10 @@ log = logging.getLogger(__name__)
 RUNTIMES = ("auto", "torch", "onnx")
 ONNX_CACHE = Path(os.environ.get("SPANSEEK_ONNX_CACHE", Path.home() / ".cache" / "spanseek" / "onnx"))
 OPSET = 17
+# the cache's bound: after an export, the graphs used longest ago are removed until the rest fit (a graph in use by
+# a running process is not affected: its session has read it)
+ONNX_CACHE_BYTES = 2 << 30  # unless $SPANSEEK_ONNX_CACHE_BYTES says (cache_bytes)
+STALE_EXPORT_SECONDS = 3600  # a part-written export this old was left by a killed process
 
 
 def onnx_installed() -> bool:
@@ -127,6 +133,7 @@ class OnnxForward:
         path = self.path()
         if path.is_file():
             self._path = path
+            _touch(path)  # used now: the last to be trimmed
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -147,6 +154,7 @@ class OnnxForward:
                 m.training = training
         log.info("exported %s for ONNX Runtime to %s", type(self.module).__name__, path)
         self._path = path
+        trim_cache(path.parent, cache_bytes(), keep=path)
         return path
 
     def session(self) -> Any:
@@ -159,13 +167,75 @@ class OnnxForward:
                 options.intra_op_num_threads = threads
                 options.inter_op_num_threads = 1
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                self._session = onnxruntime.InferenceSession(str(self.export()), options,
-                                                             providers=["CPUExecutionProvider"])
+                try:
+                    self._session = onnxruntime.InferenceSession(str(self.export()), options,
+                                                                 providers=["CPUExecutionProvider"])
+                except Exception:
+                    if self._path is None or self._path.is_file():
+                        raise
+                    self._path = None  # another process trimmed it from the cache between export and load
+                    self._session = onnxruntime.InferenceSession(str(self.export()), options,
+                                                                 providers=["CPUExecutionProvider"])
                 self._threads = threads
             return self._session
 
     def __call__(self, **inputs: np.ndarray) -> list[np.ndarray]:
         return self.session().run(self.outputs, inputs)
+
+
+def cache_bytes() -> int:
+    """The cache's bound: ``$SPANSEEK_ONNX_CACHE_BYTES`` (bytes; ``0`` keeps only the latest graph), else
+    ``ONNX_CACHE_BYTES``; a value that is not a whole number of bytes is warned of and the default kept."""
+    value = os.environ.get("SPANSEEK_ONNX_CACHE_BYTES")
+    if value is None:
+        return ONNX_CACHE_BYTES
+    try:
+        n = int(value)
+        if n < 0:
+            raise ValueError
+        return n
+    except ValueError:
+        log.warning("SPANSEEK_ONNX_CACHE_BYTES=%r is not a number of bytes: the ONNX cache keeps %d", value,
+                    ONNX_CACHE_BYTES)
+        return ONNX_CACHE_BYTES
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:  # a read-only cache (a mounted volume) keeps its order
+        pass
+
+
+def trim_cache(cache_dir: Path, max_bytes: int, keep: Path | None = None) -> list[Path]:
+    """Remove the graphs of ``cache_dir`` used longest ago (by modification time: a graph is touched when a process
+    finds it) until the rest take at most ``max_bytes``, ``keep`` never; and part-written exports older than
+    ``STALE_EXPORT_SECONDS``. Returns what was removed."""
+    removed: list[Path] = []
+    now = time.time()
+    graphs = []
+    for p in cache_dir.iterdir() if cache_dir.is_dir() else []:
+        try:
+            st = p.stat()
+        except OSError:  # removed meanwhile by another process
+            continue
+        if p.name.endswith(".tmp") and now - st.st_mtime > STALE_EXPORT_SECONDS:
+            p.unlink(missing_ok=True)
+            removed.append(p)
+        elif p.suffix == ".onnx":
+            graphs.append((st.st_mtime, st.st_size, p))
+    total = sum(size for _, size, _ in graphs)
+    for _, size, p in sorted(graphs, key=lambda g: g[0]):
+        if total <= max_bytes:
+            break
+        if keep is not None and p == keep:
+            continue
+        p.unlink(missing_ok=True)
+        removed.append(p)
+        total -= size
+    if removed:
+        log.info("trimmed %d files from the ONNX cache %s (bound %.1f GB)", len(removed), cache_dir, max_bytes / 1e9)
+    return removed
 
 
 def onnx_forward(runtime: str, device: torch.device | str, precision: str, module: torch.nn.Module,

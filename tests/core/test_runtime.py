@@ -90,6 +90,46 @@ def test_a_graph_is_exported_once_and_found_by_its_weights(tiny_reader, cache, m
     assert [p.name for p in cache.iterdir()] == [path.name]  # the failed export left nothing behind
 
 
+def test_the_cache_keeps_the_graphs_used_last_within_its_bound(tiny_reader, cache, monkeypatch):
+    """Every trained checkpoint exported its own 90 MB graph and nothing removed any (1.2 GB after a few training
+    runs): an export now trims the graphs used longest ago, never the one just made or found, and stale part-written
+    exports; a graph found again counts as used."""
+    import os
+    import time
+
+    cache.mkdir()
+    old = time.time() - 7200
+    for name, age in (("a.onnx", 400), ("b.onnx", 300), ("c.onnx", 200), ("x.onnx.1.2.tmp", 0)):
+        (cache / name).write_bytes(b"\0" * 1000)
+        os.utime(cache / name, (old + age, old + age))
+    os.utime(cache / "a.onnx")  # found again just now: the last to go
+    monkeypatch.setenv("SPANSEEK_ONNX_CACHE_BYTES", "2500")
+    model = load_reader_model(tiny_reader)
+    example = {"input_ids": torch.ones((2, 8), dtype=torch.long), "attention_mask": torch.ones((2, 8), dtype=torch.long),
+               "token_type_ids": torch.zeros((2, 8), dtype=torch.long)}
+    path = OnnxForward(model, example, ("start", "end")).export()
+    assert path.stat().st_size > 2500  # over the bound alone, and kept
+    assert sorted(p.name for p in cache.iterdir()) == [path.name]
+    (cache / "a.onnx").write_bytes(b"\0" * 1000)
+    monkeypatch.setenv("SPANSEEK_ONNX_CACHE_BYTES", str(10**9))
+    assert runtime.trim_cache(cache, runtime.cache_bytes(), keep=path) == []
+    assert runtime.trim_cache(cache, 0, keep=path) == [cache / "a.onnx"]
+    # a graph another process trimmed between finding and loading it is exported again
+    forward = OnnxForward(model, example, ("start", "end"))
+    forward.export()
+    path.unlink()
+    assert forward(**{k: v.numpy() for k, v in example.items()})[0].shape == (2, 8) and path.is_file()
+
+
+def test_a_cache_bound_that_is_not_a_number_is_warned_of(monkeypatch, caplog):
+    monkeypatch.setenv("SPANSEEK_ONNX_CACHE_BYTES", "2GB")
+    with caplog.at_level(logging.WARNING, logger="spanseek.core.runtime"):
+        assert runtime.cache_bytes() == runtime.ONNX_CACHE_BYTES
+    assert "SPANSEEK_ONNX_CACHE_BYTES='2GB' is not a number of bytes" in caplog.text
+    monkeypatch.setenv("SPANSEEK_ONNX_CACHE_BYTES", "0")
+    assert runtime.cache_bytes() == 0
+
+
 def test_a_module_that_does_not_export_stays_on_torch_under_auto(tiny_reader, cache, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("unsupported operator")

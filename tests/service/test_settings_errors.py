@@ -223,7 +223,7 @@ def test_a_mistyped_variable_is_warned_of():
     """It was ignored without a word (SPANSEEK_MAX_BATCHSIZE=64 served batches of 16); the compose file's and the
     demo's own SPANSEEK_* variables are left alone."""
     others = ["SPANSEEK_INDEX_DIR", "SPANSEEK_MODEL_DIR", "SPANSEEK_INDEX_ALIAS", "SPANSEEK_PUBLISH",
-              "SPANSEEK_ONNX_CACHE", "SPANSEEK_DOCKER_CACHE", "SPANSEEK_DEMO_PORT", "SPANSEEK_DEMO_HOST",
+              "SPANSEEK_ONNX_CACHE", "SPANSEEK_ONNX_CACHE_BYTES", "SPANSEEK_DOCKER_CACHE", "SPANSEEK_DEMO_PORT", "SPANSEEK_DEMO_HOST",
               "SPANSEEK_DEMO_MODEL", "SPANSEEK_DEMO_INDEX", "SPANSEEK_DEMO_NO_SERVE", "SPANSEEK_MAX_BATCH_SIZE"]
     from spanseek.service import cli
 
