@@ -168,11 +168,24 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of a UTF-8 text file (a leading BOM dropped), gunzipping ``*.gz``; bad bytes or a damaged
     gzip stream raise CorpusError naming the file and line."""
     path = Path(path)
+    for lineno, raw in raw_lines(path):
+        yield lineno, decode_line(path, lineno, raw)
+
+
+def count_documents(path: str | Path) -> int:
+    """The non-blank lines of a JSONL corpus (its documents, for a progress bar's total), without decoding them;
+    CorpusError as ``read_lines``'s for a file that cannot be read."""
+    return sum(1 for _, raw in raw_lines(Path(path)) if raw.strip())
+
+
+def raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of a file, gunzipping ``*.gz``; a damaged gzip stream raises CorpusError naming the file
+    and line."""
     lineno = 0
     try:
         with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
             for lineno, raw in enumerate(f, start=1):
-                yield lineno, decode_line(path, lineno, raw)
+                yield lineno, raw
     except gzip.BadGzipFile as e:
         raise CorpusError(f"{path}: not a gzip file ({e}); remove the .gz suffix if it is plain text") from None
     except EOFError:

@@ -42,7 +42,7 @@ from spanseek.core.encoding import PassageEncoder, pick_device, pick_precision
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.fine_store import detect_kind, open_fine_store
-from spanseek.core.io import ReadStats, atomic_path, read_corpus, save_npy_atomic, unique_ids
+from spanseek.core.io import ReadStats, atomic_path, count_documents, read_corpus, save_npy_atomic, unique_ids
 from spanseek.core.model import (
     CONFIG_NAME,
     load_model,
@@ -120,7 +120,9 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     encoder = PassageEncoder(phrase_model, tokenizer, precision=precision, max_batch_tokens=opts.max_batch_tokens)
     stats = ReadStats()
     k, buf, reused = 0, [], 0
-    bar = tqdm(desc="encode", unit="passage", disable=not opts.progress)
+    # documents read (the corpus is streamed: the passages to come are not known, the documents are counted first)
+    bar = tqdm(total=count_documents(corpus) if opts.progress else None, desc="encode", unit="doc",
+               disable=not opts.progress)
     if opts.ray is not None and model_dir is None:
         raise BuildError("encoding on Ray needs the model's directory")
     pending: list[tuple[Path, str, list[str]]] = []  # shards for the Ray cluster
@@ -129,7 +131,6 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
         from spanseek.indexer.ray_encode import encode_on_ray
 
         encode_on_ray(pending, model_dir or Path(), precision, opts.max_batch_tokens, opts.ray)
-        bar.update(sum(len(texts) for _, _, texts in pending))
         pending.clear()
 
     def flush() -> None:
@@ -137,20 +138,19 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
         dest, key = _shard_dir(out, k), shard_key(fingerprint, precision, buf)
         if shard_files.has_shard(dest, key):
             reused += 1
-            bar.update(len(buf))
         elif opts.ray is not None:
             pending.append((dest, key, buf))
             if len(pending) >= SHARDS_PER_ROUND:
                 encode_pending()
         else:
             shard_files.encode_shard(encoder, tokenizer, buf, dest, key)
-            bar.update(len(buf))
         k, buf = k + 1, []
 
     docs = unique_ids(read_corpus(corpus, stats), corpus, existing_ids, existing_name)
     with atomic_path(out / phrase_index.PASSAGES) as tp, atomic_path(out / phrase_index.DOCS) as td:
         with open(tp, "w", encoding="utf-8") as fp, open(td, "w", encoding="utf-8") as fd:
             for d, doc in enumerate(docs):
+                bar.update(1)
                 fd.write(json.dumps(phrase_index.doc_record(doc.id, doc.title, doc.meta), ensure_ascii=False) + "\n")
                 for p, text in enumerate(doc.paragraphs):
                     fp.write(json.dumps(phrase_index.passage_record(d, p, text, doc.paragraph_meta(p)), ensure_ascii=False) + "\n")
@@ -163,6 +163,8 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
                 raise BuildError(f"corpus {corpus} has no non-empty passages")
     if pending:
         encode_pending()
+    if bar.total:  # documents without text were read but not yielded
+        bar.update(bar.total - bar.n)
     bar.close()
     if reused:
         log.info("re-used %d of %d encoded shards", reused, k)

@@ -330,3 +330,16 @@ def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_model_dir, capsys, argv
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"spanseek {argv[0]}: error: ") and message in err and "Traceback" not in err
+
+
+def test_the_encoding_bar_counts_documents_against_the_corpus_total(tmp_path, tiny_model_dir, capsys):
+    """The bar had no total ("encode: 0passage" then a count): the corpus's documents are counted first, and the bar
+    ends at that count even when a document without text is skipped."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [
+        {"id": "a", "title": "A", "paragraphs": ["Alba built the castle in 1410."]},
+        {"id": "e", "title": "E", "paragraphs": ["", "  "]},
+        {"id": "b", "title": "B", "paragraphs": ["Cato built the bridge in 1200.", "It stands."]},
+    ])
+    build_index(corpus, tiny_model_dir, tmp_path / "index", dataclasses.replace(OPTS, progress=True))
+    bars = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if line.startswith("encode")]
+    assert bars and "3/3" in bars[-1] and "doc" in bars[-1]
