@@ -297,11 +297,21 @@ class LiveStore:
         """The documents a search sees now: the base's live ones not deleted or replaced, and the segment's."""
         return len(self.segment.base_rows) + len(self.segment.docs)
 
+    def _searched(self) -> tuple[int, int]:
+        """(passages, tokens) a search sees now: the base's of its live documents, and the segment's."""
+        rows = np.zeros(len(self.base.docs), dtype=bool)
+        rows[np.fromiter(self.segment.base_rows.values(), dtype=np.int64)] = True
+        kept = rows[self._base_passage_doc]
+        base_tokens = int(np.diff(np.asarray(self.base.passage_tokens))[kept].sum())
+        seg = self.segment.docs.values()
+        return int(kept.sum()) + sum(len(d.passages) for d in seg), base_tokens + self.segment.tokens
+
     def describe(self) -> dict[str, Any]:
         with self._lock:
             seg = self.segment
-            return {"base": str(self.base.dir.resolve()), "documents": self.documents,
-                    "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
+            passages, tokens = self._searched()
+            return {"base": str(self.base.dir.resolve()), "documents": self.documents, "passages": passages,
+                    "tokens": tokens, "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
                     "tombstones": len(seg.tombstones), "wal_bytes": self.wal_bytes, "merges": self.state["merges"],
                     "merging": self._merging.locked(), "last_merge": self.last_merge}
 

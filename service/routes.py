@@ -192,8 +192,10 @@ async def info(request: Request) -> InfoResponse:
     if service["writes"] is not None and not may_see_paths(request):
         service["writes"]["base"] = hide_paths(service["writes"]["base"])
     index = dict(state.info["index"])
-    if service["writes"] is not None:  # the documents searches see now, and the base they are searched over
-        index["documents"], index["dir"] = service["writes"]["documents"], str(service["writes"]["base"])
+    if service["writes"] is not None:  # what searches see now, and the base they are searched over
+        writes = service["writes"]
+        index.update(documents=writes["documents"], passages=writes["passages"], tokens=writes["tokens"],
+                     dir=str(writes["base"]))
     model = dict(state.info["model"])
     if not may_see_paths(request):
         index["dir"], index["path"] = hide_paths(index["dir"]), hide_paths(index["path"])

@@ -10,9 +10,11 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+from spanseek.core.phrase_index import Manifest
 from spanseek.service.app import create_app
 from tests.service.conftest import serving
 
@@ -158,6 +160,7 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         before = client.get("/info", headers=KEY).json()["index"]["documents"]
         assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
         assert client.delete("/documents/d1", headers=KEY).status_code == 200
+        written = client.get("/info", headers=KEY).json()["index"]  # over the first base and the segment
         r = client.post("/admin/compact", headers=KEY)
         assert r.status_code == 202 and r.json()["merging"]
         statuses = []
@@ -172,6 +175,10 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         # /info and the gauge show the index searches see: its documents now, over the merged base
         index = client.get("/info", headers=KEY).json()["index"]
         assert index["documents"] == before + 1 - 1 and index["dir"].endswith("base-000001")
+        # its passages and tokens too (they stayed the first base's): the merged base's, as they were before it
+        merged = Manifest.load(Path(index["dir"]))
+        assert (written["passages"], written["tokens"]) == (index["passages"], index["tokens"]) == (
+            merged.passages, merged.tokens)
         assert f"spanseek_index_documents {float(before)}" in client.get("/metrics").text
 
 
