@@ -297,6 +297,11 @@ class LiveStore:
         """The documents a search sees now: the base's live ones not deleted or replaced, and the segment's."""
         return len(self.segment.base_rows) + len(self.segment.docs)
 
+    def searched(self) -> tuple[int, int, int]:
+        """(documents, passages, tokens) a search sees now."""
+        with self._lock:
+            return (self.documents, *self._searched())
+
     def _searched(self) -> tuple[int, int]:
         """(passages, tokens) a search sees now: the base's of its live documents, and the segment's."""
         rows = np.zeros(len(self.base.docs), dtype=bool)

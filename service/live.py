@@ -109,7 +109,10 @@ class LiveWrites:
     def _gauges(self) -> None:
         self.metrics.wal_bytes.set(self.store.wal_bytes)
         self.metrics.segment_documents.set(len(self.store.segment.docs))
-        self.metrics.index_documents.set(self.store.documents)
+        documents, passages, tokens = self.store.searched()
+        self.metrics.index_documents.set(documents)
+        self.metrics.index_passages.set(passages)
+        self.metrics.index_tokens.set(tokens)
 
     async def upsert(self, docs: list[Document]) -> dict[str, int]:
         """Encode, log, apply and publish ``docs``; returns the passages and tokens written."""

@@ -179,7 +179,10 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         merged = Manifest.load(Path(index["dir"]))
         assert (written["passages"], written["tokens"]) == (index["passages"], index["tokens"]) == (
             merged.passages, merged.tokens)
-        assert f"spanseek_index_documents {float(before)}" in client.get("/metrics").text
+        metrics = client.get("/metrics").text
+        assert f"spanseek_index_documents {float(before)}" in metrics
+        assert f"spanseek_index_passages {float(merged.passages)}" in metrics
+        assert f"spanseek_index_tokens {float(merged.tokens)}" in metrics
 
 
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="thread niceness is a Linux scheduler setting")
