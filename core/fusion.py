@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseLeg, dedupe_grouped
-from spanseek.core.hits import Hit, HitBuilder, first_per_unit, non_overlapping_spans
+from spanseek.core.hits import Hit, HitBuilder, distinct, first_per_unit, non_overlapping_spans
 from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, tokenize, zscore
 from spanseek.core.plan import Plan
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
@@ -203,10 +203,10 @@ class LexicalFusion:
                 tail = o[RERANK_DEPTH:]
                 o = np.concatenate([head[new], tail])
                 scores = np.concatenate([score[new], fused[q][tail] - fused[q][head[-1]] + score.min()])
-            pos = (np.arange(min(plan.top_k, len(o))) if plan.params.allow_overlap else
+            pos = (np.arange(len(o)) if plan.params.allow_overlap else  # distinct hits, read lazily, below
                    non_overlapping_spans(sp.starts[o], sp.ends[o], np.arange(len(o)), plan.top_k))
             passages = self.dense.index.token_passage[sp.starts]
-            out.append([self.hits.hit(int(sp.starts[i]), int(sp.ends[i]), float(sc), float(sp.scores[i]),
-                                      float(lexical[q][passages[i]]))
-                        for i, sc in zip(o[pos], scores[pos], strict=True)])
+            hits = (self.hits.hit(int(sp.starts[i]), int(sp.ends[i]), float(sc), float(sp.scores[i]),
+                                  float(lexical[q][passages[i]])) for i, sc in zip(o[pos], scores[pos], strict=True))
+            out.append(distinct(hits, plan.top_k) if plan.params.allow_overlap else list(hits))
         return out

@@ -4,7 +4,7 @@ and the overlap rules of phrase hits."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,8 +42,8 @@ def tidy_span(text: str, a: int, b: int) -> tuple[int, int]:
     return a, b
 
 
-__all__ = ["HIT_FIELDS", "Hit", "HitBuilder", "Hits", "first_per_unit", "non_overlapping", "non_overlapping_spans",
-           "tidy_span"]
+__all__ = ["HIT_FIELDS", "Hit", "HitBuilder", "Hits", "distinct", "first_per_unit", "non_overlapping",
+           "non_overlapping_spans", "tidy_span"]
 
 
 class HitBuilder:
@@ -69,9 +69,11 @@ class HitBuilder:
         """Dense mode's hits of sorted spans: a phrase per span (not overlapping a better one unless the plan allows
         it), or each unit's first (best) span (``unit_of_passage``: each passage's unit): score = max over its
         phrases."""
+        if unit_of_passage is None and plan.params.allow_overlap:
+            return distinct((self.hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i]), float(sp.scores[i]))
+                             for i in range(len(sp.scores))), plan.top_k)
         if unit_of_passage is None:
-            pick = (np.arange(min(plan.top_k, len(sp.scores))) if plan.params.allow_overlap else
-                    non_overlapping_spans(sp.starts, sp.ends, np.arange(len(sp.scores)), plan.top_k))
+            pick = non_overlapping_spans(sp.starts, sp.ends, np.arange(len(sp.scores)), plan.top_k)
         else:
             pick = first_per_unit(unit_of_passage[self.index.token_passage[sp.starts]])[: plan.top_k]
         return [self.hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i]), float(sp.scores[i])) for i in pick]
@@ -91,6 +93,20 @@ class HitBuilder:
             "doc_id": doc["id"], "title": doc["title"], "paragraph": int(passage["para"]), "meta": meta,
             "dense": dense, "lexical": lexical, "confidence": None, "read": read,
         })
+
+
+def distinct(hits: Iterable[Hit], k: int) -> list[Hit]:
+    """The first ``k`` hits of distinct characters: two token spans that tidy to the same ones ("Canberra" and
+    "Canberra ,", ``tidy_span``) are one hit, the better one (with ``allow_overlap``; without it they overlap)."""
+    kept: list[Hit] = []
+    seen: set[tuple[int, int, int]] = set()
+    for h in hits:
+        if len(kept) == k:
+            break
+        if (h.passage_id, h.start, h.end) not in seen:
+            seen.add((h.passage_id, h.start, h.end))
+            kept.append(h)
+    return kept
 
 
 def non_overlapping(hits: Sequence[Hit], k: int) -> list[Hit]:

@@ -71,6 +71,24 @@ def test_phrase_hits_do_not_overlap_and_are_the_greedy_pick_of_the_raw_list(tiny
             "the raw lists have no overlaps: this test would not notice a missing filter"
 
 
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+def test_overlapping_hits_are_distinct_characters_and_filled_to_k(tiny_searcher, mode):
+    """Two token spans that tidy to the same characters ("river" and "river .") were two identical hits with
+    ``allow_overlap``: now one, the better, and the list is filled from further down."""
+    qs, qe, texts = questions(tiny_searcher)
+    hits = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=300, mode=mode, allow_overlap=True), None, texts)
+    spans = tiny_searcher.dense.candidates(tiny_searcher.dense.batch(tiny_searcher._plan(SearchParams(
+        top_k=400, mode="dense", allow_overlap=True)), qs, qe), 400, None)
+    tidied = [[(h.passage_id, h.start, h.end) for h in (tiny_searcher.hits.hit(int(a), int(b), 0.0)
+                                                          for a, b in zip(sp.starts, sp.ends, strict=True))]
+              for sp in spans]
+    assert any(len(set(t)) < len(t) for t in tidied), "no two spans tidy alike: this test would not notice"
+    for got in hits:
+        chars = [(h.passage_id, h.start, h.end) for h in got]
+        assert len(chars) == len(set(chars)) == 300
+        assert all(a.score >= b.score for a, b in zip(got, got[1:], strict=False)) or mode == "hybrid"
+
+
 def test_overlap_filter_also_applies_to_merged_answers(tiny_searcher):
     qs, qe, texts = questions(tiny_searcher)
     for hits in tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=8, merge_answers=True, mode="dense")):
