@@ -59,8 +59,12 @@ class SearchParams:
     lexical_weight: float | None = option(
         None, "hybrid: weight of the normalised BM25 score, 0 to 1000 (phrase unit: added to each span's dense "
         "score; passage/doc: to the normalised dense score); default: the one fitted for the unit")
-    offset: int = option(0, "hits to skip before the top_k returned: page n (from 0) is offset = n x top_k; a page "
-                         "is cut from one ranking of offset + top_k hits")
+    offset: int = option(0, "hits to skip before the top_k returned: page n (from 0) is offset = n x top_k, with "
+                         "the same rank_window for every page")
+    rank_window: int | None = option(
+        None, "the depth of the ranking the page is cut from (at least offset + top_k): pages asked with the same "
+        "rank_window are slices of one list, with no hit repeated or skipped; default offset + top_k (a deeper "
+        "ranking weighs more candidates, so its first hits may differ)")
     allow_overlap: bool = option(
         False, "phrase unit: also return phrases that overlap a better one in the same passage (\"1340\", "
         "\"In 1340\"); by default phrase hits do not overlap (passages and documents never do)")
@@ -100,6 +104,13 @@ class SearchParams:
             raise SearchParamsError(f"merge_answers applies to unit=phrase, not unit={self.unit}")
         if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
             raise SearchParamsError(f"offset must be an integer >= 0, got {self.offset!r}")
+        _positive("rank_window", self.rank_window)
+        if self.rank_window is not None and self.rank_window < self.offset + self.top_k:
+            raise SearchParamsError(f"rank_window must be at least offset + top_k ({self.offset + self.top_k}), got "
+                                    f"{self.rank_window}")
+        for name in ("merge_answers", "allow_overlap"):
+            if not isinstance(getattr(self, name), bool):
+                raise SearchParamsError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("read_passages", "read_below"):  # asked for without read, they would be silently ignored
             if getattr(self, name) is not None and not self.read:
                 raise SearchParamsError(f"{name} applies with read=true")
@@ -113,6 +124,12 @@ class SearchParams:
                                     f"BM25 alone: use mode=lexical), got {w!r}")
         if self.filter is not None and not isinstance(self.filter, SearchFilter):
             raise SearchParamsError(f"filter must be a SearchFilter, got {type(self.filter).__name__}")
+
+
+    @property
+    def depth(self) -> int:
+        """How deep the ranking the page is cut from is: ``rank_window``, else ``offset + top_k``."""
+        return self.rank_window if self.rank_window is not None else self.offset + self.top_k
 
 
 def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -162,7 +162,7 @@ class Searcher:
         if params.read and params.read_below is not None:
             self._plan(params, resolve=False)  # refused as a whole before anything is searched
             return read_unsure(self.search_vectors, q_start, q_end, params, timings, questions)
-        want = params.offset + params.top_k
+        want = params.depth
         depth = max(want, FEATURE_DEPTH[params.unit]) if self.calibrator is not None and not params.read else want
         plan = self._plan(params).but(top_k=depth, offset=0, min_confidence=None)
         if (plan.mode != "dense" or params.read) and (questions is None or len(questions) != len(q_start)):

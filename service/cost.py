@@ -1,7 +1,7 @@
 """What one search request costs the batcher, in question-equivalents: the unit admission and batches count.
 
 A question-equivalent is the work of one ``phrase`` question at the default depth in a full batch. A question
-costs more the deeper its ranking (``depth = offset + top_k``): a phrase search completes spans for 2 x depth
+costs more the deeper its ranking (``depth``: ``rank_window``, else ``offset + top_k``): a phrase search completes spans for 2 x depth
 start and end tokens, a ``passage`` or ``doc`` search for 8 x depth, and the latter widens its token search
 (4x a round) until ``depth`` distinct units are among the candidates, which costs more and more as the depth nears
 the number of passages or documents in the index, and at that number completes spans for every token. Reading
@@ -57,7 +57,7 @@ class CostModel:
 
     def question(self, params: SearchParams) -> float:
         """Question-equivalents of one question searched with ``params``."""
-        depth = params.top_k + params.offset
+        depth = params.depth
         if params.unit == "phrase":
             cost = max(1.0, PHRASE_DEPTH_COST * depth)
         elif params.offset >= self.units.get(params.unit, depth) and params.min_confidence is None:
@@ -83,8 +83,8 @@ class CostModel:
 
     def explain(self, params: SearchParams) -> str:
         """Why a question with ``params`` costs what it does, for the 400 beyond ``max_request_cost``."""
-        depth = params.top_k + params.offset
-        what = f"unit={params.unit}, offset + top_k = {depth}"
+        depth = params.depth
+        what = f"unit={params.unit}, {'rank_window' if params.rank_window else 'offset + top_k'} = {depth}"
         if params.unit != "phrase":
             what += f" of the index's {self.units.get(params.unit, 0)} {params.unit}s"
         if params.read:

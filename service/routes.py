@@ -259,6 +259,7 @@ async def search(
     _check_range("max_answer_tokens", body.max_answer_tokens, 1, s.max_answer_tokens_limit)
     _check_range("nprobe", body.nprobe, 1, s.max_nprobe)
     _check_range("offset", body.offset, 0, s.max_offset_top_k)
+    _check_range("rank_window", body.rank_window, 1, s.max_offset_top_k)
     _check_range("read_passages", body.read_passages, 1, s.max_read_passages)
     top_k = body.top_k or s.default_top_k
     if (body.offset or 0) + top_k > s.max_offset_top_k:
@@ -278,7 +279,7 @@ async def search(
     if cost > limit:
         raise BadRequest(f"this request would cost {cost:.0f} question-equivalents, over this server's limit of "
                          f"{limit:g} ({name}) ({len(questions)} questions, "
-                         f"{state.cost.explain(params)}); ask fewer questions or a shallower page (top_k + offset)")
+                         f"{state.cost.explain(params)}); ask fewer questions or a shallower page (top_k + offset, rank_window)")
     client = client_key(request.scope, s.fair_share_by)
     try:
         outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params, cost, client))

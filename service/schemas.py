@@ -128,6 +128,7 @@ SERVER_NOTES = {
     "max_answer_tokens": "at most the server's max_answer_tokens_limit; max_answer_length, its older name, is "
                          "accepted",
     "offset": "offset + top_k is bounded by the server's max_offset_top_k (GET /info)",
+    "rank_window": "at most the server's max_offset_top_k",
     "min_confidence": "GET /info lists the calibrated unit/mode pairs (service.confidence)",
     "read": "the server needs a reader (GET /info: service.reader)",
     "read_passages": "at most the server's max_read_passages",

@@ -71,6 +71,7 @@ class SearchOptions(TypedDict, total=False):
     fusion: Fusion
     lexical_weight: float
     offset: int
+    rank_window: int
     allow_overlap: bool
     min_confidence: float
     unanswerable_prior: float

@@ -110,6 +110,36 @@ def test_page_n_is_a_slice_of_one_deep_request(tiny_searcher, unit, mode):
     assert all(hits == [] for hits in far)  # past the end: an empty page, not an error
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("unit", UNITS)
+def test_pages_of_one_rank_window_join_into_its_list(tiny_searcher, unit, mode, monkeypatch):
+    """Page n was cut from a ranking offset + top_k deep, and a deeper ranking weighs more candidates (fused scores,
+    span completion, deepening), so the pages of a question repeated and skipped hits (on the demo index). Pages
+    asked with one rank_window are ranked that deep, and are slices of that window's list: joined, they are the
+    list, confidences included."""
+    qs, qe, texts = questions(tiny_searcher)
+    k, window = 3, 12
+    ranked, depths = tiny_searcher._ranked_deep, []
+    monkeypatch.setattr(tiny_searcher, "_ranked_deep", lambda plan, *a: depths.append(plan.top_k) or ranked(plan, *a))
+    whole = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, mode=mode, top_k=window), None, texts)
+    pages = [tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, mode=mode, top_k=k, offset=p * k,
+                                                               rank_window=window), None, texts)
+             for p in range(window // k)]
+    assert set(depths) == {window} and len(depths) >= 3  # (pages past the last document search nothing)
+    for b, want in enumerate(whole):
+        joined = [h for page in pages for h in page[b]]
+        assert [(*key(h), h.confidence) for h in joined] == [(*key(h), h.confidence) for h in want]
+
+
+def test_a_rank_window_shallower_than_the_page_is_refused():
+    with pytest.raises(SearchParamsError, match=r"rank_window must be at least offset \+ top_k \(13\), got 12"):
+        SearchParams(top_k=3, offset=10, rank_window=12)
+    for bad in (0, 2.5, True):
+        with pytest.raises(SearchParamsError, match="rank_window"):
+            SearchParams(rank_window=bad)  # type: ignore[arg-type]
+    assert SearchParams(top_k=3, offset=9, rank_window=12).depth == 12 and SearchParams(top_k=3, offset=9).depth == 12
+
+
 @pytest.mark.parametrize("unit", ["passage", "doc"])
 def test_a_page_past_the_last_unit_is_empty_and_searches_nothing(tiny_searcher, unit, monkeypatch):
     qs, qe, texts = questions(tiny_searcher)
@@ -130,6 +160,9 @@ def test_bad_offsets_and_confidences_are_refused():
     for bad in (-0.1, 1.5, float("nan"), True, "0.5"):
         with pytest.raises(SearchParamsError, match="min_confidence"):
             SearchParams(min_confidence=bad)  # type: ignore[arg-type]
+    for name in ("merge_answers", "allow_overlap"):  # "no" was true
+        with pytest.raises(SearchParamsError, match=f"{name} must be true or false, got 'no'"):
+            SearchParams(**{name: "no"})
     assert hash(SearchParams(offset=3, min_confidence=0.5, allow_overlap=True))  # the batcher groups by params
 
 

@@ -21,6 +21,19 @@ def test_offset_bounds_answer_400(client):
     assert client.post("/search", json={"query": QUESTION, "offset": "2"}).status_code == 422
 
 
+def test_pages_of_one_rank_window_over_http(client):
+    for body, words in (({"rank_window": 201}, "rank_window must be between 1 and 200"),
+                        ({"rank_window": 12, "offset": 10, "top_k": 3},
+                         "rank_window must be at least offset + top_k (13), got 12")):
+        r = client.post("/search?unit=passage", json={"query": QUESTION, **body})
+        assert r.status_code == 400 and words in r.json()["message"], r.text
+    whole = client.post("/search?unit=passage", json={"query": QUESTION, "top_k": 12}).json()["results"][0]["hits"]
+    pages = [client.post("/search?unit=passage", json={"query": QUESTION, "top_k": 4, "offset": 4 * p,
+                                                       "rank_window": 12}).json()["results"][0]["hits"]
+             for p in range(3)]
+    assert [h["passage_id"] for page in pages for h in page] == [h["passage_id"] for h in whole] and len(whole) == 12
+
+
 def test_phrases_do_not_overlap_unless_asked(client, tiny_searcher):
     default = client.post("/search", json={"query": QUESTION, "top_k": 8}).json()["results"][0]["hits"]
     raw = client.post("/search", json={"query": QUESTION, "top_k": 8, "allow_overlap": True}).json()["results"][0]
