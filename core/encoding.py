@@ -55,6 +55,9 @@ def pick_device(device: str) -> torch.device:
     return picked
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
 def pick_precision(precision: str, device: torch.device) -> str:
     """``auto`` -> bf16 where the device runs it faster (CUDA with bf16; a CPU with AMX; a CPU with AVX-512 whose
     measured bf16 speed-up, ``cpu_bf16_speedup``, is at least BF16_MIN_SPEEDUP), else fp32.
@@ -62,6 +65,8 @@ def pick_precision(precision: str, device: torch.device) -> str:
     AMX's tiles multiply bf16 several times faster than float32 (2.3-8.4x on 2 Xeon cores, measured quiet): such a
     CPU is not probed, because a probe that meets a busy neighbour can time bf16 slower (0.27x once, beside a
     training job) and a restart would then serve another precision, with other scores."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision != "auto":
         return precision
     if device.type == "cuda":

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from spanseek.core.confidence import load_calibrator
 from spanseek.core.config import EncoderConfig
-from spanseek.core.encoding import QuestionEncoder, model_device, pick_device, pick_precision
+from spanseek.core.encoding import PRECISIONS, QuestionEncoder, model_device, pick_device, pick_precision
 from spanseek.core.gpu import OnDevice, place
 from spanseek.core.hits import HitBuilder
 from spanseek.core.model import (
@@ -102,6 +102,12 @@ def open_searcher(index_dir: str | Path, model: str | Path | None, device: str =
     ``read``; ``selection_cache_bytes``, ``unanswerable_prior``: see ``Searcher``; ``runtime``: what runs the
     encoder's and the reader's forward passes (``core.runtime``: ``auto``, ``torch``, ``onnx``); ``calibrated``
     False: the model's calibration file is not read (hits carry no confidence; what refits it opens it so)."""
+    if isinstance(unanswerable_prior, bool) or not isinstance(unanswerable_prior, int | float) or not (
+            0 <= unanswerable_prior <= 1):  # every confidence was 0 at 2.0, refused only by a request's own prior
+        raise ValueError(f"unanswerable_prior must be a number in [0, 1], got {unanswerable_prior!r}")
+    for name, value in (("precision", precision), ("reader_precision", reader_precision)):
+        if value not in PRECISIONS:  # refused at the first search, after the model had loaded
+            raise ValueError(f"{name} must be one of {', '.join(PRECISIONS)}, got {value!r}")
     index = PhraseIndex(index_dir)
     model_dir = index_model(index.manifest, model, index.dir)
     # the config is enough to refuse a model that did not build the index, before its backbone is loaded (or found

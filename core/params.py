@@ -88,8 +88,9 @@ class SearchParams:
         "accuracy; needs a calibrated model")
 
     def __post_init__(self) -> None:
-        _one_of("unit", self.unit, UNITS)
-        _positive("top_k", self.top_k)
+        if self.unit not in UNITS:  # not optional: None was a KeyError at search time
+            raise SearchParamsError(f"unit must be one of {', '.join(UNITS)}; got {self.unit!r}")
+        _positive("top_k", self.top_k if self.top_k is not None else 0)
         _positive("max_answer_tokens", self.max_answer_tokens)
         _positive("nprobe", self.nprobe)
         _positive("read_passages", self.read_passages)
@@ -130,6 +131,24 @@ class SearchParams:
     def depth(self) -> int:
         """How deep the ranking the page is cut from is: ``rank_window``, else ``offset + top_k``."""
         return self.rank_window if self.rank_window is not None else self.offset + self.top_k
+
+
+def check_search_args(questions: object, params: object) -> list[str]:
+    """The questions of ``Searcher.search(questions, params)`` as a list; TypeError naming what is wrong: a string
+    where a list of them is expected (it was searched character by character), an item that is not a string, or
+    params that are not a SearchParams (a dict of them, None)."""
+    if isinstance(questions, str | bytes) or not isinstance(questions, Sequence):
+        raise TypeError(f"questions must be a list of strings, got {type(questions).__name__}"
+                        + (" (search([question]) for one)" if isinstance(questions, str) else ""))
+    for i, q in enumerate(questions):
+        if not isinstance(q, str):
+            raise TypeError(f"questions[{i}] must be a string, got {type(q).__name__}")
+        if any("\ud800" <= ch <= "\udfff" for ch in q):
+            raise TypeError(f"questions[{i}] holds a lone surrogate (text that is not valid Unicode)")
+    if not isinstance(params, SearchParams):
+        raise TypeError(f"params must be a SearchParams, got {type(params).__name__}"
+                        + (" (SearchParams(**options))" if isinstance(params, dict) else ""))
+    return list(questions)
 
 
 def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -27,12 +27,13 @@ from spanseek.core.gpu import OnDevice
 from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.lexical import LexicalIndexMissing, missing_message
 from spanseek.core.page import Pager
-from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError
+from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError, check_search_args
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.reading import ReadingStage, read_unsure
 from spanseek.core.selection import SELECTION_CACHE_BYTES, UNIT_OF_PASSAGE, Selection, Selections
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
+from spanseek.core.text import has_text
 
 log = logging.getLogger(__name__)
 DEFAULT_PARAMS = SearchParams()
@@ -57,10 +58,8 @@ class Searcher:
         selection_cache_bytes: int = SELECTION_CACHE_BYTES, unanswerable_prior: float = 0.0,
     ):
         self.index = index
-        self.encoder = encoder
-        self.calibrator = calibrator
-        self.on_device = on_device
-        self.reading = reading
+        self.encoder, self.calibrator = encoder, calibrator
+        self.on_device, self.reading = on_device, reading
         self.max_answer_tokens = max_answer_tokens or index.encoder_config.max_answer_tokens
         if length_bias is None:  # the model's (a QSFT'd or refitted model may differ from the one that built the index)
             config = getattr(getattr(encoder, "model", None), "config", None) or index.encoder_config
@@ -137,27 +136,27 @@ class Searcher:
 
     def search(self, questions: list[str], params: SearchParams = DEFAULT_PARAMS,
                timings: StageTimes | None = None) -> list[Hits]:
-        """Encode questions and search; ``timings`` (if given) receives each stage's seconds."""
+        """Encode questions and search; ``timings`` (if given) receives each stage's seconds. A blank question gets
+        no hits, as from the service (``has_text``); TypeError for questions that are not a list of strings."""
         if self.encoder is None:
             raise ValueError("this Searcher has no question encoder; use search_vectors")
+        asked = [q for q in check_search_args(questions, params) if has_text(q)]
         timings = timings if timings is not None else StageTimes()
         with timings.timing("encode"):
-            q_start, q_end = self.encoder.encode(questions)
-        return self.search_vectors(q_start, q_end, params, timings, questions)
+            q_start, q_end = self.encoder.encode(asked)
+        found = iter(self.search_vectors(q_start, q_end, params, timings, asked))
+        return [next(found) if has_text(q) else Hits() for q in questions]
 
     def search_vectors(self, q_start: np.ndarray, q_end: np.ndarray, params: SearchParams = DEFAULT_PARAMS,
                        timings: StageTimes | None = None, questions: Sequence[str] | None = None) -> list[Hits]:
         """q_start, q_end: (B, d) float32 -> per question, up to ``params.top_k`` hits of ``params.unit``.
-
-        ``questions`` (the B texts) are needed by the lexical and hybrid modes and by reading. ``merge_answers``
-        (phrase unit only): phrases that read the same once normalised ("the Sun", "Sun") are one answer, scored
-        log sum exp over its phrases among the best max(64, 4 top_k); each hit is the best phrase of one answer.
-
-        Phrase hits do not overlap one another unless ``allow_overlap``. Each hit carries ``confidence`` when the
-        searcher has a calibrator for the unit and mode (read hits: always); a question whose best hit is below
-        ``min_confidence`` gets no hits and ``no_answer``. The hits are ranked ``offset + top_k`` deep (at least
-        ``FEATURE_DEPTH[unit]``, which the confidence features read) and the page is returned.
-        """
+        ``questions`` (the B texts) are needed by the lexical and hybrid modes and by reading. ``merge_answers``:
+        phrases that read the same once normalised ("the Sun", "Sun") are one answer, scored log sum exp over its
+        phrases among the best max(64, 4 top_k); each hit is the best phrase of one answer. Phrase hits do not overlap
+        unless ``allow_overlap``. Each hit carries ``confidence`` when the searcher has a calibrator for the unit and
+        mode (read hits: always); a question whose best hit is below ``min_confidence`` gets no hits and
+        ``no_answer``. The hits are ranked ``params.depth`` deep (at least ``FEATURE_DEPTH[unit]``, which the
+        confidence features read) and the page is returned."""
         timings = timings if timings is not None else StageTimes()
         if params.read and params.read_below is not None:
             self._plan(params, resolve=False)  # refused as a whole before anything is searched

@@ -13,7 +13,6 @@ from pathlib import Path
 from spanseek.core.filters import FilterError
 from spanseek.core.options import add_options, from_args
 from spanseek.core.params import SearchFilter, SearchParams
-from spanseek.core.text import has_text
 from spanseek.indexer.options import BuildOptions, EncodeOptions
 
 MODEL_HELP = ("model directory, or a bundled model: default (MiniLM-L6), base (MPNet-base, spanseek[base]) or "
@@ -226,10 +225,7 @@ def _search(args: argparse.Namespace) -> int:
                              reader=args.reader if params.read else None, precision=precision,
                              reader_precision=precision)
     searcher.check_mode(params)
-    asked = [q for q in questions if has_text(q)]  # a blank question gets no hits, as from the service
-    found = iter(searcher.search(asked, params) if asked else [])
-    for q in questions:
-        hits = next(found) if has_text(q) else []
+    for q, hits in zip(questions, searcher.search(questions, params), strict=True):  # a blank one gets no hits
         print(json.dumps({"query": q, "unit": args.unit, "hits": [h.to_dict() for h in hits],
                           "no_answer": getattr(hits, "no_answer", False)}, ensure_ascii=False))
     return 0

@@ -326,8 +326,15 @@ class DocumentIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    id: str = Field(min_length=1, max_length=1024, description="the document's id (the key of upserts and deletes)")
+    id: str = Field(min_length=1, max_length=1024, description="the document's id (the key of upserts and deletes; a "
+                    "whole number is read as its digits, as in a corpus file)")
     title: str = Field("", description="title (searched with every passage by the lexical leg)")
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _whole_number_id(cls, v: Any) -> Any:
+        """A corpus line's id may be a whole number, read as its digits (``core.io``): so may a written one."""
+        return str(v) if type(v) is int else v  # type(): true and false are ints to isinstance
     paragraphs: list[str] = Field(min_length=1, description="its passages, in order (blank ones are dropped)")
     meta: dict[str, Any] | None = Field(None, description="metadata returned with hits and filtered on")
     passage_meta: list[dict[str, Any] | None] | None = Field(None, description="metadata of each paragraph")

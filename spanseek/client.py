@@ -331,6 +331,9 @@ class _Base:
 
     def _body(self, queries: str | list[str], top_k: int | None, options: Mapping[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {"query": queries} if isinstance(queries, str) else {"queries": list(queries)}
+        for i, q in enumerate(body.get("queries", [])):
+            if not isinstance(q, str):
+                raise TypeError(f"queries[{i}] must be a string, got {type(q).__name__}")
         body.update({k: v for k, v in {"top_k": top_k, **options}.items() if v is not None})
         if isinstance(body.get("filter"), SearchFilter):  # a core filter goes as its JSON form (a dict as it is)
             body["filter"] = body["filter"].to_json()
@@ -339,6 +342,25 @@ class _Base:
     @staticmethod
     def _reload_body(index: str | os.PathLike[str] | None) -> dict[str, Any]:
         return {} if index is None else {"json": {"index": os.fspath(index)}}
+
+
+def _is_ready(response: httpx.Response) -> bool:
+    try:
+        return response.status_code == 200 and response.json().get("status") == "ready"
+    except (ValueError, AttributeError):  # not JSON, or not an object
+        return False
+
+
+def _one_question(query: object) -> None:
+    if not isinstance(query, str):  # a list was sent as a batch, None failed inside the client
+        raise TypeError(f"search takes one question, a string, got {type(query).__name__}"
+                        + (" (search_batch for several)" if isinstance(query, list | tuple) else ""))
+
+
+def _question_list(queries: object) -> None:
+    if isinstance(queries, str) or not isinstance(queries, Sequence):  # a string was sent as one question
+        raise TypeError(f"search_batch takes a list of questions, got {type(queries).__name__}"
+                        + (" (search for one)" if isinstance(queries, str) else ""))
 
 
 DocumentLike = Mapping[str, Any]  # a document in the corpus format: {"id", "title", "paragraphs", "meta", ...}
@@ -423,12 +445,14 @@ class Client(_Base):
     def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None,
                **options: Unpack[SearchOptions]) -> SearchResponse:
         """The best ``unit``s for one question (``.hits``); ``options`` as in ``SearchOptions``."""
+        _one_question(query)
         return _search_response(self._send("POST", "/search", params={"unit": unit},
                                            json=self._body(query, top_k, options)))
 
     def search_batch(self, queries: list[str], unit: Unit = "phrase", top_k: int | None = None,
                      **options: Unpack[SearchOptions]) -> SearchResponse:
         """Several questions in one request (``.results``, in order), batched together by the server."""
+        _question_list(queries)
         return _search_response(self._send("POST", "/search", params={"unit": unit},
                                            json=self._body(queries, top_k, options)))
 
@@ -442,8 +466,9 @@ class Client(_Base):
         return _json_object(self._http.get("/health"))
 
     def ready(self) -> bool:
-        """True when ``GET /ready`` answers 200 (model and index loaded); not retried."""
-        return self._http.get("/ready").status_code == 200
+        """True when ``GET /ready`` answers 200 with ``{"status": "ready"}`` (model and index loaded; another
+        server on the port answers otherwise); not retried."""
+        return _is_ready(self._http.get("/ready"))
 
     def metrics(self) -> str:
         """``GET /metrics``: the Prometheus exposition text."""
@@ -504,12 +529,14 @@ class AsyncClient(_Base):
     async def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None,
                      **options: Unpack[SearchOptions]) -> SearchResponse:
         """The best ``unit``s for one question (``.hits``); ``options`` as in ``SearchOptions``."""
+        _one_question(query)
         return _search_response(await self._send("POST", "/search", params={"unit": unit},
                                                  json=self._body(query, top_k, options)))
 
     async def search_batch(self, queries: list[str], unit: Unit = "phrase", top_k: int | None = None,
                            **options: Unpack[SearchOptions]) -> SearchResponse:
         """Several questions in one request (``.results``, in order), batched together by the server."""
+        _question_list(queries)
         return _search_response(await self._send("POST", "/search", params={"unit": unit},
                                                  json=self._body(queries, top_k, options)))
 
@@ -522,8 +549,8 @@ class AsyncClient(_Base):
         return _json_object(await self._http.get("/health"))
 
     async def ready(self) -> bool:
-        """True when ``GET /ready`` answers 200 (model and index loaded); not retried."""
-        return (await self._http.get("/ready")).status_code == 200
+        """True when ``GET /ready`` answers 200 with ``{"status": "ready"}``; not retried."""
+        return _is_ready(await self._http.get("/ready"))
 
     async def metrics(self) -> str:
         """``GET /metrics``: the Prometheus exposition text."""

@@ -153,6 +153,31 @@ def test_a_page_past_the_last_unit_is_empty_and_searches_nothing(tiny_searcher, 
     assert len(past) == len(qs) and all(hits == [] and not hits.no_answer for hits in past)
 
 
+def test_blank_questions_get_no_hits_in_process_as_from_the_service(tiny_searcher):
+    """search([""]) encoded an empty question and answered with the index's best hits; the service and the CLI
+    answer none. The other questions of the call are answered as alone."""
+    texts = ["Who built the castle in 1500?", "", " \u200b\n", "Who painted the tower in 1500?"]
+    got = tiny_searcher.search(texts, SearchParams(top_k=3))
+    alone = tiny_searcher.search([texts[0], texts[3]], SearchParams(top_k=3))
+    assert [len(h) for h in got[1:3]] == [0, 0] and not got[1].no_answer
+    assert [[key(h) for h in x] for x in (got[0], got[3])] == [[key(h) for h in x] for x in alone] and got[0]
+    assert tiny_searcher.search(["", "  "]) == [[], []] and tiny_searcher.search([]) == []
+
+
+def test_search_arguments_of_the_wrong_type_say_what_is_wrong(tiny_searcher):
+    for questions, params, words in (
+            ("Who built it?", SearchParams(), r"questions must be a list of strings, got str \(search\(\[question\]\)"),
+            (["ok", None], SearchParams(), r"questions\[1\] must be a string, got NoneType"),
+            ([b"who"], SearchParams(), r"questions\[0\] must be a string, got bytes"),
+            (["who\ud800"], SearchParams(), r"questions\[0\] holds a lone surrogate"),
+            (["ok"], {"unit": "doc"}, r"params must be a SearchParams, got dict \(SearchParams\(\*\*options\)\)"),
+            (["ok"], None, "params must be a SearchParams, got NoneType")):
+        with pytest.raises(TypeError, match=words):
+            tiny_searcher.search(questions, params)
+    with pytest.raises(SearchParamsError, match="unit must be one of phrase, passage, doc; got None"):
+        SearchParams(unit=None)  # type: ignore[arg-type]
+
+
 def test_bad_offsets_and_confidences_are_refused():
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(SearchParamsError, match="offset"):

@@ -110,6 +110,22 @@ def test_device_and_precision_choices():
     assert pick_precision("auto", torch.device("cpu")) in ("fp32", "bf16")
     with pytest.raises(ValueError, match="precision must be"):
         autocast("cpu", "fp16")
+    with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, got 'fp8'"):
+        pick_precision("fp8", torch.device("cpu"))
+
+
+def test_open_searcher_refuses_bad_settings_before_loading(tiny_index, monkeypatch):
+    """precision="fp8" opened, and the first search failed; unanswerable_prior=2.0 made every confidence 0."""
+    from spanseek.core import loading
+
+    monkeypatch.setattr(loading, "PhraseIndex", lambda *a, **k: pytest.fail("loaded the index"))
+    for kwargs, words in (({"precision": "fp8"}, "precision must be one of auto, fp32, bf16, got 'fp8'"),
+                          ({"reader_precision": "half"}, "reader_precision must be one of"),
+                          ({"unanswerable_prior": 2.0}, r"unanswerable_prior must be a number in \[0, 1\], got 2.0"),
+                          ({"unanswerable_prior": -1}, "unanswerable_prior must be"),
+                          ({"unanswerable_prior": True}, "unanswerable_prior must be")):
+        with pytest.raises(ValueError, match=words):
+            loading.open_searcher(tiny_index, None, **kwargs)
 
 
 def test_auto_precision_on_a_cpu_is_the_faster_one_measured(monkeypatch):

@@ -324,6 +324,34 @@ async def test_a_2xx_that_is_not_the_json_expected_is_a_clear_error(answer, prob
             await aclient.search("q")
 
 
+async def test_questions_of_the_wrong_shape_are_refused_before_sending():
+    """search([...]) went as a batch, search_batch("...") as one question, search(None) failed inside the client."""
+    transport, seen = fake_server([])
+    with Client("http://fake", transport=transport) as client:
+        for call, arg, words in ((client.search, ["a", "b"], r"search takes one question, a string, got list "
+                                  r"\(search_batch for several\)"), (client.search, None, "got NoneType"),
+                                 (client.search_batch, "one", r"takes a list of questions, got str \(search for one\)"),
+                                 (client.search_batch, ["a", 3], r"queries\[1\] must be a string, got int")):
+            with pytest.raises(TypeError, match=words):
+                call(arg)
+    async with AsyncClient("http://fake", transport=transport) as aclient:
+        with pytest.raises(TypeError, match="search_batch for several"):
+            await aclient.search(["a", "b"])
+    assert seen == []
+
+
+@pytest.mark.parametrize(("answer", "ready"), [
+    (httpx.Response(200, json={"status": "ready"}), True), (httpx.Response(200, json=None), False),
+    (httpx.Response(204), False), (httpx.Response(200, text="<html>ok</html>"), False),
+    (httpx.Response(503, json={"status": "loading"}), False)])
+async def test_ready_is_the_services_answer_not_any_2xx(answer, ready):
+    with Client("http://fake", transport=fake_server([answer])[0]) as client:
+        assert client.ready() is ready
+    fresh = httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+    async with AsyncClient("http://fake", transport=fake_server([fresh])[0]) as aclient:
+        assert await aclient.ready() is ready
+
+
 async def test_async_client_retries_the_same_way(waits):
     transport, seen = fake_server([httpx.Response(429, json=OVERLOADED, headers={"Retry-After": "3"}), REFUSED,
                                    httpx.Response(200, json=OK)])

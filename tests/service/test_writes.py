@@ -84,6 +84,8 @@ def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
             ({"documents": [DOC, {"id": "x", "paragraphs": ["  "]}]}, ["body", "documents", "1", "paragraphs"]),
             ({"documents": [DOC, DOC]}, ["body", "documents", "1", "id"]),
             ({"documents": [DOC, {"id": "   ", "paragraphs": ["ok"]}]}, ["body", "documents", "1", "id"]),
+            ({"documents": [DOC, {"id": True, "paragraphs": ["ok"]}]}, ["body", "documents", "1", "id"]),
+            ({"documents": [DOC, {"id": 1.5, "paragraphs": ["ok"]}]}, ["body", "documents", "1", "id"]),
             # JSON the corpus reader (and so a merge) refuses: a lone surrogate or a number that is not finite
             ({"documents": [DOC, {"id": "x", "paragraphs": ["ok"], "meta": {"k": "\ud800"}}]},
              ["body", "documents", "1", "meta"]),
@@ -109,6 +111,9 @@ def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
             assert r.status_code == 422 and "not finite" in r.json()["details"][0]["msg"], (number, r.text)
         assert client.get("/documents/new-1", headers=KEY).status_code == 404  # nothing of them was written
         assert not found(client, "new-1")
+        # a whole-number id is its digits, as on a corpus line (it was a 422)
+        assert client.put("/documents", headers=KEY, json={**DOC, "id": 7}).status_code == 200
+        assert client.get("/documents/7", headers=KEY).json()["id"] == "7"
 
 
 def test_delete_by_id_and_by_filter(write_settings):
