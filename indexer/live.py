@@ -189,17 +189,31 @@ class LiveStore:
         self._lock = threading.Lock()  # the log, the segment and the published snapshot change together
         self._merging = threading.Lock()
         self._since_rotation: list[tuple[str, Any]] | None = None  # writes during a merge, applied again after it
-        self.last_merge: dict[str, Any] | None = None  # the last merge's result, or its error
+        self.last_merge: dict[str, Any] | None = self.state.get("last_merge")  # the last merge's result, or error
         self._remove_leftovers()
         self._set_base(base)
         self.segment = Segment.over(base)
         self.replayed = 0
-        for name in self.state["wals"]:
-            for entry in read_entries(self.dir / WAL_DIR / name):
-                self._apply(entry, self._encode_entry(entry, self.dir / WAL_DIR / name))
+        logs = [self.dir / WAL_DIR / name for name in self.state["wals"]]
+        missing = [p for p in logs if not p.is_file()] if (self.dir / STATE).is_file() else []
+        if missing:  # every log state.json lists was made before it was listed: this one was moved or deleted
+            raise LiveStoreError(f"{missing[0]}: the write log {self.dir / STATE} lists is missing, and the writes it "
+                                 "held with it; put it back, or move the live directory away to serve the base "
+                                 "index without them")
+        size = sum(p.stat().st_size for p in logs if p.is_file())
+        if size:
+            log.info("replaying the write log: %d files, %.1f MB (every written document is encoded again)",
+                     len(logs), size / 1e6)
+        t0 = time.perf_counter()
+        for path in logs:
+            for entry in read_entries(path):
+                self._apply(entry, self._encode_entry(entry, path))
                 self.replayed += 1
+        if size:
+            log.info("replayed %d writes in %.1f s: %d documents in the segment, %d deleted from the base",
+                     self.replayed, time.perf_counter() - t0, len(self.segment.docs), len(self.segment.tombstones))
+        self.wal = WriteAheadLog(logs[-1])  # made (and its name made durable) before state.json lists it
         write_json_atomic(self.dir / STATE, self.state)
-        self.wal = WriteAheadLog(self.dir / WAL_DIR / self.state["wals"][-1])
         self.snapshot = self._snapshot()
         publish(self.snapshot)
 
@@ -335,10 +349,11 @@ class LiveStore:
                 docs = [corpus_json(d.record, d.passages) for d in self.segment.docs.values()]
                 dead_ids = [self.base.docs[r]["id"] for r in sorted(self.segment.tombstones)]
                 rotated = f"wal-{int(self.state['wals'][-1][4:10]) + 1:06d}.jsonl"
+                fresh = WriteAheadLog(self.dir / WAL_DIR / rotated)  # exists before state.json lists it
                 self.state = {**self.state, "wals": [*self.state["wals"], rotated]}
                 write_json_atomic(self.dir / STATE, self.state)  # the new log is replayed after the old one
                 self.wal.close()
-                self.wal = WriteAheadLog(self.dir / WAL_DIR / rotated)
+                self.wal = fresh
                 self._since_rotation = []
                 old_base = self.base
             t0 = time.perf_counter()
@@ -352,12 +367,12 @@ class LiveStore:
                     self.segment.upsert(arg) if op == "upsert" else self.segment.delete(arg)
                 self._since_rotation = None
                 old_wals = self.state["wals"][:-1]
-                self.state = {"base": str(dest.resolve()), "wals": [rotated], "merges": n}
+                result = {"base": str(dest.resolve()), "documents": len(docs), "deleted": len(dead_ids),
+                          "seconds": round(time.perf_counter() - t0, 2)}
+                self.state = {"base": str(dest.resolve()), "wals": [rotated], "merges": n, "last_merge": result}
                 write_json_atomic(self.dir / STATE, self.state)  # the commit point: the new base, the new log
                 self.snapshot = self._snapshot()
                 self.publish(self.snapshot)
-                result = {"base": str(dest.resolve()), "documents": len(docs), "deleted": len(dead_ids),
-                          "seconds": round(time.perf_counter() - t0, 2)}
                 self.last_merge = result
             for name in old_wals:
                 (self.dir / WAL_DIR / name).unlink(missing_ok=True)

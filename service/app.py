@@ -126,14 +126,17 @@ class ServiceState:
             searcher = await loop.run_in_executor(self.executor, factory,
                                                   self.settings.model_copy(update={"index": target}))
             if self.settings.writes:  # replays the write-ahead log (encoding its documents) before ready
+                self.detail = "replaying the write log"
                 live = await loop.run_in_executor(self.executor, LiveWrites, self.settings, self.metrics, searcher,
                                                   self.executor)
                 self.live, searcher = live, live.current
+                live.on_merged = lambda: self._describe(live.current, resolved)  # a new base: its size, its date
             if self.default_nprobe is None:  # reported by /info (a request without nprobe gets the index's)
                 self.default_nprobe = index_nprobe(searcher)
             self._describe(searcher, resolved)
             warm_batches: list[tuple[int, float]] = []
             if self.settings.warmup:
+                self.detail = "warming up"
                 warm_batches = await loop.run_in_executor(self.executor, self._warm_up, searcher)
             await loop.run_in_executor(self.executor, settle)  # full collections skip the loaded heap
         except asyncio.CancelledError:
@@ -155,6 +158,7 @@ class ServiceState:
         self.overlap = overlap if self.search_executor is not None else "off"
         if self.live is not None:
             self.live.attach(self._serve_live)
+            self.live.maybe_merge()  # a log replayed past merge_tokens (a merge that a restart cut short)
         self.batcher.start()
         self.status, self.detail = "ready", None
         self.metrics.ready.set(1)
@@ -238,6 +242,8 @@ class ServiceState:
                               int(index.faiss.ntotal), self.settings.default_top_k,
                               reading.reading.read_passages if reading is not None else 5)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
+        if self.live is not None:  # with writes: what searches see, not the base's manifest
+            self.live.gauges()
         self.metrics.model_info.info({  # /metrics needs no key: the model's path is cut as /info cuts it
             "model": hide_paths(served), "fingerprint": m.model_fingerprint, "factory": m.factory,
             "device": device, "precision": self.info["model"]["precision"],

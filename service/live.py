@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,8 @@ class LiveWrites:
         self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
                                model=settings.model)
         self.merge_thread: threading.Thread | None = None
-        self._gauges()
+        self.on_merged: Callable[[], None] | None = None  # the service's: describe the new base
+        self.gauges()
 
     def attach(self, serve: Any) -> None:
         """From now on hand every new searcher to ``serve`` (the batcher's swap), starting with the current one."""
@@ -106,7 +108,7 @@ class LiveWrites:
         if searcher.dense is not self.base.dense:  # another searcher serves: the base's scan copy is unused
             self.base.dense.drop_transposed()
 
-    def _gauges(self) -> None:
+    def gauges(self) -> None:
         self.metrics.wal_bytes.set(self.store.wal_bytes)
         self.metrics.segment_documents.set(len(self.store.segment.docs))
         documents, passages, tokens = self.store.searched()
@@ -126,7 +128,7 @@ class LiveWrites:
         await loop.run_in_executor(self.write_pool, self.store.upsert, docs, encoded)
         self.metrics.write_visible.observe(time.perf_counter() - t0)
         self.metrics.documents_written.inc(len(docs))
-        self._gauges()
+        self.gauges()
         self.maybe_merge()
         return {"documents": len(docs), "passages": sum(len(d.passages) for d in encoded),
                 "tokens": sum(d.tokens for d in encoded)}
@@ -139,7 +141,7 @@ class LiveWrites:
         else:
             deleted, _ = await loop.run_in_executor(self.write_pool, self.store.delete, ids or [])
         self.metrics.documents_deleted.inc(len(deleted))
-        self._gauges()
+        self.gauges()
         return deleted
 
     def maybe_merge(self, force: bool = False) -> bool:
@@ -156,13 +158,17 @@ class LiveWrites:
 
     def _merge(self) -> None:
         lower_thread_priority(self.settings.merge_nice)
+        merged = None
         try:
-            if self.store.merge() is not None:  # None: nothing to merge
+            merged = self.store.merge()  # None: nothing to merge
+            if merged is not None:
                 self.metrics.merges.labels(outcome="ok").inc()
         except Exception:  # the old base and the segment keep serving; the log still holds every write
             self.metrics.merges.labels(outcome="failed").inc()
             log.exception("merge failed; the segment keeps serving")
-        self._gauges()
+        if merged is not None and self.on_merged is not None:
+            self.on_merged()
+        self.gauges()
 
     def describe(self) -> dict[str, Any]:
         return self.store.describe()

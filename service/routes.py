@@ -108,8 +108,11 @@ def load_error(request: Request) -> str:
 
 def not_ready(request: Request) -> NotReady:
     """The 503 for a service without a loaded index: why loading failed, or that it is still loading."""
-    if get_state(request).status == "failed":
+    state = get_state(request)
+    if state.status == "failed":
         return NotReady(f"loading failed: {load_error(request)}")
+    if state.status == "loading" and state.detail:  # what the start is doing: replaying the write log, warming up
+        return NotReady(f"{NotReady.default_message} ({state.detail})")
     return NotReady()
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from spanseek.core.phrase_index import Manifest
 from spanseek.service.app import create_app
@@ -28,7 +29,8 @@ DOC = {"id": "new-1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the
 @pytest.fixture
 def write_settings(settings_for, tmp_path):
     def make(**overrides):
-        return settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0, **overrides)
+        return settings_for(**{"writes": True, "api_key": "key", "live_dir": tmp_path / "live", "merge_tokens": 0,
+                               **overrides})
 
     return make
 
@@ -188,6 +190,48 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         assert f"spanseek_index_documents {float(before)}" in metrics
         assert f"spanseek_index_passages {float(merged.passages)}" in metrics
         assert f"spanseek_index_tokens {float(merged.tokens)}" in metrics
+        # and the rest of the description is the new base's (it stayed the first one's: size, date, vectors)
+        assert (index["created"], index["indexed_tokens"]) == (merged.created, merged.indexed_tokens)
+        assert f"spanseek_index_vectors {float(merged.indexed_tokens)}" in metrics
+        last = live["last_merge"]
+    with serving(create_app(write_settings())) as client:  # a restart remembers the last merge
+        assert client.get("/info", headers=KEY).json()["service"]["writes"]["last_merge"] == last
+
+
+def test_a_restart_shows_what_searches_see_and_merges_a_log_past_its_threshold(write_settings):
+    """After a restart the gauges were the base's (deleted documents included) until the next write, and a log
+    replayed past merge_tokens (a merge a kill cut short) was merged only after another write."""
+    with serving(create_app(write_settings())) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        assert client.delete("/documents/d1", headers=KEY).status_code == 200
+    with serving(create_app(write_settings(merge_tokens=1))) as client:
+        index = client.get("/info", headers=KEY).json()["index"]
+        metrics = client.get("/metrics").text
+        for name in ("documents", "passages", "tokens"):
+            assert f"spanseek_index_{name} {float(index[name])}" in metrics, name
+        deadline = time.monotonic() + 120  # no write: the start itself merges
+        while client.get("/info", headers=KEY).json()["service"]["writes"]["merges"] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert found(client, "new-1") and not found(client, "d1")
+
+
+def test_a_missing_write_log_stops_the_start_naming_it(write_settings, tmp_path):
+    """A log state.json lists, moved away, was skipped without a word: its acknowledged writes were gone."""
+    with serving(create_app(write_settings())) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+    wal = tmp_path / "live" / "wal" / "wal-000001.jsonl"
+    wal.rename(tmp_path / "elsewhere.jsonl")
+    with TestClient(create_app(write_settings())) as client:
+        deadline = time.monotonic() + 30
+        while (r := client.get("/ready")).json()["message"].startswith("the model and index are still loading"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert r.status_code == 503 and "wal-000001.jsonl: the write log" in r.json()["message"], r.text
+        assert "is missing, and the writes it held with it" in r.json()["message"]
+    (tmp_path / "elsewhere.jsonl").rename(wal)
+    with serving(create_app(write_settings())) as client:
+        assert client.get("/ready").status_code == 200 and found(client, "new-1")
 
 
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="thread niceness is a Linux scheduler setting")
