@@ -44,6 +44,9 @@ async def require_write_key(request: Request) -> None:
     if key is None:
         raise Forbidden("writes need a key on the server (SPANSEEK_ADMIN_API_KEY or SPANSEEK_API_KEY)")
     if not _presents_key(request, key.get_secret_value()):
+        read = settings.api_key if settings.admin_api_key is not None else None
+        if read is not None and _presents_key(request, read.get_secret_value()):  # a good key, not for this
+            raise Forbidden("writes need the admin key (SPANSEEK_ADMIN_API_KEY); this key may only search and read")
         raise Unauthorized()
 
 

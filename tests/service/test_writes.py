@@ -154,7 +154,11 @@ def test_a_delete_answer_counts_every_document_but_lists_a_bounded_number(write_
 def test_writes_need_the_write_key(write_settings, settings_for):
     with serving(create_app(write_settings(admin_api_key="admin"))) as client:
         assert client.put("/documents", json=DOC).status_code == 401
-        assert client.put("/documents", headers=KEY, json=DOC).status_code == 401  # the API key only reads
+        r = client.put("/documents", headers=KEY, json=DOC)  # the API key only reads: 403 saying so, not "wrong key"
+        assert r.status_code == 403 and "writes need the admin key" in r.json()["message"]
+        for call in (lambda h: client.delete("/documents/d1", headers=h),
+                     lambda h: client.post("/admin/compact", headers=h)):
+            assert call(KEY).status_code == 403 and call({"X-API-Key": "nope"}).status_code == 401
         assert client.put("/documents", headers=ADMIN, json=DOC).status_code == 200
         assert client.get("/documents/new-1", headers=KEY).status_code == 200 and found(client, "new-1", headers=ADMIN)
         assert client.post("/admin/reload", headers=ADMIN).status_code == 403  # the index changes by writes
