@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import logging
+import logging.config
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from spanseek.service.settings import Settings
@@ -56,12 +58,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(**given)
 
 
-def check_servable(settings: Settings) -> None:
+def check_servable(settings: Settings) -> Path:
     """Fail fast (before starting uvicorn) when the index or model cannot be found, a file of the index is damaged
     (its checksum differs from the manifest's record), the model did not build the index, the reader has no fitted
     reading, the device or runtime cannot be used here, or writes are on and the live directory cannot be written;
     from the manifest and the models' configs and fingerprints, loading no weights. An alias is checked through to
-    its target."""
+    its target. Returns the model directory that will serve (an earlier bundled default for an index it built)."""
     from spanseek.core.alias import resolve_alias
     from spanseek.core.config import EncoderConfig
     from spanseek.core.encoding import pick_device
@@ -108,6 +110,7 @@ def check_servable(settings: Settings) -> None:
                 pick_runtime("onnx", device, "fp32" if precision == "auto" else precision)
             except ValueError as e:
                 raise ValueError(f"{setting_names('runtime')} with {setting_names(name)} {precision}: {e}") from None
+    return model_dir
 
 
 def setting_names(name: str) -> str:
@@ -153,7 +156,9 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from spanseek.core.model import model_name
     from spanseek.service.app import create_app
+    from spanseek.service.logs import logging_config
     from spanseek.service.server import bind_sockets, server_config
     from spanseek.service.tracing import provider_from_environment
 
@@ -162,17 +167,19 @@ def _serve(args: argparse.Namespace) -> int:
     except ValidationError as e:
         raise ValueError(f"invalid settings: {settings_errors(e)}") from None
     sockets = bind_sockets(settings.host, settings.port)  # a port in use fails here, before the index is read
+    logging.config.dictConfig(logging_config(settings.log_format, args.log_level))  # every line in the format
     try:
-        check_servable(settings)
+        model_dir = check_servable(settings)
         config = server_config(create_app(settings, tracer_provider=provider_from_environment(os.environ)), settings,
-                               args.log_level)  # from here on, logs are in the settings' format
+                               args.log_level)
     except BaseException:
         for sock in sockets:
             sock.close()
         raise
     for warning in unknown_settings(os.environ):
         log.warning("%s", warning)
-    log.info("serving %s with model %s on http://%s:%d", settings.index, settings.model, settings.host, settings.port)
+    log.info("serving %s with model %s on http://%s:%d", settings.index, model_name(model_dir), settings.host,
+             settings.port)
     try:
         uvicorn.Server(config).run(sockets=sockets)  # uvicorn closes them when it stops, once it has started
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down gracefully, then raises it again

@@ -141,3 +141,35 @@ def test_spanseek_serve_refuses_a_missing_index(tmp_path):
     out = subprocess.run([sys.executable, "-m", "spanseek.cli", "serve", "--index", str(tmp_path / "none")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "no such index directory" in out.stderr
+
+
+def test_serve_logs_every_line_in_its_format_and_names_the_model_it_serves(tiny_index, tiny_model_dir, monkeypatch,
+                                                                           capfd):
+    """What the start-up checks logged (an index built by an earlier bundled default) came as plain text before
+    the JSON lines, and the first line named the model asked for, not the one served."""
+    import json
+    import logging
+    import socket
+
+    import uvicorn
+
+    from spanseek.cli import main
+    from spanseek.service import cli
+
+    def checks(settings):
+        logging.getLogger("spanseek.core.loading").warning("built with an earlier model: using it")
+        return tiny_model_dir
+
+    monkeypatch.setattr(cli, "check_servable", checks)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["serve", "--index", str(tiny_index), "--model", "default", "--port", str(port), "--log-format",
+                 "json"]) == 0
+    out, err = capfd.readouterr()
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line is JSON
+    assert out == "" and [x["message"] for x in lines if x["level"] == "WARNING"] == [
+        "built with an earlier model: using it"]
+    assert any(f"with model {tiny_model_dir} on" in x["message"] for x in lines)
+    logging.getLogger().handlers.clear()  # (the command configured the root logger)
