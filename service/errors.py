@@ -172,11 +172,12 @@ def _unreadable_body(exc: BaseException) -> bool:
 
 
 def install_error_handlers(app: FastAPI, on_error=None) -> None:
-    """Route FastAPI's exception handling through ``error_response``; ``on_error(error_type)`` counts errors."""
+    """Route FastAPI's exception handling through ``error_response``; ``on_error(error_type)`` counts errors (not
+    ``/ready``'s 503 before the service is ready: every start would show as errors, one per probe)."""
 
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         response = error_response(exc, request_id_of(request))
-        if on_error is not None:
+        if on_error is not None and request.url.path != "/ready":  # a probe's 503 while starting is its answer
             on_error(error_type_of(exc))
         return response
 

@@ -215,6 +215,9 @@ def test_failed_load_is_reported_on_ready_while_alive(settings_for, tmp_path):
         assert "no such index directory" in health.json()["detail"] and str(tmp_path) not in health.text
         search = assert_error(c.post("/search", json={"query": "a"}), 503, "not_ready")
         assert str(tmp_path) not in search["message"]
+        for _ in range(3):  # the probe's 503 is its answer, not an error: a start polled every 2 s counted dozens
+            assert c.get("/ready").status_code == 503
+        assert 'spanseek_errors_total{type="not_ready"} 1.0' in c.get("/metrics").text  # the search's
 
 
 def test_paths_are_shown_only_to_key_holders(settings_for, tmp_path, tiny_searcher, serve, monkeypatch):
