@@ -45,7 +45,8 @@ class SearchParams:
     unit: Unit = option("phrase", "what to return: answer phrases, passages or documents", http=False)
     top_k: int = option(10, "hits per question")
     max_answer_tokens: int | None = option(None, "longest answer phrase in tokens (default: the model's)")
-    nprobe: int | None = option(None, "IVF lists visited (compressed indexes; default: the index's)")
+    nprobe: int | None = option(None, "IVF lists visited (IVF indexes; default: the index's; an exact index, which "
+                                "scores every token, ignores it)")
     vector_source: VectorSource | None = option(
         None, "where span completion reads neighbour vectors, fine (the fine store) or codes (decoded compressed "
         "codes); default: the index's", http=False)
