@@ -63,6 +63,7 @@ OVERFETCH_TRIES, OVERFETCH_GROWTH = 2, 8  # then the questions still short take 
 # many allowed tokens (their (tokens, 2B) scores within 32 MB at a batch of 64 questions) every allowed token is
 # scored from the fine vectors; more are searched with nprobe divided by their share (at most every list)
 EXACT_SELECTED_TOKENS = 1 << 16
+PROBE_GROWTH = 4  # an IVF search short of k tokens is searched again over this many times the lists
 
 
 @dataclass(frozen=True)
@@ -162,20 +163,35 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
 
     ``device`` (a ``core.gpu.DeviceIndex``) serves each search it can; the others go to the CPU index."""
     faiss_index = index.faiss
+    ivf = ivf_of(faiss_index)
 
-    def search(x: np.ndarray, kk: int, selector: Any = None, probes: int | None = nprobe) -> np.ndarray:
+    def search_once(x: np.ndarray, kk: int, selector: Any, probes: int | None) -> np.ndarray:
         if device is not None:
             ids = device.search(x, kk, probes or index.default_nprobe, selector)
             if ids is not None:
                 return ids
         return faiss_index.search(x, kk, params=index.search_parameters(probes, selector))[1]
 
+    def search(x: np.ndarray, kk: int, selector: Any = None, probes: int | None = nprobe) -> np.ndarray:
+        """An IVF search's queries whose nprobe lists hold fewer than ``kk`` tokens (allowed ones) are searched again
+        over ``PROBE_GROWTH`` times as many lists, up to all of them: a passage or document search deepens until it
+        has ``top_k`` units, and the lists it visited held fewer (16 of 20 documents at the default nprobe)."""
+        ids = search_once(x, kk, selector, probes)
+        if ivf is None:
+            return ids
+        probes = probes or index.default_nprobe or 1
+        short = np.flatnonzero((ids < 0).any(axis=1))
+        while len(short) and probes < ivf.nlist:
+            probes = min(int(ivf.nlist), probes * PROBE_GROWTH)
+            ids[short] = search_once(x[short], kk, selector, probes)
+            short = short[(ids[short] < 0).any(axis=1)]
+        return ids
+
     if sel.selector is None:
         return search(queries, k)
     assert sel.passages is not None
     n = faiss_index.ntotal
     share = sel.token_share
-    ivf = ivf_of(faiss_index)
     if ivf is not None:  # the lists near a query may hold few allowed tokens (EXACT_SELECTED_TOKENS)
         if share * n <= EXACT_SELECTED_TOKENS and not hasattr(faiss_index, "ivf_index"):  # (not live writes)
             return selected_top(index, queries, k, sel.passages)

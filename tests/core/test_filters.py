@@ -262,5 +262,6 @@ def test_a_larger_selection_on_an_ivf_index_probes_lists_in_proportion(ivf_searc
     flt = SearchFilter(doc_ids=("d2", "d5"))
     share = ivf_searcher.selection(flt).token_share
     hits = _search(ivf_searcher, unit="passage", mode="dense", top_k=20, filter=flt)
-    assert probes and set(probes) == {min(8, int(np.ceil(1 / share)))}
+    # (questions whose lists still hold fewer than k allowed tokens are searched again over more, up to all 8)
+    assert probes and probes[0] == min(8, int(np.ceil(1 / share))) and set(probes) <= {probes[0], 8}
     assert all(len(h) == _fill(ivf_searcher, flt, "passage", 20) for h in hits)

@@ -412,3 +412,24 @@ def test_gpu_without_kernels_for_the_card_falls_back_or_names_why(monkeypatch, c
         assert faiss_index.use_gpu(None) is True and faiss_index.use_gpu(True) is True
     finally:
         faiss_index.gpu_unusable_reason.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def many_lists(tmp_path_factory, medium_corpus, tiny_model_dir):
+    """An IVF index of many short lists (about a hundred tokens each): one list holds a few units."""
+    return _build(tmp_path_factory, medium_corpus, tiny_model_dir, "IVF24,SQ8", "many-lists")
+
+
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_an_ivf_search_fills_top_k_when_its_lists_hold_too_few_units(many_lists, unit):
+    """A unit search deepens its token search until top_k units are among the candidates, but an IVF search finds
+    only the tokens of its nprobe lists: at nprobe 1 a search for every document came back with a few. The lists
+    are widened until the units are found, as a filter's (or an exact index's) search fills the page."""
+    idx = PhraseIndex(many_lists)
+    searcher = Searcher(idx)
+    n = searcher.selection(None).unit_count[unit]
+    qs, qe = np.random.default_rng(7).standard_normal((2, 6, idx.vectors.shape[1])).astype(np.float32)
+    for nprobe in (1, None):
+        got = searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=n, mode="dense", nprobe=nprobe))
+        assert [len(hits) for hits in got] == [n] * len(qs), nprobe
+        assert all(len({h.passage_id if unit == "passage" else h.doc_id for h in hits}) == n for hits in got)
