@@ -263,16 +263,24 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def c_stdout_to_stderr() -> Iterator[None]:
-    """While inside, what C code prints on standard output (file descriptor 1) goes to standard error."""
+def c_stdout_to(where: str = "stderr") -> Iterator[None]:
+    """While inside, what C code prints on standard output (file descriptor 1: faiss's notes on on-disk lists) goes
+    to standard error (``where`` "stderr") or nowhere ("devnull"), not into a command's JSON output."""
+    import ctypes
+
     sys.stdout.flush()
     saved = os.dup(1)
+    target = os.open(os.devnull, os.O_WRONLY) if where == "devnull" else 2
     try:
-        os.dup2(2, 1)
+        os.dup2(target, 1)
         yield
     finally:
+        with contextlib.suppress(OSError, AttributeError):  # C's own buffer, before fd 1 is the real one again
+            ctypes.CDLL(None).fflush(None)
         os.dup2(saved, 1)
         os.close(saved)
+        if target != 2:
+            os.close(target)
 
 
 def _read(path: Path, read: Callable[[Path], T]) -> T:
@@ -469,9 +477,9 @@ class PhraseIndex:
             raise IndexFormatError(f"{d}: index is incomplete ({FAISS_INDEX} missing); rebuild it")
         if self.manifest.faiss_params.get("on_disk") and not (d / IVFDATA).is_file():
             raise IndexFormatError(f"{d}: index is incomplete ({IVFDATA} missing); rebuild it")
-        # on-disk lists are found next to index.faiss wherever the directory was moved; faiss then prints where, on
-        # the process's standard output, which a command's JSON output holds: the line goes to standard error
-        with c_stdout_to_stderr() if self.manifest.faiss_params.get("on_disk") else contextlib.nullcontext():
+        # on-disk lists are found next to index.faiss wherever the directory was moved; faiss then says where it
+        # found them, on the process's standard output (which a command's JSON output holds), at every open: dropped
+        with c_stdout_to("devnull") if self.manifest.faiss_params.get("on_disk") else contextlib.nullcontext():
             self.faiss = _read(d / FAISS_INDEX, lambda p: faiss.read_index(str(p), faiss.IO_FLAG_ONDISK_SAME_DIR))
         tune_faiss(self.faiss.d)
         ivf = ivf_of(self.faiss)

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from spanseek.core.faiss_spec import FactoryError, FactorySpec
 from spanseek.core.integrity import IVF_BLOCKS
 from spanseek.core.io import atomic_path
-from spanseek.core.phrase_index import IVFDATA
+from spanseek.core.phrase_index import IVFDATA, c_stdout_to
 from spanseek.indexer.faiss_index import add_vectors
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,8 @@ def merge_blocks(index: Any, block_files: list[str], ivfdata: Path) -> None:
     if ivf.ntotal:
         raise ValueError("merge_blocks needs an empty trained index")
     on_disk = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(ivfdata))
-    ntotal = on_disk.merge_from_multiple(lists.data(), lists.size(), False, False)
+    with c_stdout_to("stderr"):  # faiss reports the file's resizing there, before a command's JSON summary
+        ntotal = on_disk.merge_from_multiple(lists.data(), lists.size(), False, False)
     ivf.replace_invlists(on_disk, True)
     on_disk.this.disown()  # owned by the index now
     ivf.ntotal = index.ntotal = ntotal
