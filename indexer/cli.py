@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 from spanseek.core.filters import FilterError
@@ -71,13 +72,24 @@ def _from_files(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary(manifest, index_dir: str) -> dict:
+def summary(manifest, index_dir: str, seconds: float | None = None) -> dict:
     """What a build or an add prints: the index's counts, kind and model (its manifest.json has the rest: files and
-    their checksums, the encoder config, the faiss parameters)."""
+    their checksums, the encoder config, the faiss parameters). ``documents`` are the live ones (deleted documents
+    stay in the files, masked, until ``index compact``: ``deleted_documents``); ``seconds``: an add's own time, in
+    place of the build's."""
+    import numpy as np
+
+    from spanseek.core.phrase_index import DELETED
+
     m = manifest.to_dict()
-    keys = ("documents", "passages", "tokens", "indexed_tokens", "factory", "fine_store", "model_ref", "build_seconds")
-    return {"index": str(index_dir), **{k: m[k] for k in keys if k in m}, "lexical": m.get("lexical") is not None,
-            "manifest": str(Path(index_dir) / "manifest.json")}
+    deleted_file = Path(index_dir) / DELETED
+    deleted = len(np.load(deleted_file)) if deleted_file.is_file() else 0
+    keys = ("documents", "passages", "tokens", "indexed_tokens", "factory", "fine_store", "model_ref")
+    out = {"index": str(index_dir), **{k: m[k] for k in keys if k in m}}
+    out["documents"] = m["documents"] - deleted
+    out = {**out, "deleted_documents": deleted} if deleted else out
+    timing = {"seconds": round(seconds, 2)} if seconds is not None else {"build_seconds": m.get("build_seconds")}
+    return {**out, **timing, "lexical": m.get("lexical") is not None, "manifest": str(Path(index_dir) / "manifest.json")}
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -96,11 +108,12 @@ def _add(args: argparse.Namespace) -> int:
     encode = from_args(EncodeOptions, args, progress=not args.quiet)
     opts = BuildOptions(**{f.name: getattr(encode, f.name) for f in dataclasses.fields(EncodeOptions)})
     replace = args.index_command == "upsert"
+    t0 = time.perf_counter()
     m, changes = upsert_documents(args.index, args.corpus, model=args.model, opts=opts, replace=replace)
     done = (f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents" if replace
             else f"added {changes.added} document{'s' * (changes.added != 1)}")
     print(done, file=sys.stderr)
-    print(json.dumps(summary(m, args.index), indent=2))
+    print(json.dumps(summary(m, args.index, time.perf_counter() - t0), indent=2))
     return 0
 
 
