@@ -97,6 +97,9 @@ def validate_factory(factory: str, dim: int, n: int, max_train: int | None = Non
 
     ``n`` is the number of vectors that will be indexed (the training pool). Raises FactoryError with the fix.
     """
+    if any(part.strip().startswith(("RFlat", "Refine")) for part in factory.split(",")):  # faiss's add refuses it
+        raise FactoryError(f"factory {factory!r}: refinement (RFlat, Refine) is not a factory part here: a PQ index's "
+                           "candidates are re-scored from the index's fine store at search time already; drop it")
     spec = parse_factory(factory)
     if spec.opq_m and (spec.opq_dim or dim) % spec.opq_m:
         raise FactoryError(f"factory {factory!r}: OPQ{spec.opq_m} needs a dimension divisible by {spec.opq_m} (dim {spec.opq_dim or dim})")
@@ -105,20 +108,23 @@ def validate_factory(factory: str, dim: int, n: int, max_train: int | None = Non
         divisors = [m for m in range(2, pq_dim + 1) if pq_dim % m == 0]
         raise FactoryError(f"factory {factory!r}: PQ{spec.pq_m} needs M dividing the dimension {pq_dim}; try one of {divisors}")
     if spec.needs_training and n < spec.min_train:
-        reasons = []
+        reasons, remedies = [], []
         if spec.nlist and n < MIN_POINTS_PER_CENTROID * spec.nlist:
             reasons.append(f"IVF{spec.nlist} needs {MIN_POINTS_PER_CENTROID} per centroid = "
                            f"{MIN_POINTS_PER_CENTROID * spec.nlist}")
+            if auto_nlist(n) < spec.nlist and n >= MIN_POINTS_PER_CENTROID * auto_nlist(n):
+                remedies.append(f"a smaller nlist (IVF{auto_nlist(n)})")
         bits = spec.pq_nbits if spec.pq_m else (8 if spec.opq_m else 0)
         if bits and n < MIN_POINTS_PER_CENTROID * 2**bits:
             reasons.append(f"{bits}-bit {'OPQ/' if spec.opq_m else ''}PQ codebooks need {MIN_POINTS_PER_CENTROID} "
                            f"per code = {MIN_POINTS_PER_CENTROID * 2**bits}")
+            if bits > 4 and n >= MIN_POINTS_PER_CENTROID * 16:
+                remedies.append("4-bit codes (PQ{M}x4fs)")
         if spec.pca_dim and n < spec.pca_dim:
             reasons.append(f"PCA{spec.pca_dim} needs at least {spec.pca_dim} vectors")
-        raise FactoryError(
-            f"the corpus has {n} vectors, too few to train {factory!r} ({'; '.join(reasons)}); "
-            f"use a larger corpus, a smaller nlist (IVF{auto_nlist(n)}) or --factory auto (-> {auto_factory(n, dim)})"
-        )
+        remedies += ["a larger corpus", f"--factory auto (-> {auto_factory(n, dim)})"]
+        raise FactoryError(f"the corpus has {n} vectors, too few to train {factory!r} ({'; '.join(reasons)}); use "
+                           f"{', '.join(remedies[:-1])} or {remedies[-1]}")
     if max_train is not None and spec.needs_training and max_train < spec.min_train:
         raise FactoryError(f"max_train {max_train} is below the {spec.min_train} training vectors {factory!r} needs")
     return spec
