@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from spanseek.core import integrity, phrase_index
+from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fine_store import store_files
 from spanseek.core.flat_search import flat_vectors, keeps_transposed
 from spanseek.core.phrase_index import IndexFormatError, PhraseIndex
@@ -83,10 +84,15 @@ def memory_per_token(index: PhraseIndex) -> dict[str, Any]:
 def recall_vs_exact(
     index: PhraseIndex, sample: int = 1000, k: int = 10, nprobe: int | None = None, seed: int = 0
 ) -> dict[str, Any]:
-    """recall@1 and recall@k of ``index.faiss`` against exact search, queries = a sample of its own vectors."""
+    """recall@1 and recall@k of ``index.faiss`` against exact search, queries = a sample of its own vectors; with
+    the nprobe searched and the lists there are (an index without lists: nprobe None, whatever was asked)."""
     ids = indexed_ids(index)
-    return measure_recall(index.faiss, index.vectors, ids, sample=sample, k=k, seed=seed,
-                          params=index.search_parameters(nprobe))
+    out = measure_recall(index.faiss, index.vectors, ids, sample=sample, k=k, seed=seed,
+                         params=index.search_parameters(nprobe))
+    ivf = ivf_of(index.faiss)
+    lists = {"nprobe": min(int(ivf.nlist), nprobe or index.default_nprobe or 1), "nlist": int(ivf.nlist)} if ivf \
+        else {"nprobe": None}
+    return {**out, **lists}
 
 
 def recall_drop(index: PhraseIndex) -> str | None:

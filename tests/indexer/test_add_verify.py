@@ -96,6 +96,14 @@ def test_verify_reports_recall_and_memory(tiny_index, added_index):
     assert exact["ok"] and exact["recall"]["recall@1"] == 1.0 and exact["recall"]["recall@10"] == 1.0
     ivf = verify_index(added_index, sample=100, nprobe=8)
     assert ivf["ok"] and ivf["recall"]["recall@10"] >= 0.6, ivf  # tiny random-BERT vectors are nearly collinear
+    # the recall says at which nprobe, of how many lists (an exact index has none: its nprobe is None)
+    assert exact["recall"]["nprobe"] is None
+    if "nlist" in ivf["recall"]:  # (the added index is built both ways)
+        nlist = ivf["recall"]["nlist"]
+        assert ivf["recall"]["nprobe"] == min(8, nlist) == 8
+        assert verify_index(added_index, sample=20, nprobe=10_000)["recall"]["nprobe"] == nlist
+    else:
+        assert ivf["recall"]["nprobe"] is None and "IVF" not in PhraseIndex(added_index).manifest.factory
     mem = memory_per_token(PhraseIndex(tiny_index))
     d = PhraseIndex(tiny_index).vectors.shape[1]
     assert mem["ram_breakdown"]["faiss"] >= 4 * d  # exact: fp32 vectors in RAM
