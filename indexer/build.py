@@ -23,6 +23,7 @@ holds only tokens with either probability >= T, while the fine store and codes k
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -272,6 +273,8 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     if spec is not None and opts.on_disk:
         check_on_disk(spec)
     check_store_option(opts.store)
+    if opts.ray is not None and importlib.util.find_spec("ray") is None:  # not after the model and stores
+        raise BuildError("--ray needs the `ray` extra: pip install 'spanseek[ray]'")
     if opts.vector_source not in phrase_index.VECTOR_SOURCES:
         raise BuildError(f"vector_source must be one of {phrase_index.VECTOR_SOURCES}, got {opts.vector_source!r}")
     with build_lock(out):

@@ -271,3 +271,16 @@ def test_a_file_given_as_the_index_is_named_as_a_file(tmp_path, capsys):
     corpus.write_text('{"id": "a", "paragraphs": ["text"]}\n')
     assert main(["search", "--index", str(corpus), "who?"]) == 2
     assert f"{corpus}: a file, not an index directory" in capsys.readouterr().err
+
+
+def test_ray_without_its_extra_is_refused_before_anything_is_written(tmp_path, tiny_corpus, tiny_model_dir, capsys,
+                                                                    no_encoding, monkeypatch):
+    """It was refused at the first shard, once the model had loaded and the stores were written into --out."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out",
+                 str(tmp_path / "i"), "--ray", "local", "--quiet"]) == 2
+    assert "--ray needs the `ray` extra: pip install 'spanseek[ray]'" in capsys.readouterr().err
+    assert not (tmp_path / "i").exists()
