@@ -9,6 +9,7 @@ business and are checked in the route; what is checked here holds for every call
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
@@ -134,6 +135,9 @@ class SearchParams:
         return self.rank_window if self.rank_window is not None else self.offset + self.top_k
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def check_search_args(questions: object, params: object) -> list[str]:
     """The questions of ``Searcher.search(questions, params)`` as a list; TypeError naming what is wrong: a string
     where a list of them is expected (it was searched character by character), an item that is not a string, or
@@ -144,7 +148,7 @@ def check_search_args(questions: object, params: object) -> list[str]:
     for i, q in enumerate(questions):
         if not isinstance(q, str):
             raise TypeError(f"questions[{i}] must be a string, got {type(q).__name__}")
-        if any("\ud800" <= ch <= "\udfff" for ch in q):
+        if not q.isascii() and _SURROGATE.search(q):
             raise TypeError(f"questions[{i}] holds a lone surrogate (text that is not valid Unicode)")
     if not isinstance(params, SearchParams):
         raise TypeError(f"params must be a SearchParams, got {type(params).__name__}"
