@@ -163,7 +163,7 @@ class Searcher:
             return read_unsure(self.search_vectors, q_start, q_end, params, timings, questions)
         want = params.depth
         depth = max(want, FEATURE_DEPTH[params.unit]) if self.calibrator is not None and not params.read else want
-        plan = self._plan(params).but(top_k=depth, offset=0, min_confidence=None)
+        plan = self._plan(params).but(top_k=depth, offset=0, rank_window=None, min_confidence=None)
         if (plan.mode != "dense" or params.read) and (questions is None or len(questions) != len(q_start)):
             raise ValueError(f"mode={plan.mode}{' with read' if params.read else ''} needs the question texts, one "
                              "per row of q_start")

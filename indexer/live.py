@@ -20,6 +20,7 @@ service was started with is never changed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -251,6 +252,10 @@ class LiveStore:
         return out
 
     def _snapshot(self) -> LiveIndex:
+        self.counts = (self.documents, *self._searched())  # with every snapshot (under the lock): read without it
+        seg = self.segment
+        self.segment_counts = {"segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
+                               "tombstones": len(seg.tombstones), "merges": self.state["merges"]}
         return LiveIndex(self.base, list(self.segment.docs.values()),
                          np.asarray(sorted(self.segment.tombstones), dtype=np.int64), self.template, self.base_terms)
 
@@ -304,7 +309,11 @@ class LiveStore:
 
     @property
     def wal_bytes(self) -> int:
-        return sum(f.stat().st_size for f in (self.dir / WAL_DIR).glob("wal-*.jsonl"))
+        total = 0
+        for f in (self.dir / WAL_DIR).glob("wal-*.jsonl"):
+            with contextlib.suppress(FileNotFoundError):  # a merge removed it meanwhile
+                total += f.stat().st_size
+        return total
 
     @property
     def documents(self) -> int:
@@ -312,9 +321,9 @@ class LiveStore:
         return len(self.segment.base_rows) + len(self.segment.docs)
 
     def searched(self) -> tuple[int, int, int]:
-        """(documents, passages, tokens) a search sees now."""
-        with self._lock:
-            return (self.documents, *self._searched())
+        """(documents, passages, tokens) a search sees now: counted with the snapshot published last, so reading
+        them takes no lock (a merge holds it for seconds, and the service reads them on its event loop)."""
+        return self.counts
 
     def _searched(self) -> tuple[int, int]:
         """(passages, tokens) a search sees now: the base's of its live documents, and the segment's."""
@@ -326,13 +335,11 @@ class LiveStore:
         return int(kept.sum()) + sum(len(d.passages) for d in seg), base_tokens + self.segment.tokens
 
     def describe(self) -> dict[str, Any]:
-        with self._lock:
-            seg = self.segment
-            passages, tokens = self._searched()
-            return {"base": str(self.base.dir.resolve()), "documents": self.documents, "passages": passages,
-                    "tokens": tokens, "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
-                    "tombstones": len(seg.tombstones), "wal_bytes": self.wal_bytes, "merges": self.state["merges"],
-                    "merging": self._merging.locked(), "last_merge": self.last_merge}
+        """What /info shows, as of the last snapshot published; no lock taken (a merge holds it for seconds)."""
+        documents, passages, tokens = self.counts
+        return {"base": str(self.snapshot.base.dir.resolve()), "documents": documents, "passages": passages,
+                "tokens": tokens, **self.segment_counts, "wal_bytes": self.wal_bytes,
+                "merging": self._merging.locked(), "last_merge": self.last_merge}
 
     # ---- merging ------------------------------------------------------------------------------------------------
 
@@ -371,9 +378,9 @@ class LiveStore:
                           "seconds": round(time.perf_counter() - t0, 2)}
                 self.state = {"base": str(dest.resolve()), "wals": [rotated], "merges": n, "last_merge": result}
                 write_json_atomic(self.dir / STATE, self.state)  # the commit point: the new base, the new log
+                self.last_merge = result  # before the snapshot, whose counts (merges among them) /info reads
                 self.snapshot = self._snapshot()
                 self.publish(self.snapshot)
-                self.last_merge = result
             for name in old_wals:
                 (self.dir / WAL_DIR / name).unlink(missing_ok=True)
             if old_base.dir.resolve().parent == (self.dir / BASES).resolve():
@@ -383,6 +390,9 @@ class LiveStore:
             return result
         except Exception as e:
             self.last_merge = {"error": f"{type(e).__name__}: {e}"}
+            with self._lock, contextlib.suppress(OSError):  # kept across restarts, as a success is
+                self.state = {**self.state, "last_merge": self.last_merge}
+                write_json_atomic(self.dir / STATE, self.state)
             raise
         finally:
             self._since_rotation = None

@@ -130,7 +130,7 @@ class ServiceState:
                 live = await loop.run_in_executor(self.executor, LiveWrites, self.settings, self.metrics, searcher,
                                                   self.executor)
                 self.live, searcher = live, live.current
-                live.on_merged = lambda: self._describe(live.current, resolved)  # a new base: its size, its date
+                live.on_merged = lambda current: self._describe(current, resolved)  # a new base: size, date
             if self.default_nprobe is None:  # reported by /info (a request without nprobe gets the index's)
                 self.default_nprobe = index_nprobe(searcher)
             self._describe(searcher, resolved)

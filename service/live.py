@@ -90,7 +90,7 @@ class LiveWrites:
         self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
                                model=settings.model)
         self.merge_thread: threading.Thread | None = None
-        self.on_merged: Callable[[], None] | None = None  # the service's: describe the new base
+        self.on_merged: Callable[[Searcher], None] | None = None  # the service's: describe the new base
         self.gauges()
 
     def attach(self, serve: Any) -> None:
@@ -167,7 +167,11 @@ class LiveWrites:
             self.metrics.merges.labels(outcome="failed").inc()
             log.exception("merge failed; the segment keeps serving")
         if merged is not None and self.on_merged is not None:
-            self.on_merged()
+            try:
+                with self._serving:  # no write publishes meanwhile: what is described is what is served
+                    self.on_merged(self.current)
+            except Exception:
+                log.exception("describing the merged index failed; /info keeps the last description")
         self.gauges()
 
     def describe(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from spanseek.core.confidence import (
 )
 from spanseek.core.hits import Hits
 from spanseek.core.lexical import DEFAULT_FUSION
-from spanseek.core.params import MODES, UNITS, SearchParams, SearchParamsError
+from spanseek.core.params import MODES, UNITS, SearchFilter, SearchParams, SearchParamsError
 from spanseek.core.search import Searcher
 
 N_FEATURES = len(FEATURES)
@@ -129,6 +129,23 @@ def test_pages_of_one_rank_window_join_into_its_list(tiny_searcher, unit, mode, 
     for b, want in enumerate(whole):
         joined = [h for page in pages for h in page[b]]
         assert [(*key(h), h.confidence) for h in joined] == [(*key(h), h.confidence) for h in want]
+
+
+def test_a_small_rank_window_works_where_the_search_ranks_deeper_inside(tiny_searcher):
+    """The window was carried into the searches made inside: a calibrated searcher ranks at least FEATURE_DEPTH
+    deep, merged answers from 64 phrases, deepening 4x further, and each refused the window as too small."""
+    qs, qe, texts = questions(tiny_searcher)
+    calibrated = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=calibrator())
+    for searcher, params in ((calibrated, SearchParams(unit="doc", top_k=3, rank_window=3, mode="hybrid")),
+                             (calibrated, SearchParams(unit="passage", top_k=2, offset=2, rank_window=6)),
+                             (tiny_searcher, SearchParams(top_k=2, rank_window=5, merge_answers=True)),
+                             (tiny_searcher, SearchParams(top_k=3, rank_window=3, mode="dense",
+                                                          filter=SearchFilter(doc_ids=("d1",))))):
+        got = searcher.search_vectors(qs, qe, params, None, texts)
+        whole = searcher.search_vectors(qs, qe, dataclasses.replace(params, top_k=params.rank_window, offset=0,
+                                                                    rank_window=None), None, texts)
+        for page, full in zip(got, whole, strict=True):
+            assert [key(h) for h in page] == [key(h) for h in full[params.offset : params.offset + params.top_k]]
 
 
 def test_a_rank_window_shallower_than_the_page_is_refused():

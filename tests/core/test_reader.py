@@ -460,3 +460,11 @@ def test_answer_decoding_sums_the_spans_of_each_answer_string_over_the_logits(ti
     assert span.score <= got[0].score + 1e-4
     with pytest.raises(ValueError, match="decode must be"):
         reader.read([question], [passage], decode="answers")
+
+
+def test_a_read_page_of_a_rank_window_is_a_slice_of_its_list(reading_searcher):
+    """The reader's retrieval ranks more passages than a small window: the window was carried into it and refused."""
+    whole = reading_searcher.search(QUESTIONS, SearchParams(unit="passage", top_k=2, read=True, mode="dense"))
+    page = reading_searcher.search(QUESTIONS, SearchParams(unit="passage", top_k=1, offset=1, rank_window=2,
+                                                           read=True, mode="dense"))
+    assert [[h.passage_id for h in p] for p in page] == [[h.passage_id for h in w[1:2]] for w in whole]

@@ -291,3 +291,26 @@ def test_the_python_client_upserts_gets_and_deletes(write_settings, live):
     with live(create_app(write_settings())) as url, Client(url + "/wrong-prefix", api_key="key") as client:
         with pytest.raises(APIError):
             client.get("new-1")
+
+
+def test_a_failed_merge_keeps_serving_and_its_error_is_kept_across_restarts(write_settings, monkeypatch):
+    from spanseek.indexer import live as live_store
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(live_store, "build_merged", fails)
+    with serving(create_app(write_settings())) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        assert client.post("/admin/compact", headers=KEY).status_code == 202
+        deadline = time.monotonic() + 60
+        while client.get("/info", headers=KEY).json()["service"]["writes"]["last_merge"] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert 'spanseek_merges_total{outcome="failed"} 1.0' in client.get("/metrics").text
+        assert found(client, "new-1")  # the segment keeps serving
+    monkeypatch.undo()
+    with serving(create_app(write_settings())) as client:
+        writes = client.get("/info", headers=KEY).json()["service"]["writes"]
+        assert writes["last_merge"] == {"error": "RuntimeError: disk full"} and writes["merges"] == 0
+        assert found(client, "new-1")
