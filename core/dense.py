@@ -302,7 +302,7 @@ class DenseLeg:
             fetch = min(self.index.faiss.ntotal, k * self.refine_factor)
             if (self.refine_factor > 1 and vectors == self.index.token_vectors and fetch > k
                     and fetch <= REFINE_MAX_FETCH):
-                return refine(search_ids(self.index, x, fetch, nprobe, sel, device), x, k,
+                return refine(search_ids(self.index, x, fetch, nprobe, sel, device, need=k), x, k,
                               lambda t, q: self.scores(vectors, t, q))
             return search_ids(self.index, x, k, nprobe, sel, device)
 

@@ -92,7 +92,9 @@ class SearchParams:
     def __post_init__(self) -> None:
         if self.unit not in UNITS:  # not optional: None was a KeyError at search time
             raise SearchParamsError(f"unit must be one of {', '.join(UNITS)}; got {self.unit!r}")
-        _positive("top_k", self.top_k if self.top_k is not None else 0)
+        if self.top_k is None:  # (optional fields allow None; top_k is not)
+            raise SearchParamsError("top_k must be an integer >= 1, got None")
+        _positive("top_k", self.top_k)
         _positive("max_answer_tokens", self.max_answer_tokens)
         _positive("nprobe", self.nprobe)
         _positive("read_passages", self.read_passages)

@@ -55,6 +55,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -268,19 +269,27 @@ def c_stdout_to(where: str = "stderr") -> Iterator[None]:
     to standard error (``where`` "stderr") or nowhere ("devnull"), not into a command's JSON output."""
     import ctypes
 
-    sys.stdout.flush()
-    saved = os.dup(1)
-    target = os.open(os.devnull, os.O_WRONLY) if where == "devnull" else 2
-    try:
-        os.dup2(target, 1)
-        yield
-    finally:
-        with contextlib.suppress(OSError, AttributeError):  # C's own buffer, before fd 1 is the real one again
+    def flush_c() -> None:  # C's own buffer goes where fd 1 points now
+        with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None).fflush(None)
-        os.dup2(saved, 1)
-        os.close(saved)
-        if target != 2:
-            os.close(target)
+
+    with _STDOUT_LOCK:  # one redirection at a time: a second one would save (and restore) the first's target
+        sys.stdout.flush()
+        flush_c()
+        saved = os.dup(1)
+        target = os.open(os.devnull, os.O_WRONLY) if where == "devnull" else 2
+        try:
+            os.dup2(target, 1)
+            yield
+        finally:
+            flush_c()
+            os.dup2(saved, 1)
+            os.close(saved)
+            if target != 2:
+                os.close(target)
+
+
+_STDOUT_LOCK = threading.Lock()
 
 
 def _read(path: Path, read: Callable[[Path], T]) -> T:

@@ -158,10 +158,13 @@ def select(index: PhraseIndex, flt: SearchFilter | None, layout: Layout) -> Sele
 
 
 def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | None, sel: Selection,
-               device: Any = None) -> np.ndarray:
+               device: Any = None, need: int | None = None) -> np.ndarray:
     """(n, k) ids of the ``k`` best allowed tokens for each query (-1 where there are fewer), best first.
 
-    ``device`` (a ``core.gpu.DeviceIndex``) serves each search it can; the others go to the CPU index."""
+    ``device`` (a ``core.gpu.DeviceIndex``) serves each search it can; the others go to the CPU index. ``need``
+    (default k): an IVF search with fewer ids than that for a query searches more lists for it (a refined search
+    fetches more candidates than it needs)."""
+    need = k if need is None else min(need, k)
     faiss_index = index.faiss
     ivf = ivf_of(faiss_index)
 
@@ -179,12 +182,12 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
         ids = search_once(x, kk, selector, probes)
         if ivf is None:
             return ids
-        probes = probes or index.default_nprobe or 1
-        short = np.flatnonzero((ids < 0).any(axis=1))
+        probes, want = probes or index.default_nprobe or 1, min(need, kk)
+        short = np.flatnonzero((ids >= 0).sum(axis=1) < want)
         while len(short) and probes < ivf.nlist:
             probes = min(int(ivf.nlist), probes * PROBE_GROWTH)
             ids[short] = search_once(x[short], kk, selector, probes)
-            short = short[(ids[short] < 0).any(axis=1)]
+            short = short[(ids[short] >= 0).sum(axis=1) < want]
         return ids
 
     if sel.selector is None:

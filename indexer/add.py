@@ -51,6 +51,7 @@ from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprin
 from spanseek.indexer.build import (
     BuildError,
     BuildOptions,
+    check_ray,
     encode_corpus,
     load_filter_scores,
     merge_shards,
@@ -199,6 +200,7 @@ def upsert_documents(
     problem = corpus_problem(corpus)  # a directory, a Markdown or SQuAD file...: say which command converts it
     if problem:
         raise BuildError(problem)
+    check_ray(opts)
     with locked_index(index_dir, "upsert" if replace else "add") as old:
         staging = index_dir / STAGING
         try:

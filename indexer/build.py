@@ -273,13 +273,19 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     if spec is not None and opts.on_disk:
         check_on_disk(spec)
     check_store_option(opts.store)
-    if opts.ray is not None and importlib.util.find_spec("ray") is None:  # not after the model and stores
-        raise BuildError("--ray needs the `ray` extra: pip install 'spanseek[ray]'")
+    check_ray(opts)
     if opts.vector_source not in phrase_index.VECTOR_SOURCES:
         raise BuildError(f"vector_source must be one of {phrase_index.VECTOR_SOURCES}, got {opts.vector_source!r}")
     with build_lock(out):
         check_out_dir(out, corpus)  # again: a build that held the lock until now may have finished the index
         return _build_locked(corpus, model, model_dir, out, opts, spec)
+
+
+def check_ray(opts: BuildOptions) -> None:
+    """BuildError now, not at the first shard once the model has loaded and the stores are written, for ``--ray``
+    without Ray installed."""
+    if opts.ray is not None and importlib.util.find_spec("ray") is None:
+        raise BuildError("--ray needs the `ray` extra: pip install 'spanseek[ray]'")
 
 
 def check_factory_for(spec: FactorySpec, dim: int) -> None:

@@ -118,13 +118,14 @@ def validate_factory(factory: str, dim: int, n: int, max_train: int | None = Non
         if bits and n < MIN_POINTS_PER_CENTROID * 2**bits:
             reasons.append(f"{bits}-bit {'OPQ/' if spec.opq_m else ''}PQ codebooks need {MIN_POINTS_PER_CENTROID} "
                            f"per code = {MIN_POINTS_PER_CENTROID * 2**bits}")
-            if bits > 4 and n >= MIN_POINTS_PER_CENTROID * 16:
-                remedies.append("4-bit codes (PQ{M}x4fs)")
+            if bits > 4 and n >= MIN_POINTS_PER_CENTROID * 16 and spec.pq_m:
+                remedies.append(f"4-bit codes (PQ{spec.pq_m}x4fs)")
         if spec.pca_dim and n < spec.pca_dim:
             reasons.append(f"PCA{spec.pca_dim} needs at least {spec.pca_dim} vectors")
         remedies += ["a larger corpus", f"--factory auto (-> {auto_factory(n, dim)})"]
+        fixes = " and ".join(remedies[:-2])  # one for each part that is short of vectors
         raise FactoryError(f"the corpus has {n} vectors, too few to train {factory!r} ({'; '.join(reasons)}); use "
-                           f"{', '.join(remedies[:-1])} or {remedies[-1]}")
+                           + (f"{fixes}, or " if fixes else "") + f"{remedies[-2]} or {remedies[-1]}")
     if max_train is not None and spec.needs_training and max_train < spec.min_train:
         raise FactoryError(f"max_train {max_train} is below the {spec.min_train} training vectors {factory!r} needs")
     return spec

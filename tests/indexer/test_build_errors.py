@@ -284,3 +284,7 @@ def test_ray_without_its_extra_is_refused_before_anything_is_written(tmp_path, t
                  str(tmp_path / "i"), "--ray", "local", "--quiet"]) == 2
     assert "--ray needs the `ray` extra: pip install 'spanseek[ray]'" in capsys.readouterr().err
     assert not (tmp_path / "i").exists()
+    for command in ("add", "upsert"):  # the same, before the index is locked or the model loads
+        assert main(["index", command, "--index", str(tmp_path / "i"), "--corpus", str(tiny_corpus), "--model",
+                     str(tiny_model_dir), "--ray", "local", "--quiet"]) == 2
+        assert "--ray needs the `ray` extra" in capsys.readouterr().err

@@ -92,10 +92,11 @@ def test_parse_factory_reads_nlist_m_and_bits():
     "factory, n, match",
     [
         ("IVF1024,SQ8", 5_000, r"too few to train.*IVF1024 needs 39 per centroid = 39936\); use a smaller nlist "
-                               r"\(IVF128\), a larger corpus or --factory auto"),
+                               r"\(IVF128\), or a larger corpus or --factory auto"),
         # the codebooks are short, not the lists: no nlist advised (it advised a larger one than asked)
         ("OPQ8,IVF16,PQ8", 5_000, r"8-bit OPQ/PQ codebooks need 39 per code = 9984\); use 4-bit codes "
-                                  r"\(PQ\{M\}x4fs\), a larger corpus or --factory auto"),
+                                  r"\(PQ8x4fs\), or a larger corpus or --factory auto"),
+        ("IVF1024,PQ16", 5_000, r"use a smaller nlist \(IVF128\) and 4-bit codes \(PQ16x4fs\), or a larger"),
         ("IVF16,SQ8", 2, r"IVF16 needs 39 per centroid = 624\); use a larger corpus or --factory auto"),
         ("IVF16,PQ32x4fs,RFlat", 100_000, r"refinement \(RFlat, Refine\) is not a factory part here"),
         ("IVF64,PQ7", 100_000, r"PQ7 needs M dividing the dimension 32"),
