@@ -157,6 +157,34 @@ def select(index: PhraseIndex, flt: SearchFilter | None, layout: Layout) -> Sele
     return Selection(passages, selector, bitmap, layout.unit_count(docs), docs, share, (inner, token_map))
 
 
+def faiss_search(index: PhraseIndex, x: np.ndarray, k: int, selector: Any, probes: int | None,
+                 device: Any = None) -> np.ndarray:
+    """(n, k) ids of one faiss search (on ``device`` where it serves it), at ``probes`` lists (None: the index's)."""
+    if device is not None:
+        ids = device.search(x, k, probes or index.default_nprobe, selector)
+        if ids is not None:
+            return ids
+    return index.faiss.search(x, k, params=index.search_parameters(probes, selector))[1]
+
+
+def widening_search(index: PhraseIndex, x: np.ndarray, k: int, selector: Any, probes: int | None, need: int,
+                    device: Any = None) -> np.ndarray:
+    """``faiss_search``, with an IVF search's queries whose lists hold fewer than ``need`` tokens (allowed ones)
+    searched again over ``PROBE_GROWTH`` times as many lists, up to all of them: a passage or document search deepens
+    until it has ``top_k`` units, and the lists it visited held fewer (16 of 20 documents at the default nprobe)."""
+    ids = faiss_search(index, x, k, selector, probes, device)
+    ivf = ivf_of(index.faiss)
+    if ivf is None:
+        return ids
+    probes = probes or index.default_nprobe or 1
+    short = np.flatnonzero((ids >= 0).sum(axis=1) < need)
+    while len(short) and probes < ivf.nlist:
+        probes = min(int(ivf.nlist), probes * PROBE_GROWTH)
+        ids[short] = faiss_search(index, x[short], k, selector, probes, device)
+        short = short[(ids[short] >= 0).sum(axis=1) < need]
+    return ids
+
+
 def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | None, sel: Selection,
                device: Any = None, need: int | None = None) -> np.ndarray:
     """(n, k) ids of the ``k`` best allowed tokens for each query (-1 where there are fewer), best first.
@@ -168,27 +196,8 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
     faiss_index = index.faiss
     ivf = ivf_of(faiss_index)
 
-    def search_once(x: np.ndarray, kk: int, selector: Any, probes: int | None) -> np.ndarray:
-        if device is not None:
-            ids = device.search(x, kk, probes or index.default_nprobe, selector)
-            if ids is not None:
-                return ids
-        return faiss_index.search(x, kk, params=index.search_parameters(probes, selector))[1]
-
     def search(x: np.ndarray, kk: int, selector: Any = None, probes: int | None = nprobe) -> np.ndarray:
-        """An IVF search's queries whose nprobe lists hold fewer than ``kk`` tokens (allowed ones) are searched again
-        over ``PROBE_GROWTH`` times as many lists, up to all of them: a passage or document search deepens until it
-        has ``top_k`` units, and the lists it visited held fewer (16 of 20 documents at the default nprobe)."""
-        ids = search_once(x, kk, selector, probes)
-        if ivf is None:
-            return ids
-        probes, want = probes or index.default_nprobe or 1, min(need, kk)
-        short = np.flatnonzero((ids >= 0).sum(axis=1) < want)
-        while len(short) and probes < ivf.nlist:
-            probes = min(int(ivf.nlist), probes * PROBE_GROWTH)
-            ids[short] = search_once(x[short], kk, selector, probes)
-            short = short[(ids[short] >= 0).sum(axis=1) < want]
-        return ids
+        return widening_search(index, x, kk, selector, probes, min(need, kk), device)
 
     if sel.selector is None:
         return search(queries, k)

@@ -177,7 +177,7 @@ def test_the_bound_sockets_are_closed_when_the_server_fails_to_start(tiny_index,
     sockets = server.bind_sockets("127.0.0.1", 0)
     port = sockets[0].getsockname()[1]
     monkeypatch.setattr(server, "bind_sockets", lambda host, p: sockets)
-    monkeypatch.setattr(cli, "check_servable", lambda settings: None)
+    monkeypatch.setattr(cli, "check_servable", lambda settings: tiny_model_dir)
     monkeypatch.setattr(app, "create_app", lambda settings, **kwargs: None)
     monkeypatch.setattr(server, "server_config", lambda *args: None)
 
