@@ -53,7 +53,8 @@ class SearchParams:
         "codes); default: the index's", http=False)
     merge_answers: bool = option(
         False, "phrase unit only: one hit per distinct answer (phrases that read the same once normalised), scored "
-        "by the log of the summed exp(score) of its phrases; the hit shows its best phrase")
+        "by the log of the summed exp(score) of its phrases; the hit shows its best phrase (read hits are one per "
+        "answer already)")
     mode: Mode | None = option(None, "dense (phrase vectors), lexical (BM25 over passages) or hybrid (both fused); "
                                "default: the index's")
     fusion: Fusion | None = option(None, "hybrid passage/doc ranking: score (normalised scores, weighted) or rrf "

@@ -293,8 +293,10 @@ class PassageReader:
             context[p][better] = ctx[better]
         return out
 
-    def read(self, questions: list[str], passages: list[str], k: int = 1, decode: str = "span") -> list[list[ReadSpan]]:
-        """The ``k`` best spans of each (question, passage) pair over all its windows, best first.
+    def read(self, questions: list[str], passages: list[str], k: int = 1, decode: str = "span",
+             max_answer_tokens: int | None = None) -> list[list[ReadSpan]]:
+        """The ``k`` best spans of each (question, passage) pair over all its windows, best first; spans of at most
+        ``max_answer_tokens`` tokens when given (and fewer than the reader's own limit).
 
         ``decode="answer"``: the ``k`` most probable answer strings instead, as the phrase model's reading
         comprehension decodes (``core.spans.best_answer``): among the pair's ``ANSWER_CANDIDATES`` best spans, those
@@ -306,11 +308,12 @@ class PassageReader:
         logits = self.logits(windows)
         found: list[list[ReadSpan]] = [[] for _ in questions]
         per_window = max(k, ANSWER_CANDIDATES) if decode == "answer" else k
+        longest = min(self.config.max_answer_tokens, max_answer_tokens or self.config.max_answer_tokens)
         for w, (start, end) in enumerate(logits):
             off = windows.offsets[w]
             valid = torch.from_numpy(off[:, 0] >= 0)[None]
             scores, starts, ends = best_spans(torch.from_numpy(start)[None], torch.from_numpy(end)[None], valid,
-                                              self.config.max_answer_tokens, per_window, self.config.length_bias)
+                                              longest, per_window, self.config.length_bias)
             p = int(windows.pair[w])
             null = float(start[0] + end[0])  # [CLS]: the window holds no answer
             for s, i, j in zip(scores[0].tolist(), starts[0].tolist(), ends[0].tolist(), strict=True):

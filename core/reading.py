@@ -160,7 +160,7 @@ class ReadingStage:
         self.reader = reader
         self.reading = reading
         self.hits = hits
-        self._recent: dict[tuple[str, str, int], list[ReadSpan]] = {}  # (question, passage, k) -> spans, oldest first
+        self._recent: dict[tuple[str, str, int, int | None], list[ReadSpan]] = {}  # (question, passage, k, limit)
         self._lock = threading.Lock()
 
     def read_depth(self, plan: Plan) -> int:
@@ -172,19 +172,20 @@ class ReadingStage:
         return self.read_depth(plan) if plan.unit == "phrase" else max(plan.top_k, self.read_depth(plan))
 
     def candidates(self, questions: Sequence[str], retrieved: Sequence[Sequence[Hit]],
-                   depth: int) -> list[list[Candidate]]:
+                   depth: int, max_answer_tokens: int | None = None) -> list[list[Candidate]]:
         """The passages of every question's first ``depth`` units read in one batched pass (those read recently
-        are not read again): their best spans as candidates."""
+        are not read again): their best spans (of at most ``max_answer_tokens`` tokens, when a request says) as
+        candidates."""
         k = self.reading.spans_per_passage
         pairs = [(b, r) for b, hits in enumerate(retrieved) for r in range(min(depth, len(hits)))]
         windows = [self.window(retrieved[b][r]) for b, r in pairs]
-        keys = [(questions[b], text, k) for (b, _), (_, text) in zip(pairs, windows, strict=True)]
+        keys = [(questions[b], text, k, max_answer_tokens) for (b, _), (_, text) in zip(pairs, windows, strict=True)]
         with self._lock:
             spans = {key: self._recent[key] for key in keys if key in self._recent}
         todo = list(dict.fromkeys(key for key in keys if key not in spans))
         if todo:
-            spans |= dict(zip(todo, self.reader.read([q for q, _, _ in todo], [p for _, p, _ in todo], k=k),
-                              strict=True))
+            spans |= dict(zip(todo, self.reader.read([q for q, *_ in todo], [p for _, p, *_ in todo], k=k,
+                                                     max_answer_tokens=max_answer_tokens), strict=True))
             with self._lock:  # batches may run in two threads (the service pipelines them)
                 self._recent |= {key: spans[key] for key in todo}
                 while len(self._recent) > RECENT_READS:
@@ -216,7 +217,8 @@ class ReadingStage:
         if model is None:
             raise ReadingError(f"the reader's reading file has no model for unit={plan.unit}")
         out = []
-        for cands, sources in zip(self.candidates(questions, retrieved, depth), retrieved, strict=True):
+        asked = plan.params.max_answer_tokens  # a request's own limit (the reader's is its default)
+        for cands, sources in zip(self.candidates(questions, retrieved, depth, asked), retrieved, strict=True):
             x = read_features(cands, sources[:depth])
             logit = model.logit(x) if len(x) else np.zeros(0)
             if plan.unit == "phrase":

@@ -292,7 +292,7 @@ def test_the_fitted_combination_is_read_from_the_reader_directory(reading_search
     assert reading_searcher.reading.reading == reading and reading.read_passages == 3
     calls = []
     real = reading_searcher.reading.reader.read
-    reading_searcher.reading.reader.read = lambda q, p, k=1: calls.append(len(q)) or real(q, p, k)
+    reading_searcher.reading.reader.read = lambda q, p, k=1, **kw: calls.append(len(q)) or real(q, p, k, **kw)
     reading_searcher.search(QUESTIONS[:1], SearchParams(top_k=2, mode="dense", read=True))
     assert calls == [3]
     flipped = Reading(1, 2, {u: LogisticModel(m.mean, m.scale, tuple(-c for c in m.coef), m.intercept)
@@ -468,3 +468,13 @@ def test_a_read_page_of_a_rank_window_is_a_slice_of_its_list(reading_searcher):
     page = reading_searcher.search(QUESTIONS, SearchParams(unit="passage", top_k=1, offset=1, rank_window=2,
                                                            read=True, mode="dense"))
     assert [[h.passage_id for h in p] for p in page] == [[h.passage_id for h in w[1:2]] for w in whole]
+
+
+def test_a_requests_max_answer_tokens_bounds_the_read_spans(reading_searcher):
+    """It was ignored with read: a limit of 1 token returned read hits of 11."""
+    tokenizer = reading_searcher.reading.reader.tokenizer
+    default = reading_searcher.search(QUESTIONS, SearchParams(top_k=3, read=True, mode="dense"))
+    assert max(len(tokenizer.tokenize(h.text)) for hits in default for h in hits) > 1  # else this proves nothing
+    short = reading_searcher.search(QUESTIONS, SearchParams(top_k=3, read=True, mode="dense", max_answer_tokens=1))
+    assert all(hits for hits in short)
+    assert all(len(tokenizer.tokenize(h.text)) == 1 for hits in short for h in hits)
