@@ -17,6 +17,7 @@ from typing import Any
 from spanseek.core.evaluate import drop_unanswerable, evaluate, sample_questions
 from spanseek.core.io import load_squad, squad_documents, squad_questions, write_corpus, write_json_atomic
 from spanseek.core.loading import open_searcher
+from spanseek.core.model import model_name
 from spanseek.core.params import SearchParams
 from spanseek.indexer.build import BuildOptions, build_index
 
@@ -69,6 +70,12 @@ def run_eval(
         metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress,
                            rc_decode=rc_decode, params=params, per_question=per_question,
                            unanswerable_skipped=unanswerable)
+        # what was measured: the model that served (an index built by an earlier bundled default is searched with
+        # it), and the reader
+        served = getattr(getattr(searcher.encoder, "model", None), "source", None)
+        metrics["model"] = model_name(served) if served is not None else str(model)
+        if reader is not None and searcher.reading is not None:
+            metrics["reader"] = str(reader)
     if out is not None:
         write_json_atomic(out, metrics)
     return metrics

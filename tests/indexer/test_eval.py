@@ -32,7 +32,7 @@ KEYS = {
 
 
 def check_metrics(m: dict, n: int, rc: bool) -> None:
-    assert set(m) == set(KEYS) - (set() if rc else {"rc"})
+    assert set(m) - {"model", "reader"} == set(KEYS) - (set() if rc else {"rc"})
     assert m["n_questions"] == n
     for group, names in KEYS.items():
         if names and group in m:
@@ -108,6 +108,7 @@ def test_cli_eval_with_an_index(tmp_path, tiny_squad, tiny_model_dir, capsys):
     printed = json.loads(capsys.readouterr().out)
     check_metrics(printed, 6, rc=True)
     assert json.loads(out.read_text()) == printed
+    assert printed["model"] == str(tiny_model_dir) and "reader" not in printed  # what was measured
 
 
 def test_cli_search_merges_answers(tiny_index, tiny_model_dir, capsys):
