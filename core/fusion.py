@@ -181,7 +181,8 @@ class LexicalFusion:
             passages = self.dense.index.token_passage[sp.starts]
             cand, where = np.unique(passages, return_inverse=True)  # the candidate passages, and each span's
             fused.append(sp.scores + plan.lexical_weight * zscore(lex[cand])[where])
-            order.append(np.argsort(-fused[-1], kind="stable"))
+            o = np.argsort(-fused[-1], kind="stable")
+            order.append(o[self.hits.answers(sp.starts[o], sp.ends[o])])  # (not a lone "." or ",")
         heads = [o[:RERANK_DEPTH] if self.phrase_rerank else o[:0] for o in order]
         texts = [[self.hits.span_text(int(sp.starts[i]), int(sp.ends[i])) for i in head]
                  for sp, head in zip(spans, heads, strict=True)]
@@ -191,7 +192,7 @@ class LexicalFusion:
         question_terms = list(terms) if question_terms is None else question_terms
         out: list[list[Hit]] = []
         for q, sp in enumerate(spans):
-            if not len(sp.scores):
+            if not len(order[q]):  # no candidates, or none that can be an answer
                 out.append([])
                 continue
             o, head = order[q], heads[q]

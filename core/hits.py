@@ -69,14 +69,24 @@ class HitBuilder:
         """Dense mode's hits of sorted spans: a phrase per span (not overlapping a better one unless the plan allows
         it), or each unit's first (best) span (``unit_of_passage``: each passage's unit): score = max over its
         phrases."""
-        if unit_of_passage is None and plan.params.allow_overlap:
-            return distinct((self.hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i]), float(sp.scores[i]))
-                             for i in range(len(sp.scores))), plan.top_k)
-        if unit_of_passage is None:
-            pick = non_overlapping_spans(sp.starts, sp.ends, np.arange(len(sp.scores)), plan.top_k)
-        else:
+        if unit_of_passage is not None:
             pick = first_per_unit(unit_of_passage[self.index.token_passage[sp.starts]])[: plan.top_k]
+        elif plan.params.allow_overlap:
+            return distinct((self.hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i]), float(sp.scores[i]))
+                             for i in self.answers(sp.starts, sp.ends)), plan.top_k)
+        else:
+            pick = non_overlapping_spans(sp.starts, sp.ends, self.answers(sp.starts, sp.ends), plan.top_k)
         return [self.hit(int(sp.starts[i]), int(sp.ends[i]), float(sp.scores[i]), float(sp.scores[i])) for i in pick]
+
+    def answers(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Positions of the spans (token ids, in their order) that can be an answer: not one token that is a single
+        character without a letter or digit ("." and "," were phrase hits, below the better ones)."""
+        offsets = self.index.token_offsets
+        single = np.flatnonzero((starts == ends) & (offsets[starts, 1] - offsets[starts, 0] == 1))
+        junk = [i for i in single.tolist() if not self.span_text(int(starts[i]), int(ends[i])).isalnum()]
+        keep = np.ones(len(starts), dtype=bool)
+        keep[junk] = False
+        return np.flatnonzero(keep)
 
     def passage_hit(self, p: int, a: int, b: int, score: float, dense: float | None = None,
                     lexical: float | None = None, read: float | None = None) -> Hit:
