@@ -9,19 +9,20 @@ Each part starts its own server (default settings unless said) and measures, bou
   against 16 default phrase questions), the measurements behind service/cost.py (slow: minutes; --parts cost);
 - starvation: 8 normal clients (one question each, honouring Retry-After) alone, then beside one client looping
   the heaviest request the server accepts (unit=doc, the deepest page max_request_cost allows) without back-off;
-  target: the normal clients keep >= 80% of their throughput, p99 <= 3x;
+  checks whether the normal clients keep >= 80% of their throughput, p99 <= 3x;
 - flood: the saturation throughput (16 clients honouring Retry-After), then --flood-clients clients that ignore 429;
-  targets: answered q/s >= 60% of saturation, no 5xx, the access log grows <= 1 MB a minute;
+  checks whether answered q/s >= 60% of saturation, no 5xx, the access log grows <= 1 MB a minute;
 - slow: --sockets connections of each kind (a head trickled a byte a second; a body left unread by /health and
-  trickled; pipelined answers never read), while 4 normal clients search; target: every connection closed within
-  its documented limit (header_timeout_s; LINGER_S after the answer; write_timeout_s once writes stall, plus the
-  time to fill the buffers) and the normal clients still answered;
+  trickled; pipelined answers never read), while 4 normal clients search; checks whether every connection is
+  closed within its documented limit (header_timeout_s; LINGER_S after the answer; write_timeout_s once writes
+  stall, plus the time to fill the buffers) and the normal clients are still answered;
 - reload: 6 normal clients beside 2 clients repeating POST /admin/reload without back-off (with no key, a wrong key,
-  then the key), each phase between two phases of the normal clients alone; target: goodput changes by <= 10%
+  then the key), each phase between two phases of the normal clients alone; checks whether goodput changes by <= 10%
   against the mean of the two for the refused ones (with the key, each reload the minimum interval lets through
   loads the index again: reported, not judged);
 - metadata: an index whose one document has 1 MB of metadata (built past the corpus limit, as an old index might
-  hold), then 32 queries x top_k 100 allow_overlap; target: refused (400) before the server's RSS grows by 100 MB.
+  hold), then 32 queries x top_k 100 allow_overlap; checks whether it is refused (400) before the server's RSS grows
+  by 100 MB.
 
 The machine's load average is recorded: numbers taken next to other jobs are distorted (ratios within a part less
 so). Server connections are counted from /proc/net/tcp (Linux).

@@ -1,10 +1,14 @@
-"""Hybrid retrieval: BM25 alone, dense alone and the two fusions, on one index and one question set; and the fit of
-the fusion weights on training questions.
+"""Hybrid retrieval: BM25 alone, dense alone and the two fusions, on one index and one question set.
+
+Also fits the fusion weights on training questions.
 
     # measure (validation articles; the index is `spanseek index build` of the file's paragraphs)
     python bench/hybrid.py run --index INDEX --questions validation.json.gz --model default --out bench/results/hybrid.json
-    # fit the weights on TRAINING questions over an index of their paragraphs; --write stores them in that index
-    python bench/hybrid.py fit --index TRAIN_INDEX --questions train-articles.json.gz --model default
+    # fit the weights on TRAINING questions over an index of their paragraphs: prints the chosen lexical weights and
+    # phrase re-ranking weights, and --out writes them with the grid; the index is not changed (the shipped weights
+    # are core.lexical.DEFAULT_FUSION, which a new index records; `run --weights` measures others)
+    python bench/hybrid.py fit --index TRAIN_INDEX --questions train-articles.json.gz --model default \
+        --out bench/results/hybrid_fit.json
 
 ``run`` reports, for the modes dense, lexical (BM25: bm25s with stemming and stop words over title + passage),
 hybrid with reciprocal rank fusion and hybrid with score fusion: passage acc@1/5/20 and MRR@20, phrase EM@1 and

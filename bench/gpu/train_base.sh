@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The base-size phrase model (`--model base`) trained on a lent GPU in two calls, each carrying under 64 MiB.
+# The base-size phrase model (`--model base`) trained on one GPU in two calls (probe, then train), each carrying
+# under 64 MiB.
 #
 #   bench/gpu/train_base.sh probe        # call 1 carries .gpu/a: backbone piece 1, the data, the tokenizer
 #   TRAIN_S=480 bench/gpu/train_base.sh train   # call 2 carries .gpu/b: backbone piece 2 (piece 1 stays there)
