@@ -61,13 +61,30 @@ def is_earlier_version(name: str, model: str) -> bool:
     return re.fullmatch(rf"{re.escape(model)}-\d{{4}}-\d{{2}}(-\d{{2}})?", name) is not None
 
 
+def bundled_builder(manifest: Manifest) -> str | None:
+    """The bundled model that makes the index's token vectors (``default``, an earlier default kept under a dated
+    name such as ``default-2026-11``, ``base``), or None: another model, or an index that records no phrase
+    fingerprint."""
+    if not manifest.phrase_fingerprint:
+        return None
+    return next((name for name, path in BUNDLED_MODELS.items()
+                 if (path / CONFIG_NAME).is_file() and phrase_fingerprint(path) == manifest.phrase_fingerprint), None)
+
+
+def builder_name(manifest: Manifest) -> str:
+    """The model that built the index, as a user names it now: the bundled model whose vectors it holds (an index
+    built by ``default`` before the default changed is ``default-2026-11``'s), else the reference it recorded."""
+    return bundled_builder(manifest) or manifest.model_ref
+
+
 def check_index_model(index: PhraseIndex, model_dir: Path, config: EncoderConfig) -> None:
     """Refuse (IndexFormatError) an index built by a model other than ``model_dir`` (whose config is ``config``),
-    naming the model the manifest records."""
+    naming the model that built it."""
     try:
         index.manifest.check_model(config, model_fingerprint(model_dir), phrase_fingerprint(model_dir))
     except IndexFormatError as e:
-        raise IndexFormatError(f"{index.dir}: {e} (it was built with the model {index.manifest.model_ref!r})") from None
+        raise IndexFormatError(f"{index.dir}: {e} (it was built with the model {builder_name(index.manifest)!r})"
+                               ) from None
 
 
 def search_placement(index: PhraseIndex, search_device: str, encoder_device: str) -> OnDevice | None:

@@ -15,7 +15,10 @@ A ``LiveStore`` owns the write side of a served index (``core.segment`` is the r
 
 The live directory (``SPANSEEK_LIVE_DIR``, default ``<index>.live``) holds ``state.json`` (the base served and the
 log files to replay over it, in order; replaced atomically), ``wal/`` and ``bases/`` (merged bases). The index the
-service was started with is never changed.
+service was started with is never changed; ``state.json`` records the digest of its ``manifest.json``, and a start over
+another index (rebuilt, replaced, or changed offline at the same path) is refused rather than serving writes, or a
+merged base, made over the first. Paths in it are relative to the live directory (the index given: none), so the
+index and its live directory can move together.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 
 from spanseek.core.encoding import PassageEncoder, pick_precision
 from spanseek.core.filters import FilterError
+from spanseek.core.integrity import file_digest
 from spanseek.core.io import (
     Document,
     document_from_json,
@@ -46,7 +50,7 @@ from spanseek.core.io import (
 )
 from spanseek.core.model import load_tokenizer
 from spanseek.core.params import SearchFilter
-from spanseek.core.phrase_index import PhraseIndex, doc_record
+from spanseek.core.phrase_index import MANIFEST, PhraseIndex, doc_record
 from spanseek.core.segment import BaseTerms, EncodedDocument, LiveIndex, empty_like, passage_terms
 from spanseek.core.text import PassageTokens, tokenize_passages
 from spanseek.indexer.build import BuildOptions
@@ -154,20 +158,48 @@ class LiveStoreError(RuntimeError):
     """The live directory cannot be used (a damaged state file or log); the message names the file."""
 
 
-def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
-    """The live directory's state (``{"base": dir, "wals": [names]}``), or the initial one over ``index``."""
-    path = live_dir / STATE
-    if not path.is_file():
-        return {"base": str(Path(index).resolve()), "wals": ["wal-000001.jsonl"], "merges": 0}
+def index_digest(index: str | Path) -> str | None:
+    """The digest of an index's ``manifest.json`` (which names every file's checksum): what identifies the index a
+    live directory's writes were made over; None where there is none (not an index: opening it says why)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return file_digest(Path(index) / MANIFEST)
+    except OSError:
+        return None
+
+
+def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
+    """The live directory's state (``{"index": digest, "base": path or None, "wals": [names], ...}``), or the
+    initial one over ``index``; LiveStoreError when its writes were made over another index than ``index``."""
+    path = live_dir / STATE
+    digest = index_digest(index)
+    if not path.is_file():
+        return {"index": digest, "base": None, "wals": ["wal-000001.jsonl"], "merges": 0}
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise LiveStoreError(f"{path}: cannot be read ({e}); restore it, or move the live directory away") from None
+    made_over = state.get("index")  # absent in a state written before it was recorded: taken as this index
+    if made_over is not None and digest is not None and made_over != digest:
+        merged = " and the base its merges made from the earlier one" if state.get("base") is not None else ""
+        raise LiveStoreError(
+            f"{path}: its writes{merged} were made over another index than {index} (whose manifest.json has changed "
+            f"since: rebuilt, replaced or changed offline), and would be served in its place; serve the index they "
+            f"were made over, or move {live_dir} away to serve {index} without them")
+    return state
+
+
+def state_base(live_dir: str | Path, state: dict[str, Any], index: str | Path) -> Path:
+    """The base ``state`` names: a merged base under the live directory (a path relative to it; an absolute one in
+    a state written before), or the index given (None)."""
+    base = state.get("base")
+    if base is None:
+        return Path(index).resolve()
+    return (Path(live_dir) / base).resolve()  # an absolute path stays itself
 
 
 def base_dir(live_dir: str | Path, index: str | Path) -> Path:
     """The base index a service with writes serves: the last merged one, else ``index``."""
-    return Path(read_state(Path(live_dir), index)["base"])
+    return state_base(live_dir, read_state(Path(live_dir), index), index)
 
 
 class LiveStore:
@@ -181,7 +213,8 @@ class LiveStore:
         (self.dir / WAL_DIR).mkdir(parents=True, exist_ok=True)
         (self.dir / BASES).mkdir(exist_ok=True)
         self.state = read_state(self.dir, index)
-        if Path(self.state["base"]).resolve() != base.dir.resolve():
+        self.state.setdefault("index", index_digest(index))  # recorded from now on (the next write of state.json)
+        if state_base(self.dir, self.state, index) != base.dir.resolve():
             raise LiveStoreError(f"{self.dir / STATE} names the base {self.state['base']}, not the index opened "
                                  f"({base.dir}); open the base named by live.base_dir")
         self.encoder = encoder
@@ -191,7 +224,7 @@ class LiveStore:
         self._merging = threading.Lock()
         self._since_rotation: list[tuple[str, Any]] | None = None  # writes during a merge, applied again after it
         self.last_merge: dict[str, Any] | None = self.state.get("last_merge")  # the last merge's result, or error
-        self._remove_leftovers()
+        self._remove_leftovers(state_base(self.dir, self.state, index))
         self._set_base(base)
         self.segment = Segment.over(base)
         self.replayed = 0
@@ -218,10 +251,9 @@ class LiveStore:
         self.snapshot = self._snapshot()
         publish(self.snapshot)
 
-    def _remove_leftovers(self) -> None:
+    def _remove_leftovers(self, current: Path) -> None:
         """What a merge killed midway, or killed after its commit point, left: a partial base, logs and a base that
-        state.json no longer names."""
-        current = Path(self.state["base"]).resolve()
+        state.json no longer names (``current``: the one it names)."""
         for path in (self.dir / BASES).iterdir():
             if path.resolve() != current:
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
@@ -376,7 +408,8 @@ class LiveStore:
                 old_wals = self.state["wals"][:-1]
                 result = {"base": str(dest.resolve()), "documents": len(docs), "deleted": len(dead_ids),
                           "seconds": round(time.perf_counter() - t0, 2)}
-                self.state = {"base": str(dest.resolve()), "wals": [rotated], "merges": n, "last_merge": result}
+                self.state = {**self.state, "base": str(dest.relative_to(self.dir)), "wals": [rotated], "merges": n,
+                              "last_merge": result}
                 write_json_atomic(self.dir / STATE, self.state)  # the commit point: the new base, the new log
                 self.last_merge = result  # before the snapshot, whose counts (merges among them) /info reads
                 self.snapshot = self._snapshot()

@@ -163,12 +163,9 @@ def built_by(m: phrase_index.Manifest) -> dict[str, Any]:
     ``default-2026-11``, ``base``, or None; a query-side fine-tune of the builder makes them too) and whether that is
     the current default (``bundled_default``), so an index built by an earlier default or another model is told
     apart. Both are None for an index that records no phrase fingerprint."""
-    from spanseek.core.model import BUNDLED_MODELS, CONFIG_NAME, phrase_fingerprint
+    from spanseek.core.loading import bundled_builder
 
-    bundled = None
-    if m.phrase_fingerprint:
-        bundled = next((name for name, path in BUNDLED_MODELS.items()
-                        if (path / CONFIG_NAME).is_file() and phrase_fingerprint(path) == m.phrase_fingerprint), None)
+    bundled = bundled_builder(m)
     return {"ref": m.model_ref, "fingerprint": m.model_fingerprint, "phrase_fingerprint": m.phrase_fingerprint,
             "backbone": m.encoder.get("backbone"), "bundled": bundled,
             "bundled_default": bundled == "default" if m.phrase_fingerprint else None}

@@ -67,7 +67,7 @@ def check_servable(settings: Settings) -> Path:
     from spanseek.core.alias import resolve_alias
     from spanseek.core.config import EncoderConfig
     from spanseek.core.encoding import pick_device
-    from spanseek.core.loading import index_model
+    from spanseek.core.loading import builder_name, index_model
     from spanseek.core.model import CONFIG_NAME, model_fingerprint, phrase_fingerprint
     from spanseek.core.phrase_index import IndexFormatError, check_index
 
@@ -79,7 +79,7 @@ def check_servable(settings: Settings) -> Path:
                              phrase_fingerprint(model_dir))
     except IndexFormatError as e:  # as core.loading.check_index_model says it once the service has loaded
         raise IndexFormatError(f"{setting_names('model')} {settings.model!r}: {target}: {e} (it was built with the "
-                               f"model {manifest.model_ref!r})") from None
+                               f"model {builder_name(manifest)!r})") from None
     if settings.reader is not None:
         from spanseek.core.reader import resolve_reader
         from spanseek.core.reading import READING_NAME
@@ -89,12 +89,15 @@ def check_servable(settings: Settings) -> Path:
             raise ValueError(f"{setting_names('reader')}: {reader_dir} has no {READING_NAME} (fit one with "
                              "`spanseek train fit-reading`)")
     if settings.writes:  # the live store makes the directory and its log when it loads
+        from spanseek.indexer.live import read_state
         from spanseek.service.live import live_dir_of, live_dir_problem
 
-        problem = live_dir_problem(live_dir_of(settings))
+        live_dir = live_dir_of(settings)
+        problem = live_dir_problem(live_dir)
         if problem is not None:
             default = "" if settings.live_dir else " (the default: the index path + '.live')"
             raise ValueError(f"{setting_names('live_dir')}: the live directory of --writes{default}: {problem}")
+        read_state(live_dir, target)  # its writes were made over this index (LiveStoreError)
     try:
         device = pick_device(settings.device)  # a device this machine lacks
     except ValueError as e:
@@ -132,6 +135,9 @@ def settings_errors(error: Any) -> str:
             parts.append(f"{message} ({', '.join(setting_names(n) for n in named)})" if named else message)
             continue
         name = str(problem["loc"][0])
+        if problem["type"] == "missing":  # its input is every setting given: nothing of this one to show
+            parts.append(f"{setting_names(name)}: {message}")
+            continue
         given = problem.get("input")  # a flag's or variable's text as typed; other values as Python shows them
         parts.append(f"{setting_names(name)}: {message} (got {given if isinstance(given, str) else repr(given)})")
     return "; ".join(parts)

@@ -81,6 +81,11 @@ class Overloaded(ServiceError, status=429, error="overloaded"):
         super().__init__(message, {"Retry-After": str(max(1, math.ceil(retry_after)))})
 
 
+class ReloadThrottled(Overloaded, error="reload_throttled"):
+    """``POST /admin/reload`` too soon after the last reload, or while another is under way (429, ``Retry-After``):
+    counted apart from load shedding, which the overload alert watches."""
+
+
 class ReloadFailed(ServiceError, status=409, error="reload_failed"):
     """The new index failed to load, its checksums or its model; the previous index keeps serving."""
 
@@ -100,7 +105,7 @@ class ClientClosed(ServiceError, status=499, error="client_closed"):
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
 ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "forbidden", "not_found", "method_not_allowed",
                "payload_too_large", "unsupported_media_type", "request_timeout", "validation_error", "overloaded",
-               "not_ready", "client_closed", "reload_failed", "internal_error")
+               "not_ready", "client_closed", "reload_failed", "reload_throttled", "internal_error")
 # validation errors listed in a 422's details: a body of 300,000 wrong items is 300,000 errors, and answering with
 # every one took seconds of the server's time (and 29 MB) that other requests waited for
 MAX_ERROR_DETAILS = 20

@@ -26,6 +26,8 @@ from spanseek.service.logs import AccessLogLimiter, log_access, request_id_var
 from spanseek.service.metrics import UNITS, ServiceMetrics
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# probes and the metrics scrape: an access line only when they fail
+PROBE_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 def _unit_label(scope: Scope) -> str:
@@ -68,8 +70,9 @@ class RequestContextMiddleware:
                                                      status=str(status_holder["status"])).observe(elapsed)
             status = int(status_holder["status"])
             # a refusal under overload writes no line (it is counted in spanseek_errors_total): a flood of them
-            # would otherwise cost a line each
-            if status != 429 and self.access_lines.allow():
+            # would otherwise cost a line each; nor does a probe or scrape answered (17,000 lines a day in compose)
+            quiet = status == 429 or (status < 400 and scope.get("path") in PROBE_PATHS)
+            if not quiet and self.access_lines.allow():
                 client = scope.get("client")
                 log_access(scope["method"], scope["path"], status, elapsed * 1e3, client[0] if client else None)
             request_id_var.reset(token)

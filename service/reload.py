@@ -40,7 +40,7 @@ from spanseek.core.params import UNITS, SearchParams
 from spanseek.core.phrase_index import MANIFEST, Manifest
 from spanseek.core.search import Searcher
 from spanseek.service.batcher import encode_batch, search_batch
-from spanseek.service.errors import NotReady, Overloaded, ReloadFailed
+from spanseek.service.errors import NotReady, ReloadFailed, ReloadThrottled
 from spanseek.service.heap import settle
 from spanseek.service.settings import Settings
 
@@ -135,17 +135,17 @@ class IndexReloader:
 
     async def on_request(self, path: Path | None = None, reason: str = "request") -> dict[str, Any]:
         """``reload`` for a caller: joins the reload of the same path under way, else starts one unless the last
-        ended less than ``reload_min_interval_s`` ago, or the last failed one less than its own length ago (Overloaded,
-        429). The reload goes on if the caller leaves."""
+        ended less than ``reload_min_interval_s`` ago, or the last failed one less than its own length ago
+        (ReloadThrottled, 429). The reload goes on if the caller leaves."""
         target = Path(path) if path is not None else self.path
         if self._running is not None and self._running[0] != target:
-            raise Overloaded("a reload of another index is under way; retry once it is done", 1.0)
+            raise ReloadThrottled("a reload of another index is under way; retry once it is done", 1.0)
         if self._running is None:
             interval, now = self.state.settings.reload_min_interval_s, time.monotonic()
             wait = self._next - now
             if wait > 0:
                 ended = f"the last reload {self._last_outcome} {now - self._ended:.0f} s ago"
-                raise Overloaded(f"{ended}; reloads are at least {interval:g} s apart (reload_min_interval_s; after a "
+                raise ReloadThrottled(f"{ended}; reloads are at least {interval:g} s apart (reload_min_interval_s; after a "
                                  "failure, as long as it took)", wait)
             task = asyncio.get_running_loop().create_task(self.reload(target, reason), name="spanseek-reload")
             task.add_done_callback(functools.partial(self._ended_now, started=time.monotonic()))

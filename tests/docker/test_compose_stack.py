@@ -65,6 +65,7 @@ def compose_env(index: Path, service_port: int, prometheus_port: int) -> dict[st
            if not k.startswith(("SPANSEEK_", "COMPOSE_")) and not k.endswith("_PUBLISH")}
     env.update(
         SPANSEEK_INDEX_DIR=str(index),
+        SPANSEEK_MODEL_DIR=str(index.parent / "models"),  # not the checkout's work/models: docker makes it as root
         SPANSEEK_PUBLISH=f"127.0.0.1:{service_port}",
         PROMETHEUS_PUBLISH=f"127.0.0.1:{prometheus_port}",
         SPANSEEK_API_KEY="",  # empty = no key

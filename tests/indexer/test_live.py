@@ -184,7 +184,7 @@ def test_merge_builds_a_base_that_searches_as_base_plus_segment(tmp_path, tiny_i
     assert store.describe()["base"] == result["base"] == str(tmp_path / "live" / "bases" / "base-000001")
     assert {(u, m): hits_of(published[-1], u, m) for u in UNITS for m in MODES} == before
     state = json.loads((tmp_path / "live" / "state.json").read_text())
-    assert Path(state["base"]).name == "base-000001" and len(state["wals"]) == 1
+    assert state["base"] == str(Path("bases", "base-000001")) and len(state["wals"]) == 1  # relative: movable
     assert np.array_equal(published[-1].index.deleted_docs, [])
     from spanseek.core.phrase_index import PhraseIndex
     from spanseek.core.segment import searcher_over
@@ -193,10 +193,68 @@ def test_merge_builds_a_base_that_searches_as_base_plus_segment(tmp_path, tiny_i
     (tmp_path / "live" / "bases" / "base-000002.tmp").mkdir()  # and one during the next merge
     again: list = []
     reopened = open_store(tmp_path / "live", tiny_index, encoder,
-                          searcher_over(tiny_searcher, PhraseIndex(state["base"])), again)
+                          searcher_over(tiny_searcher, PhraseIndex(tmp_path / "live" / state["base"])), again)
     assert reopened.replayed == 0 and sorted(p.name for p in (tmp_path / "live" / "bases").iterdir()) == ["base-000001"]
     assert [p.name for p in (tmp_path / "live" / "wal").iterdir()] == state["wals"]
     assert {(u, m): hits_of(again[-1], u, m) for u in UNITS for m in MODES} == before
+
+
+def test_a_live_directory_over_another_index_is_refused_and_one_moved_with_its_index_serves(
+        tmp_path, tiny_index, tiny_searcher, encoder, tiny_model_dir):
+    """The live directory records its index's manifest digest: started over an index changed at the same path
+    (rebuilt, replaced, changed offline) it refuses, rather than replay its writes or serve its merged base in the new
+    index's place; an index and its live directory moved together keep serving the merged base and the log."""
+    import shutil
+
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+    from spanseek.indexer.build import BuildOptions
+    from spanseek.indexer.live import LiveStoreError, base_dir
+
+    index = tmp_path / "a" / "index"
+    shutil.copytree(tiny_index, index)
+    live = tmp_path / "a" / "index.live"
+    published: list = []
+    store = open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), published)
+    writes(store, encoder)
+    store.model = tiny_model_dir
+    assert store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32")) is not None
+    upsert(store, encoder, [{"id": "late", "title": "Late", "paragraphs": ["In 1300 Dara built a harbour."]}])
+    before = {u: hits_of(published[-1], u, "hybrid") for u in UNITS}
+    store.close()
+
+    shutil.move(tmp_path / "a", tmp_path / "b")  # the index and its live directory, together
+    index, live = tmp_path / "b" / "index", tmp_path / "b" / "index.live"
+    assert base_dir(live, index) == (live / "bases" / "base-000001").resolve()
+    again: list = []
+    moved = open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(base_dir(live, index))), again)
+    assert moved.replayed == 1 and {u: hits_of(again[-1], u, "hybrid") for u in UNITS} == before
+    moved.close()
+
+    manifest = json.loads((index / "manifest.json").read_text())  # the same path, another index
+    (index / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    for attempt in (lambda: base_dir(live, index),
+                    lambda: open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), [])):
+        with pytest.raises(LiveStoreError, match=r"state.json: its writes and the base its merges made .* another "
+                                                 r"index .* move .*index.live away"):
+            attempt()
+
+
+def test_a_state_written_before_the_index_was_recorded_is_taken_as_over_this_index(
+        tmp_path, tiny_index, tiny_searcher, encoder):
+    from spanseek.indexer.live import index_digest
+
+    live = tmp_path / "live"
+    store = open_store(live, tiny_index, encoder, tiny_searcher, [])
+    upsert(store, encoder, [{"id": "x", "title": "X", "paragraphs": ["In 1300 Dara built a harbour."]}])
+    store.close()
+    state = json.loads((live / "state.json").read_text())
+    assert state["index"] == index_digest(tiny_index) and state["base"] is None
+    legacy = {"base": str(Path(tiny_index).resolve()), "wals": state["wals"], "merges": 0}  # the earlier form
+    (live / "state.json").write_text(json.dumps(legacy))
+    reopened = open_store(live, tiny_index, encoder, tiny_searcher, [])
+    assert reopened.replayed == 1 and reopened.get("x") is not None
+    assert json.loads((live / "state.json").read_text())["index"] == index_digest(tiny_index)
 
 
 @pytest.mark.parametrize("unit", UNITS)

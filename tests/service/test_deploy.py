@@ -50,7 +50,9 @@ def test_compose_file_validates_with_safe_defaults():
     assert spanseek["image"] == "spanseek:cpu" and "deploy" not in spanseek
     assert spanseek["environment"]["SPANSEEK_API_KEY"] == ""  # unset = empty = no key
     mounts = {v.split(":")[1]: v.split(":")[2] for v in spanseek["volumes"]}  # source:target:mode
-    assert mounts == {"/data/index": "ro", "/models/custom": "ro", "/data/live": "rw"}  # writes: the live volume
+    assert mounts == {"/data/index": "ro", "/models/custom": "ro", "/data/live": "rw", "/data/onnx": "rw"}
+    # SIGTERM's drain (uvicorn's graceful shutdown: 10 s) ends before Docker's SIGKILL
+    assert float(str(spanseek["stop_grace_period"]).rstrip("s")) > 10
     assert spanseek["environment"]["SPANSEEK_WRITES"] == "false" and spanseek["environment"]["SPANSEEK_LIVE_DIR"] == "/data/live"
     assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "s3cret"
 
@@ -134,6 +136,8 @@ def test_images_are_multi_stage_non_root_with_a_readiness_healthcheck(name):
     assert not re.search(r"^# *syntax=", text, re.M)
     if name.endswith("cuda"):
         assert "pip uninstall -y faiss-cpu" in text and "faiss-gpu" in text
+    # the volumes mounted on these take their owner: the service (not root) writes its log and its graphs there
+    assert re.search(r"chown spanseek /data/live /data/onnx", text) and "SPANSEEK_ONNX_CACHE=/data/onnx" in text
 
 
 def test_build_context_is_filtered_at_the_root():

@@ -92,13 +92,25 @@ async def test_lines_logged_in_a_batch_name_its_requests(settings_for, tiny_sear
     ("", False),
 ])
 def test_request_id_is_taken_when_safe_else_generated(client, records, given, echoed):
-    r = client.get("/health", headers={"X-Request-ID": given})
+    r = client.get("/info", headers={"X-Request-ID": given})
     rid = r.headers["x-request-id"]
     assert (rid == given) is echoed
     if not echoed:
         assert len(rid) == 32 and all(c in "0123456789abcdef" for c in rid)
     [line] = [rec for rec in records if rec.name == "spanseek.access"]
     assert line.request_id == rid and line.status == 200
+
+
+def test_probes_and_scrapes_log_an_access_line_only_when_they_fail(client, records, monkeypatch):
+    """Every Prometheus scrape (5 s) and health check (15 s) wrote one: 17,000 /metrics lines a day in compose."""
+    for path in ("/health", "/ready", "/metrics"):
+        assert client.get(path).status_code == 200
+    client.app.state.service.status = "loading"
+    assert client.get("/ready").status_code == 503
+    client.app.state.service.status = "ready"
+    assert client.get("/info").status_code == 200
+    lines = [(r.path, r.status) for r in records if r.name == "spanseek.access"]
+    assert lines == [("/ready", 503), ("/info", 200)]
 
 
 def test_formats():

@@ -228,6 +228,9 @@ async def test_reloads_on_request_are_shared_and_spaced(settings_for, async_serv
         r = await client.post("/admin/reload", headers=AUTH)
         assert r.status_code == 429 and "reload_min_interval_s" in r.json()["message"]
         assert 50 <= int(r.headers["Retry-After"]) <= 60 and state.reloader.reloads == 1
+        metrics = (await client.get("/metrics")).text  # not load shedding, which the overload alert watches
+        assert r.json()["error"] == "reload_throttled" and 'spanseek_errors_total{type="reload_throttled"} 1.0' in metrics
+        assert 'spanseek_errors_total{type="overloaded"} 0.0' in metrics
         r = await client.post("/admin/reload")
         assert r.status_code == 401 and time.monotonic() - t0 >= 2 * 0.5  # refusals answered after the delay
         t0 = time.monotonic()

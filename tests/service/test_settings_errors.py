@@ -75,6 +75,13 @@ def test_a_bad_setting_is_one_line_naming_it(tmp_path, monkeypatch, capsys, env,
     assert "Value error" not in err
 
 
+def test_a_missing_setting_is_named_without_the_others(monkeypatch, capsys):
+    """Before: `--index / SPANSEEK_INDEX: Field required (got {'port': '18766'})`, every other setting as a dict."""
+    monkeypatch.delenv("SPANSEEK_INDEX", raising=False)
+    err = serve_error(["--port", "18766"], capsys)
+    assert err == "spanseek serve: error: invalid settings: --index / SPANSEEK_INDEX: Field required", err
+
+
 def test_an_empty_optional_setting_is_unset(monkeypatch, tmp_path):
     """As compose passes an unset variable: ``SPANSEEK_READER=`` was the reader directory ``.``, ``SPANSEEK_LIVE_DIR=``
     the working directory, and an empty nprobe or thread count was refused."""
@@ -118,6 +125,29 @@ def test_serve_names_what_would_fail_only_once_loaded(request, tiny_index, tiny_
     update = {k: str(request.getfixturevalue(v[1:-1])) if v.startswith("<") else v for k, v in update.items()}
     with pytest.raises(error, match=message):
         check_servable(settings.model_copy(update=update))
+
+
+def test_serve_refuses_a_live_directory_of_writes_made_over_another_index(tiny_index, tiny_model_dir, tmp_path):
+    """Before, the service replayed them over this index, or served the base a merge had made from the other one
+    (a compose volume kept across a change of the mounted index)."""
+    import json
+
+    from spanseek.indexer.live import LiveStoreError, index_digest
+
+    live = tmp_path / "live"
+    live.mkdir()
+    settings = Settings(index=tiny_index, model=str(tiny_model_dir), device="cpu", writes=True, api_key="k",
+                        live_dir=live)
+    for digest, ok in ((index_digest(tiny_index), True), ("0" * 32, False)):
+        state = {"index": digest, "base": None, "wals": ["wal-000001.jsonl"], "merges": 0}
+        (live / "state.json").write_text(json.dumps(state))
+        if ok:
+            check_servable(settings)
+            continue
+        with pytest.raises(LiveStoreError, match=rf"^{live / 'state.json'}: its writes were made over another index "
+                                                 rf"than {tiny_index} .* or move {live} away to serve {tiny_index} "
+                                                 "without them$"):
+            check_servable(settings)
 
 
 @pytest.fixture
