@@ -11,8 +11,9 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -303,6 +304,26 @@ def _window_targets(passages: list[PassageTokens], keys: list[tuple[int, int]],
     return targets
 
 
+T = TypeVar("T")
+
+
+def advance(steps: Generator[None, None, T]) -> tuple[bool, T | None]:
+    """Run one step of ``steps``: (False, None) while steps remain, then (True, what it returns)."""
+    try:
+        next(steps)
+    except StopIteration as done:
+        return True, done.value
+    return False, None
+
+
+def drain(steps: Generator[None, None, T]) -> T:
+    """Run ``steps`` to its end; what it returns."""
+    while True:
+        finished, value = advance(steps)
+        if finished:
+            return value  # type: ignore[return-value]
+
+
 class PassageEncoder:
     """Encode passages into per-token vectors with overlapping windows (see core.text)."""
 
@@ -318,17 +339,20 @@ class PassageEncoder:
         return _window_batches(passages, self.window, self.stride)
 
     @torch.no_grad()
-    def forward_windows(self, ids: list[np.ndarray]) -> Iterator[tuple[list[int], torch.Tensor]]:
-        """Run the phrase encoder over windows, longest first, in batches of at most max_batch_tokens.
+    def forward_windows(self, ids: list[np.ndarray], max_batch_tokens: int | None = None
+                        ) -> Iterator[tuple[list[int], torch.Tensor]]:
+        """Run the phrase encoder over windows, longest first, in batches of at most ``max_batch_tokens`` (default:
+        the encoder's) padded tokens, and at least one window.
 
         Yields (window indices, (b, T, d) content-token vectors, [CLS] stripped).
         """
         device = model_device(self.model)
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        budget = max_batch_tokens or self.max_batch_tokens
         i = 0
         while i < len(order):
             longest = padded_length(len(ids[order[i]]) + 2)
-            b = max(1, self.max_batch_tokens // longest)
+            b = max(1, budget // longest)
             chunk = order[i : i + b]
             i += b
             batch, mask = window_batch([ids[w] for w in chunk], self.tokenizer)
@@ -343,14 +367,22 @@ class PassageEncoder:
         so besides the output only one batch of windows is held: memory stays linear in the tokens however
         long a passage is.
         """
+        return drain(self.encode_flat_steps(passages))
+
+    def encode_flat_steps(self, passages: list[PassageTokens], max_batch_tokens: int | None = None
+                          ) -> Generator[None, None, np.ndarray]:
+        """``encode_flat`` one forward batch (of at most ``max_batch_tokens``) a step: yields after each, returns
+        the array. A caller that shares the encoder's thread (live writes, between search batches) runs a step at
+        a time, however long a passage is."""
         keys, ids, assign = self.window_ids(passages)
         targets = _window_targets(passages, keys, assign)
         out = np.empty((sum(len(t) for t in passages), self.model.dim), np.float32)
-        for chunk, h in self.forward_windows(ids):
+        for chunk, h in self.forward_windows(ids, max_batch_tokens):
             h_np = h.cpu().numpy()  # (b, T, d)
             for r, w in enumerate(chunk):
                 row, count, pos = targets[w]
                 out[row : row + count] = h_np[r, pos : pos + count]
+            yield
         return out
 
     def encode_tokens(self, passages: list[PassageTokens]) -> list[EncodedPassage]:

@@ -30,14 +30,14 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from spanseek.core.encoding import PassageEncoder, pick_precision
+from spanseek.core.encoding import PassageEncoder, drain, pick_precision
 from spanseek.core.filters import FilterError
 from spanseek.core.integrity import file_digest
 from spanseek.core.io import (
@@ -87,7 +87,8 @@ class DocumentEncoder:
         self.chunk_tokens = chunk_tokens
 
     def chunks(self, doc: Document) -> list[list[PassageTokens]]:
-        """The document's tokenised passages in runs of about ``chunk_tokens`` tokens (a passage is never split)."""
+        """The document's tokenised passages in runs of about ``chunk_tokens`` tokens (a passage is not split here:
+        ``chunk_steps`` encodes a long one a window batch at a time)."""
         out: list[list[PassageTokens]] = [[]]
         size = 0
         for toks in tokenize_passages(self.tokenizer, list(doc.paragraphs)):
@@ -99,7 +100,14 @@ class DocumentEncoder:
         return out
 
     def encode_chunk(self, toks: list[PassageTokens]) -> dict[str, np.ndarray]:
-        return encode_passages(self.encoder, toks)
+        return drain(self.chunk_steps(toks))
+
+    def chunk_steps(self, toks: list[PassageTokens]) -> Generator[None, None, dict[str, np.ndarray]]:
+        """``encode_chunk`` in steps of one forward pass of at most ``chunk_tokens`` padded tokens (and at least
+        one window): a passage of 60,000 tokens is some 300 short steps, not one of seconds that every search
+        waits behind (``core.encoding.advance`` runs one)."""
+        vecs = yield from self.encoder.encode_flat_steps(toks, self.chunk_tokens)
+        return encode_passages(self.encoder, toks, vecs)
 
     def assemble(self, doc: Document, parts: list[dict[str, np.ndarray]]) -> EncodedDocument:
         """The document from its encoded chunks (in order)."""
@@ -197,6 +205,24 @@ def state_base(live_dir: str | Path, state: dict[str, Any], index: str | Path) -
     return (Path(live_dir) / base).resolve()  # an absolute path stays itself
 
 
+def last_writes(logs: Iterable[Path]) -> dict[str, int]:
+    """{document id: the number of the last write that names it} over ``logs`` in order (writes numbered from 0)."""
+    last: dict[str, int] = {}
+    n = -1
+    for n, entry in enumerate(e for path in logs for e in read_entries(path, repair=False)):
+        for doc_id in ([str(d.get("id")) for d in entry["docs"]] if entry["op"] == "upsert" else entry["ids"]):
+            last[doc_id] = n
+    return last
+
+
+def superseded(doc: Document) -> EncodedDocument:
+    """A stand-in for a logged version of ``doc`` that a later write replaces or deletes: replay applies it (so the
+    base's row is tombstoned and the segment's order kept as the writes made them) without encoding it."""
+    nothing = np.zeros(0, dtype=np.int32)
+    return EncodedDocument({"id": doc.id}, (), np.zeros((0, 0), dtype=np.float16), nothing.reshape(0, 2),
+                           nothing.astype(np.uint8), nothing, nothing.astype(bool), ())
+
+
 def base_dir(live_dir: str | Path, index: str | Path) -> Path:
     """The base index a service with writes serves: the last merged one, else ``index``."""
     return state_base(live_dir, read_state(Path(live_dir), index), index)
@@ -239,9 +265,10 @@ class LiveStore:
             log.info("replaying the write log: %d files, %.1f MB (every written document is encoded again)",
                      len(logs), size / 1e6)
         t0 = time.perf_counter()
+        last = last_writes(logs)  # a version a later write replaces or deletes is applied, never encoded
         for path in logs:
             for entry in read_entries(path):
-                self._apply(entry, self._encode_entry(entry, path))
+                self._apply(entry, self._encode_entry(entry, path, lambda doc_id: last[doc_id] == self.replayed))
                 self.replayed += 1
         if size:
             log.info("replayed %d writes in %.1f s: %d documents in the segment, %d deleted from the base",
@@ -267,11 +294,14 @@ class LiveStore:
         self.base_terms = BaseTerms.of(base) if base.lexical is not None else None
         self._base_passage_doc = np.asarray([p["doc"] for p in base.passages], dtype=np.int64)  # sorted
 
-    def _encode_entry(self, entry: dict[str, Any], where: Path) -> list[EncodedDocument]:
+    def _encode_entry(self, entry: dict[str, Any], where: Path,
+                      final: Callable[[str], bool] = lambda doc_id: True) -> list[EncodedDocument]:
+        """An upsert's documents encoded, those that are not ``final`` (replaced or deleted by a later write) as
+        placeholders: applied as the write was (order, tombstones), then dropped by that later write."""
         if entry["op"] != "upsert":
             return []
         docs = [document_from_json(without_nonfinite(d), str(where)) for d in entry["docs"]]  # (older logs: NaN)
-        return [self.encoder.encode(d) for d in docs if d is not None]
+        return [self.encoder.encode(d) if final(d.id) else superseded(d) for d in docs if d is not None]
 
     def _apply(self, entry: dict[str, Any], encoded: list[EncodedDocument]) -> list[str]:
         if entry["op"] == "upsert":
@@ -282,6 +312,20 @@ class LiveStore:
         if self._since_rotation is not None:
             self._since_rotation.append((entry["op"], encoded if entry["op"] == "upsert" else out))
         return out
+
+    def _restart_log(self) -> None:
+        """With nothing in the segment and no tombstones the logs replay to the base alone: serve over a new, empty
+        one (made before state.json lists it alone) and remove them. The caller holds the lock."""
+        rotated = f"wal-{int(self.state['wals'][-1][4:10]) + 1:06d}.jsonl"
+        fresh = WriteAheadLog(self.dir / WAL_DIR / rotated)
+        old = self.state["wals"]
+        self.state = {**self.state, "wals": [rotated]}
+        write_json_atomic(self.dir / STATE, self.state)
+        self.wal.close()
+        self.wal = fresh
+        for name in old:
+            (self.dir / WAL_DIR / name).unlink(missing_ok=True)
+        log.info("the write log held no document and no deletion of the base: started a new one")
 
     def _snapshot(self) -> LiveIndex:
         self.counts = (self.documents, *self._searched())  # with every snapshot (under the lock): read without it
@@ -383,6 +427,8 @@ class LiveStore:
         try:
             with self._lock:
                 if not self.segment.docs and not self.segment.tombstones:
+                    if self.wal_bytes:  # writes that cancel out (a document written, then deleted) still fill it
+                        self._restart_log()
                     return None
                 n = int(self.state["merges"]) + 1
                 docs = [corpus_json(d.record, d.passages) for d in self.segment.docs.values()]

@@ -19,11 +19,13 @@ from spanseek.indexer.compress import filter_probabilities
 SHARD_KEY = "key.txt"  # a shard's content key: model, precision and its passages (``indexer.build.shard_key``)
 
 
-def encode_passages(encoder: PassageEncoder, toks: list) -> dict[str, np.ndarray]:
+def encode_passages(encoder: PassageEncoder, toks: list, vecs: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Encode tokenised passages (``core.text.tokenize_passages``) into a shard's arrays, in memory: ``vectors``
     (n, d) float16, ``offsets`` (n, 2) int32, ``flags`` (n,) uint8, ``ntokens`` (p,) int64, and with a filter head
-    ``filter`` (n, 2) start/end filter probabilities. A live write (``indexer.live``) encodes documents the same way."""
-    vecs = encoder.encode_flat(toks)  # (tokens, d) float32
+    ``filter`` (n, 2) start/end filter probabilities. A live write (``indexer.live``) encodes documents the same way,
+    a forward batch at a time (``vecs``: the (tokens, d) float32 token vectors it made)."""
+    if vecs is None:
+        vecs = encoder.encode_flat(toks)  # (tokens, d) float32
     flags = (np.concatenate([t.flags for t in toks]) if toks else np.zeros(0)).astype(np.uint8)
     out = {
         "vectors": vecs.astype(np.float16),

@@ -200,7 +200,9 @@ class ServiceState:
         self.batcher.swap(searcher)
 
     def _describe(self, searcher: Searcher, resolved: Resolved) -> None:
-        index = searcher.index
+        # with writes, /info's index and the index gauges describe the base served (the counts searches see are
+        # LiveWrites.gauges' and /info's service.writes); the cost model prices the live index searched
+        index = self.live.store.base if self.live is not None else searcher.index
         m = index.manifest
         encoder = searcher.encoder
         device = "unknown"
@@ -239,7 +241,7 @@ class ServiceState:
             self.search_info["lexical"] = missing_message(index.dir)
         reading = getattr(searcher, "reading", None)
         self.cost = CostModel(searcher.selection(None).unit_count,
-                              int(index.faiss.ntotal), self.settings.default_top_k,
+                              int(searcher.index.faiss.ntotal), self.settings.default_top_k,
                               reading.reading.read_passages if reading is not None else 5)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
         if self.live is not None:  # with writes: what searches see, not the base's manifest

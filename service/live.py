@@ -6,8 +6,9 @@ A write is encoded in the encoder's thread (the micro-batcher's pool), a chunk o
 step, so search batches run between the steps rather than wait for a whole document; then, in the write thread, it
 is logged (fsynced), applied and published: a new ``Searcher`` over the new snapshot is handed to the batcher, and
 the next batch searches it. The answer comes after that, so an acknowledged write is durable and searchable. A
-merge runs in its own thread when the segment passes ``merge_tokens`` (or on ``POST /admin/compact``), at a lower
-CPU priority (``merge_nice``) so that searches and writes keep the cores meanwhile.
+merge runs in its own thread when one is due (the segment, the log or the base's deleted documents past their
+``merge_`` settings: ``merge_due``) or on ``POST /admin/compact``, at a lower CPU priority (``merge_nice``) so that
+searches and writes keep the cores meanwhile.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from spanseek.core.encoding import advance
 from spanseek.core.io import Document
 from spanseek.core.params import SearchFilter
 from spanseek.core.search import Searcher
@@ -122,8 +124,12 @@ class LiveWrites:
         loop = asyncio.get_running_loop()
         encoded = []
         for doc in docs:
-            chunks = await loop.run_in_executor(self.encoder_pool, self.encoder.chunks, doc)
-            parts = [await loop.run_in_executor(self.encoder_pool, self.encoder.encode_chunk, c) for c in chunks]
+            parts = []
+            for chunk in await loop.run_in_executor(self.encoder_pool, self.encoder.chunks, doc):
+                steps = self.encoder.chunk_steps(chunk)  # a forward pass per turn of the encoder's thread
+                while not (done := await loop.run_in_executor(self.encoder_pool, advance, steps))[0]:
+                    pass
+                parts.append(done[1])
             encoded.append(self.encoder.assemble(doc, parts))
         await loop.run_in_executor(self.write_pool, self.store.upsert, docs, encoded)
         self.metrics.write_visible.observe(time.perf_counter() - t0)
@@ -142,15 +148,24 @@ class LiveWrites:
             deleted, _ = await loop.run_in_executor(self.write_pool, self.store.delete, ids or [])
         self.metrics.documents_deleted.inc(len(deleted))
         self.gauges()
+        self.maybe_merge()
         return deleted
 
+    def merge_due(self) -> bool:
+        """Whether a background merge is due: the segment holds ``merge_tokens`` tokens, the log ``merge_log_bytes``
+        bytes, or ``merge_deleted_share`` of the base's documents are tombstones (``merge_tokens`` 0: never)."""
+        s, store = self.settings, self.store
+        share = s.merge_deleted_share
+        return s.merge_tokens > 0 and (
+            store.segment.tokens >= s.merge_tokens or 0 < s.merge_log_bytes <= store.wal_bytes
+            or (share > 0 and len(store.segment.tombstones) >= share * max(1, len(store.base.docs))))
+
     def maybe_merge(self, force: bool = False) -> bool:
-        """Start a background merge when the segment has passed ``merge_tokens`` (or ``force``); returns whether
-        one is running."""
+        """Start a background merge when one is due (``merge_due``, or ``force``); returns whether one is
+        running."""
         if self.merge_thread is not None and self.merge_thread.is_alive():
             return True
-        threshold = self.settings.merge_tokens
-        if not force and (threshold == 0 or self.store.segment.tokens < threshold):
+        if not force and not self.merge_due():
             return False
         self.merge_thread = threading.Thread(target=self._merge, name="spanseek-merge", daemon=True)
         self.merge_thread.start()
@@ -163,6 +178,9 @@ class LiveWrites:
             merged = self.store.merge()  # None: nothing to merge
             if merged is not None:
                 self.metrics.merges.labels(outcome="ok").inc()
+                # the searcher snapshots are made over (its settings only) follows the new base: holding the first
+                # kept its index in memory, and its deleted files on disk, for the life of the process
+                self.base = searcher_over(self.base, self.store.base)
         except Exception:  # the old base and the segment keep serving; the log still holds every write
             self.metrics.merges.labels(outcome="failed").inc()
             log.exception("merge failed; the segment keeps serving")

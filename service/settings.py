@@ -210,7 +210,13 @@ class Settings(BaseSettings):
     # A merge re-encodes the segment's documents into a copy of the base and compacts it: CPU for the segment's
     # size, disk for a second base meanwhile. Larger segments cost memory and snapshot time per write.
     merge_tokens: int = Field(200_000, ge=0, description="segment tokens that start a background merge (0 = only "
-                                                         "POST /admin/compact)")
+                                                         "POST /admin/compact, whatever the other merge_ settings)")
+    # Replacing or deleting documents adds little to the segment but fills the log (replayed at every start) and
+    # masks base documents (searched, then dropped): either also starts a merge.
+    merge_log_bytes: int = Field(256 << 20, ge=0, description="write log size that starts a background merge "
+                                                              "(0 = never for its size)")
+    merge_deleted_share: float = Field(0.25, ge=0, le=1, allow_inf_nan=False, description=(
+        "share of the base's documents deleted or replaced that starts a background merge (0 = never for it)"))
     # The merge thread (and the encoder and faiss threads it starts) runs at this niceness above the service's, so
     # searches and writes keep the cores while it works; a merge then takes longer on a busy machine. 0 = same
     # priority; 19 = only idle time.
