@@ -28,6 +28,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
+from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.encoding import PassageEncoder, autocast, pick_device, pick_precision  # noqa: E402
 from spanseek.core.io import Document, read_corpus, write_corpus, write_json_atomic  # noqa: E402
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> dict:
     window_tokens = sum(int(mask.sum()) for _, mask in batches)
     result = {
         "benchmark": "index_throughput",
-        "model": str(args.model), "corpus": str(args.corpus), "device": str(device), "precision": precision,
+        "model": str(args.model), "corpus": str(args.corpus), "device": str(device), "cpu": cpu_name(),
+        "precision": precision,
         "torch_threads": torch.get_num_threads(),
         "passages": len(texts), "documents": len(docs), "tokens": n_tokens,
         "windows": sum(len(ids) for ids, _ in batches), "window_tokens": window_tokens, "batches": len(batches),

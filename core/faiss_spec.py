@@ -52,6 +52,11 @@ class FactorySpec:
         return self.is_ivf or self.id_map
 
     @property
+    def is_exact(self) -> bool:
+        """Whether a search of it is the exact inner-product search over the vectors it was given (Flat)."""
+        return not self.needs_training and not self.hnsw
+
+    @property
     def has_codes(self) -> bool:
         """Whether an index of this factory gets a codes store (compressed types; not Flat or HNSW)."""
         return self.needs_training and not self.hnsw

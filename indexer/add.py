@@ -163,8 +163,8 @@ def remeasure_recall(index_dir: Path, old: phrase_index.Manifest, index: Any, pa
                      n_tokens: int, opts: BuildOptions) -> None:
     """Measure the build's recall again over the index's tokens as committed (``names``' new versions), for
     ``index verify`` to repeat; nothing when the build did not measure it."""
-    if "recall" not in params or not opts.recall_sample:
-        return
+    if "recall" not in params or not opts.recall_sample or params["recall"].get("exact"):
+        return  # (an exact index records no measurement: indexer.recall)
 
     def current(name: str) -> Path:
         return staged(index_dir, name) if name in names else index_dir / name

@@ -13,18 +13,24 @@ from typing import Any
 import numpy as np
 
 EXACT_CHUNK = 65536
+# what an exact (Flat) index records for its recall: its search is the exact search, so nothing is measured
+EXACT_RECALL: dict[str, Any] = {"exact": True}
 
 
 def exact_topk(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """Brute-force inner-product top-k token ids among ``ids`` (rows of ``vectors``), chunk by chunk."""
-    import faiss
+    """Brute-force inner-product top-k token ids among ``ids`` (rows of ``vectors``), chunk by chunk: a float32
+    product and top-k by torch (9x faiss.knn's time for 200 queries over 146k tokens on 2 cores, whose heap takes
+    every score)."""
+    import torch
 
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     best_d = np.full((len(queries), 0), -np.inf, np.float32)
     best_i = np.zeros((len(queries), 0), np.int64)
     for a in range(0, len(ids), EXACT_CHUNK):
         chunk = ids[a : a + EXACT_CHUNK]
-        x = np.ascontiguousarray(vectors[chunk], dtype=np.float32)
-        dist, pos = faiss.knn(queries, x, min(k, len(chunk)), metric=faiss.METRIC_INNER_PRODUCT)
+        x = torch.from_numpy(np.ascontiguousarray(vectors[chunk], dtype=np.float32))
+        top = torch.topk(q @ x.T, min(k, len(chunk)), dim=1)
+        dist, pos = top.values.numpy(), top.indices.numpy()
         best_d = np.concatenate([best_d, dist], axis=1)
         best_i = np.concatenate([best_i, chunk[pos]], axis=1)
         order = np.argsort(-best_d, axis=1, kind="stable")[:, :k]
