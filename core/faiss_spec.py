@@ -53,8 +53,9 @@ class FactorySpec:
 
     @property
     def is_exact(self) -> bool:
-        """Whether a search of it is the exact inner-product search over the vectors it was given (Flat)."""
-        return not self.needs_training and not self.hnsw
+        """Whether a search of it is the exact inner-product search over the vectors it was given: a plain Flat,
+        behind an IDMap or not (an allow-list: a graph or another part faiss knows and this parser does not is not)."""
+        return re.fullmatch(r"(IDMap2?,)?Flat", self.factory.replace(" ", "")) is not None
 
     @property
     def has_codes(self) -> bool:

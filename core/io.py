@@ -34,9 +34,6 @@ import numpy as np
 from spanseek.core.filters import unfit_number, value_text
 
 log = logging.getLogger(__name__)
-# what may not be in a document id: what str.splitlines() splits at, and NUL (an id is one line of an ids file, and
-# a URL's path segment, where a line break is not routed)
-LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00")
 MAX_META_BYTES = 16 * 1024  # a metadata object as JSON: a URL, dates, tags and a heading path fit many times over
 
 
@@ -298,9 +295,6 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
                           f"({len(paragraphs)})", "passage_meta")
     if isinstance(doc_id, str) and not doc_id.strip():
         raise CorpusError(f"{where}: 'id' is blank; give each document an id with a visible character", "id")
-    if isinstance(doc_id, str) and (bad := next((c for c in doc_id if c in LINE_BREAKS), None)) is not None:
-        raise CorpusError(f"{where}: 'id' holds {'a NUL' if bad == chr(0) else 'a line break'} ({bad!a}); an id is "
-                          "one line of text (ids files list one a line, and URLs name it)", "id")
     _check_meta(where, doc_id, [("meta", "'meta'", meta)] + [
         ("passage_meta", f"'passage_meta' {i}", m) for i, m in enumerate(passage_meta) if m],
         size is None or 4 * size > MAX_META_BYTES)

@@ -186,6 +186,14 @@ def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise LiveStoreError(f"{path}: cannot be read ({e}); restore it, or move the live directory away") from None
+    if not isinstance(state, dict) or not isinstance(state.get("wals"), list):
+        raise LiveStoreError(f"{path}: not a live directory's state (no list of write logs); restore it, or move the "
+                             "live directory away")
+    base = state.get("base")
+    if base is not None and Path(base).is_absolute():  # as the previous version wrote it: the index given, or a
+        # merged base of this directory (found by name where both moved together)
+        merged = Path(BASES, Path(base).name)
+        state["base"] = str(merged) if Path(base).parent.name == BASES and (live_dir / merged).is_dir() else None
     made_over = state.get("index")  # absent in a state written before it was recorded: taken as this index
     if made_over is not None and digest is not None and made_over != digest:
         merged = " and the base its merges made from the earlier one" if state.get("base") is not None else ""
@@ -319,8 +327,13 @@ class LiveStore:
         rotated = f"wal-{int(self.state['wals'][-1][4:10]) + 1:06d}.jsonl"
         fresh = WriteAheadLog(self.dir / WAL_DIR / rotated)
         old = self.state["wals"]
-        self.state = {**self.state, "wals": [rotated]}
-        write_json_atomic(self.dir / STATE, self.state)
+        state = {**self.state, "wals": [rotated]}
+        try:  # held in memory only once on disk: a failed write leaves the old log listed and written to
+            write_json_atomic(self.dir / STATE, state)
+        except BaseException:
+            fresh.close()
+            raise
+        self.state = state
         self.wal.close()
         self.wal = fresh
         for name in old:

@@ -156,9 +156,10 @@ class LiveWrites:
         bytes, or ``merge_deleted_share`` of the base's documents are tombstones (``merge_tokens`` 0: never)."""
         s, store = self.settings, self.store
         share = s.merge_deleted_share
+        counts = store.segment_counts  # taken with the last snapshot, under the store's lock: read without it
         return s.merge_tokens > 0 and (
-            store.segment.tokens >= s.merge_tokens or 0 < s.merge_log_bytes <= store.wal_bytes
-            or (share > 0 and len(store.segment.tombstones) >= share * max(1, len(store.base.docs))))
+            counts["segment_tokens"] >= s.merge_tokens or 0 < s.merge_log_bytes <= store.wal_bytes
+            or (share > 0 and counts["tombstones"] >= share * max(1, len(store.base.docs))))
 
     def maybe_merge(self, force: bool = False) -> bool:
         """Start a background merge when one is due (``merge_due``, or ``force``); returns whether one is
@@ -178,12 +179,15 @@ class LiveWrites:
             merged = self.store.merge()  # None: nothing to merge
             if merged is not None:
                 self.metrics.merges.labels(outcome="ok").inc()
-                # the searcher snapshots are made over (its settings only) follows the new base: holding the first
-                # kept its index in memory, and its deleted files on disk, for the life of the process
-                self.base = searcher_over(self.base, self.store.base)
         except Exception:  # the old base and the segment keep serving; the log still holds every write
             self.metrics.merges.labels(outcome="failed").inc()
             log.exception("merge failed; the segment keeps serving")
+        if merged is not None:
+            try:  # the searcher snapshots are made over (its settings only) follows the new base: holding the first
+                # kept its index in memory, and its deleted files on disk, for the life of the process
+                self.base = searcher_over(self.base, self.store.base)
+            except Exception:
+                log.exception("the merged base's searcher could not be made; the first base stays held")
         if merged is not None and self.on_merged is not None:
             try:
                 with self._serving:  # no write publishes meanwhile: what is described is what is served

@@ -21,6 +21,28 @@ WORDS = (
 ).split()
 
 
+@pytest.fixture(autouse=True)
+def _logging_restored():
+    """`spanseek serve` configures logging for its process (dictConfig: root handlers on the stderr of the moment,
+    other loggers disabled); in a test run that stderr is the test's capture, closed after it, and a later test's
+    log line was a "--- Logging error ---" traceback on its stderr. Each test gets back the logging it started with."""
+    import logging
+
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger)]
+    saved = [(lg, lg.handlers[:], lg.level, lg.propagate, lg.disabled) for lg in loggers]
+    yield
+    for lg, handlers, level, propagate, disabled in saved:
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
+        lg.propagate, lg.disabled = propagate, disabled
+    known = {id(lg) for lg in loggers}
+    for lg in logging.Logger.manager.loggerDict.values():  # made during the test (uvicorn's, by a dictConfig)
+        if isinstance(lg, logging.Logger) and id(lg) not in known:
+            lg.handlers.clear()
+            lg.disabled = False
+
+
 def span_chars(index, i: int, j: int) -> tuple[int, int]:
     """The characters [start, end) a hit of tokens ``i``..``j`` of ``index`` shows (tidied as ``HitBuilder`` does:
     ``core.hits.tidy_span``), for oracles that find the tokens by brute force."""

@@ -113,6 +113,36 @@ def test_the_recall_oracle_is_the_brute_force_top_k(monkeypatch):
     scores = queries @ vectors[ids].T
     expected = ids[np.argsort(-scores, axis=1, kind="stable")[:, :5]]
     assert np.array_equal(recall.exact_topk(vectors, ids, queries, 5), expected)
+    got, scores = recall.exact_topk(vectors, ids, queries, 5, with_scores=True)
+    assert np.array_equal(got, expected)
+    np.testing.assert_allclose(scores, np.take_along_axis(scores_all := queries @ vectors.T, got, axis=1))
+    assert scores_all.shape == (9, 200)
+
+
+def test_recall_counts_tied_tokens_as_found_and_still_sees_misses():
+    """Tokens with equal vectors (a paragraph repeated across documents) are ranked in some order by the index and
+    in another by the oracle: an exact index measured recall@10 0.40 against the oracle over a block repeated 40
+    times. A tie is a hit; an index that misses is still measured as missing."""
+    import faiss
+
+    from spanseek.indexer.recall import measure_recall
+
+    rng = np.random.default_rng(5)
+    block = rng.standard_normal((25, 16)).astype(np.float32)
+    vectors = np.concatenate([block] * 40)  # 1,000 tokens, each vector 40 times
+    ids = np.arange(len(vectors))
+    flat = faiss.IndexFlatIP(16)
+    flat.add(vectors)
+    got = measure_recall(flat, vectors, ids, sample=200, k=10)
+    assert got["recall@1"] == 1.0 and got["recall@10"] == 1.0
+    distinct = rng.standard_normal((2000, 16)).astype(np.float32)
+    quantizer = faiss.IndexFlatIP(16)
+    ivf = faiss.IndexIVFFlat(quantizer, 16, 32, faiss.METRIC_INNER_PRODUCT)
+    ivf.train(distinct)
+    ivf.add(distinct)
+    ivf.nprobe = 1
+    missed = measure_recall(ivf, distinct, np.arange(2000), sample=200, k=10)
+    assert missed["recall@10"] < 0.9
 
 
 def test_verify_reports_recall_and_memory(tiny_index, added_index):

@@ -160,6 +160,67 @@ def test_replay_encodes_only_the_versions_that_survive_and_a_log_of_nothing_star
     assert open_store(tmp_path / "churn", tiny_index, encoder, tiny_searcher, []).replayed == 0
 
 
+def test_a_failed_log_restart_loses_no_acknowledged_write(tmp_path, tiny_index, tiny_searcher, encoder, monkeypatch):
+    """The restart held the new log list in memory before state.json had it: a failed write of state.json (a full
+    disk) left later writes in a log that the saved state no longer listed, deleted at the next start."""
+    from spanseek.indexer import live as live_module
+
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
+    upsert(store, encoder, [{"id": "tmp", "title": "T", "paragraphs": ["In 1300 Dara built a harbour."]}])
+    store.delete(["tmp"])
+    real = live_module.write_json_atomic
+    calls: list[int] = []
+
+    def full_disk(path, value):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real(path, value)
+
+    monkeypatch.setattr(live_module, "write_json_atomic", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        store.merge()
+    monkeypatch.undo()
+    upsert(store, encoder, [{"id": "keep", "title": "K", "paragraphs": ["In 1400 Hugo built a mill."]}])
+    store.close()
+    again = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
+    assert again.get("keep") is not None and again.get("tmp") is None
+
+
+def test_a_live_directory_of_the_previous_version_serves_and_can_move(tmp_path, tiny_index, tiny_searcher, encoder):
+    """Its state named bases by absolute paths, and its log may hold an id the service now refuses to write (a line
+    break): both load, and the id is replayed, searchable and deletable."""
+    import shutil
+
+    index = tmp_path / "a" / "index"
+    shutil.copytree(tiny_index, index)
+    live = tmp_path / "a" / "index.live"
+    (live / "wal").mkdir(parents=True)
+    entry = {"op": "upsert", "docs": [{"id": "line\nbreak", "title": "Old", "paragraphs": ["In 1300 Dara built."]}]}
+    (live / "wal" / "wal-000001.jsonl").write_text(json.dumps(entry) + "\n")
+    (live / "state.json").write_text(json.dumps({"base": str(index.resolve()), "wals": ["wal-000001.jsonl"],
+                                                  "merges": 0}))
+    shutil.move(tmp_path / "a", tmp_path / "b")  # the old absolute path is gone: taken as the index given
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+    from spanseek.indexer.live import base_dir
+
+    index, live = tmp_path / "b" / "index", tmp_path / "b" / "index.live"
+    assert base_dir(live, index) == index.resolve()
+    store = open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), [])
+    assert store.replayed == 1 and store.get("line\nbreak") is not None
+    assert store.delete(["line\nbreak"])[0] == ["line\nbreak"]
+    (live / "bases" / "base-000003").mkdir(parents=True)  # a merged base, named from where the directory was
+    (live / "state.json").write_text(json.dumps({"base": str(tmp_path / "a" / "index.live" / "bases" / "base-000003"),
+                                                  "wals": ["wal-000001.jsonl"], "merges": 3}))
+    assert base_dir(live, index) == (live / "bases" / "base-000003").resolve()
+    (live / "state.json").write_text("[1, 2]")
+    from spanseek.indexer.live import LiveStoreError
+
+    with pytest.raises(LiveStoreError, match=r"state.json: not a live directory's state"):
+        base_dir(live, index)
+
+
 def test_a_long_passage_is_encoded_a_window_batch_a_step(encoder, monkeypatch):
     """A write of one long paragraph was one step of seconds (4.3 s for 62k tokens on the demo model), which every
     search waited behind; now each step is one forward pass of at most chunk_tokens padded tokens, and the steps make

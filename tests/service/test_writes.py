@@ -100,6 +100,10 @@ def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
              ["body", "documents", "1", "meta"]),
             ({"documents": [DOC, {"id": "meta", "paragraphs": ["ok", "\ud800"]}]},
              ["body", "documents", "1", "paragraphs"]),
+            # written, then never found by id: GET and DELETE /documents/line%0Abreak were 404s
+            ({"documents": [DOC, {"id": "line\nbreak", "paragraphs": ["ok"]}]}, ["body", "documents", "1", "id"]),
+            ({"documents": [DOC, {"id": "a\u2028b", "paragraphs": ["ok"]}]}, ["body", "documents", "1", "id"]),
+            ({"documents": [DOC, {"id": "nul\u0000", "paragraphs": ["ok"]}]}, ["body", "documents", "1", "id"]),
         ]
         for body, loc in bad:
             r = client.put("/documents", headers={**KEY, "Content-Type": "application/json"},
