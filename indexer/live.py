@@ -162,6 +162,16 @@ class Segment:
         return sum(d.tokens for d in self.docs.values())
 
 
+class HeldDocuments(ValueError):
+    """An add-only write (``LiveStore.upsert(only_new=True)``) of ids that are held already: ``ids``, nothing
+    written."""
+
+    def __init__(self, ids: list[str]):
+        self.ids = ids
+        super().__init__(f"{len(ids)} of the documents are held already: {', '.join(map(repr, ids[:5]))}"
+                         f"{' ...' if len(ids) > 5 else ''}")
+
+
 class LiveStoreError(RuntimeError):
     """The live directory cannot be used (a damaged state file or log); the message names the file."""
 
@@ -356,17 +366,25 @@ class LiveStore:
         self.publish(self.snapshot)
         return out
 
-    def upsert(self, docs: list[Document], encoded: list[EncodedDocument]) -> int:
-        """Log, apply and publish new versions of documents (``encoded``: ``docs`` encoded); returns the log size."""
+    def upsert(self, docs: list[Document], encoded: list[EncodedDocument], only_new: bool = False) -> int:
+        """Log, apply and publish new versions of documents (``encoded``: ``docs`` encoded); returns the log size.
+        ``only_new``: HeldDocuments, and nothing written, when any id is held already (checked under the lock, so
+        two adds of one new id cannot both succeed)."""
         with self._lock:
+            if only_new and (held := self.held([d.id for d in docs])):
+                raise HeldDocuments(held)
             self._write({"op": "upsert", "docs": [document_json(d) for d in docs]}, encoded)
             return self.wal.size
+
+    def held(self, ids: Iterable[str]) -> list[str]:
+        """The ids among ``ids`` that a live document has (in the base, not deleted, or in the segment)."""
+        return [i for i in dict.fromkeys(ids) if i in self.segment.docs or i in self.segment.base_rows]
 
     def delete(self, ids: list[str]) -> tuple[list[str], int]:
         """Delete the documents with these ids; returns (the ids that were held and are now deleted, log size).
         Nothing held: nothing is logged."""
         with self._lock:
-            held = [i for i in dict.fromkeys(ids) if i in self.segment.docs or i in self.segment.base_rows]
+            held = self.held(ids)
             return (self._write({"op": "delete", "ids": held}, []) if held else []), self.wal.size
 
     def delete_where(self, flt: SearchFilter) -> tuple[list[str], int]:

@@ -28,7 +28,7 @@ from spanseek.core.io import Document
 from spanseek.core.params import SearchFilter
 from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
-from spanseek.indexer.live import BASES, WAL_DIR, DocumentEncoder, LiveStore
+from spanseek.indexer.live import BASES, WAL_DIR, DocumentEncoder, HeldDocuments, LiveStore
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.settings import Settings
 
@@ -118,10 +118,13 @@ class LiveWrites:
         self.metrics.index_passages.set(passages)
         self.metrics.index_tokens.set(tokens)
 
-    async def upsert(self, docs: list[Document]) -> dict[str, int]:
-        """Encode, log, apply and publish ``docs``; returns the passages and tokens written."""
+    async def upsert(self, docs: list[Document], only_new: bool = False) -> dict[str, int]:
+        """Encode, log, apply and publish ``docs``; returns the passages and tokens written. ``only_new``:
+        HeldDocuments when an id is held already (checked before encoding, and again as the write is logged)."""
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
+        if only_new and (held := self.store.held([d.id for d in docs])):
+            raise HeldDocuments(held)
         encoded = []
         for doc in docs:
             parts = []
@@ -131,7 +134,7 @@ class LiveWrites:
                     pass
                 parts.append(done[1])
             encoded.append(self.encoder.assemble(doc, parts))
-        await loop.run_in_executor(self.write_pool, self.store.upsert, docs, encoded)
+        await loop.run_in_executor(self.write_pool, self.store.upsert, docs, encoded, only_new)
         self.metrics.write_visible.observe(time.perf_counter() - t0)
         self.metrics.documents_written.inc(len(docs))
         self.gauges()

@@ -1,4 +1,5 @@
-"""HTTP routes of live writes: PUT /documents, DELETE /documents/{id}, POST /documents/delete, GET /documents/{id},
+"""HTTP routes of live writes: PUT /documents, POST /documents (add only), DELETE /documents/{id}, POST
+/documents/delete, GET /documents/{id},
 POST /admin/compact (``service.live`` does the work; on only with ``SPANSEEK_WRITES=1``).
 
 Writes need the admin key when one is configured (``SPANSEEK_ADMIN_API_KEY``; the API key then only reads), else
@@ -15,7 +16,16 @@ from fastapi.exceptions import RequestValidationError
 
 from spanseek.core.io import CorpusError, Document, document_from_json
 from spanseek.core.params import SearchParamsError
-from spanseek.service.errors import BadRequest, Forbidden, NotFound, NotReady, Unauthorized, request_id_of
+from spanseek.indexer.live import HeldDocuments
+from spanseek.service.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    NotReady,
+    Unauthorized,
+    request_id_of,
+)
 from spanseek.service.routes import (
     _errors,
     _presents_key,
@@ -99,6 +109,19 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     the write is in the fsynced log and searchable, with the passages and tokens written."""
     live = live_of(request)
     written = await live.upsert(parse_documents(body.documents))
+    return WriteResponse(**written, request_id=request_id_of(request))
+
+
+@router.post("/documents", response_model=WriteResponse, dependencies=[Depends(require_write_key),
+             Depends(require_json_body)], responses=_errors(401, 403, 409, 413, 415, 422, 503))
+async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse:
+    """Add documents whose ids are new (as ``spanseek index add``): 409 naming the ids held already, and nothing of
+    the request written; a client that retries an add after a lost answer gets the 409, not a second version."""
+    live = live_of(request)
+    try:
+        written = await live.upsert(parse_documents(body.documents), only_new=True)
+    except HeldDocuments as e:
+        raise Conflict(f"{e}; PUT /documents replaces documents by id") from None
     return WriteResponse(**written, request_id=request_id_of(request))
 
 

@@ -484,6 +484,11 @@ class Client(_Base):
         returns the documents, passages and tokens written. Searchable when this returns."""
         return _json_object(self._send("PUT", "/documents", json=_documents_body(documents)))
 
+    def add(self, documents: DocumentLike | Sequence[DocumentLike]) -> dict[str, int]:
+        """``POST /documents``: add documents whose ids are new; an id held already is an APIError (409,
+        ``conflict``) and nothing is written. Returns what ``upsert`` does."""
+        return _json_object(self._send("POST", "/documents", json=_documents_body(documents)))
+
     def delete(self, doc_id: str | None = None, *, filter: SearchFilter | Mapping[str, Any] | None = None) -> Deleted:
         """Delete one document by id (``DELETE /documents/{id}``), or every one that passes a search ``filter``
         (``POST /documents/delete``); returns the ids deleted ([] when the id is not held; by filter, the first
@@ -563,6 +568,10 @@ class AsyncClient(_Base):
     async def upsert(self, documents: DocumentLike | Sequence[DocumentLike]) -> dict[str, int]:
         """``PUT /documents`` (see ``Client.upsert``)."""
         return _json_object(await self._send("PUT", "/documents", json=_documents_body(documents)))
+
+    async def add(self, documents: DocumentLike | Sequence[DocumentLike]) -> dict[str, int]:
+        """``POST /documents`` (see ``Client.add``)."""
+        return _json_object(await self._send("POST", "/documents", json=_documents_body(documents)))
 
     async def delete(self, doc_id: str | None = None, *,
                      filter: SearchFilter | Mapping[str, Any] | None = None) -> Deleted:

@@ -122,6 +122,24 @@ def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
         assert client.get("/documents/7", headers=KEY).json()["id"] == "7"
 
 
+def test_an_add_writes_new_ids_only_and_refuses_held_ones_whole(write_settings):
+    """POST /documents is `index add` over HTTP: PUT replaced a held document silently, so a client could not add
+    without overwriting, nor retry an add whose answer it lost without writing the document twice."""
+    with serving(create_app(write_settings())) as client:
+        assert client.post("/documents", headers=KEY, json={"documents": [DOC]}).json()["documents"] == 1
+        assert found(client, "new-1")
+        other = {**DOC, "id": "new-2", "title": "Other"}
+        for held in ({**DOC, "title": "Replaced"}, {"id": "d0", "paragraphs": ["In 1300 Dara built a mill."]}):
+            r = client.post("/documents", headers=KEY, json={"documents": [other, held]})
+            assert r.status_code == 409 and r.json()["error"] == "conflict", r.text
+            assert repr(held["id"]) in r.json()["message"] and "PUT /documents replaces" in r.json()["message"]
+            assert client.get("/documents/new-2", headers=KEY).status_code == 404  # nothing of it written
+        assert client.get("/documents/new-1", headers=KEY).json()["title"] == DOC["title"]
+        assert client.delete("/documents/new-1", headers=KEY).status_code == 200
+        assert client.post("/documents", headers=KEY, json=DOC).status_code == 200  # deleted: new again
+        assert 'spanseek_errors_total{type="conflict"} 2.0' in client.get("/metrics").text
+
+
 def test_delete_by_id_and_by_filter(write_settings):
     with serving(create_app(write_settings())) as client:
         docs = [{**DOC, "id": f"w{i}", "meta": {"lang": lang, "year": 2000 + i}}
@@ -320,7 +338,7 @@ def test_a_merge_runs_at_the_lower_cpu_priority_it_is_given(write_settings, monk
 
 
 def test_the_python_client_upserts_gets_and_deletes(write_settings, live):
-    from spanseek.client import Client
+    from spanseek.client import APIError, Client
     from spanseek.core.filters import SearchFilter
 
     with live(create_app(write_settings())) as url, Client(url, api_key="key") as client:
@@ -338,9 +356,11 @@ def test_the_python_client_upserts_gets_and_deletes(write_settings, live):
         client.upsert([{**DOC, "id": f"m{i}", "meta": {"lang": "nl"}} for i in range(3)])
         deleted = client.delete(filter={"meta": {"lang": "nl"}})
         assert sorted(deleted) == ["m0", "m1", "m2"] and deleted.total == 3  # the answer's count, not dropped
+        assert client.add({**DOC, "id": "fresh"})["documents"] == 1
+        with pytest.raises(APIError, match="held already") as held:
+            client.add([{**DOC, "id": "fresh2"}, {**DOC, "id": "fresh"}])
+        assert held.value.status == 409 and client.get("fresh2") is None
     # a 404 that is no "no such document" (a wrong base URL) is an error, not None
-    from spanseek.client import APIError
-
     with live(create_app(write_settings())) as url, Client(url + "/wrong-prefix", api_key="key") as client:
         with pytest.raises(APIError):
             client.get("new-1")
