@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 NON_OVERLAP_CHUNK = 32  # candidates non_overlapping_spans reads at a time
 SIGNS = "-−+$€£¥"  # a sign or currency written against a number belongs to it: "-84", "$5"
 TRAILING = ",;:"  # punctuation a span never ends with (a reader's "Canberra,")
+LEADING = ".,;:!?)]}"  # punctuation a span never starts with (". open_searcher": a sentence's end read with it)
+CLOSERS = {")": "(", "]": "[", "}": "{"}
 # words whose full stop is their own, not a sentence's ("Acme Corp.", "Smith Jr."); single letters ("J.") and words
 # with another stop inside ("U.S.") keep theirs too
 ABBREVIATIONS = frozenset({"co", "corp", "inc", "ltd", "jr", "sr", "mr", "mrs", "ms", "dr", "st", "bros", "etc",
@@ -27,19 +29,37 @@ ABBREVIATIONS = frozenset({"co", "corp", "inc", "ltd", "jr", "sr", "mr", "mrs", 
 
 def tidy_span(text: str, a: int, b: int) -> tuple[int, int]:
     """Characters [a, b) of ``text`` as an answer reads: with the sign or currency symbol written against a number
-    it starts with ("84 degrees" of "-84 degrees" is another temperature; spans start at a word, and "-" is one), and
-    without trailing commas, semicolons, colons or a sentence's full stop ("Ed Snider.", "scored 42."; "U.S.", "J."
-    and "Acme Corp." keep theirs)."""
+    it starts with ("84 degrees" of "-84 degrees" is another temperature; spans start at a word, and "-" is one),
+    without punctuation it starts with (". open_searcher"), and without trailing commas, semicolons, colons, a
+    closing bracket it does not open ("200)", "open_searcher)") or a sentence's full stop ("Ed Snider.", "scored
+    42.", "pdfminer.six."; "U.S.", "J." and "Acme Corp." keep theirs)."""
+    while b > a + 1 and text[a] in LEADING:
+        a += 1
+    while b > a + 1 and text[a].isspace():
+        a += 1
     if 0 < a < b and text[a].isdigit() and text[a - 1] in SIGNS and (a == 1 or not text[a - 2].isalnum()):
         a -= 1
-    while b > a + 1 and text[b - 1] in TRAILING:
-        b -= 1
-    word = text[a:b].rsplit(maxsplit=1)[-1][:-1] if b > a + 1 and text[b - 1] == "." else ""
-    if (word.isdigit() or (len(word) > 1 and word.isalpha() and word.lower() not in ABBREVIATIONS)) and "." not in word:
-        b -= 1
-    while b > a + 1 and text[b - 1].isspace():
-        b -= 1
+    before = None
+    while before != b:  # "200)." loses its full stop, then its bracket
+        before = b
+        while b > a + 1 and (text[b - 1] in TRAILING or unopened(text, a, b)):
+            b -= 1
+        word = text[a:b].rsplit(maxsplit=1)[-1][:-1] if b > a + 1 and text[b - 1] == "." else ""
+        dotted = "." in word and any(len(part) > 1 for part in word.split("."))  # "pdfminer.six", not "U.S"
+        if dotted or word.endswith((")", "]", "}")) or (
+                (word.isdigit() or (len(word) > 1 and word.isalpha() and word.lower() not in ABBREVIATIONS))
+                and "." not in word):
+            b -= 1
+        while b > a + 1 and text[b - 1].isspace():
+            b -= 1
     return a, b
+
+
+def unopened(text: str, a: int, b: int) -> bool:
+    """Whether the span [a, b) ends with a closing bracket that it does not open ("200)" of "(up to 200)")."""
+    close = text[b - 1]
+    opener = CLOSERS.get(close)
+    return opener is not None and text.count(opener, a, b) < text.count(close, a, b)
 
 
 __all__ = ["HIT_FIELDS", "Hit", "HitBuilder", "Hits", "distinct", "first_per_unit", "non_overlapping",

@@ -71,6 +71,11 @@ def test_non_overlapping_spans_agrees_with_the_rule_on_hits():
     ("by Acme Corp.", "Acme Corp.", "Acme Corp."), ("by John J.", "John J.", "John J."),
     ("It was Tom.", "Tom.", "Tom"), ("He scored 42.", "scored 42.", "scored 42"),
     ("Canberra, the capital", "Canberra,", "Canberra"), ("a; b", "a;", "a"), ("a.", "a.", "a."),
+    # a reader's spans over technical text: a bracket or a full stop the answer does not own
+    ("(at most 200).", "200).", "200"), ("call open_searcher) here", "open_searcher)", "open_searcher"),
+    ("read by pdfminer.six.", "pdfminer.six.", "pdfminer.six"), ("it. open_searcher", ". open_searcher",
+                                                                   "open_searcher"),
+    ("f(x) is", "f(x)", "f(x)"), ("(see [1])", "[1])", "[1]"), ("J.R.R. Tolkien", "J.R.R.", "J.R.R."),
 ])
 def test_a_span_shows_as_an_answer_reads(text, span, shown):
     from spanseek.core.hits import tidy_span

@@ -106,7 +106,7 @@ def test_top_phrase_matches_brute_force_on_a_long_passage(long_searcher):
         s, i, j = max(passage_maxima(idx, qs[b], qe[b], L))
         [hit] = hits[b]
         assert hit.score == pytest.approx(s, rel=1e-4, abs=1e-4)
-        assert (hit.start, hit.end) == (idx.token_offsets[i, 0], idx.token_offsets[j, 1])
+        assert (hit.start, hit.end) == span_chars(idx, i, j)
         assert hit.text == hit.passage[hit.start : hit.end]
         in_long += hit.passage_id == 0
     assert in_long > 10  # the oracle was exercised inside the multi-window passage

@@ -6,6 +6,7 @@ import numpy as np
 
 from spanseek.core.params import SearchParams
 from spanseek.core.spans import best_span
+from tests.conftest import span_chars
 
 
 def test_top_phrase_matches_brute_force(tiny_searcher):
@@ -24,5 +25,5 @@ def test_top_phrase_matches_brute_force(tiny_searcher):
         hit = tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=1, mode="dense"))[0][0]
         s, (i, j) = best
         assert np.isclose(hit.score, s, rtol=1e-4, atol=1e-4)
-        assert hit.start == idx.token_offsets[i, 0] and hit.end == idx.token_offsets[j, 1]
+        assert (hit.start, hit.end) == span_chars(idx, i, j)  # the tokens' characters as an answer reads them
         assert hit.text == hit.passage[hit.start : hit.end]
