@@ -576,3 +576,23 @@ def test_a_deeper_phrase_search_ranks_the_batchs_product_again(long_searcher, mo
         alone = long_searcher.search([question], params)[0]
         assert [(h.passage_id, h.start, h.end) for h in hits] == [(h.passage_id, h.start, h.end) for h in alone]
         np.testing.assert_allclose([h.score for h in hits], [h.score for h in alone], rtol=1e-5)
+
+
+def test_a_phrase_never_spans_a_paragraph_break_inside_a_passage(tmp_path, tiny_model_dir, monkeypatch):
+    """A corpus packs short paragraphs and headings into one passage ("\\n\\n" between them): answers ran across the
+    join ("validation\\n\\nMPNet-base", a heading and the next paragraph's first words)."""
+    from spanseek.core.hits import HitBuilder
+
+    paragraphs = [f"{make_paragraph(random.Random(i), 2)}\n\nHeading {i}\n\n{make_paragraph(random.Random(i + 50), 2)}"
+                  for i in range(6)]
+    searcher = searcher_over(tmp_path, [{"id": "d", "title": "T", "paragraphs": paragraphs}],
+                             tiny_model_dir)
+    qs, qe = random_questions(np.random.default_rng(4), 40, searcher.index.vectors.shape[1])
+
+    def texts() -> list[str]:
+        return [h.text for hits in searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=10, mode="dense"))
+                for h in hits]
+
+    assert texts() and not any("\n\n" in t for t in texts())
+    monkeypatch.setattr(HitBuilder, "answers", lambda self, starts, ends: np.arange(len(starts)))
+    assert any("\n\n" in t for t in texts())  # the filter had spans to drop
