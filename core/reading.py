@@ -193,7 +193,7 @@ class ReadingStage:
         out: list[list[Candidate]] = [[] for _ in retrieved]
         for (b, r), key, (at, _) in zip(pairs, keys, windows, strict=True):
             out[b] += [Candidate(retrieved[b][r], r, replace(span, start=span.start + at, end=span.end + at))
-                       for span in spans[key]]
+                       for span in spans[key] if "\n\n" not in span.text]  # not over a paragraph break (HitBuilder)
         return out
 
     def window(self, hit: Hit) -> tuple[int, str]:

@@ -478,3 +478,27 @@ def test_a_requests_max_answer_tokens_bounds_the_read_spans(reading_searcher):
     short = reading_searcher.search(QUESTIONS, SearchParams(top_k=3, read=True, mode="dense", max_answer_tokens=1))
     assert all(hits for hits in short)
     assert all(len(tokenizer.tokenize(h.text)) == 1 for hits in short for h in hits)
+
+
+def test_a_read_span_never_crosses_a_paragraph_break(tmp_path, tiny_model_dir, tiny_reader):
+    """As phrase hits do not (core.hits.HitBuilder.answers): the reader answered "validation\\n\\nMPNet-base" over a
+    heading packed with the paragraph after it."""
+    import random
+
+    from spanseek.core.loading import open_reading, open_searcher
+    from spanseek.core.search import Searcher
+    from spanseek.indexer.build import BuildOptions, build_index
+    from tests.conftest import make_paragraph
+
+    paragraphs = [f"{make_paragraph(random.Random(i), 1)}\n\nHeading {i}\n\n{make_paragraph(random.Random(i + 9), 1)}"
+                  for i in range(4)]
+    (tmp_path / "c.jsonl").write_text(json.dumps({"id": "d", "title": "T", "paragraphs": paragraphs}) + "\n")
+    build_index(tmp_path / "c.jsonl", tiny_model_dir, tmp_path / "idx", BuildOptions(progress=False, precision="fp32"))
+    plain = open_searcher(tmp_path / "idx", tiny_model_dir, device="cpu", precision="fp32")
+    searcher = Searcher(plain.index, plain.encoder, reading=open_reading(tiny_reader, plain.hits, precision="fp32"))
+    questions = [f"What did {n} build in {y}?" for n in ("Alba", "Cato", "Hugo") for y in (1200, 1500, 1800)]
+    read = searcher.search(questions, SearchParams(top_k=5, read=True, mode="dense"))
+    assert all(hits for hits in read) and not any("\n\n" in h.text for hits in read for h in hits)
+    k = searcher.reading.reading.spans_per_passage
+    raw = searcher.reading.reader.read(questions * len(paragraphs), [p for p in paragraphs for _ in questions], k=k)
+    assert any("\n\n" in s.text for spans in raw for s in spans)  # the reader reads such spans: they were dropped
