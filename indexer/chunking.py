@@ -4,8 +4,9 @@
 
 Paragraph boundaries come first: a paragraph that fits the budget (``max_tokens``) is one passage. A paragraph
 over the budget is cut into windows of at most ``max_tokens`` tokens at word boundaries, preferring to end a
-window after a sentence (in its second half), and each window starts ``overlap`` tokens before the end of the one
-before it, so an answer cut by one window is whole in the next. A passage shorter than ``min_tokens`` (a heading,
+window after a line or a sentence (in its second half), and each window starts ``overlap`` tokens before the end of
+the one before it, so an answer cut by one window is whole in the next; where a line starts in that overlap, at the
+first such line (lines: a code block's, the only paragraphs ``indexer.ingest`` keeps line breaks in). A passage shorter than ``min_tokens`` (a heading,
 a list item) absorbs the paragraphs after it while they fit the budget, so headings stay with their text.
 ``chunk_sections`` does this within runs of paragraphs that share their metadata (a page, a heading path), so no
 passage mixes two pages or sections.
@@ -108,6 +109,11 @@ def _ends_sentence(text: str, spans: list[tuple[int, int]], w: int) -> bool:
     return spans[w][1] - lo in sentence_ends(text[lo:hi])
 
 
+def _line_break(text: str, spans: list[tuple[int, int]], w: int) -> bool:
+    """Whether word ``w`` starts a line: a line break comes before it (only code blocks keep theirs in a paragraph)."""
+    return 0 < w < len(spans) and "\n" in text[spans[w - 1][1] : spans[w][0]]
+
+
 def _windows(text: str, spans: list[tuple[int, int]], counts: list[int], opts: ChunkOptions) -> list[tuple[str, int]]:
     """Cut one long paragraph (its words' character spans and token counts) into overlapping windows."""
     out: list[tuple[str, int]] = []
@@ -117,9 +123,9 @@ def _windows(text: str, spans: list[tuple[int, int]], counts: list[int], opts: C
         while j < n and (j == i or total + counts[j] <= opts.max_tokens):  # a window holds at least one word
             total += counts[j]
             j += 1
-        if j < n:  # not the last window: end it after a sentence when one ends in its second half
+        if j < n:  # not the last window: end it after a line or a sentence when one ends in its second half
             for k in range(j, i + (j - i) // 2, -1):
-                if _ends_sentence(text, spans, k - 1):
+                if _line_break(text, spans, k) or _ends_sentence(text, spans, k - 1):
                     j = k
                     break
         out.append((text[spans[i][0] : spans[j - 1][1]], sum(counts[i:j])))
@@ -129,7 +135,8 @@ def _windows(text: str, spans: list[tuple[int, int]], counts: list[int], opts: C
         while back - 1 > i and shared + counts[back - 1] <= opts.overlap:
             back -= 1
             shared += counts[back]
-        i = back
+        # at the first line that starts in the overlap, if one does (a code block's windows hold whole lines)
+        i = next((k for k in range(back, j) if _line_break(text, spans, k)), back)
     return out
 
 

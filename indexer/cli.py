@@ -311,7 +311,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "passages",
         description="Each file is one document: id = its path relative to the directory given (or --id-field), "
                     "title = front matter title / first heading / file name, meta = source path, front matter, "
-                    "HTML <meta> tags and --meta; PDF passages carry their page, Word passages their heading path. "
+                    "HTML <meta> tags and --meta; PDF passages carry their page, Word, Markdown and HTML passages their "
+                    "heading path (section); table rows name their cells after the header row, code blocks keep "
+                    "their lines. "
                     "Binary, non-UTF-8 and empty files, PDFs without a text layer (scanned) and damaged PDF or Word "
                     "files are skipped with a warning naming them.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")

@@ -59,6 +59,42 @@ class Extracted:
     paragraph_meta: list[dict[str, Any]] = field(default_factory=list)
 
 
+class Sections:
+    """Paragraphs in order, each with its ``section``: the heading path ("Intro > Scope"). A heading of level n
+    closes the open ones of level n and deeper and opens its own; it is in its own path, and text before the first
+    heading has none. A heading followed at once by a deeper one is no paragraph (its path keeps it); one followed by
+    another of its level or higher (a section without text) is kept. ``drop_title`` leaves the document's title
+    heading out of the paths (the first heading, when it is the only one of level 1): Markdown and HTML, whose title
+    is that heading, would begin every path with it, and a hit carries the title already."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.paths: list[tuple[tuple[int, str], ...]] = []  # each paragraph's open headings (level, text)
+        self._open: tuple[tuple[int, str], ...] = ()
+        self._last_level = 0  # the heading level of the last paragraph; 0 when it is no heading
+        self._level_ones = 0
+
+    def add(self, text: str, level: int = 0) -> None:
+        """The next paragraph, a heading of that ``level`` (1 outermost) when it is not 0; empty text is skipped."""
+        if not text:
+            return
+        if level:
+            self._open = (*(h for h in self._open if h[0] < level), (level, text))
+            self._level_ones += level == 1
+            if 0 < self._last_level < level:
+                self.texts.pop()
+                self.paths.pop()
+        self._last_level = level
+        self.texts.append(text)
+        self.paths.append(self._open)
+
+    def extracted(self, title: str | None, meta: dict[str, Any], drop_title: bool = False) -> Extracted:
+        first = next((path[0] for path in self.paths if path), None)
+        skip = int(drop_title and first is not None and first[0] == 1 and self._level_ones == 1)
+        metas = [{"section": " > ".join(h for _, h in path[skip:])} if path[skip:] else {} for path in self.paths]
+        return Extracted(title, self.texts, meta, metas if any(metas) else [])
+
+
 def _clean(text: str) -> str:
     """One line of text: a hyphen at a line end joins the words, other whitespace runs become one space."""
     return " ".join(_LINE_HYPHEN.sub("-", text).split())
@@ -238,28 +274,18 @@ def extract_docx(path: Path) -> Extracted:
                          "the file may be truncated or damaged, or an old .doc renamed") from None
     title = " ".join((document.core_properties.title or "").split()) or None
     first_heading: str | None = None
-    headings: list[str] = []  # the open headings, outermost first
-    paragraphs: list[str] = []
-    metas: list[dict[str, Any]] = []
-    after_heading = False  # the last paragraph is a heading: dropped if another follows (its path keeps it)
+    text = Sections()
     for block in blocks:
         if isinstance(block, Table):
-            lines = _rows(block)
+            for line in _rows(block):
+                text.add(line)
+            continue
+        line = " ".join(block.text.split())
+        style = block.style.name if block.style is not None else ""
+        level = _HEADING.fullmatch(style or "")
+        if style == "Title" and line:
+            title = title or line  # the title is the document's, not a passage's
         else:
-            lines = [" ".join(block.text.split())]
-            style = block.style.name if block.style is not None else ""
-            level = _HEADING.fullmatch(style or "")
-            if style == "Title" and lines[0]:
-                title = title or lines[0]
-                continue  # the title is the document's, not a passage's
-            if level and lines[0]:
-                headings = [*headings[: int(level.group(1)) - 1], lines[0]]
-                first_heading = first_heading or lines[0]
-                if after_heading:
-                    paragraphs.pop()
-                    metas.pop()
-            after_heading = bool(level and lines[0])
-        for line in filter(None, lines):
-            paragraphs.append(line)
-            metas.append({"section": " > ".join(headings)} if headings else {})
-    return Extracted(title or first_heading, paragraphs, {}, metas)
+            first_heading = first_heading or (line if level else None) or None
+            text.add(line, int(level.group(1)) if level else 0)
+    return text.extracted(title or first_heading, {})

@@ -13,16 +13,33 @@ line must have one of those suffixes. Each file is one document:
   (Markdown ``#``, HTML ``<title>`` then ``<h1>``; PDF and Word: see ``indexer.documents``), else the file name
   without its suffix.
 - **paragraphs**: text files split at blank lines; Markdown is rendered (markdown-it-py) and split at block
-  elements (p, li, h1-h6, div, tr, ...); HTML is reduced to its main content by trafilatura (navigation, headers,
-  footers, asides, cookie banners and other boilerplate dropped) and split at its paragraphs, headings, list items
-  and table rows, or, when trafilatura finds no main content, split at block elements like Markdown; script,
-  style, template and the like are always dropped. PDF and Word files: ``indexer.documents``. Then
-  ``indexer.chunking`` makes passages of them, never mixing two pages of a PDF or two sections of a Word file.
+  elements (p, li, h1-h6, div, pre, tr, ...); HTML is reduced to its main content by trafilatura (navigation, headers,
+  footers, asides, cookie banners and other boilerplate dropped) and split at its paragraphs, headings, list items,
+  table rows and code blocks, or, when trafilatura finds no main content, split at block elements like Markdown;
+  script, style, template and the like are always dropped. In Markdown and HTML:
+
+  - a **table row** is one paragraph, each cell after its column's name in the header row: "Flag: --max-tokens;
+    Default: 200; What: passage budget". The header row (its cells all <th>, or in <thead>) is no paragraph of its
+    own while rows follow it; a cell whose column has no name stands alone, an empty cell is left out, and a table
+    without a header row reads its cells spaced. trafilatura marks the <th> cells of the first row that has them only.
+  - a **code block** (``<pre>``, a fenced or indented Markdown block) keeps its lines: one paragraph, its lines one
+    "\\n" apart, the spacing inside a line collapsed, blank lines dropped (a blank line reads as a paragraph break,
+    which an answer never crosses); chunking cuts one over the budget after a line. trafilatura reads a ``<pre>`` as
+    code when its text looks like code, else as a quotation on one line.
+  - a **heading** opens a section, and each paragraph has ``section``, the heading path ("Install > Linux"): a
+    heading of level n closes the open ones of level n and deeper; its own path includes it; text before the first
+    heading has none, and a heading followed at once by a deeper one is no paragraph (its path keeps it). Unlike a
+    Word file's, the path leaves out the title heading (the first heading, when it is the document's only h1): it
+    would begin every path, and a hit carries the title. In trafilatura's main content the sections come from the
+    headings it keeps (a short page it reads as paragraphs only has none).
+
+  PDF and Word files: ``indexer.documents``. Then ``indexer.chunking`` makes passages of them, never mixing two pages
+  of a PDF or two sections.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
   tags, a PDF's page count (``pages``), and the fixed ``extra_meta`` given; all of it is stored in the index and
   comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
-  next page), those of a Word file their ``section`` (the heading path, "Intro > Scope"); hits return them in
-  ``meta`` too.
+  next page), those of a Word, Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits
+  return them in ``meta`` too.
 
 Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
 encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes), not valid
@@ -38,37 +55,24 @@ atomically.
 from __future__ import annotations
 
 import codecs
-import functools
 import itertools
 import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 from spanseek.core.io import CorpusError, Document, document_from_json, document_json, read_head, write_corpus
 from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections, word_token_counter
 from spanseek.indexer.documents import Extracted, IngestError, Unreadable, extract_docx, extract_pdf
-from spanseek.indexer.front_matter import front_matter
+from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown
 
 log = logging.getLogger(__name__)
 
 FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
            ".htm": "html", ".pdf": "pdf", ".docx": "word"}
 _BINARY = {"pdf": extract_pdf, "word": extract_docx}  # formats read from bytes, not decoded as UTF-8 text
-# Elements whose text is not content.
-_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head"}
-# Elements that end a paragraph where they start and where they end.
-_BLOCK = {
-    "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul", "ol", "dl", "dt",
-    "dd", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "thead", "tbody", "tr", "caption",
-    "br", "hr", "figure", "figcaption", "form", "address", "details", "summary", "body", "html",
-}
-_CELL = {"td", "th"}  # a table cell's text is kept on its row's line, spaced from its neighbours
-_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
-_LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" before Markdown and text are read
 
 
 @dataclass(frozen=True)
@@ -90,136 +94,9 @@ class IngestReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
-class _HTMLText(HTMLParser):
-    """Collects paragraphs, the <title>, the first heading and <h1>, and <meta> tags of an HTML document."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.paragraphs: list[str] = []
-        self.meta: dict[str, str] = {}
-        self.title: str | None = None
-        self.first_heading: str | None = None
-        self.first_h1: str | None = None
-        self._buf: list[str] = []
-        self._skip: list[str] = []  # open elements whose text is dropped
-        self._in_title = False
-        self._title_buf: list[str] = []
-        self._heading: str | None = None  # the heading element being read, if any
-
-    def _flush(self) -> None:
-        text = " ".join("".join(self._buf).split())
-        if text:
-            self.paragraphs.append(text)
-        self._buf = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "meta":
-            a = dict(attrs)
-            key, content = a.get("name") or a.get("property"), a.get("content")
-            if key and content is not None:
-                self.meta[key.lower()] = content
-        elif tag == "title":
-            self._in_title = True
-        elif tag == "body" and "head" in self._skip:  # a <head> left open ends where the body starts
-            self._skip.remove("head")
-        elif tag in _SKIP:
-            self._skip.append(tag)
-        elif tag in _BLOCK:
-            self._flush()
-            if tag in _HEADINGS:
-                self._heading = tag
-        elif tag in _CELL:
-            self._buf.append(" ")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "title":
-            self._in_title = False
-            self.title = self.title or " ".join("".join(self._title_buf).split()) or None
-        elif tag in _SKIP:
-            if tag in self._skip:  # close up to the matching element (HTML in the wild is not always nested)
-                del self._skip[len(self._skip) - 1 - self._skip[::-1].index(tag):]
-        elif tag in _BLOCK:
-            if tag in _HEADINGS and self._heading == tag:
-                text = " ".join("".join(self._buf).split())
-                self.first_heading = self.first_heading or text or None
-                if tag == "h1":
-                    self.first_h1 = self.first_h1 or text or None
-                self._heading = None
-            self._flush()
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self._title_buf.append(data)
-        elif not self._skip:
-            self._buf.append(data)
-
-    def close(self) -> None:
-        super().close()
-        self._flush()
-
-
-@functools.cache
-def _trafilatura_config():
-    from trafilatura.settings import use_config
-
-    config = use_config()
-    # keep what the main-content extraction finds however short (a page of one paragraph is a page), rather than
-    # falling back to the whole page's text
-    config.set("DEFAULT", "MIN_EXTRACTED_SIZE", "1")
-    config.set("DEFAULT", "MIN_OUTPUT_SIZE", "1")
-    return config
-
-
-# trafilatura's output elements that are one paragraph each (a table row's cells go on one line)
-_MAIN_BLOCKS = {"p", "head", "item", "row", "quote", "code"}
-
-
-def _main_content(source: str, where: str) -> list[str]:
-    """The paragraphs of an HTML page's main content (trafilatura: navigation, footers, asides and other
-    boilerplate dropped); [] when it finds none."""
-    try:
-        import trafilatura
-    except ImportError:
-        raise IngestError(f"{where}: reading HTML needs trafilatura (pip install 'spanseek[index]')") from None
-    found = trafilatura.bare_extraction(source, fast=True, favor_recall=True, include_comments=False,
-                                        include_tables=True, config=_trafilatura_config())
-    body = getattr(found, "body", None)
-    if body is None:
-        return []
-    for br in body.iter("lb"):  # a line break inside a paragraph reads as a space
-        br.tail = " " + (br.tail or "")
-    blocks = (el for el in body.iter(*_MAIN_BLOCKS) if not any(a.tag in _MAIN_BLOCKS for a in el.iterancestors()))
-    return [text for el in blocks if (text := " ".join(" ".join(el.itertext()).split()))]
-
-
-def extract_html(source: str, where: str = "<html>") -> Extracted:
-    """Main-content paragraphs (``_main_content``, else every block's), title (<title>, else the first <h1>) and
-    <meta> tags of an HTML document."""
-    parser = _HTMLText()
-    parser.feed(source)
-    parser.close()
-    paragraphs = _main_content(source, where) or parser.paragraphs
-    return Extracted(parser.title or parser.first_h1, paragraphs, dict(parser.meta))
-
-
-def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
-    """Front matter as metadata; the body rendered to HTML (CommonMark + tables) and read as HTML, so the title
-    is front matter's ``title`` or the first heading of any level."""
-    try:
-        from markdown_it import MarkdownIt
-    except ImportError:
-        raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
-
-    meta, title, body = front_matter(_LINE_END.sub("\n", source), where)
-    parser = _HTMLText()
-    parser.feed(MarkdownIt("commonmark").enable("table").render(body))
-    parser.close()
-    return Extracted(title or parser.first_heading, parser.paragraphs, meta)
-
-
 def extract_text(source: str) -> Extracted:
     """Plain text: paragraphs at blank lines, line breaks inside a paragraph read as spaces; no title."""
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n[ \t]*\n", _LINE_END.sub("\n", source))]
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n[ \t]*\n", LINE_END.sub("\n", source))]
     return Extracted(None, [p for p in paragraphs if p])
 
 
@@ -238,12 +115,12 @@ def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
     """(text, "") or (None, why the file is skipped). UTF-8 (a BOM allowed), UTF-16 or UTF-32 with their BOM (what
     Windows editors save as "Unicode"), and for an ``html`` page the encoding its first 1,024 bytes declare."""
     data = path.read_bytes()
-    for bom, codec in _BOMS:
+    for bom, name in _BOMS:
         if data.startswith(bom):
             try:
-                text = data.decode(codec)
+                text = data.decode(name)
             except UnicodeDecodeError as e:
-                return None, f"not valid {codec.upper()} after its byte order mark ({e.reason} at offset {e.start})"
+                return None, f"not valid {name.upper()} after its byte order mark ({e.reason} at offset {e.start})"
             return (None, "binary file (NUL characters)") if "\x00" in text[:8192] else (text, "")
     if b"\x00" in data[:8192]:
         return None, "binary file (NUL bytes)"

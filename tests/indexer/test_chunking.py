@@ -55,6 +55,17 @@ def test_windows_end_after_a_sentence_when_one_ends_in_their_second_half():
     assert pieces[1][0].startswith("eight")
 
 
+def test_windows_of_a_code_block_end_and_start_at_its_lines():
+    """A code block (lines one "\\n" apart) over the budget was cut mid-line, and its next window started mid-line;
+    now a window ends after a line when one ends in its second half, and the next starts at a line in the overlap."""
+    lines = [f"cmd{i} --flag value{i} --other x{i}" for i in range(12)]  # 5 words a line
+    text = "\n".join(lines)
+    pieces = split_paragraph(text, word_token_counter, ChunkOptions(max_tokens=23, overlap=7, min_tokens=0))
+    assert [piece for piece, _ in pieces][:2] == ["\n".join(lines[0:4]), "\n".join(lines[3:7])]
+    assert all(piece in {"\n".join(lines[a:b]) for a in range(12) for b in range(a + 1, 13)} for piece, _ in pieces)
+    assert pieces[-1][0].endswith(lines[-1])
+
+
 def test_sentences_know_abbreviations():
     assert split_sentences("Dr. Smith went to Washington. He arrived.") == ["Dr. Smith went to Washington.",
                                                                            "He arrived."]

@@ -14,6 +14,7 @@ import pytest
 
 from spanseek.core.io import CorpusError, Document, read_corpus, write_corpus
 from spanseek.indexer.chunking import ChunkOptions
+from spanseek.indexer.documents import extract_docx
 from spanseek.indexer.ingest import IngestError, IngestOptions, from_files
 
 fpdf = pytest.importorskip("fpdf")
@@ -288,3 +289,20 @@ def test_from_files_keeps_what_is_at_out_and_never_writes_over_its_input(tmp_pat
     with pytest.raises(IngestError, match="is one of the files to read"):  # a file the folder given holds
         from_files([tmp_path], tmp_path / "in.txt")
     assert text.read_text() == "some text"
+
+
+def test_word_heading_paths_follow_levels_not_positions(tmp_path):
+    """A heading closes the open ones of its level and deeper, whatever levels came before it: two Heading 2s
+    without a Heading 1 are siblings, and a Heading 3 under a Heading 1 is one step below it."""
+    document = docx.Document()
+    for style, text in [(2, "Install"), (0, "Run the installer."), (2, "Upgrade"), (0, "Run it again."),
+                        (1, "Use"), (3, "Search"), (0, "Ask a question."), (2, "Serve"), (0, "Start the service.")]:
+        if style:
+            document.add_heading(text, style)
+        else:
+            document.add_paragraph(text)
+    document.save(str(tmp_path / "guide.docx"))
+    extracted = extract_docx(tmp_path / "guide.docx")
+    sections = {p: m.get("section") for p, m in zip(extracted.paragraphs, extracted.paragraph_meta, strict=True)}
+    assert sections["Run it again."] == "Upgrade"
+    assert sections["Ask a question."] == "Use > Search" and sections["Start the service."] == "Use > Serve"

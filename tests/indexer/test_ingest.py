@@ -387,3 +387,117 @@ def test_cli_from_files(docs_dir, tmp_path, capsys):
     assert "--meta team given twice ('docs' and 'web')" in capsys.readouterr().err
     assert main([*argv, "--overlap", "40"]) == 2
     assert "overlap must be between 0 and max_tokens / 2" in capsys.readouterr().err
+
+
+SECTIONS = """Before any heading.
+
+# Guide
+
+Intro text of the guide.
+
+## Install
+
+### Linux
+
+Run the installer on Linux.
+
+## Usage
+
+Call the command.
+
+### Empty part
+
+## Last
+
+The end.
+"""
+
+
+def test_markdown_and_html_headings_give_each_paragraph_its_section(tmp_path):
+    """Markdown and HTML headings gave no ``section`` (Word headings did), so a passage packed a heading with the
+    section before it; now each paragraph has its heading path, as a Word file's has, less the title heading."""
+    ext = extract_markdown(SECTIONS)
+    sections = [m.get("section") for m in ext.paragraph_meta]
+    assert list(zip(ext.paragraphs, sections, strict=True)) == [
+        # "Guide", the only h1 and the first heading, is the title: it is in no path (the hit has the title)
+        ("Before any heading.", None), ("Guide", None), ("Intro text of the guide.", None),
+        # "Install" is dropped: "Linux" follows it at once, and its path keeps it
+        ("Linux", "Install > Linux"), ("Run the installer on Linux.", "Install > Linux"),
+        ("Usage", "Usage"), ("Call the command.", "Usage"),
+        ("Empty part", "Usage > Empty part"),  # a section without text: a heading of a higher level follows
+        ("Last", "Last"), ("The end.", "Last")]
+    (tmp_path / "guide.md").write_text(SECTIONS)
+    from_files([tmp_path / "guide.md"], tmp_path / "c.jsonl")
+    (doc,) = read_corpus(tmp_path / "c.jsonl")
+    assert [(p, doc.paragraph_meta(i).get("section")) for i, p in enumerate(doc.paragraphs)] == [
+        ("Before any heading.\n\nGuide\n\nIntro text of the guide.", None),
+        ("Linux\n\nRun the installer on Linux.", "Install > Linux"), ("Usage\n\nCall the command.", "Usage"),
+        ("Empty part", "Usage > Empty part"),
+        ("Last\n\nThe end.", "Last")]  # each short passage took in the next section's text before
+    skipped = extract_markdown("## Sub\n\none\n\n#### Deep\n\ntwo\n\n### Mid\n\nthree\n\n## Next\n\nfour")
+    assert [m["section"] for m in skipped.paragraph_meta] == [  # a level is closed by its own or a higher one
+        "Sub", "Sub", "Sub > Deep", "Sub > Deep", "Sub > Mid", "Sub > Mid", "Next", "Next"]
+    parts = extract_markdown("# One\n\ntext\n\n# Two\n\n## Detail\n\nmore")  # two h1s: parts, not a title
+    assert [(p, m["section"]) for p, m in zip(parts.paragraphs, parts.paragraph_meta, strict=True)] == [
+        ("One", "One"), ("text", "One"), ("Detail", "Two > Detail"), ("more", "Two > Detail")]
+    assert extract_markdown("no heading at all").paragraph_meta == []
+    assert extract_markdown("# Title\n\nonly text under the title").paragraph_meta == []
+    html = extract_html(PAGE)  # trafilatura's main content: its headings too
+    assert [m.get("section") for m in html.paragraph_meta] == [None, None, *["Requirements"] * 4]
+
+
+TABLE = """# Options
+
+| Flag | Default | What |
+|---|--:|---|
+| `--max-tokens` | 200 | passage budget |
+| `--tokenizer` |  | *model* or words |
+"""
+
+
+def test_table_rows_read_as_header_and_cell_pairs():
+    """A table row read "--max-tokens 200 passage budget": the header row's names were lost (a paragraph of its own,
+    far from most rows); now each row names its cells, and an empty cell is left out."""
+    rows = ["Flag: --max-tokens; Default: 200; What: passage budget", "Flag: --tokenizer; What: model or words"]
+    assert extract_markdown(TABLE).paragraphs == ["Options", *rows]
+    html = ("<table><tr><th>Flag</th><th>Default</th><th>What</th></tr>"  # HTML in Markdown: no <thead>, cells
+            "<tr><td><code>--max-tokens</code></td><td>200</td><td>passage <p>budget</td>"  # left open, a block
+            "<tr><td>--tokenizer</td><td> </td><td>model or words</td><td>extra</td></tr></table>")
+    assert extract_markdown(html).paragraphs == [rows[0], rows[1] + "; extra"]  # no name: the cell stays bare
+    page = PAGE.replace("<ul>", "<table><thead><tr><th>Flag</th><th>Default</th><th>What</th></tr></thead><tbody>"
+                        "<tr><td>--max-tokens</td><td>200</td><td>passage budget</td></tr><tr><td>--tokenizer</td>"
+                        "<td></td><td>model or words</td></tr></tbody></table><table><tr><td>plain</td><td>row</td>"
+                        "</tr></table><ul>")
+    main = extract_html(page).paragraphs  # trafilatura's main content: its rows likewise, each table by its own
+    assert main[main.index(rows[0]):][:3] == [*rows, "plain row"]
+    only = extract_markdown("| Flag | Default |\n|---|---|\n")  # a header without rows is kept as it reads
+    assert only.paragraphs == ["Flag Default"]
+    assert extract_markdown("<table><tr><td>a</td><td>b</td></tr></table>").paragraphs == ["a b"]  # no header
+
+
+CODE = """## Build
+
+Make the corpus, then the index:
+
+```bash
+spanseek corpus from-files   docs/ \\
+    --out work/docs.jsonl
+
+spanseek index build --corpus work/docs.jsonl
+```
+"""
+
+
+def test_code_blocks_keep_their_lines(tmp_path):
+    """A code block was one line ("... docs/ \\ --out work/docs.jsonl spanseek index build ..."); now its lines are
+    kept (their spacing collapsed, blank lines dropped), in one paragraph."""
+    code = "spanseek corpus from-files docs/ \\\n--out work/docs.jsonl\nspanseek index build --corpus work/docs.jsonl"
+    assert extract_markdown(CODE).paragraphs == ["Build", "Make the corpus, then the index:", code]
+    pre = "<p>Run:</p>\n\n<pre>make  install<br>make test\n\n  make lint</pre>\n\n<p>Done.</p>"  # HTML in Markdown
+    assert extract_markdown(pre).paragraphs == ["Run:", "make install\nmake test\nmake lint", "Done."]
+    (tmp_path / "build.md").write_text(CODE)
+    from_files([tmp_path / "build.md"], tmp_path / "c.jsonl", opts=IngestOptions(chunk=ChunkOptions(min_tokens=0)))
+    (doc,) = read_corpus(tmp_path / "c.jsonl")
+    assert doc.paragraphs[-1] == code  # one passage, its lines kept: no "\n\n" (a break answers never cross)
+    page = PAGE.replace("<ul>", f"<pre><code>{code.replace(chr(10), chr(10) + '  ')}</code></pre><ul>")
+    assert code in extract_html(page).paragraphs  # trafilatura's main content: its code likewise

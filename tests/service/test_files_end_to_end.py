@@ -59,34 +59,47 @@ def expected_meta(files_index):
     return {d.id: (d.title, d.meta) for d in read_corpus(files_index[0])}
 
 
+@pytest.fixture(scope="module")
+def hit_meta(files_index, expected_meta):
+    """A hit's expected metadata from its document id and passage: its document's, then its passage's own (the
+    heading path of a Markdown section)."""
+    own = {(d.id, text): d.paragraph_meta(i) for d in read_corpus(files_index[0]) for i, text in enumerate(d.paragraphs)}
+    return lambda doc_id, passage: {**expected_meta[doc_id][1], **own[doc_id, passage]}
+
+
 def test_in_process_search_returns_metadata(files_index, expected_meta, tiny_model_dir):
     searcher = open_searcher(files_index[1], tiny_model_dir, device="cpu", precision="fp32")
     assert expected_meta["guides/castle.md"][1]["url"] == "https://example.org/castle"
-    passages = {p["text"] for p in searcher.index.passages}
+    passages = {p["text"]: p.get("meta", {}) for p in searcher.index.passages}
+    sections = set()
     for unit in ("phrase", "passage", "doc"):
         for hits in searcher.search(QUESTIONS, SearchParams(unit=unit, top_k=3)):
             assert len(hits) == 3
             for h in hits:
-                assert (h.title, h.meta) == expected_meta[h.doc_id] and h.passage in passages
+                title, meta = expected_meta[h.doc_id]  # the document's metadata, and its passage's own (a section)
+                assert h.passage in passages and (h.title, h.meta) == (title, {**meta, **passages[h.passage]})
+                sections.add(h.meta.get("section"))
+    assert "Later" in sections  # the Markdown file's second section; its first is its title heading's
     docs = searcher.search(QUESTIONS[:1], SearchParams(unit="doc", top_k=5))[0]
     assert sorted(h.doc_id for h in docs) == ["guides/castle.md", "harbour.html", "notes.txt"]
 
 
-def test_cli_search_prints_metadata(files_index, expected_meta, tiny_model_dir, capsys):
+def test_cli_search_prints_metadata(files_index, hit_meta, tiny_model_dir, capsys):
     assert main(["search", "--index", str(files_index[1]), "--model", str(tiny_model_dir), "--unit", "passage",
                  "--top-k", "2", "--device", "cpu", QUESTIONS[0]]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     hits = json.loads(line)["hits"]
-    assert len(hits) == 2 and all(h["meta"] == expected_meta[h["doc_id"]][1] for h in hits)
+    assert len(hits) == 2 and all(h["meta"] == hit_meta(h["doc_id"], h["passage"]) for h in hits)
 
 
-def test_http_and_client_return_metadata(files_index, expected_meta, tiny_model_dir, settings_for, live):
+def test_http_and_client_return_metadata(files_index, expected_meta, hit_meta, tiny_model_dir, settings_for, live):
     app = create_app(settings_for(index=files_index[1]))
     with live(app) as url:
         with Client(url) as client:
             for unit in ("phrase", "passage", "doc"):
                 hits = client.search(QUESTIONS[1], unit=unit, top_k=3).hits
-                assert len(hits) == 3 and all((h.title, h.meta) == expected_meta[h.doc_id] for h in hits)
+                assert len(hits) == 3
+                assert all((h.title, h.meta) == (expected_meta[h.doc_id][0], hit_meta(h.doc_id, h.passage)) for h in hits)
         import httpx
 
         raw = httpx.post(url + "/search?unit=doc", json={"query": QUESTIONS[0], "top_k": 1}).json()

@@ -1,0 +1,307 @@
+"""Markdown and HTML -> paragraphs with their sections, for ``indexer.ingest`` (which documents the rules users see).
+
+Markdown is rendered to HTML (markdown-it-py, CommonMark and tables) and read like an HTML page without main-content
+extraction (``_HTMLText``); an HTML page is reduced to its main content by trafilatura (``_main_content``), or read
+the same way when trafilatura finds none. Either way a table row is one paragraph whose cells are named by the
+header row, a code block one paragraph of its lines, and each paragraph has its heading path (``Sections``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+from spanseek.indexer.documents import Extracted, IngestError, Sections
+from spanseek.indexer.front_matter import front_matter
+
+# Elements whose text is not content.
+_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head"}
+# Elements that end a paragraph where they start and where they end.
+_BLOCK = {
+    "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul", "ol", "dl", "dt",
+    "dd", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "thead", "tbody", "tr", "caption",
+    "br", "hr", "figure", "figcaption", "form", "address", "details", "summary", "body", "html",
+}
+_CELL = {"td", "th"}  # a table cell: its text is one of its row's cells
+_TABLE = {"table", "thead", "tbody", "tfoot", "tr"}  # a table's structure: rows end where these start and end
+_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" before Markdown and text are read
+
+
+def _line(text: str) -> str:
+    """Text as one line: whitespace runs become one space."""
+    return " ".join(text.split())
+
+
+def _code(text: str) -> str:
+    """A code block's text: its lines kept (one "\\n" apart, so the block stays one paragraph), each line's spacing
+    collapsed, blank lines dropped (a blank line would read as a paragraph break, which answers never cross)."""
+    return "\n".join(filter(None, map(_line, text.split("\n"))))
+
+
+def _row_text(cells: Sequence[str], names: Sequence[str]) -> str:
+    """A table row as one line: "Name: cell; Name: cell" with the names of the header row, a cell whose column has no
+    name alone; empty cells left out. A row of a table without a header row: its cells, spaced."""
+    if not any(names):
+        return " ".join(filter(None, cells))
+    named = []
+    for i, cell in enumerate(cells):
+        name = names[i].rstrip(":") if i < len(names) else ""
+        if cell:
+            named.append(f"{name}: {cell}" if name else cell)
+    return "; ".join(named)
+
+
+class _TableRows:
+    """One table's rows -> paragraphs. A row of header cells only (<th>, or any cell of <thead>) names the columns of
+    the rows after it and is no paragraph itself, unless no row uses it (the table ends, or another header row comes
+    first): then it is one, its cells spaced. A header row of one name amid the body (a group's label) names nothing
+    and reads as itself."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.unused: str | None = None  # the header row no row has used yet: a paragraph if none will
+
+    def row(self, cells: Sequence[tuple[str, bool]]) -> list[str]:
+        """The paragraphs a row of (text, is a header cell) gives: none (a header row), itself, and an unused header
+        row before it."""
+        texts = [text for text, _ in cells]
+        header = all(head for _, head in cells)
+        if header and any(texts) and (not self.names or sum(map(bool, texts)) > 1):
+            out, self.names, self.unused = self.end(), texts, _row_text(texts, [])
+            return out
+        self.unused = None
+        text = _row_text(texts, [] if header else self.names)
+        return [text] if text else []
+
+    def end(self) -> list[str]:
+        """The header row no row used, as a paragraph (its words are kept)."""
+        out, self.unused = [self.unused] if self.unused else [], None
+        return out
+
+
+@dataclass
+class _Table:
+    """A table being read by ``_HTMLText``: its open row and cell."""
+
+    rows: _TableRows = field(default_factory=_TableRows)
+    row: list[tuple[str, bool]] | None = None  # (text, is a header cell) of the open row's cells
+    cell: list[str] | None = None  # the open cell's text
+    head: bool = False  # the open cell is a header cell
+    span: int = 1  # the columns the open cell spans
+    in_thead: bool = False
+
+    def end_cell(self) -> None:
+        if self.cell is not None:
+            # a cell spanning columns is followed by empty ones, so the cells after it keep their column's name
+            self.row = [*(self.row or []), (_line("".join(self.cell)), self.head), *[("", self.head)] * (self.span - 1)]
+            self.cell = None
+
+    def end_row(self) -> list[str]:
+        self.end_cell()
+        row, self.row = self.row, None
+        return self.rows.row(row) if row else []
+
+
+class _HTMLText(HTMLParser):
+    """Collects paragraphs with their sections, the <title>, the first heading and <h1>, and <meta> tags of an HTML
+    document: a table row is a paragraph of its cells (named by the header row), a <pre> one of its lines."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.text = Sections()
+        self.meta: dict[str, str] = {}
+        self.title: str | None = None
+        self.first_heading: str | None = None
+        self.first_h1: str | None = None
+        self._buf: list[str] = []
+        self._skip: list[str] = []  # open elements whose text is dropped
+        self._in_title = False
+        self._title_buf: list[str] = []
+        self._heading: str | None = None  # the heading element being read, if any
+        self._tables: list[_Table] = []  # the open tables, outermost first
+        self._pre = 0  # open <pre> elements
+
+    def _flush(self, level: int = 0) -> None:
+        raw = "".join(self._buf)
+        self._buf = []
+        self.text.add(_code(raw) if self._pre else _line(raw), level)
+
+    def _cell(self) -> list[str] | None:
+        """The open cell's text of the innermost table, if a cell is open."""
+        return self._tables[-1].cell if self._tables else None
+
+    def _emit(self, rows: list[str]) -> None:
+        for row in rows:
+            self.text.add(row)
+
+    def _table_tag(self, tag: str, start: bool, attrs: list[tuple[str, str | None]]) -> None:
+        """A table, row or cell opening or closing: a row or cell left open ends where the next one starts, and text
+        in a table outside its cells (a caption) is a paragraph of its own."""
+        if tag not in _CELL:
+            self._flush()
+        if tag == "table" and (cell := self._cell()) is not None:  # a table in a cell: a space in that cell's line
+            cell.append(" ")
+        if tag == "table" and start:
+            self._tables.append(_Table())
+            return
+        if not self._tables:  # a row or cell outside any table: a line, its cells spaced
+            if tag in _CELL:
+                self._buf.append(" ")
+            return
+        table = self._tables[-1]
+        if tag == "table":
+            self._tables.pop()
+            self._emit(table.end_row() + table.rows.end())
+        elif tag in _CELL:
+            table.end_cell()
+            if start:
+                span = dict(attrs).get("colspan") or "1"
+                table.cell, table.head = [], tag == "th" or table.in_thead
+                table.span = min(int(span), 100) if span.isdecimal() and int(span) > 0 else 1
+        else:  # tr, thead, tbody, tfoot
+            self._emit(table.end_row())
+            if tag != "tr":
+                table.in_thead = start and tag == "thead"
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "meta":
+            a = dict(attrs)
+            key, content = a.get("name") or a.get("property"), a.get("content")
+            if key and content is not None:
+                self.meta[key.lower()] = content
+        elif tag == "title":
+            self._in_title = True
+        elif tag == "body" and "head" in self._skip:  # a <head> left open ends where the body starts
+            self._skip.remove("head")
+        elif tag in _SKIP:
+            self._skip.append(tag)
+        elif tag in _TABLE or tag in _CELL:
+            self._table_tag(tag, True, attrs)
+        elif tag in _BLOCK and (cell := self._cell()) is not None:  # a block in a cell: a space in its line
+            cell.append(" ")
+        elif tag == "br" and self._pre:
+            self._buf.append("\n")
+        elif tag in _BLOCK:
+            self._flush()
+            if tag in _HEADINGS:
+                self._heading = tag
+            self._pre += tag == "pre"
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+            self.title = self.title or _line("".join(self._title_buf)) or None
+        elif tag in _SKIP:
+            if tag in self._skip:  # close up to the matching element (HTML in the wild is not always nested)
+                del self._skip[len(self._skip) - 1 - self._skip[::-1].index(tag):]
+        elif tag in _TABLE or tag in _CELL:
+            self._table_tag(tag, False, [])
+        elif tag in _BLOCK and (cell := self._cell()) is not None:
+            cell.append(" ")
+        elif tag in _BLOCK and not (tag == "br" and self._pre):  # <br/> is a start and an end: in <pre>, a new line
+            level = 0
+            if tag in _HEADINGS and self._heading == tag:
+                text = _line("".join(self._buf))
+                self.first_heading = self.first_heading or text or None
+                if tag == "h1":
+                    self.first_h1 = self.first_h1 or text or None
+                self._heading, level = None, _HEADINGS[tag]
+            self._flush(level)
+            if tag == "pre" and self._pre:
+                self._pre -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self._title_buf.append(data)
+        elif not self._skip:
+            cell = self._cell()
+            (self._buf if cell is None else cell).append(data)
+
+    def close(self) -> None:
+        super().close()
+        while self._tables:  # tables left open end with the document
+            self._table_tag("table", False, [])
+        self._flush()
+
+
+@functools.cache
+def _trafilatura_config():
+    from trafilatura.settings import use_config
+
+    config = use_config()
+    # keep what the main-content extraction finds however short (a page of one paragraph is a page), rather than
+    # falling back to the whole page's text
+    config.set("DEFAULT", "MIN_EXTRACTED_SIZE", "1")
+    config.set("DEFAULT", "MIN_OUTPUT_SIZE", "1")
+    return config
+
+
+# trafilatura's output elements that are one paragraph each (a table row's cells go on one line)
+_MAIN_BLOCKS = {"p", "head", "item", "row", "quote", "code"}
+_MAIN_HEADING = re.compile(r"h([1-6])")  # a <head>'s rend: the heading it was (a <summary> made a <head> has none)
+
+
+def _main_content(source: str, where: str) -> Sections | None:
+    """The paragraphs of an HTML page's main content (trafilatura: navigation, footers, asides and other
+    boilerplate dropped), with sections from its headings, table rows named by their header row (trafilatura marks
+    the cells of a table's first row with <th> cells ``role="head"``) and code blocks' lines; None when it finds none."""
+    try:
+        import trafilatura
+    except ImportError:
+        raise IngestError(f"{where}: reading HTML needs trafilatura (pip install 'spanseek[index]')") from None
+    found = trafilatura.bare_extraction(source, fast=True, favor_recall=True, include_comments=False,
+                                        include_tables=True, config=_trafilatura_config())
+    body = getattr(found, "body", None)
+    if body is None:
+        return None
+    for br in body.iter("lb"):  # a line break inside a paragraph reads as a space, inside code as a new line
+        br.tail = ("\n" if any(a.tag == "code" for a in br.iterancestors()) else " ") + (br.tail or "")
+    out, table, rows = Sections(), None, _TableRows()
+    for el in body.iter(*_MAIN_BLOCKS):
+        if any(a.tag in _MAIN_BLOCKS for a in el.iterancestors()):
+            continue
+        if el.tag != "row" or el.getparent() is not table:  # a table's rows end: its unused header row is kept
+            for text in rows.end():
+                out.add(text)
+            table, rows = (el.getparent() if el.tag == "row" else None), _TableRows()
+        if el.tag == "row":
+            cells = [(_line(" ".join(cell.itertext())), cell.get("role") == "head") for cell in el.findall("cell")]
+            for text in rows.row(cells):
+                out.add(text)
+        elif el.tag == "code":
+            out.add(_code("".join(el.itertext())))
+        else:
+            level = _MAIN_HEADING.fullmatch(el.get("rend") or "") if el.tag == "head" else None
+            out.add(_line(" ".join(el.itertext())), int(level.group(1)) if level else 0)
+    for text in rows.end():
+        out.add(text)
+    return out if out.texts else None
+
+
+def extract_html(source: str, where: str = "<html>") -> Extracted:
+    """Main-content paragraphs (``_main_content``, else every block's) with their sections, title (<title>, else the
+    first <h1>) and <meta> tags of an HTML document."""
+    parser = _HTMLText()
+    parser.feed(source)
+    parser.close()
+    return (_main_content(source, where) or parser.text).extracted(parser.title or parser.first_h1, dict(parser.meta),
+                                                                 drop_title=True)
+
+
+def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
+    """Front matter as metadata; the body rendered to HTML (CommonMark + tables) and read as HTML, so the title
+    is front matter's ``title`` or the first heading of any level, and paragraphs have their heading path."""
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:
+        raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
+
+    meta, title, body = front_matter(LINE_END.sub("\n", source), where)
+    parser = _HTMLText()
+    parser.feed(MarkdownIt("commonmark").enable("table").render(body))
+    parser.close()
+    return parser.text.extracted(title or parser.first_heading, meta, drop_title=True)
