@@ -16,7 +16,7 @@ import numpy as np
 
 from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseLeg, dedupe_grouped
 from spanseek.core.hits import Hit, HitBuilder, distinct, first_per_unit, non_overlapping_spans
-from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, tokenize, zscore
+from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, zscore
 from spanseek.core.plan import Plan
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
 from spanseek.core.spans import Spans, by_group_then_score, numpy_blas
@@ -49,7 +49,7 @@ class LexicalFusion:
         lexical passages' spans are scored with the batch's ``scores``."""
         if not questions:
             return []
-        terms = tokenize(questions)  # once: BM25 and the re-ranker's question terms
+        terms = self.lexical.tokenize(questions)  # once: BM25 and the re-ranker's question terms
         lexical = self.lexical.scores(questions, terms)  # (B, P)
         if plan.selection.passages is not None:  # only scores above zero count as matches
             lexical = np.where(plan.selection.passages[None, :], lexical, 0)
@@ -187,7 +187,7 @@ class LexicalFusion:
         texts = [[self.hits.span_text(int(sp.starts[i]), int(sp.ends[i])) for i in head]
                  for sp, head in zip(spans, heads, strict=True)]
         asked = [] if question_terms is not None or not self.phrase_rerank else list(questions)
-        terms = iter(tokenize([t for ts in texts for t in ts] + asked) if self.phrase_rerank else [])
+        terms = iter(self.lexical.tokenize([t for ts in texts for t in ts] + asked) if self.phrase_rerank else [])
         span_terms = [[next(terms) for _ in ts] for ts in texts]
         question_terms = list(terms) if question_terms is None else question_terms
         out: list[list[Hit]] = []

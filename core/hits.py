@@ -4,6 +4,7 @@ and the overlap rules of phrase hits."""
 from __future__ import annotations
 
 import bisect
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,9 +19,16 @@ if TYPE_CHECKING:
 
 NON_OVERLAP_CHUNK = 32  # candidates non_overlapping_spans reads at a time
 SIGNS = "-−+$€£¥"  # a sign or currency written against a number belongs to it: "-84", "$5"
-TRAILING = ",;:"  # punctuation a span never ends with (a reader's "Canberra,")
-LEADING = ".,;:!?)]}"  # punctuation a span never starts with (". open_searcher": a sentence's end read with it)
-CLOSERS = {")": "(", "]": "[", "}": "{"}
+# punctuation a span never ends with (a reader's "Canberra,"), with the full-width and ideographic forms and the full
+# stops of Chinese and Japanese ("下令修建。")
+TRAILING = ",;:，；：、。｡！？"
+# punctuation a span never starts with (". open_searcher": a sentence's end read with it)
+LEADING = ".,;:!?)]}，；：、。｡！？）」』】》〉»›"
+# closing brackets and quotation marks, each with its opener: a span keeps one only with its partner ("200)" of
+# "(at most 200)." reads "200"; "« La Fée du lac" reads "La Fée du lac")
+CLOSERS = {")": "(", "]": "[", "}": "{", "）": "（", "」": "「", "』": "『", "】": "【", "》": "《", "〉": "〈", "»": "«",
+           "›": "‹"}
+OPENERS = {o: c for c, o in CLOSERS.items()}
 # words whose full stop is their own, not a sentence's ("Acme Corp.", "Smith Jr."); single letters ("J.") and words
 # with another stop inside ("U.S.") keep theirs too
 ABBREVIATIONS = frozenset({"co", "corp", "inc", "ltd", "jr", "sr", "mr", "mrs", "ms", "dr", "st", "bros", "etc",
@@ -28,21 +36,23 @@ ABBREVIATIONS = frozenset({"co", "corp", "inc", "ltd", "jr", "sr", "mr", "mrs", 
 
 
 def tidy_span(text: str, a: int, b: int) -> tuple[int, int]:
-    """Characters [a, b) of ``text`` as an answer reads: with the sign or currency symbol written against a number
-    it starts with ("84 degrees" of "-84 degrees" is another temperature; spans start at a word, and "-" is one),
-    without punctuation it starts with (". open_searcher"), and without trailing commas, semicolons, colons, a
-    closing bracket it does not open ("200)", "open_searcher)") or a sentence's full stop ("Ed Snider.", "scored
-    42.", "pdfminer.six."; "U.S.", "J." and "Acme Corp." keep theirs)."""
-    while b > a + 1 and text[a] in LEADING:
-        a += 1
-    while b > a + 1 and text[a].isspace():
+    """Characters [a, b) of ``text`` as an answer reads: with the combining marks of its last letter ("René" written
+    with a combining accent; tokenizers leave them out of the token), with the sign or currency symbol written against
+    a number it starts with ("84 degrees" of "-84 degrees" is another temperature; spans start at a word, and "-" is
+    one), without punctuation it starts with (". open_searcher") or an opening bracket or quotation mark it does not
+    close ("« La Fée du lac"), and without trailing commas, semicolons, colons, a closing one it does not open ("200)",
+    "open_searcher)", "La Fée du lac »") or a sentence's full stop ("Ed Snider.", "scored 42.", "pdfminer.six.",
+    "下令修建。"; "U.S.", "J." and "Acme Corp." keep theirs)."""
+    while b < len(text) and unicodedata.category(text[b]) in ("Mn", "Me"):
+        b += 1
+    while b > a + 1 and (text[a] in LEADING or text[a].isspace() or unclosed(text, a, b)):
         a += 1
     if 0 < a < b and text[a].isdigit() and text[a - 1] in SIGNS and (a == 1 or not text[a - 2].isalnum()):
         a -= 1
     before = None
     while before != b:  # "200)." loses its full stop, then its bracket
         before = b
-        while b > a + 1 and (text[b - 1] in TRAILING or unopened(text, a, b)):
+        while b > a + 1 and (text[b - 1] in TRAILING or text[b - 1].isspace() or unopened(text, a, b)):
             b -= 1
         word = text[a:b].rsplit(maxsplit=1)[-1][:-1] if b > a + 1 and text[b - 1] == "." else ""
         dotted = "." in word and any(len(part) > 1 for part in word.split("."))  # "pdfminer.six", not "U.S"
@@ -53,6 +63,12 @@ def tidy_span(text: str, a: int, b: int) -> tuple[int, int]:
         while b > a + 1 and text[b - 1].isspace():
             b -= 1
     return a, b
+
+
+def unclosed(text: str, a: int, b: int) -> bool:
+    """Whether the span [a, b) starts with an opening bracket or quotation mark that it does not close."""
+    close = OPENERS.get(text[a])
+    return close is not None and text.count(close, a, b) < text.count(text[a], a, b)
 
 
 def unopened(text: str, a: int, b: int) -> bool:

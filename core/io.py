@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
+import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -266,10 +267,21 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
             yield doc
 
 
+_INVISIBLE = ("Cc", "Cf", "Zs", "Zl", "Zp")  # control and format characters and spaces: nothing to read or answer
+
+
+def has_text(text: str) -> bool:
+    """Whether ``text`` has a character to read: not only whitespace, control characters and invisible format
+    characters (zero-width spaces and joiners, soft hyphens, bidi marks)."""
+    if not text.strip():
+        return False
+    return text.isascii() or not all(unicodedata.category(c) in _INVISIBLE for c in text)
+
+
 def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats | None = None,
                        size: int | None = None) -> Document | None:
     """The corpus document of one JSON value (a corpus line, or a document sent to ``PUT /documents``), empty
-    paragraphs dropped; None (counted in ``stats``) when none is left. Raises CorpusError starting with ``where``
+    paragraphs (no character to read: ``has_text``) dropped; None (counted in ``stats``) when none is left. Raises CorpusError starting with ``where``
     and naming the field for a wrong shape, text that is not valid Unicode, or metadata over MAX_META_BYTES
     (``size``: the JSON's length in characters, when known, skips that check for short lines)."""
     stats = stats if stats is not None else ReadStats()
@@ -306,7 +318,7 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
             part = f"'{key}'" if i < 2 else f"paragraph {i - 2}"
             raise CorpusError(f"{where}: {part} holds an unpaired surrogate ({text[e.start]!a}), "
                               "which is not valid Unicode text", key) from None
-    keep = [i for i, p in enumerate(paragraphs) if p.strip()]
+    keep = [i for i, p in enumerate(paragraphs) if has_text(p)]
     kept = tuple(paragraphs[i] for i in keep)
     kept_meta = tuple(passage_meta[i] or {} for i in keep) if any(passage_meta) else ()
     stats.empty_paragraphs += len(paragraphs) - len(kept)

@@ -2,8 +2,18 @@
 
 Every phrase index holds one in ``lexical/`` (written by ``spanseek index build``, kept in step by ``spanseek index
 add``, added to an older index by ``spanseek index add-lexical DIR``). A passage is indexed as its document title
-plus its text, lower-cased, with English stop words removed and Snowball-stemmed (bm25s + PyStemmer). The
-hard-negative miner (``spanseek train mine --miner bm25``) uses the same ``LexicalIndex``.
+plus its text, split into terms by the index's analyzer (``ANALYZERS``; recorded in the index, and questions go
+through the same one), English stop words removed and Snowball-stemmed (bm25s + PyStemmer):
+
+- ``folded`` (indexes built now): Unicode-normalised (NFKC, so ligatures and full-width forms read as their
+  letters), case-folded ("STRASSE" and "Straße" are one word), Latin, Greek and Cyrillic letters without their
+  accents ("Nunez" finds "Núñez", composed or not), invisible format characters (soft hyphens, zero-width spaces)
+  dropped; runs of Chinese, Japanese or Korean characters, written without spaces between words, are indexed as
+  their overlapping character pairs (a lone character as itself), so "龙井茶" finds "…的龙井茶…".
+- ``plain`` (indexes built before it): lower-cased words of two or more letters or digits, nothing else;
+  ``spanseek index add-lexical DIR`` rebuilds an index's lexical part with ``folded``.
+
+The hard-negative miner (``spanseek train mine --miner bm25``) uses the same ``LexicalIndex``.
 
 Fusion (``core.search`` applies it per question over the candidate units of both legs):
 
@@ -21,6 +31,7 @@ import json
 import math
 import re
 import shutil
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -67,19 +78,65 @@ def _stopwords() -> frozenset[str]:
 
 
 _WORDS = re.compile(r"(?u)\b\w\w+\b").findall  # bm25s's (and scikit-learn's) token pattern
+# Han (with its extensions and compatibility forms), kana and Hangul: scripts written without spaces between words
+_CJK = re.compile("[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff"
+                  "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]+")
+_ACCENTED = 0x0530  # letters below this (Latin, Greek, Cyrillic) lose their combining marks when folded
+ANALYZERS = ("plain", "folded")
+ANALYZER = "folded"  # the analyzer of lexical indexes built now
 
 
-def tokenize(texts: Sequence[str]) -> list[list[str]]:
-    """Lower-cased word tokens without English stop words, stemmed: what both passages and queries go through.
+def analyzer_of(record: dict[str, Any] | None) -> str:
+    """The analyzer of a lexical index from its manifest record (``LexicalIndex.describe``): ``plain`` for one
+    written before analyzers were recorded."""
+    return (record or {}).get("analyzer", "plain")
 
-    The tokens of ``bm25s.tokenize`` (its pattern, stop words and stemmer; ``tests/core/test_lexical.py`` holds
-    them equal), made without what it adds for a corpus: a vocabulary of ids, progress bars and a set of the stop
-    words remade for every text (704 short texts, a hybrid batch's: 12.4 against 16.6 ms; a corpus: the same)."""
+
+def fold(text: str) -> str:
+    """``text`` as the ``folded`` analyzer reads it: NFKC, case-folded, combining marks of Latin, Greek and Cyrillic
+    letters and format characters (soft hyphen, zero-width space and joiner, bidi marks) removed, recomposed."""
+    if text.isascii():
+        return text.lower()  # the same, faster: NFKC and case folding leave ASCII as lower() does
+    kept: list[str] = []
+    for c in unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text).casefold()):
+        category = unicodedata.category(c)
+        if category == "Cf" or (category == "Mn" and kept and ord(kept[-1]) < _ACCENTED):
+            continue
+        kept.append(c)
+    return unicodedata.normalize("NFC", "".join(kept))
+
+
+def _cjk_terms(run: str) -> list[str]:
+    """A run of CJK characters as its overlapping character pairs (a lone character: itself)."""
+    return [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def _words(text: str, analyzer: str) -> list[str]:
+    """The terms of one text before stop words and stemming; CJK pairs are marked by a leading NUL (no stemming)."""
+    if analyzer == "plain":
+        return _WORDS(text.lower())
+    text = fold(text)
+    if text.isascii():
+        return _WORDS(text)
+    out = [f"\x00{t}" for run in _CJK.findall(text) for t in _cjk_terms(run)]
+    return _WORDS(_CJK.sub(" ", text)) + out
+
+
+def tokenize(texts: Sequence[str], analyzer: str = ANALYZER) -> list[list[str]]:
+    """Terms of each text by ``analyzer`` (``ANALYZERS``, module docstring) without English stop words, stemmed:
+    what both passages and queries go through.
+
+    ``plain`` gives the tokens of ``bm25s.tokenize`` (its pattern, stop words and stemmer; ``tests/core/test_lexical.py``
+    holds them equal), made without what it adds for a corpus: a vocabulary of ids, progress bars and a set of the
+    stop words remade for every text (704 short texts, a hybrid batch's: 12.4 against 16.6 ms; a corpus: the same).
+    ``folded`` gives the same tokens for ASCII text."""
+    if analyzer not in ANALYZERS:
+        raise ValueError(f"unknown lexical analyzer {analyzer!r}; known: {', '.join(ANALYZERS)}")
     stop = _stopwords()
-    words = [[w for w in _WORDS(text.lower()) if w not in stop] for text in texts]
-    distinct = list(dict.fromkeys(w for ws in words for w in ws))  # each word stemmed once, as bm25s does
+    words = [[w for w in _words(text, analyzer) if w not in stop] for text in texts]
+    distinct = [w for w in dict.fromkeys(w for ws in words for w in ws) if w[0] != "\x00"]  # each word stemmed once
     stem = dict(zip(distinct, _stemmer().stemWords(distinct), strict=True))
-    return [[stem[w] for w in ws] for ws in words]
+    return [[stem[w] if w[0] != "\x00" else w[1:] for w in ws] for ws in words]
 
 
 def passage_text(title: str, text: str) -> str:
@@ -88,22 +145,27 @@ def passage_text(title: str, text: str) -> str:
 
 
 class LexicalIndex:
-    """BM25 over a list of passage texts (row i = passage i)."""
+    """BM25 over a list of passage texts (row i = passage i), their terms by ``analyzer``."""
 
-    def __init__(self, retriever: Any, n_passages: int):
+    def __init__(self, retriever: Any, n_passages: int, analyzer: str = ANALYZER):
         self.retriever = retriever
         self.n_passages = n_passages
+        self.analyzer = analyzer
 
     @classmethod
-    def build(cls, texts: Sequence[str]) -> LexicalIndex:
+    def build(cls, texts: Sequence[str], analyzer: str = ANALYZER) -> LexicalIndex:
         import bm25s
 
         retriever = bm25s.BM25()
-        tokens = tokenize(texts)
+        tokens = tokenize(texts, analyzer)
         if not any(tokens):  # bm25s cannot index an empty vocabulary
             tokens = [["\x00empty"] for _ in texts]
         retriever.index(tokens, show_progress=False)
-        return cls(retriever, len(texts))
+        return cls(retriever, len(texts), analyzer)
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
+        """The terms of ``texts`` as this index's passages were made (its analyzer)."""
+        return tokenize(texts, self.analyzer)
 
     def save(self, directory: str | Path) -> dict[str, Any]:
         """Write the index to ``directory`` (via a temporary sibling, renamed when complete); returns its manifest
@@ -112,7 +174,7 @@ class LexicalIndex:
         tmp = directory.with_name(directory.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.retriever.save(str(tmp), show_progress=False)
-        (tmp / "spanseek.json").write_text(json.dumps({"passages": self.n_passages}))
+        (tmp / "spanseek.json").write_text(json.dumps({"passages": self.n_passages, "analyzer": self.analyzer}))
         shutil.rmtree(directory, ignore_errors=True)
         tmp.rename(directory)
         return self.describe()
@@ -120,21 +182,26 @@ class LexicalIndex:
     def describe(self) -> dict[str, Any]:
         r = self.retriever
         return {"dir": LEXICAL_DIR, "passages": self.n_passages, "method": f"bm25s {r.method}", "k1": r.k1, "b": r.b,
-                "stopwords": STOPWORDS, "stemmer": STEMMER, "fields": "title + passage"}
+                "analyzer": self.analyzer, "stopwords": STOPWORDS, "stemmer": STEMMER, "fields": "title + passage"}
 
     @classmethod
     def load(cls, directory: str | Path) -> LexicalIndex:
+        """The index saved in ``directory``; one saved before analyzers were recorded is ``plain``."""
         import bm25s
 
         directory = Path(directory)
         meta = json.loads((directory / "spanseek.json").read_text())
-        return cls(bm25s.BM25.load(str(directory), show_progress=False), int(meta["passages"]))
+        analyzer = meta.get("analyzer", "plain")
+        if analyzer not in ANALYZERS:
+            raise ValueError(f"{directory}: lexical analyzer {analyzer!r} is not one this version knows "
+                             f"({', '.join(ANALYZERS)}); rebuild it with `spanseek index add-lexical`")
+        return cls(bm25s.BM25.load(str(directory), show_progress=False), int(meta["passages"]), analyzer)
 
     def scores(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> np.ndarray:
         """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs); ``terms``:
-        the questions' ``tokenize``, when the caller has it."""
+        the questions' ``self.tokenize``, when the caller has it."""
         out = np.zeros((len(questions), self.n_passages), np.float32)
-        for b, tokens in enumerate(tokenize(questions) if terms is None else terms):
+        for b, tokens in enumerate(self.tokenize(questions) if terms is None else terms):
             if tokens:
                 out[b] = self.retriever.get_scores(tokens)
         return out

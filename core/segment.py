@@ -80,9 +80,9 @@ class EncodedDocument:
         return len(self.vectors)
 
 
-def passage_terms(title: str, texts: Sequence[str]) -> list[list[str]]:
-    """The BM25 terms of a document's passages (what ``core.lexical`` indexes: title + passage)."""
-    return tokenize([passage_text(title, t) for t in texts]) if texts else []
+def passage_terms(title: str, texts: Sequence[str], analyzer: str) -> list[list[str]]:
+    """The BM25 terms of a document's passages by ``analyzer`` (what ``core.lexical`` indexes: title + passage)."""
+    return tokenize([passage_text(title, t) for t in texts], analyzer) if texts else []
 
 
 class LiveLexical:
@@ -120,6 +120,10 @@ class LiveLexical:
     def describe(self) -> dict[str, Any]:
         return {**self.base.describe(), "passages": self.n_passages, "live": True}
 
+    def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
+        """The terms of ``texts`` by the base's analyzer (the segment's passages were made with it)."""
+        return self.base.tokenize(texts)
+
     def term_scores(self, term: int) -> tuple[np.ndarray, np.ndarray]:
         """The passages holding ``term`` and their BM25 score for it (0 for passages not live)."""
         a, b = self.tf.indptr[term], self.tf.indptr[term + 1]
@@ -131,7 +135,7 @@ class LiveLexical:
         """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs); ``terms``:
         the questions' ``tokenize``, when the caller has it (as ``LexicalIndex.scores``)."""
         out = np.zeros((len(questions), self.n_passages), np.float32)
-        for q, words in enumerate(tokenize(questions) if terms is None else terms):
+        for q, words in enumerate(self.tokenize(questions) if terms is None else terms):
             for term in (self.vocab[t] for t in words if t in self.vocab):
                 rows, s = self.term_scores(term)
                 out[q, rows] += s
@@ -153,7 +157,9 @@ class BaseTerms:
     def of(cls, index: PhraseIndex) -> BaseTerms:
         import scipy.sparse as sp
 
-        terms = tokenize([passage_text(index.docs[p["doc"]]["title"], p["text"]) for p in index.passages])
+        if index.lexical is None:
+            raise ValueError(f"{index.dir} has no lexical index to take terms from")
+        terms = index.lexical.tokenize([passage_text(index.docs[p["doc"]]["title"], p["text"]) for p in index.passages])
         vocab: dict[str, int] = {}
         rows, cols = [], []
         for p, ts in enumerate(terms):

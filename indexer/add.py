@@ -46,6 +46,7 @@ from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
 from spanseek.core.io import Document, atomic_path, read_corpus, unique_ids, write_corpus
+from spanseek.core.lexical import analyzer_of
 from spanseek.core.loading import index_model
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint
 from spanseek.indexer.build import (
@@ -335,7 +336,8 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
     lexical = old.lexical
     if lexical is not None:  # an index without one stays without (`spanseek index add-lexical` adds it)
         lexical = write_lexical(index_dir, staged(index_dir, phrase_index.PASSAGES), staged(index_dir, phrase_index.DOCS),
-                                staged(index_dir, phrase_index.LEXICAL), fusion=lexical.get("fusion"))
+                                staged(index_dir, phrase_index.LEXICAL), fusion=lexical.get("fusion"),
+                                analyzer=analyzer_of(lexical))
         names.append(phrase_index.LEXICAL)
 
     if replaced:  # the old versions are deleted in the same commit

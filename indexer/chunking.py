@@ -12,7 +12,9 @@ a list item) absorbs the paragraphs after it while they fit the budget, so headi
 passage mixes two pages or sections.
 
 Sentences are found by pysbd (rule-based, English), which knows abbreviations ("e.g.", "Dr.", "U.S.") and numbers
-("3.5"), so a window does not end after "Dr.". Only paragraphs over the budget are split into sentences.
+("3.5"), so a window does not end after "Dr.", and at the full stops of Chinese and Japanese ("。"). Only paragraphs
+over the budget are split into sentences. Words are what whitespace separates, except that each character of text
+written without spaces (Han, kana and their punctuation) is a word of its own, so such a paragraph is cut too.
 
 Tokens are counted by a ``TokenCounter``: the model's tokenizer (``model_token_counter``: WordPiece tokens of
 each whitespace-separated word, which for BERT tokenizers sums to the paragraph's token count, without the
@@ -32,8 +34,12 @@ from typing import Any
 TokenCounter = Callable[[Sequence[str]], list[int]]
 """Tokens of each word, for a list of words."""
 
-_WORD = re.compile(r"\S+")
+# Han, kana and their punctuation (CJK symbols, full-width forms): written without spaces, so each character is a
+# word of its own here, and a window of such text can end anywhere (BERT-style tokenizers make each a token too)
+_SPACELESS = "\u3001-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff9f"
+_WORD = re.compile(f"[{_SPACELESS}]|[^\\s{_SPACELESS}]+")
 _MAY_END = re.compile(r"[.!?][\"')\]»”’]*$")  # a word that may end a sentence: asked of the segmenter
+_FULL_STOPS = frozenset("。！？｡")  # a sentence's end in Chinese and Japanese (the segmenter's rules are English)
 _CONTEXT = 8  # words on each side of a possible sentence end that the segmenter reads
 
 
@@ -103,7 +109,10 @@ def sentence_ends(text: str) -> set[int]:
 def _ends_sentence(text: str, spans: list[tuple[int, int]], w: int) -> bool:
     """Whether word ``w`` ends a sentence: it ends in . ! or ? and the segmenter, reading the words around it, ends
     a sentence there (only the neighbourhood is read: segmenting whole paragraphs made chunking 20x slower)."""
-    if not _MAY_END.search(text[spans[w][0] : spans[w][1]]):
+    word = text[spans[w][0] : spans[w][1]]
+    if word in _FULL_STOPS:
+        return True
+    if not _MAY_END.search(word):
         return False
     lo, hi = spans[max(0, w - _CONTEXT)][0], spans[min(len(spans) - 1, w + _CONTEXT)][1]
     return spans[w][1] - lo in sentence_ends(text[lo:hi])

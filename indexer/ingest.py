@@ -63,7 +63,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanseek.core.io import CorpusError, Document, document_from_json, document_json, read_head, write_corpus
+from spanseek.core.io import (
+    CorpusError,
+    Document,
+    document_from_json,
+    document_json,
+    has_text,
+    read_head,
+    write_corpus,
+)
 from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections, word_token_counter
 from spanseek.indexer.documents import Extracted, IngestError, Unreadable, extract_docx, extract_pdf
 from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown
@@ -191,7 +199,7 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
         return str(e)
     metas = ext.paragraph_meta or [{}] * len(ext.paragraphs)
     passages = chunk_sections(ext.paragraphs, metas, count, opts.chunk)
-    if not passages:
+    if not any(has_text(text) for text, _ in passages):  # nothing but invisible characters counts as no text
         return "no text"
     meta = {"source": rel, **ext.meta, **opts.extra_meta}
     doc_id: Any = rel

@@ -3,7 +3,9 @@
     spanseek index add-lexical INDEX_DIR      # an index built before the lexical part existed; nothing re-encoded
 
 ``spanseek index build`` writes it (``write_lexical``) and ``spanseek index add`` rebuilds it over the old and new
-passages; ``spanseek index verify`` compares it with a fresh BM25 of the passages (``check_lexical``). Building
+passages with the analyzer it had (``core.lexical.ANALYZERS``); ``add-lexical`` rebuilds it with the current one
+(``folded``), keeping its fusion weights; ``spanseek index verify`` compares it with a fresh BM25 of the passages
+(``check_lexical``). Building
 BM25 over the passage store takes seconds (14.5k passages: ~3 s on 2 cores), so it is always rebuilt whole rather
 than updated in place.
 """
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from spanseek.core import integrity, phrase_index
-from spanseek.core.lexical import DEFAULT_FUSION, LexicalIndex, missing_message, passage_text
+from spanseek.core.lexical import ANALYZER, DEFAULT_FUSION, LexicalIndex, missing_message, passage_text
 
 
 def lexical_texts(passages_path: Path, docs_path: Path) -> list[str]:
@@ -26,17 +28,20 @@ def lexical_texts(passages_path: Path, docs_path: Path) -> list[str]:
 
 
 def write_lexical(index_dir: str | Path, passages_path: Path | None = None, docs_path: Path | None = None,
-                  dest: Path | None = None, fusion: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Build the BM25 index of the passage store into ``dest`` (default ``INDEX_DIR/lexical``); returns the
-    manifest record: the index's description plus the fusion defaults (``fusion``, else ``DEFAULT_FUSION``)."""
+                  dest: Path | None = None, fusion: dict[str, Any] | None = None, analyzer: str = ANALYZER
+                  ) -> dict[str, Any]:
+    """Build the BM25 index of the passage store, its terms by ``analyzer``, into ``dest`` (default
+    ``INDEX_DIR/lexical``); returns the manifest record: the index's description plus the fusion defaults
+    (``fusion``, else ``DEFAULT_FUSION``)."""
     index_dir = Path(index_dir)
     texts = lexical_texts(passages_path or index_dir / phrase_index.PASSAGES, docs_path or index_dir / phrase_index.DOCS)
-    record = LexicalIndex.build(texts).save(dest or index_dir / phrase_index.LEXICAL)
+    record = LexicalIndex.build(texts, analyzer).save(dest or index_dir / phrase_index.LEXICAL)
     return {**record, "fusion": fusion or DEFAULT_FUSION}
 
 
 def add_lexical(index_dir: str | Path) -> phrase_index.Manifest:
-    """Give a built index its lexical part (or rebuild it) from its passage store; no passage is encoded again."""
+    """Give a built index its lexical part (or rebuild it, with the current analyzer) from its passage store; no
+    passage is encoded again."""
     index_dir = Path(index_dir)
     phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
     with integrity.writer_lock(index_dir) as locked:
@@ -61,7 +66,7 @@ def check_lexical(index: phrase_index.PhraseIndex, sample: int = 50, k: int = 5,
     rng = np.random.default_rng(seed)
     queries = [texts[i][:200] for i in rng.choice(len(texts), size=min(sample, len(texts)), replace=False)]
     stored, _ = index.lexical.top(queries, k)
-    fresh, _ = LexicalIndex.build(texts).top(queries, k)
+    fresh, _ = LexicalIndex.build(texts, index.lexical.analyzer).top(queries, k)
     if not np.array_equal(stored, fresh):
         return [f"the lexical index disagrees with the passage store; rebuild it with "
                 f"`spanseek index add-lexical {index.dir}`"]

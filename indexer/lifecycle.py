@@ -33,6 +33,7 @@ import numpy as np
 from spanseek.core import phrase_index
 from spanseek.core.fine_store import FINE_KEPT
 from spanseek.core.io import read_lines
+from spanseek.core.lexical import analyzer_of
 from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_recall, staged, write_npy
 from spanseek.indexer.build import BuildError, BuildOptions, write_fields
 from spanseek.indexer.compress import kept_token_ids
@@ -180,7 +181,8 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
         lexical = old.lexical
         if lexical is not None:
             lexical = write_lexical(index_dir, staged(index_dir, phrase_index.PASSAGES), staged(index_dir, phrase_index.DOCS),
-                                    staged(index_dir, phrase_index.LEXICAL), fusion=lexical.get("fusion"))
+                                    staged(index_dir, phrase_index.LEXICAL), fusion=lexical.get("fusion"),
+                                analyzer=analyzer_of(lexical))
             names.append(phrase_index.LEXICAL)
 
         params = dict(old.faiss_params)

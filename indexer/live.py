@@ -48,6 +48,7 @@ from spanseek.core.io import (
     write_corpus,
     write_json_atomic,
 )
+from spanseek.core.lexical import ANALYZER
 from spanseek.core.model import load_tokenizer
 from spanseek.core.params import SearchFilter
 from spanseek.core.phrase_index import MANIFEST, PhraseIndex, doc_record
@@ -78,13 +79,14 @@ class DocumentEncoder:
     """Encodes corpus documents into ``EncodedDocument`` rows exactly as ``spanseek index build`` does."""
 
     def __init__(self, phrase_model: Any, filter_threshold: float | None, precision: str = "auto",
-                 max_batch_tokens: int = 8192, chunk_tokens: int = CHUNK_TOKENS):
+                 max_batch_tokens: int = 8192, chunk_tokens: int = CHUNK_TOKENS, analyzer: str = ANALYZER):
         device = next(phrase_model.parameters()).device
         self.tokenizer = load_tokenizer(phrase_model.config)
         self.encoder = PassageEncoder(phrase_model, self.tokenizer, precision=pick_precision(precision, device),
                                       max_batch_tokens=max_batch_tokens)
         self.filter_threshold = filter_threshold
         self.chunk_tokens = chunk_tokens
+        self.analyzer = analyzer  # the base's lexical analyzer: a written passage's BM25 terms are made as its
 
     def chunks(self, doc: Document) -> list[list[PassageTokens]]:
         """The document's tokenised passages in runs of about ``chunk_tokens`` tokens (a passage is not split here:
@@ -119,7 +121,7 @@ class DocumentEncoder:
                          for i, text in enumerate(doc.paragraphs))
         return EncodedDocument(doc_record(doc.id, doc.title, doc.meta), passages, arrays["vectors"],
                                arrays["offsets"], arrays["flags"], arrays["ntokens"], kept,
-                               tuple(passage_terms(doc.title, list(doc.paragraphs))))
+                               tuple(passage_terms(doc.title, list(doc.paragraphs), self.analyzer)))
 
     def encode(self, doc: Document) -> EncodedDocument:
         """All of a document at once (log replay, tests)."""

@@ -11,6 +11,7 @@ Used by the /search route (service/routes.py).
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 from fastapi import Response
@@ -28,7 +29,9 @@ def passage_window(hit: Hit, context_chars: int | None) -> dict[str, Any]:
 
     ``start``/``end`` stay offsets of the phrase in the returned ``passage``; ``passage_offset`` says where that
     window starts in the whole passage. A cut that falls inside a word moves outward to the word's edge only
-    if the edge is near (so the window never grows by more than ~32 characters a side). ``None`` = whole passage.
+    if the edge is near (so the window never grows by more than ~32 characters a side), and never falls inside a
+    character as read: a letter and its combining marks, an emoji and its variation selector or joined emoji stay
+    together (text without spaces, Thai or emoji, is cut between them). ``None`` = whole passage.
     """
     passage = hit.passage
     fields = hit.to_dict()
@@ -47,18 +50,35 @@ def passage_window(hit: Hit, context_chars: int | None) -> dict[str, Any]:
 _SNAP = 32  # the farthest a window edge moves to reach a word boundary
 
 
+_JOINER = "\u200d"  # zero-width joiner: the characters on both sides of it are read as one
+
+
+def _joined(text: str, i: int) -> bool:
+    """Whether a cut before ``text[i]`` would split a character as read (a combining mark, or a zero-width joiner
+    on either side)."""
+    return 0 < i < len(text) and (unicodedata.category(text[i]) in ("Mn", "Me", "Mc") or _JOINER in text[i - 1 : i + 1])
+
+
 def _word_edge_before(text: str, i: int) -> int:
     if i == 0 or text[i - 1].isspace():
         return i
     j = text.rfind(" ", max(0, i - _SNAP), i)
-    return j + 1 if j >= 0 else i
+    if j >= 0:
+        return j + 1
+    while _joined(text, i):
+        i -= 1
+    return i
 
 
 def _word_edge_after(text: str, i: int) -> int:
     if i >= len(text) or text[i].isspace():
         return i
     j = text.find(" ", i, i + _SNAP)
-    return j if j >= 0 else i
+    if j >= 0:
+        return j
+    while _joined(text, i):
+        i += 1
+    return i
 
 
 def estimated_bytes(hits: list[list[dict[str, Any]]], queries: list[str], limit: int | None = None) -> int:

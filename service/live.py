@@ -25,6 +25,7 @@ from typing import Any
 
 from spanseek.core.encoding import advance
 from spanseek.core.io import Document
+from spanseek.core.lexical import analyzer_of
 from spanseek.core.params import SearchFilter
 from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
@@ -88,7 +89,8 @@ class LiveWrites:
         self._serve: Any = None  # the service's hand-over to the batcher, once it has one (attach)
         self._serving = threading.Lock()
         self.encoder = DocumentEncoder(base.encoder.model, base.index.manifest.filter_threshold,
-                                       chunk_tokens=settings.write_chunk_tokens)
+                                       chunk_tokens=settings.write_chunk_tokens,
+                                       analyzer=analyzer_of(base.index.manifest.lexical))
         self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
                                model=settings.model)
         self.merge_thread: threading.Thread | None = None

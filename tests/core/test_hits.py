@@ -76,6 +76,13 @@ def test_non_overlapping_spans_agrees_with_the_rule_on_hits():
     ("read by pdfminer.six.", "pdfminer.six.", "pdfminer.six"), ("it. open_searcher", ". open_searcher",
                                                                    "open_searcher"),
     ("f(x) is", "f(x)", "f(x)"), ("(see [1])", "[1])", "[1]"), ("J.R.R. Tolkien", "J.R.R.", "J.R.R."),
+    ("(born 1950 in Rome)", "(born 1950", "born 1950"),  # an opening bracket the span does not close
+    # other scripts' punctuation, and a combining accent the tokenizer left out of the last token
+    ("明成祖下令修建。", "下令修建。", "下令修建"), ("巴黎，法国", "巴黎，", "巴黎"), ("（最多200）。", "200）。", "200"),
+    ("le roman « La Fée du lac » paru", "« La Fée du lac", "La Fée du lac"),
+    ("le roman « La Fée du lac » paru", "La Fée du lac »", "La Fée du lac"),
+    ("le roman « La Fée du lac » paru", "« La Fée du lac »", "« La Fée du lac »"),
+    ("the sculptor Rene\u0301 since 1987", "Rene", "Rene\u0301"), ("Ship it \u2764\ufe0f now", "\u2764", "\u2764\ufe0f"),
 ])
 def test_a_span_shows_as_an_answer_reads(text, span, shown):
     from spanseek.core.hits import tidy_span

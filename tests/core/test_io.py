@@ -379,3 +379,18 @@ def test_json_files_hold_no_nan(tmp_path):
     text = (tmp_path / "r.json").read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {"tau": None, "rows": [1.5, None, [None, 2]]}
+
+
+def test_paragraphs_of_invisible_characters_are_empty(tmp_path):
+    """A paragraph of zero-width spaces, soft hyphens or control characters has nothing to read or answer: it is
+    dropped and counted as empty like a blank one, with its passage metadata, and a document of nothing else is."""
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps(d) for d in [
+        {"id": "a", "title": "A", "paragraphs": ["\u200b\u200b", "Real text.", "\u00ad \u2060", "\u200bmore"],
+         "passage_meta": [{"page": 1}, {"page": 2}, {"page": 3}, {"page": 4}]},
+        {"id": "b", "title": "B", "paragraphs": ["\u200b", " \t"]},
+    ]) + "\n")
+    stats = ReadStats()
+    [doc] = list(read_corpus(path, stats))
+    assert doc.paragraphs == ("Real text.", "\u200bmore") and doc.passage_meta == ({"page": 2}, {"page": 4})
+    assert (stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs) == (1, 2, 1, 4)

@@ -82,8 +82,9 @@ def test_lexical_ranking_equals_bm25s(tmp_path):
 
 
 def test_tokenize_gives_bm25s_tokens():
-    """The search path's tokenizer against bm25s's own, on the demo corpus's passages and questions-like edge cases:
-    stop words only, one-letter words, digits and underscores, accents and other scripts, empty text."""
+    """The ``plain`` analyzer against bm25s's own tokenizer, on the demo corpus's passages and questions-like edge
+    cases: stop words only, one-letter words, digits and underscores, accents and other scripts, empty text; the
+    ``folded`` one gives the same tokens for ASCII text."""
     import bm25s
 
     from spanseek.core.io import read_corpus
@@ -94,8 +95,10 @@ def test_tokenize_gives_bm25s_tokens():
     texts += ["", "the a of and", "I a x", "Who was the U.S. president in 1999?", "snake_case and CamelCase words",
               "Müller's café in Zürich", "東京 タワー", "running runs ran", "THE RUNNING MAN", "e-mail, re-entry"]
     expected = bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=_stemmer(), return_ids=False, show_progress=False)
-    assert tokenize(texts) == expected
-    assert tokenize([]) == []
+    assert tokenize(texts, "plain") == expected
+    assert tokenize([]) == tokenize([], "plain") == []
+    ascii_only = [i for i, t in enumerate(texts) if t.isascii()]
+    assert [tokenize(texts)[i] for i in ascii_only] == [expected[i] for i in ascii_only]
 
 
 def test_top_passages_breaks_ties_by_id_and_drops_non_matches():

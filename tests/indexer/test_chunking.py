@@ -125,3 +125,16 @@ def test_model_counter_sums_to_the_tokenizers_count(tiny_backbone):
 def test_bad_options_are_refused(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         ChunkOptions(**kwargs)
+
+
+def test_text_without_spaces_is_cut_within_the_budget_after_its_full_stops():
+    """Chinese has no spaces between words: a long paragraph is still cut into windows of at most max_tokens (one
+    token per character, as BERT-style tokenizers count it), ending after a "。" where one is in the window's second
+    half, each a piece of the text, from its start to its end."""
+    sentence = "北京的八达岭长城建于明朝弘治十八年。"  # 18 characters, a full stop at the end
+    text = sentence * 12
+    opts = ChunkOptions(max_tokens=40, overlap=8, min_tokens=0)
+    windows = split_paragraph(text, word_token_counter, opts)
+    assert len(windows) > 1 and all(n <= 40 and len(w) == n for w, n in windows)
+    assert all(w.endswith("。") for w, _ in windows)
+    assert all(w in text for w, _ in windows) and text.startswith(windows[0][0]) and text.endswith(windows[-1][0])

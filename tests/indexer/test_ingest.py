@@ -228,7 +228,7 @@ def docs_dir(tmp_path):
     (root / "image.png").write_bytes(b"\x89PNG\x00\x00")
     (root / "binary.txt").write_bytes(b"abc\x00def")
     (root / "latin1.md").write_bytes("caf\xe9".encode("latin-1"))
-    (root / "empty.html").write_text("<html><script>x</script></html>")
+    (root / "empty.html").write_text("<html><script>x</script><p>\u200b&shy;</p></html>")  # nothing visible
     return root
 
 

@@ -108,3 +108,67 @@ def test_cli_add_lexical_and_search_modes(tmp_path, tiny_index, tiny_model_dir, 
     [line] = capsys.readouterr().out.splitlines()
     hits = json.loads(line)["hits"]
     assert len(hits) == 2 and all(h["lexical"] > 0 for h in hits)
+
+
+WORLD = [  # documents in several scripts and spellings, each with a question's words written another way
+    {"id": "zh", "title": "长城", "paragraphs": ["北京的八达岭长城建于明朝弘治十八年，是游客最多的一段。"]},
+    {"id": "de", "title": "Adressen", "paragraphs": ["Das Rathaus steht an der Hauptstraße neben dem Brunnen."]},
+    {"id": "fr", "title": "Atelier", "paragraphs": ["Le sculpteur Rene\u0301 Ge\u0301rard travaille ici depuis 1987."]},
+    {"id": "es", "title": "Equipo", "paragraphs": ["La entrenadora Begoña Núñez dirige el equipo juvenil."]},
+    {"id": "shy", "title": "Schifffahrt", "paragraphs": ["Die Donau\u00addampf\u00adschiff\u00adfahrt begann 1829."]},
+    {"id": "en", "title": "Harbour", "paragraphs": ["The harbour crane lifts forty tonnes of cargo."]},
+]
+ASKED = {"八达岭长城": "zh", "长城": "zh", "HAUPTSTRASSE": "de", "René Gérard": "fr", "Begona Nunez": "es",
+         "Donaudampfschifffahrt": "shy", "ﬁrst harbour crane": "en"}
+
+
+def _lexical_first(index_dir, questions):
+    searcher = Searcher(PhraseIndex(index_dir))
+    qs, qe = _vectors(searcher, len(questions))
+    found = searcher.search_vectors(qs, qe, SearchParams(unit="doc", top_k=1, mode="lexical"), None, questions)
+    return {q: hits[0].doc_id if hits else None for q, hits in zip(questions, found, strict=True)}
+
+
+def _as_plain(index_dir):
+    """The index's lexical part as an index built before analyzers were recorded has it."""
+    from spanseek.indexer.lexical import write_lexical
+
+    write_lexical(index_dir, analyzer="plain")
+    meta_path = index_dir / phrase_index.LEXICAL / "spanseek.json"
+    meta_path.write_text(json.dumps({k: v for k, v in json.loads(meta_path.read_text()).items() if k != "analyzer"}))
+    manifest = json.loads((index_dir / phrase_index.MANIFEST).read_text())
+    del manifest["lexical"]["analyzer"]
+    for key in ("files", phrase_index.CHECKSUM_FIELD):
+        del manifest[key]
+    (index_dir / phrase_index.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_lexical_search_finds_words_however_they_are_written(tmp_path, tiny_model_dir):
+    """Chinese without spaces, ß against SS, composed and decomposed accents, no accents, a ligature and soft
+    hyphens: each question finds its document by BM25 alone."""
+    corpus = tmp_path / "world.jsonl"
+    corpus.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in WORLD), encoding="utf-8")
+    build_index(corpus, tiny_model_dir, tmp_path / "idx", OPTS)
+    assert phrase_index.Manifest.load(tmp_path / "idx").lexical["analyzer"] == "folded"
+    assert _lexical_first(tmp_path / "idx", list(ASKED)) == ASKED
+
+
+def test_an_index_keeps_its_analyzer_until_add_lexical_rebuilds_it(tmp_path, tiny_model_dir):
+    """An index built with the plain analyzer searches with it (its terms and the question's match as before), keeps
+    it through an add, and add-lexical moves it to the folded one."""
+    corpus = tmp_path / "world.jsonl"
+    corpus.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in WORLD), encoding="utf-8")
+    out = tmp_path / "idx"
+    build_index(corpus, tiny_model_dir, out, OPTS)
+    _as_plain(out)
+    plain = _lexical_first(out, ["Begoña Núñez", "Begona Nunez", "八达岭"])
+    assert plain == {"Begoña Núñez": "es", "Begona Nunez": None, "八达岭": None}
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps(NEW) + "\n")
+    add_documents(out, more, model=tiny_model_dir, opts=OPTS)
+    assert PhraseIndex(out).lexical.analyzer == "plain" and _lexical_first(out, ["Begona Nunez"]) == {"Begona Nunez": None}
+    assert _lexical_first(out, ["quokka observatory"]) == {"quokka observatory": "new"}
+    add_lexical(out)
+    assert PhraseIndex(out).lexical.analyzer == "folded"
+    assert _lexical_first(out, ["Begona Nunez", "八达岭"]) == {"Begona Nunez": "es", "八达岭": "zh"}
+    assert verify_index(out, sample=20)["ok"]

@@ -32,6 +32,25 @@ def test_window_keeps_the_phrase_and_is_bounded(start):
     assert hi == len(passage) or passage[hi] == " "
 
 
+@pytest.mark.parametrize("unit", ["\u0e01\u0e38\u0e07", "\U0001f468\u200d\U0001f467", "e\u0301", "\u2764\ufe0f"])
+def test_a_window_without_spaces_is_cut_between_characters_as_read(unit):
+    """Thai with its vowel marks, joined emoji, a combining accent, an emoji and its variation selector: text with no
+    space near the cut is cut where no character as read is split (no mark after the cut, no joiner beside it),
+    whatever offset the cut falls on."""
+    import unicodedata
+
+    def splits(text: str, i: int) -> bool:
+        return 0 < i < len(text) and (unicodedata.category(text[i]).startswith("M") or "\u200d" in text[i - 1 : i + 1])
+
+    for context in range(40, 40 + len(unit)):
+        passage = unit * 120 + " the answer " + unit * 120
+        start = passage.index("the answer")
+        w = passage_window(_hit(passage, start, start + 10), context)
+        lo, hi = w["passage_offset"], w["passage_offset"] + len(w["passage"])
+        assert w["passage"][w["start"] : w["end"]] == "the answer"
+        assert not splits(passage, lo) and not splits(passage, hi), (context, lo, hi)
+
+
 def test_whole_passage_when_asked_or_short():
     passage = "short passage"
     assert passage_window(_hit(passage, 6, 13), 40)["passage"] == passage
