@@ -66,7 +66,8 @@ class Server:
         cmd = [sys.executable, "-m", "spanseek.cli", "serve", "--index", str(index or args.index), "--model",
                args.model, "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--log-level", "info",
                *flags]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        # no question cache: the load repeats its questions, and each must cost an encoder pass as a new one would
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "SPANSEEK_QUESTION_CACHE": "0"}
         self._log_file = open(self.log, "wb")  # noqa: SIM115  (closed in __aexit__)
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._log_file, stderr=subprocess.STDOUT)
 

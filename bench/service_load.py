@@ -253,7 +253,8 @@ def start_server(args: argparse.Namespace, index: Path, model: str, port: int) -
         cmd += ["--torch-threads", str(args.torch_threads)]
     if args.read:
         cmd += ["--reader", args.reader]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # no question cache: the load repeats its questions, and each must cost an encoder pass as a new one would
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "SPANSEEK_QUESTION_CACHE": "0"}
     return subprocess.Popen(cmd, env=env, cwd=ROOT)
 
 

@@ -54,7 +54,8 @@ def rss_mb(pid: int) -> float:
 def start(index: Path, model: str, port: int, extra: list[str]) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "spanseek.cli", "serve", "--index", str(index), "--model", model,
            "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "warning", *extra]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # no question cache: the load repeats its questions, and each must cost an encoder pass as a new one would
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "SPANSEEK_QUESTION_CACHE": "0"}
     return subprocess.Popen(cmd, env=env, cwd=ROOT)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -204,6 +206,53 @@ class _QuestionForward(torch.nn.Module):
         return self.model.encode_questions(input_ids, attention_mask)
 
 
+class QuestionCache:
+    """The vectors of the ``size`` questions asked last, by their exact text (least recently asked evicted first).
+
+    A question's vectors depend a little on the pass it was encoded in: its padding is its batch's longest question,
+    and a bf16 pass rounds otherwise than an fp32 one (``core.runtime``: the small passes on ONNX Runtime, the large
+    ones on torch), enough to swap two near-tied hits. A service encodes each batch of whatever requests arrived
+    together, so without the cache the same request could rank otherwise from one call to the next, and the pages
+    of one ``rank_window`` could repeat or skip a hit. With it, a question asked again (the next page, a retry, a
+    popular question) reuses its first vectors: the same hits, and no encoder pass. About 3 KB a question (the
+    default model: two 384-d float32 vectors)."""
+
+    def __init__(self, size: int):
+        if size < 0:
+            raise ValueError(f"the question cache holds at least 0 questions, got {size}")
+        self.size = size
+        self.hits = 0
+        self.misses = 0
+        self._items: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, questions: list[str]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """Each question's cached (q_start, q_end), or None; counts the hits and misses."""
+        with self._lock:
+            found = [self._items.get(q) for q in questions]
+            for q, v in zip(questions, found, strict=True):
+                if v is not None:
+                    self._items.move_to_end(q)
+            hit = sum(v is not None for v in found)
+            self.hits += hit
+            self.misses += len(found) - hit
+        return found
+
+    def put(self, questions: list[str], q_start: np.ndarray, q_end: np.ndarray) -> None:
+        """Keep each question's vectors (rows of ``q_start``, ``q_end``; copies), evicting the least recent."""
+        if not self.size:
+            return
+        with self._lock:
+            for q, a, b in zip(questions, q_start, q_end, strict=True):
+                self._items[q] = (a.copy(), b.copy())
+                self._items.move_to_end(q)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
 class QuestionEncoder:
     """Tokenise and encode questions in batches: ``encode(["who …?"]) -> (q_start, q_end)`` as float32 arrays.
 
@@ -211,11 +260,14 @@ class QuestionEncoder:
     question on an AVX2 EPYC, 1.25x at 64 in one pass and more in the short passes of ``ONNX_QUESTION_TOKENS``), and
     in bf16 on a CPU the small batches there and the large ones on torch (``SmallPasses``: one question 4.8 against
     18.9 ms on a 2-core Xeon with AMX, 64 questions 95.5 ms on torch against 144.8); the default ``torch`` suits a
-    model still being trained.
+    model still being trained. ``cache`` (``QuestionCache``, off by default, and so in benchmarks, which ask the same
+    questions again) reuses the vectors of questions asked before; the service keeps one (``question_cache``).
     """
 
-    def __init__(self, model: PhraseModel, tokenizer, precision: str = "fp32", runtime: str = "torch"):
+    def __init__(self, model: PhraseModel, tokenizer, precision: str = "fp32", runtime: str = "torch",
+                 cache: QuestionCache | None = None):
         self.model = model
+        self.cache = cache
         self.tokenizer = tokenizer
         self.precision = precision
         self.max_len = model.config.max_query_len
@@ -227,9 +279,25 @@ class QuestionEncoder:
                                    torch_pass=lambda feed: self._forward(*map(torch.from_numpy, feed.values())))
         self.onnx = self.passes.onnx
 
-    @torch.no_grad()
     def encode(self, questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(B,) questions -> q_start (B, d), q_end (B, d) float32. Too-long questions are truncated."""
+        """(B,) questions -> q_start (B, d), q_end (B, d) float32. Too-long questions are truncated. With a cache, a
+        question it holds takes its cached vectors, and the others (each once) are encoded and kept."""
+        if self.cache is None or not questions:
+            return self._encode(questions)
+        found = self.cache.get(questions)
+        new = list(dict.fromkeys(q for q, v in zip(questions, found, strict=True) if v is None))
+        q_start = np.empty((len(questions), self.model.dim), np.float32)
+        q_end = np.empty_like(q_start)
+        if new:
+            new_start, new_end = self._encode(new)
+            self.cache.put(new, new_start, new_end)
+            row = {q: i for i, q in enumerate(new)}
+        for i, (q, v) in enumerate(zip(questions, found, strict=True)):
+            q_start[i], q_end[i] = v if v is not None else (new_start[row[q]], new_end[row[q]])
+        return q_start, q_end
+
+    @torch.no_grad()
+    def _encode(self, questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
         if not questions:
             d = self.model.dim
             return np.zeros((0, d), np.float32), np.zeros((0, d), np.float32)

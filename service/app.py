@@ -25,6 +25,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
 from spanseek.core.alias import Resolved, resolve_alias
+from spanseek.core.encoding import QuestionCache
 from spanseek.core.lexical import missing_message
 from spanseek.core.model import model_name
 from spanseek.core.params import UNITS, SearchParams
@@ -147,6 +148,10 @@ class ServiceState:
             return
         self.searcher = searcher
         s = self.settings
+        encoder = searcher.encoder
+        if s.question_cache and getattr(encoder, "cache", False) is None:  # after the warm-up, whose timings encode
+            encoder.cache = QuestionCache(s.question_cache)
+        self.metrics.question_cache.cache = getattr(encoder, "cache", None)
         on_gpu = self.info["model"]["device"].startswith("cuda")
         overlap: Literal["always", "full"] = "always" if s.pipeline == "on" or (s.pipeline == "auto" and on_gpu) else "full"
         self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,

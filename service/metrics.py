@@ -7,11 +7,19 @@ Prometheus.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from spanseek.core.params import UNITS
 from spanseek.core.plan import StageTimes
 from spanseek.service.errors import ERROR_TYPES
+
+if TYPE_CHECKING:
+    from spanseek.core.encoding import QuestionCache
 
 __all__ = ["UNITS", "ServiceMetrics"]
 
@@ -21,12 +29,31 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 STAGES = ("queue", "encode", "search", "aggregate")
 
 
+class CacheCollector(Collector):
+    """The question cache's lookups by outcome (hit, miss) and its size, read from the cache at each scrape."""
+
+    def __init__(self) -> None:
+        self.cache: QuestionCache | None = None
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        lookups = CounterMetricFamily("spanseek_question_cache_lookups", "questions looked up in the question "
+                                      "cache, by outcome (hit: its vectors reused, miss: encoded)", labels=["outcome"])
+        cache = self.cache
+        lookups.add_metric(["hit"], cache.hits if cache else 0)
+        lookups.add_metric(["miss"], cache.misses if cache else 0)
+        yield lookups
+        yield GaugeMetricFamily("spanseek_question_cache_questions", "questions in the question cache",
+                                value=len(cache) if cache else 0)
+
+
 class ServiceMetrics:
     """The service's collectors, registered in their own ``CollectorRegistry``."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.question_cache = CacheCollector()
+        r.register(self.question_cache)
         self.request_duration = Histogram(
             "spanseek_request_duration_seconds", "POST /search latency by unit and HTTP status",
             ["unit", "status"], buckets=LATENCY_BUCKETS, registry=r,

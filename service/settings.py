@@ -166,6 +166,10 @@ class Settings(BaseSettings):
     # Each distinct filter's selection (allowed documents and passages) is kept for the next request with it: about
     # D + 1.125 P bytes each (D documents, P passages). More = fewer selections computed again, more memory.
     selection_cache_bytes: int = Field(1 << 30, ge=0, description="bytes of recent filters' selections kept")
+    # A question asked again (the next page, a retry) reuses its first vectors: the same hits whatever it was batched
+    # with, and no encoder pass (core.encoding.QuestionCache). About 3 KB a question with the default model.
+    question_cache: int = Field(16384, ge=0, description="questions whose vectors are kept for when they are asked "
+                                "again (0: off)")
     # On CPUs other than Intel's an exact index's scans multiply by a transposed copy of its vectors (core.flat_search):
     # faster, and as much RAM again as the vectors.
     scan_transposed_bytes: int = Field(1 << 30, ge=0, description=(

@@ -14,6 +14,7 @@ import torch
 
 from spanseek.core.encoding import (
     PassageEncoder,
+    QuestionCache,
     QuestionEncoder,
     autocast,
     length_passes,
@@ -188,3 +189,24 @@ def test_length_passes_cover_every_row_shortest_first_within_the_budget(budget):
         assert (len(p) + 1) * lengths[after[0]] > budget
     if budget == 10_000:
         assert len(passes) == 1
+
+
+def test_a_cached_question_keeps_its_first_vectors_whatever_it_is_batched_with(model_and_tokenizer, monkeypatch):
+    """bf16 passes round a question's vectors by its batch's padding: with the cache, a question asked again gets the
+    bits of its first encoding in any batch, each new question is encoded once (duplicates too), and the least
+    recently asked is evicted beyond the cache's size."""
+    model, tok = model_and_tokenizer
+    enc = QuestionEncoder(model, tok, precision="bf16", cache=QuestionCache(3))
+    first = enc.encode(["Who?"])
+    passes: list[list[str]] = []
+    encode = enc._encode
+    monkeypatch.setattr(enc, "_encode", lambda qs: passes.append(list(qs)) or encode(qs))
+    long = "When did Alba build the river castle near the harbour, and who paid for its walls?"
+    qs, qe = enc.encode([long, "Who?", long, "Where?"])
+    assert passes == [[long, "Where?"]]  # "Who?" from the cache, the repeated question once
+    assert np.array_equal(qs[1], first[0][0]) and np.array_equal(qe[1], first[1][0])
+    assert np.array_equal(qs[0], qs[2]) and (enc.cache.hits, enc.cache.misses) == (1, 4)
+    enc.encode(["What?"])  # four asked, three kept: "Who?" was asked least recently
+    assert len(enc.cache) == 3 and enc.encode(["Who?"]) is not None and passes[-1] == ["Who?"]
+    with pytest.raises(ValueError, match="at least 0"):
+        QuestionCache(-1)

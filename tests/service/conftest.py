@@ -45,8 +45,10 @@ def settings_for(tiny_index, tiny_model_dir) -> Callable[..., Settings]:
     """Settings over the tiny index; keyword arguments override fields."""
 
     def make(**overrides) -> Settings:
+        # tests reload back to back (test_reload.py checks the interval); no question cache, which an app would
+        # attach to the encoder of the searcher the tests share (test_metrics.py checks it on a searcher of its own)
         base = dict(index=tiny_index, model=str(tiny_model_dir), device="cpu", precision="fp32", warmup=False,
-                    reload_min_interval_s=0)  # tests reload back to back; test_reload.py checks the interval
+                    reload_min_interval_s=0, question_cache=0)
         return Settings(**{**base, **overrides})
 
     return make

@@ -57,3 +57,19 @@ def test_each_app_has_its_own_registry(settings_for, tiny_searcher, serve):
         a.post("/search", json={"query": "x"})
         assert samples(a.get("/metrics").text)[("spanseek_batch_size_count", ())] == 1
         assert samples(b.get("/metrics").text)[("spanseek_batch_size_count", ())] == 0
+
+
+def test_a_question_asked_again_reuses_its_vectors_and_is_counted(settings_for, serve):
+    """The service keeps a question cache (not on during the warm-up, whose timings must encode): a repeated question
+    gets the same hits, scores to the bit, and /metrics counts its lookups and the questions held."""
+    from spanseek.service.app import create_app
+
+    with serve(create_app(settings_for(question_cache=8))) as c:
+        body = {"query": "Who built the castle?", "top_k": 3}
+        first = c.post("/search?unit=phrase", json=body).json()
+        mixed = c.post("/search?unit=phrase", json={"queries": ["Where is the harbour?", body["query"]], "top_k": 3})
+        assert mixed.json()["results"][1]["hits"] == first["results"][0]["hits"]
+        m = samples(c.get("/metrics").text)
+    assert m[("spanseek_question_cache_lookups_total", (("outcome", "hit"),))] == 1
+    assert m[("spanseek_question_cache_lookups_total", (("outcome", "miss"),))] == 2
+    assert m[("spanseek_question_cache_questions", ())] == 2
