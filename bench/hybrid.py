@@ -194,7 +194,9 @@ def fit_rerank(searcher, qs: list[Question], q_start: np.ndarray, q_end: np.ndar
 
     hits = search_all(searcher, [q.question for q in qs], q_start, q_end, SearchParams(
         mode="hybrid", unit="phrase", top_k=RERANK_DEPTH, allow_overlap=True, lexical_weight=weight))
-    rows = [(rerank_features([h.score for h in row], [h.text for h in row], q.question),
+    terms = searcher.index.lexical.tokenize  # the index's analyzer, as the searcher's re-ranking has it
+    rows = [(rerank_features([h.score for h in row], [h.text for h in row], q.question,
+                             (terms([h.text for h in row]), terms([q.question])[0])),
              np.asarray([exact_match(h.text, q.answers) for h in row], dtype=int))
             for row, q in zip(hits, qs, strict=True) if row]
     x = np.concatenate([f for f, _ in rows])

@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.io import Document, load_squad, squad_questions, write_json_atomic  # noqa: E402
+from spanseek.core.lexical import analyzer_of  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import MODES, UNITS, SearchParams  # noqa: E402
 from spanseek.core.segment import BaseTerms, LiveIndex, SegmentedFaiss, empty_like, searcher_over  # noqa: E402
@@ -71,7 +72,8 @@ def main() -> None:
     base = open_searcher(args.index, args.model, device="cpu", precision=args.precision)
     if type(base.index.faiss).__name__ not in ("IndexFlat", "IndexFlatIP"):
         raise SystemExit(f"{args.index}: an exact (Flat) index is needed; this one is {base.index.manifest.factory}")
-    encoder = DocumentEncoder(base.encoder.model, base.index.manifest.filter_threshold, precision=args.precision)
+    encoder = DocumentEncoder(base.encoder.model, base.index.manifest.filter_threshold, precision=args.precision,
+                              analyzer=analyzer_of(base.index.manifest.lexical))
     written = [encoder.encode(Document(f"written-{n}", f"Written {n}", (WRITTEN.format(n=n, year=1900 + n),)))
                for n in range(args.writes)]
     tombstones = np.arange(min(args.tombstones, len(base.index.docs)), dtype=np.int64)

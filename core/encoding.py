@@ -215,7 +215,7 @@ class QuestionCache:
     together, so without the cache the same request could rank otherwise from one call to the next, and the pages
     of one ``rank_window`` could repeat or skip a hit. With it, a question asked again (the next page, a retry, a
     popular question) reuses its first vectors: the same hits, and no encoder pass. About 3 KB a question (the
-    default model: two 384-d float32 vectors)."""
+    default model: two 384-d float32 vectors) and its text."""
 
     def __init__(self, size: int):
         if size < 0:

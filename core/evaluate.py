@@ -113,7 +113,8 @@ def evaluate(
     em1, f11, em10, em1_merged, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], [], []
     lookup = passage_lookup(searcher) if reading_comprehension else {}
     base = params or SearchParams()
-    mode = searcher.check_mode(base)
+    # fusion ranks passages and documents only: checked as a passage search's (the phrase runs ignore it)
+    mode = searcher.check_mode(dataclasses.replace(base, unit="passage") if base.fusion else base)
     runs = {name: dataclasses.replace(base, unit=unit, top_k=k, merge_answers=merge) for name, unit, k, merge in (
         ("phrases", "phrase", 10, False), ("merged", "phrase", 1, True), ("passages", "passage", 20, False),
         ("documents", "doc", 5, False))}

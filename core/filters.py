@@ -339,8 +339,13 @@ class SearchFilter(_Keyed):
 
     @property
     def passes_everything(self) -> bool:
-        """Whether no part is given, so every document passes."""
-        return all(getattr(self, k) is None for k in FILTER_KEYS)
+        """Whether every document passes, whatever the index holds: no part constrains anything. A part constrains
+        nothing when it is absent, or an empty ``meta`` or ``title_prefix``, a ``must`` of conditions that each pass
+        everything, a ``should`` of which one does, or a ``must_not`` of conditions that each pass nothing (a nested
+        filter that passes everything, or ``not`` of one that passes nothing). Field conditions always constrain
+        (a missing key matches none). A ``must_not`` of a filter that passes everything passes nothing, which is not
+        this."""
+        return _passes_all(self)
 
     def _key(self) -> tuple[Any, ...]:
         meta = None if self.meta is None else tuple((k, _tagged(v)) for k, v in self.meta)
@@ -395,6 +400,29 @@ class SearchFilter(_Keyed):
 Condition = Union[Match, AnyOf, Range, Not, SearchFilter]  # noqa: UP007  (a runtime alias of classes defined above)
 CONDITION_TYPES = (Match, AnyOf, Range, Not, SearchFilter)
 FILTER_KEYS = ("doc_ids", "title_prefix", "meta", "must", "should", "must_not")
+
+
+def _passes_all(c: Condition) -> bool:
+    """Whether every document passes ``c``, by its structure alone (``SearchFilter.passes_everything``)."""
+    if isinstance(c, Not):
+        return _passes_none(c.condition)
+    if not isinstance(c, SearchFilter):
+        return False  # a field condition: a document without the key fails it
+    return (c.doc_ids is None and not c.title_prefix and not c.meta
+            and all(_passes_all(x) for x in c.must or ())
+            and (c.should is None or any(_passes_all(x) for x in c.should))
+            and all(_passes_none(x) for x in c.must_not or ()))
+
+
+def _passes_none(c: Condition) -> bool:
+    """Whether no document passes ``c``, by its structure alone (a ``must_not`` of it then constrains nothing)."""
+    if isinstance(c, Not):
+        return _passes_all(c.condition)
+    if not isinstance(c, SearchFilter):
+        return False
+    return (any(_passes_none(x) for x in c.must or ())
+            or (c.should is not None and all(_passes_none(x) for x in c.should))
+            or any(_passes_all(x) for x in c.must_not or ()))
 
 
 def _size(c: Condition) -> tuple[int, int]:

@@ -5,18 +5,30 @@ comprehension scores them (``DenseLeg.passage_spans``). ``lexical`` ranks units 
 its answer). ``hybrid`` ranks phrases by dense score + w x the passage's BM25 score z-normalised over the question's
 candidate passages (DenSPI-style), then re-ranks the head of that list (``core.rerank``); passages and documents
 are ranked by fusing the two legs' unit scores over the candidates of both: score fusion
-(``core.lexical.score_fuse``) or reciprocal rank fusion (``rrf_fuse``). Hits carry both components.
+(``core.lexical.score_fuse``) or reciprocal rank fusion (``rrf_fuse``, unweighted). Hits carry both components.
+
+A request's ``fusion`` and ``lexical_weight`` are refused where they would rank nothing (``check_fusion``); a phrase
+request with read has its passages ranked by a passage search, its weight carried over to that unit's scale
+(``read_weight``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseLeg, dedupe_grouped
 from spanseek.core.hits import Hit, HitBuilder, distinct, first_per_unit, non_overlapping_spans
 from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, zscore
+from spanseek.core.params import (
+    MAX_LEXICAL_WEIGHT,
+    Fusion,
+    Mode,
+    SearchParams,
+    SearchParamsError,
+    unused_fusion,
+)
 from spanseek.core.plan import Plan
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
 from spanseek.core.spans import Spans, by_group_then_score, numpy_blas
@@ -26,6 +38,35 @@ LEXICAL_PASSAGES = 5
 # passage/doc units, hybrid: each leg brings at least this many units to the fused candidate list (documents are
 # few and large: the dense leg deepens its search until it has found this many)
 FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
+
+
+def check_fusion(params: SearchParams, default_mode: Mode, default_fusion: Fusion) -> None:
+    """SearchParamsError when a request's ``fusion`` or ``lexical_weight`` would rank nothing, its mode and fusion
+    taken from the index's defaults where it gives none (``core.params.unused_fusion``), or ``fusion`` is asked of
+    phrases without read: they are ranked by dense score + lexical_weight x BM25, not fused (with read, the passages
+    read are ranked by a passage search, which fuses). A request's check (``Searcher.check_mode`` and ``search``),
+    not ``search_vectors``': a benchmark sweeps every unit with one set of parameters, and ``read_below`` first
+    searches a phrase request with read without read."""
+    why = unused_fusion(params, params.mode or default_mode, params.fusion or default_fusion)
+    if why is None and params.fusion is not None and params.unit == "phrase" and not params.read:
+        why = ("fusion applies to the passage and doc units (and to unit=phrase with read, whose passages it ranks): "
+               "unit=phrase ranks by dense score + lexical_weight x BM25, with no fusion")
+    if why is not None:
+        raise SearchParamsError(why)
+
+
+def read_weight(params: SearchParams, weights: Mapping[str, float]) -> float | None:
+    """The lexical weight of the search whose units a request with read reads (None: that unit's default, of
+    ``weights``). A phrase request's passages are ranked by a passage search, and its weight is on the phrase unit's
+    scale (added to a raw dense score, where a passage's is added to a z-scored one): it is carried over as the same
+    multiple of the passage unit's default (the phrase default reads as the passage default; the weight itself where
+    the phrase default is 0), at most ``MAX_LEXICAL_WEIGHT``. The reading models were fitted on passages ranked by the
+    passage default."""
+    weight = params.lexical_weight
+    if weight is None or params.unit != "phrase":
+        return weight
+    default = weights["phrase"]
+    return min(weights["passage"] * (weight / default) if default > 0 else weight, MAX_LEXICAL_WEIGHT)
 
 
 class LexicalFusion:

@@ -23,12 +23,13 @@ SIGNS = "-−+$€£¥"  # a sign or currency written against a number belongs t
 # stops of Chinese and Japanese ("下令修建。")
 TRAILING = ",;:，；：、。｡！？"
 # punctuation a span never starts with (". open_searcher": a sentence's end read with it)
-LEADING = ".,;:!?)]}，；：、。｡！？）」』】》〉»›"
+LEADING = ".,;:!?)]}，；：、。｡！？）」』】》〉"
 # closing brackets and quotation marks, each with its opener: a span keeps one only with its partner ("200)" of
-# "(at most 200)." reads "200"; "« La Fée du lac" reads "La Fée du lac")
-CLOSERS = {")": "(", "]": "[", "}": "{", "）": "（", "」": "「", "』": "『", "】": "【", "》": "《", "〉": "〈", "»": "«",
-           "›": "‹"}
+# "(at most 200)." reads "200"; "「東京」" keeps its quotes)
+CLOSERS = {")": "(", "]": "[", "}": "{", "）": "（", "」": "「", "』": "『", "】": "【", "》": "《", "〉": "〈"}
 OPENERS = {o: c for c, o in CLOSERS.items()}
+# guillemets open in French (« … ») and close in German (» … «): a span keeps one only beside another of its kind
+GUILLEMETS = ("«»", "‹›")
 # words whose full stop is their own, not a sentence's ("Acme Corp.", "Smith Jr."); single letters ("J.") and words
 # with another stop inside ("U.S.") keep theirs too
 ABBREVIATIONS = frozenset({"co", "corp", "inc", "ltd", "jr", "sr", "mr", "mrs", "ms", "dr", "st", "bros", "etc",
@@ -45,14 +46,15 @@ def tidy_span(text: str, a: int, b: int) -> tuple[int, int]:
     "下令修建。"; "U.S.", "J." and "Acme Corp." keep theirs)."""
     while b < len(text) and unicodedata.category(text[b]) in ("Mn", "Me"):
         b += 1
-    while b > a + 1 and (text[a] in LEADING or text[a].isspace() or unclosed(text, a, b)):
+    while b > a + 1 and (text[a] in LEADING or text[a].isspace() or unclosed(text, a, b) or lone_guillemet(text, a, b, a)):
         a += 1
     if 0 < a < b and text[a].isdigit() and text[a - 1] in SIGNS and (a == 1 or not text[a - 2].isalnum()):
         a -= 1
     before = None
     while before != b:  # "200)." loses its full stop, then its bracket
         before = b
-        while b > a + 1 and (text[b - 1] in TRAILING or text[b - 1].isspace() or unopened(text, a, b)):
+        while b > a + 1 and (text[b - 1] in TRAILING or text[b - 1].isspace() or unopened(text, a, b)
+                             or lone_guillemet(text, a, b, b - 1)):
             b -= 1
         word = text[a:b].rsplit(maxsplit=1)[-1][:-1] if b > a + 1 and text[b - 1] == "." else ""
         dotted = "." in word and any(len(part) > 1 for part in word.split("."))  # "pdfminer.six", not "U.S"
@@ -66,9 +68,25 @@ def tidy_span(text: str, a: int, b: int) -> tuple[int, int]:
 
 
 def unclosed(text: str, a: int, b: int) -> bool:
-    """Whether the span [a, b) starts with an opening bracket or quotation mark that it does not close."""
-    close = OPENERS.get(text[a])
-    return close is not None and text.count(close, a, b) < text.count(text[a], a, b)
+    """Whether the span [a, b) starts with an opening bracket or quotation mark that it does not close (matched as
+    nested pairs: "(1999) and Jones (2001" closes its first)."""
+    opener = text[a]
+    closer = OPENERS.get(opener)
+    if closer is None:
+        return False
+    depth = 0
+    for c in text[a:b]:
+        depth += (c == opener) - (c == closer)
+        if depth == 0:
+            return False
+    return True
+
+
+def lone_guillemet(text: str, a: int, b: int, i: int) -> bool:
+    """Whether ``text[i]`` (the first or last character of the span [a, b)) is a guillemet with no other of its kind
+    in the span ("« La Fée du lac", "La Fée du lac »"; "»Faust«" and "« Rosa »" keep theirs)."""
+    kind = next((g for g in GUILLEMETS if text[i] in g), None)
+    return kind is not None and sum(text.count(g, a, b) for g in kind) == 1
 
 
 def unopened(text: str, a: int, b: int) -> bool:

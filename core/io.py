@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -268,14 +269,15 @@ def read_corpus(path: str | Path, stats: ReadStats | None = None) -> Iterator[Do
 
 
 _INVISIBLE = ("Cc", "Cf", "Zs", "Zl", "Zp")  # control and format characters and spaces: nothing to read or answer
+_VISIBLE_ASCII = re.compile(r"[!-~]")
 
 
 def has_text(text: str) -> bool:
     """Whether ``text`` has a character to read: not only whitespace, control characters and invisible format
     characters (zero-width spaces and joiners, soft hyphens, bidi marks)."""
-    if not text.strip():
-        return False
-    return text.isascii() or not all(unicodedata.category(c) in _INVISIBLE for c in text)
+    if text.isascii():
+        return _VISIBLE_ASCII.search(text) is not None
+    return not all(unicodedata.category(c) in _INVISIBLE for c in text)
 
 
 def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats | None = None,

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import regex
 
 LEXICAL_DIR = "lexical"
 STOPWORDS = "en"
@@ -78,10 +79,17 @@ def _stopwords() -> frozenset[str]:
 
 
 _WORDS = re.compile(r"(?u)\b\w\w+\b").findall  # bm25s's (and scikit-learn's) token pattern
+# the same with the combining marks a word holds (the vowel signs of Devanagari, Bengali, Tamil, ...: "दिल्ली")
+_MARKED_WORDS = regex.compile(r"\w[\w\p{M}]+").findall
 # Han (with its extensions and compatibility forms), kana and Hangul: scripts written without spaces between words
 _CJK = re.compile("[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff"
                   "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]+")
-_ACCENTED = 0x0530  # letters below this (Latin, Greek, Cyrillic) lose their combining marks when folded
+# letters that lose their combining marks when folded: Latin and Greek ("Núñez" reads "nunez"); Cyrillic keeps its
+# (й is not и) but for ё, often written е
+_ACCENTED = ((0, 0x0250), (0x0370, 0x0400))
+# Latin letters with a stroke or ligatures that no decomposition takes apart ("Łódź" reads "lodz")
+_UNSTROKED = str.maketrans({"ł": "l", "ø": "o", "đ": "d", "ħ": "h", "ŀ": "l", "ŧ": "t", "ı": "i", "ð": "d",
+                            "þ": "th", "æ": "ae", "œ": "oe", "ё": "е"})
 ANALYZERS = ("plain", "folded")
 ANALYZER = "folded"  # the analyzer of lexical indexes built now
 
@@ -98,9 +106,9 @@ def fold(text: str) -> str:
     if text.isascii():
         return text.lower()  # the same, faster: NFKC and case folding leave ASCII as lower() does
     kept: list[str] = []
-    for c in unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text).casefold()):
+    for c in unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text).casefold().translate(_UNSTROKED)):
         category = unicodedata.category(c)
-        if category == "Cf" or (category == "Mn" and kept and ord(kept[-1]) < _ACCENTED):
+        if category == "Cf" or (category == "Mn" and kept and any(a <= ord(kept[-1]) < b for a, b in _ACCENTED)):
             continue
         kept.append(c)
     return unicodedata.normalize("NFC", "".join(kept))
@@ -119,7 +127,7 @@ def _words(text: str, analyzer: str) -> list[str]:
     if text.isascii():
         return _WORDS(text)
     out = [f"\x00{t}" for run in _CJK.findall(text) for t in _cjk_terms(run)]
-    return _WORDS(_CJK.sub(" ", text)) + out
+    return _MARKED_WORDS(_CJK.sub(" ", text)) + out
 
 
 def tokenize(texts: Sequence[str], analyzer: str = ANALYZER) -> list[list[str]]:

@@ -57,11 +57,15 @@ class SearchParams:
         "answer already)")
     mode: Mode | None = option(None, "dense (phrase vectors), lexical (BM25 over passages) or hybrid (both fused); "
                                "default: the index's")
-    fusion: Fusion | None = option(None, "hybrid passage/doc ranking: score (normalised scores, weighted) or rrf "
-                                   "(reciprocal rank fusion); default: the index's")
+    fusion: Fusion | None = option(None, "hybrid passage/doc ranking (and the passages a phrase search with read "
+                                   "reads): score (normalised scores, weighted) or rrf (reciprocal rank fusion, "
+                                   "unweighted); default: the index's. Refused where it would rank nothing: outside "
+                                   "hybrid, and for phrases without read")
     lexical_weight: float | None = option(
         None, "hybrid: weight of the normalised BM25 score, 0 to 1000 (phrase unit: added to each span's dense "
-        "score; passage/doc: to the normalised dense score); default: the one fitted for the unit")
+        "score; passage/doc: to the normalised dense score; phrase with read: the passages read are ranked with "
+        "the same multiple of the passage unit's weight); default: the one fitted for the unit. Refused where it "
+        "would weigh nothing: outside hybrid, and with fusion rrf")
     offset: int = option(0, "hits to skip before the top_k returned: page n (from 0) is offset = n x top_k, with "
                          "the same rank_window for every page")
     rank_window: int | None = option(
@@ -130,12 +134,36 @@ class SearchParams:
                                     f"BM25 alone: use mode=lexical), got {w!r}")
         if self.filter is not None and not isinstance(self.filter, SearchFilter):
             raise SearchParamsError(f"filter must be a SearchFilter, got {type(self.filter).__name__}")
+        why = unused_fusion(self, self.mode, self.fusion)  # asked for where they rank nothing, they were ignored
+        if why is not None:
+            raise SearchParamsError(why)
 
 
     @property
     def depth(self) -> int:
         """How deep the ranking the page is cut from is: ``rank_window``, else ``offset + top_k``."""
         return self.rank_window if self.rank_window is not None else self.offset + self.top_k
+
+
+def unused_fusion(params: SearchParams, mode: Mode | None, fusion: Fusion | None) -> str | None:
+    """Why ``params`` asks for ``fusion`` or ``lexical_weight`` where it would rank nothing, under ``mode`` and
+    ``fusion`` (the request's own, or resolved from the index's defaults; None: not known), or None. Both weigh the
+    dense and lexical legs of hybrid mode together, so they do nothing in another mode; reciprocal rank fusion has
+    no weight, so ``lexical_weight`` does nothing with ``fusion=rrf`` where fusion ranks (passages and documents, and
+    the passages a phrase search with read reads; phrases are ranked by the weight whatever the fusion). That
+    ``fusion`` ranks no phrase is checked of a request (``core.fusion.check_fusion``), not here:
+    parameters are also templates whose unit is changed per search (a benchmark's sweep over the units), and
+    ``read_below`` searches a phrase request with read without read first, keeping its fusion for the read."""
+    given = [name for name in ("fusion", "lexical_weight") if getattr(params, name) is not None]
+    if given and mode is not None and mode != "hybrid":
+        default = " (the index's default mode)" if params.mode is None else ""
+        return (f"{given[0]} applies to mode=hybrid, which weighs the dense and lexical legs together; "
+                f"mode={mode}{default} ranks by the {mode} leg alone")
+    if fusion == "rrf" and params.lexical_weight is not None and (params.unit != "phrase" or params.read):
+        default = " (the index's default fusion)" if params.fusion is None else ""
+        return (f"lexical_weight does not apply with fusion=rrf{default}: reciprocal rank fusion adds the two legs' "
+                "reciprocal ranks, unweighted; send fusion=score to weigh the BM25 score")
+    return None
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

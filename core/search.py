@@ -22,7 +22,7 @@ import numpy as np
 
 from spanseek.core.confidence import FEATURE_DEPTH, Calibrator
 from spanseek.core.dense import DenseBatch, DenseLeg
-from spanseek.core.fusion import FUSION_DEPTH, LexicalFusion
+from spanseek.core.fusion import FUSION_DEPTH, LexicalFusion, check_fusion, read_weight
 from spanseek.core.gpu import OnDevice
 from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
 from spanseek.core.lexical import LexicalIndexMissing, missing_message
@@ -61,10 +61,9 @@ class Searcher:
         self.encoder, self.calibrator = encoder, calibrator
         self.on_device, self.reading = on_device, reading
         self.max_answer_tokens = max_answer_tokens or index.encoder_config.max_answer_tokens
-        if length_bias is None:  # the model's (a QSFT'd or refitted model may differ from the one that built the index)
-            config = getattr(getattr(encoder, "model", None), "config", None) or index.encoder_config
-            length_bias = config.length_bias
-        self.length_bias = tuple(length_bias)
+        # by default the model's length bias (a QSFT'd or refitted model may differ from the one that built the index)
+        config = getattr(getattr(encoder, "model", None), "config", None) or index.encoder_config
+        self.length_bias = tuple(length_bias if length_bias is not None else config.length_bias)
         self.dense = DenseLeg(index, self.length_bias, on_device, self.max_answer_tokens)
         self.vector_source = vector_source or index.vector_source
         self.dense.vector_reader(self.vector_source)  # a bad source fails here, not at the first search
@@ -101,7 +100,7 @@ class Searcher:
 
     def selection(self, flt: SearchFilter | None) -> Selection:
         """The passages a search with filter ``flt`` may return (live ones that pass it; ``core.selection``)."""
-        return self._selections.get(flt)
+        return self._selections.get(None if flt is not None and flt.passes_everything else flt)  # (as no filter)
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -110,8 +109,9 @@ class Searcher:
 
     def check_mode(self, params: SearchParams) -> Mode:
         """The mode ``params`` asks for (or the default); LexicalIndexMissing when the index cannot serve it, and
-        SearchParamsError when ``min_confidence`` or ``read`` is asked of a searcher that cannot give it, or the filter
-        names a field the index cannot filter on (FilterError, naming it)."""
+        SearchParamsError when ``min_confidence`` or ``read`` is asked of a searcher that cannot give it, the filter
+        names a field the index cannot filter on (FilterError), or fusion parameters rank nothing (``check_fusion``)."""
+        check_fusion(params, self.default_mode, self.default_fusion)
         return self._plan(params, resolve=False).mode
 
     def _plan(self, params: SearchParams, resolve: bool = True) -> Plan:
@@ -141,6 +141,7 @@ class Searcher:
         if self.encoder is None:
             raise ValueError("this Searcher has no question encoder; use search_vectors")
         asked = [q for q in check_search_args(questions, params) if has_text(q)]
+        check_fusion(params, self.default_mode, self.default_fusion)
         timings = timings if timings is not None else StageTimes()
         with timings.timing("encode"):
             q_start, q_end = self.encoder.encode(asked)
@@ -156,7 +157,7 @@ class Searcher:
         unless ``allow_overlap``. Each hit carries ``confidence`` when the searcher has a calibrator for the unit and
         mode (read hits: always); a question whose best hit is below ``min_confidence`` gets no hits and
         ``no_answer``. The hits are ranked ``params.depth`` deep (at least ``FEATURE_DEPTH[unit]``, which the
-        confidence features read) and the page is returned."""
+        confidence features read) and the page is returned (``check_fusion`` is the caller's: ``check_mode``)."""
         timings = timings if timings is not None else StageTimes()
         if params.read and params.read_below is not None:
             self._plan(params, resolve=False)  # refused as a whole before anything is searched
@@ -184,9 +185,9 @@ class Searcher:
               timings: StageTimes) -> list[list[Hit]]:
         """Reading: the units to read (phrase: passages) as a search of them ranks them, then read and ranked."""
         assert self.reading is not None
-        unit = "passage" if plan.unit == "phrase" else plan.unit
+        unit, weight = "passage" if plan.unit == "phrase" else plan.unit, read_weight(plan.params, self.lexical_weights)
         retrieve = self._plan(plan.but(unit=unit, top_k=self.reading.depth(plan), read=False, read_passages=None,
-                                            merge_answers=False).params)
+                                       merge_answers=False, lexical_weight=weight).params)
         retrieved = self._ranked(retrieve, q_start, q_end, texts, timings)
         with timings.timing("read"):
             return self.reading.rank(plan, texts, retrieved)

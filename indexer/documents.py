@@ -62,10 +62,11 @@ class Extracted:
 class Sections:
     """Paragraphs in order, each with its ``section``: the heading path ("Intro > Scope"). A heading of level n
     closes the open ones of level n and deeper and opens its own; it is in its own path, and text before the first
-    heading has none. A heading followed at once by a deeper one is no paragraph (its path keeps it); one followed by
-    another of its level or higher (a section without text) is kept. ``drop_title`` leaves the document's title
-    heading out of the paths (the first heading, when it is the only one of level 1): Markdown and HTML, whose title
-    is that heading, would begin every path with it, and a hit carries the title already."""
+    heading has none. A heading followed at once by another (a section without text of its own) joins that one's
+    paragraph ("Install\n\nLinux", in the section of the second): its words stay searchable, and no passage is a
+    lone heading. ``title_heading`` is left out of the paths where it is the first heading and the only one of level
+    1: Markdown and HTML, whose title is that heading, would begin every path with it, and a hit carries the title
+    already."""
 
     def __init__(self) -> None:
         self.texts: list[str] = []
@@ -81,16 +82,16 @@ class Sections:
         if level:
             self._open = (*(h for h in self._open if h[0] < level), (level, text))
             self._level_ones += level == 1
-            if 0 < self._last_level < level:
-                self.texts.pop()
+            if self._last_level:
                 self.paths.pop()
+                text = f"{self.texts.pop()}\n\n{text}"
         self._last_level = level
         self.texts.append(text)
         self.paths.append(self._open)
 
-    def extracted(self, title: str | None, meta: dict[str, Any], drop_title: bool = False) -> Extracted:
+    def extracted(self, title: str | None, meta: dict[str, Any], title_heading: str | None = None) -> Extracted:
         first = next((path[0] for path in self.paths if path), None)
-        skip = int(drop_title and first is not None and first[0] == 1 and self._level_ones == 1)
+        skip = int(first is not None and first == (1, title_heading) and self._level_ones == 1)
         metas = [{"section": " > ".join(h for _, h in path[skip:])} if path[skip:] else {} for path in self.paths]
         return Extracted(title, self.texts, meta, metas if any(metas) else [])
 

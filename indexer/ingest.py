@@ -21,17 +21,20 @@ line must have one of those suffixes. Each file is one document:
   - a **table row** is one paragraph, each cell after its column's name in the header row: "Flag: --max-tokens;
     Default: 200; What: passage budget". The header row (its cells all <th>, or in <thead>) is no paragraph of its
     own while rows follow it; a cell whose column has no name stands alone, an empty cell is left out, and a table
-    without a header row reads its cells spaced. trafilatura marks the <th> cells of the first row that has them only.
+    without a header row reads its cells spaced. In a page's main content (trafilatura) only <th> cells name columns,
+    those of the first row that has them; a <thead> of <td> cells reads as a row. Cells spanning rows (rowspan) are
+    named as trafilatura places them; the reader of Markdown and of pages without main content does not follow them.
   - a **code block** (``<pre>``, a fenced or indented Markdown block) keeps its lines: one paragraph, its lines one
     "\\n" apart, the spacing inside a line collapsed, blank lines dropped (a blank line reads as a paragraph break,
     which an answer never crosses); chunking cuts one over the budget after a line. trafilatura reads a ``<pre>`` as
     code when its text looks like code, else as a quotation on one line.
   - a **heading** opens a section, and each paragraph has ``section``, the heading path ("Install > Linux"): a
     heading of level n closes the open ones of level n and deeper; its own path includes it; text before the first
-    heading has none, and a heading followed at once by a deeper one is no paragraph (its path keeps it). Unlike a
-    Word file's, the path leaves out the title heading (the first heading, when it is the document's only h1): it
-    would begin every path, and a hit carries the title. In trafilatura's main content the sections come from the
-    headings it keeps (a short page it reads as paragraphs only has none).
+    heading has none, and a heading followed at once by another joins that one's paragraph ("Install\n\nLinux": its
+    words stay in the text). Unlike a Word file's, the path leaves out the title heading (the first heading, when it
+    is the document's only h1 and front matter names no other title): it would begin every path, and a hit carries
+    the title. In trafilatura's main content the sections come from the headings it keeps (a short page it reads as
+    paragraphs only has none).
 
   PDF and Word files: ``indexer.documents``. Then ``indexer.chunking`` makes passages of them, never mixing two pages
   of a PDF or two sections.

@@ -23,9 +23,12 @@ index and its live directory can move together.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import dataclasses
 import json
 import logging
+import operator
 import os
 import shutil
 import threading
@@ -73,6 +76,24 @@ def corpus_json(record: dict[str, Any], passages: Iterable[dict[str, Any]]) -> d
     metas = [p.get("meta") or {} for p in passages]
     return document_json(Document(record["id"], record["title"], tuple(p["text"] for p in passages),
                                   record.get("meta") or {}, passage_meta=tuple(metas) if any(metas) else ()))
+
+
+def document_at(index: PhraseIndex, row: int) -> dict[str, Any]:
+    """Document number ``row`` of an index in the corpus format (``corpus_json``): its record and its passages, which
+    ``passages.jsonl`` holds together, in document order (found by bisection)."""
+    by_doc = operator.itemgetter("doc")
+    first = bisect.bisect_left(index.passages, row, key=by_doc)
+    last = bisect.bisect_right(index.passages, row, lo=first, key=by_doc)
+    return corpus_json(index.docs[row], index.passages[first:last])
+
+
+def indexed_document(index: PhraseIndex, doc_id: str) -> dict[str, Any] | None:
+    """The live document ``doc_id`` of an index as stored (``document_at``), or None when no document that is not
+    deleted has the id: GET /documents/{id} of a server without writes (``LiveStore.get`` with them)."""
+    row = index.fields.number_of.get(doc_id)  # a repeated id's last document: the one an add left live
+    if row is None or bool(np.isin(row, index.deleted_docs)):
+        return None
+    return document_at(index, row)
 
 
 class DocumentEncoder:
@@ -243,6 +264,13 @@ def superseded(doc: Document) -> EncodedDocument:
                            nothing.astype(np.uint8), nothing, nothing.astype(bool), ())
 
 
+def without_passages(doc: Document) -> EncodedDocument:
+    """``doc`` held with its record and no passages: a logged version without text to search, whose write still
+    replaced the version its id held."""
+    placeholder = superseded(doc)
+    return dataclasses.replace(placeholder, record=doc_record(doc.id, doc.title, doc.meta))
+
+
 def base_dir(live_dir: str | Path, index: str | Path) -> Path:
     """The base index a service with writes serves: the last merged one, else ``index``."""
     return state_base(live_dir, read_state(Path(live_dir), index), index)
@@ -320,8 +348,15 @@ class LiveStore:
         placeholders: applied as the write was (order, tombstones), then dropped by that later write."""
         if entry["op"] != "upsert":
             return []
-        docs = [document_from_json(without_nonfinite(d), str(where)) for d in entry["docs"]]  # (older logs: NaN)
-        return [self.encoder.encode(d) if final(d.id) else superseded(d) for d in docs if d is not None]
+        out = []
+        for raw in entry["docs"]:
+            doc = document_from_json(without_nonfinite(raw), str(where))  # (older logs: NaN)
+            if doc is None:  # no text left to read now (an earlier version took invisible characters for text):
+                doc = Document(id=str(raw["id"]), title=raw.get("title", ""), paragraphs=(), meta=raw.get("meta", {}))
+                out.append(without_passages(doc))  # it still replaced what its id held
+            else:
+                out.append(self.encoder.encode(doc) if final(doc.id) else superseded(doc))
+        return out
 
     def _apply(self, entry: dict[str, Any], encoded: list[EncodedDocument]) -> list[str]:
         if entry["op"] == "upsert":
@@ -391,11 +426,13 @@ class LiveStore:
 
     def delete_where(self, flt: SearchFilter) -> tuple[list[str], int]:
         """Delete every live document that passes ``flt`` (FilterError naming a field no document has, or when
-        ``flt`` has no part at all: it would pass, and delete, every document); returns (the ids deleted, log
-        size)."""
+        ``flt`` passes every document whatever they hold, ``SearchFilter.passes_everything``: no part, or only parts
+        that constrain nothing, such as an empty meta or title prefix or a nested empty filter; it would delete them
+        all); returns (the ids deleted, log size)."""
         if flt.passes_everything:
-            raise FilterError("the filter is empty: it passes every document, so it would delete them all; give it "
-                              "a condition (deleting a whole index is removing its directory)")
+            raise FilterError("the filter is empty or constrains nothing (no part, an empty meta or title_prefix, a "
+                              "nested filter that passes everything): it passes every document, so it would delete "
+                              "them all; give it a condition (deleting a whole index is removing its directory)")
         with self._lock:
             snap = self.snapshot
             allowed = snap.fields.documents_of(flt)
@@ -410,11 +447,7 @@ class LiveStore:
             if doc is not None:
                 return corpus_json(doc.record, doc.passages)
             row = self.segment.base_rows.get(doc_id)
-            if row is None:
-                return None
-            first = int(np.searchsorted(self._base_passage_doc, row, side="left"))
-            last = int(np.searchsorted(self._base_passage_doc, row, side="right"))
-            return corpus_json(self.base.docs[row], self.base.passages[first:last])
+            return None if row is None else document_at(self.base, row)
 
     @property
     def wal_bytes(self) -> int:

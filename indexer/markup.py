@@ -289,7 +289,7 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
     parser.feed(source)
     parser.close()
     return (_main_content(source, where) or parser.text).extracted(parser.title or parser.first_h1, dict(parser.meta),
-                                                                 drop_title=True)
+                                                                 title_heading=parser.first_h1)
 
 
 def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
@@ -304,4 +304,6 @@ def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
     parser = _HTMLText()
     parser.feed(MarkdownIt("commonmark").enable("table").render(body))
     parser.close()
-    return parser.text.extracted(title or parser.first_heading, meta, drop_title=True)
+    # the first heading is the title unless front matter gives another (then its words are a section's)
+    heading = parser.first_heading if title is None or title == parser.first_heading else None
+    return parser.text.extracted(title or parser.first_heading, meta, title_heading=heading)

@@ -25,7 +25,7 @@ from typing import Any
 
 from spanseek.core.encoding import advance
 from spanseek.core.io import Document
-from spanseek.core.lexical import analyzer_of
+from spanseek.core.lexical import ANALYZER
 from spanseek.core.params import SearchFilter
 from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
@@ -90,7 +90,7 @@ class LiveWrites:
         self._serving = threading.Lock()
         self.encoder = DocumentEncoder(base.encoder.model, base.index.manifest.filter_threshold,
                                        chunk_tokens=settings.write_chunk_tokens,
-                                       analyzer=analyzer_of(base.index.manifest.lexical))
+                                       analyzer=base.index.lexical.analyzer if base.index.lexical else ANALYZER)
         self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
                                model=settings.model)
         self.merge_thread: threading.Thread | None = None

@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from spanseek.core.filters import MAX_FILTER_CONDITIONS
+from spanseek.core.filters import BOUNDS, MAX_FILTER_CONDITIONS, value_text
 from spanseek.core.params import HIT_WINDOW, Hit, MetaValue, SearchFilter, SearchParams, Unit
 
 __all__ = ["ErrorResponse", "FieldConditionIn", "FilterIn", "NotIn", "RangeIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
@@ -45,14 +45,29 @@ def unencodable_at(text: str) -> int | None:
 
 
 class RangeIn(BaseModel):
-    """Bounds of a range condition: numbers, or ISO-8601 dates / datetimes (``core.filters.Range``)."""
+    """Bounds of a range condition: numbers, or ISO-8601 dates / datetimes (``core.filters.Range``).
+
+    Its shape is checked here (422): at least one bound, all numbers or all strings. Its values are the core
+    filter's to check (400, as the same value in ``match``): a number beyond a float's range, a date that does not
+    parse. Integers are kept as given (``int``), so that one of 400 digits reaches that check instead of failing
+    the schema's float."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    gt: float | str | None = Field(None, description="greater than")
-    gte: float | str | None = Field(None, description="greater than or equal")
-    lt: float | str | None = Field(None, description="less than")
-    lte: float | str | None = Field(None, description="less than or equal")
+    gt: int | float | str | None = Field(None, description="greater than")
+    gte: int | float | str | None = Field(None, description="greater than or equal")
+    lt: int | float | str | None = Field(None, description="less than")
+    lte: int | float | str | None = Field(None, description="less than or equal")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RangeIn:
+        given = {b: v for b in BOUNDS if (v := getattr(self, b)) is not None}
+        if not given:
+            raise ValueError("give at least one of gt, gte, lt, lte")
+        if len({isinstance(v, str) for v in given.values()}) > 1:
+            raise ValueError("bounds must be all numbers or all ISO-8601 date strings, got "
+                             + ", ".join(f"{b}={value_text(v)}" for b, v in given.items()))
+        return self
 
 
 class FieldConditionIn(BaseModel):

@@ -4,7 +4,8 @@ POST /admin/compact (``service.live`` does the work; on only with ``SPANSEEK_WRI
 
 Writes need the admin key when one is configured (``SPANSEEK_ADMIN_API_KEY``; the API key then only reads), else
 the API key; a server with neither refuses them (403). A document the corpus reader would refuse is a 422 whose
-``details`` name the document and the field; nothing of a refused request is written.
+``details`` name the document and the field; nothing of a refused request is written. GET /documents/{id} is a
+read: it needs the API key as searches do, and a server without writes answers it from the served index.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 
 from spanseek.core.io import CorpusError, Document, document_from_json
 from spanseek.core.params import SearchParamsError
-from spanseek.indexer.live import HeldDocuments
+from spanseek.indexer.live import HeldDocuments, indexed_document
 from spanseek.service.errors import (
     BadRequest,
     Conflict,
@@ -148,11 +149,17 @@ async def delete_documents(request: Request, body: DeleteByFilterRequest) -> Del
     return DeleteResponse(deleted=deleted[:MAX_LISTED_DELETES], count=len(deleted), request_id=request_id_of(request))
 
 
-@router.get("/documents/{doc_id:path}", dependencies=[Depends(require_api_key)], responses=_errors(401, 403, 404, 503))
+@router.get("/documents/{doc_id:path}", dependencies=[Depends(require_api_key)], responses=_errors(401, 404, 503))
 async def get_document(request: Request, doc_id: str) -> dict[str, Any]:
-    """The live version of a document, in the corpus format; 404 when none has this id."""
-    live = live_of(request)
-    doc = live.store.get(doc_id)
+    """The live version of a document, in the corpus format; 404 when none has this id. A read: a server without
+    writes answers from the index it serves (its documents not deleted)."""
+    state = get_state(request)
+    if state.settings.writes:
+        doc = live_of(request).store.get(doc_id)
+    elif state.status != "ready" or state.searcher is None:
+        raise not_ready(request)
+    else:
+        doc = indexed_document(state.searcher.index, doc_id)
     if doc is None:
         raise NotFound(f"no document {doc_id!r}")
     return doc

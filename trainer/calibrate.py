@@ -88,7 +88,8 @@ def without_documents(index: PhraseIndex, drop: Iterable[int]) -> PhraseIndex:
     flat.add(np.asarray(sub.vectors, dtype=np.float32))
     sub.faiss = flat
     if index.lexical is not None:
-        sub.lexical = LexicalIndex.build([passage_text(sub.docs[r["doc"]]["title"], r["text"]) for r in sub.passages])
+        sub.lexical = LexicalIndex.build([passage_text(sub.docs[r["doc"]]["title"], r["text"]) for r in sub.passages],
+                                         index.lexical.analyzer)  # the analyzer of the index it is fitted for
     return sub
 
 

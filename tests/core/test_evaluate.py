@@ -132,3 +132,14 @@ def test_unknown_rc_decode_is_refused_even_without_reading_comprehension():
 def test_no_questions_is_an_error_not_nan_metrics():
     with pytest.raises(ValueError, match="no questions to evaluate"):
         evaluate(ScriptedSearcher(), [], progress=False)
+
+
+def test_a_fusion_for_the_passage_and_doc_runs_is_accepted(tiny_searcher, tiny_squad):
+    """``eval --fusion rrf`` ranks its passage and document runs by rank fusion; its phrase runs, which fusion does
+    not rank, must not refuse the whole evaluation."""
+    from spanseek.core.io import load_squad, squad_questions
+    from spanseek.core.params import SearchParams
+
+    questions = squad_questions(load_squad(tiny_squad))[:4]
+    m = evaluate(tiny_searcher, questions, params=SearchParams(mode="hybrid", fusion="rrf"), progress=False)
+    assert m["mode"] == "hybrid" and 0 <= m["passage"]["acc@1"] <= 100

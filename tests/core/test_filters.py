@@ -158,6 +158,64 @@ def test_filters_are_hashable_values_and_validated():
         SearchParams(filter={"doc_ids": ["a"]})  # type: ignore[arg-type]
 
 
+# Filters that constrain nothing: every part is absent or passes every document (an empty meta or title prefix, a
+# nested filter that passes everything, a should of which one condition passes everything, a must_not of
+# conditions that pass nothing)
+PASSES_EVERYTHING = [
+    {}, {"meta": {}}, {"title_prefix": ""}, {"must": [{}]}, {"must": [{"meta": {}}, {"title_prefix": ""}]},
+    {"should": [{}]}, {"should": [{"key": "lang", "match": "en"}, {"meta": {}}]}, {"must_not": [{"not": {}}]},
+    {"must": [{"must": [{"should": [{"title_prefix": ""}]}]}]}, {"must": [{"not": {"must_not": [{}]}}]},
+    {"meta": {}, "title_prefix": "", "must": [{}], "should": [{}], "must_not": [{"not": {"meta": {}}}]},
+]
+# ... and filters that do: a part that holds for some documents only, or for none
+CONSTRAINING = [
+    {"doc_ids": ["d1"]}, {"title_prefix": "Title 1"}, {"meta": {"lang": "en"}}, {"must": [{}, {"meta": {"lang": "en"}}]},
+    {"should": [{"key": "lang", "match": "en"}]}, {"must_not": [{"key": "lang", "match": "en"}]},
+    {"must": [{"title_prefix": "", "must_not": [{"key": "draft", "match": True}]}]},
+]
+PASSES_NOTHING = [{"must_not": [{}]}, {"must": [{"not": {}}]}, {"should": [{"not": {"meta": {}}}]},
+                  {"must": [{"must_not": [{"title_prefix": ""}]}]}, {"must_not": [{"should": [{}, {"doc_ids": ["x"]}]}]}]
+
+
+def test_a_filter_passes_everything_when_no_part_constrains_anything(searcher):
+    """``passes_everything`` (what a delete by filter refuses) is structural: an empty meta, an empty title prefix or
+    a nested filter that passes everything constrains nothing, as an absent part does; a must_not of such a filter
+    passes nothing, which is not everything. The definition (``matches``) agrees over every document."""
+    docs = [(d["id"], d["title"], d.get("meta", {})) for d in searcher.index.docs]
+    for body in PASSES_EVERYTHING:
+        flt = SearchFilter.from_json(body)
+        assert flt.passes_everything, body
+        assert all(flt.matches(*d) for d in docs), body
+    for body in CONSTRAINING + PASSES_NOTHING:
+        flt = SearchFilter.from_json(body)
+        assert not flt.passes_everything, body
+        assert not all(flt.matches(*d) for d in docs), body
+    for body in PASSES_NOTHING:
+        assert not any(SearchFilter.from_json(body).matches(*d) for d in docs), body
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+@pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
+def test_a_filter_that_passes_everything_searches_as_no_filter(tiny_searcher, unit, mode):
+    """On an index with no deletions a search with no filter selects nothing; one whose filter constrains nothing
+    returns the same hits, and one whose filter passes nothing returns none."""
+    texts = ["Who built the castle in 1500?", "When did Cato build the bridge?"]
+    rng = np.random.default_rng(3)
+    qs, qe = rng.standard_normal((2, len(texts), tiny_searcher.index.vectors.shape[1])).astype(np.float32)
+
+    def search(body):
+        flt = None if body is None else SearchFilter.from_json(body)
+        params = SearchParams(unit=unit, top_k=4, mode=mode, filter=flt)
+        return [[_key(h) for h in hits] for hits in tiny_searcher.search_vectors(qs, qe, params, questions=texts)]
+
+    plain = search(None)
+    assert all(plain)
+    for body in PASSES_EVERYTHING:
+        if not list(SearchFilter.from_json(body).leaves()):  # (the tiny corpus has no metadata fields)
+            assert search(body) == plain, body
+    assert search({"must_not": [{}]}) == [[], []]
+
+
 def test_a_where_value_beyond_a_float_is_a_search_params_error(searcher):
     """An integer no float holds (``--where year=1`` and 400 zeros reads as one, as does JSON) made a search over the
     field index raise a bare OverflowError; the filter refuses it, naming the field: a FilterError, which is a
@@ -184,7 +242,6 @@ def test_a_filter_nested_too_deeply_says_so_however_deep(levels):
     assert str(refused.value) == f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters and not"
     with pytest.raises(FilterError, match=rf"filter too large: {MAX_FILTER_CONDITIONS + 1} conditions \(at most"):
         SearchFilter(must=[SearchFilter(doc_ids=[str(i)]) for i in range(MAX_FILTER_CONDITIONS)])
-    assert SearchFilter().passes_everything and not SearchFilter(title_prefix="").passes_everything
 
 
 def test_hits_carry_their_paragraph_number(searcher):

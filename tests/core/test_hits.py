@@ -82,6 +82,8 @@ def test_non_overlapping_spans_agrees_with_the_rule_on_hits():
     ("le roman « La Fée du lac » paru", "« La Fée du lac", "La Fée du lac"),
     ("le roman « La Fée du lac » paru", "La Fée du lac »", "La Fée du lac"),
     ("le roman « La Fée du lac » paru", "« La Fée du lac »", "« La Fée du lac »"),
+    ("Goethes »Faust« ist", "»Faust«", "»Faust«"), ("Goethes »Faust« ist", "»Faust", "Faust"),
+    ("Smith (1999) and Jones (2001) wrote", "(1999) and Jones (2001", "(1999) and Jones (2001"),
     ("the sculptor Rene\u0301 since 1987", "Rene", "Rene\u0301"), ("Ship it \u2764\ufe0f now", "\u2764", "\u2764\ufe0f"),
 ])
 def test_a_span_shows_as_an_answer_reads(text, span, shown):

@@ -388,9 +388,9 @@ def test_paragraphs_of_invisible_characters_are_empty(tmp_path):
     path.write_text("\n".join(json.dumps(d) for d in [
         {"id": "a", "title": "A", "paragraphs": ["\u200b\u200b", "Real text.", "\u00ad \u2060", "\u200bmore"],
          "passage_meta": [{"page": 1}, {"page": 2}, {"page": 3}, {"page": 4}]},
-        {"id": "b", "title": "B", "paragraphs": ["\u200b", " \t"]},
+        {"id": "b", "title": "B", "paragraphs": ["\u200b", " \t", "\x07\x00"]},
     ]) + "\n")
     stats = ReadStats()
     [doc] = list(read_corpus(path, stats))
     assert doc.paragraphs == ("Real text.", "\u200bmore") and doc.passage_meta == ({"page": 2}, {"page": 4})
-    assert (stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs) == (1, 2, 1, 4)
+    assert (stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs) == (1, 2, 1, 5)

@@ -116,6 +116,51 @@ def test_search_params_refuse_bad_values(fields):
         SearchParams(**fields)
 
 
+@pytest.mark.parametrize(("fields", "names"), [
+    ({"mode": "dense", "fusion": "score"}, ("fusion", "mode=dense")),
+    ({"mode": "lexical", "fusion": "rrf"}, ("fusion", "mode=lexical")),
+    ({"mode": "dense", "lexical_weight": 2.0}, ("lexical_weight", "mode=dense")),
+    ({"mode": "lexical", "lexical_weight": 0.0}, ("lexical_weight", "mode=lexical")),
+    ({"unit": "passage", "fusion": "rrf", "lexical_weight": 2.0}, ("lexical_weight", "fusion=rrf")),
+    ({"unit": "doc", "mode": "hybrid", "fusion": "rrf", "lexical_weight": 1.0}, ("lexical_weight", "fusion=rrf")),
+])
+def test_search_params_refuse_a_fusion_parameter_that_would_be_ignored(fields, names):
+    """fusion and lexical_weight weigh the two legs of hybrid mode together: asked of one leg alone, or a weight asked
+    of rank fusion (which has none), they were accepted and did nothing. Refused as read_passages without read is,
+    naming both parameters."""
+    with pytest.raises(SearchParamsError) as refused:
+        SearchParams(**fields)
+    assert all(name in str(refused.value) for name in names), str(refused.value)
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_the_searcher_refuses_what_its_defaults_would_ignore(tiny_searcher, unit, monkeypatch):
+    """What a request leaves out takes the index's defaults; a parameter those make useless is refused there: fusion
+    for phrases (ranked by dense + lexical_weight x BM25, without fusion), any fusion parameter when the default
+    mode is not hybrid, a lexical weight when the default fusion is rrf."""
+    if unit == "phrase":
+        with pytest.raises(SearchParamsError, match="fusion applies to the passage and doc units"):
+            tiny_searcher.check_mode(SearchParams(unit=unit, fusion="score"))
+        with pytest.raises(SearchParamsError, match="fusion applies to the passage and doc units"):
+            tiny_searcher.search(["Who built the castle?"], SearchParams(unit=unit, mode="hybrid", fusion="rrf"))
+    else:
+        tiny_searcher.check_mode(SearchParams(unit=unit, fusion="rrf"))
+    tiny_searcher.check_mode(SearchParams(unit=unit, lexical_weight=2.0))
+    monkeypatch.setattr(tiny_searcher, "default_mode", "dense")
+    for fields in ({"lexical_weight": 2.0}, {"fusion": "score"} if unit != "phrase" else {"lexical_weight": 0.5}):
+        with pytest.raises(SearchParamsError, match=rf"{next(iter(fields))} applies to mode=hybrid.*default mode"):
+            tiny_searcher.check_mode(SearchParams(unit=unit, **fields))
+    tiny_searcher.check_mode(SearchParams(unit=unit, mode="hybrid", lexical_weight=2.0))
+    monkeypatch.setattr(tiny_searcher, "default_mode", "hybrid")
+    monkeypatch.setattr(tiny_searcher, "default_fusion", "rrf")
+    if unit == "phrase":  # phrases are ranked by the weight whatever the fusion
+        tiny_searcher.check_mode(SearchParams(unit=unit, lexical_weight=2.0))
+    else:
+        with pytest.raises(SearchParamsError, match="lexical_weight.*fusion=rrf.*default"):
+            tiny_searcher.check_mode(SearchParams(unit=unit, lexical_weight=2.0))
+        tiny_searcher.check_mode(SearchParams(unit=unit, fusion="score", lexical_weight=2.0))
+
+
 def test_search_params_are_hashable_and_equal_by_value():
     assert {SearchParams("passage", 3, mode="hybrid"): 1}[SearchParams(unit="passage", top_k=3, mode="hybrid")] == 1
 
@@ -201,3 +246,16 @@ def test_lexical_and_hybrid_need_the_question_texts(tiny_searcher):
     _, qs, qe = questions_of(tiny_searcher)
     with pytest.raises(ValueError, match="needs the question texts"):
         tiny_searcher.search_vectors(qs, qe, SearchParams(mode="hybrid"))
+
+
+@pytest.mark.parametrize(("text", "terms"), [
+    ("René Gérard", ["rene", "gerard"]), ("Rene\u0301 Ge\u0301rard", ["rene", "gerard"]),  # composed or not
+    ("HAUPTSTRASSE", ["hauptstrass"]), ("Hauptstraße", ["hauptstrass"]), ("İstanbul", ["istanbul"]),
+    ("ﬁrst ﬂag", ["first", "flag"]), ("Ｔｏｙｏｔａ", ["toyota"]), ("Łódź", ["lodz"]), ("Đà Nẵng", ["da", "nang"]),
+    ("Donau\u00addampf", ["donaudampf"]), ("blood\u200bstone", ["bloodston"]),  # invisible characters inside a word
+    ("ёлка йод", ["елка", "йод"]),  # Cyrillic keeps its marks (й is another letter) but for ё
+    ("नई दिल्ली", ["नई", "दिल्ली"]),  # vowel signs stay in their word
+    ("龙井茶", ["龙井", "井茶"]), ("茶", ["茶"]), ("富士山の", ["富士", "士山", "山の"]),  # character pairs
+])
+def test_the_folded_analyzer_reads_words_however_they_are_written(text, terms):
+    assert tokenize([text]) == [terms]

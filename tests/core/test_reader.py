@@ -233,6 +233,35 @@ def test_the_units_read_are_those_a_search_without_read_returns_first(reading_se
                [(h.passage_id, h.start, h.end, h.score) for h in want]
 
 
+def test_a_phrase_search_with_read_weighs_its_passages_on_the_passage_units_scale(reading_searcher, monkeypatch):
+    """A phrase search with read reads the passages a passage search ranks first. The request's lexical_weight is on
+    the phrase unit's scale (dense score + w x BM25 z-score, default 4.0), the passage search's on the passage
+    unit's (z-scores, default 1.0): it is carried over as the same multiple of the unit's default. Before, the phrase
+    weight was used as the passage weight, so sending the phrase default read other passages than omitting it."""
+    retrieved: list = []
+    rank = reading_searcher.reading.rank
+    monkeypatch.setattr(reading_searcher.reading, "rank", lambda plan, q, r: retrieved.append(r) or rank(plan, q, r))
+    weights = reading_searcher.lexical_weights
+
+    def read(**fields) -> tuple[list, list]:
+        retrieved.clear()
+        hits = reading_searcher.search(QUESTIONS, SearchParams(top_k=3, mode="hybrid", read=True, **fields))
+        [got] = retrieved
+        return ([[(h.passage_id, h.score) for h in row] for row in got],
+                [[(h.passage_id, h.start, h.end, h.score) for h in row] for row in hits])
+
+    def passages(**fields) -> list:
+        found = reading_searcher.search(QUESTIONS, SearchParams(unit="passage", top_k=3, mode="hybrid", **fields))
+        return [[(h.passage_id, h.score) for h in row] for row in found]
+
+    assert weights["phrase"] != weights["passage"]  # (else the test shows nothing)
+    omitted = read()
+    assert read(lexical_weight=weights["phrase"]) == omitted and omitted[0] == passages()
+    assert read(lexical_weight=2 * weights["phrase"])[0] == passages(lexical_weight=2 * weights["passage"])
+    assert read(lexical_weight=0.0)[0] == passages(lexical_weight=0.0)
+    assert read(fusion="rrf")[0] == passages(fusion="rrf")  # fusion ranks the passages read: not refused here
+
+
 def _spans(hits) -> list[tuple]:
     return [(h.passage_id, h.start, h.end, h.read is None) for h in hits]
 

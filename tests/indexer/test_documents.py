@@ -210,7 +210,7 @@ def test_word_passages_carry_their_heading_path(tmp_path):
     document.add_heading("Field manual", 0)  # the "Title" style: the document's title, not a passage
     document.add_paragraph("Read this first.")
     document.add_heading("Intro", 1)
-    document.add_heading("Scope", 2)  # straight after Intro: Intro has no text of its own
+    document.add_heading("Scope", 2)  # straight after Intro: Intro has no text of its own, and joins Scope's
     document.add_paragraph("The manual covers the harbour cranes.")
     table = document.add_table(rows=2, cols=2)
     for r, row in enumerate([("crane", "load"), ("north", "40 t")]):
@@ -225,7 +225,8 @@ def test_word_passages_carry_their_heading_path(tmp_path):
     assert doc.title == "Field manual"
     assert list(zip(doc.paragraphs, doc.passage_meta, strict=True)) == [
         ("Read this first.", {}),
-        ("Scope\n\nThe manual covers the harbour cranes.\n\ncrane load\n\nnorth 40 t", {"section": "Intro > Scope"}),
+        ("Intro\n\nScope\n\nThe manual covers the harbour cranes.\n\ncrane load\n\nnorth 40 t",
+         {"section": "Intro > Scope"}),
         ("Audience\n\nCrane drivers and their supervisors.", {"section": "Intro > Audience"}),
         ("Safety\n\nWear a helmet at all times.", {"section": "Safety"}),
     ]

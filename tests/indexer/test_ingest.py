@@ -421,27 +421,28 @@ def test_markdown_and_html_headings_give_each_paragraph_its_section(tmp_path):
     assert list(zip(ext.paragraphs, sections, strict=True)) == [
         # "Guide", the only h1 and the first heading, is the title: it is in no path (the hit has the title)
         ("Before any heading.", None), ("Guide", None), ("Intro text of the guide.", None),
-        # "Install" is dropped: "Linux" follows it at once, and its path keeps it
-        ("Linux", "Install > Linux"), ("Run the installer on Linux.", "Install > Linux"),
+        # "Install" has no text of its own: it joins the heading that follows it at once
+        ("Install\n\nLinux", "Install > Linux"), ("Run the installer on Linux.", "Install > Linux"),
         ("Usage", "Usage"), ("Call the command.", "Usage"),
-        ("Empty part", "Usage > Empty part"),  # a section without text: a heading of a higher level follows
-        ("Last", "Last"), ("The end.", "Last")]
+        ("Empty part\n\nLast", "Last"),  # a section without text, before a heading of a higher level: the same
+        ("The end.", "Last")]
     (tmp_path / "guide.md").write_text(SECTIONS)
     from_files([tmp_path / "guide.md"], tmp_path / "c.jsonl")
     (doc,) = read_corpus(tmp_path / "c.jsonl")
     assert [(p, doc.paragraph_meta(i).get("section")) for i, p in enumerate(doc.paragraphs)] == [
         ("Before any heading.\n\nGuide\n\nIntro text of the guide.", None),
-        ("Linux\n\nRun the installer on Linux.", "Install > Linux"), ("Usage\n\nCall the command.", "Usage"),
-        ("Empty part", "Usage > Empty part"),
-        ("Last\n\nThe end.", "Last")]  # each short passage took in the next section's text before
+        ("Install\n\nLinux\n\nRun the installer on Linux.", "Install > Linux"), ("Usage\n\nCall the command.", "Usage"),
+        ("Empty part\n\nLast\n\nThe end.", "Last")]  # each short passage took in the next section's text before
     skipped = extract_markdown("## Sub\n\none\n\n#### Deep\n\ntwo\n\n### Mid\n\nthree\n\n## Next\n\nfour")
     assert [m["section"] for m in skipped.paragraph_meta] == [  # a level is closed by its own or a higher one
         "Sub", "Sub", "Sub > Deep", "Sub > Deep", "Sub > Mid", "Sub > Mid", "Next", "Next"]
     parts = extract_markdown("# One\n\ntext\n\n# Two\n\n## Detail\n\nmore")  # two h1s: parts, not a title
     assert [(p, m["section"]) for p, m in zip(parts.paragraphs, parts.paragraph_meta, strict=True)] == [
-        ("One", "One"), ("text", "One"), ("Detail", "Two > Detail"), ("more", "Two > Detail")]
+        ("One", "One"), ("text", "One"), ("Two\n\nDetail", "Two > Detail"), ("more", "Two > Detail")]
     assert extract_markdown("no heading at all").paragraph_meta == []
     assert extract_markdown("# Title\n\nonly text under the title").paragraph_meta == []
+    other = extract_markdown("---\ntitle: Handbook\n---\n# Castle\n\ntext")  # front matter names another title
+    assert other.title == "Handbook" and [m["section"] for m in other.paragraph_meta] == ["Castle", "Castle"]
     html = extract_html(PAGE)  # trafilatura's main content: its headings too
     assert [m.get("section") for m in html.paragraph_meta] == [None, None, *["Requirements"] * 4]
 

@@ -128,6 +128,24 @@ def test_the_log_is_replayed_at_start_and_a_torn_last_line_dropped(live, tmp_pat
     assert reopened.get("after") is not None
 
 
+def test_a_logged_write_without_text_to_read_still_replaces_on_replay(tmp_path, tiny_index, tiny_searcher, encoder):
+    """An earlier version took a paragraph of zero-width spaces for text and logged the write; read now, the document
+    has no text, yet its write replaced what the id held: replay keeps it replaced (not the base version back)."""
+    published: list = []
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, published)
+    base_title = store.get("d1")["title"]
+    wal = store.dir / "wal" / store.state["wals"][-1]
+    store.close()
+    with open(wal, "ab") as f:
+        f.write(json.dumps({"op": "upsert", "docs": [{"id": "d1", "title": "Replaced", "paragraphs": ["\u200b"],
+                                                      "meta": {"v": 2}}]}).encode() + b"\n")
+    reopened = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
+    got = reopened.get("d1")
+    assert base_title != "Replaced" and got is not None and (got["title"], got["meta"], got["paragraphs"]) == (
+        "Replaced", {"v": 2}, [])
+    reopened.close()
+
+
 def test_replay_encodes_only_the_versions_that_survive_and_a_log_of_nothing_starts_over(
         live, tmp_path, tiny_index, tiny_searcher, encoder, monkeypatch):
     """Every logged version was encoded again at each start: a document written 600 times replayed in 6.5 s (233 s
@@ -285,6 +303,22 @@ def test_delete_by_filter_removes_exactly_the_matching_documents(tmp_path, tiny_
     snap = store.snapshot
     alive = {snap.docs[i]["id"] for i in range(len(snap.docs)) if i not in set(snap.deleted_docs.tolist())}
     assert alive == {f"d{i}" for i in range(6)} | {d["id"] for d in docs} - set(want)
+
+
+@pytest.mark.parametrize("body", [{}, {"meta": {}}, {"title_prefix": ""}, {"must": [{}]}, {"should": [{}]},
+                                  {"must_not": [{"not": {}}]}, {"must": [{"meta": {}, "should": [{}]}]}])
+def test_a_filter_that_constrains_nothing_deletes_nothing_and_says_why(tmp_path, tiny_index, tiny_searcher, encoder,
+                                                                       body):
+    """A filter whose every part passes every document (an empty meta or title prefix, a nested empty filter) would
+    delete them all: refused as the empty filter is, nothing written. One that passes nothing deletes nothing."""
+    from spanseek.core.filters import FilterError
+
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
+    size = store.wal.size
+    with pytest.raises(FilterError, match="passes every document, so it would delete them all"):
+        store.delete_where(SearchFilter.from_json(body))
+    assert store.delete_where(SearchFilter.from_json({"must_not": [body]})) == ([], size)
+    assert store.wal.size == size and all(store.get(f"d{i}") is not None for i in range(6))
 
 
 def test_merge_builds_a_base_that_searches_as_base_plus_segment(tmp_path, tiny_index, tiny_searcher, encoder,

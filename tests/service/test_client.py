@@ -385,6 +385,18 @@ def test_search_options_are_the_http_requests_fields():
     assert set(SearchOptions.__annotations__) | {"top_k"} == set(SearchRequest.model_fields) - {"query", "queries"}
 
 
+def test_the_python_guide_lists_every_search_option():
+    """docs/python.md's list of the client's options is the SearchOptions it documents (rank_window was left out)."""
+    import re
+
+    from spanseek.client import SearchOptions
+
+    text = (Path(__file__).parents[2] / "docs" / "python.md").read_text()
+    listed = re.search(r"listed with its type in `SearchOptions`\s*\(([^):]*):", text)
+    assert listed is not None
+    assert re.findall(r"`(\w+)`", listed.group(1)) == list(SearchOptions.__annotations__)
+
+
 def test_every_route_through_a_running_service(url, tiny_index):
     with Client(url, api_key=KEY) as client:
         assert client.health()["status"] == "ok" and client.ready()

@@ -129,6 +129,25 @@ def test_merge_answers_outside_the_phrase_unit_is_400(client, unit):
     assert "merge_answers applies to unit=phrase" in body["message"]
 
 
+@pytest.mark.parametrize(("unit", "extra", "names"), [
+    ("passage", {"mode": "dense", "fusion": "rrf"}, ("fusion", "mode=dense")),
+    ("doc", {"mode": "lexical", "lexical_weight": 2.0}, ("lexical_weight", "mode=lexical")),
+    ("phrase", {"mode": "dense", "lexical_weight": 4.0}, ("lexical_weight", "mode=dense")),
+    ("passage", {"fusion": "rrf", "lexical_weight": 2.0}, ("lexical_weight", "fusion=rrf")),
+    ("phrase", {"fusion": "score"}, ("fusion", "unit=phrase")),
+    ("phrase", {"mode": "hybrid", "fusion": "rrf", "lexical_weight": 2.0}, ("fusion", "unit=phrase")),
+])
+def test_fusion_parameters_that_would_be_ignored_are_400_naming_them(client, unit, extra, names):
+    """fusion and lexical_weight were accepted and did nothing outside hybrid mode, with rank fusion (the weight)
+    and for phrases (the fusion): refused as read_passages without read is."""
+    body = assert_error(client.post(f"/search?unit={unit}", json={"query": "a", **extra}), 400, "bad_request")
+    assert all(name in body["message"] for name in names), body["message"]
+    for fine in ({"fusion": "rrf"}, {"lexical_weight": 2.0}, {"mode": "hybrid", "fusion": "score",
+                                                               "lexical_weight": 2.0}):
+        if unit != "phrase" or "fusion" not in fine:
+            assert client.post(f"/search?unit={unit}", json={"query": "a", **fine}).status_code == 200
+
+
 def test_oversized_body_and_too_many_queries_are_413(settings_for, tiny_searcher, serve):
     with serve(create_app(settings_for(max_body_bytes=2048, max_queries_per_request=4), lambda s: tiny_searcher)) as c:
         assert_error(c.post("/search", json={"query": "x" * 5000}), 413, "payload_too_large")

@@ -72,6 +72,31 @@ def test_unknown_fields_and_bad_dates_are_400_naming_the_field(client, flt, fiel
     assert r.json()["error"] == "bad_request" and f"'{field}'" in r.json()["message"] and message in r.json()["message"]
 
 
+@pytest.mark.parametrize("rng", [{}, {"gte": 2020, "lt": "2024-01-01"}, {"gt": "2024-01-01", "lte": 5.5},
+                                 {"gte": None}])
+def test_a_range_of_no_bound_or_of_mixed_bounds_is_a_malformed_filter(client, rng):
+    """A range's shape (at least one bound, all numbers or all dates) is the schema's: 422 as a condition with two
+    forms is, naming the range; it was a 400 from the filter's own check."""
+    for flt in ({"must": [{"key": "year", "range": rng}]}, {"should": [{"not": {"key": "year", "range": rng}}]}):
+        r = client.post("/search", json={"query": "a", "filter": flt})
+        assert r.status_code == 422, r.text
+        assert any("range" in str(d["loc"]) for d in r.json()["details"]), r.json()
+
+
+@pytest.mark.parametrize("condition", [{"key": "year", "range": {"gte": 10**400}},
+                                       {"key": "year", "range": {"gt": 1, "lt": -(10**400)}},
+                                       {"key": "year", "match": 10**400}, {"key": "year", "any": [1, 10**400]}])
+def test_a_number_no_float_holds_is_400_in_a_range_as_in_a_match(client, condition):
+    """A number beyond a float's range is a value out of range, wherever in a filter it is (docs/service.md): a range
+    bound of 400 digits was a 422 from the schema, which typed bounds as floats, while the same number in match was a
+    400."""
+    for flt in ({"must": [condition]}, {"meta": {"year": 10**400}} if "match" in condition else {"must": [condition]}):
+        r = client.post("/search", json={"query": "a", "filter": flt})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"] == "bad_request" and "'year'" in r.json()["message"]
+        assert "1.8e308" in r.json()["message"], r.json()["message"]
+
+
 def test_info_counts_deleted_documents(client):
     index = client.get("/info").json()["index"]
     assert index["deleted_documents"] == 0 and index["documents"] == 6

@@ -161,6 +161,21 @@ def test_delete_by_id_and_by_filter(write_settings):
         assert r.status_code == 400 and "empty" in r.json()["message"] and found(client, "w1")
 
 
+def test_a_delete_by_a_filter_that_constrains_nothing_is_refused_and_deletes_nothing(write_settings):
+    """An empty meta or title prefix, or a nested filter that passes everything, is no condition: such a filter
+    passes every document, and deleting by it is refused (400) as the empty filter is."""
+    with serving(create_app(write_settings())) as client:
+        assert client.put("/documents", headers=KEY, json=DOC).status_code == 200
+        for flt in ({"meta": {}}, {"title_prefix": ""}, {"must": [{}]}, {"should": [{}]}, {"must_not": [{"not": {}}]},
+                    {"must": [{"meta": {}}, {"title_prefix": ""}]}):
+            r = client.post("/documents/delete", headers=KEY, json={"filter": flt})
+            assert r.status_code == 400 and "passes every document" in r.json()["message"], (flt, r.text)
+        r = client.post("/documents/delete", headers=KEY, json={"filter": {"must_not": [{"meta": {}}]}})
+        assert r.status_code == 200 and r.json()["count"] == 0  # passes nothing
+        assert found(client, "new-1") and all(client.get(f"/documents/d{i}", headers=KEY).status_code == 200
+                                              for i in range(6))
+
+
 def test_a_delete_answer_counts_every_document_but_lists_a_bounded_number(write_settings, monkeypatch):
     monkeypatch.setattr("spanseek.service.writes.MAX_LISTED_DELETES", 2)
     with serving(create_app(write_settings())) as client:
@@ -186,6 +201,31 @@ def test_writes_need_the_write_key(write_settings, settings_for):
         assert client.post("/admin/reload", headers=ADMIN).status_code == 403  # the index changes by writes
     with serving(create_app(settings_for(api_key="key"))) as client:
         assert client.put("/documents", headers=KEY, json=DOC).status_code == 403  # writes off
+
+
+def test_a_read_only_server_serves_documents_by_id_as_a_writing_one_does(write_settings, settings_for, tiny_index,
+                                                                        tmp_path):
+    """GET /documents/{id} is a read: a server without writes answers it from the served index (was a 403 "writes
+    are off"), with the body a writing server gives, 404 for an id no live document has (a deleted one too), and the
+    API key the other reads need."""
+    import shutil
+
+    from spanseek.indexer.lifecycle import delete_documents
+
+    with serving(create_app(write_settings())) as client:
+        written = {i: client.get(f"/documents/{i}", headers=KEY).json() for i in ("d0", "d3", "d5")}
+    with serving(create_app(settings_for(api_key="key", admin_api_key="admin"))) as client:
+        assert {i: client.get(f"/documents/{i}", headers=KEY).json() for i in written} == written
+        assert client.get("/documents/d0", headers=ADMIN).json() == written["d0"]
+        assert client.get("/documents/d0").status_code == 401
+        r = client.get("/documents/nope", headers=KEY)
+        assert r.status_code == 404 and r.json()["error"] == "not_found" and "'nope'" in r.json()["message"]
+        assert client.delete("/documents/d0", headers=ADMIN).status_code == 403  # writes stay off
+    shutil.copytree(tiny_index, tmp_path / "index")
+    delete_documents(tmp_path / "index", ["d3"])
+    with serving(create_app(settings_for(index=tmp_path / "index"))) as client:  # no key: every client reads
+        assert client.get("/documents/d5").json() == written["d5"]
+        assert client.get("/documents/d3").status_code == 404
 
 
 def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
