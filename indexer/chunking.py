@@ -156,7 +156,33 @@ def split_paragraph(text: str, count: TokenCounter, opts: ChunkOptions) -> list[
     total = sum(counts)
     if total <= opts.max_tokens:
         return [(text.strip(), total)] if matches else []
-    return _windows(text, [m.span() for m in matches], counts, opts)
+    spans = [m.span() for m in matches]
+    if max(counts) > opts.max_tokens // 2:  # a word no window could hold with others (base64, a URL, Thai)
+        spans, counts = _cut_long_words(text, spans, counts, count, opts.max_tokens // 2)
+    return _windows(text, spans, counts, opts)
+
+
+def _cut_long_words(text: str, spans: list[tuple[int, int]], counts: list[int], count: TokenCounter, most: int
+                    ) -> tuple[list[tuple[int, int]], list[int]]:
+    """The words, each over ``most`` tokens cut into pieces of at most ``most`` tokens (by characters: text without
+    spaces, such as base64, a long URL or Thai, has no other boundary here), with their counts."""
+    out_spans: list[tuple[int, int]] = []
+    out_counts: list[int] = []
+    for (a, b), n in zip(spans, counts, strict=True):
+        if n <= most:
+            out_spans.append((a, b))
+            out_counts.append(n)
+            continue
+        step = max(1, (b - a) * most // (2 * n))  # characters a piece: half the budget's share, then checked
+        while True:
+            pieces = [(i, min(i + step, b)) for i in range(a, b, step)]
+            sizes = count([text[i:j] for i, j in pieces])
+            if max(sizes) <= most or step == 1:
+                break
+            step = max(1, step // 2)
+        out_spans += pieces
+        out_counts += sizes
+    return out_spans, out_counts
 
 
 def chunk_paragraphs(paragraphs: Sequence[str], count: TokenCounter, opts: ChunkOptions = ChunkOptions()) -> list[str]:

@@ -46,9 +46,9 @@ line must have one of those suffixes. Each file is one document:
 
 Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
 encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes), not valid
-UTF-8, or without text, a PDF without a text layer, and a PDF or Word file that cannot be read (damaged, truncated,
-encrypted) are skipped with a warning naming the file and the reason, and the other files are read (``strict`` makes
-a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
+UTF-8, or without text, a PDF without a text layer, a PDF or Word file that cannot be read (damaged, truncated,
+encrypted), and a file or folder this process may not read are skipped with a warning naming it and the reason, and
+the other files are read (``strict`` makes a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
 can expand without bound), gives a key twice, holds a number JSON cannot store (``.nan``, ``.inf``) or a ``title``
 that is a list or mapping; a document the corpus reader would refuse (``core.io.document_from_json``: metadata over
 16 KiB, a lone surrogate); duplicate ids. Keys and dates in front matter are kept as written. The corpus is written
@@ -60,6 +60,7 @@ from __future__ import annotations
 import codecs
 import itertools
 import logging
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -157,15 +158,35 @@ def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
         return None, f"not valid {label} as it declares (byte 0x{data[e.start]:02x} at offset {e.start})"
 
 
-def _files(paths: Sequence[str | Path]) -> Iterator[tuple[Path, str]]:
-    """(file, its relative id) for every input file, in a stable order; each file once."""
+def _walk(root: Path, problems: list[tuple[Path, str]]) -> list[Path]:
+    """The files of a format ``FORMATS`` knows under ``root``, hidden files and folders left out, sorted; folders
+    linked more than once are walked once, and a folder that cannot be read is added to ``problems``."""
+    found: list[Path] = []
+    walked: set[str] = set()
+
+    def unreadable(e: OSError) -> None:
+        problems.append((Path(e.filename or root), f"unreadable folder ({e.strerror or e})"))
+
+    for folder, subfolders, names in os.walk(root, onerror=unreadable, followlinks=True):
+        real = os.path.realpath(folder)
+        subfolders[:] = [] if real in walked else sorted(d for d in subfolders if not d.startswith("."))
+        if real in walked:
+            continue
+        walked.add(real)
+        found += [p for n in names if not n.startswith(".") and (p := Path(folder) / n).suffix.lower() in FORMATS
+                  and p.is_file()]
+    return sorted(found)
+
+
+def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None = None) -> Iterator[tuple[Path, str]]:
+    """(file, its relative id) for every input file, in a stable order; each file once. Folders that cannot be read
+    go to ``problems``."""
     seen: set[Path] = set()
+    problems = problems if problems is not None else []
     for arg in paths:
         root = Path(arg)
         if root.is_dir():
-            found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in FORMATS
-                           and not any(part.startswith(".") for part in p.relative_to(root).parts))
-            pairs = [(p, p.relative_to(root).as_posix()) for p in found]
+            pairs = [(p, p.relative_to(root).as_posix()) for p in _walk(root, problems)]
         elif root.is_file():
             if root.suffix.lower() not in FORMATS:
                 raise IngestError(f"{root}: unsupported file type {root.suffix or '(no suffix)'!r}; "
@@ -195,11 +216,15 @@ def extract_file(path: Path) -> Extracted:
 
 
 def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions) -> Document | str:
-    """One file as a Document, or the reason it is skipped (binary, not UTF-8, damaged, no text)."""
+    """One file as a Document, or the reason it is skipped (unreadable, binary, not UTF-8, damaged, no text)."""
     try:
+        with open(path, "rb"):  # a file the process may not read is said so, not taken for a damaged one
+            pass
         ext = extract_file(path)
     except Unreadable as e:
         return str(e)
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
     metas = ext.paragraph_meta or [{}] * len(ext.paragraphs)
     passages = chunk_sections(ext.paragraphs, metas, count, opts.chunk)
     if not any(has_text(text) for text, _ in passages):  # nothing but invisible characters counts as no text
@@ -222,16 +247,26 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
 
 def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token_counter,
                    opts: IngestOptions = IngestOptions(), report: IngestReport | None = None) -> Iterator[Document]:
-    """Documents of the files under ``paths``; skipped files are logged and listed in ``report``."""
+    """Documents of the files under ``paths``; skipped files (and folders that cannot be read) are logged and listed
+    in ``report``."""
     report = report if report is not None else IngestReport()
     ids: dict[str, Path] = {}
-    for path, rel in _files(paths):
+    problems: list[tuple[Path, str]] = []
+
+    def skip(path: Path, why: str) -> None:
+        if opts.strict:
+            raise IngestError(f"{path}: {why}")
+        log.warning("skipped %s: %s", path, why)
+        report.skipped.append((str(path), why))
+
+    for path, rel in itertools.chain(_files(paths, problems), [(None, "")]):
+        while problems:  # the folders that could not be read, as they are found
+            skip(*problems.pop(0))
+        if path is None:
+            break
         doc = read_document(path, rel, count, opts)
         if isinstance(doc, str):
-            if opts.strict:
-                raise IngestError(f"{path}: {doc}")
-            log.warning("skipped %s: %s", path, doc)
-            report.skipped.append((str(path), doc))
+            skip(path, doc)
             continue
         if doc.id in ids:
             raise IngestError(f"{path} and {ids[doc.id]} have the same document id {doc.id!r}")

@@ -13,12 +13,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from typing import Any
 
 from spanseek.indexer.documents import Extracted, IngestError, Sections
 from spanseek.indexer.front_matter import front_matter
 
-# Elements whose text is not content.
-_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head"}
+# Elements whose text is not content: code and media, and a page's navigation, asides and footer (boilerplate, as
+# trafilatura drops it, where its main content is not read)
+_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "nav", "aside",
+         "footer"}
 # Elements that end a paragraph where they start and where they end.
 _BLOCK = {
     "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul", "ol", "dl", "dt",
@@ -242,7 +245,20 @@ def _trafilatura_config():
 
 # trafilatura's output elements that are one paragraph each (a table row's cells go on one line)
 _MAIN_BLOCKS = {"p", "head", "item", "row", "quote", "code"}
+MARKDOWN_NESTING = 100  # blocks Markdown may nest (lists, quotes) before markdown-it stops rendering the file
+MAIN_SHARE = 0.85  # trafilatura's main content is read where it drops more than this share of a page's text
 _MAIN_HEADING = re.compile(r"h([1-6])")  # a <head>'s rend: the heading it was (a <summary> made a <head> has none)
+
+
+def _own_text(el: Any) -> str:
+    """An element's text without that of the blocks inside it (``_MAIN_BLOCKS``, paragraphs of their own), its
+    inline elements' text spaced as ``itertext`` pieces are."""
+    parts = [el.text or ""]
+    for child in el:
+        if child.tag not in _MAIN_BLOCKS:
+            parts.append(_own_text(child))
+        parts.append(child.tail or "")
+    return " ".join(parts)
 
 
 def _main_content(source: str, where: str) -> Sections | None:
@@ -253,7 +269,13 @@ def _main_content(source: str, where: str) -> Sections | None:
         import trafilatura
     except ImportError:
         raise IngestError(f"{where}: reading HTML needs trafilatura (pip install 'spanseek[index]')") from None
-    found = trafilatura.bare_extraction(source, fast=True, favor_recall=True, include_comments=False,
+    from lxml import etree, html
+
+    try:  # parsed here to lift libxml2's depth limit: a page nested past 255 elements lost everything below it
+        tree = html.document_fromstring(source.encode("utf-8"), parser=html.HTMLParser(huge_tree=True, encoding="utf-8"))
+    except (etree.ParserError, ValueError):  # no element at all
+        return None
+    found = trafilatura.bare_extraction(tree, fast=True, favor_recall=True, include_comments=False,
                                         include_tables=True, config=_trafilatura_config())
     body = getattr(found, "body", None)
     if body is None:
@@ -261,8 +283,8 @@ def _main_content(source: str, where: str) -> Sections | None:
     for br in body.iter("lb"):  # a line break inside a paragraph reads as a space, inside code as a new line
         br.tail = ("\n" if any(a.tag == "code" for a in br.iterancestors()) else " ") + (br.tail or "")
     out, table, rows = Sections(), None, _TableRows()
-    for el in body.iter(*_MAIN_BLOCKS):
-        if any(a.tag in _MAIN_BLOCKS for a in el.iterancestors()):
+    for el in body.iter(*_MAIN_BLOCKS):  # a block inside another (sloppy HTML: a list in an unclosed <p>) is its own
+        if any(a.tag in ("row", "code") for a in el.iterancestors()):  # read with its row or code block
             continue
         if el.tag != "row" or el.getparent() is not table:  # a table's rows end: its unused header row is kept
             for text in rows.end():
@@ -276,20 +298,27 @@ def _main_content(source: str, where: str) -> Sections | None:
             out.add(_code("".join(el.itertext())))
         else:
             level = _MAIN_HEADING.fullmatch(el.get("rend") or "") if el.tag == "head" else None
-            out.add(_line(" ".join(el.itertext())), int(level.group(1)) if level else 0)
+            out.add(_line(_own_text(el)), int(level.group(1)) if level else 0)
     for text in rows.end():
         out.add(text)
     return out if out.texts else None
 
 
 def extract_html(source: str, where: str = "<html>") -> Extracted:
-    """Main-content paragraphs (``_main_content``, else every block's) with their sections, title (<title>, else the
-    first <h1>) and <meta> tags of an HTML document."""
+    """Main-content paragraphs (``_main_content``) with their sections, title (<title>, else the first <h1>) and
+    <meta> tags of an HTML document; every block's paragraphs (``_HTMLText``) where trafilatura finds no main content,
+    or keeps none of the page's headings and at least ``MAIN_SHARE`` of its text: it then dropped the page's
+    structure rather than boilerplate (the headings of a page without <main> or <article>; the lists and tables of
+    sloppy HTML glued into the paragraph left open before them)."""
     parser = _HTMLText()
     parser.feed(source)
     parser.close()
-    return (_main_content(source, where) or parser.text).extracted(parser.title or parser.first_h1, dict(parser.meta),
-                                                                 title_heading=parser.first_h1)
+    main = _main_content(source, where)
+    full = parser.text
+    if main is None or (not any(main.paths) and any(full.paths)
+                        and sum(map(len, main.texts)) >= MAIN_SHARE * sum(map(len, full.texts))):
+        main = full
+    return main.extracted(parser.title or parser.first_h1, dict(parser.meta), title_heading=parser.first_h1)
 
 
 def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
@@ -302,7 +331,8 @@ def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
 
     meta, title, body = front_matter(LINE_END.sub("\n", source), where)
     parser = _HTMLText()
-    parser.feed(MarkdownIt("commonmark").enable("table").render(body))
+    # markdown-it stops rendering past 20 nested blocks (a list 10 deep): the rest of the file was lost
+    parser.feed(MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable("table").render(body))
     parser.close()
     # the first heading is the title unless front matter gives another (then its words are a section's)
     heading = parser.first_heading if title is None or title == parser.first_heading else None

@@ -116,8 +116,7 @@ def test_a_corpus_whose_passages_have_no_tokens_is_refused_then_resumes_when_fix
     blank = write_jsonl(tmp_path / "blank.jsonl", [{"id": "x", "title": "t", "paragraphs": ["\u200b\u00a0"]},
                                                    {"id": "y", "title": "u", "paragraphs": ["\u200b", "\u00ad"]}])
     out = tmp_path / "index"
-    with pytest.raises(BuildError, match=rf"corpus {blank} has no non-empty passages: none of its 3 passages has a "
-                                         "token"):
+    with pytest.raises(BuildError, match=rf"corpus {blank} has no non-empty passages"):  # invisible characters only
         build_index(blank, tiny_model_dir, out, OPTS)
     assert not (out / phrase_index.MANIFEST).exists()
     blank.write_bytes(tiny_corpus.read_bytes())  # fixed: the same --out resumes

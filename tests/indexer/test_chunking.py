@@ -138,3 +138,22 @@ def test_text_without_spaces_is_cut_within_the_budget_after_its_full_stops():
     assert len(windows) > 1 and all(n <= 40 and len(w) == n for w, n in windows)
     assert all(w.endswith("。") for w, _ in windows)
     assert all(w in text for w, _ in windows) and text.startswith(windows[0][0]) and text.endswith(windows[-1][0])
+
+
+def test_a_word_longer_than_the_budget_is_cut_into_pieces(tiny_model_dir):
+    """A paragraph of one 'word' (base64, a long URL, Thai: no space) was one passage whatever its size (2 MB of
+    base64: 1.17M model tokens against a budget of 200): it is cut by characters into windows within the budget,
+    which hold all of it in order."""
+    import base64
+
+    from spanseek.core.config import EncoderConfig
+    from spanseek.core.model import CONFIG_NAME, load_tokenizer
+
+    tokenizer = load_tokenizer(EncoderConfig.load(tiny_model_dir / CONFIG_NAME))
+    count = model_token_counter(tokenizer)
+    blob = base64.b64encode(bytes(range(256)) * 12).decode()  # 4,096 characters, no space
+    text = f"The key is {blob} and nothing else."
+    windows = split_paragraph(text, count, ChunkOptions(max_tokens=64, overlap=8, min_tokens=0))
+    assert len(windows) > 20 and all(w in text for w, _ in windows)
+    assert all(n <= 64 and len(tokenizer(w, add_special_tokens=False)["input_ids"]) <= 64 for w, n in windows)
+    assert text.startswith(windows[0][0]) and text.endswith(windows[-1][0])

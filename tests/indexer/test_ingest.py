@@ -10,6 +10,8 @@ import codecs
 import json
 import logging
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -69,8 +71,11 @@ def test_html_drops_scripts_and_styles_and_splits_at_blocks():
     ext = extract_html(HTML)
     assert ext.title == "Rotterdam history"
     assert ext.meta == {"author": "Ann", "og:url": "https://example.org/r"}
-    assert ext.paragraphs == ["In 1340 Rotterdam was granted city rights & a seal.", "Second block after a break",
-                              "cell a cell b"]  # the <nav> went too
+    # a page this short is read whole (trafilatura would keep most of it, and drop its heading): at its blocks, the
+    # <nav> left out too
+    assert ext.paragraphs == ["Rotterdam", "In 1340 Rotterdam was granted city rights & a seal.", "Second block",
+                              "after a break", "cell a cell b"]
+    assert ext.paragraph_meta == []  # its only heading is its title
     text = " ".join(ext.paragraphs)
     assert "secret" not in text and "color" not in text and "alert" not in text and "enable js" not in text
 
@@ -502,3 +507,58 @@ def test_code_blocks_keep_their_lines(tmp_path):
     assert doc.paragraphs[-1] == code  # one passage, its lines kept: no "\n\n" (a break answers never cross)
     page = PAGE.replace("<ul>", f"<pre><code>{code.replace(chr(10), chr(10) + '  ')}</code></pre><ul>")
     assert code in extract_html(page).paragraphs  # trafilatura's main content: its code likewise
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux) to read as a process that may not")
+def test_files_and_folders_that_cannot_be_read_are_skipped_naming_them(tmp_path):
+    """A file the process may not read stopped the whole run ("Permission denied", nothing written), and a folder it
+    may not read was left out without a word. Run without root's right to read anything (setpriv)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "a.txt").write_text("The harbour was built in 1620.")
+    (tmp_path / "d" / "sub" / "b.txt").write_text("Hidden from the reader.")
+    for locked in (tmp_path / "d" / "locked.txt", tmp_path / "d" / "locked.pdf"):
+        locked.write_text("x")
+        locked.chmod(0)
+    (tmp_path / "d" / "sub").chmod(0)
+    script = ("import json, sys; from spanseek.indexer.ingest import from_files; "
+              "r = from_files([sys.argv[1]], sys.argv[2]); print(json.dumps([r.documents, r.skipped]))")
+    try:
+        done = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c",
+                               script, str(tmp_path / "d"), str(tmp_path / "out.jsonl")],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        (tmp_path / "d" / "sub").chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    documents, skipped = json.loads(done.stdout.splitlines()[-1])
+    reasons = {Path(p).name: why for p, why in skipped}
+    assert documents == 1 and reasons == {"sub": "unreadable folder (Permission denied)",
+                                          "locked.txt": "unreadable (Permission denied)",
+                                          "locked.pdf": "unreadable (Permission denied)"}
+
+
+def test_deeply_nested_pages_keep_all_their_text():
+    """libxml2 stopped parsing a page nested past 255 elements (a template leaving a <div> open per item) and
+    markdown-it stopped rendering past 20 nested blocks (a list 10 deep): the rest of the file was lost, silently."""
+    items = "".join(f"<div class=item><h2>Product {i}</h2><p>Product {i} costs {i} euro in the shop.</p>"
+                    for i in range(300))
+    page = extract_html(f"<html><body><main>{items}</main></body></html>")
+    assert "Product 299 costs 299 euro in the shop." in page.paragraphs
+    outline = "".join("  " * d + f"- level {d} of the outline\n" for d in range(12))
+    md = extract_markdown(f"# Plan\n\nIntro.\n\n{outline}\nThe budget is 40,000 euro.\n\n## Risks\n\nSupplier delay.\n")
+    assert "level 11 of the outline" in md.paragraphs and md.paragraphs[-1] == "Supplier delay."
+
+
+def test_sloppy_html_keeps_its_headings_lists_and_tables_apart():
+    """A page without <main> whose paragraphs are left open before a list (an unclosed <b>) came out of trafilatura
+    as run-on paragraphs ("... bold first item 0second item 0 Part 1"), without its headings."""
+    sections = "".join(f"<h2>Part {i}</h2><p>Paragraph {i} of the text. <b>bold<ul><li>first item {i}"
+                       f"<li>second item {i}</ul>" for i in range(3))
+    page = extract_html(f"<html><head><title>T</title></head><body><h1>T</h1>{sections}<h2>Prices</h2><table>"
+                        "<tr><th>Item</th><th>Price</th></tr><tr><td>Apple</td><td>3 euro</td></tr></table></body></html>")
+    assert "first item 1" in page.paragraphs and "second item 1" in page.paragraphs
+    assert "Item: Apple; Price: 3 euro" in page.paragraphs
+    sections_of = {p: m["section"] for p, m in zip(page.paragraphs, page.paragraph_meta, strict=True)}
+    assert sections_of["first item 2"] == "Part 2" and sections_of["Item: Apple; Price: 3 euro"] == "Prices"

@@ -99,7 +99,10 @@ def test_collect_in_batches_gathers_what_one_search_of_every_question_does(squad
     for key, ranked in got[1_000].items():
         assert [r.question for r in got[5][key]] == [r.question for r in ranked]
         for a, b in zip(got[5][key], ranked, strict=True):
-            assert np.array_equal(a.labels, b.labels) and np.allclose(a.features, b.features, atol=1e-5)
+            assert np.array_equal(a.labels, b.labels), (key, a.question)
+            # float32 scores near 44 round to 4e-6, and a batch of another size sums them in another order: a margin
+            # of two of them may differ by a few of those
+            np.testing.assert_allclose(a.features, b.features, atol=1e-4, err_msg=str(key))
 
 
 def test_calibrate_command_writes_a_calibrator_the_searcher_applies(squad_index, tiny_model_dir, tmp_path):
