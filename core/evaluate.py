@@ -113,11 +113,15 @@ def evaluate(
     em1, f11, em10, em1_merged, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], [], []
     lookup = passage_lookup(searcher) if reading_comprehension else {}
     base = params or SearchParams()
-    # fusion ranks passages and documents only: checked as a passage search's (the phrase runs ignore it)
-    mode = searcher.check_mode(dataclasses.replace(base, unit="passage") if base.fusion else base)
-    runs = {name: dataclasses.replace(base, unit=unit, top_k=k, merge_answers=merge) for name, unit, k, merge in (
-        ("phrases", "phrase", 10, False), ("merged", "phrase", 1, True), ("passages", "passage", 20, False),
-        ("documents", "doc", 5, False))}
+    # each run takes the parameters that rank its unit: fusion ranks passages and documents, a lexical weight the
+    # phrases and the score fusion of the others (``check_fusion`` refuses what would rank nothing)
+    rrf = (base.fusion or getattr(searcher, "default_fusion", "score")) == "rrf"
+    runs = {name: dataclasses.replace(
+        base, unit=unit, top_k=k, merge_answers=merge, fusion=None if unit == "phrase" else base.fusion,
+        lexical_weight=base.lexical_weight if unit == "phrase" or not rrf else None)
+        for name, unit, k, merge in (("phrases", "phrase", 10, False), ("merged", "phrase", 1, True),
+                                     ("passages", "passage", 20, False), ("documents", "doc", 5, False))}
+    mode = [searcher.check_mode(p) for p in runs.values()][0]
     bar = tqdm(total=len(questions), desc="eval", unit="q", disable=not progress)
     for b in range(0, len(questions), batch_size):
         batch = questions[b : b + batch_size]

@@ -90,10 +90,18 @@ def lone_guillemet(text: str, a: int, b: int, i: int) -> bool:
 
 
 def unopened(text: str, a: int, b: int) -> bool:
-    """Whether the span [a, b) ends with a closing bracket that it does not open ("200)" of "(up to 200)")."""
+    """Whether the span [a, b) ends with a closing bracket that it does not open ("200)" of "(up to 200)"; matched as
+    nested pairs from the end: "1999) and (2001)" opens its last)."""
     close = text[b - 1]
     opener = CLOSERS.get(close)
-    return opener is not None and text.count(opener, a, b) < text.count(close, a, b)
+    if opener is None:
+        return False
+    depth = 0
+    for c in reversed(text[a:b]):
+        depth += (c == close) - (c == opener)
+        if depth == 0:
+            return False
+    return True
 
 
 __all__ = ["HIT_FIELDS", "Hit", "HitBuilder", "Hits", "distinct", "first_per_unit", "non_overlapping",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -162,6 +163,13 @@ def split_paragraph(text: str, count: TokenCounter, opts: ChunkOptions) -> list[
     return _windows(text, spans, counts, opts)
 
 
+def _mark_free(text: str, i: int, end: int) -> int:
+    """``i``, or the first offset after it (before ``end``) that does not start with a combining mark."""
+    while i < end and unicodedata.category(text[i]).startswith("M"):
+        i += 1
+    return i
+
+
 def _cut_long_words(text: str, spans: list[tuple[int, int]], counts: list[int], count: TokenCounter, most: int
                     ) -> tuple[list[tuple[int, int]], list[int]]:
     """The words, each over ``most`` tokens cut into pieces of at most ``most`` tokens (by characters: text without
@@ -175,7 +183,9 @@ def _cut_long_words(text: str, spans: list[tuple[int, int]], counts: list[int], 
             continue
         step = max(1, (b - a) * most // (2 * n))  # characters a piece: half the budget's share, then checked
         while True:
-            pieces = [(i, min(i + step, b)) for i in range(a, b, step)]
+            # the word's start, then every step, never between a letter and its marks
+            cuts = sorted({a, *(_mark_free(text, i, b) for i in range(a + step, b, step))})
+            pieces = [(i, j) for i, j in zip(cuts, [*cuts[1:], b], strict=True) if i < j]
             sizes = count([text[i:j] for i, j in pieces])
             if max(sizes) <= most or step == 1:
                 break

@@ -159,15 +159,15 @@ def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
 
 
 def _walk(root: Path, problems: list[tuple[Path, str]]) -> list[Path]:
-    """The files of a format ``FORMATS`` knows under ``root``, hidden files and folders left out, sorted; folders
-    linked more than once are walked once, and a folder that cannot be read is added to ``problems``."""
+    """The files of a format ``FORMATS`` knows under ``root``, hidden files and folders left out, sorted; links to
+    folders are not followed (a link to a file is read), and a folder that cannot be read is added to ``problems``."""
     found: list[Path] = []
     walked: set[str] = set()
 
     def unreadable(e: OSError) -> None:
         problems.append((Path(e.filename or root), f"unreadable folder ({e.strerror or e})"))
 
-    for folder, subfolders, names in os.walk(root, onerror=unreadable, followlinks=True):
+    for folder, subfolders, names in os.walk(root, onerror=unreadable):
         real = os.path.realpath(folder)
         subfolders[:] = [] if real in walked else sorted(d for d in subfolders if not d.startswith("."))
         if real in walked:

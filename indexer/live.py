@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import dataclasses
 import json
 import logging
 import operator
@@ -264,13 +263,6 @@ def superseded(doc: Document) -> EncodedDocument:
                            nothing.astype(np.uint8), nothing, nothing.astype(bool), ())
 
 
-def without_passages(doc: Document) -> EncodedDocument:
-    """``doc`` held with its record and no passages: a logged version without text to search, whose write still
-    replaced the version its id held."""
-    placeholder = superseded(doc)
-    return dataclasses.replace(placeholder, record=doc_record(doc.id, doc.title, doc.meta))
-
-
 def base_dir(live_dir: str | Path, index: str | Path) -> Path:
     """The base index a service with writes serves: the last merged one, else ``index``."""
     return state_base(live_dir, read_state(Path(live_dir), index), index)
@@ -316,7 +308,10 @@ class LiveStore:
         last = last_writes(logs)  # a version a later write replaces or deletes is applied, never encoded
         for path in logs:
             for entry in read_entries(path):
-                self._apply(entry, self._encode_entry(entry, path, lambda doc_id: last[doc_id] == self.replayed))
+                encoded, emptied = self._encode_entry(entry, path, lambda doc_id: last[doc_id] == self.replayed)
+                self._apply(entry, encoded)
+                if emptied:  # documents an earlier version took for text: their writes removed what the ids held
+                    self.segment.delete(emptied)
                 self.replayed += 1
         if size:
             log.info("replayed %d writes in %.1f s: %d documents in the segment, %d deleted from the base",
@@ -342,21 +337,22 @@ class LiveStore:
         self.base_terms = BaseTerms.of(base) if base.lexical is not None else None
         self._base_passage_doc = np.asarray([p["doc"] for p in base.passages], dtype=np.int64)  # sorted
 
-    def _encode_entry(self, entry: dict[str, Any], where: Path,
-                      final: Callable[[str], bool] = lambda doc_id: True) -> list[EncodedDocument]:
+    def _encode_entry(self, entry: dict[str, Any], where: Path, final: Callable[[str], bool] = lambda doc_id: True
+                      ) -> tuple[list[EncodedDocument], list[str]]:
         """An upsert's documents encoded, those that are not ``final`` (replaced or deleted by a later write) as
-        placeholders: applied as the write was (order, tombstones), then dropped by that later write."""
+        placeholders: applied as the write was (order, tombstones), then dropped by that later write; and the ids of
+        documents that have no text to read now (an earlier version took invisible or control characters for
+        text): placeholders too, to be deleted once applied, as this version stores no document without text."""
         if entry["op"] != "upsert":
-            return []
-        out = []
+            return [], []
+        out, emptied = [], []
         for raw in entry["docs"]:
             doc = document_from_json(without_nonfinite(raw), str(where))  # (older logs: NaN)
-            if doc is None:  # no text left to read now (an earlier version took invisible characters for text):
-                doc = Document(id=str(raw["id"]), title=raw.get("title", ""), paragraphs=(), meta=raw.get("meta", {}))
-                out.append(without_passages(doc))  # it still replaced what its id held
-            else:
-                out.append(self.encoder.encode(doc) if final(doc.id) else superseded(doc))
-        return out
+            if doc is None:
+                doc = Document(id=str(raw["id"]), title="", paragraphs=())
+                emptied.append(doc.id)
+            out.append(self.encoder.encode(doc) if final(doc.id) and doc.id not in emptied else superseded(doc))
+        return out, emptied
 
     def _apply(self, entry: dict[str, Any], encoded: list[EncodedDocument]) -> list[str]:
         if entry["op"] == "upsert":

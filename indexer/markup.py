@@ -18,10 +18,10 @@ from typing import Any
 from spanseek.indexer.documents import Extracted, IngestError, Sections
 from spanseek.indexer.front_matter import front_matter
 
-# Elements whose text is not content: code and media, and a page's navigation, asides and footer (boilerplate, as
-# trafilatura drops it, where its main content is not read)
-_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "nav", "aside",
-         "footer"}
+# Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
+# asides and footer (boilerplate, as trafilatura drops it, where its main content is not read)
+_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head"}
+_BOILERPLATE = {"nav", "aside", "footer"}
 # Elements that end a paragraph where they start and where they end.
 _BLOCK = {
     "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul", "ol", "dl", "dt",
@@ -113,8 +113,9 @@ class _HTMLText(HTMLParser):
     """Collects paragraphs with their sections, the <title>, the first heading and <h1>, and <meta> tags of an HTML
     document: a table row is a paragraph of its cells (named by the header row), a <pre> one of its lines."""
 
-    def __init__(self) -> None:
+    def __init__(self, page: bool = False) -> None:
         super().__init__(convert_charrefs=True)
+        self.skipped = _SKIP | _BOILERPLATE if page else _SKIP  # what an HTML page drops, not Markdown's HTML
         self.text = Sections()
         self.meta: dict[str, str] = {}
         self.title: str | None = None
@@ -180,7 +181,7 @@ class _HTMLText(HTMLParser):
             self._in_title = True
         elif tag == "body" and "head" in self._skip:  # a <head> left open ends where the body starts
             self._skip.remove("head")
-        elif tag in _SKIP:
+        elif tag in self.skipped:
             self._skip.append(tag)
         elif tag in _TABLE or tag in _CELL:
             self._table_tag(tag, True, attrs)
@@ -198,7 +199,7 @@ class _HTMLText(HTMLParser):
         if tag == "title":
             self._in_title = False
             self.title = self.title or _line("".join(self._title_buf)) or None
-        elif tag in _SKIP:
+        elif tag in self.skipped:
             if tag in self._skip:  # close up to the matching element (HTML in the wild is not always nested)
                 del self._skip[len(self._skip) - 1 - self._skip[::-1].index(tag):]
         elif tag in _TABLE or tag in _CELL:
@@ -245,20 +246,22 @@ def _trafilatura_config():
 
 # trafilatura's output elements that are one paragraph each (a table row's cells go on one line)
 _MAIN_BLOCKS = {"p", "head", "item", "row", "quote", "code"}
+_TEXT_BLOCKS = {"p", "head", "item"}  # trafilatura's blocks of running text
+_INLINE = {"code", "quote"}  # inline in running text (`x`, <q>), blocks of their own elsewhere
 MARKDOWN_NESTING = 100  # blocks Markdown may nest (lists, quotes) before markdown-it stops rendering the file
 MAIN_SHARE = 0.85  # trafilatura's main content is read where it drops more than this share of a page's text
 _MAIN_HEADING = re.compile(r"h([1-6])")  # a <head>'s rend: the heading it was (a <summary> made a <head> has none)
 
 
 def _own_text(el: Any) -> str:
-    """An element's text without that of the blocks inside it (``_MAIN_BLOCKS``, paragraphs of their own), its
-    inline elements' text spaced as ``itertext`` pieces are."""
+    """An element's text without that of the blocks inside it (``_MAIN_BLOCKS``, paragraphs of their own), its inline
+    elements' text as written around them ("run <code>foo --version</code>." reads "run foo --version.")."""
     parts = [el.text or ""]
     for child in el:
-        if child.tag not in _MAIN_BLOCKS:
+        if child.tag not in _MAIN_BLOCKS or child.tag in _INLINE:
             parts.append(_own_text(child))
         parts.append(child.tail or "")
-    return " ".join(parts)
+    return "".join(parts)
 
 
 def _main_content(source: str, where: str) -> Sections | None:
@@ -272,7 +275,8 @@ def _main_content(source: str, where: str) -> Sections | None:
     from lxml import etree, html
 
     try:  # parsed here to lift libxml2's depth limit: a page nested past 255 elements lost everything below it
-        tree = html.document_fromstring(source.encode("utf-8"), parser=html.HTMLParser(huge_tree=True, encoding="utf-8"))
+        tree = html.document_fromstring(source.encode("utf-8"), parser=html.HTMLParser(
+            huge_tree=True, encoding="utf-8", remove_comments=True, remove_pis=True))
     except (etree.ParserError, ValueError):  # no element at all
         return None
     found = trafilatura.bare_extraction(tree, fast=True, favor_recall=True, include_comments=False,
@@ -284,8 +288,8 @@ def _main_content(source: str, where: str) -> Sections | None:
         br.tail = ("\n" if any(a.tag == "code" for a in br.iterancestors()) else " ") + (br.tail or "")
     out, table, rows = Sections(), None, _TableRows()
     for el in body.iter(*_MAIN_BLOCKS):  # a block inside another (sloppy HTML: a list in an unclosed <p>) is its own
-        if any(a.tag in ("row", "code") for a in el.iterancestors()):  # read with its row or code block
-            continue
+        if any(a.tag in ("row", "code") or (el.tag in _INLINE and a.tag in _TEXT_BLOCKS) for a in el.iterancestors()):
+            continue  # read with its row, code block or the text it is inline in
         if el.tag != "row" or el.getparent() is not table:  # a table's rows end: its unused header row is kept
             for text in rows.end():
                 out.add(text)
@@ -307,15 +311,16 @@ def _main_content(source: str, where: str) -> Sections | None:
 def extract_html(source: str, where: str = "<html>") -> Extracted:
     """Main-content paragraphs (``_main_content``) with their sections, title (<title>, else the first <h1>) and
     <meta> tags of an HTML document; every block's paragraphs (``_HTMLText``) where trafilatura finds no main content,
-    or keeps none of the page's headings and at least ``MAIN_SHARE`` of its text: it then dropped the page's
-    structure rather than boilerplate (the headings of a page without <main> or <article>; the lists and tables of
-    sloppy HTML glued into the paragraph left open before them)."""
-    parser = _HTMLText()
+    or keeps none of the page's headings (two or more) and at least ``MAIN_SHARE`` of its text: it then dropped the
+    page's structure rather than boilerplate (the headings of a page without <main> or <article>; the lists and
+    tables of sloppy HTML glued into the paragraph left open before them)."""
+    parser = _HTMLText(page=True)
     parser.feed(source)
     parser.close()
     main = _main_content(source, where)
     full = parser.text
-    if main is None or (not any(main.paths) and any(full.paths)
+    headings = {h for path in full.paths for h in path}  # a page's sections, not only its title
+    if main is None or (not any(main.paths) and len(headings) > 1
                         and sum(map(len, main.texts)) >= MAIN_SHARE * sum(map(len, full.texts))):
         main = full
     return main.extracted(parser.title or parser.first_h1, dict(parser.meta), title_heading=parser.first_h1)

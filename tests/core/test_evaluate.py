@@ -143,3 +143,15 @@ def test_a_fusion_for_the_passage_and_doc_runs_is_accepted(tiny_searcher, tiny_s
     questions = squad_questions(load_squad(tiny_squad))[:4]
     m = evaluate(tiny_searcher, questions, params=SearchParams(mode="hybrid", fusion="rrf"), progress=False)
     assert m["mode"] == "hybrid" and 0 <= m["passage"]["acc@1"] <= 100
+
+
+def test_a_fusion_and_a_weight_rank_the_runs_they_apply_to(tiny_searcher, tiny_squad):
+    """``eval --fusion rrf --lexical-weight 2``: the weight ranks the phrase runs, rank fusion the passage and
+    document runs (which it leaves unweighted); neither refuses the evaluation."""
+    from spanseek.core.io import load_squad, squad_questions
+    from spanseek.core.params import SearchParams
+
+    questions = squad_questions(load_squad(tiny_squad))[:4]
+    params = SearchParams(mode="hybrid", fusion="rrf", lexical_weight=2.0)
+    m = evaluate(tiny_searcher, questions, params=params, progress=False)
+    assert m["mode"] == "hybrid" and 0 <= m["phrase"]["em@1"] <= 100

@@ -71,11 +71,8 @@ def test_html_drops_scripts_and_styles_and_splits_at_blocks():
     ext = extract_html(HTML)
     assert ext.title == "Rotterdam history"
     assert ext.meta == {"author": "Ann", "og:url": "https://example.org/r"}
-    # a page this short is read whole (trafilatura would keep most of it, and drop its heading): at its blocks, the
-    # <nav> left out too
-    assert ext.paragraphs == ["Rotterdam", "In 1340 Rotterdam was granted city rights & a seal.", "Second block",
-                              "after a break", "cell a cell b"]
-    assert ext.paragraph_meta == []  # its only heading is its title
+    assert ext.paragraphs == ["In 1340 Rotterdam was granted city rights & a seal.", "Second block after a break",
+                              "cell a cell b"]  # the <nav> went too
     text = " ".join(ext.paragraphs)
     assert "secret" not in text and "color" not in text and "alert" not in text and "enable js" not in text
 
@@ -562,3 +559,40 @@ def test_sloppy_html_keeps_its_headings_lists_and_tables_apart():
     assert "Item: Apple; Price: 3 euro" in page.paragraphs
     sections_of = {p: m["section"] for p, m in zip(page.paragraphs, page.paragraph_meta, strict=True)}
     assert sections_of["first item 2"] == "Part 2" and sections_of["Item: Apple; Price: 3 euro"] == "Prices"
+
+
+def test_html_inline_code_comments_and_markdown_asides_stay_in_their_text(tmp_path):
+    """Inline code and quotes are read in their paragraph or heading (they came out as paragraphs of their own,
+    leaving "The flag" as a heading); an HTML comment no longer cuts the text after it; a Markdown file's raw
+    <aside> is text (only an HTML page's asides are boilerplate); a page whose only heading is its site title is
+    read through trafilatura, without its cookie banner."""
+    page = ("<html><body><main><h1>CLI reference</h1><p>The tool has flags that change how files are written and "
+            "read by the service.</p><h2>The <code>--force</code> flag</h2><p>Run <code>tool build</code> before "
+            "<code>tool deploy</code> in every pipeline.<!-- note --> Then check the logs.</p>"
+            "<h2>Other</h2><p>Nothing else to say about this tool today, really nothing at all.</p></main></body></html>")
+    ext = extract_html(page)
+    assert "Run tool build before tool deploy in every pipeline. Then check the logs." in ext.paragraphs
+    assert {m.get("section") for m in ext.paragraph_meta} >= {"The --force flag"}
+    md = extract_markdown("# Setup\n\nInstall it.\n\n<aside>Note: Windows needs administrator rights.</aside>\n")
+    assert "Note: Windows needs administrator rights." in md.paragraphs
+    blog = ("<html><body><div class='site-header'><h1>Crumb Journal</h1><p>Baking notes</p></div>"
+            "<div class='post'><p>My sourdough starter is fed twice a day with equal weights of rye flour and water, "
+            "and it doubles in about five hours.</p><p>For the loaf I mix 500 g of bread flour with 350 g of water "
+            "and rest it for an hour.</p></div><div class='cookie'>We use cookies. Accept</div></body></html>")
+    assert not any("cookies" in p for p in extract_html(blog).paragraphs)
+
+
+def test_links_to_folders_are_not_followed(tmp_path):
+    """A folder is walked as it is: a link to another folder (inside it, or a loop back up) is not followed, so ids
+    stay the files' own paths and nothing outside the folder is read; a link to a file is read."""
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.md").write_text("The harbour opened in 1620.")
+    (root / "sub" / "b.md").write_text("The castle was built in 1250.")
+    (tmp_path / "outside.md").write_text("Not in the folder.")
+    (root / "alias").symlink_to(root / "sub")
+    (root / "sub" / "loop").symlink_to(root)
+    (root / "ext").symlink_to(tmp_path)
+    (root / "c.md").symlink_to(tmp_path / "outside.md")
+    from_files([root], tmp_path / "c.jsonl")
+    assert sorted(d.id for d in read_corpus(tmp_path / "c.jsonl")) == ["a.md", "c.md", "sub/b.md"]
