@@ -77,4 +77,5 @@ def describe(index: phrase_index.PhraseIndex) -> dict[str, Any] | str:
     """What ``index verify`` reports about the lexical part."""
     if index.lexical is None:
         return missing_message(index.dir)
-    return {k: v for k, v in (index.manifest.lexical or {}).items() if k != "dir"}
+    record = {k: v for k, v in (index.manifest.lexical or {}).items() if k != "dir"}
+    return {**record, "analyzer": index.lexical.analyzer}  # (one written before analyzers were recorded: plain)

@@ -311,6 +311,9 @@ class LiveStore:
                 encoded, emptied = self._encode_entry(entry, path, lambda doc_id: last[doc_id] == self.replayed)
                 self._apply(entry, encoded)
                 if emptied:  # documents an earlier version took for text: their writes removed what the ids held
+                    log.warning("%s: %d written document(s) without text to search (invisible or control characters "
+                                "only), which this version does not store, are deleted: %s", path, len(emptied),
+                                ", ".join(emptied[:20]))
                     self.segment.delete(emptied)
                 self.replayed += 1
         if size:

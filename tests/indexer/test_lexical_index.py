@@ -161,6 +161,7 @@ def test_an_index_keeps_its_analyzer_until_add_lexical_rebuilds_it(tmp_path, tin
     out = tmp_path / "idx"
     build_index(corpus, tiny_model_dir, out, OPTS)
     _as_plain(out)
+    assert verify_index(out, sample=5)["lexical"]["analyzer"] == "plain"  # said, though not recorded
     plain = _lexical_first(out, ["Begoña Núñez", "Begona Nunez", "八达岭"])
     assert plain == {"Begoña Núñez": "es", "Begona Nunez": None, "八达岭": None}
     more = tmp_path / "more.jsonl"
