@@ -120,6 +120,10 @@ class LiveLexical:
     def describe(self) -> dict[str, Any]:
         return {**self.base.describe(), "passages": self.n_passages, "live": True}
 
+    @property
+    def analyzer(self) -> str:
+        return self.base.analyzer
+
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
         """The terms of ``texts`` by the base's analyzer (the segment's passages were made with it)."""
         return self.base.tokenize(texts)

@@ -244,6 +244,8 @@ class ServiceState:
         }
         if searcher.lexical is None:
             self.search_info["lexical"] = missing_message(index.dir)
+        else:  # how its terms are made (core.lexical.ANALYZERS): plain for an index built before folded
+            self.search_info["lexical_analyzer"] = searcher.lexical.analyzer
         reading = getattr(searcher, "reading", None)
         self.cost = CostModel(searcher.selection(None).unit_count,
                               int(searcher.index.faiss.ntotal), self.settings.default_top_k,

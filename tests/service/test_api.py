@@ -143,3 +143,4 @@ def test_info_names_the_modes_and_the_default(client, tiny_searcher):
     service = client.get("/info").json()["service"]
     assert service["modes"] == ["dense", "lexical", "hybrid"] and service["default_mode"] == tiny_searcher.default_mode
     assert set(service["lexical_weights"]) == {"phrase", "passage", "doc"}
+    assert service["lexical_analyzer"] == tiny_searcher.lexical.analyzer == "folded"
