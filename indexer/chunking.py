@@ -158,7 +158,7 @@ def split_paragraph(text: str, count: TokenCounter, opts: ChunkOptions) -> list[
     if total <= opts.max_tokens:
         return [(text.strip(), total)] if matches else []
     spans = [m.span() for m in matches]
-    if max(counts) > opts.max_tokens // 2:  # a word no window could hold with others (base64, a URL, Thai)
+    if max(counts) > opts.max_tokens // 2:  # a word no window could hold with others (base64, a long URL)
         spans, counts = _cut_long_words(text, spans, counts, count, opts.max_tokens // 2)
     return _windows(text, spans, counts, opts)
 
@@ -173,7 +173,7 @@ def _mark_free(text: str, i: int, end: int) -> int:
 def _cut_long_words(text: str, spans: list[tuple[int, int]], counts: list[int], count: TokenCounter, most: int
                     ) -> tuple[list[tuple[int, int]], list[int]]:
     """The words, each over ``most`` tokens cut into pieces of at most ``most`` tokens (by characters: text without
-    spaces, such as base64, a long URL or Thai, has no other boundary here), with their counts."""
+    spaces, such as base64 or a long URL, has no other boundary here), with their counts."""
     out_spans: list[tuple[int, int]] = []
     out_counts: list[int] = []
     for (a, b), n in zip(spans, counts, strict=True):
