@@ -64,7 +64,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from spanseek.core.io import (
@@ -236,8 +236,8 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
         if doc_id is None or isinstance(doc_id, (dict, list)) or not str(doc_id).strip():
             raise IngestError(f"{path}: no usable {opts.id_field!r} field for the document id "
                               f"(its metadata has {', '.join(sorted(meta)) or 'nothing'})")
-    doc = Document(id=str(doc_id), title=ext.title or path.stem, paragraphs=tuple(p for p, _ in passages), meta=meta,
-                   passage_meta=tuple(m for _, m in passages) if ext.paragraph_meta else ())
+    doc = Document(id=str(doc_id), title=ext.title or PurePath(rel).stem, paragraphs=tuple(p for p, _ in passages),
+                   meta=meta, passage_meta=tuple(m for _, m in passages) if ext.paragraph_meta else ())
     try:  # the corpus reader's own checks (no NaN, no lone surrogate, metadata under 16 KiB): index build reads it
         document_from_json(document_json(doc), str(path))
     except CorpusError as e:

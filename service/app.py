@@ -34,6 +34,7 @@ from spanseek.indexer.live import base_dir
 from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.cost import CostModel
 from spanseek.service.errors import ServiceError, install_error_handlers
+from spanseek.service.files import router as files_router
 from spanseek.service.heap import settle
 from spanseek.service.live import LiveWrites, live_dir_of
 from spanseek.service.metrics import ServiceMetrics
@@ -349,6 +350,7 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
     install_error_handlers(app, on_error=count_error)
     app.include_router(router)
     app.include_router(writes_router)
+    app.include_router(files_router)
 
     def would_admit(client: str) -> None:
         if state.batcher is not None:
@@ -359,7 +361,8 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
     app.add_middleware(SlowRefusalMiddleware, delay_s=settings.reload_refusal_delay_s)
     if tracer_provider is not None:  # inside the request id (an attribute of the span), outside the early 429
         app.add_middleware(TracingMiddleware, provider=tracer_provider)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, metrics=metrics,
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes,
+                       max_file_bytes=settings.max_file_bytes, metrics=metrics,
                        on_error=count_error, body_timeout_s=settings.body_timeout_s,
                        access_log_per_s=settings.access_log_per_s)
     if settings.cors_origins:  # outermost: the errors the middlewares send themselves (413, 408, 500) carry it too

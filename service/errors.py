@@ -90,6 +90,11 @@ class Conflict(ServiceError, status=409, error="conflict"):
     """``POST /documents`` (add only) naming ids that are held already; nothing of the request is written."""
 
 
+class UnreadableFile(ServiceError, status=422, error="unreadable_file"):
+    """``PUT``/``POST /files/{name}`` with a file its reader skips or refuses (no text, damaged, encrypted, binary,
+    bad front matter): the message names the file and the reason; nothing is written."""
+
+
 class ReloadFailed(ServiceError, status=409, error="reload_failed"):
     """The new index failed to load, its checksums or its model; the previous index keeps serving."""
 
@@ -109,7 +114,8 @@ class ClientClosed(ServiceError, status=499, error="client_closed"):
 # Error types counted in spanseek_errors_total (pre-created so dashboards see zeros, not gaps).
 ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "forbidden", "not_found", "method_not_allowed",
                "payload_too_large", "unsupported_media_type", "request_timeout", "validation_error", "overloaded",
-               "not_ready", "client_closed", "conflict", "reload_failed", "reload_throttled", "internal_error")
+               "not_ready", "client_closed", "conflict", "unreadable_file", "reload_failed", "reload_throttled",
+               "internal_error")
 # validation errors listed in a 422's details: a body of 300,000 wrong items is 300,000 errors, and answering with
 # every one took seconds of the server's time (and 29 MB) that other requests waited for
 MAX_ERROR_DETAILS = 20

@@ -28,6 +28,7 @@ from spanseek.service.metrics import UNITS, ServiceMetrics
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 # probes and the metrics scrape: an access line only when they fail
 PROBE_PATHS = frozenset({"/health", "/ready", "/metrics"})
+FILES_PATH = "/files/"  # the routes whose body is a file (service.files): max_file_bytes, not max_body_bytes
 
 
 def _unit_label(scope: Scope) -> str:
@@ -37,14 +38,15 @@ def _unit_label(scope: Scope) -> str:
 
 
 class RequestContextMiddleware:
-    """Assigns the request id, enforces ``max_body_bytes`` and ``body_timeout_s``, times /search and turns crashes
-    into ErrorResponse."""
+    """Assigns the request id, enforces ``max_body_bytes`` (``max_file_bytes`` for a file written to /files/) and
+    ``body_timeout_s``, times /search and turns crashes into ErrorResponse."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: ServiceMetrics,
                  on_error: Callable[[str], Any] | None = None, body_timeout_s: float | None = None,
-                 access_log_per_s: float = 0.0):
+                 access_log_per_s: float = 0.0, max_file_bytes: int | None = None):
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_file_bytes = max_body_bytes if max_file_bytes is None else max_file_bytes
         self.body_timeout_s = body_timeout_s
         self.metrics = metrics
         self.on_error = on_error
@@ -92,8 +94,9 @@ class RequestContextMiddleware:
             declared = int(headers.get("content-length", "0") or 0)
         except ValueError:
             declared = 0
-        if declared > self.max_body_bytes:
-            await self._send_error(HTTPException(413, f"request body exceeds {self.max_body_bytes} bytes"),
+        limit = self.max_file_bytes if scope.get("path", "").startswith(FILES_PATH) else self.max_body_bytes
+        if declared > limit:
+            await self._send_error(HTTPException(413, f"request body exceeds {limit} bytes"),
                                    request_id, scope, receive, send_wrapper)
         else:
             received = 0
@@ -109,8 +112,8 @@ class RequestContextMiddleware:
                 if message["type"] == "http.request":
                     body_done = not message.get("more_body", False)
                     received += len(message.get("body", b""))
-                    if received > self.max_body_bytes:
-                        raise HTTPException(413, f"request body exceeds {self.max_body_bytes} bytes")
+                    if received > limit:
+                        raise HTTPException(413, f"request body exceeds {limit} bytes")
                 return message
 
             try:

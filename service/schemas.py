@@ -378,6 +378,13 @@ class WriteResponse(BaseModel):
     request_id: str
 
 
+class FileWriteResponse(WriteResponse):
+    """What a file's write did (PUT/POST /files/{name}): the document it became, and what ``WriteResponse`` says."""
+
+    id: str = Field(description="the document's id")
+    title: str = Field(description="the document's title, as the file's reader found it")
+
+
 class DeleteByFilterRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 

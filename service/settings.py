@@ -231,6 +231,11 @@ class Settings(BaseSettings):
     write_chunk_tokens: int = Field(512, ge=16, description="tokens encoded per step of a write, between search "
                                                             "batches")
 
+    # A file written with PUT/POST /files/{name} is taken whole in memory and read (PDF, Word, HTML, Markdown,
+    # text) in a thread of its own, one file at a time; larger files cost memory and that thread's time.
+    max_file_bytes: int = Field(32 << 20, ge=1024, description="largest file body of PUT/POST /files/{name} (413 "
+                                                               "above)")
+
     # Warm-up runs every unit once before /ready says yes, so the first user request does not pay for lazy
     # initialisation (allocator, faiss, tokenizer caches). Off only for tests with fake backends.
     warmup: bool = Field(True, description="run warm-up searches before reporting ready")

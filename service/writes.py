@@ -77,6 +77,14 @@ def live_of(request: Request) -> Any:
 UNROUTABLE = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00")
 
 
+def id_problem(doc_id: str) -> str | None:
+    """Why a document id cannot be written (it holds a line break or NUL), or None."""
+    if (bad := next((c for c in doc_id if c in UNROUTABLE), None)) is None:
+        return None
+    return (f"holds {'a NUL' if bad == chr(0) else 'a line break'} ({bad!a}): /documents/{{id}} could not name it, "
+            f"nor an ids file list it")
+
+
 def parse_documents(given: list[DocumentIn]) -> list[Document]:
     """The corpus documents of a request; RequestValidationError (422) naming the document and field of the first
     one the corpus reader refuses, one with no non-blank paragraph, or an id given twice."""
@@ -93,9 +101,8 @@ def parse_documents(given: list[DocumentIn]) -> list[Document]:
             raise refuse(i, e.field or "paragraphs", str(e)) from None
         if doc is None:
             raise refuse(i, "paragraphs", f"document {i} ({d.id!r}) has no non-blank paragraph")
-        if (bad := next((c for c in doc.id if c in UNROUTABLE), None)) is not None:
-            raise refuse(i, "id", f"document {i}: 'id' holds {'a NUL' if bad == chr(0) else 'a line break'} "
-                                  f"({bad!a}): /documents/{{id}} could not name it, nor an ids file list it")
+        if (problem := id_problem(doc.id)) is not None:
+            raise refuse(i, "id", f"document {i}: 'id' {problem}")
         if doc.id in seen:
             raise refuse(i, "id", f"document id {doc.id!r} is also document {seen[doc.id]} of this request")
         seen[doc.id] = i

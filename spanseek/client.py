@@ -415,6 +415,27 @@ def _delete_request(doc_id: str | None, flt: SearchFilter | Mapping[str, Any] | 
     return "POST", "/documents/delete", {"json": {"filter": body}}
 
 
+FileLike = str | os.PathLike[str] | bytes  # a file's path, or its bytes (then with a name)
+
+
+def _file_request(file: FileLike, name: str | None, doc_id: str | None, meta: Mapping[str, Any] | None
+                  ) -> tuple[str, dict[str, Any]]:
+    """The path and arguments of a file's write: its bytes as the body, its name (a path's file name unless given)
+    escaped as ``_document_path`` escapes ids, the id and metadata as query parameters."""
+    if isinstance(file, bytes):
+        if not name:
+            raise ValueError("a file given as bytes needs its name (with the suffix that says how it is read)")
+        data = file
+    else:
+        with open(file, "rb") as f:
+            data = f.read()
+        name = name or os.path.basename(os.fspath(file))
+    params: list[tuple[str, str]] = [("meta", f"{k}={v}") for k, v in (meta or {}).items()]
+    if doc_id is not None:
+        params.append(("id", doc_id))
+    return "/files/" + quote(name, safe="").replace(".", "%2E"), {"content": data, "params": params}
+
+
 def _timeout(timeout: float | httpx.Timeout, connect_timeout: float | None) -> httpx.Timeout:
     """``timeout`` seconds to read, write and get a pooled connection; ``connect_timeout`` to connect (a refused or
     unreachable server is retried sooner than a slow answer is given up)."""
@@ -488,6 +509,21 @@ class Client(_Base):
         """``POST /documents``: add documents whose ids are new; an id held already is an APIError (409,
         ``conflict``) and nothing is written. Returns what ``upsert`` does."""
         return _json_object(self._send("POST", "/documents", json=_documents_body(documents)))
+
+    def upsert_file(self, file: FileLike, name: str | None = None, *, doc_id: str | None = None,
+                    meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``PUT /files/{name}``: add or replace the document of a file (a path, or its bytes with ``name``), read
+        by the server as ``spanseek corpus from-files`` reads it (the name's suffix says how); its id is the name (a
+        path's file name) unless ``doc_id`` is given; ``meta`` adds metadata (values sent as text). Returns the id,
+        title, passages and tokens written; searchable when this returns."""
+        path, kwargs = _file_request(file, name, doc_id, meta)
+        return _json_object(self._send("PUT", path, **kwargs))
+
+    def add_file(self, file: FileLike, name: str | None = None, *, doc_id: str | None = None,
+                 meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``POST /files/{name}``: as ``upsert_file``, for a new id only (409 ``conflict`` when it is held)."""
+        path, kwargs = _file_request(file, name, doc_id, meta)
+        return _json_object(self._send("POST", path, **kwargs))
 
     def delete(self, doc_id: str | None = None, *, filter: SearchFilter | Mapping[str, Any] | None = None) -> Deleted:
         """Delete one document by id (``DELETE /documents/{id}``), or every one that passes a search ``filter``
@@ -572,6 +608,18 @@ class AsyncClient(_Base):
     async def add(self, documents: DocumentLike | Sequence[DocumentLike]) -> dict[str, int]:
         """``POST /documents`` (see ``Client.add``)."""
         return _json_object(await self._send("POST", "/documents", json=_documents_body(documents)))
+
+    async def upsert_file(self, file: FileLike, name: str | None = None, *, doc_id: str | None = None,
+                          meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``PUT /files/{name}`` (see ``Client.upsert_file``)."""
+        path, kwargs = _file_request(file, name, doc_id, meta)
+        return _json_object(await self._send("PUT", path, **kwargs))
+
+    async def add_file(self, file: FileLike, name: str | None = None, *, doc_id: str | None = None,
+                       meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``POST /files/{name}`` (see ``Client.add_file``)."""
+        path, kwargs = _file_request(file, name, doc_id, meta)
+        return _json_object(await self._send("POST", path, **kwargs))
 
     async def delete(self, doc_id: str | None = None, *,
                      filter: SearchFilter | Mapping[str, Any] | None = None) -> Deleted:

@@ -1,0 +1,188 @@
+"""Files written to a live service (service.files: PUT/POST /files/{name}): the document is the one `corpus
+from-files` makes of the same file, searchable when acknowledged and kept across a restart; refusals name the file
+and the reason; the body limit for files is max_file_bytes; the Python client's upsert_file / add_file.
+
+    .venv/bin/python -m pytest -q tests/service/test_file_writes.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from spanseek.client import AsyncClient, Client
+from spanseek.core.io import document_json, read_corpus
+from spanseek.core.model import load_tokenizer
+from spanseek.indexer.chunking import ChunkOptions, model_token_counter
+from spanseek.indexer.ingest import IngestOptions, from_files
+from spanseek.service.app import create_app
+from tests.service.conftest import serving
+from tests.service.test_writes import KEY, found
+
+GUIDE = """---
+lang: en
+---
+# Harbour guide
+
+In 1450 Gala built the harbour bridge of the island.
+
+## Church
+
+In 1460 Hugo built the island church.
+
+| Name | Year |
+|---|---|
+| Bridge | 1450 |
+"""
+
+
+@pytest.fixture
+def write_settings(settings_for, tmp_path):
+    def make(**overrides):
+        return settings_for(**{"writes": True, "api_key": "key", "live_dir": tmp_path / "live", "merge_tokens": 0,
+                               **overrides})
+
+    return make
+
+
+def from_files_document(path, tiny_model_dir, opts: IngestOptions | None = None, doc_id: str | None = None):
+    """The oracle: the document `corpus from-files` makes of ``path`` with the model's tokenizer, as JSON."""
+    from spanseek.core.config import EncoderConfig
+    from spanseek.core.model import CONFIG_NAME
+
+    count = model_token_counter(load_tokenizer(EncoderConfig.load(tiny_model_dir / CONFIG_NAME)))
+    out = path.parent / "oracle.jsonl"
+    from_files([path], out, count, opts or IngestOptions())
+    (doc,) = read_corpus(out)
+    return document_json(doc if doc_id is None else dataclasses.replace(doc, id=doc_id))
+
+
+def test_a_written_file_is_the_document_from_files_makes_searchable_and_kept_across_a_restart(
+        write_settings, tmp_path, tiny_model_dir):
+    path = tmp_path / "guide.md"
+    path.write_text(GUIDE, encoding="utf-8")
+    settings = write_settings()
+    with serving(create_app(settings)) as client:
+        r = client.put("/files/docs/guide.md", headers=KEY, content=path.read_bytes())
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["id"] == "docs/guide.md" and body["title"] == "Harbour guide" and body["documents"] == 1
+        stored = client.get("/documents/docs/guide.md", headers=KEY).json()
+        # the oracle names the file as given (guide.md); the service by the name in the path
+        expected = from_files_document(path, tiny_model_dir, doc_id="docs/guide.md")
+        expected["meta"]["source"] = "docs/guide.md"
+        assert stored == expected
+        assert any(m.get("section") == "Church" for m in stored["passage_meta"])
+        assert found(client, "docs/guide.md", "passage")
+    with serving(create_app(settings)) as client:  # replayed from the log
+        assert client.get("/documents/docs/guide.md", headers=KEY).json() == expected
+
+
+def test_id_meta_and_passage_sizes_are_from_files_options(write_settings, tmp_path, tiny_model_dir):
+    path = tmp_path / "notes.txt"
+    path.write_text(" ".join(f"word{i}" for i in range(300)) + "\n\nIn 1450 Gala built the harbour bridge.\n",
+                    encoding="utf-8")
+    with serving(create_app(write_settings())) as client:
+        r = client.put("/files/notes.txt", headers=KEY, content=path.read_bytes(),
+                       params=[("id", "n-1"), ("meta", "lang=en"), ("meta", "team=docs=ops"), ("max_tokens", "40"),
+                               ("overlap", "5")])
+        assert r.status_code == 200, r.text
+        stored = client.get("/documents/n-1", headers=KEY).json()
+        opts = IngestOptions(chunk=ChunkOptions(max_tokens=40, overlap=5), extra_meta={"lang": "en",
+                                                                                       "team": "docs=ops"})
+        assert stored == from_files_document(path, tiny_model_dir, opts, doc_id="n-1") | {
+            "meta": {"source": "notes.txt", "lang": "en", "team": "docs=ops"}}
+        assert len(stored["paragraphs"]) > 5  # cut at 40 tokens, not 200
+        assert client.get("/documents/notes.txt", headers=KEY).status_code == 404
+        bad = [("meta", "lang"), ("meta", "=x")]
+        for param in bad:
+            r = client.put("/files/notes.txt", headers=KEY, content=b"text", params=[param])
+            assert r.status_code == 422 and "KEY=VALUE" in r.text, r.text
+        r = client.put("/files/notes.txt", headers=KEY, content=b"text", params=[("meta", "a=1"), ("meta", "a=2")])
+        assert r.status_code == 422 and "given twice" in r.text
+        r = client.put("/files/notes.txt", headers=KEY, content=b"text", params=[("max_tokens", "4")])
+        assert r.status_code == 400 and "max_tokens" in r.text
+        r = client.put("/files/notes.txt", headers=KEY, content=b"text", params=[("id", "a\nb")])
+        assert r.status_code == 422 and "line break" in r.text
+
+
+def test_post_adds_only_and_put_replaces(write_settings):
+    with serving(create_app(write_settings())) as client:
+        assert client.post("/files/a.txt", headers=KEY, content=b"In 1450 Gala built the bridge.").status_code == 200
+        r = client.post("/files/a.txt", headers=KEY, content=b"Another text.")
+        assert r.status_code == 409 and "a.txt" in r.json()["message"]
+        assert client.get("/documents/a.txt", headers=KEY).json()["paragraphs"] == ["In 1450 Gala built the bridge."]
+        assert client.put("/files/a.txt", headers=KEY, content=b"Another text.").status_code == 200
+        assert client.get("/documents/a.txt", headers=KEY).json()["paragraphs"] == ["Another text."]
+
+
+def test_refusals_name_the_file_and_the_reason_and_write_nothing(write_settings):
+    with serving(create_app(write_settings())) as client:
+        cases = [
+            ("report.xlsx", b"PK\x03\x04", 415, ".docx"),  # no reader for the suffix; the message lists them
+            ("report", b"text", 415, ".pdf"),
+            ("empty.txt", b"", 422, "no body"),
+            ("blank.txt", b"  \n\n \t", 422, "blank.txt: no text"),
+            ("binary.txt", b"abc\x00def", 422, "binary.txt: "),
+            ("latin.txt", "café".encode("latin-1"), 422, "latin.txt: "),
+            ("broken.pdf", b"%PDF-1.4\n1 0 obj <<", 422, "broken.pdf: "),
+            ("broken.docx", b"PK\x03\x04 not a zip", 422, "broken.docx: "),
+            ("bad.md", b"---\ntitle: [unclosed\n---\nText.\n", 422, "bad.md"),
+        ]
+        for name, data, status, says in cases:
+            r = client.put(f"/files/{name}", headers=KEY, content=data)
+            assert r.status_code == status and says in r.text, (name, r.status_code, r.text)
+            assert "spanseek-upload-" not in r.text and "/tmp" not in r.text, r.text  # no temporary path shown
+        assert client.get("/info", headers=KEY).json()["service"]["writes"]["segment_documents"] == 0
+
+
+def test_keys_and_writes_off(write_settings):
+    with serving(create_app(write_settings())) as client:
+        assert client.put("/files/a.txt", content=b"Some text.").status_code == 401
+        assert client.put("/files/a.txt", headers={"X-API-Key": "wrong"}, content=b"Some text.").status_code == 401
+    with serving(create_app(write_settings(writes=False))) as client:
+        r = client.put("/files/a.txt", headers=KEY, content=b"Some text.")
+        assert r.status_code == 403 and "writes are off" in r.text
+
+
+def test_files_have_their_own_body_limit(write_settings):
+    text = ("In 1450 Gala built the harbour bridge of the island. " * 40).encode()  # 2,160 bytes
+    with serving(create_app(write_settings(max_body_bytes=1024, max_file_bytes=4096))) as client:
+        assert client.put("/files/long.txt", headers=KEY, content=text).status_code == 200  # over max_body_bytes
+        r = client.put("/files/longer.txt", headers=KEY, content=text * 2)
+        assert r.status_code == 413 and "4096" in r.text
+        doc = {"id": "j", "title": "t", "paragraphs": [text.decode()]}  # JSON bodies keep max_body_bytes
+        assert client.put("/documents", headers=KEY, json=doc).status_code == 413
+
+
+def test_a_pdf_file_keeps_its_pages(write_settings, tmp_path):
+    pytest.importorskip("fpdf")
+    from tests.indexer.test_documents import PAGES, write_pdf
+
+    path = write_pdf(tmp_path / "city.pdf", PAGES, title="City guide")
+    with serving(create_app(write_settings())) as client:
+        r = client.put("/files/city.pdf", headers=KEY, content=path.read_bytes())
+        assert r.status_code == 200 and r.json()["title"] == "City guide", r.text
+        stored = client.get("/documents/city.pdf", headers=KEY).json()
+        assert stored["meta"]["pages"] == 3 and [m["page"] for m in stored["passage_meta"]] == [1, 2, 3]
+
+
+def test_the_client_writes_files_by_path_or_bytes(write_settings, tmp_path, live):
+    path = tmp_path / "guide.md"
+    path.write_text(GUIDE, encoding="utf-8")
+    with live(create_app(write_settings())) as url, Client(url, api_key="key") as client:
+        written = client.upsert_file(path, meta={"team": "docs"})
+        assert written["id"] == "guide.md" and written["passages"] >= 2
+        assert client.get("guide.md")["meta"]["team"] == "docs"
+        assert client.add_file(b"In 1460 Hugo built the church.", "notes/./a b.txt")["id"] == "notes/./a b.txt"
+        assert client.get("notes/./a b.txt")["paragraphs"] == ["In 1460 Hugo built the church."]
+        with pytest.raises(ValueError, match="needs its name"):
+            client.upsert_file(b"text")
+
+
+async def test_the_async_client_writes_files(write_settings, live):
+    with live(create_app(write_settings())) as url:
+        async with AsyncClient(url, api_key="key") as client:
+            written = await client.upsert_file(b"In 1450 Gala built the harbour bridge.", "a.txt", doc_id="x")
+            assert written["id"] == "x" and (await client.get("x"))["meta"] == {"source": "a.txt"}
