@@ -548,6 +548,22 @@ def test_deeply_nested_pages_keep_all_their_text():
     assert "level 11 of the outline" in md.paragraphs and md.paragraphs[-1] == "Supplier delay."
 
 
+def test_markdown_nested_past_the_parser_limit_keeps_its_text_and_the_rest_of_the_file():
+    """Past MARKDOWN_NESTING markdown-it skips a block's lines, for a list item the rest of the file: a list 60 deep
+    lost its deep items and every section after it, a quote 150 deep its line. Both are read again, flatter."""
+    outline = "".join("  " * d + f"- level {d} of the outline\n" for d in range(60))
+    quote = ">" * 150 + " the quoted line\n"
+    mixed = "".join("  " * d + "> - " for d in range(40)) + "the mixed line\n"  # quotes in lists in quotes ...
+    md = extract_markdown(f"# Plan\n\n{outline}\nThe budget is 40,000 euro.\n\n## Risks\n\n{quote}\n{mixed}\n"
+                          "Supplier delay.\n")
+    text = "\n".join(md.paragraphs)
+    for d in range(60):
+        assert f"level {d} of the outline" in md.paragraphs
+    assert "the quoted line" in text and "the mixed line" in text and "The budget is 40,000 euro." in md.paragraphs
+    sections = dict(zip(md.paragraphs, (m.get("section") for m in md.paragraph_meta), strict=True))
+    assert sections["Supplier delay."] == "Risks" and sections["level 59 of the outline"] is None
+
+
 def test_sloppy_html_keeps_its_headings_lists_and_tables_apart():
     """A page without <main> whose paragraphs are left open before a list (an unclosed <b>) came out of trafilatura
     as run-on paragraphs ("... bold first item 0second item 0 Part 1"), without its headings."""
