@@ -25,7 +25,8 @@ line must have one of those suffixes. Each file is one document:
     those of the first row that has them; a <thead> of <td> cells reads as a row. Cells spanning rows (rowspan) are
     named as trafilatura places them; the reader of Markdown and of pages without main content does not follow them.
   - a **code block** (``<pre>``, a fenced or indented Markdown block) keeps its lines: one paragraph, its lines one
-    "\\n" apart, the spacing inside a line collapsed, blank lines dropped (a blank line reads as a paragraph break,
+    "\\n" apart, indented as written (tabs as four spaces, less what every line shares), the spacing inside a line
+    collapsed, blank lines dropped (a blank line reads as a paragraph break,
     which an answer never crosses); chunking cuts one over the budget after a line. trafilatura reads a ``<pre>`` as
     code when its text looks like code, else as a quotation on one line.
   - a **heading** opens a section, and each paragraph has ``section``, the heading path ("Install > Linux"): a

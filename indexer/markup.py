@@ -41,9 +41,12 @@ def _line(text: str) -> str:
 
 
 def _code(text: str) -> str:
-    """A code block's text: its lines kept (one "\\n" apart, so the block stays one paragraph), each line's spacing
-    collapsed, blank lines dropped (a blank line would read as a paragraph break, which answers never cross)."""
-    return "\n".join(filter(None, map(_line, text.split("\n"))))
+    """A code block's text: its lines kept (one "\\n" apart, so the block stays one paragraph) with their indentation
+    (tabs as 4 spaces, less what every line shares), the spacing inside each line collapsed, blank lines dropped (a
+    blank line would read as a paragraph break, which answers never cross)."""
+    lines = [line.expandtabs(4) for line in text.split("\n") if line.strip()]
+    shared = min((len(line) - len(line.lstrip(" ")) for line in lines), default=0)
+    return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + _line(line) for line in lines)
 
 
 def _row_text(cells: Sequence[str], names: Sequence[str]) -> str:

@@ -493,17 +493,24 @@ spanseek index build --corpus work/docs.jsonl
 
 def test_code_blocks_keep_their_lines(tmp_path):
     """A code block was one line ("... docs/ \\ --out work/docs.jsonl spanseek index build ..."); now its lines are
-    kept (their spacing collapsed, blank lines dropped), in one paragraph."""
-    code = "spanseek corpus from-files docs/ \\\n--out work/docs.jsonl\nspanseek index build --corpus work/docs.jsonl"
+    kept (their spacing collapsed, blank lines dropped), in one paragraph, with their indentation (a Python function
+    read flush left, its body indistinguishable from what follows)."""
+    code = "spanseek corpus from-files docs/ \\\n    --out work/docs.jsonl\nspanseek index build --corpus work/docs.jsonl"
     assert extract_markdown(CODE).paragraphs == ["Build", "Make the corpus, then the index:", code]
     pre = "<p>Run:</p>\n\n<pre>make  install<br>make test\n\n  make lint</pre>\n\n<p>Done.</p>"  # HTML in Markdown
-    assert extract_markdown(pre).paragraphs == ["Run:", "make install\nmake test\nmake lint", "Done."]
+    assert extract_markdown(pre).paragraphs == ["Run:", "make install\nmake test\n  make lint", "Done."]
     (tmp_path / "build.md").write_text(CODE)
     from_files([tmp_path / "build.md"], tmp_path / "c.jsonl", opts=IngestOptions(chunk=ChunkOptions(min_tokens=0)))
     (doc,) = read_corpus(tmp_path / "c.jsonl")
     assert doc.paragraphs[-1] == code  # one passage, its lines kept: no "\n\n" (a break answers never cross)
-    page = PAGE.replace("<ul>", f"<pre><code>{code.replace(chr(10), chr(10) + '  ')}</code></pre><ul>")
-    assert code in extract_html(page).paragraphs  # trafilatura's main content: its code likewise
+    indented = code.replace("\n", "\n  ")  # the lines after the first indented by two spaces
+    page = PAGE.replace("<ul>", f"<pre><code>{indented}</code></pre><ul>")
+    assert indented in extract_html(page).paragraphs  # trafilatura's main content: its code likewise
+    python = "```python\ndef area(r):\n\tif r < 0:\n        raise ValueError(r)\n    return  3.14 * r * r\n```\n"
+    assert extract_markdown(python).paragraphs == [
+        "def area(r):\n    if r < 0:\n        raise ValueError(r)\n    return 3.14 * r * r"]  # tabs as 4 spaces
+    shared = "<pre>\n    x = 1\n      y = 2\n</pre>"  # what every line shares is left out
+    assert extract_markdown(shared).paragraphs == ["x = 1\n  y = 2"]
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux) to read as a process that may not")
