@@ -423,11 +423,11 @@ class LiveStore:
             held = self.held(ids)
             return (self._write({"op": "delete", "ids": held}, []) if held else []), self.wal.size
 
-    def delete_where(self, flt: SearchFilter) -> tuple[list[str], int]:
+    def delete_where(self, flt: SearchFilter, dry_run: bool = False) -> tuple[list[str], int]:
         """Delete every live document that passes ``flt`` (FilterError naming a field no document has, or when
         ``flt`` passes every document whatever they hold, ``SearchFilter.passes_everything``: no part, or only parts
         that constrain nothing, such as an empty meta or title prefix or a nested empty filter; it would delete them
-        all); returns (the ids deleted, log size)."""
+        all); returns (the ids deleted, log size). ``dry_run``: the ids it would delete, nothing written."""
         if flt.passes_everything:
             raise FilterError("the filter is empty or constrains nothing (no part, an empty meta or title_prefix, a "
                               "nested filter that passes everything): it passes every document, so it would delete "
@@ -437,6 +437,8 @@ class LiveStore:
             allowed = snap.fields.documents_of(flt)
             allowed[snap.deleted_docs] = False
             ids = [snap.docs[i]["id"] for i in np.flatnonzero(allowed)]
+            if dry_run:
+                return ids, self.wal.size
             return (self._write({"op": "delete", "ids": ids}, []) if ids else []), self.wal.size
 
     def get(self, doc_id: str) -> dict[str, Any] | None:

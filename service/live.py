@@ -150,9 +150,13 @@ class LiveWrites:
         return {"documents": len(docs), "passages": sum(len(d.passages) for d in encoded),
                 "tokens": sum(d.tokens for d in encoded)}
 
-    async def delete(self, ids: list[str] | None = None, flt: SearchFilter | None = None) -> list[str]:
-        """Delete documents by id, or every one passing ``flt``; returns the ids deleted."""
+    async def delete(self, ids: list[str] | None = None, flt: SearchFilter | None = None, dry_run: bool = False
+                     ) -> list[str]:
+        """Delete documents by id, or every one passing ``flt``; returns the ids deleted. ``dry_run`` (with
+        ``flt``): the ids it would delete, nothing deleted."""
         loop = asyncio.get_running_loop()
+        if flt is not None and dry_run:
+            return (await loop.run_in_executor(self.write_pool, self.store.delete_where, flt, True))[0]
         if flt is not None:
             deleted, _ = await loop.run_in_executor(self.write_pool, self.store.delete_where, flt)
         else:

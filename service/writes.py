@@ -147,13 +147,15 @@ async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
              Depends(require_json_body)], responses=_errors(400, 401, 403, 415, 422, 503))
 async def delete_documents(request: Request, body: DeleteByFilterRequest) -> DeleteResponse:
     """Delete every document that passes ``filter`` (the search filter's language); 400 naming a field no document
-    has. Answers with how many were deleted and the first ``MAX_LISTED_DELETES`` ids (none is not an error)."""
+    has. Answers with how many were deleted and the first ``MAX_LISTED_DELETES`` ids (none is not an error); with
+    ``dry_run``, which it would delete, deleting none."""
     live = live_of(request)
     try:
-        deleted = await live.delete(flt=body.filter.to_filter())
+        deleted = await live.delete(flt=body.filter.to_filter(), dry_run=body.dry_run)
     except SearchParamsError as e:
         raise BadRequest(str(e)) from None
-    return DeleteResponse(deleted=deleted[:MAX_LISTED_DELETES], count=len(deleted), request_id=request_id_of(request))
+    return DeleteResponse(deleted=deleted[:MAX_LISTED_DELETES], count=len(deleted), dry_run=body.dry_run,
+                          request_id=request_id_of(request))
 
 
 @router.get("/documents/{doc_id:path}", dependencies=[Depends(require_api_key)], responses=_errors(401, 404, 503))

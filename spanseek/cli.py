@@ -30,6 +30,7 @@ CLI_MODULES = {
     "spanseek.indexer.cli": ("corpus", "index", "search", "eval"),
     "spanseek.trainer.cli": ("train",),
     "spanseek.service.cli": ("serve",),
+    "spanseek.sync": ("sync",),
 }
 
 

@@ -405,14 +405,16 @@ def _deleted(response: httpx.Response) -> Deleted:
     return Deleted(body["deleted"], int(body.get("count", len(body["deleted"]))))
 
 
-def _delete_request(doc_id: str | None, flt: SearchFilter | Mapping[str, Any] | None
+def _delete_request(doc_id: str | None, flt: SearchFilter | Mapping[str, Any] | None, dry_run: bool = False
                     ) -> tuple[str, str, dict[str, Any]]:
     if (doc_id is None) == (flt is None):
         raise ValueError("delete takes a document id or a filter (one of them)")
     if doc_id is not None:
+        if dry_run:
+            raise ValueError("dry_run applies to a delete by filter")
         return "DELETE", _document_path(doc_id), {}
     body = flt.to_json() if isinstance(flt, SearchFilter) else dict(flt or {})
-    return "POST", "/documents/delete", {"json": {"filter": body}}
+    return "POST", "/documents/delete", {"json": {"filter": body, **({"dry_run": True} if dry_run else {})}}
 
 
 FileLike = str | os.PathLike[str] | bytes  # a file's path, or its bytes (then with a name)
@@ -525,11 +527,12 @@ class Client(_Base):
         path, kwargs = _file_request(file, name, doc_id, meta)
         return _json_object(self._send("POST", path, **kwargs))
 
-    def delete(self, doc_id: str | None = None, *, filter: SearchFilter | Mapping[str, Any] | None = None) -> Deleted:
+    def delete(self, doc_id: str | None = None, *, filter: SearchFilter | Mapping[str, Any] | None = None,
+               dry_run: bool = False) -> Deleted:
         """Delete one document by id (``DELETE /documents/{id}``), or every one that passes a search ``filter``
         (``POST /documents/delete``); returns the ids deleted ([] when the id is not held; by filter, the first
-        1,000 of them, and ``.total``: how many)."""
-        method, path, kwargs = _delete_request(doc_id, filter)
+        1,000 of them, and ``.total``: how many). ``dry_run`` (by filter): the ids it would delete, none deleted."""
+        method, path, kwargs = _delete_request(doc_id, filter, dry_run)
         return _deleted(self._send(method, path, **kwargs))
 
     def get(self, doc_id: str) -> dict[str, Any] | None:
@@ -622,9 +625,9 @@ class AsyncClient(_Base):
         return _json_object(await self._send("POST", path, **kwargs))
 
     async def delete(self, doc_id: str | None = None, *,
-                     filter: SearchFilter | Mapping[str, Any] | None = None) -> Deleted:
+                     filter: SearchFilter | Mapping[str, Any] | None = None, dry_run: bool = False) -> Deleted:
         """Delete by id or by filter (see ``Client.delete``)."""
-        method, path, kwargs = _delete_request(doc_id, filter)
+        method, path, kwargs = _delete_request(doc_id, filter, dry_run)
         return _deleted(await self._send(method, path, **kwargs))
 
     async def get(self, doc_id: str) -> dict[str, Any] | None:

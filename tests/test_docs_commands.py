@@ -64,6 +64,8 @@ NOT_RUN = {
     r"python bench/(index|search)_throughput\.py .+|python bench/service_load\.py .+":
         "benchmarks on the demo corpus or its index (minutes of CPU); tests/bench/test_bench_smoke.py runs each on the "
         "tiny model",
+    r"spanseek sync .+": "needs a service with writes on, which the page's server is not (tests/service/test_sync.py "
+                         "runs the command against one)",
     r"python bench/reading\.py .+": "times batches of 64 validation questions with the bundled reader (minutes of CPU); "
                                    "tests/bench/test_bench_smoke.py runs it on the tiny model",
 }
