@@ -129,16 +129,32 @@ def _key_name(where: str, key: Any) -> str:
 
 
 class _Keyed:
-    """Equality and hashing by ``_key()`` (the fields, values tagged so that ``true`` is not ``1``)."""
+    """Equality and hashing by ``_key()`` (the fields, values tagged so that ``true`` is not ``1``).
+
+    Filters are frozen, so the key and the hash are made once per filter and kept: a request's filter is hashed
+    and compared once per question of a batch (grouping, the selection cache), and a filter of 100,000 values made
+    its key again each time, seconds of the worker that every other request's batch waited for."""
 
     def _key(self) -> tuple[Any, ...]:
         raise NotImplementedError
 
+    def _made_key(self) -> tuple[Any, ...]:
+        made = self.__dict__.get("_made_key_")
+        if made is None:
+            made = self._key()
+            object.__setattr__(self, "_made_key_", made)  # frozen dataclass: set past its __setattr__
+        return made
+
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._key() == other._key()  # type: ignore[attr-defined]
+        return other is self or (type(other) is type(self)
+                                 and self._made_key() == other._made_key())  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:
-        return hash((type(self).__name__, self._key()))
+        made = self.__dict__.get("_hash_")
+        if made is None:
+            made = hash((type(self).__name__, self._made_key()))
+            object.__setattr__(self, "_hash_", made)
+        return made
 
 
 @dataclass(frozen=True, eq=False)
@@ -179,7 +195,9 @@ class AnyOf(_Keyed):
         object.__setattr__(self, "values", values)
 
     def _key(self) -> tuple[Any, ...]:
-        return self.key, tuple(sorted({_tagged(v) for v in self.values}, key=repr))
+        # the same set of values in any order; booleans apart, as true is not 1
+        return (self.key, frozenset(v for v in self.values if not isinstance(v, bool)),
+                frozenset(v for v in self.values if isinstance(v, bool)))
 
     def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
         return self.key in meta and any(same(v, w) for v in elements(meta[self.key]) for w in self.values)

@@ -32,7 +32,7 @@ from spanseek.indexer.ingest import FORMATS, IngestOptions, read_document
 from spanseek.indexer.live import HeldDocuments
 from spanseek.service.errors import BadRequest, Conflict, UnreadableFile, UnsupportedMediaType, request_id_of
 from spanseek.service.routes import _errors
-from spanseek.service.schemas import FileWriteResponse
+from spanseek.service.schemas import FileWriteResponse, metadata_too_deep, too_deep_message
 from spanseek.service.writes import id_problem, live_of, require_write_key
 
 router = APIRouter(tags=["documents"])
@@ -99,6 +99,8 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
         raise UnreadableFile(str(e)) from None
     if isinstance(doc, str):
         raise UnreadableFile(f"{name}: {doc}")
+    if (deep := metadata_too_deep(doc.meta, doc.passage_meta)) is not None:  # front matter, as /documents' meta
+        raise UnreadableFile(f"{name}: its {too_deep_message(deep)}")
     doc = dataclasses.replace(doc, id=doc_id)
     try:
         written = await live.upsert([doc], only_new=only_new)

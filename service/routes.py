@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import secrets
 import time
@@ -76,19 +77,25 @@ async def require_api_key(request: Request) -> None:
 
 async def require_json_body(request: Request) -> None:
     """A request that sends a body must declare it JSON (``application/json`` or ``application/*+json``), else 415
-    with what to send; one without a body (a bare ``POST /admin/reload``) passes."""
+    with what to send; one without a body (a bare ``POST /admin/reload``) passes. The body must be UTF-8 (422 else):
+    the JSON parser also reads UTF-16 and UTF-32, which a proxy or filter in front of the service may not."""
     headers = request.headers
     has_body = headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in headers
     media = headers.get("content-type", "").split(";")[0].strip().lower()
     if has_body and media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise UnsupportedMediaType(f"send the body as JSON with the header Content-Type: application/json (got "
                                    f"{media or 'no Content-Type'})")
+    if has_body and (encoding := json.detect_encoding(await request.body())) not in ("utf-8", "utf-8-sig"):
+        raise RequestValidationError([{"loc": ("body",), "type": "json_invalid", "msg": "JSON decode error",
+                                       "ctx": {"error": f"not UTF-8 text ({encoding.upper()}); send JSON as UTF-8"}}])
 
 
 def may_see_paths(request: Request) -> bool:
-    """Server paths are shown only to a caller holding the configured API key (never when none is configured)."""
-    key = get_state(request).settings.api_key
-    return key is not None and _presents_key(request, key.get_secret_value())
+    """Server paths are shown only to a caller holding a configured key, the API key or the admin key (never when
+    none is configured)."""
+    settings = get_state(request).settings
+    return any(key is not None and _presents_key(request, key.get_secret_value())
+               for key in (settings.api_key, settings.admin_api_key))
 
 
 # an absolute POSIX path of two or more components, up to a quote, space, colon or comma
@@ -98,6 +105,17 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/(?:[^/\s'\",:()]+/)+([^/\s'\",:()]+
 def hide_paths(text: str) -> str:
     """``text`` with every absolute path cut to its last component (``.../manifest.json``), for unauthorised eyes."""
     return _ABSOLUTE_PATH.sub(r".../\1", text)
+
+
+def hide_paths_in(value: Any) -> Any:
+    """``value`` (parsed JSON) with ``hide_paths`` applied to each of its strings."""
+    if isinstance(value, str):
+        return hide_paths(value)
+    if isinstance(value, dict):
+        return {k: hide_paths_in(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [hide_paths_in(v) for v in value]
+    return value
 
 
 def load_error(request: Request) -> str:
@@ -192,20 +210,14 @@ async def info(request: Request) -> InfoResponse:
         "max_read_passages": s.max_read_passages, "version": request.app.version, "reload": state.reloader.describe(),
         "writes": state.live.describe() if state.live is not None else None,  # live writes: base, segment, log
     }
-    if service["writes"] is not None and not may_see_paths(request):
-        service["writes"]["base"] = hide_paths(service["writes"]["base"])
     index = dict(state.info["index"])
     if service["writes"] is not None:  # what searches see now, and the base they are searched over
         writes = service["writes"]
         index.update(documents=writes["documents"], passages=writes["passages"], tokens=writes["tokens"],
                      dir=str(writes["base"]))
     model = dict(state.info["model"])
-    if not may_see_paths(request):
-        index["dir"], index["path"] = hide_paths(index["dir"]), hide_paths(index["path"])
-        if service["reload"]["last"] and "error" in service["reload"]["last"]:
-            service["reload"]["last"] = {**service["reload"]["last"],
-                                         "error": hide_paths(service["reload"]["last"]["error"])}
-        model["ref"], model["built_with"] = hide_paths(str(model["ref"])), hide_paths(str(model["built_with"]))
+    if not may_see_paths(request):  # every path, wherever it is: a merged base, a merge or reload error, a hint
+        model, index, service = hide_paths_in(model), hide_paths_in(index), hide_paths_in(service)
     return InfoResponse(model=model, index=index, service=service)
 
 
@@ -274,8 +286,10 @@ async def search(
                                  "nprobe": body.nprobe or state.default_nprobe,
                                  "filter": body.filter.to_filter() if body.filter is not None else None})
         state.searcher.check_mode(params)
-    except (ValueError, LexicalIndexMissing) as e:  # SearchParamsError, or a mode the index cannot serve
+    except ValueError as e:  # SearchParamsError
         raise BadRequest(str(e)) from None
+    except LexicalIndexMissing as e:  # a mode the index cannot serve: the message names the index's directory
+        raise BadRequest(str(e) if may_see_paths(request) else hide_paths(str(e))) from None
     cost = state.cost.request(len(questions), params)
     # a request costing more than the queue holds could never be admitted: that is a 400 too, not a 429 for ever
     limit, name = min((s.max_request_cost, "max_request_cost"), (float(s.max_queue), "max_queue"))
@@ -287,7 +301,7 @@ async def search(
     try:
         outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params, cost, client))
     except LexicalIndexMissing as e:  # checked above, but a reload swapped in an index without a lexical part
-        raise BadRequest(str(e)) from None
+        raise BadRequest(str(e) if may_see_paths(request) else hide_paths(str(e))) from None
     state.metrics.questions.labels(unit=unit).inc(len(questions))
     setattr(request.state, OUTCOME_KEY, outcome)  # its stage times, for the trace (service.tracing)
     timings = Timings(
@@ -318,17 +332,26 @@ async def reload_index(request: Request, body: ReloadRequest | None = None) -> R
     """Hot reload: load the index (``index`` from the body, else the served path or alias resolved again), verify
     its checksums and model, warm it up, then swap it in. Requests in flight finish on the old index; none is
     dropped. 409 with the reason when the new index cannot serve (the old one keeps serving). A reload reads the
-    whole index and holds two in memory: it needs an API key to be configured (403 otherwise), requests that come
-    while one runs share it, and one within ``reload_min_interval_s`` of the last gets 429.
+    whole index and holds two in memory, and it serves any index path on the server: it needs the admin key where
+    one is configured (the API key then only reads: 403), else the API key (403 when neither is configured),
+    requests that come while one runs share it, and one within ``reload_min_interval_s`` of the last gets 429.
     """
     state = get_state(request)
-    if state.settings.writes:
+    settings = state.settings
+    if settings.writes:
         raise Forbidden("POST /admin/reload is off while writes are on: the served index changes by writes and "
                         "merges (POST /admin/compact)")
-    if state.settings.api_key is None:
-        raise Forbidden("POST /admin/reload is off: it needs an API key on the server (SPANSEEK_API_KEY); without "
-                        "one, switch the index alias with SPANSEEK_INDEX_POLL_S set, or send SIGHUP to the server "
-                        "to reload the served path")
+    key = settings.admin_api_key or settings.api_key
+    if key is None:
+        raise Forbidden("POST /admin/reload is off: it needs an API key on the server (SPANSEEK_API_KEY or "
+                        "SPANSEEK_ADMIN_API_KEY); without one, switch the index alias with SPANSEEK_INDEX_POLL_S set, "
+                        "or send SIGHUP to the server to reload the served path")
+    if not _presents_key(request, key.get_secret_value()):  # the API key where an admin key is set, or no key
+        read = settings.api_key
+        if read is not None and _presents_key(request, read.get_secret_value()):
+            raise Forbidden("POST /admin/reload needs the admin key (SPANSEEK_ADMIN_API_KEY); this key may only "
+                            "search and read")
+        raise Unauthorized()
     path = Path(body.index) if body is not None and body.index is not None else None
     try:
         index = await state.reloader.on_request(path)

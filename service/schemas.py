@@ -13,6 +13,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
@@ -29,6 +30,35 @@ MAX_FILTER_KEYS = 64  # metadata keys in one filter
 # questions one request's schema takes: the server's own limit (max_queries_per_request, a 413 above it) is checked
 # after validation; this bound stops a huge list early, before each of its items is validated
 MAX_QUERIES = 1024
+# levels of objects and lists in a written document's metadata (its meta object is the first): the JSON renderer of
+# answers stops at 255 levels, hits and all, so deeper metadata made every answer holding the document a 500
+MAX_META_DEPTH = 64
+
+
+def nesting_depth(value: Any) -> int:
+    """Levels of objects and lists in a JSON value (a scalar: 0, ``{"a": [1]}``: 2), counted without recursion:
+    a request body may nest as deep as the JSON parser reads."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth + 1)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def metadata_too_deep(meta: Any, passage_meta: Any = ()) -> str | None:
+    """Which of a document's metadata objects (``'meta'``, ``'passage_meta' N``) is nested more than
+    ``MAX_META_DEPTH`` levels deep, or None."""
+    named = [("'meta'", meta), *((f"'passage_meta' {i}", m) for i, m in enumerate(passage_meta or ()))]
+    return next((name for name, m in named if m is not None and nesting_depth(m) > MAX_META_DEPTH), None)
+
+
+def too_deep_message(name: str) -> str:
+    """What a 422 says of metadata ``name`` (``metadata_too_deep``'s answer) nested too deeply."""
+    return (f"{name} is nested more than {MAX_META_DEPTH} levels deep (objects and lists); keep metadata flat enough "
+            "to filter on and return with hits")
 
 
 def unencodable_at(text: str) -> int | None:
@@ -351,8 +381,19 @@ class DocumentIn(BaseModel):
         """A corpus line's id may be a whole number, read as its digits (``core.io``): so may a written one."""
         return str(v) if type(v) is int else v  # type(): true and false are ints to isinstance
     paragraphs: list[str] = Field(min_length=1, description="its passages, in order (blank ones are dropped)")
-    meta: dict[str, Any] | None = Field(None, description="metadata returned with hits and filtered on")
+    meta: dict[str, Any] | None = Field(None, description="metadata returned with hits and filtered on (objects "
+                                        f"and lists nested at most {MAX_META_DEPTH} deep)")
     passage_meta: list[dict[str, Any] | None] | None = Field(None, description="metadata of each paragraph")
+
+    @field_validator("meta", "passage_meta")
+    @classmethod
+    def _not_too_deep(cls, v: Any, info: ValidationInfo) -> Any:
+        """Refuse metadata nested deeper than ``MAX_META_DEPTH``: every hit of the document, and GET /documents/{id},
+        failed with a 500 (the JSON renderer stops at 255 levels) once it was written."""
+        name = metadata_too_deep(v) if info.field_name == "meta" else metadata_too_deep(None, v)
+        if name is not None:
+            raise ValueError(too_deep_message(name))
+        return v
 
 
 class UpsertRequest(BaseModel):
@@ -389,6 +430,7 @@ class DeleteByFilterRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     filter: FilterIn = Field(description="the documents to delete: those that pass this search filter")
+    dry_run: bool = Field(False, description="only say which documents the filter would delete; delete none")
 
 
 # the ids a delete answer lists at most (a filter may delete any number of documents; ``count`` says how many)
@@ -398,6 +440,7 @@ MAX_LISTED_DELETES = 1000
 class DeleteResponse(BaseModel):
     deleted: list[str] = Field(description=f"ids of the documents deleted (the first {MAX_LISTED_DELETES:,})")
     count: int = Field(description="how many documents were deleted")
+    dry_run: bool = Field(False, description="true: a dry run; these would be deleted, and none was")
     request_id: str
 
 

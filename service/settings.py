@@ -188,8 +188,9 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="CORS allowed origins")
 
     # POST /admin/reload loads and checksums the whole index and holds two copies in memory until the swap: it needs
-    # the API key (without one it is off: switch the alias with index_poll_s set, or send SIGHUP), concurrent
-    # requests share one reload, and a reload finished less than this long ago is answered 429 with Retry-After.
+    # the admin key where one is set, else the API key (without either it is off: switch the alias with index_poll_s
+    # set, or send SIGHUP), concurrent requests share one reload, and a reload finished less than this long ago is
+    # answered 429 with Retry-After.
     reload_min_interval_s: float = Field(30.0, ge=0, description="least seconds between two reloads on request")
     # A refused POST /admin/reload (401, 403, 429) is answered after this long, so a client repeating it without
     # back-off cannot take the cores from the searches; longer slows a legitimate caller's retry too.
@@ -208,7 +209,8 @@ class Settings(BaseSettings):
     # The live directory holds the log, the merged bases and state.json; it must be on a writable volume.
     live_dir: Path | None = Field(None, description="directory of the write-ahead log and merged bases (default: "
                                                     "the index path + '.live')")
-    # Writes need this key when it is set (the API key then only reads); without it they need the API key.
+    # Writes and POST /admin/reload need this key when it is set (the API key then only reads); without it they need
+    # the API key.
     admin_api_key: SecretStr | None = Field(None, description="key for writes and /admin routes (empty = the API "
                                                               "key does both)")
     # A merge re-encodes the segment's documents into a copy of the base and compacts it: CPU for the segment's

@@ -11,6 +11,7 @@ deleted document too: the filter and the deletion mask combine.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -158,6 +159,30 @@ def test_filters_are_hashable_values_and_validated():
         SearchParams(filter={"doc_ids": ["a"]})  # type: ignore[arg-type]
 
 
+def test_a_filter_is_keyed_once_however_often_it_is_hashed_or_compared(monkeypatch):
+    """A request's filter is hashed and compared once per question of its batch (grouping by parameters, the
+    selection cache): its key was made again each time, and a filter of 100,000 values held the worker (and every
+    other request's batch) for seconds. The key is made once; equality is still by value, in any order."""
+    from spanseek.core import filters
+
+    made = []
+    for cls in (filters.AnyOf, filters.SearchFilter):
+        def counted(self, _key=cls._key):
+            made.append(id(self))
+            return _key(self)
+        monkeypatch.setattr(cls, "_key", counted)
+    big = SearchFilter.from_json({"should": [{"key": "tag", "any": [str(i) for i in range(1000)]}, {"doc_ids": ["d1"]}]})
+    params = [SearchParams(filter=big) for _ in range(32)]
+    assert len({p: None for p in params}) == 1 and len({hash(big) for _ in range(32)}) == 1
+    assert len(made) == 3 and len(set(made)) == 3  # the filter, its any and its nested filter: each keyed once
+    same = SearchFilter.from_json({"should": [{"key": "tag", "any": [str(i) for i in reversed(range(1000))] + ["7"]},
+                                              {"doc_ids": ["d1"]}]})
+    assert same == big and hash(same) == hash(big) and SearchParams(filter=same) in {p: None for p in params}
+    assert filters.AnyOf("n", (1, True)) == filters.AnyOf("n", (True, 1.0))  # a number equals the same number
+    assert filters.AnyOf("n", (1,)) != filters.AnyOf("n", (True,)) and filters.AnyOf("n", (0,)) != filters.AnyOf("n", (False,))
+    assert len({filters.AnyOf("n", (1,)), filters.AnyOf("n", (True,))}) == 2  # true is not 1
+
+
 # Filters that constrain nothing: every part is absent or passes every document (an empty meta or title prefix, a
 # nested filter that passes everything, a should of which one condition passes everything, a must_not of
 # conditions that pass nothing)
@@ -172,9 +197,13 @@ CONSTRAINING = [
     {"doc_ids": ["d1"]}, {"title_prefix": "Title 1"}, {"meta": {"lang": "en"}}, {"must": [{}, {"meta": {"lang": "en"}}]},
     {"should": [{"key": "lang", "match": "en"}]}, {"must_not": [{"key": "lang", "match": "en"}]},
     {"must": [{"title_prefix": "", "must_not": [{"key": "draft", "match": True}]}]},
+    # a should passes nothing only when every one of its conditions does: here one constrains, so the filter it
+    # sits in constrains, and a must_not of that filter constrains too
+    {"should": [{"not": {}}, {"meta": {"lang": "en"}}]}, {"must_not": [{"should": [{"not": {}}, {"meta": {"lang": "en"}}]}]},
 ]
 PASSES_NOTHING = [{"must_not": [{}]}, {"must": [{"not": {}}]}, {"should": [{"not": {"meta": {}}}]},
-                  {"must": [{"must_not": [{"title_prefix": ""}]}]}, {"must_not": [{"should": [{}, {"doc_ids": ["x"]}]}]}]
+                  {"must": [{"must_not": [{"title_prefix": ""}]}]}, {"must_not": [{"should": [{}, {"doc_ids": ["x"]}]}]},
+                  {"should": [{"not": {}}, {"must_not": [{}]}]}]
 
 
 def test_a_filter_passes_everything_when_no_part_constrains_anything(searcher):
@@ -256,13 +285,17 @@ def test_hits_carry_their_paragraph_number(searcher):
 @pytest.mark.parametrize("k", [1, 7, 40, 400])
 def test_a_flat_index_over_fetches_the_same_ids_as_the_selector_gives(searcher, monkeypatch, k):
     """``search_ids`` on a flat index: asking for more neighbours without the selector and keeping the allowed ones
-    (most tokens allowed) gives what faiss gives with the selector."""
+    (most tokens allowed) gives what faiss gives with the selector; also for questions aimed at the tokens that are
+    not allowed, whose nearest neighbours are mostly those (they are asked again, deeper, then with the selector)."""
     from spanseek.core import selection
 
     index = searcher.index
     sel = selection.select(index, SearchFilter(doc_ids=tuple(f"d{i}" for i in range(1, 12))),
                            searcher._selections.layout)
-    queries = np.concatenate(_vectors(searcher))
+    assert sel.passages is not None
+    barred = np.flatnonzero(~sel.passages[index.token_passage])  # the tokens of d0 and of the deleted document
+    aimed = 4 * index.token_vectors(barred[:: max(1, len(barred) // 6)][:6])
+    queries = np.concatenate([*_vectors(searcher), aimed]).astype(np.float32)
     monkeypatch.setattr(selection, "OVERFETCH_MIN_ALLOWED", 1.01)  # never over-fetch: the selector
     with_selector = selection.search_ids(index, queries, k, None, sel)
     monkeypatch.setattr(selection, "OVERFETCH_MIN_ALLOWED", 0.0)
@@ -273,7 +306,81 @@ def test_a_flat_index_over_fetches_the_same_ids_as_the_selector_gives(searcher, 
     # the same ids but for the order of exact ties (identical tokens score the same)
     assert np.allclose(scores(over_fetched), scores(with_selector), rtol=1e-5, atol=1e-5)
     assert np.mean(over_fetched == with_selector) > 0.99
-    assert sel.passages is not None and sel.passages[index.token_passage[with_selector]].all() and (with_selector >= 0).all()
+    assert sel.passages[index.token_passage[with_selector]].all() and (with_selector >= 0).all()
+    assert (over_fetched >= 0).all() and sel.passages[index.token_passage[over_fetched]].all()
+
+
+def clustered_tokens(n: int = 2000, d: int = 16, barred: int = 600, seed: int = 0):
+    """A flat index of ``n`` random tokens, 10 a passage, whose first ``barred`` tokens (the passages a filter
+    leaves out: 70% of the tokens stay allowed) lie close to one direction, and that direction (the question aimed at
+    them: its nearest tokens, many times k deep, are all left out)."""
+    import faiss
+
+    from spanseek.core.phrase_index import faiss_search_parameters
+    from spanseek.core.selection import Selection
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    direction = np.zeros(d, np.float32)
+    direction[0] = 1.0
+    x[:barred] = 0.2 * x[:barred] + 10 * direction
+    flat = faiss.IndexFlatIP(d)
+    flat.add(x)
+    token_passage = np.arange(n) // 10
+    passages = np.arange(n // 10) >= barred // 10
+    index = SimpleNamespace(faiss=flat, token_passage=token_passage, search_parameters=lambda nprobe, selector=None:
+                            None if selector is None else faiss_search_parameters(flat, 1, selector))
+    selector = faiss.IDSelectorBatch(np.flatnonzero(passages[token_passage]).astype(np.int64))
+    sel = Selection(passages, selector, None, {}, None, float(passages[token_passage].mean()), (selector,))
+    return index, sel, x, direction
+
+
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_a_question_whose_nearest_tokens_are_all_left_out_still_gets_k_allowed_ones(k):
+    """Over-fetching without the selector finds no allowed token among a question's nearest when they all belong to
+    the passages a filter leaves out: that question is asked again, deeper, then with the selector, and gets the k
+    best allowed tokens (brute force), as the questions whose neighbours are allowed do."""
+    from spanseek.core import selection
+
+    index, sel, x, direction = clustered_tokens()
+    rng = np.random.default_rng(k)
+    queries = np.concatenate([direction[None] * 3, rng.standard_normal((3, x.shape[1]))]).astype(np.float32)
+    assert selection.OVERFETCH_MIN_ALLOWED <= sel.token_share < 1.0  # the over-fetching path
+    allowed = np.flatnonzero(sel.passages[index.token_passage])
+    scores = queries @ x[allowed].T
+    want = allowed[np.argsort(-scores, axis=1, kind="stable")[:, :k]]
+    got = selection.search_ids(index, queries, k, None, sel)
+    assert got.tolist() == want.tolist()
+    assert not sel.passages[index.token_passage[index.faiss.search(queries[:1], 200)[1]]].any()  # all left out
+
+
+@pytest.mark.parametrize("k", [2, 4, 30, 500])
+def test_the_allowed_tokens_scored_whole_rank_best_first_the_larger_id_first_among_ties(k):
+    """``selected_top`` (an IVF index's small selections, every allowed token scored): the k best allowed tokens,
+    best first, the larger id first among equal scores (faiss's order; a duplicated passage's tokens tie exactly),
+    -1 past the allowed ones."""
+    from spanseek.core import selection
+
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal((400, 8)).astype(np.float32)
+    x[50] -= (x[50] @ x[45]) / (x[45] @ x[45]) * x[45]
+    x[[45, 50]] *= 4  # long tokens at right angles: each is its own best match
+    x[200:240] = x[40:80]  # a duplicated passage's tokens: exact ties
+    token_passage = np.arange(400) // 10
+    passages = rng.random(40) < 0.5
+    passages[[4, 5, 6, 7, 20, 21, 22, 23]] = True  # both copies allowed
+    index = SimpleNamespace(token_passage=token_passage, token_scores=lambda ids, q: x[ids] @ q)
+    queries = np.concatenate([x[[45, 210]], rng.standard_normal((2, 8))]).astype(np.float32)
+    got = selection.selected_top(index, queries, k, passages)
+    allowed = np.flatnonzero(passages[token_passage])
+    for q, row in zip(queries, got, strict=True):
+        kept = row[row >= 0]
+        assert len(kept) == min(k, len(allowed)) and (row[len(kept):] == -1).all()
+        assert len(set(kept.tolist())) == len(kept) and passages[token_passage[kept]].all()
+        scores = x[kept] @ q
+        np.testing.assert_allclose(scores, np.sort(x[allowed] @ q)[::-1][: len(kept)], rtol=1e-6)
+        assert kept.tolist() == kept[np.lexsort((-kept, -scores))].tolist()
+    assert got[0, :2].tolist() == [205, 45] and got[1, :2].tolist() == [210, 50]  # a token and its copy tie at the top
 
 
 @pytest.fixture(scope="module")

@@ -78,10 +78,13 @@ def test_invalid_json_and_unknown_unit_are_422_naming_what_is_wrong(client):
 
 @pytest.mark.parametrize("content,reason", [(b'{"query": "a", "filter": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
                                              "nested too deeply"),
-                                            (b'{"query": "\xff"}', "not UTF-8")])
+                                            (b'{"query": "\xff"}', "not UTF-8"),
+                                            ('{"query": "a"}'.encode("utf-16"), "not UTF-8 text (UTF-16)"),
+                                            ('{"query": "a"}'.encode("utf-32-le"), "not UTF-8 text (UTF-32")])
 def test_json_the_parser_cannot_read_is_422_saying_why(client, content, reason):
     """Before, JSON nested deeper than the parser recurses (and bytes that are not UTF-8) got FastAPI's 400 "There
-    was an error parsing the body", where the API promises 422 for malformed requests."""
+    was an error parsing the body", where the API promises 422 for malformed requests; UTF-16 and UTF-32, which the
+    JSON parser also reads (a proxy or filter in front of the service may not), were answered as UTF-8."""
     body = assert_error(client.post("/search", content=content, headers={"content-type": "application/json"}),
                         422, "validation_error")
     assert reason in body["message"]
@@ -346,6 +349,8 @@ def test_an_index_without_the_lexical_part_serves_dense_and_explains_the_other_m
             time.sleep(0.02)
         assert client.post("/search", json={"query": "the castle"}).status_code == 200
         body = assert_error(client.post("/search", json={"query": "the castle", "mode": "hybrid"}), 400, "bad_request")
-        assert "spanseek index add-lexical" in body["message"]
+        assert "spanseek index add-lexical .../old" in body["message"]
         service = client.get("/info").json()["service"]
-        assert service["modes"] == ["dense"] and "add-lexical" in service["lexical"]
+        assert service["modes"] == ["dense"] and "add-lexical .../old" in service["lexical"]
+        # no key configured: nobody sees the index's directory, which both named in full
+        assert str(tmp_path) not in body["message"] and str(tmp_path) not in service["lexical"]

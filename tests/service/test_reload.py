@@ -214,6 +214,29 @@ async def test_reload_needs_the_api_key(settings_for, async_serve, index_b):
         assert (await client.get("/info")).json()["service"]["reload"]["reloads"] == 0
 
 
+async def test_reload_needs_the_admin_key_where_one_is_set(settings_for, async_serve, index_b):
+    """A reload serves any index path on the server and says what it found there: where SPANSEEK_ADMIN_API_KEY is
+    set the API key only searches and reads (it reloaded, to any path, as the admin key does), and the admin key
+    sees the paths in full as the API key does."""
+    admin = {"X-API-Key": "admin"}
+    settings = dict(api_key=KEY, admin_api_key="admin", reload_refusal_delay_s=0)
+    async with async_serve(create_app(settings_for(**settings))) as client:
+        r = await client.post("/admin/reload", json={"index": str(index_b)}, headers=AUTH)
+        assert r.status_code == 403 and "needs the admin key" in r.json()["message"], r.text
+        assert (await client.post("/admin/reload", headers={"X-API-Key": "wrong"})).status_code == 401
+        assert (await client.post("/admin/reload")).status_code == 401
+        assert docs_of(await search(client)) == {"d"}  # still the first index
+        r = await client.post("/admin/reload", json={"index": str(index_b)}, headers=admin)
+        assert r.status_code == 200 and r.json()["index"]["path"] == str(index_b), r.text
+        assert docs_of(await search(client)) == {"b"}
+        assert (await client.get("/info", headers=admin)).json()["index"]["path"] == str(index_b)
+    settings = dict(admin_api_key="admin", reload_refusal_delay_s=0)  # searches need no key, reloads the admin key
+    async with async_serve(create_app(settings_for(**settings))) as client:
+        assert (await client.post("/admin/reload", json={"index": str(index_b)})).status_code == 401
+        r = await client.post("/admin/reload", json={"index": str(index_b)}, headers=admin)
+        assert r.status_code == 200 and r.json()["reload"]["reloads"] == 1, r.text
+
+
 async def test_reloads_on_request_are_shared_and_spaced(settings_for, async_serve):
     """A reload reads and checksums the whole index and holds two copies: concurrent requests share one reload, and
     one that comes within reload_min_interval_s of the last gets 429 with Retry-After. Before, a bare POST (no key

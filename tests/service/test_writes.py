@@ -122,6 +122,48 @@ def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
         assert client.get("/documents/7", headers=KEY).json()["id"] == "7"
 
 
+def test_metadata_nested_deeper_than_answers_render_is_refused_and_what_is_written_is_served(write_settings):
+    """Metadata nested 300 levels deep was written (200); then GET /documents/{id}, and every search answer holding
+    the document, was a 500 (the JSON renderer stops at 255 levels). It is a 422 naming the field, and nothing is
+    written; metadata at the limit is written, returned by id and rendered with its hits."""
+    from spanseek.service.schemas import MAX_META_DEPTH
+
+    def nested(levels: int) -> dict:  # levels of objects and lists, the metadata object the first
+        return {"a": json.loads("[" * (levels - 1) + "]" * (levels - 1))}
+
+    with serving(create_app(write_settings())) as client:
+        for field, value in (("meta", nested(300)), ("meta", nested(MAX_META_DEPTH + 1)),
+                             ("passage_meta", [None, nested(MAX_META_DEPTH + 1)])):
+            r = client.put("/documents", headers=KEY, json={**DOC, field: value})
+            assert r.status_code == 422 and r.json()["details"][0]["loc"] == ["body", "documents", "0", field], r.text
+            assert f"nested more than {MAX_META_DEPTH} levels" in r.json()["message"]
+        assert client.get("/documents/new-1", headers=KEY).status_code == 404
+        deepest = {**DOC, "meta": nested(MAX_META_DEPTH), "passage_meta": [nested(MAX_META_DEPTH), None]}
+        assert client.put("/documents", headers=KEY, json=deepest).status_code == 200
+        assert client.get("/documents/new-1", headers=KEY).json()["meta"] == deepest["meta"]
+        r = client.post("/search?unit=passage", headers=KEY, json={"query": "who built the harbour bridge?",
+                                                                  "filter": {"doc_ids": ["new-1"]}})
+        assert r.status_code == 200 and r.json()["results"][0]["hits"], r.text
+        assert any(h["meta"]["a"] == deepest["meta"]["a"] for h in r.json()["results"][0]["hits"])
+
+
+def test_front_matter_nested_too_deeply_is_refused_as_a_file(write_settings):
+    """A Markdown file's front matter becomes the document's metadata: nested 300 levels deep it was written by
+    PUT /files/{name} (200), then every answer holding the document was a 500. It is a 422 naming the file."""
+    from spanseek.service.schemas import MAX_META_DEPTH
+
+    def front(levels: int) -> bytes:  # the metadata object, then a list in a list...
+        return f"---\nx: {'[' * (levels - 1)}{']' * (levels - 1)}\n---\n\nGala built the harbour bridge.\n".encode()
+
+    with serving(create_app(write_settings())) as client:
+        r = client.put("/files/deep.md", headers=KEY, content=front(300))
+        assert r.status_code == 422 and r.json()["error"] == "unreadable_file", r.text
+        assert r.json()["message"].startswith("deep.md: its 'meta' is nested more than"), r.text
+        assert client.get("/documents/deep.md", headers=KEY).status_code == 404
+        assert client.put("/files/flat.md", headers=KEY, content=front(MAX_META_DEPTH)).status_code == 200
+        assert client.get("/documents/flat.md", headers=KEY).status_code == 200
+
+
 def test_an_add_writes_new_ids_only_and_refuses_held_ones_whole(write_settings):
     """POST /documents is `index add` over HTTP: PUT replaced a held document silently, so a client could not add
     without overwriting, nor retry an add whose answer it lost without writing the document twice."""
@@ -262,6 +304,23 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         last = live["last_merge"]
     with serving(create_app(write_settings())) as client:  # a restart remembers the last merge
         assert client.get("/info", headers=KEY).json()["service"]["writes"]["last_merge"] == last
+
+
+def test_info_shows_a_caller_without_a_key_no_server_path_after_a_merge(write_settings, tmp_path):
+    """With writes on and only an admin key, /info answers everyone: the last merge's base was shown in full (the
+    served base beside it cut to its last component), where server paths are for key holders only."""
+    with serving(create_app(write_settings(api_key=None, admin_api_key="admin"))) as client:
+        assert client.put("/documents", headers=ADMIN, json=DOC).status_code == 200
+        assert client.post("/admin/compact", headers=ADMIN).status_code == 202
+        deadline = time.monotonic() + 120
+        while client.get("/info").json()["service"]["writes"]["merges"] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        hidden, shown = client.get("/info"), client.get("/info", headers=ADMIN)
+        assert hidden.json()["service"]["writes"]["last_merge"]["base"] == ".../base-000001", hidden.text
+        assert str(tmp_path) not in hidden.text and str(tmp_path.resolve()) not in hidden.text
+        assert shown.json()["service"]["writes"]["last_merge"]["base"] == str((tmp_path / "live/bases/base-000001")
+                                                                              .resolve())
 
 
 def test_after_a_merge_the_first_base_is_let_go_and_info_describes_the_merged_one(write_settings):
