@@ -122,6 +122,9 @@ def setting_names(name: str) -> str:
     return f"{flag} / SPANSEEK_{name.upper()}"
 
 
+SECRETS = frozenset(n for n, f in Settings.model_fields.items() if "SecretStr" in str(f.annotation))
+
+
 def settings_errors(error: Any) -> str:
     """A pydantic ValidationError of ``Settings`` on one line, each problem named by its flag and environment
     variable: ``--max-batch-size / SPANSEEK_MAX_BATCH_SIZE: Input should be greater than or equal to 1 (got 0)``; a
@@ -136,6 +139,9 @@ def settings_errors(error: Any) -> str:
             continue
         name = str(problem["loc"][0])
         if problem["type"] == "missing":  # its input is every setting given: nothing of this one to show
+            parts.append(f"{setting_names(name)}: {message}")
+            continue
+        if name in SECRETS:  # a key is not shown, not even a wrong one (the terminal, a log collector)
             parts.append(f"{setting_names(name)}: {message}")
             continue
         given = problem.get("input")  # a flag's or variable's text as typed; other values as Python shows them

@@ -292,6 +292,12 @@ class Settings(BaseSettings):
         raw = v.get_secret_value() if isinstance(v, SecretStr) else v
         if isinstance(raw, str) and not raw.strip():
             return None
+        if isinstance(raw, str) and raw != raw.strip():  # a key read from a file with its line end: every client 401
+            raise ValueError("the key begins or ends with whitespace (a line end from the file it was read from?), "
+                             "which no client sends; remove it")
+        if isinstance(raw, str) and not (raw.isascii() and raw.isprintable()):  # what an HTTP header can carry
+            raise ValueError("the key holds characters an HTTP header cannot carry (only printable ASCII), so no "
+                             "client could send it")
         return v
 
     @model_validator(mode="after")

@@ -59,6 +59,10 @@ def serve_error(argv: list[str], capsys) -> str:
      "max_request_cost (64) is below max_queries_per_request (128): a request of that many questions would always "
      "be refused for its cost (--max-request-cost / SPANSEEK_MAX_REQUEST_COST, --max-queries-per-request / "
      "SPANSEEK_MAX_QUERIES_PER_REQUEST)"),
+    # keys no client can send: every request was a 401
+    ({"SPANSEEK_API_KEY": "s3cret\n"}, [], "--api-key / SPANSEEK_API_KEY: the key begins or ends with whitespace"),
+    ({"SPANSEEK_ADMIN_API_KEY": "clé"}, [], "--admin-api-key / SPANSEEK_ADMIN_API_KEY: the key holds characters an "
+                                            "HTTP header cannot carry"),
     ({"SPANSEEK_API_KEY": ""}, ["--writes"],  # every write was a 403
      "writes need a key (admin_api_key or api_key): without one every write is refused (403) (--writes / "
      "SPANSEEK_WRITES, --admin-api-key / SPANSEEK_ADMIN_API_KEY, --api-key / SPANSEEK_API_KEY)"),
@@ -73,6 +77,7 @@ def test_a_bad_setting_is_one_line_naming_it(tmp_path, monkeypatch, capsys, env,
     err = serve_error(["--index", str(tmp_path / "none"), *flags], capsys)
     assert err.startswith("spanseek serve: error: invalid settings: ") and message in err, err
     assert "Value error" not in err
+    assert "s3cret" not in err and "clé" not in err  # a key is never shown
 
 
 def test_a_missing_setting_is_named_without_the_others(monkeypatch, capsys):
