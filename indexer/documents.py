@@ -1,44 +1,46 @@
-"""PDF and Word files -> paragraphs with their page or heading path, for ``indexer.ingest``.
+"""PDF files -> paragraphs with their pages, for ``indexer.ingest``; what every reader shares (``Extracted``,
+``Sections``, the errors). Word files: ``indexer.word``; Markdown and HTML: ``indexer.markup``.
 
-    spanseek corpus from-files report.pdf handbook.docx DOCS/ --out corpus.jsonl
+    spanseek corpus from-files report.pdf DOCS/ --out corpus.jsonl
 
-**PDF** (pdfminer.six): each page's layout analysis gives text boxes in reading order, and a box is a paragraph.
-``char_margin`` 4 (pdfminer's default is 2) keeps the words of a justified line together: with the default, wide
-justified spaces split lines into pieces that are put back out of order (on the held-out SQuAD articles rendered as
-PDF, 0.9988 of the words kept their order against 0.99999; pypdf keeps the order as well but gives no paragraphs).
-A paragraph is continued on the next page when its page's last box does not end a sentence or the next page's first
-box starts in lower case; it is then one paragraph with ``page`` (where it starts, 1-based) and ``page_end``. Every
-other paragraph has its ``page``. Boxes that are only a page number are dropped; a hyphen at a line end is kept
-with no space ("well-\\nknown" reads "well-known"). A PDF without a text layer (scanned pages, images only) is
-skipped with a warning that says so; it needs OCR first.
+**PDF** (pdfminer.six): each page's layout analysis gives text boxes, which ``indexer.pdf_layout`` puts in reading
+order (columns one after the other, a table's rows left to right) and joins into paragraphs. ``char_margin`` 4
+(pdfminer's default is 2) keeps the words of a justified line together: with the default, wide justified spaces
+split lines into pieces that are put back out of order (on the held-out SQuAD articles rendered as PDF, 0.9988 of
+the words kept their order against 0.99999; pypdf keeps the order as well but gives no paragraphs). Running headers
+and footers (the same words at the top or bottom of at least three pages) and page numbers in the margins are left
+out; a word hyphenated at a line end is made whole ("infor-\\nmation" reads "information", "well-\\nknown"
+"well-known": ``pdf_layout.dehyphenate``), ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left
+script are put in reading order. A paragraph is continued on the next page when its page's last box does not end a
+sentence or the next page's first box starts in lower case; it is then one paragraph with ``page`` (where it starts,
+1-based) and ``page_end``. Every other paragraph has its ``page``. The title is the title property unless a program
+filled it in ("Microsoft Word - report.docx"), else the first page's text in the largest type when it stands out.
+A PDF without text (scanned pages, images only; or fonts without a Unicode map) is skipped with a warning that says
+so, and a warning names the pages without text of one that has some; they need OCR first.
 
-**Word** (.docx, python-docx): paragraphs and table rows (a row's cells on one line) in document order. A paragraph
-in a "Heading N" style opens a section, and every paragraph has ``section``, the heading path ("Intro > Scope"),
-the heading's own included. The title is the document's title property, else its "Title" paragraph, else its first
-heading.
-
-A file either library cannot read (damaged, truncated, encrypted) raises ``Unreadable`` with the reason, which
-``ingest`` reports as a skipped file naming it: an encrypted PDF is named as one that needs a password, and a
-password-protected .docx (an OLE file, as an old .doc is) as one.
+A file the library cannot read (damaged, truncated, encrypted) raises ``Unreadable`` with the reason, which
+``ingest`` reports as a skipped file naming it: an encrypted PDF is named as one that needs a password.
 """
 
 from __future__ import annotations
 
-import itertools
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from spanseek.core.io import CorpusError
+from spanseek.indexer import pdf_layout
+from spanseek.indexer.pdf_layout import Block
 
-_SENTENCE_END = re.compile(r"[.!?:][\"')\]»”’]*$")
+log = logging.getLogger(__name__)
+
 _PAGE_NUMBER = re.compile(r"(page\s+)?\d{1,4}(\s*(/|of)\s*\d{1,4})?|[-–—]\s*\d{1,4}\s*[-–—]", re.I)
-_HEADING = re.compile(r"heading\s*(\d)", re.I)
-_LINE_HYPHEN = re.compile(r"(?<=\w)-\s*\n\s*(?=\w)")
-_OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc, or an encrypted .docx
+_CID = re.compile(r"\(cid:\d+\)")  # how pdfminer writes a glyph whose font maps it to no character
+# a title property that a program filled in, not a title: "Microsoft Word - report.docx", a file name, "Untitled"
+_PLACEHOLDER_TITLE = re.compile(r"(microsoft\s+\w+\s+-\s+.*|untitled.*|document\d*|.*\.(docx?|pdf|rtf|odt|pptx?|"
+                                r"xlsx?|indd|tex|dvi|ps|txt|html?))", re.I)
 
 
 class IngestError(CorpusError):
@@ -96,16 +98,36 @@ class Sections:
         return Extracted(title, self.texts, meta, metas if any(metas) else [])
 
 
-def _clean(text: str) -> str:
-    """One line of text: a hyphen at a line end joins the words, other whitespace runs become one space."""
-    return " ".join(_LINE_HYPHEN.sub("-", text).split())
+@dataclass
+class _Page:
+    """A PDF page as read: its paragraphs (``pdf_layout.Block``), its bottom and top edges, whether it has images."""
+
+    blocks: list[Block]
+    bottom: float
+    top: float
+    images: bool
 
 
-def _pdf_pages(path: Path) -> tuple[list[list[str]], dict[str, Any]]:
-    """The text boxes of each page, in reading order, and the document's info dictionary."""
+def _page_boxes(layout: Any, laparams: Any) -> list[Any]:
+    """A page's text boxes. Text inside a form XObject (a figure to pdfminer) is left out, as a chart's labels
+    should be, unless the page has no other text: then the page's whole content is such an object (some tools write
+    every page so) and its boxes are the page's."""
+    from pdfminer.layout import LTFigure, LTLayoutContainer, LTTextBox
+
+    boxes = [el for el in layout if isinstance(el, LTTextBox)]
+    if boxes:
+        return boxes
+    for figure in (el for el in layout if isinstance(el, LTFigure)):
+        LTLayoutContainer.analyze(figure, laparams)  # LTFigure.analyze does nothing unless all_texts is set
+        boxes += _page_boxes(figure, laparams)
+    return boxes
+
+
+def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
+    """Each page's paragraphs in reading order, and the document's info dictionary."""
     try:
         from pdfminer.converter import PDFPageAggregator
-        from pdfminer.layout import LAParams, LTTextContainer
+        from pdfminer.layout import LAParams, LTFigure, LTImage
         from pdfminer.pdfdocument import PDFDocument
         from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
         from pdfminer.pdfpage import PDFPage
@@ -114,69 +136,24 @@ def _pdf_pages(path: Path) -> tuple[list[list[str]], dict[str, Any]]:
     except ImportError:
         raise IngestError(f"{path}: reading PDF needs pdfminer.six (pip install 'spanseek[index]')") from None
 
-    pages: list[list[str]] = []
+    pages: list[_Page] = []
+    # boxes_flow None: pdfminer leaves the boxes' order to pdf_layout.reading_order (its own puts a column's short
+    # boxes, such as headings, among the other column's, and costs time growing with the square of the boxes)
+    laparams = LAParams(char_margin=4.0, boxes_flow=None)
     with open(path, "rb") as f:
         document = PDFDocument(PDFParser(f))
         resources = PDFResourceManager()
-        device = PDFPageAggregator(resources, laparams=LAParams(char_margin=4.0))
+        device = PDFPageAggregator(resources, laparams=laparams)
         interpreter = PDFPageInterpreter(resources, device)
         for page in PDFPage.create_pages(document):
             interpreter.process_page(page)
-            boxes = [el for el in device.get_result() if isinstance(el, LTTextContainer)]
-            texts = (_clean("".join(box.get_text() for box in run)) for run in _spaced_paragraphs(boxes))
-            pages.append([b for b in texts if b and not _PAGE_NUMBER.fullmatch(b)])
+            layout = device.get_result()
+            runs = pdf_layout.paragraphs(pdf_layout.reading_order(_page_boxes(layout, laparams)))
+            images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)
+            pages.append(_Page([Block.of(run) for run in runs], layout.y0, layout.y1, images))
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
     return pages, info
-
-
-# a gap between two text boxes of at most this many of the page's line pitches is a line break, not a paragraph's
-LINE_PITCH_SLACK = 1.25
-# a line that ends within this share of its column's width from the column's right edge is full: the text wrapped
-FULL_LINE_SLACK = 0.2
-
-
-def _spaced_paragraphs(boxes: list[Any]) -> list[list[Any]]:
-    """pdfminer's text boxes of a page (reading order) in runs that are one paragraph each. Layout analysis puts two
-    lines in one box when the space between them is under half a line: at 1.5 or double line spacing every line is a
-    box of its own, and a paragraph was cut into passages mid-sentence. Here the page's line pitch is the median
-    distance between consecutive baselines (within boxes and from one box to the next); a box whose first line
-    follows the last one of the box before it by at most ``LINE_PITCH_SLACK`` pitches, in the same column and the
-    same size of type, goes on with its paragraph when the line before it is full (reaches the column's right edge
-    within ``FULL_LINE_SLACK`` of its width: the text wrapped) and does not end a sentence; a short line (a heading,
-    a list item, a table cell, a contents line) ends its paragraph. A gap wider than that (the extra space between
-    paragraphs, at any line spacing) starts a new one."""
-    def lines(box: Any) -> list[Any]:
-        return [line for line in box if hasattr(line, "y0")] or [box]
-
-    def follows(a: Any, b: Any) -> float | None:  # baseline distance from line a down to line b, same column
-        overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
-        return a.y0 - b.y0 if overlap > 0 and a.y0 > b.y0 else None
-
-    pitches = [d for box in boxes for a, b in itertools.pairwise(lines(box)) if (d := follows(a, b))]
-    pitches += [d for a, b in itertools.pairwise(boxes) if (d := follows(lines(a)[-1], lines(b)[0]))]
-    if not pitches:
-        return [[box] for box in boxes]
-    pitch = float(np.median(pitches))
-    every = [line for box in boxes for line in lines(box)]
-
-    def full(line: Any) -> bool:  # reaches (nearly) the right edge of its column: the text wrapped there
-        column = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0]
-        right, left = max(o.x1 for o in column), min(o.x0 for o in column)
-        return line.x1 >= right - FULL_LINE_SLACK * (right - left)
-
-    runs: list[list[Any]] = []
-    for box in boxes:
-        if runs:
-            last, first = lines(runs[-1][-1])[-1], lines(box)[0]
-            d = follows(last, first)
-            open_end = not _SENTENCE_END.search(_clean(runs[-1][-1].get_text()))
-            if (open_end and d is not None and d <= LINE_PITCH_SLACK * pitch and full(last)
-                    and abs(last.height - first.height) <= 0.2 * last.height):
-                runs[-1].append(box)
-                continue
-        runs.append([box])
-    return runs
 
 
 def _info_text(value: Any) -> str | None:
@@ -194,11 +171,11 @@ def _continues(before: str, after: str, same_page: bool) -> bool:
     """Whether text box ``after`` goes on with the paragraph ``before``: on the next page, when ``before`` does not
     end a sentence or ``after`` starts in lower case; on the same page (where layout analysis sometimes splits a
     paragraph), only when both hold."""
-    open_end, lower_start = not _SENTENCE_END.search(before), after[:1].islower()
+    open_end, lower_start = not pdf_layout.SENTENCE_END.search(before), after[:1].islower()
     return open_end and lower_start if same_page else open_end or lower_start
 
 
-def _error(e: Exception) -> str:
+def error_text(e: Exception) -> str:
     """An exception as "Type: message", or its type alone when the message is empty (pdfminer's often are)."""
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
@@ -211,26 +188,84 @@ def _pdf_problem(e: Exception) -> str:
         return ("encrypted PDF: it needs a password to open; remove the password (for example `qpdf --decrypt "
                 "--password=PASSWORD in.pdf out.pdf`) and ingest the result")
     if isinstance(e, PDFEncryptionError):
-        return f"encrypted PDF that cannot be decrypted ({_error(e)}); remove the encryption (`qpdf --decrypt`) first"
-    return f"not a readable PDF ({_error(e)}); the file may be truncated, damaged or encrypted"
+        return f"encrypted PDF that cannot be decrypted ({error_text(e)}); remove the encryption (`qpdf --decrypt`) first"
+    return f"not a readable PDF ({error_text(e)}); the file may be truncated, damaged or encrypted"
+
+
+def _pdf_title(info: dict[str, Any], first: _Page | None) -> str | None:
+    """The title property, unless it is a placeholder a program wrote ("Microsoft Word - report.docx", a file name,
+    "Untitled"); else the first page's title (``pdf_layout.title_block``: its largest type); else None."""
+    title = _info_text(info.get("Title"))
+    if title and not _PLACEHOLDER_TITLE.fullmatch(title):
+        return title
+    block = pdf_layout.title_block(first.blocks, first.bottom, first.top) if first else None
+    return _clean(block.large) if block else None
+
+
+def _clean(text: str) -> str:
+    """A paragraph's text on one line: ligatures spelled out, soft hyphens dropped, whitespace runs one space."""
+    return " ".join(text.translate(pdf_layout.LIGATURES).replace("\u00ad", "").split())
+
+
+def _page_list(numbers: list[int]) -> str:
+    return f"page {numbers[0]}" if len(numbers) == 1 else f"pages {', '.join(map(str, numbers))}"
+
+
+def _body_text(pages: list[_Page]) -> list[int]:
+    """Leaves on each page the blocks of its body: running headers and footers (``pdf_layout.running``), page
+    numbers in its margins and text that is only glyph numbers go. Returns the pages whose only text was that."""
+    repeated = pdf_layout.running([[pdf_layout.margin_key(b, p.bottom, p.top) for b in p.blocks] for p in pages])
+    undecoded: list[int] = []
+    for number, page in enumerate(pages, start=1):
+        blocks, coded = [], False
+        for block in page.blocks:
+            margin = pdf_layout.margin_key(block, page.bottom, page.top)
+            if margin in repeated:
+                continue
+            glyphs = len(_CID.findall(block.text))  # glyphs of a font without a Unicode map: "(cid:71)"
+            block.text = _CID.sub("", block.text)
+            if glyphs and glyphs > sum(c.isalnum() for c in block.text):
+                coded = True
+            elif (text := _clean(block.text)) and not (margin and _PAGE_NUMBER.fullmatch(text)):
+                blocks.append(block)  # (a number in the page's body is text: a table's cell, a figure's label)
+        page.blocks = blocks
+        if coded and not blocks:
+            undecoded.append(number)
+    return undecoded
 
 
 def extract_pdf(path: Path) -> Extracted:
     """Paragraphs of a PDF in reading order, each with its ``page`` (and ``page_end`` when it runs onto the next
-    pages); the title from the document's info. Unreadable for a damaged file or one without a text layer."""
+    pages), running headers, footers and page numbers left out; the title from the document's info or its first
+    page. Unreadable for a damaged file or one without text to read; a warning names the pages without it (images
+    only, or fonts without a Unicode map)."""
     try:
         pages, info = _pdf_pages(path)
     except IngestError:
         raise
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
         raise Unreadable(_pdf_problem(e)) from None
-    if not any(pages):
+    undecoded = _body_text(pages)
+    if not any(page.blocks for page in pages):
+        if undecoded:
+            raise Unreadable(f"its text cannot be read: {_page_list(undecoded)} of {len(pages)} use fonts without a "
+                             "Unicode map (pdfminer reads only glyph numbers); run OCR on it first, for example "
+                             "`ocrmypdf --force-ocr`, and ingest the result")
         raise Unreadable(f"no text layer in its {len(pages)} page{'s' * (len(pages) != 1)} (a scanned or image-only "
                          "PDF); run OCR on it first, for example with ocrmypdf, and ingest the result")
+    if undecoded:
+        log.warning("%s: the text of %s of %d is in fonts without a Unicode map (pdfminer reads only glyph numbers) "
+                    "and is not in the corpus. Run OCR on the file first, for example `ocrmypdf --force-ocr`, to "
+                    "include it", path, _page_list(undecoded), len(pages))
+    if images := [n for n, page in enumerate(pages, start=1) if page.images and not page.blocks and n not in undecoded]:
+        log.warning("%s: %s of %d %s only images, no text layer (scanned?); their text is not in the corpus. Run OCR "
+                    "on the file first, for example `ocrmypdf --skip-text`, to include it", path, _page_list(images),
+                    len(pages), "holds" if len(images) == 1 else "hold")
+    texts = iter(pdf_layout.dehyphenate([b.text.translate(pdf_layout.LIGATURES) for p in pages for b in p.blocks]))
     paragraphs: list[str] = []
     metas: list[dict[str, Any]] = []
-    for number, boxes in enumerate(pages, start=1):
-        for i, box in enumerate(boxes):
+    for number, page in enumerate(pages, start=1):
+        for i, box in enumerate(_clean(next(texts)) for _ in page.blocks):
             last = metas[-1] if metas else {}
             ends_on = last.get("page_end", last.get("page"))  # the page the paragraph before ends on
             if ends_on in (number - 1, number) and _continues(paragraphs[-1], box, same_page=i > 0):
@@ -239,54 +274,4 @@ def extract_pdf(path: Path) -> Extracted:
             else:
                 paragraphs.append(box)
                 metas.append({"page": number})
-    return Extracted(_info_text(info.get("Title")), paragraphs, {"pages": len(pages)}, metas)
-
-
-def _rows(table) -> list[str]:
-    """A Word table's rows as lines, each cell once (python-docx repeats a merged cell in every column it spans)."""
-    lines = []
-    for row in table.rows:
-        cells: list[Any] = []
-        for cell in row.cells:
-            if not cells or cell._tc is not cells[-1]._tc:
-                cells.append(cell)
-        lines.append(" ".join(" ".join(c.text.split()) for c in cells).strip())
-    return lines
-
-
-def extract_docx(path: Path) -> Extracted:
-    """Paragraphs and table rows of a Word file in order, each with its ``section`` (the heading path) when it has
-    one; the title from the document's properties, its "Title" paragraph or its first heading."""
-    try:
-        import docx
-        from docx.table import Table
-    except ImportError:
-        raise IngestError(f"{path}: reading Word files needs python-docx (pip install 'spanseek[index]')") from None
-    try:
-        document = docx.Document(str(path))
-        blocks = list(document.iter_inner_content())
-    except Exception as e:  # a .docx is a zip of XML parts; any of them may be missing or damaged
-        with open(path, "rb") as f:
-            ole = f.read(4) == _OLE
-        if ole:  # not a zip: Word stores a password-protected .docx, like an old .doc, in an OLE file
-            raise Unreadable("not a readable Word (.docx) file (an OLE file: a password-protected .docx, or an old "
-                             ".doc renamed); remove the password, or save it as .docx, and ingest the result") from None
-        raise Unreadable(f"not a readable Word (.docx) file ({_error(e)}); "
-                         "the file may be truncated or damaged, or an old .doc renamed") from None
-    title = " ".join((document.core_properties.title or "").split()) or None
-    first_heading: str | None = None
-    text = Sections()
-    for block in blocks:
-        if isinstance(block, Table):
-            for line in _rows(block):
-                text.add(line)
-            continue
-        line = " ".join(block.text.split())
-        style = block.style.name if block.style is not None else ""
-        level = _HEADING.fullmatch(style or "")
-        if style == "Title" and line:
-            title = title or line  # the title is the document's, not a passage's
-        else:
-            first_heading = first_heading or (line if level else None) or None
-            text.add(line, int(level.group(1)) if level else 0)
-    return text.extracted(title or first_heading, {})
+    return Extracted(_pdf_title(info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)

@@ -10,8 +10,8 @@ line must have one of those suffixes. Each file is one document:
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
   as given; with ``id_field`` the value of that metadata field instead (a file without it is an error).
 - **title**: Markdown front matter's ``title`` (as written: ``title: 2024`` is "2024"), else the first heading
-  (Markdown ``#``, HTML ``<title>`` then ``<h1>``; PDF and Word: see ``indexer.documents``), else the file name
-  without its suffix.
+  (Markdown ``#``, HTML ``<title>`` then ``<h1>``; PDF: see ``indexer.documents``, Word: ``indexer.word``), else the
+  file name without its suffix.
 - **paragraphs**: text files split at blank lines; Markdown is rendered (markdown-it-py) and split at block
   elements (p, li, h1-h6, div, pre, tr, ...); HTML is reduced to its main content by trafilatura (navigation, headers,
   footers, asides, cookie banners and other boilerplate dropped) and split at its paragraphs, headings, list items,
@@ -37,8 +37,8 @@ line must have one of those suffixes. Each file is one document:
     the title. In trafilatura's main content the sections come from the headings it keeps (a short page it reads as
     paragraphs only has none).
 
-  PDF and Word files: ``indexer.documents``. Then ``indexer.chunking`` makes passages of them, never mixing two pages
-  of a PDF or two sections.
+  PDF files: ``indexer.documents`` (and ``indexer.pdf_layout``); Word files: ``indexer.word``, whose table rows read
+  as above. Then ``indexer.chunking`` makes passages of them, never mixing two pages of a PDF or two sections.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
   tags, a PDF's page count (``pages``), and the fixed ``extra_meta`` given; all of it is stored in the index and
   comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
@@ -48,8 +48,9 @@ line must have one of those suffixes. Each file is one document:
 Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
 encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes), not valid
 UTF-8, or without text, a PDF without a text layer, a PDF or Word file that cannot be read (damaged, truncated,
-encrypted), and a file or folder this process may not read are skipped with a warning naming it and the reason, and
-the other files are read (``strict`` makes a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
+encrypted, another kind of file renamed), an old Word ``.doc`` file in a folder (``UNREAD``), and a file or folder
+this process may not read are skipped with a warning naming it and the reason, and the other files are read
+(``strict`` makes a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
 can expand without bound), gives a key twice, holds a number JSON cannot store (``.nan``, ``.inf``) or a ``title``
 that is a list or mapping; a document the corpus reader would refuse (``core.io.document_from_json``: metadata over
 16 KiB, a lone surrogate); duplicate ids. Keys and dates in front matter are kept as written. The corpus is written
@@ -78,14 +79,18 @@ from spanseek.core.io import (
     write_corpus,
 )
 from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections, word_token_counter
-from spanseek.indexer.documents import Extracted, IngestError, Unreadable, extract_docx, extract_pdf
+from spanseek.indexer.documents import Extracted, IngestError, Unreadable, extract_pdf
 from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown
+from spanseek.indexer.word import extract_docx
 
 log = logging.getLogger(__name__)
 
 FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
            ".htm": "html", ".pdf": "pdf", ".docx": "word"}
 _BINARY = {"pdf": extract_pdf, "word": extract_docx}  # formats read from bytes, not decoded as UTF-8 text
+# document formats that are not read, each with what to do instead: a folder's files of these are named as skipped
+UNREAD = {".doc": "an old Word (.doc) file, which from-files does not read; save it as .docx (in Word, or "
+                  "`soffice --headless --convert-to docx FILE`) and ingest the result"}
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,8 @@ def _walk(root: Path, problems: list[tuple[Path, str]]) -> list[Path]:
         walked.add(real)
         found += [p for n in names if not n.startswith(".") and (p := Path(folder) / n).suffix.lower() in FORMATS
                   and p.is_file()]
+        problems += [(p, UNREAD[p.suffix.lower()]) for n in sorted(names) if not n.startswith(".")
+                     and (p := Path(folder) / n).suffix.lower() in UNREAD and p.is_file()]
     return sorted(found)
 
 
@@ -189,6 +196,8 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
         if root.is_dir():
             pairs = [(p, p.relative_to(root).as_posix()) for p in _walk(root, problems)]
         elif root.is_file():
+            if root.suffix.lower() in UNREAD:
+                raise IngestError(f"{root}: {UNREAD[root.suffix.lower()]}")
             if root.suffix.lower() not in FORMATS:
                 raise IngestError(f"{root}: unsupported file type {root.suffix or '(no suffix)'!r}; "
                                   f"from-files reads {', '.join(sorted(FORMATS))}")

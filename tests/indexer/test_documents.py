@@ -14,8 +14,8 @@ import pytest
 
 from spanseek.core.io import CorpusError, Document, read_corpus, write_corpus
 from spanseek.indexer.chunking import ChunkOptions
-from spanseek.indexer.documents import extract_docx
 from spanseek.indexer.ingest import IngestError, IngestOptions, from_files
+from spanseek.indexer.word import extract_docx
 
 fpdf = pytest.importorskip("fpdf")
 docx = pytest.importorskip("docx")

@@ -1,0 +1,346 @@
+"""A PDF page's text boxes -> its paragraphs in reading order, for ``indexer.documents`` (``extract_pdf``).
+
+pdfminer.six's layout analysis groups a page's characters into lines and its lines into text boxes; this module
+puts the boxes in reading order (a column after the one on its left, the rows of a table left to right), joins the
+boxes that are one paragraph, finds the lines repeated at the top or bottom of many pages (running headers and
+footers), undoes the hyphenation of words at line ends and spells out typographic ligatures. It works on anything
+with pdfminer's coordinates (``x0``, ``x1``, ``y0``, ``y1``: points, y upwards) and ``get_text()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+SENTENCE_END = re.compile(r"[.!?:][\"')\]»”’]*$")
+# a gap between two text boxes of at most this many of the page's line pitches is a line break, not a paragraph's
+LINE_PITCH_SLACK = 1.25
+# a line that ends within this share of its column's width from the column's right edge is full: the text wrapped
+FULL_LINE_SLACK = 0.2
+# a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
+# cells have fewer, and are read row by row instead)
+COLUMN_LINE_CHARS = 20
+# the lines that cross a gutter (a title or a footnote over both columns) are at most this share of the region's
+CROSSING_LINES = 0.25
+# a running header or footer lies in this share of the page's height from its top or bottom edge, and repeats (the
+# same words, any numbers) on at least this many pages (or on every page of a shorter document)
+MARGIN_BAND = 0.15
+RUNNING_PAGES = 3
+# typographic ligatures (Unicode's Alphabetic Presentation Forms) as their letters: "ﬁnancial" is not "financial"
+# to the tokenizer or the lexical index
+LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
+                           "\ufb05": "st", "\ufb06": "st"})
+# a word broken over two lines: "infor-\nmation" (the hyphen may be a soft one, U+00AD, or U+2010)
+_LINE_HYPHEN = re.compile(r"(\w+)[-\u00ad\u2010][ \t]*\n\s*(\w+)")
+_COMPOUND = re.compile(r"\w+(?:[-\u2010]\w+)+")
+# a share of line breaks that end in a hyphenated word at least this high: the document was set with hyphenation on
+HYPHENATED_SHARE = 0.03
+
+
+def lines(box: Any) -> list[Any]:
+    """A text box's lines (a box without lines is its own one)."""
+    return [line for line in box if hasattr(line, "y0")] or [box]
+
+
+def text(box: Any) -> str:
+    """A box's text, its lines "\\n" apart, each in logical order (``logical``)."""
+    return "".join(_line_text(line) for line in lines(box))
+
+
+def _line_text(line: Any) -> str:
+    plain = line.get_text()
+    return logical(_glyphs(line)) if _RTL_LETTER.search(plain) else plain
+
+
+def _glyphs(line: Any) -> list[str]:
+    """A line's text, a string per glyph (a ligature's glyph may stand for two letters, in their reading order), as
+    the PDF places them from left to right. Glyphs placed from right to left (the PDF holds a right-to-left line in
+    reading order already) are one string: ``logical`` leaves it as it is."""
+    children = [c for c in line if hasattr(c, "get_text")] if hasattr(line, "__iter__") else []
+    placed = [c.x0 for c in children if hasattr(c, "x0")]
+    if not children or (len(placed) > 1 and placed[-1] < placed[0]):
+        return [line.get_text()]
+    return [c.get_text() for c in children]
+
+
+_MIRRORED = str.maketrans("()[]{}<>", ")(][}{><")
+# the blocks of the right-to-left scripts (Hebrew, Arabic, Syriac, Thaana, NKo, ...) and their presentation forms
+_RTL_LETTER = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")
+
+
+def _ltr(c: str) -> bool:
+    return unicodedata.bidirectional(c[:1]) in ("L", "EN", "AN")
+
+
+def _rtl(line: str) -> bool:
+    """Whether a line as shown is one of a right-to-left script (Arabic, Hebrew, ...): its letters at both ends are
+    of such a script (where it starts and where it ends), or, where one end's is not, most of its letters are."""
+    if not _RTL_LETTER.search(line):
+        return False
+    strong = [c for c in map(unicodedata.bidirectional, line) if c in ("L", "R", "AL")]
+    ends = (strong[0] != "L") + (strong[-1] != "L")
+    return ends == 2 or (ends == 1 and 2 * sum(c != "L" for c in strong) > len(strong))
+
+
+def logical(glyphs: Sequence[str]) -> str:
+    """A line's text from its glyphs' texts, a line of a right-to-left script in the order it is read. A PDF holds
+    such a line as it is shown (left to right: "ةيلامشلا" for "الشمالية"), so its glyphs are reversed, except its
+    runs of left-to-right text (Latin words, numbers), which are shown in reading order already; brackets are
+    mirrored back. Presentation forms (a letter's shape at the start, middle or end of a word) become the letters
+    they show. Other lines are their glyphs' texts as they are."""
+    line = "".join(glyphs)
+    if len(glyphs) < 2 or not _rtl(line):
+        return line
+    body = [g.translate(_MIRRORED) for g in reversed(glyphs) if g.strip() or g == " "]
+    while body and body[0] == " ":
+        body.pop(0)
+    while body and body[-1] == " ":
+        body.pop()
+    out, i = [], 0
+    while i < len(body):
+        if not _ltr(body[i]):
+            out.append(body[i])
+            i += 1
+            continue
+        end = j = i  # a left-to-right run: from i to its last left-to-right glyph, neutrals inside it
+        while j < len(body) and (_ltr(body[j]) or body[j] in (" ", ".", ",", ":", "/", "-", "+", "%")):
+            end = j if _ltr(body[j]) else end
+            j += 1
+        out += [g.translate(_MIRRORED) for g in reversed(body[i:end + 1])]
+        i = end + 1
+    text = "".join(unicodedata.normalize("NFKC", c) if "\ufb50" <= c <= "\ufdff" or "\ufe70" <= c <= "\ufeff"
+                   else c for c in "".join(out))
+    return text + "\n" if line.endswith("\n") else text
+
+
+def reading_order(boxes: Sequence[Any]) -> list[Any]:
+    """A page's text boxes in reading order. A gutter (an upright strip that no box crosses, with running text on
+    both sides) splits a region into columns, read left to right; the few boxes that cross it (a title or a figure
+    caption over two columns, a centred footer) cut the region into bands, read top to bottom, each split again.
+    A region without a gutter is read in rows: top to bottom, a row's boxes (a table's cells) left to right."""
+    texts = {id(b): b.get_text() for b in boxes}
+    return _order(boxes, texts, {i: [len(line.strip()) for line in t.split("\n")[:-1] or [t]] for i, t in texts.items()})
+
+
+def _order(boxes: Sequence[Any], texts: dict[int, str], sizes: dict[int, list[int]]) -> list[Any]:
+    """``reading_order`` of a region, given each box's text and its lines' lengths (characters)."""
+    if len(boxes) < 2:
+        return list(boxes)
+    cut = _gutter(boxes, sizes)
+    if cut is None:
+        return _rows(boxes)
+    x, crossing = cut
+    if not crossing:
+        sides = [[b for b in boxes if b.x1 <= x], [b for b in boxes if b.x1 > x]]
+        if _rtl("".join(texts[id(b)] for b in boxes)):  # the columns of an Arabic or Hebrew page: right first
+            sides.reverse()
+        return _order(sides[0], texts, sizes) + _order(sides[1], texts, sizes)
+    separators = sorted(crossing, key=lambda b: -b.y1)
+    middles = [(s.y0 + s.y1) / 2 for s in separators]
+    bands: list[list[Any]] = [[] for _ in range(len(separators) + 1)]
+    for box in boxes:
+        if not any(box is s for s in separators):
+            bands[sum((box.y0 + box.y1) / 2 < m for m in middles)].append(box)
+    ordered = _order(bands[0], texts, sizes)
+    for separator, band in zip(separators, bands[1:], strict=True):
+        ordered += [separator, *_order(band, texts, sizes)]
+    return ordered
+
+
+def _gutter(boxes: Sequence[Any], sizes: dict[int, list[int]]) -> tuple[float, list[Any]] | None:
+    """The best column gutter of a region: (its left edge, the boxes that cross it), or None. Each candidate is a
+    box's right edge away from the region's sides; it needs running text on both sides and few lines crossing it
+    (the fewest win, then the widest gap). ``sizes``: the characters of each box's lines."""
+    left_edge, right_edge = min(b.x0 for b in boxes), max(b.x1 for b in boxes)
+    margin = 0.1 * (right_edge - left_edge)
+    total = sum(len(sizes[id(b)]) for b in boxes)
+    best: tuple[tuple[int, float], float, list[Any]] | None = None
+    for x in sorted({b.x1 for b in boxes}):
+        if not left_edge + margin < x < right_edge - margin:
+            continue
+        left = [b for b in boxes if b.x1 <= x]
+        right = [b for b in boxes if b.x0 > x]
+        if not left or not right:
+            continue
+        crossing = [b for b in boxes if b.x0 <= x < b.x1]
+        crossed = sum(len(sizes[id(b)]) for b in crossing)
+        if crossed > CROSSING_LINES * total or not all(
+                float(np.median([n for b in side for n in sizes[id(b)]])) >= COLUMN_LINE_CHARS for side in (left, right)):
+            continue
+        key = (crossed, -(min(b.x0 for b in right) - x))
+        if best is None or key < best[0]:
+            best = (key, x, crossing)
+    return None if best is None else (best[1], best[2])
+
+
+def _rows(boxes: Sequence[Any]) -> list[Any]:
+    """Boxes top to bottom; boxes whose first lines share a row (their tops within half a line), left to right."""
+    ordered = sorted(boxes, key=lambda b: -b.y1)
+    rows: list[list[Any]] = []
+    for box in ordered:
+        if rows:
+            first = lines(rows[-1][0])[0]
+            if box.y1 >= rows[-1][0].y1 - 0.5 * (first.y1 - first.y0):
+                rows[-1].append(box)
+                continue
+        rows.append([box])
+    return [box for row in rows for box in sorted(row, key=lambda b: b.x0)]
+
+
+def same_row(a: Any, b: Any) -> bool:
+    """Whether box ``b`` goes on the row of one-line box ``a``: a one-line box to its right on its baseline, in type
+    of its size (the next cell of a table's row)."""
+    height = a.y1 - a.y0
+    return (len(lines(a)) == len(lines(b)) == 1 and b.x0 >= a.x1 - 0.1 * height
+            and abs(a.y0 - b.y0) <= 0.3 * height and abs(height - (b.y1 - b.y0)) <= 0.3 * height)
+
+
+def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
+    """A page's text boxes (in reading order) in runs that are one paragraph each. Layout analysis puts two lines in
+    one box when the space between them is under half a line: at 1.5 or double line spacing every line is a box of
+    its own, and a paragraph was cut into passages mid-sentence. Here the page's line pitch is the median distance
+    between consecutive baselines (within boxes and from one box to the next); a box whose first line follows the
+    last one of the box before it by at most ``LINE_PITCH_SLACK`` pitches, in the same column and the same size of
+    type, goes on with its paragraph when the line before it is full (reaches the column's right edge within
+    ``FULL_LINE_SLACK`` of its width: the text wrapped) and does not end a sentence; a short line (a heading, a list
+    item, a contents line) ends its paragraph. A gap wider than that (the extra space between paragraphs, at any
+    line spacing) starts a new one. Boxes of one line each on one baseline (the cells of a table's row) are one, and
+    a paragraph of their own."""
+    def follows(a: Any, b: Any) -> float | None:  # baseline distance from line a down to line b, same column
+        overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
+        return a.y0 - b.y0 if overlap > 0 and a.y0 > b.y0 else None
+
+    pitches = [d for box in boxes for a, b in itertools.pairwise(lines(box)) if (d := follows(a, b))]
+    pitches += [d for a, b in itertools.pairwise(boxes) if (d := follows(lines(a)[-1], lines(b)[0]))]
+    pitch = float(np.median(pitches)) if pitches else 0.0
+    every = [line for box in boxes for line in lines(box)]
+
+    def full(line: Any) -> bool:  # reaches (nearly) the right edge of its column: the text wrapped there
+        column = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0]
+        right, left = max(o.x1 for o in column), min(o.x0 for o in column)
+        return line.x1 >= right - FULL_LINE_SLACK * (right - left)
+
+    runs: list[list[Any]] = []
+    rows = [False] + [same_row(a, b) for a, b in itertools.pairwise(boxes)]  # box i is on the row of box i - 1
+    for i, box in enumerate(boxes):
+        if runs:
+            before = runs[-1][-1]
+            last, first = lines(before)[-1], lines(box)[0]
+            if rows[i]:
+                runs[-1].append(box)
+                continue
+            if rows[i - 1] or (i + 1 < len(boxes) and rows[i + 1]):  # a row of cells is a paragraph of its own
+                runs.append([box])
+                continue
+            d = follows(last, first)
+            open_end = not SENTENCE_END.search(" ".join(text(before).split()))
+            if (open_end and d is not None and d <= LINE_PITCH_SLACK * pitch and full(last)
+                    and abs(last.height - first.height) <= 0.2 * last.height):
+                runs[-1].append(box)
+                continue
+        runs.append([box])
+    return runs
+
+
+@dataclass
+class Block:
+    """One paragraph of a page as extracted: its raw text (lines "\\n" apart), where it lies and its type size."""
+
+    text: str
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    size: float  # the height of its tallest line: about its type size, in points
+    large: str  # its first lines in that size (a title's, where the lines after it are its authors')
+
+    @classmethod
+    def of(cls, run: Sequence[Any]) -> Block:
+        """The block of a run of boxes (``paragraphs``): a row's cells one space apart, a box's lines one line."""
+        joined = text(run[0])
+        for a, b in itertools.pairwise(run):
+            joined = f"{joined.rstrip()} {text(b)}" if same_row(a, b) else joined + text(b)
+        every = [line for box in run for line in lines(box)]
+        size = max(line.y1 - line.y0 for line in every)
+        large = itertools.takewhile(lambda line: line.y1 - line.y0 >= 0.85 * size,
+                                    itertools.dropwhile(lambda line: line.y1 - line.y0 < 0.85 * size, every))
+        return cls(joined, min(b.x0 for b in run), min(b.y0 for b in run), max(b.x1 for b in run),
+                   max(b.y1 for b in run), size, "".join(_line_text(line) for line in large))
+
+
+def margin_key(block: Block, bottom: float, top: float) -> str | None:
+    """What a block repeated as a running header or footer has in common on every page: its edge, its type size and
+    its words (case, spacing and numbers aside: "Page 3 of 12" and "Page 4 of 12" are one); None where the block does
+    not lie within ``MARGIN_BAND`` of the page's top or bottom (``bottom``, ``top``: the page's edges)."""
+    band = MARGIN_BAND * (top - bottom)
+    edge = "top" if block.y0 >= top - band else "bottom" if block.y1 <= bottom + band else None
+    if edge is None:
+        return None
+    return f"{edge} {round(block.size)} " + " ".join(re.sub(r"\d+", "#", block.text.casefold()).split())
+
+
+def running(keys_by_page: Sequence[Iterable[str | None]]) -> set[str]:
+    """The margin keys (``margin_key``) of running headers and footers: those on at least ``RUNNING_PAGES`` pages,
+    or on every page of a document of two pages or more but fewer than that."""
+    pages = Counter(key for keys in keys_by_page for key in set(keys) if key is not None)
+    needed = max(2, min(RUNNING_PAGES, len(keys_by_page)))
+    return {key for key, n in pages.items() if n >= needed}
+
+
+def dehyphenate(texts: Sequence[str]) -> list[str]:
+    """Texts (lines "\\n" apart) with each word broken at a line end made whole again: "infor-\\nmation" reads
+    "information" and "well-\\nknown" "well-known". The document decides: a word found elsewhere in it whole is
+    joined, a compound found elsewhere with its hyphen keeps it; otherwise the hyphen is dropped when the document
+    was set with hyphenation (``HYPHENATED_SHARE`` of its line breaks end in a broken word) and kept when not. A
+    hyphen before a digit or a capital letter ("COVID-\\n19", "Anglo-\\nSaxon") is always kept, a soft hyphen
+    (U+00AD) always dropped."""
+    words: set[str] = set()
+    compounds: set[str] = set()
+    breaks = hyphens = 0
+    for text in texts:
+        breaks += text.rstrip("\n").count("\n")
+        hyphens += len(_LINE_HYPHEN.findall(text))
+        flat = _LINE_HYPHEN.sub(" ", text)  # the broken words are no evidence of themselves
+        words.update(w.casefold() for w in re.findall(r"\w+", flat))
+        for compound in _COMPOUND.findall(flat):
+            parts = re.split(r"[-\u2010]", compound.casefold())
+            compounds.update(f"{a}-{b}" for a, b in itertools.pairwise(parts))
+    hyphenated = breaks > 0 and hyphens / breaks >= HYPHENATED_SHARE
+
+    def join(m: re.Match[str]) -> str:
+        before, after = m.group(1), m.group(2)
+        soft = m.group(0)[len(before)] == "\u00ad"
+        if not soft and (not before[-1].isalpha() or not after[0].isalpha() or after[0].isupper()):
+            keep = True
+        elif soft or (before + after).casefold() in words:
+            keep = False
+        elif f"{before}-{after}".casefold() in compounds:
+            keep = True
+        else:
+            keep = not hyphenated
+        return f"{before}-{after}" if keep else before + after
+
+    return [_LINE_HYPHEN.sub(join, text) for text in texts]
+
+
+def title_block(blocks: Sequence[Block], bottom: float, top: float) -> Block | None:
+    """The block of a document's first page with its title (the lines of ``Block.large``): the block in the largest
+    type, when that is in the page's upper half, clearly larger than the page's running text (1.25 times its most
+    common size), and its lines in that type are at most 3 and 25 words; None when there is none."""
+    if not blocks:
+        return None
+    sizes = Counter(round(b.size) for b in blocks for _ in b.text.split())
+    body = sizes.most_common(1)[0][0]
+    block = max(blocks, key=lambda b: b.size)
+    upper = (block.y0 + block.y1) / 2 >= (top + bottom) / 2
+    if (upper and block.size >= 1.25 * body and block.large.count("\n") <= 3 and len(block.large.split()) <= 25
+            and any(c.isalpha() for c in block.large)):
+        return block
+    return None

@@ -1,0 +1,236 @@
+"""PDF files as they come from typesetters and scanners, through ``indexer.documents.extract_pdf``: two columns,
+running headers and footers, words hyphenated at line ends, ligatures, tables, pages of only an image, page content
+in a form XObject, fonts without a Unicode map, a right-to-left script, the title.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/indexer/test_pdf_documents.py
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from spanseek.indexer.documents import Unreadable, extract_pdf
+from spanseek.indexer.ingest import from_files
+
+fpdf = pytest.importorskip("fpdf")
+
+DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")  # ligature and Hebrew glyphs; fpdf2's own fonts
+needs_dejavu = pytest.mark.skipif(not DEJAVU.exists(), reason="needs the DejaVu Sans font")  # are Latin-1 only
+
+
+def lines_pdf(path: Path, pages: list[list[tuple[float, float, str]]], font: Path | None = None, size: float = 10,
+              title: str | None = None, header: bool = False) -> Path:
+    """A PDF whose pages hold these lines, each (x, y, text) in millimetres from the top left, as a typesetter
+    places them; ``header`` adds a running header (two parts) and a footer "Page n of N" to every page."""
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    if font:
+        pdf.add_font("body", fname=str(font))
+    if title:
+        pdf.set_title(title)
+    for number, lines in enumerate(pages, start=1):
+        pdf.add_page()
+        if header:
+            pdf.set_font("helvetica", size=8)
+            pdf.text(20, 12, "Kellerton Harbour Authority")
+            pdf.text(150, 12, "Annual Report 2023")
+            pdf.text(95, 287, f"Page {number} of {len(pages)}")
+        pdf.set_font("body" if font else "helvetica", size=size)
+        for x, y, text in lines:
+            pdf.text(x, y, text)
+    pdf.output(str(path))
+    return path
+
+
+def column(x: float, top: float, paragraphs: list[list[str]]) -> list[tuple[float, float, str]]:
+    """Paragraphs of pre-broken lines, 5 mm apart, 3 mm more between paragraphs."""
+    placed, y = [], top
+    for lines in paragraphs:
+        for line in lines:
+            placed.append((x, y, line))
+            y += 5
+        y += 3
+    return placed
+
+
+A = ["The Kellerton Harbour Authority handled a", "record volume of cargo during the year, with", "container traffic up for the third year."]
+B = ["Two new ship-to-shore cranes were added at", "the northern terminal, where the authority", "now operates fourteen cranes that were"]
+B2 = ["commissioned in June by the harbour master", "and are controlled from the operations centre."]
+C = ["The lighthouse at the mouth of the estuary", "has guided ships since 1854 and it was fully", "automated in 1987, when the last keeper, who"]
+C2 = ["retired to the village, handed over the keys", "to the authority's northern workshop team."]
+D = ["The fishing fleet landed 23,800 tonnes of fish", "at the market, most of it mackerel and herring", "caught in the waters north of the islands."]
+E = ["Revenue rose to 186 million pounds, while the", "operating costs were held at 121 million and", "a dividend of 14 million pounds was paid."]
+
+
+def text_of(lines: list[str]) -> str:
+    return " ".join(lines)
+
+
+def test_two_columns_are_read_column_by_column_without_running_headers_or_footers(tmp_path):
+    """pdfminer put the right column's boxes among the left column's, and the running header and footer were
+    paragraphs of every page: a paragraph running onto the next page took in the header ("... the last keeper, who
+    Kellerton Harbour Authority Annual Report 2023 ...")."""
+    pages = [column(20, 30, [A, B]) + column(110, 30, [B2, C]),
+             column(20, 30, [C2, D]) + column(110, 30, [E]),
+             column(20, 30, [D]) + column(110, 30, [A])]
+    extracted = extract_pdf(lines_pdf(tmp_path / "report.pdf", pages, header=True))
+    assert extracted.paragraphs == [text_of(A), text_of(B + B2), text_of(C + C2), text_of(D), text_of(E),
+                                    text_of(D), text_of(A)]
+    assert extracted.paragraph_meta[2] == {"page": 1, "page_end": 2}
+    assert not any("Annual Report" in p or "Page" in p for p in extracted.paragraphs)
+
+
+def test_a_header_on_fewer_pages_or_in_the_body_stays(tmp_path):
+    """Only text repeated in the top or bottom margin of three pages (or of every page of two) is a running header
+    or footer; the same words once, or in the body, are text."""
+    pages = [[(20, 12, "Kellerton Harbour Authority"), *column(20, 30, [A])], column(20, 30, [D]),
+             [(20, 150, "Kellerton Harbour Authority"), *column(20, 160, [E])]]
+    extracted = extract_pdf(lines_pdf(tmp_path / "once.pdf", pages))
+    assert extracted.paragraphs.count("Kellerton Harbour Authority") == 2
+
+
+@needs_dejavu
+def test_words_hyphenated_at_line_ends_are_whole_and_ligatures_spelled_out(tmp_path):
+    lines = ["The authority's ﬁnancial infor-", "mation systems were re-", "placed by an ofﬁcial port commu-",
+             "nity system from a well-", "known supplier; a well-known name.", "The ﬂeet has more information."]
+    pdf = lines_pdf(tmp_path / "set.pdf", [[(20, 30 + 5 * i, line) for i, line in enumerate(lines)]], font=DEJAVU)
+    assert extract_pdf(pdf).paragraphs == [
+        "The authority's financial information systems were replaced by an official port community system from a "
+        "well-known supplier; a well-known name. The fleet has more information."]  # was "infor-mation", "ﬁnancial"
+
+
+def test_a_table_is_read_row_by_row_and_its_numbers_are_kept(tmp_path):
+    """A table's cells were read column by column, and a cell holding only a number was dropped as a page number."""
+    pdf = fpdf.FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=11)
+    pdf.multi_cell(0, 6, "The terminals of the port are listed below.")
+    pdf.ln(4)
+    with pdf.table(col_widths=(60, 30, 30)) as table:
+        for cells in [("Terminal", "Berths", "Cranes"), ("Northern container", "4", "14"), ("Ferry", "2", "0")]:
+            row = table.row()
+            for cell in cells:
+                row.cell(cell)
+    pdf.output(str(tmp_path / "table.pdf"))
+    assert extract_pdf(tmp_path / "table.pdf").paragraphs == [
+        "The terminals of the port are listed below.", "Terminal Berths Cranes", "Northern container 4 14", "Ferry 2 0"]
+
+
+def test_a_page_of_only_an_image_is_named_in_a_warning(tmp_path, caplog):
+    from PIL import Image
+
+    Image.new("RGB", (60, 40), "gray").save(tmp_path / "scan.png")
+    pdf = fpdf.FPDF()
+    for page in range(4):
+        pdf.add_page()
+        if page in (1, 3):
+            pdf.image(str(tmp_path / "scan.png"), x=10, y=10, w=150)
+        else:
+            pdf.set_font("helvetica", size=12)
+            pdf.multi_cell(0, 6, f"Text of page {page + 1}.")
+    pdf.output(str(tmp_path / "mixed.pdf"))
+    with caplog.at_level(logging.WARNING):
+        report = from_files([tmp_path / "mixed.pdf"], tmp_path / "c.jsonl")
+    assert report.documents == 1 and not report.skipped
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning.startswith(f"{tmp_path / 'mixed.pdf'}: pages 2, 4 of 4 hold only images") and "OCR" in warning
+
+
+def pdf_of_objects(path: Path, objects: list[bytes]) -> Path:
+    """A PDF of these objects (numbered from 1; object 1 the catalog) with a correct cross-reference table."""
+    body, offsets = b"%PDF-1.4\n", []
+    for number, obj in enumerate(objects, start=1):
+        offsets.append(len(body))
+        body += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
+    xref = len(body)
+    body += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    body += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    body += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    path.write_bytes(body)
+    return path
+
+
+def stream(data: bytes, extra: bytes = b"") -> bytes:
+    return b"<< %s /Length %d >>\nstream\n%s\nendstream" % (extra, len(data), data)
+
+
+def test_a_page_whose_content_is_a_form_xobject_is_read(tmp_path):
+    """Tools that impose or stamp pages wrap a page's content in a form XObject: its text was left out, and the PDF
+    was skipped as having no text layer."""
+    text = b"BT /F1 12 Tf 72 700 Td (The castle was built in 1250 by the count.) Tj ET"
+    path = pdf_of_objects(tmp_path / "form.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /XObject << /Fm1 6 0 R >> >> >>",
+        stream(b"q /Fm1 Do Q"),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        stream(text, b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >>"),
+    ])
+    assert extract_pdf(path).paragraphs == ["The castle was built in 1250 by the count."]
+
+
+def glyph_pdf(path: Path, pages: list[bytes], unicode_map: bool) -> Path:
+    """A PDF in a two-byte font whose codes are Unicode code points, with or without the map (ToUnicode) that says
+    so: without it pdfminer knows only glyph numbers. Each page one line of text, its codes in the order given."""
+    cmap = (b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CIDSystemInfo << /Registry (Adobe) "
+            b"/Ordering (UCS) /Supplement 0 >> def /CMapName /Adobe-Identity-UCS def /CMapType 2 def "
+            b"1 begincodespacerange <0000> <FFFF> endcodespacerange 1 beginbfrange <0000> <FFFF> <0000> endbfrange "
+            b"endcmap CMapName currentdict /CMap defineresource pop end end")
+    n = len(pages)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % (6 + 2 * i) for i in range(n)), n),
+               b"<< /Type /Font /Subtype /Type0 /BaseFont /Body /Encoding /Identity-H /DescendantFonts [4 0 R]%s >>"
+               % (b" /ToUnicode 5 0 R" if unicode_map else b""),
+               b"<< /Type /Font /Subtype /CIDFontType2 /BaseFont /Body /CIDSystemInfo << /Registry (Adobe) "
+               b"/Ordering (Identity) /Supplement 0 >> /DW 500 >>",
+               stream(cmap)]
+    for line in pages:
+        codes = "".join(f"{ord(c):04x}" for c in line.decode()).encode()
+        objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+                    b"/Resources << /Font << /F1 3 0 R >> >> >>" % (len(objects) + 2),
+                    stream(b"BT /F1 12 Tf 72 700 Td <%s> Tj ET" % codes)]
+    return pdf_of_objects(path, objects)
+
+
+def test_text_in_fonts_without_a_unicode_map_is_not_indexed_as_glyph_numbers(tmp_path, caplog):
+    """pdfminer writes such text as "(cid:87)(cid:107)...": it was indexed as that."""
+    path = glyph_pdf(tmp_path / "glyphs.pdf", [b"The castle was built in 1250."], unicode_map=False)
+    with pytest.raises(Unreadable, match=r"its text cannot be read: page 1 of 1 use fonts without a Unicode map"):
+        extract_pdf(path)
+    readable = glyph_pdf(tmp_path / "mapped.pdf", [b"The castle was built in 1250."], unicode_map=True)
+    assert extract_pdf(readable).paragraphs == ["The castle was built in 1250."]
+
+
+@needs_dejavu
+def test_a_right_to_left_script_reads_in_its_order(tmp_path):
+    """A PDF holds a Hebrew (or Arabic) line as it is shown, left to right: pdfminer gave it backwards, and a
+    sentence's full stop came first (so the paragraph ran on into the next page's)."""
+    shown = [".1854 תנשב הנבנ רולדגמה", ".1987 תנשב היצמוטוא רבע אוה"]  # as drawn, left to right
+    pdf = lines_pdf(tmp_path / "he.pdf", [[(20, 30, line)] for line in shown], font=DEJAVU)
+    extracted = extract_pdf(pdf)
+    assert extracted.paragraphs == ["המגדלור נבנה בשנת 1854.", "הוא עבר אוטומציה בשנת 1987."]
+    assert extracted.paragraph_meta == [{"page": 1}, {"page": 2}]
+
+
+def test_the_title_is_the_first_page_s_large_type_when_the_property_is_a_placeholder(tmp_path):
+    def paper(name: str, title: str | None, heading_size: float) -> Path:
+        pdf = fpdf.FPDF()
+        if title:
+            pdf.set_title(title)
+        pdf.add_page()
+        pdf.set_font("helvetica", "B", size=heading_size)
+        pdf.multi_cell(0, heading_size / 2, "Summer speed-up of the Storbre glacier", new_x="LMARGIN", new_y="NEXT")
+        pdf.set_font("helvetica", size=10)
+        pdf.multi_cell(0, 5, "Astrid Nilsen and Jonas Berg", new_x="LMARGIN", new_y="NEXT")
+        pdf.ln(5)
+        pdf.multi_cell(0, 5, "We report two years of velocity measurements on the glacier. " * 4)
+        pdf.output(str(tmp_path / name))
+        return tmp_path / name
+
+    assert extract_pdf(paper("a.pdf", "Microsoft Word - draft3.docx", 18)).title == "Summer speed-up of the Storbre glacier"
+    assert extract_pdf(paper("b.pdf", None, 18)).title == "Summer speed-up of the Storbre glacier"
+    assert extract_pdf(paper("c.pdf", "Glacier report", 18)).title == "Glacier report"
+    assert extract_pdf(paper("d.pdf", "untitled", 11)).title is None  # no title stands out: the file name is used

@@ -1,0 +1,168 @@
+"""A PDF page's text boxes -> paragraphs in reading order (indexer.pdf_layout), on boxes placed by hand: columns,
+tables, running headers, words hyphenated at line ends, right-to-left lines.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_pdf_layout.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spanseek.indexer import pdf_layout
+from spanseek.indexer.pdf_layout import Block, dehyphenate, logical, reading_order, running
+
+
+class Glyph:
+    def __init__(self, text: str, x0: float) -> None:
+        self.text, self.x0 = text, x0
+
+    def get_text(self) -> str:
+        return self.text
+
+
+class Line:
+    """A line of text as pdfminer gives it: its box (points, y upwards) and its glyphs, 5 points apart."""
+
+    def __init__(self, text: str, x0: float, y0: float, x1: float | None = None, size: float = 10) -> None:
+        self.text, self.x0, self.y0, self.size = text, x0, y0, size
+        self.x1 = x1 if x1 is not None else x0 + 5 * len(text)
+        self.y1, self.height = y0 + size, size
+
+    def get_text(self) -> str:
+        return self.text + "\n"
+
+    def __iter__(self):
+        return iter([Glyph(c, self.x0 + 5 * i) for i, c in enumerate(self.text)] + [Glyph("\n", self.x1)])
+
+
+class PlacedRightToLeft(Line):
+    def __iter__(self):
+        return iter([Glyph(c, self.x1 - 5 * i) for i, c in enumerate(self.text)])
+
+
+class Box:
+    """A text box: its lines, 12 points apart, from the top one down."""
+
+    def __init__(self, texts: list[str], x0: float, top: float, width: float = 200, size: float = 10) -> None:
+        self.lines = [Line(t, x0, top - 12 * i - size, x0 + width if i < len(texts) - 1 else None, size)
+                      for i, t in enumerate(texts)]
+        self.x0, self.x1 = x0, max(line.x1 for line in self.lines)
+        self.y0, self.y1 = self.lines[-1].y0, self.lines[0].y1
+        self.height = self.y1 - self.y0
+
+    def get_text(self) -> str:
+        return "".join(line.get_text() for line in self.lines)
+
+    def __iter__(self):
+        return iter(self.lines)
+
+
+PROSE = "the lines of a column of running text are long"  # 47 characters
+
+
+def column(x0: float, top: float, names: list[str]) -> list[Box]:
+    """Paragraphs of three lines each, 12 points apart, one under the other; each paragraph's first line its name."""
+    return [Box([name, PROSE, PROSE], x0, top - 48 * i) for i, name in enumerate(names)]
+
+
+def texts(boxes) -> list[str]:
+    return [b.get_text().split("\n")[0] for b in boxes]
+
+
+def test_columns_are_read_one_after_the_other_under_a_title_and_over_a_footer():
+    """A title over both columns, two columns whose paragraphs and headings lie side by side, a centred footer
+    across the gutter: each column is read whole, the left one first (pdfminer put the right column's short heading
+    among the left column's paragraphs)."""
+    title = Box(["A title over both columns of the page, set in large type"], 50, 760, size=16)
+    left = column(50, 720, ["left 1", "left 2", "left 3"])
+    right = column(300, 720, ["right 1", "right 2"]) + [Box(["Heading"], 300, 624)]
+    footer = Box(["Page 1 of 9"], 250, 40)
+    page = [footer, *right, *left, title]
+    assert texts(reading_order(page)) == [title.get_text().strip(), "left 1", "left 2", "left 3", "right 1", "right 2",
+                                          "Heading", "Page 1 of 9"]
+
+
+def test_three_columns_and_a_caption_across_them_cut_the_page_into_bands():
+    above = column(40, 700, ["a1", "a2"]) + column(210, 700, ["b1", "b2"]) + column(380, 700, ["c1", "c2"])
+    caption = Box(["Figure 1: a caption that runs across all three of the columns"], 40, 590)
+    caption.x1 = caption.lines[0].x1 = 530
+    below = column(40, 560, ["a3"]) + column(210, 560, ["b3"]) + column(380, 560, ["c3"])
+    for box in above + below:
+        box.x1 = box.x0 + 150
+        for line in box.lines:
+            line.x1 = min(line.x1, box.x0 + 150)
+    order = texts(reading_order([*below, caption, *reversed(above)]))
+    assert order == ["a1", "a2", "b1", "b2", "c1", "c2", caption.get_text().strip(), "a3", "b3", "c3"]
+
+
+def test_a_table_is_read_row_by_row_and_a_row_is_one_paragraph():
+    """A table's columns of short cells are no text columns: the rows are read top to bottom, a row's cells left
+    to right, and each row is one paragraph (the cells a space apart)."""
+    cells = [Box([text], x, 700 - 14 * r) for r, row in enumerate([("Terminal", "Berths", "Cranes"),
+                                                                   ("Northern", "4", "14"), ("Ferry", "2", "0")])
+             for x, text in zip((50, 200, 300), row, strict=True)]
+    runs = pdf_layout.paragraphs(reading_order(list(reversed(cells))))
+    assert [Block.of(run).text for run in runs] == ["Terminal Berths Cranes\n", "Northern 4 14\n", "Ferry 2 0\n"]
+
+
+def test_a_single_column_with_a_short_line_on_the_right_is_not_cut():
+    body = [Box([PROSE * 2, PROSE * 2], 50, 700 - 40 * i, width=470) for i in range(4)]
+    date = Box(["12 May 2024"], 460, 740)
+    assert reading_order([*body, date]) == [date, *body]
+
+
+def test_running_headers_and_footers_repeat_on_three_pages_or_on_every_page_of_two():
+    def key(text: str) -> str | None:
+        return pdf_layout.margin_key(Block(text, 50, 800, 300, 810, 8, text), bottom=0, top=842)
+
+    assert key("Annual Report 2023 | page 3") == key("Annual Report 2023 | page 14")  # numbers aside
+    assert pdf_layout.margin_key(Block("body", 50, 400, 300, 410, 8, "body"), bottom=0, top=842) is None
+    header, other = key("Annual report"), key("Chapter 2")
+    assert running([[header], [header, other], [header], [other], [None]]) == {header}  # 3 pages of 5; 2 are not
+    assert running([[header], [header]]) == {header} and running([[header]]) == set()
+
+
+@pytest.mark.parametrize(("texts", "expected"), [
+    (["the infor-\nmation is here\n", "more information\n"], "the information is here\n"),  # the word is known whole
+    (["a well-\nknown port\n", "the well-known port\n"], "a well-known port\n"),  # the compound is known
+    (["COVID-\n19 cases\n", "Anglo-\nSaxon kings\n"], "COVID-19 cases\n"),  # a digit or capital keeps it
+    (["soft\u00ad\nhyphen\n"], "softhyphen\n"),
+])
+def test_words_broken_at_line_ends_are_whole_by_the_document_s_own_words(texts, expected):
+    assert dehyphenate(texts)[0] == expected
+
+
+def test_an_unknown_broken_word_follows_the_document_s_hyphenation():
+    """A word found nowhere else is joined in a document set with hyphenation (many line ends break a word) and
+    keeps its hyphen in one that is not (a line end then breaks a compound at its own hyphen)."""
+    prose = "a line that ends in a whole word\n" * 20
+    hyphenated = [prose + "some appro-\nval and\nsome deli-\nvery and\nsome tran-\nsit\n"]
+    plain = [prose * 3 + "a snow-\nmobile\n"]
+    assert dehyphenate(hyphenated)[0].endswith("some approval and\nsome delivery and\nsome transit\n")
+    assert dehyphenate(plain)[0].endswith("a snow-mobile\n")
+
+
+def test_right_to_left_lines_are_put_in_reading_order():
+    """A PDF holds an Arabic or Hebrew line as it is shown, left to right: it is reversed, except its numbers and
+    Latin words; a glyph standing for two letters (lam-alef) keeps their order; presentation forms become letters."""
+    assert logical(list(".1854 תנשב הנבנ רולדגמה\n")) == "המגדלור נבנה בשנת 1854.\n"
+    assert logical(list("ןוטרלק Harland yard לש")) == "של Harland yard קלרטון"
+    assert logical(["ة", "ث", "\u0644\u0627", "ث"]) == "ثلاثة"  # one glyph for lam-alef: not reversed inside
+    assert logical(list("\ufee2\ufee0\ufecb")) == "علم"  # final, medial and initial forms
+    assert logical(list("(1) קרפ")) == "פרק (1)"  # a bracket is shown mirrored in right-to-left text
+    assert logical(list("an ordinary line\n")) == "an ordinary line\n"
+
+
+def test_a_right_to_left_line_the_pdf_holds_in_reading_order_is_left_as_it_is():
+    shown = Box([".1854 תנשב הנבנ רולדגמה"], 100, 700)  # glyphs placed left to right, as shown
+    held = Box(["המגדלור נבנה בשנת 1854."], 100, 700)
+    held.lines[0].__class__ = PlacedRightToLeft  # the glyphs in reading order, each to the left of the one before
+    assert pdf_layout.text(shown) == pdf_layout.text(held) == "המגדלור נבנה בשנת 1854.\n"
+
+
+def test_the_title_is_the_first_page_s_largest_type_when_it_stands_out():
+    body = [Block("text\n" * 3, 50, 500 - 50 * i, 500, 540 - 50 * i, 10, "text\n" * 3) for i in range(5)]
+    title = Block("A History of the Harbour\nby its Authority\n", 50, 700, 500, 760, 18, "A History of the Harbour\n")
+    assert pdf_layout.title_block([title, *body], 0, 842) is title
+    small = Block("Introduction\n", 50, 700, 500, 711, 11, "Introduction\n")  # a heading barely larger than text
+    assert pdf_layout.title_block([small, *body], 0, 842) is None

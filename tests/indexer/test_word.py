@@ -1,0 +1,165 @@
+"""Word files as people write them, through ``indexer.word.extract_docx`` and ``corpus from-files``: tables named
+by their header row, text boxes, footnotes, tracked changes, content controls, nested tables, and files that are
+no .docx.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/indexer/test_word.py
+"""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from spanseek.indexer.ingest import IngestError, from_files
+from spanseek.indexer.word import extract_docx
+
+docx = pytest.importorskip("docx")
+from docx.oxml import parse_xml  # noqa: E402
+from docx.oxml.ns import nsdecls  # noqa: E402
+
+
+def table(document, rows, style: str | None = None, bold: bool = False, repeat_header: bool = False):
+    t = document.add_table(rows=len(rows), cols=len(rows[0]))
+    if style:
+        t.style = style
+    for r, cells in enumerate(rows):
+        for c, text in enumerate(cells):
+            if bold and r == 0:
+                t.cell(r, c).paragraphs[0].add_run(text).bold = True
+            else:
+                t.cell(r, c).text = text
+    if repeat_header:  # Word's "Repeat as header row at the top of each page"
+        t.rows[0]._tr.get_or_add_trPr().append(parse_xml(f"<w:tblHeader {nsdecls('w')}/>"))
+    return t
+
+
+def paragraphs(document, tmp_path: Path) -> list[str]:
+    document.save(str(tmp_path / "d.docx"))
+    return extract_docx(tmp_path / "d.docx").paragraphs
+
+
+def test_table_rows_are_named_by_the_header_row_as_in_markdown_and_html(tmp_path):
+    """Rows read "Header: cell; Header: cell" when the first row is a header: marked to repeat on every page, set
+    apart by the table's style, or bold. A plain grid whose first row looks like the others (a list of names and
+    values) reads its cells spaced, as a table without a header row does in HTML."""
+    document = docx.Document()
+    table(document, [("Route", "Departure"), ("Kellerton to Kirkwall", "09:15")], style="Table Grid",
+          repeat_header=True)
+    table(document, [("Port", "Tonnage"), ("Kellerton", "4.2 million")], style="Light Grid Accent 1")
+    table(document, [("Port", "Tonnage"), ("Lerwick", "1.1 million"), ("Wick", "")], style="Table Grid", bold=True)
+    table(document, [("Name", "Ingrid Solberg"), ("Rank", "Master")], style="Table Grid")
+    merged = table(document, [("Crossing", "", "Time"), ("Kellerton", "Stromness", "2 h")], style="Light Grid Accent 1")
+    merged.cell(0, 0).merge(merged.cell(0, 1))
+    table(document, [("Only", "a header")], style="Light Grid Accent 1")
+    assert paragraphs(document, tmp_path) == [
+        "Route: Kellerton to Kirkwall; Departure: 09:15",  # was "Kellerton to Kirkwall 09:15", names lost
+        "Port: Kellerton; Tonnage: 4.2 million",
+        "Port: Lerwick; Tonnage: 1.1 million", "Port: Wick",  # an empty cell is left out
+        "Name Ingrid Solberg", "Rank Master",
+        "Crossing: Kellerton; Stromness; Time: 2 h",  # a header cell over two columns names the first, as colspan
+        "Only a header",
+    ]
+
+
+def test_nested_tables_text_boxes_footnotes_tracked_changes_and_content_controls_are_read(tmp_path):
+    """python-docx's paragraph and cell text leaves these out: a nested table's cells, a text box's paragraphs,
+    footnotes, text inserted with tracked changes on, and the paragraphs of a content control (but for a table of
+    contents and a placeholder's prompt)."""
+    document = docx.Document()
+    crew = table(document, [("Role", "Certificate"), ("Chief engineer", "STCW III/2")], style="Light Grid Accent 1")
+    nested = crew.cell(1, 1).add_table(rows=1, cols=2)
+    nested.cell(0, 0).text, nested.cell(0, 1).text = "Valid until", "March 2027"
+    box = document.add_paragraph("The muster stations are shown on the deck plan.")
+    box._p.append(parse_xml(
+        f'<w:r {nsdecls("w", "wp", "a")} xmlns:wps="http://schemas.microsoft.com/office/word/2010/wordprocessingShape"'
+        ' xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006" xmlns:v="urn:schemas-microsoft-com:vml">'
+        '<mc:AlternateContent><mc:Choice Requires="wps"><w:drawing><wp:inline><a:graphic><a:graphicData><wps:wsp>'
+        '<wps:txbx><w:txbxContent><w:p><w:r><w:t>The generator is tested every Tuesday.</w:t></w:r></w:p>'
+        '</w:txbxContent></wps:txbx></wps:wsp></a:graphicData></a:graphic></wp:inline></w:drawing></mc:Choice>'
+        '<mc:Fallback><w:pict><v:shape><v:textbox><w:txbxContent><w:p><w:r><w:t>The generator is tested every '
+        'Tuesday.</w:t></w:r></w:p></w:txbxContent></v:textbox></v:shape></w:pict></mc:Fallback>'
+        '</mc:AlternateContent></w:r>'))
+    drill = document.add_paragraph("A fire drill is held every ")
+    drill._p.append(parse_xml(f'<w:del {nsdecls("w")} w:id="1" w:author="A"><w:r><w:delText>six</w:delText></w:r>'
+                              '</w:del>'))
+    drill._p.append(parse_xml(f'<w:ins {nsdecls("w")} w:id="2" w:author="A"><w:r><w:t>eight</w:t></w:r></w:ins>'))
+    drill.add_run(" weeks.")
+    noted = document.add_paragraph("The ferry was built at the Harland yard.")
+    noted._p.append(parse_xml(f'<w:r {nsdecls("w")}><w:footnoteReference w:id="1"/></w:r>'))
+    body = document.element.body
+    for properties, text in [('<w:alias w:val="Policy"/>', "No alcohol on duty."),
+                             ('<w:docPartObj><w:docPartGallery w:val="Table of Contents"/></w:docPartObj>',
+                              "Safety 3"),  # the headings again: left out
+                             ("<w:showingPlcHdr/>", "Click or tap here to enter text.")]:  # a prompt: left out
+        body.insert(len(body) - 1, parse_xml(
+            f'<w:sdt {nsdecls("w")}><w:sdtPr>{properties}</w:sdtPr><w:sdtContent><w:p><w:r><w:t>{text}</w:t>'
+            '</w:r></w:p></w:sdtContent></w:sdt>'))
+    document.sections[0].header.paragraphs[0].text = "Crew handbook - internal"  # page furniture: left out
+    document.save(str(tmp_path / "h.docx"))
+    add_footnote(tmp_path / "h.docx", "1", "The Harland yard closed in 2015.")
+    assert extract_docx(tmp_path / "h.docx").paragraphs == [
+        "Role: Chief engineer; Certificate: STCW III/2 Valid until March 2027",  # was "... STCW III/2"
+        "The muster stations are shown on the deck plan.", "The generator is tested every Tuesday.",  # once
+        "A fire drill is held every eight weeks.",  # was "every weeks."
+        "The ferry was built at the Harland yard.", "The Harland yard closed in 2015.",
+        "No alcohol on duty.",
+    ]
+
+
+def add_footnote(path: Path, note_id: str, text: str) -> None:
+    """Adds a footnotes part holding one footnote (python-docx writes none)."""
+    with zipfile.ZipFile(path) as z:
+        parts = {name: z.read(name) for name in z.namelist()}
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    parts["word/footnotes.xml"] = (
+        f'<w:footnotes {w}><w:footnote w:type="separator" w:id="-1"><w:p><w:r><w:separator/></w:r></w:p></w:footnote>'
+        f'<w:footnote w:id="{note_id}"><w:p><w:r><w:footnoteRef/></w:r><w:r><w:t>{text}</w:t></w:r></w:p>'
+        '</w:footnote></w:footnotes>').encode()
+    rels = "word/_rels/document.xml.rels"
+    parts[rels] = parts[rels].replace(b"</Relationships>", b'<Relationship Id="rIdNotes" Type="http://schemas.'
+                                      b'openxmlformats.org/officeDocument/2006/relationships/footnotes" '
+                                      b'Target="footnotes.xml"/></Relationships>')
+    parts["[Content_Types].xml"] = parts["[Content_Types].xml"].replace(
+        b"</Types>", b'<Override PartName="/word/footnotes.xml" ContentType="application/vnd.openxmlformats-'
+                     b'officedocument.wordprocessingml.footnotes+xml"/></Types>')
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+
+
+def test_a_file_that_is_no_docx_is_named_for_what_it_is(tmp_path, caplog):
+    """A .docx that is another kind of file got "not a readable Word (.docx) file (PackageNotFoundError: Package not
+    found at ...); ... or an old .doc renamed"; an old .doc in a folder was passed over without a word."""
+    files = tmp_path / "in"
+    files.mkdir()
+    document = docx.Document()
+    document.add_paragraph("The ferry leaves at nine.")
+    document.save(str(files / "good.docx"))
+    (files / "report.docx").write_bytes(b"%PDF-1.4\n%...")
+    (files / "letter.docx").write_bytes(b"{\\rtf1\\ansi Hello}")
+    (files / "empty.docx").write_bytes(b"")
+    (files / "cut.docx").write_bytes((files / "good.docx").read_bytes()[:3000])
+    with zipfile.ZipFile(files / "notes.docx", "w") as z:
+        z.writestr("mimetype", "application/vnd.oasis.opendocument.text")
+        z.writestr("content.xml", "<x/>")
+    (files / "old.doc").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504))
+    with caplog.at_level(logging.WARNING):
+        report = from_files([files], tmp_path / "c.jsonl")
+    reasons = {Path(p).name: why for p, why in report.skipped}
+    assert report.documents == 1
+    assert reasons == {
+        "report.docx": "a PDF file, not a Word (.docx) file; rename it to .pdf",
+        "letter.docx": "an RTF file, not a Word (.docx) file; save it as .docx (in Word, or `soffice --convert-to docx`)",
+        "empty.docx": "an empty file (0 bytes), not a Word (.docx) file",
+        "cut.docx": "not a readable Word (.docx) file: its zip archive is truncated or damaged",
+        "notes.docx": "an OpenDocument file (application/vnd.oasis.opendocument.text), not a Word (.docx) file; save "
+                      "it as .docx (in LibreOffice, or `soffice --convert-to docx`)",
+        "old.doc": "an old Word (.doc) file, which from-files does not read; save it as .docx (in Word, or "
+                   "`soffice --headless --convert-to docx FILE`) and ingest the result",
+    }
+    assert all(str(files / name) in " ".join(r.getMessage() for r in caplog.records) for name in reasons)
+    with pytest.raises(IngestError, match=r"old\.doc: an old Word \(\.doc\) file, which from-files does not read"):
+        from_files([files / "old.doc"], tmp_path / "c2.jsonl")
