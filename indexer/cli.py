@@ -63,7 +63,7 @@ def _from_files(args: argparse.Namespace) -> int:
                            overlap=args.overlap if args.overlap is not None else args.max_tokens // 5),
         id_field=args.id_field, extra_meta=extra, strict=args.strict,
     )
-    report = from_files(args.paths, args.out, count, opts)
+    report = from_files(args.paths, args.out, count, opts, progress=not args.quiet)
     n = len(report.skipped)
     skipped = f"; skipped {n} file{'s' if n != 1 else ''} (see the warnings)" if n else ""
     docs, passages = report.documents, report.passages
@@ -314,8 +314,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "HTML <meta> tags and --meta; PDF passages carry their page, Word, Markdown and HTML passages their "
                     "heading path (section); table rows name their cells after the header row, code blocks keep "
                     "their lines. "
-                    "Binary, non-UTF-8 and empty files, PDFs without a text layer (scanned) and damaged PDF or Word "
-                    "files are skipped with a warning naming them.")
+                    "Binary, non-UTF-8 and empty files, PDFs without a text layer (scanned), damaged PDF or Word "
+                    "files and old Word .doc files (save them as .docx) are skipped with a warning naming them.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
     p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage")
@@ -331,7 +331,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
                    help="metadata added to every document (repeatable)")
     p.add_argument("--strict", action="store_true", help="fail on a file that would be skipped (binary, non-UTF-8, empty, "
-                   "scanned or damaged) instead of skipping it")
+                   "scanned or damaged, an old Word .doc) instead of skipping it")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_from_files)
 
     index = sub.add_parser("index", help="build and inspect phrase indexes").add_subparsers(dest="index_command", required=True)

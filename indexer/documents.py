@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,19 @@ class Extracted:
     paragraphs: list[str]
     meta: dict[str, Any] = field(default_factory=dict)
     paragraph_meta: list[dict[str, Any]] = field(default_factory=list)
+
+
+def row_text(cells: Sequence[str], names: Sequence[str]) -> str:
+    """A table row as one line (every format's: Markdown, HTML, Word): "Name: cell; Name: cell" with the names of
+    the header row, a cell whose column has no name alone; empty cells left out. A row of a table without a header row: its cells, spaced."""
+    if not any(names):
+        return " ".join(filter(None, cells))
+    named = []
+    for i, cell in enumerate(cells):
+        name = names[i].rstrip(":") if i < len(names) else ""
+        if cell:
+            named.append(f"{name}: {cell}" if name else cell)
+    return "; ".join(named)
 
 
 class Sections:

@@ -69,6 +69,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -256,9 +258,10 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
 
 
 def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token_counter,
-                   opts: IngestOptions = IngestOptions(), report: IngestReport | None = None) -> Iterator[Document]:
+                   opts: IngestOptions = IngestOptions(), report: IngestReport | None = None,
+                   progress: bool = False) -> Iterator[Document]:
     """Documents of the files under ``paths``; skipped files (and folders that cannot be read) are logged and listed
-    in ``report``."""
+    in ``report``. ``progress``: a bar of the files read, naming the one being read (a long PDF takes a while)."""
     report = report if report is not None else IngestReport()
     ids: dict[str, Path] = {}
     problems: list[tuple[Path, str]] = []
@@ -269,25 +272,32 @@ def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token
         log.warning("skipped %s: %s", path, why)
         report.skipped.append((str(path), why))
 
-    for path, rel in itertools.chain(_files(paths, problems), [(None, "")]):
-        while problems:  # the folders that could not be read, as they are found
-            skip(*problems.pop(0))
-        if path is None:
-            break
-        doc = read_document(path, rel, count, opts)
-        if isinstance(doc, str):
-            skip(path, doc)
-            continue
-        if doc.id in ids:
-            raise IngestError(f"{path} and {ids[doc.id]} have the same document id {doc.id!r}")
-        ids[doc.id] = path
-        report.documents += 1
-        report.passages += len(doc.paragraphs)
-        yield doc
+    files = list(_files(paths, problems))  # the paths only: counted for the bar's total
+    bar = tqdm(total=len(files), desc="read", unit="file", disable=not progress, leave=False)
+    try:
+        for path, rel in itertools.chain(files, [(None, "")]):
+            while problems:  # the folders that could not be read
+                skip(*problems.pop(0))
+            if path is None:
+                break
+            bar.set_postfix_str(rel if len(rel) <= 40 else "..." + rel[-37:])
+            doc = read_document(path, rel, count, opts)
+            bar.update()
+            if isinstance(doc, str):
+                skip(path, doc)
+                continue
+            if doc.id in ids:
+                raise IngestError(f"{path} and {ids[doc.id]} have the same document id {doc.id!r}")
+            ids[doc.id] = path
+            report.documents += 1
+            report.passages += len(doc.paragraphs)
+            yield doc
+    finally:
+        bar.close()
 
 
 def from_files(paths: Sequence[str | Path], out: str | Path, count: TokenCounter = word_token_counter,
-               opts: IngestOptions = IngestOptions()) -> IngestReport:
+               opts: IngestOptions = IngestOptions(), progress: bool = False) -> IngestReport:
     """Write the documents of ``paths`` as a JSONL corpus at ``out`` (atomically); returns what was done.
 
     ``count`` gives the tokens of each word: one per word by default; ``chunking.model_token_counter(tokenizer)``
@@ -297,7 +307,7 @@ def from_files(paths: Sequence[str | Path], out: str | Path, count: TokenCounter
     target = Path(out).resolve()
     if any(p.resolve() == target for p, _ in _files(paths)):  # a file given, or one a folder given holds
         raise IngestError(f"{out} is one of the files to read; write the corpus somewhere else")
-    docs = iter_documents(paths, count, opts, report)
+    docs = iter_documents(paths, count, opts, report, progress)
     first = next(docs, None)  # nothing is written (an existing corpus at ``out`` is kept) when there is no document
     if first is not None:
         write_corpus(out, itertools.chain([first], docs))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
-from spanseek.indexer.documents import Extracted, IngestError, Sections
+from spanseek.indexer.documents import Extracted, IngestError, Sections, row_text
 from spanseek.indexer.front_matter import front_matter
 
 # Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
@@ -49,19 +49,6 @@ def _code(text: str) -> str:
     return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + _line(line) for line in lines)
 
 
-def _row_text(cells: Sequence[str], names: Sequence[str]) -> str:
-    """A table row as one line: "Name: cell; Name: cell" with the names of the header row, a cell whose column has no
-    name alone; empty cells left out. A row of a table without a header row: its cells, spaced."""
-    if not any(names):
-        return " ".join(filter(None, cells))
-    named = []
-    for i, cell in enumerate(cells):
-        name = names[i].rstrip(":") if i < len(names) else ""
-        if cell:
-            named.append(f"{name}: {cell}" if name else cell)
-    return "; ".join(named)
-
-
 class _TableRows:
     """One table's rows -> paragraphs. A row of header cells only (<th>, or any cell of <thead>) names the columns of
     the rows after it and is no paragraph itself, unless no row uses it (the table ends, or another header row comes
@@ -78,10 +65,10 @@ class _TableRows:
         texts = [text for text, _ in cells]
         header = all(head for _, head in cells)
         if header and any(texts) and (not self.names or sum(map(bool, texts)) > 1):
-            out, self.names, self.unused = self.end(), texts, _row_text(texts, [])
+            out, self.names, self.unused = self.end(), texts, row_text(texts, [])
             return out
         self.unused = None
-        text = _row_text(texts, [] if header else self.names)
+        text = row_text(texts, [] if header else self.names)
         return [text] if text else []
 
     def end(self) -> list[str]:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer.documents import Extracted, IngestError, Sections, Unreadable, error_text
+from spanseek.indexer.documents import Extracted, IngestError, Sections, Unreadable, error_text, row_text
 
 _HEADING = re.compile(r"heading\s*(\d)", re.I)
 _OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc, or an encrypted .docx
@@ -119,7 +119,6 @@ class _WordText:
         merged over columns is read once, one merged over rows in each of its rows."""
         from docx.table import Table
 
-        from spanseek.indexer.markup import _row_text  # one reading of a row for every format
 
         rows = Table(tbl, self.document.part).rows
         heads = self.header_rows(tbl, rows)
@@ -132,7 +131,7 @@ class _WordText:
         for row in rows[heads:]:
             extras: list[tuple[str, Any]] = []
             cells = _cells(row)
-            self.sections.add(_row_text([self.cell(cell._tc, extras) for _, cell in cells], [names[c] for c, _ in cells]))
+            self.sections.add(row_text([self.cell(cell._tc, extras) for _, cell in cells], [names[c] for c, _ in cells]))
             self.extras(extras)
 
     def header_rows(self, tbl: Any, rows: Any) -> int:

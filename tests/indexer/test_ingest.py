@@ -381,8 +381,13 @@ def test_cli_from_files(docs_dir, tmp_path, capsys):
     argv = ["corpus", "from-files", str(docs_dir), "--out", str(out), "--tokenizer", "words", "--max-tokens", "50",
             "--meta", "team=docs"]
     assert main(argv) == 0
-    assert "wrote 3 documents" in capsys.readouterr().err
-    assert all(json.loads(line)["meta"]["team"] == "docs" for line in out.read_text().splitlines())
+    err = capsys.readouterr().err
+    assert "wrote 3 documents" in err and "/6 [" in err  # a bar of the 6 files read (a long PDF takes a while)
+    corpus = out.read_text()
+    assert all(json.loads(line)["meta"]["team"] == "docs" for line in corpus.splitlines())
+    assert main([*argv, "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "wrote 3 documents" in err and "/6 [" not in err and out.read_text() == corpus  # the same corpus
     assert main([*argv[:-1], "nokey"]) == 2
     assert "--meta takes KEY=VALUE" in capsys.readouterr().err
     assert main([*argv, "--meta", "team=web"]) == 2  # the last one won, silently
