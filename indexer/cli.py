@@ -307,7 +307,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True)
     p.set_defaults(func=_from_squad)
     p = corpus.add_parser(
-        "from-files", help=".txt/.md/.html/.pdf/.docx files and directories (recursive) -> JSONL corpus, chunked into "
+        "from-files", help=".txt/.md/.html/.pdf/.docx/.pptx files and directories (recursive) -> JSONL corpus, chunked into "
                      "passages",
         description="Each file is one document: id = its path relative to the directory given (or --id-field), "
                     "title = front matter title / first heading / file name, meta = source path, front matter, "

@@ -1,11 +1,12 @@
-"""Documents -> a JSONL corpus: text, Markdown, HTML, PDF and Word files and directories, chunked into passages.
+"""Documents -> a JSONL corpus: text, Markdown, HTML, PDF, Word and PowerPoint files and directories, chunked into
+passages.
 
     spanseek corpus from-files DOCS/ notes.md page.html --out corpus.jsonl [--max-tokens 200 --overlap 40]
         [--tokenizer model|words] [--id-field KEY] [--meta KEY=VALUE ...] [--strict]
 
 Directories are walked recursively (hidden files and folders skipped) for ``.txt``, ``.md``/``.markdown``,
-``.html``/``.htm``, ``.pdf`` and ``.docx`` files; other files in them are ignored, while a file named on the command
-line must have one of those suffixes. Each file is one document:
+``.html``/``.htm``, ``.pdf``, ``.docx`` and ``.pptx`` files; other files in them are ignored, while a file named
+on the command line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
   as given; with ``id_field`` the value of that metadata field instead (a file without it is an error).
@@ -38,17 +39,19 @@ line must have one of those suffixes. Each file is one document:
     paragraphs only has none).
 
   PDF files: ``indexer.documents`` (and ``indexer.pdf_layout``); Word files: ``indexer.word``, whose table rows read
-  as above. Then ``indexer.chunking`` makes passages of them, never mixing two pages of a PDF or two sections.
+  as above; PowerPoint files: ``indexer.slides``. Then ``indexer.chunking`` makes passages of them, never mixing two
+  pages of a PDF, two slides or two sections.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
-  tags, a PDF's page count (``pages``), and the fixed ``extra_meta`` given; all of it is stored in the index and
+  tags, a PDF's page count (``pages``) or a deck's slide count (``slides``), and the fixed ``extra_meta`` given; all of it is stored in the index and
   comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
-  next page), those of a Word, Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits
-  return them in ``meta`` too.
+  next page), those of a PowerPoint file their ``slide`` and ``section`` (the slide's title), those of a Word,
+  Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.
 
 Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
 encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes), not valid
-UTF-8, or without text, a PDF without a text layer, a PDF or Word file that cannot be read (damaged, truncated,
-encrypted, another kind of file renamed), an old Word ``.doc`` file in a folder (``UNREAD``), and a file or folder
+UTF-8, or without text, a PDF without a text layer, a PDF, Word or PowerPoint file that cannot be read (damaged,
+truncated, encrypted, another kind of file renamed), an old Word ``.doc`` or PowerPoint ``.ppt`` file in a folder
+(``UNREAD``), and a file or folder
 this process may not read are skipped with a warning naming it and the reason, and the other files are read
 (``strict`` makes a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
 can expand without bound), gives a key twice, holds a number JSON cannot store (``.nan``, ``.inf``) or a ``title``
@@ -83,16 +86,20 @@ from spanseek.core.io import (
 from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections, word_token_counter
 from spanseek.indexer.documents import Extracted, IngestError, Unreadable, extract_pdf
 from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown
+from spanseek.indexer.slides import extract_pptx
 from spanseek.indexer.word import extract_docx
 
 log = logging.getLogger(__name__)
 
 FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
-           ".htm": "html", ".pdf": "pdf", ".docx": "word"}
-_BINARY = {"pdf": extract_pdf, "word": extract_docx}  # formats read from bytes, not decoded as UTF-8 text
+           ".htm": "html", ".pdf": "pdf", ".docx": "word", ".pptx": "powerpoint"}
+# formats read from bytes, not decoded as UTF-8 text
+_BINARY = {"pdf": extract_pdf, "word": extract_docx, "powerpoint": extract_pptx}
 # document formats that are not read, each with what to do instead: a folder's files of these are named as skipped
 UNREAD = {".doc": "an old Word (.doc) file, which from-files does not read; save it as .docx (in Word, or "
-                  "`soffice --headless --convert-to docx FILE`) and ingest the result"}
+                  "`soffice --headless --convert-to docx FILE`) and ingest the result",
+          ".ppt": "an old PowerPoint (.ppt) file, which from-files does not read; save it as .pptx (in PowerPoint, "
+                  "or `soffice --headless --convert-to pptx FILE`) and ingest the result"}
 
 
 @dataclass(frozen=True)
@@ -328,8 +335,8 @@ def corpus_problem(path: str | Path) -> str | None:
     out = (path.parent / f"{stem or 'corpus'}.jsonl").as_posix()
     then = f"; then index it with `spanseek index build --corpus {out} ...`"
     if path.is_dir():
-        return (f"{path} is a directory, not a JSONL corpus; make one of its .txt/.md/.html/.pdf/.docx files with "
-                f"`spanseek corpus from-files {path} --out {out}`{then}")
+        return (f"{path} is a directory, not a JSONL corpus; make one of its .txt/.md/.html/.pdf/.docx/.pptx files "
+                f"with `spanseek corpus from-files {path} --out {out}`{then}")
     if not path.is_file():
         return f"corpus {path} does not exist"
     suffix = Path(path.name.lower().removesuffix(".gz")).suffix

@@ -1,0 +1,96 @@
+"""PowerPoint files (.pptx) -> paragraphs with their slide, for ``indexer.ingest`` (python-pptx).
+
+    spanseek corpus from-files talk.pptx DOCS/ --out corpus.jsonl
+
+Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's
+shapes in place of the group), each paragraph of a text frame one paragraph, a table's rows as Markdown's and Word's
+are ("Header: cell; Header: cell", ``documents.row_text``), then the speaker's notes. Every paragraph carries its
+``slide`` (numbered from 1, hidden slides included) and, when the slide has a title, ``section`` (the title), so
+that chunking never mixes two slides. The document's title is its title property, else the first slide's title;
+its metadata has ``slides``, the count. A file python-pptx cannot open is ``Unreadable``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from spanseek.indexer.documents import Extracted, IngestError, Unreadable, error_text, row_text
+
+_OLE = b"\xd0\xcf\x11\xe0"  # an encrypted .pptx, or an old binary .ppt, is an OLE (Compound File) file
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _shapes(shapes: Any) -> Iterator[Any]:
+    """A slide's shapes in reading order, top to bottom then left to right; a group's shapes in its place."""
+    def place(shape: Any) -> tuple[int, int]:
+        return (shape.top or 0, shape.left or 0)
+
+    for shape in sorted(shapes, key=place):
+        if hasattr(shape, "shapes"):  # a group
+            yield from _shapes(shape.shapes)
+        else:
+            yield shape
+
+
+def _table_rows(table: Any) -> list[str]:
+    """A table's rows, the cells named by the first row's (a slide table's first row is its header row, as
+    PowerPoint styles it by default); a table of one row reads its cells."""
+    rows = [[_line(cell.text) for cell in row.cells] for row in table.rows]
+    if len(rows) < 2 or not table.first_row:
+        return [text for r in rows if (text := row_text(r, []))]
+    return [text for r in rows[1:] if (text := row_text(r, rows[0]))]
+
+
+def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
+    """(the slide's title, its paragraphs in reading order: the title, shapes, the notes)."""
+    title_shape = slide.shapes.title
+    title = _line(title_shape.text_frame.text) if title_shape is not None and title_shape.has_text_frame else ""
+    paragraphs = [title] if title else []
+    for shape in _shapes(slide.shapes):
+        if title_shape is not None and shape.shape_id == title_shape.shape_id:
+            continue
+        if getattr(shape, "has_table", False) and shape.has_table:
+            paragraphs += _table_rows(shape.table)
+        elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+            paragraphs += [text for p in shape.text_frame.paragraphs if (text := _line("".join(r.text for r in p.runs)))]
+    if slide.has_notes_slide and (notes := slide.notes_slide.notes_text_frame) is not None:
+        paragraphs += [text for p in notes.paragraphs if (text := _line("".join(r.text for r in p.runs)))]
+    return title or None, paragraphs
+
+
+def _not_pptx(path: Path, e: Exception) -> str:
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head.startswith(_OLE):
+        return ("not a readable PowerPoint (.pptx) file: a password-protected .pptx or an old .ppt (remove the "
+                "password, or save it as .pptx)")
+    return f"not a readable PowerPoint (.pptx) file ({error_text(e)}); the file may be truncated or damaged"
+
+
+def extract_pptx(path: Path) -> Extracted:
+    """Each slide's paragraphs in order, each with its ``slide`` and its ``section`` (the slide's title)."""
+    try:
+        import pptx
+    except ImportError:
+        raise IngestError(f"{path}: reading PowerPoint files needs python-pptx (pip install 'spanseek[index]')"
+                          ) from None
+    try:
+        deck = pptx.Presentation(str(path))
+    except Exception as e:  # a .pptx is a zip of XML parts; any of them may be missing or damaged
+        raise Unreadable(_not_pptx(path, e)) from None
+    paragraphs: list[str] = []
+    metas: list[dict[str, Any]] = []
+    first_title = None
+    for number, slide in enumerate(deck.slides, start=1):
+        title, texts = _slide_text(slide)
+        first_title = first_title or title
+        meta = {"slide": number, **({"section": title} if title else {})}
+        paragraphs += texts
+        metas += [meta] * len(texts)
+    title = _line(deck.core_properties.title or "") or first_title
+    return Extracted(title, paragraphs, {"slides": len(deck.slides)}, metas)

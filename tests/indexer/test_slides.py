@@ -1,0 +1,84 @@
+"""PowerPoint files (indexer.slides through `corpus from-files`): each slide's title, text in reading order, tables
+named by their header row and notes, every passage with its slide and section, no passage over two slides; damaged,
+password-protected and old .ppt files named.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_slides.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spanseek.core.io import read_corpus
+from spanseek.indexer.chunking import ChunkOptions
+from spanseek.indexer.ingest import IngestError, IngestOptions, from_files
+from spanseek.indexer.slides import extract_pptx
+
+pptx = pytest.importorskip("pptx")
+from pptx.util import Inches  # noqa: E402
+
+
+def write_deck(path: Path, title: str | None = "Harbour report") -> Path:
+    deck = pptx.Presentation()
+    if title:
+        deck.core_properties.title = title
+    first = deck.slides.add_slide(deck.slide_layouts[1])  # title and content
+    first.shapes.title.text = "Opening hours"
+    body = first.placeholders[1].text_frame
+    body.text = "The harbour office opens at nine."
+    body.add_paragraph().text = "It closes at five on Fridays."
+    first.notes_slide.notes_text_frame.text = "Mention the winter hours."
+    second = deck.slides.add_slide(deck.slide_layouts[5])  # title only
+    second.shapes.title.text = "Ferries"
+    low = second.shapes.add_textbox(Inches(1), Inches(5), Inches(4), Inches(1))
+    low.text_frame.text = "Tickets are sold on board."
+    group = second.shapes.add_group_shape()
+    high = group.shapes.add_textbox(Inches(1), Inches(1.5), Inches(4), Inches(1))
+    high.text_frame.text = "Two routes leave from the north pier."
+    table = second.shapes.add_table(3, 2, Inches(1), Inches(3), Inches(6), Inches(1.5)).table
+    for r, row in enumerate([["Route", "Departure"], ["Kellerton to Kirkwall", "09:15"], ["Kirkwall to Stroma", "14:40"]]):
+        for c, text in enumerate(row):
+            table.cell(r, c).text = text
+    deck.save(str(path))
+    return path
+
+
+def test_slides_read_in_order_with_their_slide_and_section(tmp_path):
+    ext = extract_pptx(write_deck(tmp_path / "report.pptx"))
+    assert ext.title == "Harbour report" and ext.meta == {"slides": 2}
+    assert ext.paragraphs == [
+        "Opening hours", "The harbour office opens at nine.", "It closes at five on Fridays.",
+        "Mention the winter hours.",  # the notes after the slide's own text
+        "Ferries", "Two routes leave from the north pier.",  # a group's shapes in their place, top to bottom
+        "Route: Kellerton to Kirkwall; Departure: 09:15", "Route: Kirkwall to Stroma; Departure: 14:40",
+        "Tickets are sold on board."]
+    assert [m["slide"] for m in ext.paragraph_meta] == [1] * 4 + [2] * 5
+    assert {m["section"] for m in ext.paragraph_meta[:4]} == {"Opening hours"}
+    assert extract_pptx(write_deck(tmp_path / "untitled.pptx", title=None)).title == "Opening hours"
+
+
+def test_from_files_never_mixes_two_slides_and_hits_carry_the_slide(tmp_path):
+    (tmp_path / "docs").mkdir()
+    write_deck(tmp_path / "docs" / "report.pptx")
+    from_files([tmp_path / "docs"], tmp_path / "c.jsonl", opts=IngestOptions(chunk=ChunkOptions(min_tokens=64)))
+    (doc,) = read_corpus(tmp_path / "c.jsonl")
+    assert doc.id == "report.pptx" and doc.meta["slides"] == 2 and len(doc.paragraphs) == 2  # packed, per slide
+    assert [m["slide"] for m in doc.passage_meta] == [1, 2] and "Kirkwall to Stroma" in doc.paragraphs[1]
+
+
+def test_damaged_protected_and_old_decks_are_named(tmp_path, caplog):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "broken.pptx").write_bytes(b"PK\x03\x04 not a zip")
+    (docs / "locked.pptx").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(512))
+    (docs / "old.ppt").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(512))
+    write_deck(docs / "good.pptx")
+    report = from_files([docs], tmp_path / "c.jsonl")
+    skipped = {Path(p).name: why for p, why in report.skipped}
+    assert report.documents == 1 and set(skipped) == {"broken.pptx", "locked.pptx", "old.ppt"}
+    assert "truncated or damaged" in skipped["broken.pptx"] and "password-protected" in skipped["locked.pptx"]
+    assert "save it as .pptx" in skipped["old.ppt"]
+    with pytest.raises(IngestError, match="save it as .pptx"):
+        from_files([docs / "old.ppt"], tmp_path / "d.jsonl")
