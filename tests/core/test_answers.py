@@ -86,7 +86,8 @@ def test_overlapping_hits_are_distinct_characters_and_filled_to_k(tiny_searcher,
     for got in hits:
         chars = [(h.passage_id, h.start, h.end) for h in got]
         assert len(chars) == len(set(chars)) == 300
-        assert all(a.score >= b.score for a, b in zip(got, got[1:], strict=False)) or mode == "hybrid"
+        # (hybrid: the re-ranked head, then the fused order below it, scores shifted under the head's)
+        assert all(a.score >= b.score for a, b in zip(got, got[1:], strict=False))
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid"])
@@ -97,7 +98,7 @@ def test_a_lone_punctuation_mark_is_never_a_phrase_hit(tiny_searcher, mode, over
     got = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=200, mode=mode, allow_overlap=overlap), None,
                                        texts)
     assert all(any(ch.isalnum() for ch in h.text) for hits in got for h in hits)
-    assert sum(map(len, got)) > 50 * len(qs) if overlap else True
+    assert sum(map(len, got)) > 50 * len(qs)  # lists long enough to hold a lone mark, overlapping or not
     merged = tiny_searcher.search_vectors(qs, qe, SearchParams(top_k=50, mode=mode, merge_answers=True), None, texts)
     assert all(h.text not in (".", ",") for hits in merged for h in hits)
 
@@ -268,6 +269,25 @@ def test_features_by_brute_force():
     assert np.allclose(passages[:, FEATURES.index("log_lexical")], np.log1p([3.0, 0.0, 1.0, 0.0, 2.0]))
 
 
+@pytest.mark.parametrize("unit", UNITS)
+def test_a_deeper_list_changes_no_feature_of_its_first_hits_but_the_last_ones_margin(unit):
+    """answer_prob is the softmax of the dense scores over the first ``FEATURE_DEPTH[unit]`` hits (by hand), so the
+    hits past them (as a deeper page asks for) change none of those hits' features, but for the last one's margin
+    (which then reads the next hit below instead of itself)."""
+    depth = FEATURE_DEPTH[unit]
+    rng = np.random.default_rng(len(unit))
+    dense = sorted(rng.normal(size=depth + 6).tolist(), reverse=True)
+    texts = [f"answer {i}" for i in range(len(dense))]  # distinct answers: each hit's answer_prob is its own
+    deep = hit_features(unit, dense, dense, [None] * len(dense), texts)
+    top = np.exp(np.asarray(dense[:depth]) - dense[0])
+    assert deep[:depth, FEATURES.index("answer_prob")] == pytest.approx(top / top.sum())
+    shallow = hit_features(unit, dense[:depth], dense[:depth], [None] * depth, texts[:depth])
+    margin = FEATURES.index("margin")
+    assert np.array_equal(np.delete(deep[:depth], margin, axis=1), np.delete(shallow, margin, axis=1))
+    assert deep[: depth - 1, margin].tolist() == shallow[: depth - 1, margin].tolist()
+    assert shallow[-1, margin] == 0.0 and deep[depth - 1, margin] == dense[depth - 1] - dense[depth]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_margins_equal_the_next_different_answer_found_by_a_loop(seed):
     """The margin against a plain loop (the next hit below with another normalised answer, else the last hit), on
@@ -397,22 +417,34 @@ def test_the_bundled_models_calibrators_apply_to_a_new_index(name):
 def test_the_unanswerable_prior_comes_from_the_request_else_the_searcher(tiny_searcher):
     """With a presence model, confidence = correctness x presence at the prior (Bayes' rule on the presence odds,
     fitted at even odds); the request's prior wins over the searcher's, which applies when the request has none."""
-    base = calibrator()
-    present = {k: dataclasses.replace(m, intercept=0.3) for k, m in base.models.items()}
-    cal = Calibrator(base.models, "fp", base.fitted_on, present)
     question = ["Who built the castle?"]
     params = SearchParams(mode="dense", top_k=3)
+    # the features of the list the confidences read (FEATURE_DEPTH deep), standardised by their own spread so that
+    # both models' probabilities lie inside (0, 1), where a wrong product or prior shift shows
+    ranked = tiny_searcher.search(question, dataclasses.replace(params, top_k=FEATURE_DEPTH["phrase"]))[0]
+    features = hit_features("phrase", [h.score for h in ranked], [h.dense for h in ranked],
+                            [h.lexical for h in ranked], [h.text for h in ranked])
+    base = calibrator(coef=(0.25, 0.125, -0.125, -0.075, 0.5, 0.05, 0.025), mean=features.mean(axis=0),
+                      scale=np.maximum(features.std(axis=0), 1e-3))
+    present = {k: dataclasses.replace(m, intercept=0.3) for k, m in base.models.items()}
+    cal = Calibrator(base.models, "fp", base.fitted_on, present)
+    correct = base.models["phrase/dense"].predict(features)[:3]
+    presence_logit = present["phrase/dense"].logit(features)[:3]
     plain = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=base).search(question, params)[0]
+    assert [h.confidence for h in plain] == [round(float(p), 4) for p in correct]
+    assert all(0.01 < p < 0.99 for p in [*correct, *sigmoid(presence_logit)])  # not saturated
     at_zero = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=cal).search(question, params)[0]
     assert [h.confidence for h in at_zero] == [h.confidence for h in plain]  # prior 0: the answer is there
     wary = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=cal, unanswerable_prior=0.5)
     half = wary.search(question, params)[0]
-    features = hit_features("phrase", [h.score for h in half], [h.dense for h in half], [h.lexical for h in half],
-                            [h.text for h in half])
-    expected = base.models["phrase/dense"].predict(features) * sigmoid(present["phrase/dense"].logit(features))
-    assert [h.confidence for h in half] == [round(float(p), 4) for p in expected]
+    assert [h.confidence for h in half] == [round(float(p), 4) for p in correct * sigmoid(presence_logit)]
     asked = wary.search(question, dataclasses.replace(params, unanswerable_prior=0.0))[0]
     assert [h.confidence for h in asked] == [h.confidence for h in at_zero]
+    # at even odds the shift is 0 either way: a prior of 0.2 multiplies the presence odds by 0.8 / 0.2
+    low = wary.search(question, dataclasses.replace(params, unanswerable_prior=0.2))[0]
+    assert [h.confidence for h in low] == [round(float(p), 4)
+                                           for p in correct * sigmoid(presence_logit + np.log(0.8 / 0.2))]
+    assert all(a.confidence > b.confidence for a, b in zip(low, half, strict=True))  # fewer unanswerable: surer
     for bad in (-0.1, 1.5, True, "half"):
         with pytest.raises(SearchParamsError, match="unanswerable_prior"):
             SearchParams(unanswerable_prior=bad)  # type: ignore[arg-type]

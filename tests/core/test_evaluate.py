@@ -134,24 +134,55 @@ def test_no_questions_is_an_error_not_nan_metrics():
         evaluate(ScriptedSearcher(), [], progress=False)
 
 
-def test_a_fusion_for_the_passage_and_doc_runs_is_accepted(tiny_searcher, tiny_squad):
+def searched_params(searcher, monkeypatch) -> list:
+    """The SearchParams of every search ``searcher`` runs from now on (the search itself goes on as before)."""
+    seen: list = []
+    search = searcher.search_vectors
+    monkeypatch.setattr(searcher, "search_vectors", lambda qs, qe, params, *a: seen.append(params) or search(
+        qs, qe, params, *a))
+    return seen
+
+
+def runs_by_unit(seen: list) -> dict:
+    """{(unit, merge_answers): (fusion, lexical_weight)} of the searches seen, each run searched the same way."""
+    out: dict = {}
+    for p in seen:
+        ranked_by = (p.fusion, p.lexical_weight)
+        assert out.setdefault((p.unit, p.merge_answers), ranked_by) == ranked_by
+    return out
+
+
+def test_a_fusion_for_the_passage_and_doc_runs_is_accepted(tiny_searcher, tiny_squad, monkeypatch):
     """``eval --fusion rrf`` ranks its passage and document runs by rank fusion; its phrase runs, which fusion does
-    not rank, must not refuse the whole evaluation."""
+    not rank, must not refuse the whole evaluation: they search without it."""
     from spanseek.core.io import load_squad, squad_questions
     from spanseek.core.params import SearchParams
 
     questions = squad_questions(load_squad(tiny_squad))[:4]
+    seen = searched_params(tiny_searcher, monkeypatch)
     m = evaluate(tiny_searcher, questions, params=SearchParams(mode="hybrid", fusion="rrf"), progress=False)
-    assert m["mode"] == "hybrid" and 0 <= m["passage"]["acc@1"] <= 100
+    assert m["mode"] == "hybrid" and m["n_questions"] == 4
+    assert runs_by_unit(seen) == {("phrase", False): (None, None), ("phrase", True): (None, None),
+                                  ("passage", False): ("rrf", None), ("doc", False): ("rrf", None)}
+    assert {p.mode for p in seen} == {"hybrid"}
 
 
-def test_a_fusion_and_a_weight_rank_the_runs_they_apply_to(tiny_searcher, tiny_squad):
+def test_a_fusion_and_a_weight_rank_the_runs_they_apply_to(tiny_searcher, tiny_squad, monkeypatch):
     """``eval --fusion rrf --lexical-weight 2``: the weight ranks the phrase runs, rank fusion the passage and
-    document runs (which it leaves unweighted); neither refuses the evaluation."""
+    document runs (which it leaves unweighted); neither refuses the evaluation. With score fusion the weight ranks
+    every run."""
     from spanseek.core.io import load_squad, squad_questions
     from spanseek.core.params import SearchParams
 
     questions = squad_questions(load_squad(tiny_squad))[:4]
-    params = SearchParams(mode="hybrid", fusion="rrf", lexical_weight=2.0)
-    m = evaluate(tiny_searcher, questions, params=params, progress=False)
-    assert m["mode"] == "hybrid" and 0 <= m["phrase"]["em@1"] <= 100
+    seen = searched_params(tiny_searcher, monkeypatch)
+    m = evaluate(tiny_searcher, questions, params=SearchParams(mode="hybrid", fusion="rrf", lexical_weight=2.0),
+                 progress=False)
+    assert m["mode"] == "hybrid" and m["n_questions"] == 4
+    assert runs_by_unit(seen) == {("phrase", False): (None, 2.0), ("phrase", True): (None, 2.0),
+                                  ("passage", False): ("rrf", None), ("doc", False): ("rrf", None)}
+    seen.clear()
+    evaluate(tiny_searcher, questions, params=SearchParams(mode="hybrid", fusion="score", lexical_weight=2.0),
+             progress=False)
+    assert runs_by_unit(seen) == {("phrase", False): (None, 2.0), ("phrase", True): (None, 2.0),
+                                  ("passage", False): ("score", 2.0), ("doc", False): ("score", 2.0)}

@@ -199,7 +199,8 @@ CONSTRAINING = [
     {"must": [{"title_prefix": "", "must_not": [{"key": "draft", "match": True}]}]},
     # a should passes nothing only when every one of its conditions does: here one constrains, so the filter it
     # sits in constrains, and a must_not of that filter constrains too
-    {"should": [{"not": {}}, {"meta": {"lang": "en"}}]}, {"must_not": [{"should": [{"not": {}}, {"meta": {"lang": "en"}}]}]},
+    {"should": [{"not": {}}, {"meta": {"lang": "en"}}]},
+    {"must_not": [{"should": [{"not": {}}, {"meta": {"lang": "en"}}]}]},
 ]
 PASSES_NOTHING = [{"must_not": [{}]}, {"must": [{"not": {}}]}, {"should": [{"not": {"meta": {}}}]},
                   {"must": [{"must_not": [{"title_prefix": ""}]}]}, {"must_not": [{"should": [{}, {"doc_ids": ["x"]}]}]},
@@ -328,8 +329,10 @@ def clustered_tokens(n: int = 2000, d: int = 16, barred: int = 600, seed: int = 
     flat.add(x)
     token_passage = np.arange(n) // 10
     passages = np.arange(n // 10) >= barred // 10
-    index = SimpleNamespace(faiss=flat, token_passage=token_passage, search_parameters=lambda nprobe, selector=None:
-                            None if selector is None else faiss_search_parameters(flat, 1, selector))
+    def search_parameters(nprobe, selector=None):
+        return None if selector is None else faiss_search_parameters(flat, 1, selector)
+
+    index = SimpleNamespace(faiss=flat, token_passage=token_passage, search_parameters=search_parameters)
     selector = faiss.IDSelectorBatch(np.flatnonzero(passages[token_passage]).astype(np.int64))
     sel = Selection(passages, selector, None, {}, None, float(passages[token_passage].mean()), (selector,))
     return index, sel, x, direction
@@ -380,7 +383,8 @@ def test_the_allowed_tokens_scored_whole_rank_best_first_the_larger_id_first_amo
         scores = x[kept] @ q
         np.testing.assert_allclose(scores, np.sort(x[allowed] @ q)[::-1][: len(kept)], rtol=1e-6)
         assert kept.tolist() == kept[np.lexsort((-kept, -scores))].tolist()
-    assert got[0, :2].tolist() == [205, 45] and got[1, :2].tolist() == [210, 50]  # a token and its copy tie at the top
+    # a token and its copy tie at the top
+    assert got[0, :2].tolist() == [205, 45] and got[1, :2].tolist() == [210, 50]
 
 
 @pytest.fixture(scope="module")

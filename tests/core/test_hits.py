@@ -62,6 +62,20 @@ def test_non_overlapping_spans_agrees_with_the_rule_on_hits():
     assert [hits[i] for i in spans] == kept
 
 
+def test_distinct_keeps_the_first_hit_of_each_passages_characters():
+    """``distinct`` (overlapping hits): one hit per (passage, characters), the first, up to k; the same characters
+    of two passages (every paragraph starting "In 1500") are two hits."""
+    from spanseek.core.hits import distinct
+
+    def hit(passage_id, start, end, score):
+        return Hit(text="x", score=score, start=start, end=end, passage_id=passage_id, passage="", doc_id="d",
+                   title="t")
+
+    hits = [hit(0, 0, 7, 5.0), hit(1, 0, 7, 4.0), hit(0, 0, 7, 3.0), hit(0, 3, 7, 2.0), hit(1, 0, 7, 1.0)]
+    assert distinct(hits, 10) == [hits[0], hits[1], hits[3]]
+    assert distinct(hits, 2) == hits[:2] and distinct(iter(hits), 0) == [] and distinct([], 3) == []
+
+
 @pytest.mark.parametrize(("text", "span", "shown"), [
     ("It was -84 degrees.", "84 degrees.", "-84 degrees"),  # another temperature without its sign
     ("cost $5 million", "5 million", "$5 million"),

@@ -224,6 +224,26 @@ def test_hybrid_units_are_unique_and_carry_both_components(tiny_searcher, unit, 
         assert all(h.dense is not None and h.lexical is not None for h in row)
 
 
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_hybrid_unit_score_fusion_weighs_the_lexical_leg_by_the_requests_weight(tiny_searcher, unit):
+    """Score fusion ranks units by zscore(dense) + w x zscore(lexical) over their candidates: at w = 0 in the dense
+    leg's order, at a huge w in the lexical leg's (ties there by dense), the weight asked for and not the index's
+    default (1)."""
+    texts, qs, qe = questions_of(tiny_searcher, seed=7)
+
+    def ranked(weight):
+        params = SearchParams(unit=unit, top_k=6, mode="hybrid", fusion="score", lexical_weight=weight)
+        return tiny_searcher.search_vectors(qs, qe, params, None, texts)
+
+    moved = 0
+    for alone, heavy in zip(ranked(0.0), ranked(1000.0), strict=True):
+        assert len(alone) == len(heavy) == 6
+        assert [h.dense for h in alone] == sorted((h.dense for h in alone), reverse=True)
+        assert [(h.lexical, h.dense) for h in heavy] == sorted(((h.lexical, h.dense) for h in heavy), reverse=True)
+        moved += [h.passage_id for h in alone] != [h.passage_id for h in heavy]
+    assert moved  # the two legs disagree on these questions, so a weight left unused fails one of the orders
+
+
 def test_a_documents_lexical_score_is_its_best_passages(tiny_searcher):
     """Each document's BM25 score for each question (unit_lexical) against a loop over its passages: their
     maximum, 0 when none matches; and a hybrid document hit carries its document's."""

@@ -126,17 +126,22 @@ def test_each_units_best_span_equals_the_first_of_its_unit_after_deduplication(t
             assert got.scores.tolist() == sp.scores[first].tolist()
 
 
+@pytest.mark.parametrize("bias", [None, (0.0, 3.0, 6.0, 9.0, 12.0, 15.0)],
+                         ids=["model-bias", "long-spans-favoured"])
 @pytest.mark.parametrize("unit", ["passage", "doc"])
-def test_a_unit_search_completes_only_candidates_that_may_be_their_units_best(tiny_searcher, monkeypatch, unit):
+def test_a_unit_search_completes_only_candidates_that_may_be_their_units_best(tiny_searcher, monkeypatch, unit,
+                                                                              bias):
     """Completing for a unit search leaves out candidates whose span cannot beat their unit's best: fewer spans,
     the others in the same order, and each unit's best span (and the deduplicated ranking's first of each unit)
-    exactly as when every candidate is completed. Questions aimed at tokens give close scores and ties."""
+    exactly as when every candidate is completed. Questions aimed at tokens give close scores and ties. A length
+    bias that favours longer spans raises every candidate's bound by its largest entry."""
     from spanseek.core import dense
     from spanseek.core.hits import first_per_unit
+    from spanseek.core.search import Searcher
 
     monkeypatch.setattr(dense, "UNIT_CANDIDATES", 1)  # bound the tiny index's units however few candidates they have
 
-    searcher = tiny_searcher
+    searcher = tiny_searcher if bias is None else Searcher(tiny_searcher.index, length_bias=bias)
     index, leg = searcher.index, searcher.dense
     rng = np.random.default_rng(11)
     qs, qe = rng.standard_normal((2, 8, index.vectors.shape[1])).astype(np.float32)

@@ -21,8 +21,11 @@ def crowded_spans(seed: int, n: int = 400, groups: int = 7, n_tokens: int = 50):
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("offset", [0, 1 << 15, 1 << 40], ids=["small-groups", "int16-edge", "large-groups"])
+@pytest.mark.parametrize("offset", [0, (1 << 15) - 3, 1 << 16, 1 << 40],
+                         ids=["small-groups", "int16-edge", "past-int16", "large-groups"])
 def test_by_group_then_score_is_lexsort(seed, offset):
+    """Group numbers small enough to sort as int16, and larger ones: "int16-edge" straddles 2^15 (groups 32765 to
+    32771), where a group taken for an int16 would wrap to a negative number and sort first."""
     groups, _, _, scores = crowded_spans(seed)
     groups = groups + offset
     assert by_group_then_score(groups, scores).tolist() == np.lexsort((-scores, groups)).tolist()

@@ -104,8 +104,13 @@ def test_paragraphs_that_fit_stay_whole_and_short_ones_join_the_next():
 
 
 def test_a_short_passage_never_exceeds_the_budget_when_joining():
+    opts = ChunkOptions(max_tokens=11, overlap=0, min_tokens=5)
     paras = ["a b", "c d e f g h i j k l"]  # 2 + 10 > 11: the short one stays alone
-    assert chunk_paragraphs(paras, word_token_counter, ChunkOptions(max_tokens=11, overlap=0, min_tokens=5)) == paras
+    assert chunk_paragraphs(paras, word_token_counter, opts) == paras
+    # a short last passage joins the one before it only when both fit: 10 + 2 > 11 stays alone, 8 + 2 joins
+    long_first = ["c d e f g h i j k l", "a b"]
+    assert chunk_paragraphs(long_first, word_token_counter, opts) == long_first
+    assert chunk_paragraphs(["e f g h i j k l", "a b"], word_token_counter, opts) == ["e f g h i j k l\n\na b"]
 
 
 def test_model_counter_sums_to_the_tokenizers_count(tiny_backbone):

@@ -69,7 +69,11 @@ def test_timings_come_back_as_headers(client):
 def test_max_answer_tokens_bounds_phrases(client, tiny_searcher):
     r = client.post("/search?unit=phrase", json={"query": "the festival", "top_k": 10, "max_answer_tokens": 1})
     idx = tiny_searcher.index
-    for h in r.json()["results"][0]["hits"]:  # one token: the span is exactly one token's offsets
+    hits = r.json()["results"][0]["hits"]
+    want = tiny_searcher.search(["the festival"], SearchParams(unit="phrase", top_k=10, max_answer_tokens=1))[0]
+    assert len(hits) == 10
+    assert [(h["passage_id"], h["start"]) for h in hits] == [(h.passage_id, h.start) for h in want]
+    for h in hits:  # one token: the span is exactly one token's offsets
         p = h["passage_id"]
         a, b = idx.passage_range(p)
         offs = idx.token_offsets[a:b]
@@ -77,7 +81,11 @@ def test_max_answer_tokens_bounds_phrases(client, tiny_searcher):
 
 
 def test_nprobe_is_accepted_on_a_flat_index(client):
-    assert client.post("/search", json={"query": "x", "nprobe": 8}).status_code == 200
+    """A flat index scans every token: nprobe is accepted and changes nothing."""
+    probed = client.post("/search", json={"query": "a king", "nprobe": 8})
+    plain = client.post("/search", json={"query": "a king"})
+    assert probed.status_code == 200 and probed.json()["results"] == plain.json()["results"]
+    assert len(plain.json()["results"][0]["hits"]) == 10
 
 
 @pytest.mark.parametrize("query", ["", "   \t\n ", "戦争と平和は誰が書いたか", "Кто построил замок?", "🙂" * 50,

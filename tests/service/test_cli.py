@@ -41,12 +41,14 @@ def test_flags_override_environment_which_overrides_defaults(monkeypatch, tmp_pa
 
 
 def test_invalid_settings_are_refused(tmp_path):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"default_top_k \(50\) exceeds max_top_k \(10\)"):
         Settings(index=tmp_path, default_top_k=50, max_top_k=10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"max_batch_size\s+Input should be greater than or equal to 1"):
         Settings(index=tmp_path, max_batch_size=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"max_queue must hold at least one full request"):
         Settings(index=tmp_path, max_queue=4, max_queries_per_request=8)
+    assert Settings(index=tmp_path, default_top_k=10, max_top_k=10, max_queue=16,
+                    max_queries_per_request=16)  # each bound met exactly
 
 
 @pytest.mark.parametrize(("flags", "message"), [

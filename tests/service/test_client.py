@@ -57,7 +57,7 @@ def same_hits(got, want):
 def test_search_matches_the_searcher(url, tiny_searcher, unit):
     with Client(url, api_key=KEY) as client:
         response = client.search(QUESTION, unit=unit, top_k=3)
-    assert isinstance(response, SearchResponse) and response.unit == unit
+    assert isinstance(response, SearchResponse) and response.unit == unit and len(response.hits) == 3
     same_hits(response.hits, tiny_searcher.search([QUESTION], SearchParams(unit=unit, top_k=3))[0])
     assert response.request_id and response.timings_ms.batch_size >= 1 and response.results[0].query == QUESTION
     for hit in response.hits:  # every field the server sends has its attribute: nothing lands in extra
