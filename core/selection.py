@@ -236,15 +236,22 @@ def search_ids(index: PhraseIndex, queries: np.ndarray, k: int, nprobe: int | No
 def selected_top(index: PhraseIndex, queries: np.ndarray, k: int, passages: np.ndarray) -> np.ndarray:
     """(n, k) ids of the ``k`` best tokens of the allowed ``passages`` for each query, every one of them scored from
     the fine vectors (``PhraseIndex.token_scores``, as span completion scores them); best first, the larger id
-    first among equal scores; -1 where fewer are allowed."""
+    first among equal scores, at the cut too (of the copies of a duplicated passage tied at the k-th place, the
+    larger ids are kept); -1 where fewer are allowed."""
     ids = np.flatnonzero(passages[index.token_passage])  # ascending
     out = np.full((len(queries), k), -1, dtype=np.int64)
     kk = min(k, len(ids))
     if kk == 0:
         return out
     scores = np.asarray(index.token_scores(ids, np.ascontiguousarray(queries.T)), dtype=np.float32).T  # (n, m)
-    top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if kk < len(ids) else np.tile(np.arange(len(ids)),
-                                                                                            (len(queries), 1))
+    if kk < len(ids):
+        top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]  # among tokens tied at the k-th place: any of them
+        kth = np.take_along_axis(scores, top, axis=1).min(axis=1)
+        for r in np.flatnonzero((scores >= kth[:, None]).sum(axis=1) > kk):  # ties at the cut (rare): by id
+            at = np.flatnonzero(scores[r] >= kth[r])  # ascending
+            top[r] = at[np.lexsort((-at, -scores[r, at]))[:kk]]
+    else:
+        top = np.tile(np.arange(len(ids)), (len(queries), 1))
     order = np.lexsort((-top, -np.take_along_axis(scores, top, axis=1)), axis=1)  # by score, then larger id
     out[:, :kk] = ids[np.take_along_axis(top, order, axis=1)]
     return out

@@ -376,6 +376,10 @@ def test_the_allowed_tokens_scored_whole_rank_best_first_the_larger_id_first_amo
     queries = np.concatenate([x[[45, 210]], rng.standard_normal((2, 8))]).astype(np.float32)
     got = selection.selected_top(index, queries, k, passages)
     allowed = np.flatnonzero(passages[token_passage])
+    every = index.token_scores(allowed, np.ascontiguousarray(queries.T)).T  # the scores selected_top ranks by
+    for scores_of_allowed, row in zip(every, got, strict=True):  # the oracle: all of them by score, then larger id
+        want = allowed[np.lexsort((-allowed, -scores_of_allowed))][:k]
+        assert row[row >= 0].tolist() == want.tolist()  # the cut too: of tied copies, the larger ids are kept
     for q, row in zip(queries, got, strict=True):
         kept = row[row >= 0]
         assert len(kept) == min(k, len(allowed)) and (row[len(kept):] == -1).all()
@@ -385,6 +389,8 @@ def test_the_allowed_tokens_scored_whole_rank_best_first_the_larger_id_first_amo
         assert kept.tolist() == kept[np.lexsort((-kept, -scores))].tolist()
     # a token and its copy tie at the top
     assert got[0, :2].tolist() == [205, 45] and got[1, :2].tolist() == [210, 50]
+    if k == 2:  # token 50 and its copy 210 tie at the cut of 1: the copy (the larger id) is kept, as at k = 2
+        assert selection.selected_top(index, queries[1:2], 1, passages)[0, 0] == 210
 
 
 @pytest.fixture(scope="module")
