@@ -9,21 +9,29 @@ questions, so N questions with an answer are evaluated and every unanswerable on
 
 ``ci95`` holds 95% intervals of the headline metrics (phrase EM@1, passage acc@5, RC EM), from a bootstrap over
 articles (over questions when there are fewer than ``MIN_ARTICLES_FOR_CLUSTERS``), and says which it used.
+
+A model that ``spanseek train`` wrote records the questions it was trained on (``TRAINED_QUESTIONS``: a short hash
+of each one's words); questions with the same words are counted in ``trained_questions`` with a warning, as its
+scores on them overstate what it does on new questions.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import random
 import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from spanseek.core.dense import RC_DECODES
-from spanseek.core.io import Question
+from spanseek.core.io import Question, write_json_atomic
 from spanseek.core.metrics import (
     accuracy_at,
     cluster_bootstrap_ci,
@@ -40,6 +48,51 @@ from spanseek.core.search import Searcher
 log = logging.getLogger(__name__)
 
 MIN_ARTICLES_FOR_CLUSTERS = 5
+TRAINED_QUESTIONS = "trained_questions.json"  # in a model directory: the questions it was trained on, hashed
+
+
+def question_key(text: str) -> str:
+    """A question's entry in a model's ``TRAINED_QUESTIONS``: 12 hex digits of the SHA-1 of its words, case folded
+    (the same question with other spacing or case has the same key)."""
+    return hashlib.sha1(" ".join(text.split()).casefold().encode("utf-8")).hexdigest()[:12]
+
+
+def write_trained_questions(model_dir: str | Path, questions: Iterable[str], source: str,
+                            examples: str = "") -> None:
+    """Record in ``model_dir`` the questions a model was trained on (``source``: the training file), and a digest
+    of its training examples (``examples``: what a resumed run must train on again)."""
+    keys = sorted({question_key(q) for q in questions})
+    write_json_atomic(Path(model_dir) / TRAINED_QUESTIONS, {"source": source, "examples": examples,
+                                                            "questions": len(keys), "keys": keys})
+
+
+def trained_questions(model_dir: str | Path | None) -> dict[str, Any] | None:
+    """A model directory's record of its training questions (``write_trained_questions``; ``keys`` as a set), or
+    None: a bundled model, a model written before the record was kept, or a record that cannot be read (logged)."""
+    if model_dir is None or not (path := Path(model_dir) / TRAINED_QUESTIONS).is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record["keys"] = set(record["keys"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("%s: cannot be read (%s); questions it was trained on are not counted", path, e)
+        return None
+    return record
+
+
+def count_trained(model_dir: str | Path | None, questions: list[Question]) -> int:
+    """How many of ``questions`` have the words of a question the model in ``model_dir`` was trained on, warning
+    when there are any."""
+    record = trained_questions(model_dir)
+    if record is None:
+        return 0
+    trained = sum(question_key(q.question) in record["keys"] for q in questions)
+    if trained:
+        log.warning("%d of %d questions have the words of questions %s was trained on (from %s): its scores on them "
+                    "overstate what it does on new questions; evaluate on questions it was not trained on (a "
+                    "training run writes its held-out ones to OUT/validation.json.gz)", trained, len(questions),
+                    model_dir, record.get("source") or "its training file")
+    return trained
 
 
 def confidence_intervals(questions: list[Question], per_question: dict[str, list[float]]) -> dict[str, Any]:
@@ -102,6 +155,7 @@ def evaluate(
                          "answer)")
     if rc_decode not in RC_DECODES:
         raise ValueError(f"rc_decode must be one of {RC_DECODES}, got {rc_decode!r}")
+    trained = count_trained(getattr(getattr(searcher.encoder, "model", None), "source", None), questions)
     titles = {d["title"] for d in searcher.index.docs}  # a document hit is right when its title is the article's
     untitled = sum(q.title not in titles for q in questions)
     if untitled:
@@ -182,6 +236,8 @@ def evaluate(
         out["unanswerable_skipped"] = unanswerable
     if untitled:
         out["doc"]["articles_not_in_index"] = untitled
+    if trained:
+        out["trained_questions"] = trained
     out["seconds"] = round(seconds, 3)
     out["questions_per_second"] = round(n / seconds, 1) if seconds > 0 else 0.0
     return out

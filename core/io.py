@@ -422,14 +422,48 @@ def document_json(doc: Document) -> dict[str, Any]:
     return out
 
 
+SQUAD_SHAPE = ("SQuAD-format question files are one JSON object: {\"data\": [{\"title\": ..., \"paragraphs\": "
+               "[{\"context\": ..., \"qas\": [{\"id\": ..., \"question\": ..., \"answers\": [{\"text\": ..., "
+               "\"answer_start\": ...}]}]}]}]} (docs/training.md shows how to convert questions kept in other forms)")
+
+
 def load_squad(path: str | Path) -> list[dict[str, Any]]:
-    """Load the ``data`` list of a SQuAD-format file (optionally gzipped), checking its shape (``check_squad``)."""
-    obj = loads_json("".join(line for _, line in read_lines(path)), str(path), whole_file=True)
+    """Load the ``data`` list of a SQuAD-format file (optionally gzipped), checking its shape (``check_squad``). An
+    empty file, JSON Lines, CSV and a JSON list are refused as what they are, with the shape that is wanted."""
+    text = "".join(line for _, line in read_lines(path))
+    if not text.strip():
+        raise CorpusError(f"{path}: the file is empty; {SQUAD_SHAPE}")
+    try:
+        obj = loads_json(text, str(path), whole_file=True)
+    except CorpusError:
+        other = _other_format(text)
+        if other is None:
+            raise
+        raise CorpusError(f"{path}: {other}, not SQuAD-format JSON; {SQUAD_SHAPE}") from None
+    if isinstance(obj, list):
+        raise CorpusError(f"{path}: a JSON list, not SQuAD format; {SQUAD_SHAPE}")
     data = obj.get("data") if isinstance(obj, dict) else None
     if not isinstance(data, list):
-        raise CorpusError(f"{path}: not SQuAD format (expected an object with a 'data' list)")
+        raise CorpusError(f"{path}: not SQuAD format (expected an object with a 'data' list); {SQUAD_SHAPE}")
     check_squad(data, path)
     return data
+
+
+def _other_format(text: str) -> str | None:
+    """What a question file that is not JSON looks like: JSON Lines (its first line a whole JSON object), or comma-
+    or tab-separated values (a first line of several fields, not JSON); None when it looks like neither."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        first = json.loads(lines[0])
+    except (ValueError, RecursionError):
+        first = None
+    if isinstance(first, dict) and len(lines) > 1:
+        return f"JSON Lines (one object a line, the first with the keys {', '.join(map(repr, list(first)[:6]))})"
+    if first is None and not lines[0].lstrip().startswith(("{", "[")):
+        for sep, name in (("\t", "tab"), (",", "comma")):
+            if sep in lines[0]:
+                return f"{name}-separated values (a first line of {len(lines[0].split(sep))} fields)"
+    return None
 
 
 _JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",

@@ -5,6 +5,10 @@ question goes to the window where its answer has the most context. A batch is a 
 their questions, so the phrase encoder runs once per window (SQuAD has ~4.6 questions per paragraph). A question
 is trained on only where its ``answer_start`` points at its answer's text (``answer_span``): an offset past the
 context or at other words would teach the wrong span (or, to the reader, "no answer here").
+
+A training file is read by ``load_training``: a blank question, a blank answer or a question id used twice is
+refused, naming the file and the place; questions left out (an answer not at its offset, inside a word, too long)
+are named in a warning (``warn_left_out``).
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from spanseek.core.encoding import QUESTION_PAD_MULTIPLE, padded_length
-from spanseek.core.io import Question
+from spanseek.core.io import CorpusError, Question, has_text, load_squad
 from spanseek.core.metrics import answers_in, normalized_passage
 from spanseek.core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
 from spanseek.trainer.losses import HardNegatives
@@ -47,6 +53,72 @@ def answered(questions: list[Question]) -> list[Question]:
         log.warning("%d questions are left out: their answer_start does not point at their answer's text (e.g. "
                     "question %s)", len(wrong), wrong[0])
     return kept
+
+
+def load_training(path: str | Path) -> list[dict[str, Any]]:
+    """The ``data`` list of a SQuAD-format training file (``core.io.load_squad``), refusing what would train on
+    nothing or on the wrong question (``check_training_data``)."""
+    data = load_squad(path)
+    check_training_data(data, path)
+    return data
+
+
+def check_training_data(data: list[dict[str, Any]], path: str | Path) -> None:
+    """CorpusError naming the file and the place (``data[0].paragraphs[2].qas[5]``) at the first question with no
+    text to read, answer with no text, or id used before (naming where): an empty question would be trained to find
+    its answer from nothing, and ids key the hard negatives and the results of each question."""
+    seen: dict[str, str] = {}
+    for i, art in enumerate(data):
+        for j, para in enumerate(art["paragraphs"]):
+            for k, qa in enumerate(para.get("qas", ())):
+                place = f"{path}: data[{i}].paragraphs[{j}].qas[{k}]"
+                if not has_text(qa["question"]):
+                    raise CorpusError(f"{place}: the question is blank; write its question or remove it")
+                for m, ans in enumerate(qa.get("answers") or ()):
+                    if not has_text(ans["text"]):
+                        raise CorpusError(f"{place}.answers[{m}]: the answer's text is blank; write the answer as it "
+                                          "reads in the context, or remove it (a question with no answer has "
+                                          "\"answers\": [])")
+                if "id" in qa:
+                    qid = str(qa["id"])
+                    if qid in seen:
+                        raise CorpusError(f"{place}: question id {qid!r} is also the id of {seen[qid]}; give each "
+                                          "question its own id")
+                    seen[qid] = f"data[{i}].paragraphs[{j}].qas[{k}]"
+
+
+# why build_windows leaves a question out -> how a warning says it
+LEFT_OUT = {
+    "no_answer_tokens": "have no answer to train on (no answer, no answer_start, or one that covers no word)",
+    "answer_not_at_offset": "have an answer that is not at its answer_start",
+    "too_long": "have an answer longer than the model's longest phrase",
+    "inside_word": "have an answer that starts or ends inside a word (phrases start and end at word boundaries)",
+    "no_window": "have an answer that no passage window holds whole",
+}
+
+
+def warn_left_out(path: str | Path, left_out: dict[str, list[Question]], total: int) -> None:
+    """Log one warning per reason ``build_windows`` left questions out, with the count and the first one's place
+    and answer, so that a user can find and fix them in the training file."""
+    for reason, questions in left_out.items():
+        if questions:
+            log.warning("%s: %d of %d training questions %s and are left out; the first: %s", path,
+                        len(questions), total, LEFT_OUT[reason], _where(questions[0], reason))
+
+
+def _where(q: Question, reason: str) -> str:
+    """A question's id, article and paragraph, and (for a misplaced answer) where its answer is, for a warning."""
+    at = f"question {q.id!r} (data[{q.doc_index}].paragraphs[{q.para_index}])"
+    if not q.answers or not q.answer_starts:
+        return at
+    answer, start = q.answers[0], q.answer_starts[0]
+    if reason == "answer_not_at_offset":
+        found = q.context.find(answer)
+        where = f"its context has it at character {found}" if found >= 0 else "its context does not hold it"
+        return f"{at}: {answer!r} is not at character {start} ({where})"
+    if reason == "inside_word" and start >= 0:
+        return f"{at}: {answer!r} in {q.context[max(0, start - 15):start + len(answer) + 15]!r}"
+    return f"{at}: {answer!r}"
 
 
 @dataclass
@@ -121,11 +193,13 @@ def build_windows(
     stride: int,
     max_answer_tokens: int,
     hard: dict[str, list[str]] | None = None,
+    left_out: dict[str, list[Question]] | None = None,
 ) -> tuple[list[TrainWindow], dict[str, int]]:
     """Group questions by context, tokenise each context once, and assign questions to windows.
 
     ``hard`` maps question ids to mined hard-negative passages (trainer.mining). Returns the windows that have at
-    least one question, and counts of what was skipped.
+    least one question, and counts of what was skipped; ``left_out``, when given, gets the skipped questions
+    themselves, by reason (for ``warn_left_out``).
     """
     hard = hard or {}
     by_ctx: dict[str, list[Question]] = {}
@@ -134,6 +208,14 @@ def build_windows(
     contexts = list(by_ctx)
     window = max_seq_len - 2
     skipped = {"no_answer_tokens": 0, "answer_not_at_offset": 0, "too_long": 0, "no_window": 0, "inside_word": 0}
+    skipped_questions: dict[str, list[Question]] = left_out if left_out is not None else {}
+    for reason in skipped:
+        skipped_questions.setdefault(reason, [])
+
+    def skip(reason: str, q: Question) -> None:
+        skipped[reason] += 1
+        skipped_questions[reason].append(q)
+
     windows: list[TrainWindow] = []
     for c0 in range(0, len(contexts), 1024):
         chunk = contexts[c0 : c0 + 1024]
@@ -143,22 +225,22 @@ def build_windows(
                                       passage=ctx, first=s, offsets=toks.offsets[s : s + window]) for s in starts]
             for q in by_ctx[ctx]:
                 if not q.answers or q.answer_starts[0] < 0:
-                    skipped["no_answer_tokens"] += 1
+                    skip("no_answer_tokens", q)
                     continue
                 chars = answer_span(q)
                 if chars is None:  # the offset is past the context or at other words: the span would be wrong
-                    skipped["answer_not_at_offset"] += 1
+                    skip("answer_not_at_offset", q)
                     continue
                 span = char_to_token(toks.offsets, *chars)
                 if span is None:
-                    skipped["no_answer_tokens"] += 1
+                    skip("no_answer_tokens", q)
                     continue
                 i, j = span
                 if j - i >= max_answer_tokens:
-                    skipped["too_long"] += 1
+                    skip("too_long", q)
                     continue
                 if not (toks.flags[i] & FLAG_START and toks.flags[j] & FLAG_END):
-                    skipped["inside_word"] += 1  # its gold token is masked out of the softmax: it cannot be learned
+                    skip("inside_word", q)  # its gold token is masked out of the softmax: it cannot be learned
                     continue
                 # window with the most context around the answer
                 best, best_ctx = -1, -1
@@ -168,7 +250,7 @@ def build_windows(
                         if c > best_ctx:
                             best, best_ctx = w, c
                 if best < 0:  # longer than the windows' overlap and across a window edge: no window holds it
-                    skipped["no_window"] += 1
+                    skip("no_window", q)
                     continue
                 tw = per_window[best]
                 tw.questions.append(q.question)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from spanseek.core.encoding import autocast, pick_device, pick_precision
-from spanseek.core.io import load_squad, squad_questions, write_json_atomic
+from spanseek.core.io import squad_questions, write_json_atomic
 from spanseek.core.model import (
     PhraseModel,
     check_model_out,
@@ -33,7 +33,7 @@ from spanseek.core.model import (
 from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.indexer.compress import filter_probabilities
 from spanseek.trainer.arguments import FilterConfig
-from spanseek.trainer.data import build_windows, collate
+from spanseek.trainer.data import build_windows, collate, load_training
 
 log = logging.getLogger(__name__)
 KEEP_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.75)
@@ -135,7 +135,7 @@ def train_filter(cfg: FilterConfig) -> dict:
     base.filter_head = filter_head(base.dim, cfg.hidden)
     base.to(device).eval()
     tokenizer = load_tokenizer(base.config)
-    data = load_squad(cfg.train)
+    data = load_training(cfg.train)
     train_art, held_art = cfg.holdout.split(data)
     rng = np.random.default_rng(cfg.seed)
 

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from spanseek.core.encoding import pick_device
 from spanseek.core.evaluate import sample_questions
 from spanseek.core.holdout import Holdout
-from spanseek.core.io import Question, load_squad, squad_documents, squad_questions, write_corpus
+from spanseek.core.io import Question, squad_documents, squad_questions, write_corpus
 from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import calibration_error, exact_match, passage_has_answer
 from spanseek.core.params import SearchParams
@@ -35,6 +35,7 @@ from spanseek.core.reader import PassageReader, resolve_reader
 from spanseek.core.reading import READ_FEATURES, READING_NAME, Candidate, Reading, ReadingStage, read_features
 from spanseek.trainer.arguments import FitReadingConfig
 from spanseek.trainer.calibrate import fit_logistic
+from spanseek.trainer.data import load_training
 
 
 @dataclasses.dataclass
@@ -164,7 +165,7 @@ def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str 
 
 
 def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
-    data = load_squad(cfg.train)
+    data = load_training(cfg.train)
     articles = [a for i, a in enumerate(data) if Holdout(cfg.holdout_every, cfg.articles_offset).held(i)]
     questions = sample_questions([q for q in squad_questions(articles) if q.answers], cfg.questions, seed=cfg.seed)
     with tempfile.TemporaryDirectory(prefix="spanseek-fit-reading-") as tmp:

@@ -39,8 +39,9 @@ import torch
 from tqdm.auto import tqdm
 
 from spanseek.core.encoding import PassageEncoder, QuestionEncoder, pick_device, pick_precision
+from spanseek.core.evaluate import TRAINED_QUESTIONS
 from spanseek.core.holdout import Holdout
-from spanseek.core.io import Question, load_squad, replace_dir, squad_questions
+from spanseek.core.io import Question, replace_dir, squad_questions
 from spanseek.core.model import (
     CONFIG_NAME,
     WEIGHTS_NAME,
@@ -59,7 +60,7 @@ from spanseek.core.reader import (
 from spanseek.core.spans import span_scores
 from spanseek.core.text import char_to_token
 from spanseek.trainer.arguments import LengthBiasConfig, ReaderLengthBiasConfig
-from spanseek.trainer.data import answered
+from spanseek.trainer.data import answered, load_training
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     model.to(device)
     precision = pick_precision(cfg.precision, device)
     tokenizer = load_tokenizer(model.config)
-    train, held = cfg.holdout.split(load_squad(cfg.train))
+    train, held = cfg.holdout.split(load_training(cfg.train))
     rng = random.Random(cfg.seed)
     fit_q = answered(squad_questions(train))
     fit_q = rng.sample(fit_q, min(cfg.questions, len(fit_q)))
@@ -212,7 +213,7 @@ def fit_reader_length_bias(cfg: ReaderLengthBiasConfig) -> dict[str, Any]:
     if reader.config.length_bias:
         log.info("%s already has a length prior; it is refitted from zero", reader_dir)
         reader.config = dataclasses.replace(reader.config, length_bias=())
-    data = load_squad(cfg.train)
+    data = load_training(cfg.train)
     rng = random.Random(cfg.seed)
     articles = Holdout(cfg.holdout_every, cfg.articles_offset).split(data)[1]
     fit_q = answered(squad_questions(articles))
@@ -234,16 +235,20 @@ def fit_reader_length_bias(cfg: ReaderLengthBiasConfig) -> dict[str, Any]:
 
 
 def write_model_copy(model_dir: Path, out: Path, config) -> None:
-    """Write ``config`` and ``model_dir``'s weights file (copied byte for byte) to ``out``, atomically."""
+    """Write ``config`` and ``model_dir``'s weights file (copied byte for byte) to ``out``, atomically, with the
+    record of the questions its encoders were trained on (``TRAINED_QUESTIONS``). Not its calibration: the
+    confidence of the refitted scores is fitted again (``spanseek train calibrate``)."""
     write_copy(model_dir, out, WEIGHTS_NAME, lambda d: config.save(d / CONFIG_NAME))
 
 
 def write_copy(src: Path, out: Path, weights: str, save_config) -> None:
-    """``src``'s weights file ``weights`` (copied byte for byte) and the config ``save_config(dir)`` writes, to
-    ``out``, atomically."""
+    """``src``'s weights file ``weights`` (copied byte for byte; with ``TRAINED_QUESTIONS`` if it has one) and the
+    config ``save_config(dir)`` writes, to ``out``, atomically."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     shutil.copy2(src / weights, tmp / weights)
+    if (src / TRAINED_QUESTIONS).is_file():
+        shutil.copy2(src / TRAINED_QUESTIONS, tmp / TRAINED_QUESTIONS)
     save_config(tmp)
     replace_dir(tmp, out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import json
 import logging
 import math
@@ -30,13 +31,14 @@ from tqdm.auto import tqdm
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import autocast
+from spanseek.core.evaluate import question_key, trained_questions, write_trained_questions
 from spanseek.core.integrity import fsync_path, writer_lock
 from spanseek.core.io import load_squad, squad_questions, write_json_atomic
 from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, PhraseModel
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
 from spanseek.trainer.checkpoints import STATE, StopAfterStep, check_checkpoint, read_state
-from spanseek.trainer.data import Batch, TrainWindow, build_windows
+from spanseek.trainer.data import Batch, TrainWindow, build_windows, warn_left_out
 from spanseek.trainer.distill import teacher_cache, teacher_tensors
 from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.losses import HardNegatives, PreBatchCache, phrase_loss
@@ -102,8 +104,9 @@ def check_validation_split(cfg: TrainingOptions, data: list[dict]) -> None:
     training (it failed after the whole run)."""
     if cfg.val_questions and not squad_questions(cfg.holdout.split(data)[1]):
         raise ValueError(f"--val-questions {cfg.val_questions}: {cfg.train} has no questions in its held-out articles "
-                         f"(every {cfg.holdout.every}th from article {cfg.holdout.offset}: {len(data)} articles); give "
-                         "--val-questions 0, or a file with more articles")
+                         f"(every {cfg.holdout.every}th from article {cfg.holdout.offset}: {len(data)} articles); hold "
+                         "out others (--holdout-every N --holdout-offset K: article i is held out when i % N == K), "
+                         "give --val-questions 0, or a file with more articles")
 
 
 def training_windows(
@@ -114,14 +117,18 @@ def training_windows(
     train_articles, _ = cfg.holdout.split(data)
     questions = squad_questions(train_articles)
     if not questions:
-        raise ValueError(f"{cfg.train}: no trainable questions in the training articles")
+        raise ValueError(f"{cfg.train}: no questions in its training articles ({len(data)} articles, "
+                         f"{len(data) - len(train_articles)} of them held out)")
     if cfg.limit_questions and cfg.limit_questions > len(questions):
         raise ValueError(f"--limit-questions {cfg.limit_questions}: {cfg.train} has {len(questions)} training "
                          "questions; ask for at most that many, or leave it out to use them all")
     if cfg.limit_questions:
         rng = np.random.default_rng(cfg.seed)
         questions = [questions[i] for i in sorted(rng.choice(len(questions), cfg.limit_questions, replace=False))]
-    windows, skipped = build_windows(questions, tokenizer, enc.max_seq_len, enc.stride, enc.max_answer_tokens, hard)
+    left_out: dict[str, list] = {}
+    windows, skipped = build_windows(questions, tokenizer, enc.max_seq_len, enc.stride, enc.max_answer_tokens, hard,
+                                     left_out)
+    warn_left_out(cfg.train, left_out, len(questions))
     if not windows:
         raise ValueError(f"{cfg.train}: no trainable questions in the training articles (none has an answer a "
                          f"window can hold: skipped {skipped})")
@@ -187,6 +194,29 @@ def resume_point(out: Path, name: str = "last") -> Path | None:
     return next((path for path in candidates if (path / STATE).is_file()), None)
 
 
+def examples_digest(windows: list[TrainWindow]) -> str:
+    """SHA-1 of what a run trains on: each window's passage and place, and its questions with their gold tokens and
+    answers (a resumed run must train on the same)."""
+    h = hashlib.sha1()
+    for w in windows:
+        h.update(json.dumps([w.passage, w.first, w.questions, w.starts, w.ends, w.answers]).encode("utf-8"))
+    return h.hexdigest()
+
+
+def check_resume_data(out: Path, windows: list[TrainWindow], train: str) -> None:
+    """Refuse to resume the run in ``out`` on other training examples than its checkpoint was trained on (an edited
+    training file, or another one): it would go on from the old run's step, or, finished, change nothing while its
+    summary named the new file. A checkpoint without the record (older runs) is resumed as before."""
+    point = resume_point(out)
+    record = trained_questions(point) if point is not None else None
+    if record is None or not record.get("examples") or record["examples"] == examples_digest(windows):
+        return
+    ours = len({question_key(q) for w in windows for q in w.questions})
+    raise ValueError(f"--out {out} holds a run trained on other questions ({record['questions']} of "
+                     f"{record.get('source')}; this run has {ours} of {train}): use a new --out for a run on these "
+                     f"questions, or remove {out} to start over")
+
+
 def check_resume(out: Path, config: EncoderConfig) -> None:
     """Refuse to resume the run in ``out`` with a model of another encoder config than its checkpoint's (its
     weights would not fit), naming the settings that differ, or from a checkpoint whose files are cut short
@@ -219,8 +249,10 @@ def recover_checkpoint(out: Path, name: str = "last") -> None:
         point.rename(out / name)
 
 
-def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None) -> None:
-    """Save a checkpoint (and the optimizer state) to out/name, replacing it atomically.
+def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None,
+                    trained: tuple[list[str], str, str] | None = None) -> None:
+    """Save a checkpoint (and the optimizer state) to out/name, replacing it atomically; ``trained`` (the questions,
+    the training file, the examples' digest) is recorded with it (``core.evaluate.TRAINED_QUESTIONS``).
 
     The new checkpoint is complete in out/name.saving (its state written last, by a rename, and flushed to disk)
     before the old one is moved aside, so a run killed between the two renames resumes from it (``resume_point``).
@@ -228,6 +260,8 @@ def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None
     tmp = out / f"{name}.saving"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save(tmp)
+    if trained is not None:
+        write_trained_questions(tmp, trained[0], trained[1], trained[2])
     if state is not None:
         torch.save(state, tmp / f"{STATE}.tmp")
         (tmp / f"{STATE}.tmp").rename(tmp / STATE)
@@ -289,6 +323,8 @@ def train_loop(
         recover_checkpoint(out)
     if dist.enabled:
         torch.distributed.barrier()  # every rank resumes from the recovered checkpoint
+    trained = ([q for w in windows for q in w.questions], str(cfg.train), examples_digest(windows))
+    check_resume_data(out, windows, str(cfg.train))
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     mode.load_state_dict(state)
     fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)
@@ -347,9 +383,10 @@ def train_loop(
             bar.update(1)
             if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end or stop.requested):
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step}
-                save_checkpoint(model, out, "last", saved | mode.state_dict())
+                save_checkpoint(model, out, "last", saved | mode.state_dict(), trained)
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
-                model.save(out / "snapshots" / f"step-{step:06d}")
+                snapshot = model.save(out / "snapshots" / f"step-{step:06d}")
+                write_trained_questions(snapshot, *trained)
             if stop.requested:  # Ctrl-C: this step finished and its checkpoint is saved
                 log.warning("stopped at step %d; the same command resumes from %s", step, out / "last")
                 raise KeyboardInterrupt

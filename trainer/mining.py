@@ -26,8 +26,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from spanseek.core.holdout import Holdout
-from spanseek.core.io import CorpusError, Question, atomic_path, load_squad, read_lines, squad_questions
+from spanseek.core.io import CorpusError, Question, atomic_path, read_lines, squad_questions
 from spanseek.core.metrics import passage_has_answer
+from spanseek.trainer.data import load_training
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ def mine(
             raise ValueError(f"{flag} must be an integer >= 1, got {value}")
     out = Path(out)
     check_mine_out(out, train)  # before any work
-    data = load_squad(train)
+    data = load_training(train)
     holdout = holdout or Holdout()
     pool = training_pool(data, holdout)
     # question positions must refer to the full file, so flatten it and drop held-out articles afterwards

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,6 +27,8 @@ from spanseek.core.model import PhraseModel, phrase_fingerprint
 from spanseek.core.text import FLAG_END, FLAG_START, tokenize_passages
 from spanseek.trainer.data import Batch, TrainWindow, hard_allowed, pick_hard, question_tensors
 from spanseek.trainer.losses import HardNegatives
+
+log = logging.getLogger(__name__)
 
 CACHE_META = "cache.json"
 CACHE_VECTORS = "vectors.npy"
@@ -124,17 +127,23 @@ def fill_rows(cache: PhraseCache, desc: str, progress: bool,
     keys, per = cache.keys, cache.shard_windows
     vectors = np.load(cache.dir / CACHE_VECTORS, mmap_mode="r+")
     bar = tqdm(total=sum(min(per, len(keys) - s * per) for s in todo), desc=desc, unit="window", disable=not progress)
-    for shard in todo:
-        shard_keys = keys[shard * per : (shard + 1) * per]
-        for a in range(0, len(shard_keys), batch_windows):
-            chunk = shard_keys[a : a + batch_windows]
-            for k, v in zip(chunk, vectors_of(chunk), strict=True):
-                i = cache.row[k]
-                vectors[cache.offsets[i] : cache.offsets[i + 1]] = v
-            bar.update(len(chunk))
-        vectors.flush()
-        done.add(shard)
-        write_json_atomic(cache.dir / CACHE_DONE, sorted(done))
+    try:
+        for shard in todo:
+            shard_keys = keys[shard * per : (shard + 1) * per]
+            for a in range(0, len(shard_keys), batch_windows):
+                chunk = shard_keys[a : a + batch_windows]
+                for k, v in zip(chunk, vectors_of(chunk), strict=True):
+                    i = cache.row[k]
+                    vectors[cache.offsets[i] : cache.offsets[i + 1]] = v
+                bar.update(len(chunk))
+            vectors.flush()
+            done.add(shard)
+            write_json_atomic(cache.dir / CACHE_DONE, sorted(done))
+    except KeyboardInterrupt:  # Ctrl-C: say what is kept, and how to go on
+        bar.close()
+        log.warning("%s: stopped with %d of %d shards of %d windows filled; the same command resumes from there",
+                    cache.dir, len(done), cache.n_shards, per)
+        raise
     bar.close()
     return PhraseCache(cache.dir)
 

@@ -29,14 +29,15 @@ from pathlib import Path
 import torch
 
 from spanseek.core.encoding import pick_device, pick_precision
-from spanseek.core.io import load_squad, write_json_atomic
+from spanseek.core.io import write_json_atomic
 from spanseek.core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
 from spanseek.trainer.arguments import QsftConfig
-from spanseek.trainer.data import Batch, TrainWindow
+from spanseek.trainer.data import Batch, TrainWindow, load_training
 from spanseek.trainer.distill import check_teacher
 from spanseek.trainer.loop import (
     StepSource,
     check_resume,
+    check_resume_data,
     check_validation_split,
     finish,
     run_lock,
@@ -90,6 +91,8 @@ def train_qsft(cfg: QsftConfig) -> dict:
 
 def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
     torch.manual_seed(cfg.seed)
+    data = load_training(cfg.train)  # a bad training file is named before the model loads
+    check_validation_split(cfg, data)  # before any training
     device = pick_device(cfg.device)
     precision = pick_precision(cfg.precision, device)
     model_dir = resolve_model(cfg.model)
@@ -108,8 +111,6 @@ def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
     tokenizer = load_tokenizer(model.config)
     enc = model.config
 
-    data = load_squad(cfg.train)
-    check_validation_split(cfg, data)  # before any training
     hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None
     windows, skipped = training_windows(cfg, data, tokenizer, enc, hard)
     hard_pairs, hard_keys = hard_windows(windows, tokenizer, enc)
@@ -128,6 +129,7 @@ def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
                              "an index of training articles)")
         log.info("training against %s: %d windows (left out: %s)", cfg.from_index, len(windows), not_indexed)
     else:
+        check_resume_data(out, windows, cfg.train)  # before the cache is filled for other windows
         cache = fill_cache(cfg.cache or out / "phrase-cache", model, model_dir, tokenizer,
                            [(w.input_ids, w.flags) for w in windows] + hard_pairs, device=device,
                            precision=precision, progress=cfg.progress)

@@ -29,7 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from spanseek.core.encoding import autocast, pad_batch, pick_device, pick_precision
-from spanseek.core.io import load_squad, squad_questions, write_json_atomic
+from spanseek.core.io import squad_questions, write_json_atomic
 from spanseek.core.lexical import LexicalIndex
 from spanseek.core.metrics import answers_in, normalized_passage
 from spanseek.core.reader import (
@@ -43,7 +43,7 @@ from spanseek.core.reader import (
 )
 from spanseek.trainer.arguments import ReaderTrainConfig
 from spanseek.trainer.checkpoints import STATE, StopAfterStep, check_checkpoint, check_weights, read_state
-from spanseek.trainer.data import answered
+from spanseek.trainer.data import answered, load_training
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.loop import (
@@ -173,7 +173,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     recover_checkpoint(out)
     if (point := resume_point(out)) is not None:  # a damaged checkpoint is found before the data is tokenised
         check_checkpoint(point, READER_WEIGHTS_NAME, out)
-    data = load_squad(cfg.train)
+    data = load_training(cfg.train)
     held = [a for i, a in enumerate(data) if cfg.holdout.held(i)]
     questions = reader_questions(cfg, data)
     model = ReaderModel(reader_config).to(device)

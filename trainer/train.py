@@ -26,13 +26,13 @@ import torch
 
 from spanseek.core.config import DEFAULT_BACKBONE, EncoderConfig
 from spanseek.core.encoding import pick_device, pick_precision
-from spanseek.core.io import load_squad, write_json_atomic
+from spanseek.core.io import write_json_atomic
 from spanseek.core.model import PhraseModel, load_tokenizer, resolve_model
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import TrainConfig, lora_settings
 from spanseek.trainer.checkpoints import check_weights
 from spanseek.trainer.corrector import TargetCorrector, corrector_loss
-from spanseek.trainer.data import Batch, TrainWindow, collate
+from spanseek.trainer.data import Batch, TrainWindow, collate, load_training
 from spanseek.trainer.distill import check_teacher
 from spanseek.trainer.loop import (  # noqa: F401 (STATE, write_holdout: part of this module's interface)
     STATE,
@@ -176,7 +176,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
     distributed.init(cfg.dist, device.type)
     main = cfg.dist.is_main
 
-    data = load_squad(cfg.train)
+    data = load_training(cfg.train)
     check_validation_split(cfg, data)  # before any training
     hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None  # pre-model
     if cfg.init_from:  # continue a trained model: its encoder config wins over cfg.encoder

@@ -28,8 +28,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from spanseek.core.holdout import Holdout
-from spanseek.core.io import CorpusError, Document, atomic_path, load_squad, write_corpus, write_json_atomic
+from spanseek.core.io import CorpusError, Document, atomic_path, write_corpus, write_json_atomic
 from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME
+from spanseek.trainer.data import load_training
 from spanseek.trainer.mining import bm25_retriever
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def build_validation_sets(
             raise ValueError(f"{flag} must be an integer >= {low}, got {value}")
     out = Path(out)
     check_valsets_out(out)  # before any work
-    data = load_squad(train)
+    data = load_training(train)
     rng = random.Random(seed)
     holdout = holdout or Holdout()
     held = [a for a in range(len(data)) if holdout.held(a)]

@@ -149,3 +149,45 @@ def test_an_integer_too_long_to_read_names_the_file(tmp_path, capsys):
     assert main(["corpus", "from-squad", str(path), "--out", str(tmp_path / "c.jsonl")]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+# --- files that are not SQuAD JSON at all: said as what they are, with the shape that is wanted ---
+
+
+def _rows():
+    qa = GOOD["data"][0]["paragraphs"][0]["qas"][0]
+    return [{"id": "q0", "question": qa["question"], "answer": "Apple Inc.", "context": CONTEXT},
+            {"id": "q1", "question": "When?", "answer": "October 23, 2001", "context": CONTEXT}]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        pytest.param("q.json", "", "the file is empty", id="empty"),
+        pytest.param("q.json", "\n  \n", "the file is empty", id="blank"),
+        pytest.param("q.jsonl", "".join(json.dumps(r) + "\n" for r in _rows()),
+                     "JSON Lines (one object a line, the first with the keys 'id', 'question', 'answer', 'context'), "
+                     "not SQuAD-format JSON", id="json-lines"),
+        pytest.param("q.csv", 'question,answer,context\n"Who?",Apple Inc.,"The iPod, by Apple Inc."\n',
+                     "comma-separated values (a first line of 3 fields), not SQuAD-format JSON", id="csv"),
+        pytest.param("q.tsv", "question\tanswer\tcontext\nWho?\tApple\tThe iPod\n",
+                     "tab-separated values (a first line of 3 fields), not SQuAD-format JSON", id="tsv"),
+        pytest.param("q.json", json.dumps(_rows()), "a JSON list, not SQuAD format", id="json-list"),
+        pytest.param("q.json", json.dumps({"questions": _rows()}),
+                     "not SQuAD format (expected an object with a 'data' list)", id="no-data"),
+    ],
+)
+def test_a_file_of_another_format_is_named_with_the_shape_wanted(tmp_path, name, text, said):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(CorpusError) as e:
+        load_squad(path)
+    assert str(e.value).startswith(f"{path}: {said}")
+    assert 'SQuAD-format question files are one JSON object: {"data": [{"title"' in str(e.value)
+
+
+def test_broken_json_that_is_meant_as_squad_keeps_its_line_and_column(tmp_path):
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(GOOD, indent=1)[:-40], encoding="utf-8")  # cut short: the place of the error
+    with pytest.raises(CorpusError, match=r"invalid JSON \(.* at line \d+, column \d+\)$"):
+        load_squad(path)

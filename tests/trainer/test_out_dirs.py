@@ -72,7 +72,7 @@ def test_average_refuses_to_write_over_its_checkpoint_and_replaces_a_model_direc
 def test_a_second_run_into_the_same_out_is_refused_at_its_start(tmp_path, tiny_squad, tiny_config, monkeypatch):
     out = tmp_path / "run"
     out.mkdir()
-    monkeypatch.setattr(train_module, "load_squad", lambda *a: pytest.fail("refused only after loading"))
+    monkeypatch.setattr(train_module, "load_training", lambda *a: pytest.fail("refused only after loading"))
     with writer_lock(out, name=RUN_LOCK) as locked:  # what the first run holds for its life
         assert locked
         with pytest.raises(ValueError, match="another run holds it"):
@@ -186,7 +186,8 @@ def test_a_training_file_without_questions_is_refused_in_one_line(tmp_path, tiny
             "--val-questions", "0", "--precision", "fp32", "--device", "cpu", "--no-progress"]
     assert main(args) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("INFO", "WARNING"))]
-    assert err == [f"spanseek train: error: {path}: no trainable questions in the training articles"]
+    assert err == [f"spanseek train: error: {path}: no questions in its training articles (40 articles, 2 of them "
+                   "held out)"]
 
 
 # --- a run refused at its start leaves no --out behind ---

@@ -9,6 +9,7 @@ index, the decoded store and the filter's flags for a compact one.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import numpy as np
@@ -38,7 +39,7 @@ def _windows(model_dir, tiny_squad):
 
 
 def test_the_cache_holds_the_phrase_encoders_vectors_and_resumes_after_a_kill(
-    tmp_path, tiny_model_dir, tiny_squad, monkeypatch
+    tmp_path, tiny_model_dir, tiny_squad, monkeypatch, caplog
 ):
     model, tok, windows = _windows(tiny_model_dir, tiny_squad)
     pairs = [(w.input_ids, w.flags) for w in windows]
@@ -52,10 +53,13 @@ def test_the_cache_holds_the_phrase_encoders_vectors_and_resumes_after_a_kill(
         return encode(*args, **kwargs)
 
     monkeypatch.setattr(model, "encode_passages", dies_in_call_3)
-    with pytest.raises(KeyboardInterrupt):  # shards of 2 windows, batches of 2: two shards are done
+    with pytest.raises(KeyboardInterrupt), caplog.at_level(logging.WARNING, logger="spanseek.trainer.phrase_cache"):
         fill_cache(tmp_path / "cache", model, tiny_model_dir, tok, pairs, batch_windows=2, shard_windows=2,
-                   progress=False)
+                   progress=False)  # shards of 2 windows, batches of 2: two shards are done
     assert PhraseCache(tmp_path / "cache").done_shards() == {0, 1}
+    n_shards = PhraseCache(tmp_path / "cache").n_shards
+    assert (f"{tmp_path / 'cache'}: stopped with 2 of {n_shards} shards of 2 windows filled; the same command resumes "
+            "from there") in caplog.text
     monkeypatch.setattr(model, "encode_passages", encode)
     calls.clear()
     counted = []
