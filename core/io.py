@@ -37,6 +37,9 @@ from spanseek.core.filters import unfit_number, value_text
 
 log = logging.getLogger(__name__)
 MAX_META_BYTES = 16 * 1024  # a metadata object as JSON: a URL, dates, tags and a heading path fit many times over
+# levels of objects and lists in a metadata object (the object itself is the first): the service's JSON renderer of
+# answers stops at 255 levels, hits and all, so deeper metadata made every answer holding the document fail
+MAX_META_DEPTH = 64
 
 
 class CorpusError(ValueError):
@@ -311,7 +314,7 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
         raise CorpusError(f"{where}: 'id' is blank; give each document an id with a visible character", "id")
     _check_meta(where, doc_id, [("meta", "'meta'", meta)] + [
         ("passage_meta", f"'passage_meta' {i}", m) for i, m in enumerate(passage_meta) if m],
-        size is None or 4 * size > MAX_META_BYTES)
+        size is None or 4 * size > MAX_META_BYTES, size is None or size > 2 * MAX_META_DEPTH)
     for i, text in enumerate([str(doc_id), title, *paragraphs]):
         try:
             text.encode("utf-8")
@@ -332,12 +335,18 @@ def document_from_json(obj: Any, where: str, lineno: int = 0, stats: ReadStats |
     return Document(id=str(doc_id), title=title, paragraphs=kept, meta=meta, line=lineno, passage_meta=kept_meta)
 
 
-def _check_meta(where: str, doc_id: object, metas: list[tuple[str, str, dict[str, Any]]], may_be_large: bool) -> None:
+def _check_meta(where: str, doc_id: object, metas: list[tuple[str, str, dict[str, Any]]], may_be_large: bool,
+                may_be_deep: bool = True) -> None:
     """CorpusError naming the document and the key when one of its metadata objects holds a number that is not a
     finite float (NaN, Infinity: a merge's corpus reader would refuse it; an integer beyond a float's range, which
     the field index and filters cannot compare) or an unpaired surrogate (not valid Unicode text), or, where
-    ``may_be_large`` (a line short enough cannot be), is over MAX_META_BYTES as JSON."""
+    ``may_be_large`` (a line short enough cannot be), is over MAX_META_BYTES as JSON, or, where ``may_be_deep``,
+    is nested more than MAX_META_DEPTH levels deep."""
     for key, name, meta in metas:  # (the document's field, how the message names it, the metadata)
+        if may_be_deep and nesting_depth(meta) > MAX_META_DEPTH:
+            raise CorpusError(f"{where}: document {doc_id!r}: its {name} is nested more than {MAX_META_DEPTH} levels "
+                              "deep (objects and lists); keep metadata flat enough to filter on and return with hits",
+                              key)
         unfit = _first_unfit_number(meta)
         if unfit is not None:
             at, value = unfit
@@ -353,6 +362,19 @@ def _check_meta(where: str, doc_id: object, metas: list[tuple[str, str, dict[str
             raise CorpusError(f"{where}: document {doc_id!r}: its {name} is {size} bytes as JSON, over the limit of "
                               f"{MAX_META_BYTES} (metadata is returned with every hit; keep large values such as "
                               "full texts or images out of it)", key)
+
+
+def nesting_depth(value: Any) -> int:
+    """Levels of objects and lists in a JSON value (a scalar: 0, ``{"a": [1]}``: 2), counted without recursion:
+    metadata may be nested as deep as the JSON parser reads."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth + 1)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _first_unfit_number(meta: dict[str, Any]) -> tuple[str, Any] | None:

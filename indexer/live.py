@@ -43,6 +43,7 @@ from spanseek.core.encoding import PassageEncoder, drain, pick_precision
 from spanseek.core.filters import FilterError
 from spanseek.core.integrity import file_digest
 from spanseek.core.io import (
+    CorpusError,
     Document,
     document_from_json,
     document_json,
@@ -310,10 +311,10 @@ class LiveStore:
             for entry in read_entries(path):
                 encoded, emptied = self._encode_entry(entry, path, lambda doc_id: last[doc_id] == self.replayed)
                 self._apply(entry, encoded)
-                if emptied:  # documents an earlier version took for text: their writes removed what the ids held
+                if emptied:  # documents an earlier version took: their writes removed what the ids held
                     log.warning("%s: %d written document(s) without text to search (invisible or control characters "
-                                "only), which this version does not store, are deleted: %s", path, len(emptied),
-                                ", ".join(emptied[:20]))
+                                "only) or that this version refuses, which it does not store, are deleted: %s", path,
+                                len(emptied), ", ".join(emptied[:20]))
                     self.segment.delete(emptied)
                 self.replayed += 1
         if size:
@@ -345,12 +346,17 @@ class LiveStore:
         """An upsert's documents encoded, those that are not ``final`` (replaced or deleted by a later write) as
         placeholders: applied as the write was (order, tombstones), then dropped by that later write; and the ids of
         documents that have no text to read now (an earlier version took invisible or control characters for
-        text): placeholders too, to be deleted once applied, as this version stores no document without text."""
+        text), or that this version refuses (metadata nested too deeply): placeholders too, to be deleted once
+        applied, as this version stores no such document."""
         if entry["op"] != "upsert":
             return [], []
         out, emptied = [], []
         for raw in entry["docs"]:
-            doc = document_from_json(without_nonfinite(raw), str(where))  # (older logs: NaN)
+            try:
+                doc = document_from_json(without_nonfinite(raw), str(where))  # (older logs: NaN)
+            except CorpusError as e:  # a rule an earlier version did not have (metadata nested past MAX_META_DEPTH)
+                log.warning("%s: a written document this version refuses is deleted: %s", where, e)
+                doc = None
             if doc is None:
                 doc = Document(id=str(raw["id"]), title="", paragraphs=())
                 emptied.append(doc.id)

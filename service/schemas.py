@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from spanseek.core.filters import BOUNDS, MAX_FILTER_CONDITIONS, value_text
+from spanseek.core.io import MAX_META_DEPTH, nesting_depth
 from spanseek.core.params import HIT_WINDOW, Hit, MetaValue, SearchFilter, SearchParams, Unit
 
 __all__ = ["ErrorResponse", "FieldConditionIn", "FilterIn", "NotIn", "RangeIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
@@ -30,24 +31,6 @@ MAX_FILTER_KEYS = 64  # metadata keys in one filter
 # questions one request's schema takes: the server's own limit (max_queries_per_request, a 413 above it) is checked
 # after validation; this bound stops a huge list early, before each of its items is validated
 MAX_QUERIES = 1024
-# levels of objects and lists in a written document's metadata (its meta object is the first): the JSON renderer of
-# answers stops at 255 levels, hits and all, so deeper metadata made every answer holding the document a 500
-MAX_META_DEPTH = 64
-
-
-def nesting_depth(value: Any) -> int:
-    """Levels of objects and lists in a JSON value (a scalar: 0, ``{"a": [1]}``: 2), counted without recursion:
-    a request body may nest as deep as the JSON parser reads."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is not None:
-            deepest = max(deepest, depth + 1)
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
 def metadata_too_deep(meta: Any, passage_meta: Any = ()) -> str | None:
     """Which of a document's metadata objects (``'meta'``, ``'passage_meta' N``) is nested more than
     ``MAX_META_DEPTH`` levels deep, or None."""

@@ -328,6 +328,26 @@ def test_metadata_over_the_limit_is_refused_naming_the_document(tmp_path):
     assert [d.id for d in read_corpus(_write_lines(tmp_path / "ok.jsonl", [json.dumps(fits)]))] == ["ok"]
 
 
+def test_metadata_nested_past_the_limit_is_refused_naming_the_document(tmp_path):
+    """Every answer holding a document whose metadata was nested past 255 levels failed (the service's JSON renderer
+    stops there); an index build took it. Past MAX_META_DEPTH it is refused, at the limit read."""
+    from spanseek.core.io import MAX_META_DEPTH
+
+    def nested(depth: int) -> dict:
+        value: dict = {}
+        for _ in range(depth - 1):
+            value = {"k": value}
+        return value
+
+    at_limit = {"id": "ok", "title": "A", "paragraphs": ["p"], "meta": nested(MAX_META_DEPTH)}
+    deep = {"id": "deep-1", "title": "B", "paragraphs": ["p", "q"], "passage_meta": [None, nested(MAX_META_DEPTH + 1)]}
+    path = _write_lines(tmp_path / "m.jsonl", [json.dumps(at_limit), json.dumps(deep)])
+    with pytest.raises(CorpusError, match=rf"{path}:2: document 'deep-1': its 'passage_meta' 1 is nested more than "
+                                          rf"{MAX_META_DEPTH} levels deep"):
+        list(read_corpus(path))
+    assert [d.id for d in read_corpus(_write_lines(tmp_path / "ok.jsonl", [json.dumps(at_limit)]))] == ["ok"]
+
+
 def test_an_unpaired_surrogate_names_the_file_and_line(tmp_path):
     path = _write_lines(tmp_path / "s.jsonl", [json.dumps({"id": "1", "title": "A", "paragraphs": ["ok", "bad \ud800"]})])
     with pytest.raises(CorpusError, match=rf"{path}:1: paragraph 1 holds an unpaired surrogate"):

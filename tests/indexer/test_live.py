@@ -139,14 +139,19 @@ def test_a_logged_write_without_text_to_read_removes_what_its_id_held_on_replay(
     upsert(store, encoder, [{"id": "n0", "title": "New", "paragraphs": ["In 1300 Dara built a harbour."]}])
     wal = store.dir / "wal" / store.state["wals"][-1]
     store.close()
+    deep: dict = {}
+    for _ in range(100):  # metadata nested past MAX_META_DEPTH, which an earlier version took (every answer failed)
+        deep = {"k": deep}
     with open(wal, "ab") as f:
         for paragraphs in (["\u200b"], ["\x07"]):
             f.write(json.dumps({"op": "upsert", "docs": [{"id": "d1", "title": "Replaced", "paragraphs": paragraphs}]}
                                ).encode() + b"\n")
+        f.write(json.dumps({"op": "upsert", "docs": [{"id": "d2", "title": "Deep", "paragraphs": ["In 1300 Ada sang."],
+                                                      "meta": deep}]}).encode() + b"\n")
     reopened = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
-    assert reopened.get("d1") is None and reopened.get("n0")["title"] == "New"
+    assert reopened.get("d1") is None and reopened.get("d2") is None and reopened.get("n0")["title"] == "New"
     reopened.merge()
-    assert reopened.get("d1") is None and reopened.get("n0")["title"] == "New"
+    assert reopened.get("d1") is None and reopened.get("d2") is None and reopened.get("n0")["title"] == "New"
     reopened.close()
 
 
