@@ -1,8 +1,8 @@
 """HTTP routes that write a file as a document: PUT /files/{name} (add or replace), POST /files/{name} (add only).
 
 The request body is the file itself (any Content-Type). Its name's suffix says how it is read, exactly as
-``spanseek corpus from-files`` reads a file (``indexer.ingest``: .txt, .md, .markdown, .html, .htm, .pdf, .docx),
-and its passages are cut with the served model's tokenizer at from-files' sizes (``max_tokens``, ``overlap`` and
+``spanseek corpus from-files`` reads a file (``indexer.ingest``: .txt, .md, .markdown, .html, .htm, .pdf, .docx,
+.pptx), and its passages are cut with the served model's tokenizer at from-files' sizes (``max_tokens``, ``overlap`` and
 ``min_tokens`` may be given as query parameters, as the command's flags): the document written is the one that
 from-files then ``PUT /documents`` would write, with its pages or sections as passage metadata. The id is the name
 (as from-files names a file inside a folder: ``guide/install.md``) unless ``id`` is given; ``meta=KEY=VALUE``
@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
@@ -65,15 +68,46 @@ def file_options(meta: list[str], max_tokens: int | None, overlap: int | None, m
     return IngestOptions(chunk=chunk, extra_meta=extra)
 
 
+class _Renamed(logging.Filter):
+    """Rewrites a record whose message names the temporary copy ``path`` to name the file ``name`` instead."""
+
+    def __init__(self, path: str, name: str):
+        super().__init__()
+        self.path, self.name = path, name
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.path in message:
+            record.msg, record.args = message.replace(self.path, self.name), None
+        return True
+
+
+@contextmanager
+def _logged_as(path: Path, name: str) -> Iterator[None]:
+    """While a file is read: the readers' log records (``spanseek.indexer.*``: a PDF's pages without a text layer,
+    say) name the file, not its temporary copy. Records of other reads pass unchanged (their paths differ)."""
+    renamed = _Renamed(str(path), name)
+    loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)
+               if n == "spanseek.indexer" or n.startswith("spanseek.indexer.")]
+    for logger in loggers:
+        logger.addFilter(renamed)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(renamed)
+
+
 def read_upload(data: bytes, name: str, opts: IngestOptions, count: Any) -> Document | str:
     """The document of a file ``name`` whose bytes are ``data`` (``indexer.ingest.read_document`` on a temporary
     copy named like it), or the reason the reader skips it; IngestError (its text naming ``name``) when it refuses
-    it. A reason or error never shows the temporary copy's path."""
+    it. A reason, error or log record never shows the temporary copy's path."""
     with tempfile.TemporaryDirectory(prefix="spanseek-upload-") as tmp:
         path = Path(tmp) / f"upload{PurePosixPath(name).suffix.lower()}"
         path.write_bytes(data)
         try:
-            doc = read_document(path, name, count, opts)
+            with _logged_as(path, name):
+                doc = read_document(path, name, count, opts)
         except IngestError as e:
             raise IngestError(str(e).replace(str(path), name)) from None
         return doc.replace(str(path), name) if isinstance(doc, str) else doc

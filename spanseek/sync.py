@@ -2,15 +2,20 @@
 
     spanseek sync docs/ --url http://localhost:8000 [--api-key KEY] [--delete] [--meta team=docs] [--dry-run]
 
-The files are those `spanseek corpus from-files` reads (the same walk: .txt .md .markdown .html .htm .pdf .docx,
+The files are those `spanseek corpus from-files` reads (the same walk: .txt .md .markdown .html .htm .pdf .docx .pptx,
 hidden files and folders skipped), and each is named as from-files names it: its path relative to the folder given
 (``guide/install.md``), or as given for a file named on the command line. A file is written (the server reads it as
 from-files does) unless the service holds a document of that id whose ``sha256`` metadata is the file's: each
-written document records the SHA-256 of the bytes it was read from, and ``synced_from``, the ``--source`` name
-(default: the name of the first folder or file given). With ``--delete``, the documents an earlier sync with that
-``synced_from`` wrote whose files are gone are deleted (one ``POST /documents/delete``). A file the server refuses
-(no text, damaged: 422) is reported and the others go on; ``--strict`` stops at it. Each run prints what it wrote,
-left alone, deleted and refused; the exit status is 1 when a file was refused, else 0.
+written document records the SHA-256 of the bytes sent (read once, so a file saved during the sync is not recorded
+with another version's hash) and ``synced_from``, the ``--source`` name (default: the name of the first folder or
+file given). A document another ``--source`` wrote is not replaced (the file is refused, naming that source), nor is
+a second file of the same name in one run. With ``--delete``, the documents an earlier sync with that
+``synced_from`` wrote whose files are gone are deleted (one ``POST /documents/delete``); it deletes nothing when a
+folder could not be read, or when no file was found at all (an empty or unmounted folder). A file the server or the
+sync refuses (no text, damaged, too large, unreadable: 413, 415, 422) is reported and the others go on; ``--strict``
+stops at it. Each run prints the files it writes and deletes as it goes, then how many it wrote, left alone, deleted
+and refused; the exit status is 1 when a file was refused or ``--delete`` held back, else 0. The server answers a
+file's write once it has read and encoded it: ``--timeout`` (an hour) is how long the sync waits for one answer.
 
 The server needs writes on (``spanseek serve --writes``) and the write key (``--api-key`` or ``SPANSEEK_API_KEY``).
 """
@@ -19,32 +24,38 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 SOURCE_KEY, HASH_KEY = "synced_from", "sha256"
 MAX_KEPT_IDS = 10_000  # ids one filter's doc_ids list may hold (core.filters); a delete lists the kept ones in such lists
+REFUSED_STATUSES = (413, 415, 422)  # the server's refusals of one file (too large, no reader, unreadable): the rest go on
 
 
 @dataclass
 class SyncReport:
-    """What a sync did: ids written, left alone (unchanged), deleted, and refused (id, the server's reason)."""
+    """What a sync did: ids written, left alone (unchanged), deleted, and refused (id, the reason); ``not_deleted``
+    says why ``--delete`` deleted nothing, when it held back."""
 
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)  # the first 1,000 (``deleted_total``: how many)
     deleted_total: int = 0
     refused: list[tuple[str, str]] = field(default_factory=list)
+    not_deleted: str | None = None
 
     def summary(self, dry_run: bool = False) -> str:
         would = "would write" if dry_run else "wrote"
         line = (f"{would} {len(self.written)}, unchanged {len(self.unchanged)}, "
                 f"{'would delete' if dry_run else 'deleted'} {self.deleted_total}, refused {len(self.refused)}")
-        return "\n".join([line, *(f"  refused {doc_id}: {why}" for doc_id, why in self.refused)])
+        held_back = [f"  nothing deleted: {self.not_deleted}"] if self.not_deleted else []
+        return "\n".join([line, *(f"  refused {doc_id}: {why}" for doc_id, why in self.refused), *held_back])
 
 
 def file_hash(path: Path) -> str:
@@ -63,44 +74,105 @@ def stale_filter(source: str, kept: Sequence[str]) -> dict[str, Any]:
 
 
 def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, str] | None = None,
-         delete: bool = False, dry_run: bool = False, strict: bool = False) -> SyncReport:
+         delete: bool = False, dry_run: bool = False, strict: bool = False,
+         progress: Callable[[str], None] | None = None) -> SyncReport:
     """Write the files under ``paths`` that the service (``client``: a ``spanseek.client.Client``) does not hold as
     they are, and with ``delete`` delete what an earlier sync from ``source`` wrote that is gone (module docstring).
-    ``dry_run`` asks the service what it holds and changes nothing. An APIError other than a refused file (422,
-    415) is raised: the run stops there, and running it again goes on from what is written."""
+    ``dry_run`` asks the service what it holds and changes nothing; ``progress`` is called with a line for each file
+    written and each document deleted, as it happens. An APIError other than a refused file (413, 415, 422) is
+    raised: the run stops there, and running it again goes on from what is written."""
+    import httpx
+
     from spanseek.client import APIError
     from spanseek.indexer.ingest import IngestError, _files
 
     report = SyncReport()
     extra = {**(meta or {}), SOURCE_KEY: source}
+    say = progress or (lambda line: None)
     problems: list[tuple[Path, str]] = []
-    seen: list[str] = []
+    seen: dict[str, Path] = {}
+
+    def refuse(rel: str, why: str) -> None:
+        if strict:
+            raise ValueError(f"{rel}: {why}")
+        report.refused.append((rel, why))
+
     for path, rel in _files(paths, problems):
-        seen.append(rel)
-        digest = file_hash(path)
-        held = client.get(rel)
-        if held is not None and held.get("meta", {}).get(HASH_KEY) == digest \
-                and held["meta"].get(SOURCE_KEY) == source:
-            report.unchanged.append(rel)
+        if rel in seen:  # two folders given, each with a file of this name: one id, so the first one's
+            refuse(rel, f"{path} has the same name as {seen[rel]}, read already; one id cannot hold both: rename "
+                        f"one of them")
             continue
-        if dry_run:
-            report.written.append(rel)
+        seen[rel] = path
+        if rel.splitlines() != [rel]:  # a line break: what no id of the server may hold (service.writes)
+            refuse(rel, "its name holds a line break, which no document id may hold (GET /documents/{id} could not "
+                        "name it); rename it")
             continue
         try:
-            client.upsert_file(path, rel, meta={**extra, HASH_KEY: digest})
-        except APIError as e:
-            if e.status not in (415, 422) or strict:
-                raise
-            report.refused.append((rel, e.message))
+            data = path.read_bytes()  # once: the hash recorded is that of the bytes sent
+        except OSError as e:  # a file unreadable, or gone since the walk: its document (if any) is kept
+            refuse(rel, f"unreadable ({e.strerror or e})")
             continue
+        digest = hashlib.sha256(data).hexdigest()
+        held_meta = (client.get(rel) or {}).get("meta") or {}
+        owner = held_meta.get(SOURCE_KEY)
+        if owner is not None and owner != source:
+            refuse(rel, f"the service holds this id as a document synced from {owner!r}; sync with --source "
+                        f"{owner} to take it over (a folder moved or renamed), or delete that document first")
+            continue
+        if owner == source and held_meta.get(HASH_KEY) == digest:
+            report.unchanged.append(rel)
+            continue
+        if not dry_run:
+            try:
+                client.upsert_file(data, rel, meta={**extra, HASH_KEY: digest})
+            except httpx.TimeoutException:
+                raise RuntimeError(f"{rel}: no answer to its write in time (the server may still be reading and "
+                                   f"encoding it: the next run finds it written if so); --timeout waits longer"
+                                   ) from None
+            except APIError as e:
+                if e.status not in REFUSED_STATUSES or strict:
+                    raise
+                why = f"{len(data):,} bytes, too large for the server: {e.message}" if e.status == 413 else e.message
+                report.refused.append((rel, why))
+                continue
         report.written.append(rel)
+        say(f"{'would write' if dry_run else 'wrote'} {rel}")
     if problems and strict:
         raise IngestError(f"{problems[0][0]}: {problems[0][1]}")
     report.refused += [(str(p), why) for p, why in problems]
     if delete:
-        deleted = client.delete(filter=stale_filter(source, seen), dry_run=dry_run)
-        report.deleted, report.deleted_total = list(deleted), deleted.total
+        _delete_stale(client, source, list(seen), problems, dry_run, report, say)
     return report
+
+
+def _delete_stale(client: Any, source: str, kept: list[str], problems: list[tuple[Path, str]], dry_run: bool,
+                  report: SyncReport, say: Callable[[str], None]) -> None:
+    """``--delete``: the documents from ``source`` whose files are not ``kept``; none when the walk may have
+    missed files (a folder it could not read, or no file at all), which would delete documents whose files exist."""
+    from spanseek.client import APIError
+
+    if folders := [p for p, _ in problems if p.is_dir()]:  # (the other problems are files: .doc, named as refused)
+        report.not_deleted = (f"{folders[0]} could not be read, and the documents of its files would be deleted; "
+                              f"make it readable and sync again")
+        return
+    if not kept:
+        held = client.delete(filter=stale_filter(source, []), dry_run=True).total
+        if held:
+            report.not_deleted = (f"no file was found, and every document synced from {source!r} ({held}) would be "
+                                  f"deleted; if that is what you want, POST /documents/delete with the filter "
+                                  f"{json.dumps({'meta': {SOURCE_KEY: source}}, ensure_ascii=False)}")
+        return
+    try:
+        deleted = client.delete(filter=stale_filter(source, kept), dry_run=dry_run)
+    except APIError as e:
+        if e.status != 413:
+            raise
+        raise ValueError(f"--delete: its request lists the {len(kept)} files kept, and the server refused it as too "
+                         f"large ({e.message}); start the server with a larger --max-body-bytes, or sync the folder "
+                         f"in parts, each with its own --source") from None
+    report.deleted, report.deleted_total = list(deleted), deleted.total
+    for doc_id in deleted:
+        say(f"{'would delete' if dry_run else 'deleted'} {doc_id}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -112,12 +184,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the write key (default: $SPANSEEK_API_KEY)")
     p.add_argument("--source", default=None,
                    help="the name recorded in each document's synced_from (default: the first path's name); "
-                        "--delete deletes only documents with this name")
+                        "--delete deletes only documents with this name, and documents with another are not replaced")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="metadata for every document")
     p.add_argument("--delete", action="store_true", help="delete the documents of files that are gone")
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
-    p.add_argument("--strict", action="store_true", help="stop at the first file the server refuses")
-    p.set_defaults(func=_run)
+    p.add_argument("--strict", action="store_true", help="stop at the first file refused")
+    p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                   help="how long one file's write may take: the server reads and encodes the file before it "
+                        "answers (a megabyte of text, 215k tokens, took 107 s on 2 CPU cores)")
+    # the files written and deleted are its output: not a log line per HTTP request
+    p.set_defaults(func=_run, quiet_log_level=logging.WARNING)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -133,11 +209,18 @@ def _run(args: argparse.Namespace) -> int:
         if key in meta or key in (SOURCE_KEY, HASH_KEY):
             raise ValueError(f"--meta {key} given twice, or a key sync sets itself ({SOURCE_KEY}, {HASH_KEY})")
         meta[key] = value
+    if not 0 < args.timeout < float("inf"):
+        raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
     source = args.source or Path(args.paths[0]).resolve().name
+
+    def progress(line: str) -> None:
+        sys.stderr.write(f"  {line}\n")
+        sys.stderr.flush()
+
     try:
-        with Client(args.url, api_key=args.api_key) as client:
-            report = sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict)
+        with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+            report = sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress)
     except (SpanseekError, httpx.HTTPError) as e:  # the service refused, or could not be reached: one line
         raise RuntimeError(f"{args.url}: {e}") from None
     sys.stderr.write(report.summary(args.dry_run) + "\n")
-    return 1 if report.refused else 0
+    return 1 if report.refused or report.not_deleted else 0

@@ -8,6 +8,7 @@ and the reason; the body limit for files is max_file_bytes; the Python client's 
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 
@@ -186,3 +187,23 @@ async def test_the_async_client_writes_files(write_settings, live):
         async with AsyncClient(url, api_key="key") as client:
             written = await client.upsert_file(b"In 1450 Gala built the harbour bridge.", "a.txt", doc_id="x")
             assert written["id"] == "x" and (await client.get("x"))["meta"] == {"source": "a.txt"}
+
+
+def test_a_readers_warning_names_the_file_not_its_temporary_copy(write_settings, tmp_path, caplog):
+    pytest.importorskip("fpdf")
+    import fpdf
+    from PIL import Image
+
+    Image.new("RGB", (60, 40), "gray").save(tmp_path / "scan.png")
+    pdf = fpdf.FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.multi_cell(0, 6, "In 1450 Gala built the harbour bridge.")
+    pdf.add_page()
+    pdf.image(str(tmp_path / "scan.png"), x=10, y=10, w=150)  # a scanned page: the reader warns
+    pdf.output(str(tmp_path / "mixed.pdf"))
+    with serving(create_app(write_settings())) as client, caplog.at_level(logging.WARNING):
+        r = client.put("/files/manuals/mixed.pdf", headers=KEY, content=(tmp_path / "mixed.pdf").read_bytes())
+        assert r.status_code == 200, r.text
+    (warning,) = [m for r in caplog.records if "only images" in (m := r.getMessage())]
+    assert warning.startswith("manuals/mixed.pdf: page 2 of 2 holds only images"), warning

@@ -1,15 +1,22 @@
 """`spanseek sync` (spanseek.sync): a folder's files made the service's documents through PUT /files/{name}; files
 left alone when unchanged, refused ones reported, the documents of removed files deleted (and only those), dry runs
-changing nothing; POST /documents/delete's dry_run.
+changing nothing; POST /documents/delete's dry_run. A folder changing during the run, another source's documents and
+a second file of one name left alone, a delete held back when the walk may have missed files, files and deletes too
+large for the server, a write not answered in time.
 
     .venv/bin/python -m pytest -q tests/service/test_sync.py
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import sys
+
 import pytest
 
-from spanseek.cli import main
+from spanseek.cli import build_parser, main
 from spanseek.client import Client
 from spanseek.service.app import create_app
 from spanseek.sync import HASH_KEY, MAX_KEPT_IDS, SOURCE_KEY, file_hash, stale_filter, sync
@@ -99,3 +106,140 @@ def test_the_command_reports_and_its_status_says_whether_a_file_was_refused(url,
     err = capsys.readouterr().err
     assert err.startswith("spanseek sync: error: http://127.0.0.1:9") and "Traceback" not in err
     assert main(["sync", str(docs), "--url", url, "--meta", f"{SOURCE_KEY}=x"]) == 2
+
+
+class EditingClient(Client):
+    """A client that runs ``edit`` when the sync first asks the service about a document: a folder that changes
+    while it is synced (a file saved, or removed, by someone else)."""
+
+    def __init__(self, *args, edit, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.edit = edit
+
+    def get(self, doc_id):
+        if self.edit is not None:
+            self.edit, edit = None, self.edit
+            edit()
+        return super().get(doc_id)
+
+
+def test_the_hash_recorded_is_that_of_the_text_written_when_a_file_is_saved_during_the_sync(url, tmp_path):
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
+    second = "In 1455 Gala rebuilt the harbour bridge."
+    with EditingClient(url, api_key="key", edit=lambda: (docs / "a.txt").write_text(second)) as client:
+        assert sync(client, [docs], "docs").written == ["a.txt"]
+        held = client.get("a.txt")
+    first_hash = hashlib.sha256(b"In 1450 Gala built the harbour bridge.").hexdigest()
+    # whichever version was sent, the hash says which: never the text of one with the hash of the other
+    assert (held["paragraphs"], held["meta"][HASH_KEY]) == (["In 1450 Gala built the harbour bridge."], first_hash)
+    with Client(url, api_key="key") as client:  # the file as it is now is written by the next run
+        assert sync(client, [docs], "docs").written == ["a.txt"] and client.get("a.txt")["paragraphs"] == [second]
+
+
+def test_a_file_gone_or_unreadable_is_refused_and_the_others_are_written(url, tmp_path):
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the bridge.", "b.txt": "In 1460 Hugo built the church.",
+                                      "c.txt": "In 1470 Ida built the mill."})
+    with Client(url, api_key="key") as client:
+        assert sorted(sync(client, [docs], "docs").written) == ["a.txt", "b.txt", "c.txt"]
+    (docs / "a.txt").write_text("In 1451 Gala built the bridge.")
+    (docs / "c.txt").write_text("In 1471 Ida built the mill.")
+    with EditingClient(url, api_key="key", edit=(docs / "b.txt").unlink) as client:  # removed after the walk
+        report = sync(client, [docs], "docs", delete=True)
+        assert sorted(report.written) == ["a.txt", "c.txt"] and report.deleted == []
+        assert [(i, "No such file" in why) for i, why in report.refused] == [("b.txt", True)]
+        assert client.get("b.txt") is not None  # kept this time; the next run deletes it
+        assert sync(client, [docs], "docs", delete=True).deleted == ["b.txt"]
+
+
+def test_a_document_of_another_source_or_a_second_file_of_one_name_is_not_replaced(url, tmp_path):
+    a = folder(tmp_path / "a", {"shared.txt": "In 1450 Gala built the bridge.", "a.txt": "In 1470 Ida built the mill."})
+    b = folder(tmp_path / "b", {"shared.txt": "In 1460 Hugo built the church."})
+    with Client(url, api_key="key") as client:
+        assert sorted(sync(client, [a], "a").written) == ["a.txt", "shared.txt"]
+        report = sync(client, [b], "b", delete=True)
+        assert report.written == [] and [i for i, _ in report.refused] == ["shared.txt"]
+        assert "synced from 'a'" in report.refused[0][1] and "--source a" in report.refused[0][1]
+        assert client.get("shared.txt")["paragraphs"] == ["In 1450 Gala built the bridge."]
+        assert sync(client, [a], "a").unchanged == ["a.txt", "shared.txt"]  # not written back and forth
+        # two folders in one run: one id, the first folder's file
+        report = sync(client, [a, b], "a")
+        assert [i for i, _ in report.refused] == ["shared.txt"] and "same name" in report.refused[0][1]
+        assert client.get("shared.txt")["paragraphs"] == ["In 1450 Gala built the bridge."]
+        # a folder moved (another default source): refused until --source names the old one
+        assert sync(client, [a], "a-moved", delete=True).refused != []
+        assert sync(client, [a], "a", delete=True).refused == []
+
+
+def test_delete_holds_back_when_no_file_is_found_or_a_folder_cannot_be_read(url, tmp_path, monkeypatch):
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the bridge.",
+                                      "locked/b.txt": "In 1460 Hugo built the church."})
+    with Client(url, api_key="key") as client:
+        assert sorted(sync(client, [docs], "docs").written) == ["a.txt", "locked/b.txt"]
+        real_walk = os.walk
+
+        def walk(top, onerror=None, **kwargs):  # the folder "locked" as a folder without read permission
+            for found in real_walk(top, onerror=onerror, **kwargs):
+                if os.path.basename(found[0]) == "locked":
+                    found[1][:] = []
+                    onerror(PermissionError(13, "Permission denied", found[0]))
+                    continue
+                yield found
+
+        monkeypatch.setattr("spanseek.indexer.ingest.os.walk", walk)
+        report = sync(client, [docs], "docs", delete=True)
+        assert report.deleted_total == 0 and "could not be read" in report.not_deleted
+        assert client.get("locked/b.txt") is not None
+        monkeypatch.undo()
+        empty = tmp_path / "empty" / "docs"
+        empty.mkdir(parents=True)  # a folder not mounted, say
+        report = sync(client, [empty], "docs", delete=True)
+        assert report.deleted_total == 0 and "no file was found" in report.not_deleted and "(2)" in report.not_deleted
+        assert client.get("a.txt") is not None and client.get("locked/b.txt") is not None
+
+
+def test_a_file_over_the_servers_limit_is_refused_and_a_delete_too_large_is_said_so(settings_for, tmp_path, live):
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0,
+                            max_file_bytes=2048, max_body_bytes=1024)
+    deep = "/".join(["d" * 200] * 6) + "/a.txt"  # an id longer than the delete's body may be
+    docs = folder(tmp_path / "docs", {"big.txt": "In 1450 Gala built the bridge. " * 100,
+                                      "small.txt": "In 1460 Hugo built the church.", deep: "In 1470 Ida built the mill."})
+    with live(create_app(settings)) as base, Client(base, api_key="key") as client:
+        report = sync(client, [docs], "docs")
+        assert sorted(report.written) == [deep, "small.txt"]
+        assert [i for i, _ in report.refused] == ["big.txt"] and "3,100 bytes, too large" in report.refused[0][1]
+        with pytest.raises(ValueError, match="--delete: its request lists the 3 files kept.*--max-body-bytes"):
+            sync(client, [docs], "docs", delete=True)
+
+
+def test_the_command_prints_each_file_it_writes_and_no_request_log(url, tmp_path):
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
+    run = subprocess.run([sys.executable, "-m", "spanseek.cli", "sync", str(docs), "--url", url, "--api-key", "key"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.splitlines() == ["  wrote a.txt", "wrote 1, unchanged 0, deleted 0, refused 0"], run.stderr
+
+
+def test_a_write_without_an_answer_in_time_stops_the_sync_naming_the_file(url, tmp_path, monkeypatch, capsys):
+    import time
+
+    from spanseek.service import files
+
+    reader = files.read_upload
+    monkeypatch.setattr(files, "read_upload", lambda *args: time.sleep(1.5) or reader(*args))  # a long file
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
+    with Client(url, api_key="key", timeout=0.5) as client, pytest.raises(RuntimeError, match="a.txt: no answer"):
+        sync(client, [docs], "docs")
+    assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--timeout", "0.5"]) == 2
+    assert "a.txt: no answer to its write in time" in capsys.readouterr().err
+    # by default a write may take as long as a large file's encoding does (the client's own default is a minute)
+    assert build_parser().parse_args(["sync", str(docs), "--url", url]).timeout >= 3600
+
+
+def test_a_name_no_id_may_hold_is_refused_and_the_others_are_written(url, tmp_path):
+    docs = folder(tmp_path / "docs", {"a\nb.txt": "In 1450 Gala built the bridge.", "c.txt": "In 1470 Ida built the mill."})
+    with Client(url, api_key="key") as client:
+        report = sync(client, [docs], "docs")
+        assert report.written == ["c.txt"] and [i for i, _ in report.refused] == ["a\nb.txt"]
+        assert "line break" in report.refused[0][1]
+        with pytest.raises(ValueError, match="a\nb.txt: its name holds a line break"):
+            sync(client, [docs], "docs", strict=True)
