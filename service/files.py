@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -35,7 +36,7 @@ from spanseek.indexer.ingest import FORMATS, IngestOptions, read_document
 from spanseek.indexer.live import HeldDocuments
 from spanseek.service.errors import BadRequest, Conflict, UnreadableFile, UnsupportedMediaType, request_id_of
 from spanseek.service.routes import _errors
-from spanseek.service.schemas import FileWriteResponse, metadata_too_deep, too_deep_message
+from spanseek.service.schemas import FileWriteResponse
 from spanseek.service.writes import id_problem, live_of, require_write_key
 
 router = APIRouter(tags=["documents"])
@@ -69,21 +70,26 @@ def file_options(meta: list[str], max_tokens: int | None, overlap: int | None, m
 
 
 class _Renamed(logging.Filter):
-    """Rewrites a record whose message names the temporary copy ``path`` to name the file ``name`` instead."""
+    """Rewrites a record whose message names the temporary copy ``path`` to name the file ``name`` instead, and keeps
+    the warnings this thread's read logs (``warnings``: a PDF's pages without a text layer), for its answer."""
 
     def __init__(self, path: str, name: str):
         super().__init__()
         self.path, self.name = path, name
+        self.thread = threading.get_ident()
+        self.warnings: list[str] = []
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if self.path in message:
             record.msg, record.args = message.replace(self.path, self.name), None
+        if record.levelno >= logging.WARNING and record.thread == self.thread:
+            self.warnings.append(record.getMessage())
         return True
 
 
 @contextmanager
-def _logged_as(path: Path, name: str) -> Iterator[None]:
+def _logged_as(path: Path, name: str) -> Iterator[_Renamed]:
     """While a file is read: the readers' log records (``spanseek.indexer.*``: a PDF's pages without a text layer,
     say) name the file, not its temporary copy. Records of other reads pass unchanged (their paths differ)."""
     renamed = _Renamed(str(path), name)
@@ -92,25 +98,26 @@ def _logged_as(path: Path, name: str) -> Iterator[None]:
     for logger in loggers:
         logger.addFilter(renamed)
     try:
-        yield
+        yield renamed
     finally:
         for logger in loggers:
             logger.removeFilter(renamed)
 
 
-def read_upload(data: bytes, name: str, opts: IngestOptions, count: Any) -> Document | str:
+def read_upload(data: bytes, name: str, opts: IngestOptions, count: Any) -> tuple[Document | str, list[str]]:
     """The document of a file ``name`` whose bytes are ``data`` (``indexer.ingest.read_document`` on a temporary
-    copy named like it), or the reason the reader skips it; IngestError (its text naming ``name``) when it refuses
-    it. A reason, error or log record never shows the temporary copy's path."""
+    copy named like it), or the reason the reader skips it, and the warnings the reader logged (pages it could not
+    read); IngestError (its text naming ``name``) when it refuses it. A reason, error, warning or log record never
+    shows the temporary copy's path."""
     with tempfile.TemporaryDirectory(prefix="spanseek-upload-") as tmp:
         path = Path(tmp) / f"upload{PurePosixPath(name).suffix.lower()}"
         path.write_bytes(data)
         try:
-            with _logged_as(path, name):
+            with _logged_as(path, name) as logged:
                 doc = read_document(path, name, count, opts)
         except IngestError as e:
             raise IngestError(str(e).replace(str(path), name)) from None
-        return doc.replace(str(path), name) if isinstance(doc, str) else doc
+        return (doc.replace(str(path), name) if isinstance(doc, str) else doc), logged.warnings
 
 
 async def _write(request: Request, name: str, doc_id: str | None, meta: list[str], max_tokens: int | None,
@@ -127,20 +134,19 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     if not data:
         raise UnreadableFile(f"{name}: the request has no body; send the file's bytes as the body")
     try:
-        doc = await asyncio.get_running_loop().run_in_executor(live.file_pool, read_upload, data, name, opts,
-                                                               live.file_counter)
+        doc, warnings = await asyncio.get_running_loop().run_in_executor(live.file_pool, read_upload, data, name,
+                                                                         opts, live.file_counter)
     except IngestError as e:
         raise UnreadableFile(str(e)) from None
     if isinstance(doc, str):
         raise UnreadableFile(f"{name}: {doc}")
-    if (deep := metadata_too_deep(doc.meta, doc.passage_meta)) is not None:  # front matter, as /documents' meta
-        raise UnreadableFile(f"{name}: its {too_deep_message(deep)}")
     doc = dataclasses.replace(doc, id=doc_id)
     try:
         written = await live.upsert([doc], only_new=only_new)
     except HeldDocuments as e:
         raise Conflict(f"{e}; PUT /files/{{name}} replaces documents by id") from None
-    return FileWriteResponse(**written, id=doc.id, title=doc.title, request_id=request_id_of(request))
+    return FileWriteResponse(**written, id=doc.id, title=doc.title, warnings=warnings,
+                             request_id=request_id_of(request))
 
 
 IdParam = Annotated[str | None, Query(description="the document's id (default: the name)")]
@@ -150,10 +156,13 @@ Overlap = Annotated[int | None, Query(description="tokens shared by consecutive 
                                                   "(default: a fifth of max_tokens)")]
 MinTokens = Annotated[int | None, Query(description="a passage under this takes in the paragraphs after it (32)")]
 _WRITE_ERRORS = (401, 403, 413, 415, 422, 503)
+# the body, for /docs and generated clients: the route reads it as bytes, so FastAPI would not describe it
+_FILE_BODY = {"requestBody": {"required": True, "description": "the file's bytes (any Content-Type)", "content": {
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
 
 
 @router.put("/files/{name:path}", response_model=FileWriteResponse, dependencies=[Depends(require_write_key)],
-            responses=_errors(*_WRITE_ERRORS))
+            responses=_errors(*_WRITE_ERRORS), openapi_extra=_FILE_BODY)
 async def put_file(request: Request, name: str, id: IdParam = None, meta: MetaParam = [],  # noqa: B006
                    max_tokens: MaxTokens = None, overlap: Overlap = None, min_tokens: MinTokens = None
                    ) -> FileWriteResponse:
@@ -163,7 +172,7 @@ async def put_file(request: Request, name: str, id: IdParam = None, meta: MetaPa
 
 
 @router.post("/files/{name:path}", response_model=FileWriteResponse, dependencies=[Depends(require_write_key)],
-             responses=_errors(409, *_WRITE_ERRORS))
+             responses=_errors(409, *_WRITE_ERRORS), openapi_extra=_FILE_BODY)
 async def post_file(request: Request, name: str, id: IdParam = None, meta: MetaParam = [],  # noqa: B006
                     max_tokens: MaxTokens = None, overlap: Overlap = None, min_tokens: MinTokens = None
                     ) -> FileWriteResponse:

@@ -407,6 +407,8 @@ class FileWriteResponse(WriteResponse):
 
     id: str = Field(description="the document's id")
     title: str = Field(description="the document's title, as the file's reader found it")
+    warnings: list[str] = Field(default_factory=list, description="what the reader could not read of the file "
+                                "(a PDF's pages without a text layer, say); the rest is written")
 
 
 class DeleteByFilterRequest(BaseModel):

@@ -122,9 +122,10 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
         if owner == source and held_meta.get(HASH_KEY) == digest:
             report.unchanged.append(rel)
             continue
+        warnings: list[str] = []
         if not dry_run:
             try:
-                client.upsert_file(data, rel, meta={**extra, HASH_KEY: digest})
+                warnings = client.upsert_file(data, rel, meta={**extra, HASH_KEY: digest}).get("warnings", [])
             except httpx.TimeoutException:
                 raise RuntimeError(f"{rel}: no answer to its write in time (the server may still be reading and "
                                    f"encoding it: the next run finds it written if so); --timeout waits longer"
@@ -137,6 +138,8 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
                 continue
         report.written.append(rel)
         say(f"{'would write' if dry_run else 'wrote'} {rel}")
+        for warning in warnings:  # what the server could not read of it (a PDF's scanned pages)
+            say(f"  {warning}")
     if problems and strict:
         raise IngestError(f"{problems[0][0]}: {problems[0][1]}")
     report.refused += [(str(p), why) for p, why in problems]

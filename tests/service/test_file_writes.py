@@ -205,5 +205,8 @@ def test_a_readers_warning_names_the_file_not_its_temporary_copy(write_settings,
     with serving(create_app(write_settings())) as client, caplog.at_level(logging.WARNING):
         r = client.put("/files/manuals/mixed.pdf", headers=KEY, content=(tmp_path / "mixed.pdf").read_bytes())
         assert r.status_code == 200, r.text
+        clean = client.put("/files/clean.txt", headers=KEY, content=b"In 1460 Hugo built the church.")
     (warning,) = [m for r in caplog.records if "only images" in (m := r.getMessage())]
     assert warning.startswith("manuals/mixed.pdf: page 2 of 2 holds only images"), warning
+    assert r.json()["warnings"] == [warning]  # the uploader is told too, not only the server's log
+    assert clean.json()["warnings"] == []
