@@ -315,7 +315,7 @@ def test_cli_from_squad_then_index_build(tmp_path, tiny_squad, tiny_model_dir, c
     ("argv", "message"),
     [
         (["corpus", "from-squad", "{tmp}/missing.json", "--out", "{tmp}/c.jsonl"], "No such file"),
-        (["corpus", "from-squad", "{tmp}/bad.jsonl", "--out", "{tmp}/c.jsonl"], "invalid JSON"),
+        (["corpus", "from-squad", "{tmp}/bad.jsonl", "--out", "{tmp}/c.jsonl"], "JSON Lines (one object a line"),  # a corpus given where questions go
         (["index", "build", "--corpus", "{tmp}/bad.jsonl", "--model", "{model}", "--out", "{tmp}/i", "--quiet"], "bad.jsonl:2: invalid JSON"),
         (["index", "build", "--corpus", "{tmp}/bad.jsonl", "--model", "{tmp}", "--out", "{tmp}/i", "--quiet"], "not a spanseek model directory"),
         (["index", "build", "--corpus", "{tmp}/bad.jsonl", "--model", "{model}", "--out", "{tmp}/i", "--factory", "Nonsense12", "--quiet"], "faiss cannot build factory"),
