@@ -7,6 +7,7 @@ import codecs
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -96,7 +97,8 @@ def _build(args: argparse.Namespace) -> int:
     from spanseek.indexer.build import build_index
 
     opts = from_args(BuildOptions, args, progress=not args.quiet)
-    m = build_index(args.corpus, args.model, args.out, opts)  # refuses --filter-threshold without a filter head
+    # (build_index refuses --filter-threshold without a filter head)
+    m = build_index(_corpus_file(args.corpus), args.model, args.out, opts)
     print(json.dumps(summary(m, args.out), indent=2))
     return 0
 
@@ -109,7 +111,8 @@ def _add(args: argparse.Namespace) -> int:
     opts = BuildOptions(**{f.name: getattr(encode, f.name) for f in dataclasses.fields(EncodeOptions)})
     replace = args.index_command == "upsert"
     t0 = time.perf_counter()
-    m, changes = upsert_documents(args.index, args.corpus, model=args.model, opts=opts, replace=replace)
+    m, changes = upsert_documents(_index_dir(args.index), _corpus_file(args.corpus), model=args.model, opts=opts,
+                                  replace=replace)
     done = (f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents" if replace
             else f"added {changes.added} document{'s' * (changes.added != 1)}")
     print(done, file=sys.stderr)
@@ -120,22 +123,47 @@ def _add(args: argparse.Namespace) -> int:
 def _delete(args: argparse.Namespace) -> int:
     from spanseek.indexer.lifecycle import delete_documents, read_ids
 
-    print(json.dumps(delete_documents(args.index, read_ids(args.ids, args.ids_file)), indent=2))
+    print(json.dumps(delete_documents(_index_dir(args.index), read_ids(args.ids, args.ids_file)), indent=2))
     return 0
 
 
 def _compact(args: argparse.Namespace) -> int:
     from spanseek.indexer.lifecycle import compact_index
 
-    print(json.dumps(compact_index(args.index, BuildOptions(progress=not args.quiet)), indent=2))
+    print(json.dumps(compact_index(_index_dir(args.index), BuildOptions(progress=not args.quiet)), indent=2))
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
     from spanseek.indexer.lifecycle import export_documents
 
-    print(json.dumps(export_documents(args.index, args.out), indent=2))
+    print(json.dumps(export_documents(_index_dir(args.index), args.out), indent=2))
     return 0
+
+
+def _index_dir(path: str) -> str:
+    """The index directory that ``--index`` names: the path itself, or the directory an alias's pointer file names
+    (`index switch --pointer`), as `spanseek serve` reads an alias (a symlink alias the system follows). A file that
+    is no pointer file is left as given, for opening it to say what it is (a corpus given as the index)."""
+    if not Path(path).is_file():
+        return path
+    from spanseek.core.alias import AliasError, resolve_alias
+
+    try:
+        return str(resolve_alias(path).target)
+    except (AliasError, OSError):
+        return path
+
+
+def _corpus_file(path: str) -> str:
+    """``--corpus``, refused when it names an index directory: its documents are not a corpus until exported (the
+    advice for a folder, to convert its files with `corpus from-files`, does not fit an index)."""
+    from spanseek.core.phrase_index import MANIFEST
+
+    if (Path(path) / MANIFEST).is_file():
+        raise ValueError(f"--corpus {path} is an index directory, not a JSONL corpus; `spanseek index export --index "
+                         f"{path} --out CORPUS.jsonl` writes its documents as one")
+    return path
 
 
 def _index_operand(p: argparse.ArgumentParser) -> None:
@@ -149,7 +177,7 @@ def _index_of(args: argparse.Namespace) -> str:
     if (args.index_dir is None) == (args.index is None):
         raise ValueError("give the index directory once: `INDEX` or `--index INDEX`" if args.index is None else
                          f"the index is given twice ({args.index_dir!r} and --index {args.index!r}): give it once")
-    return str(args.index_dir or args.index)
+    return _index_dir(str(args.index_dir or args.index))
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -230,11 +258,13 @@ def _search(args: argparse.Namespace) -> int:
 
     params = from_args(SearchParams, args, filter=_filter(args))  # bad values fail here
     questions = _argv_questions(args.questions) if args.questions else _stdin_questions()  # before loading
+    if not questions:  # (a forgotten question, or an empty file): said now, not after loading the model for none
+        raise ValueError("no questions to search: give them as arguments, or one a line on stdin")
     # A few questions on a CPU: fp32 (ONNX Runtime where installed), which is the faster for small passes anyway and
     # needs no start-up measurement of where bf16 passes overtake it (seconds, and tens of seconds on a busy CPU)
     few = len(questions) <= QUICK_QUESTIONS and pick_device(args.device).type == "cpu"
     precision = "fp32" if few else "auto"
-    searcher = open_searcher(args.index, args.model, device=args.device, search_device=args.search_device,
+    searcher = open_searcher(_index_dir(args.index), args.model, device=args.device, search_device=args.search_device,
                              reader=args.reader if params.read else None, precision=precision,
                              reader_precision=precision)
     searcher.check_mode(params)
@@ -260,6 +290,9 @@ def _stdin_questions() -> list[str]:
     Read as bytes whatever the locale, so a line that is not UTF-8 is refused naming it instead of reaching the
     tokenizer; every line is read before any is answered.
     """
+    if sys.stdin is not None and sys.stdin.isatty():  # a terminal: the command would wait without a word
+        print("reading questions from stdin, one a line; end them with Ctrl-D (they are answered then)",
+              file=sys.stderr)
     stream = getattr(sys.stdin, "buffer", None)  # a text stream without one (tests): its lines as bytes again
     lines = stream if stream is not None else (line.encode("utf-8", "surrogateescape") for line in sys.stdin)
     questions = []
@@ -279,13 +312,27 @@ def _stdin_questions() -> list[str]:
 def _eval(args: argparse.Namespace) -> int:
     from spanseek.indexer.evaluate import run_eval
 
-    m = run_eval(args.questions, args.model, index=args.index, corpus=args.corpus,
+    for flag, given in (("--questions", args.questions), ("--corpus", args.corpus)):
+        if args.out is not None and given is not None and _same_file(args.out, given):  # the metrics would replace it
+            raise ValueError(f"--out {args.out} is the {flag} file to read; write the metrics somewhere else")
+    index = _index_dir(args.index) if args.index is not None else None
+    # the model that built --index, as `spanseek search` takes it (None); a temporary index is built with `default`
+    model = args.model if args.model is not None else ("default" if index is None else None)
+    m = run_eval(args.questions, model, index=index, corpus=_corpus_file(args.corpus) if args.corpus else None,
                  reading_comprehension=args.reading_comprehension, limit=args.limit, out=args.out,
                  progress=not args.quiet, precision=args.precision, rc_decode=args.rc_decode,
                  params=from_args(SearchParams, args, only=EVAL_SEARCH_FLAGS),
                  reader=args.reader if args.read else None)
     print(json.dumps(m, indent=2))
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (a link to it too)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def _add_lexical(args: argparse.Namespace) -> int:
@@ -303,8 +350,8 @@ def _reader_flag(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     corpus = sub.add_parser("corpus", help="corpus conversion").add_subparsers(dest="corpus_command", required=True)
     p = corpus.add_parser("from-squad", help="SQuAD-format JSON(.gz) -> JSONL corpus (one document per article)")
-    p.add_argument("input")
-    p.add_argument("--out", required=True)
+    p.add_argument("input", metavar="SQUAD_FILE", help="SQuAD-format JSON file (.json or .json.gz)")
+    p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
     p.set_defaults(func=_from_squad)
     p = corpus.add_parser(
         "from-files", help=".txt/.md/.html/.pdf/.docx/.pptx files and directories (recursive) -> JSONL corpus, chunked into "
@@ -318,14 +365,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "files and old Word .doc files (save them as .docx) are skipped with a warning naming them.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
-    p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage")
+    p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage (default: %(default)s)")
     p.add_argument("--overlap", type=int, default=None,
                    help="tokens shared by consecutive windows of a long paragraph (default: a fifth of --max-tokens)")
     p.add_argument("--min-tokens", type=int, default=32,
-                   help="a passage shorter than this (a heading, a list item) takes in the paragraphs after it")
+                   help="a passage shorter than this (a heading, a list item) takes in the paragraphs after it "
+                        "(tokens; default: %(default)s)")
     p.add_argument("--tokenizer", default="model", choices=["model", "words"],
-                   help="count tokens with the model's tokenizer (exact) or one per word (no model needed)")
-    p.add_argument("--model", default="default", help="the model whose tokenizer counts tokens")
+                   help="count tokens with the model's tokenizer (exact) or one per word (no model needed); "
+                        "default: %(default)s")
+    p.add_argument("--model", default="default",
+                   help="the model whose tokenizer counts tokens (default: %(default)s; use the model you will index "
+                        "with)")
     p.add_argument("--id-field", default=None,
                    help="take document ids from this metadata field (front matter / HTML meta) instead of the path")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
@@ -339,8 +390,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = index.add_parser("build", help="encode a corpus and build its phrase index (resumes a killed build)")
     p.add_argument("--corpus", required=True,
                    help="JSONL corpus (make one with `spanseek corpus from-files` or `corpus from-squad`)")
-    p.add_argument("--model", default="default", help=MODEL_HELP)
-    p.add_argument("--out", required=True, help="index directory")
+    p.add_argument("--model", default="default", help=f"{MODEL_HELP} (default: %(default)s)")
+    p.add_argument("--out", required=True, help="index directory to create")
     add_options(p, BuildOptions)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_build)
@@ -367,7 +418,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = index.add_parser("compact", help="rewrite the index without its deleted documents (nothing is re-encoded)")
     p.add_argument("--index", required=True, help="index directory")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_compact)
 
     p = index.add_parser("export", help="write the index's live documents as a corpus (JSONL) that `index build` "
@@ -382,8 +433,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = index.add_parser("verify", help="check an index and report recall vs exact search and bytes/token")
     _index_operand(p)
-    p.add_argument("--sample", type=_positive_int, default=1000, help="own vectors used as queries")
-    p.add_argument("--k", type=_positive_int, default=10, help="recall@k against exact search")
+    p.add_argument("--sample", type=_positive_int, default=1000,
+                   help="own vectors used as queries (default: %(default)s)")
+    p.add_argument("--k", type=_positive_int, default=10, help="recall@k against exact search (default: %(default)s)")
     p.add_argument("--nprobe", type=_positive_int, default=None, help="IVF lists probed (default: the index's)")
     p.set_defaults(func=_verify)
 
@@ -398,7 +450,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("search", help="search an index; prints one JSON line per question")
     p.add_argument("questions", nargs="*", help="questions (default: one per line on stdin)")
-    p.add_argument("--index", required=True)
+    p.add_argument("--index", required=True, help="index directory (or an alias of one: `index switch`)")
     p.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: the one that built the index, as its "
                    "manifest records)")
     add_options(p, SearchParams)
@@ -411,23 +463,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--filter", default=None, metavar="JSON",
                    help="search only documents that pass this filter, the HTTP filter object (range, any, not, "
                         "must/should/must_not: docs/service.md), or @FILE holding it; with the flags above, all hold")
-    p.add_argument("--device", default="auto", help="question encoder: auto, cpu, cuda, cuda:N")
+    p.add_argument("--device", default="auto",
+                   help="question encoder: auto (a GPU where there is one), cpu, cuda, cuda:N (default: auto)")
     p.add_argument("--search-device", default="auto",
-                   help="where the index is searched: auto (the encoder's device), cpu, cuda, cuda:N")
+                   help="where the index is searched: auto (the encoder's device), cpu, cuda, cuda:N (default: auto)")
     p.set_defaults(func=_search, quiet_log_level=logging.WARNING)  # its answers, and what went wrong: not start-up chatter
 
     p = sub.add_parser("eval", help="phrase/passage/doc accuracy on SQuAD-format questions")
     p.add_argument("--questions", required=True, help="SQuAD-format JSON(.gz)")
-    p.add_argument("--model", default="default", help=MODEL_HELP)
-    p.add_argument("--index", default=None, help="index to search (default: the question file's paragraphs)")
-    p.add_argument("--corpus", default=None, help="JSONL corpus to index temporarily (instead of --index)")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="encoder inference precision")
+    p.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: the one that built --index; without "
+                   "--index, default)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--index", default=None, help="index to search (default: a temporary index of the question "
+                       "file's paragraphs)")
+    where.add_argument("--corpus", default=None, help="JSONL corpus to index temporarily (instead of --index)")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                   help="encoder inference precision (default: %(default)s: bf16 where it is faster)")
     p.add_argument("--reading-comprehension", action="store_true", help="also answer within the gold passage")
     p.add_argument("--rc-decode", default="answer", choices=["answer", "span"],
-                   help="answer: the most probable answer string (sums spans that read the same); span: the best span")
-    p.add_argument("--limit", type=int, default=None, help="a fixed random sample of N questions")
+                   help="answer: the most probable answer string (sums spans that read the same); span: the best "
+                        "span (default: %(default)s)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="a fixed random sample of N questions (default: every question)")
     add_options(p, SearchParams, only=EVAL_SEARCH_FLAGS)
     _reader_flag(p)
-    p.add_argument("--out", default=None, help="metrics JSON")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--out", default=None, help="metrics JSON file to write (they are printed either way)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_eval)

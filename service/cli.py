@@ -37,8 +37,8 @@ def serve_flags() -> list[tuple[str, str, str]]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``serve`` subcommand."""
-    p = sub.add_parser("serve", help="run the HTTP search service (FastAPI + uvicorn); every flag is also an "
-                                     "environment variable")
+    p = sub.add_parser("serve", help="run the HTTP search service (FastAPI + uvicorn); its settings' flags are also "
+                                     "environment variables (SPANSEEK_*)")
     for flag, dest, help_text in serve_flags():
         if Settings.model_fields[dest].annotation is bool:  # a switch that is off by default: --writes
             p.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=help_text)
@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         # strings: pydantic converts and checks them as it does the environment's, naming the flag when they fail
         p.add_argument(flag, dest=dest, default=None, help=help_text)
     p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip warm-up searches")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="least level of the lines logged (default: %(default)s; a flag only, no environment variable)")
     p.set_defaults(func=_serve)
 
 
@@ -64,14 +65,18 @@ def check_servable(settings: Settings) -> Path:
     reading, the device or runtime cannot be used here, or writes are on and the live directory cannot be written;
     from the manifest and the models' configs and fingerprints, loading no weights. An alias is checked through to
     its target. Returns the model directory that will serve (an earlier bundled default for an index it built)."""
-    from spanseek.core.alias import resolve_alias
+    from spanseek.core.alias import AliasError, resolve_alias
     from spanseek.core.config import EncoderConfig
     from spanseek.core.encoding import pick_device
     from spanseek.core.loading import builder_name, index_model
     from spanseek.core.model import CONFIG_NAME, model_fingerprint, phrase_fingerprint
     from spanseek.core.phrase_index import IndexFormatError, check_index
 
-    target = resolve_alias(settings.index).target
+    try:
+        target = resolve_alias(settings.index).target
+    except OSError as e:  # a file read as a pointer whose first line is no path (a corpus): named, never quoted
+        raise AliasError(f"{setting_names('index')} {settings.index}: not an index directory, nor a pointer file "
+                         f"naming one (read as one: {e.strerror})") from None
     manifest = check_index(target)
     model_dir = index_model(manifest, settings.model, target)
     try:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import logging
 import os
 import sys
 import warnings
+from collections.abc import Sequence
+from typing import Any
 
 # Before torch starts OpenMP: its threads spin-wait between parallel regions, taking the cores from the numpy work in
 # between (a seventh of an index build on 2 cores: 11.7 against 10.2 s for the demo corpus). The benchmarks, the
@@ -46,8 +49,52 @@ def _unavailable(commands: tuple[str, ...], sub: argparse._SubParsersAction, mis
         p.set_defaults(func=fail)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, kinder to a typo: a mistyped command or choice names the closest one (``spanseek serach``:
+    did you mean 'search'?), and a flag the command does not have is refused by that command, with its usage and
+    its closest flag (argparse left it to ``spanseek``, whose usage lists only the commands). Subcommands' parsers
+    are of this class too (argparse makes them of their parent's)."""
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from "
+                                                 f"{', '.join(map(repr, choices))}){hint}")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[Any, list[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._closest_flag(extras)}")
+        return namespace, extras
+
+    def _closest_flag(self, words: list[str]) -> str:
+        """A hint for the first unknown flag among ``words``: the command's closest flag, or where -v goes."""
+        flags = [s for s in self._option_string_actions if s.startswith("--")]
+        for word in (w.split("=", 1)[0] for w in words if w.startswith("-")):
+            if word in ("-v", "--verbose"):
+                command = self.prog.removeprefix("spanseek ")
+                return f" ({word} is spanseek's own flag: give it before the command, `spanseek {word} {command} ...`)"
+            close = difflib.get_close_matches(word, flags, n=1, cutoff=0.7)
+            if close:
+                return f"; did you mean {close[0]}?"
+        return ""
+
+
+def _name_commands(parser: argparse.ArgumentParser) -> None:
+    """Call every level's subcommand COMMAND in usage and errors (``required: COMMAND``, not the internal name
+    ``index_command``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.metavar = "COMMAND"
+            for sub in action.choices.values():
+                _name_commands(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spanseek", description="Dense phrase retrieval: phrases, passages, documents.")
+    parser = Parser(prog="spanseek", description="Dense phrase retrieval: phrases, passages, documents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, commands in CLI_MODULES.items():
@@ -59,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
             _unavailable(commands, sub, (e.name or "?").split(".")[0])
             continue
         module.register(sub)
+    _name_commands(parser)
     return parser
 
 

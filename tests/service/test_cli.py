@@ -175,3 +175,16 @@ def test_serve_logs_every_line_in_its_format_and_names_the_model_it_serves(tiny_
         "built with an earlier model: using it"]
     assert any(f"with model {tiny_model_dir} on" in x["message"] for x in lines)
     logging.getLogger().handlers.clear()  # (the command configured the root logger)
+
+
+def test_a_file_given_as_the_index_is_named_not_quoted(tmp_path):
+    """A corpus given as --index was read as an alias's pointer file: its first line, taken for a path too long,
+    came back in the error (any file's first line: the message must not show a file's contents)."""
+    from spanseek.core.alias import AliasError
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "a", "title": "secret", "paragraphs": ["' + "word " * 100 + '"]}\n')
+    with pytest.raises(AliasError) as e:
+        check_servable(Settings(index=corpus))
+    assert str(e.value) == (f"--index / SPANSEEK_INDEX {corpus}: not an index directory, nor a pointer file naming "
+                            "one (read as one: File name too long)")

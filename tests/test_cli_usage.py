@@ -1,0 +1,176 @@
+"""The `spanseek` command line as a new user meets it: a typo names the closest command, choice or flag; every flag
+says what it does and its default; a search without questions, an index given as the corpus, an alias given as the
+index and `eval`'s index or corpus are handled as one line or as the alias's index.
+
+    .venv/bin/python -m pytest -q tests/test_cli_usage.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+import pytest
+
+from spanseek.cli import build_parser, main
+from spanseek.core.alias import switch_alias
+
+# the commands whose flags are declared here (training's are trainer/arguments.py's, sync's spanseek/sync.py's)
+COMMANDS = ("corpus", "index", "search", "eval", "serve")
+
+
+def refused(argv: list[str], capsys) -> str:
+    """argparse's refusal of ``argv``: exit status 2, and what it wrote on stderr."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "usage", "hint"), [
+    (["serach"], "usage: spanseek [-h]", "invalid choice: 'serach' (choose from 'corpus', 'index', 'search', "),
+    (["index", "buidl"], "usage: spanseek index [-h] COMMAND", "did you mean 'build'?"),
+    (["corpus", "from-file", "x"], "usage: spanseek corpus [-h] COMMAND", "did you mean 'from-files'?"),
+    (["search", "--index", "i", "--unit", "pasage", "q"], "usage: spanseek search", "did you mean 'passage'?"),
+])
+def test_a_mistyped_command_or_choice_names_the_closest(capsys, argv, usage, hint):
+    err = refused(argv, capsys)
+    assert err.startswith(usage) and hint in err and err.rstrip().endswith("?")
+
+
+def test_a_missing_command_is_called_a_command_not_an_internal_name(capsys):
+    assert refused(["index"], capsys).endswith("spanseek index: error: the following arguments are required: "
+                                               "COMMAND\n")
+    assert refused([], capsys).endswith("spanseek: error: the following arguments are required: COMMAND\n")
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["search", "--index", "i", "--topk", "3", "q"],
+     "spanseek search: error: unrecognized arguments: --topk; did you mean --top-k?"),
+    (["index", "verify", "i", "--smaple", "3"],
+     "spanseek index verify: error: unrecognized arguments: --smaple 3; did you mean --sample?"),
+    (["index", "build", "--corpus", "c", "--out", "o", "--factroy=Flat"],
+     "spanseek index build: error: unrecognized arguments: --factroy=Flat; did you mean --factory?"),
+    (["search", "-v", "--index", "i", "q"],
+     "spanseek search: error: unrecognized arguments: -v (-v is spanseek's own flag: give it before the command, "
+     "`spanseek -v search ...`)"),
+    (["eval", "--questions", "q.json", "--whatever"], "spanseek eval: error: unrecognized arguments: --whatever"),
+])
+def test_an_unknown_flag_is_refused_by_its_command_with_the_closest_flag(capsys, argv, error):
+    """It was refused by `spanseek` itself: its usage (the list of commands), and no hint."""
+    err = refused(argv, capsys)
+    assert err.startswith(f"usage: spanseek {argv[0]}") and err.rstrip().endswith(error), err
+
+
+def leaf_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield " ".join(path), parser
+        return
+    for name, sub in subs[0].choices.items():
+        yield from leaf_parsers(sub, (*path, name))
+
+
+def test_every_flag_says_what_it_does_and_its_default():
+    """A flag with a default other than none or off says it in its help; every operand and flag has help."""
+    problems = []
+    for command, parser in leaf_parsers(build_parser()):
+        if command.split()[0] not in COMMANDS:
+            continue
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue
+            name = "/".join(action.option_strings) or action.dest
+            if not action.help:
+                problems.append(f"{command} {name}: no help")
+            elif (action.default not in (None, False, [], argparse.SUPPRESS) and action.nargs != 0
+                  and not isinstance(action, argparse.BooleanOptionalAction)
+                  and "default" not in action.help.lower()):
+                problems.append(f"{command} {name}: its default {action.default!r} is not in its help")
+    assert not problems, "\n".join(problems)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_search_without_questions_says_so_before_loading_anything(tmp_path, capsys, monkeypatch):
+    """It printed nothing and exited 0, once the model had loaded; at a terminal it waited without a word."""
+    from spanseek.core import loading
+
+    monkeypatch.setattr(loading, "open_searcher", lambda *a, **k: pytest.fail("loaded for no question"))
+    for stdin in (io.StringIO(""), io.StringIO("\n  \n"), Terminal("")):
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert main(["search", "--index", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        expected = "spanseek search: error: no questions to search: give them as arguments, or one a line on stdin"
+        hint = ["reading questions from stdin, one a line; end them with Ctrl-D (they are answered then)"]
+        assert err == (hint if isinstance(stdin, Terminal) else []) + [expected]
+
+
+def test_an_alias_is_taken_where_an_index_is(tmp_path, tiny_index, tiny_model_dir, capsys):
+    """A pointer file (`index switch --pointer`), as `spanseek serve` serves it: the commands said "a file, not an
+    index directory"."""
+    alias = tmp_path / "current"
+    switch_alias(alias, tiny_index, pointer=True)
+    assert alias.is_file()
+    assert main(["search", "--index", str(alias), "--model", str(tiny_model_dir), "--top-k", "1",
+                 "Who built the bridge?"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["hits"]) == 1
+    assert main(["index", "verify", str(alias), "--sample", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"]
+    out = tmp_path / "docs.jsonl"
+    assert main(["index", "export", "--index", str(alias), "--out", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == json.loads(capsys.readouterr().out)["documents"] > 0
+    not_pointer = tmp_path / "corpus.jsonl"  # any other file is still named as a file
+    not_pointer.write_text(json.dumps({"id": "a", "paragraphs": ["x" * 300]}) + "\n")
+    assert main(["search", "--index", str(not_pointer), "q"]) == 2
+    assert f"{not_pointer}: a file, not an index directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["index", "build", "--out", "{tmp}/new"], ["index", "add", "--index", "{index}"],
+                                     ["eval", "--questions", "{tmp}/q.json"]])
+def test_an_index_given_as_the_corpus_is_named_as_an_index(tmp_path, tiny_index, capsys, command):
+    """It was called a directory of documents to convert with `corpus from-files`."""
+    argv = [w.format(tmp=tmp_path, index=tiny_index) for w in command]
+    assert main([*argv, "--corpus", str(tiny_index)]) == 2
+    assert capsys.readouterr().err == (f"spanseek {argv[0]}: error: --corpus {tiny_index} is an index directory, not "
+                                       f"a JSONL corpus; `spanseek index export --index {tiny_index} --out "
+                                       "CORPUS.jsonl` writes its documents as one\n")
+    assert not (tmp_path / "new").exists()
+
+
+def test_eval_takes_an_index_or_a_corpus_and_the_index_s_model(tmp_path, tiny_squad, tiny_model_dir, capsys):
+    """--corpus was ignored beside --index; --model was `default` whatever model built --index (search takes the
+    index's)."""
+    corpus, index = tmp_path / "corpus.jsonl", tmp_path / "index"
+    err = refused(["eval", "--questions", str(tiny_squad), "--index", str(index), "--corpus", str(corpus)], capsys)
+    assert err.rstrip().endswith("spanseek eval: error: argument --corpus: not allowed with argument --index")
+    assert main(["corpus", "from-squad", str(tiny_squad), "--out", str(corpus)]) == 0
+    assert main(["index", "build", "--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(index),
+                 "--quiet", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--questions", str(tiny_squad), "--index", str(index), "--limit", "3", "--quiet"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["n_questions"] == 3 and metrics["model"] == str(tiny_model_dir)
+
+
+@pytest.mark.parametrize("flag", ["--questions", "--corpus"])
+def test_eval_does_not_write_its_metrics_over_its_input(tmp_path, tiny_squad, capsys, monkeypatch, flag):
+    """`eval --questions q.json --out q.json` replaced the question file with the metrics."""
+    from spanseek.indexer import evaluate
+
+    monkeypatch.setattr(evaluate, "run_eval", lambda *a, **k: pytest.fail("evaluated"))
+    given = tmp_path / "input.json"
+    given.write_bytes(tiny_squad.read_bytes())
+    (tmp_path / "link.json").symlink_to(given)
+    questions = str(given) if flag == "--questions" else str(tiny_squad)
+    argv = ["eval", "--questions", questions, "--out", str(tmp_path / "link.json")]
+    if flag == "--corpus":
+        argv += ["--corpus", str(given)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"spanseek eval: error: --out {tmp_path / 'link.json'} is the {flag} file to "
+                                       "read; write the metrics somewhere else\n")
+    assert given.read_bytes() == tiny_squad.read_bytes()
