@@ -71,7 +71,11 @@ def resolve_alias(path: str | Path) -> Resolved:
     if path.is_file():  # (a symlink to a pointer file is read as that pointer file)
         kind = "pointer"
         target = _read_pointer(path.resolve())
-        if not target.is_dir():
+        try:
+            named = target.is_dir()
+        except OSError:  # a line too long to be a path: the error would quote the file's text (any file's)
+            named = False
+        if not named:
             raise AliasError(f"{path}: the first line of this pointer file names no directory (it must hold the "
                              "index directory's path, relative to the file's folder or absolute)")
     return Resolved(path, kind, target.resolve())

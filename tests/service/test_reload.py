@@ -339,6 +339,11 @@ def test_switch_alias_kinds_and_errors(tmp_path, tiny_index, index_b):
     (tmp_path / "empty").write_text("")
     with pytest.raises(AliasError, match="empty pointer file"):
         resolve_alias(tmp_path / "empty")
+    secret = "token=" + "s" * 1000  # a file whose first line is too long to be a path: its text is never quoted
+    (tmp_path / "secrets.env").write_text(secret + "\n")
+    with pytest.raises(AliasError, match="names no directory") as refused:
+        resolve_alias(tmp_path / "secrets.env")
+    assert "token=" not in str(refused.value)
     (tmp_path / "notes.txt").write_text("my notes\n")  # a file that names no directory is not replaced: it may
     (tmp_path / "stale").write_text("removed-index\n")  # be anyone's, though it could be a stale pointer too
     for other in (tmp_path / "notes.txt", tmp_path / "empty", tmp_path / "stale"):
