@@ -193,8 +193,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     p.add_argument("--strict", action="store_true", help="stop at the first file refused")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
-                   help="how long one file's write may take: the server reads and encodes the file before it "
-                        "answers (a megabyte of text, 215k tokens, took 107 s on 2 CPU cores)")
+                   help="how long one file's write may take, in seconds (default: 3600): the server reads and "
+                        "encodes the file before it answers (a megabyte of text, 215k tokens, took 107 s on 2 CPU "
+                        "cores)")
     # the files written and deleted are its output: not a log line per HTTP request
     p.set_defaults(func=_run, quiet_log_level=logging.WARNING)
 
@@ -214,6 +215,8 @@ def _run(args: argparse.Namespace) -> int:
         meta[key] = value
     if not 0 < args.timeout < float("inf"):
         raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
+    if not args.url.lower().startswith(("http://", "https://")):
+        raise ValueError(f"--url takes the service's base URL with its scheme (http://{args.url}), got {args.url!r}")
     source = args.source or Path(args.paths[0]).resolve().name
 
     def progress(line: str) -> None:
@@ -224,6 +227,8 @@ def _run(args: argparse.Namespace) -> int:
         with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
             report = sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress)
     except (SpanseekError, httpx.HTTPError) as e:  # the service refused, or could not be reached: one line
-        raise RuntimeError(f"{args.url}: {e}") from None
+        hint = "; give the write key with --api-key or SPANSEEK_API_KEY" if (
+            getattr(e, "status", None) == 401 and not args.api_key) else ""
+        raise RuntimeError(f"{args.url}: {e}{hint}") from None
     sys.stderr.write(report.summary(args.dry_run) + "\n")
     return 1 if report.refused or report.not_deleted else 0

@@ -106,6 +106,11 @@ def test_the_command_reports_and_its_status_says_whether_a_file_was_refused(url,
     err = capsys.readouterr().err
     assert err.startswith("spanseek sync: error: http://127.0.0.1:9") and "Traceback" not in err
     assert main(["sync", str(docs), "--url", url, "--meta", f"{SOURCE_KEY}=x"]) == 2
+    capsys.readouterr()
+    assert main(["sync", str(docs), "--url", url.removeprefix("http://")]) == 2  # httpx: "unsupported protocol"
+    assert "--url takes the service's base URL with its scheme (http://" in capsys.readouterr().err
+    assert main(["sync", str(docs), "--url", url]) == 2  # no key: the 401 says how to give one
+    assert "give the write key with --api-key or SPANSEEK_API_KEY" in capsys.readouterr().err
 
 
 class EditingClient(Client):
