@@ -48,6 +48,7 @@ class _WordText:
         self.title: str | None = None
         self.first_heading: str | None = None
         self.notes = {kind: self._notes(kind) for kind in ("footnote", "endnote")}
+        self.read_notes: set[tuple[str, str]] = set()  # each note read once: one that refers to itself looped
         self._paragraph = lambda p: Paragraph(p, document.part)
 
     def _notes(self, kind: str) -> dict[str, Any]:
@@ -107,7 +108,8 @@ class _WordText:
         for kind, item in extras:
             if kind == "box":
                 self.blocks(item, level_allowed=False)
-            elif (note := self.notes[kind].get(item)) is not None:
+            elif (kind, item) not in self.read_notes and (note := self.notes[kind].get(item)) is not None:
+                self.read_notes.add((kind, item))
                 self.blocks(note, level_allowed=False)
 
     def cell(self, tc: Any, extras: list[tuple[str, Any]]) -> str:
@@ -257,9 +259,9 @@ def extract_docx(path: Path) -> Extracted:
         raise IngestError(f"{path}: reading Word files needs python-docx (pip install 'spanseek[index]')") from None
     try:
         document = docx.Document(str(path))
+        words = _WordText(document)  # it parses the notes parts: a damaged one is a damaged file
     except Exception as e:  # a .docx is a zip of XML parts; any of them may be missing or damaged
         raise Unreadable(_not_docx(path, e)) from None
-    words = _WordText(document)
     words.blocks(document.element.body)
     title = " ".join((document.core_properties.title or "").split()) or words.title or words.first_heading
     return words.sections.extracted(title, {})

@@ -163,3 +163,27 @@ def test_a_file_that_is_no_docx_is_named_for_what_it_is(tmp_path, caplog):
     assert all(str(files / name) in " ".join(r.getMessage() for r in caplog.records) for name in reasons)
     with pytest.raises(IngestError, match=r"old\.doc: an old Word \(\.doc\) file, which from-files does not read"):
         from_files([files / "old.doc"], tmp_path / "c2.jsonl")
+
+
+def test_a_note_that_refers_to_itself_or_a_damaged_notes_part_does_not_stop_the_others(tmp_path):
+    """A footnote holding a reference to itself was read again and again (RecursionError: from-files stopped, PUT
+    /files answered 500); a notes part that is not XML escaped as a traceback. The first is read once, the second is
+    a damaged file, skipped with its reason."""
+    files = tmp_path / "in"
+    files.mkdir()
+    for name, note in (("self.docx", 'x</w:t></w:r><w:r><w:footnoteReference w:id="1"/></w:r><w:r><w:t>y'),
+                       ("bad.docx", "<<<")):
+        document = docx.Document()
+        noted = document.add_paragraph("The ferry leaves at nine.")
+        noted._p.append(parse_xml(f'<w:r {nsdecls("w")}><w:footnoteReference w:id="1"/></w:r>'))
+        document.save(str(files / name))
+        add_footnote(files / name, "1", note)
+    document = docx.Document()
+    document.add_paragraph("The bus leaves at ten.")
+    document.save(str(files / "good.docx"))
+    report = from_files([files], tmp_path / "c.jsonl")
+    reasons = {Path(p).name: why for p, why in report.skipped}
+    assert report.documents == 2 and set(reasons) == {"bad.docx"}
+    assert reasons["bad.docx"].startswith("not a readable Word (.docx) file")
+    looped = extract_docx(files / "self.docx").paragraphs
+    assert looped[0] == "The ferry leaves at nine." and sum(p.count("x") for p in looped) == 1  # its note, once
