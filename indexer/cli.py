@@ -358,11 +358,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "passages",
         description="Each file is one document: id = its path relative to the directory given (or --id-field), "
                     "title = front matter title / first heading / file name, meta = source path, front matter, "
-                    "HTML <meta> tags and --meta; PDF passages carry their page, Word, Markdown and HTML passages their "
-                    "heading path (section); table rows name their cells after the header row, code blocks keep "
-                    "their lines. "
-                    "Binary, non-UTF-8 and empty files, PDFs without a text layer (scanned), damaged PDF or Word "
-                    "files and old Word .doc files (save them as .docx) are skipped with a warning naming them.")
+                    "HTML <meta> tags and --meta; PDF passages carry their page, PowerPoint passages their slide, "
+                    "Word, Markdown and HTML passages their heading path (section); table rows name their cells "
+                    "after the header row, code blocks keep their lines. "
+                    "Binary, non-UTF-8 and empty files, PDFs without a text layer (scanned), damaged PDF, Word or "
+                    "PowerPoint files and old .doc and .ppt files (save them as .docx, .pptx) are skipped with a "
+                    "warning naming them.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
     p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage (default: %(default)s)")

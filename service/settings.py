@@ -70,7 +70,8 @@ class Settings(BaseSettings):
     # A connection that has not sent a complete request head within header_timeout_s (from connecting, or from
     # the end of its previous response) is closed, and a request whose body has not fully arrived within
     # body_timeout_s gets 408 and its connection closed: half-sent requests (slow or stalled clients, slowloris)
-    # cannot hold sockets forever. Too short cuts off clients on slow links; bodies are at most max_body_bytes.
+    # cannot hold sockets forever. Too short cuts off clients on slow links; bodies are at most max_body_bytes
+    # (max_file_bytes for a file to /files/: at 30 s, a 32 MiB file needs about 9 Mbit/s).
     header_timeout_s: float = Field(10.0, gt=0, description="seconds to receive a request's headers (spanseek serve)")
     # body_timeout_s runs from the request's first byte whether or not the route reads the body: a request that
     # answers early (401, 404, 413, 429, /health) and leaves the body unread has its connection closed once the

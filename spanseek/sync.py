@@ -35,7 +35,8 @@ from typing import Any
 
 SOURCE_KEY, HASH_KEY = "synced_from", "sha256"
 MAX_KEPT_IDS = 10_000  # ids one filter's doc_ids list may hold (core.filters); a delete lists the kept ones in such lists
-REFUSED_STATUSES = (413, 415, 422)  # the server's refusals of one file (too large, no reader, unreadable): the rest go on
+# the server's refusals of one file (not sent in time, too large, no reader, unreadable): the rest go on
+REFUSED_STATUSES = (408, 413, 415, 422)
 
 
 @dataclass
@@ -133,7 +134,9 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             except APIError as e:
                 if e.status not in REFUSED_STATUSES or strict:
                     raise
-                why = f"{len(data):,} bytes, too large for the server: {e.message}" if e.status == 413 else e.message
+                why = (f"{len(data):,} bytes, too large for the server: {e.message}" if e.status == 413 else
+                       f"{len(data):,} bytes, not sent within the server's --body-timeout-s: {e.message}"
+                       if e.status == 408 else e.message)
                 report.refused.append((rel, why))
                 continue
         report.written.append(rel)
@@ -148,6 +151,19 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     return report
 
 
+def _delete_where(client: Any, flt: dict[str, Any], dry_run: bool) -> Any:
+    """``client.delete(filter=flt)``; none deleted when no document holds the sync's metadata yet (a first sync, or
+    one whose every file was refused): the server refuses a filter on a field no document has."""
+    from spanseek.client import APIError, Deleted
+
+    try:
+        return client.delete(filter=flt, dry_run=dry_run)
+    except APIError as e:
+        if e.status == 400 and f"filter field {SOURCE_KEY!r}: no document has it" in e.message:
+            return Deleted([], 0)
+        raise
+
+
 def _delete_stale(client: Any, source: str, kept: list[str], problems: list[tuple[Path, str]], dry_run: bool,
                   report: SyncReport, say: Callable[[str], None]) -> None:
     """``--delete``: the documents from ``source`` whose files are not ``kept``; none when the walk may have
@@ -159,14 +175,14 @@ def _delete_stale(client: Any, source: str, kept: list[str], problems: list[tupl
                               f"make it readable and sync again")
         return
     if not kept:
-        held = client.delete(filter=stale_filter(source, []), dry_run=True).total
+        held = _delete_where(client, stale_filter(source, []), dry_run=True).total
         if held:
             report.not_deleted = (f"no file was found, and every document synced from {source!r} ({held}) would be "
                                   f"deleted; if that is what you want, POST /documents/delete with the filter "
                                   f"{json.dumps({'meta': {SOURCE_KEY: source}}, ensure_ascii=False)}")
         return
     try:
-        deleted = client.delete(filter=stale_filter(source, kept), dry_run=dry_run)
+        deleted = _delete_where(client, stale_filter(source, kept), dry_run)
     except APIError as e:
         if e.status != 413:
             raise

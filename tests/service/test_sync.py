@@ -248,3 +248,16 @@ def test_a_name_no_id_may_hold_is_refused_and_the_others_are_written(url, tmp_pa
         assert "line break" in report.refused[0][1]
         with pytest.raises(ValueError, match="a\nb.txt: its name holds a line break"):
             sync(client, [docs], "docs", strict=True)
+
+
+def test_a_first_sync_with_delete_deletes_nothing_and_works(url, tmp_path):
+    """The server refuses a filter on a field no document has: a first `sync --delete` (or `--dry-run --delete`),
+    before any document held synced_from, failed with that 400."""
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge.", "blank.txt": " "})
+    with Client(url, api_key="key") as client:
+        dry = sync(client, [docs], "docs", delete=True, dry_run=True)
+        assert sorted(dry.written) == ["a.txt", "blank.txt"] and dry.deleted == [] and client.get("a.txt") is None
+        only_refused = sync(client, [docs / "blank.txt"], "docs", delete=True)  # every file refused: none held
+        assert only_refused.deleted == [] and [r for r, _ in only_refused.refused] == [str(docs / "blank.txt")]
+        done = sync(client, [docs], "docs", delete=True)
+        assert done.written == ["a.txt"] and done.deleted == []
