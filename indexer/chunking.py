@@ -61,6 +61,15 @@ class ChunkOptions:
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(f"min_tokens must be between 0 and max_tokens ({self.max_tokens}), got {self.min_tokens}")
 
+    @classmethod
+    def of(cls, max_tokens: int | None = None, overlap: int | None = None, min_tokens: int | None = None
+           ) -> ChunkOptions:
+        """The sizes given, the others the defaults; ``overlap`` a fifth of ``max_tokens`` unless given (from-files'
+        flags, and PUT /files' query parameters)."""
+        size = cls.max_tokens if max_tokens is None else max_tokens
+        return cls(max_tokens=size, overlap=size // 5 if overlap is None else overlap,
+                   min_tokens=cls.min_tokens if min_tokens is None else min_tokens)
+
 
 def word_token_counter(words: Sequence[str]) -> list[int]:
     """One token per whitespace-separated word (an approximation that needs no tokenizer)."""

@@ -42,16 +42,9 @@ def _from_squad(args: argparse.Namespace) -> int:
 
 def _from_files(args: argparse.Namespace) -> int:
     from spanseek.indexer.chunking import ChunkOptions, model_token_counter, word_token_counter
-    from spanseek.indexer.ingest import IngestOptions, from_files
+    from spanseek.indexer.ingest import IngestOptions, from_files, parse_meta
 
-    extra = {}
-    for item in args.meta:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--meta takes KEY=VALUE, got {item!r}")
-        if key in extra:  # the last would silently win
-            raise ValueError(f"--meta {key} given twice ({extra[key]!r} and {value!r}); give each key once")
-        extra[key] = value
+    extra = parse_meta(args.meta)
     if args.tokenizer == "words":
         count = word_token_counter
     else:
@@ -60,8 +53,7 @@ def _from_files(args: argparse.Namespace) -> int:
 
         count = model_token_counter(load_tokenizer(EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME)))
     opts = IngestOptions(
-        chunk=ChunkOptions(max_tokens=args.max_tokens, min_tokens=args.min_tokens,
-                           overlap=args.overlap if args.overlap is not None else args.max_tokens // 5),
+        chunk=ChunkOptions.of(args.max_tokens, args.overlap, args.min_tokens),
         id_field=args.id_field, extra_meta=extra, strict=args.strict,
     )
     report = from_files(args.paths, args.out, count, opts, progress=not args.quiet)

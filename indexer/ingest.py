@@ -102,6 +102,20 @@ UNREAD = {".doc": "an old Word (.doc) file, which from-files does not read; save
                   "or `soffice --headless --convert-to pptx FILE`) and ingest the result"}
 
 
+def parse_meta(items: Sequence[str], flag: str = "--meta") -> dict[str, str]:
+    """``KEY=VALUE`` items (``--meta``, a query's ``meta``) as metadata; ValueError naming ``flag`` for an item
+    without ``=`` or with a blank key, and for a key given twice (the last would silently win)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} takes KEY=VALUE, got {item!r}")
+        if key in out:
+            raise ValueError(f"{flag} {key} given twice ({out[key]!r} and {value!r}); give each key once")
+        out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class IngestOptions:
     """How files become documents: passage sizes, where ids come from, fixed metadata, strictness."""

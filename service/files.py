@@ -32,7 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from spanseek.core.io import Document
 from spanseek.indexer.chunking import ChunkOptions
 from spanseek.indexer.documents import IngestError
-from spanseek.indexer.ingest import FORMATS, IngestOptions, read_document
+from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta, read_document
 from spanseek.indexer.live import HeldDocuments
 from spanseek.service.errors import BadRequest, Conflict, UnreadableFile, UnsupportedMediaType, request_id_of
 from spanseek.service.routes import _errors
@@ -51,19 +51,12 @@ def file_options(meta: list[str], max_tokens: int | None, overlap: int | None, m
                  ) -> IngestOptions:
     """from-files' options of one upload: ``meta`` as its ``--meta KEY=VALUE`` (422 naming a malformed or repeated
     key), passage sizes as its flags (400 for sizes ChunkOptions refuses)."""
-    extra: dict[str, Any] = {}
-    for item in meta:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise _refuse("query", "meta", f"meta takes KEY=VALUE, got {item!r}")
-        if key in extra:
-            raise _refuse("query", "meta", f"meta {key!r} given twice ({extra[key]!r} and {value!r}); give each key once")
-        extra[key] = value
-    defaults = ChunkOptions()
-    size = defaults.max_tokens if max_tokens is None else max_tokens
     try:
-        chunk = ChunkOptions(max_tokens=size, min_tokens=defaults.min_tokens if min_tokens is None else min_tokens,
-                             overlap=size // 5 if overlap is None else overlap)
+        extra = parse_meta(meta, "meta")
+    except ValueError as e:
+        raise _refuse("query", "meta", str(e)) from None
+    try:
+        chunk = ChunkOptions.of(max_tokens, overlap, min_tokens)
     except ValueError as e:
         raise BadRequest(str(e)) from None
     return IngestOptions(chunk=chunk, extra_meta=extra)

@@ -7,8 +7,8 @@ hidden files and folders skipped), and each is named as from-files names it: its
 (``guide/install.md``), or as given for a file named on the command line. A file is written (the server reads it as
 from-files does) unless the service holds a document of that id whose ``sha256`` metadata is the file's: each
 written document records the SHA-256 of the bytes sent (read once, so a file saved during the sync is not recorded
-with another version's hash) and ``synced_from``, the ``--source`` name (default: the name of the first folder or
-file given). A document another ``--source`` wrote is not replaced (the file is refused, naming that source), nor is
+with another version's hash), ``synced_from``, the ``--source`` name (default: the name of the first folder or
+file given), and ``sync_meta``, a digest of ``--meta`` (changed, every file is written again). A document another ``--source`` wrote is not replaced (the file is refused, naming that source), nor is
 a second file of the same name in one run. With ``--delete``, the documents an earlier sync with that
 ``synced_from`` wrote whose files are gone are deleted (one ``POST /documents/delete``); it deletes nothing when a
 folder could not be read, or when no file was found at all (an empty or unmounted folder). A file the server or the
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 SOURCE_KEY, HASH_KEY = "synced_from", "sha256"
+SETTINGS_KEY = "sync_meta"  # a digest of the --meta a document was written with: changed, the file is written again
 MAX_KEPT_IDS = 10_000  # ids one filter's doc_ids list may hold (core.filters); a delete lists the kept ones in such lists
 # the server's refusals of one file (not sent in time, too large, no reader, unreadable): the rest go on
 REFUSED_STATUSES = (408, 413, 415, 422)
@@ -88,7 +89,9 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     from spanseek.indexer.ingest import IngestError, _files
 
     report = SyncReport()
-    extra = {**(meta or {}), SOURCE_KEY: source}
+    given = dict(meta or {})
+    settings = hashlib.sha256(json.dumps(sorted(given.items()), ensure_ascii=False).encode()).hexdigest()[:16]
+    extra = {**given, SOURCE_KEY: source, SETTINGS_KEY: settings}
     say = progress or (lambda line: None)
     problems: list[tuple[Path, str]] = []
     seen: dict[str, Path] = {}
@@ -120,7 +123,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             refuse(rel, f"the service holds this id as a document synced from {owner!r}; sync with --source "
                         f"{owner} to take it over (a folder moved or renamed), or delete that document first")
             continue
-        if owner == source and held_meta.get(HASH_KEY) == digest:
+        if owner == source and held_meta.get(HASH_KEY) == digest and held_meta.get(SETTINGS_KEY) == settings:
             report.unchanged.append(rel)
             continue
         warnings: list[str] = []
@@ -220,15 +223,11 @@ def _run(args: argparse.Namespace) -> int:
     import httpx
 
     from spanseek.client import Client, SpanseekError
+    from spanseek.indexer.ingest import parse_meta
 
-    meta: dict[str, str] = {}
-    for item in args.meta:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--meta takes KEY=VALUE, got {item!r}")
-        if key in meta or key in (SOURCE_KEY, HASH_KEY):
-            raise ValueError(f"--meta {key} given twice, or a key sync sets itself ({SOURCE_KEY}, {HASH_KEY})")
-        meta[key] = value
+    meta = parse_meta(args.meta)
+    if own := sorted(meta.keys() & {SOURCE_KEY, HASH_KEY, SETTINGS_KEY}):
+        raise ValueError(f"--meta {own[0]}: a key sync sets itself ({SOURCE_KEY}, {HASH_KEY}, {SETTINGS_KEY})")
     if not 0 < args.timeout < float("inf"):
         raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
     if not args.url.lower().startswith(("http://", "https://")):

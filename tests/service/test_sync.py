@@ -19,7 +19,7 @@ import pytest
 from spanseek.cli import build_parser, main
 from spanseek.client import Client
 from spanseek.service.app import create_app
-from spanseek.sync import HASH_KEY, MAX_KEPT_IDS, SOURCE_KEY, file_hash, stale_filter, sync
+from spanseek.sync import HASH_KEY, MAX_KEPT_IDS, SETTINGS_KEY, SOURCE_KEY, file_hash, stale_filter, sync
 from tests.service.test_writes import DOC, KEY
 
 
@@ -47,10 +47,15 @@ def test_sync_writes_what_changed_leaves_the_rest_and_deletes_what_is_gone(url, 
         assert sorted(report.written) == ["a.md", "guide/b.txt"] and report.unchanged == []
         assert [doc_id for doc_id, _ in report.refused] == ["blank.txt"] and "no text" in report.refused[0][1]
         held = client.get("guide/b.txt")
+        settings = held["meta"].pop(SETTINGS_KEY)
         assert held["meta"] == {"source": "guide/b.txt", "team": "ops", SOURCE_KEY: "docs",
                                 HASH_KEY: file_hash(docs / "guide/b.txt")}
         again = sync(client, [docs], "docs", meta={"team": "ops"})
         assert again.written == [] and sorted(again.unchanged) == ["a.md", "guide/b.txt"]
+        moved = sync(client, [docs], "docs", meta={"team": "web"})  # new --meta: every file written again
+        assert sorted(moved.written) == ["a.md", "guide/b.txt"] and client.get("a.md")["meta"]["team"] == "web"
+        assert client.get("a.md")["meta"][SETTINGS_KEY] != settings
+        assert sorted(sync(client, [docs], "docs", meta={"team": "ops"}).written) == ["a.md", "guide/b.txt"]
 
         (docs / "a.md").write_text("# Bridge\n\nIn 1455 Gala rebuilt the harbour bridge.\n", encoding="utf-8")
         (docs / "guide/b.txt").unlink()
