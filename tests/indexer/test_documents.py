@@ -173,9 +173,9 @@ def test_an_encrypted_pdf_is_skipped_as_needing_a_password_and_one_it_can_open_i
     assert [d.paragraphs for d in read_corpus(tmp_path / "out" / "c.jsonl")] == [(PAGES[0][0],)]
 
 
-def pdf_of_objects(path: Path, objects: list[bytes], info: int) -> Path:
+def pdf_of_objects(path: Path, objects: list[bytes], info: int | None = None) -> Path:
     """A PDF of these objects (numbered from 1; object 1 the catalog) with a correct cross-reference table and
-    object ``info`` its document info."""
+    object ``info``, when given, its document info."""
     body, offsets = b"%PDF-1.4\n", []
     for number, obj in enumerate(objects, start=1):
         offsets.append(len(body))
@@ -183,8 +183,8 @@ def pdf_of_objects(path: Path, objects: list[bytes], info: int) -> Path:
     xref = len(body)
     body += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     body += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    body += b"trailer\n<< /Size %d /Root 1 0 R /Info %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, info, xref)
+    info_ref = b"" if info is None else b" /Info %d 0 R" % info
+    body += b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, info_ref, xref)
     path.write_bytes(body)
     return path
 

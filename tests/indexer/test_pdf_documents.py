@@ -14,6 +14,7 @@ import pytest
 
 from spanseek.indexer.documents import Unreadable, extract_pdf
 from spanseek.indexer.ingest import from_files
+from tests.indexer.test_documents import pdf_of_objects
 
 fpdf = pytest.importorskip("fpdf")
 
@@ -136,20 +137,6 @@ def test_a_page_of_only_an_image_is_named_in_a_warning(tmp_path, caplog):
     assert report.documents == 1 and not report.skipped
     (warning,) = [r.getMessage() for r in caplog.records]
     assert warning.startswith(f"{tmp_path / 'mixed.pdf'}: pages 2, 4 of 4 hold only images") and "OCR" in warning
-
-
-def pdf_of_objects(path: Path, objects: list[bytes]) -> Path:
-    """A PDF of these objects (numbered from 1; object 1 the catalog) with a correct cross-reference table."""
-    body, offsets = b"%PDF-1.4\n", []
-    for number, obj in enumerate(objects, start=1):
-        offsets.append(len(body))
-        body += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
-    xref = len(body)
-    body += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    body += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    body += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    path.write_bytes(body)
-    return path
 
 
 def stream(data: bytes, extra: bytes = b"") -> bytes:
