@@ -116,7 +116,7 @@ def test_too_small_corpus_fails_the_build_clearly_and_keeps_the_shards(tmp_path,
     assert m.factory == "Flat" and m.faiss_params["requested_factory"] == "auto"
 
 
-@pytest.mark.parametrize("factory,match", [("IVF0,SQ8", ""), ("IVF64,Garbage", "faiss cannot build factory"),
+@pytest.mark.parametrize("factory,match", [("IVF0,SQ8", "nlist, M and the PCA dimension must be positive"), ("IVF64,Garbage", "faiss cannot build factory"),
                                            ("IVF8,PQ5", "PQ5 needs M dividing the dimension")])
 def test_invalid_factory_string_fails_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, monkeypatch, factory,
                                                       match):
