@@ -186,5 +186,6 @@ def test_a_file_given_as_the_index_is_named_not_quoted(tmp_path):
     corpus.write_text('{"id": "a", "title": "secret", "paragraphs": ["' + "word " * 100 + '"]}\n')
     with pytest.raises(AliasError) as e:
         check_servable(Settings(index=corpus))
-    assert str(e.value) == (f"--index / SPANSEEK_INDEX {corpus}: not an index directory, nor a pointer file naming "
-                            "one (read as one: File name too long)")
+    message = str(e.value)
+    assert str(corpus) in message and "names no directory" in message  # the file named...
+    assert "secret" not in message and "word" not in message  # ...its text never shown
