@@ -4,8 +4,9 @@
 
 The body is read in order: paragraphs, the rows of tables and the contents of content controls (not a table of
 contents, nor a placeholder's prompt). A paragraph's text is its runs' (hyperlinks, fields' results, tracked
-insertions; not tracked deletions, field codes or comments), and its text boxes, footnotes and endnotes follow it as
-paragraphs of their own. A table row is one paragraph whose cells are named by the header row ("Route: Kellerton to
+insertions; not tracked deletions, field codes, comments or hidden text), after its list number or bullet as Word
+shows it ("2. Configure", "1.2 Scope", "• Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow
+it as paragraphs of their own. A table row is one paragraph whose cells are named by the header row ("Route: Kellerton to
 Kirkwall; Departure: 09:15"), as Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section
 (``documents.Sections``). Page headers and footers are left out. A file python-docx cannot open is ``Unreadable``,
 with what it is instead where its first bytes tell (an OLE file: a password-protected .docx or an old .doc; a PDF,
@@ -15,7 +16,7 @@ RTF or OpenDocument file renamed; a truncated zip).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +33,172 @@ _NOT_TEXT = {f"{_W}{tag}" for tag in ("del", "moveFrom", "delText", "instrText",
                                        "sdtPr", "sdtEndPr", "tblPr", "trPr", "tcPr")} | {f"{_MC}Fallback"}
 _CHARACTERS = {f"{_W}tab": " ", f"{_W}br": " ", f"{_W}cr": " ", f"{_W}noBreakHyphen": "-"}
 _ON = {"1", "true", "on"}
+_ROMAN = ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"), (50, "l"), (40, "xl"), (10, "x"),
+          (9, "ix"), (5, "v"), (4, "iv"), (1, "i"))
+
+
+def _roman(n: int) -> str:
+    out = ""
+    for value, letters in _ROMAN:
+        out += letters * (n // value)
+        n %= value
+    return out
+
+
+def _letter(n: int) -> str:
+    """Word's list letters: a to z, then aa, bb, ... (the letter repeated, not a spreadsheet's column names)."""
+    return chr(ord("a") + (n - 1) % 26) * ((n - 1) // 26 + 1)
+
+
+# the list number formats read (w:numFmt); a list in another (ordinal words, East Asian counting, ...) gets no number
+_FORMATS: dict[str, Callable[[int], str]] = {
+    "decimal": str, "decimalZero": lambda n: f"{n:02d}", "lowerLetter": _letter, "upperLetter": lambda n: _letter(n).upper(),
+    "lowerRoman": _roman, "upperRoman": lambda n: _roman(n).upper(), "none": lambda n: ""}
+
+
+class _Styles:
+    """A document's styles by id, each with the styles it is based on (``chain``)."""
+
+    def __init__(self, document: Any) -> None:
+        self.by_id = {s.get(f"{_W}styleId"): s for s in document.styles.element.iterchildren(f"{_W}style")}
+        self.default = next((i for i, s in self.by_id.items() if s.get(f"{_W}type") == "paragraph"
+                             and s.get(f"{_W}default") in _ON), None)
+
+    def chain(self, style_id: str | None) -> Iterator[Any]:
+        """The style of this id, then the one it is based on, and so on (each once)."""
+        seen: set[str] = set()
+        while style_id and style_id not in seen and (style := self.by_id.get(style_id)) is not None:
+            seen.add(style_id)
+            yield style
+            style_id = _val(style.find(f"{_W}basedOn"))
+
+    def paragraph_style(self, p: Any) -> str | None:
+        """A paragraph's style id: its own, else the document's default paragraph style."""
+        return _val(p.find(f"{_W}pPr/{_W}pStyle")) or self.default
+
+
+class _Numbering:
+    """The list numbers and bullets of a document's paragraphs, as Word shows them: "2.", "1.2", "b)", "iv.", "•".
+
+    A paragraph is in a list by its own numbering properties (w:numPr: the list's numId, the level ilvl) or its
+    style's (a "List Number" style; a heading style linked to a level of an outline). The lists (w:num) that share
+    one definition (w:abstractNum) share its counters, as in Word, unless one restarts a level (w:startOverride) where
+    it is first used. A level counts from its w:start and restarts when a level above it is used (w:lvlRestart can
+    say which, or never); its w:lvlText ("%1.%2") shows the counters of the levels it names, each in its level's
+    w:numFmt (decimal when the level is legal-style, w:isLgl). A level in a format not read here (``_FORMATS``), or
+    a list not defined, gives no number: the paragraph reads as it would without one."""
+
+    def __init__(self, root: Any, styles: _Styles) -> None:
+        self.styles = styles
+        self.abstract = {a.get(f"{_W}abstractNumId"): a for a in root.iterchildren(f"{_W}abstractNum")} if root is not None else {}
+        self.nums = {n.get(f"{_W}numId"): n for n in root.iterchildren(f"{_W}num")} if root is not None else {}
+        self.counters: dict[str, dict[int, int]] = {}  # by w:abstractNum: each level's last number
+        self.restarted: set[tuple[str, int]] = set()  # (numId, ilvl) whose w:startOverride has been applied
+
+    def definition(self, num_id: str) -> tuple[str, Any] | None:
+        """The w:abstractNum of a list (numId), following a numbering style's link to the list it names."""
+        for _ in range(3):  # a w:numStyleLink names a style whose list is the definition (once; a loop is broken)
+            num = self.nums.get(num_id)
+            abstract_id = _val(num.find(f"{_W}abstractNumId")) if num is not None else None
+            abstract = self.abstract.get(abstract_id or "")
+            if abstract is None:
+                return None
+            link = _val(abstract.find(f"{_W}numStyleLink"))
+            linked = next((_val(s.find(f"{_W}pPr/{_W}numPr/{_W}numId")) for s in self.styles.chain(link)), None)
+            if not linked:
+                return abstract_id, abstract
+            num_id = linked
+        return None
+
+    def level(self, num_id: str, abstract: Any, ilvl: int) -> Any:
+        """A list's level ``ilvl`` (w:lvl): the list's own override of it, else its definition's."""
+        override = self.nums[num_id].find(f"{_W}lvlOverride[@{_W}ilvl='{ilvl}']/{_W}lvl")
+        return override if override is not None else abstract.find(f"{_W}lvl[@{_W}ilvl='{ilvl}']")
+
+    def list_of(self, p: Any) -> tuple[str, int] | None:
+        """(numId, ilvl) of a paragraph in a list, from its numbering properties or its style's; None when in none."""
+        direct = p.find(f"{_W}pPr/{_W}numPr")
+        num_id, ilvl = (_val(direct.find(f"{_W}numId")), _val(direct.find(f"{_W}ilvl"))) if direct is not None else (None, None)
+        carrier = None  # the style whose numbering the paragraph takes
+        for style in self.styles.chain(self.styles.paragraph_style(p)):
+            if num_id is not None and ilvl is not None:
+                break
+            numbered = style.find(f"{_W}pPr/{_W}numPr")
+            if numbered is not None:
+                carrier = carrier if carrier is not None else style
+                num_id = num_id if num_id is not None else _val(numbered.find(f"{_W}numId"))
+                ilvl = ilvl if ilvl is not None else _val(numbered.find(f"{_W}ilvl"))
+        if not num_id or num_id == "0" or (found := self.definition(num_id)) is None:  # numId 0: "no list"
+            return None
+        if ilvl is None and carrier is not None:  # a style linked to one level of the list (w:lvl/w:pStyle)
+            style_id = carrier.get(f"{_W}styleId")
+            ilvl = next((lvl.get(f"{_W}ilvl") for lvl in found[1].iterchildren(f"{_W}lvl")
+                         if _val(lvl.find(f"{_W}pStyle")) == style_id), None)
+        return (num_id, int(ilvl)) if ilvl is not None and ilvl.isdigit() else (num_id, 0)
+
+    def label(self, p: Any) -> str:
+        """A paragraph's list number or bullet as Word shows it ("2.", "1.2", "•"), counting it; "" when it has none."""
+        where = self.list_of(p)
+        if where is None:
+            return ""
+        num_id, ilvl = where
+        abstract_id, abstract = self.definition(num_id) or ("", None)
+        counts = self.counters.setdefault(abstract_id, {})
+        lvl = self.level(num_id, abstract, ilvl)
+        if lvl is None:
+            return ""
+        start = self.start(num_id, abstract, ilvl)
+        override = self.nums[num_id].find(f"{_W}lvlOverride[@{_W}ilvl='{ilvl}']/{_W}startOverride")
+        if override is not None and (num_id, ilvl) not in self.restarted:
+            self.restarted.add((num_id, ilvl))
+            counts.pop(ilvl, None)
+        counts[ilvl] = counts[ilvl] + 1 if ilvl in counts else start
+        for deeper in [k for k in counts if k > ilvl]:
+            deeper_lvl = self.level(num_id, abstract, deeper)
+            restart = _val(deeper_lvl.find(f"{_W}lvlRestart")) if deeper_lvl is not None else None
+            after = int(restart) if restart and restart.isdigit() else deeper  # restarts when a level < it is used
+            if ilvl < after:
+                del counts[deeper]
+        form = _val(lvl.find(f"{_W}numFmt")) or "decimal"
+        text = _val(lvl.find(f"{_W}lvlText")) or ""
+        if form == "bullet":  # a symbol font's glyph (U+F0B7 in Symbol) or a letter ("o" in Courier) shows a bullet
+            return text if len(text) == 1 and not text.isalnum() and not "\ue000" <= text <= "\uf8ff" else "•"
+        legal = _flag(lvl, "isLgl")
+        shown = []
+        for part in re.split(r"(%[1-9])", text):
+            if re.fullmatch(r"%[1-9]", part):
+                k = int(part[1]) - 1
+                k_lvl = self.level(num_id, abstract, k)
+                k_form = "decimal" if legal else _val(k_lvl.find(f"{_W}numFmt")) if k_lvl is not None else None
+                if (k_form or "decimal") not in _FORMATS:
+                    return ""
+                shown.append(_FORMATS[k_form or "decimal"](counts.get(k, self.start(num_id, abstract, k))))
+            else:
+                shown.append(part)
+        return " ".join("".join(shown).split())
+
+    def start(self, num_id: str, abstract: Any, ilvl: int) -> int:
+        """The number a level counts from: the list's w:startOverride, else the level's w:start, else 0 (Word's)."""
+        for where, node in ((f"{_W}lvlOverride[@{_W}ilvl='{ilvl}']/{_W}startOverride", self.nums[num_id]),
+                            (f"{_W}start", self.level(num_id, abstract, ilvl))):
+            value = _val(node.find(where)) if node is not None else None
+            if value is not None and value.lstrip("-").isdigit():
+                return int(value)
+        return 0
 
 
 class _WordText:
-    """A Word document's text in reading order (``Sections``): paragraphs, with those of their text boxes and their
-    footnotes and endnotes after them; table rows ("Header: cell; ..."); the contents of content controls. Tracked
-    changes read as accepted (inserted text in, deleted text out); comments, page headers and footers are left
-    out."""
+    """A Word document's text in reading order (``Sections``): paragraphs, each after its list number or bullet
+    (``_Numbering``), with those of their text boxes and their footnotes and endnotes after them; table rows
+    ("Header: cell; ..."); the contents of content controls. Tracked changes read as accepted (inserted text in,
+    deleted text out); hidden text (``hidden``), comments, page headers and footers are left out."""
 
     def __init__(self, document: Any) -> None:
         from docx.text.paragraph import Paragraph
 
         self.document = document
+        self.styles = _Styles(document)
+        self.numbering = _Numbering(self._part("numbering"), self.styles)
         self.sections = Sections()
         self.title: str | None = None
         self.first_heading: str | None = None
@@ -51,15 +206,21 @@ class _WordText:
         self.read_notes: set[tuple[str, str]] = set()  # each note read once: one that refers to itself looped
         self._paragraph = lambda p: Paragraph(p, document.part)
 
-    def _notes(self, kind: str) -> dict[str, Any]:
-        """The document's footnotes or endnotes by id (the separators Word keeps among them have negative ids)."""
+    def _part(self, name: str) -> Any:
+        """The XML of the document's part of this relationship ("footnotes", "numbering"); None when it has none."""
         from docx.oxml.parser import parse_xml
 
         for rel in self.document.part.rels.values():
-            if rel.reltype.endswith(f"/{kind}s") and not rel.is_external:
-                root = parse_xml(rel.target_part.blob)
-                return {n.get(f"{_W}id"): n for n in root.iter(f"{_W}{kind}") if n.get(f"{_W}type") is None}
-        return {}
+            if rel.reltype.endswith(f"/{name}") and not rel.is_external:
+                return parse_xml(rel.target_part.blob)
+        return None
+
+    def _notes(self, kind: str) -> dict[str, Any]:
+        """The document's footnotes or endnotes by id (the separators Word keeps among them have negative ids)."""
+        root = self._part(f"{kind}s")
+        if root is None:
+            return {}
+        return {n.get(f"{_W}id"): n for n in root.iter(f"{_W}{kind}") if n.get(f"{_W}type") is None}
 
     def blocks(self, container: Any, level_allowed: bool = True) -> None:
         """The paragraphs and tables of a body, a text box or a content control, in order."""
@@ -71,12 +232,15 @@ class _WordText:
             elif child.tag in (f"{_W}sdtContent", f"{_W}customXml") or (child.tag == f"{_W}sdt" and _content(child)):
                 self.blocks(child, level_allowed)
 
-    def inline(self, element: Any, extras: list[tuple[str, Any]]) -> str:
-        """The text of a paragraph's runs; its text boxes and note references go to ``extras`` (kind, element)."""
+    def inline(self, element: Any, extras: list[tuple[str, Any]], hidden: bool = False) -> str:
+        """The text of a paragraph's runs but the hidden ones (``hidden``: whether its style hides them); its text
+        boxes and note references go to ``extras`` (kind, element)."""
         parts: list[str] = []
         for child in element:
             tag = child.tag
             if tag in _NOT_TEXT or not isinstance(tag, str) or (tag == f"{_W}sdt" and not _content(child)):
+                continue
+            if tag == f"{_W}r" and self.hidden(child, hidden):
                 continue
             if tag == f"{_W}t":
                 parts.append(child.text or "")
@@ -87,20 +251,36 @@ class _WordText:
             elif tag in (f"{_W}footnoteReference", f"{_W}endnoteReference"):
                 extras.append((tag[len(_W):-len("Reference")], child.get(f"{_W}id")))
             else:  # runs, hyperlinks, inserted text, fields, content controls, drawings (for their text boxes)
-                parts.append(self.inline(child, extras))
+                parts.append(self.inline(child, extras, hidden))
         return "".join(parts)
+
+    def hidden(self, run: Any, paragraph_hidden: bool) -> bool:
+        """Whether a run is hidden text (w:vanish: Word neither prints nor shows it, nor saves it as plain text), set
+        on the run, else on its character style, else on its paragraph's style (``paragraph_hidden``). A paragraph
+        mark's w:specVanish (a run-in heading's: the paragraph shows on one line with the next) hides no text."""
+        properties = run.find(f"{_W}rPr")
+        style = _val(properties.find(f"{_W}rStyle")) if properties is not None else None
+        found = _vanish([properties, *(s.find(f"{_W}rPr") for s in self.styles.chain(style))])
+        return paragraph_hidden if found is None else found
+
+    def line(self, p: Any, extras: list[tuple[str, Any]]) -> tuple[str, str]:
+        """A paragraph's visible text on one line, and its list number or bullet ("" when none); a paragraph without
+        visible text is not counted in its list (Word shows no number for it)."""
+        style_hidden = _vanish(s.find(f"{_W}rPr") for s in self.styles.chain(self.styles.paragraph_style(p)))
+        text = " ".join(self.inline(p, extras, bool(style_hidden)).split())
+        return text, self.numbering.label(p) if text else ""
 
     def paragraph(self, p: Any, level_allowed: bool = True) -> None:
         extras: list[tuple[str, Any]] = []
-        line = " ".join(self.inline(p, extras).split())
+        line, label = self.line(p, extras)
         style = self._paragraph(p).style if level_allowed else None
         name = (style.name if style is not None else "") or ""
         level = _HEADING.fullmatch(name)
         if name == "Title" and line:
             self.title = self.title or line  # the title is the document's, not a passage's
         else:
-            self.first_heading = self.first_heading or (line if level else None) or None
-            self.sections.add(line, int(level.group(1)) if level else 0)
+            self.first_heading = self.first_heading or (line if level else None) or None  # a name: no number
+            self.sections.add(_labelled(line, label), int(level.group(1)) if level else 0)
         self.extras(extras)
 
     def extras(self, extras: list[tuple[str, Any]]) -> None:
@@ -114,7 +294,7 @@ class _WordText:
 
     def cell(self, tc: Any, extras: list[tuple[str, Any]]) -> str:
         """A table cell's text on one line: its paragraphs and its nested tables' rows, a space apart."""
-        return " ".join(filter(None, (" ".join(self.inline(p, extras).split()) for p in _cell_paragraphs(tc))))
+        return " ".join(filter(None, (_labelled(*self.line(p, extras)) for p in _cell_paragraphs(tc))))
 
     def table(self, tbl: Any) -> None:
         """A table's rows, each one paragraph whose cells are named by the header row (``header_rows``). A cell
@@ -155,18 +335,8 @@ class _WordText:
         first = look.get(f"{_W}firstRow")
         if not (first in _ON if first is not None else int(look.get(f"{_W}val") or "0", 16) & 0x0020):
             return False
-        style = properties.find(f"{_W}tblStyle")
-        styles = self.document.styles.element
-        seen: set[str] = set()
-        while style is not None and (style_id := style.get(f"{_W}val")) and style_id not in seen:
-            seen.add(style_id)
-            found = next((s for s in styles.iterchildren(f"{_W}style") if s.get(f"{_W}styleId") == style_id), None)
-            if found is None:
-                return False
-            if any(p.get(f"{_W}type") == "firstRow" for p in found.findall(f"{_W}tblStylePr")):
-                return True
-            style = found.find(f"{_W}basedOn")
-        return False
+        return any(p.get(f"{_W}type") == "firstRow" for style in self.styles.chain(_val(properties.find(f"{_W}tblStyle")))
+                   for p in style.findall(f"{_W}tblStylePr"))
 
     def bold(self, row: Any) -> bool:
         """Whether every run with text in a row is bold (set on the run, its character style or its paragraph's)."""
@@ -213,6 +383,20 @@ def _cell_paragraphs(container: Any) -> Iterator[Any]:
                 yield from _cell_paragraphs(tc)
         elif child.tag in (f"{_W}sdtContent", f"{_W}customXml") or (child.tag == f"{_W}sdt" and _content(child)):
             yield from _cell_paragraphs(child)
+
+
+def _labelled(text: str, label: str) -> str:
+    return f"{label} {text}" if label and text else text
+
+
+def _vanish(properties: Iterable[Any]) -> bool | None:
+    """Whether the first of these run properties (w:rPr, or None) to set w:vanish hides text; None when none does."""
+    return next((_flag(p, "vanish") for p in properties if p is not None and p.find(f"{_W}vanish") is not None), None)
+
+
+def _val(element: Any) -> str | None:
+    """An element's w:val (None for no element)."""
+    return element.get(f"{_W}val") if element is not None else None
 
 
 def _flag(properties: Any, tag: str) -> bool:

@@ -20,6 +20,8 @@ docx = pytest.importorskip("docx")
 from docx.oxml import parse_xml  # noqa: E402
 from docx.oxml.ns import nsdecls  # noqa: E402
 
+W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+
 
 def table(document, rows, style: str | None = None, bold: bool = False, repeat_header: bool = False):
     t = document.add_table(rows=len(rows), cols=len(rows[0]))
@@ -187,3 +189,120 @@ def test_a_note_that_refers_to_itself_or_a_damaged_notes_part_does_not_stop_the_
     assert reasons["bad.docx"].startswith("not a readable Word (.docx) file")
     looped = extract_docx(files / "self.docx").paragraphs
     assert looped[0] == "The ferry leaves at nine." and sum(p.count("x") for p in looped) == 1  # its note, once
+
+
+def define_list(document, list_id: int, levels: list[tuple[str, ...]], overrides: str = "",
+                abstract_id: int | None = None) -> None:
+    """Adds a list (w:num ``list_id``) of these levels, each (w:numFmt, w:lvlText[, more of the level's XML])
+    counting from 1, on its own definition (w:abstractNum), or on ``abstract_id``'s when given."""
+    numbering = document.part.numbering_part.element
+    if abstract_id is None:
+        abstract_id = list_id
+        lvls = "".join(f'<w:lvl w:ilvl="{i}"><w:start w:val="1"/><w:numFmt w:val="{form}"/>{"".join(extra)}'
+                       f'<w:lvlText w:val="{text}"/></w:lvl>' for i, (form, text, *extra) in enumerate(levels))
+        numbering.insert(0, parse_xml(f'<w:abstractNum {nsdecls("w")} w:abstractNumId="{abstract_id}">{lvls}'
+                                      '</w:abstractNum>'))
+    numbering.append(parse_xml(f'<w:num {nsdecls("w")} w:numId="{list_id}"><w:abstractNumId w:val="{abstract_id}"/>'
+                               f'{overrides}</w:num>'))
+
+
+def item(document, text: str, list_id: int, level: int = 0, style: str | None = None):
+    """A paragraph in list ``list_id`` at ``level`` (its own w:numPr, as Word writes a list made with its buttons)."""
+    p = document.add_paragraph(text, style=style)
+    p._p.get_or_add_pPr().insert(0, parse_xml(f'<w:numPr {nsdecls("w")}><w:ilvl w:val="{level}"/>'
+                                              f'<w:numId w:val="{list_id}"/></w:numPr>'))
+    return p
+
+
+def test_list_items_read_their_numbers_and_bullets_as_word_shows_them(tmp_path):
+    """A numbered list read as bare paragraphs ("Install the pump.", "Configure the flow rate."): "what is step 2?"
+    had nothing to match and an outline lost its order. Each item now reads after its number as Word shows it: a
+    "List Number" or "List Bullet" style's, a legal outline's "1.2", letters and roman numerals, a list that restarts
+    (w:startOverride) or continues another on its definition; an unknown format or list reads as before."""
+    document = docx.Document()
+    document.add_paragraph("Install the pump.", style="List Number")
+    document.add_paragraph("Configure the flow rate.", style="List Number")
+    document.add_paragraph("Spare seals", style="List Bullet")
+    define_list(document, 90, [("decimal", "%1."), ("decimal", "%1.%2"), ("lowerLetter", "(%3)")])
+    for text, level in [("Definitions", 0), ("Scope of the policy.", 1), ("Contractors are covered.", 2),
+                        ("Visitors are covered.", 2), ("Exclusions apply.", 1), ("Obligations", 0),
+                        ("Report incidents.", 1)]:
+        item(document, text, 90, level)
+    define_list(document, 91, [("upperRoman", "%1."), ("lowerLetter", "%1.%2", "<w:isLgl/>")])
+    for text in ("Background", "Findings"):
+        item(document, text, 91)
+    item(document, "Sampling", 91, 1)  # a legal-style level shows every number in decimal: "2.1", not "II.a"
+    define_list(document, 92, [], abstract_id=91)  # another list on the same definition continues it: "III."
+    item(document, "Recommendations", 92)
+    define_list(document, 93, [], abstract_id=91,
+                overrides='<w:lvlOverride w:ilvl="0"><w:startOverride w:val="1"/></w:lvlOverride>')
+    item(document, "Annex", 93)  # restarted: "I."
+    define_list(document, 94, [("ordinal", "%1")])
+    item(document, "An ordinal word is not read", 94)
+    item(document, "Nor is a list not defined", 57)
+    item(document, "Numbering turned off", 0, style="List Number")  # numId 0 over the style's list
+    assert paragraphs(document, tmp_path) == [
+        "1. Install the pump.", "2. Configure the flow rate.", "• Spare seals",  # was "Install the pump.", ...
+        "1. Definitions", "1.1 Scope of the policy.", "(a) Contractors are covered.", "(b) Visitors are covered.",
+        "1.2 Exclusions apply.", "2. Obligations", "2.1 Report incidents.",
+        "I. Background", "II. Findings", "2.1 Sampling", "III. Recommendations", "I. Annex",
+        "An ordinal word is not read", "Nor is a list not defined", "Numbering turned off",
+    ]
+
+
+def test_numbered_headings_keep_their_numbers_in_the_section_path(tmp_path):
+    """Headings numbered by their style (an outline whose levels are linked to "Heading 1" and "Heading 2") carry
+    their numbers into the passages' sections; the title, a name, does not."""
+    document = docx.Document()
+    define_list(document, 95, [("decimal", "%1"), ("decimal", "%1.%2")])
+    for level, style_id in ((0, "Heading1"), (1, "Heading2")):
+        lvl = document.part.numbering_part.element.find(
+            f'.//{{{W}}}abstractNum[@{{{W}}}abstractNumId="95"]/{{{W}}}lvl[@{{{W}}}ilvl="{level}"]')
+        lvl.insert(0, parse_xml(f'<w:pStyle {nsdecls("w")} w:val="{style_id}"/>'))
+        style = document.styles[f"Heading {level + 1}"].element
+        style.get_or_add_pPr().insert(0, parse_xml(f'<w:numPr {nsdecls("w")}><w:numId w:val="95"/></w:numPr>'))
+    document.add_heading("Introduction", 1)
+    document.add_heading("Scope", 2)
+    document.add_paragraph("The policy covers every site.")
+    document.add_heading("Duties", 2)
+    document.add_paragraph("Managers keep the register.")
+    document.save(str(tmp_path / "d.docx"))
+    extracted = extract_docx(tmp_path / "d.docx")
+    assert extracted.title == "Introduction"
+    assert extracted.paragraphs == ["1 Introduction\n\n1.1 Scope", "The policy covers every site.", "1.2 Duties",
+                                    "Managers keep the register."]
+    assert [m["section"] for m in extracted.paragraph_meta] == [
+        "1 Introduction > 1.1 Scope", "1 Introduction > 1.1 Scope", "1 Introduction > 1.2 Duties",
+        "1 Introduction > 1.2 Duties"]
+
+
+def test_hidden_text_is_left_out_as_word_shows_and_prints_the_document(tmp_path):
+    """Text formatted as hidden (an editor's note) was read into the corpus. Hidden runs are left out, hidden by the
+    run, its character style or its paragraph's style, unless the run turns hiding off again; a paragraph mark's
+    w:specVanish (a run-in heading) hides no text; a list item with no visible text takes no number."""
+    document = docx.Document()
+    note = document.add_paragraph("The valve opens at 4 bar.")
+    note.add_run(" [Editor: check this figure with the supplier.]").font.hidden = True
+    note.add_run(" It closes at 2 bar.")
+    hidden_style = document.styles.add_style("Editorial", 2)  # a character style that hides
+    hidden_style.font.hidden = True
+    styled = document.add_paragraph("The pump weighs 40 kg.")
+    styled.add_run(" Confirm with engineering.").style = hidden_style
+    shown = styled.add_run(" It runs on 230 V.")
+    shown.style = hidden_style
+    shown.font.hidden = False  # set off on the run: shown
+    notes_style = document.styles.add_style("Reviewer notes", 1)
+    notes_style.font.hidden = True
+    document.add_paragraph("Delete this paragraph before sending.", style=notes_style)
+    run_in = document.add_paragraph("Scope.", style="Heading 2")
+    run_in._p.get_or_add_pPr().append(parse_xml(f'<w:rPr {nsdecls("w")}><w:specVanish/></w:rPr>'))
+    document.add_paragraph("The policy covers every site.")
+    document.add_paragraph("Open the valve.", style="List Number")
+    document.add_paragraph("Old step.", style="List Number").runs[0].font.hidden = True
+    document.add_paragraph("Start the pump.", style="List Number")
+    assert paragraphs(document, tmp_path) == [
+        "The valve opens at 4 bar. It closes at 2 bar.",  # was "... [Editor: check this figure ...] It closes ..."
+        "The pump weighs 40 kg. It runs on 230 V.",
+        "Scope.", "The policy covers every site.",
+        "1. Open the valve.", "2. Start the pump.",
+    ]
