@@ -3,7 +3,8 @@
 pdfminer.six's layout analysis groups a page's characters into lines and its lines into text boxes; this module
 puts the boxes in reading order (a column after the one on its left, the rows of a table left to right), joins the
 boxes that are one paragraph, finds the lines repeated at the top or bottom of many pages (running headers and
-footers), undoes the hyphenation of words at line ends and spells out typographic ligatures. It works on anything
+footers), finds the tables whose first row is a header (``tables``), undoes the hyphenation of words at line ends
+and spells out typographic ligatures. It works on anything
 with pdfminer's coordinates (``x0``, ``x1``, ``y0``, ``y1``: points, y upwards) and ``get_text()``.
 """
 
@@ -42,6 +43,8 @@ _LINE_HYPHEN = re.compile(r"(\w+)[-\u00ad\u2010][ \t]*\n\s*(\w+)")
 _COMPOUND = re.compile(r"\w+(?:[-\u2010]\w+)+")
 # a share of line breaks that end in a hyphenated word at least this high: the document was set with hyphenation on
 HYPHENATED_SHARE = 0.03
+# a bold font's name: "Helvetica-Bold", "ABCDEF+DejaVuSans-Bold", "Arial,Bold", "Roboto-Black", "Inter-Heavy"
+_BOLD_FONT = re.compile(r"bold|black|heavy", re.I)
 
 
 def lines(box: Any) -> list[Any]:
@@ -260,6 +263,8 @@ class Block:
     y1: float
     size: float  # the height of its tallest line: about its type size, in points
     large: str  # its first lines in that size (a title's, where the lines after it are its authors')
+    cells: tuple[tuple[str, float, float], ...] = ()  # a table row's cells (text, x0, x1), left to right; else ()
+    bold: bool = False  # every glyph of it is in a bold font
 
     @classmethod
     def of(cls, run: Sequence[Any]) -> Block:
@@ -271,8 +276,42 @@ class Block:
         size = max(line.y1 - line.y0 for line in every)
         large = itertools.takewhile(lambda line: line.y1 - line.y0 >= 0.85 * size,
                                     itertools.dropwhile(lambda line: line.y1 - line.y0 < 0.85 * size, every))
+        row = len(run) > 1 and all(same_row(a, b) for a, b in itertools.pairwise(run))
+        glyphs = [g for line in every if hasattr(line, "__iter__") for g in line if g.get_text().strip()]
         return cls(joined, min(b.x0 for b in run), min(b.y0 for b in run), max(b.x1 for b in run),
-                   max(b.y1 for b in run), size, "".join(_line_text(line) for line in large))
+                   max(b.y1 for b in run), size, "".join(_line_text(line) for line in large),
+                   tuple((" ".join(text(b).split()), b.x0, b.x1) for b in run) if row else (),
+                   bool(glyphs) and all(_BOLD_FONT.search(getattr(g, "fontname", "")) for g in glyphs))
+
+
+def tables(blocks: Sequence[Block]) -> list[tuple[int, list[list[str]]]]:
+    """The tables of a page's blocks (in reading order) whose first row is a header: (where the header is, the rows'
+    cells, the header's first), for each run of table rows (``Block.cells``: one-line cells on one baseline) whose
+    first row is bold, as a header row is set, with at least one row under it. Each row's cells are put in the
+    header's columns (the gap between two headers splits them), "" where a row has none (an empty cell); a row with
+    two cells in one column, or a block that is no row, ends the table. A table without a bold first row is found
+    by nothing here: its rows read their cells, spaced."""
+    found: list[tuple[int, list[list[str]]]] = []
+    i = 0
+    while i < len(blocks):
+        head = blocks[i]
+        if not (head.cells and head.bold):
+            i += 1
+            continue
+        edges = [(a[2] + b[1]) / 2 for a, b in itertools.pairwise(head.cells)]  # the gaps' middles
+        rows = [[cell for cell, _, _ in head.cells]]
+        for block in blocks[i + 1:]:
+            columns = [sum(x0 + x1 > 2 * edge for edge in edges) for _, x0, x1 in block.cells]
+            if not block.cells or len(set(columns)) < len(columns):
+                break
+            row = [""] * len(head.cells)
+            for (cell, _, _), column in zip(block.cells, columns, strict=True):
+                row[column] = cell
+            rows.append(row)
+        if len(rows) > 1:
+            found.append((i, rows))
+        i += len(rows)
+    return found
 
 
 def margin_key(block: Block, bottom: float, top: float) -> str | None:

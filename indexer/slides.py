@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer.documents import Extracted, IngestError, Unreadable, error_text, row_text
+from spanseek.indexer.documents import Extracted, IngestError, Unreadable, error_text, table_rows
 
 _OLE = b"\xd0\xcf\x11\xe0"  # an encrypted .pptx, or an old binary .ppt, is an OLE (Compound File) file
 
@@ -40,10 +40,7 @@ def _shapes(shapes: Any) -> Iterator[Any]:
 def _table_rows(table: Any) -> list[str]:
     """A table's rows, the cells named by the first row's (a slide table's first row is its header row, as
     PowerPoint styles it by default); a table of one row reads its cells."""
-    rows = [[_line(cell.text) for cell in row.cells] for row in table.rows]
-    if len(rows) < 2 or not table.first_row:
-        return [text for r in rows if (text := row_text(r, []))]
-    return [text for r in rows[1:] if (text := row_text(r, rows[0]))]
+    return table_rows([[_line(cell.text) for cell in row.cells] for row in table.rows], table.first_row)
 
 
 def _slide_text(slide: Any) -> tuple[str | None, list[str]]:

@@ -102,21 +102,46 @@ def test_words_hyphenated_at_line_ends_are_whole_and_ligatures_spelled_out(tmp_p
         "well-known supplier; a well-known name. The fleet has more information."]  # was "infor-mation", "ﬁnancial"
 
 
-def test_a_table_is_read_row_by_row_and_its_numbers_are_kept(tmp_path):
-    """A table's cells were read column by column, and a cell holding only a number was dropped as a page number."""
+def table_pdf(path: Path, tables: list[tuple[str, list[tuple[str, ...]], bool]]) -> Path:
+    """A page of tables, each after a line of text: (the line, the rows, whether the first row is a header, set in
+    bold as fpdf2 sets it)."""
     pdf = fpdf.FPDF()
     pdf.add_page()
     pdf.set_font("helvetica", size=11)
-    pdf.multi_cell(0, 6, "The terminals of the port are listed below.")
-    pdf.ln(4)
-    with pdf.table(col_widths=(60, 30, 30)) as table:
-        for cells in [("Terminal", "Berths", "Cranes"), ("Northern container", "4", "14"), ("Ferry", "2", "0")]:
-            row = table.row()
-            for cell in cells:
-                row.cell(cell)
-    pdf.output(str(tmp_path / "table.pdf"))
-    assert extract_pdf(tmp_path / "table.pdf").paragraphs == [
-        "The terminals of the port are listed below.", "Terminal Berths Cranes", "Northern container 4 14", "Ferry 2 0"]
+    for line, rows, header in tables:
+        pdf.multi_cell(0, 6, line)
+        pdf.ln(4)
+        with pdf.table(col_widths=(60, 30, 30)[:len(rows[0])], first_row_as_headings=header) as table:
+            for cells in rows:
+                row = table.row()
+                for cell in cells:
+                    row.cell(cell)
+        pdf.ln(4)
+    pdf.output(str(path))
+    return path
+
+
+def test_a_table_is_read_row_by_row_and_its_numbers_are_kept(tmp_path):
+    """A table's cells were read column by column, and a cell holding only a number was dropped as a page number.
+    A table without a header row reads each row's cells, spaced."""
+    pdf = table_pdf(tmp_path / "table.pdf", [("Opening hours of the port office.",
+                                              [("Monday", "08:00", "18:00"), ("Saturday", "09:00", "12:00")], False)])
+    assert extract_pdf(pdf).paragraphs == [
+        "Opening hours of the port office.", "Monday 08:00 18:00", "Saturday 09:00 12:00"]
+
+
+def test_a_table_s_cells_are_named_by_its_header_row_as_in_word_and_html(tmp_path):
+    """A PDF table's rows read "Terminal Berths Cranes", "Northern container 4 14", "Ferry 0": the numbers had no
+    names, and an empty cell made "0" the ferry's berths. Under a header row (bold, as typesetters set it) each row
+    names its cells as Word's, HTML's and Markdown's rows do, an empty cell left out; the header row is no paragraph
+    of its own."""
+    pdf = table_pdf(tmp_path / "table.pdf", [
+        ("The terminals of the port are listed below.",
+         [("Terminal", "Berths", "Cranes"), ("Northern container", "4", "14"), ("Ferry", "", "0")], True),
+        ("Opening hours of the port office.", [("Monday", "08:00", "18:00")], False)])
+    assert extract_pdf(pdf).paragraphs == [
+        "The terminals of the port are listed below.", "Terminal: Northern container; Berths: 4; Cranes: 14",
+        "Terminal: Ferry; Cranes: 0", "Opening hours of the port office.", "Monday 08:00 18:00"]
 
 
 def test_a_page_of_only_an_image_is_named_in_a_warning(tmp_path, caplog):

@@ -166,3 +166,22 @@ def test_the_title_is_the_first_page_s_largest_type_when_it_stands_out():
     assert pdf_layout.title_block([title, *body], 0, 842) is title
     small = Block("Introduction\n", 50, 700, 500, 711, 11, "Introduction\n")  # a heading barely larger than text
     assert pdf_layout.title_block([small, *body], 0, 842) is None
+
+
+def test_tables_put_cells_in_the_header_s_columns_and_end_at_a_row_that_does_not_fit():
+    """``tables`` finds a run of rows under a bold first row, places each cell in the header's column by where it
+    lies (an empty cell is ""), and ends the table at a row with two cells in one column or a block that is no row;
+    a first row not in bold is no header."""
+    def row(cells, bold=False):
+        return Block(" ".join(t for t, _, _ in cells), 50, 0, 400, 10, 10, "", tuple(cells), bold)
+
+    head = row([("Terminal", 50, 100), ("Berths", 200, 240), ("Cranes", 300, 340)], bold=True)
+    blocks = [row([("Ferry", 50, 80), ("0", 330, 336)]), head,
+              row([("Northern", 50, 100), ("4", 230, 236), ("14", 324, 336)]),
+              row([("Ferry", 50, 80), ("0", 330, 336)]),
+              row([("Notes", 50, 80), ("one", 190, 210), ("two", 215, 245)]),  # two cells under "Berths": ends it
+              row([("Wick", 50, 80), ("2", 230, 236)])]
+    assert pdf_layout.tables(blocks) == [(1, [["Terminal", "Berths", "Cranes"], ["Northern", "4", "14"],
+                                              ["Ferry", "", "0"]])]
+    assert pdf_layout.tables([head, Block("Text after the header.", 50, 0, 400, 10, 10, "")]) == []
+    assert pdf_layout.tables([row(head.cells), blocks[2]]) == []  # not bold: no header
