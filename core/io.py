@@ -86,6 +86,7 @@ class Question:
     context: str
     doc_index: int  # index of the article in the file
     para_index: int  # index of the paragraph within its article
+    doc_id: str | None = None  # the gold document's corpus id, where the question file names it (else by title)
 
 
 @dataclass

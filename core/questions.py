@@ -1,0 +1,254 @@
+"""Question files: SQuAD-format JSON, and open-domain lists of questions and answers (JSON Lines, CSV, TSV).
+
+    spanseek eval --questions nq-open.jsonl --index INDEX_DIR
+    spanseek search --index INDEX_DIR --questions questions.tsv
+
+``read_questions`` reads every format; the format comes from the name (``question_format``), ``.gz`` stripped:
+
+- ``.json``: SQuAD format (``core.io.load_squad``), or JSON Lines when its first line is a whole object with a
+  ``question``;
+- ``.jsonl`` / ``.ndjson``: one object a line, ``{"question": str, "answers": [str, ...]}`` (``answer`` as in
+  NQ-open, a list or one string, in its place), optional ``id`` (a string or a whole number), ``title`` and
+  ``doc_id`` (the gold document, by its title or its corpus id);
+- ``.csv`` / ``.tsv``: a header naming the columns (``question``, and ``answers`` or ``answer``, ``id``, ``title``,
+  ``doc_id``; others are not read), or no header when the second field of the first row is a list of answers, as in
+  DPR's ``*.qa.csv`` (question, answers). An answers cell is a JSON or Python list of strings, or one answer
+  written plainly. A ``.csv`` whose first line has a tab is read as tab-separated (DPR's are);
+- ``.txt``: one question a line (``spanseek search`` only: it has no answers);
+- any other name: sniffed (a JSON object, JSON Lines, a tab on the first line, a ``question`` column) or plain text.
+
+JSON Lines and CSV/TSV questions carry no passage: they serve open-domain evaluation and search, not reading
+comprehension or training, which read each question's passage. A question without an id takes ``line-N`` (its
+line). Errors name the file and line (and the column of a CSV/TSV field): a line that is not JSON, a missing or
+blank question, answers that are not a list of strings, a header without a question column, an id used twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from spanseek.core.io import (
+    CorpusError,
+    Question,
+    has_text,
+    load_squad,
+    loads_json,
+    read_head,
+    read_lines,
+    squad_questions,
+)
+
+QuestionFormat = Literal["squad", "jsonl", "csv", "tsv", "text"]
+OPEN_FORMATS: tuple[QuestionFormat, ...] = ("jsonl", "csv", "tsv")  # questions and answers, no passage
+FORMAT_NAMES = {"squad": "SQuAD-format JSON", "jsonl": "JSON Lines", "csv": "CSV", "tsv": "TSV", "text": "plain text"}
+_SUFFIXES: dict[str, QuestionFormat] = {".jsonl": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv", ".txt": "text"}
+COLUMNS = ("question", "answers", "answer", "id", "title", "doc_id")  # the CSV/TSV columns read
+
+
+@dataclass(frozen=True)
+class QuestionFile:
+    """The questions of a file, its format, and where each question is (its line, for messages)."""
+
+    path: Path
+    format: QuestionFormat
+    questions: list[Question]
+    lines: list[int]  # each question's line in the file (0 for SQuAD: its place is data[i]...)
+    has_answers: list[bool]  # whether each question came with answers (SQuAD v2 gives an empty list for none)
+    articles: list[dict[str, Any]] = field(default_factory=list)  # a SQuAD file's ``data`` list (its passages)
+
+    @property
+    def open_domain(self) -> bool:
+        """Whether the questions come without their passages (JSON Lines, CSV, TSV, plain text)."""
+        return self.format != "squad"
+
+    def without_answers(self) -> int | None:
+        """The line of the first question given without answers (None: every one has some)."""
+        return next((line for line, has in zip(self.lines, self.has_answers, strict=True) if not has), None)
+
+
+def question_format(path: str | Path) -> QuestionFormat:
+    """The format of a question file, from its suffix (``.gz`` stripped), sniffing the first lines of a ``.json``
+    (SQuAD, or JSON Lines when the first line is an object with a ``question``), a ``.csv`` (comma or tab) and a
+    file of any other suffix."""
+    path = Path(path)
+    suffix = Path(path.name.removesuffix(".gz")).suffix.lower()
+    if suffix in _SUFFIXES:
+        return _SUFFIXES[suffix]
+    head = read_head(path, 8192)
+    first = next((line for line in head.splitlines() if line.strip()), "")
+    if suffix == ".csv":
+        return "tsv" if "\t" in first else "csv"  # DPR's .qa.csv: question<TAB>answers, commas in both
+    if first.lstrip().startswith("{"):
+        try:
+            obj = json.loads(first)
+        except (ValueError, RecursionError):  # a SQuAD file laid out on many lines
+            return "squad"
+        # a line of questions; any other object is meant as SQuAD, whose reader says what is wrong with it
+        return "jsonl" if isinstance(obj, dict) and "question" in obj else "squad"
+    if suffix == ".json":
+        return "squad"  # load_squad says what it is instead (a list, CSV, an empty file)
+    if "\t" in first:
+        return "tsv"
+    if "question" in (f.strip().lower() for f in first.split(",")):
+        return "csv"
+    return "text"
+
+
+def read_questions(path: str | Path) -> QuestionFile:
+    """The questions of a question file in any of the module's formats, checked (CorpusError naming the file and
+    line at the first fault)."""
+    path = Path(path)
+    fmt = question_format(path)
+    if fmt == "squad":
+        data = load_squad(path)
+        questions = squad_questions(data)
+        return QuestionFile(path, fmt, questions, [0] * len(questions), [True] * len(questions), data)
+    if fmt == "text":
+        rows = [(n, _record(path, n, {"question": line.strip()})) for n, line in read_lines(path) if line.strip()]
+    elif fmt == "jsonl":
+        rows = list(_jsonl_records(path))
+    else:
+        rows = list(_table_records(path, "\t" if fmt == "tsv" else ","))
+    questions, lines, has_answers = [], [], []
+    seen: dict[str, int] = {}
+    for n, rec in rows:
+        qid = rec.id if rec.id is not None else f"line-{n}"
+        if qid in seen:
+            raise CorpusError(f"{path}:{n}: question id {qid!r} is also the id of line {seen[qid]}; give each question "
+                              "its own id")
+        seen[qid] = n
+        questions.append(Question(id=qid, question=rec.question, answers=rec.answers, answer_starts=(),
+                                  title=rec.title, context="", doc_index=-1, para_index=-1, doc_id=rec.doc_id))
+        lines.append(n)
+        has_answers.append(bool(rec.answers))
+    return QuestionFile(path, fmt, questions, lines, has_answers)
+
+
+@dataclass(frozen=True)
+class _Record:
+    question: str
+    answers: tuple[str, ...] = ()
+    id: str | None = None
+    title: str = ""
+    doc_id: str | None = None
+
+
+def _record(path: Path, lineno: int, fields: dict[str, Any], columns: dict[str, int] | None = None) -> _Record:
+    """A question of line ``lineno`` from its fields (``columns``: each field's CSV column, for messages)."""
+    def at(name: str) -> str:
+        col = f" column {columns[name] + 1} ({name})" if columns is not None and name in columns else f" {name!r}"
+        return f"{path}:{lineno}:{col}"
+
+    question = fields.get("question")
+    if not isinstance(question, str) or not has_text(question):
+        got = "missing" if question is None else "blank" if isinstance(question, str) else f"a {_kind(question)}"
+        raise CorpusError(f"{at('question')}: the question must be text ({got})")
+    key = "answers" if "answers" in fields else "answer"
+    answers = fields.get(key)
+    if answers is None or answers == "":
+        answers = []
+    elif isinstance(answers, str) and (key == "answer" or columns is not None):
+        answers = [answers]  # one answer, as NQ-open's "answer" may be, or a plain CSV cell
+    if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+        raise CorpusError(f"{at(key)}: the answers must be a list of strings (got {_shown(answers)})")
+    blank = next((i for i, a in enumerate(answers) if not has_text(a)), None)
+    if blank is not None:
+        raise CorpusError(f"{at(key)}: answer {blank + 1} is blank; write it or leave it out")
+    out: dict[str, str | None] = {}
+    for name in ("id", "title", "doc_id"):
+        value = fields.get(name)
+        if value is None or value == "":
+            out[name] = None
+        elif isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            out[name] = str(value)
+        else:
+            raise CorpusError(f"{at(name)}: must be a string{' or a whole number' * (name != 'title')} "
+                              f"(got a {_kind(value)})")
+    return _Record(question.strip(), tuple(answers), out["id"], out["title"] or "", out["doc_id"])
+
+
+def _kind(value: Any) -> str:
+    return {dict: "JSON object", list: "list", bool: "true/false", float: "number", int: "number"}.get(
+        type(value), type(value).__name__)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _jsonl_records(path: Path):
+    for n, line in read_lines(path):
+        if not line.strip():
+            continue
+        obj = loads_json(line, f"{path}:{n}")
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{path}:{n}: each line must be a JSON object {{\"question\": ..., \"answers\": [...]}} "
+                              f"(got a {_kind(obj)})")
+        yield n, _record(path, n, obj)
+
+
+def _answers_cell(path: Path, lineno: int, col: int, name: str, cell: str) -> list[str] | str:
+    """An answers cell: a JSON or Python list (DPR writes Python's), or one answer as it reads."""
+    text = cell.strip()
+    if not text.startswith("["):
+        return cell
+    try:
+        value = json.loads(text)
+    except ValueError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise CorpusError(f"{path}:{lineno}: column {col + 1} ({name}): the answers must be a list of strings "
+                              f"(got {_shown(cell)}, which is not a JSON or Python list)") from None
+    return value
+
+
+def _table_records(path: Path, sep: str):
+    """The records of a CSV or TSV file: a header naming the columns, or DPR's rows of question and answers."""
+    lines = ((n, line) for n, line in read_lines(path))
+    line_of: list[int] = []  # each line csv reads, as the file numbers it (blank lines included)
+
+    def text():
+        for n, line in lines:
+            line_of.append(n)
+            yield line
+
+    reader = csv.reader(text(), delimiter=sep)
+    name = FORMAT_NAMES["tsv" if sep == "\t" else "csv"]
+    columns: dict[str, int] | None = None
+    consumed = 0  # the lines csv had read before the row: a quoted cell may span lines
+    try:
+        for row in reader:
+            start, consumed = line_of[consumed], reader.line_num
+            if not any(cell.strip() for cell in row):
+                continue
+            if columns is None:
+                columns, header = _columns(path, start, row)
+                if header:
+                    continue
+            fields: dict[str, Any] = {}
+            for key, col in columns.items():
+                cell = row[col] if col < len(row) else ""
+                fields[key] = _answers_cell(path, start, col, key, cell) if key in ("answers", "answer") else cell
+            yield start, _record(path, start, fields, columns)
+    except csv.Error as e:
+        raise CorpusError(f"{path}:{line_of[-1] if line_of else 1}: not valid {name} ({e})") from None
+
+
+def _columns(path: Path, lineno: int, row: list[str]) -> tuple[dict[str, int], bool]:
+    """The columns of a table file (name -> column) and whether ``row`` is a header naming them; without a header,
+    DPR's question and answers when the row's second field is a list."""
+    names = [cell.strip().lower() for cell in row]
+    if "question" in names:
+        return {name: names.index(name) for name in COLUMNS if name in names}, True
+    if len(row) >= 2 and row[1].strip().startswith("["):  # DPR's headerless question<TAB>answers
+        return {"question": 0, "answers": 1}, False
+    raise CorpusError(f"{path}:{lineno}: the header has no 'question' column (its columns: "
+                      f"{', '.join(map(repr, row[:8]))}); name the columns on the first line, e.g. "
+                      "question,answers (or give DPR's rows: a question and a list of answers)")

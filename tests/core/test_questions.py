@@ -1,0 +1,148 @@
+"""Question files in every format (core.questions): the same questions read from SQuAD JSON, JSON Lines, CSV, TSV
+and DPR's headerless .qa.csv are the same; the format comes from the name, sniffed where it is ambiguous; each
+fault is named with its file and line (and the column of a CSV/TSV field).
+
+    .venv/bin/python -m pytest -q tests/core/test_questions.py
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+
+import pytest
+
+from spanseek.core.io import CorpusError
+from spanseek.core.questions import question_format, read_questions
+from tests.conftest import make_squad
+
+ROWS = [  # id, question, answers, title: commas, quotes and a tab-free multi-answer list
+    ("q1", "Who wrote it, then?", ["Alba", 'the "elder" Alba'], "Article 0"),
+    ("q2", "When did O'Neil build it?", ["1850"], "Article 1"),
+]
+
+
+def _jsonl(rows=ROWS) -> str:
+    return "".join(json.dumps({"id": i, "question": q, "answers": a, "title": t}) + "\n" for i, q, a, t in rows)
+
+
+def _table(sep: str, rows=ROWS) -> str:
+    lines = []
+    writer = csv.writer(_Lines(lines), delimiter=sep, lineterminator="\n")
+    writer.writerow(["id", "question", "answers", "title"])
+    for i, q, a, t in rows:
+        writer.writerow([i, q, json.dumps(a), t])
+    return "".join(lines)
+
+
+class _Lines:
+    def __init__(self, out: list[str]):
+        self.write = out.append
+
+
+def _read(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return read_questions(path)
+
+
+def _fields(qf):
+    return [(q.id, q.question, q.answers, q.title) for q in qf.questions]
+
+
+@pytest.mark.parametrize(("name", "text", "fmt"), [
+    ("q.jsonl", _jsonl(), "jsonl"),
+    ("q.jsonl.gz", _jsonl(), "jsonl"),
+    ("q.json", _jsonl(), "jsonl"),  # JSON Lines named .json: its first line is a whole object with a question
+    ("q.csv", _table(","), "csv"),
+    ("q.tsv", _table("\t"), "tsv"),
+    ("q.csv", _table("\t"), "tsv"),  # a .csv that is tab-separated, as DPR's are
+    ("questions", _table("\t"), "tsv"),  # no suffix: sniffed
+])
+def test_every_format_reads_the_same_questions(tmp_path, name, text, fmt):
+    qf = _read(tmp_path, name, text)
+    assert qf.format == fmt and qf.open_domain
+    assert _fields(qf) == [(i, q, tuple(a), t) for i, q, a, t in ROWS]
+    assert qf.lines == [1, 2] if fmt == "jsonl" else qf.lines == [2, 3]
+
+
+def test_squad_json_is_still_read_with_its_passages(tmp_path):
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(make_squad(n_articles=2)), encoding="utf-8")
+    qf = read_questions(path)
+    assert qf.format == "squad" and not qf.open_domain and qf.articles
+    assert all(q.context and q.answer_starts for q in qf.questions)
+
+
+def test_dpr_qa_csv_headerless_with_python_lists(tmp_path):
+    # DPR's nq-test.qa.csv: question<TAB>a Python list of answers, no header, no id
+    text = "who got the first nobel prize in physics\t['Wilhelm Conrad Röntgen']\nwhen was it, really?\t[\"1901\", 'in 1901']\n"
+    qf = _read(tmp_path, "nq-test.qa.csv", text)
+    assert qf.format == "tsv"
+    assert _fields(qf) == [("line-1", "who got the first nobel prize in physics", ("Wilhelm Conrad Röntgen",), ""),
+                           ("line-2", "when was it, really?", ("1901", "in 1901"), "")]
+
+
+def test_nq_open_answer_key_doc_id_and_a_plain_answer_cell(tmp_path):
+    qf = _read(tmp_path, "nq.jsonl", '{"question": "where?", "answer": ["Paris"], "doc_id": 7}\n'
+                                     '{"question": "who?", "answer": "Alba"}\n')
+    assert [(q.answers, q.doc_id) for q in qf.questions] == [(("Paris",), "7"), (("Alba",), None)]
+    qf = _read(tmp_path, "q.csv", "question,answer\nwhere?,Paris\nwho?,\n")
+    assert [q.answers for q in qf.questions] == [("Paris",), ()]
+    assert qf.without_answers() == 3
+
+
+def test_plain_text_is_one_question_a_line(tmp_path):
+    qf = _read(tmp_path, "q.txt", "who wrote it, then?\n\n{not json}\n")
+    assert qf.format == "text" and [q.question for q in qf.questions] == ["who wrote it, then?", "{not json}"]
+    assert qf.without_answers() == 1
+
+
+def test_a_squad_file_on_one_line_and_an_unknown_suffix_are_sniffed(tmp_path):
+    (tmp_path / "q.data").write_text(json.dumps(make_squad(n_articles=1)), encoding="utf-8")
+    (tmp_path / "q2").write_text("question,answers\nwho?,Alba\n", encoding="utf-8")
+    (tmp_path / "q3").write_text("who?\n", encoding="utf-8")
+    assert [question_format(tmp_path / n) for n in ("q.data", "q2", "q3")] == ["squad", "csv", "text"]
+
+
+@pytest.mark.parametrize(("name", "text", "said"), [
+    ("q.jsonl", '{"question": "a?", "answers": ["x"]}\n{"question": "b?", "answers": ["x"]\n',
+     r"q.jsonl:2: invalid JSON \(.* at column \d+\)"),
+    ("q.jsonl", '{"question": "a?"}\n\n["b?"]\n', r"q.jsonl:3: each line must be a JSON object"),
+    ("q.jsonl", '{"answers": ["x"]}\n', r"q.jsonl:1: 'question': the question must be text \(missing\)"),
+    ("q.jsonl", '{"question": " \\u200b "}\n', r"q.jsonl:1: 'question': the question must be text \(blank\)"),
+    ("q.jsonl", '{"question": 3}\n', r"q.jsonl:1: 'question': the question must be text \(a number\)"),
+    ("q.jsonl", '{"question": "a?", "answers": "x"}\n',
+     r"q.jsonl:1: 'answers': the answers must be a list of strings \(got 'x'\)"),
+    ("q.jsonl", '{"question": "a?", "answers": ["x", 1]}\n',
+     r"q.jsonl:1: 'answers': the answers must be a list of strings \(got \['x', 1\]\)"),
+    ("q.jsonl", '{"question": "a?", "answers": ["x", " "]}\n', r"q.jsonl:1: 'answers': answer 2 is blank"),
+    ("q.jsonl", '{"question": "a?", "id": true}\n', r"q.jsonl:1: 'id': must be a string or a whole number"),
+    ("q.jsonl", '{"question": "a?", "id": "x"}\n{"question": "b?"}\n{"question": "c?", "id": "x"}\n',
+     r"q.jsonl:3: question id 'x' is also the id of line 1; give each question its own id"),
+    ("q.csv", "id,question,answers\n1,a?,[\"x\"]\n2,\"b?\nstill b\",\"[\"\"x\"\", 2]\"\n",  # the row starts on line 3
+     r"q.csv:3: column 3 \(answers\): the answers must be a list of strings \(got \['x', 2\]\)"),
+    ("q.tsv", "question\tanswers\na?\t['x'\n", r"q.tsv:2: column 2 \(answers\): the answers must be a list of "
+     r"strings \(got \"\['x'\", which is not a JSON or Python list\)"),
+    ("q.csv", "id,question\n1,a?\n2,  \n", r"q.csv:3: column 2 \(question\): the question must be text \(blank\)"),
+    ("q.csv", "query,answer\nwho?,Alba\n", r"q.csv:1: the header has no 'question' column \(its columns: 'query', "
+     r"'answer'\)"),
+    ("q.tsv", "id\tquestion\n1\ta?\n1\tb?\n", r"q.tsv:3: question id '1' is also the id of line 2"),
+])
+def test_a_fault_is_named_with_its_file_line_and_column(tmp_path, name, text, said):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(CorpusError, match=f"^{str(tmp_path).replace('.', '[.]')}/{said}"):
+        read_questions(path)
+
+
+def test_bytes_that_are_not_utf8_are_named_with_their_line(tmp_path):
+    path = tmp_path / "q.tsv"
+    path.write_bytes(b"question\tanswers\nok?\t['x']\nbad \xff?\t['x']\n")
+    with pytest.raises(CorpusError, match=r"q\.tsv:3: not UTF-8"):
+        read_questions(path)
