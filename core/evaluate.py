@@ -1,8 +1,9 @@
-"""Open-domain and reading-comprehension evaluation of a Searcher on SQuAD-format questions.
+"""Open-domain and reading-comprehension evaluation of a Searcher on questions with answers (``core.questions``).
 
 Writes the metrics dict that ``spanseek eval`` saves (percentages rounded to 0.1):
 ``{"n_questions", "mode", "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
-"doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``,
+"doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``
+(``doc`` only when questions name their document: a SQuAD article's title, or an open-domain file's title or doc_id),
 and ``unanswerable_skipped`` when questions without a gold answer (SQuAD v2's) were left out: nothing could match
 them, so every metric would count them wrong. ``spanseek eval`` leaves them out before ``--limit`` samples its
 questions, so N questions with an answer are evaluated and every unanswerable one of the file is counted.
@@ -42,7 +43,7 @@ from spanseek.core.metrics import (
     pct,
     precision_at,
 )
-from spanseek.core.params import SearchParams
+from spanseek.core.params import Hit, SearchParams
 from spanseek.core.search import Searcher
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,28 @@ def passage_lookup(searcher: Searcher) -> dict[tuple[str, str], int]:
     return {(idx.docs[p["doc"]]["title"], p["text"]): i for i, p in enumerate(idx.passages)}
 
 
+def is_gold_document(hit: Hit, question: Question) -> bool:
+    """Whether a document hit is the question's document: the same corpus id where the question names one (an
+    open-domain question file's ``doc_id``), else the same title (a SQuAD article's)."""
+    return hit.doc_id == question.doc_id if question.doc_id is not None else hit.title == question.title
+
+
+def _not_in_index(searcher: Searcher, questions: list[Question]) -> int:
+    """How many questions' documents (by id or title) the index does not hold, warning when there are any: document
+    accuracy counts them wrong."""
+    titles = {d["title"] for d in searcher.index.docs}
+    ids = {str(d["id"]) for d in searcher.index.docs} if any(q.doc_id is not None for q in questions) else set()
+    missing = [q for q in questions if (q.doc_id not in ids if q.doc_id is not None else q.title not in titles)]
+    if missing:
+        q = missing[0]
+        what = f"doc_ids (e.g. {q.doc_id!r}) are no document id" if q.doc_id is not None else \
+            f"articles (e.g. {q.title!r}) are no document title"
+        log.warning("%d of %d questions' %s of the index: document accuracy counts them wrong (documents are matched "
+                    "by the question's doc_id where it has one, else by title; build the index with `corpus "
+                    "from-squad` of the same file to measure it)", len(missing), len(questions), what)
+    return len(missing)
+
+
 def evaluate(
     searcher: Searcher,
     questions: list[Question],
@@ -156,13 +179,14 @@ def evaluate(
     if rc_decode not in RC_DECODES:
         raise ValueError(f"rc_decode must be one of {RC_DECODES}, got {rc_decode!r}")
     trained = count_trained(getattr(getattr(searcher.encoder, "model", None), "source", None), questions)
-    titles = {d["title"] for d in searcher.index.docs}  # a document hit is right when its title is the article's
-    untitled = sum(q.title not in titles for q in questions)
-    if untitled:
-        example = next(q.title for q in questions if q.title not in titles)
-        log.warning("%d of %d questions' articles (e.g. %r) are no document title of the index: document accuracy "
-                    "counts them wrong (documents are matched by title; build the index with `corpus from-squad` of "
-                    "the same file to measure it)", untitled, len(questions), example)
+    # a document hit is right when it is the question's document: by corpus id where the question file names one,
+    # else by title (the SQuAD article's); questions that name neither (open-domain lists) have no document metric
+    with_doc = any(q.doc_id is not None or q.title for q in questions)
+    if with_doc:
+        untitled = _not_in_index(searcher, questions)
+    else:
+        untitled = 0
+        log.info("no question names its document (a title or doc_id): document accuracy is not measured")
     t0 = time.perf_counter()
     em1, f11, em10, em1_merged, pas, docs, rc_em, rc_f1 = [], [], [], [], [], [], [], []
     lookup = passage_lookup(searcher) if reading_comprehension else {}
@@ -194,7 +218,7 @@ def evaluate(
             em10.append(float(any(exact_match(h.text, q.answers) for h in phrases[i][:10])))
             em1_merged.append(exact_match(merged[i][0].text, q.answers) if merged[i] else 0.0)
             pas.append([passage_has_answer(h.passage, q.answers) for h in passages[i]])
-            docs.append([h.title == q.title for h in documents[i]])
+            docs.append([is_gold_document(h, q) for h in documents[i]])
             if read_rc is not None:
                 rc_em.append(exact_match(read_rc[i], q.answers))
                 rc_f1.append(f1_score(read_rc[i], q.answers))
@@ -222,8 +246,9 @@ def evaluate(
             "mrr@20": pct(mrr_at(pas, 20)),
             "p@20": pct(precision_at(pas, 20)),
         },
-        "doc": {"acc@1": pct(accuracy_at(docs, 1)), "acc@5": pct(accuracy_at(docs, 5))},
     }
+    if with_doc:
+        out["doc"] = {"acc@1": pct(accuracy_at(docs, 1)), "acc@5": pct(accuracy_at(docs, 5))}
     if reading_comprehension:
         out["rc"] = {"em": pct(float(np.mean(rc_em))), "f1": pct(float(np.mean(rc_f1)))}
     headline = {"phrase.em@1": em1, "passage.acc@5": [float(any(c[:5])) for c in pas]}

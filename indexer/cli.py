@@ -249,9 +249,17 @@ def _search(args: argparse.Namespace) -> int:
     from spanseek.core.loading import open_searcher
 
     params = from_args(SearchParams, args, filter=_filter(args))  # bad values fail here
-    questions = _argv_questions(args.questions) if args.questions else _stdin_questions()  # before loading
+    ids: list[str] = []
+    if args.questions_file is not None:
+        if args.questions:
+            raise ValueError(f"questions given both as arguments and in --questions {args.questions_file}; give one")
+        ids, questions = _file_questions(args.questions_file)
+        if not questions:
+            raise ValueError(f"--questions {args.questions_file}: the file holds no questions")
+    else:
+        questions = _argv_questions(args.questions) if args.questions else _stdin_questions()  # before loading
     if not questions:  # (a forgotten question, or an empty file): said now, not after loading the model for none
-        raise ValueError("no questions to search: give them as arguments, or one a line on stdin")
+        raise ValueError("no questions to search: give them as arguments, one a line on stdin, or in --questions FILE")
     # A few questions on a CPU: fp32 (ONNX Runtime where installed), which is the faster for small passes anyway and
     # needs no start-up measurement of where bf16 passes overtake it (seconds, and tens of seconds on a busy CPU)
     few = len(questions) <= QUICK_QUESTIONS and pick_device(args.device).type == "cpu"
@@ -260,10 +268,20 @@ def _search(args: argparse.Namespace) -> int:
                              reader=args.reader if params.read else None, precision=precision,
                              reader_precision=precision)
     searcher.check_mode(params)
-    for q, hits in zip(questions, searcher.search(questions, params), strict=True):  # a blank one gets no hits
-        print(json.dumps({"query": q, "unit": args.unit, "hits": [h.to_dict() for h in hits],
+    for n, (q, hits) in enumerate(zip(questions, searcher.search(questions, params), strict=True)):  # a blank one gets no hits
+        record = {"id": ids[n]} if ids else {}
+        print(json.dumps({**record, "query": q, "unit": args.unit, "hits": [h.to_dict() for h in hits],
                           "no_answer": getattr(hits, "no_answer", False)}, ensure_ascii=False))
     return 0
+
+
+def _file_questions(path: str) -> tuple[list[str], list[str]]:
+    """The ids and texts of a question file's questions (``core.questions``: SQuAD, JSON Lines, CSV, TSV, or one a
+    line); a question the file gives no id has ``line-N``, its line."""
+    from spanseek.core.questions import read_questions
+
+    qf = read_questions(path)
+    return [q.id for q in qf.questions], [q.question for q in qf.questions]
 
 
 def _argv_questions(questions: list[str]) -> list[str]:
@@ -442,7 +460,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_switch)
 
     p = sub.add_parser("search", help="search an index; prints one JSON line per question")
-    p.add_argument("questions", nargs="*", help="questions (default: one per line on stdin)")
+    p.add_argument("questions", nargs="*", help="questions (default: --questions FILE, else one per line on stdin)")
+    p.add_argument("--questions", dest="questions_file", default=None, metavar="FILE",
+                   help="read the questions from a file: JSON Lines, CSV/TSV (a question column), SQuAD-format JSON, "
+                        "or one a line (.txt); optionally gzipped (docs/evaluation formats: README); each output line "
+                        "carries the question's id where the file gives one")
     p.add_argument("--index", required=True, help="index directory (or an alias of one: `index switch`)")
     p.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: the one that built the index, as its "
                    "manifest records)")
@@ -462,8 +484,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where the index is searched: auto (the encoder's device), cpu, cuda, cuda:N (default: auto)")
     p.set_defaults(func=_search, quiet_log_level=logging.WARNING)  # its answers, and what went wrong: not start-up chatter
 
-    p = sub.add_parser("eval", help="phrase/passage/doc accuracy on SQuAD-format questions")
-    p.add_argument("--questions", required=True, help="SQuAD-format JSON(.gz)")
+    p = sub.add_parser("eval", help="phrase/passage/doc accuracy on questions with answers")
+    p.add_argument("--questions", required=True,
+                   help="SQuAD-format JSON, or questions and answers as JSON Lines (.jsonl), CSV or TSV (.csv, .tsv: "
+                        "DPR's .qa.csv too), optionally gzipped; the last three need --index or --corpus")
     p.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: the one that built --index; without "
                    "--index, default)")
     where = p.add_mutually_exclusive_group()

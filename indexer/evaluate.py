@@ -1,9 +1,12 @@
-"""Evaluate a model (and index) on a SQuAD-format question file.
+"""Evaluate a model (and index) on a question file: SQuAD-format JSON, or open-domain questions and answers (JSON
+Lines, CSV, TSV: ``core.questions``).
 
     spanseek eval --questions dev.json.gz --model default [--index DIR] [--mode hybrid] [--reading-comprehension] --out m.json
+    spanseek eval --questions nq-open.jsonl --index DIR --out m.json
 
 Without ``--index`` the corpus is the paragraphs of the question file, indexed (with its lexical part) into a
-temporary directory. ``--mode`` and the other search flags apply to every unit's search. Questions without an answer
+temporary directory; open-domain questions have no paragraphs, so they need ``--index`` or ``--corpus``, every one
+needs answers, and reading comprehension (which reads each question's gold passage) is refused for them. ``--mode`` and the other search flags apply to every unit's search. Questions without an answer
 (SQuAD v2's unanswerable ones) are left out before ``--limit`` samples, so N answerable questions are evaluated; the
 metrics count the file's unanswerable ones in ``unanswerable_skipped``.
 """
@@ -15,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from spanseek.core.evaluate import drop_unanswerable, evaluate, sample_questions
-from spanseek.core.io import load_squad, squad_documents, squad_questions, write_corpus, write_json_atomic
+from spanseek.core.io import squad_documents, write_corpus, write_json_atomic
 from spanseek.core.loading import open_searcher
 from spanseek.core.model import model_name
 from spanseek.core.params import SearchParams
+from spanseek.core.questions import FORMAT_NAMES, QuestionFile, read_questions
 from spanseek.indexer.build import BuildOptions, build_index
 
 
@@ -29,6 +33,26 @@ def check_out_file(out: Path) -> None:
     folder = next(p for p in out.parents if p.exists())  # the folders below it are made when it is written
     if not folder.is_dir():
         raise ValueError(f"--out {out}: {folder} is a file, not a folder")
+
+
+def check_open_domain(qf: QuestionFile, reading_comprehension: bool, has_corpus: bool) -> None:
+    """Refuse what open-domain questions (no passage: JSON Lines, CSV, TSV, plain text) cannot be evaluated with,
+    naming the file: no answers to score, reading comprehension, or no index or corpus to search."""
+    kind = FORMAT_NAMES[qf.format]
+    if qf.format == "text":
+        raise ValueError(f"{qf.path}: {kind} questions have no answers to score; give them with their answers as "
+                         "JSON Lines ({\"question\": ..., \"answers\": [...]}), CSV/TSV or SQuAD-format JSON")
+    if (line := qf.without_answers()) is not None:
+        raise ValueError(f"{qf.path}:{line}: the question has no answers, and eval scores each question against its "
+                         "answers; give every question its answers (`spanseek search --questions` reads questions "
+                         "without)")
+    if reading_comprehension:
+        raise ValueError(f"{qf.path}: --reading-comprehension answers each question from its gold passage, which a "
+                         f"{kind} question file does not hold; leave the flag out to evaluate open-domain, or give "
+                         "SQuAD-format JSON (its paragraphs are the gold passages)")
+    if not has_corpus:
+        raise ValueError(f"{qf.path}: {kind} questions hold no passages to index; give the index to search "
+                         "(--index DIR) or a corpus to index (--corpus CORPUS.jsonl)")
 
 
 def run_eval(
@@ -53,8 +77,10 @@ def run_eval(
         check_out_file(Path(out))
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be an integer >= 1 (leave it out to use every question), got {limit}")
-    data = load_squad(questions)
-    answerable, unanswerable = drop_unanswerable(squad_questions(data))  # before the sample: it takes N of these
+    qf = read_questions(questions)
+    if qf.open_domain:  # found before a model loads
+        check_open_domain(qf, reading_comprehension, has_corpus=index is not None or corpus is not None)
+    answerable, unanswerable = drop_unanswerable(qf.questions)  # before the sample: it takes N of these
     if not answerable:  # found before an index is built
         held = f"none of its {unanswerable} has an answer" if unanswerable else "it holds none"
         raise ValueError(f"{questions}: no questions to evaluate ({held})")
@@ -63,7 +89,7 @@ def run_eval(
         if index is None:
             if corpus is None:
                 corpus = Path(tmp) / "corpus.jsonl"
-                write_corpus(corpus, squad_documents(data))
+                write_corpus(corpus, squad_documents(qf.articles))
             index = Path(tmp) / "index"
             build_index(corpus, model, index, build or BuildOptions(progress=progress, precision=precision))
         searcher = open_searcher(index, model, precision=precision, reader=reader)

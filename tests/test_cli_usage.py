@@ -105,7 +105,8 @@ def test_a_search_without_questions_says_so_before_loading_anything(tmp_path, ca
         monkeypatch.setattr("sys.stdin", stdin)
         assert main(["search", "--index", str(tmp_path)]) == 2
         err = capsys.readouterr().err.splitlines()
-        expected = "spanseek search: error: no questions to search: give them as arguments, or one a line on stdin"
+        expected = ("spanseek search: error: no questions to search: give them as arguments, one a line on stdin, or "
+                    "in --questions FILE")
         hint = ["reading questions from stdin, one a line; end them with Ctrl-D (they are answered then)"]
         assert err == (hint if isinstance(stdin, Terminal) else []) + [expected]
 

@@ -6,7 +6,8 @@ their questions, so the phrase encoder runs once per window (SQuAD has ~4.6 ques
 is trained on only where its ``answer_start`` points at its answer's text (``answer_span``): an offset past the
 context or at other words would teach the wrong span (or, to the reader, "no answer here").
 
-A training file is read by ``load_training``: a blank question, a blank answer or a question id used twice is
+A training file is read by ``load_training``: SQuAD format only (JSON Lines, CSV and TSV lists of questions and
+answers have no passages to train on, and are refused as such); a blank question, a blank answer or a question id used twice is
 refused, naming the file and the place; questions left out (an answer not at its offset, inside a word, too long)
 are named in a warning (``warn_left_out``).
 """
@@ -25,6 +26,7 @@ import torch
 from spanseek.core.encoding import QUESTION_PAD_MULTIPLE, padded_length
 from spanseek.core.io import CorpusError, Question, has_text, load_squad
 from spanseek.core.metrics import answers_in, normalized_passage
+from spanseek.core.questions import FORMAT_NAMES, OPEN_FORMATS, question_format
 from spanseek.core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
 from spanseek.trainer.losses import HardNegatives
 
@@ -57,7 +59,15 @@ def answered(questions: list[Question]) -> list[Question]:
 
 def load_training(path: str | Path) -> list[dict[str, Any]]:
     """The ``data`` list of a SQuAD-format training file (``core.io.load_squad``), refusing what would train on
-    nothing or on the wrong question (``check_training_data``)."""
+    nothing or on the wrong question (``check_training_data``). Open-domain question lists (JSON Lines, CSV, TSV)
+    are refused as such: every training job (``train qsft`` too) learns each answer's place in its passage."""
+    fmt = question_format(path)
+    if fmt in OPEN_FORMATS:
+        raise CorpusError(f"{path}: {FORMAT_NAMES[fmt]} questions and answers, without their passages; training reads "
+                          "each question's passage (its context) and the answer's place in it (answer_start): "
+                          "give SQuAD-format JSON with the passages (docs/training.md shows how to convert questions "
+                          "kept with their contexts). `spanseek eval --index` and `spanseek search --questions` read "
+                          "this file as it is")
     data = load_squad(path)
     check_training_data(data, path)
     return data
