@@ -9,11 +9,12 @@ under a bold header row are named by it, as Word's and HTML's are (``table_rows`
 (pdfminer's default is 2) keeps the words of a justified line together: with the default, wide justified spaces
 split lines into pieces that are put back out of order (on the held-out SQuAD articles rendered as PDF, 0.9988 of
 the words kept their order against 0.99999; pypdf keeps the order as well but gives no paragraphs). Running headers
-and footers (the same words at the top or bottom of at least three pages) and page numbers in the margins are left
-out; a word hyphenated at a line end is made whole ("infor-\\nmation" reads "information", "well-\\nknown"
-"well-known": ``pdf_layout.dehyphenate``), ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left
-script are put in reading order. A paragraph is continued on the next page when its page's last box does not end a
-sentence or the next page's first box starts in lower case; it is then one paragraph with ``page`` (where it starts,
+and footers (the same words in the same place at the top or bottom of at least three pages, their numbers the same
+or the page's: ``pdf_layout.running``) and page numbers in the margins are left out; a word hyphenated at a line
+end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
+ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left script are put in reading order. A paragraph
+is continued on the next page when its page's last box does not end a sentence or the next page's first box starts in
+lower case; it is then one paragraph with ``page`` (where it starts,
 1-based) and ``page_end``. Every other paragraph has its ``page``. The title is the title property unless a program
 filled it in ("Microsoft Word - report.docx"), else the first page's text in the largest type when it stands out.
 A PDF without text (scanned pages, images only; or fonts without a Unicode map) is skipped with a warning that says
@@ -249,14 +250,14 @@ def _page_list(numbers: list[int]) -> str:
 def _body_text(pages: list[_Page]) -> list[int]:
     """Leaves on each page the blocks of its body: running headers and footers (``pdf_layout.running``), page
     numbers in its margins and text that is only glyph numbers go. Returns the pages whose only text was that."""
-    repeated = pdf_layout.running([[pdf_layout.margin_key(b, p.bottom, p.top) for b in p.blocks] for p in pages])
+    repeated = pdf_layout.running([(p.blocks, p.bottom, p.top) for p in pages])
     undecoded: list[int] = []
-    for number, page in enumerate(pages, start=1):
+    for number, (page, dropped) in enumerate(zip(pages, repeated, strict=True), start=1):
         blocks, coded = [], False
-        for block in page.blocks:
-            margin = pdf_layout.margin_key(block, page.bottom, page.top)
-            if margin in repeated:
+        for i, block in enumerate(page.blocks):
+            if i in dropped:
                 continue
+            margin = pdf_layout.margin_edge(block, page.bottom, page.top)
             glyphs = len(_CID.findall(block.text))  # glyphs of a font without a Unicode map: "(cid:71)"
             block.text = _CID.sub("", block.text)
             if glyphs and glyphs > sum(c.isalnum() for c in block.text):

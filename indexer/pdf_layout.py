@@ -14,7 +14,7 @@ import itertools
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +30,12 @@ FULL_LINE_SLACK = 0.2
 COLUMN_LINE_CHARS = 20
 # the lines that cross a gutter (a title or a footnote over both columns) are at most this share of the region's
 CROSSING_LINES = 0.25
-# a running header or footer lies in this share of the page's height from its top or bottom edge, and repeats (the
-# same words, any numbers) on at least this many pages (or on every page of a shorter document)
+# a running header or footer lies in this share of the page's height from its top or bottom edge, and repeats on at
+# least this many pages (or on every page of a shorter document) at one distance from that edge (give or take this
+# share of its type size)
 MARGIN_BAND = 0.15
 RUNNING_PAGES = 3
+RUNNING_DRIFT = 0.5
 # typographic ligatures (Unicode's Alphabetic Presentation Forms) as their letters: "ﬁnancial" is not "financial"
 # to the tokenizer or the lexical index
 LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
@@ -314,23 +316,55 @@ def tables(blocks: Sequence[Block]) -> list[tuple[int, list[list[str]]]]:
     return found
 
 
-def margin_key(block: Block, bottom: float, top: float) -> str | None:
-    """What a block repeated as a running header or footer has in common on every page: its edge, its type size and
-    its words (case, spacing and numbers aside: "Page 3 of 12" and "Page 4 of 12" are one); None where the block does
-    not lie within ``MARGIN_BAND`` of the page's top or bottom (``bottom``, ``top``: the page's edges)."""
+def margin_edge(block: Block, bottom: float, top: float) -> str | None:
+    """"top" or "bottom" where a block lies within ``MARGIN_BAND`` of the page's top or bottom edge (``bottom``,
+    ``top``: the page's edges), else None."""
     band = MARGIN_BAND * (top - bottom)
-    edge = "top" if block.y0 >= top - band else "bottom" if block.y1 <= bottom + band else None
-    if edge is None:
-        return None
-    return f"{edge} {round(block.size)} " + " ".join(re.sub(r"\d+", "#", block.text.casefold()).split())
+    return "top" if block.y0 >= top - band else "bottom" if block.y1 <= bottom + band else None
 
 
-def running(keys_by_page: Sequence[Iterable[str | None]]) -> set[str]:
-    """The margin keys (``margin_key``) of running headers and footers: those on at least ``RUNNING_PAGES`` pages,
-    or on every page of a document of two pages or more but fewer than that."""
-    pages = Counter(key for keys in keys_by_page for key in set(keys) if key is not None)
-    needed = max(2, min(RUNNING_PAGES, len(keys_by_page)))
-    return {key for key, n in pages.items() if n >= needed}
+_NUMBER = re.compile(r"\d+")
+
+
+def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[int]]:
+    """The running headers and footers of a document's pages (each its blocks, its bottom and top edges): for each
+    page, the indices of its blocks that are one. Such blocks lie in a margin (``margin_edge``) at one distance from
+    its edge (within ``RUNNING_DRIFT`` of their type size) on at least ``RUNNING_PAGES`` pages (on every page of a
+    document of two pages or more but fewer than that), in that size of type and with the same words (case, spacing
+    and numbers aside); and on each of at least two pages, each of its numbers is either the same ("Annual Report
+    2023", "Chapter 3", "of 40") or the page's own number give or take a fixed offset ("Page 3", a journal's "231"
+    on the file's first page). Rows at the tops of the pages of a long table ("Vessel 32 1032", "Vessel 65 1065"),
+    or the lines of a log, differ in their numbers otherwise: they are text."""
+    needed = max(2, min(RUNNING_PAGES, len(pages)))
+    # (edge, size, words with their numbers as "#") -> (page, block index, its numbers, distance from the edge)
+    groups: dict[tuple[str, int, str], list[tuple[int, int, tuple[int, ...], float]]] = {}
+    for page, (blocks, bottom, top) in enumerate(pages):
+        for i, block in enumerate(blocks):
+            if (edge := margin_edge(block, bottom, top)) is None:
+                continue
+            folded = block.text.casefold()
+            words, numbers = " ".join(_NUMBER.sub("#", folded).split()), tuple(map(int, _NUMBER.findall(folded)))
+            inset = top - block.y1 if edge == "top" else block.y0 - bottom
+            groups.setdefault((edge, round(block.size), words), []).append((page, i, numbers, inset))
+    found: list[set[int]] = [set() for _ in pages]
+    for (_, size, _), members in groups.items():
+        middle = float(np.median([inset for *_, inset in members]))
+        placed = [m for m in members if abs(m[3] - middle) <= RUNNING_DRIFT * max(size, 1)]
+        if len({page for page, *_ in placed}) < needed:
+            continue
+        # each number's place: read as a value ("2023") or as an offset from the page ("Page 3" on page 3: 0),
+        # whichever repeats more often
+        by_page = [max(Counter(n[j] - page for page, _, n, _ in placed).values())
+                   > max(Counter(n[j] for _, _, n, _ in placed).values()) for j in range(len(placed[0][2]))]
+        repeats: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        for page, i, numbers, _ in placed:
+            key = tuple(n - page if tracks else n for n, tracks in zip(numbers, by_page, strict=True))
+            repeats.setdefault(key, []).append((page, i))
+        for same in repeats.values():
+            if len({page for page, _ in same}) >= 2:  # a chapter's head ("Chapter 1") on its two pages, say
+                for page, i in same:
+                    found[page].add(i)
+    return found
 
 
 def dehyphenate(texts: Sequence[str]) -> list[str]:

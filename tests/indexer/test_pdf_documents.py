@@ -8,6 +8,7 @@ in a form XObject, fonts without a Unicode map, a right-to-left script, the titl
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -102,16 +103,17 @@ def test_words_hyphenated_at_line_ends_are_whole_and_ligatures_spelled_out(tmp_p
         "well-known supplier; a well-known name. The fleet has more information."]  # was "infor-mation", "ﬁnancial"
 
 
-def table_pdf(path: Path, tables: list[tuple[str, list[tuple[str, ...]], bool]]) -> Path:
+def table_pdf(path: Path, tables: list[tuple[str, list[tuple[str, ...]], bool]], repeat_header: bool = True) -> Path:
     """A page of tables, each after a line of text: (the line, the rows, whether the first row is a header, set in
-    bold as fpdf2 sets it)."""
+    bold as fpdf2 sets it); a table over pages repeats its header row at the top of each (``repeat_header``)."""
     pdf = fpdf.FPDF()
     pdf.add_page()
     pdf.set_font("helvetica", size=11)
     for line, rows, header in tables:
         pdf.multi_cell(0, 6, line)
         pdf.ln(4)
-        with pdf.table(col_widths=(60, 30, 30)[:len(rows[0])], first_row_as_headings=header) as table:
+        with pdf.table(col_widths=(60, 30, 30)[:len(rows[0])], first_row_as_headings=header,
+                       repeat_headings=int(repeat_header)) as table:
             for cells in rows:
                 row = table.row()
                 for cell in cells:
@@ -246,3 +248,46 @@ def test_the_title_is_the_first_page_s_large_type_when_the_property_is_a_placeho
     assert extract_pdf(paper("b.pdf", None, 18)).title == "Summer speed-up of the Storbre glacier"
     assert extract_pdf(paper("c.pdf", "Glacier report", 18)).title == "Glacier report"
     assert extract_pdf(paper("d.pdf", "untitled", 11)).title is None  # no title stands out: the file name is used
+
+
+def vessels_pdf(path: Path, repeat_header: bool) -> Path:
+    """A line of text, then a table over three pages: a bold header row (on every page, or on the first only) and
+    71 rows "Vessel i", "1000 + i"."""
+    rows = [("Vessel", "Tonnage"), *((f"Vessel {i}", str(1000 + i)) for i in range(71))]
+    table_pdf(path, [("The vessels registered at the port are listed below.", rows, True)], repeat_header)
+    assert extract_pdf(path).meta["pages"] == 3
+    return path
+
+
+def test_the_rows_at_the_tops_of_a_long_table_s_pages_are_kept(tmp_path):
+    """The first rows on each page ("Vessel 32 1032", "Vessel 65 1065": the same words, other numbers, at the top
+    of three pages) were left out as a running header: 63 rows of 71 were kept."""
+    for repeat_header in (True, False):
+        text = " ".join(extract_pdf(vessels_pdf(tmp_path / "vessels.pdf", repeat_header)).paragraphs)
+        assert sorted(map(int, re.findall(r"Vessel (\d+)", text))) == list(range(71))
+
+
+def journal(n: int) -> list[tuple[float, float, str]]:
+    """A journal's running heads: verso and recto, its own page numbers from 231."""
+    return [(20, 12, f"{n + 230}   Journal of Glaciology") if n % 2 == 0 else (100, 12, f"Nilsen and Berg: Storbre {n + 230}")]
+
+
+def report(n: int) -> list[tuple[float, float, str]]:
+    """A report's chapter heads, two pages each, and a confidential footer of an excerpt from its page 12."""
+    return [(20, 12, f"Chapter {(n + 1) // 2} - Harbours"), (70, 287, f"Company confidential - {n + 11} of 40")]
+
+
+@pytest.mark.parametrize("margins", [journal, report])
+def test_running_heads_of_journals_and_reports_are_left_out(tmp_path, margins):
+    bodies = [A, D, E, D, A, E]  # each a whole paragraph, on a page of its own
+    pages = [[*margins(n), *column(20, 30, [body])] for n, body in enumerate(bodies, start=1)]
+    extracted = extract_pdf(lines_pdf(tmp_path / "paper.pdf", pages))
+    assert extracted.paragraphs == [text_of(body) for body in bodies]
+
+
+def test_log_lines_at_the_tops_of_pages_are_kept(tmp_path):
+    """Lines that differ only in their numbers at the top of each page are text, not a running header."""
+    pages = [[(20, 15 + 5 * i, f"2024-05-0{n} 12:{10 * n + i:02d}:03 crane {i + n} stopped") for i in range(3)]
+             for n in range(1, 5)]
+    words = " ".join(extract_pdf(lines_pdf(tmp_path / "log.pdf", pages)).paragraphs).split()
+    assert words == [w for page in pages for _, _, line in page for w in line.split()]

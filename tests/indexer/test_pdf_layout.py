@@ -111,15 +111,65 @@ def test_a_single_column_with_a_short_line_on_the_right_is_not_cut():
     assert reading_order([*body, date]) == [date, *body]
 
 
-def test_running_headers_and_footers_repeat_on_three_pages_or_on_every_page_of_two():
-    def key(text: str) -> str | None:
-        return pdf_layout.margin_key(Block(text, 50, 800, 300, 810, 8, text), bottom=0, top=842)
+def margin(text: str, top: float = 812, size: float = 8) -> Block:
+    """A one-line block whose top is ``top`` points up an A4 page (842 high): by default in its top margin."""
+    return Block(text + "\n", 50, top - size, 300, top, size, text)
 
-    assert key("Annual Report 2023 | page 3") == key("Annual Report 2023 | page 14")  # numbers aside
-    assert pdf_layout.margin_key(Block("body", 50, 400, 300, 410, 8, "body"), bottom=0, top=842) is None
-    header, other = key("Annual report"), key("Chapter 2")
-    assert running([[header], [header, other], [header], [other], [None]]) == {header}  # 3 pages of 5; 2 are not
-    assert running([[header], [header]]) == {header} and running([[header]]) == set()
+
+def running_texts(pages: list[list[Block]]) -> list[list[str]]:
+    """The texts of each page's blocks that ``running`` finds to be running headers or footers."""
+    found = running([(blocks, 0, 842) for blocks in pages])
+    return [[blocks[i].text.strip() for i in sorted(indices)] for blocks, indices in zip(pages, found, strict=True)]
+
+
+def test_running_headers_and_footers_repeat_on_three_pages_or_on_every_page_of_two():
+    assert pdf_layout.margin_edge(margin("Annual report"), 0, 842) == "top"
+    assert pdf_layout.margin_edge(margin("Annual report", top=40), 0, 842) == "bottom"
+    assert pdf_layout.margin_edge(margin("body", top=400), 0, 842) is None
+    header, other = margin("Annual report"), margin("Chapter 2", top=780)
+    assert running_texts([[header], [header, other], [header], [other], []]) == [
+        ["Annual report"], ["Annual report"], ["Annual report"], [], []]  # on 3 pages of 5; the other on 2
+    assert running_texts([[header], [header]]) == [["Annual report"], ["Annual report"]]
+    assert running_texts([[header]]) == [[]]
+
+
+@pytest.mark.parametrize("head", [
+    "Annual Report 2023 | Page {n} of 8",  # a page number that follows the pages, a year and a count that stay
+    "Journal of Glaciology 64 (2019) {n230}",  # the journal's page 231 on the file's first page
+    "Company confidential - {n11} of 40",  # the footer of an excerpt that starts on its document's page 12
+    "{n}",  # a bare page number
+    "Kellerton Harbour Authority",
+    "Chapter {c} - Harbours and Lighthouses",  # the chapter's number changes at page 5, its title does not
+    "Chapter {c}",
+])
+def test_running_heads_are_found_with_their_page_numbers_and_chapters(head):
+    """A running head or foot repeats its words in one place on every page, and each of its numbers either stays
+    ("2023", "of 40", the chapter's number within a chapter) or follows the pages ("Page 3", a journal's page 233
+    on the file's page 3)."""
+    pages = []
+    for n in range(1, 9):
+        text = head.format(n=n, n230=n + 230, n11=n + 11, c=3 if n < 5 else 4)
+        pages.append([margin(text), margin(f"Body text of page {n + 1}", top=600), margin(text, top=40)])
+    assert running_texts(pages) == [[blocks[0].text.strip(), blocks[2].text.strip()] for blocks in pages]
+
+
+@pytest.mark.parametrize("rows", [
+    ["Vessel {i} {t}"],  # a long table's first row on each page: numbers that follow neither the pages
+    ["Vessel {i} {t}", "Vessel {j} {u}"],  # nor one another
+    ["{i}", "{j}"],  # a column of numbers
+    ["2024-05-01 12:{i}:03 crane {j} stopped"],  # log lines
+])
+def test_rows_at_the_tops_of_pages_that_differ_in_their_numbers_are_text(rows):
+    """Rows at the top of each page whose text differs only in numbers were all left out as a running header: a
+    table spanning pages lost its first rows on each page."""
+    pages = [[margin(row.format(i=i, j=i + 1, t=1000 + i, u=1001 + i), top=812 - 14 * k) for k, row in enumerate(rows)]
+             for i in (0, 33, 66)]  # pages of 33 rows
+    assert running_texts(pages) == [[], [], []]
+
+
+def test_the_same_words_in_other_places_are_no_running_head():
+    pages = [[margin("Kellerton Harbour Authority", top=812 - 30 * n)] for n in range(3)]
+    assert running_texts(pages) == [[], [], []]
 
 
 @pytest.mark.parametrize(("texts", "expected"), [
