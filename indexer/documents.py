@@ -14,7 +14,7 @@ or the page's: ``pdf_layout.running``) and page numbers in the margins are left 
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left script are put in reading order. A paragraph
 is continued on the next page when its page's last box does not end a sentence or the next page's first box starts in
-lower case; it is then one paragraph with ``page`` (where it starts,
+lower case (unless either is a table's row); it is then one paragraph with ``page`` (where it starts,
 1-based) and ``page_end``. Every other paragraph has its ``page``. The title is the title property unless a program
 filled it in ("Microsoft Word - report.docx"), else the first page's text in the largest type when it stands out.
 A PDF without text (scanned pages, images only; or fonts without a Unicode map) is skipped with a warning that says
@@ -300,14 +300,18 @@ def extract_pdf(path: Path) -> Extracted:
     texts = iter(pdf_layout.dehyphenate([b.text.translate(pdf_layout.LIGATURES) for p in pages for b in p.blocks]))
     paragraphs: list[str] = []
     metas: list[dict[str, Any]] = []
+    row = False  # whether the paragraph before is a table's row: a row goes on with nothing, and nothing with it
     for number, page in enumerate(pages, start=1):
-        for i, box in enumerate(_clean(next(texts)) for _ in page.blocks):
+        for i, block in enumerate(page.blocks):
+            box = _clean(next(texts))
             last = metas[-1] if metas else {}
             ends_on = last.get("page_end", last.get("page"))  # the page the paragraph before ends on
-            if ends_on in (number - 1, number) and _continues(paragraphs[-1], box, same_page=i > 0):
+            if (ends_on in (number - 1, number) and not row and not block.cells
+                    and _continues(paragraphs[-1], box, same_page=i > 0)):
                 paragraphs[-1] = f"{paragraphs[-1]} {box}"
                 metas[-1] = last if last["page"] == number else {"page": last["page"], "page_end": number}
             else:
                 paragraphs.append(box)
                 metas.append({"page": number})
+            row = bool(block.cells)
     return Extracted(_pdf_title(info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)

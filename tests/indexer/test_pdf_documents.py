@@ -267,6 +267,17 @@ def test_the_rows_at_the_tops_of_a_long_table_s_pages_are_kept(tmp_path):
         assert sorted(map(int, re.findall(r"Vessel (\d+)", text))) == list(range(71))
 
 
+def test_a_table_s_row_is_no_paragraph_that_runs_onto_the_next_page(tmp_path):
+    """A row has no full stop, so a page's last row took in the next page's first row as one paragraph ("Vessel:
+    Vessel 31; Tonnage: 1031 Vessel 32 1032")."""
+    extracted = extract_pdf(vessels_pdf(tmp_path / "vessels.pdf", repeat_header=True))
+    assert extracted.paragraphs == ["The vessels registered at the port are listed below.",
+                                    *(f"Vessel: Vessel {i}; Tonnage: {1000 + i}" for i in range(71))]
+    assert not any("page_end" in meta for meta in extracted.paragraph_meta)
+    unnamed = extract_pdf(vessels_pdf(tmp_path / "once.pdf", repeat_header=False)).paragraphs  # rows after
+    assert [re.findall(r"Vessel \d+", p) for p in unnamed[1:]] == [[f"Vessel {i}"] for i in range(71)]  # page 1
+
+
 def journal(n: int) -> list[tuple[float, float, str]]:
     """A journal's running heads: verso and recto, its own page numbers from 231."""
     return [(20, 12, f"{n + 230}   Journal of Glaciology") if n % 2 == 0 else (100, 12, f"Nilsen and Berg: Storbre {n + 230}")]
