@@ -87,13 +87,18 @@ def document_at(index: PhraseIndex, row: int) -> dict[str, Any]:
     return corpus_json(index.docs[row], index.passages[first:last])
 
 
+def live_row(index: PhraseIndex, doc_id: str) -> int | None:
+    """The row of the live document ``doc_id`` of an index (a repeated id's last: the one an add left live), or None
+    when no document that is not deleted has the id."""
+    row = index.fields.number_of.get(doc_id)
+    return None if row is None or bool(np.isin(row, index.deleted_docs)) else row
+
+
 def indexed_document(index: PhraseIndex, doc_id: str) -> dict[str, Any] | None:
     """The live document ``doc_id`` of an index as stored (``document_at``), or None when no document that is not
     deleted has the id: GET /documents/{id} of a server without writes (``LiveStore.get`` with them)."""
-    row = index.fields.number_of.get(doc_id)  # a repeated id's last document: the one an add left live
-    if row is None or bool(np.isin(row, index.deleted_docs)):
-        return None
-    return document_at(index, row)
+    row = live_row(index, doc_id)
+    return None if row is None else document_at(index, row)
 
 
 class DocumentEncoder:

@@ -429,6 +429,21 @@ class DeleteResponse(BaseModel):
     request_id: str
 
 
+MAX_LISTED_DOCUMENTS = 1000  # documents in one page of GET /documents
+
+
+class DocumentSummary(BaseModel):
+    id: str
+    title: str
+    meta: dict[str, Any] = Field(description="the document's metadata, as GET /documents/{id} gives it")
+
+
+class DocumentList(BaseModel):
+    documents: list[DocumentSummary] = Field(description="the page's documents, in id order (code points)")
+    next: str | None = Field(description="the last id of this page when more follow (give it as ``after``), else "
+                                         "null")
+
+
 class CompactResponse(BaseModel):
     merging: bool = Field(description="whether a merge is running (started now, or already)")
     live: dict[str, Any] = Field(description="the base, the segment's documents and tokens, tombstones, log bytes, "

@@ -1,23 +1,30 @@
 """HTTP routes of live writes: PUT /documents, POST /documents (add only), DELETE /documents/{id}, POST
-/documents/delete, GET /documents/{id},
+/documents/delete, GET /documents/{id}, GET /documents (a page of ids, titles and metadata),
 POST /admin/compact (``service.live`` does the work; on only with ``SPANSEEK_WRITES=1``).
 
 Writes need the admin key when one is configured (``SPANSEEK_ADMIN_API_KEY``; the API key then only reads), else
 the API key; a server with neither refuses them (403). A document the corpus reader would refuse is a 422 whose
 ``details`` name the document and the field; nothing of a refused request is written. GET /documents/{id} is a
-read: it needs the API key as searches do, and a server without writes answers it from the served index.
+read: it needs the API key as searches do, and a server without writes answers it from the served index; so is
+GET /documents, which lists the documents whose metadata holds given values (what ``spanseek sync`` compares a folder
+with), a page at a time, without their passages.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import heapq
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+import numpy as np
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 
+from spanseek.core.filters import FilterError, SearchFilter
 from spanseek.core.io import CorpusError, Document, document_from_json
 from spanseek.core.params import SearchParamsError
-from spanseek.indexer.live import HeldDocuments, indexed_document
+from spanseek.indexer.ingest import parse_meta
+from spanseek.indexer.live import HeldDocuments, indexed_document, live_row
 from spanseek.service.errors import (
     BadRequest,
     Conflict,
@@ -28,6 +35,7 @@ from spanseek.service.errors import (
     request_id_of,
 )
 from spanseek.service.routes import (
+    _check_range,
     _errors,
     _presents_key,
     get_state,
@@ -37,10 +45,13 @@ from spanseek.service.routes import (
 )
 from spanseek.service.schemas import (
     MAX_LISTED_DELETES,
+    MAX_LISTED_DOCUMENTS,
     CompactResponse,
     DeleteByFilterRequest,
     DeleteResponse,
     DocumentIn,
+    DocumentList,
+    DocumentSummary,
     UpsertRequest,
     WriteResponse,
 )
@@ -158,17 +169,77 @@ async def delete_documents(request: Request, body: DeleteByFilterRequest) -> Del
                           request_id=request_id_of(request))
 
 
-@router.get("/documents/{doc_id:path}", dependencies=[Depends(require_api_key)], responses=_errors(401, 404, 503))
-async def get_document(request: Request, doc_id: str) -> dict[str, Any]:
-    """The live version of a document, in the corpus format; 404 when none has this id. A read: a server without
-    writes answers from the index it serves (its documents not deleted)."""
+def served_index(request: Request) -> Any:
+    """The index reads see now: with writes on, the live store's last published snapshot (base and segment, less
+    what was deleted); without, the served index; 503 until loaded."""
     state = get_state(request)
     if state.settings.writes:
-        doc = live_of(request).store.get(doc_id)
-    elif state.status != "ready" or state.searcher is None:
+        return live_of(request).store.snapshot
+    if state.status != "ready" or state.searcher is None:
         raise not_ready(request)
+    return state.searcher.index
+
+
+def summary(record: dict[str, Any]) -> DocumentSummary:
+    """A stored document's record (``docs.jsonl``) without its passages: id, title, metadata."""
+    return DocumentSummary(id=record["id"], title=record["title"], meta=record.get("meta") or {})
+
+
+def listed(index: Any, where: dict[str, str], after: str | None, limit: int) -> DocumentList:
+    """The live documents of ``index`` whose metadata holds every ``where`` value, in id order, the first ``limit``
+    after the id ``after``. A key no document has (or whose values are never text) is no match, not an error: a sync
+    lists its source before any document holds it."""
+    try:
+        allowed = (index.fields.documents_of(SearchFilter.from_json({"meta": where})) if where
+                   else np.ones(len(index.docs), dtype=bool)).copy()
+    except FilterError:
+        return DocumentList(documents=[], next=None)
+    allowed[index.deleted_docs] = False
+    rows = {index.docs[r]["id"]: int(r) for r in np.flatnonzero(allowed)}  # a repeated id: its last, the live one
+    page = heapq.nsmallest(limit + 1, (i for i in rows if after is None or i > after))
+    more = len(page) > limit
+    return DocumentList(documents=[summary(index.docs[rows[i]]) for i in page[:limit]],
+                        next=page[limit - 1] if more else None)
+
+
+ListMeta = Annotated[list[str], Query(description="only documents whose metadata holds KEY=VALUE (repeatable; the "
+                                                  "value as text)")]
+After = Annotated[str | None, Query(description="the page after this id (the last page's ``next``)")]
+Limit = Annotated[int | None, Query(description=f"documents in the page (default and most: {MAX_LISTED_DOCUMENTS})")]
+
+
+@router.get("/documents", response_model=DocumentList, dependencies=[Depends(require_api_key)],
+            responses=_errors(400, 401, 422, 503))
+async def list_documents(request: Request, meta: ListMeta = [], after: After = None,  # noqa: B006
+                         limit: Limit = None) -> DocumentList:
+    """The live documents' ids, titles and metadata (no passages), in id order, a page at a time; with ``meta``, only
+    those whose metadata holds these values (``meta=synced_from=docs``: what a sync of that name wrote). A read: a
+    server without writes lists the index it serves."""
+    try:
+        where = parse_meta(meta, "meta")
+    except ValueError as e:
+        raise RequestValidationError([{"loc": ("query", "meta"), "msg": str(e), "type": "value_error"}]) from None
+    _check_range("limit", limit, 1, MAX_LISTED_DOCUMENTS)
+    index = served_index(request)
+    return await asyncio.to_thread(listed, index, where, after, limit or MAX_LISTED_DOCUMENTS)
+
+
+MetaOnly = Annotated[bool, Query(description="only the id, title and metadata, without the paragraphs")]
+
+
+@router.get("/documents/{doc_id:path}", dependencies=[Depends(require_api_key)], responses=_errors(401, 404, 503))
+async def get_document(request: Request, doc_id: str, meta_only: MetaOnly = False) -> dict[str, Any]:
+    """The live version of a document, in the corpus format; 404 when none has this id. ``meta_only``: its id, title
+    and metadata (what a sync compares), not its paragraphs. A read: a server without writes answers from the index
+    it serves (its documents not deleted)."""
+    index = served_index(request)
+    if meta_only:
+        row = live_row(index, doc_id)
+        doc = None if row is None else summary(index.docs[row]).model_dump()
+    elif get_state(request).settings.writes:
+        doc = live_of(request).store.get(doc_id)
     else:
-        doc = indexed_document(state.searcher.index, doc_id)
+        doc = indexed_document(index, doc_id)
     if doc is None:
         raise NotFound(f"no document {doc_id!r}")
     return doc

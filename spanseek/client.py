@@ -10,7 +10,8 @@ It needs only httpx and tenacity (``pip install 'spanseek[client]'``) and define
 mirroring the response schema of ``POST /search``; fields the server adds later land in each object's ``extra``
 dict. Every route has its method: ``search``/``search_batch`` (the request's options typed in ``SearchOptions``),
 ``info``, ``health``, ``ready``, ``metrics`` and ``reload``; on a server with writes on (``SPANSEEK_WRITES=1``),
-``upsert``, ``delete`` (by id or by filter), ``get`` and ``compact``.
+``upsert``, ``delete`` (by id or by filter), ``get``, ``documents`` (ids, titles and metadata, by metadata) and
+``compact``.
 
 Retries (tenacity): a 429 (queue full), a 503 (loading, or shutting down) and a failed connection are tried again,
 up to ``max_retries`` times and ``max_retry_time`` seconds in all. The wait is the server's ``Retry-After`` when it
@@ -30,7 +31,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
@@ -386,6 +387,34 @@ class Deleted(list[str]):
         self.total = len(self) if total is None else total
 
 
+def _get_request(doc_id: str, meta_only: bool) -> tuple[str, dict[str, Any]]:
+    return _document_path(doc_id), ({"params": {"meta_only": "true"}} if meta_only else {})
+
+
+def _meta_params(meta: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """Metadata as repeated ``meta=KEY=VALUE`` query parameters (values sent as text)."""
+    return [("meta", f"{k}={v}") for k, v in (meta or {}).items()]
+
+
+def _page_params(meta: Mapping[str, Any] | None, after: str | None, page_size: int | None) -> dict[str, Any]:
+    """The query of one page of ``GET /documents``."""
+    params = _meta_params(meta) + [(k, str(v)) for k, v in (("after", after), ("limit", page_size)) if v is not None]
+    return {"params": params}
+
+
+def _page(response: httpx.Response, after: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    """The documents of one page of ``GET /documents`` and the id the next page starts after (None: the last page);
+    InvalidResponseError for another body, or a ``next`` that does not move past ``after`` (it would list for ever)."""
+    body = _json_object(response)
+    docs, next_after = body.get("documents"), body.get("next")
+    if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs) or not (
+            next_after is None or isinstance(next_after, str)):
+        raise InvalidResponseError(response, "not a page of documents ({'documents': [...], 'next': ...})")
+    if next_after is not None and after is not None and next_after <= after:
+        raise InvalidResponseError(response, f"the page after {after!r} says the next starts after {next_after!r}")
+    return docs, next_after
+
+
 def _no_document(response: httpx.Response) -> bool:
     """Whether an answer is the write API's 404 for an id no live document has (not a 404 for a wrong base URL or an
     older server without the route, which ``_checked`` raises as an APIError)."""
@@ -432,7 +461,7 @@ def _file_request(file: FileLike, name: str | None, doc_id: str | None, meta: Ma
         with open(file, "rb") as f:
             data = f.read()
         name = name or os.path.basename(os.fspath(file))
-    params: list[tuple[str, str]] = [("meta", f"{k}={v}") for k, v in (meta or {}).items()]
+    params = _meta_params(meta)
     if doc_id is not None:
         params.append(("id", doc_id))
     return "/files/" + quote(name, safe="").replace(".", "%2E"), {"content": data, "params": params}
@@ -535,11 +564,25 @@ class Client(_Base):
         method, path, kwargs = _delete_request(doc_id, filter, dry_run)
         return _deleted(self._send(method, path, **kwargs))
 
-    def get(self, doc_id: str) -> dict[str, Any] | None:
+    def get(self, doc_id: str, *, meta_only: bool = False) -> dict[str, Any] | None:
         """``GET /documents/{id}``: the live version of a document in the corpus format, or None when no live
-        document has the id (another 404, such as a wrong base URL, is an APIError)."""
-        response = self._send("GET", _document_path(doc_id))
+        document has the id (another 404, such as a wrong base URL, is an APIError). ``meta_only``: its ``id``,
+        ``title`` and ``meta`` only, without the paragraphs (a small answer whatever the document's size)."""
+        path, kwargs = _get_request(doc_id, meta_only)
+        response = self._send("GET", path, **kwargs)
         return None if _no_document(response) else _json_object(response)
+
+    def documents(self, meta: Mapping[str, Any] | None = None, *, page_size: int | None = None
+                  ) -> Iterator[dict[str, Any]]:
+        """``GET /documents``, page after page: each live document's ``id``, ``title`` and ``meta`` (no paragraphs),
+        in id order; with ``meta``, only those whose metadata holds these values (sent as text). ``page_size``: the
+        documents in one request (default and most: the server's, 1,000)."""
+        after = None
+        while True:
+            docs, after = _page(self._send("GET", "/documents", **_page_params(meta, after, page_size)), after)
+            yield from docs
+            if after is None:
+                return
 
     def compact(self) -> dict[str, Any]:
         """``POST /admin/compact``: start merging the written documents into a new base (in the background)."""
@@ -630,10 +673,22 @@ class AsyncClient(_Base):
         method, path, kwargs = _delete_request(doc_id, filter, dry_run)
         return _deleted(await self._send(method, path, **kwargs))
 
-    async def get(self, doc_id: str) -> dict[str, Any] | None:
+    async def get(self, doc_id: str, *, meta_only: bool = False) -> dict[str, Any] | None:
         """``GET /documents/{id}`` (see ``Client.get``)."""
-        response = await self._send("GET", _document_path(doc_id))
+        path, kwargs = _get_request(doc_id, meta_only)
+        response = await self._send("GET", path, **kwargs)
         return None if _no_document(response) else _json_object(response)
+
+    async def documents(self, meta: Mapping[str, Any] | None = None, *, page_size: int | None = None
+                        ) -> AsyncIterator[dict[str, Any]]:
+        """``GET /documents``, page after page (see ``Client.documents``); ``async for``."""
+        after = None
+        while True:
+            docs, after = _page(await self._send("GET", "/documents", **_page_params(meta, after, page_size)), after)
+            for doc in docs:
+                yield doc
+            if after is None:
+                return
 
     async def compact(self) -> dict[str, Any]:
         """``POST /admin/compact`` (see ``Client.compact``)."""

@@ -461,3 +461,36 @@ def test_confidence_pages_and_abstention_through_a_running_service(live, setting
         import asyncio
 
         assert asyncio.run(run()).no_answer
+
+
+def test_documents_are_listed_page_after_page_and_read_without_their_passages(settings_for, tmp_path, live):
+    """``documents()`` follows ``next`` to the last page (sync and async), ``get(meta_only=True)`` leaves the
+    paragraphs out, and a page whose ``next`` does not move on is an InvalidResponseError, not an endless loop."""
+    import asyncio
+
+    from spanseek.client import AsyncClient, InvalidResponseError
+    from spanseek.service.app import create_app
+
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with live(create_app(settings)) as url, Client(url, api_key="key") as client:
+        client.upsert([{"id": f"p{i}", "title": "T", "paragraphs": ["In 1450 Gala built it."],
+                        "meta": {"kind": "page", "n": i}} for i in range(5)])
+        listed = list(client.documents({"kind": "page"}, page_size=2))
+        assert [d["id"] for d in listed] == ["p0", "p1", "p2", "p3", "p4"] and listed[3]["meta"]["n"] == 3
+        assert client.get("p1", meta_only=True) == {"id": "p1", "title": "T", "meta": {"kind": "page", "n": 1}}
+        assert client.get("nope", meta_only=True) is None
+
+        async def listed_async():
+            async with AsyncClient(url, api_key="key") as aclient:
+                return [d["id"] async for d in aclient.documents({"kind": "page"}, page_size=3)], \
+                    await aclient.get("p4", meta_only=True)
+
+        ids, one = asyncio.run(listed_async())
+        assert ids == ["p0", "p1", "p2", "p3", "p4"] and "paragraphs" not in one
+
+    def stuck(request):
+        return httpx.Response(200, json={"documents": [{"id": "a", "title": "", "meta": {}}], "next": "a"})
+
+    with Client("http://test", transport=httpx.MockTransport(stuck), max_retries=0) as client, \
+            pytest.raises(InvalidResponseError, match="next starts after 'a'"):
+        list(client.documents())

@@ -487,3 +487,39 @@ def test_a_failed_merge_keeps_serving_and_its_error_is_kept_across_restarts(writ
         writes = client.get("/info", headers=KEY).json()["service"]["writes"]
         assert writes["last_merge"] == {"error": "RuntimeError: disk full"} and writes["merges"] == 0
         assert found(client, "new-1")
+
+
+def test_documents_are_listed_by_metadata_a_page_at_a_time_without_their_passages(write_settings, settings_for):
+    """GET /documents: the live documents' ids, titles and metadata in id order, ``meta=KEY=VALUE`` selecting,
+    ``after`` and ``next`` paging; GET /documents/{id}?meta_only=true: one of them without its paragraphs."""
+    with serving(create_app(write_settings())) as client:
+        docs = [{**DOC, "id": i, "meta": {"team": team}} for i, team in (("w3", "a"), ("w1", "a"), ("w2", "a"),
+                                                                         ("w0", "b"))]
+        assert client.put("/documents", headers=KEY, json={"documents": docs}).status_code == 200
+        first = client.get("/documents", headers=KEY, params={"meta": "team=a", "limit": 2}).json()
+        assert first == {"documents": [{"id": "w1", "title": DOC["title"], "meta": {"team": "a"}},
+                                       {"id": "w2", "title": DOC["title"], "meta": {"team": "a"}}], "next": "w2"}
+        rest = client.get("/documents", headers=KEY, params={"meta": "team=a", "after": "w2", "limit": 2}).json()
+        assert [d["id"] for d in rest["documents"]] == ["w3"] and rest["next"] is None
+        client.delete("/documents/w1", headers=KEY)
+        client.put("/documents", headers=KEY, json={**DOC, "id": "w2", "meta": {"team": "b"}})  # replaced
+        listed = client.get("/documents", headers=KEY, params={"meta": "team=a"}).json()
+        assert [d["id"] for d in listed["documents"]] == ["w3"]
+        every = [d["id"] for d in client.get("/documents", headers=KEY).json()["documents"]]
+        assert every == sorted(every) and {"w0", "w2", "w3", "d0"} <= set(every) and "w1" not in every
+        # a key no document has lists none (a first sync asks for its source before any document holds it)
+        assert client.get("/documents", headers=KEY, params={"meta": "nope=1"}).json() == {"documents": [],
+                                                                                             "next": None}
+        assert client.get("/documents", headers=KEY, params={"meta": "team"}).status_code == 422
+        r = client.get("/documents", headers=KEY, params={"limit": 0})
+        assert r.status_code == 400 and "limit must be between 1 and 1000" in r.json()["message"]
+        assert client.get("/documents").status_code == 401
+        assert client.get("/documents/w3", headers=KEY, params={"meta_only": "true"}).json() == {
+            "id": "w3", "title": DOC["title"], "meta": {"team": "a"}}
+        assert client.get("/documents/w1", headers=KEY, params={"meta_only": "true"}).status_code == 404
+        written = client.get("/documents/d0", headers=KEY).json()
+    with serving(create_app(settings_for(api_key="key"))) as client:  # writes off: the served index is listed
+        listed = client.get("/documents", headers=KEY, params={"limit": 1}).json()
+        assert listed["documents"][0]["id"] == listed["next"] == "d0"
+        assert client.get("/documents/d0", headers=KEY, params={"meta_only": "true"}).json() == {
+            "id": "d0", "title": written["title"], "meta": written.get("meta", {})}
