@@ -7,9 +7,15 @@ hidden files and folders skipped), and each is named as from-files names it: its
 (``guide/install.md``), or as given for a file named on the command line. A file is written (the server reads it as
 from-files does) unless the service holds a document of that id whose ``sha256`` metadata is the file's: each
 written document records the SHA-256 of the bytes sent (read once, so a file saved during the sync is not recorded
-with another version's hash), ``synced_from``, the ``--source`` name (default: the name of the first folder or
-file given), and ``sync_meta``, a digest of ``--meta`` (changed, every file is written again). A document another ``--source`` wrote is not replaced (the file is refused, naming that source), nor is
-a second file of the same name in one run. With ``--delete``, the documents an earlier sync with that
+with another version's hash), ``synced_from``, the ``--source`` name (default: the first path's name and a hash of
+the absolute paths given, ``docs@1f0c9a2e``: two folders named alike are two sources), and ``sync_meta``, a digest of
+``--meta`` (changed, every file is written again). What the service holds is read once, before the files: one
+``GET /documents?meta=synced_from=SOURCE`` a thousand documents at a time (ids and metadata, no passages), and
+``GET /documents/{id}?meta_only=true`` for a file whose id that list lacks. A document another ``--source`` wrote is
+not replaced (the file is refused, naming that source), nor is a second file of the same name in one run; but with
+the default ``--source``, a document whose ``synced_from`` is the first path's bare name (the default before the hash)
+and whose id is a file of this run is this sync's: left alone when unchanged, written (recording the new name) when
+not. With ``--delete``, the documents an earlier sync with that
 ``synced_from`` wrote whose files are gone are deleted (one ``POST /documents/delete``); it deletes nothing when a
 folder could not be read, or when no file was found at all (an empty or unmounted folder). A file the server or the
 sync refuses (no text, damaged, too large, unreadable: 413, 415, 422) is reported and the others go on; ``--strict``
@@ -51,13 +57,34 @@ class SyncReport:
     deleted_total: int = 0
     refused: list[tuple[str, str]] = field(default_factory=list)
     not_deleted: str | None = None
+    adopted: list[str] = field(default_factory=list)  # documents synced under the former default name, taken over
+    former: str | None = None  # that name
 
     def summary(self, dry_run: bool = False) -> str:
         would = "would write" if dry_run else "wrote"
         line = (f"{would} {len(self.written)}, unchanged {len(self.unchanged)}, "
                 f"{'would delete' if dry_run else 'deleted'} {self.deleted_total}, refused {len(self.refused)}")
         held_back = [f"  nothing deleted: {self.not_deleted}"] if self.not_deleted else []
-        return "\n".join([line, *(f"  refused {doc_id}: {why}" for doc_id, why in self.refused), *held_back])
+        adopted = [f"  {len(self.adopted)} of these documents were synced under the former default name "
+                   f"{self.former!r}: taken as this sync's (each records the new name when it is next written)"
+                   ] if self.adopted else []
+        return "\n".join([line, *(f"  refused {doc_id}: {why}" for doc_id, why in self.refused), *held_back,
+                          *adopted])
+
+
+def default_source(paths: Sequence[str | Path]) -> str:
+    """The ``--source`` a sync of ``paths`` records when none is given: the first path's name and the first 8 hex
+    digits of the SHA-256 of the absolute paths (symlinks resolved), ``docs@1f0c9a2e``. Two folders named alike are
+    two sources, and a folder synced from where it is now keeps its name from run to run; moved, or synced from
+    another place, it is another source (``--source`` names it for good)."""
+    resolved = [Path(p).resolve() for p in paths]
+    digest = hashlib.sha256(b"\0".join(os.fsencode(p) for p in resolved)).hexdigest()[:8]
+    return f"{resolved[0].name or resolved[0].anchor}@{digest}"
+
+
+def former_source(paths: Sequence[str | Path]) -> str | None:
+    """The default ``--source`` before ``default_source``: the first path's bare name (None for a root)."""
+    return Path(paths[0]).resolve().name or None
 
 
 def file_hash(path: Path) -> str:
@@ -77,24 +104,28 @@ def stale_filter(source: str, kept: Sequence[str]) -> dict[str, Any]:
 
 def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, str] | None = None,
          delete: bool = False, dry_run: bool = False, strict: bool = False,
-         progress: Callable[[str], None] | None = None) -> SyncReport:
+         progress: Callable[[str], None] | None = None, adopt: str | None = None) -> SyncReport:
     """Write the files under ``paths`` that the service (``client``: a ``spanseek.client.Client``) does not hold as
     they are, and with ``delete`` delete what an earlier sync from ``source`` wrote that is gone (module docstring).
     ``dry_run`` asks the service what it holds and changes nothing; ``progress`` is called with a line for each file
-    written and each document deleted, as it happens. An APIError other than a refused file (413, 415, 422) is
-    raised: the run stops there, and running it again goes on from what is written."""
+    written and each document deleted, as it happens; ``adopt``: a former name of this source, whose documents of
+    this run's files are taken as its own. An APIError other than a refused file (413, 415, 422) is raised: the run
+    stops there, and running it again goes on from what is written."""
     import httpx
 
     from spanseek.client import APIError
     from spanseek.indexer.ingest import IngestError, _files
 
-    report = SyncReport()
+    report = SyncReport(former=adopt)
     given = dict(meta or {})
     settings = hashlib.sha256(json.dumps(sorted(given.items()), ensure_ascii=False).encode()).hexdigest()[:16]
     extra = {**given, SOURCE_KEY: source, SETTINGS_KEY: settings}
     say = progress or (lambda line: None)
     problems: list[tuple[Path, str]] = []
     seen: dict[str, Path] = {}
+    # what the service holds of this source (and of its former name): read once, not a document per file
+    held = {d["id"]: d.get("meta") or {} for d in client.documents({SOURCE_KEY: source})}
+    formerly = {d["id"]: d.get("meta") or {} for d in client.documents({SOURCE_KEY: adopt})} if adopt else {}
 
     def refuse(rel: str, why: str) -> None:
         if strict:
@@ -117,7 +148,13 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             refuse(rel, f"unreadable ({e.strerror or e})")
             continue
         digest = hashlib.sha256(data).hexdigest()
-        held_meta = (client.get(rel) or {}).get("meta") or {}
+        if rel in held:
+            held_meta = held[rel]
+        elif rel in formerly:
+            held_meta = {**formerly[rel], SOURCE_KEY: source}
+            report.adopted.append(rel)
+        else:  # a new file, or one whose id another source or a hand-written document holds
+            held_meta = (client.get(rel, meta_only=True) or {}).get("meta") or {}
         owner = held_meta.get(SOURCE_KEY)
         if owner is not None and owner != source:
             refuse(rel, f"the service holds this id as a document synced from {owner!r}; sync with --source "
@@ -205,8 +242,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=os.environ.get("SPANSEEK_API_KEY"),
                    help="the write key (default: $SPANSEEK_API_KEY)")
     p.add_argument("--source", default=None,
-                   help="the name recorded in each document's synced_from (default: the first path's name); "
-                        "--delete deletes only documents with this name, and documents with another are not replaced")
+                   help="the name recorded in each document's synced_from (default: the first path's name and a "
+                        "hash of the absolute paths given, as docs@1f0c9a2e: a folder moved, or synced from "
+                        "another place, is another source unless this names it); --delete deletes only documents "
+                        "with this name, and documents with another are not replaced")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="metadata for every document")
     p.add_argument("--delete", action="store_true", help="delete the documents of files that are gone")
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
@@ -232,7 +271,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
     if not args.url.lower().startswith(("http://", "https://")):
         raise ValueError(f"--url takes the service's base URL with its scheme (http://{args.url}), got {args.url!r}")
-    source = args.source or Path(args.paths[0]).resolve().name
+    source = args.source or default_source(args.paths)
+    adopt = None if args.source else former_source(args.paths)
 
     def progress(line: str) -> None:
         sys.stderr.write(f"  {line}\n")
@@ -240,7 +280,7 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
-            report = sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress)
+            report = sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt)
     except (SpanseekError, httpx.HTTPError) as e:  # the service refused, or could not be reached: one line
         hint = "; give the write key with --api-key or SPANSEEK_API_KEY" if (
             getattr(e, "status", None) == 401 and not args.api_key) else ""

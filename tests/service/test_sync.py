@@ -14,12 +14,22 @@ import os
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from spanseek.cli import build_parser, main
 from spanseek.client import Client
 from spanseek.service.app import create_app
-from spanseek.sync import HASH_KEY, MAX_KEPT_IDS, SETTINGS_KEY, SOURCE_KEY, file_hash, stale_filter, sync
+from spanseek.sync import (
+    HASH_KEY,
+    MAX_KEPT_IDS,
+    SETTINGS_KEY,
+    SOURCE_KEY,
+    default_source,
+    file_hash,
+    stale_filter,
+    sync,
+)
 from tests.service.test_writes import DOC, KEY
 
 
@@ -119,18 +129,25 @@ def test_the_command_reports_and_its_status_says_whether_a_file_was_refused(url,
 
 
 class EditingClient(Client):
-    """A client that runs ``edit`` when the sync first asks the service about a document: a folder that changes
-    while it is synced (a file saved, or removed, by someone else)."""
+    """A client that runs ``edit`` when the sync first asks the service about one document or writes one (after the
+    walk): a folder that changes while it is synced (a file saved, or removed, by someone else)."""
 
     def __init__(self, *args, edit, **kwargs):
         super().__init__(*args, **kwargs)
         self.edit = edit
 
-    def get(self, doc_id):
+    def _edit_once(self):
         if self.edit is not None:
             self.edit, edit = None, self.edit
             edit()
-        return super().get(doc_id)
+
+    def get(self, doc_id, **kwargs):
+        self._edit_once()
+        return super().get(doc_id, **kwargs)
+
+    def upsert_file(self, *args, **kwargs):
+        self._edit_once()
+        return super().upsert_file(*args, **kwargs)
 
 
 def test_the_hash_recorded_is_that_of_the_text_written_when_a_file_is_saved_during_the_sync(url, tmp_path):
@@ -266,3 +283,85 @@ def test_a_first_sync_with_delete_deletes_nothing_and_works(url, tmp_path):
         assert only_refused.deleted == [] and [r for r, _ in only_refused.refused] == [str(docs / "blank.txt")]
         done = sync(client, [docs], "docs", delete=True)
         assert done.written == ["a.txt"] and done.deleted == []
+
+
+class Recording(httpx.HTTPTransport):
+    """An httpx transport that keeps each request's method and path and each answer's size."""
+
+    def __init__(self):
+        super().__init__()
+        self.requests: list[tuple[str, str, int]] = []
+
+    def handle_request(self, request):
+        response = super().handle_request(request)
+        response.read()
+        self.requests.append((request.method, request.url.path, len(response.content)))
+        return response
+
+
+def test_a_second_sync_of_an_unchanged_folder_reads_one_list_not_each_document(url, tmp_path):
+    """What the service holds of a source is read as one page of ids and metadata (was: GET /documents/{id} of each
+    file, every passage of it sent back); a new file's id is asked about without its passages."""
+    long = "\n\n".join(f"In {1400 + i} the guild of the harbour built bridge number {i}." for i in range(60))
+    docs = folder(tmp_path / "docs", {"big.txt": long, **{f"n{i}.txt": f"In 14{i}0 Ida built mill {i}."
+                                                          for i in range(5)}})
+    with Client(url, api_key="key") as client:
+        assert len(sync(client, [docs], "docs").written) == 6
+    recording = Recording()
+    with Client(url, api_key="key", transport=recording) as client:
+        assert len(sync(client, [docs], "docs").unchanged) == 6
+    assert [(m, path) for m, path, _ in recording.requests] == [("GET", "/documents")]
+    assert recording.requests[0][2] < len(long)  # ids and metadata, not the passages
+    (docs / "new.txt").write_text("In 1490 Jan built the tower.")
+    recording.requests.clear()
+    with Client(url, api_key="key", transport=recording) as client:
+        assert sync(client, [docs], "docs").written == ["new.txt"]
+    asked = [(m, path) for m, path, _ in recording.requests]
+    assert asked == [("GET", "/documents"), ("GET", "/documents/new.txt"), ("PUT", "/files/new.txt")]
+
+
+def test_the_default_source_tells_two_folders_of_one_name_apart(url, tmp_path, capsys):
+    """Two folders named ``docs`` synced into one service with the default --source are two sources: the second's
+    --delete leaves the first's documents alone (it deleted them when the default was the folder's name)."""
+    one = folder(tmp_path / "one" / "docs", {"a.txt": "In 1450 Gala built the bridge."})
+    two = folder(tmp_path / "two" / "docs", {"b.txt": "In 1460 Hugo built the church."})
+    assert default_source([one]) != default_source([two]) and default_source([one]).startswith("docs@")
+    assert default_source([one]) == default_source([str(one) + "/"])  # the same folder, however it is written
+    assert default_source([one]) != default_source([one, two])  # another set of paths: another source
+    assert main(["sync", str(one), "--url", url, "--api-key", "key", "--delete"]) == 0
+    assert main(["sync", str(two), "--url", url, "--api-key", "key", "--delete"]) == 0
+    assert "deleted 0" in capsys.readouterr().err
+    with Client(url, api_key="key") as client:
+        assert client.get("a.txt")["meta"][SOURCE_KEY] == default_source([one])
+        assert client.get("b.txt")["meta"][SOURCE_KEY] == default_source([two])
+    # a given --source still names the sync
+    assert main(["sync", str(one), "--url", url, "--api-key", "key", "--source", "handbook"]) == 1
+    assert "synced from 'docs@" in capsys.readouterr().err  # the default's documents are not taken over silently
+
+
+def test_documents_synced_under_the_former_default_name_are_taken_over_not_written_again(url, tmp_path, capsys):
+    """A folder synced when the default --source was its bare name: a sync with the new default leaves its unchanged
+    documents alone (nothing re-read or re-encoded), writes a changed one under the new name, and deletes none of
+    the former name's documents (another folder of that name may have written those)."""
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the bridge.", "b.txt": "In 1460 Hugo built it.",
+                                      "c.txt": "In 1470 Ida built the mill."})
+    elsewhere = folder(tmp_path / "elsewhere" / "docs", {"x.txt": "In 1480 Jan built the tower."})
+    with Client(url, api_key="key") as client:
+        sync(client, [docs], "docs")  # as the default was: the folder's name
+        sync(client, [elsewhere], "docs")  # another folder of that name, under the same former default
+    args = ["sync", str(docs), "--url", url, "--api-key", "key", "--delete"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "wrote 0, unchanged 3, deleted 0" in err and "3 of these documents were synced under the former " \
+        "default name 'docs'" in err
+    (docs / "a.txt").write_text("In 1451 Gala rebuilt the bridge.")
+    (docs / "c.txt").unlink()
+    assert main(args) == 0
+    assert "wrote 1, unchanged 1, deleted 0" in capsys.readouterr().err
+    with Client(url, api_key="key") as client:
+        assert client.get("a.txt")["meta"][SOURCE_KEY] == default_source([docs])  # written: the new name
+        assert client.get("b.txt")["meta"][SOURCE_KEY] == "docs"  # unchanged: as it was
+        assert client.get("c.txt") is not None and client.get("x.txt") is not None  # the former name's: kept
+    # a given --source adopts nothing: the former name's documents stay that sync's
+    assert main([*args, "--source", "manual"]) == 1
+    assert "synced from 'docs'" in capsys.readouterr().err
