@@ -74,12 +74,13 @@ class SyncReport:
 
 def default_source(paths: Sequence[str | Path]) -> str:
     """The ``--source`` a sync of ``paths`` records when none is given: the first path's name and the first 8 hex
-    digits of the SHA-256 of the absolute paths (symlinks resolved), ``docs@1f0c9a2e``. Two folders named alike are
-    two sources, and a folder synced from where it is now keeps its name from run to run; moved, or synced from
-    another place, it is another source (``--source`` names it for good)."""
-    resolved = [Path(p).resolve() for p in paths]
-    digest = hashlib.sha256(b"\0".join(os.fsencode(p) for p in resolved)).hexdigest()[:8]
-    return f"{resolved[0].name or resolved[0].anchor}@{digest}"
+    digits of the SHA-256 of the absolute paths, ``docs@1f0c9a2e``. Two folders named alike are two sources, and a
+    folder synced from where it is now keeps its name from run to run; moved, or synced from another place, it is
+    another source (``--source`` names it for good). A link is not followed: ``current/``, a link switched from one
+    release's folder to the next, stays one source."""
+    given = [Path(os.path.abspath(p)) for p in paths]
+    digest = hashlib.sha256(b"\0".join(os.fsencode(p) for p in given)).hexdigest()[:8]
+    return f"{given[0].name or given[0].anchor}@{digest}"
 
 
 def former_source(paths: Sequence[str | Path]) -> str | None:

@@ -365,3 +365,20 @@ def test_documents_synced_under_the_former_default_name_are_taken_over_not_writt
     # a given --source adopts nothing: the former name's documents stay that sync's
     assert main([*args, "--source", "manual"]) == 1
     assert "synced from 'docs'" in capsys.readouterr().err
+
+
+def test_a_folder_synced_through_a_link_stays_one_source_when_the_link_moves(url, tmp_path, capsys):
+    """``current/`` switched from one release's folder to the next: the same default --source (it named the link's
+    target, and every file of the new release was refused as another source's), the changed files written and the
+    unchanged ones left alone."""
+    v1 = folder(tmp_path / "v1", {"a.txt": "In 1450 Gala built the bridge.", "b.txt": "In 1460 Hugo built it."})
+    v2 = folder(tmp_path / "v2", {"a.txt": "In 1450 Gala built the bridge.", "b.txt": "In 1461 Hugo rebuilt it."})
+    current = tmp_path / "current"
+    current.symlink_to(v1, target_is_directory=True)
+    args = ["sync", str(current), "--url", url, "--api-key", "key", "--delete"]
+    assert main(args) == 0
+    current.unlink()
+    current.symlink_to(v2, target_is_directory=True)
+    assert main(args) == 0
+    assert "wrote 1, unchanged 1, deleted 0, refused 0" in capsys.readouterr().err
+    assert default_source([current]).startswith("current@")
