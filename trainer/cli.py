@@ -112,28 +112,39 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(func=_config_job)
 
     p = train.add_parser("mine", help="mine hard negatives for the training split (resumable)")
-    p.add_argument("--train", required=True)
-    p.add_argument("--out", required=True, help="output JSONL")
-    p.add_argument("--miner", default="bm25", choices=["bm25", "model"])
+    p.add_argument("--train", required=True, help="SQuAD-format training file (.json or .json.gz); only its "
+                   "training split is mined")
+    p.add_argument("--out", required=True, help="hard negatives to write (JSONL; .gz to compress)")
+    p.add_argument("--miner", default="bm25", choices=["bm25", "model"],
+                   help="bm25: lexical retrieval over the training paragraphs; model: a phrase model's search of "
+                   "--index (default: %(default)s)")
     p.add_argument("--index", default=None, help="model miner: index of `corpus from-squad TRAIN`")
     p.add_argument("--model", default=None, help="model miner: the model that built --index")
-    p.add_argument("--top-k", type=int, default=20, help="passages retrieved per question")
-    p.add_argument("--keep", type=int, default=4, help="hard negatives kept per question")
-    p.add_argument("--limit-questions", type=int, default=None)
+    p.add_argument("--top-k", type=int, default=20, help="passages retrieved per question (default: %(default)s)")
+    p.add_argument("--keep", type=int, default=4, help="hard negatives kept per question (default: %(default)s)")
+    p.add_argument("--limit-questions", type=int, default=None, metavar="N",
+                   help="mine for the first N training questions only (default: all of them)")
     p.set_defaults(func=_mine)
 
     p = train.add_parser("valsets", help="build the efficient-validation corpora (hard/gold/random/reference)")
-    p.add_argument("--train", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--questions", type=int, default=500)
-    p.add_argument("--bm25-k", type=int, default=5)
-    p.add_argument("--reference-extra", type=int, default=3000)
+    p.add_argument("--train", required=True, help="SQuAD-format training file; its held-out articles give the "
+                   "questions")
+    p.add_argument("--out", required=True, help="directory to write: questions.json.gz and hard, gold, random and "
+                   "reference corpora (JSONL)")
+    p.add_argument("--questions", type=int, default=500,
+                   help="held-out questions sampled (all of them when fewer; default: %(default)s)")
+    p.add_argument("--bm25-k", type=int, default=5,
+                   help="passages BM25 retrieves per question for the hard corpus (default: %(default)s)")
+    p.add_argument("--reference-extra", type=int, default=3000,
+                   help="training paragraphs added to the reference corpus (all of them when fewer; default: "
+                   "%(default)s)")
     p.set_defaults(func=_valsets)
 
     p = train.add_parser("rank-checkpoints", help="rank checkpoints on each validation corpus vs the reference")
-    p.add_argument("--valsets", required=True)
-    p.add_argument("--checkpoints", nargs="+", required=True)
-    p.add_argument("--out", default=None)
+    p.add_argument("--valsets", required=True, help="the --out directory of `spanseek train valsets`")
+    p.add_argument("--checkpoints", nargs="+", required=True,
+                   help="model directories to rank (or bundled model names)")
+    p.add_argument("--out", default=None, help="ranking JSON file to write (it is printed either way)")
     p.set_defaults(func=_rank)
 
     p = train.add_parser(
@@ -141,19 +152,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "searched without its gold document; writes MODEL_DIR/calibration.json")
     p.add_argument("--index", default=None, help="an index of TRAINING articles (never the held-out ones)")
     p.add_argument("--questions", default=None, help="SQuAD-format questions about the index's articles")
-    p.add_argument("--model", default="default", help="the model that built --index (its calibrator is written)")
+    p.add_argument("--model", default="default", help="the model that built --index (its calibrator is written; "
+                   "default: %(default)s)")
     p.add_argument("--out", default=None, help="calibration file (default: MODEL_DIR/calibration.json)")
-    p.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS)
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--units", nargs="+", default=list(UNITS), choices=UNITS,
+                   help="units whose hits get a calibrator (default: all)")
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
+                   help="search modes whose hits get a calibrator (default: all)")
     p.add_argument("--C", type=float, nargs="+", default=[1.0],
                    help="inverse L2 strength of the logistic regression; several: each unit/mode gets the one with "
-                   "the best held-out log loss over 5 folds split by article")
+                   "the best held-out log loss over 5 folds split by article (default: 1.0)")
     p.add_argument("--limit", type=int, default=None, help="a fixed random sample of this many questions")
     p.add_argument("--cache", default=None, help="npz of the encoded questions (written once, then read)")
     p.add_argument("--examples", default=None, help="also write the collected features and labels to this npz")
     p.add_argument("--from-examples", default=None, help="refit on an earlier --examples file instead of searching")
     p.add_argument("--features", nargs="+", default=list(FEATURES), choices=FEATURES,
-                   help="score features the model may use (the others get weight 0)")
+                   help="score features the model may use (the others get weight 0; default: all)")
     p.set_defaults(func=_calibrate)
 
     p = train.add_parser("average", help="average checkpoints of one config into a new model (LoRA updates "
@@ -163,5 +177,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--weights", type=float, nargs="+", default=None, help="one weight per checkpoint (default equal)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
-                   help="store the weights in this type (float16 halves the adapters' size)")
+                   help="store the weights in this type (float16 halves the adapters' size; default: %(default)s)")
     p.set_defaults(func=_average)
