@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import gzip
 import json
 import logging
@@ -106,19 +107,55 @@ def open_text(path: str | Path, mode: str = "rt") -> IO[str]:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds."""
+    """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds.
+
+    A folder or temporary that cannot be made, or a temporary the block cannot open, is an OSError naming ``path``
+    (the path the caller was given) and why, never the hidden temporary: ``out/m.json: cannot be written: out is a
+    file, not a folder``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise unwritable(path, e) from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
+        try:
+            yield tmp_path
+        except OSError as e:
+            if e.filename is None or Path(os.fsdecode(e.filename)) != tmp_path or e.filename2 is not None:
+                raise
+            raise unwritable(path, e) from None
         os.chmod(tmp_path, 0o644)  # mkstemp makes 0600; results are meant to be shared (e.g. a service user)
-        os.replace(tmp_path, path)
+        os.replace(tmp_path, path)  # its error names ``path`` as filename2
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise the OSError that writing a file or folder at ``path`` would meet, naming ``path`` (``unwritable``): a
+    folder on its way that is a file, or a folder that refuses a new entry (read-only, not the user's). Found before a
+    long job starts, not at its end. A directory that is there is written into; else its nearest folder that is."""
+    path = Path(path)
+    # the folders below the nearest one that exists are made
+    folder = path if path.is_dir() else next(p for p in path.absolute().parents if os.path.lexists(p))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise unwritable(path, e) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def unwritable(path: Path, error: OSError) -> OSError:
+    """``error``, met writing ``path`` (or a temporary beside it), as an OSError of its kind that names ``path``: the
+    folder on its way that is a file, else the system's reason (``Permission denied``, ``Read-only file system``)."""
+    existing = next((p for p in path.absolute().parents if os.path.lexists(p)), None)
+    if existing is not None and not existing.is_dir():
+        return NotADirectoryError(errno.ENOTDIR, f"cannot be written: {existing} is a file, not a folder", str(path))
+    return OSError(error.errno, f"cannot be written: {error.strerror or error}", str(path))
 
 
 def replace_dir(tmp: Path, out: Path) -> None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import importlib
 import json
 import os
 
 from spanseek.core.confidence import FEATURES
+from spanseek.core.io import check_writable
 from spanseek.core.options import add_options, from_args
 from spanseek.core.params import MODES, UNITS
 from spanseek.trainer.arguments import (
@@ -55,13 +57,19 @@ def _config_job(args: argparse.Namespace) -> int:
         env = os.environ  # torchrun sets these; a plain run is rank 0 of 1
         given["dist"] = DistInfo(rank=int(env.get("RANK", 0)), world=int(env.get("WORLD_SIZE", 1)),
                                  local_rank=int(env.get("LOCAL_RANK", 0)))
-    print(json.dumps(run(from_args(config, args, **given)), indent=2))
+    options = from_args(config, args, **given)  # an option out of range is refused here
+    # the files every job reads and writes, checked before it loads a model for minutes
+    if not os.path.exists(options.train):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), options.train)
+    check_writable(options.out)
+    print(json.dumps(run(options), indent=2))
     return 0
 
 
 def _mine(args: argparse.Namespace) -> int:
     from spanseek.trainer.mining import mine
 
+    check_writable(args.out)  # named now, not as its OUT.parts folder once the training file is read
     out = mine(args.train, args.out, miner=args.miner, top_k=args.top_k, keep=args.keep, index=args.index,
                model=args.model, limit_questions=args.limit_questions)
     print(f"wrote {out}")
@@ -89,6 +97,7 @@ def _average(args: argparse.Namespace) -> int:
     from spanseek.trainer.average import average_checkpoints
 
     dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
+    check_writable(args.out)  # named now, not as the OUT.tmp folder it is written in once the models are read
     print(json.dumps(average_checkpoints(args.checkpoints, args.out, args.weights, dtype).to_dict(), indent=2))
     return 0
 

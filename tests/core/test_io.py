@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
+import os
 import sys
+import tempfile
 
 import pytest
 
@@ -17,6 +20,7 @@ from spanseek.core.io import (
     Document,
     ReadStats,
     atomic_path,
+    check_writable,
     from_squad,
     load_squad,
     read_corpus,
@@ -179,6 +183,49 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     with atomic_path(target) as tmp:
         tmp.write_text("new")
     assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_an_output_that_cannot_be_written_is_named_not_its_temporary(tmp_path, monkeypatch):
+    """A path under a file, or a folder that refuses the temporary (read-only), was reported as ``tmp_path/file:
+    File exists`` or ``tmp_path/.out.txt.x1y2.tmp: Permission denied``: the error names the path given, and why."""
+    (tmp_path / "file").write_text("")
+    for target in (tmp_path / "file" / "out.txt", tmp_path / "file" / "sub" / "out.txt"):
+        for call in (lambda t=target: atomic_path(t).__enter__(), lambda t=target: check_writable(t)):
+            with pytest.raises(NotADirectoryError) as e:
+                call()
+            assert str(e.value) == f"[Errno {errno.ENOTDIR}] cannot be written: {tmp_path / 'file'} is a file, not a " \
+                                   f"folder: '{target}'"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+    def refused(*args, **kwargs):  # a read-only folder (root writes in one, so the refusal is simulated)
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path / ".out.txt.x1y2.tmp"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    for call in (lambda: atomic_path(tmp_path / "out.txt").__enter__(), lambda: check_writable(tmp_path / "out.txt")):
+        with pytest.raises(PermissionError) as e:
+            call()
+        assert (e.value.filename, e.value.strerror) == (str(tmp_path / "out.txt"), "cannot be written: Permission denied")
+
+
+def test_atomic_path_names_the_path_when_its_temporary_cannot_be_opened(tmp_path):
+    """An error naming the temporary, met in the block (opening it), names the path given; any other passes as it is."""
+    target = tmp_path / "out.txt"
+    with pytest.raises(PermissionError) as e, atomic_path(target) as tmp:
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp))
+    assert (e.value.filename, e.value.strerror) == (str(target), "cannot be written: Permission denied")
+    other = PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "input"))
+    with pytest.raises(PermissionError) as e, atomic_path(target):
+        raise other
+    assert e.value is other and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes in a read-only folder")
+def test_a_read_only_folder_is_named(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir(mode=0o555)
+    with pytest.raises(PermissionError) as e, atomic_path(folder / "out.txt") as tmp:
+        tmp.write_text("x")
+    assert e.value.filename == str(folder / "out.txt")
 
 
 def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path):

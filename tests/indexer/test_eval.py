@@ -171,7 +171,7 @@ def test_the_systems_refusals_are_one_line_errors(tmp_path, tiny_squad, tiny_mod
     (tmp_path / "file").write_text("")
     cases = [(["corpus", "from-squad", str(tiny_squad), "--out", str(tmp_path)], f"{tmp_path}: Is a directory"),
              (["corpus", "from-squad", str(tiny_squad), "--out", str(tmp_path / "file" / "c.jsonl")],
-              f"{tmp_path / 'file'}: File exists"),  # its folder cannot be made: a file holds the name
+              f"{tmp_path / 'file' / 'c.jsonl'}: cannot be written: {tmp_path / 'file'} is a file, not a folder"),
              (["eval", "--questions", str(tiny_squad), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                "--quiet"], "a directory; --out names the metrics file")]
     for argv, message in cases:
