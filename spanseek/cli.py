@@ -85,7 +85,9 @@ class Parser(argparse.ArgumentParser):
 
 def _name_commands(parser: argparse.ArgumentParser) -> None:
     """Call every level's subcommand COMMAND in usage and errors (``required: COMMAND``, not the internal name
-    ``index_command``)."""
+    ``index_command``), and give each command its full name (``spanseek index build``, its parser's ``prog``) as
+    ``args.prog``: its runtime errors start as argparse's refusals of its flags do."""
+    parser.set_defaults(prog=parser.prog)  # a subcommand's default overrides its parent's
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             action.metavar = "COMMAND"
@@ -115,14 +117,17 @@ INTERRUPTED = 128 + 2  # the exit status of a command stopped by SIGINT (Ctrl-C)
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C stops it with one line and status 130, no traceback (the command's
-    ``finally`` blocks have run by then: scratch is removed, a build's finished shards are kept for its resume)."""
-    command = None
+    ``finally`` blocks have run by then: scratch is removed, a build's finished shards are kept for its resume).
+
+    Every failure is one line on stderr that starts with the command's full name, as argparse's refusal of a flag
+    does: ``spanseek index build: error: ...``, ``spanseek index build: interrupted``."""
+    prog = "spanseek"
     try:
         args = build_parser().parse_args(argv)
-        command = args.command
+        prog = args.prog
         return _run(args)
     except KeyboardInterrupt:
-        print(f"spanseek{f' {command}' if command else ''}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return INTERRUPTED
 
 
@@ -151,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError, OSError) as e:  # bad input, and the system's refusals (a read-only disk)
         if args.verbose:
             logging.getLogger("spanseek").exception("the command failed")
-        print(f"spanseek {args.command}: error: {describe_error(e)}", file=sys.stderr)
+        print(f"{args.prog}: error: {describe_error(e)}", file=sys.stderr)
         return 2
 
 

@@ -133,7 +133,8 @@ def test_an_index_given_as_the_corpus_is_named_as_an_index(tmp_path, tiny_index,
     """It was called a directory of documents to convert with `corpus from-files`."""
     argv = [w.format(tmp=tmp_path, index=tiny_index) for w in command]
     assert main([*argv, "--corpus", str(tiny_index)]) == 2
-    assert capsys.readouterr().err == (f"spanseek {argv[0]}: error: --corpus {tiny_index} is an index directory, not "
+    command = " ".join(argv[:2] if argv[0] == "index" else argv[:1])
+    assert capsys.readouterr().err == (f"spanseek {command}: error: --corpus {tiny_index} is an index directory, not "
                                        f"a JSONL corpus; `spanseek index export --index {tiny_index} --out "
                                        "CORPUS.jsonl` writes its documents as one\n")
     assert not (tmp_path / "new").exists()
@@ -171,3 +172,63 @@ def test_eval_does_not_write_its_metrics_over_its_input(tmp_path, tiny_squad, ca
     assert capsys.readouterr().err == (f"spanseek eval: error: --out {tmp_path / 'link.json'} is the {flag} file to "
                                        "read; write the metrics somewhere else\n")
     assert given.read_bytes() == tiny_squad.read_bytes()
+
+
+def failure(argv: list[str], capsys) -> tuple[int, str, list[str]]:
+    """``spanseek ARGV``'s exit status, stdout and stderr lines, whether argparse or the command refused it."""
+    try:
+        status = main(argv)
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    return status, out, err.splitlines()
+
+
+# (argv, what the error names); {tmp} is a test folder holding a file `file`, {missing} a path that is not there
+FAILURES = [
+    (["corpus", "from-squad", "{missing}", "--out", "{tmp}/c.jsonl"], "{missing}: No such file"),
+    (["corpus", "from-files", "{tmp}", "--out", "{tmp}/c.jsonl", "--max-tokens", "many"], "argument --max-tokens"),
+    (["corpus", "from-files", "{missing}", "--out", "{tmp}/c.jsonl", "--tokenizer", "words"], "{missing}"),
+    (["corpus", "from-files", "{tmp}", "--out", "{tmp}/c.jsonl", "--tokenizer", "words", "--meta", "k"], "--meta"),
+    (["index", "build", "--corpus", "{missing}", "--out", "{tmp}/i"], "{missing}"),
+    (["index", "verify", "{tmp}", "--sample", "0"], "argument --sample"),
+    (["index", "verify", "{tmp}", "--index", "{tmp}"], "the index is given twice"),
+    (["index", "export", "--index", "{missing}", "--out", "{tmp}/c.jsonl"], "{missing}: no such index directory"),
+    (["index", "delete", "--index", "{tmp}"], "--ids"),
+    (["index", "switch", "{tmp}/alias", "{missing}"], "{missing}"),
+    (["search", "--index", "{missing}", "q"], "{missing}: no such index directory"),
+    (["search", "--index", "{tmp}/file", "q"], "{tmp}/file: a file, not an index directory"),
+    (["search", "--index", "{tmp}", "--top-k", "some", "q"], "argument --top-k"),
+    (["search", "--index", "{tmp}", "--where", "k", "q"], "--where"),
+    (["search", "--index", "{tmp}", "--filter", "@{missing}", "q"], "{missing}"),
+    (["eval", "--questions", "{missing}"], "{missing}: No such file"),
+    (["eval", "--questions", "{tmp}/file", "--limit", "0"], "--limit"),
+    (["eval", "--questions", "{tmp}/file", "--out", "{tmp}/file/m.json"], "{tmp}/file is a file, not a folder"),
+    (["serve", "--index", "{missing}"], "{missing}: no such index directory"),
+    (["train", "phrase", "--train", "{tmp}/file", "--out", "{tmp}/run", "--lr", "fast"], "argument --lr"),
+    (["train", "phrase", "--train", "{tmp}/file", "--out", "{tmp}/run", "--batch-windows", "0"], "--batch-windows"),
+    (["train", "mine", "--train", "{missing}", "--out", "{tmp}/hard.jsonl"], "{missing}: No such file"),
+    (["train", "mine", "--train", "{tmp}/file", "--out", "{tmp}/file/hard.jsonl"],
+     "{tmp}/file/hard.jsonl: cannot be written: {tmp}/file is a file, not a folder"),
+    (["train", "valsets", "--train", "{tmp}/file", "--out", "{tmp}/v", "--questions", "0"], "--questions"),
+    (["train", "rank-checkpoints", "--valsets", "{missing}", "--checkpoints", "default"], "{missing}"),
+    (["train", "calibrate"], "--index and --questions"),
+    (["train", "average", "default", "--out", "{tmp}/file/avg"], "{tmp}/file/avg: cannot be written"),
+    (["sync", "{missing}", "--url", "http://127.0.0.1:9"], "{missing}"),
+    (["sync", "{tmp}", "--url", "127.0.0.1:9"], "--url"),
+]
+
+
+@pytest.mark.parametrize(("argv", "names"), FAILURES, ids=[" ".join(a[:2]) for a, _ in FAILURES])
+def test_every_command_fails_as_argparse_does(tmp_path, capsys, argv, names):
+    """A bad flag value, a missing or unusable file: the last line on stderr is ``spanseek COMMAND: error: ...``, the
+    command's full name as argparse gives it, naming what was wrong; nothing on stdout; exit status 2. Runtime errors
+    said only the command's first word (``spanseek index: error:`` for ``index build``, ``spanseek train:`` for every
+    training job), unlike the usage errors of the same command."""
+    (tmp_path / "file").write_text("")
+    given = {"tmp": tmp_path, "missing": tmp_path / "missing"}
+    status, out, err = failure([a.format(**given) for a in argv], capsys)
+    command = " ".join(argv[:2] if argv[0] in ("corpus", "index", "train") else argv[:1])
+    assert status == 2 and out == "" and err, (status, out, err)
+    assert err[-1].startswith(f"spanseek {command}: error: ") and names.format(**given) in err[-1], err
+    assert len(err) == 1 or err[0].startswith(f"usage: spanseek {command} "), err  # one line, or argparse's usage

@@ -106,7 +106,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from spanseek.trainer.calibrate import calibrate
 
     if args.from_examples is None and (args.index is None or args.questions is None):
-        raise ValueError("train calibrate needs --index and --questions (or --from-examples)")
+        raise ValueError("give --index and --questions (or --from-examples, to refit on collected examples)")
     calibrator = calibrate(args.index, args.questions, args.model, args.out, args.units, args.modes, args.C, args.limit,
                            args.cache, args.examples, args.features, args.from_examples)
     print(json.dumps(calibrator.to_dict(), indent=2))

@@ -159,7 +159,7 @@ def test_ctrl_c_during_an_add_says_interrupted_and_the_add_resumes(setup, tmp_pa
             "--device", "cpu", "--precision", "fp32", "--shard-passages", "3"]
     _count_encoded(monkeypatch, stop_at=2)
     assert main(argv) == 130
-    assert capsys.readouterr().err == "spanseek index: interrupted\n"
+    assert capsys.readouterr().err == "spanseek index add: interrupted\n"
     assert _contents(PhraseIndex(index).dir) == _contents(built)
     assert [p.relative_to(index).as_posix() for p in sorted((index / integrity.STAGING).rglob("*")) if p.is_dir()] == [
         f"{integrity.STAGING}/{integrity.SHARDS}", f"{integrity.STAGING}/{integrity.SHARDS}/000000"]

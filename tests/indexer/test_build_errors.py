@@ -62,7 +62,7 @@ def test_only_a_new_empty_or_unfinished_out_folder_is_built_in(tmp_path, tiny_co
     assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(work),
                  "--quiet", "--precision", "fp32", "--device", "cpu", "--no-gpu"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("spanseek index: error: ") and "is not empty" in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("spanseek index build: error: ") and "is not empty" in err and len(err.strip().splitlines()) == 1
     assert snapshot(work) == before
 
     monkeypatch.undo()  # encoding allowed again
@@ -107,7 +107,7 @@ def test_a_second_build_into_the_same_out_is_refused_at_its_start(tmp_path, tiny
     assert build_index(tiny_corpus, tiny_model_dir, out, OPTS).documents == 6
     before, err, after = seen
     assert len(loads) == 1 and after == before  # the second build loaded no model and wrote nothing
-    assert err.startswith("spanseek index: error: --out") and len(err.strip().splitlines()) == 1
+    assert err.startswith("spanseek index build: error: --out") and len(err.strip().splitlines()) == 1
     assert verify_index(out, sample=30)["ok"]
 
 
@@ -153,7 +153,7 @@ def test_options_read_at_the_faiss_stage_are_refused_before_encoding(tmp_path, t
     """`--recall-sample -1` failed (``negative dimensions are not allowed``) only after the corpus was encoded."""
     assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out",
                  str(tmp_path / "i"), flag, value, "--quiet"]) == 2
-    assert capsys.readouterr().err == f"spanseek index: error: {message}\n"
+    assert capsys.readouterr().err == f"spanseek index build: error: {message}\n"
     assert not (tmp_path / "i").exists()
 
 
@@ -178,7 +178,7 @@ def test_verify_takes_the_index_as_an_operand_or_as_index_like_the_other_index_c
         reports.append(json.loads(capsys.readouterr().out))
     assert reports[0]["manifest"] == reports[1]["manifest"] and reports[0]["ok"] and reports[1]["ok"]
     assert main(["index", "verify"]) == 2
-    assert capsys.readouterr().err == "spanseek index: error: give the index directory once: `INDEX` or `--index INDEX`\n"
+    assert capsys.readouterr().err == "spanseek index verify: error: give the index directory once: `INDEX` or `--index INDEX`\n"
     assert main(["index", "verify", str(tiny_index), "--index", "other"]) == 2
     assert "the index is given twice" in capsys.readouterr().err
 

@@ -177,7 +177,8 @@ def test_the_systems_refusals_are_one_line_errors(tmp_path, tiny_squad, tiny_mod
     for argv, message in cases:
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"spanseek {argv[0]}: error: ") and message in err and "Traceback" not in err, err
+        command = " ".join(argv[:2] if argv[0] == "corpus" else argv[:1])
+        assert err.startswith(f"spanseek {command}: error: ") and message in err and "Traceback" not in err, err
         assert len(err.strip().splitlines()) == 1
 
 

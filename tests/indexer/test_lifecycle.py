@@ -283,7 +283,7 @@ def test_an_ids_file_that_is_not_utf8_is_refused_naming_it_and_the_line(tmp_path
         read_ids("d2", ids)
     before = (index / phrase_index.MANIFEST).read_bytes()
     assert main(["index", "delete", "--index", str(index), "--ids-file", str(ids)]) == 2
-    assert capsys.readouterr().err == (f"spanseek index: error: {ids}:2: not UTF-8 (byte 1 of the line, 0xe9); save "
+    assert capsys.readouterr().err == (f"spanseek index delete: error: {ids}:2: not UTF-8 (byte 1 of the line, 0xe9); save "
                                        "the file as UTF-8\n")
     assert (index / phrase_index.MANIFEST).read_bytes() == before and not (index / phrase_index.DELETED).exists()
 

@@ -93,7 +93,7 @@ def test_train_phrase_reports_a_bad_hard_negatives_file_in_one_line(squad_file, 
             "--precision", "fp32", "--no-progress"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert f"spanseek train: error: {bad}:2: [999, 1] is not a paragraph of the training file" in err
+    assert f"spanseek train phrase: error: {bad}:2: [999, 1] is not a paragraph of the training file" in err
     assert not (tmp_path / "run" / "last").exists()
 
 
@@ -143,7 +143,7 @@ def test_a_bad_training_option_is_refused_naming_the_flag_before_any_work(flag, 
     argv = ["train", "phrase", "--train", str(tmp_path / "train.json"), "--out", str(tmp_path / "run"), flag, value]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert re.fullmatch(rf"spanseek train: error: {flag}( \(lambda_\w+\))? must be [^\n]+, got [^\n]+\n", err), err
+    assert re.fullmatch(rf"spanseek train phrase: error: {flag}( \(lambda_\w+\))? must be [^\n]+, got [^\n]+\n", err), err
     assert not (tmp_path / "run").exists()
 
 
@@ -151,7 +151,7 @@ def test_qsft_options_are_checked_too(tmp_path, capsys):
     for flag, value in (("--batch-windows", "0"), ("--lambda-hard", "-1")):
         argv = ["train", "qsft", "--model", "m", "--train", "t.json", "--out", str(tmp_path / "run"), flag, value]
         assert main(argv) == 2
-        assert f"spanseek train: error: {flag}" in capsys.readouterr().err
+        assert f"spanseek train qsft: error: {flag}" in capsys.readouterr().err
 
 
 def test_edge_values_are_accepted_and_the_next_ones_refused():
@@ -211,7 +211,7 @@ def test_calibrate_from_examples_names_a_file_of_another_kind(tmp_path, tiny_mod
     with pytest.raises(CorpusError, match=rf"^{re.escape(str(other))}: holds other arrays \(vectors\)"):
         load_runs(other)
     assert main(["train", "calibrate", "--from-examples", str(text), "--model", str(tiny_model_dir)]) == 2
-    assert f"spanseek train: error: {text}: not a NumPy .npz file" in capsys.readouterr().err
+    assert f"spanseek train calibrate: error: {text}: not a NumPy .npz file" in capsys.readouterr().err
 
 
 def test_valsets_checks_its_counts_and_takes_every_paragraph_of_a_small_file(squad_file, tmp_path, caplog):

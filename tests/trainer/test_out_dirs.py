@@ -186,7 +186,7 @@ def test_a_training_file_without_questions_is_refused_in_one_line(tmp_path, tiny
             "--val-questions", "0", "--precision", "fp32", "--device", "cpu", "--no-progress"]
     assert main(args) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("INFO", "WARNING"))]
-    assert err == [f"spanseek train: error: {path}: no questions in its training articles (40 articles, 2 of them "
+    assert err == [f"spanseek train phrase: error: {path}: no questions in its training articles (40 articles, 2 of them "
                    "held out)"]
 
 
@@ -235,7 +235,7 @@ def test_the_cli_refuses_a_mistyped_init_from_in_one_line_and_makes_no_out(tmp_p
     assert main(["train", "phrase", "--train", str(tiny_squad), "--out", str(out), "--init-from", "defualt",
                  "--device", "cpu", "--no-progress"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("INFO", "WARNING"))]
-    assert err == ["spanseek train: error: defualt: not a spanseek model directory (there is no such directory) nor "
+    assert err == ["spanseek train phrase: error: defualt: not a spanseek model directory (there is no such directory) nor "
                    "a bundled model (bundled: base, default, default-2026-11)"]
     assert not out.exists()
 
@@ -293,6 +293,6 @@ def test_the_cli_refuses_valsets_into_a_model_directory_in_one_line(tmp_path, sq
 
     model = shutil.copytree(tiny_model_dir, tmp_path / "model")
     assert main(["train", "valsets", "--train", str(squad_file), "--out", str(model)]) == 2
-    assert capsys.readouterr().err.strip() == (f"spanseek train: error: --out {model} is a model directory; it is "
+    assert capsys.readouterr().err.strip() == (f"spanseek train valsets: error: --out {model} is a model directory; it is "
                                                "left alone: write the validation sets to a new directory")
     assert sorted(p.name for p in model.iterdir()) == sorted([CONFIG_NAME, WEIGHTS_NAME])

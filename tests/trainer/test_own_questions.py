@@ -76,7 +76,7 @@ def test_a_bad_training_file_is_refused_in_one_line_before_the_model_loads(tmp_p
                  "--val-questions", "0", "--device", "cpu", "--no-progress"])
     assert code == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("INFO", "WARNING"))]
-    assert err == [f"spanseek train: error: {path}: {PLACE}: the question is blank; write its question or remove it"]
+    assert err == [f"spanseek train qsft: error: {path}: {PLACE}: the question is blank; write its question or remove it"]
     assert not out.exists()
 
 
