@@ -124,6 +124,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     say = progress or (lambda line: None)
     problems: list[tuple[Path, str]] = []
     seen: dict[str, Path] = {}
+    files = list(_files(paths, problems))  # a path that is not there is named before the service is asked anything
     # what the service holds of this source (and of its former name): read once, not a document per file
     held = {d["id"]: d.get("meta") or {} for d in client.documents({SOURCE_KEY: source})}
     formerly = {d["id"]: d.get("meta") or {} for d in client.documents({SOURCE_KEY: adopt})} if adopt else {}
@@ -133,7 +134,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             raise ValueError(f"{rel}: {why}")
         report.refused.append((rel, why))
 
-    for path, rel in _files(paths, problems):
+    for path, rel in files:
         if rel in seen:  # two folders given, each with a file of this name: one id, so the first one's
             refuse(rel, f"{path} has the same name as {seen[rel]}, read already; one id cannot hold both: rename "
                         f"one of them")
