@@ -349,11 +349,9 @@ class SearchFilter(_Keyed):
                     raise FilterError(f"filter {part}: expected conditions (Match, AnyOf, Range, Not, SearchFilter), "
                                       f"got {c!r}")
             object.__setattr__(self, part, conditions)
-        size, depth = _size(self)
-        if depth > MAX_FILTER_DEPTH:  # (nested filters are made inside out: the first one too deep says so)
-            raise FilterError(f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters and not")
-        if size > MAX_FILTER_CONDITIONS:
-            raise FilterError(f"filter too large: {size} conditions (at most {MAX_FILTER_CONDITIONS})")
+        problem = size_problem(self)  # (nested filters are made inside out: the first one too deep says so)
+        if problem is not None:
+            raise FilterError(problem)
 
     @property
     def passes_everything(self) -> bool:
@@ -443,15 +441,44 @@ def _passes_none(c: Condition) -> bool:
             or any(_passes_all(x) for x in c.must_not or ()))
 
 
-def _size(c: Condition) -> tuple[int, int]:
-    """(conditions, depth) of a condition tree."""
+def _inner(c: Any) -> tuple[Any, ...] | None:
+    """The conditions directly inside ``c``, a condition in its core or its JSON form; None for a field condition
+    (``Match``, ``AnyOf``, ``Range``, an object with ``key``, or anything else, which holds none)."""
     if isinstance(c, Not):
-        size, depth = _size(c.condition)
-        return size + 1, depth + 1
+        return (c.condition,)
     if isinstance(c, SearchFilter):
-        parts = [_size(x) for x in (*(c.must or ()), *(c.should or ()), *(c.must_not or ()))]
-        return 1 + sum(s for s, _ in parts), 1 + max((d for _, d in parts), default=0)
-    return 1, 0
+        return (*(c.must or ()), *(c.should or ()), *(c.must_not or ()))
+    if not isinstance(c, Mapping) or "key" in c:
+        return None
+    if "not" in c:
+        return (c["not"],)
+    return tuple(x for part in FILTER_KEYS[3:] if isinstance(c.get(part), list) for x in c[part])
+
+
+def _shape(c: Any, levels: int = MAX_FILTER_DEPTH + 1) -> tuple[int, int]:
+    """(conditions, depth) of a condition tree, in its core or its JSON form: every filter, ``not`` and field
+    condition counts one; a filter or ``not`` adds a level. Only ``levels`` levels are walked: a deeper tree has its
+    depth counted as more than that, and the conditions below uncounted (it is refused for its depth)."""
+    inner = _inner(c)
+    if inner is None:
+        return 1, 0
+    if levels == 0:
+        return 1, 1
+    parts = [_shape(x, levels - 1) for x in inner]
+    return 1 + sum(s for s, _ in parts), 1 + max((d for _, d in parts), default=0)
+
+
+def size_problem(c: Any) -> str | None:
+    """Why a filter, in its core or its JSON form, is larger than a filter may be (nested more than
+    ``MAX_FILTER_DEPTH`` levels of filters and ``not``, or more than ``MAX_FILTER_CONDITIONS`` conditions in all,
+    nested ones included), or None. The JSON form is checked before its parts are read (the service's schema)."""
+    size, depth = _shape(c)
+    if depth > MAX_FILTER_DEPTH:
+        return f"filter nested too deeply: more than {MAX_FILTER_DEPTH} levels of filters and not"
+    if size > MAX_FILTER_CONDITIONS:
+        return (f"filter too large: {size} conditions (at most {MAX_FILTER_CONDITIONS} in all; every filter, not and "
+                "field condition counts, nested ones included)")
+    return None
 
 
 def _filter_from_json(obj: Any, where: str) -> SearchFilter:

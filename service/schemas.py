@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from spanseek.core.filters import BOUNDS, MAX_FILTER_CONDITIONS, value_text
+from spanseek.core.filters import BOUNDS, MAX_FILTER_CONDITIONS, size_problem, value_text
 from spanseek.core.io import MAX_META_DEPTH, nesting_depth
 from spanseek.core.params import HIT_WINDOW, Hit, MetaValue, SearchFilter, SearchParams, Unit
 
@@ -139,6 +139,17 @@ class FilterIn(BaseModel):
                                            description="conditions of which at least one holds")
     must_not: list[Condition] | None = Field(None, min_length=1, max_length=MAX_FILTER_CONDITIONS,
                                              description="conditions of which none may hold")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _within_limits(cls, data: Any) -> Any:
+        """Refuse a filter nested too deeply or holding too many conditions (``core.filters.size_problem``) before
+        its parts are validated: one error naming the filter and the limit, where the core filter's own check
+        answered 400 and pydantic, at a few hundred levels, a recursion error that named no limit."""
+        problem = size_problem(data) if isinstance(data, dict) else None
+        if problem is not None:
+            raise ValueError(problem)
+        return data
 
     def to_filter(self) -> SearchFilter:
         """The core filter (raises FilterError, a SearchParamsError, for a value it refuses: an unparsable date)."""

@@ -8,10 +8,11 @@ Oracle: the searcher called with the same SearchFilter; malformed filters are 42
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from spanseek.core.filters import Not
+from spanseek.core.filters import MAX_FILTER_DEPTH, Not
 from spanseek.core.params import SearchFilter, SearchParams
-from spanseek.service.schemas import MAX_FILTER_IDS
+from spanseek.service.schemas import MAX_FILTER_IDS, DeleteByFilterRequest
 
 QUESTION = "Who built the castle in 1500?"
 FILTERS = [
@@ -100,3 +101,47 @@ def test_a_number_no_float_holds_is_400_in_a_range_as_in_a_match(client, conditi
 def test_info_counts_deleted_documents(client):
     index = client.get("/info").json()["index"]
     assert index["deleted_documents"] == 0 and index["documents"] == 6
+
+
+def _nested(levels: int, inner: dict | None = None) -> dict:
+    """A filter of ``levels`` nested filters around ``inner`` (a one-id filter: a level itself)."""
+    flt = inner or {"doc_ids": ["d1"]}
+    for _ in range(levels - 1):
+        flt = {"must": [flt]}
+    return flt
+
+
+def _leaves(n: int) -> list[dict]:
+    return [{"doc_ids": ["d1"]}] * n
+
+
+@pytest.mark.parametrize(("flt", "limit"), [
+    (_nested(MAX_FILTER_DEPTH + 1), f"nested too deeply: more than {MAX_FILTER_DEPTH} levels"),
+    (_nested(300), f"nested too deeply: more than {MAX_FILTER_DEPTH} levels"),  # was pydantic's recursion error
+    ({"must": [_nested(MAX_FILTER_DEPTH, {"not": {"key": "year", "match": 1}})]}, "nested too deeply"),
+    # each list within its own limit, the filter over it in all: 1 + 2 x (1 + 512) conditions
+    ({"must": [{"must": _leaves(512)}, {"should": _leaves(512)}]}, "too large: 1027 conditions (at most 1024 in all"),
+    ({"must": _leaves(600), "should": _leaves(600)}, "too large: 1201 conditions (at most 1024 in all"),
+])
+def test_a_filter_too_deep_or_too_large_is_422_naming_the_filter_and_the_limit(client, flt, limit):
+    """A filter over the depth or the size a filter may have is malformed, as a list too long is: a 422 naming the
+    filter and the limit (it was a 400 from the core filter's own check). A delete by filter reads the same schema."""
+    r = client.post("/search", json={"query": "a", "filter": flt})
+    assert r.status_code == 422, r.text
+    details = r.json()["details"]
+    assert r.json()["error"] == "validation_error" and len(details) == 1, details
+    assert details[0]["loc"] == ["body", "filter"] and f"filter {limit}" in details[0]["msg"], details
+    assert f"body.filter: Value error, filter {limit}" in r.json()["message"]
+    with pytest.raises(ValidationError) as refused:
+        DeleteByFilterRequest.model_validate({"filter": flt})
+    assert [(e["loc"], f"filter {limit}" in e["msg"]) for e in refused.value.errors()] == [(("filter",), True)]
+
+
+@pytest.mark.parametrize("flt", [
+    _nested(MAX_FILTER_DEPTH), _nested(MAX_FILTER_DEPTH - 1, {"not": {"doc_ids": ["d1"]}}),
+    {"must": [{"must": _leaves(511)}, {"should": _leaves(510)}]},  # 1 + 512 + 511: the limit exactly
+])
+def test_a_filter_at_the_limits_is_searched(client, flt):
+    """The schema counts as the core filter does: a filter at its limits is answered, not refused by either."""
+    r = client.post("/search", json={"query": "a", "filter": flt})
+    assert r.status_code == 200, r.text
