@@ -145,6 +145,12 @@ class _Keyed:
             object.__setattr__(self, "_made_key_", made)  # frozen dataclass: set past its __setattr__
         return made
 
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled without the kept key and hash: a string's hash differs between processes (PYTHONHASHSEED), so a
+        # filter unpickled in another (a worker process, a cache on disk) kept a hash its equals there do not have,
+        # and missed them in every dict and set
+        return {k: v for k, v in self.__dict__.items() if k not in ("_made_key_", "_hash_")}
+
     def __eq__(self, other: object) -> bool:
         return other is self or (type(other) is type(self)
                                  and self._made_key() == other._made_key())  # type: ignore[attr-defined]

@@ -439,3 +439,37 @@ def test_a_larger_selection_on_an_ivf_index_probes_lists_in_proportion(ivf_searc
     # (questions whose lists still hold fewer than k allowed tokens are searched again over more, up to all 8)
     assert probes and probes[0] == min(8, int(np.ceil(1 / share))) and set(probes) <= {probes[0], 8}
     assert all(len(h) == _fill(ivf_searcher, flt, "passage", 20) for h in hits)
+
+
+PICKLED_IN_ANOTHER_PROCESS = """
+import pickle, sys
+from spanseek.core.filters import AnyOf, Match, Not, Range, SearchFilter
+flt = SearchFilter.from_json({FILTER!r})
+hash(flt), flt == flt  # its key and hash made and kept, as a request's are before it is cached or sent on
+sys.stdout.buffer.write(pickle.dumps(flt))
+"""
+
+
+def test_a_filter_pickled_in_another_process_is_equal_and_hashes_as_a_fresh_one():
+    """A filter crosses processes pickled (a worker pool, a cache kept on disk): it carried the hash it had kept,
+    made with that process's string hashing (PYTHONHASHSEED), so there it was equal to a fresh filter but hashed
+    otherwise, and missed it in every dict and set (a cached selection, a batch's grouping)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    flt = {"doc_ids": ["b", "a"], "title_prefix": "T", "meta": {"lang": "en", "draft": False},
+           "must": [{"key": "tags", "any": ["x", "y", 1, True]}, {"not": {"key": "k", "match": "v"}},
+                    {"key": "date", "range": {"gte": "2024-01-01"}}],
+           "should": [{"doc_ids": ["c"]}, {"title_prefix": "U"}]}
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"  # another string hashing than this process's
+    pickled = subprocess.run([sys.executable, "-c", PICKLED_IN_ANOTHER_PROCESS.replace("{FILTER!r}", repr(flt))],
+                             capture_output=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+    got, fresh = pickle.loads(pickled), SearchFilter.from_json(flt)
+    assert got == fresh and hash(got) == hash(fresh)
+    assert {fresh: 1}.get(got) == 1 and {SearchParams(filter=fresh): 1}.get(SearchParams(filter=got)) == 1
+    for mine, theirs in zip(fresh.must or (), got.must or (), strict=True):  # its conditions too
+        assert hash(mine) == hash(theirs) and mine == theirs
+    again = pickle.loads(pickle.dumps(got))  # and here, a round trip keeps it
+    assert again == fresh and hash(again) == hash(fresh) and again.to_json() == fresh.to_json()
