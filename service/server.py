@@ -202,14 +202,17 @@ def protocol_class(settings: Settings) -> type[SpanseekH11Protocol]:
 
 
 def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> uvicorn.Config:
-    """The uvicorn config ``spanseek serve`` runs: one worker, the keep-alive, head, request and write deadlines and
-    the log format from the settings."""
+    """The uvicorn config ``spanseek serve`` runs: one worker, the keep-alive, head, request and write deadlines, the
+    proxies whose X-Forwarded-For is believed (none unless ``forwarded_allow_ips`` names them) and the log format
+    from the settings."""
     # One process: the micro-batcher batches across all requests of its process; scale with replicas instead.
     # The logging of service.logs (text or JSON, request ids); its middleware writes the access lines, with durations.
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level, workers=1, timeout_graceful_shutdown=10,
         timeout_keep_alive=settings.keep_alive_s, http=protocol_class(settings),
         log_config=logging_config(settings.log_format, log_level), access_log=False,
+        # given, so uvicorn's default (believe 127.0.0.1, or its FORWARDED_ALLOW_IPS variable) never applies
+        proxy_headers=bool(settings.forwarded_allow_ips), forwarded_allow_ips=list(settings.forwarded_allow_ips),
     )
 
 

@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from spanseek.service.schemas import MAX_QUERIES
@@ -63,6 +64,14 @@ class Settings(BaseSettings):
     # Where `spanseek serve` listens. Loopback by default so a laptop run is not exposed; images use 0.0.0.0.
     host: str = Field("127.0.0.1", description="listen address (spanseek serve)")
     port: int = Field(8000, ge=1, le=65535, description="listen port (spanseek serve)")
+    # Reverse proxies in front of the service whose X-Forwarded-For (and X-Forwarded-Proto) it believes: the client
+    # address the access log, fair shares and refusals go by is then the one the proxy says, not the proxy's. Empty
+    # (the default) believes no one, so no client can choose the address it is counted under by sending the header;
+    # uvicorn's own default believed any local process (127.0.0.1). Name only proxies that set the header themselves.
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(default_factory=list, description=(
+        "addresses of reverse proxies whose X-Forwarded-For the service believes: IP addresses or networks "
+        "(10.0.0.0/8), comma-separated, or * for any peer; empty = none: the client is the connection's peer "
+        "(spanseek serve)"))
     # Idle keep-alive before the server closes a connection. Longer than the client's / load balancer's idle
     # timeout (httpx 5 s, AWS ALB 60 s) so the server never closes a connection a client is about to reuse
     # (that race shows up as connection resets under load); costs one idle socket per client.
@@ -243,9 +252,9 @@ class Settings(BaseSettings):
     # initialisation (allocator, faiss, tokenizer caches). Off only for tests with fake backends.
     warmup: bool = Field(True, description="run warm-up searches before reporting ready")
 
-    @field_validator("cors_origins", mode="before")
+    @field_validator("cors_origins", "forwarded_allow_ips", mode="before")
     @classmethod
-    def _split_origins(cls, v: object) -> object:
+    def _split_list(cls, v: object, info: ValidationInfo) -> object:
         """Accept ``a,b`` or a JSON list from the environment."""
         if isinstance(v, str):
             v = v.strip()
@@ -255,7 +264,8 @@ class Settings(BaseSettings):
                 try:
                     return json.loads(v)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"not a JSON list of origins ({e}); or give them comma-separated") from None
+                    items = "origins" if info.field_name == "cors_origins" else "addresses"
+                    raise ValueError(f"not a JSON list of {items} ({e}); or give them comma-separated") from None
             return [o.strip() for o in v.split(",") if o.strip()]
         return v
 
@@ -268,6 +278,24 @@ class Settings(BaseSettings):
             if origin != "*" and not ORIGIN.fullmatch(origin):
                 raise ValueError(f"{origin!r} is not an origin: scheme://host[:port] with no path or trailing slash "
                                  "(https://app.example.com), or *")
+        return v
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, v: list[str]) -> list[str]:
+        """Each entry is an IP address or network, or ``*`` alone: uvicorn takes anything else (a host name, a typo,
+        a network with host bits set, ``*`` beside an address) as a name no peer has, and believed nobody without a
+        word."""
+        if "*" in v and len(v) > 1:
+            raise ValueError("* (believe any peer) stands alone; give it or a list of addresses, not both")
+        for entry in v:
+            if entry == "*":
+                continue
+            try:
+                ipaddress.ip_network(entry) if "/" in entry else ipaddress.ip_address(entry)
+            except ValueError as e:
+                raise ValueError(f"{entry!r} is not an IP address or network (10.0.0.5, 10.0.0.0/8, fd00::/8) nor *: "
+                                 f"{e}") from None
         return v
 
     @field_validator("reader", "live_dir", "default_nprobe", "torch_threads", mode="before")
