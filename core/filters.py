@@ -35,6 +35,7 @@ META_TYPES = (str, int, float, bool, type(None))
 MAX_FILTER_CONDITIONS = 1024  # conditions (and nested filters) in one filter
 MAX_FILTER_DEPTH = 16  # nesting of filters and ``not``
 BOUNDS = ("gt", "gte", "lt", "lte")
+_UNCHECKED = frozenset({str, bool, type(None)})  # value types that always fit (a number may be out of a float's range)
 Kind = Literal["number", "string", "boolean", "null", "date"]
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?)?")
@@ -122,6 +123,22 @@ def _scalar(where: str, value: Any, key: str | None = None) -> MetaValue:
     return value
 
 
+def _all_fit(values: tuple[Any, ...]) -> bool:
+    """Whether every value is one a condition takes (``_scalar``), judged by their types and, for numbers, one
+    finiteness check in C: checking each value in Python cost tens of ms for 60,000. False when one is not (or is
+    of a subclass): ``_scalar`` then judges each, and names it."""
+    kinds = set(map(type, values))
+    if not kinds - _UNCHECKED:
+        return True
+    if not kinds - _UNCHECKED <= {int, float}:
+        return False
+    numbers = values if kinds <= {int, float, bool} else [v for v in values if type(v) in (int, float)]
+    try:
+        return all(map(math.isfinite, numbers))
+    except OverflowError:  # an integer beyond a float's range
+        return False
+
+
 def _key_name(where: str, key: Any) -> str:
     if not isinstance(key, str) or not key:
         raise FilterError(f"{where}: the key must be a non-empty string, got {key!r}")
@@ -195,13 +212,18 @@ class AnyOf(_Keyed):
         _key_name("any", self.key)
         if isinstance(self.values, str | bytes) or not isinstance(self.values, Iterable):
             raise FilterError(f"any on {self.key!r}: give a list of values, got {self.values!r}", self.key)
-        values = tuple(_scalar(f"any on {self.key!r}", v, self.key) for v in self.values)
+        values = tuple(self.values)
+        if not _all_fit(values):  # then the first that is not says so
+            for v in values:
+                _scalar(f"any on {self.key!r}", v, self.key)
         if not values:
             raise FilterError(f"any on {self.key!r}: the list of values is empty", self.key)
         object.__setattr__(self, "values", values)
 
     def _key(self) -> tuple[Any, ...]:
         # the same set of values in any order; booleans apart, as true is not 1
+        if bool not in set(map(type, self.values)):
+            return self.key, frozenset(self.values), frozenset()
         return (self.key, frozenset(v for v in self.values if not isinstance(v, bool)),
                 frozenset(v for v in self.values if isinstance(v, bool)))
 
@@ -306,7 +328,8 @@ class Not(_Keyed):
 class SearchFilter(_Keyed):
     """Which documents a search may return: every part given holds (an absent one holds for every document).
 
-    doc_ids: the document is one of these ids (a list is accepted and kept as a sorted tuple).
+    doc_ids: the document is one of these ids (a list is accepted and kept as a tuple, each id once, in the order
+        given; filters with the same ids in any order are equal).
     title_prefix: the document's title starts with this text (case-sensitive).
     meta: for every key, the document's metadata has the key with an equal value (a mapping is accepted and kept
         as sorted ``(key, value)`` pairs); values are JSON scalars, and ``true`` is not ``1``.
@@ -324,9 +347,18 @@ class SearchFilter(_Keyed):
     def __post_init__(self) -> None:
         if self.doc_ids is not None:
             ids = self.doc_ids
-            if isinstance(ids, str) or not isinstance(ids, Iterable) or not all(isinstance(i, str) for i in ids):
+            if isinstance(ids, str) or not isinstance(ids, Iterable):
                 raise FilterError(f"filter doc_ids must be a list of strings, got {ids!r}")
-            ids = tuple(sorted(set(ids)))
+            ids = tuple(ids)
+            wrong = next(((n, i) for n, i in enumerate(ids) if not isinstance(i, str)), None) if set(
+                map(type, ids)) - {str} else None  # (the types first: a check per id cost ms for 60,000 ids)
+            if wrong is not None:
+                raise FilterError(f"filter doc_ids must be a list of strings, got {value_text(wrong[1])} at position "
+                                  f"{wrong[0]}")
+            # each id once, in the order given: equality and hashing go by the set (``_key``); sorting 60,000 ids,
+            # as they were kept, took tens of ms of every request with such a filter
+            if len(set(ids)) != len(ids):
+                ids = tuple(dict.fromkeys(ids))
             if not ids:
                 raise FilterError("filter doc_ids is empty; give at least one document id or leave it out")
             object.__setattr__(self, "doc_ids", ids)
@@ -371,7 +403,8 @@ class SearchFilter(_Keyed):
 
     def _key(self) -> tuple[Any, ...]:
         meta = None if self.meta is None else tuple((k, _tagged(v)) for k, v in self.meta)
-        return self.doc_ids, self.title_prefix, meta, self.must, self.should, self.must_not
+        ids = None if self.doc_ids is None else frozenset(self.doc_ids)
+        return ids, self.title_prefix, meta, self.must, self.should, self.must_not
 
     def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
         """Whether a document (its id, title and metadata) passes the filter: the definition, one document at a
