@@ -324,6 +324,13 @@ def margin_edge(block: Block, bottom: float, top: float) -> str | None:
 
 
 _NUMBER = re.compile(r"\d+")
+# a number longer than this is no page's: compared whole (int() refuses strings of more than 4,300 digits)
+PAGE_NUMBER_DIGITS = 9
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    """The numbers of a text as values (a long one, "31415926535...", by its hash: equal where the digits are)."""
+    return tuple(int(n) if len(n) <= PAGE_NUMBER_DIGITS else hash(n) for n in _NUMBER.findall(text))
 
 
 def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[int]]:
@@ -336,18 +343,19 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
     on the file's first page). Rows at the tops of the pages of a long table ("Vessel 32 1032", "Vessel 65 1065"),
     or the lines of a log, differ in their numbers otherwise: they are text."""
     needed = max(2, min(RUNNING_PAGES, len(pages)))
-    # (edge, size, words with their numbers as "#") -> (page, block index, its numbers, distance from the edge)
-    groups: dict[tuple[str, int, str], list[tuple[int, int, tuple[int, ...], float]]] = {}
+    # (edge, size, words with their numbers as "#", how many numbers: "Form #" has none) -> (page, block index, its
+    # numbers, distance from the edge)
+    groups: dict[tuple[str, int, str, int], list[tuple[int, int, tuple[int, ...], float]]] = {}
     for page, (blocks, bottom, top) in enumerate(pages):
         for i, block in enumerate(blocks):
             if (edge := margin_edge(block, bottom, top)) is None:
                 continue
             folded = block.text.casefold()
-            words, numbers = " ".join(_NUMBER.sub("#", folded).split()), tuple(map(int, _NUMBER.findall(folded)))
+            words, numbers = " ".join(_NUMBER.sub("#", folded).split()), _numbers(folded)
             inset = top - block.y1 if edge == "top" else block.y0 - bottom
-            groups.setdefault((edge, round(block.size), words), []).append((page, i, numbers, inset))
+            groups.setdefault((edge, round(block.size), words, len(numbers)), []).append((page, i, numbers, inset))
     found: list[set[int]] = [set() for _ in pages]
-    for (_, size, _), members in groups.items():
+    for (_, size, _, _), members in groups.items():
         middle = float(np.median([inset for *_, inset in members]))
         placed = [m for m in members if abs(m[3] - middle) <= RUNNING_DRIFT * max(size, 1)]
         if len({page for page, *_ in placed}) < needed:

@@ -167,6 +167,19 @@ def test_rows_at_the_tops_of_pages_that_differ_in_their_numbers_are_text(rows):
     assert running_texts(pages) == [[], [], []]
 
 
+def test_a_literal_hash_sign_or_a_very_long_number_in_a_margin_does_not_stop_the_reading():
+    """"Form #" on one page and "Form 2" on the next read alike once numbers are "#"; they were one group, and the
+    page with fewer numbers failed the whole file (zip() of unequal lengths). A number of more than 4,300 digits
+    failed int(). The first is text; the second, on every page, a running head."""
+    pages = [[margin(text), margin(f"Body text of page {n}", top=600)]
+             for n, text in enumerate(["Form #", "Form 2", "Form 3", "Form 4"], start=1)]
+    assert running_texts(pages) == [[], ["Form 2"], ["Form 3"], ["Form 4"]]
+    digits = "3" * 5000
+    assert running_texts([[margin(digits)]] * 3) == [[digits]] * 3
+    assert running_texts([[margin(f"Id {'1' * 5000}")], [margin(f"Id {'2' * 5000}")], [margin("Id 7")]]) == [
+        [], [], []]
+
+
 def test_the_same_words_in_other_places_are_no_running_head():
     pages = [[margin("Kellerton Harbour Authority", top=812 - 30 * n)] for n in range(3)]
     assert running_texts(pages) == [[], [], []]
