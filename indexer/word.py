@@ -134,7 +134,8 @@ class _Numbering:
             style_id = carrier.get(f"{_W}styleId")
             ilvl = next((lvl.get(f"{_W}ilvl") for lvl in found[1].iterchildren(f"{_W}lvl")
                          if _val(lvl.find(f"{_W}pStyle")) == style_id), None)
-        return (num_id, int(ilvl)) if ilvl is not None and ilvl.isdigit() else (num_id, 0)
+        level = _count(ilvl)
+        return (num_id, level) if level is not None and level >= 0 else (num_id, 0)
 
     def label(self, p: Any) -> str:
         """A paragraph's list number or bullet as Word shows it ("2.", "1.2", "•"), counting it; "" when it has none."""
@@ -156,7 +157,8 @@ class _Numbering:
         for deeper in [k for k in counts if k > ilvl]:
             deeper_lvl = self.level(num_id, abstract, deeper)
             restart = _val(deeper_lvl.find(f"{_W}lvlRestart")) if deeper_lvl is not None else None
-            after = int(restart) if restart and restart.isdigit() else deeper  # restarts when a level < it is used
+            named = _count(restart)
+            after = named if named is not None and named >= 0 else deeper  # restarts when a level < it is used
             if ilvl < after:
                 del counts[deeper]
         form = _val(lvl.find(f"{_W}numFmt")) or "decimal"
@@ -181,9 +183,9 @@ class _Numbering:
         """The number a level counts from: the list's w:startOverride, else the level's w:start, else 0 (Word's)."""
         for where, node in ((f"{_W}lvlOverride[@{_W}ilvl='{ilvl}']/{_W}startOverride", self.nums[num_id]),
                             (f"{_W}start", self.level(num_id, abstract, ilvl))):
-            value = _val(node.find(where)) if node is not None else None
-            if value is not None and value.lstrip("-").isdigit():
-                return int(value)
+            value = _count(_val(node.find(where)) if node is not None else None)
+            if value is not None:
+                return value
         return 0
 
 
@@ -392,6 +394,12 @@ def _labelled(text: str, label: str) -> str:
 def _vanish(properties: Iterable[Any]) -> bool | None:
     """Whether the first of these run properties (w:rPr, or None) to set w:vanish hides text; None when none does."""
     return next((_flag(p, "vanish") for p in properties if p is not None and p.find(f"{_W}vanish") is not None), None)
+
+
+def _count(value: str | None) -> int | None:
+    """A numbering value (a level, a start) as a number, None unless it is one of at most 5 digits: a damaged file's
+    "²" is none, and a start of 10**12 would spell a list letter a billion times over."""
+    return int(value) if value is not None and re.fullmatch(r"-?[0-9]{1,5}", value) else None
 
 
 def _val(element: Any) -> str | None:

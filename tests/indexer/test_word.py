@@ -306,3 +306,17 @@ def test_hidden_text_is_left_out_as_word_shows_and_prints_the_document(tmp_path)
         "Scope.", "The policy covers every site.",
         "1. Open the valve.", "2. Start the pump.",
     ]
+
+
+def test_a_list_number_out_of_range_or_not_a_number_reads_without_it(tmp_path):
+    """A level that starts at 10**9 in letters spelled a 38-million-letter label (10**12: 38 GB), and a level "²"
+    (a digit to str.isdigit, not to int) failed the file. Neither is a number Word writes: the item reads as a list
+    without that value (the level's own start, the first level)."""
+    document = docx.Document()
+    define_list(document, 90, [("lowerLetter", "%1.")],
+                overrides='<w:lvlOverride w:ilvl="0"><w:startOverride w:val="1000000000"/></w:lvlOverride>')
+    item(document, "Install the pump.", 90)
+    define_list(document, 91, [("decimal", "%1.")])
+    p = item(document, "Configure the flow rate.", 91)
+    p._p.pPr.numPr.ilvl.set(f"{{{W}}}val", "²")
+    assert paragraphs(document, tmp_path) == ["a. Install the pump.", "1. Configure the flow rate."]
