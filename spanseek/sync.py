@@ -11,7 +11,8 @@ with another version's hash), ``synced_from``, the ``--source`` name (default: t
 the absolute paths given, ``docs@1f0c9a2e``: two folders named alike are two sources), and ``sync_meta``, a digest of
 ``--meta`` (changed, every file is written again). What the service holds is read once, before the files: one
 ``GET /documents?meta=synced_from=SOURCE`` a thousand documents at a time (ids and metadata, no passages), and
-``GET /documents/{id}?meta_only=true`` for a file whose id that list lacks. A document another ``--source`` wrote is
+``GET /documents/{id}?meta_only=true`` for a file whose id that list lacks (of each file, from a server older than that
+list). A document another ``--source`` wrote is
 not replaced (the file is refused, naming that source), nor is a second file of the same name in one run; but with
 the default ``--source``, a document whose ``synced_from`` is the first path's bare name (the default before the hash)
 and whose id is a file of this run is this sync's: left alone when unchanged, written (recording the new name) when
@@ -125,9 +126,10 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     problems: list[tuple[Path, str]] = []
     seen: dict[str, Path] = {}
     files = list(_files(paths, problems))  # a path that is not there is named before the service is asked anything
-    # what the service holds of this source (and of its former name): read once, not a document per file
-    held = {d["id"]: d.get("meta") or {} for d in client.documents({SOURCE_KEY: source})}
-    formerly = {d["id"]: d.get("meta") or {} for d in client.documents({SOURCE_KEY: adopt})} if adopt else {}
+    # what the service holds of this source (and of its former name): read once, not a document per file; None
+    # from a server older than GET /documents, which is asked about each file
+    held = _listed(client, source)
+    formerly = (_listed(client, adopt) or {}) if adopt and held is not None else {}
 
     def refuse(rel: str, why: str) -> None:
         if strict:
@@ -150,13 +152,13 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             refuse(rel, f"unreadable ({e.strerror or e})")
             continue
         digest = hashlib.sha256(data).hexdigest()
-        if rel in held:
+        if held is not None and rel in held:
             held_meta = held[rel]
-        elif rel in formerly:
-            held_meta = {**formerly[rel], SOURCE_KEY: source}
-            report.adopted.append(rel)
-        else:  # a new file, or one whose id another source or a hand-written document holds
-            held_meta = (client.get(rel, meta_only=True) or {}).get("meta") or {}
+        else:  # a new file, one whose id another source or a hand-written document holds, or no list to look in
+            held_meta = formerly.get(rel) or (client.get(rel, meta_only=True) or {}).get("meta") or {}
+            if adopt is not None and held_meta.get(SOURCE_KEY) == adopt:
+                held_meta = {**held_meta, SOURCE_KEY: source}
+                report.adopted.append(rel)
         owner = held_meta.get(SOURCE_KEY)
         if owner is not None and owner != source:
             refuse(rel, f"the service holds this id as a document synced from {owner!r}; sync with --source "
@@ -191,6 +193,19 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     if delete:
         _delete_stale(client, source, list(seen), problems, dry_run, report, say)
     return report
+
+
+def _listed(client: Any, source: str) -> dict[str, dict[str, Any]] | None:
+    """The metadata of each document synced from ``source``, by id (``GET /documents``); None when the server is
+    older than that route (405: it has PUT and POST /documents only)."""
+    from spanseek.client import APIError
+
+    try:
+        return {d["id"]: d.get("meta") or {} for d in client.documents({SOURCE_KEY: source})}
+    except APIError as e:
+        if e.status == 405:
+            return None
+        raise
 
 
 def _delete_where(client: Any, flt: dict[str, Any], dry_run: bool) -> Any:

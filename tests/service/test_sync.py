@@ -320,6 +320,31 @@ def test_a_second_sync_of_an_unchanged_folder_reads_one_list_not_each_document(u
     assert asked == [("GET", "/documents"), ("GET", "/documents/new.txt"), ("PUT", "/files/new.txt")]
 
 
+class OlderServer(httpx.HTTPTransport):
+    """A server from before GET /documents: it answers the listing 405 (it has PUT and POST /documents), and
+    GET /documents/{id} with the whole document whatever the query."""
+
+    def handle_request(self, request):
+        if request.method == "GET" and request.url.path == "/documents":
+            return httpx.Response(405, headers={"allow": "PUT"}, request=request,
+                                  json={"error": "method_not_allowed", "message": "Method Not Allowed"})
+        return super().handle_request(request)
+
+
+def test_a_sync_with_a_server_older_than_the_listing_asks_about_each_file(url, tmp_path):
+    """The sync stopped at its first request (405) against a server without GET /documents; it now asks about each
+    file as it did before, and takes over the former default name's documents there too."""
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the bridge.", "b.txt": "In 1460 Hugo built it."})
+    with Client(url, api_key="key", transport=OlderServer()) as client:
+        assert sorted(sync(client, [docs], "docs").written) == ["a.txt", "b.txt"]
+        (docs / "b.txt").write_text("In 1461 Hugo rebuilt it.")
+        (docs / "c.txt").write_text("In 1470 Ida built the mill.")
+        report = sync(client, [docs], default_source([docs]), adopt="docs")
+        assert report.unchanged == ["a.txt"] and sorted(report.written) == ["b.txt", "c.txt"]
+        assert sorted(report.adopted) == ["a.txt", "b.txt"] and report.refused == []
+        assert client.get("b.txt")["meta"][SOURCE_KEY] == default_source([docs])
+
+
 def test_the_default_source_tells_two_folders_of_one_name_apart(url, tmp_path, capsys):
     """Two folders named ``docs`` synced into one service with the default --source are two sources: the second's
     --delete leaves the first's documents alone (it deleted them when the default was the folder's name)."""
