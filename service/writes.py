@@ -13,7 +13,9 @@ with), a page at a time, without their passages.
 from __future__ import annotations
 
 import asyncio
-import heapq
+import bisect
+import threading
+import weakref
 from typing import Annotated, Any
 
 import numpy as np
@@ -185,21 +187,42 @@ def summary(record: dict[str, Any]) -> DocumentSummary:
     return DocumentSummary(id=record["id"], title=record["title"], meta=record.get("meta") or {})
 
 
+_ID_ORDERS: weakref.WeakKeyDictionary[Any, tuple[list[str], np.ndarray]] = weakref.WeakKeyDictionary()
+_ID_ORDERS_LOCK = threading.Lock()
+
+
+def id_order(index: Any) -> tuple[list[str], np.ndarray]:
+    """The ids of an index's live documents in code-point order, and each one's row (a repeated id: its last, the
+    live one); made once for each index (a write's snapshot is a new one), so that listing N documents a page at a
+    time reads them once, not once a page."""
+    with _ID_ORDERS_LOCK:
+        order = _ID_ORDERS.get(index)
+    if order is None:
+        live = np.ones(len(index.docs), dtype=bool)
+        live[index.deleted_docs] = False
+        rows = {index.docs[r]["id"]: int(r) for r in np.flatnonzero(live)}
+        ids = sorted(rows)
+        order = ids, np.fromiter((rows[i] for i in ids), dtype=np.int64, count=len(ids))
+        with _ID_ORDERS_LOCK:
+            _ID_ORDERS[index] = order
+    return order
+
+
 def listed(index: Any, where: dict[str, str], after: str | None, limit: int) -> DocumentList:
     """The live documents of ``index`` whose metadata holds every ``where`` value, in id order, the first ``limit``
     after the id ``after``. A key no document has (or whose values are never text) is no match, not an error: a sync
     lists its source before any document holds it."""
     try:
         allowed = (index.fields.documents_of(SearchFilter.from_json({"meta": where})) if where
-                   else np.ones(len(index.docs), dtype=bool)).copy()
+                   else np.ones(len(index.docs), dtype=bool))
     except FilterError:
         return DocumentList(documents=[], next=None)
-    allowed[index.deleted_docs] = False
-    rows = {index.docs[r]["id"]: int(r) for r in np.flatnonzero(allowed)}  # a repeated id: its last, the live one
-    page = heapq.nsmallest(limit + 1, (i for i in rows if after is None or i > after))
+    ids, rows = id_order(index)
+    start = 0 if after is None else bisect.bisect_right(ids, after)
+    page = start + np.flatnonzero(allowed[rows[start:]])[: limit + 1]
     more = len(page) > limit
-    return DocumentList(documents=[summary(index.docs[rows[i]]) for i in page[:limit]],
-                        next=page[limit - 1] if more else None)
+    return DocumentList(documents=[summary(index.docs[rows[k]]) for k in page[:limit]],
+                        next=ids[page[limit - 1]] if more else None)
 
 
 ListMeta = Annotated[list[str], Query(description="only documents whose metadata holds KEY=VALUE (repeatable; the "

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -523,3 +524,50 @@ def test_documents_are_listed_by_metadata_a_page_at_a_time_without_their_passage
         assert listed["documents"][0]["id"] == listed["next"] == "d0"
         assert client.get("/documents/d0", headers=KEY, params={"meta_only": "true"}).json() == {
             "id": "d0", "title": written["title"], "meta": written.get("meta", {})}
+
+
+class CountedDocs(list):
+    """An index's document records, counting the reads of them."""
+
+    reads = 0
+
+    def __getitem__(self, i):
+        CountedDocs.reads += 1
+        return super().__getitem__(i)
+
+
+class ListedIndex:
+    """What ``listed`` reads of an index: its documents, their fields, the deleted ones."""
+
+    def __init__(self, docs: list[dict], deleted: list[int]):
+        from spanseek.core.fieldindex import FieldIndex
+
+        self.docs, self.fields = CountedDocs(docs), FieldIndex.build(docs)
+        self.deleted_docs = np.asarray(deleted, dtype=np.int64)
+
+
+def test_listing_every_page_reads_each_document_a_few_times_not_once_a_page():
+    """Each page of GET /documents read every document's id (a dict of all of them, then the smallest after
+    ``after``): listing 20,000 documents in pages of 1,000 took 0.6 s, 80,000 11.7 s (now 0.8 s). The id order is
+    made once for an index; the pages still agree with a brute-force listing: id order, deletions left out, a
+    repeated id's last document, the metadata selecting."""
+    import random
+
+    from spanseek.service.writes import listed
+
+    rng = random.Random(0)
+    docs = [{"id": f"d{rng.randrange(2500)}", "title": "t", "meta": {"team": rng.choice("ab")}} for _ in range(3000)]
+    deleted = rng.sample(range(3000), 300)
+    index = ListedIndex(docs, deleted)
+    live = {d["id"]: d for r, d in enumerate(docs) if r not in set(deleted)}  # a repeated id: its last
+    for where in ({}, {"team": "a"}):
+        expected = sorted(i for i, d in live.items() if all(d["meta"].get(k) == v for k, v in where.items()))
+        CountedDocs.reads = 0
+        got, after = [], None
+        while True:
+            page = listed(index, where, after, 100)
+            got += [d.id for d in page.documents]
+            if (after := page.next) is None:
+                break
+        assert got == expected
+        assert CountedDocs.reads < 3 * len(docs)  # was about a read per document for every page: 30 times that
