@@ -15,8 +15,8 @@ the absolute paths given, ``docs@1f0c9a2e``: two folders named alike are two sou
 list). A document another ``--source`` wrote is
 not replaced (the file is refused, naming that source), nor is a second file of the same name in one run; but with
 the default ``--source``, a document whose ``synced_from`` is the first path's bare name (the default before the hash)
-and whose id is a file of this run is this sync's: left alone when unchanged, written (recording the new name) when
-not. With ``--delete``, the documents an earlier sync with that
+and whose id is a file of this run is this sync's, and written once more to record the new name (so that a later
+``--delete`` removes it when its file is gone). With ``--delete``, the documents an earlier sync with that
 ``synced_from`` wrote whose files are gone are deleted (one ``POST /documents/delete``); it deletes nothing when a
 folder could not be read, or when no file was found at all (an empty or unmounted folder). A file the server or the
 sync refuses (no text, damaged, too large, unreadable: 413, 415, 422) is reported and the others go on; ``--strict``
@@ -67,7 +67,7 @@ class SyncReport:
                 f"{'would delete' if dry_run else 'deleted'} {self.deleted_total}, refused {len(self.refused)}")
         held_back = [f"  nothing deleted: {self.not_deleted}"] if self.not_deleted else []
         adopted = [f"  {len(self.adopted)} of these documents were synced under the former default name "
-                   f"{self.former!r}: taken as this sync's (each records the new name when it is next written)"
+                   f"{self.former!r}: taken as this sync's and written once more under its name"
                    ] if self.adopted else []
         return "\n".join([line, *(f"  refused {doc_id}: {why}" for doc_id, why in self.refused), *held_back,
                           *adopted])
@@ -152,19 +152,22 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             refuse(rel, f"unreadable ({e.strerror or e})")
             continue
         digest = hashlib.sha256(data).hexdigest()
+        taken = False  # a document of the former default name, taken over
         if held is not None and rel in held:
             held_meta = held[rel]
         else:  # a new file, one whose id another source or a hand-written document holds, or no list to look in
             held_meta = formerly.get(rel) or (client.get(rel, meta_only=True) or {}).get("meta") or {}
             if adopt is not None and held_meta.get(SOURCE_KEY) == adopt:
-                held_meta = {**held_meta, SOURCE_KEY: source}
+                held_meta, taken = {**held_meta, SOURCE_KEY: source}, True
                 report.adopted.append(rel)
         owner = held_meta.get(SOURCE_KEY)
         if owner is not None and owner != source:
             refuse(rel, f"the service holds this id as a document synced from {owner!r}; sync with --source "
                         f"{owner} to take it over (a folder moved or renamed), or delete that document first")
             continue
-        if owner == source and held_meta.get(HASH_KEY) == digest and held_meta.get(SETTINGS_KEY) == settings:
+        # a document taken over is written once more, so that it records this source and a later --delete covers it
+        if owner == source and held_meta.get(HASH_KEY) == digest and held_meta.get(SETTINGS_KEY) == settings \
+                and not taken:
             report.unchanged.append(rel)
             continue
         warnings: list[str] = []

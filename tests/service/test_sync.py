@@ -340,9 +340,10 @@ def test_a_sync_with_a_server_older_than_the_listing_asks_about_each_file(url, t
         (docs / "b.txt").write_text("In 1461 Hugo rebuilt it.")
         (docs / "c.txt").write_text("In 1470 Ida built the mill.")
         report = sync(client, [docs], default_source([docs]), adopt="docs")
-        assert report.unchanged == ["a.txt"] and sorted(report.written) == ["b.txt", "c.txt"]
+        assert report.unchanged == [] and sorted(report.written) == ["a.txt", "b.txt", "c.txt"]
         assert sorted(report.adopted) == ["a.txt", "b.txt"] and report.refused == []
-        assert client.get("b.txt")["meta"][SOURCE_KEY] == default_source([docs])
+        assert {client.get(n)["meta"][SOURCE_KEY] for n in ("a.txt", "b.txt")} == {default_source([docs])}
+        assert sync(client, [docs], default_source([docs]), adopt="docs").unchanged == ["a.txt", "b.txt", "c.txt"]
 
 
 def test_the_default_source_tells_two_folders_of_one_name_apart(url, tmp_path, capsys):
@@ -364,10 +365,11 @@ def test_the_default_source_tells_two_folders_of_one_name_apart(url, tmp_path, c
     assert "synced from 'docs@" in capsys.readouterr().err  # the default's documents are not taken over silently
 
 
-def test_documents_synced_under_the_former_default_name_are_taken_over_not_written_again(url, tmp_path, capsys):
-    """A folder synced when the default --source was its bare name: a sync with the new default leaves its unchanged
-    documents alone (nothing re-read or re-encoded), writes a changed one under the new name, and deletes none of
-    the former name's documents (another folder of that name may have written those)."""
+def test_documents_synced_under_the_former_default_name_are_taken_over_and_written_once(url, tmp_path, capsys):
+    """A folder synced when the default --source was its bare name: a sync with the new default writes its documents
+    once more under the new name (left alone, they kept the former name, and a later --delete never removed them
+    once their files were gone), and deletes none of the former name's other documents (another folder of that name
+    may have written those)."""
     docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the bridge.", "b.txt": "In 1460 Hugo built it.",
                                       "c.txt": "In 1470 Ida built the mill."})
     elsewhere = folder(tmp_path / "elsewhere" / "docs", {"x.txt": "In 1480 Jan built the tower."})
@@ -377,19 +379,23 @@ def test_documents_synced_under_the_former_default_name_are_taken_over_not_writt
     args = ["sync", str(docs), "--url", url, "--api-key", "key", "--delete"]
     assert main(args) == 0
     err = capsys.readouterr().err
-    assert "wrote 0, unchanged 3, deleted 0" in err and "3 of these documents were synced under the former " \
+    assert "wrote 3, unchanged 0, deleted 0" in err and "3 of these documents were synced under the former " \
         "default name 'docs'" in err
+    with Client(url, api_key="key") as client:
+        assert {client.get(n, meta_only=True)["meta"][SOURCE_KEY] for n in ("a.txt", "b.txt", "c.txt")} == {
+            default_source([docs])}
+    assert main(args) == 0
+    assert "wrote 0, unchanged 3, deleted 0" in capsys.readouterr().err  # taken over once, not at every run
     (docs / "a.txt").write_text("In 1451 Gala rebuilt the bridge.")
     (docs / "c.txt").unlink()
     assert main(args) == 0
-    assert "wrote 1, unchanged 1, deleted 0" in capsys.readouterr().err
+    assert "wrote 1, unchanged 1, deleted 1" in capsys.readouterr().err
     with Client(url, api_key="key") as client:
-        assert client.get("a.txt")["meta"][SOURCE_KEY] == default_source([docs])  # written: the new name
-        assert client.get("b.txt")["meta"][SOURCE_KEY] == "docs"  # unchanged: as it was
-        assert client.get("c.txt") is not None and client.get("x.txt") is not None  # the former name's: kept
-    # a given --source adopts nothing: the former name's documents stay that sync's
+        assert client.get("c.txt") is None  # its file gone: deleted, as the new name's
+        assert client.get("x.txt")["meta"][SOURCE_KEY] == "docs"  # the other folder's: kept
+    # a given --source takes nothing over: the documents stay the default source's
     assert main([*args, "--source", "manual"]) == 1
-    assert "synced from 'docs'" in capsys.readouterr().err
+    assert f"synced from {default_source([docs])!r}" in capsys.readouterr().err
 
 
 def test_a_folder_synced_through_a_link_stays_one_source_when_the_link_moves(url, tmp_path, capsys):
