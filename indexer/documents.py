@@ -186,8 +186,8 @@ def _named_rows(blocks: list[Block]) -> list[Block]:
     HTML's and Markdown's are ("Terminal: Ferry; Berths: 2"); the header row is no paragraph of its own."""
     for start, rows in reversed(pdf_layout.tables(blocks)):
         body = blocks[start + 1:start + len(rows)]
-        for block, named in zip(body, table_rows(rows, header=True), strict=True):
-            block.text = named + "\n"
+        for block, row in zip(body, rows[1:], strict=True):  # a row of blank cells reads as nothing, not as an error
+            block.text = row_text(row, rows[0]) + "\n"
         blocks[start:start + len(rows)] = body
     return blocks
 

@@ -248,3 +248,17 @@ def test_tables_put_cells_in_the_header_s_columns_and_end_at_a_row_that_does_not
                                               ["Ferry", "", "0"]])]
     assert pdf_layout.tables([head, Block("Text after the header.", 50, 0, 400, 10, 10, "")]) == []
     assert pdf_layout.tables([row(head.cells), blocks[2]]) == []  # not bold: no header
+
+
+def test_a_table_row_of_blank_cells_reads_as_nothing_and_the_page_is_read():
+    """A row under a header whose cells are all blank named nothing, so the rows named were one fewer than the
+    blocks they replace, and the pairing of the two (zip, strict) stopped the whole file."""
+    from spanseek.indexer.documents import _named_rows
+
+    def row(cells, bold=False):
+        return Block(" ".join(t for t, _, _ in cells) + "\n", 50, 0, 400, 10, 10, "", tuple(cells), bold)
+
+    head = row([("Terminal", 50, 100), ("Berths", 200, 240)], bold=True)
+    blocks = _named_rows([head, row([("Ferry", 50, 80), ("2", 230, 236)]), row([("", 50, 80), ("", 230, 236)]),
+                          row([("Wick", 50, 80), ("4", 230, 236)])])
+    assert [b.text for b in blocks] == ["Terminal: Ferry; Berths: 2\n", "\n", "Terminal: Wick; Berths: 4\n"]
