@@ -13,6 +13,12 @@ closed-loop searching clients (phrase unit, top_k 10, honouring Retry-After) thr
    under a new id). After each acknowledgement a probe searches for it (unit=doc, filtered to its id) until it is
    found: the visible delay is from the acknowledgement to the answer of the first probe that finds it (so it
    includes one search's latency). The searching clients' latency is recorded meanwhile;
+2b. files (--files > 0): --files PDFs (--file-paragraphs paragraphs of an index document each, written with fpdf2
+   as bench/document_formats.py writes them) in rounds of --file-batch: uploaded one at a time with
+   `PUT /files/{name}`, as `spanseek sync` sends them, then the same documents (read here as the server reads them)
+   with `PUT /documents`, then no writes for as long as the uploads took. The searching clients' latency in each of
+   the three, so what reading the files costs the searches shows apart from what encoding them costs (the rounds
+   interleave them: the machine's other load drifts);
 3. merge (unless --no-merge): `POST /admin/compact` under the same load, every answer's status counted until the
    merge is done;
 4. kill -9 (--kills > 0): a second server over a fresh live directory; --kill-writes single-document writes, and
@@ -42,11 +48,17 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import aiohttp  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from document_formats import write_pdf  # noqa: E402
 from machine import cpu_name  # noqa: E402
 from service_load import free_port, make_questions, percentiles, wait_ready  # noqa: E402
 from service_reliability import start, stop  # noqa: E402
 
-from spanseek.core.phrase_index import PASSAGES, read_jsonl  # noqa: E402
+from spanseek.core.config import EncoderConfig  # noqa: E402
+from spanseek.core.io import document_json  # noqa: E402
+from spanseek.core.model import CONFIG_NAME, load_tokenizer, resolve_model  # noqa: E402
+from spanseek.core.phrase_index import DOCS, PASSAGES, read_jsonl  # noqa: E402
+from spanseek.indexer.chunking import model_token_counter  # noqa: E402
+from spanseek.indexer.ingest import IngestOptions, read_document  # noqa: E402
 
 KEY = "live-writes-bench"
 HEADERS = {"X-API-Key": KEY}
@@ -62,6 +74,31 @@ def documents(index: Path, n: int, prefix: str, seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
     return [{"id": f"{prefix}-{i}", "title": f"Live {i}", "paragraphs": [rng.choice(passages)["text"]],
              "meta": {"source": "live-writes-bench"}} for i in range(n)]
+
+
+def pdf_files(index: Path, model: str, n: int, paragraphs: int, folder: Path) -> list[tuple[Path, dict]]:
+    """``n`` PDFs of ``paragraphs`` paragraphs of the index's documents each (cycling through them, a run of
+    paragraphs further on each round), each with the document the server makes of it (``read_document``, the
+    model's tokenizer), as ``PUT /documents`` takes it."""
+    by_doc: dict[int, list[str]] = {}
+    for p in read_jsonl(index / PASSAGES):
+        by_doc.setdefault(p["doc"], []).append(p["text"])
+    titles = [d["title"] for d in read_jsonl(index / DOCS)]
+    count = model_token_counter(load_tokenizer(EncoderConfig.load(resolve_model(model) / CONFIG_NAME)))
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(n):
+        d = i % len(titles)
+        texts = by_doc[d]
+        start = (i // len(titles)) * paragraphs % max(1, len(texts) - paragraphs)
+        path = folder / f"upload-{i}.pdf"
+        if not path.exists():
+            write_pdf({"title": titles[d], "paragraphs": [{"context": t} for t in texts[start:start + paragraphs]]},
+                      path)
+        doc = read_document(path, path.name, count, IngestOptions())
+        assert not isinstance(doc, str), f"{path}: {doc}"
+        out.append((path, {**document_json(doc), "id": f"as-documents/{path.name}"}))
+    return out
 
 
 async def searching(s: aiohttp.ClientSession, questions: list[str], n: int, stop_at: asyncio.Event,
@@ -103,8 +140,41 @@ async def write(s: aiohttp.ClientSession, doc: dict) -> int:
         return r.status
 
 
-def summary(records: list[tuple[float, float, int | str]], t0: float, t1: float) -> dict:
-    window = [r for r in records if t0 <= r[0] < t1]
+async def put_file(s: aiohttp.ClientSession, path: Path) -> int:
+    async with s.put(f"/files/{path.name}", data=path.read_bytes(), headers=HEADERS) as r:
+        await r.read()
+        return r.status
+
+
+async def file_rounds(s: aiohttp.ClientSession, files: list[tuple[Path, dict]], batch: int) -> dict:
+    """``files`` in rounds of ``batch``: the round's files with PUT /files, then the same documents with PUT
+    /documents, then no writes for as long as the files took. Interleaved so that the machine's other load, which
+    drifts over minutes, weighs on the three alike. Each one's statuses, acknowledgement times and windows."""
+    out = {c: {"statuses": {}, "acks": [], "windows": []} for c in ("files", "file_documents", "alone")}
+
+    async def run(cond: str, calls: list) -> float:
+        t0 = time.monotonic()
+        for call in calls:
+            sent = time.monotonic()
+            status = await call()
+            out[cond]["acks"].append(time.monotonic() - sent)
+            out[cond]["statuses"][str(status)] = out[cond]["statuses"].get(str(status), 0) + 1
+        out[cond]["windows"].append((t0, time.monotonic()))
+        return time.monotonic() - t0
+
+    for i in range(0, len(files), batch):
+        round_ = files[i:i + batch]
+        took = await run("files", [lambda p=p: put_file(s, p) for p, _ in round_])
+        await run("file_documents", [lambda d=d: write(s, d) for _, d in round_])
+        await run("alone", [lambda t=took: asyncio.sleep(t)])
+    return out
+
+
+def summary(records: list[tuple[float, float, int | str]], t0: float, t1: float,
+            windows: list[tuple[float, float]] | None = None) -> dict:
+    """The requests sent from ``t0`` to ``t1`` (or in any of ``windows``): how many, their statuses, latency
+    percentiles of those answered 200."""
+    window = [r for r in records if any(a <= r[0] < b for a, b in windows or [(t0, t1)])]
     statuses: dict[str, int] = {}
     for _, _, st in window:
         statuses[str(st)] = statuses.get(str(st), 0) + 1
@@ -114,6 +184,7 @@ def summary(records: list[tuple[float, float, int | str]], t0: float, t1: float)
 async def load_phases(args: argparse.Namespace, index: Path, port: int) -> dict:
     questions = make_questions(SimpleNamespace(index=SimpleNamespace(passages=read_jsonl(index / PASSAGES))), 400)
     docs = documents(index, args.writes, "live")
+    files = pdf_files(index, args.model, args.files, args.file_paragraphs, Path(args.workdir) / "files")
     out: dict = {}
     async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", timeout=aiohttp.ClientTimeout(total=600)) as s:
         await wait_ready(s, args.proc)
@@ -145,19 +216,30 @@ async def load_phases(args: argparse.Namespace, index: Path, port: int) -> dict:
             if args.write_interval:
                 await asyncio.sleep(args.write_interval)
         t2 = time.monotonic()
-        out["writes"] = {"documents": len(docs), "statuses": write_status, "seconds": round(t2 - t1, 2),
-                         "ack": percentiles(acks), "visible_after_ack": percentiles(delays),
-                         "visible_max_ms": max(delays) * 1e3 if delays else None,
-                         "visible_within_1s": sum(d <= 1.0 for d in delays), "answered_misses": sum(probes)}
-        out["during_writes"] = summary(records, t1, t2)
+        if docs:
+            out["writes"] = {"documents": len(docs), "statuses": write_status, "seconds": round(t2 - t1, 2),
+                             "ack": percentiles(acks), "visible_after_ack": percentiles(delays),
+                             "visible_max_ms": max(delays) * 1e3 if delays else None,
+                             "visible_within_1s": sum(d <= 1.0 for d in delays), "answered_misses": sum(probes)}
+            out["during_writes"] = summary(records, t1, t2)
+        if files:
+            rounds = await file_rounds(s, files, args.file_batch)
+            for cond, r in rounds.items():
+                out[cond if cond != "alone" else "files_alone"] = {
+                    "statuses": r["statuses"], "seconds": round(sum(b - a for a, b in r["windows"]), 2),
+                    "ack": percentiles(r["acks"])}
+                out[f"during_{cond}"] = summary(records, 0.0, 0.0, r["windows"])
+            out["files"]["words"] = sum(len(" ".join(d["paragraphs"]).split()) for _, d in files)
+            t2 = time.monotonic()
         await asyncio.sleep(args.seconds)  # search alone again: the machine's other load drifts
         t2b = time.monotonic()
         out["baseline_before"], out["baseline_after"] = summary(records, t0, t1), summary(records, t2, t2b)
         alone = [r for r in records if t0 <= r[0] < t1 or t2 <= r[0] < t2b]
         out["baseline"] = summary(alone, 0.0, float("inf"))
         t2 = t2b
-        base_p99, write_p99 = out["baseline"]["p99_ms"], out["during_writes"]["p99_ms"]
-        out["search_p99_ratio"] = write_p99 / base_p99 if base_p99 else None
+        if docs:
+            base_p99, write_p99 = out["baseline"]["p99_ms"], out["during_writes"]["p99_ms"]
+            out["search_p99_ratio"] = write_p99 / base_p99 if base_p99 else None
         if args.merge:
             async with s.post("/admin/compact", headers=HEADERS) as r:
                 started = (await r.json())["live"]["merges"]
@@ -235,8 +317,9 @@ async def run(args: argparse.Namespace) -> dict:
     index = Path(args.index).resolve()
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     result: dict = {"cpu": cpu_name(), "index": str(index), "clients": args.clients, "writes": args.writes,
-                    "write_interval_s": args.write_interval}
-    if args.writes:
+                    "write_interval_s": args.write_interval, "file_count": args.files,
+                    "file_paragraphs": args.file_paragraphs}
+    if args.writes or args.files:
         live_dir = Path(args.workdir) / "load.live"
         shutil.rmtree(live_dir, ignore_errors=True)
         port = free_port()
@@ -252,14 +335,23 @@ async def run(args: argparse.Namespace) -> dict:
 
 def table(r: dict) -> str:
     rows = [f"CPU: {r['cpu']}; {r['clients']} searching clients"]
+    if "baseline" in r:
+        rows.append(f"search p50/p99 alone        {r['baseline']['p50_ms']:8.1f} / {r['baseline']['p99_ms']:8.1f} ms")
     if "writes" in r and isinstance(r["writes"], dict):
         w = r["writes"]
-        rows += [f"search p50/p99 alone        {r['baseline']['p50_ms']:8.1f} / {r['baseline']['p99_ms']:8.1f} ms",
-                 f"search p50/p99 during writes{r['during_writes']['p50_ms']:8.1f} / "
+        rows += [f"search p50/p99 during writes{r['during_writes']['p50_ms']:8.1f} / "
                  f"{r['during_writes']['p99_ms']:8.1f} ms  (p99 x{r['search_p99_ratio']:.2f})",
                  f"write ack p50/p99           {w['ack']['p50_ms']:8.1f} / {w['ack']['p99_ms']:8.1f} ms",
                  f"visible after ack p50/p99   {w['visible_after_ack']['p50_ms']:8.1f} / "
                  f"{w['visible_after_ack']['p99_ms']:8.1f} ms  ({w['visible_within_1s']}/{w['documents']} within 1 s)"]
+    if "during_files" in r:
+        f, d, a = r["during_files"], r["during_file_documents"], r["during_alone"]
+        rows += [f"search p50/p99 between them {a['p50_ms']:8.1f} / {a['p99_ms']:8.1f} ms  (no writes, as long as "
+                 "the files took, in each round)",
+                 f"search p50/p99 during files {f['p50_ms']:8.1f} / {f['p99_ms']:8.1f} ms  ({r['file_count']} PUT /files "
+                 f"in {r['files']['seconds']} s, ack p50 {r['files']['ack']['p50_ms']:.0f} ms)",
+                 f"  same documents as JSON    {d['p50_ms']:8.1f} / {d['p99_ms']:8.1f} ms  (PUT /documents in "
+                 f"{r['file_documents']['seconds']} s, ack p50 {r['file_documents']['ack']['p50_ms']:.0f} ms)"]
     if "merge" in r:
         m = r["merge"]
         rows.append(f"merge under load            {m['seconds']} s, statuses {m['statuses']}")
@@ -281,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=10.0, help="seconds of search load before the first window")
     p.add_argument("--writes", type=int, default=200, help="single-document writes under load (0: skip)")
     p.add_argument("--write-interval", type=float, default=0.0, help="seconds between two writes (0: back to back)")
+    p.add_argument("--files", type=int, default=0, help="PDFs uploaded with PUT /files under load, then written "
+                                                       "as documents (0: skip)")
+    p.add_argument("--file-paragraphs", type=int, default=12, help="paragraphs in each uploaded PDF")
+    p.add_argument("--file-batch", type=int, default=5, help="files in each round (their PUT /files, the same "
+                                                          "documents' PUT /documents, then a pause as long)")
     p.add_argument("--no-merge", dest="merge", action="store_false", help="skip the merge under load")
     p.add_argument("--kills", type=int, default=10, help="kill -9 of the server during the kill phase (0: skip)")
     p.add_argument("--kill-writes", type=int, default=200, help="writes of the kill phase")
