@@ -7,6 +7,7 @@ has the same shape. Unexpected errors become a generic 500 whose request id is l
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Mapping
@@ -119,6 +120,13 @@ ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "forbidden",
 # validation errors listed in a 422's details: a body of 300,000 wrong items is 300,000 errors, and answering with
 # every one took seconds of the server's time (and 29 MB) that other requests waited for
 MAX_ERROR_DETAILS = 20
+# characters of a request's own text that an error quotes back (a field's name in ``loc``, a value a message quotes):
+# longer ones are cut and their length said. A 1 MB bad value or key was quoted whole, twice (message and details):
+# answers as large as the request, for nothing a client shows
+MAX_ECHO_CHARS = 100
+# the most characters of one validation message, whatever it quotes (a validator's message may quote a part of the
+# input that pydantic's ``input`` does not hold whole)
+MAX_DETAIL_MSG_CHARS = 1000
 _HTTP_ERROR_NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                      405: "method_not_allowed",
                      408: "request_timeout", 413: "payload_too_large", 429: "overloaded", 503: "not_ready"}
@@ -138,11 +146,9 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
     elif isinstance(exc, RequestValidationError):
         status, error = 422, "validation_error"
         errors = exc.errors()
-        details = [
-            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
-            for e in errors[:MAX_ERROR_DETAILS]
-        ]
-        message = _validation_message(errors[0]) if errors else "the request does not match the API schema"
+        shown = [_short_error(e) for e in errors[:MAX_ERROR_DETAILS]]
+        details = [{"loc": e["loc"], "msg": e["msg"], "type": str(e.get("type", ""))} for e in shown]
+        message = _validation_message(shown[0]) if shown else "the request does not match the API schema"
         if errors and errors[0].get("type") == "json_invalid":  # its loc holds the character offset, not a field
             details = [{"loc": ["body"], "msg": message, "type": "json_invalid"}]
         elif len(errors) > MAX_ERROR_DETAILS:
@@ -165,6 +171,40 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
 
 
 _UNREADABLE = {RecursionError: "nested too deeply", UnicodeDecodeError: "not UTF-8 text"}
+
+
+def shortened(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and how many it has: ``'aaaa…' (1,048,576 characters)``."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def _short_error(error: Mapping[str, Any]) -> dict[str, Any]:
+    """A validation error whose echoes of the request are cut (``shortened``): each part of its ``loc`` (a key of the
+    body's), the long strings of its ``input`` wherever its message quotes them (as written or as Python shows
+    them), and the message itself past ``MAX_DETAIL_MSG_CHARS``. Its ``input`` is dropped."""
+    msg = str(error.get("msg", ""))
+    for text in _long_strings(error.get("input")):
+        msg = msg.replace(repr(text), f"'{shortened(text)}'")
+        msg = msg.replace(text, shortened(text))
+    short = {k: v for k, v in error.items() if k != "input"}
+    short["loc"] = [shortened(str(p)) for p in error.get("loc", ())]
+    short["msg"] = shortened(msg, MAX_DETAIL_MSG_CHARS)
+    return short
+
+
+def _long_strings(value: Any, depth: int = 0) -> list[str]:
+    """The strings longer than ``MAX_ECHO_CHARS`` in a validation error's input (keys and values of its objects and
+    lists, a few levels down; the first 20), longest first: what a message might quote of it."""
+    if isinstance(value, str):
+        return [value] if len(value) > MAX_ECHO_CHARS else []
+    found: list[str] = []
+    if depth < 4 and isinstance(value, (Mapping, list, tuple)):
+        items = itertools.chain(value.keys(), value.values()) if isinstance(value, Mapping) else iter(value)
+        for item in itertools.islice(items, 1000):
+            found += _long_strings(item, depth + 1)
+            if len(found) >= 20:
+                break
+    return sorted(found[:20], key=len, reverse=True)
 
 
 def _validation_message(first: Mapping[str, Any]) -> str:

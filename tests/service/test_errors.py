@@ -355,3 +355,19 @@ def test_an_index_without_the_lexical_part_serves_dense_and_explains_the_other_m
         assert service["modes"] == ["dense"] and "add-lexical .../old" in service["lexical"]
         # no key configured: nobody sees the index's directory, which both named in full
         assert str(tmp_path) not in body["message"] and str(tmp_path) not in service["lexical"]
+
+
+@pytest.mark.parametrize("body", [
+    {"query": "a", "k" * 1_000_000: 1},  # an unknown field: its name is in the error's loc
+    {"query": "a", "filter": {"must": [{"key": "k" * 1_000_000}]}},  # a validator's message quotes the key
+])
+def test_a_large_bad_field_is_named_and_its_text_cut_not_quoted_whole(client, body):
+    """A 422 quoted a megabyte of bad input back (in its message and its details): cut to a prefix, its length
+    said, the field still named."""
+    r = client.post("/search", json=body)
+    error = assert_error(r, 422, "validation_error")
+    assert len(r.content) < 5_000, len(r.content)
+    assert error["message"].startswith("the request does not match the API schema: body."), error["message"]
+    cut = f"{'k' * 100}… (1,000,000 characters)"  # the first 100 characters, and how many there were
+    assert cut in error["message"] or cut in str(error["details"]), error
+    assert error["details"][0]["loc"][0] == "body"
