@@ -11,30 +11,34 @@ from-files then ``PUT /documents`` would write, with its pages or sections as pa
 Refusals: 415 for a name whose suffix no reader takes; 422 ``unreadable_file`` naming the file and the reason for
 an empty body or a file the reader skips or refuses (no text, a PDF without a text layer, a damaged, encrypted or
 binary file, front matter that is not valid YAML), 422 ``validation_error`` for bad ids and metadata; keys, 403/503 and the write itself as ``service.writes``. Files are
-read one at a time in a thread of their own (``LiveWrites.file_pool``), so a large PDF does not hold up searches.
+read in a process of their own at a lower CPU priority (``service.file_reader``), so a large PDF does not hold up
+searches; a file of more than ``max_file_tokens`` tokens is refused (413) before it is encoded, and at most
+``max_file_uploads`` uploads are taken at once (429 above).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import logging
-import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 
-from spanseek.core.io import Document
 from spanseek.indexer.chunking import ChunkOptions
 from spanseek.indexer.documents import IngestError
-from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta, read_document
+from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
 from spanseek.indexer.live import HeldDocuments
-from spanseek.service.errors import BadRequest, Conflict, UnreadableFile, UnsupportedMediaType, request_id_of
+from spanseek.service.errors import (
+    BadRequest,
+    Conflict,
+    Overloaded,
+    PayloadTooLarge,
+    UnreadableFile,
+    UnsupportedMediaType,
+    request_id_of,
+)
+from spanseek.service.file_reader import ReaderStopped, UploadsBusy
 from spanseek.service.routes import _errors
 from spanseek.service.schemas import FileWriteResponse
 from spanseek.service.writes import id_problem, live_of, require_write_key
@@ -62,57 +66,6 @@ def file_options(meta: list[str], max_tokens: int | None, overlap: int | None, m
     return IngestOptions(chunk=chunk, extra_meta=extra)
 
 
-class _Renamed(logging.Filter):
-    """Rewrites a record whose message names the temporary copy ``path`` to name the file ``name`` instead, and keeps
-    the warnings this thread's read logs (``warnings``: a PDF's pages without a text layer), for its answer."""
-
-    def __init__(self, path: str, name: str):
-        super().__init__()
-        self.path, self.name = path, name
-        self.thread = threading.get_ident()
-        self.warnings: list[str] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if self.path in message:
-            record.msg, record.args = message.replace(self.path, self.name), None
-        if record.levelno >= logging.WARNING and record.thread == self.thread:
-            self.warnings.append(record.getMessage())
-        return True
-
-
-@contextmanager
-def _logged_as(path: Path, name: str) -> Iterator[_Renamed]:
-    """While a file is read: the readers' log records (``spanseek.indexer.*``: a PDF's pages without a text layer,
-    say) name the file, not its temporary copy. Records of other reads pass unchanged (their paths differ)."""
-    renamed = _Renamed(str(path), name)
-    loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)
-               if n == "spanseek.indexer" or n.startswith("spanseek.indexer.")]
-    for logger in loggers:
-        logger.addFilter(renamed)
-    try:
-        yield renamed
-    finally:
-        for logger in loggers:
-            logger.removeFilter(renamed)
-
-
-def read_upload(data: bytes, name: str, opts: IngestOptions, count: Any) -> tuple[Document | str, list[str]]:
-    """The document of a file ``name`` whose bytes are ``data`` (``indexer.ingest.read_document`` on a temporary
-    copy named like it), or the reason the reader skips it, and the warnings the reader logged (pages it could not
-    read); IngestError (its text naming ``name``) when it refuses it. A reason, error, warning or log record never
-    shows the temporary copy's path."""
-    with tempfile.TemporaryDirectory(prefix="spanseek-upload-") as tmp:
-        path = Path(tmp) / f"upload{PurePosixPath(name).suffix.lower()}"
-        path.write_bytes(data)
-        try:
-            with _logged_as(path, name) as logged:
-                doc = read_document(path, name, count, opts)
-        except IngestError as e:
-            raise IngestError(str(e).replace(str(path), name)) from None
-        return (doc.replace(str(path), name) if isinstance(doc, str) else doc), logged.warnings
-
-
 async def _write(request: Request, name: str, doc_id: str | None, meta: list[str], max_tokens: int | None,
                  overlap: int | None, min_tokens: int | None, only_new: bool) -> FileWriteResponse:
     live = live_of(request)
@@ -123,22 +76,34 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     if (problem := id_problem(doc_id)) is not None:
         raise _refuse(*(("query", "id") if id_given else ("path", "name")), f"{doc_id!r}: {problem}")
     opts = file_options(meta, max_tokens, overlap, min_tokens)
+    try:
+        with live.file_reader.slot():
+            return await _read_and_write(request, live, name, doc_id, opts, only_new)
+    except UploadsBusy as e:
+        raise Overloaded(str(e), e.retry_after) from None
+
+
+async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, opts: IngestOptions, only_new: bool
+                          ) -> FileWriteResponse:
     data = await request.body()
     if not data:
         raise UnreadableFile(f"{name}: the request has no body; send the file's bytes as the body")
     try:
-        doc, warnings = await asyncio.get_running_loop().run_in_executor(live.file_pool, read_upload, data, name,
-                                                                         opts, live.file_counter)
-    except IngestError as e:
+        read = await live.file_reader.read(data, name, opts)
+    except (IngestError, ReaderStopped) as e:
         raise UnreadableFile(str(e)) from None
-    if isinstance(doc, str):
-        raise UnreadableFile(f"{name}: {doc}")
-    doc = dataclasses.replace(doc, id=doc_id)
+    if isinstance(read.doc, str):
+        raise UnreadableFile(f"{name}: {read.doc}")
+    limit = live.settings.max_file_tokens
+    if limit and read.tokens > limit:
+        raise PayloadTooLarge(f"{name}: {read.tokens:,} tokens, more than this server encodes of one file "
+                              f"(max_file_tokens {limit:,}); split it, or raise the limit")
+    doc = dataclasses.replace(read.doc, id=doc_id)
     try:
         written = await live.upsert([doc], only_new=only_new)
     except HeldDocuments as e:
         raise Conflict(f"{e}; PUT /files/{{name}} replaces documents by id") from None
-    return FileWriteResponse(**written, id=doc.id, title=doc.title, warnings=warnings,
+    return FileWriteResponse(**written, id=doc.id, title=doc.title, warnings=read.warnings,
                              request_id=request_id_of(request))
 
 

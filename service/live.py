@@ -26,12 +26,11 @@ from typing import Any
 from spanseek.core.encoding import advance
 from spanseek.core.io import Document
 from spanseek.core.lexical import ANALYZER
-from spanseek.core.model import load_tokenizer
 from spanseek.core.params import SearchFilter
 from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
-from spanseek.indexer.chunking import model_token_counter
 from spanseek.indexer.live import BASES, WAL_DIR, DocumentEncoder, HeldDocuments, LiveStore
+from spanseek.service.file_reader import FileReader
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.settings import Settings
 
@@ -87,7 +86,6 @@ class LiveWrites:
         self.base = base
         self.encoder_pool = encoder_pool
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-write")
-        self.file_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-file")  # uploads' reading
         self.current: Searcher = base
         self._serve: Any = None  # the service's hand-over to the batcher, once it has one (attach)
         self._serving = threading.Lock()
@@ -96,9 +94,9 @@ class LiveWrites:
                                        analyzer=base.index.lexical.analyzer if base.index.lexical else ANALYZER)
         self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
                                model=settings.model)
-        # passages of uploaded files counted as from-files counts them, by the model's tokenizer: a copy of its own
-        # for the file thread, as the encoder's thread tokenizes with the encoder's
-        self.file_counter = model_token_counter(load_tokenizer(base.encoder.model.config))
+        # uploaded files are read in a process of their own (started at the first upload), counted by the model's
+        # tokenizer as from-files counts them
+        self.file_reader = FileReader(base.encoder.model.config, settings.file_nice, settings.max_file_uploads)
         self.merge_thread: threading.Thread | None = None
         self.on_merged: Callable[[Searcher], None] | None = None  # the service's: describe the new base
         self.gauges()
@@ -215,6 +213,6 @@ class LiveWrites:
         return self.store.describe()
 
     def close(self) -> None:
-        self.file_pool.shutdown(wait=True)
+        self.file_reader.close()
         self.write_pool.shutdown(wait=True)
         self.store.close()

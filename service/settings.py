@@ -247,6 +247,19 @@ class Settings(BaseSettings):
     # text) in a thread of its own, one file at a time; larger files cost memory and that thread's time.
     max_file_bytes: int = Field(32 << 20, ge=1024, description="largest file body of PUT/POST /files/{name} (413 "
                                                                "above)")
+    # A file's tokens are what encoding it costs (a write of 215k tokens took 107 s on 2 CPU cores, its chunks taking
+    # turns with search batches all along). A 300-page book is about 120k tokens (90k words); the default takes four
+    # of them in one file and refuses (413) a 32 MiB text file (some 7M tokens, an hour of encoding). 0 = no limit.
+    max_file_tokens: int = Field(500_000, ge=0, description="most model tokens in one file of PUT/POST "
+                                                            "/files/{name} (413 above, before encoding; 0 = no limit)")
+    # Files are read in a process of their own at this niceness above the service's, so reading (pure Python for a
+    # PDF) takes the cores only when searches leave them; a file is then read more slowly on a busy machine.
+    file_nice: int = Field(10, ge=0, le=19, description="how much lower the CPU priority of the process that reads "
+                                                        "uploaded files is (nice increment; Linux)")
+    # Uploads taken at once (reading or encoding; each holds its body in memory): more are answered 429 with
+    # Retry-After, so a burst queues at its clients instead of in the server's memory.
+    max_file_uploads: int = Field(4, ge=1, description="most PUT/POST /files/{name} in progress at once (429 "
+                                                       "above)")
 
     # Warm-up runs every unit once before /ready says yes, so the first user request does not pay for lazy
     # initialisation (allocator, faiss, tokenizer caches). Off only for tests with fake backends.

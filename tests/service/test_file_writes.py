@@ -210,3 +210,64 @@ def test_a_readers_warning_names_the_file_not_its_temporary_copy(write_settings,
     assert warning.startswith("manuals/mixed.pdf: page 2 of 2 holds only images"), warning
     assert r.json()["warnings"] == [warning]  # the uploader is told too, not only the server's log
     assert clean.json()["warnings"] == []
+
+
+def test_files_are_read_in_a_process_of_their_own_at_a_lower_priority(write_settings):
+    """Reading (pure Python for a PDF) held the server's GIL in a thread of its own: it runs in a worker process
+    now, file_nice lower in CPU priority, and one that stops on a file is replaced for the next."""
+    import os
+
+    with serving(create_app(write_settings(file_nice=5))) as client:
+        assert client.put("/files/a.txt", headers=KEY, content=b"In 1450 Gala built the bridge.").status_code == 200
+        reader = client.app.state.service.live.file_reader
+        (pid,) = list(reader._pool._processes)
+        assert pid != os.getpid()
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
+        os.kill(pid, 9)  # the worker gone (killed for its memory, say): that upload is refused, the next is read
+        r = client.put("/files/b.txt", headers=KEY, content=b"In 1460 Hugo built the church.")
+        if r.status_code != 200:  # the kill was seen as this file's reading stopped
+            assert r.status_code == 422 and "b.txt: its reader stopped" in r.text, r.text
+            r = client.put("/files/b.txt", headers=KEY, content=b"In 1460 Hugo built the church.")
+        assert r.status_code == 200, r.text
+
+
+def test_a_file_over_max_file_tokens_is_refused_naming_both_counts_before_encoding(write_settings):
+    words = " ".join(f"w{i}" for i in range(60))  # a token or more each: over 20
+    with serving(create_app(write_settings(max_file_tokens=20))) as client:
+        r = client.put("/files/long.txt", headers=KEY, content=words.encode())
+        assert r.status_code == 413 and r.json()["error"] == "payload_too_large", r.text
+        message = r.json()["message"]
+        assert message.startswith("long.txt: ") and "max_file_tokens 20" in message, message
+        assert int(message.split(": ")[1].split(" tokens")[0].replace(",", "")) > 20, message
+        assert client.get("/documents/long.txt", headers=KEY).status_code == 404
+        assert client.get("/info", headers=KEY).json()["service"]["writes"]["segment_documents"] == 0
+        assert client.put("/files/short.txt", headers=KEY, content=b"In 1450 Gala built it.").status_code == 200
+    with serving(create_app(write_settings(max_file_tokens=0))) as client:  # 0: no limit
+        assert client.put("/files/long.txt", headers=KEY, content=words.encode()).status_code == 200
+
+
+async def test_uploads_past_max_file_uploads_are_429_with_retry_after(write_settings, monkeypatch):
+    import asyncio
+
+    from spanseek.service.file_reader import FileReader
+    from tests.service.conftest import async_serving
+
+    held, reading = asyncio.Event(), asyncio.Event()
+    read = FileReader.read
+
+    async def slow_read(self, data, name, opts):
+        if name == "slow.txt":
+            reading.set()
+            await held.wait()
+        return await read(self, data, name, opts)
+
+    monkeypatch.setattr(FileReader, "read", slow_read)
+    async with async_serving(create_app(write_settings(max_file_uploads=1))) as client:
+        slow = asyncio.create_task(client.put("/files/slow.txt", headers=KEY, content=b"In 1450 Gala built it."))
+        await asyncio.wait_for(reading.wait(), 30)
+        r = await client.put("/files/next.txt", headers=KEY, content=b"In 1460 Hugo built it.")
+        assert r.status_code == 429 and "max_file_uploads" in r.text and int(r.headers["retry-after"]) >= 1, r.text
+        held.set()
+        assert (await slow).status_code == 200
+        r = await client.put("/files/next.txt", headers=KEY, content=b"In 1460 Hugo built it.")
+        assert r.status_code == 200, r.text

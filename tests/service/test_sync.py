@@ -247,12 +247,17 @@ def test_the_command_prints_each_file_it_writes_and_no_request_log(url, tmp_path
 
 
 def test_a_write_without_an_answer_in_time_stops_the_sync_naming_the_file(url, tmp_path, monkeypatch, capsys):
-    import time
+    import asyncio
 
-    from spanseek.service import files
+    from spanseek.service.file_reader import FileReader
 
-    reader = files.read_upload
-    monkeypatch.setattr(files, "read_upload", lambda *args: time.sleep(1.5) or reader(*args))  # a long file
+    reader = FileReader.read
+
+    async def slow_read(self, *args):  # a long file
+        await asyncio.sleep(1.5)
+        return await reader(self, *args)
+
+    monkeypatch.setattr(FileReader, "read", slow_read)
     docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
     with Client(url, api_key="key", timeout=0.5) as client, pytest.raises(RuntimeError, match="a.txt: no answer"):
         sync(client, [docs], "docs")

@@ -1,0 +1,193 @@
+"""Reading the files written with PUT/POST /files/{name} (``service.files``): in a process of their own, at a lower
+CPU priority, a bounded number at a time.
+
+The readers (pdfminer.six's layout analysis above all) are pure Python: read in a thread of the server, a file held
+the server's GIL for as long as its reading took, and every search batch's Python steps waited for it. Read in a
+separate process (``FileReader``, one worker, started at the first upload and kept; ``file_nice`` lower in CPU
+priority), it takes the cores only when searches leave them. The worker counts passages with the served model's
+tokenizer, as ``spanseek corpus from-files --tokenizer model`` does, and the document's tokens, so that a file over
+``max_file_tokens`` is refused before it is encoded. At most ``max_file_uploads`` uploads are taken at once (read
+or being encoded); another is answered 429 with a Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from spanseek.core.config import EncoderConfig
+from spanseek.core.io import Document
+from spanseek.indexer.chunking import TokenCounter, model_token_counter
+from spanseek.indexer.documents import IngestError
+from spanseek.indexer.ingest import IngestOptions, read_document
+
+log = logging.getLogger("spanseek.service")
+
+
+class _Renamed(logging.Filter):
+    """Rewrites a record whose message names the temporary copy ``path`` to name the file ``name`` instead, and keeps
+    the warnings this thread's read logs (``warnings``: a PDF's pages without a text layer), for its answer."""
+
+    def __init__(self, path: str, name: str):
+        super().__init__()
+        self.path, self.name = path, name
+        self.thread = threading.get_ident()
+        self.warnings: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.path in message:
+            record.msg, record.args = message.replace(self.path, self.name), None
+        if record.levelno >= logging.WARNING and record.thread == self.thread:
+            self.warnings.append(record.getMessage())
+        return True
+
+
+@contextmanager
+def _logged_as(path: Path, name: str) -> Iterator[_Renamed]:
+    """While a file is read: the readers' log records (``spanseek.indexer.*``: a PDF's pages without a text layer,
+    say) name the file, not its temporary copy. Records of other reads pass unchanged (their paths differ)."""
+    renamed = _Renamed(str(path), name)
+    loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)
+               if n == "spanseek.indexer" or n.startswith("spanseek.indexer.")]
+    for logger in loggers:
+        logger.addFilter(renamed)
+    try:
+        yield renamed
+    finally:
+        for logger in loggers:
+            logger.removeFilter(renamed)
+
+
+def read_upload(data: bytes, name: str, opts: IngestOptions, count: Any) -> tuple[Document | str, list[str]]:
+    """The document of a file ``name`` whose bytes are ``data`` (``indexer.ingest.read_document`` on a temporary
+    copy named like it), or the reason the reader skips it, and the warnings the reader logged (pages it could not
+    read); IngestError (its text naming ``name``) when it refuses it. A reason, error, warning or log record never
+    shows the temporary copy's path."""
+    with tempfile.TemporaryDirectory(prefix="spanseek-upload-") as tmp:
+        path = Path(tmp) / f"upload{PurePosixPath(name).suffix.lower()}"
+        path.write_bytes(data)
+        try:
+            with _logged_as(path, name) as logged:
+                doc = read_document(path, name, count, opts)
+        except IngestError as e:
+            raise IngestError(str(e).replace(str(path), name)) from None
+        return (doc.replace(str(path), name) if isinstance(doc, str) else doc), logged.warnings
+
+
+def document_tokens(doc: Document, count: TokenCounter) -> int:
+    """The model tokens of a document's passages (what encoding it costs; overlapping windows aside)."""
+    return sum(sum(count(text.split())) for text in doc.paragraphs)
+
+
+@dataclass(frozen=True)
+class ReadFile:
+    """What reading an upload gave: its document or the reason it was skipped, the reader's warnings, and the
+    document's tokens (0 when skipped)."""
+
+    doc: Document | str
+    warnings: list[str]
+    tokens: int
+
+
+_count: TokenCounter | None = None  # the worker process's counter: the served model's tokenizer
+
+
+def _start_worker(config: EncoderConfig, nice: int) -> None:
+    """A reader process's start: ``nice`` lower in CPU priority, the model's tokenizer loaded. Its readers' warnings
+    come back with each file's answer and the service logs them; here they go nowhere."""
+    global _count
+    if nice > 0 and hasattr(os, "nice"):
+        try:
+            os.nice(nice)
+        except OSError:  # refused: it reads at the service's priority, in its own process all the same
+            pass
+    logging.getLogger("spanseek.indexer").addHandler(logging.NullHandler())
+    logging.getLogger("spanseek.indexer").propagate = False
+    _count = model_token_counter(_tokenizer(config))
+
+
+def _tokenizer(config: EncoderConfig) -> Any:
+    from spanseek.core.model import load_tokenizer
+
+    return load_tokenizer(config)
+
+
+def _read_in_worker(data: bytes, name: str, opts: IngestOptions) -> ReadFile:
+    assert _count is not None, "the reader process starts with _start_worker"
+    doc, warnings = read_upload(data, name, opts, _count)
+    return ReadFile(doc, warnings, 0 if isinstance(doc, str) else document_tokens(doc, _count))
+
+
+class ReaderStopped(RuntimeError):
+    """The reader process ended while it read a file (killed for its memory, or a reader crashed on it)."""
+
+
+class FileReader:
+    """Reads uploads in one worker process (module docstring); ``slot()`` bounds the uploads in progress."""
+
+    def __init__(self, config: EncoderConfig, nice: int, uploads: int):
+        self.config, self.nice, self.uploads = config, nice, uploads
+        self.in_progress = 0
+        self.seconds = 0.0  # the last upload's time from its slot to its answer: how soon a slot frees, roughly
+        self._pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        # spawn, not fork: the server's threads (the encoder's OpenMP pool, the event loop) hold locks a forked
+        # child would inherit taken; the worker imports only the readers and the tokenizer
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start_worker, initargs=(self.config, self.nice))
+
+    async def read(self, data: bytes, name: str, opts: IngestOptions) -> ReadFile:
+        """The upload ``data`` read as ``name`` in the worker; IngestError as ``read_upload``, ReaderStopped when the
+        worker ended on it (a new worker reads the next file). The readers' warnings are logged here."""
+        pool = self._pool
+        try:
+            read: ReadFile = await asyncio.get_running_loop().run_in_executor(pool, _read_in_worker, data, name, opts)
+        except BrokenProcessPool:
+            if self._pool is pool:
+                self._pool = self._start()
+                pool.shutdown(wait=False)
+            raise ReaderStopped(f"{name}: its reader stopped while reading it (a damaged file, or one too large to "
+                                "read)") from None
+        for warning in read.warnings:
+            log.warning("%s", warning)
+        return read
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """One upload's place among the ``uploads`` in progress; ``UploadsBusy`` (its ``retry_after`` in seconds)
+        when they are all taken."""
+        if self.in_progress >= self.uploads:
+            raise UploadsBusy(self.uploads, max(1.0, self.seconds))
+        self.in_progress += 1
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.in_progress -= 1
+            self.seconds = time.monotonic() - t0
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class UploadsBusy(RuntimeError):
+    """Every upload slot is taken: come back after ``retry_after`` seconds."""
+
+    def __init__(self, uploads: int, retry_after: float):
+        super().__init__(f"{uploads} file uploads are in progress, the most this server takes at once "
+                         "(max_file_uploads); send it again after Retry-After")
+        self.retry_after = retry_after
