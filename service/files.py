@@ -12,8 +12,8 @@ Refusals: 415 for a name whose suffix no reader takes; 422 ``unreadable_file`` n
 an empty body or a file the reader skips or refuses (no text, a PDF without a text layer, a damaged, encrypted or
 binary file, front matter that is not valid YAML), 422 ``validation_error`` for bad ids and metadata; keys, 403/503 and the write itself as ``service.writes``. Files are
 read in a process of their own at a lower CPU priority (``service.file_reader``), so a large PDF does not hold up
-searches; a file of more than ``max_file_tokens`` tokens is refused (413) before it is encoded, and at most
-``max_file_uploads`` uploads are taken at once (429 above).
+searches; a file of more than ``max_file_tokens`` tokens is refused (413) before it is encoded, one whose title is
+longer than ``MAX_TITLE_CHARS`` is a 422, and at most ``max_file_uploads`` uploads are taken at once (429 above).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from spanseek.service.errors import (
 )
 from spanseek.service.file_reader import ReaderStopped, UploadsBusy
 from spanseek.service.routes import _errors
-from spanseek.service.schemas import FileWriteResponse
+from spanseek.service.schemas import MAX_TITLE_CHARS, FileWriteResponse
 from spanseek.service.writes import id_problem, live_of, require_write_key
 
 router = APIRouter(tags=["documents"])
@@ -98,6 +98,9 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, o
     if limit and read.tokens > limit:
         raise PayloadTooLarge(f"{name}: {read.tokens:,} tokens, more than this server encodes of one file "
                               f"(max_file_tokens {limit:,}); split it, or raise the limit")
+    if len(read.doc.title) > MAX_TITLE_CHARS:
+        raise UnreadableFile(f"{name}: its title is {len(read.doc.title):,} characters long, more than a title may "
+                             f"hold ({MAX_TITLE_CHARS:,}); give the file a shorter one")
     doc = dataclasses.replace(read.doc, id=doc_id)
     try:
         written = await live.upsert([doc], only_new=only_new)

@@ -246,6 +246,19 @@ def test_a_file_over_max_file_tokens_is_refused_naming_both_counts_before_encodi
         assert client.put("/files/long.txt", headers=KEY, content=words.encode()).status_code == 200
 
 
+def test_a_file_whose_title_is_too_long_is_refused_naming_the_title(write_settings):
+    def markdown(title: str) -> bytes:
+        return f"---\ntitle: {title}\n---\nIn 1450 Gala built the bridge.\n".encode()
+
+    with serving(create_app(write_settings())) as client:
+        r = client.put("/files/long.md", headers=KEY, content=markdown("t" * 1001))
+        assert r.status_code == 422 and r.json()["error"] == "unreadable_file", r.text
+        assert "title is 1,001 characters" in r.text and "(1,000)" in r.text and len(r.content) < 2000, r.text
+        assert client.get("/documents/long.md", headers=KEY).status_code == 404
+        r = client.put("/files/ok.md", headers=KEY, content=markdown("t" * 1000))
+        assert r.status_code == 200 and r.json()["title"] == "t" * 1000
+
+
 async def test_uploads_past_max_file_uploads_are_429_with_retry_after(write_settings, monkeypatch):
     import asyncio
 

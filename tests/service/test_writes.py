@@ -571,3 +571,13 @@ def test_listing_every_page_reads_each_document_a_few_times_not_once_a_page():
                 break
         assert got == expected
         assert CountedDocs.reads < 3 * len(docs)  # was about a read per document for every page: 30 times that
+def test_a_title_over_the_limit_is_refused_naming_the_field_and_not_quoted(write_settings):
+    with serving(create_app(write_settings())) as client:
+        long = {"id": "x", "title": "t" * 500_000, "paragraphs": ["ok"]}
+        r = client.put("/documents", headers=KEY, json={"documents": [DOC, long]})
+        assert r.status_code == 422 and len(r.content) < 2_000, r.text[:300]
+        assert r.json()["details"][0]["loc"] == ["body", "documents", "1", "title"], r.text
+        assert "at most 1000 characters" in r.json()["message"], r.text
+        assert client.get(f"/documents/{DOC['id']}", headers=KEY).status_code == 404  # nothing of it written
+        r = client.put("/documents", headers=KEY, json={**long, "title": "t" * 1000})
+        assert r.status_code == 200, r.text
