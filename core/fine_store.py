@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from spanseek.core.io import atomic_path
+from spanseek.core.io import atomic_path, new_memmap
 
 STORES = ("fp16", "sq8", "sq4", "pq192", "pq128", "pq96", "pca192")
 DEFAULT_STORE = "fp16"
@@ -427,7 +427,7 @@ def write_quantized(out_dir: Path, kind: str, vectors: Any, sample: int = 262_14
     quantizer = quantizer or train_quantizer(kind, vectors, sample)
     code_size = int(quantizer.sa_code_size())
     with atomic_path(out_dir / FINE_CODES) as tmp:
-        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(vectors), code_size))
+        mm = new_memmap(tmp, np.uint8, (len(vectors), code_size))
         encode_rows(quantizer, vectors, mm, progress=progress)
         mm.flush()
         del mm

@@ -105,13 +105,37 @@ def open_text(path: str | Path, mode: str = "rt") -> IO[str]:
     return open(path, mode, encoding=encoding)
 
 
+# what a write refused for want of room raises: no space left on the device, the user's quota spent, or a file over
+# the size limit
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+@contextlib.contextmanager
+def naming(path: str | Path, temporary: Path | None = None) -> Iterator[None]:
+    """Raise a write's ``NO_SPACE`` error that names no file (a file object's write, ``np.save``: "[Errno 28] No
+    space left on device"), or names ``path``'s ``temporary``, as the same error naming ``path``: the message says
+    which file could not be written, as the user knows it."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno is None and str(e).startswith(_NUMPY_NO_SPACE):  # numpy's tofile, which allocates first
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({e})", str(path)) from e
+        if e.errno not in NO_SPACE or e.filename not in (None, str(temporary)):
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e
+
+
+_NUMPY_NO_SPACE = "Not enough free space to write"
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds.
+    """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds (the temporary
+    file is removed either way).
 
     A folder or temporary that cannot be made, or a temporary the block cannot open, is an OSError naming ``path``
     (the path the caller was given) and why, never the hidden temporary: ``out/m.json: cannot be written: out is a
-    file, not a folder``."""
+    file, not a folder``; so is a write the disk has no room for."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,12 +145,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
-        try:
-            yield tmp_path
-        except OSError as e:
-            if e.filename is None or Path(os.fsdecode(e.filename)) != tmp_path or e.filename2 is not None:
-                raise
-            raise unwritable(path, e) from None
+        with naming(path, tmp_path):
+            try:
+                yield tmp_path
+            except OSError as e:
+                if e.filename is None or Path(os.fsdecode(e.filename)) != tmp_path or e.filename2 is not None:
+                    raise
+                raise unwritable(path, e) from None
         os.chmod(tmp_path, 0o644)  # mkstemp makes 0600; results are meant to be shared (e.g. a service user)
         os.replace(tmp_path, path)  # its error names ``path`` as filename2
     finally:
@@ -187,6 +212,23 @@ def _finite(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_finite(v) for v in obj]
     return obj
+
+
+def new_memmap(path: str | Path, dtype: Any, shape: tuple[int, ...]) -> np.memmap:
+    """``np.lib.format.open_memmap(path, "w+", ...)`` with the file's blocks allocated before a row is written: a
+    memory map of a sparse file that the disk has no room for kills the process with SIGBUS when a page is written
+    (no message, no clean-up); allocated first, a full disk is an OSError naming ``path`` here instead."""
+    with naming(path):
+        mm = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+        if hasattr(os, "posix_fallocate"):  # (not on macOS: there the map is written as it is)
+            try:
+                with open(path, "r+b") as f:
+                    os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):  # (a file system that cannot)
+                    del mm
+                    raise
+    return mm
 
 
 def save_npy_atomic(path: str | Path, array) -> None:

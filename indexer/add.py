@@ -45,7 +45,7 @@ import numpy as np
 from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
-from spanseek.core.io import Document, atomic_path, read_corpus, unique_ids, write_corpus
+from spanseek.core.io import Document, atomic_path, naming, new_memmap, read_corpus, unique_ids, write_corpus
 from spanseek.core.lexical import analyzer_of
 from spanseek.core.loading import index_model
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint
@@ -81,7 +81,7 @@ def staged(index_dir: Path, name: str) -> Path:
 def _concat_npy(old_path: Path, new: np.ndarray, dest: Path) -> None:
     """Write old rows followed by ``new`` rows to ``dest`` through a memory map (bounded memory)."""
     old = np.load(old_path, mmap_mode="r")
-    mm = np.lib.format.open_memmap(dest, mode="w+", dtype=old.dtype, shape=(len(old) + len(new), *old.shape[1:]))
+    mm = new_memmap(dest, old.dtype, (len(old) + len(new), *old.shape[1:]))
     for a in range(0, len(old), 1 << 20):
         b = min(len(old), a + (1 << 20))
         mm[a:b] = old[a:b]
@@ -115,7 +115,7 @@ class Changes:
 
 def write_npy(path: Path, array: np.ndarray) -> None:
     """``np.save`` to exactly ``path`` (np.save appends ``.npy`` to a name without it, such as ``*.add.tmp``)."""
-    with open(path, "wb") as f:
+    with naming(path), open(path, "wb") as f:
         np.save(f, array)
 
 
@@ -139,7 +139,12 @@ def locked_index(index_dir: Path, command: str) -> Iterator[phrase_index.Manifes
                              f"`spanseek index {command}` changed nothing")
         if phrase_index.recover_locked(index_dir) == "rolled forward":
             log.info("finished an interrupted change of %s", index_dir)
-        yield phrase_index.check_index(index_dir, contents=False, recovered=True)
+        try:
+            yield phrase_index.check_index(index_dir, contents=False, recovered=True)
+        except BaseException:  # a change that failed (a full disk) leaves no partial files filling the disk
+            with contextlib.suppress(OSError):
+                phrase_index.recover_locked(index_dir)  # (rolls forward instead once the journal is written)
+            raise
 
 
 def commit(index_dir: Path, old: phrase_index.Manifest, names: Iterable[str], fields: dict[str, Any]) -> phrase_index.Manifest:

@@ -43,7 +43,15 @@ from spanseek.core.encoding import PassageEncoder, pick_device, pick_precision
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.fine_store import detect_kind, open_fine_store
-from spanseek.core.io import ReadStats, atomic_path, count_documents, read_corpus, save_npy_atomic, unique_ids
+from spanseek.core.io import (
+    ReadStats,
+    atomic_path,
+    count_documents,
+    new_memmap,
+    read_corpus,
+    save_npy_atomic,
+    unique_ids,
+)
 from spanseek.core.model import (
     CONFIG_NAME,
     load_model,
@@ -477,7 +485,7 @@ def write_filter_scores(out: Path, model: str | Path, manifest: phrase_index.Man
     if vectors.kind != "fp16":
         raise BuildError(f"{out}: filter scores are computed from an fp16 fine store, this one is {vectors.kind}")
     with atomic_path(out / phrase_index.FILTER_SCORES) as tmp:
-        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(vectors), 2))
+        mm = new_memmap(tmp, np.float16, (len(vectors), 2))
         flags = np.load(out / phrase_index.TOKEN_FLAGS, mmap_mode="r")
         for a in range(0, len(vectors), 65536):
             mm[a : a + 65536] = filter_probabilities(phrase_model, vectors[a : a + 65536], flags[a : a + 65536])
@@ -502,7 +510,7 @@ def merge_shards(out: Path, n_shards: int, dim: int) -> int:
         arrays[phrase_index.FILTER_SCORES] = ((n, 2), np.float16, "filter.npy")
     for name, (shape, dtype, part) in arrays.items():
         with atomic_path(out / name) as tmp:
-            mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+            mm = new_memmap(tmp, dtype, shape)
             pos = 0
             for s, m in zip(shards, per_shard, strict=True):
                 mm[pos : pos + m] = np.load(s / part)

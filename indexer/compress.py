@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from spanseek.core.io import atomic_path
+from spanseek.core.io import atomic_path, new_memmap
 from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.indexer.faiss_index import ADD_CHUNK
 
@@ -38,7 +38,7 @@ def write_codes(index, vectors: np.ndarray, path: str | Path, old_codes: np.ndar
     code_size = int(index.sa_code_size())
     n_old = 0 if old_codes is None else len(old_codes)
     with atomic_path(path) as tmp:
-        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n_old + len(vectors), code_size))
+        mm = new_memmap(tmp, np.uint8, (n_old + len(vectors), code_size))
         if old_codes is not None:
             mm[:n_old] = old_codes
         encode_into(mm, index, vectors, n_old, progress)

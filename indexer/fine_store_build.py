@@ -36,7 +36,7 @@ from spanseek.core.fine_store import (
     write_quantized,
     write_row_map,
 )
-from spanseek.core.io import atomic_path
+from spanseek.core.io import atomic_path, new_memmap
 from spanseek.core.phrase_index import FILTER_SCORES, TOKEN_FLAGS
 from spanseek.indexer.faiss_index import AUTO, SQ8_MAX
 
@@ -100,7 +100,7 @@ def write_fine_store(out: Path, kind: str, sample: int = 262_144, progress: bool
         source: Any = KeptRows(full, keep) if filtered else full
         if kind == "fp16":  # filtered: a new vectors.npy of the kept rows (replacing, not rewriting, the old file)
             with atomic_path(out / VECTORS) as tmp:
-                mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=source.shape)
+                mm = new_memmap(tmp, np.float16, source.shape)
                 for a in range(0, len(source), 65536):
                     mm[a : a + 65536] = source[a : a + 65536]
                 mm.flush()
@@ -113,7 +113,7 @@ def write_fine_store(out: Path, kind: str, sample: int = 262_144, progress: bool
         mask[keep] = True
         flags = np.load(out / TOKEN_FLAGS, mmap_mode="r")
         with atomic_path(out / TOKEN_FLAGS) as tmp:
-            mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n,))
+            mm = new_memmap(tmp, np.uint8, (n,))
             for a in range(0, n, 1 << 24):
                 mm[a : a + (1 << 24)] = flags[a : a + (1 << 24)] * mask[a : a + (1 << 24)]
             mm.flush()
@@ -136,7 +136,7 @@ def encode_fine_rows(index_dir: Path, vectors: Any, dest: Path) -> None:
     (``spanseek index add``: new rows of an existing store)."""
     quantizer = read_quantizer(index_dir, detect_kind(index_dir))
     with atomic_path(dest) as tmp:
-        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(vectors), quantizer.sa_code_size()))
+        mm = new_memmap(tmp, np.uint8, (len(vectors), quantizer.sa_code_size()))
         encode_rows(quantizer, vectors, mm)
         mm.flush()
         del mm

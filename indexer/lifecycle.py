@@ -32,7 +32,7 @@ import numpy as np
 
 from spanseek.core import phrase_index
 from spanseek.core.fine_store import FINE_KEPT
-from spanseek.core.io import read_lines
+from spanseek.core.io import naming, new_memmap, read_lines
 from spanseek.core.lexical import analyzer_of
 from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_recall, staged, write_npy
 from spanseek.indexer.build import BuildError, BuildOptions, write_fields
@@ -77,7 +77,7 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str]) -> dict[str, Any
 def _select_rows(src: Path, keep: np.ndarray, dest: Path) -> None:
     """Write the rows of the array in ``src`` where ``keep`` is True to ``dest``, through memory maps."""
     old = np.load(src, mmap_mode="r")
-    out = np.lib.format.open_memmap(dest, mode="w+", dtype=old.dtype, shape=(int(keep.sum()), *old.shape[1:]))
+    out = new_memmap(dest, old.dtype, (int(keep.sum()), *old.shape[1:]))
     at = 0
     for a in range(0, len(old), ADD_CHUNK):
         rows = old[a : a + ADD_CHUNK][keep[a : a + ADD_CHUNK]]
@@ -88,7 +88,7 @@ def _select_rows(src: Path, keep: np.ndarray, dest: Path) -> None:
 
 
 def _write_jsonl(dest: Path, records: Iterable[dict[str, Any]]) -> None:
-    with open(dest, "w", encoding="utf-8") as f:
+    with naming(dest), open(dest, "w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from spanseek.core.encoding import PassageEncoder
+from spanseek.core.io import naming
 from spanseek.core.text import tokenize_passages
 from spanseek.indexer.compress import filter_probabilities
 
@@ -48,9 +49,14 @@ def encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Pat
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     arrays = encode_passages(encoder, tokenize_passages(tokenizer, texts))
-    for name, array in arrays.items():
-        np.save(tmp / f"{name}.npy", array)
-    (tmp / SHARD_KEY).write_text(key)
+    try:
+        for name, array in arrays.items():
+            with naming(tmp / f"{name}.npy"):
+                np.save(tmp / f"{name}.npy", array)
+        (tmp / SHARD_KEY).write_text(key)
+    except BaseException:  # a part of a shard (a full disk) is of no use to a resumed build, and holds its space
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(dest, ignore_errors=True)  # a shard of other passages (the corpus changed since)
     tmp.rename(dest)
     return len(arrays["vectors"])

@@ -1,0 +1,101 @@
+"""A disk that fills up during a write (no mount needed: the kernel's file size limit, or a write made to fail):
+the command names the file and "No space left", what was written before stays intact, and nothing half written is
+left to fill the disk or to be taken for data later.
+
+    .venv/bin/python -m pytest -q tests/indexer/test_disk_full.py
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spanseek.core import phrase_index
+
+NO_SPACE = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a file object's write raises it: no file named
+
+
+# numpy's own (np.save allocates the array's bytes first, and names no errno)
+NUMPY_NO_SPACE = OSError("Not enough free space to write 96 bytes after offset 128")
+
+
+@pytest.mark.parametrize("error", [NO_SPACE, NUMPY_NO_SPACE], ids=["errno", "numpy"])
+def test_a_shard_the_disk_cannot_hold_names_its_file_and_leaves_no_part(tmp_path, monkeypatch, error):
+    from spanseek.indexer import shards
+
+    def save(file, array):  # the disk fills up inside the shard's vectors
+        Path(file).write_bytes(b"\x93NUMPY partial")
+        raise error
+
+    monkeypatch.setattr(shards.np, "save", save)
+    dest = tmp_path / "shards" / "000000"
+    arrays = {"vectors": np.zeros((3, 4), np.float16)}
+    monkeypatch.setattr(shards, "encode_passages", lambda encoder, toks: arrays)
+    monkeypatch.setattr(shards, "tokenize_passages", lambda tokenizer, texts: [])
+    with pytest.raises(OSError, match="No space left on device") as failed:
+        shards.encode_shard(None, None, ["a passage"], dest, "key")
+    assert failed.value.filename == str(dest.with_name("000000.tmp") / "vectors.npy")
+    assert list((tmp_path / "shards").iterdir()) == []  # the part of the shard is removed, its space freed
+
+
+def test_a_memory_mapped_file_has_its_blocks_before_a_row_is_written(tmp_path, monkeypatch):
+    """Writing through a map of a sparse file that the disk has no room for kills the process (SIGBUS); the build's
+    merged arrays are allocated first, so a full disk is an error naming the file, and nothing is left behind."""
+    from spanseek.indexer import build
+
+    out = tmp_path / "idx"
+    shard = out / build.SHARDS / "000000"
+    shard.mkdir(parents=True)
+    for name, array in {"vectors": np.ones((1000, 64), np.float16), "offsets": np.zeros((1000, 2), np.int32),
+                        "flags": np.zeros(1000, np.uint8), "ntokens": np.asarray([600, 400])}.items():
+        np.save(shard / f"{name}.npy", array)
+    assert build.merge_shards(out, 1, 64) == 1000
+    vectors = out / phrase_index.VECTORS
+    assert vectors.stat().st_blocks * 512 >= vectors.stat().st_size  # no hole left to fault on
+    for path in out.glob("*.npy"):
+        path.unlink()
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    with pytest.raises(OSError, match="No space left on device") as failed:
+        build.merge_shards(out, 1, 64)
+    assert failed.value.filename == str(vectors)
+    assert sorted(p.name for p in out.iterdir()) == [build.SHARDS]  # no temporary file left
+
+
+def test_a_compact_the_disk_cannot_hold_leaves_the_index_as_it_was(tiny_index, tmp_path, monkeypatch):
+    from spanseek.indexer.lifecycle import compact_index, delete_documents
+    from spanseek.indexer.verify import verify_index
+
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    first = json.loads((index / phrase_index.DOCS).read_text().splitlines()[0])["id"]
+    delete_documents(index, [first])
+    before = {p.name: p.read_bytes() for p in index.iterdir() if p.is_file()}
+    open_memmap = np.lib.format.open_memmap
+    calls = []
+
+    def fills_up(path, mode="r+", **kw):  # the disk fills up at the second store compact rewrites
+        if mode == "w+":
+            calls.append(path)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return open_memmap(path, mode=mode, **kw)
+
+    monkeypatch.setattr(np.lib.format, "open_memmap", fills_up)
+    with pytest.raises(OSError, match="No space left on device") as failed:
+        compact_index(index)
+    assert failed.value.filename == str(calls[1])
+    assert {p.name: p.read_bytes() for p in index.iterdir() if p.is_file()} == before  # no staged file left
+    report = verify_index(index)
+    assert report["ok"], report["problems"]
+    monkeypatch.undo()
+    assert compact_index(index)["compacted"] and verify_index(index)["ok"]
