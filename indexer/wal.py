@@ -12,6 +12,7 @@ line before the last one is damage, not a torn write: ``WalError`` names the fil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -60,21 +61,43 @@ class WriteAheadLog:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         new = not path.exists()
-        self._file = open(path, "ab")  # noqa: SIM115  (held open for the process's life)
+        self._file = open(path, "ab", buffering=0)  # noqa: SIM115  (held open for the process's life)
+        self._size = os.fstat(self._file.fileno()).st_size
+        self._torn = False  # a failed append's part may follow the last whole line (its cut failed too)
         if new:
             fsync_path(path.parent)  # the new file's name is durable too
 
     def append(self, entry: dict[str, Any]) -> int:
-        """Write ``entry`` as one line and fsync it; returns the log's size in bytes."""
-        self._file.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        return self._file.tell()
+        """Write ``entry`` as one line and fsync it; returns the log's size in bytes.
+
+        A write or fsync that fails (no space left on the device) raises an OSError naming the log, and the log is
+        cut back to its last whole line: the refused write is never replayed, and the next line starts clean.
+        """
+        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        fd = self._file.fileno()
+        try:
+            if self._torn:
+                self._cut(fd)
+            view = memoryview(line)
+            while view:  # (a write may take part of the line, then fail with the next)
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as e:
+            self._torn = True
+            with contextlib.suppress(OSError):  # (cutting a file needs no space; should it fail, the next append cuts)
+                self._cut(fd)
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
+        self._size += len(line)
+        return self._size
+
+    def _cut(self, fd: int) -> None:
+        os.ftruncate(fd, self._size)
+        os.fsync(fd)
+        self._torn = False
 
     @property
     def size(self) -> int:
-        return self._file.tell()
+        return self._size
 
     def close(self) -> None:
         self._file.close()
-

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from spanseek.core.io import NO_SPACE
 from spanseek.service.schemas import ErrorResponse
 
 log = logging.getLogger("spanseek.service")
@@ -100,6 +101,17 @@ class ReloadFailed(ServiceError, status=409, error="reload_failed"):
     """The new index failed to load, its checksums or its model; the previous index keeps serving."""
 
 
+class InsufficientStorage(ServiceError, status=507, error="insufficient_storage"):
+    """A write the server's disk has no room for (no space left, a quota spent): nothing of it was stored, and
+    searches go on; the message names the file. Made from the ``OSError`` by ``error_response``."""
+
+    @classmethod
+    def of(cls, exc: OSError) -> InsufficientStorage:
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        return cls(f"{where}{exc.strerror or exc}: the server's disk has no room for this write, and nothing of it "
+                   "was stored (searches go on); send it again once space is freed")
+
+
 class NotReady(ServiceError, status=503, error="not_ready"):
     """The model and index are not loaded (or warmed up) yet, failed to load, or the service is stopping."""
 
@@ -116,7 +128,7 @@ class ClientClosed(ServiceError, status=499, error="client_closed"):
 ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "forbidden", "not_found", "method_not_allowed",
                "payload_too_large", "unsupported_media_type", "request_timeout", "validation_error", "overloaded",
                "not_ready", "client_closed", "conflict", "unreadable_file", "reload_failed", "reload_throttled",
-               "internal_error")
+               "insufficient_storage", "internal_error")
 # validation errors listed in a 422's details: a body of 300,000 wrong items is 300,000 errors, and answering with
 # every one took seconds of the server's time (and 29 MB) that other requests waited for
 MAX_ERROR_DETAILS = 20
@@ -141,6 +153,9 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
     """Map any exception to (status, ErrorResponse). The single mapping point of the service."""
     details = None
     headers: dict[str, str] = {}
+    if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+        log.warning("request %s: %s", request_id, exc)  # the operator's to fix: said once, without a traceback
+        exc = InsufficientStorage.of(exc)
     if isinstance(exc, ServiceError):
         status, error, message, headers = exc.status, exc.error, exc.message, exc.headers
     elif isinstance(exc, RequestValidationError):
@@ -244,6 +259,8 @@ def error_type_of(exc: BaseException) -> str:
     """The error type label of an exception (as in ErrorResponse.error)."""
     if isinstance(exc, ServiceError):
         return exc.error
+    if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+        return InsufficientStorage.error
     if isinstance(exc, RequestValidationError) or _unreadable_body(exc):
         return "validation_error"
     if isinstance(exc, StarletteHTTPException):

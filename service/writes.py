@@ -4,10 +4,11 @@ POST /admin/compact (``service.live`` does the work; on only with ``SPANSEEK_WRI
 
 Writes need the admin key when one is configured (``SPANSEEK_ADMIN_API_KEY``; the API key then only reads), else
 the API key; a server with neither refuses them (403). A document the corpus reader would refuse is a 422 whose
-``details`` name the document and the field; nothing of a refused request is written. GET /documents/{id} is a
-read: it needs the API key as searches do, and a server without writes answers it from the served index; so is
-GET /documents, which lists the documents whose metadata holds given values (what ``spanseek sync`` compares a folder
-with), a page at a time, without their passages.
+``details`` name the document and the field; a write the disk has no room for is a 507 naming the file (searches go
+on); nothing of a refused request is written. GET /documents/{id} is a read: it needs the API key as searches do, and
+a server without writes answers it from the served index; so is GET /documents, which lists the documents whose
+metadata holds given values (what ``spanseek sync`` compares a folder with), a page at a time, without their
+passages.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def parse_documents(given: list[DocumentIn]) -> list[Document]:
 
 
 @router.put("/documents", response_model=WriteResponse, dependencies=[Depends(require_write_key),
-            Depends(require_json_body)], responses=_errors(401, 403, 413, 415, 422, 503))
+            Depends(require_json_body)], responses=_errors(401, 403, 413, 415, 422, 503, 507))
 async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     """Add or replace documents by id (a batch ``{"documents": [...]}`` or one document). The answer comes once
     the write is in the fsynced log and searchable, with the passages and tokens written."""
@@ -134,7 +135,7 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
 
 
 @router.post("/documents", response_model=WriteResponse, dependencies=[Depends(require_write_key),
-             Depends(require_json_body)], responses=_errors(401, 403, 409, 413, 415, 422, 503))
+             Depends(require_json_body)], responses=_errors(401, 403, 409, 413, 415, 422, 503, 507))
 async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     """Add documents whose ids are new (as ``spanseek index add``): 409 naming the ids held already, and nothing of
     the request written; a client that retries an add after a lost answer gets the 409, not a second version."""
@@ -147,7 +148,7 @@ async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse
 
 
 @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse, dependencies=[Depends(require_write_key)],
-               responses=_errors(401, 403, 404, 503))
+               responses=_errors(401, 403, 404, 503, 507))
 async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
     """Delete one document; 404 when no live document has this id."""
     deleted = await live_of(request).delete([doc_id])
@@ -157,7 +158,7 @@ async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
 
 
 @router.post("/documents/delete", response_model=DeleteResponse, dependencies=[Depends(require_write_key),
-             Depends(require_json_body)], responses=_errors(400, 401, 403, 415, 422, 503))
+             Depends(require_json_body)], responses=_errors(400, 401, 403, 415, 422, 503, 507))
 async def delete_documents(request: Request, body: DeleteByFilterRequest) -> DeleteResponse:
     """Delete every document that passes ``filter`` (the search filter's language); 400 naming a field no document
     has. Answers with how many were deleted and the first ``MAX_LISTED_DELETES`` ids (none is not an error); with

@@ -7,10 +7,13 @@ left to fill the disk or to be taken for data later.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,42 @@ import pytest
 from spanseek.core import phrase_index
 
 NO_SPACE = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a file object's write raises it: no file named
+
+
+@contextlib.contextmanager
+def file_size_limit(nbytes: int):
+    """Writes past ``nbytes`` of a file are cut short, then refused (EFBIG), as a disk that fills up does."""
+    resource = pytest.importorskip("resource")
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (else the kernel's signal ends the process)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def entry(i: int) -> dict:
+    return {"op": "upsert", "docs": [{"id": f"d{i}", "title": "t", "paragraphs": ["In 1200 Alba built a castle. " * 40]}]}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE cuts writes short as described on Linux")
+def test_a_log_write_the_disk_refuses_is_cut_back_and_never_replayed(tmp_path):
+    """The refused write's first part reached the file: it is cut off, so it is neither flushed with the next write
+    (a write the client was told failed, replayed after a restart) nor left torn before the next line (damage)."""
+    from spanseek.indexer.wal import WriteAheadLog, read_entries
+
+    path = tmp_path / "wal" / "wal-000001.jsonl"
+    wal = WriteAheadLog(path)
+    wal.append(entry(0))
+    acknowledged = path.read_bytes()
+    with file_size_limit(len(acknowledged) + 100), pytest.raises(OSError) as refused:  # part of the line fits
+        wal.append(entry(1))
+    assert refused.value.filename == str(path) and refused.value.errno == errno.EFBIG
+    assert path.read_bytes() == acknowledged and wal.size == len(acknowledged)
+    assert wal.append(entry(2)) == path.stat().st_size  # space again: the log goes on
+    assert [e["docs"][0]["id"] for e in read_entries(path, repair=False)] == ["d0", "d2"]
 
 
 # numpy's own (np.save allocates the array's bytes first, and names no errno)

@@ -6,6 +6,7 @@ refused whole with a 422 naming the field, deleted by id or filter, kept across 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -581,3 +582,27 @@ def test_a_title_over_the_limit_is_refused_naming_the_field_and_not_quoted(write
         assert client.get(f"/documents/{DOC['id']}", headers=KEY).status_code == 404  # nothing of it written
         r = client.put("/documents", headers=KEY, json={**long, "title": "t" * 1000})
         assert r.status_code == 200, r.text
+def test_a_write_the_disk_has_no_room_for_is_a_507_naming_the_file_and_searches_go_on(write_settings, monkeypatch):
+    """No space left for the log: the write is refused whole (not a bare 500), searches still answer, and once there
+    is space again the log goes on and a restart replays exactly the writes that were acknowledged."""
+    settings = write_settings()
+    app = create_app(settings)
+    with serving(app) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        wal = app.state.service.live.store.wal
+
+        def full(entry):  # as indexer.wal raises it, the log cut back to its last whole line
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(wal.path))
+
+        monkeypatch.setattr(wal, "append", full)
+        for r in (client.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}),
+                  client.delete("/documents/new-1", headers=KEY)):
+            assert r.status_code == 507, r.text
+            assert r.json()["error"] == "insufficient_storage"
+            assert r.json()["message"].startswith(f"{wal.path}: No space left on device")
+        assert found(client, "new-1") and not found(client, "new-2")  # searches go on; nothing refused was applied
+        assert 'spanseek_errors_total{type="insufficient_storage"} 2.0' in client.get("/metrics").text
+        monkeypatch.undo()
+        assert client.put("/documents", headers=KEY, json={**DOC, "id": "new-3"}).status_code == 200
+    with serving(create_app(settings)) as client:
+        assert found(client, "new-1") and found(client, "new-3") and not found(client, "new-2")
