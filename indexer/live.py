@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import json
 import logging
 import operator
@@ -571,6 +572,17 @@ def link_copy(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, copy_function=link)
 
 
+def check_room(base: Path, where: Path) -> None:
+    """OSError (no space left) naming ``where`` when its disk has less room than ``base`` takes: a merge writes the
+    base's stores again (vectors, faiss index, passages), so it would fail, and only after encoding every written
+    document again (a merge that is due is tried after each write)."""
+    need = sum(p.stat().st_size for p in base.rglob("*") if p.is_file())
+    free = shutil.disk_usage(where).free
+    if free < need:
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: a merge writes about {need / 1e6:.0f} MB (the size "
+                      f"of the base {base}), and {free / 1e6:.0f} MB are free; the segment keeps serving", str(where))
+
+
 def build_merged(base: Path, dest: Path, dead_ids: list[str], docs: list[dict[str, Any]], model: str | Path | None,
                  opts: BuildOptions | None = None) -> None:
     """Write to ``dest`` the index ``base`` less the documents ``dead_ids`` plus ``docs`` (corpus format), compacted,
@@ -581,6 +593,7 @@ def build_merged(base: Path, dest: Path, dead_ids: list[str], docs: list[dict[st
     opts = opts or BuildOptions(progress=False)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    check_room(base, dest.parent)
     corpus = tmp.with_name(dest.name + ".corpus.jsonl")
     try:
         link_copy(base, tmp)

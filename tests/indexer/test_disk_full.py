@@ -138,3 +138,20 @@ def test_a_compact_the_disk_cannot_hold_leaves_the_index_as_it_was(tiny_index, t
     assert report["ok"], report["problems"]
     monkeypatch.undo()
     assert compact_index(index)["compacted"] and verify_index(index)["ok"]
+
+
+def test_a_merge_the_disk_cannot_hold_is_refused_before_encoding_anything(tiny_index, tmp_path, monkeypatch):
+    """A merge writes the base's stores again: with less room than that it would fail after encoding every written
+    document again (and a due merge is tried after each write), so it is refused at once, naming where."""
+    from spanseek.indexer import add, live
+
+    bases = tmp_path / "bases"
+    bases.mkdir()
+    size = sum(p.stat().st_size for p in tiny_index.rglob("*") if p.is_file())
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 * size, 9 * size, size - 1))
+    encoded = []
+    monkeypatch.setattr(add, "add_documents", lambda *args, **kwargs: encoded.append(args))
+    with pytest.raises(OSError, match="No space left on device: a merge writes about") as refused:
+        live.build_merged(tiny_index, bases / "base-000001", [], [{"id": "x", "title": "t", "paragraphs": ["p"]}],
+                          None)
+    assert refused.value.filename == str(bases) and not encoded and list(bases.iterdir()) == []
