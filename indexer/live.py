@@ -327,9 +327,16 @@ class LiveStore:
             log.info("replayed %d writes in %.1f s: %d documents in the segment, %d deleted from the base",
                      self.replayed, time.perf_counter() - t0, len(self.segment.docs), len(self.segment.tombstones))
         self.wal = WriteAheadLog(logs[-1])  # made (and its name made durable) before state.json lists it
-        write_json_atomic(self.dir / STATE, self.state)
+        if self.state != self._state_on_disk():  # (unchanged, it is not written: a start on a full disk serves)
+            write_json_atomic(self.dir / STATE, self.state)
         self.snapshot = self._snapshot()
         publish(self.snapshot)
+
+    def _state_on_disk(self) -> Any:
+        try:
+            return json.loads((self.dir / STATE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
 
     def _remove_leftovers(self, current: Path) -> None:
         """What a merge killed midway, or killed after its commit point, left: a partial base, logs and a base that

@@ -450,3 +450,23 @@ def test_a_flat_base_and_segment_are_scanned_once_a_batch_as_faiss_searches_them
         "filter": hits_of(searcher, unit, "dense", flt)}
     assert faiss_searches
     assert scanned == searched_by_faiss
+
+
+def test_a_start_on_a_full_disk_serves_what_the_log_holds(tmp_path, tiny_index, tiny_searcher, encoder, monkeypatch):
+    """Nothing changed since the last start: the state file is not written again, so a disk with no room left (where
+    writes are refused) still serves the index and every acknowledged write."""
+    import errno
+    import os
+
+    from spanseek.indexer import live as live_store
+
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
+    upsert(store, encoder, [{"id": "kept", "title": "Kept", "paragraphs": ["In 1300 Dara built a harbour."]}])
+    store.close()
+
+    def full(path, obj):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(live_store, "write_json_atomic", full)
+    again = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
+    assert again.replayed == 1 and again.get("kept")["title"] == "Kept"
