@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import autocast, padded_length, window_batch
-from spanseek.core.io import write_json_atomic
+from spanseek.core.io import new_memmap, write_json_atomic
 from spanseek.core.model import PhraseModel, phrase_fingerprint
 from spanseek.core.text import FLAG_END, FLAG_START, tokenize_passages
 from spanseek.trainer.data import Batch, TrainWindow, hard_allowed, pick_hard, question_tensors
@@ -106,8 +106,7 @@ def open_or_create(directory: Path, keys: list[str], uniq: dict[str, tuple[np.nd
     directory.mkdir(parents=True, exist_ok=True)
     lengths = np.asarray([len(uniq[k][0]) for k in keys], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    np.lib.format.open_memmap(directory / CACHE_VECTORS, mode="w+", dtype=dtype,
-                              shape=(int(offsets[-1]), dim)).flush()
+    new_memmap(directory / CACHE_VECTORS, dtype, (int(offsets[-1]), dim)).flush()  # a full disk: an error, no SIGBUS
     np.save(directory / CACHE_FLAGS, np.concatenate([uniq[k][1] for k in keys]).astype(np.uint8))
     write_json_atomic(directory / CACHE_META, {  # last: its presence means the files above are complete
         "fingerprint": fingerprint, "dim": dim, "shard_windows": shard_windows, "source": source,

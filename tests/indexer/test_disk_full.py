@@ -155,3 +155,20 @@ def test_a_merge_the_disk_cannot_hold_is_refused_before_encoding_anything(tiny_i
         live.build_merged(tiny_index, bases / "base-000001", [], [{"id": "x", "title": "t", "paragraphs": ["p"]}],
                           None)
     assert refused.value.filename == str(bases) and not encoded and list(bases.iterdir()) == []
+
+
+def test_a_phrase_cache_the_disk_cannot_hold_is_an_error_naming_its_vectors(tmp_path, monkeypatch):
+    """The training phrase cache's vectors were a memory map of a sparse file: on a full disk the first rows written
+    killed the training with SIGBUS, no message; its blocks are allocated first now, so it is an OSError naming the
+    file, and no description of a cache is written (the next run starts it again)."""
+    from spanseek.trainer import phrase_cache
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    uniq = {"k0": (np.arange(5), np.ones(5, dtype=bool)), "k1": (np.arange(3), np.ones(3, dtype=bool))}
+    with pytest.raises(OSError, match="No space left on device") as failed:
+        phrase_cache.open_or_create(tmp_path / "cache", ["k0", "k1"], uniq, 8, "fp", 64, "model")
+    assert failed.value.filename == str(tmp_path / "cache" / phrase_cache.CACHE_VECTORS)
+    assert not (tmp_path / "cache" / phrase_cache.CACHE_META).exists()
