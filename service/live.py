@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from spanseek.core.encoding import advance
-from spanseek.core.io import Document
+from spanseek.core.io import NO_SPACE, Document
 from spanseek.core.lexical import ANALYZER
 from spanseek.core.params import SearchFilter
 from spanseek.core.search import Searcher
@@ -192,7 +192,13 @@ class LiveWrites:
             merged = self.store.merge()  # None: nothing to merge
             if merged is not None:
                 self.metrics.merges.labels(outcome="ok").inc()
-        except Exception:  # the old base and the segment keep serving; the log still holds every write
+        except OSError as e:  # the old base and the segment keep serving; the log still holds every write
+            self.metrics.merges.labels(outcome="failed").inc()
+            if e.errno in NO_SPACE:  # refused for want of room, tried again after each write: one line, no traceback
+                log.error("merge failed; the segment keeps serving: %s", e)
+            else:
+                log.exception("merge failed; the segment keeps serving")
+        except Exception:
             self.metrics.merges.labels(outcome="failed").inc()
             log.exception("merge failed; the segment keeps serving")
         if merged is not None:

@@ -491,6 +491,40 @@ def test_a_failed_merge_keeps_serving_and_its_error_is_kept_across_restarts(writ
         assert found(client, "new-1")
 
 
+def test_a_merge_refused_for_want_of_room_logs_one_line_not_a_traceback(write_settings, monkeypatch, caplog):
+    """A merge the disk has no room for is tried again after each write: its refusal is one line naming the reason,
+    where each one logged a whole traceback; another failure keeps its traceback."""
+    import errno
+    import logging
+
+    from spanseek.indexer import live as live_store
+
+    reason = {"error": OSError(errno.ENOSPC, "No space left on device: a merge writes about 9 MB", "/data/bases")}
+
+    def fails(*args, **kwargs):
+        raise reason["error"]
+
+    def merged_once(client):
+        assert client.post("/admin/compact", headers=KEY).status_code == 202
+        deadline = time.monotonic() + 60
+        while not (records := [r for r in caplog.records if r.getMessage().startswith("merge failed")]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.2)  # (a second record, were there one, would be in by now)
+        records = [r for r in caplog.records if r.getMessage().startswith("merge failed")]
+        caplog.clear()
+        return records
+
+    monkeypatch.setattr(live_store, "build_merged", fails)
+    with serving(create_app(write_settings())) as client, caplog.at_level(logging.ERROR):
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        [record] = merged_once(client)
+        assert record.exc_info is None and "No space left on device: a merge writes about 9 MB" in record.getMessage()
+        reason["error"] = OSError(errno.EIO, "Input/output error", "/data/bases")
+        [record] = merged_once(client)
+        assert record.exc_info is not None
+
+
 def test_documents_are_listed_by_metadata_a_page_at_a_time_without_their_passages(write_settings, settings_for):
     """GET /documents: the live documents' ids, titles and metadata in id order, ``meta=KEY=VALUE`` selecting,
     ``after`` and ``next`` paging; GET /documents/{id}?meta_only=true: one of them without its paragraphs."""
