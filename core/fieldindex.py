@@ -15,8 +15,10 @@ selects, not a scan of every document:
 
 A list value contributes each of its elements; objects and nested lists are not indexed (no condition matches
 them). Document ids are looked up in a dict (the last document of an id: upsert appends the new version and
-deletes the old), title prefixes by bisection over the documents sorted by title. Each condition becomes a (D,)
-boolean mask over documents and the tree combines masks (``must`` and, ``should`` or, ``must_not`` and-not).
+deletes the old), title prefixes by bisection over the documents sorted by title. An ``any`` of many values costs
+one lookup per kind of value, not one per value: its numbers are sorted once and found by one ``searchsorted``,
+its strings by their codes. Each condition becomes a (D,) boolean mask over documents and the tree combines masks
+(``must`` and, ``should`` or, ``must_not`` and-not).
 
 A condition on a field no document has, or of a kind the field never holds (a range of numbers over strings, a
 date range over a field without dates, ``"2024"`` over numbers), raises FilterError naming the field (HTTP 400).
@@ -84,9 +86,10 @@ class Postings:
             hi = min(hi, self._at(lte, "right"))
         return self.docs[lo:max(lo, hi)]
 
-    def equal(self, value: float) -> np.ndarray:
-        """The documents of the values equal to ``value``."""
-        return self.docs[self._at(value, "left"):self._at(value, "right")]
+    def among(self, values: np.ndarray) -> np.ndarray:
+        """The documents of the values equal to one of ``values`` (sorted, distinct): a run of the sorted values
+        each, found for all at once."""
+        return self.docs[_runs(np.searchsorted(self.values, values, "left"), np.searchsorted(self.values, values, "right"))]
 
     def _at(self, value: float, side: Literal["left", "right"]) -> int:
         return int(np.searchsorted(self.values, value, side=side))
@@ -114,21 +117,31 @@ class Field:
                                  "null": self.null, "date": self.dates}
         return [k for k, v in have.items() if v is not None]
 
-    def equal(self, value: MetaValue) -> np.ndarray:
-        """The documents whose value (or one of whose list elements) equals ``value``."""
-        if isinstance(value, bool):
-            found = self.true if value else self.false
-            return found if found is not None else _NONE
-        if isinstance(value, int | float):
-            return self.numbers.equal(float(value)) if self.numbers is not None else _NONE
-        if isinstance(value, str):
-            if self.strings is None or self.string_starts is None or self.string_docs is None:
-                return _NONE
-            if self._code is None:
-                self._code = {s: i for i, s in enumerate(self.strings)}
-            i = self._code.get(value)
-            return _NONE if i is None else self.string_docs[self.string_starts[i]:self.string_starts[i + 1]]
-        return self.null if self.null is not None else _NONE
+    def any_of(self, values: tuple[MetaValue, ...]) -> np.ndarray:
+        """The documents whose value (or one of whose list elements) equals one of ``values`` (a document may come
+        more than once). Per kind of value, one lookup for all the values of that kind: the numbers' runs by
+        ``searchsorted``, the strings' by their codes; a Python step per value cost 195 ms for 60,000 numbers."""
+        found = []
+        for kind, some in _grouped(values).items():
+            if kind == "number" and self.numbers is not None:
+                found.append(self.numbers.among(np.unique(np.asarray(some, dtype=np.float64))))
+            elif kind == "string" and self.string_starts is not None and self.string_docs is not None:
+                code = self._codes()
+                codes = np.fromiter(map(code.get, some, repeat(-1)), dtype=np.int64, count=len(some))
+                codes = np.unique(codes[codes >= 0])
+                found.append(self.string_docs[_runs(self.string_starts[codes], self.string_starts[codes + 1])])
+            elif kind == "boolean":
+                found += [docs for flag, docs in ((True, self.true), (False, self.false))
+                          if docs is not None and flag in some]
+            elif kind == "null" and self.null is not None:
+                found.append(self.null)
+        return np.concatenate(found) if found else _NONE
+
+    def _codes(self) -> dict[str, int]:
+        """Each string's number in ``strings`` (made at the first condition on the field's strings)."""
+        if self._code is None:
+            self._code = {s: i for i, s in enumerate(self.strings or ())}
+        return self._code
 
 
 _NONE = np.zeros(0, dtype=np.int32)
@@ -241,7 +254,10 @@ class FieldIndex:
                 raise FilterError(f"filter field {leaf.key!r}: a range of {what}, but the field holds "
                                   f"{_listed(kinds)}", leaf.key)
             return f
-        for value in leaf.values if isinstance(leaf, AnyOf) else (leaf.value,):
+        values = leaf.values if isinstance(leaf, AnyOf) else (leaf.value,)
+        if set(_grouped(values)) <= set(kinds):
+            return f
+        for value in values:  # the first value of a kind the field does not hold names it
             kind = kind_of(value)
             if kind not in kinds:
                 raise FilterError(f"filter field {leaf.key!r}: {json.dumps(value)} is a {kind}, but the field holds "
@@ -261,9 +277,7 @@ class FieldIndex:
             postings = f.numbers if leaf.kind == "number" else f.dates
             assert postings is not None  # checked by _field
             return postings.between(leaf)
-        if isinstance(leaf, AnyOf):
-            return np.concatenate([f.equal(v) for v in leaf.values])
-        return f.equal(leaf.value)
+        return f.any_of(leaf.values if isinstance(leaf, AnyOf) else (leaf.value,))
 
     def _filter_mask(self, flt: SearchFilter) -> np.ndarray:
         masks = []
@@ -299,6 +313,31 @@ class FieldIndex:
         mask = np.zeros(self.documents, dtype=bool)
         mask[docs] = True
         return mask
+
+
+_KIND_OF_TYPE: dict[type, Kind] = {int: "number", float: "number", str: "string", bool: "boolean",
+                                   type(None): "null"}
+
+
+def _grouped(values: tuple[MetaValue, ...]) -> dict[Kind | None, list[MetaValue]]:
+    """``values`` by their kind (``kind_of``), in the order given; values of one type (the usual filter) in one
+    step, by their types rather than a check of each value."""
+    types = set(map(type, values))
+    kinds = {_KIND_OF_TYPE.get(t) for t in types}
+    if len(kinds) == 1 and None not in kinds:
+        return {kinds.pop(): list(values)}
+    grouped: dict[Kind | None, list[MetaValue]] = {}
+    for v in values:  # mixed kinds, or a subclass of a JSON type (judged as kind_of judges it)
+        grouped.setdefault(kind_of(v), []).append(v)
+    return grouped
+
+
+def _runs(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i]:ends[i]`` of every run, one after another: ``np.concatenate`` of the aranges
+    without a Python step per run."""
+    lengths = ends - starts
+    before = np.cumsum(lengths) - lengths  # where each run starts in the output
+    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - before, lengths)
 
 
 def _after(prefix: str) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import sys
 from types import SimpleNamespace
 
 import faiss
@@ -313,6 +314,85 @@ def test_a_boolean_field_that_holds_only_false_filters_on_either_value(tmp_path)
             assert fields.documents_of(flt).tolist() == [flt.matches(d["id"], d["title"], d["meta"]) for d in docs]
         with pytest.raises(FilterError, match="1 is a number, but the field holds boolean"):
             fields.check(SearchFilter.from_json({"meta": {"draft": 1}}))
+
+
+# --- any of many values -------------------------------------------------------------------------------------------
+
+# values of every kind a field indexes, with the cases equality must get right: 1 and 1.0 (equal), true and 1 (not),
+# -0.0 and 0, a date string (also a string), the empty string, a trailing NUL, an integer past int64
+POOL = [0, -0.0, 1, 1.0, 2.5, -7, 3 * 10**20, 1e300, True, False, None, "", "a", "a\x00", "é", "1", "2024-01-01",
+        *range(10, 60), *(f"s{i}" for i in range(40))]
+
+
+def any_docs(seed: int, n: int = 300) -> list[dict]:
+    """Documents whose fields hold scalars of every kind from ``POOL``, lists of them, objects, or nothing; the first
+    documents give each field every kind, so any value is a value the field may hold."""
+    rng = random.Random(seed)
+    kinds = [0, "x", True, False, None]
+    docs = []
+    for i in range(n):
+        meta = {}
+        for key in ("n", "s", "mix"):
+            r = rng.random()
+            meta[key] = (kinds[i] if i < len(kinds) else rng.sample(POOL, rng.randrange(0, 4)) if r < 0.3
+                         else {"nested": 1} if r < 0.35 else rng.choice(POOL))
+            if r > 0.9:
+                del meta[key]
+        docs.append({"id": f"d{i}", "title": "", "meta": meta})
+    return docs
+
+
+def random_any(rng: random.Random) -> dict:
+    """An ``any`` (sometimes negated, sometimes several under must / should) of up to 400 values, repeats and values
+    no document holds among them, of one kind or of mixed kinds."""
+    def leaf() -> dict:
+        pool = rng.choice([[v for v in POOL if type(v) in (int, float)], [v for v in POOL if type(v) is str], POOL])
+        values = [rng.choice(pool + [999, "nope"]) for _ in range(rng.randrange(1, 400))]
+        cond = {"key": rng.choice(["n", "s", "mix"]), "any": values}
+        return {"not": cond} if rng.random() < 0.2 else cond
+    return {rng.choice(["must", "should", "must_not"]): [leaf() for _ in range(rng.randrange(1, 4))]}
+
+
+@pytest.mark.parametrize("saved", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_any_of_many_values_selects_what_a_scan_selects(tmp_path, saved, seed):
+    docs = any_docs(seed)
+    fields = FieldIndex.build(docs)
+    if saved:
+        fields.save(tmp_path / "fields.npz")
+        fields = FieldIndex.load(tmp_path / "fields.npz", docs)
+    rng = random.Random(seed)
+    for _ in range(40):
+        obj = random_any(rng)
+        flt = SearchFilter.from_json(obj)
+        want = [flt.matches(d["id"], d["title"], d["meta"]) for d in docs]
+        assert fields.documents_of(flt).tolist() == want == [oracle(obj, d) for d in docs], obj
+
+
+def test_any_takes_no_python_step_per_value():
+    """An ``any`` cost a Python call per value (195 ms for 60,000 numbers): the number of Python calls evaluating it
+    makes in the field index is now the same for 5 values as for 5,000, of each kind."""
+    docs = any_docs(0)
+    fields = FieldIndex.build(docs)
+
+    def calls(values: list) -> int:
+        flt = SearchFilter(must=[AnyOf("mix", values)])
+        made = 0
+
+        def count(frame, event, arg):
+            nonlocal made
+            made += event == "call" and frame.f_code.co_filename.endswith("fieldindex.py")
+        sys.setprofile(count)
+        try:
+            fields.documents_of(flt)
+        finally:
+            sys.setprofile(None)
+        return made
+
+    for pool in ([float(i) for i in range(-2000, 3000)], [f"s{i}" for i in range(5000)], [True, False] * 2500):
+        calls(pool[:1])  # the first condition on the field's strings makes their codes
+        assert calls(pool[:5]) == calls(pool) > 0
+
 
 # --- selections --------------------------------------------------------------------------------------------------
 
