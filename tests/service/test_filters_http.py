@@ -7,12 +7,16 @@ Oracle: the searcher called with the same SearchFilter; malformed filters are 42
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 from pydantic import ValidationError
 
 from spanseek.core.filters import MAX_FILTER_DEPTH, Not
 from spanseek.core.params import SearchFilter, SearchParams
-from spanseek.service.schemas import MAX_FILTER_IDS, DeleteByFilterRequest
+from spanseek.service.app import create_app
+from spanseek.service.schemas import MAX_FILTER_IDS, DeleteByFilterRequest, FilterIn
 
 QUESTION = "Who built the castle in 1500?"
 FILTERS = [
@@ -145,3 +149,27 @@ def test_a_filter_at_the_limits_is_searched(client, flt):
     """The schema counts as the core filter does: a filter at its limits is answered, not refused by either."""
     r = client.post("/search", json={"query": "a", "filter": flt})
     assert r.status_code == 200, r.text
+
+
+async def test_a_filter_is_made_off_the_event_loop(settings_for, tiny_searcher, async_serve, until, monkeypatch):
+    """A request's filter is turned into the core filter on a worker thread: while one is converted (held here), the
+    event loop answers another client's search. Made on the loop, a filter of 1 MB held every client for its
+    conversion (and this conversion until its wait ran out). A filter the core refuses is still a 400 naming it."""
+    convert, entered, gate, released = FilterIn.to_filter, threading.Event(), threading.Event(), []
+
+    def held(self: FilterIn) -> SearchFilter:
+        entered.set()
+        released.append(gate.wait(10))  # on the loop's thread this would hold every request, this test's too
+        return convert(self)
+
+    monkeypatch.setattr(FilterIn, "to_filter", held)
+    async with async_serve(create_app(settings_for(), lambda s: tiny_searcher)) as client:
+        filtered = asyncio.create_task(client.post("/search", json={"query": QUESTION, "filter": {"doc_ids": ["d1"]}}))
+        await until(entered.is_set)
+        plain = await client.post("/search", json={"query": QUESTION})
+        gate.set()
+        assert plain.status_code == 200 and (await filtered).status_code == 200
+        assert released == [True]  # let go by this test, after the plain search was answered
+        bad = {"must": [{"key": "d", "range": {"gte": "someday"}}]}  # refused by the core filter, not the schema
+        r = await client.post("/search", json={"query": "a", "filter": bad})
+        assert r.status_code == 400 and "'d'" in r.json()["message"] and "not an ISO-8601" in r.json()["message"]
