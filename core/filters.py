@@ -11,7 +11,8 @@ A filter is a tree, in the manner of Qdrant's filter language. A ``SearchFilter`
 - ``Not(condition)``  ``{"not": {...}}``: the condition does not hold;
 - a nested ``SearchFilter`` (an object with the filter's own keys).
 
-Metadata values are JSON scalars compared as JSON: a number equals the same number (``2024 == 2024.0``), a boolean
+Metadata values are JSON scalars compared as JSON: a number equals the same number (``2024 == 2024.0``; numbers
+compare as float64, so integers beyond 2**53 that round to the same float are equal), a boolean
 only a boolean (``true`` is not ``1``), a missing key nothing (not even ``null``). A field holding a list matches
 when one of its elements does (``tags: ["a", "b"]`` matches ``{"key": "tags", "match": "a"}``). Dates compare as
 instants: a date is its midnight, a datetime without a zone is UTC. ``matches`` is the per-document definition;
@@ -85,7 +86,11 @@ def elements(value: Any) -> list[Any]:
 
 
 def same(a: Any, b: Any) -> bool:
-    """JSON equality of scalars: numbers compare by value, but a boolean equals only a boolean."""
+    """JSON equality of scalars: numbers compare by value as floats (``finite_float``: 2**53 + 1 equals 2**53, as
+    the field index compares them), but a boolean equals only a boolean."""
+    if kind_of(a) == "number" and kind_of(b) == "number":
+        x = finite_float(a)
+        return x is not None and x == finite_float(b)
     return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 

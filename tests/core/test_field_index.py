@@ -279,6 +279,29 @@ def test_an_older_store_s_integer_beyond_a_float_matches_no_condition():
     assert fields.documents_of(SearchFilter(must=[Range("n", gte=0)])).tolist() == [False, True, True, False, False]
 
 
+BEYOND = 2**53  # integers from here on are not all floats: 2**53 + 1 rounds to 2**53
+
+
+@pytest.mark.parametrize("value", [BEYOND, BEYOND + 1, BEYOND + 2, float(BEYOND), -(BEYOND + 1), 2**63 + 1, 2**63])
+def test_integers_beyond_2_53_select_alike_per_document_and_in_the_field_index(tmp_path, value):
+    """Numbers compare as float64 (``finite_float``): the field index did, while ``matches`` compared Python's exact
+    integers, so 2**53 + 1 selected 2**53 in a search and not per document."""
+    stored = [BEYOND, BEYOND + 1, BEYOND + 2, BEYOND + 3, [BEYOND + 1, 7], -BEYOND, -(BEYOND + 1), 2**63, 2**63 + 5,
+              float(BEYOND), 2**53 - 1]
+    docs = [{"id": f"d{i}", "title": "", "meta": {"n": n}} for i, n in enumerate(stored)]
+    built = FieldIndex.build(docs)
+    built.save(tmp_path / "doc_fields.npz")
+    as_float = np.float64(value)
+    for obj in [{"meta": {"n": value}}, {"must": [{"key": "n", "match": value}]},
+                {"must": [{"key": "n", "any": [value, 3]}]}, {"must_not": [{"key": "n", "match": value}]}]:
+        flt = SearchFilter.from_json(obj)
+        want = [any(np.float64(x) == as_float for x in _scalars(d["meta"]["n"])) != ("must_not" in obj) for d in docs]
+        assert any(want) and not all(want), obj
+        assert [flt.matches(d["id"], d["title"], d["meta"]) for d in docs] == want, obj
+        for fields in (built, FieldIndex.load(tmp_path / "doc_fields.npz", docs)):
+            assert fields.documents_of(flt).tolist() == want, obj
+
+
 @pytest.mark.parametrize(("obj", "field", "message"), [
     ({"meta": {"colour": "red"}}, "colour", "no document has it"),
     ({"must": [{"not": {"key": "colour", "any": ["red"]}}]}, "colour", "no document has it"),
