@@ -13,9 +13,15 @@
 - ``.csv`` / ``.tsv``: a header naming the columns (``question``, and ``answers`` or ``answer``, ``id``, ``title``,
   ``doc_id``; others are not read), or no header when the second field of the first row is a list of answers, as in
   DPR's ``*.qa.csv`` (question, answers). An answers cell is a JSON or Python list of strings, or one answer
-  written plainly. A ``.csv`` whose first line has a tab is read as tab-separated (DPR's are);
+  written plainly (``[citation needed]`` too: a cell in brackets is a list only when it parses as one, and one that
+  starts as a list of strings, ``["`` or ``['``, but does not parse is refused). A ``.csv`` whose first line has a
+  tab is read as tab-separated (DPR's are);
 - ``.txt``: one question a line (``spanseek search`` only: it has no answers);
 - any other name: sniffed (a JSON object, JSON Lines, a tab on the first line, a ``question`` column) or plain text.
+
+Sniffing reads the first line that is not blank whole (up to 1 MiB: a longer one is no line of questions).
+``jsonl_questions`` reads JSON Lines from elsewhere (``spanseek search`` reads stdin as them when its first line is
+a question object, ``is_question_line``).
 
 JSON Lines and CSV/TSV questions carry no passage: they serve open-domain evaluation and search, not reading
 comprehension or training, which read each question's passage. A question without an id takes ``line-N`` (its
@@ -28,6 +34,8 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +56,8 @@ OPEN_FORMATS: tuple[QuestionFormat, ...] = ("jsonl", "csv", "tsv")  # questions 
 FORMAT_NAMES = {"squad": "SQuAD-format JSON", "jsonl": "JSON Lines", "csv": "CSV", "tsv": "TSV", "text": "plain text"}
 _SUFFIXES: dict[str, QuestionFormat] = {".jsonl": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv", ".txt": "text"}
 COLUMNS = ("question", "answers", "answer", "id", "title", "doc_id")  # the CSV/TSV columns read
+FIRST_LINE_LIMIT = 1 << 20  # bytes of a first line read to sniff it: a line of questions is far shorter
+_LIST_START = re.compile(r"\[\s*(['\"\]]|$)")  # how a list of strings (or an empty list) starts
 
 
 @dataclass(frozen=True)
@@ -72,24 +82,20 @@ class QuestionFile:
 
 
 def question_format(path: str | Path) -> QuestionFormat:
-    """The format of a question file, from its suffix (``.gz`` stripped), sniffing the first lines of a ``.json``
+    """The format of a question file, from its suffix (``.gz`` stripped), sniffing the first line of a ``.json``
     (SQuAD, or JSON Lines when the first line is an object with a ``question``), a ``.csv`` (comma or tab) and a
     file of any other suffix."""
     path = Path(path)
     suffix = Path(path.name.removesuffix(".gz")).suffix.lower()
     if suffix in _SUFFIXES:
         return _SUFFIXES[suffix]
-    head = read_head(path, 8192)
-    first = next((line for line in head.splitlines() if line.strip()), "")
+    first = first_line(path)
     if suffix == ".csv":
         return "tsv" if "\t" in first else "csv"  # DPR's .qa.csv: question<TAB>answers, commas in both
     if first.lstrip().startswith("{"):
-        try:
-            obj = json.loads(first)
-        except (ValueError, RecursionError):  # a SQuAD file laid out on many lines
-            return "squad"
-        # a line of questions; any other object is meant as SQuAD, whose reader says what is wrong with it
-        return "jsonl" if isinstance(obj, dict) and "question" in obj else "squad"
+        # a line of questions; any other object (or a SQuAD file laid out on many lines) is meant as SQuAD, whose
+        # reader says what is wrong with it
+        return "jsonl" if is_question_line(first) else "squad"
     if suffix == ".json":
         return "squad"  # load_squad says what it is instead (a list, CSV, an empty file)
     if "\t" in first:
@@ -97,6 +103,42 @@ def question_format(path: str | Path) -> QuestionFormat:
     if "question" in (f.strip().lower() for f in first.split(",")):
         return "csv"
     return "text"
+
+
+def first_line(path: str | Path, limit: int = FIRST_LINE_LIMIT) -> str:
+    """The first line of a file that is not blank, whole up to ``limit`` bytes (a longer one is cut there: no line
+    of questions is that long, and a SQuAD file on one line is read by its own reader); "" for a file of blank lines.
+    Read in growing pieces, so a short first line costs one small read."""
+    size = 8192
+    while True:
+        head = read_head(path, size)
+        lines = head.split("\n")
+        at = next((i for i, line in enumerate(lines) if line.strip()), None)
+        ended = len(head.encode("utf-8")) < size - 8  # the file is shorter (its text less a BOM and a cut character)
+        if at is not None and (at < len(lines) - 1 or ended or size >= limit):
+            return lines[at].removesuffix("\r")
+        if at is None and ended:
+            return ""
+        if size >= limit:
+            return ""  # a limit's worth of blank lines
+        size = min(size * 8, limit)
+
+
+def is_question_line(line: str) -> bool:
+    """Whether a line is one of JSON Lines questions: a JSON object with a ``question`` key."""
+    if not line.lstrip().startswith("{"):
+        return False
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and "question" in obj
+
+
+def jsonl_questions(name: str | Path, lines: Iterable[tuple[int, str]]) -> QuestionFile:
+    """The questions of JSON Lines given as (line number, text), checked as a file's (``read_questions``); ``name``
+    is where they came from, for messages (``stdin``)."""
+    return _checked(Path(name), "jsonl", _jsonl_records(Path(name), lines))
 
 
 def read_questions(path: str | Path) -> QuestionFile:
@@ -109,11 +151,18 @@ def read_questions(path: str | Path) -> QuestionFile:
         questions = squad_questions(data)
         return QuestionFile(path, fmt, questions, [0] * len(questions), [True] * len(questions), data)
     if fmt == "text":
-        rows = [(n, _record(path, n, {"question": line.strip()})) for n, line in read_lines(path) if line.strip()]
+        rows: Iterable[tuple[int, _Record]] = (
+            (n, _record(path, n, {"question": line.strip()})) for n, line in read_lines(path) if line.strip())
     elif fmt == "jsonl":
-        rows = list(_jsonl_records(path))
+        rows = _jsonl_records(path, read_lines(path))
     else:
-        rows = list(_table_records(path, "\t" if fmt == "tsv" else ","))
+        rows = _table_records(path, "\t" if fmt == "tsv" else ",")
+    return _checked(path, fmt, rows)
+
+
+def _checked(path: Path, fmt: QuestionFormat, rows: Iterable[tuple[int, _Record]]) -> QuestionFile:
+    """The questions of an open-domain file's records, each with its id (``line-N`` where it has none); CorpusError
+    at an id used twice."""
     questions, lines, has_answers = [], [], []
     seen: dict[str, int] = {}
     for n, rec in rows:
@@ -182,8 +231,8 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _jsonl_records(path: Path):
-    for n, line in read_lines(path):
+def _jsonl_records(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, _Record]]:
+    for n, line in lines:
         if not line.strip():
             continue
         obj = loads_json(line, f"{path}:{n}")
@@ -194,7 +243,8 @@ def _jsonl_records(path: Path):
 
 
 def _answers_cell(path: Path, lineno: int, col: int, name: str, cell: str) -> list[str] | str:
-    """An answers cell: a JSON or Python list (DPR writes Python's), or one answer as it reads."""
+    """An answers cell: a JSON or Python list (DPR writes Python's), or one answer as it reads ("[citation needed]":
+    a cell in brackets that does not parse and does not start as a list of strings does, ``["`` or ``['``)."""
     text = cell.strip()
     if not text.startswith("["):
         return cell
@@ -204,6 +254,8 @@ def _answers_cell(path: Path, lineno: int, col: int, name: str, cell: str) -> li
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
+            if not _LIST_START.match(text):
+                return cell
             raise CorpusError(f"{path}:{lineno}: column {col + 1} ({name}): the answers must be a list of strings "
                               f"(got {_shown(cell)}, which is not a JSON or Python list)") from None
     return value

@@ -146,3 +146,51 @@ def test_bytes_that_are_not_utf8_are_named_with_their_line(tmp_path):
     path.write_bytes(b"question\tanswers\nok?\t['x']\nbad \xff?\t['x']\n")
     with pytest.raises(CorpusError, match=r"q\.tsv:3: not UTF-8"):
         read_questions(path)
+
+
+@pytest.mark.parametrize("name", ["q.json", "q.json.gz", "questions"])
+@pytest.mark.parametrize("pad", [9000, 70000, 600000])
+def test_json_lines_whose_first_line_is_longer_than_a_sniff_are_json_lines(tmp_path, name, pad):
+    """The format was sniffed from the first 8 KB: a longer first line was cut, did not parse, and the file was read
+    as SQuAD (an error about its ``data``); the first line is now read whole."""
+    rows = [("q1", "Who wrote it? " + "very " * (pad // 5), ["Alba"], "Article 0"), ("q2", "When?", ["1850"], "B")]
+    qf = _read(tmp_path, name, "\ufeff" + _jsonl(rows) if name == "q.json" else _jsonl(rows))
+    assert qf.format == "jsonl" and _fields(qf) == [(i, q.strip(), tuple(a), t) for i, q, a, t in rows]
+
+
+def test_a_first_line_past_the_sniff_limit_is_cut_and_a_squad_file_on_one_line_still_reads(tmp_path):
+    from spanseek.core.questions import first_line
+
+    path = tmp_path / "q.json"
+    path.write_text("\n\n" + "x" * 50000 + "\nnext\n", encoding="utf-8")
+    assert first_line(path) == "x" * 50000 and first_line(path, limit=20000) == "x" * (20000 - 2)
+    (tmp_path / "e.json").write_text("\n \n", encoding="utf-8")
+    assert first_line(tmp_path / "e.json") == ""
+    squad = make_squad(n_articles=40)
+    (tmp_path / "s.json").write_text(json.dumps(squad), encoding="utf-8")  # one line, longer than a sniff
+    assert len((tmp_path / "s.json").read_bytes()) > 8192
+    qf = read_questions(tmp_path / "s.json")
+    assert qf.format == "squad" and len(qf.questions) == sum(
+        len(p["qas"]) for a in squad["data"] for p in a["paragraphs"])
+
+
+@pytest.mark.parametrize(("cell", "answers"), [
+    ("[citation needed]", ("[citation needed]",)),  # brackets that are no list: one answer as written
+    ("[1] Alba", ("[1] Alba",)),
+    ("['Alba', \"O'Neil\"]", ("Alba", "O'Neil")),  # DPR's Python list
+    ('["Alba", "the elder"]', ("Alba", "the elder")),
+    ("[]", ()),
+])
+def test_an_answers_cell_in_brackets_is_a_list_only_when_it_reads_as_one(tmp_path, cell, answers):
+    for sep, name in ((",", "q.csv"), ("\t", "q.tsv")):
+        lines: list[str] = []
+        csv.writer(_Lines(lines), delimiter=sep, lineterminator="\n").writerows([["question", "answers"], ["a?", cell]])
+        assert _read(tmp_path, name, "".join(lines)).questions[0].answers == answers
+
+
+@pytest.mark.parametrize("cell", ['["Alba", "the elder"', "['Alba'", "[ 'Alba', 3 x]"])
+def test_a_broken_list_of_answers_is_still_refused(tmp_path, cell):
+    path = tmp_path / "q.tsv"
+    path.write_text(f"question\tanswers\na?\t{cell}\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"q\.tsv:2: column 2 \(answers\): .*which is not a JSON or Python list"):
+        read_questions(path)
