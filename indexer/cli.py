@@ -256,8 +256,10 @@ def _search(args: argparse.Namespace) -> int:
         ids, questions = _file_questions(args.questions_file)
         if not questions:
             raise ValueError(f"--questions {args.questions_file}: the file holds no questions")
+    elif args.questions:
+        questions = _argv_questions(args.questions)
     else:
-        questions = _argv_questions(args.questions) if args.questions else _stdin_questions()  # before loading
+        ids, questions = _stdin_questions()  # before loading
     if not questions:  # (a forgotten question, or an empty file): said now, not after loading the model for none
         raise ValueError("no questions to search: give them as arguments, one a line on stdin, or in --questions FILE")
     # A few questions on a CPU: fp32 (ONNX Runtime where installed), which is the faster for small passes anyway and
@@ -294,18 +296,22 @@ def _argv_questions(questions: list[str]) -> list[str]:
     return questions
 
 
-def _stdin_questions() -> list[str]:
-    """One question a line from stdin, decoded as UTF-8 (a leading byte order mark dropped), blank lines skipped.
+def _stdin_questions() -> tuple[list[str], list[str]]:
+    """The ids and texts of the questions on stdin, decoded as UTF-8 (a leading byte order mark dropped): JSON Lines
+    when the first line that is not blank is a JSON object with a ``question`` (``core.questions``; ids as
+    ``--questions`` gives them), else one question a line, blank lines skipped, with no ids.
 
     Read as bytes whatever the locale, so a line that is not UTF-8 is refused naming it instead of reaching the
     tokenizer; every line is read before any is answered.
     """
+    from spanseek.core.questions import is_question_line, jsonl_questions
+
     if sys.stdin is not None and sys.stdin.isatty():  # a terminal: the command would wait without a word
         print("reading questions from stdin, one a line; end them with Ctrl-D (they are answered then)",
               file=sys.stderr)
     stream = getattr(sys.stdin, "buffer", None)  # a text stream without one (tests): its lines as bytes again
     lines = stream if stream is not None else (line.encode("utf-8", "surrogateescape") for line in sys.stdin)
-    questions = []
+    text = []
     for n, raw in enumerate(lines, 1):
         if n == 1 and raw.startswith(codecs.BOM_UTF8):
             raw = raw[len(codecs.BOM_UTF8):]
@@ -315,8 +321,11 @@ def _stdin_questions() -> list[str]:
             raise ValueError(f"stdin line {n} is not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
                              "give questions as UTF-8") from None
         if line.strip():
-            questions.append(line.strip())
-    return questions
+            text.append((n, line))
+    if text and is_question_line(text[0][1]):  # a question that merely starts with "{" stays a question
+        qf = jsonl_questions("stdin", text)
+        return [q.id for q in qf.questions], [q.question for q in qf.questions]
+    return [], [line.strip() for _, line in text]
 
 
 def _eval(args: argparse.Namespace) -> int:

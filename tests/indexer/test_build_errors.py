@@ -239,6 +239,30 @@ def test_search_reads_stdin_as_utf8_and_names_a_bad_line(tiny_index, tiny_model_
     assert "question 2 ('caf\\udce9') is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_search_reads_json_lines_on_stdin_as_questions_with_their_ids(tiny_index, tiny_model_dir, monkeypatch,
+                                                                     capsys, tmp_path):
+    """JSON Lines piped in were searched as their raw text; now as `--questions FILE.jsonl` reads them."""
+    data = ('\ufeff\n{"id": "q1", "question": "Who built the bridge?", "answers": ["Alba"]}\n'
+            '{"question": "Where is the river?"}\n{"id": 7, "question": "When?"}\n')
+    rc, lines, err = _search_stdin(monkeypatch, capsys, tiny_index, tiny_model_dir, data.encode())
+    assert rc == 0, err
+    assert [(line["id"], line["query"]) for line in lines] == [
+        ("q1", "Who built the bridge?"), ("line-3", "Where is the river?"), ("7", "When?")]
+    (tmp_path / "q.jsonl").write_text(data, encoding="utf-8")
+    assert main(["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--device", "cpu",
+                 "--top-k", "1", "--questions", str(tmp_path / "q.jsonl")]) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == lines
+    # text that merely starts with "{" (or is a JSON object without a question) stays one question a line
+    rc, lines, err = _search_stdin(monkeypatch, capsys, tiny_index, tiny_model_dir,
+                                   b'{not json} who built it?\n{"query": "bridge"}\n')
+    assert rc == 0 and [(line.get("id"), line["query"]) for line in lines] == [
+        (None, "{not json} who built it?"), (None, '{"query": "bridge"}')]
+    rc, lines, err = _search_stdin(monkeypatch, capsys, tiny_index, tiny_model_dir,
+                                   b'{"question": "Who built the bridge?"}\nWhere is the river?\n')
+    assert rc == 2 and lines == []
+    assert err.startswith("spanseek search: error: stdin:2: invalid JSON")
+
+
 def test_a_filter_file_that_is_not_utf8_is_refused_naming_it_and_the_line(tmp_path, tiny_index, tiny_model_dir, capsys):
     """`--filter @FILE` gave a bare ``'utf-8' codec can't decode byte 0xe9 in position 17``."""
     bad = tmp_path / "filter.json"
