@@ -3,7 +3,9 @@
     spanseek train calibrate --index TRAIN_INDEX --questions TRAIN_QUESTIONS.json.gz --model MODEL_DIR
 
 TRAIN_INDEX is an index of training articles (never the held-out ones: ``core.io.Holdout``) and TRAIN_QUESTIONS
-their SQuAD-format questions. Every question is searched twice: over the whole index (its gold article present) and
+their questions, in any format ``core.questions`` reads that gives each question's answers and its document (SQuAD,
+or JSON Lines / CSV / TSV with ``answers`` and a ``title`` or ``doc_id``): the fit needs no passage, as it labels
+the hits it finds, not the question's own passage. Every question is searched twice: over the whole index (its gold article present) and
 over the index without its gold article (answer absent, the case a calibrator must learn to doubt). The second is
 ``without_documents``: the same token vectors, an exact faiss index of the rest and a BM25 index rebuilt over the
 rest's passages, so scores and BM25 statistics are those of an index built without the article. Each hit of the
@@ -45,7 +47,7 @@ from spanseek.core.confidence import (
     hit_features,
 )
 from spanseek.core.hits import Hit
-from spanseek.core.io import CorpusError, Question, atomic_path, load_squad, squad_questions
+from spanseek.core.io import CorpusError, Question, atomic_path
 from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.metrics import exact_match, passage_has_answer
 from spanseek.core.params import MODES, UNITS, SearchParams
@@ -94,12 +96,39 @@ def without_documents(index: PhraseIndex, drop: Iterable[int]) -> PhraseIndex:
 
 
 def is_correct(unit: str, hit: Hit, question: Question) -> bool:
-    """Whether a hit answers the question (``core.confidence.LABELS``)."""
+    """Whether a hit answers the question (``core.confidence.LABELS``); a document hit is right when it is the
+    question's document (``core.evaluate.is_gold_document``: by doc_id where the question has one, else by title)."""
+    from spanseek.core.evaluate import is_gold_document
+
     if unit == "phrase":
         return bool(exact_match(hit.text, question.answers))
     if unit == "passage":
         return passage_has_answer(hit.passage, question.answers)
-    return hit.title == question.title
+    return is_gold_document(hit, question)
+
+
+def gold_key(question: Question) -> tuple[str, str]:
+    """What names a question's document: its doc_id where it has one, else its title (``is_gold_document``)."""
+    return ("id", question.doc_id) if question.doc_id is not None else ("title", question.title)
+
+
+def read_calibration_questions(path: str | Path, limit: int | None = None) -> list[Question]:
+    """The questions of ``path`` (``core.questions.read_questions``: SQuAD, JSON Lines, CSV, TSV), a fixed sample of
+    ``limit``; CorpusError for a file that cannot label hits: plain text (no answers), or a question that names no
+    document (neither a title nor a doc_id: its document cannot be taken out of the index)."""
+    from spanseek.core.evaluate import sample_questions
+    from spanseek.core.questions import FORMAT_NAMES, read_questions
+
+    qf = read_questions(path)
+    if qf.format == "text":
+        raise CorpusError(f"{path}: {FORMAT_NAMES[qf.format]}, one question a line without answers; calibrating "
+                          "labels each hit by the question's answers and document: give SQuAD-format JSON, or JSON "
+                          "Lines / CSV / TSV with answers and a title or doc_id")
+    unnamed = next((n for n, q in zip(qf.lines, qf.questions, strict=True) if q.doc_id is None and not q.title), None)
+    if unnamed is not None:
+        raise CorpusError(f"{path}:{unnamed}: the question names no document (a title or doc_id); calibrating "
+                          "searches each question also without its document, so every question must name it")
+    return sample_questions(qf.questions, limit)
 
 
 @dataclass
@@ -118,12 +147,14 @@ def collect(
     progress: bool = True,
 ) -> dict[tuple[str, str, str], list[Ranked]]:
     """Search every question with its gold document present and absent; per (unit, mode, condition) its ranked
-    hits' features and labels. Questions whose gold title is not in the index are skipped (with a warning)."""
-    doc_of_title = {d["title"]: i for i, d in enumerate(index.docs)}
+    hits' features and labels. Questions whose document (``gold_key``) is not in the index are skipped (with a warning)."""
+    doc_of = {("title", d["title"]): i for i, d in enumerate(index.docs)}
+    if any(q.doc_id is not None for q in questions):
+        doc_of.update({("id", str(d["id"])): i for i, d in enumerate(index.docs)})
     by_doc: dict[int, list[int]] = {}
     for i, q in enumerate(questions):
-        if q.title in doc_of_title:
-            by_doc.setdefault(doc_of_title[q.title], []).append(i)
+        if gold_key(q) in doc_of:
+            by_doc.setdefault(doc_of[gold_key(q)], []).append(i)
     skipped = len(questions) - sum(map(len, by_doc.values()))
     if skipped:
         log.warning("%d questions have a gold document that is not in the index; skipped", skipped)
@@ -339,7 +370,6 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     refits on the examples an earlier run wrote (``examples``) instead of searching again (``questions_path`` and
     ``limit`` must then be the ones it searched, to know each question's article). Several ``c`` values: each
     unit/mode gets the one with the best held-out log loss across articles (``choose_c``, 5 grouped folds)."""
-    from spanseek.core.evaluate import sample_questions
     from spanseek.core.loading import open_searcher
     from spanseek.core.model import BUNDLED_MODELS, model_fingerprint, resolve_model
 
@@ -357,7 +387,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     if from_examples is not None and len(cs) > 1:
         if questions_path is None:
             raise ValueError("choosing C across articles needs --questions (the file the examples were searched for)")
-        questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
+        questions = read_calibration_questions(questions_path, limit)
     if from_examples is not None:
         runs = load_runs(from_examples)
         fitted_on: dict[str, Any] = {**load_meta(from_examples), "examples_file": Path(from_examples).name}
@@ -365,7 +395,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
         raise ValueError("calibrating needs an index and its questions (or examples written by an earlier run)")
     else:
         searcher = open_searcher(index_dir, model, calibrated=False)  # the file it replaces may be damaged
-        questions = sample_questions(squad_questions(load_squad(questions_path)), limit)
+        questions = read_calibration_questions(questions_path, limit)
         if not questions:
             raise CorpusError(f"{questions_path}: no questions to calibrate on")
         q_start, q_end = encode_questions(searcher, questions, cache=cache)
@@ -379,7 +409,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
             save_runs(runs, examples, fitted_on)
     chosen: float | dict[str, float] = cs[0]
     if len(cs) > 1:
-        cv = choose_c(runs, [q.title for q in questions], cs, features=features)
+        cv = choose_c(runs, [str(gold_key(q)) for q in questions], cs, features=features)
         chosen = {key: r["C"] for key, r in cv.items()}
         fitted_on["grouped_cv"] = {"folds": 5, "by": "article", "loss": "log loss", "by_unit_mode": cv}
     fitted_on.update({"absent": "each question also searched over the index without its gold document: the "
@@ -396,5 +426,5 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
 
 
 __all__ = ["CONDITIONS", "Ranked", "calibrate", "choose_c", "collect", "encode_questions", "fit_calibrator",
-           "fit_logistic", "grouped_folds", "hit_weights", "is_correct", "load_meta", "load_runs", "save_runs",
-           "without_documents"]
+           "fit_logistic", "gold_key", "grouped_folds", "hit_weights", "is_correct", "load_meta", "load_runs",
+           "read_calibration_questions", "save_runs", "without_documents"]

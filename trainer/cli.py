@@ -160,7 +160,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "calibrate", help="fit the hits' confidence (logistic on score features) on training questions, each also "
         "searched without its gold document; writes MODEL_DIR/calibration.json")
     p.add_argument("--index", default=None, help="an index of TRAINING articles (never the held-out ones)")
-    p.add_argument("--questions", default=None, help="SQuAD-format questions about the index's articles")
+    p.add_argument("--questions", default=None, help="questions about the index's articles: SQuAD-format JSON, or JSON "
+                   "Lines / CSV / TSV with answers and each question's title or doc_id")
     p.add_argument("--model", default="default", help="the model that built --index (its calibrator is written; "
                    "default: %(default)s)")
     p.add_argument("--out", default=None, help="calibration file (default: MODEL_DIR/calibration.json)")

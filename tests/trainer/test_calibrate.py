@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pytest
@@ -317,3 +318,62 @@ def test_a_version_1_calibration_file_still_loads_and_ignores_the_prior(tmp_path
     args = ("phrase", "dense", [3.0, 2.0], [3.0, 2.0], [None, None], ["a", "b"])
     assert loaded.confidences(*args, unanswerable_prior=0.0) == loaded.confidences(*args, unanswerable_prior=0.9)
     assert fitted.confidences(*args, unanswerable_prior=0.9) < fitted.confidences(*args)
+
+
+def _open_domain(squad_index, tmp_path, by: str) -> tuple[list, object]:
+    """The SQuAD file's questions as JSON Lines naming their document by title or by the corpus id."""
+    from spanseek.core.io import load_squad, squad_questions
+
+    questions = squad_questions(load_squad(squad_index / "q.json.gz"))
+    ids = {json.loads(line)["title"]: json.loads(line)["id"]
+           for line in (squad_index / "corpus.jsonl").read_text().splitlines()}
+    path = tmp_path / f"q-{by}.jsonl"
+    path.write_text("".join(json.dumps({"id": q.id, "question": q.question, "answers": list(q.answers),
+                                        **({"title": q.title} if by == "title" else {"doc_id": ids[q.title]})}) + "\n"
+                            for q in questions), encoding="utf-8")
+    return questions, path
+
+
+@pytest.mark.parametrize("by", ["title", "doc_id"])
+def test_calibrate_reads_open_domain_questions_as_the_same_squad_ones(squad_index, tiny_searcher, tmp_path, by):
+    """Calibrating needs a question's answers and document, not its passage: JSON Lines with answers and a title or
+    doc_id give the examples the SQuAD file does (they were refused as not SQuAD)."""
+    from spanseek.trainer.calibrate import read_calibration_questions
+
+    questions, path = _open_domain(squad_index, tmp_path, by)
+    got = read_calibration_questions(path, limit=12)
+    want = read_calibration_questions(squad_index / "q.json.gz", limit=12)
+    assert [(q.id, q.question, q.answers) for q in got] == [(q.id, q.question, q.answers) for q in want]
+    index = PhraseIndex(squad_index / "index")
+    qs, qe = encode_questions(tiny_searcher, want)
+    runs = {name: collect(index, qq, qs, qe, units=["passage", "doc"], modes=["dense"], progress=False)
+            for name, qq in (("squad", want), ("open", got))}
+    assert runs["open"].keys() == runs["squad"].keys()
+    for key, ranked in runs["squad"].items():
+        assert [r.question for r in runs["open"][key]] == [r.question for r in ranked] and ranked
+        for a, b in zip(runs["open"][key], ranked, strict=True):
+            assert np.array_equal(a.labels, b.labels) and np.array_equal(a.features, b.features), key
+    assert all(r.labels.sum() == 1 for r in runs["open"][("doc", "dense", "present")])
+
+
+def test_calibrate_command_takes_json_lines_and_refuses_what_cannot_label_hits(squad_index, tiny_model_dir,
+                                                                              tmp_path, capsys):
+    import shutil
+
+    from spanseek.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    _, path = _open_domain(squad_index, tmp_path, "doc_id")
+    argv = ["train", "calibrate", "--index", str(squad_index / "index"), "--model", str(model), "--units", "doc",
+            "--modes", "dense", "--questions"]
+    assert main([*argv, str(path)]) == 0
+    assert "doc/dense" in Calibrator.load(model / CALIBRATION_NAME).models
+    capsys.readouterr()
+    (tmp_path / "no-doc.jsonl").write_text('{"question": "Who?", "answers": ["x"], "title": "A"}\n'
+                                           '{"question": "When?", "answers": ["y"]}\n', encoding="utf-8")
+    (tmp_path / "q.txt").write_text("Who built the tower?\n", encoding="utf-8")
+    for name, said in (("no-doc.jsonl", r"no-doc\.jsonl:2: the question names no document \(a title or doc_id\)"),
+                       ("q.txt", r"q\.txt: plain text, one question a line without answers")):
+        assert main([*argv, str(tmp_path / name)]) == 2
+        assert re.search(said, capsys.readouterr().err)
