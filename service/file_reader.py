@@ -153,18 +153,28 @@ class FileReader:
     async def read(self, data: bytes, name: str, opts: IngestOptions) -> ReadFile:
         """The upload ``data`` read as ``name`` in the worker; IngestError as ``read_upload``, ReaderStopped when the
         worker ended on it (a new worker reads the next file). The readers' warnings are logged here."""
-        pool = self._pool
+        loop, pool = asyncio.get_running_loop(), self._pool
         try:
-            read: ReadFile = await asyncio.get_running_loop().run_in_executor(pool, _read_in_worker, data, name, opts)
+            reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts)
+        except BrokenProcessPool:  # the worker ended before this file was handed to it (killed while idle): not this
+            pool = self._restart(pool)  # file's doing, which a new worker reads
+            reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts)
+        try:
+            read: ReadFile = await reading
         except BrokenProcessPool:
-            if self._pool is pool:
-                self._pool = self._start()
-                pool.shutdown(wait=False)
+            self._restart(pool)
             raise ReaderStopped(f"{name}: its reader stopped while reading it (a damaged file, or one too large to "
                                 "read)") from None
         for warning in read.warnings:
             log.warning("%s", warning)
         return read
+
+    def _restart(self, broken: ProcessPoolExecutor) -> ProcessPoolExecutor:
+        """The pool that replaces ``broken`` (made once, whichever read found it broken first)."""
+        if self._pool is broken:
+            self._pool = self._start()
+            broken.shutdown(wait=False)
+        return self._pool
 
     @contextmanager
     def slot(self) -> Iterator[None]:
@@ -181,6 +191,10 @@ class FileReader:
             self.seconds = time.monotonic() - t0
 
     def close(self) -> None:
+        """Stop the worker, abandoning a file it is reading: shutting down waited for that read to end (a large PDF's
+        minutes, or never for a reader stuck on a file), and the service's stop with it."""
+        for process in list((self._pool._processes or {}).values()):
+            process.terminate()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
