@@ -244,7 +244,8 @@ class Settings(BaseSettings):
                                                             "batches")
 
     # A file written with PUT/POST /files/{name} is taken whole in memory and read (PDF, Word, HTML, Markdown,
-    # text) in a thread of its own, one file at a time; larger files cost memory and that thread's time.
+    # text) in a process of its own (service.file_reader), one file at a time; larger files cost memory and that
+    # process's time.
     max_file_bytes: int = Field(32 << 20, ge=1024, description="largest file body of PUT/POST /files/{name} (413 "
                                                                "above)")
     # A file's tokens are what encoding it costs (a write of 215k tokens took 107 s on 2 CPU cores, its chunks taking
