@@ -16,6 +16,7 @@ import asyncio
 import logging
 import multiprocessing
 import os
+import signal
 import tempfile
 import threading
 import time
@@ -34,6 +35,9 @@ from spanseek.indexer.documents import IngestError
 from spanseek.indexer.ingest import IngestOptions, read_document
 
 log = logging.getLogger("spanseek.service")
+# past twice file_read_timeout_s and this, a read the worker's own alarm did not end (a reader stuck inside a C call)
+# is ended by killing the worker
+KILL_GRACE_S = 30.0
 
 
 class _Renamed(logging.Filter):
@@ -125,10 +129,27 @@ def _tokenizer(config: EncoderConfig) -> Any:
     return load_tokenizer(config)
 
 
-def _read_in_worker(data: bytes, name: str, opts: IngestOptions) -> ReadFile:
+def _read_in_worker(data: bytes, name: str, opts: IngestOptions, timeout_s: float) -> ReadFile:
+    """Read one upload in the worker, giving up (IngestError) after ``timeout_s``: the alarm interrupts a reader
+    between Python steps; one stuck inside a C call is killed by the service instead (``FileReader.read``)."""
     assert _count is not None, "the reader process starts with _start_worker"
-    doc, warnings = read_upload(data, name, opts, _count)
-    return ReadFile(doc, warnings, 0 if isinstance(doc, str) else document_tokens(doc, _count))
+
+    def expired(signum: int, frame: Any) -> None:
+        raise ReadTimedOut(f"{name}: not read within {timeout_s:g} s (file_read_timeout_s); a damaged or hostile "
+                           "file, or one too large to read here: split it, or raise the limit")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        doc, warnings = read_upload(data, name, opts, _count)
+        return ReadFile(doc, warnings, 0 if isinstance(doc, str) else document_tokens(doc, _count))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class ReadTimedOut(IngestError):
+    """An upload took longer than ``file_read_timeout_s`` to read."""
 
 
 class ReaderStopped(RuntimeError):
@@ -138,11 +159,12 @@ class ReaderStopped(RuntimeError):
 class FileReader:
     """Reads uploads in one worker process (module docstring); ``slot()`` bounds the uploads in progress."""
 
-    def __init__(self, config: EncoderConfig, nice: int, uploads: int):
-        self.config, self.nice, self.uploads = config, nice, uploads
+    def __init__(self, config: EncoderConfig, nice: int, uploads: int, timeout_s: float = 300.0):
+        self.config, self.nice, self.uploads, self.timeout_s = config, nice, uploads, timeout_s
         self.in_progress = 0
-        self.seconds = 0.0  # the last upload's time from its slot to its answer: how soon a slot frees, roughly
+        self.seconds = 0.0  # uploads' time from their slot to their answer (a moving average): how soon a slot frees
         self._pool = self._start()
+        self._one = asyncio.Lock()
 
     def _start(self) -> ProcessPoolExecutor:
         # spawn, not fork: the server's threads (the encoder's OpenMP pool, the event loop) hold locks a forked
@@ -153,18 +175,27 @@ class FileReader:
     async def read(self, data: bytes, name: str, opts: IngestOptions) -> ReadFile:
         """The upload ``data`` read as ``name`` in the worker; IngestError as ``read_upload``, ReaderStopped when the
         worker ended on it (a new worker reads the next file). The readers' warnings are logged here."""
-        loop, pool = asyncio.get_running_loop(), self._pool
-        try:
-            reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts)
-        except BrokenProcessPool:  # the worker ended before this file was handed to it (killed while idle): not this
-            pool = self._restart(pool)  # file's doing, which a new worker reads
-            reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts)
-        try:
-            read: ReadFile = await reading
-        except BrokenProcessPool:
-            self._restart(pool)
-            raise ReaderStopped(f"{name}: its reader stopped while reading it (a damaged file, or one too large to "
-                                "read)") from None
+        loop = asyncio.get_running_loop()
+        deadline = 2 * self.timeout_s + KILL_GRACE_S
+        async with self._one:  # one file at a time in the worker: a deadline counts that file's reading only
+            pool = self._pool
+            try:
+                reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts, self.timeout_s)
+            except BrokenProcessPool:  # the worker ended before this file was handed to it (killed while idle): not
+                pool = self._restart(pool)  # this file's doing, which a new worker reads
+                reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts, self.timeout_s)
+            try:  # the worker's own alarm ends a slow read; this deadline, later, one stuck where no alarm reaches
+                read: ReadFile = await asyncio.wait_for(reading, deadline)
+            except BrokenProcessPool:
+                self._restart(pool)
+                raise ReaderStopped(f"{name}: its reader stopped while reading it (a damaged file, or one too large "
+                                    "to read)") from None
+            except TimeoutError:
+                for process in list((pool._processes or {}).values()):
+                    process.kill()
+                self._restart(pool)
+                raise ReaderStopped(f"{name}: its reader was stopped after {deadline:g} s without an answer "
+                                    "(file_read_timeout_s); a damaged or hostile file") from None
         for warning in read.warnings:
             log.warning("%s", warning)
         return read
@@ -181,14 +212,15 @@ class FileReader:
         """One upload's place among the ``uploads`` in progress; ``UploadsBusy`` (its ``retry_after`` in seconds)
         when they are all taken."""
         if self.in_progress >= self.uploads:
-            raise UploadsBusy(self.uploads, max(1.0, self.seconds))
+            raise UploadsBusy(self.uploads, min(max(1.0, self.seconds), self.timeout_s))
         self.in_progress += 1
         t0 = time.monotonic()
         try:
             yield
         finally:
             self.in_progress -= 1
-            self.seconds = time.monotonic() - t0
+            took = time.monotonic() - t0
+            self.seconds = took if self.seconds == 0 else 0.7 * self.seconds + 0.3 * took
 
     def close(self) -> None:
         """Stop the worker, abandoning a file it is reading: shutting down waited for that read to end (a large PDF's

@@ -261,6 +261,10 @@ class Settings(BaseSettings):
     # Retry-After, so a burst queues at its clients instead of in the server's memory.
     max_file_uploads: int = Field(4, ge=1, description="most PUT/POST /files/{name} in progress at once (429 "
                                                        "above)")
+    # A file the reader takes longer than this over (a reader stuck on a hostile or damaged file) is refused (422)
+    # and its reader replaced: a hung reader held its upload slot for good, and with every slot held, all uploads.
+    file_read_timeout_s: float = Field(300.0, gt=0, description="seconds an uploaded file may take to read (422 "
+                                                                "above; the reader process is replaced)")
 
     # Warm-up runs every unit once before /ready says yes, so the first user request does not pay for lazy
     # initialisation (allocator, faiss, tokenizer caches). Off only for tests with fake backends.

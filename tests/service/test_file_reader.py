@@ -5,17 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
+
+import pytest
 
 from spanseek.indexer.ingest import IngestOptions
 from spanseek.service import file_reader
 from spanseek.service.file_reader import FileReader
 
 
-def _stuck(data: bytes, name: str, opts: IngestOptions) -> file_reader.ReadFile:
+def _stuck(data: bytes, name: str, opts: IngestOptions, timeout_s: float) -> file_reader.ReadFile:
     """A reader stuck on its file (run in the worker, which imports it from this module)."""
     time.sleep(60)
     raise AssertionError("not stopped")
+
+
+def _stuck_on_one(data: bytes, name: str, opts: IngestOptions, timeout_s: float) -> file_reader.ReadFile:
+    """Stuck where no alarm reaches on the file ``stuck.txt``; the worker's own reading for any other."""
+    if name == "stuck.txt":
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # as a reader inside a C call: no alarm
+        time.sleep(60)
+    # the worker's own module: not the test's replacement
+    from spanseek.service.file_reader import _read_in_worker
+
+    return _read_in_worker(data, name, opts, timeout_s)
 
 
 def _wait_for(condition, seconds: float = 30.0) -> None:
@@ -72,3 +86,44 @@ def _zombie(pid: int) -> bool:
             return f.read().split(") ")[1].startswith("Z")
     except OSError:
         return True
+
+
+def test_a_read_past_its_time_ends_with_an_error_naming_the_file_and_the_setting(monkeypatch):
+    """A reader slow in Python (a hostile PDF's layout analysis) held its upload slot, and the worker, for as long
+    as it took: the worker's alarm ends it at file_read_timeout_s."""
+    def endless(data, name, opts, count):
+        while True:
+            pass
+
+    monkeypatch.setattr(file_reader, "read_upload", endless)
+    monkeypatch.setattr(file_reader, "_count", lambda words: [1] * len(words))
+    t0 = time.monotonic()
+    with pytest.raises(file_reader.IngestError, match=r"big\.pdf: not read within 0\.3 s \(file_read_timeout_s\)"):
+        file_reader._read_in_worker(b"%PDF", "big.pdf", IngestOptions(), 0.3)
+    assert time.monotonic() - t0 < 5
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the alarm put away
+
+
+def test_a_reader_stuck_past_the_alarm_is_killed_and_the_file_behind_it_is_read(tiny_config, monkeypatch):
+    """A reader stuck where the alarm does not reach held every upload behind it for good (with every slot held,
+    each upload was a 429 for ever): its worker is killed, it is refused, and the file queued behind it is read by
+    the new worker, not refused as a stopped reader's."""
+    monkeypatch.setattr(file_reader, "_read_in_worker", _stuck_on_one)
+    monkeypatch.setattr(file_reader, "KILL_GRACE_S", 20.0)  # (the new worker starts within it: torch imported)
+    reader = FileReader(tiny_config, 0, 2, timeout_s=0.5)
+
+    async def both():
+        stuck = asyncio.ensure_future(reader.read(b"stuck", "stuck.txt", IngestOptions()))
+        await asyncio.sleep(0.2)
+        fine = asyncio.ensure_future(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
+        return await asyncio.gather(stuck, fine, return_exceptions=True)
+
+    try:
+        t0 = time.monotonic()
+        stuck, fine = asyncio.run(both())
+        assert time.monotonic() - t0 < 90
+        assert isinstance(stuck, file_reader.ReaderStopped) and "stuck.txt" in str(stuck), stuck
+        assert "file_read_timeout_s" in str(stuck)
+        assert not isinstance(fine, BaseException) and fine.tokens > 0, fine
+    finally:
+        reader.close()
