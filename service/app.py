@@ -158,12 +158,12 @@ class ServiceState:
         self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,
                                     search_executor=self.search_executor, overlap=overlap,
                                     max_queue_wait_ms=s.max_queue_wait_ms, burst_questions=s.max_queries_per_request,
-                                    fair_wait_ms=s.fair_wait_ms)
+                                    fair_wait_ms=s.fair_wait_ms, write_wait_ms=s.write_wait_ms)
         for size, seconds in warm_batches:  # admission knows the batch rate before the first request
             self.batcher.observe_batch(size, seconds)
         self.overlap = overlap if self.search_executor is not None else "off"
         if self.live is not None:
-            self.live.attach(self._serve_live)
+            self.live.attach(self._serve_live, self.batcher.run_write_step)
             self.live.maybe_merge()  # a log replayed past merge_tokens (a merge that a restart cut short)
         self.batcher.start()
         self.status, self.detail = "ready", None

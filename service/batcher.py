@@ -32,6 +32,11 @@ batches queued ahead of it, at the batch rate measured on recent batches), or wh
 of up to ``burst_questions`` (one request's most questions) is taken whole while it all runs within the budget plus
 its own expected time.
 
+Writes (service.live) share the encoder's thread: each step of a write (``run_write_step``) runs when no search is
+queued, being run or about to come back (a client answered within ``fair_wait``), or, under continuous search load,
+once it has waited ``write_wait_ms``: between two batches, one step at a time, so searches go first and writes still
+progress.
+
 Isolation: requests are validated before they are queued (service/schemas.py); if a batch step still raises, its
 requests are retried in halves (bisection, in the same worker thread) until the failing ones are alone, so one bad
 request fails by itself and the others of its batch are answered.
@@ -272,6 +277,7 @@ class MicroBatcher:
         max_queue_wait_ms: float = 0.0,
         burst_questions: int = 0,
         fair_wait_ms: float = 0.0,
+        write_wait_ms: float = 0.0,
     ):
         self.searcher = searcher
         self.executor = executor
@@ -299,6 +305,9 @@ class MicroBatcher:
         self._admitted_since_idle = 0.0  # cost admitted since the pipeline was last idle (nothing queued or run)
         self.fair_wait = fair_wait_ms / 1000.0
         self._answered: dict[str, float] = {}  # client -> when its last request was answered (monotonic)
+        self.write_wait = write_wait_ms / 1000.0
+        self._write_turn = asyncio.Lock()  # write steps take turns (FIFO), one in the encoder's thread at a time
+        self._gap_changed = asyncio.Event()  # set when the batches in flight have finished (a gap may open)
 
     def swap(self, searcher: Searcher) -> None:
         """Run the batches taken from now on with ``searcher`` (a hot reload); batches already taken finish on
@@ -404,6 +413,31 @@ class MicroBatcher:
         per_question = cost / max(1, len(questions))
         size = max(1, int(self.max_batch_size / 2 / per_question)) if per_question > 0 else len(questions)
         return [questions[i: i + size] for i in range(0, len(questions), size)] or [questions]
+
+    async def run_write_step(self, fn: Callable[..., T], *args: object) -> T:
+        """Run ``fn(*args)``, one step of a write (service.live: a forward pass of at most ``write_chunk_tokens``
+        tokens), in the encoder's thread in a gap between searches: when no search is queued, none is being encoded
+        or searched, and no client answered within ``fair_wait`` is about to ask again (``_search_gap``).
+
+        Under continuous search load there is no gap: a step waits at most ``write_wait_ms``, then runs between
+        two batches (the next batch waits for that one step), so writes go on at one step per ``write_wait_ms`` and
+        are never starved. Steps of concurrent writes take turns, in the order they asked, one at a time.
+        """
+        async with self._write_turn:
+            overdue = time.monotonic() + self.write_wait
+            while not self._closed and not self._search_gap():
+                remaining = overdue - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._gap_changed.clear()
+                # a client just answered stops being expected after fair_wait: look again then
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._gap_changed.wait(), min(remaining, self.fair_wait or remaining))
+            return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def _search_gap(self) -> bool:
+        """Whether the encoder's thread may take a write step now without holding up a search."""
+        return not self._inflight and not self._live_cost() and not self._returning_clients(time.monotonic())
 
     def _set_depth(self, depth: int) -> None:
         self._depth = depth
@@ -628,8 +662,10 @@ class MicroBatcher:
             item.searcher = None
         done = {id(p) for p in batch}
         self._inflight = [p for p in self._inflight if id(p) not in done]
-        if not self._inflight and not self._live_cost():
-            self._admitted_since_idle = 0.0
+        if not self._inflight:
+            self._gap_changed.set()
+            if not self._live_cost():
+                self._admitted_since_idle = 0.0
 
     def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: StageTimes, started: float) -> None:
         self._forget(batch)

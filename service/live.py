@@ -3,7 +3,9 @@
     SPANSEEK_WRITES=1 SPANSEEK_API_KEY=... spanseek serve --index INDEX_DIR
 
 A write is encoded in the encoder's thread (the micro-batcher's pool), a chunk of ``write_chunk_tokens`` tokens per
-step, so search batches run between the steps rather than wait for a whole document; then, in the write thread, it
+step, so search batches run between the steps rather than wait for a whole document; the batcher runs each step
+when no search needs that thread, or once it has waited ``write_wait_ms`` (``MicroBatcher.run_write_step``), so
+searches go first and writes are never starved. Then, in the write thread, it
 is logged (fsynced), applied and published: a new ``Searcher`` over the new snapshot is handed to the batcher, and
 the next batch searches it. The answer comes after that, so an acknowledged write is durable and searchable. A
 merge runs in its own thread when one is due (the segment, the log or the base's deleted documents past their
@@ -18,10 +20,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from spanseek.core.encoding import advance
 from spanseek.core.io import NO_SPACE, Document
@@ -35,6 +37,7 @@ from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.settings import Settings
 
 log = logging.getLogger("spanseek.service")
+T = TypeVar("T")
 
 
 def lower_thread_priority(increment: int) -> None:
@@ -88,6 +91,7 @@ class LiveWrites:
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-write")
         self.current: Searcher = base
         self._serve: Any = None  # the service's hand-over to the batcher, once it has one (attach)
+        self._run_step: Callable[..., Awaitable[Any]] | None = None  # the batcher's run_write_step (attach)
         self._serving = threading.Lock()
         self.encoder = DocumentEncoder(base.encoder.model, base.index.manifest.filter_threshold,
                                        chunk_tokens=settings.write_chunk_tokens,
@@ -102,11 +106,19 @@ class LiveWrites:
         self.on_merged: Callable[[Searcher], None] | None = None  # the service's: describe the new base
         self.gauges()
 
-    def attach(self, serve: Any) -> None:
-        """From now on hand every new searcher to ``serve`` (the batcher's swap), starting with the current one."""
+    def attach(self, serve: Any, run_step: Callable[..., Awaitable[Any]] | None = None) -> None:
+        """From now on hand every new searcher to ``serve`` (the batcher's swap), starting with the current one, and
+        run each step of a write's encoding with ``run_step`` (the batcher's ``run_write_step``: in a gap between
+        searches) rather than straight in the encoder's thread."""
         with self._serving:
             self._serve = serve
+            self._run_step = run_step
             serve(self.current)
+
+    async def _encoder_step(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._run_step is not None:
+            return await self._run_step(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.encoder_pool, fn, *args)
 
     def _publish(self, snapshot: LiveIndex) -> None:
         searcher = searcher_over(self.base, snapshot)
@@ -135,9 +147,9 @@ class LiveWrites:
         encoded = []
         for doc in docs:
             parts = []
-            for chunk in await loop.run_in_executor(self.encoder_pool, self.encoder.chunks, doc):
+            for chunk in await self._encoder_step(self.encoder.chunks, doc):
                 steps = self.encoder.chunk_steps(chunk)  # a forward pass per turn of the encoder's thread
-                while not (done := await loop.run_in_executor(self.encoder_pool, advance, steps))[0]:
+                while not (done := await self._encoder_step(advance, steps))[0]:
                     pass
                 parts.append(done[1])
             encoded.append(self.encoder.assemble(doc, parts))

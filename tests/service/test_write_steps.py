@@ -1,0 +1,132 @@
+"""Write steps and search batches sharing the encoder's thread (MicroBatcher.run_write_step, service.live): searches
+first, a write step in the gaps, and under continuous search load one step per ``write_wait_ms``, never starved.
+
+    .venv/bin/python -m pytest -q tests/service/test_write_steps.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from fastapi.testclient import TestClient
+
+from spanseek.core.params import SearchParams
+from spanseek.service.app import create_app
+from spanseek.service.batcher import MicroBatcher
+from tests.service.conftest import serving
+from tests.service.test_batching import _GatedSearch
+
+PARAMS = SearchParams("phrase", 2)
+
+
+def _batcher(searcher, write_wait_ms: float, fair_wait_ms: float = 0.0):
+    pools = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    batcher = MicroBatcher(searcher, pools[0], max_batch_size=4, max_wait_ms=0, max_queue=64, search_executor=pools[1],
+                           overlap="full", fair_wait_ms=fair_wait_ms, write_wait_ms=write_wait_ms)
+    batcher.start()
+    return batcher, pools
+
+
+async def _close(batcher: MicroBatcher, pools) -> None:
+    await batcher.stop()
+    for pool in pools:
+        pool.shutdown(wait=True)
+
+
+async def test_a_write_step_waits_for_the_searches_in_flight_and_queued_but_only_up_to_write_wait(
+        until, counting_factory):
+    factory, _ = counting_factory()
+    searcher = _GatedSearch(factory(None))
+    batcher, pools = _batcher(searcher, write_wait_ms=600)
+    ran: list[float] = []
+    searching = asyncio.create_task(batcher.submit(["in the search step"], PARAMS))
+    await until(searcher.entered.is_set)
+    queued = asyncio.create_task(batcher.submit(["queued behind it"], PARAMS))
+    t0 = time.monotonic()
+    step = asyncio.create_task(batcher.run_write_step(lambda: ran.append(time.monotonic()) or "encoded"))
+    await asyncio.sleep(0.3)
+    assert not ran  # a search is being run and another waits: the write step gives way
+    assert await asyncio.wait_for(step, 10) == "encoded"  # ... for write_wait at most: the search is still held
+    assert 0.6 <= ran[0] - t0 < 3.0 and searcher.searched == [1] and not searching.done()
+    searcher.gate.set()
+    assert [len(o.hits) for o in await asyncio.wait_for(asyncio.gather(searching, queued), 30)] == [1, 1]
+    await _close(batcher, pools)
+
+
+async def test_a_write_step_runs_at_once_when_no_search_needs_the_encoder(counting_factory):
+    factory, _ = counting_factory()
+    searcher = _GatedSearch(factory(None))
+    searcher.gate.set()
+    batcher, pools = _batcher(searcher, write_wait_ms=5000, fair_wait_ms=50)
+    t0 = time.monotonic()
+    assert await asyncio.wait_for(batcher.run_write_step(lambda x: x + 1, 41), 10) == 42
+    assert time.monotonic() - t0 < 2.0  # idle: no wait for write_wait
+    await batcher.submit(["one search"], PARAMS)
+    t0 = time.monotonic()  # its client was just answered: the step waits fair_wait for it to ask again, no more
+    await asyncio.wait_for(batcher.run_write_step(lambda: None), 10)
+    assert 0.04 <= time.monotonic() - t0 < 2.0
+    await _close(batcher, pools)
+
+
+async def test_writes_complete_under_continuous_search_load_one_step_per_write_wait(counting_factory):
+    factory, encoder = counting_factory()
+    searcher = _GatedSearch(factory(None))
+    searcher.gate.set()
+    batcher, pools = _batcher(searcher, write_wait_ms=150, fair_wait_ms=50)
+    stop = False
+    answered = 0
+
+    async def client(i: int) -> None:  # closed loop: asks again as soon as it is answered, so there is no gap
+        nonlocal answered
+        while not stop:
+            await batcher.submit([f"question {i} {answered}"], PARAMS, client=f"client {i}")
+            answered += 1
+
+    clients = [asyncio.create_task(client(i)) for i in range(3)]
+    await asyncio.sleep(0.2)
+    steps: list[tuple[float, int]] = []  # (when, encoder calls so far)
+
+    async def write(n: int) -> None:
+        for _ in range(n):
+            await batcher.run_write_step(lambda: steps.append((time.monotonic(), len(encoder.calls))))
+
+    t0 = time.monotonic()
+    await asyncio.wait_for(asyncio.gather(write(4), write(4)), 20)  # two writes, taking turns: both complete
+    elapsed = time.monotonic() - t0
+    stop = True
+    await asyncio.wait_for(asyncio.gather(*clients), 30)
+    assert len(steps) == 8 and answered > 8
+    # each step waited for write_wait under the load, and search batches ran between the steps
+    assert elapsed >= 8 * 0.15 * 0.9
+    assert all(b[1] > a[1] for a, b in zip(steps, steps[1:]))
+    await _close(batcher, pools)
+
+
+def test_a_written_document_is_encoded_through_the_batchers_write_steps(settings_for, tmp_path, monkeypatch):
+    calls = []
+    run = MicroBatcher.run_write_step
+
+    async def counted(self, fn, *args):
+        calls.append(fn)
+        return await run(self, fn, *args)
+
+    monkeypatch.setattr(MicroBatcher, "run_write_step", counted)
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0, write_wait_ms=50)
+    with serving(create_app(settings)) as client:
+        client: TestClient
+        doc = {"id": "w1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the harbour bridge of the island."]}
+        assert client.put("/documents", headers={"X-API-Key": "key"}, json=doc).status_code == 200
+        assert len(calls) >= 2  # tokenising, then a forward pass at least
+        r = client.post("/search?unit=doc", headers={"X-API-Key": "key"},
+                        json={"query": "who built the harbour bridge?", "filter": {"doc_ids": ["w1"]}})
+        assert [h["doc_id"] for h in r.json()["results"][0]["hits"]] == ["w1"]
+
+
+def test_write_wait_ms_out_of_range_is_refused_naming_it(settings_for):
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="write_wait_ms"):
+        settings_for(write_wait_ms=-1)
