@@ -64,8 +64,10 @@ KEY = "live-writes-bench"
 HEADERS = {"X-API-Key": KEY}
 
 
-def serve(index: Path, model: str, port: int, live_dir: Path):
-    return start(index, model, port, ["--writes", "--live-dir", str(live_dir), "--api-key", KEY, "--merge-tokens", "0"])
+def serve(index: Path, model: str, port: int, live_dir: Path, write_wait_ms: float | None = None):
+    extra = [] if write_wait_ms is None else ["--write-wait-ms", str(write_wait_ms)]
+    return start(index, model, port, ["--writes", "--live-dir", str(live_dir), "--api-key", KEY, "--merge-tokens", "0",
+                                      *extra])
 
 
 def documents(index: Path, n: int, prefix: str, seed: int = 0) -> list[dict]:
@@ -318,12 +320,12 @@ async def run(args: argparse.Namespace) -> dict:
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     result: dict = {"cpu": cpu_name(), "index": str(index), "clients": args.clients, "writes": args.writes,
                     "write_interval_s": args.write_interval, "file_count": args.files,
-                    "file_paragraphs": args.file_paragraphs}
+                    "file_paragraphs": args.file_paragraphs, "write_wait_ms": args.write_wait_ms}
     if args.writes or args.files:
         live_dir = Path(args.workdir) / "load.live"
         shutil.rmtree(live_dir, ignore_errors=True)
         port = free_port()
-        args.proc = serve(index, args.model, port, live_dir)
+        args.proc = serve(index, args.model, port, live_dir, args.write_wait_ms)
         try:
             result.update(await load_phases(args, index, port))
         finally:
@@ -349,9 +351,11 @@ def table(r: dict) -> str:
         rows += [f"search p50/p99 between them {a['p50_ms']:8.1f} / {a['p99_ms']:8.1f} ms  (no writes, as long as "
                  "the files took, in each round)",
                  f"search p50/p99 during files {f['p50_ms']:8.1f} / {f['p99_ms']:8.1f} ms  ({r['file_count']} PUT /files "
-                 f"in {r['files']['seconds']} s, ack p50 {r['files']['ack']['p50_ms']:.0f} ms)",
+                 f"in {r['files']['seconds']} s, ack p50/p99 {r['files']['ack']['p50_ms']:.0f} / "
+                 f"{r['files']['ack']['p99_ms']:.0f} ms)",
                  f"  same documents as JSON    {d['p50_ms']:8.1f} / {d['p99_ms']:8.1f} ms  (PUT /documents in "
-                 f"{r['file_documents']['seconds']} s, ack p50 {r['file_documents']['ack']['p50_ms']:.0f} ms)"]
+                 f"{r['file_documents']['seconds']} s, ack p50/p99 {r['file_documents']['ack']['p50_ms']:.0f} / "
+                 f"{r['file_documents']['ack']['p99_ms']:.0f} ms)"]
     if "merge" in r:
         m = r["merge"]
         rows.append(f"merge under load            {m['seconds']} s, statuses {m['statuses']}")
@@ -372,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                "the writes)")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds of search load before the first window")
     p.add_argument("--writes", type=int, default=200, help="single-document writes under load (0: skip)")
+    p.add_argument("--write-wait-ms", type=float, help="the server's write_wait_ms (default: its own): how long a "
+                   "write step waits for a gap in the searches")
     p.add_argument("--write-interval", type=float, default=0.0, help="seconds between two writes (0: back to back)")
     p.add_argument("--files", type=int, default=0, help="PDFs uploaded with PUT /files under load, then written "
                                                        "as documents (0: skip)")

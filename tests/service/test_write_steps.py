@@ -10,7 +10,8 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from fastapi.testclient import TestClient
+import pytest
+from pydantic import ValidationError
 
 from spanseek.core.params import SearchParams
 from spanseek.service.app import create_app
@@ -100,7 +101,7 @@ async def test_writes_complete_under_continuous_search_load_one_step_per_write_w
     assert len(steps) == 8 and answered > 8
     # each step waited for write_wait under the load, and search batches ran between the steps
     assert elapsed >= 8 * 0.15 * 0.9
-    assert all(b[1] > a[1] for a, b in zip(steps, steps[1:]))
+    assert all(b[1] > a[1] for a, b in zip(steps, steps[1:], strict=False))
     await _close(batcher, pools)
 
 
@@ -115,7 +116,6 @@ def test_a_written_document_is_encoded_through_the_batchers_write_steps(settings
     monkeypatch.setattr(MicroBatcher, "run_write_step", counted)
     settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0, write_wait_ms=50)
     with serving(create_app(settings)) as client:
-        client: TestClient
         doc = {"id": "w1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the harbour bridge of the island."]}
         assert client.put("/documents", headers={"X-API-Key": "key"}, json=doc).status_code == 200
         assert len(calls) >= 2  # tokenising, then a forward pass at least
@@ -125,8 +125,5 @@ def test_a_written_document_is_encoded_through_the_batchers_write_steps(settings
 
 
 def test_write_wait_ms_out_of_range_is_refused_naming_it(settings_for):
-    import pytest
-    from pydantic import ValidationError
-
     with pytest.raises(ValidationError, match="write_wait_ms"):
         settings_for(write_wait_ms=-1)
