@@ -246,7 +246,7 @@ class Settings(BaseSettings):
     # waited this long, between two batches (the next batch waits for that one step). Longer: searches are held up
     # by a write step less often, and a write under load takes longer (about one step of write_chunk_tokens per
     # write_wait_ms). 0 = a step runs as soon as the encoder's thread is free, taking turns with every batch.
-    write_wait_ms: float = Field(1000.0, ge=0, le=60_000, description="longest a write step waits for a gap in the "
+    write_wait_ms: float = Field(0.0, ge=0, le=60_000, description="longest a write step waits for a gap in the "
                                                                       "searches before it runs between two batches")
 
     # A file written with PUT/POST /files/{name} is taken whole in memory and read (PDF, Word, HTML, Markdown,
