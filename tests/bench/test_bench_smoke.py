@@ -282,6 +282,21 @@ def test_hybrid_run(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     assert r["n_questions"] == 16 and positive(r["throughput_batch64"]["hybrid_vs_dense_search"])
 
 
+@smoke("bench/keyword_queries.py")
+def test_keyword_queries(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    run_bench("bench/keyword_queries.py", "make", "--questions", tiny_squad, "--shuffled", "--out",
+              tmp_path / "keywords.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "keywords.jsonl").read_text().splitlines()]
+    assert rows and all(set(r) == {"id", "question", "answers", "title"} and "?" not in r["question"] for r in rows)
+    run_bench("bench/keyword_queries.py", "run", "--index", squad_index, "--model", tiny_model_dir, "--questions",
+              tiny_squad, "--limit", 16, "--weight-factors", 2, "--encode-template", "what {}?", "--out", tmp_path / "keywords.json")
+    r = results(tmp_path / "keywords.json", "cpu", "keyword_queries.keywords", *(
+        f"results.{key}.{m}" for key in ("hybrid/question", "dense/keywords", "lexical/shuffled",
+                                         "hybrid weights x2/keywords")
+        for m in ("phrase_em@1", "passage_acc@1", "passage_acc@5", "passage_acc@20", "doc_acc@1", "ci95")))
+    assert r["n_questions"] == 16 and r["keyword_queries"]["keywords"] == 16 and r["keyword_queries"]["question"] == 0
+
+
 def test_hybrid_fit(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/hybrid.py", "fit", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
               "--limit", 16, "--rerank-limit", 50, "--out", tmp_path / "fit.json")
