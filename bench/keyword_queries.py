@@ -14,8 +14,9 @@ drawn from its id. A question with no word left keeps its words as they were (co
 
 ``run`` evaluates every variant (``question``: the file as it is; ``keywords``; ``shuffled``) in every mode with
 ``core.evaluate.evaluate``, what ``spanseek eval --mode MODE`` runs, on the same sample of questions (``--limit``
-samples as eval does): phrase EM@1, passage acc@1/5/20, doc acc@1, with 95% intervals over articles. Each text is
-encoded once. ``--lexical-weight`` sets the hybrid weight of every unit (default: the index's per unit);
+samples as eval does): phrase EM@1, passage acc@1/5/20, doc acc@1, with 95% intervals over articles, and each
+variant's paired difference from the questions in the same mode (``vs_question``: phrase EM@1 and passage acc@5,
+with a 95% interval over articles). Each text is encoded once. ``--lexical-weight`` sets the hybrid weight of every unit (default: the index's per unit);
 ``--weight-factors 2 4`` also measures hybrid mode with every unit's default weight doubled, then quadrupled (more
 BM25); ``--encode-template "what {}?"`` has the encoder read each keyword query in that template (BM25 reads the
 query as it is).
@@ -42,6 +43,7 @@ from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a
 
 from spanseek.core.evaluate import evaluate, sample_questions  # noqa: E402
 from spanseek.core.io import Question, write_json_atomic  # noqa: E402
+from spanseek.core.metrics import cluster_bootstrap_ci  # noqa: E402
 from spanseek.core.questions import read_questions  # noqa: E402
 
 WH_WORDS = ("what", "which", "who", "whom", "whose", "when", "where", "why", "how")
@@ -134,12 +136,17 @@ def headline(metrics: dict) -> dict:
     return {"phrase_em@1": metrics["phrase"]["em@1"], **{f"passage_{k}": metrics["passage"][k]
                                                           for k in ("acc@1", "acc@5", "acc@20")},
             "doc_acc@1": metrics.get("doc", {}).get("acc@1"),
-            "ci95": {"by": ci["by"], "phrase_em@1": [pct(x) for x in ci["phrase.em@1"]],
-                     "passage_acc@5": [pct(x) for x in ci["passage.acc@5"]]}}
+            "ci95": {"by": ci["by"], "phrase_em@1": ci["phrase.em@1"], "passage_acc@5": ci["passage.acc@5"]}}
 
 
-def pct(x: float) -> float:
-    return round(100 * x, 1) if x <= 1 else round(x, 1)
+def paired(per: dict, base: dict) -> dict:
+    """The difference of a variant from the questions (points, the same questions and mode), and its 95% interval
+    over articles: phrase EM@1 and passage acc@5."""
+    out = {}
+    for name, key in (("phrase_em@1", "phrase.em@1"), ("passage_acc@5", "passage.acc@5")):
+        diff = np.subtract(per[key], base[key])
+        out[name] = {"diff": round(100 * float(diff.mean()), 1), "ci95": list(cluster_bootstrap_ci(diff, per["title"]))}
+    return out
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -152,6 +159,7 @@ def run(args: argparse.Namespace) -> dict:
     variants = {"question": questions, "keywords": as_keywords(questions),
                 "shuffled": as_keywords(questions, shuffled=True)}
     results: dict = {}
+    per: dict = {}  # each run's per-question values, for the paired differences
     defaults = dict(searcher.lexical_weights)
     runs = [(mode, None) for mode in args.modes] + [("hybrid", f) for f in args.weight_factors or ()]
     for mode, factor in runs:
@@ -160,9 +168,13 @@ def run(args: argparse.Namespace) -> dict:
         for name in args.variants:
             key = f"{mode}/{name}" if factor is None else f"hybrid weights x{factor:g}/{name}"
             t0 = time.perf_counter()
-            m = evaluate(searcher, variants[name], progress=False, params=SearchParams(mode=mode,
-                                                                                        lexical_weight=weight))
+            m = evaluate(searcher, variants[name], progress=False, per_question=True,
+                         params=SearchParams(mode=mode, lexical_weight=weight))
+            per[key] = m.pop("per_question")
             results[key] = {**headline(m), "seconds": round(time.perf_counter() - t0, 1)}
+            question = per.get(key.rsplit("/", 1)[0] + "/question")
+            if name != "question" and question is not None:
+                results[key]["vs_question"] = paired(per[key], question)
             print(key, json.dumps(results[key]), flush=True)
     print(f"{'mode/variant':<40}{'EM@1':>7}{'p@1':>7}{'p@5':>7}{'p@20':>7}{'doc@1':>7}")
     for key, r in results.items():

@@ -295,6 +295,8 @@ def test_keyword_queries(tmp_path, squad_index, tiny_model_dir, tiny_squad):
                                          "hybrid weights x2/keywords")
         for m in ("phrase_em@1", "passage_acc@1", "passage_acc@5", "passage_acc@20", "doc_acc@1", "ci95")))
     assert r["n_questions"] == 16 and r["keyword_queries"]["keywords"] == 16 and r["keyword_queries"]["question"] == 0
+    assert "vs_question" not in r["results"]["dense/question"]
+    assert set(r["results"]["dense/keywords"]["vs_question"]) == {"phrase_em@1", "passage_acc@5"}
 
 
 def test_hybrid_fit(tmp_path, squad_index, tiny_model_dir, tiny_squad):
