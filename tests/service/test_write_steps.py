@@ -22,6 +22,16 @@ from tests.service.test_batching import _GatedSearch
 PARAMS = SearchParams("phrase", 2)
 
 
+def _gated(counting_factory, open_gate: bool) -> _GatedSearch:
+    """A searcher of the counting encoder that holds each search until its gate is set (set at once if
+    ``open_gate``)."""
+    factory, _ = counting_factory()
+    searcher = _GatedSearch(factory(None))
+    if open_gate:
+        searcher.gate.set()
+    return searcher
+
+
 def _batcher(searcher, write_wait_ms: float, fair_wait_ms: float = 0.0):
     pools = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
     batcher = MicroBatcher(searcher, pools[0], max_batch_size=4, max_wait_ms=0, max_queue=64, search_executor=pools[1],
@@ -38,8 +48,7 @@ async def _close(batcher: MicroBatcher, pools) -> None:
 
 async def test_a_write_step_waits_for_the_searches_in_flight_and_queued_but_only_up_to_write_wait(
         until, counting_factory):
-    factory, _ = counting_factory()
-    searcher = _GatedSearch(factory(None))
+    searcher = _gated(counting_factory, open_gate=False)
     batcher, pools = _batcher(searcher, write_wait_ms=600)
     ran: list[float] = []
     searching = asyncio.create_task(batcher.submit(["in the search step"], PARAMS))
@@ -57,10 +66,7 @@ async def test_a_write_step_waits_for_the_searches_in_flight_and_queued_but_only
 
 
 async def test_a_write_step_runs_at_once_when_no_search_needs_the_encoder(counting_factory):
-    factory, _ = counting_factory()
-    searcher = _GatedSearch(factory(None))
-    searcher.gate.set()
-    batcher, pools = _batcher(searcher, write_wait_ms=5000, fair_wait_ms=50)
+    batcher, pools = _batcher(_gated(counting_factory, open_gate=True), write_wait_ms=5000, fair_wait_ms=50)
     t0 = time.monotonic()
     assert await asyncio.wait_for(batcher.run_write_step(lambda x: x + 1, 41), 10) == 42
     assert time.monotonic() - t0 < 2.0  # idle: no wait for write_wait
