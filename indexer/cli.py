@@ -472,7 +472,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("questions", nargs="*", help="questions (default: --questions FILE, else one per line on stdin)")
     p.add_argument("--questions", dest="questions_file", default=None, metavar="FILE",
                    help="read the questions from a file: JSON Lines, CSV/TSV (a question column), SQuAD-format JSON, "
-                        "or one a line (.txt); optionally gzipped (README: Question files); each output line "
+                        "or one a line (.txt); optionally gzipped (docs/questions.md); each output line "
                         "carries the question's id (line-N where the file gives none)")
     p.add_argument("--index", required=True, help="index directory (or an alias of one: `index switch`)")
     p.add_argument("--model", default=None, help=f"{MODEL_HELP} (default: the one that built the index, as its "
