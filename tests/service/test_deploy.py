@@ -108,6 +108,22 @@ def test_prometheus_config_and_rules_check():
     assert "spanseek_request_duration_seconds_bucket" in rules and "histogram_quantile(0.99" in rules
 
 
+def test_alert_rules_pass_their_unit_tests():
+    """deploy/prometheus/alerts_test.yml: each alert fires on the series that should raise it (a replica not ready, a
+    replica down beside one that serves, no target at all, a slow p99, sustained shedding) and not on the others."""
+    promtool = needs("promtool")
+    out = subprocess.run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = subprocess.run([promtool, "test", "rules", str(DEPLOY / "prometheus" / "alerts_test.yml")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    tests = yaml.safe_load((DEPLOY / "prometheus" / "alerts_test.yml").read_text())
+    tested = {case["alertname"] for t in tests["tests"] for case in t["alert_rule_test"] if case["exp_alerts"]}
+    assert tested == {r["alert"] for g in rules["groups"] for r in g["rules"]}  # each alert is tested firing
+
+
 def test_dashboard_covers_the_required_panels():
     exprs = "\n".join(dashboard_exprs())
     for needle in ("rate(spanseek_request_duration_seconds_count", "histogram_quantile(0.5,", "histogram_quantile(0.95,",
