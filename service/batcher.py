@@ -423,6 +423,7 @@ class MicroBatcher:
         two batches (the next batch waits for that one step), so writes go on at one step per ``write_wait_ms`` and
         are never starved. Steps of concurrent writes take turns, in the order they asked, one at a time.
         """
+        asked = time.perf_counter()
         async with self._write_turn:
             overdue = time.monotonic() + self.write_wait
             while not self._closed and not self._search_gap():
@@ -433,7 +434,8 @@ class MicroBatcher:
                 # a client just answered stops being expected after fair_wait: look again then
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._gap_changed.wait(), min(remaining, self.fair_wait or remaining))
-            return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+            step = fn if self.metrics is None else self.metrics.timed_write_step(fn, asked)
+            return await asyncio.get_running_loop().run_in_executor(self.executor, step, *args)
 
     def _search_gap(self) -> bool:
         """Whether the encoder's thread may take a write step now without holding up a search."""

@@ -7,8 +7,9 @@ Prometheus.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -22,10 +23,13 @@ if TYPE_CHECKING:
     from spanseek.core.encoding import QuestionCache
 
 __all__ = ["UNITS", "ServiceMetrics"]
+T = TypeVar("T")
 
 # Seconds: from sub-millisecond stages on a GPU to multi-second overload queueing.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+# Seconds a write step waits for its turn: none at an idle server, up to write_wait_ms (at most 60 s) under search load.
+WRITE_WAIT_BUCKETS = (*LATENCY_BUCKETS, 60.0)
 STAGES = ("queue", "encode", "search", "aggregate")
 
 
@@ -90,6 +94,13 @@ class ServiceMetrics:
         self.segment_documents = Gauge("spanseek_segment_documents", "documents in the live segment", registry=r)
         self.write_visible = Histogram("spanseek_write_visible_seconds", "seconds from a write's arrival until "
                                        "searches see it", buckets=LATENCY_BUCKETS, registry=r)
+        # a write's steps (one forward pass each) share the encoder's thread with the searches: how long each waited
+        # for its turn (a gap between batches, or write_wait_ms), and how long it then held the thread
+        self.write_step_wait = Histogram("spanseek_write_step_wait_seconds", "seconds a write's encoding step waited "
+                                         "for the encoder's thread beside searches", buckets=WRITE_WAIT_BUCKETS,
+                                         registry=r)
+        self.write_step_duration = Histogram("spanseek_write_step_duration_seconds", "seconds a write's encoding "
+                                             "step ran in the encoder's thread", buckets=LATENCY_BUCKETS, registry=r)
         self.merges = Counter("spanseek_merges_total", "background merges of the live segment by outcome (ok, "
                               "failed)", ["outcome"], registry=r)
         for t in ERROR_TYPES:  # zeros rather than missing series, so rate() panels show 0 instead of "no data"
@@ -118,6 +129,20 @@ class ServiceMetrics:
             self.stage_duration.labels(stage=stage).observe(getattr(times, stage))
         if times.read:
             self.stage_duration.labels(stage="read").observe(times.read)
+
+    def timed_write_step(self, fn: Callable[..., T], asked: float) -> Callable[..., T]:
+        """``fn`` observed as one write step asked for at ``asked`` (``time.perf_counter()``): when it starts in the
+        encoder's thread its wait is recorded, when it ends (or raises) its duration."""
+
+        def step(*args: object) -> T:
+            started = time.perf_counter()
+            self.write_step_wait.observe(started - asked)
+            try:
+                return fn(*args)
+            finally:
+                self.write_step_duration.observe(time.perf_counter() - started)
+
+        return step
 
     def render(self) -> bytes:
         """The exposition text of this registry."""

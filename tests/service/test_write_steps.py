@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from spanseek.core.params import SearchParams
 from spanseek.service.app import create_app
 from spanseek.service.batcher import MicroBatcher
+from spanseek.service.metrics import ServiceMetrics
 from tests.service.conftest import serving
 from tests.service.test_batching import _GatedSearch
 
@@ -32,10 +33,10 @@ def _gated(counting_factory, open_gate: bool) -> _GatedSearch:
     return searcher
 
 
-def _batcher(searcher, write_wait_ms: float, fair_wait_ms: float = 0.0):
+def _batcher(searcher, write_wait_ms: float, fair_wait_ms: float = 0.0, metrics: ServiceMetrics | None = None):
     pools = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
     batcher = MicroBatcher(searcher, pools[0], max_batch_size=4, max_wait_ms=0, max_queue=64, search_executor=pools[1],
-                           overlap="full", fair_wait_ms=fair_wait_ms, write_wait_ms=write_wait_ms)
+                           overlap="full", fair_wait_ms=fair_wait_ms, write_wait_ms=write_wait_ms, metrics=metrics)
     batcher.start()
     return batcher, pools
 
@@ -62,6 +63,32 @@ async def test_a_write_step_waits_for_the_searches_in_flight_and_queued_but_only
     assert 0.6 <= ran[0] - t0 < 3.0 and searcher.searched == [1] and not searching.done()
     searcher.gate.set()
     assert [len(o.hits) for o in await asyncio.wait_for(asyncio.gather(searching, queued), 30)] == [1, 1]
+    await _close(batcher, pools)
+
+
+def _histogram(metrics: ServiceMetrics, name: str) -> tuple[float, float]:
+    """(count, sum) of an unlabelled histogram."""
+    registry = metrics.registry
+    return registry.get_sample_value(f"{name}_count") or 0.0, registry.get_sample_value(f"{name}_sum") or 0.0
+
+
+async def test_a_write_steps_wait_beside_searches_and_its_run_are_measured(until, counting_factory):
+    searcher = _gated(counting_factory, open_gate=False)
+    metrics = ServiceMetrics()
+    batcher, pools = _batcher(searcher, write_wait_ms=400, metrics=metrics)
+    searching = asyncio.create_task(batcher.submit(["in the search step"], PARAMS))
+    await until(searcher.entered.is_set)
+    assert await asyncio.wait_for(batcher.run_write_step(lambda: time.sleep(0.2) or "encoded"), 10) == "encoded"
+    searcher.gate.set()
+    await asyncio.wait_for(searching, 30)
+    wait_count, wait_sum = _histogram(metrics, "spanseek_write_step_wait_seconds")
+    run_count, run_sum = _histogram(metrics, "spanseek_write_step_duration_seconds")
+    assert wait_count == 1 and 0.4 <= wait_sum < 3.0  # it waited write_wait for the held search
+    assert run_count == 1 and 0.2 <= run_sum < 3.0
+    with pytest.raises(ZeroDivisionError):  # a step that fails is measured too
+        await asyncio.wait_for(batcher.run_write_step(lambda: 1 / 0), 10)
+    assert _histogram(metrics, "spanseek_write_step_duration_seconds")[0] == 2
+    assert _histogram(metrics, "spanseek_write_step_wait_seconds")[0] == 2
     await _close(batcher, pools)
 
 
@@ -125,6 +152,9 @@ def test_a_written_document_is_encoded_through_the_batchers_write_steps(settings
         doc = {"id": "w1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the harbour bridge of the island."]}
         assert client.put("/documents", headers={"X-API-Key": "key"}, json=doc).status_code == 200
         assert len(calls) >= 2  # tokenising, then a forward pass at least
+        metrics = client.app.state.service.metrics.registry  # every step measured, through the service's batcher
+        assert metrics.get_sample_value("spanseek_write_step_wait_seconds_count") == len(calls)
+        assert metrics.get_sample_value("spanseek_write_step_duration_seconds_count") == len(calls)
         r = client.post("/search?unit=doc", headers={"X-API-Key": "key"},
                         json={"query": "who built the harbour bridge?", "filter": {"doc_ids": ["w1"]}})
         assert [h["doc_id"] for h in r.json()["results"][0]["hits"]] == ["w1"]
