@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from spanseek.service.metrics import ServiceMetrics
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -73,3 +77,31 @@ def test_a_question_asked_again_reuses_its_vectors_and_is_counted(settings_for, 
     assert m[("spanseek_question_cache_lookups_total", (("outcome", "hit"),))] == 1
     assert m[("spanseek_question_cache_lookups_total", (("outcome", "miss"),))] == 2
     assert m[("spanseek_question_cache_questions", ())] == 2
+
+
+def histogram_quantile(q: float, buckets: dict[float, float]) -> float:
+    """Prometheus' ``histogram_quantile``: linear interpolation inside the bucket that holds the rank."""
+    les = sorted(buckets)
+    rank = q * buckets[float("inf")]
+    lower, below = 0.0, 0.0
+    for le in les:
+        if buckets[le] >= rank:
+            return lower if le == float("inf") else lower + (le - lower) * (rank - below) / (buckets[le] - below)
+        lower, below = le, buckets[le]
+    raise AssertionError("no +Inf bucket")
+
+
+@pytest.mark.parametrize("median", [0.02, 0.05, 0.1, 0.2, 0.6, 1.0, 2.0, 4.0])
+def test_latency_buckets_read_p50_p95_p99_within_10_percent(median):
+    """Latencies as measured on a CPU (searches 20-250 ms, batches and uploads up to seconds; a log-normal spread as
+    the demo index showed): the quantiles a dashboard reads from the buckets are within 10% of the true ones (the
+    buckets before read p99 of 50 ms searches 69% off, of 600 ms batches 53%)."""
+    latencies = median * np.exp(np.random.default_rng(0).normal(0, 0.4, 5000))
+    metrics = ServiceMetrics()
+    histogram = metrics.request_duration.labels(unit="phrase", status="200")
+    for seconds in latencies:
+        histogram.observe(float(seconds))
+    buckets = {float(s.labels["le"]): s.value for f in metrics.registry.collect() for s in f.samples
+               if s.name == "spanseek_request_duration_seconds_bucket"}
+    for q in (0.5, 0.95, 0.99):
+        assert histogram_quantile(q, buckets) == pytest.approx(np.quantile(latencies, q), rel=0.10), q
