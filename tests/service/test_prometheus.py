@@ -1,4 +1,5 @@
-"""A real Prometheus scrapes the running service under load; every Grafana dashboard expression returns data.
+"""A real Prometheus scrapes the running service under search and write load; every Grafana dashboard expression
+returns data, and every series an alert rule selects exists.
 
 Needs the Debian `prometheus` package (``make system-deps``); skipped when the binary is absent. Everything
 listens on 127.0.0.1 only. Bounded: about 20-40 s.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -18,11 +20,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from spanseek.service.app import create_app
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RATE_WINDOW = "10s"  # stands in for Grafana's $__rate_interval at a 1 s scrape interval
+KEY = {"X-API-Key": "key"}
+# a series selector of a rule's expression: a metric name and its label matchers, if any
+SELECTOR = re.compile(r"\b((?:spanseek_|up\b)\w*(?:\{[^}]*\})?)")
 
 
 def free_port() -> int:
@@ -34,12 +40,25 @@ def free_port() -> int:
 def load(url: str, stop: threading.Event, seed: int) -> None:
     """Closed-loop client: searches of every unit (and a few refused requests) until ``stop``."""
     rng = random.Random(seed)
-    with httpx.Client(base_url=url, timeout=30) as c:
+    with httpx.Client(base_url=url, timeout=30, headers=KEY) as c:
         while not stop.is_set():
             unit = rng.choice(["phrase", "passage", "doc"])
             top_k = rng.choice([1, 3, 10, 0 if rng.random() < 0.05 else 5])  # some 400s feed the error panel
             c.post(f"/search?unit={unit}", json={"queries": [f"who built castle {rng.randint(1, 99)}"], "top_k": top_k})
             time.sleep(0.005)
+
+
+def write(url: str, stop: threading.Event) -> None:
+    """Writes a document, and now and then deletes one, until ``stop``: data for the write panels."""
+    with httpx.Client(base_url=url, timeout=30, headers=KEY) as c:
+        for i in range(10**6):
+            if stop.is_set():
+                return
+            doc = {"id": f"w{i % 5}", "title": "Harbour", "paragraphs": [f"In 14{i % 90:02d} Gala built bridge {i}."]}
+            c.put("/documents", json=doc)
+            if i % 3 == 2:
+                c.delete(f"/documents/w{(i - 1) % 5}")
+            time.sleep(0.2)
 
 
 def query(prom: str, expr: str) -> list[dict]:
@@ -50,13 +69,16 @@ def query(prom: str, expr: str) -> list[dict]:
     return body["data"]["result"]
 
 
-def test_every_dashboard_expression_returns_data(settings_for, tiny_searcher, live, tmp_path):
+def test_every_dashboard_expression_returns_data(settings_for, live, tmp_path):
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("prometheus not installed (make system-deps installs it)")
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "spanseek.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
-    app = create_app(settings_for(max_batch_size=8, max_wait_ms=2), lambda s: tiny_searcher)
+    rules = [r["expr"] for g in yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"]
+             for r in g["rules"]]
+    app = create_app(settings_for(max_batch_size=8, max_wait_ms=2, writes=True, api_key="key",
+                                  live_dir=tmp_path / "live", merge_tokens=0, write_wait_ms=20))
     with live(app) as url:
         target = url.removeprefix("http://")
         shutil.copy(DEPLOY / "prometheus" / "alerts.yml", tmp_path / "alerts.yml")
@@ -69,6 +91,7 @@ def test_every_dashboard_expression_returns_data(settings_for, tiny_searcher, li
         prom = f"http://127.0.0.1:{port}"
         stop = threading.Event()
         clients = [threading.Thread(target=load, args=(url, stop, i), daemon=True) for i in range(3)]
+        clients.append(threading.Thread(target=write, args=(url, stop), daemon=True))
         proc = subprocess.Popen(
             [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
              f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
@@ -95,6 +118,10 @@ def test_every_dashboard_expression_returns_data(settings_for, tiny_searcher, li
                 if not any(math.isfinite(v) for v in values):
                     empty.append((expr, values))
             assert not empty, f"dashboard expressions without data: {empty}"
+            selectors = {m for expr in rules for m in SELECTOR.findall(expr)}
+            assert {"spanseek_ready", 'up{job="spanseek"}'} <= selectors
+            missing = [sel for sel in selectors if not query(prom, sel)]
+            assert not missing, f"alert rules select series that do not exist: {missing}"
             rules = httpx.get(f"{prom}/api/v1/rules", timeout=10).json()["data"]["groups"]
             names = {r["name"] for g in rules for r in g["rules"]}
             assert "SpanseekHighP99Latency" in names
