@@ -201,18 +201,19 @@ class LiveWrites:
     def _merge(self) -> None:
         lower_thread_priority(self.settings.merge_nice)
         merged = None
+        t0 = time.perf_counter()
         try:
             merged = self.store.merge()  # None: nothing to merge
             if merged is not None:
-                self.metrics.merges.labels(outcome="ok").inc()
+                self._count_merge("ok", t0)
         except OSError as e:  # the old base and the segment keep serving; the log still holds every write
-            self.metrics.merges.labels(outcome="failed").inc()
+            self._count_merge("failed", t0)
             if e.errno in NO_SPACE:  # refused for want of room, tried again after each write: one line, no traceback
                 log.error("merge failed; the segment keeps serving: %s", e)
             else:
                 log.exception("merge failed; the segment keeps serving")
         except Exception:
-            self.metrics.merges.labels(outcome="failed").inc()
+            self._count_merge("failed", t0)
             log.exception("merge failed; the segment keeps serving")
         if merged is not None:
             try:  # the searcher snapshots are made over (its settings only) follows the new base: holding the first
@@ -227,6 +228,10 @@ class LiveWrites:
             except Exception:
                 log.exception("describing the merged index failed; /info keeps the last description")
         self.gauges()
+
+    def _count_merge(self, outcome: str, t0: float) -> None:
+        self.metrics.merges.labels(outcome=outcome).inc()
+        self.metrics.merge_duration.labels(outcome=outcome).observe(time.perf_counter() - t0)
 
     def describe(self) -> dict[str, Any]:
         return self.store.describe()

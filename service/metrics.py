@@ -32,8 +32,13 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 
                    0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0,
                    30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-# Seconds a write step waits for its turn: none at an idle server, up to write_wait_ms (at most 60 s) under search load.
-WRITE_WAIT_BUCKETS = (*LATENCY_BUCKETS, 60.0)
+# Seconds of a write: a step's wait is up to write_wait_ms (at most 60 s) per write ahead of it; a document is
+# searchable after about 1 s per 1,500 tokens on a 2-core CPU (a 1 MB body: minutes; a file of max_file_tokens:
+# more). Past 30 s every write fell in +Inf, and its p99 read as 30 s.
+WRITE_BUCKETS = (*LATENCY_BUCKETS, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0, 1200.0, 1800.0)
+# Seconds of a merge: 15 s for the demo index (150k tokens) on a 2-core CPU, growing with the index.
+MERGE_BUCKETS = (1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0,
+                 900.0, 1200.0, 1800.0, 2700.0, 3600.0, 7200.0)
 STAGES = ("queue", "encode", "search", "aggregate")
 
 
@@ -97,16 +102,19 @@ class ServiceMetrics:
         self.wal_bytes = Gauge("spanseek_wal_bytes", "bytes of the write-ahead log not yet merged", registry=r)
         self.segment_documents = Gauge("spanseek_segment_documents", "documents in the live segment", registry=r)
         self.write_visible = Histogram("spanseek_write_visible_seconds", "seconds from a write's arrival until "
-                                       "searches see it", buckets=LATENCY_BUCKETS, registry=r)
+                                       "searches see it", buckets=WRITE_BUCKETS, registry=r)
         # a write's steps (one forward pass each) share the encoder's thread with the searches: how long each waited
         # for its turn (a gap between batches, or write_wait_ms), and how long it then held the thread
         self.write_step_wait = Histogram("spanseek_write_step_wait_seconds", "seconds a write's encoding step waited "
-                                         "for the encoder's thread beside searches", buckets=WRITE_WAIT_BUCKETS,
+                                         "for the encoder's thread beside searches", buckets=WRITE_BUCKETS,
                                          registry=r)
         self.write_step_duration = Histogram("spanseek_write_step_duration_seconds", "seconds a write's encoding "
                                              "step ran in the encoder's thread", buckets=LATENCY_BUCKETS, registry=r)
         self.merges = Counter("spanseek_merges_total", "background merges of the live segment by outcome (ok, "
                               "failed)", ["outcome"], registry=r)
+        self.merge_duration = Histogram("spanseek_merge_duration_seconds", "seconds a background merge of the live "
+                                        "segment took, by outcome (ok, failed)", ["outcome"], buckets=MERGE_BUCKETS,
+                                        registry=r)
         for t in ERROR_TYPES:  # zeros rather than missing series, so rate() panels show 0 instead of "no data"
             self.errors.labels(type=t)
         for unit in UNITS:
@@ -116,6 +124,7 @@ class ServiceMetrics:
         for outcome in ("ok", "failed"):
             self.reloads.labels(outcome=outcome)
             self.merges.labels(outcome=outcome)
+            self.merge_duration.labels(outcome=outcome)
 
     def set_index(self, tokens: int, vectors: int, passages: int, documents: int, size_bytes: int) -> None:
         """Record the served index's size."""

@@ -304,6 +304,7 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         # and the rest of the description is the new base's (it stayed the first one's: size, date, vectors)
         assert (index["created"], index["indexed_tokens"]) == (merged.created, merged.indexed_tokens)
         assert f"spanseek_index_vectors {float(merged.indexed_tokens)}" in metrics
+        assert 'spanseek_merge_duration_seconds_count{outcome="ok"} 1.0' in metrics  # how long it took, too
         last = live["last_merge"]
     with serving(create_app(write_settings())) as client:  # a restart remembers the last merge
         assert client.get("/info", headers=KEY).json()["service"]["writes"]["last_merge"] == last
@@ -482,7 +483,9 @@ def test_a_failed_merge_keeps_serving_and_its_error_is_kept_across_restarts(writ
         while client.get("/info", headers=KEY).json()["service"]["writes"]["last_merge"] is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert 'spanseek_merges_total{outcome="failed"} 1.0' in client.get("/metrics").text
+        metrics = client.get("/metrics").text
+        assert 'spanseek_merges_total{outcome="failed"} 1.0' in metrics
+        assert 'spanseek_merge_duration_seconds_count{outcome="failed"} 1.0' in metrics
         assert found(client, "new-1")  # the segment keeps serving
     monkeypatch.undo()
     with serving(create_app(write_settings())) as client:
