@@ -115,3 +115,42 @@ def test_latency_buckets_read_p50_p95_p99_within_10_percent(histogram, median):
     within = 0.10 if histogram == "request_duration" else 0.15  # writes and merges: coarser steps past 30 s
     for q in (0.5, 0.95, 0.99):
         assert histogram_quantile(q, buckets) == pytest.approx(np.quantile(latencies, q), rel=within), q
+
+
+def _series(client) -> set[tuple[str, tuple]]:
+    return {(s.name, tuple(sorted(s.labels.items()))) for family in text_string_to_metric_families(
+        client.get("/metrics").text) for s in family.samples}
+
+
+def test_series_stay_fixed_whatever_ids_paths_filters_and_clients_requests_send(settings_for, tmp_path):
+    """No label takes a value a request chooses: a second round of requests with new document ids, file names, unknown
+    paths, filters, units, user agents and request ids adds no series, and no label holds any of them."""
+    from spanseek.service.app import create_app
+    from tests.service.conftest import serving
+
+    key = {"X-API-Key": "key"}
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+
+    def requests(c, tag: str) -> None:
+        for i in range(30):
+            name = f"{tag}-{i}"
+            headers = {**key, "User-Agent": f"agent/{name}", "X-Request-ID": f"rid-{name}"}
+            c.get(f"/documents/doc-{name}", headers=headers)
+            c.delete(f"/documents/doc-{name}", headers=headers)
+            c.put(f"/files/dir-{name}/file-{name}.pdf", headers=headers, content=b"%PDF-1.4 damaged")
+            c.get(f"/no-such-route/{name}", headers=headers)
+            c.post(f"/search?unit=unit-{name}", headers=headers, json={"query": "x"})
+            c.post(f"/search?extra-{name}=1", headers=headers, json={"query": "x"})
+            c.post("/search", headers=headers, json={"query": f"q {name}", "filter": {"doc_ids": [f"doc-{name}"]}})
+            c.post("/search", headers=headers, json={"query": "x", f"field-{name}": 1})
+            c.post("/documents/delete", headers=headers, json={"filter": {"meta": {f"key-{name}": name}}})
+        c.put("/documents", headers=key, json={"id": f"w-{tag}", "title": "T", "paragraphs": ["Gala built it."]})
+
+    with serving(create_app(settings)) as c:
+        requests(c, "first")
+        first = _series(c)
+        requests(c, "second")
+        second = _series(c)
+    assert second == first
+    values = " ".join(v for _, labels in second for _, v in labels)
+    assert "first" not in values and "second" not in values
