@@ -67,7 +67,7 @@ class RequestContextMiddleware:
             await self._serve(scope, receive, send, headers, request_id, status_holder)
         finally:
             elapsed = time.perf_counter() - started
-            if scope.get("path") == "/search":
+            if scope.get("path") == "/search" and scope["method"] == "POST":  # a GET's 405 is no search
                 self.metrics.request_duration.labels(unit=_unit_label(scope),
                                                      status=str(status_holder["status"])).observe(elapsed)
             status = int(status_holder["status"])

@@ -24,6 +24,7 @@ def test_metrics_reflect_traffic(client, tiny_searcher):
     client.post("/search?unit=bogus", json={"query": "a"})  # 422
     repeated = client.post("/search?unit=phrase&unit=doc", json={"query": "a", "top_k": 1})  # which one? refused
     assert repeated.status_code == 422
+    assert client.get("/search").status_code == 405  # no search: not in the POST /search latency
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     m = samples(r.text)
@@ -32,6 +33,9 @@ def test_metrics_reflect_traffic(client, tiny_searcher):
         assert m[("spanseek_questions_total", (("unit", unit),))] == questions
     assert m[("spanseek_request_duration_seconds_count", (("status", "400"), ("unit", "doc")))] == 1
     assert m[("spanseek_request_duration_seconds_count", (("status", "422"), ("unit", "invalid")))] == 1
+    assert not [labels for (name, labels) in m if name == "spanseek_request_duration_seconds_count"
+                and ("status", "405") in labels]
+    assert m[("spanseek_errors_total", (("type", "method_not_allowed"),))] == 1  # counted as an error still
     assert m[("spanseek_errors_total", (("type", "bad_request"),))] == 1
     assert m[("spanseek_errors_total", (("type", "validation_error"),))] == 2
     assert m[("spanseek_errors_total", (("type", "overloaded"),))] == 0  # pre-created at zero
