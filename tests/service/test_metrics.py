@@ -158,3 +158,24 @@ def test_series_stay_fixed_whatever_ids_paths_filters_and_clients_requests_send(
     assert second == first
     values = " ".join(v for _, labels in second for _, v in labels)
     assert "first" not in values and "second" not in values
+
+
+def test_counters_never_go_back_across_a_reload_and_the_gauges_follow_it(settings_for, serve):
+    """A hot reload swaps the searcher, not the registry or the question cache: every counter, histogram count and
+    sum is at least what it was, the cache's counts go on from where they were, and the load time moves."""
+    from spanseek.service.app import create_app
+
+    key = {"X-API-Key": "key"}
+    with serve(create_app(settings_for(question_cache=8, api_key="key"))) as c:
+        for q in ("Who built the castle?", "Who built the castle?", "Where is the harbour?"):
+            assert c.post("/search", headers=key, json={"query": q}).status_code == 200
+        before = samples(c.get("/metrics").text)
+        assert c.post("/admin/reload", headers=key).status_code == 200
+        assert c.post("/search", headers=key, json={"query": "Who built the castle?"}).status_code == 200
+        after = samples(c.get("/metrics").text)
+    counted = [k for k in before if k[0].endswith(("_total", "_count", "_sum", "_bucket"))]
+    assert counted and all(after[k] >= before[k] for k in counted), [k for k in counted if after[k] < before[k]]
+    assert after[("spanseek_index_reloads_total", (("outcome", "ok"),))] == 1
+    assert after[("spanseek_question_cache_lookups_total", (("outcome", "hit"),))] == 2  # the reload kept the cache
+    assert after[("spanseek_index_loaded_timestamp_seconds", ())] > before[("spanseek_index_loaded_timestamp_seconds", ())]
+    assert after[("spanseek_ready", ())] == 1
