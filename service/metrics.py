@@ -40,6 +40,9 @@ WRITE_BUCKETS = (*LATENCY_BUCKETS, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0,
 MERGE_BUCKETS = (1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0,
                  900.0, 1200.0, 1800.0, 2700.0, 3600.0, 7200.0)
 STAGES = ("queue", "encode", "search", "aggregate")
+# why the server cut a connection off (service.server): its request head, or its whole request, not in by the
+# deadline, or its answer not read for write_timeout_s
+CUT_REASONS = ("head", "request", "unread_answer")
 
 
 class CacheCollector(Collector):
@@ -115,6 +118,12 @@ class ServiceMetrics:
         self.merge_duration = Histogram("spanseek_merge_duration_seconds", "seconds a background merge of the live "
                                         "segment took, by outcome (ok, failed)", ["outcome"], buckets=MERGE_BUCKETS,
                                         registry=r)
+        self.connections_cut = Counter("spanseek_connections_cut_total", "connections the server cut off without "
+                                       "an answer, by reason: head (no complete request head in header_timeout_s), "
+                                       "request (the body not in by body_timeout_s), unread_answer (an answer not "
+                                       "read for write_timeout_s)", ["reason"], registry=r)
+        for reason in CUT_REASONS:
+            self.connections_cut.labels(reason=reason)
         for t in ERROR_TYPES:  # zeros rather than missing series, so rate() panels show 0 instead of "no data"
             self.errors.labels(type=t)
         for unit in UNITS:
@@ -156,6 +165,10 @@ class ServiceMetrics:
                 self.write_step_duration.observe(time.perf_counter() - started)
 
         return step
+
+    def count_cut(self, reason: str) -> None:
+        """Count a connection the server cut off (``reason``: one of ``CUT_REASONS``)."""
+        self.connections_cut.labels(reason=reason).inc()
 
     def render(self) -> bytes:
         """The exposition text of this registry."""

@@ -33,6 +33,7 @@ import logging
 import socket
 import struct
 import termios
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -57,6 +58,7 @@ class SpanseekH11Protocol(H11Protocol):
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     write_timeout_s: float = 30.0
+    on_cut: Callable[[str], None] | None = None  # told why each connection is cut off (ServiceMetrics.count_cut)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -134,7 +136,7 @@ class SpanseekH11Protocol(H11Protocol):
 
     def timeout_keep_alive_handler(self) -> None:
         if self._unsent() > 0 and not self.transport.is_closing():
-            self.transport.abort()  # close() would wait for a client that does not read
+            self._cut("unread_answer")  # close() would wait for a client that does not read
             return
         super().timeout_keep_alive_handler()
 
@@ -173,13 +175,13 @@ class SpanseekH11Protocol(H11Protocol):
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
             log.debug("closing a connection from %s: no complete request head in %.1f s",
                       self.client, self.header_timeout_s)
-            self.transport.abort()
+            self._cut("head")
 
     def _request_timed_out(self) -> None:
         self._request_deadline = None
         if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
             log.debug("closing a connection from %s: its request was not complete in time", self.client)
-            self.transport.abort()
+            self._cut("request")
 
     def _write_timed_out(self) -> None:
         self._write_deadline = None
@@ -190,14 +192,21 @@ class SpanseekH11Protocol(H11Protocol):
             self._arm_write_deadline()
             return
         log.debug("aborting a connection from %s: its answer was not read in %.1f s", self.client, self.write_timeout_s)
+        self._cut("unread_answer")
+
+    def _cut(self, reason: str) -> None:
+        """Abort the connection (its buffers freed at once) and count why."""
         self.transport.abort()
+        if self.on_cut is not None:
+            self.on_cut(reason)
 
 
-def protocol_class(settings: Settings) -> type[SpanseekH11Protocol]:
-    """The protocol class with the settings' deadlines (uvicorn instantiates the class per connection)."""
+def protocol_class(settings: Settings, on_cut: Callable[[str], None] | None = None) -> type[SpanseekH11Protocol]:
+    """The protocol class with the settings' deadlines (uvicorn instantiates the class per connection); ``on_cut``
+    is told the reason of each connection cut off."""
     return type("SpanseekH11Protocol", (SpanseekH11Protocol,), {
         "header_timeout_s": settings.header_timeout_s, "body_timeout_s": settings.body_timeout_s,
-        "write_timeout_s": settings.write_timeout_s,
+        "write_timeout_s": settings.write_timeout_s, "on_cut": staticmethod(on_cut) if on_cut else None,
     })
 
 
@@ -205,11 +214,13 @@ def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> 
     """The uvicorn config ``spanseek serve`` runs: one worker, the keep-alive, head, request and write deadlines, the
     proxies whose X-Forwarded-For is believed (none unless ``forwarded_allow_ips`` names them) and the log format
     from the settings."""
+    service = getattr(getattr(app, "state", None), "service", None)  # the cut-off connections go to its metrics
+    on_cut = service.metrics.count_cut if service is not None else None
     # One process: the micro-batcher batches across all requests of its process; scale with replicas instead.
     # The logging of service.logs (text or JSON, request ids); its middleware writes the access lines, with durations.
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level, workers=1, timeout_graceful_shutdown=10,
-        timeout_keep_alive=settings.keep_alive_s, http=protocol_class(settings),
+        timeout_keep_alive=settings.keep_alive_s, http=protocol_class(settings, on_cut),
         log_config=logging_config(settings.log_format, log_level), access_log=False,
         # given, so uvicorn's default (believe 127.0.0.1, or its FORWARDED_ALLOW_IPS variable) never applies
         proxy_headers=bool(settings.forwarded_allow_ips), forwarded_allow_ips=list(settings.forwarded_allow_ips),

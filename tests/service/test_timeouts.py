@@ -57,6 +57,14 @@ def _read_until_closed(sock: socket.socket, timeout: float) -> tuple[bytes, floa
     return data, time.monotonic() - t0
 
 
+def _cut(addr: tuple[str, int], reason: str) -> float:
+    """spanseek_connections_cut_total{reason} of the server at ``addr``."""
+    import httpx
+
+    text = httpx.get(f"http://{addr[0]}:{addr[1]}/metrics").text
+    return float(text.split(f'spanseek_connections_cut_total{{reason="{reason}"}} ')[1].split()[0])
+
+
 def test_half_sent_heads_and_bodies_are_closed(settings_for):
     settings = settings_for(port=_free_port(), header_timeout_s=0.5, body_timeout_s=0.5)
     with spanseek_server(settings) as addr:
@@ -73,6 +81,8 @@ def test_half_sent_heads_and_bodies_are_closed(settings_for):
         assert data.startswith(b"HTTP/1.1 408") and b"request_timeout" in data and took < 5
         for sock in (silent, half_head, half_body):
             sock.close()
+        # the two heads cut off are counted; the body answered 408 is an error answer, not a connection cut
+        assert (_cut(addr, "head"), _cut(addr, "request"), _cut(addr, "unread_answer")) == (2, 0, 0)
 
         # a kept-alive connection may idle longer than the header timeout between requests (keep_alive_s rules)
         conn = http.client.HTTPConnection(*addr, timeout=10)
@@ -152,6 +162,7 @@ def test_a_trickled_body_is_cut_at_the_request_deadline_whether_or_not_the_route
         t0 = time.monotonic()
         assert _closed_within(sock, 5, trickle=b"[1]")
         assert time.monotonic() - t0 < 0.5 + 1.0 + 1.0  # body_timeout_s + the grace for the 408 + slack
+        assert _cut(addr, "request") == 1
 
 
 def test_a_client_that_does_not_read_its_answers_is_cut_off(settings_for):
@@ -178,6 +189,7 @@ def test_a_client_that_does_not_read_its_answers_is_cut_off(settings_for):
             closed = True
         sock.close()
         assert closed and received.count(b"HTTP/1.1 200") < requests
+        assert _cut(addr, "unread_answer") == 1
 
 
 def test_pipelined_requests_wait_for_the_client_to_take_each_answer(settings_for):
