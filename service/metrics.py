@@ -1,8 +1,8 @@
 """Prometheus metrics of the service (``spanseek_`` prefix), one registry per app so tests can build many apps.
 
-The Grafana dashboard in deploy/grafana/ and the alert rule in deploy/prometheus/ query these names; the
-service test `test_prometheus.py` checks that every dashboard expression returns data against a real
-Prometheus.
+The Grafana dashboard in deploy/grafana/ and the alert rules in deploy/prometheus/ query these names; the
+service test `test_prometheus.py` checks that every dashboard expression returns data, and that every series an
+alert selects exists, against a real Prometheus; `alerts_test.yml` unit-tests the alerts (``promtool test rules``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ __all__ = ["UNITS", "ServiceMetrics"]
 T = TypeVar("T")
 
 # Seconds: from sub-millisecond stages on a GPU to multi-second overload queueing, about 25% apart from 10 ms to 5 s
-# (a search on a CPU takes 20-250 ms, a batch or an upload up to seconds), so a p99 read from the buckets is within
-# a few % of the measured one; the wider steps before (0.1 -> 0.25 -> 0.5, 1 -> 2.5) read it up to 70% off.
+# (a search on a CPU takes 20-250 ms, a batch up to seconds), so a quantile read from the buckets is within 5% of the
+# measured one from 20 ms to 5 s; the wider steps before (0.1 -> 0.25 -> 0.5, 1 -> 2.5) read it up to 70% off.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.125, 0.15,
                    0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0,
                    30.0)

@@ -114,8 +114,7 @@ def test_latency_buckets_read_p50_p95_p99_within_10_percent(histogram, median):
     for seconds in latencies:
         observed.observe(float(seconds))
     buckets = {float(s.labels["le"]): s.value for family in metrics.registry.collect() for s in family.samples
-               if s.name == f"{family.name}_bucket" and family.name == observed._name
-               and s.labels == {**labels, "le": s.labels["le"]}}
+               if s.name == f"spanseek_{histogram}_seconds_bucket" and s.labels == {**labels, "le": s.labels["le"]}}
     within = 0.10 if histogram == "request_duration" else 0.15  # writes and merges: coarser steps past 30 s
     for q in (0.5, 0.95, 0.99):
         assert histogram_quantile(q, buckets) == pytest.approx(np.quantile(latencies, q), rel=within), q
