@@ -7,11 +7,16 @@ upstream record and moves the directory into the cache in one rename; later uses
 
     pip install 'spanseek[base]'      # the five packages
     spanseek train phrase --backbone package:all-mpnet-base-v2 ...
+
+``resolve_backbone`` turns any backbone reference (``package:NAME``, a directory, a hub id) into what transformers
+loads. This module imports neither torch nor transformers, so a process that only needs a backbone's files (the
+service's file reader counting tokens) stays small; ``core.model`` re-exports ``ModelError`` and ``resolve_backbone``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import shutil
 import tempfile
 import zipfile
@@ -23,6 +28,10 @@ from pathlib import Path
 from spanseek.core.integrity import file_digest
 
 DEFAULT_CACHE = Path.home() / ".cache" / "spanseek" / "backbones"
+
+
+class ModelError(ValueError):
+    """A model reference or checkpoint cannot be used; the message says why."""
 
 
 class BackboneError(ValueError):
@@ -116,3 +125,30 @@ def packaged_backbone(name: str, cache: Path | None = None) -> Path:
             if not (final / "config.json").is_file():
                 raise
     return final
+
+
+def resolve_backbone(ref: str) -> str:
+    """Turn a backbone reference into something ``from_pretrained`` accepts.
+
+    ``package:NAME`` names a backbone shipped on the package index: a split archive assembled into the cache
+    (``packaged_backbone``, e.g. ``package:all-mpnet-base-v2``), or a package NAME (dashes become underscores) that
+    gives its model directory; a local directory is used as is; anything else is passed on as a hub id.
+    """
+    if ref.startswith("package:"):
+        if ref.removeprefix("package:") in SPLIT_BACKBONES:
+            try:
+                return str(packaged_backbone(ref.removeprefix("package:")))
+            except BackboneError as e:
+                raise ModelError(f"backbone {ref!r}: {e}") from e
+        name = ref.removeprefix("package:").replace("-", "_")
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as e:
+            raise ModelError(f"backbone {ref!r}: package {name!r} is not installed (pip install {name})") from e
+        if not hasattr(mod, "get_model_path"):
+            raise ModelError(f"backbone {ref!r}: package {name!r} has no get_model_path()")
+        return str(mod.get_model_path())
+    if ref.startswith(("/", "./", "../", "~")) and not Path(ref).expanduser().is_dir():  # a path, not a hub id
+        raise ModelError(f"backbone {ref!r}: no such directory (a backbone is package:NAME, a model directory or a "
+                         "hub id)")
+    return str(Path(ref).expanduser()) if ref.startswith("~") else ref

@@ -16,7 +16,6 @@ backbone comes from ``pip install 'spanseek[base]'``).
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import shutil
@@ -32,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from spanseek.core.backbones import SPLIT_BACKBONES, BackboneError, packaged_backbone
+from spanseek.core.backbones import SPLIT_BACKBONES, ModelError, resolve_backbone
 from spanseek.core.config import DEFAULT_BACKBONE, EncoderConfig
 from spanseek.core.io import replace_dir
 
@@ -50,10 +49,6 @@ LORA_TARGETS = {
 }
 
 
-class ModelError(ValueError):
-    """A model reference or checkpoint cannot be used; the message says why."""
-
-
 def damaged(path: Path, reason: object, remedy: str = "") -> ModelError:
     """The error for a checkpoint file that cannot be read."""
     return ModelError(f"{path}: cannot be read ({str(reason).splitlines()[0]}): the file is damaged or not what "
@@ -69,33 +64,6 @@ def read_weights(path: str | Path, remedy: str = "") -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError) as e:
         raise damaged(path, e, remedy) from None
-
-
-def resolve_backbone(ref: str) -> str:
-    """Turn a backbone reference into something ``from_pretrained`` accepts.
-
-    ``package:NAME`` names a backbone shipped on the package index: a split archive assembled into the cache
-    (``core.backbones``, e.g. ``package:all-mpnet-base-v2``), or a package NAME (dashes become underscores) that
-    gives its model directory; a local directory is used as is; anything else is passed on as a hub id.
-    """
-    if ref.startswith("package:"):
-        if ref.removeprefix("package:") in SPLIT_BACKBONES:
-            try:
-                return str(packaged_backbone(ref.removeprefix("package:")))
-            except BackboneError as e:
-                raise ModelError(f"backbone {ref!r}: {e}") from e
-        name = ref.removeprefix("package:").replace("-", "_")
-        try:
-            mod = importlib.import_module(name)
-        except ImportError as e:
-            raise ModelError(f"backbone {ref!r}: package {name!r} is not installed (pip install {name})") from e
-        if not hasattr(mod, "get_model_path"):
-            raise ModelError(f"backbone {ref!r}: package {name!r} has no get_model_path()")
-        return str(mod.get_model_path())
-    if ref.startswith(("/", "./", "../", "~")) and not Path(ref).expanduser().is_dir():  # a path, not a hub id
-        raise ModelError(f"backbone {ref!r}: no such directory (a backbone is package:NAME, a model directory or a "
-                         "hub id)")
-    return str(Path(ref).expanduser()) if ref.startswith("~") else ref
 
 
 Loaded = TypeVar("Loaded")

@@ -30,7 +30,11 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from spanseek.core.backbones import resolve_backbone
+from spanseek.core.config import EncoderConfig
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 """Tokens of each word, for a list of words."""
@@ -78,13 +82,37 @@ def word_token_counter(words: Sequence[str]) -> list[int]:
 
 def model_token_counter(tokenizer) -> TokenCounter:
     """A counter using a Hugging Face tokenizer: the tokens of each word without special tokens (cached by word)."""
+    return _cached_counter(lambda words: tokenizer(words, add_special_tokens=False)["input_ids"])
+
+
+def backbone_token_counter(config: EncoderConfig) -> TokenCounter:
+    """``model_token_counter`` of the model's tokenizer (``config.backbone``), loaded from its ``tokenizer.json`` by
+    the tokenizers library where the backbone is a directory with one: the very counts transformers' fast tokenizer
+    gives (it runs that file, padding and truncation off), without importing transformers or torch, so a process
+    that only counts (the service's file reader) starts in a fraction of the time and memory. A hub id, or a
+    directory without a ``tokenizer.json``, is loaded by transformers (``core.model.load_tokenizer``)."""
+    path = Path(resolve_backbone(config.backbone)) / "tokenizer.json"
+    if not path.is_file():
+        from spanseek.core.model import load_tokenizer
+
+        return model_token_counter(load_tokenizer(config))
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_padding()  # (a sentence-transformers tokenizer.json pads and truncates to 128 tokens)
+    tokenizer.no_truncation()
+    return _cached_counter(lambda words: [e.ids for e in tokenizer.encode_batch(words, add_special_tokens=False)])
+
+
+def _cached_counter(ids_of: Callable[[list[str]], Sequence[Sequence[int]]]) -> TokenCounter:
+    """The counter of ``ids_of`` (each word's token ids), asking it only for words not seen before; a word of no
+    tokens counts one."""
     cache: dict[str, int] = {}
 
     def count(words: Sequence[str]) -> list[int]:
         new = list({w for w in words if w not in cache})
         if new:
-            ids = tokenizer(new, add_special_tokens=False)["input_ids"]
-            cache.update((w, max(1, len(i))) for w, i in zip(new, ids, strict=True))
+            cache.update((w, max(1, len(i))) for w, i in zip(new, ids_of(new), strict=True))
         return [cache[w] for w in words]
 
     return count

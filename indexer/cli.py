@@ -41,7 +41,7 @@ def _from_squad(args: argparse.Namespace) -> int:
 
 
 def _from_files(args: argparse.Namespace) -> int:
-    from spanseek.indexer.chunking import ChunkOptions, model_token_counter, word_token_counter
+    from spanseek.indexer.chunking import ChunkOptions, backbone_token_counter, word_token_counter
     from spanseek.indexer.ingest import IngestOptions, from_files, parse_meta
 
     extra = parse_meta(args.meta)
@@ -49,9 +49,10 @@ def _from_files(args: argparse.Namespace) -> int:
         count = word_token_counter
     else:
         from spanseek.core.config import EncoderConfig
-        from spanseek.core.model import CONFIG_NAME, load_tokenizer, resolve_model
+        from spanseek.core.model import CONFIG_NAME, resolve_model
 
-        count = model_token_counter(load_tokenizer(EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME)))
+        # the served model's counts: the service's file reader counts an upload's tokens with the same counter
+        count = backbone_token_counter(EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME))
     opts = IngestOptions(
         chunk=ChunkOptions.of(args.max_tokens, args.overlap, args.min_tokens),
         id_field=args.id_field, extra_meta=extra, strict=args.strict,

