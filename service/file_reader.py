@@ -8,8 +8,14 @@ priority), it takes the cores only when searches leave them. The worker counts p
 tokenizer, as ``spanseek corpus from-files --tokenizer model`` does (``chunking.backbone_token_counter``), and the
 document's tokens, so that a file over ``max_file_tokens`` is refused before it is encoded. It imports neither torch
 nor transformers: it starts in about a second and holds ~68 MB (283 MB and 3.5-8 s with them), so starting it at the
-first upload rather than with the service costs that upload little and a service that takes no files nothing. At most ``max_file_uploads`` uploads are taken at once (read
-or being encoded); another is answered 429 with a Retry-After.
+first upload rather than with the service costs that upload little and a service that takes no files nothing.
+
+Two bounds, each answered 429 with a Retry-After when full: at most ``max_file_uploads`` uploads are read or encoded
+at once (``slot``, taken once an upload's body is in), and the bodies held in memory, those still arriving included,
+come to at most ``max_file_uploads`` x ``max_file_bytes`` bytes (``holding``, each body's declared length reserved
+from its first byte). A client trickling its body so holds only its bytes: the uploads behind it are read meanwhile,
+where a slot taken at the first byte held one until ``body_timeout_s``, and a burst of large files still queues at
+its clients rather than in the server's memory.
 """
 
 from __future__ import annotations
@@ -155,9 +161,12 @@ class ReaderStopped(RuntimeError):
 class FileReader:
     """Reads uploads in one worker process (module docstring); ``slot()`` bounds the uploads in progress."""
 
-    def __init__(self, config: EncoderConfig, nice: int, uploads: int, timeout_s: float = 300.0):
+    def __init__(self, config: EncoderConfig, nice: int, uploads: int, timeout_s: float = 300.0,
+                 body_bytes: int = 0):
         self.config, self.nice, self.uploads, self.timeout_s = config, nice, uploads, timeout_s
+        self.body_bytes = body_bytes  # the most bytes of bodies held at once (0: no bound)
         self.in_progress = 0
+        self.bytes_held = 0
         self.seconds = 0.0  # uploads' time from their slot to their answer (a moving average): how soon a slot frees
         self._pool = self._start()
         self._one = asyncio.Lock()
@@ -204,11 +213,30 @@ class FileReader:
         return self._pool
 
     @contextmanager
+    def holding(self, nbytes: int) -> Iterator[None]:
+        """``nbytes`` of an upload's body held (from its first byte to its answer) among the ``body_bytes`` all
+        uploads' bodies may hold at once; ``UploadsBusy`` when they would pass it."""
+        if self.body_bytes and self.bytes_held + nbytes > self.body_bytes:
+            raise UploadsBusy(f"file uploads holding {self.bytes_held:,} bytes are in progress, and this one's "
+                              f"{nbytes:,} would pass the {self.body_bytes:,} this server holds at once "
+                              "(max_file_uploads x max_file_bytes); send it again after Retry-After",
+                              self._retry_after())
+        self.bytes_held += nbytes
+        try:
+            yield
+        finally:
+            self.bytes_held -= nbytes
+
+    def _retry_after(self) -> float:
+        return min(max(1.0, self.seconds), self.timeout_s)
+
+    @contextmanager
     def slot(self) -> Iterator[None]:
-        """One upload's place among the ``uploads`` in progress; ``UploadsBusy`` (its ``retry_after`` in seconds)
-        when they are all taken."""
+        """One upload's place among the ``uploads`` read or encoded at once, taken once its body is in;
+        ``UploadsBusy`` (its ``retry_after`` in seconds) when they are all taken."""
         if self.in_progress >= self.uploads:
-            raise UploadsBusy(self.uploads, min(max(1.0, self.seconds), self.timeout_s))
+            raise UploadsBusy(f"{self.uploads} file uploads are in progress, the most this server takes at once "
+                              "(max_file_uploads); send it again after Retry-After", self._retry_after())
         self.in_progress += 1
         t0 = time.monotonic()
         try:
@@ -227,9 +255,8 @@ class FileReader:
 
 
 class UploadsBusy(RuntimeError):
-    """Every upload slot is taken: come back after ``retry_after`` seconds."""
+    """Every upload slot, or the memory for bodies, is taken: come back after ``retry_after`` seconds."""
 
-    def __init__(self, uploads: int, retry_after: float):
-        super().__init__(f"{uploads} file uploads are in progress, the most this server takes at once "
-                         "(max_file_uploads); send it again after Retry-After")
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
         self.retry_after = retry_after

@@ -13,7 +13,8 @@ an empty body or a file the reader skips or refuses (no text, a PDF without a te
 binary file, front matter that is not valid YAML), 422 ``validation_error`` for bad ids and metadata; keys, 403/503 and the write itself as ``service.writes``. Files are
 read in a process of their own at a lower CPU priority (``service.file_reader``), so a large PDF does not hold up
 searches; a file of more than ``max_file_tokens`` tokens is refused (413) before it is encoded, one whose title is
-longer than ``MAX_TITLE_CHARS`` is a 422, and at most ``max_file_uploads`` uploads are taken at once (429 above).
+longer than ``MAX_TITLE_CHARS`` is a 422, and at most ``max_file_uploads`` uploads are read or encoded at once
+(429 above; a body still arriving holds none of them: ``service.file_reader``).
 """
 
 from __future__ import annotations
@@ -76,16 +77,25 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     if (problem := id_problem(doc_id)) is not None:
         raise _refuse(*(("query", "id") if id_given else ("path", "name")), f"{doc_id!r}: {problem}")
     opts = file_options(meta, max_tokens, overlap, min_tokens)
+    reader = live.file_reader
     try:
-        with live.file_reader.slot():
-            return await _read_and_write(request, live, name, doc_id, opts, only_new)
+        with reader.holding(_body_bytes(request, live.settings.max_file_bytes)):
+            data = await request.body()  # (a slow client's body holds its bytes, not a slot, while it arrives)
+            with reader.slot():
+                return await _read_and_write(request, live, name, doc_id, opts, only_new, data)
     except UploadsBusy as e:
         raise Overloaded(str(e), e.retry_after) from None
 
 
-async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, opts: IngestOptions, only_new: bool
-                          ) -> FileWriteResponse:
-    data = await request.body()
+def _body_bytes(request: Request, most: int) -> int:
+    """The bytes a body will hold: its declared length (the middleware refuses one over ``most``), or ``most`` for a
+    body sent in chunks of no declared length."""
+    declared = request.headers.get("content-length", "")
+    return min(int(declared), most) if declared.isdigit() else most
+
+
+async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, opts: IngestOptions, only_new: bool,
+                          data: bytes) -> FileWriteResponse:
     if not data:
         raise UnreadableFile(f"{name}: the request has no body; send the file's bytes as the body")
     try:

@@ -101,7 +101,8 @@ class LiveWrites:
         # uploaded files are read in a process of their own (started at the first upload), counted by the model's
         # tokenizer as from-files counts them
         self.file_reader = FileReader(base.encoder.model.config, settings.file_nice, settings.max_file_uploads,
-                                      settings.file_read_timeout_s)
+                                      settings.file_read_timeout_s,
+                                      body_bytes=settings.max_file_uploads * settings.max_file_bytes)
         self.merge_thread: threading.Thread | None = None
         self.on_merged: Callable[[Searcher], None] | None = None  # the service's: describe the new base
         self.gauges()

@@ -263,8 +263,9 @@ class Settings(BaseSettings):
     # PDF) takes the cores only when searches leave them; a file is then read more slowly on a busy machine.
     file_nice: int = Field(10, ge=0, le=19, description="how much lower the CPU priority of the process that reads "
                                                         "uploaded files is (nice increment; Linux)")
-    # Uploads taken at once (reading or encoding; each holds its body in memory): more are answered 429 with
-    # Retry-After, so a burst queues at its clients instead of in the server's memory.
+    # Uploads read or encoded at once (a slot is taken once a body is in); the bodies held in memory, those still
+    # arriving included, come to at most max_file_uploads x max_file_bytes. More are answered 429 with Retry-After,
+    # so a burst queues at its clients instead of in the server's memory, and a slow client holds only its bytes.
     max_file_uploads: int = Field(4, ge=1, description="most PUT/POST /files/{name} in progress at once (429 "
                                                        "above)")
     # A file the reader takes longer than this over (a reader stuck on a hostile or damaged file) is refused (422)

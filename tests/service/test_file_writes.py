@@ -284,3 +284,57 @@ async def test_uploads_past_max_file_uploads_are_429_with_retry_after(write_sett
         assert (await slow).status_code == 200
         r = await client.put("/files/next.txt", headers=KEY, content=b"In 1460 Hugo built it.")
         assert r.status_code == 200, r.text
+
+
+async def test_a_body_still_arriving_holds_no_upload_slot(write_settings):
+    """A client trickling its file held an upload slot from its first byte until body_timeout_s: with one slot, a
+    complete upload behind it was a 429 for up to 30 s. The slot is taken once the body is in."""
+    import asyncio
+
+    from tests.service.conftest import async_serving
+
+    more = asyncio.Event()
+    first, rest = b"In 1450 Gala ", b"built the bridge."
+
+    async def trickle():
+        yield first
+        await more.wait()
+        yield rest
+
+    async with async_serving(create_app(write_settings(max_file_uploads=1))) as client:
+        slow = asyncio.create_task(client.put("/files/slow.txt", content=trickle(),
+                                              headers={**KEY, "Content-Length": str(len(first + rest))}))
+        await asyncio.sleep(0.5)  # (the slow upload's first bytes taken)
+        r = await client.put("/files/next.txt", headers=KEY, content=b"In 1460 Hugo built the church.")
+        assert r.status_code == 200, r.text
+        more.set()
+        r = await slow
+        assert r.status_code == 200 and r.json()["id"] == "slow.txt", r.text
+
+
+async def test_bodies_held_past_the_uploads_memory_are_429_naming_the_bytes(write_settings):
+    """What the slot taken at the first byte bounded, bodies held in memory, is bounded apart: max_file_uploads x
+    max_file_bytes bytes (a body of no declared length counts max_file_bytes), the next body refused before it is
+    read."""
+    import asyncio
+
+    from tests.service.conftest import async_serving
+
+    more = asyncio.Event()
+
+    async def trickle():
+        yield b"In 1450 Gala "
+        await more.wait()
+        yield b"built the bridge." + b" " * 3000
+
+    async with async_serving(create_app(write_settings(max_file_uploads=1, max_file_bytes=4096))) as client:
+        slow = asyncio.create_task(client.put("/files/slow.txt", headers={**KEY, "Content-Length": "3030"},
+                                              content=trickle()))
+        await asyncio.sleep(0.5)
+        r = await client.put("/files/next.txt", headers=KEY, content=b"In 1460 Hugo built the church." * 40)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1, r.text
+        assert "holding 3,030 bytes" in r.text and "1,200" in r.text and "(max_file_uploads x max_file_bytes)" in r.text
+        more.set()
+        assert (await slow).status_code == 200
+        r = await client.put("/files/next.txt", headers=KEY, content=b"In 1460 Hugo built the church." * 40)
+        assert r.status_code == 200, r.text
