@@ -311,7 +311,10 @@ def build_lock(out: Path) -> Iterator[None]:
     for a build's life: a second build into the same --out is refused at its start instead of mixing its files with
     the first's. A build refused before it wrote anything leaves no directory it created."""
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a parent not writable, a read-only file system: the one line, not a traceback
+        raise BuildError(f"--out {out} cannot be made ({e.strerror}); choose another --out") from None
     with integrity.writer_lock(out) as locked:
         if not locked:
             if not os.access(out, os.W_OK):
@@ -376,9 +379,11 @@ def check_out_dir(out: Path, corpus: Path) -> None:
     but scratch (the temporary passage and document stores); such a directory is resumed.
     """
     if (out / phrase_index.MANIFEST).exists():
-        raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
+        raise BuildError(f"--out {out} already holds a finished index; remove it or choose another --out")
     if out.exists() and not out.is_dir():
         raise BuildError(f"--out {out} is a file, not a directory; choose another --out")
+    if (above := next((p for p in out.parents if p.exists()), None)) is not None and not above.is_dir():
+        raise BuildError(f"--out {out} cannot be made: {above} is a file, not a directory; choose another --out")
     out_dir = out.resolve()
     if any(out_dir == d or out_dir in d.parents for d in (corpus.absolute().parent.resolve(), corpus.resolve().parent)):
         raise BuildError(f"--corpus {corpus} is inside --out {out}, where the build writes the index's files; "
@@ -430,7 +435,7 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions,
 
 def _refuse_finished(out: Path) -> None:
     if (out / phrase_index.MANIFEST).exists():
-        raise BuildError(f"{out} already holds a finished index; remove it or choose another --out")
+        raise BuildError(f"--out {out} already holds a finished index; remove it or choose another --out")
 
 
 def _reindex_locked(src: Path, out: Path, old: phrase_index.Manifest, opts: BuildOptions,

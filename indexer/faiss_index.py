@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -141,6 +142,19 @@ def default_nprobe(nlist: int) -> int:
     return int(min(nlist, max(8, nlist // 32)))
 
 
+FACTORY_FORMS = ("'auto' or a faiss factory string such as Flat, IVF256,SQ8 or OPQ32,IVF256,PQ32x4fs "
+                 "(docs/compressed-index.md)")
+
+
+def faiss_reason(error: BaseException) -> str:
+    """What a faiss exception says, without the C++ function and source line before it (``Error in
+    std::unique_ptr<faiss::Index> faiss::...index_factory_sub(...) at /project/faiss/index_factory.cpp:1228: could
+    not parse index string Bogus`` -> ``could not parse index string Bogus``; ``Error: 'index_ivf' failed: ...``
+    likewise)."""
+    last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    return re.sub(r"^(?:Error(?: in .*? at \S+:\d+|: '[^']*' failed): )+", "", last)
+
+
 def create_index(factory: str | FactorySpec, dim: int, contiguous_ids: bool):
     """A faiss index for ``factory`` (a string or its parsed spec; inner product); wrapped in IDMap2 when ids are
     not 0..n-1."""
@@ -153,7 +167,8 @@ def create_index(factory: str | FactorySpec, dim: int, contiguous_ids: bool):
     try:
         index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as e:
-        raise FactoryError(f"faiss cannot build factory {factory!r} for dim {dim}: {str(e).strip().splitlines()[-1]}") from None
+        raise FactoryError(f"faiss cannot build factory {factory!r} for dim {dim} ({faiss_reason(e)}); --factory "
+                           f"takes {FACTORY_FORMS}") from None
     _no_polysemous(index)
     if not contiguous_ids and not (spec or parse_factory(factory)).stores_ids:
         index = faiss.IndexIDMap2(index)

@@ -232,3 +232,68 @@ def test_every_command_fails_as_argparse_does(tmp_path, capsys, argv, names):
     assert status == 2 and out == "" and err, (status, out, err)
     assert err[-1].startswith(f"spanseek {command}: error: ") and names.format(**given) in err[-1], err
     assert len(err) == 1 or err[0].startswith(f"usage: spanseek {command} "), err  # one line, or argparse's usage
+
+
+FACTORY_HELP = ("--factory takes 'auto' or a faiss factory string such as Flat, IVF256,SQ8 or OPQ32,IVF256,PQ32x4fs "
+                "(docs/compressed-index.md)")
+VALSETS = "give the --out directory of `spanseek train valsets`"
+# (argv, the whole error line after `spanseek COMMAND: error: `, and what it said before); {tmp} holds a file `file`
+# and a corpus `c.jsonl`, {missing} is not there
+MESSAGES = [
+    (["index", "build", "--corpus", "{tmp}/c.jsonl", "--out", "{tmp}/file/i"],
+     "--out {tmp}/file/i cannot be made: {tmp}/file is a file, not a directory; choose another --out"),  # Not a directory
+    (["index", "build", "--corpus", "{tmp}/c.jsonl", "--out", "{tmp}/i", "--factory", "Bogus"],
+     f"faiss cannot build factory 'Bogus' for dim 384 (could not parse index string Bogus); {FACTORY_HELP}"),
+    (["index", "build", "--corpus", "{tmp}/c.jsonl", "--out", "{tmp}/i", "--factory", "IVF64,Garbage"],  # faiss's C++
+     "faiss cannot build factory 'IVF64,Garbage' for dim 384 (could not parse code description Garbage in "
+     f"IVF64,Garbage); {FACTORY_HELP}"),
+    (["train", "rank-checkpoints", "--valsets", "{missing}", "--checkpoints", "default"],  # {missing}/questions.json.gz
+     f"--valsets {{missing}}: no such directory; {VALSETS}"),
+    (["train", "rank-checkpoints", "--valsets", "{tmp}/file", "--checkpoints", "default"],  # [Errno 20] Not a directory
+     f"--valsets {{tmp}}/file: a file; {VALSETS}"),
+    (["train", "rank-checkpoints", "--valsets", "{tmp}", "--checkpoints", "default"],
+     f"--valsets {{tmp}}: no questions.json.gz, hard.jsonl, gold.jsonl, random.jsonl, reference.jsonl in it; {VALSETS} "
+     "(run it first)"),
+    (["train", "rank-checkpoints", "--valsets", "{valsets}", "--checkpoints", "default", "{missing}"],  # after `default`
+     "{missing}: not a spanseek model directory (there is no such directory) nor a bundled model (bundled: base, "
+     "default, default-2026-11)"),
+    (["train", "calibrate", "--index", "{missing}", "--questions", "{tmp}/file", "--model", "{tmp}/no-model"],  # model
+     "--index must be an index directory that exists, got {missing}"),
+    (["train", "calibrate", "--index", "{tmp}", "--questions", "{missing}", "--model", "{tmp}/no-model"],
+     "--questions must be a file that exists, got {missing}"),
+]
+
+
+@pytest.mark.parametrize(("argv", "error"), MESSAGES, ids=[" ".join(a[:2] + a[-2:]) for a, _ in MESSAGES])
+def test_a_bad_path_or_factory_is_one_line_naming_the_first_wrong_argument(tmp_path, capsys, argv, error):
+    """Each said something else before (the comments): an OS error on a file inside the path, faiss's C++ function
+    and source line, or the model before the index given ahead of it."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"id": "a", "title": "A", "paragraphs": ["In 1450 Gala built it."]})
+                                      + "\n")
+    valsets = tmp_path / "valsets"
+    valsets.mkdir()
+    for name in ("questions.json.gz", "hard.jsonl", "gold.jsonl", "random.jsonl", "reference.jsonl"):
+        (valsets / name).write_text("")
+    given = {"tmp": tmp_path, "missing": tmp_path / "missing", "valsets": valsets}
+    status, out, err = failure([a.format(**given) for a in argv], capsys)
+    command = " ".join(argv[:2])
+    assert (status, out, err) == (2, "", [f"spanseek {command}: error: {error.format(**given)}"])
+
+
+@pytest.mark.parametrize("job", ["phrase", "reader"])
+def test_a_bad_training_file_is_named_before_the_precision_is_picked(tmp_path, capsys, monkeypatch, job):
+    """`train phrase --train BAD` logged `bf16 autocast on this CPU: ... (precision=auto picks bf16)` (a probe of
+    seconds) before it named the file; the file is read first."""
+    import importlib
+
+    module = importlib.import_module(f"spanseek.trainer.{'train' if job == 'phrase' else job}")
+
+    def picked(*args):
+        raise AssertionError("the precision was picked before the training file was read")
+
+    monkeypatch.setattr(module, "pick_precision", picked)
+    (tmp_path / "bad.json").write_text('{"x": 1}')
+    status, out, err = failure(["train", job, "--train", str(tmp_path / "bad.json"), "--out", str(tmp_path / "run")],
+                               capsys)
+    assert status == 2 and len(err) == 1 and "bad.json: not SQuAD format" in err[0], err

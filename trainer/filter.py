@@ -127,6 +127,7 @@ def train_filter(cfg: FilterConfig) -> dict:
     """Train the filter head on frozen token vectors, validate by AUC-PR, save a model with the head."""
     model_dir = resolve_model(cfg.model)
     out = check_model_out(cfg.out, model_dir)  # before minutes of encoding and training
+    data = load_training(cfg.train)  # a bad training file is named before the model loads
     device = pick_device(cfg.device)
     precision = pick_precision(cfg.precision, device)
     base = load_model(model_dir, for_inference=False)
@@ -135,7 +136,6 @@ def train_filter(cfg: FilterConfig) -> dict:
     base.filter_head = filter_head(base.dim, cfg.hidden)
     base.to(device).eval()
     tokenizer = load_tokenizer(base.config)
-    data = load_training(cfg.train)
     train_art, held_art = cfg.holdout.split(data)
     rng = np.random.default_rng(cfg.seed)
 

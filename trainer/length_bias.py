@@ -173,6 +173,7 @@ def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     """Fit the bias on training questions, write the model copy to ``cfg.out`` and return a summary."""
     model_dir = resolve_model(cfg.model)
     out = check_model_out(cfg.out, model_dir)  # before minutes of fitting
+    train, held = cfg.holdout.split(load_training(cfg.train))  # a bad training file is named before the model loads
     model = load_model(model_dir)
     if model.config.length_bias:
         log.info("%s already has a length bias; it is refitted from zero", model_dir)
@@ -180,7 +181,6 @@ def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     model.to(device)
     precision = pick_precision(cfg.precision, device)
     tokenizer = load_tokenizer(model.config)
-    train, held = cfg.holdout.split(load_training(cfg.train))
     rng = random.Random(cfg.seed)
     fit_q = answered(squad_questions(train))
     fit_q = rng.sample(fit_q, min(cfg.questions, len(fit_q)))
@@ -208,12 +208,12 @@ def fit_reader_length_bias(cfg: ReaderLengthBiasConfig) -> dict[str, Any]:
     """Fit the reader's prior on its reserved articles, write the reader copy to ``cfg.out``, return a summary."""
     reader_dir = resolve_reader(cfg.reader)
     out = check_model_out(cfg.out, reader_dir, config_name=READER_CONFIG_NAME)
+    data = load_training(cfg.train)  # a bad training file is named before the reader loads
     device = pick_device(cfg.device)
     reader = PassageReader.load(reader_dir, device, pick_precision(cfg.precision, device))
     if reader.config.length_bias:
         log.info("%s already has a length prior; it is refitted from zero", reader_dir)
         reader.config = dataclasses.replace(reader.config, length_bias=())
-    data = load_training(cfg.train)
     rng = random.Random(cfg.seed)
     articles = Holdout(cfg.holdout_every, cfg.articles_offset).split(data)[1]
     fit_q = answered(squad_questions(articles))

@@ -168,7 +168,6 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     device = pick_device(cfg.device)
-    precision = pick_precision(cfg.precision, device)
     reader_config = cfg.build()
     recover_checkpoint(out)
     if (point := resume_point(out)) is not None:  # a damaged checkpoint is found before the data is tokenised
@@ -176,6 +175,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     data = load_training(cfg.train)
     held = [a for i, a in enumerate(data) if cfg.holdout.held(i)]
     questions = reader_questions(cfg, data)
+    precision = pick_precision(cfg.precision, device)  # (it may log its pick: once the inputs are known good)
     model = ReaderModel(reader_config).to(device)
     if cfg.init is not None:
         init_from(model, resolve_reader(cfg.init))

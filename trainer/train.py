@@ -172,13 +172,13 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
     if cfg.dist.enabled and device.type == "cuda":
         device = torch.device("cuda", cfg.dist.local_rank)
         torch.cuda.set_device(device)
-    precision = pick_precision(cfg.precision, device)
     distributed.init(cfg.dist, device.type)
     main = cfg.dist.is_main
 
     data = load_training(cfg.train)
     check_validation_split(cfg, data)  # before any training
     hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None  # pre-model
+    precision = pick_precision(cfg.precision, device)  # (it may log its pick: once the inputs are known good)
     if cfg.init_from:  # continue a trained model: its encoder config wins over cfg.encoder
         from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from spanseek.core.holdout import Holdout
 from spanseek.core.io import CorpusError, Document, atomic_path, write_corpus, write_json_atomic
-from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME
+from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, resolve_model
 from spanseek.trainer.data import load_training
 from spanseek.trainer.mining import bm25_retriever
 
@@ -137,6 +137,19 @@ def build_validation_sets(
     return counts
 
 
+def check_valsets(valsets: str | Path) -> Path:
+    """``valsets`` when it is what ``build_validation_sets`` wrote; ValueError naming it and what it lacks."""
+    valsets = Path(valsets)
+    made_by = "the --out directory of `spanseek train valsets`"
+    if not valsets.is_dir():
+        raise ValueError(f"--valsets {valsets}: {'a file' if valsets.exists() else 'no such directory'}; give "
+                         f"{made_by}")
+    missing = [name for name in (QUESTIONS, *(f"{s}.jsonl" for s in SETS)) if not (valsets / name).is_file()]
+    if missing:
+        raise ValueError(f"--valsets {valsets}: no {', '.join(missing)} in it; give {made_by} (run it first)")
+    return valsets
+
+
 def rank_checkpoints(valsets: str | Path, checkpoints: list[str], out: str | Path | None = None,
                      progress: bool = True) -> dict:
     """Phrase EM@1 of every checkpoint on every corpus, and Kendall's tau of each corpus vs the reference."""
@@ -144,7 +157,9 @@ def rank_checkpoints(valsets: str | Path, checkpoints: list[str], out: str | Pat
 
     from spanseek.indexer.evaluate import run_eval
 
-    valsets = Path(valsets)
+    valsets = check_valsets(valsets)
+    for ckpt in checkpoints:  # a mistyped one is named before minutes of evaluating the others
+        resolve_model(ckpt)
     scores: dict[str, dict[str, float]] = {name: {} for name in SETS}
     for ckpt in checkpoints:
         for name in SETS:
