@@ -128,6 +128,20 @@ def naming(path: str | Path, temporary: Path | None = None) -> Iterator[None]:
 _NUMPY_NO_SPACE = "Not enough free space to write"
 
 
+def no_space(error: BaseException) -> bool:
+    """Whether ``error`` is a write refused for want of room (``NO_SPACE``), whichever library raised it: an OSError,
+    an error raised while handling one (torch.save into a file object: "unexpected pos 768 vs 662"), or an error that
+    only carries the system's words in its text (safetensors: "I/O error: No space left on device (os error 28)")."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in NO_SPACE:
+            return True
+        if not isinstance(seen, OSError) and any(os.strerror(code) in str(seen) for code in NO_SPACE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds (the temporary

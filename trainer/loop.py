@@ -13,6 +13,7 @@ the optimizer and its schedule, gradient clipping and data-parallel averaging, p
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import json
@@ -33,7 +34,7 @@ from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import autocast
 from spanseek.core.evaluate import question_key, trained_questions, write_trained_questions
 from spanseek.core.integrity import fsync_path, writer_lock
-from spanseek.core.io import load_squad, squad_questions, write_json_atomic
+from spanseek.core.io import load_squad, no_space, squad_questions, write_json_atomic
 from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, PhraseModel
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
@@ -256,17 +257,34 @@ def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None
 
     The new checkpoint is complete in out/name.saving (its state written last, by a rename, and flushed to disk)
     before the old one is moved aside, so a run killed between the two renames resumes from it (``resume_point``).
+    A save that fails (a full disk) removes what it wrote, keeping the old checkpoint as it was; a full disk is an
+    OSError naming out/name, "No space left on device", and that the run resumes from the checkpoint kept.
     """
     tmp = out / f"{name}.saving"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save(tmp)
-    if trained is not None:
-        write_trained_questions(tmp, trained[0], trained[1], trained[2])
-    if state is not None:
-        torch.save(state, tmp / f"{STATE}.tmp")
-        (tmp / f"{STATE}.tmp").rename(tmp / STATE)
-    fsync_path(tmp)
     final = out / name
+    partial = (tmp, tmp.with_name(f"{tmp.name}.tmp"))  # (model.save writes name.saving.tmp, then renames it)
+    for path in partial:
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        model.save(tmp)
+        if trained is not None:
+            write_trained_questions(tmp, trained[0], trained[1], trained[2])
+        if state is not None:
+            # into a file object: its write raises the OSError (torch.save to a path turns a full disk into
+            # "[enforce fail at inline_container.cc:672] . unexpected pos 90112 vs 90000")
+            with open(tmp / f"{STATE}.tmp", "wb") as f:
+                torch.save(state, f)
+            (tmp / f"{STATE}.tmp").rename(tmp / STATE)
+        fsync_path(tmp)
+    except BaseException as e:
+        for path in partial:  # neither holding the room the next save needs nor taken for a checkpoint
+            shutil.rmtree(path, ignore_errors=True)
+        if not no_space(e):
+            raise
+        kept = ("the checkpoint there before is kept: free some space and run the same command to resume from it"
+                if resume_point(out, name) else "free some space and run the same command")
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} while saving the checkpoint; {kept}",
+                      str(final)) from None
     old = out / f"{name}.old"
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
