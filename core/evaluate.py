@@ -9,7 +9,8 @@ them, so every metric would count them wrong. ``spanseek eval`` leaves them out 
 questions, so N questions with an answer are evaluated and every unanswerable one of the file is counted.
 
 ``ci95`` holds 95% intervals of the headline metrics (phrase EM@1, passage acc@5, RC EM), from a bootstrap over
-articles (over questions when there are fewer than ``MIN_ARTICLES_FOR_CLUSTERS``), and says which it used.
+articles (each question's document: its doc_id where the file gives one, else its title; over questions when there
+are fewer than ``MIN_ARTICLES_FOR_CLUSTERS``), and says which it used.
 
 A model that ``spanseek train`` wrote records the questions it was trained on (``TRAINED_QUESTIONS``: a short hash
 of each one's words); questions with the same words are counted in ``trained_questions`` with a warning, as its
@@ -96,11 +97,21 @@ def count_trained(model_dir: str | Path | None, questions: list[Question]) -> in
     return trained
 
 
+def document_key(question: Question) -> tuple[str, str] | None:
+    """What names a question's document: its doc_id where it has one, else its title (``is_gold_document``); None
+    when it names neither (an open-domain question without a title or doc_id)."""
+    if question.doc_id is not None:
+        return ("id", question.doc_id)
+    return ("title", question.title) if question.title else None
+
+
 def confidence_intervals(questions: list[Question], per_question: dict[str, list[float]]) -> dict[str, Any]:
-    """95% bootstrap intervals of each per-question metric, resampling articles when there are enough of them."""
-    titles = [q.title for q in questions]
-    by_article = len(set(titles)) >= MIN_ARTICLES_FOR_CLUSTERS
-    groups = titles if by_article else [q.id for q in questions]
+    """95% bootstrap intervals of each per-question metric, resampling articles (each question's document:
+    ``document_key``) when there are enough of them; a question that names no document is a group of its own."""
+    keys = [document_key(q) for q in questions]
+    by_article = len({k for k in keys if k is not None}) >= MIN_ARTICLES_FOR_CLUSTERS
+    # "title:T" keeps the titles' order, and with it the draws, of the resampling by title alone
+    groups = [f"{k[0]}:{k[1]}" if by_article and k is not None else f"question {i}" for i, k in enumerate(keys)]
     out: dict[str, Any] = {"by": "article" if by_article else "question", "groups": len(set(groups))}
     for name, values in per_question.items():
         out[name] = list(cluster_bootstrap_ci(values, groups))

@@ -108,8 +108,10 @@ def is_correct(unit: str, hit: Hit, question: Question) -> bool:
 
 
 def gold_key(question: Question) -> tuple[str, str]:
-    """What names a question's document: its doc_id where it has one, else its title (``is_gold_document``)."""
-    return ("id", question.doc_id) if question.doc_id is not None else ("title", question.title)
+    """What names a question's document (``core.evaluate.document_key``; ("title", "") for one that names none)."""
+    from spanseek.core.evaluate import document_key
+
+    return document_key(question) or ("title", "")
 
 
 def read_calibration_questions(path: str | Path, limit: int | None = None) -> list[Question]:

@@ -90,6 +90,27 @@ def test_confidence_intervals_resample_articles_when_there_are_enough():
     assert ci["x"][0] < 50.0 < ci["x"][1]
 
 
+def test_confidence_intervals_resample_the_documents_that_questions_name_by_doc_id():
+    """Open-domain questions that name their document by doc_id alone (no title) are grouped by it: each document's
+    ten questions are all right or all wrong, so resampling questions one by one would be ~3x too narrow."""
+    qs = [Question(f"q{i}", "q", ("a",), (), "", "", -1, -1, doc_id=f"doc-{i % 6}") for i in range(60)]
+    values = [float(i % 6 < 3) for i in range(60)]
+    ci = confidence_intervals(qs, {"x": values})
+    assert ci["by"] == "article" and ci["groups"] == 6
+    per_question = confidence_intervals([Question(f"q{i}", "q", ("a",), (), "", "", -1, -1) for i in range(60)],
+                                        {"x": values})
+    assert per_question["by"] == "question" and per_question["groups"] == 60
+    assert ci["x"][1] - ci["x"][0] > 2 * (per_question["x"][1] - per_question["x"][0])
+
+
+def test_questions_that_name_no_document_are_groups_of_their_own():
+    """Beside questions of six titled articles, each untitled question is its own group, not one shared group."""
+    titled = [Question(f"t{i}", "q", ("a",), (0,), f"article-{i % 6}", "c", i % 6, 0) for i in range(12)]
+    untitled = [Question(f"u{i}", "q", ("a",), (), "", "", -1, -1) for i in range(30)]
+    ci = confidence_intervals(titled + untitled, {"x": [1.0] * 12 + [float(i % 2) for i in range(30)]})
+    assert ci["by"] == "article" and ci["groups"] == 6 + 30
+
+
 def test_without_reading_comprehension_there_is_no_rc_key():
     m = evaluate(ScriptedSearcher(), QUESTIONS, progress=False)
     assert "rc" not in m and m["phrase"]["em@1"] == 50.0
