@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 from machine import cpu_name  # bench/ is on sys.path when run as a script
 
-from spanseek.core.evaluate import sample_questions
+from spanseek.core.evaluate import answer_scores, sample_questions
 from spanseek.core.io import Question, load_squad, squad_questions, write_json_atomic
 from spanseek.core.loading import open_searcher
-from spanseek.core.metrics import accuracy_at, exact_match, f1_score, mrr_at, passage_has_answer, pct
+from spanseek.core.metrics import accuracy_at, exact_match, mrr_at, passage_has_answer, pct
 from spanseek.core.params import SearchParams
 from spanseek.core.rerank import RERANK_DEPTH, RERANK_FEATURES, rerank_features, rerank_scores
 
@@ -66,9 +66,8 @@ def unit_metrics(searcher, qs: list[Question], q_start, q_end, base: SearchParam
 
     if "phrase" in units:
         hits = search_all(searcher, texts, q_start, q_end, params("phrase", 1))
-        top = [h[0].text if h else "" for h in hits]
-        out["phrase"] = {"em@1": pct(float(np.mean([exact_match(t, q.answers) for t, q in zip(top, qs, strict=True)]))),
-                         "f1@1": pct(float(np.mean([f1_score(t, q.answers) for t, q in zip(top, qs, strict=True)])))}
+        scores = np.asarray([answer_scores(h[0].text if h else None, q.answers) for h, q in zip(hits, qs, strict=True)])
+        out["phrase"] = {"em@1": pct(float(scores[:, 0].mean())), "f1@1": pct(float(scores[:, 1].mean()))}
     if "passage" in units:
         hits = search_all(searcher, texts, q_start, q_end, params("passage", 20))
         ok = [[passage_has_answer(h.passage, q.answers) for h in row] for row, q in zip(hits, qs, strict=True)]

@@ -135,6 +135,14 @@ def drop_unanswerable(questions: list[Question]) -> tuple[list[Question], int]:
     return answerable, unanswerable
 
 
+def answer_scores(prediction: str | None, answers: tuple[str, ...]) -> tuple[float, float]:
+    """Exact match and F1 of a prediction (SQuAD's); both 0 without one (no hit): an answer that normalises to
+    nothing ("The The") equals the empty string, but a search that found nothing has not answered."""
+    if prediction is None:
+        return 0.0, 0.0
+    return exact_match(prediction, answers), f1_score(prediction, answers)
+
+
 def passage_lookup(searcher: Searcher) -> dict[tuple[str, str], int]:
     """(document title, passage text) -> passage id, to find a question's gold passage in an index."""
     idx = searcher.index
@@ -220,26 +228,26 @@ def evaluate(
                                                 for p in runs.values())
         read_rc = None  # with read, reading comprehension is the reader's: its best span of the gold passage
         if reading_comprehension and base.read and searcher.reading is not None:
-            read_rc = [found[0].text if found else "" for found in
+            read_rc = [found[0].text if found else None for found in
                        searcher.reading.reader.read(texts, [q.context for q in batch], decode=rc_decode)]
         for i, q in enumerate(batch):
-            top = phrases[i][0].text if phrases[i] else ""
-            em1.append(exact_match(top, q.answers))
-            f11.append(f1_score(top, q.answers))
+            em, f1 = answer_scores(phrases[i][0].text if phrases[i] else None, q.answers)
+            em1.append(em)
+            f11.append(f1)
             em10.append(float(any(exact_match(h.text, q.answers) for h in phrases[i][:10])))
-            em1_merged.append(exact_match(merged[i][0].text, q.answers) if merged[i] else 0.0)
+            em1_merged.append(answer_scores(merged[i][0].text if merged[i] else None, q.answers)[0])
             pas.append([passage_has_answer(h.passage, q.answers) for h in passages[i]])
             docs.append([is_gold_document(h, q) for h in documents[i]])
-            if read_rc is not None:
-                rc_em.append(exact_match(read_rc[i], q.answers))
-                rc_f1.append(f1_score(read_rc[i], q.answers))
-            elif reading_comprehension:
-                pid = lookup.get((q.title, q.context))
-                if pid is None:
+            if reading_comprehension:
+                if read_rc is not None:
+                    answer = read_rc[i]
+                elif (pid := lookup.get((q.title, q.context))) is None:
                     raise ValueError(f"question {q.id}: its gold passage is not in the index")
-                hit = searcher.passage_best_span(pid, q_start[i], q_end[i], decode=rc_decode)
-                rc_em.append(exact_match(hit.text, q.answers))
-                rc_f1.append(f1_score(hit.text, q.answers))
+                else:
+                    answer = searcher.passage_best_span(pid, q_start[i], q_end[i], decode=rc_decode).text
+                em, f1 = answer_scores(answer, q.answers)
+                rc_em.append(em)
+                rc_f1.append(f1)
         bar.update(len(batch))
     bar.close()
     seconds = time.perf_counter() - t0

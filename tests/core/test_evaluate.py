@@ -122,6 +122,18 @@ def test_merged_em_counts_the_merged_top_answer():
     assert m["phrase"]["em@1"] == 100.0 and m["phrase"]["merged_em@1"] == 0.0
 
 
+def test_a_question_without_phrase_hits_is_answered_wrong_whatever_its_answer(monkeypatch):
+    """An answer that normalises to nothing ("The The", a band) equals an empty prediction by SQuAD's definition; a
+    search that found no phrase has made no prediction, and counts wrong, as the merged answer did."""
+    searcher = ScriptedSearcher()
+    band = Question("q1", QUESTIONS[0].question, ("The The",), (0,), "France", CONTEXTS[0], 0, 0)
+    search = searcher.search_vectors
+    monkeypatch.setattr(searcher, "search_vectors", lambda qs, qe, params, *a: [[] for _ in qs]
+                        if params.unit == "phrase" else search(qs, qe, params, *a))
+    m = evaluate(searcher, [band], progress=False)
+    assert m["phrase"] == {"em@1": 0.0, "f1@1": 0.0, "em@10": 0.0, "merged_em@1": 0.0}
+
+
 def test_sample_is_fixed_and_bounded():
     qs = [Question(str(i), "q", ("a",), (0,), "t", "c", 0, 0) for i in range(50)]
     a, b = sample_questions(qs, 10), sample_questions(qs, 10)
