@@ -11,7 +11,7 @@ the exact index's per-question results, reused while the index, model and questi
 is within its noise. This bench asks every question of the file (dense mode, the same question vectors for every
 index) and reports, per index, phrase EM@1 and passage acc@5, their difference from the exact index with a 95%
 bootstrap interval over articles (questions of one article move together), and how many questions the index gets
-right that the exact one misses and the other way round.
+right that the exact one misses and the other way round (with McNemar's z).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from spanseek.core.evaluate import answer_scores  # noqa: E402
 from spanseek.core.io import atomic_path, load_squad, squad_questions, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
-from spanseek.core.metrics import cluster_bootstrap_ci, exact_match, passage_has_answer  # noqa: E402
+from spanseek.core.metrics import cluster_bootstrap_ci, mcnemar_z, passage_has_answer  # noqa: E402
 from spanseek.core.model import model_fingerprint, resolve_model  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.core.phrase_index import PhraseIndex  # noqa: E402
@@ -47,7 +48,7 @@ def per_question(searcher: Searcher, questions, q_start: np.ndarray, q_end: np.n
         phrases = searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=10, mode="dense"))
         passages = searcher.search_vectors(qs, qe, SearchParams(unit="passage", top_k=20, mode="dense"))
         for i, q in enumerate(questions[b : b + BATCH]):
-            em.append(exact_match(phrases[i][0].text if phrases[i] else "", q.answers))
+            em.append(answer_scores(phrases[i][0].text if phrases[i] else None, q.answers)[0])
             acc.append(float(any(passage_has_answer(h.passage, q.answers) for h in passages[i][:5])))
     return np.asarray(em), np.asarray(acc)
 
@@ -91,11 +92,12 @@ def run(args: argparse.Namespace) -> dict:
         else:
             searcher, qs, qe = Searcher(PhraseIndex(d), exact.encoder), q_start, q_end
         em, acc = per_question(searcher, questions, qs, qe)
+        gained, lost = int(((em == 1) & (e_em == 0)).sum()), int(((em == 0) & (e_em == 1)).sum())
         row = {"index": d, "model": model or args.model, "em@1": round(100 * em.mean(), 1), "acc@5": round(100 * acc.mean(), 1),
                "em_delta": round(100 * (em - e_em).mean(), 1), "em_delta_ci95": cluster_bootstrap_ci(em - e_em, groups),
                "acc5_delta": round(100 * (acc - e_acc).mean(), 1),
                "acc5_delta_ci95": cluster_bootstrap_ci(acc - e_acc, groups),
-               "em_gained": int(((em == 1) & (e_em == 0)).sum()), "em_lost": int(((em == 0) & (e_em == 1)).sum()),
+               "em_gained": gained, "em_lost": lost, "em_mcnemar_z": mcnemar_z(gained, lost),
                "seconds": round(time.perf_counter() - t0)}
         result["indexes"].append(row)
         print(row, flush=True)

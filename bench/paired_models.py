@@ -8,7 +8,8 @@ Each model answers every question of the file over its own exact index of the fi
 temporarily, as `spanseek eval --questions F --model M --reading-comprehension` does) in the index's default
 (hybrid) mode. Reported per model: RC EM, phrase EM@1 and passage acc@5; and for each model after the first, its
 difference from the first on every question, with a 95% bootstrap interval over articles (questions of one article
-move together) and how many questions it gets right that the first misses and the other way round.
+move together), how many questions it gets right that the first misses and the other way round, and McNemar's z
+of those two counts.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np  # noqa: E402
 from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.io import write_json_atomic  # noqa: E402
-from spanseek.core.metrics import cluster_bootstrap_ci, pct  # noqa: E402
+from spanseek.core.metrics import cluster_bootstrap_ci, mcnemar_z, pct  # noqa: E402
 
 METRICS = ("rc.em", "phrase.em@1", "passage.acc@5")
 
@@ -38,9 +39,10 @@ def paired(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in METRICS:
         x, y = np.asarray(a[name], dtype=np.float64), np.asarray(b[name], dtype=np.float64)
+        gained, lost = int(((y > 0) & (x == 0)).sum()), int(((x > 0) & (y == 0)).sum())
         out[name] = {"difference": pct(float(np.mean(y - x))),
                      "ci95_over_articles": list(cluster_bootstrap_ci(y - x, a["title"])),
-                     "gained": int(((y > 0) & (x == 0)).sum()), "lost": int(((x > 0) & (y == 0)).sum())}
+                     "gained": gained, "lost": lost, "mcnemar_z": mcnemar_z(gained, lost)}
     return out
 
 

@@ -9,6 +9,7 @@ Confidence intervals resample whole articles (``cluster_bootstrap_ci``): questio
 from __future__ import annotations
 
 import functools
+import math
 import re
 import string
 from collections import Counter
@@ -110,6 +111,17 @@ def cluster_bootstrap_ci(
     means = (draws @ sums) / (draws @ counts)
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return pct(float(lo)), pct(float(hi))
+
+
+def mcnemar_z(gained: int, lost: int) -> float:
+    """McNemar's z of a paired comparison on the same questions, (gained - lost) / sqrt(gained + lost), rounded to
+    0.1: ``gained`` the questions only the new system gets right, ``lost`` those only the reference gets right
+    (|z| > 1.96: a difference at the 5% level). 0 without such questions: nothing tells the two apart."""
+    if gained < 0 or lost < 0:
+        raise ValueError(f"question counts must be >= 0, got gained={gained}, lost={lost}")
+    if gained + lost == 0:
+        return 0.0
+    return round((gained - lost) / math.sqrt(gained + lost), 1)
 
 
 def calibration_error(conf: np.ndarray, correct: np.ndarray, bins: int = 10) -> float:

@@ -343,6 +343,7 @@ def test_paired_accuracy(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     assert r["questions"] == 50 and (tmp_path / "exact.npz").is_file()
     for row in r["indexes"]:
         assert row["em_delta"] == row["acc5_delta"] == 0 and row["em_gained"] == row["em_lost"] == 0
+        assert row["em_mcnemar_z"] == 0.0  # no discordant question
         assert len(row["em_delta_ci95"]) == len(row["acc5_delta_ci95"]) == 2
 
 
@@ -412,9 +413,11 @@ def test_paired_differences_by_hand(monkeypatch):
     new = {"per_question": {"id": [1, 2, 3, 4], "title": titles, "rc.em": [1, 1, 0, 1], "phrase.em@1": [0, 0, 0, 1],
                             "passage.acc@5": [1, 1, 1, 1]}}
     d = module.paired(ref, new)
-    assert (d["rc.em"]["difference"], d["rc.em"]["gained"], d["rc.em"]["lost"]) == (25.0, 2, 1)
+    assert (d["rc.em"]["difference"], d["rc.em"]["gained"], d["rc.em"]["lost"], d["rc.em"]["mcnemar_z"]) == \
+        (25.0, 2, 1, 0.6)  # (2 - 1) / sqrt(3)
     assert (d["phrase.em@1"]["difference"], d["phrase.em@1"]["gained"], d["phrase.em@1"]["lost"]) == (25.0, 1, 0)
-    assert d["passage.acc@5"] == {"difference": 0.0, "ci95_over_articles": [0.0, 0.0], "gained": 0, "lost": 0}
+    assert d["passage.acc@5"] == {"difference": 0.0, "ci95_over_articles": [0.0, 0.0], "gained": 0, "lost": 0,
+                                  "mcnemar_z": 0.0}
     lo, hi = d["rc.em"]["ci95_over_articles"]  # article a gains 50 points, b gains 0: the draws' means lie in [0, 50]
     assert 0.0 <= lo <= 25.0 <= hi <= 50.0
     with pytest.raises(ValueError, match="different questions"):
