@@ -22,6 +22,7 @@ import pytest
 from spanseek.core.metrics import (
     accuracy_at,
     calibration_error,
+    cluster_bootstrap_ci,
     exact_match,
     f1_score,
     mcnemar_z,
@@ -170,3 +171,23 @@ def test_mcnemar_z_of_the_discordant_pairs():
     assert mcnemar_z(4, 0) == 2.0
     with pytest.raises(ValueError, match="gained=-1"):
         mcnemar_z(-1, 3)
+
+
+def test_bootstrap_draws_whole_articles_and_averages_over_their_questions():
+    """Oracle: draw as many articles as there are, with replacement, pool all their questions, take the mean; the
+    2.5th and 97.5th percentiles of those means. Articles of unequal size tell the mean over questions (what eval
+    reports) from the mean of article means."""
+    sizes, rates = [60, 5, 5, 10, 20, 8, 12], [0.9, 0.0, 0.2, 0.4, 0.5, 0.1, 0.3]
+    values = np.concatenate([np.arange(n) < round(n * r) for n, r in zip(sizes, rates, strict=True)]).astype(float)
+    groups = np.repeat([f"article-{i}" for i in range(len(sizes))], sizes)
+    rng = np.random.default_rng(123)
+    by_article = [values[groups == g] for g in np.unique(groups)]
+    means = []
+    for _ in range(20000):
+        drawn = [by_article[i] for i in rng.integers(0, len(by_article), len(by_article))]
+        means.append(np.concatenate(drawn).mean())
+    want = 100 * np.percentile(means, [2.5, 97.5])
+    got = cluster_bootstrap_ci(values, groups, n_boot=20000)
+    assert got == pytest.approx(want, abs=1.0)
+    article_means = [np.mean([by_article[i].mean() for i in rng.integers(0, 7, 7)]) for _ in range(20000)]
+    assert abs(100 * np.percentile(article_means, 97.5) - got[1]) > 3  # the other statistic would be told apart
