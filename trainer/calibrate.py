@@ -199,6 +199,7 @@ def save_runs(runs: dict[tuple[str, str, str], list[Ranked]], path: str | Path, 
         arrays[f"{key}/features"] = np.concatenate([r.features for r in ranked]) if ranked else np.zeros((0, 0))
         arrays[f"{key}/labels"] = np.concatenate([r.labels for r in ranked]) if ranked else np.zeros(0, bool)
         arrays[f"{key}/question"] = np.repeat([r.question for r in ranked], [len(r.labels) for r in ranked])
+        arrays[f"{key}/lists"] = np.asarray([r.question for r in ranked], dtype=np.int64)  # with those of no hit
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
 
@@ -214,7 +215,7 @@ def open_examples(path: str | Path) -> np.lib.npyio.NpzFile:
         raise CorpusError(f"{path}: not a NumPy .npz file; {want}") from None
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise CorpusError(f"{path}: a single .npy array; {want}")
-    parts = ("features", "labels", "question")
+    parts = ("features", "labels", "question", "lists")
     if not all(k == META_KEY or (k.count("/") == 3 and k.rsplit("/", 1)[1] in parts) for k in z.files):
         raise CorpusError(f"{path}: holds other arrays ({', '.join(z.files[:3])}); {want}")
     return z
@@ -227,7 +228,8 @@ def load_meta(path: str | Path) -> dict[str, Any]:
 
 
 def load_runs(path: str | Path) -> dict[tuple[str, str, str], list[Ranked]]:
-    """The examples ``save_runs`` wrote, one Ranked per question (questions that got no hits are not in them)."""
+    """The examples ``save_runs`` wrote, one Ranked per question, in their order; a question whose search found no
+    hit has an empty one, as ``collect`` gave it (files written before the lists were kept leave it out)."""
     z = open_examples(path)
     runs: dict[tuple[str, str, str], list[Ranked]] = {}
     for key in sorted({k.rsplit("/", 1)[0] for k in z.files if k != META_KEY}):
@@ -235,8 +237,13 @@ def load_runs(path: str | Path) -> dict[tuple[str, str, str], list[Ranked]]:
         features, labels, question = z[f"{key}/features"], z[f"{key}/labels"], z[f"{key}/question"]
         starts = np.flatnonzero(np.r_[True, question[1:] != question[:-1]]) if len(question) else np.zeros(0, int)
         ends = np.r_[starts[1:], len(question)]
-        runs[(unit, mode, cond)] = [Ranked(int(question[a]), features[a:b], labels[a:b], None)
-                                    for a, b in zip(starts, ends, strict=True)]
+        found = {int(question[a]): (a, b) for a, b in zip(starts, ends, strict=True)}
+        lists = z[f"{key}/lists"] if f"{key}/lists" in z.files else [question[a] for a in starts]
+        ranked = []
+        for q in map(int, lists):
+            a, b = found.get(q, (0, 0))  # (0, 0): no hit
+            ranked.append(Ranked(q, features[a:b], labels[a:b], None))
+        runs[(unit, mode, cond)] = ranked
     return runs
 
 

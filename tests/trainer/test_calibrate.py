@@ -83,6 +83,27 @@ def test_collect_searches_each_question_with_and_without_its_article(squad_index
             assert np.array_equal(a.features, b.features) and np.array_equal(a.labels, b.labels)
 
 
+def test_examples_keep_the_questions_whose_search_found_no_hit(tmp_path):
+    """A question with no hit is an empty list in ``collect``'s runs, which bench/confidence scores as confidence 0
+    and wrong; the examples file lost it, so a report from the file counted fewer questions and other figures than
+    the run that wrote it. Files written without the record of lists still load, without those questions."""
+    from spanseek.core.confidence import FEATURES
+    from spanseek.trainer.calibrate import Ranked
+
+    width = len(FEATURES)
+    runs = {("passage", "lexical", "present"): [
+        Ranked(0, np.ones((2, width)), np.array([True, False]), None),
+        Ranked(1, np.zeros((0, width)), np.zeros(0, bool), None),
+        Ranked(2, np.full((1, width), 2.0), np.array([True]), None)]}
+    save_runs(runs, tmp_path / "ex.npz")
+    again = load_runs(tmp_path / "ex.npz")[("passage", "lexical", "present")]
+    assert [(r.question, r.features.shape, r.labels.tolist()) for r in again] == \
+        [(0, (2, width), [True, False]), (1, (0, width), []), (2, (1, width), [True])]
+    with np.load(tmp_path / "ex.npz") as z:  # as written before the lists were kept
+        np.savez(tmp_path / "old.npz", **{k: z[k] for k in z.files if not k.endswith("/lists")})
+    assert [r.question for r in load_runs(tmp_path / "old.npz")[("passage", "lexical", "present")]] == [0, 2]
+
+
 def test_collect_in_batches_gathers_what_one_search_of_every_question_does(squad_index, tiny_searcher, monkeypatch):
     """Searching a job's questions a batch at a time (``SEARCH_BATCH``) gives every question the hits, features and
     labels one search of them all gives, in the same order."""
