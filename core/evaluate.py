@@ -3,7 +3,8 @@
 Writes the metrics dict that ``spanseek eval`` saves (percentages rounded to 0.1):
 ``{"n_questions", "mode", "phrase": {"em@1", "f1@1", "em@10", "merged_em@1"}, "passage": {"acc@1", "acc@5", "acc@20", "mrr@20", "p@20"},
 "doc": {"acc@1", "acc@5"}, "rc": {"em", "f1"} (reading comprehension only), "ci95", "seconds", "questions_per_second"}``
-(``doc`` only when questions name their document: a SQuAD article's title, or an open-domain file's title or doc_id),
+(``doc`` only when questions name their document: a SQuAD article's title, or an open-domain file's title or doc_id;
+over those questions only, with their count in ``doc.questions`` when others name none),
 and ``unanswerable_skipped`` when questions without a gold answer (SQuAD v2's) were left out: nothing could match
 them, so every metric would count them wrong. ``spanseek eval`` leaves them out before ``--limit`` samples its
 questions, so N questions with an answer are evaluated and every unanswerable one of the file is counted.
@@ -200,9 +201,10 @@ def evaluate(
     trained = count_trained(getattr(getattr(searcher.encoder, "model", None), "source", None), questions)
     # a document hit is right when it is the question's document: by corpus id where the question file names one,
     # else by title (the SQuAD article's); questions that name neither (open-domain lists) have no document metric
-    with_doc = any(q.doc_id is not None or q.title for q in questions)
+    named = [q for q in questions if document_key(q) is not None]  # a question that names none is not counted
+    with_doc = bool(named)
     if with_doc:
-        untitled = _not_in_index(searcher, questions)
+        untitled = _not_in_index(searcher, named)
     else:
         untitled = 0
         log.info("no question names its document (a title or doc_id): document accuracy is not measured")
@@ -237,7 +239,8 @@ def evaluate(
             em10.append(float(any(exact_match(h.text, q.answers) for h in phrases[i][:10])))
             em1_merged.append(answer_scores(merged[i][0].text if merged[i] else None, q.answers)[0])
             pas.append([passage_has_answer(h.passage, q.answers) for h in passages[i]])
-            docs.append([is_gold_document(h, q) for h in documents[i]])
+            if document_key(q) is not None:
+                docs.append([is_gold_document(h, q) for h in documents[i]])
             if reading_comprehension:
                 if read_rc is not None:
                     answer = read_rc[i]
@@ -268,6 +271,8 @@ def evaluate(
     }
     if with_doc:
         out["doc"] = {"acc@1": pct(accuracy_at(docs, 1)), "acc@5": pct(accuracy_at(docs, 5))}
+        if len(named) < n:  # over the questions that name their document only
+            out["doc"]["questions"] = len(named)
     if reading_comprehension:
         out["rc"] = {"em": pct(float(np.mean(rc_em))), "f1": pct(float(np.mean(rc_f1)))}
     headline = {"phrase.em@1": em1, "passage.acc@5": [float(any(c[:5])) for c in pas]}

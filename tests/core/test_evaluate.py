@@ -157,6 +157,15 @@ def test_articles_that_are_no_document_of_the_index_are_said_and_counted(caplog)
     assert "articles_not_in_index" not in evaluate(ScriptedSearcher(), QUESTIONS, progress=False)["doc"]
 
 
+def test_document_accuracy_is_over_the_questions_that_name_their_document():
+    """A question that names no document (no title, no doc_id) beside others that do used to count wrong in document
+    accuracy (and as an article missing from the index); it has no document metric, as in a file of such questions."""
+    anonymous = Question("q3", QUESTIONS[0].question, ("Paris",), (), "", "", -1, -1)
+    m = evaluate(ScriptedSearcher(), [*QUESTIONS, anonymous], progress=False)
+    assert m["doc"] == {"acc@1": 50.0, "acc@5": 100.0, "questions": 2}
+    assert m["n_questions"] == 3 and m["phrase"]["em@1"] == pytest.approx(66.7)
+
+
 def test_unknown_rc_decode_is_refused_even_without_reading_comprehension():
     with pytest.raises(ValueError, match="rc_decode must be one of"):
         evaluate(ScriptedSearcher(), QUESTIONS, rc_decode="beam", progress=False)
