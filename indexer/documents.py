@@ -26,8 +26,10 @@ A file the library cannot read (damaged, truncated, encrypted) raises ``Unreadab
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,6 +125,48 @@ class Sections:
         return Extracted(title, self.texts, meta, metas if any(metas) else [])
 
 
+# a file's compressed parts may expand to at most this together (what its reader holds in memory): a PDF's
+# compressed streams, an Office file's zipped parts
+MAX_INFLATED = 1 << 30
+# a PDF's compressed (FlateDecode) stream may expand to at most this: a 1 MB file whose page expanded to 1 GiB took 2
+# GiB of memory to read, and one of 32 MB would have taken the machine's (a real page's content, a font, is some
+# megabytes at most; pdfminer does not expand images)
+MAX_INFLATED_STREAM = 256 << 20
+# a compressed part over INFLATE_RATIO_FROM that expands more than MAX_INFLATE_RATIO times is a decompression bomb
+# (XML and a page's content compress some 3 to 20 times; Apache POI refuses Office files past the same ratio): a 1 MB
+# .docx whose part expanded to 1 GiB took 2 GiB of memory and 30 s before the XML parser gave up on it, a 150 KB PDF
+# whose page expanded to 100 MB of drawing operators was still being read after minutes
+MAX_INFLATE_RATIO = 100
+INFLATE_RATIO_FROM = 1 << 20
+
+
+def _bomb(packed: int, size: int) -> str | None:
+    """How a compressed part of ``packed`` bytes that expands to ``size`` (or more) is a decompression bomb: it
+    expands past ``MAX_INFLATE_RATIO`` times; None when it does not."""
+    if size > INFLATE_RATIO_FROM and size > MAX_INFLATE_RATIO * max(packed, 1):
+        return f"expands from {packed:,} bytes to {size:,} or more (over {MAX_INFLATE_RATIO} times)"
+    return None
+
+
+def zip_bomb(path: Path) -> str | None:
+    """Why an Office file's zip is refused as a decompression bomb (its parts' sizes, as its directory gives them:
+    a part that expands past what it declares is a damaged one to the zip reader), or None; None too for a file that
+    is no zip (its reader says what it is)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            parts = z.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+    for part in parts:
+        if (why := _bomb(part.compress_size, part.file_size)) is not None:
+            return f"a zip bomb: its part {part.filename} {why}; not read"
+    if (total := sum(part.file_size for part in parts)) > MAX_INFLATED:
+        return f"a zip bomb: its parts expand to {total:,} bytes (more than {MAX_INFLATED >> 20} MiB); not read"
+    return None
+
+
 @dataclass
 class _Page:
     """A PDF page as read: its paragraphs (``pdf_layout.Block``), its bottom and top edges, whether it has images."""
@@ -153,7 +197,6 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
     try:
         from pdfminer.converter import PDFPageAggregator
         from pdfminer.layout import LAParams, LTFigure, LTImage
-        from pdfminer.pdfdocument import PDFDocument
         from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
         from pdfminer.pdfpage import PDFPage
         from pdfminer.pdfparser import PDFParser
@@ -166,7 +209,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
     # boxes, such as headings, among the other column's, and costs time growing with the square of the boxes)
     laparams = LAParams(char_margin=4.0, boxes_flow=None)
     with open(path, "rb") as f:
-        document = PDFDocument(PDFParser(f))
+        document = _pdf_document()(PDFParser(f))
         resources = PDFResourceManager()
         device = PDFPageAggregator(resources, laparams=laparams)
         interpreter = PDFPageInterpreter(resources, device)
@@ -179,6 +222,74 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
     return pages, info
+
+
+def _inflated_size(data: bytes, limit: int) -> int:
+    """The bytes zlib ``data`` expands to, counted in 1 MiB pieces (none kept), up to just past ``limit``; a damaged
+    stream counts what expands before the damage (what pdfminer reads of it)."""
+    d, size, pending, i = zlib.decompressobj(), 0, b"", 0
+    try:
+        while size <= limit and not d.eof:
+            if not pending:
+                if i >= len(data):
+                    break
+                pending, i = data[i:i + (1 << 16)], i + (1 << 16)
+            size += len(d.decompress(pending, 1 << 20))
+            pending = d.unconsumed_tail
+    except zlib.error:
+        pass
+    return size
+
+
+@functools.cache
+def _pdf_document() -> type:
+    """pdfminer's PDFDocument, hardened against hostile files. An object that is a reference to itself (``6 0 obj
+    6 0 R``, or a chain of references back to where it starts) is a PDFSyntaxError: pdfminer follows references until
+    it finds an object that is none (``resolve1``), so such a file held its reader forever; an object that is a
+    reference is given as the object it leads to. A stream is measured before pdfminer expands it (``zlib.decompress``,
+    in memory at once): ``Unreadable`` when it is a decompression bomb (``_bomb``: it expands past ``MAX_INFLATE_RATIO``
+    times), expands past ``MAX_INFLATED_STREAM``, or the document's streams past ``MAX_INFLATED``."""
+    from pdfminer.pdfdocument import PDFDocument
+    from pdfminer.pdfparser import PDFSyntaxError
+    from pdfminer.pdftypes import LITERALS_FLATE_DECODE, PDFObjRef, PDFStream
+
+    class Document(PDFDocument):
+        inflated = 0  # what the streams expanded so far expand to
+
+        def getobj(self, objid: int) -> object:
+            obj, seen = super().getobj(objid), [objid]
+            while isinstance(obj, PDFObjRef):
+                if obj.objid in seen:
+                    through = f" (through object {', '.join(map(str, seen[1:]))})" if seen[1:] else ""
+                    raise PDFSyntaxError(f"object {obj.objid} is a reference to itself{through}")
+                seen.append(obj.objid)
+                obj = super().getobj(obj.objid)
+            if isinstance(obj, PDFStream) and "decode" not in vars(obj):  # measured when pdfminer expands it
+                setattr(obj, "decode", functools.partial(self.measured, obj, obj.decode))  # noqa: B010
+            return obj
+
+        def measured(self, stream: Any, decode: Any) -> None:
+            data = stream.rawdata
+            if stream.decipher:
+                data = stream.decipher(stream.objid, stream.genno, data, stream.attrs)
+            for kind, _ in stream.get_filters():  # its FlateDecode filters first (a bomb may be one inside another)
+                if kind not in LITERALS_FLATE_DECODE:
+                    break
+                size = _inflated_size(data, MAX_INFLATED_STREAM)
+                self.inflated += size
+                why = _bomb(len(data), size) or (
+                    f"expands past {MAX_INFLATED_STREAM >> 20} MiB" if size > MAX_INFLATED_STREAM else
+                    f"expands past {MAX_INFLATED >> 20} MiB with the others" if self.inflated > MAX_INFLATED else None)
+                if why is not None:
+                    raise Unreadable(f"a decompression bomb: its compressed stream (object {stream.objid}) {why}; "
+                                     "not read")
+                try:
+                    data = zlib.decompressobj().decompress(data, MAX_INFLATED_STREAM)
+                except zlib.error:  # damaged: pdfminer reads what it can of it
+                    break
+            decode()
+
+    return Document
 
 
 def _named_rows(blocks: list[Block]) -> list[Block]:
@@ -277,7 +388,7 @@ def extract_pdf(path: Path) -> Extracted:
     only, or fonts without a Unicode map)."""
     try:
         pages, info = _pdf_pages(path)
-    except IngestError:
+    except (IngestError, Unreadable):
         raise
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
         raise Unreadable(_pdf_problem(e)) from None
