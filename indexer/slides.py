@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer.documents import Extracted, IngestError, Unreadable, error_text, table_rows
+from spanseek.indexer.documents import Extracted, IngestError, Unreadable, error_text, table_rows, zip_bomb
 
 _OLE = b"\xd0\xcf\x11\xe0"  # an encrypted .pptx, or an old binary .ppt, is an OLE (Compound File) file
 
@@ -76,6 +76,8 @@ def extract_pptx(path: Path) -> Extracted:
     except ImportError:
         raise IngestError(f"{path}: reading PowerPoint files needs python-pptx (pip install 'spanseek[index]')"
                           ) from None
+    if (bomb := zip_bomb(path)) is not None:
+        raise Unreadable(bomb)
     try:
         deck = pptx.Presentation(str(path))
     except Exception as e:  # a .pptx is a zip of XML parts; any of them may be missing or damaged
@@ -83,11 +85,15 @@ def extract_pptx(path: Path) -> Extracted:
     paragraphs: list[str] = []
     metas: list[dict[str, Any]] = []
     first_title = None
-    for number, slide in enumerate(deck.slides, start=1):
-        title, texts = _slide_text(slide)
-        first_title = first_title or title
-        meta = {"slide": number, **({"section": title} if title else {})}
-        paragraphs += texts
-        metas += [meta] * len(texts)
-    title = _line(deck.core_properties.title or "") or first_title
+    try:
+        for number, slide in enumerate(deck.slides, start=1):
+            title, texts = _slide_text(slide)
+            first_title = first_title or title
+            meta = {"slide": number, **({"section": title} if title else {})}
+            paragraphs += texts
+            metas += [meta] * len(texts)
+        title = _line(deck.core_properties.title or "") or first_title
+    except Exception as e:  # XML that breaks PowerPoint's schema (a shape at x="abc"): python-pptx raises many types
+        raise Unreadable(f"not a readable PowerPoint (.pptx) file: its XML breaks PowerPoint's rules "
+                         f"({error_text(e)})") from None
     return Extracted(title, paragraphs, {"slides": len(deck.slides)}, metas)

@@ -20,7 +20,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer.documents import Extracted, IngestError, Sections, Unreadable, error_text, row_text
+from spanseek.indexer.documents import (
+    Extracted,
+    IngestError,
+    Sections,
+    Unreadable,
+    error_text,
+    row_text,
+    zip_bomb,
+)
 
 _HEADING = re.compile(r"heading\s*(\d)", re.I)
 _OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc, or an encrypted .docx
@@ -449,11 +457,16 @@ def extract_docx(path: Path) -> Extracted:
         import docx
     except ImportError:
         raise IngestError(f"{path}: reading Word files needs python-docx (pip install 'spanseek[index]')") from None
+    if (bomb := zip_bomb(path)) is not None:
+        raise Unreadable(bomb)
     try:
         document = docx.Document(str(path))
         words = _WordText(document)  # it parses the notes parts: a damaged one is a damaged file
     except Exception as e:  # a .docx is a zip of XML parts; any of them may be missing or damaged
         raise Unreadable(_not_docx(path, e)) from None
-    words.blocks(document.element.body)
-    title = " ".join((document.core_properties.title or "").split()) or words.title or words.first_heading
+    try:
+        words.blocks(document.element.body)
+        title = " ".join((document.core_properties.title or "").split()) or words.title or words.first_heading
+    except Exception as e:  # XML that breaks Word's schema (a cell spanning "abc" columns): python-docx raises many types
+        raise Unreadable(f"not a readable Word (.docx) file: its XML breaks Word's rules ({error_text(e)})") from None
     return words.sections.extracted(title, {})
