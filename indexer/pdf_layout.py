@@ -40,9 +40,11 @@ RUNNING_DRIFT = 0.5
 # to the tokenizer or the lexical index
 LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
                            "\ufb05": "st", "\ufb06": "st"})
-# a word broken over two lines: "infor-\nmation" (the hyphen may be a soft one, U+00AD, or U+2010)
-_LINE_HYPHEN = re.compile(r"(\w+)[-\u00ad\u2010][ \t]*\n\s*(\w+)")
-_COMPOUND = re.compile(r"\w+(?:[-\u2010]\w+)+")
+# a word broken over two lines: "infor-\nmation" (the hyphen may be a soft one, U+00AD, or U+2010). Each match starts
+# at a word's start ((?<!\w)) and takes whole words (\w++): otherwise a line of one long word (50,000 letters) was
+# tried from each of its letters, each try running to its end, and took minutes
+_LINE_HYPHEN = re.compile(r"(?<!\w)(\w++)[-\u00ad\u2010][ \t]*\n\s*(\w++)")
+_COMPOUND = re.compile(r"(?<!\w)\w++(?:[-\u2010]\w++)+")
 # a share of line breaks that end in a hyphenated word at least this high: the document was set with hyphenation on
 HYPHENATED_SHARE = 0.03
 # a bold font's name: "Helvetica-Bold", "ABCDEF+DejaVuSans-Bold", "Arial,Bold", "Roboto-Black", "Inter-Heavy"
