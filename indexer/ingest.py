@@ -256,6 +256,8 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
         ext = extract_file(path)
     except Unreadable as e:
         return str(e)
+    except RecursionError:  # a reader's library that recurses into a file's nesting (the readers' own do not)
+        return "nested too deeply to read (its elements inside one another past Python's recursion limit)"
     except OSError as e:
         return f"unreadable ({e.strerror or e})"
     metas = ext.paragraph_meta or [{}] * len(ext.paragraphs)
