@@ -18,6 +18,7 @@ from spanseek.core.model import load_tokenizer
 from spanseek.indexer.chunking import ChunkOptions, model_token_counter
 from spanseek.indexer.ingest import IngestOptions, from_files
 from spanseek.service.app import create_app
+from tests.indexer.test_hostile_files import BOMB, SHAPE, SLIDE, office_file, word_body
 from tests.service.conftest import serving
 from tests.service.test_writes import KEY, found
 
@@ -118,7 +119,9 @@ def test_post_adds_only_and_put_replaces(write_settings):
         assert client.get("/documents/a.txt", headers=KEY).json()["paragraphs"] == ["Another text."]
 
 
-def test_refusals_name_the_file_and_the_reason_and_write_nothing(write_settings):
+def test_refusals_name_the_file_and_the_reason_and_write_nothing(write_settings, tmp_path):
+    bomb = office_file(tmp_path / "bomb.docx", "word/document.xml", word_body(b"<w:p/>"), spaces=BOMB)
+    far = office_file(tmp_path / "far.pptx", "ppt/slides/slide1.xml", SLIDE % SHAPE % b"far")
     with serving(create_app(write_settings())) as client:
         cases = [
             ("report.xlsx", b"PK\x03\x04", 415, ".docx"),  # no reader for the suffix; the message lists them
@@ -130,6 +133,8 @@ def test_refusals_name_the_file_and_the_reason_and_write_nothing(write_settings)
             ("broken.pdf", b"%PDF-1.4\n1 0 obj <<", 422, "broken.pdf: "),
             ("broken.docx", b"PK\x03\x04 not a zip", 422, "broken.docx: "),
             ("bad.md", b"---\ntitle: [unclosed\n---\nText.\n", 422, "bad.md"),
+            ("bomb.docx", bomb.read_bytes(), 422, "bomb.docx: a zip bomb: its part word/document.xml expands"),
+            ("far.pptx", far.read_bytes(), 422, "far.pptx: not a readable PowerPoint (.pptx) file: its XML breaks"),
         ]
         for name, data, status, says in cases:
             r = client.put(f"/files/{name}", headers=KEY, content=data)

@@ -1,0 +1,181 @@
+"""Hostile and malformed files, as a security reviewer sends them, through the readers and ``corpus from-files``:
+decompression bombs in Word, PowerPoint and PDF files, a PDF object that is a reference to itself, XML that breaks
+Office's schema, HTML nested past the recursion limit or never closing its constructs, and text built to make a
+regular expression backtrack. Each is refused or read in bounded time and memory, as a skipped file naming the
+reason; the other files of the run are read. The files are made here.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/indexer/test_hostile_files.py
+"""
+
+from __future__ import annotations
+
+import io
+import signal
+import time
+import zipfile
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from spanseek.core.io import read_corpus
+from spanseek.indexer import pdf_layout
+from spanseek.indexer.documents import Unreadable, extract_pdf
+from spanseek.indexer.ingest import IngestOptions, from_files
+from spanseek.indexer.markup import extract_html
+from spanseek.indexer.slides import extract_pptx
+from spanseek.indexer.word import extract_docx
+from tests.indexer.test_documents import pdf_of_objects
+
+pytest.importorskip("docx")
+pytest.importorskip("pptx")
+
+BOMB = 8 << 20  # a part of 8 MiB of spaces: some 8 KB compressed (a thousand times smaller)
+TEXT = b"BT /F1 12 Tf 72 700 Td (The castle was built in 1250.) Tj ET"
+
+
+@contextmanager
+def deadline(seconds: float):
+    """TimeoutError when the block runs longer than ``seconds`` (a reader that loops forever fails the test)."""
+    def expired(signum, frame):
+        raise TimeoutError(f"still reading after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def office_file(path: Path, part: str, xml: bytes, spaces: int = 0) -> Path:
+    """A copy of python-docx's or python-pptx's own empty file at ``path`` whose ``part`` is ``xml``, with ``spaces``
+    spaces before its last element's end (a zip bomb when many)."""
+    buf = io.BytesIO()
+    if path.suffix == ".docx":
+        import docx
+
+        docx.Document().save(buf)
+    else:
+        import pptx
+
+        deck = pptx.Presentation()
+        deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "Harbour"
+        deck.save(buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            if info.filename != part:
+                z.writestr(info, src.read(info))
+        with z.open(part, "w") as f:
+            head, _, tail = xml.rpartition(b"</")
+            f.write(head)
+            for _ in range(spaces >> 20):
+                f.write(b" " * (1 << 20))
+            f.write(b"</" + tail)
+    return path
+
+
+W = b'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+
+
+def word_body(body: bytes) -> bytes:
+    return b'<?xml version="1.0"?><w:document %s><w:body>%s</w:body></w:document>' % (W, body)
+
+
+SLIDE = (b'<?xml version="1.0"?><p:sld xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main" '
+         b'xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"><p:cSld><p:spTree><p:nvGrpSpPr>'
+         b'<p:cNvPr id="1" name=""/><p:cNvGrpSpPr/><p:nvPr/></p:nvGrpSpPr><p:grpSpPr/>%s</p:spTree></p:cSld></p:sld>')
+SHAPE = (b'<p:sp><p:nvSpPr><p:cNvPr id="2" name="Box"/><p:cNvSpPr/><p:nvPr/></p:nvSpPr><p:spPr><a:xfrm>'
+         b'<a:off x="%s" y="0"/><a:ext cx="10" cy="10"/></a:xfrm></p:spPr><p:txBody><a:bodyPr/><a:p><a:r><a:t>Ferry'
+         b'</a:t></a:r></a:p></p:txBody></p:sp>')
+
+
+def test_office_zip_bombs_are_refused_before_they_are_opened(tmp_path):
+    paragraph = b"<w:p><w:r><w:t>The ferry leaves at nine.</w:t></w:r></w:p>"
+    docx = office_file(tmp_path / "bomb.docx", "word/document.xml", word_body(paragraph), spaces=BOMB)
+    pptx = office_file(tmp_path / "bomb.pptx", "ppt/slides/slide1.xml", SLIDE % SHAPE % b"0", spaces=BOMB)
+    for path, read, part in ((docx, extract_docx, "word/document.xml"), (pptx, extract_pptx, "ppt/slides/slide1.xml")):
+        with pytest.raises(Unreadable, match=f"a zip bomb: its part {part} expands from [0-9,]+ bytes to 8,"):
+            read(path)
+    # the same files, their parts of a size XML has, are read
+    assert extract_docx(office_file(tmp_path / "ok.docx", "word/document.xml", word_body(paragraph))).paragraphs == [
+        "The ferry leaves at nine."]
+    assert "Ferry" in extract_pptx(office_file(tmp_path / "ok.pptx", "ppt/slides/slide1.xml", SLIDE % SHAPE % b"0")
+                                   ).paragraphs
+
+
+def test_office_xml_that_breaks_the_schema_is_a_skipped_file_and_the_run_goes_on(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    office_file(folder / "span.docx", "word/document.xml", word_body(
+        b'<w:tbl><w:tblPr/><w:tr><w:tc><w:tcPr><w:gridSpan w:val="abc"/></w:tcPr><w:p><w:r><w:t>Quay</w:t></w:r>'
+        b'</w:p></w:tc></w:tr></w:tbl>'))
+    office_file(folder / "offset.pptx", "ppt/slides/slide1.xml", SLIDE % SHAPE % b"far")
+    (folder / "fine.md").write_text("# Harbour\n\nThe ferry leaves at nine.\n")
+    report = from_files([folder], tmp_path / "c.jsonl", opts=IngestOptions())
+    assert [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["fine.md"]
+    reasons = dict(report.skipped)
+    assert "breaks Word's rules (ValueError: invalid literal" in reasons[str(folder / "span.docx")]
+    assert "breaks PowerPoint's rules (ValueError: invalid literal" in reasons[str(folder / "offset.pptx")]
+
+
+def page(content_ref: bytes = b"4 0 R") -> list[bytes]:
+    return [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %s /Resources << /Font << /F1 5 0 R >> "
+            b">> >>" % content_ref]
+
+
+def stream(data: bytes, flate: bool = False) -> bytes:
+    return b"<< /Length %d%s >>\nstream\n%s\nendstream" % (len(data), b" /Filter /FlateDecode" * flate, data)
+
+
+FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
+
+
+def test_a_pdf_object_that_is_a_reference_to_itself_is_refused_not_followed_forever(tmp_path):
+    title = pdf_of_objects(tmp_path / "title.pdf", [*page(), stream(TEXT), FONT, b"6 0 R", b"<< /Title 6 0 R >>"],
+                           info=7)
+    chain = pdf_of_objects(tmp_path / "chain.pdf", [*page(b"6 0 R"), stream(TEXT), FONT, b"7 0 R", b"6 0 R"])
+    with deadline(20):
+        with pytest.raises(Unreadable, match=r"object 6 is a reference to itself\)"):
+            extract_pdf(title)
+        with pytest.raises(Unreadable, match=r"object 6 is a reference to itself \(through object 7\)"):
+            extract_pdf(chain)
+    # a reference to a reference is followed: the title is the string two references away
+    two = pdf_of_objects(tmp_path / "two.pdf", [*page(), stream(TEXT), FONT, b"7 0 R", b"(Harbour report)",
+                                                b"<< /Title 6 0 R >>"], info=8)
+    assert extract_pdf(two).title == "Harbour report"
+
+
+def test_a_pdf_decompression_bomb_is_refused_before_it_is_expanded(tmp_path):
+    bomb = zlib.compress(TEXT + b" " * BOMB, 9)
+    path = pdf_of_objects(tmp_path / "bomb.pdf", [*page(), stream(bomb, flate=True), FONT])
+    with pytest.raises(Unreadable, match=r"a decompression bomb: its compressed stream \(object 4\) expands from "
+                                         r"[0-9,]+ bytes to [0-9,]+ or more \(over 100 times\)"):
+        extract_pdf(path)
+    # a page's content compressed as a PDF writer compresses it is read
+    plain = zlib.compress(b"\n".join(TEXT.replace(b"72 700", b"72 %d" % y) for y in range(700, 100, -14)), 9)
+    path = pdf_of_objects(tmp_path / "ok.pdf", [*page(), stream(plain, flate=True), FONT])
+    assert "The castle was built in 1250." in extract_pdf(path).paragraphs[0]
+
+
+def test_a_pdf_line_of_one_long_word_is_read_in_linear_time():
+    word = "a" * 12_000  # the old patterns tried the word from each of its letters: some 12 s
+    t0 = time.perf_counter()
+    assert pdf_layout.dehyphenate([f"{word}\n", "infor-\nmation, information and well-\nknown well-known\n"]) == [
+        f"{word}\n", "information, information and well-known well-known\n"]
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_html_nested_past_the_recursion_limit_or_never_closing_its_constructs_is_read(tmp_path):
+    deep = "<ul><li>" * 5000 + "The ferry leaves at nine." + "</li></ul>" * 5000
+    assert extract_html(deep).paragraphs == ["The ferry leaves at nine."]
+    for unclosed in ("<?", "<!--", "<!"):  # Python's parser searched to the end once for each: 200 KB took 16 s
+        t0 = time.perf_counter()
+        assert extract_html(f"<p>Quay</p>{unclosed * 100_000}").paragraphs[0] == "Quay"
+        assert time.perf_counter() - t0 < 5.0, unclosed
+    assert extract_html("<p>Quay</p><![<![<![ x>").paragraphs == ["Quay"]  # Python's parser raised AssertionError
+    row = "<table><tr><th>Name</th><th>Berths</th></tr><tr><td colspan='1%s'>Pier</td><td>2</td></tr></table>"
+    assert extract_html(row % ("0" * 5000)).paragraphs == ["Name: Pier; Berths: 2"]  # int() refuses 5,000 digits
