@@ -274,11 +274,14 @@ class _WordText:
         return paragraph_hidden if found is None else found
 
     def line(self, p: Any, extras: list[tuple[str, Any]]) -> tuple[str, str]:
-        """A paragraph's visible text on one line, and its list number or bullet ("" when none); a paragraph without
-        visible text is not counted in its list (Word shows no number for it)."""
+        """A paragraph's visible text on one line, and its list number or bullet ("" when none). An empty paragraph
+        in a list is counted, as Word shows its number ("2." on a line of its own), unless its paragraph mark is hidden
+        too (Word then shows no line for it)."""
         style_hidden = _vanish(s.find(f"{_W}rPr") for s in self.styles.chain(self.styles.paragraph_style(p)))
         text = " ".join(self.inline(p, extras, bool(style_hidden)).split())
-        return text, self.numbering.label(p) if text else ""
+        mark_hidden = _vanish([p.find(f"{_W}pPr/{_W}rPr")])
+        shown = bool(text) or not (style_hidden if mark_hidden is None else mark_hidden)
+        return text, self.numbering.label(p) if shown else ""
 
     def paragraph(self, p: Any, level_allowed: bool = True) -> None:
         extras: list[tuple[str, Any]] = []

@@ -241,12 +241,21 @@ def test_list_items_read_their_numbers_and_bullets_as_word_shows_them(tmp_path):
     item(document, "An ordinal word is not read", 94)
     item(document, "Nor is a list not defined", 57)
     item(document, "Numbering turned off", 0, style="List Number")  # numId 0 over the style's list
+    define_list(document, 95, [("decimal", "%1.")])
+    item(document, "Moor the ship.", 95)
+    item(document, "", 95)  # an empty item: Word shows "2." on a line of its own, and counts it
+    hidden = item(document, "Hidden", 95)  # hidden with its paragraph mark: Word shows no line, and no number
+    hidden.runs[0].font.hidden = True
+    hidden._p.get_or_add_pPr().append(parse_xml(f'<w:rPr {nsdecls("w")}><w:vanish/></w:rPr>'))
+    item(document, "Lower the gangway.", 95).runs[0].font.hidden = True  # its mark shown: "3." on a line of its own
+    item(document, "Open the hatch.", 95)
     assert paragraphs(document, tmp_path) == [
         "1. Install the pump.", "2. Configure the flow rate.", "• Spare seals",  # was "Install the pump.", ...
         "1. Definitions", "1.1 Scope of the policy.", "(a) Contractors are covered.", "(b) Visitors are covered.",
         "1.2 Exclusions apply.", "2. Obligations", "2.1 Report incidents.",
         "I. Background", "II. Findings", "2.1 Sampling", "III. Recommendations", "I. Annex",
         "An ordinal word is not read", "Nor is a list not defined", "Numbering turned off",
+        "1. Moor the ship.", "4. Open the hatch.",  # was "2. Open the hatch.": the empty items were not counted
     ]
 
 
@@ -279,7 +288,7 @@ def test_numbered_headings_keep_their_numbers_in_the_section_path(tmp_path):
 def test_hidden_text_is_left_out_as_word_shows_and_prints_the_document(tmp_path):
     """Text formatted as hidden (an editor's note) was read into the corpus. Hidden runs are left out, hidden by the
     run, its character style or its paragraph's style, unless the run turns hiding off again; a paragraph mark's
-    w:specVanish (a run-in heading) hides no text; a list item with no visible text takes no number."""
+    w:specVanish (a run-in heading) hides no text; a list item hidden with its paragraph mark takes no number."""
     document = docx.Document()
     note = document.add_paragraph("The valve opens at 4 bar.")
     note.add_run(" [Editor: check this figure with the supplier.]").font.hidden = True
@@ -298,7 +307,9 @@ def test_hidden_text_is_left_out_as_word_shows_and_prints_the_document(tmp_path)
     run_in._p.get_or_add_pPr().append(parse_xml(f'<w:rPr {nsdecls("w")}><w:specVanish/></w:rPr>'))
     document.add_paragraph("The policy covers every site.")
     document.add_paragraph("Open the valve.", style="List Number")
-    document.add_paragraph("Old step.", style="List Number").runs[0].font.hidden = True
+    old = document.add_paragraph("Old step.", style="List Number")  # hidden with its mark, as Word hides a selection
+    old.runs[0].font.hidden = True
+    old._p.get_or_add_pPr().append(parse_xml(f'<w:rPr {nsdecls("w")}><w:vanish/></w:rPr>'))
     document.add_paragraph("Start the pump.", style="List Number")
     assert paragraphs(document, tmp_path) == [
         "The valve opens at 4 bar. It closes at 2 bar.",  # was "... [Editor: check this figure ...] It closes ..."
