@@ -213,12 +213,14 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
         resources = PDFResourceManager()
         device = PDFPageAggregator(resources, laparams=laparams)
         interpreter = PDFPageInterpreter(resources, device)
+        header: Block | None = None  # the header row of a table that ends the page before
         for page in PDFPage.create_pages(document):
             interpreter.process_page(page)
             layout = device.get_result()
             runs = pdf_layout.paragraphs(pdf_layout.reading_order(_page_boxes(layout, laparams)))
             images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)
-            pages.append(_Page(_named_rows([Block.of(run) for run in runs]), layout.y0, layout.y1, images))
+            blocks, header = _named_rows([Block.of(run) for run in runs], header, layout.y0, layout.y1)
+            pages.append(_Page(blocks, layout.y0, layout.y1, images))
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
     return pages, info
@@ -292,15 +294,29 @@ def _pdf_document() -> type:
     return Document
 
 
-def _named_rows(blocks: list[Block]) -> list[Block]:
+def _named_rows(blocks: list[Block], continued: Block | None, bottom: float, top: float
+                ) -> tuple[list[Block], Block | None]:
     """A page's blocks with the rows of each table under a header row (``pdf_layout.tables``) named by it, as Word's,
-    HTML's and Markdown's are ("Terminal: Ferry; Berths: 2"); the header row is no paragraph of its own."""
-    for start, rows in reversed(pdf_layout.tables(blocks)):
-        body = blocks[start + 1:start + len(rows)]
+    HTML's and Markdown's are ("Terminal: Ferry; Berths: 2"); the header row is no paragraph of its own. A table that
+    ``continued`` heads (it ended the page before) goes on in the rows that start this page's body, below its top
+    margin (a running header), without a header row of their own. Also returns the header row of a table that ends
+    this page (only blocks in its bottom margin after it: a page number), for the next."""
+    def margin(block: Block, edge: str) -> bool:  # a running header or footer, a page number: no table's row
+        return not block.cells and pdf_layout.margin_edge(block, bottom, top) == edge
+
+    first = next((i for i, b in enumerate(blocks) if not margin(b, "top")), len(blocks))
+    found = pdf_layout.tables(blocks, continued, first)
+    last = next((i for i in range(len(blocks), 0, -1) if not margin(blocks[i - 1], "bottom")), 0)
+    ending = next(((blocks[start] if start >= 0 else continued) for start, rows in found[-1:]
+                   if max(start, first - 1) + len(rows) == last), None)
+    for start, rows in reversed(found):
+        at = start + 1 if start >= 0 else first
+        body = blocks[at:at + len(rows) - 1]
         for block, row in zip(body, rows[1:], strict=True):  # a row of blank cells reads as nothing, not as an error
             block.text = row_text(row, rows[0]) + "\n"
-        blocks[start:start + len(rows)] = body
-    return blocks
+        if start >= 0:
+            del blocks[start]
+    return blocks, ending
 
 
 def _info_text(value: Any) -> str | None:

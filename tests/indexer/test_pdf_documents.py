@@ -269,13 +269,13 @@ def test_the_rows_at_the_tops_of_a_long_table_s_pages_are_kept(tmp_path):
 
 def test_a_table_s_row_is_no_paragraph_that_runs_onto_the_next_page(tmp_path):
     """A row has no full stop, so a page's last row took in the next page's first row as one paragraph ("Vessel:
-    Vessel 31; Tonnage: 1031 Vessel 32 1032")."""
-    extracted = extract_pdf(vessels_pdf(tmp_path / "vessels.pdf", repeat_header=True))
-    assert extracted.paragraphs == ["The vessels registered at the port are listed below.",
-                                    *(f"Vessel: Vessel {i}; Tonnage: {1000 + i}" for i in range(71))]
-    assert not any("page_end" in meta for meta in extracted.paragraph_meta)
-    unnamed = extract_pdf(vessels_pdf(tmp_path / "once.pdf", repeat_header=False)).paragraphs  # rows after
-    assert [re.findall(r"Vessel \d+", p) for p in unnamed[1:]] == [[f"Vessel {i}"] for i in range(71)]  # page 1
+    Vessel 31; Tonnage: 1031 Vessel 32 1032"). A table whose header row is on its first page only names the rows
+    of the pages after it too (they read "Vessel 32 1032")."""
+    for repeat_header in (True, False):
+        extracted = extract_pdf(vessels_pdf(tmp_path / "vessels.pdf", repeat_header))
+        assert extracted.paragraphs == ["The vessels registered at the port are listed below.",
+                                        *(f"Vessel: Vessel {i}; Tonnage: {1000 + i}" for i in range(71))]
+        assert not any("page_end" in meta for meta in extracted.paragraph_meta)
 
 
 def journal(n: int) -> list[tuple[float, float, str]]:

@@ -259,6 +259,9 @@ def test_a_table_row_of_blank_cells_reads_as_nothing_and_the_page_is_read():
         return Block(" ".join(t for t, _, _ in cells) + "\n", 50, 0, 400, 10, 10, "", tuple(cells), bold)
 
     head = row([("Terminal", 50, 100), ("Berths", 200, 240)], bold=True)
-    blocks = _named_rows([head, row([("Ferry", 50, 80), ("2", 230, 236)]), row([("", 50, 80), ("", 230, 236)]),
-                          row([("Wick", 50, 80), ("4", 230, 236)])])
+    blocks, ending = _named_rows([head, row([("Ferry", 50, 80), ("2", 230, 236)]), row([("", 50, 80), ("", 230, 236)]),
+                                  row([("Wick", 50, 80), ("4", 230, 236)])], None, -1000, 1000)
     assert [b.text for b in blocks] == ["Terminal: Ferry; Berths: 2\n", "\n", "Terminal: Wick; Berths: 4\n"]
+    assert ending is head  # the table ends the page: the next page's first rows may go on with it
+    following, _ = _named_rows([row([("Kirkwall", 50, 80), ("6", 230, 236)])], ending, -1000, 1000)
+    assert [b.text for b in following] == ["Terminal: Kirkwall; Berths: 6\n"]
