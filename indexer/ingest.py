@@ -187,9 +187,14 @@ def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
         return None, f"not valid {label} as it declares (byte 0x{data[e.start]:02x} at offset {e.start})"
 
 
+# a FIFO or a device (a link to /dev/zero) is never read: its reading may not end
+_NOT_REGULAR = "not a regular file (a FIFO, a socket or a device); not read"
+
+
 def _walk(root: Path, problems: list[tuple[Path, str]]) -> list[Path]:
     """The files of a format ``FORMATS`` knows under ``root``, hidden files and folders left out, sorted; links to
-    folders are not followed (a link to a file is read), and a folder that cannot be read is added to ``problems``."""
+    folders are not followed (a link to a file is read), and a folder that cannot be read, or a FIFO or device named
+    like a file to read, is added to ``problems``."""
     found: list[Path] = []
     walked: set[str] = set()
 
@@ -204,6 +209,9 @@ def _walk(root: Path, problems: list[tuple[Path, str]]) -> list[Path]:
         walked.add(real)
         found += [p for n in names if not n.startswith(".") and (p := Path(folder) / n).suffix.lower() in FORMATS
                   and p.is_file()]
+        problems += [(p, _NOT_REGULAR) for n in sorted(names) if not n.startswith(".")
+                     and (p := Path(folder) / n).suffix.lower() in FORMATS and p.exists() and not p.is_file()
+                     and not p.is_dir()]
         problems += [(p, UNREAD[p.suffix.lower()]) for n in sorted(names) if not n.startswith(".")
                      and (p := Path(folder) / n).suffix.lower() in UNREAD and p.is_file()]
     return sorted(found)
@@ -225,6 +233,8 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
                 raise IngestError(f"{root}: unsupported file type {root.suffix or '(no suffix)'!r}; "
                                   f"from-files reads {', '.join(sorted(FORMATS))}")
             pairs = [(root, root.as_posix())]
+        elif root.exists():
+            raise IngestError(f"{root}: {_NOT_REGULAR}")
         else:
             raise IngestError(f"{root}: no such file or directory")
         for p, rel in pairs:

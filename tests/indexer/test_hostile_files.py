@@ -10,6 +10,7 @@ reason; the other files of the run are read. The files are made here.
 from __future__ import annotations
 
 import io
+import os
 import signal
 import time
 import zipfile
@@ -22,7 +23,7 @@ import pytest
 from spanseek.core.io import read_corpus
 from spanseek.indexer import pdf_layout
 from spanseek.indexer.documents import Unreadable, extract_pdf
-from spanseek.indexer.ingest import IngestOptions, from_files
+from spanseek.indexer.ingest import IngestError, IngestOptions, from_files
 from spanseek.indexer.markup import extract_html
 from spanseek.indexer.slides import extract_pptx
 from spanseek.indexer.word import extract_docx
@@ -179,3 +180,19 @@ def test_html_nested_past_the_recursion_limit_or_never_closing_its_constructs_is
     assert extract_html("<p>Quay</p><![<![<![ x>").paragraphs == ["Quay"]  # Python's parser raised AssertionError
     row = "<table><tr><th>Name</th><th>Berths</th></tr><tr><td colspan='1%s'>Pier</td><td>2</td></tr></table>"
     assert extract_html(row % ("0" * 5000)).paragraphs == ["Name: Pier; Berths: 2"]  # int() refuses 5,000 digits
+
+
+def test_a_fifo_or_device_named_like_a_file_is_named_and_never_read(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "fine.md").write_text("The ferry leaves at nine.\n")
+    os.mkfifo(folder / "pipe.txt")  # reading it waited for a writer forever, had the walk taken it
+    (folder / "zero.txt").symlink_to("/dev/zero")  # endless
+    with deadline(20):
+        report = from_files([folder], tmp_path / "c.jsonl", opts=IngestOptions())
+        with pytest.raises(IngestError, match="pipe.txt: not a regular file"):  # was "no such file or directory"
+            from_files([folder / "pipe.txt"], tmp_path / "d.jsonl")
+    assert [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["fine.md"]
+    assert {Path(p).name: why for p, why in report.skipped} == {
+        "pipe.txt": "not a regular file (a FIFO, a socket or a device); not read",
+        "zero.txt": "not a regular file (a FIFO, a socket or a device); not read"}
