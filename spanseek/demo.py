@@ -24,8 +24,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "data" / "demo" / "corpus.jsonl.gz"
+HERE = Path(__file__).resolve().parent
+# In a checkout (`make demo`) the corpus is the repository's data/demo and the index goes to its work/; an installed
+# wheel carries the corpus as spanseek/data/demo and builds the index under the working directory.
+ROOT = HERE.parent if (HERE.parent / "pyproject.toml").is_file() else Path.cwd()
+CORPUS = next((p for p in (HERE / "data" / "demo" / "corpus.jsonl.gz", HERE.parent / "data" / "demo" / "corpus.jsonl.gz")
+               if p.is_file()), HERE / "data" / "demo" / "corpus.jsonl.gz")
 INDEX = ROOT / "work" / "demo-index"
 QUESTIONS = [
     "When did the iPod become the leader in digital music device sales?",
