@@ -21,6 +21,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from spanseek.extras import extra_for, missing_extra_message
+
 # Before torch starts OpenMP: its threads spin-wait between parallel regions, taking the cores from the numpy work in
 # between (a seventh of an index build on 2 cores: 11.7 against 10.2 s for the demo corpus). The benchmarks, the
 # container images and the demo run so; a value the environment gives is kept.
@@ -37,14 +39,15 @@ CLI_MODULES = {
 }
 
 
-def _unavailable(commands: tuple[str, ...], sub: argparse._SubParsersAction, missing: str) -> None:
+def _unavailable(commands: tuple[str, ...], sub: argparse._SubParsersAction, error: ModuleNotFoundError) -> None:
     def fail(args: argparse.Namespace) -> int:
-        raise RuntimeError(f"this command needs the Python package {missing!r}, which is not installed "
-                           f"(pip install spanseek[serve] for the service, spanseek[train] for training)")
+        raise error
 
+    extra = extra_for(error.name)
+    needs = f"pip install 'spanseek[{extra}]'" if extra else f"needs {(error.name or '?').split('.')[0]}"
     for command in commands:
         # no option prefix: every argument, flags too, lands in `rest`, and the command explains itself
-        p = sub.add_parser(command, help=f"(unavailable: needs {missing})", add_help=False, prefix_chars="\x00")
+        p = sub.add_parser(command, help=f"(unavailable: {needs})", add_help=False, prefix_chars="\x00")
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(func=fail)
 
@@ -105,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         except ModuleNotFoundError as e:
             if e.name in (name, name.split(".")[0]):  # the package itself is not installed: no commands
                 continue
-            _unavailable(commands, sub, (e.name or "?").split(".")[0])
+            _unavailable(commands, sub, e)
             continue
         module.register(sub)
     _name_commands(parser)
@@ -153,6 +156,13 @@ def _run(args: argparse.Namespace) -> int:
         with contextlib.suppress(AttributeError, OSError, ValueError):  # (a stdout without a file descriptor)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when stdout is flushed
         return 0
+    except ModuleNotFoundError as e:  # a third-party module not installed (an extra's, imported when the command runs)
+        if (e.name or "").split(".")[0] == "spanseek":  # our own module missing is a fault, not an install choice
+            raise
+        if args.verbose:
+            logging.getLogger("spanseek").exception("the command failed")
+        print(f"{args.prog}: error: {missing_extra_message(e, args.prog)}", file=sys.stderr)
+        return 2
     except (ValueError, RuntimeError, OSError) as e:  # bad input, and the system's refusals (a read-only disk)
         if args.verbose:
             logging.getLogger("spanseek").exception("the command failed")

@@ -36,17 +36,22 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
-import httpx
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    retry_if_result,
-    stop_after_attempt,
-    stop_before_delay,
-    wait_exponential_jitter,
-)
+from spanseek.extras import require_extra
+
+try:
+    import httpx
+    from tenacity import (
+        AsyncRetrying,
+        RetryCallState,
+        Retrying,
+        retry_if_exception_type,
+        retry_if_result,
+        stop_after_attempt,
+        stop_before_delay,
+        wait_exponential_jitter,
+    )
+except ModuleNotFoundError as e:  # a plain install: say which extra brings them
+    raise require_extra(e, "spanseek.client") from None
 
 from spanseek.core.filters import SearchFilter  # the filter's one definition (standard library only)
 from spanseek.core.params import HIT_WINDOW, Fusion, Mode, Unit  # standard library only, as core.filters
