@@ -1,0 +1,169 @@
+"""What a user installs: the wheel and sdist carry every file a command loads and nothing of the repository's own,
+and a command or import whose extra is missing names the extra to install.
+
+    .venv/bin/python -m pytest -q tests/test_packaging.py
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from spanseek.extras import EXTRA_OF_MODULE, MissingExtraError
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+# what the distributions are built from (pyproject's package-dir, the readme, the sdist's manifest)
+SOURCES = ("pyproject.toml", "README.md", "MANIFEST.in", "spanseek", "core", "indexer", "trainer", "service", "data")
+PACKAGE_DIRS = {"spanseek.core": "core", "spanseek.indexer": "indexer", "spanseek.trainer": "trainer",
+                "spanseek.service": "service", "spanseek": "spanseek"}
+
+
+def tracked(*folders: str) -> list[str]:
+    """The files git tracks under ``folders`` (a checkout's scratch, caches and builds left out)."""
+    out = subprocess.run(["git", "ls-files", "-z", *folders], cwd=ROOT, capture_output=True, check=True).stdout
+    return [p for p in out.decode().split("\0") if p]
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory) -> tuple[list[str], list[str]]:
+    """(the wheel's file names, the sdist's) as setuptools builds them from a copy of the sources (PEP 517, the
+    build backend called as `python -m build` calls it, without its isolated environment)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs the git checkout (the files it tracks)")
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
+    for path in tracked(*SOURCES):
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, src / path)
+    for build in ("build_sdist", "build_wheel"):  # one process each: setuptools' second build in a process fails
+        script = f"import sys; from setuptools import build_meta; build_meta.{build}(sys.argv[1])"
+        subprocess.run([sys.executable, "-c", script, str(out)], cwd=src, check=True, capture_output=True)
+    (wheel,), (sdist,) = out.glob("*.whl"), out.glob("*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        sdist_names = [m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()]
+    return zipfile.ZipFile(wheel).namelist(), sdist_names
+
+
+def installed_name(path: str) -> str:
+    """Where a repository file lands in the wheel: ``core/models/x`` -> ``spanseek/core/models/x``."""
+    top = path.split("/", 1)[0]
+    return path if top == "spanseek" else f"spanseek/{path}"
+
+
+def test_the_wheel_carries_every_file_a_command_loads(dists):
+    from spanseek.core.model import BUNDLED_MODELS
+    from spanseek.core.reader import DEFAULT_READER_DIR
+
+    wheel, _ = dists
+    names = set(wheel)
+    loaded = [f"spanseek/core/models/{Path(d).name}/{f}" for d in [*BUNDLED_MODELS.values(), DEFAULT_READER_DIR]
+              for f in sorted(p.name for p in Path(d).iterdir())]
+    assert any(n.endswith("reading.json") for n in loaded) and any(n.endswith("calibration.json") for n in loaded)
+    loaded += ["spanseek/data/demo/corpus.jsonl.gz", "spanseek/py.typed"]
+    assert [n for n in loaded if n not in names] == []
+    code = [installed_name(p) for p in tracked(*PACKAGE_DIRS.values()) if p.endswith(".py")]
+    assert [n for n in code if n not in names] == []
+
+
+def test_the_wheel_and_sdist_hold_nothing_of_the_repository_own(dists):
+    wheel, sdist = dists
+    junk = re.compile(r"(^|/)(tests|runs|work|bench|docs|deploy|docker|__pycache__|\.venv)/")
+    assert [n for n in wheel if junk.search(n)] == []
+    assert [n for n in sdist if junk.search(n)] == []
+    assert "data/demo/corpus.jsonl.gz" in sdist and "core/models/default/weights.safetensors" in sdist
+
+
+def normalised(requirement: str) -> str:
+    """A requirement's distribution name as PyPI compares names (``PyYAML>=6`` -> ``pyyaml``)."""
+    name = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert name, requirement
+    return re.sub(r"[-_.]+", "-", name.group()).lower()
+
+
+def test_each_modules_extra_lists_its_distribution():
+    """The table behind the messages agrees with pyproject: the distribution that installs each module (looked up in
+    this environment, which has every extra but ray) is a requirement of the extra the table names."""
+    extras = {name: {normalised(r) for r in reqs} for name, reqs in PYPROJECT["project"]["optional-dependencies"].items()}
+    providers = importlib.metadata.packages_distributions()
+    checked = 0
+    for module, extra in EXTRA_OF_MODULE.items():
+        assert extra in extras, f"{module}: no extra {extra!r} in pyproject.toml"
+        if module not in providers:
+            continue  # not installed here (ray)
+        dists = {normalised(d) for d in providers[module]}
+        assert dists & extras[extra], f"{module} comes from {dists}, none of them in the {extra!r} extra"
+        checked += 1
+    assert checked >= len(EXTRA_OF_MODULE) - 1
+
+
+def test_a_command_whose_module_needs_an_extra_names_it(monkeypatch, capsys):
+    import spanseek.cli as cli
+
+    real = importlib.import_module
+
+    def without_service_stack(name, *args):
+        if name == "spanseek.service.cli":
+            raise ModuleNotFoundError("No module named 'pydantic_settings'", name="pydantic_settings")
+        return real(name, *args)
+
+    monkeypatch.setattr(cli.importlib, "import_module", without_service_stack)
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "serve        (unavailable: pip install 'spanseek[serve]')" in capsys.readouterr().out
+    assert cli.main(["serve", "--index", "somewhere"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("spanseek serve: error: spanseek serve needs the 'serve' extra (module 'pydantic_settings' is not "
+                   "installed): pip install 'spanseek[serve]'\n")
+
+
+def test_a_command_importing_a_missing_extra_when_it_runs_names_it(monkeypatch, capsys):
+    """`spanseek sync` imports httpx only when it runs: the client extra is named, not a traceback."""
+    import spanseek.cli as cli
+
+    monkeypatch.setitem(sys.modules, "httpx", None)  # import httpx -> ModuleNotFoundError, as on a plain install
+    assert cli.main(["sync", "--url", "http://127.0.0.1:1", "somewhere"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("spanseek sync: error: spanseek sync needs the 'client' extra (module 'httpx' is not installed): "
+                   "pip install 'spanseek[client]'\n")
+
+
+def test_importing_the_client_without_its_extra_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "httpx", None)
+    monkeypatch.delitem(sys.modules, "spanseek.client", raising=False)
+    with pytest.raises(MissingExtraError, match=re.escape("pip install 'spanseek[client]'")) as e:
+        importlib.import_module("spanseek.client")
+    assert isinstance(e.value, ModuleNotFoundError) and e.value.name == "httpx"
+    monkeypatch.delitem(sys.modules, "spanseek.client", raising=False)  # the next import is the real one again
+
+
+def test_core_needs_only_the_base_set():
+    """Every third-party module ``core`` imports (at any depth: the lazy imports too) comes with a plain install:
+    its distribution is a base requirement, not an extra's."""
+    import ast
+
+    base = {normalised(r) for r in PYPROJECT["project"]["dependencies"]}
+    providers = importlib.metadata.packages_distributions()
+    outside = {}
+    for path in sorted((ROOT / "core").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - {"spanseek", "__future__"}:
+                dists = {normalised(d) for d in providers.get(top, [top])}
+                if not dists & base:
+                    outside.setdefault(top, f"{path.name}:{node.lineno} ({', '.join(sorted(dists))})")
+    assert outside == {}
