@@ -23,8 +23,10 @@ from spanseek.extras import EXTRA_OF_MODULE, MissingExtraError
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-# what the distributions are built from (pyproject's package-dir, the readme, the sdist's manifest)
-SOURCES = ("pyproject.toml", "README.md", "MANIFEST.in", "spanseek", "core", "indexer", "trainer", "service", "data")
+# what the distributions are built from (pyproject's package-dir, the readme, the sdist's manifest), and the tests,
+# which setuptools would put in the sdist unless the manifest leaves them out
+SOURCES = ("pyproject.toml", "README.md", "MANIFEST.in", "spanseek", "core", "indexer", "trainer", "service", "data",
+           "tests")
 PACKAGE_DIRS = {"spanseek.core": "core", "spanseek.indexer": "indexer", "spanseek.trainer": "trainer",
                 "spanseek.service": "service", "spanseek": "spanseek"}
 
