@@ -108,26 +108,6 @@ def test_each_modules_extra_lists_its_distribution():
     assert checked >= len(EXTRA_OF_MODULE) - 1
 
 
-def test_a_command_whose_module_needs_an_extra_names_it(monkeypatch, capsys):
-    import spanseek.cli as cli
-
-    real = importlib.import_module
-
-    def without_service_stack(name, *args):
-        if name == "spanseek.service.cli":
-            raise ModuleNotFoundError("No module named 'pydantic_settings'", name="pydantic_settings")
-        return real(name, *args)
-
-    monkeypatch.setattr(cli.importlib, "import_module", without_service_stack)
-    with pytest.raises(SystemExit):
-        cli.main(["--help"])
-    assert "serve        (unavailable: pip install 'spanseek[serve]')" in capsys.readouterr().out
-    assert cli.main(["serve", "--index", "somewhere"]) == 2
-    err = capsys.readouterr().err
-    assert err == ("spanseek serve: error: spanseek serve needs the 'serve' extra (module 'pydantic_settings' is not "
-                   "installed): pip install 'spanseek[serve]'\n")
-
-
 def test_a_command_importing_a_missing_extra_when_it_runs_names_it(monkeypatch, capsys):
     """`spanseek sync` imports httpx only when it runs: the client extra is named, not a traceback."""
     import spanseek.cli as cli
