@@ -14,6 +14,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# OpenMP threads (torch's, faiss's) wait passively between parallel regions, as the spanseek command sets it
+# (spanseek/cli.py): spinning, they took the cores from each other on a loaded 2-core machine, and faiss's k-means
+# in the quantised-store tests ran 4x slower. Read when OpenMP loads, so before any test module imports torch.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 WORDS = (
     "river mountain castle king queen city empire battle treaty music painter novel science physics "
