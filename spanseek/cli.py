@@ -134,13 +134,27 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED
 
 
-def _run(args: argparse.Namespace) -> int:
-    """The parsed command, its errors reported as one line (status 2)."""
-    if not args.verbose:  # transformers' per-load reports and progress bars drown the command's own output
+def quiet_transformers() -> None:
+    """transformers reports only errors and draws no progress bars. Said through the environment, read when it is
+    first imported, so a command that never loads a model (``sync``, ``search --server``) does not import it for
+    this (about a second); set on the library directly where it is loaded already."""
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The parsed command, its errors reported as one line (status 2)."""
+    if not args.verbose:  # transformers' per-load reports and progress bars drown the command's own output
+        quiet_transformers()
     level = logging.DEBUG if args.verbose else getattr(args, "quiet_log_level", logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # the libraries' own chatter: faiss says which CPU build it tried, transformers deprecations

@@ -297,3 +297,34 @@ def test_a_bad_training_file_is_named_before_the_precision_is_picked(tmp_path, c
     status, out, err = failure(["train", job, "--train", str(tmp_path / "bad.json"), "--out", str(tmp_path / "run")],
                                capsys)
     assert status == 2 and len(err) == 1 and "bad.json: not SQuAD format" in err[0], err
+
+
+def run_python(code: str) -> str:
+    """What ``code`` prints, run in a fresh interpreter (what it imported is then its own)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_command_that_loads_no_model_does_not_import_transformers(tmp_path):
+    (tmp_path / "a.txt").write_text("hello\n")
+    out = run_python(
+        "import sys\nfrom spanseek.cli import main\n"
+        f"main(['sync', {str(tmp_path)!r}, '--url', 'http://127.0.0.1:9', '--dry-run'])\n"
+        "print('transformers' in sys.modules)"
+    )
+    assert out.splitlines()[-1] == "False"
+
+
+def test_transformers_loaded_after_quieting_reports_only_errors_and_draws_no_bars():
+    out = run_python(
+        "from spanseek.cli import quiet_transformers\nquiet_transformers()\n"
+        "from transformers.utils import logging as l\n"
+        "print(l.get_verbosity() == l.ERROR, l.is_progress_bar_enabled())"
+    )
+    assert out == "True False"
