@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -90,9 +91,10 @@ def backbone_token_counter(config: EncoderConfig) -> TokenCounter:
     the tokenizers library where the backbone is a directory with one: the very counts transformers' fast tokenizer
     gives (it runs that file, padding and truncation off), without importing transformers or torch, so a process
     that only counts (the service's file reader) starts in a fraction of the time and memory. A hub id, or a
-    directory without a ``tokenizer.json``, is loaded by transformers (``core.model.load_tokenizer``)."""
+    directory without a ``tokenizer.json``, or one whose ``tokenizer.json`` is not what transformers builds for it
+    (``_as_transformers_builds``), is loaded by transformers (``core.model.load_tokenizer``)."""
     path = Path(resolve_backbone(config.backbone)) / "tokenizer.json"
-    if not path.is_file():
+    if not path.is_file() or not _as_transformers_builds(path.parent, json.loads(path.read_text(encoding="utf-8"))):
         from spanseek.core.model import load_tokenizer
 
         return model_token_counter(load_tokenizer(config))
@@ -102,6 +104,37 @@ def backbone_token_counter(config: EncoderConfig) -> TokenCounter:
     tokenizer.no_padding()  # (a sentence-transformers tokenizer.json pads and truncates to 128 tokens)
     tokenizer.no_truncation()
     return _cached_counter(lambda words: [e.ids for e in tokenizer.encode_batch(words, add_special_tokens=False)])
+
+
+# the tokenizers whose pipeline transformers builds from tokenizer_config.json, by the model_type naming them where it
+# names no tokenizer_class: a WordPiece of the vocabulary after a BertNormalizer and a BertPreTokenizer
+_WORDPIECE_TOKENIZERS = {"bert": "BertTokenizer", "mpnet": "MPNetTokenizer"}
+
+
+def _as_transformers_builds(directory: Path, spec: dict[str, Any]) -> bool:
+    """Whether ``spec`` (the backbone ``directory``'s tokenizer.json) runs what transformers runs for that backbone.
+    transformers builds a BERT or MPNet tokenizer's normalizer and WordPiece from ``tokenizer_config.json`` (its
+    defaults where that file says nothing), not from tokenizer.json: a tokenizer.json that lowercases where the
+    config says ``do_lower_case: false`` counts otherwise. Another tokenizer class is not checked here: False."""
+    def read(name: str) -> dict[str, Any]:
+        file = directory / name
+        return json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+
+    options = read("tokenizer_config.json")
+    named = options.get("tokenizer_class") or _WORDPIECE_TOKENIZERS.get(read("config.json").get("model_type"))
+    if str(named).removesuffix("Fast") not in _WORDPIECE_TOKENIZERS.values():
+        return False
+    unk = options.get("unk_token", "[UNK]")
+    built = {
+        "normalizer": {"type": "BertNormalizer", "clean_text": True,
+                       "handle_chinese_chars": options.get("tokenize_chinese_chars", True),
+                       "strip_accents": options.get("strip_accents"), "lowercase": options.get("do_lower_case", True)},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "model": {"type": "WordPiece", "unk_token": unk.get("content") if isinstance(unk, dict) else unk,
+                  "continuing_subword_prefix": "##", "max_input_chars_per_word": 100},
+    }
+    return all(isinstance(spec.get(part), dict) and all(spec[part].get(k) == v for k, v in want.items())
+               for part, want in built.items())
 
 
 def _cached_counter(ids_of: Callable[[list[str]], Sequence[Sequence[int]]]) -> TokenCounter:
