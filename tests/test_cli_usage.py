@@ -261,6 +261,12 @@ MESSAGES = [
      "--index must be an index directory that exists, got {missing}"),
     (["train", "calibrate", "--index", "{tmp}", "--questions", "{missing}", "--model", "{tmp}/no-model"],
      "--questions must be a file that exists, got {missing}"),
+    (["train", "calibrate", "--index", "{tmp}", "--questions", "{tmp}", "--model", "{tmp}/no-model"],  # the model
+     "--questions must be a file that exists, got {tmp}"),
+    (["train", "calibrate", "--index", "{tmp}/file", "--questions", "{tmp}/file", "--model", "{tmp}/no-model"],
+     "--index must be an index directory that exists, got {tmp}/file"),
+    (["train", "calibrate", "--from-examples", "{tmp}", "--model", "{tmp}/no-model"],
+     "--from-examples must be a file that exists, got {tmp}"),
 ]
 
 

@@ -387,9 +387,10 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     check(limit is None or limit >= 1, "--limit", "an integer >= 1 (leave it out to use every question)", limit)
     for flag, path in (("--out", out), ("--examples", examples), ("--cache", cache)):  # found before the searches
         check(path is None or not Path(path).is_dir(), flag, "a file to write, not a directory", path)
-    for flag, path, want in (("--index", index_dir, "an index directory"), ("--questions", questions_path, "a file"),
-                             ("--from-examples", from_examples, "a file")):  # cheap: named before the model is found
-        check(path is None or Path(path).exists(), flag, f"{want} that exists", path)
+    for flag, path, folder in (("--index", index_dir, True), ("--questions", questions_path, False),
+                               ("--from-examples", from_examples, False)):  # cheap: named before the model is found
+        check(path is None or (Path(path).exists() and Path(path).is_dir() == folder), flag,
+              f"{'an index directory' if folder else 'a file'} that exists", path)
     model_dir = resolve_model(model)
     bundled = {path.resolve() for path in BUNDLED_MODELS.values()}
     if out is None and model_dir.resolve() in bundled:  # its file is the installed package's: every search reads it
