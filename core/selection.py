@@ -34,6 +34,7 @@ hits), and a larger one is searched with nprobe divided by its share of the toke
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,8 +46,13 @@ from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.params import UNITS, SearchFilter, Unit
 from spanseek.core.phrase_index import PhraseIndex
 
-# bytes of recent filters' selections a Searcher keeps by default (each D + P + P / 8 bytes)
+# bytes of recent filters' selections a Searcher keeps by default (each D + P + P / 8 bytes, its filter and
+# ENTRY_BYTES: ``Selections.cost``)
 SELECTION_CACHE_BYTES = 1 << 30
+# what a kept selection holds besides its arrays and its filter: the Selection, its faiss selectors and unit counts,
+# the cache's slot (measured over the demo index: 3.4 KB of memory a selection with a filter of two ids, whose
+# arrays are 1.2 KB and objects 1.1 KB)
+ENTRY_BYTES = 1024
 # unit -> the unit of every passage, (P,) int64; the phrase unit is the span itself (None). A new unit is one entry.
 UNIT_OF_PASSAGE: dict[Unit, Callable[[PhraseIndex], np.ndarray] | None] = {
     "phrase": None,
@@ -257,10 +263,42 @@ def selected_top(index: PhraseIndex, queries: np.ndarray, k: int, passages: np.n
     return out
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None), bytes})
+
+
+def object_bytes(value: Any) -> int:
+    """The bytes of the Python objects ``value`` holds (``sys.getsizeof`` over its tuples, lists, sets, dicts and
+    dataclass fields, each object once): what keeping a filter costs. A filter of 10,000 ids holds about a megabyte
+    (the ids, and the key its equality goes by), far more than a small index's selection."""
+    seen = {id(value)}
+    total = sys.getsizeof(value)
+    todo = [value]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            members: Any = [*x.keys(), *x.values()]
+        elif isinstance(x, (tuple, list, set, frozenset)):
+            members = x
+        elif hasattr(x, "__dict__") and not isinstance(x, type):
+            members = [x.__dict__]
+        else:
+            continue
+        ids = set(map(id, members))
+        new = ids - seen  # each object once (the ids' strings are in the filter's key too)
+        fresh = list(members) if len(new) == len(ids) else [e for e in members if id(e) in new] if new else []
+        if len(fresh) > len(new):  # an object twice in one container
+            fresh = list({id(e): e for e in fresh}.values())
+        seen |= new
+        total += sum(map(sys.getsizeof, fresh))
+        todo += [e for e in fresh if type(e) not in _LEAVES]
+    return total
+
+
 class Selections:
-    """The ``select`` of the most recently used filters of one index, within ``max_bytes`` (``Selection.nbytes``;
-    the newest is kept even when it alone is larger). A plain dict, not an lru_cache of a bound method, so its owner
-    is freed as soon as it is unused; a lock, since the service checks requests while a batch searches."""
+    """The ``select`` of the most recently used filters of one index, within ``max_bytes`` (``cost``: each
+    selection's arrays, its filter and ``ENTRY_BYTES``; the newest is kept even when it alone is larger). A plain
+    dict, not an lru_cache of a bound method, so its owner is freed as soon as it is unused; a lock, since the
+    service checks requests while a batch searches."""
 
     def __init__(self, index: PhraseIndex, unit_of_passage: dict[str, np.ndarray], max_bytes: int):
         if max_bytes < 0:
@@ -268,21 +306,29 @@ class Selections:
         self.index = index
         self.max_bytes = max_bytes
         self.layout = Layout(index, unit_of_passage)
-        self.recent: dict[SearchFilter | None, Selection] = {}  # oldest first
+        self.recent: dict[SearchFilter | None, tuple[Selection, int]] = {}  # oldest first; (selection, its cost)
         self.nbytes = 0
         self._lock = threading.Lock()
 
+    @staticmethod
+    def cost(flt: SearchFilter | None, sel: Selection) -> int:
+        """The bytes keeping ``sel`` for ``flt`` holds: its arrays, the filter's objects (``object_bytes``) and
+        ``ENTRY_BYTES``. Counting only the arrays let a budget of a gigabyte keep every filter of a small index's
+        traffic: 1.2 KB counted for each of the demo index's selections, while a filter of 1,000 ids held 110 KB."""
+        return sel.nbytes + object_bytes(flt) + ENTRY_BYTES
+
     def get(self, flt: SearchFilter | None) -> Selection:
         with self._lock:
-            sel = self.recent.pop(flt, None)
-            if sel is not None:
-                self.recent[flt] = sel  # most recent last
-                return sel
+            kept = self.recent.pop(flt, None)
+            if kept is not None:
+                self.recent[flt] = kept  # most recent last
+                return kept[0]
         sel = select(self.index, flt, self.layout)  # outside the lock: searches go on
+        cost = self.cost(flt, sel)
         with self._lock:
             old = self.recent.pop(flt, None)  # made meanwhile by another thread
-            self.nbytes += sel.nbytes - (old.nbytes if old is not None else 0)
-            self.recent[flt] = sel
+            self.nbytes += cost - (old[1] if old is not None else 0)
+            self.recent[flt] = (sel, cost)
             while self.nbytes > self.max_bytes and len(self.recent) > 1:
-                self.nbytes -= self.recent.pop(next(iter(self.recent))).nbytes
+                self.nbytes -= self.recent.pop(next(iter(self.recent)))[1]
         return sel

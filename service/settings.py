@@ -174,7 +174,8 @@ class Settings(BaseSettings):
     # Each passage read costs a reader forward pass (a few ms on a CPU core): bounds one question's reading.
     max_read_passages: int = Field(20, ge=1, le=64, description="largest read_passages accepted (400 above)")
     # Each distinct filter's selection (allowed documents and passages) is kept for the next request with it: about
-    # D + 1.125 P bytes each (D documents, P passages). More = fewer selections computed again, more memory.
+    # D + 1.125 P bytes each (D documents, P passages), plus the filter itself (a filter of 10,000 ids is about
+    # 1.2 MB) and 1 KB; all of it is counted. More = fewer selections computed again, more memory.
     selection_cache_bytes: int = Field(1 << 30, ge=0, description="bytes of recent filters' selections kept")
     # A question asked again (the next page, a retry) reuses its first vectors: the same hits whatever it was batched
     # with, and no encoder pass (core.encoding.QuestionCache). About 3 KB a question with the default model.

@@ -12,8 +12,10 @@ selection (deleted documents removed, passages expanded, the faiss selector) and
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import random
 import sys
+import tracemalloc
 from types import SimpleNamespace
 
 import faiss
@@ -22,7 +24,7 @@ import pytest
 
 from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.filters import AnyOf, FilterError, Match, Not, Range, SearchFilter
-from spanseek.core.selection import Layout, Selections, select
+from spanseek.core.selection import Layout, Selections, object_bytes, select
 
 LANGS = ["en", "fr", "de", "nl"]
 TAGS = ["news", "sport", "tech", "arts", "food", "2024-01-01"]
@@ -471,13 +473,15 @@ def test_the_selector_filters_a_faiss_search(docs):
 def test_the_cache_keeps_recent_selections_within_its_byte_budget(docs):
     index = fake_index(docs, deleted=[])
     filters = [SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 1990 + i}}]}) for i in range(12)]
-    one = select(index, filters[0], Layout(index, index.units)).nbytes  # type: ignore[arg-type]
+    hash(filters[0])  # the key its equality goes by, made by the cache's first look-up, is part of its cost
+    one = Selections.cost(filters[0], select(index, filters[0], Layout(index, index.units)))  # type: ignore[arg-type]
     cache = Selections(index, index.units, max_bytes=3 * one)  # type: ignore[arg-type]
     for flt in filters:
         cache.get(flt)
-        assert cache.nbytes == sum(s.nbytes for s in cache.recent.values()) <= 3 * one
+        assert cache.nbytes == sum(cost for _, cost in cache.recent.values()) <= 3 * one
     assert list(cache.recent) == filters[-3:]
     first = cache.get(filters[-3])  # a hit: the same selection, now the most recent
+    assert first is cache.recent[filters[-3]][0]
     assert cache.get(filters[-3]) is first and list(cache.recent)[-1] == filters[-3]
     cache.get(filters[0])
     assert filters[-2] not in cache.recent and len(cache.recent) == 3  # the least recently used left
@@ -487,3 +491,24 @@ def test_the_cache_keeps_recent_selections_within_its_byte_budget(docs):
         assert list(tiny.recent) == [flt]  # the newest is kept, alone
     with pytest.raises(ValueError, match="byte budget"):
         Selections(index, index.units, max_bytes=-1)  # type: ignore[arg-type]
+
+
+def test_the_cache_budget_counts_the_filters_it_keeps(docs):
+    """A selection of a small index is a few hundred bytes, but its filter may hold thousands of ids: the memory the
+    cache keeps stays within its budget however large the distinct filters are (measured, not estimated)."""
+    index = fake_index(docs, deleted=[])
+    budget = 300_000
+    cache = Selections(index, index.units, max_bytes=budget)  # type: ignore[arg-type]
+    cache.get(SearchFilter.from_json({"doc_ids": ["warm"]}))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(30):  # 30 distinct filters of 1,000 ids each, about 110 KB of objects apiece
+            cache.get(SearchFilter.from_json({"doc_ids": [f"{i}-{j:06d}" for j in range(1000)]}))
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 2 * budget, f"the cache keeps {kept} bytes for a budget of {budget}"
+    assert 1 <= len(cache.recent) <= 3 and cache.nbytes <= budget
+    assert object_bytes(SearchFilter.from_json({"doc_ids": ["a" * 1000]})) > 1000  # the ids' text is counted
