@@ -632,6 +632,17 @@ def test_live_writes(tmp_path, tiny_index, tiny_model_dir):
     assert r["kill9"]["half_present_unacknowledged"] == 0 and set(r["merge"]["statuses"]) <= {"200"}
 
 
+@smoke("bench/soak.py")
+@pytest.mark.slow
+def test_soak(tmp_path, tiny_index, tiny_model_dir):
+    run_bench("bench/soak.py", "--index", tiny_index, "--model", tiny_model_dir, "--reader", "", "--workdir",
+              tmp_path / "w", "--clients", 2, "--minutes", 0.1, "--sample", 2, "--out", tmp_path / "soak.json")
+    r = results(tmp_path / "soak.json", "cpu", "samples", "shrink", "stop.exit_s", "after_restart.lost_count")
+    assert r["samples"][-1]["rss_mb"] > 0 and r["samples"][-1]["metric_series"] > 0
+    assert r["after_restart"]["lost_count"] == r["after_restart"]["resurrected_count"] == 0
+    assert not r["stop"]["hung"] and r["shrink"][0]["writes"]["segment_documents"] == 0
+
+
 def tiny_squad_with_held_out(path: Path) -> Path:
     """A SQuAD file of 9 tiny articles: the 8th (index 7) is held out by the project's split."""
     import gzip
