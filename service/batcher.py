@@ -1,8 +1,10 @@
 """The asyncio micro-batcher: concurrent questions -> one encoder call and one search per parameter group.
 
 One task owns the queue. It waits for the first request, then collects more until the batch holds
-``max_batch_size`` questions or the first request has waited ``max_wait_ms``; requests whose client left
-(cancelled futures) are dropped. The batch runs off the event loop:
+``max_batch_size`` questions or the first request has waited ``max_wait_ms``. A request whose client left while it
+waited (its future cancelled: the route cancels it when the client disconnects) leaves the queue at once: no batch
+takes it, and the queue depth, admission and fair shares stop counting it; a batch already taken runs whole. The
+batch runs off the event loop:
 
 1. all non-blank questions of the batch go through ``searcher.encoder.encode`` once: (B, d) q_start, q_end;
 2. rows are grouped by their ``SearchParams`` (core.params) and each group is one ``searcher.search_vectors``
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -106,6 +109,7 @@ class _Pending:
     enqueued: float = field(default_factory=time.monotonic)
     searcher: Searcher | None = None  # the one its batch runs on, set when the batch is taken
     request_id: str = field(default_factory=lambda: request_id_var.get() or "-")  # for the batch's log lines
+    parts: list[_Pending] = field(default_factory=list)  # every part of its request (itself included)
 
     def live(self) -> bool:
         """False once its client left (the future was cancelled) or it was answered."""
@@ -292,7 +296,7 @@ class MicroBatcher:
         self._pending: FairQueue[_Pending] = FairQueue()
         self._inflight: list[_Pending] = []  # requests of the batches being run (encoded or searched)
         self._searching: asyncio.Task | None = None  # pipelined: the batch in the search step
-        self._depth = 0  # questions in _pending (including cancelled ones not yet dropped)
+        self._depth = 0  # questions in _pending (a cancelled request leaves it at once: _withdraw)
         self._learning_paused = 0  # > 0 while a reload runs: its work would make the batches look slower
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -395,16 +399,36 @@ class MicroBatcher:
         items = []
         for part in self._parts(questions, cost):  # each part queued on its own: other clients' work runs between
             part_cost = cost * len(part) / len(questions)
-            items.append(_Pending(part, params, loop.create_future(), part_cost, client,
-                                  self._pending.tag_for(client, part_cost)))
-            self._pending.push(items[-1])
+            item = _Pending(part, params, loop.create_future(), part_cost, client,
+                            self._pending.tag_for(client, part_cost))
+            item.future.add_done_callback(functools.partial(self._on_done, item))
+            items.append(item)
+            self._pending.push(item)
         self._admitted_since_idle += cost
         self._set_depth(self._depth + len(questions))
         self._wakeup.set()
-        # if this task is cancelled (client gone), awaiting cancels the futures and the batcher skips them
+        for item in items:
+            item.parts = items
+        # if this task is cancelled (the client left), awaiting cancels the futures: the queued parts leave at once
         if len(items) == 1:
             return await items[0].future
         return BatchOutcome.joined(list(await asyncio.gather(*(item.future for item in items))))
+
+    def _on_done(self, item: _Pending, future: asyncio.Future) -> None:
+        if future.cancelled():
+            self._withdraw(item)
+
+    def _withdraw(self, item: _Pending) -> None:
+        """Take a request whose future was cancelled out of the queue now (not when the next batch is cut): its
+        questions leave the depth and the admission's count at once, and a write step or a batch held for it need
+        not wait. A request already in a batch is left to that batch."""
+        withdrawn = self._pending.withdraw(item)
+        self._set_depth(self._queued_questions())  # also when a batch being cut dropped it first
+        if not withdrawn:
+            return
+        self._wakeup.set()  # the head of the queue may have changed: a forming batch looks again
+        if self._search_gap():
+            self._gap_changed.set()
 
     def _parts(self, questions: list[str], cost: float) -> list[list[str]]:
         """A request's questions cut into parts of at most half of max_batch_size question-equivalents (a question
@@ -596,8 +620,11 @@ class MicroBatcher:
         batch = self._next_batch()
         for item in batch:
             self._pending.pop(item)
-        self._set_depth(sum(len(p.questions) for p in self._pending if p.live()))
+        self._set_depth(self._queued_questions())
         return batch
+
+    def _queued_questions(self) -> int:
+        return sum(len(p.questions) for p in self._pending if p.live())
 
     async def _execute(self, batch: list[_Pending]) -> None:
         """Both steps in ``executor``; returns when the batch is answered."""
@@ -632,9 +659,25 @@ class MicroBatcher:
                 self._fail([item], failure)  # at once: it has nothing to search
         if self._searching is not None:
             await asyncio.wait([self._searching])  # one batch in the search step at a time
-        self._searching = loop.create_task(self._search(batch, enc, started, searcher), name="spanseek-search-step")
+        taken = sum(item.cost for item in batch)
+        batch, enc = self._without_departed(batch, enc)
+        if batch:
+            self._searching = loop.create_task(self._search(batch, enc, started, searcher, taken),
+                                               name="spanseek-search-step")
 
-    async def _search(self, batch: list[_Pending], enc: EncodedBatch, started: float, searcher: Searcher) -> None:
+    def _without_departed(self, batch: list[_Pending], enc: EncodedBatch) -> tuple[list[_Pending], EncodedBatch]:
+        """The encoded batch without the requests whose client left (or that failed) since it was taken: the search
+        step, the larger part of a batch's time, runs only for clients still waiting. Under overload a batch waits
+        for the previous one's search, long enough for clients with short timeouts to give up."""
+        keep = [i for i, item in enumerate(batch) if item.live()]
+        if len(keep) == len(batch):
+            return batch, enc
+        self._forget([item for item in batch if not item.live()])
+        return [batch[i] for i in keep], select_requests(enc, keep)
+
+    async def _search(self, batch: list[_Pending], enc: EncodedBatch, started: float, searcher: Searcher,
+                      taken: float) -> None:
+        """Step 2 of a pipelined batch; ``taken``: the cost of the batch as taken (and encoded), for the cost model."""
         assert self.search_executor is not None
         try:
             outcomes, t = await asyncio.get_running_loop().run_in_executor(
@@ -642,7 +685,7 @@ class MicroBatcher:
         except Exception as e:
             self._fail(batch, e)
             return
-        self._resolve(batch, outcomes, t, started)
+        self._resolve(batch, outcomes, t, started, taken)
 
     def _fail(self, batch: list[_Pending], error: Exception) -> None:
         """Fail these requests (mapped to 500), not the batcher."""
@@ -653,6 +696,8 @@ class MicroBatcher:
         for item in batch:
             if not item.future.done():
                 item.future.set_exception(error)
+            for part in item.parts:  # its request has failed: the parts not yet run are not run
+                part.future.cancel()
 
     def observe_batch(self, size: float, seconds: float) -> None:
         """Teach the admission's cost model one batch of ``size`` question-equivalents (the warm-up's batches seed
@@ -669,7 +714,10 @@ class MicroBatcher:
             if not self._live_cost():
                 self._admitted_since_idle = 0.0
 
-    def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: StageTimes, started: float) -> None:
+    def _resolve(self, batch: list[_Pending], outcomes: list[Outcome], t: StageTimes, started: float,
+                 taken: float | None = None) -> None:
+        """Answer the batch's requests; ``taken``: its cost as taken when requests left before its search (default:
+        what it holds), which is what held the pipeline and what admission counted."""
         self._forget(batch)
         size = sum(len(p.questions) for p in batch)
         now = time.monotonic()
@@ -678,7 +726,8 @@ class MicroBatcher:
             self._answered.update((item.client, now) for item in batch)
         # the time this batch held the pipeline: with two batches in flight, since the previous one finished
         if not self._learning_paused:
-            self.observe_batch(sum(p.cost for p in batch), now - max(started, self._last_done))
+            self.observe_batch(sum(p.cost for p in batch) if taken is None else taken,
+                               now - max(started, self._last_done))
         self._last_done = now
         if self.metrics is not None:
             self.metrics.observe_batch(size, t)

@@ -54,8 +54,8 @@ class FairQueue(Generic[T]):
     """Waiting requests ordered by fair-queueing tag; costs summed as they come and go.
 
     ``tag_for`` gives the tag a request from a client would get (admission compares the work ahead of it with its
-    budget before it is queued), ``push`` queues it with that tag, ``pop`` takes the smallest tag. Requests whose
-    client left (``live()`` false) are dropped when met.
+    budget before it is queued), ``push`` queues it with that tag, ``pop`` takes the smallest tag. A request whose
+    client left is taken out at once with ``withdraw``; any other found not ``live()`` is dropped when met.
     """
 
     def __init__(self) -> None:
@@ -103,10 +103,28 @@ class FairQueue(Generic[T]):
         return sorted(self._items, key=lambda item: item.tag)
 
     def pop(self, item: T) -> None:
-        """Take ``item`` out of the queue: virtual time moves to its start tag."""
+        """Take ``item`` out of the queue to run it: virtual time moves to its start tag."""
         self._items.remove(item)
         self.cost -= item.cost
         self._vtime = max(self._vtime, item.tag - item.cost)
+        self._forget_idle_clients()
+
+    def withdraw(self, item: T) -> bool:
+        """Take ``item`` out of the queue without running it (its client left); False if it was not queued.
+
+        Its client is not charged for it: when it was the client's last queued request, the client's finish tag goes
+        back to that request's start tag, so its next request is tagged as if this one had never been queued.
+        """
+        if item not in self._items:
+            return False
+        self._items.remove(item)
+        self.cost -= item.cost
+        if self._finish.get(item.client) == item.tag:
+            self._finish[item.client] = item.tag - item.cost
+        self._forget_idle_clients()
+        return True
+
+    def _forget_idle_clients(self) -> None:
         if not self._items:
             self._finish.clear()  # nothing waits: every client starts afresh
         elif len(self._finish) > 4 * len(self._items):  # forget clients that have nothing queued
@@ -124,8 +142,5 @@ class FairQueue(Generic[T]):
         return items
 
     def _drop_dead(self) -> None:
-        if any(not item.live() for item in self._items):
-            dead = [item for item in self._items if not item.live()]
-            for item in dead:
-                self._items.remove(item)
-                self.cost -= item.cost
+        for item in [item for item in self._items if not item.live()]:
+            self.withdraw(item)

@@ -114,6 +114,7 @@ def test_a_client_that_disconnects_is_skipped_under_uvicorn(settings_for, counti
         while 'spanseek_errors_total{type="client_closed"} 1.0' not in httpx.get(url + "/metrics").text:
             assert time.monotonic() < deadline, "the disconnect was not noticed"
             time.sleep(0.05)
+        assert "spanseek_queue_depth 0.0" in httpx.get(url + "/metrics").text  # left the queue while the batch runs
         encoder.gate.set()
         busy.join(30)
         assert httpx.post(url + "/search", json={"query": "patient client"}, timeout=30).status_code == 200
