@@ -20,6 +20,16 @@ class FactoryError(ValueError):
     """A factory string faiss cannot build, or a corpus too small to train it."""
 
 
+def faiss_reason(error: BaseException) -> str:
+    """What a faiss exception (or any other) says, in one line: its last line, without the C++ function and source
+    line faiss puts before it (``Error in std::unique_ptr<faiss::Index> faiss::...index_factory_sub(...) at
+    /project/faiss/index_factory.cpp:1228: could not parse index string Bogus`` -> ``could not parse index string
+    Bogus``; ``Error: 'index_ivf' failed: ...`` likewise). Used for factory errors (indexer) and damaged index
+    files (core.phrase_index)."""
+    last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    return re.sub(r"^(?:Error(?: in .*? at \S+:\d+|: '[^']*' failed): )+", "", last)
+
+
 @dataclass(frozen=True)
 class FactorySpec:
     """What a factory string asks for (the parts that decide training needs, code size and id handling)."""

@@ -66,7 +66,7 @@ import numpy as np
 
 from spanseek.core import integrity
 from spanseek.core.config import EncoderConfig
-from spanseek.core.faiss_spec import FactorySpec, ivf_of, parse_factory, unwrapped
+from spanseek.core.faiss_spec import FactorySpec, faiss_reason, ivf_of, parse_factory, unwrapped
 from spanseek.core.fieldindex import FIELDS as FIELDS
 from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.fine_store import DEFAULT_STORE, STORES, FineStore, open_fine_store, store_files
@@ -301,8 +301,7 @@ def _read(path: Path, read: Callable[[Path], T]) -> T:
     except FileNotFoundError:
         raise IndexFormatError(f"{path.parent}: index is incomplete ({path.name} missing); rebuild it") from None
     except (OSError, ValueError, RuntimeError, EOFError, UnicodeDecodeError, zipfile.BadZipFile, KeyError) as e:
-        detail = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        raise IndexFormatError(f"{path}: cannot be read ({detail[:200]}); the file is damaged: rebuild or "
+        raise IndexFormatError(f"{path}: cannot be read ({faiss_reason(e)[:200]}); the file is damaged: rebuild or "
                                "restore the index") from None
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -29,6 +28,7 @@ from spanseek.core.faiss_spec import (  # noqa: F401  (FactorySpec, parse_factor
     MIN_POINTS_PER_CENTROID,
     FactoryError,
     FactorySpec,
+    faiss_reason,
     ivf_of,
     parse_factory,
     unwrapped,
@@ -144,15 +144,6 @@ def default_nprobe(nlist: int) -> int:
 
 FACTORY_FORMS = ("'auto' or a faiss factory string such as Flat, IVF256,SQ8 or OPQ32,IVF256,PQ32x4fs "
                  "(docs/compressed-index.md)")
-
-
-def faiss_reason(error: BaseException) -> str:
-    """What a faiss exception says, without the C++ function and source line before it (``Error in
-    std::unique_ptr<faiss::Index> faiss::...index_factory_sub(...) at /project/faiss/index_factory.cpp:1228: could
-    not parse index string Bogus`` -> ``could not parse index string Bogus``; ``Error: 'index_ivf' failed: ...``
-    likewise)."""
-    last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-    return re.sub(r"^(?:Error(?: in .*? at \S+:\d+|: '[^']*' failed): )+", "", last)
 
 
 def create_index(factory: str | FactorySpec, dim: int, contiguous_ids: bool):
