@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 
 import httpx
@@ -13,8 +14,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from spanseek.core.params import SearchParams
 from spanseek.core.search import Searcher
 from spanseek.service.app import create_app
+from spanseek.service.batcher import MicroBatcher
 from spanseek.service.settings import Settings
 
 
@@ -194,3 +197,31 @@ def live_server(app: FastAPI) -> Iterator[str]:
 def live() -> Callable[..., contextmanager]:
     """``with live(app) as url``: the app under a real uvicorn on loopback."""
     return live_server
+
+
+@pytest.fixture
+def blocked_batcher(tiny_searcher):
+    """``await blocked_batcher(**kwargs)``: (batcher, encoder), a running batcher of 4 question-equivalents a batch
+    whose encoder (``encoder_class``, a CountingEncoder) blocks until released."""
+    executor = ThreadPoolExecutor(1)
+    encoders: list[CountingEncoder] = []
+
+    async def make(encoder_class: type[CountingEncoder] = CountingEncoder, **kwargs) -> tuple[MicroBatcher,
+                                                                                              CountingEncoder]:
+        encoders.append(encoder_class(tiny_searcher.encoder, block=True))
+        batcher = MicroBatcher(Searcher(tiny_searcher.index, encoders[-1]), executor, max_batch_size=4,
+                               max_wait_ms=1, max_queue=64, **kwargs)
+        batcher.start()
+        return batcher, encoders[-1]
+
+    yield make
+    for encoder in encoders:
+        encoder.gate.set()
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def occupy(batcher: MicroBatcher, encoder: CountingEncoder, until) -> asyncio.Task:
+    """A request whose batch holds the (blocking) encoder, so the requests submitted next queue behind it."""
+    busy = asyncio.create_task(batcher.submit(["occupies the worker"], SearchParams("phrase", 10), client="other"))
+    await until(encoder.entered.is_set)
+    return busy

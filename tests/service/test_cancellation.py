@@ -12,11 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from spanseek.core.params import SearchParams
-from spanseek.core.search import Searcher
 from spanseek.service.batcher import MicroBatcher
 from spanseek.service.fairness import FairQueue
 from spanseek.service.metrics import ServiceMetrics
-from tests.service.conftest import CountingEncoder
+from tests.service.conftest import CountingEncoder, occupy
 from tests.service.test_batching import _GatedSearch
 from tests.service.test_fairness import _Item
 
@@ -33,43 +32,16 @@ class _FailingEncoder(CountingEncoder):
         return super().encode(questions)
 
 
-@pytest.fixture
-def batcher_of(tiny_searcher):
-    """``await batcher_of(encoder_class)``: (batcher, encoder) of 4 question-equivalents a batch, with metrics; the
-    encoder blocks until ``encoder.gate`` is set."""
-    executor = ThreadPoolExecutor(1)
-    made: list[tuple[MicroBatcher, CountingEncoder]] = []
-
-    async def make(encoder_class: type[CountingEncoder] = CountingEncoder) -> tuple[MicroBatcher, CountingEncoder]:
-        encoder = encoder_class(tiny_searcher.encoder, block=True)
-        batcher = MicroBatcher(Searcher(tiny_searcher.index, encoder), executor, max_batch_size=4, max_wait_ms=1,
-                               max_queue=64, metrics=ServiceMetrics())
-        batcher.start()
-        made.append((batcher, encoder))
-        return batcher, encoder
-
-    yield make
-    for _, encoder in made:
-        encoder.gate.set()
-    executor.shutdown(wait=False, cancel_futures=True)
-
-
-async def _occupy(batcher: MicroBatcher, encoder: CountingEncoder, until) -> asyncio.Task:
-    busy = asyncio.create_task(batcher.submit(["occupies the worker"], PHRASE, client="busy"))
-    await until(encoder.entered.is_set)
-    return busy
-
-
 def _gauge(batcher: MicroBatcher) -> float:
     assert batcher.metrics is not None
     return batcher.metrics.registry.get_sample_value("spanseek_queue_depth")
 
 
-async def test_a_cancelled_request_leaves_the_queue_at_once_and_is_never_searched(batcher_of, until, tiny_searcher):
+async def test_a_cancelled_request_leaves_the_queue_at_once_and_is_never_searched(blocked_batcher, until, tiny_searcher):
     """Before, a cancelled request stayed in the queue until the next batch was cut: the depth (and the queue's cost,
     which admission compares with max_queue) kept counting it while the batch in flight ran."""
-    batcher, encoder = await batcher_of()
-    busy = await _occupy(batcher, encoder, until)
+    batcher, encoder = await blocked_batcher(metrics=ServiceMetrics())
+    busy = await occupy(batcher, encoder, until)
     kept = [f"where is castle number {i}" for i in range(3)]
     tasks = {q: asyncio.create_task(batcher.submit([q], PHRASE, client=q)) for q in kept[:2]}
     gone = asyncio.create_task(batcher.submit(["client went away", "with two questions"], PHRASE, client="gone"))
@@ -94,12 +66,12 @@ async def test_a_cancelled_request_leaves_the_queue_at_once_and_is_never_searche
     await batcher.stop()
 
 
-async def test_a_client_is_not_charged_in_its_fair_share_for_a_request_it_withdrew(batcher_of, until):
+async def test_a_client_is_not_charged_in_its_fair_share_for_a_request_it_withdrew(blocked_batcher, until):
     """A client that queued 4 question-equivalents and left asks again beside a newcomer: both start at the same
     virtual time, so its question runs first (it came first). Before, its finish tag still held the withdrawn work
     and the newcomer passed it."""
-    batcher, encoder = await batcher_of()
-    busy = await _occupy(batcher, encoder, until)
+    batcher, encoder = await blocked_batcher(metrics=ServiceMetrics())
+    busy = await occupy(batcher, encoder, until)
     withdrawn = asyncio.create_task(batcher.submit(["a long one"], PHRASE, cost=4.0, client="a"))
     await until(lambda: batcher.depth == 1)
     withdrawn.cancel()
@@ -126,12 +98,12 @@ def test_a_withdrawn_request_gives_its_client_its_place_back_but_a_taken_one_doe
     assert queue.tag_for("a", 1.0) == queue.tag_for("b", 1.0)  # nothing queued: every client starts afresh
 
 
-async def test_when_one_part_of_a_request_fails_its_parts_still_queued_are_not_run(batcher_of, until):
+async def test_when_one_part_of_a_request_fails_its_parts_still_queued_are_not_run(blocked_batcher, until):
     """Four questions of 2 question-equivalents each are queued as four parts; the first part's question breaks the
     encoder, so the request fails (500): the parts not yet taken into a batch are dropped, not searched for a
     client that has its answer. Before, they were encoded and searched after the request had failed."""
-    batcher, encoder = await batcher_of(_FailingEncoder)
-    busy = await _occupy(batcher, encoder, until)
+    batcher, encoder = await blocked_batcher(_FailingEncoder)
+    busy = await occupy(batcher, encoder, until)
     failing = asyncio.create_task(batcher.submit(["bad", "h1", "h2", "h3"], PHRASE, cost=8.0, client="heavy"))
     other = asyncio.create_task(batcher.submit(["another client"], PHRASE, client="other"))
     await until(lambda: batcher.depth == 5)

@@ -21,7 +21,7 @@ from spanseek.service.cost import FULL_DEPTH_TOKENS, SHARE_FACTOR, CostModel
 from spanseek.service.errors import Overloaded
 from spanseek.service.fairness import FairQueue, client_key
 from spanseek.service.logs import AccessLogLimiter
-from tests.service.conftest import CountingEncoder
+from tests.service.conftest import CountingEncoder, occupy
 
 PHRASE = SearchParams("phrase", 10)
 
@@ -77,35 +77,12 @@ def test_client_key_is_the_connection_or_the_peer():
     assert client_key({}, "peer") == "-"
 
 
-@pytest.fixture
-def blocked_batcher(tiny_searcher):
-    """(batcher, encoder): a running batcher of 4 question-equivalents a batch whose encoder blocks until released."""
-    encoder = CountingEncoder(tiny_searcher.encoder, block=True)
-    executor = ThreadPoolExecutor(1)
-
-    async def make(**kwargs) -> tuple[MicroBatcher, CountingEncoder]:
-        batcher = MicroBatcher(Searcher(tiny_searcher.index, encoder), executor, max_batch_size=4, max_wait_ms=1,
-                               max_queue=64, **kwargs)
-        batcher.start()
-        return batcher, encoder
-
-    yield make
-    encoder.gate.set()
-    executor.shutdown(wait=False, cancel_futures=True)
-
-
-async def _occupy(batcher: MicroBatcher, encoder: CountingEncoder, until) -> asyncio.Task:
-    busy = asyncio.create_task(batcher.submit(["occupies the worker"], PHRASE, client="other"))
-    await until(encoder.entered.is_set)
-    return busy
-
-
 async def test_batches_take_light_clients_before_a_heavy_client_s_backlog(blocked_batcher, until):
     """Three heavy requests (4 question-equivalents each) queued before three one-question clients: the next batch
     takes the three light ones; the heavy requests follow one batch each. Before, batches took requests in arrival
     order and counted questions, so the light clients waited behind all the heavy work."""
     batcher, encoder = await blocked_batcher()
-    busy = await _occupy(batcher, encoder, until)
+    busy = await occupy(batcher, encoder, until)
     heavy = [asyncio.create_task(batcher.submit([f"heavy {i}"], PHRASE, cost=4.0, client="heavy")) for i in range(3)]
     await asyncio.sleep(0.01)
     light = [asyncio.create_task(batcher.submit([f"light {i}"], PHRASE, client=f"light{i}")) for i in range(3)]
@@ -123,7 +100,7 @@ async def test_a_request_costing_more_than_a_batch_runs_in_parts_and_others_run_
     the parts in order. Before, a request ran as one batch whatever it cost: one request of 7.5 s held every other
     client's answers (and with parts of a whole batch, a part ahead of a question kept it for a batch)."""
     batcher, encoder = await blocked_batcher()
-    busy = await _occupy(batcher, encoder, until)
+    busy = await occupy(batcher, encoder, until)
     heavy = asyncio.create_task(batcher.submit([f"h{i}" for i in range(6)], PHRASE, cost=12.0, client="heavy"))
     await asyncio.sleep(0.01)
     light = asyncio.create_task(batcher.submit(["light"], PHRASE, client="light"))
@@ -167,7 +144,7 @@ async def test_a_client_with_much_work_queued_is_refused_while_the_others_are_ad
     Before, every client saw the whole queue ahead of it: the heavy client's backlog turned everyone away."""
     batcher, encoder = await blocked_batcher(max_queue_wait_ms=300)
     batcher.observe_batch(4, 0.4)
-    busy = await _occupy(batcher, encoder, until)
+    busy = await occupy(batcher, encoder, until)
     queued = [asyncio.create_task(batcher.submit([f"h{i}"], PHRASE, cost=3.0, client="heavy")) for i in range(2)]
     await asyncio.sleep(0.01)
     with pytest.raises(Overloaded, match="max_queue_wait_ms"):
