@@ -427,8 +427,7 @@ class MicroBatcher:
         if not withdrawn:
             return
         self._wakeup.set()  # the head of the queue may have changed: a forming batch looks again
-        if self._search_gap():
-            self._gap_changed.set()
+        self._note_idle()
 
     def _parts(self, questions: list[str], cost: float) -> list[list[str]]:
         """A request's questions cut into parts of at most half of max_batch_size question-equivalents (a question
@@ -709,6 +708,11 @@ class MicroBatcher:
             item.searcher = None
         done = {id(p) for p in batch}
         self._inflight = [p for p in self._inflight if id(p) not in done]
+        self._note_idle()
+
+    def _note_idle(self) -> None:
+        """After requests left the pipeline or the queue: with no batch in flight, a write step may find its gap,
+        and with nothing queued either, a new burst starts counting afresh."""
         if not self._inflight:
             self._gap_changed.set()
             if not self._live_cost():

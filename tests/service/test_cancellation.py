@@ -160,3 +160,25 @@ async def test_a_request_whose_client_left_while_its_batch_waited_for_the_search
         await batcher.stop()
         for pool in pools:
             pool.shutdown(wait=True)
+
+
+async def test_a_write_step_waiting_for_a_queued_search_runs_as_soon_as_that_client_leaves(counting_factory):
+    """A search waits for its batch to fill (max_wait_ms) and a write step waits for the searches to go first; when
+    the search's client leaves, the step runs at once. Before, it waited its whole write_wait_ms (5 s here)."""
+    factory, encoder = counting_factory()
+    executor = ThreadPoolExecutor(1)
+    batcher = MicroBatcher(factory(None), executor, max_batch_size=4, max_wait_ms=5000, max_queue=64,
+                           write_wait_ms=5000)
+    batcher.start()
+    try:
+        search = asyncio.create_task(batcher.submit(["waits for company"], PHRASE))
+        await asyncio.sleep(0.05)
+        step = asyncio.create_task(batcher.run_write_step(lambda: "written"))
+        await asyncio.sleep(0.1)
+        assert not step.done()  # the queued search goes first
+        search.cancel()
+        assert await asyncio.wait_for(step, 1.0) == "written"
+        assert batcher.depth == 0 and not any("waits for company" in call for call in encoder.calls)
+    finally:
+        await batcher.stop()
+        executor.shutdown(wait=True)
