@@ -48,7 +48,7 @@ on the command line must have one of those suffixes. Each file is one document:
   Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.
 
 Text files are read as UTF-8 (a BOM is allowed; any line ends), or as UTF-16 or UTF-32 when they begin with that
-encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes), not valid
+encoding's byte order mark; an HTML page that is not UTF-8 in the encoding its ``<meta charset>`` declares. A file that is binary (has NUL bytes, anywhere), not valid
 UTF-8, or without text, a PDF without a text layer, a PDF, Word or PowerPoint file that cannot be read (damaged,
 truncated, encrypted, another kind of file renamed), an old Word ``.doc`` or PowerPoint ``.ppt`` file in a folder
 (``UNREAD``), and a file or folder
@@ -152,6 +152,12 @@ _HTML_ALIASES = {"iso-8859-1": "cp1252", "latin1": "cp1252", "us-ascii": "cp1252
 _NOT_CHARSETS = {"unicode-escape", "raw-unicode-escape", "utf-7", "punycode", "idna", "rot-13", "undefined"}
 
 
+def _nul_problem(data: str | bytes, what: str) -> str:
+    """Why a file holding a NUL is skipped: binary, or text with binary data in it (the offset of its first NUL)."""
+    at = data.index("\x00") if isinstance(data, str) else data.index(b"\x00")
+    return f"binary file (NUL {what})" if at < 8192 else f"binary data in the text (a NUL at offset {at:,})"
+
+
 def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
     """(text, "") or (None, why the file is skipped). UTF-8 (a BOM allowed), UTF-16 or UTF-32 with their BOM (what
     Windows editors save as "Unicode"), and for an ``html`` page the encoding its first 1,024 bytes declare."""
@@ -162,9 +168,9 @@ def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
                 text = data.decode(name)
             except UnicodeDecodeError as e:
                 return None, f"not valid {name.upper()} after its byte order mark ({e.reason} at offset {e.start})"
-            return (None, "binary file (NUL characters)") if "\x00" in text[:8192] else (text, "")
-    if b"\x00" in data[:8192]:
-        return None, "binary file (NUL bytes)"
+            return (None, _nul_problem(text, "characters")) if "\x00" in text else (text, "")
+    if b"\x00" in data:  # anywhere: past the start, the HTML and Markdown readers turned one into U+FFFD, text kept it
+        return None, _nul_problem(data, "bytes")
     try:
         return data.decode("utf-8-sig"), ""
     except UnicodeDecodeError as e:

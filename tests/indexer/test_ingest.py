@@ -624,3 +624,21 @@ def test_links_to_folders_are_not_followed(tmp_path):
     (root / "c.md").symlink_to(tmp_path / "outside.md")
     from_files([root], tmp_path / "c.jsonl")
     assert sorted(d.id for d in read_corpus(tmp_path / "c.jsonl")) == ["a.md", "c.md", "sub/b.md"]
+
+
+def test_a_nul_past_the_first_8_kib_skips_the_file_naming_its_offset(tmp_path):
+    """Only a file's first 8 KiB were looked at for NULs: one later passed into a text file's passages as it was, and
+    into a Markdown or HTML file's as U+FFFD."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    late = b"The bridge was built in 1450. " * 400 + b"then\x00binary"  # 12,000 bytes of text, then a NUL
+    for name in ("late.txt", "late.md", "late.html"):
+        (root / name).write_bytes(late)
+    (root / "wide.txt").write_bytes(codecs.BOM_UTF16_LE + ("Text. " * 2000 + "\x00").encode("utf-16-le"))
+    (root / "fine.txt").write_bytes(late.replace(b"\x00", b" "))
+    report = from_files([root], tmp_path / "c.jsonl")
+    assert [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["fine.txt"]
+    skipped = dict(report.skipped)
+    for name in ("late.txt", "late.md", "late.html"):
+        assert skipped[str(root / name)] == "binary data in the text (a NUL at offset 12,004)"
+    assert skipped[str(root / "wide.txt")] == "binary data in the text (a NUL at offset 12,000)"
