@@ -25,6 +25,8 @@ on the command line must have one of those suffixes. Each file is one document:
     without a header row reads its cells spaced. In a page's main content (trafilatura) only <th> cells name columns,
     those of the first row that has them; a <thead> of <td> cells reads as a row. Cells spanning rows (rowspan) are
     named as trafilatura places them; the reader of Markdown and of pages without main content does not follow them.
+    A span reaches no further than the table: a cell's columns end at the table's width (the most cells a row of it
+    has), its rows at the table's last.
   - a **code block** (``<pre>``, a fenced or indented Markdown block) keeps its lines: one paragraph, its lines one
     "\\n" apart, indented as written (tabs as four spaces, less what every line shares), the spacing inside a line
     collapsed, blank lines dropped (a blank line reads as a paragraph break,
