@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import functools
 import html
+import logging
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
@@ -236,6 +239,37 @@ class _HTMLText(HTMLParser):
         self._flush()
 
 
+class _Quiet(logging.Filter):
+    """Drops the log records trafilatura's loggers emit in a thread inside ``_quiet_trafilatura``: what it says of its
+    own extraction ("discarding data: None" at warning level for a page it finds no main content in) is no news to
+    the user, whose page is then read whole; its records elsewhere, and ours, pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread not in self.threads
+
+
+_QUIET = _Quiet()
+
+
+@contextmanager
+def _quiet_trafilatura() -> Iterator[None]:
+    """While trafilatura extracts a page for us (this thread): its log records dropped (``_Quiet``)."""
+    for name in list(logging.root.manager.loggerDict):  # its modules' loggers, imported by now (filters are per logger)
+        if name == "trafilatura" or name.startswith("trafilatura."):
+            logger = logging.getLogger(name)
+            if _QUIET not in logger.filters:
+                logger.addFilter(_QUIET)
+    _QUIET.threads.add(threading.get_ident())
+    try:
+        yield
+    finally:
+        _QUIET.threads.discard(threading.get_ident())
+
+
 @functools.cache
 def _trafilatura_config():
     from trafilatura.settings import use_config
@@ -331,8 +365,9 @@ def _main_content(source: str, where: str) -> Sections | None:
         return None
     _clamp_spans(tree)
     try:
-        found = trafilatura.bare_extraction(tree, fast=True, favor_recall=True, include_comments=False,
-                                            include_tables=True, config=_trafilatura_config())
+        with _quiet_trafilatura():
+            found = trafilatura.bare_extraction(tree, fast=True, favor_recall=True, include_comments=False,
+                                                include_tables=True, config=_trafilatura_config())
     except RecursionError:  # lists nested thousands deep: the page is read whole (``_HTMLText`` does not recurse)
         return None
     body = getattr(found, "body", None)

@@ -642,3 +642,19 @@ def test_a_nul_past_the_first_8_kib_skips_the_file_naming_its_offset(tmp_path):
     for name in ("late.txt", "late.md", "late.html"):
         assert skipped[str(root / name)] == "binary data in the text (a NUL at offset 12,004)"
     assert skipped[str(root / "wide.txt")] == "binary data in the text (a NUL at offset 12,000)"
+
+
+def test_trafilaturas_notes_on_its_own_extraction_stay_out_of_the_log(tmp_path, caplog):
+    """trafilatura logged "discarding data: None" at warning level for a page it found no main content in, which
+    showed among from-files' warnings; the skip's own warning stays, and trafilatura's records outside our reading."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "image.html").write_bytes(b'<html><body><img src="harbour.png"></body></html>')
+    (root / "nav.html").write_bytes(b"<html><body><nav>Ferry times</nav></body></html>")
+    with caplog.at_level(logging.DEBUG):
+        report = from_files([root], tmp_path / "c.jsonl")
+        logging.getLogger("trafilatura.core").warning("its own use")
+    assert dict(report.skipped) == {str(root / "image.html"): "no text"}
+    trafilatura = [r.getMessage() for r in caplog.records if r.name.startswith("trafilatura")]
+    assert trafilatura == ["its own use"]
+    assert any("skipped" in r.getMessage() and "image.html" in r.getMessage() for r in caplog.records)
