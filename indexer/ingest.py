@@ -273,6 +273,8 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
             pass
         ext = extract_file(path)
     except Unreadable as e:
+        if isinstance(e.__context__, MemoryError):  # memory ran out, which a reader took for a damaged file
+            raise e.__context__ from None
         return str(e)
     except RecursionError:  # a reader's library that recurses into a file's nesting (the readers' own do not)
         return "nested too deeply to read (its elements inside one another past Python's recursion limit)"

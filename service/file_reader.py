@@ -24,6 +24,7 @@ import asyncio
 import logging
 import multiprocessing
 import os
+import resource
 import signal
 import tempfile
 import threading
@@ -117,18 +118,31 @@ class ReadFile:
 _count: TokenCounter | None = None  # the worker process's counter: the served model's tokenizer
 
 
-def _start_worker(config: EncoderConfig, nice: int) -> None:
-    """A reader process's start: ``nice`` lower in CPU priority, the model's tokenizer loaded. Its readers' warnings
-    come back with each file's answer and the service logs them; here they go nowhere."""
+def _start_worker(config: EncoderConfig, nice: int, memory_bytes: int = 0) -> None:
+    """A reader process's start: ``nice`` lower in CPU priority, its data (heap and private mappings) capped at
+    ``memory_bytes`` (0: no cap), the model's tokenizer loaded. Its readers' warnings come back with each file's answer
+    and the service logs them; here they go nowhere."""
     global _count
     if nice > 0 and hasattr(os, "nice"):
         try:
             os.nice(nice)
         except OSError:  # refused: it reads at the service's priority, in its own process all the same
             pass
+    if memory_bytes:
+        cap_memory(memory_bytes)
     logging.getLogger("spanseek.indexer").addHandler(logging.NullHandler())
     logging.getLogger("spanseek.indexer").propagate = False
     _count = backbone_token_counter(config)
+
+
+def cap_memory(memory_bytes: int) -> None:
+    """Caps this process's data (RLIMIT_DATA: heap and private writable mappings, where the readers' trees and
+    pdfminer's objects live; not the shared libraries or reserved address space an address-space cap would count), so
+    an allocation past it fails (MemoryError) rather than the kernel's OOM killer ending a process, perhaps the
+    server's. Never above the hard limit the process was given."""
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes if hard == resource.RLIM_INFINITY else
+                                              min(memory_bytes, hard), hard))
 
 
 def _read_in_worker(data: bytes, name: str, opts: IngestOptions, timeout_s: float) -> ReadFile:
@@ -145,6 +159,10 @@ def _read_in_worker(data: bytes, name: str, opts: IngestOptions, timeout_s: floa
     try:
         doc, warnings = read_upload(data, name, opts, _count)
         return ReadFile(doc, warnings, 0 if isinstance(doc, str) else document_tokens(doc, _count))
+    except MemoryError:
+        raise ReadOutOfMemory(f"{name}: reading it needs more memory than this server gives the reading of a file "
+                              f"({resource.getrlimit(resource.RLIMIT_DATA)[0]:,} bytes, file_read_memory_bytes); "
+                              "split it, or raise the limit") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -152,6 +170,10 @@ def _read_in_worker(data: bytes, name: str, opts: IngestOptions, timeout_s: floa
 
 class ReadTimedOut(IngestError):
     """An upload took longer than ``file_read_timeout_s`` to read."""
+
+
+class ReadOutOfMemory(IngestError):
+    """An upload took more memory to read than ``file_read_memory_bytes``: its reader process is replaced."""
 
 
 class ReaderStopped(RuntimeError):
@@ -162,9 +184,10 @@ class FileReader:
     """Reads uploads in one worker process (module docstring); ``slot()`` bounds the uploads in progress."""
 
     def __init__(self, config: EncoderConfig, nice: int, uploads: int, timeout_s: float = 300.0,
-                 body_bytes: int = 0):
+                 body_bytes: int = 0, memory_bytes: int = 0):
         self.config, self.nice, self.uploads, self.timeout_s = config, nice, uploads, timeout_s
         self.body_bytes = body_bytes  # the most bytes of bodies held at once (0: no bound)
+        self.memory_bytes = memory_bytes  # the most data the worker may hold (0: no bound)
         self.in_progress = 0
         self.bytes_held = 0
         self.seconds = 0.0  # uploads' time from their slot to their answer (a moving average): how soon a slot frees
@@ -175,7 +198,7 @@ class FileReader:
         # spawn, not fork: the server's threads (the encoder's OpenMP pool, the event loop) hold locks a forked
         # child would inherit taken; the worker imports only the readers and the tokenizer
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_start_worker, initargs=(self.config, self.nice))
+                                   initializer=_start_worker, initargs=(self.config, self.nice, self.memory_bytes))
 
     async def read(self, data: bytes, name: str, opts: IngestOptions) -> ReadFile:
         """The upload ``data`` read as ``name`` in the worker; IngestError as ``read_upload``, ReaderStopped when the
@@ -191,10 +214,13 @@ class FileReader:
                 reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts, self.timeout_s)
             try:  # the worker's own alarm ends a slow read; this deadline, later, one stuck where no alarm reaches
                 read: ReadFile = await asyncio.wait_for(reading, deadline)
+            except ReadOutOfMemory:  # the worker's heap, grown to the cap and fragmented, would fail the next files
+                self._restart(pool)
+                raise
             except BrokenProcessPool:
                 self._restart(pool)
                 raise ReaderStopped(f"{name}: its reader stopped while reading it (a damaged file, or one too large "
-                                    "to read)") from None
+                                    f"to read{self._memory_note()})") from None
             except TimeoutError:
                 for process in list((pool._processes or {}).values()):
                     process.kill()
@@ -204,6 +230,11 @@ class FileReader:
         for warning in read.warnings:
             log.warning("%s", warning)
         return read
+
+    def _memory_note(self) -> str:
+        """What a worker that ended on a file may have run out of: a library that aborts when an allocation fails
+        (rather than raising MemoryError) ends the process."""
+        return f" within file_read_memory_bytes, {self.memory_bytes:,}" if self.memory_bytes else ""
 
     def _restart(self, broken: ProcessPoolExecutor) -> ProcessPoolExecutor:
         """The pool that replaces ``broken`` (made once, whichever read found it broken first)."""

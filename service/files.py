@@ -12,7 +12,8 @@ Refusals: 415 for a name whose suffix no reader takes; 422 ``unreadable_file`` n
 an empty body or a file the reader skips or refuses (no text, a PDF without a text layer, a damaged, encrypted or
 binary file, front matter that is not valid YAML), 422 ``validation_error`` for bad ids and metadata; keys, 403/503 and the write itself as ``service.writes``. Files are
 read in a process of their own at a lower CPU priority (``service.file_reader``), so a large PDF does not hold up
-searches; a file of more than ``max_file_tokens`` tokens is refused (413) before it is encoded, one whose title is
+searches; a file of more than ``max_file_tokens`` tokens is refused (413) before it is encoded, as is one whose
+reading takes more than ``file_read_memory_bytes``, one whose title is
 longer than ``MAX_TITLE_CHARS`` is a 422, and at most ``max_file_uploads`` uploads are read or encoded at once
 (429 above; a body still arriving holds none of them: ``service.file_reader``).
 """
@@ -39,7 +40,7 @@ from spanseek.service.errors import (
     UnsupportedMediaType,
     request_id_of,
 )
-from spanseek.service.file_reader import ReaderStopped, UploadsBusy
+from spanseek.service.file_reader import ReaderStopped, ReadOutOfMemory, UploadsBusy
 from spanseek.service.routes import _errors
 from spanseek.service.schemas import MAX_TITLE_CHARS, FileWriteResponse
 from spanseek.service.writes import id_problem, live_of, require_write_key
@@ -100,6 +101,8 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, o
         raise UnreadableFile(f"{name}: the request has no body; send the file's bytes as the body")
     try:
         read = await live.file_reader.read(data, name, opts)
+    except ReadOutOfMemory as e:
+        raise PayloadTooLarge(str(e)) from None
     except (IngestError, ReaderStopped) as e:
         raise UnreadableFile(str(e)) from None
     if isinstance(read.doc, str):

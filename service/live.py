@@ -102,7 +102,8 @@ class LiveWrites:
         # tokenizer as from-files counts them
         self.file_reader = FileReader(base.encoder.model.config, settings.file_nice, settings.max_file_uploads,
                                       settings.file_read_timeout_s,
-                                      body_bytes=settings.max_file_uploads * settings.max_file_bytes)
+                                      body_bytes=settings.max_file_uploads * settings.max_file_bytes,
+                                      memory_bytes=settings.file_read_memory_bytes)
         self.merge_thread: threading.Thread | None = None
         self.on_merged: Callable[[Searcher], None] | None = None  # the service's: describe the new base
         self.gauges()

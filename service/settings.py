@@ -18,6 +18,7 @@ from spanseek.service.schemas import MAX_QUERIES
 
 # A CORS origin as browsers send it: scheme://host[:port], no path (a trailing slash never matches)
 ORIGIN = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s?#]+")
+MIN_FILE_READ_MEMORY = 256 << 20  # the least file_read_memory_bytes (but 0): the reading process holds ~110 MB idle
 
 
 class Settings(BaseSettings):
@@ -273,6 +274,13 @@ class Settings(BaseSettings):
     # and its reader replaced: a hung reader held its upload slot for good, and with every slot held, all uploads.
     file_read_timeout_s: float = Field(300.0, gt=0, description="seconds an uploaded file may take to read (422 "
                                                                 "above; the reader process is replaced)")
+    # The memory the process that reads uploaded files may take (its data: heap and private mappings; Linux), so that
+    # a file taking much of it to read is refused (413) rather than bringing in the kernel's OOM killer, which may pick
+    # the server. Reading takes many times a file's size (a 30 MiB HTML page of 1.5M table cells took 5.9 GB, refused
+    # after 52 s at the default); the process itself holds some 110 MB. 0 = no limit.
+    file_read_memory_bytes: int = Field(2 << 30, ge=0, description="most memory the process that reads uploaded "
+                                                                   "files may take (413 for a file that needs more; "
+                                                                   "the process is replaced; 0 = no limit)")
 
     # Warm-up runs every unit once before /ready says yes, so the first user request does not pay for lazy
     # initialisation (allocator, faiss, tokenizer caches). Off only for tests with fake backends.
@@ -353,6 +361,15 @@ class Settings(BaseSettings):
         if isinstance(raw, str) and not (raw.isascii() and raw.isprintable()):  # what an HTTP header can carry
             raise ValueError("the key holds characters an HTTP header cannot carry (only printable ASCII), so no "
                              "client could send it")
+        return v
+
+    @field_validator("file_read_memory_bytes")
+    @classmethod
+    def _reader_memory(cls, v: int) -> int:
+        """A limit the reading process can start under: it holds some 110 MB before it reads a file."""
+        if 0 < v < MIN_FILE_READ_MEMORY:
+            raise ValueError(f"{v:,} bytes is too little for the process that reads files to start (it holds some "
+                             f"110 MB before reading one); give at least {MIN_FILE_READ_MEMORY:,}, or 0 for no limit")
         return v
 
     @model_validator(mode="after")

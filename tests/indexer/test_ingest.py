@@ -658,3 +658,21 @@ def test_trafilaturas_notes_on_its_own_extraction_stay_out_of_the_log(tmp_path, 
     trafilatura = [r.getMessage() for r in caplog.records if r.name.startswith("trafilatura")]
     assert trafilatura == ["its own use"]
     assert any("skipped" in r.getMessage() and "image.html" in r.getMessage() for r in caplog.records)
+
+
+def test_memory_running_out_in_a_reader_is_no_damaged_file(tmp_path, monkeypatch):
+    """A reader that takes any error for a damaged file (pdfminer, python-docx and python-pptx raise many types) said
+    so of a MemoryError too: a file too large for the memory its reading may take was skipped as damaged."""
+    from spanseek.indexer import ingest
+    from spanseek.indexer.documents import Unreadable
+
+    def short_of_memory(path):
+        try:
+            raise MemoryError
+        except Exception as e:
+            raise Unreadable(f"damaged ({e!r})") from None
+
+    monkeypatch.setitem(ingest._BINARY, "pdf", short_of_memory)
+    (tmp_path / "big.pdf").write_bytes(b"%PDF-1.4")
+    with pytest.raises(MemoryError):
+        ingest.read_document(tmp_path / "big.pdf", "big.pdf", lambda words: [1] * len(words), IngestOptions())

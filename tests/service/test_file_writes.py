@@ -343,3 +343,19 @@ async def test_bodies_held_past_the_uploads_memory_are_429_naming_the_bytes(writ
         assert (await slow).status_code == 200
         r = await client.put("/files/next.txt", headers=KEY, content=b"In 1460 Hugo built the church." * 40)
         assert r.status_code == 200, r.text
+
+
+def test_a_file_that_needs_more_memory_to_read_than_the_limit_is_a_413_and_the_next_file_is_read(write_settings):
+    """The reading process had no memory cap: a 30 MiB HTML page of 1.5M table cells took it to 5.9 GB, and a larger
+    one could bring in the kernel's OOM killer, which may pick the server. Past file_read_memory_bytes the read fails
+    with a 413 naming the file and the limit, and a new process reads the next file."""
+    row = b"<tr>" + b"<td>x</td>" * 50 + b"</tr>"
+    cells = b"<html><body><article><table>" + row * 6000 + b"</table></article></body></html>"  # 3 MiB
+    limit = 256 << 20
+    with serving(create_app(write_settings(file_read_memory_bytes=limit, max_file_bytes=4 << 20))) as client:
+        r = client.put("/files/cells.html", headers=KEY, content=cells)
+        assert r.status_code == 413, r.text
+        assert r.json()["error"] == "payload_too_large"
+        assert "cells.html" in r.json()["message"] and f"{limit:,} bytes, file_read_memory_bytes" in r.json()["message"]
+        r = client.put("/files/a.txt", headers=KEY, content=b"In 1450 Gala built the bridge.")
+        assert r.status_code == 200, r.text

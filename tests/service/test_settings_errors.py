@@ -59,6 +59,10 @@ def serve_error(argv: list[str], capsys) -> str:
      "max_request_cost (64) is below max_queries_per_request (128): a request of that many questions would always "
      "be refused for its cost (--max-request-cost / SPANSEEK_MAX_REQUEST_COST, --max-queries-per-request / "
      "SPANSEEK_MAX_QUERIES_PER_REQUEST)"),
+    # a cap the process that reads uploads cannot start under: every upload's reader stopped
+    ({"SPANSEEK_FILE_READ_MEMORY_BYTES": "1000000"}, [],
+     "--file-read-memory-bytes / SPANSEEK_FILE_READ_MEMORY_BYTES: 1,000,000 bytes is too little for the process "
+     "that reads files to start"),
     # keys no client can send: every request was a 401
     ({"SPANSEEK_API_KEY": "s3cret\n"}, [], "--api-key / SPANSEEK_API_KEY: the key begins or ends with whitespace"),
     ({"SPANSEEK_ADMIN_API_KEY": "clé"}, [], "--admin-api-key / SPANSEEK_ADMIN_API_KEY: the key holds characters an "
