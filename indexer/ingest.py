@@ -9,7 +9,9 @@ Directories are walked recursively (hidden files and folders skipped) for ``.txt
 on the command line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
-  as given; with ``id_field`` the value of that metadata field instead (a file without it is an error).
+  as given, in Unicode's composed form (NFC: ``café.md`` whether the file system spells the accent as one character
+  or, as macOS's HFS+, a combining one); with ``id_field`` the value of that metadata field instead (a file without
+  it is an error).
 - **title**: Markdown front matter's ``title`` (as written: ``title: 2024`` is "2024"), else the first heading
   (Markdown ``#``, HTML ``<title>`` then ``<h1>``; PDF: see ``indexer.documents``, Word: ``indexer.word``), else the
   file name without its suffix.
@@ -69,6 +71,7 @@ import itertools
 import logging
 import os
 import re
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -227,7 +230,8 @@ def _walk(root: Path, problems: list[tuple[Path, str]]) -> list[Path]:
 
 def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None = None) -> Iterator[tuple[Path, str]]:
     """(file, its relative id) for every input file, in a stable order; each file once. Folders that cannot be read
-    go to ``problems``."""
+    go to ``problems``. An id is in Unicode's composed form (NFC), as PUT /files/{name} makes a name: file systems
+    spell "café" with one character or with a combining accent (macOS's HFS+), and a file is one id whichever."""
     seen: set[Path] = set()
     problems = problems if problems is not None else []
     for arg in paths:
@@ -248,7 +252,7 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
         for p, rel in pairs:
             if p.resolve() not in seen:
                 seen.add(p.resolve())
-                yield p, rel
+                yield p, unicodedata.normalize("NFC", rel)
 
 
 def extract_file(path: Path) -> Extracted:

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import sys
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,10 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     # from a server older than GET /documents, which is asked about each file
     held = _listed(client, source)
     formerly = (_listed(client, adopt) or {}) if adopt and held is not None else {}
+    # a document written before ids were made NFC (``indexer.ingest._files``) holds its file's name as the file system
+    # spelled it (NFD on macOS's HFS+): its file replaces it under that id rather than writing a second document
+    spelled = {unicodedata.normalize("NFC", i): i for i in held or () if unicodedata.normalize("NFC", i) != i}
+    ids: dict[str, str] = {}  # a file's id where a document spells it otherwise
 
     def refuse(rel: str, why: str) -> None:
         if strict:
@@ -153,8 +158,10 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             continue
         digest = hashlib.sha256(data).hexdigest()
         taken = False  # a document of the former default name, taken over
-        if held is not None and rel in held:
-            held_meta = held[rel]
+        if held is not None and rel not in held and rel in spelled:
+            ids[rel] = spelled[rel]
+        if held is not None and ids.get(rel, rel) in held:
+            held_meta = held[ids.get(rel, rel)]
         else:  # a new file, one whose id another source or a hand-written document holds, or no list to look in
             held_meta = formerly.get(rel) or (client.get(rel, meta_only=True) or {}).get("meta") or {}
             if adopt is not None and held_meta.get(SOURCE_KEY) == adopt:
@@ -173,7 +180,8 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
         warnings: list[str] = []
         if not dry_run:
             try:
-                warnings = client.upsert_file(data, rel, meta={**extra, HASH_KEY: digest}).get("warnings", [])
+                warnings = client.upsert_file(data, rel, doc_id=ids.get(rel), meta={**extra, HASH_KEY: digest}
+                                              ).get("warnings", [])
             except httpx.TimeoutException:
                 raise RuntimeError(f"{rel}: no answer to its write in time (the server may still be reading and "
                                    f"encoding it: the next run finds it written if so); --timeout waits longer"
@@ -194,7 +202,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
         raise IngestError(f"{problems[0][0]}: {problems[0][1]}")
     report.refused += [(str(p), why) for p, why in problems]
     if delete:
-        _delete_stale(client, source, list(seen), problems, dry_run, report, say)
+        _delete_stale(client, source, [ids.get(rel, rel) for rel in seen], problems, dry_run, report, say)
     return report
 
 

@@ -676,3 +676,13 @@ def test_memory_running_out_in_a_reader_is_no_damaged_file(tmp_path, monkeypatch
     (tmp_path / "big.pdf").write_bytes(b"%PDF-1.4")
     with pytest.raises(MemoryError):
         ingest.read_document(tmp_path / "big.pdf", "big.pdf", lambda words: [1] * len(words), IngestOptions())
+
+
+def test_a_file_name_spelled_nfd_is_an_nfc_id(tmp_path):
+    """from-files named a file as the file system spelled it: café.md from macOS's HFS+ (a combining accent, NFD)
+    and from elsewhere (one character, NFC) were two ids that look alike; PUT /files/{name} and sync take NFC."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "cafe\u0301.md").write_text("In 1450 Gala built the bridge.", encoding="utf-8")
+    from_files([root], tmp_path / "c.jsonl")
+    assert [(d.id, d.meta["source"]) for d in read_corpus(tmp_path / "c.jsonl")] == [("caf\u00e9.md", "caf\u00e9.md")]

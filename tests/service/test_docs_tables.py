@@ -63,7 +63,7 @@ def route_names() -> list[str]:
     names = []
     for module in (routes, writes, files):
         for route in module.router.routes:
-            path = re.sub(r"\{(\w+)(:path)?\}", lambda m: "{id}" if m.group(1) == "doc_id" else "{" + m.group(1) + "}",
+            path = re.sub(r"\{(\w+)(:\w+)?\}", lambda m: "{id}" if m.group(1) == "doc_id" else "{" + m.group(1) + "}",
                           route.path)  # type: ignore[attr-defined]
             names += [f"{method} {path}" for method in sorted(route.methods)]  # type: ignore[attr-defined]
     return names

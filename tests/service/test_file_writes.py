@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from urllib.parse import quote
 
 import pytest
 
@@ -359,3 +360,35 @@ def test_a_file_that_needs_more_memory_to_read_than_the_limit_is_a_413_and_the_n
         assert "cells.html" in r.json()["message"] and f"{limit:,} bytes, file_read_memory_bytes" in r.json()["message"]
         r = client.put("/files/a.txt", headers=KEY, content=b"In 1450 Gala built the bridge.")
         assert r.status_code == 200, r.text
+
+
+def test_file_names_are_refused_clearly_or_taken_in_one_spelling(write_settings):
+    """A line break in the name was a bare 404 from routing, bytes that are not UTF-8 became U+FFFD in the id without
+    a word, and the NFC and NFD spellings of café.txt (file systems differ) two documents whose ids look alike."""
+    nfc, nfd = "caf\u00e9.txt", "cafe\u0301.txt"
+    with serving(create_app(write_settings())) as client:
+        for path, says in (("/files/a%0Ab.txt", "line break"), ("/files/caf%FF%FE.txt", "not UTF-8")):
+            r = client.put(path, headers=KEY, content=b"In 1450 Gala built the bridge.")
+            assert r.status_code == 422 and r.json()["error"] == "validation_error", (path, r.text)
+            assert says in r.text, r.text
+        assert client.put("/files/caf%EF%BF%BD.txt", headers=KEY, content=b"Text.").json()["id"] == "caf\ufffd.txt"
+        for name in (nfd, nfc):
+            r = client.put(f"/files/{quote(name)}", headers=KEY, content=b"In 1460 Hugo built the church.")
+            assert r.status_code == 200 and r.json()["id"] == nfc, r.text
+        held = [d for d in client.get("/documents", headers=KEY).json()["documents"] if d["id"].startswith("caf")]
+        assert sorted(d["id"] for d in held) == sorted([nfc, "caf\ufffd.txt"])
+        assert next(d for d in held if d["id"] == nfc)["meta"]["source"] == nfc
+
+
+def test_a_document_held_under_an_nfd_name_is_replaced_by_its_file(write_settings):
+    """Written before names were made NFC, a document whose id is café.txt spelled NFD is still the one its file
+    replaces, not left beside a new one."""
+    nfc, nfd = "caf\u00e9.txt", "cafe\u0301.txt"
+    with serving(create_app(write_settings())) as client:
+        body = {"documents": [{"id": nfd, "paragraphs": ["In 1450 Gala built the bridge."]}]}
+        assert client.put("/documents", headers=KEY, json=body).status_code == 200
+        for name in (nfd, nfc):  # whichever spelling the client's file system gives it
+            r = client.put(f"/files/{quote(name)}", headers=KEY, content=b"In 1460 Hugo built the church.")
+            assert r.status_code == 200 and r.json()["id"] == nfd, r.text
+        held = client.get("/documents", headers=KEY).json()["documents"]
+        assert [d["id"] for d in held if d["id"].startswith("caf")] == [nfd]
