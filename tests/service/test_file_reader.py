@@ -149,3 +149,35 @@ def test_a_reader_stuck_past_the_alarm_is_killed_and_the_file_behind_it_is_read(
         assert not isinstance(fine, BaseException) and fine.tokens > 0, fine
     finally:
         reader.close()
+
+
+def _aborts_on_one(data: bytes, name: str, opts: IngestOptions, timeout_s: float) -> file_reader.ReadFile:
+    """Ends the worker on ``huge.txt``, as a library that aborts when an allocation fails (Rust's, C's) rather than
+    raising MemoryError; the worker's own reading for any other."""
+    if name == "huge.txt":
+        os.abort()
+    from spanseek.service.file_reader import _read_in_worker
+
+    return _read_in_worker(data, name, opts, timeout_s)
+
+
+def _data_limit() -> int:
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_DATA)[0]
+
+
+def test_the_worker_reads_within_its_memory_cap_and_one_that_ends_on_a_file_says_so(tiny_config, monkeypatch):
+    """The worker's data is capped at memory_bytes; a file it ends on (a library aborting when an allocation fails)
+    is refused naming the cap, and a new worker, capped alike, reads the next file."""
+    monkeypatch.setattr(file_reader, "_read_in_worker", _aborts_on_one)
+    reader = FileReader(tiny_config, 0, 1, memory_bytes=512 << 20)
+    try:
+        assert reader._pool.submit(_data_limit).result(timeout=60) == 512 << 20
+        with pytest.raises(file_reader.ReaderStopped, match=r"huge\.txt: .* within file_read_memory_bytes, 536,870,912"):
+            asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "huge.txt", IngestOptions()))
+        read = asyncio.run(reader.read(b"In 1460 Hugo built the church.", "b.txt", IngestOptions()))
+        assert read.tokens > 0
+        assert reader._pool.submit(_data_limit).result(timeout=60) == 512 << 20
+    finally:
+        reader.close()
