@@ -132,12 +132,14 @@ MAX_INFLATED = 1 << 30
 # GiB of memory to read, and one of 32 MB would have taken the machine's (a real page's content, a font, is some
 # megabytes at most; pdfminer does not expand images)
 MAX_INFLATED_STREAM = 256 << 20
-# a compressed part over INFLATE_RATIO_FROM that expands more than MAX_INFLATE_RATIO times is a decompression bomb
-# (XML and a page's content compress some 3 to 20 times; Apache POI refuses Office files past the same ratio): a 1 MB
-# .docx whose part expanded to 1 GiB took 2 GiB of memory and 30 s before the XML parser gave up on it, a 150 KB PDF
-# whose page expanded to 100 MB of drawing operators was still being read after minutes
+# a compressed part that expands past INFLATE_RATIO_FROM and more than MAX_INFLATE_RATIO times is a decompression
+# bomb: a 1 MB .docx whose part expanded to 1 GiB took 2 GiB of memory and 30 s before the XML parser gave up on it, a
+# 150 KB PDF whose page expanded to 100 MB of drawing operators was still being read after minutes. Smaller parts
+# may compress better than that and be ordinary: a mostly empty 4,000-row table (2.9 MB of XML, 138 times), a
+# screenshot stored as a BMP (6.2 MB, 212 times), a scanned page's one-bit image inline in its content (1 MB, 102
+# times); a bomb worth the name expands a thousand times and more.
 MAX_INFLATE_RATIO = 100
-INFLATE_RATIO_FROM = 1 << 20
+INFLATE_RATIO_FROM = 64 << 20
 
 
 def _bomb(packed: int, size: int) -> str | None:
@@ -163,7 +165,8 @@ def zip_bomb(path: Path) -> str | None:
         if (why := _bomb(part.compress_size, part.file_size)) is not None:
             return f"a zip bomb: its part {part.filename} {why}; not read"
     if (total := sum(part.file_size for part in parts)) > MAX_INFLATED:
-        return f"a zip bomb: its parts expand to {total:,} bytes (more than {MAX_INFLATED >> 20} MiB); not read"
+        return (f"its parts expand to {total:,} bytes, more than the {MAX_INFLATED >> 20:,} MiB a file's reader may "
+                "hold; not read")
     return None
 
 

@@ -32,7 +32,8 @@ from tests.indexer.test_documents import pdf_of_objects
 pytest.importorskip("docx")
 pytest.importorskip("pptx")
 
-BOMB = 8 << 20  # a part of 8 MiB of spaces: some 8 KB compressed (a thousand times smaller)
+BOMB = 80 << 20  # a part of 80 MiB of spaces: some 80 KB compressed (a thousand times smaller)
+SMALL = 6 << 20  # as compressible, but of a size ordinary parts have (a screenshot stored as a BMP)
 TEXT = b"BT /F1 12 Tf 72 700 Td (The castle was built in 1250.) Tj ET"
 
 
@@ -98,9 +99,12 @@ def test_office_zip_bombs_are_refused_before_they_are_opened(tmp_path):
     docx = office_file(tmp_path / "bomb.docx", "word/document.xml", word_body(paragraph), spaces=BOMB)
     pptx = office_file(tmp_path / "bomb.pptx", "ppt/slides/slide1.xml", SLIDE % SHAPE % b"0", spaces=BOMB)
     for path, read, part in ((docx, extract_docx, "word/document.xml"), (pptx, extract_pptx, "ppt/slides/slide1.xml")):
-        with pytest.raises(Unreadable, match=f"a zip bomb: its part {part} expands from [0-9,]+ bytes to 8,"):
+        with pytest.raises(Unreadable, match=f"a zip bomb: its part {part} expands from [0-9,]+ bytes to 8[0-9,]+ or"):
             read(path)
-    # the same files, their parts of a size XML has, are read
+    # the same files, their parts of a size XML has, are read, and so are parts of a few MiB that compress as well
+    for spaces in (0, SMALL):
+        assert extract_docx(office_file(tmp_path / "ok.docx", "word/document.xml", word_body(paragraph), spaces)
+                            ).paragraphs == ["The ferry leaves at nine."]
     assert extract_docx(office_file(tmp_path / "ok.docx", "word/document.xml", word_body(paragraph))).paragraphs == [
         "The ferry leaves at nine."]
     assert "Ferry" in extract_pptx(office_file(tmp_path / "ok.pptx", "ppt/slides/slide1.xml", SLIDE % SHAPE % b"0")
@@ -156,7 +160,10 @@ def test_a_pdf_decompression_bomb_is_refused_before_it_is_expanded(tmp_path):
     with pytest.raises(Unreadable, match=r"a decompression bomb: its compressed stream \(object 4\) expands from "
                                          r"[0-9,]+ bytes to [0-9,]+ or more \(over 100 times\)"):
         extract_pdf(path)
-    # a page's content compressed as a PDF writer compresses it is read
+    # a page's content compressed as a PDF writer compresses it is read, and so is one of a few MiB that compresses
+    # as well as the bomb (a scanned page's one-bit image inline in its content)
+    inline = pdf_of_objects(tmp_path / "inline.pdf", [*page(), stream(zlib.compress(TEXT + b" " * SMALL, 9), True), FONT])
+    assert "The castle was built in 1250." in extract_pdf(inline).paragraphs[0]
     plain = zlib.compress(b"\n".join(TEXT.replace(b"72 700", b"72 %d" % y) for y in range(700, 100, -14)), 9)
     path = pdf_of_objects(tmp_path / "ok.pdf", [*page(), stream(plain, flate=True), FONT])
     assert "The castle was built in 1250." in extract_pdf(path).paragraphs[0]
