@@ -6,9 +6,11 @@ the server's GIL for as long as its reading took, and every search batch's Pytho
 separate process (``FileReader``, one worker, started at the first upload and kept; ``file_nice`` lower in CPU
 priority), it takes the cores only when searches leave them. The worker counts passages with the served model's
 tokenizer, as ``spanseek corpus from-files --tokenizer model`` does (``chunking.backbone_token_counter``), and the
-document's tokens, so that a file over ``max_file_tokens`` is refused before it is encoded. It imports neither torch
-nor transformers: it starts in about a second and holds ~68 MB (283 MB and 3.5-8 s with them), so starting it at the
-first upload rather than with the service costs that upload little and a service that takes no files nothing.
+document's tokens, so that a file over ``max_file_tokens`` is refused before it is encoded. For the bundled
+backbones (and any whose ``tokenizer.json`` is what transformers builds from its config) it imports neither torch nor
+transformers: it starts in about a second and holds ~68 MB (283 MB and 3.5-8 s with them), so starting it at the
+first upload rather than with the service costs that upload little and a service that takes no files nothing. Other
+backbones are counted with transformers' tokenizer, exact and slower to start.
 
 Two bounds, each answered 429 with a Retry-After when full: at most ``max_file_uploads`` uploads are read or encoded
 at once (``slot``, taken once an upload's body is in), and the bodies held in memory, those still arriving included,
