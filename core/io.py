@@ -67,6 +67,13 @@ class Document:
         return self.passage_meta[i] if self.passage_meta else {}
 
 
+def id_spellings(doc_id: str) -> tuple[str, ...]:
+    """The spellings of a document id that name one document: as given, composed (NFC: how the service writes ids)
+    and decomposed (NFD: how macOS's HFS+ spells a file's name). "café" typed on a Mac and on Linux is one id; ids
+    are otherwise opaque (no case folding, no NFKC: "ﬁ" and "fi" are two)."""
+    return tuple(dict.fromkeys((doc_id, unicodedata.normalize("NFC", doc_id), unicodedata.normalize("NFD", doc_id))))
+
+
 @dataclass
 class ReadStats:
     """Counts of what a reader skipped, reported by the indexer."""

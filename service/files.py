@@ -24,16 +24,13 @@ import dataclasses
 import unicodedata
 from pathlib import PurePosixPath
 from typing import Annotated, Any
-from urllib.parse import unquote_to_bytes
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.exceptions import RequestValidationError
-from starlette.convertors import PathConvertor, register_url_convertor
 
 from spanseek.indexer.chunking import ChunkOptions
 from spanseek.indexer.documents import IngestError
 from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
-from spanseek.indexer.live import HeldDocuments, live_row
+from spanseek.indexer.live import HeldDocuments
 from spanseek.service.errors import (
     BadRequest,
     Conflict,
@@ -46,24 +43,10 @@ from spanseek.service.errors import (
 from spanseek.service.file_reader import ReaderStopped, ReadOutOfMemory, UploadsBusy
 from spanseek.service.routes import _errors
 from spanseek.service.schemas import MAX_TITLE_CHARS, FileWriteResponse
-from spanseek.service.writes import id_problem, live_of, require_write_key, served_index
+from spanseek.service.writes import held_id, id_problem, live_of, path_text, refuse, require_write_key
 
 router = APIRouter(tags=["documents"])
 SUFFIXES = ", ".join(sorted(FORMATS))
-
-
-class FileNameConvertor(PathConvertor):
-    """A file's name in the path, line breaks included: ``{name:path}`` matched none (its ``.*`` stops at one), and a
-    name holding one was a bare 404 from routing rather than the 422 that names the problem."""
-
-    regex = "(?s:.*)"
-
-
-register_url_convertor("file_name", FileNameConvertor())
-
-
-def _refuse(where: str, field: str, msg: str) -> RequestValidationError:
-    return RequestValidationError([{"loc": (where, field), "msg": msg, "type": "value_error"}])
 
 
 def file_options(meta: list[str], max_tokens: int | None, overlap: int | None, min_tokens: int | None
@@ -73,7 +56,7 @@ def file_options(meta: list[str], max_tokens: int | None, overlap: int | None, m
     try:
         extra = parse_meta(meta, "meta")
     except ValueError as e:
-        raise _refuse("query", "meta", str(e)) from None
+        raise refuse("query", "meta", str(e)) from None
     try:
         chunk = ChunkOptions.of(max_tokens, overlap, min_tokens)
     except ValueError as e:
@@ -84,13 +67,15 @@ def file_options(meta: list[str], max_tokens: int | None, overlap: int | None, m
 async def _write(request: Request, name: str, doc_id: str | None, meta: list[str], max_tokens: int | None,
                  overlap: int | None, min_tokens: int | None, only_new: bool) -> FileWriteResponse:
     live = live_of(request)
-    name = file_name(request, name)
+    given = path_text(request, name, "name")
+    name = unicodedata.normalize("NFC", given)  # (its source and reading; the id is found in any spelling below)
     if PurePosixPath(name).suffix.lower() not in FORMATS:
         raise UnsupportedMediaType(f"{name!r}: a file's name must end in one of {SUFFIXES} (its suffix says how it "
                                    f"is read)")
-    id_given, doc_id = doc_id is not None, _held_spelling(request, name) if doc_id is None else doc_id
+    id_given, doc_id = doc_id is not None, given if doc_id is None else doc_id
     if (problem := id_problem(doc_id)) is not None:
-        raise _refuse(*(("query", "id") if id_given else ("path", "name")), f"{doc_id!r}: {problem}")
+        raise refuse(*(("query", "id") if id_given else ("path", "name")), f"{doc_id!r}: {problem}")
+    doc_id = held_id(live.store.snapshot, doc_id)  # (a file's id is its name, in any spelling: as /documents/{id})
     opts = file_options(meta, max_tokens, overlap, min_tokens)
     reader = live.file_reader
     try:
@@ -100,33 +85,6 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
                 return await _read_and_write(request, live, name, doc_id, opts, only_new, data)
     except UploadsBusy as e:
         raise Overloaded(str(e), e.retry_after) from None
-
-
-def file_name(request: Request, name: str) -> str:
-    """The name of a file in the URL, in Unicode's composed form (NFC): file systems spell "café" as "cafe" and a
-    combining accent (macOS's HFS+: NFD) or with one character, and a file is one document whichever spelling its
-    client sends. 422 when the name's percent-encoded bytes are not UTF-8 (the server read each as U+FFFD)."""
-    if "\ufffd" in name:  # (a U+FFFD sent as UTF-8, %EF%BF%BD, is a name's own)
-        raw = unquote_to_bytes(request.scope.get("raw_path", b"").decode("ascii", "replace"))
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise _refuse("path", "name", f"the name is not UTF-8 ({e.reason} at its byte 0x{raw[e.start]:02x}); "
-                                          "percent-encode the name's UTF-8 bytes") from None
-    return unicodedata.normalize("NFC", name)
-
-
-def _held_spelling(request: Request, name: str) -> str:
-    """The id of the file ``name`` (NFC): itself, or the spelling of it that a document written before names were made
-    NFC holds (the name as the request spelled it, or decomposed: NFD, as macOS's HFS+ spells it), so that the file
-    replaces that document rather than joining it."""
-    spellings = {request.path_params.get("name", name), unicodedata.normalize("NFD", name)} - {name}
-    if not spellings or id_problem(name) is not None:
-        return name
-    index = served_index(request)
-    if live_row(index, name) is not None:
-        return name
-    return next((s for s in sorted(spellings) if live_row(index, s) is not None), name)
 
 
 def _body_bytes(request: Request, most: int) -> int:
@@ -176,7 +134,7 @@ _FILE_BODY = {"requestBody": {"required": True, "description": "the file's bytes
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
 
 
-@router.put("/files/{name:file_name}", response_model=FileWriteResponse, dependencies=[Depends(require_write_key)],
+@router.put("/files/{name:path_text}", response_model=FileWriteResponse, dependencies=[Depends(require_write_key)],
             responses=_errors(*_WRITE_ERRORS), openapi_extra=_FILE_BODY)
 async def put_file(request: Request, name: str, id: IdParam = None, meta: MetaParam = [],  # noqa: B006
                    max_tokens: MaxTokens = None, overlap: Overlap = None, min_tokens: MinTokens = None
@@ -186,7 +144,7 @@ async def put_file(request: Request, name: str, id: IdParam = None, meta: MetaPa
     return await _write(request, name, id, meta, max_tokens, overlap, min_tokens, only_new=False)
 
 
-@router.post("/files/{name:file_name}", response_model=FileWriteResponse, dependencies=[Depends(require_write_key)],
+@router.post("/files/{name:path_text}", response_model=FileWriteResponse, dependencies=[Depends(require_write_key)],
              responses=_errors(409, *_WRITE_ERRORS), openapi_extra=_FILE_BODY)
 async def post_file(request: Request, name: str, id: IdParam = None, meta: MetaParam = [],  # noqa: B006
                     max_tokens: MaxTokens = None, overlap: Overlap = None, min_tokens: MinTokens = None

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import threading
+import unicodedata
 import weakref
 from typing import Annotated, Any
+from urllib.parse import unquote_to_bytes
 
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from spanseek.core.filters import FilterError, SearchFilter
-from spanseek.core.io import CorpusError, Document, document_from_json
+from spanseek.core.io import CorpusError, Document, document_from_json, id_spellings
 from spanseek.core.params import SearchParamsError
 from spanseek.indexer.ingest import parse_meta
 from spanseek.indexer.live import HeldDocuments, indexed_document, live_row
@@ -86,8 +90,8 @@ def live_of(request: Request) -> Any:
 
 
 # what a written document's id may not hold: what str.splitlines() splits at, and NUL. Such an id was written, then
-# never found by id (GET and DELETE /documents/{id} are routed by line, an ids file lists one a line); one that a
-# log already holds is still replayed and merged.
+# never found by id (an ids file lists one a line; GET and DELETE /documents/{id} refuse it); one that a log already
+# holds is still replayed and merged.
 UNROUTABLE = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00")
 
 
@@ -99,29 +103,78 @@ def id_problem(doc_id: str) -> str | None:
             f"nor an ids file list it")
 
 
-def parse_documents(given: list[DocumentIn]) -> list[Document]:
-    """The corpus documents of a request; RequestValidationError (422) naming the document and field of the first
-    one the corpus reader refuses, one with no non-blank paragraph, or an id given twice."""
+class PathTextConvertor(PathConvertor):
+    """A document's id or a file's name in the path, line breaks included: ``{x:path}``'s ``.*`` stops at one, and a
+    path holding one was a bare 404 from routing rather than the 422 that names the problem."""
+
+    regex = "(?s:.*)"
+
+
+register_url_convertor("path_text", PathTextConvertor())
+
+
+def refuse(where: str, field: str, msg: str) -> RequestValidationError:
+    """A 422 ``validation_error`` at ``where.field`` saying ``msg``."""
+    return RequestValidationError([{"loc": (where, field), "msg": msg, "type": "value_error"}])
+
+
+def path_text(request: Request, text: str, field: str) -> str:
+    """``text``, the path parameter ``field``; 422 when its percent-encoded bytes are not UTF-8 (the server read each
+    as U+FFFD, and an id of them would name another document than the client meant)."""
+    if "\ufffd" in text:  # (a U+FFFD sent as UTF-8, %EF%BF%BD, is the text's own)
+        raw = unquote_to_bytes(request.scope.get("raw_path", b"").decode("ascii", "replace"))
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise refuse("path", field, f"the {field} is not UTF-8 ({e.reason} at its byte 0x{raw[e.start]:02x}); "
+                                        f"percent-encode its UTF-8 bytes") from None
+    return text
+
+
+def held_id(index: Any, doc_id: str) -> str:
+    """The id ``doc_id`` names in ``index``: the first of its spellings (``core.io.id_spellings``) a live document holds (so a document
+    stored under another spelling before ids were made NFC is still the one read, replaced or deleted), else its NFC
+    spelling, the one a new document is written under."""
+    return next((s for s in id_spellings(doc_id) if live_row(index, s) is not None),
+                unicodedata.normalize("NFC", doc_id))
+
+
+def named_id(request: Request, doc_id: str, index: Any) -> str:
+    """The id that the path's ``/documents/{id}`` names in ``index`` (``held_id``); 422 for one that is not UTF-8 or
+    holds a line break or NUL (no document can be written under it)."""
+    path_text(request, doc_id, "id")
+    if (problem := id_problem(doc_id)) is not None:
+        raise refuse("path", "id", f"{doc_id!r}: {problem}")
+    return held_id(index, doc_id)
+
+
+def parse_documents(given: list[DocumentIn], index: Any) -> list[Document]:
+    """The corpus documents of a request, each under the id it names in ``index`` (``held_id``: NFC for a new one);
+    RequestValidationError (422) naming the document and field of the first one the corpus reader refuses, one with
+    no non-blank paragraph, or an id given twice (in any spelling)."""
     out: list[Document] = []
     seen: dict[str, int] = {}
-
-    def refuse(i: int, field: str, msg: str) -> RequestValidationError:
-        return RequestValidationError([{"loc": ("body", "documents", i, field), "msg": msg, "type": "value_error"}])
-
     for i, d in enumerate(given):
         try:
             doc = document_from_json(d.model_dump(exclude_none=True), f"document {i}")
         except CorpusError as e:
-            raise refuse(i, e.field or "paragraphs", str(e)) from None
+            raise refuse_document(i, e.field or "paragraphs", str(e)) from None
         if doc is None:
-            raise refuse(i, "paragraphs", f"document {i} ({d.id!r}) has no non-blank paragraph")
+            raise refuse_document(i, "paragraphs", f"document {i} ({d.id!r}) has no non-blank paragraph")
         if (problem := id_problem(doc.id)) is not None:
-            raise refuse(i, "id", f"document {i}: 'id' {problem}")
+            raise refuse_document(i, "id", f"document {i}: 'id' {problem}")
+        doc = dataclasses.replace(doc, id=held_id(index, doc.id))
         if doc.id in seen:
-            raise refuse(i, "id", f"document id {doc.id!r} is also document {seen[doc.id]} of this request")
+            raise refuse_document(i, "id", f"document id {d.id!r} is also document {seen[doc.id]} of this request"
+                                  + ("" if d.id == doc.id else f" (as {doc.id!r}, its spelling in Unicode's NFC)"))
         seen[doc.id] = i
         out.append(doc)
     return out
+
+
+def refuse_document(i: int, field: str, msg: str) -> RequestValidationError:
+    """A 422 at ``body.documents.i.field`` saying ``msg``."""
+    return RequestValidationError([{"loc": ("body", "documents", i, field), "msg": msg, "type": "value_error"}])
 
 
 @router.put("/documents", response_model=WriteResponse, dependencies=[Depends(require_write_key),
@@ -130,7 +183,7 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     """Add or replace documents by id (a batch ``{"documents": [...]}`` or one document). The answer comes once
     the write is in the fsynced log and searchable, with the passages and tokens written."""
     live = live_of(request)
-    written = await live.upsert(parse_documents(body.documents))
+    written = await live.upsert(parse_documents(body.documents, live.store.snapshot))
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
@@ -141,17 +194,19 @@ async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse
     the request written; a client that retries an add after a lost answer gets the 409, not a second version."""
     live = live_of(request)
     try:
-        written = await live.upsert(parse_documents(body.documents), only_new=True)
+        written = await live.upsert(parse_documents(body.documents, live.store.snapshot), only_new=True)
     except HeldDocuments as e:
         raise Conflict(f"{e}; PUT /documents replaces documents by id") from None
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
-@router.delete("/documents/{doc_id:path}", response_model=DeleteResponse, dependencies=[Depends(require_write_key)],
-               responses=_errors(401, 403, 404, 503, 507))
+@router.delete("/documents/{doc_id:path_text}", response_model=DeleteResponse, dependencies=[Depends(require_write_key)],
+               responses=_errors(401, 403, 404, 422, 503, 507))
 async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
-    """Delete one document; 404 when no live document has this id."""
-    deleted = await live_of(request).delete([doc_id])
+    """Delete one document (its id in any spelling: ``held_id``); 404 when no live document has this id, 422 for an
+    id no document can hold."""
+    live = live_of(request)
+    deleted = await live.delete([named_id(request, doc_id, live.store.snapshot)])
     if not deleted:
         raise NotFound(f"no document {doc_id!r}")
     return DeleteResponse(deleted=deleted, count=len(deleted), request_id=request_id_of(request))
@@ -251,12 +306,15 @@ async def list_documents(request: Request, meta: ListMeta = [], after: After = N
 MetaOnly = Annotated[bool, Query(description="only the id, title and metadata, without the paragraphs")]
 
 
-@router.get("/documents/{doc_id:path}", dependencies=[Depends(require_api_key)], responses=_errors(401, 404, 503))
+@router.get("/documents/{doc_id:path_text}", dependencies=[Depends(require_api_key)],
+            responses=_errors(401, 404, 422, 503))
 async def get_document(request: Request, doc_id: str, meta_only: MetaOnly = False) -> dict[str, Any]:
     """The live version of a document, in the corpus format; 404 when none has this id. ``meta_only``: its id, title
     and metadata (what a sync compares), not its paragraphs. A read: a server without writes answers from the index
-    it serves (its documents not deleted)."""
+    it serves (its documents not deleted). The id is found in any spelling (``held_id``); 422 for one no document can
+    hold."""
     index = served_index(request)
+    doc_id = named_id(request, doc_id, index)
     if meta_only:
         row = live_row(index, doc_id)
         doc = None if row is None else summary(index.docs[row]).model_dump()

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -225,3 +226,24 @@ async def occupy(batcher: MicroBatcher, encoder: CountingEncoder, until) -> asyn
     busy = asyncio.create_task(batcher.submit(["occupies the worker"], SearchParams("phrase", 10), client="other"))
     await until(encoder.entered.is_set)
     return busy
+
+
+NFC_ID, NFD_ID = "caf\u00e9.txt", "cafe\u0301.txt"  # one id typed on Linux and on a Mac (HFS+ decomposes)
+
+
+@pytest.fixture(scope="session")
+def nfd_index(tmp_path_factory, tiny_model_dir) -> Path:
+    """The tiny corpus plus a document held under the NFD spelling of café.txt, as an index built before ids were made
+    NFC holds it (written by a sync of the folder ``docs``: ``spanseek.sync``'s metadata, an outdated digest)."""
+    import json
+
+    from spanseek.indexer.build import BuildOptions, build_index
+    from tests.conftest import make_corpus
+
+    root = tmp_path_factory.mktemp("nfd")
+    docs = [*make_corpus(), {"id": NFD_ID, "title": "Café", "paragraphs": ["In 1450 Gala built the harbour bridge."],
+                                 "meta": {"synced_from": "docs", "sha256": "0" * 64}}]
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    build_index(root / "corpus.jsonl", tiny_model_dir, root / "index",
+                BuildOptions(shard_passages=7, progress=False, precision="fp32"))
+    return root / "index"

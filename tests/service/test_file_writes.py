@@ -20,7 +20,7 @@ from spanseek.indexer.chunking import ChunkOptions, model_token_counter
 from spanseek.indexer.ingest import IngestOptions, from_files
 from spanseek.service.app import create_app
 from tests.indexer.test_hostile_files import BOMB, SHAPE, SLIDE, office_file, word_body
-from tests.service.conftest import serving
+from tests.service.conftest import NFC_ID, NFD_ID, serving
 from tests.service.test_writes import KEY, found
 
 GUIDE = """---
@@ -380,15 +380,13 @@ def test_file_names_are_refused_clearly_or_taken_in_one_spelling(write_settings)
         assert next(d for d in held if d["id"] == nfc)["meta"]["source"] == nfc
 
 
-def test_a_document_held_under_an_nfd_name_is_replaced_by_its_file(write_settings):
+def test_a_document_held_under_an_nfd_name_is_replaced_by_its_file(settings_for, nfd_index, tmp_path):
     """Written before names were made NFC, a document whose id is café.txt spelled NFD is still the one its file
     replaces, not left beside a new one."""
-    nfc, nfd = "caf\u00e9.txt", "cafe\u0301.txt"
-    with serving(create_app(write_settings())) as client:
-        body = {"documents": [{"id": nfd, "paragraphs": ["In 1450 Gala built the bridge."]}]}
-        assert client.put("/documents", headers=KEY, json=body).status_code == 200
-        for name in (nfd, nfc):  # whichever spelling the client's file system gives it
+    settings = settings_for(index=nfd_index, writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        for name in (NFD_ID, NFC_ID):  # whichever spelling the client's file system gives it
             r = client.put(f"/files/{quote(name)}", headers=KEY, content=b"In 1460 Hugo built the church.")
-            assert r.status_code == 200 and r.json()["id"] == nfd, r.text
+            assert r.status_code == 200 and r.json()["id"] == NFD_ID, r.text
         held = client.get("/documents", headers=KEY).json()["documents"]
-        assert [d["id"] for d in held if d["id"].startswith("caf")] == [nfd]
+        assert [d["id"] for d in held if d["id"].startswith("caf")] == [NFD_ID]

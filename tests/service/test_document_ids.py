@@ -1,0 +1,127 @@
+"""Document ids in one spelling on every route (service.writes, service.files): "café" typed on a Mac (NFD) and on
+Linux (NFC) names one document; an id no document can hold is a 422 naming the problem; a document an index holds
+under the NFD spelling stays reachable and replaceable.
+
+    .venv/bin/python -m pytest -q tests/service/test_document_ids.py
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+
+from spanseek.client import APIError, Client
+from spanseek.service.app import create_app
+from tests.service.conftest import NFC_ID, NFD_ID, serving
+from tests.service.test_writes import KEY
+
+TEXT = "In 1460 Hugo built the island church."
+
+
+def doc(doc_id: str, title: str = "Café") -> dict:
+    return {"id": doc_id, "title": title, "paragraphs": [TEXT]}
+
+
+def path(doc_id: str) -> str:
+    return "/documents/" + quote(doc_id, safe="")
+
+
+def listed(client) -> list[str]:
+    return [d["id"] for d in client.get("/documents", headers=KEY).json()["documents"] if d["id"].startswith("caf")]
+
+
+def by_filter(client, doc_id: str, dry_run: bool = True) -> list[str]:
+    r = client.post("/documents/delete", headers=KEY, json={"filter": {"doc_ids": [doc_id]}, "dry_run": dry_run})
+    assert r.status_code == 200, r.text
+    return r.json()["deleted"]
+
+
+def searched(client, doc_id: str) -> list[str]:
+    r = client.post("/search?unit=doc", headers=KEY, json={"query": "who built the church?", "top_k": 5,
+                                                          "filter": {"doc_ids": [doc_id]}})
+    assert r.status_code == 200, r.text
+    return [h["doc_id"] for h in r.json()["results"][0]["hits"]]
+
+
+@pytest.mark.parametrize("writes", [True, False])
+def test_an_id_no_document_can_hold_is_a_422_naming_it_on_get_and_delete(settings_for, tmp_path, writes):
+    """A line break in /documents/{id} was a bare 404 "Not Found" from routing, and bytes that are not UTF-8 a 404
+    for an id of U+FFFD characters the client never sent."""
+    settings = settings_for(writes=writes, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        for method in ("GET", "DELETE") if writes else ("GET",):
+            for doc_id, says in (("a%0Ab", "holds a line break ('\\n')"), ("a%00b", "holds a NUL"),
+                                 ("caf%FF%FE", "the id is not UTF-8")):
+                r = client.request(method, f"/documents/{doc_id}", headers=KEY)
+                assert r.status_code == 422 and r.json()["error"] == "validation_error", (method, doc_id, r.text)
+                assert says in r.json()["details"][0]["msg"] and r.json()["details"][0]["loc"] == ["path", "id"]
+        r = client.get(path("caf\ufffd"), headers=KEY)  # a U+FFFD the client sent (as UTF-8) is its id's own
+        assert r.status_code == 404 and r.json()["message"] == "no document 'caf\ufffd'", r.text
+
+
+def test_an_id_written_in_one_spelling_is_read_replaced_and_deleted_in_the_other(settings_for, tmp_path):
+    """Written as NFD through /documents, café.txt was not found as NFC (nor by a filter naming it so), and the NFC
+    spelling wrote a second document beside it."""
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        assert client.put("/documents", headers=KEY, json=doc(NFD_ID)).status_code == 200
+        for spelling in (NFC_ID, NFD_ID):
+            r = client.get(path(spelling), headers=KEY)
+            assert r.status_code == 200 and r.json()["id"] == NFC_ID, r.text
+            assert client.get(path(spelling), headers=KEY, params={"meta_only": "true"}).json()["id"] == NFC_ID
+            assert searched(client, spelling) == [NFC_ID] and by_filter(client, spelling) == [NFC_ID]
+        assert listed(client) == [NFC_ID]
+        r = client.put("/documents", headers=KEY, json=doc(NFC_ID, "Replaced"))
+        assert r.status_code == 200 and listed(client) == [NFC_ID]
+        assert client.get(path(NFD_ID), headers=KEY).json()["title"] == "Replaced"
+        r = client.post("/documents", headers=KEY, json=doc(NFD_ID))
+        assert r.status_code == 409 and NFC_ID in r.json()["message"], r.text
+        r = client.put("/documents", headers=KEY, json={"documents": [doc(NFC_ID), doc(NFD_ID)]})
+        assert r.status_code == 422 and "is also document 0 of this request" in r.text, r.text
+        r = client.put(f"/files/{quote(NFD_ID)}", headers=KEY, params={"id": NFD_ID}, content=TEXT.encode())
+        assert r.status_code == 200 and r.json()["id"] == NFC_ID and listed(client) == [NFC_ID], r.text
+        r = client.delete(path(NFD_ID), headers=KEY)
+        assert r.status_code == 200 and r.json()["deleted"] == [NFC_ID], r.text
+        assert client.get(path(NFC_ID), headers=KEY).status_code == 404 and listed(client) == []
+
+
+@pytest.mark.parametrize("writes", [True, False])
+def test_a_document_an_index_holds_under_the_nfd_spelling_stays_reachable(settings_for, nfd_index, tmp_path, writes):
+    """An index built before ids were NFC holds café.txt as NFD: it is found in either spelling, and a write in
+    either spelling (PUT /documents, or a file's ``id=``; its name: test_file_writes) replaces it rather than adding
+    an NFC document beside it."""
+    settings = settings_for(index=nfd_index, writes=writes, api_key="key", live_dir=tmp_path / "live",
+                            merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        for spelling in (NFC_ID, NFD_ID):
+            r = client.get(path(spelling), headers=KEY)
+            assert r.status_code == 200 and r.json()["id"] == NFD_ID, r.text
+            assert searched(client, spelling) == [NFD_ID]
+        if not writes:
+            return
+        for spelling in (NFC_ID, NFD_ID):
+            assert by_filter(client, spelling) == [NFD_ID]
+            r = client.put("/documents", headers=KEY, json=doc(spelling, f"Replaced as {spelling}"))
+            assert r.status_code == 200 and listed(client) == [NFD_ID], r.text
+            assert client.get(path(NFD_ID), headers=KEY).json()["title"] == f"Replaced as {spelling}"
+            r = client.put("/files/other.txt", headers=KEY, params={"id": spelling}, content=TEXT.encode())
+            assert r.status_code == 200 and r.json()["id"] == NFD_ID and listed(client) == [NFD_ID], r.text
+        assert client.post("/documents", headers=KEY, json=doc(NFC_ID)).status_code == 409
+        r = client.delete(path(NFC_ID), headers=KEY)
+        assert r.status_code == 200 and r.json()["deleted"] == [NFD_ID] and listed(client) == [], r.text
+
+
+def test_the_client_names_a_document_in_either_spelling(settings_for, live, tmp_path):
+    """The Python client's get and delete find an id written in the other spelling; an id no document can hold is
+    an APIError (422) that says why, not a 404 "Not Found"."""
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with live(create_app(settings)) as url, Client(url, api_key="key") as client:
+        client.upsert(doc(NFD_ID))
+        assert client.get(NFC_ID)["id"] == NFC_ID and client.get(NFD_ID, meta_only=True)["id"] == NFC_ID
+        assert [d["id"] for d in client.documents() if d["id"].startswith("caf")] == [NFC_ID]
+        for call in (client.get, client.delete):
+            with pytest.raises(APIError) as e:
+                call("a\nb")
+            assert e.value.status == 422 and "holds a line break" in str(e.value)
+        assert client.delete(NFD_ID) == [NFC_ID] and client.get(NFC_ID) is None
