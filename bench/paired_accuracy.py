@@ -28,7 +28,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from spanseek.core.evaluate import answer_scores  # noqa: E402
+from spanseek.core.evaluate import answer_scores, document_groups  # noqa: E402
 from spanseek.core.io import atomic_path, load_squad, squad_questions, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.metrics import cluster_bootstrap_ci, mcnemar_z, passage_has_answer  # noqa: E402
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> dict:
     indexed = {(exact.index.docs[p["doc"]]["title"], p["text"]) for p in exact.index.passages}
     questions = [q for q in squad_questions(load_squad(args.questions)) if (q.title, q.context) in indexed]
     q_start, q_end = exact.encoder.encode([q.question for q in questions])
-    groups = [q.title for q in questions]
+    groups = document_groups(questions)  # (questions of one document move together, as in ``spanseek eval``)
     t0 = time.perf_counter()
     e_em, e_acc = exact_results(exact, args.model, questions, q_start, q_end, args.exact_cache)
     result: dict = {"questions": len(questions), "articles": len(set(groups)), "exact": {

@@ -32,7 +32,8 @@ METRICS = ("rc.em", "phrase.em@1", "passage.acc@5")
 
 
 def paired(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
-    """``other``'s per-question differences from ``reference`` (the same questions, in the same order)."""
+    """``other``'s per-question differences from ``reference`` (the same questions, in the same order), the intervals
+    resampling each question's document (``core.evaluate.document_groups``, as ``spanseek eval``)."""
     a, b = reference["per_question"], other["per_question"]
     if a["id"] != b["id"]:
         raise ValueError("the two evaluations asked different questions")
@@ -41,7 +42,7 @@ def paired(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
         x, y = np.asarray(a[name], dtype=np.float64), np.asarray(b[name], dtype=np.float64)
         gained, lost = int(((y > 0) & (x == 0)).sum()), int(((x > 0) & (y == 0)).sum())
         out[name] = {"difference": pct(float(np.mean(y - x))),
-                     "ci95_over_articles": list(cluster_bootstrap_ci(y - x, a["title"])),
+                     "ci95_over_articles": list(cluster_bootstrap_ci(y - x, a["document"])),
                      "gained": gained, "lost": lost, "mcnemar_z": mcnemar_z(gained, lost)}
     return out
 

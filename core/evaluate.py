@@ -106,13 +106,20 @@ def document_key(question: Question) -> tuple[str, str] | None:
     return ("title", question.title) if question.title else None
 
 
+def document_groups(questions: list[Question]) -> list[str]:
+    """Each question's group when an interval resamples articles (questions of one document move together): its
+    document (``document_key``: "id:D", else "title:T"), or, naming neither, itself alone ("question I"). What
+    ``spanseek eval`` and the paired benchmarks (bench/paired_models.py, bench/paired_accuracy.py) resample by."""
+    # "title:T" keeps the titles' order, and with it the draws, of the resampling by title alone
+    return [f"{k[0]}:{k[1]}" if (k := document_key(q)) is not None else f"question {i}"
+            for i, q in enumerate(questions)]
+
+
 def confidence_intervals(questions: list[Question], per_question: dict[str, list[float]]) -> dict[str, Any]:
     """95% bootstrap intervals of each per-question metric, resampling articles (each question's document:
     ``document_key``) when there are enough of them; a question that names no document is a group of its own."""
-    keys = [document_key(q) for q in questions]
-    by_article = len({k for k in keys if k is not None}) >= MIN_ARTICLES_FOR_CLUSTERS
-    # "title:T" keeps the titles' order, and with it the draws, of the resampling by title alone
-    groups = [f"{k[0]}:{k[1]}" if by_article and k is not None else f"question {i}" for i, k in enumerate(keys)]
+    by_article = len({k for q in questions if (k := document_key(q)) is not None}) >= MIN_ARTICLES_FOR_CLUSTERS
+    groups = document_groups(questions) if by_article else [f"question {i}" for i in range(len(questions))]
     out: dict[str, Any] = {"by": "article" if by_article else "question", "groups": len(set(groups))}
     for name, values in per_question.items():
         out[name] = list(cluster_bootstrap_ci(values, groups))
@@ -280,7 +287,8 @@ def evaluate(
         headline["rc.em"] = rc_em
     out["ci95"] = confidence_intervals(questions, headline)
     if per_question:
-        out["per_question"] = {"id": [q.id for q in questions], "title": [q.title for q in questions], **headline}
+        out["per_question"] = {"id": [q.id for q in questions], "title": [q.title for q in questions],
+                               "document": document_groups(questions), **headline}
     if unanswerable:
         out["unanswerable_skipped"] = unanswerable
     if untitled:

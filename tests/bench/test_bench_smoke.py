@@ -407,10 +407,12 @@ def test_paired_differences_by_hand(monkeypatch):
     spec = importlib.util.spec_from_file_location("paired_models", ROOT / "bench" / "paired_models.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    titles = ["a", "a", "b", "b"]
-    ref = {"per_question": {"id": [1, 2, 3, 4], "title": titles, "rc.em": [1, 0, 1, 0], "phrase.em@1": [0, 0, 0, 0],
+    # two documents, a and b, that name no title (as questions that name their document by doc_id): grouped by
+    # title, the four questions were one group, and every draw the same (an interval of no width)
+    groups = {"title": [""] * 4, "document": ["id:a", "id:a", "id:b", "id:b"]}
+    ref = {"per_question": {"id": [1, 2, 3, 4], **groups, "rc.em": [1, 0, 1, 0], "phrase.em@1": [0, 0, 0, 0],
                             "passage.acc@5": [1, 1, 1, 1]}}
-    new = {"per_question": {"id": [1, 2, 3, 4], "title": titles, "rc.em": [1, 1, 0, 1], "phrase.em@1": [0, 0, 0, 1],
+    new = {"per_question": {"id": [1, 2, 3, 4], **groups, "rc.em": [1, 1, 0, 1], "phrase.em@1": [0, 0, 0, 1],
                             "passage.acc@5": [1, 1, 1, 1]}}
     d = module.paired(ref, new)
     assert (d["rc.em"]["difference"], d["rc.em"]["gained"], d["rc.em"]["lost"], d["rc.em"]["mcnemar_z"]) == \
@@ -419,7 +421,7 @@ def test_paired_differences_by_hand(monkeypatch):
     assert d["passage.acc@5"] == {"difference": 0.0, "ci95_over_articles": [0.0, 0.0], "gained": 0, "lost": 0,
                                   "mcnemar_z": 0.0}
     lo, hi = d["rc.em"]["ci95_over_articles"]  # article a gains 50 points, b gains 0: the draws' means lie in [0, 50]
-    assert 0.0 <= lo <= 25.0 <= hi <= 50.0
+    assert 0.0 <= lo < 25.0 < hi <= 50.0
     with pytest.raises(ValueError, match="different questions"):
         module.paired(ref, {"per_question": {**new["per_question"], "id": [4, 3, 2, 1]}})
 

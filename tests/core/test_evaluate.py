@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from spanseek.core.evaluate import confidence_intervals, evaluate, sample_questions
+from spanseek.core.evaluate import confidence_intervals, document_groups, evaluate, sample_questions
 from spanseek.core.hits import Hit
 from spanseek.core.io import Question
 
@@ -109,6 +109,16 @@ def test_questions_that_name_no_document_are_groups_of_their_own():
     untitled = [Question(f"u{i}", "q", ("a",), (), "", "", -1, -1) for i in range(30)]
     ci = confidence_intervals(titled + untitled, {"x": [1.0] * 12 + [float(i % 2) for i in range(30)]})
     assert ci["by"] == "article" and ci["groups"] == 6 + 30
+
+
+def test_a_question_is_grouped_by_its_doc_id_else_its_title_else_alone():
+    """The groups the paired benchmarks resample are ``spanseek eval``'s: they grouped by title, so questions of two
+    documents that share a title (or have none) moved as one."""
+    qs = [Question("a", "q", ("a",), (), "Bridges", "", -1, -1, doc_id="d1"),
+          Question("b", "q", ("a",), (), "Bridges", "", -1, -1, doc_id="d2"),
+          Question("c", "q", ("a",), (0,), "Bridges", "c", 0, 0),
+          Question("d", "q", ("a",), (), "", "", -1, -1), Question("e", "q", ("a",), (), "", "", -1, -1)]
+    assert document_groups(qs) == ["id:d1", "id:d2", "title:Bridges", "question 3", "question 4"]
 
 
 def test_without_reading_comprehension_there_is_no_rc_key():
