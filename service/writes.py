@@ -135,8 +135,10 @@ def held_id(index: Any, doc_id: str) -> str:
     """The id ``doc_id`` names in ``index``: the first of its spellings (``core.io.id_spellings``) a live document holds (so a document
     stored under another spelling before ids were made NFC is still the one read, replaced or deleted), else its NFC
     spelling, the one a new document is written under."""
-    return next((s for s in id_spellings(doc_id) if live_row(index, s) is not None),
-                unicodedata.normalize("NFC", doc_id))
+    forms = id_spellings(doc_id)
+    if len(forms) == 1:  # (an ASCII id, most of them: no lookup, which tests the tombstones too)
+        return doc_id
+    return next((s for s in forms if live_row(index, s) is not None), unicodedata.normalize("NFC", doc_id))
 
 
 def named_id(request: Request, doc_id: str, index: Any) -> str:
@@ -183,7 +185,8 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     """Add or replace documents by id (a batch ``{"documents": [...]}`` or one document). The answer comes once
     the write is in the fsynced log and searchable, with the passages and tokens written."""
     live = live_of(request)
-    written = await live.upsert(parse_documents(body.documents, live.store.snapshot))
+    docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot)  # (ids looked up: off the loop)
+    written = await live.upsert(docs)
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
@@ -193,8 +196,9 @@ async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse
     """Add documents whose ids are new (as ``spanseek index add``): 409 naming the ids held already, and nothing of
     the request written; a client that retries an add after a lost answer gets the 409, not a second version."""
     live = live_of(request)
+    docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot)
     try:
-        written = await live.upsert(parse_documents(body.documents, live.store.snapshot), only_new=True)
+        written = await live.upsert(docs, only_new=True)
     except HeldDocuments as e:
         raise Conflict(f"{e}; PUT /documents replaces documents by id") from None
     return WriteResponse(**written, request_id=request_id_of(request))
