@@ -8,7 +8,8 @@ the API key; a server with neither refuses them (403). A document the corpus rea
 on); nothing of a refused request is written. GET /documents/{id} is a read: it needs the API key as searches do, and
 a server without writes answers it from the served index; so is GET /documents, which lists the documents whose
 metadata holds given values (what ``spanseek sync`` compares a folder with), a page at a time, without their
-passages.
+passages. An id names one document in either Unicode spelling (``held_id``: "café" typed on a Mac or on Linux), on
+these routes and ``service.files``'; one in a path holding a line break or NUL, or not UTF-8, is a 422.
 """
 
 from __future__ import annotations
@@ -132,9 +133,9 @@ def path_text(request: Request, text: str, field: str) -> str:
 
 
 def held_id(index: Any, doc_id: str) -> str:
-    """The id ``doc_id`` names in ``index``: the first of its spellings (``core.io.id_spellings``) a live document holds (so a document
-    stored under another spelling before ids were made NFC is still the one read, replaced or deleted), else its NFC
-    spelling, the one a new document is written under."""
+    """The id ``doc_id`` names in ``index``: the first of its spellings (``core.io.id_spellings``) that a live
+    document holds (so a document stored under another spelling before ids were made NFC is still the one read,
+    replaced or deleted), else its NFC spelling, the one a new document is written under."""
     forms = id_spellings(doc_id)
     if len(forms) == 1:  # (an ASCII id, most of them: no lookup, which tests the tombstones too)
         return doc_id
@@ -167,8 +168,9 @@ def parse_documents(given: list[DocumentIn], index: Any) -> list[Document]:
             raise refuse_document(i, "id", f"document {i}: 'id' {problem}")
         doc = dataclasses.replace(doc, id=held_id(index, doc.id))
         if doc.id in seen:
+            other = given[seen[doc.id]].id
             raise refuse_document(i, "id", f"document id {d.id!r} is also document {seen[doc.id]} of this request"
-                                  + ("" if d.id == doc.id else f" (as {doc.id!r}, its spelling in Unicode's NFC)"))
+                                  + ("" if other == d.id else f" (spelled {other!r} there: one id in Unicode)"))
         seen[doc.id] = i
         out.append(doc)
     return out
