@@ -10,11 +10,24 @@ requests allocated: the same saturation run's full collection took 11.8 ms.
 Reference counting still frees frozen objects; only garbage in reference cycles among them waits for a
 ``settle(thaw=True)``, which unfreezes first: a reload settles that way once the replaced searcher is let go, so it
 is collected, cycles and all.
+
+Memory freed is not given back to the system by itself: glibc's allocator keeps the freed parts of its heaps (one
+arena per thread that allocated: the event loop, the encoder's and writes' threads, a merge's) for later
+allocations. After a merge that replaced a 300-document base with a 2-document one, the service held 1,147 MB of
+anonymous memory against 825 MB at its start; ``give_back`` (glibc's ``malloc_trim(0)``) returns those free pages:
+860 MB. ``settle`` and a finished merge call it; elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
+import logging
+import time
+from typing import Any
+
+log = logging.getLogger("spanseek.service")
 
 
 def settle(thaw: bool = False) -> int:
@@ -24,4 +37,29 @@ def settle(thaw: bool = False) -> int:
         gc.unfreeze()
     gc.collect()
     gc.freeze()
+    give_back()
     return gc.get_freeze_count()
+
+
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None where the C library is not glibc (musl, macOS, Windows)."""
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
+_trim = _malloc_trim()
+
+
+def give_back() -> bool:
+    """Return the allocator's free memory to the system (glibc's ``malloc_trim(0)``: every arena's free pages);
+    whether it could (False: not glibc). Takes milliseconds, holding each arena's lock while it walks it: call it after
+    a large release (a merge, a reload), not per request."""
+    if _trim is None:
+        return False
+    t0 = time.perf_counter()
+    _trim(0)
+    log.debug("gave free memory back to the system in %.1f ms", 1000 * (time.perf_counter() - t0))
+    return True

@@ -33,6 +33,7 @@ from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
 from spanseek.indexer.live import BASES, WAL_DIR, DocumentEncoder, HeldDocuments, LiveStore
 from spanseek.service.file_reader import FileReader
+from spanseek.service.heap import give_back
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.settings import Settings
 
@@ -229,6 +230,8 @@ class LiveWrites:
                     self.on_merged(self.current)
             except Exception:
                 log.exception("describing the merged index failed; /info keeps the last description")
+        if merged is not None:  # the old base, its segment and the merge's arrays are freed: return their pages
+            give_back()
         self.gauges()
 
     def _count_merge(self, outcome: str, t0: float) -> None:
