@@ -12,6 +12,11 @@ transformers: it starts in about a second and holds ~68 MB (283 MB and 3.5-8 s w
 first upload rather than with the service costs that upload little and a service that takes no files nothing. Other
 backbones are counted with transformers' tokenizer, exact and slower to start.
 
+A large file leaves the worker large: its allocator keeps what the reading took (4.5 GB resident after a 30 MiB HTML
+page that peaked at 5.9 GB). After each read the worker hands its free memory back (``heap.give_back``: a 9.8 MiB
+HTML table left it at 1,088 MB, 196 MB with it), and one still holding more than ``keep_bytes``
+(``file_read_keep_bytes``) above what it held before its first file is replaced: the next upload starts a fresh one.
+
 Two bounds, each answered 429 with a Retry-After when full: at most ``max_file_uploads`` uploads are read or encoded
 at once (``slot``, taken once an upload's body is in), and the bodies held in memory, those still arriving included,
 come to at most ``max_file_uploads`` x ``max_file_bytes`` bytes (``holding``, each body's declared length reserved
@@ -44,6 +49,7 @@ from spanseek.core.io import Document
 from spanseek.indexer.chunking import TokenCounter, backbone_token_counter
 from spanseek.indexer.documents import IngestError
 from spanseek.indexer.ingest import IngestOptions, read_document
+from spanseek.service.heap import give_back
 
 log = logging.getLogger("spanseek.service")
 # past twice file_read_timeout_s and this, a read the worker's own alarm did not end (a reader stuck inside a C call)
@@ -168,6 +174,21 @@ def _read_in_worker(data: bytes, name: str, opts: IngestOptions, timeout_s: floa
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        give_back()  # what the file's reading freed; the rest, if large, ends this worker (FileReader.read)
+
+
+def resident_bytes(pid: int) -> int | None:
+    """The memory process ``pid`` has resident (Linux's /proc), or None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def own_resident_bytes() -> int | None:
+    """This process's resident bytes (``resident_bytes``): the worker's, run in it."""
+    return resident_bytes(os.getpid())
 
 
 class ReadTimedOut(IngestError):
@@ -186,10 +207,12 @@ class FileReader:
     """Reads uploads in one worker process (module docstring); ``slot()`` bounds the uploads in progress."""
 
     def __init__(self, config: EncoderConfig, nice: int, uploads: int, timeout_s: float = 300.0,
-                 body_bytes: int = 0, memory_bytes: int = 0):
+                 body_bytes: int = 0, memory_bytes: int = 0, keep_bytes: int = 0):
         self.config, self.nice, self.uploads, self.timeout_s = config, nice, uploads, timeout_s
         self.body_bytes = body_bytes  # the most bytes of bodies held at once (0: no bound)
         self.memory_bytes = memory_bytes  # the most data the worker may hold (0: no bound)
+        self.keep_bytes = keep_bytes  # grown past this by its reads, the worker is replaced (0: never)
+        self._idle: dict[ProcessPoolExecutor, int | None] = {}  # each worker's resident bytes before its first file
         self.in_progress = 0
         self.bytes_held = 0
         self.seconds = 0.0  # uploads' time from their slot to their answer (a moving average): how soon a slot frees
@@ -209,6 +232,8 @@ class FileReader:
         deadline = 2 * self.timeout_s + KILL_GRACE_S
         async with self._one:  # one file at a time in the worker: a deadline counts that file's reading only
             pool = self._pool
+            if self.keep_bytes and pool not in self._idle:
+                self._idle[pool] = await self._resident_before_reading(pool)
             try:
                 reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts, self.timeout_s)
             except BrokenProcessPool:  # the worker ended before this file was handed to it (killed while idle): not
@@ -229,9 +254,33 @@ class FileReader:
                 self._restart(pool)
                 raise ReaderStopped(f"{name}: its reader was stopped after {deadline:g} s without an answer "
                                     "(file_read_timeout_s); a damaged or hostile file") from None
+            except IngestError:  # refused (too slow, a damaged file): its reading may have grown the worker
+                self._replace_if_large(pool)
+                raise
+            self._replace_if_large(pool)
         for warning in read.warnings:
             log.warning("%s", warning)
         return read
+
+    @staticmethod
+    async def _resident_before_reading(pool: ProcessPoolExecutor) -> int | None:
+        """The resident bytes of ``pool``'s worker, started (its tokenizer loaded) and before any file; None where
+        that cannot be read, or when the worker ended (the read that follows finds out)."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, own_resident_bytes)
+        except BrokenProcessPool:
+            return None
+
+    def _replace_if_large(self, pool: ProcessPoolExecutor) -> None:
+        """Replace the worker of ``pool`` when its reads left it holding more than ``keep_bytes`` above what it held
+        before its first file (module docstring)."""
+        idle = self._idle.get(pool)
+        grown = [r - idle for pid in list(pool._processes or {})
+                 if idle is not None and (r := resident_bytes(pid)) is not None]
+        if self.keep_bytes and grown and max(grown) > self.keep_bytes:
+            log.info("replacing the file reader: its reads left it holding %s bytes more than before its first file "
+                     "(file_read_keep_bytes %s)", f"{max(grown):,}", f"{self.keep_bytes:,}")
+            self._restart(pool)
 
     def _memory_note(self) -> str:
         """What a worker that ended on a file may have run out of: a library that aborts when an allocation fails
@@ -243,6 +292,7 @@ class FileReader:
         if self._pool is broken:
             self._pool = self._start()
             broken.shutdown(wait=False)
+            self._idle.pop(broken, None)
         return self._pool
 
     @contextmanager

@@ -104,7 +104,8 @@ class LiveWrites:
         self.file_reader = FileReader(base.encoder.model.config, settings.file_nice, settings.max_file_uploads,
                                       settings.file_read_timeout_s,
                                       body_bytes=settings.max_file_uploads * settings.max_file_bytes,
-                                      memory_bytes=settings.file_read_memory_bytes)
+                                      memory_bytes=settings.file_read_memory_bytes,
+                                      keep_bytes=settings.file_read_keep_bytes)
         self.merge_thread: threading.Thread | None = None
         self.on_merged: Callable[[Searcher], None] | None = None  # the service's: describe the new base
         self.gauges()

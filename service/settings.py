@@ -281,6 +281,13 @@ class Settings(BaseSettings):
     file_read_memory_bytes: int = Field(2 << 30, ge=0, description="most memory the process that reads uploaded "
                                                                    "files may take (413 for a file that needs more; "
                                                                    "the process is replaced; 0 = no limit)")
+    # What a file's reading may leave the reading process holding, above what it held before its first file: its
+    # allocator keeps part of what a large file took (a 9.8 MiB HTML table: 1,088 MB, 196 MB once trimmed), so past
+    # this the process is replaced and the next upload starts a fresh one (about 1 s, ~68-80 MB). 0 = keep it.
+    file_read_keep_bytes: int = Field(64 << 20, ge=0, description="memory a read may leave the process that reads "
+                                                                  "uploaded files holding above what it held before "
+                                                                  "its first file; past it, the process is replaced "
+                                                                  "(0 = never)")
 
     # Warm-up runs every unit once before /ready says yes, so the first user request does not pay for lazy
     # initialisation (allocator, faiss, tokenizer caches). Off only for tests with fake backends.

@@ -181,3 +181,91 @@ def test_the_worker_reads_within_its_memory_cap_and_one_that_ends_on_a_file_says
         assert reader._pool.submit(_data_limit).result(timeout=60) == 512 << 20
     finally:
         reader.close()
+
+
+_HELD: list[bytes] = []
+
+
+def _keeps_memory(data: bytes, name: str, opts: IngestOptions, timeout_s: float) -> file_reader.ReadFile:
+    """Reads as the worker does, and on ``big.txt`` keeps 256 MiB resident after it (as a large file's reading left
+    the allocator holding 4.5 GB)."""
+    if name.startswith("big"):
+        _HELD.append(b"x" * (256 << 20))
+    if name == "big-refused.txt":
+        raise file_reader.IngestError(f"{name}: not a document")
+    from spanseek.service.file_reader import _read_in_worker
+
+    return _read_in_worker(data, name, opts, timeout_s)
+
+
+def _worker_pid(reader: FileReader) -> int:
+    (pid,) = list(reader._pool._processes)
+    return pid
+
+
+def _resident(pid: int) -> int | None:
+    """The resident bytes of ``pid`` read here (not with the code under test), None once it is gone."""
+    try:
+        return int(open(f"/proc/{pid}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return None
+
+
+linux = pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads resident memory from /proc")
+
+
+@linux
+def test_a_worker_left_large_by_a_file_is_replaced_and_the_next_file_read_by_a_fresh_one(tiny_config, monkeypatch):
+    """A read that leaves the worker resident past keep_bytes (a 30 MiB HTML page left it at 4.5 GB) replaces it; a
+    small read keeps it."""
+    monkeypatch.setattr(file_reader, "_read_in_worker", _keeps_memory)
+    reader = FileReader(tiny_config, 0, 1, keep_bytes=128 << 20)
+    try:
+        asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
+        first = _worker_pid(reader)
+        idle = _resident(first)
+        assert idle is not None and idle < 200 << 20
+        asyncio.run(reader.read(b"In 1455 Ada built the mill.", "small.txt", IngestOptions()))
+        assert _worker_pid(reader) == first  # a small file leaves it as it was: kept
+        read = asyncio.run(reader.read(b"In 1460 Hugo built the church.", "big.txt", IngestOptions()))
+        assert read.tokens > 0
+        _wait_for(lambda: _resident(first) is None)  # the large worker ended
+        read = asyncio.run(reader.read(b"In 1470 Ida built the tower.", "c.txt", IngestOptions()))
+        assert read.tokens > 0 and _worker_pid(reader) != first
+        fresh = _resident(_worker_pid(reader))
+        assert fresh is not None and fresh < idle + (64 << 20)
+    finally:
+        reader.close()
+
+
+@linux
+def test_a_worker_left_large_by_a_file_it_refused_is_replaced_too(tiny_config, monkeypatch):
+    monkeypatch.setattr(file_reader, "_read_in_worker", _keeps_memory)
+    reader = FileReader(tiny_config, 0, 1, keep_bytes=128 << 20)
+    try:
+        with pytest.raises(file_reader.IngestError, match="big-refused.txt: not a document"):
+            asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "big-refused.txt", IngestOptions()))
+        assert not reader._pool._processes  # replaced: the next upload starts a fresh worker
+        assert asyncio.run(reader.read(b"In 1460 Hugo built the church.", "c.txt", IngestOptions())).tokens > 0
+    finally:
+        reader.close()
+
+
+@linux
+def test_without_keep_bytes_a_large_worker_is_kept(tiny_config, monkeypatch):
+    monkeypatch.setattr(file_reader, "_read_in_worker", _keeps_memory)
+    reader = FileReader(tiny_config, 0, 1)
+    try:
+        asyncio.run(reader.read(b"In 1460 Hugo built the church.", "big.txt", IngestOptions()))
+        first = _worker_pid(reader)
+        assert (_resident(first) or 0) > 256 << 20
+        asyncio.run(reader.read(b"In 1470 Ida built the tower.", "c.txt", IngestOptions()))
+        assert _worker_pid(reader) == first
+    finally:
+        reader.close()
+
+
+@linux
+def test_resident_bytes_of_a_process_that_is_gone_is_none():
+    assert file_reader.resident_bytes(os.getpid()) > 0
+    assert file_reader.resident_bytes(2**22 + 1) is None
