@@ -15,7 +15,7 @@ Memory freed is not given back to the system by itself: glibc's allocator keeps 
 arena per thread that allocated: the event loop, the encoder's and writes' threads, a merge's) for later
 allocations. After a merge that replaced a 300-document base with a 2-document one, the service held 1,147 MB of
 anonymous memory against 825 MB at its start; ``give_back`` (glibc's ``malloc_trim(0)``) returns those free pages:
-860 MB. ``settle`` and a finished merge call it; elsewhere than glibc it does nothing.
+858-894 MB in two runs. ``settle`` and a finished merge call it; elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations
