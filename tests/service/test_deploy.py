@@ -162,3 +162,15 @@ def test_build_context_is_filtered_at_the_root():
     assert not list((ROOT / "docker").glob("*.dockerignore"))
     ignore = (ROOT / ".dockerignore").read_text().split()
     assert ignore[ignore.index("*") + 1:][:1] and "!core" in ignore and "!service" in ignore
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.cuda"])
+def test_images_copy_every_package_folder_the_install_needs(name):
+    """`pip install .` in the image needs every folder pyproject.toml maps a package to: one left out of the build
+    context or the COPY lines fails the image's build ("package directory 'data' does not exist")."""
+    import tomllib
+
+    folders = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
+    copied = set(re.findall(r"^COPY (\S+) \1$", (ROOT / "docker" / name).read_text(), re.M))
+    allowed = {line[1:] for line in (ROOT / ".dockerignore").read_text().split() if line.startswith("!")}
+    assert folders <= copied and folders <= allowed
