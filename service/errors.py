@@ -71,6 +71,24 @@ class NotFound(ServiceError, status=404, error="not_found"):
 class PayloadTooLarge(ServiceError, status=413, error="payload_too_large"):
     """The body, or the number of queries, exceeds the server's limit."""
 
+    @classmethod
+    def queries(cls, count: int | None, limit: int) -> PayloadTooLarge:
+        """More queries in one request than ``limit`` (``max_queries_per_request``); ``count`` None: not counted (the
+        schema stopped at its own bound)."""
+        return cls(f"{f'{count:,}' if count is not None else 'too many'} queries in one request; at most {limit:,} "
+                   "(max_queries_per_request, GET /info)")
+
+
+def too_many_queries(exc: BaseException, limit: int) -> BaseException:
+    """``exc``, or the 413 for too many queries when it is the 422 of the schema's bound on the ``queries`` list
+    (``schemas.MAX_QUERIES``, above any server's ``max_queries_per_request``): one limit, one status, whichever check
+    met the list first."""
+    if isinstance(exc, RequestValidationError):
+        for e in exc.errors():
+            if e.get("type") == "too_long" and tuple(e.get("loc", ())) == ("body", "queries"):
+                return PayloadTooLarge.queries((e.get("ctx") or {}).get("actual_length"), limit)
+    return exc
+
 
 class UnsupportedMediaType(ServiceError, status=415, error="unsupported_media_type"):
     """A body that is not declared as JSON (``curl -d`` sends a form type unless told otherwise)."""
@@ -246,9 +264,11 @@ def install_error_handlers(app: FastAPI, on_error=None) -> None:
     ``/ready``'s 503 before the service is ready: every start would show as errors, one per probe)."""
 
     async def handle(request: Request, exc: Exception) -> JSONResponse:
-        response = error_response(exc, request_id_of(request))
+        state = getattr(request.app.state, "service", None)
+        answered = exc if state is None else too_many_queries(exc, state.settings.max_queries_per_request)
+        response = error_response(answered, request_id_of(request))
         if on_error is not None and request.url.path != "/ready":  # a probe's 503 while starting is its answer
-            on_error(error_type_of(exc))
+            on_error(error_type_of(answered))
         return response
 
     for exc_type in (ServiceError, RequestValidationError, StarletteHTTPException):

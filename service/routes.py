@@ -280,7 +280,7 @@ async def search(
     s = state.settings
     questions = [q[: s.max_query_chars] for q in body.questions()]
     if len(questions) > s.max_queries_per_request:
-        raise PayloadTooLarge(f"{len(questions)} queries in one request; at most {s.max_queries_per_request}")
+        raise PayloadTooLarge.queries(len(questions), s.max_queries_per_request)
     _check_range("top_k", body.top_k, 1, s.max_top_k)
     _check_range("max_answer_tokens", body.max_answer_tokens, 1, s.max_answer_tokens_limit)
     _check_range("nprobe", body.nprobe, 1, s.max_nprobe)

@@ -31,8 +31,9 @@ MAX_FILTER_KEYS = 64  # metadata keys in one filter
 # a written document's title (PUT /documents, and a file's to /files/): it comes back with every hit of the document
 # and is searched with each of its passages, so a megabyte of title cost every one of them a megabyte
 MAX_TITLE_CHARS = 1000
-# questions one request's schema takes: the server's own limit (max_queries_per_request, a 413 above it) is checked
-# after validation; this bound stops a huge list early, before each of its items is validated
+# questions one request's schema takes: the server's own limit (max_queries_per_request, at most this) is checked
+# after validation; this bound stops a huge list early, before each of its items is validated. Both answer 413
+# (service.errors.too_many_queries), naming the server's limit
 MAX_QUERIES = 1024
 def metadata_too_deep(meta: Any, passage_meta: Any = ()) -> str | None:
     """Which of a document's metadata objects (``'meta'``, ``'passage_meta' N``) is nested more than

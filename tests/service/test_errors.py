@@ -43,9 +43,13 @@ def test_a_body_of_many_wrong_items_gets_a_short_422_and_delays_no_one(client):
     t0 = time.perf_counter()
     r = client.post("/search", content=b'{"queries": [' + b",".join([b"0"] * 300_000) + b"]}",
                     headers={"Content-Type": "application/json"})
-    body = assert_error(r, 422, "validation_error")
-    assert len(r.content) < 10_000 and body["details"][0]["loc"] == ["body", "queries"], body
+    body = assert_error(r, 413, "payload_too_large")  # too many queries, whatever they are
+    assert len(r.content) < 10_000 and "queries in one request; at most 32" in body["message"], body
     assert time.perf_counter() - t0 < 5
+    r = client.post("/search", content=b'{"queries": [' + b",".join([b"0"] * 30) + b"]}",
+                    headers={"Content-Type": "application/json"})
+    body = assert_error(r, 422, "validation_error")
+    assert len(body["details"]) == MAX_ERROR_DETAILS and body["details"][0]["loc"] == ["body", "queries", "0"], body
     wrong = [{"key": "k", "match": [1]}] * (MAX_ERROR_DETAILS + 5)  # within the conditions' bound, each wrong
     body = assert_error(client.post("/search", json={"query": "a", "filter": {"must": wrong}}), 422,
                         "validation_error")
@@ -164,6 +168,22 @@ def test_oversized_body_and_too_many_queries_are_413(settings_for, tiny_searcher
         assert_error(r, 413, "payload_too_large")
         assert_error(c.post("/search", json={"queries": ["q"] * 5}), 413, "payload_too_large")
         assert c.post("/search", json={"queries": ["q"] * 4}).status_code == 200
+
+
+def test_too_many_queries_is_a_413_naming_the_servers_limit_whichever_check_meets_them(settings_for, tiny_searcher,
+                                                                                       serve):
+    """One limit, one status: a list past the schema's bound (MAX_QUERIES, met while the body is validated) is the
+    413 of one past the server's max_queries_per_request, naming the server's limit, and counted as such."""
+    from spanseek.service.schemas import MAX_QUERIES
+
+    with serve(create_app(settings_for(max_queries_per_request=4), lambda s: tiny_searcher)) as c:
+        for n in (5, MAX_QUERIES + 1, 2000):
+            body = assert_error(c.post("/search", json={"queries": ["q"] * n}), 413, "payload_too_large")
+            assert body["message"] == f"{n:,} queries in one request; at most 4 (max_queries_per_request, GET /info)"
+        # the size is the request's first fault, whatever else is wrong with it
+        assert_error(c.post("/search", json={"queries": ["q"] * 2000, "top_k": "x"}), 413, "payload_too_large")
+        assert 'spanseek_errors_total{type="payload_too_large"} 4.0' in c.get("/metrics").text
+        assert_error(c.post("/search", json={"queries": ["q"], "top_k": "x"}), 422, "validation_error")
 
 
 def test_api_key(settings_for, tiny_searcher, serve):
