@@ -32,6 +32,7 @@ from spanseek.service.errors import (
     request_id_of,
 )
 from spanseek.service.fairness import client_key
+from spanseek.service.reload import index_nprobe
 from spanseek.service.schemas import (
     ErrorResponse,
     FilterIn,
@@ -203,7 +204,8 @@ async def info(request: Request) -> InfoResponse:
     service = {
         "status": state.status, "max_batch_size": s.max_batch_size, "max_wait_ms": s.max_wait_ms,
         "max_queue": s.max_queue, "default_top_k": s.default_top_k, "max_top_k": s.max_top_k,
-        "max_queries_per_request": s.max_queries_per_request, "units": list(UNITS), **state.search_info,
+        "max_queries_per_request": s.max_queries_per_request, "max_query_chars": s.max_query_chars,
+        "units": list(UNITS), **state.search_info,
         "max_queue_wait_ms": s.max_queue_wait_ms, "passage_context_chars": s.passage_context_chars,
         "max_request_cost": s.max_request_cost, "fair_share_by": s.fair_share_by,
         "max_response_bytes": s.max_response_bytes, "max_offset_top_k": s.max_offset_top_k,
@@ -278,7 +280,8 @@ async def search(
     check_query_string(request)
     state = get_state(request)
     s = state.settings
-    questions = [q[: s.max_query_chars] for q in body.questions()]
+    given = body.questions()
+    questions = [q[: s.max_query_chars] for q in given]  # the rest is not searched: each result says so (truncated)
     if len(questions) > s.max_queries_per_request:
         raise PayloadTooLarge.queries(len(questions), s.max_queries_per_request)
     _check_range("top_k", body.top_k, 1, s.max_top_k)
@@ -292,6 +295,12 @@ async def search(
         raise BadRequest(f"offset + top_k must be at most {s.max_offset_top_k}, got {(body.offset or 0) + top_k}")
     if state.batcher is None:
         raise not_ready(request)
+    warnings: list[str] = []
+    if body.nprobe is not None and index_nprobe(state.searcher) is None:
+        # accepted, not refused: a client sends the same options to every index, and a reload may swap an IVF index
+        # for an exact one under it
+        warnings.append(f"nprobe ({body.nprobe}) is not used: this index has no inverted lists (factory "
+                        f"{state.info['index'].get('factory')}), so every token is scored")
     try:
         flt = await asyncio.to_thread(core_filter, body.filter) if body.filter is not None else None
         params = SearchParams(**{**body.search_parameters(), "unit": unit, "top_k": top_k, "offset": body.offset or 0,
@@ -329,9 +338,11 @@ async def search(
     check_estimate(hits, questions, s.max_response_bytes)
     return render_bounded(
         SearchResponse(unit=unit, results=[QueryResult(query=q, hits=[HitOut(**h) for h in per_query],
-                                                       no_answer=getattr(found, "no_answer", False))
-                                           for q, per_query, found in zip(questions, hits, outcome.hits, strict=True)],
-                       timings_ms=timings, request_id=request_id_of(request)),
+                                                       no_answer=getattr(found, "no_answer", False),
+                                                       truncated=len(whole) > len(q))
+                                           for q, whole, per_query, found in zip(questions, given, hits, outcome.hits,
+                                                                                 strict=True)],
+                       timings_ms=timings, request_id=request_id_of(request), warnings=warnings),
         s.max_response_bytes, headers,
     )
 

@@ -296,9 +296,11 @@ HitOut: type[BaseModel] = create_model(  # type: ignore[call-overload]
 class QueryResult(BaseModel):
     """Hits for one question, best first (empty for a blank question)."""
 
-    query: str
+    query: str = Field(description="the question as searched: its first max_query_chars characters (GET /info)")
     hits: list[HitOut]  # type: ignore[valid-type]  # generated from core.params.Hit
     no_answer: bool = Field(False, description="true when the search abstained: no hit reached min_confidence")
+    truncated: bool = Field(False, description="true when the question was longer than the server's max_query_chars "
+                            "and only its first max_query_chars characters were searched (and echoed in query)")
 
 
 class Timings(BaseModel):
@@ -320,6 +322,9 @@ class SearchResponse(BaseModel):
     results: list[QueryResult]
     timings_ms: Timings
     request_id: str
+    warnings: list[str] = Field(default_factory=list, description="what the server did not do as asked, though the "
+                                "request was answered: a parameter this index does not use (nprobe on an index "
+                                "without inverted lists)")
 
 
 class ErrorResponse(BaseModel):

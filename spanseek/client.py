@@ -124,11 +124,14 @@ else:
 
 @dataclass(frozen=True)
 class QueryResult:
-    """Hits for one question, best first; ``no_answer`` when the server abstained (``min_confidence``)."""
+    """Hits for one question, best first; ``no_answer`` when the server abstained (``min_confidence``); ``truncated``
+    when the question was longer than the server's ``max_query_chars`` and only that many characters were searched
+    (``query`` holds them)."""
 
     query: str
     hits: list[Hit]
     no_answer: bool = False
+    truncated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -148,12 +151,14 @@ class Timings:
 
 @dataclass(frozen=True)
 class SearchResponse:
-    """The answer of ``POST /search``: one result per question, in request order."""
+    """The answer of ``POST /search``: one result per question, in request order; ``warnings``: what the server did
+    not do as asked though it answered (``nprobe`` on an index without inverted lists)."""
 
     unit: str
     results: list[QueryResult]
     timings_ms: Timings
     request_id: str = ""
+    warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -80,12 +80,30 @@ def test_max_answer_tokens_bounds_phrases(client, tiny_searcher):
         assert any((offs[:, 0] == h["start"]) & (offs[:, 1] == h["end"]))
 
 
-def test_nprobe_is_accepted_on_a_flat_index(client):
-    """A flat index scans every token: nprobe is accepted and changes nothing."""
+def test_nprobe_is_accepted_on_a_flat_index_and_the_answer_says_it_was_not_used(client, tiny_searcher, monkeypatch):
+    """A flat index scans every token: nprobe is accepted (a client sends the same options to every index), changes
+    nothing, and the answer's warnings say so; an index with inverted lists uses it, without a warning."""
     probed = client.post("/search", json={"query": "a king", "nprobe": 8})
     plain = client.post("/search", json={"query": "a king"})
     assert probed.status_code == 200 and probed.json()["results"] == plain.json()["results"]
     assert len(plain.json()["results"][0]["hits"]) == 10
+    [warning] = probed.json()["warnings"]
+    assert warning.startswith("nprobe (8) is not used: this index has no inverted lists"), warning
+    assert plain.json()["warnings"] == []
+    monkeypatch.setattr(tiny_searcher.index, "default_nprobe", 4)  # as an IVF index reads it at load
+    assert client.post("/search", json={"query": "a king", "nprobe": 8}).json()["warnings"] == []
+
+
+def test_a_question_cut_at_max_query_chars_says_so(settings_for, tiny_searcher, serve):
+    """The characters past max_query_chars are not searched: the result echoes what was searched and says it was cut."""
+    with serve(create_app(settings_for(max_query_chars=12), lambda s: tiny_searcher)) as c:
+        r = c.post("/search", json={"queries": ["who built it", "who built the bridge", "y" * 100_000], "top_k": 1})
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert [(x["query"], x["truncated"]) for x in results] == [
+            ("who built it", False), ("who built th", True), ("y" * 12, True)]
+        assert len(r.content) < 10_000  # the 100,000 characters are not echoed
+        assert c.get("/info").json()["service"]["max_query_chars"] == 12
 
 
 @pytest.mark.parametrize("query", ["", "   \t\n ", "戦争と平和は誰が書いたか", "Кто построил замок?", "🙂" * 50,

@@ -75,6 +75,11 @@ def test_batch_search_and_options(url, tiny_searcher):
         same_hits(result.hits, want)
     same_hits(merged.hits, tiny_searcher.search([QUESTION], SearchParams(top_k=4, merge_answers=True))[0])
     assert info["index"] and info["service"]["units"] == ["phrase", "passage", "doc"]
+    assert not response.results[0].truncated and response.warnings == [] and response.extra == {}
+    with Client(url, api_key=KEY) as client:  # what the server did not do as asked: fields, not extra
+        cut = client.search("castle " * 1000, nprobe=4)
+    assert cut.results[0].truncated and len(cut.results[0].query) == 2000 and cut.extra == {}
+    assert cut.warnings and cut.warnings[0].startswith("nprobe (4) is not used")
 
 
 async def test_async_client(url, tiny_searcher):
