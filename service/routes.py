@@ -218,7 +218,8 @@ async def info(request: Request) -> InfoResponse:
     if service["writes"] is not None:  # what searches see now, and the base they are searched over
         writes = service["writes"]
         index.update(documents=writes["documents"], passages=writes["passages"], tokens=writes["tokens"],
-                     dir=str(writes["base"]))
+                     dir=str(writes["base"]), size_bytes=index["size_bytes"] + writes["wal_bytes"],
+                     base_size_bytes=index["size_bytes"])  # on disk: the base's directory and the write log
     model = dict(state.info["model"])
     if not may_see_paths(request):  # every path, wherever it is: a merged base, a merge or reload error, a hint
         model, index, service = hide_paths_in(model), hide_paths_in(index), hide_paths_in(service)

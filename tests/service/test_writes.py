@@ -54,8 +54,12 @@ def test_a_written_document_is_searchable_when_acknowledged_and_a_restart_keeps_
         assert client.get("/documents/new-1", headers=KEY).json() == DOC
         r = client.put("/documents", headers=KEY, json={**DOC, "id": "d0", "title": "Replaced"})  # one, unwrapped
         assert r.status_code == 200 and client.get("/documents/d0", headers=KEY).json()["title"] == "Replaced"
-        writes = client.get("/info", headers=KEY).json()["service"]["writes"]
+        info = client.get("/info", headers=KEY).json()
+        writes, index = info["service"]["writes"], info["index"]
         assert writes["segment_documents"] == 2 and writes["tombstones"] == 1 and writes["wal_bytes"] > 0
+        # what searches see: 6 base documents, one replaced, and one new; on disk, the base and the log
+        assert (index["documents"], index["passages"]) == (7, 24 - 4 + 2 + 2)  # d0: 4 passages, then 2
+        assert index["size_bytes"] == index["base_size_bytes"] + writes["wal_bytes"] > index["base_size_bytes"] > 0
         metrics = client.get("/metrics").text
         assert "spanseek_documents_written_total 2.0" in metrics and "spanseek_wal_bytes" in metrics
     with serving(create_app(settings)) as client:  # the log is replayed at start
