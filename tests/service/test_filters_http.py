@@ -69,6 +69,8 @@ def test_malformed_filters_are_422(client, flt):
 @pytest.mark.parametrize(("flt", "field", "message"), [
     ({"meta": {"lang": "en"}}, "lang", "no document has it"),  # the tiny corpus has no metadata
     ({"must": [{"not": {"key": "year", "range": {"gte": 2000}}}]}, "year", "no document has it"),
+    # negated too: a misspelt key under must_not would exclude nothing, and the answer would look right
+    ({"must_not": [{"key": "draft", "match": True}]}, "draft", "no document has it"),
     ({"must": [{"key": "date", "range": {"gte": "last week"}}]}, "date", "is not an ISO-8601 date"),
 ])
 def test_unknown_fields_and_bad_dates_are_400_naming_the_field(client, flt, field, message):

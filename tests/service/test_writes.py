@@ -225,6 +225,24 @@ def test_a_delete_by_a_filter_that_constrains_nothing_is_refused_and_deletes_not
                                               for i in range(6))
 
 
+def test_must_not_keeps_the_documents_without_the_key_once_one_document_has_it(write_settings):
+    """A key no document has is refused wherever it appears (likely misspelt); once a document holds it, a document
+    without it matches no condition on it, so must_not keeps it (docs/service.md)."""
+    every = {f"d{i}" for i in range(6)}
+    query = {"query": "who built the harbour bridge?", "top_k": 10}
+    with serving(create_app(write_settings())) as client:
+        flt = {"must_not": [{"key": "lang", "match": "en"}]}
+        r = client.post("/search?unit=doc", headers=KEY, json={**query, "filter": flt})
+        assert r.status_code == 400 and "filter field 'lang': no document has it" in r.json()["message"], r.text
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200  # lang: en
+        for flt, ids in [({"must_not": [{"key": "lang", "match": "en"}]}, every),
+                         ({"must_not": [{"key": "lang", "match": "fr"}]}, every | {"new-1"}),
+                         ({"must": [{"key": "lang", "match": "en"}]}, {"new-1"})]:
+            r = client.post("/search?unit=doc", headers=KEY, json={**query, "filter": flt})
+            assert r.status_code == 200, r.text
+            assert {h["doc_id"] for h in r.json()["results"][0]["hits"]} == ids, flt
+
+
 def test_a_delete_answer_counts_every_document_but_lists_a_bounded_number(write_settings, monkeypatch):
     monkeypatch.setattr("spanseek.service.writes.MAX_LISTED_DELETES", 2)
     with serving(create_app(write_settings())) as client:
