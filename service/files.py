@@ -14,7 +14,7 @@ binary file, front matter that is not valid YAML), 422 ``validation_error`` for 
 read in a process of their own at a lower CPU priority (``service.file_reader``), so a large PDF does not hold up
 searches; a file of more than ``max_file_tokens`` tokens is refused (413) before it is encoded, as is one whose
 reading takes more than ``file_read_memory_bytes``, one whose title is
-longer than ``MAX_TITLE_CHARS`` is a 422, and at most ``max_file_uploads`` uploads are read or encoded at once
+longer than ``max_title_chars`` is a 422, and at most ``max_file_uploads`` uploads are read or encoded at once
 (429 above; a body still arriving holds none of them: ``service.file_reader``).
 """
 
@@ -42,8 +42,16 @@ from spanseek.service.errors import (
 )
 from spanseek.service.file_reader import ReaderStopped, ReadOutOfMemory, UploadsBusy
 from spanseek.service.routes import _errors
-from spanseek.service.schemas import MAX_TITLE_CHARS, FileWriteResponse
-from spanseek.service.writes import held_id, id_problem, live_of, path_text, refuse, require_write_key
+from spanseek.service.schemas import FileWriteResponse
+from spanseek.service.writes import (
+    held_id,
+    id_problem,
+    live_of,
+    path_text,
+    refuse,
+    require_write_key,
+    title_problem,
+)
 
 router = APIRouter(tags=["documents"])
 SUFFIXES = ", ".join(sorted(FORMATS))
@@ -110,9 +118,8 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, o
     if limit and read.tokens > limit:
         raise PayloadTooLarge(f"{name}: {read.tokens:,} tokens, more than this server encodes of one file "
                               f"(max_file_tokens {limit:,}); split it, or raise the limit")
-    if len(read.doc.title) > MAX_TITLE_CHARS:
-        raise UnreadableFile(f"{name}: its title is {len(read.doc.title):,} characters long, more than a title may "
-                             f"hold ({MAX_TITLE_CHARS:,}); give the file a shorter one")
+    if (problem := title_problem(read.doc.title, live.settings.max_title_chars)) is not None:
+        raise UnreadableFile(f"{name}: {problem}; give the file a shorter one")
     doc = dataclasses.replace(read.doc, id=doc_id)
     try:
         written = await live.upsert([doc], only_new=only_new)

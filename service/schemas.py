@@ -28,9 +28,6 @@ __all__ = ["ErrorResponse", "FieldConditionIn", "FilterIn", "NotIn", "RangeIn", 
 
 MAX_FILTER_IDS = 10_000  # document ids in one filter
 MAX_FILTER_KEYS = 64  # metadata keys in one filter
-# a written document's title (PUT /documents, and a file's to /files/): it comes back with every hit of the document
-# and is searched with each of its passages, so a megabyte of title cost every one of them a megabyte
-MAX_TITLE_CHARS = 1000
 # questions one request's schema takes: the server's own limit (max_queries_per_request, at most this) is checked
 # after validation; this bound stops a huge list early, before each of its items is validated. Both answer 413
 # (service.errors.too_many_queries), naming the server's limit
@@ -383,8 +380,8 @@ class DocumentIn(BaseModel):
 
     id: str = Field(min_length=1, max_length=1024, description="the document's id (the key of upserts and deletes; a "
                     "whole number is read as its digits, as in a corpus file)")
-    title: str = Field("", max_length=MAX_TITLE_CHARS, description="title (searched with every passage by the "
-                       f"lexical leg; at most {MAX_TITLE_CHARS:,} characters)")
+    title: str = Field("", description="title (searched with every passage by the lexical leg; at most the "
+                       "server's max_title_chars characters)")
 
     @field_validator("id", mode="before")
     @classmethod

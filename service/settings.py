@@ -251,6 +251,11 @@ class Settings(BaseSettings):
     write_wait_ms: float = Field(0.0, ge=0, le=60_000, description="longest a write step waits for a gap in the "
                                                                       "searches before it runs between two batches")
 
+    # A written document's title comes back with every hit of the document and is searched with each of its passages
+    # (the lexical leg): a megabyte of title cost every one of them a megabyte. Longer than any real title.
+    max_title_chars: int = Field(1000, ge=1, description="longest title of a document written with PUT/POST "
+                                                         "/documents or /files/{name} (422 above)")
+
     # A file written with PUT/POST /files/{name} is taken whole in memory and read (PDF, Word, HTML, Markdown,
     # text) in a process of its own (service.file_reader), one file at a time; larger files cost memory and that
     # process's time.

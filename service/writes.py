@@ -151,13 +151,16 @@ def named_id(request: Request, doc_id: str, index: Any) -> str:
     return held_id(index, doc_id)
 
 
-def parse_documents(given: list[DocumentIn], index: Any) -> list[Document]:
+def parse_documents(given: list[DocumentIn], index: Any, max_title_chars: int) -> list[Document]:
     """The corpus documents of a request, each under the id it names in ``index`` (``held_id``: NFC for a new one);
     RequestValidationError (422) naming the document and field of the first one the corpus reader refuses, one with
-    no non-blank paragraph, or an id given twice (in any spelling)."""
+    no non-blank paragraph, a title over ``max_title_chars`` (``title_problem``), or an id given twice (in any
+    spelling)."""
     out: list[Document] = []
     seen: dict[str, int] = {}
     for i, d in enumerate(given):
+        if (problem := title_problem(d.title, max_title_chars)) is not None:
+            raise refuse_document(i, "title", problem)
         try:
             doc = document_from_json(d.model_dump(exclude_none=True), f"document {i}")
         except CorpusError as e:
@@ -176,6 +179,13 @@ def parse_documents(given: list[DocumentIn], index: Any) -> list[Document]:
     return out
 
 
+def title_problem(title: str, max_title_chars: int) -> str | None:
+    """What is wrong with a written document's ``title`` (longer than the server's ``max_title_chars``), or None."""
+    if len(title) <= max_title_chars:
+        return None
+    return f"a title of {len(title):,} characters; at most {max_title_chars:,} (max_title_chars)"
+
+
 def refuse_document(i: int, field: str, msg: str) -> RequestValidationError:
     """A 422 at ``body.documents.i.field`` saying ``msg``."""
     return RequestValidationError([{"loc": ("body", "documents", i, field), "msg": msg, "type": "value_error"}])
@@ -187,7 +197,8 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     """Add or replace documents by id (a batch ``{"documents": [...]}`` or one document). The answer comes once
     the write is in the fsynced log and searchable, with the passages and tokens written."""
     live = live_of(request)
-    docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot)  # (ids looked up: off the loop)
+    docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot,  # (ids looked up: off the loop)
+                                   live.settings.max_title_chars)
     written = await live.upsert(docs)
     return WriteResponse(**written, request_id=request_id_of(request))
 
@@ -198,7 +209,8 @@ async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse
     """Add documents whose ids are new (as ``spanseek index add``): 409 naming the ids held already, and nothing of
     the request written; a client that retries an add after a lost answer gets the 409, not a second version."""
     live = live_of(request)
-    docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot)
+    docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot,
+                                   live.settings.max_title_chars)
     try:
         written = await live.upsert(docs, only_new=True)
     except HeldDocuments as e:

@@ -656,10 +656,17 @@ def test_a_title_over_the_limit_is_refused_naming_the_field_and_not_quoted(write
         r = client.put("/documents", headers=KEY, json={"documents": [DOC, long]})
         assert r.status_code == 422 and len(r.content) < 2_000, r.text[:300]
         assert r.json()["details"][0]["loc"] == ["body", "documents", "1", "title"], r.text
-        assert "at most 1000 characters" in r.json()["message"], r.text
+        assert r.json()["message"] == ("the request does not match the API schema: body.documents.1.title: a title of "
+                                       "500,000 characters; at most 1,000 (max_title_chars)"), r.text
         assert client.get(f"/documents/{DOC['id']}", headers=KEY).status_code == 404  # nothing of it written
         r = client.put("/documents", headers=KEY, json={**long, "title": "t" * 1000})
         assert r.status_code == 200, r.text
+    with serving(create_app(write_settings(max_title_chars=10))) as client:  # the server's setting is the bound
+        for route in (client.put, client.post):
+            r = route("/documents", headers=KEY, json={**long, "title": "t" * 11})
+            assert r.status_code == 422 and r.json()["details"][0]["loc"] == ["body", "documents", "0", "title"], r.text
+            assert "a title of 11 characters; at most 10 (max_title_chars)" in r.json()["message"], r.text
+        assert client.put("/documents", headers=KEY, json={**long, "title": "t" * 10}).status_code == 200
 def test_a_write_the_disk_has_no_room_for_is_a_507_naming_the_file_and_searches_go_on(write_settings, monkeypatch):
     """No space left for the log: the write is refused whole (not a bare 500), searches still answer, and once there
     is space again the log goes on and a restart replays exactly the writes that were acknowledged."""
