@@ -15,7 +15,7 @@ from pathlib import Path
 from spanseek.core.filters import FilterError
 from spanseek.core.options import add_options, from_args
 from spanseek.core.params import SearchFilter, SearchParams
-from spanseek.indexer.options import BuildOptions, EncodeOptions
+from spanseek.indexer.options import FOLLOW_LINKS_HELP, BuildOptions, EncodeOptions
 
 MODEL_HELP = ("model directory, or a bundled model: default (MiniLM-L6), base (MPNet-base, spanseek[base]) or "
               "default-2026-11 (the previous default)")
@@ -55,7 +55,7 @@ def _from_files(args: argparse.Namespace) -> int:
         count = backbone_token_counter(EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME))
     opts = IngestOptions(
         chunk=ChunkOptions.of(args.max_tokens, args.overlap, args.min_tokens),
-        id_field=args.id_field, extra_meta=extra, strict=args.strict,
+        id_field=args.id_field, extra_meta=extra, strict=args.strict, follow_links=args.follow_links,
     )
     report = from_files(args.paths, args.out, count, opts, progress=not args.quiet)
     n = len(report.skipped)
@@ -404,6 +404,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="metadata added to every document (repeatable)")
     p.add_argument("--strict", action="store_true", help="fail on a file that would be skipped (binary, non-UTF-8, empty, "
                    "scanned or damaged, an old Word .doc) instead of skipping it")
+    p.add_argument("--follow-links", action="store_true", help=FOLLOW_LINKS_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_from_files)
 

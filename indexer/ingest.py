@@ -123,12 +123,13 @@ def parse_meta(items: Sequence[str], flag: str = "--meta") -> dict[str, str]:
 
 @dataclass(frozen=True)
 class IngestOptions:
-    """How files become documents: passage sizes, where ids come from, fixed metadata, strictness."""
+    """How files become documents: passage sizes, where ids come from, fixed metadata, strictness, links."""
 
     chunk: ChunkOptions = ChunkOptions()
     id_field: str | None = None
     extra_meta: dict[str, Any] = field(default_factory=dict)
     strict: bool = False
+    follow_links: bool = False  # read the files links in a folder lead to outside it (``_walk``)
 
 
 @dataclass
@@ -202,12 +203,25 @@ def _decode(path: Path, html: bool = False) -> tuple[str | None, str]:
 _NOT_REGULAR = "not a regular file (a FIFO, a socket or a device); not read"
 
 
-def _walk(root: Path, problems: list[tuple[Path, str]]) -> list[Path]:
+def _outside(link: Path, real_root: str) -> str | None:
+    """Why the link ``link`` is not read: its file is outside the folder whose real path is ``real_root``; None
+    when it is inside (or not a link)."""
+    if not link.is_symlink():
+        return None
+    target = os.path.realpath(link)
+    if os.path.commonpath([target, real_root]) == real_root or os.path.isdir(target):  # a folder is never followed
+        return None
+    return f"a link to {target}, outside the folder {real_root}; not read (--follow-links reads it)"
+
+
+def _walk(root: Path, problems: list[tuple[Path, str]], follow_links: bool = False) -> list[Path]:
     """The files of a format ``FORMATS`` knows under ``root``, hidden files and folders left out, sorted; links to
-    folders are not followed (a link to a file is read), and a folder that cannot be read, or a FIFO or device named
-    like a file to read, is added to ``problems``."""
+    folders are not followed, and a link to a file is read when that file is inside ``root`` (any file with
+    ``follow_links``). A link to a file outside ``root``, a link to nothing, a folder that cannot be read, and a FIFO
+    or device named like a file to read are added to ``problems``."""
     found: list[Path] = []
     walked: set[str] = set()
+    real_root = os.path.realpath(root)
 
     def unreadable(e: OSError) -> None:
         problems.append((Path(e.filename or root), f"unreadable folder ({e.strerror or e})"))
@@ -218,26 +232,38 @@ def _walk(root: Path, problems: list[tuple[Path, str]]) -> list[Path]:
         if real in walked:
             continue
         walked.add(real)
-        found += [p for n in names if not n.startswith(".") and (p := Path(folder) / n).suffix.lower() in FORMATS
-                  and p.is_file()]
-        problems += [(p, _NOT_REGULAR) for n in sorted(names) if not n.startswith(".")
-                     and (p := Path(folder) / n).suffix.lower() in FORMATS and p.exists() and not p.is_file()
-                     and not p.is_dir()]
-        problems += [(p, UNREAD[p.suffix.lower()]) for n in sorted(names) if not n.startswith(".")
-                     and (p := Path(folder) / n).suffix.lower() in UNREAD and p.is_file()]
+        for p in (Path(folder) / n for n in sorted(names) if not n.startswith(".")):
+            suffix = p.suffix.lower()
+            if suffix not in FORMATS and suffix not in UNREAD:
+                continue
+            if not follow_links and (why := _outside(p, real_root)) is not None:
+                problems.append((p, why))
+            elif p.is_symlink() and not p.exists():
+                problems.append((p, f"a link to {os.readlink(p)}, which does not exist; not read"))
+            elif suffix in UNREAD:
+                if p.is_file():
+                    problems.append((p, UNREAD[suffix]))
+            elif p.is_file():
+                found.append(p)
+            elif not p.is_dir():
+                problems.append((p, _NOT_REGULAR))
     return sorted(found)
 
 
-def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None = None) -> Iterator[tuple[Path, str]]:
-    """(file, its relative id) for every input file, in a stable order; each file once. Folders that cannot be read
-    go to ``problems``. An id is in Unicode's composed form (NFC), as PUT /files/{name} makes a name: file systems
-    spell "café" with one character or with a combining accent (macOS's HFS+), and a file is one id whichever."""
-    seen: set[Path] = set()
+def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None = None,
+           follow_links: bool = False) -> Iterator[tuple[Path, str]]:
+    """(file, its relative id) for every input file, in a stable order; each file once. Folders that cannot be read,
+    links to files outside their folder (unless ``follow_links``) and a file reached a second time (a link to it
+    beside it, or it given twice) go to ``problems``: of one folder's paths to one file, the file's own keeps the id
+    whichever sorts first. An id is in Unicode's composed form (NFC), as PUT /files/{name} makes a name: file
+    systems spell "café" with one character or with a combining accent (macOS's HFS+), and a file is one id
+    whichever."""
+    seen: dict[Path, Path] = {}  # a file's real path: the path it was read by
     problems = problems if problems is not None else []
     for arg in paths:
         root = Path(arg)
         if root.is_dir():
-            pairs = [(p, p.relative_to(root).as_posix()) for p in _walk(root, problems)]
+            pairs = [(p, p.relative_to(root).as_posix()) for p in _walk(root, problems, follow_links)]
         elif root.is_file():
             if root.suffix.lower() in UNREAD:
                 raise IngestError(f"{root}: {UNREAD[root.suffix.lower()]}")
@@ -249,9 +275,16 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
             raise IngestError(f"{root}: {_NOT_REGULAR}")
         else:
             raise IngestError(f"{root}: no such file or directory")
+        kept = set()
+        for p, _ in sorted(pairs, key=lambda pair: pair[0].is_symlink()):  # the file itself before links to it
+            real = p.resolve()
+            if real in seen:
+                problems.append((p, f"the same file as {seen[real]}, which is read; not read twice"))
+                continue
+            seen[real] = p
+            kept.add(p)
         for p, rel in pairs:
-            if p.resolve() not in seen:
-                seen.add(p.resolve())
+            if p in kept:
                 yield p, unicodedata.normalize("NFC", rel)
 
 
@@ -319,7 +352,7 @@ def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token
         log.warning("skipped %s: %s", path, why)
         report.skipped.append((str(path), why))
 
-    files = list(_files(paths, problems))  # the paths only: counted for the bar's total
+    files = list(_files(paths, problems, opts.follow_links))  # the paths only: counted for the bar's total
     bar = tqdm(total=len(files), desc="read", unit="file", disable=not progress, leave=False)
     try:
         for path, rel in itertools.chain(files, [(None, "")]):

@@ -81,3 +81,8 @@ def _check_count(name: str, value: object, least: int, note: str = "") -> None:
     """Refuse a count that is not an integer >= ``least`` (ValueError naming the option)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"{name} must be an integer >= {least}{note}, got {value!r}")
+
+
+# `corpus from-files` and `sync` walk folders alike (``indexer.ingest._files``): one help text for their flag
+FOLLOW_LINKS_HELP = ("also read the files that links in a folder lead to outside it (by default such a link is "
+                     "skipped and named: one planted in a shared folder would read its target, ~/.ssh/id_rsa)")

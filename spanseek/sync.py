@@ -3,7 +3,8 @@
     spanseek sync docs/ --url http://localhost:8000 [--api-key KEY] [--delete] [--meta team=docs] [--dry-run]
 
 The files are those `spanseek corpus from-files` reads (the same walk: .txt .md .markdown .html .htm .pdf .docx .pptx,
-hidden files and folders skipped), and each is named as from-files names it: its path relative to the folder given
+hidden files and folders skipped; a link to a file outside its folder is refused, named, unless ``--follow-links``,
+and of a file and a link to it only the file is sent), and each is named as from-files names it: its path relative to the folder given
 (``guide/install.md``), or as given for a file named on the command line. A file is written (the server reads it as
 from-files does) unless the service holds a document of that id whose ``sha256`` metadata is the file's: each
 written document records the SHA-256 of the bytes sent (read once, so a file saved during the sync is not recorded
@@ -40,6 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from spanseek.indexer.options import FOLLOW_LINKS_HELP
 
 SOURCE_KEY, HASH_KEY = "synced_from", "sha256"
 SETTINGS_KEY = "sync_meta"  # a digest of the --meta a document was written with: changed, the file is written again
@@ -107,12 +110,14 @@ def stale_filter(source: str, kept: Sequence[str]) -> dict[str, Any]:
 
 def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, str] | None = None,
          delete: bool = False, dry_run: bool = False, strict: bool = False,
-         progress: Callable[[str], None] | None = None, adopt: str | None = None) -> SyncReport:
+         progress: Callable[[str], None] | None = None, adopt: str | None = None,
+         follow_links: bool = False) -> SyncReport:
     """Write the files under ``paths`` that the service (``client``: a ``spanseek.client.Client``) does not hold as
     they are, and with ``delete`` delete what an earlier sync from ``source`` wrote that is gone (module docstring).
     ``dry_run`` asks the service what it holds and changes nothing; ``progress`` is called with a line for each file
     written and each document deleted, as it happens; ``adopt``: a former name of this source, whose documents of
-    this run's files are taken as its own. An APIError other than a refused file (413, 415, 422) is raised: the run
+    this run's files are taken as its own; ``follow_links``: also send the files that links in a folder lead to
+    outside it (else such a link is refused, named). An APIError other than a refused file (413, 415, 422) is raised: the run
     stops there, and running it again goes on from what is written."""
     import httpx
 
@@ -126,7 +131,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     say = progress or (lambda line: None)
     problems: list[tuple[Path, str]] = []
     seen: dict[str, Path] = {}
-    files = list(_files(paths, problems))  # a path that is not there is named before the service is asked anything
+    files = list(_files(paths, problems, follow_links))  # a path that is not there is named before the service is asked anything
     # what the service holds of this source (and of its former name): read once, not a document per file; None
     # from a server older than GET /documents, which is asked about each file
     held = _listed(client, source)
@@ -278,6 +283,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delete", action="store_true", help="delete the documents of files that are gone")
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     p.add_argument("--strict", action="store_true", help="stop at the first file refused")
+    p.add_argument("--follow-links", action="store_true", help=FOLLOW_LINKS_HELP)
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="how long one file's write may take, in seconds (default: 3600): the server reads and "
                         "encodes the file before it answers (a megabyte of text, 215k tokens, took 107 s on 2 CPU "
@@ -308,7 +314,8 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
-            report = sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt)
+            report = sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt,
+                          args.follow_links)
     except (SpanseekError, httpx.HTTPError) as e:  # the service refused, or could not be reached: one line
         hint = "; give the write key with --api-key or SPANSEEK_API_KEY" if (
             getattr(e, "status", None) == 401 and not args.api_key) else ""

@@ -612,7 +612,7 @@ def test_html_inline_code_comments_and_markdown_asides_stay_in_their_text(tmp_pa
 
 def test_links_to_folders_are_not_followed(tmp_path):
     """A folder is walked as it is: a link to another folder (inside it, or a loop back up) is not followed, so ids
-    stay the files' own paths and nothing outside the folder is read; a link to a file is read."""
+    stay the files' own paths and nothing outside the folder is read; a link to a file outside it is not read."""
     root = tmp_path / "docs"
     (root / "sub").mkdir(parents=True)
     (root / "a.md").write_text("The harbour opened in 1620.")
@@ -622,8 +622,44 @@ def test_links_to_folders_are_not_followed(tmp_path):
     (root / "sub" / "loop").symlink_to(root)
     (root / "ext").symlink_to(tmp_path)
     (root / "c.md").symlink_to(tmp_path / "outside.md")
-    from_files([root], tmp_path / "c.jsonl")
-    assert sorted(d.id for d in read_corpus(tmp_path / "c.jsonl")) == ["a.md", "c.md", "sub/b.md"]
+    report = from_files([root], tmp_path / "c.jsonl")
+    assert sorted(d.id for d in read_corpus(tmp_path / "c.jsonl")) == ["a.md", "sub/b.md"]
+    assert [p for p, _ in report.skipped] == [str(root / "c.md")]
+
+
+def test_a_link_to_a_file_outside_the_folder_is_skipped_and_named_unless_links_are_followed(tmp_path):
+    """A link to a file was read wherever it led: one planted in a shared folder put its target (~/.ssh/id_rsa) in
+    the corpus. Now a link leading outside the folder is skipped and named (``follow_links`` reads it), a link inside
+    it is read under its own name, and of a file and a link to it the file keeps the id, the link named as skipped
+    (it was dropped without a word, and the link kept the id when it sorted first); a link to nothing is named."""
+    root = tmp_path / "shared"
+    (root / ".drafts").mkdir(parents=True)
+    (tmp_path / "id_rsa.txt").write_text("PRIVATE KEY material")
+    (root / "guide.md").write_text("The ferry leaves at nine.")
+    (root / ".drafts" / "plan.md").write_text("The bridge opens in May.")
+    (root / "key.txt").symlink_to(tmp_path / "id_rsa.txt")
+    (root / "plan.md").symlink_to(".drafts/plan.md")  # inside the folder (a hidden one, not walked): read as plan.md
+    (root / "a-latest.md").symlink_to("guide.md")  # sorts before its file
+    (root / "gone.md").symlink_to("nowhere.md")
+    report = from_files([root], tmp_path / "c.jsonl")
+    docs = {d.id: d.paragraphs for d in read_corpus(tmp_path / "c.jsonl")}
+    assert docs == {"guide.md": ("The ferry leaves at nine.",), "plan.md": ("The bridge opens in May.",)}
+    skipped = {Path(p).name: why for p, why in report.skipped}
+    assert skipped == {
+        "key.txt": f"a link to {tmp_path / 'id_rsa.txt'}, outside the folder {root}; not read (--follow-links reads "
+                   f"it)",
+        "a-latest.md": f"the same file as {root / 'guide.md'}, which is read; not read twice",
+        "gone.md": "a link to nowhere.md, which does not exist; not read"}
+    report = from_files([root], tmp_path / "e.jsonl", opts=IngestOptions(follow_links=True))
+    assert {d.id for d in read_corpus(tmp_path / "e.jsonl")} == {"guide.md", "plan.md", "key.txt"}
+    assert sorted(Path(p).name for p, _ in report.skipped) == ["a-latest.md", "gone.md"]
+    # a file named on the command line is read wherever it leads; reached again, it is named, not read twice
+    report = from_files([root / "key.txt", root / "guide.md", root], tmp_path / "f.jsonl")
+    assert sorted(d.id for d in read_corpus(tmp_path / "f.jsonl")) == [f"{root}/guide.md", f"{root}/key.txt", "plan.md"]
+    assert sorted(Path(p).name for p, _ in report.skipped) == ["a-latest.md", "gone.md", "guide.md", "key.txt"]
+    (root / "gone.md").unlink()
+    with pytest.raises(IngestError, match="key.txt: a link to .*id_rsa.txt, outside the folder"):
+        from_files([root], tmp_path / "d.jsonl", opts=IngestOptions(strict=True))
 
 
 def test_a_nul_past_the_first_8_kib_skips_the_file_naming_its_offset(tmp_path):

@@ -444,3 +444,28 @@ def test_a_name_spelled_nfd_is_one_id_and_its_document_of_an_earlier_sync_is_kep
         assert "1455" in client.get(nfd)["paragraphs"][0]
         again = sync(client, [docs], "docs", delete=True)
         assert again.written == [] and again.unchanged == [nfc] and again.deleted == []
+
+
+def test_a_link_to_a_file_outside_the_folder_is_not_sent_unless_links_are_followed(url, tmp_path, capsys):
+    """A link planted in a synced folder sent its target (~/.ssh/id_rsa) to the service. It is refused and named (exit
+    status 1), and --delete deletes what an earlier sync sent of it; --follow-links sends it. A link inside the folder
+    is sent under its own name; of a file and a link to it, the file keeps the id and the link is named."""
+    (tmp_path / "id_rsa.txt").write_text("PRIVATE KEY material of the operator")
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge.",
+                                      ".drafts/b.txt": "In 1460 Hugo built the island church."})
+    (docs / "key.txt").symlink_to(tmp_path / "id_rsa.txt")
+    (docs / "b.txt").symlink_to(".drafts/b.txt")
+    (docs / "0-latest.txt").symlink_to("a.txt")
+    args = ["sync", str(docs), "--url", url, "--api-key", "key", "--source", "docs", "--delete"]
+    assert main([*args, "--follow-links"]) == 1  # the duplicate link is still refused
+    with Client(url, api_key="key") as client:
+        assert client.get("key.txt")["meta"][SOURCE_KEY] == "docs"
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"refused {docs / 'key.txt'}: a link to {tmp_path / 'id_rsa.txt'}, outside the folder {docs}" in err
+    assert f"refused {docs / '0-latest.txt'}: the same file as {docs / 'a.txt'}, which is read" in err
+    assert "deleted key.txt" in err and "deleted 1, refused 2" in err
+    with Client(url, api_key="key") as client:
+        assert client.get("key.txt") is None
+        assert {d["id"] for d in client.documents({SOURCE_KEY: "docs"})} == {"a.txt", "b.txt"}
