@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from spanseek.core.keys import key_problem, read_key_file
 from spanseek.service.schemas import MAX_QUERIES
 
 # A CORS origin as browsers send it: scheme://host[:port], no path (a trailing slash never matches)
@@ -196,6 +197,10 @@ class Settings(BaseSettings):
     # An empty (or blank) value means no key, as when compose passes an unset variable: every client is accepted,
     # including those that send a key anyway.
     api_key: SecretStr | None = Field(None, description="require this key on /search, /info, GET /documents and /admin/reload (empty = no key)")
+    # A key on the command line is in the process's arguments, which `ps` shows every user of the machine; the
+    # environment or a file readable by its owner only is not. The file is read once, when the settings are made.
+    api_key_file: Path | None = Field(None, description="file holding api_key, read once at start (its one line; "
+                                                        "chmod 600): keeps the key out of the command line")
     # Browser origins allowed to call the API (comma-separated or JSON list); empty = no CORS headers at all.
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="CORS allowed origins")
 
@@ -225,6 +230,8 @@ class Settings(BaseSettings):
     # the API key.
     admin_api_key: SecretStr | None = Field(None, description="key for writes and /admin routes (empty = the API "
                                                               "key does both)")
+    admin_api_key_file: Path | None = Field(None, description="file holding admin_api_key, read once at start (its "
+                                                              "one line; chmod 600)")
     # A merge re-encodes the segment's documents into a copy of the base and compacts it: CPU for the segment's
     # size, disk for a second base meanwhile. Larger segments cost memory and snapshot time per write.
     merge_tokens: int = Field(200_000, ge=0, description="segment tokens that start a background merge (0 = only "
@@ -344,7 +351,8 @@ class Settings(BaseSettings):
                                  f"{e}") from None
         return v
 
-    @field_validator("reader", "live_dir", "default_nprobe", "torch_threads", mode="before")
+    @field_validator("reader", "live_dir", "default_nprobe", "torch_threads", "api_key_file", "admin_api_key_file",
+                     mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         """An empty (or blank) optional setting is unset, as compose passes an unset variable (``SPANSEEK_READER=``
@@ -367,13 +375,31 @@ class Settings(BaseSettings):
         raw = v.get_secret_value() if isinstance(v, SecretStr) else v
         if isinstance(raw, str) and not raw.strip():
             return None
-        if isinstance(raw, str) and raw != raw.strip():  # a key read from a file with its line end: every client 401
-            raise ValueError("the key begins or ends with whitespace (a line end from the file it was read from?), "
-                             "which no client sends; remove it")
-        if isinstance(raw, str) and not (raw.isascii() and raw.isprintable()):  # what an HTTP header can carry
-            raise ValueError("the key holds characters an HTTP header cannot carry (only printable ASCII), so no "
-                             "client could send it")
+        if isinstance(raw, str) and (problem := key_problem(raw)) is not None:  # $(cat file) with its line end
+            raise ValueError(problem)
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_from_files(cls, data: object) -> object:
+        """``api_key_file`` and ``admin_api_key_file``: the key read from the file (once, here), as if given itself;
+        a key given both ways is refused (which one was meant?), as is a file that holds no usable key."""
+        if not isinstance(data, dict):
+            return data
+        for name in ("api_key", "admin_api_key"):
+            path = data.get(f"{name}_file")
+            if path is None or (isinstance(path, str) and not path.strip()):
+                continue
+            given = data.get(name)
+            given = given.get_secret_value() if isinstance(given, SecretStr) else given
+            if isinstance(given, str) and given.strip():
+                raise ValueError(f"{name} and {name}_file are both given; give the key one way (the file keeps it "
+                                 f"out of the command line)")
+            try:
+                data = {**data, name: read_key_file(path)}
+            except ValueError as e:
+                raise ValueError(f"{name}_file: {e}") from None
+        return data
 
     @field_validator("file_read_memory_bytes")
     @classmethod

@@ -1,6 +1,6 @@
 """`spanseek sync`: make a running service's documents those of a folder's files, through ``PUT /files/{name}``.
 
-    spanseek sync docs/ --url http://localhost:8000 [--api-key KEY] [--delete] [--meta team=docs] [--dry-run]
+    spanseek sync docs/ --url http://localhost:8000 [--api-key-file FILE] [--delete] [--meta team=docs] [--dry-run]
 
 The files are those `spanseek corpus from-files` reads (the same walk: .txt .md .markdown .html .htm .pdf .docx .pptx,
 hidden files and folders skipped; a link to a file outside its folder is refused, named, unless ``--follow-links``,
@@ -25,7 +25,9 @@ stops at it. Each run prints the files it writes and deletes as it goes, then ho
 and refused; the exit status is 1 when a file was refused or ``--delete`` held back, else 0. The server answers a
 file's write once it has read and encoded it: ``--timeout`` (an hour) is how long the sync waits for one answer.
 
-The server needs writes on (``spanseek serve --writes``) and the write key (``--api-key`` or ``SPANSEEK_API_KEY``).
+The server needs writes on (``spanseek serve --writes``) and the write key: ``--api-key-file`` (or
+``SPANSEEK_API_KEY_FILE``), ``SPANSEEK_API_KEY``, or ``--api-key``, which ``ps`` shows to every user of the machine
+(warned of).
 """
 
 from __future__ import annotations
@@ -272,8 +274,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="+", help="folders and files, as `spanseek corpus from-files` takes them")
     p.add_argument("--url", required=True, help="the service's base URL (http://host:8000)")
-    p.add_argument("--api-key", default=os.environ.get("SPANSEEK_API_KEY"),
-                   help="the write key (default: $SPANSEEK_API_KEY)")
+    p.add_argument("--api-key", default=None,
+                   help="the write key (default: $SPANSEEK_API_KEY); on the command line `ps` shows it to every user "
+                        "of the machine: prefer --api-key-file or the variable")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="a file holding the write key on one line, readable by you only (chmod 600); default: "
+                        "$SPANSEEK_API_KEY_FILE")
     p.add_argument("--source", default=None,
                    help="the name recorded in each document's synced_from (default: the first path's name and a "
                         "hash of the absolute paths given, as docs@1f0c9a2e: a folder moved, or synced from "
@@ -292,6 +298,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run, quiet_log_level=logging.WARNING)
 
 
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The write key: ``--api-key`` (else ``$SPANSEEK_API_KEY``) or the one line of the file ``--api-key-file`` (else
+    ``$SPANSEEK_API_KEY_FILE``) names, read once; given both ways, an error (which one was meant?). A key given as a
+    flag is warned of (``ps`` shows it), as is a key file that others may read."""
+    from spanseek.core.keys import key_file_warning, read_key_file
+
+    key = args.api_key if args.api_key is not None else os.environ.get("SPANSEEK_API_KEY")
+    path = args.api_key_file if args.api_key_file is not None else os.environ.get("SPANSEEK_API_KEY_FILE")
+    key, path = (key if key and key.strip() else None), (path if path and path.strip() else None)  # empty: unset
+    if key is not None and path is not None:
+        raise ValueError("the write key is given both as a key (--api-key / SPANSEEK_API_KEY) and as a file "
+                         "(--api-key-file / SPANSEEK_API_KEY_FILE); give it one way")
+    if key is not None and args.api_key is not None:
+        sys.stderr.write("warning: --api-key puts the key on the command line, which `ps` shows to every user of "
+                         "this machine: give it in a file readable by you only (--api-key-file) or in "
+                         "SPANSEEK_API_KEY\n")
+    if path is None:
+        return key
+    if (warning := key_file_warning(path)) is not None:
+        sys.stderr.write(f"warning: {warning}\n")
+    return read_key_file(path)
+
+
 def _run(args: argparse.Namespace) -> int:
     import httpx
 
@@ -305,6 +334,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
     if not args.url.lower().startswith(("http://", "https://")):
         raise ValueError(f"--url takes the service's base URL with its scheme (http://{args.url}), got {args.url!r}")
+    api_key = _api_key(args)
     source = args.source or default_source(args.paths)
     adopt = None if args.source else former_source(args.paths)
 
@@ -313,12 +343,12 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.flush()
 
     try:
-        with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+        with Client(args.url, api_key=api_key, timeout=args.timeout) as client:
             report = sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt,
                           args.follow_links)
     except (SpanseekError, httpx.HTTPError) as e:  # the service refused, or could not be reached: one line
-        hint = "; give the write key with --api-key or SPANSEEK_API_KEY" if (
-            getattr(e, "status", None) == 401 and not args.api_key) else ""
+        hint = "; give the write key with --api-key-file or SPANSEEK_API_KEY" if (
+            getattr(e, "status", None) == 401 and not api_key) else ""
         raise RuntimeError(f"{args.url}: {e}{hint}") from None
     sys.stderr.write(report.summary(args.dry_run) + "\n")
     return 1 if report.refused or report.not_deleted else 0

@@ -189,3 +189,70 @@ def test_a_file_given_as_the_index_is_named_not_quoted(tmp_path):
     message = str(e.value)
     assert str(corpus) in message and "names no directory" in message  # the file named...
     assert "secret" not in message and "word" not in message  # ...its text never shown
+
+
+def test_a_key_is_read_from_a_file_once_and_a_key_given_two_ways_is_refused(tmp_path, monkeypatch, capsys):
+    """--api-key shows in `ps` to every user of the machine: --api-key-file / SPANSEEK_API_KEY_FILE (and the admin
+    key's) read it from a file when the settings are made; a key given both ways, or a file without a usable key, is
+    refused in one line that names the flags and never shows the key."""
+    from spanseek.cli import main
+
+    for name in ("API_KEY", "ADMIN_API_KEY", "API_KEY_FILE", "ADMIN_API_KEY_FILE"):
+        monkeypatch.delenv(f"SPANSEEK_{name}", raising=False)
+    key, admin = tmp_path / "key", tmp_path / "admin"
+    key.write_text("read-key\n")
+    admin.write_text("admin-key\r\n")
+    s = settings_from_args(parse(["--index", str(tmp_path), "--api-key-file", str(key)]))
+    assert s.api_key.get_secret_value() == "read-key" and s.api_key_file == key and s.admin_api_key is None
+    monkeypatch.setenv("SPANSEEK_ADMIN_API_KEY_FILE", str(admin))
+    s = settings_from_args(parse(["--index", str(tmp_path), "--writes"]))
+    assert s.admin_api_key.get_secret_value() == "admin-key" and s.api_key is None
+    key.write_text("changed")  # read once: settings made before keep the key they read
+    assert s.admin_api_key.get_secret_value() == "admin-key"
+    monkeypatch.setenv("SPANSEEK_ADMIN_API_KEY_FILE", "")  # empty, as compose passes an unset variable: no file
+    assert Settings(index=tmp_path).admin_api_key is None
+    monkeypatch.setenv("SPANSEEK_API_KEY", "env-key")
+    assert main(["serve", "--index", str(tmp_path), "--api-key-file", str(key)]) == 2
+    err = capsys.readouterr().err
+    assert ("invalid settings: api_key and api_key_file are both given; give the key one way (the file keeps it out "
+            "of the command line) (--api-key / SPANSEEK_API_KEY, --api-key-file / SPANSEEK_API_KEY_FILE)") in err
+    assert "env-key" not in err and "changed" not in err and len(err.strip().splitlines()) == 1
+    monkeypatch.delenv("SPANSEEK_API_KEY")
+    key.write_text("")
+    assert main(["serve", "--index", str(tmp_path), "--api-key-file", str(key)]) == 2
+    assert (f"api_key_file: key file {key}: holds no key (it is empty or blank) (--api-key-file / "
+            f"SPANSEEK_API_KEY_FILE)") in capsys.readouterr().err
+    assert main(["serve", "--index", str(tmp_path), "--admin-api-key-file", str(tmp_path / "none")]) == 2
+    assert f"key file {tmp_path / 'none'}: no such file" in capsys.readouterr().err
+
+
+def test_serve_warns_of_a_key_on_its_command_line_and_of_a_key_file_others_may_read(tiny_index, tiny_model_dir,
+                                                                                    tmp_path, monkeypatch, capfd):
+    import logging
+    import socket
+
+    import uvicorn
+
+    from spanseek.cli import main
+    from spanseek.service import cli
+
+    monkeypatch.setattr(cli, "check_servable", lambda settings: tiny_model_dir)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    key = tmp_path / "key"
+    key.write_text("file-key\n")
+    key.chmod(0o600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = ["serve", "--index", str(tiny_index), "--port", str(port)]
+    assert main([*start, "--api-key-file", str(key)]) == 0
+    assert "WARNING" not in capfd.readouterr().err
+    key.chmod(0o644)
+    assert main([*start, "--api-key-file", str(key), "--admin-api-key", "cli-key"]) == 0
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "WARNING" in line]
+    assert len(warnings) == 2 and not any("cli-key" in w or "file-key" in w for w in warnings)
+    assert ("--admin-api-key puts the key on the command line, which `ps` shows to every user of this machine: give "
+            "it in a file readable by you only (--admin-api-key-file) or in SPANSEEK_ADMIN_API_KEY") in warnings[1]
+    assert (f"--api-key-file / SPANSEEK_API_KEY_FILE: key file {key} can be read or changed by users other than its "
+            f"owner (mode -rw-r--r--); `chmod 600 {key}` keeps the key to its owner") in warnings[0]
+    logging.getLogger().handlers.clear()  # (the command configured the root logger)

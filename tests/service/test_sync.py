@@ -120,13 +120,44 @@ def test_the_command_reports_and_its_status_says_whether_a_file_was_refused(url,
     assert "401" in capsys.readouterr().err
     assert main(["sync", str(docs), "--url", "http://127.0.0.1:9", "--api-key", "key"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("spanseek sync: error: http://127.0.0.1:9") and "Traceback" not in err
+    assert "\nspanseek sync: error: http://127.0.0.1:9" in err and "Traceback" not in err  # (after --api-key's warning)
     assert main(["sync", str(docs), "--url", url, "--meta", f"{SOURCE_KEY}=x"]) == 2
     capsys.readouterr()
     assert main(["sync", str(docs), "--url", url.removeprefix("http://")]) == 2  # httpx: "unsupported protocol"
     assert "--url takes the service's base URL with its scheme (http://" in capsys.readouterr().err
     assert main(["sync", str(docs), "--url", url]) == 2  # no key: the 401 says how to give one
-    assert "give the write key with --api-key or SPANSEEK_API_KEY" in capsys.readouterr().err
+    assert "give the write key with --api-key-file or SPANSEEK_API_KEY" in capsys.readouterr().err
+
+
+def test_the_write_key_is_read_from_a_file_and_a_key_on_the_command_line_is_warned_of(url, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """--api-key shows in `ps` to every user of the machine (a cron job's key too): --api-key-file (or
+    SPANSEEK_API_KEY_FILE) reads it from a file, warning when others may read that file; --api-key still works,
+    with a warning; a key given both ways is refused. No message shows the key."""
+    monkeypatch.delenv("SPANSEEK_API_KEY", raising=False)
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
+    key_file = tmp_path / "key"
+    key_file.write_text("key\n")
+    key_file.chmod(0o600)
+    assert main(["sync", str(docs), "--url", url, "--api-key-file", str(key_file)]) == 0
+    err = capsys.readouterr().err
+    assert "wrote 1" in err and "warning" not in err
+    key_file.chmod(0o644)
+    monkeypatch.setenv("SPANSEEK_API_KEY_FILE", str(key_file))
+    (docs / "a.txt").write_text("In 1451 Gala built the harbour bridge.")
+    assert main(["sync", str(docs), "--url", url]) == 0
+    err = capsys.readouterr().err
+    assert "wrote 1" in err and f"warning: key file {key_file} can be read or changed by users other than its " \
+                                f"owner (mode -rw-r--r--); `chmod 600 {key_file}`" in err
+    assert main(["sync", str(docs), "--url", url, "--api-key", "key"]) == 2
+    assert "given both as a key (--api-key / SPANSEEK_API_KEY) and as a file" in capsys.readouterr().err
+    monkeypatch.delenv("SPANSEEK_API_KEY_FILE")
+    assert main(["sync", str(docs), "--url", url, "--api-key", "key"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --api-key puts the key on the command line, which `ps` shows to every user" in err
+    key_file.write_text("")
+    assert main(["sync", str(docs), "--url", url, "--api-key-file", str(key_file)]) == 2
+    assert f"key file {key_file}: holds no key" in capsys.readouterr().err
 
 
 class EditingClient(Client):

@@ -1,0 +1,71 @@
+"""API keys: the checks a key must pass, and a key read from a file.
+
+    spanseek serve --index work/demo-index --api-key-file /run/secrets/spanseek_api_key
+    spanseek sync docs/ --url http://localhost:8000 --api-key-file ~/.config/spanseek/key
+
+A key given on the command line is one of the process's arguments, which ``ps`` (and /proc/PID/cmdline) shows to
+every user of the machine. An environment variable is readable by the process's owner only, and so is a key file
+whose mode gives no one else access (``chmod 600``); ``key_file_warning`` says when a file's mode does.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+MAX_KEY_FILE_BYTES = 4096  # a key is at most a few hundred bytes: a larger file (or /dev/zero) is no key file
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be an API key, or None: whitespace at either end (a line end from the file it was read
+    from) or characters an HTTP header cannot carry, which no client sends, so every request would be a 401."""
+    if key != key.strip():
+        return ("the key begins or ends with whitespace (a line end from the file it was read from?), which no client "
+                "sends; remove it")
+    if not (key.isascii() and key.isprintable()):
+        return "the key holds characters an HTTP header cannot carry (only printable ASCII), so no client could send it"
+    return None
+
+
+def read_key_file(path: str | Path) -> str:
+    """The key held in the file ``path``: its one line, a line end after it left out (``echo KEY > file`` writes
+    one). A ValueError names the file, never the key, when it cannot be read, is not a regular file, holds no key,
+    holds more than one line, or a key ``key_problem`` refuses."""
+    path = Path(path)
+    try:
+        if not path.is_file():  # a FIFO or a device: reading it may not end
+            raise ValueError(f"key file {path}: {'no such file' if not path.exists() else 'not a regular file'}")
+        with open(path, "rb") as f:
+            data = f.read(MAX_KEY_FILE_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"key file {path}: unreadable ({e.strerror or e})") from None
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise ValueError(f"key file {path}: larger than {MAX_KEY_FILE_BYTES:,} bytes, which no key is; is it the "
+                         f"right file?")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"key file {path}: not UTF-8 text") from None
+    key = text.removesuffix("\n").removesuffix("\r")
+    if not key.strip():
+        raise ValueError(f"key file {path}: holds no key (it is empty or blank)")
+    if "\n" in key or "\r" in key:
+        raise ValueError(f"key file {path}: holds more than one line; write the key alone on one line")
+    if (problem := key_problem(key)) is not None:
+        raise ValueError(f"key file {path}: {problem}")
+    return key
+
+
+def key_file_warning(path: str | Path) -> str | None:
+    """A warning when the key file ``path`` lets users other than its owner read or change it (its mode gives its
+    group or others any permission), with the command that mends it; None otherwise, or when it cannot be looked at
+    (``read_key_file`` says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    return (f"key file {path} can be read or changed by users other than its owner (mode {stat.filemode(mode)}); "
+            f"`chmod 600 {path}` keeps the key to its owner")
