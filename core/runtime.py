@@ -14,7 +14,8 @@ A module is exported once with torch's exporter (dynamic batch and length), stor
 key of its weights and the library versions (``ONNX_CACHE``: ``~/.cache/spanseek/onnx``, or ``$SPANSEEK_ONNX_CACHE``;
 a later process loads it in a fraction of a second; a graph is 90 MB for the default question encoder, and every
 trained checkpoint has its own, so the cache keeps the graphs used last within ``ONNX_CACHE_BYTES``, or
-``$SPANSEEK_ONNX_CACHE_BYTES``: ``trim_cache``),
+``$SPANSEEK_ONNX_CACHE_BYTES``, and those used in the last ``RECENT_USE_SECONDS``, which another process may be about
+to load: ``trim_cache``),
 and run by an ONNX Runtime session on torch's number of threads, whose workers do not spin between operators (the
 stage after the forward pass needs the cores). Outputs equal torch's within float rounding (about 1e-5 on
 logits), as a different BLAS would give.
@@ -61,6 +62,9 @@ OPSET = 17
 # a running process is not affected: its session has read it)
 ONNX_CACHE_BYTES = 2 << 30  # unless $SPANSEEK_ONNX_CACHE_BYTES says (cache_bytes)
 STALE_EXPORT_SECONDS = 3600  # a part-written export this old was left by a killed process
+# a graph used (found or exported: its modification time) this recently may be one another process has just chosen
+# and is about to load: a trim leaves it, over the bound for that long, rather than make that process export it again
+RECENT_USE_SECONDS = 120
 
 
 def onnx_installed() -> bool:
@@ -184,7 +188,7 @@ class OnnxForward:
 
 
 def cache_bytes() -> int:
-    """The cache's bound: ``$SPANSEEK_ONNX_CACHE_BYTES`` (bytes; ``0`` keeps only the latest graph), else
+    """The cache's bound: ``$SPANSEEK_ONNX_CACHE_BYTES`` (bytes; ``0`` keeps only the graphs in use, ``trim_cache``), else
     ``ONNX_CACHE_BYTES``; a value that is not a whole number of bytes is warned of and the default kept."""
     value = os.environ.get("SPANSEEK_ONNX_CACHE_BYTES")
     if value is None:
@@ -209,8 +213,9 @@ def _touch(path: Path) -> None:
 
 def trim_cache(cache_dir: Path, max_bytes: int, keep: Path | None = None) -> list[Path]:
     """Remove the graphs of ``cache_dir`` used longest ago (by modification time: a graph is touched when a process
-    finds it) until the rest take at most ``max_bytes``, ``keep`` never; and part-written exports older than
-    ``STALE_EXPORT_SECONDS``. Returns what was removed."""
+    finds it) until the rest take at most ``max_bytes``; and part-written exports older than ``STALE_EXPORT_SECONDS``.
+    Never ``keep``, nor a graph used within ``RECENT_USE_SECONDS`` (looked at again just before it would be removed):
+    another process may have just chosen it, and would export it again. Returns what was removed."""
     removed: list[Path] = []
     now = time.time()
     graphs = []
@@ -229,6 +234,12 @@ def trim_cache(cache_dir: Path, max_bytes: int, keep: Path | None = None) -> lis
         if total <= max_bytes:
             break
         if keep is not None and p == keep:
+            continue
+        try:
+            if time.time() - p.stat().st_mtime < RECENT_USE_SECONDS:  # chosen by another process, maybe since listed
+                continue
+        except OSError:  # removed meanwhile by another process
+            total -= size
             continue
         p.unlink(missing_ok=True)
         removed.append(p)

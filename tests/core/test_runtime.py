@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def test_the_cache_keeps_the_graphs_used_last_within_its_bound(tiny_reader, cach
     for name, age in (("a.onnx", 400), ("b.onnx", 300), ("c.onnx", 200), ("x.onnx.1.2.tmp", 0)):
         (cache / name).write_bytes(b"\0" * 1000)
         os.utime(cache / name, (old + age, old + age))
-    os.utime(cache / "a.onnx")  # found again just now: the last to go
+    os.utime(cache / "a.onnx", (old + 5000, old + 5000))  # found again since: the last to go
     monkeypatch.setenv("SPANSEEK_ONNX_CACHE_BYTES", "2500")
     model = load_reader_model(tiny_reader)
     example = {"input_ids": torch.ones((2, 8), dtype=torch.long), "attention_mask": torch.ones((2, 8), dtype=torch.long),
@@ -111,6 +112,7 @@ def test_the_cache_keeps_the_graphs_used_last_within_its_bound(tiny_reader, cach
     assert path.stat().st_size > 2500  # over the bound alone, and kept
     assert sorted(p.name for p in cache.iterdir()) == [path.name]
     (cache / "a.onnx").write_bytes(b"\0" * 1000)
+    os.utime(cache / "a.onnx", (old, old))
     monkeypatch.setenv("SPANSEEK_ONNX_CACHE_BYTES", str(10**9))
     assert runtime.trim_cache(cache, runtime.cache_bytes(), keep=path) == []
     assert runtime.trim_cache(cache, 0, keep=path) == [cache / "a.onnx"]
@@ -119,6 +121,36 @@ def test_the_cache_keeps_the_graphs_used_last_within_its_bound(tiny_reader, cach
     forward.export()
     path.unlink()
     assert forward(**{k: v.numpy() for k, v in example.items()})[0].shape == (2, 8) and path.is_file()
+
+
+def test_a_trim_leaves_a_graph_another_process_has_just_chosen(tmp_path, monkeypatch):
+    """A process that finds its graph touches it, then loads it: a trim by another process removed it meanwhile when
+    it was over the bound (the first process then exported it again, 90 MB and some 10 s). A graph used within
+    RECENT_USE_SECONDS is left, even when it was touched after the trim listed the cache."""
+    import os
+    import time
+
+    cache = tmp_path / "onnx"
+    cache.mkdir()
+    old = time.time() - 3600
+    for name in ("old.onnx", "chosen.onnx", "late.onnx", "mine.onnx"):
+        (cache / name).write_bytes(b"\0" * 1000)
+        os.utime(cache / name, (old, old))
+    os.utime(cache / "chosen.onnx")  # another process found it just now, and is loading it
+    os.utime(cache / "mine.onnx")
+    listed = Path.iterdir
+
+    def touched_while_listed(self):  # another process finds late.onnx after the trim has listed the cache
+        entries = list(listed(self))
+        os.utime(cache / "late.onnx")
+        return iter(entries)
+
+    monkeypatch.setattr(Path, "iterdir", touched_while_listed)
+    assert runtime.trim_cache(cache, 0, keep=cache / "mine.onnx") == [cache / "old.onnx"]
+    assert sorted(p.name for p in listed(cache)) == ["chosen.onnx", "late.onnx", "mine.onnx"]
+    monkeypatch.setattr(runtime, "RECENT_USE_SECONDS", 0)  # their time passed: trimmed to the bound as before
+    assert sorted(runtime.trim_cache(cache, 0, keep=cache / "mine.onnx")) == [
+        cache / "chosen.onnx", cache / "late.onnx"]
 
 
 def test_a_cache_bound_that_is_not_a_number_is_warned_of(monkeypatch, caplog):
