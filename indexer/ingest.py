@@ -385,7 +385,7 @@ def from_files(paths: Sequence[str | Path], out: str | Path, count: TokenCounter
     """
     report = IngestReport()
     target = Path(out).resolve()
-    if any(p.resolve() == target for p, _ in _files(paths)):  # a file given, or one a folder given holds
+    if any(p.resolve() == target for p, _ in _files(paths, follow_links=opts.follow_links)):  # one given, or in a folder
         raise IngestError(f"{out} is one of the files to read; write the corpus somewhere else")
     docs = iter_documents(paths, count, opts, report, progress)
     first = next(docs, None)  # nothing is written (an existing corpus at ``out`` is kept) when there is no document

@@ -650,6 +650,8 @@ def test_a_link_to_a_file_outside_the_folder_is_skipped_and_named_unless_links_a
                    f"it)",
         "a-latest.md": f"the same file as {root / 'guide.md'}, which is read; not read twice",
         "gone.md": "a link to nowhere.md, which does not exist; not read"}
+    with pytest.raises(IngestError, match="id_rsa.txt is one of the files to read"):  # followed, never overwritten
+        from_files([root], tmp_path / "id_rsa.txt", opts=IngestOptions(follow_links=True))
     report = from_files([root], tmp_path / "e.jsonl", opts=IngestOptions(follow_links=True))
     assert {d.id for d in read_corpus(tmp_path / "e.jsonl")} == {"guide.md", "plan.md", "key.txt"}
     assert sorted(Path(p).name for p, _ in report.skipped) == ["a-latest.md", "gone.md"]
