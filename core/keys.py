@@ -57,6 +57,13 @@ def read_key_file(path: str | Path) -> str:
     return key
 
 
+def key_flag_warning(flag: str, variable: str) -> str:
+    """The warning for a key given as the flag ``flag`` (``--api-key``): ``ps`` shows it; ``FLAG-file`` or the
+    environment variable ``variable`` keep it to the process's owner."""
+    return (f"{flag} puts the key on the command line, which `ps` shows to every user of this machine: give it in a "
+            f"file readable by you only ({flag}-file) or in {variable}")
+
+
 def key_file_warning(path: str | Path) -> str | None:
     """A warning when the key file ``path`` lets users other than its owner read or change it (its mode gives its
     group or others any permission), with the command that mends it; None otherwise, or when it cannot be looked at

@@ -172,15 +172,13 @@ def unknown_settings(environ: Mapping[str, str]) -> list[str]:
 def key_warnings(args: argparse.Namespace, settings: Settings) -> list[str]:
     """A warning for each key given as a flag (``ps`` shows a process's arguments, the key among them, to every user
     of the machine) and for each key file that users other than its owner may read or change."""
-    from spanseek.core.keys import key_file_warning
+    from spanseek.core.keys import key_file_warning, key_flag_warning
 
     warnings = []
     for name in ("api_key", "admin_api_key"):
         given = getattr(args, name, None)
         if given is not None and given.strip():
-            warnings.append(f"--{name.replace('_', '-')} puts the key on the command line, which `ps` shows to every "
-                            f"user of this machine: give it in a file readable by you only "
-                            f"(--{name.replace('_', '-')}-file) or in SPANSEEK_{name.upper()}")
+            warnings.append(key_flag_warning(f"--{name.replace('_', '-')}", f"SPANSEEK_{name.upper()}"))
         path = getattr(settings, f"{name}_file")
         if path is not None and (warning := key_file_warning(path)) is not None:
             warnings.append(f"{setting_names(f'{name}_file')}: {warning}")

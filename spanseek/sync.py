@@ -302,7 +302,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
     """The write key: ``--api-key`` (else ``$SPANSEEK_API_KEY``) or the one line of the file ``--api-key-file`` (else
     ``$SPANSEEK_API_KEY_FILE``) names, read once; given both ways, an error (which one was meant?). A key given as a
     flag is warned of (``ps`` shows it), as is a key file that others may read."""
-    from spanseek.core.keys import key_file_warning, read_key_file
+    from spanseek.core.keys import key_file_warning, key_flag_warning, read_key_file
 
     key = args.api_key if args.api_key is not None else os.environ.get("SPANSEEK_API_KEY")
     path = args.api_key_file if args.api_key_file is not None else os.environ.get("SPANSEEK_API_KEY_FILE")
@@ -311,9 +311,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
         raise ValueError("the write key is given both as a key (--api-key / SPANSEEK_API_KEY) and as a file "
                          "(--api-key-file / SPANSEEK_API_KEY_FILE); give it one way")
     if key is not None and args.api_key is not None:
-        sys.stderr.write("warning: --api-key puts the key on the command line, which `ps` shows to every user of "
-                         "this machine: give it in a file readable by you only (--api-key-file) or in "
-                         "SPANSEEK_API_KEY\n")
+        sys.stderr.write(f"warning: {key_flag_warning('--api-key', 'SPANSEEK_API_KEY')}\n")
     if path is None:
         return key
     if (warning := key_file_warning(path)) is not None:
