@@ -272,8 +272,9 @@ def test_a_file_over_the_servers_limit_is_refused_and_a_delete_too_large_is_said
 
 def test_the_command_prints_each_file_it_writes_and_no_request_log(url, tmp_path):
     docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
-    run = subprocess.run([sys.executable, "-m", "spanseek.cli", "sync", str(docs), "--url", url, "--api-key", "key"],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    run = subprocess.run([sys.executable, "-m", "spanseek.cli", "sync", str(docs), "--url", url],  # the key: no warning
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "SPANSEEK_API_KEY": "key"})
     assert run.returncode == 0, run.stderr
     assert run.stderr.splitlines() == ["  wrote a.txt", "wrote 1, unchanged 0, deleted 0, refused 0"], run.stderr
 
