@@ -213,6 +213,8 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
     laparams = LAParams(char_margin=4.0, boxes_flow=None)
     with open(path, "rb") as f:
         document = _pdf_document()(PDFParser(f))
+        if document.xref_loop is not None:
+            log.warning("%s: %s (a loop); read with the sections before it", path, document.xref_loop)
         resources = PDFResourceManager()
         device = PDFPageAggregator(resources, laparams=laparams)
         interpreter = PDFPageInterpreter(resources, device)
@@ -251,7 +253,9 @@ def _pdf_document() -> type:
     """pdfminer's PDFDocument, hardened against hostile files. An object that is a reference to itself (``6 0 obj
     6 0 R``, or a chain of references back to where it starts) is a PDFSyntaxError: pdfminer follows references until
     it finds an object that is none (``resolve1``), so such a file held its reader forever; an object that is a
-    reference is given as the object it leads to. A stream is measured before pdfminer expands it (``zlib.decompress``,
+    reference is given as the object it leads to. Cross-reference sections whose ``/Prev`` leads back to one read
+    already (to itself, or two that lead to each other) were followed until Python's recursion limit: the sections
+    up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before pdfminer expands it (``zlib.decompress``,
     in memory at once): ``Unreadable`` when it is a decompression bomb (``_bomb``: it expands past ``MAX_INFLATE_RATIO``
     times), expands past ``MAX_INFLATED_STREAM``, or the document's streams past ``MAX_INFLATED``."""
     from pdfminer.pdfdocument import PDFDocument
@@ -260,6 +264,16 @@ def _pdf_document() -> type:
 
     class Document(PDFDocument):
         inflated = 0  # what the streams expanded so far expand to
+        xref_loop: str | None = None  # how the cross-reference sections loop, where they do
+
+        def read_xref_from(self, parser: Any, start: int, xrefs: list[Any]) -> None:
+            read: list[int] = vars(self).setdefault("xref_starts", [])
+            if start in read:  # the sections read so far are the document's
+                back = "itself" if start == read[-1] else f"the one at byte {start}"
+                self.xref_loop = f"the cross-reference section at byte {read[-1]} leads back (/Prev) to {back}"
+                return
+            read.append(start)
+            super().read_xref_from(parser, start, xrefs)
 
         def getobj(self, objid: int) -> object:
             obj, seen = super().getobj(objid), [objid]

@@ -154,6 +154,28 @@ def test_a_pdf_object_that_is_a_reference_to_itself_is_refused_not_followed_fore
     assert extract_pdf(two).title == "Harbour report"
 
 
+def looped_xref(path: Path, sections: int) -> tuple[Path, list[int]]:
+    """A one-page PDF whose cross-reference table is written ``sections`` times, each section's /Prev the next one's
+    byte and the last one's the first's (one section: /Prev is itself); and the sections' bytes."""
+    body = pdf_of_objects(path, [*page(), stream(TEXT), FONT]).read_bytes()
+    start = int(body.rsplit(b"startxref\n", 1)[1].split()[0])
+    table = body[start:body.index(b"trailer", start)]
+    trailer = b"trailer\n<< /Size 6 /Root 1 0 R /Prev %010d >>\n"
+    starts = [start + i * (len(table) + len(trailer % 0)) for i in range(sections)]
+    body = body[:start] + b"".join(table + trailer % starts[(i + 1) % sections] for i in range(sections))
+    path.write_bytes(body + b"startxref\n%d\n%%%%EOF\n" % start)
+    return path, starts
+
+
+@pytest.mark.parametrize("sections", [1, 2])
+def test_a_pdf_whose_cross_reference_sections_loop_is_read_and_the_loop_named(tmp_path, caplog, sections):
+    path, starts = looped_xref(tmp_path / "loop.pdf", sections)
+    with caplog.at_level("WARNING", logger="spanseek.indexer.documents"):
+        assert extract_pdf(path).paragraphs == ["The castle was built in 1250."]  # was Unreadable (RecursionError)
+    back = "itself" if sections == 1 else f"the one at byte {starts[0]}"
+    assert f"{path}: the cross-reference section at byte {starts[-1]} leads back (/Prev) to {back} (a loop)" in caplog.text
+
+
 def test_a_pdf_decompression_bomb_is_refused_before_it_is_expanded(tmp_path):
     bomb = zlib.compress(TEXT + b" " * BOMB, 9)
     path = pdf_of_objects(tmp_path / "bomb.pdf", [*page(), stream(bomb, flate=True), FONT])
