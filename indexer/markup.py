@@ -1,6 +1,6 @@
 """Markdown and HTML -> paragraphs with their sections, for ``indexer.ingest`` (which documents the rules users see).
 
-Markdown is rendered to HTML (markdown-it-py, CommonMark and tables) and read like an HTML page without main-content
+Markdown is rendered to HTML (``indexer.markdown_render``: markdown-it-py, CommonMark and tables) and read like an HTML page without main-content
 extraction (``_HTMLText``); an HTML page is reduced to its main content by trafilatura (``_main_content``), or read
 the same way when trafilatura finds none. Either way a table row is one paragraph whose cells are named by the
 header row, a code block one paragraph of its lines, and each paragraph has its heading path (``Sections``).
@@ -9,7 +9,6 @@ header row, a code block one paragraph of its lines, and each paragraph has its 
 from __future__ import annotations
 
 import functools
-import html
 import logging
 import re
 import threading
@@ -21,6 +20,7 @@ from typing import Any
 
 from spanseek.indexer.documents import Extracted, IngestError, Sections, row_text
 from spanseek.indexer.front_matter import front_matter
+from spanseek.indexer.markdown_render import markdown_parser, render_markdown
 
 # Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
 # asides and footer (boilerplate, as trafilatura drops it, where its main content is not read)
@@ -286,31 +286,6 @@ def _trafilatura_config():
 _MAIN_BLOCKS = {"p", "head", "item", "row", "quote", "code"}
 _TEXT_BLOCKS = {"p", "head", "item"}  # trafilatura's blocks of running text
 _INLINE = {"code", "quote"}  # inline in running text (`x`, <q>), blocks of their own elsewhere
-MARKDOWN_NESTING = 100  # blocks Markdown may nest (lists, quotes) before markdown-it stops rendering the file
-_NESTED_PREFIX = re.compile(r"^[ \t>]+")  # a line's indentation and quote markers: what nests its blocks
-_DEEP_ROUNDS = 8  # times a block nested past the limit is read again, flatter, before its lines are read as text
-
-
-def _render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS) -> str:
-    """``body`` rendered to HTML by ``md``. markdown-it does not parse inside a block nested past its ``maxNesting``
-    and skips that block's lines, for a list item the rest of the file: such a block's lines are rendered again in
-    its place with their indentation and quote markers removed (a list nested 60 deep reads as a flat list, a quote
-    150 deep as a paragraph), and after ``rounds`` such readings as lines of text."""
-    env: dict[str, Any] = {}
-    tokens = md.parse(body, env)
-    lines = body.split("\n")
-    parts, done = [], 0
-    for i, token in enumerate(tokens[:-1]):
-        if (token.type in ("blockquote_open", "list_item_open") and token.map and tokens[i + 1].nesting == -1
-                and token.level >= MARKDOWN_NESTING - 2):  # a container opened at the limit, left empty
-            a, b = token.map
-            skipped = [_NESTED_PREFIX.sub("", line) for line in lines[a:b]]
-            parts.append(md.renderer.render(tokens[done : i + 1], md.options, env))
-            parts.append(_render_markdown(md, "\n".join(skipped), rounds - 1) if rounds > 0 else
-                         "".join(f"<p>{html.escape(line)}</p>" for line in skipped if line.strip()))
-            done = i + 1
-    parts.append(md.renderer.render(tokens[done:], md.options, env))
-    return "".join(parts)
 MAIN_SHARE = 0.85  # trafilatura's main content is read where it drops more than this share of a page's text
 _MAIN_HEADING = re.compile(r"h([1-6])")  # a <head>'s rend: the heading it was (a <summary> made a <head> has none)
 
@@ -418,16 +393,10 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
 def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
     """Front matter as metadata; the body rendered to HTML (CommonMark + tables) and read as HTML, so the title
     is front matter's ``title`` or the first heading of any level, and paragraphs have their heading path."""
-    try:
-        from markdown_it import MarkdownIt
-    except ImportError:
-        raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
-
+    md = markdown_parser(where)
     meta, title, body = front_matter(LINE_END.sub("\n", source), where)
     parser = _HTMLText()
-    # markdown-it stops rendering past 20 nested blocks by default (a list 10 deep): the rest of the file was lost;
-    # past MARKDOWN_NESTING the deep blocks are read again, flatter (_render_markdown)
-    parser.feed(_render_markdown(MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable("table"), body))
+    parser.feed(render_markdown(md, body))
     parser.close()
     # the first heading is the title unless front matter gives another (then its words are a section's)
     heading = parser.first_heading if title is None or title == parser.first_heading else None

@@ -1,0 +1,113 @@
+"""Markdown -> HTML for ``indexer.markup`` (which reads the HTML): markdown-it-py (CommonMark and tables), made to
+render blocks nested past its limit (``render_markdown``) and to scan link labels in linear time (``_link_label``).
+
+    spanseek corpus from-files notes.md --out corpus.jsonl
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import types
+from typing import Any
+
+from spanseek.indexer.documents import IngestError
+
+MARKDOWN_NESTING = 100  # blocks Markdown may nest (lists, quotes) before markdown-it stops rendering the file
+_NESTED_PREFIX = re.compile(r"^[ \t>]+")  # a line's indentation and quote markers: what nests its blocks
+_DEEP_ROUNDS = 8  # times a block nested past the limit is read again, flatter, before its lines are read as text
+
+
+def markdown_parser(where: str) -> Any:
+    """A markdown-it parser of CommonMark and tables that nests blocks ``MARKDOWN_NESTING`` deep (its default, 20,
+    lost the rest of a file past a list 10 deep) and finds link labels with ``_link_label``."""
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:
+        raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
+    md = MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable("table")
+    # md.helpers is the module markdown_it.helpers, shared by every parser: this parser gets its own
+    md.helpers = types.SimpleNamespace(**{name: getattr(md.helpers, name) for name in md.helpers.__all__})
+    md.helpers.parseLinkLabel = _link_label
+    return md
+
+
+def _link_label(state: Any, start: int, disable_nested: bool = False) -> int:
+    """Where the link label opened by the "[" at ``start`` ends (its "]"), or -1: markdown-it's ``parseLinkLabel``,
+    with its result, in linear time. That one steps token by token (``skipToken``, cached per position) to the
+    "]" that closes the label, from each "[" again: a run of "[" nests links until ``maxNesting``, so each "[" stepped
+    through a hundred cached ones, and 100,000 of them took 4-18 s ("![" and "[[a]" four times as long). Here each
+    step but one over a "[" that opens a token (a nested link, which ends a label with ``disable_nested``) is kept
+    as a jump: where it leads, the levels it adds ("[" of text +1, "]" -1) and the lowest it goes; a scan takes the
+    jumps that cannot close its label, and joins the ones it took into one. A "[" after the text's last "]" opens no
+    label: -1 at once (the steps are cached for labels only)."""
+    seen = vars(state)
+    if "last_bracket" not in seen:
+        seen["last_bracket"] = state.src.rfind("]")
+    if start >= seen["last_bracket"]:
+        return -1
+    jumps: dict[int, tuple[int, int, int]] = seen.setdefault("label_jumps", {})  # at -> (to, levels, lowest)
+    src, end, old = state.src, state.posMax, state.pos
+    pos, level, found = start + 1, 1, -1
+    run: list[tuple[int, tuple[int, int, int]]] = []  # the jumps taken since the last token
+    try:
+        while pos < end:
+            jump = jumps.get(pos)
+            if jump is None or level + jump[2] <= 0:  # a step, or a jump that may pass the label's "]": one step
+                marker = src[pos]
+                if marker == "]" and level == 1:
+                    found = pos
+                    break
+                state.pos = pos
+                state.md.inline.skipToken(state)
+                if marker == "[" and state.pos != pos + 1:  # a token: a link (or an image) inside the label
+                    if disable_nested:
+                        break
+                    _join(jumps, run, pos)
+                    pos = state.pos
+                    continue
+                jump = (state.pos, 1, _HIGH) if marker == "[" else (state.pos, -1, -1) if marker == "]" else (
+                    state.pos, 0, _HIGH)
+                jumps.setdefault(pos, jump)
+            run.append((pos, jump))
+            level += jump[1]
+            pos = jump[0]
+    finally:
+        _join(jumps, run, pos)
+        state.pos = old
+    return found
+
+
+_HIGH = 1 << 62  # the lowest level a jump without a "]" goes to: never
+
+
+def _join(jumps: dict[int, tuple[int, int, int]], run: list[tuple[int, tuple[int, int, int]]], to: int) -> None:
+    """Each jump of ``run`` (consecutive: each leads to the next's start) made to lead to ``to``, with the levels
+    it and the ones after it add and the lowest they go to; ``run`` emptied."""
+    levels, lowest = 0, _HIGH
+    for at, (_, add, low) in reversed(run):
+        levels, lowest = add + levels, min(low, add + lowest)
+        jumps[at] = (to, levels, lowest)
+    run.clear()
+
+
+def render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS) -> str:
+    """``body`` rendered to HTML by ``md``. markdown-it does not parse inside a block nested past its ``maxNesting``
+    and skips that block's lines, for a list item the rest of the file: such a block's lines are rendered again in
+    its place with their indentation and quote markers removed (a list nested 60 deep reads as a flat list, a quote
+    150 deep as a paragraph), and after ``rounds`` such readings as lines of text."""
+    env: dict[str, Any] = {}
+    tokens = md.parse(body, env)
+    lines = body.split("\n")
+    parts, done = [], 0
+    for i, token in enumerate(tokens[:-1]):
+        if (token.type in ("blockquote_open", "list_item_open") and token.map and tokens[i + 1].nesting == -1
+                and token.level >= MARKDOWN_NESTING - 2):  # a container opened at the limit, left empty
+            a, b = token.map
+            skipped = [_NESTED_PREFIX.sub("", line) for line in lines[a:b]]
+            parts.append(md.renderer.render(tokens[done : i + 1], md.options, env))
+            parts.append(render_markdown(md, "\n".join(skipped), rounds - 1) if rounds > 0 else
+                         "".join(f"<p>{html.escape(line)}</p>" for line in skipped if line.strip()))
+            done = i + 1
+    parts.append(md.renderer.render(tokens[done:], md.options, env))
+    return "".join(parts)
