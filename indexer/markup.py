@@ -290,15 +290,43 @@ MAIN_SHARE = 0.85  # trafilatura's main content is read where it drops more than
 _MAIN_HEADING = re.compile(r"h([1-6])")  # a <head>'s rend: the heading it was (a <summary> made a <head> has none)
 
 
-def _own_text(el: Any) -> str:
-    """An element's text without that of the blocks inside it (``_MAIN_BLOCKS``, paragraphs of their own), its inline
-    elements' text as written around them ("run <code>foo --version</code>." reads "run foo --version.")."""
-    parts = [el.text or ""]
-    for child in el:
-        if child.tag not in _MAIN_BLOCKS or child.tag in _INLINE:
-            parts.append(_own_text(child))
-        parts.append(child.tail or "")
-    return "".join(parts)
+def _main_runs(body: Any) -> Iterator[tuple[Any, str]]:
+    """trafilatura's body as (block, text) in the order the page reads: a block's own text (``_MAIN_BLOCKS``; text
+    loose in the body counts as the body's) is cut where a block inside it is (sloppy HTML: a list in an unclosed
+    <p>, a <p> in a <blockquote>), so the text after that block comes after it, not before it; a row or code block
+    is one, its text read whole; an element that is no block reads in its block's text, with its inline elements'
+    text as written around them ("run <code>foo --version</code>." reads "run foo --version."), as does a code or
+    quote inline in running text. No recursion: lists nested thousands deep."""
+    runs: list[list[str]] = [[body.text or ""]]  # the open blocks' text since the last block inside each
+    blocks, texts = [body], 0  # the open blocks, outermost first; how many of them are running text
+    stack: list[tuple[Any, Iterator[Any]]] = [(body, iter(body))]
+    while stack:
+        el, children = stack[-1]
+        child = next(children, None)
+        if child is None:  # el ends: its text since the block inside it, then its tail in its own block's text
+            stack.pop()
+            if el is blocks[-1]:
+                yield el, "".join(runs.pop())
+                blocks.pop()
+                texts -= el.tag in _TEXT_BLOCKS
+            if stack:
+                runs[-1].append(el.tail or "")
+            continue
+        block = child.tag in _MAIN_BLOCKS and not (child.tag in _INLINE and texts)
+        if block and child.tag in ("row", "code"):
+            yield blocks[-1], "".join(runs[-1])
+            runs[-1] = []
+            yield child, ""
+            runs[-1].append(child.tail or "")
+            continue
+        if block:
+            yield blocks[-1], "".join(runs[-1])
+            runs[-1] = []
+            runs.append([])
+            blocks.append(child)
+            texts += child.tag in _TEXT_BLOCKS
+        runs[-1].append(child.text or "")
+        stack.append((child, iter(child)))
 
 
 def _clamp_spans(tree: Any) -> None:
@@ -351,9 +379,9 @@ def _main_content(source: str, where: str) -> Sections | None:
     for br in body.iter("lb"):  # a line break inside a paragraph reads as a space, inside code as a new line
         br.tail = ("\n" if any(a.tag == "code" for a in br.iterancestors()) else " ") + (br.tail or "")
     out, table, rows = Sections(), None, _TableRows()
-    for el in body.iter(*_MAIN_BLOCKS):  # a block inside another (sloppy HTML: a list in an unclosed <p>) is its own
-        if any(a.tag in ("row", "code") or (el.tag in _INLINE and a.tag in _TEXT_BLOCKS) for a in el.iterancestors()):
-            continue  # read with its row, code block or the text it is inline in
+    for el, own in _main_runs(body):
+        if el.tag not in ("row", "code") and not own.strip():
+            continue
         if el.tag != "row" or el.getparent() is not table:  # a table's rows end: its unused header row is kept
             for text in rows.end():
                 out.add(text)
@@ -366,7 +394,7 @@ def _main_content(source: str, where: str) -> Sections | None:
             out.add(_code("".join(el.itertext())))
         else:
             level = _MAIN_HEADING.fullmatch(el.get("rend") or "") if el.tag == "head" else None
-            out.add(_line(_own_text(el)), int(level.group(1)) if level else 0)
+            out.add(_line(own), int(level.group(1)) if level else 0)
     for text in rows.end():
         out.add(text)
     return out if out.texts else None

@@ -589,6 +589,21 @@ def test_sloppy_html_keeps_its_headings_lists_and_tables_apart():
     assert sections_of["first item 2"] == "Part 2" and sections_of["Item: Apple; Price: 3 euro"] == "Prices"
 
 
+def test_html_text_after_a_block_inside_another_reads_after_it():
+    """trafilatura keeps a <p> inside a <blockquote> (and a table inside a list item) inside it: the quote's text
+    after the paragraph read before the paragraph, and text it left loose in its body (the rest of a <div> around a
+    <p>) was lost."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    page = (f"<html><body><main><h1>Tides</h1>{fill}<blockquote>The pilots said <p>the spring tide runs at four "
+            "knots</p> and the ferry waits for slack water.</blockquote><div>Loose text <p>the inner paragraph of the "
+            "div</p> and the loose text after it.</div><ul><li>Speed at the mouth: <table><tr><th>Tide</th><th>Knots"
+            f"</th></tr><tr><td>spring</td><td>4</td></tr></table></li></ul>{fill}</main></body></html>")
+    texts = extract_html(page).paragraphs
+    assert texts[2:7] == ["The pilots said", "the spring tide runs at four knots", "and the ferry waits for slack water.",
+                          "the inner paragraph of the div", "and the loose text after it."]
+    assert texts[7].startswith("Speed at the mouth:") and texts[-1] == texts[1]
+
+
 def test_html_inline_code_comments_and_markdown_asides_stay_in_their_text(tmp_path):
     """Inline code and quotes are read in their paragraph or heading (they came out as paragraphs of their own,
     leaving "The flag" as a heading); an HTML comment no longer cuts the text after it; a Markdown file's raw
