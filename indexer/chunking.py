@@ -6,7 +6,8 @@ Paragraph boundaries come first: a paragraph that fits the budget (``max_tokens`
 over the budget is cut into windows of at most ``max_tokens`` tokens at word boundaries, preferring to end a
 window after a line or a sentence (in its second half), and each window starts ``overlap`` tokens before the end of
 the one before it, so an answer cut by one window is whole in the next; where a line starts in that overlap, at the
-first such line (lines: a code block's, the only paragraphs ``indexer.ingest`` keeps line breaks in). A passage shorter than ``min_tokens`` (a heading,
+first such line (lines: a code block's, the only paragraphs ``indexer.ingest`` keeps line breaks in; a passage
+that starts with a line keeps its indentation). A passage shorter than ``min_tokens`` (a heading,
 a list item) absorbs the paragraphs after it while they fit the budget, so headings stay with their text.
 ``chunk_sections`` does this within runs of paragraphs that share their metadata (a page, a heading path), so no
 passage mixes two pages or sections.
@@ -194,6 +195,13 @@ def _line_break(text: str, spans: list[tuple[int, int]], w: int) -> bool:
     return 0 < w < len(spans) and "\n" in text[spans[w - 1][1] : spans[w][0]]
 
 
+def _line_start(text: str, at: int) -> int:
+    """Where text from offset ``at`` starts: at its line's start when only spaces come before it on its line (a code
+    line's indentation, which says where it belongs), else at ``at``."""
+    start = text.rfind("\n", 0, at) + 1
+    return start if not text[start:at].strip(" ") else at
+
+
 def _windows(text: str, spans: list[tuple[int, int]], counts: list[int], opts: ChunkOptions) -> list[tuple[str, int]]:
     """Cut one long paragraph (its words' character spans and token counts) into overlapping windows."""
     out: list[tuple[str, int]] = []
@@ -208,7 +216,7 @@ def _windows(text: str, spans: list[tuple[int, int]], counts: list[int], opts: C
                 if _line_break(text, spans, k) or _ends_sentence(text, spans, k - 1):
                     j = k
                     break
-        out.append((text[spans[i][0] : spans[j - 1][1]], sum(counts[i:j])))
+        out.append((text[_line_start(text, spans[i][0]) : spans[j - 1][1]], sum(counts[i:j])))
         if j >= n:
             break
         back, shared = j, 0  # the next window starts `overlap` tokens before this one ends, and always moves on
@@ -226,7 +234,7 @@ def split_paragraph(text: str, count: TokenCounter, opts: ChunkOptions) -> list[
     counts = count([m.group() for m in matches])
     total = sum(counts)
     if total <= opts.max_tokens:
-        return [(text.strip(), total)] if matches else []
+        return [(text[_line_start(text, matches[0].start()) :].rstrip(), total)] if matches else []
     spans = [m.span() for m in matches]
     if max(counts) > opts.max_tokens // 2:  # a word no window could hold with others (base64, a long URL)
         spans, counts = _cut_long_words(text, spans, counts, count, opts.max_tokens // 2)

@@ -33,8 +33,9 @@ on the command line must have one of those suffixes. Each file is one document:
   - a **code block** (``<pre>``, a fenced or indented Markdown block) keeps its lines: one paragraph, its lines one
     "\\n" apart, indented as written (tabs as four spaces, less what every line shares), the spacing inside a line
     collapsed, blank lines dropped (a blank line reads as a paragraph break,
-    which an answer never crosses); chunking cuts one over the budget after a line. trafilatura reads a ``<pre>`` as
-    code when its text looks like code, else as a quotation on one line.
+    which an answer never crosses); chunking cuts one over the budget after a line, and a passage that starts with
+    an indented line keeps its indentation. Every ``<pre>`` of a page reads as code, whether or not its text looks
+    like code to trafilatura (a configuration file, a shell session).
   - a **heading** opens a section, and each paragraph has ``section``, the heading path ("Install > Linux"): a
     heading of level n closes the open ones of level n and deeper; its own path includes it; text before the first
     heading has none, and a heading followed at once by another joins that one's paragraph ("Install\n\nLinux": its

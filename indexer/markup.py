@@ -351,6 +351,20 @@ def _clamp_spans(tree: Any) -> None:
                         column += int(span) if span.isdecimal() else 1
 
 
+def _pre_as_code(tree: Any) -> None:
+    """Wraps the content of each <pre> without a <code> in one: trafilatura reads a <pre> as code (its lines and
+    indentation kept) only when its text looks like code to it ("{", "(\"", an indented line), and any other as a
+    quotation on one line, so a configuration file, a shell session or a table set in <pre> lost its lines."""
+    from lxml import etree
+
+    for pre in tree.iter("pre"):
+        if any(child.tag == "code" for child in pre):
+            continue
+        code = etree.SubElement(pre, "code")
+        code.text, pre.text = pre.text, None
+        code.extend(child for child in list(pre) if child is not code)
+
+
 def _main_content(source: str, where: str) -> Sections | None:
     """The paragraphs of an HTML page's main content (trafilatura: navigation, footers, asides and other
     boilerplate dropped), with sections from its headings, table rows named by their header row (trafilatura marks
@@ -367,6 +381,7 @@ def _main_content(source: str, where: str) -> Sections | None:
     except (etree.ParserError, ValueError):  # no element at all
         return None
     _clamp_spans(tree)
+    _pre_as_code(tree)
     try:
         with _quiet_trafilatura():
             found = trafilatura.bare_extraction(tree, fast=True, favor_recall=True, include_comments=False,

@@ -68,6 +68,21 @@ def test_windows_of_a_code_block_end_and_start_at_its_lines():
     assert pieces[-1][0].endswith(lines[-1])
 
 
+def test_windows_of_a_code_block_keep_the_indentation_of_their_first_line():
+    """A window that started at an indented line began at its first word: its first line lost the indentation that
+    says where it belongs (a method's body read as top-level code). A piece that fits keeps it too."""
+    lines = ["class Harbour:"] + [line for i in range(8) for line in (
+        f"    def tide_{i}(self, knots):", f"        if knots > {i}:", f"            return knots * {i}")]
+    text = "\n".join(lines)
+    pieces = split_paragraph(text, word_token_counter, ChunkOptions(max_tokens=20, overlap=6, min_tokens=0))
+    assert len(pieces) > 2
+    assert all(piece in {"\n".join(lines[a:b]) for a in range(len(lines)) for b in range(a + 1, len(lines) + 1)}
+               for piece, _ in pieces)
+    assert any(piece.startswith("        ") for piece, _ in pieces)
+    assert split_paragraph("    return knots\nknots = 2", word_token_counter, ChunkOptions()) == [
+        ("    return knots\nknots = 2", 5)]
+
+
 def test_sentences_know_abbreviations():
     assert split_sentences("Dr. Smith went to Washington. He arrived.") == ["Dr. Smith went to Washington.",
                                                                            "He arrived."]

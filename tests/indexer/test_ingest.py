@@ -589,6 +589,17 @@ def test_sloppy_html_keeps_its_headings_lists_and_tables_apart():
     assert sections_of["first item 2"] == "Part 2" and sections_of["Item: Apple; Price: 3 euro"] == "Prices"
 
 
+def test_html_pre_keeps_its_lines_and_indentation_as_code_does():
+    """trafilatura reads a <pre> as code only when its text looks like code to it ("{", an indented line after a
+    line break): a configuration file or a shell session in <pre> read as one line."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    config = "server:\n  port: 8080\n  host: example.org\nlogging:\n  level: debug"
+    shell = "$ spanseek serve --port 8080\nstarted on port 8080"
+    page = f"<html><body><main><h1>T</h1>{fill}<pre>{config}</pre>{fill}<pre>{shell}</pre>{fill}</main></body></html>"
+    texts = extract_html(page).paragraphs
+    assert config in texts and shell in texts
+
+
 def test_html_text_after_a_block_inside_another_reads_after_it():
     """trafilatura keeps a <p> inside a <blockquote> (and a table inside a list item) inside it: the quote's text
     after the paragraph read before the paragraph, and text it left loose in its body (the rest of a <div> around a
