@@ -26,7 +26,9 @@ on the command line must have one of those suffixes. Each file is one document:
     Default: 200; What: passage budget". The header row (its cells all <th>, or in <thead>) is no paragraph of its
     own while rows follow it; a cell whose column has no name stands alone, an empty cell is left out, and a table
     without a header row reads its cells spaced. In a page's main content (trafilatura) only <th> cells name columns,
-    those of the first row that has them; a <thead> of <td> cells reads as a row. Cells spanning rows (rowspan) are
+    those of the first row that has them; a <thead> of <td> cells reads as a row. A header cell spanning columns
+    (colspan) names each of them ("Tide: high; Tide: 06:10"), unless it is the only name of its row (a title over
+    the table), which names the first column only. Cells spanning rows (rowspan) are
     named as trafilatura places them; the reader of Markdown and of pages without main content does not follow them.
     A span reaches no further than the table: a cell's columns end at the table's width (the most cells a row of it
     has), its rows at the table's last.

@@ -53,23 +53,29 @@ def _code(text: str) -> str:
     return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + _line(line) for line in lines)
 
 
+# the text of a cell that stands for a column the header cell before it spans (``_split_header_spans``)
+_SPANNED = "\ue000"
+
+
 class _TableRows:
     """One table's rows -> paragraphs. A row of header cells only (<th>, or any cell of <thead>) names the columns of
     the rows after it and is no paragraph itself, unless no row uses it (the table ends, or another header row comes
-    first): then it is one, its cells spaced. A header row of one name amid the body (a group's label) names nothing
-    and reads as itself."""
+    first): then it is one, its cells spaced. A header cell that spans columns names each of them, as the table shows
+    it, where its row has other names (a row of one name over the whole table is its title). A header row of one name
+    amid the body (a group's label) names nothing and reads as itself."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.unused: str | None = None  # the header row no row has used yet: a paragraph if none will
 
-    def row(self, cells: Sequence[tuple[str, bool]]) -> list[str]:
-        """The paragraphs a row of (text, is a header cell) gives: none (a header row), itself, and an unused header
-        row before it."""
-        texts = [text for text, _ in cells]
-        header = all(head for _, head in cells)
+    def row(self, cells: Sequence[tuple[str, bool, str]]) -> list[str]:
+        """The paragraphs a row of (text, is a header cell, the column's name: the text, or, in a column a header
+        cell spans, that cell's) gives: none (a header row), itself, and an unused header row before it."""
+        texts = [text for text, _, _ in cells]
+        header = all(head for _, head, _ in cells)
         if header and any(texts) and (not self.names or sum(map(bool, texts)) > 1):
-            out, self.names, self.unused = self.end(), texts, row_text(texts, [])
+            names = [name for _, _, name in cells] if sum(map(bool, texts)) > 1 else texts
+            out, self.names, self.unused = self.end(), names, row_text(texts, [])
             return out
         self.unused = None
         text = row_text(texts, [] if header else self.names)
@@ -86,7 +92,7 @@ class _Table:
     """A table being read by ``_HTMLText``: its open row and cell."""
 
     rows: _TableRows = field(default_factory=_TableRows)
-    row: list[tuple[str, bool]] | None = None  # (text, is a header cell) of the open row's cells
+    row: list[tuple[str, bool, str]] | None = None  # (text, is a header cell, its column's name) of the row's cells
     cell: list[str] | None = None  # the open cell's text
     head: bool = False  # the open cell is a header cell
     span: int = 1  # the columns the open cell spans
@@ -96,7 +102,8 @@ class _Table:
         if self.cell is not None:
             # a cell spanning columns is followed by empty ones, so the cells after it keep their column's name
             self.row = self.row if self.row is not None else []  # added to in place: a row of 5,000 cells took 8 s
-            self.row += [(_line("".join(self.cell)), self.head), *[("", self.head)] * (self.span - 1)]
+            text = _line("".join(self.cell))
+            self.row += [(text, self.head, text), *[("", self.head, text)] * (self.span - 1)]
             self.cell = None
 
     def end_row(self) -> list[str]:
@@ -351,6 +358,23 @@ def _clamp_spans(tree: Any) -> None:
                         column += int(span) if span.isdecimal() else 1
 
 
+def _split_header_spans(tree: Any) -> None:
+    """Each header cell (<th>) spanning columns made that many cells, the ones after it holding ``_SPANNED`` and its
+    text: trafilatura pads a spanned column with an empty cell, so the header named only the first column it spans
+    ("Port: Dover; Tide: high; 06:10" under a "Tide" over two columns). Run after ``_clamp_spans``."""
+    from lxml import etree
+
+    for th in tree.iter("th"):
+        span = th.get("colspan", "")
+        if not (span.isdecimal() and int(span) > 1) or th.getparent() is None or th.getparent().tag != "tr":
+            continue
+        th.set("colspan", "1")
+        for _ in range(int(span) - 1):
+            spanned = etree.Element("th")
+            spanned.text = _SPANNED
+            th.addnext(spanned)
+
+
 def _pre_as_code(tree: Any) -> None:
     """Wraps the content of each <pre> without a <code> in one: trafilatura reads a <pre> as code (its lines and
     indentation kept) only when its text looks like code to it ("{", "(\"", an indented line), and any other as a
@@ -381,6 +405,7 @@ def _main_content(source: str, where: str) -> Sections | None:
     except (etree.ParserError, ValueError):  # no element at all
         return None
     _clamp_spans(tree)
+    _split_header_spans(tree)
     _pre_as_code(tree)
     try:
         with _quiet_trafilatura():
@@ -402,14 +427,19 @@ def _main_content(source: str, where: str) -> Sections | None:
                 out.add(text)
             table, rows = (el.getparent() if el.tag == "row" else None), _TableRows()
         if el.tag == "row":
-            cells = [(_line(" ".join(cell.itertext())), cell.get("role") == "head") for cell in el.findall("cell")]
+            texts = [_line(" ".join(cell.itertext())) for cell in el.findall("cell")]
+            heads = [cell.get("role") == "head" for cell in el.findall("cell")]
+            cells: list[tuple[str, bool, str]] = []
+            for text, head in zip(texts, heads, strict=True):
+                spanned = text == _SPANNED and cells
+                cells.append(("", head, cells[-1][2]) if spanned else (text.replace(_SPANNED, ""), head, text))
             for text in rows.row(cells):
                 out.add(text)
         elif el.tag == "code":
-            out.add(_code("".join(el.itertext())))
+            out.add(_code("".join(el.itertext()).replace(_SPANNED, "")))
         else:
             level = _MAIN_HEADING.fullmatch(el.get("rend") or "") if el.tag == "head" else None
-            out.add(_line(own), int(level.group(1)) if level else 0)
+            out.add(_line(own.replace(_SPANNED, "")), int(level.group(1)) if level else 0)
     for text in rows.end():
         out.add(text)
     return out if out.texts else None

@@ -589,6 +589,22 @@ def test_sloppy_html_keeps_its_headings_lists_and_tables_apart():
     assert sections_of["first item 2"] == "Part 2" and sections_of["Item: Apple; Price: 3 euro"] == "Prices"
 
 
+def test_a_header_cell_spanning_columns_names_each_of_them():
+    """trafilatura pads a column a header cell spans with an empty header cell (and the reader of Markdown's HTML
+    did the same), so "Tide" over two columns named only the first: "Port: Dover; Tide: high; 06:10". A header row of
+    one name over the whole table (its title) still names nothing but the first column."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    table = ("<table><tr><th>Port</th><th colspan=2>Tide</th><th>Depth</th></tr><tr><td>Dover</td><td>high</td>"
+             "<td>06:10</td><td>12 m</td></tr><tr><td>Deal</td><td colspan=2>none</td><td>9 m</td></tr></table>")
+    title = ("<table><tr><th colspan=3>Channel ports</th></tr><tr><td>Dover</td><td>06:10</td><td>12 m</td></tr>"
+             "</table>")
+    expected = ["Port: Dover; Tide: high; Tide: 06:10; Depth: 12 m", "Port: Deal; Tide: none; Depth: 9 m",
+                "Channel ports: Dover; 06:10; 12 m"]
+    page = extract_html(f"<html><body><main><h1>T</h1>{fill}{table}{fill}{title}{fill}</main></body></html>")
+    assert [p for p in page.paragraphs if p != fill[3:-4]][1:] == expected
+    assert extract_markdown(f"# T\n\n{table}\n\n{title}\n").paragraphs[1:] == expected
+
+
 def test_html_pre_keeps_its_lines_and_indentation_as_code_does():
     """trafilatura reads a <pre> as code only when its text looks like code to it ("{", an indented line after a
     line break): a configuration file or a shell session in <pre> read as one line."""
