@@ -14,7 +14,7 @@ import itertools
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -338,14 +338,26 @@ def margin_edge(block: Block, bottom: float, top: float) -> str | None:
     return "top" if block.y0 >= top - band else "bottom" if block.y1 <= bottom + band else None
 
 
-_NUMBER = re.compile(r"\d+")
+# a page's number: digits, or a roman numeral up to 399 (front matter's "iv"; without d and m, which end words)
+ROMAN = r"\b(?=[ivxlc]+\b)c{0,3}(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3})(?<=[ivxlc])\b"
+_NUMBER = re.compile(rf"\d+|{ROMAN}")
+_ROMAN_DIGITS = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100}
 # a number longer than this is no page's: compared whole (int() refuses strings of more than 4,300 digits)
 PAGE_NUMBER_DIGITS = 9
 
 
+def _value(number: str) -> int:
+    """A number's value: its digits', or its roman numeral's (lower case), or a long one's hash (equal where the
+    digits are)."""
+    if not number.isdigit():
+        values = [_ROMAN_DIGITS[c] for c in number]
+        return sum(-v if v < w else v for v, w in zip(values, [*values[1:], 0], strict=True))
+    return int(number) if len(number) <= PAGE_NUMBER_DIGITS else hash(number)
+
+
 def _numbers(text: str) -> tuple[int, ...]:
-    """The numbers of a text as values (a long one, "31415926535...", by its hash: equal where the digits are)."""
-    return tuple(int(n) if len(n) <= PAGE_NUMBER_DIGITS else hash(n) for n in _NUMBER.findall(text))
+    """The numbers of a (case-folded) text as values (``_value``)."""
+    return tuple(_value(n) for n in _NUMBER.findall(text))
 
 
 def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[int]]:
@@ -353,10 +365,16 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
     page, the indices of its blocks that are one. Such blocks lie in a margin (``margin_edge``) at one distance from
     its edge (within ``RUNNING_DRIFT`` of their type size) on at least ``RUNNING_PAGES`` pages (on every page of a
     document of two pages or more but fewer than that), in that size of type and with the same words (case, spacing
-    and numbers aside); and on each of at least two pages, each of its numbers is either the same ("Annual Report
-    2023", "Chapter 3", "of 40") or the page's own number give or take a fixed offset ("Page 3", a journal's "231"
-    on the file's first page). Rows at the tops of the pages of a long table ("Vessel 32 1032", "Vessel 65 1065"),
-    or the lines of a log, differ in their numbers otherwise: they are text."""
+    and numbers, roman ones too, aside); and on each of at least two pages, each of its numbers is either the same
+    ("Annual Report 2023", "Chapter 3", "of 40") or the page's own number give or take a fixed offset ("Page 3", a
+    journal's "231" on the file's first page). Rows at the tops of the pages of a long table ("Vessel 32 1032",
+    "Vessel 65 1065"), or the lines of a log, differ in their numbers otherwise: they are text.
+
+    Heads that take turns in one place are found together (``_slots``): where two heads or more (words and numbers)
+    each repeat on two pages or more in one place (a book's left and right pages' heads, each on every other page of
+    a short file; chapter heads that change every few pages), on at least half of the pages with a one-line block
+    there and on at least as many pages as above, they are running heads, and so is a one-line block in their place
+    on another page (a one-page chapter's head)."""
     needed = max(2, min(RUNNING_PAGES, len(pages)))
     # (edge, size, words with their numbers as "#", how many numbers: "Form #" has none) -> (page, block index, its
     # numbers, distance from the edge)
@@ -370,24 +388,61 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
             inset = top - block.y1 if edge == "top" else block.y0 - bottom
             groups.setdefault((edge, round(block.size), words, len(numbers)), []).append((page, i, numbers, inset))
     found: list[set[int]] = [set() for _ in pages]
-    for (_, size, _, _), members in groups.items():
+    # the blocks whose words and numbers repeat on two pages or more -> which repeat (their group's words, their key)
+    repeated: dict[tuple[int, int], tuple[str, tuple[int, ...]]] = {}
+    for (_, size, words, _), members in groups.items():
         middle = float(np.median([inset for *_, inset in members]))
         placed = [m for m in members if abs(m[3] - middle) <= RUNNING_DRIFT * max(size, 1)]
-        if len({page for page, *_ in placed}) < needed:
+        if len({page for page, *_ in placed}) < 2:
             continue
         # each number's place: read as a value ("2023") or as an offset from the page ("Page 3" on page 3: 0),
-        # whichever repeats more often
-        by_page = [max(Counter(n[j] - page for page, _, n, _ in placed).values())
-                   > max(Counter(n[j] for _, _, n, _ in placed).values()) for j in range(len(placed[0][2]))]
-        repeats: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        # whichever leaves more blocks repeating (chapter numbers 1, 1, 2, 3, 3 are values, not offsets 1, 0, 0, 0, -1)
+        by_page = [_repeating(n[j] - page for page, _, n, _ in placed) > _repeating(n[j] for _, _, n, _ in placed)
+                   for j in range(len(placed[0][2]))]
+        keys: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         for page, i, numbers, _ in placed:
             key = tuple(n - page if tracks else n for n, tracks in zip(numbers, by_page, strict=True))
-            repeats.setdefault(key, []).append((page, i))
-        for same in repeats.values():
+            keys.setdefault(key, []).append((page, i))
+        many = len({page for page, *_ in placed}) >= needed
+        for key, same in keys.items():
             if len({page for page, _ in same}) >= 2:  # a chapter's head ("Chapter 1") on its two pages, say
+                repeated.update(dict.fromkeys(same, (words, key)))
                 for page, i in same:
+                    found[page].update([i] if many else [])
+    for slot in _slots(pages):  # heads that take turns: two repeats or more in one place, on half its pages or more
+        pages_of = {page for page, _ in slot}
+        heads = {page for page, i in slot if (page, i) in repeated}
+        turns = {repeated[m] for m in slot if m in repeated}
+        if len(turns) >= 2 and len(pages_of) >= needed and 2 * len(heads) >= len(pages_of):
+            for page, i in slot:
+                if (page, i) in repeated or page not in heads:
                     found[page].add(i)
     return found
+
+
+def _repeating(values: Iterable[int]) -> int:
+    """How many of ``values`` are equal to another."""
+    return sum(n for n in Counter(values).values() if n > 1)
+
+
+def _slots(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[list[tuple[int, int]]]:
+    """The places of a document's margins that one-line blocks share whatever their words: (page, block index) of
+    the blocks of one line at one edge in one size of type, at one distance from the edge (each within
+    ``RUNNING_DRIFT`` of their type size from the one before). A paragraph's lines are no head."""
+    placed: dict[tuple[str, int], list[tuple[float, int, int]]] = {}
+    for page, (blocks, bottom, top) in enumerate(pages):
+        for i, block in enumerate(blocks):
+            if "\n" not in block.text.strip() and (edge := margin_edge(block, bottom, top)) is not None:
+                inset = top - block.y1 if edge == "top" else block.y0 - bottom
+                placed.setdefault((edge, round(block.size)), []).append((inset, page, i))
+    slots: list[list[tuple[int, int]]] = []
+    for (_, size), members in placed.items():
+        members.sort()
+        for k, (inset, page, i) in enumerate(members):
+            if k == 0 or inset - members[k - 1][0] > RUNNING_DRIFT * max(size, 1):
+                slots.append([])
+            slots[-1].append((page, i))
+    return slots
 
 
 def dehyphenate(texts: Sequence[str]) -> list[str]:

@@ -296,6 +296,43 @@ def test_running_heads_of_journals_and_reports_are_left_out(tmp_path, margins):
     assert extracted.paragraphs == [text_of(body) for body in bodies]
 
 
+def book(n: int) -> list[tuple[float, float, str]]:
+    """A short book's heads: the title on left pages and the chapter on right ones, roman page numbers below."""
+    return [(20, 12, "Tides of the North Sea") if n % 2 == 0 else (120, 12, "Chapter One: Harbours"),
+            (100, 287, ["i", "ii", "iii", "iv", "v"][n - 1])]
+
+
+def chapters(n: int) -> list[tuple[float, float, str]]:
+    """Chapter heads that change with the chapter: two pages, one page (chapter 2), two pages."""
+    return [(20, 12, ["Chapter 1 - Harbours", "Chapter 1 - Harbours", "Chapter 2 - Lighthouses", "Chapter 3 - Fleets",
+                      "Chapter 3 - Fleets"][n - 1])]
+
+
+@pytest.mark.parametrize(("margins", "count"), [(book, 4), (book, 5), (chapters, 5)])
+def test_heads_that_take_turns_and_roman_page_numbers_are_left_out(tmp_path, margins, count):
+    """Under three pages a head had to be on every page: a short book's left and right heads (each on every other
+    page) stayed, as did its roman page numbers, glued to the next page's first paragraph ("i The fishing
+    fleet ..."), and a one-page chapter's head, whose words are on no other page."""
+    bodies = [A, D, E, D, A][:count]
+    pages = [[*margins(n), *column(20, 30, [body])] for n, body in enumerate(bodies, start=1)]
+    assert extract_pdf(lines_pdf(tmp_path / "book.pdf", pages)).paragraphs == [text_of(body) for body in bodies]
+
+
+def test_first_lines_at_the_top_of_short_files_stay(tmp_path):
+    """A page's first line where running heads would be is text when no two heads take turns there: headings that
+    differ (one on two pages), a roman-looking word in the body; and on a page without the book's head, a first line
+    below where the head is."""
+    headings = ["Harbours", "Harbours", "Lighthouses", "Fleets"]
+    pages = [[(20, 12, heading), *column(20, 30, [body])] for heading, body in zip(headings, [A, D, E, D], strict=True)]
+    extracted = extract_pdf(lines_pdf(tmp_path / "headed.pdf", pages))
+    assert extracted.paragraphs == [p for h, b in zip(headings, [A, D, E, D], strict=True) for p in (h, text_of(b))]
+    pages = [[*book(n), *column(20, 30, [body])] for n, body in enumerate([A, D, E, D, A], start=1)]
+    pages[2] = [(20, 20, "Chapter Two: Lighthouses"), *column(20, 30, [["Vi Nguyen kept the light for", "forty years."]])]
+    extracted = extract_pdf(lines_pdf(tmp_path / "opener.pdf", pages))
+    assert extracted.paragraphs == [text_of(A), text_of(D), "Chapter Two: Lighthouses",
+                                    "Vi Nguyen kept the light for forty years.", text_of(D), text_of(A)]
+
+
 def test_log_lines_at_the_tops_of_pages_are_kept(tmp_path):
     """Lines that differ only in their numbers at the top of each page are text, not a running header."""
     pages = [[(20, 15 + 5 * i, f"2024-05-0{n} 12:{10 * n + i:02d}:03 crane {i + n} stopped") for i in range(3)]
