@@ -94,17 +94,26 @@ def _join(jumps: dict[int, tuple[int, int, int]], run: list[tuple[int, tuple[int
 def render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS) -> str:
     """``body`` rendered to HTML by ``md``. markdown-it does not parse inside a block nested past its ``maxNesting``
     and skips that block's lines, for a list item the rest of the file: such a block's lines are rendered again in
-    its place with their indentation and quote markers removed (a list nested 60 deep reads as a flat list, a quote
-    150 deep as a paragraph), and after ``rounds`` such readings as lines of text."""
+    its place with their indentation and quote markers removed (a list nested 60 deep reads as a flat list), and
+    after ``rounds`` such readings as lines of text. Inside quotes only, each line loses only the markers of the
+    quotes open around it, so the quotes it nests deeper stay (a quote 150 deep whose every level has a line keeps
+    its lines apart: they ran into one paragraph), except in the last reading."""
     env: dict[str, Any] = {}
     tokens = md.parse(body, env)
     lines = body.split("\n")
     parts, done = [], 0
+    opened: list[str] = []  # the blocks open at each token, outermost first
     for i, token in enumerate(tokens[:-1]):
+        if token.nesting == 1:
+            opened.append(token.type)
+        elif token.nesting == -1 and opened:
+            opened.pop()
         if (token.type in ("blockquote_open", "list_item_open") and token.map and tokens[i + 1].nesting == -1
                 and token.level >= MARKDOWN_NESTING - 2):  # a container opened at the limit, left empty
             a, b = token.map
-            skipped = [_NESTED_PREFIX.sub("", line) for line in lines[a:b]]
+            quotes = rounds > 1 and all(kind == "blockquote_open" for kind in opened)  # the last reading: flat
+            prefix = re.compile(rf"^(?:[ \t]{{0,3}}>[ \t]?){{0,{len(opened)}}}") if quotes else _NESTED_PREFIX
+            skipped = [prefix.sub("", line) for line in lines[a:b]]
             parts.append(md.renderer.render(tokens[done : i + 1], md.options, env))
             parts.append(render_markdown(md, "\n".join(skipped), rounds - 1) if rounds > 0 else
                          "".join(f"<p>{html.escape(line)}</p>" for line in skipped if line.strip()))

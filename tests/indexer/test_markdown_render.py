@@ -59,3 +59,12 @@ def test_a_hundred_thousand_open_brackets_read_in_seconds():
     for src in ("[" * 100_000, "![" * 100_000, "[" * 100_000 + "]"):  # 4-18 s, 34-60 s and 4-12 s before
         assert extract_markdown(src).paragraphs == [src]
     assert time.perf_counter() - t0 < 20
+
+
+def test_quotes_nested_past_the_limit_keep_their_lines_apart_and_in_order():
+    """Past the parser's limit a quote's lines were read again with every quote marker removed, so the lines of 60
+    quotes nested inside one another ran into one paragraph; now each keeps the quotes it opens past the limit."""
+    levels = "".join(">" * d + f" line {d}\n" for d in range(1, 161))
+    md = extract_markdown(f"{levels}\nAfter the quotes.\n\n{'>' * 1000} the deepest line\n\nThe end.\n")
+    assert md.paragraphs == [f"line {d}" for d in range(1, 161)] + ["After the quotes.", "the deepest line",
+                                                                    "The end."]
