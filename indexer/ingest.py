@@ -28,7 +28,8 @@ on the command line must have one of those suffixes. Each file is one document:
     without a header row reads its cells spaced. In a page's main content (trafilatura) only <th> cells name columns,
     those of the first row that has them; a <thead> of <td> cells reads as a row. A header cell spanning columns
     (colspan) names each of them ("Tide: high; Tide: 06:10"), unless it is the only name of its row (a title over
-    the table), which names the first column only. Cells spanning rows (rowspan) are
+    the table), which names the first column only. A table in a list item, whose rows trafilatura does not keep,
+    reads its cells spaced in the item's text. Cells spanning rows (rowspan) are
     named as trafilatura places them; the reader of Markdown and of pages without main content does not follow them.
     A span reaches no further than the table: a cell's columns end at the table's width (the most cells a row of it
     has), its rows at the table's last.

@@ -317,7 +317,7 @@ def _main_runs(body: Any) -> Iterator[tuple[Any, str]]:
                 blocks.pop()
                 texts -= el.tag in _TEXT_BLOCKS
             if stack:
-                runs[-1].append(el.tail or "")
+                runs[-1].append(" " + (el.tail or "") if el.tag in _CELL else el.tail or "")
             continue
         block = child.tag in _MAIN_BLOCKS and not (child.tag in _INLINE and texts)
         if block and child.tag in ("row", "code"):
@@ -332,7 +332,8 @@ def _main_runs(body: Any) -> Iterator[tuple[Any, str]]:
             runs.append([])
             blocks.append(child)
             texts += child.tag in _TEXT_BLOCKS
-        runs[-1].append(child.text or "")
+        # a table's cells trafilatura leaves loose in a block (a table in a list item): spaced, not glued together
+        runs[-1].append(" " + (child.text or "") if child.tag in _CELL else child.text or "")
         stack.append((child, iter(child)))
 
 
