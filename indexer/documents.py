@@ -253,14 +253,15 @@ def _inflated_size(data: bytes, limit: int) -> int:
 
 @functools.cache
 def _pdf_document() -> type:
-    """pdfminer's PDFDocument, hardened against hostile files. An object that is a reference to itself (``6 0 obj
-    6 0 R``, or a chain of references back to where it starts) is a PDFSyntaxError: pdfminer follows references until
+    """pdfminer's PDFDocument, hardened against hostile files. An object that is a reference to itself (``6 0 obj 6
+    0 R``, or a chain of references back to where it starts) is a PDFSyntaxError: pdfminer follows references until
     it finds an object that is none (``resolve1``), so such a file held its reader forever; an object that is a
     reference is given as the object it leads to. Cross-reference sections whose ``/Prev`` leads back to one read
     already (to itself, or two that lead to each other) were followed until Python's recursion limit: the sections
-    up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before pdfminer expands it (``zlib.decompress``,
-    in memory at once): ``Unreadable`` when it is a decompression bomb (``_bomb``: it expands past ``MAX_INFLATE_RATIO``
-    times), expands past ``MAX_INFLATED_STREAM``, or the document's streams past ``MAX_INFLATED``."""
+    up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before pdfminer
+    expands it (``zlib.decompress``, in memory at once): ``Unreadable`` when it is a decompression bomb (``_bomb``:
+    it expands past ``MAX_INFLATE_RATIO`` times), expands past ``MAX_INFLATED_STREAM``, or the document's streams
+    past ``MAX_INFLATED``."""
     from pdfminer.pdfdocument import PDFDocument
     from pdfminer.pdfparser import PDFSyntaxError
     from pdfminer.pdftypes import LITERALS_FLATE_DECODE, PDFObjRef, PDFStream

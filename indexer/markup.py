@@ -1,9 +1,10 @@
 """Markdown and HTML -> paragraphs with their sections, for ``indexer.ingest`` (which documents the rules users see).
 
-Markdown is rendered to HTML (``indexer.markdown_render``: markdown-it-py, CommonMark and tables) and read like an HTML page without main-content
-extraction (``_HTMLText``); an HTML page is reduced to its main content by trafilatura (``_main_content``), or read
-the same way when trafilatura finds none. Either way a table row is one paragraph whose cells are named by the
-header row, a code block one paragraph of its lines, and each paragraph has its heading path (``Sections``).
+Markdown is rendered to HTML (``indexer.markdown_render``: markdown-it-py, CommonMark and tables) and read like an
+HTML page without main-content extraction (``_HTMLText``); an HTML page is reduced to its main content by trafilatura
+(``_main_content``), or read the same way when trafilatura finds none. Either way a table row is one paragraph whose
+cells are named by the header row, a code block one paragraph of its lines, and each paragraph has its heading path
+(``Sections``).
 """
 
 from __future__ import annotations

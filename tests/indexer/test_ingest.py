@@ -561,8 +561,9 @@ def test_deeply_nested_pages_keep_all_their_text():
 
 
 def test_markdown_nested_past_the_parser_limit_keeps_its_text_and_the_rest_of_the_file():
-    """Past MARKDOWN_NESTING (indexer.markdown_render) markdown-it skips a block's lines, for a list item the rest of the file: a list 60 deep
-    lost its deep items and every section after it, a quote 150 deep its line. Both are read again, flatter."""
+    """Past MARKDOWN_NESTING (indexer.markdown_render) markdown-it skips a block's lines, for a list item the rest
+    of the file: a list 60 deep lost its deep items and every section after it, a quote 150 deep its line. Both are
+    read again, flatter."""
     outline = "".join("  " * d + f"- level {d} of the outline\n" for d in range(60))
     quote = ">" * 150 + " the quoted line\n"
     mixed = "".join("  " * d + "> - " for d in range(40)) + "the mixed line\n"  # quotes in lists in quotes ...
