@@ -3,8 +3,9 @@
 One task owns the queue. It waits for the first request, then collects more until the batch holds
 ``max_batch_size`` questions or the first request has waited ``max_wait_ms``. A request whose client left while it
 waited (its future cancelled: the route cancels it when the client disconnects) leaves the queue at once: no batch
-takes it, and the queue depth, admission and fair shares stop counting it; a batch already taken runs whole. The
-batch runs off the event loop:
+takes it, and the queue depth, admission and fair shares stop counting it; a batch already taken is encoded whole,
+and its search step (the larger part of its time) leaves out the requests whose client left meanwhile. The batch
+runs off the event loop:
 
 1. all non-blank questions of the batch go through ``searcher.encoder.encode`` once: (B, d) q_start, q_end;
 2. rows are grouped by their ``SearchParams`` (core.params) and each group is one ``searcher.search_vectors``
@@ -253,10 +254,18 @@ def search_isolated(searcher: Searcher, enc: EncodedBatch) -> tuple[list[Outcome
     return outcomes, StageTimes.total([enc.times, *tries])
 
 
-def run_batch_isolated(searcher: Searcher, requests: Requests) -> tuple[list[Outcome], StageTimes]:
-    """``run_batch`` where a request that makes a step raise fails alone: per request, its hits or its exception."""
+def run_batch_isolated(searcher: Searcher, requests: Requests, wanted: Callable[[], list[bool]] | None = None
+                       ) -> tuple[list[Outcome], StageTimes]:
+    """``run_batch`` where a request that makes a step raise fails alone: per request, its hits or its exception.
+    ``wanted()``, asked between the two steps, says which requests are still wanted (their client still waits): the
+    others are not searched, and get no hits."""
     enc, failures = encode_isolated(searcher, requests)
-    outcomes, t = search_isolated(searcher, enc)
+    keep = [r for r, ok in enumerate(wanted()) if ok] if wanted is not None else list(range(len(requests)))
+    searched, t = (search_isolated(searcher, enc if len(keep) == len(requests) else select_requests(enc, keep))
+                   if keep else ([], enc.times))
+    outcomes: list[Outcome] = [[] for _ in requests]
+    for r, outcome in zip(keep, searched, strict=True):
+        outcomes[r] = outcome
     return [o if f is None else f for o, f in zip(outcomes, failures, strict=True)], t
 
 
@@ -626,13 +635,19 @@ class MicroBatcher:
         return sum(len(p.questions) for p in self._pending if p.live())
 
     async def _execute(self, batch: list[_Pending]) -> None:
-        """Both steps in ``executor``; returns when the batch is answered."""
+        """Both steps in ``executor``, in one call; returns when the batch is answered. A client that left while
+        its questions were encoded is not searched (``run_batch_isolated``'s ``wanted``), as the pipeline drops it
+        before its search step (``_without_departed``)."""
         started = time.monotonic()
         requests = [(item.questions, item.params) for item in batch]
         searcher = self._start(batch, started)
+
+        def wanted() -> list[bool]:  # read in the worker thread: a future's state, set on the event loop
+            return [item.live() for item in batch]
+
         try:
             outcomes, t = await asyncio.get_running_loop().run_in_executor(
-                self.executor, with_request_ids, _ids(batch), run_batch_isolated, searcher, requests)
+                self.executor, with_request_ids, _ids(batch), run_batch_isolated, searcher, requests, wanted)
         except Exception as e:  # not even the isolated retries ran: fail the batch (500), not the batcher
             self._fail(batch, e)
             return

@@ -162,6 +162,60 @@ async def test_a_request_whose_client_left_while_its_batch_waited_for_the_search
             pool.shutdown(wait=True)
 
 
+async def test_without_the_pipeline_a_client_that_left_while_its_batch_was_encoded_is_not_searched(
+        until, counting_factory, tiny_searcher):
+    """``pipeline off``: both steps of a batch run in one call of the one worker thread. A client that leaves while its
+    batch is encoded is left out of the search step, as the pipeline leaves it out; the others get their own answers.
+    Before, the whole batch was searched."""
+    factory, encoder = counting_factory(block=True)
+    searcher = _RecordingSearch(factory(None))
+    searcher.gate.set()
+    pool = ThreadPoolExecutor(1)
+    batcher = MicroBatcher(searcher, pool, max_batch_size=4, max_wait_ms=20, max_queue=64, metrics=ServiceMetrics())
+    batcher.start()
+    try:
+        gone = asyncio.create_task(batcher.submit(["client went away"], PHRASE, client="gone"))
+        kept = asyncio.create_task(batcher.submit(["where is the castle"], PHRASE, client="kept"))
+        await until(lambda: ["client went away", "where is the castle"] in encoder.calls)  # being encoded
+        gone.cancel()
+        await asyncio.sleep(0.01)
+        encoder.gate.set()
+        outcome = await asyncio.wait_for(kept, 30)
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert searcher.texts == [["where is the castle"]]
+        want = tiny_searcher.search(["where is the castle"], PHRASE)[0]
+        assert [(h.passage_id, h.start, h.end) for h in outcome.hits[0]] == [(h.passage_id, h.start, h.end) for h in want]
+        assert not batcher._inflight and batcher.depth == 0
+    finally:
+        encoder.gate.set()
+        await batcher.stop()
+        pool.shutdown(wait=True)
+
+
+async def test_without_the_pipeline_a_batch_whose_clients_all_left_is_not_searched(until, counting_factory):
+    factory, encoder = counting_factory(block=True)
+    searcher = _RecordingSearch(factory(None))
+    searcher.gate.set()
+    pool = ThreadPoolExecutor(1)
+    batcher = MicroBatcher(searcher, pool, max_batch_size=4, max_wait_ms=0, max_queue=64)
+    batcher.start()
+    try:
+        gone = asyncio.create_task(batcher.submit(["client went away"], PHRASE, client="gone"))
+        await until(encoder.entered.is_set)
+        gone.cancel()
+        await asyncio.sleep(0.01)
+        encoder.gate.set()
+        await until(lambda: not batcher._inflight)
+        after = asyncio.create_task(batcher.submit(["where is the castle"], PHRASE, client="next"))
+        await asyncio.wait_for(after, 30)  # the batcher goes on
+        assert searcher.texts == [["where is the castle"]]
+    finally:
+        encoder.gate.set()
+        await batcher.stop()
+        pool.shutdown(wait=True)
+
+
 async def test_a_write_step_waiting_for_a_queued_search_runs_as_soon_as_that_client_leaves(counting_factory):
     """A search waits for its batch to fill (max_wait_ms) and a write step waits for the searches to go first; when
     the search's client leaves, the step runs at once. Before, it waited its whole write_wait_ms (5 s here)."""
