@@ -18,7 +18,8 @@ HTML table left it at 1,088 MB, 196 MB with it), and one still holding more than
 (``file_read_keep_bytes``) above what it held before its first file is replaced: the next upload starts a fresh one.
 
 Two bounds, each answered 429 with a Retry-After when full: at most ``max_file_uploads`` uploads are read or encoded
-at once (``slot``, taken once an upload's body is in), and the bodies held in memory, those still arriving included,
+at once (``slot``, taken once an upload's body is in; a body of declared length that finds them all taken is refused
+before it is read, ``check_slot``), and the bodies held in memory, those still arriving included,
 come to at most ``max_file_uploads`` x ``max_file_bytes`` bytes (``holding``, each body's declared length reserved
 from its first byte). A client trickling its body so holds only its bytes: the uploads behind it are read meanwhile,
 where a slot taken at the first byte held one until ``body_timeout_s``, and a burst of large files still queues at
@@ -313,13 +314,19 @@ class FileReader:
     def _retry_after(self) -> float:
         return min(max(1.0, self.seconds), self.timeout_s)
 
-    @contextmanager
-    def slot(self) -> Iterator[None]:
-        """One upload's place among the ``uploads`` read or encoded at once, taken once its body is in;
-        ``UploadsBusy`` (its ``retry_after`` in seconds) when they are all taken."""
+    def check_slot(self) -> None:
+        """``UploadsBusy`` (its ``retry_after`` in seconds) when every one of the ``uploads`` slots is taken; takes
+        nothing. The route asks before reading a body of declared length, so that its client is not made to send
+        it all to be refused."""
         if self.in_progress >= self.uploads:
             raise UploadsBusy(f"{self.uploads} file uploads are in progress, the most this server takes at once "
                               "(max_file_uploads); send it again after Retry-After", self._retry_after())
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """One upload's place among the ``uploads`` read or encoded at once, taken once its body is in;
+        ``UploadsBusy`` (``check_slot``) when they are all taken."""
+        self.check_slot()
         self.in_progress += 1
         t0 = time.monotonic()
         try:

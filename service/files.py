@@ -15,7 +15,8 @@ read in a process of their own at a lower CPU priority (``service.file_reader``)
 searches; a file of more than ``max_file_tokens`` tokens is refused (413) before it is encoded, as is one whose
 reading takes more than ``file_read_memory_bytes``, one whose title is
 longer than ``max_title_chars`` is a 422, and at most ``max_file_uploads`` uploads are read or encoded at once
-(429 above; a body still arriving holds none of them: ``service.file_reader``).
+(429 above, before a body of declared length is read; a body still arriving holds none of them:
+``service.file_reader``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,11 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     opts = file_options(meta, max_tokens, overlap, min_tokens)
     reader = live.file_reader
     try:
-        with reader.holding(_body_bytes(request, live.settings.max_file_bytes)):
+        declared = _declared_length(request)
+        if declared:  # every slot taken: refused before its client sends the body (nothing is reserved)
+            reader.check_slot()
+        with reader.holding(live.settings.max_file_bytes if declared is None
+                            else min(declared, live.settings.max_file_bytes)):
             data = await request.body()  # (a slow client's body holds its bytes, not a slot, while it arrives)
             with reader.slot():
                 return await _read_and_write(request, live, name, doc_id, opts, only_new, data)
@@ -95,11 +100,11 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
         raise Overloaded(str(e), e.retry_after) from None
 
 
-def _body_bytes(request: Request, most: int) -> int:
-    """The bytes a body will hold: its declared length (the middleware refuses one over ``most``), or ``most`` for a
-    body sent in chunks of no declared length."""
+def _declared_length(request: Request) -> int | None:
+    """The body's declared length (Content-Length; the middleware refuses one over ``max_file_bytes``), or None for
+    a body sent in chunks of no declared length, which may hold up to ``max_file_bytes``."""
     declared = request.headers.get("content-length", "")
-    return min(int(declared), most) if declared.isdigit() else most
+    return int(declared) if declared.isdigit() else None
 
 
 async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, opts: IngestOptions, only_new: bool,

@@ -297,6 +297,51 @@ async def test_uploads_past_max_file_uploads_are_429_with_retry_after(write_sett
         assert r.status_code == 200, r.text
 
 
+async def test_with_every_slot_taken_a_body_of_declared_length_is_refused_before_it_is_read(write_settings,
+                                                                                            monkeypatch):
+    """Before, the 429 came only once the whole body had arrived (20 MB sent to be refused). A body of no declared
+    length is still taken in (a slot may free while it arrives), and the refusal reserves none of the bytes bound."""
+    import asyncio
+
+    from spanseek.service.file_reader import FileReader
+    from tests.service.conftest import async_serving
+
+    held, reading = asyncio.Event(), asyncio.Event()
+    read = FileReader.read
+
+    async def slow_read(self, data, name, opts):
+        if name == "slow.txt":
+            reading.set()
+            await held.wait()
+        return await read(self, data, name, opts)
+
+    monkeypatch.setattr(FileReader, "read", slow_read)
+    sent: list[bytes] = []
+    never = asyncio.Event()
+
+    async def body():
+        for part in (b"In 1460 Hugo ", b"built the church."):
+            sent.append(part)
+            yield part
+            await never.wait()  # the rest of the body does not come until the server reads on
+
+    app = create_app(write_settings(max_file_uploads=1))
+    async with async_serving(app) as client:
+        slow = asyncio.create_task(client.put("/files/slow.txt", headers=KEY, content=b"In 1450 Gala built it."))
+        await asyncio.wait_for(reading.wait(), 30)
+        reader = app.state.service.live.file_reader
+        bytes_held = reader.bytes_held
+        r = await asyncio.wait_for(client.put("/files/next.txt", content=body(),
+                                              headers={**KEY, "Content-Length": "29"}), 10)
+        assert r.status_code == 429 and "max_file_uploads" in r.text and int(r.headers["retry-after"]) >= 1, r.text
+        assert len(sent) <= 1 and reader.bytes_held == bytes_held and reader.in_progress == 1
+        held.set()
+        assert (await slow).status_code == 200
+        assert reader.bytes_held == 0 and reader.in_progress == 0
+        r = await client.put("/files/next.txt", headers=KEY, content=b"In 1460 Hugo built the church.")
+        assert r.status_code == 200, r.text
+
+
 async def test_a_body_still_arriving_holds_no_upload_slot(write_settings):
     """A client trickling its file held an upload slot from its first byte until body_timeout_s: with one slot, a
     complete upload behind it was a 429 for up to 30 s. The slot is taken once the body is in."""
