@@ -275,6 +275,26 @@ def test_top_values_are_topks_values(m):
     assert all(len(set(row.tolist())) == m for row in ids)
 
 
+def test_the_shared_buffer_keeps_no_scan_and_so_no_index_alive():
+    """A thread's score buffer named its last scan, which holds its faiss index and transposed vectors: a service
+    whose reload replaced the index kept the first one (439 MB of the demo index) for good. Once the scan and the
+    index are let go they are freed; the buffer stays for the thread's next scan."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    transposed = np.ascontiguousarray(x.T)
+    scan = FlatScan(flat_index(x), rng.standard_normal((4, 8)).astype(np.float32), None, transposed=transposed)
+    scan.top(np.arange(4), 5)
+    assert scan.held() is not None and flat_search.SCRATCH.holds(scan)
+    gone_scan, gone_vectors = weakref.ref(scan), weakref.ref(transposed)
+    del scan, transposed
+    gc.collect()
+    assert gone_scan() is None and gone_vectors() is None
+    assert flat_search.SCRATCH.buffer is not None
+
+
 def test_a_scan_whose_buffer_a_later_scan_took_scores_again():
     """Scans on one thread share a buffer for their held scores: the first scan, asked again after a second one
     wrote over it, gives its own scores and ids, not the second's."""
