@@ -22,6 +22,7 @@ import torch
 
 from spanseek.core.model import PhraseModel
 from spanseek.core.runtime import small_passes
+from spanseek.core.stopping import checkpoint
 from spanseek.core.text import PassageTokens, best_window, tokenize_passages, window_starts
 
 log = logging.getLogger(__name__)
@@ -423,6 +424,7 @@ class PassageEncoder:
             b = max(1, budget // longest)
             chunk = order[i : i + b]
             i += b
+            checkpoint()  # a job asked to stop (core.stopping) ends between two forward passes
             batch, mask = window_batch([ids[w] for w in chunk], self.tokenizer)
             with autocast(device, self.precision):
                 h = self.model.encode_passages(batch.to(device), mask.to(device))

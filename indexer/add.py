@@ -49,6 +49,7 @@ from spanseek.core.io import Document, atomic_path, naming, new_memmap, read_cor
 from spanseek.core.lexical import analyzer_of
 from spanseek.core.loading import index_model
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint
+from spanseek.core.stopping import checkpoint
 from spanseek.indexer.build import (
     BuildError,
     BuildOptions,
@@ -83,6 +84,7 @@ def _concat_npy(old_path: Path, new: np.ndarray, dest: Path) -> None:
     old = np.load(old_path, mmap_mode="r")
     mm = new_memmap(dest, old.dtype, (len(old) + len(new), *old.shape[1:]))
     for a in range(0, len(old), 1 << 20):
+        checkpoint()
         b = min(len(old), a + (1 << 20))
         mm[a:b] = old[a:b]
     mm[len(old) :] = new
@@ -296,6 +298,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     fingerprint = model_fingerprint(model_dir)
     old.check_model(phrase_model.config, fingerprint, phrase_fingerprint(model_dir))
+    checkpoint()  # (core.stopping: a job asked to stop ends here, or between two of its longer steps below)
     t0 = time.time()
 
     if not replace:
@@ -338,6 +341,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         write_codes(index, new_vectors, staged(index_dir, phrase_index.CODES), old_codes=old_codes)
         names.append(phrase_index.CODES)
 
+    checkpoint()
     lexical = old.lexical
     if lexical is not None:  # an index without one stays without (`spanseek index add-lexical` adds it)
         lexical = write_lexical(index_dir, staged(index_dir, phrase_index.PASSAGES), staged(index_dir, phrase_index.DOCS),
@@ -350,6 +354,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         names.append(phrase_index.DELETED)
 
     params = dict(old.faiss_params)
+    checkpoint()
     remeasure_recall(index_dir, old, index, params, names, N + n_new, opts)
     record = {"corpus": str(corpus.resolve()), "documents": stats.documents, "tokens": n_new,
               "seconds": round(time.time() - t0, 2), **({"replaced": len(replaced)} if replace else {})}

@@ -34,6 +34,7 @@ from spanseek.core.faiss_spec import (  # noqa: F401  (FactorySpec, parse_factor
     unwrapped,
 )
 from spanseek.core.gpu import gpu_unusable_reason  # noqa: F401  (re-exported: builds and searches share the probe)
+from spanseek.core.stopping import checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -286,6 +287,7 @@ def add_vectors(
         ctx = contextlib.nullcontext()
     with ctx:
         for a in tqdm(range(0, len(ids), ADD_CHUNK), desc="faiss add", unit="chunk", disable=not progress):
+            checkpoint()
             chunk = ids[a : a + ADD_CHUNK]
             x = np.ascontiguousarray(vectors[chunk - id_offset], dtype=np.float32)
             if with_ids:

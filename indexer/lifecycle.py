@@ -34,6 +34,7 @@ from spanseek.core import phrase_index
 from spanseek.core.fine_store import FINE_KEPT
 from spanseek.core.io import naming, new_memmap, read_lines
 from spanseek.core.lexical import analyzer_of
+from spanseek.core.stopping import checkpoint
 from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_recall, staged, write_npy
 from spanseek.indexer.build import BuildError, BuildOptions, write_fields
 from spanseek.indexer.compress import kept_token_ids
@@ -80,6 +81,7 @@ def _select_rows(src: Path, keep: np.ndarray, dest: Path) -> None:
     out = new_memmap(dest, old.dtype, (int(keep.sum()), *old.shape[1:]))
     at = 0
     for a in range(0, len(old), ADD_CHUNK):
+        checkpoint()
         rows = old[a : a + ADD_CHUNK][keep[a : a + ADD_CHUNK]]
         out[at : at + len(rows)] = rows
         at += len(rows)
@@ -168,6 +170,7 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
         write_fields(staged(index_dir, phrase_index.DOCS), staged(index_dir, phrase_index.FIELDS))
         names += [phrase_index.TOKEN_PASSAGE, phrase_index.PASSAGE_TOKENS, phrase_index.PASSAGES, phrase_index.DOCS, phrase_index.DELETED, phrase_index.FIELDS]
 
+        checkpoint()  # (core.stopping: a job asked to stop ends here, or between two of the longer steps below)
         index = faiss.read_index(str(index_dir / phrase_index.FAISS_INDEX))
         index.reset()  # keeps what training learned (coarse quantizer, codebooks, OPQ rotation)
         filter_path = staged(index_dir, phrase_index.FILTER_SCORES)
@@ -178,6 +181,7 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
         faiss.write_index(index, str(staged(index_dir, phrase_index.FAISS_INDEX)))
         names.append(phrase_index.FAISS_INDEX)
 
+        checkpoint()
         lexical = old.lexical
         if lexical is not None:
             lexical = write_lexical(index_dir, staged(index_dir, phrase_index.PASSAGES), staged(index_dir, phrase_index.DOCS),
@@ -186,6 +190,7 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
             names.append(phrase_index.LEXICAL)
 
         params = dict(old.faiss_params)
+        checkpoint()
         remeasure_recall(index_dir, old, index, params, names, n_live, opts)
         removed = {"documents": len(deleted), "passages": int((~live_passage).sum()),
                    "tokens": int(len(live_token) - n_live)}

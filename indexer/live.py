@@ -57,6 +57,7 @@ from spanseek.core.model import load_tokenizer
 from spanseek.core.params import SearchFilter
 from spanseek.core.phrase_index import MANIFEST, PhraseIndex, doc_record
 from spanseek.core.segment import BaseTerms, EncodedDocument, LiveIndex, empty_like, passage_terms
+from spanseek.core.stopping import Stopped, checkpoint, stop_when
 from spanseek.core.text import PassageTokens, tokenize_passages
 from spanseek.indexer.build import BuildOptions
 from spanseek.indexer.compress import kept_token_ids
@@ -68,6 +69,9 @@ log = logging.getLogger(__name__)
 STATE = "state.json"
 WAL_DIR = "wal"
 BASES = "bases"
+# A merge encodes in forward passes of this many tokens (a build's default is 8192): about as fast on a CPU, and a
+# merge asked to stop (the service stops) ends between two of them, so a pass bounds how long stopping takes.
+MERGE_BATCH_TOKENS = 2048
 CHUNK_TOKENS = 512  # tokens per encoding step of a write: about one search batch's time on 2 CPU cores
 
 
@@ -295,6 +299,7 @@ class LiveStore:
         self.model = model
         self._lock = threading.Lock()  # the log, the segment and the published snapshot change together
         self._merging = threading.Lock()
+        self._stop = threading.Event()  # set when the service stops: a merge under way ends at its next step
         self._since_rotation: list[tuple[str, Any]] | None = None  # writes during a merge, applied again after it
         self.last_merge: dict[str, Any] | None = self.state.get("last_merge")  # the last merge's result, or error
         self._remove_leftovers(state_base(self.dir, self.state, index))
@@ -511,6 +516,8 @@ class LiveStore:
         if not self._merging.acquire(blocking=False):
             return None
         try:
+            if self._stop.is_set():
+                return None
             with self._lock:
                 if not self.segment.docs and not self.segment.tombstones:
                     if self.wal_bytes:  # writes that cancel out (a document written, then deleted) still fill it
@@ -529,7 +536,8 @@ class LiveStore:
                 old_base = self.base
             t0 = time.perf_counter()
             dest = self.dir / BASES / f"base-{n:06d}"
-            build_merged(old_base.dir, dest, dead_ids, docs, self.model, opts)
+            with stop_when(self._stop):  # the build only: once it is complete, the swap (under a second) finishes
+                build_merged(old_base.dir, dest, dead_ids, docs, self.model, opts)
             new_base = PhraseIndex(dest)
             with self._lock:
                 self._set_base(new_base)
@@ -553,6 +561,10 @@ class LiveStore:
             log.info("merged %d documents and %d deletions into %s in %.1f s", len(docs), len(dead_ids), dest,
                      result["seconds"])
             return result
+        except Stopped:  # not a failure: the old base and the logs serve as before, and at the next start
+            log.info("the merge stopped before its new base was complete; its partial copy is removed, and the "
+                     "writes stay in the log")
+            raise
         except Exception as e:
             self.last_merge = {"error": f"{type(e).__name__}: {e}"}
             with self._lock, contextlib.suppress(OSError):  # kept across restarts, as a success is
@@ -562,6 +574,12 @@ class LiveStore:
         finally:
             self._since_rotation = None
             self._merging.release()
+
+    def stop_merges(self) -> None:
+        """Stop a merge under way at its next step (``core.stopping``: an encoder batch, a chunk of a store copied
+        or added to faiss): it raises ``Stopped`` once it has removed its partial base, unless that base is complete
+        already, when it finishes. No merge starts from now on."""
+        self._stop.set()
 
     def close(self) -> None:
         self.wal.close()
@@ -597,19 +615,22 @@ def build_merged(base: Path, dest: Path, dead_ids: list[str], docs: list[dict[st
     from spanseek.indexer.add import add_documents
     from spanseek.indexer.lifecycle import compact_index, delete_documents
 
-    opts = opts or BuildOptions(progress=False)
+    opts = opts or BuildOptions(progress=False, max_batch_tokens=MERGE_BATCH_TOKENS)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     check_room(base, dest.parent)
     corpus = tmp.with_name(dest.name + ".corpus.jsonl")
     try:
         link_copy(base, tmp)
+        checkpoint()  # (and within each command's long loops)
         if dead_ids:
             delete_documents(tmp, dead_ids)
+        checkpoint()
         if docs:
             write_corpus(corpus, (Document(d["id"], d["title"], tuple(d["paragraphs"]), d.get("meta", {}),
                                            passage_meta=tuple(d.get("passage_meta", ()))) for d in docs))
             add_documents(tmp, corpus, model, opts)
+            checkpoint()
         compact_index(tmp, opts)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

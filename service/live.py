@@ -31,6 +31,7 @@ from spanseek.core.lexical import ANALYZER
 from spanseek.core.params import SearchFilter
 from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
+from spanseek.core.stopping import Stopped
 from spanseek.indexer.live import BASES, WAL_DIR, DocumentEncoder, HeldDocuments, LiveStore
 from spanseek.service.file_reader import FileReader
 from spanseek.service.heap import give_back
@@ -39,6 +40,10 @@ from spanseek.service.settings import Settings
 
 log = logging.getLogger("spanseek.service")
 T = TypeVar("T")
+# The longest a stopping service waits for a merge under way to stop at its next step (an encoder batch of
+# max_batch_tokens, a chunk of a store: about a second on 2 cores). Past it the service stops anyway, and what the
+# merge wrote is removed at the next start; a longer wait would hold up a restart that a supervisor then kills.
+MERGE_STOP_S = 10.0
 
 
 def lower_thread_priority(increment: int) -> None:
@@ -210,6 +215,8 @@ class LiveWrites:
             merged = self.store.merge()  # None: nothing to merge
             if merged is not None:
                 self._count_merge("ok", t0)
+        except Stopped:  # the service stops (close): logged by the store; not a failure
+            pass
         except OSError as e:  # the old base and the segment keep serving; the log still holds every write
             self._count_merge("failed", t0)
             if e.errno in NO_SPACE:  # refused for want of room, tried again after each write: one line, no traceback
@@ -242,7 +249,24 @@ class LiveWrites:
     def describe(self) -> dict[str, Any]:
         return self.store.describe()
 
+    def stop_merge(self, wait_s: float = MERGE_STOP_S) -> bool:
+        """Stop a merge under way and wait up to ``wait_s`` for it to end (``LiveStore.stop_merges``: its partial
+        base removed, or, complete, swapped in); no merge starts after it. Returns whether no merge runs now."""
+        self.store.stop_merges()
+        thread = self.merge_thread
+        if thread is None or not thread.is_alive():
+            return True
+        t0 = time.perf_counter()
+        thread.join(wait_s)
+        if thread.is_alive():
+            log.warning("the merge did not stop within %g s; the service stops without it, and what it wrote under "
+                        "%s is removed at the next start", wait_s, self.store.dir / BASES)
+            return False
+        log.info("the merge ended %.2f s after it was asked to stop", time.perf_counter() - t0)
+        return True
+
     def close(self) -> None:
+        self.stop_merge()
         self.file_reader.close()
         self.write_pool.shutdown(wait=True)
         self.store.close()

@@ -361,6 +361,69 @@ def test_merge_builds_a_base_that_searches_as_base_plus_segment(tmp_path, tiny_i
     assert {(u, m): hits_of(again[-1], u, m) for u in UNITS for m in MODES} == before
 
 
+def test_a_merge_asked_to_stop_ends_at_its_next_step_and_leaves_no_partial_base(tmp_path, tiny_index, tiny_searcher,
+                                                                                encoder, tiny_model_dir, monkeypatch):
+    """A merge made slow (each forward pass of its encoding 0.2 s) is asked to stop midway, as a stopping service
+    asks: it ends within a pass or two, its partial base (``bases/base-000001.tmp``, the size of the base) is gone,
+    nothing is recorded as failed, and the store opened again serves every write from the log and merges. Before,
+    the merge ran on to its end, or the process exit cut it off and its partial base stayed until the next start."""
+    import threading
+    import time
+
+    from spanseek.core.model import PhraseModel
+    from spanseek.core.stopping import Stopped
+    from spanseek.indexer.build import BuildOptions
+
+    published: list = []
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, published)
+    writes(store, encoder)
+    before = hits_of(published[-1], "passage", "hybrid")
+    store.model = tiny_model_dir
+    passes = []
+    real = PhraseModel.encode_passages
+
+    def slow(self, ids, mask):
+        passes.append(time.perf_counter())
+        time.sleep(0.2)
+        return real(self, ids, mask)
+
+    monkeypatch.setattr(PhraseModel, "encode_passages", slow)
+    outcome: list = []
+
+    def merge():
+        try:
+            outcome.append(store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32",
+                                                    max_batch_tokens=32)))
+        except Stopped as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=merge)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while len(passes) < 2:  # encoding its documents, its partial base on disk
+        assert time.monotonic() < deadline and thread.is_alive(), "the merge never encoded"
+        time.sleep(0.01)
+    assert (tmp_path / "live" / "bases" / "base-000001.tmp").is_dir()
+    asked = time.perf_counter()
+    store.stop_merges()
+    thread.join(30)
+    took = time.perf_counter() - asked
+    assert not thread.is_alive() and isinstance(outcome[0], Stopped)
+    assert took < 2.0, f"the merge took {took:.2f} s to stop"
+    assert len(passes) < 8  # it did not encode on to its end
+    assert list((tmp_path / "live" / "bases").iterdir()) == []
+    assert store.last_merge is None and store.describe()["segment_documents"] == 4
+    assert store.merge() is None  # no merge starts once asked to stop
+    state = json.loads((tmp_path / "live" / "state.json").read_text())
+    assert "last_merge" not in state and state["base"] is None
+    monkeypatch.undo()
+    again: list = []
+    reopened = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, again)
+    assert hits_of(again[-1], "passage", "hybrid") == before
+    reopened.model = tiny_model_dir
+    assert reopened.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32"))["documents"] == 4
+
+
 def test_a_live_directory_over_another_index_is_refused_and_one_moved_with_its_index_serves(
         tmp_path, tiny_index, tiny_searcher, encoder, tiny_model_dir):
     """The live directory records its index's manifest digest: started over an index changed at the same path

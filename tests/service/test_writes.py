@@ -535,6 +535,41 @@ def test_a_failed_merge_keeps_serving_and_its_error_is_kept_across_restarts(writ
         assert found(client, "new-1")
 
 
+def test_a_service_that_stops_during_a_merge_stops_it_and_removes_its_partial_base(write_settings, monkeypatch):
+    """A stop (SIGTERM: the app's shutdown) during a merge made slow asks the merge to stop: it ends at its next
+    step, the service's stop waits for it (well within MERGE_STOP_S), and no ``bases/base-N.tmp`` (the size of the
+    base) is left on disk. Before, the merge ran on in a thread the exit cut off, its partial base left until the
+    next start. The writes are served again after the restart."""
+    from spanseek.core.stopping import checkpoint
+    from spanseek.indexer import lifecycle
+
+    merging = threading.Event()
+
+    def endless_compact(*args, **kwargs):  # a merge made slow: it never ends by itself
+        merging.set()
+        while True:
+            checkpoint()
+            time.sleep(0.01)
+
+    monkeypatch.setattr(lifecycle, "compact_index", endless_compact)
+    settings = write_settings()
+    bases = settings.live_dir / "bases"
+    with serving(create_app(settings)) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        assert client.post("/admin/compact", headers=KEY).status_code == 202
+        assert merging.wait(60)
+        assert "base-000001.tmp" in {p.name for p in bases.iterdir()}  # (and its corpus file)
+        t0 = time.monotonic()
+    took = time.monotonic() - t0
+    assert list(bases.iterdir()) == [], "the stopped merge left its partial base"
+    assert took < 5.0, f"the stop took {took:.1f} s"
+    monkeypatch.undo()
+    with serving(create_app(write_settings())) as client:
+        writes = client.get("/info", headers=KEY).json()["service"]["writes"]
+        assert writes["last_merge"] is None and writes["merges"] == 0 and writes["segment_documents"] == 1
+        assert found(client, "new-1")
+
+
 def test_a_merge_refused_for_want_of_room_logs_one_line_not_a_traceback(write_settings, monkeypatch, caplog):
     """A merge the disk has no room for is tried again after each write: its refusal is one line naming the reason,
     where each one logged a whole traceback; another failure keeps its traceback."""
