@@ -282,7 +282,7 @@ class FieldIndex:
     def _filter_mask(self, flt: SearchFilter) -> np.ndarray:
         masks = []
         if flt.doc_ids is not None:
-            masks.append(self._select(self.numbers_of(flt.doc_ids)))
+            masks.append(self._select(self.numbers_of(flt.spelled_ids)))
         if flt.title_prefix is not None:
             masks.append(self._select(self._titled(flt.title_prefix)))
         masks += [self._select(self._leaf_docs(Match(k, v))) for k, v in flt.meta or ()]

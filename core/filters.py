@@ -25,11 +25,14 @@ and mappings are kept as tuples), so requests with equal filters share a search 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
+
+from spanseek.core.ids import id_spellings
 
 MetaValue = str | int | float | bool | None
 META_TYPES = (str, int, float, bool, type(None))
@@ -333,8 +336,9 @@ class Not(_Keyed):
 class SearchFilter(_Keyed):
     """Which documents a search may return: every part given holds (an absent one holds for every document).
 
-    doc_ids: the document is one of these ids (a list is accepted and kept as a tuple, each id once, in the order
-        given; filters with the same ids in any order are equal).
+    doc_ids: the document is one of these ids, in any of its spellings (``core.ids.id_spellings``: "café" composed
+        or decomposed names one document, as in every lookup of an id); a list is accepted and kept as a tuple, each
+        id once, in the order given; filters with the same ids in any order are equal.
     title_prefix: the document's title starts with this text (case-sensitive).
     meta: for every key, the document's metadata has the key with an equal value (a mapping is accepted and kept
         as sorted ``(key, value)`` pairs); values are JSON scalars, and ``true`` is not ``1``.
@@ -406,6 +410,14 @@ class SearchFilter(_Keyed):
         this."""
         return _passes_all(self)
 
+    @functools.cached_property
+    def spelled_ids(self) -> frozenset[str]:
+        """``doc_ids`` in each of their spellings (``core.ids.id_spellings``), what a document's id is looked up in;
+        empty without ``doc_ids``."""
+        ids = self.doc_ids or ()
+        return frozenset(i for i in ids if i.isascii()).union(  # (an ASCII id has one spelling: most ids, quickly)
+            s for i in ids if not i.isascii() for s in id_spellings(i))
+
     def _key(self) -> tuple[Any, ...]:
         meta = None if self.meta is None else tuple((k, _tagged(v)) for k, v in self.meta)
         ids = None if self.doc_ids is None else frozenset(self.doc_ids)
@@ -414,7 +426,7 @@ class SearchFilter(_Keyed):
     def matches(self, doc_id: str, title: str, meta: Mapping[str, Any]) -> bool:
         """Whether a document (its id, title and metadata) passes the filter: the definition, one document at a
         time (a search evaluates the filter over the index's field index, ``core.fieldindex``)."""
-        if self.doc_ids is not None and doc_id not in self.doc_ids:
+        if self.doc_ids is not None and doc_id not in self.spelled_ids:
             return False
         if self.title_prefix is not None and not title.startswith(self.title_prefix):
             return False

@@ -35,6 +35,7 @@ from typing import IO, Any
 import numpy as np
 
 from spanseek.core.filters import unfit_number, value_text
+from spanseek.core.ids import id_spellings  # noqa: F401  (re-exported: the routes' import)
 
 log = logging.getLogger(__name__)
 MAX_META_BYTES = 16 * 1024  # a metadata object as JSON: a URL, dates, tags and a heading path fit many times over
@@ -65,13 +66,6 @@ class Document:
     def paragraph_meta(self, i: int) -> dict[str, Any]:
         """The metadata of paragraph ``i`` (``{}`` when it has none)."""
         return self.passage_meta[i] if self.passage_meta else {}
-
-
-def id_spellings(doc_id: str) -> tuple[str, ...]:
-    """The spellings of a document id that name one document: as given, composed (NFC: how the service writes ids)
-    and decomposed (NFD: how macOS's HFS+ spells a file's name). "café" typed on a Mac and on Linux is one id; ids
-    are otherwise opaque (no case folding, no NFKC: "ﬁ" and "fi" are two)."""
-    return tuple(dict.fromkeys((doc_id, unicodedata.normalize("NFC", doc_id), unicodedata.normalize("NFD", doc_id))))
 
 
 @dataclass

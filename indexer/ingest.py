@@ -76,7 +76,6 @@ import itertools
 import logging
 import os
 import re
-import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -84,6 +83,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from spanseek.core.ids import new_id
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -290,7 +290,7 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
             kept.add(p)
         for p, rel in pairs:
             if p in kept:
-                yield p, unicodedata.normalize("NFC", rel)
+                yield p, new_id(rel)
 
 
 def extract_file(path: Path) -> Extracted:

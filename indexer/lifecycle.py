@@ -32,6 +32,7 @@ import numpy as np
 
 from spanseek.core import phrase_index
 from spanseek.core.fine_store import FINE_KEPT
+from spanseek.core.ids import held_id
 from spanseek.core.io import naming, new_memmap, read_lines
 from spanseek.core.lexical import analyzer_of
 from spanseek.core.stopping import checkpoint
@@ -68,11 +69,13 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str]) -> dict[str, Any
         raise ValueError("no document ids to delete (give --ids and/or --ids-file)")
     with locked_index(index_dir, "delete") as old:
         _, deleted, live = live_rows(index_dir)
-        rows = [live[i] for i in ids if i in live]
+        # each id in the spelling a live document holds it in (core.ids.held_id: NFC or NFD), as the service finds it
+        named = {i: held_id(i, live.__contains__) for i in ids}
+        rows = list(dict.fromkeys(live[named[i]] for i in ids if named[i] in live))
         if rows:
             write_npy(staged(index_dir, phrase_index.DELETED), np.union1d(deleted, rows).astype(np.int64))
             commit(index_dir, old, [phrase_index.DELETED], {})
-    return {"deleted": len(rows), "not_found": [i for i in ids if i not in live], **counts(index_dir)}
+    return {"deleted": len(rows), "not_found": [i for i in ids if named[i] not in live], **counts(index_dir)}
 
 
 def _select_rows(src: Path, keep: np.ndarray, dest: Path) -> None:

@@ -22,12 +22,12 @@ longer than ``max_title_chars`` is a 422, and at most ``max_file_uploads`` uploa
 from __future__ import annotations
 
 import dataclasses
-import unicodedata
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from spanseek.core.ids import new_id
 from spanseek.indexer.chunking import ChunkOptions
 from spanseek.indexer.documents import IngestError
 from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
@@ -77,7 +77,7 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
                  overlap: int | None, min_tokens: int | None, only_new: bool) -> FileWriteResponse:
     live = live_of(request)
     given = path_text(request, name, "name")
-    name = unicodedata.normalize("NFC", given)  # (its source and reading; the id is found in any spelling below)
+    name = new_id(given)  # (its source and reading; the id is found in any spelling below)
     if PurePosixPath(name).suffix.lower() not in FORMATS:
         raise UnsupportedMediaType(f"{name!r}: a file's name must end in one of {SUFFIXES} (its suffix says how it "
                                    f"is read)")

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from spanseek.core.filters import BOUNDS, MAX_FILTER_CONDITIONS, size_problem, value_text
-from spanseek.core.io import MAX_META_DEPTH, id_spellings, nesting_depth
+from spanseek.core.io import MAX_META_DEPTH, nesting_depth
 from spanseek.core.params import HIT_WINDOW, Hit, MetaValue, SearchFilter, SearchParams, Unit
 
 __all__ = ["ErrorResponse", "FieldConditionIn", "FilterIn", "NotIn", "RangeIn", "HealthResponse", "HitOut", "InfoResponse", "QueryResult", "ReloadRequest",
@@ -151,13 +151,6 @@ class FilterIn(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         return data
-
-    @field_validator("doc_ids")
-    @classmethod
-    def _every_spelling(cls, ids: list[str] | None) -> list[str] | None:
-        """Each id in each of its spellings (``core.io.id_spellings``): "café" typed on a Mac (NFD) finds and
-        deletes the document written as "café" on Linux (NFC), as ``GET /documents/{id}`` finds it."""
-        return None if ids is None else [s for i in ids for s in id_spellings(i)]
 
     def to_filter(self) -> SearchFilter:
         """The core filter (raises FilterError, a SearchParamsError, for a value it refuses: an unparsable date)."""

@@ -18,7 +18,6 @@ import asyncio
 import bisect
 import dataclasses
 import threading
-import unicodedata
 import weakref
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
@@ -29,7 +28,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from spanseek.core.filters import FilterError, SearchFilter
-from spanseek.core.io import CorpusError, Document, document_from_json, id_spellings
+from spanseek.core.ids import held_id as spelling_held
+from spanseek.core.io import CorpusError, Document, document_from_json
 from spanseek.core.params import SearchParamsError
 from spanseek.indexer.ingest import parse_meta
 from spanseek.indexer.live import HeldDocuments, indexed_document, live_row
@@ -133,13 +133,9 @@ def path_text(request: Request, text: str, field: str) -> str:
 
 
 def held_id(index: Any, doc_id: str) -> str:
-    """The id ``doc_id`` names in ``index``: the first of its spellings (``core.io.id_spellings``) that a live
-    document holds (so a document stored under another spelling before ids were made NFC is still the one read,
-    replaced or deleted), else its NFC spelling, the one a new document is written under."""
-    forms = id_spellings(doc_id)
-    if len(forms) == 1:  # (an ASCII id, most of them: no lookup, which tests the tombstones too)
-        return doc_id
-    return next((s for s in forms if live_row(index, s) is not None), unicodedata.normalize("NFC", doc_id))
+    """The id ``doc_id`` names in ``index`` (``core.ids.held_id``: the first of its spellings a live document
+    holds, else the NFC one a new document is written under)."""
+    return spelling_held(doc_id, lambda spelling: live_row(index, spelling) is not None)
 
 
 def named_id(request: Request, doc_id: str, index: Any) -> str:

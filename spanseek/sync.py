@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import sys
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +123,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     import httpx
 
     from spanseek.client import APIError
+    from spanseek.core.ids import held_id
     from spanseek.indexer.ingest import IngestError, _files
 
     report = SyncReport(former=adopt)
@@ -138,9 +138,6 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     # from a server older than GET /documents, which is asked about each file
     held = _listed(client, source)
     formerly = (_listed(client, adopt) or {}) if adopt and held is not None else {}
-    # a document written before ids were made NFC (``indexer.ingest._files``) holds its file's name as the file system
-    # spelled it (NFD on macOS's HFS+): its file replaces it under that id rather than writing a second document
-    spelled = {unicodedata.normalize("NFC", i): i for i in held or () if unicodedata.normalize("NFC", i) != i}
     ids: dict[str, str] = {}  # a file's id where a document spells it otherwise
 
     def refuse(rel: str, why: str) -> None:
@@ -165,8 +162,11 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             continue
         digest = hashlib.sha256(data).hexdigest()
         taken = False  # a document of the former default name, taken over
-        if held is not None and rel not in held and rel in spelled:
-            ids[rel] = spelled[rel]
+        # a document written before ids were made NFC (``indexer.ingest._files``) holds its file's name as the file
+        # system spelled it (NFD on macOS's HFS+): its file replaces it under that id (``core.ids.held_id``, the
+        # service's rule) rather than writing a second document
+        if held is not None and (spelled := held_id(rel, held.__contains__)) != rel:
+            ids[rel] = spelled
         if held is not None and ids.get(rel, rel) in held:
             held_meta = held[ids.get(rel, rel)]
         else:  # a new file, one whose id another source or a hand-written document holds, or no list to look in

@@ -125,3 +125,44 @@ def test_the_client_names_a_document_in_either_spelling(settings_for, live, tmp_
                 call("a\nb")
             assert e.value.status == 422 and "holds a line break" in str(e.value)
         assert client.delete(NFD_ID) == [NFC_ID] and client.get(NFC_ID) is None
+
+
+def test_a_python_filter_finds_and_matches_a_document_in_either_spelling(nfd_index, tiny_model_dir):
+    """``SearchFilter(doc_ids=...)`` built in Python looks an id up as the HTTP filter does (``core.ids``): the NFC
+    spelling finds the document the index holds as NFD, and the other way round. Before, only the HTTP schema added
+    the other spellings: a Python filter in NFC passed no document."""
+    from spanseek.core.loading import open_searcher
+    from spanseek.core.params import SearchFilter, SearchParams
+
+    searcher = open_searcher(nfd_index, tiny_model_dir, device="cpu", precision="fp32")
+    for given in (NFC_ID, NFD_ID):
+        flt = SearchFilter(doc_ids=[given, "d1"])
+        (hits,) = searcher.search(["Who built the harbour bridge?"], SearchParams("doc", 5, filter=flt))
+        assert {h.doc_id for h in hits} == {NFD_ID, "d1"}, given
+        assert flt.matches(NFD_ID, "Café", {}) and flt.matches(NFC_ID, "Café", {})
+        assert not flt.matches("cafe.txt", "Café", {})
+        assert flt.doc_ids == (given, "d1") and flt.to_json()["doc_ids"] == [given, "d1"]  # kept as given
+
+
+@pytest.mark.parametrize("given", [NFC_ID, NFD_ID])
+def test_index_delete_takes_an_id_in_either_spelling(nfd_index, tmp_path, given):
+    """``spanseek index delete --ids`` deletes the document the index holds as NFD when given its NFC spelling, as
+    DELETE /documents/{id} does; an id held in no spelling is listed as not found, as given. Before, only the
+    spelling held matched."""
+    import shutil
+
+    from spanseek.cli import main
+
+    index = tmp_path / "index"
+    shutil.copytree(nfd_index, index)
+    from spanseek.indexer.lifecycle import delete_documents
+
+    done = delete_documents(index, [given, "nai\u0308ve.txt"])
+    assert done["deleted"] == 1 and done["not_found"] == ["nai\u0308ve.txt"], done
+    shutil.rmtree(index)
+    shutil.copytree(nfd_index, index)
+    assert main(["index", "delete", "--index", str(index), "--ids", given]) in (0, None)
+    from spanseek.indexer.lifecycle import counts
+
+    assert counts(index)["deleted_documents"] == 1
+
