@@ -270,11 +270,12 @@ def test_a_file_whose_title_is_too_long_is_refused_naming_the_title(write_settin
         assert client.put("/files/ok.md", headers=KEY, content=markdown("t" * 20)).status_code == 200
 
 
-async def test_uploads_past_max_file_uploads_are_429_with_retry_after(write_settings, monkeypatch):
+def hold_slow_reads(monkeypatch):
+    """(held, reading): the upload named ``slow.txt`` sets ``reading`` as its reading starts, then holds its upload
+    slot until ``held`` is set."""
     import asyncio
 
     from spanseek.service.file_reader import FileReader
-    from tests.service.conftest import async_serving
 
     held, reading = asyncio.Event(), asyncio.Event()
     read = FileReader.read
@@ -286,6 +287,15 @@ async def test_uploads_past_max_file_uploads_are_429_with_retry_after(write_sett
         return await read(self, data, name, opts)
 
     monkeypatch.setattr(FileReader, "read", slow_read)
+    return held, reading
+
+
+async def test_uploads_past_max_file_uploads_are_429_with_retry_after(write_settings, monkeypatch):
+    import asyncio
+
+    from tests.service.conftest import async_serving
+
+    held, reading = hold_slow_reads(monkeypatch)
     async with async_serving(create_app(write_settings(max_file_uploads=1))) as client:
         slow = asyncio.create_task(client.put("/files/slow.txt", headers=KEY, content=b"In 1450 Gala built it."))
         await asyncio.wait_for(reading.wait(), 30)
@@ -303,19 +313,9 @@ async def test_with_every_slot_taken_a_body_of_declared_length_is_refused_before
     length is still taken in (a slot may free while it arrives), and the refusal reserves none of the bytes bound."""
     import asyncio
 
-    from spanseek.service.file_reader import FileReader
     from tests.service.conftest import async_serving
 
-    held, reading = asyncio.Event(), asyncio.Event()
-    read = FileReader.read
-
-    async def slow_read(self, data, name, opts):
-        if name == "slow.txt":
-            reading.set()
-            await held.wait()
-        return await read(self, data, name, opts)
-
-    monkeypatch.setattr(FileReader, "read", slow_read)
+    held, reading = hold_slow_reads(monkeypatch)
     sent: list[bytes] = []
     never = asyncio.Event()
 
