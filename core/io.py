@@ -515,6 +515,14 @@ def unique_ids(docs: Iterable[Document], path: str | Path, existing: Iterable[st
         yield doc
 
 
+def check_corpus(path: str | Path, existing: Iterable[str] = (), existing_name: str = "") -> int:
+    """Read every document of the JSONL corpus ``path`` once, keeping none: the CorpusError (file and line) of the
+    first that ``read_corpus`` or ``unique_ids`` refuses (invalid JSON, a wrong shape, metadata numbers a filter
+    cannot compare, an id used twice or among ``existing``), so a command that encodes the corpus refuses it before
+    it loads a model, not at the line once the passages before it are encoded. The number of documents with text."""
+    return sum(1 for _ in unique_ids(read_corpus(path), path, existing, existing_name))
+
+
 def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
     """Write documents as JSONL (gzipped if the name ends in .gz), atomically. Returns the count."""
     n = 0

@@ -29,7 +29,6 @@ that commits (the add itself, rolled forward or not, or a later delete or compac
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
@@ -45,7 +44,16 @@ import numpy as np
 from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
-from spanseek.core.io import Document, atomic_path, naming, new_memmap, read_corpus, unique_ids, write_corpus
+from spanseek.core.io import (
+    Document,
+    atomic_path,
+    check_corpus,
+    naming,
+    new_memmap,
+    read_corpus,
+    unique_ids,
+    write_corpus,
+)
 from spanseek.core.lexical import analyzer_of
 from spanseek.core.loading import index_model
 from spanseek.core.model import load_model, model_fingerprint, phrase_fingerprint
@@ -293,7 +301,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
     held_where = (f"the index {index_dir} (`index add` refuses ids it holds; `index upsert` replaces them; nothing "
                   "was changed)")
     if not replace:  # a held or repeated id is refused from the ids alone, before the model loads
-        collections.deque(unique_ids(read_corpus(corpus), corpus, live, held_where), maxlen=0)
+        check_corpus(corpus, live, held_where)
     model_dir = index_model(old, model, index_dir)  # None: the model recorded in the manifest
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     fingerprint = model_fingerprint(model_dir)

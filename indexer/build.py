@@ -3,7 +3,8 @@
     spanseek index build --corpus corpus.jsonl --model default --out INDEX_DIR [--factory Flat|auto|IVF1024,SQ8|...]
         [--filter-threshold T] [--gpu/--no-gpu] [--store fp16|sq8|sq4] [--on-disk] [--ray ADDRESS|local]
 
-The corpus is read once, as a stream: the passage and document stores are written as it goes and passages are
+The corpus is read through first (``core.io.check_corpus``: a bad line or a repeated id anywhere is refused before
+the model loads), then as a stream: the passage and document stores are written as it goes and passages are
 encoded in shards of ``shard_passages``. Each finished shard is a directory renamed into place and keyed by a hash
 of its passages and the model, so a killed build resumes by re-using every shard whose passages are unchanged,
 also after the corpus was fixed (the shards do not depend on the factory, so a build that stopped at the faiss
@@ -46,6 +47,7 @@ from spanseek.core.fine_store import detect_kind, open_fine_store
 from spanseek.core.io import (
     ReadStats,
     atomic_path,
+    check_corpus,
     count_documents,
     new_memmap,
     read_corpus,
@@ -335,6 +337,7 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
     if (out / SHARDS).is_dir():
         log.info("resuming the build in %s (re-using the shards whose passages are unchanged)", out)
     t_start = time.time()
+    check_corpus(corpus)  # a bad line or a repeated id anywhere: refused now, not once the passages before it are encoded
     phrase_model = load_model(model).to(pick_device(opts.device))
     if opts.filter_threshold is not None and phrase_model.filter_head is None:
         raise BuildError(f"--filter-threshold needs a model with a filter head; {model} has none "

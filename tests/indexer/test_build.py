@@ -82,8 +82,8 @@ def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_co
 
 def test_a_partial_build_of_a_fixed_corpus_reuses_the_unchanged_shards(tmp_path, tiny_corpus, tiny_model_dir,
                                                                         tiny_index, monkeypatch):
-    """A corpus fixed after a failed build (here: a bad line) resumes: only shards whose passages changed are
-    encoded again; another model re-encodes everything."""
+    """A corpus with a bad line is refused before anything is encoded; a corpus changed after an interrupted build
+    resumes: only shards whose passages changed are encoded again; another model re-encodes everything."""
     out = tmp_path / "index"
     lines = tiny_corpus.read_text().splitlines()
     broken = tmp_path / "corpus.jsonl"
@@ -92,9 +92,24 @@ def test_a_partial_build_of_a_fixed_corpus_reuses_the_unchanged_shards(tmp_path,
     monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
     with pytest.raises(CorpusError, match=rf"{broken}:{len(lines)}: invalid JSON"):
         build_index(broken, tiny_model_dir, out, OPTS)
-    assert calls == [7, 7]  # 20 passages before the bad line: two full shards
+    assert calls == []  # the corpus is read through before the model loads
+
+    last = {"id": "d5", "title": "Title 5", "paragraphs": ["Alba danced.", "Cato sang.", "Hugo built it.", "Done."]}
+    broken.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")  # another last document
+
+    def stopped_in_the_third_shard(self, passages):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(len(passages))
+        return encode(self, passages)
+
+    monkeypatch.setattr(PassageEncoder, "encode_flat", stopped_in_the_third_shard)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(broken, tiny_model_dir, out, OPTS)
+    assert calls == [7, 7]  # 20 passages before the last document's: two full shards
     calls.clear()
-    broken.write_text(tiny_corpus.read_text())  # fixed
+    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
+    broken.write_text(tiny_corpus.read_text())  # changed back
     build_index(broken, tiny_model_dir, out, OPTS)
     assert calls == [7, 3]  # the two finished shards are re-used
     for name in ARRAYS:

@@ -111,6 +111,37 @@ def test_a_second_build_into_the_same_out_is_refused_at_its_start(tmp_path, tiny
     assert verify_index(out, sample=30)["ok"]
 
 
+@pytest.mark.parametrize("last, problem", [
+    ({"id": "big", "title": "t", "paragraphs": ["x y"], "meta": {"n": 10 ** 400}},
+     "document 'big': its 'meta' holds a number that is not finite as a float (an integer of about 401 digits, at "
+     '["n"])'),
+    ({"id": "d0", "title": "t", "paragraphs": ["x y"]}, "document id 'd0' was already used on line 1"),
+])
+def test_a_bad_line_at_the_end_of_the_corpus_is_refused_before_the_model_loads(tmp_path, tiny_corpus, tiny_model_dir,
+                                                                              capsys, monkeypatch, no_encoding, last,
+                                                                              problem):
+    """The corpus is streamed into shards: its last line was read (and refused, naming it) only once every shard
+    before it was encoded, hours into a large build. It is read through first, before the model loads."""
+    from spanseek.indexer import build as build_module
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("loaded the model before refusing")
+
+    monkeypatch.setattr(build_module, "load_model", no_model)
+    corpus = tmp_path / "big.jsonl"
+    corpus.write_text(tiny_corpus.read_text() + json.dumps(last) + "\n")
+    out = tmp_path / "index"
+    argv = ["index", "build", "--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(out), "--quiet",
+            "--shard-passages", "1"]  # a shard per passage: one streamed build encodes before it reads line 7
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"spanseek index build: error: {corpus}:7: {problem}") and err.count("\n") == 1
+    assert not out.exists()  # nothing written: the fixed corpus builds in the same --out
+    corpus.write_bytes(tiny_corpus.read_bytes())
+    monkeypatch.undo()
+    assert build_index(corpus, tiny_model_dir, out, OPTS).documents == 6
+
+
 def test_a_corpus_whose_passages_have_no_tokens_is_refused_then_resumes_when_fixed(tmp_path, tiny_corpus,
                                                                                   tiny_model_dir):
     blank = write_jsonl(tmp_path / "blank.jsonl", [{"id": "x", "title": "t", "paragraphs": ["\u200b\u00a0"]},
