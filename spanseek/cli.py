@@ -130,8 +130,19 @@ def main(argv: list[str] | None = None) -> int:
         prog = args.prog
         return _run(args)
     except KeyboardInterrupt:
+        close_progress_bars()
         print(f"{prog}: interrupted", file=sys.stderr)
         return INTERRUPTED
+
+
+def close_progress_bars() -> None:
+    """Close the progress bars an interrupted command left open, so that its one line follows them: else it is
+    written onto a bar's line, and the bar is drawn once more below it when the bar is collected. (tqdm keeps its
+    open bars in ``tqdm._instances``, which its own ``tqdm.write`` uses; tqdm not imported: no bars.)"""
+    tqdm_module = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm_module, "tqdm", None), "_instances", ())):
+        with contextlib.suppress(Exception):  # a bar whose stream is gone: the line matters more than the bar
+            bar.close()
 
 
 def quiet_transformers() -> None:

@@ -334,3 +334,22 @@ def test_transformers_loaded_after_quieting_reports_only_errors_and_draws_no_bar
         "print(l.get_verbosity() == l.ERROR, l.is_progress_bar_enabled())"
     )
     assert out == "True False"
+
+
+def test_ctrl_c_under_a_progress_bar_ends_with_the_one_line(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in a command whose progress bar was open wrote "interrupted" onto the bar's line, and the bar was drawn
+    again below it when it was collected: the bar is closed first, and the one line is the last."""
+    from tqdm.auto import tqdm
+
+    from spanseek.indexer import cli as indexer_cli
+
+    def converting(args):
+        bar = tqdm(total=3, desc="convert")
+        bar.update()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(indexer_cli, "_from_squad", converting)
+    assert main(["corpus", "from-squad", str(tmp_path / "in.json"), "--out", str(tmp_path / "out.jsonl")]) == 130
+    err = capsys.readouterr().err
+    assert "convert:  33%" in err
+    assert err.endswith("\nspanseek corpus from-squad: interrupted\n")
