@@ -131,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     except KeyboardInterrupt:
         close_progress_bars()
+        # what libraries log as Python exits would follow the one line: torch, interrupted while it was being imported
+        # (before it set up its own loggers), reports its caches at INFO
+        for handler in logging.getLogger().handlers:
+            handler.setLevel(max(handler.level, logging.WARNING))
         print(f"{prog}: interrupted", file=sys.stderr)
         return INTERRUPTED
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -353,3 +355,20 @@ def test_ctrl_c_under_a_progress_bar_ends_with_the_one_line(tmp_path, capsys, mo
     err = capsys.readouterr().err
     assert "convert:  33%" in err
     assert err.endswith("\nspanseek corpus from-squad: interrupted\n")
+
+
+def test_ctrl_c_is_the_last_line_though_a_library_logs_as_python_exits(tmp_path):
+    """torch, interrupted while it was being imported, logs its cache statistics at INFO as Python exits: three lines
+    after "interrupted". After Ctrl-C only warnings and errors are logged."""
+    script = (
+        "import atexit, logging, sys\n"
+        "from spanseek import cli\n"
+        "from spanseek.indexer import cli as indexer_cli\n"
+        "def converting(args):\n"
+        "    atexit.register(lambda: logging.getLogger('lib').info('cache stats'))\n"
+        "    raise KeyboardInterrupt\n"
+        "indexer_cli._from_squad = converting\n"
+        f"sys.exit(cli.main(['corpus', 'from-squad', 'in.json', '--out', {str(tmp_path / 'out.jsonl')!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "spanseek corpus from-squad: interrupted\n")
