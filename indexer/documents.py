@@ -61,12 +61,15 @@ class Unreadable(Exception):
 
 @dataclass
 class Extracted:
-    """A file's text before chunking; ``paragraph_meta`` (one per paragraph, or empty) goes to its passages."""
+    """A file's text before chunking; ``paragraph_meta`` (one per paragraph, or empty) goes to its passages;
+    ``written``: the metadata values the file writes as text but its format reads as something else (front matter's
+    ``id: 010``, the integer 8, is "010" there), for a document id taken from them."""
 
     title: str | None
     paragraphs: list[str]
     meta: dict[str, Any] = field(default_factory=dict)
     paragraph_meta: list[dict[str, Any]] = field(default_factory=list)
+    written: dict[str, str] = field(default_factory=dict)
 
 
 def row_text(cells: Sequence[str], names: Sequence[str]) -> str:

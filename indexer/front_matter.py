@@ -96,16 +96,17 @@ def _front_matter_loader() -> type:
     return Loader
 
 
-def front_matter(source: str, where: str) -> tuple[dict[str, Any], str | None, str]:
+def front_matter(source: str, where: str) -> tuple[dict[str, Any], str | None, str, dict[str, str]]:
     """Split YAML front matter (between ``---`` lines at the top) from a Markdown document: (its mapping, its
-    ``title`` as written, the body). IngestError naming the file and line for front matter that is not valid YAML or
+    ``title`` as written, the body, the values YAML reads as numbers or booleans as written: ``id: 010`` is the
+    integer 8 in the mapping and "010" here). IngestError naming the file and line for front matter that is not valid YAML or
     that a JSON corpus cannot hold (``_front_matter_loader``), or a ``title`` that is a list or mapping."""
     m = _FRONT_MATTER.match(source)
     if not m:
         if _UNCLOSED.match(source):
             log.warning("%s: the front matter opened on line 1 has no closing --- line, so it is read as Markdown "
                         "text", where)
-        return {}, None, source
+        return {}, None, source, {}
     try:
         import yaml
     except ImportError:
@@ -127,13 +128,16 @@ def front_matter(source: str, where: str) -> tuple[dict[str, Any], str | None, s
         loader.dispose()
     if not isinstance(data, dict):
         raise IngestError(f"{where}: front matter must be a YAML mapping (key: value lines), got {type(data).__name__}")
-    pair = next(((k, v) for k, v in root.value if k.value == "title"), None) if data else None
+    pairs = root.value if data else []
+    written = {k.value: v.value for k, v in pairs if isinstance(v, yaml.ScalarNode)
+               and isinstance(data[k.value], (bool, int, float))}
+    pair = next(((k, v) for k, v in pairs if k.value == "title"), None)
     if pair is None or data["title"] is None:  # title: ~ is no title
-        return data, None, source[m.end() :]
+        return data, None, source[m.end() :], written
     key, title = pair
     if not isinstance(title, yaml.ScalarNode):
         raise IngestError(f"{where}:{key.start_mark.line + _FIRST_LINE}: front matter 'title' must be text, got "
                           f"{'a list' if isinstance(data['title'], list) else 'a mapping'}; write the title on one "
                           "line (title: My page)")
     # a number or a date is the title as written: title: 1.10 is "1.10", not 1.1
-    return data, " ".join(title.value.split()) or None, source[m.end() :]
+    return data, " ".join(title.value.split()) or None, source[m.end() :], written

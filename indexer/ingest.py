@@ -10,8 +10,8 @@ on the command line must have one of those suffixes. Each file is one document:
 
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
   as given, in Unicode's composed form (NFC: ``café.md`` whether the file system spells the accent as one character
-  or, as macOS's HFS+, a combining one); with ``id_field`` the value of that metadata field instead (a file without
-  it is an error).
+  or, as macOS's HFS+, a combining one); with ``id_field`` the value of that metadata field instead, as the file writes
+  it (front matter's ``id: 010`` is "010", not YAML's 8; a file without it is an error).
 - **title**: Markdown front matter's ``title`` (as written: ``title: 2024`` is "2024"), else the first heading
   (Markdown ``#``, HTML ``<title>`` then ``<h1>``; PDF: see ``indexer.documents``, Word: ``indexer.word``), else the
   file name without its suffix.
@@ -328,8 +328,9 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
         return "no text"
     meta = {"source": rel, **ext.meta, **opts.extra_meta}
     doc_id: Any = rel
-    if opts.id_field is not None:
-        doc_id = meta.get(opts.id_field)
+    if opts.id_field is not None:  # a number or a boolean as the file writes it (``id: 010`` is "010", not "8")
+        doc_id = meta.get(opts.id_field) if opts.id_field in opts.extra_meta else ext.written.get(
+            opts.id_field, meta.get(opts.id_field))
         if doc_id is None or isinstance(doc_id, (dict, list)) or not str(doc_id).strip():
             raise IngestError(f"{path}: no usable {opts.id_field!r} field for the document id "
                               f"(its metadata has {', '.join(sorted(meta)) or 'nothing'})")

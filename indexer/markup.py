@@ -469,10 +469,12 @@ def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
     """Front matter as metadata; the body rendered to HTML (CommonMark + tables) and read as HTML, so the title
     is front matter's ``title`` or the first heading of any level, and paragraphs have their heading path."""
     md = markdown_parser(where)
-    meta, title, body = front_matter(LINE_END.sub("\n", source), where)
+    meta, title, body, written = front_matter(LINE_END.sub("\n", source), where)
     parser = _HTMLText()
     parser.feed(render_markdown(md, body))
     parser.close()
     # the first heading is the title unless front matter gives another (then its words are a section's)
     heading = parser.first_heading if title is None or title == parser.first_heading else None
-    return parser.text.extracted(title or parser.first_heading, meta, title_heading=heading)
+    extracted = parser.text.extracted(title or parser.first_heading, meta, title_heading=heading)
+    extracted.written = written
+    return extracted

@@ -321,6 +321,21 @@ def test_ids_from_a_metadata_field(tmp_path):
     assert [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["alpha"]
 
 
+def test_an_id_field_that_yaml_reads_as_a_number_or_boolean_is_the_id_as_written(tmp_path):
+    """Front matter's `slug: 010` was the id "8" (YAML's octal), `1.10` "1.1" and `true` "True": the id is the value
+    as the file writes it; the metadata keeps YAML's value, and a field given by --meta is the id as given."""
+    written = {"a.md": "010", "b.md": "1.10", "c.md": "true", "d.md": "-7", "e.md": "'quoted 1'", "f.md": "0x1F"}
+    for name, value in written.items():
+        (tmp_path / name).write_text(f"---\nslug: {value}\n---\ntext of {name}")
+    from_files([tmp_path], tmp_path / "c.jsonl", opts=IngestOptions(id_field="slug"))
+    docs = list(read_corpus(tmp_path / "c.jsonl"))
+    assert [d.id for d in docs] == ["010", "1.10", "true", "-7", "quoted 1", "0x1F"]
+    assert [d.meta["slug"] for d in docs] == [8, 1.1, True, -7, "quoted 1", 31]
+    from_files([tmp_path / "a.md"], tmp_path / "m.jsonl", opts=IngestOptions(id_field="slug",
+                                                                             extra_meta={"slug": "given"}))
+    assert [d.id for d in read_corpus(tmp_path / "m.jsonl")] == ["given"]
+
+
 def test_long_files_are_chunked_within_the_budget(tmp_path):
     path = tmp_path / "long.txt"
     path.write_text(" ".join(f"word{i}." for i in range(500)))
