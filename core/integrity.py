@@ -123,6 +123,24 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def lock_holder(index_dir: Path, name: str = LOCK) -> int | None:
+    """The id of the process that holds ``index_dir``'s writer lock (the file ``name``), from the kernel's table of
+    locks (``/proc/locks``; nothing is written to tell it), for a refusal to name the writer; None where it cannot be
+    told (no such table: not Linux; the lock is free; a file system that names the file otherwise)."""
+    try:
+        st = (index_dir / name).stat()
+        with open("/proc/locks", encoding="ascii") as f:
+            lines = f.readlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    file_id = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 1281 fe:00:2211959 0 EOF" (a waiter's has "->" after "1:")
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == file_id and fields[4].isdigit():
+            return int(fields[4])
+    return None
+
+
 @contextlib.contextmanager
 def writer_lock(index_dir: Path, wait: bool = False, name: str = LOCK) -> Iterator[bool]:
     """Hold ``index_dir``'s exclusive writer lock (the file ``name``) while open; yields False when another process

@@ -321,8 +321,11 @@ def build_lock(out: Path) -> Iterator[None]:
         if not locked:
             if not os.access(out, os.W_OK):
                 raise BuildError(f"--out {out} is not writable")
-            raise BuildError(f"--out {out}: another build or change of it holds its lock ({out / integrity.LOCK}); "
-                             "wait for it to end (a killed build resumes when run again) or choose another --out")
+            pid = integrity.lock_holder(out)
+            holder = f" (process {pid})" if pid is not None else ""
+            raise BuildError(f"--out {out}: another build or change of it{holder} holds its lock "
+                             f"({out / integrity.LOCK}); wait for it to end (a killed build resumes when run again) or "
+                             "choose another --out")
         try:
             yield
         finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 
@@ -80,7 +81,8 @@ def test_only_a_new_empty_or_unfinished_out_folder_is_built_in(tmp_path, tiny_co
 def test_a_second_build_into_the_same_out_is_refused_at_its_start(tmp_path, tiny_corpus, tiny_model_dir, capsys,
                                                                   monkeypatch):
     """Two builds into one --out would write the same shard and store names: the second is refused before it loads
-    the model, naming the lock `index add` also takes, and changes nothing; the first finishes as if alone."""
+    the model, naming the lock `index add` also takes and the process holding it, and changes nothing; the first
+    finishes as if alone."""
     from spanseek.indexer import build as build_module
 
     out = tmp_path / "i"
@@ -94,8 +96,8 @@ def test_a_second_build_into_the_same_out_is_refused_at_its_start(tmp_path, tiny
     def second_build_meanwhile(self, passages):
         if not seen:
             seen.append(files())
-            with pytest.raises(BuildError, match=rf"--out {out}: another build or change of it holds its lock "
-                                                 rf"\({out / 'index.lock'}\)"):
+            with pytest.raises(BuildError, match=rf"--out {out}: another build or change of it \(process "
+                                                 rf"{os.getpid()}\) holds its lock \({out / 'index.lock'}\)"):
                 build_index(tiny_corpus, tiny_model_dir, out, OPTS)
             assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out",
                          str(out), "--quiet"]) == 2
