@@ -63,7 +63,7 @@ class Unreadable(Exception):
 class Extracted:
     """A file's text before chunking; ``paragraph_meta`` (one per paragraph, or empty) goes to its passages;
     ``written``: the metadata values the file writes as text but its format reads as something else (front matter's
-    ``id: 010``, the integer 8, is "010" there), for a document id taken from them."""
+    ``id: 1.10``, the number 1.1, is "1.10" there), for a document id taken from them."""
 
     title: str | None
     paragraphs: list[str]

@@ -2,7 +2,8 @@
 
 Front matter becomes a document's metadata in a JSON corpus, so what JSON cannot hold, or what could not be read
 safely, is an ``IngestError`` naming the file and line (``front_matter``): aliases, a key given twice, numbers that
-are not finite, a ``title`` that is a list or mapping. Keys, dates and numbers used as a title stay as written.
+are not finite, a ``title`` that is a list or mapping. Keys, dates, numbers used as a title and numbers in forms JSON
+has not (``01234``, ``1:30``) stay as written.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.S)
 _UNCLOSED = re.compile(r"\A---[ \t]*\n[\w-]+[ \t]*:[ \t\n]")  # an opening fence, a key line, and no closing fence
 _FIRST_LINE = 2  # the line of a file that front matter starts on (after the opening ---)
+# an integer as YAML 1.2 and JSON write one; YAML 1.1 (PyYAML) also reads 010 as octal 8, 0x1F, 1_000 and 1:30 (base
+# 60: 90), which front matter means as a code with its zeros, a time, text: those stay as written
+_DECIMAL = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
 
 
 class _Refused(Exception):
@@ -41,7 +45,9 @@ def _front_matter_loader() -> type:
     bytes of nested aliases expand to gigabytes, and one can hold itself, which JSON cannot (front matter has no
     need of them; Ruby's safe_load refuses them too). Keys are kept as written (``2024-01-01:`` and ``yes:`` are the
     keys "2024-01-01" and "yes") and each may be given once; dates and ``!!binary`` values stay as written, a ``!!set``
-    is a list; numbers JSON cannot store (``.nan``, ``.inf``, ``1.0e+400``) are refused rather than changed."""
+    is a list; numbers JSON cannot store (``.nan``, ``.inf``, ``1.0e+400``) are refused rather than changed, and
+    numbers YAML 1.1 writes in forms JSON has not (``010``, its octal 8; ``0x1F``; ``1_000``; ``1:30``, base 60) stay
+    as written."""
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -74,7 +80,12 @@ def _front_matter_loader() -> type:
                 mapping[key_node.value] = self.construct_object(value_node, deep=deep)
             return mapping
 
-        def construct_finite_float(self, node: Any) -> float:
+        def construct_decimal_int(self, node: Any) -> int | str:
+            return self.construct_yaml_int(node) if _DECIMAL.fullmatch(node.value) else node.value
+
+        def construct_finite_float(self, node: Any) -> float | str:
+            if ":" in node.value or "_" in node.value:  # base 60 (1:30.5) or grouped digits: as written
+                return node.value
             value = self.construct_yaml_float(node)
             if not math.isfinite(value):
                 raise _Refused(node.start_mark, f"holds {_shown(node.value)}, a number that is not finite, which a "
@@ -89,6 +100,7 @@ def _front_matter_loader() -> type:
             yield members
             members.extend(self.construct_mapping(node))
 
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_decimal_int)
     Loader.add_constructor("tag:yaml.org,2002:float", Loader.construct_finite_float)
     Loader.add_constructor("tag:yaml.org,2002:timestamp", Loader.construct_as_written)
     Loader.add_constructor("tag:yaml.org,2002:binary", Loader.construct_as_written)  # its base64 text
@@ -98,8 +110,8 @@ def _front_matter_loader() -> type:
 
 def front_matter(source: str, where: str) -> tuple[dict[str, Any], str | None, str, dict[str, str]]:
     """Split YAML front matter (between ``---`` lines at the top) from a Markdown document: (its mapping, its
-    ``title`` as written, the body, the values YAML reads as numbers or booleans as written: ``id: 010`` is the
-    integer 8 in the mapping and "010" here). IngestError naming the file and line for front matter that is not valid YAML or
+    ``title`` as written, the body, the values YAML reads as numbers or booleans as written: ``id: 1.10`` is the
+    number 1.1 in the mapping and "1.10" here). IngestError naming the file and line for front matter that is not valid YAML or
     that a JSON corpus cannot hold (``_front_matter_loader``), or a ``title`` that is a list or mapping."""
     m = _FRONT_MATTER.match(source)
     if not m:

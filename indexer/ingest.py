@@ -11,7 +11,7 @@ on the command line must have one of those suffixes. Each file is one document:
 - **id**: its path relative to the directory given (``guide/install.md``), or, for a file given by name, its path
   as given, in Unicode's composed form (NFC: ``café.md`` whether the file system spells the accent as one character
   or, as macOS's HFS+, a combining one); with ``id_field`` the value of that metadata field instead, as the file writes
-  it (front matter's ``id: 010`` is "010", not YAML's 8; a file without it is an error).
+  it (front matter's ``id: 1.10`` is "1.10", not YAML's 1.1; a file without it is an error).
 - **title**: Markdown front matter's ``title`` (as written: ``title: 2024`` is "2024"), else the first heading
   (Markdown ``#``, HTML ``<title>`` then ``<h1>``; PDF: see ``indexer.documents``, Word: ``indexer.word``), else the
   file name without its suffix.
@@ -65,7 +65,7 @@ this process may not read are skipped with a warning naming it and the reason, a
 (``strict`` makes a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
 can expand without bound), gives a key twice, holds a number JSON cannot store (``.nan``, ``.inf``) or a ``title``
 that is a list or mapping; a document the corpus reader would refuse (``core.io.document_from_json``: metadata over
-16 KiB, a lone surrogate); duplicate ids. Keys and dates in front matter are kept as written. The corpus is written
+16 KiB, a lone surrogate); duplicate ids. Keys, dates and numbers in forms JSON has not (``01234``, ``1:30``) in front matter are kept as written. The corpus is written
 atomically.
 """
 
@@ -328,7 +328,7 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
         return "no text"
     meta = {"source": rel, **ext.meta, **opts.extra_meta}
     doc_id: Any = rel
-    if opts.id_field is not None:  # a number or a boolean as the file writes it (``id: 010`` is "010", not "8")
+    if opts.id_field is not None:  # a number or a boolean as the file writes it (``id: 1.10`` is "1.10", not "1.1")
         doc_id = meta.get(opts.id_field) if opts.id_field in opts.extra_meta else ext.written.get(
             opts.id_field, meta.get(opts.id_field))
         if doc_id is None or isinstance(doc_id, (dict, list)) or not str(doc_id).strip():

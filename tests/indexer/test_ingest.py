@@ -321,16 +321,28 @@ def test_ids_from_a_metadata_field(tmp_path):
     assert [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["alpha"]
 
 
+def test_front_matter_numbers_in_forms_json_has_not_stay_as_written(tmp_path):
+    """YAML 1.1 read `zip: 01234` as the octal 668, `time: 1:30` as 90 (base 60), `n: 1_000` as 1000 and `hex: 0x1F`
+    as 31: a code lost its zeros and a time became a number. They stay as written; decimal numbers stay numbers."""
+    (tmp_path / "a.md").write_text("---\nzip: 01234\ntime: 1:30\nlap: 1:30.5\nn: 1_000\nhex: 0x1F\nplain: 42\n"
+                                   "signed: -7\nzero: 0\nratio: 1.5\nbig: 1e3\n---\ntext a")
+    from_files([tmp_path / "a.md"], tmp_path / "c.jsonl")
+    (doc,) = read_corpus(tmp_path / "c.jsonl")
+    assert {k: v for k, v in doc.meta.items() if k != "source"} == {
+        "zip": "01234", "time": "1:30", "lap": "1:30.5", "n": "1_000", "hex": "0x1F", "plain": 42, "signed": -7,
+        "zero": 0, "ratio": 1.5, "big": "1e3"}
+
+
 def test_an_id_field_that_yaml_reads_as_a_number_or_boolean_is_the_id_as_written(tmp_path):
-    """Front matter's `slug: 010` was the id "8" (YAML's octal), `1.10` "1.1" and `true` "True": the id is the value
-    as the file writes it; the metadata keeps YAML's value, and a field given by --meta is the id as given."""
+    """Front matter's `slug: 1.10` was the id "1.1" and `true` "True": the id is the value as the file writes it; the
+    metadata keeps YAML's value, and a field given by --meta is the id as given."""
     written = {"a.md": "010", "b.md": "1.10", "c.md": "true", "d.md": "-7", "e.md": "'quoted 1'", "f.md": "0x1F"}
     for name, value in written.items():
         (tmp_path / name).write_text(f"---\nslug: {value}\n---\ntext of {name}")
     from_files([tmp_path], tmp_path / "c.jsonl", opts=IngestOptions(id_field="slug"))
     docs = list(read_corpus(tmp_path / "c.jsonl"))
     assert [d.id for d in docs] == ["010", "1.10", "true", "-7", "quoted 1", "0x1F"]
-    assert [d.meta["slug"] for d in docs] == [8, 1.1, True, -7, "quoted 1", 31]
+    assert [d.meta["slug"] for d in docs] == ["010", 1.1, True, -7, "quoted 1", "0x1F"]
     from_files([tmp_path / "a.md"], tmp_path / "m.jsonl", opts=IngestOptions(id_field="slug",
                                                                              extra_meta={"slug": "given"}))
     assert [d.id for d in read_corpus(tmp_path / "m.jsonl")] == ["given"]
