@@ -197,6 +197,11 @@ EVAL_SEARCH_FLAGS = ("mode", "fusion", "lexical_weight", "nprobe", "vector_sourc
                      "read_passages")
 
 
+def _not_json(name: str) -> float:
+    """``json.loads``'s ``parse_constant``: NaN, Infinity and -Infinity are not JSON (Python's reader takes them)."""
+    raise json.JSONDecodeError(f"{name} is not JSON", name, 0)
+
+
 def _filter(args: argparse.Namespace) -> SearchFilter | None:
     """`spanseek search`'s --doc-ids / --title-prefix / --where / --filter flags as a SearchFilter (None without
     any); a malformed --filter raises FilterError (a ValueError) saying what is wrong."""
@@ -205,8 +210,8 @@ def _filter(args: argparse.Namespace) -> SearchFilter | None:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--where takes KEY=VALUE, got {item!r}")
-        try:  # numbers, true/false/null as JSON; anything else (or a quoted JSON string) is a string
-            meta[key] = json.loads(value)
+        try:  # numbers, true/false/null as JSON; anything else (or a quoted JSON string) is a string: NaN and
+            meta[key] = json.loads(value, parse_constant=_not_json)  # Infinity too, which JSON has not
         except json.JSONDecodeError:
             meta[key] = value
         except ValueError:  # int() refusing a literal over Python's limit

@@ -135,6 +135,18 @@ def test_a_where_number_too_long_to_read_is_one_line_naming_the_flag(tiny_index,
     assert "--where n: a number of more than" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(("value", "meant"), [("NaN", "NaN"), ("Infinity", "Infinity"), ("-Infinity", "-Infinity"),
+                                              ("2001", 2001), ("1.5", 1.5), ("true", True), ('"2001"', "2001")])
+def test_where_reads_json_numbers_and_constants_and_else_text(value, meant):
+    """--where KEY=VALUE takes a JSON number, true, false or null, else the text: NaN and Infinity, which JSON has
+    not, were read as Python's float nan and inf, and refused as numbers that are not finite."""
+    from spanseek.cli import build_parser
+    from spanseek.indexer.cli import _filter
+
+    args = build_parser().parse_args(["search", "--index", "idx", "--where", f"v={value}", "a question"])
+    assert _filter(args).meta == (("v", meant),)
+
+
 def test_cli_filter_combines_with_the_older_flags(tiny_index, tiny_model_dir, tmp_path, capsys):
     from spanseek.cli import main
 
