@@ -111,8 +111,9 @@ def _front_matter_loader() -> type:
 def front_matter(source: str, where: str) -> tuple[dict[str, Any], str | None, str, dict[str, str]]:
     """Split YAML front matter (between ``---`` lines at the top) from a Markdown document: (its mapping, its
     ``title`` as written, the body, the values YAML reads as numbers or booleans as written: ``id: 1.10`` is the
-    number 1.1 in the mapping and "1.10" here). IngestError naming the file and line for front matter that is not valid YAML or
-    that a JSON corpus cannot hold (``_front_matter_loader``), or a ``title`` that is a list or mapping."""
+    number 1.1 in the mapping and "1.10" here). IngestError naming the file and line for front matter that is not
+    valid YAML or that a JSON corpus cannot hold (``_front_matter_loader``), or a ``title`` that is a list or
+    mapping."""
     m = _FRONT_MATTER.match(source)
     if not m:
         if _UNCLOSED.match(source):

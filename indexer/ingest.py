@@ -65,8 +65,8 @@ this process may not read are skipped with a warning naming it and the reason, a
 (``strict`` makes a skip an error). Errors naming the file (and the line): front matter that is not valid YAML, that uses aliases (they
 can expand without bound), gives a key twice, holds a number JSON cannot store (``.nan``, ``.inf``) or a ``title``
 that is a list or mapping; a document the corpus reader would refuse (``core.io.document_from_json``: metadata over
-16 KiB, a lone surrogate); duplicate ids. Keys, dates and numbers in forms JSON has not (``01234``, ``1:30``) in front matter are kept as written. The corpus is written
-atomically.
+16 KiB, a lone surrogate); duplicate ids. Keys, dates and numbers in forms JSON has not (``01234``, ``1:30``) in
+front matter are kept as written. The corpus is written atomically.
 """
 
 from __future__ import annotations
