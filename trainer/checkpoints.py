@@ -60,27 +60,41 @@ def check_checkpoint(point: Path, weights_name: str, out: Path) -> None:
 
 
 class StopAfterStep:
-    """Ctrl-C in a training loop: the step under way finishes, the loop saves its checkpoint and stops
-    (``requested``; the loop raises KeyboardInterrupt then), so an interrupted run loses no finished step; a second
-    Ctrl-C stops at once, as before. Only where Python takes signals (the main thread); elsewhere nothing changes."""
+    """Ctrl-C (SIGINT) or SIGTERM (what ``kill``, ``docker stop`` and a scheduler send) in a training loop: the step
+    under way finishes, the loop saves its checkpoint and stops (``requested``; ``stop_here`` raises
+    KeyboardInterrupt, which the CLI reports as ``interrupted``, status 130), so an interrupted run loses no finished
+    step; a second signal stops at once. Only where Python takes signals (the main thread), and only the signals a
+    job was not started to ignore; elsewhere nothing changes."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopAfterStep:
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            self._previous = signal.signal(signal.SIGINT, self._interrupt)  # (a job started to ignore it still does)
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:  # (a job started to ignore it still does)
+                    self._previous[signum] = signal.signal(signum, self._interrupt)
         return self
 
     def _interrupt(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         logging.getLogger("spanseek.trainer").warning("stopping after this step, once its checkpoint is saved "
-                                                      "(Ctrl-C again to stop at once)")
+                                                      "(%s again to stop at once)", again)
+
+    def stop_here(self, step: int, checkpoint: Path) -> None:
+        """Say where the run resumes and stop (KeyboardInterrupt): called after the step whose checkpoint was saved
+        because ``requested`` was read True before the save (a signal that comes during the save stops the run
+        after the next step, not before its checkpoint)."""
+        logging.getLogger("spanseek.trainer").warning("stopped at step %d; the same command resumes from %s", step,
+                                                      checkpoint)
+        raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)

@@ -399,15 +399,15 @@ def train_loop(
             loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
             bar.set_postfix(loss=f"{loss_ema:.3f}", qps=f"{seen_q / (time.perf_counter() - t0):.1f}")
             bar.update(1)
-            if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end or stop.requested):
+            stopping = stop.requested  # read once: the save below is the one the stop relies on
+            if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end or stopping):
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step}
                 save_checkpoint(model, out, "last", saved | mode.state_dict(), trained)
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
                 snapshot = model.save(out / "snapshots" / f"step-{step:06d}")
                 write_trained_questions(snapshot, *trained)
-            if stop.requested:  # Ctrl-C: this step finished and its checkpoint is saved
-                log.warning("stopped at step %d; the same command resumes from %s", step, out / "last")
-                raise KeyboardInterrupt
+            if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
+                stop.stop_here(step, out / "last")
     bar.close()
     elapsed = time.perf_counter() - t0
     if dist.enabled:

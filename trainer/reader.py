@@ -231,15 +231,15 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
             loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
             bar.set_postfix(loss=f"{loss_ema:.3f}", windows_s=f"{seen / (time.perf_counter() - t0):.1f}")
             bar.update(1)
-            if step % cfg.checkpoint_every == 0 or step == total or stop.requested:
+            stopping = stop.requested  # read once: the save below is the one the stop relies on
+            if step % cfg.checkpoint_every == 0 or step == total or stopping:
                 master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master}
                 save_checkpoint(model, out, "last", saved)  # type: ignore[arg-type] (any model with save())
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:
                 model.save(out / "snapshots" / f"step-{step:06d}")
-            if stop.requested:  # Ctrl-C: this step finished and its checkpoint is saved
-                log.warning("stopped at step %d; the same command resumes from %s", step, out / "last")
-                raise KeyboardInterrupt
+            if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
+                stop.stop_here(step, out / "last")
     bar.close()
     elapsed = time.perf_counter() - t0
     summary: dict[str, Any] = {

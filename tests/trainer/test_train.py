@@ -164,6 +164,74 @@ def test_ctrl_c_finishes_the_step_saves_it_and_the_run_resumes_there(tmp_path, t
     monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
     assert train_phrase(cfg)["steps"] == 6 and len(calls) == 4  # steps 3 to 6
 
+def test_ctrl_c_while_a_snapshot_is_written_stops_after_the_next_saved_step(tmp_path, tiny_squad, tiny_config,
+                                                                           monkeypatch):
+    """A Ctrl-C that came after the step's checkpoint was passed over (while its snapshot was written) stopped the run
+    without saving that step: it now runs one more step and saves it."""
+    import os
+    import signal
+
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=8, checkpoint_every=100,
+                              snapshot_every=2)
+    write = loop_module.write_trained_questions
+
+    def ctrl_c_in_the_first_snapshot(path, *args):
+        write(path, *args)
+        if Path(path).name == "step-000002":
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(loop_module, "write_trained_questions", ctrl_c_in_the_first_snapshot)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_phrase(cfg)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 3
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signalled_training_command_saves_the_step_and_says_where_it_resumes(tmp_path, tiny_squad, tiny_config,
+                                                                               signame):
+    """`spanseek train phrase` sent Ctrl-C (SIGINT) or SIGTERM (kill, docker stop) mid-run: it saves the step under
+    way as OUT/last and exits 130 saying where the same command resumes, without a traceback. SIGTERM killed it,
+    losing every step since the last checkpoint."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    c = tiny_config
+    command = [sys.executable, "-m", "spanseek.cli", "train", "phrase", "--train", str(tiny_squad), "--out", str(out),
+               "--backbone", c.backbone, "--max-seq-len", str(c.max_seq_len), "--stride", str(c.stride),
+               "--max-answer-tokens", str(c.max_answer_tokens), "--max-steps", "1000000", "--batch-windows", "4",
+               "--checkpoint-every", "1000000", "--snapshot-every", "3", "--val-questions", "0", "--no-progress",
+               "--precision", "fp32", "--device", "cpu"]
+    # as in a terminal: a job started in the background ignores SIGINT, and its children inherit that
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "snapshots").is_dir():  # the loop is running: its first snapshot is written at step 3
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the run never reached step 3"
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, signame))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    step = torch.load(out / "last" / STATE, weights_only=False)["step"]
+    assert step >= 3
+    assert f"stopped at step {step}; the same command resumes from {out / 'last'}" in err
+    assert err.rstrip().endswith("spanseek train phrase: interrupted")
+
+
 @pytest.mark.slow
 def test_real_squad_real_backbone_loss_goes_down(tmp_path):
     if not SQUAD_TRAIN.is_file():
