@@ -293,6 +293,24 @@ def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None
     shutil.rmtree(old, ignore_errors=True)
 
 
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """torch's random state (dropout masks are drawn from it), saved with a checkpoint so that a resumed run draws
+    what the uninterrupted run would have."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor] | None, device: torch.device) -> None:
+    """Restore what ``rng_state`` saved (nothing for a checkpoint written before it was saved)."""
+    if state is None:
+        return
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
 def optimizer_and_resume(
     model: PhraseModel, params: list, lr: float, weight_decay: float, warmup: float, total: int, out: Path
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, int, dict[str, Any]]:
@@ -355,6 +373,9 @@ def train_loop(
             torch.distributed.barrier()
         teacher = teacher_cache(cfg, taught, device, precision)
     prebatch = PreBatchCache(cfg.prebatch)
+    if not dist.enabled:  # the state the main rank saved is its own: other ranks' queues and draws are not in it
+        prebatch.load_state_dict(state.get("prebatch", []), device)
+        set_rng_state(state.get("rng"), device)
     pre_on = int(cfg.prebatch_warmup * total)
     seen_q, t0, loss_ema = 0, time.perf_counter(), None
     bar = tqdm(total=total, initial=step, desc=mode.name, unit="step", disable=not (cfg.progress and dist.is_main))
@@ -401,7 +422,8 @@ def train_loop(
             bar.update(1)
             stopping = stop.requested  # read once: the save below is the one the stop relies on
             if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end or stopping):
-                saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step}
+                saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
+                         "prebatch": prebatch.state_dict(), "rng": rng_state(device)}
                 save_checkpoint(model, out, "last", saved | mode.state_dict(), trained)
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
                 snapshot = model.save(out / "snapshots" / f"step-{step:06d}")

@@ -59,6 +59,17 @@ class PreBatchCache:
         if self.size > 0:
             self.items.append((gold_start_vecs.detach(), gold_end_vecs.detach()))
 
+    def state_dict(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The queued batches (oldest first), on the CPU: saved with a checkpoint, so a resumed run's first steps
+        get the same pre-batch negatives as an uninterrupted run's."""
+        return [(s.cpu(), e.cpu()) for s, e in self.items]
+
+    def load_state_dict(self, state: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> None:
+        """Queue the batches ``state_dict`` saved (the newest ``size`` of them), on ``device``."""
+        self.items.clear()
+        for s, e in state[-self.size:] if self.size > 0 else []:
+            self.items.append((s.to(device), e.to(device)))
+
 
 def _side_loss(
     q: torch.Tensor,

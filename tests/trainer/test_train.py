@@ -132,6 +132,24 @@ def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_confi
 
 
 
+def test_an_interrupted_and_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path, tiny_squad,
+                                                                                      tiny_config):
+    """A run stopped at step 3 and resumed ends bit for bit where the same run without the stop does, with
+    pre-batch negatives on from the first step and dropout: the pre-batch queue and torch's random state are saved
+    with the checkpoint. The resumed run started with an empty queue and other dropout masks."""
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, tmp_path / "whole"), max_steps=6,
+                              checkpoint_every=100, prebatch=2, prebatch_warmup=0.0)
+    train_phrase(cfg)
+    resumed = dataclasses.replace(cfg, out=str(tmp_path / "resumed"))
+    assert train_phrase(dataclasses.replace(resumed, stop_after=3))["steps"] == 3
+    assert len(torch.load(tmp_path / "resumed" / "last" / STATE, weights_only=False)["prebatch"]) == 2
+    assert train_phrase(resumed)["steps"] == 6
+    whole = load_model(tmp_path / "whole" / "last", for_inference=False).saved_state()
+    again = load_model(tmp_path / "resumed" / "last", for_inference=False).saved_state()
+    assert whole.keys() == again.keys()
+    assert all(torch.equal(whole[n], again[n]) for n in whole)
+
+
 def test_ctrl_c_finishes_the_step_saves_it_and_the_run_resumes_there(tmp_path, tiny_squad, tiny_config, monkeypatch,
                                                                      caplog):
     """Ctrl-C lost every step since the last checkpoint (100 steps by default: hours on a CPU): the step under way
