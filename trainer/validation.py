@@ -12,7 +12,8 @@ From a fixed sample of held-out questions, ``build_validation_sets`` writes four
   the full corpus, too slow to validate on repeatedly on CPU).
 
 An --out that does not exist is made; one that holds these files only (an earlier run's, finished or not) is written
-over; any other, a model directory above all, is refused and left alone.
+over, the scratch files of a killed run removed; any other, a model directory above all, is refused and left alone.
+A run holds the lock ``valsets.lock`` in --out while it writes: a second run into it is refused.
 
 ``rank_checkpoints`` evaluates each checkpoint (phrase EM@1) on each corpus and reports how well each small
 corpus's ranking of the checkpoints agrees with the reference ranking (Kendall's tau).
@@ -20,14 +21,17 @@ corpus's ranking of the checkpoints agrees with the reference ranking (Kendall's
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
 import random
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 from spanseek.core.holdout import Holdout
+from spanseek.core.integrity import writer_lock
 from spanseek.core.io import CorpusError, Document, atomic_path, write_corpus, write_json_atomic
 from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, resolve_model
 from spanseek.trainer.data import load_training
@@ -39,13 +43,32 @@ SETS = ("hard", "gold", "random", "reference")
 QUESTIONS = "questions.json.gz"
 COUNTS = "counts.json"  # written last: the sets are complete
 OUTPUTS = frozenset({*(f"{name}.jsonl" for name in SETS), QUESTIONS, COUNTS})
+LOCK = "valsets.lock"  # held while a run writes: a second run into the same --out is refused
+
+
+def _is_scratch(name: str) -> bool:
+    """The scratch file of an output (``core.io.atomic_path``: ``.NAME.XXXX.tmp``), which a killed run leaves."""
+    return name.startswith(".") and name.endswith(".tmp") and any(name.startswith(f".{out}.") for out in OUTPUTS)
 
 
 def _is_output(name: str) -> bool:
-    """A file ``build_validation_sets`` writes, or the scratch file of one that a killed run left
-    (``core.io.atomic_path``: ``.NAME.XXXX.tmp``)."""
-    return name in OUTPUTS or (name.startswith(".") and name.endswith(".tmp")
-                               and any(name.startswith(f".{out}.") for out in OUTPUTS))
+    """A file ``build_validation_sets`` writes, its lock, or the scratch file of one that a killed run left."""
+    return name in OUTPUTS or name == LOCK or _is_scratch(name)
+
+
+@contextlib.contextmanager
+def writing_lock(out: Path) -> Iterator[None]:
+    """Make ``out`` and hold its lock while the sets are written: a second run into it is refused, naming the lock.
+    The scratch files a killed run left are removed first (none is being written while the lock is held)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with writer_lock(out, name=LOCK) as locked:
+        if not locked:
+            raise ValueError(f"--out {out}: another `spanseek train valsets` is writing to it (lock {out / LOCK}); "
+                             "wait for it to end or use a new --out")
+        for path in out.iterdir():
+            if _is_scratch(path.name) and path.is_file():
+                path.unlink(missing_ok=True)
+        yield
 
 
 def check_valsets_out(out: Path) -> None:
@@ -103,38 +126,38 @@ def build_validation_sets(
     if not qs:
         raise CorpusError(f"{train}: no held-out questions to validate on (held out: article i with i % "
                           f"{holdout.every} == {holdout.offset}, of {len(data)} articles)")
-    out.mkdir(parents=True, exist_ok=True)
-    qs = rng.sample(qs, min(n_questions, len(qs)))
-    pool = [(a, p) for a, art in enumerate(data) for p in range(len(art["paragraphs"]))]
-    retrieve = bm25_retriever([data[a]["paragraphs"][p].get("context", "") for a, p in pool])
-    found = retrieve([qa["question"] for _, _, qa in qs], bm25_k)
-    gold = {(a, p) for a, p, _ in qs}
-    hard = gold | {pool[i] for row in found for i in row.tolist() if i >= 0}
-    rest = [k for k in pool if k not in gold]
-    random_set = gold | set(rng.sample(rest, max(0, len(hard) - len(gold))))
-    train_keys = [k for k in pool if not holdout.held(k[0])]
-    if reference_extra > len(train_keys):
-        log.warning("--reference-extra %d: %s has only %d training paragraphs; the reference corpus takes them all",
-                    reference_extra, train, len(train_keys))
-    reference = {k for k in pool if holdout.held(k[0])} | set(rng.sample(train_keys, min(reference_extra,
-                                                                                            len(train_keys))))
-    counts = {}
-    for name, keys in zip(SETS, (hard, gold, random_set, reference), strict=True):
-        write_corpus(out / f"{name}.jsonl", _documents(data, keys))
-        counts[name] = len(keys)
-    # the sampled questions in SQuAD format, each under its own article and paragraph
-    arts: dict[int, dict] = {}
-    for a, p, qa in qs:
-        art = arts.setdefault(a, {"title": data[a].get("title", f"article-{a}"), "paragraphs": {}})
-        context = data[a]["paragraphs"][p].get("context", "")
-        art["paragraphs"].setdefault(p, {"context": context, "qas": []})["qas"].append(qa)
-    squad = {"version": "spanseek-valsets", "data": [
-        {"title": art["title"], "paragraphs": list(art["paragraphs"].values())} for art in arts.values()
-    ]}
-    with atomic_path(out / QUESTIONS) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
-        json.dump(squad, f)
-    write_json_atomic(out / COUNTS, counts)
-    return counts
+    with writing_lock(out):  # makes out
+        qs = rng.sample(qs, min(n_questions, len(qs)))
+        pool = [(a, p) for a, art in enumerate(data) for p in range(len(art["paragraphs"]))]
+        retrieve = bm25_retriever([data[a]["paragraphs"][p].get("context", "") for a, p in pool])
+        found = retrieve([qa["question"] for _, _, qa in qs], bm25_k)
+        gold = {(a, p) for a, p, _ in qs}
+        hard = gold | {pool[i] for row in found for i in row.tolist() if i >= 0}
+        rest = [k for k in pool if k not in gold]
+        random_set = gold | set(rng.sample(rest, max(0, len(hard) - len(gold))))
+        train_keys = [k for k in pool if not holdout.held(k[0])]
+        if reference_extra > len(train_keys):
+            log.warning("--reference-extra %d: %s has only %d training paragraphs; the reference corpus takes them all",
+                        reference_extra, train, len(train_keys))
+        reference = {k for k in pool if holdout.held(k[0])} | set(rng.sample(train_keys, min(reference_extra,
+                                                                                                len(train_keys))))
+        counts = {}
+        for name, keys in zip(SETS, (hard, gold, random_set, reference), strict=True):
+            write_corpus(out / f"{name}.jsonl", _documents(data, keys))
+            counts[name] = len(keys)
+        # the sampled questions in SQuAD format, each under its own article and paragraph
+        arts: dict[int, dict] = {}
+        for a, p, qa in qs:
+            art = arts.setdefault(a, {"title": data[a].get("title", f"article-{a}"), "paragraphs": {}})
+            context = data[a]["paragraphs"][p].get("context", "")
+            art["paragraphs"].setdefault(p, {"context": context, "qas": []})["qas"].append(qa)
+        squad = {"version": "spanseek-valsets", "data": [
+            {"title": art["title"], "paragraphs": list(art["paragraphs"].values())} for art in arts.values()
+        ]}
+        with atomic_path(out / QUESTIONS) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
+            json.dump(squad, f)
+        write_json_atomic(out / COUNTS, counts)
+        return counts
 
 
 def check_valsets(valsets: str | Path) -> Path:

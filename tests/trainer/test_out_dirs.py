@@ -284,8 +284,27 @@ def test_valsets_rewrite_their_own_output_the_same(tmp_path, squad_file):
     (out / "counts.json").unlink()  # a run killed before its end: what it wrote, and a scratch file
     (out / ".hard.jsonl.x1y2.tmp").write_text("partial")
     assert _valsets(squad_file, out) == counts
-    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name not in ("questions.json.gz",
-                                                                           ".hard.jsonl.x1y2.tmp")} == first
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "questions.json.gz"} == first  # scratch gone
+
+
+def test_valsets_hold_their_out_while_they_write_and_a_second_run_is_refused(tmp_path, squad_file):
+    """A killed run's scratch files were accepted and left in --out for good; they are removed under the lock that a
+    run holds, so a run that is still writing keeps its own: a second run into its --out is refused."""
+    from spanseek.core.integrity import writer_lock
+    from spanseek.trainer.validation import LOCK
+
+    out = tmp_path / "valsets"
+    out.mkdir()
+    scratch = out / ".reference.jsonl.a1b2.tmp"
+    scratch.write_text("being written")
+    with writer_lock(out, name=LOCK) as locked:  # a run that is writing
+        assert locked
+        with pytest.raises(ValueError, match=rf"^--out {out}: another `spanseek train valsets` is writing to it "
+                                             rf"\(lock {out / LOCK}\)"):
+            _valsets(squad_file, out)
+        assert scratch.read_text() == "being written"
+    _valsets(squad_file, out)  # the writer was killed: its scratch is removed
+    assert not scratch.exists() and (out / "counts.json").is_file()
 
 
 def test_the_cli_refuses_valsets_into_a_model_directory_in_one_line(tmp_path, squad_file, tiny_model_dir, capsys):
