@@ -12,11 +12,16 @@ the confidence for answer present vs absent and for correct vs wrong, accuracy a
 the abstention curve, once per ``--priors`` value (the share of unanswerable questions the confidences assume:
 at 0 the answer-present ECE is the one that matters, at 0.5 the ECE over both conditions); ``t80`` is the threshold that keeps 80% of the questions whose answer is present, and
 ``absent_dropped_at_t80`` the share of answer-absent questions it abstains on.
+
+``--forms question keywords`` asks every question in each of these forms (``core.query_form``: as it is, as a search
+box's keywords, as keywords in an order drawn from its id) in the same collection (each index without an article
+serves every form) and reports each form apart (``by_form``; ``by_unit_mode`` and ``by_prior`` are the first form's).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -30,9 +35,11 @@ from spanseek.core.evaluate import sample_questions
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import calibration_error as ece
+from spanseek.core.metrics import reliability
 from spanseek.core.model import model_fingerprint, resolve_model
 from spanseek.core.params import MODES, UNITS
-from spanseek.trainer.calibrate import collect, encode_questions, load_runs, save_runs
+from spanseek.core.query_form import QUERY_FORMS, in_form
+from spanseek.trainer.calibrate import collect, encode_questions, load_meta, load_runs, save_runs
 
 BINS = 10
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -78,12 +85,23 @@ def report(runs: dict) -> dict:
         out[f"{unit}/{mode}"] = {
             "questions": len(cp), "accuracy_present": float(yp.mean()), "accuracy_absent": float(ya.mean()),
             "ece_top1": ece(both_c, both_y), "ece_top1_present": ece(cp, yp), "ece_top1_absent": ece(ca, ya),
-            "ece_all_hits": ece(hit_c, hit_y), "mean_conf_top1": float(both_c.mean()), "accuracy_top1": float(both_y.mean()),
+            "reliability_top1_present": reliability(cp, yp, BINS), "ece_all_hits": ece(hit_c, hit_y), "mean_conf_top1": float(both_c.mean()), "accuracy_top1": float(both_y.mean()),
             "auroc_present_vs_absent": auroc(cp, ca), "auroc_correct_vs_wrong": auroc(both_c[both_y], both_c[~both_y]),
             "t80": t80, "present_kept_at_t80": float((cp >= t80).mean()), "absent_dropped_at_t80": float((ca < t80).mean()),
             "at_thresholds": {str(t): next(c for c in curve if abs(c["threshold"] - t) < 1e-9) for t in THRESHOLDS},
             "curve": curve,
         }
+    return out
+
+
+def split_forms(runs: dict, forms: list[str], per_form: int) -> dict[str, dict]:
+    """The collected runs of questions asked in several forms (form ``k``'s questions at positions ``k * per_form``
+    onwards) as one set of runs per form, each numbering its questions from 0."""
+    out: dict[str, dict] = {form: {} for form in forms}
+    for key, ranked in runs.items():
+        for r in ranked:
+            k, i = divmod(r.question, per_form)
+            out[forms[k]].setdefault(key, []).append(dataclasses.replace(r, question=i))
     return out
 
 
@@ -100,15 +118,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--examples", default=None, help="also write the collected features and labels to this npz")
+    ap.add_argument("--forms", nargs="+", default=["question"], choices=QUERY_FORMS,
+                    help="ask every question in each of these forms (core.query_form) and report each apart")
     ap.add_argument("--priors", type=float, nargs="+", default=[0.0, 0.5],
                     help="shares of unanswerable questions the confidences assume (one report each; the first is "
                          "by_unit_mode)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
+    forms = list(dict.fromkeys(args.forms))
     if args.from_examples:
         runs = load_runs(args.from_examples)
-        n_questions = len({r.question for rs in runs.values() for r in rs})
+        meta = load_meta(args.from_examples)
+        forms = meta.get("forms", ["question"])
+        n_questions = int(meta.get("n_questions") or len({r.question for rs in runs.values() for r in rs}))
         model_dir = resolve_model(args.model)
         calibrator = load_calibrator(model_dir, model_fingerprint(model_dir))
     else:
@@ -116,30 +139,36 @@ def main(argv: list[str] | None = None) -> dict:
         calibrator = searcher.calibrator
         questions = sample_questions(squad_questions(load_squad(args.questions)), args.limit)
         n_questions = len(questions)
-        q_start, q_end = encode_questions(searcher, questions, cache=args.cache)
-        runs = collect(searcher.index, questions, q_start, q_end, args.units, args.modes)
+        asked = [q for form in forms for q in in_form(questions, form)]  # form k's at k * n_questions onwards
+        q_start, q_end = encode_questions(searcher, asked, cache=args.cache)
+        runs = collect(searcher.index, asked, q_start, q_end, args.units, args.modes)
         if args.examples:
-            save_runs(runs, args.examples)
+            save_runs(runs, args.examples, {"forms": forms, "n_questions": n_questions})
     if args.calibration:
         calibrator = Calibrator.load(args.calibration)
     if calibrator is None:
         sys.exit(f"{args.model} has no calibrator; fit one with `spanseek train calibrate` or pass --calibration")
-    by_prior = {}
-    for prior in args.priors:
-        for (unit, mode, _), ranked in runs.items():
-            key = f"{unit}/{mode}"
-            for r in ranked:
-                known = key in calibrator.models and len(r.features)
-                r.confidence = calibrator.predict(key, r.features, prior) if known else None
-        by_prior[f"{prior:g}"] = report(runs)
+    by_form: dict[str, dict] = {}
+    for form, form_runs in split_forms(runs, forms, n_questions).items():
+        by_prior = by_form.setdefault(form, {})
+        for prior in args.priors:
+            for (unit, mode, _), ranked in form_runs.items():
+                key = f"{unit}/{mode}"
+                for r in ranked:
+                    known = key in calibrator.models and len(r.features)
+                    r.confidence = calibrator.predict(key, r.features, prior) if known else None
+            by_prior[f"{prior:g}"] = report(form_runs)
+    by_prior = by_form[forms[0]]
     result = {"index": Path(args.index).name, "questions": n_questions,
               "sample": f"{args.limit}, core.evaluate.sample_questions (seed 13)" if args.limit else "all",
               "bins": f"{BINS} equal-width", "calibrator_fitted_on": calibrator.fitted_on,
               "by_unit_mode": by_prior[f"{args.priors[0]:g}"], "by_prior": by_prior,
               "seconds": round(time.perf_counter() - t0, 1)}
-    for prior, rows in by_prior.items():
-        print(f"unanswerable_prior {prior}: ECE+ is the calibration where every answer is in the index, ECE over "
-              "both conditions (half unanswerable)")
+    if len(forms) > 1:
+        result["by_form"] = by_form
+    for form, prior, rows in ((f, p, r) for f, ps in by_form.items() for p, r in ps.items()):
+        print(f"{form}, unanswerable_prior {prior}: ECE+ is the calibration where every answer is in the index, ECE "
+              "over both conditions (half unanswerable)")
         print(f"{'unit/mode':16} {'acc+':>5} {'ECE':>6} {'ECE+':>6} {'ECE-':>6} {'AUROC+-':>7} {'AUROCok':>7} "
               f"{'t80':>5} {'drop-':>5}")
         for key, r in rows.items():

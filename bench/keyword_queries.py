@@ -7,9 +7,9 @@
     python bench/keyword_queries.py run --index fit-index --questions fit.json.gz --model default --limit 1000 \
         --out bench/results/keyword_queries_fit.json
 
-The rule (``keywords``) is deterministic: a question's words in order, less wh-words, auxiliary verbs, articles,
-pronouns, prepositions and other stop words (``DROPPED``), its punctuation and possessive 's; "What is the
-Grotto at Notre Dame?" reads "Grotto Notre Dame". ``--shuffled`` also puts each question's keywords in an order
+The rule (``core.query_form.keywords``) is deterministic: a question's words in order, less wh-words, auxiliary
+verbs, articles, pronouns, prepositions and other stop words (``DROPPED``), its punctuation and possessive 's; "What
+is the Grotto at Notre Dame?" reads "Grotto Notre Dame". ``--shuffled`` also puts each question's keywords in an order
 drawn from its id. A question with no word left keeps its words as they were (counted in the output).
 
 ``run`` evaluates every variant (``question``: the file as it is; ``keywords``; ``shuffled``) in every mode with
@@ -30,11 +30,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spin-waitin
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import hashlib  # noqa: E402
 import json  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -42,54 +38,13 @@ import numpy as np  # noqa: E402
 from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from spanseek.core.evaluate import evaluate, sample_questions  # noqa: E402
-from spanseek.core.io import Question, write_json_atomic  # noqa: E402
+from spanseek.core.io import write_json_atomic  # noqa: E402
 from spanseek.core.metrics import cluster_bootstrap_ci  # noqa: E402
+from spanseek.core.query_form import DROPPED, QUERY_FORMS, as_keywords, in_form, is_keyword_query, words  # noqa: E402
 from spanseek.core.questions import read_questions  # noqa: E402
 
-WH_WORDS = ("what", "which", "who", "whom", "whose", "when", "where", "why", "how")
-AUXILIARIES = ("is", "are", "was", "were", "be", "been", "being", "am", "do", "does", "did", "done", "has", "have",
-               "had", "having", "can", "could", "will", "would", "shall", "should", "may", "might", "must")
-ARTICLES = ("a", "an", "the")
-STOP_WORDS = (  # pronouns, prepositions, conjunctions and the words that shape a question, not its subject
-    "of", "in", "on", "at", "to", "for", "from", "by", "with", "about", "into", "onto", "upon", "over", "under",
-    "during", "before", "after", "between", "through", "against", "among", "within", "without", "as", "than",
-    "and", "or", "but", "nor", "so", "if", "then", "that", "this", "these", "those", "there", "here", "it", "its",
-    "they", "them", "their", "theirs", "he", "him", "his", "she", "her", "hers", "we", "us", "our", "you", "your",
-    "i", "me", "my", "some", "any", "many", "much", "also", "not", "no", "such", "other", "else", "whatever",
-    "whichever",
-)
-DROPPED = frozenset(WH_WORDS + AUXILIARIES + ARTICLES + STOP_WORDS)
-VARIANTS = ("question", "keywords", "shuffled")
+VARIANTS = QUERY_FORMS
 MODES = ("hybrid", "dense", "lexical")
-# a word: letters, digits and inner hyphens, periods or apostrophes ("U.S.", "mid-1990s", "O'Neill")
-_WORD = re.compile(r"\w+(?:[-.'’]\w+)*")
-
-
-def words(text: str) -> list[str]:
-    """The words of a text, in order, a possessive 's removed ("Beyoncé's" -> "Beyoncé")."""
-    return [re.sub(r"['’]s$", "", w) for w in _WORD.findall(text)]
-
-
-def is_keyword_query(text: str) -> bool:
-    """Whether ``text`` reads as keywords: words, none a wh-word or an auxiliary verb, and no question mark."""
-    found = words(text)
-    return bool(found) and "?" not in text and not any(w.casefold() in WH_WORDS + AUXILIARIES for w in found)
-
-
-def keywords(question: str, shuffle_key: str | None = None) -> str:
-    """A question as a search box's keywords: its words less ``DROPPED`` ones, in order, or in an order drawn from
-    ``shuffle_key`` (a question's id: the same key, the same order). A question with no word left keeps its words."""
-    found = words(question)
-    kept = [w for w in found if w.casefold() not in DROPPED] or found
-    if shuffle_key is not None:
-        seed = int.from_bytes(hashlib.sha1(shuffle_key.encode("utf-8")).digest()[:8], "big")
-        random.Random(seed).shuffle(kept)
-    return " ".join(kept)
-
-
-def as_keywords(questions: list[Question], shuffled: bool = False) -> list[Question]:
-    """The questions with their text as ``keywords``; ids, answers and titles unchanged."""
-    return [dataclasses.replace(q, question=keywords(q.question, q.id if shuffled else None)) for q in questions]
 
 
 def make(args: argparse.Namespace) -> dict:
@@ -156,8 +111,7 @@ def run(args: argparse.Namespace) -> dict:
     searcher = open_searcher(args.index, args.model)
     searcher.encoder = CachedEncoder(searcher.encoder, args.encode_template)
     questions = sample_questions(read_questions(args.questions).questions, args.limit)
-    variants = {"question": questions, "keywords": as_keywords(questions),
-                "shuffled": as_keywords(questions, shuffled=True)}
+    variants = {name: in_form(questions, name) for name in VARIANTS}
     results: dict = {}
     per: dict = {}  # each run's per-question values, for the paired differences
     defaults = dict(searcher.lexical_weights)

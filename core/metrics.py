@@ -124,21 +124,28 @@ def mcnemar_z(gained: int, lost: int) -> float:
     return round((gained - lost) / math.sqrt(gained + lost), 1)
 
 
-def calibration_error(conf: np.ndarray, correct: np.ndarray, bins: int = 10) -> float:
-    """Expected calibration error: over ``bins`` equal-width confidence bins ([0, 0.1), ..., [0.9, 1] for 10),
-    |accuracy - mean confidence| weighted by the share of items in the bin; empty bins count nothing (NaN without
-    items). ValueError for a NaN confidence, one outside [0, 1] (no bin holds it) or a length mismatch."""
+def reliability(conf: np.ndarray, correct: np.ndarray, bins: int = 10) -> list[dict[str, float]]:
+    """The reliability diagram: per non-empty bin of ``bins`` equal-width confidence bins ([0, 0.1), ..., [0.9, 1]
+    for 10) its lower edge, share of the items, mean confidence and accuracy. ValueError for a NaN confidence, one
+    outside [0, 1] (no bin holds it) or a length mismatch."""
     conf = np.asarray(conf, dtype=np.float64)
     correct = np.asarray(correct, dtype=np.float64)
     if len(conf) != len(correct):
         raise ValueError(f"{len(conf)} confidences but {len(correct)} correctness labels")
-    if not len(conf):
-        return float("nan")
     if (nan := int(np.isnan(conf).sum())):
         raise ValueError(f"{nan} of {len(conf)} confidences are NaN; leave out the items that have no confidence")
     if (outside := (conf < 0.0) | (conf > 1.0)).any():
         raise ValueError(f"confidences must lie in [0, 1]: {int(outside.sum())} of {len(conf)} do not "
                          f"(e.g. {float(conf[outside][0]):g})")
     which = np.minimum((conf * bins).astype(int), bins - 1)  # 1.0 falls in the last bin
-    return float(sum((which == b).mean() * abs(correct[which == b].mean() - conf[which == b].mean())
-                     for b in range(bins) if (which == b).any()))
+    return [{"from": b / bins, "share": float((which == b).mean()), "confidence": float(conf[which == b].mean()),
+             "accuracy": float(correct[which == b].mean())} for b in range(bins) if (which == b).any()]
+
+
+def calibration_error(conf: np.ndarray, correct: np.ndarray, bins: int = 10) -> float:
+    """Expected calibration error: over ``bins`` equal-width confidence bins ([0, 0.1), ..., [0.9, 1] for 10),
+    |accuracy - mean confidence| weighted by the share of items in the bin (``reliability``); empty bins count
+    nothing (NaN without items). ValueError for a NaN confidence, one outside [0, 1] (no bin holds it) or a length
+    mismatch."""
+    rows = reliability(conf, correct, bins)
+    return float(sum(r["share"] * abs(r["accuracy"] - r["confidence"]) for r in rows)) if rows else float("nan")

@@ -52,6 +52,7 @@ from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.metrics import exact_match, passage_has_answer
 from spanseek.core.params import MODES, UNITS, SearchParams
 from spanseek.core.phrase_index import PhraseIndex
+from spanseek.core.query_form import QUERY_FORMS, QueryForm, in_form
 from spanseek.core.search import Searcher
 from spanseek.trainer.arguments import check, positive
 
@@ -374,11 +375,13 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
               units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, c: float | Sequence[float] = 1.0,
               limit: int | None = None, cache: str | Path | None = None,
               examples: str | Path | None = None, features: Sequence[str] = FEATURES,
-              from_examples: str | Path | None = None) -> Calibrator:
+              from_examples: str | Path | None = None, forms: Sequence[QueryForm] = ("question",)) -> Calibrator:
     """Fit and write the model's calibrator (default ``MODEL_DIR/calibration.json``); returns it. ``from_examples``
     refits on the examples an earlier run wrote (``examples``) instead of searching again (``questions_path`` and
     ``limit`` must then be the ones it searched, to know each question's article). Several ``c`` values: each
-    unit/mode gets the one with the best held-out log loss across articles (``choose_c``, 5 grouped folds)."""
+    unit/mode gets the one with the best held-out log loss across articles (``choose_c``, 5 grouped folds).
+    ``forms``: every question is asked in each of these forms (``core.query_form``: as it is, as keywords, ...),
+    and the fit is over all of them (examples record their forms; a refit reads them from there)."""
     from spanseek.core.loading import open_searcher
     from spanseek.core.model import BUNDLED_MODELS, model_fingerprint, resolve_model
 
@@ -396,26 +399,31 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     if out is None and model_dir.resolve() in bundled:  # its file is the installed package's: every search reads it
         raise ValueError(f"--model {model} is a bundled model, whose calibration.json the installed package serves: "
                          "copy its directory and calibrate the copy (--model COPY), or write the fit elsewhere (--out)")
+    check(bool(forms) and set(forms) <= set(QUERY_FORMS), "--forms", f"forms among {', '.join(QUERY_FORMS)}", forms)
+    forms = list(dict.fromkeys(forms))
     questions: list[Question] = []
+    if from_examples is not None:
+        fitted_on: dict[str, Any] = {**load_meta(from_examples), "examples_file": Path(from_examples).name}
+        forms = fitted_on.get("forms", ["question"])  # what the examples were searched as
     if from_examples is not None and len(cs) > 1:
         if questions_path is None:
             raise ValueError("choosing C across articles needs --questions (the file the examples were searched for)")
-        questions = read_calibration_questions(questions_path, limit)
+        questions = [q for form in forms for q in in_form(read_calibration_questions(questions_path, limit), form)]
     if from_examples is not None:
         runs = load_runs(from_examples)
-        fitted_on: dict[str, Any] = {**load_meta(from_examples), "examples_file": Path(from_examples).name}
     elif index_dir is None or questions_path is None:
         raise ValueError("calibrating needs an index and its questions (or examples written by an earlier run)")
     else:
         searcher = open_searcher(index_dir, model, calibrated=False)  # the file it replaces may be damaged
-        questions = read_calibration_questions(questions_path, limit)
-        if not questions:
+        sample = read_calibration_questions(questions_path, limit)
+        if not sample:
             raise CorpusError(f"{questions_path}: no questions to calibrate on")
+        questions = [q for form in forms for q in in_form(sample, form)]  # each form's questions in turn
         q_start, q_end = encode_questions(searcher, questions, cache=cache)
         runs = collect(searcher.index, questions, q_start, q_end, units, modes)
         fusion = searcher.index.fusion_defaults  # hybrid scores depend on it: the calibrator applies under it only
         fitted_on = {"index": str(Path(index_dir).name), "questions": str(Path(questions_path).name),
-                     "n_questions": len(questions), "documents": len(searcher.index.docs),
+                     "n_questions": len(sample), "forms": forms, "documents": len(searcher.index.docs),
                      "fusion": {"fusion": fusion["fusion"], "weights": fusion["weights"],
                                 "phrase_rerank": fusion.get("phrase_rerank")}}
         if examples is not None:

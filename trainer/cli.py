@@ -19,6 +19,7 @@ from spanseek.core.confidence import FEATURES
 from spanseek.core.io import check_writable
 from spanseek.core.options import add_options, from_args
 from spanseek.core.params import MODES, UNITS
+from spanseek.core.query_form import QUERY_FORMS
 from spanseek.trainer.arguments import (
     DistInfo,
     FilterConfig,
@@ -108,7 +109,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if args.from_examples is None and (args.index is None or args.questions is None):
         raise ValueError("give --index and --questions (or --from-examples, to refit on collected examples)")
     calibrator = calibrate(args.index, args.questions, args.model, args.out, args.units, args.modes, args.C, args.limit,
-                           args.cache, args.examples, args.features, args.from_examples)
+                           args.cache, args.examples, args.features, args.from_examples, args.forms)
     print(json.dumps(calibrator.to_dict(), indent=2))
     return 0
 
@@ -178,6 +179,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from-examples", default=None, help="refit on an earlier --examples file instead of searching")
     p.add_argument("--features", nargs="+", default=list(FEATURES), choices=FEATURES,
                    help="score features the model may use (the others get weight 0; default: all)")
+    p.add_argument("--forms", nargs="+", default=["question"], choices=QUERY_FORMS,
+                   help="ask every question in each of these forms and fit on all of them: as it is, as a search "
+                   "box's keywords, as keywords in a shuffled order (default: question)")
     p.set_defaults(func=_calibrate)
 
     p = train.add_parser("average", help="average checkpoints of one config into a new model (LoRA updates "
