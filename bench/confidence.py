@@ -15,7 +15,8 @@ at 0 the answer-present ECE is the one that matters, at 0.5 the ECE over both co
 
 ``--forms question keywords`` asks every question in each of these forms (``core.query_form``: as it is, as a search
 box's keywords, as keywords in an order drawn from its id) in the same collection (each index without an article
-serves every form) and reports each form apart (``by_form``; ``by_unit_mode`` and ``by_prior`` are the first form's).
+serves every form) and reports each form apart (``by_form``; ``by_unit_mode`` and ``by_prior`` are the first form's);
+a keyword form's hits are judged by the calibrator's keyword models where it has them, as a search does.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
         by_prior = by_form.setdefault(form, {})
         for prior in args.priors:
             for (unit, mode, _), ranked in form_runs.items():
-                key = f"{unit}/{mode}"
+                key = calibrator.key(unit, mode, keywords=form != "question")  # the keyword models, where fitted
                 for r in ranked:
                     known = key in calibrator.models and len(r.features)
                     r.confidence = calibrator.predict(key, r.features, prior) if known else None

@@ -7,7 +7,11 @@ computed from the hit's place in its question's ranked list (``hit_features``), 
 search mode fitted on training questions searched with and without their article (``spanseek train calibrate``,
 ``trainer.calibrate``): one for whether the hit is correct when the answer is in the index, one for whether the
 answer is in the index. Their product, at the share of questions without an answer in the index that the caller
-expects (``unanswerable_prior``, default 0), is the confidence (``Calibrator.predict``). The fitted coefficients are plain numbers in
+expects (``unanswerable_prior``, default 0), is the confidence (``Calibrator.predict``). A calibrator fitted on keyword
+forms of the questions too (``spanseek train calibrate --forms question keywords``) holds a second pair per unit and
+mode for keyword queries (``"unit/mode/keywords"``), used for a query that reads as keywords
+(``core.query_form.is_keyword_query``): the same scores mean less of a phrase, and more of a BM25 passage, when the
+query says no more than its subject. The fitted coefficients are plain numbers in
 ``calibration.json`` next to the model's weights (``CALIBRATION_NAME``): the scores a calibrator reads are the
 model's, so a calibrator belongs to the model that made them and is refused for another one (fingerprint check);
 without one, hits carry ``confidence = None``. Applying it needs only numpy.
@@ -41,6 +45,14 @@ LABELS = {
     "passage": "the passage contains a gold answer (normalised)",
     "doc": "the document is the question's gold document",
 }
+
+
+KEYWORDS = "keywords"  # the suffix of the models fitted on keyword queries: "phrase/hybrid/keywords"
+
+
+def model_key(unit: str, mode: str, keywords: bool = False) -> str:
+    """The key of a unit and mode's models: ``"unit/mode"``, or ``"unit/mode/keywords"`` for keyword queries."""
+    return f"{unit}/{mode}/{KEYWORDS}" if keywords else f"{unit}/{mode}"
 
 
 class CalibrationError(ValueError):
@@ -165,7 +177,9 @@ class Calibrator(FittedFile):
     P(the hit is correct | its features, the answer is in the index), and ``present``, P(the answer is in the index |
     the hit's features) fitted on as many lists without the answer as with it. A hit's confidence is their product
     at the share of unanswerable questions the caller expects (``unanswerable_prior``; 0: every answer is in the
-    index). A version-1 file has one model per unit/mode fitted on half unanswerable lists, used at any prior."""
+    index). Keys ``"unit/mode/keywords"`` (``model_key``) hold the models of keyword queries, where fitted; a keyword
+    query without them gets the question models. A version-1 file has one model per unit/mode fitted on half
+    unanswerable lists, used at any prior."""
 
     models: dict[str, LogisticModel]
     model_fingerprint: str
@@ -197,28 +211,42 @@ class Calibrator(FittedFile):
         present = self.present.get(key)
         return p if present is None else p * prior_shift(present.logit(x), unanswerable_prior)
 
+    def key(self, unit: str, mode: str, keywords: bool = False) -> str:
+        """The key whose models judge a query's hits: the keyword models for a keyword query where they were fitted,
+        else the question models."""
+        key = model_key(unit, mode, keywords)
+        return key if key in self.models else model_key(unit, mode)
+
     def confidences(self, unit: str, mode: str, scores: Sequence[float], dense: Sequence[float | None],
                     lexical: Sequence[float | None], texts: Sequence[str],
-                    unanswerable_prior: float = 0.0) -> list[float] | None:
-        """Confidence of each of one question's ranked hits; None when no model was fitted for unit/mode."""
-        many = self.confidences_of_hits(unit, mode, [(scores, dense, lexical, texts)], unanswerable_prior)
+                    unanswerable_prior: float = 0.0, keywords: bool = False) -> list[float] | None:
+        """Confidence of each of one question's ranked hits (``keywords``: the query reads as keywords); None when no
+        model was fitted for unit/mode."""
+        many = self.confidences_of_hits(unit, mode, [(scores, dense, lexical, texts)], unanswerable_prior, [keywords])
         return None if many is None else many[0]
 
     def confidences_of_hits(self, unit: str, mode: str,
                             questions: Sequence[tuple[Sequence[float], Sequence[float | None], Sequence[float | None],
                                                       Sequence[str]]],
-                            unanswerable_prior: float = 0.0) -> list[list[float]] | None:
-        """``confidences`` of several questions' hits ((scores, dense, lexical, texts) each), the calibrator evaluated
-        once over all of them; None when no model was fitted for unit/mode."""
-        key = f"{unit}/{mode}"
-        if key not in self.models:
+                            unanswerable_prior: float = 0.0,
+                            keywords: Sequence[bool] | None = None) -> list[list[float]] | None:
+        """``confidences`` of several questions' hits ((scores, dense, lexical, texts) each; ``keywords``: whether
+        each query reads as keywords, default none), each set of models evaluated once over the hits it judges;
+        None when no model was fitted for unit/mode."""
+        if model_key(unit, mode) not in self.models:
             return None
+        keys = [self.key(unit, mode, bool(k)) for k in (keywords or [False] * len(questions))]
         features = [hit_features(unit, *q) for q in questions]
-        if not sum(len(f) for f in features):
-            return [[] for _ in questions]
-        p = self.predict(key, np.concatenate(features), unanswerable_prior).tolist()
-        bounds = np.cumsum([0] + [len(f) for f in features]).tolist()
-        return [[round(x, 4) for x in p[a:b]] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        out: list[list[float]] = [[] for _ in questions]
+        for key in dict.fromkeys(keys):
+            rows = [i for i, k in enumerate(keys) if k == key and len(features[i])]
+            if not rows:
+                continue
+            p = self.predict(key, np.concatenate([features[i] for i in rows]), unanswerable_prior).tolist()
+            bounds = np.cumsum([0] + [len(features[i]) for i in rows]).tolist()
+            for i, a, b in zip(rows, bounds[:-1], bounds[1:], strict=True):
+                out[i] = [round(x, 4) for x in p[a:b]]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": CALIBRATION_VERSION, "model_fingerprint": self.model_fingerprint, "features": list(FEATURES),

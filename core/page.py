@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from spanseek.core.confidence import Calibrator
 from spanseek.core.hits import Hit, Hits
 from spanseek.core.params import SearchParams, SearchParamsError
 from spanseek.core.plan import Plan
+from spanseek.core.query_form import is_keyword_query
 
 
 class Pager:
@@ -47,13 +50,16 @@ class Pager:
         count = plan.selection.unit_count.get(params.unit)
         return count is not None and params.offset >= count and params.min_confidence is None
 
-    def pages(self, ranked: list[list[Hit]], params: SearchParams, plan: Plan) -> list[Hits]:
-        """Each question's ranked hits -> confidences (the calibrator evaluated once for the batch), abstention, then
-        the page of ``params``."""
+    def pages(self, ranked: list[list[Hit]], params: SearchParams, plan: Plan,
+              questions: Sequence[str] | None = None) -> list[Hits]:
+        """Each question's ranked hits -> confidences (the calibrator evaluated once for the batch; the keyword
+        models for the ``questions`` that read as keywords, where it has them), abstention, then the page of
+        ``params``."""
         if not params.read and self.calibrator is not None and self.calibrated(plan):
             conf = self.calibrator.confidences_of_hits(
                 plan.unit, plan.mode, [([h.score for h in hits], [h.dense for h in hits], [h.lexical for h in hits],
-                                        [h.text for h in hits]) for hits in ranked], self.prior(params))
+                                        [h.text for h in hits]) for hits in ranked], self.prior(params),
+                None if questions is None else [is_keyword_query(q) for q in questions])
             if conf is not None:
                 ranked = [[h.but(confidence=c) for h, c in zip(hits, cs, strict=True)]
                           for hits, cs in zip(ranked, conf, strict=True)]

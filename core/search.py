@@ -179,7 +179,7 @@ class Searcher:
         else:
             ranked = self._ranked_deep(plan, q_start, q_end, texts, timings)
         with timings.timing("aggregate"):
-            return self.pager.pages(ranked, params, plan)
+            return self.pager.pages(ranked, params, plan, texts)
 
     def _read(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str],
               timings: StageTimes) -> list[list[Hit]]:

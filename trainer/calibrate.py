@@ -17,6 +17,11 @@ of both conditions (as many of each); they are written as plain numbers to ``MOD
 weighs as much as the rest of its list together (``hit_weights``): the first hit's confidence is the one a caller
 abstains on, and unweighted it would be one example in ten.
 
+``--forms question keywords`` asks every question also as a search box's keywords (``core.query_form``: "What is
+the Grotto at Notre Dame?" as "Grotto Notre Dame") and fits the keyword lists their own pair of models per unit and
+mode (``"unit/mode/keywords"``), which a search uses for a query that reads as keywords: keyword queries find the
+exact answer less often at the same scores, and BM25 passages more often.
+
 Fit it over an index of many training articles (a hundred, not a handful): with its answer absent, a question
 meets the distractors of the rest of the index, and in a small index those are too weak, so the calibrator learns
 to trust answers that a larger corpus would beat.
@@ -42,6 +47,7 @@ from spanseek.core.confidence import (
     CALIBRATION_NAME,
     FEATURE_DEPTH,
     FEATURES,
+    KEYWORDS,
     Calibrator,
     LogisticModel,
     hit_features,
@@ -348,6 +354,21 @@ def fit_calibrator(runs: dict[tuple[str, str, str], list[Ranked]], fingerprint: 
         f"{u}/{m}/{cond}": sum(len(r.labels) for r in rs) for (u, m, cond), rs in sorted(runs.items())}}, present)
 
 
+def split_keyword_runs(runs: dict[tuple[str, str, str], list[Ranked]], forms: Sequence[str], n_questions: int
+                       ) -> dict[tuple[str, str, str], list[Ranked]]:
+    """The lists of the questions asked in a keyword form (any but ``question``; form ``k``'s questions lie at
+    positions ``k * n_questions`` onwards) under mode ``"MODE/keywords"``: ``fit_calibrator`` then fits them the
+    models that judge keyword queries (``core.confidence.model_key``), and the questions theirs."""
+    if all(form == "question" for form in forms):
+        return runs
+    out: dict[tuple[str, str, str], list[Ranked]] = {}
+    for (unit, mode, cond), ranked in runs.items():
+        for r in ranked:
+            keywords = forms[r.question // n_questions] != "question"
+            out.setdefault((unit, f"{mode}/{KEYWORDS}" if keywords else mode, cond), []).append(r)
+    return out
+
+
 def encode_questions(searcher: Searcher, questions: Sequence[Question], batch: int = 64,
                      cache: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(Q, d) q_start and q_end of every question, encoded once (read from / written to the npz ``cache``)."""
@@ -380,8 +401,9 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     refits on the examples an earlier run wrote (``examples``) instead of searching again (``questions_path`` and
     ``limit`` must then be the ones it searched, to know each question's article). Several ``c`` values: each
     unit/mode gets the one with the best held-out log loss across articles (``choose_c``, 5 grouped folds).
-    ``forms``: every question is asked in each of these forms (``core.query_form``: as it is, as keywords, ...),
-    and the fit is over all of them (examples record their forms; a refit reads them from there)."""
+    ``forms``: every question is asked in each of these forms (``core.query_form``: as it is, as keywords, ...);
+    the keyword forms' lists fit the models of keyword queries (``split_keyword_runs``), the questions' the rest
+    (examples record their forms; a refit reads them from there)."""
     from spanseek.core.loading import open_searcher
     from spanseek.core.model import BUNDLED_MODELS, model_fingerprint, resolve_model
 
@@ -399,7 +421,8 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     if out is None and model_dir.resolve() in bundled:  # its file is the installed package's: every search reads it
         raise ValueError(f"--model {model} is a bundled model, whose calibration.json the installed package serves: "
                          "copy its directory and calibrate the copy (--model COPY), or write the fit elsewhere (--out)")
-    check(bool(forms) and set(forms) <= set(QUERY_FORMS), "--forms", f"forms among {', '.join(QUERY_FORMS)}", forms)
+    check("question" in forms and set(forms) <= set(QUERY_FORMS), "--forms",
+          f"forms among {', '.join(QUERY_FORMS)}, question one of them (the models every query falls back on)", forms)
     forms = list(dict.fromkeys(forms))
     questions: list[Question] = []
     if from_examples is not None:
@@ -428,6 +451,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
                                 "phrase_rerank": fusion.get("phrase_rerank")}}
         if examples is not None:
             save_runs(runs, examples, fitted_on)
+    runs = split_keyword_runs(runs, forms, int(fitted_on.get("n_questions") or 0))
     chosen: float | dict[str, float] = cs[0]
     if len(cs) > 1:
         cv = choose_c(runs, [str(gold_key(q)) for q in questions], cs, features=features)
@@ -448,4 +472,4 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
 
 __all__ = ["CONDITIONS", "Ranked", "calibrate", "choose_c", "collect", "encode_questions", "fit_calibrator",
            "fit_logistic", "gold_key", "grouped_folds", "hit_weights", "is_correct", "load_meta", "load_runs",
-           "read_calibration_questions", "save_runs", "without_documents"]
+           "read_calibration_questions", "save_runs", "split_keyword_runs", "without_documents"]

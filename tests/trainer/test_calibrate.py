@@ -398,3 +398,86 @@ def test_calibrate_command_takes_json_lines_and_refuses_what_cannot_label_hits(s
                        ("q.txt", r"q\.txt: plain text, one question a line without answers")):
         assert main([*argv, str(tmp_path / name)]) == 2
         assert re.search(said, capsys.readouterr().err)
+
+
+def _form_lists(rng, n: int, shift: float, first: int = 0):
+    """n answer-present ranked lists of 3 hits, correct with probability sigmoid(2 x0 - shift): at the same
+    features a keyword query (shift 2) is right less often than a question (shift 0)."""
+    from spanseek.core.confidence import FEATURES
+    from spanseek.trainer.calibrate import Ranked
+
+    out = []
+    for i in range(n):
+        x = rng.normal(size=(3, len(FEATURES)))
+        out.append(Ranked(first + i, x, rng.random(3) < 1 / (1 + np.exp(shift - 2 * x[:, 0])), None))
+    return out
+
+
+def test_keyword_forms_fit_their_own_models_and_keyword_queries_get_them():
+    """Questions asked as keywords (positions n onwards) fit "unit/mode/keywords" models; a keyword query's hits
+    are judged by them, a question's by the question models: each calibrated on its own form, where one model for
+    both would be over-confident on keywords."""
+    from spanseek.core.metrics import calibration_error
+    from spanseek.trainer.calibrate import fit_calibrator, split_keyword_runs
+
+    rng = np.random.default_rng(1)
+    n = 3000
+    runs = {("phrase", "dense", "present"): _form_lists(rng, n, 0.0) + _form_lists(rng, n, 2.0, first=n)}
+    split = split_keyword_runs(runs, ["question", "keywords"], n)
+    assert {k: len(v) for k, v in split.items()} == {("phrase", "dense", "present"): n,
+                                                    ("phrase", "dense/keywords", "present"): n}
+    assert split_keyword_runs(runs, ["question"], 2 * n) is runs
+    calibrator = fit_calibrator(split, "fp", {})
+    assert set(calibrator.models) == {"phrase/dense", "phrase/dense/keywords"}
+    questions, keywords = _form_lists(rng, 2000, 0.0), _form_lists(rng, 2000, 2.0)
+
+    def ece(lists, as_keywords):
+        got = calibrator.confidences_of_hits("phrase", "dense", [(r.features[:, 0], [None] * 3, [None] * 3, "abc")
+                                                                 for r in lists], keywords=[as_keywords] * len(lists))
+        return calibration_error(np.concatenate(got), np.concatenate([r.labels for r in lists]))
+
+    assert ece(questions, False) < 0.03 and ece(keywords, True) < 0.03
+    assert ece(keywords, False) > 0.1  # the question models on keyword queries: over-confident
+    mixed = fit_calibrator(runs, "fp", {})  # one model for both forms: calibrated on neither
+    assert calibration_error(*(np.concatenate(a) for a in zip(*[
+        (mixed.predict("phrase/dense", r.features), r.labels) for r in keywords], strict=True))) > 0.05
+
+
+def test_a_keyword_query_gets_the_keyword_models_confidence_in_a_search(tiny_searcher):
+    """The searcher judges the hits of a query that reads as keywords by the keyword models, of a question by the
+    question models, in one batch; a calibrator without keyword models judges both by the question models."""
+    from spanseek.core.confidence import FEATURES, LogisticModel
+
+    def constant(p: float) -> LogisticModel:
+        k = len(FEATURES)
+        return LogisticModel((0.0,) * k, (1.0,) * k, (0.0,) * k, float(np.log(p / (1 - p))))
+
+    both = Calibrator({"passage/dense": constant(0.9), "passage/dense/keywords": constant(0.2)}, "fp", {})
+    params = SearchParams(unit="passage", mode="dense", top_k=3)
+    queries = ["Who built the tower?", "tower built 1850"]
+    for calibrator, want in ((both, [0.9, 0.2]), (Calibrator({"passage/dense": constant(0.9)}, "fp", {}), [0.9, 0.9])):
+        searcher = Searcher(tiny_searcher.index, tiny_searcher.encoder, calibrator=calibrator)
+        hits = searcher.search(queries, params)
+        assert [{round(h.confidence, 4) for h in hs} for hs in hits] == [{w} for w in want]
+
+
+def test_calibrate_command_fits_keyword_forms_and_refits_them_from_examples(squad_index, tiny_model_dir, tmp_path,
+                                                                           capsys):
+    from spanseek.cli import main
+
+    argv = ["train", "calibrate", "--model", str(tiny_model_dir), "--units", "doc", "--modes", "dense", "--limit", "8",
+            "--index", str(squad_index / "index"), "--questions", str(squad_index / "q.json.gz")]
+    assert main([*argv, "--forms", "question", "keywords", "--examples", str(tmp_path / "ex.npz"),
+                 "--out", str(tmp_path / "cal.json")]) == 0
+    calibrator = Calibrator.load(tmp_path / "cal.json")
+    assert set(calibrator.models) == {"doc/dense", "doc/dense/keywords"}
+    assert calibrator.fitted_on["forms"] == ["question", "keywords"] and calibrator.fitted_on["n_questions"] == 8
+    assert len(load_runs(tmp_path / "ex.npz")[("doc", "dense", "present")]) == 16  # each question in both forms
+    # a refit reads the forms from the examples, and chooses C across the articles of both forms' questions
+    assert main(["train", "calibrate", "--model", str(tiny_model_dir), "--from-examples", str(tmp_path / "ex.npz"),
+                 "--questions", str(squad_index / "q.json.gz"), "--limit", "8", "--C", "0.1", "1",
+                 "--out", str(tmp_path / "refit.json")]) == 0
+    assert set(Calibrator.load(tmp_path / "refit.json").models) == {"doc/dense", "doc/dense/keywords"}
+    capsys.readouterr()
+    assert main([*argv, "--forms", "keywords", "--out", str(tmp_path / "kw.json")]) == 2
+    assert "--forms" in capsys.readouterr().err and not (tmp_path / "kw.json").exists()
