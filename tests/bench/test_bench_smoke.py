@@ -331,6 +331,17 @@ def test_confidence(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/confidence.py", "--from-examples", tmp_path / "ex.npz", "--model", tiny_model_dir,
               "--calibration", calibration, "--out", tmp_path / "again.json")
     assert results(tmp_path / "again.json")["by_unit_mode"] == r["by_unit_mode"]
+    # each question also as keywords: one report per form, the questions' the same as above, and again from examples
+    run_bench("bench/confidence.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--modes", "dense", "--limit", 12, "--calibration", calibration, "--forms", "question", "keywords",
+              "--examples", tmp_path / "forms.npz", "--out", tmp_path / "forms.json")
+    forms = results(tmp_path / "forms.json", "by_form.keywords.0.phrase/dense.reliability_top1_present")
+    assert forms["questions"] == 12 and forms["by_form"]["question"]["0"] == r["by_unit_mode"]
+    with np.load(tmp_path / "forms.npz") as z:  # both forms' lists, the keywords' numbered after the questions'
+        assert sorted(z["phrase/dense/present/lists"]) == list(range(24))
+    run_bench("bench/confidence.py", "--from-examples", tmp_path / "forms.npz", "--model", tiny_model_dir,
+              "--calibration", calibration, "--out", tmp_path / "forms-again.json")
+    assert results(tmp_path / "forms-again.json")["by_form"] == forms["by_form"]
 
 
 @smoke("bench/paired_accuracy.py")

@@ -29,6 +29,7 @@ from spanseek.core.metrics import (
     mrr_at,
     passage_has_answer,
     precision_at,
+    reliability,
 )
 
 # pieces that stress each step: articles glued to words and repeated, Unicode punctuation and spaces that SQuAD keeps,
@@ -147,6 +148,18 @@ def test_calibration_error_equals_equal_width_binning_with_empty_bins_and_the_en
     assert calibration_error(np.asarray([1.0, 1.0]), np.asarray([True, False])) == pytest.approx(0.5)  # bin 9
     assert calibration_error(np.asarray([0.0, 0.0]), np.asarray([False, False])) == 0.0  # bin 0
     assert math.isnan(calibration_error(np.asarray([]), np.asarray([])))
+
+
+def test_reliability_gives_each_nonempty_bins_share_confidence_and_accuracy():
+    conf = np.asarray([0.05, 0.15, 0.15, 0.95, 1.0])
+    correct = np.asarray([False, True, False, True, True])
+    assert reliability(conf, correct) == [
+        {"from": 0.0, "share": 0.2, "confidence": 0.05, "accuracy": 0.0},
+        {"from": 0.1, "share": 0.4, "confidence": pytest.approx(0.15), "accuracy": 0.5},
+        {"from": 0.9, "share": 0.4, "confidence": pytest.approx(0.975), "accuracy": 1.0}]
+    assert reliability(np.asarray([]), np.asarray([])) == []
+    with pytest.raises(ValueError, match="must lie in"):
+        reliability(np.asarray([1.5]), np.asarray([True]))
 
 
 @pytest.mark.parametrize(("conf", "correct", "message"), [
