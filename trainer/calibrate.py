@@ -36,7 +36,7 @@ import json
 import logging
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -392,18 +392,40 @@ def encode_questions(searcher: Searcher, questions: Sequence[Question], batch: i
     return q_start, q_end
 
 
+def with_keyword_models(base: Calibrator, fit: Calibrator, where: str = "--add-to") -> Calibrator:
+    """``base`` with the keyword queries' models of ``fit`` added (``"unit/mode/keywords"``, replacing base's own of
+    those keys): base's other models stay as they are, and what the keyword models were fitted on is recorded under
+    ``fitted_on["keywords"]``. Refused (ValueError naming ``where``) when the fit has no keyword models, or was made
+    for another model or, in hybrid mode, under another fusion (base's decides whether a model applies)."""
+    keys = [k for k in fit.models if k.endswith(f"/{KEYWORDS}")]
+    if not keys:
+        raise ValueError(f"--add-to {where}: adds the models of keyword queries, and this fit has none "
+                         "(fit them with --forms question keywords)")
+    if base.model_fingerprint != fit.model_fingerprint:
+        raise ValueError(f"--add-to {where}: fitted for another model (fingerprint {base.model_fingerprint[:12]}, "
+                         f"this model's {fit.model_fingerprint[:12]})")
+    if any(k.split("/")[1] == "hybrid" for k in keys) and base.fitted_on.get("fusion") != fit.fitted_on.get("fusion"):
+        raise ValueError(f"--add-to {where}: fitted under the fusion {base.fitted_on.get('fusion')}, this fit under "
+                         f"{fit.fitted_on.get('fusion')} (hybrid scores move with it)")
+    return replace(base, models={**base.models, **{k: fit.models[k] for k in keys}},
+                   present={**base.present, **{k: fit.present[k] for k in keys if k in fit.present}},
+                   fitted_on={**base.fitted_on, KEYWORDS: {**fit.fitted_on, "models": keys}})
+
+
 def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, model: str, out: str | Path | None = None,
               units: Sequence[str] = UNITS, modes: Sequence[str] = MODES, c: float | Sequence[float] = 1.0,
               limit: int | None = None, cache: str | Path | None = None,
               examples: str | Path | None = None, features: Sequence[str] = FEATURES,
-              from_examples: str | Path | None = None, forms: Sequence[QueryForm] = ("question",)) -> Calibrator:
+              from_examples: str | Path | None = None, forms: Sequence[QueryForm] = ("question",),
+              add_to: str | Path | None = None) -> Calibrator:
     """Fit and write the model's calibrator (default ``MODEL_DIR/calibration.json``); returns it. ``from_examples``
     refits on the examples an earlier run wrote (``examples``) instead of searching again (``questions_path`` and
     ``limit`` must then be the ones it searched, to know each question's article). Several ``c`` values: each
     unit/mode gets the one with the best held-out log loss across articles (``choose_c``, 5 grouped folds).
     ``forms``: every question is asked in each of these forms (``core.query_form``: as it is, as keywords, ...);
     the keyword forms' lists fit the models of keyword queries (``split_keyword_runs``), the questions' the rest
-    (examples record their forms; a refit reads them from there)."""
+    (examples record their forms; a refit reads them from there). ``add_to``: a calibration file whose models are
+    kept as they are, with this fit's keyword models added (``with_keyword_models``), written instead of the fit."""
     from spanseek.core.loading import open_searcher
     from spanseek.core.model import BUNDLED_MODELS, model_fingerprint, resolve_model
 
@@ -413,7 +435,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     for flag, path in (("--out", out), ("--examples", examples), ("--cache", cache)):  # found before the searches
         check(path is None or not Path(path).is_dir(), flag, "a file to write, not a directory", path)
     for flag, path, folder in (("--index", index_dir, True), ("--questions", questions_path, False),
-                               ("--from-examples", from_examples, False)):  # cheap: named before the model is found
+                               ("--from-examples", from_examples, False), ("--add-to", add_to, False)):  # cheap: named before the model is found
         check(path is None or (Path(path).exists() and Path(path).is_dir() == folder), flag,
               f"{'an index directory' if folder else 'a file'} that exists", path)
     model_dir = resolve_model(model)
@@ -424,6 +446,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     check("question" in forms and set(forms) <= set(QUERY_FORMS), "--forms",
           f"forms among {', '.join(QUERY_FORMS)}, question one of them (the models every query falls back on)", forms)
     forms = list(dict.fromkeys(forms))
+    base = None if add_to is None else Calibrator.load(add_to)  # read now: a damaged file is named before any search
     questions: list[Question] = []
     if from_examples is not None:
         fitted_on: dict[str, Any] = {**load_meta(from_examples), "examples_file": Path(from_examples).name}
@@ -462,6 +485,8 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
                       "features": [f for f in FEATURES if f in features],
                       "weights": "each list's first hit weighs as much as the rest of its list"})
     calibrator = fit_calibrator(runs, model_fingerprint(model_dir), fitted_on, chosen, features)
+    if base is not None and calibrator.models:
+        calibrator = with_keyword_models(base, calibrator, str(add_to))
     if not calibrator.models:  # nothing written: the model's calibrator, if it has one, is kept
         raise ValueError(f"no hits to fit on: none of the {len(questions)} questions found its gold document in the "
                          "index (calibrate over an index of the questions' own articles)" if questions else
@@ -472,4 +497,4 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
 
 __all__ = ["CONDITIONS", "Ranked", "calibrate", "choose_c", "collect", "encode_questions", "fit_calibrator",
            "fit_logistic", "gold_key", "grouped_folds", "hit_weights", "is_correct", "load_meta", "load_runs",
-           "read_calibration_questions", "save_runs", "split_keyword_runs", "without_documents"]
+           "read_calibration_questions", "save_runs", "split_keyword_runs", "with_keyword_models", "without_documents"]

@@ -109,7 +109,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if args.from_examples is None and (args.index is None or args.questions is None):
         raise ValueError("give --index and --questions (or --from-examples, to refit on collected examples)")
     calibrator = calibrate(args.index, args.questions, args.model, args.out, args.units, args.modes, args.C, args.limit,
-                           args.cache, args.examples, args.features, args.from_examples, args.forms)
+                           args.cache, args.examples, args.features, args.from_examples, args.forms, args.add_to)
     print(json.dumps(calibrator.to_dict(), indent=2))
     return 0
 
@@ -182,6 +182,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--forms", nargs="+", default=["question"], choices=QUERY_FORMS,
                    help="ask every question in each of these forms and fit on all of them: as it is, as a search "
                    "box's keywords, as keywords in a shuffled order (default: question)")
+    p.add_argument("--add-to", default=None, metavar="CALIBRATION", help="write this calibration file's models with "
+                   "the keyword models of this fit added (its own kept as they are) instead of the fit alone; needs "
+                   "--forms question keywords")
     p.set_defaults(func=_calibrate)
 
     p = train.add_parser("average", help="average checkpoints of one config into a new model (LoRA updates "

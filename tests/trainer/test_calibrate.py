@@ -481,3 +481,48 @@ def test_calibrate_command_fits_keyword_forms_and_refits_them_from_examples(squa
     capsys.readouterr()
     assert main([*argv, "--forms", "keywords", "--out", str(tmp_path / "kw.json")]) == 2
     assert "--forms" in capsys.readouterr().err and not (tmp_path / "kw.json").exists()
+
+
+def test_keyword_models_are_added_to_a_calibration_file_whose_own_models_stay_as_they_are(squad_index, tiny_model_dir,
+                                                                                        tmp_path, capsys):
+    from spanseek.cli import main
+
+    argv = ["train", "calibrate", "--model", str(tiny_model_dir), "--units", "doc", "--modes", "dense", "--limit", "8",
+            "--index", str(squad_index / "index"), "--questions", str(squad_index / "q.json.gz")]
+    assert main([*argv, "--C", "0.1", "--out", str(tmp_path / "base.json")]) == 0  # the question models alone
+    base = Calibrator.load(tmp_path / "base.json")
+    assert main([*argv, "--forms", "question", "keywords", "--add-to", str(tmp_path / "base.json"),
+                 "--out", str(tmp_path / "added.json")]) == 0
+    added = Calibrator.load(tmp_path / "added.json")
+    assert set(added.models) == {"doc/dense", "doc/dense/keywords"}
+    assert added.models["doc/dense"] == base.models["doc/dense"]  # fitted at C 0.1; this fit's own were at C 1
+    assert added.present["doc/dense"] == base.present["doc/dense"] and "doc/dense/keywords" in added.present
+    assert added.fitted_on["C"] == 0.1 and added.fitted_on["keywords"]["models"] == ["doc/dense/keywords"]
+    assert added.fitted_on["keywords"]["forms"] == ["question", "keywords"]
+    capsys.readouterr()
+    # a fit without keyword models has nothing to add; a file that is no calibrator is named before any search
+    assert main([*argv, "--add-to", str(tmp_path / "base.json"), "--out", str(tmp_path / "none.json")]) == 2
+    assert "--forms question keywords" in capsys.readouterr().err and not (tmp_path / "none.json").exists()
+    (tmp_path / "bad.json").write_text("{}")
+    assert main([*argv, "--forms", "question", "keywords", "--add-to", str(tmp_path / "bad.json"),
+                 "--out", str(tmp_path / "bad-out.json")]) == 2
+    assert "bad.json" in capsys.readouterr().err and not (tmp_path / "bad-out.json").exists()
+
+
+def test_keyword_models_of_another_model_or_fusion_are_not_added():
+    from spanseek.trainer.calibrate import fit_calibrator, with_keyword_models
+
+    rng = np.random.default_rng(0)
+    questions, keywords = ({("phrase", mode, "present"): _form_lists(rng, 200, shift)}
+                           for mode, shift in (("hybrid", 0.0), ("hybrid/keywords", 2.0)))
+    fusion = {"fusion": "score", "weights": {"phrase": 0.5}}
+    base = fit_calibrator(questions, "fp", {"fusion": fusion})
+    added = with_keyword_models(base, fit_calibrator(keywords, "fp", {"fusion": fusion}))
+    assert set(added.models) == {"phrase/hybrid", "phrase/hybrid/keywords"}
+    assert added.models["phrase/hybrid"] == base.models["phrase/hybrid"]
+    with pytest.raises(ValueError, match="another model"):
+        with_keyword_models(base, fit_calibrator(keywords, "other", {"fusion": fusion}))
+    with pytest.raises(ValueError, match="under the fusion"):
+        with_keyword_models(base, fit_calibrator(keywords, "fp", {"fusion": {**fusion, "weights": {"phrase": 1.0}}}))
+    with pytest.raises(ValueError, match="has none"):
+        with_keyword_models(base, base)
