@@ -241,10 +241,10 @@ def _walk(root: Path, problems: list[tuple[Path, str]], follow_links: bool = Fal
             suffix = p.suffix.lower()
             if suffix not in FORMATS and suffix not in UNREAD:
                 continue
-            if not follow_links and (why := _outside(p, real_root)) is not None:
-                problems.append((p, why))
-            elif p.is_symlink() and not p.exists():
+            if p.is_symlink() and not p.exists():  # (before _outside: --follow-links would not read it either)
                 problems.append((p, f"a link to {os.readlink(p)}, which does not exist; not read"))
+            elif not follow_links and (why := _outside(p, real_root)) is not None:
+                problems.append((p, why))
             elif suffix in UNREAD:
                 if p.is_file():
                     problems.append((p, UNREAD[suffix]))

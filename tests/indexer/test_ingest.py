@@ -794,3 +794,16 @@ def test_a_file_name_spelled_nfd_is_an_nfc_id(tmp_path):
     (root / "cafe\u0301.md").write_text("In 1450 Gala built the bridge.", encoding="utf-8")
     from_files([root], tmp_path / "c.jsonl")
     assert [(d.id, d.meta["source"]) for d in read_corpus(tmp_path / "c.jsonl")] == [("caf\u00e9.md", "caf\u00e9.md")]
+
+
+def test_a_link_to_nothing_outside_the_folder_is_named_as_leading_to_nothing(tmp_path):
+    """A link to a file that does not exist, outside the folder, was named as one --follow-links reads, which reads
+    nothing there either; it is named as a link to nothing, with or without --follow-links."""
+    root = tmp_path / "shared"
+    root.mkdir()
+    (root / "guide.md").write_text("The ferry leaves at nine.")
+    (root / "old.md").symlink_to(tmp_path / "moved" / "old.md")
+    for follow in (False, True):
+        report = from_files([root], tmp_path / "c.jsonl", opts=IngestOptions(follow_links=follow))
+        assert report.skipped == [(str(root / "old.md"), f"a link to {tmp_path / 'moved' / 'old.md'}, which does not "
+                                                         f"exist; not read")]
