@@ -11,7 +11,7 @@ split lines into pieces that are put back out of order (on the held-out SQuAD ar
 the words kept their order against 0.99999; pypdf keeps the order as well but gives no paragraphs). Running headers
 and footers (the same words in the same place at the top or bottom of at least three pages, their numbers the same
 or the page's, or heads that take turns in one place: ``pdf_layout.running``) and page numbers in the margins
-(digits or roman numerals) are left out; a word hyphenated at a line
+(digits or lower-case roman numerals) are left out; a word hyphenated at a line
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left script are put in reading order. A paragraph
 is continued on the next page when its page's last box does not end a sentence or the next page's first box starts in
@@ -42,9 +42,11 @@ from spanseek.indexer.pdf_layout import Block
 
 log = logging.getLogger(__name__)
 
-# a page number: digits or a roman numeral ("iv", "Page 3", "3 of 12", "- 3 -")
-_PAGE_NUMBER = re.compile(rf"(page\s+)?(\d{{1,4}}|{pdf_layout.ROMAN})(\s*(/|of)\s*\d{{1,4}})?|[-–—]\s*(\d{{1,4}}|"
-                          rf"{pdf_layout.ROMAN})\s*[-–—]", re.I)
+# a page number: digits or a lower-case roman numeral ("iv", "Page 3", "3 of 12", "- 3 -"). Front matter numbers its
+# pages in lower case; an upper-case one alone on a line is a part's heading or a drop cap ("I", "IV" at the top of a
+# page), and a page number in upper case that runs through the pages is left out as a running head (``running``)
+_PAGE_NUMBER = re.compile(rf"((?i:page)\s+)?(\d{{1,4}}|{pdf_layout.ROMAN})(\s*(/|(?i:of))\s*\d{{1,4}})?|[-–—]\s*(\d{{1,4}}|"
+                          rf"{pdf_layout.ROMAN})\s*[-–—]")
 _CID = re.compile(r"\(cid:\d+\)")  # how pdfminer writes a glyph whose font maps it to no character
 # a title property that a program filled in, not a title: "Microsoft Word - report.docx", a file name, "Untitled"
 _PLACEHOLDER_TITLE = re.compile(r"(microsoft\s+\w+\s+-\s+.*|untitled.*|document\d*|.*\.(docx?|pdf|rtf|odt|pptx?|"

@@ -333,6 +333,22 @@ def test_first_lines_at_the_top_of_short_files_stay(tmp_path):
                                     "Vi Nguyen kept the light for forty years.", text_of(D), text_of(A)]
 
 
+def test_a_parts_roman_heading_at_the_top_of_a_page_stays(tmp_path):
+    """A line of only a roman numeral near the top or foot of a page was left out as a page number, in any case: the
+    part headings of a poem or an essay ("I", "II"), and a drop cap, when they came first on a page. A page number in
+    lower case is left out, and one in upper case that runs through the pages is a running head."""
+    parts = [["The tide came in across the bar,", "and every boat was home."],
+             ["The lamps were lit along the quay,", "the gulls had gone to sleep."]]
+    pages = [[(100, 20, "I"), *column(20, 30, [parts[0]]), (100, 120, "II"), *column(20, 130, [parts[1]])]]
+    assert extract_pdf(lines_pdf(tmp_path / "poem.pdf", pages)).paragraphs == [
+        "I", text_of(parts[0]), "II", text_of(parts[1])]
+    for numbers in (["iv"], ["I", "II", "III", "IV", "V"]):
+        bodies = [A, D, E, D, A][: len(numbers)]
+        pages = [[*column(20, 30, [body]), (100, 287, number)] for body, number in zip(bodies, numbers, strict=True)]
+        extracted = extract_pdf(lines_pdf(tmp_path / "numbered.pdf", pages))
+        assert extracted.paragraphs == [text_of(body) for body in bodies], numbers
+
+
 def test_log_lines_at_the_tops_of_pages_are_kept(tmp_path):
     """Lines that differ only in their numbers at the top of each page are text, not a running header."""
     pages = [[(20, 15 + 5 * i, f"2024-05-0{n} 12:{10 * n + i:02d}:03 crane {i + n} stopped") for i in range(3)]
