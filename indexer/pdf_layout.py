@@ -370,11 +370,12 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
     journal's "231" on the file's first page). Rows at the tops of the pages of a long table ("Vessel 32 1032",
     "Vessel 65 1065"), or the lines of a log, differ in their numbers otherwise: they are text.
 
-    Heads that take turns in one place are found together (``_slots``): where two heads or more (words and numbers)
-    each repeat on two pages or more in one place (a book's left and right pages' heads, each on every other page of
-    a short file; chapter heads that change every few pages), on at least half of the pages with a one-line block
-    there and on at least as many pages as above, they are running heads, and so is a one-line block in their place
-    on another page (a one-page chapter's head)."""
+    Heads that take turns in one place, in type no larger than the body's, are found together (``_slots``): where two
+    heads or more (words and numbers) each repeat on two pages or more in one place (a book's left and right pages'
+    heads, each on every other page of a short file; chapter heads that change every few pages), on at least half of
+    the pages with a one-line block there and on at least as many pages as above, they are running heads, and so is
+    a one-line block in their place on another page (a one-page chapter's head). Larger lines that take turns are
+    headings: slides' titles."""
     needed = max(2, min(RUNNING_PAGES, len(pages)))
     # (edge, size, words with their numbers as "#", how many numbers: "Form #" has none) -> (page, block index, its
     # numbers, distance from the edge)
@@ -409,7 +410,8 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
                 repeated.update(dict.fromkeys(same, (words, key)))
                 for page, i in same:
                     found[page].update([i] if many else [])
-    for slot in _slots(pages):  # heads that take turns: two repeats or more in one place, on half its pages or more
+    for slot in _slots(pages, _body_size(pages)):  # heads that take turns: two repeats or more in one place, on half
+        # its pages or more
         pages_of = {page for page, _ in slot}
         heads = {page for page, i in slot if (page, i) in repeated}
         turns = {repeated[m] for m in slot if m in repeated}
@@ -425,14 +427,26 @@ def _repeating(values: Iterable[int]) -> int:
     return sum(n for n in Counter(values).values() if n > 1)
 
 
-def _slots(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[list[tuple[int, int]]]:
+def _body_size(pages: Sequence[tuple[Sequence[Block], float, float]]) -> int:
+    """The type size (rounded) most of a document's characters are set in: its body text's."""
+    sizes = Counter[int]()
+    for blocks, _, _ in pages:
+        for block in blocks:
+            sizes[round(block.size)] += len(block.text)
+    return sizes.most_common(1)[0][0] if sizes else 0
+
+
+def _slots(pages: Sequence[tuple[Sequence[Block], float, float]], most: int) -> list[list[tuple[int, int]]]:
     """The places of a document's margins that one-line blocks share whatever their words: (page, block index) of
     the blocks of one line at one edge in one size of type, at one distance from the edge (each within
-    ``RUNNING_DRIFT`` of their type size from the one before). A paragraph's lines are no head."""
+    ``RUNNING_DRIFT`` of their type size from the one before). A paragraph's lines are no head, nor is a line in type
+    larger than ``most`` (the body's size, ``_body_size``): running heads are set no larger than the text, where the
+    titles of slides, or a report's section headings at the tops of its pages, are larger, and repeat as they like."""
     placed: dict[tuple[str, int], list[tuple[float, int, int]]] = {}
     for page, (blocks, bottom, top) in enumerate(pages):
         for i, block in enumerate(blocks):
-            if "\n" not in block.text.strip() and (edge := margin_edge(block, bottom, top)) is not None:
+            if ("\n" not in block.text.strip() and round(block.size) <= most
+                    and (edge := margin_edge(block, bottom, top)) is not None):
                 inset = top - block.y1 if edge == "top" else block.y0 - bottom
                 placed.setdefault((edge, round(block.size)), []).append((inset, page, i))
     slots: list[list[tuple[int, int]]] = []

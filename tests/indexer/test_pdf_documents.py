@@ -333,6 +333,25 @@ def test_first_lines_at_the_top_of_short_files_stay(tmp_path):
                                     "Vi Nguyen kept the light for forty years.", text_of(D), text_of(A)]
 
 
+def test_slide_titles_that_repeat_on_some_slides_stay(tmp_path):
+    """Slides saved as PDF, each title in large type at the top, two of them on two slides each: they were taken for
+    heads that take turns, and every slide's title was left out, those on one slide too. Running heads are set no
+    larger than the text; these are headings."""
+    titles = ["Results", "Results", "Method", "Method", "Outlook", "Thanks"]
+    bodies = [A, D, E, D, A, E]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    for title, body in zip(titles, bodies, strict=True):
+        pdf.add_page()
+        pdf.set_font("helvetica", size=20)
+        pdf.text(20, 20, title)
+        pdf.set_font("helvetica", size=10)
+        for k, line in enumerate(body):
+            pdf.text(20, 60 + 5 * k, line)
+    pdf.output(str(tmp_path / "slides.pdf"))
+    assert extract_pdf(tmp_path / "slides.pdf").paragraphs == [
+        p for title, body in zip(titles, bodies, strict=True) for p in (title, text_of(body))]
+
+
 def test_a_parts_roman_heading_at_the_top_of_a_page_stays(tmp_path):
     """A line of only a roman numeral near the top or foot of a page was left out as a page number, in any case: the
     part headings of a poem or an essay ("I", "II"), and a drop cap, when they came first on a page. A page number in
