@@ -11,6 +11,7 @@ with pdfminer's coordinates (``x0``, ``x1``, ``y0``, ``y1``: points, y upwards) 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -36,6 +37,9 @@ CROSSING_LINES = 0.25
 MARGIN_BAND = 0.15
 RUNNING_PAGES = 3
 RUNNING_DRIFT = 0.5
+# a head that takes turns with others stands this many times its type size from the page's text, or more: a book's
+# heads two lines and more, a table's header row less than one from the rows under it
+HEAD_GAP = 1.5
 # typographic ligatures (Unicode's Alphabetic Presentation Forms) as their letters: "ﬁnancial" is not "financial"
 # to the tokenizer or the lexical index
 LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
@@ -370,12 +374,13 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
     journal's "231" on the file's first page). Rows at the tops of the pages of a long table ("Vessel 32 1032",
     "Vessel 65 1065"), or the lines of a log, differ in their numbers otherwise: they are text.
 
-    Heads that take turns in one place, in type no larger than the body's, are found together (``_slots``): where two
-    heads or more (words and numbers) each repeat on two pages or more in one place (a book's left and right pages'
-    heads, each on every other page of a short file; chapter heads that change every few pages), on at least half of
-    the pages with a one-line block there and on at least as many pages as above, they are running heads, and so is
-    a one-line block in their place on another page (a one-page chapter's head). Larger lines that take turns are
-    headings: slides' titles."""
+    Heads that take turns in one place, in type no larger than the body's and apart from the text, are found together
+    (``_slots``): where two heads or more (words and numbers) each repeat on two pages or more in one place (a book's
+    left and right pages' heads, each on every other page of a short file; chapter heads that change every few
+    pages), on at least half of the pages with a one-line block there and on at least as many pages as above, they
+    are running heads, and so is a one-line block in their place on another page (a one-page chapter's head). Larger
+    lines that take turns are headings (slides' titles), and lines on the text are text (a table's header row
+    repeated on the page it runs onto)."""
     needed = max(2, min(RUNNING_PAGES, len(pages)))
     # (edge, size, words with their numbers as "#", how many numbers: "Form #" has none) -> (page, block index, its
     # numbers, distance from the edge)
@@ -441,12 +446,14 @@ def _slots(pages: Sequence[tuple[Sequence[Block], float, float]], most: int) -> 
     the blocks of one line at one edge in one size of type, at one distance from the edge (each within
     ``RUNNING_DRIFT`` of their type size from the one before). A paragraph's lines are no head, nor is a line in type
     larger than ``most`` (the body's size, ``_body_size``): running heads are set no larger than the text, where the
-    titles of slides, or a report's section headings at the tops of its pages, are larger, and repeat as they like."""
+    titles of slides, or a report's section headings at the tops of its pages, are larger, and repeat as they like;
+    nor a line closer to the page's text than ``HEAD_GAP`` lines (``_apart``): a head stands apart from the text, where
+    a table's header row, repeated on the page a table runs onto, sits on the rows under it."""
     placed: dict[tuple[str, int], list[tuple[float, int, int]]] = {}
     for page, (blocks, bottom, top) in enumerate(pages):
         for i, block in enumerate(blocks):
             if ("\n" not in block.text.strip() and round(block.size) <= most
-                    and (edge := margin_edge(block, bottom, top)) is not None):
+                    and (edge := margin_edge(block, bottom, top)) is not None and _apart(blocks, block, edge)):
                 inset = top - block.y1 if edge == "top" else block.y0 - bottom
                 placed.setdefault((edge, round(block.size)), []).append((inset, page, i))
     slots: list[list[tuple[int, int]]] = []
@@ -457,6 +464,16 @@ def _slots(pages: Sequence[tuple[Sequence[Block], float, float]], most: int) -> 
                 slots.append([])
             slots[-1].append((page, i))
     return slots
+
+
+def _apart(blocks: Sequence[Block], block: Block, edge: str) -> bool:
+    """Whether ``block``, at the page's ``edge``, is at least ``HEAD_GAP`` times its type size from the nearest of
+    ``blocks`` on the side of the page's middle (blocks beside it, on its line, aside)."""
+    if edge == "top":
+        gaps = [block.y0 - b.y1 for b in blocks if b.y1 <= block.y0]
+    else:
+        gaps = [b.y0 - block.y1 for b in blocks if b.y0 >= block.y1]
+    return min(gaps, default=math.inf) >= HEAD_GAP * block.size
 
 
 def dehyphenate(texts: Sequence[str]) -> list[str]:

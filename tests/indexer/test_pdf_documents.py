@@ -352,6 +352,28 @@ def test_slide_titles_that_repeat_on_some_slides_stay(tmp_path):
         p for title, body in zip(titles, bodies, strict=True) for p in (title, text_of(body))]
 
 
+def test_header_rows_of_tables_that_run_onto_a_second_page_stay(tmp_path):
+    """Two tables, each running onto a second page with its header row repeated at the top: the header rows were
+    taken for heads that take turns (two lines, each on two pages, in one place), and left out, with the headings at
+    the tops of the other pages. A head stands apart from the text; a header row sits on the rows under it."""
+
+    def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[tuple[float, float, str]]:
+        return [(x, 20 + 7 * k, cell) for k, row in enumerate([head, *rows]) for x, cell in zip((20, 80, 140), row,
+                                                                                               strict=True)]
+
+    vessels, ports = ("Vessel", "Tonnage", "Year"), ("Port", "Arrivals", "Departures")
+    pages = [[(20, 20, "Fleet"), *column(20, 30, [A])],
+             table(vessels, [("Ada", "500", "1990"), ("Bea", "700", "1995")]),
+             table(vessels, [("Cy", "900", "2001"), ("Di", "650", "2004")]),
+             [(20, 20, "Ports"), *column(20, 30, [D])],
+             table(ports, [("Dover", "12", "14"), ("Hull", "8", "9")]),
+             table(ports, [("Leith", "5", "6"), ("Wick", "3", "2")])]
+    assert extract_pdf(lines_pdf(tmp_path / "tables.pdf", pages)).paragraphs == [
+        "Fleet", text_of(A), "Vessel Tonnage Year", "Ada 500 1990", "Bea 700 1995", "Vessel Tonnage Year",
+        "Cy 900 2001", "Di 650 2004", "Ports", text_of(D), "Port Arrivals Departures", "Dover 12 14", "Hull 8 9",
+        "Port Arrivals Departures", "Leith 5 6", "Wick 3 2"]
+
+
 def test_a_parts_roman_heading_at_the_top_of_a_page_stays(tmp_path):
     """A line of only a roman numeral near the top or foot of a page was left out as a page number, in any case: the
     part headings of a poem or an essay ("I", "II"), and a drop cap, when they came first on a page. A page number in
