@@ -54,8 +54,9 @@ def _code(text: str) -> str:
     return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + _line(line) for line in lines)
 
 
-# the text of a cell that stands for a column the header cell before it spans (``_split_header_spans``)
-_SPANNED = "\ue000"
+# the text of a cell that stands for a column the header cell before it spans (``_split_header_spans``): a Unicode
+# noncharacter, which no text holds (a private-use one, U+E000, is a glyph of an icon font: a page's own was lost)
+_SPANNED = "\ufdd0"
 
 
 class _TableRows:

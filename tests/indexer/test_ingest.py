@@ -633,6 +633,17 @@ def test_a_header_cell_spanning_columns_names_each_of_them():
     assert extract_markdown(f"# T\n\n{table}\n\n{title}\n").paragraphs[1:] == expected
 
 
+def test_a_private_use_character_of_a_page_is_kept_and_names_no_spanned_column():
+    """The reader marked the columns a header cell spans with U+E000, a private-use character that icon fonts draw
+    glyphs with: a page's U+E000 was removed from its text, and a header cell holding only it took the name of the
+    column before it. The mark is now a noncharacter, which no text holds."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    table = ("<table><tr><th>Port</th><th>\ue000</th></tr><tr><td>Dover</td><td>open</td></tr></table>"
+             "<pre>\ue000 ferry\n  on time</pre>")
+    page = extract_html(f"<html><body><main><h1>T</h1>{fill}{table}{fill}</main></body></html>")
+    assert [p for p in page.paragraphs if p != fill[3:-4]][1:] == ["Port: Dover; \ue000: open", "\ue000 ferry\n  on time"]
+
+
 def test_html_pre_keeps_its_lines_and_indentation_as_code_does():
     """trafilatura reads a <pre> as code only when its text looks like code to it ("{", an indented line after a
     line break): a configuration file or a shell session in <pre> read as one line."""
