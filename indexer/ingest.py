@@ -216,7 +216,8 @@ def _outside(link: Path, real_root: str) -> str | None:
     target = os.path.realpath(link)
     if os.path.commonpath([target, real_root]) == real_root or os.path.isdir(target):  # a folder is never followed
         return None
-    return f"a link to {target}, outside the folder {real_root}; not read (--follow-links reads it)"
+    followed = " (--follow-links reads it)" if os.path.isfile(target) else ""  # (a FIFO or a device never is)
+    return f"a link to {target}, outside the folder {real_root}; not read{followed}"
 
 
 def _walk(root: Path, problems: list[tuple[Path, str]], follow_links: bool = False) -> list[Path]:

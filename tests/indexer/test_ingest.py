@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import json
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -807,14 +808,18 @@ def test_a_file_name_spelled_nfd_is_an_nfc_id(tmp_path):
     assert [(d.id, d.meta["source"]) for d in read_corpus(tmp_path / "c.jsonl")] == [("caf\u00e9.md", "caf\u00e9.md")]
 
 
-def test_a_link_to_nothing_outside_the_folder_is_named_as_leading_to_nothing(tmp_path):
-    """A link to a file that does not exist, outside the folder, was named as one --follow-links reads, which reads
-    nothing there either; it is named as a link to nothing, with or without --follow-links."""
+def test_a_link_outside_the_folder_to_nothing_or_a_fifo_is_not_said_to_be_read_with_follow_links(tmp_path):
+    """A link to a file that does not exist, or to a FIFO, outside the folder, was named as one --follow-links reads,
+    which reads neither: a link to nothing is named as such, with or without --follow-links, and a link to a FIFO
+    outside the folder as outside it, without the hint."""
     root = tmp_path / "shared"
     root.mkdir()
     (root / "guide.md").write_text("The ferry leaves at nine.")
     (root / "old.md").symlink_to(tmp_path / "moved" / "old.md")
+    os.mkfifo(tmp_path / "pipe.txt")
+    (root / "pipe.txt").symlink_to(tmp_path / "pipe.txt")
     for follow in (False, True):
         report = from_files([root], tmp_path / "c.jsonl", opts=IngestOptions(follow_links=follow))
-        assert report.skipped == [(str(root / "old.md"), f"a link to {tmp_path / 'moved' / 'old.md'}, which does not "
-                                                         f"exist; not read")]
+        skipped = dict(report.skipped)
+        assert skipped[str(root / "old.md")] == f"a link to {tmp_path / 'moved' / 'old.md'}, which does not exist; not read"
+        assert "--follow-links" not in skipped[str(root / "pipe.txt")]
