@@ -35,7 +35,6 @@ from typing import IO, Any
 import numpy as np
 
 from spanseek.core.filters import unfit_number, value_text
-from spanseek.core.ids import id_spellings  # noqa: F401  (re-exported: the routes' import)
 
 log = logging.getLogger(__name__)
 MAX_META_BYTES = 16 * 1024  # a metadata object as JSON: a URL, dates, tags and a heading path fit many times over
