@@ -20,6 +20,9 @@ Fusion (``core.search`` applies it per question over the candidate units of both
 - ``rrf_fuse``: reciprocal rank fusion, sum over legs of 1 / (k + rank), k = 60 (Cormack et al. 2009);
 - ``score_fuse``: each leg's scores z-normalised over the question's candidates, then dense + w x lexical.
 
+A filtered search fuses its candidates with the statistics (``FusionBasis``) of the same search's candidates without
+the filter, so a filter selects units without changing their scores.
+
 The default weights (``DEFAULT_FUSION``) were fitted on training questions over an index of training paragraphs
 (``python bench/hybrid.py fit``); they are recorded in each index's manifest and can be overridden per request.
 """
@@ -33,6 +36,7 @@ import re
 import shutil
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -227,37 +231,81 @@ def top_passages(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.where(top > 0, order, -1), np.where(top > 0, top, 0.0).astype(np.float32)
 
 
-def zscore(x: np.ndarray) -> np.ndarray:
-    """Standardise a question's scores over its candidates (all zeros when they do not vary). The same bits as
-    ``(x - x.mean()) / x.std()``, whose sums it makes directly (numpy's pairwise ``add.reduce``): a quarter of the
-    time on the few dozen candidates of a question, which every hybrid search standardises twice."""
+def zscore(x: np.ndarray, basis: np.ndarray | None = None) -> np.ndarray:
+    """Standardise a question's scores by the mean and spread of its candidates' (``basis``; default ``x`` itself;
+    all zeros when they do not vary). The same bits as ``(x - x.mean()) / x.std()``, whose sums it makes directly
+    (numpy's pairwise ``add.reduce``): a quarter of the time on the few dozen candidates of a question, which every
+    hybrid search standardises twice."""
     x = np.asarray(x, np.float64)
-    if not len(x):
+    of = x if basis is None else np.asarray(basis, np.float64)
+    if not len(x) or not len(of):
         return np.zeros_like(x)
-    centred = x - np.add.reduce(x) / len(x)
-    sd = math.sqrt(np.add.reduce(centred * centred) / len(x))
-    return centred / sd if sd > 1e-9 else np.zeros_like(x)
+    mean = np.add.reduce(of) / len(of)
+    centred = of - mean
+    sd = math.sqrt(np.add.reduce(centred * centred) / len(of))
+    if sd <= 1e-9:
+        return np.zeros_like(x)
+    return centred / sd if basis is None else (x - mean) / sd
 
 
-def score_fuse(dense: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
-    """Per-question score fusion over one candidate list: zscore(dense) + weight x zscore(lexical)."""
-    return zscore(dense) + weight * zscore(lexical)
+@dataclass(frozen=True)
+class FusionBasis:
+    """One question's candidate units of an unfiltered search (``units``: their ids) and their scores in each leg:
+    what a filtered search's fusion standardises (score fusion) or ranks (reciprocal rank fusion) its candidates
+    against, so that a unit scores as the same search without the filter scores it, however few units pass it."""
+
+    units: np.ndarray
+    dense: np.ndarray
+    lexical: np.ndarray
+
+    def where(self, units: np.ndarray) -> np.ndarray:
+        """Each of ``units``' position among the basis's candidates, -1 where it is not one."""
+        units = np.asarray(units)
+        if not len(self.units):
+            return np.full(len(units), -1, np.int64)
+        order = np.argsort(self.units, kind="stable")
+        at = order[np.minimum(np.searchsorted(self.units, units, sorter=order), len(order) - 1)]
+        return np.where(self.units[at] == units, at, -1)
 
 
-def ranks(scores: np.ndarray) -> np.ndarray:
-    """1-based rank of each candidate by descending score (ties: earlier candidate first)."""
-    order = np.argsort(-np.asarray(scores), kind="stable")
+def score_fuse(dense: np.ndarray, lexical: np.ndarray, weight: float, basis: FusionBasis | None = None
+               ) -> np.ndarray:
+    """Per-question score fusion over one candidate list: zscore(dense) + weight x zscore(lexical), each leg
+    standardised over the candidates, or over ``basis``'s where given."""
+    if basis is None:
+        return zscore(dense) + weight * zscore(lexical)
+    return zscore(dense, basis.dense) + weight * zscore(lexical, basis.lexical)
+
+
+def ranks(scores: np.ndarray, basis: np.ndarray | None = None, at: np.ndarray | None = None) -> np.ndarray:
+    """1-based rank of each candidate by descending score (ties: earlier candidate first); with ``basis``, its rank
+    among ``basis``'s scores: the rank there of a candidate that is one (``at``: each one's position in ``basis``,
+    -1 for the others), and 1 + how many are higher for the others."""
+    scores = np.asarray(scores)
+    if basis is not None:
+        above = np.sort(-np.asarray(basis, np.float64))  # ascending negated scores: how many are higher, by search
+        out = 1 + np.searchsorted(above, -scores.astype(np.float64), side="left")
+        if at is not None and len(basis):
+            out = np.where(at >= 0, ranks(basis)[np.maximum(at, 0)], out)
+        return out
+    order = np.argsort(-scores, kind="stable")
     r = np.empty(len(order), np.int64)
     r[order] = np.arange(1, len(order) + 1)
     return r
 
 
-def rrf_fuse(dense: np.ndarray, lexical: np.ndarray, k: int = RRF_K, lexical_listed: np.ndarray | None = None
-             ) -> np.ndarray:
-    """Reciprocal rank fusion over one candidate list: 1 / (k + dense rank) + 1 / (k + lexical rank).
+def rrf_fuse(dense: np.ndarray, lexical: np.ndarray, k: int = RRF_K, lexical_listed: np.ndarray | None = None,
+             basis: FusionBasis | None = None, units: np.ndarray | None = None) -> np.ndarray:
+    """Reciprocal rank fusion over one candidate list: 1 / (k + dense rank) + 1 / (k + lexical rank), ranked among
+    the candidates, or among ``basis``'s (``units``: the candidates' ids; one of the basis's ranks where it ranks
+    there, another as the first of the basis's units with its score).
 
     A candidate with no lexical match (``lexical_listed`` False, default: score 0) is not in the lexical list and
     gets nothing from it.
     """
     listed = np.asarray(lexical) > 0 if lexical_listed is None else lexical_listed
-    return 1.0 / (k + ranks(dense)) + np.where(listed, 1.0 / (k + ranks(lexical)), 0.0)
+    if basis is None:
+        return 1.0 / (k + ranks(dense)) + np.where(listed, 1.0 / (k + ranks(lexical)), 0.0)
+    at = basis.where(units) if units is not None else None
+    return (1.0 / (k + ranks(dense, basis.dense, at))
+            + np.where(listed, 1.0 / (k + ranks(lexical, basis.lexical, at)), 0.0))

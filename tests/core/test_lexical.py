@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from spanseek.core.lexical import (
+    FusionBasis,
     LexicalIndex,
     passage_text,
     rrf_fuse,
@@ -279,3 +280,25 @@ def test_lexical_and_hybrid_need_the_question_texts(tiny_searcher):
 ])
 def test_the_folded_analyzer_reads_words_however_they_are_written(text, terms):
     assert tokenize([text]) == [terms]
+
+
+def test_a_subset_fused_against_its_whole_list_scores_as_it_does_in_the_list():
+    """A filtered search's candidates fused against the unfiltered candidates (``FusionBasis``) score, to the bit, as
+    they do among all of them, with either fusion; ties in either leg (BM25 ties are common) keep their ranks; a
+    candidate that is not in the basis ranks as the first of the basis's scores it equals."""
+    rng = np.random.default_rng(3)
+    dense = rng.integers(0, 6, 40).astype(np.float64)  # few values: many ties
+    lexical = np.where(rng.random(40) < 0.3, 0.0, rng.integers(1, 5, 40)).astype(np.float64)
+    units = rng.permutation(1000)[:40]
+    basis = FusionBasis(units, dense, lexical)
+    subset = np.sort(rng.choice(40, 7, replace=False))
+    got = score_fuse(dense[subset], lexical[subset], 0.7, basis)
+    assert np.array_equal(got, score_fuse(dense, lexical, 0.7)[subset])
+    assert np.array_equal(rrf_fuse(dense[subset], lexical[subset], basis=basis, units=units[subset]),
+                          rrf_fuse(dense, lexical)[subset])
+    outside = rrf_fuse(np.array([dense.max() + 1, 2.0]), np.array([0.0, 3.0]), basis=basis,
+                       units=np.array([5000, 5001]))
+    assert outside.tolist() == [1 / 61, 1 / (61 + (dense > 2).sum()) + 1 / (61 + (lexical > 3).sum())]
+    assert basis.where(np.array([units[4], 5000])).tolist() == [4, -1]
+    assert FusionBasis(np.zeros(0, np.int64), np.zeros(0), np.zeros(0)).where(np.array([1])).tolist() == [-1]
+    assert zscore(np.array([1.0, 2.0]), np.zeros(0)).tolist() == [0.0, 0.0]  # no unfiltered candidates: no signal
