@@ -6,6 +6,8 @@ its answer). ``hybrid`` ranks phrases by dense score + w x the passage's BM25 sc
 candidate passages (DenSPI-style), then re-ranks the head of that list (``core.rerank``); passages and documents
 are ranked by fusing the two legs' unit scores over the candidates of both: score fusion
 (``core.lexical.score_fuse``) or reciprocal rank fusion (``rrf_fuse``, unweighted). Hits carry both components.
+A filtered passage or document search fuses its candidates against the candidates of the same search without the
+filter (``FusionBasis``, ``core.search``), so its units score as they do unfiltered.
 
 A request's ``fusion`` and ``lexical_weight`` are refused where they would rank nothing (``check_fusion``); a phrase
 request with read has its passages ranked by a passage search, its weight carried over to that unit's scale
@@ -20,7 +22,7 @@ import numpy as np
 
 from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseLeg, dedupe_grouped
 from spanseek.core.hits import Hit, HitBuilder, distinct, first_per_unit, non_overlapping_spans
-from spanseek.core.lexical import LexicalIndex, rrf_fuse, score_fuse, zscore
+from spanseek.core.lexical import FusionBasis, LexicalIndex, rrf_fuse, score_fuse, zscore
 from spanseek.core.params import (
     MAX_LEXICAL_WEIGHT,
     Fusion,
@@ -84,12 +86,14 @@ class LexicalFusion:
                       for u, m in unit_of_passage.items() for order in [np.argsort(m, kind="stable")]}
         self.phrase_rerank = phrase_rerank
 
-    def rank(self, plan: Plan, scores: BatchScores, questions: list[str], dense: list[Spans] | None
-             ) -> list[list[Hit]]:
-        """Per question, the plan's ``top_k`` hits: by BM25 (``dense`` None) or fused with ``dense`` spans; the
-        lexical passages' spans are scored with the batch's ``scores``."""
+    def ranked(self, plan: Plan, scores: BatchScores, questions: list[str], dense: list[Spans] | None,
+               basis: Sequence[FusionBasis] | None = None) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+        """Per question, the plan's ``top_k`` hits: by BM25 (``dense`` None) or fused with ``dense`` spans (the
+        lexical passages' spans scored with the batch's ``scores``); and, for passages and documents in hybrid mode
+        (else None), each question's candidates as a ``FusionBasis``. ``basis``: per question, the candidates of the
+        same search without the plan's filter, which passages and documents are fused against (``fused_units``)."""
         if not questions:
-            return []
+            return [], None
         terms = self.lexical.tokenize(questions)  # once: BM25 and the re-ranker's question terms
         lexical = self.lexical.scores(questions, terms)  # (B, P)
         if plan.selection.passages is not None:  # only scores above zero count as matches
@@ -105,7 +109,7 @@ class LexicalFusion:
                                              best_only=dense is None or unit != "phrase")
             if dense is None:
                 return [self.lexical_hits(extra, unit_scores, passages, top_k)
-                        for (_, unit_scores, passages), extra in zip(found, spans, strict=True)]
+                        for (_, unit_scores, passages), extra in zip(found, spans, strict=True)], None
             # each question's dense and lexical spans together (one pass for the batch): phrases deduplicated,
             # units each by its best span
             parts = [sp for pair in zip(dense, spans, strict=True) for sp in pair]
@@ -114,10 +118,11 @@ class LexicalFusion:
                         np.concatenate([sp.scores for sp in parts]))
             if unit == "phrase":  # ranked together (one tokenisation a batch)
                 merged = dedupe_grouped(*together, self.dense.index.num_tokens, len(questions))
-                return self.fused_phrases(merged, lexical, plan, questions, terms)
+                return self.fused_phrases(merged, lexical, plan, questions, terms), None
             best = self.best_per_unit(*together, unit, len(questions))
-            return [self.fused_hits(sp, lexical[b], plan, questions[b],
-                                    None if unit_lexical is None else unit_lexical[b]) for b, sp in enumerate(best)]
+            fused = [self.fused_units(sp, lexical[b], plan, None if unit_lexical is None else unit_lexical[b],
+                                      None if basis is None else basis[b]) for b, sp in enumerate(best)]
+            return [hits for hits, _ in fused], [own for _, own in fused]
 
     def best_per_unit(self, groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, unit: str,
                       n_groups: int) -> list[Spans]:
@@ -188,14 +193,14 @@ class LexicalFusion:
             out[:, self.unit_of_passage[unit][order[starts]]] = np.maximum(best, 0)
         return out
 
-    def fused_hits(self, spans: Spans, lexical: np.ndarray, plan: Plan, question: str,
-                   unit_lexical: np.ndarray | None = None) -> list[Hit]:
-        """Hybrid: one question's candidate spans (dense and lexical) ranked with the lexical leg fused in
-        (``unit_lexical``: its row of ``unit_lexical``, when the batch's are known)."""
-        if plan.unit == "phrase":
-            return self.fused_phrases([spans], lexical[None], plan, [question])[0]
+    def fused_units(self, spans: Spans, lexical: np.ndarray, plan: Plan, unit_lexical: np.ndarray | None = None,
+                    basis: FusionBasis | None = None) -> tuple[list[Hit], FusionBasis]:
+        """Hybrid passages or documents: one question's candidate units (each by its best span) ranked by the two
+        legs' scores fused over the candidates, or over ``basis``'s (the same search's candidates without its
+        filter: a unit then scores as it does there, ``score_fuse`` and ``rrf_fuse``); and the candidates' own
+        basis."""
         if not len(spans.scores):
-            return []
+            return [], FusionBasis(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
         unit_of_passage = self.unit_of_passage[plan.unit]
         passages = self.dense.index.token_passage[spans.starts]
         first = first_per_unit(unit_of_passage[passages])  # each candidate unit's best span (spans are sorted)
@@ -206,10 +211,11 @@ class LexicalFusion:
         else:  # a document's lexical score is its best passage's
             row = unit_lexical if unit_lexical is not None else self.unit_lexical(lexical[None], plan.unit)[0]
             lex = row[units]
-        fused = score_fuse(dense, lex, plan.lexical_weight) if plan.fusion == "score" else rrf_fuse(dense, lex)
+        fused = (score_fuse(dense, lex, plan.lexical_weight, basis) if plan.fusion == "score"
+                 else rrf_fuse(dense, lex, basis=basis, units=units))
         pick = np.argsort(-fused, kind="stable")[: plan.top_k]
         return [self.hits.hit(int(spans.starts[first[i]]), int(spans.ends[first[i]]), float(fused[i]),
-                              float(dense[i]), float(lex[i])) for i in pick]
+                              float(dense[i]), float(lex[i])) for i in pick], FusionBasis(units, dense, lex)
 
     def fused_phrases(self, spans: Sequence[Spans], lexical: np.ndarray, plan: Plan, questions: Sequence[str],
                       question_terms: Sequence[list[str]] | None = None) -> list[list[Hit]]:

@@ -11,6 +11,19 @@ from spanseek.core.plan import Plan
 from spanseek.core.query_form import is_keyword_query
 
 
+def in_unfiltered(hits: list[Hit], unfiltered: list[Hit], unit: str) -> tuple[list[Hit], list[int]]:
+    """A filtered list's hits placed in the same search's list without the filter (passage or doc ``unit``): that
+    list with each of ``hits`` in its unit's place (or, below it, where its score ranks it), and each hit's position
+    there, best first."""
+    def key(h: Hit) -> object:
+        return h.passage_id if unit == "passage" else h.doc_id
+
+    mine = {key(h) for h in hits}
+    merged = sorted([*hits, *(h for h in unfiltered if key(h) not in mine)], key=lambda h: -h.score)
+    at = {id(h): i for i, h in enumerate(merged)}
+    return merged, [at[id(h)] for h in hits]
+
+
 class Pager:
     """Confidences from the model's calibrator (``core.confidence``) where it applies to the plan, then
     ``min_confidence`` and the page ``[offset, offset + top_k)``. Read hits (``core.reading``) bring their own
@@ -51,18 +64,22 @@ class Pager:
         return count is not None and params.offset >= count and params.min_confidence is None
 
     def pages(self, ranked: list[list[Hit]], params: SearchParams, plan: Plan,
-              questions: Sequence[str] | None = None) -> list[Hits]:
+              questions: Sequence[str] | None = None, unfiltered: list[list[Hit]] | None = None) -> list[Hits]:
         """Each question's ranked hits -> confidences (the calibrator evaluated once for the batch; the keyword
         models for the ``questions`` that read as keywords, where it has them), abstention, then the page of
-        ``params``."""
+        ``params``. ``unfiltered``: each question's hits of the same search without its filter, the list a filtered
+        hit's features are read in (``in_unfiltered``), so it is as confident as without the filter."""
         if not params.read and self.calibrator is not None and self.calibrated(plan):
+            lists, rows = zip(*[(hits, range(len(hits))) if unfiltered is None else
+                                in_unfiltered(hits, unfiltered[b], plan.unit) for b, hits in enumerate(ranked)],
+                              strict=True) if ranked else ((), ())
             conf = self.calibrator.confidences_of_hits(
                 plan.unit, plan.mode, [([h.score for h in hits], [h.dense for h in hits], [h.lexical for h in hits],
-                                        [h.text for h in hits]) for hits in ranked], self.prior(params),
+                                        [h.text for h in hits]) for hits in lists], self.prior(params),
                 None if questions is None else [is_keyword_query(q) for q in questions])
             if conf is not None:
-                ranked = [[h.but(confidence=c) for h, c in zip(hits, cs, strict=True)]
-                          for hits, cs in zip(ranked, conf, strict=True)]
+                ranked = [[h.but(confidence=cs[r]) for h, r in zip(hits, at, strict=True)]
+                          for hits, cs, at in zip(ranked, conf, rows, strict=True)]
         return [self.page_of(hits, params) for hits in ranked]
 
     @staticmethod

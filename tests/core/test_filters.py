@@ -1,9 +1,10 @@
 """Search filters (document ids, title prefix, metadata equality) against a brute-force oracle.
 
 Oracle: search everything with a top_k large enough to return every unit, keep the hits whose document passes the
-filter (in Python), and compare the first top_k with the filtered search (dense and lexical modes; hybrid fuses
-scores normalised over its candidates, so there every hit must pass and top_k must be filled). The index has a
-deleted document too: the filter and the deletion mask combine.
+filter (in Python), and compare the first top_k with the filtered search (dense and lexical modes; hybrid passages
+and documents, whose fusion depends on the depth of the list, against a filtered search ranked as deep; hybrid
+phrases: every hit must pass and top_k must be filled). The index has a deleted document too: the filter and the
+deletion mask combine.
 
     .venv/bin/python -m pytest -q tests/core/test_filters.py
 """
@@ -501,3 +502,56 @@ def test_a_large_filter_is_made_without_sorting_its_ids_or_checking_each_value_i
     with pytest.raises(FilterError, match="filter doc_ids must be a list of strings, got 7 at position 2$"):
         SearchFilter(doc_ids=["a", "b", 7])
     assert filters.AnyOf("k", ["a", 1, None, 2.5]).values == ("a", 1, None, 2.5)
+
+
+SELECTING = [name for name in FILTERS if name not in ("nothing", "deleted only")]
+
+
+@pytest.mark.parametrize("fusion", ["score", "rrf"])
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+@pytest.mark.parametrize("name", SELECTING)
+def test_a_hybrid_filter_selects_the_unfiltered_hits_with_their_scores(searcher, name, unit, fusion):
+    """Hybrid passages and documents fuse their legs over the candidates of the same search without the filter: the
+    filtered list is the unfiltered one restricted to the filter, scores and all (both ranked to every unit), and a
+    shallow filtered search scores each of its units as the shallow unfiltered search does."""
+    flt, top_k = FILTERS[name], 3
+    everything = _search(searcher, unit=unit, mode="hybrid", fusion=fusion, top_k=100_000)
+    deep = _search(searcher, unit=unit, mode="hybrid", fusion=fusion, top_k=top_k, rank_window=100_000, filter=flt)
+    for hits, got in zip(everything, deep, strict=True):
+        want = [h for h in hits if _passes(searcher, flt, h.doc_id)]
+        assert [_key(h) for h in got] == [_key(h) for h in want[:top_k]]
+    unfiltered = _search(searcher, unit=unit, mode="hybrid", fusion=fusion, top_k=top_k)
+    shallow = _search(searcher, unit=unit, mode="hybrid", fusion=fusion, top_k=top_k, filter=flt)
+    for hits, got in zip(unfiltered, shallow, strict=True):
+        score = {(h.doc_id, h.passage_id): h.score for h in hits}
+        assert all(h.score == score[h.doc_id, h.passage_id] for h in got if (h.doc_id, h.passage_id) in score)
+        assert all(_passes(searcher, flt, h.doc_id) for h in got)
+
+
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_a_narrow_hybrid_filter_of_low_ranked_units_is_as_unsure_of_them_as_the_unfiltered_search(searcher, unit):
+    """Confidence is read from a hit's place in the list without the filter: the best of two units that rank low
+    unfiltered is as unsure as there (a filter does not make it the confident first hit of a short list)."""
+    from spanseek.core.confidence import FEATURES, Calibrator, LogisticModel
+
+    n = len(FEATURES)
+    coef = tuple({"score": 1.0, "gap_to_best": -1.0, "log_rank": -2.0, "answer_prob": 2.0}.get(f, 0.0)
+                 for f in FEATURES)
+    model = LogisticModel((0.0,) * n, (1.0,) * n, coef, 1.0)
+    calibrated = Searcher(searcher.index, calibrator=Calibrator(
+        {f"{u}/hybrid": model for u in ("passage", "doc")}, "fp",
+        {"fusion": {"fusion": "score", "weights": dict(searcher.lexical_weights)}}))
+    unfiltered = _search(calibrated, unit=unit, mode="hybrid", top_k=5)
+    for hits in unfiltered:
+        low = hits[3:5]  # the 4th and 5th units of the list, the first of a filter to their documents (or passages)
+        flt = SearchFilter(doc_ids=tuple(dict.fromkeys(h.doc_id for h in low)))
+        q = unfiltered.index(hits)
+        qs, qe = _vectors(calibrated)
+        got = calibrated.search_vectors(qs[q:q + 1], qe[q:q + 1], SearchParams(unit=unit, mode="hybrid", top_k=5,
+                                                                               filter=flt), questions=[QUESTIONS[q]])[0]
+        assert got[0].confidence == pytest.approx(low[0].confidence if unit == "doc" else next(
+            h.confidence for h in hits if h.passage_id == got[0].passage_id), abs=1e-4)
+        assert got[0].confidence < hits[0].confidence
+        abstains = SearchParams(unit=unit, mode="hybrid", top_k=5, filter=flt,
+                                min_confidence=(got[0].confidence + hits[0].confidence) / 2)
+        assert calibrated.search_vectors(qs[q:q + 1], qe[q:q + 1], abstains, questions=[QUESTIONS[q]])[0].no_answer
