@@ -243,9 +243,12 @@ class DenseLeg:
             raise ValueError(f"vector_source must be 'fine' or 'codes', got {source!r}")
         return self.index.token_vectors
 
-    def batch(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True) -> DenseBatch:
-        """One batch's dense search: its token searches (``search``: none for the lexical mode) and its scores."""
-        return DenseBatch.of(self, plan, q_start, q_end, search)
+    def batch(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True,
+              products_of: DenseBatch | None = None) -> DenseBatch:
+        """One batch's dense search: its token searches (``search``: none for the lexical mode) and its scores;
+        ``products_of``: the same questions' batch without the plan's filter, searched before, whose flat scan's
+        held products this one's takes over (``FlatScan``) instead of computing them again."""
+        return DenseBatch.of(self, plan, q_start, q_end, search, products_of)
 
     def candidates(self, batch: DenseBatch, top_k: int, unit_of_passage: np.ndarray | None,
                    dedupe: bool = True) -> list[Spans]:
@@ -275,18 +278,20 @@ class DenseLeg:
             k = min(ntotal, k * 4)
         return self.complete_all(batch.scores, last, dedupe, unit_of_passage)
 
-    def searcher(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray
+    def searcher(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, products_of: FlatScan | None = None
                  ) -> tuple[Callable[[np.ndarray, int], np.ndarray], FlatScan | None]:
         """``ids(rows, k)``: the (2 len(rows), k) best token ids of questions ``rows`` (start rows, then end rows):
         a ``FlatScan`` of the whole batch on a flat index searched on the CPU (returned too), else faiss for each
-        round (with the request's nprobe, the selection's selector, the refinement of a PQ index)."""
+        round (with the request's nprobe, the selection's selector, the refinement of a PQ index). ``products_of``:
+        see ``FlatScan``."""
         n = len(q_start)
         queries = np.concatenate([q_start, q_end])  # one search for both sides: a flat index streams its vectors once
         xb = flat_vectors(self.index.faiss) if self.on_device is None else None
         if xb is not None:
             allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
             half = self.half_vectors() if self.flat_holds_fine and len(queries) <= HALF_ROWS else None
-            scan = FlatScan(self.index.faiss, queries, allowed, half=half, transposed=self.transposed_vectors(xb))
+            scan = FlatScan(self.index.faiss, queries, allowed, half=half, transposed=self.transposed_vectors(xb),
+                            products_of=products_of)
             return (lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)), scan
         parts = getattr(self.index.faiss, "flat_parts", None)  # a base and a segment of live writes, both flat
         flat = parts() if parts is not None and self.on_device is None else None
@@ -680,13 +685,16 @@ class DenseBatch:
     the same scan: a deeper search of a few of them ranks the batch's held product again instead of computing
     another."""
 
-    def __init__(self, plan: Plan, search: Callable[[np.ndarray, int], np.ndarray] | None, scores: BatchScores):
+    def __init__(self, plan: Plan, search: Callable[[np.ndarray, int], np.ndarray] | None, scores: BatchScores,
+                 scan: FlatScan | None = None):
         self.plan, self.search, self.scores = plan, search, scores
+        self.scan = scan  # its flat scan, on a flat index searched on the CPU
 
     @classmethod
-    def of(cls, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True
-           ) -> DenseBatch:
-        ids, scan = leg.searcher(plan, q_start, q_end) if search else (None, None)
+    def of(cls, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True,
+           products_of: DenseBatch | None = None) -> DenseBatch:
+        ids, scan = (leg.searcher(plan, q_start, q_end, None if products_of is None else products_of.scan) if search
+                     else (None, None))
         if isinstance(scan, SegmentedScan):  # live writes: the held scores where the base holds its fine vectors
             fine = plan.vectors == leg.index.token_vectors
             scores = BatchScores(leg, plan, q_start, q_end, scan.held if fine else None,
@@ -697,7 +705,7 @@ class DenseBatch:
             scores = BatchScores(leg, plan, q_start, q_end, rescored=scan)
         else:
             scores = BatchScores(leg, plan, q_start, q_end, scan.held)
-        return cls(plan, ids, scores)
+        return cls(plan, ids, scores, scan if isinstance(scan, FlatScan) else None)
 
     def of_questions(self, picked: np.ndarray) -> DenseBatch:
         """This batch's questions ``picked`` (positions here; question i is ``picked[i]``), searching the same

@@ -476,12 +476,15 @@ class FlatScan:
     fp16 vectors (``HalfVectors``), when the flat index holds them exactly: a scan of at most ``HALF_ROWS`` rows then
     ranks from fp16 products where they are faster (``half`` is kept; module docstring), its held scores are not
     exact (``held`` is None) and ``exact`` gives the scores it ranked by. transposed: the index's vectors as
-    ``transposed`` keeps them, for the product's pieces (the same scores, sooner).
+    ``transposed`` keeps them, for the product's pieces (the same scores, sooner). products_of: a scan of the same
+    queries over more allowed tokens (the same search without a filter) whose held products this scan takes over,
+    masked to its own allowed tokens, instead of computing them again, if that scan still holds them (no later scan
+    on this thread took them); that scan then scores again if it is searched again.
     """
 
     def __init__(self, faiss_index: Any, queries: np.ndarray, allowed: np.ndarray | None,
                  max_bytes: int = FLAT_SCORES_BYTES, half: HalfVectors | None = None,
-                 transposed: np.ndarray | None = None):
+                 transposed: np.ndarray | None = None, products_of: FlatScan | None = None):
         import torch
 
         xb = flat_vectors(faiss_index)
@@ -504,6 +507,7 @@ class FlatScan:
                 self.half, self._margin = half, half_error(norms, half.max_norm, xb.shape[1])
         self._all: Any = None  # the held (Q, N) products: exact, or with ``half`` the fp16 ones widened
         self._maxima: Any = None  # block_maxima of the held scores, for every round
+        self._products_of = products_of
 
     def held(self) -> np.ndarray | None:
         """(Q, N) float32 scores of every query row (computed once, -inf where a token is not allowed), or None when
@@ -516,10 +520,27 @@ class FlatScan:
         if self._all is not None and not SCRATCH.holds(self):
             self._all = self._maxima = None  # a later scan on this thread wrote over them: score again
         if self._all is None and len(self.queries) <= self.block:
+            taken = self._take_products()
+            if taken is not None:
+                self._all = self._mask(taken)
+                return self._all
             out = SCRATCH.take(self, len(self.queries), len(self.xb))
             self._all = (self._score(self.queries, out) if self.half is None
                          else self._mask(half_product(self.queries, self.half.vectors, out)))
         return self._all
+
+    def _take_products(self) -> Any:
+        """``products_of``'s held products, now this scan's (unmasked to its tokens yet), or None where it holds
+        none of the same kind for the same queries and vectors."""
+        import torch
+
+        source, self._products_of = self._products_of, None
+        if (source is None or source._all is None or not SCRATCH.holds(source) or source.half is not self.half
+                or source.xb.data_ptr() != self.xb.data_ptr() or not torch.equal(source.queries, self.queries)):
+            return None
+        taken, source._all, source._maxima = source._all, None, None
+        SCRATCH.owner = self
+        return taken
 
     def scores(self, rows: np.ndarray) -> Any:
         """(len(rows), N) torch float32 scores of query rows ``rows``; -inf where a token is not allowed."""

@@ -44,10 +44,12 @@ DEFAULT_PARAMS = SearchParams()
 
 
 class Unfiltered(NamedTuple):
-    """A filtered hybrid unit search's questions searched without the filter: each one's hits and candidates."""
+    """A filtered hybrid unit search's questions searched without the filter: each one's hits and candidates, and
+    the dense batch (whose flat scan's products the filtered search takes over)."""
 
     hits: list[list[Hit]]
     basis: list[FusionBasis]
+    batch: DenseBatch
 
 
 class Searcher:
@@ -190,8 +192,7 @@ class Searcher:
             ranked = self._read(plan, q_start, q_end, texts, timings)
         else:
             unfiltered = self._unfiltered(plan, q_start, q_end, texts, timings)
-            ranked = self._ranked_deep(plan, q_start, q_end, texts, timings,
-                                       None if unfiltered is None else unfiltered.basis)
+            ranked = self._ranked_deep(plan, q_start, q_end, texts, timings, unfiltered)
         with timings.timing("aggregate"):
             return self.pager.pages(ranked, params, plan, texts, None if unfiltered is None else unfiltered.hits)
 
@@ -209,9 +210,10 @@ class Searcher:
             return None
         everything = dataclasses.replace(plan, selection=self.selection(None))
         with timings.timing("search"):
-            hits, basis = self._fused(everything, self.dense.batch(everything, q_start, q_end), texts)
+            batch = self.dense.batch(everything, q_start, q_end)
+            hits, basis = self._fused(everything, batch, texts)
         assert basis is not None
-        return Unfiltered(hits, basis)
+        return Unfiltered(hits, basis, batch)
 
     def _read(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str],
               timings: StageTimes) -> list[list[Hit]]:
@@ -221,20 +223,19 @@ class Searcher:
         retrieve = self._plan(plan.but(unit=unit, top_k=self.reading.depth(plan), read=False, read_passages=None,
                                        merge_answers=False, lexical_weight=weight).params)
         unfiltered = self._unfiltered(retrieve, q_start, q_end, texts, timings)
-        retrieved = self._ranked(retrieve, q_start, q_end, texts, timings,
-                                 basis=None if unfiltered is None else unfiltered.basis)
+        retrieved = self._ranked(retrieve, q_start, q_end, texts, timings, unfiltered=unfiltered)
         with timings.timing("read"):
             return self.reading.rank(plan, texts, retrieved)
 
     def _ranked_deep(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                     timings: StageTimes, basis: Sequence[FusionBasis] | None = None) -> list[list[Hit]]:
+                     timings: StageTimes, unfiltered: Unfiltered | None = None) -> list[list[Hit]]:
         """``_ranked``, with questions that found fewer non-overlapping phrases than asked searched again with
         deeper dense candidates (k x 4, up to 64 top_k) while that finds more. The deeper searches are the batch's
         own (``DenseBatch.of_questions``): a flat index's product of the batch is ranked again, not computed again.
-        ``basis``: see ``_ranked``."""
+        ``unfiltered``: see ``_ranked``."""
         deepens = plan.unit == "phrase" and not plan.params.allow_overlap and plan.mode != "lexical"
         batch = self.dense.batch(plan, q_start, q_end) if deepens and not plan.selection.empty else None
-        ranked = self._ranked(plan, q_start, q_end, texts, timings, batch, basis)
+        ranked = self._ranked(plan, q_start, q_end, texts, timings, batch, unfiltered)
         if not deepens:
             return ranked
         depth = plan.top_k
@@ -250,12 +251,12 @@ class Searcher:
         return ranked
 
     def _ranked(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                timings: StageTimes, batch: DenseBatch | None = None, basis: Sequence[FusionBasis] | None = None
+                timings: StageTimes, batch: DenseBatch | None = None, unfiltered: Unfiltered | None = None
                 ) -> list[list[Hit]]:
         """The raw ranking: ``plan.top_k`` hits per question (phrases overlapping a better one dropped unless
         ``allow_overlap``), no confidence, offset ignored. ``batch``: these questions' dense batch, when the caller
-        has made it (for this plan's selection and vectors); ``basis``: hybrid units' candidates of the search
-        without the filter, to fuse against (``_unfiltered``)."""
+        has made it (for this plan's selection and vectors); ``unfiltered``: the search without the plan's filter
+        (``_unfiltered``), whose candidates hybrid units are fused against and whose scan's products are taken over."""
         if plan.params.merge_answers:  # every span of an answer counts, overlapping or not; then one hit per answer
             wide = plan.but(top_k=max(ANSWER_CANDIDATES, 4 * plan.top_k), merge_answers=False, allow_overlap=True)
             many = self._ranked(wide, q_start, q_end, texts, timings, batch)
@@ -267,14 +268,16 @@ class Searcher:
         if plan.selection.empty:
             return [[] for _ in range(len(q_start))]
         units = self._unit_of_passage.get(plan.unit)  # each passage's unit (None: phrases)
-        batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
+        if batch is None:
+            batch = self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical",
+                                     products_of=None if unfiltered is None else unfiltered.batch)
         if plan.mode == "dense":
             with timings.timing("search"):
                 spans = self.dense.candidates(batch, plan.top_k, units)
             with timings.timing("aggregate"):
                 return [self.hits.ranked(sp, plan, units) for sp in spans]
         with timings.timing("search"):
-            return self._fused(plan, batch, texts, basis)[0]
+            return self._fused(plan, batch, texts, None if unfiltered is None else unfiltered.basis)[0]
 
     def _fused(self, plan: Plan, batch: DenseBatch, texts: list[str] | None,
                basis: Sequence[FusionBasis] | None = None) -> tuple[list[list[Hit]], list[FusionBasis] | None]:

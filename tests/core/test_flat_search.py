@@ -310,6 +310,33 @@ def test_a_scan_whose_buffer_a_later_scan_took_scores_again():
     np.testing.assert_allclose(second.held(), q2 @ x.T, rtol=1e-5, atol=1e-5)
 
 
+
+def test_a_filtered_scan_takes_over_the_unfiltered_scans_products(monkeypatch):
+    """A scan of the same queries with fewer allowed tokens takes over the held products of the scan without the
+    filter (masked to its tokens, none computed again): the ids a scan of its own gives. The unfiltered scan then
+    scores again if asked; a scan of other queries, or one whose source's buffer a later scan took, computes its own."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    index = flat_index(x)
+    queries = rng.standard_normal((4, 8)).astype(np.float32)
+    allowed = rng.random(300) < 0.1
+    want = FlatScan(index, queries, allowed).top(np.arange(4), 12)
+    source = FlatScan(index, queries, None)
+    everything = source.top(np.arange(4), 12)
+    computed = []
+    score = FlatScan._score
+    monkeypatch.setattr(FlatScan, "_score", lambda self, *a: computed.append(self) or score(self, *a))
+    taker = FlatScan(index, queries, allowed, products_of=source)
+    np.testing.assert_array_equal(taker.top(np.arange(4), 12), want)
+    assert computed == []
+    np.testing.assert_array_equal(source.top(np.arange(4), 12), everything)  # scored again: its buffer was taken
+    assert computed == [source]
+    other = FlatScan(index, queries[::-1].copy(), allowed, products_of=source)
+    np.testing.assert_array_equal(other.top(np.arange(4), 12), want[::-1])
+    late = FlatScan(index, queries, allowed, products_of=source)  # source's buffer is now other's
+    np.testing.assert_array_equal(late.top(np.arange(4), 12), want)
+    assert computed == [source, other, late]
+
 def rounded_once(queries, half, out):
     """A float32 product of the fp16 numbers, rounded once to fp16: a product the bound holds for, on any CPU."""
     return out.copy_((queries.half().float() @ half.float().T).half())
