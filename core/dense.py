@@ -243,12 +243,11 @@ class DenseLeg:
             raise ValueError(f"vector_source must be 'fine' or 'codes', got {source!r}")
         return self.index.token_vectors
 
-    def batch(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True,
-              products_of: DenseBatch | None = None) -> DenseBatch:
-        """One batch's dense search: its token searches (``search``: none for the lexical mode) and its scores;
-        ``products_of``: the same questions' batch without the plan's filter, searched before, whose flat scan's
-        held products this one's takes over (``FlatScan``) instead of computing them again."""
-        return DenseBatch.of(self, plan, q_start, q_end, search, products_of)
+    def batch(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True) -> DenseBatch:
+        """One batch's dense search: its token searches (``search``: none for the lexical mode) and its scores. The
+        flat scan of a plan with an ``unfiltered`` search (the same questions without its filter, searched before)
+        takes over that search's held products (``FlatScan``) instead of computing them again."""
+        return DenseBatch.of(self, plan, q_start, q_end, search)
 
     def candidates(self, batch: DenseBatch, top_k: int, unit_of_passage: np.ndarray | None,
                    dedupe: bool = True) -> list[Spans]:
@@ -691,10 +690,10 @@ class DenseBatch:
         self.scan = scan  # its flat scan, on a flat index searched on the CPU
 
     @classmethod
-    def of(cls, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True,
-           products_of: DenseBatch | None = None) -> DenseBatch:
-        ids, scan = (leg.searcher(plan, q_start, q_end, None if products_of is None else products_of.scan) if search
-                     else (None, None))
+    def of(cls, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True
+           ) -> DenseBatch:
+        taken = None if plan.unfiltered is None else plan.unfiltered.batch.scan
+        ids, scan = leg.searcher(plan, q_start, q_end, taken) if search else (None, None)
         if isinstance(scan, SegmentedScan):  # live writes: the held scores where the base holds its fine vectors
             fine = plan.vectors == leg.index.token_vectors
             scores = BatchScores(leg, plan, q_start, q_end, scan.held if fine else None,

@@ -7,7 +7,7 @@ candidate passages (DenSPI-style), then re-ranks the head of that list (``core.r
 are ranked by fusing the two legs' unit scores over the candidates of both: score fusion
 (``core.lexical.score_fuse``) or reciprocal rank fusion (``rrf_fuse``, unweighted). Hits carry both components.
 A filtered passage or document search fuses its candidates against the candidates of the same search without the
-filter (``FusionBasis``, ``core.search``), so its units score as they do unfiltered.
+filter (``LexicalFusion.unfiltered``), so its units score as they do unfiltered.
 
 A request's ``fusion`` and ``lexical_weight`` are refused where they would rank nothing (``check_fusion``); a phrase
 request with read has its passages ranked by a passage search, its weight carried over to that unit's scale
@@ -16,11 +16,12 @@ request with read has its passages ranked by a passage search, its weight carrie
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseLeg, dedupe_grouped
+from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseBatch, DenseLeg, dedupe_grouped
 from spanseek.core.hits import Hit, HitBuilder, distinct, first_per_unit, non_overlapping_spans
 from spanseek.core.lexical import FusionBasis, LexicalIndex, rrf_fuse, score_fuse, zscore
 from spanseek.core.params import (
@@ -31,8 +32,9 @@ from spanseek.core.params import (
     SearchParamsError,
     unused_fusion,
 )
-from spanseek.core.plan import Plan
+from spanseek.core.plan import Plan, StageTimes, Unfiltered
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
+from spanseek.core.selection import Selections
 from spanseek.core.spans import Spans, by_group_then_score, numpy_blas
 
 # phrase unit, hybrid: the lexical passages whose every span joins the dense candidates
@@ -75,7 +77,8 @@ class LexicalFusion:
     """The lexical leg of a batch, alone (``lexical``) or fused with the dense leg's spans (``hybrid``)."""
 
     def __init__(self, lexical: LexicalIndex, dense: DenseLeg, hits: HitBuilder,
-                 unit_of_passage: dict[str, np.ndarray], phrase_rerank: dict[str, float] | None):
+                 unit_of_passage: dict[str, np.ndarray], phrase_rerank: dict[str, float] | None,
+                 selections: Selections | None = None):
         self.lexical = lexical
         self.dense = dense
         self.hits = hits
@@ -85,6 +88,36 @@ class LexicalFusion:
         self._runs = {u: (order, np.flatnonzero(np.r_[True, m[order][1:] != m[order][:-1]]))
                       for u, m in unit_of_passage.items() for order in [np.argsort(m, kind="stable")]}
         self.phrase_rerank = phrase_rerank
+        self.selections = selections  # the searcher's: the live passages' selection, for ``unfiltered``
+
+    def search(self, plan: Plan, batch: DenseBatch, questions: list[str]
+               ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+        """``ranked`` for a batch, the dense leg's candidates searched where hybrid (each leg brings at least
+        ``FUSION_DEPTH`` units), fused against the plan's ``unfiltered`` candidates where it has them."""
+        units = self.unit_of_passage.get(plan.unit)
+        depth = max(plan.top_k, FUSION_DEPTH[plan.unit])
+        dense = None if plan.mode == "lexical" else self.dense.candidates(batch, depth, units, units is None)
+        return self.ranked(plan, batch.scores, questions, dense, None if plan.unfiltered is None else plan.unfiltered.basis)
+
+    def unfiltered(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, questions: list[str] | None,
+                   timings: StageTimes) -> Plan:
+        """The plan with its ``unfiltered`` search (timed as ``search``): over every live passage instead of its
+        filter's selection, where the filter would change scores: hybrid passages and documents, whose fusion
+        standardises (or ranks) each leg over the candidates. Its candidates are the basis the filtered search fuses
+        against, and its hits the list the filtered hits' confidence features are read in (``core.page``), so a unit
+        that passes the filter scores, ranks among the others that pass and is as confident as without it. The plan
+        as it is where the filter selects without changing a score (every other search), or there is no filter, or
+        nothing passes it."""
+        flt = plan.params.filter
+        if (plan.mode != "hybrid" or plan.unit == "phrase" or flt is None or flt.passes_everything
+                or plan.selection.empty or questions is None or self.selections is None):
+            return plan
+        whole = dataclasses.replace(plan, selection=self.selections.get(None), unfiltered=None)
+        with timings.timing("search"):
+            batch = self.dense.batch(whole, q_start, q_end)
+            hits, basis = self.search(whole, batch, questions)
+        assert basis is not None
+        return dataclasses.replace(plan, unfiltered=Unfiltered(hits, basis, batch))
 
     def ranked(self, plan: Plan, scores: BatchScores, questions: list[str], dense: list[Spans] | None,
                basis: Sequence[FusionBasis] | None = None) -> tuple[list[list[Hit]], list[FusionBasis] | None]:

@@ -64,11 +64,12 @@ class Pager:
         return count is not None and params.offset >= count and params.min_confidence is None
 
     def pages(self, ranked: list[list[Hit]], params: SearchParams, plan: Plan,
-              questions: Sequence[str] | None = None, unfiltered: list[list[Hit]] | None = None) -> list[Hits]:
+              questions: Sequence[str] | None = None) -> list[Hits]:
         """Each question's ranked hits -> confidences (the calibrator evaluated once for the batch; the keyword
         models for the ``questions`` that read as keywords, where it has them), abstention, then the page of
-        ``params``. ``unfiltered``: each question's hits of the same search without its filter, the list a filtered
-        hit's features are read in (``in_unfiltered``), so it is as confident as without the filter."""
+        ``params``. A filtered hit's features are read in the list of the plan's ``unfiltered`` search where it has
+        one (``in_unfiltered``), so it is as confident as without the filter."""
+        unfiltered = None if plan.unfiltered is None else plan.unfiltered.hits
         if not params.read and self.calibrator is not None and self.calibrated(plan):
             lists, rows = zip(*[(hits, range(len(hits))) if unfiltered is None else
                                 in_unfiltered(hits, unfiltered[b], plan.unit) for b, hits in enumerate(ranked)],

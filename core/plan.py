@@ -11,19 +11,32 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from spanseek.core.params import Fusion, Mode, SearchParams, Unit
+from spanseek.core.lexical import FusionBasis
+from spanseek.core.params import Fusion, Hit, Mode, SearchParams, Unit
 from spanseek.core.selection import Selection
+
+
+class Unfiltered(NamedTuple):
+    """A filtered hybrid passage or document search's questions searched without the filter
+    (``LexicalFusion.unfiltered``): each one's hits (which the filtered hits' confidence is read in, ``core.page``)
+    and candidates (which the filtered ones are fused against), and the dense batch (whose flat scan's products the
+    filtered search takes over)."""
+
+    hits: list[list[Hit]]
+    basis: list[FusionBasis]
+    batch: Any  # a core.dense.DenseBatch (core.dense imports this module)
 
 
 @dataclass(frozen=True)
 class Plan:
     """params: the request as ranked (``top_k`` is the ranking depth, offset 0, no abstention); mode, fusion and
     lexical_weight: resolved from the index's defaults; max_tokens: the longest answer; vectors: where span
-    completion reads neighbour vectors; selection: the passages the search may return."""
+    completion reads neighbour vectors; selection: the passages the search may return; unfiltered: the same search
+    without its filter, where the filter would change scores."""
 
     params: SearchParams
     mode: Mode
@@ -32,6 +45,7 @@ class Plan:
     max_tokens: int
     vectors: Callable[[np.ndarray], np.ndarray]
     selection: Selection
+    unfiltered: Unfiltered | None = None
 
     @property
     def unit(self) -> Unit:

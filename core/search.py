@@ -10,26 +10,22 @@ One ``SearchParams`` (``core.params``) says what to search for; the ``Searcher``
 
 Passages and documents score the max over their phrases (``core.selection.UNIT_OF_PASSAGE``: each passage's unit).
 Deleted documents and a request's ``filter`` apply inside both legs (``core.selection``): faiss searches only the
-allowed tokens and the other passages' BM25 scores are zeroed, so ``top_k`` is filled when enough units pass. A
-filter selects without re-scoring: hybrid passages and documents are fused against the candidates of the same
-search without the filter, and their confidence is read in its list (``Searcher._unfiltered``).
+allowed tokens and the other passages' BM25 scores are zeroed, so ``top_k`` is filled when enough units pass.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
 from spanseek.core.confidence import FEATURE_DEPTH, Calibrator
 from spanseek.core.dense import DenseBatch, DenseLeg
-from spanseek.core.fusion import FUSION_DEPTH, LexicalFusion, check_fusion, read_weight
+from spanseek.core.fusion import LexicalFusion, check_fusion, read_weight
 from spanseek.core.gpu import OnDevice
 from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
-from spanseek.core.lexical import FusionBasis, LexicalIndexMissing, missing_message
+from spanseek.core.lexical import LexicalIndexMissing, missing_message
 from spanseek.core.page import Pager
 from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError, check_search_args
 from spanseek.core.phrase_index import PhraseIndex
@@ -41,15 +37,6 @@ from spanseek.core.text import has_text
 
 log = logging.getLogger(__name__)
 DEFAULT_PARAMS = SearchParams()
-
-
-class Unfiltered(NamedTuple):
-    """A filtered hybrid unit search's questions searched without the filter: each one's hits and candidates, and
-    the dense batch (whose flat scan's products the filtered search takes over)."""
-
-    hits: list[list[Hit]]
-    basis: list[FusionBasis]
-    batch: DenseBatch
 
 
 class Searcher:
@@ -91,8 +78,8 @@ class Searcher:
         self.default_fusion = fusion["fusion"]
         self.lexical_weights: dict[str, float] = dict(fusion["weights"])
         rerank = fusion.get("phrase_rerank") or None
-        self.fusion = (None if self.lexical is None else
-                       LexicalFusion(self.lexical, self.dense, self.hits, self._unit_of_passage, rerank))
+        self.fusion = None if self.lexical is None else LexicalFusion(
+            self.lexical, self.dense, self.hits, self._unit_of_passage, rerank, self._selections)
         self.pager = Pager(calibrator, rerank, unanswerable_prior)
 
     @property
@@ -184,36 +171,16 @@ class Searcher:
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)
         q_end = np.ascontiguousarray(q_end, dtype=np.float32)
         texts = list(questions) if questions is not None else None
-        unfiltered: Unfiltered | None = None  # (a filtered search's hits read their confidence in)
         if self.pager.past_the_end(params, plan):
             ranked: list[list[Hit]] = [[] for _ in q_start]
         elif params.read:
             assert self.reading is not None and texts is not None
             ranked = self._read(plan, q_start, q_end, texts, timings)
         else:
-            unfiltered = self._unfiltered(plan, q_start, q_end, texts, timings)
-            ranked = self._ranked_deep(plan, q_start, q_end, texts, timings, unfiltered)
+            plan = self.fusion.unfiltered(plan, q_start, q_end, texts, timings) if self.fusion else plan
+            ranked = self._ranked_deep(plan, q_start, q_end, texts, timings)
         with timings.timing("aggregate"):
-            return self.pager.pages(ranked, params, plan, texts, None if unfiltered is None else unfiltered.hits)
-
-    def _unfiltered(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                    timings: StageTimes) -> Unfiltered | None:
-        """The same search without the plan's filter, where the filter would change scores: hybrid passages and
-        documents, whose fusion standardises (or ranks) each leg over the candidates. Its candidates are the basis
-        the filtered search fuses against, and its hits the list the filtered hits' confidence features are read in,
-        so a unit that passes the filter scores, ranks among the others that pass and is as confident as without it.
-        None where the filter selects without changing a score (every other search, and no filter)."""
-        flt = plan.params.filter
-        if plan.mode != "hybrid" or plan.unit == "phrase" or flt is None or flt.passes_everything:
-            return None
-        if plan.selection.empty:
-            return None
-        everything = dataclasses.replace(plan, selection=self.selection(None))
-        with timings.timing("search"):
-            batch = self.dense.batch(everything, q_start, q_end)
-            hits, basis = self._fused(everything, batch, texts)
-        assert basis is not None
-        return Unfiltered(hits, basis, batch)
+            return self.pager.pages(ranked, params, plan, texts)
 
     def _read(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str],
               timings: StageTimes) -> list[list[Hit]]:
@@ -222,20 +189,19 @@ class Searcher:
         unit, weight = "passage" if plan.unit == "phrase" else plan.unit, read_weight(plan.params, self.lexical_weights)
         retrieve = self._plan(plan.but(unit=unit, top_k=self.reading.depth(plan), read=False, read_passages=None,
                                        merge_answers=False, lexical_weight=weight).params)
-        unfiltered = self._unfiltered(retrieve, q_start, q_end, texts, timings)
-        retrieved = self._ranked(retrieve, q_start, q_end, texts, timings, unfiltered=unfiltered)
+        retrieve = self.fusion.unfiltered(retrieve, q_start, q_end, texts, timings) if self.fusion else retrieve
+        retrieved = self._ranked(retrieve, q_start, q_end, texts, timings)
         with timings.timing("read"):
             return self.reading.rank(plan, texts, retrieved)
 
     def _ranked_deep(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                     timings: StageTimes, unfiltered: Unfiltered | None = None) -> list[list[Hit]]:
+                     timings: StageTimes) -> list[list[Hit]]:
         """``_ranked``, with questions that found fewer non-overlapping phrases than asked searched again with
         deeper dense candidates (k x 4, up to 64 top_k) while that finds more. The deeper searches are the batch's
-        own (``DenseBatch.of_questions``): a flat index's product of the batch is ranked again, not computed again.
-        ``unfiltered``: see ``_ranked``."""
+        own (``DenseBatch.of_questions``): a flat index's product of the batch is ranked again, not computed again."""
         deepens = plan.unit == "phrase" and not plan.params.allow_overlap and plan.mode != "lexical"
         batch = self.dense.batch(plan, q_start, q_end) if deepens and not plan.selection.empty else None
-        ranked = self._ranked(plan, q_start, q_end, texts, timings, batch, unfiltered)
+        ranked = self._ranked(plan, q_start, q_end, texts, timings, batch)
         if not deepens:
             return ranked
         depth = plan.top_k
@@ -251,12 +217,10 @@ class Searcher:
         return ranked
 
     def _ranked(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                timings: StageTimes, batch: DenseBatch | None = None, unfiltered: Unfiltered | None = None
-                ) -> list[list[Hit]]:
+                timings: StageTimes, batch: DenseBatch | None = None) -> list[list[Hit]]:
         """The raw ranking: ``plan.top_k`` hits per question (phrases overlapping a better one dropped unless
         ``allow_overlap``), no confidence, offset ignored. ``batch``: these questions' dense batch, when the caller
-        has made it (for this plan's selection and vectors); ``unfiltered``: the search without the plan's filter
-        (``_unfiltered``), whose candidates hybrid units are fused against and whose scan's products are taken over."""
+        has made it (for this plan's selection and vectors)."""
         if plan.params.merge_answers:  # every span of an answer counts, overlapping or not; then one hit per answer
             wide = plan.but(top_k=max(ANSWER_CANDIDATES, 4 * plan.top_k), merge_answers=False, allow_overlap=True)
             many = self._ranked(wide, q_start, q_end, texts, timings, batch)
@@ -268,26 +232,15 @@ class Searcher:
         if plan.selection.empty:
             return [[] for _ in range(len(q_start))]
         units = self._unit_of_passage.get(plan.unit)  # each passage's unit (None: phrases)
-        if batch is None:
-            batch = self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical",
-                                     products_of=None if unfiltered is None else unfiltered.batch)
+        batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
         if plan.mode == "dense":
             with timings.timing("search"):
                 spans = self.dense.candidates(batch, plan.top_k, units)
             with timings.timing("aggregate"):
                 return [self.hits.ranked(sp, plan, units) for sp in spans]
-        with timings.timing("search"):
-            return self._fused(plan, batch, texts, None if unfiltered is None else unfiltered.basis)[0]
-
-    def _fused(self, plan: Plan, batch: DenseBatch, texts: list[str] | None,
-               basis: Sequence[FusionBasis] | None = None) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
-        """The lexical or hybrid ranking of a batch (``LexicalFusion.ranked``: the hits, and the hybrid units'
-        candidates), the dense leg's candidates searched where hybrid; ``basis``: see ``_ranked``."""
         assert self.fusion is not None and texts is not None
-        units = self._unit_of_passage.get(plan.unit)
-        depth = max(plan.top_k, FUSION_DEPTH[plan.unit])
-        dense = None if plan.mode == "lexical" else self.dense.candidates(batch, depth, units, units is None)
-        return self.fusion.ranked(plan, batch.scores, texts, dense, basis)
+        with timings.timing("search"):
+            return self.fusion.search(plan, batch, texts)[0]
 
     def passage_best_span(self, passage: int, q_start: np.ndarray, q_end: np.ndarray,
                           max_answer_tokens: int | None = None, decode: str = "span") -> Hit:

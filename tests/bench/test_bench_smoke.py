@@ -769,7 +769,7 @@ def test_training_step(tmp_path, tiny_model_dir, tiny_reader):
 def test_filtered_hybrid(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/filtered_hybrid.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
               "--n", 6, "--repeat", 1, "--passage-depth", 20, "--out", tmp_path / "filtered.json")
-    r = results(tmp_path / "filtered.json", *(f"{unit}.{name}.order = unfiltered restricted" for unit in ("passage", "doc")
-                                                for name in ("two without the answer", "the answer's")),
-                "doc.batch CPU ms (64 questions, median).ratio")
+    figures = [f"{unit}.{name}.order = unfiltered restricted" for unit in ("passage", "doc")
+               for name in ("two without the answer", "the answer's")]
+    r = results(tmp_path / "filtered.json", *figures, "doc.batch CPU ms (64 questions, median).ratio")
     assert r["doc"]["the answer's"]["order = unfiltered restricted"] == "6/6"  # one document: its hit is the one

@@ -555,3 +555,15 @@ def test_a_narrow_hybrid_filter_of_low_ranked_units_is_as_unsure_of_them_as_the_
         abstains = SearchParams(unit=unit, mode="hybrid", top_k=5, filter=flt,
                                 min_confidence=(got[0].confidence + hits[0].confidence) / 2)
         assert calibrated.search_vectors(qs[q:q + 1], qe[q:q + 1], abstains, questions=[QUESTIONS[q]])[0].no_answer
+
+
+def test_a_filtered_hybrid_search_computes_the_flat_scans_products_once(searcher, monkeypatch):
+    """The search without the filter that a filtered hybrid unit search runs first computes the products of the
+    batch; the filtered scan takes them over rather than computing them again."""
+    from spanseek.core.flat_search import FlatScan
+
+    computed = []
+    score = FlatScan._score
+    monkeypatch.setattr(FlatScan, "_score", lambda self, *a: computed.append(self) or score(self, *a))
+    _search(searcher, unit="doc", mode="hybrid", top_k=3, filter=FILTERS["ids"])
+    assert len(computed) == 1
