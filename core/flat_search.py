@@ -539,7 +539,7 @@ class FlatScan:
                 or source.xb.data_ptr() != self.xb.data_ptr() or not torch.equal(source.queries, self.queries)):
             return None
         taken, source._all, source._maxima = source._all, None, None
-        SCRATCH.owner = self
+        SCRATCH.owner = weakref.ref(self)
         return taken
 
     def scores(self, rows: np.ndarray) -> Any:
