@@ -42,6 +42,7 @@ from spanseek.service.errors import (
     request_id_of,
 )
 from spanseek.service.file_reader import ReaderStopped, ReadOutOfMemory, UploadsBusy
+from spanseek.service.live import too_many_tokens
 from spanseek.service.routes import _errors
 from spanseek.service.schemas import FileWriteResponse
 from spanseek.service.writes import (
@@ -119,10 +120,9 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, o
         raise UnreadableFile(str(e)) from None
     if isinstance(read.doc, str):
         raise UnreadableFile(f"{name}: {read.doc}")
-    limit = live.settings.max_file_tokens
-    if limit and read.tokens > limit:
-        raise PayloadTooLarge(f"{name}: {read.tokens:,} tokens, more than this server encodes of one file "
-                              f"(max_file_tokens {limit:,}); split it, or raise the limit")
+    if (refusal := too_many_tokens(name, read.tokens, live.settings.max_file_tokens, "max_file_tokens",
+                                   "one file")) is not None:
+        raise refusal
     if (problem := title_problem(read.doc.title, live.settings.max_title_chars)) is not None:
         raise UnreadableFile(f"{name}: {problem}; give the file a shorter one")
     doc = dataclasses.replace(read.doc, id=doc_id)

@@ -33,6 +33,7 @@ from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
 from spanseek.core.stopping import Stopped
 from spanseek.indexer.live import BASES, WAL_DIR, DocumentEncoder, HeldDocuments, LiveStore
+from spanseek.service.errors import PayloadTooLarge
 from spanseek.service.file_reader import FileReader
 from spanseek.service.heap import give_back
 from spanseek.service.metrics import ServiceMetrics
@@ -83,6 +84,25 @@ def live_dir_problem(live_dir: Path) -> str | None:
         if not os.access(path, os.W_OK | os.X_OK):
             return f"{path} is not writable"
     return None
+
+
+def too_many_tokens(what: str, tokens: int, limit: int, setting: str, of: str) -> PayloadTooLarge | None:
+    """The 413 refusing ``what`` (a file, a write's documents) for its ``tokens`` over ``limit`` (the ``setting``;
+    0: no bound), before any of it is encoded; None when within it. ``of``: what the limit bounds."""
+    if not limit or tokens <= limit:
+        return None
+    return PayloadTooLarge(f"{what}: {tokens:,} tokens, more than this server encodes of {of} ({setting} "
+                           f"{limit:,}); split it, or raise the limit")
+
+
+def tokens_refusal(docs: list[Document], counts: list[int], limit: int) -> PayloadTooLarge | None:
+    """``too_many_tokens`` for a write of ``docs`` holding ``counts`` tokens each, naming its largest document."""
+    if not docs:
+        return None
+    i = max(range(len(docs)), key=counts.__getitem__)
+    what = (f"document {i} ({docs[i].id!r})" if len(docs) == 1 else
+            f"the {len(docs)} documents of this write (the largest, document {i} ({docs[i].id!r}), {counts[i]:,})")
+    return too_many_tokens(what, sum(counts), limit, "max_write_tokens", "one write")
 
 
 class LiveWrites:
@@ -146,17 +166,27 @@ class LiveWrites:
         self.metrics.index_passages.set(passages)
         self.metrics.index_tokens.set(tokens)
 
-    async def upsert(self, docs: list[Document], only_new: bool = False) -> dict[str, int]:
-        """Encode, log, apply and publish ``docs``; returns the passages and tokens written. ``only_new``:
-        HeldDocuments when an id is held already (checked before encoding, and again as the write is logged)."""
+    async def upsert(self, docs: list[Document], only_new: bool = False, max_tokens: int = 0) -> dict[str, int]:
+        """Tokenise, encode, log, apply and publish ``docs``; returns the passages and tokens written. ``only_new``:
+        HeldDocuments when an id is held already (checked before encoding, and again as the write is logged);
+        ``max_tokens`` (0: no bound): PayloadTooLarge, nothing encoded, when the documents hold more tokens."""
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         if only_new and (held := self.store.held([d.id for d in docs])):
             raise HeldDocuments(held)
+        tokenised = []
+        for doc in docs:  # tokenised a step at a time too: a megabyte at once held searches up for seconds
+            steps = self.encoder.tokenize_steps(doc)
+            while not (done := await self._encoder_step(advance, steps))[0]:
+                pass
+            tokenised.append(done[1])
+        counts = [sum(len(t.input_ids) for t in toks) for toks in tokenised]
+        if (refusal := tokens_refusal(docs, counts, max_tokens)) is not None:
+            raise refusal
         encoded = []
-        for doc in docs:
+        for doc, toks in zip(docs, tokenised, strict=True):
             parts = []
-            for chunk in await self._encoder_step(self.encoder.chunks, doc):
+            for chunk in self.encoder.chunks(doc, toks):
                 steps = self.encoder.chunk_steps(chunk)  # a forward pass per turn of the encoder's thread
                 while not (done := await self._encoder_step(advance, steps))[0]:
                     pass

@@ -273,6 +273,11 @@ class Settings(BaseSettings):
     # of them in one file and refuses (413) a 32 MiB text file (some 7M tokens, an hour of encoding). 0 = no limit.
     max_file_tokens: int = Field(500_000, ge=0, description="most model tokens in one file of PUT/POST "
                                                             "/files/{name} (413 above, before encoding; 0 = no limit)")
+    # The same bound on the documents of one write of PUT/POST /documents, counted (a step at a time, between search
+    # batches) before any is encoded: a body of max_body_bytes may hold a token a byte (a megabyte of punctuation is
+    # 1M tokens, some 8 minutes of encoding on 2 CPU cores), past what max_body_bytes suggests. 0 = no limit.
+    max_write_tokens: int = Field(500_000, ge=0, description="most model tokens in the documents of one PUT/POST "
+                                                             "/documents (413 above, before encoding; 0 = no limit)")
     # Files are read in a process of their own at this niceness above the service's, so reading (pure Python for a
     # PDF) takes the cores only when searches leave them; a file is then read more slowly on a busy machine.
     file_nice: int = Field(10, ge=0, le=19, description="how much lower the CPU priority of the process that reads "

@@ -195,7 +195,7 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     live = live_of(request)
     docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot,  # (ids looked up: off the loop)
                                    live.settings.max_title_chars)
-    written = await live.upsert(docs)
+    written = await live.upsert(docs, max_tokens=live.settings.max_write_tokens)
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
@@ -208,7 +208,7 @@ async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse
     docs = await asyncio.to_thread(parse_documents, body.documents, live.store.snapshot,
                                    live.settings.max_title_chars)
     try:
-        written = await live.upsert(docs, only_new=True)
+        written = await live.upsert(docs, only_new=True, max_tokens=live.settings.max_write_tokens)
     except HeldDocuments as e:
         raise Conflict(f"{e}; PUT /documents replaces documents by id") from None
     return WriteResponse(**written, request_id=request_id_of(request))

@@ -189,6 +189,35 @@ def test_an_add_writes_new_ids_only_and_refuses_held_ones_whole(write_settings):
         assert 'spanseek_errors_total{type="conflict"} 2.0' in client.get("/metrics").text
 
 
+def test_a_write_over_max_write_tokens_is_refused_naming_its_largest_document_before_encoding(write_settings,
+                                                                                             monkeypatch):
+    """A body of max_body_bytes may hold a token a byte (a megabyte of punctuation is a million tokens, minutes of
+    encoding): PUT and POST /documents took it whole, where a file of as many tokens was refused (max_file_tokens)."""
+    from spanseek.indexer.live import DocumentEncoder
+
+    encoded = []
+    steps = DocumentEncoder.chunk_steps
+    monkeypatch.setattr(DocumentEncoder, "chunk_steps", lambda self, toks: encoded.append(1) or steps(self, toks))
+    small = {"id": "small", "paragraphs": ["! " * 20]}  # a token a "!"
+    big = {"id": "big", "paragraphs": ["! " * 40]}
+    with serving(create_app(write_settings(max_write_tokens=50))) as client:
+        for route in (client.put, client.post):
+            r = route("/documents", headers=KEY, json={"documents": [small, big]})
+            assert r.status_code == 413 and r.json()["error"] == "payload_too_large", r.text
+            assert r.json()["message"] == (
+                "the 2 documents of this write (the largest, document 1 ('big'), 40): 60 tokens, more than this "
+                "server encodes of one write (max_write_tokens 50); split it, or raise the limit"), r.text
+            r = route("/documents", headers=KEY, json={"documents": [{**big, "paragraphs": ["! " * 51]}]})
+            assert r.status_code == 413 and r.json()["message"].startswith(
+                "document 0 ('big'): 51 tokens, more than this server encodes of one write (max_write_tokens 50)")
+        assert encoded == []  # refused before any forward pass
+        assert client.get("/documents/small", headers=KEY).status_code == 404
+        assert client.put("/documents", headers=KEY, json={"documents": [small, {**big, "id": "b2", "paragraphs": [
+            "! " * 30]}]}).status_code == 200  # 50: within it
+    with serving(create_app(write_settings(max_write_tokens=0))) as client:  # 0: no limit
+        assert client.put("/documents", headers=KEY, json={"documents": [small, big]}).status_code == 200
+
+
 def test_delete_by_id_and_by_filter(write_settings):
     with serving(create_app(write_settings())) as client:
         docs = [{**DOC, "id": f"w{i}", "meta": {"lang": lang, "year": 2000 + i}}
