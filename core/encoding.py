@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from spanseek.core.model import PhraseModel
-from spanseek.core.runtime import small_passes
+from spanseek.core.runtime import PROBE_ROUNDS, interleaved_best, small_passes
 from spanseek.core.stopping import checkpoint
 from spanseek.core.text import PassageTokens, best_window, tokenize_passages, window_starts
 
@@ -95,19 +95,13 @@ def cpu_has_amx() -> bool:
         return False
 
 
-PROBE_ROUNDS = 5  # timings of each precision in cpu_bf16_speedup, taken in turn
-
-
 def interleaved_speedup(seconds: Callable[[str], float], rounds: int = PROBE_ROUNDS) -> float:
     """fp32 seconds over bf16 seconds, each the fastest of ``rounds`` timings by ``seconds(precision)`` taken in turn
-    (fp32, bf16, fp32, ...): a burst of other work on the cores slows the rounds it meets, whichever precision they
-    time, and the fastest of each is a quiet one. Timed one precision after the other instead, a service started
-    beside a busy job measured bf16 at 0.73x the speed of fp32 on a CPU with AMX, where it is 3-3.6x, and ran in fp32."""
-    best = {"fp32": float("inf"), "bf16": float("inf")}
-    for _ in range(rounds):
-        for precision in best:
-            best[precision] = min(best[precision], seconds(precision))
-    return best["fp32"] / best["bf16"]
+    (fp32, bf16, fp32, ...: ``core.runtime.interleaved_best``). Timed one precision after the other instead, a
+    service started beside a busy job measured bf16 at 0.73x the speed of fp32 on a CPU with AMX, where it is 3-3.6x,
+    and ran in fp32."""
+    fp32, bf16 = interleaved_best([lambda: seconds("fp32"), lambda: seconds("bf16")], rounds)
+    return fp32 / bf16
 
 
 @functools.cache

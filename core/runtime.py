@@ -33,7 +33,9 @@ ones. On a 2-core Intel Xeon with AMX, in milliseconds (question encoder; reader
 
 So ``auto`` in bf16 on a CPU keeps an fp32 ONNX Runtime session beside torch for the passes of at most
 ``onnx_max_tokens`` padded tokens, the size up to which it measured ONNX Runtime faster at load, once per
-architecture in a process (``SmallPasses``, ``faster_up_to``); larger passes run on torch in bf16. A pass's outputs then depend on its size
+architecture in a process (``SmallPasses``, ``probe_split``: the two timed in turn, the fastest of five calls each,
+so that load on the machine during the probe, which slowed one side's calls only when they were timed one after the
+other, picked all-torch for the life of the process); larger passes run on torch in bf16. A pass's outputs then depend on its size
 as a bf16 pass's do on its padding: within bf16's rounding of the fp32 ones.
 """
 
@@ -279,15 +281,44 @@ def faster_up_to(sizes: Sequence[int], seconds_a: Callable[[int], float], second
     return None
 
 
-def best_seconds(run: Callable[[], object], repeats: int = 3) -> float:
-    """The fastest of ``repeats`` timed calls of ``run``, after one untimed call (kernel choice, buffers)."""
-    run()
-    best = float("inf")
-    for _ in range(repeats):
+PROBE_ROUNDS = 5  # timings of each side of a start-up probe, taken in turn
+
+
+def interleaved_best(timings: Sequence[Callable[[], float]], rounds: int = PROBE_ROUNDS) -> list[float]:
+    """The fastest of ``rounds`` results of each of ``timings`` (a call timing one thing, in seconds), called in turn
+    (a, b, a, b ...): a burst of other work on the cores slows the rounds it meets, whichever side they time, and the
+    fastest of each is a quiet one. Timed one side after the other instead, a burst can meet all of one side's
+    timings, and the probe's choice holds for the life of the process."""
+    best = [float("inf")] * len(timings)
+    for _ in range(rounds):
+        for k, timing in enumerate(timings):
+            best[k] = min(best[k], timing())
+    return best
+
+
+def seconds_of(run: Callable[[], object]) -> Callable[[], float]:
+    """A timing of ``run``: call it, and get the seconds it took."""
+    def timing() -> float:
         t0 = time.perf_counter()
         run()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        return time.perf_counter() - t0
+    return timing
+
+
+def probe_split(sizes: Sequence[int], run_a: Callable[[int], object], run_b: Callable[[int], object],
+                rounds: int = PROBE_ROUNDS) -> int | None:
+    """``faster_up_to`` of ``sizes``, timing ``run_a(size)`` against ``run_b(size)`` in turn, the fastest of
+    ``rounds`` each (``interleaved_best``), after one untimed call of each."""
+    timed: dict[int, list[float]] = {}
+
+    def seconds(size: int, which: int) -> float:
+        if size not in timed:
+            run_a(size), run_b(size)  # untimed: kernel choice, buffers
+            timed[size] = interleaved_best([seconds_of(lambda: run_a(size)), seconds_of(lambda: run_b(size))],
+                                           rounds)
+        return timed[size][which]
+
+    return faster_up_to(sizes, lambda r: seconds(r, 0), lambda r: seconds(r, 1))
 
 
 # rows up to which ONNX Runtime ran faster, by (module class, parameters, length, max rows, threads): a timing, so
@@ -339,8 +370,7 @@ def small_passes(runtime: str, device: torch.device | str, precision: str, modul
              torch.get_num_threads())
     with _SPLITS_LOCK:  # measured once per architecture: every model of it in a process splits passes alike
         if shape not in _SPLITS:
-            _SPLITS[shape] = faster_up_to(rows, lambda r: best_seconds(lambda: forward(**feed(r))),
-                                          lambda r: best_seconds(lambda: torch_pass(feed(r))))
+            _SPLITS[shape] = probe_split(rows, lambda r: forward(**feed(r)), lambda r: torch_pass(feed(r)))
         up_to = _SPLITS[shape]
     log.info("%s: passes of %s padded tokens on ONNX Runtime (fp32), larger on torch (bf16)",
              type(module).__name__, "any number of" if up_to is None else f"at most {up_to * length}")

@@ -205,6 +205,35 @@ def test_faster_up_to_is_the_last_size_of_the_first_run_of_wins():
     assert SmallPasses().takes(1) is False and SmallPasses().name == "torch"
 
 
+def test_the_split_probe_times_both_sides_in_turn_so_a_burst_of_load_does_not_pick_torch_for_good(monkeypatch):
+    """A start-up probe under load: a burst of other work (a job starting beside the service) that met all of ONNX
+    Runtime's timings of one size, taken one side after the other, made it lose that size and every pass ran on torch
+    for the life of the process. Timed in turn, the fastest of each side is a quiet one: the split is the quiet one."""
+    from types import SimpleNamespace
+
+    clock = {"now": 0.0}
+    burst_until = 35.0  # a burst slowing everything 10x for the first 35 simulated seconds
+    monkeypatch.setattr(runtime, "time", SimpleNamespace(perf_counter=lambda: clock["now"]))
+
+    def run(cost):
+        def call(rows: int) -> None:
+            clock["now"] += cost(rows) * (10 if clock["now"] < burst_until else 1)
+        return call
+
+    onnx, torch_ = run(lambda r: 1.0 * r), run(lambda r: 5.0 + 0.5 * r)  # quiet crossover between 8 and 16 rows
+    sizes = [1, 2, 4, 8, 16]
+    assert runtime.probe_split(sizes, onnx, torch_) == 8
+
+    def one_side(call, rows: int) -> float:  # as the probe timed before: one untimed call, the best of 3 timed
+        call(rows)
+        return min(runtime.seconds_of(lambda: call(rows))() for _ in range(3))
+
+    clock["now"] = 0.0  # timed one side after the other, the burst meets all of ONNX Runtime's calls of one row
+    assert faster_up_to(sizes, lambda r: one_side(onnx, r), lambda r: one_side(torch_, r)) == 0
+    clock["now"] = 100.0  # no burst: the same split
+    assert runtime.probe_split(sizes, onnx, torch_) == 8
+
+
 @pytest.fixture()
 def probed(monkeypatch):
     """``small_passes``'s probe answers ``rows`` (its measurement is the timing of real passes, checked on a real
