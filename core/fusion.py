@@ -107,10 +107,10 @@ class LexicalFusion:
         against, and its hits the list the filtered hits' confidence features are read in (``core.page``), so a unit
         that passes the filter scores, ranks among the others that pass and is as confident as without it. The plan
         as it is where the filter selects without changing a score (every other search), or there is no filter, or
-        nothing passes it."""
+        nothing passes it, or there is no question to search (a batch of blank ones)."""
         flt = plan.params.filter
         if (plan.mode != "hybrid" or plan.unit == "phrase" or flt is None or flt.passes_everything
-                or plan.selection.empty or questions is None or self.selections is None):
+                or plan.selection.empty or not questions or self.selections is None):
             return plan
         whole = dataclasses.replace(plan, selection=self.selections.get(None), unfiltered=None)
         with timings.timing("search"):

@@ -567,3 +567,13 @@ def test_a_filtered_hybrid_search_computes_the_flat_scans_products_once(searcher
     monkeypatch.setattr(FlatScan, "_score", lambda self, *a: computed.append(self) or score(self, *a))
     _search(searcher, unit="doc", mode="hybrid", top_k=3, filter=FILTERS["ids"])
     assert len(computed) == 1
+
+
+@pytest.mark.parametrize("unit", ["passage", "doc"])
+def test_a_filtered_hybrid_search_of_no_questions_finds_nothing(searcher, unit):
+    """A batch with no question to search (``Searcher.search`` of blank questions only searches none) gets no hits
+    under a filter as without one, rather than failing in the search without the filter that fusion runs first."""
+    empty = np.zeros((0, searcher.index.vectors.shape[1]), np.float32)
+    for flt in (None, FILTERS["ids"]):
+        params = SearchParams(unit=unit, mode="hybrid", top_k=3, filter=flt)
+        assert searcher.search_vectors(empty, empty, params, questions=[]) == []
