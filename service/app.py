@@ -250,7 +250,7 @@ class ServiceState:
         reading = getattr(searcher, "reading", None)
         self.cost = CostModel(searcher.selection(None).unit_count,
                               int(searcher.index.faiss.ntotal), self.settings.default_top_k,
-                              reading.reading.read_passages if reading is not None else 5)
+                              reading.reading.read_passages if reading is not None else 5, searcher.default_mode)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
         if self.live is not None:  # with writes: what searches see, not the base's manifest
             self.live.gauges()
