@@ -25,12 +25,19 @@ if TYPE_CHECKING:
 __all__ = ["UNITS", "ServiceMetrics"]
 T = TypeVar("T")
 
+# Bucket edges are fixed constants, never derived from settings, and only ever added to: Prometheus sums the buckets
+# of every replica by `le` before `histogram_quantile`, so replicas with different edges (a rolling deploy across a
+# change) give a sum whose buckets are not cumulative, and the quantile is read from the wrong bucket. When the new
+# edges hold every old one, the mixed sum reads the quantile within the old edges' bucket that holds it.
+# tests/service/test_bucket_edges.py pins them; docs/service.md ("Metrics") says so to operators.
+#
 # Seconds: from sub-millisecond stages on a GPU to multi-second overload queueing, about 25% apart from 10 ms to 5 s
 # (a search on a CPU takes 20-250 ms, a batch up to seconds), so a quantile read from the buckets is within 5% of the
-# measured one from 20 ms to 5 s; the wider steps before (0.1 -> 0.25 -> 0.5, 1 -> 2.5) read it up to 70% off.
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.125, 0.15,
-                   0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0,
-                   30.0)
+# measured one from 20 ms to 5 s; the wider steps before (0.1 -> 0.25 -> 0.5, 1 -> 2.5) read it up to 70% off. They
+# keep the earlier edges 0.025, 0.075 and 0.75 s, which the 25% steps had moved.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.075, 0.08, 0.1,
+                   0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.75, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5,
+                   10.0, 15.0, 20.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # Seconds of a write: a step's wait is up to write_wait_ms (at most 60 s) per write ahead of it; a document is
 # searchable after about 1 s per 1,500 tokens on a 2-core CPU (a 1 MB body: minutes; a file of max_file_tokens:
