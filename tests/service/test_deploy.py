@@ -108,20 +108,69 @@ def test_prometheus_config_and_rules_check():
     assert "spanseek_request_duration_seconds_bucket" in rules and "histogram_quantile(0.99" in rules
 
 
+ALERT_TESTS = sorted((DEPLOY / "prometheus").glob("alerts_test*.yml"))
+
+
+def alert_rules() -> list[dict]:
+    return [r for g in yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"]
+            for r in g["rules"]]
+
+
 def test_alert_rules_pass_their_unit_tests():
-    """deploy/prometheus/alerts_test.yml: each alert fires on the series that should raise it (a replica not ready, a
-    replica down beside one that serves, no target at all, a slow p99, sustained shedding) and not on the others."""
+    """deploy/prometheus/alerts_test*.yml: each alert fires on the series that should raise it (a replica not ready,
+    a replica down beside one that serves, no target at all, a p99 above the CPU or the GPU host's threshold,
+    sustained shedding, failing merges and reloads, no thresholds loaded) and not on the others (a CPU host at
+    saturation, one merge's slow minute)."""
     promtool = needs("promtool")
-    out = subprocess.run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")],
+    prometheus = DEPLOY / "prometheus"
+    out = subprocess.run([promtool, "check", "rules", *(str(prometheus / f) for f in
+                          ("alerts.yml", "thresholds.yml", "thresholds-gpu.yml"))],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    out = subprocess.run([promtool, "test", "rules", str(DEPLOY / "prometheus" / "alerts_test.yml")],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
-    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
-    tests = yaml.safe_load((DEPLOY / "prometheus" / "alerts_test.yml").read_text())
-    tested = {case["alertname"] for t in tests["tests"] for case in t["alert_rule_test"] if case["exp_alerts"]}
-    assert tested == {r["alert"] for g in rules["groups"] for r in g["rules"]}  # each alert is tested firing
+    assert [f.name for f in ALERT_TESTS] == ["alerts_test.yml", "alerts_test_gpu.yml", "alerts_test_unset.yml"]
+    for path in ALERT_TESTS:
+        out = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+    tested = {case["alertname"] for path in ALERT_TESTS for t in yaml.safe_load(path.read_text())["tests"]
+              for case in t["alert_rule_test"] if case["exp_alerts"]}
+    assert tested == {r["alert"] for r in alert_rules()}  # each alert is tested firing
+
+
+def test_every_alert_waits_and_says_what_to_do():
+    """An alert that fires on one evaluation pages for a blip; one without a runbook leaves the person paged to
+    guess."""
+    for rule in alert_rules():
+        assert rule.get("for", "0m") not in ("0m", "0s"), rule["alert"]
+        assert {"summary", "description", "runbook"} <= set(rule["annotations"]), rule["alert"]
+        assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+
+
+def test_the_latency_threshold_follows_the_host_and_the_operator():
+    """The CPU stack mounts the CPU host's thresholds, the GPU file the GPU host's, SPANSEEK_ALERT_THRESHOLDS a file
+    of one's own; prometheus.yml loads them beside the alerts, and each file records the series the alert reads."""
+    def mounted(*files: str, **env: str) -> str:
+        out = compose_config(*files, GRAFANA_ADMIN_PASSWORD="x", **env)
+        assert out.returncode == 0, out.stderr
+        volumes = yaml.safe_load(out.stdout)["services"]["prometheus"]["volumes"]
+        sources = [v.rsplit(":", 2)[0] for v in volumes if v.split(":")[-2] == "/etc/prometheus/thresholds.yml"]
+        assert len(sources) == 1, volumes
+        return sources[0]
+
+    assert mounted("docker-compose.yml") == str(DEPLOY / "prometheus" / "thresholds.yml")
+    assert mounted("docker-compose.yml", "docker-compose.gpu.yml") == str(DEPLOY / "prometheus" / "thresholds-gpu.yml")
+    for files in (("docker-compose.yml",), ("docker-compose.yml", "docker-compose.gpu.yml")):
+        assert mounted(*files, SPANSEEK_ALERT_THRESHOLDS="/srv/slo.yml") == "/srv/slo.yml"
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    assert config["rule_files"] == ["alerts.yml", "thresholds.yml"]
+    thresholds = {}
+    for name in ("thresholds.yml", "thresholds-gpu.yml"):
+        rules = [r for g in yaml.safe_load((DEPLOY / "prometheus" / name).read_text())["groups"] for r in g["rules"]]
+        assert [r["record"] for r in rules] == ["spanseek:search_p99_threshold_seconds"], name
+        thresholds[name] = float(re.fullmatch(r"vector\((.+)\)", rules[0]["expr"]).group(1))
+    # above a CPU host's p99 at saturation (860 ms with reading, bench/results/service_read_small_scan.json)
+    assert thresholds == {"thresholds.yml": 1.0, "thresholds-gpu.yml": 0.5}
+    assert "spanseek:search_p99_threshold_seconds" in next(
+        r["expr"] for r in alert_rules() if r["alert"] == "SpanseekHighP99Latency")
 
 
 def test_dashboard_covers_the_required_panels():

@@ -120,3 +120,14 @@ def test_every_dashboard_query_selects_exported_series_and_its_legend_labels_exi
     assert problems(expr, scraped) == []
     grouped = {s.strip() for g in GROUPING.findall(expr) for s in g.split(",")}
     assert not [label for label in LEGEND_LABEL.findall(legend) if label not in grouped], (expr, legend)
+
+
+def test_every_recorded_series_a_rule_reads_is_recorded():
+    """A rule that reads a recording rule's series (the latency threshold) needs a loaded file that records it: an
+    alert compared with a series nobody records never fires."""
+    config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    rules = [r for f in config["rule_files"] for g in yaml.safe_load((PROMETHEUS / f).read_text())["groups"]
+             for r in g["rules"]]
+    recorded = {r["record"] for r in rules if "record" in r}
+    read = {name for r in rules for name in re.findall(r"\bspanseek:\w+", r["expr"])}
+    assert read and read <= recorded, read - recorded

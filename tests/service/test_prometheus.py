@@ -81,10 +81,11 @@ def test_every_dashboard_expression_returns_data(settings_for, live, tmp_path):
                                   live_dir=tmp_path / "live", merge_tokens=0, write_wait_ms=20))
     with live(app) as url:
         target = url.removeprefix("http://")
-        shutil.copy(DEPLOY / "prometheus" / "alerts.yml", tmp_path / "alerts.yml")
+        for rules_file in ("alerts.yml", "thresholds.yml"):
+            shutil.copy(DEPLOY / "prometheus" / rules_file, tmp_path / rules_file)
         (tmp_path / "prometheus.yml").write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "rule_files: [alerts.yml]\n"
+            "rule_files: [alerts.yml, thresholds.yml]\n"
             f"scrape_configs: [{{job_name: spanseek, static_configs: [{{targets: ['{target}']}}]}}]\n"
         )
         port = free_port()
@@ -125,6 +126,7 @@ def test_every_dashboard_expression_returns_data(settings_for, live, tmp_path):
             rules = httpx.get(f"{prom}/api/v1/rules", timeout=10).json()["data"]["groups"]
             names = {r["name"] for g in rules for r in g["rules"]}
             assert "SpanseekHighP99Latency" in names
+            assert query(prom, "spanseek:search_p99_threshold_seconds")  # the latency alert has its threshold
         finally:
             stop.set()
             for t in clients:
