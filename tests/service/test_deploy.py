@@ -223,3 +223,27 @@ def test_images_copy_every_package_folder_the_install_needs(name):
     copied = set(re.findall(r"^COPY (\S+) \1$", (ROOT / "docker" / name).read_text(), re.M))
     allowed = {line[1:] for line in (ROOT / ".dockerignore").read_text().split() if line.startswith("!")}
     assert folders <= copied and folders <= allowed
+
+
+def test_the_ready_panel_shows_a_replica_down_or_not_ready(tmp_path):
+    """The dashboard's Ready stat, evaluated by promtool on series a stack produces: 1 only when every replica is
+    ready and scraped. A replica Prometheus cannot scrape leaves no spanseek_ready; min(spanseek_ready) stayed 1
+    beside it (and showed no data with the only replica down)."""
+    promtool = needs("promtool")
+    panel = next(p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"].startswith("Ready"))
+    expr = panel["targets"][0]["expr"]
+    cases = [  # (spanseek_ready of a and b, or None: not scraped; up of a and b; the panel's value)
+        ((1, 1), (1, 1), 1), ((1, 0), (1, 1), 0), ((1, None), (1, 0), 0), ((None,), (0,), 0)]
+    tests = []
+    for ready, up, want in cases:
+        series = [{"series": f'spanseek_ready{{instance="{i}", job="spanseek"}}', "values": f"{r}x5"}
+                  for i, r in zip("ab", ready) if r is not None]
+        series += [{"series": f'up{{instance="{i}", job="spanseek"}}', "values": f"{u}x5"} for i, u in zip("ab", up)]
+        tests.append({"interval": "1m", "input_series": series, "promql_expr_test": [
+            {"expr": expr, "eval_time": "3m", "exp_samples": [{"labels": "{}", "value": want}]}]})
+    (tmp_path / "empty.yml").write_text("groups: []\n")
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({"rule_files": ["empty.yml"], "tests": tests}))
+    out = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert panel["fieldConfig"]["defaults"]["noValue"] == "no target"
