@@ -19,7 +19,7 @@ LATENCY = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0
 WRITE = (*LATENCY, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0, 1200.0, 1800.0)
 MERGE = (1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0,
          1200.0, 1800.0, 2700.0, 3600.0, 7200.0)
-BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 # the exported histogram -> its labels for one series, and its edges (+Inf apart)
 PINNED = {
     "spanseek_request_duration_seconds": ({"unit": "phrase", "status": "200"}, LATENCY),
@@ -41,6 +41,7 @@ EARLIER = {
     "spanseek_write_step_duration_seconds": [STEPS_25],
     "spanseek_write_visible_seconds": [FIRST_LATENCY, STEPS_25],
     "spanseek_write_step_wait_seconds": [(*STEPS_25, 60.0)],
+    "spanseek_batch_size": [(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)],
 }
 
 
@@ -120,3 +121,15 @@ def test_a_rolling_deploy_reads_each_quantile_within_the_earlier_edges_bucket(me
         true = float(np.quantile(np.concatenate([old, new]), q))
         i = int(np.searchsorted(bounds, true))  # bounds[i - 1] < true <= bounds[i]
         assert bounds[i - 1] <= histogram_quantile(q, summed) <= bounds[i], q
+
+
+def test_batch_size_buckets_reach_the_largest_batch_the_settings_allow():
+    """A batch past the last edge counts in +Inf only, and ``histogram_quantile`` reads it as that edge."""
+    from annotated_types import Le
+
+    from spanseek.service.settings import Settings
+
+    largest = next(m.le for m in Settings.model_fields["max_batch_size"].metadata if isinstance(m, Le))
+    metrics = ServiceMetrics()
+    metrics.batch_size.observe(largest)
+    assert exported_edges(metrics, "spanseek_batch_size", {})[-1] >= largest
