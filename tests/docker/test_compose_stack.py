@@ -196,6 +196,9 @@ def test_prometheus_scrapes_the_service_and_the_dashboard_has_data(stack):
         if time.monotonic() > deadline:
             pytest.fail(f"up{{job=\"spanseek\"}} = {up}; dashboard queries without data: {pending}", pytrace=False)
         time.sleep(2)
+    # the compose file mounts the CPU host's alert thresholds, which the latency alert compares with
+    threshold = prometheus_query(stack.prometheus_port, "spanseek:search_p99_threshold_seconds")
+    assert [float(t["value"][1]) for t in threshold] == [1.0], threshold
 
 
 def test_index_volume_is_read_only(stack):
