@@ -237,8 +237,8 @@ def test_the_ready_panel_shows_a_replica_down_or_not_ready(tmp_path):
     tests = []
     for ready, up, want in cases:
         series = [{"series": f'spanseek_ready{{instance="{i}", job="spanseek"}}', "values": f"{r}x5"}
-                  for i, r in zip("ab", ready) if r is not None]
-        series += [{"series": f'up{{instance="{i}", job="spanseek"}}', "values": f"{u}x5"} for i, u in zip("ab", up)]
+                  for i, r in zip("ab", ready, strict=False) if r is not None]
+        series += [{"series": f'up{{instance="{i}", job="spanseek"}}', "values": f"{u}x5"} for i, u in zip("ab", up, strict=False)]
         tests.append({"interval": "1m", "input_series": series, "promql_expr_test": [
             {"expr": expr, "eval_time": "3m", "exp_samples": [{"labels": "{}", "value": want}]}]})
     (tmp_path / "empty.yml").write_text("groups: []\n")

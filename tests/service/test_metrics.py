@@ -7,6 +7,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spanseek.service.metrics import ServiceMetrics
+from tests.service.test_bucket_edges import histogram_quantile
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -81,18 +82,6 @@ def test_a_question_asked_again_reuses_its_vectors_and_is_counted(settings_for, 
     assert m[("spanseek_question_cache_lookups_total", (("outcome", "hit"),))] == 1
     assert m[("spanseek_question_cache_lookups_total", (("outcome", "miss"),))] == 2
     assert m[("spanseek_question_cache_questions", ())] == 2
-
-
-def histogram_quantile(q: float, buckets: dict[float, float]) -> float:
-    """Prometheus' ``histogram_quantile``: linear interpolation inside the bucket that holds the rank."""
-    les = sorted(buckets)
-    rank = q * buckets[float("inf")]
-    lower, below = 0.0, 0.0
-    for le in les:
-        if buckets[le] >= rank:
-            return lower if le == float("inf") else lower + (le - lower) * (rank - below) / (buckets[le] - below)
-        lower, below = le, buckets[le]
-    raise AssertionError("no +Inf bucket")
 
 
 @pytest.mark.parametrize(("histogram", "median"), [
