@@ -178,11 +178,34 @@ def test_dashboard_covers_the_required_panels():
     for needle in ("rate(spanseek_request_duration_seconds_count", "histogram_quantile(0.5,", "histogram_quantile(0.95,",
                    "histogram_quantile(0.99,", "spanseek_stage_duration_seconds", "spanseek_batch_size",
                    "spanseek_queue_depth", "spanseek_errors_total", "spanseek_write_step_wait_seconds_bucket",
-                   "spanseek_write_step_duration_seconds_bucket", "spanseek_write_visible_seconds_bucket"):
+                   "spanseek_write_step_duration_seconds_bucket", "spanseek_write_visible_seconds_bucket",
+                   "spanseek_merge_duration_seconds_bucket"):
         assert needle in exprs, needle
     assert all(re.search(r"spanseek_\w+", e) for e in dashboard_exprs())
     provisioning = (DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text()
     assert "uid: prometheus" in provisioning
+
+
+def test_dashboard_reads_the_datasource_it_is_given():
+    """Imported into another Grafana, whose Prometheus has another uid, every panel follows the dashboard's
+    datasource variable instead of naming the compose stack's uid."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+    assert variable["query"] == "prometheus"
+    used = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "datasource" in node:
+                used.append(node["datasource"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(dashboard["panels"])
+    assert used and all(d == {"type": "prometheus", "uid": "${%s}" % variable["name"]} for d in used)
 
 
 @pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.cuda"])
