@@ -2,7 +2,8 @@
 
     spanseek serve --index work/demo-index --model default --port 8000
 
-Every flag left out falls back to its SPANSEEK_* environment variable, then to the settings' default.
+Every flag left out falls back to its SPANSEEK_* environment variable, then to the settings' default; a key and
+its file are one setting there (``--api-key-file`` overrides ``SPANSEEK_API_KEY``).
 """
 
 from __future__ import annotations

@@ -9,17 +9,50 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from spanseek.core.keys import key_problem, read_key_file
+from spanseek.core.keys import key_given, key_level, key_problem, read_key_file
 from spanseek.service.schemas import MAX_QUERIES
 
 # A CORS origin as browsers send it: scheme://host[:port], no path (a trailing slash never matches)
 ORIGIN = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s?#]+")
 MIN_FILE_READ_MEMORY = 256 << 20  # the least file_read_memory_bytes (but 0): the reading process holds ~110 MB idle
+
+
+KEY_SETTINGS = (("api_key", "api_key_file"), ("admin_api_key", "admin_api_key_file"))
+
+
+class KeysGivenAbove(PydanticBaseSettingsSource):
+    """A settings source (the environment's) less the keys a source above it gave: a key and its file are one
+    setting, so ``--api-key-file`` overrides ``SPANSEEK_API_KEY`` as ``--api-key`` does (flags over the environment
+    over the defaults, as for every setting), rather than the two meeting as a key given both ways."""
+
+    def __init__(self, source: PydanticBaseSettingsSource):
+        super().__init__(source.settings_cls)
+        self.source = source
+        self.__name__ = type(source).__name__  # its name in pydantic-settings' record of each source's values
+
+    def _set_current_state(self, state: dict[str, Any]) -> None:
+        super()._set_current_state(state)
+        self.source._set_current_state(state)
+
+    def _set_settings_sources_data(self, states: dict[str, dict[str, Any]]) -> None:
+        super()._set_settings_sources_data(states)
+        self.source._set_settings_sources_data(states)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        values = self.source()
+        for pair in KEY_SETTINGS:
+            if any(key_given(self.current_state.get(name)) for name in pair):
+                values = {name: value for name, value in values.items() if name not in pair}
+        return values
 
 
 class Settings(BaseSettings):
@@ -200,7 +233,8 @@ class Settings(BaseSettings):
     # A key on the command line is in the process's arguments, which `ps` shows every user of the machine; the
     # environment or a file readable by its owner only is not. The file is read once, when the settings are made.
     api_key_file: Path | None = Field(None, description="file holding api_key, read once at start (its one line; "
-                                                        "chmod 600): keeps the key out of the command line")
+                                                        "chmod 600), or a pipe (<(pass show KEY)): keeps the key out "
+                                                        "of the command line")
     # Browser origins allowed to call the API (comma-separated or JSON list); empty = no CORS headers at all.
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="CORS allowed origins")
 
@@ -384,26 +418,33 @@ class Settings(BaseSettings):
             raise ValueError(problem)
         return v
 
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """pydantic-settings' sources in its order (arguments, the environment), each below the arguments less the
+        keys given above it (``KeysGivenAbove``)."""
+        return init_settings, *(KeysGivenAbove(s) for s in (env_settings, dotenv_settings, file_secret_settings))
+
     @model_validator(mode="before")
     @classmethod
     def _keys_from_files(cls, data: object) -> object:
-        """``api_key_file`` and ``admin_api_key_file``: the key read from the file (once, here), as if given itself;
-        a key given both ways is refused (which one was meant?), as is a file that holds no usable key."""
+        """``api_key_file`` and ``admin_api_key_file``: the key read from the file (once, here), as if given itself.
+        Only the highest level that gives a key or its file is here (``KeysGivenAbove``): a key and its file both
+        given at that level are refused (which one was meant?), as is a file that holds no usable key."""
         if not isinstance(data, dict):
             return data
-        for name in ("api_key", "admin_api_key"):
-            path = data.get(f"{name}_file")
-            if path is None or (isinstance(path, str) and not path.strip()):
+        for name, file_name in KEY_SETTINGS:
+            _, path = key_level([("at one level (both as flags, or both as environment variables)", data.get(name),
+                                  data.get(file_name))], name, file_name)
+            if path is None:
                 continue
-            given = data.get(name)
-            given = given.get_secret_value() if isinstance(given, SecretStr) else given
-            if isinstance(given, str) and given.strip():
-                raise ValueError(f"{name} and {name}_file are both given; give the key one way (the file keeps it "
-                                 f"out of the command line)")
             try:
-                data = {**data, name: read_key_file(path)}
+                data = {**data, name: read_key_file(str(path))}
             except ValueError as e:
-                raise ValueError(f"{name}_file: {e}") from None
+                raise ValueError(f"{file_name}: {e}") from None
         return data
 
     @field_validator("file_read_memory_bytes")

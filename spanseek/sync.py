@@ -275,11 +275,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="+", help="folders and files, as `spanseek corpus from-files` takes them")
     p.add_argument("--url", required=True, help="the service's base URL (http://host:8000)")
     p.add_argument("--api-key", default=None,
-                   help="the write key (default: $SPANSEEK_API_KEY); on the command line `ps` shows it to every user "
-                        "of the machine: prefer --api-key-file or the variable")
+                   help="the write key (default: $SPANSEEK_API_KEY, or the file $SPANSEEK_API_KEY_FILE names); on the "
+                        "command line `ps` shows it to every user of the machine: prefer --api-key-file or the variable")
     p.add_argument("--api-key-file", default=None, metavar="FILE",
-                   help="a file holding the write key on one line, readable by you only (chmod 600); default: "
-                        "$SPANSEEK_API_KEY_FILE")
+                   help="a file holding the write key on one line, readable by you only (chmod 600), or a pipe "
+                        "(<(pass show KEY)); default: $SPANSEEK_API_KEY_FILE, or $SPANSEEK_API_KEY; either flag "
+                        "overrides both variables")
     p.add_argument("--source", default=None,
                    help="the name recorded in each document's synced_from (default: the first path's name and a "
                         "hash of the absolute paths given, as docs@1f0c9a2e: a folder moved, or synced from "
@@ -299,24 +300,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
-    """The write key: ``--api-key`` (else ``$SPANSEEK_API_KEY``) or the one line of the file ``--api-key-file`` (else
-    ``$SPANSEEK_API_KEY_FILE``) names, read once; given both ways, an error (which one was meant?). A key given as a
-    flag is warned of (``ps`` shows it), as is a key file that others may read."""
-    from spanseek.core.keys import key_file_warning, key_flag_warning, read_key_file
+    """The write key: from the flags ``--api-key`` or ``--api-key-file`` when either is given, else from the variables
+    ``SPANSEEK_API_KEY`` or ``SPANSEEK_API_KEY_FILE`` (the command line over the environment, as ``spanseek serve``
+    takes its settings); a key file is read once. Both of one level given is an error (which one was meant?). A key
+    given as a flag is warned of (``ps`` shows it), as is a key file that others may read."""
+    from spanseek.core.keys import key_file_warning, key_flag_warning, key_level, read_key_file
 
-    key = args.api_key if args.api_key is not None else os.environ.get("SPANSEEK_API_KEY")
-    path = args.api_key_file if args.api_key_file is not None else os.environ.get("SPANSEEK_API_KEY_FILE")
-    key, path = (key if key and key.strip() else None), (path if path and path.strip() else None)  # empty: unset
-    if key is not None and path is not None:
-        raise ValueError("the write key is given both as a key (--api-key / SPANSEEK_API_KEY) and as a file "
-                         "(--api-key-file / SPANSEEK_API_KEY_FILE); give it one way")
-    if key is not None and args.api_key is not None:
+    key, path = key_level([("as flags (--api-key, --api-key-file)", args.api_key, args.api_key_file),
+                           ("as environment variables (SPANSEEK_API_KEY, SPANSEEK_API_KEY_FILE)",
+                            os.environ.get("SPANSEEK_API_KEY"), os.environ.get("SPANSEEK_API_KEY_FILE"))],
+                          "the write key", "its file")
+    if key is not None and key == args.api_key:
         sys.stderr.write(f"warning: {key_flag_warning('--api-key', 'SPANSEEK_API_KEY')}\n")
     if path is None:
-        return key
-    if (warning := key_file_warning(path)) is not None:
+        return None if key is None else str(key)
+    if (warning := key_file_warning(str(path))) is not None:
         sys.stderr.write(f"warning: {warning}\n")
-    return read_key_file(path)
+    return read_key_file(str(path))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 import pytest
 
@@ -191,10 +193,12 @@ def test_a_file_given_as_the_index_is_named_not_quoted(tmp_path):
     assert "secret" not in message and "word" not in message  # ...its text never shown
 
 
-def test_a_key_is_read_from_a_file_once_and_a_key_given_two_ways_is_refused(tmp_path, monkeypatch, capsys):
+def test_a_key_is_read_from_a_file_once_and_a_key_given_two_ways_at_one_level_is_refused(tmp_path, monkeypatch,
+                                                                                          capsys):
     """--api-key shows in `ps` to every user of the machine: --api-key-file / SPANSEEK_API_KEY_FILE (and the admin
-    key's) read it from a file when the settings are made; a key given both ways, or a file without a usable key, is
-    refused in one line that names the flags and never shows the key."""
+    key's) read it from a file when the settings are made; a key and its file given at one level (both flags, both
+    variables), or a file without a usable key, is refused in one line that names the flags and never shows the
+    key."""
     from spanseek.cli import main
 
     for name in ("API_KEY", "ADMIN_API_KEY", "API_KEY_FILE", "ADMIN_API_KEY_FILE"):
@@ -211,19 +215,69 @@ def test_a_key_is_read_from_a_file_once_and_a_key_given_two_ways_is_refused(tmp_
     assert s.admin_api_key.get_secret_value() == "admin-key"
     monkeypatch.setenv("SPANSEEK_ADMIN_API_KEY_FILE", "")  # empty, as compose passes an unset variable: no file
     assert Settings(index=tmp_path).admin_api_key is None
-    monkeypatch.setenv("SPANSEEK_API_KEY", "env-key")
-    assert main(["serve", "--index", str(tmp_path), "--api-key-file", str(key)]) == 2
+    assert main(["serve", "--index", str(tmp_path), "--api-key", "flag-key", "--api-key-file", str(key)]) == 2
     err = capsys.readouterr().err
-    assert ("invalid settings: api_key and api_key_file are both given; give the key one way (the file keeps it out "
-            "of the command line) (--api-key / SPANSEEK_API_KEY, --api-key-file / SPANSEEK_API_KEY_FILE)") in err
-    assert "env-key" not in err and "changed" not in err and len(err.strip().splitlines()) == 1
+    assert ("invalid settings: api_key and api_key_file are both given at one level (both as flags, or both as "
+            "environment variables); give the key one way (the file keeps it out of the command line) (--api-key / "
+            "SPANSEEK_API_KEY, --api-key-file / SPANSEEK_API_KEY_FILE)") in err
+    assert "flag-key" not in err and "changed" not in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("SPANSEEK_API_KEY", "env-key")
+    monkeypatch.setenv("SPANSEEK_API_KEY_FILE", str(key))
+    assert main(["serve", "--index", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "api_key and api_key_file are both given at one level" in err and "env-key" not in err
     monkeypatch.delenv("SPANSEEK_API_KEY")
+    monkeypatch.delenv("SPANSEEK_API_KEY_FILE")
     key.write_text("")
     assert main(["serve", "--index", str(tmp_path), "--api-key-file", str(key)]) == 2
     assert (f"api_key_file: key file {key}: holds no key (it is empty or blank) (--api-key-file / "
             f"SPANSEEK_API_KEY_FILE)") in capsys.readouterr().err
     assert main(["serve", "--index", str(tmp_path), "--admin-api-key-file", str(tmp_path / "none")]) == 2
     assert f"key file {tmp_path / 'none'}: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["api_key", "admin_api_key"])
+def test_a_flag_overrides_a_key_or_key_file_in_the_environment_either_way(tmp_path, monkeypatch, name):
+    """Flags over the environment over the defaults, for a key as for every setting: a key and its file are one
+    setting, so the flag of either overrides the variable of either (--api-key-file beside SPANSEEK_API_KEY was
+    refused as "both given", while --api-key beside SPANSEEK_API_KEY_FILE was too, and --api-key beside
+    SPANSEEK_API_KEY won)."""
+    for other in ("API_KEY", "ADMIN_API_KEY", "API_KEY_FILE", "ADMIN_API_KEY_FILE"):
+        monkeypatch.delenv(f"SPANSEEK_{other}", raising=False)
+    flag, variable = f"--{name.replace('_', '-')}", f"SPANSEEK_{name.upper()}"
+    env_file, flag_file = tmp_path / "env-key", tmp_path / "flag-key"
+    env_file.write_text("env-file-key\n")
+    flag_file.write_text("flag-file-key\n")
+
+    def key(*args: str) -> tuple[str | None, Path | None]:
+        s = settings_from_args(parse(["--index", str(tmp_path), *args]))
+        secret = getattr(s, name)
+        return (None if secret is None else secret.get_secret_value()), getattr(s, f"{name}_file")
+
+    monkeypatch.setenv(variable, "env-key")
+    assert key(f"{flag}-file", str(flag_file)) == ("flag-file-key", flag_file)
+    assert key(flag, "flag-key") == ("flag-key", None)
+    assert key() == ("env-key", None)
+    monkeypatch.delenv(variable)
+    monkeypatch.setenv(f"{variable}_FILE", str(env_file))
+    assert key(flag, "flag-key") == ("flag-key", None)
+    assert key(f"{flag}-file", str(flag_file)) == ("flag-file-key", flag_file)
+    assert key() == ("env-file-key", env_file)
+    assert key(flag, "") == ("env-file-key", env_file)  # an empty flag gives no key, as an empty variable
+
+
+def test_a_key_file_may_be_a_pipe(tmp_path, monkeypatch):
+    """``spanseek serve --api-key-file <(pass show spanseek)``: the key from a secret manager through a pipe, read
+    once when the settings are made (it was refused as "not a regular file")."""
+    monkeypatch.delenv("SPANSEEK_API_KEY", raising=False)
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"piped-key\n")
+        os.close(write_end)
+        s = settings_from_args(parse(["--index", str(tmp_path), "--api-key-file", f"/dev/fd/{read_end}"]))
+    finally:
+        os.close(read_end)
+    assert s.api_key.get_secret_value() == "piped-key"
 
 
 def test_serve_warns_of_a_key_on_its_command_line_and_of_a_key_file_others_may_read(tiny_index, tiny_model_dir,

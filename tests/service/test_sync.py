@@ -133,7 +133,8 @@ def test_the_write_key_is_read_from_a_file_and_a_key_on_the_command_line_is_warn
                                                                                       monkeypatch):
     """--api-key shows in `ps` to every user of the machine (a cron job's key too): --api-key-file (or
     SPANSEEK_API_KEY_FILE) reads it from a file, warning when others may read that file; --api-key still works,
-    with a warning; a key given both ways is refused. No message shows the key."""
+    with a warning; a flag (key or file) overrides a variable (key or file), and a key and its file given at one
+    level are refused. No message shows the key."""
     monkeypatch.delenv("SPANSEEK_API_KEY", raising=False)
     docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
     key_file = tmp_path / "key"
@@ -149,12 +150,24 @@ def test_the_write_key_is_read_from_a_file_and_a_key_on_the_command_line_is_warn
     err = capsys.readouterr().err
     assert "wrote 1" in err and f"warning: key file {key_file} can be read or changed by users other than its " \
                                 f"owner (mode -rw-r--r--); `chmod 600 {key_file}`" in err
-    assert main(["sync", str(docs), "--url", url, "--api-key", "key"]) == 2
-    assert "given both as a key (--api-key / SPANSEEK_API_KEY) and as a file" in capsys.readouterr().err
-    monkeypatch.delenv("SPANSEEK_API_KEY_FILE")
-    assert main(["sync", str(docs), "--url", url, "--api-key", "key"]) == 0
+    (docs / "a.txt").write_text("In 1452 Gala built the harbour bridge.")
+    assert main(["sync", str(docs), "--url", url, "--api-key", "key"]) == 0  # the flag over the variable
     err = capsys.readouterr().err
-    assert "warning: --api-key puts the key on the command line, which `ps` shows to every user" in err
+    assert "wrote 1" in err and "warning: --api-key puts the key on the command line, which `ps` shows" in err
+    assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--api-key-file", str(key_file)]) == 2
+    err = capsys.readouterr().err
+    assert ("the write key and its file are both given as flags (--api-key, --api-key-file); give the key one way"
+            in err) and "wrote" not in err
+    monkeypatch.setenv("SPANSEEK_API_KEY", "wrong")
+    assert main(["sync", str(docs), "--url", url]) == 2  # both variables: which one was meant?
+    assert "both given as environment variables (SPANSEEK_API_KEY, SPANSEEK_API_KEY_FILE)" in capsys.readouterr().err
+    monkeypatch.delenv("SPANSEEK_API_KEY_FILE")
+    key_file.chmod(0o600)
+    (docs / "a.txt").write_text("In 1453 Gala built the harbour bridge.")
+    assert main(["sync", str(docs), "--url", url, "--api-key-file", str(key_file)]) == 0  # was refused: both given
+    err = capsys.readouterr().err
+    assert "wrote 1" in err and "warning" not in err and "wrong" not in err
+    monkeypatch.delenv("SPANSEEK_API_KEY")
     key_file.write_text("")
     assert main(["sync", str(docs), "--url", url, "--api-key-file", str(key_file)]) == 2
     assert f"key file {key_file}: holds no key" in capsys.readouterr().err
