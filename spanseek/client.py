@@ -14,7 +14,8 @@ dict. Every route has its method: ``search``/``search_batch`` (the request's opt
 ``compact``.
 
 Retries (tenacity): a 429 (queue full), a 503 (loading, or shutting down) and a failed connection are tried again,
-up to ``max_retries`` times and ``max_retry_time`` seconds in all. The wait is the server's ``Retry-After`` when it
+up to ``max_retries`` times and ``max_retry_time`` seconds in all. A search or other read whose kept-alive connection
+the server closed as it was sent (its keep-alive timeout ran out at that moment) is sent again once, at once. The wait is the server's ``Retry-After`` when it
 gives a usable one (seconds or an HTTP date; negative or NaN values are ignored) plus a random share of
 ``backoff``, else an exponential back-off with jitter (``backoff`` x 2^n plus up to ``backoff``); never more than
 ``max_retry_wait`` at a time. Other answers are not retried. A non-2xx answer raises an ``APIError`` subclass
@@ -287,10 +288,29 @@ def _search_response(response: httpx.Response) -> SearchResponse:
 
 RETRIED_STATUSES = frozenset({429, 503})  # queue full; loading or stopping: both say when to come back
 RETRIED_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached the server
+# The server closed a kept-alive connection as the request went out on it (its keep-alive timeout ran out just then,
+# or it restarted): no answer came, "Server disconnected without sending a response" or a reset. A read (a search, a
+# GET) is sent once more at once, on a new connection; a write is not (the server may have done it).
+DROPPED_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 def _retried(response: httpx.Response) -> bool:
     return response.status_code in RETRIED_STATUSES
+
+
+def _dropped(state: RetryCallState) -> bool:
+    """Whether the last try failed as its connection was closed under it (``DROPPED_ERRORS``)."""
+    return state.outcome is not None and isinstance(state.outcome.exception(), DROPPED_ERRORS)
+
+
+def _first_try_dropped(state: RetryCallState) -> bool:
+    """Whether the first try failed as its connection was closed under it: retried once, not again."""
+    return state.attempt_number == 1 and _dropped(state)
+
+
+def is_read(method: str, path: str) -> bool:
+    """Whether the request only reads (a GET, or a search), so that sending it again changes nothing."""
+    return method == "GET" or (method, path) == ("POST", "/search")
 
 
 def _last_outcome(state: RetryCallState) -> Any:
@@ -329,14 +349,20 @@ class _Base:
         """Seconds before the next try: the server's usable Retry-After plus up to ``backoff`` of jitter, else the
         jittered exponential back-off; at most ``max_retry_wait``."""
         outcome = state.outcome
+        if _dropped(state):  # the request was not answered; a new connection can take it now
+            return 0.0
         advised = None if outcome is None or outcome.failed else _retry_after(outcome.result())
         if advised is None:
             return float(self._backoff(state))
         return min(self.max_retry_wait, advised + random.uniform(0.0, self.backoff))
 
-    def _policy(self) -> dict[str, Any]:
-        """tenacity's arguments: what is retried, when to stop, how long to wait (one Retrying per call)."""
-        return {"retry": retry_if_exception_type(RETRIED_ERRORS) | retry_if_result(_retried),
+    def _policy(self, method: str, path: str) -> dict[str, Any]:
+        """tenacity's arguments for a request of ``method`` to ``path``: what is retried, when to stop, how long to wait
+        (one Retrying per call)."""
+        retry = retry_if_exception_type(RETRIED_ERRORS) | retry_if_result(_retried)
+        if is_read(method, path):
+            retry = retry | _first_try_dropped
+        return {"retry": retry,
                 "stop": stop_after_attempt(self.max_retries + 1) | stop_before_delay(self.max_retry_time),
                 "wait": self._wait, "retry_error_callback": _last_outcome}
 
@@ -502,7 +528,7 @@ class Client(_Base):
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request, retried by the policy; the last answer whatever its status."""
-        return Retrying(sleep=_sleep, **self._policy())(self._http.request, method, path, **kwargs)
+        return Retrying(sleep=_sleep, **self._policy(method, path))(self._http.request, method, path, **kwargs)
 
     def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None,
                **options: Unpack[SearchOptions]) -> SearchResponse:
@@ -621,7 +647,8 @@ class AsyncClient(_Base):
 
     async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request, retried by the policy; the last answer whatever its status."""
-        return await AsyncRetrying(sleep=_async_sleep, **self._policy())(self._http.request, method, path, **kwargs)
+        return await AsyncRetrying(sleep=_async_sleep, **self._policy(method, path))(self._http.request, method, path,
+                                                                                     **kwargs)
 
     async def search(self, query: str, unit: Unit = "phrase", top_k: int | None = None,
                      **options: Unpack[SearchOptions]) -> SearchResponse:

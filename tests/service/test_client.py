@@ -297,6 +297,78 @@ def test_other_failures_are_not_retried(waits):
     assert waits == []
 
 
+DROPPED = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+
+
+@pytest.mark.parametrize("dropped", [DROPPED, httpx.ReadError("[Errno 104] Connection reset by peer"),
+                                     httpx.WriteError("[Errno 32] Broken pipe")])
+def test_a_read_on_a_connection_closed_under_it_is_sent_again_once_at_once(waits, dropped):
+    """The server closes an idle kept-alive connection after keep_alive_s; a request sent on it at that moment gets
+    no answer. A search (or a GET) is sent again at once, once; a write is not (the server may have done it)."""
+    transport, seen = fake_server([dropped, httpx.Response(200, json=OK)])
+    with Client("http://fake", transport=transport) as client:
+        assert client.search("q").hits[0].text == "1340"
+    assert len(seen) == 2 and waits == [0.0]
+    transport, seen = fake_server([dropped, dropped, httpx.Response(200, json=OK)])
+    with Client("http://fake", transport=transport) as client, pytest.raises(type(dropped)):
+        client.info()  # once: a second failure is no race with an idle timeout
+    assert len(seen) == 2
+    transport, seen = fake_server([dropped, httpx.Response(200, json={"documents": 1})])
+    with Client("http://fake", transport=transport) as client, pytest.raises(type(dropped)):
+        client.upsert({"id": "a", "paragraphs": ["p"]})
+    assert len(seen) == 1
+
+
+async def test_the_async_client_sends_a_dropped_read_again_too(waits):
+    transport, seen = fake_server([DROPPED, httpx.Response(200, json=OK)])
+    async with AsyncClient("http://fake", transport=transport) as client:
+        assert (await client.search("q")).hits[0].text == "1340"
+    assert len(seen) == 2 and waits == [0.0]
+
+
+def test_a_search_survives_the_server_closing_its_kept_alive_connection_as_it_is_sent():
+    """Over real sockets: a server that answers a connection's first request and closes it when the next one arrives,
+    as a server whose keep-alive timeout runs out as the request comes in does (the client's pool took the connection
+    as idle and open). The search was lost ("Server disconnected without sending a response"); it is sent again on a
+    new connection."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    body = json.dumps(OK).encode()
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    connections = []
+
+    def read_request(conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, rest = data.split(b"\r\n\r\n", 1)
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(rest) < length:
+            rest += conn.recv(65536)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            connections.append(conn)
+            read_request(conn)
+            conn.sendall(answer)
+            read_request(conn)  # the next request on this connection: closed unanswered
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with Client(f"http://127.0.0.1:{listener.getsockname()[1]}") as client:
+            assert client.search("q").hits and client.search("q").hits  # the second: on the first's connection
+        assert len(connections) == 2  # it was sent again on a new one
+    finally:
+        listener.close()
+
+
 def test_server_errors_and_non_json_bodies():
     transport, _ = fake_server([httpx.Response(500, json={"error": "internal", "message": "boom", "request_id": "x"})])
     with Client("http://fake", transport=transport) as client, pytest.raises(ServerError, match="boom") as e:
