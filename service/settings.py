@@ -107,10 +107,14 @@ class Settings(BaseSettings):
         "addresses of reverse proxies whose X-Forwarded-For the service believes: IP addresses or networks "
         "(10.0.0.0/8), comma-separated, or * for any peer; empty = none: the client is the connection's peer "
         "(spanseek serve)"))
-    # Idle keep-alive before the server closes a connection. Longer than the client's / load balancer's idle
-    # timeout (httpx 5 s, AWS ALB 60 s) so the server never closes a connection a client is about to reuse
-    # (that race shows up as connection resets under load); costs one idle socket per client.
-    keep_alive_s: int = Field(75, ge=1, description="HTTP keep-alive idle timeout (spanseek serve)")
+    # Idle keep-alive before the server closes a connection (with no word: HTTP/1.1 has none to send). Longer than
+    # the clients' pools' and load balancers' idle timeouts (httpx 5 s, aiohttp 15 s, AWS ALB and nginx 60 s; Google
+    # Cloud's load balancers 600 s: 620 there) so the server never closes a connection a client is about to reuse:
+    # that race loses the request ("Server disconnected without sending a response", resets; at a 5 s keep-alive,
+    # 2 in 200 httpx reuses within 5 ms of it). Costs one idle socket per client.
+    keep_alive_s: int = Field(75, ge=1, description="seconds an idle kept-alive connection stays open: longer than "
+                                                    "clients' and load balancers' idle times (httpx 5, aiohttp 15, "
+                                                    "AWS ALB 60) (spanseek serve)")
     # A connection that has not sent a complete request head within header_timeout_s (from connecting, or from
     # the end of its previous response) is closed, and a request whose body has not fully arrived within
     # body_timeout_s gets 408 and its connection closed: half-sent requests (slow or stalled clients, slowloris)
