@@ -14,6 +14,7 @@ import logging
 import logging.config
 import os
 import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,15 +25,16 @@ log = logging.getLogger("spanseek.service")
 
 def serve_flags() -> list[tuple[str, str, str]]:
     """(flag, settings field, help) of every setting: the flags are generated from ``Settings`` (its field names and
-    descriptions), so a new setting is one line there. ``warmup`` is the switch ``--no-warmup``; other booleans
-    (off by default, ``writes``) are switches that turn them on."""
+    descriptions), so a new setting is one line there; each help names the setting's variable and default.
+    ``warmup`` is the switch ``--no-warmup``; other booleans (off by default, ``writes``) are switches that turn them
+    on."""
     flags = []
     for name, info in Settings.model_fields.items():
-        if name == "warmup":
-            continue
         default = "" if info.is_required() else f"; default {info.get_default(call_default_factory=True)!r}"
-        flags.append((f"--{name.replace('_', '-')}", name,
-                      f"{info.description or name} (SPANSEEK_{name.upper()}{default})".replace("%", "%%")))
+        description = info.description or name
+        if name == "warmup":
+            description = f"skip what is on by default: {description}"
+        flags.append((flag_of(name), name, f"{description} (SPANSEEK_{name.upper()}{default})".replace("%", "%%")))
     return flags
 
 
@@ -41,12 +43,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the HTTP search service (FastAPI + uvicorn); its settings' flags are also "
                                      "environment variables (SPANSEEK_*)")
     for flag, dest, help_text in serve_flags():
-        if Settings.model_fields[dest].annotation is bool:  # a switch that is off by default: --writes
+        annotation = Settings.model_fields[dest].annotation
+        if dest == "warmup":
+            p.add_argument(flag, dest=dest, action="store_false", default=None, help=help_text)
+        elif annotation is bool:  # a switch that is off by default: --writes
             p.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=help_text)
-            continue
-        # strings: pydantic converts and checks them as it does the environment's, naming the flag when they fail
-        p.add_argument(flag, dest=dest, default=None, help=help_text)
-    p.add_argument("--no-warmup", dest="warmup", action="store_false", default=None, help="skip warm-up searches")
+        else:  # strings: pydantic converts and checks them as it does the environment's, naming the flag when they fail
+            choices = typing.get_args(annotation) if typing.get_origin(annotation) is typing.Literal else ()
+            p.add_argument(flag, dest=dest, default=None, help=help_text,
+                           metavar="{" + ",".join(choices) + "}" if choices else None)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="least level of the lines logged (default: %(default)s; a flag only, no environment variable)")
     p.set_defaults(func=_serve)
@@ -55,8 +60,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from the flags that were given, the environment (SPANSEEK_*) and the defaults, in that order."""
     given = {dest: getattr(args, dest) for _, dest, _ in serve_flags() if getattr(args, dest, None) is not None}
-    if getattr(args, "warmup", None) is not None:
-        given["warmup"] = args.warmup
     return Settings(**given)
 
 
@@ -122,10 +125,14 @@ def check_servable(settings: Settings) -> Path:
     return model_dir
 
 
+def flag_of(name: str) -> str:
+    """The ``spanseek serve`` flag of the setting ``name``: ``--max-batch-size``; ``--no-warmup`` for ``warmup``."""
+    return "--no-warmup" if name == "warmup" else f"--{name.replace('_', '-')}"
+
+
 def setting_names(name: str) -> str:
     """How a user gives the setting ``name``: ``--max-batch-size / SPANSEEK_MAX_BATCH_SIZE``."""
-    flag = "--no-warmup" if name == "warmup" else f"--{name.replace('_', '-')}"
-    return f"{flag} / SPANSEEK_{name.upper()}"
+    return f"{flag_of(name)} / SPANSEEK_{name.upper()}"
 
 
 SECRETS = frozenset(n for n, f in Settings.model_fields.items() if "SecretStr" in str(f.annotation))

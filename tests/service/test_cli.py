@@ -22,12 +22,32 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def test_flags_mirror_the_settings():
     """Every setting has a flag (warmup: --no-warmup) whose help is the setting's description and names its
-    environment variable."""
+    environment variable and its default (--no-warmup named neither)."""
     flags = serve_flags()
-    assert {dest for _, dest, _ in flags} | {"warmup"} == set(Settings.model_fields)
+    assert [dest for _, dest, _ in flags] == list(Settings.model_fields)
     for flag, dest, help_text in flags:
-        assert flag == "--" + dest.replace("_", "-")
-        assert Settings.model_fields[dest].description and f"SPANSEEK_{dest.upper()}" in help_text
+        assert flag == ("--no-warmup" if dest == "warmup" else "--" + dest.replace("_", "-"))
+        field = Settings.model_fields[dest]
+        assert field.description and field.description in help_text and f"SPANSEEK_{dest.upper()}" in help_text
+        if not field.is_required():
+            assert f"; default {field.get_default(call_default_factory=True)!r})" in help_text, flag
+
+
+def test_the_help_of_a_setting_with_choices_lists_them(capsys):
+    """``--reader-precision READER_PRECISION`` said nothing of the values it takes: each setting that takes one of
+    a few values shows them, as the settings model has them."""
+    parser = argparse.ArgumentParser(prog="spanseek")
+    register(parser.add_subparsers())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--help"])
+    usage = capsys.readouterr().out
+    for flag, choices in (("--reader-precision", "{auto,fp32,bf16}"), ("--precision", "{auto,fp32,bf16}"),
+                          ("--runtime", "{auto,torch,onnx}"), ("--pipeline", "{auto,on,full,off}"),
+                          ("--fair-share-by", "{connection,peer}"), ("--log-format", "{text,json}")):
+        assert f"{flag} {choices}" in usage
+    assert "--no-warmup " in usage and "(SPANSEEK_WARMUP; default True)" in usage
+    assert not settings_from_args(parse(["--index", "x", "--no-warmup"])).warmup
+    assert settings_from_args(parse(["--index", "x"])).warmup
 
 
 def test_flags_override_environment_which_overrides_defaults(monkeypatch, tmp_path):
