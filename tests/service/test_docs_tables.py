@@ -33,9 +33,11 @@ def setting_rows(text: str) -> dict[str, tuple[str, str]]:
 
 
 def missing_settings(text: str) -> list[str]:
-    """The settings whose row is missing from ``text``, or names another flag or default than the code's."""
+    """The settings whose row is missing from ``text``, or names another flag or default than the code's, and the
+    rows that name no setting (one renamed or removed)."""
     rows = setting_rows(text)
-    problems = []
+    problems = [f"SPANSEEK_{name.upper()}: a row, but no such setting" for name in rows
+                if name not in Settings.model_fields]
     for name, field in Settings.model_fields.items():
         flag = "--no-warmup" if name == "warmup" else "--" + name.replace("_", "-")
         if name not in rows:
@@ -108,6 +110,12 @@ def test_a_wrong_default_is_caught():
     text = SERVICE_PAGE.read_text(encoding="utf-8").replace("| `--max-file-tokens` | `500000` |",
                                                           "| `--max-file-tokens` | `100000` |")
     assert missing_settings(text) == ["SPANSEEK_MAX_FILE_TOKENS: default 100000, not 500000"]
+
+
+def test_a_row_of_a_setting_that_is_gone_is_caught():
+    text = SERVICE_PAGE.read_text(encoding="utf-8")
+    text += "\n| `SPANSEEK_KEEPALIVE_S` | `--keepalive-s` | `5` | a setting of that name no longer exists |\n"
+    assert missing_settings(text) == ["SPANSEEK_KEEPALIVE_S: a row, but no such setting"]
 
 
 def test_a_missing_error_row_is_caught():
