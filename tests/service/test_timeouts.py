@@ -225,3 +225,28 @@ def test_pipelined_requests_wait_for_the_client_to_take_each_answer(settings_for
             received += chunk
         sock.close()
     assert seen.count("/openapi.json") == 20
+
+
+def test_an_idle_kept_alive_connection_is_closed_silently_after_keep_alive_s(settings_for):
+    """keep_alive_s is the idle time a kept-alive connection is held for: reused within it, closed after it with no
+    byte sent (HTTP/1.1 has nothing to say then), and not counted as cut off. A client sending a request on it at
+    that moment has it lost (docs/service.md, kept-alive connections), so keep_alive_s must outlast the clients'
+    pools' idle times."""
+    request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    settings = settings_for(port=_free_port(), keep_alive_s=1, header_timeout_s=10)
+    with spanseek_server(settings) as addr:
+        sock = socket.create_connection(addr)
+        sock.settimeout(5)
+        for idle in (0.0, 0.6):  # within keep_alive_s: the same connection answers
+            time.sleep(idle)
+            sock.sendall(request)
+            answer = b""
+            while not answer.endswith(b"}"):  # the JSON body's end (head and body may come apart)
+                chunk = sock.recv(65536)
+                assert chunk, "the server closed a connection idle for less than keep_alive_s"
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200")
+        data, took = _read_until_closed(sock, 5)  # idle from here: closed after about keep_alive_s, silently
+        assert data == b"" and 0.8 < took < 3
+        sock.close()
+        assert (_cut(addr, "head"), _cut(addr, "request"), _cut(addr, "unread_answer")) == (0, 0, 0)
