@@ -87,6 +87,23 @@ def row_text(cells: Sequence[str], names: Sequence[str]) -> str:
     return "; ".join(named)
 
 
+# the most header rows of an HTML or Markdown table that name its columns together ("Tide / high"); a table with more
+# reads its header rows as it would without this (a grid of header cells names nothing in this way)
+HEADER_LEVELS = 4
+
+
+def stacked_names(rows: Sequence[Sequence[str]]) -> list[str]:
+    """The column names of a table's header rows, one over another (every format's: Word, Markdown, HTML): each
+    column's names top down, joined by " / " ("Tide / high" under a "Tide" over two columns), a name the rows above
+    give it already (a cell spanning rows) once. ``rows`` give each column its name, "" where a row names none."""
+    names: list[dict[str, None]] = [{} for _ in range(max(map(len, rows), default=0))]  # each column's, in order
+    for row in rows:
+        for column, text in enumerate(row):
+            if text:
+                names[column][text] = None
+    return [" / ".join(column) for column in names]
+
+
 def table_rows(rows: Sequence[Sequence[str]], header: bool) -> list[str]:
     """A table's rows as paragraphs (``row_text``): when the first row is its header (``header``) and rows follow it,
     they are named by it and it is no paragraph itself; otherwise every row reads its cells, spaced. Empty rows give

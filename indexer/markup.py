@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
-from spanseek.indexer.documents import Extracted, IngestError, Sections, row_text
+from spanseek.indexer.documents import (
+    HEADER_LEVELS,
+    Extracted,
+    IngestError,
+    Sections,
+    row_text,
+    stacked_names,
+)
 from spanseek.indexer.front_matter import front_matter
 from spanseek.indexer.markdown_render import markdown_parser, render_markdown
 
@@ -59,25 +66,40 @@ def _code(text: str) -> str:
 _SPANNED = "\ufdd0"
 
 
+def _span(value: str | None) -> int:
+    """A cell's ``colspan`` or ``rowspan``: 1 unless it is a whole number, at most 100 (as trafilatura reads it)."""
+    value = value or "1"
+    return min(int(value), 100) if value.isdecimal() and len(value) < 9 and int(value) > 0 else 1
+
+
 class _TableRows:
     """One table's rows -> paragraphs. A row of header cells only (<th>, or any cell of <thead>) names the columns of
     the rows after it and is no paragraph itself, unless no row uses it (the table ends, or another header row comes
     first): then it is one, its cells spaced. A header cell that spans columns names each of them, as the table shows
-    it, where its row has other names (a row of one name over the whole table is its title). A header row of one name
-    amid the body (a group's label) names nothing and reads as itself."""
+    it, where its row has other names (a row of one name over the whole table is its title). A header row under a
+    header row of several names (a group's name over its columns') adds its names to theirs (``stacked_names``:
+    "Tide / high"). A header row of one name amid the body (a group's label) names nothing and reads as itself."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.unused: str | None = None  # the header row no row has used yet: a paragraph if none will
+        self.grouped = False  # that row has several names: a header row under it stacks its names on them
+        self.levels = 0  # the header rows stacked in ``names``
 
     def row(self, cells: Sequence[tuple[str, bool, str]]) -> list[str]:
         """The paragraphs a row of (text, is a header cell, the column's name: the text, or, in a column a header
         cell spans, that cell's) gives: none (a header row), itself, and an unused header row before it."""
         texts = [text for text, _, _ in cells]
         header = all(head for _, head, _ in cells)
-        if header and any(texts) and (not self.names or sum(map(bool, texts)) > 1):
-            names = [name for _, _, name in cells] if sum(map(bool, texts)) > 1 else texts
-            out, self.names, self.unused = self.end(), names, row_text(texts, [])
+        several = sum(map(bool, texts)) > 1
+        if header and any(texts) and (not self.names or several):
+            names = [name for _, _, name in cells] if several else texts
+            if self.unused is not None and self.grouped and several and self.levels < HEADER_LEVELS:  # the next level
+                names = stacked_names([self.names, names])
+                out, text, self.levels = [], row_text(names, []), self.levels + 1
+            else:
+                out, text, self.levels = self.end(), row_text(texts, []), 1
+            self.names, self.unused, self.grouped = names, text, several
             return out
         self.unused = None
         text = row_text(texts, [] if header else self.names)
@@ -98,18 +120,38 @@ class _Table:
     cell: list[str] | None = None  # the open cell's text
     head: bool = False  # the open cell is a header cell
     span: int = 1  # the columns the open cell spans
+    rowspan: int = 1  # the rows it spans
     in_thead: bool = False
+    # the columns that cells of rows above span into the next rows: rows left, and the (empty) cell each row gets
+    spanned: dict[int, tuple[int, tuple[str, bool, str]]] = field(default_factory=dict)
+
+    def _spanned_cells(self) -> None:
+        """The cells that rows above span into the open row at its end, so the cells after them keep their column."""
+        assert self.row is not None
+        while (column := len(self.row)) in self.spanned:
+            left, cell = self.spanned[column]
+            self.row.append(cell)
+            if left > 1:
+                self.spanned[column] = (left - 1, cell)
+            else:
+                del self.spanned[column]
 
     def end_cell(self) -> None:
         if self.cell is not None:
             # a cell spanning columns is followed by empty ones, so the cells after it keep their column's name
             self.row = self.row if self.row is not None else []  # added to in place: a row of 5,000 cells took 8 s
+            self._spanned_cells()
             text = _line("".join(self.cell))
+            if self.rowspan > 1:  # the rows below have an empty cell in its columns, of its name (as trafilatura reads)
+                for column in range(len(self.row), len(self.row) + self.span):
+                    self.spanned[column] = (self.rowspan - 1, ("", self.head, text))
             self.row += [(text, self.head, text), *[("", self.head, text)] * (self.span - 1)]
             self.cell = None
 
     def end_row(self) -> list[str]:
         self.end_cell()
+        if self.row is not None:
+            self._spanned_cells()
         row, self.row = self.row, None
         return self.rows.row(row) if row else []
 
@@ -168,9 +210,8 @@ class _HTMLText(HTMLParser):
         elif tag in _CELL:
             table.end_cell()
             if start:
-                span = dict(attrs).get("colspan") or "1"
                 table.cell, table.head = [], tag == "th" or table.in_thead
-                table.span = min(int(span), 100) if span.isdecimal() and len(span) < 9 and int(span) > 0 else 1
+                table.span, table.rowspan = (_span(dict(attrs).get(name)) for name in ("colspan", "rowspan"))
         else:  # tr, thead, tbody, tfoot
             self._emit(table.end_row())
             if tag != "tr":
@@ -339,17 +380,74 @@ def _main_runs(body: Any) -> Iterator[tuple[Any, str]]:
         stack.append((child, iter(child)))
 
 
+def _rows(table: Any) -> list[Any]:
+    """A table's rows as trafilatura reads them: its own and those of its <thead>, <tbody> and <tfoot>."""
+    return [row for part in table for row in ((part,) if part.tag == "tr" else
+                                              part.iterchildren("tr") if part.tag in _ROW_GROUPS else ())]
+
+
+def _stack_header_rows(tree: Any) -> None:
+    """A table's leading header rows (their cells <th>, or in <thead>), two or more under a first of several names,
+    made one row of a <th> for each column, named by them all (``stacked_names``: "Tide / high"): trafilatura marks
+    only the first as a header, so the next level's names ("high" under "Tide") read as a row of cells. Left as it
+    is when a header cell spans rows past them. A first row of one name over a header row (the table's title) is
+    made its caption, which trafilatura reads first, not as the header. Run after ``_clamp_spans``."""
+    from lxml import etree
+
+    for table in tree.iter("table"):
+        heads: list[Any] = []
+        levels: list[list[str]] = []  # each header row's names by column
+        spanned: dict[int, int] = {}  # the columns a cell above spans into the next rows: its last row
+        for row in _rows(table):
+            cells = [cell for cell in row if cell.tag in _CELL]
+            in_thead = row.getparent().tag == "thead"
+            if not cells or not all(cell.tag == "th" or in_thead for cell in cells) or len(heads) > HEADER_LEVELS:
+                break
+            names: list[str] = []
+            for cell in cells:
+                while len(names) in spanned:  # its name is the one above it
+                    names.append(levels[-1][len(names)])
+                text = _line(" ".join(cell.itertext()))
+                width, depth = _span(cell.get("colspan")), _span(cell.get("rowspan"))
+                spanned.update({column: len(heads) + depth - 1 for column in range(len(names), len(names) + width)})
+                names += [text] * width
+            while len(names) in spanned:
+                names.append(levels[-1][len(names)])
+            spanned = {column: last for column, last in spanned.items() if last > len(heads)}
+            heads.append(row)
+            levels.append(names)
+        named = [sum(map(bool, {*names})) for names in levels]  # how many names each header row gives
+        if len(heads) > 1 and named[0] == 1 and named[1] > 1:  # a title over the header: read first, as a caption
+            caption = etree.Element("caption")
+            caption.text = next(filter(None, levels[0]))
+            table.insert(0, caption)
+            heads[0].getparent().remove(heads[0])
+            del heads[0], levels[0], named[0]
+        if not 2 <= len(heads) <= HEADER_LEVELS or spanned or named[0] < 2:
+            continue
+        for cell in list(heads[0]):
+            heads[0].remove(cell)
+        for name in stacked_names(levels):
+            etree.SubElement(heads[0], "th").text = name
+        for row in heads[1:]:
+            row.getparent().remove(row)
+
+
 def _clamp_spans(tree: Any) -> None:
     """Cuts the spans of a table's cells (the cells trafilatura reads: of the table's own rows and of its <thead>,
     <tbody> and <tfoot>) to what the table holds: a cell's ``colspan`` to the columns left of the table's width (the
-    most cells a row of it has) where it starts, and its ``rowspan`` to the rows left in the table. trafilatura adds
-    an empty cell for each column spanned (up to 100) and counts a row's cells again at each cell: a row of 5,000
-    cells spanning 100 took it 30-45 s. The cells of a table whose rows span alike stay in line."""
+    most cells a row of it has, with the cells of rows above that span into it) where it starts, and its ``rowspan``
+    to the rows left in the table. trafilatura adds an empty cell for each column spanned (up to 100) and counts a
+    row's cells again at each cell: a row of 5,000 cells spanning 100 took it 30-45 s. The cells of a table whose
+    rows span alike stay in line."""
     for table in tree.iter("table"):
-        rows = [row for part in table for row in ((part,) if part.tag == "tr" else
-                                                  part.iterchildren("tr") if part.tag in _ROW_GROUPS else ())]
+        rows = _rows(table)
         cells = [[cell for cell in row if cell.tag in _CELL] for row in rows]
-        width = max(map(len, cells), default=1)
+        width, reach = 1, list[int]()  # the last row each cell spanning rows reaches
+        for i, row in enumerate(cells):
+            reach = [last for last in reach if last >= i]
+            width = max(width, len(row) + len(reach))
+            reach += [i + _span(cell.get("rowspan")) - 1 for cell in row if _span(cell.get("rowspan")) > 1]
         for i, row in enumerate(cells):
             column = 0
             for cell in row:
@@ -408,6 +506,7 @@ def _main_content(source: str, where: str) -> Sections | None:
     except (etree.ParserError, ValueError):  # no element at all
         return None
     _clamp_spans(tree)
+    _stack_header_rows(tree)
     _split_header_spans(tree)
     _pre_as_code(tree)
     try:

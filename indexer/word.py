@@ -27,6 +27,7 @@ from spanseek.indexer.documents import (
     Unreadable,
     error_text,
     row_text,
+    stacked_names,
     zip_bomb,
 )
 
@@ -310,19 +311,24 @@ class _WordText:
         return " ".join(filter(None, (_labelled(*self.line(p, extras)) for p in _cell_paragraphs(tc))))
 
     def table(self, tbl: Any) -> None:
-        """A table's rows, each one paragraph whose cells are named by the header row (``header_rows``). A cell
-        merged over columns is read once, one merged over rows in each of its rows."""
+        """A table's rows, each one paragraph whose cells are named by the header rows (``header_rows``; several:
+        ``stacked_names``). A cell merged over columns is read once (a header cell so merged names each of them, as
+        an HTML colspan does, where its row has other names), one merged over rows in each of its rows."""
         from docx.table import Table
 
 
         rows = Table(tbl, self.document.part).rows
         heads = self.header_rows(tbl, rows)
-        names = [""] * max((len(row.cells) for row in rows), default=0)
-        for row in rows[:heads]:  # a header cell merged over columns names the first (as an HTML colspan does)
-            for column, cell in _cells(row):
-                text = self.cell(cell._tc, [])
-                if text and text not in names[column].split(" / "):
-                    names[column] = f"{names[column]} / {text}" if names[column] else text
+        width = max((len(row.cells) for row in rows), default=0)
+        grid = [[""] * width for _ in rows[:heads]]  # each header row's names by column
+        for line, row in zip(grid, rows[:heads], strict=True):
+            starts = [(column, self.cell(cell._tc, [])) for column, cell in _cells(row)]
+            ends = [column for column, _ in starts[1:]] + [len(row.cells)]
+            several = sum(bool(text) for _, text in starts) > 1  # else the row is the table's title: one column's
+            for (column, text), end in zip(starts, ends, strict=True):  # a cell merged over columns names each
+                for spanned in range(column, end if several else column + 1):
+                    line[spanned] = text
+        names = stacked_names(grid) or [""] * width
         for row in rows[heads:]:
             extras: list[tuple[str, Any]] = []
             cells = _cells(row)

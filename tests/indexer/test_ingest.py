@@ -634,6 +634,37 @@ def test_a_header_cell_spanning_columns_names_each_of_them():
     assert extract_markdown(f"# T\n\n{table}\n\n{title}\n").paragraphs[1:] == expected
 
 
+def test_a_header_of_two_levels_names_each_column_by_both():
+    """A header row of groups ("Tide" over two columns) over a row of their columns' names, with a cell spanning both
+    rows beside them ("Port"): trafilatura marked only the first row a header, so the second read as a row named by
+    the groups ("Tide: high; Tide: low") and the rows below as "Tide: 3.2 m"; the reader of Markdown's HTML kept the
+    second row's names alone and, not counting the cell spanning rows, named each cell after the next column's
+    ("high: Dover"). A title row over the header and a header spanning rows over a header-only table read alike."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    table = ("<table><thead><tr><th rowspan=2>Port</th><th colspan=2>Tide</th><th colspan=2>Wind</th></tr>"
+             "<tr><th>high</th><th>low</th><th>speed</th><th>from</th></tr></thead><tbody><tr><td>Dover</td>"
+             "<td>3.2 m</td><td>0.4 m</td><td>12 kn</td><td>SW</td></tr><tr><td>Deal</td><td>3.1 m</td>"
+             "<td></td><td>9 kn</td><td>W</td></tr></tbody></table>")
+    titled = ("<table><tr><th colspan=3>Channel ports</th></tr><tr><th>Port</th><th>high</th><th>low</th></tr>"
+              "<tr><td>Dover</td><td>3.2 m</td><td>0.4 m</td></tr></table>")
+    alone = "<table><tr><th rowspan=2>Port</th><th colspan=2>Tide</th></tr><tr><th>high</th><th>low</th></tr></table>"
+    expected = ["Port: Dover; Tide / high: 3.2 m; Tide / low: 0.4 m; Wind / speed: 12 kn; Wind / from: SW",
+                "Port: Deal; Tide / high: 3.1 m; Wind / speed: 9 kn; Wind / from: W",
+                "Channel ports", "Port: Dover; high: 3.2 m; low: 0.4 m", "Port Tide / high Tide / low"]
+    page = extract_html(f"<html><body><main><h1>T</h1>{fill}{table}{fill}{titled}{fill}{alone}</main></body></html>")
+    assert [p for p in page.paragraphs if p != fill[3:-4]][1:] == expected
+    assert extract_markdown(f"# T\n\n{table}\n\n{titled}\n\n{alone}\n").paragraphs[1:] == expected
+
+
+def test_a_cell_spanning_rows_keeps_the_cells_beside_it_in_their_columns():
+    """The reader of Markdown's HTML did not count a body cell spanning rows in the rows below it, so their cells
+    took the names of the columns before theirs ("Port: Tue; Day: 3.3"); it reads once, as trafilatura reads it."""
+    table = ("<table><tr><th>Port</th><th>Day</th><th>High</th></tr><tr><td rowspan=2>Dover</td><td>Mon</td>"
+             "<td>3.2</td></tr><tr><td>Tue</td><td>3.3</td></tr></table>")
+    expected = ["Port: Dover; Day: Mon; High: 3.2", "Day: Tue; High: 3.3"]
+    assert extract_markdown(f"# T\n\n{table}\n").paragraphs[1:] == expected
+
+
 def test_a_private_use_character_of_a_page_is_kept_and_names_no_spanned_column():
     """The reader marked the columns a header cell spans with U+E000, a private-use character that icon fonts draw
     glyphs with: a page's U+E000 was removed from its text, and a header cell holding only it took the name of the

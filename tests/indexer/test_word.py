@@ -61,9 +61,22 @@ def test_table_rows_are_named_by_the_header_row_as_in_markdown_and_html(tmp_path
         "Port: Kellerton; Tonnage: 4.2 million",
         "Port: Lerwick; Tonnage: 1.1 million", "Port: Wick",  # an empty cell is left out
         "Name Ingrid Solberg", "Rank Master",
-        "Crossing: Kellerton; Stromness; Time: 2 h",  # a header cell over two columns names the first, as colspan
+        "Crossing: Kellerton; Crossing: Stromness; Time: 2 h",  # a header cell over two columns names both, as colspan
         "Only a header",
     ]
+
+
+def test_a_header_of_two_levels_names_each_column_by_both(tmp_path):
+    """Two header rows, a group's name merged over two columns above theirs, read as in HTML ("Tide / high"): the
+    group named only its first column ("Tide / high", then "low"), and a cell merged over both rows once."""
+    document = docx.Document()
+    t = table(document, [("Port", "Tide", "", "Depth"), ("", "high", "low", ""), ("Dover", "06:10", "12:40", "12 m")],
+              style="Table Grid", repeat_header=True)
+    t.rows[1]._tr.get_or_add_trPr().append(parse_xml(f"<w:tblHeader {nsdecls('w')}/>"))
+    t.cell(0, 1).merge(t.cell(0, 2))
+    t.cell(0, 0).merge(t.cell(1, 0))
+    t.cell(0, 3).merge(t.cell(1, 3))
+    assert paragraphs(document, tmp_path) == ["Port: Dover; Tide / high: 06:10; Tide / low: 12:40; Depth: 12 m"]
 
 
 def test_nested_tables_text_boxes_footnotes_tracked_changes_and_content_controls_are_read(tmp_path):
