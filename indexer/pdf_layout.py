@@ -416,15 +416,46 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
                 for page, i in same:
                     found[page].update([i] if many else [])
     for slot in _slots(pages, _body_size(pages)):  # heads that take turns: two repeats or more in one place, on half
-        # its pages or more
+        # its pages or more, each in runs (``_in_turn``)
         pages_of = {page for page, _ in slot}
-        heads = {page for page, i in slot if (page, i) in repeated}
-        turns = {repeated[m] for m in slot if m in repeated}
+        runs: dict[tuple[str, tuple[int, ...]], list[int]] = {}  # each repeat's pages in the slot
+        for page, i in slot:
+            if (page, i) in repeated:
+                runs.setdefault(repeated[page, i], []).append(page)
+        turns = {head for head, on in runs.items() if _in_turn(on)}
+        heads = {page for head in turns for page in runs[head]}
         if len(turns) >= 2 and len(pages_of) >= needed and 2 * len(heads) >= len(pages_of):
             for page, i in slot:
-                if (page, i) in repeated or page not in heads:
+                if repeated.get((page, i)) in turns or page not in heads:
                     found[page].add(i)
-    return found
+    return [_at_edge(blocks, heads, bottom, top) for (blocks, bottom, top), heads in zip(pages, found, strict=True)]
+
+
+def _in_turn(pages: Iterable[int]) -> bool:
+    """Whether a head on these pages repeats as a running head does: on a run of pages (a chapter's, a page without
+    it here and there: a chapter's opener, a figure's page) or on every other page (a book's left or right pages,
+    two pages of a chapter's opener apart), not on pages that a section heading of one name falls on ("Summary" on
+    the file's pages 1 and 4)."""
+    gaps = [b - a for a, b in itertools.pairwise(sorted(set(pages)))]
+    return all(gap <= 2 for gap in gaps) or all(gap % 2 == 0 for gap in gaps)
+
+
+def _at_edge(blocks: Sequence[Block], heads: set[int], bottom: float, top: float) -> set[int]:
+    """The ``heads`` of a page (indices of ``blocks``) with nothing between them and their edge of the page but other
+    heads, the nearest of them closer than ``HEAD_GAP`` times its type size (a head of two lines; heads side by side
+    on one line are not between each other): a running head is the page's first or last line, where a heading in its
+    place lies in the text, under the page's own head and apart from it."""
+    kept: set[int] = set()
+    outward = sorted(heads, key=lambda i: blocks[i].y0 if margin_edge(blocks[i], bottom, top) == "bottom"
+                     else -blocks[i].y1)  # the heads from each edge inwards (the others first)
+    for i in outward:
+        head = blocks[i]
+        edge = margin_edge(head, bottom, top)
+        gaps = {j: b.y0 - head.y1 if edge == "top" else head.y0 - b.y1 for j, b in enumerate(blocks)}
+        between = [j for j, gap in gaps.items() if gap >= 0]
+        if all(j in kept for j in between) and min((gaps[j] for j in between), default=0) < HEAD_GAP * head.size:
+            kept.add(i)
+    return kept
 
 
 def _repeating(values: Iterable[int]) -> int:

@@ -333,6 +333,21 @@ def test_first_lines_at_the_top_of_short_files_stay(tmp_path):
                                     "Vi Nguyen kept the light for forty years.", text_of(D), text_of(A)]
 
 
+def test_section_headings_that_repeat_in_a_heads_place_stay(tmp_path):
+    """Section headings in body type, standing well clear of the text at the tops of their pages, were left out as
+    running heads: one name on both pages of a two-page report under its own running header (a head of two lines,
+    to the rule), and two names, each on two pages that no head would fall on (pages 1 and 3, 2 and 5), as heads that
+    take turns. A running head is the page's outermost line, or sits on the one that is; and a head that takes turns
+    runs over its pages or every other one. The report's header and footer are still left out."""
+    pages = [[(20, 25, "Summary"), *column(20, 40, [body])] for body in (A, D)]
+    assert extract_pdf(lines_pdf(tmp_path / "two.pdf", pages, header=True)).paragraphs == [
+        p for body in (A, D) for p in ("Summary", text_of(body))]
+    headings, bodies = ["Summary", "Harbours", "Summary", "Outlook", "Harbours"], [A, D, E, D, A]
+    pages = [[(20, 20, heading), *column(20, 34, [body])] for heading, body in zip(headings, bodies, strict=True)]
+    assert extract_pdf(lines_pdf(tmp_path / "five.pdf", pages)).paragraphs == [
+        p for heading, body in zip(headings, bodies, strict=True) for p in (heading, text_of(body))]
+
+
 def test_slide_titles_that_repeat_on_some_slides_stay(tmp_path):
     """Slides saved as PDF, each title in large type at the top, two of them on two slides each: they were taken for
     heads that take turns, and every slide's title was left out, those on one slide too. Running heads are set no
