@@ -278,9 +278,10 @@ def _pdf_document() -> type:
     """pdfminer's PDFDocument, hardened against hostile files. An object that is a reference to itself (``6 0 obj 6
     0 R``, or a chain of references back to where it starts) is a PDFSyntaxError: pdfminer follows references until
     it finds an object that is none (``resolve1``), so such a file held its reader forever; an object that is a
-    reference is given as the object it leads to. Cross-reference sections whose ``/Prev`` leads back to one read
-    already (to itself, or two that lead to each other) were followed until Python's recursion limit: the sections
-    up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before pdfminer
+    reference is given as the object it leads to. Cross-reference sections are read in a loop where pdfminer
+    recurses from one to the next (its ``/Prev``, one for each incremental save: a file saved 500 times went past
+    Python's recursion limit); where one leads back to one read already (to itself, or two that lead to each other)
+    the sections up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before pdfminer
     expands it (``zlib.decompress``, in memory at once): ``Unreadable`` when it is a decompression bomb (``_bomb``:
     it expands past ``MAX_INFLATE_RATIO`` times), expands past ``MAX_INFLATED_STREAM``, or the document's streams
     past ``MAX_INFLATED``."""
@@ -293,13 +294,25 @@ def _pdf_document() -> type:
         xref_loop: str | None = None  # how the cross-reference sections loop, where they do
 
         def read_xref_from(self, parser: Any, start: int, xrefs: list[Any]) -> None:
-            read: list[int] = vars(self).setdefault("xref_starts", [])
-            if start in read:  # the sections read so far are the document's
-                back = "itself" if start == read[-1] else f"the one at byte {start}"
-                self.xref_loop = f"the cross-reference section at byte {read[-1]} leads back (/Prev) to {back}"
+            pending: list[int] | None = vars(self).get("xref_pending")
+            if pending is not None:  # pdfminer's call for the section's /XRefStm or /Prev: read in the loop below
+                pending.append(start)
                 return
-            read.append(start)
-            super().read_xref_from(parser, start, xrefs)
+            read: list[int] = vars(self).setdefault("xref_starts", [])
+            sections = [start]  # the sections to read, the next last (pdfminer's order: a section's /XRefStm and
+            while sections:  # the sections it leads to, then its /Prev and those)
+                start = sections.pop()
+                if start in read:  # the sections read so far are the document's
+                    back = "itself" if start == read[-1] else f"the one at byte {start}"
+                    self.xref_loop = f"the cross-reference section at byte {read[-1]} leads back (/Prev) to {back}"
+                    continue
+                read.append(start)
+                self.xref_pending = []
+                try:
+                    super().read_xref_from(parser, start, xrefs)
+                    sections += reversed(self.xref_pending)
+                finally:
+                    del self.xref_pending
 
         def getobj(self, objid: int) -> object:
             obj, seen = super().getobj(objid), [objid]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import sys
 import time
 import zipfile
 import zlib
@@ -174,6 +175,36 @@ def test_a_pdf_whose_cross_reference_sections_loop_is_read_and_the_loop_named(tm
         assert extract_pdf(path).paragraphs == ["The castle was built in 1250."]  # was Unreadable (RecursionError)
     back = "itself" if sections == 1 else f"the one at byte {starts[0]}"
     assert f"{path}: the cross-reference section at byte {starts[-1]} leads back (/Prev) to {back} (a loop)" in caplog.text
+
+
+def saved_incrementally(path: Path, saves: int) -> Path:
+    """A one-page PDF saved ``saves`` times more, as an editor saves incrementally: each save appends a new version of
+    the document's info (its title "Harbour report, save n") and a cross-reference section whose /Prev is the last."""
+    body = pdf_of_objects(path, [*page(), stream(TEXT), FONT, b"<< /Title (Harbour report) >>"], info=6).read_bytes()
+    xref = int(body.rsplit(b"startxref\n", 1)[1].split()[0])
+    for n in range(1, saves + 1):
+        at = len(body)
+        body += b"6 0 obj\n<< /Title (Harbour report, save %d) >>\nendobj\n" % n
+        prev, xref = xref, len(body)
+        body += b"xref\n6 1\n%010d 00000 n \ntrailer\n<< /Size 7 /Root 1 0 R /Info 6 0 R /Prev %d >>\n" % (at, prev)
+        body += b"startxref\n%d\n%%%%EOF\n" % xref
+    path.write_bytes(body)
+    return path
+
+
+def test_a_pdf_saved_hundreds_of_times_is_read_whole(tmp_path, caplog):
+    """pdfminer reads a cross-reference section's /Prev by calling itself: a file saved incrementally some 500 times
+    went past Python's recursion limit and was skipped as "not a readable PDF (RecursionError ...)". Its sections
+    are read in a loop: every save is read, the last one's title is the title; so is a long chain that loops."""
+    limit = sys.getrecursionlimit()
+    with deadline(60):
+        doc = extract_pdf(saved_incrementally(tmp_path / "saved.pdf", 3 * limit))
+        assert doc.title == f"Harbour report, save {3 * limit}" and doc.paragraphs == ["The castle was built in 1250."]
+        path, starts = looped_xref(tmp_path / "loop.pdf", 2 * limit)
+        with caplog.at_level("WARNING", logger="spanseek.indexer.documents"):
+            assert extract_pdf(path).paragraphs == ["The castle was built in 1250."]
+    assert f"section at byte {starts[-1]} leads back (/Prev) to the one at byte {starts[0]} (a loop)" in caplog.text
+    assert sys.getrecursionlimit() == limit
 
 
 def test_a_pdf_decompression_bomb_is_refused_before_it_is_expanded(tmp_path):
