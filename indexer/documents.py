@@ -15,7 +15,8 @@ or the page's, or heads that take turns in one place: ``pdf_layout.running``) an
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left script are put in reading order. A paragraph
 is continued on the next page when its page's last box does not end a sentence or the next page's first box starts in
-lower case (unless either is a table's row); it is then one paragraph with ``page`` (where it starts,
+lower case (unless either is a table's row), past the footnotes at the foot of the page or column
+(``pdf_layout.footnotes``), which follow it; it is then one paragraph with ``page`` (where it starts,
 1-based) and ``page_end``. Every other paragraph has its ``page``. The title is the title property unless a program
 filled it in ("Microsoft Word - report.docx"), else the first page's text in the largest type when it stands out.
 A PDF without text (scanned pages, images only; or fonts without a Unicode map) is skipped with a warning that says
@@ -484,9 +485,23 @@ def extract_pdf(path: Path) -> Extracted:
     paragraphs: list[str] = []
     metas: list[dict[str, Any]] = []
     row = False  # whether the paragraph before is a table's row: a row goes on with nothing, and nothing with it
+    notes: list[tuple[str, int]] = []  # footnotes read since that paragraph, with their pages: they follow it
+    body = pdf_layout.body_size([(p.blocks, p.bottom, p.top) for p in pages])
+
+    def read_notes() -> None:  # the footnotes set aside, after the paragraph that ran past them
+        paragraphs.extend(note for note, _ in notes)
+        metas.extend({"page": on} for _, on in notes)
+        notes.clear()
+
     for number, page in enumerate(pages, start=1):
+        foot = pdf_layout.footnotes(page.blocks, page.bottom, page.top, body)
         for i, block in enumerate(page.blocks):
             box = _clean(next(texts))
+            if i in foot:
+                notes.append((box, number))
+                continue
+            if block.size < pdf_layout.FOOTNOTE_SIZE * body:  # small type: the notes go on here, not the text
+                read_notes()
             last = metas[-1] if metas else {}
             ends_on = last.get("page_end", last.get("page"))  # the page the paragraph before ends on
             if (ends_on in (number - 1, number) and not row and not block.cells
@@ -494,7 +509,9 @@ def extract_pdf(path: Path) -> Extracted:
                 paragraphs[-1] = f"{paragraphs[-1]} {box}"
                 metas[-1] = last if last["page"] == number else {"page": last["page"], "page_end": number}
             else:
+                read_notes()
                 paragraphs.append(box)
                 metas.append({"page": number})
             row = bool(block.cells)
+    read_notes()
     return Extracted(_pdf_title(info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)

@@ -40,6 +40,8 @@ RUNNING_DRIFT = 0.5
 # a head that takes turns with others stands this many times its type size from the page's text, or more: a book's
 # heads two lines and more, a table's header row less than one from the rows under it
 HEAD_GAP = 1.5
+# a footnote is set in type at most this share of the body's size
+FOOTNOTE_SIZE = 0.9
 # typographic ligatures (Unicode's Alphabetic Presentation Forms) as their letters: "ﬁnancial" is not "financial"
 # to the tokenizer or the lexical index
 LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
@@ -415,7 +417,7 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
                 repeated.update(dict.fromkeys(same, (words, key)))
                 for page, i in same:
                     found[page].update([i] if many else [])
-    for slot in _slots(pages, _body_size(pages)):  # heads that take turns: two repeats or more in one place, on half
+    for slot in _slots(pages, body_size(pages)):  # heads that take turns: two repeats or more in one place, on half
         # its pages or more, each in runs (``_in_turn``)
         pages_of = {page for page, _ in slot}
         runs: dict[tuple[str, tuple[int, ...]], list[int]] = {}  # each repeat's pages in the slot
@@ -463,7 +465,7 @@ def _repeating(values: Iterable[int]) -> int:
     return sum(n for n in Counter(values).values() if n > 1)
 
 
-def _body_size(pages: Sequence[tuple[Sequence[Block], float, float]]) -> int:
+def body_size(pages: Sequence[tuple[Sequence[Block], float, float]]) -> int:
     """The type size (rounded) most of a document's characters are set in: its body text's."""
     sizes = Counter[int]()
     for blocks, _, _ in pages:
@@ -472,11 +474,26 @@ def _body_size(pages: Sequence[tuple[Sequence[Block], float, float]]) -> int:
     return sizes.most_common(1)[0][0] if sizes else 0
 
 
+def footnotes(blocks: Sequence[Block], bottom: float, top: float, body: int) -> set[int]:
+    """The indices of a page's footnotes among its ``blocks`` (its bottom and top edges): blocks in type smaller than
+    the body's (``body``: ``body_size``; at most ``FOOTNOTE_SIZE`` of it) in the lower half of the page, under text
+    in the body's type and with none below them in their column (the foot of the page, or of a column), not a
+    table's rows. (A page of references in small type has none: no text of the body's type stands over them.)"""
+    text = [b for b in blocks if b.size >= FOOTNOTE_SIZE * body]
+
+    def over(t: Block, b: Block) -> bool:  # t over b in b's column
+        return t.y0 >= b.y1 and t.x0 < b.x1 and t.x1 > b.x0
+
+    return {i for i, b in enumerate(blocks)
+            if not b.cells and b.size < FOOTNOTE_SIZE * body and b.y1 <= (bottom + top) / 2
+            and any(over(t, b) for t in text) and not any(over(b, t) for t in text)}
+
+
 def _slots(pages: Sequence[tuple[Sequence[Block], float, float]], most: int) -> list[list[tuple[int, int]]]:
     """The places of a document's margins that one-line blocks share whatever their words: (page, block index) of
     the blocks of one line at one edge in one size of type, at one distance from the edge (each within
     ``RUNNING_DRIFT`` of their type size from the one before). A paragraph's lines are no head, nor is a line in type
-    larger than ``most`` (the body's size, ``_body_size``): running heads are set no larger than the text, where the
+    larger than ``most`` (the body's size, ``body_size``): running heads are set no larger than the text, where the
     titles of slides, or a report's section headings at the tops of its pages, are larger, and repeat as they like;
     nor a line closer to the page's text than ``HEAD_GAP`` lines (``_apart``): a head stands apart from the text, where
     a table's header row, repeated on the page a table runs onto, sits on the rows under it."""

@@ -348,6 +348,38 @@ def test_section_headings_that_repeat_in_a_heads_place_stay(tmp_path):
         p for heading, body in zip(headings, bodies, strict=True) for p in (heading, text_of(body))]
 
 
+def test_a_paragraph_runs_on_past_the_footnotes_at_the_foot_of_its_page_or_column(tmp_path):
+    """A paragraph that runs onto the next page went on after the page's footnote, glued to it ("[1] The cranes were
+    built in Shanghai. commissioned in June ..."), and one that runs into the next column was cut in two by the
+    footnote at the foot of the first. A footnote (smaller type, nothing in the body's type below it in its column)
+    follows the paragraph that runs past it."""
+    note = "[1] The cranes were built in Shanghai and shipped in 2022."
+    cited = [*B[:-1], B[-1] + " [1]"]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    for lines in ([*column(20, 30, [A, cited]), (20, 280, note, 7)], column(20, 30, [B2, D]),
+                  [*column(20, 30, [A, cited]), (20, 200, note, 7), *column(110, 30, [B2, D])]):
+        pdf.add_page()
+        for x, y, text, *size in lines:
+            pdf.set_font("helvetica", size=size[0] if size else 10)
+            pdf.text(x, y, text)
+    pdf.output(str(tmp_path / "notes.pdf"))
+    extracted = extract_pdf(tmp_path / "notes.pdf")
+    assert extracted.paragraphs == [text_of(A), text_of(cited + B2), note, text_of(D)] * 2
+    assert [meta.get("page_end", meta["page"]) for meta in extracted.paragraph_meta] == [1, 2, 1, 2, 3, 3, 3, 3]
+    # references in small type at the foot of a page, going on at the top of the next: read in order, one whole
+    references = [f"[{k}] Ada Lind, Tides of the harbour, Journal of Ports {k} (2020)." for k in (1, 2)]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    first, rest = references[1].split(" Journal")
+    for lines in ([*column(20, 30, [A]), (20, 200, references[0], 7), (20, 203.5, first, 7)],
+                  [(20, 30, f"Journal{rest}", 7)]):
+        pdf.add_page()
+        for x, y, text, *size in lines:
+            pdf.set_font("helvetica", size=size[0] if size else 10)
+            pdf.text(x, y, text)
+    pdf.output(str(tmp_path / "references.pdf"))
+    assert extract_pdf(tmp_path / "references.pdf").paragraphs == [text_of(A), " ".join(references)]
+
+
 def test_slide_titles_that_repeat_on_some_slides_stay(tmp_path):
     """Slides saved as PDF, each title in large type at the top, two of them on two slides each: they were taken for
     heads that take turns, and every slide's title was left out, those on one slide too. Running heads are set no
