@@ -476,6 +476,15 @@ def _split_header_spans(tree: Any) -> None:
             th.addnext(spanned)
 
 
+def _figures_as_text(tree: Any) -> None:
+    """Each <figure> made a <div> and its <figcaption> a <p>: trafilatura removes a figure whole (as media) unless it
+    holds a table, so a caption ("Figure 1: ..."), a code listing or a quotation set in a figure was lost."""
+    for figure in tree.iter("figure"):
+        figure.tag = "div"
+    for caption in tree.iter("figcaption"):
+        caption.tag = "p"
+
+
 def _pre_as_code(tree: Any) -> None:
     """Wraps the content of each <pre> without a <code> in one: trafilatura reads a <pre> as code (its lines and
     indentation kept) only when its text looks like code to it ("{", "(\"", an indented line), and any other as a
@@ -509,6 +518,7 @@ def _main_content(source: str, where: str) -> Sections | None:
     _stack_header_rows(tree)
     _split_header_spans(tree)
     _pre_as_code(tree)
+    _figures_as_text(tree)
     try:
         with _quiet_trafilatura():
             found = trafilatura.bare_extraction(tree, fast=True, favor_recall=True, include_comments=False,

@@ -665,6 +665,18 @@ def test_a_cell_spanning_rows_keeps_the_cells_beside_it_in_their_columns():
     assert extract_markdown(f"# T\n\n{table}\n").paragraphs[1:] == expected
 
 
+def test_the_text_of_a_figure_in_main_content_is_kept():
+    """trafilatura removes a <figure> whole, as media: a figure's caption, a quotation or a code listing set in one
+    was lost from a page's main content (the reader of Markdown's HTML kept them)."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    figures = ("<figure><img src='map.png' alt='Map'><figcaption>Figure 1: The north terminal.</figcaption></figure>"
+               "<figure><blockquote><p>Every harbour is different.</p></blockquote><figcaption>Vi Nguyen, harbour "
+               "master</figcaption></figure><figure><pre><code>tide --port kellerton</code></pre></figure>")
+    page = extract_html(f"<html><body><main><h1>T</h1>{fill}{figures}{fill}</main></body></html>")
+    assert page.paragraphs == ["T", fill[3:-4], "Figure 1: The north terminal.", "Every harbour is different.",
+                               "Vi Nguyen, harbour master", "tide --port kellerton", fill[3:-4]]
+
+
 def test_a_private_use_character_of_a_page_is_kept_and_names_no_spanned_column():
     """The reader marked the columns a header cell spans with U+E000, a private-use character that icon fonts draw
     glyphs with: a page's U+E000 was removed from its text, and a header cell holding only it took the name of the
