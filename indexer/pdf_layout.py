@@ -396,6 +396,7 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
             inset = top - block.y1 if edge == "top" else block.y0 - bottom
             groups.setdefault((edge, round(block.size), words, len(numbers)), []).append((page, i, numbers, inset))
     found: list[set[int]] = [set() for _ in pages]
+    sure: list[set[int]] = [set() for _ in pages]  # of those, the heads on ``RUNNING_PAGES`` pages or more
     # the blocks whose words and numbers repeat on two pages or more -> which repeat (their group's words, their key)
     repeated: dict[tuple[int, int], tuple[str, tuple[int, ...]]] = {}
     for (_, size, words, _), members in groups.items():
@@ -417,6 +418,7 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
                 repeated.update(dict.fromkeys(same, (words, key)))
                 for page, i in same:
                     found[page].update([i] if many else [])
+                    sure[page].update([i] if many and len({p for p, _ in same}) >= RUNNING_PAGES else [])
     for slot in _slots(pages, body_size(pages)):  # heads that take turns: two repeats or more in one place, on half
         # its pages or more, each in runs (``_in_turn``)
         pages_of = {page for page, _ in slot}
@@ -430,7 +432,14 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
             for page, i in slot:
                 if repeated.get((page, i)) in turns or page not in heads:
                     found[page].add(i)
-    return [_at_edge(blocks, heads, bottom, top) for (blocks, bottom, top), heads in zip(pages, found, strict=True)]
+    return [_at_edge(blocks, heads, on, bottom, top)
+            for (blocks, bottom, top), heads, on in zip(pages, found, sure, strict=True)]
+
+
+def _only_numbers(text: str) -> bool:
+    """Whether a text holds numbers and no letters ("12", "iv", "- 3 -")."""
+    folded = text.casefold()
+    return bool(_NUMBER.search(folded)) and not any(c.isalpha() for c in _NUMBER.sub("", folded))
 
 
 def _in_turn(pages: Iterable[int]) -> bool:
@@ -442,11 +451,12 @@ def _in_turn(pages: Iterable[int]) -> bool:
     return all(gap <= 2 for gap in gaps) or all(gap % 2 == 0 for gap in gaps)
 
 
-def _at_edge(blocks: Sequence[Block], heads: set[int], bottom: float, top: float) -> set[int]:
-    """The ``heads`` of a page (indices of ``blocks``) with nothing between them and their edge of the page but other
-    heads, the nearest of them closer than ``HEAD_GAP`` times its type size (a head of two lines; heads side by side
-    on one line are not between each other): a running head is the page's first or last line, where a heading in its
-    place lies in the text, under the page's own head and apart from it."""
+def _at_edge(blocks: Sequence[Block], heads: set[int], sure: set[int], bottom: float, top: float) -> set[int]:
+    """The ``heads`` of a page (indices of ``blocks``) that are ``sure`` (the same on three pages or more), or have
+    nothing between them and their edge of the page but other heads, the nearest of them closer than ``HEAD_GAP``
+    times its type size (a head of two lines; heads side by side on one line are not between each other; a head of
+    only a number, a page's, is not between any): a head found on two pages, or taking turns, is the page's first or
+    last line, where a heading in its place lies in the text, under the page's own head and apart from it."""
     kept: set[int] = set()
     outward = sorted(heads, key=lambda i: blocks[i].y0 if margin_edge(blocks[i], bottom, top) == "bottom"
                      else -blocks[i].y1)  # the heads from each edge inwards (the others first)
@@ -454,8 +464,9 @@ def _at_edge(blocks: Sequence[Block], heads: set[int], bottom: float, top: float
         head = blocks[i]
         edge = margin_edge(head, bottom, top)
         gaps = {j: b.y0 - head.y1 if edge == "top" else head.y0 - b.y1 for j, b in enumerate(blocks)}
-        between = [j for j, gap in gaps.items() if gap >= 0]
-        if all(j in kept for j in between) and min((gaps[j] for j in between), default=0) < HEAD_GAP * head.size:
+        between = [j for j, gap in gaps.items() if gap >= 0 and not (j in kept and _only_numbers(blocks[j].text))]
+        if i in sure or (all(j in kept for j in between)
+                         and min((gaps[j] for j in between), default=0) < HEAD_GAP * head.size):
             kept.add(i)
     return kept
 

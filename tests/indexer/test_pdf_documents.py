@@ -346,6 +346,10 @@ def test_section_headings_that_repeat_in_a_heads_place_stay(tmp_path):
     pages = [[(20, 20, heading), *column(20, 34, [body])] for heading, body in zip(headings, bodies, strict=True)]
     assert extract_pdf(lines_pdf(tmp_path / "five.pdf", pages)).paragraphs == [
         p for heading, body in zip(headings, bodies, strict=True) for p in (heading, text_of(body))]
+    # a footer well above the page number, on both pages of two, is still left out with it
+    pages = [[*column(20, 30, [body]), (20, 265, "Kellerton Harbour Authority - confidential"), (100, 287, str(n))]
+             for n, body in enumerate((A, D), start=1)]
+    assert extract_pdf(lines_pdf(tmp_path / "footer.pdf", pages)).paragraphs == [text_of(A), text_of(D)]
 
 
 def test_a_paragraph_runs_on_past_the_footnotes_at_the_foot_of_its_page_or_column(tmp_path):
