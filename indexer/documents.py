@@ -282,8 +282,8 @@ def _pdf_document() -> type:
     reference is given as the object it leads to. Cross-reference sections are read in a loop where pdfminer
     recurses from one to the next (its ``/Prev``, one for each incremental save: a file saved 500 times went past
     Python's recursion limit); where one leads back to one read already (to itself, or two that lead to each other)
-    the sections up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before pdfminer
-    expands it (``zlib.decompress``, in memory at once): ``Unreadable`` when it is a decompression bomb (``_bomb``:
+    the sections up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before
+    pdfminer expands it (``zlib.decompress``, in memory at once): ``Unreadable`` when it is a decompression bomb (``_bomb``:
     it expands past ``MAX_INFLATE_RATIO`` times), expands past ``MAX_INFLATED_STREAM``, or the document's streams
     past ``MAX_INFLATED``."""
     from pdfminer.pdfdocument import PDFDocument

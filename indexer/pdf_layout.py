@@ -382,7 +382,9 @@ def running(pages: Sequence[tuple[Sequence[Block], float, float]]) -> list[set[i
     pages), on at least half of the pages with a one-line block there and on at least as many pages as above, they
     are running heads, and so is a one-line block in their place on another page (a one-page chapter's head). Larger
     lines that take turns are headings (slides' titles), and lines on the text are text (a table's header row
-    repeated on the page it runs onto)."""
+    repeated on the page it runs onto). Heads that take turns each run over their pages or fall on every other page
+    (``_in_turn``), and a head on fewer than ``RUNNING_PAGES`` pages, or one that takes turns, is the page's first or
+    last line (``_at_edge``): a section heading that falls in a head's place on two pages is text."""
     needed = max(2, min(RUNNING_PAGES, len(pages)))
     # (edge, size, words with their numbers as "#", how many numbers: "Form #" has none) -> (page, block index, its
     # numbers, distance from the edge)
