@@ -93,13 +93,16 @@ class _TableRows:
         header = all(head for _, head, _ in cells)
         several = sum(map(bool, texts)) > 1
         if header and any(texts) and (not self.names or several):
-            names = [name for _, _, name in cells] if several else texts
+            # a row of several names, or of one over some columns beside an empty cell (a group over the header
+            # beside an empty corner), is a level of the header; a row of one name alone is the table's title
+            grouped = several or any(not name for _, _, name in cells)
+            names = [name for _, _, name in cells] if grouped else texts
             if self.unused is not None and self.grouped and several and self.levels < HEADER_LEVELS:  # the next level
                 names = stacked_names([self.names, names])
                 out, text, self.levels = [], row_text(names, []), self.levels + 1
             else:
                 out, text, self.levels = self.end(), row_text(texts, []), 1
-            self.names, self.unused, self.grouped = names, text, several
+            self.names, self.unused, self.grouped = names, text, grouped
             return out
         self.unused = None
         text = row_text(texts, [] if header else self.names)
@@ -390,8 +393,9 @@ def _stack_header_rows(tree: Any) -> None:
     """A table's leading header rows (their cells <th>, or in <thead>), two or more under a first of several names,
     made one row of a <th> for each column, named by them all (``stacked_names``: "Tide / high"): trafilatura marks
     only the first as a header, so the next level's names ("high" under "Tide") read as a row of cells. Left as it
-    is when a header cell spans rows past them. A first row of one name over a header row (the table's title) is
-    made its caption, which trafilatura reads first, not as the header. Run after ``_clamp_spans``."""
+    is when a header cell spans rows past them. A first row of one name over a header row, no empty cell beside it
+    (the table's title; a group beside an empty corner is a level), is made its caption, which trafilatura reads
+    first, not as the header. Run after ``_clamp_spans``."""
     from lxml import etree
 
     for table in tree.iter("table"):
@@ -417,13 +421,14 @@ def _stack_header_rows(tree: Any) -> None:
             heads.append(row)
             levels.append(names)
         named = [sum(map(bool, {*names})) for names in levels]  # how many names each header row gives
-        if len(heads) > 1 and named[0] == 1 and named[1] > 1:  # a title over the header: read first, as a caption
+        title = len(heads) > 1 and named[0] == 1 and all(levels[0])  # one name, no empty cell beside it (a corner's)
+        if title and named[1] > 1:  # a title over the header: read first, as a caption
             caption = etree.Element("caption")
             caption.text = next(filter(None, levels[0]))
             table.insert(0, caption)
             heads[0].getparent().remove(heads[0])
             del heads[0], levels[0], named[0]
-        if not 2 <= len(heads) <= HEADER_LEVELS or spanned or named[0] < 2:
+        if not 2 <= len(heads) <= HEADER_LEVELS or spanned or title or not named[0]:
             continue
         for cell in list(heads[0]):
             heads[0].remove(cell)

@@ -656,6 +656,21 @@ def test_a_header_of_two_levels_names_each_column_by_both():
     assert extract_markdown(f"# T\n\n{table}\n\n{titled}\n\n{alone}\n").paragraphs[1:] == expected
 
 
+def test_a_group_over_the_header_beside_an_empty_corner_names_its_columns():
+    """A group's name over two columns beside an empty corner cell (a header row of one name) was read as the table's
+    title: a paragraph of its own, its columns named by the row under it alone ("high: 3.2 m"); in an HTML page's
+    <thead> of <td> cells, trafilatura named nothing ("Dover 3.2 m 0.4 m")."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    for cell in ("td", "th"):
+        table = (f"<table><thead><tr><{cell}></{cell}><{cell} colspan=2>Tide</{cell}></tr><tr><{cell}>Port</{cell}>"
+                 f"<{cell}>high</{cell}><{cell}>low</{cell}></tr></thead><tbody><tr><td>Dover</td><td>3.2 m</td>"
+                 "<td>0.4 m</td></tr></tbody></table>")
+        expected = ["Port: Dover; Tide / high: 3.2 m; Tide / low: 0.4 m"]
+        page = extract_html(f"<html><body><main><h1>T</h1>{fill}{table}{fill}</main></body></html>")
+        assert [p for p in page.paragraphs if p != fill[3:-4]][1:] == expected
+        assert extract_markdown(f"# T\n\n{table}\n").paragraphs[1:] == expected
+
+
 def test_a_cell_spanning_rows_keeps_the_cells_beside_it_in_their_columns():
     """The reader of Markdown's HTML did not count a body cell spanning rows in the rows below it, so their cells
     took the names of the columns before theirs ("Port: Tue; Day: 3.3"); it reads once, as trafilatura reads it."""
