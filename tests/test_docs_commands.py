@@ -1,4 +1,5 @@
-"""Every shell command of README.md and docs/python.md runs as written, on tiny inputs, so the pages stay true.
+"""Every shell command and Python example of README.md and docs/python.md runs as written, on tiny inputs, so the
+pages stay true.
 
     .venv/bin/python -m pytest -q tests/test_docs_commands.py
 
@@ -11,6 +12,9 @@ dropped) and run in order in a fresh directory that holds small files under the 
   command on a free port, and the page's ``curl`` commands then run against it (must answer 2xx with JSON).
 - Commands that cannot run here are listed in ``NOT_RUN`` with the reason; training commands in ``PARSE_ONLY``
   run only through the argument parser, so a flag that does not exist still fails.
+- Each ```python block runs in this process, in its place among the commands, in one namespace for the page (as
+  a reader pastes them into one session: ``searcher`` of one block is there for the next), its URLs moved to the
+  page's server; it must not raise.
 
 A command that is none of these fails ``test_the_pages_have_commands_and_each_is_run_or_classified``, so a new
 block gets covered.
@@ -45,6 +49,7 @@ from tests.conftest import make_corpus, make_paragraph, make_squad
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/python.md")
 FENCE = re.compile(r"^```(?:bash|sh|shell|console)[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+PYTHON_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "TRANSFORMERS_VERBOSITY": "error",
        "TOKENIZERS_PARALLELISM": "false", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -109,6 +114,29 @@ def doc_commands(doc: str) -> list[Command]:
             if argv:
                 out.append(Command(doc, start, tuple(argv)))
     return out
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """One ```python block of a page: where its code starts, and the code."""
+
+    doc: str
+    line: int
+    code: str
+
+    def __str__(self) -> str:
+        return f"{self.doc}:{self.line}: the Python example"
+
+
+def doc_snippets(doc: str) -> list[Snippet]:
+    """The ```python blocks of ``doc``, in page order."""
+    text = (ROOT / doc).read_text()
+    return [Snippet(doc, text.count("\n", 0, block.start(1)) + 1, block.group(1)) for block in PYTHON_FENCE.finditer(text)]
+
+
+def doc_steps(doc: str) -> list[Command | Snippet]:
+    """The commands and Python examples of ``doc``, in page order."""
+    return sorted([*doc_commands(doc), *doc_snippets(doc)], key=lambda step: step.line)
 
 
 def not_run_reason(cmd: Command) -> str | None:
@@ -184,9 +212,14 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
+def moved(text: str, port: str) -> str:
+    """``text`` with the pages' URLs moved to ``port`` (``localhost:8000/search`` -> ``localhost:PORT/search``)."""
+    return re.sub(rf"(localhost|127\.0\.0\.1):{PORT}\b", rf"\1:{port}", text)
+
+
 def on_port(argv: tuple[str, ...], port: str) -> list[str]:
-    """The words with the pages' URLs moved to ``port`` (``localhost:8000/search`` -> ``localhost:PORT/search``)."""
-    return [re.sub(rf"(localhost|127\.0\.0\.1):{PORT}\b", rf"\1:{port}", w) for w in argv]
+    """The words with the pages' URLs moved to ``port``."""
+    return [moved(w, port) for w in argv]
 
 
 def written_by(argv: list[str], ws: Path) -> Path | None:
@@ -217,6 +250,16 @@ def run_parse_only(cmd: Command) -> None:
         build_parser().parse_args(list(cmd.argv[1:]))
     except SystemExit as e:
         pytest.fail(f"{cmd}: spanseek refuses these arguments (exit {e.code})")
+
+
+def run_snippet(snippet: Snippet, namespace: dict, port: str | None) -> None:
+    """A page's Python example in the page's namespace, against the server it started (if any): it must not raise."""
+    code = moved(snippet.code, port) if port is not None else snippet.code
+    with redirect_stdout(StringIO()):
+        try:
+            exec(compile(code, str(snippet), "exec"), namespace)
+        except Exception as e:
+            pytest.fail(f"{snippet} raised {type(e).__name__}: {e}")
 
 
 def run_process(cmd: Command, argv: list[str], ws: Path) -> str:
@@ -278,6 +321,7 @@ def test_the_pages_have_commands_and_each_is_run_or_classified():
             unknown.append(str(e))
     assert not unknown, "\n".join(unknown)
     assert {"spanseek", "serve", "curl", "not-run", "parse"} <= kinds
+    assert any(doc_snippets(doc) for doc in DOCS)  # the Python examples are found, and run in their place
     for pattern in NOT_RUN:  # an entry that no longer matches is stale
         assert any(re.fullmatch(pattern, cmd.text) for cmd in commands), f"NOT_RUN {pattern!r} matches no command"
 
@@ -295,9 +339,12 @@ def test_doc_commands_run(doc, tmp_path, monkeypatch):
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
     write_fixtures(tmp_path)
-    port = None
+    port, namespace = None, {"__name__": "__main__"}
     with ExitStack() as stack:
-        for cmd in doc_commands(doc):
+        for cmd in doc_steps(doc):
+            if isinstance(cmd, Snippet):
+                run_snippet(cmd, namespace, port)
+                continue
             how = kind(cmd)
             if how == "spanseek":
                 run_spanseek(cmd, tmp_path)
