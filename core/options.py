@@ -67,9 +67,11 @@ def _metadata(cls: type, name: str) -> dict[str, Any]:
 
 
 def _group(cls: type, name: str) -> str:
-    """The help section of a field: the first line of the docstring of the base-most class that declares it."""
+    """The help section of a field: the first paragraph of the docstring of the base-most class that declares it, as
+    one line (a summary wrapped onto a second line was cut at the wrap) in the help's own quotes (`x`, not ``x``)."""
     owner = next(k for k in reversed(cls.__mro__) if name in getattr(k, "__dataclass_fields__", {}))
-    return (owner.__doc__ or owner.__name__).strip().splitlines()[0].rstrip(".")
+    summary = (owner.__doc__ or owner.__name__).strip().split("\n\n")[0]
+    return " ".join(summary.split()).replace("``", "`").rstrip(".")
 
 
 def _default(f: dataclasses.Field) -> Any:

@@ -36,7 +36,7 @@ MAX_LEXICAL_WEIGHT = 1000.0  # beyond it BM25 alone decides (and fused scores lo
 
 @dataclass(frozen=True)
 class SearchParams:
-    """What to search for and how; ``None`` fields take the index's (or model's) default.
+    """What to search for and how; an option left unset takes the index's (or model's) default.
 
     The one definition of the search parameters: each field's help is also its ``spanseek search`` flag
     (``core.options``) and its field of the HTTP request (``service.schemas.SearchRequest``); ``http=False`` fields

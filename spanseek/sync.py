@@ -271,7 +271,7 @@ def _delete_stale(client: Any, source: str, kept: list[str], problems: list[tupl
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sync", help="make a running service's documents those of a folder's files",
-                       description=__doc__.split("\n\n")[0])
+                       description=__doc__.split("\n\n")[0].replace("``", "`"))
     p.add_argument("paths", nargs="+", help="folders and files, as `spanseek corpus from-files` takes them")
     p.add_argument("--url", required=True, help="the service's base URL (http://host:8000)")
     p.add_argument("--api-key", default=None,

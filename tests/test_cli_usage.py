@@ -89,6 +89,18 @@ def test_every_flag_says_what_it_does_and_its_default():
     assert not problems, "\n".join(problems)
 
 
+def test_every_help_reads_as_help_text_with_whole_section_titles():
+    """A help section is titled by its options class's summary, whole (a summary wrapped onto a second line was cut
+    at the wrap: "... a full fine-tune of the backbone with its"), in the help's own quotes (the docstrings' ``x``
+    showed as such, as in `spanseek search --help`'s "``None`` fields take the index's default")."""
+    helps = {command: parser.format_help() for command, parser in leaf_parsers(build_parser())}
+    assert not [command for command, text in helps.items() if "``" in text]
+    titles = {command: [g.title for g in parser._action_groups] for command, parser in leaf_parsers(build_parser())}
+    assert ("`spanseek train reader`: the cross-attention reader (core.reader), a full fine-tune of the backbone with "
+            "its word embeddings frozen") in titles["train reader"]
+    assert "What to search for and how; an option left unset takes the index's (or model's) default" in titles["search"]
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
