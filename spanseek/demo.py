@@ -179,23 +179,44 @@ def serve(index: Path, model: str, host: str, port: int) -> int:
                 proc.kill()
 
 
-def main() -> int:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    model = os.environ.get("SPANSEEK_DEMO_MODEL", "default")
-    index = ensure_index(index=Path(os.environ.get("SPANSEEK_DEMO_INDEX", INDEX)), model=model)
-    if os.environ.get("SPANSEEK_DEMO_NO_SERVE", "") not in ("", "0"):
-        print_answers(index, model)
-        return 0
-    host = os.environ.get("SPANSEEK_DEMO_HOST", "127.0.0.1")
-    port = int(os.environ.get("SPANSEEK_DEMO_PORT", "8000"))
+def demo_port() -> int:
+    """``SPANSEEK_DEMO_PORT`` (default 8000); ValueError naming the variable when it is not a TCP port."""
+    value = os.environ.get("SPANSEEK_DEMO_PORT") or "8000"
     try:
+        port = int(value)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise ValueError(f"SPANSEEK_DEMO_PORT={value!r} is not a port: give a number from 1 to 65535")
+    return port
+
+
+def main() -> int:
+    """Build (or reuse) the demo index and serve it; bad settings, a failed build or service are one line on stderr
+    (status 2 for a setting, 1 otherwise), Ctrl-C is status 130 (a build resumes where it stopped)."""
+    try:
+        model = os.environ.get("SPANSEEK_DEMO_MODEL", "default")
+        host = os.environ.get("SPANSEEK_DEMO_HOST", "127.0.0.1")
+        no_serve = os.environ.get("SPANSEEK_DEMO_NO_SERVE", "") not in ("", "0")
+        port = 0 if no_serve else demo_port()
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        index = ensure_index(index=Path(os.environ.get("SPANSEEK_DEMO_INDEX", INDEX)), model=model)
+        if no_serve:
+            print_answers(index, model)
+            return 0
         return serve(index, model, host, port)
-    except RuntimeError as e:
-        say(f"spanseek demo: {e}", file=sys.stderr)
+    except ValueError as e:  # a setting (the model, the port) or the corpus
+        say(f"spanseek demo: error: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, OSError) as e:  # the build or the service failed, or the disk refused
+        say(f"spanseek demo: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        say("spanseek demo: interrupted (run it again: an index build resumes where it stopped)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""``make demo`` refuses a port another process listens on, before starting its own service."""
+"""``make demo`` refuses a port another process listens on, before starting its own service; a bad setting is one
+line, not a traceback."""
 
 import socket
 import subprocess
@@ -24,3 +25,31 @@ def test_a_taken_port_is_refused_before_the_service_starts(monkeypatch, tmp_path
         monkeypatch.setattr(demo, "ensure_index", lambda **kwargs: tmp_path)
         assert demo.main() == 1  # a message, not a traceback
     demo.check_port_free("127.0.0.1", port)  # free again once the other server is gone
+
+
+@pytest.mark.parametrize("port", ["80a", "0", "70000"])
+def test_a_port_that_is_not_one_is_named_before_anything_is_built(monkeypatch, capsys, port):
+    """It was a ValueError traceback from int(), after the index was built."""
+    monkeypatch.setenv("SPANSEEK_DEMO_PORT", port)
+    monkeypatch.setattr(demo, "ensure_index", lambda **kwargs: pytest.fail("built before the port was read"))
+    assert demo.main() == 2
+    err = capsys.readouterr().err
+    assert err == f"spanseek demo: error: SPANSEEK_DEMO_PORT={port!r} is not a port: give a number from 1 to 65535\n"
+
+
+def test_an_unknown_model_is_one_line_not_a_traceback(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("SPANSEEK_DEMO_MODEL", "no-such-model")
+    monkeypatch.setenv("SPANSEEK_DEMO_INDEX", str(tmp_path / "index"))
+    assert demo.main() == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spanseek demo: error: no-such-model: not a spanseek model") and err.count("\n") == 1
+    assert not (tmp_path / "index").exists()
+
+
+def test_ctrl_c_during_the_build_says_how_to_resume(monkeypatch, capsys):
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "ensure_index", interrupted)
+    assert demo.main() == 130
+    assert "run it again: an index build resumes where it stopped" in capsys.readouterr().err
