@@ -38,22 +38,25 @@ def tracked(*folders: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def dists(tmp_path_factory) -> tuple[list[str], list[str]]:
-    """(the wheel's file names, the sdist's) as setuptools builds them from a copy of the sources (PEP 517, the
-    build backend called as `python -m build` calls it, without its isolated environment)."""
+def dists(tmp_path_factory) -> tuple[list[str], list[str], str]:
+    """(the wheel's file names, the sdist's, what the builds wrote on stderr) as setuptools builds them from a copy
+    of the sources (PEP 517, the build backend called as `python -m build` calls it, without its isolated
+    environment)."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs the git checkout (the files it tracks)")
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
     for path in tracked(*SOURCES):
         (src / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, src / path)
+    stderr = ""
     for build in ("build_sdist", "build_wheel"):  # one process each: setuptools' second build in a process fails
         script = f"import sys; from setuptools import build_meta; build_meta.{build}(sys.argv[1])"
-        subprocess.run([sys.executable, "-c", script, str(out)], cwd=src, check=True, capture_output=True)
+        stderr += subprocess.run([sys.executable, "-c", script, str(out)], cwd=src, check=True, capture_output=True,
+                                 text=True).stderr
     (wheel,), (sdist,) = out.glob("*.whl"), out.glob("*.tar.gz")
     with tarfile.open(sdist) as tar:
         sdist_names = [m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()]
-    return zipfile.ZipFile(wheel).namelist(), sdist_names
+    return zipfile.ZipFile(wheel).namelist(), sdist_names, stderr
 
 
 def installed_name(path: str) -> str:
@@ -66,7 +69,7 @@ def test_the_wheel_carries_every_file_a_command_loads(dists):
     from spanseek.core.model import BUNDLED_MODELS
     from spanseek.core.reader import DEFAULT_READER_DIR
 
-    wheel, _ = dists
+    wheel, _, _ = dists
     names = set(wheel)
     loaded = [f"spanseek/core/models/{Path(d).name}/{f}" for d in [*BUNDLED_MODELS.values(), DEFAULT_READER_DIR]
               for f in sorted(p.name for p in Path(d).iterdir())]
@@ -78,11 +81,18 @@ def test_the_wheel_carries_every_file_a_command_loads(dists):
 
 
 def test_the_wheel_and_sdist_hold_nothing_of_the_repository_own(dists):
-    wheel, sdist = dists
+    wheel, sdist, _ = dists
     junk = re.compile(r"(^|/)(tests|runs|work|bench|docs|deploy|docker|__pycache__|\.venv)/")
     assert [n for n in wheel if junk.search(n)] == []
     assert [n for n in sdist if junk.search(n)] == []
     assert "data/demo/corpus.jsonl.gz" in sdist and "core/models/default/weights.safetensors" in sdist
+
+
+def test_the_builds_warn_of_nothing(dists):
+    """`make install` showed setuptools' boxed warnings, "Package would be ignored" for the bundled models' folders
+    among them, that concern no user (pyproject's license as a table, data folders not named as packages)."""
+    _, _, stderr = dists
+    assert [line for line in stderr.splitlines() if "Warning" in line] == []
 
 
 def normalised(requirement: str) -> str:
