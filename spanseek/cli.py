@@ -151,7 +151,7 @@ def close_progress_bars() -> None:
 
 def quiet_transformers() -> None:
     """transformers reports only errors and draws no progress bars. Said through the environment, read when it is
-    first imported, so a command that never loads a model (``sync``, ``search --server``) does not import it for
+    first imported, so a command that never loads a model (``sync``) does not import it for
     this (about a second); set on the library directly where it is loaded already."""
     os.environ["TRANSFORMERS_VERBOSITY"] = "error"
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
