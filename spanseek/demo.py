@@ -158,6 +158,8 @@ def serve(index: Path, model: str, host: str, port: int) -> int:
     env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
     try:
+        say("waiting until it is ready: it loads the model and the index, then times and warms up the encoder "
+            "(28 s on 2 busy cores) ...", file=sys.stderr)
         wait_ready(base, proc)
         say(f"\nspanseek is serving {index} on {base} (OpenAPI: {base}/docs, metrics: {base}/metrics)\n")
         for unit, body in CURL_EXAMPLES:

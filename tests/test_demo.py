@@ -53,3 +53,22 @@ def test_ctrl_c_during_the_build_says_how_to_resume(monkeypatch, capsys):
     monkeypatch.setattr(demo, "ensure_index", interrupted)
     assert demo.main() == 130
     assert "run it again: an index build resumes where it stopped" in capsys.readouterr().err
+
+
+def test_the_wait_for_the_service_is_announced(monkeypatch, capsys, tmp_path):
+    """Between "starting the service" and its answers the demo said nothing for half a minute."""
+    class Service:
+        returncode = 0
+
+        def poll(self):
+            return 0
+
+    def not_ready(base, proc):
+        assert "waiting until it is ready" in capsys.readouterr().err  # said before the wait, not after
+        raise RuntimeError("the service exited with status 1")
+
+    monkeypatch.setattr(subprocess, "Popen", lambda *args, **kwargs: Service())
+    monkeypatch.setattr(demo, "wait_ready", not_ready)
+    monkeypatch.setattr(demo, "check_port_free", lambda host, port: None)
+    with pytest.raises(RuntimeError, match="exited"):
+        demo.serve(tmp_path, "default", "127.0.0.1", 8000)
