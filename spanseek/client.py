@@ -339,6 +339,10 @@ class _Base:
                             ("max_retry_time", max_retry_time), ("backoff", backoff)):
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
+            # httpx's own words for "localhost:8000" are "an unsupported protocol 'localhost://'"
+            meant = "http:// or https://" if "://" in str(url) else f"http://{url}"
+            raise ValueError(f"the client takes the service's base URL with its scheme ({meant}), got {url!r}")
         self.url = url.rstrip("/")
         self.max_retries, self.max_retry_wait = int(max_retries), float(max_retry_wait)
         self.max_retry_time, self.backoff = float(max_retry_time), float(backoff)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 import threading
 import time
 from pathlib import Path
@@ -452,6 +453,18 @@ def test_timeouts_and_retry_settings_are_checked():
     for bad in ({"max_retries": -1}, {"backoff": math.nan}, {"max_retry_time": math.inf}, {"max_retry_wait": -1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Client("http://fake", **bad)
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+@pytest.mark.parametrize(("url", "meant"), [("localhost:8000", "http://localhost:8000"),
+                                            ("127.0.0.1:8000", "http://127.0.0.1:8000"),
+                                            ("ftp://host", "http:// or https://")])
+def test_a_url_without_its_scheme_is_refused_naming_the_one_meant(cls, url, meant):
+    """httpx's refusal came at the first request, as "an unsupported protocol 'localhost://'"."""
+    with pytest.raises(ValueError, match=re.escape(f"base URL with its scheme ({meant}), got {url!r}")):
+        cls(url)
+    with Client("HTTPS://host:8000/") as client:  # the scheme in any case
+        assert client.url == "HTTPS://host:8000"
 
 
 def test_search_options_are_the_http_requests_fields():
