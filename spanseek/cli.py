@@ -98,8 +98,20 @@ def _name_commands(parser: argparse.ArgumentParser) -> None:
                 _name_commands(sub)
 
 
+# `spanseek --help`'s closing lines: the way from a folder of files to answers, each line a command that runs
+FIRST_STEPS = (
+    "spanseek corpus from-files my-docs/ --out work/docs.jsonl",
+    "spanseek index build --corpus work/docs.jsonl --model default --out work/my-index",
+    'spanseek search --index work/my-index --unit passage "how do I install it?"',
+    "spanseek serve --index work/my-index --port 8000",
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="spanseek", description="Dense phrase retrieval: phrases, passages, documents.")
+    epilog = ("from your files to answers:\n" + "".join(f"  {line}\n" for line in FIRST_STEPS)
+              + "\n`spanseek COMMAND --help` lists a command's flags, with their defaults.")
+    parser = Parser(prog="spanseek", description="Dense phrase retrieval: phrases, passages, documents.",
+                    epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, commands in CLI_MODULES.items():

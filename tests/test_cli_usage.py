@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shlex
 import subprocess
 import sys
 
@@ -99,6 +100,18 @@ def test_every_help_reads_as_help_text_with_whole_section_titles():
     assert ("`spanseek train reader`: the cross-attention reader (core.reader), a full fine-tune of the backbone with "
             "its word embeddings frozen") in titles["train reader"]
     assert "What to search for and how; an option left unset takes the index's (or model's) default" in titles["search"]
+
+
+def test_the_top_help_shows_the_first_steps_and_each_parses(capsys):
+    """`spanseek --help` listed the commands, and not the way from files to answers nor where flags are listed."""
+    from spanseek.cli import FIRST_STEPS
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert all(f"  {line}\n" in out for line in FIRST_STEPS) and "`spanseek COMMAND --help`" in out
+    for line in FIRST_STEPS:  # argparse exits 2 on a command or flag it does not know, or one missing
+        assert callable(build_parser().parse_args(shlex.split(line)[1:]).func)
 
 
 class Terminal(io.StringIO):
