@@ -2,18 +2,17 @@
 
 Used by the indexer (passages), the searcher and the service (questions). Both run under ``torch.no_grad`` and,
 on CPUs where it is faster, under bf16 autocast. CPUs with AVX-512 bf16 differ: an AMD EPYC ran the encoders about
-1.7x faster in bf16, an Intel Xeon without AMX 1.8x slower (``precision="auto"`` measures it, ``cpu_bf16_speedup``).
+1.7x faster in bf16, an Intel Xeon without AMX 1.8x slower (``precision="auto"`` goes by the CPU's vendor and
+features, ``cpu_runs_bf16_faster``, so that every process on a machine picks the same).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -21,14 +20,11 @@ import numpy as np
 import torch
 
 from spanseek.core.model import PhraseModel
-from spanseek.core.runtime import PROBE_ROUNDS, interleaved_best, small_passes
+from spanseek.core.runtime import small_passes
 from spanseek.core.stopping import checkpoint
 from spanseek.core.text import PassageTokens, best_window, tokenize_passages, window_starts
 
 log = logging.getLogger(__name__)
-# bf16 autocast is chosen on a CPU when its probe runs at least this much faster than fp32 (the probe is a few ms;
-# a small margin keeps noise from choosing the less precise one for nothing)
-BF16_MIN_SPEEDUP = 1.15
 
 
 def autocast(device: torch.device | str, precision: str):
@@ -63,27 +59,42 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 
 def pick_precision(precision: str, device: torch.device) -> str:
-    """``auto`` -> bf16 where the device runs it faster (CUDA with bf16; a CPU with AMX; a CPU with AVX-512 whose
-    measured bf16 speed-up, ``cpu_bf16_speedup``, is at least BF16_MIN_SPEEDUP), else fp32.
+    """``auto`` -> bf16 where the device multiplies bf16 natively and faster (CUDA with bf16; a CPU with AMX; an AMD
+    CPU with AVX-512 bf16 instructions, ``cpu_runs_bf16_faster``), else fp32.
 
-    AMX's tiles multiply bf16 several times faster than float32 (2.3-8.4x on 2 Xeon cores, measured quiet): such a
-    CPU is not probed, because a probe that meets a busy neighbour can time bf16 slower (0.27x once, beside a
-    training job) and a restart would then serve another precision, with other scores."""
+    Decided from what the hardware is, never from a timing: a start-up probe of bf16 against fp32 timed on this
+    2-core AMD EPYC (Zen 4) beside other jobs gave 0.97x, 1.42x, 1.56x, 2.20x, 3.56x and 4.38x in six processes, so
+    one process of a deployment served fp32 and the next bf16, and the same question got vectors 1.5% apart and
+    other hits. (AMX's tiles multiply bf16 2.3-8.4x faster than float32 on 2 Xeon cores, measured quiet.)"""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision != "auto":
         return precision
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    try:  # without AVX-512, bf16 autocast is emulated and always slower
+    return "bf16" if cpu_runs_bf16_faster() else "fp32"
+
+
+def cpu_runs_bf16_faster() -> bool:
+    """Whether bf16 autocast runs the encoders faster than fp32 on this CPU, from its features alone: with AMX
+    (``cpu_has_amx``), or on an AMD CPU with AVX-512 bf16 instructions (Zen 4 and later: the encoders about 1.7x
+    faster). Not on an Intel CPU without AMX, even with AVX-512 bf16 (a Xeon with it ran them 1.7x slower), nor
+    without AVX-512 bf16, where bf16 is emulated."""
+    try:  # without AVX-512 in torch's kernels, bf16 autocast is emulated and always slower
         if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AVX512_BF16", "AMX"):
-            return "fp32"
+            return False
     except AttributeError:
-        return "fp32"
+        return False
     if cpu_has_amx():
-        log.info("this CPU has AMX: precision=auto picks bf16")
-        return "bf16"
-    return "bf16" if cpu_bf16_speedup() >= BF16_MIN_SPEEDUP else "fp32"
+        return True
+    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    try:
+        native = bool(check()) if check is not None else False
+    except RuntimeError:
+        native = False
+    from spanseek.core.flat_search import cpu_vendor
+
+    return native and cpu_vendor() == "AuthenticAMD"
 
 
 def cpu_has_amx() -> bool:
@@ -93,38 +104,6 @@ def cpu_has_amx() -> bool:
         return bool(check()) if check is not None else False
     except RuntimeError:
         return False
-
-
-def interleaved_speedup(seconds: Callable[[str], float], rounds: int = PROBE_ROUNDS) -> float:
-    """fp32 seconds over bf16 seconds, each the fastest of ``rounds`` timings by ``seconds(precision)`` taken in turn
-    (fp32, bf16, fp32, ...: ``core.runtime.interleaved_best``). Timed one precision after the other instead, a
-    service started beside a busy job measured bf16 at 0.73x the speed of fp32 on a CPU with AMX, where it is 3-3.6x,
-    and ran in fp32."""
-    fp32, bf16 = interleaved_best([lambda: seconds("fp32"), lambda: seconds("bf16")], rounds)
-    return fp32 / bf16
-
-
-@functools.cache
-def cpu_bf16_speedup() -> float:
-    """How much faster an encoder-sized layer (a 384 -> 1536 linear layer and GELU over 256 tokens) runs under bf16
-    autocast than in fp32 on this CPU, with torch's threads: measured once per process (about 0.15 s),
-    ``interleaved_speedup`` of four passes a timing."""
-    layer = torch.nn.Sequential(torch.nn.Linear(384, 1536), torch.nn.GELU(), torch.nn.Linear(1536, 384))
-    x = torch.randn(256, 384)
-
-    def seconds(precision: str) -> float:
-        with torch.no_grad(), autocast("cpu", precision):
-            t0 = time.perf_counter()
-            for _ in range(4):
-                layer(x)
-            return time.perf_counter() - t0
-
-    for precision in ("fp32", "bf16"):  # warm-up: weight casts, kernel choice
-        seconds(precision)
-    speedup = interleaved_speedup(seconds)
-    log.info("bf16 autocast on this CPU: %.2fx the speed of fp32 (%s picks %s)", speedup, "precision=auto",
-             "bf16" if speedup >= BF16_MIN_SPEEDUP else "fp32")
-    return speedup
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -78,8 +78,8 @@ class Settings(BaseSettings):
     # auto = CUDA when present. bf16 roughly halves encoder time on GPUs / AVX-512 CPUs for a tiny score drift.
     device: str = Field("auto", description="torch device for the question encoder: auto, cpu, cuda, cuda:1")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=(
-        "question-encoder precision: auto = bf16 on a GPU with bf16 and on a CPU with AMX, on an AVX-512 CPU where a "
-        "start-up probe times bf16 faster, else fp32"))
+        "question-encoder precision: auto = bf16 on a GPU with bf16, on a CPU with AMX and on an AMD CPU with "
+        "AVX-512 bf16, else fp32 (by the CPU's features, not a timing: the same in every process)"))
     # What runs the encoder's and the reader's forward passes: auto = ONNX Runtime in fp32 on a CPU (one question
     # encodes 3.7x faster than on torch, a batch of 64 1.25x; the graphs are exported once per model into
     # ~/.cache/spanseek/onnx), torch on GPUs; in bf16 on a CPU (AMX) the small passes on ONNX Runtime and the large
