@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from spanseek.core.model import PhraseModel
-from spanseek.core.runtime import small_passes
+from spanseek.core.runtime import every_pass
 from spanseek.core.stopping import checkpoint
 from spanseek.core.text import PassageTokens, best_window, tokenize_passages, window_starts
 
@@ -117,8 +117,6 @@ QUESTION_PAD_MULTIPLE = 8
 # / 192 tokens (2-core AVX2 EPYC, medians of 12 batches, budgets alternating), one question 8.9 ms either way, the
 # same vectors to the bit; on torch (a GPU, bf16, training) one pass
 ONNX_QUESTION_TOKENS = 256
-# the question length the bf16-or-ONNX probe times (``core.runtime.small_passes``): most questions pad to 16 or 24
-PROBE_QUESTION_TOKENS = 16
 
 
 def pad_batch(rows: list[np.ndarray], pad_id: int, multiple: int = 8) -> torch.Tensor:
@@ -183,11 +181,12 @@ class _QuestionForward(torch.nn.Module):
 class QuestionCache:
     """The vectors of the ``size`` questions asked last, by their exact text (least recently asked evicted first).
 
-    A question's vectors depend a little on the pass it was encoded in: its padding is its batch's longest question,
-    and a bf16 pass rounds otherwise than an fp32 one (``core.runtime``: the small passes on ONNX Runtime, the large
-    ones on torch), enough to swap two near-tied hits. A service encodes each batch of whatever requests arrived
-    together, so without the cache the same request could rank otherwise from one call to the next, and the pages
-    of one ``rank_window`` could repeat or skip a hit. With it, a question asked again (the next page, a retry, a
+    On torch (a GPU, ``runtime="torch"``) a question's vectors depend a little on the pass it was encoded in: its
+    padding is its batch's longest question (in bf16, 65 of 200 validation questions were up to 1.2% apart alone
+    and in one batch), enough to swap two near-tied hits; on ONNX Runtime (``auto`` on a CPU) they do not. A
+    service encodes each batch of whatever requests arrived together, so without the cache the same request could
+    rank otherwise from one call to the next there, and the pages of one ``rank_window`` could repeat or skip a
+    hit. With it, a question asked again (the next page, a retry, a
     popular question) reuses its first vectors: the same hits, and no encoder pass. About 3 KB a question (the
     default model: two 384-d float32 vectors) and its text."""
 
@@ -230,11 +229,12 @@ class QuestionCache:
 class QuestionEncoder:
     """Tokenise and encode questions in batches: ``encode(["who …?"]) -> (q_start, q_end)`` as float32 arrays.
 
-    ``runtime`` (``core.runtime``): ``auto`` runs the fp32 CPU forward pass on ONNX Runtime (3.7x faster for one
-    question on an AVX2 EPYC, 1.25x at 64 in one pass and more in the short passes of ``ONNX_QUESTION_TOKENS``), and
-    in bf16 on a CPU the small batches there and the large ones on torch (``SmallPasses``: one question 4.8 against
-    18.9 ms on a 2-core Xeon with AMX, 64 questions 95.5 ms on torch against 144.8); the default ``torch`` suits a
-    model still being trained. ``cache`` (``QuestionCache``, off by default, and so in benchmarks, which ask the same
+    ``runtime`` (``core.runtime``): ``auto`` runs every CPU forward pass on ONNX Runtime in fp32 (3.7x faster for
+    one question on an AVX2 EPYC, 1.25x at 64 in one pass and more in the short passes of ``ONNX_QUESTION_TOKENS``),
+    also where ``precision`` is bf16 (one question 4.8 against 18.9 ms on a 2-core Xeon with AMX, 64 questions 144.8
+    against 95.5 ms on torch): a question's vectors are then the same bits alone or in any batch, in any position,
+    on any number of threads, in every process (on torch, bf16 or fp32, they depend a little on the pass's padding
+    and size); the default ``torch`` suits a model still being trained. ``cache`` (``QuestionCache``, off by default, and so in benchmarks, which ask the same
     questions again) reuses the vectors of questions asked before; the service keeps one (``question_cache``).
     """
 
@@ -247,10 +247,8 @@ class QuestionEncoder:
         self.max_len = model.config.max_query_len
         self.pad_id = int(tokenizer.pad_token_id or 0)
         example = torch.ones((2, QUESTION_PAD_MULTIPLE), dtype=torch.long)
-        self.passes = small_passes(runtime, model_device(model), precision, _QuestionForward(model),
-                                   {"input_ids": example, "attention_mask": example}, ("q_start", "q_end"),
-                                   length=PROBE_QUESTION_TOKENS, max_rows=64,
-                                   torch_pass=lambda feed: self._forward(*map(torch.from_numpy, feed.values())))
+        self.passes = every_pass(runtime, model_device(model), precision, _QuestionForward(model),
+                                 {"input_ids": example, "attention_mask": example}, ("q_start", "q_end"))
         self.onnx = self.passes.onnx
 
     def encode(self, questions: list[str]) -> tuple[np.ndarray, np.ndarray]:

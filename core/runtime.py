@@ -31,7 +31,12 @@ ones. On a 2-core Intel Xeon with AMX, in milliseconds (question encoder; reader
 | question encoder, 1 / 8 / 64 questions| 18.9 / 32.9 / 95.5 | 4.8 / 24.3 / 144.8 |
 | reader, 1 / 8 / 64 questions          | 35.5 / 87.8 / 622  | 23.3 / 165 / 1,312 |
 
-So ``auto`` in bf16 on a CPU keeps an fp32 ONNX Runtime session beside torch for the passes of at most
+So ``auto`` in bf16 on a CPU runs every question pass on ONNX Runtime in fp32 (``every_pass``): a question's
+vectors are then the same bits alone or in any batch, in every process, where a split by size gave a question
+fp32 vectors alone and bf16 ones in a large batch, 1.5% apart (200 validation questions: 24 of their top-10 lists
+differed). It costs large batches where bf16 is fast (the AMX Xeon above: 64 questions 144.8 against 95.5 ms); on a
+2-core AMD EPYC (Zen 4, busy) ONNX Runtime was as fast at every size (1 / 8 / 64 questions: 21 / 153 / 1,085
+against 63 / 161 / 1,461 ms on torch in bf16). The reader keeps an fp32 ONNX Runtime session beside torch for the passes of at most
 ``onnx_max_tokens`` padded tokens, the size up to which it measured ONNX Runtime faster at load, once per
 architecture in a process (``SmallPasses``, ``probe_split``: the two timed in turn, the fastest of five calls each,
 so that load on the machine during the probe, which slowed one side's calls only when they were timed one after the
@@ -345,6 +350,29 @@ class SmallPasses:
         return "torch" if self.onnx is None else "onnx" if self.max_tokens is None else "onnx+torch"
 
 
+def fp32_forward(runtime: str, device: torch.device | str, precision: str, module: torch.nn.Module,
+                 example: Mapping[str, torch.Tensor], outputs: Sequence[str]) -> OnnxForward | None:
+    """``onnx_forward`` of ``module``, also under ``auto`` on a CPU in bf16 (ONNX Runtime runs it in fp32); None
+    where torch runs it (asked for, a GPU, not installed, not exported)."""
+    forward = onnx_forward(runtime, device, precision, module, example, outputs)
+    if forward is not None or runtime != "auto" or torch.device(device).type != "cpu" or precision != "bf16":
+        return forward
+    return onnx_forward("auto", device, "fp32", module, example, outputs)
+
+
+def every_pass(runtime: str, device: torch.device | str, precision: str, module: torch.nn.Module,
+               example: Mapping[str, torch.Tensor], outputs: Sequence[str]) -> SmallPasses:
+    """What runs ``module``'s passes when each row's outputs must not depend on its pass: ONNX Runtime (fp32) for
+    every pass where ``fp32_forward`` runs it, even in bf16, else torch. ONNX Runtime's fp32 outputs of a row are
+    the same bits in a pass of any size, padded to any length, on any number of threads; torch's, in bf16 or fp32,
+    depend a little on the pass, and a split by size (``small_passes``) puts one row in fp32 alone and in bf16 in
+    a large pass."""
+    forward = fp32_forward(runtime, device, precision, module, example, outputs)
+    if forward is not None and precision == "bf16":
+        log.info("%s: every pass on ONNX Runtime (fp32)", type(module).__name__)
+    return SmallPasses(forward)
+
+
 def small_passes(runtime: str, device: torch.device | str, precision: str, module: torch.nn.Module,
                  example: Mapping[str, torch.Tensor], outputs: Sequence[str], length: int, max_rows: int,
                  torch_pass: Callable[[dict[str, np.ndarray]], object]) -> SmallPasses:
@@ -352,14 +380,9 @@ def small_passes(runtime: str, device: torch.device | str, precision: str, modul
     on a CPU in bf16, ONNX Runtime (fp32) for the passes it runs faster than ``torch_pass`` (a torch forward of
     such inputs, in bf16), measured once now on passes of ``length`` tokens and 1, 2, 3, 4, 6, 8 ... ``max_rows``
     rows; else torch alone."""
-    forward = onnx_forward(runtime, device, precision, module, example, outputs)
-    if forward is not None:
+    forward = fp32_forward(runtime, device, precision, module, example, outputs)
+    if forward is None or precision != "bf16":  # torch alone, or ONNX Runtime's fp32 for every pass
         return SmallPasses(forward)
-    if runtime != "auto" or torch.device(device).type != "cpu" or precision != "bf16" or not onnx_installed():
-        return SmallPasses()
-    forward = onnx_forward("auto", device, "fp32", module, example, outputs)
-    if forward is None:
-        return SmallPasses()
 
     def feed(rows: int) -> dict[str, np.ndarray]:  # ids and mask of ones, segment ids of zeros
         return {name: (np.zeros if name == "token_type_ids" else np.ones)((rows, length), dtype=np.int64)
