@@ -62,7 +62,7 @@ def pick_precision(precision: str, device: torch.device) -> str:
     """``auto`` -> bf16 where the device multiplies bf16 natively and faster (CUDA with bf16; a CPU with AMX; an AMD
     CPU with AVX-512 bf16 instructions, ``cpu_runs_bf16_faster``), else fp32.
 
-    Decided from what the hardware is, never from a timing: a start-up probe of bf16 against fp32 timed on this
+    Decided from what the hardware is, never from a timing: a start-up probe of bf16 against fp32 timed on a
     2-core AMD EPYC (Zen 4) beside other jobs gave 0.97x, 1.42x, 1.56x, 2.20x, 3.56x and 4.38x in six processes, so
     one process of a deployment served fp32 and the next bf16, and the same question got vectors 1.5% apart and
     other hits. (AMX's tiles multiply bf16 2.3-8.4x faster than float32 on 2 Xeon cores, measured quiet.)"""
@@ -186,9 +186,9 @@ class QuestionCache:
     and in one batch), enough to swap two near-tied hits; on ONNX Runtime (``auto`` on a CPU) they do not. A
     service encodes each batch of whatever requests arrived together, so without the cache the same request could
     rank otherwise from one call to the next there, and the pages of one ``rank_window`` could repeat or skip a
-    hit. With it, a question asked again (the next page, a retry, a
-    popular question) reuses its first vectors: the same hits, and no encoder pass. About 3 KB a question (the
-    default model: two 384-d float32 vectors) and its text."""
+    hit. With it, a question asked again (the next page, a retry, a popular question) reuses its first vectors: the
+    same hits, and no encoder pass. About 3 KB a question (the default model: two 384-d float32 vectors) and its
+    text."""
 
     def __init__(self, size: int):
         if size < 0:
@@ -234,8 +234,9 @@ class QuestionEncoder:
     also where ``precision`` is bf16 (one question 4.8 against 18.9 ms on a 2-core Xeon with AMX, 64 questions 144.8
     against 95.5 ms on torch): a question's vectors are then the same bits alone or in any batch, in any position,
     on any number of threads, in every process (on torch, bf16 or fp32, they depend a little on the pass's padding
-    and size); the default ``torch`` suits a model still being trained. ``cache`` (``QuestionCache``, off by default, and so in benchmarks, which ask the same
-    questions again) reuses the vectors of questions asked before; the service keeps one (``question_cache``).
+    and size); the default ``torch`` suits a model still being trained. ``cache`` (``QuestionCache``, off by
+    default, and so in benchmarks, which ask the same questions again) reuses the vectors of questions asked before;
+    the service keeps one (``question_cache``).
     """
 
     def __init__(self, model: PhraseModel, tokenizer, precision: str = "fp32", runtime: str = "torch",

@@ -36,9 +36,9 @@ vectors are then the same bits alone or in any batch, in every process, where a 
 fp32 vectors alone and bf16 ones in a large batch, 1.5% apart (200 validation questions: 24 of their top-10 lists
 differed). It costs large batches where bf16 is fast (the AMX Xeon above: 64 questions 144.8 against 95.5 ms); on a
 2-core AMD EPYC (Zen 4, busy) ONNX Runtime was as fast at every size (1 / 8 / 64 questions: 21 / 153 / 1,085
-against 63 / 161 / 1,461 ms on torch in bf16). The reader keeps an fp32 ONNX Runtime session beside torch for the passes of at most
-``onnx_max_tokens`` padded tokens, the size up to which it measured ONNX Runtime faster at load, once per
-architecture in a process (``SmallPasses``, ``probe_split``: the two timed in turn, the fastest of five calls each,
+against 63 / 161 / 1,461 ms on torch in bf16). The reader keeps an fp32 ONNX Runtime session beside torch for the
+passes of at most ``onnx_max_tokens`` padded tokens, the size up to which it measured ONNX Runtime faster at load,
+once per architecture in a process (``SmallPasses``, ``probe_split``: the two timed in turn, the fastest of five calls each,
 so that load on the machine during the probe, which slowed one side's calls only when they were timed one after the
 other, picked all-torch for the life of the process); larger passes run on torch in bf16. A pass's outputs then depend on its size
 as a bf16 pass's do on its padding: within bf16's rounding of the fp32 ones.
