@@ -69,6 +69,17 @@ def query(prom: str, expr: str) -> list[dict]:
     return body["data"]["result"]
 
 
+def idle_histogram(prom: str, expr: str) -> bool:
+    """Whether ``expr`` is a quantile of a histogram that exists but saw no event in the window (a merge, say): a
+    panel with nothing to draw yet, not a wrong selector."""
+    histogram = re.search(r"\b(spanseek_\w+)_bucket\b", expr)
+    if not histogram or "histogram_quantile" not in expr:
+        return False
+    counts = query(prom, f"{histogram[1]}_count")
+    events = query(prom, f"sum(increase({histogram[1]}_count[{RATE_WINDOW}]))")
+    return bool(counts) and all(float(e["value"][1]) == 0 for e in events)
+
+
 def test_every_dashboard_expression_returns_data(settings_for, live, tmp_path):
     binary = shutil.which("prometheus")
     if binary is None:
@@ -116,7 +127,7 @@ def test_every_dashboard_expression_returns_data(settings_for, live, tmp_path):
             for expr in exprs:
                 result = query(prom, expr.replace("$__rate_interval", RATE_WINDOW))
                 values = [float(r["value"][1]) for r in result]
-                if not any(math.isfinite(v) for v in values):
+                if not any(math.isfinite(v) for v in values) and not idle_histogram(prom, expr):
                     empty.append((expr, values))
             assert not empty, f"dashboard expressions without data: {empty}"
             selectors = {m for expr in rules for m in SELECTOR.findall(expr)}
