@@ -4,6 +4,10 @@ Loading runs in the background so that /health answers (and /ready says 503) whi
 tests pass ``searcher_factory`` to inject a fake or pre-built backend.
 
     uvicorn --factory spanseek.service.app:app_from_env     # settings from SPANSEEK_* environment variables
+
+``spanseek serve`` is the way to run it: uvicorn started on its own applies neither the keep-alive nor the connection
+deadlines nor the forwarded-address setting, and ``app_from_env`` says so at start with the flags that apply what
+uvicorn can (service.server.uvicorn_flags).
 """
 
 from __future__ import annotations
@@ -376,6 +380,10 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
 
 def app_from_env() -> FastAPI:
     """``uvicorn --factory spanseek.service.app:app_from_env``: settings from the SPANSEEK_* environment, traces
-    exported when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (service.tracing)."""
-    return create_app(Settings(),  # type: ignore[call-arg]  # index comes from SPANSEEK_INDEX
-                      tracer_provider=provider_from_environment(os.environ))
+    exported when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (service.tracing). uvicorn's own flags, not these settings,
+    configure its server: a warning at start names the settings that do not apply and the flags that pass them."""
+    from spanseek.service.server import started_without_serve
+
+    settings = Settings()  # type: ignore[call-arg]  # index comes from SPANSEEK_INDEX
+    log.warning(started_without_serve(settings))
+    return create_app(settings, tracer_provider=provider_from_environment(os.environ))

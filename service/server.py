@@ -227,6 +227,36 @@ def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> 
     )
 
 
+UVICORN_DEFAULTS = {"host": "127.0.0.1", "port": 8000}  # what uvicorn listens on without --host / --port
+
+
+def uvicorn_flags(settings: Settings) -> list[str]:
+    """The ``uvicorn`` command-line flags that give a server started by uvicorn itself (``uvicorn --factory
+    spanseek.service.app:app_from_env``) what ``server_config`` takes from the settings: the address, the
+    keep-alive, and whose X-Forwarded-For is believed. uvicorn reads none of them from SPANSEEK_* variables."""
+    flags = ["--timeout-keep-alive", str(settings.keep_alive_s)]
+    if settings.forwarded_allow_ips:
+        flags += ["--proxy-headers", "--forwarded-allow-ips", ",".join(settings.forwarded_allow_ips)]
+    else:  # uvicorn's own default believes 127.0.0.1 (or its FORWARDED_ALLOW_IPS variable)
+        flags.append("--no-proxy-headers")
+    for name, default in UVICORN_DEFAULTS.items():
+        if getattr(settings, name) != default:
+            flags += [f"--{name}", str(getattr(settings, name))]
+    return flags
+
+
+def started_without_serve(settings: Settings) -> str:
+    """What a server started by uvicorn itself does not apply of the settings, and the command that applies what
+    uvicorn can: one line for the log at start."""
+    return ("started by uvicorn, not `spanseek serve`: uvicorn takes its own flags, not these settings. "
+            f"keep_alive_s ({settings.keep_alive_s} s; uvicorn's default 5 s races clients' 5 s pools), "
+            "forwarded_allow_ips, host and port hold only when given as flags: uvicorn --factory "
+            f"spanseek.service.app:app_from_env {' '.join(uvicorn_flags(settings))}. header_timeout_s, "
+            "write_timeout_s and the connection deadline of body_timeout_s have no uvicorn flag and do not apply "
+            "(a body not in by body_timeout_s is still answered 408), nor does log_format: run `spanseek serve` "
+            "for them")
+
+
 LISTEN_BACKLOG = 2048  # uvicorn's default backlog (it listens again with its own)
 
 

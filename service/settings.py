@@ -1,6 +1,6 @@
 """Service settings: every field is also an environment variable with the ``SPANSEEK_`` prefix.
 
-``SPANSEEK_INDEX=/data/index SPANSEEK_MAX_BATCH_SIZE=64 uvicorn ...`` or ``spanseek serve --index ...``
+``SPANSEEK_INDEX=/data/index SPANSEEK_MAX_BATCH_SIZE=64 spanseek serve`` or ``spanseek serve --index ...``
 (the CLI flags mirror these fields). Each field's comment says what it trades off.
 """
 
