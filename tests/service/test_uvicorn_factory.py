@@ -7,8 +7,8 @@ import logging
 import sys
 
 import pytest
-
 import uvicorn.main  # noqa: F401  # the module; ``uvicorn.main`` the attribute is its click command
+
 from spanseek.service.app import app_from_env
 from spanseek.service.server import uvicorn_flags
 from spanseek.service.settings import Settings
