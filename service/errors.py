@@ -95,10 +95,12 @@ class UnsupportedMediaType(ServiceError, status=415, error="unsupported_media_ty
 
 
 class Overloaded(ServiceError, status=429, error="overloaded"):
-    """The batcher's queue is full: come back after ``retry_after`` seconds."""
+    """The batcher's queue is full: come back after ``retry_after`` seconds. ``reason`` says which limit refused it
+    (service.metrics.REFUSAL_REASONS: queue_full, wait_budget, fair_share), for the metrics only."""
 
-    def __init__(self, message: str, retry_after: float):
+    def __init__(self, message: str, retry_after: float, reason: str = "queue_full"):
         super().__init__(message, {"Retry-After": str(max(1, math.ceil(retry_after)))})
+        self.reason = reason
 
 
 class ReloadThrottled(Overloaded, error="reload_throttled"):
@@ -267,6 +269,8 @@ def install_error_handlers(app: FastAPI, on_error=None) -> None:
         state = getattr(request.app.state, "service", None)
         answered = exc if state is None else too_many_queries(exc, state.settings.max_queries_per_request)
         response = error_response(answered, request_id_of(request))
+        if isinstance(answered, Overloaded):  # why, for the refusals' metric (service.middleware)
+            request.scope.setdefault("state", {})["refusal"] = answered.reason
         if on_error is not None and request.url.path != "/ready":  # a probe's 503 while starting is its answer
             on_error(error_type_of(answered))
         return response

@@ -52,6 +52,13 @@ STAGES = ("queue", "encode", "search", "aggregate")
 # why the server cut a connection off (service.server): its request head, or its whole request, not in by the
 # deadline, or its answer not read for write_timeout_s
 CUT_REASONS = ("head", "request", "unread_answer")
+# the `read` label of spanseek_request_duration_seconds: "true" for a search whose body asked for `read` (a reader
+# pass per passage read, about 10x a plain search), "false" for every other, those refused before their body was read
+# included
+READ_LABELS = ("false", "true")
+# why a search was refused with 429 (spanseek_search_refusals_total): the queue full (max_queue), its batch too far
+# off (max_queue_wait_ms), or its client past its fair share of the queue while other clients wait
+REFUSAL_REASONS = ("queue_full", "wait_budget", "fair_share")
 
 
 class CacheCollector(Collector):
@@ -80,8 +87,14 @@ class ServiceMetrics:
         self.question_cache = CacheCollector()
         r.register(self.question_cache)
         self.request_duration = Histogram(
-            "spanseek_request_duration_seconds", "POST /search latency by unit and HTTP status",
-            ["unit", "status"], buckets=LATENCY_BUCKETS, registry=r,
+            "spanseek_request_duration_seconds", "POST /search latency by unit, HTTP status and whether it asked "
+            "for read (true: its top passages read by the reader, about 10x slower)",
+            ["unit", "status", "read"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.search_refusals = Counter(
+            "spanseek_search_refusals_total", "POST /search refused with 429 by reason: queue_full (max_queue), "
+            "wait_budget (max_queue_wait_ms), fair_share (its client held its share of the queue)", ["reason"],
+            registry=r,
         )
         self.stage_duration = Histogram(
             "spanseek_stage_duration_seconds",
@@ -133,6 +146,8 @@ class ServiceMetrics:
                                        "read for write_timeout_s)", ["reason"], registry=r)
         for reason in CUT_REASONS:
             self.connections_cut.labels(reason=reason)
+        for reason in REFUSAL_REASONS:
+            self.search_refusals.labels(reason=reason)
         for t in ERROR_TYPES:  # zeros rather than missing series, so rate() panels show 0 instead of "no data"
             self.errors.labels(type=t)
         for unit in UNITS:
@@ -174,6 +189,13 @@ class ServiceMetrics:
                 self.write_step_duration.observe(time.perf_counter() - started)
 
         return step
+
+    def observe_search(self, unit: str, status: int, read: bool, seconds: float, refusal: str | None) -> None:
+        """Record one ``POST /search``: its latency, and when it was refused (429) why (one of ``REFUSAL_REASONS``;
+        ``refusal`` None counts as queue_full)."""
+        self.request_duration.labels(unit=unit, status=str(status), read=READ_LABELS[read]).observe(seconds)
+        if status == 429:
+            self.search_refusals.labels(reason=refusal or "queue_full").inc()
 
     def count_cut(self, reason: str) -> None:
         """Count a connection the server cut off (``reason``: one of ``CUT_REASONS``)."""

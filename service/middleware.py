@@ -68,8 +68,9 @@ class RequestContextMiddleware:
         finally:
             elapsed = time.perf_counter() - started
             if scope.get("path") == "/search" and scope["method"] == "POST":  # a GET's 405 is no search
-                self.metrics.request_duration.labels(unit=_unit_label(scope),
-                                                     status=str(status_holder["status"])).observe(elapsed)
+                state = scope.get("state", {})  # the route's ``read``, the refusal's reason (service.errors)
+                self.metrics.observe_search(_unit_label(scope), int(status_holder["status"]),
+                                            bool(state.get("read", False)), elapsed, state.get("refusal"))
             status = int(status_holder["status"])
             # a refusal under overload writes no line (it is counted in spanseek_errors_total): a flood of them
             # would otherwise cost a line each; nor does a probe or scrape answered (17,000 lines a day in compose)
@@ -192,6 +193,7 @@ class EarlyShedMiddleware:
             except Overloaded as exc:
                 if self.on_error is not None:
                     self.on_error(exc.error)
+                scope.setdefault("state", {})["refusal"] = exc.reason
                 early = self._retry_at.get(client, 0.0) - time.monotonic()
                 if early > 0:  # it ignored the Retry-After it was given: it waits it out here
                     await asyncio.sleep(min(early, self.MAX_TARPIT_S))

@@ -111,14 +111,15 @@ def check_admission(cost: BatchCostModel, queued: float, incoming: float, max_ba
     wait = queue_wait(cost, ahead, max_batch_size, inflight_remaining_s)
     if queued + incoming > max_queue:
         drain = max(0.0, inflight_remaining_s) + cost.seconds_for(queued, max_batch_size)
-        raise Overloaded(f"search queue is full ({queued:.0f} question-equivalents waiting); retry later", drain)
+        raise Overloaded(f"search queue is full ({queued:.0f} question-equivalents waiting); retry later", drain,
+                         reason="queue_full")
     if budget_s <= 0 or wait <= budget_s or ahead < max_batch_size:
         return  # within the budget, or it runs in the next batch: nothing queued waits before it
     if burst_deadline_s is not None and \
             max(0.0, inflight_remaining_s) + cost.seconds_for(queued + incoming, max_batch_size) <= burst_deadline_s:
         return  # the whole queue, these questions included, runs by the burst's deadline
     raise Overloaded(f"this request's batch would start in {wait * 1e3:.0f} ms, over this server's "
-                     f"{budget_s * 1e3:.0f} ms budget (max_queue_wait_ms); retry later", wait)
+                     f"{budget_s * 1e3:.0f} ms budget (max_queue_wait_ms); retry later", wait, reason="wait_budget")
 
 
 def check_client_share(cost: BatchCostModel, held: float, incoming: float, clients: int, max_batch_size: int,
@@ -133,4 +134,4 @@ def check_client_share(cost: BatchCostModel, held: float, incoming: float, clien
     if held + incoming > share:
         raise Overloaded(f"this client has {held:.0f} question-equivalents queued, its share of the queue is "
                          f"{share:.0f} (max_queue split among {clients} clients); retry later",
-                         cost.seconds_for(held, max_batch_size))
+                         cost.seconds_for(held, max_batch_size), reason="fair_share")

@@ -278,6 +278,7 @@ async def search(
     Blank questions get no hits; questions longer than the encoder's limit are truncated.
     """
     t0 = time.perf_counter()
+    request.state.read = bool(body.read)  # the `read` label of the request's latency (service.middleware)
     check_query_string(request)
     state = get_state(request)
     s = state.settings

@@ -22,7 +22,7 @@ MERGE = (1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 18
 BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 # the exported histogram -> its labels for one series, and its edges (+Inf apart)
 PINNED = {
-    "spanseek_request_duration_seconds": ({"unit": "phrase", "status": "200"}, LATENCY),
+    "spanseek_request_duration_seconds": ({"unit": "phrase", "status": "200", "read": "false"}, LATENCY),
     "spanseek_stage_duration_seconds": ({"stage": "encode"}, LATENCY),
     "spanseek_write_step_duration_seconds": ({}, LATENCY),
     "spanseek_write_visible_seconds": ({}, WRITE),
@@ -111,7 +111,7 @@ def test_a_rolling_deploy_reads_each_quantile_within_the_earlier_edges_bucket(me
     old, new = (median * np.exp(rng.normal(0, 0.4, 5000)) for _ in range(2))
     metrics = ServiceMetrics()
     for seconds in new:
-        metrics.request_duration.labels(unit="phrase", status="200").observe(float(seconds))
+        metrics.request_duration.labels(unit="phrase", status="200", read="false").observe(float(seconds))
     a = cumulative(old, earlier)
     b = {float(s.labels["le"]): s.value for family in metrics.registry.collect() for s in family.samples
          if s.name == "spanseek_request_duration_seconds_bucket"}

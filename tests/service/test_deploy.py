@@ -205,7 +205,7 @@ def test_dashboard_reads_the_datasource_it_is_given():
                 walk(value)
 
     walk(dashboard["panels"])
-    assert used and all(d == {"type": "prometheus", "uid": "${%s}" % variable["name"]} for d in used)
+    assert used and all(d == {"type": "prometheus", "uid": "${" + variable["name"] + "}"} for d in used)
 
 
 @pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.cuda"])

@@ -164,16 +164,18 @@ async def test_a_client_with_much_work_queued_is_refused_while_the_others_are_ad
     busy = await occupy(batcher, encoder, until)
     queued = [asyncio.create_task(batcher.submit([f"h{i}"], PHRASE, cost=3.0, client="heavy")) for i in range(2)]
     await asyncio.sleep(0.01)
-    with pytest.raises(Overloaded, match="max_queue_wait_ms"):
+    with pytest.raises(Overloaded, match="max_queue_wait_ms") as budget:
         batcher.check_would_admit("heavy")  # also what the HTTP layer asks before reading a body
+    assert budget.value.reason == "wait_budget"  # the reason label of spanseek_search_refusals_total
     batcher.check_would_admit("light")
     light = asyncio.create_task(batcher.submit(["light"], PHRASE, client="light"))
     await asyncio.sleep(0.01)
     assert not light.done()  # admitted, waiting for the worker
     batcher.max_queue_wait = 0.0  # no wait budget: only the queue's room, shared between the two waiting clients
     batcher.max_queue = 16
-    with pytest.raises(Overloaded, match="share of the queue"):
+    with pytest.raises(Overloaded, match="share of the queue") as share:
         await batcher.submit(["h"], PHRASE, cost=3.0, client="heavy")  # 6 + 3 > 16 / 2
+    assert share.value.reason == "fair_share"  # not a sign of too little capacity: the overload alert leaves it out
     encoder.gate.set()
     await asyncio.wait_for(asyncio.gather(busy, *queued, light), 30)
     await batcher.stop()

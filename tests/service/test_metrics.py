@@ -30,10 +30,10 @@ def test_metrics_reflect_traffic(client, tiny_searcher):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     m = samples(r.text)
     for unit, requests, questions in [("phrase", 1, 2), ("passage", 1, 2), ("doc", 1, 2)]:
-        assert m[("spanseek_request_duration_seconds_count", (("status", "200"), ("unit", unit)))] == requests
+        assert m[("spanseek_request_duration_seconds_count", (("read", "false"), ("status", "200"), ("unit", unit)))] == requests
         assert m[("spanseek_questions_total", (("unit", unit),))] == questions
-    assert m[("spanseek_request_duration_seconds_count", (("status", "400"), ("unit", "doc")))] == 1
-    assert m[("spanseek_request_duration_seconds_count", (("status", "422"), ("unit", "invalid")))] == 1
+    assert m[("spanseek_request_duration_seconds_count", (("read", "false"), ("status", "400"), ("unit", "doc")))] == 1
+    assert m[("spanseek_request_duration_seconds_count", (("read", "false"), ("status", "422"), ("unit", "invalid")))] == 1
     assert not [labels for (name, labels) in m if name == "spanseek_request_duration_seconds_count"
                 and ("status", "405") in labels]
     assert m[("spanseek_errors_total", (("type", "method_not_allowed"),))] == 1  # counted as an error still
@@ -96,7 +96,7 @@ def test_latency_buckets_read_p50_p95_p99_within_10_percent(histogram, median):
     before read p99 of 50 ms searches 69% off, of 600 ms batches 53%, and any write past 30 s as 30 s."""
     latencies = median * np.exp(np.random.default_rng(0).normal(0, 0.4, 5000))
     metrics = ServiceMetrics()
-    labels = {"request_duration": {"unit": "phrase", "status": "200"}, "merge_duration": {"outcome": "ok"}}.get(
+    labels = {"request_duration": {"unit": "phrase", "status": "200", "read": "false"}, "merge_duration": {"outcome": "ok"}}.get(
         histogram, {})
     observed = getattr(metrics, histogram)
     observed = observed.labels(**labels) if labels else observed

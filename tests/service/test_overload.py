@@ -81,8 +81,10 @@ def test_a_request_that_joins_the_next_batch_is_never_refused_by_the_budget():
         check_admission(cost, queued=32, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
                         inflight_remaining_s=5.0)
     assert int(e.value.headers["Retry-After"]) >= 5
-    with pytest.raises(Overloaded):  # the hard cap still holds for the next batch
+    assert e.value.reason == "wait_budget"
+    with pytest.raises(Overloaded) as full:  # the hard cap still holds for the next batch
         check_admission(cost, queued=31, incoming=1, max_batch_size=32, max_queue=31, budget_s=0.3)
+    assert full.value.reason == "queue_full"
     # fair queueing: what runs before it counts, not the whole queue
     check_admission(cost, queued=64, incoming=1, max_batch_size=32, max_queue=256, budget_s=0.3,
                     inflight_remaining_s=5.0, ahead=3)
@@ -112,6 +114,11 @@ async def test_requests_beyond_the_wait_budget_get_429_with_retry_after(hold_wor
         assert len(refused) == 40 - 12  # admitted while <= 2 full batches were ahead: 0..11 queued questions
         assert all(r.status_code == 429 and r.json()["error"] == "overloaded" for r in refused)
         assert all(r.headers["Retry-After"] == "1" and "max_queue_wait_ms" in r.json()["message"] for r in refused)
+        refusals = {reason: f'spanseek_search_refusals_total{{reason="{reason}"}} {n:.1f}'
+                    for reason, n in (("wait_budget", 28), ("queue_full", 0), ("fair_share", 0))}
+        exposed = (await ac.get("/metrics")).text  # each refusal counted once, by the limit that refused it
+        assert all(line in exposed for line in refusals.values()), exposed
+        assert 'spanseek_request_duration_seconds_count{read="false",status="429",unit="phrase"} 28.0' in exposed
         encoder.gate.set()
         served = await asyncio.wait_for(asyncio.gather(busy, *[t for t in tasks if not t.done()]), 30)
     assert [r.status_code for r in served] == [200] * 13

@@ -35,6 +35,10 @@ def test_read_on_and_off_over_http(serve, settings_for, tiny_reader, reading_sea
         read = client.post(f"/search?unit={unit}", json={"query": QUESTION, "top_k": 3, "read": True})
         plain = client.post(f"/search?unit={unit}", json={"query": QUESTION, "top_k": 3})
         reader = client.get("/info").json()["service"]["reader"]
+        exposed = client.get("/metrics").text
+    for read_label in ("true", "false"):  # told apart: a search that reads takes about 10x one that does not
+        assert f'spanseek_request_duration_seconds_count{{read="{read_label}",status="200",unit="{unit}"}} 1.0' \
+            in exposed
         assert reader["read_passages"] == 3 and reader["fitted_read_passages"] == [3]
     assert read.status_code == plain.status_code == 200, read.text
     read_hits, plain_hits = read.json()["results"][0]["hits"], plain.json()["results"][0]["hits"]
