@@ -270,3 +270,58 @@ def test_the_ready_panel_shows_a_replica_down_or_not_ready(tmp_path):
                          timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert panel["fieldConfig"]["defaults"]["noValue"] == "no target"
+
+
+ENV_LINE = re.compile(r"^(#\s*)?(SPANSEEK_\w+)=(.*)$")
+
+
+def env_file_lines() -> dict[str, tuple[bool, str]]:
+    """deploy/spanseek.env: each variable it names -> (commented out, value)."""
+    lines = (ENV_LINE.match(line) for line in (DEPLOY / "spanseek.env").read_text().splitlines())
+    return {m[2]: (m[1] is not None, m[3]) for m in lines if m}
+
+
+def test_every_setting_can_be_given_to_the_compose_service():
+    """Each setting is passed by the compose file's `environment:`, listed in spanseek.env (the env_file it names),
+    or fixed by the image (the address it listens on); none in two places, where the compose file's value would
+    silently win. Before, settings such as SPANSEEK_KEEP_ALIVE_S never reached the container."""
+    from spanseek.service.settings import Settings
+
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["spanseek"]
+    gpu = yaml.safe_load((DEPLOY / "docker-compose.gpu.yml").read_text())["services"]["spanseek"]
+    passed = set(compose["environment"])
+    assert set(gpu["environment"]) <= passed  # the GPU file changes defaults, it passes nothing new
+    listed = env_file_lines()
+    image = {"SPANSEEK_HOST", "SPANSEEK_PORT"}
+    assert all(f"{v}=" in (ROOT / "docker" / f"Dockerfile.{kind}").read_text() for v in image for kind in ("cpu", "cuda"))
+    settings = {f"SPANSEEK_{name.upper()}" for name in Settings.model_fields}
+    assert not passed & set(listed) and not image & (passed | set(listed))
+    assert passed | set(listed) | image == settings, (passed | set(listed) | image) ^ settings
+    assert all(commented for commented, _ in listed.values())  # the shipped file changes nothing
+
+
+def test_the_env_file_gives_each_setting_its_default(tmp_path, monkeypatch):
+    """Each line of spanseek.env, uncommented, reads back as the setting's default (its help says it is)."""
+    from spanseek.service.settings import Settings
+
+    defaults = Settings(index=tmp_path)
+    for var, (_, value) in env_file_lines().items():
+        monkeypatch.setenv(var, value)
+    read = Settings(index=tmp_path)
+    assert {n: getattr(read, n) for n in Settings.model_fields} == {n: getattr(defaults, n) for n in Settings.model_fields}
+
+
+def test_a_setting_in_the_env_file_reaches_the_service(tmp_path):
+    """SPANSEEK_ENV_FILE names a file of one's own; the service gets its settings, and the compose file's own entries
+    stay as given in the shell."""
+    own = tmp_path / "spanseek.env"
+    own.write_text("SPANSEEK_KEEP_ALIVE_S=620\nSPANSEEK_MAX_QUEUE_WAIT_MS=250\n")
+    out = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="x", SPANSEEK_ENV_FILE=str(own),
+                         SPANSEEK_MAX_BATCH_SIZE="32")
+    assert out.returncode == 0, out.stderr
+    environment = yaml.safe_load(out.stdout)["services"]["spanseek"]["environment"]
+    assert environment["SPANSEEK_KEEP_ALIVE_S"] == "620" and environment["SPANSEEK_MAX_QUEUE_WAIT_MS"] == "250"
+    assert environment["SPANSEEK_MAX_BATCH_SIZE"] == "32"
+    out = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="x")  # the shipped file: nothing added
+    assert out.returncode == 0, out.stderr
+    assert "SPANSEEK_KEEP_ALIVE_S" not in yaml.safe_load(out.stdout)["services"]["spanseek"]["environment"]
