@@ -15,7 +15,8 @@ or the page's, or heads that take turns in one place: ``pdf_layout.running``) an
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left script are put in reading order. A paragraph
 is continued on the next page when its page's last box does not end a sentence or the next page's first box starts in
-lower case (unless either is a table's row), past the footnotes at the foot of the page or column
+lower case (unless either is a table's row or a heading: ``pdf_layout.heading``; a heading at a page's foot goes
+with the next page's first paragraph, ``PARAGRAPH_BREAK`` apart), past the footnotes at the foot of the page or column
 (``pdf_layout.footnotes``), which follow it; it is then one paragraph with ``page`` (where it starts,
 1-based) and ``page_end``. Every other paragraph has its ``page``. The title is the title property unless a program
 filled it in ("Microsoft Word - report.docx"), else the first page's text in the largest type when it stands out.
@@ -52,6 +53,10 @@ _CID = re.compile(r"\(cid:\d+\)")  # how pdfminer writes a glyph whose font maps
 # a title property that a program filled in, not a title: "Microsoft Word - report.docx", a file name, "Untitled"
 _PLACEHOLDER_TITLE = re.compile(r"(microsoft\s+\w+\s+-\s+.*|untitled.*|document\d*|.*\.(docx?|pdf|rtf|odt|pptx?|"
                                 r"xlsx?|indd|tex|dvi|ps|txt|html?))", re.I)
+
+
+# two paragraphs in one: a heading and the text after it (an answer never crosses it; ``core.hits``)
+PARAGRAPH_BREAK = "\n\n"
 
 
 class IngestError(CorpusError):
@@ -139,7 +144,7 @@ class Sections:
             self._level_ones += level == 1
             if self._last_level:
                 self.paths.pop()
-                text = f"{self.texts.pop()}\n\n{text}"
+                text = f"{self.texts.pop()}{PARAGRAPH_BREAK}{text}"
         self._last_level = level
         self.texts.append(text)
         self.paths.append(self._open)
@@ -484,9 +489,11 @@ def extract_pdf(path: Path) -> Extracted:
     texts = iter(pdf_layout.dehyphenate([b.text.translate(pdf_layout.LIGATURES) for p in pages for b in p.blocks]))
     paragraphs: list[str] = []
     metas: list[dict[str, Any]] = []
-    row = False  # whether the paragraph before is a table's row: a row goes on with nothing, and nothing with it
+    # whether the paragraph before is a table's row or a heading: it goes on with nothing, and nothing with it
+    apart = after_heading = False  # (the paragraph before ends in a heading)
     notes: list[tuple[str, int]] = []  # footnotes read since that paragraph, with their pages: they follow it
-    body = pdf_layout.body_size([(p.blocks, p.bottom, p.top) for p in pages])
+    laid_out = [(p.blocks, p.bottom, p.top) for p in pages]
+    body, bold_text = pdf_layout.body_size(laid_out), pdf_layout.bold_body(laid_out)
 
     def read_notes() -> None:  # the footnotes set aside, after the paragraph that ran past them
         paragraphs.extend(note for note, _ in notes)
@@ -504,14 +511,18 @@ def extract_pdf(path: Path) -> Extracted:
                 read_notes()
             last = metas[-1] if metas else {}
             ends_on = last.get("page_end", last.get("page"))  # the page the paragraph before ends on
-            if (ends_on in (number - 1, number) and not row and not block.cells
-                    and _continues(paragraphs[-1], box, same_page=i > 0)):
-                paragraphs[-1] = f"{paragraphs[-1]} {box}"
+            heading = pdf_layout.heading(block, body, bold_text)
+            text = not block.cells and not heading
+            # a heading at the foot of a page goes with the text that opens the next page, a paragraph break apart
+            under = text and after_heading and i == 0 and ends_on == number - 1
+            if under or (text and not apart and ends_on in (number - 1, number)
+                         and _continues(paragraphs[-1], box, same_page=i > 0)):
+                paragraphs[-1] = f"{paragraphs[-1]}{PARAGRAPH_BREAK if under else ' '}{box}"
                 metas[-1] = last if last["page"] == number else {"page": last["page"], "page_end": number}
             else:
                 read_notes()
                 paragraphs.append(box)
                 metas.append({"page": number})
-            row = bool(block.cells)
+            apart, after_heading = bool(block.cells) or heading, heading
     read_notes()
     return Extracted(_pdf_title(info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)

@@ -42,6 +42,10 @@ RUNNING_DRIFT = 0.5
 HEAD_GAP = 1.5
 # a footnote is set in type at most this share of the body's size
 FOOTNOTE_SIZE = 0.9
+# a heading is set in type at least this many times the body's size (or in bold), in at most this many lines and words
+HEADING_SIZE = 1.15
+HEADING_LINES = 3
+HEADING_WORDS = 25
 # typographic ligatures (Unicode's Alphabetic Presentation Forms) as their letters: "ﬁnancial" is not "financial"
 # to the tokenizer or the lexical index
 LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
@@ -485,6 +489,27 @@ def body_size(pages: Sequence[tuple[Sequence[Block], float, float]]) -> int:
         for block in blocks:
             sizes[round(block.size)] += len(block.text)
     return sizes.most_common(1)[0][0] if sizes else 0
+
+
+def bold_body(pages: Sequence[tuple[Sequence[Block], float, float]]) -> bool:
+    """Whether most of a document's characters are in bold type: then bold sets nothing apart (``heading``)."""
+    bold = total = 0
+    for blocks, _, _ in pages:
+        for block in blocks:
+            total += len(block.text)
+            bold += len(block.text) * block.bold
+    return 2 * bold > total
+
+
+def heading(block: Block, body: int, bold_text: bool = False) -> bool:
+    """Whether a block is set apart as a heading: at most ``HEADING_LINES`` lines and ``HEADING_WORDS`` words, not a
+    table's row, in type clearly larger than the body's (``HEADING_SIZE`` times ``body``: ``body_size``) or in bold
+    where the body is not (``bold_text``: ``bold_body``). A heading is a paragraph of its own: neither the text
+    before it (on its page or the one before) nor the text after it goes on into it."""
+    lines_ = block.text.strip().count("\n") + 1
+    return (not block.cells and lines_ <= HEADING_LINES and len(block.text.split()) <= HEADING_WORDS
+            and any(c.isalpha() for c in block.text)
+            and (block.size >= HEADING_SIZE * body or (block.bold and not bold_text)))
 
 
 def footnotes(blocks: Sequence[Block], bottom: float, top: float, body: int) -> set[int]:

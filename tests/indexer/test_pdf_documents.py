@@ -447,3 +447,23 @@ def test_log_lines_at_the_tops_of_pages_are_kept(tmp_path):
              for n in range(1, 5)]
     words = " ".join(extract_pdf(lines_pdf(tmp_path / "log.pdf", pages)).paragraphs).split()
     assert words == [w for page in pages for _, _, line in page for w in line.split()]
+
+
+@pytest.mark.parametrize("style,size", [("B", 10), ("", 14)])
+def test_a_heading_at_the_foot_of_a_page_is_apart_from_the_text_around_it(tmp_path, style, size):
+    """A heading set apart (in bold, or in larger type) at the foot of a page ends the paragraph before it, though
+    that one ends no sentence, and goes with the next page's text a paragraph break apart (no answer runs from it
+    into that text), not as one sentence ("Section 9 iPods with ..."). A heading on the page's own text stays apart
+    from its paragraph too."""
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    body = ["iPods with colour screens sold well across", "the product line in many markets that year."]
+    for lines in ([*column(20, 30, [A[:2]]), (20, 270, "Section 9", style, size)],
+                  [*column(20, 30, [body]), (20, 60, "Section 10", style, size), *column(20, 70, [["iPods sold."]])]):
+        pdf.add_page()
+        for x, y, text, *font in lines:
+            pdf.set_font("helvetica", *font or ("", 10))
+            pdf.text(x, y, text)
+    pdf.output(str(tmp_path / "heading.pdf"))
+    extracted = extract_pdf(tmp_path / "heading.pdf")
+    assert extracted.paragraphs == [text_of(A[:2]), f"Section 9\n\n{text_of(body)}", "Section 10", "iPods sold."]
+    assert extracted.paragraph_meta == [{"page": 1}, {"page": 1, "page_end": 2}, {"page": 2}, {"page": 2}]
