@@ -51,7 +51,7 @@ on the command line must have one of those suffixes. Each file is one document:
   as above; PowerPoint files: ``indexer.slides``. Then ``indexer.chunking`` makes passages of them, never mixing two
   pages of a PDF, two slides or two sections.
 - **meta**: ``source`` (the path), Markdown front matter (YAML), HTML ``<meta name|property=... content=...>``
-  tags, a PDF's page count (``pages``) or a deck's slide count (``slides``), and the fixed ``extra_meta`` given; all of it is stored in the index and
+  tags and a page's ``author`` and ``date`` (its byline as trafilatura reads it; the date ISO-8601), a PDF's page count (``pages``) or a deck's slide count (``slides``), and the fixed ``extra_meta`` given; all of it is stored in the index and
   comes back with hits. Passages of a PDF carry their ``page`` (and ``page_end`` when a paragraph runs onto the
   next page), those of a PowerPoint file their ``slide`` and ``section`` (the slide's title), those of a Word,
   Markdown or HTML file their ``section`` (the heading path, "Intro > Scope"); hits return them in ``meta`` too.

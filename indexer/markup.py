@@ -504,10 +504,18 @@ def _pre_as_code(tree: Any) -> None:
         code.extend(child for child in list(pre) if child is not code)
 
 
-def _main_content(source: str, where: str) -> Sections | None:
+def _byline(found: Any) -> dict[str, str]:
+    """The author and date trafilatura finds for a page (its byline, ``<meta name="author">``,
+    ``article:published_time``, ``<time datetime>``, JSON-LD), as metadata: ``author`` as the page names them (several
+    "; " apart), ``date`` an ISO-8601 date (2026-05-04), as filters compare dates; keys it does not find are absent."""
+    return {key: value for key in ("author", "date") if isinstance(value := getattr(found, key, None), str) and value}
+
+
+def _main_content(source: str, where: str) -> tuple[Sections | None, dict[str, str]]:
     """The paragraphs of an HTML page's main content (trafilatura: navigation, footers, asides and other
     boilerplate dropped), with sections from its headings, table rows named by their header row (trafilatura marks
-    the cells of a table's first row with <th> cells ``role="head"``) and code blocks' lines; None when it finds none."""
+    the cells of a table's first row with <th> cells ``role="head"``) and code blocks' lines, None when it finds
+    none; and its author and date (``_byline``)."""
     try:
         import trafilatura
     except ImportError:
@@ -518,7 +526,7 @@ def _main_content(source: str, where: str) -> Sections | None:
         tree = html.document_fromstring(source.encode("utf-8"), parser=html.HTMLParser(
             huge_tree=True, encoding="utf-8", remove_comments=True, remove_pis=True))
     except (etree.ParserError, ValueError):  # no element at all
-        return None
+        return None, {}
     _clamp_spans(tree)
     _stack_header_rows(tree)
     _split_header_spans(tree)
@@ -526,13 +534,18 @@ def _main_content(source: str, where: str) -> Sections | None:
     _figures_as_text(tree)
     try:
         with _quiet_trafilatura():
+            # with its metadata: the byline it takes out of the text (the author, the date) is kept as such;
+            # dates only where the page marks them (meta tags, <time>, the byline), not guessed from its text
             found = trafilatura.bare_extraction(tree, fast=True, favor_recall=True, include_comments=False,
-                                                include_tables=True, config=_trafilatura_config())
+                                                include_tables=True, with_metadata=True, config=_trafilatura_config(),
+                                                date_extraction_params={"extensive_search": False,
+                                                                        "original_date": True})
     except RecursionError:  # lists nested thousands deep: the page is read whole (``_HTMLText`` does not recurse)
-        return None
+        return None, {}
+    byline = _byline(found)
     body = getattr(found, "body", None)
     if body is None:
-        return None
+        return None, byline
     for br in body.iter("lb"):  # a line break inside a paragraph reads as a space, inside code as a new line
         br.tail = ("\n" if any(a.tag == "code" for a in br.iterancestors()) else " ") + (br.tail or "")
     out, table, rows = Sections(), None, _TableRows()
@@ -559,7 +572,7 @@ def _main_content(source: str, where: str) -> Sections | None:
             out.add(_line(own.replace(_SPANNED, "")), int(level.group(1)) if level else 0)
     for text in rows.end():
         out.add(text)
-    return out if out.texts else None
+    return out if out.texts else None, byline
 
 
 def extract_html(source: str, where: str = "<html>") -> Extracted:
@@ -571,13 +584,15 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
     parser = _HTMLText(page=True)
     parser.feed(source)
     parser.close()
-    main = _main_content(source, where)
+    main, byline = _main_content(source, where)
     full = parser.text
     headings = {h for path in full.paths for h in path}  # a page's sections, not only its title
     if main is None or (not any(main.paths) and len(headings) > 1
                         and sum(map(len, main.texts)) >= MAIN_SHARE * sum(map(len, full.texts))):
         main = full
-    return main.extracted(parser.title or parser.first_h1, dict(parser.meta), title_heading=parser.first_h1)
+    meta = {**byline, **parser.meta}  # the page's own meta tags as written, but ``date`` in the form filters compare
+    meta.update({"date": byline["date"]} if "date" in byline else {})
+    return main.extracted(parser.title or parser.first_h1, meta, title_heading=parser.first_h1)
 
 
 def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:

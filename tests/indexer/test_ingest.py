@@ -91,6 +91,24 @@ def test_html_keeps_the_main_content_and_drops_navigation_footers_and_asides():
     assert not any(word in text for word in ("Home", "About us", "ACME", "Related", "newsletter", "Copyright"))
 
 
+@pytest.mark.parametrize("head,byline,meta", [
+    ("", "<p class='byline'>By Jane Roe, 4 May 2026</p>", {"author": "Jane Roe", "date": "2026-05-04"}),
+    ("", "<p>By <span class='author'>Jane Roe</span>, <time datetime='2026-05-04'>4 May 2026</time></p>",
+     {"author": "Jane Roe", "date": "2026-05-04"}),
+    ("<meta name='author' content='jane roe'><meta property='article:published_time' content='2026-05-04T10:00:00Z'>",
+     "", {"author": "jane roe", "article:published_time": "2026-05-04T10:00:00Z", "date": "2026-05-04"}),
+    ("<meta name='date' content='May 4, 2026'>", "", {"date": "2026-05-04"}),
+    ("", "", {}),  # no date guessed from the text or the footer's copyright year
+])
+def test_an_html_pages_byline_is_kept_as_its_author_and_date(head, byline, meta):
+    """Main-content extraction takes a byline out of the text; its author and date stay with the page as metadata
+    (the page's own meta tags as written, the date as an ISO-8601 date, which filters compare)."""
+    text = "Kellerton harbour opened in 1872 and grew through the next century. " * 8
+    page = (f"<html><head><title>Harbour</title>{head}</head><body><main><article><h1>Harbour news</h1>{byline}"
+            f"<p>{text}</p></article></main><footer>Copyright 2026 Example News</footer></body></html>")
+    assert extract_html(page).meta == meta
+
+
 def test_html_title_falls_back_to_the_first_h1_and_an_open_head_ends_at_the_body():
     ext = extract_html("<html><head><meta name=x content=1><body><h2>Sub</h2><h1>Main</h1><p>text</p>")
     assert (ext.title, ext.paragraphs, ext.meta) == ("Main", ["text"], {"x": "1"})
