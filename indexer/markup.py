@@ -145,9 +145,11 @@ class _Table:
             self.row = self.row if self.row is not None else []  # added to in place: a row of 5,000 cells took 8 s
             self._spanned_cells()
             text = _line("".join(self.cell))
-            if self.rowspan > 1:  # the rows below have an empty cell in its columns, of its name (as trafilatura reads)
+            if self.rowspan > 1:  # the rows below have it again in its first column, each row whole in itself (a
+                # header cell's name only), and an empty cell of its name in the others (``_split_row_spans``)
                 for column in range(len(self.row), len(self.row) + self.span):
-                    self.spanned[column] = (self.rowspan - 1, ("", self.head, text))
+                    again = text if column == len(self.row) and not self.head else ""
+                    self.spanned[column] = (self.rowspan - 1, (again, self.head, text))
             self.row += [(text, self.head, text), *[("", self.head, text)] * (self.span - 1)]
             self.cell = None
 
@@ -481,6 +483,50 @@ def _split_header_spans(tree: Any) -> None:
             th.addnext(spanned)
 
 
+def _split_row_spans(tree: Any) -> None:
+    """Each body cell (<td>) spanning rows made a cell of one row, and a copy of it put in its columns in each row
+    it spans: trafilatura reads such a cell in its first row only, so the rows under it lost it ("City: Bute;
+    Population: 200" under a "Region: North" over two rows), where each row should read whole, as a passage of its
+    own ("Region: North; City: Bute; ..."), as Word's do. Header cells (<th>) are left to ``_stack_header_rows``.
+    Run after ``_clamp_spans``."""
+    import copy
+
+    for table in tree.iter("table"):
+        spanned: dict[int, tuple[int, Any]] = {}  # column -> (rows it still reaches, the cell to copy there)
+        for row in _rows(table):
+            column = 0
+            for cell in [cell for cell in row if cell.tag in _CELL]:
+                while column in spanned:  # the cells rows above span into this row come before this cell
+                    column = _copy_spanned(spanned, column, cell.addprevious)
+                depth = _span(cell.get("rowspan"))
+                if cell.tag == "td" and depth > 1:
+                    cell.set("rowspan", "1")
+                    width = _span(cell.get("colspan"))
+                    spanned.update({column: (depth - 1, copy.deepcopy(cell) if k == 0 else None)
+                                    for k, column in enumerate(range(column, column + width))})
+                column += _span(cell.get("colspan"))
+            while column in spanned:  # and those at the row's end
+                column = _copy_spanned(spanned, column, row.append)
+
+
+def _copy_spanned(spanned: dict[int, tuple[int, Any]], column: int, place: Any) -> int:
+    """Places a copy of the cell spanning into ``column`` (``_split_row_spans``); the column after its own."""
+    import copy
+
+    left, cell = spanned.pop(column)
+    width = 1
+    if cell is not None:
+        width = _span(cell.get("colspan"))
+        cell.tail = None
+        place(copy.deepcopy(cell))
+    for k in range(column, column + width):
+        if left > 1:
+            spanned[k] = (left - 1, cell if k == column else None)
+        else:
+            spanned.pop(k, None)
+    return column + width
+
+
 def _figures_as_text(tree: Any) -> None:
     """Each <figure> made a <div> and its <figcaption> a <p>: trafilatura removes a figure whole (as media) unless it
     holds a table, so a caption ("Figure 1: ..."), a code listing or a quotation set in a figure was lost."""
@@ -530,6 +576,7 @@ def _main_content(source: str, where: str) -> tuple[Sections | None, dict[str, s
     _clamp_spans(tree)
     _stack_header_rows(tree)
     _split_header_spans(tree)
+    _split_row_spans(tree)
     _pre_as_code(tree)
     _figures_as_text(tree)
     try:

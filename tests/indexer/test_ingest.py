@@ -691,10 +691,11 @@ def test_a_group_over_the_header_beside_an_empty_corner_names_its_columns():
 
 def test_a_cell_spanning_rows_keeps_the_cells_beside_it_in_their_columns():
     """The reader of Markdown's HTML did not count a body cell spanning rows in the rows below it, so their cells
-    took the names of the columns before theirs ("Port: Tue; Day: 3.3"); it reads once, as trafilatura reads it."""
+    took the names of the columns before theirs ("Port: Tue; Day: 3.3"); it reads in each of its rows, as in a
+    page's main content and in Word."""
     table = ("<table><tr><th>Port</th><th>Day</th><th>High</th></tr><tr><td rowspan=2>Dover</td><td>Mon</td>"
              "<td>3.2</td></tr><tr><td>Tue</td><td>3.3</td></tr></table>")
-    expected = ["Port: Dover; Day: Mon; High: 3.2", "Day: Tue; High: 3.3"]
+    expected = ["Port: Dover; Day: Mon; High: 3.2", "Port: Dover; Day: Tue; High: 3.3"]
     assert extract_markdown(f"# T\n\n{table}\n").paragraphs[1:] == expected
 
 

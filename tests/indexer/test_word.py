@@ -344,3 +344,34 @@ def test_a_list_number_out_of_range_or_not_a_number_reads_without_it(tmp_path):
     p = item(document, "Configure the flow rate.", 91)
     p._p.pPr.numPr.ilvl.set(f"{{{W}}}val", "²")
     assert paragraphs(document, tmp_path) == ["a. Install the pump.", "1. Configure the flow rate."]
+
+
+def test_a_cell_spanning_rows_reads_in_each_of_its_rows_in_word_html_and_markdown(tmp_path):
+    """A body cell merged over rows (Word's vertical merge, HTML's rowspan, an HTML table in Markdown) reads in each
+    row it spans, so each row is whole as a passage ("Region: North" with Bute's row too), in every format alike; one
+    merged over columns too reads once in each row, not once per column."""
+    from spanseek.indexer.markup import extract_html, extract_markdown
+
+    rows = [["Region", "City", "Population", "Note"], ["North", "Ayr", "100", "Old"], ["", "Bute", "200", ""],
+            ["South", "Cove", "300", "New"]]
+    document = docx.Document()
+    t = table(document, rows, bold=True)
+    t.cell(1, 0).merge(t.cell(2, 0)).text = "North"
+    t.cell(1, 3).merge(t.cell(2, 3)).text = "Old"
+    document.save(tmp_path / "spans.docx")
+    expected = ["Region: North; City: Ayr; Population: 100; Note: Old", "Region: North; City: Bute; Population: 200; Note: Old",
+                "Region: South; City: Cove; Population: 300; Note: New"]
+    assert extract_docx(tmp_path / "spans.docx").paragraphs == expected
+    html = ("<table><tr><th>Region</th><th>City</th><th>Population</th><th>Note</th></tr><tr><td rowspan='2'>North</td>"
+            "<td>Ayr</td><td>100</td><td rowspan='2'>Old</td></tr><tr><td>Bute</td><td>200</td></tr>"
+            "<tr><td>South</td><td>Cove</td><td>300</td><td>New</td></tr></table>")
+    text = "<p>" + "Kellerton harbour opened in 1872 and grew through the next century. " * 8 + "</p>"
+    assert extract_html(f"<html><body><main><article><h1>Towns</h1>{text}{html}</article></main></body></html>"
+                        ).paragraphs[2:] == expected  # main content (trafilatura)
+    assert extract_markdown(f"Towns\n\n{html}\n").paragraphs[1:] == expected
+    wide = html.replace("<td rowspan='2'>North</td><td>Ayr</td>", "<td rowspan='2' colspan='2'>North</td>").replace(
+        "<td>Bute</td>", "")  # a cell over two rows and two columns
+    spanned = ["Region: North; Population: 100; Note: Old", "Region: North; Population: 200; Note: Old", expected[2]]
+    assert extract_markdown(f"Towns\n\n{wide}\n").paragraphs[1:] == spanned
+    assert extract_html(f"<html><body><main><article><h1>Towns</h1>{text}{wide}</article></main></body></html>"
+                        ).paragraphs[2:] == spanned
