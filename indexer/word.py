@@ -277,11 +277,13 @@ class _WordText:
     def line(self, p: Any, extras: list[tuple[str, Any]]) -> tuple[str, str]:
         """A paragraph's visible text on one line, and its list number or bullet ("" when none). An empty paragraph
         in a list is counted, as Word shows its number ("2." on a line of its own), unless its paragraph mark is hidden
-        too (Word then shows no line for it)."""
+        too (Word then shows no line for it) or a tracked deletion (the list's next item takes its number)."""
         style_hidden = _vanish(s.find(f"{_W}rPr") for s in self.styles.chain(self.styles.paragraph_style(p)))
         text = " ".join(self.inline(p, extras, bool(style_hidden)).split())
         mark_hidden = _vanish([p.find(f"{_W}pPr/{_W}rPr")])
-        shown = bool(text) or not (style_hidden if mark_hidden is None else mark_hidden)
+        # a paragraph whose text and mark are tracked deletions is gone once the changes are accepted: not counted
+        deleted = p.find(f"{_W}pPr/{_W}rPr/{_W}del") is not None
+        shown = bool(text) or not (deleted or (style_hidden if mark_hidden is None else mark_hidden))
         return text, self.numbering.label(p) if shown else ""
 
     def paragraph(self, p: Any, level_allowed: bool = True) -> None:

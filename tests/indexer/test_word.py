@@ -375,3 +375,22 @@ def test_a_cell_spanning_rows_reads_in_each_of_its_rows_in_word_html_and_markdow
     assert extract_markdown(f"Towns\n\n{wide}\n").paragraphs[1:] == spanned
     assert extract_html(f"<html><body><main><article><h1>Towns</h1>{text}{wide}</article></main></body></html>"
                         ).paragraphs[2:] == spanned
+
+
+def test_a_list_item_deleted_with_tracked_changes_takes_no_number(tmp_path):
+    """A list item deleted with tracked changes on (its text and its paragraph mark) is gone once the changes are
+    accepted, as the document is read: the items after it keep the numbers Word then shows ("2. Third", not
+    "3. Third"), and no deleted word is read."""
+    document = docx.Document()
+    for text in ["First", "Second", "Third"]:
+        document.add_paragraph(text, style="List Number")
+    p = document.paragraphs[1]._p
+    for run in p.findall(f"{{{W}}}r"):
+        run.find(f"{{{W}}}t").tag = f"{{{W}}}delText"
+        deletion = parse_xml(f'<w:del {nsdecls("w")} w:id="1" w:author="Ann" w:date="2026-01-01T00:00:00Z"/>')
+        run.addprevious(deletion)
+        deletion.append(run)
+    p.get_or_add_pPr().append(parse_xml(
+        f'<w:rPr {nsdecls("w")}><w:del w:id="2" w:author="Ann" w:date="2026-01-01T00:00:00Z"/></w:rPr>'))
+    document.save(tmp_path / "deleted.docx")
+    assert extract_docx(tmp_path / "deleted.docx").paragraphs == ["1. First", "2. Third"]
