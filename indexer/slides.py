@@ -3,8 +3,9 @@
     spanseek corpus from-files talk.pptx DOCS/ --out corpus.jsonl
 
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's
-shapes in place of the group), each paragraph of a text frame one paragraph, a table's rows as Markdown's and Word's
-are ("Header: cell; Header: cell", ``documents.row_text``), then the speaker's notes. Every paragraph carries its
+shapes in place of the group), each paragraph of a text frame one paragraph (its line breaks as spaces, its fields'
+text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell", ``documents.row_text``; a cell
+merged over rows in each of them), then the speaker's notes. Every paragraph carries its
 ``slide`` (numbered from 1, hidden slides included) and, when the slide has a title, ``section`` (the title), so
 that chunking never mixes two slides. The document's title is its title property, else the first slide's title;
 its metadata has ``slides``, the count. A file python-pptx cannot open is ``Unreadable``.
@@ -39,8 +40,25 @@ def _shapes(shapes: Any) -> Iterator[Any]:
 
 def _table_rows(table: Any) -> list[str]:
     """A table's rows, the cells named by the first row's (a slide table's first row is its header row, as
-    PowerPoint styles it by default); a table of one row reads its cells."""
-    return table_rows([[_line(cell.text) for cell in row.cells] for row in table.rows], table.first_row)
+    PowerPoint styles it by default); a table of one row reads its cells. A cell merged over rows reads in each of
+    them (each row whole as a passage, as Word's, HTML's and Markdown's), one merged over columns once in its row."""
+    grid: list[list[str]] = []
+    for r, row in enumerate(table.rows):
+        grid.append([])
+        for c, cell in enumerate(row.cells):
+            if cell._tc.hMerge:  # a column a cell to its left spans
+                grid[r].append("")
+            elif cell._tc.vMerge and r > 0:  # a row a cell above spans: its text again
+                grid[r].append(grid[r - 1][c] if c < len(grid[r - 1]) else "")
+            else:
+                grid[r].append(_line(cell.text))
+    return table_rows(grid, table.first_row)
+
+
+def _paragraph_texts(frame: Any) -> list[str]:
+    """A text frame's paragraphs, each on one line: its runs, line breaks (Shift+Enter) as spaces, fields' text (a
+    date, a slide number); empty ones left out."""
+    return [text for p in frame.paragraphs if (text := _line(p.text))]
 
 
 def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
@@ -54,9 +72,9 @@ def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
         if getattr(shape, "has_table", False) and shape.has_table:
             paragraphs += _table_rows(shape.table)
         elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
-            paragraphs += [text for p in shape.text_frame.paragraphs if (text := _line("".join(r.text for r in p.runs)))]
+            paragraphs += _paragraph_texts(shape.text_frame)
     if slide.has_notes_slide and (notes := slide.notes_slide.notes_text_frame) is not None:
-        paragraphs += [text for p in notes.paragraphs if (text := _line("".join(r.text for r in p.runs)))]
+        paragraphs += _paragraph_texts(notes)
     return title or None, paragraphs
 
 

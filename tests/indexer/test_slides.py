@@ -82,3 +82,29 @@ def test_damaged_protected_and_old_decks_are_named(tmp_path, caplog):
     assert "save it as .pptx" in skipped["old.ppt"]
     with pytest.raises(IngestError, match="save it as .pptx"):
         from_files([docs / "old.ppt"], tmp_path / "d.jsonl")
+
+
+def test_line_breaks_and_cells_merged_over_rows_read_as_on_the_slide(tmp_path):
+    """A line break in a paragraph (Shift+Enter) is a space between its words, not nothing ("nine closes", not
+    "ninecloses"), in a slide's text and its notes; a table's cell merged over rows reads in each of them, as in
+    Word, HTML and Markdown (each row whole as a passage), one merged over columns once."""
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Ferries"
+    for frame in (slide.shapes.add_textbox(Inches(1), Inches(1.5), Inches(4), Inches(1)).text_frame,
+                  slide.notes_slide.notes_text_frame):
+        paragraph = frame.paragraphs[0]
+        paragraph.add_run().text = "Opens at nine"
+        paragraph.add_line_break()
+        paragraph.add_run().text = "closes at five"
+    table = slide.shapes.add_table(4, 3, Inches(1), Inches(3), Inches(6), Inches(1.5)).table
+    for r, row in enumerate([["Region", "Town", "Ferries"], ["North", "Ayr", "2"], ["", "Bute", "1"],
+                             ["South", "Cove", ""]]):
+        for c, text in enumerate(row):
+            table.cell(r, c).text = text
+    table.cell(1, 0).merge(table.cell(2, 0))
+    table.cell(3, 1).merge(table.cell(3, 2))
+    deck.save(str(tmp_path / "ferries.pptx"))
+    assert extract_pptx(tmp_path / "ferries.pptx").paragraphs == [
+        "Ferries", "Opens at nine closes at five", "Region: North; Town: Ayr; Ferries: 2",
+        "Region: North; Town: Bute; Ferries: 1", "Region: South; Town: Cove", "Opens at nine closes at five"]
