@@ -61,6 +61,9 @@ def _code(text: str) -> str:
     return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + _line(line) for line in lines)
 
 
+# a table's cells spanning rows are read in each of them unless that takes more copies than this many times the
+# table's own cells (spans that push every row's cells past the last: a hostile page's, which took minutes)
+SPAN_COPIES = 1
 # the text of a cell that stands for a column the header cell before it spans (``_split_header_spans``): a Unicode
 # noncharacter, which no text holds (a private-use one, U+E000, is a glyph of an icon font: a page's own was lost)
 _SPANNED = "\ufdd0"
@@ -125,14 +128,19 @@ class _Table:
     span: int = 1  # the columns the open cell spans
     rowspan: int = 1  # the rows it spans
     in_thead: bool = False
-    # the columns that cells of rows above span into the next rows: rows left, and the (empty) cell each row gets
+    # the columns that cells of rows above span into the next rows: rows left, and the cell each row gets
     spanned: dict[int, tuple[int, tuple[str, bool, str]]] = field(default_factory=dict)
+    cells: int = 0  # the table's own cells read
+    copies: int = 0  # the cells spanning rows read again in the rows below
 
     def _spanned_cells(self) -> None:
         """The cells that rows above span into the open row at its end, so the cells after them keep their column."""
         assert self.row is not None
         while (column := len(self.row)) in self.spanned:
             left, cell = self.spanned[column]
+            if cell[0] and self.copies >= SPAN_COPIES * self.cells:  # (``_split_row_spans``)
+                cell = ("", *cell[1:])
+            self.copies += bool(cell[0])
             self.row.append(cell)
             if left > 1:
                 self.spanned[column] = (left - 1, cell)
@@ -145,6 +153,7 @@ class _Table:
             self.row = self.row if self.row is not None else []  # added to in place: a row of 5,000 cells took 8 s
             self._spanned_cells()
             text = _line("".join(self.cell))
+            self.cells += 1
             if self.rowspan > 1:  # the rows below have it again in its first column, each row whole in itself (a
                 # header cell's name only), and an empty cell of its name in the others (``_split_row_spans``)
                 for column in range(len(self.row), len(self.row) + self.span):
@@ -487,44 +496,43 @@ def _split_row_spans(tree: Any) -> None:
     """Each body cell (<td>) spanning rows made a cell of one row, and a copy of it put in its columns in each row
     it spans: trafilatura reads such a cell in its first row only, so the rows under it lost it ("City: Bute;
     Population: 200" under a "Region: North" over two rows), where each row should read whole, as a passage of its
-    own ("Region: North; City: Bute; ..."), as Word's do. Header cells (<th>) are left to ``_stack_header_rows``.
-    Run after ``_clamp_spans``."""
+    own ("Region: North; City: Bute; ..."), as Word's do. Header cells (<th>) are left to ``_stack_header_rows``. A
+    table whose copies would outnumber its own cells (``SPAN_COPIES``: spans that push each row's cells past the
+    last, a hostile page's) is left as it is. Run after ``_clamp_spans``."""
     import copy
 
     for table in tree.iter("table"):
-        spanned: dict[int, tuple[int, Any]] = {}  # column -> (rows it still reaches, the cell to copy there)
+        spanned: dict[int, tuple[int, Any]] = {}  # column -> (rows it still reaches, the cell spanning it)
+        copies: list[tuple[Any, Any, bool]] = []  # (the cell to copy, where: a cell or a row, before it or at its end)
+        own = 0
         for row in _rows(table):
             column = 0
-            for cell in [cell for cell in row if cell.tag in _CELL]:
-                while column in spanned:  # the cells rows above span into this row come before this cell
-                    column = _copy_spanned(spanned, column, cell.addprevious)
-                depth = _span(cell.get("rowspan"))
-                if cell.tag == "td" and depth > 1:
-                    cell.set("rowspan", "1")
-                    width = _span(cell.get("colspan"))
-                    spanned.update({column: (depth - 1, copy.deepcopy(cell) if k == 0 else None)
-                                    for k, column in enumerate(range(column, column + width))})
+            cells = [cell for cell in row if cell.tag in _CELL]
+            own += len(cells)
+            for cell in [*cells, None]:  # None: the row's end
+                while column in spanned and len(copies) <= SPAN_COPIES * own:  # the cells rows above span into it
+                    left, spanning = spanned[column]
+                    copies.append((spanning, cell if cell is not None else row, cell is not None))
+                    width = _span(spanning.get("colspan"))
+                    for k in range(column, column + width):
+                        if left > 1:
+                            spanned[k] = (left - 1, spanning)
+                        else:
+                            spanned.pop(k, None)
+                    column += width
+                if cell is None:
+                    break
+                if cell.tag == "td" and (depth := _span(cell.get("rowspan"))) > 1:
+                    spanned.update(dict.fromkeys(range(column, column + _span(cell.get("colspan"))), (depth - 1, cell)))
                 column += _span(cell.get("colspan"))
-            while column in spanned:  # and those at the row's end
-                column = _copy_spanned(spanned, column, row.append)
-
-
-def _copy_spanned(spanned: dict[int, tuple[int, Any]], column: int, place: Any) -> int:
-    """Places a copy of the cell spanning into ``column`` (``_split_row_spans``); the column after its own."""
-    import copy
-
-    left, cell = spanned.pop(column)
-    width = 1
-    if cell is not None:
-        width = _span(cell.get("colspan"))
-        cell.tail = None
-        place(copy.deepcopy(cell))
-    for k in range(column, column + width):
-        if left > 1:
-            spanned[k] = (left - 1, cell if k == column else None)
-        else:
-            spanned.pop(k, None)
-    return column + width
+        if not copies or len(copies) > SPAN_COPIES * own:
+            continue
+        for spanning, _, _ in copies:
+            spanning.set("rowspan", "1")
+        for spanning, where, before in copies:
+            twin = copy.deepcopy(spanning)
+            twin.tail = None
+            where.addprevious(twin) if before else where.append(twin)
 
 
 def _figures_as_text(tree: Any) -> None:
