@@ -6,8 +6,9 @@ The body is read in order: paragraphs, the rows of tables and the contents of co
 contents, nor a placeholder's prompt). A paragraph's text is its runs' (hyperlinks, fields' results, tracked
 insertions; not tracked deletions, field codes, comments or hidden text), after its list number or bullet as Word
 shows it ("2. Configure", "1.2 Scope", "• Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow
-it as paragraphs of their own. A table row is one paragraph whose cells are named by the header row ("Route: Kellerton to
-Kirkwall; Departure: 09:15"), as Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section
+it as paragraphs of their own; a phonetic guide (ruby) follows its base text in brackets. A table row is one
+paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall; Departure: 09:15"), as
+Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section
 (``documents.Sections``). Page headers and footers are left out. A file python-docx cannot open is ``Unreadable``,
 with what it is instead where its first bytes tell (an OLE file: a password-protected .docx or an old .doc; a PDF,
 RTF or OpenDocument file renamed; a truncated zip).
@@ -40,7 +41,8 @@ _MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
 # which repeats mc:Choice's text box)
 _NOT_TEXT = {f"{_W}{tag}" for tag in ("del", "moveFrom", "delText", "instrText", "delInstrText", "pPr", "rPr",
                                        "sdtPr", "sdtEndPr", "tblPr", "trPr", "tcPr")} | {f"{_MC}Fallback"}
-_CHARACTERS = {f"{_W}tab": " ", f"{_W}br": " ", f"{_W}cr": " ", f"{_W}noBreakHyphen": "-"}
+# (a ptab: a tab to a margin or the middle, "Contents<ptab/>Page" between the two sides of a line)
+_CHARACTERS = {f"{_W}tab": " ", f"{_W}ptab": " ", f"{_W}br": " ", f"{_W}cr": " ", f"{_W}noBreakHyphen": "-"}
 _ON = {"1", "true", "on"}
 _ROMAN = ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"), (50, "l"), (40, "xl"), (10, "x"),
           (9, "ix"), (5, "v"), (4, "iv"), (1, "i"))
@@ -261,6 +263,11 @@ class _WordText:
                 extras.append(("box", child))
             elif tag in (f"{_W}footnoteReference", f"{_W}endnoteReference"):
                 extras.append((tag[len(_W):-len("Reference")], child.get(f"{_W}id")))
+            elif tag == f"{_W}ruby":  # a phonetic guide over its base text: the base, the guide after it in brackets,
+                # as Word saves it as plain text ("漢字(かんじ)"; the guide comes first in the XML)
+                base, guide = (self.inline(part, extras, hidden) if (part := child.find(f"{_W}{name}")) is not None
+                               else "" for name in ("rubyBase", "rt"))
+                parts.append(f"{base}({guide})" if guide.strip() else base)
             else:  # runs, hyperlinks, inserted text, fields, content controls, drawings (for their text boxes)
                 parts.append(self.inline(child, extras, hidden))
         return "".join(parts)

@@ -394,3 +394,18 @@ def test_a_list_item_deleted_with_tracked_changes_takes_no_number(tmp_path):
         f'<w:rPr {nsdecls("w")}><w:del w:id="2" w:author="Ann" w:date="2026-01-01T00:00:00Z"/></w:rPr>'))
     document.save(tmp_path / "deleted.docx")
     assert extract_docx(tmp_path / "deleted.docx").paragraphs == ["1. First", "2. Third"]
+
+
+def test_a_position_tab_spaces_words_and_a_phonetic_guide_follows_its_base(tmp_path):
+    """A position tab (a tab to the right margin: "Contents .... Page") parts the words beside it, which read as one
+    ("ContentsPage"); a phonetic guide (ruby) reads after its base text in brackets, as Word saves it as plain text,
+    not before it as the XML holds it ("かんじ漢字")."""
+    document = docx.Document()
+    document.add_paragraph()._p.append(parse_xml(
+        f'<w:r {nsdecls("w")}><w:t>Contents</w:t><w:ptab w:relativeTo="margin" w:alignment="right" w:leader="dot"/>'
+        "<w:t>Page</w:t></w:r>"))
+    document.add_paragraph("Written ")._p.append(parse_xml(
+        f'<w:r {nsdecls("w")}><w:ruby><w:rubyPr/><w:rt><w:r><w:t>かんじ</w:t></w:r></w:rt><w:rubyBase><w:r><w:t>漢字'
+        "</w:t></w:r></w:rubyBase></w:ruby></w:r>"))
+    document.save(tmp_path / "guides.docx")
+    assert extract_docx(tmp_path / "guides.docx").paragraphs == ["Contents Page", "Written 漢字(かんじ)"]
