@@ -1,15 +1,16 @@
-"""Whether a filter selects without re-scoring: hybrid passage and document searches of held-out questions, each
-filtered to two documents that do not hold its answer and to the one that does, against the same search unfiltered.
+"""Whether a filter selects without re-scoring: phrase, passage and document searches of held-out questions in each
+mode (dense, lexical, hybrid), each filtered to two documents that do not hold its answer and to the one that does,
+against the same search unfiltered.
 
     python bench/filtered_hybrid.py --index work/demo-index --questions runs/validation.json.gz --out OUT.json
 
-For each unit it reports the mean confidence of the first hit under each filter (and unfiltered); how many filtered
-lists begin with the unfiltered list (every document, or the first ``--passage-depth`` passages) restricted to the
-filter, as far as it goes, and the largest difference between a filtered hit's score and the same unit's unfiltered
-score (the filtered search ranked as deep as the unfiltered one: a hybrid score depends on the depth of the list it
-is fused in); and the CPU time of a batch of 64 encoded questions with and without a filter (CPU time: the machines
-are shared) and their ratio. A document's questions are those of its article (the corpus is the SQuAD articles of
-the questions).
+For each mode and unit (``--modes``, ``--units``) it reports the mean confidence of the first hit under each
+filter (and unfiltered); how many filtered lists begin with the unfiltered list (every document, or the first
+``--passage-depth`` passages or phrases, a phrase compared by its span) restricted to the filter, as far as it goes,
+and the largest difference between a filtered hit's score and the same unit's unfiltered score (the filtered search
+ranked as deep as the unfiltered one: a hybrid score depends on the depth of the list it is fused in); and the CPU
+time of a batch of 64 encoded questions with and without a filter (CPU time: the machines are shared) and their
+ratio. A document's questions are those of its article (the corpus is the SQuAD articles of the questions).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def questions_of(path: str, titles: dict[str, str], n: int, seed: int) -> list[t
 
 
 def key(hit, unit: str):
+    if unit == "phrase":
+        return hit.passage_id, hit.start, hit.end
     return hit.passage_id if unit == "passage" else hit.doc_id
 
 
@@ -57,18 +60,19 @@ def run(args: argparse.Namespace) -> dict:
     filters = {"two without the answer": [rng.sample([d for d in docs if d != gold], 2) for _, gold in asked],
                "the answer's": [[gold] for _, gold in asked]}
     out: dict = {"index": args.index, "questions": len(asked)}
-    for unit, deep in (("passage", args.passage_depth), ("doc", len(docs))):
-        base = SearchParams(unit=unit, mode="hybrid", top_k=args.top_k)
+    for mode, unit in ((m, u) for m in args.modes.split(",") for u in args.units.split(",")):
+        deep = len(docs) if unit == "doc" else args.passage_depth
+        base = SearchParams(unit=unit, mode=mode, top_k=args.top_k)
         full = [h for i in range(0, len(texts), BATCH)
                 for h in searcher.search(texts[i:i + BATCH], dataclasses.replace(base, top_k=deep))]
         shallow = searcher.search(texts, base)
         row: dict = {"unfiltered first-hit confidence": statistics.fmean(h[0].confidence or 0.0
                                                                            for h in shallow if h)}
         for name, ids in filters.items():
-            got = [searcher.search([q], SearchParams(unit=unit, mode="hybrid", top_k=args.top_k,
+            got = [searcher.search([q], SearchParams(unit=unit, mode=mode, top_k=args.top_k,
                                                        filter=SearchFilter(doc_ids=tuple(d))))[0]
                    for q, d in zip(texts, ids, strict=True)]
-            ranked = [searcher.search([q], SearchParams(unit=unit, mode="hybrid", top_k=args.top_k,
+            ranked = [searcher.search([q], SearchParams(unit=unit, mode=mode, top_k=args.top_k,
                                                           rank_window=max(deep, args.top_k),
                                                           filter=SearchFilter(doc_ids=tuple(d))))[0]
                       for q, d in zip(texts, ids, strict=True)]  # as deep as the unfiltered list
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> dict:
                          "confidence >= 0.5": statistics.fmean((h[0].confidence or 0.0) >= 0.5
                                                                for h in got if h),
                          "order = unfiltered restricted": f"{same}/{len(got)}", "max |score diff|": round(diff, 4)}
-        flt = [SearchParams(unit=unit, mode="hybrid", top_k=args.top_k, filter=SearchFilter(doc_ids=tuple(d)))
+        flt = [SearchParams(unit=unit, mode=mode, top_k=args.top_k, filter=SearchFilter(doc_ids=tuple(d)))
                for d in filters["two without the answer"][:1]][0]
         batch = texts[:BATCH]
         q_start, q_end = searcher.encoder.encode(batch)
@@ -96,7 +100,7 @@ def run(args: argparse.Namespace) -> dict:
         times = {name: round(statistics.median(t) * 1000, 1) for name, t in took.items()}
         row["batch CPU ms (64 questions, median)"] = {**times, "ratio": round(times["two-document filter"]
                                                                                 / times["no filter"], 2)}
-        out[unit] = row
+        out[f"{mode} {unit}"] = row
     return out
 
 
@@ -109,6 +113,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--top-k", type=int, default=5)
     ap.add_argument("--passage-depth", type=int, default=100, help="the unfiltered passage list compared against")
+    ap.add_argument("--modes", default="dense,lexical,hybrid", help="the modes searched, comma-separated")
+    ap.add_argument("--units", default="phrase,passage,doc", help="the units searched, comma-separated")
     ap.add_argument("--repeat", type=int, default=5, help="timed batches per setting")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

@@ -769,7 +769,8 @@ def test_training_step(tmp_path, tiny_model_dir, tiny_reader):
 def test_filtered_hybrid(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/filtered_hybrid.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
               "--n", 6, "--repeat", 1, "--passage-depth", 20, "--out", tmp_path / "filtered.json")
-    figures = [f"{unit}.{name}.order = unfiltered restricted" for unit in ("passage", "doc")
-               for name in ("two without the answer", "the answer's")]
-    r = results(tmp_path / "filtered.json", *figures, "doc.batch CPU ms (64 questions, median).ratio")
-    assert r["doc"]["the answer's"]["order = unfiltered restricted"] == "6/6"  # one document: its hit is the one
+    figures = [f"{mode} {unit}.{name}.order = unfiltered restricted" for mode in ("dense", "lexical", "hybrid")
+               for unit in ("phrase", "passage", "doc") for name in ("two without the answer", "the answer's")]
+    r = results(tmp_path / "filtered.json", *figures, "hybrid doc.batch CPU ms (64 questions, median).ratio")
+    for mode in ("dense", "lexical", "hybrid"):  # one document: its hit is the one
+        assert r[f"{mode} doc"]["the answer's"]["order = unfiltered restricted"] == "6/6"
