@@ -6,8 +6,9 @@ its answer). ``hybrid`` ranks phrases by dense score + w x the passage's BM25 sc
 candidate passages (DenSPI-style), then re-ranks the head of that list (``core.rerank``); passages and documents
 are ranked by fusing the two legs' unit scores over the candidates of both: score fusion
 (``core.lexical.score_fuse``) or reciprocal rank fusion (``rrf_fuse``, unweighted). Hits carry both components.
-A filtered passage or document search fuses its candidates against the candidates of the same search without the
-filter (``LexicalFusion.unfiltered``), so its units score as they do unfiltered.
+A filtered search fuses its candidates against the candidates of the same search without the filter (the plan's
+``unfiltered``, ``core.search``): passages and documents against its units' scores, phrases against its passages'
+BM25 scores and the head of its fused list, re-ranked with them; so a unit scores as it does unfiltered.
 
 A request's ``fusion`` and ``lexical_weight`` are refused where they would rank nothing (``check_fusion``); a phrase
 request with read has its passages ranked by a passage search, its weight carried over to that unit's scale
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,9 +34,8 @@ from spanseek.core.params import (
     SearchParamsError,
     unused_fusion,
 )
-from spanseek.core.plan import Plan, StageTimes, Unfiltered
+from spanseek.core.plan import Plan
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
-from spanseek.core.selection import Selections
 from spanseek.core.spans import Spans, by_group_then_score, numpy_blas
 
 # phrase unit, hybrid: the lexical passages whose every span joins the dense candidates
@@ -42,6 +43,17 @@ LEXICAL_PASSAGES = 5
 # passage/doc units, hybrid: each leg brings at least this many units to the fused candidate list (documents are
 # few and large: the dense leg deepens its search until it has found this many)
 FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
+
+
+class RerankHead(NamedTuple):
+    """The head of one question's fused phrase ranking that ``core.rerank`` re-ranks, best first: its spans' first
+    and last token ids, fused scores, texts and the texts' lexical terms."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    fused: np.ndarray
+    texts: list[str]
+    terms: list[list[str]]
 
 
 def check_fusion(params: SearchParams, default_mode: Mode, default_fusion: Fusion) -> None:
@@ -77,8 +89,7 @@ class LexicalFusion:
     """The lexical leg of a batch, alone (``lexical``) or fused with the dense leg's spans (``hybrid``)."""
 
     def __init__(self, lexical: LexicalIndex, dense: DenseLeg, hits: HitBuilder,
-                 unit_of_passage: dict[str, np.ndarray], phrase_rerank: dict[str, float] | None,
-                 selections: Selections | None = None):
+                 unit_of_passage: dict[str, np.ndarray], phrase_rerank: dict[str, float] | None):
         self.lexical = lexical
         self.dense = dense
         self.hits = hits
@@ -88,7 +99,6 @@ class LexicalFusion:
         self._runs = {u: (order, np.flatnonzero(np.r_[True, m[order][1:] != m[order][:-1]]))
                       for u, m in unit_of_passage.items() for order in [np.argsort(m, kind="stable")]}
         self.phrase_rerank = phrase_rerank
-        self.selections = selections  # the searcher's: the live passages' selection, for ``unfiltered``
 
     def search(self, plan: Plan, batch: DenseBatch, questions: list[str]
                ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
@@ -97,34 +107,15 @@ class LexicalFusion:
         units = self.unit_of_passage.get(plan.unit)
         depth = max(plan.top_k, FUSION_DEPTH[plan.unit])
         dense = None if plan.mode == "lexical" else self.dense.candidates(batch, depth, units, units is None)
-        return self.ranked(plan, batch.scores, questions, dense, None if plan.unfiltered is None else plan.unfiltered.basis)
-
-    def unfiltered(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, questions: list[str] | None,
-                   timings: StageTimes) -> Plan:
-        """The plan with its ``unfiltered`` search (timed as ``search``): over every live passage instead of its
-        filter's selection, where the filter would change scores: hybrid passages and documents, whose fusion
-        standardises (or ranks) each leg over the candidates. Its candidates are the basis the filtered search fuses
-        against, and its hits the list the filtered hits' confidence features are read in (``core.page``), so a unit
-        that passes the filter scores, ranks among the others that pass and is as confident as without it. The plan
-        as it is where the filter selects without changing a score (every other search), or there is no filter, or
-        nothing passes it, or there is no question to search (a batch of blank ones)."""
-        flt = plan.params.filter
-        if (plan.mode != "hybrid" or plan.unit == "phrase" or flt is None or flt.passes_everything
-                or plan.selection.empty or not questions or self.selections is None):
-            return plan
-        whole = dataclasses.replace(plan, selection=self.selections.get(None), unfiltered=None)
-        with timings.timing("search"):
-            batch = self.dense.batch(whole, q_start, q_end)
-            hits, basis = self.search(whole, batch, questions)
-        assert basis is not None
-        return dataclasses.replace(plan, unfiltered=Unfiltered(hits, basis, batch))
+        return self.ranked(plan, batch.scores, questions, dense,
+                           None if plan.unfiltered is None else plan.unfiltered.basis)
 
     def ranked(self, plan: Plan, scores: BatchScores, questions: list[str], dense: list[Spans] | None,
                basis: Sequence[FusionBasis] | None = None) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
         """Per question, the plan's ``top_k`` hits: by BM25 (``dense`` None) or fused with ``dense`` spans (the
-        lexical passages' spans scored with the batch's ``scores``); and, for passages and documents in hybrid mode
-        (else None), each question's candidates as a ``FusionBasis``. ``basis``: per question, the candidates of the
-        same search without the plan's filter, which passages and documents are fused against (``fused_units``)."""
+        lexical passages' spans scored with the batch's ``scores``); and in hybrid mode (else None) each question's
+        candidates as a ``FusionBasis``. ``basis``: per question, the candidates of the same search without the
+        plan's filter, which the candidates are fused against (``fused_units``, ``fused_phrases``)."""
         if not questions:
             return [], None
         terms = self.lexical.tokenize(questions)  # once: BM25 and the re-ranker's question terms
@@ -151,7 +142,7 @@ class LexicalFusion:
                         np.concatenate([sp.scores for sp in parts]))
             if unit == "phrase":  # ranked together (one tokenisation a batch)
                 merged = dedupe_grouped(*together, self.dense.index.num_tokens, len(questions))
-                return self.fused_phrases(merged, lexical, plan, questions, terms), None
+                return self.fused_phrases(merged, lexical, plan, questions, terms, basis)
             best = self.best_per_unit(*together, unit, len(questions))
             fused = [self.fused_units(sp, lexical[b], plan, None if unit_lexical is None else unit_lexical[b],
                                       None if basis is None else basis[b]) for b, sp in enumerate(best)]
@@ -251,16 +242,23 @@ class LexicalFusion:
                               float(dense[i]), float(lex[i])) for i in pick], FusionBasis(units, dense, lex)
 
     def fused_phrases(self, spans: Sequence[Spans], lexical: np.ndarray, plan: Plan, questions: Sequence[str],
-                      question_terms: Sequence[list[str]] | None = None) -> list[list[Hit]]:
+                      question_terms: Sequence[list[str]] | None = None, basis: Sequence[FusionBasis] | None = None
+                      ) -> tuple[list[list[Hit]], list[FusionBasis]]:
         """Phrases of several questions (their candidate spans, (n, P) BM25 rows and texts): dense score + w x
         z-normalised BM25 of their passage; the head of each ranking re-ranked when the index's fusion defaults carry
         re-ranking weights, the terms of every head found in one tokenisation (``question_terms``: the questions',
-        when the caller has them)."""
-        fused, order = [], []
-        for sp, lex in zip(spans, lexical, strict=True):
+        when the caller has them). Also each question's candidate passages and the head of its fused list, as a
+        ``FusionBasis``. ``basis``: per question, those of the same search without the plan's filter: BM25 is then
+        standardised over its candidate passages, and the head re-ranked is that of both lists (``reranked``)."""
+        fused, order, bases = [], [], []
+        for q, (sp, lex) in enumerate(zip(spans, lexical, strict=True)):
             passages = self.dense.index.token_passage[sp.starts]
             cand, where = np.unique(passages, return_inverse=True)  # the candidate passages, and each span's
-            fused.append(sp.scores + plan.lexical_weight * zscore(lex[cand])[where])
+            best = np.full(len(cand), -np.inf)
+            np.maximum.at(best, where, sp.scores)
+            bases.append(FusionBasis(cand, best, lex[cand].astype(np.float64)))
+            fused.append(sp.scores + plan.lexical_weight * zscore(lex[cand],
+                                                                  None if basis is None else basis[q].lexical)[where])
             o = np.argsort(-fused[-1], kind="stable")
             order.append(o[self.hits.answers(sp.starts[o], sp.ends[o])])  # (not a lone "." or ",")
         heads = [o[:RERANK_DEPTH] if self.phrase_rerank else o[:0] for o in order]
@@ -272,22 +270,48 @@ class LexicalFusion:
         question_terms = list(terms) if question_terms is None else question_terms
         out: list[list[Hit]] = []
         for q, sp in enumerate(spans):
-            if not len(order[q]):  # no candidates, or none that can be an answer
+            o, head = order[q], heads[q]
+            mine = RerankHead(sp.starts[head], sp.ends[head], fused[q][head], texts[q], span_terms[q])
+            bases[q] = dataclasses.replace(bases[q], head=mine)
+            if not len(o):  # no candidates, or none that can be an answer
                 out.append([])
                 continue
-            o, head = order[q], heads[q]
             scores = fused[q][o]
             if self.phrase_rerank:  # the head of the fused list re-ranked; the rest follows, its scores shifted
-                features = rerank_features(fused[q][head], texts[q], questions[q], (span_terms[q], question_terms[q]))
-                score = rerank_scores(features, self.phrase_rerank)
-                new = np.argsort(-score, kind="stable")
-                tail = o[RERANK_DEPTH:]
-                o = np.concatenate([head[new], tail])
-                scores = np.concatenate([score[new], fused[q][tail] - fused[q][head[-1]] + score.min()])
+                o, scores = self.reranked(o, fused[q], mine, questions[q], question_terms[q], sp,
+                                          None if basis is None else basis[q].head)
             pos = (np.arange(len(o)) if plan.params.allow_overlap else  # distinct hits, read lazily, below
                    non_overlapping_spans(sp.starts[o], sp.ends[o], np.arange(len(o)), plan.top_k))
             passages = self.dense.index.token_passage[sp.starts]
             hits = (self.hits.hit(int(sp.starts[i]), int(sp.ends[i]), float(sc), float(sp.scores[i]),
                                   float(lexical[q][passages[i]])) for i, sc in zip(o[pos], scores[pos], strict=True))
             out.append(distinct(hits, plan.top_k) if plan.params.allow_overlap else list(hits))
-        return out
+        return out, bases
+
+    def reranked(self, order: np.ndarray, fused: np.ndarray, head: RerankHead, question: str,
+                 question_terms: Sequence[str], spans: Spans, unfiltered: RerankHead | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """One question's candidates in fused ``order`` (``fused``: their scores) with the ``head`` of that order
+        re-ranked (``core.rerank``), and their scores: the head's re-ranked, the rest shifted to follow. With
+        ``unfiltered``, the head of the same search without the plan's filter, the head re-ranked is the first
+        ``RERANK_DEPTH`` of both heads together (each span of ``spans`` once, by fused score), as that search
+        re-ranks it, and the candidates here keep their place's score in it."""
+        n = len(head.fused)
+        fused_head, texts, terms = head.fused, list(head.texts), list(head.terms)
+        pick = np.arange(n)
+        if unfiltered is not None and len(unfiltered.fused):
+            known = set(zip(spans.starts.tolist(), spans.ends.tolist(), strict=True))
+            other = [i for i, se in enumerate(zip(unfiltered.starts.tolist(), unfiltered.ends.tolist(), strict=True))
+                     if se not in known]
+            fused_head = np.concatenate([fused_head, unfiltered.fused[other]])
+            texts += [unfiltered.texts[i] for i in other]
+            terms += [unfiltered.terms[i] for i in other]
+            pick = np.argsort(-fused_head, kind="stable")[:RERANK_DEPTH]
+        features = rerank_features(fused_head[pick], [texts[i] for i in pick], question,
+                                   ([terms[i] for i in pick], question_terms))
+        score = rerank_scores(features, self.phrase_rerank or {})
+        new = np.argsort(-score, kind="stable")
+        ours = pick[new] < n  # this list's candidates in the re-ranked head (the first m of its own head)
+        tail = order[int(ours.sum()):]
+        return (np.concatenate([order[pick[new][ours]], tail]),
+                np.concatenate([score[new][ours], fused[tail] - fused_head[pick[-1]] + score.min()]))

@@ -21,7 +21,8 @@ Fusion (``core.search`` applies it per question over the candidate units of both
 - ``score_fuse``: each leg's scores z-normalised over the question's candidates, then dense + w x lexical.
 
 A filtered search fuses its candidates with the statistics (``FusionBasis``) of the same search's candidates without
-the filter, so a filter selects units without changing their scores.
+the filter, so a filter selects units without changing their scores (hybrid phrases: BM25 standardised over that
+search's candidate passages, and its head re-ranked with theirs).
 
 The default weights (``DEFAULT_FUSION``) were fitted on training questions over an index of training paragraphs
 (``python bench/hybrid.py fit``); they are recorded in each index's manifest and can be overridden per request.
@@ -38,10 +39,13 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import regex
+
+if TYPE_CHECKING:
+    from spanseek.core.fusion import RerankHead
 
 LEXICAL_DIR = "lexical"
 STOPWORDS = "en"
@@ -250,13 +254,16 @@ def zscore(x: np.ndarray, basis: np.ndarray | None = None) -> np.ndarray:
 
 @dataclass(frozen=True)
 class FusionBasis:
-    """One question's candidate units of an unfiltered search (``units``: their ids) and their scores in each leg:
-    what a filtered search's fusion standardises (score fusion) or ranks (reciprocal rank fusion) its candidates
-    against, so that a unit scores as the same search without the filter scores it, however few units pass it."""
+    """One question's candidate units of an unfiltered search (``units``: their ids; phrases: their passages) and
+    their scores in each leg (a passage's dense score: its best candidate span's): what a filtered search's fusion
+    standardises (score fusion) or ranks (reciprocal rank fusion) its candidates against, so that a unit scores as
+    the same search without the filter scores it, however few units pass it. ``head``: phrases, the head of the fused
+    list that the search re-ranks (``core.fusion.LexicalFusion.reranked``)."""
 
     units: np.ndarray
     dense: np.ndarray
     lexical: np.ndarray
+    head: RerankHead | None = None
 
     def where(self, units: np.ndarray) -> np.ndarray:
         """Each of ``units``' position among the basis's candidates, -1 where it is not one."""

@@ -12,14 +12,19 @@ from spanseek.core.query_form import is_keyword_query
 
 
 def in_unfiltered(hits: list[Hit], unfiltered: list[Hit], unit: str) -> tuple[list[Hit], list[int]]:
-    """A filtered list's hits placed in the same search's list without the filter (passage or doc ``unit``): that
-    list with each of ``hits`` in its unit's place (or, below it, where its score ranks it), and each hit's position
-    there, best first."""
+    """A filtered list's hits placed in the same search's list without the filter (of ``unit``: a phrase is its
+    span): that list with each of ``hits`` in its unit's place (or, below it, where its score ranks it), and each
+    hit's position there, best first."""
     def key(h: Hit) -> object:
-        return h.passage_id if unit == "passage" else h.doc_id
+        return (h.passage_id, h.start, h.end) if unit == "phrase" else h.passage_id if unit == "passage" else h.doc_id
 
-    mine = {key(h) for h in hits}
-    merged = sorted([*hits, *(h for h in unfiltered if key(h) not in mine)], key=lambda h: -h.score)
+    place = {key(h): i for i, h in enumerate(unfiltered)}
+    placed = list(unfiltered)
+    for h in hits:
+        if key(h) in place:
+            placed[place[key(h)]] = h
+    # (stable: a hit keeps its unit's place among equal scores, and one not listed comes after them)
+    merged = sorted([*placed, *(h for h in hits if key(h) not in place)], key=lambda h: -h.score)
     at = {id(h): i for i, h in enumerate(merged)}
     return merged, [at[id(h)] for h in hits]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -21,14 +21,20 @@ from spanseek.core.selection import Selection
 
 
 class Unfiltered(NamedTuple):
-    """A filtered hybrid passage or document search's questions searched without the filter
-    (``LexicalFusion.unfiltered``): each one's hits (which the filtered hits' confidence is read in, ``core.page``)
-    and candidates (which the filtered ones are fused against), and the dense batch (whose flat scan's products the
-    filtered search takes over)."""
+    """A filtered search's questions searched without the filter (``Searcher``'s unfiltered stage): each one's hits
+    (which the filtered hits' confidence is read in, ``core.page``), each one's candidates where hybrid fusion
+    standardises over them (which the filtered ones are fused against; None in the dense and lexical modes), and the
+    dense batch (whose flat scan's products the filtered search takes over)."""
 
     hits: list[list[Hit]]
-    basis: list[FusionBasis]
+    basis: list[FusionBasis] | None
     batch: Any  # a core.dense.DenseBatch (core.dense imports this module)
+
+    def of_questions(self, picked: Sequence[int]) -> Unfiltered:
+        """The same for the questions ``picked`` (positions in this batch; question i is ``picked[i]``), as a deeper
+        search of some of them sees it."""
+        return Unfiltered([self.hits[b] for b in picked],
+                          None if self.basis is None else [self.basis[b] for b in picked], self.batch)
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class Plan:
     """params: the request as ranked (``top_k`` is the ranking depth, offset 0, no abstention); mode, fusion and
     lexical_weight: resolved from the index's defaults; max_tokens: the longest answer; vectors: where span
     completion reads neighbour vectors; selection: the passages the search may return; unfiltered: the same search
-    without its filter, where the filter would change scores."""
+    without its filter, where a filter would otherwise change a unit's score, rank or confidence."""
 
     params: SearchParams
     mode: Mode

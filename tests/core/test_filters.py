@@ -21,6 +21,7 @@ import pytest
 from spanseek.core.filters import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, FilterError
 from spanseek.core.params import SearchFilter, SearchParams, SearchParamsError
 from spanseek.core.phrase_index import PhraseIndex
+from spanseek.core.plan import StageTimes
 from spanseek.core.search import Searcher
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.lifecycle import delete_documents
@@ -528,33 +529,106 @@ def test_a_hybrid_filter_selects_the_unfiltered_hits_with_their_scores(searcher,
         assert all(_passes(searcher, flt, h.doc_id) for h in got)
 
 
-@pytest.mark.parametrize("unit", ["passage", "doc"])
-def test_a_narrow_hybrid_filter_of_low_ranked_units_is_as_unsure_of_them_as_the_unfiltered_search(searcher, unit):
-    """Confidence is read from a hit's place in the list without the filter: the best of two units that rank low
-    unfiltered is as unsure as there (a filter does not make it the confident first hit of a short list)."""
+def _calibrated(searcher: Searcher) -> Searcher:
+    """``searcher``'s index with a calibrator for every unit and mode (fitted, it says, under the index's fusion):
+    confidence rises with the answer's probability, and falls with the rank and the gap to the best."""
     from spanseek.core.confidence import FEATURES, Calibrator, LogisticModel
 
     n = len(FEATURES)
-    coef = tuple({"score": 1.0, "gap_to_best": -1.0, "log_rank": -2.0, "answer_prob": 2.0}.get(f, 0.0)
-                 for f in FEATURES)
+    coef = tuple({"gap_to_best": -1.0, "log_rank": -2.0, "answer_prob": 2.0}.get(f, 0.0) for f in FEATURES)
     model = LogisticModel((0.0,) * n, (1.0,) * n, coef, 1.0)
-    calibrated = Searcher(searcher.index, calibrator=Calibrator(
-        {f"{u}/hybrid": model for u in ("passage", "doc")}, "fp",
-        {"fusion": {"fusion": "score", "weights": dict(searcher.lexical_weights)}}))
-    unfiltered = _search(calibrated, unit=unit, mode="hybrid", top_k=5)
-    for hits in unfiltered:
-        low = hits[3:5]  # the 4th and 5th units of the list, the first of a filter to their documents (or passages)
+    fitted = {"fusion": "score", "weights": dict(searcher.lexical_weights), "phrase_rerank": searcher.phrase_rerank}
+    return Searcher(searcher.index, calibrator=Calibrator(
+        {f"{u}/{m}": model for u in ("phrase", "passage", "doc") for m in ("dense", "lexical", "hybrid")}, "fp",
+        {"fusion": fitted}))
+
+
+def _unit_key(hit, unit: str):
+    return (hit.passage_id, hit.start, hit.end) if unit == "phrase" else hit.passage_id if unit == "passage" else \
+        hit.doc_id
+
+
+NEWLY_COVERED = [("dense", "phrase"), ("dense", "passage"), ("dense", "doc"), ("lexical", "phrase"),
+                 ("lexical", "passage"), ("lexical", "doc"), ("hybrid", "phrase")]
+
+
+@pytest.mark.parametrize(("mode", "unit"), NEWLY_COVERED)
+@pytest.mark.parametrize("name", SELECTING)
+def test_a_filtered_list_is_the_unfiltered_one_restricted_with_its_scores_and_confidences(searcher, name, mode, unit):
+    """In every mode and unit a filter selects: the filtered list is the unfiltered one restricted to the filter (both
+    ranked as deep; hybrid phrases fuse against the unfiltered candidate passages and re-rank the unfiltered head), and
+    each filtered hit listed in the unfiltered page reads the confidence it has there (from its place in that list,
+    not from its place among the few that pass), and the score where no re-ranking head moves it. Phrases: near, not
+    equal: the answer mass also counts the same answer's phrases that pass below the unfiltered page, and a hybrid
+    search of fewer tokens finds more of the passing passages' spans, which join the re-ranked head."""
+    from spanseek.core.confidence import FEATURE_DEPTH
+
+    calibrated, flt, top_k = _calibrated(searcher), FILTERS[name], 3
+    deep = 100_000 if unit != "phrase" else 200
+    everything = _search(calibrated, unit=unit, mode=mode, top_k=deep)
+    ranked = _search(calibrated, unit=unit, mode=mode, top_k=top_k, rank_window=deep, filter=flt)
+    for hits, got in zip(everything, ranked, strict=True):
+        want = [h for h in hits if _passes(searcher, flt, h.doc_id)]
+        assert [_key(h) for h in got] == [_key(h) for h in want[:top_k]]
+    unfiltered = _search(calibrated, unit=unit, mode=mode, top_k=FEATURE_DEPTH[unit])
+    shallow = _search(calibrated, unit=unit, mode=mode, top_k=top_k, filter=flt)
+    for hits, got in zip(unfiltered, shallow, strict=True):
+        listed = {_unit_key(h, unit): h for h in hits}
+        for h in (h for h in got if _unit_key(h, unit) in listed):
+            if (mode, unit) != ("hybrid", "phrase"):
+                assert h.score == pytest.approx(listed[_unit_key(h, unit)].score, abs=1e-4)
+            near = {"hybrid": 0.1, "dense": 0.05, "lexical": 0.05}[mode] if unit == "phrase" else 1e-4
+            assert h.confidence == pytest.approx(listed[_unit_key(h, unit)].confidence, abs=near)
+
+
+@pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_a_narrow_filter_of_low_ranked_units_is_as_unsure_of_them_as_the_unfiltered_search(searcher, mode, unit):
+    """Confidence is read from a hit's place in the list without the filter, in every mode and unit: the best hit of
+    documents that hold only units ranked low unfiltered is as unsure as there (a filter does not make it the
+    confident first hit of a short list), and ``min_confidence`` abstains on it."""
+    calibrated = _calibrated(searcher)
+    unfiltered = _search(calibrated, unit=unit, mode=mode, top_k=5)
+    qs, qe = _vectors(calibrated)
+    checked = 0
+    for q, hits in enumerate(unfiltered):
+        best = {h.doc_id for h in hits[:3]}
+        low = [h for h in hits[3:5] if h.doc_id not in best]  # the 4th and 5th hits, in documents of no better one
+        if not low:
+            continue
         flt = SearchFilter(doc_ids=tuple(dict.fromkeys(h.doc_id for h in low)))
-        q = unfiltered.index(hits)
-        qs, qe = _vectors(calibrated)
-        got = calibrated.search_vectors(qs[q:q + 1], qe[q:q + 1], SearchParams(unit=unit, mode="hybrid", top_k=5,
+        got = calibrated.search_vectors(qs[q:q + 1], qe[q:q + 1], SearchParams(unit=unit, mode=mode, top_k=5,
                                                                                filter=flt), questions=[QUESTIONS[q]])[0]
-        assert got[0].confidence == pytest.approx(low[0].confidence if unit == "doc" else next(
-            h.confidence for h in hits if h.passage_id == got[0].passage_id), abs=1e-4)
+        listed = {_unit_key(h, unit): h.confidence for h in hits}
+        if _unit_key(got[0], unit) in listed:
+            near = 0.05 if unit == "phrase" else 1e-4
+            assert got[0].confidence == pytest.approx(listed[_unit_key(got[0], unit)], abs=near)
         assert got[0].confidence < hits[0].confidence
-        abstains = SearchParams(unit=unit, mode="hybrid", top_k=5, filter=flt,
+        abstains = SearchParams(unit=unit, mode=mode, top_k=5, filter=flt,
                                 min_confidence=(got[0].confidence + hits[0].confidence) / 2)
         assert calibrated.search_vectors(qs[q:q + 1], qe[q:q + 1], abstains, questions=[QUESTIONS[q]])[0].no_answer
+        checked += 1
+    assert checked
+
+
+@pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_a_search_without_a_filter_searches_once_and_as_the_stages_rank(searcher, mode, unit, monkeypatch):
+    """Without a filter nothing is searched twice: every hit and confidence is what the stages give the plan alone
+    (the search once, ranked, then paged)."""
+    from spanseek.core.confidence import FEATURE_DEPTH
+
+    calibrated = _calibrated(searcher)
+    params = SearchParams(unit=unit, mode=mode, top_k=4)
+    qs, qe = _vectors(calibrated)
+    plan = calibrated._plan(params).but(top_k=max(params.depth, FEATURE_DEPTH[unit]), offset=0)
+    ranked, _ = calibrated._ranked_deep(plan, qs, qe, QUESTIONS, StageTimes())
+    want = calibrated.pager.pages(ranked, params, plan, QUESTIONS)
+    searches = []
+    ranked_deep = Searcher._ranked_deep
+    monkeypatch.setattr(Searcher, "_ranked_deep", lambda self, *a, **k: searches.append(1) or ranked_deep(self, *a, **k))
+    assert calibrated.search_vectors(qs, qe, params, questions=QUESTIONS) == want
+    assert len(searches) == 1
 
 
 def test_a_filtered_hybrid_search_computes_the_flat_scans_products_once(searcher, monkeypatch):
