@@ -277,8 +277,9 @@ class DenseLeg:
             k = min(ntotal, k * 4)
         return self.complete_all(batch.scores, last, dedupe, unit_of_passage)
 
-    def searcher(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, products_of: FlatScan | None = None
-                 ) -> tuple[Callable[[np.ndarray, int], np.ndarray], FlatScan | None]:
+    def searcher(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray,
+                 products_of: FlatScan | SegmentedScan | None = None
+                 ) -> tuple[Callable[[np.ndarray, int], np.ndarray], FlatScan | SegmentedScan | None]:
         """``ids(rows, k)``: the (2 len(rows), k) best token ids of questions ``rows`` (start rows, then end rows):
         a ``FlatScan`` of the whole batch on a flat index searched on the CPU (returned too), else faiss for each
         round (with the request's nprobe, the selection's selector, the refinement of a PQ index). ``products_of``:
@@ -290,13 +291,15 @@ class DenseLeg:
             allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
             half = self.half_vectors() if self.flat_holds_fine and len(queries) <= HALF_ROWS else None
             scan = FlatScan(self.index.faiss, queries, allowed, half=half, transposed=self.transposed_vectors(xb),
-                            products_of=products_of)
+                            products_of=products_of if isinstance(products_of, FlatScan) else None)
             return (lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)), scan
         parts = getattr(self.index.faiss, "flat_parts", None)  # a base and a segment of live writes, both flat
         flat = parts() if parts is not None and self.on_device is None else None
         if flat is not None:
             allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
-            segmented = SegmentedScan(self.index, queries, allowed, *flat)
+            base, segment = flat
+            segmented = SegmentedScan(self.index, queries, allowed, base, segment,
+                                      products_of=products_of if isinstance(products_of, SegmentedScan) else None)
             return (lambda rows, k: segmented.top(np.concatenate([rows, n + rows]), k)), segmented
         device = self.on_device.index if self.on_device is not None else None
         sel, nprobe, vectors = plan.selection, plan.params.nprobe, plan.vectors
@@ -633,18 +636,26 @@ class SegmentedScan:
     indexed tokens scored in full, and each round's two top-k lists merged as ``SegmentedFaiss.search`` merges
     faiss's (``merge_top``): the same tokens, without searching the base again each round. ``held`` gives every
     base token's scores where its flat index holds its fine vectors (``flat_holds_fine``), and ``seg_all`` every
-    segment token's, for the spans' scores (``BatchScores``)."""
+    segment token's, for the spans' scores (``BatchScores``). ``products_of``: the segmented scan of the same queries
+    without a filter, whose base products this scan takes over (``FlatScan``'s ``products_of``) and whose segment
+    scores it reads, instead of computing them again."""
 
     half = None  # never ranked from fp16 products
 
     def __init__(self, index: Any, queries: np.ndarray, allowed: np.ndarray | None, base: Any,
-                 segment: np.ndarray):
+                 segment: np.ndarray, products_of: SegmentedScan | None = None):
         self.queries, self.nb = queries, base.ntotal
         self.seg_ids = index.faiss.segment_ids  # the indexed segment tokens' ids (their vectors: ``segment``)
-        self.scan = FlatScan(base, queries, None if allowed is None else allowed[: self.nb])
+        self.scan: FlatScan = FlatScan(base, queries, None if allowed is None else allowed[: self.nb],
+                                       products_of=None if products_of is None else products_of.scan)
+        self.seg_all: np.ndarray
         # every segment token's scores, the indexed ones' ranked from these very bits (``held`` holds them too)
-        with numpy_blas().limit(limits=1):  # OpenBLAS's spinning workers would slow the base's product (2-core
-            self.seg_all = queries @ as_float32(index.seg_vectors).T  # Xeon: 93 against 56 ms); (2B, S) is small
+        if (products_of is not None and products_of.seg_all.shape[1] == len(index.seg_vectors)
+                and np.array_equal(products_of.queries, queries)):
+            self.seg_all = products_of.seg_all  # read only: the masked copy below is this scan's own
+        else:
+            with numpy_blas().limit(limits=1):  # OpenBLAS's spinning workers would slow the base's product (2-core
+                self.seg_all = queries @ as_float32(index.seg_vectors).T  # Xeon: 93 against 56 ms); (2B, S) is small
         self.seg_scores = self.seg_all[:, self.seg_ids - self.nb]
         assert self.seg_scores.shape[1] == len(segment)
         if allowed is not None:
@@ -685,9 +696,9 @@ class DenseBatch:
     another."""
 
     def __init__(self, plan: Plan, search: Callable[[np.ndarray, int], np.ndarray] | None, scores: BatchScores,
-                 scan: FlatScan | None = None):
+                 scan: FlatScan | SegmentedScan | None = None):
         self.plan, self.search, self.scores = plan, search, scores
-        self.scan = scan  # its flat scan, on a flat index searched on the CPU
+        self.scan = scan  # its flat (or segmented flat) scan, on a flat index searched on the CPU
 
     @classmethod
     def of(cls, leg: DenseLeg, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, search: bool = True
@@ -704,7 +715,7 @@ class DenseBatch:
             scores = BatchScores(leg, plan, q_start, q_end, rescored=scan)
         else:
             scores = BatchScores(leg, plan, q_start, q_end, scan.held)
-        return cls(plan, ids, scores, scan if isinstance(scan, FlatScan) else None)
+        return cls(plan, ids, scores, scan)
 
     def of_questions(self, picked: np.ndarray) -> DenseBatch:
         """This batch's questions ``picked`` (positions here; question i is ``picked[i]``), searching the same

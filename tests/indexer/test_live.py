@@ -493,7 +493,7 @@ def test_a_flat_base_and_segment_are_scanned_once_a_batch_as_faiss_searches_them
     searcher = published[-1]
     assert searcher.index.faiss.flat_parts() is not None
     scans, faiss_searches, made, searched = [], [], dense.SegmentedScan.__init__, SegmentedFaiss.search
-    monkeypatch.setattr(dense.SegmentedScan, "__init__", lambda self, *a: scans.append(self) or made(self, *a))
+    monkeypatch.setattr(dense.SegmentedScan, "__init__", lambda self, *a, **k: scans.append(self) or made(self, *a, **k))
     monkeypatch.setattr(SegmentedFaiss, "search", lambda self, *a, **k: faiss_searches.append(1) or searched(self, *a, **k))
     flt = SearchFilter.from_json({"meta": {"lang": "fr"}})
     scanned = {mode: hits_of(searcher, unit, mode) for mode in MODES} | {"filter": hits_of(searcher, unit, "dense", flt)}
@@ -513,6 +513,27 @@ def test_a_flat_base_and_segment_are_scanned_once_a_batch_as_faiss_searches_them
         "filter": hits_of(searcher, unit, "dense", flt)}
     assert faiss_searches
     assert scanned == searched_by_faiss
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_a_filtered_hybrid_search_after_a_write_computes_the_base_products_once(live, unit, monkeypatch):
+    """A filtered hybrid search first searches its questions without the filter; over a base and a segment, the
+    filtered scan takes over that scan's base products and segment scores (``SegmentedScan``'s ``products_of``)
+    instead of scoring the base again, and finds the same hits as when it scores them itself."""
+    from spanseek.core.flat_search import FlatScan
+
+    searcher = live[1][-1]
+    assert searcher.index.faiss.flat_parts() is not None
+    flt = SearchFilter.from_json({"meta": {"lang": "fr"}})
+    computed, score, take = [], FlatScan._score, FlatScan._take_products
+    monkeypatch.setattr(FlatScan, "_score", lambda self, *a: computed.append(self) or score(self, *a))
+    monkeypatch.setattr(FlatScan, "_take_products", lambda self: None)  # each scan scores the base itself
+    scored_twice = hits_of(searcher, unit, "hybrid", flt)
+    assert len(computed) == 2
+    computed.clear()
+    monkeypatch.setattr(FlatScan, "_take_products", take)
+    assert hits_of(searcher, unit, "hybrid", flt) == scored_twice
+    assert len(computed) == 1
 
 
 def test_a_start_on_a_full_disk_serves_what_the_log_holds(tmp_path, tiny_index, tiny_searcher, encoder, monkeypatch):
