@@ -119,7 +119,7 @@ class LexicalFusion:
         if not questions:
             return [], None
         terms = self.lexical.tokenize(questions)  # once: BM25 and the re-ranker's question terms
-        lexical = self.lexical.scores(questions, terms)  # (B, P)
+        lexical = plan.bm25 if plan.bm25 is not None else self.lexical.scores(questions, terms)  # (B, P)
         if plan.selection.passages is not None:  # only scores above zero count as matches
             lexical = np.where(plan.selection.passages[None, :], lexical, 0)
         unit, top_k = plan.unit, plan.top_k

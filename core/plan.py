@@ -42,7 +42,9 @@ class Plan:
     """params: the request as ranked (``top_k`` is the ranking depth, offset 0, no abstention); mode, fusion and
     lexical_weight: resolved from the index's defaults; max_tokens: the longest answer; vectors: where span
     completion reads neighbour vectors; selection: the passages the search may return; unfiltered: the same search
-    without its filter, where a filter would otherwise change a unit's score, rank or confidence."""
+    without its filter, where a filter would otherwise change a unit's score, rank or confidence; bm25: (B, P) BM25
+    score of every passage for the plan's questions, where a search of the same questions has computed them (the
+    unfiltered search's, which the filtered one takes over)."""
 
     params: SearchParams
     mode: Mode
@@ -52,6 +54,7 @@ class Plan:
     vectors: Callable[[np.ndarray], np.ndarray]
     selection: Selection
     unfiltered: Unfiltered | None = None
+    bm25: np.ndarray | None = None
 
     @property
     def unit(self) -> Unit:

@@ -208,19 +208,23 @@ class Searcher:
         lexical modes, whose scores no filter changes, only ``FEATURE_DEPTH`` deep. A unit that passes the filter
         then scores, ranks among the others that pass and is as confident as without it. The plan as it is without
         a filter (or with one that passes everything), when nothing passes it, with no question to search (a batch
-        of blank ones), or where neither applies."""
+        of blank ones), or where neither applies. The questions' BM25 scores are computed once for both searches."""
         flt = plan.params.filter
         fuses = plan.mode == "hybrid"
         confident = confidence and not plan.params.read and self.pager.calibrated(plan)
         if (flt is None or flt.passes_everything or plan.selection.empty or not len(q_start)
                 or not (fuses or confident)):
             return plan
-        whole = dataclasses.replace(plan, selection=self._selections.get(None), unfiltered=None)
+        bm25 = None
+        if plan.mode != "dense" and self.lexical is not None and texts:  # computed once for both searches
+            with timings.timing("search"):
+                bm25 = self.lexical.scores(texts)
+        whole = dataclasses.replace(plan, selection=self._selections.get(None), unfiltered=None, bm25=bm25)
         if not fuses:  # scores as without the filter: only the list the features read
             whole = whole.but(top_k=min(plan.top_k, FEATURE_DEPTH[plan.unit]))
         batch = self.dense.batch(whole, q_start, q_end, search=plan.mode != "lexical")
         hits, basis = self._ranked_deep(whole, q_start, q_end, texts, timings, batch)
-        return dataclasses.replace(plan, unfiltered=Unfiltered(hits, basis, batch))
+        return dataclasses.replace(plan, unfiltered=Unfiltered(hits, basis, batch), bm25=bm25)
 
     def _ranked_deep(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
                      timings: StageTimes, batch: DenseBatch | None = None
@@ -239,9 +243,9 @@ class Searcher:
         depth = plan.top_k
         pending, k = [b for b, hits in enumerate(ranked) if len(hits) < depth], 4 * depth
         while pending and k <= 64 * depth:
-            deeper = plan.but(top_k=k)
-            if plan.unfiltered is not None:
-                deeper = dataclasses.replace(deeper, unfiltered=plan.unfiltered.of_questions(pending))
+            deeper = dataclasses.replace(plan.but(top_k=k), bm25=None if plan.bm25 is None else plan.bm25[pending],
+                                         unfiltered=None if plan.unfiltered is None else
+                                         plan.unfiltered.of_questions(pending))
             found, bases = self._ranked(deeper, q_start[pending], q_end[pending],
                                         None if texts is None else [texts[b] for b in pending], timings,
                                         None if batch is None else batch.of_questions(np.asarray(pending)))

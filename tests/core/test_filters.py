@@ -21,7 +21,7 @@ import pytest
 from spanseek.core.filters import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, FilterError
 from spanseek.core.params import SearchFilter, SearchParams, SearchParamsError
 from spanseek.core.phrase_index import PhraseIndex
-from spanseek.core.plan import StageTimes
+from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.search import Searcher
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.lifecycle import delete_documents
@@ -641,6 +641,22 @@ def test_a_filtered_hybrid_search_computes_the_flat_scans_products_once(searcher
     monkeypatch.setattr(FlatScan, "_score", lambda self, *a: computed.append(self) or score(self, *a))
     _search(searcher, unit="doc", mode="hybrid", top_k=3, filter=FILTERS["ids"])
     assert len(computed) == 1
+
+
+@pytest.mark.parametrize("mode", ["lexical", "hybrid"])
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_a_filtered_search_scores_bm25_once_for_both_searches(searcher, mode, unit, monkeypatch):
+    """The filtered search takes over its unfiltered search's BM25 scores of every passage (``Plan.bm25``) rather than
+    scoring the questions again, and finds the same hits as when it scores them itself."""
+    calibrated = _calibrated(searcher)
+    lexical = calibrated.lexical
+    scored, scores = [], type(lexical).scores
+    monkeypatch.setattr(type(lexical), "scores", lambda self, *a: scored.append(1) or scores(self, *a))
+    params = dict(unit=unit, mode=mode, top_k=3, filter=FILTERS["ids"])
+    once = _search(calibrated, **params)
+    assert len(scored) == 1
+    monkeypatch.setattr(Plan, "bm25", property(lambda self: None, lambda self, v: None), raising=False)
+    assert _search(calibrated, **params) == once
 
 
 @pytest.mark.parametrize("unit", ["passage", "doc"])
