@@ -41,10 +41,14 @@ SHARE_FACTOR = {
     "doc": ((0.0, 1.0), (0.5, 1.0), (0.73, 1.2), (0.91, 1.4), (1.0, 11.1)),
 }
 FULL_DEPTH_TOKENS = 146_352
-# A filtered hybrid passage or document search also runs the same search without its filter (its fusion's basis:
-# core.fusion.LexicalFusion.unfiltered): a filtered batch of 64 measured 1.18x (bench/filtered_hybrid.py) to 1.45x
-# (other filters) an unfiltered one on the demo index; the larger is kept.
-FILTERED_HYBRID_FACTOR = 1.45
+# A search with a filter that may leave units out also runs the same search without its filter first (core.search,
+# Searcher._unfiltered): in hybrid mode always (fusion's basis), in the dense and lexical modes for the confidences
+# (counted as if the model were calibrated, as the bundled ones are; not with read, whose confidences are the
+# reader's). A filtered batch of 64 against an unfiltered one on the demo index (bench/filtered_hybrid.py, CPU time,
+# two runs): hybrid 1.26-1.45 (phrases 1.35-1.43; 1.45 with other filters), dense 1.17-1.30; the larger is kept.
+# Lexical measured 1.5-2.0 of its own unfiltered batch, but that is 29-58 ms against 200-215 for the dense one each
+# question is counted as: a filtered lexical question still costs under the question-equivalent it is counted.
+FILTERED_FACTOR = {"hybrid": 1.45, "dense": 1.3, "lexical": 1.0}
 # Reading: question-equivalents per passage read (estimated, not measured: a reader pass of a few ms a passage
 # against about 8 ms a question in a full batch).
 READ_PASSAGE_COST = 0.5
@@ -64,26 +68,25 @@ class CostModel:
         """Question-equivalents of one question searched with ``params``."""
         depth = params.depth
         if params.unit == "phrase":
-            cost = max(1.0, PHRASE_DEPTH_COST * depth)
+            cost = max(1.0, PHRASE_DEPTH_COST * depth) * self.filtered_factor(params)
         elif params.offset >= self.units.get(params.unit, depth) and params.min_confidence is None:
             return 1.0  # the page starts past the index's last unit: nothing is searched (core.page.Pager.past_the_end)
         else:
             share = min(1.0, depth / max(1, self.units.get(params.unit, depth)))
             table = SHARE_FACTOR[params.unit]
             factor = float(np.interp(share, [x for x, _ in table], self._share_factors(params.unit)))
-            cost = max(1.0, UNIT_DEPTH_COST * depth) * factor
-            if self.searches_unfiltered(params):
-                cost *= FILTERED_HYBRID_FACTOR
+            cost = max(1.0, UNIT_DEPTH_COST * depth) * factor * self.filtered_factor(params)
         if params.read:
             cost += READ_PASSAGE_COST * (params.read_passages or self.default_read_passages)
         return cost
 
-    def searches_unfiltered(self, params: SearchParams) -> bool:
-        """Whether a question with ``params`` is also searched without its filter: a hybrid passage or document search
-        whose filter may leave units out."""
-        flt = params.filter
-        return ((params.mode or self.default_mode) == "hybrid" and params.unit != "phrase" and flt is not None
-                and not flt.passes_everything)
+    def filtered_factor(self, params: SearchParams) -> float:
+        """What a question with ``params`` costs for its search without its filter (``FILTERED_FACTOR``): 1 without a
+        filter that may leave units out, and in the dense and lexical modes with read."""
+        flt, mode = params.filter, params.mode or self.default_mode
+        if flt is None or flt.passes_everything or (mode != "hybrid" and params.read):
+            return 1.0
+        return FILTERED_FACTOR.get(mode, 1.0)
 
     def _share_factors(self, unit: str) -> list[float]:
         """The factors of ``SHARE_FACTOR[unit]`` with the full-depth one scaled to this index's tokens."""
@@ -101,8 +104,8 @@ class CostModel:
         what = f"unit={params.unit}, {'rank_window' if params.rank_window else 'offset + top_k'} = {depth}"
         if params.unit != "phrase":
             what += f" of the index's {self.units.get(params.unit, 0)} {params.unit}s"
-        if self.searches_unfiltered(params):
-            what += ", filtered hybrid (also searched without the filter)"
+        if self.filtered_factor(params) > 1.0:
+            what += ", filtered (also searched without the filter)"
         if params.read:
             what += ", read"
         return f"{what}: {self.question(params):.1f} question-equivalents a question"

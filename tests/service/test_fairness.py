@@ -50,21 +50,28 @@ def test_deep_unit_searches_cost_more_the_nearer_their_depth_comes_to_the_unit_c
     assert large.question(SearchParams("doc", 20)) == pytest.approx(10 * whole)
 
 
-def test_a_filtered_hybrid_unit_search_costs_its_unfiltered_search_too():
+def test_a_filtered_search_costs_its_unfiltered_search_too():
     from spanseek.core.filters import SearchFilter
-    from spanseek.service.cost import FILTERED_HYBRID_FACTOR
+    from spanseek.service.cost import FILTERED_FACTOR
 
     cost = CostModel({"passage": 1000, "doc": 20}, FULL_DEPTH_TOKENS)
     narrow, everything = SearchFilter(doc_ids=("a",)), SearchFilter(meta={})
-    for unit, k in (("passage", 300), ("doc", 18)):
+    assert FILTERED_FACTOR["hybrid"] > FILTERED_FACTOR["dense"] > 1.0 == FILTERED_FACTOR["lexical"]
+    for unit, k in (("phrase", 100), ("passage", 300), ("doc", 18)):
         plain = cost.question(SearchParams(unit, k))
-        assert cost.question(SearchParams(unit, k, filter=narrow)) == pytest.approx(FILTERED_HYBRID_FACTOR * plain)
+        assert cost.question(SearchParams(unit, k, filter=narrow)) == pytest.approx(FILTERED_FACTOR["hybrid"] * plain)
         assert cost.question(SearchParams(unit, k, filter=everything)) == plain  # selects nothing out: no second search
-        assert cost.question(SearchParams(unit, k, mode="dense", filter=narrow)) == plain
+        assert cost.question(SearchParams(unit, k, mode="dense", filter=narrow)) == pytest.approx(
+            FILTERED_FACTOR["dense"] * plain)
+        assert cost.question(SearchParams(unit, k, mode="lexical", filter=narrow)) == plain
         assert CostModel({"passage": 1000, "doc": 20}, default_mode="dense").question(
-            SearchParams(unit, k, filter=narrow)) == plain  # the index searches dense unless asked
-    assert cost.question(SearchParams("phrase", 10, filter=narrow)) == cost.question(PHRASE)
+            SearchParams(unit, k, filter=narrow)) == pytest.approx(FILTERED_FACTOR["dense"] * plain)
+        read = SearchParams(unit, k, mode="dense", filter=narrow, read=True)  # the reader's confidences: no second
+        assert cost.question(read) == cost.question(SearchParams(unit, k, mode="dense", read=True))
+    assert cost.question(SearchParams("phrase", 10, filter=narrow)) == pytest.approx(
+        FILTERED_FACTOR["hybrid"] * cost.question(PHRASE))
     assert "without the filter" in cost.explain(SearchParams("doc", 18, filter=narrow))
+    assert "without the filter" not in cost.explain(SearchParams("doc", 18, mode="lexical", filter=narrow))
 
 
 class _Item:
