@@ -76,6 +76,11 @@ class ReadStats:
     empty_documents: int = 0
     empty_paragraphs: int = 0
 
+    @property
+    def lines(self) -> int:
+        """The documents read, with text or without (the corpus's non-blank lines)."""
+        return self.documents + self.empty_documents
+
 
 @dataclass(frozen=True)
 class Question:
@@ -514,12 +519,17 @@ def unique_ids(docs: Iterable[Document], path: str | Path, existing: Iterable[st
         yield doc
 
 
-def check_corpus(path: str | Path, existing: Iterable[str] = (), existing_name: str = "") -> int:
+def check_corpus(path: str | Path, existing: Iterable[str] = (), existing_name: str = "") -> ReadStats:
     """Read every document of the JSONL corpus ``path`` once, keeping none: the CorpusError (file and line) of the
     first that ``read_corpus`` or ``unique_ids`` refuses (invalid JSON, a wrong shape, metadata numbers a filter
     cannot compare, an id used twice or among ``existing``), so a command that encodes the corpus refuses it before
-    it loads a model, not at the line once the passages before it are encoded. The number of documents with text."""
-    return sum(1 for _ in unique_ids(read_corpus(path), path, existing, existing_name))
+    it loads a model, not at the line once the passages before it are encoded. Returns what was read (``ReadStats``:
+    the documents and passages with text, and those skipped), so the pass that encodes the corpus needs no other
+    read to know its size."""
+    stats = ReadStats()
+    for _ in unique_ids(read_corpus(path, stats), path, existing, existing_name):
+        pass
+    return stats
 
 
 def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:

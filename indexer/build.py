@@ -4,8 +4,8 @@
         [--filter-threshold T] [--gpu/--no-gpu] [--store fp16|sq8|sq4] [--on-disk] [--ray ADDRESS|local]
 
 The corpus is read through first (``core.io.check_corpus``: a bad line or a repeated id anywhere is refused before
-the model loads), then as a stream: the passage and document stores are written as it goes and passages are
-encoded in shards of ``shard_passages``. Each finished shard is a directory renamed into place and keyed by a hash
+the model loads; what it counts sizes the progress bar), then as a stream, twice in all: the passage and document
+stores are written as it goes and passages are encoded in shards of ``shard_passages``. Each finished shard is a directory renamed into place and keyed by a hash
 of its passages and the model, so a killed build resumes by re-using every shard whose passages are unchanged,
 also after the corpus was fixed (the shards do not depend on the factory, so a build that stopped at the faiss
 stage can be resumed with another ``--factory``). ``--out`` must be new, empty or such an unfinished build: a
@@ -117,9 +117,12 @@ def shard_key(model_fingerprint: str, precision: str, texts: list[str]) -> str:
 
 def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fingerprint: str,
                   existing_ids: Iterable[str] = (), existing_name: str = "",
-                  model_dir: Path | None = None) -> tuple[int, ReadStats]:
+                  model_dir: Path | None = None, checked: ReadStats | None = None) -> tuple[int, ReadStats]:
     """Read ``corpus`` once: write the passage and document stores into ``out`` and encode its passages into
     shards, re-using finished shards of the same passages. Returns (shard count, read stats).
+
+    ``checked`` is what ``check_corpus`` read of it: it sizes the progress bar, which otherwise costs a count of the
+    corpus's lines (one more read of it) when ``opts.progress`` is on.
 
     Document ids must be unique and not among ``existing_ids`` (an index's; ``existing_name`` names it): a
     repeated id raises CorpusError naming the file and line. With ``opts.ray`` the shards are encoded on a Ray
@@ -131,9 +134,9 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     encoder = PassageEncoder(phrase_model, tokenizer, precision=precision, max_batch_tokens=opts.max_batch_tokens)
     stats = ReadStats()
     k, buf, reused = 0, [], 0
-    # documents read (the corpus is streamed: the passages to come are not known, the documents are counted first)
-    bar = tqdm(total=count_documents(corpus) if opts.progress else None, desc="encode", unit="doc",
-               disable=not opts.progress)
+    # documents read (the corpus is streamed: its size comes from the check's read, or a count of its lines)
+    total = None if not opts.progress else checked.lines if checked is not None else count_documents(corpus)
+    bar = tqdm(total=total, desc="encode", unit="doc", disable=not opts.progress)
     if opts.ray is not None and model_dir is None:
         raise BuildError("encoding on Ray needs the model's directory")
     pending: list[tuple[Path, str, list[str]]] = []  # shards for the Ray cluster
@@ -340,7 +343,7 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
     if (out / SHARDS).is_dir():
         log.info("resuming the build in %s (re-using the shards whose passages are unchanged)", out)
     t_start = time.time()
-    check_corpus(corpus)  # a bad line or a repeated id anywhere: refused now, not once the passages before it are encoded
+    checked = check_corpus(corpus)  # a bad line or a repeated id anywhere: refused now, not once its passages are encoded
     phrase_model = load_model(model).to(pick_device(opts.device))
     if opts.filter_threshold is not None and phrase_model.filter_head is None:
         raise BuildError(f"--filter-threshold needs a model with a filter head; {model} has none "
@@ -350,7 +353,7 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
     fingerprint = model_fingerprint(model_dir)
 
     n_shards, stats = encode_corpus(corpus, out, phrase_model, opts, fingerprint,  # 1. stores + encoded shards
-                                    model_dir=model_dir)
+                                    model_dir=model_dir, checked=checked)
     n_tokens = merge_shards(out, n_shards, phrase_model.dim)  # 2. merge shards into the final arrays
     if n_tokens == 0:  # every passage is only characters the tokenizer drops (zero-width, control, ...)
         raise BuildError(f"corpus {corpus} has no non-empty passages: none of its {stats.paragraphs} passages has a "

@@ -358,3 +358,29 @@ def test_the_encoding_bar_counts_documents_against_the_corpus_total(tmp_path, ti
     build_index(corpus, tiny_model_dir, tmp_path / "index", dataclasses.replace(OPTS, progress=True))
     bars = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if line.startswith("encode")]
     assert bars and "3/3" in bars[-1] and "doc" in bars[-1]
+
+
+def test_a_build_with_progress_reads_the_corpus_twice_and_writes_what_one_without_does(tmp_path, tiny_corpus,
+                                                                                       tiny_model_dir, tiny_index,
+                                                                                       monkeypatch):
+    """With its bar on, a build read the whole corpus three times (the check, a count of its lines for the bar, the
+    encoding pass): minutes of reading and parsing on a large one. The check's read now sizes the bar, and the index
+    is the one a build without the bar writes, file for file."""
+    from spanseek.core import io as core_io
+
+    reads = []
+    raw_lines = core_io.raw_lines
+
+    def counted(path):
+        reads.append(path)
+        return raw_lines(path)
+
+    monkeypatch.setattr(core_io, "raw_lines", counted)
+    out = tmp_path / "index"
+    build_index(tiny_corpus, tiny_model_dir, out, dataclasses.replace(OPTS, progress=True))
+    assert reads.count(tiny_corpus) == 2
+    written = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert written == sorted(p.relative_to(tiny_index) for p in tiny_index.rglob("*") if p.is_file())
+    for rel in written:
+        if rel.name != phrase_index.MANIFEST:  # (its build time and checksum differ)
+            assert (out / rel).read_bytes() == (tiny_index / rel).read_bytes(), rel
