@@ -135,19 +135,21 @@ def main(argv: list[str] | None = None) -> int:
     ``finally`` blocks have run by then: scratch is removed, a build's finished shards are kept for its resume).
 
     Every failure is one line on stderr that starts with the command's full name, as argparse's refusal of a flag
-    does: ``spanseek index build: error: ...``, ``spanseek index build: interrupted``."""
+    does: ``spanseek index build: error: ...``, ``spanseek index build: interrupted``; a command that stopped itself
+    says where it resumes: ``spanseek train phrase: interrupted: stopped at step 5; the same command resumes ...``."""
     prog = "spanseek"
     try:
         args = build_parser().parse_args(argv)
         prog = args.prog
         return _run(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         close_progress_bars()
         # what libraries log as Python exits would follow the one line: torch, interrupted while it was being imported
         # (before it set up its own loggers), reports its caches at INFO
         for handler in logging.getLogger().handlers:
             handler.setLevel(max(handler.level, logging.WARNING))
-        print(f"{prog}: interrupted", file=sys.stderr)
+        said = f": {e}" if str(e) else ""  # where the command resumes, when it said (a training run's stop)
+        print(f"{prog}: interrupted{said}", file=sys.stderr)
         return INTERRUPTED
 
 

@@ -24,6 +24,7 @@ from safetensors import SafetensorError, safe_open
 from spanseek.core.model import damaged
 
 STATE = "trainer_state.pt"  # the optimizer, schedule and step of a run's checkpoint, beside its weights
+SUMMARY = "summary.json"  # what a training run writes at its end, after its last step
 
 
 def read_state(path: str | Path, remedy: str = "") -> dict[str, Any]:
@@ -62,14 +63,18 @@ def check_checkpoint(point: Path, weights_name: str, out: Path) -> None:
 class StopAfterStep:
     """Ctrl-C (SIGINT) or SIGTERM (what ``kill``, ``docker stop`` and a scheduler send) in a training loop: the step
     under way finishes, the loop saves its checkpoint and stops (``requested``; ``stop_here`` raises
-    KeyboardInterrupt, which the CLI reports as ``interrupted``, status 130), so an interrupted run loses no finished
-    step; a second signal stops at once. Only where Python takes signals (the main thread), and only the signals a
-    job was not started to ignore; elsewhere nothing changes."""
+    KeyboardInterrupt saying where the run resumes, which the CLI reports as ``interrupted: ...``, status 130), so an
+    interrupted run loses no finished step; a second signal stops at once. Only where Python takes signals (the main
+    thread), and only the signals a job was not started to ignore; elsewhere nothing changes.
+
+    A stop in the run's ``last_step`` stops before what the run does after its loop (``after_loop``: its validation,
+    its summary), which the same command does when run again, training no step: the message says so."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, last_step: int | None = None, after_loop: str = "") -> None:
         self.requested = False
+        self.last_step, self.after_loop = last_step, after_loop
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopAfterStep:
@@ -88,13 +93,27 @@ class StopAfterStep:
                                                       "(%s again to stop at once)", again)
 
     def stop_here(self, step: int, checkpoint: Path) -> None:
-        """Say where the run resumes and stop (KeyboardInterrupt): called after the step whose checkpoint was saved
+        """Stop (KeyboardInterrupt), saying where the run resumes: called after the step whose checkpoint was saved
         because ``requested`` was read True before the save (a signal that comes during the save stops the run
         after the next step, not before its checkpoint)."""
-        logging.getLogger("spanseek.trainer").warning("stopped at step %d; the same command resumes from %s", step,
-                                                      checkpoint)
-        raise KeyboardInterrupt
+        if step == self.last_step:
+            raise KeyboardInterrupt(f"stopped after the last step ({step}), saved as {checkpoint}; the same command "
+                                    f"{self.after_loop} without training again")
+        raise KeyboardInterrupt(f"stopped at step {step}; the same command resumes from {checkpoint}")
 
     def __exit__(self, *exc: object) -> None:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
+
+
+def after_loop(out: Path, validates: bool) -> str:
+    """What a training run does after its last step, as ``StopAfterStep`` says it: the validation where it
+    ``validates``, and the summary."""
+    summary = f"writes {out / SUMMARY}"
+    return f"validates it on the held-out questions and {summary}" if validates else summary
+
+
+def checkpoint_saved(out: Path) -> None:
+    """Called once a run saved the checkpoint of a step: a summary of the run's earlier end (a finished run now
+    extended with more steps) describes weights no longer there, and would make the run look complete."""
+    (out / SUMMARY).unlink(missing_ok=True)

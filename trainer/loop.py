@@ -38,7 +38,15 @@ from spanseek.core.io import load_squad, no_space, squad_questions, write_json_a
 from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, PhraseModel
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
-from spanseek.trainer.checkpoints import STATE, StopAfterStep, check_checkpoint, read_state
+from spanseek.trainer.checkpoints import (
+    STATE,
+    SUMMARY,
+    StopAfterStep,
+    after_loop,
+    check_checkpoint,
+    checkpoint_saved,
+    read_state,
+)
 from spanseek.trainer.data import Batch, TrainWindow, build_windows, warn_left_out
 from spanseek.trainer.distill import teacher_cache, teacher_tensors
 from spanseek.trainer.dropout import fast_dropout
@@ -381,7 +389,8 @@ def train_loop(
     bar = tqdm(total=total, initial=step, desc=mode.name, unit="step", disable=not (cfg.progress and dist.is_main))
     order: list[list[int]] = []
     order_epoch = -1
-    with StopAfterStep() if not dist.enabled else contextlib.nullcontext(StopAfterStep()) as stop:  # Ctrl-C: a clean stop
+    stopper = StopAfterStep(end, after_loop(out, bool(cfg.val_questions)))
+    with stopper if not dist.enabled else contextlib.nullcontext(stopper) as stop:  # Ctrl-C: a clean stop
         while step < end:
             epoch, pos = divmod(step, steps_per_epoch)
             if epoch != order_epoch:
@@ -425,6 +434,7 @@ def train_loop(
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
                          "prebatch": prebatch.state_dict(), "rng": rng_state(device)}
                 save_checkpoint(model, out, "last", saved | mode.state_dict(), trained)
+                checkpoint_saved(out)
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
                 snapshot = model.save(out / "snapshots" / f"step-{step:06d}")
                 write_trained_questions(snapshot, *trained)
@@ -457,5 +467,5 @@ def finish(cfg: TrainingOptions, summary: dict[str, Any], val_index: str | None 
         val = write_holdout(cfg, out / "validation.json.gz")
         summary["validation"] = run_eval(val, out / "last", index=val_index, reading_comprehension=True,
                                          limit=cfg.val_questions, progress=cfg.progress)
-    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / SUMMARY, summary)
     return summary

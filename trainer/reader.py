@@ -42,7 +42,16 @@ from spanseek.core.reader import (
     resolve_reader,
 )
 from spanseek.trainer.arguments import ReaderTrainConfig
-from spanseek.trainer.checkpoints import STATE, StopAfterStep, check_checkpoint, check_weights, read_state
+from spanseek.trainer.checkpoints import (
+    STATE,
+    SUMMARY,
+    StopAfterStep,
+    after_loop,
+    check_checkpoint,
+    check_weights,
+    checkpoint_saved,
+    read_state,
+)
 from spanseek.trainer.data import answered, load_training
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
@@ -199,7 +208,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     order, order_epoch, loss_ema, t0, seen = [], -1, None, time.perf_counter(), 0
     model.train()
     fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)
-    with StopAfterStep() as stop:  # Ctrl-C: a clean stop
+    with StopAfterStep(total, after_loop(out, bool(cfg.val_questions))) as stop:  # Ctrl-C: a clean stop
         while step < total:
             epoch, pos = divmod(step, steps_per_epoch)
             if epoch != order_epoch:
@@ -236,6 +245,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
                 master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master}
                 save_checkpoint(model, out, "last", saved)  # type: ignore[arg-type] (any model with save())
+                checkpoint_saved(out)
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:
                 model.save(out / "snapshots" / f"step-{step:06d}")
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
@@ -255,5 +265,5 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
         val = random.Random(0).sample(val, min(cfg.val_questions, len(val)))
         reader = PassageReader(model, tokenizer, precision=precision)
         summary["validation"] = reading_comprehension(reader, val, progress=cfg.progress)
-    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / SUMMARY, summary)
     return summary

@@ -272,3 +272,39 @@ def test_the_teacher_logits_of_a_reader_window_sit_at_its_passage_tokens(tiny_sq
         torch.testing.assert_close(start[row, :n][inside], s[inside])
         torch.testing.assert_close(end[row, :n][inside], e[inside])
         assert (start[row, :n][~inside] == MISSING_LOGIT).all() and (start[row, n:] == MISSING_LOGIT).all()
+
+
+def test_a_reader_stopped_in_its_last_step_is_validated_by_the_same_command_without_a_step(tiny_squad, tiny_backbone,
+                                                                                          tmp_path, monkeypatch):
+    """Ctrl-C in the reader's last step saved it and stopped before its validation and summary, saying "the same
+    command resumes from OUT/last" of a finished training: the stop now says that the same command validates it and
+    writes the summary, and the same command does so, training no step."""
+    import os
+    import signal
+
+    out = tmp_path / "reader"
+    steps = []
+    real_step = torch.optim.AdamW.step
+
+    def ctrl_c_in_step_2(self, *a, **k):
+        steps.append(1)
+        if len(steps) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", ctrl_c_in_step_2)
+    cfg = config(tiny_squad, tiny_backbone, out, max_steps=2)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            train_reader(cfg)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert str(stopped.value) == (f"stopped after the last step (2), saved as {out / 'last'}; the same command "
+                                  f"validates it on the held-out questions and writes {out / 'summary.json'} without "
+                                  "training again")
+    assert not (out / "summary.json").exists()
+    steps.clear()
+    summary = train_reader(cfg)
+    assert not steps and summary["steps"] == 2 and "validation" in summary
+    assert json.loads((out / "summary.json").read_text())["validation"] == summary["validation"]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from spanseek.cli import main
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import PassageEncoder, QuestionEncoder
 from spanseek.core.holdout import split_articles
@@ -150,37 +151,45 @@ def test_an_interrupted_and_resumed_run_ends_with_the_weights_of_an_uninterrupte
     assert all(torch.equal(whole[n], again[n]) for n in whole)
 
 
-def test_ctrl_c_finishes_the_step_saves_it_and_the_run_resumes_there(tmp_path, tiny_squad, tiny_config, monkeypatch,
-                                                                     caplog):
+def ctrl_c_in_step(monkeypatch, n: int, calls: list):
+    """Ctrl-C, as a terminal sends it, in the middle of training step ``n`` (counted in ``calls``); returns the SIGINT
+    handler to put back."""
+    import os
+    import signal
+
+    loss_fn = loop_module.phrase_loss
+
+    def loss(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            os.kill(os.getpid(), signal.SIGINT)
+        return loss_fn(*args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "phrase_loss", loss)
+    return signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
+
+
+def test_ctrl_c_finishes_the_step_saves_it_and_the_run_resumes_there(tmp_path, tiny_squad, tiny_config, monkeypatch):
     """Ctrl-C lost every step since the last checkpoint (100 steps by default: hours on a CPU): the step under way
     now finishes, its checkpoint is saved, and the same command resumes from it."""
-    import os
     import signal
 
     out = tmp_path / "run"
     cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=6, checkpoint_every=100)
-    calls = []
+    calls: list = []
     loss_fn = loop_module.phrase_loss
-
-    def ctrl_c_in_step_2(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # as a terminal sends it, in the middle of the step
-        return loss_fn(*args, **kwargs)
-
-    monkeypatch.setattr(loop_module, "phrase_loss", ctrl_c_in_step_2)
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
+    before = ctrl_c_in_step(monkeypatch, 2, calls)
     try:
-        with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt, match="stopped at step 2; the same command resumes from"):
             train_phrase(cfg)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
     finally:
         signal.signal(signal.SIGINT, before)
     assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 2 and len(calls) == 2
-    assert "stopped at step 2" in caplog.text
     calls.clear()
     monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
     assert train_phrase(cfg)["steps"] == 6 and len(calls) == 4  # steps 3 to 6
+
 
 def test_ctrl_c_while_a_snapshot_is_written_stops_after_the_next_saved_step(tmp_path, tiny_squad, tiny_config,
                                                                            monkeypatch):
@@ -207,6 +216,62 @@ def test_ctrl_c_while_a_snapshot_is_written_stops_after_the_next_saved_step(tmp_
     finally:
         signal.signal(signal.SIGINT, before)
     assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 3
+
+
+def test_a_stop_on_the_last_step_says_the_same_command_writes_what_the_run_ends_with(tmp_path, tiny_squad,
+                                                                                      tiny_config, monkeypatch,
+                                                                                      capsys):
+    """Ctrl-C in the last step saved it and stopped before the run's end (its summary.json; the validation where
+    asked), saying "the same command resumes from OUT/last", of a checkpoint at the run's last step: the run looked
+    complete. The command's last line now says that the training is done and what the same command still writes; run
+    again, it writes that without training a step."""
+    import signal
+
+    out = tmp_path / "run"
+    c = tiny_config
+    argv = ["train", "phrase", "--train", str(tiny_squad), "--out", str(out), "--backbone", c.backbone,
+            "--max-seq-len", str(c.max_seq_len), "--stride", str(c.stride), "--max-answer-tokens",
+            str(c.max_answer_tokens), "--max-steps", "3", "--batch-windows", "4", "--checkpoint-every", "100",
+            "--val-questions", "0", "--no-progress", "--precision", "fp32", "--device", "cpu"]
+    calls: list = []
+    before = ctrl_c_in_step(monkeypatch, 3, calls)
+    try:
+        assert main(argv) == 130
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 3 and len(calls) == 3
+    assert not (out / "summary.json").exists()
+    last = capsys.readouterr().err.rstrip().splitlines()[-1]
+    assert last == (f"spanseek train phrase: interrupted: stopped after the last step (3), saved as {out / 'last'}; "
+                    f"the same command writes {out / 'summary.json'} without training again")
+    calls.clear()
+    assert main(argv) == 0
+    assert not calls and json.loads((out / "summary.json").read_text())["steps"] == 3
+
+
+def test_a_summary_of_an_earlier_end_goes_once_an_extended_run_saves_a_later_step(tmp_path, tiny_squad, tiny_config,
+                                                                                   monkeypatch):
+    """A finished run extended (a larger --max-steps) and stopped kept the first run's summary.json beside a later
+    OUT/last: the run looked complete, its summary describing weights no longer there. The summary goes with the
+    first checkpoint of a later step; the run's end writes it again."""
+    import signal
+
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=2, checkpoint_every=100)
+    train_phrase(cfg)
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    calls: list = []
+    before = ctrl_c_in_step(monkeypatch, 1, calls)
+    longer = dataclasses.replace(cfg, max_steps=4)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="stopped at step 3; the same command resumes from"):
+            train_phrase(longer)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 3
+    assert not (out / "summary.json").exists()
+    assert train_phrase(longer)["steps"] == 4
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4
 
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
@@ -247,7 +312,8 @@ def test_a_signalled_training_command_saves_the_step_and_says_where_it_resumes(t
     step = torch.load(out / "last" / STATE, weights_only=False)["step"]
     assert step >= 3
     assert f"stopped at step {step}; the same command resumes from {out / 'last'}" in err
-    assert err.rstrip().endswith("spanseek train phrase: interrupted")
+    assert err.rstrip().splitlines()[-1] == ("spanseek train phrase: interrupted: stopped at step "
+                                             f"{step}; the same command resumes from {out / 'last'}")
 
 
 @pytest.mark.slow
@@ -275,8 +341,6 @@ def test_real_squad_real_backbone_loss_goes_down(tmp_path):
 
 
 def test_cli_train_phrase(tmp_path, tiny_squad, tiny_backbone, capsys):
-    from spanseek.cli import main
-
     out = tmp_path / "run"
     args = ["train", "phrase", "--train", str(tiny_squad), "--out", str(out), "--backbone", str(tiny_backbone),
             "--question-mode", "separate", "--max-seq-len", "32", "--stride", "8", "--max-answer-tokens", "6",
