@@ -123,14 +123,17 @@ def naming(path: str | Path, temporary: Path | None = None) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        if e.errno is None and str(e).startswith(_NUMPY_NO_SPACE):  # numpy's tofile, which allocates first
+        if e.errno is None and _NUMPY_NO_SPACE.match(str(e)):  # numpy's tofile, which allocates first or writes short
             raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({e})", str(path)) from e
         if e.errno not in NO_SPACE or e.filename not in (None, str(temporary)):
             raise
         raise OSError(e.errno, e.strerror, str(path)) from e
 
 
-_NUMPY_NO_SPACE = "Not enough free space to write"
+# numpy's words for a full disk: its allocation refused ("Not enough free space to write 96 bytes after offset 128"),
+# or, where it allocates nothing first (tmpfs, a file size limit), its write cut short ("8125824 requested and 1521600
+# written", in items)
+_NUMPY_NO_SPACE = re.compile(r"Not enough free space to write|\d+ requested and \d+ written$")
 
 
 def no_space(error: BaseException) -> bool:

@@ -62,9 +62,11 @@ def test_a_log_write_the_disk_refuses_is_cut_back_and_never_replayed(tmp_path):
 
 # numpy's own (np.save allocates the array's bytes first, and names no errno)
 NUMPY_NO_SPACE = OSError("Not enough free space to write 96 bytes after offset 128")
+# numpy's where it allocates nothing first (tmpfs, a file size limit): the write cut short, in items, no errno
+NUMPY_SHORT_WRITE = OSError("8125824 requested and 1521600 written")
 
 
-@pytest.mark.parametrize("error", [NO_SPACE, NUMPY_NO_SPACE], ids=["errno", "numpy"])
+@pytest.mark.parametrize("error", [NO_SPACE, NUMPY_NO_SPACE, NUMPY_SHORT_WRITE], ids=["errno", "numpy", "short"])
 def test_a_shard_the_disk_cannot_hold_names_its_file_and_leaves_no_part(tmp_path, monkeypatch, error):
     from spanseek.indexer import shards
 
@@ -81,6 +83,23 @@ def test_a_shard_the_disk_cannot_hold_names_its_file_and_leaves_no_part(tmp_path
         shards.encode_shard(None, None, ["a passage"], dest, "key")
     assert failed.value.filename == str(dest.with_name("000000.tmp") / "vectors.npy")
     assert list((tmp_path / "shards").iterdir()) == []  # the part of the shard is removed, its space freed
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE cuts writes short as described on Linux")
+def test_a_shard_cut_short_by_a_full_disk_is_named_as_one(tmp_path, monkeypatch):
+    """On a full tmpfs (or past a file size limit) np.save writes part of the array and says "1000000 requested and
+    12484 written": `index build` ended with that line alone, naming neither the file nor the full disk."""
+    from spanseek.indexer import shards
+
+    dest = tmp_path / "shards" / "000000"
+    arrays = {"vectors": np.zeros((100_000, 4), np.float16)}
+    monkeypatch.setattr(shards, "encode_passages", lambda encoder, toks: arrays)
+    monkeypatch.setattr(shards, "tokenize_passages", lambda tokenizer, texts: [])
+    with file_size_limit(100_000), pytest.raises(OSError, match="No space left on device") as failed:
+        shards.encode_shard(None, None, ["a passage"], dest, "key")
+    assert failed.value.errno == errno.ENOSPC
+    assert failed.value.filename == str(dest.with_name("000000.tmp") / "vectors.npy")
+    assert list((tmp_path / "shards").iterdir()) == []
 
 
 def test_a_memory_mapped_file_has_its_blocks_before_a_row_is_written(tmp_path, monkeypatch):
