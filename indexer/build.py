@@ -5,13 +5,14 @@
 
 The corpus is read through first (``core.io.check_corpus``: a bad line or a repeated id anywhere is refused before
 the model loads; what it counts sizes the progress bar), then as a stream, twice in all: the passage and document
-stores are written as it goes and passages are encoded in shards of ``shard_passages``. Each finished shard is a directory renamed into place and keyed by a hash
-of its passages and the model, so a killed build resumes by re-using every shard whose passages are unchanged,
-also after the corpus was fixed (the shards do not depend on the factory, so a build that stopped at the faiss
-stage can be resumed with another ``--factory``). ``--out`` must be new, empty or such an unfinished build: a
-folder of other files, or one holding the corpus, is refused (``check_out_dir``) rather than written over; a build
-holds its writer lock (``build_lock``), so a second build into it is refused at its start. Document
-ids must be unique. The merge writes the final arrays through memory maps; then the factory is resolved (``auto``)
+stores are written as it goes and passages are encoded in shards of ``shard_passages``. Each finished shard is a
+directory renamed into place and keyed by a hash of its passages and the model, so a killed build resumes by re-using
+every shard whose passages are unchanged, also after the corpus was fixed, with another ``--shard-passages`` (the
+finished shards keep their sizes, the new one applies after them) or with another ``--factory`` (the shards do not
+depend on it: a build that stopped at the faiss stage resumes there). ``--out`` must be new, empty or such an
+unfinished build: a folder of other files, or one holding the corpus, is refused (``check_out_dir``) rather than
+written over; a build holds its writer lock (``build_lock``), so a second build into it is refused at its start.
+Document ids must be unique. The merge writes the final arrays through memory maps; then the factory is resolved (``auto``)
 and validated against the number of tokens to index, faiss is trained on a sample (on GPU when faiss has one) and
 filled chunk by chunk, compressed indexes get a codes store (``indexer.compress``), the passages a BM25 index
 (``indexer.lexical``), the recall against exact search is measured on a sample, and the manifest (with every file's
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import json
 import logging
 import os
@@ -134,6 +136,13 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     encoder = PassageEncoder(phrase_model, tokenizer, precision=precision, max_batch_tokens=opts.max_batch_tokens)
     stats = ReadStats()
     k, buf, reused = 0, [], 0
+    # an interrupted build's shards keep their sizes (another --shard-passages re-encoded every one); the rest take
+    # ``shard_passages``
+    sizes = finished_shard_sizes(out)
+    if any(size != opts.shard_passages for size in sizes):
+        log.info("the first %d shards keep the sizes an interrupted build encoded them with (%s passages) so that "
+                 "they are re-used; --shard-passages %d applies after them", len(sizes),
+                 ", ".join(sorted({str(size) for size in sizes}, key=int)), opts.shard_passages)
     # documents read (the corpus is streamed: its size comes from the check's read, or a count of its lines)
     total = None if not opts.progress else checked.lines if checked is not None else count_documents(corpus)
     bar = tqdm(total=total, desc="encode", unit="doc", disable=not opts.progress)
@@ -169,7 +178,7 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
                 for p, text in enumerate(doc.paragraphs):
                     fp.write(json.dumps(phrase_index.passage_record(d, p, text, doc.paragraph_meta(p)), ensure_ascii=False) + "\n")
                     buf.append(text)
-                    if len(buf) == opts.shard_passages:
+                    if len(buf) == (sizes[k] if k < len(sizes) else opts.shard_passages):
                         flush()
             if buf:  # an empty shard cannot be encoded
                 flush()
@@ -185,6 +194,18 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     log.info("corpus: %d documents, %d passages (skipped %d empty documents, %d empty paragraphs)",
              stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs)
     return k, stats
+
+
+def finished_shard_sizes(out: Path) -> list[int]:
+    """The passages of each finished shard in ``out`` (an interrupted build's or add's), from the first up to the
+    first that is missing or unreadable."""
+    sizes = []
+    for k in itertools.count():
+        try:
+            sizes.append(len(np.load(_shard_dir(out, k) / "ntokens.npy", mmap_mode="r")))
+        except (OSError, ValueError):
+            return sizes
+    return sizes
 
 
 def write_fields(docs: Path, dest: Path) -> None:

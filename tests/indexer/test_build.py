@@ -384,3 +384,33 @@ def test_a_build_with_progress_reads_the_corpus_twice_and_writes_what_one_withou
     for rel in written:
         if rel.name != phrase_index.MANIFEST:  # (its build time and checksum differ)
             assert (out / rel).read_bytes() == (tiny_index / rel).read_bytes(), rel
+
+
+def test_a_build_resumed_with_another_shard_size_re_uses_the_shards_it_encoded(tmp_path, tiny_corpus, tiny_model_dir,
+                                                                              tiny_index, monkeypatch, caplog):
+    """A killed build resumed with another --shard-passages (a smaller one, to fit in memory, say) re-encoded every
+    passage: the finished shards' keys are of their passages, which another size cuts elsewhere. They now keep their
+    sizes and are re-used; the new size applies after them, and the index holds the same tokens."""
+    out = tmp_path / "index"
+    encode = PassageEncoder.encode_flat
+    calls = []
+
+    def dies_in_third_shard(self, passages):
+        calls.append(len(passages))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return encode(self, passages)
+
+    monkeypatch.setattr(PassageEncoder, "encode_flat", dies_in_third_shard)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(tiny_corpus, tiny_model_dir, out, OPTS)  # shards of 7: 0 and 1 finished
+    calls.clear()
+    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
+    with caplog.at_level(logging.INFO, logger="spanseek.indexer.build"):
+        manifest = build_index(tiny_corpus, tiny_model_dir, out, dataclasses.replace(OPTS, shard_passages=4))
+    assert calls == [4, 4, 2]  # the 10 passages after the two shards of 7, in shards of 4
+    assert "the first 2 shards keep the sizes an interrupted build encoded them with (7 passages)" in caplog.text
+    assert (manifest.passages, manifest.tokens) == (24, Manifest.load(tiny_index).tokens)
+    for name in (phrase_index.TOKEN_PASSAGE, phrase_index.TOKEN_OFFSETS, phrase_index.PASSAGES):
+        assert (out / name).read_bytes() == (tiny_index / name).read_bytes(), name
+    assert np.allclose(np.load(out / phrase_index.VECTORS), np.load(tiny_index / phrase_index.VECTORS), atol=1e-2)
