@@ -30,6 +30,7 @@ from spanseek.core.holdout import Holdout
 from spanseek.core.io import Question, squad_documents, squad_questions, write_corpus
 from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import calibration_error, exact_match, passage_has_answer
+from spanseek.core.model import resolve_model
 from spanseek.core.params import SearchParams
 from spanseek.core.reader import PassageReader, resolve_reader
 from spanseek.core.reading import READ_FEATURES, READING_NAME, Candidate, Reading, ReadingStage, read_features
@@ -165,9 +166,17 @@ def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str 
 
 
 def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
+    resolve_reader(cfg.reader)  # a mistyped reader or model is named now, not once an index is built for minutes
+    if cfg.index is None:
+        resolve_model(cfg.model)
     data = load_training(cfg.train)
     articles = [a for i, a in enumerate(data) if Holdout(cfg.holdout_every, cfg.articles_offset).held(i)]
     questions = sample_questions([q for q in squad_questions(articles) if q.answers], cfg.questions, seed=cfg.seed)
+    if not questions:  # (an index of no articles was refused naming its temporary corpus)
+        raise ValueError(f"--train {cfg.train}: no answered questions in the articles the fit reads (article i with i "
+                         f"% {cfg.holdout_every} == {cfg.articles_offset}, --holdout-every and --articles-offset: "
+                         f"{len(articles)} of its {len(data)} articles); give a file with more articles or another "
+                         "--articles-offset")
     with tempfile.TemporaryDirectory(prefix="spanseek-fit-reading-") as tmp:
         index = cfg.index
         if index is None:

@@ -212,6 +212,25 @@ def test_fit_reading_writes_the_file_a_searcher_reads(tiny_squad, tiny_model_dir
         assert again.at(reading.read_passages).models[unit].coef == pytest.approx(reading.models[unit].coef)
 
 
+def test_fit_reading_names_a_mistyped_reader_or_an_empty_split_before_building_an_index(tiny_squad, tiny_model_dir,
+                                                                                         tiny_reader, tmp_path, capsys,
+                                                                                         monkeypatch):
+    """A mistyped --reader was found once an index of the articles was built (minutes), and a file without articles
+    at --articles-offset was refused as "corpus /tmp/spanseek-fit-reading-.../corpus.jsonl has no non-empty
+    passages", a file the user never named."""
+    from spanseek.indexer import build
+
+    monkeypatch.setattr(build, "build_index", lambda *a, **k: pytest.fail("an index was built"))
+    args = fit_args(tiny_squad, tiny_reader, tiny_model_dir, tmp_path / "fitted")
+    assert main([*args, "--reader", str(tmp_path / "nope")]) == 2
+    assert f"{tmp_path / 'nope'} is not a reader directory" in capsys.readouterr().err
+    assert main([*args, "--holdout-every", "20", "--holdout-offset", "7", "--articles-offset", "12"]) == 2
+    err = capsys.readouterr().err
+    assert f"--train {tiny_squad}: no answered questions in the articles the fit reads" in err
+    assert "(article i with i % 20 == 12" in err and "0 of its 4 articles" in err and "spanseek-fit-reading" not in err
+    assert not (tmp_path / "fitted").exists()
+
+
 def test_fit_reading_options_are_checked():
     with pytest.raises(ValueError, match="--features must be comma-separated names among reader, "):
         FitReadingConfig(train="t", out="o", reader="r", features="reader,lexical")
