@@ -118,10 +118,15 @@ NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 @contextlib.contextmanager
 def naming(path: str | Path, temporary: Path | None = None) -> Iterator[None]:
     """Raise a write's ``NO_SPACE`` error that names no file (a file object's write, ``np.save``: "[Errno 28] No
-    space left on device"), or names ``path``'s ``temporary``, as the same error naming ``path``: the message says
-    which file could not be written, as the user knows it."""
+    space left on device"), or names ``path``'s ``temporary``, or is a library's RuntimeError saying so (faiss's
+    ``write_index``), as an OSError naming ``path``: the message says which file could not be written, as the user
+    knows it."""
     try:
         yield
+    except RuntimeError as e:  # a C++ library's words for it (faiss: "... write error in PATH.tmp: 3014611 != 10403328
+        if not no_space(e):  # (No space left on device)")
+            raise
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
     except OSError as e:
         if e.errno is None and _NUMPY_NO_SPACE.match(str(e)):  # numpy's tofile, which allocates first or writes short
             raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({e})", str(path)) from e

@@ -191,3 +191,33 @@ def test_a_phrase_cache_the_disk_cannot_hold_is_an_error_naming_its_vectors(tmp_
         phrase_cache.open_or_create(tmp_path / "cache", ["k0", "k1"], uniq, 8, "fp", 64, "model")
     assert failed.value.filename == str(tmp_path / "cache" / phrase_cache.CACHE_VECTORS)
     assert not (tmp_path / "cache" / phrase_cache.CACHE_META).exists()
+
+
+def test_a_faiss_index_the_disk_cannot_hold_is_named_and_the_build_resumes(tiny_corpus, tiny_model_dir, tmp_path,
+                                                                           monkeypatch, capsys):
+    """faiss reports a full disk as its own error ("Error in void faiss::write_index(...) at index_write.cpp:499:
+    Error: 'ret == (size * 4)' failed: write error in OUT/.index.faiss.x.tmp: 3014611 != 10403328 (No space left on
+    device)"), which `index build` printed as it is: it is the one line naming the index file, and the same command
+    resumes once there is room."""
+    import faiss
+
+    from spanseek.cli import main
+
+    write_index = faiss.write_index
+
+    def full(index, path):
+        Path(path).write_bytes(b"\0" * 100)
+        raise RuntimeError(f"Error in void faiss::write_index(const Index*, IOWriter*, int) at index_write.cpp:499: "
+                           f"Error: 'ret == (size * 4)' failed: write error in {path}: 100 != 4096 (No space left on "
+                           "device)")
+
+    monkeypatch.setattr(faiss, "write_index", full)
+    out = tmp_path / "idx"
+    argv = ["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(out),
+            "--precision", "fp32", "--quiet"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"spanseek index build: error: {out / phrase_index.FAISS_INDEX}: "
+                                       f"{os.strerror(errno.ENOSPC)}\n")
+    assert not list(out.glob("*.tmp")) and not list(out.glob(".*.tmp"))  # nothing half written holds the room
+    monkeypatch.setattr(faiss, "write_index", write_index)
+    assert main(argv) == 0 and (out / phrase_index.MANIFEST).is_file()
