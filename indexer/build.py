@@ -9,7 +9,8 @@ stores are written as it goes and passages are encoded in shards of ``shard_pass
 directory renamed into place and keyed by a hash of its passages and the model, so a killed build resumes by re-using
 every shard whose passages are unchanged, also after the corpus was fixed, with another ``--shard-passages`` (the
 finished shards keep their sizes, the new one applies after them) or with another ``--factory`` (the shards do not
-depend on it: a build that stopped at the faiss stage resumes there). ``--out`` must be new, empty or such an
+depend on it: a build that stopped at the faiss stage resumes there); with ``--precision auto`` it encodes in the
+precision of its first shard (``shard_precision``). ``--out`` must be new, empty or such an
 unfinished build: a folder of other files, or one holding the corpus, is refused (``check_out_dir``) rather than
 written over; a build holds its writer lock (``build_lock``), so a second build into it is refused at its start.
 Document ids must be unique. The merge writes the final arrays through memory maps; then the factory is resolved (``auto``)
@@ -132,7 +133,7 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     """
     device = next(phrase_model.parameters()).device
     tokenizer = load_tokenizer(phrase_model.config)
-    precision = pick_precision(opts.precision, device)
+    precision = shard_precision(out, opts.precision, device)
     encoder = PassageEncoder(phrase_model, tokenizer, precision=precision, max_batch_tokens=opts.max_batch_tokens)
     stats = ReadStats()
     k, buf, reused = 0, [], 0
@@ -194,6 +195,18 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     log.info("corpus: %d documents, %d passages (skipped %d empty documents, %d empty paragraphs)",
              stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs)
     return k, stats
+
+
+def shard_precision(out: Path, asked: str, device) -> str:
+    """The inference precision of a build's shards: ``asked`` (``core.encoding.pick_precision``), or, for ``auto`` in
+    a build resumed in ``out``, the one its first shard was encoded in. ``auto`` times bf16 against fp32 on a CPU
+    with AVX-512 and no AMX, and a probe beside a busy job picks otherwise; the shards are keyed by their precision,
+    so another pick re-encoded every one."""
+    held = shard_files.shard_precision(_shard_dir(out, 0))
+    if asked == "auto" and held is not None:
+        log.info("precision auto: %s, the precision the shards of the build resumed in %s were encoded in", held, out)
+        return held
+    return pick_precision(asked, device)
 
 
 def finished_shard_sizes(out: Path) -> list[int]:

@@ -18,6 +18,7 @@ from spanseek.core.text import tokenize_passages
 from spanseek.indexer.compress import filter_probabilities
 
 SHARD_KEY = "key.txt"  # a shard's content key: model, precision and its passages (``indexer.build.shard_key``)
+SHARD_PRECISION = "precision.txt"  # the inference precision it was encoded in (fp32 or bf16)
 
 
 def encode_passages(encoder: PassageEncoder, toks: list, vecs: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -53,6 +54,7 @@ def encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Pat
         for name, array in arrays.items():
             with naming(tmp / f"{name}.npy"):
                 np.save(tmp / f"{name}.npy", array)
+        (tmp / SHARD_PRECISION).write_text(encoder.precision)
         (tmp / SHARD_KEY).write_text(key)
     except BaseException:  # a part of a shard (a full disk) is of no use to a resumed build, and holds its space
         shutil.rmtree(tmp, ignore_errors=True)
@@ -68,3 +70,13 @@ def has_shard(dest: Path, key: str) -> bool:
         return (dest / SHARD_KEY).read_text() == key
     except OSError:
         return False
+
+
+def shard_precision(dest: Path) -> str | None:
+    """The inference precision the finished shard ``dest`` was encoded in; None when there is no such shard (or it
+    was written before its precision was recorded)."""
+    try:
+        held = (dest / SHARD_PRECISION).read_text()
+    except OSError:
+        return None
+    return held if held in ("fp32", "bf16") and (dest / SHARD_KEY).is_file() else None

@@ -414,3 +414,34 @@ def test_a_build_resumed_with_another_shard_size_re_uses_the_shards_it_encoded(t
     for name in (phrase_index.TOKEN_PASSAGE, phrase_index.TOKEN_OFFSETS, phrase_index.PASSAGES):
         assert (out / name).read_bytes() == (tiny_index / name).read_bytes(), name
     assert np.allclose(np.load(out / phrase_index.VECTORS), np.load(tiny_index / phrase_index.VECTORS), atol=1e-2)
+
+
+def test_a_build_resumed_with_precision_auto_keeps_the_precision_of_its_shards(tmp_path, tiny_corpus, tiny_model_dir,
+                                                                              tiny_index, monkeypatch):
+    """`--precision auto` (the default) times bf16 against fp32 on some CPUs, and a probe beside a busy job picks the
+    other: a resumed build then re-encoded every shard, as shards are keyed by their precision. It now takes the
+    precision its finished shards were encoded in; one given explicitly is still used as given."""
+    from spanseek.indexer import build as build_mod
+
+    out = tmp_path / "index"
+    encode = PassageEncoder.encode_flat
+    calls = []
+
+    def dies_in_second_shard(self, passages):
+        calls.append(len(passages))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return encode(self, passages)
+
+    auto = dataclasses.replace(OPTS, precision="auto")
+    monkeypatch.setattr(build_mod, "pick_precision", lambda asked, device: "fp32" if asked == "auto" else asked)
+    monkeypatch.setattr(PassageEncoder, "encode_flat", dies_in_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(tiny_corpus, tiny_model_dir, out, auto)
+    calls.clear()
+    monkeypatch.setattr(build_mod, "pick_precision", lambda asked, device: "bf16" if asked == "auto" else asked)
+    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
+    build_index(tiny_corpus, tiny_model_dir, out, auto)
+    assert calls == [7, 7, 3]  # shard 0 was re-used, and the others encoded in fp32 as it was
+    for name in ARRAYS:
+        assert (out / name).read_bytes() == (tiny_index / name).read_bytes(), name
