@@ -249,6 +249,24 @@ def check_resume(out: Path, config: EncoderConfig) -> None:
                          "resume with the same settings)")
 
 
+TRAIN_CONFIG = "train_config.json"  # the settings a run was last started with, in its --out
+
+
+def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...]) -> None:
+    """Refuse to resume the run in ``out`` with other ``recipe`` settings than it was started with (its
+    ``TRAIN_CONFIG``; ``now``: this run's settings by name), naming them; resuming with another --lr ran on at the
+    first one while the run's files recorded the second. A run without the file (older runs) resumes as before."""
+    path = out / TRAIN_CONFIG
+    if resume_point(out) is None or not path.is_file():
+        return
+    before = json.loads(path.read_text(encoding="utf-8"))
+    differ = [f"{key} {before[key]!r} (this run: {now[key]!r})" for key in recipe
+              if key in before and json.loads(json.dumps(now[key])) != before[key]]
+    if differ:
+        raise ValueError(f"--out {out} holds a run started with other settings: {'; '.join(differ)}; resume with "
+                         "the same ones (--epochs and --max-steps may change), or use a new --out")
+
+
 def recover_checkpoint(out: Path, name: str = "last") -> None:
     """Put the checkpoint ``resume_point`` picks at out/name when a run was killed between the renames of
     ``save_checkpoint`` (out/name missing), so that the next save does not remove it."""

@@ -15,6 +15,7 @@ passage tokens from the teacher's (trainer.distill, the teacher's logits read on
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -56,6 +57,8 @@ from spanseek.trainer.data import answered, load_training
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.loop import (
+    TRAIN_CONFIG,
+    check_same_recipe,
     optimizer_and_resume,
     recover_checkpoint,
     resume_point,
@@ -165,6 +168,14 @@ def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
     return questions
 
 
+# what a resumed reader run must keep: its data, its model, its optimiser and its loss (the resumed optimiser and
+# schedule keep the first run's learning rate whatever is asked; the others would change the run midway, or, for the
+# model's shape, fail to load its checkpoint). The length of the run (--epochs, --max-steps) may change.
+RECIPE = ("train", "holdout_every", "holdout_offset", "seed", "backbone", "init", "max_len", "stride", "max_query_len",
+          "max_answer_tokens", "batch_size", "lr", "warmup", "weight_decay", "limit_questions", "reserve_offset",
+          "teacher", "lambda_kl", "kl_temperature", "kl_level", "negatives")
+
+
 def train_reader(cfg: ReaderTrainConfig) -> dict[str, Any]:
     """Train (or resume) the reader into ``cfg.out``; the reader is ``OUT/last``. Returns the run's summary."""
     check_teacher(cfg)  # before any work
@@ -181,6 +192,8 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     recover_checkpoint(out)
     if (point := resume_point(out)) is not None:  # a damaged checkpoint is found before the data is tokenised
         check_checkpoint(point, READER_WEIGHTS_NAME, out)
+    settings = dataclasses.asdict(cfg)
+    check_same_recipe(out, settings, RECIPE)
     data = load_training(cfg.train)
     held = [a for i, a in enumerate(data) if cfg.holdout.held(i)]
     questions = reader_questions(cfg, data)
@@ -195,6 +208,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     lengths = np.array([len(ids) for ids in windows.ids])
     steps_per_epoch = math.ceil(len(lengths) / cfg.batch_size)
     total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
+    write_json_atomic(out / TRAIN_CONFIG, settings)
     params = [p for p in model.parameters() if p.requires_grad]
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     if "master" in state:  # the fp32 weights (the checkpoint's weights file is fp16, the reader as shipped)

@@ -15,7 +15,6 @@ Runs on CPU (bf16 autocast where the CPU supports it) or CUDA (bf16 autocast).
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -36,8 +35,10 @@ from spanseek.trainer.data import Batch, TrainWindow, collate, load_training
 from spanseek.trainer.distill import check_teacher
 from spanseek.trainer.loop import (  # noqa: F401 (STATE, write_holdout: part of this module's interface)
     STATE,
+    TRAIN_CONFIG,
     StepSource,
     check_resume,
+    check_same_recipe,
     check_validation_split,
     finish,
     resume_point,
@@ -138,22 +139,6 @@ RECIPE = ("train", "holdout_every", "holdout_offset", "seed", "batch_windows", "
           "widen_lora", "corrector", "corrector_lr")
 
 
-def check_same_recipe(out: Path, cfg: TrainConfig) -> None:
-    """Refuse to resume the run in ``out`` with other ``RECIPE`` settings than it was started with (its
-    ``train_config.json``), naming them; resuming with another --lr ran on at the first one while the file recorded
-    the second."""
-    path = out / "train_config.json"
-    if resume_point(out) is None or not path.is_file():
-        return
-    before = json.loads(path.read_text(encoding="utf-8"))
-    now = {**asdict(replace(cfg, loss=cfg.loss.resolved())), "encoder": None}
-    differ = [f"{key} {before[key]!r} (this run: {now[key]!r})" for key in RECIPE
-              if key in before and json.loads(json.dumps(now[key])) != before[key]]
-    if differ:
-        raise ValueError(f"--out {out} holds a run started with other settings: {'; '.join(differ)}; resume with "
-                         "the same ones (--epochs and --max-steps may change), or use a new --out")
-
-
 def train_phrase(cfg: TrainConfig) -> dict:
     """Train (or resume) a phrase model; returns a summary with throughput and validation metrics."""
     if cfg.widen_lora and not cfg.init_from:
@@ -196,7 +181,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
         model = PhraseModel(cfg.encoder).to(device)
     enc_cfg = model.config
     check_resume(out, enc_cfg)  # a resumed run's checkpoint must fit this model
-    check_same_recipe(out, cfg)
+    check_same_recipe(out, {**asdict(replace(cfg, loss=cfg.loss.resolved())), "encoder": None}, RECIPE)
     tokenizer = load_tokenizer(enc_cfg)
     if hard is not None and cfg.loss.kind != "unified":
         raise ValueError("hard negatives are used by the unified loss only (--loss unified)")
@@ -215,7 +200,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
                      hard_keys=hard_keys, corrector=corrector)
     if main:
         saved = replace(cfg, encoder=enc_cfg, loss=cfg.loss.resolved())
-        write_json_atomic(out / "train_config.json", {**asdict(saved), "encoder": enc_cfg.to_dict()})
+        write_json_atomic(out / TRAIN_CONFIG, {**asdict(saved), "encoder": enc_cfg.to_dict()})
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     summary = train_loop(cfg, mode, model, params, windows, device, precision, cfg.dist)

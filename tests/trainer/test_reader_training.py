@@ -327,3 +327,23 @@ def test_a_reader_stopped_in_its_last_step_is_validated_by_the_same_command_with
     summary = train_reader(cfg)
     assert not steps and summary["steps"] == 2 and "validation" in summary
     assert json.loads((out / "summary.json").read_text())["validation"] == summary["validation"]
+
+
+def test_a_reader_run_resumed_with_other_settings_is_refused_naming_them(tiny_squad, tiny_backbone, tmp_path,
+                                                                         monkeypatch):
+    """A reader run resumed with another --lr ran on at the first run's rate (the optimiser's state) while its
+    summary recorded the new one, and one resumed with other windows (--max-len) or another backbone (which failed on
+    a weight's shape) went on too: each is refused before a step, naming the settings; a longer run resumes."""
+    out = tmp_path / "reader"
+    train_reader(config(tiny_squad, tiny_backbone, out, max_steps=1, val_questions=0))
+    steps = []
+    real_step = torch.optim.AdamW.step
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: steps.append(1) or real_step(self, *a, **k))
+    with pytest.raises(ValueError, match=rf"--out {out} holds a run started with other settings: lr 0.0001 \(this "
+                                         r"run: 0.5\); resume with the same ones"):
+        train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2, val_questions=0, lr=0.5))
+    with pytest.raises(ValueError, match=r"other settings: max_len 64 \(this run: 96\)"):
+        train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2, val_questions=0, max_len=96))
+    assert not steps
+    assert train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2, val_questions=0))["steps"] == 2
+    assert len(steps) == 1
