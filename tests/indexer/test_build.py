@@ -386,26 +386,33 @@ def test_a_build_with_progress_reads_the_corpus_twice_and_writes_what_one_withou
             assert (out / rel).read_bytes() == (tiny_index / rel).read_bytes(), rel
 
 
+def killed_in_shard(n: int, monkeypatch, *build_args) -> list[int]:
+    """``build_index(*build_args)`` killed in the middle of its ``n``-th shard (those before it finished); returns the
+    list that counts the passages of each shard encoded from then on."""
+    encode = PassageEncoder.encode_flat
+    calls = []
+
+    def dies(self, passages):
+        calls.append(len(passages))
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return encode(self, passages)
+
+    monkeypatch.setattr(PassageEncoder, "encode_flat", dies)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(*build_args)
+    calls.clear()
+    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
+    return calls
+
+
 def test_a_build_resumed_with_another_shard_size_re_uses_the_shards_it_encoded(tmp_path, tiny_corpus, tiny_model_dir,
                                                                               tiny_index, monkeypatch, caplog):
     """A killed build resumed with another --shard-passages (a smaller one, to fit in memory, say) re-encoded every
     passage: the finished shards' keys are of their passages, which another size cuts elsewhere. They now keep their
     sizes and are re-used; the new size applies after them, and the index holds the same tokens."""
     out = tmp_path / "index"
-    encode = PassageEncoder.encode_flat
-    calls = []
-
-    def dies_in_third_shard(self, passages):
-        calls.append(len(passages))
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return encode(self, passages)
-
-    monkeypatch.setattr(PassageEncoder, "encode_flat", dies_in_third_shard)
-    with pytest.raises(KeyboardInterrupt):
-        build_index(tiny_corpus, tiny_model_dir, out, OPTS)  # shards of 7: 0 and 1 finished
-    calls.clear()
-    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
+    calls = killed_in_shard(3, monkeypatch, tiny_corpus, tiny_model_dir, out, OPTS)  # shards of 7: 0 and 1 finished
     with caplog.at_level(logging.INFO, logger="spanseek.indexer.build"):
         manifest = build_index(tiny_corpus, tiny_model_dir, out, dataclasses.replace(OPTS, shard_passages=4))
     assert calls == [4, 4, 2]  # the 10 passages after the two shards of 7, in shards of 4
@@ -424,23 +431,10 @@ def test_a_build_resumed_with_precision_auto_keeps_the_precision_of_its_shards(t
     from spanseek.indexer import build as build_mod
 
     out = tmp_path / "index"
-    encode = PassageEncoder.encode_flat
-    calls = []
-
-    def dies_in_second_shard(self, passages):
-        calls.append(len(passages))
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return encode(self, passages)
-
     auto = dataclasses.replace(OPTS, precision="auto")
     monkeypatch.setattr(build_mod, "pick_precision", lambda asked, device: "fp32" if asked == "auto" else asked)
-    monkeypatch.setattr(PassageEncoder, "encode_flat", dies_in_second_shard)
-    with pytest.raises(KeyboardInterrupt):
-        build_index(tiny_corpus, tiny_model_dir, out, auto)
-    calls.clear()
+    calls = killed_in_shard(2, monkeypatch, tiny_corpus, tiny_model_dir, out, auto)
     monkeypatch.setattr(build_mod, "pick_precision", lambda asked, device: "bf16" if asked == "auto" else asked)
-    monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
     build_index(tiny_corpus, tiny_model_dir, out, auto)
     assert calls == [7, 7, 3]  # shard 0 was re-used, and the others encoded in fp32 as it was
     for name in ARRAYS:
