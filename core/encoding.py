@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -346,18 +346,19 @@ def _window_targets(passages: list[PassageTokens], keys: list[tuple[int, int]],
 
 
 T = TypeVar("T")
+Y = TypeVar("Y")
 
 
-def advance(steps: Generator[None, None, T]) -> tuple[bool, T | None]:
-    """Run one step of ``steps``: (False, None) while steps remain, then (True, what it returns)."""
+def advance(steps: Generator[Y, None, T]) -> tuple[bool, Any]:
+    """Run one step of ``steps``: (False, what it yielded) while steps remain, then (True, what it returns)."""
     try:
-        next(steps)
+        yielded = next(steps)
     except StopIteration as done:
         return True, done.value
-    return False, None
+    return False, yielded
 
 
-def drain(steps: Generator[None, None, T]) -> T:
+def drain(steps: Generator[Any, None, T]) -> T:
     """Run ``steps`` to its end; what it returns."""
     while True:
         finished, value = advance(steps)

@@ -8,6 +8,9 @@ word, so that answers never begin or end inside a word.
 
 from __future__ import annotations
 
+import re
+import unicodedata
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +71,86 @@ def tokenize_passages(tokenizer, texts: list[str]) -> list[PassageTokens]:
             flags = (starts * FLAG_START + ends * FLAG_END).astype(np.uint8)
         out.append(PassageTokens(input_ids=ids, offsets=offsets, flags=flags))
     return out
+
+
+# A BERT tokenizer (BertNormalizer, BertPreTokenizer) cleans, lowercases and strips accents a character at a time,
+# then splits at whitespace and around each punctuation and CJK character before WordPiece sees the words: a text cut
+# at such a boundary tokenises, piece by piece, to the text's own tokens. Its whitespace is " \t\n\r" and the space
+# separators (Zs); a vertical tab, a form feed and other control characters are removed, not spaced, so cutting there
+# could part one word in two.
+_BERT_SPACES = frozenset(" \t\n\r")
+_CJK = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+        (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0x2F800, 0x2FA1F))
+_MAYBE_BOUNDARY = re.compile(r"[\t\n\r !-/:-@\[-`{-~]|[^\x00-\x7f]")  # every character _cuts_at may need
+
+
+def splits_like_bert(tokenizer) -> bool:
+    """Whether ``tokenizer`` is a fast tokenizer of BERT's normaliser and pre-tokeniser (the default model's, MPNet's),
+    which ``tokenize_passage_steps`` may cut a text at word boundaries for."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return (backend is not None and type(backend.pre_tokenizer).__name__ == "BertPreTokenizer"
+            and type(backend.normalizer).__name__ in ("BertNormalizer", "NoneType"))
+
+
+def _stands_alone(ch: str) -> bool:
+    """A character a BERT tokenizer makes a word of its own: punctuation (ASCII's, or Unicode's P categories) or
+    CJK."""
+    o = ord(ch)
+    return (33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126
+            or unicodedata.category(ch).startswith("P") or any(a <= o <= b for a, b in _CJK))
+
+
+def _cuts_at(text: str, i: int) -> bool:
+    """Whether a BERT tokenizer's words never cross position ``i`` of ``text`` (0 < i < len): whitespace starts
+    there, a character standing alone starts there, or one ends there and no combining mark follows it."""
+    ch = text[i]
+    return (ch in _BERT_SPACES or unicodedata.category(ch) == "Zs" or _stands_alone(ch)
+            or (_stands_alone(text[i - 1]) and not unicodedata.category(ch).startswith("M")))
+
+
+def word_cut(text: str, start: int, size: int) -> int:
+    """Where the piece of ``text`` from ``start`` ends: the last word boundary (``_cuts_at``) at most ``size``
+    characters on, else the first one after that (a word longer than ``size`` stays whole), else the end."""
+    if len(text) - start <= size:
+        return len(text)
+    last = None
+    for m in _MAYBE_BOUNDARY.finditer(text, start, start + size + 1):
+        for i in (m.start(), m.start() + 1):  # a boundary before the character, or after it
+            if start < i <= start + size and i < len(text) and _cuts_at(text, i):
+                last = i
+    if last is not None:
+        return last
+    for m in _MAYBE_BOUNDARY.finditer(text, start + size):
+        for i in (m.start(), m.start() + 1):
+            if start + size < i < len(text) and _cuts_at(text, i):
+                return i
+    return len(text)
+
+
+def tokenize_passage_steps(tokenizer, text: str, size: int) -> Generator[int, None, PassageTokens]:
+    """``tokenize_passages(tokenizer, [text])[0]`` a piece of at most about ``size`` characters a step, cut at word
+    boundaries (``word_cut``), for a BERT tokenizer (``splits_like_bert``; another is one step): the tokens, offsets
+    and flags are those of tokenising it whole. Yields the tokens so far after each piece but the last."""
+    if not splits_like_bert(tokenizer):
+        return tokenize_passages(tokenizer, [text])[0]
+    pieces: list[PassageTokens] = []
+    starts: list[int] = []
+    start, count = 0, 0
+    while True:
+        end = word_cut(text, start, size)
+        (piece,) = tokenize_passages(tokenizer, [text[start:end]])
+        pieces.append(piece)
+        starts.append(start)
+        count += len(piece)
+        if end >= len(text):
+            break
+        yield count
+        start = end
+    if len(pieces) == 1:
+        return pieces[0]
+    return PassageTokens(input_ids=np.concatenate([p.input_ids for p in pieces]),
+                         offsets=np.concatenate([p.offsets + np.int32(s) for p, s in zip(pieces, starts, strict=True)]),
+                         flags=np.concatenate([p.flags for p in pieces]))
 
 
 def window_starts(n_tokens: int, window: int, stride: int) -> list[int]:

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core.encoding import PassageEncoder, drain, pick_precision
+from spanseek.core.encoding import PassageEncoder, advance, drain, pick_precision
 from spanseek.core.filters import FilterError
 from spanseek.core.integrity import file_digest
 from spanseek.core.io import (
@@ -58,7 +58,7 @@ from spanseek.core.params import SearchFilter
 from spanseek.core.phrase_index import MANIFEST, PhraseIndex, doc_record
 from spanseek.core.segment import BaseTerms, EncodedDocument, LiveIndex, empty_like, passage_terms
 from spanseek.core.stopping import Stopped, checkpoint, stop_when
-from spanseek.core.text import PassageTokens, tokenize_passages
+from spanseek.core.text import PassageTokens, tokenize_passage_steps, tokenize_passages
 from spanseek.indexer.build import BuildOptions
 from spanseek.indexer.compress import kept_token_ids
 from spanseek.indexer.shards import encode_passages
@@ -120,20 +120,32 @@ class DocumentEncoder:
         self.chunk_tokens = chunk_tokens
         self.analyzer = analyzer  # the base's lexical analyzer: a written passage's BM25 terms are made as its
 
-    def tokenize_steps(self, doc: Document) -> Generator[None, None, list[PassageTokens]]:
-        """The document's passages tokenised in steps of paragraphs of at most ``TOKENIZE_STEP_CHARS`` characters
-        together (a longer paragraph is a step of its own): a megabyte of prose in 500 paragraphs tokenised at once
-        held the encoder's thread for 0.7-0.8 s on 2 CPU cores, and searches waited behind it; a step took 17-25 ms.
-        Each paragraph's tokens are those of tokenising the document in one call (a fast tokenizer takes each text of
-        a batch alone)."""
+    def tokenize_steps(self, doc: Document) -> Generator[int, None, list[PassageTokens]]:
+        """The document's passages tokenised in steps of at most about ``TOKENIZE_STEP_CHARS`` characters: short
+        paragraphs together, a longer one in pieces cut at word boundaries (``core.text.tokenize_passage_steps``). A
+        megabyte of prose in 500 paragraphs tokenised at once held the encoder's thread for 0.7-0.8 s on 2 CPU cores,
+        and one paragraph of a megabyte of punctuation 5-11 s, and searches waited behind it; a step takes 17-60 ms.
+        Yields the document's tokens so far after each step but the last (a write over its bound is refused before
+        the rest is tokenised). Each paragraph's tokens are those of tokenising the document in one call (a fast
+        tokenizer takes each text of a batch alone)."""
         out: list[PassageTokens] = []
         group: list[str] = []
-        size = 0
-        for text in doc.paragraphs:
+        size = counted = 0
+        for i, text in enumerate(doc.paragraphs):
             if group and size + len(text) > TOKENIZE_STEP_CHARS:
-                out += tokenize_passages(self.tokenizer, group)
-                yield
+                out += (toks := tokenize_passages(self.tokenizer, group))
+                counted += sum(len(t) for t in toks)
+                yield counted
                 group, size = [], 0
+            if len(text) > TOKENIZE_STEP_CHARS:  # a step a piece
+                pieces = tokenize_passage_steps(self.tokenizer, text, TOKENIZE_STEP_CHARS)
+                while not (piece := advance(pieces))[0]:
+                    yield counted + piece[1]
+                out.append(piece[1])
+                counted += len(piece[1])
+                if i + 1 < len(doc.paragraphs):
+                    yield counted
+                continue
             group.append(text)
             size += len(text)
         out += tokenize_passages(self.tokenizer, group)

@@ -5,14 +5,19 @@
 
 from __future__ import annotations
 
+import copy
+import random
+
 import numpy as np
 import pytest
 
+from spanseek.core.encoding import advance
 from spanseek.core.text import (
     FLAG_END,
     FLAG_START,
     best_window,
     char_to_token,
+    tokenize_passage_steps,
     tokenize_passages,
     window_starts,
 )
@@ -69,6 +74,56 @@ def test_offsets_and_word_flags(tiny_backbone):
     for t in range(len(pt)):
         nxt_continues = t + 1 < len(pt) and pieces[t + 1].startswith("##")
         assert bool(pt.flags[t] & FLAG_END) == (not nxt_continues)
+
+
+def _steps(steps):
+    """What each step of ``steps`` yielded, and what it returned."""
+    yielded = []
+    while not (done := advance(steps))[0]:
+        yielded.append(done[1])
+    return yielded, done[1]
+
+
+def _assert_same_tokens(got, want, text):
+    for name in ("input_ids", "offsets", "flags"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=f"{name} of {text!r}")
+
+
+# whitespace BERT spaces and removes (vertical tab, form feed, NUL, U+FFFD, U+0085), accents alone and combined,
+# CJK, punctuation of both kinds, zero-width and symbol characters, ligatures, long words
+ALPHABET = [*"ab cdé\u0301!,.-'\"#$%\t\n\r\x0b\x0c\x00\ufffd\u00a0\u3000\u2028\x85中文日本Å\u03a3\u03c2\ufb01\u2460"
+            "\u200b\ufeff\U0001f600\u00bf\u2014", "word", "Straße", "naïve", "x" * 120]
+
+
+def test_a_long_passage_tokenised_in_pieces_has_the_tokens_of_tokenising_it_whole(tiny_backbone):
+    """A paragraph over a write's step was tokenised in one call (a megabyte of punctuation: 5-11 s that searches
+    waited behind); cut at word boundaries, its pieces give the very tokens, offsets and flags of the whole text."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_backbone)
+    rng = random.Random(0)
+    for _ in range(600):
+        text = "".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 80)))
+        yielded, got = _steps(tokenize_passage_steps(tok, text, rng.randint(1, 24)))
+        _assert_same_tokens(got, tokenize_passages(tok, [text])[0], text)
+        assert yielded == sorted(yielded) and all(n <= len(got) for n in yielded)
+    blob = "!" * 5000 + " Unbelievably, Borin's railway (1841) crossed Llanfairpwll. " * 40 + "a.b," * 500
+    yielded, got = _steps(tokenize_passage_steps(tok, blob, 500))
+    _assert_same_tokens(got, tokenize_passages(tok, [blob])[0], blob)
+    assert len(yielded) + 1 == -(-len(blob) // 500)  # a piece a step, none longer than 500 characters
+    assert yielded[0] == 500 and yielded[-1] < len(got)  # the tokens so far: "!" is a token
+
+
+def test_a_tokenizer_not_splitting_like_bert_tokenises_a_long_passage_in_one_step(tiny_backbone):
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+
+    tok = copy.deepcopy(AutoTokenizer.from_pretrained(tiny_backbone))
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()  # words may not end where BERT's do
+    text = "Borin's railway crossed Llanfairpwll. " * 20
+    yielded, got = _steps(tokenize_passage_steps(tok, text, 50))
+    assert yielded == []
+    _assert_same_tokens(got, tokenize_passages(tok, [text])[0], text)
 
 
 def test_char_to_token():

@@ -559,22 +559,27 @@ def test_a_start_on_a_full_disk_serves_what_the_log_holds(tmp_path, tiny_index, 
 def test_a_documents_paragraphs_are_tokenised_a_bounded_group_a_step(encoder, monkeypatch):
     """A write's tokenising was one step of the encoder's thread (a megabyte of prose: 0.7-0.8 s on 2 CPU cores, which
     searches waited behind); now each step tokenises paragraphs of at most TOKENIZE_STEP_CHARS characters
-    together, or one longer paragraph, and the tokens are those of tokenising the document at once."""
+    together, or a piece of a longer paragraph, and the tokens are those of tokenising the document at once."""
     from spanseek.core.encoding import advance
     from spanseek.core.text import tokenize_passages
     from spanseek.indexer import live as live_module
 
     monkeypatch.setattr(live_module, "TOKENIZE_STEP_CHARS", 100)
     paragraphs = [f"In {1000 + i} Alba built castle {i}." for i in range(12)]  # 28 or 29 characters
-    paragraphs.insert(5, "Dara built the long wall. " * 10)  # 260 characters: a step of its own
+    paragraphs.insert(5, "Dara built the long wall. " * 10)  # 260 characters: three pieces of at most 100
     document = doc({"id": "many", "title": "Many", "paragraphs": paragraphs})
-    steps, n = encoder.tokenize_steps(document), 0
+    steps, counts = encoder.tokenize_steps(document), []
     while not (done := advance(steps))[0]:
-        n += 1
-    assert n + 1 == 6  # paragraphs by step: 0-2, 3-4, the long one, 6-8, 9-11, 12
+        counts.append(done[1])
+    assert len(counts) + 1 == 8  # paragraphs by step: 0-2, 3-4, the long one's three pieces, 6-8, 9-11, 12
     whole = tokenize_passages(encoder.tokenizer, paragraphs)
     assert len(done[1]) == len(whole)
     for got, want in zip(done[1], whole, strict=True):
         for name in ("input_ids", "offsets", "flags"):
             np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+    running = np.cumsum([len(t) for t in whole])
+    assert counts[:2] == running[[2, 4]].tolist()  # each step yields the document's tokens so far
+    assert running[4] < counts[2] < counts[3] < counts[4] == running[5] < counts[5] < counts[6] == running[11]
     assert [len(c) for c in encoder.chunks(document, done[1])] == [len(c) for c in encoder.chunks(document)]
+
+
