@@ -86,23 +86,28 @@ def live_dir_problem(live_dir: Path) -> str | None:
     return None
 
 
-def too_many_tokens(what: str, tokens: int, limit: int, setting: str, of: str) -> PayloadTooLarge | None:
+def too_many_tokens(what: str, tokens: int, limit: int, setting: str, of: str, at_least: bool = False
+                    ) -> PayloadTooLarge | None:
     """The 413 refusing ``what`` (a file, a write's documents) for its ``tokens`` over ``limit`` (the ``setting``;
-    0: no bound), before any of it is encoded; None when within it. ``of``: what the limit bounds."""
+    0: no bound), before any of it is encoded; None when within it. ``of``: what the limit bounds; ``at_least``:
+    ``tokens`` are those counted before the count was stopped, not all of them."""
     if not limit or tokens <= limit:
         return None
-    return PayloadTooLarge(f"{what}: {tokens:,} tokens, more than this server encodes of {of} ({setting} "
-                           f"{limit:,}); split it, or raise the limit")
+    return PayloadTooLarge(f"{what}: {'at least ' if at_least else ''}{tokens:,} tokens, more than this server "
+                           f"encodes of {of} ({setting} {limit:,}); split it, or raise the limit")
 
 
-def tokens_refusal(docs: list[Document], counts: list[int], limit: int) -> PayloadTooLarge | None:
-    """``too_many_tokens`` for a write of ``docs`` holding ``counts`` tokens each, naming its largest document."""
-    if not docs:
+def tokens_refusal(docs: list[Document], counts: list[int], limit: int, at_least: bool = False
+                   ) -> PayloadTooLarge | None:
+    """``too_many_tokens`` for a write of ``docs`` holding ``counts`` tokens each (the documents counted so far, with
+    ``at_least``: the count stopped there), naming its largest document."""
+    if not docs or not counts:
         return None
-    i = max(range(len(docs)), key=counts.__getitem__)
+    i = max(range(len(counts)), key=counts.__getitem__)
     what = (f"document {i} ({docs[i].id!r})" if len(docs) == 1 else
-            f"the {len(docs)} documents of this write (the largest, document {i} ({docs[i].id!r}), {counts[i]:,})")
-    return too_many_tokens(what, sum(counts), limit, "max_write_tokens", "one write")
+            f"the {len(docs)} documents of this write (the largest, document {i} ({docs[i].id!r}), "
+            f"{'at least ' if at_least and i == len(counts) - 1 else ''}{counts[i]:,})")
+    return too_many_tokens(what, sum(counts), limit, "max_write_tokens", "one write", at_least)
 
 
 class LiveWrites:
@@ -174,15 +179,19 @@ class LiveWrites:
         loop = asyncio.get_running_loop()
         if only_new and (held := self.store.held([d.id for d in docs])):
             raise HeldDocuments(held)
-        tokenised = []
+        tokenised, counts = [], []
         for doc in docs:  # tokenised a step at a time too: a megabyte at once held searches up for seconds
             steps = self.encoder.tokenize_steps(doc)
+            counts.append(0)
             while not (done := await self._encoder_step(advance, steps))[0]:
-                pass
+                counts[-1] = done[1]  # the document's tokens so far: refused once past max_tokens, the rest untouched
+                if (refusal := tokens_refusal(docs, counts, max_tokens, at_least=True)) is not None:
+                    steps.close()
+                    raise refusal
             tokenised.append(done[1])
-        counts = [sum(len(t.input_ids) for t in toks) for toks in tokenised]
-        if (refusal := tokens_refusal(docs, counts, max_tokens)) is not None:
-            raise refusal
+            counts[-1] = sum(len(t) for t in done[1])
+            if (refusal := tokens_refusal(docs, counts, max_tokens, at_least=len(counts) < len(docs))) is not None:
+                raise refusal
         encoded = []
         for doc, toks in zip(docs, tokenised, strict=True):
             parts = []

@@ -163,3 +163,63 @@ def test_a_written_document_is_encoded_through_the_batchers_write_steps(settings
 def test_write_wait_ms_out_of_range_is_refused_naming_it(settings_for):
     with pytest.raises(ValidationError, match="write_wait_ms"):
         settings_for(write_wait_ms=-1)
+
+
+def _slow_tokenising(monkeypatch, seconds_per_char: float) -> list[tuple[float, float, int]]:
+    """Tokenising made to take ``seconds_per_char`` a character (the real cost of a megabyte of punctuation, scaled
+    down); returns the calls' (start, end, characters), appended as they end."""
+    from spanseek.core import text as text_module
+    from spanseek.indexer import live as live_module
+
+    calls: list[tuple[float, float, int]] = []
+    tokenize = text_module.tokenize_passages
+
+    def slow(tokenizer, texts):
+        t0 = time.monotonic()
+        time.sleep(seconds_per_char * sum(map(len, texts)))
+        out = tokenize(tokenizer, texts)
+        calls.append((t0, time.monotonic(), sum(map(len, texts))))
+        return out
+
+    for module in (text_module, live_module):
+        monkeypatch.setattr(module, "tokenize_passages", slow)
+    monkeypatch.setattr(live_module, "TOKENIZE_STEP_CHARS", 200)
+    return calls
+
+
+async def test_a_search_during_a_long_paragraphs_tokenising_is_answered_between_its_pieces(settings_for, tmp_path,
+                                                                                           monkeypatch):
+    """One paragraph was one tokenising step, however long: a megabyte of punctuation held the encoder's thread 5-11 s
+    and every search waited that long. Now it is tokenised a piece of at most TOKENIZE_STEP_CHARS a step."""
+    from tests.service.conftest import async_serving
+
+    calls = _slow_tokenising(monkeypatch, 0.0005)  # 4,000 characters: 2 s whole, 0.1 s a piece
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    headers = {"X-API-Key": "key"}
+    async with async_serving(create_app(settings)) as client:
+        doc = {"id": "long", "title": "Long", "paragraphs": ["! " * 2000]}
+        write = asyncio.create_task(client.put("/documents", headers=headers, json=doc))
+        while not calls:  # the first piece tokenised: the write holds the encoder's thread from now on
+            await asyncio.sleep(0.01)
+        r = await client.post("/search?unit=doc", headers=headers, json={"query": "who built the harbour?"})
+        answered = time.monotonic()
+        assert r.status_code == 200, r.text
+        assert (await write).status_code == 200
+    assert answered < calls[-1][1] - 0.5  # long before the paragraph's last piece was tokenised
+    assert len(calls) >= 20 and max(n for _, _, n in calls) <= 200
+
+
+def test_a_write_over_max_write_tokens_is_refused_once_its_count_passes_the_bound(settings_for, tmp_path, monkeypatch):
+    """A write's tokens were all counted before the bound was looked at: a megabyte of punctuation tokenised whole
+    (5-11 s of the encoder's thread) to be refused. Now the count stops at the first step past the bound."""
+    calls = _slow_tokenising(monkeypatch, 0.0)
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0,
+                            max_write_tokens=300)
+    with serving(create_app(settings)) as client:
+        calls.clear()
+        doc = {"id": "big", "title": "Big", "paragraphs": ["Short first paragraph.", "! " * 5000]}  # 5,004 tokens
+        r = client.put("/documents", headers={"X-API-Key": "key"}, json=doc)
+        assert r.status_code == 413, r.text
+        assert r.json()["message"].startswith("document 0 ('big'): at least 3"), r.text
+        assert "tokens, more than this server encodes of one write (max_write_tokens 300)" in r.json()["message"]
+    assert 200 < sum(n for _, _, n in calls) < 1000  # of 10,022 characters: the first paragraph and 3 pieces
