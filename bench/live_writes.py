@@ -366,12 +366,18 @@ def table(r: dict) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def server_arguments(p: argparse.ArgumentParser, clients: int) -> None:
+    """The flags of a benchmark of a server with writes under closed-loop search load: --index, --model, --workdir
+    and --clients (``clients`` by default)."""
     p.add_argument("--index", required=True, help="index directory (not changed: writes go to --workdir)")
     p.add_argument("--model", default="default")
-    p.add_argument("--workdir", required=True, help="folder for the live directories")
-    p.add_argument("--clients", type=int, default=8, help="closed-loop searching clients")
+    p.add_argument("--workdir", required=True, help="folder for the live directories (and files written)")
+    p.add_argument("--clients", type=int, default=clients, help="closed-loop searching clients")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    server_arguments(p, clients=8)
     p.add_argument("--seconds", type=float, default=30.0, help="seconds of each baseline window (before and after "
                                                                "the writes)")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds of search load before the first window")

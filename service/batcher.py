@@ -35,10 +35,10 @@ batches queued ahead of it, at the batch rate measured on recent batches), or wh
 of up to ``burst_questions`` (one request's most questions) is taken whole while it all runs within the budget plus
 its own expected time.
 
-Writes (service.live) share the encoder's thread: each step of a write (``run_write_step``) runs when no search is
-queued, being run or about to come back (a client answered within ``fair_wait``), or, under continuous search load,
-once it has waited ``write_wait_ms``: between two batches, one step at a time, so searches go first and writes still
-progress.
+With ``write_nice`` 0, writes (service.live) share the encoder's thread: each step of a write (``run_write_step``) runs
+when no search is queued, being run or about to come back (a client answered within ``fair_wait``), or, under
+continuous search load, once it has waited ``write_wait_ms``: between two batches, one step at a time, so searches go
+first and writes still progress.
 
 Isolation: requests are validated before they are queued (service/schemas.py); if a batch step still raises, its
 requests are retried in halves (bisection, in the same worker thread) until the failing ones are alone, so one bad

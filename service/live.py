@@ -2,10 +2,13 @@
 
     SPANSEEK_WRITES=1 SPANSEEK_API_KEY=... spanseek serve --index INDEX_DIR
 
-A write is encoded in the encoder's thread (the micro-batcher's pool), a chunk of ``write_chunk_tokens`` tokens per
-step, so search batches run between the steps rather than wait for a whole document; the batcher runs each step
-when no search needs that thread, or once it has waited ``write_wait_ms`` (``MicroBatcher.run_write_step``), so
-searches go first and writes are never starved. Then, in the write thread, it
+A write is tokenised and encoded a step at a time (about 8,000 characters, or a forward pass of ``write_chunk_tokens``
+tokens). By default (``write_nice`` above 0) the steps run in a thread of their own at that lower CPU priority,
+beside search batches: the kernel gives searches the cores first and the write what is left, so a searching client
+does not wait behind a step and writes still finish. With ``write_nice`` 0 they run in the encoder's thread (the
+micro-batcher's pool), so search batches run between the steps rather than wait for a whole document; the batcher
+runs each step when no search needs that thread, or once it has waited ``write_wait_ms``
+(``MicroBatcher.run_write_step``). Then, in the write thread, it
 is logged (fsynced), applied and published: a new ``Searcher`` over the new snapshot is handed to the batcher, and
 the next batch searches it. The answer comes after that, so an acknowledged write is durable and searchable. A
 merge runs in its own thread when one is due (the segment, the log or the base's deleted documents past their
@@ -47,16 +50,17 @@ T = TypeVar("T")
 MERGE_STOP_S = 10.0
 
 
-def lower_thread_priority(increment: int) -> None:
+def lower_thread_priority(increment: int, what: str = "merge") -> None:
     """Make the calling thread ``increment`` nicer (Linux schedules threads by their own niceness; the threads it
-    starts from now on, such as its OpenMP workers, inherit it). Elsewhere, or when refused, it runs as it is."""
+    starts from now on, such as its OpenMP workers, inherit it). Elsewhere, or when refused, it runs as it is, with a
+    warning naming ``what`` runs in it."""
     if increment <= 0 or not hasattr(os, "setpriority"):
         return
     try:
         tid = threading.get_native_id()
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + increment))
     except OSError as e:
-        log.warning("could not lower the merge's CPU priority (%s); it runs at the service's", e)
+        log.warning("could not lower the CPU priority of the %s (%s); it runs at the service's", what, e)
 
 
 def live_dir_of(settings: Settings) -> Path:
@@ -120,6 +124,12 @@ class LiveWrites:
         self.base = base
         self.encoder_pool = encoder_pool
         self.write_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-write")
+        # write_nice > 0: a write's steps run in a thread of their own at that lower CPU priority (and its torch
+        # workers, started from it), beside search batches rather than between them
+        self.step_pool = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="spanseek-write-steps",
+                                             initializer=lower_thread_priority,
+                                             initargs=(settings.write_nice, "write steps"))
+                          if settings.write_nice > 0 else None)
         self.current: Searcher = base
         self._serve: Any = None  # the service's hand-over to the batcher, once it has one (attach)
         self._run_step: Callable[..., Awaitable[Any]] | None = None  # the batcher's run_write_step (attach)
@@ -150,6 +160,11 @@ class LiveWrites:
             serve(self.current)
 
     async def _encoder_step(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)``, one step of a write: in the write steps' thread (``write_nice``), else in the encoder's
+        thread in a gap between search batches (the batcher's ``run_write_step``)."""
+        if self.step_pool is not None:
+            step = fn if self.metrics is None else self.metrics.timed_write_step(fn, time.perf_counter())
+            return await asyncio.get_running_loop().run_in_executor(self.step_pool, step, *args)
         if self._run_step is not None:
             return await self._run_step(fn, *args)
         return await asyncio.get_running_loop().run_in_executor(self.encoder_pool, fn, *args)
@@ -308,4 +323,6 @@ class LiveWrites:
         self.stop_merge()
         self.file_reader.close()
         self.write_pool.shutdown(wait=True)
+        if self.step_pool is not None:
+            self.step_pool.shutdown(wait=True)
         self.store.close()

@@ -290,10 +290,21 @@ class Settings(BaseSettings):
     # encoder calls per document.
     write_chunk_tokens: int = Field(512, ge=16, description="tokens encoded per step of a write, between search "
                                                             "batches")
-    # A write step runs when no search is queued or running; under continuous search load it runs once it has
+    # With write_nice 0, a write step runs when no search is queued or running; under continuous search load it runs once it has
     # waited this long, between two batches (the next batch waits for that one step). Longer: searches are held up
     # by a write step less often, and a write under load takes longer (about one step of write_chunk_tokens per
     # write_wait_ms). 0 = a step runs as soon as the encoder's thread is free, taking turns with every batch.
+    # A write's tokenising and forward passes run in a thread of their own at this niceness above the service's, a
+    # step at a time beside search batches: the kernel gives the cores to searches first and the write the rest, so
+    # a searching client is not held behind a write step. Measured (2-core AMD EPYC, docs/service.md): during a sync
+    # of 20 files a client's search p50 was 0.8-1.0x its p50 alone at 5, 2.5-3.6x in the encoder's thread (0), and
+    # the syncs took 1.3x as long.
+    # Higher: searches keep more of the cores, writes take longer on a busy machine. 0 = the steps take turns with
+    # search batches in the encoder's thread (write_wait_ms).
+    write_nice: int = Field(5, ge=0, le=19, description="how much lower the CPU priority of a write's encoding is, in "
+                                                        "a thread of its own beside searches (nice increment; Linux; "
+                                                        "0: in the encoder's thread, taking turns with search "
+                                                        "batches)")
     write_wait_ms: float = Field(0.0, ge=0, le=60_000, description="longest a write step waits for a gap in the "
                                                                       "searches before it runs between two batches")
 

@@ -645,6 +645,18 @@ def test_live_writes(tmp_path, tiny_index, tiny_model_dir):
     assert r["kill9"]["half_present_unacknowledged"] == 0 and set(r["merge"]["statuses"]) <= {"200"}
 
 
+@smoke("bench/sync_under_search.py")
+@pytest.mark.slow
+def test_sync_under_search(tmp_path, tiny_index, tiny_model_dir):
+    run_bench("bench/sync_under_search.py", "--index", tiny_index, "--model", tiny_model_dir, "--workdir",
+              tmp_path / "w", "--write-nice", 0, 5, "--repeats", 1, "--rounds", 1, "--files", 2, "--paragraphs", 1,
+              "--seconds", 1, "--warmup", 0, "--out", tmp_path / "sync.json")
+    r = results(tmp_path / "sync.json", "cpu", "runs")
+    assert [run["write_nice"] for run in r["runs"]] == [0, 5]
+    for run in r["runs"]:
+        assert run["sync_exit"] == [0] and run["alone"]["requests"] > 0 and "p50_ms" in run["during_sync"]
+
+
 @smoke("bench/soak.py")
 @pytest.mark.slow
 def test_soak(tmp_path, tiny_index, tiny_model_dir):
