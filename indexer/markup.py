@@ -62,7 +62,9 @@ def _code(text: str) -> str:
 
 
 # a table's cells spanning rows are read in each of them unless that takes more copies than this many times the
-# table's own cells (spans that push every row's cells past the last: a hostile page's, which took minutes)
+# table's own cells (spans that push every row's cells past the last: a hostile page's, which took minutes), and
+# only in a table with header cells: one of plain cells is mostly a page's layout (a DocBook manual's navigation
+# footer, "<< Previous | Up/Home | Next >>" over two rows, read its links twice on every page)
 SPAN_COPIES = 1
 # the text of a cell that stands for a column the header cell before it spans (``_split_header_spans``): a Unicode
 # noncharacter, which no text holds (a private-use one, U+E000, is a glyph of an icon font: a page's own was lost)
@@ -132,13 +134,14 @@ class _Table:
     spanned: dict[int, tuple[int, tuple[str, bool, str]]] = field(default_factory=dict)
     cells: int = 0  # the table's own cells read
     copies: int = 0  # the cells spanning rows read again in the rows below
+    headed: bool = False  # a header cell was read: its cells spanning rows are read in each (``SPAN_COPIES``)
 
     def _spanned_cells(self) -> None:
         """The cells that rows above span into the open row at its end, so the cells after them keep their column."""
         assert self.row is not None
         while (column := len(self.row)) in self.spanned:
             left, cell = self.spanned[column]
-            if cell[0] and self.copies >= SPAN_COPIES * self.cells:  # (``_split_row_spans``)
+            if cell[0] and (not self.headed or self.copies >= SPAN_COPIES * self.cells):  # (``_split_row_spans``)
                 cell = ("", *cell[1:])
             self.copies += bool(cell[0])
             self.row.append(cell)
@@ -154,6 +157,7 @@ class _Table:
             self._spanned_cells()
             text = _line("".join(self.cell))
             self.cells += 1
+            self.headed = self.headed or self.head
             if self.rowspan > 1:  # the rows below have it again in its first column, each row whole in itself (a
                 # header cell's name only), and an empty cell of its name in the others (``_split_row_spans``)
                 for column in range(len(self.row), len(self.row) + self.span):
@@ -497,18 +501,21 @@ def _split_row_spans(tree: Any) -> None:
     it spans: trafilatura reads such a cell in its first row only, so the rows under it lost it ("City: Bute;
     Population: 200" under a "Region: North" over two rows), where each row should read whole, as a passage of its
     own ("Region: North; City: Bute; ..."), as Word's do. Header cells (<th>) are left to ``_stack_header_rows``. A
-    table whose copies would outnumber its own cells (``SPAN_COPIES``: spans that push each row's cells past the
-    last, a hostile page's) is left as it is. Run after ``_clamp_spans``."""
+    table without header cells (<th>, <thead>: a page's layout, ``SPAN_COPIES``) or whose copies would outnumber its
+    own cells (spans that push each row's cells past the last, a hostile page's) is left as it is. Run after
+    ``_clamp_spans``."""
     import copy
 
     for table in tree.iter("table"):
         spanned: dict[int, tuple[int, Any]] = {}  # column -> (rows it still reaches, the cell spanning it)
         copies: list[tuple[Any, Any, bool]] = []  # (the cell to copy, where: a cell or a row, before it or at its end)
         own = 0
+        headed = any(part.tag == "thead" for part in table)
         for row in _rows(table):
             column = 0
             cells = [cell for cell in row if cell.tag in _CELL]
             own += len(cells)
+            headed = headed or any(cell.tag == "th" for cell in cells)
             for cell in [*cells, None]:  # None: the row's end
                 while column in spanned and len(copies) <= SPAN_COPIES * own:  # the cells rows above span into it
                     left, spanning = spanned[column]
@@ -525,7 +532,7 @@ def _split_row_spans(tree: Any) -> None:
                 if cell.tag == "td" and (depth := _span(cell.get("rowspan"))) > 1:
                     spanned.update(dict.fromkeys(range(column, column + _span(cell.get("colspan"))), (depth - 1, cell)))
                 column += _span(cell.get("colspan"))
-        if not copies or len(copies) > SPAN_COPIES * own:
+        if not copies or not headed or len(copies) > SPAN_COPIES * own:
             continue
         for spanning, _, _ in copies:
             spanning.set("rowspan", "1")

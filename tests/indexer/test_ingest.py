@@ -699,6 +699,22 @@ def test_a_cell_spanning_rows_keeps_the_cells_beside_it_in_their_columns():
     assert extract_markdown(f"# T\n\n{table}\n").paragraphs[1:] == expected
 
 
+def test_a_layout_table_spanning_rows_reads_its_cells_once():
+    """A table of plain cells (no <th>, no <thead>) is mostly a page's layout: a DocBook manual's navigation footer
+    spans its previous and next links over two rows, and reading them in each row gave every page of the manual its
+    links twice. Only a table with a header reads a cell spanning rows in each of them (its rows are named)."""
+    nav = ("<table class='nav'><tr><td rowspan='2'>&lt;&lt; 1. Introduction</td><td>Up</td>"
+           "<td rowspan='2'>3. Advanced Topics &gt;&gt;</td></tr><tr><td>Home</td></tr></table>")
+    fill = "<p>" + "The harbour authority publishes its tide tables every spring for the ferry crews. " * 4 + "</p>"
+    expected = ["<< 1. Introduction Up 3. Advanced Topics >>", "Home"]
+    assert extract_html(f"<html><body><main><h1>T</h1>{fill}{nav}</main></body></html>").paragraphs[2:] == expected
+    assert extract_markdown(f"# T\n\n{nav}\n").paragraphs[1:] == expected
+    headed = nav.replace("<table class='nav'>", "<table><thead><tr><th>Back</th><th>Up</th><th>Next</th></tr></thead>")
+    named = ["Back: << 1. Introduction; Up: Home; Next: 3. Advanced Topics >>"]
+    assert extract_html(f"<html><body><main><h1>T</h1>{fill}{headed}</main></body></html>").paragraphs[3:] == named
+    assert extract_markdown(f"# T\n\n{headed}\n").paragraphs[2:] == named
+
+
 def test_the_text_of_a_figure_in_main_content_is_kept():
     """trafilatura removes a <figure> whole, as media: a figure's caption, a quotation or a code listing set in one
     was lost from a page's main content (the reader of Markdown's HTML kept them)."""
