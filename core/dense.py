@@ -316,8 +316,8 @@ class DenseLeg:
         return ids, None
 
     def half_vectors(self) -> HalfVectors:
-        """The fp16 fine store as the flat index holds it (``flat_holds_fine``), with its largest norm and the
-        measured speed-up of a small batch's product from it (``HalfVectors``): found on first use, once."""
+        """The fp16 fine store as the flat index holds it (``flat_holds_fine``), with its largest norm and whether a
+        small batch's scan ranks from it on this CPU (``HalfVectors``): found on first use, once."""
         with self._half_lock:
             if self._half is None:
                 store, xb = self.index.vectors, flat_vectors(self.index.faiss)

@@ -30,16 +30,22 @@ against 95-101 ms; a whole search of 8 questions 1.33-1.47x as fast, of 64 1.06-
 (MKL) into the held buffer: on a 2-core Xeon with AVX-512 the same
 product took 67 ms against 88-100 ms in OpenBLAS's pieces (64 rows: 34 against 54-71 ms; medians of 7). MKL's bits
 may depend on the thread count for a few row counts (9 rows of 146k tokens: up to 1e-4 apart), OpenBLAS's pieces'
-do not. A few query rows (one to
-four questions: ``SMALL_ROWS``) are the other way round: the scan is bound by reading the index, and torch's
-tall product ``xb @ queries.T`` reads it once, where OpenBLAS's wide one reads it about twice as slowly (146k
-tokens, same EPYC, medians of 15 interleaved: 2 rows 20.1 against 41.2 ms, 4 rows 20.4 against 38.8, 8 rows 37.1
-against 43.9, 10 rows 50.9 against 46.5).
+do not. OpenBLAS's pieces also give a row the same bits however many rows share the product (2 to 64 rows of
+the demo index; one row is a matrix-vector product, summed otherwise, so it is computed as two): a question's token
+scores are the same alone or in any batch. On AMD every row count therefore takes the pieces, though a few query rows
+are bound by reading the index, which torch's tall product ``xb @ queries.T`` reads once where OpenBLAS's wide one
+reads it about twice as slowly (146k tokens, same EPYC, medians of 15 interleaved: 2 rows 20.1 against 41.2 ms, 4
+rows 20.4 against 38.8, 8 rows 37.1 against 43.9, 10 rows 50.9 against 46.5; with the transposed copy on the busy
+Zen 4, medians of 9: 2 rows 50 against 80 ms, 4 rows 67 against 95, 8 rows 91 against 91): the tall product's bits
+differ between 2, 4 and 8 rows and from the pieces', so one question's scores moved by up to 1e-4 (scores of 2-6)
+with the number of questions searched with it. With MKL (Intel) up to ``SMALL_ROWS`` rows (four questions) take the
+tall product, more MKL's: a question's scores may differ in the last bits between up to four questions and more.
 
-A small batch (at most ``HALF_ROWS`` query rows, fewer where the probe finds fp16 faster only for fewer) may rank from half-precision products instead: when the flat index
+A small batch (at most ``HALF_ROWS`` query rows) may rank from half-precision products instead: when the flat index
 holds an fp16 fine store exactly, widened (``DenseLeg.flat_holds_fine``), the product of the queries rounded to fp16
-with the store reads half the bytes, and where this CPU's fp16 product is faster (``HalfVectors``, measured once per
-index; torch's, oneDNN's kernel on AVX-512 FP16) each row's ``candidates(k)`` best by the fp16 scores are scored
+with the store reads half the bytes, and on a CPU that multiplies fp16 natively (``cpu_scans_fp16_faster``: AVX-512
+FP16 or AMX FP16, from its features, never a timing, so every process ranks alike; torch's product is then oneDNN's
+kernel) each row's ``candidates(k)`` best by the fp16 scores are scored
 exactly (``FlatScan.exact``) and ranked as ``top_ids`` ranks a row. A certificate per row says the exact k best, and
 every token tied with the k-th, are among them: a token outside has an exact score at most its fp16 score plus
 ``half_error``, so at most the best fp16 score outside plus that bound, and the certificate is that the k-th exact
@@ -48,8 +54,8 @@ exact k best by ``exact``'s float32 scores, faiss's order and ties; those scores
 product's, so two tokens within rounding of each other may swap places as they may against faiss. On the demo index
 (146k tokens, 400 rows of real questions) the fp16 scores lie within 3.1e-4 |q| max|h| of the exact ones against a
 bound of 1.5e-3, and every row has its certificate at k = 32, 64, 256 and 1,024. The bound holds for a kernel that
-sums in float32 and rounds once; the probe checks that on a sample (``rounds_once``) and leaves the scans in
-float32 otherwise. Such a scan's held products are not exact (``held`` is None): the batch's token scores are then
+sums in float32 and rounds once; a check at load (``probe_half``) tries that on a sample (``rounds_once``) and leaves
+the scans in float32 otherwise. Such a scan's held products are not exact (``held`` is None): the batch's token scores are then
 ``exact``'s of the pairs asked for (``core.dense.BatchScores``), which cost more than reading the held product
 (7 ms for the 12k pairs, two scores each, of completing 8 questions' passage candidates).
 
@@ -61,7 +67,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -89,7 +94,7 @@ PRODUCT_COLUMNS = 2048  # token columns of one piece of the product (its output 
 # product of the queries by a (d, columns) piece is faster than by the (columns, d) rows of the index itself (module
 # docstring), at the cost of a second copy of the vectors
 TRANSPOSED_BYTES = 1 << 30
-SMALL_ROWS = 8  # query rows up to which the scan is torch's tall product (see the module docstring)
+SMALL_ROWS = 8  # query rows up to which the scan with MKL is torch's tall product (see the module docstring)
 # the BLAS of the product of more than SMALL_ROWS rows: "mkl" (torch's, into the held buffer), "pieces" (numpy's
 # OpenBLAS on pieces shared among threads) or "auto": mkl on Intel CPUs, pieces on others (module docstring)
 PRODUCT = "auto"
@@ -98,22 +103,14 @@ PRODUCT = "auto"
 # cores) at k = 32 / 256 was 1.86x / 1.79x as fast at 2 rows, 1.73x / 1.45x at 32, 1.56x / 1.28x at 48, 1.23x /
 # 1.00x at 64 and 0.98x / 0.36x at 128
 HALF_ROWS = 32
-# query rows at which HalfVectors.of probes the fp16 product, in turn until one is not HALF_MIN_SPEEDUP faster: a scan
-# ranks from fp16 products up to the most rows that were. On the 2-core Xeon against MKL's float32 product (146k
-# tokens, medians of 9) fp16 was 1.9x as fast at 8 rows, 1.5x at 16 and 1.07x at 32; against OpenBLAS's pieces 1.9x
-# at 32
-HALF_PROBE_ROWS = (SMALL_ROWS, 16, HALF_ROWS)
-# the probe's speed-up of the product alone at HALF_ROWS rows (HalfVectors) below which scans stay in float32: the
-# candidates' exact scores and the batch's exact token scores take back part of it (1.85x on the demo index, above)
-HALF_MIN_SPEEDUP = 1.5
-HALF_MIN_TOKENS = 1 << 14  # a smaller index is not probed and stays in float32: its product takes a few ms at most
+HALF_MIN_TOKENS = 1 << 14  # a smaller index stays in float32: its product takes a few ms at most
 APPROXIMATE = True  # False: every scan ranks from float32 products alone (the exact path), for comparisons
 EXACT_PAIRS = 2048  # token rows FlatScan.exact gathers at a time (3 MB)
 # a fp16 scan's round whose rows x candidates(k) pairs to score exactly exceed this share of the index's tokens is
 # ranked from float32 products instead: a pair costs about 0.4 us (FlatScan.exact), a product of a few rows about
 # 0.2 us a token (146k tokens, 2-core Xeon)
 EXACT_SHARE = 0.5
-HALF_CHECK_COLUMNS = 4096  # tokens whose fp16 scores the probe checks against exact ones (probe_half)
+HALF_CHECK_COLUMNS = 4096  # tokens whose fp16 scores are checked against exact ones at load (probe_half)
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (its number of threads, the pool)
 _pool_lock = threading.Lock()
 
@@ -136,19 +133,24 @@ def scores_into(queries: np.ndarray, xb: np.ndarray, out: np.ndarray, workers: i
     """``out[:] = queries @ xb.T`` ((R, d) x (N, d) -> (R, N) float32) in pieces of ``PRODUCT_COLUMNS`` columns,
     each piece numpy's single-threaded product, ``workers`` threads (default: torch's thread count) each taking
     one contiguous run of pieces. The pieces are cut at the same columns however many threads share them, so the
-    scores have the same bits for any thread count (float rounding does depend on the cut, and on the number of
-    rows, as with any BLAS). ``xt`` (``transposed(xb)``, when kept) is ``xb.T`` contiguous: the pieces are then
-    products by its (d, columns) pieces, faster and with the same bits. Up to ``SMALL_ROWS`` rows, torch's tall
-    product ``xb @ queries.T`` instead (torch's threads; the same bits for any thread count too); with
-    ``wide_product()`` "mkl", more rows are torch's product into ``out`` (torch's threads, ``workers`` and ``xt``
-    unused)."""
+    scores have the same bits for any thread count (float rounding does depend on the cut), and a row's bits do not
+    depend on the other rows (one row is computed as two: numpy's product of one row is a matrix-vector product,
+    summed otherwise). ``xt`` (``transposed(xb)``, when kept) is ``xb.T`` contiguous:
+    the pieces are then products by its (d, columns) pieces, faster and with the same bits. With ``wide_product()``
+    "mkl", up to ``SMALL_ROWS`` rows are torch's tall product ``xb @ queries.T`` (the same bits for any thread count
+    too) and more torch's product into ``out`` (torch's threads, ``workers`` and ``xt`` unused)."""
     import torch
 
-    if len(queries) <= SMALL_ROWS:
-        out[:] = torch.matmul(torch.from_numpy(xb), torch.from_numpy(queries).T).numpy().T
-        return out
-    if wide_product() == "mkl" and out.flags.c_contiguous:  # (torch would write a non-contiguous out elsewhere)
-        torch.mm(torch.from_numpy(queries), torch.from_numpy(xb).T, out=torch.from_numpy(out))
+    if wide_product() == "mkl":
+        if len(queries) <= SMALL_ROWS:
+            out[:] = torch.matmul(torch.from_numpy(xb), torch.from_numpy(queries).T).numpy().T
+            return out
+        if out.flags.c_contiguous:  # (torch would write a non-contiguous out elsewhere)
+            torch.mm(torch.from_numpy(queries), torch.from_numpy(xb).T, out=torch.from_numpy(out))
+            return out
+    if len(queries) == 1:  # the row twice: the bits it gets among others
+        twice = np.empty((2, out.shape[1]), np.float32)
+        out[:] = scores_into(np.repeat(queries, 2, axis=0), xb, twice, workers, xt)[:1]
         return out
     n = len(xb)
     workers = max(1, min(workers or torch.get_num_threads(), -(-n // PRODUCT_COLUMNS)))
@@ -191,16 +193,39 @@ def wide_product() -> str:
 
 
 @functools.cache
-def cpu_vendor() -> str:
-    """The CPU's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``), "" where /proc/cpuinfo does not say."""
+def cpu_info() -> dict[str, str]:
+    """The first CPU's fields of /proc/cpuinfo (``vendor_id``, ``flags`` ...), empty where it cannot be read."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():  # the end of the first CPU's block
+                    break
+                name, _, value = line.partition(":")
+                fields[name.strip()] = value.strip()
     except OSError:
         pass
-    return ""
+    return fields
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``), "" where /proc/cpuinfo does not say."""
+    return cpu_info().get("vendor_id", "")
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux names them (``avx512_fp16``, ``amx_tile`` ...); empty where it does not say."""
+    return frozenset(cpu_info().get("flags", "").split())
+
+
+def cpu_scans_fp16_faster() -> bool:
+    """Whether a small batch's flat scan ranks from fp16 products on this CPU, from its features alone: where it
+    multiplies fp16 natively (AVX-512 FP16, or AMX FP16 tiles: Intel Xeon from Sapphire Rapids), whose product
+    torch (oneDNN) runs 1.9x as fast as float32's at 8 query rows, 1.5x at 16 and 1.07-1.9x at 32 (146k tokens,
+    2-core Xeon); elsewhere fp16 is widened to float32 first, and slower. Never from a timing: a start-up probe could
+    find the same CPU faster in one process and slower in the next, and the two then ranked by differently rounded
+    scores."""
+    return not cpu_flags().isdisjoint({"avx512_fp16", "amx_fp16"})
 
 
 def flat_vectors(faiss_index: Any) -> np.ndarray | None:
@@ -263,52 +288,43 @@ def rounds_once(scores: np.ndarray, queries: np.ndarray, x: np.ndarray) -> bool:
     return bool((np.abs(scores.astype(np.float64) - exact) <= allowed).all())
 
 
-def probe_half(half: Any, xb: np.ndarray, rows: int = HALF_ROWS) -> float:
-    """How many times faster ``half_product`` scores ``rows`` query rows than ``scores_into`` over this index, on this
-    CPU, with torch's threads (best of 3 each, alternating; 0.4 s on the 146k-token demo index); 0 when its scores of
-    a sample, for ``rows`` rows and for one, are not what a float32 sum rounded once to fp16 gives (``rounds_once``).
-    The queries are the index's own vectors, exact in fp16, so only the product's rounding counts."""
+def probe_half(half: Any, xb: np.ndarray, rows: int = HALF_ROWS) -> bool:
+    """Whether ``half_product``'s scores of a sample, for ``rows`` query rows and for one, are what a float32 sum
+    rounded once to fp16 gives (``rounds_once``), as ``half_error``'s bound needs. The queries are the index's own
+    vectors, exact in fp16, so only the product's rounding counts. A check of the kernel's arithmetic, not a timing:
+    the same CPU and torch give the same answer in every process."""
     import torch
 
     n = len(xb)
     queries = np.ascontiguousarray(xb[np.linspace(0, n - 1, rows).astype(np.int64)])
     q = torch.from_numpy(queries)
-    exact_out, half_out = np.empty((rows, n), np.float32), torch.empty(rows, n)
-    fp32 = fp16 = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        scores_into(queries, xb, exact_out)
-        t1 = time.perf_counter()
-        half_product(q, half, half_out)
-        t2 = time.perf_counter()
-        fp32, fp16 = min(fp32, t1 - t0), min(fp16, t2 - t1)
-    one = half_product(q[:1], half, torch.empty(1, n))
     sample = slice(0, min(n, HALF_CHECK_COLUMNS))
-    if not all(rounds_once(s[:, sample].numpy(), queries[: len(s)], xb[sample]) for s in (half_out, one)):
-        log.warning("this CPU's fp16 product is less accurate than a float32 sum rounded once: flat scans stay in "
-                    "float32")
-        return 0.0
-    log.debug("fp16 products over %d tokens: %.2fx the speed of float32 at %d rows", n, fp32 / fp16, rows)
-    return fp32 / fp16
+    for scores in (half_product(q, half[sample], torch.empty(rows, sample.stop)),
+                   half_product(q[:1], half[sample], torch.empty(1, sample.stop))):
+        if not rounds_once(scores.numpy(), queries[: len(scores)], xb[sample]):
+            log.warning("this CPU's fp16 product is less accurate than a float32 sum rounded once: flat scans stay "
+                        "in float32")
+            return False
+    return True
 
 
 @dataclass(frozen=True)
 class HalfVectors:
     """An index's (N, d) float16 vectors that its flat index holds exactly, widened (an fp16 fine store:
-    ``DenseLeg.flat_holds_fine``), their largest norm (``half_error``'s max|h|) and how many times faster they score a
-    batch of ``rows`` rows than the float32 vectors (``probe_half``): a scan of at most ``rows`` query rows ranks from
-    them where that is at least ``HALF_MIN_SPEEDUP``."""
+    ``DenseLeg.flat_holds_fine``), and their largest norm (``half_error``'s max|h|). ``used``: whether a scan of at
+    most ``HALF_ROWS`` query rows ranks from them, decided once from what the CPU is (``cpu_scans_fp16_faster``) and
+    whether its fp16 product rounds once (``probe_half``), never from a timing, so every process on such a CPU
+    ranks a batch alike."""
 
     vectors: Any  # (N, d) torch float16, only read
     max_norm: float
-    speedup: float
-    rows: int = HALF_ROWS  # the most of HALF_PROBE_ROWS at which the probe found them HALF_MIN_SPEEDUP faster
+    used: bool
 
     @classmethod
     def of(cls, half: np.ndarray, xb: np.ndarray) -> HalfVectors:
-        """From the fp16 vectors ``half`` and the flat index's float32 ``xb``: their norms, and the probe where every
-        row of ``xb`` is its fp16 row widened (else a speed-up of 0: the certificate's bound would not hold) and
-        there are ``HALF_MIN_TOKENS`` rows. 0.6 s on the demo index, 3 s when its memory-mapped store is first read."""
+        """From the fp16 vectors ``half`` and the flat index's float32 ``xb``: their norms, and ``used`` where this CPU
+        multiplies fp16 natively, every row of ``xb`` is its fp16 row widened (else the certificate's bound would not
+        hold), there are ``HALF_MIN_TOKENS`` rows and the product passes ``probe_half``."""
         import torch
 
         with warnings.catch_warnings():  # a read-only memory map: torch warns that a tensor could write to it
@@ -321,20 +337,11 @@ class HalfVectors:
             max_norm = max(max_norm, float(np.sqrt(np.square(x, dtype=np.float64).sum(axis=1)).max()))
         if not same:
             log.warning("the flat index does not hold the fp16 vectors exactly: flat scans stay in float32")
-            return cls(vectors, max_norm, 0.0)
-        if len(xb) < HALF_MIN_TOKENS:
-            return cls(vectors, max_norm, 0.0)
-        rows, speedup = HALF_PROBE_ROWS[0], 0.0
-        for r in HALF_PROBE_ROWS:  # fewer rows gain more: on to more rows while they still gain enough
-            got = probe_half(vectors, xb, r)
-            if r == HALF_PROBE_ROWS[0] or got >= HALF_MIN_SPEEDUP:
-                rows, speedup = r, got
-            if got < HALF_MIN_SPEEDUP:
-                break
-        if speedup >= HALF_MIN_SPEEDUP:
-            log.info("batches of up to %d query rows rank from fp16 products (%.2fx the speed of float32)", rows,
-                     speedup)
-        return cls(vectors, max_norm, speedup, rows)
+            return cls(vectors, max_norm, False)
+        used = len(xb) >= HALF_MIN_TOKENS and cpu_scans_fp16_faster() and probe_half(vectors, xb)
+        if used:
+            log.info("batches of up to %d query rows rank from fp16 products", HALF_ROWS)
+        return cls(vectors, max_norm, used)
 
 
 class Scratch(threading.local):
@@ -500,8 +507,8 @@ class FlatScan:
         self.block = max(1, max_bytes // (4 * max(1, len(xb))))  # query rows whose scores fit the budget
         self.half: HalfVectors | None = None
         self.fell_back = False  # whether a row was ranked from float32 products (no certificate, or a deep round)
-        if (half is not None and APPROXIMATE and 0 < len(self.queries) <= min(HALF_ROWS, half.rows, self.block)
-                and half.speedup >= HALF_MIN_SPEEDUP and len(half.vectors) == len(xb)):
+        if (half is not None and half.used and APPROXIMATE and 0 < len(self.queries) <= min(HALF_ROWS, self.block)
+                and len(half.vectors) == len(xb)):
             norms = np.linalg.norm(self.queries.numpy().astype(np.float64), axis=1)
             if norms.max() * max(1.0, half.max_norm) < 2**15:  # no query element or score beyond fp16's range
                 self.half, self._margin = half, half_error(norms, half.max_norm, xb.shape[1])

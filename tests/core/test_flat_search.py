@@ -204,6 +204,21 @@ def test_the_product_is_the_same_however_many_threads_share_it(rows, monkeypatch
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_rows_scores_are_the_same_bits_however_many_rows_share_the_product(monkeypatch, transposed):
+    """With OpenBLAS's pieces (AMD), a query row's scores are the same bits alone (one row: a matrix-vector product
+    otherwise), in a pair, among a few (torch's tall product summed them otherwise up to SMALL_ROWS) and among many,
+    at any place: a question's token scores do not depend on how many questions were searched with it."""
+    monkeypatch.setattr(flat_search, "PRODUCT", "pieces")
+    rng = np.random.default_rng(23)
+    q, x = rng.standard_normal((40, 384), dtype=np.float32), rng.standard_normal((10_001, 384), dtype=np.float32)
+    xt = flat_search.transposed(x) if transposed else None
+    many = scores_into(q, x, np.empty((len(q), len(x)), np.float32), xt=xt)
+    for rows in ([0], [7], [3, 4], [0, 1, 2, 3], list(range(5, 13)), list(range(20, 33))):
+        few = scores_into(q[rows], x, np.empty((len(rows), len(x)), np.float32), xt=xt)
+        assert np.array_equal(few, many[rows]), rows
+
+
 @pytest.mark.parametrize("rows", [SMALL_ROWS + 1, 64])
 def test_the_transposed_copy_gives_the_same_bits_and_the_same_ids(rows, monkeypatch):
     """Pieces by the (d, N) copy ``transposed`` keeps are the pieces by the index's rows, bit for bit, for any
@@ -348,11 +363,11 @@ def reference_product(monkeypatch):
     monkeypatch.setattr(flat_search, "half_product", rounded_once)
 
 
-def half_vectors(x: np.ndarray, speedup: float = 2.0) -> HalfVectors:
-    """``x`` (exact in fp16) as a scan's fp16 vectors, the probe's speed-up given (the machine's is not tested)."""
+def half_vectors(x: np.ndarray, used: bool = True) -> HalfVectors:
+    """``x`` (exact in fp16) as a scan's fp16 vectors, ranked from or not as ``used`` says (not this machine's rule)."""
     import torch
 
-    return HalfVectors(torch.from_numpy(x.astype(np.float16)), float(np.linalg.norm(x, axis=1).max()), speedup)
+    return HalfVectors(torch.from_numpy(x.astype(np.float16)), float(np.linalg.norm(x, axis=1).max()), used)
 
 
 def fp16_vectors(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
@@ -480,7 +495,7 @@ def test_the_fp16_path_is_for_few_rows_only_and_can_be_switched_off(monkeypatch)
     index, half = flat_index(x), half_vectors(x)
     assert FlatScan(index, x[:HALF_ROWS], None, half=half).half is half
     assert FlatScan(index, x[: HALF_ROWS + 1], None, half=half).half is None
-    assert FlatScan(index, x[:2], None, half=half_vectors(x, speedup=1.0)).half is None  # not faster here
+    assert FlatScan(index, x[:2], None, half=half_vectors(x, used=False)).half is None  # not natively fp16 here
     assert FlatScan(index, 1e5 * x[:2], None, half=half).half is None  # beyond fp16's range
     monkeypatch.setattr(flat_search, "APPROXIMATE", False)
     assert FlatScan(index, x[:2], None, half=half).half is None
@@ -546,55 +561,51 @@ def test_the_probe_refuses_a_product_that_sums_in_fp16(monkeypatch):
     x = rng.standard_normal((3000, 64)).astype(np.float16).astype(np.float32)
     half = half_vectors(x).vectors
     monkeypatch.setattr(flat_search, "half_product", rounded_once)
-    assert probe_half(half, x) > 0
+    assert probe_half(half, x) is True
     monkeypatch.setattr(flat_search, "half_product", summed_in_fp16)
-    assert probe_half(half, x) == 0.0
+    assert probe_half(half, x) is False
 
 
-def test_the_probe_leaves_scans_in_float32_where_the_fp16_product_is_slower(monkeypatch):
+@pytest.mark.parametrize("flags, used", [
+    ("fpu sse2 avx2 avx512f avx512bw avx512_bf16", False),  # AVX-512 without FP16 (an AMD EPYC, Zen 4): float32
+    ("fpu sse2 avx2 avx512f avx512bw avx512_bf16 avx512_fp16 amx_tile amx_bf16", True),  # a Xeon from Sapphire Rapids
+    ("fpu sse2 avx2 amx_fp16", True),
+    ("fpu sse2 avx2", False),
+])
+def test_fp16_scans_are_decided_by_the_cpus_features_never_a_timing(monkeypatch, flags, used):
+    """Whether a scan ranks from fp16 products follows the CPU's flags alone: a start-up timing could find the same
+    CPU faster in one process and slower in the next, and two replicas then ranked by differently rounded scores.
+    However slow or fast the product is timed, the decision is the same, and equal in every process."""
     import time
 
     rng = np.random.default_rng(15)
     x = rng.standard_normal((3000, 64)).astype(np.float16).astype(np.float32)
-
-    def slow(queries, half, out):
-        time.sleep(0.05)
-        return half_product(queries, half, out)
-
-    monkeypatch.setattr(flat_search, "half_product", slow)
+    monkeypatch.setattr(flat_search, "cpu_info", lambda: {"vendor_id": "GenuineIntel", "flags": flags})
     monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", len(x))
-    half = HalfVectors.of(x.astype(np.float16), x)
-    assert 0 < half.speedup < 1 and half.max_norm == pytest.approx(np.linalg.norm(x, axis=1).max())
-    assert FlatScan(flat_index(x), x[:2], None, half=half).half is None
-    monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", len(x) + 1)  # too few tokens: not even probed
-    monkeypatch.setattr(flat_search, "half_product", lambda *a: pytest.fail("probed a small index"))
-    assert HalfVectors.of(x.astype(np.float16), x).speedup == 0.0
+    decided = []
+    for delay in (0.0, 0.05):
+        def product(queries, half, out, delay=delay):
+            time.sleep(delay)  # a slow product (another job on the cores) decides nothing
+            return rounded_once(queries, half, out)
 
-
-def test_the_probe_keeps_the_most_rows_at_which_fp16_still_gains(monkeypatch):
-    """HalfVectors.of probes HALF_PROBE_ROWS in turn, stops at the first that gains too little, and a scan ranks from
-    fp16 products up to the most rows that gained enough, not beyond."""
-    rng = np.random.default_rng(19)
-    x = rng.standard_normal((3000, 16)).astype(np.float16).astype(np.float32)
-    monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", 0)
-    for gains, rows, probed in (({8: 1.9, 16: 1.6, 32: 1.1}, 16, [8, 16, 32]), ({8: 1.9, 16: 1.2, 32: 3.0}, 8, [8, 16]),
-                                ({8: 2.0, 16: 2.0, 32: 2.0}, 32, [8, 16, 32]), ({8: 1.2, 16: 9.0, 32: 9.0}, 8, [8])):
-        asked: list[int] = []
-        monkeypatch.setattr(flat_search, "probe_half", lambda half, xb, r, g=gains, a=asked: a.append(r) or g[r])
+        monkeypatch.setattr(flat_search, "half_product", product)
         half = HalfVectors.of(x.astype(np.float16), x)
-        assert (half.rows, half.speedup, asked) == (rows, gains[rows], probed)
-        index = flat_index(x)
-        used = half.speedup >= flat_search.HALF_MIN_SPEEDUP
-        assert (FlatScan(index, x[:rows], None, half=half).half is half) == used
-        assert FlatScan(index, x[: rows + 1], None, half=half).half is None
+        assert half.max_norm == pytest.approx(np.linalg.norm(x, axis=1).max())
+        decided.append((half.used, FlatScan(flat_index(x), x[:2], None, half=half).half is not None))
+    assert decided == [(used, used)] * 2
+    monkeypatch.setattr(flat_search, "half_product", summed_in_fp16)  # natively fp16, but it rounds its sums
+    assert HalfVectors.of(x.astype(np.float16), x).used is False
+    monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", len(x) + 1)  # too few tokens: not even checked
+    monkeypatch.setattr(flat_search, "half_product", lambda *a: pytest.fail("checked a small index"))
+    assert HalfVectors.of(x.astype(np.float16), x).used is False
 
 
 def test_vectors_the_flat_index_does_not_hold_exactly_are_not_ranked_from(monkeypatch):
     rng = np.random.default_rng(17)
     x = rng.standard_normal((3000, 16)).astype(np.float16).astype(np.float32)
-    monkeypatch.setattr(flat_search, "probe_half", lambda half, xb, rows=HALF_ROWS: 2.0)
+    monkeypatch.setattr(flat_search, "cpu_scans_fp16_faster", lambda: True)
     monkeypatch.setattr(flat_search, "HALF_MIN_TOKENS", 0)
-    assert HalfVectors.of(x.astype(np.float16), x).speedup == 2.0
+    assert HalfVectors.of(x.astype(np.float16), x).used is True
     other = x.astype(np.float16)
     other[2500, 3] += np.float16(0.5)  # one component of one row, past the first and last rows
-    assert HalfVectors.of(other, x).speedup == 0.0
+    assert HalfVectors.of(other, x).used is False

@@ -382,7 +382,7 @@ def test_passage_spans_of_a_batch_are_each_questions_alone(long_searcher, held, 
     groups = [np.arange(n)[::-2], np.zeros(0, np.int64), np.array([0, n - 1])]
     vectors = index.token_vectors(np.arange(index.num_tokens))
     scan = np.concatenate([qs @ vectors.T, qe @ vectors.T]) if held is True else None
-    half = dataclasses.replace(leg.half_vectors(), speedup=float("inf"))
+    half = dataclasses.replace(leg.half_vectors(), used=True)
 
     def batch_scores(rows):
         if held == "rescored":
@@ -490,7 +490,7 @@ def test_some_questions_of_a_batch_read_the_batchs_own_scores(long_searcher, hel
     plan = long_searcher._plan(SearchParams(unit="passage"))
     qs, qe = random_questions(np.random.default_rng(21), 5, index.vectors.shape[1])
     if held == "rescored":
-        half = dataclasses.replace(leg.half_vectors(), speedup=float("inf"))
+        half = dataclasses.replace(leg.half_vectors(), used=True)
         scan = FlatScan(index.faiss, np.concatenate([qs, qe]), None, half=half)
         assert scan.half is not None
         scores = BatchScores(leg, plan, qs, qe, rescored=scan)

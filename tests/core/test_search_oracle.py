@@ -14,6 +14,7 @@ the batch's one matrix product, another BLAS than the fine vectors' numpy produc
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import numpy as np
@@ -63,13 +64,14 @@ def hit_scores(hits) -> np.ndarray:
 @pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("filtered", [False, True])
 def test_fast_path_hits_equal_the_straightforward_path(tiny_searcher, monkeypatch, unit, mode, filtered, scan):
-    """``scan``: the flat scan ranks from float32 products, or (its probe's speed-up aside) from fp16 ones, the token
+    """``scan``: the flat scan ranks from float32 products, or (whatever this CPU is) from fp16 ones, the token
     scores then the scan's exact ones."""
     from spanseek.core import dense, flat_search
 
     monkeypatch.setattr(dense, "UNIT_CANDIDATES", 1)  # unit searches bound their candidates, however few
     monkeypatch.setattr(flat_search, "APPROXIMATE", scan == "fp16")
-    monkeypatch.setattr(flat_search, "HALF_MIN_SPEEDUP", 0.0)
+    used = dataclasses.replace(tiny_searcher.dense.half_vectors(), used=True)  # whatever this CPU multiplies natively
+    monkeypatch.setattr(tiny_searcher.dense, "half_vectors", lambda: used)
     monkeypatch.setattr(flat_search, "EXACT_SHARE", float("inf"))  # the tiny index: candidates are most tokens
     monkeypatch.setattr(flat_search, "half_product",  # a product that rounds once, whatever this CPU's does
                         lambda q, half, out: out.copy_((q.half().float() @ half.float().T).half()))
