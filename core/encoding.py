@@ -276,7 +276,7 @@ class QuestionEncoder:
             return np.zeros((0, d), np.float32), np.zeros((0, d), np.float32)
         ids = [np.asarray(x, dtype=np.int64) for x in
                self.tokenizer(questions, truncation=True, max_length=self.max_len)["input_ids"]]
-        if self.passes.takes(len(ids) * padded_length(max(map(len, ids)), QUESTION_PAD_MULTIPLE)):
+        if self.onnx is not None:
             return self._encode_onnx(ids)
         q_start, q_end = self._forward(*self._batch(ids))
         return q_start.float().cpu().numpy(), q_end.float().cpu().numpy()

@@ -30,7 +30,7 @@ from spanseek.core.config import ReaderConfig
 from spanseek.core.encoding import autocast, length_passes, model_device, pad_batch
 from spanseek.core.io import replace_dir
 from spanseek.core.model import ModelError, load_pretrained, read_weights
-from spanseek.core.runtime import small_passes
+from spanseek.core.runtime import every_pass
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
 READER_CONFIG_NAME = "reader_config.json"
@@ -44,9 +44,6 @@ MAX_BATCH_TOKENS = 4096
 # EPYC, medians of 12 alternating) took 5.86 s at 4,096 tokens a pass, 4.97 at 2,048, 4.50 at 1,024, 4.03 at 512
 # and 768, 4.09 at 384, 4.30 at 256 (torch on the same CPU: 5.35 at 4,096, 4.87 at 1,024, 4.98 at 512)
 ONNX_BATCH_TOKENS = 512
-# the window length the bf16-or-ONNX probe times (``core.runtime.small_passes``): a question and a 200-character
-# window read at search time
-PROBE_WINDOW_TOKENS = 80
 FROZEN = "word_embeddings"  # parameters whose name holds this are never trained and never saved
 
 
@@ -221,12 +218,10 @@ class PassageReader:
         if "token_type_ids" in tokenizer.model_input_names:
             example["token_type_ids"] = torch.zeros((2, 8), dtype=torch.long)
         # ``core.runtime``: ``auto`` reads on ONNX Runtime in fp32 on a CPU (1.7x faster for one request's three
-        # windows on an AVX2 EPYC, 1.15x for a pass of 4,096 tokens), and in bf16 on a CPU its small passes there
-        # (one request's three windows 23.3 against 35.5 ms on a 2-core Xeon with AMX; eight requests' 165 against
-        # 87.8 ms on torch); ``torch`` suits a reader being trained
-        self.passes = small_passes(runtime, model_device(model), precision, model, example, ("start", "end"),
-                                   length=PROBE_WINDOW_TOKENS, max_rows=16,
-                                   torch_pass=lambda feed: self._forward(*map(torch.from_numpy, feed.values())))
+        # windows on an AVX2 EPYC, 1.15x for a pass of 4,096 tokens), every pass, also where ``precision`` is bf16
+        # (``every_pass``): a pair's logits are then the same bits alone or among any others, in every process;
+        # ``torch`` suits a reader being trained
+        self.passes = every_pass(runtime, model_device(model), precision, model, example, ("start", "end"))
         self.onnx = self.passes.onnx
         # padded tokens a forward pass (default: by runtime, measured above)
         self.max_batch_tokens = max_batch_tokens or (ONNX_BATCH_TOKENS if self.passes.name == "onnx" else MAX_BATCH_TOKENS)
@@ -246,8 +241,7 @@ class PassageReader:
             ids = pad_batch([windows.ids[w] for w in batch], pad_id)
             mask = pad_batch([np.ones(len(windows.ids[w]), np.int64) for w in batch], 0)
             types = None if windows.type_ids is None else pad_batch([windows.type_ids[w] for w in batch], 0)
-            if self.passes.takes(ids.numel()):
-                assert self.onnx is not None
+            if self.onnx is not None:
                 feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
                 if types is not None:
                     feed["token_type_ids"] = types.numpy()

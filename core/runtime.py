@@ -31,17 +31,14 @@ ones. On a 2-core Intel Xeon with AMX, in milliseconds (question encoder; reader
 | question encoder, 1 / 8 / 64 questions| 18.9 / 32.9 / 95.5 | 4.8 / 24.3 / 144.8 |
 | reader, 1 / 8 / 64 questions          | 35.5 / 87.8 / 622  | 23.3 / 165 / 1,312 |
 
-So ``auto`` in bf16 on a CPU runs every question pass on ONNX Runtime in fp32 (``every_pass``): a question's
-vectors are then the same bits alone or in any batch, in every process, where a split by size gave a question
-fp32 vectors alone and bf16 ones in a large batch, 1.5% apart (200 validation questions: 24 of their top-10 lists
-differed). It costs large batches where bf16 is fast (the AMX Xeon above: 64 questions 144.8 against 95.5 ms); on a
-2-core AMD EPYC (Zen 4, busy) ONNX Runtime was as fast at every size (1 / 8 / 64 questions: 21 / 153 / 1,085
-against 63 / 161 / 1,461 ms on torch in bf16). The reader keeps an fp32 ONNX Runtime session beside torch for the
-passes of at most ``onnx_max_tokens`` padded tokens, the size up to which it measured ONNX Runtime faster at load,
-once per architecture in a process (``SmallPasses``, ``probe_split``: the two timed in turn, the fastest of five calls each,
-so that load on the machine during the probe, which slowed one side's calls only when they were timed one after the
-other, picked all-torch for the life of the process); larger passes run on torch in bf16. A pass's outputs then depend on its size
-as a bf16 pass's do on its padding: within bf16's rounding of the fp32 ones.
+So ``auto`` in bf16 on a CPU runs every question pass and every reader pass on ONNX Runtime in fp32
+(``every_pass``): a question's vectors, and a (question, passage) pair's reader logits, are then the same bits alone
+or in any batch, in every process. A split by size, at a size a start-up timing chose, gave a question fp32 vectors
+alone and bf16 ones in a large batch, 1.5% apart (200 validation questions: 24 of their top-10 lists differed), and
+the split point moved from process to process. It costs large batches where bf16 is fast (the AMX Xeon above: 64
+questions 144.8 against 95.5 ms, 64 questions' reads 1,312 against 622 ms); on a 2-core AMD EPYC (Zen 4, busy) ONNX
+Runtime was as fast at every size (1 / 8 / 64 questions: 21 / 153 / 1,085 against 63 / 161 / 1,461 ms on torch in
+bf16).
 """
 
 from __future__ import annotations
@@ -53,7 +50,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -275,79 +272,16 @@ def onnx_forward(runtime: str, device: torch.device | str, precision: str, modul
     return forward
 
 
-def faster_up_to(sizes: Sequence[int], seconds_a: Callable[[int], float], seconds_b: Callable[[int], float]) -> int | None:
-    """The largest of ``sizes`` (ascending) up to which ``a`` is faster than ``b`` at every size: 0 where ``b`` is
-    faster at the first, None where ``a`` is faster at all of them. Stops at the first size ``b`` wins."""
-    best = 0
-    for size in sizes:
-        if seconds_a(size) >= seconds_b(size):
-            return best
-        best = size
-    return None
-
-
-PROBE_ROUNDS = 5  # timings of each side of a start-up probe, taken in turn
-
-
-def interleaved_best(timings: Sequence[Callable[[], float]], rounds: int = PROBE_ROUNDS) -> list[float]:
-    """The fastest of ``rounds`` results of each of ``timings`` (a call timing one thing, in seconds), called in turn
-    (a, b, a, b ...): a burst of other work on the cores slows the rounds it meets, whichever side they time, and the
-    fastest of each is a quiet one. Timed one side after the other instead, a burst can meet all of one side's
-    timings, and the probe's choice holds for the life of the process."""
-    best = [float("inf")] * len(timings)
-    for _ in range(rounds):
-        for k, timing in enumerate(timings):
-            best[k] = min(best[k], timing())
-    return best
-
-
-def seconds_of(run: Callable[[], object]) -> Callable[[], float]:
-    """A timing of ``run``: call it, and get the seconds it took."""
-    def timing() -> float:
-        t0 = time.perf_counter()
-        run()
-        return time.perf_counter() - t0
-    return timing
-
-
-def probe_split(sizes: Sequence[int], run_a: Callable[[int], object], run_b: Callable[[int], object],
-                rounds: int = PROBE_ROUNDS) -> int | None:
-    """``faster_up_to`` of ``sizes``, timing ``run_a(size)`` against ``run_b(size)`` in turn, the fastest of
-    ``rounds`` each (``interleaved_best``), after one untimed call of each."""
-    timed: dict[int, list[float]] = {}
-
-    def seconds(size: int, which: int) -> float:
-        if size not in timed:
-            run_a(size), run_b(size)  # untimed: kernel choice, buffers
-            timed[size] = interleaved_best([seconds_of(lambda: run_a(size)), seconds_of(lambda: run_b(size))],
-                                           rounds)
-        return timed[size][which]
-
-    return faster_up_to(sizes, lambda r: seconds(r, 0), lambda r: seconds(r, 1))
-
-
-# rows up to which ONNX Runtime ran faster, by (module class, parameters, length, max rows, threads): a timing, so
-# two probes could disagree; one answer per process keeps a question's vectors independent of which model loaded it
-_SPLITS: dict[tuple[str, int, int, int, int], int | None] = {}
-_SPLITS_LOCK = threading.Lock()
-
-
-@dataclass
-class SmallPasses:
-    """Which forward passes run on ONNX Runtime: ``onnx`` (None: none) for passes of at most ``max_tokens`` padded
-    tokens (None: every pass)."""
+@dataclass(frozen=True)
+class Passes:
+    """What runs a module's forward passes: ``onnx`` (ONNX Runtime, fp32) for every one, or torch where it is None."""
 
     onnx: OnnxForward | None = None
-    max_tokens: int | None = None
-
-    def takes(self, tokens: int) -> bool:
-        """Whether a pass of ``tokens`` padded tokens runs on ONNX Runtime."""
-        return self.onnx is not None and (self.max_tokens is None or tokens <= self.max_tokens)
 
     @property
     def name(self) -> str:
-        """``onnx``, ``torch``, or ``onnx+torch`` where passes are shared by size."""
-        return "torch" if self.onnx is None else "onnx" if self.max_tokens is None else "onnx+torch"
+        """``onnx`` or ``torch``."""
+        return "torch" if self.onnx is None else "onnx"
 
 
 def fp32_forward(runtime: str, device: torch.device | str, precision: str, module: torch.nn.Module,
@@ -361,42 +295,12 @@ def fp32_forward(runtime: str, device: torch.device | str, precision: str, modul
 
 
 def every_pass(runtime: str, device: torch.device | str, precision: str, module: torch.nn.Module,
-               example: Mapping[str, torch.Tensor], outputs: Sequence[str]) -> SmallPasses:
+               example: Mapping[str, torch.Tensor], outputs: Sequence[str]) -> Passes:
     """What runs ``module``'s passes when each row's outputs must not depend on its pass: ONNX Runtime (fp32) for
     every pass where ``fp32_forward`` runs it, even in bf16, else torch. ONNX Runtime's fp32 outputs of a row are
     the same bits in a pass of any size, padded to any length, on any number of threads; torch's, in bf16 or fp32,
-    depend a little on the pass, and a split by size (``small_passes``) puts one row in fp32 alone and in bf16 in
-    a large pass."""
+    depend a little on the pass, and a split by size would put one row in fp32 alone and in bf16 in a large pass."""
     forward = fp32_forward(runtime, device, precision, module, example, outputs)
     if forward is not None and precision == "bf16":
         log.info("%s: every pass on ONNX Runtime (fp32)", type(module).__name__)
-    return SmallPasses(forward)
-
-
-def small_passes(runtime: str, device: torch.device | str, precision: str, module: torch.nn.Module,
-                 example: Mapping[str, torch.Tensor], outputs: Sequence[str], length: int, max_rows: int,
-                 torch_pass: Callable[[dict[str, np.ndarray]], object]) -> SmallPasses:
-    """What runs ``module``'s passes: ONNX Runtime for all of them where ``pick_runtime`` picks it; under ``auto``
-    on a CPU in bf16, ONNX Runtime (fp32) for the passes it runs faster than ``torch_pass`` (a torch forward of
-    such inputs, in bf16), measured once now on passes of ``length`` tokens and 1, 2, 3, 4, 6, 8 ... ``max_rows``
-    rows; else torch alone."""
-    forward = fp32_forward(runtime, device, precision, module, example, outputs)
-    if forward is None or precision != "bf16":  # torch alone, or ONNX Runtime's fp32 for every pass
-        return SmallPasses(forward)
-
-    def feed(rows: int) -> dict[str, np.ndarray]:  # ids and mask of ones, segment ids of zeros
-        return {name: (np.zeros if name == "token_type_ids" else np.ones)((rows, length), dtype=np.int64)
-                for name in example}
-
-    rows = sorted({r for i in range(max_rows.bit_length()) for r in (1 << i, 3 << i >> 1) if 1 <= r <= max_rows})
-    shape = (type(module).__qualname__, sum(p.numel() for p in module.parameters()), length, max_rows,
-             torch.get_num_threads())
-    with _SPLITS_LOCK:  # measured once per architecture: every model of it in a process splits passes alike
-        if shape not in _SPLITS:
-            _SPLITS[shape] = probe_split(rows, lambda r: forward(**feed(r)), lambda r: torch_pass(feed(r)))
-        up_to = _SPLITS[shape]
-    log.info("%s: passes of %s padded tokens on ONNX Runtime (fp32), larger on torch (bf16)",
-             type(module).__name__, "any number of" if up_to is None else f"at most {up_to * length}")
-    if up_to == 0:
-        return SmallPasses()
-    return SmallPasses(forward, None if up_to is None else up_to * length)
+    return Passes(forward)

@@ -82,9 +82,8 @@ class Settings(BaseSettings):
         "AVX-512 bf16, else fp32 (by the CPU's features, not a timing: the same in every process)"))
     # What runs the encoder's and the reader's forward passes: auto = ONNX Runtime in fp32 on a CPU (one question
     # encodes 3.7x faster than on torch, a batch of 64 1.25x; the graphs are exported once per model into
-    # ~/.cache/spanseek/onnx), torch on GPUs; in bf16 on a CPU (AMX) every question pass still on ONNX Runtime, so
-    # that a question's vectors do not depend on its batch (core.runtime.every_pass), and the reader's small passes
-    # there and its large ones on torch, split where a probe at start-up finds torch faster (small_passes).
+    # ~/.cache/spanseek/onnx), torch on GPUs; in bf16 on a CPU (AMX) every question and reader pass still on ONNX
+    # Runtime, so that a question's vectors and read scores do not depend on its batch (core.runtime.every_pass).
     runtime: Literal["auto", "torch", "onnx"] = Field("auto", description="auto, torch or onnx: forward passes on "
                                                                         "ONNX Runtime (CPU, fp32) or torch")
     # Where the token index is searched and span completion scores: auto follows the encoder onto a GPU (the
