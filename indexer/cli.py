@@ -247,11 +247,7 @@ def _filter_json(text: str) -> SearchFilter:
         raise FilterError(f"{where}: {e}", e.field) from None
 
 
-QUICK_QUESTIONS = 8  # questions up to which `search` encodes in fp32 without measuring the CPU first
-
-
 def _search(args: argparse.Namespace) -> int:
-    from spanseek.core.encoding import pick_device
     from spanseek.core.loading import open_searcher
 
     params = from_args(SearchParams, args, filter=_filter(args))  # bad values fail here
@@ -268,13 +264,11 @@ def _search(args: argparse.Namespace) -> int:
         ids, questions = _stdin_questions()  # before loading
     if not questions:  # (a forgotten question, or an empty file): said now, not after loading the model for none
         raise ValueError("no questions to search: give them as arguments, one a line on stdin, or in --questions FILE")
-    # A few questions on a CPU: fp32 (ONNX Runtime where installed), which is the faster for small passes anyway and
-    # needs no start-up measurement of where bf16 passes overtake it (seconds, and tens of seconds on a busy CPU)
-    few = len(questions) <= QUICK_QUESTIONS and pick_device(args.device).type == "cpu"
-    precision = "fp32" if few else "auto"
+    # One precision however many questions are asked, the service's default (auto: from the device's features, no
+    # start-up timing; on a CPU the encoder and the reader then run on ONNX Runtime in fp32 where it is installed), so
+    # a question gets the same hits and scores alone as among others
     searcher = open_searcher(_index_dir(args.index), args.model, device=args.device, search_device=args.search_device,
-                             reader=args.reader if params.read else None, precision=precision,
-                             reader_precision=precision)
+                             reader=args.reader if params.read else None, precision="auto", reader_precision="auto")
     searcher.check_mode(params)
     for n, (q, hits) in enumerate(zip(questions, searcher.search(questions, params), strict=True)):  # a blank one gets no hits
         record = {"id": ids[n]} if ids else {}

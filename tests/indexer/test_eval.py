@@ -227,15 +227,28 @@ def test_cli_search_prints_answers_without_start_up_chatter(tiny_index, tiny_mod
     assert "INFO" in stderr("-v")
 
 
-def test_cli_search_of_a_few_questions_measures_nothing_at_start(tiny_index, tiny_model_dir, monkeypatch, capsys):
-    """A handful of questions are encoded in fp32 (ONNX Runtime where installed) without the start-up measurement of
-    where bf16 passes overtake ONNX Runtime's: on a busy CPU it took tens of seconds before the one question."""
-    from spanseek.core import runtime
+@pytest.mark.parametrize("read", [False, True])
+def test_cli_search_gives_a_question_the_same_hits_alone_as_among_twenty(tiny_index, tiny_model_dir, tiny_reader,
+                                                                          monkeypatch, capsys, read):
+    """`spanseek search` used fp32 for up to 8 questions and ``auto`` for more: where ``auto`` is bf16 (here forced,
+    as on an AMD EPYC with AVX-512 bf16), a question's read hits came from bf16 passes among 20 questions (the
+    reader's passes split by a start-up timing, here one that found torch faster) and fp32 ones alone. Now one
+    precision for any number of questions, and every pass on ONNX Runtime in fp32: the same hits and scores."""
+    from spanseek.core import encoding, runtime
 
-    def measured(*args, **kwargs):
-        raise AssertionError("the CPU was measured")
+    monkeypatch.setattr(encoding, "cpu_runs_bf16_faster", lambda: True)
+    monkeypatch.setattr(runtime, "faster_up_to", lambda sizes, a, b: 0, raising=False)  # a probe that picks torch
+    argv = ["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--top-k", "3", "--device", "cpu",
+            *(["--read", "--reader", str(tiny_reader)] if read else [])]
+    questions = [f"Who built the {w}?" for w in ("bridge", "river", "castle", "tower", "harbour")] * 4
+    questions = [f"{q} {'and then ' * (i % 5)}" for i, q in enumerate(questions)]  # 20 of mixed lengths
 
-    monkeypatch.setattr(runtime, "faster_up_to", measured)
-    argv = ["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--top-k", "1", "--device", "cpu"]
-    assert main([*argv, "Who built the bridge?", "Where is the river?"]) == 0
-    assert [len(json.loads(x)["hits"]) for x in capsys.readouterr().out.splitlines()] == [1, 1]
+    def hits(asked: list[str]) -> list[list[tuple]]:
+        assert main([*argv, *asked]) == 0
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        return [[(h["text"], h["score"], h.get("read") is not None) for h in x["hits"]] for x in lines]
+
+    together = hits(questions)
+    assert any(together) and all(any(r for *_, r in x) == read for x in together if x)
+    for i in (0, 7, 19):
+        assert hits([questions[i]]) == [together[i]], i
