@@ -138,7 +138,7 @@ def main() -> int:
         "model": args.model, "reader": args.reader, "mode": searcher.default_mode,
         "read_passages": args.read_passages or searcher.reading.reading.read_passages,
         "reader_precision": searcher.reading.reader.precision,
-        "runtime": searcher.reading.reader.passes.name, "onnx_max_tokens": searcher.reading.reader.passes.max_tokens,
+        "runtime": searcher.reading.reader.passes.name,
     }
     if "speed" in parts:
         result["speed"] = {

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace, index_dir: Path) -> dict:
         "benchmark": "search_throughput", "model": str(args.model), "index": str(index_dir),
         "indexed_tokens": int(searcher.index.faiss.ntotal), "passages": len(searcher.index.passages),
         "factory": searcher.index.manifest.factory, "precision": searcher.encoder.precision,
-        "runtime": searcher.encoder.passes.name, "onnx_max_tokens": searcher.encoder.passes.max_tokens,
+        "runtime": searcher.encoder.passes.name,
         "torch_threads": torch.get_num_threads(),
         "transposed": searcher.dense.transposed_vectors() is not None,  # a flat scan's copy (never on a GPU)
         "questions": n, "batch_size": args.batch_size, "top_k": args.top_k,

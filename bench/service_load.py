@@ -366,8 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.torch_threads)
     searcher = open_searcher(index, model, device=args.device, precision=args.precision,
                              reader=args.reader if args.read else None, runtime=args.runtime)
-    runtime = searcher.encoder.passes.name  # onnx, torch, or onnx+torch (small passes on ONNX Runtime)
-    onnx_max_tokens = searcher.encoder.passes.max_tokens
+    runtime = searcher.encoder.passes.name  # onnx or torch
     precision = searcher.encoder.precision  # what "auto" chose here (the server picks the same on this host)
     questions = make_questions(searcher, 512)
     params = SearchParams(unit=args.unit, top_k=args.top_k, read=args.read)
@@ -391,7 +390,6 @@ def main(argv: list[str] | None = None) -> int:
     sat = service["saturation"]
     result = {
         "index": str(index), "model": model, "device": args.device, "precision": precision, "runtime": runtime,
-        "onnx_max_tokens": onnx_max_tokens,
         "unit": args.unit,
         "top_k": args.top_k, "read": args.read,
         "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms, "pipeline": args.pipeline,
