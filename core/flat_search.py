@@ -31,15 +31,15 @@ against 95-101 ms; a whole search of 8 questions 1.33-1.47x as fast, of 64 1.06-
 product took 67 ms against 88-100 ms in OpenBLAS's pieces (64 rows: 34 against 54-71 ms; medians of 7). MKL's bits
 may depend on the thread count for a few row counts (9 rows of 146k tokens: up to 1e-4 apart), OpenBLAS's pieces'
 do not. OpenBLAS's pieces also give a row the same bits however many rows share the product (2 to 64 rows of
-the demo index; one row is a matrix-vector product, summed otherwise, so it is computed as two): a question's token
-scores are the same alone or in any batch. On AMD every row count therefore takes the pieces, though a few query rows
-are bound by reading the index, which torch's tall product ``xb @ queries.T`` reads once where OpenBLAS's wide one
-reads it about twice as slowly (146k tokens, same EPYC, medians of 15 interleaved: 2 rows 20.1 against 41.2 ms, 4
-rows 20.4 against 38.8, 8 rows 37.1 against 43.9, 10 rows 50.9 against 46.5; with the transposed copy on the busy
-Zen 4, medians of 9: 2 rows 50 against 80 ms, 4 rows 67 against 95, 8 rows 91 against 91): the tall product's bits
-differ between 2, 4 and 8 rows and from the pieces', so one question's scores moved by up to 1e-4 (scores of 2-6)
-with the number of questions searched with it. With MKL (Intel) up to ``SMALL_ROWS`` rows (four questions) take the
-tall product, more MKL's: a question's scores may differ in the last bits between up to four questions and more.
+the demo index). A few query rows (one to four questions: ``SMALL_ROWS``) take torch's tall product ``xb @
+queries.T`` instead, on every CPU: they are bound by reading the index, which the tall product reads once where
+OpenBLAS's wide one reads it about twice as slowly (146k tokens, same EPYC, medians of 15 interleaved: 2 rows 20.1
+against 41.2 ms, 4 rows 20.4 against 38.8, 8 rows 37.1 against 43.9, 10 rows 50.9 against 46.5; with the transposed
+copy on a busy Zen 4, medians of 9: 2 rows 50 against 80 ms, 4 rows 67 against 95, 8 rows 91 against 91). The tall
+product's bits differ between 2, 4 and 8 rows and from the pieces', so a question's token scores can differ in the
+last bits (up to 1e-4 on scores of 2-6) between a batch of up to four questions and a larger one; taking the pieces
+for every batch would remove that at 20-30 ms more for a search of one question, and no hit list of 200 validation
+questions changed by it.
 
 A small batch (at most ``HALF_ROWS`` query rows) may rank from half-precision products instead: when the flat index
 holds an fp16 fine store exactly, widened (``DenseLeg.flat_holds_fine``), the product of the queries rounded to fp16
@@ -94,7 +94,7 @@ PRODUCT_COLUMNS = 2048  # token columns of one piece of the product (its output 
 # product of the queries by a (d, columns) piece is faster than by the (columns, d) rows of the index itself (module
 # docstring), at the cost of a second copy of the vectors
 TRANSPOSED_BYTES = 1 << 30
-SMALL_ROWS = 8  # query rows up to which the scan with MKL is torch's tall product (see the module docstring)
+SMALL_ROWS = 8  # query rows up to which the scan is torch's tall product (see the module docstring)
 # the BLAS of the product of more than SMALL_ROWS rows: "mkl" (torch's, into the held buffer), "pieces" (numpy's
 # OpenBLAS on pieces shared among threads) or "auto": mkl on Intel CPUs, pieces on others (module docstring)
 PRODUCT = "auto"
@@ -134,23 +134,20 @@ def scores_into(queries: np.ndarray, xb: np.ndarray, out: np.ndarray, workers: i
     each piece numpy's single-threaded product, ``workers`` threads (default: torch's thread count) each taking
     one contiguous run of pieces. The pieces are cut at the same columns however many threads share them, so the
     scores have the same bits for any thread count (float rounding does depend on the cut), and a row's bits do not
-    depend on the other rows (one row is computed as two: numpy's product of one row is a matrix-vector product,
-    summed otherwise). ``xt`` (``transposed(xb)``, when kept) is ``xb.T`` contiguous:
-    the pieces are then products by its (d, columns) pieces, faster and with the same bits. With ``wide_product()``
-    "mkl", up to ``SMALL_ROWS`` rows are torch's tall product ``xb @ queries.T`` (the same bits for any thread count
-    too) and more torch's product into ``out`` (torch's threads, ``workers`` and ``xt`` unused)."""
+    depend on the other rows of a product of more than ``SMALL_ROWS`` rows. ``xt`` (``transposed(xb)``, when kept)
+    is ``xb.T`` contiguous: the pieces are then products by its (d, columns) pieces, faster and with the same bits.
+    Up to ``SMALL_ROWS`` rows (one to four questions), torch's tall product ``xb @ queries.T``, which reads the
+    index once where the pieces read it about twice as slowly (the same bits for any thread count too, but summed
+    otherwise than the pieces: a question's scores may differ in the last bits between a batch of up to four
+    questions and a larger one); with ``wide_product()`` "mkl", more rows are torch's product into ``out`` (torch's
+    threads, ``workers`` and ``xt`` unused)."""
     import torch
 
-    if wide_product() == "mkl":
-        if len(queries) <= SMALL_ROWS:
-            out[:] = torch.matmul(torch.from_numpy(xb), torch.from_numpy(queries).T).numpy().T
-            return out
-        if out.flags.c_contiguous:  # (torch would write a non-contiguous out elsewhere)
-            torch.mm(torch.from_numpy(queries), torch.from_numpy(xb).T, out=torch.from_numpy(out))
-            return out
-    if len(queries) == 1:  # the row twice: the bits it gets among others
-        twice = np.empty((2, out.shape[1]), np.float32)
-        out[:] = scores_into(np.repeat(queries, 2, axis=0), xb, twice, workers, xt)[:1]
+    if len(queries) <= SMALL_ROWS:
+        out[:] = torch.matmul(torch.from_numpy(xb), torch.from_numpy(queries).T).numpy().T
+        return out
+    if wide_product() == "mkl" and out.flags.c_contiguous:  # (torch would write a non-contiguous out elsewhere)
+        torch.mm(torch.from_numpy(queries), torch.from_numpy(xb).T, out=torch.from_numpy(out))
         return out
     n = len(xb)
     workers = max(1, min(workers or torch.get_num_threads(), -(-n // PRODUCT_COLUMNS)))

@@ -233,7 +233,9 @@ def test_cli_search_gives_a_question_the_same_hits_alone_as_among_twenty(tiny_in
     """`spanseek search` used fp32 for up to 8 questions and ``auto`` for more: where ``auto`` is bf16 (here forced,
     as on an AMD EPYC with AVX-512 bf16), a question's read hits came from bf16 passes among 20 questions (the
     reader's passes split by a start-up timing, here one that found torch faster) and fp32 ones alone. Now one
-    precision for any number of questions, and every pass on ONNX Runtime in fp32: the same hits and scores."""
+    precision for any number of questions, and every pass on ONNX Runtime in fp32: the same hits, and scores within
+    the last bits (a scan of one to four questions sums the products otherwise than a larger batch's: 1e-4 at most,
+    where bf16 and fp32 passes differed by 2e-3)."""
     from spanseek.core import encoding, runtime
 
     monkeypatch.setattr(encoding, "cpu_runs_bf16_faster", lambda: True)
@@ -251,4 +253,6 @@ def test_cli_search_gives_a_question_the_same_hits_alone_as_among_twenty(tiny_in
     together = hits(questions)
     assert any(together) and all(any(r for *_, r in x) == read for x in together if x)
     for i in (0, 7, 19):
-        assert hits([questions[i]]) == [together[i]], i
+        (alone,) = hits([questions[i]])
+        assert [(t, r) for t, _, r in alone] == [(t, r) for t, _, r in together[i]], i
+        assert [s for _, s, _ in alone] == pytest.approx([s for _, s, _ in together[i]], abs=5e-4), i
