@@ -176,7 +176,10 @@ class LexicalIndex:
         tokens = tokenize(texts, analyzer)
         if not any(tokens):  # bm25s cannot index an empty vocabulary
             tokens = [["\x00empty"] for _ in texts]
-        retriever.index(tokens, show_progress=False)
+        # the vocabulary in sorted order: bm25s numbers the terms of a token list in a set's order, which
+        # PYTHONHASHSEED changes, so two builds of one corpus would write different files (the scores are the same)
+        vocab = {term: i for i, term in enumerate(sorted({term for terms in tokens for term in terms}))}
+        retriever.index(([[vocab[term] for term in terms] for terms in tokens], vocab), show_progress=False)
         return cls(retriever, len(texts), analyzer)
 
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:

@@ -173,3 +173,46 @@ def test_an_index_keeps_its_analyzer_until_add_lexical_rebuilds_it(tmp_path, tin
     assert PhraseIndex(out).lexical.analyzer == "folded"
     assert _lexical_first(out, ["Begona Nunez", "八达岭"]) == {"Begona Nunez": "es", "八达岭": "zh"}
     assert verify_index(out, sample=20)["ok"]
+
+
+BUILD = """
+import sys
+from spanseek.indexer.build import BuildOptions, build_index
+build_index(sys.argv[1], sys.argv[2], sys.argv[3], BuildOptions(shard_passages=7, progress=False, precision="fp32"))
+"""
+TIMINGS = ("seconds", "time", "created", "tokens_per_second", "throughput")
+
+
+def _without_timings(value):
+    """A manifest's JSON without its timings and timestamps (what two builds of one corpus may differ in), nor its
+    own checksum (over them)."""
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items()
+                if k != phrase_index.CHECKSUM_FIELD and not any(t in k for t in TIMINGS)}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def test_two_builds_of_one_corpus_write_the_same_files(tmp_path, tiny_corpus, tiny_model_dir):
+    """The index files do not depend on PYTHONHASHSEED (bm25s numbers its vocabulary in a set's order)."""
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"idx{seed}"
+        env = {**os.environ, "PYTHONHASHSEED": seed, "HF_HUB_OFFLINE": "1"}
+        subprocess.run([sys.executable, "-c", BUILD, str(tiny_corpus), str(tiny_model_dir), str(out)], env=env,
+                       check=True, capture_output=True)
+        outs.append(out)
+    files = sorted(p.relative_to(outs[0]) for p in outs[0].rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(outs[1]) for p in outs[1].rglob("*") if p.is_file())
+    assert any(f.parts[0] == phrase_index.LEXICAL for f in files)
+    for name in files:
+        a, b = (out / name for out in outs)
+        if str(name) == phrase_index.MANIFEST:
+            assert _without_timings(json.loads(a.read_text())) == _without_timings(json.loads(b.read_text()))
+        else:
+            assert a.read_bytes() == b.read_bytes(), name
