@@ -46,6 +46,7 @@ from spanseek.core.encoding import pick_device
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
 from spanseek.core.io import (
     Document,
+    ReadStats,
     atomic_path,
     check_corpus,
     naming,
@@ -290,6 +291,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
     _, old_deleted, live = live_rows(index_dir)
     source, unchanged = corpus, 0
     replaced: list[int] = []
+    checked: ReadStats | None = None  # what a read of the corpus counted: sizes the progress bar without another
     if replace:
         docs, replaced, unchanged = _plan_upsert(index_dir, corpus, live)
         if not docs:  # every document is already there as given: nothing to do
@@ -298,10 +300,11 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         staging.mkdir(exist_ok=True)
         source = staging / "upsert.jsonl"
         write_corpus(source, docs)
+        checked = ReadStats(documents=len(docs))  # (the documents written all have text)
     held_where = (f"the index {index_dir} (`index add` refuses ids it holds; `index upsert` replaces them; nothing "
                   "was changed)")
     if not replace:  # a held or repeated id is refused from the ids alone, before the model loads
-        check_corpus(corpus, live, held_where)
+        checked = check_corpus(corpus, live, held_where)
     model_dir = index_model(old, model, index_dir)  # None: the model recorded in the manifest
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     fingerprint = model_fingerprint(model_dir)
@@ -314,7 +317,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         staging.mkdir(exist_ok=True)
     replacing = set(replaced)
     held = (i for i, row in live.items() if row not in replacing)  # ids the corpus may not use
-    n_shards, stats = encode_corpus(source, staging, phrase_model, opts, fingerprint, held, held_where)
+    n_shards, stats = encode_corpus(source, staging, phrase_model, opts, fingerprint, held, held_where, checked=checked)
     n_new = merge_shards(staging, n_shards, phrase_model.dim)
     N, P, D = old.tokens, old.passages, old.documents
     new_vectors = np.load(staging / phrase_index.VECTORS, mmap_mode="r")

@@ -360,15 +360,11 @@ def test_the_encoding_bar_counts_documents_against_the_corpus_total(tmp_path, ti
     assert bars and "3/3" in bars[-1] and "doc" in bars[-1]
 
 
-def test_a_build_with_progress_reads_the_corpus_twice_and_writes_what_one_without_does(tmp_path, tiny_corpus,
-                                                                                       tiny_model_dir, tiny_index,
-                                                                                       monkeypatch):
-    """With its bar on, a build read the whole corpus three times (the check, a count of its lines for the bar, the
-    encoding pass): minutes of reading and parsing on a large one. The check's read now sizes the bar, and the index
-    is the one a build without the bar writes, file for file."""
+def _count_reads(monkeypatch) -> list:
+    """The paths every corpus read opens (``core.io.raw_lines``), appended to the list returned as they are read."""
     from spanseek.core import io as core_io
 
-    reads = []
+    reads: list = []
     raw_lines = core_io.raw_lines
 
     def counted(path):
@@ -376,6 +372,16 @@ def test_a_build_with_progress_reads_the_corpus_twice_and_writes_what_one_withou
         return raw_lines(path)
 
     monkeypatch.setattr(core_io, "raw_lines", counted)
+    return reads
+
+
+def test_a_build_with_progress_reads_the_corpus_twice_and_writes_what_one_without_does(tmp_path, tiny_corpus,
+                                                                                       tiny_model_dir, tiny_index,
+                                                                                       monkeypatch):
+    """With its bar on, a build read the whole corpus three times (the check, a count of its lines for the bar, the
+    encoding pass): minutes of reading and parsing on a large one. The check's read now sizes the bar, and the index
+    is the one a build without the bar writes, file for file."""
+    reads = _count_reads(monkeypatch)
     out = tmp_path / "index"
     build_index(tiny_corpus, tiny_model_dir, out, dataclasses.replace(OPTS, progress=True))
     assert reads.count(tiny_corpus) == 2
@@ -439,3 +445,23 @@ def test_a_build_resumed_with_precision_auto_keeps_the_precision_of_its_shards(t
     assert calls == [7, 7, 3]  # shard 0 was re-used, and the others encoded in fp32 as it was
     for name in ARRAYS:
         assert (out / name).read_bytes() == (tiny_index / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_an_add_with_progress_reads_its_corpus_once_before_the_encoding_pass(tmp_path, tiny_corpus, tiny_model_dir,
+                                                                             tiny_index, monkeypatch, replace):
+    """An add read its corpus three times (the check, a count of its lines for the bar, the encoding pass); the
+    check's read (an upsert's plan) now sizes the bar, as a build's does."""
+    from spanseek.indexer.add import upsert_documents
+    from spanseek.indexer.lifecycle import counts
+
+    index = tmp_path / "index"
+    shutil.copytree(tiny_index, index)
+    more = tmp_path / "more.jsonl"
+    more.write_text("".join(json.dumps({"id": f"more{i}", "title": "More", "paragraphs": [f"Text {i} of more."]}) + "\n"
+                            for i in range(3)))
+    reads = _count_reads(monkeypatch)
+    upsert_documents(index, more, tiny_model_dir, dataclasses.replace(OPTS, progress=True), replace=replace)
+    source = index / "add.staging" / "upsert.jsonl"  # what an upsert encodes: the documents it changes
+    assert reads.count(more) + reads.count(source) == 2
+    assert counts(index)["live_documents"] == counts(tiny_index)["live_documents"] + 3
