@@ -69,7 +69,7 @@ from spanseek.indexer.build import (
     write_fields,
 )
 from spanseek.indexer.compress import kept_token_ids, write_codes
-from spanseek.indexer.faiss_index import add_vectors
+from spanseek.indexer.faiss_index import add_vectors, write_faiss
 from spanseek.indexer.fine_store_build import encode_fine_rows
 from spanseek.indexer.ingest import corpus_problem
 from spanseek.indexer.lexical import write_lexical
@@ -345,7 +345,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
     index = faiss.read_index(str(index_dir / phrase_index.FAISS_INDEX))
     ids = kept_token_ids(new_filter, old.filter_threshold, n_new, offset=N)
     add_vectors(index, new_vectors, ids, progress=opts.progress, gpu=False, id_offset=N)
-    faiss.write_index(index, str(staged(index_dir, phrase_index.FAISS_INDEX)))
+    write_faiss(index, staged(index_dir, phrase_index.FAISS_INDEX))
     names.append(phrase_index.FAISS_INDEX)
     if (index_dir / phrase_index.CODES).is_file():
         old_codes = np.load(index_dir / phrase_index.CODES, mmap_mode="r")

@@ -81,6 +81,7 @@ from spanseek.indexer.faiss_index import (
     training_size,
     use_gpu,
     validate_factory,
+    write_faiss,
 )
 from spanseek.indexer.fine_store_build import check_store_option, resolve_store, write_fine_store
 from spanseek.indexer.ingest import corpus_problem
@@ -238,8 +239,6 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     Returns (factory, faiss_params for the manifest, tokens indexed). Raises FactoryError before any training when the
     corpus is too small for the factory.
     """
-    import faiss
-
     vectors = open_fine_store(out, detect_kind(out))
     scores = load_filter_scores(out)
     if opts.filter_threshold is not None and scores is None:
@@ -300,8 +299,7 @@ def fill_faiss(out: Path, dim: int, opts: BuildOptions) -> tuple[str, dict, int]
     if opts.recall_sample:  # an exact index is its own oracle: measuring it took a fifth of a demo build
         params["recall"] = EXACT_RECALL if spec.is_exact else measure_recall(index, vectors, ids,
                                                                              sample=opts.recall_sample)
-    with atomic_path(out / phrase_index.FAISS_INDEX) as tmp:
-        faiss.write_index(index, str(tmp))
+    write_faiss(index, out / phrase_index.FAISS_INDEX)
     return factory, params, int(index.ntotal)
 
 

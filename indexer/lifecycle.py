@@ -39,7 +39,7 @@ from spanseek.core.stopping import checkpoint
 from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_recall, staged, write_npy
 from spanseek.indexer.build import BuildError, BuildOptions, write_fields
 from spanseek.indexer.compress import kept_token_ids
-from spanseek.indexer.faiss_index import ADD_CHUNK, add_vectors
+from spanseek.indexer.faiss_index import ADD_CHUNK, add_vectors, write_faiss
 from spanseek.indexer.lexical import write_lexical
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
         vectors = np.load(staged(index_dir, phrase_index.VECTORS), mmap_mode="r")
         add_vectors(index, vectors, kept_token_ids(scores, old.filter_threshold, n_live), progress=opts.progress,
                     gpu=False)
-        faiss.write_index(index, str(staged(index_dir, phrase_index.FAISS_INDEX)))
+        write_faiss(index, staged(index_dir, phrase_index.FAISS_INDEX))
         names.append(phrase_index.FAISS_INDEX)
 
         checkpoint()

@@ -42,6 +42,13 @@ def entry(i: int) -> dict:
     return {"op": "upsert", "docs": [{"id": f"d{i}", "title": "t", "paragraphs": ["In 1200 Alba built a castle. " * 40]}]}
 
 
+def faiss_disk_full(index, path) -> None:
+    """``faiss.write_index`` on a full disk: part of the file written, then faiss's own error."""
+    Path(path).write_bytes(b"\0" * 100)
+    raise RuntimeError(f"Error in void faiss::write_index(const Index*, IOWriter*, int) at index_write.cpp:499: "
+                       f"Error: 'ret == (size * 4)' failed: write error in {path}: 100 != 4096 (No space left on device)")
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE cuts writes short as described on Linux")
 def test_a_log_write_the_disk_refuses_is_cut_back_and_never_replayed(tmp_path):
     """The refused write's first part reached the file: it is cut off, so it is neither flushed with the next write
@@ -204,14 +211,7 @@ def test_a_faiss_index_the_disk_cannot_hold_is_named_and_the_build_resumes(tiny_
     from spanseek.cli import main
 
     write_index = faiss.write_index
-
-    def full(index, path):
-        Path(path).write_bytes(b"\0" * 100)
-        raise RuntimeError(f"Error in void faiss::write_index(const Index*, IOWriter*, int) at index_write.cpp:499: "
-                           f"Error: 'ret == (size * 4)' failed: write error in {path}: 100 != 4096 (No space left on "
-                           "device)")
-
-    monkeypatch.setattr(faiss, "write_index", full)
+    monkeypatch.setattr(faiss, "write_index", faiss_disk_full)
     out = tmp_path / "idx"
     argv = ["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(out),
             "--precision", "fp32", "--quiet"]
@@ -221,3 +221,38 @@ def test_a_faiss_index_the_disk_cannot_hold_is_named_and_the_build_resumes(tiny_
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*.tmp"))  # nothing half written holds the room
     monkeypatch.setattr(faiss, "write_index", write_index)
     assert main(argv) == 0 and (out / phrase_index.MANIFEST).is_file()
+
+
+@pytest.mark.parametrize("command", ["add", "compact"])
+def test_an_add_or_compact_whose_faiss_index_the_disk_cannot_hold_names_it_and_keeps_the_index(
+        command, tiny_index, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """`index add` and `index compact` wrote the new faiss index outside ``atomic_path``: a full disk printed faiss's
+    own error. It is the one line naming the file now, the index is as it was, and the same command then succeeds."""
+    import faiss
+
+    from spanseek.cli import main
+    from spanseek.indexer.lifecycle import delete_documents
+    from spanseek.indexer.verify import verify_index
+
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    if command == "add":
+        more = tmp_path / "more.jsonl"
+        more.write_text(json.dumps({"id": "more", "title": "More", "paragraphs": ["In 1901 Hugo built it."]}) + "\n")
+        argv = ["index", "add", "--index", str(index), "--corpus", str(more), "--model", str(tiny_model_dir), "--quiet"]
+    else:
+        delete_documents(index, [json.loads((index / phrase_index.DOCS).read_text().splitlines()[0])["id"]])
+        argv = ["index", "compact", "--index", str(index), "--quiet"]
+    before = {p.name: p.read_bytes() for p in index.iterdir() if p.is_file()}
+    write_index = faiss.write_index
+    monkeypatch.setattr(faiss, "write_index", faiss_disk_full)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (f"spanseek index {command}: error: {index / phrase_index.FAISS_INDEX}.add.tmp: "
+                       f"{os.strerror(errno.ENOSPC)}")
+    assert {p.name: p.read_bytes() for p in index.iterdir() if p.is_file()} == before  # nothing written is lost
+    assert verify_index(index)["ok"]
+    monkeypatch.setattr(faiss, "write_index", write_index)
+    capsys.readouterr()
+    assert main(argv) == 0 and verify_index(index)["ok"]
