@@ -32,10 +32,13 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -322,9 +325,37 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     check_ray(opts)
     if opts.vector_source not in phrase_index.VECTOR_SOURCES:
         raise BuildError(f"vector_source must be one of {phrase_index.VECTOR_SOURCES}, got {opts.vector_source!r}")
-    with build_lock(out):
+    with build_lock(out), stopped_cleanly(out):
         check_out_dir(out, corpus)  # again: a build that held the lock until now may have finished the index
         return _build_locked(corpus, model, model_dir, out, opts, spec)
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def stopped_cleanly(out: Path) -> Iterator[None]:
+    """Stop a build on Ctrl-C or SIGTERM (what ``kill``, ``docker stop`` and a scheduler send) alike: the shard being
+    encoded is dropped (its ``.tmp`` directory), the finished ones are kept, and the KeyboardInterrupt says what the
+    same command re-uses (the CLI prints it as ``interrupted: ...``, status 130, as a training run's). SIGTERM is taken
+    only in the main thread, and not where the process was started to ignore it."""
+    previous = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        for part in (out / SHARDS).glob("*.tmp"):
+            shutil.rmtree(part, ignore_errors=True)
+        sizes = finished_shard_sizes(out)
+        how = f"stopped by {e}; " if str(e) == "SIGTERM" else ""
+        kept = (f"re-using its {len(sizes)} encoded shard{'s' if len(sizes) != 1 else ''} ({sum(sizes)} passages)"
+                if sizes else "no shard was finished yet")
+        raise KeyboardInterrupt(f"{how}the same command resumes the build in {out} ({kept})") from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def check_ray(opts: BuildOptions) -> None:

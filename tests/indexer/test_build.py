@@ -51,11 +51,13 @@ def test_interrupted_build_resumes_to_the_uninterrupted_result(tmp_path, tiny_co
     with pytest.raises(KeyboardInterrupt):
         build_index(tiny_corpus, tiny_model_dir, out, OPTS)
     shards = sorted(p.name for p in (out / SHARDS).iterdir())
-    assert shards == ["000000", "000001.tmp"] and not (out / phrase_index.MANIFEST).exists()
+    assert shards == ["000000"] and not (out / phrase_index.MANIFEST).exists()  # the shard under way is dropped
 
     with pytest.raises(IndexFormatError, match=rf"did not finish; run the same `spanseek index build \.\.\. --out {out}` again to resume"):
         PhraseIndex(out)
-    (out / ".vectors.npy.x1y2.tmp").write_bytes(b"\0" * 1000)  # what a kill inside an atomic write leaves
+    (out / ".vectors.npy.x1y2.tmp").write_bytes(b"\0" * 1000)  # what a kill -9 inside an atomic write leaves
+    (out / SHARDS / "000001.tmp").mkdir()  # and inside a shard
+    (out / SHARDS / "000001.tmp" / "vectors.npy").write_bytes(b"\0" * 1000)
 
     calls.clear()
     monkeypatch.setattr(PassageEncoder, "encode_flat", lambda self, p: calls.append(len(p)) or encode(self, p))
@@ -211,8 +213,9 @@ def test_ctrl_c_during_a_build_says_interrupted_and_the_build_resumes(tmp_path, 
 
     monkeypatch.setattr(PassageEncoder, "encode_flat", ctrl_c_in_second_shard)
     assert main(argv) == 130
-    assert capsys.readouterr().err == "spanseek index build: interrupted\n"
-    assert sorted(p.name for p in (out / SHARDS).iterdir()) == ["000000", "000001.tmp"]
+    assert capsys.readouterr().err == (f"spanseek index build: interrupted: the same command resumes the build in {out} "
+                                       "(re-using its 1 encoded shard (7 passages))\n")
+    assert sorted(p.name for p in (out / SHARDS).iterdir()) == ["000000"]  # the shard under way is dropped
     monkeypatch.undo()
     assert main(argv) == 0
     assert np.load(out / phrase_index.VECTORS).tobytes() == np.load(tiny_index / phrase_index.VECTORS).tobytes()
@@ -465,3 +468,41 @@ def test_an_add_with_progress_reads_its_corpus_once_before_the_encoding_pass(tmp
     source = index / "add.staging" / "upsert.jsonl"  # what an upsert encodes: the documents it changes
     assert reads.count(more) + reads.count(source) == 2
     assert counts(index)["live_documents"] == counts(tiny_index)["live_documents"] + 3
+
+
+SIGTERM_IN_SECOND_SHARD = """
+import os, signal, sys
+from spanseek.cli import main
+from spanseek.core.encoding import PassageEncoder
+encode, calls = PassageEncoder.encode_flat, []
+def sigterm_in_second_shard(self, passages):
+    calls.append(len(passages))
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` or `docker stop` sends it
+    return encode(self, passages)
+PassageEncoder.encode_flat = sigterm_in_second_shard
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_stops_a_build_as_ctrl_c_does_and_the_build_resumes(tmp_path, tiny_corpus, tiny_model_dir, tiny_index):
+    """SIGTERM killed a build outright (status -15, no word of what was kept, the shard under way half written); it
+    now stops it as Ctrl-C does: the shard under way is dropped, one last line says what the same command resumes
+    from, exit status 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "i"
+    argv = ["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(out),
+            "--quiet", "--precision", "fp32", "--device", "cpu", "--shard-passages", "7"]
+    child = subprocess.run([sys.executable, "-c", SIGTERM_IN_SECOND_SHARD, *argv], capture_output=True, text=True,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert child.returncode == 130, (child.returncode, child.stderr)
+    assert child.returncode != -signal.SIGTERM
+    assert child.stderr.splitlines()[-1] == (f"spanseek index build: interrupted: stopped by SIGTERM; the same command "
+                                             f"resumes the build in {out} (re-using its 1 encoded shard (7 passages))")
+    assert sorted(p.name for p in (out / SHARDS).iterdir()) == ["000000"]
+    assert main(argv) == 0
+    assert np.load(out / phrase_index.VECTORS).tobytes() == np.load(tiny_index / phrase_index.VECTORS).tobytes()
