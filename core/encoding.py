@@ -413,19 +413,22 @@ class PassageEncoder:
         return drain(self.encode_flat_steps(passages))
 
     def encode_flat_steps(self, passages: list[PassageTokens], max_batch_tokens: int | None = None
-                          ) -> Generator[None, None, np.ndarray]:
-        """``encode_flat`` one forward batch (of at most ``max_batch_tokens``) a step: yields after each, returns
-        the array. A caller that shares the encoder's thread (live writes, between search batches) runs a step at
-        a time, however long a passage is."""
+                          ) -> Generator[int, None, np.ndarray]:
+        """``encode_flat`` one forward batch (of at most ``max_batch_tokens``) a step: yields after each the number
+        of tokens whose vectors it gave (progress: they sum to the passages' tokens), returns the array. A caller
+        that shares the encoder's thread (live writes, between search batches) runs a step at a time, however long a
+        passage is."""
         keys, ids, assign = self.window_ids(passages)
         targets = _window_targets(passages, keys, assign)
         out = np.empty((sum(len(t) for t in passages), self.model.dim), np.float32)
         for chunk, h in self.forward_windows(ids, max_batch_tokens):
             h_np = h.cpu().numpy()  # (b, T, d)
+            filled = 0
             for r, w in enumerate(chunk):
                 row, count, pos = targets[w]
                 out[row : row + count] = h_np[r, pos : pos + count]
-            yield
+                filled += count
+            yield filled
         return out
 
     def encode_tokens(self, passages: list[PassageTokens]) -> list[EncodedPassage]:

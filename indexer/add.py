@@ -300,7 +300,7 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         staging.mkdir(exist_ok=True)
         source = staging / "upsert.jsonl"
         write_corpus(source, docs)
-        checked = ReadStats(documents=len(docs))  # (the documents written all have text)
+        checked = ReadStats(documents=len(docs), paragraphs=sum(len(d.paragraphs) for d in docs))  # (all with text)
     held_where = (f"the index {index_dir} (`index add` refuses ids it holds; `index upsert` replaces them; nothing "
                   "was changed)")
     if not replace:  # a held or repeated id is refused from the ids alone, before the model loads

@@ -54,7 +54,6 @@ from spanseek.core.io import (
     ReadStats,
     atomic_path,
     check_corpus,
-    count_documents,
     new_memmap,
     read_corpus,
     save_npy_atomic,
@@ -128,8 +127,8 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     """Read ``corpus`` once: write the passage and document stores into ``out`` and encode its passages into
     shards, re-using finished shards of the same passages. Returns (shard count, read stats).
 
-    ``checked`` is what ``check_corpus`` read of it: it sizes the progress bar, which otherwise costs a count of the
-    corpus's lines (one more read of it) when ``opts.progress`` is on.
+    ``checked`` is what ``check_corpus`` read of it: it sizes the progress bar (passages encoded, moving after each
+    forward batch, with their rate and the time left), which otherwise has no total.
 
     Document ids must be unique and not among ``existing_ids`` (an index's; ``existing_name`` names it): a
     repeated id raises CorpusError naming the file and line. With ``opts.ray`` the shards are encoded on a Ray
@@ -148,9 +147,10 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
         log.info("the first %d shards keep the sizes an interrupted build encoded them with (%s passages) so that "
                  "they are re-used; --shard-passages %d applies after them", len(sizes),
                  ", ".join(sorted({str(size) for size in sizes}, key=int)), opts.shard_passages)
-    # documents read (the corpus is streamed: its size comes from the check's read, or a count of its lines)
-    total = None if not opts.progress else checked.lines if checked is not None else count_documents(corpus)
-    bar = tqdm(total=total, desc="encode", unit="doc", disable=not opts.progress)
+    # passages encoded (the corpus is streamed: their number comes from the check's read); a shard's share moves
+    # with its tokens encoded, a forward batch at a time, so a corpus of one shard does not sit at 0 until it is done
+    bar = tqdm(total=checked.paragraphs if checked is not None else None, desc="encode", unit="passage",
+               disable=not opts.progress)
     if opts.ray is not None and model_dir is None:
         raise BuildError("encoding on Ray needs the model's directory")
     pending: list[tuple[Path, str, list[str]]] = []  # shards for the Ray cluster
@@ -159,6 +159,7 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
         from spanseek.indexer.ray_encode import encode_on_ray
 
         encode_on_ray(pending, model_dir or Path(), precision, opts.max_batch_tokens, opts.ray)
+        bar.update(sum(len(texts) for _, _, texts in pending))
         pending.clear()
 
     def flush() -> None:
@@ -166,19 +167,25 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
         dest, key = _shard_dir(out, k), shard_key(fingerprint, precision, buf)
         if shard_files.has_shard(dest, key):
             reused += 1
+            bar.update(len(buf))
         elif opts.ray is not None:
             pending.append((dest, key, buf))
             if len(pending) >= SHARDS_PER_ROUND:
                 encode_pending()
         else:
-            shard_files.encode_shard(encoder, tokenizer, buf, dest, key)
+            start, n = bar.n, len(buf)
+
+            def moved(fraction: float) -> None:
+                bar.update(start + round(fraction * n) - bar.n)
+
+            shard_files.encode_shard(encoder, tokenizer, buf, dest, key, progress=moved if opts.progress else None)
+            bar.update(start + n - bar.n)
         k, buf = k + 1, []
 
     docs = unique_ids(read_corpus(corpus, stats), corpus, existing_ids, existing_name)
     with atomic_path(out / phrase_index.PASSAGES) as tp, atomic_path(out / phrase_index.DOCS) as td:
         with open(tp, "w", encoding="utf-8") as fp, open(td, "w", encoding="utf-8") as fd:
             for d, doc in enumerate(docs):
-                bar.update(1)
                 fd.write(json.dumps(phrase_index.doc_record(doc.id, doc.title, doc.meta), ensure_ascii=False) + "\n")
                 for p, text in enumerate(doc.paragraphs):
                     fp.write(json.dumps(phrase_index.passage_record(d, p, text, doc.paragraph_meta(p)), ensure_ascii=False) + "\n")
@@ -191,8 +198,6 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
                 raise BuildError(f"corpus {corpus} has no non-empty passages")
     if pending:
         encode_pending()
-    if bar.total:  # documents without text were read but not yielded
-        bar.update(bar.total - bar.n)
     bar.close()
     if reused:
         log.info("re-used %d of %d encoded shards", reused, k)

@@ -167,7 +167,7 @@ class DocumentEncoder:
     def encode_chunk(self, toks: list[PassageTokens]) -> dict[str, np.ndarray]:
         return drain(self.chunk_steps(toks))
 
-    def chunk_steps(self, toks: list[PassageTokens]) -> Generator[None, None, dict[str, np.ndarray]]:
+    def chunk_steps(self, toks: list[PassageTokens]) -> Generator[int, None, dict[str, np.ndarray]]:
         """``encode_chunk`` in steps of one forward pass of at most ``chunk_tokens`` padded tokens (and at least
         one window): a passage of 60,000 tokens is some 300 short steps, not one of seconds that every search
         waits behind (``core.encoding.advance`` runs one)."""

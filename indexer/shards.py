@@ -8,11 +8,12 @@ same and encodes only the rest.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from spanseek.core.encoding import PassageEncoder
+from spanseek.core.encoding import PassageEncoder, advance
 from spanseek.core.io import naming
 from spanseek.core.text import tokenize_passages
 from spanseek.indexer.compress import filter_probabilities
@@ -21,13 +22,21 @@ SHARD_KEY = "key.txt"  # a shard's content key: model, precision and its passage
 SHARD_PRECISION = "precision.txt"  # the inference precision it was encoded in (fp32 or bf16)
 
 
-def encode_passages(encoder: PassageEncoder, toks: list, vecs: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def encode_passages(encoder: PassageEncoder, toks: list, vecs: np.ndarray | None = None,
+                    progress: Callable[[float], None] | None = None) -> dict[str, np.ndarray]:
     """Encode tokenised passages (``core.text.tokenize_passages``) into a shard's arrays, in memory: ``vectors``
     (n, d) float16, ``offsets`` (n, 2) int32, ``flags`` (n,) uint8, ``ntokens`` (p,) int64, and with a filter head
     ``filter`` (n, 2) start/end filter probabilities. A live write (``indexer.live``) encodes documents the same way,
-    a forward batch at a time (``vecs``: the (tokens, d) float32 token vectors it made)."""
-    if vecs is None:
+    a forward batch at a time (``vecs``: the (tokens, d) float32 token vectors it made). ``progress`` is called after
+    each forward batch with the fraction of the passages' tokens encoded so far."""
+    if vecs is None and progress is None:
         vecs = encoder.encode_flat(toks)  # (tokens, d) float32
+    elif vecs is None:
+        steps, total, done = encoder.encode_flat_steps(toks), max(1, sum(len(t) for t in toks)), 0
+        while not (step := advance(steps))[0]:
+            done += step[1]
+            progress(done / total)
+        vecs = step[1]
     flags = (np.concatenate([t.flags for t in toks]) if toks else np.zeros(0)).astype(np.uint8)
     out = {
         "vectors": vecs.astype(np.float16),
@@ -40,16 +49,17 @@ def encode_passages(encoder: PassageEncoder, toks: list, vecs: np.ndarray | None
     return out
 
 
-def encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Path, key: str) -> int:
+def encode_shard(encoder: PassageEncoder, tokenizer, texts: list[str], dest: Path, key: str,
+                 progress: Callable[[float], None] | None = None) -> int:
     """Encode one shard of passages into ``dest`` (written to dest.tmp, renamed over any old ``dest`` when
-    complete), recording its content ``key``.
+    complete), recording its content ``key``; ``progress`` as ``encode_passages``'s.
 
     With a filter head, the shard also gets ``filter.npy`` (n, 2) start/end filter probabilities.
     """
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    arrays = encode_passages(encoder, tokenize_passages(tokenizer, texts))
+    arrays = encode_passages(encoder, tokenize_passages(tokenizer, texts), progress=progress)
     try:
         for name, array in arrays.items():
             with naming(tmp / f"{name}.npy"):

@@ -350,9 +350,9 @@ def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_model_dir, capsys, argv
     assert err.startswith(f"spanseek {argv[0]} {argv[1]}: error: ") and message in err and "Traceback" not in err
 
 
-def test_the_encoding_bar_counts_documents_against_the_corpus_total(tmp_path, tiny_model_dir, capsys):
-    """The bar had no total ("encode: 0passage" then a count): the corpus's documents are counted first, and the bar
-    ends at that count even when a document without text is skipped."""
+def test_the_encoding_bar_counts_passages_against_the_corpus_total(tmp_path, tiny_model_dir, capsys):
+    """The bar had no total ("encode: 0passage" then a count): the corpus's passages are counted first, and the bar
+    ends at that count (a document without text has none)."""
     corpus = write_jsonl(tmp_path / "c.jsonl", [
         {"id": "a", "title": "A", "paragraphs": ["Alba built the castle in 1410."]},
         {"id": "e", "title": "E", "paragraphs": ["", "  "]},
@@ -360,7 +360,38 @@ def test_the_encoding_bar_counts_documents_against_the_corpus_total(tmp_path, ti
     ])
     build_index(corpus, tiny_model_dir, tmp_path / "index", dataclasses.replace(OPTS, progress=True))
     bars = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if line.startswith("encode")]
-    assert bars and "3/3" in bars[-1] and "doc" in bars[-1]
+    assert bars and "3/3" in bars[-1] and "passage" in bars[-1]
+
+
+def test_the_encoding_bar_moves_while_a_shard_is_encoded(tmp_path, tiny_corpus, tiny_model_dir, monkeypatch):
+    """The bar counted documents as they were read, but a shard is encoded once it is full: a corpus of one shard (the
+    demo's) sat at 0 for the whole encoding, then jumped to the end. It counts passages encoded now, moving after
+    each forward batch, and ends at the corpus's passages."""
+    from tqdm.auto import tqdm
+
+    from spanseek.indexer import build
+
+    batches: list[int] = []
+    seen: list[tuple[int, int]] = []  # (forward batches done, the bar's count) at each update
+    forward_windows = PassageEncoder.forward_windows
+
+    def counted(self, *args, **kwargs):
+        for item in forward_windows(self, *args, **kwargs):
+            yield item
+            batches.append(1)
+
+    class Recorded(tqdm):
+        def update(self, n=1):
+            super().update(n)
+            seen.append((len(batches), self.n))
+
+    monkeypatch.setattr(PassageEncoder, "forward_windows", counted)
+    monkeypatch.setattr(build, "tqdm", Recorded)
+    opts = dataclasses.replace(OPTS, progress=True, shard_passages=1000, max_batch_tokens=256)
+    manifest = build_index(tiny_corpus, tiny_model_dir, tmp_path / "index", opts)
+    assert len(batches) > 2 and seen[-1] == (len(batches), manifest.passages)
+    assert [n for _, n in seen] == sorted(n for _, n in seen)
+    assert any(0 < done < len(batches) and 0 < n < manifest.passages for done, n in seen), seen
 
 
 def _count_reads(monkeypatch) -> list:

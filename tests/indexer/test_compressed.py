@@ -337,11 +337,11 @@ def test_killed_ivf_build_resumes(tmp_path, medium_corpus, tiny_model_dir, ivf_i
     real_encode = shards.encode_shard
     calls = []
 
-    def dying_encode(*args):
+    def dying_encode(*args, **kwargs):
         calls.append(args[3].name)  # (encoder, tokenizer, texts, dest, key)
         if len(calls) == 2:
             raise KeyboardInterrupt("killed")
-        return real_encode(*args)
+        return real_encode(*args, **kwargs)
 
     monkeypatch.setattr(shards, "encode_shard", dying_encode)
     with pytest.raises(KeyboardInterrupt):

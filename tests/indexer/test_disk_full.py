@@ -84,7 +84,7 @@ def test_a_shard_the_disk_cannot_hold_names_its_file_and_leaves_no_part(tmp_path
     monkeypatch.setattr(shards.np, "save", save)
     dest = tmp_path / "shards" / "000000"
     arrays = {"vectors": np.zeros((3, 4), np.float16)}
-    monkeypatch.setattr(shards, "encode_passages", lambda encoder, toks: arrays)
+    monkeypatch.setattr(shards, "encode_passages", lambda encoder, toks, progress=None: arrays)
     monkeypatch.setattr(shards, "tokenize_passages", lambda tokenizer, texts: [])
     with pytest.raises(OSError, match="No space left on device") as failed:
         shards.encode_shard(None, None, ["a passage"], dest, "key")
@@ -100,7 +100,7 @@ def test_a_shard_cut_short_by_a_full_disk_is_named_as_one(tmp_path, monkeypatch)
 
     dest = tmp_path / "shards" / "000000"
     arrays = {"vectors": np.zeros((100_000, 4), np.float16)}
-    monkeypatch.setattr(shards, "encode_passages", lambda encoder, toks: arrays)
+    monkeypatch.setattr(shards, "encode_passages", lambda encoder, toks, progress=None: arrays)
     monkeypatch.setattr(shards, "tokenize_passages", lambda tokenizer, texts: [])
     with file_size_limit(100_000), pytest.raises(OSError, match="No space left on device") as failed:
         shards.encode_shard(None, None, ["a passage"], dest, "key")
