@@ -284,12 +284,6 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         yield lineno, decode_line(path, lineno, raw)
 
 
-def count_documents(path: str | Path) -> int:
-    """The non-blank lines of a JSONL corpus (its documents, for a progress bar's total), without decoding them;
-    CorpusError as ``read_lines``'s for a file that cannot be read."""
-    return sum(1 for _, raw in raw_lines(Path(path)) if raw.strip())
-
-
 def raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes) of a file, gunzipping ``*.gz``; a damaged gzip stream raises CorpusError naming the file
     and line."""

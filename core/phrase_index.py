@@ -369,7 +369,8 @@ def recover_locked(index_dir: Path, committing: bool = False) -> str | None:
             path.unlink(missing_ok=True)
         outcome = outcome or "cleaned up"
     if outcome == "rolled back":
-        log.warning("%s: removed the partial files of an interrupted `index add` (rolled back)", index_dir)
+        log.warning("%s: removed the partial files of an unfinished `index add`, `upsert` or `compact` (rolled back; "
+                    "the index is as it was before it)", index_dir)
     return outcome
 
 
