@@ -24,6 +24,9 @@ import numpy as np
 SENTENCE_END = re.compile(r"[.!?:][\"')\]»”’]*$")
 # a gap between two text boxes of at most this many of the page's line pitches is a line break, not a paragraph's
 LINE_PITCH_SLACK = 1.25
+# ... and at most this many times the line's height (triple spacing): a page of two lines (a running head and a page
+# number, over an empty page) has one gap, which is its own "pitch"
+LINE_GAP_HEIGHTS = 3.0
 # a line that ends within this share of its column's width from the column's right edge is full: the text wrapped
 FULL_LINE_SLACK = 0.2
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
@@ -228,7 +231,7 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     type, goes on with its paragraph when the line before it is full (reaches the column's right edge within
     ``FULL_LINE_SLACK`` of its width: the text wrapped) and does not end a sentence; a short line (a heading, a list
     item, a contents line) ends its paragraph. A gap wider than that (the extra space between paragraphs, at any
-    line spacing) starts a new one. Boxes of one line each on one baseline (the cells of a table's row) are one, and
+    line spacing), or than ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes of one line each on one baseline (the cells of a table's row) are one, and
     a paragraph of their own."""
     def follows(a: Any, b: Any) -> float | None:  # baseline distance from line a down to line b, same column
         overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
@@ -258,7 +261,8 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
                 continue
             d = follows(last, first)
             open_end = not SENTENCE_END.search(" ".join(text(before).split()))
-            if (open_end and d is not None and d <= LINE_PITCH_SLACK * pitch and full(last)
+            if (open_end and d is not None and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
+                    and full(last)
                     and abs(last.height - first.height) <= 0.2 * last.height):
                 runs[-1].append(box)
                 continue

@@ -467,3 +467,44 @@ def test_a_heading_at_the_foot_of_a_page_is_apart_from_the_text_around_it(tmp_pa
     extracted = extract_pdf(tmp_path / "heading.pdf")
     assert extracted.paragraphs == [text_of(A[:2]), f"Section 9\n\n{text_of(body)}", "Section 10", "iPods sold."]
     assert extracted.paragraph_meta == [{"page": 1}, {"page": 1, "page_end": 2}, {"page": 2}, {"page": 2}]
+
+
+def flowed_pdf(path: Path, parts: list[tuple[str, float, str]], header: str | None = None, pages: int = 1) -> Path:
+    """A PDF as a word processor exports one: ``parts`` (style, size, text) set one under the other with the usual
+    spacing (a heading right above its paragraph, ``**bold**`` words inline), from page ``pages`` on after
+    ``pages - 1`` pages of filler; ``header`` adds a running head and a footer "Page n" to every page."""
+    class Report(fpdf.FPDF):
+        def header(self) -> None:
+            if header:
+                self.set_font("helvetica", "I", 8)
+                self.cell(0, 6, header, align="C", new_x="LMARGIN", new_y="NEXT")
+                self.ln(4)
+
+        def footer(self) -> None:
+            if header:
+                self.set_y(-15)
+                self.set_font("helvetica", "", 8)
+                self.cell(0, 10, f"Page {self.page_no()}", align="C")
+
+    pdf = Report()
+    for _ in range(pages):
+        pdf.add_page()
+    for style, size, text in parts:
+        pdf.set_font("helvetica", style, size)
+        pdf.multi_cell(0, size * 0.5, text, new_x="LMARGIN", new_y="NEXT", markdown=True)
+        pdf.ln(0 if style == "B" or size > 11 else 3)  # a heading right above its paragraph
+    pdf.output(str(path))
+    return path
+
+
+BODY = ("Buoy moorings were laid along the ferry channel in spring, and the pilots report that vessels now hold "
+        "their berths in every weather the harbour sees.")
+
+
+def test_a_last_page_of_only_its_running_head_and_number_reads_as_nothing(tmp_path):
+    """A page left empty but for its running head and footer ("Page 4") has no paragraph: its two lines, the page's
+    only ones, are far apart and no paragraph."""
+    path = flowed_pdf(tmp_path / "annual.pdf", [("", 11, BODY)], header="Kellerton Harbour Annual Report", pages=3)
+    extracted = extract_pdf(path)
+    assert extracted.paragraphs == [BODY]
+    assert extracted.meta["pages"] == 3

@@ -265,3 +265,12 @@ def test_a_table_row_of_blank_cells_reads_as_nothing_and_the_page_is_read():
     assert ending is head  # the table ends the page: the next page's first rows may go on with it
     following, _ = _named_rows([row([("Kirkwall", 50, 80), ("6", 230, 236)])], ending, -1000, 1000)
     assert [b.text for b in following] == ["Terminal: Kirkwall; Berths: 6\n"]
+
+
+def test_a_page_of_only_a_head_and_a_page_number_is_two_paragraphs():
+    """The page's one gap between lines is its own line pitch; a gap of many lines' heights is still no line
+    break: a running head and the page's number over an empty page are two paragraphs (which ``running`` and the
+    page-number rule can leave out), not one."""
+    head, foot = Box(["Kellerton Harbour Annual Report"], 240, 809, size=8), Box(["Page 7"], 285, 32, size=8)
+    runs = pdf_layout.paragraphs(reading_order([foot, head]))
+    assert [Block.of(run).text for run in runs] == ["Kellerton Harbour Annual Report\n", "Page 7\n"]
