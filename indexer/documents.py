@@ -15,7 +15,8 @@ or the page's, or heads that take turns in one place: ``pdf_layout.running``) an
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left script are put in reading order. A paragraph
 is continued on the next page when its page's last box does not end a sentence or the next page's first box starts in
-lower case (unless either is a table's row or a heading: ``pdf_layout.heading``; a heading at a page's foot goes
+lower case (unless either is a table's row or a heading: ``pdf_layout.heading``; a heading set right above its
+paragraph, in one text box with it, is cut from it first: ``pdf_layout.split_headings``; a heading at a page's foot goes
 with the next page's first paragraph, ``PARAGRAPH_BREAK`` apart), past the footnotes at the foot of the page or column
 (``pdf_layout.footnotes``), which follow it; it is then one paragraph with ``page`` (where it starts,
 1-based) and ``page_end``. Every other paragraph has its ``page``. The title is the title property unless a program
@@ -253,7 +254,8 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
         for page in PDFPage.create_pages(document):
             interpreter.process_page(page)
             layout = device.get_result()
-            runs = pdf_layout.paragraphs(pdf_layout.reading_order(_page_boxes(layout, laparams)))
+            boxes = pdf_layout.split_headings(_page_boxes(layout, laparams))
+            runs = pdf_layout.paragraphs(pdf_layout.reading_order(boxes))
             images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)
             blocks, header = _named_rows([Block.of(run) for run in runs], header, layout.y0, layout.y1)
             pages.append(_Page(blocks, layout.y0, layout.y1, images))

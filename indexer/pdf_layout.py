@@ -2,10 +2,10 @@
 
 pdfminer.six's layout analysis groups a page's characters into lines and its lines into text boxes; this module
 puts the boxes in reading order (a column after the one on its left, the rows of a table left to right), joins the
-boxes that are one paragraph, finds the lines repeated at the top or bottom of many pages (running headers and
-footers), finds the tables whose first row is a header (``tables``), undoes the hyphenation of words at line ends
-and spells out typographic ligatures. It works on anything
-with pdfminer's coordinates (``x0``, ``x1``, ``y0``, ``y1``: points, y upwards) and ``get_text()``.
+boxes that are one paragraph (a heading cut first from the box of the paragraph under it: ``split_headings``), finds
+the lines repeated at the top or bottom of many pages (running headers and footers), finds the tables whose first
+row is a header (``tables``), undoes the hyphenation of words at line ends and spells out typographic ligatures. It
+works on anything with pdfminer's coordinates (``x0``, ``x1``, ``y0``, ``y1``: points, y upwards) and ``get_text()``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -230,9 +230,10 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     last one of the box before it by at most ``LINE_PITCH_SLACK`` pitches, in the same column and the same size of
     type, goes on with its paragraph when the line before it is full (reaches the column's right edge within
     ``FULL_LINE_SLACK`` of its width: the text wrapped) and does not end a sentence; a short line (a heading, a list
-    item, a contents line) ends its paragraph. A gap wider than that (the extra space between paragraphs, at any
-    line spacing), or than ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes of one line each on one baseline (the cells of a table's row) are one, and
-    a paragraph of their own."""
+    item, a contents line) ends its paragraph, and so does a heading cut from its paragraph (``split_headings``). A
+    gap wider than that (the extra space between paragraphs, at any line spacing), or than ``LINE_GAP_HEIGHTS``
+    times the line's height, starts a new one. Boxes of one line each on one baseline (the cells of a table's row)
+    are one, and a paragraph of their own."""
     def follows(a: Any, b: Any) -> float | None:  # baseline distance from line a down to line b, same column
         overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
         return a.y0 - b.y0 if overlap > 0 and a.y0 > b.y0 else None
@@ -261,8 +262,8 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
                 continue
             d = follows(last, first)
             open_end = not SENTENCE_END.search(" ".join(text(before).split()))
-            if (open_end and d is not None and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
-                    and full(last)
+            if (open_end and not getattr(before, "head", False) and d is not None
+                    and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height) and full(last)
                     and abs(last.height - first.height) <= 0.2 * last.height):
                 runs[-1].append(box)
                 continue
@@ -295,11 +296,78 @@ class Block:
         large = itertools.takewhile(lambda line: line.y1 - line.y0 >= 0.85 * size,
                                     itertools.dropwhile(lambda line: line.y1 - line.y0 < 0.85 * size, every))
         row = len(run) > 1 and all(same_row(a, b) for a, b in itertools.pairwise(run))
-        glyphs = [g for line in every if hasattr(line, "__iter__") for g in line if g.get_text().strip()]
         return cls(joined, min(b.x0 for b in run), min(b.y0 for b in run), max(b.x1 for b in run),
                    max(b.y1 for b in run), size, "".join(_line_text(line) for line in large),
                    tuple((" ".join(text(b).split()), b.x0, b.x1) for b in run) if row else (),
-                   bool(glyphs) and all(_BOLD_FONT.search(getattr(g, "fontname", "")) for g in glyphs))
+                   _bold(every))
+
+
+def _bold(lines_: Iterable[Any]) -> bool:
+    """Whether every glyph of these lines is in a bold font (and there is one)."""
+    glyphs = [g for line in lines_ if hasattr(line, "__iter__") for g in line if g.get_text().strip()]
+    return bool(glyphs) and all(_BOLD_FONT.search(getattr(g, "fontname", "")) for g in glyphs)
+
+
+@dataclass
+class Part:
+    """Some of a text box's lines, as a box of their own: a heading cut from the paragraph under it
+    (``split_headings``, ``head`` set), or that paragraph."""
+
+    lines: list[Any]
+    head: bool = False
+    x0: float = field(init=False)
+    y0: float = field(init=False)
+    x1: float = field(init=False)
+    y1: float = field(init=False)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.lines)
+
+    def get_text(self) -> str:
+        return "".join(line.get_text() for line in self.lines)
+
+    def __post_init__(self) -> None:  # its box: the one around its lines
+        self.x0, self.x1 = min(line.x0 for line in self.lines), max(line.x1 for line in self.lines)
+        self.y0, self.y1 = min(line.y0 for line in self.lines), max(line.y1 for line in self.lines)
+
+
+def split_headings(boxes: Sequence[Any]) -> list[Any]:
+    """Text boxes with a heading set right above its paragraph cut from it: layout analysis puts a heading in its
+    paragraph's box when the space under it is under half a line, as word processors set one. A box's first lines
+    (``HEADING_LINES`` at most, ``HEADING_WORDS`` words at most, with a letter) are a heading when each is in bold
+    and the line under them is not, or each is in type (``_type_size``) ``HEADING_SIZE`` times that line's or
+    larger; the heading and the rest of the box are then a ``Part`` each. A paragraph that opens with words in bold
+    ("Note: ...") is left whole: its first line is not bold throughout; so is one whose bold first line runs on in
+    lower case."""
+    out: list[Any] = []
+    for box in boxes:
+        every = lines(box)
+        k = _heading_lines(every)
+        out += [Part(every[:k], head=True), Part(every[k:])] if k else [box]
+    return out
+
+
+def _type_size(line: Any) -> float:
+    """A line's type size: its glyphs' median height (pdfminer's ``size``), else the line's. One tall glyph (a
+    bracket, a symbol from another font) makes a line's box taller than its type."""
+    sizes = [g.size for g in line if hasattr(g, "size")] if hasattr(line, "__iter__") else []
+    return float(np.median(sizes)) if sizes else float(line.y1 - line.y0)
+
+
+def _heading_lines(every: Sequence[Any]) -> int:
+    """How many of a box's first lines are a heading over the rest (``split_headings``); 0 when none are."""
+    bold = [_bold([line]) for line in every]
+    height = [_type_size(line) for line in every]
+
+    def apart(k: int) -> bool:  # the first k lines are a heading over line k
+        return all(height[j] >= HEADING_SIZE * height[k] or (bold[j] and not bold[k]) for j in range(k))
+
+    k = next((k for k in range(1, min(HEADING_LINES, len(every) - 1) + 1) if apart(k)), 0)
+    head = "".join(_line_text(line) for line in every[:k])
+    if k and (len(head.split()) > HEADING_WORDS or not any(c.isalpha() for c in head)
+              or every[k].get_text().lstrip()[:1].islower()):
+        return 0
+    return k
 
 
 def tables(blocks: Sequence[Block], continued: Block | None = None, first: int = 0

@@ -501,6 +501,31 @@ BODY = ("Buoy moorings were laid along the ferry channel in spring, and the pilo
         "their berths in every weather the harbour sees.")
 
 
+@pytest.mark.parametrize("heading", [
+    ("B", 16, "1 Section on cargo mooring"),  # larger and bold, numbered
+    ("", 16, "Cargo mooring"),  # larger only
+    ("B", 11, "2.3 Moorings"),  # bold at the body's size
+    ("B", 14, "A heading long enough to run over two lines of the page, as the titles of report sections often "
+              "do in annual reports"),
+])
+def test_a_heading_set_right_above_its_paragraph_is_a_paragraph_of_its_own(tmp_path, heading):
+    """Layout analysis puts a heading in its paragraph's box when the space under it is small (word processors'
+    exports): the heading's lines are cut from the box and read as a paragraph of their own, as a heading in a box
+    of its own is."""
+    path = flowed_pdf(tmp_path / "report.pdf", [heading, ("", 11, BODY), ("", 11, f"Dredging went on. {BODY}")])
+    assert extract_pdf(path).paragraphs == [heading[2], BODY, f"Dredging went on. {BODY}"]
+
+
+def test_a_paragraph_opening_with_bold_words_stays_whole(tmp_path):
+    """Bold words at the start of a paragraph ("Note:", a run-in heading, a first line in bold that runs on in lower
+    case) are no heading: the paragraph is one."""
+    run_in = ("The moorings laid along the ferry channel in spring by the harbour's own crews and divers and "
+              "checked by its pilots")  # over a line and a half: its first line is bold throughout
+    path = flowed_pdf(tmp_path / "note.pdf", [("B", 14, "Notes"), ("", 11, f"**Note:** {BODY}"),
+                                               ("", 11, f"**{run_in}** {BODY.lower()}")])
+    assert extract_pdf(path).paragraphs == ["Notes", f"Note: {BODY}", f"{run_in} {BODY.lower()}"]
+
+
 def test_a_last_page_of_only_its_running_head_and_number_reads_as_nothing(tmp_path):
     """A page left empty but for its running head and footer ("Page 4") has no paragraph: its two lines, the page's
     only ones, are far apart and no paragraph."""

@@ -274,3 +274,30 @@ def test_a_page_of_only_a_head_and_a_page_number_is_two_paragraphs():
     head, foot = Box(["Kellerton Harbour Annual Report"], 240, 809, size=8), Box(["Page 7"], 285, 32, size=8)
     runs = pdf_layout.paragraphs(reading_order([foot, head]))
     assert [Block.of(run).text for run in runs] == ["Kellerton Harbour Annual Report\n", "Page 7\n"]
+
+
+class TypeSized(Line):
+    """A line whose glyphs carry their type size, as pdfminer's do, ``size`` points (its box may be taller)."""
+
+    def __init__(self, text: str, y0: float, size: float, height: float) -> None:
+        super().__init__(text, 50, y0, 50 + 5 * len(text), height)
+        self.glyph_size = size
+
+    def __iter__(self):
+        for glyph in super().__iter__():
+            glyph.size = self.glyph_size
+            yield glyph
+
+
+@pytest.mark.parametrize("first_size,first_height,split", [(14, 14, True), (9, 10.5, False)])
+def test_a_first_line_in_larger_type_is_cut_from_its_box_and_a_taller_line_box_is_not(first_size, first_height, split):
+    """A first line in type 1.15 times the next one's is a heading cut from the box; a line whose box is taller only
+    for one glyph (a code listing's bracket) is in the type of the lines under it, and the box stays whole."""
+    box = Box([PROSE, PROSE], 50, 700, size=9)
+    prose = PROSE.capitalize()  # a paragraph's first line: a heading's own lines do not run on in lower case
+    box.lines = [TypeSized("Moorings and buoys", 710, first_size, first_height),
+                 *(TypeSized(prose, 698 - 12 * i, 9, 9) for i in range(2))]
+    cut = pdf_layout.split_headings([box])
+    assert [part.get_text() for part in cut] == (["Moorings and buoys\n", f"{prose}\n{prose}\n"] if split
+                                                 else [box.get_text()])
+    assert [getattr(part, "head", False) for part in cut] == ([True, False] if split else [False])
