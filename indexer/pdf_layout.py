@@ -29,6 +29,8 @@ LINE_PITCH_SLACK = 1.25
 LINE_GAP_HEIGHTS = 3.0
 # a line that ends within this share of its column's width from the column's right edge is full: the text wrapped
 FULL_LINE_SLACK = 0.2
+# ... and spans at least this share of the column's width
+WRAPPED_WIDTH = 0.5
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
 # cells have fewer, and are read row by row instead)
 COLUMN_LINE_CHARS = 20
@@ -229,11 +231,11 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     between consecutive baselines (within boxes and from one box to the next); a box whose first line follows the
     last one of the box before it by at most ``LINE_PITCH_SLACK`` pitches, in the same column and the same size of
     type, goes on with its paragraph when the line before it is full (reaches the column's right edge within
-    ``FULL_LINE_SLACK`` of its width: the text wrapped) and does not end a sentence; a short line (a heading, a list
-    item, a contents line) ends its paragraph, and so does a heading cut from its paragraph (``split_headings``). A
-    gap wider than that (the extra space between paragraphs, at any line spacing), or than ``LINE_GAP_HEIGHTS``
-    times the line's height, starts a new one. Boxes of one line each on one baseline (the cells of a table's row)
-    are one, and a paragraph of their own."""
+    ``FULL_LINE_SLACK`` of its width, and spans ``WRAPPED_WIDTH`` of it: the text wrapped) and does not end a
+    sentence; a short line (a heading, a list item, a contents line, a head set flush right) ends its paragraph, and
+    so does a heading cut from its paragraph (``split_headings``). A gap wider than that (the extra space between
+    paragraphs, at any line spacing), or than ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes
+    of one line each on one baseline (the cells of a table's row) are one, and a paragraph of their own."""
     def follows(a: Any, b: Any) -> float | None:  # baseline distance from line a down to line b, same column
         overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
         return a.y0 - b.y0 if overlap > 0 and a.y0 > b.y0 else None
@@ -243,10 +245,12 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     pitch = float(np.median(pitches)) if pitches else 0.0
     every = [line for box in boxes for line in lines(box)]
 
-    def full(line: Any) -> bool:  # reaches (nearly) the right edge of its column: the text wrapped there
+    def full(line: Any) -> bool:  # reaches (nearly) the right edge of its column, across most of it: the text
+        # wrapped there (a running head set to the right, over the text, wraps nothing)
         column = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0]
         right, left = max(o.x1 for o in column), min(o.x0 for o in column)
-        return line.x1 >= right - FULL_LINE_SLACK * (right - left)
+        width = right - left
+        return line.x1 >= right - FULL_LINE_SLACK * width and line.x1 - line.x0 >= WRAPPED_WIDTH * width
 
     runs: list[list[Any]] = []
     rows = [False] + [same_row(a, b) for a, b in itertools.pairwise(boxes)]  # box i is on the row of box i - 1

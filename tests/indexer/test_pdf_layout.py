@@ -301,3 +301,14 @@ def test_a_first_line_in_larger_type_is_cut_from_its_box_and_a_taller_line_box_i
     assert [part.get_text() for part in cut] == (["Moorings and buoys\n", f"{prose}\n{prose}\n"] if split
                                                  else [box.get_text()])
     assert [getattr(part, "head", False) for part in cut] == ([True, False] if split else [False])
+
+
+def test_a_running_head_set_to_the_right_over_the_text_is_not_its_first_line():
+    """A head set flush right over the page's text (a manual's title on each page) ends at the column's right edge
+    as a wrapped line does, a line's pitch above the text; it spans a quarter of the column, so it wrapped nothing
+    and the text under it is no line of it."""
+    line = "Each magic rule is written on a line of its own, with its offset and its value."  # 80 characters
+    head = Box(["Shared MIME-info Database"], 295, 741)  # x 295-420, as the lines under it end
+    body = [Box([line], 20, 716 - 25 * i) for i in range(4)]  # x 20-420
+    runs = pdf_layout.paragraphs(reading_order([head, *body]))
+    assert [Block.of(run).text for run in runs] == ["Shared MIME-info Database\n", *[f"{line}\n"] * 4]
