@@ -399,11 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     result = asyncio.run(run(args))
-    print(table(result))  # noqa: T201
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, table(result), args.out)
     return 0
+
+
+def report(result: dict, text: str, out: Path | None) -> None:
+    """Print a run's table and write its result as JSON to ``out`` (when given), making its folder."""
+    print(text)  # noqa: T201
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -30,7 +29,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import aiohttp  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from live_writes import KEY, searching, server_arguments, summary  # noqa: E402
+from live_writes import KEY, report, searching, server_arguments, summary  # noqa: E402
 from machine import cpu_name  # noqa: E402
 from service_load import free_port, make_questions, wait_ready  # noqa: E402
 from service_reliability import start, stop  # noqa: E402
@@ -131,10 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     result = asyncio.run(run(args))
-    print(table(result))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, table(result), args.out)
     return 0
 
 
