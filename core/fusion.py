@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 import numpy as np
 
 from spanseek.core.dense import EMPTY_SPANS, BatchScores, DenseBatch, DenseLeg, dedupe_grouped
 from spanseek.core.hits import Hit, HitBuilder, distinct, first_per_unit, non_overlapping_spans
-from spanseek.core.lexical import FusionBasis, LexicalIndex, rrf_fuse, score_fuse, zscore
+from spanseek.core.lexical import FusionBasis, LexicalIndex, RerankHead, rrf_fuse, score_fuse, zscore
 from spanseek.core.params import (
     MAX_LEXICAL_WEIGHT,
     Fusion,
@@ -43,17 +42,6 @@ LEXICAL_PASSAGES = 5
 # passage/doc units, hybrid: each leg brings at least this many units to the fused candidate list (documents are
 # few and large: the dense leg deepens its search until it has found this many)
 FUSION_DEPTH = {"phrase": 0, "passage": 20, "doc": 5}
-
-
-class RerankHead(NamedTuple):
-    """The head of one question's fused phrase ranking that ``core.rerank`` re-ranks, best first: its spans' first
-    and last token ids, fused scores, texts and the texts' lexical terms."""
-
-    starts: np.ndarray
-    ends: np.ndarray
-    fused: np.ndarray
-    texts: list[str]
-    terms: list[list[str]]
 
 
 def check_fusion(params: SearchParams, default_mode: Mode, default_fusion: Fusion) -> None:

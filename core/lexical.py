@@ -39,13 +39,10 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import regex
-
-if TYPE_CHECKING:
-    from spanseek.core.fusion import RerankHead
 
 LEXICAL_DIR = "lexical"
 STOPWORDS = "en"
@@ -61,6 +58,17 @@ DEFAULT_FUSION: dict[str, Any] = {
     # hybrid phrases: the head of the fused list re-ranked (core.rerank), weights fitted on 4,000 training questions
     "phrase_rerank": {"gap": 0.108, "question_overlap": -1.982, "answer_mass": 5.820},
 }
+
+
+class RerankHead(NamedTuple):
+    """The head of one question's fused phrase ranking that ``core.rerank`` re-ranks, best first: its spans' first
+    and last token ids, fused scores, texts and the texts' lexical terms."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    fused: np.ndarray
+    texts: list[str]
+    terms: list[list[str]]
 
 
 class LexicalIndexMissing(RuntimeError):

@@ -24,18 +24,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from spanseek.core.confidence import FEATURE_DEPTH, Calibrator
-from spanseek.core.dense import DenseBatch, DenseLeg
+from spanseek.core.dense import DenseLeg
 from spanseek.core.fusion import LexicalFusion, check_fusion, read_weight
 from spanseek.core.gpu import OnDevice
-from spanseek.core.hits import Hit, HitBuilder, Hits, non_overlapping
-from spanseek.core.lexical import FusionBasis, LexicalIndexMissing, missing_message
+from spanseek.core.hits import Hit, HitBuilder, Hits
+from spanseek.core.lexical import LexicalIndexMissing, missing_message
 from spanseek.core.page import Pager
 from spanseek.core.params import MODES, Mode, SearchFilter, SearchParams, SearchParamsError, check_search_args
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.plan import Plan, StageTimes, Unfiltered
+from spanseek.core.ranking import Ranking
 from spanseek.core.reading import ReadingStage, read_unsure
 from spanseek.core.selection import SELECTION_CACHE_BYTES, UNIT_OF_PASSAGE, Selection, Selections
-from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 from spanseek.core.text import has_text
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class Searcher:
         self.fusion = None if self.lexical is None else LexicalFusion(
             self.lexical, self.dense, self.hits, self._unit_of_passage, rerank)
         self.pager = Pager(calibrator, rerank, unanswerable_prior)
+        self.ranking = Ranking(self.dense, self.fusion, self.hits, self._unit_of_passage)
 
     @property
     def phrase_rerank(self) -> dict[str, float] | None:
@@ -181,7 +182,7 @@ class Searcher:
             ranked = self._read(plan, q_start, q_end, texts, timings)
         else:
             plan = self._unfiltered(plan, q_start, q_end, texts, timings)
-            ranked = self._ranked_deep(plan, q_start, q_end, texts, timings)[0]
+            ranked = self.ranking.deep(plan, q_start, q_end, texts, timings)[0]
         with timings.timing("aggregate"):
             return self.pager.pages(ranked, params, plan, texts)
 
@@ -193,7 +194,7 @@ class Searcher:
         retrieve = self._plan(plan.but(unit=unit, top_k=self.reading.depth(plan), read=False, read_passages=None,
                                        merge_answers=False, lexical_weight=weight).params)
         retrieve = self._unfiltered(retrieve, q_start, q_end, texts, timings, confidence=False)
-        retrieved = self._ranked(retrieve, q_start, q_end, texts, timings)[0]
+        retrieved = self.ranking.ranked(retrieve, q_start, q_end, texts, timings)[0]
         with timings.timing("read"):
             return self.reading.rank(plan, texts, retrieved)
 
@@ -223,68 +224,8 @@ class Searcher:
         if not fuses:  # scores as without the filter: only the list the features read
             whole = whole.but(top_k=min(plan.top_k, FEATURE_DEPTH[plan.unit]))
         batch = self.dense.batch(whole, q_start, q_end, search=plan.mode != "lexical")
-        hits, basis = self._ranked_deep(whole, q_start, q_end, texts, timings, batch)
+        hits, basis = self.ranking.deep(whole, q_start, q_end, texts, timings, batch)
         return dataclasses.replace(plan, unfiltered=Unfiltered(hits, basis, batch), bm25=bm25)
-
-    def _ranked_deep(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                     timings: StageTimes, batch: DenseBatch | None = None
-                     ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
-        """``_ranked``, with questions that found fewer non-overlapping phrases than asked searched again with
-        deeper dense candidates (k x 4, up to 64 top_k) while that finds more. The deeper searches are the batch's
-        own (``DenseBatch.of_questions``): a flat index's product of the batch is ranked again, not computed again.
-        ``batch``: the batch's, when the caller has made it. Each question's candidates are those of the search that
-        ranked its hits."""
-        deepens = plan.unit == "phrase" and not plan.params.allow_overlap and plan.mode != "lexical"
-        if batch is None and deepens and not plan.selection.empty:
-            batch = self.dense.batch(plan, q_start, q_end)
-        ranked, basis = self._ranked(plan, q_start, q_end, texts, timings, batch)
-        if not deepens:
-            return ranked, basis
-        depth = plan.top_k
-        pending, k = [b for b, hits in enumerate(ranked) if len(hits) < depth], 4 * depth
-        while pending and k <= 64 * depth:
-            deeper = dataclasses.replace(plan.but(top_k=k), bm25=None if plan.bm25 is None else plan.bm25[pending],
-                                         unfiltered=None if plan.unfiltered is None else
-                                         plan.unfiltered.of_questions(pending))
-            found, bases = self._ranked(deeper, q_start[pending], q_end[pending],
-                                        None if texts is None else [texts[b] for b in pending], timings,
-                                        None if batch is None else batch.of_questions(np.asarray(pending)))
-            grown = [(i, b, hits[:depth]) for i, (b, hits) in enumerate(zip(pending, found, strict=True))
-                     if len(hits) > len(ranked[b])]
-            for i, b, hits in grown:
-                ranked[b] = hits
-                if basis is not None and bases is not None:  # the candidates of the search that ranked its hits
-                    basis[b] = bases[i]
-            pending, k = [b for _, b, hits in grown if len(hits) < depth], 4 * k
-        return ranked, basis
-
-    def _ranked(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                timings: StageTimes, batch: DenseBatch | None = None
-                ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
-        """The raw ranking: ``plan.top_k`` hits per question (phrases overlapping a better one dropped unless
-        ``allow_overlap``), no confidence, offset ignored; and in hybrid mode each question's candidates
-        (``LexicalFusion.search``; else None). ``batch``: these questions' dense batch, when the caller has made it
-        (for this plan's selection and vectors)."""
-        if plan.params.merge_answers:  # every span of an answer counts, overlapping or not; then one hit per answer
-            wide = plan.but(top_k=max(ANSWER_CANDIDATES, 4 * plan.top_k), merge_answers=False, allow_overlap=True)
-            many, basis = self._ranked(wide, q_start, q_end, texts, timings, batch)
-            with timings.timing("aggregate"):
-                merged = [[h[r].but(score=score) for r, score in
-                           merge_by_answer([x.text for x in h], [x.score for x in h])] if h else [] for h in many]
-                return [m[: plan.top_k] if plan.params.allow_overlap else non_overlapping(m, plan.top_k)
-                        for m in merged], basis
-        if plan.selection.empty:
-            return [[] for _ in range(len(q_start))], None
-        units = self._unit_of_passage.get(plan.unit)  # each passage's unit (None: phrases)
-        batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
-        if plan.mode == "dense":
-            with timings.timing("search"):
-                spans = self.dense.candidates(batch, plan.top_k, units)
-            with timings.timing("aggregate"):
-                return [self.hits.ranked(sp, plan, units) for sp in spans], None
-        assert self.fusion is not None and texts is not None
-        with timings.timing("search"):
-            return self.fusion.search(plan, batch, texts)
 
     def passage_best_span(self, passage: int, q_start: np.ndarray, q_end: np.ndarray,
                           max_answer_tokens: int | None = None, decode: str = "span") -> Hit:

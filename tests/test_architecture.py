@@ -66,7 +66,7 @@ def test_no_import_circle_inside_a_package(package):
     assert cycle is None, " -> ".join(cycle or [])
 
 
-SEARCH_PATH = ("search", "dense", "fusion", "reading", "page", "plan", "hits", "selection")
+SEARCH_PATH = ("search", "ranking", "dense", "fusion", "reading", "page", "plan", "hits", "selection")
 
 
 def test_the_searcher_is_small_and_no_search_function_is_long():

@@ -133,8 +133,8 @@ def test_pages_of_one_rank_window_join_into_its_list(tiny_searcher, unit, mode, 
     list, confidences included."""
     qs, qe, texts = questions(tiny_searcher)
     k, window = 3, 12
-    ranked, depths = tiny_searcher._ranked_deep, []
-    monkeypatch.setattr(tiny_searcher, "_ranked_deep", lambda plan, *a: depths.append(plan.top_k) or ranked(plan, *a))
+    ranked, depths = tiny_searcher.ranking.deep, []
+    monkeypatch.setattr(tiny_searcher.ranking, "deep", lambda plan, *a: depths.append(plan.top_k) or ranked(plan, *a))
     whole = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, mode=mode, top_k=window), None, texts)
     pages = [tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, mode=mode, top_k=k, offset=p * k,
                                                                rank_window=window), None, texts)
@@ -179,7 +179,7 @@ def test_a_page_past_the_last_unit_is_empty_and_searches_nothing(tiny_searcher, 
     last = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=3, offset=n - 1), None, texts)
     assert [[key(h) for h in hits] for hits in last] == [[key(h) for h in hits[n - 1 :]] for hits in every]
     assert any(last), "no question found every unit: this test would not notice a page cut one unit short"
-    monkeypatch.setattr(tiny_searcher, "_ranked", lambda *a, **k: pytest.fail("searched for a page past the end"))
+    monkeypatch.setattr(tiny_searcher.ranking, "ranked", lambda *a, **k: pytest.fail("searched for a page past the end"))
     past = tiny_searcher.search_vectors(qs, qe, SearchParams(unit=unit, top_k=3, offset=n), None, texts)
     assert len(past) == len(qs) and all(hits == [] and not hits.no_answer for hits in past)
 

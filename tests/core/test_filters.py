@@ -22,6 +22,7 @@ from spanseek.core.filters import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, Filte
 from spanseek.core.params import SearchFilter, SearchParams, SearchParamsError
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.plan import Plan, StageTimes
+from spanseek.core.ranking import Ranking
 from spanseek.core.search import Searcher
 from spanseek.indexer.build import BuildOptions, build_index
 from spanseek.indexer.lifecycle import delete_documents
@@ -622,11 +623,11 @@ def test_a_search_without_a_filter_searches_once_and_as_the_stages_rank(searcher
     params = SearchParams(unit=unit, mode=mode, top_k=4)
     qs, qe = _vectors(calibrated)
     plan = calibrated._plan(params).but(top_k=max(params.depth, FEATURE_DEPTH[unit]), offset=0)
-    ranked, _ = calibrated._ranked_deep(plan, qs, qe, QUESTIONS, StageTimes())
+    ranked, _ = calibrated.ranking.deep(plan, qs, qe, QUESTIONS, StageTimes())
     want = calibrated.pager.pages(ranked, params, plan, QUESTIONS)
     searches = []
-    ranked_deep = Searcher._ranked_deep
-    monkeypatch.setattr(Searcher, "_ranked_deep", lambda self, *a, **k: searches.append(1) or ranked_deep(self, *a, **k))
+    ranked_deep = Ranking.deep
+    monkeypatch.setattr(Ranking, "deep", lambda self, *a, **k: searches.append(1) or ranked_deep(self, *a, **k))
     assert calibrated.search_vectors(qs, qe, params, questions=QUESTIONS) == want
     assert len(searches) == 1
 

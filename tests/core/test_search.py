@@ -536,12 +536,14 @@ def test_the_transposed_vectors_follow_the_index(long_searcher, monkeypatch):
 
     monkeypatch.setattr(flat_search, "scores_into", recording)
     # the searcher's own leg may have been made under MKL's product (an Intel CPU), which keeps no copy: this one
-    monkeypatch.setattr(long_searcher, "dense", leg)
+    for holder in (long_searcher, long_searcher.ranking):
+        monkeypatch.setattr(holder, "dense", leg)
     with_copy = long_searcher.search(questions, params)
     monkeypatch.setattr(flat_search, "TRANSPOSED_BYTES", 0)
     without = DenseLeg(index, long_searcher.length_bias)
     assert without.transposed_vectors() is None
-    monkeypatch.setattr(long_searcher, "dense", without)
+    for holder in (long_searcher, long_searcher.ranking):
+        monkeypatch.setattr(holder, "dense", without)
     assert long_searcher.search(questions, params) == with_copy
     assert used == [True, False]  # one product each, with the copy and without it
     grown = faiss.IndexFlatIP(xb.shape[1])

@@ -1,0 +1,86 @@
+"""The raw ranking of a batch of questions (``Searcher``'s core, before reading and the page): ``top_k`` hits per
+question from the dense leg alone (``dense`` mode) or with the lexical leg and fusion (``lexical``, ``hybrid``),
+merged by answer when asked, and phrase searches deepened for questions that found too few non-overlapping spans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from spanseek.core.dense import DenseBatch, DenseLeg
+from spanseek.core.fusion import LexicalFusion
+from spanseek.core.hits import Hit, HitBuilder, non_overlapping
+from spanseek.core.lexical import FusionBasis
+from spanseek.core.plan import Plan, StageTimes
+from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
+
+
+class Ranking:
+    """The ranking stage over one index's legs: ``dense``, ``fusion`` (None without a lexical part), ``hits`` and
+    each unit's passage-to-unit map (``core.selection.UNIT_OF_PASSAGE``)."""
+
+    def __init__(self, dense: DenseLeg, fusion: LexicalFusion | None, hits: HitBuilder,
+                 unit_of_passage: dict[str, np.ndarray]):
+        self.dense, self.fusion, self.hits, self.unit_of_passage = dense, fusion, hits, unit_of_passage
+
+    def deep(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
+                     timings: StageTimes, batch: DenseBatch | None = None
+                     ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+        """``ranked``, with questions that found fewer non-overlapping phrases than asked searched again with
+        deeper dense candidates (k x 4, up to 64 top_k) while that finds more. The deeper searches are the batch's
+        own (``DenseBatch.of_questions``): a flat index's product of the batch is ranked again, not computed again.
+        ``batch``: the batch's, when the caller has made it. Each question's candidates are those of the search that
+        ranked its hits."""
+        deepens = plan.unit == "phrase" and not plan.params.allow_overlap and plan.mode != "lexical"
+        if batch is None and deepens and not plan.selection.empty:
+            batch = self.dense.batch(plan, q_start, q_end)
+        ranked, basis = self.ranked(plan, q_start, q_end, texts, timings, batch)
+        if not deepens:
+            return ranked, basis
+        depth = plan.top_k
+        pending, k = [b for b, hits in enumerate(ranked) if len(hits) < depth], 4 * depth
+        while pending and k <= 64 * depth:
+            deeper = dataclasses.replace(plan.but(top_k=k), bm25=None if plan.bm25 is None else plan.bm25[pending],
+                                         unfiltered=None if plan.unfiltered is None else
+                                         plan.unfiltered.of_questions(pending))
+            found, bases = self.ranked(deeper, q_start[pending], q_end[pending],
+                                        None if texts is None else [texts[b] for b in pending], timings,
+                                        None if batch is None else batch.of_questions(np.asarray(pending)))
+            grown = [(i, b, hits[:depth]) for i, (b, hits) in enumerate(zip(pending, found, strict=True))
+                     if len(hits) > len(ranked[b])]
+            for i, b, hits in grown:
+                ranked[b] = hits
+                if basis is not None and bases is not None:  # the candidates of the search that ranked its hits
+                    basis[b] = bases[i]
+            pending, k = [b for _, b, hits in grown if len(hits) < depth], 4 * k
+        return ranked, basis
+
+    def ranked(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
+                timings: StageTimes, batch: DenseBatch | None = None
+                ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+        """The raw ranking: ``plan.top_k`` hits per question (phrases overlapping a better one dropped unless
+        ``allow_overlap``), no confidence, offset ignored; and in hybrid mode each question's candidates
+        (``LexicalFusion.search``; else None). ``batch``: these questions' dense batch, when the caller has made it
+        (for this plan's selection and vectors)."""
+        if plan.params.merge_answers:  # every span of an answer counts, overlapping or not; then one hit per answer
+            wide = plan.but(top_k=max(ANSWER_CANDIDATES, 4 * plan.top_k), merge_answers=False, allow_overlap=True)
+            many, basis = self.ranked(wide, q_start, q_end, texts, timings, batch)
+            with timings.timing("aggregate"):
+                merged = [[h[r].but(score=score) for r, score in
+                           merge_by_answer([x.text for x in h], [x.score for x in h])] if h else [] for h in many]
+                return [m[: plan.top_k] if plan.params.allow_overlap else non_overlapping(m, plan.top_k)
+                        for m in merged], basis
+        if plan.selection.empty:
+            return [[] for _ in range(len(q_start))], None
+        units = self.unit_of_passage.get(plan.unit)  # each passage's unit (None: phrases)
+        batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
+        if plan.mode == "dense":
+            with timings.timing("search"):
+                spans = self.dense.candidates(batch, plan.top_k, units)
+            with timings.timing("aggregate"):
+                return [self.hits.ranked(sp, plan, units) for sp in spans], None
+        assert self.fusion is not None and texts is not None
+        with timings.timing("search"):
+            return self.fusion.search(plan, batch, texts)
