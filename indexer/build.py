@@ -27,21 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import itertools
 import json
 import logging
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import xxhash
 from tqdm.auto import tqdm
 
 from spanseek.core import integrity, phrase_index
@@ -87,6 +82,7 @@ from spanseek.indexer.faiss_index import (
 )
 from spanseek.indexer.fine_store_build import check_store_option, resolve_store, write_fine_store
 from spanseek.indexer.ingest import corpus_problem
+from spanseek.indexer.interrupt import stopped_cleanly
 from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.ondisk import (
     add_on_disk,
@@ -106,19 +102,6 @@ SHARDS = integrity.SHARDS
 
 class BuildError(RuntimeError):
     """The build cannot proceed; the message says why and what to do."""
-
-
-def _shard_dir(out: Path, k: int) -> Path:
-    return out / SHARDS / f"{k:06d}"
-
-
-def shard_key(model_fingerprint: str, precision: str, texts: list[str]) -> str:
-    """What a shard's vectors depend on: the model, the inference precision and its passages, hashed."""
-    h = xxhash.xxh3_128(f"{model_fingerprint}\0{precision}\0{len(texts)}\0".encode())
-    for text in texts:
-        h.update(text.encode("utf-8"))
-        h.update(b"\0")
-    return h.hexdigest()
 
 
 def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fingerprint: str,
@@ -142,7 +125,7 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
     k, buf, reused = 0, [], 0
     # an interrupted build's shards keep their sizes (another --shard-passages re-encoded every one); the rest take
     # ``shard_passages``
-    sizes = finished_shard_sizes(out)
+    sizes = shard_files.finished_shard_sizes(out)
     if any(size != opts.shard_passages for size in sizes):
         log.info("the first %d shards keep the sizes an interrupted build encoded them with (%s passages) so that "
                  "they are re-used; --shard-passages %d applies after them", len(sizes),
@@ -164,7 +147,7 @@ def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fin
 
     def flush() -> None:
         nonlocal k, buf, reused
-        dest, key = _shard_dir(out, k), shard_key(fingerprint, precision, buf)
+        dest, key = shard_files.shard_dir(out, k), shard_files.shard_key(fingerprint, precision, buf)
         if shard_files.has_shard(dest, key):
             reused += 1
             bar.update(len(buf))
@@ -211,23 +194,11 @@ def shard_precision(out: Path, asked: str, device) -> str:
     a build resumed in ``out``, the one its first shard was encoded in. ``auto`` times bf16 against fp32 on a CPU
     with AVX-512 and no AMX, and a probe beside a busy job picks otherwise; the shards are keyed by their precision,
     so another pick re-encoded every one."""
-    held = shard_files.shard_precision(_shard_dir(out, 0))
+    held = shard_files.shard_precision(shard_files.shard_dir(out, 0))
     if asked == "auto" and held is not None:
         log.info("precision auto: %s, the precision the shards of the build resumed in %s were encoded in", held, out)
         return held
     return pick_precision(asked, device)
-
-
-def finished_shard_sizes(out: Path) -> list[int]:
-    """The passages of each finished shard in ``out`` (an interrupted build's or add's), from the first up to the
-    first that is missing or unreadable."""
-    sizes = []
-    for k in itertools.count():
-        try:
-            sizes.append(len(np.load(_shard_dir(out, k) / "ntokens.npy", mmap_mode="r")))
-        except (OSError, ValueError):
-            return sizes
-    return sizes
 
 
 def write_fields(docs: Path, dest: Path) -> None:
@@ -330,37 +301,9 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     check_ray(opts)
     if opts.vector_source not in phrase_index.VECTOR_SOURCES:
         raise BuildError(f"vector_source must be one of {phrase_index.VECTOR_SOURCES}, got {opts.vector_source!r}")
-    with build_lock(out), stopped_cleanly(out):
+    with build_lock(out), stopped_cleanly(out, f"the build in {out}"):
         check_out_dir(out, corpus)  # again: a build that held the lock until now may have finished the index
         return _build_locked(corpus, model, model_dir, out, opts, spec)
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-@contextlib.contextmanager
-def stopped_cleanly(out: Path) -> Iterator[None]:
-    """Stop a build on Ctrl-C or SIGTERM (what ``kill``, ``docker stop`` and a scheduler send) alike: the shard being
-    encoded is dropped (its ``.tmp`` directory), the finished ones are kept, and the KeyboardInterrupt says what the
-    same command re-uses (the CLI prints it as ``interrupted: ...``, status 130, as a training run's). SIGTERM is taken
-    only in the main thread, and not where the process was started to ignore it."""
-    previous = None
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
-        previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        yield
-    except KeyboardInterrupt as e:
-        for part in (out / SHARDS).glob("*.tmp"):
-            shutil.rmtree(part, ignore_errors=True)
-        sizes = finished_shard_sizes(out)
-        how = f"stopped by {e}; " if str(e) == "SIGTERM" else ""
-        kept = (f"re-using its {len(sizes)} encoded shard{'s' if len(sizes) != 1 else ''} ({sum(sizes)} passages)"
-                if sizes else "no shard was finished yet")
-        raise KeyboardInterrupt(f"{how}the same command resumes the build in {out} ({kept})") from None
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def check_ray(opts: BuildOptions) -> None:
@@ -578,7 +521,7 @@ def write_filter_scores(out: Path, model: str | Path, manifest: phrase_index.Man
 def merge_shards(out: Path, n_shards: int, dim: int) -> int:
     """Concatenate shard arrays into the index files via memory maps (the passage and document stores were
     written while encoding)."""
-    shards = [_shard_dir(out, k) for k in range(n_shards)]
+    shards = [shard_files.shard_dir(out, k) for k in range(n_shards)]
     ntok = [np.load(s / "ntokens.npy") for s in shards]
     per_shard = [int(x.sum()) for x in ntok]
     n = sum(per_shard)

@@ -7,18 +7,21 @@ same and encodes only the rest.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 from spanseek.core.encoding import PassageEncoder, advance
+from spanseek.core.integrity import SHARDS
 from spanseek.core.io import naming
 from spanseek.core.text import tokenize_passages
 from spanseek.indexer.compress import filter_probabilities
 
-SHARD_KEY = "key.txt"  # a shard's content key: model, precision and its passages (``indexer.build.shard_key``)
+SHARD_KEY = "key.txt"  # a shard's content key: model, precision and its passages (``shard_key``)
 SHARD_PRECISION = "precision.txt"  # the inference precision it was encoded in (fp32 or bf16)
 
 
@@ -90,3 +93,29 @@ def shard_precision(dest: Path) -> str | None:
     except OSError:
         return None
     return held if held in ("fp32", "bf16") and (dest / SHARD_KEY).is_file() else None
+
+
+def shard_dir(out: Path, k: int) -> Path:
+    """Where the ``k``-th shard of a build (or an add's staging) in ``out`` is kept."""
+    return out / SHARDS / f"{k:06d}"
+
+
+def shard_key(model_fingerprint: str, precision: str, texts: list[str]) -> str:
+    """What a shard's vectors depend on: the model, the inference precision and its passages, hashed."""
+    h = xxhash.xxh3_128(f"{model_fingerprint}\0{precision}\0{len(texts)}\0".encode())
+    for text in texts:
+        h.update(text.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def finished_shard_sizes(out: Path) -> list[int]:
+    """The passages of each finished shard in ``out`` (an interrupted build's or add's), from the first up to the
+    first that is missing or unreadable."""
+    sizes = []
+    for k in itertools.count():
+        try:
+            sizes.append(len(np.load(shard_dir(out, k) / "ntokens.npy", mmap_mode="r")))
+        except (OSError, ValueError):
+            return sizes
+    return sizes
