@@ -21,9 +21,10 @@ opening it drops the partial files (roll back); after it, opening it finishes th
 ``core.phrase_index.recover``). An add holds the index's writer lock, so two adds cannot interleave. ``commit`` is that
 commit protocol for any writer (upsert, delete and compact use it too).
 
-An add killed or stopped with Ctrl-C resumes: the staging keeps its finished shards, each keyed by its passages
-and the model (``indexer.build.shard_key``), and the same add run again re-encodes only the others
-(``keep_shards``). An add that is refused (a held id, a bad corpus) removes the staging, and so does any change
+An add killed or stopped with Ctrl-C or SIGTERM resumes: the staging keeps its finished shards, each keyed by its
+passages and the model (``indexer.shards.shard_key``), and the same add run again re-encodes only the others
+(``keep_shards``); a stop (not a kill -9) also removes the rest of the staging and ends with one line saying what the
+rerun re-uses (``indexer.interrupt``), as a build's. An add that is refused (a held id, a bad corpus) removes the staging, and so does any change
 that commits (the add itself, rolled forward or not, or a later delete or compact).
 """
 
@@ -72,6 +73,7 @@ from spanseek.indexer.compress import kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import add_vectors, write_faiss
 from spanseek.indexer.fine_store_build import encode_fine_rows
 from spanseek.indexer.ingest import corpus_problem
+from spanseek.indexer.interrupt import stopped_cleanly
 from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.recall import measure_recall
 
@@ -218,11 +220,12 @@ def upsert_documents(
     if problem:
         raise BuildError(problem)
     check_ray(opts)
-    with locked_index(index_dir, "upsert" if replace else "add") as old:
-        staging = index_dir / STAGING
+    command = "upsert" if replace else "add"
+    staging = index_dir / STAGING
+    with stopped_cleanly(staging, f"the {command} into {index_dir}"), locked_index(index_dir, command) as old:
         try:
             done = _add_locked(index_dir, old, corpus, model, opts, staging, replace)
-        except KeyboardInterrupt:  # Ctrl-C: the finished shards stay for the rerun, as a kill -9 leaves them
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished shards stay for the rerun, as a kill -9 leaves them
             keep_shards(staging)
             raise
         except BaseException:  # refused (a held id, a bad corpus...): nothing is left behind

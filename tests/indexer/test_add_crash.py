@@ -148,8 +148,9 @@ def _count_encoded(monkeypatch, stop_at: int | None = None) -> list[int]:
 
 def test_ctrl_c_during_an_add_says_interrupted_and_the_add_resumes(setup, tmp_path, tiny_model_dir, monkeypatch,
                                                                    capsys):
-    """Ctrl-C printed a KeyboardInterrupt traceback: now one line and exit status 130; the index is as it was, the
-    staging holds only the finished shard, and the same command then encodes only the other shards."""
+    """Ctrl-C printed a KeyboardInterrupt traceback: now one line saying what the same command re-uses and exit status
+    130; the index is as it was, the staging holds only the finished shard, and the same command then encodes only the
+    other shards."""
     from spanseek.cli import main
 
     built, more, reference = setup
@@ -159,10 +160,43 @@ def test_ctrl_c_during_an_add_says_interrupted_and_the_add_resumes(setup, tmp_pa
             "--device", "cpu", "--precision", "fp32", "--shard-passages", "3"]
     _count_encoded(monkeypatch, stop_at=2)
     assert main(argv) == 130
-    assert capsys.readouterr().err == "spanseek index add: interrupted\n"
+    assert capsys.readouterr().err == (f"spanseek index add: interrupted: the same command resumes the add into {index} "
+                                       "(re-using its 1 encoded shard (3 passages))\n")
     assert _contents(PhraseIndex(index).dir) == _contents(built)
     assert [p.relative_to(index).as_posix() for p in sorted((index / integrity.STAGING).rglob("*")) if p.is_dir()] == [
         f"{integrity.STAGING}/{integrity.SHARDS}", f"{integrity.STAGING}/{integrity.SHARDS}/000000"]
+    encoded = _count_encoded(monkeypatch)
+    assert main(argv) == 0
+    assert encoded == [3, 2]  # of 3 + 3 + 2 passages: the first shard is re-used
+    assert _contents(index) == _contents(reference) and not (index / integrity.STAGING).exists()
+
+
+@pytest.mark.parametrize("command", ["add", "upsert"])
+def test_sigterm_stops_an_add_as_ctrl_c_does_and_the_add_resumes(setup, tmp_path, tiny_model_dir, monkeypatch,
+                                                                 command):
+    """SIGTERM (``kill``, ``docker stop``) killed an add or upsert outright: status -15, nothing said, the staging's
+    stores and the half-written shard left until the next open. It now stops them as Ctrl-C and a build's SIGTERM do:
+    exit status 130, one last line saying what the same command re-uses, the index as it was and the staging holding
+    only the finished shard; the same command then encodes only the other shards and gives the index an
+    uninterrupted add gives."""
+    from spanseek.cli import main
+    from tests.indexer.test_build import SIGTERM_IN_SECOND_SHARD
+
+    built, more, reference = setup
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    argv = ["index", command, "--index", str(index), "--corpus", str(more), "--model", str(tiny_model_dir), "--quiet",
+            "--device", "cpu", "--precision", "fp32", "--shard-passages", "3"]
+    child = subprocess.run([sys.executable, "-c", SIGTERM_IN_SECOND_SHARD, *argv], capture_output=True, text=True,
+                           timeout=600)
+    assert child.returncode == 130, (child.returncode, child.stderr[-2000:])
+    assert child.stderr.splitlines()[-1] == (f"spanseek index {command}: interrupted: stopped by SIGTERM; the same "
+                                             f"command resumes the {command} into {index} (re-using its 1 encoded "
+                                             "shard (3 passages))")
+    assert sorted(p.name for p in (index / integrity.STAGING / integrity.SHARDS).iterdir()) == ["000000"]
+    assert sorted(p.name for p in (index / integrity.STAGING).iterdir()) == [integrity.SHARDS]
+    assert not [p for p in index.iterdir() if p.name.endswith(".tmp")]
+    assert _contents(PhraseIndex(index).dir) == _contents(built)
     encoded = _count_encoded(monkeypatch)
     assert main(argv) == 0
     assert encoded == [3, 2]  # of 3 + 3 + 2 passages: the first shard is re-used
