@@ -120,16 +120,19 @@ def naming(path: str | Path, temporary: Path | None = None) -> Iterator[None]:
     """Raise a write's ``NO_SPACE`` error that names no file (a file object's write, ``np.save``: "[Errno 28] No
     space left on device"), or names ``path``'s ``temporary``, or is a library's RuntimeError saying so (faiss's
     ``write_index``), as an OSError naming ``path``: the message says which file could not be written, as the user
-    knows it."""
+    knows it, and why in the system's words (no space left, the quota spent, or the file size limit reached:
+    ``ulimit -f``)."""
     try:
         yield
     except RuntimeError as e:  # a C++ library's words for it (faiss: "... write error in PATH.tmp: 3014611 != 10403328
-        if not no_space(e):  # (No space left on device)")
+        code = space_error(e)  # (No space left on device)")
+        if code is None:
             raise
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
+        raise OSError(code, os.strerror(code), str(path)) from e
     except OSError as e:
         if e.errno is None and _NUMPY_NO_SPACE.match(str(e)):  # numpy's tofile, which allocates first or writes short
-            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({e})", str(path)) from e
+            code = errno.EFBIG if _at_size_limit(temporary or Path(path)) else errno.ENOSPC
+            raise OSError(code, f"{os.strerror(code)} ({e})", str(path)) from e
         if e.errno not in NO_SPACE or e.filename not in (None, str(temporary)):
             raise
         raise OSError(e.errno, e.strerror, str(path)) from e
@@ -141,18 +144,38 @@ def naming(path: str | Path, temporary: Path | None = None) -> Iterator[None]:
 _NUMPY_NO_SPACE = re.compile(r"Not enough free space to write|\d+ requested and \d+ written$")
 
 
-def no_space(error: BaseException) -> bool:
-    """Whether ``error`` is a write refused for want of room (``NO_SPACE``), whichever library raised it: an OSError,
+def _at_size_limit(path: Path) -> bool:
+    """Whether ``path`` has grown to the process's file size limit (RLIMIT_FSIZE, ``ulimit -f``): a write cut short
+    there met the limit, not a full disk (numpy's words for a short write name neither)."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    try:
+        return limit != resource.RLIM_INFINITY and path.stat().st_size >= limit
+    except OSError:
+        return False
+
+
+def space_error(error: BaseException) -> int | None:
+    """The ``NO_SPACE`` error number of a write refused for want of room, whichever library raised it: an OSError,
     an error raised while handling one (torch.save into a file object: "unexpected pos 768 vs 662"), or an error that
-    only carries the system's words in its text (safetensors: "I/O error: No space left on device (os error 28)")."""
+    only carries the system's words in its text (safetensors: "I/O error: No space left on device (os error 28)";
+    faiss: "(File too large)"); None for any other error."""
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in NO_SPACE:
-            return True
-        if not isinstance(seen, OSError) and any(os.strerror(code) in str(seen) for code in NO_SPACE):
-            return True
+            return seen.errno
+        if not isinstance(seen, OSError):
+            for code in NO_SPACE:
+                if os.strerror(code) in str(seen):
+                    return code
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
+
+
+def no_space(error: BaseException) -> bool:
+    """Whether ``error`` is a write refused for want of room (``NO_SPACE``, ``space_error``)."""
+    return space_error(error) is not None
 
 
 @contextlib.contextmanager

@@ -93,20 +93,53 @@ def test_a_shard_the_disk_cannot_hold_names_its_file_and_leaves_no_part(tmp_path
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE cuts writes short as described on Linux")
-def test_a_shard_cut_short_by_a_full_disk_is_named_as_one(tmp_path, monkeypatch):
-    """On a full tmpfs (or past a file size limit) np.save writes part of the array and says "1000000 requested and
-    12484 written": `index build` ended with that line alone, naming neither the file nor the full disk."""
+def test_a_shard_cut_short_by_the_file_size_limit_is_named_as_one(tmp_path, monkeypatch):
+    """Past a file size limit (or on a full tmpfs) np.save writes part of the array and says "1000000 requested and
+    12484 written": `index build` ended with that line alone, naming neither the file nor the limit. It names both
+    now: the limit as the system does ("File too large", EFBIG), not as a full disk (numpy's words alone, without a
+    limit reached, stay "No space left on device": test_a_shard_the_disk_cannot_hold_names_its_file_and_leaves_no_part)."""
     from spanseek.indexer import shards
 
     dest = tmp_path / "shards" / "000000"
     arrays = {"vectors": np.zeros((100_000, 4), np.float16)}
     monkeypatch.setattr(shards, "encode_passages", lambda encoder, toks, progress=None: arrays)
     monkeypatch.setattr(shards, "tokenize_passages", lambda tokenizer, texts: [])
-    with file_size_limit(100_000), pytest.raises(OSError, match="No space left on device") as failed:
+    with file_size_limit(100_000), pytest.raises(OSError, match=os.strerror(errno.EFBIG)) as failed:
         shards.encode_shard(None, None, ["a passage"], dest, "key")
-    assert failed.value.errno == errno.ENOSPC
+    assert failed.value.errno == errno.EFBIG
     assert failed.value.filename == str(dest.with_name("000000.tmp") / "vectors.npy")
     assert list((tmp_path / "shards").iterdir()) == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE cuts writes short as described on Linux")
+def test_a_faiss_index_past_the_file_size_limit_is_named_as_the_limit_not_a_full_disk(tmp_path):
+    """faiss says "(File too large)" when a write meets the file size limit (``ulimit -f``), yet the error named the
+    file with "No space left on device", sending the user to look for room on a disk that has plenty. It says "File
+    too large" (EFBIG) now, and leaves no temporary."""
+    import faiss
+
+    from spanseek.indexer.faiss_index import write_faiss
+
+    index = faiss.IndexFlatL2(8)
+    index.add(np.random.default_rng(0).random((1000, 8), dtype=np.float32))
+    path = tmp_path / "index.faiss"
+    with file_size_limit(4096), pytest.raises(OSError) as failed:
+        write_faiss(index, path)
+    assert (failed.value.errno, failed.value.strerror, failed.value.filename) == (
+        errno.EFBIG, os.strerror(errno.EFBIG), str(path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_library_error_keeps_the_reason_it_gives_for_a_refused_write(tmp_path):
+    """A library's RuntimeError carrying the system's words for a full disk, a spent quota or the file size limit
+    becomes an OSError naming the file with that same reason (each was "No space left on device")."""
+    from spanseek.core.io import naming
+
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        with pytest.raises(OSError) as failed, naming(tmp_path / "index.faiss"):
+            raise RuntimeError(f"write error in {tmp_path}/.index.faiss.x.tmp: 100 != 4096 ({os.strerror(code)})")
+        assert (failed.value.errno, failed.value.strerror, failed.value.filename) == (
+            code, os.strerror(code), str(tmp_path / "index.faiss"))
 
 
 def test_a_memory_mapped_file_has_its_blocks_before_a_row_is_written(tmp_path, monkeypatch):
