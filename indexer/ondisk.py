@@ -25,9 +25,8 @@ from tqdm.auto import tqdm
 
 from spanseek.core.faiss_spec import FactoryError, FactorySpec
 from spanseek.core.integrity import IVF_BLOCKS
-from spanseek.core.io import atomic_path
 from spanseek.core.phrase_index import IVFDATA, c_stdout_to
-from spanseek.indexer.faiss_index import add_vectors
+from spanseek.indexer.faiss_index import add_vectors, write_faiss
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +71,9 @@ def saved_trained_index(out: Path, key: str) -> Any | None:
 
 def save_trained_index(out: Path, index: Any, key: str) -> None:
     """Keep the trained, empty index (and its key) so a killed build adds with the same quantisers."""
-    import faiss
-
     blocks = out / IVF_BLOCKS
     blocks.mkdir(exist_ok=True)
-    with atomic_path(blocks / TRAINED) as tmp:
-        faiss.write_index(index, str(tmp))
+    write_faiss(index, blocks / TRAINED)
     (blocks / KEY).write_text(key)
 
 
@@ -98,8 +94,7 @@ def add_on_disk(index: Any, vectors: Any, ids: np.ndarray, out: Path, progress: 
             continue
         part = faiss.read_index(str(blocks / TRAINED))
         add_vectors(part, vectors, ids[a : a + block_tokens], progress=False, gpu=gpu)
-        with atomic_path(path) as tmp:
-            faiss.write_index(part, str(tmp))
+        write_faiss(part, path)
         del part
     (out / IVFDATA).unlink(missing_ok=True)  # a killed merge's
     merge_blocks(index, names, out / IVFDATA)

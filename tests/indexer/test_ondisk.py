@@ -9,9 +9,11 @@ finished blocks, and ends with the same index.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,6 +133,26 @@ def test_killed_on_disk_build_resumes_from_its_blocks(in_memory, on_disk, tmp_pa
     ref = PhraseIndex(on_disk)
     q = ref.token_vectors(np.arange(0, ref.num_tokens, 41))
     assert np.array_equal(resumed.search(q, 10)[1], ref.faiss.search(q, 10)[1])
+
+
+def test_an_on_disk_build_writes_each_faiss_file_through_write_faiss(in_memory, tmp_path, monkeypatch):
+    """The trained index and each block were written by faiss.write_index under their own ``atomic_path``, apart from
+    the one ``write_faiss`` the build, add and compact use (a full disk named, no temporary left): every faiss file
+    of an on-disk build goes through it now."""
+    import faiss
+
+    monkeypatch.setattr(ondisk, "BLOCK_TOKENS", BLOCK)
+    real_write, writers = faiss.write_index, []
+
+    def write_index(index, path):
+        writers.append((inspect.stack()[1].function, Path(path).parent.name))
+        return real_write(index, path)
+
+    monkeypatch.setattr(faiss, "write_index", write_index)
+    out = tmp_path / "disk"
+    reindex(in_memory, out, _opts(on_disk=True))
+    blocks = len(writers) - 2  # the trained index and the final index.faiss besides the blocks
+    assert blocks >= 2 and writers == [("write_faiss", "ivf_blocks")] * (1 + blocks) + [("write_faiss", "disk")]
 
 
 @pytest.mark.parametrize("factory", ["Flat", "IVF8,PQ4x4fs"])
