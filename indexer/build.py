@@ -11,7 +11,7 @@ every shard whose passages are unchanged, also after the corpus was fixed, with 
 finished shards keep their sizes, the new one applies after them) or with another ``--factory`` (the shards do not
 depend on it: a build that stopped at the faiss stage resumes there); with ``--precision auto`` it encodes in the
 precision of its first shard (``shard_precision``). ``--out`` must be new, empty or such an
-unfinished build: a folder of other files, or one holding the corpus, is refused (``check_out_dir``) rather than
+unfinished build: a folder of other files, or one holding the corpus, is refused (``indexer.out_dir``) rather than
 written over; a build holds its writer lock (``build_lock``), so a second build into it is refused at its start.
 Document ids must be unique. The merge writes the final arrays through memory maps; then the factory is resolved (``auto``)
 and validated against the number of tokens to index, faiss is trained on a sample (on GPU when faiss has one) and
@@ -25,7 +25,6 @@ holds only tokens with either probability >= T, while the fine store and codes k
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import logging
@@ -33,7 +32,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -92,16 +91,13 @@ from spanseek.indexer.ondisk import (
     saved_trained_index,
 )
 from spanseek.indexer.options import BuildOptions
+from spanseek.indexer.out_dir import BuildError, build_lock, check_out_dir, refuse_finished, remove_scratch
 from spanseek.indexer.ray_encode import SHARDS_PER_ROUND
 from spanseek.indexer.recall import EXACT_RECALL, measure_recall
 
 log = logging.getLogger(__name__)
 
 SHARDS = integrity.SHARDS
-
-
-class BuildError(RuntimeError):
-    """The build cannot proceed; the message says why and what to do."""
 
 
 def encode_corpus(corpus: Path, out: Path, phrase_model, opts: BuildOptions, fingerprint: str,
@@ -321,33 +317,6 @@ def check_factory_for(spec: FactorySpec, dim: int) -> None:
         create_index(spec, dim, contiguous_ids=True)
 
 
-@contextlib.contextmanager
-def build_lock(out: Path) -> Iterator[None]:
-    """Hold ``out``'s writer lock (``core.integrity.writer_lock``, the one `index add`, `delete` and `compact` take)
-    for a build's life: a second build into the same --out is refused at its start instead of mixing its files with
-    the first's. A build refused before it wrote anything leaves no directory it created."""
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # a parent not writable, a read-only file system: the one line, not a traceback
-        raise BuildError(f"--out {out} cannot be made ({e.strerror}); choose another --out") from None
-    with integrity.writer_lock(out) as locked:
-        if not locked:
-            if not os.access(out, os.W_OK):
-                raise BuildError(f"--out {out} is not writable")
-            pid = integrity.lock_holder(out)
-            holder = f" (process {pid})" if pid is not None else ""
-            raise BuildError(f"--out {out}: another build or change of it{holder} holds its lock "
-                             f"({out / integrity.LOCK}); wait for it to end (a killed build resumes when run again) or "
-                             "choose another --out")
-        try:
-            yield
-        finally:
-            if created and [p.name for p in out.iterdir()] == [integrity.LOCK]:
-                (out / integrity.LOCK).unlink()
-                out.rmdir()
-
-
 def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, opts: BuildOptions,
                   spec: FactorySpec | None) -> phrase_index.Manifest:
     """``build_index`` under ``out``'s writer lock."""
@@ -391,50 +360,6 @@ def _build_locked(corpus: Path, model: str | Path, model_dir: Path, out: Path, o
     return manifest
 
 
-def check_out_dir(out: Path, corpus: Path) -> None:
-    """Refuse an ``out`` the build would damage: a finished index, a file, a directory holding the corpus, or one
-    that holds other files and no unfinished build (the build writes its stores there and removes ``*.tmp``).
-
-    An unfinished build is recognised by its ``shards`` directory, or, killed before its first shard, by nothing
-    but scratch (the temporary passage and document stores); such a directory is resumed.
-    """
-    if (out / phrase_index.MANIFEST).exists():
-        raise BuildError(f"--out {out} already holds a finished index; remove it or choose another --out")
-    if out.exists() and not out.is_dir():
-        raise BuildError(f"--out {out} is a file, not a directory; choose another --out")
-    if (above := next((p for p in out.parents if p.exists()), None)) is not None and not above.is_dir():
-        raise BuildError(f"--out {out} cannot be made: {above} is a file, not a directory; choose another --out")
-    out_dir = out.resolve()
-    if any(out_dir == d or out_dir in d.parents for d in (corpus.absolute().parent.resolve(), corpus.resolve().parent)):
-        raise BuildError(f"--corpus {corpus} is inside --out {out}, where the build writes the index's files; "
-                         "choose another --out")
-    if not out.is_dir() or (out / SHARDS).is_dir():
-        return
-    own = tuple(f".{name}." for name in (phrase_index.PASSAGES, phrase_index.DOCS))  # atomic_path's temporaries of the stores
-    others = sorted(p.name for p in out.iterdir() if not (
-        p.name in integrity.SCRATCH_DIRS or p.name in integrity.SCRATCH_FILES
-        or (p.name.startswith(own) and p.name.endswith(".tmp"))))
-    if others:
-        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-        raise BuildError(f"--out {out} is not empty ({shown}) and is neither an index nor an unfinished build of "
-                         "one; choose a new or empty directory")
-
-
-def remove_scratch(out: Path) -> None:
-    """Remove what killed writes left in ``out``: ``*.tmp`` files and shard directories, an old build state; the
-    encoded shards too once the manifest is written (until then a killed build resumes from them)."""
-    for path in out.iterdir():
-        if path.name == integrity.BUILD_STATE or (path.is_file() and path.name.endswith(".tmp")):
-            path.unlink()
-    shards = out / SHARDS
-    if (out / phrase_index.MANIFEST).is_file():
-        shutil.rmtree(shards, ignore_errors=True)
-        shutil.rmtree(out / integrity.IVF_BLOCKS, ignore_errors=True)
-    elif shards.is_dir():
-        for path in shards.glob("*.tmp"):
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def reindex(src: str | Path, out: str | Path, opts: BuildOptions,
             filter_model: str | Path | None = None) -> phrase_index.Manifest:
     """A new index in ``out`` over the token vectors of the built index ``src`` with another faiss factory (and,
@@ -447,15 +372,10 @@ def reindex(src: str | Path, out: str | Path, opts: BuildOptions,
     """
     src, out = Path(src), Path(out)
     old = phrase_index.Manifest.load(src)
-    _refuse_finished(out)
+    refuse_finished(out)
     with build_lock(out):  # as a build's: a second reindex (or build) into ``out`` is refused at its start
-        _refuse_finished(out)  # again: one that held the lock until now may have finished it
+        refuse_finished(out)  # again: one that held the lock until now may have finished it
         return _reindex_locked(src, out, old, opts, filter_model)
-
-
-def _refuse_finished(out: Path) -> None:
-    if (out / phrase_index.MANIFEST).exists():
-        raise BuildError(f"--out {out} already holds a finished index; remove it or choose another --out")
 
 
 def _reindex_locked(src: Path, out: Path, old: phrase_index.Manifest, opts: BuildOptions,

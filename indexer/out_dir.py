@@ -1,0 +1,102 @@
+"""The directory a build writes into (``--out``): refusing one it would damage, holding its writer lock, and
+removing what killed steps left there.
+
+    spanseek index build --corpus corpus.jsonl --out INDEX_DIR ...     (indexer.build)
+
+``--out`` must be new, empty or an unfinished build (``check_out_dir``); a build and a reindex hold its writer lock
+(``build_lock``) for their life; ``remove_scratch`` clears temporaries before the manifest is written, and the encoded
+shards after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from spanseek.core import integrity, phrase_index
+
+SHARDS = integrity.SHARDS
+
+
+class BuildError(RuntimeError):
+    """The build cannot proceed; the message says why and what to do."""
+
+
+@contextlib.contextmanager
+def build_lock(out: Path) -> Iterator[None]:
+    """Hold ``out``'s writer lock (``core.integrity.writer_lock``, the one `index add`, `delete` and `compact` take)
+    for a build's life: a second build into the same --out is refused at its start instead of mixing its files with
+    the first's. A build refused before it wrote anything leaves no directory it created."""
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a parent not writable, a read-only file system: the one line, not a traceback
+        raise BuildError(f"--out {out} cannot be made ({e.strerror}); choose another --out") from None
+    with integrity.writer_lock(out) as locked:
+        if not locked:
+            if not os.access(out, os.W_OK):
+                raise BuildError(f"--out {out} is not writable")
+            pid = integrity.lock_holder(out)
+            holder = f" (process {pid})" if pid is not None else ""
+            raise BuildError(f"--out {out}: another build or change of it{holder} holds its lock "
+                             f"({out / integrity.LOCK}); wait for it to end (a killed build resumes when run again) or "
+                             "choose another --out")
+        try:
+            yield
+        finally:
+            if created and [p.name for p in out.iterdir()] == [integrity.LOCK]:
+                (out / integrity.LOCK).unlink()
+                out.rmdir()
+
+
+def check_out_dir(out: Path, corpus: Path) -> None:
+    """Refuse an ``out`` the build would damage: a finished index, a file, a directory holding the corpus, or one
+    that holds other files and no unfinished build (the build writes its stores there and removes ``*.tmp``).
+
+    An unfinished build is recognised by its ``shards`` directory, or, killed before its first shard, by nothing
+    but scratch (the temporary passage and document stores); such a directory is resumed.
+    """
+    if (out / phrase_index.MANIFEST).exists():
+        raise BuildError(f"--out {out} already holds a finished index; remove it or choose another --out")
+    if out.exists() and not out.is_dir():
+        raise BuildError(f"--out {out} is a file, not a directory; choose another --out")
+    if (above := next((p for p in out.parents if p.exists()), None)) is not None and not above.is_dir():
+        raise BuildError(f"--out {out} cannot be made: {above} is a file, not a directory; choose another --out")
+    out_dir = out.resolve()
+    if any(out_dir == d or out_dir in d.parents for d in (corpus.absolute().parent.resolve(), corpus.resolve().parent)):
+        raise BuildError(f"--corpus {corpus} is inside --out {out}, where the build writes the index's files; "
+                         "choose another --out")
+    if not out.is_dir() or (out / SHARDS).is_dir():
+        return
+    own = tuple(f".{name}." for name in (phrase_index.PASSAGES, phrase_index.DOCS))  # atomic_path's temporaries of the stores
+    others = sorted(p.name for p in out.iterdir() if not (
+        p.name in integrity.SCRATCH_DIRS or p.name in integrity.SCRATCH_FILES
+        or (p.name.startswith(own) and p.name.endswith(".tmp"))))
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise BuildError(f"--out {out} is not empty ({shown}) and is neither an index nor an unfinished build of "
+                         "one; choose a new or empty directory")
+
+
+def remove_scratch(out: Path) -> None:
+    """Remove what killed writes left in ``out``: ``*.tmp`` files and shard directories, an old build state; the
+    encoded shards too once the manifest is written (until then a killed build resumes from them)."""
+    for path in out.iterdir():
+        if path.name == integrity.BUILD_STATE or (path.is_file() and path.name.endswith(".tmp")):
+            path.unlink()
+    shards = out / SHARDS
+    if (out / phrase_index.MANIFEST).is_file():
+        shutil.rmtree(shards, ignore_errors=True)
+        shutil.rmtree(out / integrity.IVF_BLOCKS, ignore_errors=True)
+    elif shards.is_dir():
+        for path in shards.glob("*.tmp"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def refuse_finished(out: Path) -> None:
+    """BuildError when ``out`` already holds a finished index (its manifest)."""
+    if (out / phrase_index.MANIFEST).exists():
+        raise BuildError(f"--out {out} already holds a finished index; remove it or choose another --out")
