@@ -6,7 +6,8 @@ The body is read in order: paragraphs, the rows of tables and the contents of co
 contents, nor a placeholder's prompt). A paragraph's text is its runs' (hyperlinks, fields' results, tracked
 insertions; not tracked deletions, field codes, comments or hidden text), after its list number or bullet as Word
 shows it ("2. Configure", "1.2 Scope", "• Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow
-it as paragraphs of their own; a phonetic guide (ruby) follows its base text in brackets. A table row is one
+it as paragraphs of their own; a phonetic guide (ruby) follows its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows
+(``_symbol``). A table row is one
 paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall; Departure: 09:15"), as
 Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section
 (``documents.Sections``). Page headers and footers are left out. A file python-docx cannot open is ``Unreadable``,
@@ -44,6 +45,28 @@ _NOT_TEXT = {f"{_W}{tag}" for tag in ("del", "moveFrom", "delText", "instrText",
 # (a ptab: a tab to a margin or the middle, "Contents<ptab/>Page" between the two sides of a line)
 _CHARACTERS = {f"{_W}tab": " ", f"{_W}ptab": " ", f"{_W}br": " ", f"{_W}cr": " ", f"{_W}noBreakHyphen": "-"}
 _ON = {"1", "true", "on"}
+# the Symbol font's characters by their code (0x20-0xFE; Word sets them as w:sym w:char="F0B4", the private-use code
+# point U+F000 + the code) -> Unicode, after the Adobe Symbol encoding; the pieces of large brackets and integrals and
+# the arrow and radical extenders, glyphs of no text, are left out
+_SYMBOL = dict(zip(range(0x20, 0x7F), (
+    " !\u2200#\u2203%&\u220b()\u2217+,\u2212./0123456789:;<=>?"
+    "\u2245\u0391\u0392\u03a7\u0394\u0395\u03a6\u0393\u0397\u0399\u03d1\u039a\u039b\u039c\u039d\u039f"
+    "\u03a0\u0398\u03a1\u03a3\u03a4\u03a5\u03c2\u03a9\u039e\u03a8\u0396[\u2234]\u22a5_\0"
+    "\u03b1\u03b2\u03c7\u03b4\u03b5\u03c6\u03b3\u03b7\u03b9\u03d5\u03ba\u03bb\u03bc\u03bd\u03bf"
+    "\u03c0\u03b8\u03c1\u03c3\u03c4\u03c5\u03d6\u03c9\u03be\u03c8\u03b6{|}\u223c"), strict=True))
+_SYMBOL |= dict(zip(range(0xA0, 0xE6), (
+    "\u20ac\u03d2\u2032\u2264\u2044\u221e\u0192\u2663\u2666\u2665\u2660\u2194\u2190\u2191\u2192\u2193"
+    "\u00b0\u00b1\u2033\u2265\u00d7\u221d\u2202\u2022\u00f7\u2260\u2261\u2248\u2026\0\0\u21b5"
+    "\u2135\u2111\u211c\u2118\u2297\u2295\u2205\u2229\u222a\u2283\u2287\u2284\u2282\u2286\u2208\u2209"
+    "\u2220\u2207\u00ae\u00a9\u2122\u220f\u221a\u22c5\u00ac\u2227\u2228\u21d4\u21d0\u21d1\u21d2\u21d3"
+    "\u25ca\u2329\u00ae\u00a9\u2122\u2211"), strict=True)) | {0xF1: "\u232a", 0xF2: "\u222b"}
+_SYMBOL = {code: text for code, text in _SYMBOL.items() if text != "\0"}  # (\0: an extender, no text)
+# the Wingdings characters with a standard Unicode character (the check marks and ballot boxes of lists, shapes,
+# faces); the others (icons with none) give no text
+_WINGDINGS = {0x22: "\u2702", 0x28: "\u260e", 0x4A: "\u263a", 0x4C: "\u2639", 0x4E: "\u2620", 0x6C: "\u25cf",
+              0x6E: "\u25a0", 0x6F: "\u25a1", 0x76: "\u2756", 0xA7: "\u25aa", 0xE8: "\u2794", 0xFB: "\u2718",
+              0xFC: "\u2714", 0xFD: "\u2612", 0xFE: "\u2611"}
+_SYMBOL_FONTS = {"symbol": _SYMBOL, "wingdings": _WINGDINGS}
 _ROMAN = ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"), (50, "l"), (40, "xl"), (10, "x"),
           (9, "ix"), (5, "v"), (4, "iv"), (1, "i"))
 
@@ -259,6 +282,8 @@ class _WordText:
                 parts.append(child.text or "")
             elif tag in _CHARACTERS:
                 parts.append(_CHARACTERS[tag])
+            elif tag == f"{_W}sym":
+                parts.append(_symbol(child))
             elif tag == f"{_W}txbxContent":
                 extras.append(("box", child))
             elif tag in (f"{_W}footnoteReference", f"{_W}endnoteReference"):
@@ -411,6 +436,26 @@ def _cell_paragraphs(container: Any) -> Iterator[Any]:
                 yield from _cell_paragraphs(tc)
         elif child.tag in (f"{_W}sdtContent", f"{_W}customXml") or (child.tag == f"{_W}sdt" and _content(child)):
             yield from _cell_paragraphs(child)
+
+
+def _symbol(sym: Any) -> str:
+    """The character a w:sym (Insert > Symbol) shows: a symbol font's (``_SYMBOL_FONTS``; its code as the private-use
+    U+F020-U+F0FF Word writes, or as 0x20-0xFF) as Unicode, another font's as the code point it names; "" for a
+    character of no Unicode equivalent (a private-use one, an icon) or a code that is no character."""
+    code = _count_hex(sym.get(f"{_W}char"))
+    table = _SYMBOL_FONTS.get(" ".join((sym.get(f"{_W}font") or "").lower().split()))
+    if code is None:
+        return ""
+    if table is not None:
+        return table.get(code - 0xF000 if 0xF000 <= code <= 0xF0FF else code, "")
+    if 0xE000 <= code <= 0xF8FF or 0xD800 <= code <= 0xDFFF or code < 0x20 or code > 0x10FFFF:
+        return ""
+    return chr(code)
+
+
+def _count_hex(value: str | None) -> int | None:
+    """A hexadecimal code (w:char's "F0B4") as a number; None unless it is one of 1 to 6 hex digits."""
+    return int(value, 16) if value is not None and re.fullmatch(r"[0-9A-Fa-f]{1,6}", value) else None
 
 
 def _labelled(text: str, label: str) -> str:

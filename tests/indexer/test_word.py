@@ -409,3 +409,21 @@ def test_a_position_tab_spaces_words_and_a_phonetic_guide_follows_its_base(tmp_p
         "</w:t></w:r></w:rubyBase></w:ruby></w:r>"))
     document.save(tmp_path / "guides.docx")
     assert extract_docx(tmp_path / "guides.docx").paragraphs == ["Contents Page", "Written 漢字(かんじ)"]
+
+
+def test_symbols_read_as_the_unicode_characters_they_show(tmp_path):
+    """Insert > Symbol's characters (w:sym) read as they show: a Symbol font's code (the private-use U+F0xx Word writes)
+    as the Adobe Symbol encoding's character ("×", "α", "≤"), a Wingdings one with a standard character (a check
+    mark) as it, another font's code as the code point it names; a Wingdings icon of no Unicode character, a
+    private-use code of another font, and a code that is no number give no text and stop nothing."""
+    def sym(font: str, char: str) -> str:
+        return f'<w:r><w:sym w:font="{font}" w:char="{char}"/></w:r>'
+
+    document = docx.Document()
+    for runs in (["Price", sym("Symbol", "F0B4"), "two"],
+                 [sym("Symbol", "F061"), sym("Symbol", "F0A3"), sym("Symbol", "F062"), "holds"],
+                 [sym("Wingdings", "F0FC"), "Done", sym("Wingdings", "F021"), sym("Calibri", "F0B4")],
+                 ["Cost", sym("Times New Roman", "20AC"), "5", sym("Arial", "zz"), sym("Arial", "D800")]):
+        xml = "".join(r if r.startswith("<") else f"<w:r><w:t xml:space=\"preserve\"> {r} </w:t></w:r>" for r in runs)
+        document.add_paragraph()._p.append(parse_xml(f'<w:hyperlink {nsdecls("w")}>{xml}</w:hyperlink>'))
+    assert paragraphs(document, tmp_path) == ["Price × two", "α≤β holds", "✔ Done", "Cost € 5"]
