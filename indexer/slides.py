@@ -5,7 +5,8 @@
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's
 shapes in place of the group), each paragraph of a text frame one paragraph (its line breaks as spaces, its fields'
 text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell", ``documents.row_text``; a cell
-merged over rows in each of them), then the speaker's notes. Every paragraph carries its
+merged over rows in each of them), then the text of its SmartArt diagrams and charts (each box of a diagram, a
+chart's title and axis titles, one paragraph each: ``indexer.drawings``), then the speaker's notes. Every paragraph carries its
 ``slide`` (numbered from 1, hidden slides included) and, when the slide has a title, ``section`` (the title), so
 that chunking never mixes two slides. The document's title is its title property, else the first slide's title;
 its metadata has ``slides``, the count. A file python-pptx cannot open is ``Unreadable``.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spanseek.indexer.documents import Extracted, IngestError, Unreadable, error_text, table_rows, zip_bomb
+from spanseek.indexer.drawings import drawing_ids, related_texts
 
 _OLE = b"\xd0\xcf\x11\xe0"  # an encrypted .pptx, or an old binary .ppt, is an OLE (Compound File) file
 
@@ -62,7 +64,7 @@ def _paragraph_texts(frame: Any) -> list[str]:
 
 
 def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
-    """(the slide's title, its paragraphs in reading order: the title, shapes, the notes)."""
+    """(the slide's title, its paragraphs in reading order: the title, shapes, diagrams and charts, the notes)."""
     title_shape = slide.shapes.title
     title = _line(title_shape.text_frame.text) if title_shape is not None and title_shape.has_text_frame else ""
     paragraphs = [title] if title else []
@@ -73,6 +75,8 @@ def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
             paragraphs += _table_rows(shape.table)
         elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
             paragraphs += _paragraph_texts(shape.text_frame)
+    paragraphs += [text for shape in _shapes(slide.shapes) for rid in drawing_ids(shape._element)
+                   for text in related_texts(slide.part, rid)]
     if slide.has_notes_slide and (notes := slide.notes_slide.notes_text_frame) is not None:
         paragraphs += _paragraph_texts(notes)
     return title or None, paragraphs

@@ -6,10 +6,10 @@ The body is read in order: paragraphs, the rows of tables and the contents of co
 contents, nor a placeholder's prompt). A paragraph's text is its runs' (hyperlinks, fields' results, tracked
 insertions; not tracked deletions, field codes, comments or hidden text), after its list number or bullet as Word
 shows it ("2. Configure", "1.2 Scope", "• Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow
-it as paragraphs of their own; a phonetic guide (ruby) follows its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows
-(``_symbol``). A table row is one
-paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall; Departure: 09:15"), as
-Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section
+it as paragraphs of their own, as do its SmartArt diagrams' boxes and its charts' titles (``indexer.drawings``); a
+phonetic guide (ruby) follows its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows
+(``_symbol``). A table row is one paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall;
+Departure: 09:15"), as Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section
 (``documents.Sections``). Page headers and footers are left out. A file python-docx cannot open is ``Unreadable``,
 with what it is instead where its first bytes tell (an OLE file: a password-protected .docx or an old .doc; a PDF,
 RTF or OpenDocument file renamed; a truncated zip).
@@ -32,6 +32,7 @@ from spanseek.indexer.documents import (
     stacked_names,
     zip_bomb,
 )
+from spanseek.indexer.drawings import DRAWINGS, drawing_ids, related_texts
 
 _HEADING = re.compile(r"heading\s*(\d)", re.I)
 _OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc, or an encrypted .docx
@@ -234,6 +235,8 @@ class _WordText:
 
         self.document = document
         self.styles = _Styles(document)
+        self.parts: dict[str, Any] = {}  # the parts read by ``_part``, by relationship
+        self.part = document.part  # the part being read: its relationships name the drawings' parts
         self.numbering = _Numbering(self._part("numbering"), self.styles)
         self.sections = Sections()
         self.title: str | None = None
@@ -248,6 +251,7 @@ class _WordText:
 
         for rel in self.document.part.rels.values():
             if rel.reltype.endswith(f"/{name}") and not rel.is_external:
+                self.parts[name] = rel.target_part
                 return parse_xml(rel.target_part.blob)
         return None
 
@@ -286,6 +290,8 @@ class _WordText:
                 parts.append(_symbol(child))
             elif tag == f"{_W}txbxContent":
                 extras.append(("box", child))
+            elif tag in DRAWINGS:  # a SmartArt diagram or a chart: its text, in a part of its own, after the paragraph
+                extras += [("drawing", rid) for rid in drawing_ids(child)]
             elif tag in (f"{_W}footnoteReference", f"{_W}endnoteReference"):
                 extras.append((tag[len(_W):-len("Reference")], child.get(f"{_W}id")))
             elif tag == f"{_W}ruby":  # a phonetic guide over its base text: the base, the guide after it in brackets,
@@ -336,9 +342,14 @@ class _WordText:
         for kind, item in extras:
             if kind == "box":
                 self.blocks(item, level_allowed=False)
+            elif kind == "drawing":
+                for text in related_texts(self.part, item):
+                    self.sections.add(text)
             elif (kind, item) not in self.read_notes and (note := self.notes[kind].get(item)) is not None:
                 self.read_notes.add((kind, item))
+                self.part, part = self.parts[f"{kind}s"], self.part
                 self.blocks(note, level_allowed=False)
+                self.part = part
 
     def cell(self, tc: Any, extras: list[tuple[str, Any]]) -> str:
         """A table cell's text on one line: its paragraphs and its nested tables' rows, a space apart."""

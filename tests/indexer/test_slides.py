@@ -108,3 +108,66 @@ def test_line_breaks_and_cells_merged_over_rows_read_as_on_the_slide(tmp_path):
     assert extract_pptx(tmp_path / "ferries.pptx").paragraphs == [
         "Ferries", "Opens at nine closes at five", "Region: North; Town: Ayr; Ferries: 2",
         "Region: North; Town: Bute; Ferries: 1", "Region: South; Town: Cove", "Opens at nine closes at five"]
+
+
+DIAGRAM_DATA = """<dgm:dataModel xmlns:dgm="http://schemas.openxmlformats.org/drawingml/2006/diagram"
+ xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"><dgm:ptLst>
+<dgm:pt modelId="0" type="doc"><dgm:t><a:bodyPr/><a:p><a:r><a:t>not a box</a:t></a:r></a:p></dgm:t></dgm:pt>
+<dgm:pt modelId="3"><dgm:t><a:bodyPr/><a:p><a:r><a:t>Sail</a:t></a:r></a:p></dgm:t></dgm:pt>
+<dgm:pt modelId="1"><dgm:t><a:bodyPr/><a:p><a:r><a:t>Check in</a:t></a:r></a:p></dgm:t></dgm:pt>
+<dgm:pt modelId="2"><dgm:t><a:bodyPr/><a:p><a:r><a:t>Board the</a:t></a:r></a:p><a:p><a:r><a:t>ferry</a:t></a:r></a:p></dgm:t></dgm:pt>
+<dgm:pt modelId="9" type="sibTrans"><dgm:t><a:bodyPr/><a:p><a:r><a:t>arrow</a:t></a:r></a:p></dgm:t></dgm:pt>
+<dgm:pt modelId="8" type="pres"/>
+</dgm:ptLst><dgm:cxnLst>
+<dgm:cxn modelId="20" srcId="0" destId="3" srcOrd="2"/><dgm:cxn modelId="21" srcId="0" destId="1" srcOrd="0"/>
+<dgm:cxn modelId="22" srcId="0" destId="2" srcOrd="1"/><dgm:cxn modelId="23" type="presOf" srcId="1" destId="8"/>
+</dgm:cxnLst></dgm:dataModel>"""
+
+
+def add_diagram(slide, data: bytes, number: int = 1) -> None:
+    """A SmartArt graphic frame whose data part holds ``data`` (python-pptx cannot make one)."""
+    from pptx.opc.package import Part
+    from pptx.opc.packuri import PackURI
+    from pptx.oxml import parse_xml
+
+    part = Part(PackURI(f"/ppt/diagrams/data{number}.xml"), "application/vnd.openxmlformats-officedocument.drawingml.diagramData+xml",
+                slide.part.package, data)
+    rid = slide.part.relate_to(part, "http://schemas.openxmlformats.org/officeDocument/2006/relationships/diagramData")
+    slide.shapes._spTree.append(parse_xml(
+        '<p:graphicFrame xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main" '
+        'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main" '
+        'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+        '<p:nvGraphicFramePr><p:cNvPr id="40" name="Diagram"/><p:cNvGraphicFramePr/><p:nvPr/></p:nvGraphicFramePr>'
+        '<p:xfrm><a:off x="0" y="0"/><a:ext cx="100" cy="100"/></p:xfrm><a:graphic>'
+        '<a:graphicData uri="http://schemas.openxmlformats.org/drawingml/2006/diagram">'
+        '<dgm:relIds xmlns:dgm="http://schemas.openxmlformats.org/drawingml/2006/diagram" '
+        f'r:dm="{rid}" r:lo="{rid}" r:qs="{rid}" r:cs="{rid}"/></a:graphicData></a:graphic></p:graphicFrame>'))
+
+
+def test_smartart_boxes_and_chart_titles_read_after_the_slides_other_text(tmp_path):
+    """A SmartArt diagram's boxes (in its own part) read in the diagram's order, each a paragraph (not the diagram's
+    own point, its arrows or how it is drawn), and a chart's title and axis titles, after the slide's other text and
+    before its notes; a diagram part of damaged XML reads nothing and stops nothing."""
+    from pptx.chart.data import CategoryChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Crossing"
+    add_diagram(slide, DIAGRAM_DATA.encode())
+    data = CategoryChartData()
+    data.categories = ["Mon", "Tue"]
+    data.add_series("Cars", (40, 52))
+    chart = slide.shapes.add_chart(XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(1), Inches(4), Inches(4), Inches(2), data).chart
+    chart.chart_title.text_frame.text = "Cars carried per day"
+    chart.value_axis.axis_title.text_frame.text = "Cars"
+    slide.shapes.add_textbox(Inches(1), Inches(6), Inches(4), Inches(1)).text_frame.text = "Book ahead in summer."
+    slide.notes_slide.notes_text_frame.text = "Mention the queue."
+    damaged = deck.slides.add_slide(deck.slide_layouts[5])
+    damaged.shapes.title.text = "Damaged"
+    add_diagram(damaged, b"<dgm:dataModel", 2)
+    deck.save(str(tmp_path / "d.pptx"))
+    extracted = extract_pptx(tmp_path / "d.pptx")
+    assert extracted.paragraphs == ["Crossing", "Book ahead in summer.", "Check in", "Board the ferry", "Sail",
+                                    "Cars carried per day", "Cars", "Mention the queue.", "Damaged"]
+    assert [m["slide"] for m in extracted.paragraph_meta] == [1] * 8 + [2]

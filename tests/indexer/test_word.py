@@ -427,3 +427,41 @@ def test_symbols_read_as_the_unicode_characters_they_show(tmp_path):
         xml = "".join(r if r.startswith("<") else f"<w:r><w:t xml:space=\"preserve\"> {r} </w:t></w:r>" for r in runs)
         document.add_paragraph()._p.append(parse_xml(f'<w:hyperlink {nsdecls("w")}>{xml}</w:hyperlink>'))
     assert paragraphs(document, tmp_path) == ["Price × two", "α≤β holds", "✔ Done", "Cost € 5"]
+
+
+def add_drawing(document, paragraph, name: str, content_type: str, reltype: str, xml: str, graphic: str) -> None:
+    """A drawing in ``paragraph`` whose text is in a part of its own (``name``, holding ``xml``), as Word saves a
+    SmartArt diagram or a chart (python-docx makes neither); ``graphic`` is its graphicData with ``{rid}``."""
+    from docx.opc.packuri import PackURI
+    from docx.opc.part import Part
+
+    rid = document.part.relate_to(Part(PackURI(name), content_type, xml.encode(), document.part.package), reltype)
+    paragraph._p.append(parse_xml(
+        f'<w:r {nsdecls("w", "a", "r", "wp")}><w:drawing><wp:inline><a:graphic>{graphic.format(rid=rid)}'
+        "</a:graphic></wp:inline></w:drawing></w:r>"))
+
+
+def test_smartart_boxes_and_chart_titles_follow_their_paragraph(tmp_path):
+    """A SmartArt diagram's boxes and a chart's title and axis title (its own text, or the cell it shows) are in
+    parts of their own, and read as paragraphs after the paragraph that holds them, as its text boxes do."""
+    relations = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    drawingml = "http://schemas.openxmlformats.org/drawingml/2006"
+    document = docx.Document()
+    add_drawing(document, document.add_paragraph("Steps:"), "/word/diagrams/data1.xml",
+                "application/vnd.openxmlformats-officedocument.drawingml.diagramData+xml", f"{relations}/diagramData",
+                f'<dgm:dataModel xmlns:dgm="{drawingml}/diagram" xmlns:a="{drawingml}/main"><dgm:ptLst>'
+                '<dgm:pt modelId="0" type="doc"/><dgm:pt modelId="1"><dgm:t><a:p><a:r><a:t>Weigh the catch</a:t>'
+                "</a:r></a:p></dgm:t></dgm:pt></dgm:ptLst><dgm:cxnLst/></dgm:dataModel>",
+                f'<a:graphicData uri="{drawingml}/diagram"><dgm:relIds xmlns:dgm="{drawingml}/diagram" '
+                'r:dm="{rid}"/></a:graphicData>')
+    add_drawing(document, document.add_paragraph(), "/word/charts/chart1.xml",
+                "application/vnd.openxmlformats-officedocument.drawingml.chart+xml", f"{relations}/chart",
+                f'<c:chartSpace xmlns:c="{drawingml}/chart" xmlns:a="{drawingml}/main"><c:chart><c:title><c:tx>'
+                "<c:strRef><c:f>Sheet1!$A$1</c:f><c:strCache><c:pt idx=\"0\"><c:v>Landings by month</c:v></c:pt>"
+                "</c:strCache></c:strRef></c:tx></c:title><c:plotArea><c:catAx/><c:valAx><c:title><c:tx><c:rich>"
+                "<a:p><a:r><a:t>Tonnes</a:t></a:r></a:p></c:rich></c:tx></c:title></c:valAx></c:plotArea></c:chart>"
+                "</c:chartSpace>",
+                f'<a:graphicData uri="{drawingml}/chart"><c:chart xmlns:c="{drawingml}/chart" r:id="{{rid}}"/>'
+                "</a:graphicData>")
+    document.add_paragraph("After.")
+    assert paragraphs(document, tmp_path) == ["Steps:", "Weigh the catch", "Landings by month", "Tonnes", "After."]
