@@ -135,6 +135,8 @@ class _Table:
     cells: int = 0  # the table's own cells read
     copies: int = 0  # the cells spanning rows read again in the rows below
     headed: bool = False  # a header cell was read: its cells spanning rows are read in each (``SPAN_COPIES``)
+    labels: list[int] = field(default_factory=list)  # the columns of the open row's header cells spanning rows
+    copied: list[int] = field(default_factory=list)  # where the open row has such a cell again
 
     def _spanned_cells(self) -> None:
         """The cells that rows above span into the open row at its end, so the cells after them keep their column."""
@@ -144,6 +146,8 @@ class _Table:
             if cell[0] and (not self.headed or self.copies >= SPAN_COPIES * self.cells):  # (``_split_row_spans``)
                 cell = ("", *cell[1:])
             self.copies += bool(cell[0])
+            if cell[0] and cell[1]:
+                self.copied.append(len(self.row))
             self.row.append(cell)
             if left > 1:
                 self.spanned[column] = (left - 1, cell)
@@ -159,10 +163,13 @@ class _Table:
             self.cells += 1
             self.headed = self.headed or self.head
             if self.rowspan > 1:  # the rows below have it again in its first column, each row whole in itself (a
-                # header cell's name only), and an empty cell of its name in the others (``_split_row_spans``)
+                # header cell's name only, unless its row is of the body: ``end_row``), and an empty cell of its name
+                # in the others (``_split_row_spans``)
                 for column in range(len(self.row), len(self.row) + self.span):
                     again = text if column == len(self.row) and not self.head else ""
                     self.spanned[column] = (self.rowspan - 1, (again, self.head, text))
+                if self.head:
+                    self.labels.append(len(self.row))
             self.row += [(text, self.head, text), *[("", self.head, text)] * (self.span - 1)]
             self.cell = None
 
@@ -171,7 +178,18 @@ class _Table:
         if self.row is not None:
             self._spanned_cells()
         row, self.row = self.row, None
-        return self.rows.row(row) if row else []
+        labels, copied, self.labels, self.copied = self.labels, self.copied, [], []
+        if not row:
+            return []
+        if not all(head for _, head, _ in row):  # a header cell spanning body rows is their label: each row names it
+            for column in labels:
+                if column in self.spanned:
+                    left, (_, head, name) = self.spanned[column]
+                    self.spanned[column] = (left, (name, head, name))
+        else:  # a header row that a label spans into: the label names no column here
+            for at in copied:
+                row[at] = ("", *row[at][1:])
+        return self.rows.row(row)
 
 
 class _HTMLText(HTMLParser):
@@ -500,7 +518,9 @@ def _split_row_spans(tree: Any) -> None:
     """Each body cell (<td>) spanning rows made a cell of one row, and a copy of it put in its columns in each row
     it spans: trafilatura reads such a cell in its first row only, so the rows under it lost it ("City: Bute;
     Population: 200" under a "Region: North" over two rows), where each row should read whole, as a passage of its
-    own ("Region: North; City: Bute; ..."), as Word's do. Header cells (<th>) are left to ``_stack_header_rows``. A
+    own ("Region: North; City: Bute; ..."), as Word's do; so is a header cell spanning rows in a row of the body, a
+    row's label (<th rowspan> "North" beside the cells of two towns). Header rows' cells are left to
+    ``_stack_header_rows``. A
     table without header cells (<th>, <thead>: a page's layout, ``SPAN_COPIES``) or whose copies would outnumber its
     own cells (spans that push each row's cells past the last, a hostile page's) is left as it is. Run after
     ``_clamp_spans``."""
@@ -516,6 +536,7 @@ def _split_row_spans(tree: Any) -> None:
             cells = [cell for cell in row if cell.tag in _CELL]
             own += len(cells)
             headed = headed or any(cell.tag == "th" for cell in cells)
+            body = any(cell.tag == "td" for cell in cells)  # (a header cell in it is a row's label)
             for cell in [*cells, None]:  # None: the row's end
                 while column in spanned and len(copies) <= SPAN_COPIES * own:  # the cells rows above span into it
                     left, spanning = spanned[column]
@@ -529,7 +550,7 @@ def _split_row_spans(tree: Any) -> None:
                     column += width
                 if cell is None:
                     break
-                if cell.tag == "td" and (depth := _span(cell.get("rowspan"))) > 1:
+                if (cell.tag == "td" or body) and (depth := _span(cell.get("rowspan"))) > 1:
                     spanned.update(dict.fromkeys(range(column, column + _span(cell.get("colspan"))), (depth - 1, cell)))
                 column += _span(cell.get("colspan"))
         if not copies or not headed or len(copies) > SPAN_COPIES * own:

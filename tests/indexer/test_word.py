@@ -377,6 +377,24 @@ def test_a_cell_spanning_rows_reads_in_each_of_its_rows_in_word_html_and_markdow
                         ).paragraphs[2:] == spanned
 
 
+def test_a_header_cell_spanning_body_rows_labels_each_of_them_in_html_and_markdown(tmp_path):
+    """A row label (<th rowspan> in a body row's first column, "North" beside two towns) names each row it spans, as
+    a body cell spanning rows does, so each row reads whole; a column's header cell spanning the header rows
+    ("Region" beside "Town" over "City" and "Population") still names its column once, not as a row's text."""
+    from spanseek.indexer.markup import extract_html, extract_markdown
+
+    html = ("<table><tr><th rowspan='2'>Region</th><th colspan='2'>Town</th></tr><tr><th>City</th><th>Population</th>"
+            "</tr><tr><th rowspan='2'>North</th><td>Ayr</td><td>100</td></tr><tr><td>Bute</td><td>200</td></tr>"
+            "<tr><th>South</th><td>Cove</td><td>300</td></tr></table>")
+    expected = ["Region: North; Town / City: Ayr; Town / Population: 100",
+                "Region: North; Town / City: Bute; Town / Population: 200",
+                "Region: South; Town / City: Cove; Town / Population: 300"]
+    assert extract_markdown(f"Towns\n\n{html}\n").paragraphs[1:] == expected
+    text = "<p>" + "Kellerton harbour opened in 1872 and grew through the next century. " * 8 + "</p>"
+    page = extract_html(f"<html><body><main><article><h1>Towns</h1>{text}{html}</article></main></body></html>")
+    assert page.paragraphs[2:] == expected  # main content (trafilatura)
+
+
 def test_a_list_item_deleted_with_tracked_changes_takes_no_number(tmp_path):
     """A list item deleted with tracked changes on (its text and its paragraph mark) is gone once the changes are
     accepted, as the document is read: the items after it keep the numbers Word then shows ("2. Third", not
