@@ -254,8 +254,10 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
         for page in PDFPage.create_pages(document):
             interpreter.process_page(page)
             layout = device.get_result()
-            boxes = pdf_layout.split_headings(_page_boxes(layout, laparams))
-            runs = pdf_layout.paragraphs(pdf_layout.reading_order(boxes))
+            # a heading is cut from its box once the boxes are in order, so that it stays right above its paragraph
+            # (cut first, it could fall a row apart from it: a box of the next column level with it came between)
+            boxes = pdf_layout.split_headings(pdf_layout.reading_order(_page_boxes(layout, laparams)))
+            runs = pdf_layout.paragraphs(boxes)
             images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)
             blocks, header = _named_rows([Block.of(run) for run in runs], header, layout.y0, layout.y1)
             pages.append(_Page(blocks, layout.y0, layout.y1, images))

@@ -516,6 +516,21 @@ def test_a_heading_set_right_above_its_paragraph_is_a_paragraph_of_its_own(tmp_p
     assert extract_pdf(path).paragraphs == [heading[2], BODY, f"Dredging went on. {BODY}"]
 
 
+def test_a_heading_cut_from_its_box_stays_above_its_paragraph_beside_a_column_level_with_it(tmp_path):
+    """An index's letter headings, each in one box with its first entry, in two columns read row by row: a heading
+    cut from its box is read right before its entry, not before the box of the next column that is level with it."""
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_page()
+    for x, letter, entry in ((20, "H", "Header file harbour.h . . . . . . 4"), (110, "T", "tides . . . . . . . . . . . . . . 5")):
+        pdf.set_font("helvetica", "B", 12)
+        pdf.text(x, 30, letter)
+        pdf.set_font("helvetica", "", 10)
+        pdf.text(x, 35, entry)
+    pdf.output(str(tmp_path / "index.pdf"))
+    assert extract_pdf(tmp_path / "index.pdf").paragraphs == [
+        "H", "Header file harbour.h . . . . . . 4", "T tides . . . . . . . . . . . . . . 5"]
+
+
 def test_a_paragraph_opening_with_bold_words_stays_whole(tmp_path):
     """Bold words at the start of a paragraph ("Note:", a run-in heading, a first line in bold that runs on in lower
     case) are no heading: the paragraph is one."""
