@@ -91,7 +91,13 @@ def run_eval(
                 corpus = Path(tmp) / "corpus.jsonl"
                 write_corpus(corpus, squad_documents(qf.articles))
             index = Path(tmp) / "index"
-            build_index(corpus, model, index, build or BuildOptions(progress=progress, precision=precision))
+            try:
+                build_index(corpus, model, index, build or BuildOptions(progress=progress, precision=precision))
+            except KeyboardInterrupt as e:  # the build's own message offers a resume from a folder removed now
+                how = "stopped by SIGTERM; " if str(e).startswith("stopped by SIGTERM") else ""
+                raise KeyboardInterrupt(f"{how}the temporary index of the questions' passages is removed: the same "
+                                        "command builds it again (`spanseek index build` builds one to keep and "
+                                        "resume, for --index)") from None
         searcher = open_searcher(index, model, precision=precision, reader=reader)
         metrics = evaluate(searcher, qs, reading_comprehension=reading_comprehension, progress=progress,
                            rc_decode=rc_decode, params=params, per_question=per_question,

@@ -58,6 +58,23 @@ def test_run_eval_over_the_question_files_paragraphs(tmp_path, tiny_squad, tiny_
     assert m["phrase"]["em@10"] >= m["phrase"]["em@1"] and m["passage"]["acc@20"] >= m["passage"]["acc@5"] >= m["passage"]["acc@1"]
 
 
+def test_an_interrupted_temporary_index_is_not_offered_for_resuming(tmp_path, tiny_squad, tiny_model_dir,
+                                                                     monkeypatch):
+    """Stopped while it indexes the question file's paragraphs, eval says the temporary index goes with it: the
+    build's "the same command resumes the build in DIR" would name a folder that is removed."""
+    import spanseek.indexer.build as build
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(build, "_build_locked", stop)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        run_eval(tiny_squad, tiny_model_dir, limit=2, progress=False)
+    assert "resumes the build in" not in str(stopped.value)
+    assert str(stopped.value).startswith("stopped by SIGTERM; the temporary index of the questions' passages is "
+                                         "removed")
+
+
 def test_cli_search_prints_json_lines(tiny_index, tiny_model_dir, capsys):
     questions = ["When did Alba build the castle?", "Who built the bridge?"]
     for unit in ("phrase", "passage", "doc"):
