@@ -138,9 +138,9 @@ def scores_into(queries: np.ndarray, xb: np.ndarray, out: np.ndarray, workers: i
     is ``xb.T`` contiguous: the pieces are then products by its (d, columns) pieces, faster and with the same bits.
     Up to ``SMALL_ROWS`` rows (one to four questions), torch's tall product ``xb @ queries.T``, which reads the
     index once where the pieces read it about twice as slowly (the same bits for any thread count too, but summed
-    otherwise than the pieces: a question's scores may differ in the last bits between a batch of up to four
-    questions and a larger one); with ``wide_product()`` "mkl", more rows are torch's product into ``out`` (torch's
-    threads, ``workers`` and ``xt`` unused)."""
+    otherwise than the pieces, and for one question's 2 rows otherwise than for more: a question's scores may differ
+    in the last bits between it alone, two to four questions together and a larger batch); with ``wide_product()``
+    "mkl", more rows are torch's product into ``out`` (torch's threads, ``workers`` and ``xt`` unused)."""
     import torch
 
     if len(queries) <= SMALL_ROWS:
