@@ -79,7 +79,8 @@ def problems(expr: str, series: dict[str, dict[str, set[str]]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def scraped(tiny_index, tiny_model_dir, tmp_path_factory) -> dict[str, dict[str, set[str]]]:
-    """/metrics of an app with live writes on, after a search of each unit, a refused one, a write and a delete."""
+    """/metrics of an app with live writes on, after a search of each unit, refused ones (one asking for read), a
+    write and a delete."""
     from spanseek.service.settings import Settings
     from tests.service.conftest import serving
 
@@ -91,6 +92,8 @@ def scraped(tiny_index, tiny_model_dir, tmp_path_factory) -> dict[str, dict[str,
         for unit in ("phrase", "passage", "doc"):
             assert c.post(f"/search?unit={unit}", headers=key, json={"query": "who built it"}).status_code == 200
         assert c.post("/search", headers=key, json={"query": "x", "top_k": 0}).status_code == 400
+        # asking for read (refused: no reader here): the read="true" series the reading latency alert selects
+        assert c.post("/search", headers=key, json={"query": "x", "read": True}).status_code == 400
         doc = {"id": "d1", "title": "Harbour", "paragraphs": ["In 1410 Gala built the bridge."]}
         assert c.put("/documents", headers=key, json=doc).status_code == 200
         assert c.delete("/documents/d1", headers=key).status_code == 200

@@ -38,13 +38,15 @@ def free_port() -> int:
 
 
 def load(url: str, stop: threading.Event, seed: int) -> None:
-    """Closed-loop client: searches of every unit (and a few refused requests) until ``stop``."""
+    """Closed-loop client: searches of every unit, a fifth of them reading (and a few refused requests) until
+    ``stop``."""
     rng = random.Random(seed)
     with httpx.Client(base_url=url, timeout=30, headers=KEY) as c:
         while not stop.is_set():
             unit = rng.choice(["phrase", "passage", "doc"])
             top_k = rng.choice([1, 3, 10, 0 if rng.random() < 0.05 else 5])  # some 400s feed the error panel
-            c.post(f"/search?unit={unit}", json={"queries": [f"who built castle {rng.randint(1, 99)}"], "top_k": top_k})
+            c.post(f"/search?unit={unit}", json={"queries": [f"who built castle {rng.randint(1, 99)}"], "top_k": top_k,
+                                                 "read": rng.random() < 0.2})
             time.sleep(0.005)
 
 
@@ -80,7 +82,7 @@ def idle_histogram(prom: str, expr: str) -> bool:
     return bool(counts) and all(float(e["value"][1]) == 0 for e in events)
 
 
-def test_every_dashboard_expression_returns_data(settings_for, live, tmp_path):
+def test_every_dashboard_expression_returns_data(settings_for, live, tmp_path, tiny_reader):
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("prometheus not installed (make system-deps installs it)")
@@ -89,7 +91,8 @@ def test_every_dashboard_expression_returns_data(settings_for, live, tmp_path):
     rules = [r["expr"] for g in yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"]
              for r in g["rules"]]
     app = create_app(settings_for(max_batch_size=8, max_wait_ms=2, writes=True, api_key="key",
-                                  live_dir=tmp_path / "live", merge_tokens=0, write_wait_ms=20))
+                                  live_dir=tmp_path / "live", merge_tokens=0, write_wait_ms=20,
+                                  reader=str(tiny_reader), reader_precision="fp32"))
     with live(app) as url:
         target = url.removeprefix("http://")
         for rules_file in ("alerts.yml", "thresholds.yml"):
