@@ -125,6 +125,14 @@ def _word_cuts() -> re.Pattern[str]:
                       f"|(?<=[{alone}])(?![{_char_class(_ranges(by_cat['M']))}])")
 
 
+def prepare_word_cuts(tokenizer) -> None:
+    """Build the word-cut pattern now if ``tokenizer`` is one ``tokenize_passage_steps`` cuts texts for, so that the
+    first long paragraph does not pay for it (its pass over Unicode: 0.3-0.4 s on a 2-core CPU, holding the GIL).
+    The service calls it at start when writes are on."""
+    if splits_like_bert(tokenizer):
+        _word_cuts()
+
+
 def word_cut(text: str, start: int, size: int) -> int:
     """Where the piece of ``text`` from ``start`` ends: the last word boundary (``_word_cuts``) at most ``size``
     characters on, else the first one after that (a word longer than ``size`` stays whole), else the end."""

@@ -35,6 +35,7 @@ from spanseek.core.params import SearchFilter
 from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
 from spanseek.core.stopping import Stopped
+from spanseek.core.text import prepare_word_cuts
 from spanseek.indexer.live import BASES, WAL_DIR, DocumentEncoder, HeldDocuments, LiveStore
 from spanseek.service.errors import PayloadTooLarge
 from spanseek.service.file_reader import FileReader
@@ -137,6 +138,7 @@ class LiveWrites:
         self.encoder = DocumentEncoder(base.encoder.model, base.index.manifest.filter_threshold,
                                        chunk_tokens=settings.write_chunk_tokens,
                                        analyzer=base.index.lexical.analyzer if base.index.lexical else ANALYZER)
+        prepare_word_cuts(self.encoder.tokenizer)  # here, while loading, not in the first long paragraph's write
         self.store = LiveStore(live_dir_of(settings), settings.index, base.index, self.encoder, self._publish,
                                model=settings.model)
         # uploaded files are read in a process of their own (started at the first upload), counted by the model's

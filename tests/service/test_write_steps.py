@@ -274,3 +274,21 @@ async def test_a_search_is_answered_while_a_write_step_runs_in_its_lower_priorit
 def test_write_nice_out_of_range_is_refused_naming_it(settings_for):
     with pytest.raises(ValidationError, match="write_nice"):
         settings_for(write_nice=20)
+
+
+def test_the_first_long_paragraph_written_does_not_build_the_word_cuts(settings_for, tmp_path, monkeypatch):
+    """The pattern that cuts a long paragraph at word boundaries (core.text: a pass over Unicode, 0.3-0.4 s on 2 CPU
+    cores holding the GIL) was built by the first long paragraph written, which paid for it in its write and held
+    every search meanwhile. Now a service with writes builds it while it loads."""
+    from spanseek.core import text as text_module
+    from spanseek.indexer import live as live_module
+
+    text_module._word_cuts.cache_clear()
+    monkeypatch.setattr(live_module, "TOKENIZE_STEP_CHARS", 200)
+    settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        assert text_module._word_cuts.cache_info().misses == 1  # built while loading
+        doc = {"id": "long", "title": "Long", "paragraphs": ["the harbour bridge of the island " * 20]}
+        assert client.put("/documents", headers={"X-API-Key": "key"}, json=doc).status_code == 200
+    cuts = text_module._word_cuts.cache_info()
+    assert (cuts.misses, cuts.hits > 0) == (1, True)  # the write cut its paragraph with the pattern built at start
