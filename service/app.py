@@ -368,7 +368,7 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes,
                        max_file_bytes=settings.max_file_bytes, metrics=metrics,
                        on_error=count_error, body_timeout_s=settings.body_timeout_s,
-                       access_log_per_s=settings.access_log_per_s)
+                       access_log_per_s=settings.access_log_per_s, keep_alive_s=settings.keep_alive_s)
     if settings.cors_origins:  # outermost: the errors the middlewares send themselves (413, 408, 500) carry it too
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],

@@ -37,14 +37,24 @@ def _unit_label(scope: Scope) -> str:
     return values[-1] if values[-1] in UNITS else "invalid"  # the last value: the one FastAPI reads
 
 
+def keeps_alive(scope: Scope, request: Headers, response: MutableHeaders) -> bool:
+    """Whether the connection stays open after this answer: HTTP/1.1, and neither the request nor the answer says
+    ``Connection: close`` (the server then closes it after the answer)."""
+    closing = any("close" in h.get("connection", "").lower() for h in (request, response))
+    return scope.get("http_version") == "1.1" and not closing
+
+
 class RequestContextMiddleware:
     """Assigns the request id, enforces ``max_body_bytes`` (``max_file_bytes`` for a file written to /files/) and
-    ``body_timeout_s``, times /search and turns crashes into ErrorResponse."""
+    ``body_timeout_s``, times /search and turns crashes into ErrorResponse. With ``keep_alive_s``, an answer on a
+    connection kept open says how long the server keeps it idle (``Keep-Alive: timeout=N``), so a client that reads
+    the header gives the connection up before the server closes it instead of racing the close."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: ServiceMetrics,
                  on_error: Callable[[str], Any] | None = None, body_timeout_s: float | None = None,
-                 access_log_per_s: float = 0.0, max_file_bytes: int | None = None):
+                 access_log_per_s: float = 0.0, max_file_bytes: int | None = None, keep_alive_s: int | None = None):
         self.app = app
+        self.keep_alive = None if keep_alive_s is None else f"timeout={keep_alive_s}"
         self.max_body_bytes = max_body_bytes
         self.max_file_bytes = max_body_bytes if max_file_bytes is None else max_file_bytes
         self.body_timeout_s = body_timeout_s
@@ -88,7 +98,10 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
                 status_holder["started"] = True
-                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+                response_headers = MutableHeaders(scope=message)
+                response_headers["X-Request-ID"] = request_id
+                if self.keep_alive is not None and keeps_alive(scope, headers, response_headers):
+                    response_headers["Keep-Alive"] = self.keep_alive
             await send(message)
 
         try:

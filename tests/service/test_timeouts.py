@@ -250,3 +250,23 @@ def test_an_idle_kept_alive_connection_is_closed_silently_after_keep_alive_s(set
         assert data == b"" and 0.8 < took < 3
         sock.close()
         assert (_cut(addr, "head"), _cut(addr, "request"), _cut(addr, "unread_answer")) == (0, 0, 0)
+
+
+def test_an_answer_says_how_long_its_connection_is_kept_idle(settings_for):
+    """No answer said when the server closes an idle connection, so a client could only guess, and race the close
+    when it guessed long (a request sent as it closes is lost). Each answer on a connection the server keeps open now
+    carries ``Keep-Alive: timeout=<keep_alive_s>`` (clients such as Node's undici give the connection up before it);
+    one the server closes after answering (the request said ``Connection: close``, or HTTP/1.0) says none."""
+    import httpx
+
+    settings = settings_for(port=_free_port(), keep_alive_s=42)
+    with spanseek_server(settings) as (host, port), httpx.Client(base_url=f"http://{host}:{port}") as client:
+        for path in ("/health", "/no-such-route"):  # an error answer keeps its connection open too
+            assert client.get(path).headers.get("keep-alive") == "timeout=42", path
+        for request in (b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                        b"GET /health HTTP/1.0\r\n\r\n"):
+            with socket.create_connection((host, port)) as sock:
+                sock.sendall(request)
+                data, _ = _read_until_closed(sock, 5)
+            head = data.split(b"\r\n\r\n", 1)[0].lower()
+            assert head.startswith(b"http/1.1 200") and b"keep-alive" not in head, data
