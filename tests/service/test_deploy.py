@@ -30,11 +30,12 @@ def dashboard_exprs() -> list[str]:
     return [t["expr"] for p in panels for t in p.get("targets", [])]
 
 
-def compose_config(*files: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``docker-compose config`` of deploy/ with ``files`` and only ``env`` (plus PATH) in the environment."""
+def compose_config(*files: str, where: Path = DEPLOY, **env: str) -> subprocess.CompletedProcess[str]:
+    """``docker-compose config`` of deploy/ (or a copy of it, ``where``) with ``files`` and only ``env`` (plus PATH)
+    in the environment."""
     compose = needs("docker-compose")
-    args = [a for f in files for a in ("-f", str(DEPLOY / f))]
-    return subprocess.run([compose, *args, "config"], capture_output=True, text=True, timeout=60, cwd=DEPLOY,
+    args = [a for f in files for a in ("-f", str(where / f))]
+    return subprocess.run([compose, *args, "config"], capture_output=True, text=True, timeout=60, cwd=where,
                           env={"PATH": os.environ.get("PATH", ""), **env})
 
 
@@ -86,6 +87,18 @@ def test_compose_serves_an_alias_in_the_mounted_folder():
     from spanseek.service.settings import Settings
 
     assert Settings(index="/data/index/").index == Path("/data/index")  # the trailing slash is harmless
+
+
+def test_compose_without_its_env_file_stops_naming_the_file(tmp_path):
+    """docker-compose v1 needs the file ``env_file`` names: deploy/spanseek.env ships for it. Deleted, or
+    SPANSEEK_ENV_FILE naming a file that is not there, the stack does not start with the settings left out: `config`
+    (and `up`) stops at once, naming the file it looked for (docs/deploy.md says how to restore it)."""
+    folder = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, folder, ignore=shutil.ignore_patterns("spanseek.env"))
+    for env, missing in (({}, folder / "spanseek.env"), ({"SPANSEEK_ENV_FILE": str(tmp_path / "own.env")},
+                                                         tmp_path / "own.env")):
+        out = compose_config("docker-compose.yml", where=folder, GRAFANA_ADMIN_PASSWORD="x", **env)
+        assert out.returncode != 0 and f"Couldn't find env file: {missing}" in out.stderr, out.stderr
 
 
 def test_gpu_file_adds_the_cuda_image_and_a_gpu():
