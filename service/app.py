@@ -309,10 +309,13 @@ def reload_on_hangup(state: ServiceState) -> bool:
 
 
 def create_app(settings: Settings, searcher_factory: SearcherFactory | None = None,
-               searcher_reopener: Reopener | None = None, tracer_provider: TracerProvider | None = None) -> FastAPI:
+               searcher_reopener: Reopener | None = None, tracer_provider: TracerProvider | None = None,
+               announce_keep_alive: bool = True) -> FastAPI:
     """Build the service app; ``searcher_factory(settings)`` defaults to opening ``settings.index``/``model``, and
     ``searcher_reopener`` (hot reload) to opening another index for the loaded encoder (service.reload). With an
-    OpenTelemetry ``tracer_provider`` (service.tracing), requests are traced; without one, nothing is."""
+    OpenTelemetry ``tracer_provider`` (service.tracing), requests are traced; without one, nothing is. With
+    ``announce_keep_alive``, answers say the server keeps an idle connection ``keep_alive_s``: only true where the
+    server was given that setting (``server_config``)."""
     metrics = ServiceMetrics()
     state = ServiceState(settings, metrics, searcher_reopener)
     factory = searcher_factory or default_searcher_factory
@@ -368,7 +371,8 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes,
                        max_file_bytes=settings.max_file_bytes, metrics=metrics,
                        on_error=count_error, body_timeout_s=settings.body_timeout_s,
-                       access_log_per_s=settings.access_log_per_s, keep_alive_s=settings.keep_alive_s)
+                       access_log_per_s=settings.access_log_per_s,
+                       keep_alive_s=settings.keep_alive_s if announce_keep_alive else None)
     if settings.cors_origins:  # outermost: the errors the middlewares send themselves (413, 408, 500) carry it too
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
@@ -386,4 +390,5 @@ def app_from_env() -> FastAPI:
 
     settings = Settings()  # type: ignore[call-arg]  # index comes from SPANSEEK_INDEX
     log.warning(started_without_serve(settings))
-    return create_app(settings, tracer_provider=provider_from_environment(os.environ))
+    # uvicorn's own --timeout-keep-alive, which the app cannot read, decides when an idle connection closes
+    return create_app(settings, tracer_provider=provider_from_environment(os.environ), announce_keep_alive=False)

@@ -48,3 +48,16 @@ def test_app_from_env_names_what_uvicorn_does_not_apply(tmp_path, monkeypatch, c
     command = line.split("flags: uvicorn ", 1)[1].split(". ", 1)[0].split()
     assert command[:2] == ["--factory", APP]
     assert uvicorn_params(command[2:])["timeout_keep_alive"] == 120
+
+
+def test_app_from_env_does_not_announce_a_keep_alive_it_cannot_know(tmp_path, monkeypatch):
+    """Under uvicorn's own command line the idle close is uvicorn's --timeout-keep-alive (5 s by default), not
+    keep_alive_s: an answer announcing ``Keep-Alive: timeout=120`` there would tell clients to keep connections the
+    server closes, so app_from_env's answers carry none (``spanseek serve``'s do: test_timeouts)."""
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("SPANSEEK_INDEX", str(tmp_path))
+    monkeypatch.setenv("SPANSEEK_KEEP_ALIVE_S", "120")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    answer = TestClient(app_from_env()).get("/health")  # no lifespan: the answer of a server still loading
+    assert "x-request-id" in answer.headers and "keep-alive" not in answer.headers
