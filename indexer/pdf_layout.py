@@ -31,6 +31,12 @@ LINE_GAP_HEIGHTS = 3.0
 FULL_LINE_SLACK = 0.2
 # ... and spans at least this share of the column's width
 WRAPPED_WIDTH = 0.5
+# a line wrapped early when the next line's first word would not have fit after it (a word processor's test, with a
+# space this many times the line's height: less than a space of most fonts, so a doubtful word fits); the line starts
+# within this share of its column's width from the column's left edge (a paragraph's first line may be indented; a
+# head set flush right over the text wraps nothing)
+SPACE_HEIGHTS = 0.2
+WRAPPED_INDENT = 0.1
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
 # cells have fewer, and are read row by row instead)
 COLUMN_LINE_CHARS = 20
@@ -231,8 +237,9 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     between consecutive baselines (within boxes and from one box to the next); a box whose first line follows the
     last one of the box before it by at most ``LINE_PITCH_SLACK`` pitches, in the same column and the same size of
     type, goes on with its paragraph when the line before it is full (reaches the column's right edge within
-    ``FULL_LINE_SLACK`` of its width, and spans ``WRAPPED_WIDTH`` of it: the text wrapped) and does not end a
-    sentence; a short line (a heading, a list item, a contents line, a head set flush right) ends its paragraph, and
+    ``FULL_LINE_SLACK`` of its width, and spans ``WRAPPED_WIDTH`` of it: the text wrapped) or wrapped early (the
+    box's first word would not have fit after it: a long address or word came next) and does not end a sentence; a
+    short line (a heading, a list item, a contents line, a head set flush right) ends its paragraph, and
     so does a heading cut from its paragraph (``split_headings``). A gap wider than that (the extra space between
     paragraphs, at any line spacing), or than ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes
     of one line each on one baseline (the cells of a table's row) are one, and a paragraph of their own."""
@@ -245,12 +252,21 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     pitch = float(np.median(pitches)) if pitches else 0.0
     every = [line for box in boxes for line in lines(box)]
 
+    def column(line: Any) -> tuple[float, float]:  # the left and right edges of the lines over and under it
+        over = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0]
+        return min(o.x0 for o in over), max(o.x1 for o in over)
+
     def full(line: Any) -> bool:  # reaches (nearly) the right edge of its column, across most of it: the text
         # wrapped there (a running head set to the right, over the text, wraps nothing)
-        column = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0]
-        right, left = max(o.x1 for o in column), min(o.x0 for o in column)
+        left, right = column(line)
         width = right - left
         return line.x1 >= right - FULL_LINE_SLACK * width and line.x1 - line.x0 >= WRAPPED_WIDTH * width
+
+    def wrapped(line: Any, below: Any) -> bool:  # the first word of line ``below`` would not have fit after ``line``
+        left, right = column(line)
+        word = _first_word(below)
+        return (word is not None and line.x0 - left <= WRAPPED_INDENT * (right - left)
+                and line.x1 + SPACE_HEIGHTS * line.height + word > right)
 
     runs: list[list[Any]] = []
     rows = [False] + [same_row(a, b) for a, b in itertools.pairwise(boxes)]  # box i is on the row of box i - 1
@@ -267,12 +283,22 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
             d = follows(last, first)
             open_end = not SENTENCE_END.search(" ".join(text(before).split()))
             if (open_end and not getattr(before, "head", False) and d is not None
-                    and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height) and full(last)
-                    and abs(last.height - first.height) <= 0.2 * last.height):
+                    and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
+                    and (full(last) or wrapped(last, first)) and abs(last.height - first.height) <= 0.2 * last.height):
                 runs[-1].append(box)
                 continue
         runs.append([box])
     return runs
+
+
+def _first_word(line: Any) -> float | None:
+    """The width of a line's first word (its glyphs up to the first space), or None when its glyphs are not placed."""
+    glyphs = [g for g in line if hasattr(g, "get_text")] if hasattr(line, "__iter__") else []
+    word = list(itertools.takewhile(lambda g: not g.get_text().isspace(),
+                                    itertools.dropwhile(lambda g: g.get_text().isspace(), glyphs)))
+    if not word or not all(hasattr(g, "x0") and hasattr(g, "x1") for g in word):
+        return None
+    return float(max(g.x1 for g in word) - min(g.x0 for g in word))
 
 
 @dataclass

@@ -548,3 +548,14 @@ def test_a_last_page_of_only_its_running_head_and_number_reads_as_nothing(tmp_pa
     extracted = extract_pdf(path)
     assert extracted.paragraphs == [BODY]
     assert extracted.meta["pages"] == 3
+
+
+def test_a_line_that_wrapped_early_before_a_long_word_goes_on_with_its_paragraph(tmp_path):
+    """At double spacing every line is a box of its own, and a line that spans under half its column ended its
+    paragraph, even where the next line's first word (a long identifier) would not have fit after it: the text
+    wrapped there, and the sentence was cut in two. A short line whose next word would have fit still ends it."""
+    doi = "10.5281/zenodo.4412-northern-marshes-survey-by-site-1990-2020"
+    lines = ["The survey data of the northern marshes, counted each spring by the", "volunteers, are filed as", doi,
+             "and may be reused freely by anyone.", "Contents", "Results of the survey"]
+    path = lines_pdf(tmp_path / "wrapped.pdf", [[(20, 20 + 9 * k, line) for k, line in enumerate(lines)]])
+    assert extract_pdf(path).paragraphs == [text_of(lines[:4]), "Contents", "Results of the survey"]
