@@ -238,8 +238,10 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     last one of the box before it by at most ``LINE_PITCH_SLACK`` pitches, in the same column and the same size of
     type, goes on with its paragraph when the line before it is full (reaches the column's right edge within
     ``FULL_LINE_SLACK`` of its width, and spans ``WRAPPED_WIDTH`` of it: the text wrapped) or wrapped early (the
-    box's first word would not have fit after it: a long address or word came next) and does not end a sentence; a
-    short line (a heading, a list item, a contents line, a head set flush right) ends its paragraph, and
+    box's first word would not have fit after it: a long address or word came next) and does not end a sentence
+    (or is both, and ends a sentence but for a colon, with the box's first line flush left: the sentence ended where
+    the text wrapped); a short line (a heading, a list item, a contents line, a head set flush right) ends its
+    paragraph, and
     so does a heading cut from its paragraph (``split_headings``). A gap wider than that (the extra space between
     paragraphs, at any line spacing), or than ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes
     of one line each on one baseline (the cells of a table's row) are one, and a paragraph of their own."""
@@ -281,10 +283,15 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
                 runs.append([box])
                 continue
             d = follows(last, first)
-            open_end = not SENTENCE_END.search(" ".join(text(before).split()))
-            if (open_end and not getattr(before, "head", False) and d is not None
-                    and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
-                    and (full(last) or wrapped(last, first)) and abs(last.height - first.height) <= 0.2 * last.height):
+            ending = " ".join(text(before).split())
+            open_end = not SENTENCE_END.search(ending)
+            # a sentence that ends on a line the text wrapped at goes on (the next line, flush left, is no new
+            # paragraph's indented first line); a colon introduces what follows (a list, code, a quotation)
+            flowed = (full(last) and wrapped(last, first) and not ending.endswith(":")
+                      and first.x0 - column(first)[0] <= 0.5 * first.height)
+            if ((flowed or (open_end and (full(last) or wrapped(last, first)))) and not getattr(before, "head", False)
+                    and d is not None and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
+                    and abs(last.height - first.height) <= 0.2 * last.height):
                 runs[-1].append(box)
                 continue
         runs.append([box])

@@ -559,3 +559,20 @@ def test_a_line_that_wrapped_early_before_a_long_word_goes_on_with_its_paragraph
              "and may be reused freely by anyone.", "Contents", "Results of the survey"]
     path = lines_pdf(tmp_path / "wrapped.pdf", [[(20, 20 + 9 * k, line) for k, line in enumerate(lines)]])
     assert extract_pdf(path).paragraphs == [text_of(lines[:4]), "Contents", "Results of the survey"]
+
+
+@pytest.mark.parametrize(("next_line", "indent", "joined"), [
+    ("Afterwards the cottages were sold to the harbour authority.", 0, True),
+    ("Afterwards the cottages were sold to the harbour authority.", 6, False),  # a new paragraph, indented
+    ("A sale of the cottages to the harbour authority followed.", 0, False),  # "A" would have fit
+])
+def test_a_sentence_that_ends_where_its_line_wrapped_does_not_end_the_paragraph(tmp_path, next_line, indent, joined):
+    """At double spacing a line that ended a sentence ended its paragraph, full as it was: 16 of 80 SQuAD
+    paragraphs set ragged at 1.5 spacing were cut in two or more. The next line goes on with the paragraph when its
+    first word would not have fit on the line, unless it is indented (a new paragraph's first line)."""
+    lines = ["The lighthouse at the mouth of the estuary has guided ships since 1854.",
+             "Its keepers lived in the cottages below the light until the lamp was",
+             "automated in 1987, when the last of the keepers retired to the village.", next_line]
+    placed = [(20 + indent * (k == 3), 20 + 9 * k, line) for k, line in enumerate(lines)]
+    path = lines_pdf(tmp_path / "flowed.pdf", [placed])
+    assert extract_pdf(path).paragraphs == ([text_of(lines)] if joined else [text_of(lines[:3]), next_line])
