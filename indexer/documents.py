@@ -15,7 +15,8 @@ or the page's, or heads that take turns in one place: ``pdf_layout.running``) an
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left script are put in reading order. A paragraph
 is continued on the next page when its page's last box does not end a sentence or the next page's first box starts in
-lower case (unless either is a table's row or a heading: ``pdf_layout.heading``; a heading set right above its
+lower case (unless either is a table's row or a heading: ``pdf_layout.heading``, or the next opens a list's item:
+``pdf_layout.split_items``; a heading set right above its
 paragraph, in one text box with it, is cut from it first: ``pdf_layout.split_headings``; a heading at a page's foot goes
 with the next page's first paragraph, ``PARAGRAPH_BREAK`` apart), past the footnotes at the foot of the page or column
 (``pdf_layout.footnotes``), which follow it; it is then one paragraph with ``page`` (where it starts,
@@ -255,8 +256,10 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
             interpreter.process_page(page)
             layout = device.get_result()
             # a heading is cut from its box once the boxes are in order, so that it stays right above its paragraph
-            # (cut first, it could fall a row apart from it: a box of the next column level with it came between)
-            boxes = pdf_layout.split_headings(pdf_layout.reading_order(_page_boxes(layout, laparams)))
+            # (cut first, it could fall a row apart from it: a box of the next column level with it came between);
+            # a list's items are cut from each other too
+            ordered = pdf_layout.reading_order(_page_boxes(layout, laparams))
+            boxes = pdf_layout.split_items(pdf_layout.split_headings(ordered))
             runs = pdf_layout.paragraphs(boxes)
             images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)
             blocks, header = _named_rows([Block.of(run) for run in runs], header, layout.y0, layout.y1)
@@ -519,7 +522,7 @@ def extract_pdf(path: Path) -> Extracted:
             text = not block.cells and not heading
             # a heading at the foot of a page goes with the text that opens the next page, a paragraph break apart
             under = text and after_heading and i == 0 and ends_on == number - 1
-            if under or (text and not apart and ends_on in (number - 1, number)
+            if under or (text and not apart and not block.item and ends_on in (number - 1, number)
                          and _continues(paragraphs[-1], box, same_page=i > 0)):
                 paragraphs[-1] = f"{paragraphs[-1]}{PARAGRAPH_BREAK if under else ' '}{box}"
                 metas[-1] = last if last["page"] == number else {"page": last["page"], "page_end": number}

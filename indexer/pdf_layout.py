@@ -2,10 +2,11 @@
 
 pdfminer.six's layout analysis groups a page's characters into lines and its lines into text boxes; this module
 puts the boxes in reading order (a column after the one on its left, the rows of a table left to right), joins the
-boxes that are one paragraph (a heading cut first from the box of the paragraph under it: ``split_headings``), finds
-the lines repeated at the top or bottom of many pages (running headers and footers), finds the tables whose first
-row is a header (``tables``), undoes the hyphenation of words at line ends and spells out typographic ligatures. It
-works on anything with pdfminer's coordinates (``x0``, ``x1``, ``y0``, ``y1``: points, y upwards) and ``get_text()``.
+boxes that are one paragraph (a heading cut first from the box of the paragraph under it: ``split_headings``; a
+list's items from each other: ``split_items``), finds the lines repeated at the top or bottom of many pages (running
+headers and footers), finds the tables whose first row is a header (``tables``), undoes the hyphenation of words at
+line ends and spells out typographic ligatures. It works on anything with pdfminer's coordinates (``x0``, ``x1``,
+``y0``, ``y1``: points, y upwards) and ``get_text()``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ WRAPPED_WIDTH = 0.5
 # head set flush right over the text wraps nothing)
 SPACE_HEIGHTS = 0.2
 WRAPPED_INDENT = 0.1
+# a list item's line starts with a bullet glyph ("•", "▪", a Symbol font's private-use bullet, a glyph without a
+# Unicode map), with a dash that at least this many lines of its page start with (one line that starts with a dash
+# is prose), or with a number or letter ("1. ", "(a) ", "(ii) ") that another line of its page starts with in that
+# form, one more or one less: a list counts its items, where prose whose lines start "8. " and "2) " (a formula's
+# subscripts on lines of their own, a year at a line's start) counts nothing
+_BULLET = (r"[\u2022\u2023\u2043\u2219\u00b7\u25a0\u25a1\u25aa\u25ab\u25b6\u25b8\u25b9\u25ba\u25c6\u25c7\u25cb"
+           r"\u25cf\u25e6\u2666\u2756\u2794\u27a2\u27a4\u2713\u2714\u2717\uf000-\uf0ff]|\(cid:\d+\)")
+_ITEM = re.compile(rf"\s*(?:(?P<glyph>{_BULLET})\s*|(?P<mark>[-\u2013\u2014*]|\(?\d{{1,2}}[.)]|\(\d{{1,2}}\)|"
+                   r"\(?[a-z]\)|\([ivx]{1,4}\))\s+)\S")
+LIST_ITEMS = 2
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
 # cells have fewer, and are read row by row instead)
 COLUMN_LINE_CHARS = 20
@@ -241,10 +252,10 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     box's first word would not have fit after it: a long address or word came next) and does not end a sentence
     (or is both, and ends a sentence but for a colon, with the box's first line flush left: the sentence ended where
     the text wrapped); a short line (a heading, a list item, a contents line, a head set flush right) ends its
-    paragraph, and
-    so does a heading cut from its paragraph (``split_headings``). A gap wider than that (the extra space between
-    paragraphs, at any line spacing), or than ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes
-    of one line each on one baseline (the cells of a table's row) are one, and a paragraph of their own."""
+    paragraph, and so does a heading cut from its paragraph (``split_headings``); a list's item starts one
+    (``split_items``). A gap wider than that (the extra space between paragraphs, at any line spacing), or than
+    ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes of one line each on one baseline (the cells
+    of a table's row) are one, and a paragraph of their own."""
     def follows(a: Any, b: Any) -> float | None:  # baseline distance from line a down to line b, same column
         overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
         return a.y0 - b.y0 if overlap > 0 and a.y0 > b.y0 else None
@@ -279,8 +290,8 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
             if rows[i]:
                 runs[-1].append(box)
                 continue
-            if rows[i - 1] or (i + 1 < len(boxes) and rows[i + 1]):  # a row of cells is a paragraph of its own
-                runs.append([box])
+            if rows[i - 1] or (i + 1 < len(boxes) and rows[i + 1]) or getattr(box, "item", False):  # a row of
+                runs.append([box])  # cells, and a list's item (``split_items``), is a paragraph of its own
                 continue
             d = follows(last, first)
             ending = " ".join(text(before).split())
@@ -321,6 +332,7 @@ class Block:
     large: str  # its first lines in that size (a title's, where the lines after it are its authors')
     cells: tuple[tuple[str, float, float], ...] = ()  # a table row's cells (text, x0, x1), left to right; else ()
     bold: bool = False  # every glyph of it is in a bold font
+    item: bool = False  # it opens a list's item (``split_items``)
 
     @classmethod
     def of(cls, run: Sequence[Any]) -> Block:
@@ -336,7 +348,7 @@ class Block:
         return cls(joined, min(b.x0 for b in run), min(b.y0 for b in run), max(b.x1 for b in run),
                    max(b.y1 for b in run), size, "".join(_line_text(line) for line in large),
                    tuple((" ".join(text(b).split()), b.x0, b.x1) for b in run) if row else (),
-                   _bold(every))
+                   _bold(every), getattr(run[0], "item", False))
 
 
 def _bold(lines_: Iterable[Any]) -> bool:
@@ -348,10 +360,11 @@ def _bold(lines_: Iterable[Any]) -> bool:
 @dataclass
 class Part:
     """Some of a text box's lines, as a box of their own: a heading cut from the paragraph under it
-    (``split_headings``, ``head`` set), or that paragraph."""
+    (``split_headings``, ``head`` set), or that paragraph; a list's item (``split_items``)."""
 
     lines: list[Any]
     head: bool = False
+    item: bool = False  # it opens a list's item (``split_items``)
     x0: float = field(init=False)
     y0: float = field(init=False)
     x1: float = field(init=False)
@@ -382,6 +395,56 @@ def split_headings(boxes: Sequence[Any]) -> list[Any]:
         k = _heading_lines(every)
         out += [Part(every[:k], head=True), Part(every[k:])] if k else [box]
     return out
+
+
+def split_items(boxes: Sequence[Any]) -> list[Any]:
+    """Text boxes with each list item cut from the lines above it: layout analysis puts a list's items in one box
+    when they are closer than half a line, and a slide's bullets read as one sentence. A line opens an item when it
+    starts with a bullet glyph, or with a dash or a counter that other lines of the page start with in that form
+    ("- ", "1. ", "(a) ": ``_item_lines``); the lines of a box from one such line to the next are a ``Part``
+    (an item's lines that wrap, under it, stay with it), ``item`` set where it opens one."""
+    items = _item_lines(boxes)
+    out: list[Any] = []
+    for box in boxes:
+        every = lines(box)
+        cuts = [0, *(k for k in range(1, len(every)) if id(every[k]) in items), len(every)]
+        if len(cuts) == 2 and id(every[0]) not in items:
+            out.append(box)
+            continue
+        out += [Part(every[a:b], head=getattr(box, "head", False) and a == 0, item=id(every[a]) in items)
+                for a, b in itertools.pairwise(cuts)]
+    return out
+
+
+def _item_lines(boxes: Sequence[Any]) -> set[int]:
+    """The ids of a page's lines that open a list's item (``split_items``)."""
+    items: set[int] = set()
+    marks: dict[str, list[tuple[int, set[int]]]] = {}  # each form ("1.", "(a)", "-") -> its lines, with their counts
+    for line in (line for box in boxes for line in lines(box)):
+        if not (m := _ITEM.match(_line_text(line))):
+            continue
+        if m["glyph"]:
+            items.add(id(line))
+            continue
+        counter = re.sub(r"[^\da-z]", "", m["mark"])
+        form = re.sub(r"\d+", "1", re.sub(r"[a-z]+", "a", m["mark"]))
+        marks.setdefault(form, []).append((id(line), _counts(counter)))
+    for form, found in marks.items():
+        counted = {n for _, counts in found for n in counts}
+        if any(c.isalnum() for c in form):  # a counter: the lines one up or one down from another
+            items.update(i for i, counts in found if any(n - 1 in counted or n + 1 in counted for n in counts))
+        elif len(found) >= LIST_ITEMS:  # a dash
+            items.update(i for i, _ in found)
+    return items
+
+
+def _counts(counter: str) -> set[int]:
+    """What a list's counter may count: a number's value; a letter's place in the alphabet, and a roman numeral's
+    value ("i" is the first or the ninth)."""
+    if counter.isdigit():
+        return {int(counter)}
+    values = {ord(counter) - ord("a") + 1} if len(counter) == 1 else set()
+    return values | ({_value(counter)} if re.fullmatch(ROMAN, counter) else set())
 
 
 def _type_size(line: Any) -> float:

@@ -576,3 +576,52 @@ def test_a_sentence_that_ends_where_its_line_wrapped_does_not_end_the_paragraph(
     placed = [(20 + indent * (k == 3), 20 + 9 * k, line) for k, line in enumerate(lines)]
     path = lines_pdf(tmp_path / "flowed.pdf", [placed])
     assert extract_pdf(path).paragraphs == ([text_of(lines)] if joined else [text_of(lines[:3]), next_line])
+
+
+def deck_pdf(path: Path, slides: list[list[str]], gap: float, titled: bool = True) -> Path:
+    """Slides exported as PDF (16:9, in mm): a title in 36 pt (unless not ``titled``), then each line in 24 pt,
+    ``gap`` mm apart."""
+    pdf = fpdf.FPDF(orientation="L", unit="mm", format=(190.5, 338.7))
+    pdf.add_font("body", fname=str(DEJAVU))
+    for number, bullets in enumerate(slides, start=1):
+        pdf.add_page()
+        if titled:
+            pdf.set_font("body", size=36)
+            pdf.text(25, 30, f"Harbour results {number}")
+        pdf.set_font("body", size=24)
+        for k, line in enumerate(bullets):
+            pdf.text(30, 60 + gap * k, line)
+    pdf.output(str(path))
+    return path
+
+
+BULLETS = ["Cargo volume rose by twelve percent", "Two new cranes at the north quay",
+           "Ferry berths were rebuilt in May", "The lighthouse was fully automated"]
+
+
+@needs_dejavu
+@pytest.mark.parametrize("gap", [12, 20], ids=["one-box", "boxes"])
+@pytest.mark.parametrize("marker", ["\u2022 ", "- ", "{n}. ", "({n}) "])
+def test_each_bullet_of_a_slide_deck_is_a_paragraph_of_its_own(tmp_path, marker, gap):
+    """Slides saved as PDF: bullets of similar length, far apart, each reached its column's right edge, and all of
+    a slide's bullets read as one paragraph ("• Cargo ... percent • Two new cranes ..."), in one text box or in a
+    box each. A line that starts with a bullet, or with a dash or number that other lines of the page start with,
+    opens a paragraph, as each bullet is one in PowerPoint's and Word's files."""
+    items = [marker.format(n=n) + line for n, line in enumerate(BULLETS, start=1)]
+    path = deck_pdf(tmp_path / "deck.pdf", [items, items], gap)
+    assert extract_pdf(path).paragraphs == ["Harbour results 1", *items, "Harbour results 2", *items]
+
+
+@needs_dejavu
+def test_a_bullet_s_wrapped_lines_stay_with_it_and_a_dash_or_number_in_prose_opens_nothing(tmp_path):
+    """The lines of a bullet that wraps go on with it, and an item at the top of a slide without a title is not
+    taken for the continuation of the last one of the slide before. Lines of prose that start with a dash (alone on
+    its page) or with numbers that count nothing (a formula's subscripts on lines of their own, "(UF" "6) ...")
+    start no item."""
+    wrapped = ["\u2022 Cargo volume rose by twelve percent, the most", "  since the new quay opened in 1996"]
+    prose = ["The harbour authority, which runs the ferries", "\u2013 and the lighthouse \u2013 stores the (UF",
+             "6) gas and the (UO", "2) powder apart."]
+    path = deck_pdf(tmp_path / "deck.pdf", [[*wrapped, "\u2022 Two new cranes"], ["\u2022 Ferry berths rebuilt."],
+                                            prose], 11, titled=False)
+    assert extract_pdf(path).paragraphs == [" ".join(" ".join(wrapped).split()), "\u2022 Two new cranes",
+                                            "\u2022 Ferry berths rebuilt.", text_of(prose)]
