@@ -6,14 +6,15 @@ and ``indexer.word``.
 A slide's or a Word paragraph's drawing names the part that holds its text by a relationship id (``drawing_ids``): a
 SmartArt diagram's data part (``ppt/diagrams/data1.xml``, ``word/diagrams/data1.xml``) or a chart's part
 (``ppt/charts/chart1.xml``). ``drawing_texts`` reads it as paragraphs: a diagram's text points (its boxes) in the
-diagram's order (each box, then the boxes under it), a chart's title and its axes' titles. The copy of a diagram
-drawn as shapes (``diagrams/drawing1.xml``) repeats the data's text and is not read; a chart's numbers and
-category labels are left out, as a picture's are.
+diagram's order (each box, then the boxes under it); a chart's title (or the automatic one, its only series' name)
+with its category labels ("Sales by region: North, South"), its axes' titles and its series' names. The copy of a
+diagram drawn as shapes (``diagrams/drawing1.xml``) repeats the data's text and is not read; a chart's numbers are
+left out, as a picture's are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 _DGM = "{http://schemas.openxmlformats.org/drawingml/2006/diagram}"
@@ -48,8 +49,7 @@ def drawing_texts(blob: bytes) -> list[str]:
     if root.tag == f"{_DGM}dataModel":
         return _diagram(root)
     if root.tag == f"{_C}chartSpace":
-        titles = [root.find(f"{_C}chart/{_C}title"), *root.iterfind(f"{_C}chart/{_C}plotArea/*/{_C}title")]
-        return [text for title in titles if title is not None and (text := _title(title))]
+        return _chart(root)
     return []
 
 
@@ -60,7 +60,7 @@ def related_texts(part: Any, rid: str) -> list[str]:
     return [] if rel is None or rel.is_external else drawing_texts(rel.target_part.blob)
 
 
-def _line(texts: Iterator[str]) -> str:
+def _line(texts: Iterable[str]) -> str:
     return " ".join(" ".join(texts).split())
 
 
@@ -75,6 +75,50 @@ def _title(title: Any) -> str:
     if rich is not None:
         return _paragraphs(rich)
     return _line(v.text or "" for v in title.iterfind(f"{_C}tx/{_C}strRef/{_C}strCache/{_C}pt/{_C}v"))
+
+
+def _chart(root: Any) -> list[str]:
+    """A chart's text as it shows it: its title, with its categories' labels after a colon ("Sales by region: North,
+    South"; the labels alone where it has no title), its axes' titles, then the names of its series that no text
+    before gives (its legend's). The title is its own text or the cell it shows; without one (and unless it was
+    deleted: ``autoTitleDeleted``) a chart of one series shows that series' name, as Office draws it."""
+    chart = root.find(f"{_C}chart")
+    if chart is None:
+        return []
+    series = list(chart.iterfind(f"{_C}plotArea/*/{_C}ser"))
+    names = [name for ser in series if (name := _line(_values(ser.find(f"{_C}tx"))))]
+    title = chart.find(f"{_C}title")
+    shown = _title(title) if title is not None else ""
+    deleted = chart.find(f"{_C}autoTitleDeleted")
+    if not shown and len(series) == 1 and (deleted is None or deleted.get("val") not in ("1", "true")):
+        shown = names[0] if names else ""
+    categories = next((labels for ser in series if (labels := _values(ser.find(f"{_C}cat")))), [])
+    head = ": ".join(filter(None, [shown, ", ".join(categories)]))
+    axes = [label for axis in chart.iterfind(f"{_C}plotArea/*/{_C}title") if (label := _title(axis))]
+    legend = ", ".join(name for name in names if name not in (shown, *axes))
+    return [text for text in (head, *axes, legend) if text]
+
+
+def _values(element: Any) -> list[str]:
+    """The labels a chart's series name or categories (``c:tx``, ``c:cat``) show, in order: the cells' cached text,
+    or text written in the chart; numbers only as written in the General format (a date's serial number or a
+    formatted amount would not read as the chart shows it); a label of several levels its innermost."""
+    if element is None:
+        return []
+    if (v := element.find(f"{_C}v")) is not None:  # a series name written in the chart
+        return [text] if (text := _line([v.text or ""])) else []
+    sources = [element.find(path) for path in (f"*/{_C}multiLvlStrCache/{_C}lvl", f"*/{_C}strCache", f"{_C}strLit",
+                                               f"*/{_C}numCache", f"{_C}numLit")]
+    source = next((found for found in sources if found is not None), None)
+    if source is None or source.findtext(f"{_C}formatCode", "General") != "General":
+        return []
+
+    def index(pt: Any) -> int:
+        idx = pt.get("idx", "0")
+        return int(idx) if idx.isdecimal() else 0
+
+    labels = (_line([pt.findtext(f"{_C}v") or ""]) for pt in sorted(source.iterfind(f"{_C}pt"), key=index))
+    return [label for label in labels if label]
 
 
 def _diagram(root: Any) -> list[str]:

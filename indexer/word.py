@@ -6,7 +6,7 @@ The body is read in order: paragraphs, the rows of tables and the contents of co
 contents, nor a placeholder's prompt). A paragraph's text is its runs' (hyperlinks, fields' results, tracked
 insertions; not tracked deletions, field codes, comments or hidden text), after its list number or bullet as Word
 shows it ("2. Configure", "1.2 Scope", "• Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow
-it as paragraphs of their own, as do its SmartArt diagrams' boxes and its charts' titles (``indexer.drawings``); a
+it as paragraphs of their own, as do its SmartArt diagrams' boxes and its charts' titles and labels (``indexer.drawings``); a
 phonetic guide (ruby) follows its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows
 (``_symbol``). A table row is one paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall;
 Departure: 09:15"), as Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section

@@ -169,5 +169,35 @@ def test_smartart_boxes_and_chart_titles_read_after_the_slides_other_text(tmp_pa
     deck.save(str(tmp_path / "d.pptx"))
     extracted = extract_pptx(tmp_path / "d.pptx")
     assert extracted.paragraphs == ["Crossing", "Book ahead in summer.", "Check in", "Board the ferry", "Sail",
-                                    "Cars carried per day", "Cars", "Mention the queue.", "Damaged"]
+                                    "Cars carried per day: Mon, Tue", "Cars", "Mention the queue.", "Damaged"]
     assert [m["slide"] for m in extracted.paragraph_meta] == [1] * 8 + [2]
+
+
+def test_a_chart_s_automatic_title_categories_and_series_are_read_as_shown(tmp_path):
+    """A chart of one series without a title of its own shows the series' name as its title, which was not read,
+    nor were its category labels or its legend's series names. A title reads with the categories after it; a
+    legend's names follow; a deleted automatic title reads nothing, and dates (serial numbers in the chart's part)
+    are not read as numbers."""
+    import datetime
+
+    from pptx.chart.data import CategoryChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+
+    def chart(slide, categories, series: dict[str, tuple[int, ...]]):
+        data = CategoryChartData()
+        data.categories = categories
+        for name, values in series.items():
+            data.add_series(name, values)
+        return slide.shapes.add_chart(XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(1), Inches(1), Inches(4), Inches(3),
+                                      data).chart
+
+    deck = pptx.Presentation()
+    chart(deck.slides.add_slide(deck.slide_layouts[6]), ["North", "South"], {"Sales by region": (40, 52)})
+    years = chart(deck.slides.add_slide(deck.slide_layouts[6]), ["North", "South"], {"2023": (1, 2), "2024": (3, 4)})
+    years.chart_title.text_frame.text = "Sales by year"
+    chart(deck.slides.add_slide(deck.slide_layouts[6]), ["Ferry", "Bus"], {"Trips": (5, 6)}).has_title = False
+    chart(deck.slides.add_slide(deck.slide_layouts[6]), [datetime.date(2024, 5, 1)], {"Landings": (7,)})
+    deck.save(str(tmp_path / "charts.pptx"))
+    assert extract_pptx(tmp_path / "charts.pptx").paragraphs == [
+        "Sales by region: North, South", "Sales by year: North, South", "2023, 2024", "Ferry, Bus", "Trips",
+        "Landings"]
