@@ -95,7 +95,8 @@ from spanseek.core.io import (
     write_corpus,
 )
 from spanseek.indexer.chunking import ChunkOptions, TokenCounter, chunk_sections, word_token_counter
-from spanseek.indexer.documents import Extracted, IngestError, Unreadable, extract_pdf
+from spanseek.indexer.documents import extract_pdf
+from spanseek.indexer.extracted import Extracted, IngestError, Unreadable
 from spanseek.indexer.markup import LINE_END, extract_html, extract_markdown
 from spanseek.indexer.slides import extract_pptx
 from spanseek.indexer.word import extract_docx

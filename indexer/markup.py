@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
-from spanseek.indexer.documents import (
+from spanseek.indexer.extracted import (
     HEADER_LEVELS,
     Extracted,
     IngestError,

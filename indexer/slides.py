@@ -4,7 +4,7 @@
 
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's
 shapes in place of the group), each paragraph of a text frame one paragraph (its line breaks as spaces, its fields'
-text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell", ``documents.row_text``; a cell
+text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell", ``extracted.row_text``; a cell
 merged over rows in each of them), then the text of its SmartArt diagrams and charts (each box of a diagram, a
 chart's title with its category labels, its axis titles and its series' names, one paragraph each:
 ``indexer.drawings``), then the speaker's notes. Every paragraph carries its
@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer.documents import Extracted, IngestError, Unreadable, error_text, table_rows, zip_bomb
 from spanseek.indexer.drawings import drawing_ids, related_texts
+from spanseek.indexer.extracted import Extracted, IngestError, Unreadable, error_text, table_rows, zip_bomb
 
 _OLE = b"\xd0\xcf\x11\xe0"  # an encrypted .pptx, or an old binary .ppt, is an OLE (Compound File) file
 

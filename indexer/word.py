@@ -10,7 +10,7 @@ it as paragraphs of their own, as do its SmartArt diagrams' boxes and its charts
 phonetic guide (ruby) follows its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows
 (``_symbol``). A table row is one paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall;
 Departure: 09:15"), as Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section
-(``documents.Sections``). Page headers and footers are left out. A file python-docx cannot open is ``Unreadable``,
+(``extracted.Sections``). Page headers and footers are left out. A file python-docx cannot open is ``Unreadable``,
 with what it is instead where its first bytes tell (an OLE file: a password-protected .docx or an old .doc; a PDF,
 RTF or OpenDocument file renamed; a truncated zip).
 """
@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer.documents import (
+from spanseek.indexer.drawings import DRAWINGS, drawing_ids, related_texts
+from spanseek.indexer.extracted import (
     Extracted,
     IngestError,
     Sections,
@@ -32,7 +33,6 @@ from spanseek.indexer.documents import (
     stacked_names,
     zip_bomb,
 )
-from spanseek.indexer.drawings import DRAWINGS, drawing_ids, related_texts
 
 _HEADING = re.compile(r"heading\s*(\d)", re.I)
 _OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc, or an encrypted .docx
