@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from spanseek.indexer.documents import IngestError
+from spanseek.indexer.extracted import IngestError
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import re
 import types
 from typing import Any
 
-from spanseek.indexer.documents import IngestError
+from spanseek.indexer.extracted import IngestError
 
 MARKDOWN_NESTING = 100  # blocks Markdown may nest (lists, quotes) before markdown-it stops rendering the file
 _NESTED_PREFIX = re.compile(r"^[ \t>]+")  # a line's indentation and quote markers: what nests its blocks

@@ -48,7 +48,7 @@ from typing import Any
 from spanseek.core.config import EncoderConfig
 from spanseek.core.io import Document
 from spanseek.indexer.chunking import TokenCounter, backbone_token_counter
-from spanseek.indexer.documents import IngestError
+from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import IngestOptions, read_document
 from spanseek.service.heap import give_back
 

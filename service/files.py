@@ -29,7 +29,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from spanseek.core.ids import new_id
 from spanseek.indexer.chunking import ChunkOptions
-from spanseek.indexer.documents import IngestError
+from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
 from spanseek.indexer.live import HeldDocuments
 from spanseek.service.errors import (
