@@ -14,7 +14,9 @@ A ``LiveStore`` owns the write side of a served index (``core.segment`` is the r
   meanwhile, into a new log file, and are applied again on the new base.
 
 The live directory (``SPANSEEK_LIVE_DIR``, default ``<index>.live``) holds ``state.json`` (the base served and the
-log files to replay over it, in order; replaced atomically), ``wal/`` and ``bases/`` (merged bases). The index the
+log files to replay over it, in order; replaced atomically), ``wal/`` and ``bases/`` (merged bases), and
+``writer.lock``: one store writes to a live directory, holding that lock for its life (a second is refused, naming the
+first; two would write one log, and the first's merge would delete the second's acknowledged writes). The index the
 service was started with is never changed; ``state.json`` records the digest of its ``manifest.json``, and a start over
 another index (rebuilt, replaced, or changed offline at the same path) is refused rather than serving writes, or a
 merged base, made over the first. Paths in it are relative to the live directory (the index given: none), so the
@@ -31,6 +33,7 @@ import logging
 import operator
 import os
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable
@@ -42,7 +45,7 @@ import numpy as np
 
 from spanseek.core.encoding import PassageEncoder, advance, drain, pick_precision
 from spanseek.core.filters import FilterError
-from spanseek.core.integrity import file_digest
+from spanseek.core.integrity import file_digest, lock_holder, writer_lock
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -69,6 +72,7 @@ log = logging.getLogger(__name__)
 STATE = "state.json"
 WAL_DIR = "wal"
 BASES = "bases"
+WRITER_LOCK = "writer.lock"  # held by the one store that writes to the live directory; says who holds it
 # A merge encodes in forward passes of this many tokens (a build's default is 8192): about as fast on a CPU, and a
 # merge asked to stop (the service stops) ends between two of them, so a pass bounds how long stopping takes.
 MERGE_BATCH_TOKENS = 2048
@@ -250,6 +254,47 @@ def index_digest(index: str | Path) -> str | None:
         return None
 
 
+def live_dir_holder(live_dir: Path) -> str:
+    """Who holds ``live_dir``'s writer lock: ``process PID``, from the kernel's table of locks where it shows it (this
+    host, this container), else as the holder wrote it in the lock, ``process PID on host HOST`` (a container's own
+    name in compose, whose processes the table does not show); "" where neither tells."""
+    seen = lock_holder(live_dir, WRITER_LOCK)
+    try:
+        pid, host = (live_dir / WRITER_LOCK).read_text(encoding="utf-8").split()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return f"process {seen}" if seen else ""
+    if host == socket.gethostname():
+        return f"process {seen or pid}"
+    return f"process {pid} on host {host}"
+
+
+def hold_live_dir(live_dir: Path) -> contextlib.ExitStack:
+    """Take ``live_dir``'s writer lock (made when missing), held until the stack returned is closed (or the process
+    ends, a kill -9 included); LiveStoreError naming the holder when another process (or another store of this
+    one) holds it. Two stores over one live directory would append to one log, each serving only its own writes, and
+    the first to merge would delete the log holding the other's acknowledged writes."""
+    stack = contextlib.ExitStack()
+    if not stack.enter_context(writer_lock(live_dir, name=WRITER_LOCK)):
+        stack.close()
+        holder = live_dir_holder(live_dir)
+        raise LiveStoreError(
+            f"{live_dir}: another server with writes{f' ({holder})' if holder else ''} writes to this live "
+            f"directory and holds its lock ({live_dir / WRITER_LOCK}); one server writes to an index: send writes to "
+            "that one and serve searches elsewhere without writes, or stop it first")
+    with contextlib.suppress(OSError):  # who holds it, for a refusal to name (the kernel's table has no host)
+        (live_dir / WRITER_LOCK).write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="utf-8")
+    return stack
+
+
+def log_bytes(live_dir: Path) -> int:
+    """The bytes of the write logs in ``live_dir``."""
+    total = 0
+    for f in (live_dir / WAL_DIR).glob("wal-*.jsonl"):
+        with contextlib.suppress(FileNotFoundError):  # a merge removed it meanwhile
+            total += f.stat().st_size
+    return total
+
+
 def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
     """The live directory's state (``{"index": digest, "base": path or None, "wals": [names], ...}``), or the
     initial one over ``index``; LiveStoreError when its writes were made over another index than ``index``."""
@@ -321,6 +366,15 @@ class LiveStore:
         self.dir = Path(live_dir)
         (self.dir / WAL_DIR).mkdir(parents=True, exist_ok=True)
         (self.dir / BASES).mkdir(exist_ok=True)
+        self._held = hold_live_dir(self.dir)  # before anything is read or removed: another writer's merge is not ours
+        try:
+            self._open(index, base, encoder, publish, model)
+        except BaseException:
+            self._held.close()
+            raise
+
+    def _open(self, index: str | Path, base: PhraseIndex, encoder: DocumentEncoder,
+              publish: Callable[[LiveIndex], None], model: str | Path | None) -> None:
         self.state = read_state(self.dir, index)
         self.state.setdefault("index", index_digest(index))  # recorded from now on (the next write of state.json)
         if state_base(self.dir, self.state, index) != base.dir.resolve():
@@ -508,11 +562,7 @@ class LiveStore:
 
     @property
     def wal_bytes(self) -> int:
-        total = 0
-        for f in (self.dir / WAL_DIR).glob("wal-*.jsonl"):
-            with contextlib.suppress(FileNotFoundError):  # a merge removed it meanwhile
-                total += f.stat().st_size
-        return total
+        return log_bytes(self.dir)
 
     @property
     def documents(self) -> int:
@@ -615,6 +665,7 @@ class LiveStore:
 
     def close(self) -> None:
         self.wal.close()
+        self._held.close()  # another store may write here from now on
 
 
 def link_copy(src: Path, dest: Path) -> None:

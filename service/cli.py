@@ -66,9 +66,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def check_servable(settings: Settings) -> Path:
     """Fail fast (before starting uvicorn) when the index or model cannot be found, a file of the index is damaged
     (its checksum differs from the manifest's record), the model did not build the index, the reader has no fitted
-    reading, the device or runtime cannot be used here, or writes are on and the live directory cannot be written;
-    from the manifest and the models' configs and fingerprints, loading no weights. An alias is checked through to
-    its target. Returns the model directory that will serve (an earlier bundled default for an index it built)."""
+    reading, the device or runtime cannot be used here, or writes are on and the live directory cannot be written or
+    another server writes to it; from the manifest and the models' configs and fingerprints, loading no weights. An
+    alias is checked through to its target. Returns the model directory that will serve (an earlier bundled default
+    for an index it built)."""
     from spanseek.core.alias import AliasError, resolve_alias
     from spanseek.core.config import EncoderConfig
     from spanseek.core.encoding import pick_device
@@ -98,7 +99,7 @@ def check_servable(settings: Settings) -> Path:
             raise ValueError(f"{setting_names('reader')}: {reader_dir} has no {READING_NAME} (fit one with "
                              "`spanseek train fit-reading`)")
     if settings.writes:  # the live store makes the directory and its log when it loads
-        from spanseek.indexer.live import read_state
+        from spanseek.indexer.live import hold_live_dir, read_state
         from spanseek.service.live import live_dir_of, live_dir_problem
 
         live_dir = live_dir_of(settings)
@@ -106,6 +107,8 @@ def check_servable(settings: Settings) -> Path:
         if problem is not None:
             default = "" if settings.live_dir else " (the default: the index path + '.live')"
             raise ValueError(f"{setting_names('live_dir')}: the live directory of --writes{default}: {problem}")
+        if live_dir.is_dir():  # another server writes there (LiveStoreError naming it); the store takes it to load
+            hold_live_dir(live_dir).close()
         read_state(live_dir, target)  # its writes were made over this index (LiveStoreError)
     try:
         device = pick_device(settings.device)  # a device this machine lacks

@@ -351,6 +351,7 @@ def test_merge_builds_a_base_that_searches_as_base_plus_segment(tmp_path, tiny_i
     from spanseek.core.phrase_index import PhraseIndex
     from spanseek.core.segment import searcher_over
 
+    store.close()  # (as its process ends: one store writes to a live directory)
     (tmp_path / "live" / "wal" / "wal-000001.jsonl").write_text("")  # what a kill after the commit point leaves
     (tmp_path / "live" / "bases" / "base-000002.tmp").mkdir()  # and one during the next merge
     again: list = []
@@ -417,6 +418,7 @@ def test_a_merge_asked_to_stop_ends_at_its_next_step_and_leaves_no_partial_base(
     state = json.loads((tmp_path / "live" / "state.json").read_text())
     assert "last_merge" not in state and state["base"] is None
     monkeypatch.undo()
+    store.close()
     again: list = []
     reopened = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, again)
     assert hits_of(again[-1], "passage", "hybrid") == before
