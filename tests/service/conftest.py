@@ -58,6 +58,18 @@ def settings_for(tiny_index, tiny_model_dir) -> Callable[..., Settings]:
     return make
 
 
+@pytest.fixture
+def write_settings(settings_for, tmp_path) -> Callable[..., Settings]:
+    """Settings of an app with writes over the tiny index (API key "key", live directory ``tmp_path/live``, merges
+    only when asked); keyword arguments override fields."""
+
+    def make(**overrides) -> Settings:
+        return settings_for(**{"writes": True, "api_key": "key", "live_dir": tmp_path / "live", "merge_tokens": 0,
+                               **overrides})
+
+    return make
+
+
 async def _poll_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -40,15 +40,6 @@ In 1460 Hugo built the island church.
 """
 
 
-@pytest.fixture
-def write_settings(settings_for, tmp_path):
-    def make(**overrides):
-        return settings_for(**{"writes": True, "api_key": "key", "live_dir": tmp_path / "live", "merge_tokens": 0,
-                               **overrides})
-
-    return make
-
-
 def from_files_document(path, tiny_model_dir, opts: IngestOptions | None = None, doc_id: str | None = None):
     """The oracle: the document `corpus from-files` makes of ``path`` with the model's tokenizer, as JSON."""
     from spanseek.core.config import EncoderConfig

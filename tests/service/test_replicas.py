@@ -23,15 +23,6 @@ KEY = {"X-API-Key": "key"}
 DOC = {"id": "new-1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the harbour bridge of the island."]}
 
 
-@pytest.fixture
-def write_settings(settings_for, tmp_path):
-    def make(**overrides):
-        return settings_for(**{"writes": True, "api_key": "key", "live_dir": tmp_path / "live", "merge_tokens": 0,
-                               **overrides})
-
-    return make
-
-
 def load_failure(client: TestClient) -> str:
     """The message of /ready once loading failed."""
     deadline = time.monotonic() + 30

@@ -28,15 +28,6 @@ DOC = {"id": "new-1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the
        "meta": {"lang": "en", "year": 1450}}
 
 
-@pytest.fixture
-def write_settings(settings_for, tmp_path):
-    def make(**overrides):
-        return settings_for(**{"writes": True, "api_key": "key", "live_dir": tmp_path / "live", "merge_tokens": 0,
-                               **overrides})
-
-    return make
-
-
 def found(client, doc_id: str, unit: str = "doc", headers=KEY) -> bool:
     r = client.post(f"/search?unit={unit}", headers=headers,
                     json={"query": "who built the harbour bridge?", "top_k": 5, "filter": {"doc_ids": [doc_id]}})
