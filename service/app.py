@@ -40,7 +40,7 @@ from spanseek.service.cost import CostModel
 from spanseek.service.errors import ServiceError, install_error_handlers
 from spanseek.service.files import router as files_router
 from spanseek.service.heap import settle
-from spanseek.service.live import LiveWrites, live_dir_of
+from spanseek.service.live import LiveWrites, live_dir_of, writes_not_served
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware, SlowRefusalMiddleware
 from spanseek.service.reload import (
@@ -128,6 +128,8 @@ class ServiceState:
             target = resolved.target
             if self.settings.writes:  # the base a merge left, else the index given (service.live)
                 target = base_dir(live_dir_of(self.settings), target)
+            elif (unseen := await loop.run_in_executor(self.executor, writes_not_served, self.settings, target)):
+                log.warning("%s", unseen)  # a replica beside a server with writes: it serves a fixed index
             # the factory opens the alias's target, so /info names the directory actually loaded
             searcher = await loop.run_in_executor(self.executor, factory,
                                                   self.settings.model_copy(update={"index": target}))

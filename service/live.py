@@ -36,7 +36,17 @@ from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
 from spanseek.core.stopping import Stopped
 from spanseek.core.text import prepare_word_cuts
-from spanseek.indexer.live import BASES, WAL_DIR, DocumentEncoder, HeldDocuments, LiveStore
+from spanseek.indexer.live import (
+    BASES,
+    STATE,
+    WAL_DIR,
+    DocumentEncoder,
+    HeldDocuments,
+    LiveStore,
+    LiveStoreError,
+    log_bytes,
+    read_state,
+)
 from spanseek.service.errors import PayloadTooLarge
 from spanseek.service.file_reader import FileReader
 from spanseek.service.heap import give_back
@@ -89,6 +99,31 @@ def live_dir_problem(live_dir: Path) -> str | None:
         if not os.access(path, os.W_OK | os.X_OK):
             return f"{path} is not writable"
     return None
+
+
+def writes_not_served(settings: Settings, index: Path) -> str | None:
+    """For a server without writes over ``index``: a warning when its live directory (``live_dir_of``) holds writes
+    made over that index by a server with them (its ``state.json``), which this one does not serve, or when
+    ``index`` is a base merged in a live directory, which that server removes at its next merge; None otherwise (and
+    with writes on). Only reads: a server without writes never changes a live directory."""
+    if settings.writes:
+        return None
+    merged_in = index.resolve().parent.parent
+    if index.resolve().parent.name == BASES and (merged_in / STATE).is_file():
+        return (f"{index} is a base merged in the live directory {merged_in}: a server with writes there removes it "
+                "when it merges again (this server serves on from the files it holds open, and cannot start over it "
+                "again); serve a copy of it, made elsewhere, beside that server")
+    live_dir = live_dir_of(settings)
+    if not (live_dir / STATE).is_file():
+        return None
+    try:
+        state = read_state(live_dir, index)
+    except LiveStoreError:  # made over another index: nothing of this one's
+        return None
+    return (f"{live_dir} holds writes made over {index} by a server with writes ({int(state.get('merges', 0))} "
+            f"merges, {log_bytes(live_dir):,} bytes of write log): this server has no writes and serves {index} as it is, "
+            "without them; neither its searches nor GET /documents see a document written there (search the server "
+            "with writes for those)")
 
 
 def too_many_tokens(what: str, tokens: int, limit: int, setting: str, of: str, at_least: bool = False

@@ -1,11 +1,13 @@
 """More than one server over one index: one server writes to a live directory (a second with writes is refused,
-naming the first).
+naming the first), and a server without writes beside it serves the index as it is, told so, never changing the
+writer's files.
 
     .venv/bin/python -m pytest -q tests/service/test_replicas.py
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -13,6 +15,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from spanseek.core.integrity import file_digest
 from spanseek.indexer.live import WRITER_LOCK, LiveStoreError
 from spanseek.service import server
 from spanseek.service.app import create_app
@@ -78,3 +81,42 @@ def test_a_second_server_with_writes_is_refused_naming_the_first_and_the_first_k
         assert [again.get(f"/documents/{i}", headers=KEY).status_code for i in ("new-1", "new-2")] == [200, 200]
     check_servable(write_settings())
 
+
+def test_a_server_without_writes_serves_the_index_as_it_is_and_says_so(write_settings, settings_for, tmp_path,
+                                                                       tiny_index, caplog):
+    """A replica without writes over the index a server with writes writes to serves that index as it is (the
+    writes and the bases merged from them are not its): a written document is a 404 there, its searches and files
+    are the same after the writer merges, and its start warns that it does not see the writes (before: nothing
+    said so). Pointed at a merged base, it warns that the writer removes that base at its next merge."""
+    question = {"query": "who built the harbour bridge?", "top_k": 5}
+    digests = {p.name: file_digest(p) for p in tiny_index.iterdir() if p.is_file()}
+    reader_settings = settings_for(api_key="key", live_dir=tmp_path / "live")
+    with serving(create_app(write_settings())) as writer, serving(create_app(reader_settings)) as reader:
+        before = reader.post("/search?unit=doc", headers=KEY, json=question).json()["results"]
+        assert writer.put("/documents", headers=KEY, json=DOC).status_code == 200
+        assert writer.post("/admin/compact", headers=KEY).status_code == 202
+        deadline = time.monotonic() + 60
+        while writer.get("/info", headers=KEY).json()["service"]["writes"]["merges"] < 1:
+            assert time.monotonic() < deadline, "the merge never ended"
+            time.sleep(0.05)
+        assert writer.get("/documents/new-1", headers=KEY).status_code == 200
+        assert reader.get("/documents/new-1", headers=KEY).status_code == 404
+        assert reader.put("/documents", headers=KEY, json=DOC).status_code == 403
+        assert reader.post("/search?unit=doc", headers=KEY, json=question).json()["results"] == before
+        merged = writer.get("/info", headers=KEY).json()["service"]["writes"]["base"]
+    assert {p.name: file_digest(p) for p in tiny_index.iterdir() if p.is_file()} == digests
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="spanseek.service"), serving(create_app(reader_settings)):
+        pass
+    assert (f"{tmp_path / 'live'} holds writes made over {tiny_index} by a server with writes (1 merges, 0 bytes of "
+            f"write log): this server has no writes and serves {tiny_index} as it is, without them") in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="spanseek.service"), \
+            serving(create_app(settings_for(index=merged))) as on_merged:
+        assert on_merged.get("/documents/new-1").status_code == 200
+    assert (f"{merged} is a base merged in the live directory {tmp_path / 'live'}: a server with writes there "
+            "removes it when it merges again") in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="spanseek.service"), serving(create_app(settings_for())):
+        pass  # its default live directory (the index path + '.live') holds nothing
+    assert "holds writes" not in caplog.text
