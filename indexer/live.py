@@ -16,7 +16,9 @@ A ``LiveStore`` owns the write side of a served index (``core.segment`` is the r
 The live directory (``SPANSEEK_LIVE_DIR``, default ``<index>.live``) holds ``state.json`` (the base served and the
 log files to replay over it, in order; replaced atomically), ``wal/`` and ``bases/`` (merged bases), and
 ``writer.lock``: one store writes to a live directory, holding that lock for its life (a second is refused, naming the
-first; two would write one log, and the first's merge would delete the second's acknowledged writes). The index the
+first; two would write one log, and the first's merge would delete the second's acknowledged writes), and ``merged``,
+a pointer file (``core.alias``) naming the base served, switched after each merge: servers without writes serve it to
+follow the merges (not the writes since the last one, which only the writer serves). The index the
 service was started with is never changed; ``state.json`` records the digest of its ``manifest.json``, and a start over
 another index (rebuilt, replaced, or changed offline at the same path) is refused rather than serving writes, or a
 merged base, made over the first. Paths in it are relative to the live directory (the index given: none), so the
@@ -43,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from spanseek.core.alias import AliasError, resolve_alias, switch_alias
 from spanseek.core.encoding import PassageEncoder, advance, drain, pick_precision
 from spanseek.core.filters import FilterError
 from spanseek.core.integrity import file_digest, lock_holder, writer_lock
@@ -73,6 +76,7 @@ STATE = "state.json"
 WAL_DIR = "wal"
 BASES = "bases"
 WRITER_LOCK = "writer.lock"  # held by the one store that writes to the live directory; says who holds it
+FOLLOW = "merged"  # a pointer file naming the base served: what servers without writes serve to follow the merges
 # A merge encodes in forward passes of this many tokens (a build's default is 8192): about as fast on a CPU, and a
 # merge asked to stop (the service stops) ends between two of them, so a pass bounds how long stopping takes.
 MERGE_BATCH_TOKENS = 2048
@@ -422,12 +426,28 @@ class LiveStore:
             write_json_atomic(self.dir / STATE, self.state)
         self.snapshot = self._snapshot()
         publish(self.snapshot)
+        self._point_followers()
 
     def _state_on_disk(self) -> Any:
         try:
             return json.loads((self.dir / STATE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+
+    def _point_followers(self) -> None:
+        """Point ``LIVE_DIR/merged`` (a pointer file, ``core.alias``) at the base served: a server without writes
+        that serves it, polling it (``index_poll_s``), follows the merges. A failure is logged: writes go on."""
+        pointer = self.dir / FOLLOW
+        try:
+            try:
+                if resolve_alias(pointer).target == self.base.dir.resolve():
+                    return  # (rewritten, followers polling it would load the same base again)
+            except AliasError:  # it names a base removed since (a kill before it was switched): replaced, not
+                pointer.unlink()  # refused as a file that is no pointer
+            switch_alias(pointer, self.base.dir, pointer=True)
+        except (OSError, AliasError) as e:
+            log.warning("%s could not be pointed at the base served (%s); servers that follow it serve the one "
+                        "before", self.dir / FOLLOW, e)
 
     def _remove_leftovers(self, current: Path) -> None:
         """What a merge killed midway, or killed after its commit point, left: a partial base, logs and a base that
@@ -636,6 +656,7 @@ class LiveStore:
                 self.last_merge = result  # before the snapshot, whose counts (merges among them) /info reads
                 self.snapshot = self._snapshot()
                 self.publish(self.snapshot)
+            self._point_followers()  # before the old base is removed: a follower reloads from it to the new one
             for name in old_wals:
                 (self.dir / WAL_DIR / name).unlink(missing_ok=True)
             if old_base.dir.resolve().parent == (self.dir / BASES).resolve():

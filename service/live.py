@@ -38,6 +38,7 @@ from spanseek.core.stopping import Stopped
 from spanseek.core.text import prepare_word_cuts
 from spanseek.indexer.live import (
     BASES,
+    FOLLOW,
     STATE,
     WAL_DIR,
     DocumentEncoder,
@@ -103,16 +104,22 @@ def live_dir_problem(live_dir: Path) -> str | None:
 
 def writes_not_served(settings: Settings, index: Path) -> str | None:
     """For a server without writes over ``index``: a warning when its live directory (``live_dir_of``) holds writes
-    made over that index by a server with them (its ``state.json``), which this one does not serve, or when
-    ``index`` is a base merged in a live directory, which that server removes at its next merge; None otherwise (and
-    with writes on). Only reads: a server without writes never changes a live directory."""
+    made over that index by a server with them (its ``state.json``), which this one does not serve, when ``index``
+    is a base merged in a live directory, which that server removes at its next merge, or when it serves that
+    server's pointer to its base (``LIVE_DIR/merged``) without polling it; None otherwise (and with writes on).
+    Only reads: a server without writes never changes a live directory."""
     if settings.writes:
         return None
+    given = Path(settings.index)
+    if given.name == FOLLOW and (given.parent / STATE).is_file():  # the writer's pointer to the base it serves
+        return None if settings.index_poll_s > 0 else (
+            f"{given} names the base the server with writes serves, and this server does not follow it as it merges "
+            f"(index_poll_s 0): it serves {index} until it restarts; set index_poll_s to follow the merges")
     merged_in = index.resolve().parent.parent
     if index.resolve().parent.name == BASES and (merged_in / STATE).is_file():
         return (f"{index} is a base merged in the live directory {merged_in}: a server with writes there removes it "
                 "when it merges again (this server serves on from the files it holds open, and cannot start over it "
-                "again); serve a copy of it, made elsewhere, beside that server")
+                f"again); serve {merged_in / FOLLOW} with index_poll_s to follow the merges")
     live_dir = live_dir_of(settings)
     if not (live_dir / STATE).is_file():
         return None
@@ -123,7 +130,7 @@ def writes_not_served(settings: Settings, index: Path) -> str | None:
     return (f"{live_dir} holds writes made over {index} by a server with writes ({int(state.get('merges', 0))} "
             f"merges, {log_bytes(live_dir):,} bytes of write log): this server has no writes and serves {index} as it is, "
             "without them; neither its searches nor GET /documents see a document written there (search the server "
-            "with writes for those)")
+            f"with writes for those; serve {live_dir / FOLLOW} with index_poll_s to follow its merges)")
 
 
 def too_many_tokens(what: str, tokens: int, limit: int, setting: str, of: str, at_least: bool = False

@@ -120,3 +120,61 @@ def test_a_server_without_writes_serves_the_index_as_it_is_and_says_so(write_set
     with caplog.at_level(logging.WARNING, logger="spanseek.service"), serving(create_app(settings_for())):
         pass  # its default live directory (the index path + '.live') holds nothing
     assert "holds writes" not in caplog.text
+
+
+def test_a_server_without_writes_serving_the_writers_pointer_follows_its_merges(write_settings, settings_for,
+                                                                               tmp_path, tiny_index, caplog):
+    """The server with writes keeps ``LIVE_DIR/merged`` (a pointer file) naming the base it serves, switched once a
+    merge is in and before the old base is removed; a server without writes serving that pointer with the alias
+    poll reloads to each merged base: it serves what was merged (not the writes since), and a merge that removes
+    the base it served leaves its searches answered. Before, a replica could only serve the index as it was, or a
+    merged base until the next merge removed it. A pointer naming a base removed since (a kill between the merge's
+    commit and its switch) is replaced at the writer's start; the follower adds no file to the live directory."""
+    from spanseek.core.alias import resolve_alias
+
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "merged").write_text("bases/base-000009\n")  # removed since
+    question = {"query": "who built the harbour bridge?", "top_k": 5}
+
+    def merged(writer, n: int) -> None:
+        assert writer.post("/admin/compact", headers=KEY).status_code == 202
+        deadline = time.monotonic() + 60
+        while writer.get("/info", headers=KEY).json()["service"]["writes"]["merges"] < n:
+            assert time.monotonic() < deadline, "the merge never ended"
+            time.sleep(0.05)
+
+    def followed(follower, writer) -> None:
+        base = writer.get("/info", headers=KEY).json()["service"]["writes"]["base"]
+        deadline = time.monotonic() + 30
+        while follower.get("/info", headers=KEY).json()["index"]["dir"] != base:
+            assert follower.post("/search?unit=doc", headers=KEY, json=question).status_code == 200
+            assert time.monotonic() < deadline, "the follower never reloaded the merged base"
+            time.sleep(0.05)
+
+    with serving(create_app(write_settings())) as writer:
+        assert resolve_alias(live / "merged").target == tiny_index.resolve()
+        follower_settings = settings_for(index=live / "merged", index_poll_s=0.05, api_key="key")
+        with serving(create_app(follower_settings)) as follower:
+            assert writer.put("/documents", headers=KEY, json=DOC).status_code == 200
+            assert follower.get("/documents/new-1", headers=KEY).status_code == 404  # not merged yet
+            merged(writer, 1)
+            followed(follower, writer)
+            assert follower.get("/documents/new-1", headers=KEY).json() == writer.get("/documents/new-1",
+                                                                                     headers=KEY).json()
+            assert writer.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}).status_code == 200
+            assert writer.delete("/documents/new-1", headers=KEY).status_code == 200
+            merged(writer, 2)  # then removes base-000001, which the follower serves until it reloads
+            deadline = time.monotonic() + 10
+            while (live / "bases" / "base-000001").exists():
+                assert time.monotonic() < deadline, "the merged base before was never removed"
+                time.sleep(0.01)
+            followed(follower, writer)
+            assert [follower.get(f"/documents/{i}", headers=KEY).status_code for i in ("new-1", "new-2")] == [404, 200]
+    assert sorted(p.name for p in live.iterdir()) == ["bases", "merged", "state.json", "wal", "writer.lock"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="spanseek.service"), \
+            serving(create_app(settings_for(index=live / "merged"))):
+        pass  # no poll: it does not follow
+    assert (f"{live / 'merged'} names the base the server with writes serves, and this server does not follow it as "
+            "it merges (index_poll_s 0)") in caplog.text
