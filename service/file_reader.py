@@ -127,11 +127,14 @@ class ReadFile:
 _count: TokenCounter | None = None  # the worker process's counter: the served model's tokenizer
 
 
-def _start_worker(config: EncoderConfig, nice: int, memory_bytes: int = 0) -> None:
+def _start_worker(config: EncoderConfig, nice: int, memory_bytes: int = 0, server_pid: int | None = None) -> None:
     """A reader process's start: ``nice`` lower in CPU priority, its data (heap and private mappings) capped at
-    ``memory_bytes`` (0: no cap), the model's tokenizer loaded. Its readers' warnings come back with each file's answer
-    and the service logs them; here they go nowhere."""
+    ``memory_bytes`` (0: no cap), the model's tokenizer loaded, and ended when the server ``server_pid`` is gone.
+    Its readers' warnings come back with each file's answer and the service logs them; here they go nowhere."""
     global _count
+    if server_pid is not None:
+        threading.Thread(target=_end_with_server, args=(server_pid,), name="spanseek-reader-watch",
+                         daemon=True).start()
     if nice > 0 and hasattr(os, "nice"):
         try:
             os.nice(nice)
@@ -142,6 +145,15 @@ def _start_worker(config: EncoderConfig, nice: int, memory_bytes: int = 0) -> No
     logging.getLogger("spanseek.indexer").addHandler(logging.NullHandler())
     logging.getLogger("spanseek.indexer").propagate = False
     _count = backbone_token_counter(config)
+
+
+def _end_with_server(server_pid: int, every_s: float = 1.0) -> None:
+    """Ends this process once the server that started it is gone: a server killed outright (kill -9, the OOM killer)
+    closes nothing, and its idle reader was left running, adopted by init, for as long as the host ran. A process
+    whose parent dies is handed to another (its parent id changes), whichever thread of the server started it."""
+    while os.getppid() == server_pid:
+        time.sleep(every_s)
+    os._exit(0)
 
 
 def cap_memory(memory_bytes: int) -> None:
@@ -224,7 +236,8 @@ class FileReader:
         # spawn, not fork: the server's threads (the encoder's OpenMP pool, the event loop) hold locks a forked
         # child would inherit taken; the worker imports only the readers and the tokenizer
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_start_worker, initargs=(self.config, self.nice, self.memory_bytes))
+                                   initializer=_start_worker,
+                                   initargs=(self.config, self.nice, self.memory_bytes, os.getpid()))
 
     async def read(self, data: bytes, name: str, opts: IngestOptions) -> ReadFile:
         """The upload ``data`` read as ``name`` in the worker; IngestError as ``read_upload``, ReaderStopped when the

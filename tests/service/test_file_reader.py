@@ -269,3 +269,43 @@ def test_without_keep_bytes_a_large_worker_is_kept(tiny_config, monkeypatch):
 def test_resident_bytes_of_a_process_that_is_gone_is_none():
     assert file_reader.resident_bytes(os.getpid()) > 0
     assert file_reader.resident_bytes(2**22 + 1) is None
+
+
+SERVER = """
+import asyncio, pickle, sys, time
+from spanseek.indexer.ingest import IngestOptions
+from spanseek.service.file_reader import FileReader
+reader = FileReader(pickle.load(open(sys.argv[1], "rb")), 0, 1)
+asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
+print(*reader._pool._processes, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_server_killed_outright_leaves_no_reader_behind(tiny_config, tmp_path):
+    """A server killed with kill -9 closes nothing: its idle reader, adopted by init, ran on for as long as the host
+    did. The reader now ends within a few seconds of its server."""
+    import pickle
+    import subprocess
+
+    (tmp_path / "config.pkl").write_bytes(pickle.dumps(tiny_config))
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(tmp_path / "config.pkl")], stdout=subprocess.PIPE,
+                              text=True)
+    (worker,) = map(int, server.stdout.readline().split())
+    try:
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+        _wait_for(lambda: _zombie(worker), seconds=15)
+    finally:
+        server.kill()
+        if not _zombie(worker):  # the old reader: not left running after the test
+            os.kill(worker, signal.SIGKILL)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has ended and waits for its (new) parent to collect it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
