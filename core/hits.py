@@ -177,7 +177,7 @@ class HitBuilder:
         return Hit.of_fields({
             "text": text[a:b], "score": score, "start": a, "end": b, "passage_id": p, "passage": text,
             "doc_id": doc["id"], "title": doc["title"], "paragraph": int(passage["para"]), "meta": meta,
-            "dense": dense, "lexical": lexical, "confidence": None, "read": read,
+            "dense": dense, "lexical": lexical, "confidence": None, "read": read, "copies": None, "copy_doc_ids": None,
         })
 
 

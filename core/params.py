@@ -55,6 +55,12 @@ class SearchParams:
         False, "phrase unit only: one hit per distinct answer (phrases that read the same once normalised), scored "
         "by the log of the summed exp(score) of its phrases; the hit shows its best phrase (read hits are one per "
         "answer already)")
+    collapse_duplicates: bool = option(
+        False, "keep only the best-ranked of hits that are copies: passages whose texts are the same once runs of "
+        "whitespace are one space and letters lower case (a paragraph copied into several documents); phrase unit: "
+        "the same phrase in a copy of its passage; doc unit: documents whose passages are copies, in order. The "
+        "kept hit gives how many copies it stands for and their documents (copies, copy_doc_ids); the page is "
+        "filled from a deeper ranking. Not with read")
     mode: Mode | None = option(None, "dense (phrase vectors), lexical (BM25 over passages) or hybrid (both fused); "
                                "default: the index's")
     fusion: Fusion | None = option(None, "hybrid passage/doc ranking (and the passages a phrase search with read "
@@ -118,9 +124,12 @@ class SearchParams:
         if self.rank_window is not None and self.rank_window < self.offset + self.top_k:
             raise SearchParamsError(f"rank_window must be at least offset + top_k ({self.offset + self.top_k}), got "
                                     f"{self.rank_window}")
-        for name in ("merge_answers", "allow_overlap"):
+        for name in ("merge_answers", "allow_overlap", "collapse_duplicates"):
             if not isinstance(getattr(self, name), bool):
                 raise SearchParamsError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.collapse_duplicates is True and self.read:
+            raise SearchParamsError("collapse_duplicates does not apply with read=true (read hits are ranked by the "
+                                    "reader; search without read to collapse copies)")
         for name in ("read_passages", "read_below"):  # asked for without read, they would be silently ignored
             if getattr(self, name) is not None and not self.read:
                 raise SearchParamsError(f"{name} applies with read=true")
@@ -231,9 +240,22 @@ class Hit:
         "the answer's document); null when the model has no calibration for the search"))
     read: float | None = field(default=None, metadata=_doc(
         "the reader's score of the phrase when the hit was read (read: true); null when it was not read"))
+    copies: int | None = field(default=None, metadata=_doc(
+        "with collapse_duplicates: how many passages the search may return hold this hit's passage text (unit=doc: "
+        "documents this document's), itself included; the others are left out of the hits. Left out (null over "
+        "HTTP) without collapse_duplicates"))
+    copy_doc_ids: list[str] | None = field(default=None, metadata=_doc(
+        "with collapse_duplicates: the ids of the other copies' documents, distinct, in index order, at most 10. "
+        "Left out (null over HTTP) without collapse_duplicates"))
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in HIT_FIELDS}  # asdict's deep copy costs 10x, per hit
+        """The hit's fields by name; those of ``COLLAPSE_FIELDS`` only when set (a search with
+        ``collapse_duplicates``), so other searches' hits read as before."""
+        out = {name: getattr(self, name) for name in HIT_FIELDS}  # asdict's deep copy costs 10x, per hit
+        for name in COLLAPSE_FIELDS:
+            if out[name] is None:
+                del out[name]
+        return out
 
     def but(self, **changes: Any) -> Hit:
         """A copy with ``changes``: ``dataclasses.replace`` without running the frozen constructor again (1.8 against
@@ -253,6 +275,7 @@ class Hit:
 
 HIT_FIELDS = tuple(f.name for f in fields(Hit))
 _HIT_FIELD_SET = frozenset(HIT_FIELDS)
+COLLAPSE_FIELDS = ("copies", "copy_doc_ids")  # set by collapse_duplicates (core.duplicates), else left out
 # What a hit sent over HTTP adds: where its window of the passage starts, and how long the whole passage is
 HIT_WINDOW: dict[str, tuple[type, int, str]] = {
     "passage_offset": (int, 0, "where `passage` starts in the whole passage (0 with full_passage)"),

@@ -1,6 +1,7 @@
 """The raw ranking of a batch of questions (``Searcher``'s core, before reading and the page): ``top_k`` hits per
 question from the dense leg alone (``dense`` mode) or with the lexical leg and fusion (``lexical``, ``hybrid``),
-merged by answer when asked, and phrase searches deepened for questions that found too few non-overlapping spans.
+merged by answer when asked, copies collapsed when asked (``core.duplicates``), and phrase searches deepened for
+questions that found too few non-overlapping spans.
 """
 
 from __future__ import annotations
@@ -10,11 +11,17 @@ import dataclasses
 import numpy as np
 
 from spanseek.core.dense import DenseBatch, DenseLeg
+from spanseek.core.duplicates import Copies, collapse
 from spanseek.core.fusion import LexicalFusion
 from spanseek.core.hits import Hit, HitBuilder, non_overlapping
 from spanseek.core.lexical import FusionBasis
 from spanseek.core.plan import Plan, StageTimes
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
+
+# a collapsing search ranks top_k x COLLAPSE_DEPTH without collapsing, then drops the copies (so a page without
+# copies is the page of the search without collapse_duplicates, hybrid fusion's depth-dependent scores included), and
+# ranks a question left short COLLAPSE_GROWTH times deeper again
+COLLAPSE_DEPTH, COLLAPSE_GROWTH = 1, 4
 
 
 class Ranking:
@@ -24,6 +31,13 @@ class Ranking:
     def __init__(self, dense: DenseLeg, fusion: LexicalFusion | None, hits: HitBuilder,
                  unit_of_passage: dict[str, np.ndarray]):
         self.dense, self.fusion, self.hits, self.unit_of_passage = dense, fusion, hits, unit_of_passage
+        self._copies: Copies | None = None
+
+    def copies(self) -> Copies:
+        """The index's copies (``core.duplicates``), found at the first search that collapses them."""
+        if self._copies is None:
+            self._copies = Copies.of(self.hits.index, self.unit_of_passage["doc"])
+        return self._copies
 
     def deep(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
                      timings: StageTimes, batch: DenseBatch | None = None
@@ -42,12 +56,7 @@ class Ranking:
         depth = plan.top_k
         pending, k = [b for b, hits in enumerate(ranked) if len(hits) < depth], 4 * depth
         while pending and k <= 64 * depth:
-            deeper = dataclasses.replace(plan.but(top_k=k), bm25=None if plan.bm25 is None else plan.bm25[pending],
-                                         unfiltered=None if plan.unfiltered is None else
-                                         plan.unfiltered.of_questions(pending))
-            found, bases = self.ranked(deeper, q_start[pending], q_end[pending],
-                                        None if texts is None else [texts[b] for b in pending], timings,
-                                        None if batch is None else batch.of_questions(np.asarray(pending)))
+            found, bases = self.again(plan.but(top_k=k), pending, q_start, q_end, texts, timings, batch)
             grown = [(i, b, hits[:depth]) for i, (b, hits) in enumerate(zip(pending, found, strict=True))
                      if len(hits) > len(ranked[b])]
             for i, b, hits in grown:
@@ -56,6 +65,39 @@ class Ranking:
                     basis[b] = bases[i]
             pending, k = [b for _, b, hits in grown if len(hits) < depth], 4 * k
         return ranked, basis
+
+    def again(self, plan: Plan, pending: list[int], q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
+              timings: StageTimes, batch: DenseBatch | None) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+        """``ranked`` of the questions ``pending`` (positions in the batch) alone, as ``plan`` (a deeper one) asks."""
+        deeper = dataclasses.replace(plan, bm25=None if plan.bm25 is None else plan.bm25[pending],
+                                     unfiltered=None if plan.unfiltered is None else plan.unfiltered.of_questions(pending))
+        return self.ranked(deeper, q_start[pending], q_end[pending], None if texts is None else
+                           [texts[b] for b in pending], timings,
+                           None if batch is None else batch.of_questions(np.asarray(pending)))
+
+    def collapsed(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
+                  timings: StageTimes, batch: DenseBatch | None) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+        """``ranked`` with copies collapsed (``core.duplicates.collapse``): the ranking without it (``COLLAPSE_DEPTH``
+        times as deep), less the copies of better hits; a question left short of ``top_k`` whose ranking was full is
+        ranked again ``COLLAPSE_GROWTH`` times deeper, until it fills or its ranking runs out. Each question's
+        candidates are those of the ranking its hits were cut from."""
+        copies, k = self.copies(), COLLAPSE_DEPTH * plan.top_k
+        batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
+        wide = plan.but(top_k=k, collapse_duplicates=False)
+        many, basis = self.ranked(wide, q_start, q_end, texts, timings, batch)
+        with timings.timing("aggregate"):
+            out = [collapse(h, plan.top_k, plan.unit, copies, plan.selection) for h in many]
+        pending = [b for b, (h, c) in enumerate(zip(many, out, strict=True)) if len(c) < plan.top_k and len(h) >= k]
+        while pending:
+            k *= COLLAPSE_GROWTH
+            found, bases = self.again(wide.but(top_k=k), pending, q_start, q_end, texts, timings, batch)
+            with timings.timing("aggregate"):
+                for i, (b, h) in enumerate(zip(pending, found, strict=True)):
+                    out[b] = collapse(h, plan.top_k, plan.unit, copies, plan.selection)
+                    if basis is not None and bases is not None:
+                        basis[b] = bases[i]
+            pending = [b for b, h in zip(pending, found, strict=True) if len(out[b]) < plan.top_k and len(h) >= k]
+        return out, basis
 
     def ranked(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
                 timings: StageTimes, batch: DenseBatch | None = None
@@ -74,6 +116,8 @@ class Ranking:
                         for m in merged], basis
         if plan.selection.empty:
             return [[] for _ in range(len(q_start))], None
+        if plan.params.collapse_duplicates:
+            return self.collapsed(plan, q_start, q_end, texts, timings, batch)
         units = self.unit_of_passage.get(plan.unit)  # each passage's unit (None: phrases)
         batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
         if plan.mode == "dense":

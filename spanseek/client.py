@@ -74,6 +74,7 @@ class SearchOptions(TypedDict, total=False):
     max_answer_tokens: int
     nprobe: int
     merge_answers: bool
+    collapse_duplicates: bool
     mode: Mode
     fusion: Fusion
     lexical_weight: float

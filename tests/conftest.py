@@ -74,6 +74,37 @@ def make_corpus(seed: int = 0, n_docs: int = 6, n_paras: int = 4) -> list[dict]:
     ]
 
 
+def corpus_with_copies() -> list[dict]:
+    """``make_corpus`` plus copies: d6 holds d0's second paragraph as it is and d2's first with other spacing and
+    case; d7 is d1 whole under another id and title; d8 holds d0's second paragraph once more."""
+    docs = make_corpus(seed=5, n_docs=6, n_paras=3)
+    respaced = "  " + docs[2]["paragraphs"][0].upper().replace(" ", "\n ", 3) + " "
+    docs.append({"id": "d6", "title": "Copies", "paragraphs": [docs[0]["paragraphs"][1], respaced]})
+    docs.append({**docs[1], "id": "d7", "title": "Title 1 filed twice"})
+    docs.append({"id": "d8", "title": "Another copy", "paragraphs": ["A paragraph of its own.", docs[0]["paragraphs"][1]]})
+    return docs
+
+
+@pytest.fixture(scope="session")
+def dup_index(tmp_path_factory, tiny_model_dir) -> Path:
+    """An exact index of ``corpus_with_copies`` built with the tiny model."""
+    import json
+
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    tmp = tmp_path_factory.mktemp("copies")
+    (tmp / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus_with_copies()))
+    build_index(tmp / "corpus.jsonl", tiny_model_dir, tmp / "index", BuildOptions(progress=False, precision="fp32"))
+    return tmp / "index"
+
+
+@pytest.fixture(scope="session")
+def dup_searcher(dup_index, tiny_model_dir):
+    from spanseek.core.loading import open_searcher
+
+    return open_searcher(dup_index, tiny_model_dir, device="cpu", precision="fp32")
+
+
 @pytest.fixture(scope="session")
 def tiny_backbone(tmp_path_factory) -> Path:
     """A 2-layer, 32-dim random BERT with the real MiniLM (uncased WordPiece) tokenizer."""

@@ -1,0 +1,67 @@
+"""collapse_duplicates over HTTP and through the client, on an index holding copies: the searcher's collapsed hits
+with their copies and documents; bad values answer the error shape.
+
+    .venv/bin/python -m pytest -q tests/service/test_duplicates_http.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spanseek.client import BadRequestError, Client
+from spanseek.core.params import SearchParams
+from spanseek.service.app import create_app
+from spanseek.service.settings import Settings
+
+QUESTIONS = ["When did Alba build the castle?", "Who built the river bridge?"]
+
+
+@pytest.fixture(scope="module")
+def settings(dup_index, tiny_model_dir) -> Settings:
+    return Settings(index=dup_index, model=str(tiny_model_dir), device="cpu", precision="fp32", warmup=False,
+                    question_cache=0)
+
+
+@pytest.fixture(scope="module")
+def url(live, settings, dup_searcher):
+    with live(create_app(settings, lambda s: dup_searcher)) as base:
+        yield base
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_collapsed_hits_match_the_searcher_with_their_copies(url, dup_searcher, unit):
+    import httpx
+
+    r = httpx.post(f"{url}/search?unit={unit}", json={"queries": QUESTIONS, "top_k": 6, "mode": "dense",
+                                                       "collapse_duplicates": True})
+    assert r.status_code == 200, r.text
+    want = dup_searcher.search(QUESTIONS, SearchParams(unit, 6, mode="dense", collapse_duplicates=True))
+    got = [[(h["passage_id"], h["start"], h["end"], h["copies"], h["copy_doc_ids"]) for h in res["hits"]]
+           for res in r.json()["results"]]
+    assert got == [[(h.passage_id, h.start, h.end, h.copies, h.copy_doc_ids) for h in hits] for hits in want]
+    assert any(h["copies"] > 1 for res in r.json()["results"] for h in res["hits"])
+    plain = httpx.post(f"{url}/search?unit={unit}", json={"query": QUESTIONS[0], "top_k": 6, "mode": "dense"})
+    assert all(h["copies"] is None and h["copy_doc_ids"] is None for h in plain.json()["results"][0]["hits"])
+
+
+def test_the_client_sends_it_and_reads_the_copies(url, dup_searcher):
+    with Client(url) as client:
+        response = client.search(QUESTIONS[1], unit="passage", top_k=6, mode="dense", collapse_duplicates=True)
+    want = dup_searcher.search(QUESTIONS[1:], SearchParams("passage", 6, mode="dense", collapse_duplicates=True))[0]
+    assert [(h.passage_id, h.copies, h.copy_doc_ids, h.extra) for h in response.hits] == \
+        [(h.passage_id, h.copies, h.copy_doc_ids, {}) for h in want]
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"collapse_duplicates": "true"}, 422, "collapse_duplicates"),
+    ({"collapse_duplicates": True, "read": True}, 400, "collapse_duplicates does not apply with read"),
+])
+def test_bad_requests_are_refused_naming_the_parameter(url, body, status, message):
+    import httpx
+
+    r = httpx.post(f"{url}/search?unit=passage", json={"query": "a", **body})
+    assert r.status_code == status, r.text
+    assert message in r.text and set(r.json()) >= {"error", "message", "request_id"}
+    with Client(url) as client, pytest.raises(BadRequestError) as e:
+        client.search("a", unit="passage", **body)
+    assert e.value.status == status
