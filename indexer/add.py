@@ -46,6 +46,7 @@ from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
 from spanseek.core.io import (
+    CorpusError,
     Document,
     ReadStats,
     atomic_path,
@@ -73,7 +74,7 @@ from spanseek.indexer.compress import kept_token_ids, write_codes
 from spanseek.indexer.faiss_index import add_vectors, write_faiss
 from spanseek.indexer.fine_store_build import encode_fine_rows
 from spanseek.indexer.ingest import corpus_problem
-from spanseek.indexer.interrupt import stopped_cleanly
+from spanseek.indexer.interrupt import Committed, stopped_cleanly
 from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.recall import measure_recall
 
@@ -152,12 +153,34 @@ def locked_index(index_dir: Path, command: str) -> Iterator[phrase_index.Manifes
                              f"`spanseek index {command}` changed nothing")
         if phrase_index.recover_locked(index_dir) == "rolled forward":
             log.info("finished an interrupted change of %s", index_dir)
+        old = phrase_index.check_index(index_dir, contents=False, recovered=True)
         try:
-            yield phrase_index.check_index(index_dir, contents=False, recovered=True)
+            yield old
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: past the commit point the change is finished, not resumed
+            committed = _committed(index_dir, old)
+            try:
+                phrase_index.recover_locked(index_dir, committing=committed)  # rolls back, or forward once committed
+                finished = True
+            except OSError:
+                finished = False  # (the next open finishes it)
+            if committed:
+                raise Committed(str(e), finished) from None
+            raise
         except BaseException:  # a change that failed (a full disk) leaves no partial files filling the disk
             with contextlib.suppress(OSError):
                 phrase_index.recover_locked(index_dir)  # (rolls forward instead once the journal is written)
             raise
+
+
+def _committed(index_dir: Path, old: phrase_index.Manifest) -> bool:
+    """Whether a change of ``index_dir`` begun at manifest ``old`` has passed its commit point: its journal is
+    written, or it has been renamed into place and its manifest written."""
+    if (index_dir / JOURNAL).is_file():
+        return True
+    try:
+        return phrase_index.Manifest.load(index_dir).to_dict() != old.to_dict()
+    except (OSError, phrase_index.IndexFormatError):
+        return False
 
 
 def commit(index_dir: Path, old: phrase_index.Manifest, names: Iterable[str], fields: dict[str, Any]) -> phrase_index.Manifest:
@@ -222,7 +245,7 @@ def upsert_documents(
     check_ray(opts)
     command = "upsert" if replace else "add"
     staging = index_dir / STAGING
-    with stopped_cleanly(staging, f"the {command} into {index_dir}"), locked_index(index_dir, command) as old:
+    with stopped_cleanly(f"the {command} into {index_dir}", staging), locked_index(index_dir, command) as old:
         try:
             done = _add_locked(index_dir, old, corpus, model, opts, staging, replace)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished shards stay for the rerun, as a kill -9 leaves them
@@ -258,6 +281,20 @@ def _same_document(doc: Document, record: dict[str, Any], passages: list[tuple[s
     metadata)."""
     return (doc.title == record["title"] and (doc.meta or {}) == record.get("meta", {})
             and [(text, doc.paragraph_meta(i)) for i, text in enumerate(doc.paragraphs)] == passages)
+
+
+def _all_held(corpus: Path, index_dir: Path, live: dict[str, int]) -> CorpusError | None:
+    """The refusal of an add whose every document the index already holds (the add ran before: one stopped after
+    its commit point is complete), which says so rather than naming the first held id; None otherwise."""
+    try:
+        ids = [doc.id for doc in read_corpus(corpus)]
+    except CorpusError:
+        return None
+    if not ids or not all(i in live for i in ids):
+        return None
+    return CorpusError(f"every document of {corpus} ({len(ids)}) is already in the index {index_dir}, as after an add "
+                       "of it that finished: there is nothing to add and nothing was changed (`index upsert` "
+                       "replaces held documents)")
 
 
 def _plan_upsert(index_dir: Path, corpus: Path, live: dict[str, int]) -> tuple[list[Document], list[int], int]:
@@ -307,7 +344,10 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
     held_where = (f"the index {index_dir} (`index add` refuses ids it holds; `index upsert` replaces them; nothing "
                   "was changed)")
     if not replace:  # a held or repeated id is refused from the ids alone, before the model loads
-        checked = check_corpus(corpus, live, held_where)
+        try:
+            checked = check_corpus(corpus, live, held_where)
+        except CorpusError as e:
+            raise _all_held(corpus, index_dir, live) or e from None
     model_dir = index_model(old, model, index_dir)  # None: the model recorded in the manifest
     phrase_model = load_model(model_dir).to(pick_device(opts.device))
     fingerprint = model_fingerprint(model_dir)

@@ -297,7 +297,7 @@ def build_index(corpus: str | Path, model: str | Path, out: str | Path,
     check_ray(opts)
     if opts.vector_source not in phrase_index.VECTOR_SOURCES:
         raise BuildError(f"vector_source must be one of {phrase_index.VECTOR_SOURCES}, got {opts.vector_source!r}")
-    with build_lock(out), stopped_cleanly(out, f"the build in {out}"):
+    with build_lock(out), stopped_cleanly(f"the build in {out}", out):
         check_out_dir(out, corpus)  # again: a build that held the lock until now may have finished the index
         return _build_locked(corpus, model, model_dir, out, opts, spec)
 

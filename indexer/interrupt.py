@@ -1,8 +1,9 @@
 """Stop a long index job on SIGTERM as on Ctrl-C, keeping its finished shards for the same command to resume.
 
-``index build``, ``index add`` and ``index upsert`` run their work inside ``stopped_cleanly``: ``kill``, ``docker
-stop`` or a scheduler's SIGTERM then ends them as Ctrl-C does, with one line saying what the same command re-uses
-and exit status 130, instead of killing them outright.
+``index build``, ``index add``, ``index upsert`` and ``index compact`` run their work inside ``stopped_cleanly``:
+``kill``, ``docker stop`` or a scheduler's SIGTERM then ends them as Ctrl-C does, with one line saying what the same
+command re-uses (or, for a change already committed, that it is complete) and exit status 130, instead of killing
+them outright.
 """
 
 from __future__ import annotations
@@ -19,30 +20,49 @@ from spanseek.core.integrity import SHARDS
 from spanseek.indexer.shards import finished_shard_sizes
 
 
+class Committed(KeyboardInterrupt):
+    """A stop that landed after a change's commit point (its journal written): the change was rolled forward, so the
+    index holds it (or gets it when next opened, ``finished`` False) and there is nothing to rerun. Its text is the
+    stop's own (``SIGTERM``, or empty for Ctrl-C)."""
+
+    def __init__(self, stop: str, finished: bool) -> None:
+        super().__init__(stop)
+        self.finished = finished
+
+
 def _sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 @contextlib.contextmanager
-def stopped_cleanly(work: Path, resumes: str) -> Iterator[None]:
-    """Stop a job encoding shards into ``work`` (``work/shards``: a build's ``--out``, an add's staging) on Ctrl-C
-    or SIGTERM (what ``kill``, ``docker stop`` and a scheduler send) alike: the shard being encoded is dropped (its
-    ``.tmp`` directory), the finished ones are kept, and the KeyboardInterrupt says that the same command resumes
-    ``resumes`` (``the build in OUT``) and what it re-uses (the CLI prints it as ``interrupted: ...``, status 130, as a
-    training run's). SIGTERM is taken only in the main thread, and not where the process was started to ignore it."""
+def stopped_cleanly(job: str, work: Path | None = None) -> Iterator[None]:
+    """Stop a job on Ctrl-C or SIGTERM (what ``kill``, ``docker stop`` and a scheduler send) alike, raising a
+    KeyboardInterrupt that says what the same command does next (the CLI prints it as ``interrupted: ...``, status
+    130, as a training run's). ``job`` names it (``the build in OUT``).
+
+    A job encoding shards into ``work`` (``work/shards``: a build's ``--out``, an add's staging) drops the shard being
+    encoded (its ``.tmp`` directory) and keeps the finished ones, which the same command resumes from; a job without
+    (``compact``) was rolled back, and the same command runs it again. A change stopped after its commit point
+    (``Committed``) is complete, and the line says so. SIGTERM is taken only in the main thread, and not where the
+    process was started to ignore it."""
     previous = None
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
         previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         yield
     except KeyboardInterrupt as e:
+        how = f"stopped by {e}; " if str(e) == "SIGTERM" else ""
+        if isinstance(e, Committed):
+            when = "is complete" if e.finished else "is completed when the index is next opened"
+            raise KeyboardInterrupt(f"{how}{job} had been committed and {when}; no rerun is needed") from None
+        if work is None:
+            raise KeyboardInterrupt(f"{how}{job} changed nothing; the same command runs it again") from None
         for part in (work / SHARDS).glob("*.tmp"):
             shutil.rmtree(part, ignore_errors=True)
         sizes = finished_shard_sizes(work)
-        how = f"stopped by {e}; " if str(e) == "SIGTERM" else ""
         kept = (f"re-using its {len(sizes)} encoded shard{'s' if len(sizes) != 1 else ''} ({sum(sizes)} passages)"
                 if sizes else "no shard was finished yet")
-        raise KeyboardInterrupt(f"{how}the same command resumes {resumes} ({kept})") from None
+        raise KeyboardInterrupt(f"{how}the same command resumes {job} ({kept})") from None
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -114,10 +114,16 @@ def test_the_same_add_twice_changes_nothing_the_second_time(setup, tmp_path, tin
         raise AssertionError("the model was loaded for an add its ids refuse")
 
     monkeypatch.setattr("spanseek.indexer.add.load_model", no_model)  # refused from the ids alone, at once
-    with pytest.raises(CorpusError, match=rf"{more}:1: document id 'new-0' is already in the index .*nothing was changed"):
+    with pytest.raises(CorpusError, match=rf"every document of {more} \(4\) is already in the index {index}, as after "
+                                          "an add of it that finished: .*nothing was changed"):
         add_documents(index, more, model=tiny_model_dir, opts=OPTS)
     assert (sorted(p.name for p in index.iterdir()), _contents(index)) == before
     assert PhraseIndex(index).manifest.documents == 12
+    # a corpus of held and new documents: the first held id is named
+    mixed = _write(tmp_path / "mixed.jsonl", [{"id": "other", "title": "t", "paragraphs": ["p"]},
+                                              json.loads(more.read_text().splitlines()[0])])
+    with pytest.raises(CorpusError, match=rf"{mixed}:2: document id 'new-0' is already in the index .*nothing was changed"):
+        add_documents(index, mixed, model=tiny_model_dir, opts=OPTS)
 
 
 def test_an_add_with_a_repeated_id_is_refused(setup, tmp_path, tiny_model_dir):
@@ -201,6 +207,57 @@ def test_sigterm_stops_an_add_as_ctrl_c_does_and_the_add_resumes(setup, tmp_path
     assert main(argv) == 0
     assert encoded == [3, 2]  # of 3 + 3 + 2 passages: the first shard is re-used
     assert _contents(index) == _contents(reference) and not (index / integrity.STAGING).exists()
+
+
+# The child: the CLI, with SIGTERM sent to itself after the first call of a step whose argument ends in a name (or,
+# for "*", the first made while the add's journal exists)
+SIGTERM_AFTER = r"""
+import importlib, os, signal, sys
+from pathlib import Path
+target, ending, index = sys.argv[1:4]
+module_name, attr = target.rsplit(":", 1)
+owner = importlib.import_module(module_name)
+for part in attr.split(".")[:-1]:
+    owner = getattr(owner, part)
+name = attr.split(".")[-1]
+real, fired = getattr(owner, name), []
+def step(*args, **kwargs):
+    hit = (Path(index) / "add.journal.json").exists() if ending == "*" else any(str(a).endswith(ending) for a in args)
+    out = real(*args, **kwargs)
+    if hit and not fired:
+        fired.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return out
+setattr(owner, name, step)
+from spanseek.cli import main
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+@pytest.mark.parametrize("step", [("os:replace", "*"), ("pathlib:Path.unlink", integrity.JOURNAL)],
+                         ids=["mid renames", "journal removed"])
+def test_sigterm_after_the_commit_point_says_the_add_is_complete(step, setup, tmp_path, tiny_model_dir):
+    """SIGTERM landing once an add's journal was written said "the same command resumes the add" although the add
+    was rolled forward and the same command was then refused with a bare conflict of ids. The last line now says the
+    add is complete, the index holds it, and the rerun says every document is already in the index."""
+    built, more, reference = setup
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    argv = ["index", "add", "--index", str(index), "--corpus", str(more), "--model", str(tiny_model_dir), "--quiet",
+            "--device", "cpu", "--precision", "fp32", "--shard-passages", "3"]
+    child = subprocess.run([sys.executable, "-c", SIGTERM_AFTER, *step, str(index), *argv], capture_output=True,
+                           text=True, timeout=600)
+    assert child.returncode == 130, (child.returncode, child.stderr[-2000:])
+    assert child.stderr.splitlines()[-1] == (f"spanseek index add: interrupted: stopped by SIGTERM; the add into {index} "
+                                             "had been committed and is complete; no rerun is needed")
+    assert not any(integrity.is_scratch(p.name) and p.name != integrity.LOCK for p in index.iterdir())
+    assert _contents(index) == _contents(reference)
+    rerun = subprocess.run([sys.executable, "-m", "spanseek.cli", *argv], capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 2
+    assert rerun.stderr.splitlines()[-1] == (f"spanseek index add: error: every document of {more} (4) is already in "
+                                             f"the index {index}, as after an add of it that finished: there is "
+                                             "nothing to add and nothing was changed (`index upsert` replaces held "
+                                             "documents)")
 
 
 def test_a_killed_add_resumes_encoding_only_the_shards_it_had_not_finished(setup, tmp_path, tiny_model_dir,
