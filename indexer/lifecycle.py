@@ -16,7 +16,9 @@ their new ids, and the BM25 part and the field index are rebuilt over the live p
 those of a fresh build of the live documents (with the same trained faiss index).
 
 All three hold the index's writer lock and commit through the journal of ``indexer.add.commit``: a kill at any
-point leaves the old index or the new one when it is next opened.
+point leaves the old index or the new one when it is next opened. ``compact`` stopped by Ctrl-C or SIGTERM
+(``indexer.interrupt``) removes its partial files before it ends (status 130, one line saying the index is unchanged
+and the same command runs it again), or, stopped past its commit point, finishes it and says so.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from spanseek.indexer.add import commit, live_rows, locked_index, remeasure_reca
 from spanseek.indexer.build import BuildError, BuildOptions, write_fields
 from spanseek.indexer.compress import kept_token_ids
 from spanseek.indexer.faiss_index import ADD_CHUNK, add_vectors, write_faiss
+from spanseek.indexer.interrupt import stopped_cleanly
 from spanseek.indexer.lexical import write_lexical
 
 log = logging.getLogger(__name__)
@@ -135,7 +138,7 @@ def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> di
 
     index_dir = Path(index_dir)
     opts = opts or BuildOptions(progress=False)
-    with locked_index(index_dir, "compact") as old:
+    with stopped_cleanly(f"the compact of {index_dir}"), locked_index(index_dir, "compact") as old:
         docs, deleted, live = live_rows(index_dir)
         before = _disk_bytes(index_dir)
         if not len(deleted):

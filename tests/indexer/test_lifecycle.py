@@ -439,3 +439,33 @@ def test_a_killed_change_opens_as_the_old_or_the_new_index(kill_setup, tmp_path,
     else:
         compact_index(index, OPTS)
     assert _files(index) == _files(done[change])
+
+
+@pytest.mark.parametrize("step", [("spanseek.indexer.lifecycle:write_faiss", ".add.tmp"), ("os:replace", "*")],
+                         ids=["before the journal", "after the journal"])
+def test_sigterm_stops_a_compact_as_ctrl_c_does(kill_setup, tmp_path, step):
+    """SIGTERM killed `index compact` outright (status -15, nothing said, its partial files left beside the index
+    until the next open). It now stops as a build or an add does: status 130, the partial files removed, one last line
+    saying the index is unchanged and the same command runs the compact again (which then gives the uninterrupted
+    result), or, past the commit point, that the compact is complete."""
+    from tests.indexer.test_add_crash import SIGTERM_AFTER
+
+    built, _, done = kill_setup
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    argv = ["index", "compact", "--index", str(index), "--quiet"]
+    child = subprocess.run([sys.executable, "-c", SIGTERM_AFTER, *step, str(index), *argv], capture_output=True,
+                           text=True, timeout=600)
+    assert child.returncode == 130, (child.returncode, child.stderr[-2000:])
+    assert not [p for p in index.iterdir() if integrity.is_scratch(p.name) and p.name != integrity.LOCK]
+    if step[1] == "*":
+        assert child.stderr.splitlines()[-1] == (f"spanseek index compact: interrupted: stopped by SIGTERM; the compact "
+                                                 f"of {index} had been committed and is complete; no rerun is needed")
+        assert _files(index) == _files(done["compact"])
+        return
+    assert child.stderr.splitlines()[-1] == (f"spanseek index compact: interrupted: stopped by SIGTERM; the compact of "
+                                             f"{index} changed nothing; the same command runs it again")
+    assert _files(index) == _files(built) and verify_index(index, sample=20)["ok"]
+    rerun = subprocess.run([sys.executable, "-m", "spanseek.cli", *argv], capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert _files(index) == _files(done["compact"])
