@@ -537,3 +537,28 @@ def test_sigterm_stops_a_build_as_ctrl_c_does_and_the_build_resumes(tmp_path, ti
     assert sorted(p.name for p in (out / SHARDS).iterdir()) == ["000000"]
     assert main(argv) == 0
     assert np.load(out / phrase_index.VECTORS).tobytes() == np.load(tiny_index / phrase_index.VECTORS).tobytes()
+
+
+@pytest.mark.parametrize(("factory", "max_train"), [("IVF4,Flat", 300), ("OPQ8,IVF4,PQ8x4fs", 700)])
+def test_two_ivf_builds_of_one_corpus_write_the_same_files(tmp_path, tiny_corpus, tiny_model_dir, factory, max_train):
+    """Builds with a trained faiss index (k-means for the lists, PQ codebooks, an OPQ rotation) write the same files,
+    byte for byte, but the manifest's timings and checksum: the training sample (a part of the tokens) and faiss's
+    k-means are seeded."""
+    opts = dataclasses.replace(OPTS, factory=factory, max_train=max_train, gpu=False)
+    first, second = tmp_path / "a", tmp_path / "b"
+    build_index(tiny_corpus, tiny_model_dir, first, opts)
+    build_index(tiny_corpus, tiny_model_dir, second, opts)
+    written = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
+    assert written == sorted(p.relative_to(second) for p in second.rglob("*") if p.is_file())
+    assert phrase_index.FAISS_INDEX in {rel.name for rel in written}
+    manifest = phrase_index.Manifest.load(first)
+    assert manifest.faiss_params["train_size"] == max_train < manifest.tokens  # a sample, not every token
+    for rel in written:
+        if rel.name != phrase_index.MANIFEST:
+            assert (first / rel).read_bytes() == (second / rel).read_bytes(), rel
+    timings = ("train_seconds", "add_seconds", "codes_seconds", "seconds", "build_seconds", "created", "checksum")
+
+    def untimed(d):
+        return {k: untimed(v) if isinstance(v, dict) else v for k, v in d.items() if k not in timings}
+
+    assert untimed(phrase_index.Manifest.load(first).to_dict()) == untimed(phrase_index.Manifest.load(second).to_dict())
