@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 from spanseek.core import phrase_index  # noqa: E402
 from spanseek.core.evaluate import sample_questions  # noqa: E402
 from spanseek.core.fine_store import write_quantized  # noqa: E402
-from spanseek.core.io import atomic_path, load_squad, squad_questions, write_json_atomic  # noqa: E402
+from spanseek.core.io import atomic_path, load_squad, squad_questions, write_faiss, write_json_atomic  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import SearchParams  # noqa: E402
 from spanseek.core.search import Searcher  # noqa: E402
@@ -163,15 +163,14 @@ def build(base: phrase_index.PhraseIndex, out: Path, n: int, args, mem: PeakMemo
         index = create_index(spec, dim, contiguous_ids=True)
         stage("train", lambda: train_index(index, vecs, n_train))
         if args.train_once:
-            with atomic_path(shared) as tmp:
-                faiss.write_index(index, str(tmp))
+            write_faiss(index, shared)
     ivf = faiss.extract_index_ivf(index)
     ivf.nprobe = default_nprobe(nlist)
     save_trained_index(out, index, "scale")
     ids = np.arange(n_tok, dtype=np.int64)
     stage("add (on-disk blocks + merge)", lambda: add_on_disk(index, vecs, ids, out, progress=False))
     stage("fine store", lambda: write_quantized(out, args.store, vecs, args.max_train))
-    faiss.write_index(index, str(out / phrase_index.FAISS_INDEX))
+    write_faiss(index, out / phrase_index.FAISS_INDEX)
     shutil.rmtree(out / "ivf_blocks", ignore_errors=True)
     fields = {**base.manifest.to_dict(), "factory": factory, "tokens": n_tok, "indexed_tokens": n_tok,
               "passages": n_pass, "documents": sum(1 for _ in open(out / phrase_index.DOCS, encoding="utf-8")),

@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from spanseek.core.io import atomic_path, new_memmap
+from spanseek.core.io import atomic_path, new_memmap, write_faiss
 
 STORES = ("fp16", "sq8", "sq4", "pq192", "pq128", "pq96", "pca192")
 DEFAULT_STORE = "fp16"
@@ -187,15 +187,13 @@ def read_quantizer(index_dir: Path, kind: str) -> Any:
 
 
 def write_quantizer(index_dir: Path, kind: str, quantizer: Any) -> None:
-    """Write a ``kind`` store's trained quantiser into ``index_dir``, atomically."""
-    import faiss
-
+    """Write a ``kind`` store's trained quantiser into ``index_dir``, atomically (a faiss one through
+    ``core.io.write_faiss``, which names a full disk)."""
     path = index_dir / store_files(kind)[1]
     if isinstance(quantizer, RotatedPQ):
         quantizer.save(path)
         return
-    with atomic_path(path) as tmp:
-        faiss.write_index(quantizer, str(tmp))
+    write_faiss(quantizer, path)
 
 
 class RowMap:

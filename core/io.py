@@ -209,6 +209,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             tmp_path.unlink()
 
 
+def write_faiss(index: Any, path: str | Path) -> None:
+    """Write the faiss ``index`` (or quantiser) to ``path`` atomically (``atomic_path``): a full disk is an OSError
+    naming ``path`` (not faiss's own words about a hidden temporary), and neither a half-written file nor an older
+    ``path`` replaced by one is left. Every faiss file of an index is written through it."""
+    import faiss
+
+    with atomic_path(path) as tmp:
+        faiss.write_index(index, str(tmp))
+
+
 def check_writable(path: str | Path) -> None:
     """Raise the OSError that writing a file or folder at ``path`` would meet, naming ``path`` (``unwritable``): a
     folder on its way that is a file, or a folder that refuses a new entry (read-only, not the user's). Found before a

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -35,7 +34,7 @@ from spanseek.core.faiss_spec import (  # noqa: F401  (FactorySpec, parse_factor
     unwrapped,
 )
 from spanseek.core.gpu import gpu_unusable_reason  # noqa: F401  (re-exported: builds and searches share the probe)
-from spanseek.core.io import atomic_path
+from spanseek.core.io import write_faiss  # noqa: F401  (re-exported: the indexer writes faiss files through it)
 from spanseek.core.stopping import checkpoint
 
 log = logging.getLogger(__name__)
@@ -296,13 +295,3 @@ def add_vectors(
                 index.add_with_ids(x, chunk.astype(np.int64))
             else:
                 index.add(x)
-
-
-def write_faiss(index, path: Path) -> None:
-    """Write ``index`` to ``path`` atomically (``core.io.atomic_path``): a full disk is an OSError naming ``path`` (not
-    faiss's own words about a hidden temporary), and neither a half-written file nor an older ``path`` replaced by one
-    is left."""
-    import faiss
-
-    with atomic_path(path) as tmp:
-        faiss.write_index(index, str(tmp))

@@ -249,3 +249,34 @@ def test_add_to_an_sq8_store_encodes_new_rows_with_its_quantizer(tmp_path, tiny_
     expect = idx.vectors.quantizer.sa_encode(np.asarray(whole.vectors[n_old:], dtype=np.float32))
     assert np.array_equal(codes[n_old:], expect)
     assert verify_index(tmp_path / "idx", sample=50)["ok"]
+
+
+def test_a_quantised_store_writes_its_quantiser_through_write_faiss(tmp_path, monkeypatch):
+    """The quantiser of an sq / pq store was written by faiss.write_index under its own ``atomic_path``, apart from the
+    ``write_faiss`` every other faiss file of an index goes through: it goes through that one now. A full disk there
+    names the quantiser's file, leaves no temporary, and the quantiser written before is intact."""
+    import errno
+    import inspect
+
+    import faiss
+
+    from tests.indexer.test_disk_full import faiss_disk_full
+
+    x = np.random.default_rng(0).standard_normal((500, 8)).astype(np.float32)
+    write_quantized(tmp_path, "sq8", x, sample=len(x))
+    path = tmp_path / fine_store.store_files("sq8")[1]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real_write, writers = faiss.write_index, []
+
+    def write_index(index, name):
+        writers.append(inspect.stack()[1].function)
+        return real_write(index, name)
+
+    monkeypatch.setattr(faiss, "write_index", write_index)
+    write_quantized(tmp_path, "sq8", x, sample=len(x))
+    assert writers == ["write_faiss"]
+    monkeypatch.setattr(faiss, "write_index", faiss_disk_full)
+    with pytest.raises(OSError) as failed:
+        fine_store.write_quantizer(tmp_path, "sq8", open_fine_store(tmp_path, "sq8").quantizer)
+    assert (failed.value.errno, failed.value.filename) == (errno.ENOSPC, str(path))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
