@@ -10,6 +10,7 @@ cut short is refused as ``PATH: cannot be read (...)`` instead of the library's 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 import signal
@@ -117,3 +118,33 @@ def checkpoint_saved(out: Path) -> None:
     """Called once a run saved the checkpoint of a step: a summary of the run's earlier end (a finished run now
     extended with more steps) describes weights no longer there, and would make the run look complete."""
     (out / SUMMARY).unlink(missing_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSoFar:
+    """What a run's summary adds up over its parts (a run stopped and resumed is trained in several processes): the
+    seconds spent in the training loop and the questions trained on, up to the last checkpoint, and the steps each
+    resumed part started at. Saved with each checkpoint; a checkpoint written before they were has none (the
+    summary then covers the parts since)."""
+
+    seconds: float = 0.0
+    questions: int = 0
+    resumed_at: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, state: dict[str, Any], step: int | None) -> RunSoFar:
+        """The parts before this one, from the checkpoint ``state`` it resumes from ({}: a new run), at ``step``
+        (None: a finished run that trains no step)."""
+        if not state:
+            return cls()
+        return cls(float(state.get("run_seconds", 0.0)), int(state.get("run_questions", 0)),
+                   (*state.get("resumed_at", ()), *(() if step is None else (step,))))
+
+    def plus(self, seconds: float, questions: int) -> RunSoFar:
+        """With this part's time and questions so far."""
+        return dataclasses.replace(self, seconds=self.seconds + seconds, questions=self.questions + questions)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of it."""
+        return {"run_seconds": self.seconds, "run_questions": self.questions, "resumed_at": list(self.resumed_at)}
+

@@ -41,6 +41,7 @@ from spanseek.trainer.arguments import DistInfo, JobOptions, TrainingOptions
 from spanseek.trainer.checkpoints import (
     STATE,
     SUMMARY,
+    RunSoFar,
     StopAfterStep,
     after_loop,
     check_checkpoint,
@@ -403,6 +404,8 @@ def train_loop(
         prebatch.load_state_dict(state.get("prebatch", []), device)
         set_rng_state(state.get("rng"), device)
     pre_on = int(cfg.prebatch_warmup * total)
+    # a resumed run's summary covers the whole run: the parts before it kept their time and questions in the state
+    before = RunSoFar.of(state, step if step < end else None)
     seen_q, t0, loss_ema = 0, time.perf_counter(), None
     bar = tqdm(total=total, initial=step, desc=mode.name, unit="step", disable=not (cfg.progress and dist.is_main))
     order: list[list[int]] = []
@@ -450,7 +453,8 @@ def train_loop(
             stopping = stop.requested  # read once: the save below is the one the stop relies on
             if dist.is_main and (step % cfg.checkpoint_every == 0 or step == end or stopping):
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
-                         "prebatch": prebatch.state_dict(), "rng": rng_state(device)}
+                         "prebatch": prebatch.state_dict(), "rng": rng_state(device),
+                         **before.plus(time.perf_counter() - t0, seen_q).state()}
                 save_checkpoint(model, out, "last", saved | mode.state_dict(), trained)
                 checkpoint_saved(out)
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
@@ -459,7 +463,7 @@ def train_loop(
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
                 stop.stop_here(step, out / "last")
     bar.close()
-    elapsed = time.perf_counter() - t0
+    run = before.plus(time.perf_counter() - t0, seen_q)
     if dist.enabled:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
@@ -467,8 +471,9 @@ def train_loop(
         "steps": step,
         "train_questions": sum(len(w.questions) for w in windows),
         "train_windows": len(windows),
-        "seconds": round(elapsed, 1),
-        "questions_per_second": round(seen_q / elapsed, 2) if seen_q and elapsed > 0 else None,
+        "seconds": round(run.seconds, 1),
+        "questions_per_second": round(run.questions / run.seconds, 2) if run.questions and run.seconds > 0 else None,
+        **({"resumed_at": list(run.resumed_at)} if run.resumed_at else {}),
         "precision": precision,
         "device": str(device),
         "world_size": dist.world,

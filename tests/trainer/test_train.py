@@ -151,6 +151,42 @@ def test_an_interrupted_and_resumed_run_ends_with_the_weights_of_an_uninterrupte
     assert all(torch.equal(whole[n], again[n]) for n in whole)
 
 
+def test_a_resumed_run_summarises_the_whole_run(tmp_path, tiny_squad, tiny_config, monkeypatch):
+    """A resumed run's summary gave the seconds and question rate of its resumed part only (a run of 6 steps stopped at
+    3 summarised 3 steps' time as the run's). The checkpoint now keeps the time and questions of the parts before, so
+    the summary covers the whole run, and says at which steps it was resumed. (A clock that moves 10 s a reading
+    makes the times exact.)"""
+    import time as real_time
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            self.now += 10.0
+            return self.now
+
+        def __getattr__(self, name):
+            return getattr(real_time, name)
+
+    monkeypatch.setattr(loop_module, "time", Clock())
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, tmp_path / "whole"), max_steps=6,
+                              checkpoint_every=100)
+    whole = train_phrase(cfg)
+    whole_state = torch.load(tmp_path / "whole" / "last" / STATE, weights_only=False)
+    resumed = dataclasses.replace(cfg, out=str(tmp_path / "resumed"))
+    first = train_phrase(dataclasses.replace(resumed, stop_after=3))
+    first_state = torch.load(tmp_path / "resumed" / "last" / STATE, weights_only=False)
+    second = train_phrase(resumed)
+    second_state = torch.load(tmp_path / "resumed" / "last" / STATE, weights_only=False)
+    assert "resumed_at" not in whole and first_state["resumed_at"] == [] and second["resumed_at"] == [3]
+    # every question of the 6 steps, once
+    assert second_state["run_questions"] == whole_state["run_questions"] > first_state["run_questions"] > 0
+    assert second["steps"] == whole["steps"] == 6
+    # the first part's seconds and the second's (at least a clock reading of 10 s a step)
+    assert second["seconds"] >= max(second_state["run_seconds"], first["seconds"] + 3 * 10.0)
+    assert second["questions_per_second"] == pytest.approx(second_state["run_questions"] / second["seconds"], abs=0.01)
+
+
 def ctrl_c_in_step(monkeypatch, n: int, calls: list):
     """Ctrl-C, as a terminal sends it, in the middle of training step ``n`` (counted in ``calls``); returns the SIGINT
     handler to put back."""
