@@ -31,6 +31,9 @@ class Committed(KeyboardInterrupt):
 
 
 def _sigterm(signum: int, frame: Any) -> None:
+    # one stop is enough: a second SIGTERM (a scheduler or a user repeating it) must not cut short the first's
+    # cleanup and replace its line with a bare "interrupted: SIGTERM"
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
@@ -44,7 +47,7 @@ def stopped_cleanly(job: str, work: Path | None = None) -> Iterator[None]:
     encoded (its ``.tmp`` directory) and keeps the finished ones, which the same command resumes from; a job without
     (``compact``) was rolled back, and the same command runs it again. A change stopped after its commit point
     (``Committed``) is complete, and the line says so. SIGTERM is taken only in the main thread, and not where the
-    process was started to ignore it."""
+    process was started to ignore it; after the first, further SIGTERMs are ignored until the job has stopped."""
     previous = None
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
         previous = signal.signal(signal.SIGTERM, _sigterm)

@@ -562,3 +562,29 @@ def test_two_ivf_builds_of_one_corpus_write_the_same_files(tmp_path, tiny_corpus
         return {k: untimed(v) if isinstance(v, dict) else v for k, v in d.items() if k not in timings}
 
     assert untimed(phrase_index.Manifest.load(first).to_dict()) == untimed(phrase_index.Manifest.load(second).to_dict())
+
+
+def test_a_second_sigterm_during_the_stop_does_not_cut_its_line_short(tmp_path, tiny_corpus, tiny_model_dir):
+    """A scheduler that sends SIGTERM again while the first one's stop cleans up (here: as it counts the shards kept)
+    made the last line a bare "interrupted: SIGTERM"; the second is ignored now, and the line is the first one's."""
+    import os
+    import subprocess
+    import sys
+
+    again = SIGTERM_IN_SECOND_SHARD.replace("sys.exit(main(sys.argv[1:]))", """
+import spanseek.indexer.interrupt as interrupt
+sizes = interrupt.finished_shard_sizes
+def counted_under_a_second_sigterm(work):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return sizes(work)
+interrupt.finished_shard_sizes = counted_under_a_second_sigterm
+sys.exit(main(sys.argv[1:]))""")
+    out = tmp_path / "i"
+    argv = ["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(out),
+            "--quiet", "--precision", "fp32", "--device", "cpu", "--shard-passages", "7"]
+    child = subprocess.run([sys.executable, "-c", again, *argv], capture_output=True, text=True,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert child.returncode == 130, (child.returncode, child.stderr)
+    assert child.stderr.splitlines()[-1] == (f"spanseek index build: interrupted: stopped by SIGTERM; the same command "
+                                             f"resumes the build in {out} (re-using its 1 encoded shard (7 passages))")
+    assert sorted(p.name for p in (out / SHARDS).iterdir()) == ["000000"]
