@@ -8,7 +8,7 @@ the model loads; what it counts sizes the progress bar), then as a stream, twice
 stores are written as it goes and passages are encoded in shards of ``shard_passages``. Each finished shard is a
 directory renamed into place and keyed by a hash of its passages and the model, so a killed build resumes by re-using
 every shard whose passages are unchanged, also after the corpus was fixed, with another ``--shard-passages`` (the
-finished shards keep their sizes, the new one applies after them) or with another ``--factory`` (the shards do not
+finished shards keep their sizes, also past one a Ray build had not finished, and the new one applies after them) or with another ``--factory`` (the shards do not
 depend on it: a build that stopped at the faiss stage resumes there); with ``--precision auto`` it encodes in the
 precision of its first shard (``shard_precision``). ``--out`` must be new, empty or such an
 unfinished build: a folder of other files, or one holding the corpus, is refused (``indexer.out_dir``) rather than

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from spanseek.core.integrity import SHARDS
-from spanseek.indexer.shards import finished_shard_sizes
+from spanseek.indexer.shards import finished_shards
 
 
 class Committed(KeyboardInterrupt):
@@ -62,7 +62,7 @@ def stopped_cleanly(job: str, work: Path | None = None) -> Iterator[None]:
             raise KeyboardInterrupt(f"{how}{job} changed nothing; the same command runs it again") from None
         for part in (work / SHARDS).glob("*.tmp"):
             shutil.rmtree(part, ignore_errors=True)
-        sizes = finished_shard_sizes(work)
+        sizes = list(finished_shards(work).values())
         kept = (f"re-using its {len(sizes)} encoded shard{'s' if len(sizes) != 1 else ''} ({sum(sizes)} passages)"
                 if sizes else "no shard was finished yet")
         raise KeyboardInterrupt(f"{how}the same command resumes {job} ({kept})") from None

@@ -7,7 +7,6 @@ same and encodes only the rest.
 
 from __future__ import annotations
 
-import itertools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -109,13 +108,30 @@ def shard_key(model_fingerprint: str, precision: str, texts: list[str]) -> str:
     return h.hexdigest()
 
 
-def finished_shard_sizes(out: Path) -> list[int]:
-    """The passages of each finished shard in ``out`` (an interrupted build's or add's), from the first up to the
-    first that is missing or unreadable."""
-    sizes = []
-    for k in itertools.count():
+def finished_shards(out: Path) -> dict[int, int]:
+    """{k: passages} of each finished shard in ``out`` (an interrupted build's or add's), in order; a Ray build
+    finishes its shards in any order, so there may be gaps."""
+    found = {}
+    for path in (out / SHARDS).glob("[0-9]" * 6):
         try:
-            sizes.append(len(np.load(shard_dir(out, k) / "ntokens.npy", mmap_mode="r")))
+            found[int(path.name)] = len(np.load(path / "ntokens.npy", mmap_mode="r"))
         except (OSError, ValueError):
-            return sizes
+            continue
+    return dict(sorted(found.items()))
+
+
+def finished_shard_sizes(out: Path) -> list[int]:
+    """The passages of each shard in ``out`` (an interrupted build's or add's) up to its last finished one: the sizes
+    a resumed build keeps, with any ``--shard-passages``, so that it re-uses every finished shard, also those a Ray
+    build finished past one it had not. A missing shard takes the size of the next finished one (the shards of one
+    run have one size), or, where that is the last and shorter (the corpus's end), of the one before it."""
+    done = finished_shards(out)
+    sizes: list[int] = []
+    for k in range(max(done, default=-1) + 1):
+        if k in done:
+            sizes.append(done[k])
+            continue
+        after = next(j for j in done if j > k)
+        corpus_end = after == max(done) and sizes and done[after] < sizes[-1]
+        sizes.append(sizes[-1] if corpus_end else done[after])
     return sizes

@@ -463,6 +463,41 @@ def test_a_build_resumed_with_another_shard_size_re_uses_the_shards_it_encoded(t
     assert np.allclose(np.load(out / phrase_index.VECTORS), np.load(tiny_index / phrase_index.VECTORS), atol=1e-2)
 
 
+def test_a_build_resumed_with_another_shard_size_re_uses_the_shards_past_a_gap(tmp_path, tiny_corpus, tiny_model_dir,
+                                                                               monkeypatch):
+    """A Ray build finishes its shards out of order; resumed with another --shard-passages, it kept the sizes of the
+    shards only up to the first missing one and re-encoded every passage after it. Every finished shard keeps its
+    size now (the missing one takes theirs), so only the missing shard and the rest are encoded."""
+    out = tmp_path / "index"
+    opts = dataclasses.replace(OPTS, shard_passages=5)
+    calls = killed_in_shard(5, monkeypatch, tiny_corpus, tiny_model_dir, out, opts)  # shards 0-3 of 5 finished
+    shutil.rmtree(out / SHARDS / "000001")  # as a Ray build leaves it: shards 2 and 3 finished before shard 1
+    build_index(tiny_corpus, tiny_model_dir, out, dataclasses.replace(opts, shard_passages=4))
+    assert calls == [5, 4]  # shard 1 again, then the last 4 of the 24 passages
+
+
+def test_finished_shard_sizes_fill_a_gap_from_the_shards_around_it(tmp_path):
+    """Shards left out of order (synthetic shard files): a missing shard takes the size of the next finished one, or,
+    where that is the corpus's shorter last shard, the one before it."""
+    from spanseek.indexer.shards import finished_shard_sizes, finished_shards, shard_dir
+
+    def left(sizes: dict[int, int]):
+        shutil.rmtree(tmp_path / SHARDS, ignore_errors=True)
+        for k, n in sizes.items():
+            shard_dir(tmp_path, k).mkdir(parents=True)
+            np.save(shard_dir(tmp_path, k) / "ntokens.npy", np.ones(n, dtype=np.int64))
+        (tmp_path / SHARDS / "000009.tmp").mkdir(parents=True)  # a shard under way: not finished
+        return finished_shard_sizes(tmp_path)
+
+    assert left({}) == []
+    assert left({0: 5, 1: 5}) == [5, 5]
+    assert left({0: 5, 2: 5, 3: 5, 5: 5}) == [5, 5, 5, 5, 5, 5]
+    assert left({0: 5, 2: 3}) == [5, 5, 3]  # shard 2 ends the corpus
+    assert left({0: 7, 2: 4, 4: 4}) == [7, 4, 4, 4, 4]  # shards 1-4 of a resume with 4
+    assert left({1: 5, 2: 5}) == [5, 5, 5]
+    assert finished_shards(tmp_path) == {1: 5, 2: 5}
+
+
 def test_a_build_resumed_with_precision_auto_keeps_the_precision_of_its_shards(tmp_path, tiny_corpus, tiny_model_dir,
                                                                               tiny_index, monkeypatch):
     """`--precision auto` (the default) times bf16 against fp32 on some CPUs, and a probe beside a busy job picks the
@@ -573,11 +608,11 @@ def test_a_second_sigterm_during_the_stop_does_not_cut_its_line_short(tmp_path, 
 
     again = SIGTERM_IN_SECOND_SHARD.replace("sys.exit(main(sys.argv[1:]))", """
 import spanseek.indexer.interrupt as interrupt
-sizes = interrupt.finished_shard_sizes
+sizes = interrupt.finished_shards
 def counted_under_a_second_sigterm(work):
     os.kill(os.getpid(), signal.SIGTERM)
     return sizes(work)
-interrupt.finished_shard_sizes = counted_under_a_second_sigterm
+interrupt.finished_shards = counted_under_a_second_sigterm
 sys.exit(main(sys.argv[1:]))""")
     out = tmp_path / "i"
     argv = ["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out", str(out),
