@@ -39,13 +39,14 @@ WRAPPED_WIDTH = 0.5
 SPACE_HEIGHTS = 0.2
 WRAPPED_INDENT = 0.1
 # a list item's line starts with a bullet glyph ("•", "▪", a Symbol font's private-use bullet, a glyph without a
-# Unicode map), with a dash that at least this many lines of its page start with (one line that starts with a dash
-# is prose), or with a number or letter ("1. ", "(a) ", "(ii) ") that another line of its page starts with in that
+# Unicode map set apart from the word after it: one joined to it is a letter, say a ligature "fi" the font does not
+# map), with a dash that at least this many lines of its page start with (one line that starts with a dash is
+# prose), or with a number or letter ("1. ", "(a) ", "(ii) ") that another line of its page starts with in that
 # form, one more or one less: a list counts its items, where prose whose lines start "8. " and "2) " (a formula's
 # subscripts on lines of their own, a year at a line's start) counts nothing
 _BULLET = (r"[\u2022\u2023\u2043\u2219\u00b7\u25a0\u25a1\u25aa\u25ab\u25b6\u25b8\u25b9\u25ba\u25c6\u25c7\u25cb"
-           r"\u25cf\u25e6\u2666\u2756\u2794\u27a2\u27a4\u2713\u2714\u2717\uf000-\uf0ff]|\(cid:\d+\)")
-_ITEM = re.compile(rf"\s*(?:(?P<glyph>{_BULLET})\s*|(?P<mark>[-\u2013\u2014*]|\(?\d{{1,2}}[.)]|\(\d{{1,2}}\)|"
+           r"\u25cf\u25e6\u2666\u2756\u2794\u27a2\u27a4\u2713\u2714\u2717\uf000-\uf0ff]\s*|\(cid:\d+\)\s+")
+_ITEM = re.compile(rf"\s*(?:(?P<glyph>{_BULLET})|(?P<mark>[-\u2013\u2014*]|\(?\d{{1,2}}[.)]|\(\d{{1,2}}\)|"
                    r"\(?[a-z]\)|\([ivx]{1,4}\))\s+)\S")
 LIST_ITEMS = 2
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's

@@ -625,3 +625,39 @@ def test_a_bullet_s_wrapped_lines_stay_with_it_and_a_dash_or_number_in_prose_ope
                                             prose], 11, titled=False)
     assert extract_pdf(path).paragraphs == [" ".join(" ".join(wrapped).split()), "\u2022 Two new cranes",
                                             "\u2022 Ferry berths rebuilt.", text_of(prose)]
+
+
+def partly_mapped_pdf(path: Path, lines: list[str], unmapped: str) -> Path:
+    """A page of lines 14 pt apart in a two-byte font whose map to Unicode (ToUnicode) leaves out one character, as
+    fonts that do not map their "fi" ligature do: pdfminer writes that glyph as "(cid:64257)"."""
+    code = ord(unmapped)
+    cmap = (b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CIDSystemInfo << /Registry (Adobe) "
+            b"/Ordering (UCS) /Supplement 0 >> def /CMapName /Adobe-Identity-UCS def /CMapType 2 def "
+            b"1 begincodespacerange <0000> <FFFF> endcodespacerange 2 beginbfrange <0000> <%04X> <0000> "
+            b"<%04X> <FFFF> <%04X> endbfrange endcmap CMapName currentdict /CMap defineresource pop end end"
+            % (code - 1, code + 1, code + 1))
+    shown = b" ".join(b"<%s> Tj T*" % "".join(f"{ord(c):04x}" for c in line).encode() for line in lines)
+    return pdf_of_objects(path, [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [6 0 R] /Count 1 >>",
+        b"<< /Type /Font /Subtype /Type0 /BaseFont /Body /Encoding /Identity-H /DescendantFonts [4 0 R] "
+        b"/ToUnicode 5 0 R >>",
+        b"<< /Type /Font /Subtype /CIDFontType2 /BaseFont /Body /CIDSystemInfo << /Registry (Adobe) "
+        b"/Ordering (Identity) /Supplement 0 >> /DW 500 >>",
+        stream(cmap),
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 7 0 R "
+        b"/Resources << /Font << /F1 3 0 R >> >> >>",
+        stream(b"BT /F1 12 Tf 14 TL 72 700 Td %s ET" % shown),
+    ])
+
+
+def test_a_line_that_starts_with_an_unmapped_ligature_opens_no_list_item(tmp_path):
+    """A glyph without a Unicode map that opens a line was taken for a bullet even when joined to the word after it
+    ("(cid:64257)rst", a "fi" ligature): each line that started with the ligature began a paragraph. One set apart
+    from its line's text (a bullet in a font without the map) still opens an item."""
+    prose = ["The castle above the town was built", "\ufb01rst in 1250 by the count, and its",
+             "walls were raised in 1480 when the", "\ufb01rst war came to the valley."]
+    path = partly_mapped_pdf(tmp_path / "ligature.pdf", prose, "\ufb01")
+    assert extract_pdf(path).paragraphs == [text_of(prose).replace("\ufb01", "")]
+    bullets = partly_mapped_pdf(tmp_path / "bullets.pdf", [f"\u2022 {line}" for line in BULLETS], "\u2022")
+    assert extract_pdf(bullets).paragraphs == BULLETS
