@@ -41,14 +41,17 @@ WRAPPED_INDENT = 0.1
 # a list item's line starts with a bullet glyph ("•", "▪", a Symbol font's private-use bullet, a glyph without a
 # Unicode map set apart from the word after it: one joined to it is a letter, say a ligature "fi" the font does not
 # map), with a dash that at least this many lines of its page start with (one line that starts with a dash is
-# prose), or with a number or letter ("1. ", "(a) ", "(ii) ") that another line of its page starts with in that
-# form, one more or one less: a list counts its items, where prose whose lines start "8. " and "2) " (a formula's
-# subscripts on lines of their own, a year at a line's start) counts nothing
+# prose, and so is one under a line of its box that wrapped mid-sentence: the dash is set in that sentence), or
+# with a number or letter ("1. ", "(a) ", "(ii) ") that another line of its page starts with in that form, one
+# more or one less: a list counts its items, where prose whose lines start "8. " and "2) " (a formula's subscripts
+# on lines of their own, a year at a line's start) counts nothing
 _BULLET = (r"[\u2022\u2023\u2043\u2219\u00b7\u25a0\u25a1\u25aa\u25ab\u25b6\u25b8\u25b9\u25ba\u25c6\u25c7\u25cb"
            r"\u25cf\u25e6\u2666\u2756\u2794\u27a2\u27a4\u2713\u2714\u2717\uf000-\uf0ff]\s*|\(cid:\d+\)\s+")
 _ITEM = re.compile(rf"\s*(?:(?P<glyph>{_BULLET})|(?P<mark>[-\u2013\u2014*]|\(?\d{{1,2}}[.)]|\(\d{{1,2}}\)|"
                    r"\(?[a-z]\)|\([ivx]{1,4}\))\s+)\S")
 LIST_ITEMS = 2
+_DASHES = {"-", "\u2013", "\u2014", "*"}
+_CLAUSE_END = re.compile(r"[.!?:;,][\"')\]»”’]*$")
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
 # cells have fewer, and are read row by row instead)
 COLUMN_LINE_CHARS = 20
@@ -421,15 +424,20 @@ def _item_lines(boxes: Sequence[Any]) -> set[int]:
     """The ids of a page's lines that open a list's item (``split_items``)."""
     items: set[int] = set()
     marks: dict[str, list[tuple[int, set[int]]]] = {}  # each form ("1.", "(a)", "-") -> its lines, with their counts
-    for line in (line for box in boxes for line in lines(box)):
-        if not (m := _ITEM.match(_line_text(line))):
-            continue
-        if m["glyph"]:
-            items.add(id(line))
-            continue
-        counter = re.sub(r"[^\da-z]", "", m["mark"])
-        form = re.sub(r"\d+", "1", re.sub(r"[a-z]+", "a", m["mark"]))
-        marks.setdefault(form, []).append((id(line), _counts(counter)))
+    for box in boxes:
+        every = lines(box)
+        matches = [_ITEM.match(_line_text(line)) for line in every]
+        for k, (line, m) in enumerate(zip(every, matches, strict=True)):
+            if not m:
+                continue
+            if m["glyph"]:
+                items.add(id(line))
+                continue
+            form = re.sub(r"\d+", "1", re.sub(r"[a-z]+", "a", m["mark"]))
+            if form in _DASHES and k and not matches[k - 1] and _runs_on(every[k - 1], every):
+                continue  # a dash set in a sentence that wrapped before it ("the cranes / – all fourteen –")
+            counter = re.sub(r"[^\da-z]", "", m["mark"])
+            marks.setdefault(form, []).append((id(line), _counts(counter)))
     for form, found in marks.items():
         counted = {n for _, counts in found for n in counts}
         if any(c.isalnum() for c in form):  # a counter: the lines one up or one down from another
@@ -437,6 +445,14 @@ def _item_lines(boxes: Sequence[Any]) -> set[int]:
         elif len(found) >= LIST_ITEMS:  # a dash
             items.update(i for i, _ in found)
     return items
+
+
+def _runs_on(line: Any, box: Sequence[Any]) -> bool:
+    """Whether the text goes on after ``line``, one of ``box``'s lines: it reaches (nearly) the box's right edge
+    (``FULL_LINE_SLACK``: the text wrapped there) and ends no sentence or clause."""
+    left, right = min(o.x0 for o in box), max(o.x1 for o in box)
+    ending = _line_text(line).rstrip()
+    return line.x1 >= right - FULL_LINE_SLACK * (right - left) and not _CLAUSE_END.search(ending)
 
 
 def _counts(counter: str) -> set[int]:

@@ -661,3 +661,21 @@ def test_a_line_that_starts_with_an_unmapped_ligature_opens_no_list_item(tmp_pat
     assert extract_pdf(path).paragraphs == [text_of(prose).replace("\ufb01", "")]
     bullets = partly_mapped_pdf(tmp_path / "bullets.pdf", [f"\u2022 {line}" for line in BULLETS], "\u2022")
     assert extract_pdf(bullets).paragraphs == BULLETS
+
+
+@needs_dejavu
+@pytest.mark.parametrize("dash", ["\u2013", "-"])
+def test_dashes_set_in_a_sentence_at_the_starts_of_lines_open_no_list_items(tmp_path, dash):
+    """Two lines of a paragraph that started with a spaced dash (" – and the lighthouse – ", the text wrapped
+    before it) were taken for a dashed list's items, and the paragraph was cut at each. A dash under a line that
+    wrapped mid-sentence goes on with the sentence; dashes under an item or a short line still open items."""
+    prose = ["The harbour authority, which also runs the ferries to the islands",
+             f"{dash} and the lighthouse at the mouth of the estuary {dash} stores the fuel",
+             "for its boats in two tanks on the northern quay, where the cranes",
+             f"{dash} fourteen of them, all built in Glasgow {dash} load the container ships",
+             "that call at the port every week of the year from the continent."]
+    items = ["The new quay was opened with:", f"{dash} two cranes for the container ships that call there",
+             f"{dash} a berth for the ferries", f"{dash} a store for the fishing fleet"]
+    path = lines_pdf(tmp_path / "dashes.pdf", [[(20, 20 + 5 * k, line) for k, line in enumerate(prose)],
+                                               [(20, 20 + 5 * k, line) for k, line in enumerate(items)]], font=DEJAVU)
+    assert extract_pdf(path).paragraphs == [text_of(prose), *items]
