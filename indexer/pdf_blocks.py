@@ -1,0 +1,178 @@
+"""What the PDF layout modules share (``indexer.pdf_layout``): a text box's lines and their text, and ``Block``.
+
+A line's text is its glyphs' in reading order: a line of a right-to-left script (Hebrew, Arabic), which a PDF holds
+as it is shown, is turned back (``logical``). ``Block`` is one paragraph of a page as extracted (``Block.of`` a run
+of boxes, ``pdf_paragraphs.paragraphs``); ``body_size``, ``bold_body`` and ``heading`` measure the type of a
+document's blocks. It works on anything with pdfminer's coordinates (``x0``, ``x1``, ``y0``, ``y1``: points, y
+upwards) and ``get_text()``; ``spanseek corpus from-files`` runs it on each PDF.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# a bold font's name: "Helvetica-Bold", "ABCDEF+DejaVuSans-Bold", "Arial,Bold", "Roboto-Black", "Inter-Heavy"
+_BOLD_FONT = re.compile(r"bold|black|heavy", re.I)
+# a heading is set in type at least this many times the body's size (or in bold), in at most this many lines and words
+HEADING_SIZE = 1.15
+HEADING_LINES = 3
+HEADING_WORDS = 25
+
+
+def lines(box: Any) -> list[Any]:
+    """A text box's lines (a box without lines is its own one)."""
+    return [line for line in box if hasattr(line, "y0")] or [box]
+
+
+def text(box: Any) -> str:
+    """A box's text, its lines "\\n" apart, each in logical order (``logical``)."""
+    return "".join(line_text(line) for line in lines(box))
+
+
+def line_text(line: Any) -> str:
+    plain = line.get_text()
+    return logical(_glyphs(line)) if _RTL_LETTER.search(plain) else plain
+
+
+def _glyphs(line: Any) -> list[str]:
+    """A line's text, a string per glyph (a ligature's glyph may stand for two letters, in their reading order), as
+    the PDF places them from left to right. Glyphs placed from right to left (the PDF holds a right-to-left line in
+    reading order already) are one string: ``logical`` leaves it as it is."""
+    children = [c for c in line if hasattr(c, "get_text")] if hasattr(line, "__iter__") else []
+    placed = [c.x0 for c in children if hasattr(c, "x0")]
+    if not children or (len(placed) > 1 and placed[-1] < placed[0]):
+        return [line.get_text()]
+    return [c.get_text() for c in children]
+
+
+_MIRRORED = str.maketrans("()[]{}<>", ")(][}{><")
+# the blocks of the right-to-left scripts (Hebrew, Arabic, Syriac, Thaana, NKo, ...) and their presentation forms
+_RTL_LETTER = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")
+
+
+def _ltr(c: str) -> bool:
+    return unicodedata.bidirectional(c[:1]) in ("L", "EN", "AN")
+
+
+def right_to_left(line: str) -> bool:
+    """Whether a line as shown is one of a right-to-left script (Arabic, Hebrew, ...): its letters at both ends are
+    of such a script (where it starts and where it ends), or, where one end's is not, most of its letters are."""
+    if not _RTL_LETTER.search(line):
+        return False
+    strong = [c for c in map(unicodedata.bidirectional, line) if c in ("L", "R", "AL")]
+    ends = (strong[0] != "L") + (strong[-1] != "L")
+    return ends == 2 or (ends == 1 and 2 * sum(c != "L" for c in strong) > len(strong))
+
+
+def logical(glyphs: Sequence[str]) -> str:
+    """A line's text from its glyphs' texts, a line of a right-to-left script in the order it is read. A PDF holds
+    such a line as it is shown (left to right: "ةيلامشلا" for "الشمالية"), so its glyphs are reversed, except its
+    runs of left-to-right text (Latin words, numbers), which are shown in reading order already; brackets are
+    mirrored back. Presentation forms (a letter's shape at the start, middle or end of a word) become the letters
+    they show. Other lines are their glyphs' texts as they are."""
+    line = "".join(glyphs)
+    if len(glyphs) < 2 or not right_to_left(line):
+        return line
+    body = [g.translate(_MIRRORED) for g in reversed(glyphs) if g.strip() or g == " "]
+    while body and body[0] == " ":
+        body.pop(0)
+    while body and body[-1] == " ":
+        body.pop()
+    out, i = [], 0
+    while i < len(body):
+        if not _ltr(body[i]):
+            out.append(body[i])
+            i += 1
+            continue
+        end = j = i  # a left-to-right run: from i to its last left-to-right glyph, neutrals inside it
+        while j < len(body) and (_ltr(body[j]) or body[j] in (" ", ".", ",", ":", "/", "-", "+", "%")):
+            end = j if _ltr(body[j]) else end
+            j += 1
+        out += [g.translate(_MIRRORED) for g in reversed(body[i:end + 1])]
+        i = end + 1
+    text = "".join(unicodedata.normalize("NFKC", c) if "\ufb50" <= c <= "\ufdff" or "\ufe70" <= c <= "\ufeff"
+                   else c for c in "".join(out))
+    return text + "\n" if line.endswith("\n") else text
+
+
+def same_row(a: Any, b: Any) -> bool:
+    """Whether box ``b`` goes on the row of one-line box ``a``: a one-line box to its right on its baseline, in type
+    of its size (the next cell of a table's row)."""
+    height = a.y1 - a.y0
+    return (len(lines(a)) == len(lines(b)) == 1 and b.x0 >= a.x1 - 0.1 * height
+            and abs(a.y0 - b.y0) <= 0.3 * height and abs(height - (b.y1 - b.y0)) <= 0.3 * height)
+
+
+@dataclass
+class Block:
+    """One paragraph of a page as extracted: its raw text (lines "\\n" apart), where it lies and its type size."""
+
+    text: str
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    size: float  # the height of its tallest line: about its type size, in points
+    large: str  # its first lines in that size (a title's, where the lines after it are its authors')
+    cells: tuple[tuple[str, float, float], ...] = ()  # a table row's cells (text, x0, x1), left to right; else ()
+    bold: bool = False  # every glyph of it is in a bold font
+    item: bool = False  # it opens a list's item (``pdf_paragraphs.split_items``)
+
+    @classmethod
+    def of(cls, run: Sequence[Any]) -> Block:
+        """The block of a run of boxes (``pdf_paragraphs.paragraphs``): a row's cells one space apart, a box's lines
+        one line."""
+        joined = text(run[0])
+        for a, b in itertools.pairwise(run):
+            joined = f"{joined.rstrip()} {text(b)}" if same_row(a, b) else joined + text(b)
+        every = [line for box in run for line in lines(box)]
+        size = max(line.y1 - line.y0 for line in every)
+        large = itertools.takewhile(lambda line: line.y1 - line.y0 >= 0.85 * size,
+                                    itertools.dropwhile(lambda line: line.y1 - line.y0 < 0.85 * size, every))
+        row = len(run) > 1 and all(same_row(a, b) for a, b in itertools.pairwise(run))
+        return cls(joined, min(b.x0 for b in run), min(b.y0 for b in run), max(b.x1 for b in run),
+                   max(b.y1 for b in run), size, "".join(line_text(line) for line in large),
+                   tuple((" ".join(text(b).split()), b.x0, b.x1) for b in run) if row else (),
+                   all_bold(every), getattr(run[0], "item", False))
+
+
+def all_bold(lines_: Iterable[Any]) -> bool:
+    """Whether every glyph of these lines is in a bold font (and there is one)."""
+    glyphs = [g for line in lines_ if hasattr(line, "__iter__") for g in line if g.get_text().strip()]
+    return bool(glyphs) and all(_BOLD_FONT.search(getattr(g, "fontname", "")) for g in glyphs)
+
+
+def body_size(pages: Sequence[tuple[Sequence[Block], float, float]]) -> int:
+    """The type size (rounded) most of a document's characters are set in: its body text's."""
+    sizes = Counter[int]()
+    for blocks, _, _ in pages:
+        for block in blocks:
+            sizes[round(block.size)] += len(block.text)
+    return sizes.most_common(1)[0][0] if sizes else 0
+
+
+def bold_body(pages: Sequence[tuple[Sequence[Block], float, float]]) -> bool:
+    """Whether most of a document's characters are in bold type: then bold sets nothing apart (``heading``)."""
+    bold = total = 0
+    for blocks, _, _ in pages:
+        for block in blocks:
+            total += len(block.text)
+            bold += len(block.text) * block.bold
+    return 2 * bold > total
+
+
+def heading(block: Block, body: int, bold_text: bool = False) -> bool:
+    """Whether a block is set apart as a heading: at most ``HEADING_LINES`` lines and ``HEADING_WORDS`` words, not a
+    table's row, in type clearly larger than the body's (``HEADING_SIZE`` times ``body``: ``body_size``) or in bold
+    where the body is not (``bold_text``: ``bold_body``). A heading is a paragraph of its own: neither the text
+    before it (on its page or the one before) nor the text after it goes on into it."""
+    lines_ = block.text.strip().count("\n") + 1
+    return (not block.cells and lines_ <= HEADING_LINES and len(block.text.split()) <= HEADING_WORDS
+            and any(c.isalpha() for c in block.text)
+            and (block.size >= HEADING_SIZE * body or (block.bold and not bold_text)))

@@ -1,0 +1,266 @@
+"""A page's text boxes (in reading order) -> the runs of them that are one paragraph each, for ``indexer.documents``
+through ``indexer.pdf_layout``.
+
+Layout analysis puts lines closer than half a line in one box: at wider line spacing each line is a box of its own,
+and a heading set right over its paragraph, or a list's items, share one. ``split_headings`` cuts a heading from its
+paragraph's box, ``split_items`` each list item (a bullet, a dash, a counter) from the lines above it, and
+``paragraphs`` joins the boxes a paragraph's text runs on through (a full line, or one that wrapped early before a
+long word). ``spanseek corpus from-files`` runs it on each page of a PDF.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spanseek.indexer.pdf_blocks import (
+    HEADING_LINES,
+    HEADING_SIZE,
+    HEADING_WORDS,
+    all_bold,
+    line_text,
+    lines,
+    same_row,
+    text,
+)
+from spanseek.indexer.pdf_furniture import ROMAN, numeral_value
+
+SENTENCE_END = re.compile(r"[.!?:][\"')\]»”’]*$")
+# a gap between two text boxes of at most this many of the page's line pitches is a line break, not a paragraph's
+LINE_PITCH_SLACK = 1.25
+# ... and at most this many times the line's height (triple spacing): a page of two lines (a running head and a page
+# number, over an empty page) has one gap, which is its own "pitch"
+LINE_GAP_HEIGHTS = 3.0
+# a line that ends within this share of its column's width from the column's right edge is full: the text wrapped
+FULL_LINE_SLACK = 0.2
+# ... and spans at least this share of the column's width
+WRAPPED_WIDTH = 0.5
+# a line wrapped early when the next line's first word would not have fit after it (a word processor's test, with a
+# space this many times the line's height: less than a space of most fonts, so a doubtful word fits); the line starts
+# within this share of its column's width from the column's left edge (a paragraph's first line may be indented; a
+# head set flush right over the text wraps nothing)
+SPACE_HEIGHTS = 0.2
+WRAPPED_INDENT = 0.1
+# a list item's line starts with a bullet glyph ("•", "▪", a Symbol font's private-use bullet, a glyph without a
+# Unicode map set apart from the word after it: one joined to it is a letter, say a ligature "fi" the font does not
+# map), with a dash that at least this many lines of its page start with (one line that starts with a dash is
+# prose, and so is one under a line of its box that wrapped mid-sentence: the dash is set in that sentence), or
+# with a number or letter ("1. ", "(a) ", "(ii) ") that another line of its page starts with in that form, one
+# more or one less: a list counts its items, where prose whose lines start "8. " and "2) " (a formula's subscripts
+# on lines of their own, a year at a line's start) counts nothing
+_BULLET = (r"[\u2022\u2023\u2043\u2219\u00b7\u25a0\u25a1\u25aa\u25ab\u25b6\u25b8\u25b9\u25ba\u25c6\u25c7\u25cb"
+           r"\u25cf\u25e6\u2666\u2756\u2794\u27a2\u27a4\u2713\u2714\u2717\uf000-\uf0ff]\s*|\(cid:\d+\)\s+")
+_ITEM = re.compile(rf"\s*(?:(?P<glyph>{_BULLET})|(?P<mark>[-\u2013\u2014*]|\(?\d{{1,2}}[.)]|\(\d{{1,2}}\)|"
+                   r"\(?[a-z]\)|\([ivx]{1,4}\))\s+)\S")
+LIST_ITEMS = 2
+_DASHES = {"-", "\u2013", "\u2014", "*"}
+_CLAUSE_END = re.compile(r"[.!?:;,][\"')\]»”’]*$")
+
+
+def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
+    """A page's text boxes (in reading order) in runs that are one paragraph each. Layout analysis puts two lines in
+    one box when the space between them is under half a line: at 1.5 or double line spacing every line is a box of
+    its own, and a paragraph was cut into passages mid-sentence. Here the page's line pitch is the median distance
+    between consecutive baselines (within boxes and from one box to the next); a box whose first line follows the
+    last one of the box before it by at most ``LINE_PITCH_SLACK`` pitches, in the same column and the same size of
+    type, goes on with its paragraph when the line before it is full (reaches the column's right edge within
+    ``FULL_LINE_SLACK`` of its width, and spans ``WRAPPED_WIDTH`` of it: the text wrapped) or wrapped early (the
+    box's first word would not have fit after it: a long address or word came next) and does not end a sentence
+    (or is both, and ends a sentence but for a colon, with the box's first line flush left: the sentence ended where
+    the text wrapped); a short line (a heading, a list item, a contents line, a head set flush right) ends its
+    paragraph, and so does a heading cut from its paragraph (``split_headings``); a list's item starts one
+    (``split_items``). A gap wider than that (the extra space between paragraphs, at any line spacing), or than
+    ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes of one line each on one baseline (the cells
+    of a table's row) are one, and a paragraph of their own."""
+    def follows(a: Any, b: Any) -> float | None:  # baseline distance from line a down to line b, same column
+        overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
+        return a.y0 - b.y0 if overlap > 0 and a.y0 > b.y0 else None
+
+    pitches = [d for box in boxes for a, b in itertools.pairwise(lines(box)) if (d := follows(a, b))]
+    pitches += [d for a, b in itertools.pairwise(boxes) if (d := follows(lines(a)[-1], lines(b)[0]))]
+    pitch = float(np.median(pitches)) if pitches else 0.0
+    every = [line for box in boxes for line in lines(box)]
+
+    def column(line: Any) -> tuple[float, float]:  # the left and right edges of the lines over and under it
+        over = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0]
+        return min(o.x0 for o in over), max(o.x1 for o in over)
+
+    def full(line: Any) -> bool:  # reaches (nearly) the right edge of its column, across most of it: the text
+        # wrapped there (a running head set to the right, over the text, wraps nothing)
+        left, right = column(line)
+        width = right - left
+        return line.x1 >= right - FULL_LINE_SLACK * width and line.x1 - line.x0 >= WRAPPED_WIDTH * width
+
+    def wrapped(line: Any, below: Any) -> bool:  # the first word of line ``below`` would not have fit after ``line``
+        left, right = column(line)
+        word = _first_word(below)
+        return (word is not None and line.x0 - left <= WRAPPED_INDENT * (right - left)
+                and line.x1 + SPACE_HEIGHTS * line.height + word > right)
+
+    runs: list[list[Any]] = []
+    rows = [False] + [same_row(a, b) for a, b in itertools.pairwise(boxes)]  # box i is on the row of box i - 1
+    for i, box in enumerate(boxes):
+        if runs:
+            before = runs[-1][-1]
+            last, first = lines(before)[-1], lines(box)[0]
+            if rows[i]:
+                runs[-1].append(box)
+                continue
+            if rows[i - 1] or (i + 1 < len(boxes) and rows[i + 1]) or getattr(box, "item", False):  # a row of
+                runs.append([box])  # cells, and a list's item (``split_items``), is a paragraph of its own
+                continue
+            d = follows(last, first)
+            ending = " ".join(text(before).split())
+            open_end = not SENTENCE_END.search(ending)
+            # a sentence that ends on a line the text wrapped at goes on (the next line, flush left, is no new
+            # paragraph's indented first line); a colon introduces what follows (a list, code, a quotation)
+            flowed = (full(last) and wrapped(last, first) and not ending.endswith(":")
+                      and first.x0 - column(first)[0] <= 0.5 * first.height)
+            if ((flowed or (open_end and (full(last) or wrapped(last, first)))) and not getattr(before, "head", False)
+                    and d is not None and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
+                    and abs(last.height - first.height) <= 0.2 * last.height):
+                runs[-1].append(box)
+                continue
+        runs.append([box])
+    return runs
+
+
+def _first_word(line: Any) -> float | None:
+    """The width of a line's first word (its glyphs up to the first space), or None when its glyphs are not placed."""
+    glyphs = [g for g in line if hasattr(g, "get_text")] if hasattr(line, "__iter__") else []
+    word = list(itertools.takewhile(lambda g: not g.get_text().isspace(),
+                                    itertools.dropwhile(lambda g: g.get_text().isspace(), glyphs)))
+    if not word or not all(hasattr(g, "x0") and hasattr(g, "x1") for g in word):
+        return None
+    return float(max(g.x1 for g in word) - min(g.x0 for g in word))
+
+
+@dataclass
+class Part:
+    """Some of a text box's lines, as a box of their own: a heading cut from the paragraph under it
+    (``split_headings``, ``head`` set), or that paragraph; a list's item (``split_items``)."""
+
+    lines: list[Any]
+    head: bool = False
+    item: bool = False  # it opens a list's item (``split_items``)
+    x0: float = field(init=False)
+    y0: float = field(init=False)
+    x1: float = field(init=False)
+    y1: float = field(init=False)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.lines)
+
+    def get_text(self) -> str:
+        return "".join(line.get_text() for line in self.lines)
+
+    def __post_init__(self) -> None:  # its box: the one around its lines
+        self.x0, self.x1 = min(line.x0 for line in self.lines), max(line.x1 for line in self.lines)
+        self.y0, self.y1 = min(line.y0 for line in self.lines), max(line.y1 for line in self.lines)
+
+
+def split_headings(boxes: Sequence[Any]) -> list[Any]:
+    """Text boxes with a heading set right above its paragraph cut from it: layout analysis puts a heading in its
+    paragraph's box when the space under it is under half a line, as word processors set one. A box's first lines
+    (``HEADING_LINES`` at most, ``HEADING_WORDS`` words at most, with a letter) are a heading when each is in bold
+    and the line under them is not, or each is in type (``_type_size``) ``HEADING_SIZE`` times that line's or
+    larger; the heading and the rest of the box are then a ``Part`` each. A paragraph that opens with words in bold
+    ("Note: ...") is left whole: its first line is not bold throughout; so is one whose bold first line runs on in
+    lower case."""
+    out: list[Any] = []
+    for box in boxes:
+        every = lines(box)
+        k = _heading_lines(every)
+        out += [Part(every[:k], head=True), Part(every[k:])] if k else [box]
+    return out
+
+
+def split_items(boxes: Sequence[Any]) -> list[Any]:
+    """Text boxes with each list item cut from the lines above it: layout analysis puts a list's items in one box
+    when they are closer than half a line, and a slide's bullets read as one sentence. A line opens an item when it
+    starts with a bullet glyph, or with a dash or a counter that other lines of the page start with in that form
+    ("- ", "1. ", "(a) ": ``_item_lines``); the lines of a box from one such line to the next are a ``Part``
+    (an item's lines that wrap, under it, stay with it), ``item`` set where it opens one."""
+    items = _item_lines(boxes)
+    out: list[Any] = []
+    for box in boxes:
+        every = lines(box)
+        cuts = [0, *(k for k in range(1, len(every)) if id(every[k]) in items), len(every)]
+        if len(cuts) == 2 and id(every[0]) not in items:
+            out.append(box)
+            continue
+        out += [Part(every[a:b], head=getattr(box, "head", False) and a == 0, item=id(every[a]) in items)
+                for a, b in itertools.pairwise(cuts)]
+    return out
+
+
+def _item_lines(boxes: Sequence[Any]) -> set[int]:
+    """The ids of a page's lines that open a list's item (``split_items``)."""
+    items: set[int] = set()
+    marks: dict[str, list[tuple[int, set[int]]]] = {}  # each form ("1.", "(a)", "-") -> its lines, with their counts
+    for box in boxes:
+        every = lines(box)
+        matches = [_ITEM.match(line_text(line)) for line in every]
+        for k, (line, m) in enumerate(zip(every, matches, strict=True)):
+            if not m:
+                continue
+            if m["glyph"]:
+                items.add(id(line))
+                continue
+            form = re.sub(r"\d+", "1", re.sub(r"[a-z]+", "a", m["mark"]))
+            if form in _DASHES and k and not matches[k - 1] and _runs_on(every[k - 1], every):
+                continue  # a dash set in a sentence that wrapped before it ("the cranes / – all fourteen –")
+            counter = re.sub(r"[^\da-z]", "", m["mark"])
+            marks.setdefault(form, []).append((id(line), _counts(counter)))
+    for form, found in marks.items():
+        counted = {n for _, counts in found for n in counts}
+        if any(c.isalnum() for c in form):  # a counter: the lines one up or one down from another
+            items.update(i for i, counts in found if any(n - 1 in counted or n + 1 in counted for n in counts))
+        elif len(found) >= LIST_ITEMS:  # a dash
+            items.update(i for i, _ in found)
+    return items
+
+
+def _runs_on(line: Any, box: Sequence[Any]) -> bool:
+    """Whether the text goes on after ``line``, one of ``box``'s lines: it reaches (nearly) the box's right edge
+    (``FULL_LINE_SLACK``: the text wrapped there) and ends no sentence or clause."""
+    left, right = min(o.x0 for o in box), max(o.x1 for o in box)
+    ending = line_text(line).rstrip()
+    return line.x1 >= right - FULL_LINE_SLACK * (right - left) and not _CLAUSE_END.search(ending)
+
+
+def _counts(counter: str) -> set[int]:
+    """What a list's counter may count: a number's value; a letter's place in the alphabet, and a roman numeral's
+    value ("i" is the first or the ninth)."""
+    if counter.isdigit():
+        return {int(counter)}
+    values = {ord(counter) - ord("a") + 1} if len(counter) == 1 else set()
+    return values | ({numeral_value(counter)} if re.fullmatch(ROMAN, counter) else set())
+
+
+def _type_size(line: Any) -> float:
+    """A line's type size: its glyphs' median height (pdfminer's ``size``), else the line's. One tall glyph (a
+    bracket, a symbol from another font) makes a line's box taller than its type."""
+    sizes = [g.size for g in line if hasattr(g, "size")] if hasattr(line, "__iter__") else []
+    return float(np.median(sizes)) if sizes else float(line.y1 - line.y0)
+
+
+def _heading_lines(every: Sequence[Any]) -> int:
+    """How many of a box's first lines are a heading over the rest (``split_headings``); 0 when none are."""
+    bold = [all_bold([line]) for line in every]
+    height = [_type_size(line) for line in every]
+
+    def apart(k: int) -> bool:  # the first k lines are a heading over line k
+        return all(height[j] >= HEADING_SIZE * height[k] or (bold[j] and not bold[k]) for j in range(k))
+
+    k = next((k for k in range(1, min(HEADING_LINES, len(every) - 1) + 1) if apart(k)), 0)
+    head = "".join(line_text(line) for line in every[:k])
+    if k and (len(head.split()) > HEADING_WORDS or not any(c.isalpha() for c in head)
+              or every[k].get_text().lstrip()[:1].islower()):
+        return 0
+    return k
