@@ -49,10 +49,10 @@ WRAPPED_INDENT = 0.1
 # a list item's line starts with a bullet glyph ("•", "▪", a Symbol font's private-use bullet, a glyph without a
 # Unicode map set apart from the word after it: one joined to it is a letter, say a ligature "fi" the font does not
 # map), with a dash that at least this many lines of its page start with (one line that starts with a dash is
-# prose, and so is one under a line of its box that wrapped mid-sentence: the dash is set in that sentence), or
-# with a number or letter ("1. ", "(a) ", "(ii) ") that another line of its page starts with in that form, one
-# more or one less: a list counts its items, where prose whose lines start "8. " and "2) " (a formula's subscripts
-# on lines of their own, a year at a line's start) counts nothing
+# prose, and so is one under a line that wrapped mid-sentence: the dash is set in that sentence), or with a number
+# or letter ("1. ", "(a) ", "(ii) ") that another line of its page starts with in that form, one more or one less: a
+# list counts its items, where prose whose lines start "8. " and "2) " (a formula's subscripts on lines of their
+# own, a year at a line's start) counts nothing
 _BULLET = (r"[\u2022\u2023\u2043\u2219\u00b7\u25a0\u25a1\u25aa\u25ab\u25b6\u25b8\u25b9\u25ba\u25c6\u25c7\u25cb"
            r"\u25cf\u25e6\u2666\u2756\u2794\u27a2\u27a4\u2713\u2714\u2717\uf000-\uf0ff]\s*|\(cid:\d+\)\s+")
 _ITEM = re.compile(rf"\s*(?:(?P<glyph>{_BULLET})|(?P<mark>[-\u2013\u2014*]|\(?\d{{1,2}}[.)]|\(\d{{1,2}}\)|"
@@ -86,18 +86,8 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     pitch = float(np.median(pitches)) if pitches else 0.0
     every = [line for box in boxes for line in lines(box)]
 
-    def column(line: Any) -> tuple[float, float]:  # the left and right edges of the lines over and under it
-        over = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0]
-        return min(o.x0 for o in over), max(o.x1 for o in over)
-
-    def full(line: Any) -> bool:  # reaches (nearly) the right edge of its column, across most of it: the text
-        # wrapped there (a running head set to the right, over the text, wraps nothing)
-        left, right = column(line)
-        width = right - left
-        return line.x1 >= right - FULL_LINE_SLACK * width and line.x1 - line.x0 >= WRAPPED_WIDTH * width
-
     def wrapped(line: Any, below: Any) -> bool:  # the first word of line ``below`` would not have fit after ``line``
-        left, right = column(line)
+        left, right = _column(line, every)
         word = _first_word(below)
         return (word is not None and line.x0 - left <= WRAPPED_INDENT * (right - left)
                 and line.x1 + SPACE_HEIGHTS * line.height + word > right)
@@ -119,15 +109,29 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
             open_end = not SENTENCE_END.search(ending)
             # a sentence that ends on a line the text wrapped at goes on (the next line, flush left, is no new
             # paragraph's indented first line); a colon introduces what follows (a list, code, a quotation)
-            flowed = (full(last) and wrapped(last, first) and not ending.endswith(":")
-                      and first.x0 - column(first)[0] <= 0.5 * first.height)
-            if ((flowed or (open_end and (full(last) or wrapped(last, first)))) and not getattr(before, "head", False)
-                    and d is not None and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
+            flowed = (_full(last, every) and wrapped(last, first) and not ending.endswith(":")
+                      and first.x0 - _column(first, every)[0] <= 0.5 * first.height)
+            if ((flowed or (open_end and (_full(last, every) or wrapped(last, first))))
+                    and not getattr(before, "head", False) and d is not None and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
                     and abs(last.height - first.height) <= 0.2 * last.height):
                 runs[-1].append(box)
                 continue
         runs.append([box])
     return runs
+
+
+def _column(line: Any, every: Sequence[Any]) -> tuple[float, float]:
+    """The left and right edges of the lines of a page (``every``) over and under ``line``: its column's."""
+    over = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0] or [line]
+    return min(o.x0 for o in over), max(o.x1 for o in over)
+
+
+def _full(line: Any, every: Sequence[Any]) -> bool:
+    """Whether ``line`` reaches (nearly) the right edge of its column, across most of it: the text wrapped there (a
+    running head set to the right, over the text, wraps nothing)."""
+    left, right = _column(line, every)
+    width = right - left
+    return line.x1 >= right - FULL_LINE_SLACK * width and line.x1 - line.x0 >= WRAPPED_WIDTH * width
 
 
 def _first_word(line: Any) -> float | None:
@@ -203,20 +207,19 @@ def _item_lines(boxes: Sequence[Any]) -> set[int]:
     """The ids of a page's lines that open a list's item (``split_items``)."""
     items: set[int] = set()
     marks: dict[str, list[tuple[int, set[int]]]] = {}  # each form ("1.", "(a)", "-") -> its lines, with their counts
-    for box in boxes:
-        every = lines(box)
-        matches = [_ITEM.match(line_text(line)) for line in every]
-        for k, (line, m) in enumerate(zip(every, matches, strict=True)):
-            if not m:
-                continue
-            if m["glyph"]:
-                items.add(id(line))
-                continue
-            form = re.sub(r"\d+", "1", re.sub(r"[a-z]+", "a", m["mark"]))
-            if form in _DASHES and k and not matches[k - 1] and _runs_on(every[k - 1], every):
-                continue  # a dash set in a sentence that wrapped before it ("the cranes / – all fourteen –")
-            counter = re.sub(r"[^\da-z]", "", m["mark"])
-            marks.setdefault(form, []).append((id(line), _counts(counter)))
+    every = [line for box in boxes for line in lines(box)]
+    matches = [_ITEM.match(line_text(line)) for line in every]
+    for k, (line, m) in enumerate(zip(every, matches, strict=True)):
+        if not m:
+            continue
+        if m["glyph"]:
+            items.add(id(line))
+            continue
+        form = re.sub(r"\d+", "1", re.sub(r"[a-z]+", "a", m["mark"]))
+        if form in _DASHES and k and not matches[k - 1] and _runs_on(every[k - 1], every):
+            continue  # a dash set in a sentence that wrapped before it ("the cranes / – all fourteen –")
+        counter = re.sub(r"[^\da-z]", "", m["mark"])
+        marks.setdefault(form, []).append((id(line), _counts(counter)))
     for form, found in marks.items():
         counted = {n for _, counts in found for n in counts}
         if any(c.isalnum() for c in form):  # a counter: the lines one up or one down from another
@@ -226,12 +229,10 @@ def _item_lines(boxes: Sequence[Any]) -> set[int]:
     return items
 
 
-def _runs_on(line: Any, box: Sequence[Any]) -> bool:
-    """Whether the text goes on after ``line``, one of ``box``'s lines: it reaches (nearly) the box's right edge
-    (``FULL_LINE_SLACK``: the text wrapped there) and ends no sentence or clause."""
-    left, right = min(o.x0 for o in box), max(o.x1 for o in box)
-    ending = line_text(line).rstrip()
-    return line.x1 >= right - FULL_LINE_SLACK * (right - left) and not _CLAUSE_END.search(ending)
+def _runs_on(line: Any, every: Sequence[Any]) -> bool:
+    """Whether the text goes on after ``line``, one of a page's lines (``every``, in reading order): it is full
+    (``_full``: the text wrapped there) and ends no sentence or clause."""
+    return _full(line, every) and not _CLAUSE_END.search(line_text(line).rstrip())
 
 
 def _counts(counter: str) -> set[int]:

@@ -664,11 +664,13 @@ def test_a_line_that_starts_with_an_unmapped_ligature_opens_no_list_item(tmp_pat
 
 
 @needs_dejavu
+@pytest.mark.parametrize("pitch", [5, 8], ids=["single", "double"])
 @pytest.mark.parametrize("dash", ["\u2013", "-"])
-def test_dashes_set_in_a_sentence_at_the_starts_of_lines_open_no_list_items(tmp_path, dash):
+def test_dashes_set_in_a_sentence_at_the_starts_of_lines_open_no_list_items(tmp_path, dash, pitch):
     """Two lines of a paragraph that started with a spaced dash (" – and the lighthouse – ", the text wrapped
-    before it) were taken for a dashed list's items, and the paragraph was cut at each. A dash under a line that
-    wrapped mid-sentence goes on with the sentence; dashes under an item or a short line still open items."""
+    before it) were taken for a dashed list's items, and the paragraph was cut at each, its lines in one text box
+    (single spacing) or each in a box of its own (double spacing). A dash under a line that wrapped mid-sentence goes
+    on with the sentence; dashes under an item or a short line still open items."""
     prose = ["The harbour authority, which also runs the ferries to the islands",
              f"{dash} and the lighthouse at the mouth of the estuary {dash} stores the fuel",
              "for its boats in two tanks on the northern quay, where the cranes",
@@ -676,6 +678,7 @@ def test_dashes_set_in_a_sentence_at_the_starts_of_lines_open_no_list_items(tmp_
              "that call at the port every week of the year from the continent."]
     items = ["The new quay was opened with:", f"{dash} two cranes for the container ships that call there",
              f"{dash} a berth for the ferries", f"{dash} a store for the fishing fleet"]
-    path = lines_pdf(tmp_path / "dashes.pdf", [[(20, 20 + 5 * k, line) for k, line in enumerate(prose)],
-                                               [(20, 20 + 5 * k, line) for k, line in enumerate(items)]], font=DEJAVU)
+    path = lines_pdf(tmp_path / "dashes.pdf", [[(20, 20 + pitch * k, line) for k, line in enumerate(prose)],
+                                               [(20, 20 + pitch * k, line) for k, line in enumerate(items)]],
+                     font=DEJAVU)
     assert extract_pdf(path).paragraphs == [text_of(prose), *items]
