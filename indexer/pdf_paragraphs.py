@@ -50,15 +50,16 @@ WRAPPED_INDENT = 0.1
 # Unicode map set apart from the word after it: one joined to it is a letter, say a ligature "fi" the font does not
 # map), with a dash that at least this many lines of its page start with (one line that starts with a dash is
 # prose, and so is one under a line that wrapped mid-sentence: the dash is set in that sentence), or with a number
-# or letter ("1. ", "(a) ", "(ii) ") that another line of its page starts with in that form, one more or one less: a
-# list counts its items, where prose whose lines start "8. " and "2) " (a formula's subscripts on lines of their
-# own, a year at a line's start) counts nothing
+# or letter ("1. ", "(a) ", "(ii) ", a reference's "[12] ") that another line of its page starts with in that form,
+# one more or one less: a list counts its items, where prose whose lines start "8. " and "2) " (a formula's
+# subscripts on lines of their own, a year at a line's start) counts nothing; a citation ("[12]") under a line that
+# wrapped mid-sentence is in that sentence, as a dash is
 _BULLET = (r"[\u2022\u2023\u2043\u2219\u00b7\u25a0\u25a1\u25aa\u25ab\u25b6\u25b8\u25b9\u25ba\u25c6\u25c7\u25cb"
            r"\u25cf\u25e6\u2666\u2756\u2794\u27a2\u27a4\u2713\u2714\u2717\uf000-\uf0ff]\s*|\(cid:\d+\)\s+")
 _ITEM = re.compile(rf"\s*(?:(?P<glyph>{_BULLET})|(?P<mark>[-\u2013\u2014*]|\(?\d{{1,2}}[.)]|\(\d{{1,2}}\)|"
-                   r"\(?[a-z]\)|\([ivx]{1,4}\))\s+)\S")
+                   r"\(?[a-z]\)|\([ivx]{1,4}\)|\[\d{1,3}\])\s+)\S")
 LIST_ITEMS = 2
-_DASHES = {"-", "\u2013", "\u2014", "*"}
+_IN_SENTENCE = {"-", "\u2013", "\u2014", "*", "[1]"}  # the forms prose also sets mid-sentence
 _CLAUSE_END = re.compile(r"[.!?:;,][\"')\]»”’]*$")
 
 
@@ -216,8 +217,8 @@ def _item_lines(boxes: Sequence[Any]) -> set[int]:
             items.add(id(line))
             continue
         form = re.sub(r"\d+", "1", re.sub(r"[a-z]+", "a", m["mark"]))
-        if form in _DASHES and k and not matches[k - 1] and _runs_on(every[k - 1], every):
-            continue  # a dash set in a sentence that wrapped before it ("the cranes / – all fourteen –")
+        if form in _IN_SENTENCE and k and not matches[k - 1] and _runs_on(every[k - 1], every):
+            continue  # a dash or citation set in a sentence that wrapped before it ("the cranes / – all –")
         counter = re.sub(r"[^\da-z]", "", m["mark"])
         marks.setdefault(form, []).append((id(line), _counts(counter)))
     for form, found in marks.items():

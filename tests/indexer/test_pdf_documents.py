@@ -370,7 +370,8 @@ def test_a_paragraph_runs_on_past_the_footnotes_at_the_foot_of_its_page_or_colum
     extracted = extract_pdf(tmp_path / "notes.pdf")
     assert extracted.paragraphs == [text_of(A), text_of(cited + B2), note, text_of(D)] * 2
     assert [meta.get("page_end", meta["page"]) for meta in extracted.paragraph_meta] == [1, 2, 1, 2, 3, 3, 3, 3]
-    # references in small type at the foot of a page, going on at the top of the next: read in order, one whole
+    # references in small type at the foot of a page, the last going on at the top of the next: read in order, each
+    # one whole
     references = [f"[{k}] Ada Lind, Tides of the harbour, Journal of Ports {k} (2020)." for k in (1, 2)]
     pdf = fpdf.FPDF(unit="mm", format="A4")
     first, rest = references[1].split(" Journal")
@@ -381,7 +382,7 @@ def test_a_paragraph_runs_on_past_the_footnotes_at_the_foot_of_its_page_or_colum
             pdf.set_font("helvetica", size=size[0] if size else 10)
             pdf.text(x, y, text)
     pdf.output(str(tmp_path / "references.pdf"))
-    assert extract_pdf(tmp_path / "references.pdf").paragraphs == [text_of(A), " ".join(references)]
+    assert extract_pdf(tmp_path / "references.pdf").paragraphs == [text_of(A), *references]
 
 
 def test_slide_titles_that_repeat_on_some_slides_stay(tmp_path):
@@ -682,3 +683,21 @@ def test_dashes_set_in_a_sentence_at_the_starts_of_lines_open_no_list_items(tmp_
                                                [(20, 20 + pitch * k, line) for k, line in enumerate(items)]],
                      font=DEJAVU)
     assert extract_pdf(path).paragraphs == [text_of(prose), *items]
+
+
+def test_each_numbered_reference_is_a_paragraph_of_its_own_and_a_citation_in_prose_opens_nothing(tmp_path):
+    """At 1.5 or double spacing (each line a text box of its own) a reference whose last line was full ran on into
+    the next ("... 1-24. [2] Moss, B. ..."): nothing tells a paragraph's end from a wrapped line there but the next
+    line's "[2]". A line that starts with a reference's number, counting with another line of its page, opens a
+    paragraph; one under a line that wrapped mid-sentence is a citation in that sentence."""
+    references = [["[1] Lind, A. Tides of the harbour and the northern quays, with a survey of",
+                   "the estuary's sand banks. Journal of Ports and Harbours 12 (2020), 1-24."],
+                  ["[2] Moss, B. The lighthouse keepers of Kellerton. Coastal History 3 (2019)."],
+                  ["[3] Reid, C. Cargo handled at small ports. Maritime Economics 7 (2021), 5-9."]]
+    prose = ["The tides of the harbour were first measured by the authority in 1880, as",
+             "[12] describes, and again after the northern quay was built, which the survey",
+             "[13] of the estuary records in detail for each of the sand banks that moved."]
+    every = [line for reference in references for line in reference]
+    path = lines_pdf(tmp_path / "references.pdf", [[(20, 20 + 8 * k, line) for k, line in enumerate(every)],
+                                                   [(20, 20 + 8 * k, line) for k, line in enumerate(prose)]])
+    assert extract_pdf(path).paragraphs == [*map(text_of, references), text_of(prose)]
