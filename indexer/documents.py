@@ -15,7 +15,8 @@ and footers (the same words in the same place at the top or bottom of at least t
 or the page's, or heads that take turns in one place: ``pdf_layout.running``) and page numbers in the margins
 (digits or lower-case roman numerals) are left out; a word hyphenated at a line
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
-ligatures are spelled out ("ﬁ" reads "fi"), and lines in a right-to-left script are put in reading order. A paragraph
+ligatures are spelled out ("ﬁ" reads "fi"; a glyph the font's Unicode map leaves out, often a ligature, is read
+as its character where the font numbers its glyphs by code point: ``self_coded``), and lines in a right-to-left script are put in reading order. A paragraph
 is continued on the next page when its page's last box does not end a sentence or the next page's first box starts in
 lower case (unless either is a table's row or a heading: ``pdf_layout.heading``, or the next opens a list's item:
 ``pdf_layout.split_items``; a heading set right above its
@@ -36,6 +37,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import unicodedata
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +77,9 @@ log = logging.getLogger(__name__)
 _PAGE_NUMBER = re.compile(rf"((?i:page)\s+)?(\d{{1,4}}|{pdf_layout.ROMAN})(\s*(/|(?i:of))\s*\d{{1,4}})?|[-–—]\s*(\d{{1,4}}|"
                           rf"{pdf_layout.ROMAN})\s*[-–—]")
 _CID = re.compile(r"\(cid:\d+\)")  # how pdfminer writes a glyph whose font maps it to no character
+# a font whose map to Unicode gives at least this many glyphs their own numbers as code points numbers its glyphs so
+# (``self_coded``): fewer are no evidence
+SELF_CODED_GLYPHS = 3
 # a title property that a program filled in, not a title: "Microsoft Word - report.docx", a file name, "Untitled"
 _PLACEHOLDER_TITLE = re.compile(r"(microsoft\s+\w+\s+-\s+.*|untitled.*|document\d*|.*\.(docx?|pdf|rtf|odt|pptx?|"
                                 r"xlsx?|indd|tex|dvi|ps|txt|html?))", re.I)
@@ -126,7 +131,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
         if document.xref_loop is not None:
             log.warning("%s: %s (a loop); read with the sections before it", path, document.xref_loop)
         resources = PDFResourceManager()
-        device = PDFPageAggregator(resources, laparams=laparams)
+        device = _aggregator(PDFPageAggregator)(resources, laparams=laparams)
         interpreter = PDFPageInterpreter(resources, device)
         header: Block | None = None  # the header row of a table that ends the page before
         for page in PDFPage.create_pages(document):
@@ -144,6 +149,50 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
     return pages, info
+
+
+def _aggregator(base: type) -> type:
+    """pdfminer's PDFPageAggregator (``base``), reading a glyph that its font's Unicode map leaves out as its
+    character where the font tells it (``glyph_character``) rather than as "(cid:64257)", which is left out."""
+
+    class Aggregator(base):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.self_coded: dict[int, bool] = {}  # each font's (by id): whether it numbers glyphs by code point
+
+        def handle_undefined_char(self, font: Any, cid: int) -> str:
+            known = self.self_coded.get(id(font))
+            if known is None:
+                known = self.self_coded[id(font)] = self_coded(font)
+            return (glyph_character(cid) if known else None) or super().handle_undefined_char(font, cid)
+
+    return Aggregator
+
+
+def self_coded(font: Any) -> bool:
+    """Whether a font numbers its glyphs by their characters' code points: a two-byte (CID) font whose map to Unicode
+    (ToUnicode) gives each of the glyphs it maps, ``SELF_CODED_GLYPHS`` at least, its own number as code point (or
+    that character's letters: 64257, "ﬁ", as "fi"). Some programs write text so, and leave a glyph or two out of the
+    map (a ligature's). A one-byte font's codes and another two-byte font's glyph numbers say nothing of the
+    characters: their unmapped glyphs stay unread."""
+    from pdfminer.pdffont import PDFCIDFont
+
+    mapped = getattr(getattr(font, "unicode_map", None), "cid2unichr", None)
+    if not isinstance(font, PDFCIDFont) or not isinstance(mapped, dict):
+        return False
+    mapped = {cid: text for cid, text in mapped.items() if text}  # (a surrogate's code maps to nothing)
+    return len(mapped) >= SELF_CODED_GLYPHS and all(
+        0 <= cid <= 0x10FFFF and text in (chr(cid), unicodedata.normalize("NFKC", chr(cid)))
+        for cid, text in mapped.items())
+
+
+def glyph_character(code: int) -> str | None:
+    """The character of code point ``code`` where it is one a text shows (no control, format, private-use,
+    surrogate or unassigned code point); None otherwise."""
+    if not 0 <= code <= 0x10FFFF:
+        return None
+    character = chr(code)
+    return None if unicodedata.category(character).startswith("C") else character
 
 
 def _inflated_size(data: bytes, limit: int) -> int:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from spanseek.indexer.documents import Unreadable, extract_pdf
+from spanseek.indexer import pdf_layout
+from spanseek.indexer.documents import Unreadable, extract_pdf, glyph_character
 from spanseek.indexer.ingest import from_files
 from tests.indexer.test_documents import pdf_of_objects
 
@@ -628,16 +629,17 @@ def test_a_bullet_s_wrapped_lines_stay_with_it_and_a_dash_or_number_in_prose_ope
                                             "\u2022 Ferry berths rebuilt.", text_of(prose)]
 
 
-def partly_mapped_pdf(path: Path, lines: list[str], unmapped: str) -> Path:
+def partly_mapped_pdf(path: Path, lines: list[str], unmapped: str, shift: int = 0) -> Path:
     """A page of lines 14 pt apart in a two-byte font whose map to Unicode (ToUnicode) leaves out one character, as
-    fonts that do not map their "fi" ligature do: pdfminer writes that glyph as "(cid:64257)"."""
-    code = ord(unmapped)
+    fonts that do not map their "fi" ligature do: pdfminer writes that glyph as "(cid:64257)". The font numbers each
+    glyph by its character's code point, or (``shift``) that many below it."""
+    code = ord(unmapped) - shift
     cmap = (b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CIDSystemInfo << /Registry (Adobe) "
             b"/Ordering (UCS) /Supplement 0 >> def /CMapName /Adobe-Identity-UCS def /CMapType 2 def "
-            b"1 begincodespacerange <0000> <FFFF> endcodespacerange 2 beginbfrange <0000> <%04X> <0000> "
-            b"<%04X> <FFFF> <%04X> endbfrange endcmap CMapName currentdict /CMap defineresource pop end end"
-            % (code - 1, code + 1, code + 1))
-    shown = b" ".join(b"<%s> Tj T*" % "".join(f"{ord(c):04x}" for c in line).encode() for line in lines)
+            b"1 begincodespacerange <0000> <FFFF> endcodespacerange 2 beginbfrange <0000> <%04X> <%04X> "
+            b"<%04X> <%04X> <%04X> endbfrange endcmap CMapName currentdict /CMap defineresource pop end end"
+            % (code - 1, shift, code + 1, 0xFFFF - shift, code + 1 + shift))
+    shown = b" ".join(b"<%s> Tj T*" % "".join(f"{ord(c) - shift:04x}" for c in line).encode() for line in lines)
     return pdf_of_objects(path, [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [6 0 R] /Count 1 >>",
@@ -655,13 +657,33 @@ def partly_mapped_pdf(path: Path, lines: list[str], unmapped: str) -> Path:
 def test_a_line_that_starts_with_an_unmapped_ligature_opens_no_list_item(tmp_path):
     """A glyph without a Unicode map that opens a line was taken for a bullet even when joined to the word after it
     ("(cid:64257)rst", a "fi" ligature): each line that started with the ligature began a paragraph. One set apart
-    from its line's text (a bullet in a font without the map) still opens an item."""
+    from its line's text (a bullet in a font without the map: Word's, a private-use character) still opens an item."""
     prose = ["The castle above the town was built", "\ufb01rst in 1250 by the count, and its",
              "walls were raised in 1480 when the", "\ufb01rst war came to the valley."]
-    path = partly_mapped_pdf(tmp_path / "ligature.pdf", prose, "\ufb01")
+    path = partly_mapped_pdf(tmp_path / "ligature.pdf", prose, "\ufb01", shift=1)
     assert extract_pdf(path).paragraphs == [text_of(prose).replace("\ufb01", "")]
-    bullets = partly_mapped_pdf(tmp_path / "bullets.pdf", [f"\u2022 {line}" for line in BULLETS], "\u2022")
+    bullets = partly_mapped_pdf(tmp_path / "bullets.pdf", [f"\uf0b7 {line}" for line in BULLETS], "\uf0b7")
     assert extract_pdf(bullets).paragraphs == BULLETS
+
+
+@pytest.mark.parametrize("unmapped", ["\ufb01", "\ufb02", "\ufb03", "\u00e9", "\u0153"])
+def test_a_glyph_left_out_of_a_map_that_numbers_glyphs_by_code_point_is_read(tmp_path, unmapped):
+    """A font whose map to Unicode leaves out its "fi" ligature: pdfminer wrote the glyph as "(cid:64257)", which
+    was dropped, and "first" read "rst". Where the map gives every other glyph its own number as code point, the
+    glyph's number is its character (a ligature spelled out); in a font that numbers its glyphs otherwise the
+    number says nothing and the glyph is still left out, as is a private-use or control code point."""
+    prose = ["The castle above the town was built", f"{unmapped}rst in 1250 by the count, and its",
+             "walls were raised in 1480 when the", f"{unmapped}rst war came to the valley."]
+    path = partly_mapped_pdf(tmp_path / "ligature.pdf", prose, unmapped)
+    assert extract_pdf(path).paragraphs == [text_of(prose).translate(pdf_layout.LIGATURES)]
+    shifted = partly_mapped_pdf(tmp_path / "shifted.pdf", prose, unmapped, shift=1)
+    assert extract_pdf(shifted).paragraphs == [text_of(prose).replace(unmapped, "")]
+
+
+@pytest.mark.parametrize("code", [0xE000, 0x0007, 0x0378, 0x110000])
+def test_only_a_shown_character_is_read_from_a_glyph_s_number(code):
+    """A private-use, control or unassigned code point, or none, is no character a glyph's number gives."""
+    assert glyph_character(code) is None and glyph_character(0xFB01) == "\ufb01"
 
 
 @needs_dejavu
