@@ -17,8 +17,8 @@ or the page's, or heads that take turns in one place: ``pdf_layout.running``) an
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"; a glyph the font's Unicode map leaves out, often a ligature, is read
 as its character where the font numbers its glyphs by code point: ``self_coded``), and lines in a right-to-left script are put in reading order. A paragraph
-is continued on the next page when its page's last box does not end a sentence or the next page's first box starts in
-lower case (unless either is a table's row or a heading: ``pdf_layout.heading``, or the next opens a list's item:
+is continued on the next page (or at the top of the next column) when its page's (column's) last box does not end a
+sentence or the next page's (column's) first box starts in lower case (unless either is a table's row or a heading: ``pdf_layout.heading``, or the next opens a list's item:
 ``pdf_layout.split_items``; a heading set right above its
 paragraph, in one text box with it, is cut from it first: ``pdf_layout.split_headings``; a heading at a page's foot goes
 with the next page's first paragraph, ``PARAGRAPH_BREAK`` apart), past the footnotes at the foot of the page or column
@@ -140,11 +140,14 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
             # a heading is cut from its box once the boxes are in order, so that it stays right above its paragraph
             # (cut first, it could fall a row apart from it: a box of the next column level with it came between);
             # a list's items are cut from each other too
-            ordered = pdf_layout.reading_order(_page_boxes(layout, laparams))
+            tops: list[Any] = []  # the boxes that open a column after the first: a paragraph may run on there
+            ordered = pdf_layout.reading_order(_page_boxes(layout, laparams), tops)
             boxes = pdf_layout.split_items(pdf_layout.split_headings(ordered))
             runs = pdf_layout.paragraphs(boxes)
             images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)
-            blocks, header = _named_rows([Block.of(run) for run in runs], header, layout.y0, layout.y1)
+            opening = {id(pdf_layout.lines(box)[0]) for box in tops}  # (a box cut in parts: its first part's line)
+            blocks, header = _named_rows([Block.of(run, id(pdf_layout.lines(run[0])[0]) in opening) for run in runs],
+                                         header, layout.y0, layout.y1)
             pages.append(_Page(blocks, layout.y0, layout.y1, images))
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
@@ -326,9 +329,9 @@ def _info_text(value: Any) -> str | None:
 
 
 def _continues(before: str, after: str, same_page: bool) -> bool:
-    """Whether text box ``after`` goes on with the paragraph ``before``: on the next page, when ``before`` does not
-    end a sentence or ``after`` starts in lower case; on the same page (where layout analysis sometimes splits a
-    paragraph), only when both hold."""
+    """Whether text box ``after`` goes on with the paragraph ``before``: on the next page or at the top of the next
+    column, when ``before`` does not end a sentence or ``after`` starts in lower case; elsewhere on the same page
+    (where layout analysis sometimes splits a paragraph), only when both hold."""
     open_end, lower_start = not pdf_layout.SENTENCE_END.search(before), after[:1].islower()
     return open_end and lower_start if same_page else open_end or lower_start
 
@@ -370,8 +373,9 @@ def _body_text(pages: list[_Page]) -> list[int]:
     repeated = pdf_layout.running([(p.blocks, p.bottom, p.top) for p in pages])
     undecoded: list[int] = []
     for number, (page, dropped) in enumerate(zip(pages, repeated, strict=True), start=1):
-        blocks, coded = [], False
+        blocks, coded, column = [], False, False  # column: a block left out opened a column; the next opens it
         for i, block in enumerate(page.blocks):
+            column |= block.column
             if i in dropped:
                 continue
             margin = pdf_layout.margin_edge(block, page.bottom, page.top)
@@ -381,6 +385,7 @@ def _body_text(pages: list[_Page]) -> list[int]:
                 coded = True
             elif (text := _clean(block.text)) and not (margin and _PAGE_NUMBER.fullmatch(text)):
                 blocks.append(block)  # (a number in the page's body is text: a table's cell, a figure's label)
+                block.column, column = column, False
         page.blocks = blocks
         if coded and not blocks:
             undecoded.append(number)
@@ -444,7 +449,7 @@ def extract_pdf(path: Path) -> Extracted:
             # a heading at the foot of a page goes with the text that opens the next page, a paragraph break apart
             under = text and after_heading and i == 0 and ends_on == number - 1
             if under or (text and not apart and not block.item and ends_on in (number - 1, number)
-                         and _continues(paragraphs[-1], box, same_page=i > 0)):
+                         and _continues(paragraphs[-1], box, same_page=i > 0 and not block.column)):
                 paragraphs[-1] = f"{paragraphs[-1]}{PARAGRAPH_BREAK if under else ' '}{box}"
                 metas[-1] = last if last["page"] == number else {"page": last["page"], "page_end": number}
             else:

@@ -123,11 +123,12 @@ class Block:
     cells: tuple[tuple[str, float, float], ...] = ()  # a table row's cells (text, x0, x1), left to right; else ()
     bold: bool = False  # every glyph of it is in a bold font
     item: bool = False  # it opens a list's item (``pdf_paragraphs.split_items``)
+    column: bool = False  # it is read right after the foot of the column before it (``pdf_layout.reading_order``)
 
     @classmethod
-    def of(cls, run: Sequence[Any]) -> Block:
+    def of(cls, run: Sequence[Any], column: bool = False) -> Block:
         """The block of a run of boxes (``pdf_paragraphs.paragraphs``): a row's cells one space apart, a box's lines
-        one line."""
+        one line; ``column``: it opens a column after the first."""
         joined = text(run[0])
         for a, b in itertools.pairwise(run):
             joined = f"{joined.rstrip()} {text(b)}" if same_row(a, b) else joined + text(b)
@@ -139,7 +140,7 @@ class Block:
         return cls(joined, min(b.x0 for b in run), min(b.y0 for b in run), max(b.x1 for b in run),
                    max(b.y1 for b in run), size, "".join(line_text(line) for line in large),
                    tuple((" ".join(text(b).split()), b.x0, b.x1) for b in run) if row else (),
-                   all_bold(every), getattr(run[0], "item", False))
+                   all_bold(every), getattr(run[0], "item", False), column)
 
 
 def all_bold(lines_: Iterable[Any]) -> bool:

@@ -89,16 +89,19 @@ _COMPOUND = re.compile(r"(?<!\w)\w++(?:[-\u2010]\w++)+")
 HYPHENATED_SHARE = 0.03
 
 
-def reading_order(boxes: Sequence[Any]) -> list[Any]:
+def reading_order(boxes: Sequence[Any], tops: list[Any] | None = None) -> list[Any]:
     """A page's text boxes in reading order. A gutter (an upright strip that no box crosses, with running text on
     both sides) splits a region into columns, read left to right; the few boxes that cross it (a title or a figure
     caption over two columns, a centred footer) cut the region into bands, read top to bottom, each split again.
-    A region without a gutter is read in rows: top to bottom, a row's boxes (a table's cells) left to right."""
+    A region without a gutter is read in rows: top to bottom, a row's boxes (a table's cells) left to right.
+    ``tops``, where given, receives the boxes read right after the foot of the column before them: each column's
+    first but the first's (a paragraph may run on there, as over a page break)."""
     texts = {id(b): b.get_text() for b in boxes}
-    return _order(boxes, texts, {i: [len(line.strip()) for line in t.split("\n")[:-1] or [t]] for i, t in texts.items()})
+    sizes = {i: [len(line.strip()) for line in t.split("\n")[:-1] or [t]] for i, t in texts.items()}
+    return _order(boxes, texts, sizes, [] if tops is None else tops)
 
 
-def _order(boxes: Sequence[Any], texts: dict[int, str], sizes: dict[int, list[int]]) -> list[Any]:
+def _order(boxes: Sequence[Any], texts: dict[int, str], sizes: dict[int, list[int]], tops: list[Any]) -> list[Any]:
     """``reading_order`` of a region, given each box's text and its lines' lengths (characters)."""
     if len(boxes) < 2:
         return list(boxes)
@@ -110,16 +113,18 @@ def _order(boxes: Sequence[Any], texts: dict[int, str], sizes: dict[int, list[in
         sides = [[b for b in boxes if b.x1 <= x], [b for b in boxes if b.x1 > x]]
         if right_to_left("".join(texts[id(b)] for b in boxes)):  # the columns of an Arabic or Hebrew page: right first
             sides.reverse()
-        return _order(sides[0], texts, sizes) + _order(sides[1], texts, sizes)
+        first, second = _order(sides[0], texts, sizes, tops), _order(sides[1], texts, sizes, tops)
+        tops.append(second[0])
+        return first + second
     separators = sorted(crossing, key=lambda b: -b.y1)
     middles = [(s.y0 + s.y1) / 2 for s in separators]
     bands: list[list[Any]] = [[] for _ in range(len(separators) + 1)]
     for box in boxes:
         if not any(box is s for s in separators):
             bands[sum((box.y0 + box.y1) / 2 < m for m in middles)].append(box)
-    ordered = _order(bands[0], texts, sizes)
+    ordered = _order(bands[0], texts, sizes, tops)
     for separator, band in zip(separators, bands[1:], strict=True):
-        ordered += [separator, *_order(band, texts, sizes)]
+        ordered += [separator, *_order(band, texts, sizes, tops)]
     return ordered
 
 

@@ -85,6 +85,20 @@ def test_two_columns_are_read_column_by_column_without_running_headers_or_footer
     assert not any("Annual Report" in p or "Page" in p for p in extracted.paragraphs)
 
 
+@pytest.mark.parametrize("header", [False, True], ids=["bare", "running-header"])
+def test_a_paragraph_runs_on_from_the_foot_of_a_column_to_the_top_of_the_next(tmp_path, header):
+    """A paragraph that went on at the top of the next column with a capital ("... cranes that were" | "Siemens in
+    June, ...") was cut in two: on one page both had to hold, an open end and a lower-case start. The top of a
+    column is judged as the top of a page is (also under a running header that heads the column); a paragraph that
+    ends a sentence at a column's foot stays apart from the capital under it."""
+    siemens = ["Siemens in June, and they are run from the", "operations centre on the quay."]
+    pages = [column(20, 30, [A, B]) + column(110, 30, [siemens, C]), column(20, 30, [D, A]) + column(110, 30, [E]),
+             column(20, 30, [D]) + column(110, 30, [E])]
+    extracted = extract_pdf(lines_pdf(tmp_path / "columns.pdf", pages, header=header))
+    assert extracted.paragraphs == [text_of(A), text_of(B + siemens), text_of(C + D), text_of(A), text_of(E),
+                                    text_of(D), text_of(E)]
+
+
 def test_a_header_on_fewer_pages_or_in_the_body_stays(tmp_path):
     """Only text repeated in the top or bottom margin of three pages (or of every page of two) is a running header
     or footer; the same words once, or in the body, are text."""
