@@ -7,7 +7,8 @@ A slide's or a Word paragraph's drawing names the part that holds its text by a 
 SmartArt diagram's data part (``ppt/diagrams/data1.xml``, ``word/diagrams/data1.xml``) or a chart's part
 (``ppt/charts/chart1.xml``). ``drawing_texts`` reads it as paragraphs: a diagram's text points (its boxes) in the
 diagram's order (each box, then the boxes under it); a chart's title (or the automatic one, its only series' name)
-with its category labels ("Sales by region: North, South"), its axes' titles and its series' names. The copy of a
+with its category labels ("Sales by region: North, South"), its axes' titles and the series' names it shows (in a
+legend or data labels). The copy of a
 diagram drawn as shapes (``diagrams/drawing1.xml``) repeats the data's text and is not read; a chart's numbers are
 left out, as a picture's are.
 """
@@ -79,24 +80,59 @@ def _title(title: Any) -> str:
 
 def _chart(root: Any) -> list[str]:
     """A chart's text as it shows it: its title, with its categories' labels after a colon ("Sales by region: North,
-    South"; the labels alone where it has no title), its axes' titles, then the names of its series that no text
-    before gives (its legend's). The title is its own text or the cell it shows; without one (and unless it was
-    deleted: ``autoTitleDeleted``) a chart of one series shows that series' name, as Office draws it."""
+    South"; the labels alone where it has no title), its axes' titles, then the names of its series that the chart
+    shows (``_named``: in its legend, or in data labels) and no text before gives. The title is its own text or the
+    cell it shows; without one (and unless it was deleted: ``autoTitleDeleted``) a chart of one series shows that
+    series' name, as Office draws it. A series' name shown nowhere on the slide is not read."""
     chart = root.find(f"{_C}chart")
     if chart is None:
         return []
-    series = list(chart.iterfind(f"{_C}plotArea/*/{_C}ser"))
-    names = [name for ser in series if (name := _line(_values(ser.find(f"{_C}tx"))))]
+    series = [(ser, group) for group in chart.iterfind(f"{_C}plotArea/*") for ser in group.iterfind(f"{_C}ser")]
+    names = [_line(_values(ser.find(f"{_C}tx"))) for ser, _ in series]
     title = chart.find(f"{_C}title")
     shown = _title(title) if title is not None else ""
-    deleted = chart.find(f"{_C}autoTitleDeleted")
-    if not shown and len(series) == 1 and (deleted is None or deleted.get("val") not in ("1", "true")):
-        shown = names[0] if names else ""
-    categories = next((labels for ser in series if (labels := _values(ser.find(f"{_C}cat")))), [])
+    if not shown and len(series) == 1 and not _on(chart.find(f"{_C}autoTitleDeleted")):
+        shown = names[0]
+    categories = next((labels for ser, _ in series if (labels := _values(ser.find(f"{_C}cat")))), [])
     head = ": ".join(filter(None, [shown, ", ".join(categories)]))
     axes = [label for axis in chart.iterfind(f"{_C}plotArea/*/{_C}title") if (label := _title(axis))]
-    legend = ", ".join(name for name in names if name not in (shown, *axes))
+    named = _named(chart, series)
+    legend = ", ".join(name for name, (ser, _) in zip(names, series, strict=True)
+                       if name and id(ser) in named and name not in (shown, *axes))
     return [text for text in (head, *axes, legend) if text]
+
+
+def _on(flag: Any) -> bool:
+    """Whether a chart's on-off element (``c:delete``, ``c:showSerName``) is there and on (its ``val`` is true when
+    left out)."""
+    return flag is not None and flag.get("val", "true") in ("1", "true")
+
+
+def _named(chart: Any, series: list[tuple[Any, Any]]) -> set[int]:
+    """The ids of a chart's series (each with its chart group) whose names it shows: in its legend (``c:legend``,
+    but for entries deleted from it), or in data labels that show the series' name (``c:showSerName``: the
+    series' own labels or a point's, else its group's; ``c:delete`` hides them)."""
+    legend = chart.find(f"{_C}legend")
+    hidden = set() if legend is None else {
+        entry.find(f"{_C}idx").get("val") for entry in legend.iterfind(f"{_C}legendEntry")
+        if entry.find(f"{_C}idx") is not None and _on(entry.find(f"{_C}delete"))}
+    named = set()
+    for position, (ser, group) in enumerate(series):
+        index = ser.find(f"{_C}idx")
+        if legend is not None and (str(position) if index is None else index.get("val")) not in hidden:
+            named.add(id(ser))
+            continue
+        own = ser.find(f"{_C}dLbls")
+        if own is not None and any(_on(label.find(f"{_C}showSerName")) and not _on(label.find(f"{_C}delete"))
+                                   for label in own.iterfind(f"{_C}dLbl")):
+            named.add(id(ser))  # a point's label shows it
+            continue
+        for labels in (own, group.find(f"{_C}dLbls")):
+            if labels is not None and (_on(labels.find(f"{_C}delete")) or labels.find(f"{_C}showSerName") is not None):
+                if _on(labels.find(f"{_C}showSerName")) and not _on(labels.find(f"{_C}delete")):
+                    named.add(id(ser))
+                break
+    return named
 
 
 def _values(element: Any) -> list[str]:

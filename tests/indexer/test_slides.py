@@ -13,6 +13,7 @@ import pytest
 
 from spanseek.core.io import read_corpus
 from spanseek.indexer.chunking import ChunkOptions
+from spanseek.indexer.drawings import drawing_texts
 from spanseek.indexer.ingest import IngestError, IngestOptions, from_files
 from spanseek.indexer.slides import extract_pptx
 
@@ -177,7 +178,9 @@ def test_a_chart_s_automatic_title_categories_and_series_are_read_as_shown(tmp_p
     """A chart of one series without a title of its own shows the series' name as its title, which was not read,
     nor were its category labels or its legend's series names. A title reads with the categories after it; a
     legend's names follow; a deleted automatic title reads nothing, and dates (serial numbers in the chart's part)
-    are not read as numbers."""
+    are not read as numbers. A series' name is read only where the chart shows it: in its legend, its data labels or
+    its automatic title. "Trips" was read from a chart that shows it nowhere (no title, no legend, no labels); its
+    slide shows only its categories, and a copy with a legend reads the name."""
     import datetime
 
     from pptx.chart.data import CategoryChartData
@@ -195,9 +198,39 @@ def test_a_chart_s_automatic_title_categories_and_series_are_read_as_shown(tmp_p
     chart(deck.slides.add_slide(deck.slide_layouts[6]), ["North", "South"], {"Sales by region": (40, 52)})
     years = chart(deck.slides.add_slide(deck.slide_layouts[6]), ["North", "South"], {"2023": (1, 2), "2024": (3, 4)})
     years.chart_title.text_frame.text = "Sales by year"
+    years.has_legend = True
     chart(deck.slides.add_slide(deck.slide_layouts[6]), ["Ferry", "Bus"], {"Trips": (5, 6)}).has_title = False
+    legend = chart(deck.slides.add_slide(deck.slide_layouts[6]), ["Ferry", "Bus"], {"Trips": (5, 6)})
+    legend.has_title, legend.has_legend = False, True
     chart(deck.slides.add_slide(deck.slide_layouts[6]), [datetime.date(2024, 5, 1)], {"Landings": (7,)})
+    unnamed = chart(deck.slides.add_slide(deck.slide_layouts[6]), ["Mon", "Tue"], {"Cars": (1, 2), "Vans": (3, 4)})
+    unnamed.chart_title.text_frame.text = "Vehicles"
+    labelled = chart(deck.slides.add_slide(deck.slide_layouts[6]), ["Mon", "Tue"], {"Cars": (1, 2), "Vans": (3, 4)})
+    labelled.chart_title.text_frame.text = "Vehicles"
+    labelled.plots[0].series[1].data_labels.show_series_name = True
     deck.save(str(tmp_path / "charts.pptx"))
     assert extract_pptx(tmp_path / "charts.pptx").paragraphs == [
-        "Sales by region: North, South", "Sales by year: North, South", "2023, 2024", "Ferry, Bus", "Trips",
-        "Landings"]
+        "Sales by region: North, South", "Sales by year: North, South", "2023, 2024", "Ferry, Bus", "Ferry, Bus",
+        "Trips", "Landings", "Vehicles: Mon, Tue", "Vehicles: Mon, Tue", "Vans"]
+
+
+def test_a_chart_reads_the_series_names_its_legend_and_data_labels_show():
+    """A legend shows each series' name but for entries deleted from it; data labels set on a chart group show its
+    series' names unless a series' own labels are deleted or leave the name out."""
+    c = "http://schemas.openxmlformats.org/drawingml/2006/chart"
+
+    def ser(index: int, name: str, labels: str = "") -> str:
+        return f"<c:ser><c:idx val='{index}'/><c:tx><c:v>{name}</c:v></c:tx>{labels}</c:ser>"
+
+    def chart_part(body: str, legend: str = "") -> bytes:
+        return (f"<c:chartSpace xmlns:c='{c}'><c:chart><c:autoTitleDeleted/><c:plotArea><c:barChart>{body}"
+                f"</c:barChart></c:plotArea>{legend}</c:chart></c:chartSpace>").encode()
+
+    deleted = "<c:legendEntry><c:idx val='1'/><c:delete val='1'/></c:legendEntry>"
+    three = ser(0, "Cars") + ser(1, "Vans") + ser(2, "Buses")
+    assert drawing_texts(chart_part(three, f"<c:legend>{deleted}</c:legend>")) == ["Cars, Buses"]
+    assert drawing_texts(chart_part(ser(0, "Cars") + ser(1, "Vans"))) == []
+    group = "<c:dLbls><c:showSerName val='1'/></c:dLbls>"
+    assert drawing_texts(chart_part(ser(0, "Cars") + ser(1, "Vans", "<c:dLbls><c:delete val='1'/></c:dLbls>")
+                                    + ser(2, "Buses", "<c:dLbls><c:showSerName val='0'/></c:dLbls>") + group)
+                         ) == ["Cars"]
