@@ -141,11 +141,18 @@ def lock_holder(index_dir: Path, name: str = LOCK) -> int | None:
     return None
 
 
+class LockUnsupported(OSError):
+    """A writer lock on a file system that does not lock files (``flock``): raised, not taken as held."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
 @contextlib.contextmanager
 def writer_lock(index_dir: Path, wait: bool = False, name: str = LOCK) -> Iterator[bool]:
     """Hold ``index_dir``'s exclusive writer lock (the file ``name``) while open; yields False when another process
-    holds it (and ``wait`` is False) or the directory is read-only. The lock dies with its process, so a killed
-    writer never leaves it held."""
+    holds it (and ``wait`` is False) or the directory is read-only; LockUnsupported where its file system cannot
+    lock files. The lock dies with its process, so a killed writer never leaves it held."""
     try:
         fd = os.open(index_dir / name, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
@@ -159,6 +166,10 @@ def writer_lock(index_dir: Path, wait: bool = False, name: str = LOCK) -> Iterat
         except BlockingIOError:
             yield False
             return
+        except OSError as e:  # NFS without its lock service, some FUSE mounts: no lock, so no telling who writes
+            raise LockUnsupported(e.errno, f"cannot be locked ({e.strerror}): its file system does not lock files "
+                                  "(flock), so a second writer could not be told from the first: use a local "
+                                  "file system", str(index_dir / name)) from None
         yield True
     finally:
         os.close(fd)  # closing releases the lock

@@ -275,18 +275,24 @@ def live_dir_holder(live_dir: Path) -> str:
 def hold_live_dir(live_dir: Path) -> contextlib.ExitStack:
     """Take ``live_dir``'s writer lock (made when missing), held until the stack returned is closed (or the process
     ends, a kill -9 included); LiveStoreError naming the holder when another process (or another store of this
-    one) holds it. Two stores over one live directory would append to one log, each serving only its own writes, and
-    the first to merge would delete the log holding the other's acknowledged writes."""
+    one) holds it, or saying that the lock cannot be written (a read-only volume); ``core.integrity.LockUnsupported``
+    where its file system locks no files. Two stores over one live directory would append to one log, each serving
+    only its own writes, and the first to merge would delete the log holding the other's acknowledged writes."""
     stack = contextlib.ExitStack()
-    if not stack.enter_context(writer_lock(live_dir, name=WRITER_LOCK)):
+    lock = live_dir / WRITER_LOCK
+    if not stack.enter_context(writer_lock(live_dir, name=WRITER_LOCK)):  # (LockUnsupported: no file locks there)
         stack.close()
+        if not os.access(lock if lock.exists() else live_dir, os.W_OK):
+            raise LiveStoreError(f"{lock} cannot be written (a read-only volume, or another user's file): a server "
+                                 "with writes holds that lock for its life; give it a writable live directory, or "
+                                 "serve without writes")
         holder = live_dir_holder(live_dir)
         raise LiveStoreError(
             f"{live_dir}: another server with writes{f' ({holder})' if holder else ''} writes to this live "
-            f"directory and holds its lock ({live_dir / WRITER_LOCK}); one server writes to an index: send writes to "
+            f"directory and holds its lock ({lock}); one server writes to an index: send writes to "
             "that one and serve searches elsewhere without writes, or stop it first")
     with contextlib.suppress(OSError):  # who holds it, for a refusal to name (the kernel's table has no host)
-        (live_dir / WRITER_LOCK).write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="utf-8")
+        lock.write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="utf-8")
     return stack
 
 

@@ -178,3 +178,62 @@ def test_a_server_without_writes_serving_the_writers_pointer_follows_its_merges(
         pass  # no poll: it does not follow
     assert (f"{live / 'merged'} names the base the server with writes serves, and this server does not follow it as "
             "it merges (index_poll_s 0)") in caplog.text
+
+
+def read_only(monkeypatch, folder) -> None:
+    """Answer for ``folder`` as a read-only volume does (EROFS), for root too: the tests run as root."""
+    import errno
+
+    real_open, real_access = os.open, os.access
+
+    def under(path) -> bool:
+        return str(path).startswith(str(folder))
+
+    def opener(path, flags, *args, **kwargs):
+        if under(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opener)
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (not (under(path) and mode & os.W_OK))
+                        and real_access(path, mode, **kw))
+
+
+def test_a_read_only_live_directory_is_refused_as_read_only_not_as_held_by_another_server(
+        write_settings, tmp_path, monkeypatch):
+    """A live directory on a read-only volume was refused as held by "another server with writes" (uvicorn
+    --factory, which loads without `spanseek serve`'s checks): the refusal says it cannot be written."""
+    with serving(create_app(write_settings())) as first:  # a live directory written before, then mounted read-only
+        assert first.put("/documents", headers=KEY, json=DOC).status_code == 200
+    read_only(monkeypatch, tmp_path / "live")
+    with TestClient(create_app(write_settings())) as client:
+        message = load_failure(client)
+    assert f"{tmp_path / 'live' / WRITER_LOCK} cannot be written (a read-only volume" in message
+    assert "another server" not in message
+
+
+def test_a_file_system_without_file_locks_is_refused_saying_so(write_settings, tmp_path, monkeypatch, capsys):
+    """flock on NFS without its lock service fails with ENOLCK: `spanseek serve --writes` printed
+    "[Errno 37] No locks available", naming neither the file nor what to do."""
+    import errno
+    import fcntl
+
+    from spanseek.cli import main
+    from spanseek.core import integrity
+    from spanseek.service import app as app_module
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    (tmp_path / "live").mkdir()
+    monkeypatch.setattr(integrity.fcntl, "flock", no_locks)
+    assert integrity.fcntl is fcntl
+    monkeypatch.setattr(app_module, "create_app", lambda *a, **k: pytest.fail("the app would load"))
+    monkeypatch.setattr(server, "bind_sockets", lambda host, port: [])
+    s = write_settings()
+    assert main(["serve", "--index", str(s.index), "--model", str(s.model), "--device", "cpu", "--writes",
+                 "--api-key", "key", "--live-dir", str(tmp_path / "live")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"spanseek serve: error: {tmp_path / 'live' / WRITER_LOCK}: cannot be locked (No locks available): "
+                   "its file system does not lock files (flock), so a second writer could not be told from the first: "
+                   "use a local file system"), err
