@@ -102,6 +102,16 @@ def live_dir_problem(live_dir: Path) -> str | None:
     return None
 
 
+def pointer_not_written(index: Path) -> str | None:
+    """Why a server without writes cannot start over ``index`` when it is a live directory's pointer to the merged
+    base (``LIVE_DIR/merged``) that no server with writes has written yet; None otherwise."""
+    if index.name != FOLLOW or os.path.lexists(index):
+        return None
+    return (f"{index}: no such file yet: a server with writes over the live directory {index.parent} writes it as "
+            "it loads, naming the base it serves; start that server first (spanseek serve --writes --live-dir "
+            f"{index.parent}), then this one")
+
+
 def writes_not_served(settings: Settings, index: Path) -> str | None:
     """For a server without writes over ``index``: a warning when its live directory (``live_dir_of``) holds writes
     made over that index by a server with them (its ``state.json``), which this one does not serve, when ``index``

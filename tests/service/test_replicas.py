@@ -237,3 +237,27 @@ def test_a_file_system_without_file_locks_is_refused_saying_so(write_settings, t
     assert err == (f"spanseek serve: error: {tmp_path / 'live' / WRITER_LOCK}: cannot be locked (No locks available): "
                    "its file system does not lock files (flock), so a second writer could not be told from the first: "
                    "use a local file system"), err
+
+
+def test_a_follower_started_before_the_writer_is_told_to_start_the_writer_first(settings_for, tmp_path, capsys,
+                                                                                monkeypatch):
+    """`spanseek serve --index LIVE_DIR/merged` before any server with writes wrote that pointer was refused as "no
+    such index directory (build one with `spanseek index build`)": it now says who writes it."""
+    from spanseek.cli import main
+    from spanseek.service import app as app_module
+
+    monkeypatch.setattr(app_module, "create_app", lambda *a, **k: pytest.fail("the app would load"))
+    monkeypatch.setattr(server, "bind_sockets", lambda host, port: [])
+    s = settings_for()
+    live = tmp_path / "index.live"
+    for made in (False, True):  # the writer has not made its live directory yet; it made it, not yet the pointer
+        if made:
+            live.mkdir()
+        assert main(["serve", "--index", str(live / "merged"), "--model", str(s.model), "--device", "cpu",
+                     "--index-poll-s", "1"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"spanseek serve: error: --index / SPANSEEK_INDEX {live / 'merged'}: no such file yet: a server "
+                       f"with writes over the live directory {live} writes it as it loads, naming the base it serves; "
+                       f"start that server first (spanseek serve --writes --live-dir {live}), then this one"), err
+    assert main(["serve", "--index", str(tmp_path / "other"), "--model", str(s.model), "--device", "cpu"]) == 2
+    assert "no such index directory" in capsys.readouterr().err  # a missing index of another name: as before
