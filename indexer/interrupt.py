@@ -30,11 +30,12 @@ class Committed(KeyboardInterrupt):
         self.finished = finished
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    # one stop is enough: a second SIGTERM (a scheduler or a user repeating it) must not cut short the first's
-    # cleanup and replace its line with a bare "interrupted: SIGTERM"
+def _stop(signum: int, frame: Any) -> None:
+    # one stop is enough: a second SIGTERM or Ctrl-C (a scheduler or a user repeating it) must not cut short the
+    # first's cleanup (a committed change rolled forward would be reported as one to resume)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt("SIGTERM" if signum == signal.SIGTERM else "")  # (Ctrl-C's is empty, as Python's)
 
 
 @contextlib.contextmanager
@@ -46,11 +47,14 @@ def stopped_cleanly(job: str, work: Path | None = None) -> Iterator[None]:
     A job encoding shards into ``work`` (``work/shards``: a build's ``--out``, an add's staging) drops the shard being
     encoded (its ``.tmp`` directory) and keeps the finished ones, which the same command resumes from; a job without
     (``compact``) was rolled back, and the same command runs it again. A change stopped after its commit point
-    (``Committed``) is complete, and the line says so. SIGTERM is taken only in the main thread, and not where the
-    process was started to ignore it; after the first, further SIGTERMs are ignored until the job has stopped."""
-    previous = None
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
-        previous = signal.signal(signal.SIGTERM, _sigterm)
+    (``Committed``) is complete, and the line says so. SIGTERM and Ctrl-C are taken only in the main thread, and not
+    where the process was started to ignore them; after the first stop, further SIGTERMs and Ctrl-Cs are ignored
+    until the job has stopped."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            if signal.getsignal(signum) not in (signal.SIG_IGN, None):  # (None: a handler not set from Python)
+                previous[signum] = signal.signal(signum, _stop)
     try:
         yield
     except KeyboardInterrupt as e:
@@ -67,5 +71,5 @@ def stopped_cleanly(job: str, work: Path | None = None) -> Iterator[None]:
                 if sizes else "no shard was finished yet")
         raise KeyboardInterrupt(f"{how}the same command resumes {job} ({kept})") from None
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

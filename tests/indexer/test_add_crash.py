@@ -316,3 +316,46 @@ def test_a_killed_add_leaves_an_index_that_opens_and_verifies(point, setup, tmp_
 @pytest.mark.parametrize("point", [p for p in POINTS if p not in FAST])
 def test_a_killed_add_leaves_an_index_that_opens_and_verifies_at_every_point(point, setup, tmp_path, tiny_model_dir):
     _crash_then_recover(point, setup, tmp_path, tiny_model_dir)
+
+
+# The child: the CLI, Ctrl-C (SIGINT) pressed at the first rename made while the add's journal exists, and pressed
+# again as the stop rolls the committed add forward
+CTRL_C_TWICE = r"""
+import os, signal, sys
+from pathlib import Path
+from spanseek.core import phrase_index
+index = Path(sys.argv[1])
+real_replace, real_recover, pressed = os.replace, phrase_index.recover_locked, []
+def replace(*args, **kwargs):
+    out = real_replace(*args, **kwargs)
+    if (index / "add.journal.json").exists() and not pressed:
+        pressed.append(1)
+        os.kill(os.getpid(), signal.SIGINT)
+    return out
+def recover_locked(*args, **kwargs):
+    if pressed == [1] and kwargs.get("committing"):
+        pressed.append(2)
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_recover(*args, **kwargs)
+os.replace, phrase_index.recover_locked = replace, recover_locked
+from spanseek.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_pressed_again_while_a_committed_add_finishes_is_ignored(setup, tmp_path, tiny_model_dir):
+    """A second Ctrl-C while a stop rolled the committed add forward cut that short, and the last line said "the same
+    command resumes the add", whose rerun is refused: every document is already in the index. As a second SIGTERM,
+    it is ignored until the job has stopped; the line says the add is complete."""
+    built, more, reference = setup
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    argv = ["index", "add", "--index", str(index), "--corpus", str(more), "--model", str(tiny_model_dir), "--quiet",
+            "--device", "cpu", "--precision", "fp32", "--shard-passages", "3"]
+    child = subprocess.run([sys.executable, "-c", CTRL_C_TWICE, str(index), *argv], capture_output=True, text=True,
+                           timeout=600)
+    assert child.returncode == 130, (child.returncode, child.stderr[-2000:])
+    assert child.stderr.splitlines()[-1] == (f"spanseek index add: interrupted: the add into {index} had been "
+                                             "committed and is complete; no rerun is needed"), child.stderr[-2000:]
+    assert not any(integrity.is_scratch(p.name) and p.name != integrity.LOCK for p in index.iterdir())
+    assert _contents(index) == _contents(reference)
