@@ -76,9 +76,9 @@ def check_servable(settings: Settings) -> Path:
     from spanseek.core.loading import builder_name, index_model
     from spanseek.core.model import CONFIG_NAME, model_fingerprint, phrase_fingerprint
     from spanseek.core.phrase_index import IndexFormatError, check_index
-    from spanseek.service.live import pointer_not_written
+    from spanseek.service.live import follow_pointer_problem
 
-    if (unwritten := pointer_not_written(Path(settings.index))) is not None:  # a replica started before the writer
+    if (unwritten := follow_pointer_problem(Path(settings.index))) is not None:  # a replica started before the writer
         raise ValueError(f"{setting_names('index')} {unwritten}")
     try:
         target = resolve_alias(settings.index).target

@@ -19,6 +19,7 @@ searches and writes keep the cores meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -28,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from spanseek.core.alias import AliasError, resolve_alias
 from spanseek.core.encoding import advance
 from spanseek.core.io import NO_SPACE, Document
 from spanseek.core.lexical import ANALYZER
@@ -102,14 +104,29 @@ def live_dir_problem(live_dir: Path) -> str | None:
     return None
 
 
-def pointer_not_written(index: Path) -> str | None:
+def follow_pointer_problem(index: Path) -> str | None:
     """Why a server without writes cannot start over ``index`` when it is a live directory's pointer to the merged
-    base (``LIVE_DIR/merged``) that no server with writes has written yet; None otherwise."""
-    if index.name != FOLLOW or os.path.lexists(index):
+    base (``LIVE_DIR/merged``) that no server with writes has written yet, or that names a base removed since (a
+    writer stopped, or that failed to switch it, between a merge and the removal of the base before); None
+    otherwise."""
+    if index.name != FOLLOW:
         return None
-    return (f"{index}: no such file yet: a server with writes over the live directory {index.parent} writes it as "
-            "it loads, naming the base it serves; start that server first (spanseek serve --writes --live-dir "
-            f"{index.parent}), then this one")
+    start = f"start that server first (spanseek serve --writes --live-dir {index.parent}), then this one"
+    if not os.path.lexists(index):
+        return (f"{index}: no such file yet: a server with writes over the live directory {index.parent} writes it "
+                f"as it loads, naming the base it serves; {start}")
+    try:
+        resolve_alias(index)
+        return None
+    except (AliasError, OSError):
+        pass
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        named = (index.read_text(encoding="utf-8").splitlines() or [""])[0].strip()
+        if named and not (index.parent / named).is_dir():  # (a relative or an absolute path)
+            return (f"{index} names {named}, which is not there: the server with writes over {index.parent} "
+                    "points it at the base it serves as it loads and after each merge (its log says when it could "
+                    f"not); {start}, or restart it")
+    return None
 
 
 def writes_not_served(settings: Settings, index: Path) -> str | None:

@@ -242,7 +242,8 @@ def test_a_file_system_without_file_locks_is_refused_saying_so(write_settings, t
 def test_a_follower_started_before_the_writer_is_told_to_start_the_writer_first(settings_for, tmp_path, capsys,
                                                                                 monkeypatch):
     """`spanseek serve --index LIVE_DIR/merged` before any server with writes wrote that pointer was refused as "no
-    such index directory (build one with `spanseek index build`)": it now says who writes it."""
+    such index directory (build one with `spanseek index build`)", and over a pointer naming a base removed since as
+    naming "no directory": it now says who writes the pointer."""
     from spanseek.cli import main
     from spanseek.service import app as app_module
 
@@ -259,5 +260,13 @@ def test_a_follower_started_before_the_writer_is_told_to_start_the_writer_first(
         assert err == (f"spanseek serve: error: --index / SPANSEEK_INDEX {live / 'merged'}: no such file yet: a server "
                        f"with writes over the live directory {live} writes it as it loads, naming the base it serves; "
                        f"start that server first (spanseek serve --writes --live-dir {live}), then this one"), err
+    # a pointer naming a base removed since: was "the first line of this pointer file names no directory"
+    (live / "merged").write_text("bases/base-000009\n")
+    assert main(["serve", "--index", str(live / "merged"), "--model", str(s.model), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"spanseek serve: error: --index / SPANSEEK_INDEX {live / 'merged'} names bases/base-000009, which "
+                   f"is not there: the server with writes over {live} points it at the base it serves as it loads "
+                   "and after each merge (its log says when it could not); start that server first (spanseek serve "
+                   f"--writes --live-dir {live}), then this one, or restart it"), err
     assert main(["serve", "--index", str(tmp_path / "other"), "--model", str(s.model), "--device", "cpu"]) == 2
     assert "no such index directory" in capsys.readouterr().err  # a missing index of another name: as before
