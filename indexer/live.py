@@ -440,20 +440,23 @@ class LiveStore:
         except (OSError, ValueError):
             return None
 
-    def _point_followers(self) -> None:
+    def _point_followers(self) -> bool:
         """Point ``LIVE_DIR/merged`` (a pointer file, ``core.alias``) at the base served: a server without writes
-        that serves it, polling it (``index_poll_s``), follows the merges. A failure is logged: writes go on."""
+        that serves it, polling it (``index_poll_s``), follows the merges. Whether it points there; a failure is
+        logged: writes go on."""
         pointer = self.dir / FOLLOW
         try:
             try:
                 if resolve_alias(pointer).target == self.base.dir.resolve():
-                    return  # (rewritten, followers polling it would load the same base again)
+                    return True  # (rewritten, followers polling it would load the same base again)
             except AliasError:  # it names a base removed since (a kill before it was switched): replaced, not
                 pointer.unlink()  # refused as a file that is no pointer
             switch_alias(pointer, self.base.dir, pointer=True)
+            return True
         except (OSError, AliasError) as e:
             log.warning("%s could not be pointed at the base served (%s); servers that follow it serve the one "
-                        "before", self.dir / FOLLOW, e)
+                        "before, kept until the next start", self.dir / FOLLOW, e)
+            return False
 
     def _remove_leftovers(self, current: Path) -> None:
         """What a merge killed midway, or killed after its commit point, left: a partial base, logs and a base that
@@ -662,10 +665,12 @@ class LiveStore:
                 self.last_merge = result  # before the snapshot, whose counts (merges among them) /info reads
                 self.snapshot = self._snapshot()
                 self.publish(self.snapshot)
-            self._point_followers()  # before the old base is removed: a follower reloads from it to the new one
+            # before the old base is removed: a follower reloads from it to the new one; one still pointed at it
+            # (the switch failed: a full disk) keeps serving it, so it stays until the next start removes it
+            followed = self._point_followers()
             for name in old_wals:
                 (self.dir / WAL_DIR / name).unlink(missing_ok=True)
-            if old_base.dir.resolve().parent == (self.dir / BASES).resolve():
+            if followed and old_base.dir.resolve().parent == (self.dir / BASES).resolve():
                 shutil.rmtree(old_base.dir, ignore_errors=True)  # a merged base (never the index served at first)
             log.info("merged %d documents and %d deletions into %s in %.1f s", len(docs), len(dead_ids), dest,
                      result["seconds"])

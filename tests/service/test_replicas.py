@@ -122,6 +122,15 @@ def test_a_server_without_writes_serves_the_index_as_it_is_and_says_so(write_set
     assert "holds writes" not in caplog.text
 
 
+def merged(writer, n: int) -> None:
+    """Asks the server with writes to merge, and waits until its ``n``-th merge is in."""
+    assert writer.post("/admin/compact", headers=KEY).status_code == 202
+    deadline = time.monotonic() + 60
+    while writer.get("/info", headers=KEY).json()["service"]["writes"]["merges"] < n:
+        assert time.monotonic() < deadline, "the merge never ended"
+        time.sleep(0.05)
+
+
 def test_a_server_without_writes_serving_the_writers_pointer_follows_its_merges(write_settings, settings_for,
                                                                                tmp_path, tiny_index, caplog):
     """The server with writes keeps ``LIVE_DIR/merged`` (a pointer file) naming the base it serves, switched once a
@@ -136,13 +145,6 @@ def test_a_server_without_writes_serving_the_writers_pointer_follows_its_merges(
     live.mkdir()
     (live / "merged").write_text("bases/base-000009\n")  # removed since
     question = {"query": "who built the harbour bridge?", "top_k": 5}
-
-    def merged(writer, n: int) -> None:
-        assert writer.post("/admin/compact", headers=KEY).status_code == 202
-        deadline = time.monotonic() + 60
-        while writer.get("/info", headers=KEY).json()["service"]["writes"]["merges"] < n:
-            assert time.monotonic() < deadline, "the merge never ended"
-            time.sleep(0.05)
 
     def followed(follower, writer) -> None:
         base = writer.get("/info", headers=KEY).json()["service"]["writes"]["base"]
@@ -270,3 +272,30 @@ def test_a_follower_started_before_the_writer_is_told_to_start_the_writer_first(
                    f"--writes --live-dir {live}), then this one, or restart it"), err
     assert main(["serve", "--index", str(tmp_path / "other"), "--model", str(s.model), "--device", "cpu"]) == 2
     assert "no such index directory" in capsys.readouterr().err  # a missing index of another name: as before
+
+
+def test_a_merge_whose_pointer_switch_failed_keeps_the_base_followers_serve(write_settings, tmp_path, monkeypatch,
+                                                                             caplog):
+    """A merge removed the base before it whatever became of ``LIVE_DIR/merged``: where its switch failed (a full
+    disk), followers left pointed at that base lost it. That base now stays until the writer's next start."""
+    import errno
+
+    from spanseek.indexer import live as live_store
+
+    live = tmp_path / "live"
+    live.mkdir()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with serving(create_app(write_settings())) as writer:
+        assert writer.put("/documents", headers=KEY, json=DOC).status_code == 200
+        merged(writer, 1)
+        assert (live / "bases" / "base-000001").is_dir()
+        monkeypatch.setattr(live_store, "switch_alias", full_disk)
+        assert writer.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}).status_code == 200
+        with caplog.at_level(logging.WARNING, logger="spanseek"):
+            merged(writer, 2)
+        assert (live / "bases" / "base-000001").is_dir()  # the pointer still names it
+        assert "could not be pointed at the base served" in caplog.text
+        assert writer.get("/documents/new-2", headers=KEY).status_code == 200
