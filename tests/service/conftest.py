@@ -50,9 +50,10 @@ def settings_for(tiny_index, tiny_model_dir) -> Callable[..., Settings]:
 
     def make(**overrides) -> Settings:
         # tests reload back to back (test_reload.py checks the interval); no question cache, which an app would
-        # attach to the encoder of the searcher the tests share (test_metrics.py checks it on a searcher of its own)
+        # attach to the encoder of the searcher the tests share (test_metrics.py checks it on a searcher of its own);
+        # refused reloads answered at once (test_reload.py checks the delay): the fuzz test sends 60 of them
         base = dict(index=tiny_index, model=str(tiny_model_dir), device="cpu", precision="fp32", warmup=False,
-                    reload_min_interval_s=0, question_cache=0)
+                    reload_min_interval_s=0, question_cache=0, reload_refusal_delay_s=0)
         return Settings(**{**base, **overrides})
 
     return make
