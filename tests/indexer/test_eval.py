@@ -230,18 +230,22 @@ def test_cli_search_prints_answers_without_start_up_chatter(tiny_index, tiny_mod
     import subprocess
     import sys
 
-    def stderr(*flags: str) -> str:
+    def start(*flags: str) -> subprocess.Popen:
         code = ("import sys; from spanseek.cli import main; "
                 f"sys.exit(main([*{list(flags)!r}, 'search', '--index', {str(tiny_index)!r}, '--model', "
                 f"{str(tiny_model_dir)!r}, '--top-k', '1', 'Who built the bridge?']))")
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                             env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
-        assert run.returncode == 0, run.stderr
-        assert json.loads(run.stdout)["query"] == "Who built the bridge?"
-        return run.stderr
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
 
-    assert "INFO" not in stderr()
-    assert "INFO" in stderr("-v")
+    def stderr(run: subprocess.Popen) -> str:
+        stdout, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        assert json.loads(stdout)["query"] == "Who built the bridge?"
+        return err
+
+    quiet, verbose = start(), start("-v")  # side by side: each is mostly the start-up of a process
+    assert "INFO" not in stderr(quiet)
+    assert "INFO" in stderr(verbose)
 
 
 @pytest.mark.parametrize("read", [False, True])

@@ -200,13 +200,14 @@ def test_two_builds_of_one_corpus_write_the_same_files(tmp_path, tiny_corpus, ti
     import subprocess
     import sys
 
-    outs = []
-    for seed in ("1", "2"):
-        out = tmp_path / f"idx{seed}"
+    outs, builds = [tmp_path / "idx1", tmp_path / "idx2"], []
+    for seed, out in zip(("1", "2"), outs, strict=True):  # side by side: each is mostly the start-up of a process
         env = {**os.environ, "PYTHONHASHSEED": seed, "HF_HUB_OFFLINE": "1"}
-        subprocess.run([sys.executable, "-c", BUILD, str(tiny_corpus), str(tiny_model_dir), str(out)], env=env,
-                       check=True, capture_output=True)
-        outs.append(out)
+        builds.append(subprocess.Popen([sys.executable, "-c", BUILD, str(tiny_corpus), str(tiny_model_dir), str(out)],
+                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    for build in builds:
+        _, err = build.communicate(timeout=600)
+        assert build.returncode == 0, err.decode()[-3000:]
     files = sorted(p.relative_to(outs[0]) for p in outs[0].rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(outs[1]) for p in outs[1].rglob("*") if p.is_file())
     assert any(f.parts[0] == phrase_index.LEXICAL for f in files)
