@@ -39,21 +39,45 @@ def smoke(script: str) -> Callable:
     return register
 
 
-def run_bench(script: str, *args: object, timeout: float = 600, env: dict[str, str] | None = None) -> str:
-    """Run ``python bench/SCRIPT args`` from the repository root; fail with its output unless it exits 0."""
+def start_bench(script: str, *args: object, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``python bench/SCRIPT args`` from the repository root, its output captured."""
     cmd = ([] if script.endswith(".py") else ["bash"]) + [str(ROOT / script), *map(str, args)]
     if script.endswith(".py"):
         cmd.insert(0, sys.executable)
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "TRANSFORMERS_VERBOSITY": "error",
                 "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_bench(script: str, proc: subprocess.Popen, timeout: float = 600) -> str:
+    """The output of the started ``script``; fail with it unless the script exits 0 within ``timeout`` seconds."""
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{script} ran past {timeout} s:\n{e.stdout!r:.3000}\n{e.stderr!r:.3000}")
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"{script} ran past {timeout} s:\n{stdout!r:.3000}\n{stderr!r:.3000}")
     if proc.returncode != 0:
-        pytest.fail(f"{script} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    return proc.stdout
+        pytest.fail(f"{script} exited with {proc.returncode}:\n{stdout[-3000:]}\n{stderr[-6000:]}")
+    return stdout
+
+
+def run_bench(script: str, *args: object, timeout: float = 600, env: dict[str, str] | None = None) -> str:
+    """Run ``python bench/SCRIPT args`` from the repository root; fail with its output unless it exits 0."""
+    return finish_bench(script, start_bench(script, *args, env=env), timeout)
+
+
+def run_benches(*runs: tuple[object, ...]) -> list[str]:
+    """``run_bench(*run)`` for each of ``runs`` side by side, for runs that need nothing of each other: most of each
+    is the start-up of a process, one core's work. The outputs in order; the first failure fails the test."""
+    started = [(str(run[0]), start_bench(str(run[0]), *run[1:])) for run in runs]
+    try:
+        return [finish_bench(script, proc) for script, proc in started]
+    finally:
+        for _, proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 def results(path: Path, *keys: str) -> dict:
@@ -76,6 +100,10 @@ def test_a_failing_script_or_a_missing_figure_fails_its_smoke_test(tmp_path):
     broken.write_text("import json, sys\njson.dump({'qps': 1.0}, open(sys.argv[1], 'w'))\nraise RuntimeError('rotted')\n")
     with pytest.raises(pytest.fail.Exception, match="rotted"):
         run_bench(str(broken), tmp_path / "out.json")
+    fine = tmp_path / "fine.py"
+    fine.write_text("")
+    with pytest.raises(pytest.fail.Exception, match="rotted"):  # also when run beside a script that passes
+        run_benches((str(fine),), (str(broken), tmp_path / "beside.json"))
     with pytest.raises(AssertionError, match="ratio"):
         results(tmp_path / "out.json", "qps", "ratio")
 
@@ -186,17 +214,6 @@ def test_queue_model(tmp_path):
 
 @smoke("bench/reading.py")
 def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad):
-    run_bench("bench/reading.py", "--index", squad_index, "--model", tiny_model_dir, "--reader", tiny_reader,
-              "--questions", tiny_squad, "--limit", 24, "--batch-size", 8, "--speed-batches", 1,
-              "--precision", "fp32", "--reader-precision", "fp32", "--out", tmp_path / "reading.json")
-    r = results(tmp_path / "reading.json", "cpu", "speed.with_read_qps", "speed.without_read_qps", "speed.ratio",
-                "without_read.phrase_em@1", "with_read.passage_acc@5", "with_read.first_hit_ece", "reader_rc")
-    assert r["questions"] == 24 and positive(r["speed"]["ratio"])
-    run_bench("bench/reading.py", "--index", squad_index, "--model", tiny_model_dir, "--reader", tiny_reader,
-              "--questions", tiny_squad, "--limit", 8, "--batch-size", 8, "--parts", "with_read",
-              "--precision", "fp32", "--reader-precision", "fp32", "--out", tmp_path / "read-only.json")
-    part = results(tmp_path / "read-only.json", "with_read.phrase_em@1")
-    assert not {"speed", "without_read", "reader_rc"} & set(part)  # only the part asked for
     # read_below needs confidences: a copy of the model with a calibrator of the index's hybrid searches
     import shutil
 
@@ -207,10 +224,21 @@ def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad)
     model = tmp_path / "calibrated"
     shutil.copytree(tiny_model_dir, model)
     calibrator(fingerprint=model_fingerprint(model)).save(model / CALIBRATION_NAME)
-    run_bench("bench/reading.py", "--index", squad_index, "--model", model, "--reader", tiny_reader,
-              "--questions", tiny_squad, "--limit", 16, "--batch-size", 8, "--speed-batches", 1, "--parts",
-              "speed", "--read-below", 0, 1, "--precision", "fp32", "--reader-precision", "fp32",
-              "--out", tmp_path / "below.json")
+    common = ("--index", squad_index, "--reader", tiny_reader, "--questions", tiny_squad, "--batch-size", 8,
+              "--precision", "fp32", "--reader-precision", "fp32")
+    run_benches(
+        ("bench/reading.py", *common, "--model", tiny_model_dir, "--limit", 24, "--speed-batches", 1,
+         "--out", tmp_path / "reading.json"),
+        ("bench/reading.py", *common, "--model", tiny_model_dir, "--limit", 8, "--parts", "with_read",
+         "--out", tmp_path / "read-only.json"),
+        ("bench/reading.py", *common, "--model", model, "--limit", 16, "--speed-batches", 1, "--parts", "speed",
+         "--read-below", 0, 1, "--out", tmp_path / "below.json"),
+    )
+    r = results(tmp_path / "reading.json", "cpu", "speed.with_read_qps", "speed.without_read_qps", "speed.ratio",
+                "without_read.phrase_em@1", "with_read.passage_acc@5", "with_read.first_hit_ece", "reader_rc")
+    assert r["questions"] == 24 and positive(r["speed"]["ratio"])
+    part = results(tmp_path / "read-only.json", "with_read.phrase_em@1")
+    assert not {"speed", "without_read", "reader_rc"} & set(part)  # only the part asked for
     below = results(tmp_path / "below.json", "read_below")["read_below"]
     assert below["0.0"]["phrase_questions_read"] == 0 < below["1.0"]["phrase_questions_read"]
     assert positive(below["0.0"]["ratio"]) and "phrase_em@1" in below["1.0"]
@@ -320,27 +348,25 @@ def write_calibration(path: Path, units: tuple[str, ...], mode: str) -> Path:
 @smoke("bench/confidence.py")
 def test_confidence(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     calibration = write_calibration(tmp_path / "calibration.json", ("phrase", "passage", "doc"), "dense")
-    run_bench("bench/confidence.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
-              "--modes", "dense", "--limit", 12, "--calibration", calibration, "--examples", tmp_path / "ex.npz",
-              "--out", tmp_path / "confidence.json")
+    search = ("bench/confidence.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--modes", "dense", "--limit", 12, "--calibration", calibration)
+    # the questions alone, and each question also as keywords (one report per form)
+    run_benches((*search, "--examples", tmp_path / "ex.npz", "--out", tmp_path / "confidence.json"),
+                (*search, "--forms", "question", "keywords", "--examples", tmp_path / "forms.npz",
+                 "--out", tmp_path / "forms.json"))
     r = results(tmp_path / "confidence.json", "by_unit_mode.phrase/dense.ece_top1",
                 "by_unit_mode.passage/dense.auroc_present_vs_absent", "by_unit_mode.doc/dense.absent_dropped_at_t80",
                 "by_unit_mode.phrase/dense.curve")
     assert r["questions"] == 12
-    # the report again from the examples the first run wrote, without searching
-    run_bench("bench/confidence.py", "--from-examples", tmp_path / "ex.npz", "--model", tiny_model_dir,
-              "--calibration", calibration, "--out", tmp_path / "again.json")
-    assert results(tmp_path / "again.json")["by_unit_mode"] == r["by_unit_mode"]
-    # each question also as keywords: one report per form, the questions' the same as above, and again from examples
-    run_bench("bench/confidence.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
-              "--modes", "dense", "--limit", 12, "--calibration", calibration, "--forms", "question", "keywords",
-              "--examples", tmp_path / "forms.npz", "--out", tmp_path / "forms.json")
     forms = results(tmp_path / "forms.json", "by_form.keywords.0.phrase/dense.reliability_top1_present")
     assert forms["questions"] == 12 and forms["by_form"]["question"]["0"] == r["by_unit_mode"]
     with np.load(tmp_path / "forms.npz") as z:  # both forms' lists, the keywords' numbered after the questions'
         assert sorted(z["phrase/dense/present/lists"]) == list(range(24))
-    run_bench("bench/confidence.py", "--from-examples", tmp_path / "forms.npz", "--model", tiny_model_dir,
-              "--calibration", calibration, "--out", tmp_path / "forms-again.json")
+    # both reports again from the examples the runs wrote, without searching
+    again = ("bench/confidence.py", "--model", tiny_model_dir, "--calibration", calibration)
+    run_benches((*again, "--from-examples", tmp_path / "ex.npz", "--out", tmp_path / "again.json"),
+                (*again, "--from-examples", tmp_path / "forms.npz", "--out", tmp_path / "forms-again.json"))
+    assert results(tmp_path / "again.json")["by_unit_mode"] == r["by_unit_mode"]
     assert results(tmp_path / "forms-again.json")["by_form"] == forms["by_form"]
 
 
@@ -749,8 +775,11 @@ def test_teacher_cache_fills_and_round_trips_in_pieces(tmp_path, tiny_model_dir,
     from spanseek.trainer.phrase_cache import PhraseCache
 
     script = "bench/gpu/teacher_cache.py"
-    run_bench(script, "fill", "--reader", tiny_reader, "--train", tiny_squad, "--model", tiny_model_dir,
-              "--out", tmp_path / "cache")
+    # a phrase run's pairs, and a reader's windows as `spanseek train reader --init` cuts them
+    run_benches((script, "fill", "--reader", tiny_reader, "--train", tiny_squad, "--model", tiny_model_dir,
+                 "--out", tmp_path / "cache"),
+                (script, "fill", "--for", "reader", "--reader", tiny_reader, "--train", tiny_squad, "--model",
+                 tiny_reader, "--out", tmp_path / "reader-cache"))
     run_bench(script, "pack", tmp_path / "cache", "--out", tmp_path / "pieces", "--piece-mb", 0.002)
     assert len(list((tmp_path / "pieces").glob("teacher-cache.tar.gz.*"))) > 1
     run_bench(script, "unpack", tmp_path / "pieces", "--out", tmp_path / "back")
@@ -758,8 +787,6 @@ def test_teacher_cache_fills_and_round_trips_in_pieces(tmp_path, tiny_model_dir,
     assert back.complete and back.keys == filled.keys and back.source == filled.source and len(filled.keys) > 1
     assert back.vectors.dtype == filled.vectors.dtype
     np.testing.assert_allclose(back.vectors, filled.vectors, atol=0.02, rtol=1e-3)
-    run_bench(script, "fill", "--for", "reader", "--reader", tiny_reader, "--train", tiny_squad, "--model", tiny_reader,
-              "--out", tmp_path / "reader-cache")  # a reader's windows, as `spanseek train reader --init` cuts them
     assert PhraseCache(tmp_path / "reader-cache").complete and len(PhraseCache(tmp_path / "reader-cache").keys) > 1
     piece = tmp_path / "pieces" / "teacher-cache.tar.gz.000"
     piece.write_bytes(piece.read_bytes()[:-1] + b"\0")
