@@ -541,10 +541,12 @@ def test_a_failed_merge_keeps_serving_and_its_error_is_kept_across_restarts(writ
         assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
         assert client.post("/admin/compact", headers=KEY).status_code == 202
         deadline = time.monotonic() + 60
-        while client.get("/info", headers=KEY).json()["service"]["writes"]["last_merge"] is None:
+        # the store records the error (last_merge) a moment before the service counts the merge, then times it
+        while (client.get("/info", headers=KEY).json()["service"]["writes"]["last_merge"] is None or
+               'spanseek_merge_duration_seconds_count{outcome="failed"} 1.0' not in (metrics := client.get(
+                   "/metrics").text)):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        metrics = client.get("/metrics").text
         assert 'spanseek_merges_total{outcome="failed"} 1.0' in metrics
         assert 'spanseek_merge_duration_seconds_count{outcome="failed"} 1.0' in metrics
         assert found(client, "new-1")  # the segment keeps serving
