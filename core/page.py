@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from spanseek.core.confidence import Calibrator
 from spanseek.core.hits import Hit, Hits
 from spanseek.core.params import SearchParams, SearchParamsError
@@ -11,22 +13,39 @@ from spanseek.core.plan import Plan
 from spanseek.core.query_form import is_keyword_query
 
 
+def unit_key(h: Hit, unit: str) -> object:
+    """What a hit of ``unit`` is in any list of the same search: a phrase its span, a passage or document its id."""
+    return (h.passage_id, h.start, h.end) if unit == "phrase" else h.passage_id if unit == "passage" else h.doc_id
+
+
 def in_unfiltered(hits: list[Hit], unfiltered: list[Hit], unit: str) -> tuple[list[Hit], list[int]]:
     """A filtered list's hits placed in the same search's list without the filter (of ``unit``: a phrase is its
     span): that list with each of ``hits`` in its unit's place (or, below it, where its score ranks it), and each
     hit's position there, best first."""
-    def key(h: Hit) -> object:
-        return (h.passage_id, h.start, h.end) if unit == "phrase" else h.passage_id if unit == "passage" else h.doc_id
-
-    place = {key(h): i for i, h in enumerate(unfiltered)}
+    place = {unit_key(h, unit): i for i, h in enumerate(unfiltered)}
     placed = list(unfiltered)
     for h in hits:
-        if key(h) in place:
-            placed[place[key(h)]] = h
+        if unit_key(h, unit) in place:
+            placed[place[unit_key(h, unit)]] = h
     # (stable: a hit keeps its unit's place among equal scores, and one not listed comes after them)
-    merged = sorted([*placed, *(h for h in hits if key(h) not in place)], key=lambda h: -h.score)
+    merged = sorted([*placed, *(h for h in hits if unit_key(h, unit) not in place)], key=lambda h: -h.score)
     at = {id(h): i for i, h in enumerate(merged)}
     return merged, [at[id(h)] for h in hits]
+
+
+def read_in(hits: list[Hit], among: list[Hit], unit: str, own_scores: bool) -> tuple[list[list[Hit]],
+                                                                                   list[tuple[int, int]]]:
+    """The lists ``hits``' confidence features are read in, and where each hit is read (list, row): a hit listed in
+    ``among`` (the search without a filter, or without collapsing copies) is read there, with the other listed
+    ``hits`` in their places (``own_scores``: with their own scores, which a filtered hybrid search fuses apart; else
+    as ``among`` has them), so its features are those it has there; one not listed below them, where its score ranks
+    it (``in_unfiltered``), so it adds nothing (no rank, no answer mass) to the listed ones."""
+    merged, rows = in_unfiltered(hits, among, unit)
+    listed = {unit_key(h, unit): i for i, h in enumerate(among)}
+    alone = [h for h in merged if unit_key(h, unit) in listed] if own_scores else among
+    at = {id(h): i for i, h in enumerate(alone)} if own_scores else {
+        id(h): listed[unit_key(h, unit)] for h in hits if unit_key(h, unit) in listed}
+    return [alone, merged], [(0, at[id(h)]) if id(h) in at else (1, r) for h, r in zip(hits, rows, strict=True)]
 
 
 class Pager:
@@ -69,23 +88,28 @@ class Pager:
         return count is not None and params.offset >= count and params.min_confidence is None
 
     def pages(self, ranked: list[list[Hit]], params: SearchParams, plan: Plan,
-              questions: Sequence[str] | None = None) -> list[Hits]:
+              questions: Sequence[str] | None = None, uncollapsed: list[list[Hit]] | None = None) -> list[Hits]:
         """Each question's ranked hits -> confidences (the calibrator evaluated once for the batch; the keyword
         models for the ``questions`` that read as keywords, where it has them), abstention, then the page of
         ``params``. A filtered hit's features are read in the list of the plan's ``unfiltered`` search where it has
-        one (``in_unfiltered``), so it is as confident as without the filter."""
-        unfiltered = None if plan.unfiltered is None else plan.unfiltered.hits
+        one (``in_unfiltered``), so it is as confident as without the filter; a hit of a search that collapsed copies
+        (``collapse_duplicates``) likewise in the list without collapsing (``uncollapsed``: each question's, from
+        ``Ranking.ranked``; the unfiltered search collapses none), so collapsing selects hits and re-scores none."""
+        unfiltered = plan.unfiltered.hits if plan.unfiltered is not None else uncollapsed or None
         if not params.read and self.calibrator is not None and self.calibrated(plan):
-            lists, rows = zip(*[(hits, range(len(hits))) if unfiltered is None else
-                                in_unfiltered(hits, unfiltered[b], plan.unit) for b, hits in enumerate(ranked)],
-                              strict=True) if ranked else ((), ())
+            # each question's lists and where each of its hits is read in them (list, row)
+            read = [([hits], [(0, r) for r in range(len(hits))]) if unfiltered is None else
+                    read_in(hits, unfiltered[b], plan.unit, plan.unfiltered is not None) for b, hits in enumerate(ranked)]
+            keywords = None if questions is None else [is_keyword_query(q) for q in questions]
+            lists = [(b, hits) for b, (many, _) in enumerate(read) for hits in many]
             conf = self.calibrator.confidences_of_hits(
                 plan.unit, plan.mode, [([h.score for h in hits], [h.dense for h in hits], [h.lexical for h in hits],
-                                        [h.text for h in hits]) for hits in lists], self.prior(params),
-                None if questions is None else [is_keyword_query(q) for q in questions])
+                                        [h.text for h in hits]) for _, hits in lists], self.prior(params),
+                None if keywords is None else [keywords[b] for b, _ in lists])
             if conf is not None:
-                ranked = [[h.but(confidence=cs[r]) for h, r in zip(hits, at, strict=True)]
-                          for hits, cs, at in zip(ranked, conf, rows, strict=True)]
+                first = np.cumsum([0] + [len(many) for many, _ in read]).tolist()
+                ranked = [[h.but(confidence=conf[first[b] + i][r]) for h, (i, r) in zip(hits, at, strict=True)]
+                          for b, (hits, (_, at)) in enumerate(zip(ranked, read, strict=True))]
         return [self.page_of(hits, params) for hits in ranked]
 
     @staticmethod

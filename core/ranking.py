@@ -40,23 +40,27 @@ class Ranking:
         return self._copies
 
     def deep(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                     timings: StageTimes, batch: DenseBatch | None = None
-                     ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+             timings: StageTimes, batch: DenseBatch | None = None, uncollapsed: list[list[Hit]] | None = None
+             ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
         """``ranked``, with questions that found fewer non-overlapping phrases than asked searched again with
         deeper dense candidates (k x 4, up to 64 top_k) while that finds more. The deeper searches are the batch's
         own (``DenseBatch.of_questions``): a flat index's product of the batch is ranked again, not computed again.
         ``batch``: the batch's, when the caller has made it. Each question's candidates are those of the search that
-        ranked its hits."""
+        ranked its hits. ``uncollapsed``: as ``ranked``'s, of the first search."""
         deepens = plan.unit == "phrase" and not plan.params.allow_overlap and plan.mode != "lexical"
         if batch is None and deepens and not plan.selection.empty:
             batch = self.dense.batch(plan, q_start, q_end)
-        ranked, basis = self.ranked(plan, q_start, q_end, texts, timings, batch)
+        ranked, basis = self.ranked(plan, q_start, q_end, texts, timings, batch, uncollapsed)
         if not deepens:
             return ranked, basis
         depth = plan.top_k
         pending, k = [b for b, hits in enumerate(ranked) if len(hits) < depth], 4 * depth
         while pending and k <= 64 * depth:
-            found, bases = self.again(plan.but(top_k=k), pending, q_start, q_end, texts, timings, batch)
+            plain: list[list[Hit]] | None = [] if uncollapsed else None
+            found, bases = self.again(plan.but(top_k=k), pending, q_start, q_end, texts, timings, batch, plain)
+            for b, hits in zip(pending, plain or [], strict=False):  # as the search without collapsing deepens
+                if uncollapsed is not None and len(hits[:depth]) > len(uncollapsed[b]):
+                    uncollapsed[b] = hits[:depth]
             grown = [(i, b, hits[:depth]) for i, (b, hits) in enumerate(zip(pending, found, strict=True))
                      if len(hits) > len(ranked[b])]
             for i, b, hits in grown:
@@ -67,24 +71,28 @@ class Ranking:
         return ranked, basis
 
     def again(self, plan: Plan, pending: list[int], q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-              timings: StageTimes, batch: DenseBatch | None) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+              timings: StageTimes, batch: DenseBatch | None, uncollapsed: list[list[Hit]] | None = None
+              ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
         """``ranked`` of the questions ``pending`` (positions in the batch) alone, as ``plan`` (a deeper one) asks."""
         deeper = dataclasses.replace(plan, bm25=None if plan.bm25 is None else plan.bm25[pending],
                                      unfiltered=None if plan.unfiltered is None else plan.unfiltered.of_questions(pending))
         return self.ranked(deeper, q_start[pending], q_end[pending], None if texts is None else
                            [texts[b] for b in pending], timings,
-                           None if batch is None else batch.of_questions(np.asarray(pending)))
+                           None if batch is None else batch.of_questions(np.asarray(pending)), uncollapsed)
 
     def collapsed(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                  timings: StageTimes, batch: DenseBatch | None) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+                  timings: StageTimes, batch: DenseBatch | None, uncollapsed: list[list[Hit]] | None = None
+                  ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
         """``ranked`` with copies collapsed (``core.duplicates.collapse``): the ranking without it (``COLLAPSE_DEPTH``
         times as deep), less the copies of better hits; a question left short of ``top_k`` whose ranking was full is
         ranked again ``COLLAPSE_GROWTH`` times deeper, until it fills or its ranking runs out. Each question's
-        candidates are those of the ranking its hits were cut from."""
+        candidates are those of the ranking its hits were cut from. ``uncollapsed``: as ``ranked``'s."""
         copies, k = self.copies(), COLLAPSE_DEPTH * plan.top_k
         batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
         wide = plan.but(top_k=k, collapse_duplicates=False)
         many, basis = self.ranked(wide, q_start, q_end, texts, timings, batch)
+        if uncollapsed is not None:
+            uncollapsed[:] = many
         with timings.timing("aggregate"):
             out = [collapse(h, plan.top_k, plan.unit, copies, plan.selection) for h in many]
         pending = [b for b, (h, c) in enumerate(zip(many, out, strict=True)) if len(c) < plan.top_k and len(h) >= k]
@@ -100,12 +108,14 @@ class Ranking:
         return out, basis
 
     def ranked(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
-                timings: StageTimes, batch: DenseBatch | None = None
-                ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
+               timings: StageTimes, batch: DenseBatch | None = None, uncollapsed: list[list[Hit]] | None = None
+               ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
         """The raw ranking: ``plan.top_k`` hits per question (phrases overlapping a better one dropped unless
         ``allow_overlap``), no confidence, offset ignored; and in hybrid mode each question's candidates
         (``LexicalFusion.search``; else None). ``batch``: these questions' dense batch, when the caller has made it
-        (for this plan's selection and vectors)."""
+        (for this plan's selection and vectors). ``uncollapsed``, where given to a search that collapses copies (and
+        merges no answers), is filled with each question's ranking without collapsing, as deep: the plain search's
+        list, which a kept hit's confidence is read in (``core.page``), as it is without collapsing."""
         if plan.params.merge_answers:  # every span of an answer counts, overlapping or not; then one hit per answer
             wide = plan.but(top_k=max(ANSWER_CANDIDATES, 4 * plan.top_k), merge_answers=False, allow_overlap=True)
             many, basis = self.ranked(wide, q_start, q_end, texts, timings, batch)
@@ -117,7 +127,7 @@ class Ranking:
         if plan.selection.empty:
             return [[] for _ in range(len(q_start))], None
         if plan.params.collapse_duplicates:
-            return self.collapsed(plan, q_start, q_end, texts, timings, batch)
+            return self.collapsed(plan, q_start, q_end, texts, timings, batch, uncollapsed)
         units = self.unit_of_passage.get(plan.unit)  # each passage's unit (None: phrases)
         batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
         if plan.mode == "dense":

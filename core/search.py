@@ -175,6 +175,7 @@ class Searcher:
         q_start = np.ascontiguousarray(q_start, dtype=np.float32)
         q_end = np.ascontiguousarray(q_end, dtype=np.float32)
         texts = list(questions) if questions is not None else None
+        uncollapsed: list[list[Hit]] = []  # a collapsing search's ranking without collapsing (core.ranking)
         if self.pager.past_the_end(params, plan):
             ranked: list[list[Hit]] = [[] for _ in q_start]
         elif params.read:
@@ -182,9 +183,9 @@ class Searcher:
             ranked = self._read(plan, q_start, q_end, texts, timings)
         else:
             plan = self._unfiltered(plan, q_start, q_end, texts, timings)
-            ranked = self.ranking.deep(plan, q_start, q_end, texts, timings)[0]
+            ranked = self.ranking.deep(plan, q_start, q_end, texts, timings, uncollapsed=uncollapsed)[0]
         with timings.timing("aggregate"):
-            return self.pager.pages(ranked, params, plan, texts)
+            return self.pager.pages(ranked, params, plan, texts, uncollapsed)
 
     def _read(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str],
               timings: StageTimes) -> list[list[Hit]]:
@@ -220,7 +221,8 @@ class Searcher:
         if plan.mode != "dense" and self.lexical is not None and texts:  # computed once for both searches
             with timings.timing("search"):
                 bm25 = self.lexical.scores(texts)
-        whole = dataclasses.replace(plan, selection=self._selections.get(None), unfiltered=None, bm25=bm25)
+        whole = dataclasses.replace(plan.but(collapse_duplicates=False), selection=self._selections.get(None),
+                                    unfiltered=None, bm25=bm25)  # the list confidences are read in collapses nothing
         if not fuses:  # scores as without the filter: only the list the features read
             whole = whole.but(top_k=min(plan.top_k, FEATURE_DEPTH[plan.unit]))
         batch = self.dense.batch(whole, q_start, q_end, search=plan.mode != "lexical")
