@@ -32,7 +32,6 @@ from spanseek.core.alias import Resolved, resolve_alias
 from spanseek.core.encoding import QuestionCache
 from spanseek.core.lexical import missing_message
 from spanseek.core.model import model_name
-from spanseek.core.params import UNITS, SearchParams
 from spanseek.core.search import Searcher
 from spanseek.indexer.live import base_dir
 from spanseek.service.batcher import MicroBatcher, run_batch
@@ -44,12 +43,12 @@ from spanseek.service.live import LiveWrites, live_dir_of, writes_not_served
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware, SlowRefusalMiddleware
 from spanseek.service.reload import (
-    WARMUP_QUESTIONS,
     IndexReloader,
     Reopener,
     index_identity,
     index_nprobe,
     signature_of,
+    warm_up_requests,
 )
 from spanseek.service.routes import hide_paths, router
 from spanseek.service.settings import Settings
@@ -177,12 +176,13 @@ class ServiceState:
         log.info("ready: %s in %.1f s", self.info.get("index", {}).get("dir"), time.perf_counter() - t0)
 
     def _warm_up(self, searcher: Searcher) -> list[tuple[int, float]]:
-        """Every unit once, including blank and non-Latin questions, then full-size batches.
+        """Every unit once, including blank and non-Latin questions, and a search that collapses copies
+        (``warm_up_requests``), then full-size batches.
 
         Returns (size, seconds) of the full-size batches after the first, which seed the admission's cost model.
         """
         k = self.settings.default_top_k
-        requests = [(WARMUP_QUESTIONS, SearchParams(u, k, nprobe=self.default_nprobe)) for u in UNITS]
+        requests = warm_up_requests(k, self.default_nprobe)
         run_batch(searcher, requests)
         full = [([f"warm-up question number {i}" for i in range(self.settings.max_batch_size)], requests[0][1])]
         timed = []

@@ -51,6 +51,13 @@ if TYPE_CHECKING:
 WARMUP_QUESTIONS = ["what is the warm-up question?", "", "¿Quién? 谁 كيف"]
 
 
+def warm_up_requests(top_k: int, nprobe: int | None) -> list[tuple[list[str], SearchParams]]:
+    """The warm-up's requests: every unit once, then a search that collapses copies, which finds the index's copies
+    (``core.duplicates``) before the first request that asks for it."""
+    return [*((WARMUP_QUESTIONS, SearchParams(u, top_k, nprobe=nprobe)) for u in UNITS),
+            (WARMUP_QUESTIONS, SearchParams("passage", top_k, nprobe=nprobe, collapse_duplicates=True))]
+
+
 def index_nprobe(searcher: Searcher) -> int | None:
     """The IVF nprobe the index was loaded with (None for indexes without inverted lists)."""
     nprobe = getattr(searcher.index, "default_nprobe", None)  # PhraseIndex reads it from the IVF at load
@@ -235,13 +242,12 @@ class IndexReloader:
         return ReloadFailed(f"{outcome}: {detail}")
 
     async def _warm_up(self, searcher: Searcher) -> None:
-        """Every unit once on the new index before it serves: encoded in the encoder's thread (which the question
+        """Every unit once (and a collapsing search, ``warm_up_requests``) on the new index before it serves: encoded in the encoder's thread (which the question
         encoder never leaves), searched in this reloader's thread (the served index keeps its own)."""
 
         loop = asyncio.get_running_loop()
         nprobe = self.state.settings.default_nprobe or index_nprobe(searcher)
-        requests = [(WARMUP_QUESTIONS, SearchParams(u, self.state.settings.default_top_k, nprobe=nprobe))
-                    for u in UNITS]
+        requests = warm_up_requests(self.state.settings.default_top_k, nprobe)
         encoded = await loop.run_in_executor(self.state.executor, encode_batch, searcher, requests)
         await loop.run_in_executor(self.executor, search_batch, searcher, encoded)
 

@@ -65,3 +65,23 @@ def test_bad_requests_are_refused_naming_the_parameter(url, body, status, messag
     with Client(url) as client, pytest.raises(BadRequestError) as e:
         client.search("a", unit="passage", **body)
     assert e.value.status == status
+
+
+def test_the_warm_up_finds_the_copies_before_the_first_collapsing_search(live, settings, dup_index, tiny_model_dir,
+                                                                         monkeypatch):
+    """The table of copies is made while the service warms up, so the first request that collapses pays nothing for
+    it (a freshly opened index: no table from another test)."""
+    import httpx
+
+    from spanseek.core import duplicates
+    from spanseek.core.loading import open_searcher
+
+    searcher = open_searcher(dup_index, tiny_model_dir, device="cpu", precision="fp32")
+    warm = settings.model_copy(update={"warmup": True, "max_batch_size": 2})
+    with live(create_app(warm, lambda s: searcher)) as base:
+        made: list[int] = []
+        monkeypatch.setattr(duplicates.Copies, "of", lambda *a: made.append(1) or pytest.fail("made at a search"))
+        r = httpx.post(f"{base}/search?unit=passage", json={"query": QUESTIONS[0], "top_k": 6, "mode": "dense",
+                                                            "collapse_duplicates": True})
+        assert r.status_code == 200, r.text
+        assert any(h["copies"] > 1 for h in r.json()["results"][0]["hits"]) and not made
