@@ -49,6 +49,14 @@ FULL_DEPTH_TOKENS = 146_352
 # Lexical measured 1.5-2.0 of its own unfiltered batch, but that is 29-58 ms against 200-215 for the dense one each
 # question is counted as: a filtered lexical question still costs under the question-equivalent it is counted.
 FILTERED_FACTOR = {"hybrid": 1.45, "dense": 1.3, "lexical": 1.0}
+# A search that collapses copies (collapse_duplicates, core.ranking) ranks a question whose page held copies once more,
+# 4 times deeper (and again while it stays short). CPU time of collapsing against plain batches of 32 validation
+# questions at top_k 10 (deeper.py-style count of the rounds, two runs, the smaller kept): on the demo index (two
+# copied paragraphs) 1-2% of the questions rank deeper and the batch costs 1.01-1.02 times as much; on an index of
+# 5 of its articles with every third paragraph copied and one article filed twice (483 passages, 11 documents)
+# every question ranks deeper: 1.25 for phrases and passages, 1.59 for documents (whose deeper round ranks all 11).
+# The factors of the index full of copies are kept: admission cannot know how many a page will hold.
+COLLAPSE_FACTOR = {"phrase": 1.25, "passage": 1.25, "doc": 1.6}
 # Reading: question-equivalents per passage read (estimated, not measured: a reader pass of a few ms a passage
 # against about 8 ms a question in a full batch).
 READ_PASSAGE_COST = 0.5
@@ -68,14 +76,14 @@ class CostModel:
         """Question-equivalents of one question searched with ``params``."""
         depth = params.depth
         if params.unit == "phrase":
-            cost = max(1.0, PHRASE_DEPTH_COST * depth) * self.filtered_factor(params)
+            cost = max(1.0, PHRASE_DEPTH_COST * depth) * self.filtered_factor(params) * collapse_factor(params)
         elif params.offset >= self.units.get(params.unit, depth) and params.min_confidence is None:
             return 1.0  # the page starts past the index's last unit: nothing is searched (core.page.Pager.past_the_end)
         else:
             share = min(1.0, depth / max(1, self.units.get(params.unit, depth)))
             table = SHARE_FACTOR[params.unit]
             factor = float(np.interp(share, [x for x, _ in table], self._share_factors(params.unit)))
-            cost = max(1.0, UNIT_DEPTH_COST * depth) * factor * self.filtered_factor(params)
+            cost = max(1.0, UNIT_DEPTH_COST * depth) * factor * self.filtered_factor(params) * collapse_factor(params)
         if params.read:
             cost += READ_PASSAGE_COST * (params.read_passages or self.default_read_passages)
         return cost
@@ -106,6 +114,14 @@ class CostModel:
             what += f" of the index's {self.units.get(params.unit, 0)} {params.unit}s"
         if self.filtered_factor(params) > 1.0:
             what += ", filtered (also searched without the filter)"
+        if collapse_factor(params) > 1.0:
+            what += ", collapsing copies (ranked deeper where the page holds some)"
         if params.read:
             what += ", read"
         return f"{what}: {self.question(params):.1f} question-equivalents a question"
+
+
+def collapse_factor(params: SearchParams) -> float:
+    """What a question with ``params`` costs for the deeper rankings that fill a page of collapsed copies
+    (``COLLAPSE_FACTOR``): 1 without ``collapse_duplicates``."""
+    return COLLAPSE_FACTOR[params.unit] if params.collapse_duplicates else 1.0

@@ -85,3 +85,15 @@ def test_the_warm_up_finds_the_copies_before_the_first_collapsing_search(live, s
                                                             "collapse_duplicates": True})
         assert r.status_code == 200, r.text
         assert any(h["copies"] > 1 for h in r.json()["results"][0]["hits"]) and not made
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_a_collapsing_search_costs_its_deeper_rankings(unit):
+    """Admission counts the deeper ranking a page of copies needs (COLLAPSE_FACTOR), and says so when it refuses."""
+    from spanseek.service.cost import COLLAPSE_FACTOR, CostModel
+
+    model = CostModel({"passage": 1000, "doc": 20})
+    plain, collapsing = SearchParams(unit, 10), SearchParams(unit, 10, collapse_duplicates=True)
+    assert model.question(collapsing) == pytest.approx(model.question(plain) * COLLAPSE_FACTOR[unit])
+    assert COLLAPSE_FACTOR[unit] > 1 and "collapsing copies" in model.explain(collapsing)
+    assert "collapsing" not in model.explain(plain)
