@@ -183,7 +183,7 @@ class Searcher:
             ranked = self._read(plan, q_start, q_end, texts, timings)
         else:
             plan = self._unfiltered(plan, q_start, q_end, texts, timings)
-            ranked = self.ranking.deep(plan, q_start, q_end, texts, timings, uncollapsed=uncollapsed)[0]
+            ranked = self.ranking.deep(plan, q_start, q_end, texts, timings, None, uncollapsed)[0]
         with timings.timing("aggregate"):
             return self.pager.pages(ranked, params, plan, texts, uncollapsed)
 
