@@ -66,9 +66,10 @@ def hit_features(unit: str, scores: Sequence[float], dense: Sequence[float | Non
     score: the ranking score; margin: its lead over the next hit below it with a different answer (phrase unit: a
     different normalised text; other units: the next hit), or over the last hit when none differs; gap_to_best:
     how far below the first hit it is; log_rank: log(1 + rank); answer_prob: the softmax of the dense scores
-    (normalised over the first ``FEATURE_DEPTH[unit]`` hits, so a deeper list changes no feature of its first hits
-    but the last one's margin), summed over hits with the same answer (phrase unit); log_lexical: log(1 + BM25
-    score), 0 without a lexical leg; dense: the dense leg's score.
+    (normalised over the first ``FEATURE_DEPTH[unit]`` hits), summed over every hit of the list with the same answer
+    (phrase unit); log_lexical: log(1 + BM25 score), 0 without a lexical leg; dense: the dense leg's score. A deeper
+    list changes no feature of its first hits but the last one's margin and, for phrases, the answer mass of those
+    that share an answer with a hit it adds.
     """
     n = len(scores)
     if n == 0:
