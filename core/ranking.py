@@ -20,8 +20,10 @@ from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
 # a collapsing search ranks top_k x COLLAPSE_DEPTH without collapsing, then drops the copies (so a page without
 # copies is the page of the search without collapse_duplicates, hybrid fusion's depth-dependent scores included), and
-# ranks a question left short COLLAPSE_GROWTH times deeper again
-COLLAPSE_DEPTH, COLLAPSE_GROWTH = 1, 4
+# ranks a question left short COLLAPSE_GROWTH times deeper again, at most COLLAPSE_MAX times the page's depth (as
+# phrase deepening stops at 64 top_k): a paragraph held by thousands of documents leaves the page short instead of
+# ranking the whole index for one question
+COLLAPSE_DEPTH, COLLAPSE_GROWTH, COLLAPSE_MAX = 1, 4, 64
 
 
 class Ranking:
@@ -85,7 +87,8 @@ class Ranking:
                   ) -> tuple[list[list[Hit]], list[FusionBasis] | None]:
         """``ranked`` with copies collapsed (``core.duplicates.collapse``): the ranking without it (``COLLAPSE_DEPTH``
         times as deep), less the copies of better hits; a question left short of ``top_k`` whose ranking was full is
-        ranked again ``COLLAPSE_GROWTH`` times deeper, until it fills or its ranking runs out. Each question's
+        ranked again ``COLLAPSE_GROWTH`` times deeper, until it fills, its ranking runs out, or the ranking is
+        ``COLLAPSE_MAX`` times the page's depth (the page then holds fewer than ``top_k``). Each question's
         candidates are those of the ranking its hits were cut from. ``uncollapsed``: as ``ranked``'s."""
         copies, k = self.copies(), COLLAPSE_DEPTH * plan.top_k
         batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
@@ -96,7 +99,7 @@ class Ranking:
         with timings.timing("aggregate"):
             out = [collapse(h, plan.top_k, plan.unit, copies, plan.selection) for h in many]
         pending = [b for b, (h, c) in enumerate(zip(many, out, strict=True)) if len(c) < plan.top_k and len(h) >= k]
-        while pending:
+        while pending and k * COLLAPSE_GROWTH <= COLLAPSE_MAX * plan.top_k:
             k *= COLLAPSE_GROWTH
             found, bases = self.again(wide.but(top_k=k), pending, q_start, q_end, texts, timings, batch)
             with timings.timing("aggregate"):

@@ -122,6 +122,20 @@ def test_copies_and_their_documents(dup_searcher):
     assert len(respaced) == 1 and respaced[0].copies == 2  # other spacing and case: still a copy
 
 
+def test_a_page_is_ranked_at_most_collapse_max_times_deeper(dup_searcher, monkeypatch):
+    """A paragraph held by thousands of documents made a page rank deeper and deeper until it filled, the whole index
+    for one question; the ranking now stops at COLLAPSE_MAX times the page's depth, the page then short. The 25
+    passages hold 19 distinct texts: a page of 19 fills from the deeper ranking, and is short without it."""
+    from spanseek.core import ranking
+
+    params = SearchParams("passage", 19, mode="dense", collapse_duplicates=True)
+    full = dup_searcher.search(["x"], params)[0]
+    assert len(full) == 19
+    monkeypatch.setattr(ranking, "COLLAPSE_MAX", 1)  # no ranking deeper than the page
+    short = dup_searcher.search(["x"], params)[0]
+    assert 0 < len(short) < 19 and rows(short) == rows(full)[: len(short)]
+
+
 @pytest.mark.parametrize("unit", ["phrase", "passage"])
 def test_pages_are_slices_of_one_collapsed_list(dup_searcher, unit):
     whole = dup_searcher.search(QUESTIONS, SearchParams(unit, 12, mode="dense", collapse_duplicates=True))
