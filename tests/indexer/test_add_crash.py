@@ -324,6 +324,7 @@ CTRL_C_TWICE = r"""
 import os, signal, sys
 from pathlib import Path
 from spanseek.core import phrase_index
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores Ctrl-C)
 index = Path(sys.argv[1])
 real_replace, real_recover, pressed = os.replace, phrase_index.recover_locked, []
 def replace(*args, **kwargs):
