@@ -6,8 +6,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # CPU hosts get the CPU wheel of torch deliberately: PyPI's Linux torch is the multi-GB CUDA build, so the pin names
-# the +cpu build, which only PyTorch's CPU index (TORCH_INDEX) or a local wheel folder pip is configured with holds;
-# where neither is reachable pip stops with "no matching distribution" instead of pulling CUDA.
+# the +cpu build, which only PyTorch's CPU index (TORCH_INDEX) or a wheel folder or mirror pip is configured with
+# holds. pip's own configuration is asked first, quietly, so a host that cannot reach TORCH_INDEX (offline, behind
+# a proxy) prints no retries; TORCH_INDEX is asked only when that fails, and where neither holds the build pip stops
+# with "no matching distribution" instead of pulling CUDA.
 # GPU hosts use the CUDA image in docker/ or `pip install -e '.[gpu]'` next to a CUDA torch.
 TORCH_CPU := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -19,7 +21,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q --retries 1 --extra-index-url $(TORCH_INDEX) $(TORCH_CPU)
+	$(BIN)/pip install -q $(TORCH_CPU) 2>/dev/null || \
+		$(BIN)/pip install -q --retries 1 --extra-index-url $(TORCH_INDEX) $(TORCH_CPU)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 

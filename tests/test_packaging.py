@@ -159,3 +159,62 @@ def test_core_needs_only_the_base_set():
                 if not dists & base:
                     outside.setdefault(top, f"{path.name}:{node.lineno} ({', '.join(sorted(dists))})")
     assert outside == {}
+
+
+FAKE_PIP = """#!/bin/sh
+# pip as `make install` calls it: each call logged; the +cpu torch found only where the test says it is
+echo "$*" >> "$(dirname "$0")/pip.log"
+case "$*" in
+  *torch==*+cpu*--extra-index-url*|*--extra-index-url*torch==*+cpu*)
+    [ "$TORCH_ON_INDEX" = 1 ] && exit 0
+    echo "WARNING: Retrying ... Failed to resolve 'download.pytorch.org'" >&2
+    echo "ERROR: No matching distribution found for torch==2.13.0+cpu" >&2; exit 1 ;;
+  *torch==*+cpu*)
+    [ "$TORCH_LOCAL" = 1 ] && exit 0
+    echo "ERROR: No matching distribution found for torch==2.13.0+cpu" >&2; exit 1 ;;
+esac
+"""
+
+
+def make_install(tmp_path: Path, *, local: bool, on_index: bool) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`make install` into a virtualenv whose pip is a stand-in (FAKE_PIP): what make wrote, and pip's calls."""
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, text in (("python", "#!/bin/sh\n"), ("pip", FAKE_PIP)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "TORCH_LOCAL": str(int(local)), "TORCH_ON_INDEX": str(int(on_index))}
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), "install", f"VENV={tmp_path / 'venv'}"], env=env,
+                          capture_output=True, text=True)
+    return done, (bin_dir / "pip.log").read_text().splitlines()
+
+
+def test_make_install_takes_torch_from_pips_configuration_without_asking_the_torch_index(tmp_path):
+    """Offline or behind a proxy, with the +cpu wheel in a folder or mirror pip is configured with, `make install`
+    printed a retry for torch and each of its dependencies at download.pytorch.org: it is not asked at all now."""
+    done, calls = make_install(tmp_path, local=True, on_index=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    torch_calls = [c for c in calls if "torch==" in c]
+    assert torch_calls == ["install -q torch==2.13.0+cpu"]
+    assert any("-e .[dev]" in c for c in calls)
+
+
+def test_make_install_falls_back_to_the_torch_index(tmp_path):
+    done, calls = make_install(tmp_path, local=False, on_index=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # the quiet first try's "no matching distribution" is not shown
+    assert [c for c in calls if "torch==" in c][-1] == (
+        "install -q --retries 1 --extra-index-url https://download.pytorch.org/whl/cpu torch==2.13.0+cpu")
+    assert any("-e .[dev]" in c for c in calls)
+
+
+def test_make_install_stops_where_neither_holds_the_cpu_build(tmp_path):
+    """No CUDA torch pulled instead: make stops, and pip's error from the torch index is shown."""
+    done, calls = make_install(tmp_path, local=False, on_index=False)
+    assert done.returncode != 0
+    assert "No matching distribution found for torch==2.13.0+cpu" in done.stderr
+    assert not any("-e .[dev]" in c for c in calls)
+    assert not (tmp_path / "venv" / ".installed").exists()
