@@ -326,6 +326,25 @@ def test_the_pages_have_commands_and_each_is_run_or_classified():
         assert any(re.fullmatch(pattern, cmd.text) for cmd in commands), f"NOT_RUN {pattern!r} matches no command"
 
 
+# what a page's commands may search without building it themselves: the index `make demo` builds
+BUILT_ELSEWHERE = {"work/demo-index"}
+
+
+def test_each_index_a_page_names_is_one_it_builds():
+    """The commands that the tests do not run (benchmarks, the reading evaluation) named a VAL_INDEX that no command
+    of the page built: each --index is an index build's --out of the same page, or the demo index."""
+    for doc in DOCS:
+        built, named = set(BUILT_ELSEWHERE), []
+        for cmd in doc_commands(doc):
+            argv = list(cmd.argv)
+            if argv[:3] == ["spanseek", "index", "build"] and "--out" in argv:
+                built.add(argv[argv.index("--out") + 1])
+            if "--index" in argv:
+                named.append((cmd, argv[argv.index("--index") + 1]))
+        assert named, doc
+        assert [str(cmd) for cmd, index in named if index not in built] == []
+
+
 def test_commands_are_cut_as_a_shell_would():
     commands = doc_commands("docs/python.md")
     curl = next(cmd for cmd in commands if cmd.argv[0] == "curl")
