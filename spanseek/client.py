@@ -9,9 +9,10 @@
 It needs only httpx and tenacity (``pip install 'spanseek[client]'``) and defines its own light result types,
 mirroring the response schema of ``POST /search``; fields the server adds later land in each object's ``extra``
 dict. Every route has its method: ``search``/``search_batch`` (the request's options typed in ``SearchOptions``),
-``info``, ``health``, ``ready``, ``metrics`` and ``reload``; on a server with writes on (``SPANSEEK_WRITES=1``),
-``upsert``, ``delete`` (by id or by filter), ``get``, ``documents`` (ids, titles and metadata, by metadata) and
-``compact``.
+``info``, ``health``, ``ready``, ``metrics``, ``reload``, ``get`` (one document) and ``documents`` (ids, titles and
+metadata, by metadata); on a server with writes on (``SPANSEEK_WRITES=1``) and with the write key, ``upsert``,
+``add`` (new ids only), ``upsert_file``/``add_file`` (a PDF, Word, HTML, Markdown or text file), ``delete`` (by id
+or by filter) and ``compact``.
 
 Retries (tenacity): a 429 (queue full), a 503 (loading, or shutting down) and a failed connection are tried again,
 up to ``max_retries`` times and ``max_retry_time`` seconds in all. A search or other read whose kept-alive connection

@@ -585,3 +585,11 @@ def test_documents_are_listed_page_after_page_and_read_without_their_passages(se
     with Client("http://test", transport=httpx.MockTransport(stuck), max_retries=0) as client, \
             pytest.raises(InvalidResponseError, match="next starts after 'a'"):
         list(client.documents())
+
+
+def test_the_module_docstring_names_every_method_of_the_client():
+    """`help(spanseek.client)` listed the routes' methods but left out add, upsert_file and add_file."""
+    public = [name for name in vars(Client) if not name.startswith("_") and callable(getattr(Client, name))]
+    assert {"search", "add", "upsert_file", "get"} <= set(public)
+    doc = client_module.__doc__ or ""
+    assert [name for name in public if name != "close" and f"``{name}``" not in doc] == []
