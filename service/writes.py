@@ -71,8 +71,9 @@ async def require_write_key(request: Request) -> None:
     """The admin key when one is configured, else the API key; 403 when the server has neither."""
     settings = get_state(request).settings
     key = settings.admin_api_key or settings.api_key
-    if key is None:
-        raise Forbidden("writes need a key on the server (SPANSEEK_ADMIN_API_KEY or SPANSEEK_API_KEY)")
+    if key is None:  # no secret to guard: say everything the server lacks, so one restart is enough
+        off = "" if settings.writes else "writes are off on this server (start it with SPANSEEK_WRITES=1) and "
+        raise Forbidden(f"{off}writes need a key on the server (SPANSEEK_ADMIN_API_KEY or SPANSEEK_API_KEY)")
     if not _presents_key(request, key.get_secret_value()):
         read = settings.api_key if settings.admin_api_key is not None else None
         if read is not None and _presents_key(request, read.get_secret_value()):  # a good key, not for this

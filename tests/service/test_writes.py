@@ -313,6 +313,9 @@ def test_a_read_only_server_serves_documents_by_id_as_a_writing_one_does(write_s
     with serving(create_app(settings_for(index=tmp_path / "index"))) as client:  # no key: every client reads
         assert client.get("/documents/d5").json() == written["d5"]
         assert client.get("/documents/d3").status_code == 404
+        r = client.put("/documents", json={"documents": [DOC]})  # both missing pieces named, not only the key
+        assert r.status_code == 403 and "writes are off" in r.json()["message"], r.json()
+        assert "need a key" in r.json()["message"]
 
 
 def test_a_merge_gives_the_memory_it_freed_back_to_the_system(write_settings, monkeypatch):
