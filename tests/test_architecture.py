@@ -1,5 +1,5 @@
 """The layout's rules, checked on the source: no import circle inside any package (an import inside a function
-counts too: it is still a dependency, only a late one), and the searcher stays a thin composition of its stages."""
+counts too: it is still a dependency, only a late one), and the searcher and the training loop stay thin compositions of their stages."""
 
 from __future__ import annotations
 
@@ -77,3 +77,11 @@ def test_the_searcher_is_small_and_no_search_function_is_long():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = node.end_lineno - node.lineno + 1  # type: ignore[operator]
                 assert length <= 60, f"core/{module}.py: {node.name} is {length} lines"
+
+
+def test_the_training_loop_is_a_small_composition_and_no_trainer_module_is_long():
+    """The loop composes modules of one job each (the epoch order, the teacher, the optimizer's state, checkpoints,
+    the stop, progress, the summary): it grew to 494 lines when they lived in it."""
+    assert len((ROOT / "trainer" / "loop.py").read_text().splitlines()) <= 250
+    for path in sorted((ROOT / "trainer").glob("*.py")):
+        assert len(path.read_text().splitlines()) <= 500, f"trainer/{path.name}"

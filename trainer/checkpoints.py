@@ -1,20 +1,23 @@
-"""Reading the checkpoint files a training job is given or resumes from, with one-line errors naming the file.
+"""A run's checkpoint files: OUT/last written atomically, the one a killed run resumes from, and the files it reads
+back with one-line errors naming the file.
 
     spanseek train phrase --train squad-train.json.gz --out runs/phrase   (resumes from runs/phrase/last)
     spanseek train average RUN/snapshots/step-* --out runs/averaged
 
-A weights file (safetensors: ``core.model.read_weights``) or a training state (``torch.save``) that a full disk, a killed copy or a stray edit
-cut short is refused as ``PATH: cannot be read (...)`` instead of the library's traceback; a run's damaged
-``OUT/last`` is found by ``check_checkpoint`` before the run tokenises its data.
+A checkpoint is complete in ``NAME.saving`` before it replaces ``NAME`` (``save_checkpoint``), so a run killed at
+any point resumes from a whole one (``resume_point``). A weights file (safetensors: ``core.model.read_weights``) or
+a training state (``torch.save``) that a full disk, a killed copy or a stray edit cut short is refused as
+``PATH: cannot be read (...)`` instead of the library's traceback; a run's damaged ``OUT/last`` is found by
+``check_checkpoint`` before the run tokenises its data.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import errno
 import logging
+import os
 import pickle
-import signal
-import threading
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -22,10 +25,14 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
-from spanseek.core.model import damaged
+from spanseek.core.evaluate import write_trained_questions
+from spanseek.core.integrity import fsync_path
+from spanseek.core.io import no_space
+from spanseek.core.model import PhraseModel, damaged
+
+log = logging.getLogger(__name__)
 
 STATE = "trainer_state.pt"  # the optimizer, schedule and step of a run's checkpoint, beside its weights
-SUMMARY = "summary.json"  # what a training run writes at its end, after its last step
 
 
 def read_state(path: str | Path, remedy: str = "") -> dict[str, Any]:
@@ -61,90 +68,62 @@ def check_checkpoint(point: Path, weights_name: str, out: Path) -> None:
         raise damaged(point / STATE, e, remedy) from None
 
 
-class StopAfterStep:
-    """Ctrl-C (SIGINT) or SIGTERM (what ``kill``, ``docker stop`` and a scheduler send) in a training loop: the step
-    under way finishes, the loop saves its checkpoint and stops (``requested``; ``stop_here`` raises
-    KeyboardInterrupt saying where the run resumes, which the CLI reports as ``interrupted: ...``, status 130), so an
-    interrupted run loses no finished step; a second signal stops at once. Only where Python takes signals (the main
-    thread), and only the signals a job was not started to ignore; elsewhere nothing changes.
 
-    A stop in the run's ``last_step`` stops before what the run does after its loop (``after_loop``: its validation,
-    its summary), which the same command does when run again, training no step: the message says so."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, last_step: int | None = None, after_loop: str = "") -> None:
-        self.requested = False
-        self.last_step, self.after_loop = last_step, after_loop
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> StopAfterStep:
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                if signal.getsignal(signum) is not signal.SIG_IGN:  # (a job started to ignore it still does)
-                    self._previous[signum] = signal.signal(signum, self._interrupt)
-        return self
-
-    def _interrupt(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        logging.getLogger("spanseek.trainer").warning("stopping after this step, once its checkpoint is saved "
-                                                      "(%s again to stop at once)", again)
-
-    def stop_here(self, step: int, checkpoint: Path) -> None:
-        """Stop (KeyboardInterrupt), saying where the run resumes: called after the step whose checkpoint was saved
-        because ``requested`` was read True before the save (a signal that comes during the save stops the run
-        after the next step, not before its checkpoint)."""
-        if step == self.last_step:
-            raise KeyboardInterrupt(f"stopped after the last step ({step}), saved as {checkpoint}; the same command "
-                                    f"{self.after_loop} without training again")
-        raise KeyboardInterrupt(f"stopped at step {step}; the same command resumes from {checkpoint}")
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+def resume_point(out: Path, name: str = "last") -> Path | None:
+    """The checkpoint a run into ``out`` resumes from: out/name if it holds a training state; where out/name is
+    missing, what a run killed between the renames of ``save_checkpoint`` left: name.saving (complete once its state
+    is there, as that is written last) or else name.old. None for a new run."""
+    candidates = [out / name] if (out / name).exists() else [out / f"{name}.saving", out / f"{name}.old"]
+    return next((path for path in candidates if (path / STATE).is_file()), None)
 
 
-def after_loop(out: Path, validates: bool) -> str:
-    """What a training run does after its last step, as ``StopAfterStep`` says it: the validation where it
-    ``validates``, and the summary."""
-    summary = f"writes {out / SUMMARY}"
-    return f"validates it on the held-out questions and {summary}" if validates else summary
+def recover_checkpoint(out: Path, name: str = "last") -> None:
+    """Put the checkpoint ``resume_point`` picks at out/name when a run was killed between the renames of
+    ``save_checkpoint`` (out/name missing), so that the next save does not remove it."""
+    point = resume_point(out, name)
+    if point is not None and point != out / name:
+        log.warning("%s is missing (a run was killed while saving it); resuming from %s", out / name, point)
+        point.rename(out / name)
 
 
-def checkpoint_saved(out: Path) -> None:
-    """Called once a run saved the checkpoint of a step: a summary of the run's earlier end (a finished run now
-    extended with more steps) describes weights no longer there, and would make the run look complete."""
-    (out / SUMMARY).unlink(missing_ok=True)
+def save_checkpoint(model: PhraseModel, out: Path, name: str, state: dict | None,
+                    trained: tuple[list[str], str, str] | None = None) -> None:
+    """Save a checkpoint (and the optimizer state) to out/name, replacing it atomically; ``trained`` (the questions,
+    the training file, the examples' digest) is recorded with it (``core.evaluate.TRAINED_QUESTIONS``).
 
-
-@dataclasses.dataclass(frozen=True)
-class RunSoFar:
-    """What a run's summary adds up over its parts (a run stopped and resumed is trained in several processes): the
-    seconds spent in the training loop and the questions trained on, up to the last checkpoint, and the steps each
-    resumed part started at. Saved with each checkpoint; a checkpoint written before they were has none (the
-    summary then covers the parts since)."""
-
-    seconds: float = 0.0
-    questions: int = 0
-    resumed_at: tuple[int, ...] = ()
-
-    @classmethod
-    def of(cls, state: dict[str, Any], step: int | None) -> RunSoFar:
-        """The parts before this one, from the checkpoint ``state`` it resumes from ({}: a new run), at ``step``
-        (None: a finished run that trains no step)."""
-        if not state:
-            return cls()
-        return cls(float(state.get("run_seconds", 0.0)), int(state.get("run_questions", 0)),
-                   (*state.get("resumed_at", ()), *(() if step is None else (step,))))
-
-    def plus(self, seconds: float, questions: int) -> RunSoFar:
-        """With this part's time and questions so far."""
-        return dataclasses.replace(self, seconds=self.seconds + seconds, questions=self.questions + questions)
-
-    def state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of it."""
-        return {"run_seconds": self.seconds, "run_questions": self.questions, "resumed_at": list(self.resumed_at)}
-
+    The new checkpoint is complete in out/name.saving (its state written last, by a rename, and flushed to disk)
+    before the old one is moved aside, so a run killed between the two renames resumes from it (``resume_point``).
+    A save that fails (a full disk) removes what it wrote, keeping the old checkpoint as it was; a full disk is an
+    OSError naming out/name, "No space left on device", and that the run resumes from the checkpoint kept.
+    """
+    tmp = out / f"{name}.saving"
+    final = out / name
+    partial = (tmp, tmp.with_name(f"{tmp.name}.tmp"))  # (model.save writes name.saving.tmp, then renames it)
+    for path in partial:
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        model.save(tmp)
+        if trained is not None:
+            write_trained_questions(tmp, trained[0], trained[1], trained[2])
+        if state is not None:
+            # into a file object: its write raises the OSError (torch.save to a path turns a full disk into
+            # "[enforce fail at inline_container.cc:672] . unexpected pos 90112 vs 90000")
+            with open(tmp / f"{STATE}.tmp", "wb") as f:
+                torch.save(state, f)
+            (tmp / f"{STATE}.tmp").rename(tmp / STATE)
+        fsync_path(tmp)
+    except BaseException as e:
+        for path in partial:  # neither holding the room the next save needs nor taken for a checkpoint
+            shutil.rmtree(path, ignore_errors=True)
+        if not no_space(e):
+            raise
+        kept = ("the checkpoint there before is kept: free some space and run the same command to resume from it"
+                if resume_point(out, name) else "free some space and run the same command")
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} while saving the checkpoint; {kept}",
+                      str(final)) from None
+    old = out / f"{name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)

@@ -9,12 +9,14 @@ context or at other words would teach the wrong span (or, to the reader, "no ans
 A training file is read by ``load_training``: SQuAD format only (JSON Lines, CSV and TSV lists of questions and
 answers have no passages to train on, and are refused as such); a blank question, a blank answer or a question id used twice is
 refused, naming the file and the place; questions left out (an answer not at its offset, inside a word, too long)
-are named in a warning (``warn_left_out``).
+are named in a warning (``warn_left_out``). A run's windows (``training_windows``: its training articles'
+questions, or a fixed sample of them) are visited in a fixed order for its seed (``epoch_batches``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import QUESTION_PAD_MULTIPLE, padded_length
-from spanseek.core.io import CorpusError, Question, has_text, load_squad
+from spanseek.core.io import CorpusError, Question, has_text, load_squad, squad_questions
 from spanseek.core.metrics import answers_in, normalized_passage
 from spanseek.core.questions import FORMAT_NAMES, OPEN_FORMATS, question_format
 from spanseek.core.text import FLAG_END, FLAG_START, char_to_token, tokenize_passages, window_starts
+from spanseek.trainer.arguments import TrainingOptions
 from spanseek.trainer.losses import HardNegatives
 
 log = logging.getLogger(__name__)
@@ -325,3 +329,59 @@ def collate(windows: list[TrainWindow], tokenizer, max_query_len: int, hard_per_
         windows=windows,
         hard_allowed=hard_allowed(hard_texts, answers),
     )
+
+
+def epoch_batches(windows: list[TrainWindow], size: int, seed: int) -> list[list[int]]:
+    """A deterministic epoch order: shuffle, sort by length within pools of 50 batches (less padding), shuffle."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(windows))
+    pool = size * 50
+    batches = []
+    for a in range(0, len(order), pool):
+        chunk = sorted(order[a : a + pool].tolist(), key=lambda i: len(windows[i].input_ids))
+        batches.extend(chunk[b : b + size] for b in range(0, len(chunk), size))
+    rng.shuffle(batches)
+    return batches
+
+
+def visited_windows(windows: list[TrainWindow], size: int, seed: int, steps: int, world: int = 1) -> list[TrainWindow]:
+    """The windows that the first ``steps`` steps train on (every data-parallel rank's), in their first visit's order:
+    a run shorter than an epoch needs the teacher's logits of those only."""
+    steps_per_epoch = max(1, math.ceil(len(windows) / size) // world)
+    seen: dict[int, None] = {}
+    for epoch in range(math.ceil(steps / steps_per_epoch)):
+        order = epoch_batches(windows, size, seed + epoch)
+        for pos in range(min(steps_per_epoch, steps - epoch * steps_per_epoch)):
+            for rank in range(world):
+                seen |= dict.fromkeys(order[pos * world + rank])
+        if len(seen) == len(windows):
+            break
+    return [windows[i] for i in seen]
+
+
+def training_windows(
+    cfg: TrainingOptions, data: list[dict], tokenizer, enc: EncoderConfig, hard: dict[str, list[str]] | None
+) -> tuple[list[TrainWindow], dict[str, int]]:
+    """The windows of the training articles' questions (a fixed sample with ``limit_questions``), and what
+    ``build_windows`` skipped."""
+    train_articles, _ = cfg.holdout.split(data)
+    questions = squad_questions(train_articles)
+    if not questions:
+        raise ValueError(f"{cfg.train}: no questions in its training articles ({len(data)} articles, "
+                         f"{len(data) - len(train_articles)} of them held out)")
+    if cfg.limit_questions and cfg.limit_questions > len(questions):
+        raise ValueError(f"--limit-questions {cfg.limit_questions}: {cfg.train} has {len(questions)} training "
+                         "questions; ask for at most that many, or leave it out to use them all")
+    if cfg.limit_questions:
+        rng = np.random.default_rng(cfg.seed)
+        questions = [questions[i] for i in sorted(rng.choice(len(questions), cfg.limit_questions, replace=False))]
+    left_out: dict[str, list] = {}
+    windows, skipped = build_windows(questions, tokenizer, enc.max_seq_len, enc.stride, enc.max_answer_tokens, hard,
+                                     left_out)
+    warn_left_out(cfg.train, left_out, len(questions))
+    if not windows:
+        raise ValueError(f"{cfg.train}: no trainable questions in the training articles (none has an answer a "
+                         f"window can hold: skipped {skipped})")
+    log.info("training on %d questions in %d windows (skipped %s)", sum(len(w.questions) for w in windows),
+             len(windows), skipped)
+    return windows, skipped

@@ -11,7 +11,8 @@ of trainer.phrase_cache, two fp32 numbers a token) keyed by the question and the
 the reader's fingerprint. A killed fill resumes at the shard it stopped in; a cache made by another reader or for
 other windows is refused. A complete cache may also stand for its reader (``--teacher CACHE_DIR``): a teacher too
 slow for the machine that trains (a base-size reader on a CPU) fills it where it runs fast, and only the logits
-travel (``bench/gpu/teacher_cache.py``). ``teacher_tensors`` lays a batch's targets out like its student logits.
+travel (``bench/gpu/teacher_cache.py``). ``teacher_tensors`` lays a batch's targets out like its student logits;
+``run_teacher`` and ``batch_targets`` are what the training loop (trainer.loop) calls.
 
 A teacher may also be a phrase model (``--teacher base``, or ``phrase:DIR``): its logits of a pair are its start and
 end question vectors' products with its token vectors of the window's text. Several teachers, comma-separated
@@ -37,8 +38,8 @@ from spanseek.core.reader import (
     PassageReader,
     resolve_reader,
 )
-from spanseek.trainer.arguments import ReaderTrainConfig, TrainingOptions
-from spanseek.trainer.data import TrainWindow
+from spanseek.trainer.arguments import DistInfo, ReaderTrainConfig, TrainingOptions
+from spanseek.trainer.data import Batch, TrainWindow, visited_windows
 from spanseek.trainer.phrase_cache import CACHE_META, CacheError, PhraseCache, fill_rows, open_or_create
 
 TEACHER_CACHE = "teacher-cache"  # in the run's --out unless --teacher-cache says otherwise
@@ -220,6 +221,30 @@ def teacher_cache(cfg: TrainingOptions | ReaderTrainConfig, windows: list[TrainW
     return [open_teacher_cache(ref, windows) if directory is None else
             fill_teacher_cache(directory, ref, windows, device, precision, progress=cfg.progress)
             for ref, directory in zip(teacher_refs(cfg.teacher), _cache_dirs(cfg), strict=True)]
+
+
+def run_teacher(cfg: TrainingOptions, windows: list[TrainWindow], steps: int, dist: DistInfo, device: torch.device,
+                precision: str) -> list[PhraseCache] | None:
+    """The teacher caches of a phrase-model run of ``steps`` steps (None without ``--teacher``): the logits of the
+    windows those steps visit (every data-parallel rank's), computed once, by the main rank, before the first step."""
+    if not cfg.teacher:
+        return None
+    taught = visited_windows(windows, cfg.batch_windows, cfg.seed, steps, dist.world)
+    if dist.is_main:
+        teacher_cache(cfg, taught, device, precision)
+    if dist.enabled:
+        torch.distributed.barrier()
+    return teacher_cache(cfg, taught, device, precision)
+
+
+def batch_targets(batch: Batch, caches: list[PhraseCache] | None,
+                  device: torch.device) -> tuple[torch.Tensor, ...] | None:
+    """The teacher's (Q, T) start and end logits of a batch's questions, laid out as its student logits (None
+    without a teacher)."""
+    if caches is None:
+        return None
+    width = batch.start_ok.shape[1]
+    return tuple(t.to(device) for t in teacher_tensors(batch.windows, caches, width, batch.content_shift))
 
 
 def pooled_logits(rows: list[np.ndarray]) -> np.ndarray:

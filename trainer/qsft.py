@@ -32,18 +32,9 @@ from spanseek.core.encoding import pick_device, pick_precision
 from spanseek.core.io import write_json_atomic
 from spanseek.core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
 from spanseek.trainer.arguments import QsftConfig
-from spanseek.trainer.data import Batch, TrainWindow, load_training
+from spanseek.trainer.data import Batch, TrainWindow, load_training, training_windows
 from spanseek.trainer.distill import check_teacher
-from spanseek.trainer.loop import (
-    StepSource,
-    check_resume,
-    check_resume_data,
-    check_validation_split,
-    finish,
-    run_lock,
-    train_loop,
-    training_windows,
-)
+from spanseek.trainer.loop import StepSource, train_loop
 from spanseek.trainer.losses import HardNegatives
 from spanseek.trainer.mining import load_hard_negatives
 from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part of this module's interface)
@@ -56,6 +47,8 @@ from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_ke
     hard_windows,
     window_key,
 )
+from spanseek.trainer.rundir import check_resume, check_resume_data, run_lock
+from spanseek.trainer.summary import check_validation_split, finish
 
 log = logging.getLogger(__name__)
 

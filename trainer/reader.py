@@ -45,27 +45,21 @@ from spanseek.core.reader import (
 from spanseek.trainer.arguments import ReaderTrainConfig
 from spanseek.trainer.checkpoints import (
     STATE,
-    SUMMARY,
-    StopAfterStep,
-    after_loop,
     check_checkpoint,
     check_weights,
-    checkpoint_saved,
     read_state,
+    recover_checkpoint,
+    resume_point,
+    save_checkpoint,
 )
 from spanseek.trainer.data import answered, load_training
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
-from spanseek.trainer.loop import (
-    TRAIN_CONFIG,
-    check_same_recipe,
-    optimizer_and_resume,
-    recover_checkpoint,
-    resume_point,
-    run_lock,
-    save_checkpoint,
-)
 from spanseek.trainer.losses import NEG_INF, masked_kl
+from spanseek.trainer.rundir import TRAIN_CONFIG, check_same_recipe, run_lock
+from spanseek.trainer.state import optimizer_and_resume
+from spanseek.trainer.stopping import StopAfterStep
+from spanseek.trainer.summary import SUMMARY, after_loop, checkpoint_saved
 
 log = logging.getLogger(__name__)
 

@@ -29,27 +29,16 @@ from spanseek.core.io import write_json_atomic
 from spanseek.core.model import PhraseModel, load_tokenizer, resolve_model
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import TrainConfig, lora_settings
-from spanseek.trainer.checkpoints import check_weights
+from spanseek.trainer.checkpoints import STATE, check_weights  # noqa: F401 (STATE: part of this module's interface)
 from spanseek.trainer.corrector import TargetCorrector, corrector_loss
-from spanseek.trainer.data import Batch, TrainWindow, collate, load_training
+from spanseek.trainer.data import Batch, TrainWindow, collate, load_training, training_windows
 from spanseek.trainer.distill import check_teacher
-from spanseek.trainer.loop import (  # noqa: F401 (STATE, write_holdout: part of this module's interface)
-    STATE,
-    TRAIN_CONFIG,
-    StepSource,
-    check_resume,
-    check_same_recipe,
-    check_validation_split,
-    finish,
-    resume_point,
-    run_lock,
-    train_loop,
-    training_windows,
-    write_holdout,
-)
+from spanseek.trainer.loop import StepSource, train_loop
 from spanseek.trainer.losses import HardNegatives
 from spanseek.trainer.mining import load_hard_negatives
 from spanseek.trainer.phrase_cache import PhraseCache, cached_hard, cached_windows, fill_cache, hard_windows
+from spanseek.trainer.rundir import TRAIN_CONFIG, check_resume, check_same_recipe, run_lock
+from spanseek.trainer.summary import check_validation_split, finish, write_holdout
 
 log = logging.getLogger(__name__)
 

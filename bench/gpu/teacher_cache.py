@@ -61,7 +61,7 @@ def phrase_windows(data: list, train: str, model: str, tokenizer: str | None, li
     from spanseek.core.config import EncoderConfig
     from spanseek.core.model import CONFIG_NAME, load_tokenizer, resolve_model
     from spanseek.trainer.arguments import TrainConfig
-    from spanseek.trainer.loop import training_windows
+    from spanseek.trainer.data import training_windows
 
     enc = EncoderConfig.load(resolve_model(model) / CONFIG_NAME)
     tok = load_tokenizer(replace(enc, backbone=tokenizer) if tokenizer else enc)

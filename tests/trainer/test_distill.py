@@ -19,9 +19,10 @@ from spanseek.core.encoding import PassageEncoder, QuestionEncoder
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.model import ModelError, load_model, load_tokenizer
 from spanseek.core.reader import MISSING_LOGIT, PassageReader, ReaderModel, make_windows
+from spanseek.trainer import distill as distill_module
 from spanseek.trainer import loop as loop_module
 from spanseek.trainer.arguments import LossConfig, TrainConfig
-from spanseek.trainer.data import TrainWindow, build_windows, collate
+from spanseek.trainer.data import TrainWindow, build_windows, collate, epoch_batches, visited_windows
 from spanseek.trainer.distill import (
     PhraseTeacher,
     fill_teacher_cache,
@@ -232,8 +233,8 @@ def test_a_run_reads_the_teacher_for_the_windows_it_trains_on_only(tmp_path, tin
     """The teacher cache of a run shorter than an epoch holds the pairs of the windows its steps visit, which are
     exactly the windows its batches are made of (here 2 steps of 3 windows)."""
     taught, trained = [], []
-    fill = loop_module.teacher_cache
-    monkeypatch.setattr(loop_module, "teacher_cache", lambda cfg, ws, *a: taught.append(ws) or fill(cfg, ws, *a))
+    fill = distill_module.teacher_cache
+    monkeypatch.setattr(distill_module, "teacher_cache", lambda cfg, ws, *a: taught.append(ws) or fill(cfg, ws, *a))
     batch = JointMode.batch
     monkeypatch.setattr(JointMode, "batch", lambda self, ws: trained.extend(ws) or batch(self, ws))
     cfg = TrainConfig(train=str(tiny_squad), out=str(tmp_path / "run"), encoder=tiny_config, max_steps=2,
@@ -249,11 +250,11 @@ def test_visited_windows_follow_the_epoch_order_of_every_rank():
                for n in range(20)]
     for world in (1, 2):
         steps = 3
-        order = loop_module.epoch_batches(windows, 2, 5)
+        order = epoch_batches(windows, 2, 5)
         want = [windows[i] for b in order[: steps * world] for i in b]
-        assert loop_module.visited_windows(windows, 2, 5, steps, world) == want
-    assert len(loop_module.visited_windows(windows, 2, 5, 9)) == 18  # one batch short of an epoch
-    assert sorted(loop_module.visited_windows(windows, 2, 5, 12), key=id) == sorted(windows, key=id)  # past one
+        assert visited_windows(windows, 2, 5, steps, world) == want
+    assert len(visited_windows(windows, 2, 5, 9)) == 18  # one batch short of an epoch
+    assert sorted(visited_windows(windows, 2, 5, 12), key=id) == sorted(windows, key=id)  # past one
 
 
 def test_a_complete_teacher_cache_stands_for_its_reader(tmp_path, tiny_squad, tiny_config, tiny_reader, monkeypatch):

@@ -1,4 +1,4 @@
-"""A checkpoint save that meets a full disk (``trainer.loop.save_checkpoint``): one OSError naming OUT/last and "No
+"""A checkpoint save that meets a full disk (``trainer.checkpoints.save_checkpoint``): one OSError naming OUT/last and "No
 space left on device", the checkpoint before it kept byte for byte and resumed from, and nothing half-written left
 to take the room or be taken for a checkpoint. (Reproduced on a 2 MB tmpfs: torch.save to a path said only
 "[enforce fail at inline_container.cc:672] . unexpected pos 90112 vs 90000" and left OUT/last.saving behind.)
@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 
 from spanseek.core import model as model_module
 from spanseek.core.model import PhraseModel
-from spanseek.trainer import loop
+from spanseek.trainer import checkpoints
 from spanseek.trainer.checkpoints import STATE, check_checkpoint, read_state
 
 ROOM = 4096  # bytes the disk takes of a file before it is full
@@ -49,7 +49,7 @@ class _FillingFile:
 
 
 def _state_on_a_full_disk(monkeypatch):
-    monkeypatch.setattr(loop, "open", lambda path, mode="r": _FillingFile(builtins.open(path, mode)), raising=False)
+    monkeypatch.setattr(checkpoints, "open", lambda path, mode="r": _FillingFile(builtins.open(path, mode)), raising=False)
 
 
 def _weights_on_a_full_disk(monkeypatch):
@@ -67,12 +67,12 @@ def test_a_save_on_a_full_disk_keeps_the_checkpoint_before_it(tmp_path, tiny_con
     out.mkdir()
     torch.manual_seed(0)
     model = PhraseModel(tiny_config)
-    loop.save_checkpoint(model, out, "last", {"step": 10, "weights": torch.randn(4096)})
+    checkpoints.save_checkpoint(model, out, "last", {"step": 10, "weights": torch.randn(4096)})
     before = {p.name: p.read_bytes() for p in (out / "last").iterdir()}
 
     full(monkeypatch)
     with pytest.raises(OSError) as e:
-        loop.save_checkpoint(model, out, "last", {"step": 20, "weights": torch.randn(4096)})
+        checkpoints.save_checkpoint(model, out, "last", {"step": 20, "weights": torch.randn(4096)})
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(out / "last"), e.value
     assert e.value.strerror.startswith("No space left on device while saving the checkpoint; the checkpoint there "
                                        "before is kept"), e.value.strerror
@@ -80,7 +80,7 @@ def test_a_save_on_a_full_disk_keeps_the_checkpoint_before_it(tmp_path, tiny_con
 
     assert sorted(p.name for p in out.iterdir()) == ["last"]  # no last.saving, last.saving.tmp
     assert {p.name: p.read_bytes() for p in (out / "last").iterdir()} == before
-    assert loop.resume_point(out) == out / "last"
+    assert checkpoints.resume_point(out) == out / "last"
     check_checkpoint(out / "last", model_module.WEIGHTS_NAME, out)
     assert read_state(out / "last" / STATE)["step"] == 10
 
@@ -90,9 +90,9 @@ def test_a_first_save_on_a_full_disk_leaves_nothing_to_resume_from(tmp_path, tin
     out.mkdir()
     _state_on_a_full_disk(monkeypatch)
     with pytest.raises(OSError, match="while saving the checkpoint; free some space and run the same command:"):
-        loop.save_checkpoint(PhraseModel(tiny_config), out, "last", {"step": 10, "weights": torch.randn(4096)})
+        checkpoints.save_checkpoint(PhraseModel(tiny_config), out, "last", {"step": 10, "weights": torch.randn(4096)})
     monkeypatch.undo()
-    assert list(out.iterdir()) == [] and loop.resume_point(out) is None
+    assert list(out.iterdir()) == [] and checkpoints.resume_point(out) is None
 
 
 def test_another_failure_of_a_save_is_raised_as_it_was_and_cleaned_up(tmp_path, tiny_config, monkeypatch):
@@ -104,5 +104,5 @@ def test_another_failure_of_a_save_is_raised_as_it_was_and_cleaned_up(tmp_path, 
 
     monkeypatch.setattr(model_module, "save_file", refused)
     with pytest.raises(PermissionError):
-        loop.save_checkpoint(PhraseModel(tiny_config), out, "last", None)
+        checkpoints.save_checkpoint(PhraseModel(tiny_config), out, "last", None)
     assert list(out.iterdir()) == []

@@ -20,8 +20,8 @@ from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.model import load_model, load_tokenizer
 from spanseek.trainer import loop as loop_module
 from spanseek.trainer.arguments import LossConfig, QsftConfig, TrainConfig
+from spanseek.trainer.checkpoints import STATE
 from spanseek.trainer.data import build_windows
-from spanseek.trainer.loop import STATE
 from spanseek.trainer.losses import phrase_loss
 from spanseek.trainer.phrase_cache import fill_cache
 from spanseek.trainer.qsft import QsftMode, train_qsft

@@ -23,7 +23,7 @@ from spanseek.trainer import loop as loop_module
 from spanseek.trainer import train as train_module
 from spanseek.trainer.arguments import FilterConfig
 from spanseek.trainer.average import average_checkpoints
-from spanseek.trainer.loop import RUN_LOCK
+from spanseek.trainer.rundir import RUN_LOCK
 from spanseek.trainer.train import STATE, TrainConfig, train_phrase
 from tests.conftest import make_squad
 
@@ -161,7 +161,7 @@ def test_a_run_killed_between_the_checkpoint_renames_resumes(tmp_path, tiny_squa
     calls = []
     loss_fn = loop_module.phrase_loss
     monkeypatch.setattr(loop_module, "phrase_loss", lambda *a, **k: calls.append(1) or loss_fn(*a, **k))
-    with caplog.at_level(logging.INFO, logger="spanseek.trainer.loop"):
+    with caplog.at_level(logging.INFO, logger="spanseek.trainer"):
         summary = train_phrase(dataclasses.replace(cfg, max_steps=6))
     step = 4 if saving == "complete" else 2
     source = out / ("last.saving" if saving == "complete" else "last.old")

@@ -23,10 +23,10 @@ from spanseek.core.model import PhraseModel, load_model, load_tokenizer, model_f
 from spanseek.core.phrase_index import IndexFormatError, PhraseIndex
 from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.trainer.data import build_windows, collate
-from spanseek.trainer.loop import RUN_LOCK
 from spanseek.trainer.losses import LossConfig, phrase_loss
 from spanseek.trainer.phrase_cache import as_indexed, fill_cache_from_index
 from spanseek.trainer.qsft import CacheError, PhraseCache, QsftConfig, fill_cache, train_qsft, window_key
+from spanseek.trainer.rundir import RUN_LOCK
 
 
 def _windows(model_dir, tiny_squad):

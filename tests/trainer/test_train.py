@@ -24,6 +24,7 @@ from spanseek.core.holdout import split_articles
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.model import PhraseModel, load_model, load_tokenizer
 from spanseek.trainer import loop as loop_module
+from spanseek.trainer import progress as progress_module
 from spanseek.trainer.data import build_windows, collate
 from spanseek.trainer.losses import LossConfig, phrase_loss
 from spanseek.trainer.train import STATE, TrainConfig, train_phrase
@@ -124,7 +125,7 @@ def test_a_killed_run_resumes_at_the_saved_step(tmp_path, tiny_squad, tiny_confi
         loaded_at_start.update({n: t.clone() for n, t in self.saved_state().items()})
 
     monkeypatch.setattr(PhraseModel, "load_weights", remember)
-    with caplog.at_level(logging.INFO, logger="spanseek.trainer.loop"):
+    with caplog.at_level(logging.INFO, logger="spanseek.trainer"):
         summary = train_phrase(cfg)
     assert f"resumed from {out / 'last'} at step 3" in caplog.text
     assert len(calls) == 3 and summary["steps"] == 6  # steps 4, 5, 6 only
@@ -168,7 +169,7 @@ def test_a_resumed_run_summarises_the_whole_run(tmp_path, tiny_squad, tiny_confi
         def __getattr__(self, name):
             return getattr(real_time, name)
 
-    monkeypatch.setattr(loop_module, "time", Clock())
+    monkeypatch.setattr(progress_module, "time", Clock())
     cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, tmp_path / "whole"), max_steps=6,
                               checkpoint_every=100)
     whole = train_phrase(cfg)

@@ -1,0 +1,128 @@
+"""A training run's output directory (--out): held by one run at a time, and resumed only by a run of the same
+model settings, recipe and training examples as the one that started it.
+
+    spanseek train phrase --train squad-train.json.gz --out runs/phrase   (OUT/train.lock, OUT/train_config.json)
+
+Each check runs before the run writes anything but its lock, and names what differs and what to do instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from spanseek.core.config import EncoderConfig
+from spanseek.core.evaluate import question_key, trained_questions
+from spanseek.core.integrity import writer_lock
+from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME
+from spanseek.trainer.checkpoints import check_checkpoint, resume_point
+from spanseek.trainer.data import TrainWindow
+
+RUN_LOCK = "train.lock"  # a training run's lock in its --out (core.integrity.writer_lock)
+
+
+@contextlib.contextmanager
+def run_lock(out: Path, hold: bool = True) -> Iterator[None]:
+    """Make ``out`` (and its missing parents) and hold its lock for a run's life (``hold`` False: a data-parallel
+    rank that writes nothing): a second run into the same directory is refused at its start instead of mixing
+    checkpoints with the first. A run that ends in an error before it wrote anything but the lock (a refused
+    --backbone, say) leaves nothing it made: its lock file and the directories it made are removed; an --out that
+    was there before is kept as it was."""
+    made = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
+    out.mkdir(parents=True, exist_ok=True)
+    if not hold:
+        yield
+        return
+    there = {p.name for p in out.iterdir()}
+    with writer_lock(out, name=RUN_LOCK) as locked:
+        if not locked:
+            if not os.access(out, os.W_OK):
+                raise ValueError(f"--out {out} is not writable")
+            raise ValueError(f"--out {out}: another run holds it (lock {out / RUN_LOCK}); wait for it to end or use "
+                             "a new --out")
+        try:
+            yield
+        except BaseException:
+            if RUN_LOCK not in there:
+                _remove_unused(out, there, made)
+            raise
+
+
+def _remove_unused(out: Path, there: set[str], made: list[Path]) -> None:
+    """Remove the lock of a run that added nothing else to ``out`` (whose entries were ``there``), then the
+    directories of ``made`` (deepest first) that are empty; while the lock is held, so no other run has taken it."""
+    with contextlib.suppress(OSError):  # the run's own error is the one to report
+        if {p.name for p in out.iterdir()} - there != {RUN_LOCK}:
+            return
+        (out / RUN_LOCK).unlink()
+        for directory in made:
+            directory.rmdir()  # OSError (not empty: another job wrote there meanwhile) ends the removal
+
+
+def examples_digest(windows: list[TrainWindow]) -> str:
+    """SHA-1 of what a run trains on: each window's passage and place, and its questions with their gold tokens and
+    answers (a resumed run must train on the same)."""
+    h = hashlib.sha1()
+    for w in windows:
+        h.update(json.dumps([w.passage, w.first, w.questions, w.starts, w.ends, w.answers]).encode("utf-8"))
+    return h.hexdigest()
+
+
+def check_resume_data(out: Path, windows: list[TrainWindow], train: str) -> None:
+    """Refuse to resume the run in ``out`` on other training examples than its checkpoint was trained on (an edited
+    training file, or another one): it would go on from the old run's step, or, finished, change nothing while its
+    summary named the new file. A checkpoint without the record (older runs) is resumed as before."""
+    point = resume_point(out)
+    record = trained_questions(point) if point is not None else None
+    if record is None or not record.get("examples") or record["examples"] == examples_digest(windows):
+        return
+    ours = len({question_key(q) for w in windows for q in w.questions})
+    raise ValueError(f"--out {out} holds a run trained on other questions ({record['questions']} of "
+                     f"{record.get('source')}; this run has {ours} of {train}): use a new --out for a run on these "
+                     f"questions, or remove {out} to start over")
+
+
+def check_resume(out: Path, config: EncoderConfig) -> None:
+    """Refuse to resume the run in ``out`` with a model of another encoder config than its checkpoint's (its
+    weights would not fit), naming the settings that differ, or from a checkpoint whose files are cut short
+    (``check_checkpoint``); before the run writes anything but its lock."""
+    point = resume_point(out)
+    if point is None:
+        return
+    check_checkpoint(point, WEIGHTS_NAME, out)
+
+    def settings(c: EncoderConfig) -> dict[str, Any]:  # nested settings by their dotted name ("lora.r")
+        flat: dict[str, Any] = {}
+        for k, v in c.to_dict().items():
+            flat |= {f"{k}.{sub}": w for sub, w in v.items()} if isinstance(v, dict) else {k: v}
+        return flat
+
+    ours, theirs = settings(config), settings(EncoderConfig.load(point / CONFIG_NAME))
+    differ = [f"{k} {theirs.get(k)!r} (this run: {ours.get(k)!r})" for k in sorted(ours.keys() | theirs.keys())
+              if ours.get(k) != theirs.get(k)]
+    if differ:
+        raise ValueError(f"--out {out} holds a run with other settings: {'; '.join(differ)}; use a new --out (or "
+                         "resume with the same settings)")
+
+
+TRAIN_CONFIG = "train_config.json"  # the settings a run was last started with, in its --out
+
+
+def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...]) -> None:
+    """Refuse to resume the run in ``out`` with other ``recipe`` settings than it was started with (its
+    ``TRAIN_CONFIG``; ``now``: this run's settings by name), naming them; resuming with another --lr ran on at the
+    first one while the run's files recorded the second. A run without the file (older runs) resumes as before."""
+    path = out / TRAIN_CONFIG
+    if resume_point(out) is None or not path.is_file():
+        return
+    before = json.loads(path.read_text(encoding="utf-8"))
+    differ = [f"{key} {before[key]!r} (this run: {now[key]!r})" for key in recipe
+              if key in before and json.loads(json.dumps(now[key])) != before[key]]
+    if differ:
+        raise ValueError(f"--out {out} holds a run started with other settings: {'; '.join(differ)}; resume with "
+                         "the same ones (--epochs and --max-steps may change), or use a new --out")

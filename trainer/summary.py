@@ -1,0 +1,111 @@
+"""What a training run reports: the time and questions it trained on, added up over its stopped and resumed parts,
+and at its end the validation on held-out questions and OUT/summary.json.
+
+    spanseek train phrase --train squad-train.json.gz --out runs/phrase   (writes runs/phrase/summary.json)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from spanseek.core.io import load_squad, squad_questions, write_json_atomic
+from spanseek.trainer.arguments import JobOptions, TrainingOptions
+
+SUMMARY = "summary.json"  # what a training run writes at its end, after its last step
+
+
+
+
+def after_loop(out: Path, validates: bool) -> str:
+    """What a training run does after its last step, as ``StopAfterStep`` says it: the validation where it
+    ``validates``, and the summary."""
+    summary = f"writes {out / SUMMARY}"
+    return f"validates it on the held-out questions and {summary}" if validates else summary
+
+
+def checkpoint_saved(out: Path) -> None:
+    """Called once a run saved the checkpoint of a step: a summary of the run's earlier end (a finished run now
+    extended with more steps) describes weights no longer there, and would make the run look complete."""
+    (out / SUMMARY).unlink(missing_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSoFar:
+    """What a run's summary adds up over its parts (a run stopped and resumed is trained in several processes): the
+    seconds spent in the training loop and the questions trained on, up to the last checkpoint, and the steps each
+    resumed part started at. Saved with each checkpoint; a checkpoint written before they were has none (the
+    summary then covers the parts since)."""
+
+    seconds: float = 0.0
+    questions: int = 0
+    resumed_at: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, state: dict[str, Any], step: int | None) -> RunSoFar:
+        """The parts before this one, from the checkpoint ``state`` it resumes from ({}: a new run), at ``step``
+        (None: a finished run that trains no step)."""
+        if not state:
+            return cls()
+        return cls(float(state.get("run_seconds", 0.0)), int(state.get("run_questions", 0)),
+                   (*state.get("resumed_at", ()), *(() if step is None else (step,))))
+
+    def plus(self, seconds: float, questions: int) -> RunSoFar:
+        """With this part's time and questions so far."""
+        return dataclasses.replace(self, seconds=self.seconds + seconds, questions=self.questions + questions)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of it."""
+        return {"run_seconds": self.seconds, "run_questions": self.questions, "resumed_at": list(self.resumed_at)}
+
+
+
+def loop_summary(run: RunSoFar, steps: int, windows: int, questions: int, precision: str, device: str,
+                 world: int) -> dict[str, Any]:
+    """The part of a run's summary that the training loop knows: its steps, examples, time and where it ran."""
+    return {
+        "steps": steps,
+        "train_questions": questions,
+        "train_windows": windows,
+        "seconds": round(run.seconds, 1),
+        "questions_per_second": round(run.questions / run.seconds, 2) if run.questions and run.seconds > 0 else None,
+        **({"resumed_at": list(run.resumed_at)} if run.resumed_at else {}),
+        "precision": precision,
+        "device": device,
+        "world_size": world,
+    }
+
+
+def check_validation_split(cfg: TrainingOptions, data: list[dict]) -> None:
+    """A run that validates at its end (``val_questions``) needs questions in the held-out articles: refused before
+    training (it failed after the whole run)."""
+    if cfg.val_questions and not squad_questions(cfg.holdout.split(data)[1]):
+        raise ValueError(f"--val-questions {cfg.val_questions}: {cfg.train} has no questions in its held-out articles "
+                         f"(every {cfg.holdout.every}th from article {cfg.holdout.offset}: {len(data)} articles); hold "
+                         "out others (--holdout-every N --holdout-offset K: article i is held out when i % N == K), "
+                         "give --val-questions 0, or a file with more articles")
+
+
+def write_holdout(cfg: JobOptions, path: Path) -> Path:
+    """Write the held-out articles of the training file as a SQuAD-format .json.gz (the validation set)."""
+    _, held = cfg.holdout.split(load_squad(cfg.train))
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump({"version": "spanseek-holdout", "data": held}, f)
+    return path
+
+
+def finish(cfg: TrainingOptions, summary: dict[str, Any], val_index: str | None = None) -> dict[str, Any]:
+    """Evaluate OUT/last on ``val_questions`` held-out questions (on ``val_index`` if given, else on an index built
+    of the held-out articles) and write OUT/summary.json."""
+    out = Path(cfg.out)
+    if cfg.val_questions:
+        from spanseek.indexer.evaluate import run_eval
+
+        val = write_holdout(cfg, out / "validation.json.gz")
+        summary["validation"] = run_eval(val, out / "last", index=val_index, reading_comprehension=True,
+                                         limit=cfg.val_questions, progress=cfg.progress)
+    write_json_atomic(out / SUMMARY, summary)
+    return summary
