@@ -23,11 +23,10 @@ from typing import Any
 import torch
 
 from spanseek.core.encoding import autocast
-from spanseek.core.evaluate import write_trained_questions
 from spanseek.core.model import PhraseModel
 from spanseek.trainer import distributed
 from spanseek.trainer.arguments import DistInfo, TrainingOptions
-from spanseek.trainer.checkpoints import recover_checkpoint, save_checkpoint
+from spanseek.trainer.checkpoints import recover_checkpoint, save_checkpoint, save_snapshot
 from spanseek.trainer.data import Batch, TrainWindow, epoch_batches
 from spanseek.trainer.distill import batch_targets, run_teacher
 from spanseek.trainer.dropout import fast_dropout
@@ -127,8 +126,7 @@ def train_loop(
                 save_checkpoint(model, out, "last", saved | mode.state_dict(), trained)
                 checkpoint_saved(out)
             if dist.is_main and cfg.snapshot_every and step % cfg.snapshot_every == 0:
-                snapshot = model.save(out / "snapshots" / f"step-{step:06d}")
-                write_trained_questions(snapshot, *trained)
+                save_snapshot(model, out, step, trained)
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
                 stop.stop_here(step, out / "last")
     progress.close()

@@ -51,6 +51,7 @@ from spanseek.trainer.checkpoints import (
     recover_checkpoint,
     resume_point,
     save_checkpoint,
+    save_snapshot,
 )
 from spanseek.trainer.data import answered, load_training
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
@@ -255,7 +256,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
                 save_checkpoint(model, out, "last", saved)  # type: ignore[arg-type] (any model with save())
                 checkpoint_saved(out)
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:
-                model.save(out / "snapshots" / f"step-{step:06d}")
+                save_snapshot(model, out, step)
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
                 stop.stop_here(step, out / "last")
     bar.close()

@@ -18,11 +18,13 @@ import pytest
 import torch
 
 from spanseek.cli import main
+from spanseek.core import model as model_module
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import PassageEncoder, QuestionEncoder
 from spanseek.core.holdout import split_articles
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.model import PhraseModel, load_model, load_tokenizer
+from spanseek.trainer import checkpoints as checkpoints_module
 from spanseek.trainer import loop as loop_module
 from spanseek.trainer import progress as progress_module
 from spanseek.trainer.data import build_windows, collate
@@ -238,14 +240,14 @@ def test_ctrl_c_while_a_snapshot_is_written_stops_after_the_next_saved_step(tmp_
     out = tmp_path / "run"
     cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=8, checkpoint_every=100,
                               snapshot_every=2)
-    write = loop_module.write_trained_questions
+    write = checkpoints_module.write_trained_questions
 
     def ctrl_c_in_the_first_snapshot(path, *args):
         write(path, *args)
         if Path(path).name == "step-000002":
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(loop_module, "write_trained_questions", ctrl_c_in_the_first_snapshot)
+    monkeypatch.setattr(checkpoints_module, "write_trained_questions", ctrl_c_in_the_first_snapshot)
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -253,6 +255,30 @@ def test_ctrl_c_while_a_snapshot_is_written_stops_after_the_next_saved_step(tmp_
     finally:
         signal.signal(signal.SIGINT, before)
     assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 3
+
+
+def test_a_snapshot_stopped_while_it_is_written_leaves_no_partial_copy(tmp_path, tiny_squad, tiny_config,
+                                                                       monkeypatch):
+    """A second Ctrl-C (which stops at once) while a snapshot's weights were written left OUT/snapshots/step-N.tmp,
+    which `spanseek train average RUN/snapshots/step-*` takes for a snapshot; the run resumes past it."""
+    out = tmp_path / "run"
+    cfg = dataclasses.replace(tiny_train_config(tiny_squad, tiny_config, out), max_steps=3, checkpoint_every=1,
+                              snapshot_every=1)
+    save_file = model_module.save_file
+
+    def stopped_in_the_second_snapshot(state, path, *args, **kwargs):
+        save_file(state, path, *args, **kwargs)
+        if Path(path).parent.name == "step-000002.tmp":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(model_module, "save_file", stopped_in_the_second_snapshot)
+    with pytest.raises(KeyboardInterrupt):
+        train_phrase(cfg)
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["step-000001"]
+    assert torch.load(out / "last" / STATE, weights_only=False)["step"] == 2  # saved before its snapshot
+    monkeypatch.undo()
+    assert train_phrase(cfg)["steps"] == 3
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["step-000001", "step-000003"]
 
 
 def test_a_stop_on_the_last_step_says_the_same_command_writes_what_the_run_ends_with(tmp_path, tiny_squad,
