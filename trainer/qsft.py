@@ -47,7 +47,13 @@ from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_ke
     hard_windows,
     window_key,
 )
-from spanseek.trainer.rundir import check_resume, check_resume_data, run_lock
+from spanseek.trainer.rundir import (
+    QSFT_CONFIG,
+    check_resume,
+    check_resume_data,
+    check_same_recipe,
+    run_lock,
+)
 from spanseek.trainer.summary import check_validation_split, finish
 
 log = logging.getLogger(__name__)
@@ -82,7 +88,17 @@ def train_qsft(cfg: QsftConfig) -> dict:
         return _train_qsft(cfg, out)
 
 
+# what a resumed QSFT run must keep: its model, data, order, optimiser and loss (the resumed optimiser and schedule keep
+# the first run's learning rate whatever is asked; the others would change the run midway). The length of the run
+# (--epochs, --max-steps) may change, and so may where the phrase cache is kept. Its questions are checked as questions
+# (``check_resume_data``), not by the training file's name: the same file moved resumes, an edited one is refused.
+RECIPE = ("model", "holdout_every", "holdout_offset", "seed", "batch_windows", "lr", "warmup", "weight_decay",
+          "loss", "prebatch", "prebatch_warmup", "hard_negatives", "hard_per_batch", "teacher", "limit_questions",
+          "from_index")
+
+
 def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
+    check_same_recipe(out, asdict(replace(cfg, loss=cfg.loss.resolved())), RECIPE, QSFT_CONFIG)
     torch.manual_seed(cfg.seed)
     data = load_training(cfg.train)  # a bad training file is named before the model loads
     check_validation_split(cfg, data)  # before any training
@@ -128,7 +144,7 @@ def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
                            precision=precision, progress=cfg.progress)
     cache_seconds = time.perf_counter() - t0
     model.phrase_encoder.to("cpu")  # not used again: training reads the cache
-    write_json_atomic(out / "qsft_config.json", asdict(replace(cfg, loss=cfg.loss.resolved())))
+    write_json_atomic(out / QSFT_CONFIG, asdict(replace(cfg, loss=cfg.loss.resolved())))
     for m in question_side:
         m.train()
     summary = train_loop(cfg, QsftMode(cfg, cache, hard_keys, tokenizer, enc.max_query_len), model, params, windows,

@@ -110,19 +110,32 @@ def check_resume(out: Path, config: EncoderConfig) -> None:
                          "resume with the same settings)")
 
 
-TRAIN_CONFIG = "train_config.json"  # the settings a run was last started with, in its --out
+TRAIN_CONFIG = "train_config.json"  # the settings a phrase or reader run was last started with, in its --out
+QSFT_CONFIG = "qsft_config.json"  # the same for a QSFT run
 
-
-def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...]) -> None:
-    """Refuse to resume the run in ``out`` with other ``recipe`` settings than it was started with (its
-    ``TRAIN_CONFIG``; ``now``: this run's settings by name), naming them; resuming with another --lr ran on at the
+def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...], name: str = TRAIN_CONFIG) -> None:
+    """Refuse to resume the run in ``out`` with other ``recipe`` settings than it was started with (its settings
+    file ``name``; ``now``: this run's settings by name), naming them; resuming with another --lr ran on at the
     first one while the run's files recorded the second. A run without the file (older runs) resumes as before."""
-    path = out / TRAIN_CONFIG
+    path = out / name
     if resume_point(out) is None or not path.is_file():
         return
-    before = json.loads(path.read_text(encoding="utf-8"))
+    before = _settings(path)
     differ = [f"{key} {before[key]!r} (this run: {now[key]!r})" for key in recipe
               if key in before and json.loads(json.dumps(now[key])) != before[key]]
     if differ:
         raise ValueError(f"--out {out} holds a run started with other settings: {'; '.join(differ)}; resume with "
                          "the same ones (--epochs and --max-steps may change), or use a new --out")
+
+
+def _settings(path: Path) -> dict[str, Any]:
+    """A run's settings file, read back; ValueError naming it where it is not the JSON object a run writes."""
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a run's settings ({e}); remove it to resume the run without checking that its "
+                         "settings are the same") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path}: not a run's settings (a JSON object); remove it to resume the run without "
+                         "checking that its settings are the same")
+    return settings

@@ -11,6 +11,7 @@ import dataclasses
 import gzip
 import json
 import logging
+import re
 import shutil
 
 import pytest
@@ -21,8 +22,10 @@ from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME, ModelError, load_mode
 from spanseek.trainer import filter as filter_module
 from spanseek.trainer import loop as loop_module
 from spanseek.trainer import train as train_module
-from spanseek.trainer.arguments import FilterConfig
+from spanseek.trainer.arguments import FilterConfig, QsftConfig, ReaderTrainConfig
 from spanseek.trainer.average import average_checkpoints
+from spanseek.trainer.qsft import train_qsft
+from spanseek.trainer.reader import train_reader
 from spanseek.trainer.rundir import RUN_LOCK
 from spanseek.trainer.train import STATE, TrainConfig, train_phrase
 from tests.conftest import make_squad
@@ -218,9 +221,6 @@ def test_a_run_refused_for_its_model_keeps_an_out_that_was_there(tmp_path, tiny_
 
 
 def test_a_qsft_run_refused_for_its_model_makes_no_out(tmp_path, tiny_squad):
-    from spanseek.trainer.arguments import QsftConfig
-    from spanseek.trainer.qsft import train_qsft
-
     out = tmp_path / "qsft"
     with pytest.raises(ModelError, match="not a spanseek model directory"):
         train_qsft(QsftConfig(model=str(tmp_path / "no-model"), train=str(tiny_squad), out=str(out), device="cpu",
@@ -315,3 +315,60 @@ def test_the_cli_refuses_valsets_into_a_model_directory_in_one_line(tmp_path, sq
     assert capsys.readouterr().err.strip() == (f"spanseek train valsets: error: --out {model} is a model directory; it is "
                                                "left alone: write the validation sets to a new directory")
     assert sorted(p.name for p in model.iterdir()) == sorted([CONFIG_NAME, WEIGHTS_NAME])
+
+
+@pytest.fixture(scope="module")
+def train_into(tiny_squad, tiny_config, tiny_backbone, tiny_model_dir):
+    """A function that runs a training job of a kind (phrase, qsft or reader) into ``out`` for ``max_steps`` steps."""
+    def train(kind, out, max_steps=2):
+        common = dict(train=str(tiny_squad), out=str(out), max_steps=max_steps, val_questions=0, precision="fp32",
+                      device="cpu", progress=False)
+        if kind == "phrase":
+            return train_phrase(_run_config(tiny_squad, tiny_config, out, max_steps=max_steps))
+        if kind == "qsft":
+            return train_qsft(QsftConfig(model=str(tiny_model_dir), batch_windows=4, **common))
+        return train_reader(ReaderTrainConfig(backbone=str(tiny_backbone), max_len=64, stride=16, max_query_len=16,
+                                              batch_size=4, **common))
+    return train
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, train_into):
+    """One run of each kind that resumes from OUT/last, each stopped after a step: phrase, qsft and reader."""
+    root = tmp_path_factory.mktemp("runs")
+    for kind in ("phrase", "qsft", "reader"):
+        train_into(kind, root / kind, max_steps=1)
+    return root
+
+
+def _files(out) -> dict:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def test_a_damaged_settings_file_is_named_when_a_run_resumes(runs, tmp_path, tiny_squad, tiny_config):
+    """A cut-short OUT/train_config.json said only "Unterminated string starting at: line 5 column 3 (char 99)"."""
+    out = tmp_path / "phrase"
+    shutil.copytree(runs / "phrase", out)
+    settings = out / "train_config.json"
+    settings.write_bytes(settings.read_bytes()[:100])
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(settings))}: not a run's settings \(Unterminated string"):
+        train_phrase(_run_config(tiny_squad, tiny_config, out, max_steps=2))
+    settings.write_text("[]")
+    with pytest.raises(ValueError, match=r"not a run's settings \(a JSON object\); remove it to resume"):
+        train_phrase(_run_config(tiny_squad, tiny_config, out, max_steps=2))
+
+
+def test_a_qsft_run_resumed_with_another_learning_rate_is_refused_and_a_longer_one_is_not(runs, tmp_path,
+                                                                                          tiny_squad, tiny_model_dir):
+    """QSFT resumed with --lr 0.5 ran on at the first run's 2e-4 (its optimizer's) while qsft_config.json recorded
+    0.5; another seed changed the batch order midway. Refused as phrase and reader runs are; more steps extend it."""
+    out = tmp_path / "qsft"
+    shutil.copytree(runs / "qsft", out)
+    before = _files(out)
+    first = QsftConfig(model=str(tiny_model_dir), train=str(tiny_squad), out=str(out), max_steps=1, batch_windows=4,
+                       val_questions=0, precision="fp32", device="cpu", progress=False)
+    with pytest.raises(ValueError, match=r"other settings: seed 0 \(this run: 7\); lr 0\.0002 \(this run: 0\.5\); "
+                                         "resume with the same"):
+        train_qsft(dataclasses.replace(first, lr=0.5, seed=7, max_steps=2))
+    assert _files(out) == before
+    assert train_qsft(dataclasses.replace(first, max_steps=2))["steps"] == 2
