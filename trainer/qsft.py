@@ -51,6 +51,7 @@ from spanseek.trainer.rundir import (
     QSFT_CONFIG,
     check_resume,
     check_resume_data,
+    check_run_kind,
     check_same_recipe,
     run_lock,
 )
@@ -98,6 +99,7 @@ RECIPE = ("model", "holdout_every", "holdout_offset", "seed", "batch_windows", "
 
 
 def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
+    check_run_kind(out, "qsft")  # another kind of run's checkpoint would be resumed with this model
     check_same_recipe(out, asdict(replace(cfg, loss=cfg.loss.resolved())), RECIPE, QSFT_CONFIG)
     torch.manual_seed(cfg.seed)
     data = load_training(cfg.train)  # a bad training file is named before the model loads

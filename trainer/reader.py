@@ -57,7 +57,7 @@ from spanseek.trainer.data import answered, load_training
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.losses import NEG_INF, masked_kl
-from spanseek.trainer.rundir import TRAIN_CONFIG, check_same_recipe, run_lock
+from spanseek.trainer.rundir import TRAIN_CONFIG, check_run_kind, check_same_recipe, run_lock
 from spanseek.trainer.state import optimizer_and_resume
 from spanseek.trainer.stopping import StopAfterStep
 from spanseek.trainer.summary import SUMMARY, after_loop, checkpoint_saved
@@ -184,6 +184,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     random.seed(cfg.seed)
     device = pick_device(cfg.device)
     reader_config = cfg.build()
+    check_run_kind(out, "reader")  # a phrase model's checkpoint would be resumed as a reader
     recover_checkpoint(out)
     if (point := resume_point(out)) is not None:  # a damaged checkpoint is found before the data is tokenised
         check_checkpoint(point, READER_WEIGHTS_NAME, out)

@@ -1,5 +1,6 @@
 """A training run's output directory (--out): held by one run at a time, and resumed only by a run of the same
-model settings, recipe and training examples as the one that started it.
+kind (`spanseek train phrase`, `qsft` or `reader`), model settings, recipe and training examples as the one that
+started it.
 
     spanseek train phrase --train squad-train.json.gz --out runs/phrase   (OUT/train.lock, OUT/train_config.json)
 
@@ -14,12 +15,13 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.evaluate import question_key, trained_questions
 from spanseek.core.integrity import writer_lock
 from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME
+from spanseek.core.reader import READER_CONFIG_NAME
 from spanseek.trainer.checkpoints import check_checkpoint, resume_point
 from spanseek.trainer.data import TrainWindow
 
@@ -33,6 +35,8 @@ def run_lock(out: Path, hold: bool = True) -> Iterator[None]:
     checkpoints with the first. A run that ends in an error before it wrote anything but the lock (a refused
     --backbone, say) leaves nothing it made: its lock file and the directories it made are removed; an --out that
     was there before is kept as it was."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a run directory: give a new directory (or a run's, to resume it)")
     made = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
     if not hold:
@@ -112,6 +116,39 @@ def check_resume(out: Path, config: EncoderConfig) -> None:
 
 TRAIN_CONFIG = "train_config.json"  # the settings a phrase or reader run was last started with, in its --out
 QSFT_CONFIG = "qsft_config.json"  # the same for a QSFT run
+
+RunKind = Literal["phrase", "qsft", "reader"]  # the `spanseek train` command a run directory is of
+
+
+def run_kind(out: Path) -> RunKind | None:
+    """The kind of training run ``out`` holds, from its files: a QSFT run's settings, else its checkpoint's config
+    (a reader's or a phrase model's), else the settings of a run stopped before its first checkpoint (a reader's
+    batches are ``batch_size`` windows, a phrase run's ``batch_windows``). None where it holds no run."""
+    if (out / QSFT_CONFIG).is_file():
+        return "qsft"
+    point = resume_point(out)
+    if point is not None and (point / READER_CONFIG_NAME).is_file():
+        return "reader"
+    if point is not None and (point / CONFIG_NAME).is_file():
+        return "phrase"
+    settings = _settings(out / TRAIN_CONFIG) if (out / TRAIN_CONFIG).is_file() else {}
+    return "reader" if "batch_size" in settings else "phrase" if "batch_windows" in settings else None
+
+
+def check_run_kind(out: Path, kind: RunKind) -> None:
+    """Refuse a ``kind`` run into an ``out`` that holds a run of another kind (it would resume that run's checkpoint
+    with another model, or write its files among that run's), or that is a model directory (a run's OUT/last, say:
+    the run's own checkpoints would replace it, and a run inside it with it), before the run writes anything but its
+    lock."""
+    for name in (CONFIG_NAME, READER_CONFIG_NAME):
+        if (out / name).is_file():
+            raise ValueError(f"--out {out} is a model directory ({name}), not a run directory: a run writes its model "
+                             "to OUT/last; it is left as it is: use a new --out")
+    theirs = run_kind(out)
+    if theirs is not None and theirs != kind:
+        raise ValueError(f"--out {out} holds a `spanseek train {theirs}` run, not a {kind} run; it is left as it is: "
+                         f"use a new --out for this {kind} run")
+
 
 def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...], name: str = TRAIN_CONFIG) -> None:
     """Refuse to resume the run in ``out`` with other ``recipe`` settings than it was started with (its settings

@@ -37,7 +37,7 @@ from spanseek.trainer.loop import StepSource, train_loop
 from spanseek.trainer.losses import HardNegatives
 from spanseek.trainer.mining import load_hard_negatives
 from spanseek.trainer.phrase_cache import PhraseCache, cached_hard, cached_windows, fill_cache, hard_windows
-from spanseek.trainer.rundir import TRAIN_CONFIG, check_resume, check_same_recipe, run_lock
+from spanseek.trainer.rundir import TRAIN_CONFIG, check_resume, check_run_kind, check_same_recipe, run_lock
 from spanseek.trainer.summary import check_validation_split, finish, write_holdout
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
         torch.cuda.set_device(device)
     distributed.init(cfg.dist, device.type)
     main = cfg.dist.is_main
+    check_run_kind(out, "phrase")  # another kind of run's checkpoint would be resumed with this model
 
     data = load_training(cfg.train)
     check_validation_split(cfg, data)  # before any training

@@ -345,6 +345,45 @@ def _files(out) -> dict:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
+@pytest.mark.parametrize("theirs", ["phrase", "qsft", "reader"])
+@pytest.mark.parametrize("ours", ["phrase", "qsft", "reader"])
+def test_a_run_into_the_out_of_another_kind_of_run_is_refused_naming_it(runs, train_into, tmp_path, ours, theirs):
+    """A phrase run into a reader's --out said "spanseek_config.json: No such file or directory"; a phrase or QSFT
+    run into the other's said "loaded state dict contains a parameter group that doesn't match ...", after writing
+    its settings (and QSFT its phrase cache) among the other run's files. Refused now before any work, the other run
+    left as it was; a run of the same kind resumes."""
+    out = tmp_path / theirs
+    shutil.copytree(runs / theirs, out)
+    before = _files(out)
+    if ours == theirs:
+        assert train_into(ours, out)["steps"] == 2
+        return
+    with pytest.raises(ValueError) as e:
+        train_into(ours, out)
+    assert str(e.value) == (f"--out {out} holds a `spanseek train {theirs}` run, not a {ours} run; it is left as it "
+                            f"is: use a new --out for this {ours} run")
+    assert _files(out) == before
+
+
+@pytest.mark.parametrize("ours", ["phrase", "qsft", "reader"])
+def test_an_out_that_is_a_model_directory_or_a_file_is_refused_and_left_alone(runs, train_into, tmp_path, ours):
+    """A run into a model directory (a run's OUT/last, given by mistake) trained, writing OUT/last, train.lock and
+    the rest among the model's files, where the outer run's next checkpoint would replace them all; an --out that
+    is a file said only "File exists"."""
+    for kind, name in (("phrase", "spanseek_config.json"), ("reader", "reader_config.json")):
+        model = tmp_path / kind
+        shutil.copytree(runs / kind / "last", model)
+        before = _files(model)
+        with pytest.raises(ValueError, match=rf"^--out {re.escape(str(model))} is a model directory \({name}\), "
+                                             "not a run directory: a run writes its model to OUT/last; it is left"):
+            train_into(ours, model)
+        assert _files(model) == before
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(ValueError, match=r"is a file, not a run directory: give a new directory"):
+        train_into(ours, tmp_path / "file")
+    assert (tmp_path / "file").read_text() == "mine"
+
+
 def test_a_damaged_settings_file_is_named_when_a_run_resumes(runs, tmp_path, tiny_squad, tiny_config):
     """A cut-short OUT/train_config.json said only "Unterminated string starting at: line 5 column 3 (char 99)"."""
     out = tmp_path / "phrase"
