@@ -243,12 +243,17 @@ def write_model_copy(model_dir: Path, out: Path, config) -> None:
 
 def write_copy(src: Path, out: Path, weights: str, save_config) -> None:
     """``src``'s weights file ``weights`` (copied byte for byte; with ``TRAINED_QUESTIONS`` if it has one) and the
-    config ``save_config(dir)`` writes, to ``out``, atomically."""
+    config ``save_config(dir)`` writes, to ``out``, atomically: a copy that is stopped (Ctrl-C) or fails leaves
+    ``out`` as it was and no half-written OUT.tmp beside it."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    shutil.copy2(src / weights, tmp / weights)
-    if (src / TRAINED_QUESTIONS).is_file():
-        shutil.copy2(src / TRAINED_QUESTIONS, tmp / TRAINED_QUESTIONS)
-    save_config(tmp)
+    try:
+        tmp.mkdir(parents=True)
+        shutil.copy2(src / weights, tmp / weights)
+        if (src / TRAINED_QUESTIONS).is_file():
+            shutil.copy2(src / TRAINED_QUESTIONS, tmp / TRAINED_QUESTIONS)
+        save_config(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     replace_dir(tmp, out)

@@ -201,3 +201,22 @@ def test_a_reader_out_that_would_lose_data_is_refused_before_reading(tiny_reader
                 reader=str(tiny_reader), train="unused", out=str(out)))
     with pytest.raises(ValueError, match="--articles-offset"):
         length_bias.ReaderLengthBiasConfig(reader="r", train="t", out="o", articles_offset=7)
+
+
+def test_a_copy_stopped_while_it_is_written_leaves_the_out_as_it_was_and_no_partial_copy(tiny_model_dir, tmp_path):
+    """Ctrl-C while `train length-bias` wrote its copy left OUT.tmp, half-written, beside OUT."""
+    from spanseek.core.model import WEIGHTS_NAME
+    from spanseek.trainer.length_bias import write_copy
+
+    out = tmp_path / "biased"
+    out.mkdir()
+    (out / "spanseek_config.json").write_text("the copy written before")
+
+    def stopped(directory):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_copy(tiny_model_dir, out, WEIGHTS_NAME, stopped)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["biased"]
+    assert [p.name for p in out.iterdir()] == ["spanseek_config.json"]
+    assert (out / "spanseek_config.json").read_text() == "the copy written before"
