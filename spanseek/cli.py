@@ -16,6 +16,7 @@ import difflib
 import importlib
 import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -143,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         prog = args.prog
         return _run(args)
     except KeyboardInterrupt as e:
+        if argv is None:  # the process's own command line: a second Ctrl-C while Python exits (libraries' finalisers)
+            with contextlib.suppress(ValueError):  # would end it with a traceback and status -2 (not the main thread)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
         close_progress_bars()
         # what libraries log as Python exits would follow the one line: torch, interrupted while it was being imported
         # (before it set up its own loggers), reports its caches at INFO

@@ -397,3 +397,25 @@ def test_ctrl_c_is_the_last_line_though_a_library_logs_as_python_exits(tmp_path)
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (130, "spanseek corpus from-squad: interrupted\n")
+
+
+def test_a_second_ctrl_c_as_python_exits_leaves_the_one_line_and_status_130(tmp_path):
+    """A second Ctrl-C after "interrupted", while Python exits (a library's finaliser running), ended the command with
+    a KeyboardInterrupt traceback and status -2. The process's own command ignores Ctrl-C once it said it stopped."""
+    script = (
+        "import atexit, os, signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)\n"
+        "from spanseek import cli\n"
+        "from spanseek.indexer import cli as indexer_cli\n"
+        "def finaliser():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.2)\n"
+        "def converting(args):\n"
+        "    atexit.register(finaliser)\n"
+        "    raise KeyboardInterrupt\n"
+        "indexer_cli._from_squad = converting\n"
+        f"sys.argv = ['spanseek', 'corpus', 'from-squad', 'in.json', '--out', {str(tmp_path / 'out.jsonl')!r}]\n"
+        "sys.exit(cli.main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "spanseek corpus from-squad: interrupted\n")
