@@ -33,13 +33,13 @@ from spanseek.core.encoding import QuestionCache
 from spanseek.core.lexical import missing_message
 from spanseek.core.model import model_name
 from spanseek.core.search import Searcher
-from spanseek.indexer.live import base_dir
+from spanseek.indexer.live import LiveStoreError, base_dir
 from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.cost import CostModel
 from spanseek.service.errors import ServiceError, install_error_handlers
 from spanseek.service.files import router as files_router
 from spanseek.service.heap import settle
-from spanseek.service.live import LiveWrites, live_dir_of, writes_not_served
+from spanseek.service.live import LiveWrites, live_dir_of, stand_by, writer_elsewhere, writes_not_served
 from spanseek.service.metrics import ServiceMetrics
 from spanseek.service.middleware import EarlyShedMiddleware, RequestContextMiddleware, SlowRefusalMiddleware
 from spanseek.service.reload import (
@@ -119,7 +119,10 @@ class ServiceState:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         self.factory, self.status = factory, "loading"
+        standby = self.settings.writes and self.settings.writes_standby
         try:
+            if standby:  # another server writes there: wait for it to stop, before loading anything
+                await stand_by(self.settings, self.executor, lambda holder: setattr(self, "detail", holder))
             if self.settings.torch_threads is not None:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
             self.reloader.signature = await loop.run_in_executor(self.executor, signature_of, self.reloader.path)
@@ -149,6 +152,10 @@ class ServiceState:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bad index or model: stay up, say why on /ready and /health, log it
+            if (standby and isinstance(e, LiveStoreError)  # two started at once: the other took the lock first
+                    and await loop.run_in_executor(self.executor, writer_elsewhere, live_dir_of(self.settings))):
+                log.warning("another server took the writer lock first; standing by again")
+                return await self.load(factory)
             self.status, self.detail = "failed", f"{type(e).__name__}: {e}"
             log.error("loading failed: %s", self.detail)
             return

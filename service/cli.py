@@ -67,9 +67,9 @@ def check_servable(settings: Settings) -> Path:
     """Fail fast (before starting uvicorn) when the index or model cannot be found, a file of the index is damaged
     (its checksum differs from the manifest's record), the model did not build the index, the reader has no fitted
     reading, the device or runtime cannot be used here, or writes are on and the live directory cannot be written or
-    another server writes to it; from the manifest and the models' configs and fingerprints, loading no weights. An
-    alias is checked through to its target. Returns the model directory that will serve (an earlier bundled default
-    for an index it built)."""
+    another server writes to it (but for a standby, ``writes_standby``, which waits for it); from the manifest and
+    the models' configs and fingerprints, loading no weights. An alias is checked through to its target. Returns the
+    model directory that will serve (an earlier bundled default for an index it built)."""
     from spanseek.core.alias import AliasError, resolve_alias
     from spanseek.core.config import EncoderConfig
     from spanseek.core.encoding import pick_device
@@ -110,8 +110,8 @@ def check_servable(settings: Settings) -> Path:
         if problem is not None:
             default = "" if settings.live_dir else " (the default: the index path + '.live')"
             raise ValueError(f"{setting_names('live_dir')}: the live directory of --writes{default}: {problem}")
-        if live_dir.is_dir():  # another server writes there (LiveStoreError naming it); the store takes it to load
-            hold_live_dir(live_dir).close()
+        if live_dir.is_dir() and not settings.writes_standby:  # another server writes there (LiveStoreError naming
+            hold_live_dir(live_dir).close()  # it); the store takes it to load, a standby once that server stops
         read_state(live_dir, target)  # its writes were made over this index (LiveStoreError)
     try:
         device = pick_device(settings.device)  # a device this machine lacks

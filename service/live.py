@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from spanseek.core.alias import AliasError, resolve_alias
 from spanseek.core.encoding import advance
+from spanseek.core.integrity import LockUnsupported
 from spanseek.core.io import NO_SPACE, Document
 from spanseek.core.lexical import ANALYZER
 from spanseek.core.params import SearchFilter
@@ -43,10 +44,12 @@ from spanseek.indexer.live import (
     FOLLOW,
     STATE,
     WAL_DIR,
+    WRITER_LOCK,
     DocumentEncoder,
     HeldDocuments,
     LiveStore,
     LiveStoreError,
+    hold_live_dir,
     log_bytes,
     read_state,
 )
@@ -62,6 +65,7 @@ T = TypeVar("T")
 # max_batch_tokens, a chunk of a store: about a second on 2 cores). Past it the service stops anyway, and what the
 # merge wrote is removed at the next start; a longer wait would hold up a restart that a supervisor then kills.
 MERGE_STOP_S = 10.0
+STANDBY_POLL_S = 2.0  # how often a standby writer (writes_standby) tries the live directory's writer lock
 
 
 def lower_thread_priority(increment: int, what: str = "merge") -> None:
@@ -102,6 +106,39 @@ def live_dir_problem(live_dir: Path) -> str | None:
         if not os.access(path, os.W_OK | os.X_OK):
             return f"{path} is not writable"
     return None
+
+
+def writer_elsewhere(live_dir: Path) -> str | None:
+    """Who else writes to ``live_dir``: the refusal naming the server that holds its writer lock, or None when the
+    lock is free, or cannot be taken for another reason (not made yet, a read-only volume, a file system without
+    locks), which the store itself reports as it loads."""
+    lock = live_dir / WRITER_LOCK
+    if live_dir_problem(live_dir) is not None or not live_dir.is_dir():
+        return None
+    if lock.exists() and not os.access(lock, os.W_OK):
+        return None
+    try:
+        hold_live_dir(live_dir).close()
+    except (LiveStoreError, LockUnsupported) as e:
+        return str(e) if isinstance(e, LiveStoreError) else None
+    return None
+
+
+async def stand_by(settings: Settings, executor: ThreadPoolExecutor, say: Callable[[str], None]) -> None:
+    """With ``writes_standby``: return once no other server holds the live directory's writer lock (at once when
+    none does), meanwhile ``say``ing who does (what /ready answers) and logging it once."""
+    live_dir = live_dir_of(settings)
+    loop = asyncio.get_running_loop()
+    waited = False
+    while (holder := await loop.run_in_executor(executor, writer_elsewhere, live_dir)) is not None:
+        if not waited:
+            log.warning("standing by: %s; this server takes the writes over once that one stops (writes_standby)",
+                        holder.split("; one server writes")[0])
+            waited = True
+        say(f"standing by: {holder.split('; one server writes')[0]}; writes are taken over once it stops")
+        await asyncio.sleep(STANDBY_POLL_S)
+    if waited:
+        log.info("%s is free: this server takes the writes over", live_dir / WRITER_LOCK)
 
 
 def follow_pointer_problem(index: Path) -> str | None:

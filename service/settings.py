@@ -261,6 +261,12 @@ class Settings(BaseSettings):
     # memory (its token vectors, 768 B a token at d 384); each write rebuilds the searched snapshot's maps (O(base
     # passages + tokens), milliseconds for the demo index). Off, the index is read-only as before.
     writes: bool = Field(False, description="accept document writes over HTTP (needs an API key)")
+    # One server writes to a live directory (its writer lock). On, a second one started over it waits, not ready, and
+    # takes over the writes once the first stops (a standby, or a container scaled by mistake that does not exit and
+    # get restarted over and over); off, it is refused at start (status 2). The standby holds no memory meanwhile:
+    # it loads the model and the index once it has the lock.
+    writes_standby: bool = Field(False, description="with writes, when another server writes to the live directory: "
+                                                    "wait for it to stop and take over, instead of exiting")
     # The live directory holds the log, the merged bases and state.json; it must be on a writable volume.
     live_dir: Path | None = Field(None, description="directory of the write-ahead log and merged bases (default: "
                                                     "the index path + '.live')")

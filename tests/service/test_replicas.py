@@ -20,7 +20,7 @@ from spanseek.indexer.live import WRITER_LOCK, LiveStoreError
 from spanseek.service import server
 from spanseek.service.app import create_app
 from spanseek.service.cli import check_servable
-from tests.service.conftest import serving
+from tests.service.conftest import serving, wait_ready_sync
 
 KEY = {"X-API-Key": "key"}
 DOC = {"id": "new-1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the harbour bridge of the island."]}
@@ -80,6 +80,67 @@ def test_a_second_server_with_writes_is_refused_naming_the_first_and_the_first_k
     with serving(create_app(write_settings())) as again:  # the lock went with the first: every write is back
         assert [again.get(f"/documents/{i}", headers=KEY).status_code for i in ("new-1", "new-2")] == [200, 200]
     check_servable(write_settings())
+
+
+def standing_by(client: TestClient, seconds: float) -> str:
+    """/ready's message once it says standing by (within 30 s), which it must go on saying (never ready, never
+    failed) for ``seconds``."""
+
+    def message() -> str:
+        r = client.get("/ready", headers=KEY)
+        assert r.status_code == 503 and "failed" not in r.json()["message"], r.json()
+        return r.json()["message"]
+
+    deadline = time.monotonic() + 30
+    while "standing by" not in message():
+        assert time.monotonic() < deadline, "never stood by"
+        time.sleep(0.05)
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        assert "standing by" in (said := message()), said
+        time.sleep(0.05)
+    return said
+
+
+@pytest.mark.parametrize("both_at_once", [False, True])
+def test_a_standby_writer_waits_not_ready_and_takes_the_writes_over_once_the_writer_stops(
+        write_settings, tmp_path, monkeypatch, both_at_once):
+    """A second server with writes was refused at start (status 2), which in compose, `--scale` of the writer, the
+    restart policy answered by starting it again, forever; two started at once both passed the start's check and the
+    later one failed for good. With writes_standby it starts, stays unready saying which server writes there, and
+    takes the writes over (the first's acknowledged ones included) once that one stops. ``both_at_once``: the lock
+    looked free to it, and was taken by the first before its store opened."""
+    from spanseek.service import live as live_module
+
+    monkeypatch.setattr(live_module, "STANDBY_POLL_S", 0.05, raising=False)
+    if both_at_once:
+        real, calls = live_module.writer_elsewhere, []
+
+        def free_at_first(live_dir):
+            calls.append(live_dir)
+            return None if len(calls) == 1 else real(live_dir)
+
+        monkeypatch.setattr(live_module, "writer_elsewhere", free_at_first)
+    standby = write_settings(writes_standby=True)
+    first_running = serving(create_app(write_settings()))
+    first = first_running.__enter__()
+    try:
+        assert first.put("/documents", headers=KEY, json=DOC).status_code == 200
+        check_servable(standby)  # not refused: it waits
+        with TestClient(create_app(standby)) as second:
+            message = standing_by(second, 1.0)
+            assert (f"standing by: {tmp_path / 'live'}: another server with writes (process {os.getpid()}) writes to "
+                    "this live directory") in message, message
+            assert second.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}).status_code == 503
+            first_running.__exit__(None, None, None)
+            first_running = None
+            wait_ready_sync(second)
+            assert second.get("/documents/new-1", headers=KEY).status_code == 200
+            assert second.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}).status_code == 200
+        assert not both_at_once or len(calls) >= 2
+    finally:
+        if first_running is not None:
+            first_running.__exit__(None, None, None)
 
 
 def test_a_server_without_writes_serves_the_index_as_it_is_and_says_so(write_settings, settings_for, tmp_path,
