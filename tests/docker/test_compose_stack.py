@@ -74,21 +74,23 @@ def compose_env(index: Path, service_port: int, prometheus_port: int) -> dict[st
     return env
 
 
-def wait_healthy(stack: Stack, timeout: float = 600) -> None:
-    """Until the service container's health check passes (model and index loaded, warm-up done)."""
+def wait_healthy(stack: Stack, timeout: float = 600, container: str | None = None) -> None:
+    """Until the service container's (or ``container``'s) health check passes (model and index loaded, warm-up
+    done)."""
+    container = container or stack.container
     deadline = time.monotonic() + timeout
-    while (status := stack.inspect("{{.State.Health.Status}}")) != "healthy":
+    while (status := docker("inspect", "-f", "{{.State.Health.Status}}", container).stdout.strip()) != "healthy":
         if time.monotonic() > deadline:
-            logs = docker("logs", "--tail", "40", stack.container, check=False)
+            logs = docker("logs", "--tail", "40", container, check=False)
             pytest.fail(f"service not healthy after {timeout:.0f} s (status {status}):\n{logs.stdout}{logs.stderr}",
                         pytrace=False)
         time.sleep(2)
 
 
-def project_objects(kind: str) -> list[str]:
-    """Containers, networks or volumes that compose labelled as this test's project."""
+def project_objects(kind: str, project: str = PROJECT) -> list[str]:
+    """Containers, networks or volumes that compose labelled as ``project``'s."""
     out = docker(kind, "ls", "-q", *(["-a"] if kind == "container" else []),
-                 "--filter", f"label=com.docker.compose.project={PROJECT}")
+                 "--filter", f"label=com.docker.compose.project={project}")
     return out.stdout.split()
 
 

@@ -43,7 +43,7 @@ def test_compose_file_validates_with_safe_defaults():
     out = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="s3cret")
     assert out.returncode == 0, out.stderr
     services = yaml.safe_load(out.stdout)["services"]
-    assert set(services) == {"spanseek", "prometheus", "grafana"}
+    assert set(services) == {"spanseek", "spanseek-replica", "prometheus", "grafana"}
     # every port on loopback unless told otherwise; the CPU image and no GPU reservation by default
     for name, service in services.items():
         assert all(p.startswith("127.0.0.1:") for p in service["ports"]), name  # host_ip:published:target/tcp
@@ -56,6 +56,51 @@ def test_compose_file_validates_with_safe_defaults():
     assert float(str(spanseek["stop_grace_period"]).rstrip("s")) > 10
     assert spanseek["environment"]["SPANSEEK_WRITES"] == "false" and spanseek["environment"]["SPANSEEK_LIVE_DIR"] == "/data/live"
     assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "s3cret"
+
+
+def test_compose_runs_one_writer_and_read_replicas_following_its_merges():
+    """`--scale spanseek=N` with writes on was the only way to more replicas: the fixed host port clashed, and a
+    container refused the writer lock exited 2 and was restarted over and over. Now replicas are a service of their
+    own: no writes, the writer's pointer polled, the live volume read-only, a loopback port range, started after the
+    writer is healthy, scraped by Prometheus with the writer; the writer stands by instead of exiting."""
+    out = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="x", SPANSEEK_WRITES="true",
+                         SPANSEEK_ADMIN_API_KEY="k", SPANSEEK_MAX_BATCH_SIZE="32")
+    assert out.returncode == 0, out.stderr
+    services = yaml.safe_load(out.stdout)["services"]
+    writer, replica = services["spanseek"], services["spanseek-replica"]
+    assert replica["profiles"] == ["replicas"] and "profiles" not in writer
+    env = replica["environment"]
+    assert (env["SPANSEEK_WRITES"], env["SPANSEEK_INDEX"], float(env["SPANSEEK_INDEX_POLL_S"])) == (
+        "false", "/data/live/merged", 5.0)
+    assert [writer["environment"][f"SPANSEEK_{v}"] for v in ("WRITES", "WRITES_STANDBY")] == ["true", "true"]
+    # the replicas get every other setting the writer gets, as given
+    same = set(writer["environment"]) - {"SPANSEEK_INDEX", "SPANSEEK_INDEX_POLL_S", "SPANSEEK_WRITES",
+                                         "SPANSEEK_WRITES_STANDBY"}
+    assert {k: env[k] for k in same} == {k: writer["environment"][k] for k in same}
+    assert env["SPANSEEK_MAX_BATCH_SIZE"] == "32" and env["SPANSEEK_ADMIN_API_KEY"] == "k"
+    mounts = {v.split(":")[1]: v.split(":")[2] for v in replica["volumes"]}
+    assert mounts == {"/data/index": "ro", "/models/custom": "ro", "/data/live": "ro", "/data/onnx": "rw"}
+    (port,) = replica["ports"]
+    host_ip, published, _ = port.split(":")
+    first, last = map(int, published.split("-"))
+    assert host_ip == "127.0.0.1" and last - first >= 8 and not first <= 8000 <= last, port
+    assert replica["depends_on"] == {"spanseek": {"condition": "service_healthy"}}
+    assert replica["restart"] == writer["restart"] and replica["image"] == writer["image"]
+    # Prometheus discovers every container of both by their shared network alias, in the job the alerts expect
+    alias = {tuple(s["networks"]["default"]["aliases"]) for s in (writer, replica)}
+    assert alias == {("spanseek-servers",)}
+    (job,) = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
+    assert job["job_name"] == "spanseek"
+    assert job["dns_sd_configs"] == [{"names": ["spanseek-servers"], "type": "A", "port": 8000,
+                                      "refresh_interval": "15s"}]
+    ranged = compose_config("docker-compose.yml", GRAFANA_ADMIN_PASSWORD="x",
+                            SPANSEEK_REPLICA_PUBLISH="0.0.0.0:9001-9004", SPANSEEK_REPLICA_POLL_S="2")
+    replica = yaml.safe_load(ranged.stdout)["services"]["spanseek-replica"]
+    assert replica["ports"] == ["0.0.0.0:9001-9004:8000/tcp"] and replica["environment"]["SPANSEEK_INDEX_POLL_S"] == "2"
+    gpu = compose_config("docker-compose.yml", "docker-compose.gpu.yml", GRAFANA_ADMIN_PASSWORD="x")
+    replica = yaml.safe_load(gpu.stdout)["services"]["spanseek-replica"]
+    assert replica["image"] == "spanseek:cuda" and replica["environment"]["SPANSEEK_DEVICE"] == "cuda"
+    assert replica["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
 
 
 def test_compose_refuses_without_a_grafana_password():
