@@ -143,7 +143,8 @@ def open_searcher(index_dir: str | Path, model: str | Path | None, device: str =
 
 
 def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionEncoder,
-                    search_device: str = "auto", current: Searcher | None = None) -> Searcher:
+                    search_device: str = "auto", current: Searcher | None = None,
+                    verify_checksums: bool = True) -> Searcher:
     """A searcher over another index for an already loaded question encoder of ``model`` (the service's hot
     reload): the index is loaded and checked (checksums, and that the encoder's model built it: the directory its
     weights were loaded from, which for ``model`` ``default`` may be an earlier version that built the served
@@ -151,8 +152,9 @@ def reopen_searcher(index_dir: str | Path, model: str | Path, encoder: QuestionE
 
     The ``current`` searcher's GPU parts are released once the new index has passed its checks, so the new one can
     take the GPU memory (the current one answers from the CPU until it is swapped out). The current searcher's
-    selection cache budget and unanswerable prior carry over."""
-    index = PhraseIndex(index_dir)
+    selection cache budget and unanswerable prior carry over. ``verify_checksums`` False: sizes only, for a caller
+    that has checked the contents itself."""
+    index = PhraseIndex(index_dir, verify_checksums=verify_checksums)
     model_dir = getattr(encoder.model, "source", None) or resolve_model(model)
     check_index_model(index, model_dir, encoder.model.config)
     if current is not None and current.on_device is not None:

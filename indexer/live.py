@@ -18,11 +18,12 @@ log files to replay over it, in order; replaced atomically), ``wal/`` and ``base
 ``writer.lock``: one store writes to a live directory, holding that lock for its life (a second is refused, naming the
 first; two would write one log, and the first's merge would delete the second's acknowledged writes), and ``merged``,
 a pointer file (``core.alias``) naming the base served, switched after each merge: servers without writes serve it to
-follow the merges (not the writes since the last one, which only the writer serves). The index the
-service was started with is never changed; ``state.json`` records the digest of its ``manifest.json``, and a start over
-another index (rebuilt, replaced, or changed offline at the same path) is refused rather than serving writes, or a
-merged base, made over the first. Paths in it are relative to the live directory (the index given: none), so the
-index and its live directory can move together.
+follow the merges (not the writes since the last one, which only the writer serves), and ``verified.json``, each file
+of the last merged base as the writer verified it (``record_verified``), which spares them checksumming it again. The
+index the service was started with is never changed; ``state.json`` records the digest of its ``manifest.json``, and
+a start over another index (rebuilt, replaced, or changed offline at the same path) is refused rather than serving
+writes, or a merged base, made over the first. Paths in it are relative to the live directory (the index given:
+none), so the index and its live directory can move together.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ WAL_DIR = "wal"
 BASES = "bases"
 WRITER_LOCK = "writer.lock"  # held by the one store that writes to the live directory; says who holds it
 FOLLOW = "merged"  # a pointer file naming the base served: what servers without writes serve to follow the merges
+# What the writer checksummed of the last merged base: each file's identity (inode, size, modification and change
+# times) once it had verified them, so that a follower loading that base re-reads only the files changed since
+VERIFIED = "verified.json"
 # A merge encodes in forward passes of this many tokens (a build's default is 8192): about as fast on a CPU, and a
 # merge asked to stop (the service stops) ends between two of them, so a pass bounds how long stopping takes.
 MERGE_BATCH_TOKENS = 2048
@@ -270,6 +274,51 @@ def live_dir_holder(live_dir: Path) -> str:
     if host == socket.gethostname():
         return f"process {seen or pid}"
     return f"process {pid} on host {host}"
+
+
+def file_identity(path: Path) -> list[int]:
+    """What changes when anything writes to, replaces or renames over the file at ``path``: its inode, size, and
+    modification and change times (the change time cannot be set back)."""
+    st = path.stat()
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def record_verified(live_dir: Path, base: PhraseIndex) -> None:
+    """After ``base`` was opened with its checksums verified: write ``LIVE_DIR/verified.json``, naming it and each of
+    its files' identity (``file_identity``) as they were verified. Best effort: without it followers verify every
+    file."""
+    files = [MANIFEST, *(base.manifest.files or {})]
+    try:
+        write_json_atomic(live_dir / VERIFIED, {"base": base.dir.name, "files": {
+            rel: file_identity(base.dir / rel) for rel in files}})
+    except OSError as e:
+        log.warning("%s could not be written (%s): servers following the merges verify every file", live_dir / VERIFIED,
+                    e)
+
+
+def unverified_files(index_dir: Path) -> list[str] | None:
+    """For a base merged in a live directory: the files of its manifest that changed since the writer verified them
+    (``record_verified``: missing there, or another identity now); None when every file is to be verified: the
+    writer recorded none for it (not a merged base, another base, an unreadable record), or its manifest changed."""
+    index_dir = Path(index_dir).resolve()
+    if index_dir.parent.name != BASES:
+        return None
+    try:
+        record = json.loads((index_dir.parent.parent / VERIFIED).read_text(encoding="utf-8"))
+        if record["base"] != index_dir.name or not isinstance(record["files"], dict):
+            return None
+        files = [MANIFEST, *json.loads((index_dir / MANIFEST).read_text(encoding="utf-8")).get("files", {})]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    changed = []
+    for rel in files:
+        try:
+            same = record["files"].get(rel) == file_identity(index_dir / rel)
+        except OSError:
+            same = False
+        if not same:
+            changed.append(rel)
+    return None if MANIFEST in changed else changed  # another manifest: other checksums, all to compare
 
 
 def hold_live_dir(live_dir: Path) -> contextlib.ExitStack:
@@ -649,7 +698,8 @@ class LiveStore:
             dest = self.dir / BASES / f"base-{n:06d}"
             with stop_when(self._stop):  # the build only: once it is complete, the swap (under a second) finishes
                 build_merged(old_base.dir, dest, dead_ids, docs, self.model, opts)
-            new_base = PhraseIndex(dest)
+            new_base = PhraseIndex(dest)  # its checksums verified: followers need not read it all again
+            record_verified(self.dir, new_base)
             with self._lock:
                 self._set_base(new_base)
                 self.segment = Segment.over(new_base)

@@ -10,7 +10,8 @@ anything fails before the swap, the old index keeps serving and the caller gets 
 With ``index_poll_s`` set, a watcher notices when the alias points elsewhere or the index's manifest is rewritten
 (``spanseek index switch``, ``ln -sfn``, ``index add``) and reloads by itself; SIGHUP reloads the served path.
 
-A reload reads and checksums the whole index and holds two copies in memory until the swap, so reloads on request
+A reload reads and checksums the whole index (of a base a writer merged and verified, only the files changed
+since: ``verify_changed``) and holds two copies in memory until the swap, so reloads on request
 (``on_request``: the route and SIGHUP) share one: a request that comes while a reload of the same path runs waits
 for that one, and one that comes less than ``reload_min_interval_s`` after the last successful one ended gets 429
 with Retry-After (after a failed one: less than that failure took, so a mistyped path costs no wait and a slow
@@ -91,10 +92,34 @@ RELEASE_WAIT_S = 120.0  # longest a reload waits for the old index's last batch 
 
 
 def default_reopener(settings: Settings, index_dir: Path, current: Searcher) -> Searcher:
-    """Open ``index_dir`` for the served model, sharing the served searcher's question encoder."""
+    """Open ``index_dir`` for the served model, sharing the served searcher's question encoder. A base the writer
+    merged and verified (a follower of ``LIVE_DIR/merged``) has only its files changed since checksummed again
+    (``verify_changed``); any other index all of them."""
     from spanseek.core.loading import reopen_searcher
 
-    return reopen_searcher(index_dir, settings.model, current.encoder, settings.search_device, current)
+    verified = verify_changed(index_dir)
+    return reopen_searcher(index_dir, settings.model, current.encoder, settings.search_device, current,
+                           verify_checksums=not verified)
+
+
+def verify_changed(index_dir: Path) -> bool:
+    """Checksum the files of ``index_dir`` that changed since the writer that merged it verified them
+    (``indexer.live.unverified_files``); True when that covered them all, False when the writer recorded nothing for
+    it (the caller verifies every file). IndexFormatError naming a damaged one."""
+    from spanseek.core import integrity
+    from spanseek.core.phrase_index import IndexFormatError, Manifest
+    from spanseek.indexer.live import unverified_files
+
+    changed = unverified_files(index_dir)
+    if changed is None:
+        return False
+    files = Manifest.load(index_dir).files or {}
+    problems = integrity.check_files(index_dir, {rel: files[rel] for rel in changed if rel in files})
+    if problems:
+        raise IndexFormatError(f"damaged index: {problems[0]}; rebuild or restore the index")
+    if changed:
+        log.info("%s: checksummed %d files changed since the writer verified them", index_dir, len(changed))
+    return True
 
 
 def signature_of(path: Path) -> Signature:
