@@ -18,7 +18,9 @@ end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-
 ligatures are spelled out ("ﬁ" reads "fi"; a glyph the font's Unicode map leaves out, often a ligature, is read
 as its character where the font numbers its glyphs by code point: ``self_coded``), and lines in a right-to-left script are put in reading order. A paragraph
 is continued on the next page (or at the top of the next column) when its page's (column's) last box does not end a
-sentence or the next page's (column's) first box starts in lower case (unless either is a table's row or a heading: ``pdf_layout.heading``, or the next opens a list's item:
+sentence, the next page's (column's) first box starts in lower case, or the text wrapped there on a page filled to
+its foot (``pdf_layout.flows``: a full last line, on a justified page one that reaches the edge, and the next page's
+first word, flush left, would not have fit on it) (unless either is a table's row or a heading: ``pdf_layout.heading``, or the next opens a list's item:
 ``pdf_layout.split_items``; a heading set right above its
 paragraph, in one text box with it, is cut from it first: ``pdf_layout.split_headings``; a heading at a page's foot goes
 with the next page's first paragraph, ``PARAGRAPH_BREAK`` apart), past the footnotes at the foot of the page or column
@@ -146,8 +148,11 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
             runs = pdf_layout.paragraphs(boxes)
             images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)
             opening = {id(pdf_layout.lines(box)[0]) for box in tops}  # (a box cut in parts: its first part's line)
-            blocks, header = _named_rows([Block.of(run, id(pdf_layout.lines(run[0])[0]) in opening) for run in runs],
-                                         header, layout.y0, layout.y1)
+            every = [line for box in boxes for line in pdf_layout.lines(box)]
+            justified = pdf_layout.justified(runs, every)
+            flows = [pdf_layout.flow_ends(run, every, layout.y0, layout.y1, justified) for run in runs]
+            blocks, header = _named_rows([Block.of(run, id(pdf_layout.lines(run[0])[0]) in opening, flow)
+                                          for run, flow in zip(runs, flows, strict=True)], header, layout.y0, layout.y1)
             pages.append(_Page(blocks, layout.y0, layout.y1, images))
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
@@ -328,12 +333,14 @@ def _info_text(value: Any) -> str | None:
     return " ".join(value.split()) or None
 
 
-def _continues(before: str, after: str, same_page: bool) -> bool:
+def _continues(before: str, after: str, same_page: bool, wrapped: bool = False) -> bool:
     """Whether text box ``after`` goes on with the paragraph ``before``: on the next page or at the top of the next
-    column, when ``before`` does not end a sentence or ``after`` starts in lower case; elsewhere on the same page
-    (where layout analysis sometimes splits a paragraph), only when both hold."""
+    column, when ``before`` does not end a sentence, ``after`` starts in lower case, or the text ``wrapped`` there
+    (``pdf_layout.flows``: a sentence ended on a full line, and the next line, flush left, starts with a word that
+    would not have fit on it); elsewhere on the same page (where layout analysis sometimes splits a paragraph), only
+    when both of the first two hold."""
     open_end, lower_start = not pdf_layout.SENTENCE_END.search(before), after[:1].islower()
-    return open_end and lower_start if same_page else open_end or lower_start
+    return open_end and lower_start if same_page else open_end or lower_start or wrapped
 
 
 def _pdf_problem(e: Exception) -> str:
@@ -428,6 +435,8 @@ def extract_pdf(path: Path) -> Extracted:
     laid_out = [(p.blocks, p.bottom, p.top) for p in pages]
     body, bold_text = pdf_layout.body_size(laid_out), pdf_layout.bold_body(laid_out)
 
+    ends: Block | None = None  # the last block of the paragraph before
+
     def read_notes() -> None:  # the footnotes set aside, after the paragraph that ran past them
         paragraphs.extend(note for note, _ in notes)
         metas.extend({"page": on} for _, on in notes)
@@ -448,14 +457,15 @@ def extract_pdf(path: Path) -> Extracted:
             text = not block.cells and not heading
             # a heading at the foot of a page goes with the text that opens the next page, a paragraph break apart
             under = text and after_heading and i == 0 and ends_on == number - 1
+            wrapped = ends is not None and pdf_layout.flows(paragraphs[-1], ends.room, block.opening)
             if under or (text and not apart and not block.item and ends_on in (number - 1, number)
-                         and _continues(paragraphs[-1], box, same_page=i > 0 and not block.column)):
+                         and _continues(paragraphs[-1], box, i > 0 and not block.column, wrapped)):
                 paragraphs[-1] = f"{paragraphs[-1]}{PARAGRAPH_BREAK if under else ' '}{box}"
                 metas[-1] = last if last["page"] == number else {"page": last["page"], "page_end": number}
             else:
                 read_notes()
                 paragraphs.append(box)
                 metas.append({"page": number})
-            apart, after_heading = bool(block.cells) or heading, heading
+            apart, after_heading, ends = bool(block.cells) or heading, heading, block
     read_notes()
     return Extracted(_pdf_title(info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)

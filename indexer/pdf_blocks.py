@@ -124,11 +124,16 @@ class Block:
     bold: bool = False  # every glyph of it is in a bold font
     item: bool = False  # it opens a list's item (``pdf_paragraphs.split_items``)
     column: bool = False  # it is read right after the foot of the column before it (``pdf_layout.reading_order``)
+    # the room at the end of its last line where that is full, and the width of its first line's first word where
+    # that starts flush left (``pdf_paragraphs.flow_ends``): whether it runs on over a page's or column's foot
+    room: float | None = None
+    opening: float | None = None
 
     @classmethod
-    def of(cls, run: Sequence[Any], column: bool = False) -> Block:
+    def of(cls, run: Sequence[Any], column: bool = False,
+           flow: tuple[float | None, float | None] = (None, None)) -> Block:
         """The block of a run of boxes (``pdf_paragraphs.paragraphs``): a row's cells one space apart, a box's lines
-        one line; ``column``: it opens a column after the first."""
+        one line; ``column``: it opens a column after the first; ``flow``: its ``room`` and ``opening``."""
         joined = text(run[0])
         for a, b in itertools.pairwise(run):
             joined = f"{joined.rstrip()} {text(b)}" if same_row(a, b) else joined + text(b)
@@ -140,7 +145,7 @@ class Block:
         return cls(joined, min(b.x0 for b in run), min(b.y0 for b in run), max(b.x1 for b in run),
                    max(b.y1 for b in run), size, "".join(line_text(line) for line in large),
                    tuple((" ".join(text(b).split()), b.x0, b.x1) for b in run) if row else (),
-                   all_bold(every), getattr(run[0], "item", False), column)
+                   all_bold(every), getattr(run[0], "item", False), column, *flow)
 
 
 def all_bold(lines_: Iterable[Any]) -> bool:

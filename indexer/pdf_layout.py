@@ -58,6 +58,9 @@ from spanseek.indexer.pdf_paragraphs import (
     WRAPPED_INDENT,
     WRAPPED_WIDTH,
     Part,
+    flow_ends,
+    flows,
+    justified,
     paragraphs,
     split_headings,
     split_items,
@@ -68,8 +71,9 @@ __all__ = ["COLUMN_LINE_CHARS", "CROSSING_LINES", "FOOTNOTE_SIZE", "FULL_LINE_SL
            "HEADING_SIZE", "HEADING_WORDS", "HYPHENATED_SHARE", "LIGATURES", "LINE_GAP_HEIGHTS", "LINE_PITCH_SLACK",
            "LIST_ITEMS", "MARGIN_BAND", "PAGE_NUMBER_DIGITS", "ROMAN", "RUNNING_DRIFT", "RUNNING_PAGES",
            "SENTENCE_END", "SPACE_HEIGHTS", "WRAPPED_INDENT", "WRAPPED_WIDTH", "Block", "Part", "bold_body",
-           "body_size", "dehyphenate", "footnotes", "heading", "lines", "logical", "margin_edge", "paragraphs",
-           "reading_order", "running", "same_row", "split_headings", "split_items", "tables", "text", "title_block"]
+           "body_size", "dehyphenate", "flow_ends", "flows", "footnotes", "heading", "justified", "lines", "logical",
+           "margin_edge", "paragraphs", "reading_order", "running", "same_row", "split_headings", "split_items",
+           "tables", "text", "title_block"]
 
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
 # cells have fewer, and are read row by row instead)

@@ -60,6 +60,14 @@ _ITEM = re.compile(rf"\s*(?:(?P<glyph>{_BULLET})|(?P<mark>[-\u2013\u2014*]|\(?\d
                    r"\(?[a-z]\)|\([ivx]{1,4}\)|\[\d{1,3}\])\s+)\S")
 LIST_ITEMS = 2
 _IN_SENTENCE = {"-", "\u2013", "\u2014", "*", "[1]"}  # the forms prose also sets mid-sentence
+# a paragraph whose last line is in this share of its page's height at the foot may run on onto the next page: a
+# page that ends higher up was not filled
+PAGE_FOOT = 0.25
+# a page is justified when more than this share of the lines its paragraphs wrap at (this many at least) end within
+# this many points of their column's right edge: a ragged page's end where their last word did
+JUSTIFIED_SHARE = 0.6
+JUSTIFIED_LINES = 5
+JUSTIFIED_SLACK = 1.0
 _CLAUSE_END = re.compile(r"[.!?:;,][\"')\]»”’]*$")
 
 
@@ -88,10 +96,8 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     every = [line for box in boxes for line in lines(box)]
 
     def wrapped(line: Any, below: Any) -> bool:  # the first word of line ``below`` would not have fit after ``line``
-        left, right = _column(line, every)
-        word = _first_word(below)
-        return (word is not None and line.x0 - left <= WRAPPED_INDENT * (right - left)
-                and line.x1 + SPACE_HEIGHTS * line.height + word > right)
+        room, word = _room(line, every), _first_word(below)
+        return room is not None and word is not None and word > room
 
     runs: list[list[Any]] = []
     rows = [False] + [same_row(a, b) for a, b in itertools.pairwise(boxes)]  # box i is on the row of box i - 1
@@ -110,8 +116,7 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
             open_end = not SENTENCE_END.search(ending)
             # a sentence that ends on a line the text wrapped at goes on (the next line, flush left, is no new
             # paragraph's indented first line); a colon introduces what follows (a list, code, a quotation)
-            flowed = (_full(last, every) and wrapped(last, first) and not ending.endswith(":")
-                      and first.x0 - _column(first, every)[0] <= 0.5 * first.height)
+            flowed = _full(last, every) and flows(ending, _room(last, every), _opening(first, every))
             if ((flowed or (open_end and (_full(last, every) or wrapped(last, first))))
                     and not getattr(before, "head", False) and d is not None and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
                     and abs(last.height - first.height) <= 0.2 * last.height):
@@ -119,6 +124,53 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
                 continue
         runs.append([box])
     return runs
+
+
+def flows(ending: str, room: float | None, opening: float | None) -> bool:
+    """Whether a paragraph whose text ends in ``ending``, on a line with ``room`` left at its end (``_room``), goes
+    on in a line that starts flush left with a word ``opening`` wide (``_opening``): the word did not fit, so the text
+    wrapped there, even where a sentence ended; a colon introduces what follows (a list, code, a quotation)."""
+    return room is not None and opening is not None and opening > room and not ending.endswith(":")
+
+
+def flow_ends(run: Sequence[Any], every: Sequence[Any], bottom: float, top: float, justified_page: bool = False
+              ) -> tuple[float | None, float | None]:
+    """What a paragraph (a run of boxes, ``paragraphs``) of a page whose lines are ``every`` (its edges ``bottom``
+    and ``top``) tells of its text going on past the page's foot or a column's (``flows``): the room at the end of its
+    last line when that line is full and in the page's lowest ``PAGE_FOOT`` (the text filled the page down to there),
+    else None; the width of its first line's first word when that line starts flush left, else None. On a
+    ``justified_page`` (``justified``) a line the text wrapped at ends at its column's edge: one that ends short of
+    it ends its paragraph."""
+    last = lines(run[-1])[-1]
+    room = _room(last, every) if _full(last, every) and last.y0 <= bottom + PAGE_FOOT * (top - bottom) else None
+    if room is not None and justified_page and _column(last, every)[1] - last.x1 > JUSTIFIED_SLACK:
+        room = None
+    return room, _opening(lines(run[0])[0], every)
+
+
+def justified(runs: Sequence[Sequence[Any]], every: Sequence[Any]) -> bool:
+    """Whether a page's text is justified: of the lines its paragraphs (``runs``, ``paragraphs``; its lines
+    ``every``) wrap at, all but each one's last (``JUSTIFIED_LINES`` at least), more than ``JUSTIFIED_SHARE`` end
+    within ``JUSTIFIED_SLACK`` of their column's right edge."""
+    wrapping = [line for run in runs for line in [line for box in run for line in lines(box)][:-1]]
+    flush = sum(_column(line, every)[1] - line.x1 <= JUSTIFIED_SLACK for line in wrapping)
+    return len(wrapping) >= JUSTIFIED_LINES and flush > JUSTIFIED_SHARE * len(wrapping)
+
+
+def _room(line: Any, every: Sequence[Any]) -> float | None:
+    """The room left at the end of a page's line (of ``every``) for the next line's first word, a space before it
+    (``SPACE_HEIGHTS`` of the line's height); None when the line is set in from its column's left edge by more than
+    ``WRAPPED_INDENT`` of its width (a head set flush right wraps nothing)."""
+    left, right = _column(line, every)
+    if line.x0 - left > WRAPPED_INDENT * (right - left):
+        return None
+    return float(right - line.x1 - SPACE_HEIGHTS * line.height)
+
+
+def _opening(line: Any, every: Sequence[Any]) -> float | None:
+    """The width of a page's line's first word (``_first_word``) when the line starts flush left in its column
+    (within half its height: a paragraph's first line indented opens a paragraph); else None."""
+    return _first_word(line) if line.x0 - _column(line, every)[0] <= 0.5 * line.height else None
 
 
 def _column(line: Any, every: Sequence[Any]) -> tuple[float, float]:

@@ -737,3 +737,52 @@ def test_each_numbered_reference_is_a_paragraph_of_its_own_and_a_citation_in_pro
     path = lines_pdf(tmp_path / "references.pdf", [[(20, 20 + 8 * k, line) for k, line in enumerate(every)],
                                                    [(20, 20 + 8 * k, line) for k, line in enumerate(prose)]])
     assert extract_pdf(path).paragraphs == [*map(text_of, references), text_of(prose)]
+
+
+LIGHTHOUSE = ["The lighthouse at the mouth of the estuary has guided ships since 1854.",
+              "Its keepers lived in the cottages below the light until the lamp was",
+              "automated in 1987, when the last of the keepers retired to the village."]
+
+
+@pytest.mark.parametrize(("next_line", "indent", "fillers", "joined"), [
+    ("Afterwards the cottages were sold to the harbour authority.", 0, 12, True),
+    ("Afterwards the cottages were sold to the harbour authority.", 6, 12, False),  # a new paragraph, indented
+    ("A sale of the cottages to the harbour authority followed.", 0, 12, False),  # "A" would have fit
+    ("Afterwards the cottages were sold to the harbour authority.", 0, 4, False),  # its page ends half empty
+], ids=["wrapped", "indented", "would-fit", "page-not-full"])
+def test_a_sentence_that_ends_at_the_foot_of_a_full_page_goes_on_at_the_top_of_the_next(
+        tmp_path, next_line, indent, fillers, joined):
+    """A paragraph whose sentence ended on the last line of a page was cut in two when the next page went on with a
+    capital: across a page break only an open end or a lower-case start joined. As on one page, the text goes on
+    when the page's last line is full, the next page's first line is flush left and its first word would not have
+    fit on that line; and only when the text filled the page to its foot."""
+    body = [A, D, E] * (fillers // 3)
+    pages = [column(20, 30, [*body, LIGHTHOUSE]), [(20 + indent, 30, next_line), *column(20, 38, [D])]]
+    extracted = extract_pdf(lines_pdf(tmp_path / "foot.pdf", pages))
+    split = [text_of(LIGHTHOUSE), next_line]
+    assert extracted.paragraphs == [*map(text_of, body), *([" ".join(split)] if joined else split), text_of(D)]
+    assert extracted.paragraph_meta[len(body)] == ({"page": 1, "page_end": 2} if joined else {"page": 1})
+
+
+def test_a_justified_paragraph_that_ends_short_of_the_edge_at_a_page_s_foot_ends_there(tmp_path):
+    """On a justified page a line the text wrapped at ends at the column's edge: a paragraph's last line that ends
+    short of it, long as it is, ends the paragraph, though the next page's first word would not have fit after it."""
+    filler = ("The harbour authority handled a record volume of cargo during the year, with container traffic up for "
+              "the third year running and the fishing fleet landing more mackerel and herring than in any year since "
+              "the market was rebuilt.")
+    last = ("The harbour authority repaired the northern quay in the spring, and the pilots say the channel is deeper "
+            "now than it has been for years and the ferry crews are glad of it as the winter storms come in from the "
+            "sea every year and again.")  # its last line spans nine tenths of the column
+    opening = "Extraordinarily high tides flooded the quay in March and again in April."
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.set_auto_page_break(False)
+    pdf.add_page()
+    pdf.set_font("helvetica", size=10)
+    while pdf.get_y() < 240:
+        pdf.multi_cell(0, 5, filler, align="J", new_x="LMARGIN", new_y="NEXT")
+        pdf.ln(3)
+    pdf.multi_cell(0, 5, last, align="J", new_x="LMARGIN", new_y="NEXT")
+    pdf.add_page()
+    pdf.multi_cell(0, 5, opening, align="J", new_x="LMARGIN", new_y="NEXT")
+    pdf.output(str(tmp_path / "justified.pdf"))
+    assert extract_pdf(tmp_path / "justified.pdf").paragraphs[-2:] == [last, opening]
