@@ -7,14 +7,16 @@ A slide's or a Word paragraph's drawing names the part that holds its text by a 
 SmartArt diagram's data part (``ppt/diagrams/data1.xml``, ``word/diagrams/data1.xml``) or a chart's part
 (``ppt/charts/chart1.xml``). ``drawing_texts`` reads it as paragraphs: a diagram's text points (its boxes) in the
 diagram's order (each box, then the boxes under it); a chart's title (or the automatic one, its only series' name)
-with its category labels ("Sales by region: North, South"), its axes' titles and the series' names it shows (in a
-legend or data labels). The copy of a
+with its category labels ("Sales by region: North, South"; labels of several levels grouped: "Cargo: 2023 (Q1, Q2),
+2024 (Q1)"), its axes' titles and the series' names it shows (in a legend, unless it names a pie's slices, or data
+labels). The copy of a
 diagram drawn as shapes (``diagrams/drawing1.xml``) repeats the data's text and is not read; a chart's numbers are
 left out, as a picture's are.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -25,6 +27,8 @@ _R = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}"
 # the points of a diagram that are boxes of its text (an assistant's too, in an organisation chart); the others are
 # the diagram itself, the lines between boxes, and how they are drawn
 _BOXES = {"node", "asst"}
+# the chart groups whose legend names their points (a pie's slices), not their series (``_points_in_legend``)
+_BY_POINT = {f"{_C}pieChart", f"{_C}pie3DChart", f"{_C}doughnutChart", f"{_C}ofPieChart"}
 # the elements of a drawing that name a part holding its text (``drawing_ids``)
 DRAWINGS = {f"{_DGM}relIds", f"{_C}chart"}
 
@@ -110,8 +114,9 @@ def _on(flag: Any) -> bool:
 
 def _named(chart: Any, series: list[tuple[Any, Any]]) -> set[int]:
     """The ids of a chart's series (each with its chart group) whose names it shows: in its legend (``c:legend``,
-    but for entries deleted from it), or in data labels that show the series' name (``c:showSerName``: the
-    series' own labels or a point's, else its group's; ``c:delete`` hides them)."""
+    but for entries deleted from it; a legend that names points, ``_points_in_legend``, names no series), or in
+    data labels that show the series' name (``c:showSerName``: the series' own labels or a point's, else its
+    group's; ``c:delete`` hides them)."""
     legend = chart.find(f"{_C}legend")
     hidden = set() if legend is None else {
         entry.find(f"{_C}idx").get("val") for entry in legend.iterfind(f"{_C}legendEntry")
@@ -119,7 +124,8 @@ def _named(chart: Any, series: list[tuple[Any, Any]]) -> set[int]:
     named = set()
     for position, (ser, group) in enumerate(series):
         index = ser.find(f"{_C}idx")
-        if legend is not None and (str(position) if index is None else index.get("val")) not in hidden:
+        if (legend is not None and not _points_in_legend(group, len(series))
+                and (str(position) if index is None else index.get("val")) not in hidden):
             named.add(id(ser))
             continue
         own = ser.find(f"{_C}dLbls")
@@ -135,26 +141,60 @@ def _named(chart: Any, series: list[tuple[Any, Any]]) -> set[int]:
     return named
 
 
+def _points_in_legend(group: Any, series: int) -> bool:
+    """Whether a chart's legend names the points of a chart group (of a chart of ``series`` series), a colour each,
+    rather than its series: a pie's or doughnut's slices, or the points of a chart's only series coloured by point
+    (``c:varyColors``), named by their categories, which its title's line reads."""
+    return group.tag in _BY_POINT or (series == 1 and _on(group.find(f"{_C}varyColors")))
+
+
 def _values(element: Any) -> list[str]:
     """The labels a chart's series name or categories (``c:tx``, ``c:cat``) show, in order: the cells' cached text,
     or text written in the chart; numbers only as written in the General format (a date's serial number or a
-    formatted amount would not read as the chart shows it); a label of several levels its innermost."""
+    formatted amount would not read as the chart shows it). Categories of several levels read each outer label
+    with the labels under it in brackets, as the chart groups them ("2023 (Q1, Q2), 2024 (Q1)": ``_grouped``)."""
     if element is None:
         return []
     if (v := element.find(f"{_C}v")) is not None:  # a series name written in the chart
         return [text] if (text := _line([v.text or ""])) else []
-    sources = [element.find(path) for path in (f"*/{_C}multiLvlStrCache/{_C}lvl", f"*/{_C}strCache", f"{_C}strLit",
-                                               f"*/{_C}numCache", f"{_C}numLit")]
+    levels = element.find(f"*/{_C}multiLvlStrCache")
+    if levels is not None:  # its levels are listed innermost first
+        labeled = [_labels(level) for level in levels.iterfind(f"{_C}lvl")][::-1]
+        count = levels.find(f"{_C}ptCount")
+        counted = count.get("val", "") if count is not None else ""
+        end = max([int(counted) if counted.isdecimal() else 0, *(i + 1 for level in labeled for i in level)])
+        return _grouped(labeled, 0, end) if labeled else []
+    sources = [element.find(path) for path in (f"*/{_C}strCache", f"{_C}strLit", f"*/{_C}numCache", f"{_C}numLit")]
     source = next((found for found in sources if found is not None), None)
     if source is None or source.findtext(f"{_C}formatCode", "General") != "General":
         return []
+    return [label for _, label in sorted(_labels(source).items())]
 
-    def index(pt: Any) -> int:
+
+def _labels(source: Any) -> dict[int, str]:
+    """A cache's (or one level's) labels by their points' indexes, empty ones left out."""
+    labels = {}
+    for pt in source.iterfind(f"{_C}pt"):
         idx = pt.get("idx", "0")
-        return int(idx) if idx.isdecimal() else 0
+        if label := _line([pt.findtext(f"{_C}v") or ""]):
+            labels[int(idx) if idx.isdecimal() else 0] = label
+    return labels
 
-    labels = (_line([pt.findtext(f"{_C}v") or ""]) for pt in sorted(source.iterfind(f"{_C}pt"), key=index))
-    return [label for label in labels if label]
+
+def _grouped(levels: list[dict[int, str]], start: int, end: int) -> list[str]:
+    """The labels of categories ``start`` to ``end`` (not included) of several ``levels`` (each one's labels by the
+    index of the first category it spans, the outermost first): each outer label with the labels under it in
+    brackets; inner labels under no outer one alone."""
+    outer, inner = levels[0], levels[1:]
+    if not inner:
+        return [outer[i] for i in range(start, end) if i in outer]
+    starts = sorted(i for i in outer if start <= i < end)
+    first = starts[0] if starts else end
+    out = _grouped(inner, start, first) if first > start else []
+    for i, j in itertools.pairwise([*starts, end]) if starts else ():
+        under = _grouped(inner, i, j)
+        out.append(f"{outer[i]} ({', '.join(under)})" if under else outer[i])
+    return out
 
 
 def _diagram(root: Any) -> list[str]:

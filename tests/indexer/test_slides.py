@@ -234,3 +234,43 @@ def test_a_chart_reads_the_series_names_its_legend_and_data_labels_show():
     assert drawing_texts(chart_part(ser(0, "Cars") + ser(1, "Vans", "<c:dLbls><c:delete val='1'/></c:dLbls>")
                                     + ser(2, "Buses", "<c:dLbls><c:showSerName val='0'/></c:dLbls>") + group)
                          ) == ["Cars"]
+
+
+def test_a_chart_reads_every_level_of_its_categories_and_no_series_name_from_a_pie_s_legend(tmp_path):
+    """Categories of two levels (quarters under years) read only the innermost ("Q1, Q2, Q1, Q2, Q3"), which says
+    nothing of the years the chart groups them by; each outer label now reads with the labels under it. A pie's
+    legend names its slices (its categories), not its series: "Trips" was read as a legend's name it never shows."""
+    from pptx.chart.data import CategoryChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+
+    deck = pptx.Presentation()
+    quarters = CategoryChartData()
+    for year, names in (("2023", ["Q1", "Q2"]), ("2024", ["Q1", "Q2", "Q3"])):
+        category = quarters.add_category(year)
+        for name in names:
+            category.add_sub_category(name)
+    quarters.add_series("Cargo", (1, 2, 3, 4, 5))
+    columns = deck.slides.add_slide(deck.slide_layouts[6]).shapes.add_chart(
+        XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(1), Inches(1), Inches(4), Inches(3), quarters).chart
+    columns.chart_title.text_frame.text = "Cargo by quarter"
+    modes = CategoryChartData()
+    modes.categories = ["Ferry", "Bus"]
+    modes.add_series("Trips", (5, 6))
+    pie = deck.slides.add_slide(deck.slide_layouts[6]).shapes.add_chart(
+        XL_CHART_TYPE.PIE, Inches(1), Inches(1), Inches(4), Inches(3), modes).chart
+    pie.chart_title.text_frame.text = "Trips by mode"
+    pie.has_legend = True
+    deck.save(str(tmp_path / "charts.pptx"))
+    assert extract_pptx(tmp_path / "charts.pptx").paragraphs == [
+        "Cargo by quarter: 2023 (Q1, Q2), 2024 (Q1, Q2, Q3)", "Trips by mode: Ferry, Bus"]
+    # three levels, and a label under no outer one
+    c = "http://schemas.openxmlformats.org/drawingml/2006/chart"
+
+    def level(labels: dict[int, str]) -> str:
+        return "<c:lvl>" + "".join(f"<c:pt idx='{i}'><c:v>{v}</c:v></c:pt>" for i, v in labels.items()) + "</c:lvl>"
+
+    cache = (level({0: "Q0", 1: "Q1", 2: "Q2", 3: "Q1"}) + level({1: "2023", 3: "2024"}) + level({1: "North"}))
+    part = (f"<c:chartSpace xmlns:c='{c}'><c:chart><c:autoTitleDeleted/><c:plotArea><c:barChart><c:ser>"
+            f"<c:cat><c:multiLvlStrRef><c:multiLvlStrCache><c:ptCount val='4'/>{cache}</c:multiLvlStrCache>"
+            "</c:multiLvlStrRef></c:cat></c:ser></c:barChart></c:plotArea></c:chart></c:chartSpace>")
+    assert drawing_texts(part.encode()) == ["Q0, North (2023 (Q1, Q2), 2024 (Q1))"]
