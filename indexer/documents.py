@@ -161,12 +161,25 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
 
 def _aggregator(base: type) -> type:
     """pdfminer's PDFPageAggregator (``base``), reading a glyph that its font's Unicode map leaves out as its
-    character where the font tells it (``glyph_character``) rather than as "(cid:64257)", which is left out."""
+    character where the font tells it (``glyph_character``) rather than as "(cid:64257)", which is left out, and
+    setting a subscript or superscript on the line of the glyph before it (``pdf_blocks.script_shift``) before the
+    page's layout is analysed."""
+    from pdfminer.layout import LTChar
 
     class Aggregator(base):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.self_coded: dict[int, bool] = {}  # each font's (by id): whether it numbers glyphs by code point
+
+        def render_char(self, *args: Any, **kwargs: Any) -> float:
+            advance = super().render_char(*args, **kwargs)
+            placed = self.cur_item._objs  # the page's (or figure's) items so far, the glyph just made last
+            if len(placed) > 1 and isinstance(placed[-2], LTChar):
+                char = placed[-1]
+                if shift := pdf_layout.script_shift(placed[-2], char):
+                    char.set_bbox((char.x0, char.y0 + shift, char.x1, char.y1 + shift))
+                    char.script_shift = shift
+            return float(advance)
 
         def handle_undefined_char(self, font: Any, cid: int) -> str:
             known = self.self_coded.get(id(font))

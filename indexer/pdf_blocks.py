@@ -23,6 +23,10 @@ _BOLD_FONT = re.compile(r"bold|black|heavy", re.I)
 HEADING_SIZE = 1.15
 HEADING_LINES = 3
 HEADING_WORDS = 25
+# a subscript or superscript (``script_shift``) is set in type under this many times the size of the glyph before it,
+# at most this many times that size to its right (or overlapping it)
+SCRIPT_SIZE = 0.85
+SCRIPT_GAP = 0.3
 
 
 def lines(box: Any) -> list[Any]:
@@ -146,6 +150,28 @@ class Block:
                    max(b.y1 for b in run), size, "".join(line_text(line) for line in large),
                    tuple((" ".join(text(b).split()), b.x0, b.x1) for b in run) if row else (),
                    all_bold(every), getattr(run[0], "item", False), column, *flow)
+
+
+def script_shift(before: Any, char: Any) -> float:
+    """How far to move glyph ``char`` up (points; down where negative) to set it on the line of ``before``, the glyph
+    set right before it: a subscript or superscript ("CO₂", a footnote's mark "manual¹²"), in type smaller than
+    ``SCRIPT_SIZE`` times ``before``'s and set right after it, less than its size above or below. pdfminer puts
+    glyphs on a line only where their boxes overlap by half; a script set further off was a line of its own, and
+    the text after it another, which cut the paragraph. A script's next glyph in its type goes with it (``CO₁₂``).
+    0 for any other glyph."""
+    if not (getattr(before, "upright", False) and getattr(char, "upright", False)):
+        return 0.0
+    size, gap = before.size, char.x0 - before.x1
+    if not -SCRIPT_GAP * size <= gap <= SCRIPT_GAP * size:
+        return 0.0
+    shifted = getattr(before, "script_shift", 0.0)
+    if shifted and abs(char.size - before.size) <= 0.05 * size and abs(char.y0 + shifted - before.y0) <= 0.05 * size:
+        return float(shifted)  # the next glyph of a script set on the line already
+    overlap = min(before.y1, char.y1) - max(before.y0, char.y0)
+    if char.size >= SCRIPT_SIZE * size or overlap >= 0.5 * char.size or not (
+            before.y0 - size < char.y0 < before.y1 and before.y0 < char.y1 < before.y1 + size):
+        return 0.0
+    return float(before.y0 - char.y0)
 
 
 def all_bold(lines_: Iterable[Any]) -> bool:

@@ -34,6 +34,7 @@ from spanseek.indexer.pdf_blocks import (
     logical,
     right_to_left,
     same_row,
+    script_shift,
     text,
 )
 from spanseek.indexer.pdf_furniture import (
@@ -72,8 +73,8 @@ __all__ = ["COLUMN_LINE_CHARS", "CROSSING_LINES", "FOOTNOTE_SIZE", "FULL_LINE_SL
            "LIST_ITEMS", "MARGIN_BAND", "PAGE_NUMBER_DIGITS", "ROMAN", "RUNNING_DRIFT", "RUNNING_PAGES",
            "SENTENCE_END", "SPACE_HEIGHTS", "WRAPPED_INDENT", "WRAPPED_WIDTH", "Block", "Part", "bold_body",
            "body_size", "dehyphenate", "flow_ends", "flows", "footnotes", "heading", "justified", "lines", "logical",
-           "margin_edge", "paragraphs", "reading_order", "running", "same_row", "split_headings", "split_items",
-           "tables", "text", "title_block"]
+           "margin_edge", "paragraphs", "reading_order", "running", "same_row", "script_shift", "split_headings",
+           "split_items", "tables", "text", "title_block"]
 
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
 # cells have fewer, and are read row by row instead)

@@ -786,3 +786,29 @@ def test_a_justified_paragraph_that_ends_short_of_the_edge_at_a_page_s_foot_ends
     pdf.multi_cell(0, 5, opening, align="J", new_x="LMARGIN", new_y="NEXT")
     pdf.output(str(tmp_path / "justified.pdf"))
     assert extract_pdf(tmp_path / "justified.pdf").paragraphs[-2:] == [last, opening]
+
+
+@pytest.mark.parametrize("offset", [1.5, 2.2], ids=["half-line", "further"])
+def test_subscripts_and_superscripts_set_off_their_line_keep_the_paragraph_whole(tmp_path, offset):
+    """A formula's subscript ("CO₂") or a footnote's mark ("manual¹²"), in small type set further off its line than
+    pdfminer's half overlap, was a line of its own and the text after it another: the paragraph was cut in three
+    and its lines put out of order ("and some salt, The water ... CO" | "2 and the engineers ..."). A script is set
+    on the line of the glyph before it; the next paragraph stays apart."""
+    lines = [["The water that the harbour takes from the river holds much CO", ("2", offset), " and some salt,"],
+             ["and the engineers treat it with NaHCO", ("3", offset), " before the ferries use it in their"],
+             ["boilers, as the manual", ("12", -offset), " of the authority sets out for the crews and pilots."]]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_page()
+    for k, parts in enumerate([*lines, ["A second paragraph stays apart from the first one here."]]):
+        x = 20
+        for part in parts:
+            script = isinstance(part, tuple)
+            pdf.set_font("helvetica", size=7 if script else 10)
+            pdf.text(x, 30 + 5 * k + 3 * (k == 3) + (part[1] if script else 0), part[0] if script else part)
+            x += pdf.get_string_width(part[0] if script else part)
+    pdf.output(str(tmp_path / "scripts.pdf"))
+    assert extract_pdf(tmp_path / "scripts.pdf").paragraphs == [
+        "The water that the harbour takes from the river holds much CO2 and some salt, and the engineers treat it "
+        "with NaHCO3 before the ferries use it in their boilers, as the manual12 of the authority sets out for the "
+        "crews and pilots.", "A second paragraph stays apart from the first one here."]
+
