@@ -19,6 +19,8 @@ from typing import Any
 
 # a bold font's name: "Helvetica-Bold", "ABCDEF+DejaVuSans-Bold", "Arial,Bold", "Roboto-Black", "Inter-Heavy"
 _BOLD_FONT = re.compile(r"bold|black|heavy", re.I)
+# a monospaced font's name, a code listing's: "Courier", "DejaVuSansMono", "Consolas", "Menlo", "SourceCodePro"
+_MONOSPACED_FONT = re.compile(r"mono|courier|consola|menlo|inconsolata|typewriter|sourcecode|lucidaconsole", re.I)
 # a heading is set in type at least this many times the body's size (or in bold), in at most this many lines and words
 HEADING_SIZE = 1.15
 HEADING_LINES = 3
@@ -176,8 +178,18 @@ def script_shift(before: Any, char: Any) -> float:
 
 def all_bold(lines_: Iterable[Any]) -> bool:
     """Whether every glyph of these lines is in a bold font (and there is one)."""
+    return _all_in(lines_, _BOLD_FONT)
+
+
+def monospaced(lines_: Iterable[Any]) -> bool:
+    """Whether every glyph of these lines is in a monospaced font (and there is one): a code listing's."""
+    return _all_in(lines_, _MONOSPACED_FONT)
+
+
+def _all_in(lines_: Iterable[Any], font: re.Pattern[str]) -> bool:
+    """Whether every glyph of these lines (but spaces) is in a font whose name ``font`` finds (and there is one)."""
     glyphs = [g for line in lines_ if hasattr(line, "__iter__") for g in line if g.get_text().strip()]
-    return bool(glyphs) and all(_BOLD_FONT.search(getattr(g, "fontname", "")) for g in glyphs)
+    return bool(glyphs) and all(font.search(getattr(g, "fontname", "")) for g in glyphs)
 
 
 def body_size(pages: Sequence[tuple[Sequence[Block], float, float]]) -> int:

@@ -25,6 +25,7 @@ from spanseek.indexer.pdf_blocks import (
     all_bold,
     line_text,
     lines,
+    monospaced,
     same_row,
     text,
 )
@@ -241,7 +242,8 @@ def split_items(boxes: Sequence[Any]) -> list[Any]:
     """Text boxes with each list item cut from the lines above it: layout analysis puts a list's items in one box
     when they are closer than half a line, and a slide's bullets read as one sentence. A line opens an item when it
     starts with a bullet glyph, or with a dash or a counter that other lines of the page start with in that form
-    ("- ", "1. ", "(a) ": ``_item_lines``); the lines of a box from one such line to the next are a ``Part``
+    ("- ", "1. ", "(a) ": ``_item_lines``), unless it is set in a monospaced font (a code listing's line: a YAML
+    list, a diff, a Markdown file shown as code stays one block); the lines of a box from one such line to the next are a ``Part``
     (an item's lines that wrap, under it, stay with it), ``item`` set where it opens one."""
     items = _item_lines(boxes)
     out: list[Any] = []
@@ -261,7 +263,7 @@ def _item_lines(boxes: Sequence[Any]) -> set[int]:
     items: set[int] = set()
     marks: dict[str, list[tuple[int, set[int]]]] = {}  # each form ("1.", "(a)", "-") -> its lines, with their counts
     every = [line for box in boxes for line in lines(box)]
-    matches = [_ITEM.match(line_text(line)) for line in every]
+    matches = [None if monospaced([line]) else _ITEM.match(line_text(line)) for line in every]
     for k, (line, m) in enumerate(zip(every, matches, strict=True)):
         if not m:
             continue

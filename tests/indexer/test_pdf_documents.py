@@ -812,3 +812,25 @@ def test_subscripts_and_superscripts_set_off_their_line_keep_the_paragraph_whole
         "with NaHCO3 before the ferries use it in their boilers, as the manual12 of the authority sets out for the "
         "crews and pilots.", "A second paragraph stays apart from the first one here."]
 
+
+def test_a_code_listing_s_dashed_and_numbered_lines_stay_one_block(tmp_path):
+    """A code listing's lines that start with "- " (a YAML list) or "1." (a Markdown file shown as code) opened list
+    items, as a dashed or numbered list's do: the listing was cut into a paragraph a line. Lines in a monospaced
+    font open none; the same lines in the text's font are still a list's items."""
+    listing = ["steps:", "  - name: build the harbour map", "  - run: make tiles", "notes.md:", "1. Dredge the channel",
+               "2. Open the quay"]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_page()
+    for font in ("courier", "helvetica"):
+        pdf.set_font("helvetica", size=10)
+        pdf.text(20, pdf.get_y() + 20, "The build runs these steps:")
+        top = pdf.get_y() + 28
+        pdf.set_font(font, size=10)
+        for k, line in enumerate(listing):
+            pdf.text(20, top + 4.5 * k, line)
+        pdf.set_y(top + 40)
+    pdf.output(str(tmp_path / "listing.pdf"))
+    paragraphs = extract_pdf(tmp_path / "listing.pdf").paragraphs
+    assert paragraphs[:2] == ["The build runs these steps:", " ".join(" ".join(listing).split())]
+    assert paragraphs[2:] == ["The build runs these steps:", "steps:", "- name: build the harbour map",
+                              "- run: make tiles notes.md:", "1. Dredge the channel", "2. Open the quay"]
