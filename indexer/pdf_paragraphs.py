@@ -243,19 +243,50 @@ def split_items(boxes: Sequence[Any]) -> list[Any]:
     when they are closer than half a line, and a slide's bullets read as one sentence. A line opens an item when it
     starts with a bullet glyph, or with a dash or a counter that other lines of the page start with in that form
     ("- ", "1. ", "(a) ": ``_item_lines``), unless it is set in a monospaced font (a code listing's line: a YAML
-    list, a diff, a Markdown file shown as code stays one block); the lines of a box from one such line to the next are a ``Part``
-    (an item's lines that wrap, under it, stay with it), ``item`` set where it opens one."""
+    list, a diff, a Markdown file shown as code stays one block). A paragraph's first line indented under the full
+    last line of the one before (``_indented_lines``: paragraphs set without space between them, as books are) is
+    cut from it too. The lines of a box from one such line to the next are a ``Part`` (an item's lines that wrap,
+    under it, stay with it), ``item`` set where it opens an item."""
     items = _item_lines(boxes)
+    opening = items | _indented_lines(boxes)
     out: list[Any] = []
     for box in boxes:
         every = lines(box)
-        cuts = [0, *(k for k in range(1, len(every)) if id(every[k]) in items), len(every)]
+        cuts = [0, *(k for k in range(1, len(every)) if id(every[k]) in opening), len(every)]
         if len(cuts) == 2 and id(every[0]) not in items:
             out.append(box)
             continue
         out += [Part(every[a:b], head=getattr(box, "head", False) and a == 0, item=id(every[a]) in items)
                 for a, b in itertools.pairwise(cuts)]
     return out
+
+
+def _indented_lines(boxes: Sequence[Any]) -> set[int]:
+    """The ids of a page's lines that open an indented paragraph inside a text box (``split_items``): set in from
+    their column's left edge by more than half their height and at most ``WRAPPED_INDENT`` of its width, in the
+    text's font (a code listing's indented lines are code), full (``_full``), under a line of their box that starts
+    at that edge and ends a sentence, and over a line that starts at the edge again: a paragraph's first line
+    indented, as books set paragraphs without space between them. Layout analysis puts such a line in the box of
+    the paragraph before where that paragraph's last line ends near the right edge, as the indented line does (a
+    list's or a reference's wrapped lines under a hanging indent are all indented, or end short)."""
+    every = [line for box in boxes for line in lines(box)]
+
+    def flush(line: Any) -> bool:
+        return line.x0 - _column(line, every)[0] <= 0.5 * line.height
+
+    after = {id(line): under for line, under in itertools.pairwise(every)}  # the page's next line
+    opening: set[int] = set()
+    for box in boxes:
+        for above, line in itertools.pairwise(lines(box)):
+            left, right = _column(line, every)
+            if not (0.5 * line.height < line.x0 - left <= WRAPPED_INDENT * (right - left) and flush(above)
+                    and not monospaced([line])):
+                continue
+            under = after.get(id(line))
+            if (SENTENCE_END.search(line_text(above).rstrip()) and _full(line, every) and under is not None
+                    and flush(under)):
+                opening.add(id(line))
+    return opening
 
 
 def _item_lines(boxes: Sequence[Any]) -> set[int]:

@@ -834,3 +834,31 @@ def test_a_code_listing_s_dashed_and_numbered_lines_stay_one_block(tmp_path):
     assert paragraphs[:2] == ["The build runs these steps:", " ".join(" ".join(listing).split())]
     assert paragraphs[2:] == ["The build runs these steps:", "steps:", "- name: build the harbour map",
                               "- run: make tiles notes.md:", "1. Dredge the channel", "2. Open the quay"]
+
+
+
+
+def test_paragraphs_set_with_an_indented_first_line_and_no_space_between_are_apart(tmp_path):
+    """Paragraphs set as books set them, justified, each first line indented and no space between them: where a
+    paragraph's last line ends near the right edge, layout analysis puts the next paragraph's first line (which
+    ends there too) in its box, and the two were read as one. An indented full line under a line that ends a
+    sentence, over a line that is not indented, opens a paragraph; a code listing's indented lines stay one block,
+    and a short paragraph's lines stay together."""
+    paragraphs = ["The lighthouse at the mouth of the estuary has guided ships since 1854, and its keepers lived in "
+                  "the cottages below the light until the lamp was automated in 1987, when the last of the keepers "
+                  "retired to the village by the old harbour wall.",  # its last line ends near the right edge
+                  "Afterwards the cottages were sold to the harbour authority, which let them to the pilots and their "
+                  "families for many years.", "The pilots still meet there."]
+    code = ["def tide(height):", "    return height * 2", "print(tide(3))"]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_page()
+    pdf.set_font("helvetica", size=10)
+    with pdf.text_columns(text_align="J", line_height=1.15) as columns:
+        for text in paragraphs:
+            with columns.paragraph(first_line_indent=6) as paragraph:
+                paragraph.write(text)
+    pdf.set_font("courier", size=10)
+    for k, line in enumerate(code):
+        pdf.text(20, 80 + 4.5 * k, line)
+    pdf.output(str(tmp_path / "book.pdf"))
+    assert extract_pdf(tmp_path / "book.pdf").paragraphs == [*paragraphs, " ".join(" ".join(code).split())]
