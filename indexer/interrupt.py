@@ -1,6 +1,7 @@
 """Stop a long index job on SIGTERM as on Ctrl-C, keeping its finished shards for the same command to resume.
 
-``index build``, ``index add``, ``index upsert`` and ``index compact`` run their work inside ``stopped_cleanly``:
+``index build``, ``index add``, ``index upsert``, ``index delete`` and ``index compact`` run their work inside
+``stopped_cleanly``:
 ``kill``, ``docker stop`` or a scheduler's SIGTERM then ends them as Ctrl-C does, with one line saying what the same
 command re-uses (or, for a change already committed, that it is complete) and exit status 130, instead of killing
 them outright.

@@ -16,9 +16,9 @@ their new ids, and the BM25 part and the field index are rebuilt over the live p
 those of a fresh build of the live documents (with the same trained faiss index).
 
 All three hold the index's writer lock and commit through the journal of ``indexer.add.commit``: a kill at any
-point leaves the old index or the new one when it is next opened. ``compact`` stopped by Ctrl-C or SIGTERM
-(``indexer.interrupt``) removes its partial files before it ends (status 130, one line saying the index is unchanged
-and the same command runs it again), or, stopped past its commit point, finishes it and says so.
+point leaves the old index or the new one when it is next opened. ``delete`` and ``compact`` stopped by Ctrl-C or
+SIGTERM (``indexer.interrupt``) remove their partial files before they end (status 130, one line saying the index is
+unchanged and the same command runs it again), or, stopped past the commit point, finish the change and say so.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str]) -> dict[str, Any
     ids = list(dict.fromkeys(ids))
     if not ids:
         raise ValueError("no document ids to delete (give --ids and/or --ids-file)")
-    with locked_index(index_dir, "delete") as old:
+    with stopped_cleanly(f"the delete from {index_dir}"), locked_index(index_dir, "delete") as old:
         _, deleted, live = live_rows(index_dir)
         # each id in the spelling a live document holds it in (core.ids.held_id: NFC or NFD), as the service finds it
         named = {i: held_id(i, live.__contains__) for i in ids}

@@ -209,11 +209,13 @@ def test_sigterm_stops_an_add_as_ctrl_c_does_and_the_add_resumes(setup, tmp_path
     assert _contents(index) == _contents(reference) and not (index / integrity.STAGING).exists()
 
 
-# The child: the CLI, with SIGTERM sent to itself after the first call of a step whose argument ends in a name (or,
-# for "*", the first made while the add's journal exists)
+# The child: the CLI, with SIGTERM (or the signal STOP_SIGNAL names) sent to itself after the first call of a step
+# whose argument ends in a name (or, for "*", the first made while the add's journal exists)
 SIGTERM_AFTER = r"""
 import importlib, os, signal, sys
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores Ctrl-C)
+stop = getattr(signal, os.environ.get("STOP_SIGNAL", "SIGTERM"))
 target, ending, index = sys.argv[1:4]
 module_name, attr = target.rsplit(":", 1)
 owner = importlib.import_module(module_name)
@@ -226,7 +228,7 @@ def step(*args, **kwargs):
     out = real(*args, **kwargs)
     if hit and not fired:
         fired.append(1)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), stop)
     return out
 setattr(owner, name, step)
 from spanseek.cli import main

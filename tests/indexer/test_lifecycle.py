@@ -469,3 +469,38 @@ def test_sigterm_stops_a_compact_as_ctrl_c_does(kill_setup, tmp_path, step):
     rerun = subprocess.run([sys.executable, "-m", "spanseek.cli", *argv], capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert _files(index) == _files(done["compact"])
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("step", [("spanseek.indexer.lifecycle:write_npy", ".add.tmp"), ("os:replace", "*")],
+                         ids=["before the journal", "after the journal"])
+def test_a_stopped_delete_says_whether_it_deleted(kill_setup, tmp_path, step, stop):
+    """SIGTERM killed `index delete` outright (status -15, nothing said, its staged mask left beside the index until
+    the next open), and Ctrl-C ended it without saying whether the documents were deleted. Both now stop it as they
+    stop a compact: status 130, nothing staged left behind, and one last line saying the index is unchanged and the
+    same command deletes them, or, past the commit point, that the delete is complete."""
+    from tests.indexer.test_add_crash import SIGTERM_AFTER
+
+    built = kill_setup[0]
+    done = tmp_path / "done"
+    shutil.copytree(built, done)
+    assert delete_documents(done, ["d1", "d2"])["deleted"] == 2
+    index = tmp_path / "idx"
+    shutil.copytree(built, index)
+    argv = ["index", "delete", "--index", str(index), "--ids", "d1,d2"]
+    child = subprocess.run([sys.executable, "-c", SIGTERM_AFTER, *step, str(index), *argv], capture_output=True,
+                           text=True, timeout=600, env={**os.environ, "STOP_SIGNAL": stop})
+    assert child.returncode == 130, (child.returncode, child.stderr[-2000:])
+    assert not [p for p in index.iterdir() if integrity.is_scratch(p.name) and p.name != integrity.LOCK]
+    how = "stopped by SIGTERM; " if stop == "SIGTERM" else ""
+    if step[1] == "*":
+        assert child.stderr.splitlines()[-1] == (f"spanseek index delete: interrupted: {how}the delete from {index} had "
+                                                 "been committed and is complete; no rerun is needed")
+        assert _files(index) == _files(done)
+        return
+    assert child.stderr.splitlines()[-1] == (f"spanseek index delete: interrupted: {how}the delete from {index} "
+                                             "changed nothing; the same command runs it again")
+    assert _files(index) == _files(built) and verify_index(index, sample=20)["ok"]
+    rerun = subprocess.run([sys.executable, "-m", "spanseek.cli", *argv], capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert json.loads(rerun.stdout)["deleted"] == 2 and _files(index) == _files(done)
