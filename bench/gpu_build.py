@@ -18,16 +18,19 @@ device, the GPU speed-up, and recall@10 against exact inner-product search on 20
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
-import time
 
-import numpy as np
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before faiss: spinning workers made CPU OPQ training crawl
 
-from spanseek.core.faiss_spec import ivf_of
-from spanseek.indexer.faiss_index import add_vectors, create_index, default_nprobe, parse_factory, train_index
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from spanseek.core.faiss_spec import ivf_of  # noqa: E402
+from spanseek.indexer.faiss_index import add_vectors, create_index, default_nprobe, parse_factory, train_index  # noqa: E402
 
 
 def clustered(n: int, dim: int, centres: int, seed: int) -> np.ndarray:
