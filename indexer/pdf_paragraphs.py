@@ -82,7 +82,7 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     ``FULL_LINE_SLACK`` of its width, and spans ``WRAPPED_WIDTH`` of it: the text wrapped) or wrapped early (the
     box's first word would not have fit after it: a long address or word came next) and does not end a sentence
     (or is both, and ends a sentence but for a colon, with the box's first line flush left: the sentence ended where
-    the text wrapped); a short line (a heading, a list item, a contents line, a head set flush right) ends its
+    the text wrapped; a colon's sentence goes on where the box starts in lower case: ``_introduces``); a short line (a heading, a list item, a contents line, a head set flush right) ends its
     paragraph, and so does a heading cut from its paragraph (``split_headings``); a list's item starts one
     (``split_items``). A gap wider than that (the extra space between paragraphs, at any line spacing), or than
     ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes of one line each on one baseline (the cells
@@ -114,7 +114,7 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
                 continue
             d = follows(last, first)
             ending = " ".join(text(before).split())
-            open_end = not SENTENCE_END.search(ending)
+            open_end = not SENTENCE_END.search(ending) or _introduces(ending, box)
             # a sentence that ends on a line the text wrapped at goes on (the next line, flush left, is no new
             # paragraph's indented first line); a colon introduces what follows (a list, code, a quotation)
             flowed = _full(last, every) and flows(ending, _room(last, every), _opening(first, every))
@@ -125,6 +125,12 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
                 continue
         runs.append([box])
     return runs
+
+
+def _introduces(ending: str, box: Any) -> bool:
+    """Whether a paragraph's text ``ending`` in a colon goes on in ``box``: its first line starts in lower case ("...
+    as follows: / the container terminal, ..."); a capital or a list's item under a colon opens a paragraph."""
+    return ending.endswith(":") and line_text(lines(box)[0]).lstrip()[:1].islower()
 
 
 def flows(ending: str, room: float | None, opening: float | None) -> bool:
