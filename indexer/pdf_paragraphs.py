@@ -3,9 +3,9 @@ through ``indexer.pdf_layout``.
 
 Layout analysis puts lines closer than half a line in one box: at wider line spacing each line is a box of its own,
 and a heading set right over its paragraph, or a list's items, share one. ``split_headings`` cuts a heading from its
-paragraph's box, ``split_items`` each list item (a bullet, a dash, a counter) from the lines above it, and
-``paragraphs`` joins the boxes a paragraph's text runs on through (a full line, or one that wrapped early before a
-long word). ``spanseek corpus from-files`` runs it on each page of a PDF.
+paragraph's box, ``split_items`` each list item (a bullet, a dash, a counter, a hanging indent's entry) from the
+lines above it, and ``paragraphs`` joins the boxes a paragraph's text runs on through (a full line, or one that
+wrapped early before a long word). ``spanseek corpus from-files`` runs it on each page of a PDF.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
             # a sentence that ends on a line the text wrapped at goes on (the next line, flush left, is no new
             # paragraph's indented first line); a colon introduces what follows (a list, code, a quotation)
             flowed = _full(last, every) and flows(ending, _room(last, every), _opening(first, every))
-            if ((flowed or (open_end and (_full(last, every) or wrapped(last, first))))
+            if ((flowed or getattr(box, "hanging", False) or (open_end and (_full(last, every) or wrapped(last, first))))
                     and not getattr(before, "head", False) and d is not None and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
                     and abs(last.height - first.height) <= 0.2 * last.height):
                 runs[-1].append(box)
@@ -212,6 +212,7 @@ class Part:
     lines: list[Any]
     head: bool = False
     item: bool = False  # it opens a list's item (``split_items``)
+    hanging: bool = False  # it goes on with the list's entry above it, under a hanging indent (``split_items``)
     x0: float = field(init=False)
     y0: float = field(init=False)
     x1: float = field(init=False)
@@ -251,20 +252,69 @@ def split_items(boxes: Sequence[Any]) -> list[Any]:
     ("- ", "1. ", "(a) ": ``_item_lines``), unless it is set in a monospaced font (a code listing's line: a YAML
     list, a diff, a Markdown file shown as code stays one block). A paragraph's first line indented under the full
     last line of the one before (``_indented_lines``: paragraphs set without space between them, as books are) is
-    cut from it too. The lines of a box from one such line to the next are a ``Part`` (an item's lines that wrap,
-    under it, stay with it), ``item`` set where it opens an item."""
-    items = _item_lines(boxes)
+    cut from it too, and so is each entry of a list set with a hanging indent (``_hanging_lines``: an unnumbered
+    reference list's). The lines of a box from one such line to the next are a ``Part`` (an item's lines that wrap,
+    under it, stay with it), ``item`` set where it opens an item, ``hanging`` where it goes on with the entry above
+    it (``paragraphs`` joins it to that entry at any line spacing)."""
+    entries, wrapped = _hanging_lines(boxes)
+    items = _item_lines(boxes) | entries
     opening = items | _indented_lines(boxes)
     out: list[Any] = []
     for box in boxes:
         every = lines(box)
         cuts = [0, *(k for k in range(1, len(every)) if id(every[k]) in opening), len(every)]
-        if len(cuts) == 2 and id(every[0]) not in items:
+        if len(cuts) == 2 and id(every[0]) not in items | wrapped:
             out.append(box)
             continue
-        out += [Part(every[a:b], head=getattr(box, "head", False) and a == 0, item=id(every[a]) in items)
-                for a, b in itertools.pairwise(cuts)]
+        out += [Part(every[a:b], head=getattr(box, "head", False) and a == 0, item=id(every[a]) in items,
+                     hanging=id(every[a]) in wrapped) for a, b in itertools.pairwise(cuts)]
     return out
+
+
+def _hanging_lines(boxes: Sequence[Any]) -> tuple[set[int], set[int]]:
+    """The ids of a page's lines that open an entry of a list set with a hanging indent (a reference list in APA or
+    Harvard style: each entry's first line at its column's left edge, the lines it wraps onto set in), and of the
+    entries' wrapped lines. Such a list is a run of the page's lines, each right under the one before (within
+    ``LINE_GAP_HEIGHTS`` of its height) in its column, each flush left or set in by one indent (``_indent``), where a
+    flush line over a flush line ends a clause or is short (``_runs_on``: in prose the text wraps from one flush line
+    to the next; in such a list only onto an indented line), and where ``LIST_ITEMS`` flush lines at least, each
+    over an indented line, end no sentence (an entry's first line, wrapped: a paragraph's last line over the next
+    one's indented first line ends a sentence). The run starts at its first flush line over an indented line; each
+    flush line from there opens an entry, and each indented line is an entry's wrapped line."""
+    every = [line for box in boxes for line in lines(box)]
+    indents = [_indent(line, every) for line in every]
+
+    def under(k: int) -> bool:  # line k is right under line k - 1, in its column
+        a, b = every[k - 1], every[k]
+        return (min(a.x1, b.x1) - max(a.x0, b.x0) > 0 and 0 < a.y0 - b.y0 <= LINE_GAP_HEIGHTS * a.height
+                and indents[k] is not None and indents[k - 1] is not None
+                and (indents[k] == 0 or indents[k - 1] == 0 or abs(indents[k] - indents[k - 1]) <= 0.5 * b.height)
+                and not (indents[k] == indents[k - 1] == 0 and _runs_on(a, every)))
+
+    entries: set[int] = set()
+    wrapped: set[int] = set()
+    start = 0
+    for k in range(1, len(every) + 1):
+        if k < len(every) and under(k):
+            continue
+        run = range(start, k)  # lines start .. k - 1, right under each other
+        opens = [j for j in run if indents[j] == 0 and j + 1 < k and indents[j + 1]]
+        if sum(not SENTENCE_END.search(line_text(every[j]).rstrip()) for j in opens) >= LIST_ITEMS:
+            entries.update(id(every[j]) for j in range(opens[0], k) if indents[j] == 0)
+            wrapped.update(id(every[j]) for j in range(opens[0], k) if indents[j])
+        start = k
+    return entries, wrapped
+
+
+def _indent(line: Any, every: Sequence[Any]) -> float | None:
+    """How far a page's line (of ``every``) is set in from its column's left edge: 0 within half its height (flush
+    left), else the distance, up to ``WRAPPED_INDENT`` of the column's width (a paragraph's first line, a hanging
+    indent's wrapped lines); None when it is set in further (centred, flush right)."""
+    left, right = _column(line, every)
+    inset = float(line.x0 - left)
+    if inset <= 0.5 * line.height:
+        return 0.0
+    return inset if inset <= WRAPPED_INDENT * (right - left) else None
 
 
 def _indented_lines(boxes: Sequence[Any]) -> set[int]:
@@ -276,21 +326,15 @@ def _indented_lines(boxes: Sequence[Any]) -> set[int]:
     the paragraph before where that paragraph's last line ends near the right edge, as the indented line does (a
     list's or a reference's wrapped lines under a hanging indent are all indented, or end short)."""
     every = [line for box in boxes for line in lines(box)]
-
-    def flush(line: Any) -> bool:
-        return line.x0 - _column(line, every)[0] <= 0.5 * line.height
-
     after = {id(line): under for line, under in itertools.pairwise(every)}  # the page's next line
     opening: set[int] = set()
     for box in boxes:
         for above, line in itertools.pairwise(lines(box)):
-            left, right = _column(line, every)
-            if not (0.5 * line.height < line.x0 - left <= WRAPPED_INDENT * (right - left) and flush(above)
-                    and not monospaced([line])):
+            if not (_indent(line, every) and _indent(above, every) == 0 and not monospaced([line])):
                 continue
             under = after.get(id(line))
             if (SENTENCE_END.search(line_text(above).rstrip()) and _full(line, every) and under is not None
-                    and flush(under)):
+                    and _indent(under, every) == 0):
                 opening.add(id(line))
     return opening
 

@@ -879,3 +879,33 @@ def test_a_sentence_that_goes_on_in_lower_case_after_a_colon_at_a_line_s_end_sta
              "lighthouse, each with its own berths and cranes for the ships that call there."]
     path = lines_pdf(tmp_path / "colon.pdf", [[(20, 20 + pitch * k, line) for k, line in enumerate(lines)]])
     assert extract_pdf(path).paragraphs == ([text_of(lines)] if joined else [lines[0], text_of(lines[1:])])
+
+
+@pytest.mark.parametrize("pitch", [4.5, 6, 8], ids=["single", "1.5", "double"])
+def test_each_reference_set_with_a_hanging_indent_is_a_paragraph_of_its_own(tmp_path, pitch):
+    """An unnumbered reference list (APA, Harvard) sets each entry's first line at the margin and the lines it wraps
+    onto indented: nothing but the indent tells where an entry ends, and the references ran on into each other as
+    one paragraph ("... 1-24. Moss, B. (2019) ..."), or an entry whose first line ended a sentence was cut there at
+    wider spacing. Each line at the margin of such a list opens an entry; its indented lines stay with it. The prose
+    around the list stays whole."""
+    prose = ["The tides of the harbour were first measured by the authority in 1880, and again",
+             "after the northern quay was built, which the survey of the estuary records in detail."]
+    references = [["Lind, A. (2020). Tides of the harbour and the northern quays, with a survey of the",
+                   "estuary's sand banks. Journal of Ports and Harbours, 12(3), 1-24."],
+                  ["Moss, B. (2019). The lighthouse keepers of Kellerton. Coastal History, 3, 7-9."],
+                  ["Reid, C., & Lind, A. (2021). Cargo handled at the small ports of the north, 1970-2020.",
+                   "Maritime Economics, 7, 5-9."],
+                  ["Smith, J., Brown, K., & Taylor, M. (2018). Dredging the channel: costs and benefits for",
+                   "the fishing fleet and the ferries to the islands, with maps of the estuary and its",
+                   "sand banks. Harbour Press."]]
+    after = ["The authors thank the harbour master and the pilots of Kellerton for their help with",
+             "the survey, and the keepers' families for the letters they lent to the authority."]
+    placed = [(20, 20 + pitch * k, line) for k, line in enumerate(prose)]
+    y = 20 + pitch * len(prose) + 4
+    for reference in references:
+        for k, line in enumerate(reference):
+            placed.append((20 + 10 * (k > 0), y, line))
+            y += pitch
+    placed += [(20, y + 4 + pitch * k, line) for k, line in enumerate(after)]
+    path = lines_pdf(tmp_path / "references.pdf", [placed])
+    assert extract_pdf(path).paragraphs == [text_of(prose), *map(text_of, references), text_of(after)]
