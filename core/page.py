@@ -48,6 +48,15 @@ def read_in(hits: list[Hit], among: list[Hit], unit: str, own_scores: bool) -> t
     return [alone, merged], [(0, at[id(h)]) if id(h) in at else (1, r) for h, r in zip(hits, rows, strict=True)]
 
 
+def with_listed(hits: list[Hit], listed: list[Hit], unit: str) -> tuple[list[Hit], list[int]]:
+    """``listed`` (the search's list without collapsing copies) followed by those of ``hits`` it does not list, and
+    where each of ``hits`` is in it (a listed hit as ``listed`` has it, with that list's score)."""
+    at = {unit_key(h, unit): i for i, h in enumerate(listed)}
+    whole = [*listed, *(h for h in hits if unit_key(h, unit) not in at)]
+    at.update((unit_key(h, unit), i) for i, h in enumerate(whole[len(listed):], len(listed)))
+    return whole, [at[unit_key(h, unit)] for h in hits]
+
+
 class Pager:
     """Confidences from the model's calibrator (``core.confidence``) where it applies to the plan, then
     ``min_confidence`` and the page ``[offset, offset + top_k)``. Read hits (``core.reading``) bring their own
@@ -94,12 +103,15 @@ class Pager:
         ``params``. A filtered hit's features are read in the list of the plan's ``unfiltered`` search where it has
         one (``in_unfiltered``), so it is as confident as without the filter; a hit of a search that collapsed copies
         (``collapse_duplicates``) likewise in the list without collapsing (``uncollapsed``: each question's, from
-        ``Ranking.ranked``; the unfiltered search collapses none), so collapsing selects hits and re-scores none."""
+        ``Ranking.ranked``; the unfiltered search collapses none; filtered, that list's hits are placed in the
+        unfiltered one, ``read_filtered``), so collapsing selects hits and re-scores none."""
         unfiltered = plan.unfiltered.hits if plan.unfiltered is not None else uncollapsed or None
         if not params.read and self.calibrator is not None and self.calibrated(plan):
             # each question's lists and where each of its hits is read in them (list, row)
             read = [([hits], [(0, r) for r in range(len(hits))]) if unfiltered is None else
-                    read_in(hits, unfiltered[b], plan.unit, plan.unfiltered is not None) for b, hits in enumerate(ranked)]
+                    self.read_filtered(hits, unfiltered[b], plan.unit, uncollapsed[b] if uncollapsed else None)
+                    if plan.unfiltered is not None else read_in(hits, unfiltered[b], plan.unit, False)
+                    for b, hits in enumerate(ranked)]
             keywords = None if questions is None else [is_keyword_query(q) for q in questions]
             lists = [(b, hits) for b, (many, _) in enumerate(read) for hits in many]
             conf = self.calibrator.confidences_of_hits(
@@ -111,6 +123,19 @@ class Pager:
                 ranked = [[h.but(confidence=conf[first[b] + i][r]) for h, (i, r) in zip(hits, at, strict=True)]
                           for b, (hits, (_, at)) in enumerate(zip(ranked, read, strict=True))]
         return [self.page_of(hits, params) for hits in ranked]
+
+    @staticmethod
+    def read_filtered(hits: list[Hit], unfiltered: list[Hit], unit: str, uncollapsed: list[Hit] | None
+                      ) -> tuple[list[list[Hit]], list[tuple[int, int]]]:
+        """``read_in`` of a filtered search's hits (their own scores, placed in the ``unfiltered`` list); of one that
+        collapsed copies, the hits of its list without collapsing (``uncollapsed``) are placed, as the search
+        without collapsing places them, dropped copies and the scores of that list included (a deeper round's
+        fusion scores a hit apart), and each kept hit is read at its own place among them."""
+        if uncollapsed is None:
+            return read_in(hits, unfiltered, unit, True)
+        whole, where = with_listed(hits, uncollapsed, unit)
+        lists, at = read_in(whole, unfiltered, unit, True)
+        return lists, [at[i] for i in where]
 
     @staticmethod
     def page_of(hits: list[Hit], params: SearchParams) -> Hits:

@@ -80,21 +80,24 @@ def test_collapsed_list_is_the_brute_force_dedup_of_a_deep_ranking(dup_searcher,
     assert collapsed_any  # the corpus's copies were in the rankings
 
 
-@pytest.mark.parametrize(("mode", "filtered"), [*((m, False) for m in MODES), ("dense", True), ("lexical", True)])
+@pytest.mark.parametrize("filtered", [False, True])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
 def test_a_kept_hit_is_as_confident_as_in_the_search_without_collapsing(dup_searcher, unit, mode, filtered):
     """Collapsing selects hits, as a filter does: each kept hit's confidence is read from its place in the ranking
     without collapsing (rank, margin to the next hit, the answer mass over the first hits), so a hit whose copy
-    ranked right below it is no more confident for the copy's going. (A page of 5 is ranked ``FEATURE_DEPTH`` deep,
-    10: its hits are those of the plain search's first 10, or below them. A filtered hybrid search fuses each
-    deeper round among the filter's candidates, so its hits' scores, and confidences, are near the plain ones.)"""
+    ranked right below it is no more confident for the copy's going. (A page of 5 in a rank_window of 10 is ranked
+    10 deep, as the plain search of 10: its hits are those of the plain search's first 10, or below them. A filtered
+    hybrid search fuses a deeper round among the filter's candidates, scoring its hits apart: they are read with the
+    scores the plain search gives them, and read exactly as there.)"""
     from tests.core.test_filters import _calibrated
 
     calibrated = _calibrated(dup_searcher)
     calibrated.encoder = dup_searcher.encoder
     flt = SearchFilter(doc_ids=[d["id"] for d in dup_searcher.index.docs if d["id"] != "d5"]) if filtered else None
     plain = calibrated.search(QUESTIONS, SearchParams(unit, 10, mode=mode, filter=flt))
-    got = calibrated.search(QUESTIONS, SearchParams(unit, 5, mode=mode, filter=flt, collapse_duplicates=True))
+    got = calibrated.search(QUESTIONS, SearchParams(unit, 5, rank_window=10, mode=mode, filter=flt,
+                                                    collapse_duplicates=True))
     moved = 0
     for full, hits in zip(plain, got, strict=True):
         confidence = {rows([h])[0]: h.confidence for h in full}
