@@ -36,10 +36,16 @@ class Ranking:
         self._copies: Copies | None = None
 
     def copies(self) -> Copies:
-        """The index's copies (``core.duplicates``), found at the first search that collapses them."""
+        """The index's copies (``core.duplicates``), found at the first search that collapses them, or before it
+        (the service's warm-up; a live snapshot's when it is made, ``service.live``)."""
         if self._copies is None:
             self._copies = Copies.of(self.hits.index, self.unit_of_passage["doc"])
         return self._copies
+
+    @property
+    def found_copies(self) -> bool:
+        """Whether the index's copies have been found (``copies``)."""
+        return self._copies is not None
 
     def deep(self, plan: Plan, q_start: np.ndarray, q_end: np.ndarray, texts: list[str] | None,
              timings: StageTimes, batch: DenseBatch | None = None, uncollapsed: list[list[Hit]] | None = None

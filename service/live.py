@@ -279,6 +279,8 @@ class LiveWrites:
 
     def _publish(self, snapshot: LiveIndex) -> None:
         searcher = searcher_over(self.base, snapshot)
+        if self.current.ranking.found_copies:  # searches collapse copies (or the warm-up did): the snapshot's are
+            searcher.ranking.copies()  # found here, in the write's thread, not by its first collapsing search
         with self._serving:
             self.current = searcher
             if self._serve is not None:

@@ -87,6 +87,30 @@ def test_the_warm_up_finds_the_copies_before_the_first_collapsing_search(live, s
         assert any(h["copies"] > 1 for h in r.json()["results"][0]["hits"]) and not made
 
 
+def test_a_write_finds_its_snapshot_copies_before_the_first_collapsing_search(write_settings, monkeypatch):
+    """A write's snapshot finds its copies as it is published, in the write's thread, so the first search that
+    collapses after a write pays nothing for them; a written copy of an indexed paragraph collapses with it."""
+    from spanseek.core import duplicates
+    from tests.service.conftest import serving
+
+    app = create_app(write_settings(warmup=True))
+    key = {"X-API-Key": "key"}
+    with serving(app) as client:
+        text = app.state.service.live.base.index.passages[0]["text"]
+        r = client.put("/documents", headers=key, json={"documents": [{"id": "w1", "title": "Copy",
+                                                                      "paragraphs": [f"  {text.upper()} "]}]})
+        assert r.status_code == 200, r.text
+        made, real = [], duplicates.Copies.of
+        monkeypatch.setattr(duplicates.Copies, "of", lambda *a: made.append(1) or real(*a))
+        r = client.post("/search?unit=passage", headers=key, json={"query": text, "top_k": 30, "mode": "dense",
+                                                                   "collapse_duplicates": True})
+        assert r.status_code == 200, r.text
+        copy = [h for h in r.json()["results"][0]["hits"] if " ".join(h["passage"].split()).lower()
+                == " ".join(text.split()).lower()]
+        assert len(copy) == 1 and copy[0]["copies"] == 2 and "w1" in [copy[0]["doc_id"], *copy[0]["copy_doc_ids"]]
+        assert not made  # found with the snapshot, not at the search
+
+
 @pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
 def test_a_collapsing_search_costs_its_deeper_rankings(unit):
     """Admission counts the deeper ranking a page of copies needs (COLLAPSE_FACTOR), and says so when it refuses."""
