@@ -8,13 +8,22 @@ one space, leading and trailing whitespace dropped, letters lower case); two doc
 are copies, in order. ``Copies`` is the index's table of them: each passage's text is normalised and hashed once, the
 first time a search collapses (``passage_keys``, kept per index; a live index hashes only its segment's passages),
 never per hit. ``collapse`` keeps the best-ranked hit of each group of copies and says how many copies it stands for.
+
+``collapse_duplicates="near"`` also collapses near copies (``similar``): lightly edited copies and boilerplate
+variants, whose words match in order for at least ``NEAR_SIMILARITY`` of them (difflib's ratio over their normalised
+words, 2 x matched / total). They are found among the hits of the ranking being collapsed, each compared with the
+kept hits above it, so no table is needed; two texts whose word counts or word bags cannot reach the threshold are
+never aligned, which leaves the alignment to the few pairs that are near copies.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Sequence
+from difflib import SequenceMatcher
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,6 +32,15 @@ from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.selection import Selection
 
 MAX_COPY_IDS = 10  # documents a collapsed hit names (copy_doc_ids): a boilerplate paragraph can be in thousands
+# collapse_duplicates="near": two texts are near copies when 2 x (words matched in order) / (their words) reaches
+# this. On the demo corpus a paragraph and its lightly edited revision read 0.74 (passages 737 and 746: a few words
+# changed, the last sentence rewritten), two paragraphs sharing one of their four sentences 0.41 (767 and 846) and
+# two sharing a rewritten opening 0.53-0.54 (208 and 215, 172 and 191); one changed word of a short notice, 0.79-0.86.
+# Two texts sharing a part of the same length in each read that part's share of their words, so those merely sharing
+# a sentence stay apart unless it makes up 70% of each.
+NEAR_SIMILARITY = 0.7
+NEAR_CACHE = 4096  # texts' words kept per index for near comparisons (dropped all at once past it)
+NEAR_PAIRS = 1 << 16  # pairs of texts compared, and whether they are near copies, kept likewise
 
 _KEYS: weakref.WeakKeyDictionary[PhraseIndex, np.ndarray] = weakref.WeakKeyDictionary()
 _KEYS_LOCK = threading.Lock()
@@ -56,6 +74,37 @@ def passage_keys(index: PhraseIndex) -> np.ndarray:
     return keys
 
 
+class Words(NamedTuple):
+    """A text as near copies are compared: its normalised words, in order, and how often each occurs."""
+
+    words: list[str]
+    bag: Counter[str]
+
+    @classmethod
+    def of(cls, text: str) -> Words:
+        words = normalise_passage(text).split()
+        return cls(words, Counter(words))
+
+
+def similarity(a: Words, b: Words) -> float:
+    """2 x the words ``a`` and ``b`` match in order (difflib's matching blocks) / their words together: 1 for the same
+    words, the share a common part holds of each for two texts sharing it; 1 for two empty texts."""
+    if not a.words and not b.words:
+        return 1.0
+    return SequenceMatcher(None, a.words, b.words, autojunk=False).ratio()
+
+
+def similar(a: Words, b: Words, threshold: float = NEAR_SIMILARITY) -> bool:
+    """Whether ``similarity(a, b)`` reaches ``threshold``: two texts whose lengths, or word bags, bound it below are
+    never aligned (the matched words are at most the shorter text's, and at most the words the bags share)."""
+    total = len(a.words) + len(b.words)
+    if 2 * min(len(a.words), len(b.words)) < threshold * total:
+        return total == 0
+    if 2 * sum(min(a.bag[w], b.bag[w]) for w in a.bag.keys() & b.bag.keys()) < threshold * total:
+        return False
+    return similarity(a, b) >= threshold
+
+
 class Copies:
     """An index's copies, per unit: each passage's (and document's) key, equal for copies, and the passages (and
     documents) of every key held more than once. ``Copies.of(index)``; held by the searcher's ``HitBuilder``."""
@@ -65,6 +114,10 @@ class Copies:
         self.passage_doc = passage_doc
         self.key = {"passage": passage_key, "doc": doc_keys(passage_key, passage_doc, len(index.docs))}
         self.members = {unit: repeated(keys) for unit, keys in self.key.items()}
+        self._words: dict[tuple[str, int], Words] = {}  # near comparisons: ("passage" | "doc", id) -> its words
+        self._doc_passages: tuple[np.ndarray, np.ndarray] | None = None
+        self._near: dict[tuple[str, int, int], bool] = {}  # (of, kept's, hit's) -> near copies: a search ranks the
+        # same passages (documents) for many of its questions, the next searches too
 
     @classmethod
     def of(cls, index: PhraseIndex, passage_doc: np.ndarray) -> Copies:
@@ -85,12 +138,16 @@ class Copies:
             return key, hit.start, hit.end
         return key, non_space_before(hit.passage, hit.start), non_space_before(hit.passage, hit.end)
 
-    def copies_of(self, hit: Hit, unit: Unit, selection: Selection) -> tuple[int, list[str]]:
+    def copies_of(self, hit: Hit, unit: Unit, selection: Selection, near: Sequence[Hit] = ()) -> tuple[int, list[str]]:
         """How many copies of ``hit``'s passage (or document) the search may return (``selection``), the hit's own
-        included, and the ids of the other copies' documents (distinct, in index order, at most ``MAX_COPY_IDS``)."""
+        included, and the ids of the other copies' documents (distinct, in index order, at most ``MAX_COPY_IDS``);
+        ``near``: hits collapsed into it as near copies, whose copies count too."""
         of = "doc" if unit == "doc" else "passage"
-        own = int(self.passage_doc[hit.passage_id]) if of == "doc" else hit.passage_id
+        own = self.own(hit, of)
         members = self.members[of].get(int(self.key[of][own]))
+        if near:
+            members = np.unique(np.concatenate([np.asarray([own]) if members is None else members,
+                                                *(self.copies_in(h, of) for h in near)]))
         if members is None:
             return 1, []
         allowed = selection.passages if of == "passage" else selection.docs
@@ -105,6 +162,53 @@ class Copies:
                 break
             ids.append(self.index.docs[d]["id"])
         return max(len(members), 1), ids
+
+    def own(self, hit: Hit, of: str) -> int:
+        """The hit's passage (``of`` passage) or document (``of`` doc)."""
+        return int(self.passage_doc[hit.passage_id]) if of == "doc" else hit.passage_id
+
+    def copies_in(self, hit: Hit, of: str) -> np.ndarray:
+        """The passages (documents) that are copies of ``hit``'s, its own included, ascending."""
+        own = self.own(hit, of)
+        members = self.members[of].get(int(self.key[of][own]))
+        return np.asarray([own]) if members is None else members
+
+    def near(self, kept: Hit, hit: Hit, unit: Unit) -> bool:
+        """Whether ``hit`` is a near copy of ``kept`` (``similar``): its passage's (document's) words of the kept
+        one's; phrases, the same phrase (once normalised) in such a passage."""
+        if unit == "phrase" and (normalise_passage(kept.text) != normalise_passage(hit.text)
+                                 or self.key["passage"][kept.passage_id] == self.key["passage"][hit.passage_id]):
+            return False  # another phrase, or the same one elsewhere in (a copy of) its passage: no copy of it
+        of = "doc" if unit == "doc" else "passage"
+        pair = (of, self.own(kept, of), self.own(hit, of))
+        near = self._near.get(pair)
+        if near is None:
+            near = similar(self.words(of, pair[1]), self.words(of, pair[2]))
+            if len(self._near) >= NEAR_PAIRS:
+                self._near.clear()
+            self._near[pair] = near
+        return near
+
+    def words(self, of: str, i: int) -> Words:
+        """The words of passage (``of`` passage) or document ``i``, kept for the next search (``NEAR_CACHE``)."""
+        got = self._words.get((of, i))
+        if got is None:
+            if of == "passage":
+                got = Words.of(self.index.passages[i]["text"])
+            else:
+                order, bounds = self.doc_passages()
+                got = Words.of(" ".join(self.index.passages[p]["text"] for p in order[bounds[i]:bounds[i + 1]]))
+            if len(self._words) >= NEAR_CACHE:
+                self._words.clear()
+            self._words[(of, i)] = got
+        return got
+
+    def doc_passages(self) -> tuple[np.ndarray, np.ndarray]:
+        """The passages in document order, and where each document's start (D + 1)."""
+        if self._doc_passages is None:
+            order = np.argsort(self.passage_doc, kind="stable")
+            self._doc_passages = order, np.searchsorted(self.passage_doc[order], np.arange(len(self.index.docs) + 1))
+        return self._doc_passages
 
 
 def doc_keys(passage_key: np.ndarray, passage_doc: np.ndarray, n_docs: int) -> np.ndarray:
@@ -134,9 +238,13 @@ def non_space_before(text: str, at: int) -> int:
     return len(prefix) - sum(1 for c in prefix if c.isspace())
 
 
-def collapse(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selection: Selection) -> list[Hit]:
+def collapse(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selection: Selection,
+             near: bool = False) -> list[Hit]:
     """The first ``k`` hits (best first) that are no copy of a hit before them (``Copies.hit_key``), each with
-    ``copies`` and ``copy_doc_ids`` set (``Copies.copies_of``)."""
+    ``copies`` and ``copy_doc_ids`` set (``Copies.copies_of``); ``near``: nor a near copy of a kept hit
+    (``collapse_near``)."""
+    if near:
+        return collapse_near(hits, k, unit, copies, selection)
     kept: list[Hit] = []
     seen: set[object] = set()
     for h in hits:
@@ -149,3 +257,28 @@ def collapse(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selection:
         n, ids = copies.copies_of(h, unit, selection)
         kept.append(h.but(copies=n, copy_doc_ids=ids))
     return kept
+
+
+def collapse_near(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selection: Selection) -> list[Hit]:
+    """``collapse`` of copies and near copies: a hit that is a copy of a better hit, or a near copy of a kept one
+    (``Copies.near``, compared with the kept hits best first), is dropped, and the kept hit counts its copies too. The
+    whole ranking is read, so a kept hit counts its near copies ranked below the page's last hit."""
+    kept: list[Hit] = []
+    near: list[list[Hit]] = []  # each kept hit's near copies
+    seen: set[object] = set()
+    for h in hits:
+        key = copies.hit_key(h, unit)
+        if key in seen:
+            continue
+        seen.add(key)
+        of = next((i for i, x in enumerate(kept) if copies.near(x, h, unit)), None)
+        if of is not None:
+            near[of].append(h)
+        elif len(kept) < k:
+            kept.append(h)
+            near.append([])
+    out = []
+    for h, others in zip(kept, near, strict=True):
+        n, ids = copies.copies_of(h, unit, selection, others)
+        out.append(h.but(copies=n, copy_doc_ids=ids))
+    return out

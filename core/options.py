@@ -105,10 +105,31 @@ def flags(cls: type, only: Collection[str] | None = None) -> list[Flag]:
     return out
 
 
+class BoolOrChoice(argparse.Action):
+    """A ``bool | Literal[...]`` option: ``--name`` sets True, ``--name-CHOICE`` the choice, ``--no-name`` False (no
+    flag takes a value, so a question after ``--name`` stays a question)."""
+
+    def __init__(self, option_strings: list[str], dest: str, choices: list[str], **kwargs: Any):
+        longs = [s for s in option_strings if s.startswith("--")]
+        self.values = {**{s: True for s in option_strings}, **{"--no-" + s[2:]: False for s in longs},
+                       **{f"{s}-{c}": c for s in longs for c in choices}}
+        super().__init__(list(self.values), dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, self.values[option_string] if option_string is not None else True)
+
+    def format_usage(self) -> str:
+        return " | ".join(self.option_strings)
+
+
 def _argparse_type(tp: Any) -> dict[str, Any]:
-    """argparse keyword arguments for a field type: bool, int, float, str, a Literal of them, or one of those | None."""
+    """argparse keyword arguments for a field type: bool, int, float, str, a Literal of them, one of those | None, or
+    bool | a Literal of strings (``BoolOrChoice``)."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 2 and bool in args and typing.get_origin(choice := args[1 - args.index(bool)]) is Literal:
+            return {"action": BoolOrChoice, "choices": list(typing.get_args(choice))}
         if len(args) != 1:
             raise TypeError(f"an option can be one type or None, got {tp}")
         tp = args[0]

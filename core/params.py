@@ -26,6 +26,8 @@ Mode = Literal["dense", "lexical", "hybrid"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 Fusion = Literal["score", "rrf"]
 FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
+CollapseMode = Literal["exact", "near"]
+COLLAPSE_MODES: tuple[CollapseMode, ...] = get_args(CollapseMode)
 VectorSource = Literal["fine", "codes"]
 VECTOR_SOURCES: tuple[VectorSource, ...] = get_args(VectorSource)
 
@@ -55,12 +57,15 @@ class SearchParams:
         False, "phrase unit only: one hit per distinct answer (phrases that read the same once normalised), scored "
         "by the log of the summed exp(score) of its phrases; the hit shows its best phrase (read hits are one per "
         "answer already)")
-    collapse_duplicates: bool = option(
-        False, "keep only the best-ranked of hits that are copies: passages whose texts are the same once runs of "
-        "whitespace are one space and letters lower case (a paragraph copied into several documents); phrase unit: "
-        "the same phrase in a copy of its passage; doc unit: documents whose passages are copies, in order. The "
-        "kept hit gives how many copies it stands for and their documents (copies, copy_doc_ids); the page is "
-        "filled from a deeper ranking. Not with read")
+    collapse_duplicates: bool | CollapseMode = option(
+        False, "keep only the best-ranked of hits that are copies: true or exact, passages whose texts are the same "
+        "once runs of whitespace are one space and letters lower case (a paragraph copied into several documents); "
+        "near, also near copies (lightly edited copies, boilerplate variants): texts whose words, so normalised, "
+        "match in order for at least 70% of them (2 x matched / total words), found among the hits ranked; phrase "
+        "unit: the same phrase in a copy (near: the same phrase text in a near copy) of its passage; doc unit: "
+        "documents whose passages are copies, in order (near: whose whole texts are near copies). The kept hit "
+        "gives how many copies it stands for and their documents (copies, copy_doc_ids); the page is filled from a "
+        "deeper ranking. Not with read")
     mode: Mode | None = option(None, "dense (phrase vectors), lexical (BM25 over passages) or hybrid (both fused); "
                                "default: the index's")
     fusion: Fusion | None = option(None, "hybrid passage/doc ranking (and the passages a phrase search with read "
@@ -124,10 +129,13 @@ class SearchParams:
         if self.rank_window is not None and self.rank_window < self.offset + self.top_k:
             raise SearchParamsError(f"rank_window must be at least offset + top_k ({self.offset + self.top_k}), got "
                                     f"{self.rank_window}")
-        for name in ("merge_answers", "allow_overlap", "collapse_duplicates"):
+        for name in ("merge_answers", "allow_overlap"):
             if not isinstance(getattr(self, name), bool):
                 raise SearchParamsError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.collapse_duplicates is True and self.read:
+        if not isinstance(self.collapse_duplicates, bool) and self.collapse_duplicates not in COLLAPSE_MODES:
+            raise SearchParamsError("collapse_duplicates must be true, false, "
+                                    f"{' or '.join(repr(m) for m in COLLAPSE_MODES)}, got {self.collapse_duplicates!r}")
+        if self.collapse_duplicates is not False and self.read:
             raise SearchParamsError("collapse_duplicates does not apply with read=true (read hits are ranked by the "
                                     "reader; search without read to collapse copies)")
         for name in ("read_passages", "read_below"):  # asked for without read, they would be silently ignored
@@ -242,8 +250,8 @@ class Hit:
         "the reader's score of the phrase when the hit was read (read: true); null when it was not read"))
     copies: int | None = field(default=None, metadata=_doc(
         "with collapse_duplicates: how many passages the search may return hold this hit's passage text (unit=doc: "
-        "documents this document's), itself included; the others are left out of the hits. Left out (null over "
-        "HTTP) without collapse_duplicates"))
+        "documents this document's), itself included (near: or the text of a near copy ranked, and its copies); "
+        "the others are left out of the hits. Left out (null over HTTP) without collapse_duplicates"))
     copy_doc_ids: list[str] | None = field(default=None, metadata=_doc(
         "with collapse_duplicates: the ids of the other copies' documents, distinct, in index order, at most 10. "
         "Left out (null over HTTP) without collapse_duplicates"))

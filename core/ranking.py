@@ -94,23 +94,25 @@ class Ranking:
         """``ranked`` with copies collapsed (``core.duplicates.collapse``): the ranking without it (``COLLAPSE_DEPTH``
         times as deep), less the copies of better hits; a question left short of ``top_k`` whose ranking was full is
         ranked again ``COLLAPSE_GROWTH`` times deeper, until it fills, its ranking runs out, or the ranking is
-        ``COLLAPSE_MAX`` times the page's depth (the page then holds fewer than ``top_k``). Each question's
-        candidates are those of the ranking its hits were cut from. ``uncollapsed``: as ``ranked``'s."""
+        ``COLLAPSE_MAX`` times the page's depth (the page then holds fewer than ``top_k``). ``collapse_duplicates``
+        "near": near copies of a kept hit too (``core.duplicates.collapse_near``). Each question's candidates are
+        those of the ranking its hits were cut from. ``uncollapsed``: as ``ranked``'s."""
         copies, k = self.copies(), COLLAPSE_DEPTH * plan.top_k
+        near = plan.params.collapse_duplicates == "near"
         batch = batch if batch is not None else self.dense.batch(plan, q_start, q_end, search=plan.mode != "lexical")
         wide = plan.but(top_k=k, collapse_duplicates=False)
         many, basis = self.ranked(wide, q_start, q_end, texts, timings, batch)
         if uncollapsed is not None:
             uncollapsed[:] = many
         with timings.timing("aggregate"):
-            out = [collapse(h, plan.top_k, plan.unit, copies, plan.selection) for h in many]
+            out = [collapse(h, plan.top_k, plan.unit, copies, plan.selection, near) for h in many]
         pending = [b for b, (h, c) in enumerate(zip(many, out, strict=True)) if len(c) < plan.top_k and len(h) >= k]
         while pending and k * COLLAPSE_GROWTH <= COLLAPSE_MAX * plan.top_k:
             k *= COLLAPSE_GROWTH
             found, bases = self.again(wide.but(top_k=k), pending, q_start, q_end, texts, timings, batch)
             with timings.timing("aggregate"):
                 for i, (b, h) in enumerate(zip(pending, found, strict=True)):
-                    out[b] = collapse(h, plan.top_k, plan.unit, copies, plan.selection)
+                    out[b] = collapse(h, plan.top_k, plan.unit, copies, plan.selection, near)
                     if basis is not None and bases is not None:
                         basis[b] = bases[i]
             pending = [b for b, h in zip(pending, found, strict=True) if len(out[b]) < plan.top_k and len(h) >= k]

@@ -56,7 +56,7 @@ except ModuleNotFoundError as e:  # a plain install: say which extra brings them
     raise require_extra(e, "spanseek.client") from None
 
 from spanseek.core.filters import SearchFilter  # the filter's one definition (standard library only)
-from spanseek.core.params import HIT_WINDOW, Fusion, Mode, Unit  # standard library only, as core.filters
+from spanseek.core.params import HIT_WINDOW, CollapseMode, Fusion, Mode, Unit  # standard library only
 from spanseek.core.params import Hit as CoreHit
 
 T = TypeVar("T")
@@ -75,7 +75,7 @@ class SearchOptions(TypedDict, total=False):
     max_answer_tokens: int
     nprobe: int
     merge_answers: bool
-    collapse_duplicates: bool
+    collapse_duplicates: bool | CollapseMode
     mode: Mode
     fusion: Fusion
     lexical_weight: float

@@ -200,7 +200,7 @@ def test_merge_answers_counts_each_copy_once(dup_searcher):
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"collapse_duplicates": "yes"}, "collapse_duplicates must be true or false"),
+    ({"collapse_duplicates": "yes"}, "collapse_duplicates must be true, false, .exact. or .near., got .yes."),
     ({"collapse_duplicates": True, "read": True}, "collapse_duplicates does not apply with read"),
 ])
 def test_bad_values_are_refused_naming_them(params, message):

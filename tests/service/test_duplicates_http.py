@@ -28,14 +28,15 @@ def url(live, settings, dup_searcher):
         yield base
 
 
+@pytest.mark.parametrize("how", [True, "exact", "near"])
 @pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
-def test_collapsed_hits_match_the_searcher_with_their_copies(url, dup_searcher, unit):
+def test_collapsed_hits_match_the_searcher_with_their_copies(url, dup_searcher, unit, how):
     import httpx
 
     r = httpx.post(f"{url}/search?unit={unit}", json={"queries": QUESTIONS, "top_k": 6, "mode": "dense",
-                                                       "collapse_duplicates": True})
+                                                       "collapse_duplicates": how})
     assert r.status_code == 200, r.text
-    want = dup_searcher.search(QUESTIONS, SearchParams(unit, 6, mode="dense", collapse_duplicates=True))
+    want = dup_searcher.search(QUESTIONS, SearchParams(unit, 6, mode="dense", collapse_duplicates=how))
     got = [[(h["passage_id"], h["start"], h["end"], h["copies"], h["copy_doc_ids"]) for h in res["hits"]]
            for res in r.json()["results"]]
     assert got == [[(h.passage_id, h.start, h.end, h.copies, h.copy_doc_ids) for h in hits] for hits in want]
@@ -44,17 +45,21 @@ def test_collapsed_hits_match_the_searcher_with_their_copies(url, dup_searcher, 
     assert all(h["copies"] is None and h["copy_doc_ids"] is None for h in plain.json()["results"][0]["hits"])
 
 
-def test_the_client_sends_it_and_reads_the_copies(url, dup_searcher):
+@pytest.mark.parametrize("how", [True, "near"])
+def test_the_client_sends_it_and_reads_the_copies(url, dup_searcher, how):
     with Client(url) as client:
-        response = client.search(QUESTIONS[1], unit="passage", top_k=6, mode="dense", collapse_duplicates=True)
-    want = dup_searcher.search(QUESTIONS[1:], SearchParams("passage", 6, mode="dense", collapse_duplicates=True))[0]
+        response = client.search(QUESTIONS[1], unit="passage", top_k=6, mode="dense", collapse_duplicates=how)
+    want = dup_searcher.search(QUESTIONS[1:], SearchParams("passage", 6, mode="dense", collapse_duplicates=how))[0]
     assert [(h.passage_id, h.copies, h.copy_doc_ids, h.extra) for h in response.hits] == \
         [(h.passage_id, h.copies, h.copy_doc_ids, {}) for h in want]
 
 
 @pytest.mark.parametrize("body, status, message", [
     ({"collapse_duplicates": "true"}, 422, "collapse_duplicates"),
+    ({"collapse_duplicates": "fuzzy"}, 422, "collapse_duplicates"),
+    ({"collapse_duplicates": 1}, 422, "collapse_duplicates"),
     ({"collapse_duplicates": True, "read": True}, 400, "collapse_duplicates does not apply with read"),
+    ({"collapse_duplicates": "near", "read": True}, 400, "collapse_duplicates does not apply with read"),
 ])
 def test_bad_requests_are_refused_naming_the_parameter(url, body, status, message):
     import httpx

@@ -1,0 +1,211 @@
+"""collapse_duplicates="near" (core.duplicates): near copies (lightly edited copies, boilerplate variants) are
+collapsed as a brute-force alignment of the ranked texts says, paragraphs that merely share a sentence are not, the
+word-count and word-bag bounds never turn a near copy away, and "exact" is the exact mode.
+
+    .venv/bin/python -m pytest -q tests/core/test_near_duplicates.py
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from spanseek.core.duplicates import NEAR_SIMILARITY, Words, similar, similarity
+from spanseek.core.params import MODES, SearchFilter, SearchParams
+from tests.conftest import make_corpus
+from tests.core.test_duplicates import DEMO_INDEX, brute_key, norm, rows
+
+QUESTIONS = ["When did Cato build the river empire?", "Who built the village language?", "Acme rights reserved",
+             "What did Hugo build in 1794?", "Gala painter harbour church", "In which year did Fenn build it?"]
+
+
+def near_corpus() -> list[dict]:
+    """``make_corpus`` plus near copies: n1 holds d0's second paragraph with two words changed, and a paragraph that
+    shares only its first sentence with d1's second; n2 is d2 with a word changed in each paragraph; n3 and n4 are
+    one notice, a year apart; n5 holds d0's second paragraph as it is."""
+    docs = make_corpus(seed=5, n_docs=6, n_paras=3)
+    edited = docs[0]["paragraphs"][1].replace("1129", "1130").replace("painter", "sculptor")
+    shares = docs[1]["paragraphs"][1].split(". ")[0] + ". In 1500 Nora built the lake tower. Ivo sailed the sea."
+    docs.append({"id": "n1", "title": "Edited", "paragraphs": [edited, shares]})
+    docs.append({"id": "n2", "title": "Title 2 revised",
+                 "paragraphs": [p.replace(" built ", " raised ", 1) for p in docs[2]["paragraphs"]]})
+    notice = "This page was last edited on {} at 10:12. Text is available under the Acme Corp license; all rights reserved."
+    docs.append({"id": "n3", "title": "Notice", "paragraphs": [notice.format("3 March 2021")]})
+    docs.append({"id": "n4", "title": "Notice", "paragraphs": [notice.format("14 June 2022")]})
+    docs.append({"id": "n5", "title": "Copy", "paragraphs": [docs[0]["paragraphs"][1]]})
+    return docs
+
+
+@pytest.fixture(scope="module")
+def near_searcher(tmp_path_factory, tiny_model_dir):
+    from spanseek.core.loading import open_searcher
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    tmp = tmp_path_factory.mktemp("near")
+    (tmp / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in near_corpus()))
+    build_index(tmp / "corpus.jsonl", tiny_model_dir, tmp / "index", BuildOptions(progress=False, precision="fp32"))
+    return open_searcher(tmp / "index", tiny_model_dir, device="cpu", precision="fp32")
+
+
+def ratio(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, norm(a).split(), norm(b).split(), autojunk=False).ratio()
+
+
+def text_of(index, h, unit: str) -> str:
+    if unit != "doc":
+        return h.passage
+    d = index.passages[h.passage_id]["doc"]
+    return " ".join(p["text"] for p in index.passages if p["doc"] == d)
+
+
+def brute_near(index, hits, unit: str, k: int) -> list:
+    """The first k hits that are no copy of a hit before them and no near copy of a kept one, from the texts."""
+    seen, kept = set(), []
+    for h in hits:
+        key = brute_key(index, h, unit)
+        if key in seen:
+            continue
+        seen.add(key)
+        if any(ratio(text_of(index, x, unit), text_of(index, h, unit)) >= NEAR_SIMILARITY
+               and (unit != "phrase" or (norm(x.text) == norm(h.text) and norm(x.passage) != norm(h.passage)))
+               for x in kept):
+            continue
+        if len(kept) < k:
+            kept.append(h)
+    return kept
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_near_collapsed_list_is_the_brute_force_one_of_a_deep_ranking(near_searcher, monkeypatch, unit, mode):
+    from spanseek.core import ranking
+
+    index, depth = near_searcher.index, 400 if unit == "phrase" else 40
+    if mode == "hybrid":  # fusion's scores depend on the depth: rank as deep as the list compared with
+        monkeypatch.setattr(ranking, "COLLAPSE_DEPTH", depth // 8)
+    deep = near_searcher.search(QUESTIONS, SearchParams(unit, depth, mode=mode))
+    got = near_searcher.search(QUESTIONS, SearchParams(unit, 8, mode=mode, collapse_duplicates="near"))
+    exact = near_searcher.search(QUESTIONS, SearchParams(unit, 8, mode=mode, collapse_duplicates=True))
+    fewer = 0
+    for full, hits, plain in zip(deep, got, exact, strict=True):
+        assert rows(hits) == rows(brute_near(index, full, unit, 8))
+        fewer += rows(hits) != rows(plain)
+    assert fewer  # near copies were in the rankings, and went
+
+
+def test_a_near_copy_counts_with_its_copies_and_a_shared_sentence_does_not(near_searcher):
+    index = near_searcher.index
+    original = norm(index.passages[next(p for p, q in enumerate(index.passages)
+                                        if index.docs[q["doc"]]["id"] == "d0" and q["para"] == 1)]["text"])
+    hits = near_searcher.search(["x"], SearchParams("passage", 40, mode="dense", collapse_duplicates="near"))[0]
+    group = [h for h in hits if ratio(h.passage, original) >= NEAR_SIMILARITY]
+    assert len(group) == 1  # d0's paragraph, its copy in n5 and its edit in n1: one hit
+    assert group[0].copies == 3 and sorted([group[0].doc_id, *group[0].copy_doc_ids]) == ["d0", "n1", "n5"]
+    notices = [h for h in hits if "acme" in norm(h.passage)]
+    assert len(notices) == 1 and notices[0].copies == 2
+    shares = [h for h in hits if index.docs[index.passages[h.passage_id]["doc"]]["id"] == "n1" and h.paragraph == 1]
+    assert len(shares) == 1 and shares[0].copies == 1  # shares a sentence with d1's paragraph: its own hit
+    docs = near_searcher.search(["x"], SearchParams("doc", 20, mode="dense", collapse_duplicates="near"))[0]
+    assert sorted(h.doc_id for h in docs if h.doc_id in ("d2", "n2")) in (["d2"], ["n2"])
+    # a filter that leaves the edit out counts the exact copies only
+    flt = SearchFilter(doc_ids=[d["id"] for d in index.docs if d["id"] != "n1"])
+    kept = [h for h in near_searcher.search(["x"], SearchParams("passage", 40, mode="dense", filter=flt,
+                                                                collapse_duplicates="near"))[0]
+            if ratio(h.passage, original) >= NEAR_SIMILARITY]
+    assert len(kept) == 1 and kept[0].copies == 2 and "n1" not in kept[0].copy_doc_ids
+
+
+@pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
+def test_exact_is_the_exact_mode(near_searcher, unit):
+    on = near_searcher.search(QUESTIONS, SearchParams(unit, 5, mode="hybrid", collapse_duplicates=True))
+    exact = near_searcher.search(QUESTIONS, SearchParams(unit, 5, mode="hybrid", collapse_duplicates="exact"))
+    assert [[h.to_dict() for h in q] for q in exact] == [[h.to_dict() for h in q] for q in on]
+
+
+def test_the_bounds_never_turn_a_near_copy_away():
+    """``similar`` skips the alignment where the word counts or bags bound the similarity below the threshold: on
+    random edits of random texts it says what the alignment says."""
+    rng = random.Random(0)
+    vocab = [f"w{i}" for i in range(30)]
+    agree = near = 0
+    for _ in range(3000):
+        a = [rng.choice(vocab) for _ in range(rng.randint(0, 30))]
+        b = list(a)
+        for _ in range(rng.randint(0, 12)):  # edits: change, drop or add a word
+            at, what = rng.randint(0, max(0, len(b) - 1)), rng.random()
+            if what < 0.4 and b:
+                b[at] = rng.choice(vocab)
+            elif what < 0.7 and b:
+                del b[at]
+            else:
+                b.insert(at, rng.choice(vocab))
+        x, y = Words.of(" ".join(a)), Words.of(" ".join(b))
+        want = similarity(x, y) >= NEAR_SIMILARITY
+        agree += similar(x, y) == want
+        near += want
+    assert agree == 3000 and 300 < near < 2700
+
+
+@pytest.mark.parametrize(("a", "b", "near"), [
+    ("Copyright 2023 Acme Corp. All rights reserved.", "Copyright 2024 Acme Corp. All rights reserved.", True),
+    ("This page was last edited on 3 March 2021, at 10:12. Text is available under the Creative Commons License.",
+     "This page was last edited on 14 June 2022, at 08:40. Text is available under the Creative Commons License.",
+     True),
+    ("The castle was built in 1340. It burned in 1500 and was rebuilt by the duke's heirs over the next decade.",
+     "The castle was built in 1340. Its chapel holds the tombs of four abbots and a painted wooden ceiling.", False),
+    ("", "", True),
+    ("one", "", False),
+])
+def test_near_copies_and_texts_that_share_a_sentence(a, b, near):
+    assert similar(Words.of(a), Words.of(b)) is near
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DEMO_INDEX / "manifest.json").is_file(), reason="no demo index")
+def test_the_demo_corpus_edited_paragraph_is_collapsed_and_the_paris_clubs_are_not():
+    """Passage 746 is 737 lightly edited (0.74); 767 and 846, on the Paris clubs, share one sentence (0.41)."""
+    passages = [json.loads(line) for line in (DEMO_INDEX / "passages.jsonl").open()]
+    words = {p: Words.of(passages[p]["text"]) for p in (737, 746, 767, 846)}
+    assert similar(words[737], words[746]) and not similar(words[767], words[846])
+    assert similarity(words[737], words[746]) == pytest.approx(0.74, abs=0.01)
+    assert similarity(words[767], words[846]) == pytest.approx(0.41, abs=0.01)
+
+    from spanseek.core.loading import open_searcher
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    searcher = open_searcher(Path(DEMO_INDEX), "default")
+    question = ["What are the two contrasting viewpoints on time?"]
+    plain = searcher.search(question, SearchParams("passage", 5))[0]
+    assert {737, 746} <= {h.passage_id for h in plain}
+    hits = searcher.search(question, SearchParams("passage", 5, collapse_duplicates="near"))[0]
+    assert len(hits) == 5 and len({h.passage_id for h in hits} & {737, 746}) == 1
+    clubs = ["Which football club is based in Paris?"]
+    plain = searcher.search(clubs, SearchParams("passage", 10))[0]
+    near = searcher.search(clubs, SearchParams("passage", 10, collapse_duplicates="near"))[0]
+    assert {767, 846} <= {h.passage_id for h in plain} and {767, 846} <= {h.passage_id for h in near}
+
+
+@pytest.mark.parametrize(("argv", "value"), [
+    ([], False), (["--collapse-duplicates"], True), (["--collapse-duplicates-exact"], "exact"),
+    (["--collapse-duplicates-near"], "near"), (["--collapse-duplicates", "--no-collapse-duplicates"], False),
+])
+def test_the_search_flags(argv, value):
+    """``--collapse-duplicates`` takes no value, so a question after it stays a question."""
+    import argparse
+
+    from spanseek.core.options import add_options, from_args
+
+    parser = argparse.ArgumentParser()
+    add_options(parser, SearchParams)
+    parser.add_argument("questions", nargs="*")
+    args = parser.parse_args([*argv, "who built it?"])
+    assert args.questions == ["who built it?"]
+    params = from_args(SearchParams, argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "questions"}))
+    assert params.collapse_duplicates == value and type(params.collapse_duplicates) is type(value)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--collapse-duplicates=near"])
