@@ -119,10 +119,13 @@ def test_a_write_finds_its_snapshot_copies_before_the_first_collapsing_search(wr
 @pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
 def test_a_collapsing_search_costs_its_deeper_rankings(unit):
     """Admission counts the deeper ranking a page of copies needs (COLLAPSE_FACTOR), and says so when it refuses."""
-    from spanseek.service.cost import COLLAPSE_FACTOR, CostModel
+    from spanseek.service.cost import COLLAPSE_FACTOR, NEAR_FACTOR, CostModel
 
     model = CostModel({"passage": 1000, "doc": 20})
     plain, collapsing = SearchParams(unit, 10), SearchParams(unit, 10, collapse_duplicates=True)
     assert model.question(collapsing) == pytest.approx(model.question(plain) * COLLAPSE_FACTOR[unit])
     assert COLLAPSE_FACTOR[unit] > 1 and "collapsing copies" in model.explain(collapsing)
     assert "collapsing" not in model.explain(plain)
+    near, exact = SearchParams(unit, 10, collapse_duplicates="near"), SearchParams(unit, 10, collapse_duplicates="exact")
+    assert model.question(exact) == model.question(collapsing)
+    assert model.question(near) == pytest.approx(model.question(collapsing) * NEAR_FACTOR) and NEAR_FACTOR > 1
