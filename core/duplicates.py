@@ -146,8 +146,7 @@ class Copies:
         own = self.own(hit, of)
         members = self.members[of].get(int(self.key[of][own]))
         if near:
-            members = np.unique(np.concatenate([np.asarray([own]) if members is None else members,
-                                                *(self.copies_in(h, of) for h in near)]))
+            members = np.unique(np.concatenate([self.copies_in(h, of) for h in (hit, *near)]))
         if members is None:
             return 1, []
         allowed = selection.passages if of == "passage" else selection.docs
