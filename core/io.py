@@ -256,6 +256,24 @@ def replace_dir(tmp: Path, out: Path) -> None:
         tmp.rename(out)
 
 
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield an empty directory beside ``path`` (``path.tmp``; what a process killed outright left there is removed
+    first) to write a directory's files into; put it at ``path`` (``replace_dir``) only if the block succeeds. A block
+    that fails or is stopped (Ctrl-C) removes it, so neither a half-written ``path.tmp`` is left nor an older
+    ``path`` replaced."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        yield tmp
+        replace_dir(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """``obj`` as indented JSON at ``path``, atomically; a number that is not finite (NaN, infinity: a rank
     correlation of constant scores) is written as null, which every JSON reader takes (``NaN`` is not JSON)."""

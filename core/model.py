@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,7 +32,7 @@ from torch import nn
 
 from spanseek.core.backbones import SPLIT_BACKBONES, ModelError, resolve_backbone
 from spanseek.core.config import DEFAULT_BACKBONE, EncoderConfig
-from spanseek.core.io import replace_dir
+from spanseek.core.io import atomic_dir
 
 CONFIG_NAME = "spanseek_config.json"
 WEIGHTS_NAME = "weights.safetensors"
@@ -53,6 +52,13 @@ def damaged(path: Path, reason: object, remedy: str = "") -> ModelError:
     """The error for a checkpoint file that cannot be read."""
     return ModelError(f"{path}: cannot be read ({str(reason).splitlines()[0]}): the file is damaged or not what "
                       f"its name says{f'; {remedy}' if remedy else ''}")
+
+
+def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
+    """Write ``state`` as a safetensors file readable by all (safetensors writes 0600; checkpoints are shared, e.g.
+    with a service user)."""
+    save_file(state, str(path))
+    path.chmod(0o644)
 
 
 def read_weights(path: str | Path, remedy: str = "") -> dict[str, torch.Tensor]:
@@ -246,22 +252,18 @@ class PhraseModel(nn.Module):
         return {n: t for n, t in state.items() if n in keep}
 
     def save(self, out_dir: str | Path, dtype: torch.dtype | None = None) -> Path:
-        """Write config + weights to ``out_dir`` atomically (a temporary directory renamed at the end).
+        """Write config + weights to ``out_dir`` atomically (``atomic_dir``: a save that fails or is stopped leaves
+        ``out_dir`` as it was and no temporary beside it).
 
         ``dtype`` stores the floating-point weights in that type (float16 halves a checkpoint; loading casts them
         back to the model's type)."""
-        out_dir = Path(out_dir)
-        tmp = out_dir.with_name(out_dir.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.config.save(tmp / CONFIG_NAME)
         state = {n: t.detach().to("cpu").contiguous() for n, t in self.saved_state().items()}
         if dtype is not None:
             state = {n: t.to(dtype) if t.is_floating_point() else t for n, t in state.items()}
-        save_file(state, str(tmp / WEIGHTS_NAME))
-        (tmp / WEIGHTS_NAME).chmod(0o644)  # safetensors writes 0600; checkpoints are shared (e.g. a service user)
-        replace_dir(tmp, out_dir)
-        return out_dir
+        with atomic_dir(out_dir) as tmp:
+            self.config.save(tmp / CONFIG_NAME)
+            save_weights(state, tmp / WEIGHTS_NAME)
+        return Path(out_dir)
 
     def load_weights(self, path: str | Path) -> None:
         """Load a checkpoint's weights file; ModelError naming the file when its weights do not fit the config."""

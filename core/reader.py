@@ -14,7 +14,6 @@ MiniLM-L6 is about 22 MB. ``resolve_reader("default")`` gives the reader shipped
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -23,13 +22,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from spanseek.core.config import ReaderConfig
 from spanseek.core.encoding import autocast, length_passes, model_device, pad_batch
-from spanseek.core.io import replace_dir
-from spanseek.core.model import ModelError, load_pretrained, read_weights
+from spanseek.core.io import atomic_dir
+from spanseek.core.model import ModelError, load_pretrained, read_weights, save_weights
 from spanseek.core.runtime import every_pass
 from spanseek.core.spans import ANSWER_CANDIDATES, merge_by_answer
 
@@ -72,17 +70,13 @@ class ReaderModel(nn.Module):
         return {n: t for n, t in self.state_dict().items() if FROZEN not in n}
 
     def save(self, out_dir: str | Path) -> Path:
-        """Config + fp16 weights (all but the word embeddings) to ``out_dir``, atomically."""
-        out_dir = Path(out_dir)
-        tmp = out_dir.with_name(out_dir.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.config.save(tmp / READER_CONFIG_NAME)
+        """Config + fp16 weights (all but the word embeddings) to ``out_dir``, atomically (``atomic_dir``: a save
+        that fails or is stopped leaves ``out_dir`` as it was and no temporary beside it)."""
         state = {n: t.detach().to("cpu", torch.float16).contiguous() for n, t in self.saved_state().items()}
-        save_file(state, str(tmp / READER_WEIGHTS_NAME))
-        (tmp / READER_WEIGHTS_NAME).chmod(0o644)
-        replace_dir(tmp, out_dir)
-        return out_dir
+        with atomic_dir(out_dir) as tmp:
+            self.config.save(tmp / READER_CONFIG_NAME)
+            save_weights(state, tmp / READER_WEIGHTS_NAME)
+        return Path(out_dir)
 
     def load_weights(self, path: str | Path) -> None:
         """A saved reader's weights; ModelError naming the file when they do not fit this config."""

@@ -89,13 +89,9 @@ def recover_checkpoint(out: Path, name: str = "last") -> None:
 def save_snapshot(model: Any, out: Path, step: int, trained: tuple[list[str], str, str] | None = None) -> Path:
     """Keep a copy of ``model`` (a phrase model or a reader) at ``step`` in OUT/snapshots/step-N, with the questions
     it was ``trained`` on. A save that is stopped (a second Ctrl-C stops at once) or fails removes what it wrote of
-    the copy (step-N.tmp), which ``spanseek train average RUN/snapshots/step-*`` would take for a snapshot."""
-    path = out / "snapshots" / f"step-{step:06d}"
-    try:
-        model.save(path)  # (written to step-N.tmp, then renamed)
-    except BaseException:
-        shutil.rmtree(path.with_name(f"{path.name}.tmp"), ignore_errors=True)
-        raise
+    the copy (step-N.tmp: ``core.io.atomic_dir``), which ``spanseek train average RUN/snapshots/step-*`` would take
+    for a snapshot."""
+    path = model.save(out / "snapshots" / f"step-{step:06d}")
     if trained is not None:
         write_trained_questions(path, *trained)
     return path

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from spanseek.core.encoding import PassageEncoder, QuestionEncoder, pick_device, pick_precision
 from spanseek.core.evaluate import TRAINED_QUESTIONS
 from spanseek.core.holdout import Holdout
-from spanseek.core.io import Question, replace_dir, squad_questions
+from spanseek.core.io import Question, atomic_dir, squad_questions
 from spanseek.core.model import (
     CONFIG_NAME,
     WEIGHTS_NAME,
@@ -245,15 +245,8 @@ def write_copy(src: Path, out: Path, weights: str, save_config) -> None:
     """``src``'s weights file ``weights`` (copied byte for byte; with ``TRAINED_QUESTIONS`` if it has one) and the
     config ``save_config(dir)`` writes, to ``out``, atomically: a copy that is stopped (Ctrl-C) or fails leaves
     ``out`` as it was and no half-written OUT.tmp beside it."""
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
+    with atomic_dir(out) as tmp:
         shutil.copy2(src / weights, tmp / weights)
         if (src / TRAINED_QUESTIONS).is_file():
             shutil.copy2(src / TRAINED_QUESTIONS, tmp / TRAINED_QUESTIONS)
         save_config(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    replace_dir(tmp, out)

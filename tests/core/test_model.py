@@ -93,6 +93,29 @@ def test_saving_over_a_checkpoint_replaces_it(tmp_path, tiny_config):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no .tmp / .old left behind
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError])
+def test_a_save_stopped_while_it_writes_leaves_the_checkpoint_there_and_no_temporary(tmp_path, tiny_config,
+                                                                                     monkeypatch, stop):
+    """Ctrl-C (or a failed write) while the weights were written left NAME.tmp, half-written, beside NAME."""
+    from spanseek.core import model as model_module
+
+    path = trained_like(tiny_config, seed=1).save(tmp_path / "m")
+    kept = model_fingerprint(path)
+    save_file = model_module.save_file
+
+    def stopped(state, filename, *args, **kwargs):
+        save_file(state, filename, *args, **kwargs)  # written, then stopped before the save ends
+        raise stop
+
+    monkeypatch.setattr(model_module, "save_file", stopped)
+    with pytest.raises(stop):
+        trained_like(tiny_config, seed=2).save(path)
+    with pytest.raises(stop):
+        trained_like(tiny_config, seed=3).save(tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert model_fingerprint(path) == kept
+
+
 def test_weights_that_do_not_fit_the_config_are_refused(tmp_path, tiny_config):
     path = trained_like(tiny_config).save(tmp_path / "shared")
     other = tmp_path / "separate"

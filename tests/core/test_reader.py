@@ -84,6 +84,32 @@ def test_a_saved_reader_reads_as_the_model_it_was_saved_from(tiny_reader, tiny_b
     assert not any("word_embeddings" in n for n in stored) and {t.dtype for t in stored.values()} == {torch.float16}
 
 
+def test_a_reader_save_stopped_while_it_writes_leaves_the_reader_there_and_no_temporary(tiny_reader, tmp_path,
+                                                                                        monkeypatch):
+    """Ctrl-C while a reader's weights were written left NAME.tmp, half-written, beside NAME."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from spanseek.core import model as model_module
+    from spanseek.core import reader as reader_module
+
+    path = tmp_path / "reader"
+    shutil.copytree(tiny_reader, path)
+    kept = (path / READER_WEIGHTS_NAME).read_bytes()
+
+    def stopped(state, filename, *args, **kwargs):
+        save_file(state, filename, *args, **kwargs)  # written, then stopped before the save ends
+        raise KeyboardInterrupt
+
+    for module in (model_module, reader_module):  # the weights writer, wherever the reader's save calls it
+        monkeypatch.setattr(module, "save_file", stopped, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        PassageReader.load(tiny_reader).model.save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reader"]
+    assert (path / READER_WEIGHTS_NAME).read_bytes() == kept
+
+
 def test_a_passage_that_fits_reads_the_same_in_strided_windows(tiny_reader):
     wide = reader_with(tiny_reader, max_len=256, stride=16)
     narrow = reader_with(tiny_reader, max_len=40, stride=8)
