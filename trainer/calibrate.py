@@ -460,10 +460,10 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     elif index_dir is None or questions_path is None:
         raise ValueError("calibrating needs an index and its questions (or examples written by an earlier run)")
     else:
-        searcher = open_searcher(index_dir, model, calibrated=False)  # the file it replaces may be damaged
-        sample = read_calibration_questions(questions_path, limit)
+        sample = read_calibration_questions(questions_path, limit)  # a bad line is named before the model loads
         if not sample:
             raise CorpusError(f"{questions_path}: no questions to calibrate on")
+        searcher = open_searcher(index_dir, model, calibrated=False)  # the file it replaces may be damaged
         questions = [q for form in forms for q in in_form(sample, form)]  # each form's questions in turn
         q_start, q_end = encode_questions(searcher, questions, cache=cache)
         runs = collect(searcher.index, questions, q_start, q_end, units, modes)

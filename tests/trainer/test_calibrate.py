@@ -400,6 +400,26 @@ def test_calibrate_command_takes_json_lines_and_refuses_what_cannot_label_hits(s
         assert re.search(said, capsys.readouterr().err)
 
 
+def test_calibrate_command_refuses_a_bad_questions_file_before_it_loads_the_model(tiny_model_dir, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """A bad line in --questions was reported only once the model and index were loaded."""
+    from spanseek.cli import main
+    from spanseek.core import loading
+
+    def loaded(*args, **kwargs):
+        pytest.fail("the model was loaded before the questions were read")
+
+    monkeypatch.setattr(loading, "open_searcher", loaded)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "Who?", "answers": ["x"], "title": "A"}\n{"question": "When?", "answers": [\n',
+                   encoding="utf-8")
+    argv = ["train", "calibrate", "--index", str(tmp_path), "--model", str(tiny_model_dir), "--out",
+            str(tmp_path / "calibration.json"), "--questions", str(bad)]
+    assert main(argv) == 2
+    assert re.search(r"bad\.jsonl:2: ", capsys.readouterr().err)
+    assert not (tmp_path / "calibration.json").exists()
+
+
 def _form_lists(rng, n: int, shift: float, first: int = 0):
     """n answer-present ranked lists of 3 hits, correct with probability sigmoid(2 x0 - shift): at the same
     features a keyword query (shift 2) is right less often than a question (shift 0)."""
