@@ -394,7 +394,8 @@ def create_app(settings: Settings, searcher_factory: SearcherFactory | None = No
 def app_from_env() -> FastAPI:
     """``uvicorn --factory spanseek.service.app:app_from_env``: settings from the SPANSEEK_* environment, traces
     exported when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (service.tracing). uvicorn's own flags, not these settings,
-    configure its server: a warning at start names the settings that do not apply and the flags that pass them."""
+    configure its server: a warning at start names the settings that do not apply and the flags (or UVICORN_*
+    variables) that pass them."""
     from spanseek.service.server import started_without_serve
 
     settings = Settings()  # type: ignore[call-arg]  # index comes from SPANSEEK_INDEX

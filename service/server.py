@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
+import shlex
 import socket
 import struct
 import termios
@@ -230,28 +231,50 @@ def server_config(app: FastAPI, settings: Settings, log_level: str = "info") -> 
 UVICORN_DEFAULTS = {"host": "127.0.0.1", "port": 8000}  # what uvicorn listens on without --host / --port
 
 
-def uvicorn_flags(settings: Settings) -> list[str]:
-    """The ``uvicorn`` command-line flags that give a server started by uvicorn itself (``uvicorn --factory
-    spanseek.service.app:app_from_env``) what ``server_config`` takes from the settings: the address, the
-    keep-alive, and whose X-Forwarded-For is believed. uvicorn reads none of them from SPANSEEK_* variables."""
-    flags = ["--timeout-keep-alive", str(settings.keep_alive_s)]
+def uvicorn_options(settings: Settings) -> dict[str, str | bool]:
+    """What a server started by uvicorn itself (``uvicorn --factory spanseek.service.app:app_from_env``) needs to
+    be told to do what ``server_config`` takes from the settings, by uvicorn's parameter name: the address, the
+    keep-alive, and whose X-Forwarded-For is believed. uvicorn reads none of them from SPANSEEK_* variables; it takes
+    each as a flag (``uvicorn_flags``) or a UVICORN_* variable (``uvicorn_environment``)."""
+    options: dict[str, str | bool] = {"timeout_keep_alive": str(settings.keep_alive_s)}
     if settings.forwarded_allow_ips:
-        flags += ["--proxy-headers", "--forwarded-allow-ips", ",".join(settings.forwarded_allow_ips)]
+        options |= {"proxy_headers": True, "forwarded_allow_ips": ",".join(settings.forwarded_allow_ips)}
     else:  # uvicorn's own default believes 127.0.0.1 (or its FORWARDED_ALLOW_IPS variable)
-        flags.append("--no-proxy-headers")
+        options["proxy_headers"] = False
     for name, default in UVICORN_DEFAULTS.items():
         if getattr(settings, name) != default:
-            flags += [f"--{name}", str(getattr(settings, name))]
+            options[name] = str(getattr(settings, name))
+    return options
+
+
+def uvicorn_flags(settings: Settings) -> list[str]:
+    """``uvicorn_options`` as uvicorn's command-line flags (``--timeout-keep-alive 75 --no-proxy-headers``)."""
+    flags: list[str] = []
+    for name, value in uvicorn_options(settings).items():
+        flag = name.replace("_", "-")
+        if isinstance(value, bool):  # an on/off pair: --proxy-headers / --no-proxy-headers
+            flags.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            flags += [f"--{flag}", value]
     return flags
 
 
+def uvicorn_environment(settings: Settings) -> dict[str, str]:
+    """``uvicorn_options`` as the UVICORN_* variables uvicorn's command line reads where the flag is not given (its
+    click prefix: ``UVICORN_TIMEOUT_KEEP_ALIVE=75 UVICORN_PROXY_HEADERS=false``), for a container's environment."""
+    return {f"UVICORN_{name.upper()}": str(value).lower() if isinstance(value, bool) else value
+            for name, value in uvicorn_options(settings).items()}
+
+
 def started_without_serve(settings: Settings) -> str:
-    """What a server started by uvicorn itself does not apply of the settings, and the command that applies what
-    uvicorn can: one line for the log at start."""
+    """What a server started by uvicorn itself does not apply of the settings, and the command (or the environment)
+    that applies what uvicorn can: one line for the log at start."""
     return ("started by uvicorn, not `spanseek serve`: uvicorn takes its own flags, not these settings. "
             f"keep_alive_s ({settings.keep_alive_s} s; uvicorn's default 5 s races clients' 5 s pools), "
-            "forwarded_allow_ips, host and port hold only when given as flags: uvicorn --factory "
-            f"spanseek.service.app:app_from_env {' '.join(uvicorn_flags(settings))}. header_timeout_s, "
+            "forwarded_allow_ips, host and port hold only when given to uvicorn, as flags: uvicorn "
+            f"{shlex.join(['--factory', 'spanseek.service.app:app_from_env', *uvicorn_flags(settings)])}, or as "
+            f"environment variables: {' '.join(f'{k}={shlex.quote(v)}' for k, v in uvicorn_environment(settings).items())}"
+            ". header_timeout_s, "
             "write_timeout_s and the connection deadline of body_timeout_s have no uvicorn flag and do not apply "
             "(a body not in by body_timeout_s is still answered 408), nor does log_format: run `spanseek serve` "
             "for them")

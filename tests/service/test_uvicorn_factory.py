@@ -4,13 +4,15 @@ app says at start which settings do not apply and gives the flags that pass what
 from __future__ import annotations
 
 import logging
+import os
+import shlex
 import sys
 
 import pytest
 import uvicorn.main  # noqa: F401  # the module; ``uvicorn.main`` the attribute is its click command
 
 from spanseek.service.app import app_from_env
-from spanseek.service.server import uvicorn_flags
+from spanseek.service.server import started_without_serve, uvicorn_flags
 from spanseek.service.settings import Settings
 
 UVICORN_CLI = sys.modules["uvicorn.main"].main
@@ -45,9 +47,26 @@ def test_app_from_env_names_what_uvicorn_does_not_apply(tmp_path, monkeypatch, c
     [line] = [r.getMessage() for r in caplog.records if "spanseek serve" in r.getMessage()]
     for setting in ("keep_alive_s", "forwarded_allow_ips", "header_timeout_s", "write_timeout_s", "body_timeout_s"):
         assert setting in line
-    command = line.split("flags: uvicorn ", 1)[1].split(". ", 1)[0].split()
+    command = shlex.split(line.split("flags: uvicorn ", 1)[1].split(", or ", 1)[0])
     assert command[:2] == ["--factory", APP]
     assert uvicorn_params(command[2:])["timeout_keep_alive"] == 120
+
+
+@pytest.mark.parametrize("proxies", [[], ["10.0.0.0/8", "192.168.1.5"], ["*"]])
+def test_the_warning_gives_uvicorns_environment_variables_as_well_as_its_flags(tmp_path, monkeypatch, proxies):
+    """The start-up warning named only the flags; uvicorn reads each of them from a UVICORN_* variable as well (a
+    container's environment), and set as the warning gives them they configure its server as the flags do."""
+    s = Settings(index=tmp_path, keep_alive_s=120, host="0.0.0.0", port=9100, forwarded_allow_ips=proxies)
+    line = started_without_serve(s)
+    for name in [name for name in os.environ if name.startswith("UVICORN_")]:
+        monkeypatch.delenv(name)
+    by_flags = uvicorn_params(shlex.split(line.split("flags: uvicorn ", 1)[1].split(", or ", 1)[0])[2:])
+    variables = shlex.split(line.split("environment variables: ", 1)[1].split(". ", 1)[0])
+    assert "UVICORN_TIMEOUT_KEEP_ALIVE=120" in variables
+    assert ("UVICORN_PROXY_HEADERS=true" if proxies else "UVICORN_PROXY_HEADERS=false") in variables
+    for variable in variables:
+        monkeypatch.setenv(*variable.split("=", 1))
+    assert uvicorn_params([]) == by_flags
 
 
 def test_app_from_env_does_not_announce_a_keep_alive_it_cannot_know(tmp_path, monkeypatch):
