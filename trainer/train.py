@@ -37,7 +37,14 @@ from spanseek.trainer.loop import StepSource, train_loop
 from spanseek.trainer.losses import HardNegatives
 from spanseek.trainer.mining import load_hard_negatives
 from spanseek.trainer.phrase_cache import PhraseCache, cached_hard, cached_windows, fill_cache, hard_windows
-from spanseek.trainer.rundir import TRAIN_CONFIG, check_resume, check_run_kind, check_same_recipe, run_lock
+from spanseek.trainer.rundir import (
+    TRAIN_CONFIG,
+    check_resume,
+    check_resume_data,
+    check_run_kind,
+    check_same_recipe,
+    run_lock,
+)
 from spanseek.trainer.summary import check_validation_split, finish, write_holdout
 
 log = logging.getLogger(__name__)
@@ -122,8 +129,9 @@ class JointMode(StepSource):
 
 # what a resumed run must keep: its data, its order and its optimiser and loss (the resumed optimiser and schedule keep
 # the first run's learning rate whatever is asked; the others would change the run midway). The length of the run
-# (--epochs, --max-steps) may change: a finished run is extended that way.
-RECIPE = ("train", "holdout_every", "holdout_offset", "seed", "batch_windows", "lr", "warmup", "weight_decay", "loss",
+# (--epochs, --max-steps) may change: a finished run is extended that way. Its questions are checked as questions
+# (``check_resume_data``), not by the training file's name: the same file moved resumes, an edited one is refused.
+RECIPE = ("holdout_every", "holdout_offset", "seed", "batch_windows", "lr", "warmup", "weight_decay", "loss",
           "prebatch", "prebatch_warmup", "hard_negatives", "hard_per_batch", "teacher", "limit_questions", "init_from",
           "widen_lora", "corrector", "corrector_lr")
 
@@ -179,6 +187,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
         raise ValueError("--stale-cache holds the hard passages' vectors of the model a run starts from: it needs "
                          "--init-from and --hard-negatives, and runs on one process")
     windows, skipped = training_windows(cfg, data, tokenizer, enc_cfg, hard)
+    check_resume_data(out, windows, cfg.train)  # before the run's settings are written or a cache is filled
     stale, hard_keys, corrector = None, None, None
     if cfg.stale_cache:  # filled (or resumed) by the init model, before a resumed run loads its later weights
         hard_pairs, hard_keys = hard_windows(windows, tokenizer, enc_cfg)

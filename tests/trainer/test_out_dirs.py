@@ -126,6 +126,28 @@ def test_resuming_with_another_learning_rate_is_refused_and_a_longer_run_is_not(
     assert (out / "train_config.json").read_bytes() == recorded
     assert train_phrase(dataclasses.replace(first, max_steps=2))["steps"] == 2
 
+
+def test_a_phrase_run_resumes_on_its_questions_moved_and_refuses_them_edited(tmp_path, tiny_squad, tiny_config):
+    """A phrase run's resume check held the training file's path, so the same questions in a moved or renamed file
+    were refused; it checks the questions themselves now, as a QSFT run does."""
+    out = tmp_path / "run"
+    first = _run_config(tiny_squad, tiny_config, out, max_steps=1)
+    train_phrase(first)
+    moved = tmp_path / "elsewhere" / "renamed.json.gz"
+    moved.parent.mkdir()
+    shutil.copy(tiny_squad, moved)
+    assert train_phrase(dataclasses.replace(first, train=str(moved), max_steps=2))["steps"] == 2
+    with gzip.open(moved, "rt", encoding="utf-8") as f:
+        data = json.load(f)
+    data["data"][0]["paragraphs"][0]["qas"][0]["question"] = "Which question was edited?"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data), encoding="utf-8")
+    recorded = (out / "train_config.json").read_bytes()
+    with pytest.raises(ValueError, match=f"--out {out} holds a run trained on other questions \\(.*\\): use a new "
+                       "--out for a run on these questions, or remove"):
+        train_phrase(dataclasses.replace(first, train=str(edited), max_steps=3))
+    assert (out / "train_config.json").read_bytes() == recorded
+
 def test_weights_that_do_not_fit_their_config_name_the_file_and_the_tensor(tmp_path, tiny_model_dir):
     model = shutil.copytree(tiny_model_dir, tmp_path / "m")
     config = json.loads((model / CONFIG_NAME).read_text())
