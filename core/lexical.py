@@ -34,7 +34,6 @@ import functools
 import json
 import math
 import re
-import shutil
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import regex
+
+from spanseek.core.io import atomic_dir
 
 LEXICAL_DIR = "lexical"
 STOPWORDS = "en"
@@ -197,13 +198,9 @@ class LexicalIndex:
     def save(self, directory: str | Path) -> dict[str, Any]:
         """Write the index to ``directory`` (via a temporary sibling, renamed when complete); returns its manifest
         record."""
-        directory = Path(directory)
-        tmp = directory.with_name(directory.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.retriever.save(str(tmp), show_progress=False)
-        (tmp / "spanseek.json").write_text(json.dumps({"passages": self.n_passages, "analyzer": self.analyzer}))
-        shutil.rmtree(directory, ignore_errors=True)
-        tmp.rename(directory)
+        with atomic_dir(directory) as tmp:  # the old index stays whole until the new one is complete
+            self.retriever.save(str(tmp), show_progress=False)
+            (tmp / "spanseek.json").write_text(json.dumps({"passages": self.n_passages, "analyzer": self.analyzer}))
         return self.describe()
 
     def describe(self) -> dict[str, Any]:

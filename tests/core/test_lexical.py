@@ -82,6 +82,25 @@ def test_lexical_ranking_equals_bm25s(tmp_path):
     assert tokenize(["The castles were built"]) == [["castl", "were", "built"]]  # stemmed; "the" is a stop word
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError])
+def test_a_save_stopped_while_it_writes_leaves_the_saved_index_whole(tmp_path, monkeypatch, stop):
+    """The lexical index was written beside the old one, and the old one removed before the new one was renamed in:
+    a stop between the two left no lexical index, and a stop while writing left ``lex.tmp``."""
+    old = LexicalIndex.build([passage_text(t, p) for t, p in TOY])
+    old.save(tmp_path / "lex")
+    new = LexicalIndex.build([passage_text(t, p) for t, p in TOY[:2]])
+
+    def stopped(path, **kwargs):
+        (Path(path) / "params.index.json").write_text("{")  # half written
+        raise stop("stopped")
+
+    monkeypatch.setattr(new.retriever, "save", stopped)
+    with pytest.raises(stop):
+        new.save(tmp_path / "lex")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lex"]
+    assert LexicalIndex.load(tmp_path / "lex").top(QUESTIONS, 3)[0].tolist() == old.top(QUESTIONS, 3)[0].tolist()
+
+
 def test_tokenize_gives_bm25s_tokens():
     """The ``plain`` analyzer against bm25s's own tokenizer, on the demo corpus's passages and questions-like edge
     cases: stop words only, one-letter words, digits and underscores, accents and other scripts, empty text; the
