@@ -91,6 +91,7 @@ def test_a_save_stopped_while_it_writes_leaves_the_saved_index_whole(tmp_path, m
     new = LexicalIndex.build([passage_text(t, p) for t, p in TOY[:2]])
 
     def stopped(path, **kwargs):
+        Path(path).mkdir(exist_ok=True)  # as bm25s does
         (Path(path) / "params.index.json").write_text("{")  # half written
         raise stop("stopped")
 
