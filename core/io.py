@@ -250,7 +250,11 @@ def replace_dir(tmp: Path, out: Path) -> None:
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
         old.rmdir()  # the name is reserved for this call; rename needs it free
         out.rename(old)
-        tmp.rename(out)
+        try:
+            tmp.rename(out)
+        except BaseException:
+            old.rename(out)  # the old directory back where it was, not left under its hidden name
+            raise
         shutil.rmtree(old)
     else:
         tmp.rename(out)

@@ -461,3 +461,27 @@ def test_paragraphs_of_invisible_characters_are_empty(tmp_path):
     [doc] = list(read_corpus(path, stats))
     assert doc.paragraphs == ("Real text.", "\u200bmore") and doc.passage_meta == ({"page": 2}, {"page": 4})
     assert (stats.documents, stats.paragraphs, stats.empty_documents, stats.empty_paragraphs) == (1, 2, 1, 5)
+
+
+def test_a_directory_that_cannot_be_put_in_place_leaves_the_old_one_where_it_was(tmp_path, monkeypatch):
+    """replace_dir moves the old directory aside before the new one is renamed in: when that rename failed, the old
+    one stayed under its hidden name and the path was gone."""
+    from pathlib import Path
+
+    from spanseek.core.io import atomic_dir
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "weights").write_text("old")
+    real_rename = Path.rename
+
+    def rename(self, target):
+        if self.name == "model.tmp":
+            raise OSError(errno.EACCES, "refused", str(target))
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OSError, match="refused"), atomic_dir(out) as tmp:
+        (tmp / "weights").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert (out / "weights").read_text() == "old"
