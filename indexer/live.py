@@ -19,7 +19,7 @@ log files to replay over it, in order; replaced atomically), ``wal/`` and ``base
 first; two would write one log, and the first's merge would delete the second's acknowledged writes), and ``merged``,
 a pointer file (``core.alias``) naming the base served, switched after each merge: servers without writes serve it to
 follow the merges (not the writes since the last one, which only the writer serves), and ``verified.json``, each file
-of the last merged base as the writer verified it (``record_verified``), which spares them checksumming it again. The
+of the last merged base as the writer verified it (``open_verified``), which spares them checksumming it again. The
 index the service was started with is never changed; ``state.json`` records the digest of its ``manifest.json``, and
 a start over another index (rebuilt, replaced, or changed offline at the same path) is refused rather than serving
 writes, or a merged base, made over the first. Paths in it are relative to the live directory (the index given:
@@ -79,8 +79,11 @@ BASES = "bases"
 WRITER_LOCK = "writer.lock"  # held by the one store that writes to the live directory; says who holds it
 FOLLOW = "merged"  # a pointer file naming the base served: what servers without writes serve to follow the merges
 # What the writer checksummed of the last merged base: each file's identity (inode, size, modification and change
-# times) once it had verified them, so that a follower loading that base re-reads only the files changed since
+# times) as it was before it verified them, so that a follower loading that base re-reads only the files changed since
 VERIFIED = "verified.json"
+# Longest the writer waits, before it verifies a merged base, for the file system's clock to tick past the base's
+# last write (4 ms on ext4, up to 2 s on others): a file still in that tick is checksummed by every follower
+SETTLE_WAIT_S = 2.0
 # A merge encodes in forward passes of this many tokens (a build's default is 8192): about as fast on a CPU, and a
 # merge asked to stop (the service stops) ends between two of them, so a pass bounds how long stopping takes.
 MERGE_BATCH_TOKENS = 2048
@@ -283,29 +286,66 @@ def file_identity(path: Path) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def record_verified(live_dir: Path, base: PhraseIndex) -> None:
-    """After ``base`` was opened with its checksums verified: write ``LIVE_DIR/verified.json``, naming it and each of
-    its files' identity (``file_identity``) as they were verified. Best effort: without it followers verify every
-    file."""
-    files = [MANIFEST, *(base.manifest.files or {})]
+def fs_clock(directory: Path) -> int:
+    """The file system's clock at ``directory`` now, as it stamps files (to its tick, coarser than the system's
+    clock): the change time of a file made there and removed."""
+    probe = directory / f"{VERIFIED}.clock"
+    probe.touch()
     try:
-        write_json_atomic(live_dir / VERIFIED, {"base": base.dir.name, "files": {
-            rel: file_identity(base.dir / rel) for rel in files}})
+        return probe.stat().st_ctime_ns
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def identities_before_reading(live_dir: Path, index_dir: Path) -> tuple[int, dict[str, list[int]]]:
+    """The file system's clock, then the identity (``file_identity``) of every file of ``index_dir``: taken before
+    the files are read, so that a file written after has another identity. A file changed in the clock's tick the
+    identities are taken in can be written again in that tick, its identity kept: this waits (up to
+    ``SETTLE_WAIT_S``) for the clock to pass every file's change time; a file still in it is checksummed again."""
+    deadline = time.monotonic() + SETTLE_WAIT_S
+    while True:
+        clock = fs_clock(live_dir)
+        identities = {p.relative_to(index_dir).as_posix(): file_identity(p) for p in index_dir.rglob("*")
+                      if p.is_file()}
+        if all(ident[3] < clock for ident in identities.values()) or time.monotonic() > deadline:
+            return clock, identities
+        time.sleep(0.01)
+
+
+def open_verified(live_dir: Path, index_dir: Path) -> PhraseIndex:
+    """Open the merged base ``index_dir``, its checksums verified, and write ``LIVE_DIR/verified.json``: naming it,
+    each of its files' identity as it was before the checksums read it (``identities_before_reading``), and the file
+    system's clock then. Best effort: without it followers verify every file."""
+    try:
+        clock, identities = identities_before_reading(live_dir, index_dir)
     except OSError as e:
-        log.warning("%s could not be written (%s): servers following the merges verify every file", live_dir / VERIFIED,
+        clock, identities = None, {}
+        log.warning("%s: files could not be stat'ed (%s): servers following the merges verify every file", index_dir,
                     e)
+    base = PhraseIndex(index_dir)
+    if clock is not None:
+        files = [MANIFEST, *(base.manifest.files or {})]
+        try:
+            write_json_atomic(live_dir / VERIFIED, {"base": index_dir.name, "clock": clock, "files": {
+                rel: identities[rel] for rel in files if rel in identities}})
+        except OSError as e:
+            log.warning("%s could not be written (%s): servers following the merges verify every file",
+                        live_dir / VERIFIED, e)
+    return base
 
 
 def unverified_files(index_dir: Path) -> list[str] | None:
     """For a base merged in a live directory: the files of its manifest that changed since the writer verified them
-    (``record_verified``: missing there, or another identity now); None when every file is to be verified: the
-    writer recorded none for it (not a merged base, another base, an unreadable record), or its manifest changed."""
+    (``open_verified``: missing there, another identity now, or one taken in the clock tick of the file's last
+    change); None when every file is to be verified: the writer recorded none for it (not a merged base, another
+    base, an unreadable record), or its manifest changed."""
     index_dir = Path(index_dir).resolve()
     if index_dir.parent.name != BASES:
         return None
     try:
         record = json.loads((index_dir.parent.parent / VERIFIED).read_text(encoding="utf-8"))
-        if record["base"] != index_dir.name or not isinstance(record["files"], dict):
+        if (record["base"] != index_dir.name or not isinstance(record["files"], dict)
+                or not isinstance(record["clock"], int)):
             return None
         files = [MANIFEST, *json.loads((index_dir / MANIFEST).read_text(encoding="utf-8")).get("files", {})]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -313,7 +353,8 @@ def unverified_files(index_dir: Path) -> list[str] | None:
     changed = []
     for rel in files:
         try:
-            same = record["files"].get(rel) == file_identity(index_dir / rel)
+            ident = file_identity(index_dir / rel)
+            same = record["files"].get(rel) == ident and ident[3] < record["clock"]
         except OSError:
             same = False
         if not same:
@@ -698,8 +739,7 @@ class LiveStore:
             dest = self.dir / BASES / f"base-{n:06d}"
             with stop_when(self._stop):  # the build only: once it is complete, the swap (under a second) finishes
                 build_merged(old_base.dir, dest, dead_ids, docs, self.model, opts)
-            new_base = PhraseIndex(dest)  # its checksums verified: followers need not read it all again
-            record_verified(self.dir, new_base)
+            new_base = open_verified(self.dir, dest)  # its checksums verified: followers need not read it all again
             with self._lock:
                 self._set_base(new_base)
                 self.segment = Segment.over(new_base)

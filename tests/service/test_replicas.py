@@ -230,13 +230,7 @@ def test_a_follower_checksums_only_what_changed_since_the_writer_verified_it_and
         damaged = max((p for p in second.iterdir() if p.is_file() and p.name != "manifest.json"),
                       key=lambda p: p.stat().st_size)
         time.sleep(0.05)  # past the clock tick of the writer's record
-        st = damaged.stat()
-        with damaged.open("r+b") as f:
-            f.seek(st.st_size // 2)
-            byte = f.read(1)
-            f.seek(st.st_size // 2)
-            f.write(bytes([byte[0] ^ 0xFF]))
-        os.utime(damaged, ns=(st.st_atime_ns, st.st_mtime_ns))  # the modification time put back
+        flip_a_byte(damaged)
         assert unverified_files(second) == [damaged.name]
         r = follower.post("/admin/reload", headers=KEY)
         assert r.status_code == 409 and f"{damaged}: checksum mismatch (the file is damaged)" in r.json()["message"]
@@ -244,6 +238,65 @@ def test_a_follower_checksums_only_what_changed_since_the_writer_verified_it_and
         assert follower.get("/info", headers=KEY).json()["index"]["dir"] == str(first)  # still served
         assert follower.post("/search?unit=doc", headers=KEY, json={"query": "who built the harbour bridge?"}
                              ).status_code == 200
+
+
+def flip_a_byte(path: Path) -> None:
+    """Damage ``path`` in place: one byte changed, its size and modification time kept."""
+    st = path.stat()
+    with path.open("r+b") as f:
+        f.seek(st.st_size // 2)
+        byte = f.read(1)
+        f.seek(st.st_size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_file_damaged_while_the_writer_verifies_a_merged_base_is_not_recorded_as_verified(
+        write_settings, tmp_path, monkeypatch):
+    """The writer took each file's identity for ``verified.json`` after it had checksummed the files, so a write
+    landing between the two was recorded as verified, and followers served the damaged file unread. The identities
+    are now taken before the checksums: a file written since has another one, and followers checksum it."""
+    from spanseek.core import integrity
+    from spanseek.indexer.live import unverified_files
+
+    real, damaged = integrity.check_files, []
+
+    def check_then_damage(index_dir, files, contents=True):
+        problems = real(index_dir, files, contents)
+        if Path(index_dir).name == "base-000001" and not damaged:  # the merged base, built and now verified
+            damaged.append(max((Path(index_dir) / rel for rel in files), key=lambda p: p.stat().st_size))
+            time.sleep(0.05)  # past the clock tick of the base's files
+            flip_a_byte(damaged[0])
+        return problems
+
+    monkeypatch.setattr(integrity, "check_files", check_then_damage)
+    with serving(create_app(write_settings())) as writer:
+        assert writer.put("/documents", headers=KEY, json=DOC).status_code == 200
+        merged(writer, 1)
+        base = Path(writer.get("/info", headers=KEY).json()["service"]["writes"]["base"])
+    assert damaged and damaged[0].parent == base
+    assert unverified_files(base) == [damaged[0].name]
+
+
+def test_a_record_taken_in_the_clock_tick_of_a_files_last_write_does_not_vouch_for_it(tiny_index, tmp_path):
+    """A file system stamps a change with its clock's tick (4 ms on Linux's ext4, a second or two on others), so a
+    file written again in the tick the writer took its identity in keeps that identity, changed. An identity the
+    writer took no later than its file's change time is not trusted: that file is checksummed again."""
+    import shutil
+
+    from spanseek.core.phrase_index import MANIFEST
+    from spanseek.indexer.live import BASES, VERIFIED, file_identity, unverified_files
+
+    base = tmp_path / "live" / BASES / "base-000001"
+    shutil.copytree(tiny_index, base)
+    files = [MANIFEST, *json.loads((base / MANIFEST).read_text())["files"]]
+    racy = files[1]
+    time.sleep(0.05)  # past the clock tick of the copy
+    os.chmod(base / racy, 0o644)  # a change of the file (its change time) in the tick the identities are taken in
+    identities = {rel: file_identity(base / rel) for rel in files}
+    clock = identities[racy][3]  # the file system's clock as the writer took them
+    (tmp_path / "live" / VERIFIED).write_text(json.dumps({"base": base.name, "clock": clock, "files": identities}))
+    assert unverified_files(base) == [racy]
 
 
 def test_a_server_without_writes_serving_the_writers_pointer_follows_its_merges(write_settings, settings_for,
