@@ -16,6 +16,7 @@ left out, as a picture's are.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -184,15 +185,21 @@ def _labels(source: Any) -> dict[int, str]:
 def _grouped(levels: list[dict[int, str]], start: int, end: int) -> list[str]:
     """The labels of categories ``start`` to ``end`` (not included) of several ``levels`` (each one's labels by the
     index of the first category it spans, the outermost first): each outer label with the labels under it in
-    brackets; inner labels under no outer one alone."""
+    brackets; inner labels under no outer one alone. Each level's labels are walked once, in order, not the indexes
+    between them (a file sets those at will)."""
+    return _grouped_in([sorted(level) for level in levels], levels, start, end)
+
+
+def _grouped_in(keys: list[list[int]], levels: list[dict[int, str]], start: int, end: int) -> list[str]:
+    """``_grouped`` over the levels' indexes in order (``keys``)."""
     outer, inner = levels[0], levels[1:]
+    starts = keys[0][bisect.bisect_left(keys[0], start):bisect.bisect_left(keys[0], end)]
     if not inner:
-        return [outer[i] for i in range(start, end) if i in outer]
-    starts = sorted(i for i in outer if start <= i < end)
+        return [outer[i] for i in starts]
     first = starts[0] if starts else end
-    out = _grouped(inner, start, first) if first > start else []
+    out = _grouped_in(keys[1:], inner, start, first) if first > start else []
     for i, j in itertools.pairwise([*starts, end]) if starts else ():
-        under = _grouped(inner, i, j)
+        under = _grouped_in(keys[1:], inner, i, j)
         out.append(f"{outer[i]} ({', '.join(under)})" if under else outer[i])
     return out
 

@@ -7,6 +7,7 @@ password-protected and old .ppt files named.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,18 @@ def test_a_chart_reads_every_level_of_its_categories_and_no_series_name_from_a_p
             f"<c:cat><c:multiLvlStrRef><c:multiLvlStrCache><c:ptCount val='4'/>{cache}</c:multiLvlStrCache>"
             "</c:multiLvlStrRef></c:cat></c:ser></c:barChart></c:plotArea></c:chart></c:chartSpace>")
     assert drawing_texts(part.encode()) == ["Q0, North (2023 (Q1, Q2), 2024 (Q1))"]
+
+
+def test_a_chart_s_category_count_out_of_all_proportion_is_read_at_the_cost_of_its_labels():
+    """Categories of several levels were read by walking every index up to the cache's point count (``c:ptCount``)
+    or its highest point index, which a damaged or hostile file sets at will: a count of 10^12 held the indexer for
+    hours. The labels are now walked, not the indexes between them."""
+    c = "http://schemas.openxmlformats.org/drawingml/2006/chart"
+    cache = ("<c:lvl><c:pt idx='0'><c:v>Q1</c:v></c:pt><c:pt idx='999999999998'><c:v>Q2</c:v></c:pt></c:lvl>"
+             "<c:lvl><c:pt idx='0'><c:v>2023</c:v></c:pt></c:lvl>")
+    part = (f"<c:chartSpace xmlns:c='{c}'><c:chart><c:autoTitleDeleted/><c:plotArea><c:barChart><c:ser>"
+            f"<c:cat><c:multiLvlStrRef><c:multiLvlStrCache><c:ptCount val='1000000000000'/>{cache}"
+            "</c:multiLvlStrCache></c:multiLvlStrRef></c:cat></c:ser></c:barChart></c:plotArea></c:chart></c:chartSpace>")
+    t0 = time.perf_counter()
+    assert drawing_texts(part.encode()) == ["2023 (Q1, Q2)"]
+    assert time.perf_counter() - t0 < 5
