@@ -164,22 +164,15 @@ def _aggregator(base: type) -> type:
     character where the font tells it (``glyph_character``) rather than as "(cid:64257)", which is left out, and
     setting a subscript or superscript on the line of the glyph before it (``pdf_blocks.script_shift``) before the
     page's layout is analysed."""
-    from pdfminer.layout import LTChar
 
     class Aggregator(base):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.self_coded: dict[int, bool] = {}  # each font's (by id): whether it numbers glyphs by code point
 
-        def render_char(self, *args: Any, **kwargs: Any) -> float:
-            advance = super().render_char(*args, **kwargs)
-            placed = self.cur_item._objs  # the page's (or figure's) items so far, the glyph just made last
-            if len(placed) > 1 and isinstance(placed[-2], LTChar):
-                char = placed[-1]
-                if shift := pdf_layout.script_shift(placed[-2], char):
-                    char.set_bbox((char.x0, char.y0 + shift, char.x1, char.y1 + shift))
-                    char.script_shift = shift
-            return float(advance)
+        def end_page(self, page: Any) -> None:
+            _set_scripts_on_their_lines(self.cur_item)  # before the page's layout is analysed
+            super().end_page(page)
 
         def handle_undefined_char(self, font: Any, cid: int) -> str:
             known = self.self_coded.get(id(font))
@@ -188,6 +181,22 @@ def _aggregator(base: type) -> type:
             return (glyph_character(cid) if known else None) or super().handle_undefined_char(font, cid)
 
     return Aggregator
+
+
+def _set_scripts_on_their_lines(container: Any) -> None:
+    """Set each subscript or superscript glyph of a page (or of a figure on it) on the line of the glyph set before it
+    (``pdf_blocks.script_shift``), in the order the glyphs were set, so a script's next glyphs follow it."""
+    from pdfminer.layout import LTChar, LTFigure
+
+    previous = None
+    for item in container:
+        if isinstance(item, LTFigure):
+            _set_scripts_on_their_lines(item)
+        elif isinstance(item, LTChar) and isinstance(previous, LTChar) and (
+                shift := pdf_layout.script_shift(previous, item)):
+            item.set_bbox((item.x0, item.y0 + shift, item.x1, item.y1 + shift))
+            item.script_shift = shift
+        previous = item
 
 
 def self_coded(font: Any) -> bool:
