@@ -131,12 +131,16 @@ def test_a_reader_stuck_past_the_alarm_is_killed_and_the_file_behind_it_is_read(
     each upload was a 429 for ever): its worker is killed, it is refused, and the file queued behind it is read by
     the new worker, not refused as a stopped reader's."""
     monkeypatch.setattr(file_reader, "_read_in_worker", _stuck_on_one)
-    monkeypatch.setattr(file_reader, "KILL_GRACE_S", 20.0)  # (the new worker starts well within it)
     reader = FileReader(tiny_config, 0, 2, timeout_s=0.5)
 
     async def both():
+        # the worker started (a first file read), the stuck file's deadline is short: 2 * 0.5 s + 1 s, past the
+        # worker's own alarm that does not reach it; the file behind it, read by a new worker, has time to start one
+        assert (await reader.read(b"In 1440 Cato built the castle.", "first.txt", IngestOptions())).tokens > 0
+        monkeypatch.setattr(file_reader, "KILL_GRACE_S", 1.0)
         stuck = asyncio.ensure_future(reader.read(b"stuck", "stuck.txt", IngestOptions()))
         await asyncio.sleep(0.2)
+        monkeypatch.setattr(file_reader, "KILL_GRACE_S", 20.0)  # (the new worker starts well within it)
         fine = asyncio.ensure_future(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
         return await asyncio.gather(stuck, fine, return_exceptions=True)
 
