@@ -158,13 +158,12 @@ def test_spanseek_serve_runs_the_service(tiny_index, tiny_model_dir):
     assert len(refused) == 1 and len(refused[0]["request_id"]) == 32  # a generated id
 
 
-def test_spanseek_serve_refuses_a_missing_index(tmp_path):
-    import subprocess
-    import sys
+def test_spanseek_serve_refuses_a_missing_index(tmp_path, capsys):
+    """The command's entry point in this process (``test_spanseek_serve_runs_the_service`` runs the real process)."""
+    from spanseek.cli import main
 
-    out = subprocess.run([sys.executable, "-m", "spanseek.cli", "serve", "--index", str(tmp_path / "none")],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "no such index directory" in out.stderr
+    assert main(["serve", "--index", str(tmp_path / "none")]) == 2
+    assert "no such index directory" in capsys.readouterr().err
 
 
 def test_serve_logs_every_line_in_its_format_and_names_the_model_it_serves(tiny_index, tiny_model_dir, monkeypatch,
