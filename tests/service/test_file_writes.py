@@ -392,7 +392,8 @@ def test_a_file_that_needs_more_memory_to_read_than_the_limit_is_a_413_and_the_n
     one could bring in the kernel's OOM killer, which may pick the server. Past file_read_memory_bytes the read fails
     with a 413 naming the file and the limit, and a new process reads the next file."""
     row = b"<tr>" + b"<td>x</td>" * 50 + b"</tr>"
-    cells = b"<html><body><article><table>" + row * 6000 + b"</table></article></body></html>"  # 3 MiB
+    # 2 MiB: over twice the most rows read within the limit (about 1,500), and half the time of twice as many
+    cells = b"<html><body><article><table>" + row * 4000 + b"</table></article></body></html>"
     limit = 256 << 20
     with serving(create_app(write_settings(file_read_memory_bytes=limit, max_file_bytes=4 << 20))) as client:
         r = client.put("/files/cells.html", headers=KEY, content=cells)
