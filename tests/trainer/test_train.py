@@ -337,46 +337,57 @@ def test_a_summary_of_an_earlier_end_goes_once_an_extended_run_saves_a_later_ste
     assert json.loads((out / "summary.json").read_text())["steps"] == 4
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-def test_a_signalled_training_command_saves_the_step_and_says_where_it_resumes(tmp_path, tiny_squad, tiny_config,
-                                                                               signame):
+def test_a_signalled_training_command_saves_the_step_and_says_where_it_resumes(tmp_path, tiny_squad, tiny_config):
     """`spanseek train phrase` sent Ctrl-C (SIGINT) or SIGTERM (kill, docker stop) mid-run: it saves the step under
     way as OUT/last and exits 130 saying where the same command resumes, without a traceback. SIGTERM killed it,
-    losing every step since the last checkpoint."""
+    losing every step since the last checkpoint. One run per signal, side by side: each is mostly the start-up of a
+    process."""
     import os
     import signal
     import subprocess
     import sys
     import time
 
-    out = tmp_path / "run"
     c = tiny_config
-    command = [sys.executable, "-m", "spanseek.cli", "train", "phrase", "--train", str(tiny_squad), "--out", str(out),
-               "--backbone", c.backbone, "--max-seq-len", str(c.max_seq_len), "--stride", str(c.stride),
-               "--max-answer-tokens", str(c.max_answer_tokens), "--max-steps", "1000000", "--batch-windows", "4",
-               "--checkpoint-every", "1000000", "--snapshot-every", "3", "--val-questions", "0", "--no-progress",
-               "--precision", "fp32", "--device", "cpu"]
-    # as in a terminal: a job started in the background ignores SIGINT, and its children inherit that
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def start(out: Path) -> subprocess.Popen:
+        command = [sys.executable, "-m", "spanseek.cli", "train", "phrase", "--train", str(tiny_squad), "--out",
+                   str(out), "--backbone", c.backbone, "--max-seq-len", str(c.max_seq_len), "--stride", str(c.stride),
+                   "--max-answer-tokens", str(c.max_answer_tokens), "--max-steps", "1000000", "--batch-windows", "4",
+                   "--checkpoint-every", "1000000", "--snapshot-every", "3", "--val-questions", "0", "--no-progress",
+                   "--precision", "fp32", "--device", "cpu"]
+        # as in a terminal: a job started in the background ignores SIGINT, and its children inherit that
+        return subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    runs = {signame: (tmp_path / signame, start(tmp_path / signame)) for signame in ("SIGINT", "SIGTERM")}
+    errs: dict[str, str] = {}
     try:
         deadline = time.monotonic() + 120
-        while not (out / "snapshots").is_dir():  # the loop is running: its first snapshot is written at step 3
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "the run never reached step 3"
+        waiting = dict(runs)
+        while waiting:  # each loop running: its first snapshot is written at step 3
+            for signame, (out, proc) in list(waiting.items()):
+                assert proc.poll() is None, (signame, proc.stderr.read())
+                if (out / "snapshots").is_dir():
+                    proc.send_signal(getattr(signal, signame))
+                    del waiting[signame]
+            assert time.monotonic() < deadline, f"the runs {sorted(waiting)} never reached step 3"
             time.sleep(0.05)
-        proc.send_signal(getattr(signal, signame))
-        _, err = proc.communicate(timeout=120)
+        for signame, (_, proc) in runs.items():
+            errs[signame] = proc.communicate(timeout=120)[1]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130 and "Traceback" not in err, err
-    step = torch.load(out / "last" / STATE, weights_only=False)["step"]
-    assert step >= 3
-    assert f"stopped at step {step}; the same command resumes from {out / 'last'}" in err
-    assert err.rstrip().splitlines()[-1] == ("spanseek train phrase: interrupted: stopped at step "
-                                             f"{step}; the same command resumes from {out / 'last'}")
+        for _, proc in runs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for signame, (out, proc) in runs.items():
+        err = errs[signame]
+        assert proc.returncode == 130 and "Traceback" not in err, (signame, err)
+        step = torch.load(out / "last" / STATE, weights_only=False)["step"]
+        assert step >= 3
+        assert f"stopped at step {step}; the same command resumes from {out / 'last'}" in err
+        assert err.rstrip().splitlines()[-1] == ("spanseek train phrase: interrupted: stopped at step "
+                                                 f"{step}; the same command resumes from {out / 'last'}"), signame
 
 
 @pytest.mark.slow
