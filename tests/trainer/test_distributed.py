@@ -5,17 +5,25 @@ from __future__ import annotations
 import gzip
 import json
 import socket
+from pathlib import Path
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
 from tests.conftest import make_squad
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> tuple[int, ...]:
+    """``n`` distinct free ports (each socket held until all are bound)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return tuple(s.getsockname()[1] for s in sockets)
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _collectives(rank: int, world: int, port: int, out: str) -> None:
@@ -32,9 +40,8 @@ def _collectives(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def test_all_reduce_mean_and_gather_others(tmp_path):
-    mp.spawn(_collectives, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
-    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+def test_all_reduce_mean_and_gather_others(two_ranks):
+    r0, r1 = (torch.load(two_ranks / "collectives" / f"rank{r}.pt") for r in (0, 1))
     for res in (r0, r1):
         assert torch.equal(res["g"][0], torch.full((2, 3), 1.5))
         assert torch.equal(res["g"][1], torch.full((4,), 15.0))
@@ -57,12 +64,28 @@ def _train(rank: int, world: int, port: int, squad: str, backbone: str, out: str
     torch.save(summary, f"{out}/summary-rank{rank}.pt")
 
 
-def test_two_process_training_run(tmp_path, tiny_backbone):
-    squad = tmp_path / "squad.json.gz"
+def _collectives_then_train(rank: int, world: int, ports: tuple[int, int], squad: str, backbone: str,
+                            out: str) -> None:
+    _collectives(rank, world, ports[0], f"{out}/collectives")
+    _train(rank, world, ports[1], squad, backbone, out)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory, tiny_backbone) -> Path:
+    """The folder of one pair of processes (gloo) that ran ``_collectives`` and then ``_train``: the start-up of a
+    process pair, and the imports in each, are most of either."""
+    out = tmp_path_factory.mktemp("two-ranks")
+    squad = out / "squad.json.gz"
     with gzip.open(squad, "wt", encoding="utf-8") as f:
         json.dump(make_squad(n_articles=10), f)
-    mp.spawn(_train, args=(2, _free_port(), str(squad), str(tiny_backbone), str(tmp_path)), nprocs=2, join=True)
-    main = torch.load(tmp_path / "summary-rank0.pt")
+    (out / "collectives").mkdir()
+    mp.spawn(_collectives_then_train, args=(2, _free_ports(2), str(squad), str(tiny_backbone), str(out)), nprocs=2,
+             join=True)
+    return out
+
+
+def test_two_process_training_run(two_ranks):
+    main = torch.load(two_ranks / "summary-rank0.pt")
     assert main["world_size"] == 2 and main["steps"] == 3
-    assert (tmp_path / "last" / "weights.safetensors").exists()
-    assert torch.load(tmp_path / "summary-rank1.pt") == {"rank": 1, "steps": 3}
+    assert (two_ranks / "last" / "weights.safetensors").exists()
+    assert torch.load(two_ranks / "summary-rank1.pt") == {"rank": 1, "steps": 3}
