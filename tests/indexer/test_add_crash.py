@@ -262,17 +262,13 @@ def test_sigterm_after_the_commit_point_says_the_add_is_complete(step, setup, tm
                                              "documents)")
 
 
-def test_a_killed_add_resumes_encoding_only_the_shards_it_had_not_finished(setup, tmp_path, tiny_model_dir,
+def test_a_killed_add_resumes_encoding_only_the_shards_it_had_not_finished(setup, crashed, tiny_model_dir,
                                                                            monkeypatch):
     """kill -9 in the second shard, the index opened meanwhile (which rolls the add back but keeps its shards),
     then the same add: the index an uninterrupted add gives, with fewer passages encoded (the staging used to be
     removed, and every passage encoded again)."""
     built, more, reference = setup
-    index = tmp_path / "idx"
-    shutil.copytree(built, index)
-    child = subprocess.run([sys.executable, "-c", CHILD, str(index), str(more), str(tiny_model_dir),
-                            "spanseek.indexer.shards:encode_shard", "2", "before", "0"],
-                           capture_output=True, text=True, timeout=600)
+    index, child = crashed["resume"]
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     assert _contents(PhraseIndex(index).dir) == _contents(built) and verify_index(index, sample=30)["ok"]
     assert sorted(p.name for p in (index / integrity.STAGING / integrity.SHARDS).iterdir()) == ["000000"]
@@ -282,13 +278,50 @@ def test_a_killed_add_resumes_encoding_only_the_shards_it_had_not_finished(setup
     assert _contents(index) == _contents(reference) and not (index / integrity.STAGING).exists()
 
 
-def _crash_then_recover(point, setup, tmp_path, tiny_model_dir):
+def _start_child(index, more, model, args) -> subprocess.Popen:
+    """The ``CHILD`` add into ``index``, dying where ``args`` (a ``POINTS`` step) says; its output captured."""
+    return subprocess.Popen([sys.executable, "-c", CHILD, str(index), str(more), str(model), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    try:
+        stdout, stderr = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def crashed(setup, tmp_path_factory, tiny_model_dir) -> dict:
+    """name -> (index, finished child) for each ``FAST`` point, and ``resume`` (killed in the second shard's
+    encoding), each a copy of the base index with an add killed in it. The children run side by side: each is mostly
+    the start-up of a process, and none touches another's index."""
+    built, more, _ = setup
+    runs = {**{point: POINTS[point][0] for point in FAST}, "resume": POINTS["encoding"][0]}
+    started = {}
+    try:
+        for name, args in runs.items():
+            index = tmp_path_factory.mktemp("killed") / "idx"
+            shutil.copytree(built, index)
+            started[name] = (index, _start_child(index, more, tiny_model_dir, args))
+    finally:  # every child started is waited for, also when a later copy or start failed
+        done = {name: (index, _finished(proc)) for name, (index, proc) in started.items()}
+    return done
+
+
+def _crash_then_recover(point, setup, tmp_path, tiny_model_dir, crashed=None):
+    """A child's add killed at ``point`` (one of ``crashed``'s, or run here), then the index opened, verified and
+    added to again."""
     args, outcome = POINTS[point]
     built, more, reference = setup
-    index = tmp_path / "idx"
-    shutil.copytree(built, index)
-    child = subprocess.run([sys.executable, "-c", CHILD, str(index), str(more), str(tiny_model_dir), *args],
-                           capture_output=True, text=True, timeout=600)
+    if crashed is not None:
+        index, child = crashed[point]
+    else:
+        index = tmp_path / "idx"
+        shutil.copytree(built, index)
+        child = _finished(_start_child(index, more, tiny_model_dir, args))
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     left = [p for p in index.iterdir() if integrity.is_scratch(p.name) and p.name != integrity.LOCK]
     assert left or point == "journal removed"  # it died mid-add (after its last step, with nothing left over)
@@ -310,8 +343,8 @@ def _crash_then_recover(point, setup, tmp_path, tiny_model_dir):
 
 
 @pytest.mark.parametrize("point", FAST)
-def test_a_killed_add_leaves_an_index_that_opens_and_verifies(point, setup, tmp_path, tiny_model_dir):
-    _crash_then_recover(point, setup, tmp_path, tiny_model_dir)
+def test_a_killed_add_leaves_an_index_that_opens_and_verifies(point, setup, crashed, tmp_path, tiny_model_dir):
+    _crash_then_recover(point, setup, tmp_path, tiny_model_dir, crashed)
 
 
 @pytest.mark.slow
