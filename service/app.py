@@ -204,11 +204,11 @@ class ServiceState:
         assert self.batcher is not None
         if self.settings.default_nprobe is None:
             self.default_nprobe = index_nprobe(searcher)
-        self._describe(searcher, resolved)
         self.searcher = searcher
         self.cost = dataclasses.replace(self.cost, units=searcher.selection(None).unit_count,
                                         tokens=int(searcher.index.faiss.ntotal))
         self.batcher.swap(searcher)
+        self._describe(searcher, resolved)  # last: once /info names the new index, reads and searches are its
 
     def _serve_live(self, searcher: Searcher) -> None:
         """Serve a new snapshot of the live index from the next batch on (called by the write thread)."""

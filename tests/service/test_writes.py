@@ -354,8 +354,13 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
         assert live["segment_documents"] == 0 and live["tombstones"] == 0 and live["last_merge"]["documents"] == 1
         assert set(statuses) <= {200} and found(client, "new-1") and not found(client, "d1")
         assert client.get("/documents/d0", headers=KEY).status_code == 200
-        # /info and the gauge show the index searches see: its documents now, over the merged base
-        index = client.get("/info", headers=KEY).json()["index"]
+        # /info and the gauge show the index searches see: its documents now, over the merged base (described just
+        # after the merge's count goes up: a loaded host shows the moment between)
+        deadline = time.monotonic() + 30
+        while not (index := client.get("/info", headers=KEY).json()["index"])["dir"].endswith("base-000001") or (
+                index["created"] != Manifest.load(Path(index["dir"])).created):
+            assert time.monotonic() < deadline, "/info never described the merged base"
+            time.sleep(0.05)
         assert index["documents"] == before + 1 - 1 and index["dir"].endswith("base-000001")
         # its passages and tokens too (they stayed the first base's): the merged base's, as they were before it
         merged = Manifest.load(Path(index["dir"]))
