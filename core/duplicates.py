@@ -41,6 +41,12 @@ MAX_COPY_IDS = 10  # documents a collapsed hit names (copy_doc_ids): a boilerpla
 NEAR_SIMILARITY = 0.7
 NEAR_CACHE = 4096  # texts' words kept per index for near comparisons (dropped all at once past it)
 NEAR_ALIGN_WORDS = 2000  # longer texts are compared by their shared word triples (``similarity``)
+# Texts whose alignment would visit more than this many pairs of places holding the same word (the sum, over their
+# shared words, of the product of its counts) are aligned leaving out the words that make up over 1% of one (difflib's
+# autojunk): ordinary prose of 2,000 words visits 56,000-71,000 and aligns in 1-20 ms, but two 2,000-word texts of a
+# few words repeated (a table of digits or checkmarks) visit up to 2,000,000 and took 0.4-0.8 s a pair, for each pair
+# of the ranking compared. Their word triples would not do: two unrelated texts of two words share them all.
+NEAR_ALIGN_PAIRS = 100_000
 NEAR_PAIRS = 1 << 16  # pairs of texts compared, and whether they are near copies, kept likewise
 
 _KEYS: weakref.WeakKeyDictionary[PhraseIndex, np.ndarray] = weakref.WeakKeyDictionary()
@@ -92,12 +98,21 @@ def similarity(a: Words, b: Words) -> float:
     words, the share a common part holds of each for two texts sharing it; 1 for two empty texts. Past
     ``NEAR_ALIGN_WORDS`` words (long documents) the alignment's time grows with the square of the words (21 s for two
     30,000-word texts), so the words matched are counted as the word triples the two texts share instead
-    (``shingle_similarity``), in time linear in their words."""
+    (``shingle_similarity``), in time linear in their words. Shorter texts of a few words repeated, whose alignment
+    would visit more than ``NEAR_ALIGN_PAIRS`` pairs of places (``align_pairs``), are aligned without their words
+    that make up over 1% of one, which read them lower: only their runs of rarer words match."""
     if not a.words and not b.words:
         return 1.0
     if max(len(a.words), len(b.words)) > NEAR_ALIGN_WORDS:
         return shingle_similarity(a, b)
-    return SequenceMatcher(None, a.words, b.words, autojunk=False).ratio()
+    autojunk = align_pairs(a, b) > NEAR_ALIGN_PAIRS
+    return SequenceMatcher(None, a.words, b.words, autojunk=autojunk).ratio()
+
+
+def align_pairs(a: Words, b: Words) -> int:
+    """The pairs of places, one in ``a`` and one in ``b``, that hold the same word: what difflib's alignment visits
+    in its first pass (and again, in parts, in each pass after), so its time grows with them."""
+    return sum(a.bag[w] * b.bag[w] for w in a.bag.keys() & b.bag.keys())
 
 
 def shingle_similarity(a: Words, b: Words, n: int = 3) -> float:
