@@ -40,6 +40,9 @@ MAX_COPY_IDS = 10  # documents a collapsed hit names (copy_doc_ids): a boilerpla
 # a sentence stay apart unless it makes up 70% of each.
 NEAR_SIMILARITY = 0.7
 NEAR_CACHE = 4096  # texts' words kept per index for near comparisons (dropped all at once past it)
+# and at most this many words in all (about 70 bytes each: some 300 MB): a document's words are the whole document's,
+# and 4,096 books of 100,000 words would hold 28 GB
+NEAR_CACHE_WORDS = 1 << 22
 NEAR_ALIGN_WORDS = 2000  # longer texts are compared by their shared word triples (``similarity``)
 # Texts whose alignment would visit more than this many pairs of places holding the same word (the sum, over their
 # shared words, of the product of its counts) are aligned leaving out the words that make up over 1% of one (difflib's
@@ -146,6 +149,8 @@ class Copies:
         self.key = {"passage": passage_key, "doc": doc_keys(passage_key, passage_doc, len(index.docs))}
         self.members = {unit: repeated(keys) for unit, keys in self.key.items()}
         self._words: dict[tuple[str, int], Words] = {}  # near comparisons: ("passage" | "doc", id) -> its words
+        self._words_held = 0  # the words in _words (NEAR_CACHE_WORDS)
+        self._words_lock = threading.Lock()  # searches in several threads share the cache and its count
         self._doc_passages: tuple[np.ndarray, np.ndarray] | None = None
         self._near: dict[tuple[str, int, int], bool] = {}  # (of, kept's, hit's) -> near copies: a search ranks the
         # same passages (documents) for many of its questions, the next searches too
@@ -220,7 +225,8 @@ class Copies:
         return near
 
     def words(self, of: str, i: int) -> Words:
-        """The words of passage (``of`` passage) or document ``i``, kept for the next search (``NEAR_CACHE``)."""
+        """The words of passage (``of`` passage) or document ``i``, kept for the next search (``NEAR_CACHE`` texts,
+        ``NEAR_CACHE_WORDS`` words)."""
         got = self._words.get((of, i))
         if got is None:
             if of == "passage":
@@ -228,9 +234,13 @@ class Copies:
             else:
                 order, bounds = self.doc_passages()
                 got = Words.of(" ".join(self.index.passages[p]["text"] for p in order[bounds[i]:bounds[i + 1]]))
-            if len(self._words) >= NEAR_CACHE:
-                self._words.clear()
-            self._words[(of, i)] = got
+            with self._words_lock:
+                if len(self._words) >= NEAR_CACHE or self._words_held + len(got.words) > NEAR_CACHE_WORDS:
+                    self._words.clear()
+                    self._words_held = 0
+                if len(got.words) <= NEAR_CACHE_WORDS and (of, i) not in self._words:
+                    self._words[(of, i)] = got
+                    self._words_held += len(got.words)
         return got
 
     def doc_passages(self) -> tuple[np.ndarray, np.ndarray]:

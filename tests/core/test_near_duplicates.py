@@ -265,3 +265,25 @@ def test_texts_of_few_words_repeated_are_aligned_without_their_common_words():
     a, b = text(vocab), text(vocab)
     assert align_pairs(a, b) <= NEAR_ALIGN_PAIRS
     assert similarity(a, b) == difflib.SequenceMatcher(None, a.words, b.words, autojunk=False).ratio()
+
+
+def test_the_words_kept_for_near_comparisons_are_bounded_in_words(monkeypatch):
+    """A document's words are the whole document's: the texts kept for the next searches hold at most
+    NEAR_CACHE_WORDS words in all (4,096 books of 100,000 words would hold 28 GB), and a text longer than that is
+    compared without being kept."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from spanseek.core import duplicates
+
+    monkeypatch.setattr(duplicates, "NEAR_CACHE_WORDS", 10_000, raising=False)
+    rng = random.Random(0)
+    lengths = [3_000] * 12 + [12_000]
+    docs = [" ".join(rng.choice(["a", "b", "c", "d"]) for _ in range(n)) for n in lengths]
+    index = SimpleNamespace(passages=[{"text": t} for t in docs], docs=[{"id": f"d{i}"} for i in range(len(docs))])
+    copies = duplicates.Copies(index, np.arange(len(docs), dtype=np.int64), np.arange(len(docs)))  # type: ignore[arg-type]
+    for i, n in enumerate(lengths):
+        assert len(copies.words("doc", i).words) == n
+        assert sum(len(w.words) for w in copies._words.values()) <= 10_000
+    assert copies.words("doc", 11).words == docs[11].split()
