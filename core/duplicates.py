@@ -50,6 +50,7 @@ NEAR_ALIGN_WORDS = 2000  # longer texts are compared by their shared word triple
 # few words repeated (a table of digits or checkmarks) visit up to 2,000,000 and took 0.4-0.8 s a pair, for each pair
 # of the ranking compared. Their word triples would not do: two unrelated texts of two words share them all.
 NEAR_ALIGN_PAIRS = 100_000
+SHINGLE_MAX = 16  # the longest word n-grams long texts of a few words repeated are compared by (``shingle_similarity``)
 NEAR_PAIRS = 1 << 16  # pairs of texts compared, and whether they are near copies, kept likewise
 
 _KEYS: weakref.WeakKeyDictionary[PhraseIndex, np.ndarray] = weakref.WeakKeyDictionary()
@@ -121,10 +122,17 @@ def align_pairs(a: Words, b: Words) -> int:
 def shingle_similarity(a: Words, b: Words, n: int = 3) -> float:
     """2 x the word n-grams ``a`` and ``b`` share (counted with their repeats) / their n-grams together. A word changed
     in place breaks up to n of them, so edits read lower than in the alignment; parts moved elsewhere read higher
-    (each part still matches, where the alignment matches the parts of one order only)."""
-    grams_a = Counter(zip(*(a.words[i:] for i in range(n)), strict=False))
-    grams_b = Counter(zip(*(b.words[i:] for i in range(n)), strict=False))
-    total = sum(grams_a.values()) + sum(grams_b.values())
+    (each part still matches, where the alignment matches the parts of one order only). Texts of a few words repeated
+    (a long table of digits) hold few distinct triples, which any two such texts share: n then grows, up to
+    ``SHINGLE_MAX``, until at least half of each text's n-grams are distinct, as in prose, where triples are."""
+    while True:
+        grams_a = Counter(zip(*(a.words[i:] for i in range(n)), strict=False))
+        grams_b = Counter(zip(*(b.words[i:] for i in range(n)), strict=False))
+        counts = [(len(g), sum(g.values())) for g in (grams_a, grams_b)]
+        if n >= SHINGLE_MAX or all(2 * distinct >= total for distinct, total in counts):
+            break
+        n += 1
+    total = counts[0][1] + counts[1][1]
     return 2 * sum((grams_a & grams_b).values()) / total if total else float(a.words == b.words)
 
 

@@ -7,6 +7,7 @@ word-count and word-bag bounds never turn a near copy away, and "exact" is the e
 
 from __future__ import annotations
 
+import collections
 import difflib
 import json
 import os
@@ -287,3 +288,24 @@ def test_the_words_kept_for_near_comparisons_are_bounded_in_words(monkeypatch):
         assert len(copies.words("doc", i).words) == n
         assert sum(len(w.words) for w in copies._words.values()) <= 10_000
     assert copies.words("doc", 11).words == docs[11].split()
+
+
+@pytest.mark.parametrize("kinds", [2, 5, 10])
+def test_long_texts_of_few_words_repeated_are_compared_by_longer_word_runs(kinds):
+    """Two unrelated 6,000-word texts of a few words repeated (long tables of digits) share most of their few word
+    triples: they read 0.78 alike over 10 words and were collapsed as near copies. Their n-grams grow until they are
+    mostly distinct, so such texts stay apart while a copy with 1% of its words changed is still a near copy, and
+    prose is compared by its triples as before."""
+    from spanseek.core.duplicates import shingle_similarity
+
+    rng = random.Random(kinds)
+    vocab = [str(i) for i in range(kinds)]
+    x = [rng.choice(vocab) for _ in range(6000)]
+    a, other = Words.of(" ".join(x)), Words.of(" ".join(rng.choice(vocab) for _ in range(6000)))
+    edited = Words.of(" ".join(w if rng.random() > 0.01 else rng.choice(vocab) for w in x))
+    assert not similar(a, other)
+    assert similar(a, edited)
+    prose = [f"w{i}" for i in range(3000)] + ["the", "of", "and"] * 300
+    p, q = (Words.of(" ".join(rng.choice(prose) for _ in range(6000))) for _ in range(2))
+    grams = [collections.Counter(zip(w.words, w.words[1:], w.words[2:], strict=False)) for w in (p, q)]
+    assert shingle_similarity(p, q) == 2 * sum((grams[0] & grams[1]).values()) / sum(sum(g.values()) for g in grams)
