@@ -5,7 +5,8 @@
 Each script is started as ``python bench/NAME.py`` (its own process, so imports that only work from bench/ and
 flags are checked too) with the smallest sizes its flags allow, and the JSON it writes must hold the figures the
 documentation quotes. Scripts that need a CUDA GPU run their CPU path where they have one, else ``--help``. The
-runs that train, or start the service several times, are marked ``slow``: ``make bench-smoke`` runs them all.
+runs that train, start the service several times, or take ten seconds or more on two cores (reading, confidence,
+keyword queries, document formats) are marked ``slow``: ``make bench-smoke`` runs them all.
 ``test_every_cited_script_has_a_smoke_test`` fails when a document cites a script that is missing or untested, and
 ``test_every_bench_script_imports`` (quick, in ``make test``) when any script under bench/ no longer imports.
 """
@@ -212,6 +213,7 @@ def test_queue_model(tmp_path):
     assert all(row["p99_over_single"] >= row["p50_over_single"] > 0 for row in r["rows"])
 
 
+@pytest.mark.slow
 @smoke("bench/reading.py")
 def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad):
     # read_below needs confidences: a copy of the model with a calibrator of the index's hybrid searches
@@ -310,6 +312,7 @@ def test_hybrid_run(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     assert r["n_questions"] == 16 and positive(r["throughput_batch64"]["hybrid_vs_dense_search"])
 
 
+@pytest.mark.slow
 @smoke("bench/keyword_queries.py")
 def test_keyword_queries(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/keyword_queries.py", "make", "--questions", tiny_squad, "--shuffled", "--out",
@@ -345,6 +348,7 @@ def write_calibration(path: Path, units: tuple[str, ...], mode: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 @smoke("bench/confidence.py")
 def test_confidence(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     calibration = write_calibration(tmp_path / "calibration.json", ("phrase", "passage", "doc"), "dense")
@@ -533,6 +537,7 @@ def test_stale_cache_training(tmp_path, tiny_model_dir, tiny_squad, hard_negativ
 # -- the service ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @smoke("bench/service_load.py")
 def test_service_load(tmp_path, tiny_index, tiny_model_dir):
     run_bench("bench/service_load.py", "--index", tiny_index, "--model", tiny_model_dir, "--precision", "fp32",
@@ -650,6 +655,7 @@ def test_gpu_shell_scripts_parse_and_state_their_usage(script):
     assert proc.returncode != 0 and f"usage: {script}" in proc.stderr
 
 
+@pytest.mark.slow
 @smoke("bench/document_formats.py")
 def test_document_formats(tmp_path, tiny_model_dir, tiny_squad):
     run_bench("bench/document_formats.py", "--squad", tiny_squad, "--articles", "all", "--model", tiny_model_dir,
@@ -768,6 +774,7 @@ def test_carried_package_backbone_is_found_through_its_stand_in(tmp_path):
     assert got == str(tmp_path / "model")
 
 
+@pytest.mark.slow
 @smoke("bench/gpu/teacher_cache.py")
 def test_teacher_cache_fills_and_round_trips_in_pieces(tmp_path, tiny_model_dir, tiny_reader, tiny_squad):
     """fill reads the pairs a phrase run of the model (or a reader's run) trains on; pack and unpack give the same
