@@ -520,8 +520,7 @@ class LiveStore:
         self.wal = WriteAheadLog(logs[-1])  # made (and its name made durable) before state.json lists it
         if self.state != self._state_on_disk():  # (unchanged, it is not written: a start on a full disk serves)
             write_json_atomic(self.dir / STATE, self.state)
-        self.snapshot = self._snapshot()
-        publish(self.snapshot)
+        self._publish()
         self._point_followers()
 
     def _state_on_disk(self) -> Any:
@@ -615,20 +614,25 @@ class LiveStore:
             (self.dir / WAL_DIR / name).unlink(missing_ok=True)
         log.info("the write log held no document and no deletion of the base: started a new one")
 
-    def _snapshot(self) -> LiveIndex:
-        self.counts = (self.documents, *self._searched())  # with every snapshot (under the lock): read without it
+    def _publish(self) -> None:
+        """Publish a snapshot of the base and the segment (the caller holds the lock), then show its counts: what
+        ``describe`` shows changes in one assignment once ``publish`` has returned, so a reader that sees a write or
+        a merge counted is served the snapshot that holds it (and, after a merge, sees it described)."""
         seg = self.segment
-        self.segment_counts = {"segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
-                               "tombstones": len(seg.tombstones), "merges": self.state["merges"]}
-        return LiveIndex(self.base, list(self.segment.docs.values()),
-                         np.asarray(sorted(self.segment.tombstones), dtype=np.int64), self.template, self.base_terms)
+        passages, tokens = self._searched()
+        view = {"base": str(self.base.dir.resolve()), "documents": self.documents, "passages": passages,
+                "tokens": tokens, "segment_documents": len(seg.docs), "segment_tokens": seg.tokens,
+                "tombstones": len(seg.tombstones), "merges": self.state["merges"], "last_merge": self.last_merge}
+        self.snapshot = LiveIndex(self.base, list(seg.docs.values()), np.asarray(sorted(seg.tombstones),
+                                  dtype=np.int64), self.template, self.base_terms)
+        self.publish(self.snapshot)
+        self.view = view  # read without the lock (a merge holds it for seconds)
 
     def _write(self, entry: dict[str, Any], encoded: list[EncodedDocument]) -> list[str]:
         """Log, apply and publish one write (the caller holds the lock); returns the ids it affected."""
         self.wal.append(entry)
         out = self._apply(entry, encoded)
-        self.snapshot = self._snapshot()
-        self.publish(self.snapshot)
+        self._publish()
         return out
 
     def upsert(self, docs: list[Document], encoded: list[EncodedDocument], only_new: bool = False) -> int:
@@ -691,7 +695,8 @@ class LiveStore:
     def searched(self) -> tuple[int, int, int]:
         """(documents, passages, tokens) a search sees now: counted with the snapshot published last, so reading
         them takes no lock (a merge holds it for seconds, and the service reads them on its event loop)."""
-        return self.counts
+        view = self.view
+        return view["documents"], view["passages"], view["tokens"]
 
     def _searched(self) -> tuple[int, int]:
         """(passages, tokens) a search sees now: the base's of its live documents, and the segment's."""
@@ -703,11 +708,11 @@ class LiveStore:
         return int(kept.sum()) + sum(len(d.passages) for d in seg), base_tokens + self.segment.tokens
 
     def describe(self) -> dict[str, Any]:
-        """What /info shows, as of the last snapshot published; no lock taken (a merge holds it for seconds)."""
-        documents, passages, tokens = self.counts
-        return {"base": str(self.snapshot.base.dir.resolve()), "documents": documents, "passages": passages,
-                "tokens": tokens, **self.segment_counts, "wal_bytes": self.wal_bytes,
-                "merging": self._merging.locked(), "last_merge": self.last_merge}
+        """What /info shows, as of the last snapshot published (``_publish``); no lock taken (a merge holds it for
+        seconds)."""
+        view = self.view
+        return {**{k: v for k, v in view.items() if k != "last_merge"}, "wal_bytes": self.wal_bytes,
+                "merging": self._merging.locked(), "last_merge": view["last_merge"]}
 
     # ---- merging ------------------------------------------------------------------------------------------------
 
@@ -752,9 +757,8 @@ class LiveStore:
                 self.state = {**self.state, "base": str(dest.relative_to(self.dir)), "wals": [rotated], "merges": n,
                               "last_merge": result}
                 write_json_atomic(self.dir / STATE, self.state)  # the commit point: the new base, the new log
-                self.last_merge = result  # before the snapshot, whose counts (merges among them) /info reads
-                self.snapshot = self._snapshot()
-                self.publish(self.snapshot)
+                self.last_merge = result  # shown with the snapshot's counts (merges among them)
+                self._publish()
             # before the old base is removed: a follower reloads from it to the new one; one still pointed at it
             # (the switch failed: a full disk) keeps serving it, so it stays until the next start removes it
             followed = self._point_followers()
@@ -772,6 +776,7 @@ class LiveStore:
         except Exception as e:
             self.last_merge = {"error": f"{type(e).__name__}: {e}"}
             with self._lock, contextlib.suppress(OSError):  # kept across restarts, as a success is
+                self.view = {**self.view, "last_merge": self.last_merge}
                 self.state = {**self.state, "last_merge": self.last_merge}
                 write_json_atomic(self.dir / STATE, self.state)
             raise

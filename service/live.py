@@ -278,6 +278,16 @@ class LiveWrites:
         return await asyncio.get_running_loop().run_in_executor(self.encoder_pool, fn, *args)
 
     def _publish(self, snapshot: LiveIndex) -> None:
+        """Serve ``snapshot`` (the store calls it before it shows the snapshot's counts); over a merged base, the
+        base's searcher follows it and the service describes it (``on_merged``) before those counts show the merge:
+        /info never counts a merge while it describes the base before it."""
+        merged = snapshot.base is not self.base.index
+        if merged:
+            try:  # the searcher snapshots are made over (its settings only) follows the new base: holding the first
+                # kept its index in memory, and its deleted files on disk, for the life of the process
+                self.base = searcher_over(self.base, snapshot.base)
+            except Exception:
+                log.exception("the merged base's searcher could not be made; the first base stays held")
         searcher = searcher_over(self.base, snapshot)
         if self.current.ranking.found_copies:  # searches collapse copies (or the warm-up did): the snapshot's are
             searcher.ranking.copies()  # found here, in the write's thread, not by its first collapsing search
@@ -285,6 +295,11 @@ class LiveWrites:
             self.current = searcher
             if self._serve is not None:
                 self._serve(searcher)
+            if merged and self.on_merged is not None:
+                try:  # no write publishes meanwhile: what is described is what is served
+                    self.on_merged(searcher)
+                except Exception:
+                    log.exception("describing the merged index failed; /info keeps the last description")
         if searcher.dense is not self.base.dense:  # another searcher serves: the base's scan copy is unused
             self.base.dense.drop_transposed()
 
@@ -355,7 +370,7 @@ class LiveWrites:
         bytes, or ``merge_deleted_share`` of the base's documents are tombstones (``merge_tokens`` 0: never)."""
         s, store = self.settings, self.store
         share = s.merge_deleted_share
-        counts = store.segment_counts  # taken with the last snapshot, under the store's lock: read without it
+        counts = store.view  # taken with the last snapshot, under the store's lock: read without it
         return s.merge_tokens > 0 and (
             counts["segment_tokens"] >= s.merge_tokens or 0 < s.merge_log_bytes <= store.wal_bytes
             or (share > 0 and counts["tombstones"] >= share * max(1, len(store.base.docs))))
@@ -390,18 +405,6 @@ class LiveWrites:
         except Exception:
             self._count_merge("failed", t0)
             log.exception("merge failed; the segment keeps serving")
-        if merged is not None:
-            try:  # the searcher snapshots are made over (its settings only) follows the new base: holding the first
-                # kept its index in memory, and its deleted files on disk, for the life of the process
-                self.base = searcher_over(self.base, self.store.base)
-            except Exception:
-                log.exception("the merged base's searcher could not be made; the first base stays held")
-        if merged is not None and self.on_merged is not None:
-            try:
-                with self._serving:  # no write publishes meanwhile: what is described is what is served
-                    self.on_merged(self.current)
-            except Exception:
-                log.exception("describing the merged index failed; /info keeps the last description")
         if merged is not None:  # the old base, its segment and the merge's arrays are freed: return their pages
             give_back()
         self.gauges()

@@ -214,6 +214,7 @@ async def info(request: Request) -> InfoResponse:
         "max_read_passages": s.max_read_passages, "version": request.app.version, "reload": state.reloader.describe(),
         "writes": state.live.describe() if state.live is not None else None,  # live writes: base, segment, log
     }
+    # read after the writes' counts: a merged base is described before they count the merge (LiveWrites._publish)
     index = dict(state.info["index"])
     if service["writes"] is not None:  # what searches see now, and the base they are searched over
         writes = service["writes"]

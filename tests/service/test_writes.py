@@ -337,30 +337,45 @@ def test_a_merge_gives_the_memory_it_freed_back_to_the_system(write_settings, mo
         assert trims == [1]  # once, after the merge was done
 
 
-def test_compact_merges_in_the_background_and_keeps_serving(write_settings):
+def test_compact_merges_in_the_background_and_keeps_serving(write_settings, monkeypatch):
+    from spanseek.core.segment import LiveIndex
+    from spanseek.service import live as service_live
+
+    def slow_base_searcher(searcher, index):  # a merged base's searcher takes its time: /info is read meanwhile
+        if not isinstance(index, LiveIndex):
+            time.sleep(0.3)
+        return searcher_over(searcher, index)
+
+    searcher_over = service_live.searcher_over
+    monkeypatch.setattr(service_live, "searcher_over", slow_base_searcher)
     with serving(create_app(write_settings())) as client:
-        before = client.get("/info", headers=KEY).json()["index"]["documents"]
+        first = client.get("/info", headers=KEY).json()["index"]
+        before = first["documents"]
         assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
         assert client.delete("/documents/d1", headers=KEY).status_code == 200
         written = client.get("/info", headers=KEY).json()["index"]  # over the first base and the segment
         r = client.post("/admin/compact", headers=KEY)
         assert r.status_code == 202 and r.json()["merging"]
-        statuses = []
+        statuses, described = [], []  # /info read during the merge: (merges, the index's dir and date)
         deadline = time.monotonic() + 120
         while client.post("/admin/compact", headers=KEY).json()["live"]["merges"] < 1:
             assert time.monotonic() < deadline
             statuses.append(client.post("/search", headers=KEY, json={"query": "who built it?"}).status_code)
+            info = client.get("/info", headers=KEY).json()
+            described.append((info["service"]["writes"]["merges"], info["index"]["dir"], info["index"]["created"]))
         live = client.post("/admin/compact", headers=KEY).json()["live"]
         assert live["segment_documents"] == 0 and live["tombstones"] == 0 and live["last_merge"]["documents"] == 1
         assert set(statuses) <= {200} and found(client, "new-1") and not found(client, "d1")
         assert client.get("/documents/d0", headers=KEY).status_code == 200
-        # /info and the gauge show the index searches see: its documents now, over the merged base (described just
-        # after the merge's count goes up: a loaded host shows the moment between)
-        deadline = time.monotonic() + 30
-        while not (index := client.get("/info", headers=KEY).json()["index"])["dir"].endswith("base-000001") or (
-                index["created"] != Manifest.load(Path(index["dir"])).created):
-            assert time.monotonic() < deadline, "/info never described the merged base"
-            time.sleep(0.05)
+        # /info and the gauge show the index searches see: its documents now, over the merged base, described as
+        # soon as the merge is counted (one swap: no answer counts the merge and describes the first base)
+        index = client.get("/info", headers=KEY).json()["index"]
+        merged_created = Manifest.load(Path(index["dir"])).created
+        described.append((1, index["dir"], index["created"]))
+        assert {(dir_, created) for merges, dir_, created in described if merges == 0} <= {
+            (first["dir"], first["created"])}
+        assert {(Path(dir_).name, created) for merges, dir_, created in described if merges == 1} == {
+            ("base-000001", merged_created)}
         assert index["documents"] == before + 1 - 1 and index["dir"].endswith("base-000001")
         # its passages and tokens too (they stayed the first base's): the merged base's, as they were before it
         merged = Manifest.load(Path(index["dir"]))
