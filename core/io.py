@@ -16,6 +16,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import glob
 import gzip
 import json
 import logging
@@ -244,8 +245,9 @@ def unwritable(path: Path, error: OSError) -> OSError:
 
 
 def replace_dir(tmp: Path, out: Path) -> None:
-    """Put the finished directory ``tmp`` at ``out``; an old ``out`` is moved aside first (to a new hidden name, so
-    a user's ``out.old`` backup is never touched) and removed only after."""
+    """Put the finished directory ``tmp`` at ``out``; an old ``out`` is moved aside first (to a new hidden name,
+    ``.OUT.XXXXXXXX.old``, so a user's ``out.old`` backup is never touched) and removed only after, with any that a
+    removal stopped midway left (``remove_replaced``)."""
     if out.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
         old.rmdir()  # the name is reserved for this call; rename needs it free
@@ -255,9 +257,21 @@ def replace_dir(tmp: Path, out: Path) -> None:
         except BaseException:
             old.rename(out)  # the old directory back where it was, not left under its hidden name
             raise
-        shutil.rmtree(old)
     else:
         tmp.rename(out)
+    remove_replaced(out)
+
+
+def remove_replaced(out: Path) -> None:
+    """Remove the old copies of ``out`` that ``replace_dir`` moved aside and a stopped removal (Ctrl-C, a kill)
+    left, once ``out`` is in place: never while it is missing, when one of them may be the only copy (a kill between
+    the two renames)."""
+    if not out.is_dir():
+        return
+    moved_aside = re.compile(rf"\.{re.escape(out.name)}\.[a-z0-9_]{{8}}\.old")  # tempfile.mkdtemp's names
+    for path in out.parent.glob(f".{glob.escape(out.name)}.*.old"):
+        if moved_aside.fullmatch(path.name) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
 
 
 @contextlib.contextmanager
@@ -269,6 +283,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    remove_replaced(path)  # what a stopped replace left: room on the disk before the new copy is written
     try:
         tmp.mkdir(parents=True)
         yield tmp

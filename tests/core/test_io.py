@@ -485,3 +485,51 @@ def test_a_directory_that_cannot_be_put_in_place_leaves_the_old_one_where_it_was
         (tmp / "weights").write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     assert (out / "weights").read_text() == "old"
+
+
+def test_an_old_directory_left_by_an_interrupted_removal_is_removed_by_the_next_replace(tmp_path, monkeypatch):
+    """replace_dir moves the old directory aside under a hidden name and removes it after the new one is in place: a
+    removal stopped midway (Ctrl-C, a kill) left that hidden copy, partly removed, for good. The next save removes
+    it, as soon as it starts, but never one while the directory it was moved aside from is missing (a kill between
+    the two renames: it is the only copy), nor a name of another directory's or a user's."""
+    import shutil
+    from pathlib import Path
+
+    from spanseek.core.io import atomic_dir
+
+    def save(text: str, left: int = 0) -> None:
+        with atomic_dir(out) as tmp:
+            (tmp / "a").write_text(text)
+            (tmp / "b").write_text(text)
+            assert len([p for p in tmp_path.iterdir() if p.name.startswith(".model.") and p not in kept]) == left
+
+    out = tmp_path / "model"
+    kept = [tmp_path / "model.old", tmp_path / ".model.v2.old", tmp_path / ".model.v2.abcd1234.old"]
+    for path in kept:
+        path.mkdir()
+    save("first")
+    real_rmtree = shutil.rmtree
+
+    def interrupted(path, *args, **kwargs):
+        if Path(path).name.endswith(".old"):
+            next(p for p in Path(path).iterdir()).unlink()  # one file removed, then stopped
+            raise KeyboardInterrupt
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save("second")
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    left = [p for p in tmp_path.iterdir() if p not in kept and p != out]
+    assert len(left) == 1 and left[0].name.startswith(".model.") and (out / "a").read_text() == "second"
+    save("third")  # the leftover is gone before the block runs
+    assert sorted(tmp_path.iterdir()) == sorted([out, *kept]) and (out / "b").read_text() == "third"
+    # killed between the renames: the hidden copy is the only one, and stays until a new one is in place
+    only = tmp_path / ".model.x1y2z3w4.old"
+    out.rename(only)
+    with pytest.raises(RuntimeError), atomic_dir(out):
+        assert only.is_dir()
+        raise RuntimeError("the save fails")
+    assert only.is_dir() and not out.exists()
+    save("fourth", left=1)
+    assert sorted(tmp_path.iterdir()) == sorted([out, *kept]) and (out / "a").read_text() == "fourth"
