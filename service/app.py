@@ -122,7 +122,10 @@ class ServiceState:
         standby = self.settings.writes and self.settings.writes_standby
         try:
             if standby:  # another server writes there: wait for it to stop, before loading anything
-                await stand_by(self.settings, self.executor, lambda holder: setattr(self, "detail", holder))
+                try:
+                    await stand_by(self.settings, self.executor, self._standing_by)
+                finally:
+                    self.metrics.standby_checked.set(0)
             if self.settings.torch_threads is not None:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
             self.reloader.signature = await loop.run_in_executor(self.executor, signature_of, self.reloader.path)
@@ -180,7 +183,14 @@ class ServiceState:
         self.batcher.start()
         self.status, self.detail = "ready", None
         self.metrics.ready.set(1)
+        self.metrics.writer.set(self.live is not None)
         log.info("ready: %s in %.1f s", self.info.get("index", {}).get("dir"), time.perf_counter() - t0)
+
+    def _standing_by(self, holder: str) -> None:
+        """What a standby writer found at its last check of the writer lock: ``holder`` (on /ready), and when (the
+        alerts leave a standby that checks out)."""
+        self.detail = holder
+        self.metrics.standby_checked.set_to_current_time()
 
     def _warm_up(self, searcher: Searcher) -> list[tuple[int, float]]:
         """Every unit once, including blank and non-Latin questions, and a search that collapses copies
@@ -282,6 +292,7 @@ class ServiceState:
     async def close(self) -> None:
         """Stop the batcher and the worker threads."""
         self.metrics.ready.set(0)
+        self.metrics.writer.set(0)
         self.reloader.close()
         if self.batcher is not None:
             await self.batcher.stop()

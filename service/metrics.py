@@ -108,6 +108,12 @@ class ServiceMetrics:
         self.queue_depth = Gauge("spanseek_queue_depth", "questions waiting for a batch", registry=r)
         self.errors = Counter("spanseek_errors_total", "error answers by type", ["type"], registry=r)
         self.ready = Gauge("spanseek_ready", "1 once the model and index are loaded and warmed up", registry=r)
+        # a standby writer is unready by design: these tell it from a server that failed (SpanseekNotReady)
+        self.writer = Gauge("spanseek_writer", "1 once this server, with writes, holds the live directory's writer "
+                            "lock and is ready (it takes writes)", registry=r)
+        self.standby_checked = Gauge("spanseek_standby_checked_timestamp_seconds", "while this server stands by "
+                                     "(writes_standby), when it last found another server holding the live "
+                                     "directory's writer lock; 0 when it does not stand by", registry=r)
         self.index_tokens = Gauge("spanseek_index_tokens", "tokens in the phrase index", registry=r)
         self.index_vectors = Gauge("spanseek_index_vectors", "vectors in the faiss index", registry=r)
         self.index_passages = Gauge("spanseek_index_passages", "passages in the index", registry=r)

@@ -24,6 +24,7 @@ from spanseek.service import server
 from spanseek.service.app import create_app
 from spanseek.service.cli import check_servable
 from tests.service.conftest import serving, wait_ready_sync
+from tests.service.test_metrics import samples
 
 KEY = {"X-API-Key": "key"}
 DOC = {"id": "new-1", "title": "Harbour", "paragraphs": ["In 1450 Gala built the harbour bridge of the island."]}
@@ -105,6 +106,11 @@ def standing_by(client: TestClient, seconds: float) -> str:
     return said
 
 
+def gauge(client, name: str) -> float:
+    """The value of the unlabelled gauge ``name`` on the server's /metrics."""
+    return samples(client.get("/metrics").text)[(name, ())]
+
+
 @pytest.mark.parametrize("both_at_once", [False, True])
 def test_a_standby_writer_waits_not_ready_and_takes_the_writes_over_once_the_writer_stops(
         write_settings, tmp_path, monkeypatch, both_at_once):
@@ -135,9 +141,15 @@ def test_a_standby_writer_waits_not_ready_and_takes_the_writes_over_once_the_wri
             assert (f"standing by: {tmp_path / 'live'}: another server with writes (process {os.getpid()}) writes to "
                     "this live directory") in message, message
             assert second.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}).status_code == 503
+            # the alerts leave out a standby that checks the lock beside a ready writer (SpanseekNotReady)
+            assert gauge(first, "spanseek_writer") == 1 and gauge(second, "spanseek_writer") == 0
+            assert time.time() - 30 < gauge(second, "spanseek_standby_checked_timestamp_seconds") <= time.time()
+            assert gauge(first, "spanseek_standby_checked_timestamp_seconds") == 0
             first_running.__exit__(None, None, None)
             first_running = None
             wait_ready_sync(second)
+            assert gauge(second, "spanseek_writer") == 1
+            assert gauge(second, "spanseek_standby_checked_timestamp_seconds") == 0
             assert second.get("/documents/new-1", headers=KEY).status_code == 200
             assert second.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}).status_code == 200
         assert not both_at_once or len(calls) >= 2
