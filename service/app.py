@@ -99,6 +99,9 @@ class ServiceState:
         self.batcher: MicroBatcher | None = None
         self.default_nprobe: int | None = settings.default_nprobe
         self.info: dict[str, Any] = {}
+        # with writes: /info's description of each base by its resolved path, the last two (a merge describes its
+        # base before the writes' counts show it: /info takes the description of the base those counts are over)
+        self.described: dict[str, dict[str, Any]] = {}
         self.search_info: dict[str, Any] = {}  # modes and fusion defaults, for /info
         self.overlap = "off"  # what the pipeline setting resolved to once the encoder's device is known
         self.cost = CostModel({"passage": 1, "doc": 1}, settings.default_top_k)  # of the served index (_describe)
@@ -276,6 +279,7 @@ class ServiceState:
                               reading.reading.read_passages if reading is not None else 5, searcher.default_mode)
         self.metrics.set_index(m.tokens, int(index.faiss.ntotal), m.passages, m.documents, size)
         if self.live is not None:  # with writes: what searches see, not the base's manifest
+            self.described = {**dict(list(self.described.items())[-1:]), str(index.dir.resolve()): self.info["index"]}
             self.live.gauges()
         self.metrics.model_info.info({  # /metrics needs no key: the model's path is cut as /info cuts it
             "model": hide_paths(served), "fingerprint": m.model_fingerprint, "factory": m.factory,

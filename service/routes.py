@@ -214,10 +214,12 @@ async def info(request: Request) -> InfoResponse:
         "max_read_passages": s.max_read_passages, "version": request.app.version, "reload": state.reloader.describe(),
         "writes": state.live.describe() if state.live is not None else None,  # live writes: base, segment, log
     }
-    # read after the writes' counts: a merged base is described before they count the merge (LiveWrites._publish)
     index = dict(state.info["index"])
     if service["writes"] is not None:  # what searches see now, and the base they are searched over
         writes = service["writes"]
+        # described before the writes' counts show a merge (LiveWrites._publish), so found: counts and description
+        # change together
+        index = dict(state.described.get(writes["base"], index))
         index.update(documents=writes["documents"], passages=writes["passages"], tokens=writes["tokens"],
                      dir=str(writes["base"]), size_bytes=index["size_bytes"] + writes["wal_bytes"],
                      base_size_bytes=index["size_bytes"])  # on disk: the base's directory and the write log

@@ -349,6 +349,9 @@ def test_compact_merges_in_the_background_and_keeps_serving(write_settings, monk
     searcher_over = service_live.searcher_over
     monkeypatch.setattr(service_live, "searcher_over", slow_base_searcher)
     with serving(create_app(write_settings())) as client:
+        live_writes = client.app.state.service.live
+        describe = live_writes.on_merged
+        live_writes.on_merged = lambda searcher: (describe(searcher), time.sleep(0.3))  # and so does what follows
         first = client.get("/info", headers=KEY).json()["index"]
         before = first["documents"]
         assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
