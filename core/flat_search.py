@@ -30,8 +30,12 @@ against 95-101 ms; a whole search of 8 questions 1.33-1.47x as fast, of 64 1.06-
 (MKL) into the held buffer: on a 2-core Xeon with AVX-512 the same
 product took 67 ms against 88-100 ms in OpenBLAS's pieces (64 rows: 34 against 54-71 ms; medians of 7). MKL's bits
 may depend on the thread count for a few row counts (9 rows of 146k tokens: up to 1e-4 apart), OpenBLAS's pieces'
-do not. OpenBLAS's pieces also give a row the same bits however many rows share the product (2 to 64 rows of
-the demo index). A few query rows (one to four questions: ``SMALL_ROWS``) take torch's tall product ``xb @
+do not. On CPUs with AVX-512 (Zen 4) OpenBLAS's pieces also give a row the same bits however many rows share the
+product (2 to 64 rows of the demo index), and equal tokens equal bits at any column. Its AVX2 kernel (CPUs without
+AVX-512: Zen 3) does not: it rounds a row's sums by the row's place among tiles of 12 rows and a token's by its
+column (scores of about 20: 2e-6 apart), so there a question's token scores may differ in the last bits with the
+questions searched beside it, and the tokens of two copies of a passage may not tie exactly (the copies then come
+back in either order; ``collapse_duplicates`` finds them by their text). A few query rows (one to four questions: ``SMALL_ROWS``) take torch's tall product ``xb @
 queries.T`` instead, on every CPU: they are bound by reading the index, which the tall product reads once where
 OpenBLAS's wide one reads it about twice as slowly (146k tokens, same EPYC, medians of 15 interleaved: 2 rows 20.1
 against 41.2 ms, 4 rows 20.4 against 38.8, 8 rows 37.1 against 43.9, 10 rows 50.9 against 46.5; with the transposed
@@ -133,8 +137,8 @@ def scores_into(queries: np.ndarray, xb: np.ndarray, out: np.ndarray, workers: i
     """``out[:] = queries @ xb.T`` ((R, d) x (N, d) -> (R, N) float32) in pieces of ``PRODUCT_COLUMNS`` columns,
     each piece numpy's single-threaded product, ``workers`` threads (default: torch's thread count) each taking
     one contiguous run of pieces. The pieces are cut at the same columns however many threads share them, so the
-    scores have the same bits for any thread count (float rounding does depend on the cut), and a row's bits do not
-    depend on the other rows of a product of more than ``SMALL_ROWS`` rows. ``xt`` (``transposed(xb)``, when kept)
+    scores have the same bits for any thread count (float rounding does depend on the cut), and on AVX-512 CPUs a
+    row's bits do not depend on the other rows of a product of more than ``SMALL_ROWS`` rows (module docstring). ``xt`` (``transposed(xb)``, when kept)
     is ``xb.T`` contiguous: the pieces are then products by its (d, columns) pieces, faster and with the same bits.
     Up to ``SMALL_ROWS`` rows (one to four questions), torch's tall product ``xb @ queries.T``, which reads the
     index once where the pieces read it about twice as slowly (the same bits for any thread count too, but summed

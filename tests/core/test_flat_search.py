@@ -216,7 +216,10 @@ def test_a_rows_scores_are_the_same_bits_however_many_rows_share_the_product(mon
     many = scores_into(q, x, np.empty((len(q), len(x)), np.float32), xt=xt)
     for rows in (list(range(SMALL_ROWS + 1)), list(range(5, 15)), list(range(20, 33)), list(range(39, 2, -3))):
         few = scores_into(q[rows], x, np.empty((len(rows), len(x)), np.float32), xt=xt)
-        assert np.array_equal(few, many[rows]), rows
+        if bits_independent_of_place():
+            assert np.array_equal(few, many[rows]), rows
+        else:  # the same sums, rounded by place: last bits apart (scores of about 20: 4e-6 measured)
+            np.testing.assert_allclose(few, many[rows], rtol=0, atol=2e-5 * np.abs(many[rows]).max())
 
 
 @pytest.mark.parametrize("rows", [SMALL_ROWS + 1, 64])
@@ -377,6 +380,21 @@ def fp16_vectors(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     return x
 
 
+def brute_force_top(x: np.ndarray, queries: np.ndarray, k: int, allowed: np.ndarray | None = None) -> np.ndarray:
+    """The oracle: each row's k best tokens by float32 sums whose bits do not depend on a token's place (one
+    ``np.einsum`` a query), best first and, among equal scores, the larger id first (faiss's order)."""
+    ids = np.arange(len(x)) if allowed is None else np.flatnonzero(allowed)
+    top = [ids[np.lexsort((-ids, -np.einsum("ij,j->i", x[ids], q)))[:k]] for q in queries]
+    return np.stack(top)
+
+
+def bits_independent_of_place() -> bool:
+    """Whether this CPU's BLAS gives a token's and a row's product the same bits at any place in a product: measured
+    on AVX-512 CPUs (Zen 4, Xeon); OpenBLAS's AVX2 kernel (Zen 3) sums by place (a row's place among tiles of 12
+    rows, a token's column), last bits apart."""
+    return "avx512f" in flat_search.cpu_flags()
+
+
 def both_scans(x: np.ndarray, queries: np.ndarray, allowed: np.ndarray | None = None) -> tuple[FlatScan, FlatScan]:
     """A float32 scan and a fp16 one of the same queries."""
     index = flat_index(x)
@@ -397,7 +415,15 @@ def test_a_fp16_scan_gives_the_float32_scans_ids(k, selected, monkeypatch):
     exact, fp16 = both_scans(x, queries, allowed)
     got = fp16.top(np.arange(12), k)
     assert fp16.half is not None and fp16.held() is None and not fp16.fell_back
-    np.testing.assert_array_equal(got, exact.top(np.arange(12), k))
+    best = brute_force_top(x, queries, k, allowed)
+    if bits_independent_of_place():
+        np.testing.assert_array_equal(got, best)
+        np.testing.assert_array_equal(got, exact.top(np.arange(12), k))
+    else:  # the fp16 path runs on AVX-512 FP16 / AMX CPUs only; forced on an AVX2 one, its exact ties may come in
+        # either order: the same scores, in order
+        def scored(ids: np.ndarray) -> np.ndarray:
+            return np.stack([np.einsum("ij,j->i", x[row], q) for row, q in zip(ids, queries, strict=True)])
+        np.testing.assert_array_equal(scored(got), scored(best))
     # faiss keeps a heap below k = 100; at k = 1 its maximum may come from either of two exactly tied tokens (seen in
     # CI: 10,007 for a query tied with tokens 12 and 10,007, where a local run gave 12)
     if not selected and 1 < k < 100:
