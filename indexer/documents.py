@@ -148,7 +148,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
             runs = pdf_layout.paragraphs(boxes)
             images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)
             opening = {id(pdf_layout.lines(box)[0]) for box in tops}  # (a box cut in parts: its first part's line)
-            every = [line for box in boxes for line in pdf_layout.lines(box)]
+            every = pdf_layout.PageLines(boxes)
             justified = pdf_layout.justified(runs, every)
             flows = [pdf_layout.flow_ends(run, every, layout.y0, layout.y1, justified) for run in runs]
             blocks, header = _named_rows([Block.of(run, id(pdf_layout.lines(run[0])[0]) in opening, flow)

@@ -58,6 +58,7 @@ from spanseek.indexer.pdf_paragraphs import (
     SPACE_HEIGHTS,
     WRAPPED_INDENT,
     WRAPPED_WIDTH,
+    PageLines,
     Part,
     flow_ends,
     flows,
@@ -70,7 +71,7 @@ from spanseek.indexer.pdf_tables import tables
 
 __all__ = ["COLUMN_LINE_CHARS", "CROSSING_LINES", "FOOTNOTE_SIZE", "FULL_LINE_SLACK", "HEAD_GAP", "HEADING_LINES",
            "HEADING_SIZE", "HEADING_WORDS", "HYPHENATED_SHARE", "LIGATURES", "LINE_GAP_HEIGHTS", "LINE_PITCH_SLACK",
-           "LIST_ITEMS", "MARGIN_BAND", "PAGE_NUMBER_DIGITS", "ROMAN", "RUNNING_DRIFT", "RUNNING_PAGES",
+           "LIST_ITEMS", "MARGIN_BAND", "PAGE_NUMBER_DIGITS", "PageLines", "ROMAN", "RUNNING_DRIFT", "RUNNING_PAGES",
            "SENTENCE_END", "SPACE_HEIGHTS", "WRAPPED_INDENT", "WRAPPED_WIDTH", "Block", "Part", "bold_body",
            "body_size", "dehyphenate", "flow_ends", "flows", "footnotes", "heading", "justified", "lines", "logical",
            "margin_edge", "paragraphs", "reading_order", "running", "same_row", "script_shift", "split_headings",

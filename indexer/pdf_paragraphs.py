@@ -10,11 +10,12 @@ wrapped early before a long word). ``spanseek corpus from-files`` runs it on eac
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -72,6 +73,45 @@ JUSTIFIED_SLACK = 1.0
 _CLAUSE_END = re.compile(r"[.!?:;,][\"')\]»”’]*$")
 
 
+class PageLines(Sequence[Any]):
+    """A page's lines, its text boxes' (``boxes``, in reading order) one after another, and the edges of each line's
+    column (``column``). Those edges are the extremes of the lines over and under it (overlapping it across the
+    page); each is found by a binary search over the lines sorted by one edge, with the other edge's running extreme
+    (a line of a page of 2,000 was measured against all of them, and a page's lines against each other took
+    seconds)."""
+
+    def __init__(self, boxes: Sequence[Any]) -> None:
+        self.boxes = boxes
+        self._lines = [line for box in boxes for line in lines(box)]
+        placed = [line for line in self._lines if line.x0 < line.x1]  # a line of no width overlaps none
+        by_left = sorted(placed, key=lambda line: line.x0)
+        by_right = sorted(placed, key=lambda line: -line.x1)
+        self._lefts, self._rights = [line.x0 for line in by_left], [line.x1 for line in by_right]
+        # the furthest right edge among the lines up to each (by left edge), and the furthest left edge negated among
+        # the lines up to each (by right edge, from the right): both ascending, for ``bisect``
+        self._reach = list(itertools.accumulate((line.x1 for line in by_left), max))
+        self._start = list(itertools.accumulate((-line.x0 for line in by_right), max))
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    @overload
+    def __getitem__(self, k: int) -> Any: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[Any]: ...
+    def __getitem__(self, k: int | slice) -> Any:
+        return self._lines[k]
+
+    def column(self, line: Any) -> tuple[float, float]:
+        """The left and right edges of the page's lines over and under ``line`` (overlapping it across the page): its
+        column's; its own where none does."""
+        i = bisect.bisect_right(self._reach, line.x0)  # the line furthest left of those reaching past line's left
+        j = bisect.bisect_right(self._start, -line.x1)  # the one furthest right of those starting before its right
+        if line.x0 < line.x1 and i < len(self._lefts) and self._lefts[i] < line.x1 and self._rights[j] > line.x0:
+            return self._lefts[i], self._rights[j]
+        return line.x0, line.x1
+
+
 def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     """A page's text boxes (in reading order) in runs that are one paragraph each. Layout analysis puts two lines in
     one box when the space between them is under half a line: at 1.5 or double line spacing every line is a box of
@@ -94,7 +134,7 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     pitches = [d for box in boxes for a, b in itertools.pairwise(lines(box)) if (d := follows(a, b))]
     pitches += [d for a, b in itertools.pairwise(boxes) if (d := follows(lines(a)[-1], lines(b)[0]))]
     pitch = float(np.median(pitches)) if pitches else 0.0
-    every = [line for box in boxes for line in lines(box)]
+    every = PageLines(boxes)
 
     def wrapped(line: Any, below: Any) -> bool:  # the first word of line ``below`` would not have fit after ``line``
         room, word = _room(line, every), _first_word(below)
@@ -140,7 +180,7 @@ def flows(ending: str, room: float | None, opening: float | None) -> bool:
     return room is not None and opening is not None and opening > room and not ending.endswith(":")
 
 
-def flow_ends(run: Sequence[Any], every: Sequence[Any], bottom: float, top: float, justified_page: bool = False
+def flow_ends(run: Sequence[Any], every: PageLines, bottom: float, top: float, justified_page: bool = False
               ) -> tuple[float | None, float | None]:
     """What a paragraph (a run of boxes, ``paragraphs``) of a page whose lines are ``every`` (its edges ``bottom``
     and ``top``) tells of its text going on past the page's foot or a column's (``flows``): the room at the end of its
@@ -150,46 +190,42 @@ def flow_ends(run: Sequence[Any], every: Sequence[Any], bottom: float, top: floa
     it ends its paragraph."""
     last = lines(run[-1])[-1]
     room = _room(last, every) if _full(last, every) and last.y0 <= bottom + PAGE_FOOT * (top - bottom) else None
-    if room is not None and justified_page and _column(last, every)[1] - last.x1 > JUSTIFIED_SLACK:
+    if room is not None and justified_page and every.column(last)[1] - last.x1 > JUSTIFIED_SLACK:
         room = None
     return room, _opening(lines(run[0])[0], every)
 
 
-def justified(runs: Sequence[Sequence[Any]], every: Sequence[Any]) -> bool:
+def justified(runs: Sequence[Sequence[Any]], every: PageLines) -> bool:
     """Whether a page's text is justified: of the lines its paragraphs (``runs``, ``paragraphs``; its lines
     ``every``) wrap at, all but each one's last (``JUSTIFIED_LINES`` at least), more than ``JUSTIFIED_SHARE`` end
     within ``JUSTIFIED_SLACK`` of their column's right edge."""
     wrapping = [line for run in runs for line in [line for box in run for line in lines(box)][:-1]]
-    flush = sum(_column(line, every)[1] - line.x1 <= JUSTIFIED_SLACK for line in wrapping)
+    flush = sum(every.column(line)[1] - line.x1 <= JUSTIFIED_SLACK for line in wrapping)
     return len(wrapping) >= JUSTIFIED_LINES and flush > JUSTIFIED_SHARE * len(wrapping)
 
 
-def _room(line: Any, every: Sequence[Any]) -> float | None:
+def _room(line: Any, every: PageLines) -> float | None:
     """The room left at the end of a page's line (of ``every``) for the next line's first word, a space before it
     (``SPACE_HEIGHTS`` of the line's height); None when the line is set in from its column's left edge by more than
     ``WRAPPED_INDENT`` of its width (a head set flush right wraps nothing)."""
-    left, right = _column(line, every)
+    left, right = every.column(line)
     if line.x0 - left > WRAPPED_INDENT * (right - left):
         return None
     return float(right - line.x1 - SPACE_HEIGHTS * line.height)
 
 
-def _opening(line: Any, every: Sequence[Any]) -> float | None:
+def _opening(line: Any, every: PageLines) -> float | None:
     """The width of a page's line's first word (``_first_word``) when the line starts flush left in its column
     (within half its height: a paragraph's first line indented opens a paragraph); else None."""
-    return _first_word(line) if line.x0 - _column(line, every)[0] <= 0.5 * line.height else None
+    return _first_word(line) if line.x0 - every.column(line)[0] <= 0.5 * line.height else None
 
 
-def _column(line: Any, every: Sequence[Any]) -> tuple[float, float]:
-    """The left and right edges of the lines of a page (``every``) over and under ``line``: its column's."""
-    over = [o for o in every if min(o.x1, line.x1) - max(o.x0, line.x0) > 0] or [line]
-    return min(o.x0 for o in over), max(o.x1 for o in over)
 
 
-def _full(line: Any, every: Sequence[Any]) -> bool:
+def _full(line: Any, every: PageLines) -> bool:
     """Whether ``line`` reaches (nearly) the right edge of its column, across most of it: the text wrapped there (a
     running head set to the right, over the text, wraps nothing)."""
-    left, right = _column(line, every)
+    left, right = every.column(line)
     width = right - left
     return line.x1 >= right - FULL_LINE_SLACK * width and line.x1 - line.x0 >= WRAPPED_WIDTH * width
 
@@ -256,14 +292,15 @@ def split_items(boxes: Sequence[Any]) -> list[Any]:
     reference list's). The lines of a box from one such line to the next are a ``Part`` (an item's lines that wrap,
     under it, stay with it), ``item`` set where it opens an item, ``hanging`` where it goes on with the entry above
     it (``paragraphs`` joins it to that entry at any line spacing)."""
-    entries, wrapped = _hanging_lines(boxes)
-    items = _item_lines(boxes) | entries
-    opening = items | _indented_lines(boxes)
+    page = PageLines(boxes)
+    entries, wrapped = _hanging_lines(page)
+    items = _item_lines(page) | entries
+    opening = items | _indented_lines(page)
     out: list[Any] = []
     for box in boxes:
         every = lines(box)
         cuts = [0, *(k for k in range(1, len(every)) if id(every[k]) in opening), len(every)]
-        if len(cuts) == 2 and id(every[0]) not in items | wrapped:
+        if len(cuts) == 2 and id(every[0]) not in items and id(every[0]) not in wrapped:
             out.append(box)
             continue
         out += [Part(every[a:b], head=getattr(box, "head", False) and a == 0, item=id(every[a]) in items,
@@ -271,7 +308,7 @@ def split_items(boxes: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _hanging_lines(boxes: Sequence[Any]) -> tuple[set[int], set[int]]:
+def _hanging_lines(every: PageLines) -> tuple[set[int], set[int]]:
     """The ids of a page's lines that open an entry of a list set with a hanging indent (a reference list in APA or
     Harvard style: each entry's first line at its column's left edge, the lines it wraps onto set in), and of the
     entries' wrapped lines. Such a list is a run of the page's lines, each right under the one before (within
@@ -281,7 +318,6 @@ def _hanging_lines(boxes: Sequence[Any]) -> tuple[set[int], set[int]]:
     over an indented line, end no sentence (an entry's first line, wrapped: a paragraph's last line over the next
     one's indented first line ends a sentence). The run starts at its first flush line over an indented line; each
     flush line from there opens an entry, and each indented line is an entry's wrapped line."""
-    every = [line for box in boxes for line in lines(box)]
     indents = [_indent(line, every) for line in every]
 
     def under(k: int) -> bool:  # line k is right under line k - 1, in its column
@@ -306,18 +342,18 @@ def _hanging_lines(boxes: Sequence[Any]) -> tuple[set[int], set[int]]:
     return entries, wrapped
 
 
-def _indent(line: Any, every: Sequence[Any]) -> float | None:
+def _indent(line: Any, every: PageLines) -> float | None:
     """How far a page's line (of ``every``) is set in from its column's left edge: 0 within half its height (flush
     left), else the distance, up to ``WRAPPED_INDENT`` of the column's width (a paragraph's first line, a hanging
     indent's wrapped lines); None when it is set in further (centred, flush right)."""
-    left, right = _column(line, every)
+    left, right = every.column(line)
     inset = float(line.x0 - left)
     if inset <= 0.5 * line.height:
         return 0.0
     return inset if inset <= WRAPPED_INDENT * (right - left) else None
 
 
-def _indented_lines(boxes: Sequence[Any]) -> set[int]:
+def _indented_lines(every: PageLines) -> set[int]:
     """The ids of a page's lines that open an indented paragraph inside a text box (``split_items``): set in from
     their column's left edge by more than half their height and at most ``WRAPPED_INDENT`` of its width, in the
     text's font (a code listing's indented lines are code), full (``_full``), under a line of their box that starts
@@ -325,10 +361,9 @@ def _indented_lines(boxes: Sequence[Any]) -> set[int]:
     indented, as books set paragraphs without space between them. Layout analysis puts such a line in the box of
     the paragraph before where that paragraph's last line ends near the right edge, as the indented line does (a
     list's or a reference's wrapped lines under a hanging indent are all indented, or end short)."""
-    every = [line for box in boxes for line in lines(box)]
     after = {id(line): under for line, under in itertools.pairwise(every)}  # the page's next line
     opening: set[int] = set()
-    for box in boxes:
+    for box in every.boxes:
         for above, line in itertools.pairwise(lines(box)):
             if not (_indent(line, every) and _indent(above, every) == 0 and not monospaced([line])):
                 continue
@@ -339,11 +374,10 @@ def _indented_lines(boxes: Sequence[Any]) -> set[int]:
     return opening
 
 
-def _item_lines(boxes: Sequence[Any]) -> set[int]:
+def _item_lines(every: PageLines) -> set[int]:
     """The ids of a page's lines that open a list's item (``split_items``)."""
     items: set[int] = set()
     marks: dict[str, list[tuple[int, set[int]]]] = {}  # each form ("1.", "(a)", "-") -> its lines, with their counts
-    every = [line for box in boxes for line in lines(box)]
     matches = [None if monospaced([line]) else _ITEM.match(line_text(line)) for line in every]
     for k, (line, m) in enumerate(zip(every, matches, strict=True)):
         if not m:
@@ -365,7 +399,7 @@ def _item_lines(boxes: Sequence[Any]) -> set[int]:
     return items
 
 
-def _runs_on(line: Any, every: Sequence[Any]) -> bool:
+def _runs_on(line: Any, every: PageLines) -> bool:
     """Whether the text goes on after ``line``, one of a page's lines (``every``, in reading order): it is full
     (``_full``: the text wrapped there) and ends no sentence or clause."""
     return _full(line, every) and not _CLAUSE_END.search(line_text(line).rstrip())

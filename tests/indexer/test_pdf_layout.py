@@ -6,6 +6,8 @@ tables, running headers, words hyphenated at line ends, right-to-left lines.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from spanseek.indexer import pdf_layout
@@ -312,3 +314,43 @@ def test_a_running_head_set_to_the_right_over_the_text_is_not_its_first_line():
     body = [Box([line], 20, 716 - 25 * i) for i in range(4)]  # x 20-420
     runs = pdf_layout.paragraphs(reading_order([head, *body]))
     assert [Block.of(run).text for run in runs] == ["Shared MIME-info Database\n", *[f"{line}\n"] * 4]
+
+
+class CountedLine(Line):
+    """A line that counts the reads of its left edge, and fails past ``budget`` of them: the work a page takes."""
+
+    reads, budget = 0, math.inf
+
+    @property
+    def x0(self) -> float:
+        CountedLine.reads += 1
+        assert CountedLine.reads <= CountedLine.budget, "the page's lines were compared with each other"
+        return self._x0
+
+    @x0.setter
+    def x0(self, value: float) -> None:
+        self._x0 = value
+
+
+def test_the_work_on_a_page_grows_with_its_lines_not_with_their_square():
+    """Each line's column (the lines over and under it) was found among all of the page's lines, by several rules
+    a line: a page of 2,000 lines took seconds. Its lines (500: paragraphs of ten, some lines indented)
+    are read by a bounded number of reads of each line's edge (about 180 now, 500 or more when each was compared with
+    each), and the columns are the brute force's."""
+    boxes = []
+    for b in range(50):
+        box = Box([PROSE + "." * (k % 3 == 0) for k in range(10)], 50 + 15 * (b % 2), 10_000 - 130 * b)
+        box.lines = [CountedLine(line.text, line.x0 + 12 * (k % 4 == 1), line.y0, line.x1)
+                     for k, line in enumerate(box.lines)]
+        boxes.append(box)
+    CountedLine.reads, CountedLine.budget = 0, 400 * 500
+    parts = pdf_layout.split_items(pdf_layout.split_headings(boxes))
+    runs = pdf_layout.paragraphs(parts)
+    every = pdf_layout.PageLines(parts)
+    flush = pdf_layout.justified(runs, every)
+    [pdf_layout.flow_ends(run, every, 0, 10_000, flush) for run in runs]
+    CountedLine.budget = math.inf
+    brute = [(min(o.x0 for o in over), max(o.x1 for o in over))  # every 25th line's
+             for line in every[::25] for over in [[o for o in every if min(o.x1, line.x1) > max(o.x0, line.x0)]]]
+    assert [every.column(line) for line in every[::25]] == brute
+    assert len(runs) == 75 and brute[:2] == [(50, 300), (50, 300)]
