@@ -311,6 +311,14 @@ def extract_file(path: Path) -> Extracted:
     return extract_text(source)
 
 
+def _out_of_memory(error: BaseException | None) -> bool:
+    """Whether ``error`` is memory running out: a MemoryError, or an error of lxml whose last logged error is libxml2's
+    ERR_NO_MEMORY (libxml2 reports an allocation that failed as an XPath error, "unknown error", or a parse error;
+    the log holds the thread's earlier errors too)."""
+    last = getattr(getattr(error, "error_log", None), "last_error", None)
+    return isinstance(error, MemoryError) or getattr(last, "type_name", None) == "ERR_NO_MEMORY"
+
+
 def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions) -> Document | str:
     """One file as a Document, or the reason it is skipped (unreadable, binary, not UTF-8, damaged, no text)."""
     try:
@@ -318,13 +326,17 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
             pass
         ext = extract_file(path)
     except Unreadable as e:
-        if isinstance(e.__context__, MemoryError):  # memory ran out, which a reader took for a damaged file
-            raise e.__context__ from None
+        if _out_of_memory(e.__context__):  # memory ran out, which a reader took for a damaged file
+            raise MemoryError(f"{rel}: memory ran out while reading it") from None
         return str(e)
     except RecursionError:  # a reader's library that recurses into a file's nesting (the readers' own do not)
         return "nested too deeply to read (its elements inside one another past Python's recursion limit)"
     except OSError as e:
         return f"unreadable ({e.strerror or e})"
+    except Exception as e:
+        if _out_of_memory(e):  # lxml's error for memory that ran out inside libxml2 (trafilatura's XPath searches)
+            raise MemoryError(f"{rel}: memory ran out while reading it") from None
+        raise
     metas = ext.paragraph_meta or [{}] * len(ext.paragraphs)
     passages = chunk_sections(ext.paragraphs, metas, count, opts.chunk)
     if not any(has_text(text) for text, _ in passages):  # nothing but invisible characters counts as no text

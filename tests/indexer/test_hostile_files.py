@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from spanseek.core.io import read_corpus
-from spanseek.indexer import pdf_layout
+from spanseek.indexer import ingest, pdf_layout
 from spanseek.indexer.documents import Unreadable, extract_pdf
-from spanseek.indexer.ingest import IngestError, IngestOptions, from_files
+from spanseek.indexer.ingest import IngestError, IngestOptions, from_files, read_document
 from spanseek.indexer.markup import extract_html, extract_markdown
 from spanseek.indexer.slides import extract_pptx
 from spanseek.indexer.word import extract_docx
@@ -301,3 +301,45 @@ def test_a_table_of_a_thousand_header_rows_is_read_in_bounded_time_and_size():
         for read in (extract_html(f"<html><body><main><p>Berths</p>{table}</main></body></html>"),
                      extract_markdown(f"# Berths\n\n{table}\n")):
             assert max(map(len, read.paragraphs)) < 5000
+
+
+def lxml_runs_out(path):
+    """What lxml does where memory runs out inside libxml2 (an HTML page's cells searched by XPath, as trafilatura
+    does, at a memory cap): it raises its own error, an XPathEvalError "unknown error" whose log names ERR_NO_MEMORY,
+    not a MemoryError."""
+    import resource
+
+    from lxml import html
+
+    tree = html.document_fromstring("<table>" + "<tr><td>x</td></tr>" * 200_000 + "</table>")
+    held = next(int(line.split()[1]) << 10 for line in open("/proc/self/status") if line.startswith("VmData:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (held, hard))
+    try:
+        tree.xpath('count(//td[. = "x"])')
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    raise AssertionError("lxml had the memory")
+
+
+def test_memory_that_runs_out_inside_lxml_is_a_memory_error_not_a_damaged_file(tmp_path, monkeypatch):
+    """Where memory runs out inside libxml2 (a 12,000-row HTML table read under the service's
+    file_read_memory_bytes), lxml raises an XPath or parse error of its own: it escaped the reading as that, or was
+    taken for a damaged file. Reading the file raises MemoryError, as memory that runs out in Python does (the
+    service answers 413 naming its limit); a damaged file is still a skipped file with its reason."""
+    from lxml import etree
+
+    path = tmp_path / "rows.html"
+    path.write_text("<table><tr><td>x</td></tr></table>")
+    monkeypatch.setattr(ingest, "extract_file", lxml_runs_out)
+    with pytest.raises(MemoryError, match=r"rows\.html: memory ran out"):
+        read_document(path, "rows.html", len, IngestOptions())
+
+    def damaged(path):
+        try:
+            etree.fromstring(b"<w:document")
+        except etree.XMLSyntaxError:
+            raise Unreadable("damaged (its XML does not parse)") from None
+
+    monkeypatch.setattr(ingest, "extract_file", damaged)
+    assert read_document(path, "rows.html", len, IngestOptions()) == "damaged (its XML does not parse)"

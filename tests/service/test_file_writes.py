@@ -19,7 +19,7 @@ from spanseek.core.model import load_tokenizer
 from spanseek.indexer.chunking import ChunkOptions, model_token_counter
 from spanseek.indexer.ingest import IngestOptions, from_files
 from spanseek.service.app import create_app
-from tests.indexer.test_hostile_files import BOMB, SHAPE, SLIDE, office_file, word_body
+from tests.indexer.test_hostile_files import BOMB, SHAPE, SLIDE, lxml_runs_out, office_file, word_body
 from tests.service.conftest import NFC_ID, NFD_ID, serving
 from tests.service.test_writes import KEY, found
 
@@ -432,3 +432,32 @@ def test_a_document_held_under_an_nfd_name_is_replaced_by_its_file(settings_for,
             assert r.status_code == 200 and r.json()["id"] == NFD_ID, r.text
         held = client.get("/documents", headers=KEY).json()["documents"]
         assert [d["id"] for d in held if d["id"].startswith("caf")] == [NFD_ID]
+
+
+def _reads_rows_out_of_memory(data, name, opts, timeout_s):
+    """The worker's reading, where the reader of ``rows.html`` runs out of memory inside lxml (``lxml_runs_out``)."""
+    from spanseek.indexer import ingest
+    from spanseek.service.file_reader import _read_in_worker
+
+    extract = ingest.extract_file
+    ingest.extract_file = lxml_runs_out if name == "rows.html" else extract
+    try:
+        return _read_in_worker(data, name, opts, timeout_s)
+    finally:
+        ingest.extract_file = extract
+
+
+@pytest.mark.slow  # (two reader processes started: about 30 s on 2 busy cores)
+def test_a_file_whose_reading_runs_out_of_memory_inside_lxml_is_a_413_naming_the_limit(write_settings, monkeypatch):
+    """lxml reports memory running out inside libxml2 (a 12,000-row HTML table read at file_read_memory_bytes) as an
+    XPath or parse error of its own, and the upload was answered as an error of the server, not as a file too large
+    to read here: it is a 413 naming the file and the limit, and the next file is read."""
+    from spanseek.service import file_reader
+
+    monkeypatch.setattr(file_reader, "_read_in_worker", _reads_rows_out_of_memory)
+    with serving(create_app(write_settings())) as client:
+        r = client.put("/files/rows.html", headers=KEY, content=b"<table><tr><td>x</td></tr></table>")
+        assert r.status_code == 413 and r.json()["error"] == "payload_too_large", r.text
+        assert "rows.html" in r.json()["message"] and "file_read_memory_bytes" in r.json()["message"], r.text
+        r = client.put("/files/a.txt", headers=KEY, content=b"In 1450 Gala built the bridge.")
+        assert r.status_code == 200, r.text
