@@ -476,7 +476,7 @@ def extract_pdf(path: Path) -> Extracted:
             last = metas[-1] if metas else {}
             ends_on = last.get("page_end", last.get("page"))  # the page the paragraph before ends on
             heading = pdf_layout.heading(block, body, bold_text)
-            text = not block.cells and not heading
+            text = not block.cells and not heading and not block.entries
             # a heading at the foot of a page goes with the text that opens the next page, a paragraph break apart
             under = text and after_heading and i == 0 and ends_on == number - 1
             wrapped = ends is not None and pdf_layout.flows(paragraphs[-1], ends.room, block.opening)
@@ -488,6 +488,6 @@ def extract_pdf(path: Path) -> Extracted:
                 read_notes()
                 paragraphs.append(box)
                 metas.append({"page": number})
-            apart, after_heading, ends = bool(block.cells) or heading, heading, block
+            apart, after_heading, ends = bool(block.cells) or heading or block.entries, heading, block
     read_notes()
     return Extracted(_pdf_title(info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)

@@ -107,6 +107,36 @@ def logical(glyphs: Sequence[str]) -> str:
     return text + "\n" if line.endswith("\n") else text
 
 
+# a contents page's entry: its title, a leader (four dots or more, spaced or not; "…") and its page's number. A
+# match starts where a run of spaces and dots does ((?<!...)) and takes them possessively: tried from each dot of a
+# line of dots, each try running to its end, a line of 100,000 took minutes
+_LEADER = re.compile(r"(?<![\s.\u2024\u00b7\u2026])\s*+(?:[.\u2024\u00b7\u2026]\s*+){4,}+(\d{1,4}|[ivxlc]{1,6})\s*$")
+
+
+def contents(text: str) -> bool:
+    """Whether each line of a text (lines "\\n" apart) is an entry of a contents page: its title, a leader of dots
+    and its page's number ("Chapter 1 The harbour ........ 3")."""
+    entries = text.splitlines()
+    return bool(entries) and all(_LEADER.search(entry) for entry in entries)
+
+
+def run_lines(run: Sequence[Any]) -> str:
+    """The lines of a run of boxes (``pdf_paragraphs.paragraphs``) as they are set: a row's cells one space apart, a
+    box's lines one line."""
+    joined = text(run[0])
+    for a, b in itertools.pairwise(run):
+        joined = f"{joined.rstrip()} {text(b)}" if same_row(a, b) else joined + text(b)
+    return joined
+
+
+def run_text(run: Sequence[Any]) -> str:
+    """The text of a run of boxes: its lines (``run_lines``), the leaders of a contents page's or an index's entries
+    dropped; a contents page's entries (``contents``) "; " apart ("Chapter 1 The harbour 3; Chapter 2 The pilots
+    7")."""
+    joined = run_lines(run)
+    entries = [_LEADER.sub(r" \1", line) for line in joined.splitlines()]
+    return ("; " if contents(joined) else "\n").join(entries) + "\n" * joined.endswith("\n")
+
 def same_row(a: Any, b: Any) -> bool:
     """Whether box ``b`` goes on the row of one-line box ``a``: a one-line box to its right on its baseline, in type
     of its size (the next cell of a table's row)."""
@@ -134,15 +164,13 @@ class Block:
     # that starts flush left (``pdf_paragraphs.flow_ends``): whether it runs on over a page's or column's foot
     room: float | None = None
     opening: float | None = None
+    entries: bool = False  # it is a contents page's entries (``contents``): a paragraph runs neither into nor out of it
 
     @classmethod
     def of(cls, run: Sequence[Any], column: bool = False,
            flow: tuple[float | None, float | None] = (None, None)) -> Block:
-        """The block of a run of boxes (``pdf_paragraphs.paragraphs``): a row's cells one space apart, a box's lines
-        one line; ``column``: it opens a column after the first; ``flow``: its ``room`` and ``opening``."""
-        joined = text(run[0])
-        for a, b in itertools.pairwise(run):
-            joined = f"{joined.rstrip()} {text(b)}" if same_row(a, b) else joined + text(b)
+        """The block of a run of boxes (``pdf_paragraphs.paragraphs``), its text ``run_text``; ``column``: it opens a column after the first; ``flow``: its ``room`` and ``opening``."""
+        joined = run_text(run)
         every = [line for box in run for line in lines(box)]
         size = max(line.y1 - line.y0 for line in every)
         large = itertools.takewhile(lambda line: line.y1 - line.y0 >= 0.85 * size,
@@ -151,7 +179,7 @@ class Block:
         return cls(joined, min(b.x0 for b in run), min(b.y0 for b in run), max(b.x1 for b in run),
                    max(b.y1 for b in run), size, "".join(line_text(line) for line in large),
                    tuple((" ".join(text(b).split()), b.x0, b.x1) for b in run) if row else (),
-                   all_bold(every), getattr(run[0], "item", False), column, *flow)
+                   all_bold(every), getattr(run[0], "item", False), column, *flow, contents(run_lines(run)))
 
 
 def script_shift(before: Any, char: Any) -> float:

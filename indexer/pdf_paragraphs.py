@@ -24,9 +24,11 @@ from spanseek.indexer.pdf_blocks import (
     HEADING_SIZE,
     HEADING_WORDS,
     all_bold,
+    contents,
     line_text,
     lines,
     monospaced,
+    run_lines,
     same_row,
     text,
 )
@@ -164,7 +166,21 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
                 runs[-1].append(box)
                 continue
         runs.append([box])
-    return runs
+    return _entries_together(runs, follows)
+
+
+def _entries_together(runs: list[list[Any]], follows: Any) -> list[list[Any]]:
+    """A page's paragraphs (runs of boxes) with the entries of a contents page that follow each other down a column
+    in one (``pdf_blocks.contents``): each entry a paragraph of its own was a search's hit for its chapter's title,
+    over the chapter."""
+    out: list[list[Any]] = []
+    for run in runs:
+        if (out and contents(run_lines(run)) and contents(run_lines(out[-1]))
+                and any(follows(lines(box)[-1], lines(run[0])[0]) is not None for box in out[-1][-2:])):
+            out[-1] += run
+        else:
+            out.append(run)
+    return out
 
 
 def _introduces(ending: str, box: Any) -> bool:

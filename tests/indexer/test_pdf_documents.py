@@ -534,7 +534,8 @@ def test_a_heading_set_right_above_its_paragraph_is_a_paragraph_of_its_own(tmp_p
 
 def test_a_heading_cut_from_its_box_stays_above_its_paragraph_beside_a_column_level_with_it(tmp_path):
     """An index's letter headings, each in one box with its first entry, in two columns read row by row: a heading
-    cut from its box is read right before its entry, not before the box of the next column that is level with it."""
+    cut from its box is read right before its entry, not before the box of the next column that is level with it; the
+    entries' leaders are dropped."""
     pdf = fpdf.FPDF(unit="mm", format="A4")
     pdf.add_page()
     for x, letter, entry in ((20, "H", "Header file harbour.h . . . . . . 4"), (110, "T", "tides . . . . . . . . . . . . . . 5")):
@@ -543,8 +544,7 @@ def test_a_heading_cut_from_its_box_stays_above_its_paragraph_beside_a_column_le
         pdf.set_font("helvetica", "", 10)
         pdf.text(x, 35, entry)
     pdf.output(str(tmp_path / "index.pdf"))
-    assert extract_pdf(tmp_path / "index.pdf").paragraphs == [
-        "H", "Header file harbour.h . . . . . . 4", "T tides . . . . . . . . . . . . . . 5"]
+    assert extract_pdf(tmp_path / "index.pdf").paragraphs == ["H", "Header file harbour.h 4", "T tides 5"]
 
 
 def test_a_paragraph_opening_with_bold_words_stays_whole(tmp_path):
@@ -909,3 +909,30 @@ def test_each_reference_set_with_a_hanging_indent_is_a_paragraph_of_its_own(tmp_
     placed += [(20, y + 4 + pitch * k, line) for k, line in enumerate(after)]
     path = lines_pdf(tmp_path / "references.pdf", [placed])
     assert extract_pdf(path).paragraphs == [text_of(prose), *map(text_of, references), text_of(after)]
+
+
+def test_a_contents_page_s_entries_are_one_paragraph_without_their_leaders(tmp_path):
+    """A contents page ("Chapter 3 The lighthouse keepers ........ 11") read one paragraph per entry: a search for a
+    chapter's title found its entry, a few words alone, over the chapter. Its entries on a page are one paragraph,
+    "; " apart, the dots of their leaders dropped, and the chapter's text after it is a paragraph of its own; an
+    ellipsis in prose is prose."""
+    chapters = ["The harbour and its cranes", "Pilots of the estuary", "The lighthouse keepers", "Index"]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_page()
+    pdf.set_font("helvetica", "B", 16)
+    pdf.cell(0, 10, "Contents", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("helvetica", size=11)
+    for k, chapter in enumerate(chapters):
+        title = f"Chapter {k + 1} {chapter} "
+        leader = ". " * int((170 - pdf.get_string_width(title)) / pdf.get_string_width(". ")) if k % 2 else "." * int(
+            (170 - pdf.get_string_width(title)) / pdf.get_string_width("."))  # spaced and solid leaders
+        pdf.cell(170, 7, title + leader, new_x="RIGHT")
+        pdf.cell(0, 7, str(3 + 4 * k), align="R", new_x="LMARGIN", new_y="NEXT")
+    pdf.add_page()
+    pdf.multi_cell(0, 6, "The harbour was built in 1450 by Gala, who brought the cranes from the north and the "
+                   "stone from the quarry.... It opened in 1452.")
+    pdf.output(str(tmp_path / "book.pdf"))
+    assert extract_pdf(tmp_path / "book.pdf").paragraphs == [
+        "Contents", "Chapter 1 The harbour and its cranes 3; Chapter 2 Pilots of the estuary 7; Chapter 3 The "
+        "lighthouse keepers 11; Chapter 4 Index 15", "The harbour was built in 1450 by Gala, who brought the cranes "
+        "from the north and the stone from the quarry.... It opened in 1452."]
