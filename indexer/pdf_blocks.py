@@ -42,8 +42,36 @@ def text(box: Any) -> str:
 
 
 def line_text(line: Any) -> str:
+    """A line's text (``text``), a footnote's marks dropped (``_without_marks``)."""
     plain = line.get_text()
-    return logical(_glyphs(line)) if _RTL_LETTER.search(plain) else plain
+    return logical(_glyphs(line)) if _RTL_LETTER.search(plain) else _without_marks(line, plain)
+
+
+# a footnote's mark: a superscript (``script_shift``) of digits or reference signs, set right after a word of three
+# letters or more or after punctuation, and before no letter or digit: "Gala¹," read "Gala1," and a search for the
+# word missed it. A superscript after a shorter word or a number is an exponent, kept: "m²", "km²", "10⁵"
+_MARKS = frozenset("0123456789*\u2020\u2021\u00a7")
+_MARKED = re.compile(r"(?:(?<![^\W\d_])[^\W\d_]{3,}|[.,;:)\]\"'\u201d\u2019])$")
+
+
+def _without_marks(line: Any, plain: str) -> str:
+    """A line's text ``plain`` without its footnotes' marks (``_MARKS``), where its glyphs are placed."""
+    glyphs = [c for c in line if hasattr(c, "get_text")] if hasattr(line, "__iter__") else []
+    raised, base = [], None  # whether each glyph is a superscript's; the glyph of the line's type before it
+    for glyph in glyphs:
+        up = base is not None and hasattr(glyph, "size") and (getattr(glyph, "script_shift", 0.0) < 0 or (
+            glyph.size < SCRIPT_SIZE * base.size and glyph.y0 - base.y0 > 0.2 * base.size))
+        raised.append(up and glyph.get_text() in _MARKS)
+        base = base if up or not hasattr(glyph, "size") else glyph
+    if not any(raised):
+        return plain
+    texts, k = [g.get_text() for g in glyphs], 0
+    while k < len(texts):
+        end = next((j for j in range(k, len(texts)) if not raised[j]), len(texts))
+        if end > k and _MARKED.search("".join(texts[max(0, k - 4):k])) and not "".join(texts[end:end + 1])[:1].isalnum():
+            texts[k:end] = [""] * (end - k)
+        k = end + 1
+    return "".join(texts)
 
 
 def _glyphs(line: Any) -> list[str]:

@@ -793,7 +793,8 @@ def test_subscripts_and_superscripts_set_off_their_line_keep_the_paragraph_whole
     """A formula's subscript ("CO₂") or a footnote's mark ("manual¹²"), in small type set further off its line than
     pdfminer's half overlap, was a line of its own and the text after it another: the paragraph was cut in three
     and its lines put out of order ("and some salt, The water ... CO" | "2 and the engineers ..."). A script is set
-    on the line of the glyph before it; the next paragraph stays apart."""
+    on the line of the glyph before it (a footnote's mark is dropped); the next
+    paragraph stays apart."""
     lines = [["The water that the harbour takes from the river holds much CO", ("2", offset), " and some salt,"],
              ["and the engineers treat it with NaHCO", ("3", offset), " before the ferries use it in their"],
              ["boilers, as the manual", ("12", -offset), " of the authority sets out for the crews and pilots."]]
@@ -809,7 +810,7 @@ def test_subscripts_and_superscripts_set_off_their_line_keep_the_paragraph_whole
     pdf.output(str(tmp_path / "scripts.pdf"))
     assert extract_pdf(tmp_path / "scripts.pdf").paragraphs == [
         "The water that the harbour takes from the river holds much CO2 and some salt, and the engineers treat it "
-        "with NaHCO3 before the ferries use it in their boilers, as the manual12 of the authority sets out for the "
+        "with NaHCO3 before the ferries use it in their boilers, as the manual of the authority sets out for the "
         "crews and pilots.", "A second paragraph stays apart from the first one here."]
 
 
@@ -936,3 +937,22 @@ def test_a_contents_page_s_entries_are_one_paragraph_without_their_leaders(tmp_p
         "Contents", "Chapter 1 The harbour and its cranes 3; Chapter 2 Pilots of the estuary 7; Chapter 3 The "
         "lighthouse keepers 11; Chapter 4 Index 15", "The harbour was built in 1450 by Gala, who brought the cranes "
         "from the north and the stone from the quarry.... It opened in 1452."]
+
+
+def test_footnote_marks_are_dropped_and_exponents_and_subscripts_kept(tmp_path):
+    """A footnote's mark set as a superscript ("Gala¹,", "later.¹²") read glued to its word ("Gala1,"), and a search
+    for the word missed it. A superscript of digits or reference signs after a word of three letters or more, or
+    after punctuation, is dropped; one after a shorter word or a number is an exponent ("m²", "10⁵"), and a subscript
+    ("H₂O") is part of its word: both are kept, as the text reads them."""
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_page()
+    pdf.set_font("helvetica", size=11)
+    for part in ["The harbour was built in 1450 by Gala", ("SUP", "1"), ", who brought the cranes. Its water is H",
+                 ("SUB", "2"), "O, its basin 12 km", ("SUP", "2"), " and its dredging 10", ("SUP", "5"),
+                 " tonnes a year. The pilots came later.", ("SUP", "12"), " The quay", ("SUP", "*"), " opened in 1452."]:
+        pdf.char_vpos = part[0] if isinstance(part, tuple) else "LINE"
+        pdf.write(6, part[1] if isinstance(part, tuple) else part)
+    pdf.output(str(tmp_path / "notes.pdf"))
+    assert extract_pdf(tmp_path / "notes.pdf").paragraphs == [
+        "The harbour was built in 1450 by Gala, who brought the cranes. Its water is H2O, its basin 12 km2 and its "
+        "dredging 105 tonnes a year. The pilots came later. The quay opened in 1452."]
