@@ -34,7 +34,9 @@ from spanseek.indexer.pdf_blocks import (
 )
 from spanseek.indexer.pdf_furniture import ROMAN, numeral_value
 
-SENTENCE_END = re.compile(r"[.!?:][\"')\]»”’]*$")
+# a sentence's end: its stop, closing quotes and brackets, and notes in brackets after it (Wikipedia's "[citation
+# needed]", a reference's "[12]": a paragraph that ends in one was joined to the next one's indented first line)
+SENTENCE_END = re.compile(r"[.!?:][\"')\]»”’]*(?:\[[^\[\]]{1,40}\])*$")
 # a gap between two text boxes of at most this many of the page's line pitches is a line break, not a paragraph's
 LINE_PITCH_SLACK = 1.25
 # ... and at most this many times the line's height (triple spacing): a page of two lines (a running head and a page

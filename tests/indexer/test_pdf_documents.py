@@ -839,6 +839,18 @@ def test_a_code_listing_s_dashed_and_numbered_lines_stay_one_block(tmp_path):
 
 
 
+def book_page(paragraphs: list[str]):
+    """A page of ``paragraphs`` set as books set them: justified, each first line indented, no space between them."""
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_page()
+    pdf.set_font("helvetica", size=10)
+    with pdf.text_columns(text_align="J", line_height=1.15) as columns:
+        for text in paragraphs:
+            with columns.paragraph(first_line_indent=6) as paragraph:
+                paragraph.write(text)
+    return pdf
+
+
 def test_paragraphs_set_with_an_indented_first_line_and_no_space_between_are_apart(tmp_path):
     """Paragraphs set as books set them, justified, each first line indented and no space between them: where a
     paragraph's last line ends near the right edge, layout analysis puts the next paragraph's first line (which
@@ -851,13 +863,7 @@ def test_paragraphs_set_with_an_indented_first_line_and_no_space_between_are_apa
                   "Afterwards the cottages were sold to the harbour authority, which let them to the pilots and their "
                   "families for many years.", "The pilots still meet there."]
     code = ["def tide(height):", "    return height * 2", "print(tide(3))"]
-    pdf = fpdf.FPDF(unit="mm", format="A4")
-    pdf.add_page()
-    pdf.set_font("helvetica", size=10)
-    with pdf.text_columns(text_align="J", line_height=1.15) as columns:
-        for text in paragraphs:
-            with columns.paragraph(first_line_indent=6) as paragraph:
-                paragraph.write(text)
+    pdf = book_page(paragraphs)
     pdf.set_font("courier", size=10)
     for k, line in enumerate(code):
         pdf.text(20, 80 + 4.5 * k, line)
@@ -956,3 +962,17 @@ def test_footnote_marks_are_dropped_and_exponents_and_subscripts_kept(tmp_path):
     assert extract_pdf(tmp_path / "notes.pdf").paragraphs == [
         "The harbour was built in 1450 by Gala, who brought the cranes. Its water is H2O, its basin 12 km2 and its "
         "dredging 105 tonnes a year. The pilots came later. The quay opened in 1452."]
+
+
+def test_a_paragraph_that_ends_in_a_note_in_brackets_ends_before_an_indented_one(tmp_path):
+    """Paragraphs set as books set them (first lines indented, no space between): one that ends in a note in
+    brackets after its full stop (Wikipedia's "[citation needed]", a reference's "[12]") ended no sentence, and
+    where its last line ended near the right edge, the next paragraph was read into it."""
+    paragraphs = ["The lighthouse at the mouth of the estuary has guided ships since 1854, and its keepers lived in "
+                  "the cottages below the light until the lamp was automated when the last of the keepers retired to "
+                  "the village by the old.[citation needed]",  # its last line ends near the right edge
+                  "Afterwards the cottages were sold to the harbour authority, which let them to the pilots and their "
+                  "families for many years.", "The pilots still meet there, and the cottages keep their names."]
+    pdf = book_page(paragraphs)
+    pdf.output(str(tmp_path / "book.pdf"))
+    assert extract_pdf(tmp_path / "book.pdf").paragraphs == paragraphs
