@@ -357,11 +357,11 @@ def _info_text(value: Any) -> str | None:
 
 def _continues(before: str, after: str, same_page: bool, wrapped: bool = False) -> bool:
     """Whether text box ``after`` goes on with the paragraph ``before``: on the next page or at the top of the next
-    column, when ``before`` does not end a sentence, ``after`` starts in lower case, or the text ``wrapped`` there
+    column, when ``before`` does not end a sentence, ``after`` starts in lower case (``starts_lower``), or the text ``wrapped`` there
     (``pdf_layout.flows``: a sentence ended on a full line, and the next line, flush left, starts with a word that
     would not have fit on it); elsewhere on the same page (where layout analysis sometimes splits a paragraph), only
     when both of the first two hold."""
-    open_end, lower_start = not pdf_layout.SENTENCE_END.search(before), after[:1].islower()
+    open_end, lower_start = not pdf_layout.SENTENCE_END.search(before), pdf_layout.starts_lower(after)
     return open_end and lower_start if same_page else open_end or lower_start or wrapped
 
 

@@ -66,6 +66,7 @@ from spanseek.indexer.pdf_paragraphs import (
     paragraphs,
     split_headings,
     split_items,
+    starts_lower,
 )
 from spanseek.indexer.pdf_tables import tables
 
@@ -75,7 +76,7 @@ __all__ = ["COLUMN_LINE_CHARS", "CROSSING_LINES", "FOOTNOTE_SIZE", "FULL_LINE_SL
            "SENTENCE_END", "SPACE_HEIGHTS", "WRAPPED_INDENT", "WRAPPED_WIDTH", "Block", "Part", "bold_body",
            "body_size", "dehyphenate", "flow_ends", "flows", "footnotes", "heading", "justified", "lines", "logical",
            "margin_edge", "paragraphs", "reading_order", "running", "same_row", "script_shift", "split_headings",
-           "split_items", "tables", "text", "title_block"]
+           "split_items", "starts_lower", "tables", "text", "title_block"]
 
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
 # cells have fewer, and are read row by row instead)

@@ -188,7 +188,14 @@ def _entries_together(runs: list[list[Any]], follows: Any) -> list[list[Any]]:
 def _introduces(ending: str, box: Any) -> bool:
     """Whether a paragraph's text ``ending`` in a colon goes on in ``box``: its first line starts in lower case ("...
     as follows: / the container terminal, ..."); a capital or a list's item under a colon opens a paragraph."""
-    return ending.endswith(":") and line_text(lines(box)[0]).lstrip()[:1].islower()
+    return ending.endswith(":") and starts_lower(line_text(lines(box)[0]))
+
+
+def starts_lower(text: str) -> bool:
+    """Whether a text's first word starts in lower case, as a sentence that goes on does: a name written with a
+    capital inside it ("iTunes", "iPod", "eBay") opens a sentence of its own as a capital does."""
+    word = text.lstrip().split(maxsplit=1)[0] if text.strip() else ""
+    return word[:1].islower() and not any(c.isupper() for c in word[1:])
 
 
 def flows(ending: str, room: float | None, opening: float | None) -> bool:

@@ -976,3 +976,20 @@ def test_a_paragraph_that_ends_in_a_note_in_brackets_ends_before_an_indented_one
     pdf = book_page(paragraphs)
     pdf.output(str(tmp_path / "book.pdf"))
     assert extract_pdf(tmp_path / "book.pdf").paragraphs == paragraphs
+
+
+def test_a_page_that_opens_with_a_name_like_itunes_opens_a_paragraph(tmp_path):
+    """A paragraph runs on over a page break where the next page starts in lower case: "iTunes 7 and above ...",
+    opening a paragraph on the next page, was read into the paragraph ending at the page's foot. A first word with
+    a capital inside it ("iTunes", "iPod", "eBay") is a name, which opens a sentence as a capital does; a page that
+    goes on in lower case still joins its paragraph."""
+    full = "the harbour authority keeps the moorings of the ferries and the pilots in good order"
+    page = [(20, 30 + 5 * k, full) for k in range(50)]
+    last = "and the pilots keep their boats at the quay in the old harbour."
+    opening = ["iTunes 7 and above can transfer the harbour's charts to the computers of the", "crews at the quay."]
+    pages = [[*page[:-1], (20, 275, last)], [(26, 30, opening[0]), (20, 35, opening[1])]]
+    assert extract_pdf(lines_pdf(tmp_path / "pages.pdf", pages)).paragraphs == [
+        " ".join([full] * 49 + [last]), " ".join(opening)]
+    pages[1] = [(20, 30, "and the crews " + opening[0][7:]), (20, 35, opening[1])]  # the text goes on
+    assert extract_pdf(lines_pdf(tmp_path / "on.pdf", pages)).paragraphs == [
+        " ".join([full] * 49 + [last, "and the crews " + opening[0][7:], opening[1]])]
