@@ -149,20 +149,29 @@ class LockUnsupported(OSError):
 
 
 @contextlib.contextmanager
-def writer_lock(index_dir: Path, wait: bool = False, name: str = LOCK) -> Iterator[bool]:
+def writer_lock(index_dir: Path, wait: bool = False, name: str = LOCK, shared: bool = False) -> Iterator[bool]:
     """Hold ``index_dir``'s exclusive writer lock (the file ``name``) while open; yields False when another process
     holds it (and ``wait`` is False) or the directory is read-only; LockUnsupported where its file system cannot
-    lock files. The lock dies with its process, so a killed writer never leaves it held."""
+    lock files. The lock dies with its process, so a killed writer never leaves it held.
+
+    ``shared``: hold it shared instead, beside other shared holders but never beside an exclusive one: what a
+    process takes to keep the writers out while it reads the whole index (a server with writes over it); a lock
+    file that exists is taken so even where it cannot be written (a read-only mount)."""
     try:
         fd = os.open(index_dir / name, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        if e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+        if e.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
+            raise
+        try:
+            fd = os.open(index_dir / name, os.O_RDONLY) if shared else -1
+        except OSError:
+            fd = -1
+        if fd < 0:
             yield False
             return
-        raise
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             yield False
             return

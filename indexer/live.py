@@ -49,7 +49,7 @@ import numpy as np
 from spanseek.core.alias import AliasError, resolve_alias, switch_alias
 from spanseek.core.encoding import PassageEncoder, advance, drain, pick_precision
 from spanseek.core.filters import FilterError
-from spanseek.core.integrity import file_digest, lock_holder, writer_lock
+from spanseek.core.integrity import LOCK, file_digest, is_scratch, lock_holder, writer_lock
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -256,6 +256,11 @@ class LiveStoreError(RuntimeError):
     """The live directory cannot be used (a damaged state file or log); the message names the file."""
 
 
+def default_live_dir(index: str | Path) -> Path:
+    """The live directory of ``index`` where none is given (``SPANSEEK_LIVE_DIR``): its path with ``.live`` appended."""
+    return Path(index).with_name(Path(index).name + ".live")
+
+
 def index_digest(index: str | Path) -> str | None:
     """The digest of an index's ``manifest.json`` (which names every file's checksum): what identifies the index a
     live directory's writes were made over; None where there is none (not an index: opening it says why)."""
@@ -386,6 +391,24 @@ def hold_live_dir(live_dir: Path) -> contextlib.ExitStack:
     return stack
 
 
+def hold_index(index: str | Path, then: str = "start the server") -> contextlib.ExitStack:
+    """Hold ``index``'s writer lock shared (``core.integrity.writer_lock``) until the stack returned is closed (or the
+    process ends): `spanseek index add`, `upsert`, `delete` and `compact`, which take it exclusive, are refused
+    meanwhile, naming this process, rather than changing the index that the writes and merges are made over (the
+    next start would refuse the live directory as made over another index). LiveStoreError naming the holder, and
+    saying to ``then`` once it has ended, when such a change runs now; an index without a lock file on a read-only
+    mount is not locked (nothing changes it through that mount)."""
+    stack = contextlib.ExitStack()
+    index = Path(index).resolve()
+    if index.is_dir() and not stack.enter_context(writer_lock(index, shared=True)) and (index / LOCK).is_file():
+        stack.close()
+        pid = lock_holder(index)
+        raise LiveStoreError(f"{index}: another process{f' (process {pid})' if pid is not None else ''} is changing "
+                             f"this index and holds its lock ({index / LOCK}): a `spanseek index` command; wait for "
+                             f"it to end, then {then}")
+    return stack
+
+
 def log_bytes(live_dir: Path) -> int:
     """The bytes of the write logs in ``live_dir``."""
     total = 0
@@ -430,7 +453,13 @@ def state_base(live_dir: str | Path, state: dict[str, Any], index: str | Path) -
     base = state.get("base")
     if base is None:
         return Path(index).resolve()
-    return (Path(live_dir) / base).resolve()  # an absolute path stays itself
+    path = (Path(live_dir) / base).resolve()  # an absolute path stays itself
+    if not path.is_dir():
+        raise LiveStoreError(f"{Path(live_dir) / STATE} names the merged base {base}, which is missing (a copy of "
+                             "the live directory taken while a merge swapped its base, or the base removed); restore "
+                             "the live directory whole (copied while no server wrote to it), or move "
+                             f"{live_dir} away to serve {index} without its writes")
+    return path
 
 
 def last_writes(logs: Iterable[Path]) -> dict[str, int]:
@@ -468,6 +497,7 @@ class LiveStore:
         (self.dir / BASES).mkdir(exist_ok=True)
         self._held = hold_live_dir(self.dir)  # before anything is read or removed: another writer's merge is not ours
         try:
+            self._held.enter_context(hold_index(index))  # the index the writes are made over stays as it is
             self._open(index, base, encoder, publish, model)
         except BaseException:
             self._held.close()
@@ -797,14 +827,20 @@ class LiveStore:
 
 def link_copy(src: Path, dest: Path) -> None:
     """Copy the index directory ``src`` to ``dest`` with hard links where the file system allows (the index
-    commands replace files by renames, never in place, so the original is untouched)."""
+    commands replace files by renames, never in place, so the original is untouched), without its scratch: its
+    lock above all, which linked would be one lock for both, so a change of the copy would be refused while a
+    server with writes holds the original's."""
     def link(s: str, d: str) -> None:
         try:
             os.link(s, d)
         except OSError:
             shutil.copy2(s, d)
 
-    shutil.copytree(src, dest, copy_function=link)
+    def scratch(folder: str, names: list[str]) -> list[str]:
+        where = Path(folder).relative_to(src)
+        return [name for name in names if is_scratch((where / name).as_posix())]
+
+    shutil.copytree(src, dest, copy_function=link, ignore=scratch)
 
 
 def check_room(base: Path, where: Path) -> None:

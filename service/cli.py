@@ -102,7 +102,7 @@ def check_servable(settings: Settings) -> Path:
             raise ValueError(f"{setting_names('reader')}: {reader_dir} has no {READING_NAME} (fit one with "
                              "`spanseek train fit-reading`)")
     if settings.writes:  # the live store makes the directory and its log when it loads
-        from spanseek.indexer.live import hold_live_dir, read_state
+        from spanseek.indexer.live import base_dir, hold_index, hold_live_dir
         from spanseek.service.live import live_dir_of, live_dir_problem
 
         live_dir = live_dir_of(settings)
@@ -112,7 +112,8 @@ def check_servable(settings: Settings) -> Path:
             raise ValueError(f"{setting_names('live_dir')}: the live directory of --writes{default}: {problem}")
         if live_dir.is_dir() and not settings.writes_standby:  # another server writes there (LiveStoreError naming
             hold_live_dir(live_dir).close()  # it); the store takes it to load, a standby once that server stops
-        read_state(live_dir, target)  # its writes were made over this index (LiveStoreError)
+        hold_index(target).close()  # no `spanseek index` command changes it now (LiveStoreError naming it)
+        base_dir(live_dir, target)  # its writes were made over this index, its merged base is there (LiveStoreError)
     try:
         device = pick_device(settings.device)  # a device this machine lacks
     except ValueError as e:

@@ -49,6 +49,7 @@ from spanseek.indexer.live import (
     HeldDocuments,
     LiveStore,
     LiveStoreError,
+    default_live_dir,
     hold_live_dir,
     log_bytes,
     read_state,
@@ -83,7 +84,7 @@ def lower_thread_priority(increment: int, what: str = "merge") -> None:
 
 def live_dir_of(settings: Settings) -> Path:
     """The live directory: ``live_dir``, else the index path with ``.live`` appended."""
-    return settings.live_dir or settings.index.with_name(settings.index.name + ".live")
+    return settings.live_dir or default_live_dir(settings.index)
 
 
 def live_dir_problem(live_dir: Path) -> str | None:

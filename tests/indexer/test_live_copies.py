@@ -1,0 +1,90 @@
+"""Two jobs on one index, and its copies: an index command over an index a server with writes holds is refused
+naming it (and a server is refused while a command changes it); a copy of a live directory that lacks the base its
+state names is refused naming it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.indexer.test_live import encoder, open_store, upsert, writes  # noqa: F401 (a fixture)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_index, tiny_searcher, encoder, tiny_model_dir):  # noqa: F811
+    """A copy of the tiny index with a store writing to it (the live directory beside it): written to, merged, then
+    written to again; yields the index, the store and the searchers it published (the store stays open)."""
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+    from spanseek.indexer.build import BuildOptions
+
+    index = tmp_path_factory.mktemp("served") / "index"
+    shutil.copytree(tiny_index, index)
+    published: list = []
+    store = open_store(index.with_name("index.live"), index, encoder,
+                       searcher_over(tiny_searcher, PhraseIndex(index)), published)
+    writes(store, encoder)
+    store.model = tiny_model_dir
+    assert store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32")) is not None
+    upsert(store, encoder, [{"id": "late", "title": "Late", "paragraphs": ["In 1300 Dara built a harbour."]}])
+    yield index, store, published
+    store.close()
+
+
+def reopen(index: Path, tiny_searcher, encoder) -> tuple:  # noqa: F811
+    """A store over ``index`` and its default live directory, as `spanseek serve --index INDEX --writes` opens them."""
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+    from spanseek.indexer.live import base_dir
+
+    published: list = []
+    live = index.with_name(index.name + ".live")
+    store = open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(base_dir(live, index))),
+                       published)
+    return store, published
+
+
+def test_an_index_command_is_refused_while_a_server_writes_over_the_index(served):
+    from spanseek.indexer.build import BuildError
+    from spanseek.indexer.lifecycle import compact_index, delete_documents
+
+    index, _, _ = served
+    manifest = (index / "manifest.json").read_bytes()
+    for command, run in (("delete", lambda: delete_documents(index, ["d0"])), ("compact", lambda: compact_index(index))):
+        with pytest.raises(BuildError, match=rf"{index}: another process \(process {os.getpid()}\) holds its lock "
+                                             rf".*a server with writes over it .*`spanseek index {command}` changed "
+                                             "nothing"):
+            run()
+    assert (index / "manifest.json").read_bytes() == manifest  # the writes' index is as they were made over it
+
+
+def test_a_server_with_writes_is_refused_while_an_index_command_changes_the_index(tmp_path, tiny_index, tiny_searcher,
+                                                                               encoder):  # noqa: F811
+    from spanseek.core import integrity
+    from spanseek.indexer.live import LiveStoreError
+
+    index = tmp_path / "index"
+    shutil.copytree(tiny_index, index)
+    with integrity.writer_lock(index) as locked:  # what `spanseek index add` holds while it runs
+        assert locked
+        with pytest.raises(LiveStoreError, match=rf"{index}: another process \(process {os.getpid()}\) is changing "
+                                                 r"this index .*`spanseek index` command"):
+            reopen(index, tiny_searcher, encoder)
+    store, _ = reopen(index, tiny_searcher, encoder)
+    store.close()
+
+
+def test_a_live_directory_copied_across_a_merge_without_its_base_is_refused_naming_it(served, tmp_path):
+    """`cp -r` of a live directory while a merge swaps its base can copy the state naming the old base after that base
+    was removed: a start says so, rather than that there is no index to serve."""
+    from spanseek.indexer.live import LiveStoreError, base_dir
+
+    shutil.copytree(served[0], tmp_path / "copy")  # (nothing is written meanwhile)
+    shutil.copytree(served[0].with_name("index.live"), tmp_path / "copy.live")
+    shutil.rmtree(tmp_path / "copy.live" / "bases" / "base-000001")  # what the merge removed before cp reached it
+    with pytest.raises(LiveStoreError, match=r"copy.live/state.json names the merged base bases/base-000001, which is "
+                                             r"missing .*restore the live directory whole .*move .*copy.live away"):
+        base_dir(tmp_path / "copy.live", tmp_path / "copy")
