@@ -155,8 +155,8 @@ def writer_lock(index_dir: Path, wait: bool = False, name: str = LOCK, shared: b
     lock files. The lock dies with its process, so a killed writer never leaves it held.
 
     ``shared``: hold it shared instead, beside other shared holders but never beside an exclusive one: what a
-    process takes to keep the writers out while it reads the whole index (a server with writes over it); a lock
-    file that exists is taken so even where it cannot be written (a read-only mount)."""
+    process takes to keep the writers out while it reads the whole index (a server with writes over it, a
+    snapshot); a lock file that exists is taken so even where it cannot be written (a read-only mount)."""
     try:
         fd = os.open(index_dir / name, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:

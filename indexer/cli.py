@@ -134,6 +134,13 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _snapshot(args: argparse.Namespace) -> int:
+    from spanseek.indexer.snapshot import snapshot_index
+
+    print(json.dumps(snapshot_index(_index_dir(args.index), args.out, args.live_dir), indent=2))
+    return 0
+
+
 def _index_dir(path: str) -> str:
     """The index directory that ``--index`` names: the path itself, or the directory an alias's pointer file names
     (`index switch --pointer`), as `spanseek serve` reads an alias (a symlink alias the system follows). A file that
@@ -447,6 +454,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index", required=True, help="index directory")
     p.add_argument("--out", required=True, help="corpus file to write (JSONL; .gz to compress)")
     p.set_defaults(func=_export)
+
+    p = index.add_parser("snapshot", help="copy an index and its live directory consistently while they serve "
+                         "(hard links on the same file system): a backup, or an index to move")
+    p.add_argument("--index", required=True, help="index directory")
+    p.add_argument("--out", required=True, help="directory to create: the copy of the index (its live directory's "
+                   "copy goes beside it, OUT.live)")
+    p.add_argument("--live-dir", default=None, help="the live directory of a server with writes over the index "
+                   "(default: the index path + '.live', copied where it exists)")
+    p.set_defaults(func=_snapshot)
 
     p = index.add_parser("add-lexical", help="add (or rebuild) the BM25 part of a built index; nothing is re-encoded")
     _index_operand(p)

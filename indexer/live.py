@@ -395,9 +395,9 @@ def hold_index(index: str | Path, then: str = "start the server") -> contextlib.
     """Hold ``index``'s writer lock shared (``core.integrity.writer_lock``) until the stack returned is closed (or the
     process ends): `spanseek index add`, `upsert`, `delete` and `compact`, which take it exclusive, are refused
     meanwhile, naming this process, rather than changing the index that the writes and merges are made over (the
-    next start would refuse the live directory as made over another index). LiveStoreError naming the holder, and
-    saying to ``then`` once it has ended, when such a change runs now; an index without a lock file on a read-only
-    mount is not locked (nothing changes it through that mount)."""
+    next start would refuse the live directory as made over another index); a snapshot holds it so too. LiveStoreError
+    naming the holder, and saying to ``then`` once it has ended, when such a change runs now; an index without a lock
+    file on a read-only mount is not locked (nothing changes it through that mount)."""
     stack = contextlib.ExitStack()
     index = Path(index).resolve()
     if index.is_dir() and not stack.enter_context(writer_lock(index, shared=True)) and (index / LOCK).is_file():
@@ -457,7 +457,7 @@ def state_base(live_dir: str | Path, state: dict[str, Any], index: str | Path) -
     if not path.is_dir():
         raise LiveStoreError(f"{Path(live_dir) / STATE} names the merged base {base}, which is missing (a copy of "
                              "the live directory taken while a merge swapped its base, or the base removed); restore "
-                             "the live directory whole (copied while no server wrote to it), or move "
+                             "the live directory whole (`spanseek index snapshot` copies it consistently), or move "
                              f"{live_dir} away to serve {index} without its writes")
     return path
 

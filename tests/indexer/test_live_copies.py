@@ -1,16 +1,19 @@
 """Two jobs on one index, and its copies: an index command over an index a server with writes holds is refused
 naming it (and a server is refused while a command changes it); a copy of a live directory that lacks the base its
-state names is refused naming it."""
+state names is refused naming it; `spanseek index snapshot` copies an index and its live directory as a start reads
+them, so the copy serves every write, and is taken again when a merge changes what it copies."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.indexer.test_live import encoder, open_store, upsert, writes  # noqa: F401 (a fixture)
+from spanseek.core.params import UNITS
+from tests.indexer.test_live import encoder, hits_of, open_store, upsert, writes  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +78,57 @@ def test_a_server_with_writes_is_refused_while_an_index_command_changes_the_inde
             reopen(index, tiny_searcher, encoder)
     store, _ = reopen(index, tiny_searcher, encoder)
     store.close()
+
+
+def test_a_snapshot_serves_every_write_as_the_index_it_was_taken_from(served, tmp_path, tiny_searcher,
+                                                                     encoder):  # noqa: F811
+    from spanseek.indexer.snapshot import snapshot_index
+
+    index, _, published = served
+    done = snapshot_index(index, tmp_path / "backup" / "copy")  # while the store holds both
+    assert done["base"] == "bases/base-000001" and done["logs"] == 1
+    copy, again = reopen(tmp_path / "backup" / "copy", tiny_searcher, encoder)  # a store of its own: no lock shared
+    assert copy.replayed == 1
+    assert {u: hits_of(again[-1], u, "hybrid") for u in UNITS} == {u: hits_of(published[-1], u, "hybrid") for u in UNITS}
+    copy.close()
+    assert sorted(p.name for p in (tmp_path / "backup").iterdir()) == ["copy", "copy.live"]  # no temporaries
+
+
+def test_a_snapshot_is_taken_again_when_a_merge_changes_the_live_directory_during_it(served, tmp_path, monkeypatch):
+    from spanseek.indexer import snapshot
+
+    first = snapshot.snapshot_index(served[0], tmp_path / "first")  # (a copy of its own, to change)
+    state = Path(first["live_dir"]) / "state.json"
+    read, read_state = [], snapshot.read_state
+
+    def merged_meanwhile(live, index):  # a merge commits as the live directory is being copied
+        read.append(read_state(live, index))
+        if len(read) == 1:
+            state.write_text(json.dumps({**json.loads(state.read_text()), "merges": 9}))
+        return read[-1]
+
+    monkeypatch.setattr(snapshot, "read_state", merged_meanwhile)
+    snapshot.snapshot_index(tmp_path / "first", tmp_path / "second")
+    assert len(read) == 2 and json.loads((tmp_path / "second.live" / "state.json").read_text())["merges"] == 9
+
+
+def test_a_snapshot_is_refused_while_an_index_command_runs_and_over_an_existing_out(tmp_path, tiny_index):
+    from spanseek.core import integrity
+    from spanseek.indexer.build import BuildError
+    from spanseek.indexer.live import LiveStoreError
+    from spanseek.indexer.snapshot import snapshot_index
+
+    index = tmp_path / "index"
+    shutil.copytree(tiny_index, index)
+    with integrity.writer_lock(index) as locked:
+        assert locked
+        with pytest.raises(LiveStoreError, match=rf"another process \(process {os.getpid()}\) is changing this index "
+                                                 r".*then run the snapshot again"):
+            snapshot_index(index, tmp_path / "copy")
+    assert not (tmp_path / "copy").exists() and not (tmp_path / "copy.snapshot.tmp").exists()
+    assert snapshot_index(index, tmp_path / "copy")["live_dir"] is None  # no live directory: the index alone
+    with pytest.raises(BuildError, match=r"copy exists; choose a new --out"):
+        snapshot_index(index, tmp_path / "copy")
 
 
 def test_a_live_directory_copied_across_a_merge_without_its_base_is_refused_naming_it(served, tmp_path):

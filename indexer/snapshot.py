@@ -1,0 +1,109 @@
+"""A consistent copy of an index, and of the live directory a server with writes keeps beside it, taken while both
+serve: a backup, or an index to move.
+
+    spanseek index snapshot --index INDEX_DIR --out BACKUP_DIR [--live-dir LIVE_DIR]
+
+The index is copied holding its writer lock shared (``core.integrity.writer_lock``): `spanseek index add`, `upsert`,
+`delete` and `compact`, which hold it exclusive, are refused meanwhile, and a snapshot is refused while one of them
+runs (naming it); a server with writes holds it shared too and goes on. Files are hard links where ``--out`` is on
+the index's file system, copies elsewhere (``indexer.live.link_copy``: the index commands and merges replace files
+by renames, never in place, so a link keeps the version it was made to). The copy is then verified, every file
+against the manifest's checksums.
+
+The live directory (``indexer.live``) is copied as a start reads it: ``state.json``, then the base it names (a merged
+one, linked as the index is) and the write logs it lists (copied, never linked: the writer appends to them; a write
+under way as its log is copied is a torn last line, which a start drops, as it drops a write a kill cut short), then
+``state.json`` is read again: a merge that changed it meanwhile (a log rotated, a base merged and the one before it
+removed) has the live directory copied again. Both land as ``BACKUP_DIR`` and ``BACKUP_DIR.live`` (written as
+``*.snapshot.tmp`` and renamed when complete), the path + ``.live`` that `spanseek serve --index BACKUP_DIR --writes`
+reads by default: it serves every write acknowledged before the snapshot started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from spanseek.core import integrity
+from spanseek.core.phrase_index import check_index
+from spanseek.indexer.build import BuildError
+from spanseek.indexer.live import BASES, STATE, WAL_DIR, default_live_dir, hold_index, link_copy, read_state
+from spanseek.indexer.wal import read_entries
+
+TMP = ".snapshot.tmp"
+ATTEMPTS = 5  # copies of the live directory tried while merges keep changing it
+
+
+def snapshot_index(index: str | Path, out: str | Path, live_dir: str | Path | None = None) -> dict[str, Any]:
+    """Copy ``index`` to ``out`` and its live directory (``live_dir``, by default the index path + ``.live``; none is
+    copied where it holds no ``state.json``) to ``out`` + ``.live`` (module docstring); returns what was copied.
+    BuildError when ``out`` (or its ``.live``) exists or merges kept changing the live directory, LiveStoreError
+    when an index command is changing ``index``."""
+    index, out = Path(index), Path(out)
+    live = Path(live_dir) if live_dir is not None else default_live_dir(index)
+    live_out = default_live_dir(out)
+    for path in (out, live_out):
+        if path.exists() or path.is_symlink():
+            raise BuildError(f"--out {out}: {path} exists; choose a new --out (a snapshot never overwrites one)")
+    if index.resolve() in out.resolve().parents:
+        raise BuildError(f"--out {out} lies inside the index {index}; write the snapshot somewhere else")
+    t0 = time.perf_counter()
+    tmp, live_tmp = out.with_name(out.name + TMP), live_out.with_name(live_out.name + TMP)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)  # (once renamed, nothing is left to remove)
+        cleanup.callback(shutil.rmtree, live_tmp, ignore_errors=True)
+        copy_index(index, tmp)
+        manifest = check_index(tmp)  # the copy is the index, file by file, to the checksum
+        state = copy_live(live, index, live_tmp) if (live / STATE).is_file() else None
+        if state is not None:
+            live_tmp.rename(live_out)
+        tmp.rename(out)
+    return {"index": str(out), "files": len(manifest.files or {}),
+            "live_dir": str(live_out) if state is not None else None,
+            "base": state.get("base") if state is not None else None,
+            "logs": len(state["wals"]) if state is not None else 0,
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def copy_index(index: Path, dest: Path) -> None:
+    """Link or copy ``index`` to ``dest`` (made anew) holding its writer lock shared: no index command changes it
+    meanwhile. LiveStoreError naming the process that holds it exclusive (a change under way)."""
+    from spanseek.core.phrase_index import Manifest
+
+    Manifest.load(index)  # a clear error for a missing or unfinished index
+    with hold_index(index, "run the snapshot again"):
+        shutil.rmtree(dest, ignore_errors=True)  # what a killed snapshot left
+        link_copy(index, dest)
+
+
+def copy_live(live: Path, index: Path, dest: Path) -> dict[str, Any]:
+    """Copy the live directory ``live`` (its writes made over ``index``) to ``dest`` as a start would read it (module
+    docstring): the state, the base it names, the logs it lists. Returns the state copied."""
+    for _ in range(ATTEMPTS):
+        before = (live / STATE).read_bytes()
+        state = read_state(live, index)  # LiveStoreError: a damaged state, or writes made over another index
+        shutil.rmtree(dest, ignore_errors=True)
+        (dest / WAL_DIR).mkdir(parents=True)
+        (dest / BASES).mkdir()
+        try:
+            if state.get("base") is not None:
+                link_copy(live / state["base"], dest / state["base"])
+            for name in state["wals"]:
+                shutil.copyfile(live / WAL_DIR / name, dest / WAL_DIR / name)
+        except FileNotFoundError:  # a merge removed what the state named: it has changed, copied again
+            continue
+        if (live / STATE).read_bytes() != before:
+            continue
+        (dest / STATE).write_bytes(before)
+        if state.get("base") is not None:
+            check_index(dest / state["base"])
+        for name in state["wals"]:  # every line a start replays reads (LiveStoreError naming a damaged one)
+            for _ in read_entries(dest / WAL_DIR / name, repair=False):
+                pass
+        integrity.fsync_path(dest)
+        return json.loads(before)
+    raise BuildError(f"{live}: merges changed it {ATTEMPTS} times while it was copied; run the snapshot again")
