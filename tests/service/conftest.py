@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from spanseek.core.params import SearchParams
 from spanseek.core.search import Searcher
+from spanseek.service import app as app_module
 from spanseek.service.app import create_app
 from spanseek.service.batcher import MicroBatcher
 from spanseek.service.settings import Settings
@@ -57,6 +58,34 @@ def settings_for(tiny_index, tiny_model_dir) -> Callable[..., Settings]:
         return Settings(**{**base, **overrides})
 
     return make
+
+
+# the settings open_searcher reads (service.app.default_searcher_factory), and question_cache: an app attaches a cache
+# to its encoder
+ENCODER_FIELDS = ("model", "device", "precision", "runtime", "reader", "reader_precision", "search_device",
+                  "selection_cache_bytes", "unanswerable_prior", "scan_transposed_bytes", "torch_threads",
+                  "question_cache")
+
+
+@pytest.fixture(autouse=True)
+def shared_encoder(monkeypatch, settings_for, tiny_searcher) -> None:
+    """An app built without a searcher factory, whose settings load the model as ``settings_for``'s do, opens its
+    index (the tiny one, a merged base, an alias's target) with the question encoder of ``tiny_searcher``, as a hot
+    reload does (``reopen_searcher``), instead of loading the model again: 0.3-1 s an app, and the service tests
+    start about 120. Other settings (another model, a reader, a question cache) load theirs as the service does."""
+    from spanseek.core import flat_search
+    from spanseek.core.loading import reopen_searcher
+
+    reference = settings_for()
+    default = app_module.default_searcher_factory
+
+    def factory(settings: Settings) -> Searcher:
+        if any(getattr(settings, f) != getattr(reference, f) for f in ENCODER_FIELDS):
+            return default(settings)
+        flat_search.TRANSPOSED_BYTES = settings.scan_transposed_bytes  # as the service's factory sets it
+        return reopen_searcher(settings.index, settings.model, tiny_searcher.encoder)
+
+    monkeypatch.setattr(app_module, "default_searcher_factory", factory)
 
 
 @pytest.fixture
