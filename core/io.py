@@ -244,12 +244,15 @@ def unwritable(path: Path, error: OSError) -> OSError:
     return OSError(error.errno, f"cannot be written: {error.strerror or error}", str(path))
 
 
+REPLACED = "replaced-"  # in the names of the old copies replace_dir moves aside: no name a user would give a backup
+
+
 def replace_dir(tmp: Path, out: Path) -> None:
     """Put the finished directory ``tmp`` at ``out``; an old ``out`` is moved aside first (to a new hidden name,
-    ``.OUT.XXXXXXXX.old``, so a user's ``out.old`` backup is never touched) and removed only after, with any that a
-    removal stopped midway left (``remove_replaced``)."""
+    ``.OUT.replaced-XXXXXXXX.old``, so no backup of the user's, ``out.old`` or another hidden one, is ever touched)
+    and removed only after, with any that a removal stopped midway left (``remove_replaced``)."""
     if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.{REPLACED}", suffix=".old", dir=out.parent))
         old.rmdir()  # the name is reserved for this call; rename needs it free
         out.rename(old)
         try:
@@ -265,13 +268,18 @@ def replace_dir(tmp: Path, out: Path) -> None:
 def remove_replaced(out: Path) -> None:
     """Remove the old copies of ``out`` that ``replace_dir`` moved aside and a stopped removal (Ctrl-C, a kill)
     left, once ``out`` is in place: never while it is missing, when one of them may be the only copy (a kill between
-    the two renames)."""
+    the two renames). One that cannot be removed (its permissions) is left with a warning: the save that found it
+    goes on."""
     if not out.is_dir():
         return
-    moved_aside = re.compile(rf"\.{re.escape(out.name)}\.[a-z0-9_]{{8}}\.old")  # tempfile.mkdtemp's names
-    for path in out.parent.glob(f".{glob.escape(out.name)}.*.old"):
+    moved_aside = re.compile(rf"\.{re.escape(out.name)}\.{REPLACED}[a-z0-9_]{{8}}\.old")  # tempfile.mkdtemp's names
+    for path in out.parent.glob(f".{glob.escape(out.name)}.{REPLACED}*.old"):
         if moved_aside.fullmatch(path.name) and path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
+            try:
+                shutil.rmtree(path)
+            except OSError as e:
+                log.warning("%s: an old copy of %s could not be removed (%s); remove it by hand", path, out,
+                            e.strerror or e)
 
 
 @contextlib.contextmanager

@@ -49,7 +49,7 @@ import numpy as np
 from spanseek.core.alias import AliasError, resolve_alias, switch_alias
 from spanseek.core.encoding import PassageEncoder, advance, drain, pick_precision
 from spanseek.core.filters import FilterError
-from spanseek.core.integrity import LOCK, file_digest, is_scratch, lock_holder, writer_lock
+from spanseek.core.integrity import LOCK, LockUnsupported, file_digest, is_scratch, lock_holder, writer_lock
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -397,10 +397,17 @@ def hold_index(index: str | Path, then: str = "start the server") -> contextlib.
     meanwhile, naming this process, rather than changing the index that the writes and merges are made over (the
     next start would refuse the live directory as made over another index); a snapshot holds it so too. LiveStoreError
     naming the holder, and saying to ``then`` once it has ended, when such a change runs now; an index without a lock
-    file on a read-only mount is not locked (nothing changes it through that mount)."""
+    file on a read-only mount is not locked (nothing changes it through that mount), nor one on a file system without
+    file locks (NFS without its lock service: a warning says the index commands are not kept out)."""
     stack = contextlib.ExitStack()
     index = Path(index).resolve()
-    if index.is_dir() and not stack.enter_context(writer_lock(index, shared=True)) and (index / LOCK).is_file():
+    try:
+        held = not index.is_dir() or stack.enter_context(writer_lock(index, shared=True))
+    except LockUnsupported as e:
+        log.warning("%s: %s; an `spanseek index` command over it is not kept out meanwhile: run none", e.filename,
+                    e.strerror)
+        return stack
+    if not held and (index / LOCK).is_file():
         stack.close()
         pid = lock_holder(index)
         raise LiveStoreError(f"{index}: another process{f' (process {pid})' if pid is not None else ''} is changing "

@@ -49,9 +49,11 @@ def line_text(line: Any) -> str:
 
 # a footnote's mark: a superscript (``script_shift``) of digits or reference signs, set right after a word of three
 # letters or more or after punctuation, and before no letter or digit: "Gala¹," read "Gala1," and a search for the
-# word missed it. A superscript after a shorter word or a number is an exponent, kept: "m²", "km²", "10⁵"
+# word missed it. A superscript after a shorter word, a number or a bracket, or before an operator, is an exponent,
+# kept: "m²", "km²", "10⁵", "(a+b)² = c", "GeV² = 1"
 _MARKS = frozenset("0123456789*\u2020\u2021\u00a7")
-_MARKED = re.compile(r"(?:(?<![^\W\d_])[^\W\d_]{3,}|[.,;:)\]\"'\u201d\u2019])$")
+_MARKED = re.compile(r"(?:(?<![^\W\d_])[^\W\d_]{3,}|[.,;:\"'\u201d\u2019])$")
+_OPERATORS = frozenset("=+\u2212\u00d7\u00b7/<>\u2264\u2265")
 
 
 def _without_marks(line: Any, plain: str) -> str:
@@ -68,7 +70,9 @@ def _without_marks(line: Any, plain: str) -> str:
     texts, k = [g.get_text() for g in glyphs], 0
     while k < len(texts):
         end = next((j for j in range(k, len(texts)) if not raised[j]), len(texts))
-        if end > k and _MARKED.search("".join(texts[max(0, k - 4):k])) and not "".join(texts[end:end + 1])[:1].isalnum():
+        after = "".join(texts[end:end + 3])
+        if (end > k and _MARKED.search("".join(texts[max(0, k - 4):k])) and not after[:1].isalnum()
+                and after.lstrip()[:1] not in _OPERATORS):
             texts[k:end] = [""] * (end - k)
         k = end + 1
     return "".join(texts)

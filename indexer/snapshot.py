@@ -94,8 +94,13 @@ def copy_live(live: Path, index: Path, dest: Path) -> dict[str, Any]:
                 link_copy(live / state["base"], dest / state["base"])
             for name in state["wals"]:
                 shutil.copyfile(live / WAL_DIR / name, dest / WAL_DIR / name)
-        except FileNotFoundError:  # a merge removed what the state named: it has changed, copied again
-            continue
+        except OSError as e:  # (shutil.Error too: copytree's list of the files it could not copy)
+            if (live / STATE).read_bytes() != before:  # a merge removed what the state named: copied again
+                continue
+            if isinstance(e, shutil.Error):  # one line naming the first file, not copytree's list of tuples
+                src, _, why = e.args[0][0]
+                raise OSError(f"{src}: cannot be copied: {why}") from None
+            raise
         if (live / STATE).read_bytes() != before:
             continue
         (dest / STATE).write_bytes(before)

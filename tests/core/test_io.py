@@ -504,7 +504,9 @@ def test_an_old_directory_left_by_an_interrupted_removal_is_removed_by_the_next_
             assert len([p for p in tmp_path.iterdir() if p.name.startswith(".model.") and p not in kept]) == left
 
     out = tmp_path / "model"
-    kept = [tmp_path / "model.old", tmp_path / ".model.v2.old", tmp_path / ".model.v2.abcd1234.old"]
+    kept = [tmp_path / "model.old", tmp_path / ".model.v2.old", tmp_path / ".model.v2.abcd1234.old",
+            tmp_path / ".model.20261201.old"]  # a user's backups, of names like the old copies'
+
     for path in kept:
         path.mkdir()
     save("first")
@@ -525,7 +527,7 @@ def test_an_old_directory_left_by_an_interrupted_removal_is_removed_by_the_next_
     save("third")  # the leftover is gone before the block runs
     assert sorted(tmp_path.iterdir()) == sorted([out, *kept]) and (out / "b").read_text() == "third"
     # killed between the renames: the hidden copy is the only one, and stays until a new one is in place
-    only = tmp_path / ".model.x1y2z3w4.old"
+    only = tmp_path / ".model.replaced-x1y2z3w4.old"
     out.rename(only)
     with pytest.raises(RuntimeError), atomic_dir(out):
         assert only.is_dir()
@@ -533,3 +535,15 @@ def test_an_old_directory_left_by_an_interrupted_removal_is_removed_by_the_next_
     assert only.is_dir() and not out.exists()
     save("fourth", left=1)
     assert sorted(tmp_path.iterdir()) == sorted([out, *kept]) and (out / "a").read_text() == "fourth"
+    # an old copy that cannot be removed is left, and saves go on
+    stuck = tmp_path / ".model.replaced-q1w2e3r4.old"
+    stuck.mkdir()
+
+    def refused(path, *args, **kwargs):
+        if Path(path) == stuck:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", refused)
+    save("fifth", left=1)
+    assert stuck.is_dir() and (out / "a").read_text() == "fifth"

@@ -142,3 +142,54 @@ def test_a_live_directory_copied_across_a_merge_without_its_base_is_refused_nami
     with pytest.raises(LiveStoreError, match=r"copy.live/state.json names the merged base bases/base-000001, which is "
                                              r"missing .*restore the live directory whole .*move .*copy.live away"):
         base_dir(tmp_path / "copy.live", tmp_path / "copy")
+
+
+def test_a_snapshot_is_taken_again_when_a_merge_removes_the_base_it_was_copying(served, tmp_path, monkeypatch):
+    """copytree reports a file that vanished under it as shutil.Error (a list of its failures), not as
+    FileNotFoundError: a merge that removed the old base mid-copy is copied again too; the same failure with the
+    state unchanged is one line naming the file."""
+    from spanseek.indexer import snapshot
+    from spanseek.indexer.live import BASES
+
+    first = snapshot.snapshot_index(served[0], tmp_path / "first")
+    state = Path(first["live_dir"]) / "state.json"
+    copies, link_copy = [], snapshot.link_copy
+
+    def vanished(src, dest, merge=True):
+        if BASES not in Path(src).parts:  # the index itself
+            return link_copy(src, dest)
+        copies.append(src)
+        if len(copies) == 1:
+            if merge:
+                state.write_text(json.dumps({**json.loads(state.read_text()), "merges": 9}))
+            raise shutil.Error([(str(src / "index.faiss"), str(dest / "index.faiss"), "[Errno 2] No such file")])
+        return link_copy(src, dest)
+
+    monkeypatch.setattr(snapshot, "link_copy", vanished)
+    snapshot.snapshot_index(tmp_path / "first", tmp_path / "second")
+    assert len(copies) == 2 and json.loads((tmp_path / "second.live" / "state.json").read_text())["merges"] == 9
+    copies.clear()
+    monkeypatch.setattr(snapshot, "link_copy", lambda src, dest: vanished(src, dest, merge=False))
+    with pytest.raises(OSError, match=r"index\.faiss: cannot be copied: \[Errno 2\] No such file$"):
+        snapshot.snapshot_index(tmp_path / "first", tmp_path / "third")
+
+
+def test_an_index_on_a_file_system_without_file_locks_is_served_with_a_warning(tmp_path, tiny_index, monkeypatch,
+                                                                                caplog):
+    """The live directory's writer lock must work (it is what tells two writers apart), but the index beside it may
+    lie on a mount without flock (NFS without its lock service), where a server with writes started before the
+    index lock was taken: it still starts, warning that index commands are not kept out."""
+    import errno
+
+    from spanseek.core import integrity
+    from spanseek.indexer.live import hold_index
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    index = tmp_path / "index"
+    shutil.copytree(tiny_index, index)
+    monkeypatch.setattr(integrity.fcntl, "flock", no_locks)
+    with caplog.at_level("WARNING"), hold_index(index):
+        pass
+    assert "No locks available" in caplog.text and "not kept out" in caplog.text

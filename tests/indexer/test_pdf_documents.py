@@ -948,20 +948,23 @@ def test_a_contents_page_s_entries_are_one_paragraph_without_their_leaders(tmp_p
 def test_footnote_marks_are_dropped_and_exponents_and_subscripts_kept(tmp_path):
     """A footnote's mark set as a superscript ("Gala¹,", "later.¹²") read glued to its word ("Gala1,"), and a search
     for the word missed it. A superscript of digits or reference signs after a word of three letters or more, or
-    after punctuation, is dropped; one after a shorter word or a number is an exponent ("m²", "10⁵"), and a subscript
+    after punctuation, is dropped; one after a shorter word, a number or a bracket, or before an operator, is an
+    exponent ("m²", "10⁵", "(a+b)²", "GeV² = 1"), and a subscript
     ("H₂O") is part of its word: both are kept, as the text reads them."""
     pdf = fpdf.FPDF(unit="mm", format="A4")
     pdf.add_page()
     pdf.set_font("helvetica", size=11)
     for part in ["The harbour was built in 1450 by Gala", ("SUP", "1"), ", who brought the cranes. Its water is H",
                  ("SUB", "2"), "O, its basin 12 km", ("SUP", "2"), " and its dredging 10", ("SUP", "5"),
-                 " tonnes a year. The pilots came later.", ("SUP", "12"), " The quay", ("SUP", "*"), " opened in 1452."]:
+                 " tonnes a year. The pilots came later.", ("SUP", "12"), " The quay", ("SUP", "*"), " opened in 1452. Its",
+                 " area is (a+b)", ("SUP", "2"), " and its energy GeV", ("SUP", "2"), " = 1."]:
         pdf.char_vpos = part[0] if isinstance(part, tuple) else "LINE"
         pdf.write(6, part[1] if isinstance(part, tuple) else part)
     pdf.output(str(tmp_path / "notes.pdf"))
     assert extract_pdf(tmp_path / "notes.pdf").paragraphs == [
         "The harbour was built in 1450 by Gala, who brought the cranes. Its water is H2O, its basin 12 km2 and its "
-        "dredging 105 tonnes a year. The pilots came later. The quay opened in 1452."]
+        "dredging 105 tonnes a year. The pilots came later. The quay opened in 1452. Its area is (a+b)2 and its "
+        "energy GeV2 = 1."]
 
 
 def test_a_paragraph_that_ends_in_a_note_in_brackets_ends_before_an_indented_one(tmp_path):
