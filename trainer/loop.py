@@ -32,7 +32,7 @@ from spanseek.trainer.distill import batch_targets, run_teacher
 from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.losses import HardNegatives, PreBatchCache, phrase_loss
 from spanseek.trainer.progress import Progress
-from spanseek.trainer.rundir import check_resume_data, examples_digest
+from spanseek.trainer.rundir import check_resume_data, trained_windows
 from spanseek.trainer.state import optimizer_and_resume, set_rng_state, training_state
 from spanseek.trainer.stopping import StopAfterStep
 from spanseek.trainer.summary import RunSoFar, after_loop, checkpoint_saved, loop_summary
@@ -86,8 +86,8 @@ def train_loop(
         recover_checkpoint(out)
     if dist.enabled:
         torch.distributed.barrier()  # every rank resumes from the recovered checkpoint
-    trained = ([q for w in windows for q in w.questions], str(cfg.train), examples_digest(windows))
-    check_resume_data(out, windows, str(cfg.train))
+    trained = trained_windows(windows, str(cfg.train))
+    check_resume_data(out, trained)
     opt, sched, step, state = optimizer_and_resume(model, params, cfg.lr, cfg.weight_decay, cfg.warmup, total, out)
     mode.load_state_dict(state)
     fast_dropout(model, device)  # on the CPU: the same dropout, its masks drawn 2.4x faster (trainer.dropout)

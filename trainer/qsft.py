@@ -54,6 +54,7 @@ from spanseek.trainer.rundir import (
     check_run_kind,
     check_same_recipe,
     run_lock,
+    trained_windows,
 )
 from spanseek.trainer.summary import check_validation_split, finish
 
@@ -140,7 +141,7 @@ def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
                              "an index of training articles)")
         log.info("training against %s: %d windows (left out: %s)", cfg.from_index, len(windows), not_indexed)
     else:
-        check_resume_data(out, windows, cfg.train)  # before the cache is filled for other windows
+        check_resume_data(out, trained_windows(windows, cfg.train))  # before the cache is filled for other windows
         cache = fill_cache(cfg.cache or out / "phrase-cache", model, model_dir, tokenizer,
                            [(w.input_ids, w.flags) for w in windows] + hard_pairs, device=device,
                            precision=precision, progress=cfg.progress)

@@ -30,6 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from spanseek.core.encoding import autocast, pad_batch, pick_device, pick_precision
+from spanseek.core.evaluate import trained_questions
 from spanseek.core.io import squad_questions, write_json_atomic
 from spanseek.core.lexical import LexicalIndex
 from spanseek.core.metrics import answers_in, normalized_passage
@@ -57,7 +58,15 @@ from spanseek.trainer.data import answered, load_training
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.losses import NEG_INF, masked_kl
-from spanseek.trainer.rundir import TRAIN_CONFIG, check_run_kind, check_same_recipe, run_lock
+from spanseek.trainer.rundir import (
+    TRAIN_CONFIG,
+    Trained,
+    check_resume_data,
+    check_run_kind,
+    check_same_recipe,
+    examples_digest,
+    run_lock,
+)
 from spanseek.trainer.state import optimizer_and_resume
 from spanseek.trainer.stopping import StopAfterStep
 from spanseek.trainer.summary import SUMMARY, after_loop, checkpoint_saved
@@ -165,10 +174,19 @@ def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
 
 # what a resumed reader run must keep: its data, its model, its optimiser and its loss (the resumed optimiser and
 # schedule keep the first run's learning rate whatever is asked; the others would change the run midway, or, for the
-# model's shape, fail to load its checkpoint). The length of the run (--epochs, --max-steps) may change.
-RECIPE = ("train", "holdout_every", "holdout_offset", "seed", "backbone", "init", "max_len", "stride", "max_query_len",
+# model's shape, fail to load its checkpoint). The length of the run (--epochs, --max-steps) may change. Its questions
+# are checked as questions (``check_resume_data``), not by the training file's name: the same file moved resumes, an
+# edited one is refused (a checkpoint written before the questions were recorded is checked by the file's name).
+RECIPE = ("holdout_every", "holdout_offset", "seed", "backbone", "init", "max_len", "stride", "max_query_len",
           "max_answer_tokens", "batch_size", "lr", "warmup", "weight_decay", "limit_questions", "reserve_offset",
           "teacher", "lambda_kl", "kl_temperature", "kl_level", "negatives")
+
+
+def trained_pairs(questions: list, negatives: list[tuple[int, str]], train: str) -> Trained:
+    """What a reader's checkpoint records of its training (``trainer.rundir.check_resume_data``): its questions, the
+    training file, and the digest of each (question, gold passage, answer) pair and each negative passage."""
+    pairs = ([q.question, q.context, q.answer_starts[0], q.answers[0]] for q in questions)
+    return ([q.question for q in questions], str(train), examples_digest(itertools.chain(pairs, negatives)))
 
 
 def train_reader(cfg: ReaderTrainConfig) -> dict[str, Any]:
@@ -189,7 +207,8 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     if (point := resume_point(out)) is not None:  # a damaged checkpoint is found before the data is tokenised
         check_checkpoint(point, READER_WEIGHTS_NAME, out)
     settings = dataclasses.asdict(cfg)
-    check_same_recipe(out, settings, RECIPE)
+    unrecorded = point is not None and trained_questions(point) is None
+    check_same_recipe(out, settings, RECIPE + (("train",) if unrecorded else ()))
     data = load_training(cfg.train)
     held = [a for i, a in enumerate(data) if cfg.holdout.held(i)]
     questions = reader_questions(cfg, data)
@@ -199,6 +218,8 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
         init_from(model, resolve_reader(cfg.init))
     tokenizer = load_reader_tokenizer(reader_config)
     negatives = negative_passages(reader_articles(cfg, data), questions, cfg.negatives) if cfg.negatives else []
+    trained = trained_pairs(questions, negatives, cfg.train)
+    check_resume_data(out, trained)  # before the windows are tokenised or the run's settings written
     log.info("tokenising %d training questions and %d negative passages", len(questions), len(negatives))
     windows, targets = training_windows(tokenizer, reader_config, questions, negatives)
     lengths = np.array([len(ids) for ids in windows.ids])
@@ -254,10 +275,10 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
             if step % cfg.checkpoint_every == 0 or step == total or stopping:
                 master = {n: t.detach().cpu().clone() for n, t in model.saved_state().items()}
                 saved = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step, "master": master}
-                save_checkpoint(model, out, "last", saved)  # type: ignore[arg-type] (any model with save())
+                save_checkpoint(model, out, "last", saved, trained)  # type: ignore[arg-type] (any model with save())
                 checkpoint_saved(out)
             if cfg.snapshot_every and step % cfg.snapshot_every == 0:
-                save_snapshot(model, out, step)
+                save_snapshot(model, out, step, trained)
             if stopping:  # Ctrl-C or SIGTERM: this step finished and its checkpoint is saved
                 stop.stop_here(step, out / "last")
     bar.close()

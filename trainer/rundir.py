@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,24 +68,36 @@ def _remove_unused(out: Path, there: set[str], made: list[Path]) -> None:
             directory.rmdir()  # OSError (not empty: another job wrote there meanwhile) ends the removal
 
 
-def examples_digest(windows: list[TrainWindow]) -> str:
-    """SHA-1 of what a run trains on: each window's passage and place, and its questions with their gold tokens and
-    answers (a resumed run must train on the same)."""
+Trained = tuple[list[str], str, str]  # what a checkpoint records of its training: questions, file, examples' digest
+
+
+def examples_digest(examples: Iterable[Any]) -> str:
+    """SHA-1 of what a run trains on, one JSON value per example, in order (a resumed run must train on the same)."""
     h = hashlib.sha1()
-    for w in windows:
-        h.update(json.dumps([w.passage, w.first, w.questions, w.starts, w.ends, w.answers]).encode("utf-8"))
+    for example in examples:
+        h.update(json.dumps(example).encode("utf-8"))
     return h.hexdigest()
 
 
-def check_resume_data(out: Path, windows: list[TrainWindow], train: str) -> None:
-    """Refuse to resume the run in ``out`` on other training examples than its checkpoint was trained on (an edited
-    training file, or another one): it would go on from the old run's step, or, finished, change nothing while its
-    summary named the new file. A checkpoint without the record (older runs) is resumed as before."""
+def trained_windows(windows: list[TrainWindow], train: str) -> Trained:
+    """What a phrase model's checkpoint records of its training (``check_resume_data``): its windows' questions,
+    the training file, and the digest of each window's passage and place, and its questions with their gold tokens
+    and answers."""
+    return ([q for w in windows for q in w.questions], str(train),
+            examples_digest([w.passage, w.first, w.questions, w.starts, w.ends, w.answers] for w in windows))
+
+
+def check_resume_data(out: Path, trained: Trained) -> None:
+    """Refuse to resume the run in ``out`` on other training examples than its checkpoint was trained on
+    (``trained``: this run's, as its checkpoints record them; an edited training file, or another one): it would go
+    on from the old run's step, or, finished, change nothing while its summary named the new file. The same examples
+    in a moved file resume. A checkpoint without the record (older runs) is resumed as before."""
     point = resume_point(out)
     record = trained_questions(point) if point is not None else None
-    if record is None or not record.get("examples") or record["examples"] == examples_digest(windows):
+    questions, train, digest = trained
+    if record is None or not record.get("examples") or record["examples"] == digest:
         return
-    ours = len({question_key(q) for w in windows for q in w.questions})
+    ours = len({question_key(q) for q in questions})
     raise ValueError(f"--out {out} holds a run trained on other questions ({record['questions']} of "
                      f"{record.get('source')}; this run has {ours} of {train}): use a new --out for a run on these "
                      f"questions, or remove {out} to start over")

@@ -44,6 +44,7 @@ from spanseek.trainer.rundir import (
     check_run_kind,
     check_same_recipe,
     run_lock,
+    trained_windows,
 )
 from spanseek.trainer.summary import check_validation_split, finish, write_holdout
 
@@ -187,7 +188,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
         raise ValueError("--stale-cache holds the hard passages' vectors of the model a run starts from: it needs "
                          "--init-from and --hard-negatives, and runs on one process")
     windows, skipped = training_windows(cfg, data, tokenizer, enc_cfg, hard)
-    check_resume_data(out, windows, cfg.train)  # before the run's settings are written or a cache is filled
+    check_resume_data(out, trained_windows(windows, cfg.train))  # before the run's settings are written or a cache is filled
     stale, hard_keys, corrector = None, None, None
     if cfg.stale_cache:  # filled (or resumed) by the init model, before a resumed run loads its later weights
         hard_pairs, hard_keys = hard_windows(windows, tokenizer, enc_cfg)

@@ -3,7 +3,9 @@ that a run resumes where it stopped, and that the fitted reading file is what a 
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 
 import pytest
 import torch
@@ -347,3 +349,25 @@ def test_a_reader_run_resumed_with_other_settings_is_refused_naming_them(tiny_sq
     assert not steps
     assert train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2, val_questions=0))["steps"] == 2
     assert len(steps) == 1
+
+
+def test_a_reader_run_resumes_on_its_questions_moved_and_refuses_them_edited(tiny_squad, tiny_backbone, tmp_path):
+    """A reader run's resume check held the training file's path, so the same questions in a moved file were
+    refused; it checks the questions themselves, as a phrase run does (and the file's name, where the checkpoint
+    records no questions)."""
+    out = tmp_path / "reader"
+    train_reader(config(tiny_squad, tiny_backbone, out, max_steps=1, val_questions=0))
+    moved = tmp_path / "elsewhere" / "renamed.json.gz"
+    moved.parent.mkdir()
+    shutil.copy(tiny_squad, moved)
+    assert train_reader(config(moved, tiny_backbone, out, max_steps=2, val_questions=0))["steps"] == 2
+    data = json.loads(gzip.decompress(moved.read_bytes()))
+    data["data"][0]["paragraphs"][0]["qas"][0]["question"] = "Which question was edited?"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"--out {out} holds a run trained on other questions \\(.*\\): use a new "
+                       "--out for a run on these questions, or remove"):
+        train_reader(config(edited, tiny_backbone, out, max_steps=3, val_questions=0))
+    (out / "last" / "trained_questions.json").unlink()  # a checkpoint written before its questions were recorded
+    with pytest.raises(ValueError, match=r"other settings: train '.*renamed.json.gz' \(this run: '.*tiny-squad"):
+        train_reader(config(tiny_squad, tiny_backbone, out, max_steps=3, val_questions=0))
