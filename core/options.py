@@ -5,8 +5,9 @@
 
 A field ``batch_windows: int = option(24, "passage windows per step")`` becomes the flag ``--batch-windows`` with
 that default and help (as tevatron's argument dataclasses and Hugging Face's ``HfArgumentParser`` do), so a new
-option is one line. ``bool`` fields become ``--name/--no-name``; ``Literal`` types give the choices; ``X | None``
-parses as X; a field without a default is a required flag. A field whose value is a dataclass (the loss) gives
+option is one line. ``bool`` fields become ``--name/--no-name``; ``Literal`` types give the choices; ``bool |
+Literal`` fields ``--name [CHOICE]/--no-name`` (``OptionsParser`` reads the choice after the flag); ``X | None`` parses
+as X; a field without a default is a required flag. A field whose value is a dataclass (the loss) gives
 one flag per field of that dataclass; a field with ``options=`` (a new model's encoder) is built by the ``build()``
 of a flat options dataclass. A subclass may redeclare a field only to change its default: its help, flag name and
 group are inherited. Fields with ``cli=False`` are set by the command itself (the data-parallel rank).
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import types
 import typing
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
@@ -106,13 +108,14 @@ def flags(cls: type, only: Collection[str] | None = None) -> list[Flag]:
 
 
 class BoolOrChoice(argparse.Action):
-    """A ``bool | Literal[...]`` option: ``--name`` sets True, ``--name-CHOICE`` the choice, ``--no-name`` False (no
-    flag takes a value, so a question after ``--name`` stays a question)."""
+    """A ``bool | Literal[...]`` option: ``--name`` sets True, ``--no-name`` False; ``--name CHOICE`` and
+    ``--name=CHOICE`` the choice (spelled ``--name-CHOICE`` by ``OptionsParser``: the flag takes no value, so a
+    question after ``--name`` stays a question)."""
 
     def __init__(self, option_strings: list[str], dest: str, choices: list[str], **kwargs: Any):
         longs = [s for s in option_strings if s.startswith("--")]
-        self.values = {**{s: True for s in option_strings}, **{"--no-" + s[2:]: False for s in longs},
-                       **{f"{s}-{c}": c for s in longs for c in choices}}
+        self.choice_words = tuple(choices)
+        self.values = {**{s: True for s in option_strings}, **{"--no-" + s[2:]: False for s in longs}}
         super().__init__(list(self.values), dest, nargs=0, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
@@ -120,7 +123,45 @@ class BoolOrChoice(argparse.Action):
         setattr(namespace, self.dest, self.values[option_string] if option_string is not None else True)
 
     def format_usage(self) -> str:
-        return " | ".join(self.option_strings)
+        flag, negated = self.option_strings[0], self.option_strings[-1]
+        return f"{flag} [{'|'.join(self.choice_words)}] | {negated}"
+
+
+class OptionsParser(argparse.ArgumentParser):
+    """An argument parser that reads a ``bool | Literal`` option's choice as a word after its flag, as the HTTP API
+    takes it (``"collapse_duplicates": "near"``): ``--name CHOICE``, ``--name=CHOICE``, ``--name=true`` and
+    ``--name=false`` (``add_options`` names these flags to it). A word after the flag that is no choice is an
+    argument of its own (a question)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.choice_flags: dict[str, tuple[str, ...]] = {}  # --name -> its choices
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[Any, list[str]]:
+        words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self.spelled(words) if self.choice_flags else words, namespace)
+
+    def spelled(self, words: list[str]) -> list[str]:
+        """``words`` with each choice given to a flag of ``choice_flags`` as its own flag ``--name-CHOICE``
+        (``--name=true``: ``--name``; ``=false``: ``--no-name``); up to ``--``, after which every word is an
+        argument. An ``=`` value that is no choice is refused, naming the choices."""
+        out: list[str] = []
+        for i, word in enumerate(words):
+            if word == "--":
+                return out + words[i:]
+            flag, eq, value = word.partition("=")
+            choices = self.choice_flags.get(flag)
+            if choices is not None and eq:
+                if value not in (*choices, "true", "false"):
+                    self.error(f"argument {flag}: invalid choice: {value!r} (choose from "
+                               f"{', '.join(map(repr, ('true', 'false', *choices)))})")
+                out.append(flag if value == "true" else f"--no-{flag[2:]}" if value == "false" else f"{flag}-{value}")
+            elif out and out[-1] in self.choice_flags and word in self.choice_flags[out[-1]]:
+                out[-1] = f"{out[-1]}-{word}"
+            else:
+                out.append(word)
+        return out
 
 
 def _argparse_type(tp: Any) -> dict[str, Any]:
@@ -160,7 +201,15 @@ def add_options(parser: argparse.ArgumentParser, cls: type, only: Collection[str
                 text += " (default: %(default)s)"
         if "choices" not in kwargs and "action" not in kwargs:
             kwargs["metavar"] = fl.metavar or fl.dest.rsplit(".", 1)[-1].upper()
+        choices = kwargs.get("choices", []) if kwargs.get("action") is BoolOrChoice else []
+        if choices:
+            text = f"{fl.flag} [{'|'.join(choices)}]: {text}"
         groups[fl.group].add_argument(fl.flag, dest=fl.dest, help=text, **kwargs)
+        for choice in choices:  # the flags OptionsParser spells a choice as (--name-CHOICE), left out of the help
+            groups[fl.group].add_argument(f"{fl.flag}-{choice}", dest=fl.dest, action="store_const", const=choice,
+                                          default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        if choices and isinstance(parser, OptionsParser):
+            parser.choice_flags[fl.flag] = tuple(choices)
 
 
 def from_args(cls: type, args: argparse.Namespace, only: Collection[str] | None = None, **given: Any) -> Any:

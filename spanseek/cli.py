@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from spanseek.core.options import OptionsParser
 from spanseek.extras import extra_for, missing_extra_message
 
 # Before torch starts OpenMP: its threads spin-wait between parallel regions, taking the cores from the numpy work in
@@ -53,11 +54,12 @@ def _unavailable(commands: tuple[str, ...], sub: argparse._SubParsersAction, err
         p.set_defaults(func=fail)
 
 
-class Parser(argparse.ArgumentParser):
+class Parser(OptionsParser):
     """argparse's parser, kinder to a typo: a mistyped command or choice names the closest one (``spanseek serach``:
     did you mean 'search'?), and a flag the command does not have is refused by that command, with its usage and
-    its closest flag (argparse left it to ``spanseek``, whose usage lists only the commands). Subcommands' parsers
-    are of this class too (argparse makes them of their parent's)."""
+    its closest flag (argparse left it to ``spanseek``, whose usage lists only the commands); an option's choice is
+    read after its flag (``--collapse-duplicates near``: ``core.options.OptionsParser``). Subcommands' parsers are of
+    this class too (argparse makes them of their parent's)."""
 
     def _check_value(self, action: argparse.Action, value: object) -> None:
         if action.choices is not None and value not in action.choices:

@@ -194,22 +194,34 @@ def test_the_demo_corpus_edited_paragraph_is_collapsed_and_the_paris_clubs_are_n
 @pytest.mark.parametrize(("argv", "value"), [
     ([], False), (["--collapse-duplicates"], True), (["--collapse-duplicates-exact"], "exact"),
     (["--collapse-duplicates-near"], "near"), (["--collapse-duplicates", "--no-collapse-duplicates"], False),
+    (["--collapse-duplicates", "near"], "near"), (["--collapse-duplicates=near"], "near"),
+    (["--collapse-duplicates", "exact"], "exact"), (["--collapse-duplicates=exact"], "exact"),
+    (["--collapse-duplicates=true"], True), (["--collapse-duplicates", "--collapse-duplicates=false"], False),
+    (["--collapse-duplicates", "--", "near"], True),
 ])
-def test_the_search_flags(argv, value):
-    """``--collapse-duplicates`` takes no value, so a question after it stays a question."""
+def test_the_search_flags_take_the_http_values(argv, value):
+    """``--collapse-duplicates`` takes the values of the HTTP field, as a word after it or after ``=``; a question
+    after the flag stays a question (and so does a choice's word after ``--``)."""
     import argparse
 
-    from spanseek.core.options import add_options, from_args
+    from spanseek.core.options import OptionsParser, add_options, from_args
 
-    parser = argparse.ArgumentParser()
+    parser = OptionsParser()
     add_options(parser, SearchParams)
     parser.add_argument("questions", nargs="*")
     args = parser.parse_args([*argv, "who built it?"])
-    assert args.questions == ["who built it?"]
+    assert args.questions == ["near", "who built it?"] if "--" in argv else ["who built it?"]
     params = from_args(SearchParams, argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "questions"}))
     assert params.collapse_duplicates == value and type(params.collapse_duplicates) is type(value)
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--collapse-duplicates=near"])
+
+
+def test_a_search_flag_value_that_is_no_choice_is_refused_naming_the_choices(capsys):
+    from spanseek.cli import main
+
+    with pytest.raises(SystemExit, match="2"):
+        main(["search", "--index", "x", "--collapse-duplicates=close", "who?"])
+    assert capsys.readouterr().err.endswith("spanseek search: error: argument --collapse-duplicates: invalid choice: "
+                                            "'close' (choose from 'true', 'false', 'exact', 'near')\n")
 
 
 def test_long_texts_are_compared_in_linear_time_by_shared_word_triples():
