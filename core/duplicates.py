@@ -154,12 +154,15 @@ class Copies:
     def __init__(self, index: PhraseIndex, passage_key: np.ndarray, passage_doc: np.ndarray):
         self.index = index
         self.passage_doc = passage_doc
-        self.key = {"passage": passage_key, "doc": doc_keys(passage_key, passage_doc, len(index.docs))}
+        # the passages in document order, and where each document's start (D + 1): found here, not at the first near
+        # comparison of documents, so searches in several threads never find them twice
+        order = np.argsort(passage_doc, kind="stable")
+        self.doc_passages = order, np.searchsorted(passage_doc[order], np.arange(len(index.docs) + 1))
+        self.key = {"passage": passage_key, "doc": doc_keys(passage_key, *self.doc_passages)}
         self.members = {unit: repeated(keys) for unit, keys in self.key.items()}
         self._words: dict[tuple[str, int], Words] = {}  # near comparisons: ("passage" | "doc", id) -> its words
         self._words_held = 0  # the words in _words (NEAR_CACHE_WORDS)
         self._words_lock = threading.Lock()  # searches in several threads share the cache and its count
-        self._doc_passages: tuple[np.ndarray, np.ndarray] | None = None
         self._near: dict[tuple[str, int, int], bool] = {}  # (of, kept's, hit's) -> near copies: a search ranks the
         # same passages (documents) for many of its questions, the next searches too
 
@@ -240,7 +243,7 @@ class Copies:
             if of == "passage":
                 got = Words.of(self.index.passages[i]["text"])
             else:
-                order, bounds = self.doc_passages()
+                order, bounds = self.doc_passages
                 got = Words.of(" ".join(self.index.passages[p]["text"] for p in order[bounds[i]:bounds[i + 1]]))
             with self._words_lock:
                 if len(self._words) >= NEAR_CACHE or self._words_held + len(got.words) > NEAR_CACHE_WORDS:
@@ -251,19 +254,11 @@ class Copies:
                     self._words_held += len(got.words)
         return got
 
-    def doc_passages(self) -> tuple[np.ndarray, np.ndarray]:
-        """The passages in document order, and where each document's start (D + 1)."""
-        if self._doc_passages is None:
-            order = np.argsort(self.passage_doc, kind="stable")
-            self._doc_passages = order, np.searchsorted(self.passage_doc[order], np.arange(len(self.index.docs) + 1))
-        return self._doc_passages
 
-
-def doc_keys(passage_key: np.ndarray, passage_doc: np.ndarray, n_docs: int) -> np.ndarray:
+def doc_keys(passage_key: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """(D,) int64: each document's key, the hash of its passages' keys in order (equal for documents whose passages
-    are copies, in order)."""
-    order = np.argsort(passage_doc, kind="stable")
-    bounds = np.searchsorted(passage_doc[order], np.arange(n_docs + 1))
+    are copies, in order); ``order``, ``bounds``: the passages in document order and where each document's start."""
+    n_docs = len(bounds) - 1
     keys = passage_key[order].tolist()
     return np.fromiter((hash(tuple(keys[a:b])) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)),
                        dtype=np.int64, count=n_docs)

@@ -7,6 +7,7 @@ questions that found too few non-overlapping spans.
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 
@@ -34,13 +35,20 @@ class Ranking:
                  unit_of_passage: dict[str, np.ndarray]):
         self.dense, self.fusion, self.hits, self.unit_of_passage = dense, fusion, hits, unit_of_passage
         self._copies: Copies | None = None
+        self._finding_copies = threading.Lock()  # taken only until the copies are found
 
     def copies(self) -> Copies:
         """The index's copies (``core.duplicates``), found at the first search that collapses them, or before it
-        (the service's warm-up; a live snapshot's when it is made, ``service.live``)."""
-        if self._copies is None:
-            self._copies = Copies.of(self.hits.index, self.unit_of_passage["doc"])
-        return self._copies
+        (the service's warm-up; a live snapshot's when it is made, ``service.live``). Searches in several threads
+        (a ``Searcher`` shared by threads) find them once: the others wait for them (the texts are hashed at about 10
+        µs a passage), and once found they are read without a lock."""
+        copies = self._copies
+        if copies is None:
+            with self._finding_copies:
+                if self._copies is None:
+                    self._copies = Copies.of(self.hits.index, self.unit_of_passage["doc"])
+                copies = self._copies
+        return copies
 
     @property
     def found_copies(self) -> bool:

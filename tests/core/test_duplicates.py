@@ -7,6 +7,7 @@ search without it is unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -249,3 +250,31 @@ def test_the_demo_corpus_copied_paragraph_is_one_hit():
     deeper = searcher.search(question, SearchParams("passage", 20))[0]  # the ranking the short page was filled from
     assert [h.passage_id for h in hits[1:]] == [h.passage_id for h in deeper if h.passage_id not in (207, 214)][:4]
     assert np.all(np.diff([h.score for h in hits]) <= 0)
+
+
+def test_searches_in_two_threads_find_the_copies_once(monkeypatch):
+    """Two threads whose first searches collapse copies at once each found the index's copies (hashing every
+    passage): the second waits for the first's now, and both read the same table."""
+    import threading
+    import types
+
+    from spanseek.core import ranking
+
+    found: list[int] = []
+    both_in = threading.Barrier(2, timeout=0.3)  # the old code let both threads in here; now the barrier times out
+
+    def of(index, passage_doc):
+        found.append(1)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_in.wait()
+        return object()
+
+    monkeypatch.setattr(ranking.Copies, "of", of)
+    stage = ranking.Ranking(None, None, types.SimpleNamespace(index=None), {"doc": np.zeros(0)})  # type: ignore[arg-type]
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(stage.copies())) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(found) == 1 and len(got) == 2 and got[0] is got[1] is stage.copies()
