@@ -13,7 +13,9 @@ never per hit. ``collapse`` keeps the best-ranked hit of each group of copies an
 variants, whose words match in order for at least ``NEAR_SIMILARITY`` of them (difflib's ratio over their normalised
 words, 2 x matched / total). They are found among the hits of the ranking being collapsed, each compared with the
 kept hits above it, so no table is needed; two texts whose word counts or word bags cannot reach the threshold are
-never aligned, which leaves the alignment to the few pairs that are near copies.
+never aligned, which leaves the alignment to the few pairs that are near copies. A question's comparisons stop at a
+budget of work per hit of its page (``NEAR_WORK``, ``NearBudget``), which only a ranking full of near copies of its
+kept hits reaches: past it, the rest of the ranking is collapsed by exact copies only.
 """
 
 from __future__ import annotations
@@ -52,6 +54,16 @@ NEAR_ALIGN_WORDS = 2000  # longer texts are compared by their shared word triple
 NEAR_ALIGN_PAIRS = 100_000
 SHINGLE_MAX = 16  # the longest word n-grams long texts of a few words repeated are compared by (``shingle_similarity``)
 NEAR_PAIRS = 1 << 16  # pairs of texts compared, and whether they are near copies, kept likewise
+# The work of comparing texts, in words read (``compared``): a pair costs PAIR_WORK (its lengths), comparing two texts'
+# word bags their distinct words, aligning them ALIGN_WORK times their words and the pairs of places the alignment
+# visits, at most NEAR_ALIGN_PAIRS (difflib's alignment of two 316-word passages, 1,528 pairs, took 1.4 ms, their bags'
+# comparison 20 us; two 2,000-word documents visit 56,000-71,000 pairs in 1-20 ms). One page's collapsing compares at
+# most NEAR_WORK per hit of the page over all the rankings of a question (``NearBudget``, ``collapse_near``): a ranking
+# whose hits are mostly near copies of a kept one, at the page's last place, made a question at top_k 100 compare
+# 840,000 pairs and align 8,500 without it (89 s on 2 loaded cores), and 2.5 s with it; past the budget the rest of
+# the ranking is collapsed by exact copies only. On the demo index's validation questions a page used at most 17,400
+# a hit (documents, top_k 10).
+PAIR_WORK, ALIGN_WORK, NEAR_WORK = 100, 20, 50_000
 
 _KEYS: weakref.WeakKeyDictionary[PhraseIndex, np.ndarray] = weakref.WeakKeyDictionary()
 _KEYS_LOCK = threading.Lock()
@@ -139,12 +151,42 @@ def shingle_similarity(a: Words, b: Words, n: int = 3) -> float:
 def similar(a: Words, b: Words, threshold: float = NEAR_SIMILARITY) -> bool:
     """Whether ``similarity(a, b)`` reaches ``threshold``: two texts whose lengths, or word bags, bound it below are
     never aligned (the matched words are at most the shorter text's, and at most the words the bags share)."""
+    return compared(a, b, threshold)[0]
+
+
+def compared(a: Words, b: Words, threshold: float = NEAR_SIMILARITY) -> tuple[bool, int]:
+    """``similar(a, b, threshold)``, and the work it took (``NEAR_WORK``): ``PAIR_WORK`` for the pair, then the
+    distinct words of both where their lengths leave their bags to compare, then where the bags leave them to align,
+    ``ALIGN_WORK`` times their words and the pairs of places the alignment visits (``align_pairs``; none past
+    ``NEAR_ALIGN_WORDS``, where they are compared in time linear in their words)."""
     total = len(a.words) + len(b.words)
     if 2 * min(len(a.words), len(b.words)) < threshold * total:
-        return total == 0
+        return total == 0, PAIR_WORK
+    work = PAIR_WORK + len(a.bag) + len(b.bag)
     if 2 * sum(min(a.bag[w], b.bag[w]) for w in a.bag.keys() & b.bag.keys()) < threshold * total:
-        return False
-    return similarity(a, b) >= threshold
+        return False, work
+    visits = min(align_pairs(a, b), NEAR_ALIGN_PAIRS) if max(len(a.words), len(b.words)) <= NEAR_ALIGN_WORDS else 0
+    return similarity(a, b) >= threshold, work + ALIGN_WORK * (total + visits)
+
+
+class NearBudget:
+    """The work (``compared``) one question's near comparisons may still take, over all the rankings its page is
+    collapsed from (``core.ranking``: a page left short is ranked again deeper and collapsed again): each pair of
+    texts is charged once. ``NearBudget.for_page(k)``: ``NEAR_WORK`` a hit of a page of ``k``."""
+
+    def __init__(self, work: int):
+        self.left = work
+        self.charged: set[tuple] = set()
+
+    @classmethod
+    def for_page(cls, k: int) -> NearBudget:
+        return cls(NEAR_WORK * k)
+
+    def spend(self, pair: tuple, work: int) -> None:
+        """Charge ``work`` for comparing ``pair``, unless it was charged before."""
+        if pair not in self.charged:
+            self.charged.add(pair)
+            self.left -= work
 
 
 class Copies:
@@ -163,7 +205,8 @@ class Copies:
         self._words: dict[tuple[str, int], Words] = {}  # near comparisons: ("passage" | "doc", id) -> its words
         self._words_held = 0  # the words in _words (NEAR_CACHE_WORDS)
         self._words_lock = threading.Lock()  # searches in several threads share the cache and its count
-        self._near: dict[tuple[str, int, int], bool] = {}  # (of, kept's, hit's) -> near copies: a search ranks the
+        self._near: dict[tuple[str, int, int], tuple[bool, int]] = {}  # (of, kept's, hit's) -> near copies, and the
+        # work of finding it out (``compared``): a search ranks the
         # same passages (documents) for many of its questions, the next searches too
 
     @classmethod
@@ -219,21 +262,30 @@ class Copies:
         members = self.members[of].get(int(self.key[of][own]))
         return np.asarray([own]) if members is None else members
 
-    def near(self, kept: Hit, hit: Hit, unit: Unit) -> bool:
+    def near(self, kept: Hit, hit: Hit, unit: Unit, budget: NearBudget | None = None) -> bool | None:
         """Whether ``hit`` is a near copy of ``kept`` (``similar``): its passage's (document's) words of the kept
-        one's; phrases, the same phrase (once normalised) in such a passage."""
+        one's; phrases, the same phrase (once normalised) in such a passage. ``budget``: what the question may still
+        compare, less this comparison's work (``compared``; as much for a pair compared by an earlier search, whose
+        answer is kept, so that what a search compares does not depend on the searches before it); None where no work
+        is left."""
+        if budget is not None and budget.left <= 0:
+            return None
         if unit == "phrase" and (normalise_passage(kept.text) != normalise_passage(hit.text)
                                  or self.key["passage"][kept.passage_id] == self.key["passage"][hit.passage_id]):
+            if budget is not None:
+                budget.spend(("phrase", kept.passage_id, kept.start, hit.passage_id, hit.start), PAIR_WORK)
             return False  # another phrase, or the same one elsewhere in (a copy of) its passage: no copy of it
         of = "doc" if unit == "doc" else "passage"
         pair = (of, self.own(kept, of), self.own(hit, of))
-        near = self._near.get(pair)
-        if near is None:
-            near = similar(self.words(of, pair[1]), self.words(of, pair[2]))
+        known = self._near.get(pair)
+        if known is None:
+            known = compared(self.words(of, pair[1]), self.words(of, pair[2]))
             if len(self._near) >= NEAR_PAIRS:
                 self._near.clear()
-            self._near[pair] = near
-        return near
+            self._near[pair] = known
+        if budget is not None:
+            budget.spend(pair, known[1])
+        return known[0]
 
     def words(self, of: str, i: int) -> Words:
         """The words of passage (``of`` passage) or document ``i``, kept for the next search (``NEAR_CACHE`` texts,
@@ -282,12 +334,12 @@ def non_space_before(text: str, at: int) -> int:
 
 
 def collapse(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selection: Selection,
-             near: bool = False) -> list[Hit]:
+             near: bool = False, budget: NearBudget | None = None) -> list[Hit]:
     """The first ``k`` hits (best first) that are no copy of a hit before them (``Copies.hit_key``), each with
     ``copies`` and ``copy_doc_ids`` set (``Copies.copies_of``); ``near``: nor a near copy of a kept hit
-    (``collapse_near``)."""
+    (``collapse_near``, comparing at most ``budget``)."""
     if near:
-        return collapse_near(hits, k, unit, copies, selection)
+        return collapse_near(hits, k, unit, copies, selection, budget)
     kept: list[Hit] = []
     seen: set[object] = set()
     for h in hits:
@@ -302,19 +354,23 @@ def collapse(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selection:
     return kept
 
 
-def collapse_near(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selection: Selection) -> list[Hit]:
+def collapse_near(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selection: Selection,
+                  budget: NearBudget | None = None) -> list[Hit]:
     """``collapse`` of copies and near copies: a hit that is a copy of a better hit, or a near copy of a kept one
     (``Copies.near``, compared with the kept hits best first), is dropped, and the kept hit counts its copies too. The
-    whole ranking is read, so a kept hit counts its near copies ranked below the page's last hit."""
+    whole ranking is read, so a kept hit counts its near copies ranked below the page's last hit. The comparisons
+    take at most ``budget`` (the question's, shared by its rankings; default ``NearBudget.for_page(k)``): past it,
+    the rest of the ranking is collapsed by exact copies only."""
     kept: list[Hit] = []
     near: list[list[Hit]] = []  # each kept hit's near copies
     seen: set[object] = set()
+    budget = budget if budget is not None else NearBudget.for_page(k)
     for h in hits:
         key = copies.hit_key(h, unit)
         if key in seen:
             continue
         seen.add(key)
-        of = next((i for i, x in enumerate(kept) if copies.near(x, h, unit)), None)
+        of = next((i for i, x in enumerate(kept) if copies.near(x, h, unit, budget)), None) if budget.left > 0 else None
         if of is not None:
             near[of].append(h)
         elif len(kept) < k:

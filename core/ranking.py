@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from spanseek.core.dense import DenseBatch, DenseLeg
-from spanseek.core.duplicates import Copies, collapse
+from spanseek.core.duplicates import Copies, NearBudget, collapse
 from spanseek.core.fusion import LexicalFusion
 from spanseek.core.hits import Hit, HitBuilder, non_overlapping
 from spanseek.core.lexical import FusionBasis
@@ -112,15 +112,17 @@ class Ranking:
         many, basis = self.ranked(wide, q_start, q_end, texts, timings, batch)
         if uncollapsed is not None:
             uncollapsed[:] = many
+        budgets = [NearBudget.for_page(plan.top_k) if near else None for _ in many]  # each question's, over its rankings
         with timings.timing("aggregate"):
-            out = [collapse(h, plan.top_k, plan.unit, copies, plan.selection, near) for h in many]
+            out = [collapse(h, plan.top_k, plan.unit, copies, plan.selection, near, budgets[b])
+                   for b, h in enumerate(many)]
         pending = [b for b, (h, c) in enumerate(zip(many, out, strict=True)) if len(c) < plan.top_k and len(h) >= k]
         while pending and k * COLLAPSE_GROWTH <= COLLAPSE_MAX * plan.top_k:
             k *= COLLAPSE_GROWTH
             found, bases = self.again(wide.but(top_k=k), pending, q_start, q_end, texts, timings, batch)
             with timings.timing("aggregate"):
                 for i, (b, h) in enumerate(zip(pending, found, strict=True)):
-                    out[b] = collapse(h, plan.top_k, plan.unit, copies, plan.selection, near)
+                    out[b] = collapse(h, plan.top_k, plan.unit, copies, plan.selection, near, budgets[b])
                     if basis is not None and bases is not None:
                         basis[b] = bases[i]
             pending = [b for b, h in zip(pending, found, strict=True) if len(out[b]) < plan.top_k and len(h) >= k]

@@ -60,8 +60,14 @@ COLLAPSE_FACTOR = {"phrase": 1.25, "passage": 1.25, "doc": 1.6}
 # collapse_duplicates="near" also compares each ranked hit's text with the kept hits' (core.duplicates): CPU time
 # against exact collapsing, batches of 64 validation questions (every 4th of them: 1,122) on the demo index, whose
 # one near-copied paragraph changed 11 passage pages: passages 1.09-1.15 (first run, then with the pairs compared
-# kept), phrases 1.01-1.04, documents 1.04-1.09 (the exact ones read 0.96-1.02 of plain batches). The largest is kept.
-NEAR_FACTOR = 1.15
+# kept), phrases 1.01-1.04, documents 1.04-1.09 (the exact ones read 0.96-1.02 of plain batches). But a ranking of
+# near copies of one kept hit compares far more: its comparisons stop at core.duplicates.NEAR_WORK a hit of the page
+# (over all of a question's rankings), which such a ranking spends in full. Measured with bench/near_copies_cost.py
+# (each case against a batch of 64 default phrase questions in the same process, 2 loaded cores): 0.29 and 0.23
+# question-equivalents a hit of the page for passages (top_k 10, 100), 0.33 and 0.29 for 2,000-word documents, 0.53
+# for 6,000-word ones at top_k 10. The largest is counted for each hit of the depth, over exact collapsing's cost
+# (admission cannot know how many near copies a ranking holds).
+NEAR_HIT_COST = 0.55
 # Reading: question-equivalents per passage read (estimated, not measured: a reader pass of a few ms a passage
 # against about 8 ms a question in a full batch).
 READ_PASSAGE_COST = 0.5
@@ -89,6 +95,8 @@ class CostModel:
             table = SHARE_FACTOR[params.unit]
             factor = float(np.interp(share, [x for x, _ in table], self._share_factors(params.unit)))
             cost = max(1.0, UNIT_DEPTH_COST * depth) * factor * self.filtered_factor(params) * collapse_factor(params)
+        if params.collapse_duplicates == "near":
+            cost += NEAR_HIT_COST * depth
         if params.read:
             cost += READ_PASSAGE_COST * (params.read_passages or self.default_read_passages)
         return cost
@@ -121,6 +129,8 @@ class CostModel:
             what += ", filtered (also searched without the filter)"
         if collapse_factor(params) > 1.0:
             what += ", collapsing copies (ranked deeper where the page holds some)"
+        if params.collapse_duplicates == "near":
+            what += ", comparing the ranked texts for near copies"
         if params.read:
             what += ", read"
         return f"{what}: {self.question(params):.1f} question-equivalents a question"
@@ -128,8 +138,8 @@ class CostModel:
 
 def collapse_factor(params: SearchParams) -> float:
     """What a question with ``params`` costs for the deeper rankings that fill a page of collapsed copies
-    (``COLLAPSE_FACTOR``), and for comparing texts when near copies are collapsed too (``NEAR_FACTOR``): 1 without
+    (``COLLAPSE_FACTOR``; near copies' comparisons are counted apart, ``NEAR_HIT_COST``): 1 without
     ``collapse_duplicates``."""
     if params.collapse_duplicates is False:
         return 1.0
-    return COLLAPSE_FACTOR[params.unit] * (NEAR_FACTOR if params.collapse_duplicates == "near" else 1.0)
+    return COLLAPSE_FACTOR[params.unit]

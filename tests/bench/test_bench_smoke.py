@@ -820,3 +820,14 @@ def test_filtered_hybrid(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     r = results(tmp_path / "filtered.json", *figures, "hybrid doc.batch CPU ms (64 questions, median).ratio")
     for mode in ("dense", "lexical", "hybrid"):  # one document: its hit is the one
         assert r[f"{mode} doc"]["the answer's"]["order = unfiltered restricted"] == "6/6"
+
+
+@pytest.mark.slow
+@smoke("bench/near_copies_cost.py")
+def test_near_copies_cost(tmp_path, squad_index, tiny_model_dir, tiny_squad):
+    run_bench("bench/near_copies_cost.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
+              "--top-k", 10, "--out", tmp_path / "near.json")
+    r = json.loads((tmp_path / "near.json").read_text())
+    assert [c["case"] for c in r["cases"]] == ["passage", "doc-2000", "doc-6000"]
+    for case in r["cases"]:  # the budget is spent, and by one comparison past it at most
+        assert r["near_work"] * 10 <= case["work"] and case["seconds"] > 0 and case["question_equivalents"] > 0

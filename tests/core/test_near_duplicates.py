@@ -321,3 +321,54 @@ def test_long_texts_of_few_words_repeated_are_compared_by_longer_word_runs(kinds
     p, q = (Words.of(" ".join(rng.choice(prose) for _ in range(6000))) for _ in range(2))
     grams = [collections.Counter(zip(w.words, w.words[1:], w.words[2:], strict=False)) for w in (p, q)]
     assert shingle_similarity(p, q) == 2 * sum((grams[0] & grams[1]).values()) / sum(sum(g.values()) for g in grams)
+
+
+def _near_ranking(n_copies: int, words: int = 40):
+    """Copies over two distinct texts A and B and ``n_copies`` texts that each change one word of B, as passages
+    ranked A, B, B1, B2, ...; and the ranking's hits."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from spanseek.core import duplicates
+    from spanseek.core.params import Hit
+
+    rng = random.Random(3)
+    a, b = ([f"{tag}{rng.randrange(10**6)}" for _ in range(words)] for tag in "ab")
+    texts = [" ".join(a), " ".join(b)] + [" ".join(b[:i % words] + [f"e{i}"] + b[i % words + 1:])
+                                           for i in range(n_copies)]
+    index = SimpleNamespace(passages=[{"text": t} for t in texts], docs=[{"id": f"d{i}"} for i in range(len(texts))])
+    copies = duplicates.Copies(index, duplicates.hash_passages(index.passages), np.arange(len(texts)))  # type: ignore[arg-type]
+    hits = [Hit(text="x", score=-i, start=0, end=1, passage_id=i, passage=t, doc_id=f"d{i}", title="t")
+            for i, t in enumerate(texts)]
+    return copies, hits, SimpleNamespace(passages=None, docs=None)
+
+
+def test_near_comparisons_stop_at_the_page_budget_and_the_rest_collapses_as_exact_copies(monkeypatch):
+    """A ranking of near copies of one kept hit compared each with every kept hit: one question at top_k 100 compared
+    840,000 pairs (89 s). The comparisons stop at NEAR_WORK a page's hit, the same in every search (a pair compared
+    before costs what it did), and the hits past it are kept as they come (no near copies)."""
+    from spanseek.core import duplicates
+
+    copies, hits, selection = _near_ranking(8)
+    whole = duplicates.collapse_near(hits, 3, "passage", copies, selection)
+    assert [h.passage_id for h in whole] == [0, 1] and whole[1].copies == 9  # B and its 8 near copies
+    each = duplicates.compared(copies.words("passage", 1), copies.words("passage", 2))[1]
+    monkeypatch.setattr(duplicates, "NEAR_WORK", each)  # a page of 3: 3 aligned pairs, and A's bags with the others'
+    for _ in range(2):  # the second time every pair is known
+        page = duplicates.collapse_near(hits, 3, "passage", copies, selection)
+        assert [h.passage_id for h in page] == [0, 1, 5] and page[1].copies == 4  # B1-B3 compared, B4 kept
+
+
+def test_the_worst_near_ranking_aligns_a_bounded_number_of_pairs(monkeypatch):
+    """Every hit of a deep ranking a near copy of the page's second hit: the alignments stop at the budget."""
+    from spanseek.core import duplicates
+
+    copies, hits, selection = _near_ranking(2000)
+    monkeypatch.setattr(duplicates, "NEAR_WORK", 10_000)  # (a tenth of it: the test's time)
+    aligned = []
+    real = duplicates.similarity
+    monkeypatch.setattr(duplicates, "similarity", lambda a, b: aligned.append(1) or real(a, b))
+    page = duplicates.collapse_near(hits, 10, "passage", copies, selection)
+    pair = duplicates.compared(copies.words("passage", 1), copies.words("passage", 2))[1] + duplicates.PAIR_WORK
+    assert len(page) == 10 and len(aligned) <= duplicates.NEAR_WORK * 10 // pair + 1 < 2000

@@ -118,8 +118,9 @@ def test_a_write_finds_its_snapshot_copies_before_the_first_collapsing_search(wr
 
 @pytest.mark.parametrize("unit", ["phrase", "passage", "doc"])
 def test_a_collapsing_search_costs_its_deeper_rankings(unit):
-    """Admission counts the deeper ranking a page of copies needs (COLLAPSE_FACTOR), and says so when it refuses."""
-    from spanseek.service.cost import COLLAPSE_FACTOR, NEAR_FACTOR, CostModel
+    """Admission counts the deeper ranking a page of copies needs (COLLAPSE_FACTOR), and the most comparing near copies
+    may take for each hit of the page's depth (NEAR_HIT_COST), and says so when it refuses."""
+    from spanseek.service.cost import COLLAPSE_FACTOR, NEAR_HIT_COST, CostModel
 
     model = CostModel({"passage": 1000, "doc": 20})
     plain, collapsing = SearchParams(unit, 10), SearchParams(unit, 10, collapse_duplicates=True)
@@ -128,4 +129,8 @@ def test_a_collapsing_search_costs_its_deeper_rankings(unit):
     assert "collapsing" not in model.explain(plain)
     near, exact = SearchParams(unit, 10, collapse_duplicates="near"), SearchParams(unit, 10, collapse_duplicates="exact")
     assert model.question(exact) == model.question(collapsing)
-    assert model.question(near) == pytest.approx(model.question(collapsing) * NEAR_FACTOR) and NEAR_FACTOR > 1
+    assert model.question(near) == pytest.approx(model.question(collapsing) + 10 * NEAR_HIT_COST) and NEAR_HIT_COST > 0
+    assert "near copies" in model.explain(near) and "near" not in model.explain(exact)
+    deep = SearchParams(unit, 100, collapse_duplicates="near")  # the near comparisons grow with the depth
+    assert model.question(deep) - model.question(SearchParams(unit, 100, collapse_duplicates=True)) == \
+        pytest.approx(100 * NEAR_HIT_COST)
