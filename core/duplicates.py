@@ -178,6 +178,9 @@ class NearBudget:
     def __init__(self, work: int):
         self.left = work
         self.charged: set[tuple] = set()
+        # each hit (its key, ``Copies.hit_key``) found a near copy of kept hits (theirs): past the budget, a deeper
+        # ranking still collapses what an earlier one found
+        self.found: dict[object, set[object]] = {}
 
     @classmethod
     def for_page(cls, k: int) -> NearBudget:
@@ -269,15 +272,18 @@ class Copies:
         compare, less this comparison's work (``compared``; as much for a pair compared by an earlier search, whose
         answer is kept, so that what a search compares does not depend on the searches before it); None where no work
         is left."""
-        if budget is not None and budget.left <= 0:
-            return None
         if unit == "phrase" and (normalise_passage(kept.text) != normalise_passage(hit.text)
                                  or self.key["passage"][kept.passage_id] == self.key["passage"][hit.passage_id]):
+            phrases = ("phrase", kept.passage_id, kept.start, hit.passage_id, hit.start)
             if budget is not None:
-                budget.spend(("phrase", kept.passage_id, kept.start, hit.passage_id, hit.start), PAIR_WORK)
+                if budget.left <= 0 and phrases not in budget.charged:
+                    return None
+                budget.spend(phrases, PAIR_WORK)
             return False  # another phrase, or the same one elsewhere in (a copy of) its passage: no copy of it
         of = "doc" if unit == "doc" else "passage"
         pair = (of, self.own(kept, of), self.own(hit, of))
+        if budget is not None and budget.left <= 0 and pair not in budget.charged:  # (one charged is answered)
+            return None
         known = self._near.get(pair)
         if known is None:
             known = compared(self.words(of, pair[1]), self.words(of, pair[2]))
@@ -371,9 +377,14 @@ def collapse_near(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selec
         if key in seen:
             continue
         seen.add(key)
-        of = next((i for i, x in enumerate(kept) if copies.near(x, h, unit, budget)), None) if budget.left > 0 else None
+        if budget.left > 0:
+            of = next((i for i, x in enumerate(kept) if copies.near(x, h, unit, budget)), None)
+        else:  # past the budget: the near copies an earlier ranking of the question found, no new comparison
+            found = budget.found.get(key, ())
+            of = next((i for i, x in enumerate(kept) if copies.hit_key(x, unit) in found), None) if found else None
         if of is not None:
             near[of].append(h)
+            budget.found.setdefault(key, set()).add(copies.hit_key(kept[of], unit))
         elif len(kept) < k:
             kept.append(h)
             near.append([])

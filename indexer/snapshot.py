@@ -97,7 +97,8 @@ def copy_live(live: Path, index: Path, dest: Path) -> dict[str, Any]:
         except OSError as e:  # (shutil.Error too: copytree's list of the files it could not copy)
             if (live / STATE).read_bytes() != before:  # a merge removed what the state named: copied again
                 continue
-            if isinstance(e, shutil.Error):  # one line naming the first file, not copytree's list of tuples
+            if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) and e.args[0]:
+                # one line naming the first file, not copytree's list of (source, destination, why)
                 src, _, why = e.args[0][0]
                 raise OSError(f"{src}: cannot be copied: {why}") from None
             raise

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spanseek.core.confidence import FEATURE_DEPTH
 from spanseek.core.params import SearchParams
 
 # Question-equivalents per unit of depth, at least 1. The phrase constant is an earlier fit (1.16 at depth 100, 2.84
@@ -96,10 +97,17 @@ class CostModel:
             factor = float(np.interp(share, [x for x, _ in table], self._share_factors(params.unit)))
             cost = max(1.0, UNIT_DEPTH_COST * depth) * factor * self.filtered_factor(params) * collapse_factor(params)
         if params.collapse_duplicates == "near":
-            cost += NEAR_HIT_COST * depth
+            cost += self.near_cost(params)
         if params.read:
             cost += READ_PASSAGE_COST * (params.read_passages or self.default_read_passages)
         return cost
+
+    @staticmethod
+    def near_cost(params: SearchParams) -> float:
+        """What comparing the ranked texts for near copies may add to a question (``NEAR_HIT_COST`` a hit of the
+        page the comparisons' budget is sized by: its depth, at least the depth a calibrated search ranks,
+        ``FEATURE_DEPTH``, unless it reads)."""
+        return NEAR_HIT_COST * (params.depth if params.read else max(params.depth, FEATURE_DEPTH[params.unit]))
 
     def filtered_factor(self, params: SearchParams) -> float:
         """What a question with ``params`` costs for its search without its filter (``FILTERED_FACTOR``): 1 without a
@@ -130,7 +138,8 @@ class CostModel:
         if collapse_factor(params) > 1.0:
             what += ", collapsing copies (ranked deeper where the page holds some)"
         if params.collapse_duplicates == "near":
-            what += ", comparing the ranked texts for near copies"
+            what += (f", comparing the ranked texts for near copies ({self.near_cost(params):.1f} of it; "
+                     '"collapse_duplicates": "exact" does not compare them)')
         if params.read:
             what += ", read"
         return f"{what}: {self.question(params):.1f} question-equivalents a question"

@@ -210,7 +210,7 @@ def test_the_search_flags_take_the_http_values(argv, value):
     add_options(parser, SearchParams)
     parser.add_argument("questions", nargs="*")
     args = parser.parse_args([*argv, "who built it?"])
-    assert args.questions == ["near", "who built it?"] if "--" in argv else ["who built it?"]
+    assert args.questions == (["near", "who built it?"] if "--" in argv else ["who built it?"])
     params = from_args(SearchParams, argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "questions"}))
     assert params.collapse_duplicates == value and type(params.collapse_duplicates) is type(value)
 
@@ -358,6 +358,20 @@ def test_near_comparisons_stop_at_the_page_budget_and_the_rest_collapses_as_exac
     for _ in range(2):  # the second time every pair is known
         page = duplicates.collapse_near(hits, 3, "passage", copies, selection)
         assert [h.passage_id for h in page] == [0, 1, 5] and page[1].copies == 4  # B1-B3 compared, B4 kept
+
+
+def test_a_deeper_ranking_past_the_budget_keeps_the_near_copies_an_earlier_one_found():
+    """A page left short is ranked again deeper with the question's budget: past it, the near copies the first
+    ranking had found came back onto the page (they were collapsed by exact copies only, from the top)."""
+    from spanseek.core import duplicates
+
+    copies, hits, selection = _near_ranking(8)
+    each = duplicates.compared(copies.words("passage", 1), copies.words("passage", 2))[1]
+    budget = duplicates.NearBudget(each + 3 * duplicates.PAIR_WORK)  # the first ranking's comparisons, about
+    first = duplicates.collapse_near(hits[:3], 3, "passage", copies, selection, budget)
+    assert [(h.passage_id, h.copies) for h in first] == [(0, 1), (1, 2)] and budget.left <= 0  # B1 a copy of B
+    deeper = duplicates.collapse_near(hits, 3, "passage", copies, selection, budget)
+    assert [(h.passage_id, h.copies) for h in deeper] == [(0, 1), (1, 2), (3, 1)]  # B1 still B's; B2 kept as it came
 
 
 def test_the_worst_near_ranking_aligns_a_bounded_number_of_pairs(monkeypatch):

@@ -120,6 +120,7 @@ def test_a_write_finds_its_snapshot_copies_before_the_first_collapsing_search(wr
 def test_a_collapsing_search_costs_its_deeper_rankings(unit):
     """Admission counts the deeper ranking a page of copies needs (COLLAPSE_FACTOR), and the most comparing near copies
     may take for each hit of the page's depth (NEAR_HIT_COST), and says so when it refuses."""
+    from spanseek.core.confidence import FEATURE_DEPTH
     from spanseek.service.cost import COLLAPSE_FACTOR, NEAR_HIT_COST, CostModel
 
     model = CostModel({"passage": 1000, "doc": 20})
@@ -134,3 +135,8 @@ def test_a_collapsing_search_costs_its_deeper_rankings(unit):
     deep = SearchParams(unit, 100, collapse_duplicates="near")  # the near comparisons grow with the depth
     assert model.question(deep) - model.question(SearchParams(unit, 100, collapse_duplicates=True)) == \
         pytest.approx(100 * NEAR_HIT_COST)
+    # a calibrated search ranks at least FEATURE_DEPTH deep, and its near comparisons' budget is that page's
+    one = SearchParams(unit, 1, collapse_duplicates="near")
+    assert model.question(one) - model.question(SearchParams(unit, 1, collapse_duplicates=True)) == \
+        pytest.approx(FEATURE_DEPTH[unit] * NEAR_HIT_COST)
+    assert f"({FEATURE_DEPTH[unit] * NEAR_HIT_COST:.1f} of it" in model.explain(one) and '"exact"' in model.explain(one)
