@@ -47,8 +47,8 @@ test-slow: install
 	$(BIN)/pip install -q -e '.[base]'
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow
 
-# Every benchmark the docs cite, run end to end on a tiny model and index (a few minutes; the quicker ones are also
-# part of `make test`; the ones that train, start the service several times or take 10 s or more only here).
+# Every benchmark the docs cite, run end to end on a tiny model and index (a few minutes; `make test` checks that
+# every bench script imports).
 bench-smoke: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not gpu and not docker" tests/bench
 

@@ -4,9 +4,9 @@
 
 Each script is started as ``python bench/NAME.py`` (its own process, so imports that only work from bench/ and
 flags are checked too) with the smallest sizes its flags allow, and the JSON it writes must hold the figures the
-documentation quotes. Scripts that need a CUDA GPU run their CPU path where they have one, else ``--help``. The
-runs that train, start the service several times, or take ten seconds or more on two cores (reading, confidence,
-keyword queries, document formats) are marked ``slow``: ``make bench-smoke`` runs them all.
+documentation quotes. Scripts that need a CUDA GPU run their CPU path where they have one, else ``--help``. Each
+script's run is marked ``slow`` (eight to ten seconds each on two quiet cores, three minutes in all on an AVX2
+EPYC): ``make bench-smoke`` runs them all; the checks of the suite itself and of pieces of the scripts stay quick.
 ``test_every_cited_script_has_a_smoke_test`` fails when a document cites a script that is missing or untested, and
 ``test_every_bench_script_imports`` (quick, in ``make test``) when any script under bench/ no longer imports.
 """
@@ -153,6 +153,7 @@ def test_every_bench_script_imports():
 
 
 @smoke("bench/index_throughput.py")
+@pytest.mark.slow
 def test_index_throughput(tmp_path, tiny_model_dir, tiny_corpus):
     run_bench("bench/index_throughput.py", "--model", tiny_model_dir, "--corpus", tiny_corpus,
               "--limit-passages", 6, "--shard-passages", 4, "--out", tmp_path / "index.json")
@@ -161,6 +162,7 @@ def test_index_throughput(tmp_path, tiny_model_dir, tiny_corpus):
 
 
 @smoke("bench/model_cost.py")
+@pytest.mark.slow
 def test_model_cost(tmp_path, tiny_model_dir, tiny_corpus, tiny_squad):
     run_bench("bench/model_cost.py", "--models", f"{tiny_model_dir},{tiny_model_dir}", "--corpus", tiny_corpus,
               "--limit-passages", 6, "--questions", tiny_squad, "--split", "all", "--n-questions", 8,
@@ -175,6 +177,7 @@ def test_model_cost(tmp_path, tiny_model_dir, tiny_corpus, tiny_squad):
 
 
 @smoke("bench/search_throughput.py")
+@pytest.mark.slow
 def test_search_throughput(tmp_path, tiny_model_dir, tiny_index, tiny_squad):
     run_bench("bench/search_throughput.py", "--model", tiny_model_dir, "--index", tiny_index, "--questions", tiny_squad,
               "--split", "all", "--n-questions", 8, "--batch-size", 4, "--precision", "fp32", "--device", "cpu",
@@ -185,6 +188,7 @@ def test_search_throughput(tmp_path, tiny_model_dir, tiny_index, tiny_squad):
 
 
 @smoke("bench/live_search.py")
+@pytest.mark.slow
 def test_live_search(tmp_path, tiny_model_dir, squad_index, tiny_squad):
     run_bench("bench/live_search.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
               "--n-questions", 8, "--batch-size", 4, "--writes", 2, "--tombstones", 1, "--repeats", 1, "--compare",
@@ -247,6 +251,7 @@ def test_reading(tmp_path, squad_index, tiny_model_dir, tiny_reader, tiny_squad)
 
 
 @smoke("bench/search_snapshot.py")
+@pytest.mark.slow
 def test_search_snapshot(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     # compared with itself (one process start instead of two): every hit must match
     out = tmp_path / "snapshot.json"
@@ -258,6 +263,7 @@ def test_search_snapshot(tmp_path, squad_index, tiny_model_dir, tiny_squad):
 
 
 @smoke("bench/flat_scan.py")
+@pytest.mark.slow
 def test_flat_scan(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     out = tmp_path / "flat_scan.json"
     run_bench("bench/flat_scan.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
@@ -269,6 +275,7 @@ def test_flat_scan(tmp_path, squad_index, tiny_model_dir, tiny_squad):
 
 
 @smoke("bench/top_values.py")
+@pytest.mark.slow
 def test_top_values(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     out = tmp_path / "top_values.json"
     run_bench("bench/top_values.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
@@ -303,6 +310,7 @@ def test_snapshot_compare_tells_a_swap_of_tied_copies_from_a_change():
 
 
 @smoke("bench/hybrid.py")
+@pytest.mark.slow
 def test_hybrid_run(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/hybrid.py", "run", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
               "--limit", 16, "--speed-questions", 16, "--speed-batch", 8, "--out", tmp_path / "hybrid.json")
@@ -330,6 +338,7 @@ def test_keyword_queries(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     assert set(r["results"]["dense/keywords"]["vs_question"]) == {"phrase_em@1", "passage_acc@5"}
 
 
+@pytest.mark.slow
 def test_hybrid_fit(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/hybrid.py", "fit", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
               "--limit", 16, "--rerank-limit", 50, "--out", tmp_path / "fit.json")
@@ -375,6 +384,7 @@ def test_confidence(tmp_path, squad_index, tiny_model_dir, tiny_squad):
 
 
 @smoke("bench/paired_accuracy.py")
+@pytest.mark.slow
 def test_paired_accuracy(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     # the exact index against itself, and against itself asked with a question encoder named by INDEX@MODEL
     run_bench("bench/paired_accuracy.py", "--exact", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
@@ -389,6 +399,7 @@ def test_paired_accuracy(tmp_path, squad_index, tiny_model_dir, tiny_squad):
 
 
 @smoke("bench/paired_models.py")
+@pytest.mark.slow
 def test_paired_models(tmp_path, tiny_model_dir, filter_model_dir, tiny_squad):
     # a model against itself differs by nothing; another model's differences are its metrics minus the first's
     run_bench("bench/paired_models.py", "--questions", tiny_squad, "--models", tiny_model_dir, tiny_model_dir,
@@ -407,6 +418,7 @@ def test_paired_models(tmp_path, tiny_model_dir, filter_model_dir, tiny_squad):
 
 
 @smoke("bench/teacher_quality.py")
+@pytest.mark.slow
 def test_teacher_quality(tmp_path, tiny_model_dir, tiny_reader, tiny_squad):
     # a teacher pooled with itself reads as it does alone (the mean of equal log-probabilities picks its spans)
     run_bench("bench/teacher_quality.py", "--questions", tiny_squad, "--teachers", tiny_reader, tiny_reader,
@@ -468,6 +480,7 @@ def test_paired_differences_by_hand(monkeypatch):
 
 
 @smoke("bench/gpu_search.py")
+@pytest.mark.slow
 def test_gpu_search_on_cpu_parts(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/gpu_search.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
               "--limit", 16, "--batch", 8, "--device", "cpu", "--filter-docs", 2, "--out", tmp_path / "gpu.json")
@@ -477,6 +490,7 @@ def test_gpu_search_on_cpu_parts(tmp_path, squad_index, tiny_model_dir, tiny_squ
 
 
 @smoke("bench/compressed_index.py")
+@pytest.mark.slow
 def test_compressed_index(tmp_path, tiny_model_dir, squad_corpus, tiny_squad):
     run_bench("bench/compressed_index.py", "--model", tiny_model_dir, "--corpus", squad_corpus, "--questions",
               tiny_squad, "--limit-passages", 10, "--limit-questions", 12, "--factories", "IVF4,SQ8;Flat@sq8",
@@ -491,6 +505,7 @@ def test_compressed_index(tmp_path, tiny_model_dir, squad_corpus, tiny_squad):
 
 
 @smoke("bench/baselines.py")
+@pytest.mark.slow
 def test_baselines(tmp_path, tiny_model_dir, tiny_backbone, tiny_squad):
     run_bench("bench/baselines.py", "--questions", tiny_squad, "--model", tiny_model_dir, "--backbone", tiny_backbone,
               "--limit", 12, "--out", tmp_path / "baselines.json")
@@ -511,6 +526,7 @@ def test_question_modes(tmp_path, tiny_model_dir, separate_model_dir, tiny_squad
 
 
 @smoke("bench/scale_run.py")
+@pytest.mark.slow
 def test_scale_run(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     from spanseek.core.phrase_index import Manifest
 
@@ -802,6 +818,7 @@ def test_teacher_cache_fills_and_round_trips_in_pieces(tmp_path, tiny_model_dir,
 
 
 @smoke("bench/training_step.py")
+@pytest.mark.slow
 def test_training_step(tmp_path, tiny_model_dir, tiny_reader):
     run_bench("bench/training_step.py", "--phrase-model", tiny_model_dir, "--reader", tiny_reader, "--windows", 2,
               "--questions", 3, "--reader-windows", 2, "--seq-len", 16, "--steps", 1, "--out", tmp_path / "step.json")
@@ -812,6 +829,7 @@ def test_training_step(tmp_path, tiny_model_dir, tiny_reader):
 
 
 @smoke("bench/filtered_hybrid.py")
+@pytest.mark.slow
 def test_filtered_hybrid(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     run_bench("bench/filtered_hybrid.py", "--index", squad_index, "--model", tiny_model_dir, "--questions", tiny_squad,
               "--n", 6, "--repeat", 1, "--passage-depth", 20, "--out", tmp_path / "filtered.json")
