@@ -134,10 +134,31 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+LIVE_DIR_ENV = "SPANSEEK_LIVE_DIR"  # the live directory `spanseek serve --writes` reads (service.settings: live_dir)
+
+
+def _live_dir(flag: str | None) -> tuple[str | None, bool]:
+    """The live directory a server with writes in this environment keeps, as `spanseek serve` reads it: ``--live-dir``,
+    else ``SPANSEEK_LIVE_DIR`` (blank: unset, as the server takes it), else None (the index path + ``.live``); and
+    whether it came from the environment."""
+    env = os.environ.get(LIVE_DIR_ENV, "")
+    if flag is not None or not env.strip():
+        return flag, False
+    return env, True
+
+
 def _snapshot(args: argparse.Namespace) -> int:
+    from spanseek.indexer.live import LiveStoreError
     from spanseek.indexer.snapshot import snapshot_index
 
-    print(json.dumps(snapshot_index(_index_dir(args.index), args.out, args.live_dir), indent=2))
+    live_dir, from_env = _live_dir(args.live_dir)
+    try:
+        done = snapshot_index(_index_dir(args.index), args.out, live_dir)
+    except LiveStoreError as e:  # (a live directory made over another index): where its path came from
+        if from_env and str(live_dir) in str(e):
+            raise LiveStoreError(f"{LIVE_DIR_ENV}={live_dir}: {e}") from None
+        raise
+    print(json.dumps(done, indent=2))
     return 0
 
 
@@ -461,7 +482,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="directory to create: the copy of the index (its live directory's "
                    "copy goes beside it, OUT.live)")
     p.add_argument("--live-dir", default=None, help="the live directory of a server with writes over the index "
-                   "(default: the index path + '.live', copied where it exists)")
+                   f"(default: {LIVE_DIR_ENV}, as `spanseek serve` reads it, else the index path + '.live'; copied "
+                   "where it holds a server's state.json)")
     p.set_defaults(func=_snapshot)
 
     p = index.add_parser("add-lexical", help="add (or rebuild) the BM25 part of a built index; nothing is re-encoded")

@@ -41,16 +41,16 @@ ATTEMPTS = 5  # copies of the live directory tried while merges keep changing it
 def snapshot_index(index: str | Path, out: str | Path, live_dir: str | Path | None = None) -> dict[str, Any]:
     """Copy ``index`` to ``out`` and its live directory (``live_dir``, by default the index path + ``.live``; none is
     copied where it holds no ``state.json``) to ``out`` + ``.live`` (module docstring); returns what was copied.
-    BuildError when ``out`` (or its ``.live``) exists or merges kept changing the live directory, LiveStoreError
-    when an index command is changing ``index``."""
+    BuildError when ``out`` (or its ``.live``) exists, ``out`` is or lies inside the index or the live directory
+    (``refuse_inside``), or merges kept changing the live directory; LiveStoreError when an index command is
+    changing ``index``."""
     index, out = Path(index), Path(out)
     live = Path(live_dir) if live_dir is not None else default_live_dir(index)
     live_out = default_live_dir(out)
     for path in (out, live_out):
         if path.exists() or path.is_symlink():
             raise BuildError(f"--out {out}: {path} exists; choose a new --out (a snapshot never overwrites one)")
-    if index.resolve() in out.resolve().parents:
-        raise BuildError(f"--out {out} lies inside the index {index}; write the snapshot somewhere else")
+    refuse_inside(out, index, live)
     t0 = time.perf_counter()
     tmp, live_tmp = out.with_name(out.name + TMP), live_out.with_name(live_out.name + TMP)
     with contextlib.ExitStack() as cleanup:
@@ -67,6 +67,17 @@ def snapshot_index(index: str | Path, out: str | Path, live_dir: str | Path | No
             "base": state.get("base") if state is not None else None,
             "logs": len(state["wals"]) if state is not None else 0,
             "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def refuse_inside(out: Path, index: Path, live: Path) -> None:
+    """BuildError naming both paths when ``out`` is, or lies inside, the index or its live directory (symlinks
+    followed): the copy would land among the files it copies (in a live directory, where a merge removes what its
+    state no longer names, or at the path a server with writes over the index takes for its live directory)."""
+    target = out.resolve()
+    for what, path in (("the index", index), ("the live directory", live)):
+        if target == path.resolve() or path.resolve() in target.parents:
+            where = "is" if target == path.resolve() else "lies inside"
+            raise BuildError(f"--out {out} {where} {what} {path}; write the snapshot somewhere else")
 
 
 def copy_index(index: Path, dest: Path) -> None:

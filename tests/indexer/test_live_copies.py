@@ -193,3 +193,56 @@ def test_an_index_on_a_file_system_without_file_locks_is_served_with_a_warning(t
     with caplog.at_level("WARNING"), hold_index(index):
         pass
     assert "No locks available" in caplog.text and "not kept out" in caplog.text
+
+
+def test_a_snapshot_into_the_index_or_its_live_directory_is_refused_naming_both(served, tmp_path):
+    """The copy would land among the files it copies: in the live directory (where a merge removes what the state no
+    longer names), at the path a server with writes over the index takes for its live directory, or in the index."""
+    from spanseek.indexer.build import BuildError
+    from spanseek.indexer.snapshot import snapshot_index
+
+    index, store, _ = served
+    live = index.with_name("index.live")
+    (tmp_path / "link").symlink_to(live)
+    for out, where in ((live / "backup", f"lies inside the live directory {live}"),
+                       (live / "bases" / "new" / "copy", f"lies inside the live directory {live}"),
+                       (tmp_path / "link" / "copy", f"lies inside the live directory {live}"),
+                       (index / "copy", f"lies inside the index {index}")):
+        with pytest.raises(BuildError, match=rf"^--out {out} {where}; write the snapshot somewhere else$"):
+            snapshot_index(index, out)
+    elsewhere = tmp_path / "writes"  # a live directory given elsewhere: the default one's path is free
+    with pytest.raises(BuildError, match=rf"^--out {live} is the live directory {elsewhere}|^--out {live}: .* exists"):
+        snapshot_index(index, live, elsewhere)
+    with pytest.raises(BuildError, match=rf"^--out {elsewhere} is the live directory {elsewhere}; write"):
+        snapshot_index(index, elsewhere, elsewhere)
+    assert sorted(p.name for p in live.iterdir()) == sorted(["bases", "wal", "state.json", "writer.lock", "merged",
+                                                              "verified.json"])  # nothing left in it
+
+
+def test_a_snapshot_reads_the_live_directory_the_server_reads_from_the_environment(served, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """`spanseek serve --writes` takes SPANSEEK_LIVE_DIR for its live directory: the snapshot in the same environment
+    copies that one (--live-dir over it, as the server takes the flag over it)."""
+    from spanseek.cli import main
+    from spanseek.indexer.snapshot import snapshot_index
+
+    first = snapshot_index(served[0], tmp_path / "first")
+    Path(first["live_dir"]).rename(tmp_path / "writes")  # a live directory kept elsewhere, named by the environment
+    monkeypatch.setenv("SPANSEEK_LIVE_DIR", str(tmp_path / "writes"))
+    assert main(["index", "snapshot", "--index", str(tmp_path / "first"), "--out", str(tmp_path / "second")]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["live_dir"] == str(tmp_path / "second.live") and done["logs"] == 1
+    assert (tmp_path / "second.live" / "state.json").read_bytes() == (tmp_path / "writes" / "state.json").read_bytes()
+    assert main(["index", "snapshot", "--index", str(tmp_path / "first"), "--out", str(tmp_path / "third"),
+                 "--live-dir", str(tmp_path / "none")]) == 0  # the flag wins: nothing there, the index alone
+    assert json.loads(capsys.readouterr().out)["live_dir"] is None
+    monkeypatch.setenv("SPANSEEK_LIVE_DIR", " ")  # blank: unset, as the server takes it (the index path + .live)
+    assert main(["index", "snapshot", "--index", str(tmp_path / "first"), "--out", str(tmp_path / "fourth")]) == 0
+    assert json.loads(capsys.readouterr().out)["live_dir"] is None
+    manifest = tmp_path / "first" / "manifest.json"  # another index (its manifest changed): the live directory
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=1))  # the environment names is not its
+    monkeypatch.setenv("SPANSEEK_LIVE_DIR", str(tmp_path / "writes"))
+    assert main(["index", "snapshot", "--index", str(tmp_path / "first"), "--out", str(tmp_path / "fifth")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"spanseek index snapshot: error: SPANSEEK_LIVE_DIR={tmp_path / 'writes'}: ")
+    assert len(err.splitlines()) == 1 and "made over another index" in err
