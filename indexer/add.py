@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -77,6 +76,7 @@ from spanseek.indexer.fine_store_build import encode_fine_rows
 from spanseek.indexer.ingest import corpus_problem
 from spanseek.indexer.interrupt import Committed, stopped_cleanly
 from spanseek.indexer.lexical import write_lexical
+from spanseek.indexer.out_dir import lock_refusal
 from spanseek.indexer.recall import measure_recall
 
 log = logging.getLogger(__name__)
@@ -150,13 +150,7 @@ def locked_index(index_dir: Path, command: str) -> Iterator[phrase_index.Manifes
     phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
     with integrity.writer_lock(index_dir) as locked:
         if not locked:
-            if not os.access(index_dir, os.W_OK):
-                raise BuildError(f"{index_dir} is read-only; `spanseek index {command}` changed nothing")
-            pid = integrity.lock_holder(index_dir)
-            raise BuildError(f"{index_dir}: another process{f' (process {pid})' if pid is not None else ''} holds its "
-                             f"lock ({index_dir / integrity.LOCK}): another `spanseek index` command changing it, or "
-                             "a server with writes over it (`spanseek serve --writes`: send it the change as a write "
-                             f"instead); `spanseek index {command}` changed nothing")
+            raise lock_refusal(index_dir, command)
         if phrase_index.recover_locked(index_dir) == "rolled forward":
             log.info("finished an interrupted change of %s", index_dir)
         old = phrase_index.check_index(index_dir, contents=False, recovered=True)

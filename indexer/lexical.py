@@ -19,6 +19,7 @@ import numpy as np
 
 from spanseek.core import integrity, phrase_index
 from spanseek.core.lexical import ANALYZER, DEFAULT_FUSION, LexicalIndex, missing_message, passage_text
+from spanseek.indexer.out_dir import lock_refusal
 
 
 def lexical_texts(passages_path: Path, docs_path: Path) -> list[str]:
@@ -46,7 +47,8 @@ def add_lexical(index_dir: str | Path) -> phrase_index.Manifest:
     phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
     with integrity.writer_lock(index_dir) as locked:
         if not locked:
-            raise phrase_index.IndexFormatError(f"{index_dir} is being changed by another process (or is read-only)")
+            raise lock_refusal(index_dir, "add-lexical", instead="the index stays as its writes were made over while "
+                               "it serves them")
         phrase_index.recover_locked(index_dir)
         old = phrase_index.check_index(index_dir, recovered=True)
         fusion = (old.lexical or {}).get("fusion")  # keep weights fitted for this index

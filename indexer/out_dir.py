@@ -52,6 +52,19 @@ def build_lock(out: Path) -> Iterator[None]:
                 out.rmdir()
 
 
+def lock_refusal(index_dir: Path, command: str, instead: str = "send it the change as a write instead") -> BuildError:
+    """Why `spanseek index COMMAND` changed nothing: ``index_dir`` is read-only, or another process holds its writer
+    lock, named where the kernel's table of locks tells it (an index command, or a server with writes over the index,
+    which holds it shared for its life: ``instead``, what to do about that server)."""
+    if not os.access(index_dir, os.W_OK):
+        return BuildError(f"{index_dir} is read-only; `spanseek index {command}` changed nothing")
+    pid = integrity.lock_holder(index_dir)
+    return BuildError(f"{index_dir}: another process{f' (process {pid})' if pid is not None else ''} holds its lock "
+                      f"({index_dir / integrity.LOCK}): another `spanseek index` command changing it, or a server with "
+                      f"writes over it (`spanseek serve --writes`: {instead}); `spanseek index {command}` changed "
+                      "nothing")
+
+
 def check_out_dir(out: Path, corpus: Path) -> None:
     """Refuse an ``out`` the build would damage: a finished index, a file, a directory holding the corpus, or one
     that holds other files and no unfinished build (the build writes its stores there and removes ``*.tmp``).

@@ -52,11 +52,13 @@ def reopen(index: Path, tiny_searcher, encoder) -> tuple:  # noqa: F811
 
 def test_an_index_command_is_refused_while_a_server_writes_over_the_index(served):
     from spanseek.indexer.build import BuildError
+    from spanseek.indexer.lexical import add_lexical
     from spanseek.indexer.lifecycle import compact_index, delete_documents
 
     index, _, _ = served
     manifest = (index / "manifest.json").read_bytes()
-    for command, run in (("delete", lambda: delete_documents(index, ["d0"])), ("compact", lambda: compact_index(index))):
+    for command, run in (("delete", lambda: delete_documents(index, ["d0"])), ("compact", lambda: compact_index(index)),
+                         ("add-lexical", lambda: add_lexical(index))):  # (it named no holder)
         with pytest.raises(BuildError, match=rf"{index}: another process \(process {os.getpid()}\) holds its lock "
                                              rf".*a server with writes over it .*`spanseek index {command}` changed "
                                              "nothing"):
