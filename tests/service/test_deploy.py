@@ -331,28 +331,51 @@ def test_images_copy_every_package_folder_the_install_needs(name):
     assert folders <= copied and folders <= allowed
 
 
-def test_the_ready_panel_shows_a_replica_down_or_not_ready(tmp_path):
-    """The dashboard's Ready stat, evaluated by promtool on series a stack produces: 1 only when every replica is
-    ready and scraped. A replica Prometheus cannot scrape leaves no spanseek_ready; min(spanseek_ready) stayed 1
-    beside it (and showed no data with the only replica down)."""
+def test_the_ready_panel_shows_each_replica_down_not_ready_or_standing_by(tmp_path):
+    """The dashboard's Ready stat, evaluated by promtool on series a stack produces, one value a replica: 1 ready, 0 not
+    ready or not scraped (a replica Prometheus cannot scrape leaves no spanseek_ready: min(spanseek_ready) stayed 1
+    beside it), 2 a standby writer checking the lock while a ready writer of its job takes writes (it showed 0, as a
+    failed replica; SpanseekNotReady leaves it out on the same terms), 0 a standby with no such writer or that
+    stopped checking."""
     promtool = needs("promtool")
     panel = next(p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"].startswith("Ready"))
     expr = panel["targets"][0]["expr"]
-    cases = [  # (spanseek_ready of a and b, or None: not scraped; up of a and b; the panel's value)
-        ((1, 1), (1, 1), 1), ((1, 0), (1, 1), 0), ((1, None), (1, 0), 0), ((None,), (0,), 0)]
+    # each replica: (instance, job, spanseek_ready or None: not scraped, up, spanseek_writer, standby checks: "now"
+    # every minute, "stale" (the last 3 minutes ago) or None); then the panel's value for each
+    cases = [
+        ([("a", "spanseek", 1, 1, 0, None), ("b", "spanseek", 1, 1, 0, None)], {"a": 1, "b": 1}),
+        ([("a", "spanseek", 1, 1, 0, None), ("b", "spanseek", 0, 1, 0, None)], {"a": 1, "b": 0}),
+        ([("a", "spanseek", 1, 1, 0, None), ("b", "spanseek", None, 0, 0, None)], {"a": 1, "b": 0}),
+        ([("a", "spanseek", None, 0, 0, None)], {"a": 0}),
+        ([("w", "spanseek", 1, 1, 1, None), ("s", "spanseek", 0, 1, 0, "now")], {"w": 1, "s": 2}),
+        ([("w", "other", 1, 1, 1, None), ("s", "spanseek", 0, 1, 0, "now")], {"w": 1, "s": 0}),
+        ([("w", "spanseek", 1, 1, 1, None), ("s", "spanseek", 0, 1, 0, "stale")], {"w": 1, "s": 0}),
+        ([("w", "spanseek", 0, 1, 1, None), ("s", "spanseek", 0, 1, 0, "now")], {"w": 0, "s": 0}),
+    ]
+    checks = {"now": "0+60x5", "stale": "0x5"}  # (evaluated at 3m: the last check 0 s or 180 s before)
     tests = []
-    for ready, up, want in cases:
-        series = [{"series": f'spanseek_ready{{instance="{i}", job="spanseek"}}', "values": f"{r}x5"}
-                  for i, r in zip("ab", ready, strict=False) if r is not None]
-        series += [{"series": f'up{{instance="{i}", job="spanseek"}}', "values": f"{u}x5"} for i, u in zip("ab", up, strict=False)]
+    for replicas, want in cases:
+        series = []
+        for instance, job, ready, up, writer, checked in replicas:
+            labels = f'{{instance="{instance}", job="{job}"}}'
+            series += [{"series": f"up{labels}", "values": f"{up}x5"},
+                       {"series": f"spanseek_writer{labels}", "values": f"{writer}x5"}]
+            series += [{"series": f"spanseek_ready{labels}", "values": f"{ready}x5"}] if ready is not None else []
+            series += ([{"series": f"spanseek_standby_checked_timestamp_seconds{labels}", "values": checks[checked]}]
+                       if checked is not None else [])
+        jobs = {instance: job for instance, job, *_ in replicas}
         tests.append({"interval": "1m", "input_series": series, "promql_expr_test": [
-            {"expr": expr, "eval_time": "3m", "exp_samples": [{"labels": "{}", "value": want}]}]})
+            {"expr": expr, "eval_time": "3m", "exp_samples": [
+                {"labels": f'{{instance="{i}", job="{jobs[i]}"}}', "value": v} for i, v in want.items()]}]})
     (tmp_path / "empty.yml").write_text("groups: []\n")
     (tmp_path / "test.yml").write_text(yaml.safe_dump({"rule_files": ["empty.yml"], "tests": tests}))
     out = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert panel["fieldConfig"]["defaults"]["noValue"] == "no target"
+    defaults = panel["fieldConfig"]["defaults"]
+    assert defaults["noValue"] == "no target" and panel["targets"][0]["legendFormat"] == "{{instance}}"
+    shown = {int(v): o["text"] for v, o in defaults["mappings"][0]["options"].items()}
+    assert shown == {0: "not ready", 1: "ready", 2: "standby"}
 
 
 ENV_LINE = re.compile(r"^(#\s*)?(SPANSEEK_\w+)=(.*)$")
