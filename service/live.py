@@ -35,6 +35,7 @@ from spanseek.core.integrity import LockUnsupported
 from spanseek.core.io import NO_SPACE, Document
 from spanseek.core.lexical import ANALYZER
 from spanseek.core.params import SearchFilter
+from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
 from spanseek.core.segment import LiveIndex, searcher_over
 from spanseek.core.stopping import Stopped
@@ -239,6 +240,9 @@ class LiveWrites:
                                              initargs=(settings.write_nice, "write steps"))
                           if settings.write_nice > 0 else None)
         self.current: Searcher = base
+        self.published_base: PhraseIndex = base.index  # the base of the snapshot served last
+        self.unfollowed_base: PhraseIndex | None = None  # a merged base whose searcher could not be made (_follow_base)
+        self.base_problem: str | None = None  # and why
         self._serve: Any = None  # the service's hand-over to the batcher, once it has one (attach)
         self._run_step: Callable[..., Awaitable[Any]] | None = None  # the batcher's run_write_step (attach)
         self._serving = threading.Lock()
@@ -282,13 +286,9 @@ class LiveWrites:
         """Serve ``snapshot`` (the store calls it before it shows the snapshot's counts); over a merged base, the
         base's searcher follows it and the service describes it (``on_merged``) before those counts show the merge:
         /info never counts a merge while it describes the base before it."""
-        merged = snapshot.base is not self.base.index
-        if merged:
-            try:  # the searcher snapshots are made over (its settings only) follows the new base: holding the first
-                # kept its index in memory, and its deleted files on disk, for the life of the process
-                self.base = searcher_over(self.base, snapshot.base)
-            except Exception:
-                log.exception("the merged base's searcher could not be made; the first base stays held")
+        merged = snapshot.base is not self.published_base  # a base not served before: a merge's
+        if snapshot.base is not self.base.index and snapshot.base is not self.unfollowed_base:
+            self._follow_base(snapshot.base)
         searcher = searcher_over(self.base, snapshot)
         if self.current.ranking.found_copies:  # searches collapse copies (or the warm-up did): the snapshot's are
             searcher.ranking.copies()  # found here, in the write's thread, not by its first collapsing search
@@ -301,8 +301,25 @@ class LiveWrites:
                     self.on_merged(searcher)
                 except Exception:
                     log.exception("describing the merged index failed; /info keeps the last description")
+            self.published_base = snapshot.base
         if searcher.dense is not self.base.dense:  # another searcher serves: the base's scan copy is unused
             self.base.dense.drop_transposed()
+
+    def _follow_base(self, base: PhraseIndex) -> None:
+        """Make the searcher snapshots are made over (its settings only) follow the merged ``base``: holding the one
+        before kept its index in memory, and its deleted files on disk, for the life of the process. Tried once a
+        base: one that fails (memory) is said in /info (``base_searcher_error``), the log and
+        ``spanseek_merged_base_searcher_failed`` until a merge gives another base (each write made it again, and
+        failed again); searches go on meanwhile, over ``base`` with the settings of the searcher before."""
+        try:
+            self.base = searcher_over(self.base, base)
+            self.base_problem = self.unfollowed_base = None
+        except Exception as e:
+            self.base_problem, self.unfollowed_base = f"{type(e).__name__}: {e}", base
+            log.exception("the merged base's searcher could not be made; searches go on over it with the searcher of "
+                          "the base before, which stays in memory until a merge gives another base (not tried again "
+                          "until then)")
+        self.metrics.base_searcher_failed.set(self.base_problem is not None)
 
     def gauges(self) -> None:
         self.metrics.wal_bytes.set(self.store.wal_bytes)
@@ -415,7 +432,7 @@ class LiveWrites:
         self.metrics.merge_duration.labels(outcome=outcome).observe(time.perf_counter() - t0)
 
     def describe(self) -> dict[str, Any]:
-        return self.store.describe()
+        return {**self.store.describe(), "base_searcher_error": self.base_problem}
 
     def stop_merge(self, wait_s: float = MERGE_STOP_S) -> bool:
         """Stop a merge under way and wait up to ``wait_s`` for it to end (``LiveStore.stop_merges``: its partial

@@ -141,6 +141,10 @@ class ServiceMetrics:
                                          registry=r)
         self.write_step_duration = Histogram("spanseek_write_step_duration_seconds", "seconds a write's encoding "
                                              "step ran in the encoder's thread", buckets=LATENCY_BUCKETS, registry=r)
+        self.base_searcher_failed = Gauge("spanseek_merged_base_searcher_failed", "1 while the searcher of the base "
+                                          "the last merge made could not be made (GET /info: writes."
+                                          "base_searcher_error): searches go on over it with the searcher of the base "
+                                          "before, held in memory until the next merge", registry=r)
         self.merges = Counter("spanseek_merges_total", "background merges of the live segment by outcome (ok, "
                               "failed)", ["outcome"], registry=r)
         self.merge_duration = Histogram("spanseek_merge_duration_seconds", "seconds a background merge of the live "

@@ -774,3 +774,51 @@ def test_a_write_the_disk_has_no_room_for_is_a_507_naming_the_file_and_searches_
         assert client.put("/documents", headers=KEY, json={**DOC, "id": "new-3"}).status_code == 200
     with serving(create_app(settings)) as client:
         assert found(client, "new-1") and found(client, "new-3") and not found(client, "new-2")
+
+
+def merged(client, merges: int) -> dict:
+    """POST /admin/compact, then wait (up to 120 s) until /info counts ``merges`` merges; the writes' description."""
+    assert client.post("/admin/compact", headers=KEY).status_code == 202
+    deadline = time.monotonic() + 120
+    while (writes := client.get("/info", headers=KEY).json()["service"]["writes"])["merges"] < merges:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return writes
+
+
+def test_a_merged_base_whose_searcher_cannot_be_made_is_tried_once_and_said_until_the_next_merge(write_settings,
+                                                                                                 monkeypatch, caplog):
+    """The searcher of a merged base failed to be made: every later write made it again (its dense leg, selections,
+    unit maps over the whole base) and described the base again, logging the traceback each time. It is tried once a
+    base; searches go on (the snapshot over the merged base, with the first base's searcher's settings), /info and
+    spanseek_merged_base_searcher_failed say why, until a merge gives another base."""
+    from spanseek.core.segment import LiveIndex
+    from spanseek.service import live as service_live
+
+    tries, failing = [], [True]
+
+    def base_searcher(searcher, index):
+        if not isinstance(index, LiveIndex):
+            tries.append(index)
+            if failing[0]:
+                raise MemoryError("cannot allocate 96 MB")
+        return searcher_over(searcher, index)
+
+    searcher_over = service_live.searcher_over
+    monkeypatch.setattr(service_live, "searcher_over", base_searcher)
+    with caplog.at_level("ERROR", logger="spanseek.service"), serving(create_app(write_settings())) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        merged(client, 1)
+        for n in range(3):
+            doc = {**DOC, "id": f"after-{n}"}
+            assert client.put("/documents", headers=KEY, json={"documents": [doc]}).status_code == 200
+            assert found(client, f"after-{n}") and found(client, "new-1")  # served, over the merged base
+        writes = client.get("/info", headers=KEY).json()["service"]["writes"]
+        assert len(tries) == 1 and writes["base_searcher_error"] == "MemoryError: cannot allocate 96 MB"
+        assert "spanseek_merged_base_searcher_failed 1.0" in client.get("/metrics").text
+        assert caplog.text.count("the merged base's searcher could not be made") == 1
+        failing[0] = False  # the next merge's base gets a searcher of its own
+        writes = merged(client, 2)
+        assert len(tries) == 2 and tries[1] is not tries[0] and writes["base_searcher_error"] is None
+        assert "spanseek_merged_base_searcher_failed 0.0" in client.get("/metrics").text
+        assert all(found(client, f"after-{n}") for n in range(3))
