@@ -269,7 +269,9 @@ def remove_replaced(out: Path) -> None:
     """Remove the old copies of ``out`` that ``replace_dir`` moved aside and a stopped removal (Ctrl-C, a kill)
     left, once ``out`` is in place: never while it is missing, when one of them may be the only copy (a kill between
     the two renames). One that cannot be removed (its permissions) is left with a warning: the save that found it
-    goes on."""
+    goes on. The earlier name of those copies, ``.OUT.XXXXXXXX.old``, is never removed: nothing proves such a one
+    ours (a user's hidden backup ``.OUT.20261201.old`` has that name, and a copy of ``out``'s files too), and
+    removing a backup loses data where a leftover costs only space (docs/indexing.md tells users how to find them)."""
     if not out.is_dir():
         return
     moved_aside = re.compile(rf"\.{re.escape(out.name)}\.{REPLACED}[a-z0-9_]{{8}}\.old")  # tempfile.mkdtemp's names
