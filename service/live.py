@@ -309,8 +309,9 @@ class LiveWrites:
         """Make the searcher snapshots are made over (its settings only) follow the merged ``base``: holding the one
         before kept its index in memory, and its deleted files on disk, for the life of the process. Tried once a
         base: one that fails (memory) is said in /info (``base_searcher_error``), the log and
-        ``spanseek_merged_base_searcher_failed`` until a merge gives another base (each write made it again, and
-        failed again); searches go on meanwhile, over ``base`` with the settings of the searcher before."""
+        ``spanseek_merged_base_searcher_failed`` until a merge gives another base (made again at each write, it
+        would fail again at each, with a traceback); searches go on meanwhile, over ``base`` with the settings of the
+        searcher before."""
         try:
             self.base = searcher_over(self.base, base)
             self.base_problem = self.unfollowed_base = None
