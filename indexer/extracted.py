@@ -1,7 +1,7 @@
 """A file's text as a reader extracts it, and what every reader shares: ``Extracted`` (title, paragraphs, their
 metadata), ``Sections`` (paragraphs under their heading path), a table row's text (``row_text``, ``table_rows``,
-``stacked_names``), the errors (``IngestError``, ``Unreadable``, ``error_text``) and the limits on what a file's
-compressed parts may expand to (``zip_bomb``). The readers: ``indexer.documents`` (PDF), ``indexer.word``,
+``stacked_names``, ``header_depth``, ``header_names``), the errors (``IngestError``, ``Unreadable``, ``error_text``)
+and the limits on what a file's compressed parts may expand to (``zip_bomb``). The readers: ``indexer.documents`` (PDF), ``indexer.word``,
 ``indexer.slides`` and ``indexer.markup``, called by ``indexer.ingest``.
 
     spanseek corpus from-files report.pdf DOCS/ --out corpus.jsonl
@@ -69,6 +69,29 @@ def stacked_names(rows: Sequence[Sequence[str]]) -> list[str]:
             if text:
                 names[column][text] = None
     return [" / ".join(column) for column in names]
+
+
+def header_depth(spans: Sequence[int], rows: int) -> int:
+    """How many rows of a table of ``rows`` rows, whose first row is its header, are its header: the first and the rows
+    its cells merged over rows span (``spans``: each cell's rows), so a header of two levels ("Port" over two rows
+    beside "Tide" over "high" and "low") is one, as an HTML ``rowspan`` makes it; at most ``HEADER_LEVELS`` rows, and
+    one row less than the table (the rows it names)."""
+    return max(1, min(max(spans, default=1), HEADER_LEVELS, rows - 1))
+
+
+def header_names(rows: Sequence[Sequence[tuple[int, int, str]]], width: int) -> list[str]:
+    """The column names of a table's header rows (Word's, PowerPoint's), ``width`` columns: each row is its cells,
+    (the grid column a cell starts in, the one after the last it spans, its text), a cell merged over columns once.
+    Such a cell names each column it spans where its row has other names (a group's name over its columns, as an
+    HTML ``colspan``: "Tide / high", "Tide / low"), only its first where it is its row's one name (the table's title
+    over it); the rows' names are stacked (``stacked_names``)."""
+    grid = [[""] * width for _ in rows]
+    for line, cells in zip(grid, rows, strict=True):
+        several = sum(bool(text) for _, _, text in cells) > 1
+        for start, end, text in cells:
+            for column in range(start, min(end, width) if several else start + 1):
+                line[column] = text
+    return stacked_names(grid) or [""] * width
 
 
 def table_rows(rows: Sequence[Sequence[str]], header: bool) -> list[str]:

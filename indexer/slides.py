@@ -20,7 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from spanseek.indexer.drawings import drawing_ids, related_texts
-from spanseek.indexer.extracted import Extracted, IngestError, Unreadable, error_text, table_rows, zip_bomb
+from spanseek.indexer.extracted import (
+    Extracted,
+    IngestError,
+    Unreadable,
+    error_text,
+    header_depth,
+    header_names,
+    row_text,
+    table_rows,
+    zip_bomb,
+)
 
 _OLE = b"\xd0\xcf\x11\xe0"  # an encrypted .pptx, or an old binary .ppt, is an OLE (Compound File) file
 
@@ -42,20 +52,34 @@ def _shapes(shapes: Any) -> Iterator[Any]:
 
 
 def _table_rows(table: Any) -> list[str]:
-    """A table's rows, the cells named by the first row's (a slide table's first row is its header row, as
-    PowerPoint styles it by default); a table of one row reads its cells. A cell merged over rows reads in each of
-    them (each row whole as a passage, as Word's, HTML's and Markdown's), one merged over columns once in its row."""
-    grid: list[list[str]] = []
-    for r, row in enumerate(table.rows):
-        grid.append([])
-        for c, cell in enumerate(row.cells):
-            if cell._tc.hMerge:  # a column a cell to its left spans
-                grid[r].append("")
-            elif cell._tc.vMerge and r > 0:  # a row a cell above spans: its text again
-                grid[r].append(grid[r - 1][c] if c < len(grid[r - 1]) else "")
-            else:
-                grid[r].append(_line(cell.text))
-    return table_rows(grid, table.first_row)
+    """A table's rows, the cells named by its header (a slide table's first row, as PowerPoint styles it by default,
+    and the rows its cells merged over rows span: a header of two levels, ``header_depth``, whose names stack:
+    "Tide / high"); a table of one row reads its cells. A cell merged over rows reads in each of them (each row
+    whole as a passage, as Word's, HTML's and Markdown's), one merged over columns once in its row (a header cell so
+    merged names each column, ``header_names``)."""
+    rows = [list(row.cells) for row in table.rows]
+    # each cell's (grid column it starts in, the one after its last, text), a cell merged over columns once; one
+    # merged over rows again in each row below (where it starts: its other columns are its own row's span)
+    cells: list[list[tuple[int, int, str]]] = [[] for _ in rows]
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(row):
+            if cell.is_merge_origin:
+                text = _line(cell.text)
+                for below in range(r, min(r + cell.span_height, len(rows))):
+                    cells[below].append((c, c + cell.span_width, text))
+            elif not cell.is_spanned:
+                cells[r].append((c, c + 1, _line(cell.text)))
+    grid = [[""] * len(row) for row in rows]
+    for line, row_cells in zip(grid, cells, strict=True):
+        for start, _, text in row_cells:
+            if start < len(line):
+                line[start] = text
+    spans = [cell.span_height if cell.is_merge_origin else 1 for cell in rows[0]] if rows else []
+    heads = header_depth(spans, len(rows)) if table.first_row and len(rows) > 1 else 0
+    if heads < 2:
+        return table_rows(grid, table.first_row)
+    names = header_names([sorted(row_cells) for row_cells in cells[:heads]], max(map(len, rows)))
+    return [text for line in grid[heads:] if (text := row_text(line, names))]
 
 
 def _paragraph_texts(frame: Any) -> list[str]:

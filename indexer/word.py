@@ -29,8 +29,9 @@ from spanseek.indexer.extracted import (
     Sections,
     Unreadable,
     error_text,
+    header_depth,
+    header_names,
     row_text,
-    stacked_names,
     zip_bomb,
 )
 
@@ -356,24 +357,19 @@ class _WordText:
         return " ".join(filter(None, (_labelled(*self.line(p, extras)) for p in _cell_paragraphs(tc))))
 
     def table(self, tbl: Any) -> None:
-        """A table's rows, each one paragraph whose cells are named by the header rows (``header_rows``; several:
-        ``stacked_names``). A cell merged over columns is read once (a header cell so merged names each of them, as
+        """A table's rows, each one paragraph whose cells are named by the header rows (``header_rows``, and the rows
+        a first row's cells merged over rows span: ``header_depth``; several: ``header_names``). A cell merged over columns is read once (a header cell so merged names each of them, as
         an HTML colspan does, where its row has other names), one merged over rows in each of its rows."""
         from docx.table import Table
 
 
         rows = Table(tbl, self.document.part).rows
         heads = self.header_rows(tbl, rows)
+        if heads == 1:  # a first row whose cells merged over rows span the rows of a second level ("high", "low")
+            heads = header_depth([_rows_spanned(rows, column, cell) for column, cell in _cells(rows[0])], len(rows))
         width = max((len(row.cells) for row in rows), default=0)
-        grid = [[""] * width for _ in rows[:heads]]  # each header row's names by column
-        for line, row in zip(grid, rows[:heads], strict=True):
-            starts = [(column, self.cell(cell._tc, [])) for column, cell in _cells(row)]
-            ends = [column for column, _ in starts[1:]] + [len(row.cells)]
-            several = sum(bool(text) for _, text in starts) > 1  # else the row is the table's title: one column's
-            for (column, text), end in zip(starts, ends, strict=True):  # a cell merged over columns names each
-                for spanned in range(column, end if several else column + 1):
-                    line[spanned] = text
-        names = stacked_names(grid) or [""] * width
+        names = header_names([[(column, column + cell.grid_span, self.cell(cell._tc, [])) for column, cell in _cells(row)]
+                              for row in rows[:heads]], width)
         for row in rows[heads:]:
             extras: list[tuple[str, Any]] = []
             cells = _cells(row)
@@ -435,6 +431,15 @@ def _cells(row: Any) -> list[tuple[int, Any]]:
         if not cells or cell._tc is not cells[-1][1]._tc:
             cells.append((column, cell))
     return cells
+
+
+def _rows_spanned(rows: Any, column: int, cell: Any) -> int:
+    """The rows from the first down that ``cell``, the first row's in ``column``, is merged over (python-docx gives
+    a cell merged over rows in each of them)."""
+    spanned = 1
+    while spanned < len(rows) and column < len(cells := rows[spanned].cells) and cells[column]._tc is cell._tc:
+        spanned += 1
+    return spanned
 
 
 def _cell_paragraphs(container: Any) -> Iterator[Any]:

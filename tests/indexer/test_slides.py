@@ -112,6 +112,26 @@ def test_line_breaks_and_cells_merged_over_rows_read_as_on_the_slide(tmp_path):
         "Region: North; Town: Bute; Ferries: 1", "Region: South; Town: Cove", "Opens at nine closes at five"]
 
 
+def test_a_header_whose_cells_span_two_rows_names_each_column_by_both_levels(tmp_path):
+    """A first row whose cells merged over rows span a second header row (a group's name over two columns) is a
+    header of two levels, read as HTML's rowspan and colspan and Word's merged cells are: "Tide / high: 3.2 m" (it
+    read "Port: Port; Tide: high; low" as a row, and the body's cells "Tide: 3.2 m; 0.4 m")."""
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Tides"
+    table = slide.shapes.add_table(4, 4, Inches(1), Inches(2), Inches(6), Inches(2)).table
+    for r, row in enumerate([["Port", "Tide", "", "Wind"], ["", "high", "low", ""], ["Brest", "3.2 m", "0.4 m", "NW"],
+                             ["Vigo", "2.9 m", "", "W"]]):
+        for c, text in enumerate(row):
+            table.cell(r, c).text = text
+    table.cell(0, 0).merge(table.cell(1, 0))
+    table.cell(0, 1).merge(table.cell(0, 2))
+    table.cell(0, 3).merge(table.cell(1, 3))
+    deck.save(str(tmp_path / "tides.pptx"))
+    assert extract_pptx(tmp_path / "tides.pptx").paragraphs == [
+        "Tides", "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m; Wind: NW", "Port: Vigo; Tide / high: 2.9 m; Wind: W"]
+
+
 DIAGRAM_DATA = """<dgm:dataModel xmlns:dgm="http://schemas.openxmlformats.org/drawingml/2006/diagram"
  xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"><dgm:ptLst>
 <dgm:pt modelId="0" type="doc"><dgm:t><a:bodyPr/><a:p><a:r><a:t>not a box</a:t></a:r></a:p></dgm:t></dgm:pt>

@@ -79,6 +79,30 @@ def test_a_header_of_two_levels_names_each_column_by_both(tmp_path):
     assert paragraphs(document, tmp_path) == ["Port: Dover; Tide / high: 06:10; Tide / low: 12:40; Depth: 12 m"]
 
 
+@pytest.mark.parametrize("header", ["bold", "style"])
+def test_a_first_row_whose_cells_span_two_rows_is_a_header_of_two_levels(tmp_path, header):
+    """A header row not marked to repeat (bold, or set apart by the table's style) whose cells merged over rows span
+    the row of a group's columns: both rows are the header, as an HTML rowspan makes them ("Tide / high: 3.2 m"; it
+    read "Port: Port; Tide: high; Tide: low" and named the body's cells "Tide" alone). A cell merged over rows of
+    the body (a label) does not make the rows it spans a header."""
+    document = docx.Document()
+    style = "Light Grid Accent 1" if header == "style" else "Table Grid"
+    t = table(document, [("Port", "Tide", "", "Wind"), ("", "high", "low", ""), ("Brest", "3.2 m", "0.4 m", "NW"),
+                         ("Vigo", "2.9 m", "0.6 m", "W")], style=style, bold=header == "bold")
+    if header == "bold":
+        for c in (1, 2):
+            t.cell(1, c).paragraphs[0].runs[0].bold = True
+    t.cell(0, 1).merge(t.cell(0, 2))
+    t.cell(0, 0).merge(t.cell(1, 0))
+    t.cell(0, 3).merge(t.cell(1, 3))
+    label = table(document, [("Region", "Port"), ("North", "Ayr"), ("", "Bute")], style=style, bold=header == "bold")
+    label.cell(1, 0).merge(label.cell(2, 0))
+    assert paragraphs(document, tmp_path) == [
+        "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m; Wind: NW",
+        "Port: Vigo; Tide / high: 2.9 m; Tide / low: 0.6 m; Wind: W",
+        "Region: North; Port: Ayr", "Region: North; Port: Bute"]
+
+
 def test_nested_tables_text_boxes_footnotes_tracked_changes_and_content_controls_are_read(tmp_path):
     """python-docx's paragraph and cell text leaves these out: a nested table's cells, a text box's paragraphs,
     footnotes, text inserted with tracked changes on, and the paragraphs of a content control (but for a table of
