@@ -1,21 +1,29 @@
 """Markdown -> HTML for ``indexer.markup`` (which reads the HTML): markdown-it-py (CommonMark and tables), made to
-render blocks nested past its limit (``render_markdown``) and to scan link labels in linear time (``_link_label``).
+render blocks nested past its limit (``render_markdown``), to scan link labels in linear time (``_link_label``) and
+to bound the empty cells a file's tables are filled with (``_table``).
 
     spanseek corpus from-files notes.md --out corpus.jsonl
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 import types
+from collections.abc import Callable
 from typing import Any
 
-from spanseek.indexer.extracted import IngestError
+from spanseek.indexer.extracted import IngestError, Unreadable
 
 MARKDOWN_NESTING = 100  # blocks Markdown may nest (lists, quotes) before markdown-it stops rendering the file
 _NESTED_PREFIX = re.compile(r"^[ \t>]+")  # a line's indentation and quote markers: what nests its blocks
 _DEEP_ROUNDS = 8  # times a block nested past the limit is read again, flatter, before its lines are read as text
+# empty cells a Markdown file's tables may be filled with, where rows are shorter than their header: markdown-it
+# gives each row all the header's columns (up to 65,536 such cells a table), and each took ~0.1 ms to read, so a
+# 20 KB file of a 1,000-column header over rows of "|" held a reader for 7-9 s (tables again and again, minutes).
+# A file past it is skipped, named (one such table is still parsed: ~3 s at most); hand-written tables fill a few.
+MARKDOWN_FILLED_CELLS = 16_384
 
 
 def markdown_parser(where: str) -> Any:
@@ -23,13 +31,36 @@ def markdown_parser(where: str) -> Any:
     lost the rest of a file past a list 10 deep) and finds link labels with ``_link_label``."""
     try:
         from markdown_it import MarkdownIt
+        from markdown_it.rules_block import table
     except ImportError:
         raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
     md = MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable("table")
+    md.block.ruler.at("table", functools.partial(_table, table),
+                      {"alt": ["paragraph", "reference"]})  # (a table ends those, as markdown-it's does)
     # md.helpers is the module markdown_it.helpers, shared by every parser: this parser gets its own
     md.helpers = types.SimpleNamespace(**{name: getattr(md.helpers, name) for name in md.helpers.__all__})
     md.helpers.parseLinkLabel = _link_label
     return md
+
+
+def _table(table: Callable[..., bool], state: Any, start_line: int, end_line: int, silent: bool) -> bool:
+    """markdown-it's table rule (``table``), counting the empty cells it fills rows shorter than their header with (a row of n
+    "|" writes at most n + 1 cells) into the parse's ``env``: ``Unreadable`` once a file's are more than
+    ``MARKDOWN_FILLED_CELLS``, before its tables are rendered and read."""
+    first = len(state.tokens)
+    found = table(state, start_line, end_line, silent)
+    if not found or silent:
+        return found
+    tokens = state.tokens[first:]
+    columns = sum(token.type == "th_open" for token in tokens)
+    rows = [token.map[0] for token in tokens if token.type == "tr_open" and token.map and token.map[0] > start_line]
+    filled = sum(max(0, columns - 1 - state.src.count("|", state.bMarks[line], state.eMarks[line])) for line in rows)
+    state.env["filled_cells"] = filled = state.env.get("filled_cells", 0) + filled
+    if filled > MARKDOWN_FILLED_CELLS:
+        raise Unreadable(f"its tables' rows lack at least {filled:,} of their header's cells (one table has {columns:,} "
+                         f"columns over {len(rows):,} rows), more than the {MARKDOWN_FILLED_CELLS:,} a Markdown file is "
+                         "read with (each is filled in as an empty cell); give the rows their cells, or split the table")
+    return True
 
 
 def _link_label(state: Any, start: int, disable_nested: bool = False) -> int:

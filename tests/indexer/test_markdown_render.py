@@ -68,3 +68,58 @@ def test_quotes_nested_past_the_limit_keep_their_lines_apart_and_in_order():
     md = extract_markdown(f"{levels}\nAfter the quotes.\n\n{'>' * 1000} the deepest line\n\nThe end.\n")
     assert md.paragraphs == [f"line {d}" for d in range(1, 161)] + ["After the quotes.", "the deepest line",
                                                                     "The end."]
+
+
+# pieces of Markdown tables: pipes, escaped pipes, cells, delimiter rows, and the lines that end a table
+TABLE_PIECES = ["|", "|", "|", "a", " b ", "\\|", "-", ":-:", "|-|", "\n", "\n", "\n\n", "# h\n", "> q\n", "`|`"]
+
+
+def test_tables_read_as_markdown_it_reads_them():
+    """The oracle for the table rule that counts filled cells: markdown-it's own, on random table soup (headers,
+    delimiter rows, rows short of cells and past them, escaped pipes, lines that end a table)."""
+    plain = MarkdownIt("commonmark", {"maxNesting": 100}).enable("table")
+    ours = markdown_parser("test.md")
+    rng = random.Random(7)
+    for _ in range(1500):
+        header = "|".join(rng.choice(["a", "b", " ", "c"]) for _ in range(rng.randrange(1, 6)))
+        src = f"{header}\n{'|'.join('-' * (header.count('|') + 1))}\n" + "".join(
+            rng.choice(TABLE_PIECES) for _ in range(rng.randrange(0, 40)))
+        assert ours.render(src) == plain.render(src), src
+
+
+def filled_table(columns: int, rows: list[str]) -> str:
+    return "|" + "h|" * columns + "\n|" + "-|" * columns + "\n" + "".join(f"{row}\n" for row in rows) + "\n"
+
+
+def test_a_file_whose_tables_fill_more_empty_cells_than_the_limit_is_skipped_and_named(monkeypatch, tmp_path):
+    """markdown-it fills a row shorter than its header with empty cells, up to 65,536 a table: a 20 KB file of a
+    wide header over rows of "|" took 7-9 s to read, and such tables over and over took minutes. A file's tables may
+    fill ``MARKDOWN_FILLED_CELLS`` (counted over all its tables; rows with their cells count none); past it the file
+    is skipped, the reason named, before its tables are rendered."""
+    from spanseek.indexer import markdown_render
+    from spanseek.indexer.extracted import Unreadable
+    from spanseek.indexer.ingest import from_files
+
+    monkeypatch.setattr(markdown_render, "MARKDOWN_FILLED_CELLS", 50)
+    full = filled_table(11, ["|".join(["c"] * 11)] * 200)  # rows with their cells: any number
+    assert len(extract_markdown(full).paragraphs) == 200
+    at_limit = filled_table(11, ["x"] * 5)  # each row one cell of 11: 10 filled, 50 in all
+    assert extract_markdown(full + at_limit).paragraphs[-1] == "h: x"
+    for past in (filled_table(11, ["x"] * 6), filled_table(11, ["x"] * 3) * 2):  # in one table or over two
+        with pytest.raises(Unreadable, match=r"lack at least 60 of their header's cells .* 11 columns .*more than the "
+                                             r"50 a Markdown file is read with.*give the rows their cells"):
+            extract_markdown(past)
+    (tmp_path / "wide.md").write_text(filled_table(11, ["x"] * 6))
+    (tmp_path / "fine.md").write_text(at_limit)
+    report = from_files([tmp_path], tmp_path / "c.jsonl")
+    assert report.documents == 1 and [(p.rsplit("/", 1)[-1], "lack at least 60" in why) for p, why in report.skipped
+                                      ] == [("wide.md", True)]
+
+
+def test_a_wide_header_over_rows_of_pipes_is_refused_at_the_limit():
+    """At the real limit: a header of 1,000 columns over 20 rows of "|" (20 KB of cells for 2 KB) is refused."""
+    from spanseek.indexer.extracted import Unreadable
+
+    with pytest.raises(Unreadable, match="1,000 columns over 20 rows"):
+        extract_markdown(filled_table(1000, ["|"] * 20))
+    assert extract_markdown(filled_table(1000, ["x"] * 16)).paragraphs == ["h: x"] * 16  # 15,984 filled: read
