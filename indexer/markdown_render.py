@@ -145,8 +145,13 @@ def render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS) -> str:
             quotes = rounds > 1 and all(kind == "blockquote_open" for kind in opened)  # the last reading: flat
             prefix = re.compile(rf"^(?:[ \t]{{0,3}}>[ \t]?){{0,{len(opened)}}}") if quotes else _NESTED_PREFIX
             skipped = [prefix.sub("", line) for line in lines[a:b]]
+            # the whole text again, nothing removed (markers of nesting all on its lines: "- > - > ..."): read again,
+            # it would nest past the limit in the same place, so it skips to the first reading that differs, with
+            # fewer markers removed: as lines of text (each such reading took a parse: 60 us a character)
+            again = "\n".join(skipped) == body
             parts.append(md.renderer.render(tokens[done : i + 1], md.options, env))
-            parts.append(render_markdown(md, "\n".join(skipped), rounds - 1) if rounds > 0 else
+            parts.append(render_markdown(md, "\n".join(skipped), 1 if again else rounds - 1)
+                         if rounds > 0 and not (again and prefix is _NESTED_PREFIX) else
                          "".join(f"<p>{html.escape(line)}</p>" for line in skipped if line.strip()))
             done = i + 1
     parts.append(md.renderer.render(tokens[done:], md.options, env))

@@ -123,3 +123,20 @@ def test_a_wide_header_over_rows_of_pipes_is_refused_at_the_limit():
     with pytest.raises(Unreadable, match="1,000 columns over 20 rows"):
         extract_markdown(filled_table(1000, ["|"] * 20))
     assert extract_markdown(filled_table(1000, ["x"] * 16)).paragraphs == ["h: x"] * 16  # 15,984 filled: read
+
+
+def test_a_line_whose_own_markers_nest_past_the_limit_is_parsed_again_once():
+    """A line that nests past the limit by the markers on it ("- > - > ..."), not by indentation, reads the same
+    again with its indentation and quote markers removed: it was parsed again for each of the eight readings (24 s
+    for 100 KB of such lines), and now once, read as its text as it was."""
+    from spanseek.indexer.markdown_render import render_markdown
+
+    md = markdown_parser("test.md")
+    parse, calls = md.parse, []
+    md.parse = lambda src, env=None: calls.append(src) or parse(src, env)
+    line = "- > " * 60 + "a"
+    render_markdown(md, f"{line}\n" * 3)
+    assert len(calls) == 1 + 3
+    assert extract_markdown(f"{line}\n" * 3).paragraphs == [line] * 3
+    nested = "".join("  " * k + f"- *{k}*\n" for k in range(120))  # nested by indentation: read flat, as before
+    assert extract_markdown(nested).paragraphs == [str(k) for k in range(120)]
