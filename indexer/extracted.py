@@ -71,12 +71,15 @@ def stacked_names(rows: Sequence[Sequence[str]]) -> list[str]:
     return [" / ".join(column) for column in names]
 
 
-def header_depth(spans: Sequence[int], rows: int) -> int:
+def header_depth(spans: Sequence[tuple[int, int]], rows: int) -> int:
     """How many rows of a table of ``rows`` rows, whose first row is its header, are its header: the first and the rows
-    its cells merged over rows span (``spans``: each cell's rows), so a header of two levels ("Port" over two rows
-    beside "Tide" over "high" and "low") is one, as an HTML ``rowspan`` makes it; at most ``HEADER_LEVELS`` rows, and
-    one row less than the table (the rows it names)."""
-    return max(1, min(max(spans, default=1), HEADER_LEVELS, rows - 1))
+    its cells merged over rows span (``spans``: each first-row cell's rows and columns), where one of its cells is a
+    group merged over columns, so a header of two levels ("Port" over two rows beside "Tide" over "high" and "low")
+    is one, as an HTML ``rowspan`` makes it (without a group, a cell over rows below is a label of the body); at most
+    ``HEADER_LEVELS`` rows, and one row less than the table (the rows it names)."""
+    if not any(columns > 1 for _, columns in spans):
+        return 1
+    return max(1, min(max(down for down, _ in spans), HEADER_LEVELS, rows - 1))
 
 
 def header_names(rows: Sequence[Sequence[tuple[int, int, str]]], width: int) -> list[str]:

@@ -74,7 +74,7 @@ def _table_rows(table: Any) -> list[str]:
         for start, _, text in row_cells:
             if start < len(line):
                 line[start] = text
-    spans = [cell.span_height if cell.is_merge_origin else 1 for cell in rows[0]] if rows else []
+    spans = [(cell.span_height, cell.span_width) if cell.is_merge_origin else (1, 1) for cell in rows[0]] if rows else []
     heads = header_depth(spans, len(rows)) if table.first_row and len(rows) > 1 else 0
     if heads < 2:
         return table_rows(grid, table.first_row)

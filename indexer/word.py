@@ -366,7 +366,8 @@ class _WordText:
         rows = Table(tbl, self.document.part).rows
         heads = self.header_rows(tbl, rows)
         if heads == 1:  # a first row whose cells merged over rows span the rows of a second level ("high", "low")
-            heads = header_depth([_rows_spanned(rows, column, cell) for column, cell in _cells(rows[0])], len(rows))
+            heads = header_depth([(_rows_spanned(rows, column, cell), cell.grid_span) for column, cell in _cells(rows[0])],
+                                 len(rows))
         width = max((len(row.cells) for row in rows), default=0)
         names = header_names([[(column, column + cell.grid_span, self.cell(cell._tc, [])) for column, cell in _cells(row)]
                               for row in rows[:heads]], width)
