@@ -3,7 +3,9 @@
 An id is opaque text, except that Unicode spells an accented letter two ways: composed (NFC: "café" as Linux and
 the service write it) and decomposed (NFD: how macOS's HFS+ spells a file's name). Both name one document wherever
 an id is looked up: the HTTP routes (``service.writes``, a filter's ``doc_ids``), ``SearchFilter(doc_ids=...)`` built
-in Python, ``spanseek index delete --ids`` and ``spanseek sync``; new documents are written under the composed one.
+in Python, ``spanseek index delete --ids``, ``index add`` and ``index upsert`` (a corpus naming a held document in the other
+spelling repeats its id, or replaces it under the spelling held) and ``spanseek sync``; new documents are written
+under the composed one by the service and sync.
 """
 
 from __future__ import annotations

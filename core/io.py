@@ -36,6 +36,7 @@ from typing import IO, Any
 import numpy as np
 
 from spanseek.core.filters import unfit_number, value_text
+from spanseek.core.ids import new_id
 
 log = logging.getLogger(__name__)
 MAX_META_BYTES = 16 * 1024  # a metadata object as JSON: a URL, dates, tags and a heading path fit many times over
@@ -588,16 +589,18 @@ def without_nonfinite(value: Any) -> Any:
 def unique_ids(docs: Iterable[Document], path: str | Path, existing: Iterable[str] = (),
                existing_name: str = "") -> Iterator[Document]:
     """Pass ``docs`` through, raising CorpusError (file and line) at a document id seen before in ``path`` or
-    among the ``existing`` ids (``existing_name`` says where those are)."""
-    held = set(existing)
+    among the ``existing`` ids (``existing_name`` says where those are). An id's Unicode spellings are one id
+    (``core.ids``: "café" composed or decomposed), compared by the composed one."""
+    held = {new_id(i) for i in existing}
     seen: dict[str, int] = {}
     for doc in docs:
-        if doc.id in held:
+        key = new_id(doc.id)
+        if key in held:
             raise CorpusError(f"{path}:{doc.line}: document id {doc.id!r} is already in {existing_name}")
-        if doc.id in seen:
-            raise CorpusError(f"{path}:{doc.line}: document id {doc.id!r} was already used on line {seen[doc.id]}; "
+        if key in seen:
+            raise CorpusError(f"{path}:{doc.line}: document id {doc.id!r} was already used on line {seen[key]}; "
                               "document ids must be unique")
-        seen[doc.id] = doc.line
+        seen[key] = doc.line
         yield doc
 
 

@@ -31,6 +31,7 @@ that commits (the add itself, rolled forward or not, or a later delete or compac
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import shutil
@@ -45,6 +46,7 @@ import numpy as np
 from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
+from spanseek.core.ids import held_id
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -290,7 +292,7 @@ def _all_held(corpus: Path, index_dir: Path, live: dict[str, int]) -> CorpusErro
         ids = [doc.id for doc in read_corpus(corpus)]
     except CorpusError:
         return None
-    if not ids or not all(i in live for i in ids):
+    if not ids or not all(held_id(i, live.__contains__) in live for i in ids):
         return None
     return CorpusError(f"every document of {corpus} ({len(ids)}) is already in the index {index_dir}, as after an add "
                        "of it that finished: there is nothing to add and nothing was changed (`index upsert` "
@@ -300,14 +302,19 @@ def _all_held(corpus: Path, index_dir: Path, live: dict[str, int]) -> CorpusErro
 def _plan_upsert(index_dir: Path, corpus: Path, live: dict[str, int]) -> tuple[list[Document], list[int], int]:
     """The corpus documents to add (new or changed), the document numbers they replace, and how many are unchanged.
 
-    Repeated ids in the corpus raise CorpusError naming the file and line, before anything changes."""
+    A document held under another Unicode spelling of its id (``core.ids.held_id``) is the one replaced, and its
+    new version keeps the held spelling, as ``PUT /documents`` does. Repeated ids in the corpus raise CorpusError
+    naming the file and line, before anything changes."""
     passages: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for p in phrase_index.read_jsonl(index_dir / phrase_index.PASSAGES):
         passages.setdefault(p["doc"], []).append((p["text"], p.get("meta", {})))
     records = phrase_index.read_jsonl(index_dir / phrase_index.DOCS)
     new, replaced, unchanged = [], [], 0
     for doc in unique_ids(read_corpus(corpus), corpus):
-        row = live.get(doc.id)
+        held = held_id(doc.id, live.__contains__)
+        row = live.get(held)
+        if row is not None and held != doc.id:
+            doc = dataclasses.replace(doc, id=held)
         if row is not None and _same_document(doc, records[row], passages.get(row, [])):
             unchanged += 1
             continue

@@ -436,6 +436,20 @@ def test_unique_ids_names_both_lines(tmp_path):
         list(unique_ids(read_corpus(path), path, existing={"b"}, existing_name="the index X"))
 
 
+def test_unique_ids_reads_an_id_in_either_unicode_spelling_as_one(tmp_path):
+    """"café" composed (NFC) and decomposed (NFD, a Mac's file name) name one document (core.ids), so a corpus
+    holding both, or one spelling of an id an index holds in the other, repeats an id."""
+    from spanseek.core.io import unique_ids
+
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    path = _write_lines(tmp_path / "d.jsonl", [json.dumps({"id": i, "title": "t", "paragraphs": ["p"]}) for i in (nfc, "b", nfd)])
+    with pytest.raises(CorpusError, match=rf"{path}:3: document id 'cafe\u0301' was already used on line 1"):
+        list(unique_ids(read_corpus(path), path))
+    one = _write_lines(tmp_path / "e.jsonl", [json.dumps({"id": nfd, "title": "t", "paragraphs": ["p"]})])
+    with pytest.raises(CorpusError, match=rf"{one}:1: document id 'cafe\u0301' is already in the index X"):
+        list(unique_ids(read_corpus(one), one, existing={nfc}, existing_name="the index X"))
+
+
 def test_json_files_hold_no_nan(tmp_path):
     """A rank correlation of constant scores is NaN, and json wrote it as NaN, which strict JSON readers refuse."""
     import json

@@ -263,6 +263,25 @@ def test_upsert_refuses_a_repeated_id_and_changes_nothing(lifecycle, tmp_path, t
     assert (lifecycle["dir"] / phrase_index.MANIFEST).read_bytes() == before
 
 
+def test_upsert_replaces_a_document_held_under_the_other_unicode_spelling_of_its_id(tmp_path, tiny_model_dir):
+    """A corpus naming "café" decomposed (a file named on a Mac) replaces the document an index holds composed, as
+    ``PUT /documents`` does: one live document, under the spelling the index held, not a second "café"."""
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    docs = make_corpus(seed=5, n_docs=2, n_paras=2)
+    docs[0]["id"] = nfc
+    out = tmp_path / "idx"
+    build_index(_write(tmp_path / "base.jsonl", docs), tiny_model_dir, out, _opts())
+    changed = {**docs[0], "id": nfd, "title": "Revised"}
+    _, changes = upsert_documents(out, _write(tmp_path / "up.jsonl", [changed]), model=tiny_model_dir, opts=_opts())
+    assert (changes.added, changes.replaced, changes.unchanged) == (0, 1, 0)
+    index = PhraseIndex(out)
+    assert index.live_documents == 2
+    live = [d for i, d in enumerate(index.docs) if i not in set(index.deleted_docs.tolist())]
+    assert sorted((d["id"], d["title"]) for d in live) == sorted([(nfc, "Revised"), (docs[1]["id"], docs[1]["title"])])
+    _, again = upsert_documents(out, _write(tmp_path / "up2.jsonl", [changed]), model=tiny_model_dir, opts=_opts())
+    assert (again.added, again.replaced, again.unchanged) == (0, 0, 1)
+
+
 def test_read_ids_and_an_empty_delete(tmp_path, lifecycle):
     f = tmp_path / "ids.txt"
     f.write_text("b\n\n c \na\n")
