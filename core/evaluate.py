@@ -34,6 +34,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from spanseek.core.dense import RC_DECODES
+from spanseek.core.ids import new_id
 from spanseek.core.io import Question, write_json_atomic
 from spanseek.core.metrics import (
     accuracy_at,
@@ -159,16 +160,19 @@ def passage_lookup(searcher: Searcher) -> dict[tuple[str, str], int]:
 
 def is_gold_document(hit: Hit, question: Question) -> bool:
     """Whether a document hit is the question's document: the same corpus id where the question names one (an
-    open-domain question file's ``doc_id``), else the same title (a SQuAD article's)."""
-    return hit.doc_id == question.doc_id if question.doc_id is not None else hit.title == question.title
+    open-domain question file's ``doc_id``, in either Unicode spelling: ``core.ids``), else the same title (a SQuAD
+    article's)."""
+    if question.doc_id is None:
+        return hit.title == question.title
+    return new_id(hit.doc_id) == new_id(question.doc_id)
 
 
 def _not_in_index(searcher: Searcher, questions: list[Question]) -> int:
     """How many questions' documents (by id or title) the index does not hold, warning when there are any: document
     accuracy counts them wrong."""
     titles = {d["title"] for d in searcher.index.docs}
-    ids = {str(d["id"]) for d in searcher.index.docs} if any(q.doc_id is not None for q in questions) else set()
-    missing = [q for q in questions if (q.doc_id not in ids if q.doc_id is not None else q.title not in titles)]
+    ids = {new_id(str(d["id"])) for d in searcher.index.docs} if any(q.doc_id is not None for q in questions) else set()
+    missing = [q for q in questions if (new_id(q.doc_id) not in ids if q.doc_id is not None else q.title not in titles)]
     if missing:
         q = missing[0]
         what = f"doc_ids (e.g. {q.doc_id!r}) are no document id" if q.doc_id is not None else \

@@ -238,3 +238,17 @@ def test_a_fusion_and_a_weight_rank_the_runs_they_apply_to(tiny_searcher, tiny_s
              progress=False)
     assert runs_by_unit(seen) == {("phrase", False): (None, 2.0), ("phrase", True): (None, 2.0),
                                   ("passage", False): ("score", 2.0), ("doc", False): ("score", 2.0)}
+
+
+def test_a_gold_document_id_matches_a_hit_in_either_unicode_spelling():
+    """An open-domain question file's ``doc_id`` "café" typed decomposed (NFD) names the document an index holds
+    composed, as every id lookup reads it (core.ids)."""
+    from types import SimpleNamespace
+
+    from spanseek.core.evaluate import is_gold_document
+
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    hit = SimpleNamespace(doc_id=nfc, title="Café")
+    assert is_gold_document(hit, SimpleNamespace(doc_id=nfd, title="elsewhere"))
+    assert not is_gold_document(hit, SimpleNamespace(doc_id="cafe", title="Café"))  # an id, not a title, decides
+    assert is_gold_document(hit, SimpleNamespace(doc_id=None, title="Café"))
