@@ -109,8 +109,9 @@ def flags(cls: type, only: Collection[str] | None = None) -> list[Flag]:
 
 class BoolOrChoice(argparse.Action):
     """A ``bool | Literal[...]`` option: ``--name`` sets True, ``--no-name`` False; ``--name CHOICE`` and
-    ``--name=CHOICE`` the choice (spelled ``--name-CHOICE`` by ``OptionsParser``: the flag takes no value, so a
-    question after ``--name`` stays a question)."""
+    ``--name=CHOICE`` the choice, ``--name true``/``false`` and ``--name=true``/``false`` True and False (spelled as
+    flags of their own by ``OptionsParser``: the flag takes no value, so a question after ``--name`` that is none of
+    these words stays a question)."""
 
     def __init__(self, option_strings: list[str], dest: str, choices: list[str], **kwargs: Any):
         longs = [s for s in option_strings if s.startswith("--")]
@@ -124,14 +125,15 @@ class BoolOrChoice(argparse.Action):
 
     def format_usage(self) -> str:
         flag, negated = self.option_strings[0], self.option_strings[-1]
-        return f"{flag} [{'|'.join(self.choice_words)}] | {negated}"
+        return f"{flag} [{'|'.join(('true', 'false', *self.choice_words))}] | {negated}"
 
 
 class OptionsParser(argparse.ArgumentParser):
     """An argument parser that reads a ``bool | Literal`` option's choice as a word after its flag, as the HTTP API
-    takes it (``"collapse_duplicates": "near"``): ``--name CHOICE``, ``--name=CHOICE``, ``--name=true`` and
-    ``--name=false`` (``add_options`` names these flags to it). A word after the flag that is no choice is an
-    argument of its own (a question)."""
+    takes it (``"collapse_duplicates": "near"``): ``--name CHOICE``, ``--name=CHOICE``, ``--name true``,
+    ``--name=true``, ``--name false`` and ``--name=false`` (``add_options`` names these flags to it). A word after
+    the flag that is none of these is an argument of its own (a question); ``--name -- WORD`` makes one of them a
+    question too."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -143,25 +145,38 @@ class OptionsParser(argparse.ArgumentParser):
         return super().parse_known_args(self.spelled(words) if self.choice_flags else words, namespace)
 
     def spelled(self, words: list[str]) -> list[str]:
-        """``words`` with each choice given to a flag of ``choice_flags`` as its own flag ``--name-CHOICE``
-        (``--name=true``: ``--name``; ``=false``: ``--no-name``); up to ``--``, after which every word is an
-        argument. An ``=`` value that is no choice is refused, naming the choices."""
+        """``words`` with each value given to a flag of ``choice_flags`` spelled as a flag of its own: a choice as
+        ``--name-CHOICE``, ``true`` as ``--name``, ``false`` as ``--no-name``, whether it follows the flag as the next
+        word or after ``=``; up to ``--``, after which every word is an argument (``--name -- true``: the question
+        "true"). An ``=`` value that is no value of the flag is refused, naming them; a next word that is none is an
+        argument of its own (a question)."""
         out: list[str] = []
+        takes_value = False  # the last word was a choice flag with no value yet
         for i, word in enumerate(words):
             if word == "--":
                 return out + words[i:]
             flag, eq, value = word.partition("=")
             choices = self.choice_flags.get(flag)
             if choices is not None and eq:
-                if value not in (*choices, "true", "false"):
+                if value not in self.values_of(flag):
                     self.error(f"argument {flag}: invalid choice: {value!r} (choose from "
-                               f"{', '.join(map(repr, ('true', 'false', *choices)))})")
-                out.append(flag if value == "true" else f"--no-{flag[2:]}" if value == "false" else f"{flag}-{value}")
-            elif out and out[-1] in self.choice_flags and word in self.choice_flags[out[-1]]:
-                out[-1] = f"{out[-1]}-{word}"
+                               f"{', '.join(map(repr, self.values_of(flag)))})")
+                out.append(self.spell(flag, value))
+            elif takes_value and word in self.values_of(out[-1]):
+                out[-1] = self.spell(out[-1], word)
             else:
                 out.append(word)
+            takes_value = word in self.choice_flags
         return out
+
+    def values_of(self, flag: str) -> tuple[str, ...]:
+        """The words ``flag`` (of ``choice_flags``) takes as its value: true, false and its choices."""
+        return ("true", "false", *self.choice_flags[flag])
+
+    @staticmethod
+    def spell(flag: str, value: str) -> str:
+        """``flag`` given ``value`` (one of its ``values_of``) as the flag argparse reads."""
+        return flag if value == "true" else f"--no-{flag[2:]}" if value == "false" else f"{flag}-{value}"
 
 
 def _argparse_type(tp: Any) -> dict[str, Any]:
@@ -203,7 +218,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type, only: Collection[str
             kwargs["metavar"] = fl.metavar or fl.dest.rsplit(".", 1)[-1].upper()
         choices = kwargs.get("choices", []) if kwargs.get("action") is BoolOrChoice else []
         if choices:
-            text = f"{fl.flag} [{'|'.join(choices)}]: {text}"
+            text = (f"{fl.flag} [{'|'.join(('true', 'false', *choices))}]: {text} (to search for one of these "
+                    f"words, give it after `--`: {fl.flag} -- {choices[-1]})")
         groups[fl.group].add_argument(fl.flag, dest=fl.dest, help=text, **kwargs)
         for choice in choices:  # the flags OptionsParser spells a choice as (--name-CHOICE), left out of the help
             groups[fl.group].add_argument(f"{fl.flag}-{choice}", dest=fl.dest, action="store_const", const=choice,

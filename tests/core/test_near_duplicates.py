@@ -215,6 +215,26 @@ def test_the_search_flags_take_the_http_values(argv, value):
     assert params.collapse_duplicates == value and type(params.collapse_duplicates) is type(value)
 
 
+@pytest.mark.parametrize(("argv", "value", "questions"), [
+    (["--collapse-duplicates", "true", "who?"], True, ["who?"]),
+    (["--collapse-duplicates", "false", "who?"], False, ["who?"]),
+    (["--collapse-duplicates", "near", "--collapse-duplicates", "false", "who?"], False, ["who?"]),
+    (["--collapse-duplicates", "true", "exact"], True, ["exact"]),
+    (["--collapse-duplicates", "false", "true"], False, ["true"]),
+    (["--collapse-duplicates", "--", "true"], True, ["true"]),
+    (["--collapse-duplicates", "--", "false", "near"], True, ["false", "near"]),
+    (["--no-collapse-duplicates", "true"], False, ["true"]),
+])
+def test_the_search_command_reads_true_and_false_after_the_flag_as_its_value(argv, value, questions):
+    """``spanseek search --collapse-duplicates true QUESTION`` collapses copies (true and false are values of the
+    flag as exact and near are, not questions); the flag takes one value, so the next such word is a question, and
+    a question that is one of these words is given after ``--``."""
+    from spanseek.cli import build_parser
+
+    args = build_parser().parse_args(["search", "--index", "x", *argv])
+    assert (args.collapse_duplicates, args.questions) == (value, questions)
+
+
 def test_a_search_flag_value_that_is_no_choice_is_refused_naming_the_choices(capsys):
     from spanseek.cli import main
 
