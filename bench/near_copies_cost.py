@@ -8,8 +8,9 @@ text with a word in 50 changed, or 3 words of a passage), so each hit is compare
 ``top_k`` hits deep as a page left short is ranked (``core.ranking``), collapsed four times, each ranking 4 times
 deeper, with one budget (``core.duplicates.NearBudget``) as a search does. The texts are the index's: its longest
 passage, and its first 2,000 or 6,000 words as one document. A question-equivalent is the time of one default phrase
-question (top_k 10) in a batch of 64 validation questions, measured before and after each case in the same process
-(their mean).
+question (top_k 10) in a batch of 64 validation questions (a file of fewer than 128 questions: its second half, after
+its first half warmed the searcher; ``timed_questions`` in the JSON), measured before and after each case in the same
+process (their mean).
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ def ranking(texts: list[str], kind: str, k: int, rng: random.Random) -> list[str
     return texts[: k - 1] + [" ".join(text)] + [edited(text, changes, rng) for _ in range(64 * k - k)]
 
 
+def timing_batches(questions: list[str]) -> tuple[list[str], list[str]]:
+    """The questions that warm the searcher and those timed for a question-equivalent: 64 of each, or each half of
+    fewer than 128 (one question: itself twice)."""
+    if not questions:
+        raise ValueError("--questions: the file holds no questions")
+    half = min(64, max(1, len(questions) // 2))
+    return questions[:half], questions[half:2 * half] or questions[:half]
+
+
 def collapsed_time(ranked: list[str], k: int) -> tuple[float, int]:
     """Seconds to collapse ``ranked`` at a page of ``k`` over the four rankings of a question, and the work spent."""
     index = SimpleNamespace(passages=[{"text": t} for t in ranked], docs=[{"id": str(i)} for i in range(len(ranked))])
@@ -76,14 +86,20 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     pages = {int(k) for k in args.top_k.split(",")}
+    try:
+        warm, timed = timing_batches([q.question for q in squad_questions(load_squad(args.questions))])
+    except ValueError as e:
+        ap.error(str(e))
+    if len(timed) < 64:
+        print(f"note: --questions holds {len(warm) + len(timed)} questions: a question-equivalent is timed in a batch "
+              f"of {len(timed)}, not 64", flush=True)  # noqa: T201
     searcher = open_searcher(args.index, args.model, device="cpu")
-    questions = [q.question for q in squad_questions(load_squad(args.questions))][:128]
-    searcher.search(questions[:64], SearchParams("phrase", 10))  # warm
+    searcher.search(warm, SearchParams("phrase", 10))  # warm
 
     def question_equivalent() -> float:
         t0 = time.perf_counter()
-        searcher.search(questions[64:128], SearchParams("phrase", 10))
-        return (time.perf_counter() - t0) / 64
+        searcher.search(timed, SearchParams("phrase", 10))
+        return (time.perf_counter() - t0) / len(timed)
 
     texts = [p["text"] for p in searcher.index.passages]
     cases = []
@@ -96,7 +112,8 @@ def main() -> int:
                       "question_equivalent_ms": round(qeq * 1e3, 2), "question_equivalents": round(seconds / qeq, 1),
                       "per_page_hit": round(seconds / qeq / k, 3)})
         print(cases[-1], flush=True)  # noqa: T201
-    write_json_atomic(args.out, {"cpu": cpu_name(), "near_work": NEAR_WORK, "cases": cases})
+    write_json_atomic(args.out, {"cpu": cpu_name(), "near_work": NEAR_WORK, "timed_questions": len(timed),
+                                 "cases": cases})
     return 0
 
 

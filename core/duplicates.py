@@ -15,7 +15,9 @@ words, 2 x matched / total). They are found among the hits of the ranking being 
 kept hits above it, so no table is needed; two texts whose word counts or word bags cannot reach the threshold are
 never aligned, which leaves the alignment to the few pairs that are near copies. A question's comparisons stop at a
 budget of work per hit of its page (``NEAR_WORK``, ``NearBudget``), which only a ranking full of near copies of its
-kept hits reaches: past it, the rest of the ranking is collapsed by exact copies only.
+kept hits reaches, or a pair of long documents: a pair is charged before it is compared, and one whose comparison
+would go past the budget is not compared and ends the comparisons: its hits, and the rest of the ranking, are
+collapsed by exact copies only.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ NEAR_PAIRS = 1 << 16  # pairs of texts compared, and whether they are near copie
 # 840,000 pairs and align 8,500 without it (89 s on 2 loaded cores), and 2.5 s with it; past the budget the rest of
 # the ranking is collapsed by exact copies only. On the demo index's validation questions a page used at most 17,400
 # a hit at top_k 10 (documents); at top_k 100 one passage page of 1,122 needed 79,600 (it counts a near copy ranked
-# below it no more).
+# below it no more). A pair is charged before each step of its comparison, and one whose next step would go past what
+# is left is not compared and ends the question's comparisons: two 100,000-word documents would take 4,000,000
+# (compared by word triples) against a page of 10's 500,000.
 PAIR_WORK, ALIGN_WORK, NEAR_WORK = 100, 20, 50_000
 
 _KEYS: weakref.WeakKeyDictionary[PhraseIndex, np.ndarray] = weakref.WeakKeyDictionary()
@@ -152,31 +156,44 @@ def shingle_similarity(a: Words, b: Words, n: int = 3) -> float:
 def similar(a: Words, b: Words, threshold: float = NEAR_SIMILARITY) -> bool:
     """Whether ``similarity(a, b)`` reaches ``threshold``: two texts whose lengths, or word bags, bound it below are
     never aligned (the matched words are at most the shorter text's, and at most the words the bags share)."""
-    return compared(a, b, threshold)[0]
+    return bool(compared(a, b, threshold)[0])
 
 
-def compared(a: Words, b: Words, threshold: float = NEAR_SIMILARITY) -> tuple[bool, int]:
+def compared(a: Words, b: Words, threshold: float = NEAR_SIMILARITY, limit: int | None = None) -> tuple[bool | None, int]:
     """``similar(a, b, threshold)``, and the work it took (``NEAR_WORK``): ``PAIR_WORK`` for the pair, then the
     distinct words of both where their lengths leave their bags to compare, then where the bags leave them to align,
     ``ALIGN_WORK`` times their words and the pairs of places the alignment visits (``align_pairs``; none past
-    ``NEAR_ALIGN_WORDS``, where they are compared in time linear in their words)."""
+    ``NEAR_ALIGN_WORDS``, where they are compared in time linear in their words). ``limit``: the most work it may
+    take; each step's work is known before it is done, and where a step would take the work past ``limit`` the
+    answer is None (not found out) with the work of the steps before it."""
     total = len(a.words) + len(b.words)
+    if limit is not None and PAIR_WORK > limit:
+        return None, 0
     if 2 * min(len(a.words), len(b.words)) < threshold * total:
         return total == 0, PAIR_WORK
     work = PAIR_WORK + len(a.bag) + len(b.bag)
+    if limit is not None and work > limit:
+        return None, PAIR_WORK
     if 2 * sum(min(a.bag[w], b.bag[w]) for w in a.bag.keys() & b.bag.keys()) < threshold * total:
         return False, work
     visits = min(align_pairs(a, b), NEAR_ALIGN_PAIRS) if max(len(a.words), len(b.words)) <= NEAR_ALIGN_WORDS else 0
-    return similarity(a, b) >= threshold, work + ALIGN_WORK * (total + visits)
+    align = ALIGN_WORK * (total + visits)
+    if limit is not None and work + align > limit:  # two 100,000-word documents: 4,000,000 against 500,000 at top_k 10
+        return None, work
+    return similarity(a, b) >= threshold, work + align
 
 
 class NearBudget:
     """The work (``compared``) one question's near comparisons may still take, over all the rankings its page is
     collapsed from (``core.ranking``: a page left short is ranked again deeper and collapsed again): each pair of
-    texts is charged once. ``NearBudget.for_page(k)``: ``NEAR_WORK`` a hit of a page of ``k``."""
+    texts is charged once, each step of its comparison before it is made, and a pair whose next step would take more
+    than is left is not compared (its hits are collapsed as exact copies only) and ends the comparisons (``spent``:
+    a budget spent on checks of the hits after it, which cost more time than their words read, took a page of
+    2,000-word documents 8 times as long). ``NearBudget.for_page(k)``: ``NEAR_WORK`` a hit of a page of ``k``."""
 
     def __init__(self, work: int):
         self.left = work
+        self.stopped = False  # a comparison did not fit in what was left
         self.charged: set[tuple] = set()
         # each hit (its key, ``Copies.hit_key``) found a near copy of kept hits (theirs): past the budget, a deeper
         # ranking still collapses what an earlier one found
@@ -185,6 +202,11 @@ class NearBudget:
     @classmethod
     def for_page(cls, k: int) -> NearBudget:
         return cls(NEAR_WORK * k)
+
+    @property
+    def spent(self) -> bool:
+        """Whether no new comparison may be made: one did not fit, or less is left than any costs."""
+        return self.stopped or self.left < PAIR_WORK
 
     def spend(self, pair: tuple, work: int) -> None:
         """Charge ``work`` for comparing ``pair``, unless it was charged before."""
@@ -270,29 +292,44 @@ class Copies:
         """Whether ``hit`` is a near copy of ``kept`` (``similar``): its passage's (document's) words of the kept
         one's; phrases, the same phrase (once normalised) in such a passage. ``budget``: what the question may still
         compare, less this comparison's work (``compared``; as much for a pair compared by an earlier search, whose
-        answer is kept, so that what a search compares does not depend on the searches before it); None where no work
-        is left."""
+        answer is kept, so that what a search compares does not depend on the searches before it); None where the
+        comparison's work would go past what is left (the checks before it that fit are charged, and the budget is
+        ``spent``)."""
         if unit == "phrase" and (normalise_passage(kept.text) != normalise_passage(hit.text)
                                  or self.key["passage"][kept.passage_id] == self.key["passage"][hit.passage_id]):
             phrases = ("phrase", kept.passage_id, kept.start, hit.passage_id, hit.start)
             if budget is not None:
-                if budget.left <= 0 and phrases not in budget.charged:
+                if budget.spent and phrases not in budget.charged:
                     return None
                 budget.spend(phrases, PAIR_WORK)
             return False  # another phrase, or the same one elsewhere in (a copy of) its passage: no copy of it
         of = "doc" if unit == "doc" else "passage"
         pair = (of, self.own(kept, of), self.own(hit, of))
-        if budget is not None and budget.left <= 0 and pair not in budget.charged:  # (one charged is answered)
+        if budget is None or pair in budget.charged:  # (one charged is answered)
+            return self.compare(pair)[0]
+        if budget.spent:
             return None
+        found, work = self.compare(pair, limit=budget.left)
+        if found is None:
+            budget.left -= work
+            budget.stopped = True
+            return None
+        budget.spend(pair, work)
+        return found
+
+    def compare(self, pair: tuple[str, int, int], limit: int | None = None) -> tuple[bool | None, int]:
+        """``compared`` for the texts of ``pair`` (of, kept's, hit's), kept for the next searches once found out; a
+        pair found out before whose work is past ``limit`` is compared again up to it, as a first search would be."""
         known = self._near.get(pair)
-        if known is None:
-            known = compared(self.words(of, pair[1]), self.words(of, pair[2]))
+        if known is not None and (limit is None or known[1] <= limit):
+            return known
+        of, kept, hit = pair
+        near, work = compared(self.words(of, kept), self.words(of, hit), limit=limit)
+        if near is not None:
             if len(self._near) >= NEAR_PAIRS:
                 self._near.clear()
-            self._near[pair] = known
-        if budget is not None:
-            budget.spend(pair, known[1])
-        return known[0]
+            self._near[pair] = near, work
+        return near, work
 
     def words(self, of: str, i: int) -> Words:
         """The words of passage (``of`` passage) or document ``i``, kept for the next search (``NEAR_CACHE`` texts,
@@ -366,8 +403,9 @@ def collapse_near(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selec
     """``collapse`` of copies and near copies: a hit that is a copy of a better hit, or a near copy of a kept one
     (``Copies.near``, compared with the kept hits best first), is dropped, and the kept hit counts its copies too. The
     whole ranking is read, so a kept hit counts its near copies ranked below the page's last hit. The comparisons
-    take at most ``budget`` (the question's, shared by its rankings; default ``NearBudget.for_page(k)``): past it,
-    the rest of the ranking is collapsed by exact copies only."""
+    take at most ``budget`` (the question's, shared by its rankings; default ``NearBudget.for_page(k)``): a pair
+    whose comparison would go past it is not compared, and from there the rest of the ranking is collapsed by exact
+    copies only."""
     kept: list[Hit] = []
     near: list[list[Hit]] = []  # each kept hit's near copies
     seen: set[object] = set()
@@ -377,7 +415,7 @@ def collapse_near(hits: Sequence[Hit], k: int, unit: Unit, copies: Copies, selec
         if key in seen:
             continue
         seen.add(key)
-        if budget.left > 0:
+        if not budget.spent:  # (spent: the pairs charged that are near copies are in `found`)
             of = next((i for i, x in enumerate(kept) if copies.near(x, h, unit, budget)), None)
         else:  # past the budget: the near copies an earlier ranking of the question found, no new comparison
             found = budget.found.get(key, ())

@@ -847,5 +847,22 @@ def test_near_copies_cost(tmp_path, squad_index, tiny_model_dir, tiny_squad):
               "--top-k", 10, "--out", tmp_path / "near.json")
     r = json.loads((tmp_path / "near.json").read_text())
     assert [c["case"] for c in r["cases"]] == ["passage", "doc-2000", "doc-6000"]
-    for case in r["cases"]:  # the budget is spent, and by one comparison past it at most
-        assert r["near_work"] * 10 <= case["work"] and case["seconds"] > 0 and case["question_equivalents"] > 0
+    assert r["timed_questions"] == 25  # the file's 50 questions: half warm the searcher, half are timed
+    for case in r["cases"]:  # the budget is spent, never past it (a comparison that would pass it is not made)
+        assert 0 < case["work"] <= r["near_work"] * 10
+        assert case["seconds"] > 0 and case["question_equivalents"] > 0
+
+
+@pytest.mark.parametrize(("n", "warm", "timed"), [(300, 64, 64), (128, 64, 64), (50, 25, 25), (3, 1, 1), (1, 1, 1)])
+def test_near_copies_cost_times_what_the_question_file_holds(monkeypatch, n, warm, timed):
+    """A question-equivalent is timed on 64 questions after 64 others warmed the searcher; a file of fewer than 128
+    gives half of its questions to each (it timed an empty batch, and read a question-equivalent as 0.01 ms)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from near_copies_cost import timing_batches
+
+    questions = [f"q{i}" for i in range(n)]
+    got = timing_batches(questions)
+    assert (len(got[0]), len(got[1])) == (warm, timed) and set(got[1]) <= set(questions)
+    assert n < 2 or not set(got[0]) & set(got[1])
+    with pytest.raises(ValueError, match="--questions"):
+        timing_batches([])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spanseek.core.duplicates import NEAR_SIMILARITY, Words, similar, similarity
+from spanseek.core.duplicates import NEAR_SIMILARITY, Words, normalise_passage, similar, similarity
 from spanseek.core.params import MODES, SearchFilter, SearchParams
 from tests.conftest import make_corpus
 from tests.core.test_duplicates import DEMO_INDEX, brute_key, norm, rows
@@ -346,6 +346,14 @@ def test_long_texts_of_few_words_repeated_are_compared_by_longer_word_runs(kinds
 def _near_ranking(n_copies: int, words: int = 40):
     """Copies over two distinct texts A and B and ``n_copies`` texts that each change one word of B, as passages
     ranked A, B, B1, B2, ...; and the ranking's hits."""
+    rng = random.Random(3)
+    a, b = ([f"{tag}{rng.randrange(10**6)}" for _ in range(words)] for tag in "ab")
+    return _ranking_of([" ".join(a), " ".join(b)] + [" ".join(b[:i % words] + [f"e{i}"] + b[i % words + 1:])
+                                                     for i in range(n_copies)])
+
+
+def _ranking_of(texts: list[str]):
+    """``texts`` as passages of one document each, ranked in order: their ``Copies``, hits and an open selection."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -353,10 +361,6 @@ def _near_ranking(n_copies: int, words: int = 40):
     from spanseek.core import duplicates
     from spanseek.core.params import Hit
 
-    rng = random.Random(3)
-    a, b = ([f"{tag}{rng.randrange(10**6)}" for _ in range(words)] for tag in "ab")
-    texts = [" ".join(a), " ".join(b)] + [" ".join(b[:i % words] + [f"e{i}"] + b[i % words + 1:])
-                                           for i in range(n_copies)]
     index = SimpleNamespace(passages=[{"text": t} for t in texts], docs=[{"id": f"d{i}"} for i in range(len(texts))])
     copies = duplicates.Copies(index, duplicates.hash_passages(index.passages), np.arange(len(texts)))  # type: ignore[arg-type]
     hits = [Hit(text="x", score=-i, start=0, end=1, passage_id=i, passage=t, doc_id=f"d{i}", title="t")
@@ -376,8 +380,12 @@ def test_near_comparisons_stop_at_the_page_budget_and_the_rest_collapses_as_exac
     each = duplicates.compared(copies.words("passage", 1), copies.words("passage", 2))[1]
     monkeypatch.setattr(duplicates, "NEAR_WORK", each)  # a page of 3: 3 aligned pairs, and A's bags with the others'
     for _ in range(2):  # the second time every pair is known
-        page = duplicates.collapse_near(hits, 3, "passage", copies, selection)
-        assert [h.passage_id for h in page] == [0, 1, 5] and page[1].copies == 4  # B1-B3 compared, B4 kept
+        budget = duplicates.NearBudget.for_page(3)
+        page = duplicates.collapse_near(hits, 3, "passage", copies, selection, budget)
+        # B1 and B2 compared with A and B; B3's alignment with B would go past what is left after the bags' checks:
+        # not made, and B3 is kept as the hits after it are, unless exact copies
+        assert [h.passage_id for h in page] == [0, 1, 4] and page[1].copies == 3
+        assert budget.spent and 0 <= budget.left < each
 
 
 def test_a_deeper_ranking_past_the_budget_keeps_the_near_copies_an_earlier_one_found():
@@ -387,9 +395,10 @@ def test_a_deeper_ranking_past_the_budget_keeps_the_near_copies_an_earlier_one_f
 
     copies, hits, selection = _near_ranking(8)
     each = duplicates.compared(copies.words("passage", 1), copies.words("passage", 2))[1]
-    budget = duplicates.NearBudget(each + 3 * duplicates.PAIR_WORK)  # the first ranking's comparisons, about
+    bags = duplicates.compared(copies.words("passage", 0), copies.words("passage", 1))[1]  # A's with B's (no alignment)
+    budget = duplicates.NearBudget(2 * bags + each)  # the first ranking's comparisons: B and B1 with A, B1 with B
     first = duplicates.collapse_near(hits[:3], 3, "passage", copies, selection, budget)
-    assert [(h.passage_id, h.copies) for h in first] == [(0, 1), (1, 2)] and budget.left <= 0  # B1 a copy of B
+    assert [(h.passage_id, h.copies) for h in first] == [(0, 1), (1, 2)] and budget.left == 0  # B1 a copy of B
     deeper = duplicates.collapse_near(hits, 3, "passage", copies, selection, budget)
     assert [(h.passage_id, h.copies) for h in deeper] == [(0, 1), (1, 2), (3, 1)]  # B1 still B's; B2 kept as it came
 
@@ -406,3 +415,76 @@ def test_the_worst_near_ranking_aligns_a_bounded_number_of_pairs(monkeypatch):
     page = duplicates.collapse_near(hits, 10, "passage", copies, selection)
     pair = duplicates.compared(copies.words("passage", 1), copies.words("passage", 2))[1] + duplicates.PAIR_WORK
     assert len(page) == 10 and len(aligned) <= duplicates.NEAR_WORK * 10 // pair + 1 < 2000
+
+
+def _oracle_page(hits, k: int, copies) -> list[tuple[int, int]]:
+    """Near collapsing without a budget, by brute force: each hit, unless an exact copy of a hit before it, is a near
+    copy of the first kept hit whose words ``similar`` says it is, else kept while the page has room; a kept hit counts
+    its own copies and its near copies' (every passage here is its own document's, so copies are equal keys)."""
+    keys = [normalise_passage(h.passage) for h in hits]
+    kept: list[int] = []
+    members: dict[int, set[str]] = {}
+    for i, h in enumerate(hits):
+        if keys[i] in keys[:i]:
+            continue
+        of = next((j for j in kept if similar(Words.of(hits[j].passage), Words.of(h.passage))), None)
+        if of is not None:
+            members[of].add(keys[i])
+        elif len(kept) < k:
+            kept.append(i)
+            members[i] = {keys[i]}
+    return [(hits[i].passage_id, sum(key in members[i] for key in keys)) for i in kept]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_near_collapsing_within_the_budget_is_the_brute_force_one_and_never_goes_past_it(seed):
+    """Rankings of short texts, lightly edited copies and exact copies of one another: with the budget the page
+    needs, the page (its hits and their copies) is the brute-force one's; with less, no comparison takes the budget
+    past zero, and no kept hit is a near copy of another kept hit the budget compared it with."""  # (old: -1 left)
+    from spanseek.core import duplicates
+
+    rng = random.Random(seed)
+    roots = [[f"w{rng.randrange(60)}" for _ in range(rng.randrange(5, 30))] for _ in range(4)]
+    texts = []
+    for _ in range(24):
+        words = list(rng.choice(roots if not texts or rng.random() < 0.6 else [t.split() for t in texts]))
+        for _ in range(rng.randrange(4)):
+            words[rng.randrange(len(words))] = f"e{rng.randrange(99)}"
+        texts.append(" ".join(words).upper() if rng.random() < 0.2 else " ".join(words))
+    copies, hits, selection = _ranking_of(texts)
+    k = rng.randrange(2, 6)
+    budget = duplicates.NearBudget(10**9)
+    page = duplicates.collapse_near(hits, k, "passage", copies, selection, budget)
+    assert [(h.passage_id, h.copies) for h in page] == _oracle_page(hits, k, copies)
+    needed = 10**9 - budget.left
+    for work in (needed, needed - 1, needed // 2, needed // 5):
+        budget = duplicates.NearBudget(work)
+        short = duplicates.collapse_near(hits, k, "passage", copies, selection, budget)
+        assert budget.left >= 0
+        if work == needed:
+            assert short == page
+        for x in short:
+            for y in short:
+                pair = ("passage", x.passage_id, y.passage_id)
+                assert pair not in budget.charged or not similar(Words.of(x.passage), Words.of(y.passage))
+
+
+def test_a_pair_of_long_documents_past_the_budget_is_not_compared_and_collapses_as_exact_copies(monkeypatch):
+    """Two long near copies cost ALIGN_WORK a word to compare (their word triples): two 100,000-word documents
+    4,000,000, eight times a page of 10's budget; here two of 20,000 words, 800,000 against a page of 2's 100,000. The
+    checks before the comparison are charged, the comparison is not made, and the pair is kept apart; an exact copy of
+    either still collapses into it."""
+    from spanseek.core import duplicates
+
+    rng = random.Random(7)
+    long = [f"w{rng.randrange(10_000)}" for _ in range(20_000)]
+    edited = long[:10_000] + ["changed"] + long[10_001:]
+    copies, hits, selection = _ranking_of([" ".join(long), " ".join(edited), " ".join(edited).upper()])
+    a, b = copies.words("passage", 0), copies.words("passage", 1)
+    checks = duplicates.PAIR_WORK + len(a.bag) + len(b.bag)
+    assert duplicates.compared(a, b) == (True, checks + duplicates.ALIGN_WORK * 40_000)  # near copies, past 100,000
+    monkeypatch.setattr(duplicates, "similarity", lambda a, b: pytest.fail("compared past the budget"))
+    budget = duplicates.NearBudget.for_page(2)
+    page = duplicates.collapse_near(hits, 2, "passage", copies, selection, budget)
+    assert [(h.passage_id, h.copies) for h in page] == [(0, 1), (1, 2)]
+    assert budget.left == 2 * duplicates.NEAR_WORK - checks
