@@ -29,6 +29,7 @@ its clients rather than in the server's memory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -38,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -199,11 +200,6 @@ def resident_bytes(pid: int) -> int | None:
         return None
 
 
-def own_resident_bytes() -> int | None:
-    """This process's resident bytes (``resident_bytes``): the worker's, run in it."""
-    return resident_bytes(os.getpid())
-
-
 class ReadTimedOut(IngestError):
     """An upload took longer than ``file_read_timeout_s`` to read."""
 
@@ -226,6 +222,9 @@ class FileReader:
         self.memory_bytes = memory_bytes  # the most data the worker may hold (0: no bound)
         self.keep_bytes = keep_bytes  # grown past this by its reads, the worker is replaced (0: never)
         self._idle: dict[ProcessPoolExecutor, int | None] = {}  # each worker's resident bytes before its first file
+        # each pool's worker's process id, asked of it before its first file: the pool's own list of its processes is
+        # no public API, and the pool (one worker, never replaced: it breaks instead) answers the question once
+        self._pids: dict[ProcessPoolExecutor, Future[int]] = {}
         self.in_progress = 0
         self.bytes_held = 0
         self.seconds = 0.0  # uploads' time from their slot to their answer (a moving average): how soon a slot frees
@@ -245,13 +244,16 @@ class FileReader:
         loop = asyncio.get_running_loop()
         deadline = 2 * self.timeout_s + KILL_GRACE_S
         async with self._one:  # one file at a time in the worker: a deadline counts that file's reading only
-            pool = self._pool
+            try:
+                pool = self._asked_pid(self._pool)
+            except BrokenProcessPool:  # the worker ended before this file was handed to it (killed while idle): not
+                pool = self._asked_pid(self._restart(self._pool))  # this file's doing, which a new worker reads
             if self.keep_bytes and pool not in self._idle:
                 self._idle[pool] = await self._resident_before_reading(pool)
             try:
                 reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts, self.timeout_s)
-            except BrokenProcessPool:  # the worker ended before this file was handed to it (killed while idle): not
-                pool = self._restart(pool)  # this file's doing, which a new worker reads
+            except BrokenProcessPool:  # (as above, ended since its process id was asked)
+                pool = self._asked_pid(self._restart(pool))
                 reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts, self.timeout_s)
             try:  # the worker's own alarm ends a slow read; this deadline, later, one stuck where no alarm reaches
                 read: ReadFile = await asyncio.wait_for(reading, deadline)
@@ -263,8 +265,7 @@ class FileReader:
                 raise ReaderStopped(f"{name}: its reader stopped while reading it (a damaged file, or one too large "
                                     f"to read{self._memory_note()})") from None
             except TimeoutError:
-                for process in list((pool._processes or {}).values()):
-                    process.kill()
+                self._signal(pool, signal.SIGKILL)
                 self._restart(pool)
                 raise ReaderStopped(f"{name}: its reader was stopped after {deadline:g} s without an answer "
                                     "(file_read_timeout_s); a damaged or hostile file") from None
@@ -276,24 +277,52 @@ class FileReader:
             log.warning("%s", warning)
         return read
 
-    @staticmethod
-    async def _resident_before_reading(pool: ProcessPoolExecutor) -> int | None:
-        """The resident bytes of ``pool``'s worker, started (its tokenizer loaded) and before any file; None where
-        that cannot be read, or when the worker ended (the read that follows finds out)."""
+    def _asked_pid(self, pool: ProcessPoolExecutor) -> ProcessPoolExecutor:
+        """``pool``, its worker asked its process id (once; this starts the worker); BrokenProcessPool when it ended."""
+        if pool not in self._pids:
+            self._pids[pool] = pool.submit(os.getpid)
+        return pool
+
+    def _pid(self, pool: ProcessPoolExecutor, wait_s: float = 0.0) -> int | None:
+        """The process id of ``pool``'s worker, waiting up to ``wait_s`` for its answer; None when it was not asked
+        (no file yet), has not answered, or ended first."""
+        asked = self._pids.get(pool)
+        if asked is None:
+            return None
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, own_resident_bytes)
+            return asked.result(timeout=wait_s)
+        except (TimeoutError, CancelledError, BrokenProcessPool):  # a worker still starting, or one that ended
+            return None
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The process id of the worker that reads the next file, once it has been started (by a file); else None."""
+        return self._pid(self._pool)
+
+    def _signal(self, pool: ProcessPoolExecutor, signum: int, wait_s: float = 0.0) -> None:
+        """Send ``signum`` to ``pool``'s worker, where it has one (``_pid``)."""
+        pid = self._pid(pool, wait_s)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    async def _resident_before_reading(self, pool: ProcessPoolExecutor) -> int | None:
+        """The resident bytes of ``pool``'s worker, started (its tokenizer loaded: it answered its process id) and
+        before any file; None where that cannot be read, or when the worker ended (the read that follows finds out)."""
+        try:
+            pid = await asyncio.wrap_future(self._pids[pool])
         except BrokenProcessPool:
             return None
+        return resident_bytes(pid)
 
     def _replace_if_large(self, pool: ProcessPoolExecutor) -> None:
         """Replace the worker of ``pool`` when its reads left it holding more than ``keep_bytes`` above what it held
         before its first file (module docstring)."""
-        idle = self._idle.get(pool)
-        grown = [r - idle for pid in list(pool._processes or {})
-                 if idle is not None and (r := resident_bytes(pid)) is not None]
-        if self.keep_bytes and grown and max(grown) > self.keep_bytes:
+        idle, pid = self._idle.get(pool), self._pid(pool)
+        now = resident_bytes(pid) if pid is not None else None
+        if self.keep_bytes and idle is not None and now is not None and now - idle > self.keep_bytes:
             log.info("replacing the file reader: its reads left it holding %s bytes more than before its first file "
-                     "(file_read_keep_bytes %s)", f"{max(grown):,}", f"{self.keep_bytes:,}")
+                     "(file_read_keep_bytes %s)", f"{now - idle:,}", f"{self.keep_bytes:,}")
             self._restart(pool)
 
     def _memory_note(self) -> str:
@@ -307,6 +336,7 @@ class FileReader:
             self._pool = self._start()
             broken.shutdown(wait=False)
             self._idle.pop(broken, None)
+            self._pids.pop(broken, None)
         return self._pool
 
     @contextmanager
@@ -351,9 +381,9 @@ class FileReader:
 
     def close(self) -> None:
         """Stop the worker, abandoning a file it is reading: shutting down waited for that read to end (a large PDF's
-        minutes, or never for a reader stuck on a file), and the service's stop with it."""
-        for process in list((self._pool._processes or {}).values()):
-            process.terminate()
+        minutes, or never for a reader stuck on a file), and the service's stop with it. A worker still starting is
+        given KILL_GRACE_S to say its process id."""
+        self._signal(self._pool, signal.SIGTERM, wait_s=KILL_GRACE_S)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -47,9 +47,9 @@ def test_a_worker_that_ended_between_files_costs_the_next_file_nothing(tiny_conf
     try:
         read = asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
         assert read.tokens > 0
-        (pid,) = list(reader._pool._processes)
+        pid = reader.worker_pid
         os.kill(pid, 9)
-        _wait_for(lambda: reader._pool._broken)  # the pool knows it before the next file comes
+        _wait_for(lambda: not os.path.exists(f"/proc/{pid}"))  # reaped: the pool knows it before the next file comes
         read = asyncio.run(reader.read(b"In 1460 Hugo built the church.", "b.txt", IngestOptions()))
         assert read.tokens > 0 and read.doc.paragraphs, read
     finally:
@@ -90,7 +90,8 @@ def test_close_stops_a_worker_in_the_middle_of_a_file(tiny_config, monkeypatch):
     loop = asyncio.new_event_loop()
     try:
         reading = loop.run_until_complete(start_reading())
-        (pid,) = list(reader._pool._processes)
+        _wait_for(lambda: reader.worker_pid is not None)
+        pid = reader.worker_pid
         time.sleep(1)  # (the file handed to the worker)
         t0 = time.monotonic()
         reader.close()
@@ -203,7 +204,8 @@ def _keeps_memory(data: bytes, name: str, opts: IngestOptions, timeout_s: float)
 
 
 def _worker_pid(reader: FileReader) -> int:
-    (pid,) = list(reader._pool._processes)
+    pid = reader.worker_pid
+    assert pid is not None
     return pid
 
 
@@ -249,7 +251,7 @@ def test_a_worker_left_large_by_a_file_it_refused_is_replaced_too(tiny_config, m
     try:
         with pytest.raises(file_reader.IngestError, match="big-refused.txt: not a document"):
             asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "big-refused.txt", IngestOptions()))
-        assert not reader._pool._processes  # replaced: the next upload starts a fresh worker
+        assert reader.worker_pid is None  # replaced: the next upload starts a fresh worker
         assert asyncio.run(reader.read(b"In 1460 Hugo built the church.", "c.txt", IngestOptions())).tokens > 0
     finally:
         reader.close()
@@ -281,7 +283,7 @@ from spanseek.indexer.ingest import IngestOptions
 from spanseek.service.file_reader import FileReader
 reader = FileReader(pickle.load(open(sys.argv[1], "rb")), 0, 1)
 asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
-print(*reader._pool._processes, flush=True)
+print(reader.worker_pid, flush=True)
 time.sleep(120)
 """
 
