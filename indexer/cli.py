@@ -15,7 +15,7 @@ from pathlib import Path
 from spanseek.core.filters import FilterError
 from spanseek.core.options import add_options, from_args
 from spanseek.core.params import SearchFilter, SearchParams
-from spanseek.indexer.options import FOLLOW_LINKS_HELP, BuildOptions, EncodeOptions
+from spanseek.indexer.options import DEFAULT_READ_MEMORY, FOLLOW_LINKS_HELP, BuildOptions, EncodeOptions
 
 MODEL_HELP = ("model directory, or a bundled model: default (MiniLM-L6), base (MPNet-base, spanseek[base]) or "
               "default-2026-11 (the previous default)")
@@ -43,21 +43,27 @@ def _from_squad(args: argparse.Namespace) -> int:
 def _from_files(args: argparse.Namespace) -> int:
     from spanseek.indexer.chunking import ChunkOptions, backbone_token_counter, word_token_counter
     from spanseek.indexer.ingest import IngestOptions, from_files, parse_meta
+    from spanseek.indexer.read_process import ReadProcess, check_memory_cap
 
     extra = parse_meta(args.meta)
-    if args.tokenizer == "words":
-        count = word_token_counter
-    else:
+    check_memory_cap(args.read_memory_bytes, "--read-memory-bytes")
+    config = None
+    if args.tokenizer == "model":
         from spanseek.core.config import EncoderConfig
         from spanseek.core.model import CONFIG_NAME, resolve_model
 
         # the served model's counts: the service's file reader counts an upload's tokens with the same counter
-        count = backbone_token_counter(EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME))
+        config = EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME)
     opts = IngestOptions(
         chunk=ChunkOptions.of(args.max_tokens, args.overlap, args.min_tokens),
         id_field=args.id_field, extra_meta=extra, strict=args.strict, follow_links=args.follow_links,
     )
-    report = from_files(args.paths, args.out, count, opts, progress=not args.quiet)
+    if args.read_memory_bytes:  # read in a process of their own, capped (as the service reads uploaded files)
+        with ReadProcess(config, args.read_memory_bytes) as reader:
+            report = from_files(args.paths, args.out, word_token_counter, opts, not args.quiet, reader.read)
+    else:
+        count = word_token_counter if config is None else backbone_token_counter(config)
+        report = from_files(args.paths, args.out, count, opts, progress=not args.quiet)
     n = len(report.skipped)
     skipped = f"; skipped {n} file{'s' if n != 1 else ''} (see the warnings)" if n else ""
     docs, passages = report.documents, report.passages
@@ -432,6 +438,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true", help="fail on a file that would be skipped (binary, non-UTF-8, empty, "
                    "scanned or damaged, an old Word .doc) instead of skipping it")
     p.add_argument("--follow-links", action="store_true", help=FOLLOW_LINKS_HELP)
+    p.add_argument("--read-memory-bytes", type=int, default=DEFAULT_READ_MEMORY, metavar="BYTES",
+                   help="most memory the process that reads the files may take (Linux): a file that needs more is "
+                        "skipped with a warning naming it, and the files after it are read (--strict: the command "
+                        "fails); 0 reads them in this process, without a limit (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_from_files)
 

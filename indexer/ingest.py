@@ -77,7 +77,7 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
@@ -102,6 +102,8 @@ from spanseek.indexer.slides import extract_pptx
 from spanseek.indexer.word import extract_docx
 
 log = logging.getLogger(__name__)
+# reads one file (its path, its id, the options) as a Document, or the reason it is skipped (``read_document``'s)
+Reader = Callable[[Path, str, "IngestOptions"], "Document | str"]
 
 FORMATS = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
            ".htm": "html", ".pdf": "pdf", ".docx": "word", ".pptx": "powerpoint"}
@@ -360,9 +362,11 @@ def read_document(path: Path, rel: str, count: TokenCounter, opts: IngestOptions
 
 def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token_counter,
                    opts: IngestOptions = IngestOptions(), report: IngestReport | None = None,
-                   progress: bool = False) -> Iterator[Document]:
+                   progress: bool = False, read: Reader | None = None) -> Iterator[Document]:
     """Documents of the files under ``paths``; skipped files (and folders that cannot be read) are logged and listed
-    in ``report``. ``progress``: a bar of the files read, naming the one being read (a long PDF takes a while)."""
+    in ``report``. ``progress``: a bar of the files read, naming the one being read (a long PDF takes a while).
+    ``read``: what reads a file (``read_process.ReadProcess.read``, in a process whose memory is capped); default
+    ``read_document`` with ``count``, here."""
     report = report if report is not None else IngestReport()
     ids: dict[str, Path] = {}
     problems: list[tuple[Path, str]] = []
@@ -382,7 +386,7 @@ def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token
             if path is None:
                 break
             bar.set_postfix_str(rel if len(rel) <= 40 else "..." + rel[-37:])
-            doc = read_document(path, rel, count, opts)
+            doc = read_document(path, rel, count, opts) if read is None else read(path, rel, opts)
             bar.update()
             if isinstance(doc, str):
                 skip(path, doc)
@@ -398,17 +402,18 @@ def iter_documents(paths: Sequence[str | Path], count: TokenCounter = word_token
 
 
 def from_files(paths: Sequence[str | Path], out: str | Path, count: TokenCounter = word_token_counter,
-               opts: IngestOptions = IngestOptions(), progress: bool = False) -> IngestReport:
+               opts: IngestOptions = IngestOptions(), progress: bool = False, read: Reader | None = None) -> IngestReport:
     """Write the documents of ``paths`` as a JSONL corpus at ``out`` (atomically); returns what was done.
 
     ``count`` gives the tokens of each word: one per word by default; ``chunking.model_token_counter(tokenizer)``
-    counts the model's tokens (what ``spanseek corpus from-files`` uses unless told ``--tokenizer words``).
+    counts the model's tokens (what ``spanseek corpus from-files`` uses unless told ``--tokenizer words``). ``read``:
+    as ``iter_documents``'s (``spanseek corpus from-files`` reads in a process capped at ``--read-memory-bytes``).
     """
     report = IngestReport()
     target = Path(out).resolve()
     if any(p.resolve() == target for p, _ in _files(paths, follow_links=opts.follow_links)):  # one given, or in a folder
         raise IngestError(f"{out} is one of the files to read; write the corpus somewhere else")
-    docs = iter_documents(paths, count, opts, report, progress)
+    docs = iter_documents(paths, count, opts, report, progress, read)
     first = next(docs, None)  # nothing is written (an existing corpus at ``out`` is kept) when there is no document
     if first is not None:
         write_corpus(out, itertools.chain([first], docs))

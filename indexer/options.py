@@ -84,5 +84,9 @@ def _check_count(name: str, value: object, least: int, note: str = "") -> None:
 
 
 # `corpus from-files` and `sync` walk folders alike (``indexer.ingest._files``): one help text for their flag
+# the memory the process that reads files may take (``indexer.read_process``): `corpus from-files
+# --read-memory-bytes` and the service's file_read_memory_bytes. A 30 MiB HTML page of 1.5M table cells took 5.9 GB
+# to read, refused after 52 s at this; the reading process itself holds some 110 MB.
+DEFAULT_READ_MEMORY = 2 << 30
 FOLLOW_LINKS_HELP = ("also read the files that links in a folder lead to outside it (by default such a link is "
                      "skipped and named: one planted in a shared folder would read its target, ~/.ssh/id_rsa)")

@@ -4,7 +4,8 @@ CPU priority, a bounded number at a time.
 The readers (pdfminer.six's layout analysis above all) are pure Python: read in a thread of the server, a file held
 the server's GIL for as long as its reading took, and every search batch's Python steps waited for it. Read in a
 separate process (``FileReader``, one worker, started at the first upload and kept; ``file_nice`` lower in CPU
-priority), it takes the cores only when searches leave them. The worker counts passages with the served model's
+priority; ``indexer.read_process.start_worker``, which ``spanseek corpus from-files`` starts its reading process
+with too), it takes the cores only when searches leave them. The worker counts passages with the served model's
 tokenizer, as ``spanseek corpus from-files --tokenizer model`` does (``chunking.backbone_token_counter``), and the
 document's tokens, so that a file over ``max_file_tokens`` is refused before it is encoded. For the bundled
 backbones (and any whose ``tokenizer.json`` is what transformers builds from its config) it imports neither torch nor
@@ -33,7 +34,6 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import resource
 import signal
 import tempfile
 import threading
@@ -48,9 +48,10 @@ from typing import Any
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.io import Document
-from spanseek.indexer.chunking import TokenCounter, backbone_token_counter
+from spanseek.indexer.chunking import TokenCounter
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import IngestOptions, read_document
+from spanseek.indexer.read_process import ReadOutOfMemory, out_of_memory, start_worker, worker_counter
 from spanseek.service.heap import give_back
 
 log = logging.getLogger("spanseek.service")
@@ -125,53 +126,9 @@ class ReadFile:
     tokens: int
 
 
-_count: TokenCounter | None = None  # the worker process's counter: the served model's tokenizer
-
-
-def _start_worker(config: EncoderConfig, nice: int, memory_bytes: int = 0, server_pid: int | None = None) -> None:
-    """A reader process's start: ``nice`` lower in CPU priority, its data (heap and private mappings) capped at
-    ``memory_bytes`` (0: no cap), the model's tokenizer loaded, and ended when the server ``server_pid`` is gone.
-    Its readers' warnings come back with each file's answer and the service logs them; here they go nowhere."""
-    global _count
-    if server_pid is not None:
-        threading.Thread(target=_end_with_server, args=(server_pid,), name="spanseek-reader-watch",
-                         daemon=True).start()
-    if nice > 0 and hasattr(os, "nice"):
-        try:
-            os.nice(nice)
-        except OSError:  # refused: it reads at the service's priority, in its own process all the same
-            pass
-    if memory_bytes:
-        cap_memory(memory_bytes)
-    logging.getLogger("spanseek.indexer").addHandler(logging.NullHandler())
-    logging.getLogger("spanseek.indexer").propagate = False
-    _count = backbone_token_counter(config)
-
-
-def _end_with_server(server_pid: int, every_s: float = 1.0) -> None:
-    """Ends this process once the server that started it is gone: a server killed outright (kill -9, the OOM killer)
-    closes nothing, and its idle reader was left running, adopted by init, for as long as the host ran. A process
-    whose parent dies is handed to another (its parent id changes), whichever thread of the server started it."""
-    while os.getppid() == server_pid:
-        time.sleep(every_s)
-    os._exit(0)
-
-
-def cap_memory(memory_bytes: int) -> None:
-    """Caps this process's data (RLIMIT_DATA: heap and private writable mappings, where the readers' trees and
-    pdfminer's objects live; not the shared libraries or reserved address space an address-space cap would count), so
-    an allocation past it fails (MemoryError) rather than the kernel's OOM killer ending a process, perhaps the
-    server's. Never above the hard limit the process was given."""
-    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes if hard == resource.RLIM_INFINITY else
-                                              min(memory_bytes, hard), hard))
-
-
 def _read_in_worker(data: bytes, name: str, opts: IngestOptions, timeout_s: float) -> ReadFile:
     """Read one upload in the worker, giving up (IngestError) after ``timeout_s``: the alarm interrupts a reader
     between Python steps; one stuck inside a C call is killed by the service instead (``FileReader.read``)."""
-    assert _count is not None, "the reader process starts with _start_worker"
-
     def expired(signum: int, frame: Any) -> None:
         raise ReadTimedOut(f"{name}: not read within {timeout_s:g} s (file_read_timeout_s); a damaged or hostile "
                            "file, or one too large to read here: split it, or raise the limit")
@@ -179,12 +136,11 @@ def _read_in_worker(data: bytes, name: str, opts: IngestOptions, timeout_s: floa
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        doc, warnings = read_upload(data, name, opts, _count)
-        return ReadFile(doc, warnings, 0 if isinstance(doc, str) else document_tokens(doc, _count))
+        count = worker_counter()
+        doc, warnings = read_upload(data, name, opts, count)
+        return ReadFile(doc, warnings, 0 if isinstance(doc, str) else document_tokens(doc, count))
     except MemoryError:
-        raise ReadOutOfMemory(f"{name}: reading it needs more memory than this server gives the reading of a file "
-                              f"({resource.getrlimit(resource.RLIMIT_DATA)[0]:,} bytes, file_read_memory_bytes); "
-                              "split it, or raise the limit") from None
+        raise out_of_memory(name, "this server", "file_read_memory_bytes") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -202,10 +158,6 @@ def resident_bytes(pid: int) -> int | None:
 
 class ReadTimedOut(IngestError):
     """An upload took longer than ``file_read_timeout_s`` to read."""
-
-
-class ReadOutOfMemory(IngestError):
-    """An upload took more memory to read than ``file_read_memory_bytes``: its reader process is replaced."""
 
 
 class ReaderStopped(RuntimeError):
@@ -235,7 +187,7 @@ class FileReader:
         # spawn, not fork: the server's threads (the encoder's OpenMP pool, the event loop) hold locks a forked
         # child would inherit taken; the worker imports only the readers and the tokenizer
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_start_worker,
+                                   initializer=start_worker,
                                    initargs=(self.config, self.nice, self.memory_bytes, os.getpid()))
 
     async def read(self, data: bytes, name: str, opts: IngestOptions) -> ReadFile:

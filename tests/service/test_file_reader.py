@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from spanseek.indexer import read_process
 from spanseek.indexer.ingest import IngestOptions
 from spanseek.service import file_reader
 from spanseek.service.file_reader import FileReader
@@ -119,7 +120,7 @@ def test_a_read_past_its_time_ends_with_an_error_naming_the_file_and_the_setting
             pass
 
     monkeypatch.setattr(file_reader, "read_upload", endless)
-    monkeypatch.setattr(file_reader, "_count", lambda words: [1] * len(words))
+    monkeypatch.setattr(read_process, "_count", lambda words: [1] * len(words))  # (the counter the worker loads)
     t0 = time.monotonic()
     with pytest.raises(file_reader.IngestError, match=r"big\.pdf: not read within 0\.3 s \(file_read_timeout_s\)"):
         file_reader._read_in_worker(b"%PDF", "big.pdf", IngestOptions(), 0.3)
@@ -279,6 +280,7 @@ def test_resident_bytes_of_a_process_that_is_gone_is_none():
 
 SERVER = """
 import asyncio, pickle, sys, time
+from spanseek.indexer import read_process
 from spanseek.indexer.ingest import IngestOptions
 from spanseek.service.file_reader import FileReader
 reader = FileReader(pickle.load(open(sys.argv[1], "rb")), 0, 1)

@@ -1,0 +1,163 @@
+"""Reading files in a process of their own whose memory is capped, so that a file whose reading needs more than the
+cap is refused, naming it, rather than the kernel's OOM killer ending a process (the command's, or the server's).
+
+    spanseek corpus from-files DOCS/ --out corpus.jsonl --read-memory-bytes 2147483648
+
+Reading takes many times a file's size (a 30 MiB HTML page of 1.5M table cells took 5.9 GB). The reading process's
+data (heap and private mappings: RLIMIT_DATA, Linux) is capped (``cap_memory``); an allocation past the cap fails
+with MemoryError inside the reader, and the file is refused with an error naming it and the limit
+(``out_of_memory``). ``start_worker`` starts such a process: the service's reader of uploaded files
+(``service.file_reader``) and ``ReadProcess``, which ``corpus from-files`` reads its files with (one at a time; a
+file that ran out of memory, or that the process ended on, is skipped with that reason, the process replaced, and
+the files after it read by the new one).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from types import TracebackType
+
+from spanseek.core.config import EncoderConfig
+from spanseek.core.io import Document
+from spanseek.indexer.chunking import TokenCounter, backbone_token_counter, word_token_counter
+from spanseek.indexer.extracted import IngestError
+from spanseek.indexer.ingest import IngestOptions, read_document
+
+# the least memory cap (but 0: none): the reading process holds some 110 MB before it reads a file
+MIN_READ_MEMORY = 256 << 20
+
+_count: TokenCounter | None = None  # the reading process's counter: the model's tokenizer, or one token a word
+
+
+class ReadOutOfMemory(IngestError):
+    """A file took more memory to read than the reading process is given: its reading process is replaced."""
+
+
+def cap_memory(memory_bytes: int) -> None:
+    """Caps this process's data (RLIMIT_DATA: heap and private writable mappings, where the readers' trees and
+    pdfminer's objects live; not the shared libraries or reserved address space an address-space cap would count), so
+    an allocation past it fails (MemoryError) rather than the kernel's OOM killer ending a process, perhaps the
+    server's. Never above the hard limit the process was given."""
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes if hard == resource.RLIM_INFINITY else
+                                              min(memory_bytes, hard), hard))
+
+
+def check_memory_cap(memory_bytes: int, name: str) -> None:
+    """ValueError naming ``name`` (the setting or flag) for a cap the reading process cannot start under."""
+    if memory_bytes < 0 or 0 < memory_bytes < MIN_READ_MEMORY:
+        raise ValueError(f"{name}: {memory_bytes:,} bytes is too little for the process that reads files to start (it "
+                         f"holds some 110 MB before reading one); give at least {MIN_READ_MEMORY:,}, or 0 for no limit")
+
+
+def out_of_memory(name: str, who: str, setting: str) -> ReadOutOfMemory:
+    """The error for file ``name`` whose reading ran past this process's cap, given by ``who`` as ``setting``."""
+    return ReadOutOfMemory(f"{name}: reading it needs more memory than {who} gives the reading of a file "
+                           f"({resource.getrlimit(resource.RLIMIT_DATA)[0]:,} bytes, {setting}); split it, or raise "
+                           "the limit")
+
+
+def start_worker(config: EncoderConfig | None, nice: int = 0, memory_bytes: int = 0, server_pid: int | None = None,
+                 quiet: bool = True) -> None:
+    """A reading process's start: ``nice`` lower in CPU priority, its data (heap and private mappings) capped at
+    ``memory_bytes`` (0: no cap), the counter of ``config``'s tokenizer loaded (None: one token a word), and ended
+    when the process ``server_pid`` that started it is gone. ``quiet``: the readers' warnings go nowhere (the
+    service's come back with each file's answer), else to stderr as the command's own."""
+    global _count
+    if server_pid is not None:
+        threading.Thread(target=_end_with_server, args=(server_pid,), name="spanseek-reader-watch",
+                         daemon=True).start()
+    if nice > 0 and hasattr(os, "nice"):
+        try:
+            os.nice(nice)
+        except OSError:  # refused: it reads at the starter's priority, in its own process all the same
+            pass
+    if memory_bytes:
+        cap_memory(memory_bytes)
+    if quiet:
+        logging.getLogger("spanseek.indexer").addHandler(logging.NullHandler())
+        logging.getLogger("spanseek.indexer").propagate = False
+    else:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _count = word_token_counter if config is None else backbone_token_counter(config)
+
+
+def worker_counter() -> TokenCounter:
+    """The token counter ``start_worker`` loaded in this process."""
+    assert _count is not None, "the reading process starts with start_worker"
+    return _count
+
+
+def _end_with_server(server_pid: int, every_s: float = 1.0) -> None:
+    """Ends this process once the process that started it is gone: one killed outright (kill -9, the OOM killer)
+    closes nothing, and its idle reader was left running, adopted by init, for as long as the host ran. A process
+    whose parent dies is handed to another (its parent id changes), whichever thread of the server started it."""
+    while os.getppid() == server_pid:
+        time.sleep(every_s)
+    os._exit(0)
+
+
+def read_capped(path: str, rel: str, opts: IngestOptions) -> Document | str:
+    """``read_document`` in the reading process (with its counter); ReadOutOfMemory naming ``rel`` and
+    ``--read-memory-bytes`` when it runs past the cap."""
+    try:
+        return read_document(Path(path), rel, worker_counter(), opts)
+    except MemoryError:
+        raise out_of_memory(rel, "from-files", "--read-memory-bytes") from None
+
+
+class ReadProcess:
+    """Reads files one at a time in a process of their own capped at ``memory_bytes`` (``start_worker``), as
+    ``ingest.iter_documents``'s ``read``: the document, or the reason a file is skipped: one whose reading ran out of
+    memory, or that the process ended on, is skipped and the process replaced for the next file. A context manager
+    (the process is stopped on leaving it); ``read``: the function the process runs (``read_capped``)."""
+
+    def __init__(self, config: EncoderConfig | None, memory_bytes: int,
+                 read: Callable[[str, str, IngestOptions], Document | str] | None = None):
+        self.config, self.memory_bytes = config, memory_bytes
+        self.reader = read or read_capped
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _start(self) -> ProcessPoolExecutor:
+        # spawn, not fork: the command's threads (tqdm's monitor, a tokenizer's pool) hold locks a forked child would
+        # inherit taken; the process imports only the readers and the tokenizer
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=start_worker,
+                                   initargs=(self.config, 0, self.memory_bytes, os.getpid(), False))
+
+    def read(self, path: Path, rel: str, opts: IngestOptions) -> Document | str:
+        """The document of ``path`` (id ``rel``), or why it is skipped; IngestError as ``read_document``."""
+        if self._pool is None:
+            self._pool = self._start()
+        try:
+            return self._pool.submit(self.reader, str(path), rel, opts).result()
+        except ReadOutOfMemory as e:  # its heap, grown to the cap and fragmented, would fail the next files
+            self._replace()
+            return str(e).removeprefix(f"{rel}: ")
+        except BrokenProcessPool:
+            self._replace()
+            return (f"its reader stopped while reading it (a damaged file, or one too large to read within "
+                    f"--read-memory-bytes, {self.memory_bytes:,})")
+
+    def _replace(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> ReadProcess:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self._pool is not None:  # interrupted (Ctrl-C reaches the process too): no wait for its file
+            self._pool.shutdown(wait=kind is None, cancel_futures=True)
+            self._pool = None
