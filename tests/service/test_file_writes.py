@@ -217,7 +217,7 @@ def test_files_are_read_in_a_process_of_their_own_at_a_lower_priority(write_sett
     with serving(create_app(write_settings(file_nice=5))) as client:
         assert client.put("/files/a.txt", headers=KEY, content=b"In 1450 Gala built the bridge.").status_code == 200
         reader = client.app.state.service.live.file_reader
-        (pid,) = list(reader._pool._processes)
+        pid = reader.worker_pid
         assert pid != os.getpid()
         assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
         os.kill(pid, 9)  # the worker gone (killed for its memory, say): that upload is refused, the next is read
