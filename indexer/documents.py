@@ -5,8 +5,9 @@ and HTML: ``indexer.markup``.
 
     spanseek corpus from-files report.pdf DOCS/ --out corpus.jsonl
 
-**PDF** (pdfminer.six): each page's layout analysis gives text boxes, which ``indexer.pdf_layout`` puts in reading
-order (columns one after the other, a table's rows left to right) and joins into paragraphs; a table's rows
+**PDF** (pdfminer.six): each page's layout analysis gives text boxes (a justified line it cut in pieces at wide
+spaces made one again: ``pdf_layout.whole_lines``), which ``indexer.pdf_layout`` puts in reading order (columns one
+after the other, a table's rows left to right) and joins into paragraphs; a table's rows
 under a bold header row are named by it, as Word's and HTML's are (``table_rows``). ``char_margin`` 4
 (pdfminer's default is 2) keeps the words of a justified line together: with the default, wide justified spaces
 split lines into pieces that are put back out of order (on the held-out SQuAD articles rendered as PDF, 0.9988 of
@@ -112,6 +113,32 @@ def _page_boxes(layout: Any, laparams: Any) -> list[Any]:
     return boxes
 
 
+def _whole_lines(boxes: list[Any], laparams: Any) -> list[Any]:
+    """A page's text boxes with the pieces of each line that layout analysis cut at wide justified spaces made one
+    line again (``pdf_layout.whole_lines``); a box with none is as it was."""
+    from pdfminer.layout import LTChar, LTTextBoxHorizontal, LTTextLineHorizontal
+
+    out = []
+    for box, groups in zip(boxes, pdf_layout.whole_lines(boxes), strict=True):
+        if all(len(pieces) == 1 for pieces in groups) and len(groups) == len(pdf_layout.lines(box)):
+            out.append(box)
+            continue
+        if not groups:  # its lines all went to another box's
+            continue
+        rebuilt = LTTextBoxHorizontal()
+        for pieces in groups:
+            if len(pieces) == 1:
+                rebuilt.add(pieces[0])
+                continue
+            line = LTTextLineHorizontal(laparams.word_margin)
+            for glyph in (g for piece in pieces for g in piece if isinstance(g, LTChar)):
+                line.add(glyph)  # a space where the gap is one (the pieces' own spaces, and between them)
+            line.analyze(laparams)
+            rebuilt.add(line)
+        out.append(rebuilt)
+    return out
+
+
 def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
     """Each page's paragraphs in reading order, and the document's info dictionary."""
     try:
@@ -143,7 +170,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
             # (cut first, it could fall a row apart from it: a box of the next column level with it came between);
             # a list's items are cut from each other too
             tops: list[Any] = []  # the boxes that open a column after the first: a paragraph may run on there
-            ordered = pdf_layout.reading_order(_page_boxes(layout, laparams), tops)
+            ordered = pdf_layout.reading_order(_whole_lines(_page_boxes(layout, laparams), laparams), tops)
             boxes = pdf_layout.split_items(pdf_layout.split_headings(ordered))
             runs = pdf_layout.paragraphs(boxes)
             images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)

@@ -1,7 +1,8 @@
 """A PDF page's text boxes -> its paragraphs in reading order, for ``indexer.documents`` (``extract_pdf``).
 
 pdfminer.six's layout analysis groups a page's characters into lines and its lines into text boxes; this module
-puts the boxes in reading order (a column after the one on its left, the rows of a table left to right), undoes the
+makes the pieces of a line it cut at wide justified spaces one line again (``whole_lines``), puts the boxes in
+reading order (a column after the one on its left, the rows of a table left to right), undoes the
 hyphenation of words at line ends, spells out typographic ligatures and finds the title on a first page. It is where
 the rest of the indexer reads PDF layout from; the work of each other step is in a module of its own:
 ``pdf_blocks`` (a box's lines and their text; ``Block``, a paragraph as extracted; the document's type sizes and
@@ -14,6 +15,7 @@ repeated at the top or bottom of many pages: running headers and footers, page n
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections import Counter
@@ -76,7 +78,7 @@ __all__ = ["COLUMN_LINE_CHARS", "CROSSING_LINES", "FOOTNOTE_SIZE", "FULL_LINE_SL
            "SENTENCE_END", "SPACE_HEIGHTS", "WRAPPED_INDENT", "WRAPPED_WIDTH", "Block", "Part", "bold_body",
            "body_size", "dehyphenate", "flow_ends", "flows", "footnotes", "heading", "justified", "lines", "logical",
            "margin_edge", "paragraphs", "reading_order", "running", "same_row", "script_shift", "split_headings",
-           "split_items", "starts_lower", "tables", "text", "title_block"]
+           "split_items", "starts_lower", "tables", "text", "title_block", "whole_lines"]
 
 # a column holds running text: the median line of each side of a gutter has at least this many characters (a table's
 # cells have fewer, and are read row by row instead)
@@ -173,6 +175,72 @@ def _rows(boxes: Sequence[Any]) -> list[Any]:
                 continue
         rows.append([box])
     return [box for row in rows for box in sorted(row, key=lambda b: b.x0)]
+
+
+def whole_lines(boxes: Sequence[Any]) -> list[list[list[Any]]]:
+    """Each text box's lines top to bottom, the pieces of one line together, left to right (a list of them for each
+    line; none for a box whose lines all went to another's). A justified line of a narrow column has spaces wide enough (more than
+    ``char_margin`` times a glyph's width) that layout analysis cuts it in pieces, and puts them in its box in any
+    order, or a piece in a box of its own: "Entertainment on its Weekly put" was read for "Entertainment Weekly put
+    it on its". Lines of a box on one baseline, in type of one size, are pieces of one line where each gap between
+    them is inside the column: text of the box's ``_NEAR_ROWS`` lines above or below it reaches into the gap (the
+    gutter between two columns is empty all the way down); a line of another box on that baseline inside such a gap
+    is a piece of it too."""
+    grouped = [_baselines(lines(box)) for box in boxes]
+    gaps = []  # (baseline, box, group, left edge, right edge) of each gap inside a column between a line's pieces
+    for b, groups in enumerate(grouped):
+        for g, pieces in enumerate(groups):
+            gaps += [(pieces[0].y0, b, g, left.x1, right.x0) for left, right in itertools.pairwise(pieces)]
+    gaps.sort(key=lambda gap: gap[0])
+    baselines = [gap[0] for gap in gaps]
+    for b, box in enumerate(boxes):
+        for line in lines(box):
+            tolerance = _BASELINE * (line.y1 - line.y0)
+            for _y, into, g, x0, x1 in gaps[bisect.bisect_left(baselines, line.y0 - tolerance):
+                                            bisect.bisect_right(baselines, line.y0 + tolerance)]:
+                target = grouped[into][g]
+                if (into != b and x0 <= line.x0 + tolerance and line.x1 - tolerance <= x1
+                        and not any(piece is line for piece in target) and _one_size(target[0], line)):
+                    target.append(line)
+                    target.sort(key=lambda piece: piece.x0)
+                    for pieces in grouped[b]:  # moved out of its own box
+                        pieces[:] = [piece for piece in pieces if piece is not line]
+                    break
+    return [[pieces for pieces in groups if pieces] for groups in grouped]
+
+
+# the pieces of one line are on one baseline: within this share of the line's height
+_BASELINE = 0.2
+# a gap between two pieces is inside the column where text of this many lines above or below reaches into it (two:
+# the line right above may have a wide space of its own there)
+_NEAR_ROWS = 2
+
+
+def _one_size(a: Any, b: Any) -> bool:
+    """Whether two lines are in type of one size: their heights within ``_BASELINE`` of each other's."""
+    return abs((a.y1 - a.y0) - (b.y1 - b.y0)) <= _BASELINE * (a.y1 - a.y0)
+
+
+def _baselines(box_lines: Sequence[Any]) -> list[list[Any]]:
+    """A box's lines top to bottom, those on one baseline in one list left to right, where each gap between them is
+    inside the column (``whole_lines``); a gap that the text around it leaves empty (a gutter) cuts them apart."""
+    rows: list[list[Any]] = []
+    for line in sorted(box_lines, key=lambda line: -line.y0):
+        if rows and abs(rows[-1][0].y0 - line.y0) <= _BASELINE * (line.y1 - line.y0) and _one_size(rows[-1][0], line):
+            rows[-1].append(line)
+        else:
+            rows.append([line])
+    out: list[list[Any]] = []
+    for k, row in enumerate(rows):
+        row.sort(key=lambda line: line.x0)
+        near = [line for r in rows[max(0, k - _NEAR_ROWS):k + _NEAR_ROWS + 1] if r is not row for line in r]
+        out.append([row[0]])
+        for left, right in itertools.pairwise(row):
+            if left.x1 <= right.x0 and any(n.x0 < right.x0 and left.x1 < n.x1 for n in near):
+                out[-1].append(right)
+            else:
+                out.append([right])
+    return out
 
 
 def dehyphenate(texts: Sequence[str]) -> list[str]:

@@ -996,3 +996,30 @@ def test_a_page_that_opens_with_a_name_like_itunes_opens_a_paragraph(tmp_path):
     pages[1] = [(20, 30, "and the crews " + opening[0][7:]), (20, 35, opening[1])]  # the text goes on
     assert extract_pdf(lines_pdf(tmp_path / "on.pdf", pages)).paragraphs == [
         " ".join([full] * 49 + [last, "and the crews " + opening[0][7:], opening[1]])]
+
+
+@needs_dejavu
+def test_two_columns_set_justified_by_fpdf2_read_in_order_and_a_paragraph_runs_on_into_the_next_column(tmp_path):
+    """fpdf2's text columns, justified, leave spaces so wide in a narrow column that layout analysis cut a line in
+    pieces and put them back in any order, a piece in a box of its own ("the authority's pilotage, internationally
+    telecommunications" for "... internationally recognised pilotage, telecommunications and"): none of the
+    validation articles set so read its words in order. A line's pieces are one line again; each column is read
+    top to bottom, the left one first, and the paragraph at the left column's foot goes on at the top of the right."""
+    paragraphs = [
+        "The harbour authority publishes its accounts every spring, and Entertainment Weekly put it on its "
+        "end-of-the-decade list of the best-run harbours in the north, saying that the authority's internationally "
+        "recognised pilotage, telecommunications and environmental programmes set the standard for the region.",
+        "The lighthouse at the mouth of the estuary has guided ships since 1854, and its keepers lived in the "
+        "cottages below the light until the lamp was automated in 1987, when the last of the keepers retired to the "
+        "village by the old harbour wall.",
+        "The pilots still meet in the cottages by the harbour wall, where the keepers once lived."]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_font("body", fname=str(DEJAVU))
+    pdf.add_page()
+    pdf.set_font("body", size=10)
+    with pdf.text_columns(ncols=2, text_align="J", gutter=8) as columns:
+        for k in range(14):  # the lighthouse, the fifth time, runs from the left column's foot to the right's top
+            with columns.paragraph(bottom_margin=3) as paragraph:
+                paragraph.write(paragraphs[k % 3])
+    pdf.output(str(tmp_path / "columns.pdf"))
+    assert extract_pdf(tmp_path / "columns.pdf").paragraphs == [paragraphs[k % 3] for k in range(14)]

@@ -344,6 +344,7 @@ def test_the_work_on_a_page_grows_with_its_lines_not_with_their_square():
                      for k, line in enumerate(box.lines)]
         boxes.append(box)
     CountedLine.reads, CountedLine.budget = 0, 400 * 500
+    assert all(len(pieces) == 1 for groups in pdf_layout.whole_lines(boxes) for pieces in groups)
     parts = pdf_layout.split_items(pdf_layout.split_headings(boxes))
     runs = pdf_layout.paragraphs(parts)
     every = pdf_layout.PageLines(parts)
@@ -354,3 +355,28 @@ def test_the_work_on_a_page_grows_with_its_lines_not_with_their_square():
              for line in every[::25] for over in [[o for o in every if min(o.x1, line.x1) > max(o.x0, line.x0)]]]
     assert [every.column(line) for line in every[::25]] == brute
     assert len(runs) == 75 and brute[:2] == [(50, 300), (50, 300)]
+
+
+class Lines(Box):
+    """A text box of the lines given, in the order given (pdfminer's order of lines on one baseline is any)."""
+
+    def __init__(self, lines: list[Line]) -> None:
+        self.lines = lines
+        self.x0, self.x1 = min(line.x0 for line in lines), max(line.x1 for line in lines)
+        self.y0, self.y1 = min(line.y0 for line in lines), max(line.y1 for line in lines)
+
+
+def test_the_pieces_of_a_justified_line_are_one_line_and_a_gutter_keeps_columns_apart():
+    """Layout analysis cut a justified line at its wide spaces and put the pieces in its box in any order, one in a
+    box of its own: the line read "Entertainment on its Weekly put". Pieces on one baseline whose gaps the text
+    above or below reaches into are one line, left to right, the stray piece taken from its box; two columns' lines
+    on one baseline in one box stay apart at the gutter, which no text reaches into."""
+    pieces = [Line("on its", 240, 688, 285), Line("Entertainment", 50, 688, 115), Line("Weekly put", 125, 688, 190)]
+    box = Lines([Line(PROSE, 50, 700), *pieces, Line(PROSE, 50, 676)])
+    stray = Lines([Line("it", 200, 688, 210)])
+    left, right = [Line(PROSE, 50, y, 285) for y in (600, 588)], [Line(PROSE, 300, y, 535) for y in (600, 588)]
+    gutter = Lines([left[0], right[0], right[1], left[1]])
+    assert [[[line.text for line in pieces] for pieces in groups] for groups in
+            pdf_layout.whole_lines([box, stray, gutter])] == [
+        [[PROSE], ["Entertainment", "Weekly put", "it", "on its"], [PROSE]], [], [[PROSE], [PROSE], [PROSE], [PROSE]]]
+    assert [pieces[0] for pieces in pdf_layout.whole_lines([gutter])[0]] == [left[0], right[0], left[1], right[1]]
