@@ -50,24 +50,29 @@ def line_text(line: Any) -> str:
 # a footnote's mark: a superscript (``script_shift``) of digits or reference signs, set right after a word of three
 # letters or more or after punctuation, and before no letter or digit: "Gala¹," read "Gala1," and a search for the
 # word missed it. A superscript after a shorter word, a number or a bracket, or before an operator, is an exponent,
-# kept: "m²", "km²", "10⁵", "(a+b)² = c", "GeV² = 1"
+# kept: "m²", "km²", "10⁵", "(a+b)² = c", "GeV² = 1"; after a number or a bracket it reads with a caret, as plain text
+# writes a power ("10^5", "(a+b)^2": "105" was another number), after a letter as it is set ("km2", as Wikipedia's text
+# has it); a superscript of letters (an ordinal's "1st") is part of its word
 _MARKS = frozenset("0123456789*\u2020\u2021\u00a7")
 _MARKED = re.compile(r"(?:(?<![^\W\d_])[^\W\d_]{3,}|[.,;:\"'\u201d\u2019])$")
 _OPERATORS = frozenset("=+\u2212\u00d7\u00b7/<>\u2264\u2265")
+_POWER = re.compile(r"[-+\u2212]?\d+")
+_POWER_BASE = frozenset("0123456789)]")
 
 
 def _without_marks(line: Any, plain: str) -> str:
     """A line's text ``plain`` without its footnotes' marks (``_MARKS``), where its glyphs are placed."""
     glyphs = [c for c in line if hasattr(c, "get_text")] if hasattr(line, "__iter__") else []
-    raised, base = [], None  # whether each glyph is a superscript's; the glyph of the line's type before it
+    ups, base = [], None  # whether each glyph is a superscript's; the glyph of the line's type before it
     for glyph in glyphs:
         up = base is not None and hasattr(glyph, "size") and (getattr(glyph, "script_shift", 0.0) < 0 or (
             glyph.size < SCRIPT_SIZE * base.size and glyph.y0 - base.y0 > 0.2 * base.size))
-        raised.append(up and glyph.get_text() in _MARKS)
+        ups.append(up)
         base = base if up or not hasattr(glyph, "size") else glyph
-    if not any(raised):
+    if not any(ups):
         return plain
     texts, k = [g.get_text() for g in glyphs], 0
+    raised = [up and t in _MARKS for up, t in zip(ups, texts, strict=True)]
     while k < len(texts):
         end = next((j for j in range(k, len(texts)) if not raised[j]), len(texts))
         after = "".join(texts[end:end + 3])
@@ -75,6 +80,11 @@ def _without_marks(line: Any, plain: str) -> str:
                 and after.lstrip()[:1] not in _OPERATORS):
             texts[k:end] = [""] * (end - k)
         k = end + 1
+    for up, run in itertools.groupby(range(len(texts)), key=lambda j: ups[j]):  # the exponents kept
+        first = next(run)
+        if (up and first and texts[first - 1][-1:] in _POWER_BASE
+                and _POWER.fullmatch("".join(texts[j] for j in (first, *run)))):
+            texts[first] = "^" + texts[first]
     return "".join(texts)
 
 

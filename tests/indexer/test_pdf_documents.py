@@ -950,21 +950,24 @@ def test_footnote_marks_are_dropped_and_exponents_and_subscripts_kept(tmp_path):
     for the word missed it. A superscript of digits or reference signs after a word of three letters or more, or
     after punctuation, is dropped; one after a shorter word, a number or a bracket, or before an operator, is an
     exponent ("m²", "10⁵", "(a+b)²", "GeV² = 1"), and a subscript
-    ("H₂O") is part of its word: both are kept, as the text reads them."""
+    ("H₂O") is part of its word: both are kept, as the text reads them. An exponent after a number read glued to it,
+    another number ("10⁵" read "105", "10⁻³" "10-3"): after a number or a bracket it reads with a caret, as plain
+    text writes a power ("10^5"); after a letter as it is set ("km2"); an ordinal's letters ("1ˢᵗ") as a word."""
     pdf = fpdf.FPDF(unit="mm", format="A4")
     pdf.add_page()
     pdf.set_font("helvetica", size=11)
     for part in ["The harbour was built in 1450 by Gala", ("SUP", "1"), ", who brought the cranes. Its water is H",
                  ("SUB", "2"), "O, its basin 12 km", ("SUP", "2"), " and its dredging 10", ("SUP", "5"),
                  " tonnes a year. The pilots came later.", ("SUP", "12"), " The quay", ("SUP", "*"), " opened in 1452. Its",
-                 " area is (a+b)", ("SUP", "2"), " and its energy GeV", ("SUP", "2"), " = 1."]:
+                 " area is (a+b)", ("SUP", "2"), " and its energy GeV", ("SUP", "2"), " = 1. Its salt is 10", ("SUP", "-3"),
+                 " of its 1", ("SUP", "st"), " basin."]:
         pdf.char_vpos = part[0] if isinstance(part, tuple) else "LINE"
         pdf.write(6, part[1] if isinstance(part, tuple) else part)
     pdf.output(str(tmp_path / "notes.pdf"))
     assert extract_pdf(tmp_path / "notes.pdf").paragraphs == [
         "The harbour was built in 1450 by Gala, who brought the cranes. Its water is H2O, its basin 12 km2 and its "
-        "dredging 105 tonnes a year. The pilots came later. The quay opened in 1452. Its area is (a+b)2 and its "
-        "energy GeV2 = 1."]
+        "dredging 10^5 tonnes a year. The pilots came later. The quay opened in 1452. Its area is (a+b)^2 and its "
+        "energy GeV2 = 1. Its salt is 10^-3 of its 1st basin."]
 
 
 def test_a_paragraph_that_ends_in_a_note_in_brackets_ends_before_an_indented_one(tmp_path):
