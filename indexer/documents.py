@@ -506,7 +506,7 @@ def extract_pdf(path: Path) -> Extracted:
             text = not block.cells and not heading and not block.entries
             # a heading at the foot of a page goes with the text that opens the next page, a paragraph break apart
             under = text and after_heading and i == 0 and ends_on == number - 1
-            wrapped = ends is not None and pdf_layout.flows(paragraphs[-1], ends.room, block.opening)
+            wrapped = ends is not None and pdf_layout.flows(ends.room, block.opening)
             if under or (text and not apart and not block.item and ends_on in (number - 1, number)
                          and _continues(paragraphs[-1], box, i > 0 and not block.column, wrapped)):
                 paragraphs[-1] = f"{paragraphs[-1]}{PARAGRAPH_BREAK if under else ' '}{box}"

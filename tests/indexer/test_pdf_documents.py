@@ -873,17 +873,23 @@ def test_paragraphs_set_with_an_indented_first_line_and_no_space_between_are_apa
 
 
 @pytest.mark.parametrize("pitch", [6, 8], ids=["1.5", "double"])
-@pytest.mark.parametrize(("next_line", "joined"), [
-    ("the container terminal, the ferry terminal and the fish market by the old", True),
-    ("The container terminal, the ferry terminal and the fish market by the old", False),
-], ids=["lower-case", "capital"])
-def test_a_sentence_that_goes_on_in_lower_case_after_a_colon_at_a_line_s_end_stays_whole(
-        tmp_path, pitch, next_line, joined):
+@pytest.mark.parametrize(("first_line", "next_line", "joined"), [
+    ("The harbour authority runs three terminals on the northern quay, as follows:",
+     "the container terminal, the ferry terminal and the fish market by the old", True),
+    ("The harbour authority runs three terminals on the northern quay, as follows:",
+     "The container terminal, the ferry terminal and the fish market by the old", True),
+    ("The harbour authority runs three terminals:",
+     "The container terminal, the ferry terminal and the fish market by the old", False),
+], ids=["lower-case", "capital", "short-line"])
+def test_a_sentence_that_goes_on_after_a_colon_at_a_line_s_end_stays_whole(
+        tmp_path, pitch, first_line, next_line, joined):
     """At 1.5 or double spacing (each line a text box of its own) a paragraph whose line ended in a colon was cut
-    there, though the sentence went on in lower case on the next line: a colon ended the paragraph as a full stop
-    does. A lower-case line under it goes on with it; a capital under it opens a paragraph."""
-    lines = ["The harbour authority runs three terminals on the northern quay, as follows:", next_line,
-             "lighthouse, each with its own berths and cranes for the ships that call there."]
+    there, though the sentence went on in the next line: a colon ended the paragraph as a full stop does, unless the
+    next line started in lower case ("... observed that:" over a quotation, "... phonemes:" over "/a ɛ e/" cut
+    paragraphs of SQuAD articles set so). Where the text wrapped at the colon (a full line, and the next line's first
+    word would not have fit on it), the sentence goes on, whatever the case of the next line; a colon on a line that
+    ends short (a list's introduction) ends its paragraph."""
+    lines = [first_line, next_line, "lighthouse, each with its own berths and cranes for the ships that call there."]
     path = lines_pdf(tmp_path / "colon.pdf", [[(20, 20 + pitch * k, line) for k, line in enumerate(lines)]])
     assert extract_pdf(path).paragraphs == ([text_of(lines)] if joined else [lines[0], text_of(lines[1:])])
 
