@@ -126,8 +126,9 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     ``FULL_LINE_SLACK`` of its width, and spans ``WRAPPED_WIDTH`` of it: the text wrapped) or wrapped early (the
     box's first word would not have fit after it: a long address or word came next) and does not end a sentence
     (or is both, and ends a sentence or a colon's clause, with the box's first line flush left: the sentence ended
-    where the text wrapped; a colon's sentence goes on also where the box starts in lower case: ``_introduces``); a short line (a heading, a list item, a contents line, a head set flush right) ends its
-    paragraph, and so does a heading cut from its paragraph (``split_headings``); a list's item starts one
+    where the text wrapped, unless the page is ``justified`` and the line ends short of the edge; a colon's sentence
+    goes on also where the box starts in lower case: ``_introduces``); a short line (a heading, a list item, a
+    contents line, a head set flush right) ends its paragraph, and so does a heading cut from its paragraph (``split_headings``); a list's item starts one
     (``split_items``). A gap wider than that (the extra space between paragraphs, at any line spacing), or than
     ``LINE_GAP_HEIGHTS`` times the line's height, starts a new one. Boxes of one line each on one baseline (the cells
     of a table's row) are one, and a paragraph of their own."""
@@ -139,6 +140,8 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
     pitches += [d for a, b in itertools.pairwise(boxes) if (d := follows(lines(a)[-1], lines(b)[0]))]
     pitch = float(np.median(pitches)) if pitches else 0.0
     every = PageLines(boxes)
+    # on a justified page a line the text wrapped at reaches its column's edge: one that ends short ends its paragraph
+    justified_page = justified([[box] for box in boxes], every)
 
     def wrapped(line: Any, below: Any) -> bool:  # the first word of line ``below`` would not have fit after ``line``
         room, word = _room(line, every), _first_word(below)
@@ -161,7 +164,8 @@ def paragraphs(boxes: Sequence[Any]) -> list[list[Any]]:
             open_end = not SENTENCE_END.search(ending) or _introduces(ending, box)
             # a sentence that ends on a line the text wrapped at goes on (the next line, flush left, is no new
             # paragraph's indented first line), and so does one that ends in a colon
-            flowed = _full(last, every) and flows(_room(last, every), _opening(first, every))
+            flowed = (_full(last, every) and flows(_room(last, every), _opening(first, every))
+                      and not (justified_page and every.column(last)[1] - last.x1 > JUSTIFIED_SLACK))
             if ((flowed or getattr(box, "hanging", False) or (open_end and (_full(last, every) or wrapped(last, first))))
                     and not getattr(before, "head", False) and d is not None and d <= min(LINE_PITCH_SLACK * pitch, LINE_GAP_HEIGHTS * last.height)
                     and abs(last.height - first.height) <= 0.2 * last.height):
@@ -324,7 +328,7 @@ def split_items(boxes: Sequence[Any]) -> list[Any]:
     page = PageLines(boxes)
     entries, wrapped = _hanging_lines(page)
     items = _item_lines(page) | entries
-    opening = items | _indented_lines(page)
+    opening = items | _indented_lines(page) | _after_short_lines(page)
     out: list[Any] = []
     for box in boxes:
         every = lines(box)
@@ -399,6 +403,23 @@ def _indented_lines(every: PageLines) -> set[int]:
             under = after.get(id(line))
             if (SENTENCE_END.search(line_text(above).rstrip()) and _full(line, every) and under is not None
                     and _indent(under, every) == 0):
+                opening.add(id(line))
+    return opening
+
+
+def _after_short_lines(every: PageLines) -> set[int]:
+    """The ids of a justified page's lines that open a paragraph inside a text box (``split_items``): flush left,
+    under a line of their box that ends a sentence short of its column's right edge (by more than twice
+    ``JUSTIFIED_SLACK``), as a justified paragraph's last line does. Paragraphs set without space between them and without an indent
+    (fpdf2's text columns) are one box to layout analysis, which read as one paragraph. The page is justified when
+    the lines its boxes wrap at end at their column's edge (``justified``)."""
+    if not justified([[box] for box in every.boxes], every):
+        return set()
+    opening: set[int] = set()
+    for box in every.boxes:
+        for above, line in itertools.pairwise(lines(box)):
+            if (every.column(above)[1] - above.x1 > 2 * JUSTIFIED_SLACK and _indent(line, every) == 0
+                    and SENTENCE_END.search(line_text(above).rstrip()) and not monospaced([line])):
                 opening.add(id(line))
     return opening
 

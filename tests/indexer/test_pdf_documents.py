@@ -1008,12 +1008,16 @@ def test_a_page_that_opens_with_a_name_like_itunes_opens_a_paragraph(tmp_path):
 
 
 @needs_dejavu
-def test_two_columns_set_justified_by_fpdf2_read_in_order_and_a_paragraph_runs_on_into_the_next_column(tmp_path):
+@pytest.mark.parametrize("space", [3, 0], ids=["spaced", "unspaced"])
+def test_two_columns_set_justified_by_fpdf2_read_in_order_and_a_paragraph_runs_on_into_the_next_column(
+        tmp_path, space):
     """fpdf2's text columns, justified, leave spaces so wide in a narrow column that layout analysis cut a line in
     pieces and put them back in any order, a piece in a box of its own ("the authority's pilotage, internationally
     telecommunications" for "... internationally recognised pilotage, telecommunications and"): none of the
     validation articles set so read its words in order. A line's pieces are one line again; each column is read
-    top to bottom, the left one first, and the paragraph at the left column's foot goes on at the top of the right."""
+    top to bottom, the left one first, and the paragraph at the left column's foot goes on at the top of the right.
+    Set without space between them (nor an indent), the paragraphs of a column were one text box, read as one
+    paragraph: on a justified page a line that ends a sentence short of the column's edge ends its paragraph."""
     paragraphs = [
         "The harbour authority publishes its accounts every spring, and Entertainment Weekly put it on its "
         "end-of-the-decade list of the best-run harbours in the north, saying that the authority's internationally "
@@ -1028,7 +1032,7 @@ def test_two_columns_set_justified_by_fpdf2_read_in_order_and_a_paragraph_runs_o
     pdf.set_font("body", size=10)
     with pdf.text_columns(ncols=2, text_align="J", gutter=8) as columns:
         for k in range(14):  # the lighthouse, the fifth time, runs from the left column's foot to the right's top
-            with columns.paragraph(bottom_margin=3) as paragraph:
+            with columns.paragraph(bottom_margin=space) as paragraph:
                 paragraph.write(paragraphs[k % 3])
     pdf.output(str(tmp_path / "columns.pdf"))
     assert extract_pdf(tmp_path / "columns.pdf").paragraphs == [paragraphs[k % 3] for k in range(14)]
