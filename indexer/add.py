@@ -78,6 +78,7 @@ from spanseek.indexer.fine_store_build import encode_fine_rows
 from spanseek.indexer.ingest import corpus_problem
 from spanseek.indexer.interrupt import Committed, stopped_cleanly
 from spanseek.indexer.lexical import write_lexical
+from spanseek.indexer.live_state import writes_made_over
 from spanseek.indexer.out_dir import lock_refusal
 from spanseek.indexer.recall import measure_recall
 
@@ -148,11 +149,18 @@ def live_rows(index_dir: Path) -> tuple[list[dict[str, Any]], np.ndarray, dict[s
 def locked_index(index_dir: Path, command: str) -> Iterator[phrase_index.Manifest]:
     """Hold the index's writer lock, finish a change that was interrupted, and yield the manifest (file sizes
     checked; each writer re-reads what it rewrites). Raises BuildError naming ``command`` when another process
-    holds the lock, IndexFormatError for a missing or unfinished index."""
+    holds the lock, or when a change (any ``command`` but ``export``) would orphan the writes of the live directory
+    beside the index (``indexer.live.writes_made_over``), IndexFormatError for a missing or unfinished index."""
     phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
     with integrity.writer_lock(index_dir) as locked:
         if not locked:
             raise lock_refusal(index_dir, command)
+        if command != "export" and (live := writes_made_over(index_dir)) is not None:
+            raise BuildError(f"{index_dir}: the live directory {live} holds the writes a server with writes made over "
+                             f"this index; changed offline, its next start would refuse them as made over another "
+                             f"index: start it (`spanseek serve --writes`) and send it the change as a write instead, "
+                             f"or move {live} away to change the index without those writes; `spanseek index "
+                             f"{command}` changed nothing")
         if phrase_index.recover_locked(index_dir) == "rolled forward":
             log.info("finished an interrupted change of %s", index_dir)
         old = phrase_index.check_index(index_dir, contents=False, recovered=True)

@@ -12,6 +12,7 @@ than updated in place.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,10 @@ import numpy as np
 
 from spanseek.core import integrity, phrase_index
 from spanseek.core.lexical import ANALYZER, DEFAULT_FUSION, LexicalIndex, missing_message, passage_text
+from spanseek.indexer.live_state import STATE, LiveStoreError, default_live_dir, read_state, state_base
 from spanseek.indexer.out_dir import lock_refusal
+
+log = logging.getLogger(__name__)
 
 
 def lexical_texts(passages_path: Path, docs_path: Path) -> list[str]:
@@ -40,20 +44,51 @@ def write_lexical(index_dir: str | Path, passages_path: Path | None = None, docs
     return {**record, "fusion": fusion or DEFAULT_FUSION}
 
 
-def add_lexical(index_dir: str | Path) -> phrase_index.Manifest:
+def add_lexical(index_dir: str | Path, live_dir: str | Path | None = None) -> phrase_index.Manifest:
     """Give a built index its lexical part (or rebuild it, with the current analyzer) from its passage store; no
-    passage is encoded again."""
+    passage is encoded again; returns the new manifest. The merged base that a server with writes over the index
+    serves is given it too: the one named by the live directory ``live_dir`` (default: the index path + ``.live``)
+    when its writes were made over this index (they stay its writes: ``indexer.live.index_digest`` leaves the lexical
+    part out). Rerun after a kill, it completes both."""
     index_dir = Path(index_dir)
     phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
-    with integrity.writer_lock(index_dir) as locked:
+    with integrity.writer_lock(index_dir) as locked:  # held exclusive: no server with writes over the index runs
         if not locked:
             raise lock_refusal(index_dir, "add-lexical", instead="the index stays as its writes were made over while "
                                "it serves them")
-        phrase_index.recover_locked(index_dir)
-        old = phrase_index.check_index(index_dir, recovered=True)
-        fusion = (old.lexical or {}).get("fusion")  # keep weights fitted for this index
-        manifest = phrase_index.Manifest.create(index_dir, {**old.to_dict(), "lexical": write_lexical(index_dir, fusion=fusion)})
-        manifest.write(index_dir)
+        merged = _merged_base(index_dir, live_dir)
+        manifest = _rebuild_locked(index_dir)
+        if merged is not None:  # what that server serves: the index's part alone would not be searched
+            with integrity.writer_lock(merged) as base_locked:
+                if not base_locked:
+                    raise lock_refusal(merged, "add-lexical")
+                _rebuild_locked(merged)
+            log.info("the merged base %s, which a server with writes over %s serves, has the lexical part too",
+                     merged, index_dir)
+    return manifest
+
+
+def _merged_base(index_dir: Path, live_dir: str | Path | None) -> Path | None:
+    """The merged base the live directory (``live_dir``, else the index path + ``.live``) serves over ``index_dir``,
+    or None: it has none yet, holds no state, or was made over another index (whose start says so)."""
+    live = Path(live_dir) if live_dir is not None else default_live_dir(index_dir)
+    if not (live / STATE).is_file():
+        return None
+    try:
+        state = read_state(live, index_dir)
+        return state_base(live, state, index_dir) if state.get("base") is not None else None
+    except LiveStoreError:
+        return None
+
+
+def _rebuild_locked(index_dir: Path) -> phrase_index.Manifest:
+    """Write the lexical part of ``index_dir`` (keeping its fusion weights) and its new manifest; the caller holds
+    its writer lock."""
+    phrase_index.recover_locked(index_dir)
+    old = phrase_index.check_index(index_dir, recovered=True)
+    fusion = (old.lexical or {}).get("fusion")  # keep weights fitted for this index
+    manifest = phrase_index.Manifest.create(index_dir, {**old.to_dict(), "lexical": write_lexical(index_dir, fusion=fusion)})
+    manifest.write(index_dir)
     return manifest
 
 

@@ -20,9 +20,10 @@ first; two would write one log, and the first's merge would delete the second's 
 a pointer file (``core.alias``) naming the base served, switched after each merge: servers without writes serve it to
 follow the merges (not the writes since the last one, which only the writer serves), and ``verified.json``, each file
 of the last merged base as the writer verified it (``open_verified``), which spares them checksumming it again. The
-index the service was started with is never changed; ``state.json`` records the digest of its ``manifest.json``, and
-a start over another index (rebuilt, replaced, or changed offline at the same path) is refused rather than serving
-writes, or a merged base, made over the first. Paths in it are relative to the live directory (the index given:
+index the service was started with is never changed; ``state.json`` records the digest of its ``manifest.json`` (less
+its lexical part, which ``index add-lexical`` rewrites: ``index_digest``), and a start over another index (rebuilt,
+replaced, or its documents changed offline at the same path) is refused rather than serving writes, or a merged
+base, made over the first. Paths in it are relative to the live directory (the index given:
 none), so the index and its live directory can move together.
 """
 
@@ -49,7 +50,13 @@ import numpy as np
 from spanseek.core.alias import AliasError, resolve_alias, switch_alias
 from spanseek.core.encoding import PassageEncoder, advance, drain, pick_precision
 from spanseek.core.filters import FilterError
-from spanseek.core.integrity import LOCK, LockUnsupported, file_digest, is_scratch, lock_holder, writer_lock
+from spanseek.core.integrity import (
+    LOCK,
+    LockUnsupported,
+    is_scratch,
+    lock_holder,
+    writer_lock,
+)
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -68,14 +75,21 @@ from spanseek.core.stopping import Stopped, checkpoint, stop_when
 from spanseek.core.text import PassageTokens, tokenize_passage_steps, tokenize_passages
 from spanseek.indexer.build import BuildOptions
 from spanseek.indexer.compress import kept_token_ids
+
+# (re-exported: what the service and the index commands import from here)
+from spanseek.indexer.live_state import BASES as BASES
+from spanseek.indexer.live_state import STATE as STATE
+from spanseek.indexer.live_state import LiveStoreError as LiveStoreError
+from spanseek.indexer.live_state import default_live_dir as default_live_dir
+from spanseek.indexer.live_state import index_digest as index_digest
+from spanseek.indexer.live_state import read_state as read_state
+from spanseek.indexer.live_state import state_base as state_base
 from spanseek.indexer.shards import encode_passages
 from spanseek.indexer.wal import WriteAheadLog, read_entries
 
 log = logging.getLogger(__name__)
 
-STATE = "state.json"
 WAL_DIR = "wal"
-BASES = "bases"
 WRITER_LOCK = "writer.lock"  # held by the one store that writes to the live directory; says who holds it
 FOLLOW = "merged"  # a pointer file naming the base served: what servers without writes serve to follow the merges
 # What the writer checksummed of the last merged base: each file's identity (inode, size, modification and change
@@ -252,24 +266,6 @@ class HeldDocuments(ValueError):
                          f"{' ...' if len(ids) > 5 else ''}")
 
 
-class LiveStoreError(RuntimeError):
-    """The live directory cannot be used (a damaged state file or log); the message names the file."""
-
-
-def default_live_dir(index: str | Path) -> Path:
-    """The live directory of ``index`` where none is given (``SPANSEEK_LIVE_DIR``): its path with ``.live`` appended."""
-    return Path(index).with_name(Path(index).name + ".live")
-
-
-def index_digest(index: str | Path) -> str | None:
-    """The digest of an index's ``manifest.json`` (which names every file's checksum): what identifies the index a
-    live directory's writes were made over; None where there is none (not an index: opening it says why)."""
-    try:
-        return file_digest(Path(index) / MANIFEST)
-    except OSError:
-        return None
-
-
 def live_dir_holder(live_dir: Path) -> str:
     """Who holds ``live_dir``'s writer lock: ``process PID``, from the kernel's table of locks where it shows it (this
     host, this container), else as the holder wrote it in the lock, ``process PID on host HOST`` (a container's own
@@ -425,50 +421,6 @@ def log_bytes(live_dir: Path) -> int:
     return total
 
 
-def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
-    """The live directory's state (``{"index": digest, "base": path or None, "wals": [names], ...}``), or the
-    initial one over ``index``; LiveStoreError when its writes were made over another index than ``index``."""
-    path = live_dir / STATE
-    digest = index_digest(index)
-    if not path.is_file():
-        return {"index": digest, "base": None, "wals": ["wal-000001.jsonl"], "merges": 0}
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise LiveStoreError(f"{path}: cannot be read ({e}); restore it, or move the live directory away") from None
-    if not isinstance(state, dict) or not isinstance(state.get("wals"), list):
-        raise LiveStoreError(f"{path}: not a live directory's state (no list of write logs); restore it, or move the "
-                             "live directory away")
-    base = state.get("base")
-    if base is not None and Path(base).is_absolute():  # as the previous version wrote it: the index given, or a
-        # merged base of this directory (found by name where both moved together)
-        merged = Path(BASES, Path(base).name)
-        state["base"] = str(merged) if Path(base).parent.name == BASES and (live_dir / merged).is_dir() else None
-    made_over = state.get("index")  # absent in a state written before it was recorded: taken as this index
-    if made_over is not None and digest is not None and made_over != digest:
-        merged = " and the base its merges made from the earlier one" if state.get("base") is not None else ""
-        raise LiveStoreError(
-            f"{path}: its writes{merged} were made over another index than {index} (whose manifest.json has changed "
-            f"since: rebuilt, replaced or changed offline), and would be served in its place; serve the index they "
-            f"were made over, or move {live_dir} away to serve {index} without them")
-    return state
-
-
-def state_base(live_dir: str | Path, state: dict[str, Any], index: str | Path) -> Path:
-    """The base ``state`` names: a merged base under the live directory (a path relative to it; an absolute one in
-    a state written before), or the index given (None)."""
-    base = state.get("base")
-    if base is None:
-        return Path(index).resolve()
-    path = (Path(live_dir) / base).resolve()  # an absolute path stays itself
-    if not path.is_dir():
-        raise LiveStoreError(f"{Path(live_dir) / STATE} names the merged base {base}, which is missing (a copy of "
-                             "the live directory taken while a merge swapped its base, or the base removed); restore "
-                             "the live directory whole (`spanseek index snapshot` copies it consistently), or move "
-                             f"{live_dir} away to serve {index} without its writes")
-    return path
-
-
 def last_writes(logs: Iterable[Path]) -> dict[str, int]:
     """{document id: the number of the last write that names it} over ``logs`` in order (writes numbered from 0)."""
     last: dict[str, int] = {}
@@ -513,7 +465,8 @@ class LiveStore:
     def _open(self, index: str | Path, base: PhraseIndex, encoder: DocumentEncoder,
               publish: Callable[[LiveIndex], None], model: str | Path | None) -> None:
         self.state = read_state(self.dir, index)
-        self.state.setdefault("index", index_digest(index))  # recorded from now on (the next write of state.json)
+        # recorded from now on, in the current form (the next write of state.json): read_state checked it
+        self.state["index"] = index_digest(index) or self.state.get("index")
         if state_base(self.dir, self.state, index) != base.dir.resolve():
             raise LiveStoreError(f"{self.dir / STATE} names the base {self.state['base']}, not the index opened "
                                  f"({base.dir}); open the base named by live.base_dir")

@@ -458,7 +458,11 @@ def test_a_live_directory_over_another_index_is_refused_and_one_moved_with_its_i
     assert moved.replayed == 1 and {u: hits_of(again[-1], u, "hybrid") for u in UNITS} == before
     moved.close()
 
-    manifest = json.loads((index / "manifest.json").read_text())  # the same path, another index
+    from spanseek.core.phrase_index import CHECKSUM_FIELD, manifest_checksum
+
+    manifest = json.loads((index / "manifest.json").read_text())  # the same path, another index (as a rebuild's)
+    manifest["build_seconds"] += 1
+    manifest[CHECKSUM_FIELD] = manifest_checksum(manifest)
     (index / "manifest.json").write_text(json.dumps(manifest, indent=1))
     for attempt in (lambda: base_dir(live, index),
                     lambda: open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), [])):
@@ -585,3 +589,63 @@ def test_a_documents_paragraphs_are_tokenised_a_bounded_group_a_step(encoder, mo
     assert [len(c) for c in encoder.chunks(document, done[1])] == [len(c) for c in encoder.chunks(document)]
 
 
+
+
+def without_lexical(index: Path) -> None:
+    """Make ``index`` one built before the lexical part existed (no ``lexical/``, none in its manifest)."""
+    import shutil
+
+    from spanseek.core.phrase_index import LEXICAL, Manifest
+
+    old = Manifest.load(index)
+    shutil.rmtree(index / LEXICAL)
+    Manifest.create(index, {**old.to_dict(), "lexical": None}).write(index)
+
+
+def test_add_lexical_after_a_server_with_writes_keeps_its_writes_and_gives_its_merged_base_the_part_too(
+        tmp_path, tiny_index, tiny_searcher, encoder, tiny_model_dir):
+    """`index add-lexical` changes no document, passage or vector the writes were made over: the next start serves
+    every write (the merged base and the log), and searches the lexical part over the base it serves, consistent
+    with a fresh BM25 of its passages; the documents' own changes (add, delete, compact) are refused instead, naming
+    the live directory, and change nothing."""
+    import shutil
+
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+    from spanseek.indexer.build import BuildOptions
+    from spanseek.indexer.lexical import add_lexical, check_lexical
+    from spanseek.indexer.lifecycle import compact_index, delete_documents
+    from spanseek.indexer.live import base_dir
+    from spanseek.indexer.out_dir import BuildError
+
+    index, live = tmp_path / "index", tmp_path / "index.live"
+    shutil.copytree(tiny_index, index)
+    without_lexical(index)
+    store = open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), [])
+    corpus = writes(store, encoder)
+    store.model = tiny_model_dir
+    assert store.merge(BuildOptions(shard_passages=7, progress=False, precision="fp32")) is not None
+    late = {"id": "late", "title": "Late", "paragraphs": ["In 1300 Dara built a harbour."]}
+    upsert(store, encoder, [late])
+    store.close()
+    merged = base_dir(live, index)
+    assert PhraseIndex(merged).lexical is None
+
+    before = (index / "manifest.json").read_bytes()
+    for change in (lambda: delete_documents(index, ["d0"]), lambda: compact_index(index)):
+        with pytest.raises(BuildError, match=rf"the live directory {live} holds the writes .* send it the change as a "
+                                             rf"write instead, or move {live} away .* changed nothing$"):
+            change()
+    assert (index / "manifest.json").read_bytes() == before
+
+    add_lexical(index)
+    assert base_dir(live, index) == merged  # the live directory is still this index's
+    base = PhraseIndex(merged)
+    assert base.lexical is not None and PhraseIndex(index).lexical is not None and check_lexical(base) == []
+    published: list = []
+    again = open_store(live, index, encoder, searcher_over(tiny_searcher, base), published)
+    assert again.replayed == 1
+    assert sorted([*again.segment.base_rows, *again.segment.docs]) == sorted([d["id"] for d in corpus] + ["late"])
+    hits = published[-1].search(["Dara harbour"], SearchParams("doc", 1, mode="lexical"))
+    assert [h.doc_id for h in hits[0]] == ["late"]
+    again.close()

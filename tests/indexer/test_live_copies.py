@@ -241,8 +241,12 @@ def test_a_snapshot_reads_the_live_directory_the_server_reads_from_the_environme
     monkeypatch.setenv("SPANSEEK_LIVE_DIR", " ")  # blank: unset, as the server takes it (the index path + .live)
     assert main(["index", "snapshot", "--index", str(tmp_path / "first"), "--out", str(tmp_path / "fourth")]) == 0
     assert json.loads(capsys.readouterr().out)["live_dir"] is None
-    manifest = tmp_path / "first" / "manifest.json"  # another index (its manifest changed): the live directory
-    manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=1))  # the environment names is not its
+    from spanseek.core.phrase_index import CHECKSUM_FIELD, manifest_checksum
+
+    manifest = tmp_path / "first" / "manifest.json"  # another index (a rebuild's manifest): the live directory
+    fields = json.loads(manifest.read_text())  # the environment names is not its
+    fields["build_seconds"] += 1
+    manifest.write_text(json.dumps({**fields, CHECKSUM_FIELD: manifest_checksum(fields)}, indent=1))
     monkeypatch.setenv("SPANSEEK_LIVE_DIR", str(tmp_path / "writes"))
     assert main(["index", "snapshot", "--index", str(tmp_path / "first"), "--out", str(tmp_path / "fifth")]) == 2
     err = capsys.readouterr().err.strip()
