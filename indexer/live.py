@@ -8,7 +8,9 @@ A ``LiveStore`` owns the write side of a served index (``core.segment`` is the r
   passages so the service can run each chunk between two search batches;
 - ``upsert`` / ``delete`` append the write to the write-ahead log (``indexer.wal``, fsynced), apply it to the
   segment and the tombstones in memory, and publish a new ``core.segment.LiveIndex``; a write is acknowledged only
-  after all three, so what was acknowledged is searchable and survives a kill -9 (the log is replayed at start);
+  after all three, so what was acknowledged is searchable and survives a kill -9 (the log is replayed at start). A
+  snapshot that cannot be published (memory) does not fail a write already logged: ``describe`` says why
+  (``publish_error``) until the next write or merge publishes one;
 - ``merge`` builds a new base from base + segment - tombstones with the index commands (``index delete``, ``index
   add``, ``index compact`` on a hard-linked copy of the base), checks it by opening it, and swaps it in; writes go on
   meanwhile, into a new log file, and are applied again on the new base.
@@ -478,6 +480,7 @@ class LiveStore:
         self._stop = threading.Event()  # set when the service stops: a merge under way ends at its next step
         self._since_rotation: list[tuple[str, Any]] | None = None  # writes during a merge, applied again after it
         self.last_merge: dict[str, Any] | None = self.state.get("last_merge")  # the last merge's result, or error
+        self.publish_problem: str | None = None  # why the last snapshot could not be published (_publish_committed)
         self._remove_leftovers(state_base(self.dir, self.state, index))
         self._set_base(base)
         self.segment = Segment.over(base)
@@ -617,12 +620,26 @@ class LiveStore:
                                   dtype=np.int64), self.template, self.base_terms)
         self.publish(self.snapshot)
         self.view = view  # read without the lock (a merge holds it for seconds)
+        self.publish_problem = None
+
+    def _publish_committed(self) -> None:
+        """``_publish`` after a write was logged, or a merge committed (state.json names its base): a snapshot that
+        cannot be made or served (memory) undoes neither, so it does not fail them. It is logged and said in
+        ``describe`` (``publish_error``) while searches see the snapshot before; the next write or merge publishes one
+        with it, as a restart does. The caller holds the lock."""
+        try:
+            self._publish()
+        except Exception as e:
+            self.publish_problem = f"{type(e).__name__}: {e}"
+            log.exception("a snapshot with the writes logged so far could not be published; they are kept (the log "
+                          "holds them) and searches see them once a later write or merge publishes one, or after a "
+                          "restart")
 
     def _write(self, entry: dict[str, Any], encoded: list[EncodedDocument]) -> list[str]:
         """Log, apply and publish one write (the caller holds the lock); returns the ids it affected."""
         self.wal.append(entry)
         out = self._apply(entry, encoded)
-        self._publish()
+        self._publish_committed()  # logged: the write is made, whether or not its snapshot can be served now
         return out
 
     def upsert(self, docs: list[Document], encoded: list[EncodedDocument], only_new: bool = False) -> int:
@@ -702,7 +719,8 @@ class LiveStore:
         seconds)."""
         view = self.view
         return {**{k: v for k, v in view.items() if k != "last_merge"}, "wal_bytes": self.wal_bytes,
-                "merging": self._merging.locked(), "last_merge": view["last_merge"]}
+                "merging": self._merging.locked(), "last_merge": view["last_merge"],
+                "publish_error": self.publish_problem}
 
     # ---- merging ------------------------------------------------------------------------------------------------
 
@@ -748,7 +766,7 @@ class LiveStore:
                               "last_merge": result}
                 write_json_atomic(self.dir / STATE, self.state)  # the commit point: the new base, the new log
                 self.last_merge = result  # shown with the snapshot's counts (merges among them)
-                self._publish()
+                self._publish_committed()  # past the commit point: the merge is done, served or not
             # before the old base is removed: a follower reloads from it to the new one; one still pointed at it
             # (the switch failed: a full disk) keeps serving it, so it stays until the next start removes it
             followed = self._point_followers()

@@ -10,7 +10,9 @@ micro-batcher's pool), so search batches run between the steps rather than wait 
 runs each step when no search needs that thread, or once it has waited ``write_wait_ms``
 (``MicroBatcher.run_write_step``). Then, in the write thread, it
 is logged (fsynced), applied and published: a new ``Searcher`` over the new snapshot is handed to the batcher, and
-the next batch searches it. The answer comes after that, so an acknowledged write is durable and searchable. A
+the next batch searches it. The answer comes after that, so an acknowledged write is durable and searchable (unless
+that searcher cannot be made, memory say: the write, logged, is answered as written, and /info's
+``writes.publish_error`` says why searches lag until the next write or merge serves a snapshot holding it). A
 merge runs in its own thread when one is due (the segment, the log or the base's deleted documents past their
 ``merge_`` settings: ``merge_due``) or on ``POST /admin/compact``, at a lower CPU priority (``merge_nice``) so that
 searches and writes keep the cores meanwhile.

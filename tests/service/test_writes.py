@@ -822,3 +822,64 @@ def test_a_merged_base_whose_searcher_cannot_be_made_is_tried_once_and_said_unti
         assert len(tries) == 2 and tries[1] is not tries[0] and writes["base_searcher_error"] is None
         assert "spanseek_merged_base_searcher_failed 0.0" in client.get("/metrics").text
         assert all(found(client, f"after-{n}") for n in range(3))
+
+
+def failing_snapshots(monkeypatch) -> list[bool]:
+    """Make the searcher over a new snapshot of the live writes fail (memory) while the flag returned is set."""
+    from spanseek.core.segment import LiveIndex
+    from spanseek.service import live as service_live
+
+    failing = [False]
+    searcher_over = service_live.searcher_over
+
+    def snapshot_searcher(searcher, index):
+        if failing[0] and isinstance(index, LiveIndex):
+            raise MemoryError("cannot allocate 64 MB")
+        return searcher_over(searcher, index)
+
+    monkeypatch.setattr(service_live, "searcher_over", snapshot_searcher)
+    return failing
+
+
+def test_a_logged_write_whose_snapshot_cannot_be_served_is_not_answered_as_failed(write_settings, monkeypatch):
+    """The searcher over a new snapshot could not be made (memory): the write, logged (fsynced) and applied, was
+    answered with a 500, and the next write or a restart served it all the same. Now it is answered as written;
+    /info's ``publish_error`` says why searches lag until the next write publishes a snapshot holding it."""
+    failing = failing_snapshots(monkeypatch)
+    with serving(create_app(write_settings())) as client:
+        failing[0] = True
+        r = client.put("/documents", headers=KEY, json={"documents": [DOC]})
+        assert r.status_code == 200, r.text
+        writes = client.get("/info", headers=KEY).json()["service"]["writes"]
+        assert writes["publish_error"] == "MemoryError: cannot allocate 64 MB" and not found(client, "new-1")
+        failing[0] = False
+        assert client.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}).status_code == 200
+        assert found(client, "new-1") and found(client, "new-2")
+        assert client.get("/info", headers=KEY).json()["service"]["writes"]["publish_error"] is None
+
+
+@pytest.mark.slow
+def test_a_merge_past_its_commit_point_whose_snapshot_cannot_be_served_is_not_failed(write_settings, monkeypatch):
+    """state.json names the merged base: the merge is done even when the snapshot over it cannot be served. It was
+    counted as failed, its error recorded over its result in state.json (and shown after restarts), and the old logs
+    were left; now it counts as done, and a restart serves its base and the writes."""
+    failing = failing_snapshots(monkeypatch)
+    settings = write_settings()
+    with serving(create_app(settings)) as client:
+        assert client.put("/documents", headers=KEY, json={"documents": [DOC]}).status_code == 200
+        failing[0] = True
+        assert client.post("/admin/compact", headers=KEY).status_code == 202
+        deadline = time.monotonic() + 60
+        while not any(f'merge_duration_seconds_count{{outcome="{outcome}"}} 1.0' in (metrics := client.get(
+                "/metrics").text) for outcome in ("ok", "failed")):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert 'spanseek_merges_total{outcome="ok"} 1.0' in metrics
+        assert 'spanseek_merges_total{outcome="failed"} 0.0' in metrics
+        failing[0] = False
+    state = json.loads((settings.live_dir / "state.json").read_text())
+    assert state["merges"] == 1 and state["last_merge"]["documents"] == 1 and "error" not in state["last_merge"]
+    assert len(list((settings.live_dir / "wal").iterdir())) == 1  # the old log removed, as after any merge
+    with serving(create_app(settings)) as client:
+        assert found(client, "new-1")
+        assert client.get("/info", headers=KEY).json()["service"]["writes"]["last_merge"]["documents"] == 1
