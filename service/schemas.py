@@ -412,7 +412,8 @@ class UpsertRequest(BaseModel):
 
 
 class WriteResponse(BaseModel):
-    """What a write did: it is in the log and searchable when this answer is sent."""
+    """What a write did: it is in the log and searchable when this answer is sent (unless ``/info``'s
+    ``writes.publish_error`` says its snapshot could not be served: then from the next write, merge or start)."""
 
     documents: int = Field(description="documents added or replaced")
     passages: int = Field(description="passages written")
