@@ -81,6 +81,7 @@ from spanseek.indexer.compress import kept_token_ids
 # (re-exported: what the service and the index commands import from here)
 from spanseek.indexer.live_state import BASES as BASES
 from spanseek.indexer.live_state import STATE as STATE
+from spanseek.indexer.live_state import WAL_DIR as WAL_DIR
 from spanseek.indexer.live_state import LiveStoreError as LiveStoreError
 from spanseek.indexer.live_state import default_live_dir as default_live_dir
 from spanseek.indexer.live_state import index_digest as index_digest
@@ -91,7 +92,6 @@ from spanseek.indexer.wal import WriteAheadLog, read_entries
 
 log = logging.getLogger(__name__)
 
-WAL_DIR = "wal"
 WRITER_LOCK = "writer.lock"  # held by the one store that writes to the live directory; says who holds it
 FOLLOW = "merged"  # a pointer file naming the base served: what servers without writes serve to follow the merges
 # What the writer checksummed of the last merged base: each file's identity (inode, size, modification and change

@@ -18,6 +18,7 @@ from spanseek.core.phrase_index import CHECKSUM_FIELD, LEXICAL, MANIFEST
 
 STATE = "state.json"
 BASES = "bases"
+WAL_DIR = "wal"
 
 
 class LiveStoreError(RuntimeError):
@@ -77,6 +78,8 @@ def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
         state["base"] = str(merged) if Path(base).parent.name == BASES and (live_dir / merged).is_dir() else None
     made_over = state.get("index")  # absent in a state written before it was recorded: taken as this index
     if made_over is not None and digest is not None and made_over not in (digest, legacy_index_digest(index)):
+        if not holds_writes(live_dir, state):  # nothing served from it would be lost: it is this index's from now on
+            return {**state, "index": digest}
         merged = " and the base its merges made from the earlier one" if state.get("base") is not None else ""
         raise LiveStoreError(
             f"{path}: its writes{merged} were made over another index than {index} (whose manifest.json has changed "
@@ -85,18 +88,27 @@ def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
     return state
 
 
+def holds_writes(live_dir: str | Path, state: dict[str, Any]) -> bool:
+    """Whether a live directory in ``state`` holds writes: a merged base, or a write log with an entry (a server
+    with writes that took none leaves an empty log)."""
+    if state.get("base") is not None:
+        return True
+    logs = (Path(live_dir) / WAL_DIR / str(name) for name in state.get("wals", []))
+    return any(log.is_file() and log.stat().st_size > 0 for log in logs)
+
+
 def writes_made_over(index: str | Path, live_dir: str | Path | None = None) -> Path | None:
-    """The live directory (``live_dir``, else the index path + ``.live``) when it holds the state of a server with
-    writes made over ``index`` (``read_state``): a change of the index's documents would have its next start refuse
+    """The live directory (``live_dir``, else the index path + ``.live``) when it holds writes (``holds_writes``) a
+    server made over ``index`` (``read_state``): a change of the index's documents would have its next start refuse
     it, with every write it holds; None otherwise."""
     live = Path(live_dir) if live_dir is not None else default_live_dir(index)
     if not (live / STATE).is_file():
         return None
     try:
-        read_state(live, index)
+        state = read_state(live, index)
     except LiveStoreError:  # made over another index already (or damaged): a start says so; a change loses nothing
         return None
-    return live
+    return live if holds_writes(live, state) else None
 
 
 def state_base(live_dir: str | Path, state: dict[str, Any], index: str | Path) -> Path:

@@ -649,3 +649,28 @@ def test_add_lexical_after_a_server_with_writes_keeps_its_writes_and_gives_its_m
     hits = published[-1].search(["Dara harbour"], SearchParams("doc", 1, mode="lexical"))
     assert [h.doc_id for h in hits[0]] == ["late"]
     again.close()
+
+
+def test_a_live_directory_without_writes_does_not_hold_the_index_back(tmp_path, tiny_index, tiny_searcher, encoder):
+    """A server started with writes that took none leaves a live directory with an empty log and no merged base:
+    an offline change of the index loses nothing there, so it is not refused, and the next start takes the changed
+    index (its state recorded over it anew); one write in that directory refuses the change again."""
+    import shutil
+
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+    from spanseek.indexer.lifecycle import delete_documents
+    from spanseek.indexer.live_state import writes_made_over
+    from spanseek.indexer.out_dir import BuildError
+
+    index, live = tmp_path / "index", tmp_path / "index.live"
+    shutil.copytree(tiny_index, index)
+    open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), []).close()
+    assert (live / "state.json").is_file() and writes_made_over(index) is None
+    assert delete_documents(index, ["d0"])["deleted"] == 1
+    store = open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), [])
+    upsert(store, encoder, [{"id": "w", "title": "W", "paragraphs": ["In 1300 Dara built a harbour."]}])
+    store.close()
+    assert writes_made_over(index) == live
+    with pytest.raises(BuildError, match=rf"the live directory {live} holds the writes"):
+        delete_documents(index, ["d1"])

@@ -144,7 +144,8 @@ def test_serve_refuses_a_live_directory_of_writes_made_over_another_index(tiny_i
     from spanseek.indexer.live import LiveStoreError, index_digest
 
     live = tmp_path / "live"
-    live.mkdir()
+    (live / "wal").mkdir(parents=True)
+    (live / "wal" / "wal-000001.jsonl").write_text('{"op": "delete", "ids": ["d0"]}\n')  # a write to lose
     settings = Settings(index=tiny_index, model=str(tiny_model_dir), device="cpu", writes=True, api_key="k",
                         live_dir=live)
     for digest, ok in ((index_digest(tiny_index), True), ("0" * 32, False)):
