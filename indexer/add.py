@@ -146,16 +146,18 @@ def live_rows(index_dir: Path) -> tuple[list[dict[str, Any]], np.ndarray, dict[s
 
 
 @contextlib.contextmanager
-def locked_index(index_dir: Path, command: str) -> Iterator[phrase_index.Manifest]:
+def locked_index(index_dir: Path, command: str,
+                 live_dir: str | Path | None = None) -> Iterator[phrase_index.Manifest]:
     """Hold the index's writer lock, finish a change that was interrupted, and yield the manifest (file sizes
     checked; each writer re-reads what it rewrites). Raises BuildError naming ``command`` when another process
     holds the lock, or when a change (any ``command`` but ``export``) would orphan the writes of the live directory
-    beside the index (``indexer.live.writes_made_over``), IndexFormatError for a missing or unfinished index."""
+    of the index (``live_dir``, else the index path + ``.live``: ``indexer.live_state.writes_made_over``),
+    IndexFormatError for a missing or unfinished index."""
     phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
     with integrity.writer_lock(index_dir) as locked:
         if not locked:
             raise lock_refusal(index_dir, command)
-        if command != "export" and (live := writes_made_over(index_dir)) is not None:
+        if command != "export" and (live := writes_made_over(index_dir, live_dir)) is not None:
             raise BuildError(f"{index_dir}: the live directory {live} holds the writes a server with writes made over "
                              f"this index; changed offline, its next start would refuse them as made over another "
                              f"index: start it (`spanseek serve --writes`) and send it the change as a write instead, "
@@ -244,9 +246,10 @@ def add_documents(
 
 def upsert_documents(
     index_dir: str | Path, corpus: str | Path, model: str | Path | None = None, opts: BuildOptions | None = None,
-    replace: bool = True,
+    replace: bool = True, live_dir: str | Path | None = None,
 ) -> tuple[phrase_index.Manifest, Changes]:
-    """``add_documents`` returning what changed as well; by default it replaces documents whose id is held."""
+    """``add_documents`` returning what changed as well; by default it replaces documents whose id is held.
+    ``live_dir``: the live directory of a server with writes over the index (``locked_index``)."""
     index_dir, corpus = Path(index_dir), Path(corpus)
     opts = opts or BuildOptions(progress=False)
     problem = corpus_problem(corpus)  # a directory, a Markdown or SQuAD file...: say which command converts it
@@ -255,7 +258,7 @@ def upsert_documents(
     check_ray(opts)
     command = "upsert" if replace else "add"
     staging = index_dir / STAGING
-    with stopped_cleanly(f"the {command} into {index_dir}", staging), locked_index(index_dir, command) as old:
+    with stopped_cleanly(f"the {command} into {index_dir}", staging), locked_index(index_dir, command, live_dir) as old:
         try:
             done = _add_locked(index_dir, old, corpus, model, opts, staging, replace)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished shards stay for the rerun, as a kill -9 leaves them

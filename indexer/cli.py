@@ -111,7 +111,7 @@ def _add(args: argparse.Namespace) -> int:
     replace = args.index_command == "upsert"
     t0 = time.perf_counter()
     m, changes = upsert_documents(_index_dir(args.index), _corpus_file(args.corpus), model=args.model, opts=opts,
-                                  replace=replace)
+                                  replace=replace, live_dir=_live_dir(args.live_dir)[0])
     done = (f"added {changes.added}, replaced {changes.replaced}, unchanged {changes.unchanged} documents" if replace
             else f"added {changes.added} document{'s' * (changes.added != 1)}")
     print(done, file=sys.stderr)
@@ -122,14 +122,16 @@ def _add(args: argparse.Namespace) -> int:
 def _delete(args: argparse.Namespace) -> int:
     from spanseek.indexer.lifecycle import delete_documents, read_ids
 
-    print(json.dumps(delete_documents(_index_dir(args.index), read_ids(args.ids, args.ids_file)), indent=2))
+    print(json.dumps(delete_documents(_index_dir(args.index), read_ids(args.ids, args.ids_file),
+                                      _live_dir(args.live_dir)[0]), indent=2))
     return 0
 
 
 def _compact(args: argparse.Namespace) -> int:
     from spanseek.indexer.lifecycle import compact_index
 
-    print(json.dumps(compact_index(_index_dir(args.index), BuildOptions(progress=not args.quiet)), indent=2))
+    print(json.dumps(compact_index(_index_dir(args.index), BuildOptions(progress=not args.quiet),
+                                   _live_dir(args.live_dir)[0]), indent=2))
     return 0
 
 
@@ -151,6 +153,11 @@ def _live_dir(flag: str | None) -> tuple[str | None, bool]:
     if flag is not None or not env.strip():
         return flag, False
     return env, True
+
+
+def _live_dir_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--live-dir", default=None, help="the live directory of a server with writes over the index "
+                   f"(default: {LIVE_DIR_ENV}, as `spanseek serve` reads it, else the index path + '.live'; {what})")
 
 
 def _snapshot(args: argparse.Namespace) -> int:
@@ -391,7 +398,7 @@ def _same_file(a: str, b: str) -> bool:
 def _add_lexical(args: argparse.Namespace) -> int:
     from spanseek.indexer.lexical import add_lexical
 
-    m = add_lexical(_index_of(args))
+    m = add_lexical(_index_of(args), _live_dir(args.live_dir)[0])
     print(json.dumps(m.lexical, indent=2))
     return 0
 
@@ -467,17 +474,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--model", default=None, help="model (default: the one recorded in the manifest)")
         add_options(p, EncodeOptions)
         p.add_argument("--quiet", action="store_true", help="no progress bars")
+        _live_dir_flag(p, "refused while it holds a server's writes")
         p.set_defaults(func=_add)
 
     p = index.add_parser("delete", help="delete documents by id (masked at once; `index compact` reclaims the space)")
     p.add_argument("--index", required=True, help="index directory")
     p.add_argument("--ids", default=None, help="comma-separated document ids")
     p.add_argument("--ids-file", default=None, help="a file of document ids, one a line")
+    _live_dir_flag(p, "refused while it holds a server's writes")
     p.set_defaults(func=_delete)
 
     p = index.add_parser("compact", help="rewrite the index without its deleted documents (nothing is re-encoded)")
     p.add_argument("--index", required=True, help="index directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _live_dir_flag(p, "refused while it holds a server's writes")
     p.set_defaults(func=_compact)
 
     p = index.add_parser("export", help="write the index's live documents as a corpus (JSONL) that `index build` "
@@ -491,13 +501,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index", required=True, help="index directory")
     p.add_argument("--out", required=True, help="directory to create: the copy of the index (its live directory's "
                    "copy goes beside it, OUT.live)")
-    p.add_argument("--live-dir", default=None, help="the live directory of a server with writes over the index "
-                   f"(default: {LIVE_DIR_ENV}, as `spanseek serve` reads it, else the index path + '.live'; copied "
-                   "where it holds a server's state.json)")
+    _live_dir_flag(p, "copied where it holds a server's state.json")
     p.set_defaults(func=_snapshot)
 
     p = index.add_parser("add-lexical", help="add (or rebuild) the BM25 part of a built index; nothing is re-encoded")
     _index_operand(p)
+    _live_dir_flag(p, "its merged base gets the part too")
     p.set_defaults(func=_add_lexical)
 
     p = index.add_parser("verify", help="check an index and report recall vs exact search and bytes/token")

@@ -63,14 +63,14 @@ def counts(index_dir: str | Path) -> dict[str, int]:
     return {"live_documents": len(live), "deleted_documents": len(deleted)}
 
 
-def delete_documents(index_dir: str | Path, ids: Iterable[str]) -> dict[str, Any]:
+def delete_documents(index_dir: str | Path, ids: Iterable[str], live_dir: str | Path | None = None) -> dict[str, Any]:
     """Delete the live documents with these ids; returns ``{"deleted", "not_found", "live_documents",
     "deleted_documents"}``. Ids the index does not hold (or has deleted) are listed, not an error."""
     index_dir = Path(index_dir)
     ids = list(dict.fromkeys(ids))
     if not ids:
         raise ValueError("no document ids to delete (give --ids and/or --ids-file)")
-    with stopped_cleanly(f"the delete from {index_dir}"), locked_index(index_dir, "delete") as old:
+    with stopped_cleanly(f"the delete from {index_dir}"), locked_index(index_dir, "delete", live_dir) as old:
         _, deleted, live = live_rows(index_dir)
         # each id in the spelling a live document holds it in (core.ids.held_id: NFC or NFD), as the service finds it
         named = {i: held_id(i, live.__contains__) for i in ids}
@@ -131,14 +131,15 @@ def export_documents(index_dir: str | Path, out: str | Path) -> dict[str, Any]:
     return {"documents": written, "passages": sum(len(d.paragraphs) for d in docs), "out": str(out)}
 
 
-def compact_index(index_dir: str | Path, opts: BuildOptions | None = None) -> dict[str, Any]:
+def compact_index(index_dir: str | Path, opts: BuildOptions | None = None,
+                  live_dir: str | Path | None = None) -> dict[str, Any]:
     """Rewrite the index without its deleted documents (see the module docstring); returns what was removed and
     the disk size before and after. An index with nothing deleted is left as it is."""
     import faiss
 
     index_dir = Path(index_dir)
     opts = opts or BuildOptions(progress=False)
-    with stopped_cleanly(f"the compact of {index_dir}"), locked_index(index_dir, "compact") as old:
+    with stopped_cleanly(f"the compact of {index_dir}"), locked_index(index_dir, "compact", live_dir) as old:
         docs, deleted, live = live_rows(index_dir)
         before = _disk_bytes(index_dir)
         if not len(deleted):

@@ -674,3 +674,28 @@ def test_a_live_directory_without_writes_does_not_hold_the_index_back(tmp_path, 
     assert writes_made_over(index) == live
     with pytest.raises(BuildError, match=rf"the live directory {live} holds the writes"):
         delete_documents(index, ["d1"])
+
+
+def test_offline_index_changes_find_the_live_directory_the_server_reads(tmp_path, tiny_index, tiny_searcher, encoder,
+                                                                        monkeypatch, capsys):
+    """A live directory kept elsewhere (``--live-dir``, ``SPANSEEK_LIVE_DIR``: the compose file's) holds writes made
+    over the index: `index delete` finds it as the server does (flag over environment) and refuses, changing
+    nothing; pointed at a directory without writes it runs."""
+    import shutil
+
+    from spanseek.cli import main
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+
+    index, live = tmp_path / "index", tmp_path / "elsewhere" / "live"
+    shutil.copytree(tiny_index, index)
+    store = open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), [])
+    upsert(store, encoder, [{"id": "w", "title": "W", "paragraphs": ["In 1300 Dara built a harbour."]}])
+    store.close()
+    before = (index / "manifest.json").read_bytes()
+    monkeypatch.setenv("SPANSEEK_LIVE_DIR", str(live))
+    assert main(["index", "delete", "--index", str(index), "--ids", "d0"]) == 2
+    assert f"the live directory {live} holds the writes" in capsys.readouterr().err
+    assert (index / "manifest.json").read_bytes() == before
+    assert main(["index", "delete", "--index", str(index), "--ids", "d0", "--live-dir", str(tmp_path / "none")]) == 0
+    assert json.loads(capsys.readouterr().out)["deleted"] == 1
