@@ -36,6 +36,8 @@ from spanseek.indexer.ingest import IngestOptions, read_document
 MIN_READ_MEMORY = 256 << 20
 
 _count: TokenCounter | None = None  # the reading process's counter: the model's tokenizer, or one token a word
+# why ``ReadProcess``'s process could not start (``start_reader``): raised by ``worker_counter`` for its first file
+_start_error: Exception | None = None
 
 
 class ReadOutOfMemory(IngestError):
@@ -91,8 +93,21 @@ def start_worker(config: EncoderConfig | None, nice: int = 0, memory_bytes: int 
     _count = word_token_counter if config is None else backbone_token_counter(config)
 
 
+def start_reader(config: EncoderConfig | None, memory_bytes: int, server_pid: int) -> None:
+    """``start_worker`` for ``ReadProcess``: an error starting (the model's tokenizer that cannot be loaded) is kept,
+    and ``worker_counter`` raises it for the first file, so that the command fails with it on one line; raised here,
+    it would break the process pool, and each file would be skipped as one its reader stopped on."""
+    global _start_error
+    try:
+        start_worker(config, 0, memory_bytes, server_pid, quiet=False)
+    except Exception as e:
+        _start_error = e
+
+
 def worker_counter() -> TokenCounter:
-    """The token counter ``start_worker`` loaded in this process."""
+    """The token counter ``start_worker`` loaded in this process; the error it could not load it with."""
+    if _start_error is not None:
+        raise _start_error
     assert _count is not None, "the reading process starts with start_worker"
     return _count
 
@@ -131,8 +146,7 @@ class ReadProcess:
         # spawn, not fork: the command's threads (tqdm's monitor, a tokenizer's pool) hold locks a forked child would
         # inherit taken; the process imports only the readers and the tokenizer
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=start_worker,
-                                   initargs=(self.config, 0, self.memory_bytes, os.getpid(), False))
+                                   initializer=start_reader, initargs=(self.config, self.memory_bytes, os.getpid()))
 
     def read(self, path: Path, rel: str, opts: IngestOptions) -> Document | str:
         """The document of ``path`` (id ``rel``), or why it is skipped; IngestError as ``read_document``."""

@@ -80,3 +80,21 @@ def test_a_reading_memory_too_small_to_start_is_refused_naming_the_flag(three_fi
                  "--read-memory-bytes", given]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--read-memory-bytes" in err and "268,435,456" in err
+
+
+@pytest.mark.slow  # (a reading process started: 2 s)
+def test_a_tokenizer_the_reading_process_cannot_load_fails_the_command_on_one_line(three_files, tmp_path, capsys):
+    """The model's tokenizer is loaded as the reading process starts: one that cannot be loaded is the command's
+    error, said once, not every file skipped as one the reader stopped on (a damaged file)."""
+    from spanseek.core.model import BUNDLED_MODELS, CONFIG_NAME
+
+    model = tmp_path / "model"
+    model.mkdir()
+    config = json.loads((BUNDLED_MODELS["default"] / CONFIG_NAME).read_text())
+    (model / CONFIG_NAME).write_text(json.dumps({**config, "backbone": "package:no-such-backbone"}))
+    out = tmp_path / "c.jsonl"
+    assert main(["corpus", "from-files", str(three_files), "--out", str(out), "--model", str(model), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("spanseek corpus from-files: error: backbone 'package:no-such-backbone': package 'no_such_backbone' "
+                   "is not installed (pip install no_such_backbone)\n")
+    assert not out.exists()
