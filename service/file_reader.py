@@ -252,9 +252,14 @@ class FileReader:
         return self._pid(self._pool)
 
     def _signal(self, pool: ProcessPoolExecutor, signum: int, wait_s: float = 0.0) -> None:
-        """Send ``signum`` to ``pool``'s worker, where it has one (``_pid``)."""
+        """Send ``signum`` to ``pool``'s worker, where it has one (``_pid``) that has not ended: a pool whose worker
+        ended is broken before it reaps it (its process id then free for another process), and refuses work."""
         pid = self._pid(pool, wait_s)
         if pid is not None:
+            try:
+                pool.submit(int)  # (answered at once, or dropped as the pool stops)
+            except BrokenProcessPool:
+                return
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 

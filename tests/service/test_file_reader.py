@@ -57,6 +57,23 @@ def test_a_worker_that_ended_between_files_costs_the_next_file_nothing(tiny_conf
         reader.close()
 
 
+@pytest.mark.slow  # (a worker started and killed: 4 s)
+def test_close_signals_no_process_id_once_the_worker_ended(tiny_config, monkeypatch):
+    """A worker that ended while idle is reaped by its pool, and its process id may go to another process: close()
+    sent SIGTERM to that id all the same."""
+    reader = FileReader(tiny_config, 0, 1)
+    try:
+        asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
+        pid = reader.worker_pid
+        os.kill(pid, 9)
+        _wait_for(lambda: not os.path.exists(f"/proc/{pid}"))  # reaped: its id is free for the system to reuse
+    finally:
+        sent: list[tuple[int, int]] = []
+        monkeypatch.setattr(os, "kill", lambda p, s: sent.append((p, s)))
+        reader.close()
+    assert sent == []
+
+
 def _heavy_modules() -> list[str]:
     """The modules of the encoder's stack that the process running this has imported."""
     return sorted(name for name in ("torch", "transformers") if name in sys.modules)
