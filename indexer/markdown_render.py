@@ -24,6 +24,7 @@ _DEEP_ROUNDS = 8  # times a block nested past the limit is read again, flatter, 
 # 20 KB file of a 1,000-column header over rows of "|" held a reader for 7-9 s (tables again and again, minutes).
 # A file past it is skipped, named (one such table is still parsed: ~3 s at most); hand-written tables fill a few.
 MARKDOWN_FILLED_CELLS = 16_384
+_FILLED = "filled_cells"  # the key of the count in a parse's env, carried over every reading of a file
 
 
 def markdown_parser(where: str) -> Any:
@@ -55,7 +56,7 @@ def _table(table: Callable[..., bool], state: Any, start_line: int, end_line: in
     columns = sum(token.type == "th_open" for token in tokens)
     rows = [token.map[0] for token in tokens if token.type == "tr_open" and token.map and token.map[0] > start_line]
     filled = sum(max(0, columns - 1 - state.src.count("|", state.bMarks[line], state.eMarks[line])) for line in rows)
-    state.env["filled_cells"] = filled = state.env.get("filled_cells", 0) + filled
+    state.env[_FILLED] = filled = state.env.get(_FILLED, 0) + filled
     if filled > MARKDOWN_FILLED_CELLS:
         raise Unreadable(f"its tables' rows lack at least {filled:,} of their header's cells (one table has {columns:,} "
                          f"columns over {len(rows):,} rows), more than the {MARKDOWN_FILLED_CELLS:,} a Markdown file is "
@@ -122,15 +123,19 @@ def _join(jumps: dict[int, tuple[int, int, int]], run: list[tuple[int, tuple[int
     run.clear()
 
 
-def render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS) -> str:
+def render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS, counts: dict[str, Any] | None = None) -> str:
     """``body`` rendered to HTML by ``md``. markdown-it does not parse inside a block nested past its ``maxNesting``
     and skips that block's lines, for a list item the rest of the file: such a block's lines are rendered again in
     its place with their indentation and quote markers removed (a list nested 60 deep reads as a flat list), and
     after ``rounds`` such readings as lines of text. Inside quotes only, each line loses only the markers of the
     quotes open around it, so the quotes it nests deeper stay (a quote 150 deep whose every level has a line keeps
-    its lines apart: they ran into one paragraph), except in the last reading."""
-    env: dict[str, Any] = {}
+    its lines apart: they ran into one paragraph), except in the last reading. ``counts``: what the file's readings
+    counted so far (``_table``'s filled cells), carried into each reading so that the limits are the file's."""
+    counts = {} if counts is None else counts
+    env: dict[str, Any] = dict(counts)
     tokens = md.parse(body, env)
+    if _FILLED in env:
+        counts[_FILLED] = env[_FILLED]
     lines = body.split("\n")
     parts, done = [], 0
     opened: list[str] = []  # the blocks open at each token, outermost first
@@ -150,7 +155,7 @@ def render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS) -> str:
             # fewer markers removed: as lines of text (each such reading took a parse: 60 us a character)
             again = "\n".join(skipped) == body
             parts.append(md.renderer.render(tokens[done : i + 1], md.options, env))
-            parts.append(render_markdown(md, "\n".join(skipped), 1 if again else rounds - 1)
+            parts.append(render_markdown(md, "\n".join(skipped), 1 if again else rounds - 1, counts)
                          if rounds > 0 and not (again and prefix is _NESTED_PREFIX) else
                          "".join(f"<p>{html.escape(line)}</p>" for line in skipped if line.strip()))
             done = i + 1

@@ -116,6 +116,26 @@ def test_a_file_whose_tables_fill_more_empty_cells_than_the_limit_is_skipped_and
                                       ] == [("wide.md", True)]
 
 
+def test_tables_in_quotes_nested_past_the_limit_count_toward_the_files_filled_cells(monkeypatch):
+    """A quote nested past the parser's limit is read again apart (``render_markdown``): its tables' filled cells
+    count toward the file's, as the tables outside such quotes do. Each reading counted its own, so a file of deep
+    quotes, each holding a table just under the limit, was read whole (3 quotes of 15,000 filled cells: 3 s)."""
+    from spanseek.indexer import markdown_render
+    from spanseek.indexer.extracted import Unreadable
+
+    monkeypatch.setattr(markdown_render, "MARKDOWN_FILLED_CELLS", 50)
+    deep = ">" * 120 + " "
+
+    def quoted(rows: int) -> str:  # a quote past the limit holding a table of 11 columns: 10 filled cells a row
+        return "".join(deep + line + "\n" for line in filled_table(11, ["x"] * rows).splitlines()) + "\nbetween\n\n"
+
+    assert extract_markdown(quoted(5)).paragraphs == ["h: x"] * 5 + ["between"]  # 50: at the limit, read
+    assert extract_markdown(filled_table(11, ["x"] * 3) + quoted(2)).paragraphs[-1] == "between"  # 30 + 20
+    for past in (quoted(3) * 2, filled_table(11, ["x"] * 3) + quoted(3), quoted(3) + filled_table(11, ["x"] * 3)):
+        with pytest.raises(Unreadable, match="lack at least 60 of their header's cells"):
+            extract_markdown(past)
+
+
 def test_a_wide_header_over_rows_of_pipes_is_refused_at_the_limit():
     """At the real limit: a header of 1,000 columns over 20 rows of "|" (20 KB of cells for 2 KB) is refused."""
     from spanseek.indexer.extracted import Unreadable
