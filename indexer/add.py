@@ -46,7 +46,7 @@ import numpy as np
 from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
-from spanseek.core.ids import held_id
+from spanseek.core.ids import held_id, new_id
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -377,7 +377,10 @@ def _add_locked(index_dir: Path, old: phrase_index.Manifest, corpus: Path, model
         keep_shards(staging)
         staging.mkdir(exist_ok=True)
     replacing = set(replaced)
-    held = (i for i, row in live.items() if row not in replacing)  # ids the corpus may not use
+    # ids the corpus may not use: not those it replaces, in any spelling (an index built before spellings were one id
+    # may hold "café" composed and decomposed: replacing one, the other is no repeat of it)
+    replaced_ids = {new_id(i) for i, row in live.items() if row in replacing}
+    held = (i for i, row in live.items() if row not in replacing and new_id(i) not in replaced_ids)
     n_shards, stats = encode_corpus(source, staging, phrase_model, opts, fingerprint, held, held_where, checked=checked)
     n_new = merge_shards(staging, n_shards, phrase_model.dim)
     N, P, D = old.tokens, old.passages, old.documents

@@ -282,6 +282,31 @@ def test_upsert_replaces_a_document_held_under_the_other_unicode_spelling_of_its
     assert (again.added, again.replaced, again.unchanged) == (0, 0, 1)
 
 
+def test_upsert_into_an_index_holding_both_unicode_spellings_of_an_id_replaces_the_one_named(tmp_path, tiny_model_dir,
+                                                                                              monkeypatch):
+    """An index built before ids were read in either spelling may hold "café" composed and decomposed as two
+    documents. An upsert naming one replaces that one (the other stays as it was): the other spelling held is not
+    taken for a repeat of its id, which refused the upsert ("already in the index")."""
+    import spanseek.core.io as core_io
+    import spanseek.indexer.build as build
+
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    docs = make_corpus(seed=5, n_docs=3, n_paras=2)
+    docs[0]["id"], docs[1]["id"] = nfc, nfd
+    out = tmp_path / "idx"
+    with monkeypatch.context() as m:  # built as before: each spelling its own id
+        for module in (build, core_io):
+            m.setattr(module, "unique_ids", lambda found, *_: found)
+        build_index(_write(tmp_path / "base.jsonl", docs), tiny_model_dir, out, _opts())
+    _, changes = upsert_documents(out, _write(tmp_path / "up.jsonl", [{**docs[1], "title": "Revised"}]),
+                                  model=tiny_model_dir, opts=_opts())
+    assert (changes.added, changes.replaced, changes.unchanged) == (0, 1, 0)
+    index = PhraseIndex(out)
+    live = [d for i, d in enumerate(index.docs) if i not in set(index.deleted_docs.tolist())]
+    assert sorted((d["id"], d["title"]) for d in live) == sorted(
+        [(nfc, docs[0]["title"]), (nfd, "Revised"), (docs[2]["id"], docs[2]["title"])])
+
+
 def test_read_ids_and_an_empty_delete(tmp_path, lifecycle):
     f = tmp_path / "ids.txt"
     f.write_text("b\n\n c \na\n")
