@@ -76,10 +76,12 @@ def header_depth(spans: Sequence[tuple[int, int]], rows: int) -> int:
     its cells merged over rows span (``spans``: each first-row cell's rows and columns), where one of its cells is a
     group merged over columns, so a header of two levels ("Port" over two rows beside "Tide" over "high" and "low")
     is one, as an HTML ``rowspan`` makes it (without a group, a cell over rows below is a label of the body); at most
-    ``HEADER_LEVELS`` rows, and one row less than the table (the rows it names)."""
-    if not any(columns > 1 for _, columns in spans):
+    ``HEADER_LEVELS`` rows, one row less than the table (the rows it names), and one row below its tallest group (the
+    group's columns' names: a cell beside merged further down, "Source" over the whole table, takes no body row)."""
+    groups = [down for down, columns in spans if columns > 1]
+    if not groups:
         return 1
-    return max(1, min(max(down for down, _ in spans), HEADER_LEVELS, rows - 1))
+    return max(1, min(max(down for down, _ in spans), max(groups) + 1, HEADER_LEVELS, rows - 1))
 
 
 def header_names(rows: Sequence[Sequence[tuple[int, int, str]]], width: int) -> list[str]:

@@ -107,6 +107,21 @@ def test_a_first_row_whose_cells_span_two_rows_is_a_header_of_two_levels(tmp_pat
     assert [text.endswith(("Port: Ayr", "Port: Bute")) for text in read[4:]] == [True, True]
 
 
+def test_a_header_of_two_levels_ends_below_its_group_beside_a_cell_merged_down_the_table(tmp_path):
+    """A first-row cell merged down the whole table ("Source" over every row) beside a two-level header ("Tide"
+    over "high" and "low") does not take the body's rows into the header: it ends one row below the group. It took
+    every row but the last ("Port / Brest: Vigo; Tide / high / 3.2 m: 2.9 m"), and the Brest row was lost."""
+    document = docx.Document()
+    t = table(document, [("Port", "Tide", "", "Source"), ("", "high", "low", ""), ("Brest", "3.2 m", "0.4 m", ""),
+                         ("Vigo", "2.9 m", "0.6 m", "")], style="Light Grid Accent 1")
+    t.cell(0, 1).merge(t.cell(0, 2))
+    t.cell(0, 0).merge(t.cell(1, 0))
+    t.cell(0, 3).merge(t.cell(3, 3))
+    assert paragraphs(document, tmp_path) == [
+        "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m; Source: Source",
+        "Port: Vigo; Tide / high: 2.9 m; Tide / low: 0.6 m; Source: Source"]
+
+
 def test_nested_tables_text_boxes_footnotes_tracked_changes_and_content_controls_are_read(tmp_path):
     """python-docx's paragraph and cell text leaves these out: a nested table's cells, a text box's paragraphs,
     footnotes, text inserted with tracked changes on, and the paragraphs of a content control (but for a table of
