@@ -112,24 +112,38 @@ def test_line_breaks_and_cells_merged_over_rows_read_as_on_the_slide(tmp_path):
         "Region: North; Town: Bute; Ferries: 1", "Region: South; Town: Cove", "Opens at nine closes at five"]
 
 
+def tides(tmp_path, rows: list[list[str]], merges: list[tuple[int, int, int, int]]) -> list[str]:
+    """The paragraphs of a slide titled "Tides" holding a table of ``rows``, its cells merged as ``merges`` say
+    (first row and column, last row and column)."""
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Tides"
+    table = slide.shapes.add_table(len(rows), len(rows[0]), Inches(1), Inches(2), Inches(6), Inches(2)).table
+    for r, row in enumerate(rows):
+        for c, text in enumerate(row):
+            table.cell(r, c).text = text
+    for r0, c0, r1, c1 in merges:
+        table.cell(r0, c0).merge(table.cell(r1, c1))
+    deck.save(str(tmp_path / "tides.pptx"))
+    return extract_pptx(tmp_path / "tides.pptx").paragraphs
+
+
 def test_a_header_whose_cells_span_two_rows_names_each_column_by_both_levels(tmp_path):
     """A first row whose cells merged over rows span a second header row (a group's name over two columns) is a
     header of two levels, read as HTML's rowspan and colspan and Word's merged cells are: "Tide / high: 3.2 m" (it
     read "Port: Port; Tide: high; low" as a row, and the body's cells "Tide: 3.2 m; 0.4 m")."""
-    deck = pptx.Presentation()
-    slide = deck.slides.add_slide(deck.slide_layouts[5])
-    slide.shapes.title.text = "Tides"
-    table = slide.shapes.add_table(4, 4, Inches(1), Inches(2), Inches(6), Inches(2)).table
-    for r, row in enumerate([["Port", "Tide", "", "Wind"], ["", "high", "low", ""], ["Brest", "3.2 m", "0.4 m", "NW"],
-                             ["Vigo", "2.9 m", "", "W"]]):
-        for c, text in enumerate(row):
-            table.cell(r, c).text = text
-    table.cell(0, 0).merge(table.cell(1, 0))
-    table.cell(0, 1).merge(table.cell(0, 2))
-    table.cell(0, 3).merge(table.cell(1, 3))
-    deck.save(str(tmp_path / "tides.pptx"))
-    assert extract_pptx(tmp_path / "tides.pptx").paragraphs == [
+    assert tides(tmp_path, [["Port", "Tide", "", "Wind"], ["", "high", "low", ""], ["Brest", "3.2 m", "0.4 m", "NW"],
+                            ["Vigo", "2.9 m", "", "W"]], [(0, 0, 1, 0), (0, 1, 0, 2), (0, 3, 1, 3)]) == [
         "Tides", "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m; Wind: NW", "Port: Vigo; Tide / high: 2.9 m; Wind: W"]
+
+
+def test_a_header_of_two_levels_ends_below_its_group_beside_a_cell_merged_down_the_table(tmp_path):
+    """A first-row cell merged down the whole table ("Source") beside a two-level header does not take the body's
+    rows into the header, as in Word: it took the Brest row ("Port / Brest: Vigo; Tide / high / 3.2 m: 2.9 m")."""
+    assert tides(tmp_path, [["Port", "Tide", "", "Source"], ["", "high", "low", ""], ["Brest", "3.2 m", "0.4 m", ""],
+                            ["Vigo", "2.9 m", "0.6 m", ""]], [(0, 0, 1, 0), (0, 1, 0, 2), (0, 3, 3, 3)]) == [
+        "Tides", "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m; Source: Source",
+        "Port: Vigo; Tide / high: 2.9 m; Tide / low: 0.6 m; Source: Source"]
 
 
 DIAGRAM_DATA = """<dgm:dataModel xmlns:dgm="http://schemas.openxmlformats.org/drawingml/2006/diagram"
