@@ -149,9 +149,9 @@ def test_a_long_word_without_a_cut_is_found_whole_quickly():
     time, 2-3 s in one step while tokenising it whole takes 0.15 s."""
     word_cut("warm up " * 3, 0, 4)
     for text in ("\u0436" * 300_000, "x" * 10 + "\u0e01" * 300_000):
-        t = time.perf_counter()
+        t = time.process_time()  # CPU time: other work on the machine does not count
         assert word_cut(text, 0, 8192) == len(text)
-        assert time.perf_counter() - t < 2.0
+        assert time.process_time() - t < 2.0
 
 
 def test_a_tokenizer_not_splitting_like_bert_tokenises_a_long_passage_in_one_step(tiny_backbone):

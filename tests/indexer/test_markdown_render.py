@@ -55,10 +55,10 @@ def test_runs_of_open_brackets_take_a_few_steps_each(unit):
 
 
 def test_a_hundred_thousand_open_brackets_read_in_seconds():
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: other work on the machine does not count
     for src in ("[" * 100_000, "![" * 100_000, "[" * 100_000 + "]"):  # 4-18 s, 34-60 s and 4-12 s before
         assert extract_markdown(src).paragraphs == [src]
-    assert time.perf_counter() - t0 < 20
+    assert time.process_time() - t0 < 20
 
 
 def test_quotes_nested_past_the_limit_keep_their_lines_apart_and_in_order():

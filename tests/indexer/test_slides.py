@@ -321,6 +321,6 @@ def test_a_chart_s_category_count_out_of_all_proportion_is_read_at_the_cost_of_i
     part = (f"<c:chartSpace xmlns:c='{c}'><c:chart><c:autoTitleDeleted/><c:plotArea><c:barChart><c:ser>"
             f"<c:cat><c:multiLvlStrRef><c:multiLvlStrCache><c:ptCount val='1000000000000'/>{cache}"
             "</c:multiLvlStrCache></c:multiLvlStrRef></c:cat></c:ser></c:barChart></c:plotArea></c:chart></c:chartSpace>")
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: other work on the machine does not count
     assert drawing_texts(part.encode()) == ["2023 (Q1, Q2)"]
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
