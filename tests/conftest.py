@@ -19,6 +19,27 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # in the quantised-store tests ran 4x slower. Read when OpenMP loads, so before any test module imports torch.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# The test files that take longest (a minute or more each on 2 cores), started first when the suite runs on several
+# workers (make test: pytest-xdist, a file to a worker at a time): one started last ran alone while the others idled.
+LONGEST_FIRST = (
+    "tests/test_docs_commands.py",
+    "tests/indexer/test_add_crash.py",
+    "tests/service/test_file_writes.py",
+    "tests/service/test_fuzz.py",
+    "tests/trainer/test_train.py",
+    "tests/trainer/test_reader_training.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker, the files of ``LONGEST_FIRST`` first (in that order), each file's tests in their order;
+    every worker sorts the same collection the same way. A run in one process keeps pytest's order."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 WORDS = (
     "river mountain castle king queen city empire battle treaty music painter novel science physics "
     "engine railway harbour island village church bridge festival poet language"

@@ -24,3 +24,22 @@ def test_openmp_waits_passively_in_the_test_process_unless_told():
         out = subprocess.run([sys.executable, "-c", code, conftest], env=run_env, capture_output=True, text=True,
                              check=True, timeout=120)
         assert out.stdout.split() == [expected, "False", "False"], out.stdout
+
+
+def test_on_a_worker_the_longest_files_go_first_and_in_one_process_the_order_is_kept():
+    """make test runs the files on two workers, the longest first (tests/conftest.py: LONGEST_FIRST); a name there
+    that is no test file any more would quietly order nothing."""
+    from types import SimpleNamespace
+
+    from tests.conftest import LONGEST_FIRST, pytest_collection_modifyitems
+
+    root = Path(__file__).resolve().parents[1]
+    assert all((root / path).is_file() and Path(path).name.startswith("test_") for path in LONGEST_FIRST)
+    nodeids = ["tests/a.py::one", f"{LONGEST_FIRST[1]}::x", "tests/a.py::two", f"{LONGEST_FIRST[0]}::y",
+               f"{LONGEST_FIRST[1]}::z"]
+    items = [SimpleNamespace(nodeid=n) for n in nodeids]
+    pytest_collection_modifyitems(SimpleNamespace(), items)  # one process
+    assert [item.nodeid for item in items] == nodeids
+    pytest_collection_modifyitems(SimpleNamespace(workerinput={"workerid": "gw0"}), items)
+    assert [item.nodeid for item in items] == [f"{LONGEST_FIRST[0]}::y", f"{LONGEST_FIRST[1]}::x",
+                                               f"{LONGEST_FIRST[1]}::z", "tests/a.py::one", "tests/a.py::two"]
