@@ -22,6 +22,8 @@ block gets covered.
 
 from __future__ import annotations
 
+import argparse
+import ast
 import gzip
 import json
 import os
@@ -34,8 +36,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, redirect_stdout
+from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from functools import cache
 from io import StringIO
 from pathlib import Path
 
@@ -109,7 +112,11 @@ def doc_commands(doc: str) -> list[Command]:
             if line.rstrip().endswith("\\"):
                 pending += line.rstrip()[:-1] + " "
                 continue
-            argv = shlex.split(pending + line, comments=True)
+            try:
+                argv = shlex.split(pending + line, comments=True)
+            except ValueError:  # a quoted argument that goes on to the next line (a JSON body)
+                pending += line + "\n"
+                continue
             pending = ""
             if argv:
                 out.append(Command(doc, start, tuple(argv)))
@@ -373,3 +380,103 @@ def test_doc_commands_run(doc, tmp_path, monkeypatch):
                 port = stack.enter_context(serving(cmd, tmp_path))
             elif how == "curl":
                 run_curl(cmd, tmp_path, port)
+
+
+def test_the_readme_error_example_is_what_the_command_prints(tmp_path, monkeypatch, capsys):
+    """The README quotes the line a usage error prints; the command, run as the quote says, prints that line (the
+    reader's working directory, ``/home/me`` there, where it names an absolute path)."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    m = re.search(r"as `(spanseek corpus from-squad: error: (\S+): cannot be written: [^`]+)`", text)
+    assert m, "README.md no longer quotes the error of corpus from-squad"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dev-v1.1.json").write_text(json.dumps(make_squad()))
+    Path(m.group(2)).parent.write_text("")  # the folder the output needs is a file
+    capsys.readouterr()
+    try:
+        status = spanseek_main(["corpus", "from-squad", "dev-v1.1.json", "--out", m.group(2)])
+    except SystemExit as e:
+        status = e.code
+    assert status == 2
+    assert capsys.readouterr().err.strip() == m.group(1).replace("/home/me", str(tmp_path))
+
+
+# Every page that shows commands: the pages above run theirs; the others' flags are checked here.
+ALL_PAGES = sorted({"README.md", "bench/README.md", *(str(p.relative_to(ROOT)) for p in ROOT.glob("docs/*.md")),
+                    *(str(p.relative_to(ROOT)) for p in ROOT.glob("core/models/*/README.md"))})
+
+
+@cache
+def parser() -> argparse.ArgumentParser:
+    return build_parser()
+
+
+@cache
+def help_flags(words: tuple[str, ...]) -> frozenset[str] | None:
+    """The flags ``spanseek WORDS --help`` lists, or None where spanseek has no such command."""
+    out = StringIO()
+    with redirect_stdout(out), redirect_stderr(StringIO()):
+        try:
+            parser().parse_args([*words, "--help"])
+        except SystemExit as e:
+            if e.code:
+                return None
+    return frozenset(re.findall(r"(?<![\w-])--[\w-]+", out.getvalue()))
+
+
+def bench_flags(script: Path) -> set[str]:
+    """The flags a bench script declares: its string constants that start with ``--``."""
+    return {node.value for node in ast.walk(ast.parse(script.read_text())) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and node.value.startswith("--")}
+
+
+def unknown_flags(cmd: Command) -> list[str]:
+    """What of ``cmd`` spanseek or the bench script it runs does not know: a command, a script, or a ``--flag``
+    (``...`` and ``[--flag N]`` in a page's command are placeholders; ``a|b`` names either command)."""
+    argv = [w.strip("[]") for w in cmd.argv]
+    while len(argv) > 1 and re.fullmatch(r"[A-Z_]+=\S*", argv[0]):  # VAR=value before the command
+        argv = argv[1:]
+    flags = [w.split("=")[0] for w in argv if w.startswith("--")]
+    if argv[0] == "spanseek":
+        words = tuple(w for w in argv[1:next((i for i, w in enumerate(argv) if w.startswith("-")), len(argv))])
+        known: set[str] = set()
+        for alternative in (words[:2] if len(words) > 1 and "|" in words[1] else ()) or [""]:
+            command = words if not alternative else (words[0], *words[1].split("|"))
+            for choice in ([(command[0], c) for c in command[1:]] if alternative else [command]):
+                listed = help_flags(choice)
+                if listed is None:
+                    return [f"{cmd}: spanseek has no command {' '.join(choice)!r}"]
+                known |= listed
+    elif argv[0] in ("python", "python3") and len(argv) > 1 and argv[1].startswith("bench/") and argv[1] != "bench/...":
+        script = ROOT / argv[1]
+        if not script.is_file():
+            return [f"{cmd}: there is no {argv[1]}"]
+        known = bench_flags(script)
+    else:
+        return []
+    return [f"{cmd}: {flag} is not a flag of {' '.join(argv[:2])}" for flag in flags if flag not in known]
+
+
+@pytest.mark.parametrize("doc", ALL_PAGES)
+def test_every_page_command_uses_commands_and_flags_that_exist(doc):
+    assert [problem for cmd in doc_commands(doc) for problem in unknown_flags(cmd)] == []
+
+
+def test_a_flag_that_does_not_exist_is_caught():
+    def cmd(text: str) -> Command:
+        return Command("page.md", 1, tuple(shlex.split(text)))
+    assert unknown_flags(cmd("spanseek index build --corpus c.jsonl --out idx --factory auto")) == []
+    assert unknown_flags(cmd("spanseek index verify work/idx [--sample 1000] [--nprobe N]")) == []
+    assert unknown_flags(cmd("spanseek index upsert|delete|compact ... --dry-run")) == [
+        "page.md:1: spanseek index upsert|delete|compact ... --dry-run: --dry-run is not a flag of spanseek index"]
+    assert unknown_flags(cmd("spanseek index build --corpus c.jsonl --out idx --factroy auto")) == [
+        "page.md:1: spanseek index build --corpus c.jsonl --out idx --factroy auto: --factroy is not a flag of "
+        "spanseek index"]
+    assert unknown_flags(cmd("spanseek index rebuild --out idx")) == [
+        "page.md:1: spanseek index rebuild --out idx: spanseek has no command 'index rebuild'"]
+    assert unknown_flags(cmd("python bench/search_throughput.py --index idx --n-questoins 8")) == [
+        "page.md:1: python bench/search_throughput.py --index idx --n-questoins 8: --n-questoins is not a flag of "
+        "python bench/search_throughput.py"]
+    assert unknown_flags(cmd("python bench/nowhere.py --out x")) == ["page.md:1: python bench/nowhere.py --out x: "
+                                                                     "there is no bench/nowhere.py"]
+    multi = doc_commands("docs/service.md")  # a JSON body quoted over several lines is one argument
+    assert any(c.argv[0] == "curl" and '"filter"' in c.argv[-1] and "\n" in c.argv[-1] for c in multi)
