@@ -110,6 +110,13 @@ HYBRID = "new_default_hybrid.json"
 READING = "new_default_reading.json"
 AMX_SERVICE = ["service_small_passes_auto_1.json", "service_small_passes_auto_2.json"]
 AVX512_SERVICE = ["service_transposed_phrase_auto.json", "service_transposed_passage_auto.json"]
+# the speed table's in-process runs (file, the run's key in it) and its HTTP runs at saturation
+IN_PROCESS = [("search_throughput_amx.json", ()), ("search_throughput_question_passes.json", ()),
+              *(("search_throughput_transposed.json", ("runs", str(i))) for i in (1, 3))]
+HTTP = [*AMX_SERVICE, *AVX512_SERVICE, "service_load_phrase_async_checks.json", "service_load_passage_async_checks.json"]
+# one client's requests with read on the AVX2 EPYC: each run's single request and its first closed-loop level
+AVX2_READ = Figure([(f"service_read_small_scan{run}.json", key) for run in ("", "_2")
+                    for key in (("single", "p50_ms"), ("levels", "0", "p50_ms"))], 0)
 N = r"([\d.]+)"  # a figure in a pattern
 R = r"([\d.]+(?:-[\d.]+)?)"  # a figure or a range
 
@@ -144,6 +151,14 @@ CLAIMS = [
            fig(READING, "without_read.phrase_em@1"), fig(READING, "with_read.phrase_em@1"),
            fig(READING, "without_read.phrase_f1@1"), fig(READING, "with_read.phrase_f1@1"),
            fig(READING, "speed.ratio", digits=2)]),
+    Claim("README.md", rf"\({R}× on 2 AVX2 cores, where one request takes {R}\s+ms\)",
+          [runs(["reading_onnx.json", "reading_small_passes.json"], "speed.ratio", digits=2), AVX2_READ]),
+    Claim("README.md", rf"With `\"read_below\":\s+0\.8` only [^(]*\({N}% here\): phrase EM@1 {N} at\s+{N}× the q/s of "
+          r"reading every question",
+          [fig("reading_read_below.json", ("read_below", "0.8", "phrase_questions_read"), digits=0),
+           fig("reading_read_below.json", ("read_below", "0.8", "phrase_em@1")),
+           lambda: rounded(value("reading_read_below_speed.json", ("read_below", "0.8", "with_read_qps"))
+                           / value("reading_read_below_speed.json", ("speed", "with_read_qps")), 1)]),
     Claim("README.md", rf"the reader alone: {N} EM / {N} F1",
           [fig(READING, "reader_rc.em"), fig(READING, "reader_rc.f1")]),
     Claim("README.md", rf"read hits: phrase {N}, passage {N}, doc {N}\.",
@@ -172,12 +187,16 @@ CLAIMS = [
              for u in ("phrase", "passage", "doc")]
           + [runs(AVX512_SERVICE, "single.p50_ms")]
           + [fig(file, "saturation.qps", digits=0) for file in AVX512_SERVICE]),
+    Claim("README.md", rf"In process, search keeps {R} of the question encoder's own q/s[^.]*\. Over HTTP the service "
+          rf"keeps {R} of the in-process rate",
+          [Figure([(file, (*run, "units", u, "ratio")) for file, run in IN_PROCESS
+                   for u in ("phrase", "passage", "doc")], 2),
+           Figure([(file, ("service_over_raw",)) for file in HTTP], 2)]),
     Claim("README.md", rf"\| AMD EPYC with AVX2 only \| {N} / {N} / {N} \| {R} ms \| {N} / {N} \| {R} ms \|",
           [fig("search_throughput_question_passes.json", f"units.{u}.qps", digits=0) for u in ("phrase", "passage", "doc")]
           + [Figure([("service_max_wait.json", ("runs", str(i), "single_p50_ms")) for i in (0, 2)], 0)]
           + [fig(f"service_load_{u}_async_checks.json", "saturation.qps", digits=0) for u in ("phrase", "passage")]
-          + [Figure([(f"service_read_small_scan{run}.json", key) for run in ("", "_2")
-                     for key in (("single", "p50_ms"), ("levels", "0", "p50_ms"))], 0)]),
+          + [AVX2_READ]),
 ]
 
 # The speed table's rows and the runs behind their cells. A row names its runtime when its runs did not run as

@@ -1,4 +1,5 @@
-"""Every Python name the pages cite exists: the imports of their snippets and the dotted names in backticks.
+"""Every Python name the pages cite exists: the imports of their snippets and the dotted names in backticks; and
+every link between the pages reaches a file, and a heading where it names one.
 
     .venv/bin/python -m pytest -q tests/test_docs_references.py
 
@@ -78,3 +79,52 @@ def test_a_moved_name_is_caught(tmp_path: Path):
                     "`core.spans.best_span()`.\n")
     assert cited(page) == [(3, "spanseek.core.io.load_squad"), (3, "spanseek.core.io.split_articles"),
                            (5, "core.spans.best_span")]
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")  # [text](target)
+FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors a Markdown renderer gives the headings of ``text`` (GitHub's: lower case, punctuation but ``-``
+    and ``_`` dropped, spaces to ``-``, a repeated one numbered)."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    for m in re.finditer(r"^#{1,6} (.+)$", FENCED.sub("", text), re.MULTILINE):
+        anchor = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        anchors.add(f"{anchor}-{seen[anchor]}" if anchor in seen else anchor)
+        seen[anchor] = seen.get(anchor, 0) + 1
+    return anchors
+
+
+def broken_links(page: Path) -> list[str]:
+    """The relative links of ``page`` whose file is missing, or whose ``#anchor`` is no heading of that page."""
+    text = page.read_text(encoding="utf-8")
+    broken = []
+    for m in LINK.finditer(text):
+        url = m.group(1)
+        if re.match(r"[a-z]+:", url):  # https:, mailto:
+            continue
+        target, _, anchor = url.partition("#")
+        path = page.parent / target if target else page
+        where = f"{page.name}:{text.count(chr(10), 0, m.start()) + 1}: {url}"
+        if not path.exists():
+            broken.append(f"{where}: no such file")
+        elif anchor and path.suffix == ".md" and anchor not in heading_anchors(path.read_text(encoding="utf-8")):
+            broken.append(f"{where}: no such heading")
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_between_the_pages_arrives(page: Path):
+    assert broken_links(page) == []
+
+
+def test_a_broken_link_is_caught(tmp_path: Path):
+    (tmp_path / "other.md").write_text("# Results\n\n## Base model (`--model base`), validation\n\n## Notes\n\n"
+                                       "## Notes\n\n```bash\n# not a heading\n```\n")
+    page = tmp_path / "page.md"
+    page.write_text("[a](other.md#base-model---model-base-validation) [b](other.md#notes-1) [c](https://x.org/#y)\n"
+                    "[d](missing.md) [e](other.md#not-a-heading) [f](#results)\n")
+    assert broken_links(page) == ["page.md:2: missing.md: no such file", "page.md:2: other.md#not-a-heading: no "
+                                  "such heading", "page.md:2: #results: no such heading"]
