@@ -247,3 +247,26 @@ def test_a_figure_that_is_not_its_run_is_caught():
     assert claim.check("nothing") == [f"README.md: no longer says {claim.pattern!r}"]
     assert rounded(200.5, 0) == "201" and rounded(0.0415, 3) == "0.042"
     assert runs(AMX_SERVICE, "single.p50_ms").text() == "30-33"
+
+
+MODELS = ROOT / "core" / "models"
+MODES = {"hybrid", "dense", "lexical"}
+
+
+def calibrated_modes(model: str) -> set[str]:
+    """The search modes a bundled model's ``calibration.json`` has question models for (``unit/mode[/form]``)."""
+    models = json.loads((MODELS / model / "calibration.json").read_text())["models"]
+    return {key.split("/")[1] for key in models}
+
+
+def test_the_readme_says_which_modes_each_bundled_model_gives_a_confidence_in():
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    m = re.search(r"\*\*Confidence\.\*\* With the (\w+) model, in every mode \(hybrid[^)]*, dense, lexical\) every hit "
+                  r"carries `confidence`, the calibrated probability that it is right \(([^()]*): hybrid mode only; elsewhere it is "
+                  r"null\)", text)
+    assert m, "README.md: the Confidence paragraph no longer says which models are calibrated in which modes"
+    bundled = sorted(p.name for p in MODELS.iterdir() if (p / "calibration.json").is_file())
+    assert m.group(1) == "default" and calibrated_modes("default") == MODES
+    hybrid_only = set(re.findall(r"`(?:--model )?([\w-]+)`", m.group(2)))
+    assert hybrid_only == {model for model in bundled if calibrated_modes(model) == {"hybrid"}}
+    assert {"default", *hybrid_only} == set(bundled)
