@@ -480,3 +480,26 @@ def test_a_flag_that_does_not_exist_is_caught():
                                                                      "there is no bench/nowhere.py"]
     multi = doc_commands("docs/service.md")  # a JSON body quoted over several lines is one argument
     assert any(c.argv[0] == "curl" and '"filter"' in c.argv[-1] and "\n" in c.argv[-1] for c in multi)
+
+
+def test_the_readme_says_a_search_run_loads_and_times_nothing(monkeypatch):
+    """How a run picks its precision and runtime is read from the CPU, not timed at start-up (core.encoding,
+    core.runtime), and the README's account of a run's start-up says so by naming no timing."""
+    import time
+
+    import torch
+
+    from spanseek.core.encoding import pick_precision
+    from spanseek.core.runtime import pick_runtime
+
+    def no_clock() -> float:
+        raise AssertionError("a start-up choice read the clock")
+    for clock in ("perf_counter", "monotonic", "time", "process_time"):
+        monkeypatch.setattr(time, clock, no_clock)
+    precision = pick_precision("auto", torch.device("cpu"))
+    assert pick_runtime("auto", "cpu", precision) in ("onnx", "torch")
+    monkeypatch.undo()
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    m = re.search(r"Each run first loads the model and the index[^.]*\.", text)
+    assert m, "README.md no longer says what a search run does first"
+    assert not re.search(r"\btim(es|ing|ed)\b", m.group(0)), m.group(0)
