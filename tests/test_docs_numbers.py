@@ -170,6 +170,20 @@ CLAIMS = [
            for u in ("doc", "passage", "phrase")]
           + [fig("confidence_all_modes.json", ("by_prior", "0.5", f"{u}/hybrid", "ece_top1"), digits=3)
              for u in ("doc", "passage", "phrase")]),
+    # the base model against the default
+    Claim("README.md", rf"\(`--model base`\): \+{N} points of phrase EM@1 and \+{N} of RC EM over the default, for {R}× its\s+"
+          rf"question and indexing throughput on a CPU \((\d+)-core (Intel Xeon), (\w+)\) and (\w+) the index size",
+          [lambda: rounded(value("base_longer.json", ("models", "bundled (2.08 epochs)", "eval", "phrase", "em@1"))
+                           - value(HYBRID, path("results.hybrid_score.phrase.em@1")), 1),
+           lambda: rounded(value("base_longer.json", ("models", "bundled (2.08 epochs)", "eval", "rc", "em"))
+                           - value("new_default_eval.json", path("rc.em")), 1),
+           lambda: "-".join(sorted({rounded(value("model_cost.json", path(f"models.1.{key}"))
+                                            / value("model_cost.json", path(f"models.0.{key}")), 2)
+                                    for key in ("questions_per_second_batch64", "build_tokens_per_second")})),
+           lambda: rounded(value("model_cost.json", ("torch_threads",)), 0),
+           lambda: "Intel Xeon" if "Intel(R) Xeon(R)" in str(result("model_cost.json")["cpu"]) else "another CPU",  # type: ignore[index]
+           lambda: str(result("model_cost.json")["precision"]),  # type: ignore[index]
+           lambda: {2: "twice"}[round(value("model_cost.json", path("models.1.ratio_to_first.index_bytes_per_token")))]]),
     # size and build speed
     Claim("README.md", rf"An exact index takes {N} KB of disk per token \({N} KB with `base`\)",
           [fig("model_cost.json", "models.0.index_bytes_per_token", scale=1e-3),
