@@ -94,6 +94,11 @@ LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb
 # tried from each of its letters, each try running to its end, and took minutes
 _LINE_HYPHEN = re.compile(r"(?<!\w)(\w++)[-\u00ad\u2010][ \t]*\n\s*(\w++)")
 _COMPOUND = re.compile(r"(?<!\w)\w++(?:[-\u2010]\w++)+")
+# a line-end hyphen before one of these words, a word after it, is a suspended hyphen: the first word's second part
+# is left to the word after the conjunction ("trans- and intercontinental", "pre- or post-war", "Ein- und
+# Ausgang"), and the line break is a space. Hyphenation leaves no such fragment at a line's start ("husb-and" is
+# no hyphenation point); a word the document holds whole ("thousand") is joined as any other
+SUSPENDED_BEFORE = frozenset({"and", "or", "nor", "und", "oder", "bis", "sowie", "et", "ou", "y", "o", "e"})
 # a share of line breaks that end in a hyphenated word at least this high: the document was set with hyphenation on
 HYPHENATED_SHARE = 0.03
 
@@ -249,7 +254,8 @@ def dehyphenate(texts: Sequence[str]) -> list[str]:
     joined, a compound found elsewhere with its hyphen keeps it; otherwise the hyphen is dropped when the document
     was set with hyphenation (``HYPHENATED_SHARE`` of its line breaks end in a broken word) and kept when not. A
     hyphen before a digit or a capital letter ("COVID-\\n19", "Anglo-\\nSaxon") is always kept, a soft hyphen
-    (U+00AD) always dropped."""
+    (U+00AD) always dropped. A hyphen before a conjunction (``SUSPENDED_BEFORE``) and a word after it is a suspended
+    one, a space after it: "trans-\\nand intercontinental" reads "trans- and intercontinental"."""
     words: set[str] = set()
     compounds: set[str] = set()
     breaks = hyphens = 0
@@ -270,6 +276,8 @@ def dehyphenate(texts: Sequence[str]) -> list[str]:
             keep = True
         elif soft or (before + after).casefold() in words:
             keep = False
+        elif after in SUSPENDED_BEFORE and re.match(r"[ \t]+\w", m.string[m.end():]):
+            return f"{before}- {after}"  # a suspended hyphen, a word after its conjunction ("rock-and-roll" is none)
         elif f"{before}-{after}".casefold() in compounds:
             keep = True
         else:

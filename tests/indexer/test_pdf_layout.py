@@ -197,6 +197,16 @@ def test_words_broken_at_line_ends_are_whole_by_the_document_s_own_words(texts, 
     assert dehyphenate(texts)[0] == expected
 
 
+def test_a_hyphen_at_a_line_end_before_a_conjunction_is_a_suspended_one():
+    """A line-end hyphen before "and", "or", "und" (and a word after it) leaves the word's second part to the word
+    after the conjunction: "trans-\\nand intercontinental" read "transand intercontinental" in a document set with
+    hyphenation. It keeps its hyphen and a space; a word the document holds whole ("thousand") is still joined."""
+    text = ("the trans-\nand intercontinental ferries, the pre-\nor post-war cranes, the Ein-\nund Ausgang and\n"
+            "a thous-\nand ships, a thousand more and some appro-\nval\n")
+    assert dehyphenate([text])[0] == ("the trans- and intercontinental ferries, the pre- or post-war cranes, the Ein- "
+                                     "und Ausgang and\na thousand ships, a thousand more and some approval\n")
+
+
 def test_an_unknown_broken_word_follows_the_document_s_hyphenation():
     """A word found nowhere else is joined in a document set with hyphenation (many line ends break a word) and
     keeps its hyphen in one that is not (a line end then breaks a compound at its own hyphen)."""
