@@ -48,13 +48,21 @@ def line_text(line: Any) -> str:
 
 
 # a footnote's mark: a superscript (``script_shift``) of digits or reference signs, set right after a word of three
-# letters or more or after punctuation, and before no letter or digit: "Gala¹," read "Gala1," and a search for the
-# word missed it. A superscript after a shorter word, a number or a bracket, or before an operator, is an exponent,
-# kept: "m²", "km²", "10⁵", "(a+b)² = c", "GeV² = 1"; after a number or a bracket it reads with a caret, as plain text
-# writes a power ("10^5", "(a+b)^2": "105" was another number), after a letter as it is set ("km2", as Wikipedia's text
-# has it); a superscript of letters (an ordinal's "1st") is part of its word
+# letters or more, after punctuation or after a number no power is written of (``_MARKED_NUMBER``), and before no
+# letter or digit: "Gala¹," read "Gala1," and a search for the word missed it. A superscript after a shorter word, a
+# small number or a bracket, or before an operator, is an exponent, kept: "m²", "km²", "10⁵", "2¹⁶", "(a+b)² = c",
+# "GeV² = 1"; after a number or a bracket it reads with a caret, as plain text writes a power ("10^5", "(a+b)^2":
+# "105" was another number), after a letter as it is set ("km2", as Wikipedia's text has it); a superscript of letters
+# (an ordinal's "1st") is part of its word. Type size and height tell a mark from an exponent nothing: word
+# processors, LaTeX and fpdf2 set both alike
 _MARKS = frozenset("0123456789*\u2020\u2021\u00a7")
-_MARKED = re.compile(r"(?:(?<![^\W\d_])[^\W\d_]{3,}|[.,;:\"'\u201d\u2019])$")
+_MARKED = re.compile(r"(?:(?<![^\W\d_])[^\W\d_]{3,}|[.,;:%\"'\u201d\u2019])$")
+# a number a superscript after which is a footnote's mark: one of three digits or more or with thousands separators
+# (a year, an amount: "in 1990¹", "23,800¹ tonnes"; a power's base is 10 or a small number: "10⁵", "2¹⁶", "3²"),
+# a number of 100 or more before an operator aside ("100² = 10,000"); and any number before a reference sign
+# ("1854†"), which no power is
+_MARKED_NUMBER = re.compile(r"(?<![\w.,^])(?:\d{1,3}(?:,\d{3})+|\d{3,})(?:\.\d+)?$")
+_SIGNS = frozenset("*\u2020\u2021\u00a7")
 _OPERATORS = frozenset("=+\u2212\u00d7\u00b7/<>\u2264\u2265")
 _POWER = re.compile(r"[-+\u2212]?\d+")
 _POWER_BASE = frozenset("0123456789)]")
@@ -75,9 +83,10 @@ def _without_marks(line: Any, plain: str) -> str:
     raised = [up and t in _MARKS for up, t in zip(ups, texts, strict=True)]
     while k < len(texts):
         end = next((j for j in range(k, len(texts)) if not raised[j]), len(texts))
-        after = "".join(texts[end:end + 3])
-        if (end > k and _MARKED.search("".join(texts[max(0, k - 4):k])) and not after[:1].isalnum()
-                and after.lstrip()[:1] not in _OPERATORS):
+        after, before = "".join(texts[end:end + 3]), "".join(texts[max(0, k - 16):k])
+        anchored = (_MARKED.search("".join(texts[max(0, k - 4):k])) or _MARKED_NUMBER.search(before)
+                    or (before[-1:].isdigit() and all(t in _SIGNS for t in texts[k:end])))
+        if end > k and anchored and not after[:1].isalnum() and after.lstrip()[:1] not in _OPERATORS:
             texts[k:end] = [""] * (end - k)
         k = end + 1
     for up, run in itertools.groupby(range(len(texts)), key=lambda j: ups[j]):  # the exponents kept

@@ -976,6 +976,42 @@ def test_footnote_marks_are_dropped_and_exponents_and_subscripts_kept(tmp_path):
         "energy GeV2 = 1. Its salt is 10^-3 of its 1st basin."]
 
 
+# (text before, superscript, text after, whether it is a footnote's mark): marks after numbers and exponents
+AFTER_NUMBERS = [("The quay opened in 1990", "1", ", after a long wait.", True),
+                 ("It landed 23,800", "2", " tonnes of fish.", True),
+                 ("Costs rose by 12%", "3", " in the year.", True),
+                 ("The light dates from 1854", "*", " and still works.", True),
+                 ("Its population was 1,234,567", "4", ".", True),
+                 ("The survey of 2023", "5", " found more seals.", True),
+                 ("It dredged 10", "5", " tonnes a year.", False),
+                 ("Its salt is 10", "-3", " of its water.", False),
+                 ("A word holds 2", "16", " values.", False),
+                 ("The nine cells are 3", "2", " in all.", False),
+                 ("Its speed is 1.5 x 10", "8", " metres a second.", False),
+                 ("The cube 5", "3", " = 125 holds.", False),
+                 ("The square 100", "2", " = 10,000 holds.", False)]
+
+
+def test_a_footnote_mark_after_a_year_or_an_amount_is_dropped_and_a_power_s_exponent_kept(tmp_path):
+    """A footnote's mark after a number read as a power: "in 1990¹," read "in 1990^1,", "12%³" "12%3". Type size and
+    height set a mark and an exponent alike (fpdf2, word processors, LaTeX); the number tells them apart: a power's
+    base is 10 or a small number ("10⁵", "2¹⁶", "3²"), a mark follows a year, an amount with separators, a per cent
+    sign, and a reference sign any number. A number of 100 or more before an operator keeps its exponent."""
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_page()
+    pdf.set_font("helvetica", size=11)
+    for before, script, after, _ in AFTER_NUMBERS:
+        for part, position in ((before, "LINE"), (script, "SUP"), (f"{after}\n", "LINE")):
+            pdf.char_vpos = position
+            pdf.write(6, part)
+        pdf.ln(4)
+    pdf.output(str(tmp_path / "numbers.pdf"))
+    read = " ".join(extract_pdf(tmp_path / "numbers.pdf").paragraphs)
+    wrong = [before for before, script, after, mark in AFTER_NUMBERS
+             if (before + after if mark else f"{before}^{script}{after}") not in read]
+    assert wrong == []
+
+
 def test_a_paragraph_that_ends_in_a_note_in_brackets_ends_before_an_indented_one(tmp_path):
     """Paragraphs set as books set them (first lines indented, no space between): one that ends in a note in
     brackets after its full stop (Wikipedia's "[citation needed]", a reference's "[12]") ended no sentence, and
