@@ -190,7 +190,7 @@ def whole_lines(boxes: Sequence[Any]) -> list[list[list[Any]]]:
     it on its". Lines of a box on one baseline, in type of one size, are pieces of one line where each gap between
     them is inside the column: text of the box's ``_NEAR_ROWS`` lines above or below it reaches into the gap (the
     gutter between two columns is empty all the way down); a line of another box on that baseline inside such a gap
-    is a piece of it too."""
+    is a piece of it too, and so are boxes whose lines are each a piece (``_join_boxes_on_baselines``)."""
     grouped = [_baselines(lines(box)) for box in boxes]
     gaps = []  # (baseline, box, group, left edge, right edge) of each gap inside a column between a line's pieces
     for b, groups in enumerate(grouped):
@@ -211,7 +211,54 @@ def whole_lines(boxes: Sequence[Any]) -> list[list[list[Any]]]:
                     for pieces in grouped[b]:  # moved out of its own box
                         pieces[:] = [piece for piece in pieces if piece is not line]
                     break
+    _join_boxes_on_baselines(grouped)
     return [[pieces for pieces in groups if pieces] for groups in grouped]
+
+
+def _join_boxes_on_baselines(grouped: list[list[list[Any]]]) -> None:
+    """Join the pieces of a line that are each in a box of their own (``grouped``: each box's lines as pieces,
+    ``whole_lines``): at 1.5 or double line spacing every line is a box, and a justified line cut at its wide spaces
+    is a box a piece ("internationally" | "recognised" | "pilotage,"), with no gap inside any box. Lines of different
+    boxes on one baseline, in type of one size, are one line where the text of at least two of the ``_NEAR_ROWS``
+    rows above and below covers each gap between them from end to end (a gutter between columns no row crosses; a
+    title across both columns over their first lines is one row)."""
+    entries = sorted(((b, g) for b, groups in enumerate(grouped) for g, pieces in enumerate(groups) if pieces),
+                     key=lambda e: -grouped[e[0]][e[1]][0].y0)
+    rows: list[list[tuple[int, int]]] = []
+    for entry in entries:
+        first = grouped[entry[0]][entry[1]][0]
+        if rows and (head := grouped[rows[-1][0][0]][rows[-1][0][1]][0]) and abs(head.y0 - first.y0) <= (
+                _BASELINE * (first.y1 - first.y0)) and _one_size(head, first):
+            rows[-1].append(entry)
+        else:
+            rows.append([entry])
+    def extents(row: list[tuple[int, int]]) -> list[tuple[float, float]]:  # its lines' left and right edges
+        return sorted((min(p.x0 for p in grouped[b][g]), max(p.x1 for p in grouped[b][g])) for b, g in row if
+                      grouped[b][g])
+
+    spans = [extents(row) for row in rows]
+
+    def covered(row: int, x0: float, x1: float) -> bool:  # the row's text runs over x0 .. x1 without a break
+        reach = x0
+        for left, right in spans[row]:
+            if left > reach:
+                break
+            reach = max(reach, right)
+        return reach >= x1
+
+    for k, row in enumerate(rows):
+        row.sort(key=lambda e: grouped[e[0]][e[1]][0].x0)
+        into = row[0]
+        for entry in row[1:]:
+            target, pieces = grouped[into[0]][into[1]], grouped[entry[0]][entry[1]]
+            x0, x1 = max(p.x1 for p in target), min(p.x0 for p in pieces)
+            near = [j for j in range(max(0, k - _NEAR_ROWS), min(len(rows), k + _NEAR_ROWS + 1)) if j != k]
+            if entry[0] != into[0] and x0 <= x1 and sum(covered(j, x0, x1) for j in near) >= 2:
+                target += pieces
+                pieces.clear()
+            else:
+                into = entry
+        spans[k] = extents(row)
 
 
 # the pieces of one line are on one baseline: within this share of the line's height

@@ -390,3 +390,19 @@ def test_the_pieces_of_a_justified_line_are_one_line_and_a_gutter_keeps_columns_
             pdf_layout.whole_lines([box, stray, gutter])] == [
         [[PROSE], ["Entertainment", "Weekly put", "it", "on its"], [PROSE]], [], [[PROSE], [PROSE], [PROSE], [PROSE]]]
     assert [pieces[0] for pieces in pdf_layout.whole_lines([gutter])[0]] == [left[0], right[0], left[1], right[1]]
+
+
+def test_the_pieces_of_a_justified_line_each_in_a_box_of_their_own_are_one_line():
+    """At 1.5 line spacing every line is a text box of its own, and a justified line cut at its wide spaces is a box
+    a piece: "internationally" | "recognised" | "pilotage," read as three paragraphs. Lines of boxes on one baseline
+    are one line where the rows above and below run over each gap; two ragged columns' lines, each a box, under a
+    title across both, stay apart at the gutter."""
+    full = [Lines([Line(PROSE, 50, y, 285)]) for y in (715, 700, 670)]
+    pieces = [Lines([Line("internationally", 50, 685, 120)]), Lines([Line("recognised", 150, 685, 200)]),
+              Lines([Line("pilotage,", 240, 685, 285)])]
+    assert [[[line.text for line in pieces] for pieces in groups] for groups in
+            pdf_layout.whole_lines([*full[:2], *pieces, full[2]])][2:5] == [
+        [["internationally", "recognised", "pilotage,"]], [], []]
+    title = Lines([Line("A title across both columns of the page", 50, 615, 535)])
+    columns = [Lines([Line(PROSE, x, y, x + width)]) for y in (600, 585, 570) for x, width in ((50, 200), (300, 235))]
+    assert all(len(pieces) == 1 for groups in pdf_layout.whole_lines([title, *columns]) for pieces in groups)
