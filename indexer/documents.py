@@ -1,7 +1,9 @@
 """PDF files -> paragraphs with their pages, for ``indexer.ingest``. What every reader shares (``Extracted``,
 ``Sections``, the errors, a table row's text, the limits on what a file may expand to) is in
 ``indexer.extracted``, and named here too. Word files: ``indexer.word``; PowerPoint: ``indexer.slides``; Markdown
-and HTML: ``indexer.markup``.
+and HTML: ``indexer.markup``. The file is opened and its glyphs read by ``indexer.pdf_file`` (pdfminer hardened
+against hostile files: references that loop, decompression bombs; glyphs a font's Unicode map leaves out;
+subscripts and superscripts set on their lines), its pages laid out by ``indexer.pdf_layout``.
 
     spanseek corpus from-files report.pdf DOCS/ --out corpus.jsonl
 
@@ -17,7 +19,7 @@ or the page's, or heads that take turns in one place: ``pdf_layout.running``) an
 (digits or lower-case roman numerals) are left out; a word hyphenated at a line
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"; a glyph the font's Unicode map leaves out, often a ligature, is read
-as its character where the font numbers its glyphs by code point: ``self_coded``), and lines in a right-to-left script are put in reading order. A paragraph
+as its character where the font numbers its glyphs by code point: ``pdf_file.self_coded``), and lines in a right-to-left script are put in reading order. A paragraph
 is continued on the next page (or at the top of the next column) when its page's (column's) last box does not end a
 sentence, the next page's (column's) first box starts in lower case, or the text wrapped there on a page filled to
 its foot (``pdf_layout.flows``: a full last line, on a justified page one that reaches the edge, and the next page's
@@ -37,16 +39,13 @@ A file the library cannot read (damaged, truncated, encrypted) raises ``Unreadab
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
-import unicodedata
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanseek.indexer import pdf_layout
+from spanseek.indexer import pdf_file, pdf_layout
 from spanseek.indexer.extracted import (
     HEADER_LEVELS,
     INFLATE_RATIO_FROM,
@@ -80,9 +79,6 @@ log = logging.getLogger(__name__)
 _PAGE_NUMBER = re.compile(rf"((?i:page)\s+)?(\d{{1,4}}|{pdf_layout.ROMAN})(\s*(/|(?i:of))\s*\d{{1,4}})?|[-–—]\s*(\d{{1,4}}|"
                           rf"{pdf_layout.ROMAN})\s*[-–—]")
 _CID = re.compile(r"\(cid:\d+\)")  # how pdfminer writes a glyph whose font maps it to no character
-# a font whose map to Unicode gives at least this many glyphs their own numbers as code points numbers its glyphs so
-# (``self_coded``): fewer are no evidence
-SELF_CODED_GLYPHS = 3
 # a title property that a program filled in, not a title: "Microsoft Word - report.docx", a file name, "Untitled"
 _PLACEHOLDER_TITLE = re.compile(r"(microsoft\s+\w+\s+-\s+.*|untitled.*|document\d*|.*\.(docx?|pdf|rtf|odt|pptx?|"
                                 r"xlsx?|indd|tex|dvi|ps|txt|html?))", re.I)
@@ -156,11 +152,11 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
     # boxes, such as headings, among the other column's, and costs time growing with the square of the boxes)
     laparams = LAParams(char_margin=4.0, boxes_flow=None)
     with open(path, "rb") as f:
-        document = _pdf_document()(PDFParser(f))
+        document = pdf_file.pdf_document()(PDFParser(f))
         if document.xref_loop is not None:
             log.warning("%s: %s (a loop); read with the sections before it", path, document.xref_loop)
         resources = PDFResourceManager()
-        device = _aggregator(PDFPageAggregator)(resources, laparams=laparams)
+        device = pdf_file.aggregator(PDFPageAggregator)(resources, laparams=laparams)
         interpreter = PDFPageInterpreter(resources, device)
         header: Block | None = None  # the header row of a table that ends the page before
         for page in PDFPage.create_pages(document):
@@ -184,166 +180,6 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
     return pages, info
-
-
-def _aggregator(base: type) -> type:
-    """pdfminer's PDFPageAggregator (``base``), reading a glyph that its font's Unicode map leaves out as its
-    character where the font tells it (``glyph_character``) rather than as "(cid:64257)", which is left out, and
-    setting a subscript or superscript on the line of the glyph before it (``pdf_blocks.script_shift``) before the
-    page's layout is analysed."""
-
-    class Aggregator(base):  # type: ignore[valid-type,misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.self_coded: dict[int, bool] = {}  # each font's (by id): whether it numbers glyphs by code point
-
-        def end_page(self, page: Any) -> None:
-            _set_scripts_on_their_lines(self.cur_item)  # before the page's layout is analysed
-            super().end_page(page)
-
-        def handle_undefined_char(self, font: Any, cid: int) -> str:
-            known = self.self_coded.get(id(font))
-            if known is None:
-                known = self.self_coded[id(font)] = self_coded(font)
-            return (glyph_character(cid) if known else None) or super().handle_undefined_char(font, cid)
-
-    return Aggregator
-
-
-def _set_scripts_on_their_lines(container: Any) -> None:
-    """Set each subscript or superscript glyph of a page (or of a figure on it) on the line of the glyph set before it
-    (``pdf_blocks.script_shift``), in the order the glyphs were set, so a script's next glyphs follow it."""
-    from pdfminer.layout import LTChar, LTFigure
-
-    previous = None
-    for item in container:
-        if isinstance(item, LTFigure):
-            _set_scripts_on_their_lines(item)
-        elif isinstance(item, LTChar) and isinstance(previous, LTChar) and (
-                shift := pdf_layout.script_shift(previous, item)):
-            item.set_bbox((item.x0, item.y0 + shift, item.x1, item.y1 + shift))
-            item.script_shift = shift
-        previous = item
-
-
-def self_coded(font: Any) -> bool:
-    """Whether a font numbers its glyphs by their characters' code points: a two-byte (CID) font whose map to Unicode
-    (ToUnicode) gives each of the glyphs it maps, ``SELF_CODED_GLYPHS`` at least, its own number as code point (or
-    that character's letters: 64257, "ﬁ", as "fi"). Some programs write text so, and leave a glyph or two out of the
-    map (a ligature's). A one-byte font's codes and another two-byte font's glyph numbers say nothing of the
-    characters: their unmapped glyphs stay unread."""
-    from pdfminer.pdffont import PDFCIDFont
-
-    mapped = getattr(getattr(font, "unicode_map", None), "cid2unichr", None)
-    if not isinstance(font, PDFCIDFont) or not isinstance(mapped, dict):
-        return False
-    mapped = {cid: text for cid, text in mapped.items() if text}  # (a surrogate's code maps to nothing)
-    return len(mapped) >= SELF_CODED_GLYPHS and all(
-        0 <= cid <= 0x10FFFF and text in (chr(cid), unicodedata.normalize("NFKC", chr(cid)))
-        for cid, text in mapped.items())
-
-
-def glyph_character(code: int) -> str | None:
-    """The character of code point ``code`` where it is one a text shows (no control, format, private-use,
-    surrogate or unassigned code point); None otherwise."""
-    if not 0 <= code <= 0x10FFFF:
-        return None
-    character = chr(code)
-    return None if unicodedata.category(character).startswith("C") else character
-
-
-def _inflated_size(data: bytes, limit: int) -> int:
-    """The bytes zlib ``data`` expands to, counted in 1 MiB pieces (none kept), up to just past ``limit``; a damaged
-    stream counts what expands before the damage (what pdfminer reads of it)."""
-    d, size, pending, i = zlib.decompressobj(), 0, b"", 0
-    try:
-        while size <= limit and not d.eof:
-            if not pending:
-                if i >= len(data):
-                    break
-                pending, i = data[i:i + (1 << 16)], i + (1 << 16)
-            size += len(d.decompress(pending, 1 << 20))
-            pending = d.unconsumed_tail
-    except zlib.error:
-        pass
-    return size
-
-
-@functools.cache
-def _pdf_document() -> type:
-    """pdfminer's PDFDocument, hardened against hostile files. An object that is a reference to itself (``6 0 obj 6
-    0 R``, or a chain of references back to where it starts) is a PDFSyntaxError: pdfminer follows references until
-    it finds an object that is none (``resolve1``), so such a file held its reader forever; an object that is a
-    reference is given as the object it leads to. Cross-reference sections are read in a loop where pdfminer
-    recurses from one to the next (its ``/Prev``, one for each incremental save: a file saved 500 times went past
-    Python's recursion limit); where one leads back to one read already (to itself, or two that lead to each other)
-    the sections up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before
-    pdfminer expands it (``zlib.decompress``, in memory at once): ``Unreadable`` when it is a decompression bomb
-    (``decompression_bomb``: it expands past ``MAX_INFLATE_RATIO`` times), expands past ``MAX_INFLATED_STREAM``, or
-    the document's streams past ``MAX_INFLATED``."""
-    from pdfminer.pdfdocument import PDFDocument
-    from pdfminer.pdfparser import PDFSyntaxError
-    from pdfminer.pdftypes import LITERALS_FLATE_DECODE, PDFObjRef, PDFStream
-
-    class Document(PDFDocument):
-        inflated = 0  # what the streams expanded so far expand to
-        xref_loop: str | None = None  # how the cross-reference sections loop, where they do
-
-        def read_xref_from(self, parser: Any, start: int, xrefs: list[Any]) -> None:
-            pending: list[int] | None = vars(self).get("xref_pending")
-            if pending is not None:  # pdfminer's call for the section's /XRefStm or /Prev: read in the loop below
-                pending.append(start)
-                return
-            read: list[int] = vars(self).setdefault("xref_starts", [])
-            sections = [start]  # the sections to read, the next last (pdfminer's order: a section's /XRefStm and
-            while sections:  # the sections it leads to, then its /Prev and those)
-                start = sections.pop()
-                if start in read:  # the sections read so far are the document's
-                    back = "itself" if start == read[-1] else f"the one at byte {start}"
-                    self.xref_loop = f"the cross-reference section at byte {read[-1]} leads back (/Prev) to {back}"
-                    continue
-                read.append(start)
-                self.xref_pending = []
-                try:
-                    super().read_xref_from(parser, start, xrefs)
-                    sections += reversed(self.xref_pending)
-                finally:
-                    del self.xref_pending
-
-        def getobj(self, objid: int) -> object:
-            obj, seen = super().getobj(objid), [objid]
-            while isinstance(obj, PDFObjRef):
-                if obj.objid in seen:
-                    through = f" (through object {', '.join(map(str, seen[1:]))})" if seen[1:] else ""
-                    raise PDFSyntaxError(f"object {obj.objid} is a reference to itself{through}")
-                seen.append(obj.objid)
-                obj = super().getobj(obj.objid)
-            if isinstance(obj, PDFStream) and "decode" not in vars(obj):  # measured when pdfminer expands it
-                setattr(obj, "decode", functools.partial(self.measured, obj, obj.decode))  # noqa: B010
-            return obj
-
-        def measured(self, stream: Any, decode: Any) -> None:
-            data = stream.rawdata
-            if stream.decipher:
-                data = stream.decipher(stream.objid, stream.genno, data, stream.attrs)
-            for kind, _ in stream.get_filters():  # its FlateDecode filters first (a bomb may be one inside another)
-                if kind not in LITERALS_FLATE_DECODE:
-                    break
-                size = _inflated_size(data, MAX_INFLATED_STREAM)
-                self.inflated += size
-                why = decompression_bomb(len(data), size) or (
-                    f"expands past {MAX_INFLATED_STREAM >> 20} MiB" if size > MAX_INFLATED_STREAM else
-                    f"expands past {MAX_INFLATED >> 20} MiB with the others" if self.inflated > MAX_INFLATED else None)
-                if why is not None:
-                    raise Unreadable(f"a decompression bomb: its compressed stream (object {stream.objid}) {why}; "
-                                     "not read")
-                try:
-                    data = zlib.decompressobj().decompress(data, MAX_INFLATED_STREAM)
-                except zlib.error:  # damaged: pdfminer reads what it can of it
-                    break
-            decode()
-
-    return Document
 
 
 def _named_rows(blocks: list[Block], continued: Block | None, bottom: float, top: float
@@ -390,18 +226,6 @@ def _continues(before: str, after: str, same_page: bool, wrapped: bool = False) 
     when both of the first two hold."""
     open_end, lower_start = not pdf_layout.SENTENCE_END.search(before), pdf_layout.starts_lower(after)
     return open_end and lower_start if same_page else open_end or lower_start or wrapped
-
-
-def _pdf_problem(e: Exception) -> str:
-    """Why pdfminer could not read a PDF: it needs a password, its encryption is not supported, or it is damaged."""
-    from pdfminer.pdfdocument import PDFEncryptionError, PDFPasswordIncorrect
-
-    if isinstance(e, PDFPasswordIncorrect):  # raised with no message
-        return ("encrypted PDF: it needs a password to open; remove the password (for example `qpdf --decrypt "
-                "--password=PASSWORD in.pdf out.pdf`) and ingest the result")
-    if isinstance(e, PDFEncryptionError):
-        return f"encrypted PDF that cannot be decrypted ({error_text(e)}); remove the encryption (`qpdf --decrypt`) first"
-    return f"not a readable PDF ({error_text(e)}); the file may be truncated, damaged or encrypted"
 
 
 def _pdf_title(info: dict[str, Any], first: _Page | None) -> str | None:
@@ -458,7 +282,7 @@ def extract_pdf(path: Path) -> Extracted:
     except (IngestError, Unreadable):
         raise
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
-        raise Unreadable(_pdf_problem(e)) from None
+        raise Unreadable(pdf_file.pdf_problem(e)) from None
     undecoded = _body_text(pages)
     if not any(page.blocks for page in pages):
         if undecoded:

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from spanseek.indexer import pdf_layout
-from spanseek.indexer.documents import Unreadable, extract_pdf, glyph_character
+from spanseek.indexer.documents import Unreadable, extract_pdf
 from spanseek.indexer.ingest import from_files
+from spanseek.indexer.pdf_file import glyph_character
 from tests.indexer.test_documents import pdf_of_objects
 
 fpdf = pytest.importorskip("fpdf")

@@ -1,0 +1,202 @@
+"""A PDF file as pdfminer.six reads it, for ``indexer.documents`` (``extract_pdf``), which lays its pages out: the
+document hardened against hostile files (``pdf_document``: objects that are references to themselves, cross-reference
+sections that loop, decompression bombs), the page aggregator that reads a glyph its font's Unicode map leaves out
+(``self_coded``, ``glyph_character``) and sets a subscript or superscript on its line (``aggregator``), and why a file
+could not be read (``pdf_problem``).
+
+    spanseek corpus from-files report.pdf --out corpus.jsonl
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+import zlib
+from typing import Any
+
+from spanseek.indexer.extracted import (
+    MAX_INFLATED,
+    MAX_INFLATED_STREAM,
+    Unreadable,
+    decompression_bomb,
+    error_text,
+)
+from spanseek.indexer.pdf_blocks import script_shift
+
+__all__ = ["SELF_CODED_GLYPHS", "aggregator", "glyph_character", "pdf_document", "pdf_problem", "self_coded"]
+
+# a font whose map to Unicode gives at least this many glyphs their own numbers as code points numbers its glyphs so
+# (``self_coded``): fewer are no evidence
+SELF_CODED_GLYPHS = 3
+
+
+def aggregator(base: type) -> type:
+    """pdfminer's PDFPageAggregator (``base``), reading a glyph that its font's Unicode map leaves out as its
+    character where the font tells it (``glyph_character``) rather than as "(cid:64257)", which is left out, and
+    setting a subscript or superscript on the line of the glyph before it (``pdf_blocks.script_shift``) before the
+    page's layout is analysed."""
+
+    class Aggregator(base):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.self_coded: dict[int, bool] = {}  # each font's (by id): whether it numbers glyphs by code point
+
+        def end_page(self, page: Any) -> None:
+            _set_scripts_on_their_lines(self.cur_item)  # before the page's layout is analysed
+            super().end_page(page)
+
+        def handle_undefined_char(self, font: Any, cid: int) -> str:
+            known = self.self_coded.get(id(font))
+            if known is None:
+                known = self.self_coded[id(font)] = self_coded(font)
+            return (glyph_character(cid) if known else None) or super().handle_undefined_char(font, cid)
+
+    return Aggregator
+
+
+def _set_scripts_on_their_lines(container: Any) -> None:
+    """Set each subscript or superscript glyph of a page (or of a figure on it) on the line of the glyph set before it
+    (``pdf_blocks.script_shift``), in the order the glyphs were set, so a script's next glyphs follow it."""
+    from pdfminer.layout import LTChar, LTFigure
+
+    previous = None
+    for item in container:
+        if isinstance(item, LTFigure):
+            _set_scripts_on_their_lines(item)
+        elif isinstance(item, LTChar) and isinstance(previous, LTChar) and (
+                shift := script_shift(previous, item)):
+            item.set_bbox((item.x0, item.y0 + shift, item.x1, item.y1 + shift))
+            item.script_shift = shift
+        previous = item
+
+
+def self_coded(font: Any) -> bool:
+    """Whether a font numbers its glyphs by their characters' code points: a two-byte (CID) font whose map to Unicode
+    (ToUnicode) gives each of the glyphs it maps, ``SELF_CODED_GLYPHS`` at least, its own number as code point (or
+    that character's letters: 64257, "ﬁ", as "fi"). Some programs write text so, and leave a glyph or two out of the
+    map (a ligature's). A one-byte font's codes and another two-byte font's glyph numbers say nothing of the
+    characters: their unmapped glyphs stay unread."""
+    from pdfminer.pdffont import PDFCIDFont
+
+    mapped = getattr(getattr(font, "unicode_map", None), "cid2unichr", None)
+    if not isinstance(font, PDFCIDFont) or not isinstance(mapped, dict):
+        return False
+    mapped = {cid: text for cid, text in mapped.items() if text}  # (a surrogate's code maps to nothing)
+    return len(mapped) >= SELF_CODED_GLYPHS and all(
+        0 <= cid <= 0x10FFFF and text in (chr(cid), unicodedata.normalize("NFKC", chr(cid)))
+        for cid, text in mapped.items())
+
+
+def glyph_character(code: int) -> str | None:
+    """The character of code point ``code`` where it is one a text shows (no control, format, private-use,
+    surrogate or unassigned code point); None otherwise."""
+    if not 0 <= code <= 0x10FFFF:
+        return None
+    character = chr(code)
+    return None if unicodedata.category(character).startswith("C") else character
+
+
+def _inflated_size(data: bytes, limit: int) -> int:
+    """The bytes zlib ``data`` expands to, counted in 1 MiB pieces (none kept), up to just past ``limit``; a damaged
+    stream counts what expands before the damage (what pdfminer reads of it)."""
+    d, size, pending, i = zlib.decompressobj(), 0, b"", 0
+    try:
+        while size <= limit and not d.eof:
+            if not pending:
+                if i >= len(data):
+                    break
+                pending, i = data[i:i + (1 << 16)], i + (1 << 16)
+            size += len(d.decompress(pending, 1 << 20))
+            pending = d.unconsumed_tail
+    except zlib.error:
+        pass
+    return size
+
+
+@functools.cache
+def pdf_document() -> type:
+    """pdfminer's PDFDocument, hardened against hostile files. An object that is a reference to itself (``6 0 obj 6
+    0 R``, or a chain of references back to where it starts) is a PDFSyntaxError: pdfminer follows references until
+    it finds an object that is none (``resolve1``), so such a file held its reader forever; an object that is a
+    reference is given as the object it leads to. Cross-reference sections are read in a loop where pdfminer
+    recurses from one to the next (its ``/Prev``, one for each incremental save: a file saved 500 times went past
+    Python's recursion limit); where one leads back to one read already (to itself, or two that lead to each other)
+    the sections up to the loop are the document's, and ``xref_loop`` says where it is. A stream is measured before
+    pdfminer expands it (``zlib.decompress``, in memory at once): ``Unreadable`` when it is a decompression bomb
+    (``decompression_bomb``: it expands past ``MAX_INFLATE_RATIO`` times), expands past ``MAX_INFLATED_STREAM``, or
+    the document's streams past ``MAX_INFLATED``."""
+    from pdfminer.pdfdocument import PDFDocument
+    from pdfminer.pdfparser import PDFSyntaxError
+    from pdfminer.pdftypes import LITERALS_FLATE_DECODE, PDFObjRef, PDFStream
+
+    class Document(PDFDocument):
+        inflated = 0  # what the streams expanded so far expand to
+        xref_loop: str | None = None  # how the cross-reference sections loop, where they do
+
+        def read_xref_from(self, parser: Any, start: int, xrefs: list[Any]) -> None:
+            pending: list[int] | None = vars(self).get("xref_pending")
+            if pending is not None:  # pdfminer's call for the section's /XRefStm or /Prev: read in the loop below
+                pending.append(start)
+                return
+            read: list[int] = vars(self).setdefault("xref_starts", [])
+            sections = [start]  # the sections to read, the next last (pdfminer's order: a section's /XRefStm and
+            while sections:  # the sections it leads to, then its /Prev and those)
+                start = sections.pop()
+                if start in read:  # the sections read so far are the document's
+                    back = "itself" if start == read[-1] else f"the one at byte {start}"
+                    self.xref_loop = f"the cross-reference section at byte {read[-1]} leads back (/Prev) to {back}"
+                    continue
+                read.append(start)
+                self.xref_pending = []
+                try:
+                    super().read_xref_from(parser, start, xrefs)
+                    sections += reversed(self.xref_pending)
+                finally:
+                    del self.xref_pending
+
+        def getobj(self, objid: int) -> object:
+            obj, seen = super().getobj(objid), [objid]
+            while isinstance(obj, PDFObjRef):
+                if obj.objid in seen:
+                    through = f" (through object {', '.join(map(str, seen[1:]))})" if seen[1:] else ""
+                    raise PDFSyntaxError(f"object {obj.objid} is a reference to itself{through}")
+                seen.append(obj.objid)
+                obj = super().getobj(obj.objid)
+            if isinstance(obj, PDFStream) and "decode" not in vars(obj):  # measured when pdfminer expands it
+                setattr(obj, "decode", functools.partial(self.measured, obj, obj.decode))  # noqa: B010
+            return obj
+
+        def measured(self, stream: Any, decode: Any) -> None:
+            data = stream.rawdata
+            if stream.decipher:
+                data = stream.decipher(stream.objid, stream.genno, data, stream.attrs)
+            for kind, _ in stream.get_filters():  # its FlateDecode filters first (a bomb may be one inside another)
+                if kind not in LITERALS_FLATE_DECODE:
+                    break
+                size = _inflated_size(data, MAX_INFLATED_STREAM)
+                self.inflated += size
+                why = decompression_bomb(len(data), size) or (
+                    f"expands past {MAX_INFLATED_STREAM >> 20} MiB" if size > MAX_INFLATED_STREAM else
+                    f"expands past {MAX_INFLATED >> 20} MiB with the others" if self.inflated > MAX_INFLATED else None)
+                if why is not None:
+                    raise Unreadable(f"a decompression bomb: its compressed stream (object {stream.objid}) {why}; "
+                                     "not read")
+                try:
+                    data = zlib.decompressobj().decompress(data, MAX_INFLATED_STREAM)
+                except zlib.error:  # damaged: pdfminer reads what it can of it
+                    break
+            decode()
+
+    return Document
+
+
+def pdf_problem(e: Exception) -> str:
+    """Why pdfminer could not read a PDF: it needs a password, its encryption is not supported, or it is damaged."""
+    from pdfminer.pdfdocument import PDFEncryptionError, PDFPasswordIncorrect
+
+    if isinstance(e, PDFPasswordIncorrect):  # raised with no message
+        return ("encrypted PDF: it needs a password to open; remove the password (for example `qpdf --decrypt "
+                "--password=PASSWORD in.pdf out.pdf`) and ingest the result")
+    if isinstance(e, PDFEncryptionError):
+        return f"encrypted PDF that cannot be decrypted ({error_text(e)}); remove the encryption (`qpdf --decrypt`) first"
+    return f"not a readable PDF ({error_text(e)}); the file may be truncated, damaged or encrypted"
