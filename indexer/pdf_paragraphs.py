@@ -209,7 +209,15 @@ def flows(room: float | None, opening: float | None) -> bool:
     where a sentence ended or a colon did. A colon's sentence goes on where the text wrapped after it ("... observed
     that:" over a quotation, "... phonemes:" over "/a ɛ e/" each cut a paragraph of the held-out SQuAD articles set
     as PDF at 1.5 line spacing, none of which has a list under a colon); a list introduced on a line that ends short
-    stays apart from its items."""
+    stays apart from its items.
+
+    At a page's or column's foot the test cannot tell a paragraph that goes on with a new sentence from one that
+    ended on a full line over a new paragraph set flush left (as word processors set paragraphs, space between them):
+    both read alike. Joining them errs less than ending a paragraph wherever a sentence ends there. SQuAD paragraphs
+    set ragged by fpdf2 with 3 mm between them, counted over their page breaks: A4 with 170 mm lines, 608 breaks, 8
+    paragraphs ended at the foot read on against 16 cut where a sentence ended at the foot; A4 with 80 mm lines, 1,232
+    breaks, 16 against 36; A6 with 85 mm lines, 1,039 breaks, 10 against 31 (read from the PDF, 399 of its breaks: 0
+    against 11). A justified page's last line that ends short of the edge ends its paragraph (``flow_ends``)."""
     return room is not None and opening is not None and opening > room
 
 
