@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -219,9 +220,11 @@ def _join_boxes_on_baselines(grouped: list[list[list[Any]]]) -> None:
     """Join the pieces of a line that are each in a box of their own (``grouped``: each box's lines as pieces,
     ``whole_lines``): at 1.5 or double line spacing every line is a box, and a justified line cut at its wide spaces
     is a box a piece ("internationally" | "recognised" | "pilotage,"), with no gap inside any box. Lines of different
-    boxes on one baseline, in type of one size, are one line where the text of at least two of the ``_NEAR_ROWS``
-    rows above and below covers each gap between them from end to end (a gutter between columns no row crosses; a
-    title across both columns over their first lines is one row)."""
+    boxes on one baseline, in type of one size, are one line where the text of a row above and of a row below (within
+    ``_NEAR_ROWS`` times three line heights: a column beside it puts its own rows between) covers each gap between
+    them from end to end: a gutter between columns no row crosses, and a title across both columns over their first lines, or
+    a paragraph over a table's first row, is text on one side only. Two passes: a row cut in pieces under it covers
+    its gaps once joined."""
     entries = sorted(((b, g) for b, groups in enumerate(grouped) for g, pieces in enumerate(groups) if pieces),
                      key=lambda e: -grouped[e[0]][e[1]][0].y0)
     rows: list[list[tuple[int, int]]] = []
@@ -232,33 +235,43 @@ def _join_boxes_on_baselines(grouped: list[list[list[Any]]]) -> None:
             rows[-1].append(entry)
         else:
             rows.append([entry])
-    def extents(row: list[tuple[int, int]]) -> list[tuple[float, float]]:  # its lines' left and right edges
-        return sorted((min(p.x0 for p in grouped[b][g]), max(p.x1 for p in grouped[b][g])) for b, g in row if
-                      grouped[b][g])
+
+    def extents(row: list[tuple[int, int]]) -> list[list[float]]:  # the stretches its text runs over, left to right
+        union: list[list[float]] = []
+        for left, right in sorted((min(p.x0 for p in grouped[b][g]), max(p.x1 for p in grouped[b][g]))
+                                  for b, g in row if grouped[b][g]):
+            if union and left <= union[-1][1]:
+                union[-1][1] = max(union[-1][1], right)
+            else:
+                union.append([left, right])
+        return union
 
     spans = [extents(row) for row in rows]
 
     def covered(row: int, x0: float, x1: float) -> bool:  # the row's text runs over x0 .. x1 without a break
-        reach = x0
-        for left, right in spans[row]:
-            if left > reach:
-                break
-            reach = max(reach, right)
-        return reach >= x1
+        i = bisect.bisect_right(spans[row], [x0, math.inf]) - 1  # (a binary search: a row may have many pieces)
+        return i >= 0 and spans[row][i][1] >= x1
 
-    for k, row in enumerate(rows):
-        row.sort(key=lambda e: grouped[e[0]][e[1]][0].x0)
-        into = row[0]
-        for entry in row[1:]:
-            target, pieces = grouped[into[0]][into[1]], grouped[entry[0]][entry[1]]
-            x0, x1 = max(p.x1 for p in target), min(p.x0 for p in pieces)
-            near = [j for j in range(max(0, k - _NEAR_ROWS), min(len(rows), k + _NEAR_ROWS + 1)) if j != k]
-            if entry[0] != into[0] and x0 <= x1 and sum(covered(j, x0, x1) for j in near) >= 2:
-                target += pieces
-                pieces.clear()
-            else:
-                into = entry
-        spans[k] = extents(row)
+    def side(k: int, rows_: range, x0: float, x1: float) -> bool:  # a row of these, near row k, covers x0 .. x1
+        line = grouped[rows[k][0][0]][rows[k][0][1]][0]
+        return any(covered(j, x0, x1) for j in rows_ if 0 <= j < len(rows) and rows[j] and abs(
+            grouped[rows[j][0][0]][rows[j][0][1]][0].y0 - line.y0) <= 3 * _NEAR_ROWS * (line.y1 - line.y0))
+
+    for _ in range(2):
+        for k, row in enumerate(rows):
+            row[:] = sorted((e for e in row if grouped[e[0]][e[1]]), key=lambda e: grouped[e[0]][e[1]][0].x0)
+            into = row[0]
+            for entry in row[1:]:
+                target, pieces = grouped[into[0]][into[1]], grouped[entry[0]][entry[1]]
+                x0, x1 = max(p.x1 for p in target), min(p.x0 for p in pieces)
+                if (entry[0] != into[0] and x0 <= x1 and side(k, range(k - 4 * _NEAR_ROWS, k), x0, x1)
+                        and side(k, range(k + 1, k + 4 * _NEAR_ROWS + 1), x0, x1)):
+                    target += pieces
+                    pieces.clear()
+                else:
+                    into = entry
+            row[:] = [e for e in row if grouped[e[0]][e[1]]]
+            spans[k] = extents(row)
 
 
 # the pieces of one line are on one baseline: within this share of the line's height

@@ -395,8 +395,8 @@ def test_the_pieces_of_a_justified_line_are_one_line_and_a_gutter_keeps_columns_
 def test_the_pieces_of_a_justified_line_each_in_a_box_of_their_own_are_one_line():
     """At 1.5 line spacing every line is a text box of its own, and a justified line cut at its wide spaces is a box
     a piece: "internationally" | "recognised" | "pilotage," read as three paragraphs. Lines of boxes on one baseline
-    are one line where the rows above and below run over each gap; two ragged columns' lines, each a box, under a
-    title across both, stay apart at the gutter."""
+    are one line where a row above and a row below run over each gap; two ragged columns' lines, each a box, under a
+    title across both, stay apart at the gutter, and so do a table's cells under a paragraph."""
     full = [Lines([Line(PROSE, 50, y, 285)]) for y in (715, 700, 670)]
     pieces = [Lines([Line("internationally", 50, 685, 120)]), Lines([Line("recognised", 150, 685, 200)]),
               Lines([Line("pilotage,", 240, 685, 285)])]
@@ -406,3 +406,6 @@ def test_the_pieces_of_a_justified_line_each_in_a_box_of_their_own_are_one_line(
     title = Lines([Line("A title across both columns of the page", 50, 615, 535)])
     columns = [Lines([Line(PROSE, x, y, x + width)]) for y in (600, 585, 570) for x, width in ((50, 200), (300, 235))]
     assert all(len(pieces) == 1 for groups in pdf_layout.whole_lines([title, *columns]) for pieces in groups)
+    cells = [Lines([Line(text, x, y, x1)]) for y in (685, 670, 655)
+             for text, x, x1 in (("Ferry", 50, 100), ("Berths", 150, 200), ("Cranes", 240, 285))]
+    assert all(len(pieces) == 1 for groups in pdf_layout.whole_lines([*full[:2], *cells]) for pieces in groups)
