@@ -55,18 +55,22 @@ def _table_rows(table: Any) -> list[str]:
     """A table's rows, the cells named by its header (a slide table's first row, as PowerPoint styles it by default,
     and the rows its cells merged over rows span: a header of two levels, ``header_depth``, whose names stack:
     "Tide / high"); a table of one row reads its cells. A cell merged over rows reads in each of them (each row
-    whole as a passage, as Word's, HTML's and Markdown's), one merged over columns once in its row (a header cell so
-    merged names each column, ``header_names``)."""
+    whole as a passage, as Word's, HTML's and Markdown's), but a header cell merged down into the body names its
+    column there and is no row's text; one merged over columns reads once in its row (a header cell so merged names
+    each column, ``header_names``)."""
     rows = [list(row.cells) for row in table.rows]
+    spans = [(cell.span_height, cell.span_width) if cell.is_merge_origin else (1, 1) for cell in rows[0]] if rows else []
+    heads = header_depth(spans, len(rows)) if table.first_row and len(rows) > 1 else 0
     # each cell's (grid column it starts in, the one after its last, text), a cell merged over columns once; one
-    # merged over rows again in each row below (where it starts: its other columns are its own row's span)
+    # merged over rows again in each row below (where it starts: its other columns are its own row's span), but a
+    # header cell merged down into the body, which names its column there (as an HTML <th rowspan>), not a row's text
     cells: list[list[tuple[int, int, str]]] = [[] for _ in rows]
     for r, row in enumerate(rows):
         for c, cell in enumerate(row):
             if cell.is_merge_origin:
                 text = _line(cell.text)
                 for below in range(r, min(r + cell.span_height, len(rows))):
-                    cells[below].append((c, c + cell.span_width, text))
+                    cells[below].append((c, c + cell.span_width, "" if r < heads <= below else text))
             elif not cell.is_spanned:
                 cells[r].append((c, c + 1, _line(cell.text)))
     grid = [[""] * len(row) for row in rows]
@@ -74,8 +78,6 @@ def _table_rows(table: Any) -> list[str]:
         for start, _, text in row_cells:
             if start < len(line):
                 line[start] = text
-    spans = [(cell.span_height, cell.span_width) if cell.is_merge_origin else (1, 1) for cell in rows[0]] if rows else []
-    heads = header_depth(spans, len(rows)) if table.first_row and len(rows) > 1 else 0
     if heads < 2:
         return table_rows(grid, table.first_row)
     names = header_names([sorted(row_cells) for row_cells in cells[:heads]], max(map(len, rows)))
@@ -100,7 +102,7 @@ def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
             paragraphs += _table_rows(shape.table)
         elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
             paragraphs += _paragraph_texts(shape.text_frame)
-    paragraphs += [text for shape in _shapes(slide.shapes) for rid in drawing_ids(shape._element)
+    paragraphs += [text for shape in _shapes(slide.shapes) for rid in drawing_ids(shape.element)
                    for text in related_texts(slide.part, rid)]
     if slide.has_notes_slide and (notes := slide.notes_slide.notes_text_frame) is not None:
         paragraphs += _paragraph_texts(notes)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spanseek.indexer.drawings import DRAWINGS, drawing_ids, related_texts
 from spanseek.indexer.extracted import (
+    HEADER_LEVELS,
     Extracted,
     IngestError,
     Sections,
@@ -358,38 +360,37 @@ class _WordText:
 
     def table(self, tbl: Any) -> None:
         """A table's rows, each one paragraph whose cells are named by the header rows (``header_rows``, and the rows
-        a first row's cells merged over rows span: ``header_depth``; several: ``header_names``). A cell merged over columns is read once (a header cell so merged names each of them, as
-        an HTML colspan does, where its row has other names), one merged over rows in each of its rows."""
-        from docx.table import Table
-
-
-        rows = Table(tbl, self.document.part).rows
-        heads = self.header_rows(tbl, rows)
+        a first row's cells merged over rows span: ``header_depth``; several: ``header_names``). A cell merged over
+        columns is read once (a header cell so merged names each of them, as an HTML colspan does, where its row has
+        other names), a body cell merged over rows in each of its rows, and a header cell merged down into the body
+        names its column there (as an HTML ``<th rowspan>`` does), not a body row's text ("Source: Source")."""
+        grid = _grid(tbl)
+        heads = self.header_rows(grid)
         if heads == 1:  # a first row whose cells merged over rows span the rows of a second level ("high", "low")
-            heads = header_depth([(_rows_spanned(rows, column, cell), cell.grid_span) for column, cell in _cells(rows[0])],
-                                 len(rows))
-        width = max((len(row.cells) for row in rows), default=0)
-        names = header_names([[(column, column + cell.grid_span, self.cell(cell._tc, [])) for column, cell in _cells(row)]
-                              for row in rows[:heads]], width)
-        for row in rows[heads:]:
+            heads = header_depth([(_rows_spanned(grid, cell), cell.span) for cell in grid[0].cells], len(grid))
+        width = max((cell.column + cell.span for row in grid for cell in row.cells), default=0)
+        names = header_names([[(cell.column, cell.column + cell.span, self.cell(cell.tc, [])) for cell in row.cells]
+                              for row in grid[:heads]], width)
+        for row in grid[heads:]:
             extras: list[tuple[str, Any]] = []
-            cells = _cells(row)
-            self.sections.add(row_text([self.cell(cell._tc, extras) for _, cell in cells], [names[c] for c, _ in cells]))
+            texts = ["" if cell.top < heads else self.cell(cell.tc, extras) for cell in row.cells]
+            self.sections.add(row_text(texts, [names[cell.column] for cell in row.cells]))
             self.extras(extras)
 
-    def header_rows(self, tbl: Any, rows: Any) -> int:
+    def header_rows(self, grid: list[_Row]) -> int:
         """How many rows of a table are its header, naming the columns: the leading rows marked "Repeat as header
         row", else the first row when it looks like a header: the table's style sets its first row apart (and the
         table shows that: Word's "Header Row" option) or its text is bold. None in a table of no other rows."""
         heads = 0
-        while heads < len(rows) and _flag(rows[heads]._tr.trPr, "tblHeader"):
+        while heads < len(grid) and _flag(grid[heads].tr.find(f"{_W}trPr"), "tblHeader"):
             heads += 1
-        if not heads and len(rows) > 1 and (self.styled_first_row(tbl) or self.bold(rows[0])):
+        if not heads and len(grid) > 1 and (self.styled_first_row(grid[0].tr.getparent())
+                                             or self.bold(grid[0])):
             heads = 1
-        return heads if heads < len(rows) else 0
+        return heads if heads < len(grid) else 0
 
     def styled_first_row(self, tbl: Any) -> bool:
-        properties = tbl.tblPr
+        properties = tbl.find(f"{_W}tblPr")
         look = properties.find(f"{_W}tblLook") if properties is not None else None
         if look is None:
             return False
@@ -399,13 +400,13 @@ class _WordText:
         return any(p.get(f"{_W}type") == "firstRow" for style in self.styles.chain(_val(properties.find(f"{_W}tblStyle")))
                    for p in style.findall(f"{_W}tblStylePr"))
 
-    def bold(self, row: Any) -> bool:
+    def bold(self, row: _Row) -> bool:
         """Whether every run with text in a row is bold (set on the run, its character style or its paragraph's)."""
         from docx.text.paragraph import Paragraph
 
         bold: list[bool] = []
         for cell in row.cells:
-            for p in _cell_paragraphs(cell._tc):
+            for p in _cell_paragraphs(cell.tc):
                 paragraph = Paragraph(p, self.document.part)
                 styled = bool(paragraph.style is not None and paragraph.style.font.bold)
                 bold += [run.bold if run.bold is not None else styled or bool(run.style and run.style.font.bold)
@@ -424,21 +425,49 @@ def _content(sdt: Any) -> bool:
         gallery is None or gallery.get(f"{_W}val") != "Table of Contents")
 
 
-def _cells(row: Any) -> list[tuple[int, Any]]:
-    """A table row's cells with the grid column each starts in; python-docx gives a cell merged over columns once
-    for each of them, here it is once."""
-    cells: list[tuple[int, Any]] = []
-    for column, cell in enumerate(row.cells):
-        if not cells or cell._tc is not cells[-1][1]._tc:
-            cells.append((column, cell))
-    return cells
+@dataclass(frozen=True)
+class _Cell:
+    """A cell of a table's row as Word lays it out: the grid column it starts in, the columns it spans (w:gridSpan),
+    the w:tc whose text it shows (a cell merged over rows, w:vMerge, shows its first row's) and that row's index."""
+
+    column: int
+    span: int
+    tc: Any
+    top: int
 
 
-def _rows_spanned(rows: Any, column: int, cell: Any) -> int:
-    """The rows from the first down that ``cell``, the first row's in ``column``, is merged over (python-docx gives
-    a cell merged over rows in each of them)."""
+@dataclass(frozen=True)
+class _Row:
+    tr: Any  # the w:tr
+    cells: list[_Cell]
+
+
+def _grid(tbl: Any) -> list[_Row]:
+    """A table's rows (w:tr) and their cells (w:tc) in Word's layout grid, read from the XML: each cell once (a cell
+    merged over columns too), in the column it starts in (after the row's w:gridBefore and the spans before it), a
+    cell continuing a merge over rows (w:vMerge without "restart") showing the cell above it in its column, or itself
+    where none is (a damaged file's). Linear in the table's cells: a merge down 10,000 rows is looked up, not walked."""
+    rows: list[_Row] = []
+    above: dict[int, _Cell] = {}  # each grid column's cell in the row above
+    for r, tr in enumerate(tbl.iterchildren(f"{_W}tr")):
+        column = _count(_val(tr.find(f"{_W}trPr/{_W}gridBefore"))) or 0
+        cells: list[_Cell] = []
+        for tc in tr.iterchildren(f"{_W}tc"):
+            span = max(1, _count(_val(tc.find(f"{_W}tcPr/{_W}gridSpan"))) or 1)
+            merge = tc.find(f"{_W}tcPr/{_W}vMerge")
+            origin = above.get(column) if merge is not None and _val(merge) in (None, "continue") else None
+            cells.append(_Cell(column, span, origin.tc, origin.top) if origin is not None else _Cell(column, span, tc, r))
+            column += span
+        above = {cell.column: cell for cell in cells}
+        rows.append(_Row(tr, cells))
+    return rows
+
+
+def _rows_spanned(grid: list[_Row], cell: _Cell) -> int:
+    """The rows from the first down that ``cell``, one of the first row's, is merged over, up to ``HEADER_LEVELS`` +
+    1 (as many as ``header_depth`` tells apart)."""
     spanned = 1
-    while spanned < len(rows) and column < len(cells := rows[spanned].cells) and cells[column]._tc is cell._tc:
+    while spanned < min(len(grid), HEADER_LEVELS + 1) and any(other.tc is cell.tc for other in grid[spanned].cells):
         spanned += 1
     return spanned
 

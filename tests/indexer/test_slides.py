@@ -139,11 +139,19 @@ def test_a_header_whose_cells_span_two_rows_names_each_column_by_both_levels(tmp
 
 def test_a_header_of_two_levels_ends_below_its_group_beside_a_cell_merged_down_the_table(tmp_path):
     """A first-row cell merged down the whole table ("Source") beside a two-level header does not take the body's
-    rows into the header, as in Word: it took the Brest row ("Port / Brest: Vigo; Tide / high / 3.2 m: 2.9 m")."""
+    rows into the header, as in Word: it took the Brest row ("Port / Brest: Vigo; Tide / high / 3.2 m: 2.9 m"). It
+    names its column in the body's rows, which read nothing of it ("Source: Source"), as Word's and HTML's."""
     assert tides(tmp_path, [["Port", "Tide", "", "Source"], ["", "high", "low", ""], ["Brest", "3.2 m", "0.4 m", ""],
                             ["Vigo", "2.9 m", "0.6 m", ""]], [(0, 0, 1, 0), (0, 1, 0, 2), (0, 3, 3, 3)]) == [
-        "Tides", "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m; Source: Source",
-        "Port: Vigo; Tide / high: 2.9 m; Tide / low: 0.6 m; Source: Source"]
+        "Tides", "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m", "Port: Vigo; Tide / high: 2.9 m; Tide / low: 0.6 m"]
+
+
+def test_a_header_cell_merged_down_into_the_body_names_its_column_as_in_word_and_html(tmp_path):
+    """A one-level header's cell merged down over body rows is their column's name, not their text (it read
+    "Ferries: Ferries" in each); a body cell merged over rows below it still reads in each of its rows."""
+    assert tides(tmp_path, [["Port", "Ferries", "Tide"], ["Brest", "", "3.2 m"], ["Vigo", "", "2.9 m"],
+                            ["Ayr", "2", ""]], [(0, 1, 2, 1), (2, 2, 3, 2)]) == [
+        "Tides", "Port: Brest; Tide: 3.2 m", "Port: Vigo; Tide: 2.9 m", "Port: Ayr; Ferries: 2; Tide: 2.9 m"]
 
 
 DIAGRAM_DATA = """<dgm:dataModel xmlns:dgm="http://schemas.openxmlformats.org/drawingml/2006/diagram"

@@ -104,13 +104,14 @@ def test_a_first_row_whose_cells_span_two_rows_is_a_header_of_two_levels(tmp_pat
         "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m; Wind: NW",
         "Port: Vigo; Tide / high: 2.9 m; Tide / low: 0.6 m; Wind: W",
         "Region: North; Port: Ayr", "Region: North; Port: Bute"]
-    assert [text.endswith(("Port: Ayr", "Port: Bute")) for text in read[4:]] == [True, True]
+    assert read[4:] == ["Port: Ayr", "Port: Bute"]  # (the header cell names its column, as HTML's <th rowspan>)
 
 
 def test_a_header_of_two_levels_ends_below_its_group_beside_a_cell_merged_down_the_table(tmp_path):
     """A first-row cell merged down the whole table ("Source" over every row) beside a two-level header ("Tide"
     over "high" and "low") does not take the body's rows into the header: it ends one row below the group. It took
-    every row but the last ("Port / Brest: Vigo; Tide / high / 3.2 m: 2.9 m"), and the Brest row was lost."""
+    every row but the last ("Port / Brest: Vigo; Tide / high / 3.2 m: 2.9 m"), and the Brest row was lost. The
+    header cell names its column in the body's rows, which read nothing of it ("Source: Source"), as HTML's."""
     document = docx.Document()
     t = table(document, [("Port", "Tide", "", "Source"), ("", "high", "low", ""), ("Brest", "3.2 m", "0.4 m", ""),
                          ("Vigo", "2.9 m", "0.6 m", "")], style="Light Grid Accent 1")
@@ -118,8 +119,41 @@ def test_a_header_of_two_levels_ends_below_its_group_beside_a_cell_merged_down_t
     t.cell(0, 0).merge(t.cell(1, 0))
     t.cell(0, 3).merge(t.cell(3, 3))
     assert paragraphs(document, tmp_path) == [
-        "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m; Source: Source",
-        "Port: Vigo; Tide / high: 2.9 m; Tide / low: 0.6 m; Source: Source"]
+        "Port: Brest; Tide / high: 3.2 m; Tide / low: 0.4 m", "Port: Vigo; Tide / high: 2.9 m; Tide / low: 0.6 m"]
+
+
+def test_a_header_cell_merged_down_into_the_body_names_its_column_and_reads_as_html_does(tmp_path):
+    """A header cell merged down over body rows (w:vMerge) is the column's name, not each row's text: the rows read
+    as an HTML <th rowspan> makes them ("Port: Brest", not "Port: Brest; Ferries: Ferries"), and a body cell below
+    the merge reads again; a body cell merged over rows still reads in each of them."""
+    from spanseek.indexer.markup import extract_markdown
+
+    document = docx.Document()
+    t = table(document, [("Port", "Ferries", "Tide"), ("Brest", "", "3.2 m"), ("Vigo", "", "2.9 m"),
+                         ("Ayr", "2", "1.1 m")], style="Table Grid", repeat_header=True)
+    t.cell(0, 1).merge(t.cell(2, 1))
+    t.cell(2, 2).merge(t.cell(3, 2)).text = "2.9 m"
+    expected = ["Port: Brest; Tide: 3.2 m", "Port: Vigo; Tide: 2.9 m", "Port: Ayr; Ferries: 2; Tide: 2.9 m"]
+    assert paragraphs(document, tmp_path) == expected
+    html = ("<table><tr><th>Port</th><th rowspan='3'>Ferries</th><th>Tide</th></tr><tr><td>Brest</td><td>3.2 m</td>"
+            "</tr><tr><td>Vigo</td><td rowspan='2'>2.9 m</td></tr><tr><td>Ayr</td><td>2</td></tr></table>")
+    assert extract_markdown(f"Tides\n\n{html}\n").paragraphs[1:] == expected
+
+
+def test_cells_merged_over_rows_are_placed_by_the_xml_grid(tmp_path):
+    """Cells are read from the table's XML by Word's grid: a row starting late (w:gridBefore) puts its cells under
+    their own columns' names, and a cell continuing a merge with no cell above it (a damaged file's w:vMerge in the
+    first row) reads as a cell of its own rather than making the file unreadable."""
+    document = docx.Document()
+    t = table(document, [("Port", "Berth", "Tide"), ("Brest", "4", "3.2 m"), ("", "7", "2.9 m")], style="Table Grid",
+              repeat_header=True)
+    late = t.rows[2]._tr
+    late.remove(late.tc_lst[0])
+    late.get_or_add_trPr().append(parse_xml(f"<w:gridBefore {nsdecls('w')} w:val='1'/>"))
+    odd = table(document, [("Alone", "Ayr")], style="Table Grid")
+    odd.cell(0, 0)._tc.get_or_add_tcPr().append(parse_xml(f"<w:vMerge {nsdecls('w')}/>"))
+    assert paragraphs(document, tmp_path) == ["Port: Brest; Berth: 4; Tide: 3.2 m", "Berth: 7; Tide: 2.9 m",
+                                              "Alone Ayr"]
 
 
 def test_nested_tables_text_boxes_footnotes_tracked_changes_and_content_controls_are_read(tmp_path):
