@@ -93,15 +93,30 @@ def start_worker(config: EncoderConfig | None, nice: int = 0, memory_bytes: int 
     _count = word_token_counter if config is None else backbone_token_counter(config)
 
 
-def start_reader(config: EncoderConfig | None, memory_bytes: int, server_pid: int) -> None:
-    """``start_worker`` for ``ReadProcess``: an error starting (the model's tokenizer that cannot be loaded) is kept,
-    and ``worker_counter`` raises it for the first file, so that the command fails with it on one line; raised here,
+def start_reader(config: EncoderConfig | None, memory_bytes: int, server_pid: int, nice: int = 0,
+                 quiet: bool = False) -> None:
+    """``start_worker`` that keeps an error starting (the model's tokenizer that cannot be loaded): ``worker_counter``
+    raises it for the first file, so that ``ReadProcess``'s command fails with it on one line, and ``started_pid`` for
+    the service's first question to the process, which answers the upload with it as the server's fault. Raised here,
     it would break the process pool, and each file would be skipped as one its reader stopped on."""
     global _start_error
     try:
-        start_worker(config, 0, memory_bytes, server_pid, quiet=False)
+        start_worker(config, nice, memory_bytes, server_pid, quiet=quiet)
     except Exception as e:
         _start_error = e
+
+
+class ReaderNotStarted(RuntimeError):
+    """The reading process could not start: why (``started_pid``)."""
+
+
+def started_pid() -> int:
+    """This reading process's id, once ``start_reader`` started it; ReaderNotStarted saying why it could not (the
+    first line of its error, which crosses back to the server whatever its type)."""
+    if _start_error is not None:
+        lines = str(_start_error).strip().splitlines()
+        raise ReaderNotStarted(f"{type(_start_error).__name__}: {lines[0]}" if lines else type(_start_error).__name__)
+    return os.getpid()
 
 
 def worker_counter() -> TokenCounter:

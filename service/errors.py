@@ -138,6 +138,13 @@ class NotReady(ServiceError, status=503, error="not_ready"):
     default_message, default_headers = "the model and index are still loading", {"Retry-After": "5"}
 
 
+class ReaderUnavailable(ServiceError, status=503, error="reader_unavailable"):
+    """``PUT``/``POST /files/{name}`` when the process that reads uploaded files could not start: the server's fault,
+    not the file's (the message says why; the log too), and the next upload tries to start it again."""
+
+    default_headers = {"Retry-After": "5"}
+
+
 class ClientClosed(ServiceError, status=499, error="client_closed"):
     """The client disconnected before its answer was ready (nginx's 499; nobody receives this body)."""
 
@@ -148,7 +155,7 @@ class ClientClosed(ServiceError, status=499, error="client_closed"):
 ERROR_TYPES = ("bad_request", "response_too_large", "unauthorized", "forbidden", "not_found", "method_not_allowed",
                "payload_too_large", "unsupported_media_type", "request_timeout", "validation_error", "overloaded",
                "not_ready", "client_closed", "conflict", "unreadable_file", "reload_failed", "reload_throttled",
-               "insufficient_storage", "internal_error")
+               "insufficient_storage", "reader_unavailable", "internal_error")
 # validation errors listed in a 422's details: a body of 300,000 wrong items is 300,000 errors, and answering with
 # every one took seconds of the server's time (and 29 MB) that other requests waited for
 MAX_ERROR_DETAILS = 20

@@ -4,7 +4,7 @@ CPU priority, a bounded number at a time.
 The readers (pdfminer.six's layout analysis above all) are pure Python: read in a thread of the server, a file held
 the server's GIL for as long as its reading took, and every search batch's Python steps waited for it. Read in a
 separate process (``FileReader``, one worker, started at the first upload and kept; ``file_nice`` lower in CPU
-priority; ``indexer.read_process.start_worker``, which ``spanseek corpus from-files`` starts its reading process
+priority; ``indexer.read_process.start_reader``, which ``spanseek corpus from-files`` starts its reading process
 with too), it takes the cores only when searches leave them. The worker counts passages with the served model's
 tokenizer, as ``spanseek corpus from-files --tokenizer model`` does (``chunking.backbone_token_counter``), and the
 document's tokens, so that a file over ``max_file_tokens`` is refused before it is encoded. For the bundled
@@ -51,7 +51,14 @@ from spanseek.core.io import Document
 from spanseek.indexer.chunking import TokenCounter
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import IngestOptions, read_document
-from spanseek.indexer.read_process import ReadOutOfMemory, out_of_memory, start_worker, worker_counter
+from spanseek.indexer.read_process import (
+    ReaderNotStarted,
+    ReadOutOfMemory,
+    out_of_memory,
+    start_reader,
+    started_pid,
+    worker_counter,
+)
 from spanseek.service.heap import give_back
 
 log = logging.getLogger("spanseek.service")
@@ -164,6 +171,11 @@ class ReaderStopped(RuntimeError):
     """The reader process ended while it read a file (killed for its memory, or a reader crashed on it)."""
 
 
+class ReaderUnavailable(RuntimeError):
+    """No worker could start to read an upload: the server's fault, not the file's (503); the next upload tries
+    again."""
+
+
 class FileReader:
     """Reads uploads in one worker process (module docstring); ``slot()`` bounds the uploads in progress."""
 
@@ -187,25 +199,21 @@ class FileReader:
         # spawn, not fork: the server's threads (the encoder's OpenMP pool, the event loop) hold locks a forked
         # child would inherit taken; the worker imports only the readers and the tokenizer
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=start_worker,
-                                   initargs=(self.config, self.nice, self.memory_bytes, os.getpid()))
+                                   initializer=start_reader,
+                                   initargs=(self.config, self.memory_bytes, os.getpid(), self.nice, True))
 
     async def read(self, data: bytes, name: str, opts: IngestOptions) -> ReadFile:
         """The upload ``data`` read as ``name`` in the worker; IngestError as ``read_upload``, ReaderStopped when the
-        worker ended on it (a new worker reads the next file). The readers' warnings are logged here."""
+        worker ended on it (a new worker reads the next file), ReaderUnavailable when no worker could start (the
+        next upload tries again). The readers' warnings are logged here."""
         loop = asyncio.get_running_loop()
         deadline = 2 * self.timeout_s + KILL_GRACE_S
         async with self._one:  # one file at a time in the worker: a deadline counts that file's reading only
-            try:
-                pool = self._asked_pid(self._pool)
-            except BrokenProcessPool:  # the worker ended before this file was handed to it (killed while idle): not
-                pool = self._asked_pid(self._restart(self._pool))  # this file's doing, which a new worker reads
-            if self.keep_bytes and pool not in self._idle:
-                self._idle[pool] = await self._resident_before_reading(pool)
+            pool = await self._started(self._pool)
             try:
                 reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts, self.timeout_s)
-            except BrokenProcessPool:  # (as above, ended since its process id was asked)
-                pool = self._asked_pid(self._restart(pool))
+            except BrokenProcessPool:  # the worker ended since it started (killed while idle): not this file's
+                pool = await self._started(self._restart(pool))  # doing, which a new worker reads
                 reading = loop.run_in_executor(pool, _read_in_worker, data, name, opts, self.timeout_s)
             try:  # the worker's own alarm ends a slow read; this deadline, later, one stuck where no alarm reaches
                 read: ReadFile = await asyncio.wait_for(reading, deadline)
@@ -229,11 +237,34 @@ class FileReader:
             log.warning("%s", warning)
         return read
 
-    def _asked_pid(self, pool: ProcessPoolExecutor) -> ProcessPoolExecutor:
-        """``pool``, its worker asked its process id (once; this starts the worker); BrokenProcessPool when it ended."""
-        if pool not in self._pids:
-            self._pids[pool] = pool.submit(os.getpid)
+    async def _started(self, pool: ProcessPoolExecutor) -> ProcessPoolExecutor:
+        """``pool``, its worker started: it answered its process id (asked once; this starts it), so its start
+        (``start_reader``: its priority, memory cap and tokenizer) is behind it and no file's reading can be blamed
+        for it. ReaderUnavailable, logged with why, when it could not start (the process could not be made, its
+        tokenizer not loaded, it ended or hung while starting): the pool is replaced by one not yet started, so the
+        next upload tries again."""
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(self._asked_pid(pool)), self.timeout_s + KILL_GRACE_S)
+        except (BrokenProcessPool, ReaderNotStarted, OSError, TimeoutError) as e:
+            why = (f"it did not start within {self.timeout_s + KILL_GRACE_S:g} s" if isinstance(e, TimeoutError)
+                   else "it ended while starting; the server's log says why" if isinstance(e, BrokenProcessPool)
+                   else str(e) or type(e).__name__)
+            self._restart(pool)
+            log.error("the process that reads uploaded files could not start: %s", why)
+            raise ReaderUnavailable(f"the process that reads uploaded files could not start ({why}); the server's "
+                                    "fault, not the file's: send it again later, the next upload starts it anew"
+                                    ) from None
+        if self.keep_bytes and pool not in self._idle:
+            pid = self._pid(pool)
+            self._idle[pool] = resident_bytes(pid) if pid is not None else None
         return pool
+
+    def _asked_pid(self, pool: ProcessPoolExecutor) -> Future[int]:
+        """The answer of ``pool``'s worker to its process id (asked once; this starts the worker): ReaderNotStarted
+        when its start failed; BrokenProcessPool when it ended; OSError when no process could be made."""
+        if pool not in self._pids:
+            self._pids[pool] = pool.submit(started_pid)
+        return self._pids[pool]
 
     def _pid(self, pool: ProcessPoolExecutor, wait_s: float = 0.0) -> int | None:
         """The process id of ``pool``'s worker, waiting up to ``wait_s`` for its answer; None when it was not asked
@@ -262,15 +293,6 @@ class FileReader:
                 return
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-
-    async def _resident_before_reading(self, pool: ProcessPoolExecutor) -> int | None:
-        """The resident bytes of ``pool``'s worker, started (its tokenizer loaded: it answered its process id) and
-        before any file; None where that cannot be read, or when the worker ended (the read that follows finds out)."""
-        try:
-            pid = await asyncio.wrap_future(self._pids[pool])
-        except BrokenProcessPool:
-            return None
-        return resident_bytes(pid)
 
     def _replace_if_large(self, pool: ProcessPoolExecutor) -> None:
         """Replace the worker of ``pool`` when its reads left it holding more than ``keep_bytes`` above what it held

@@ -10,7 +10,9 @@ from-files then ``PUT /documents`` would write, with its pages or sections as pa
 
 Refusals: 415 for a name whose suffix no reader takes; 422 ``unreadable_file`` naming the file and the reason for
 an empty body or a file the reader skips or refuses (no text, a PDF without a text layer, a damaged, encrypted or
-binary file, front matter that is not valid YAML), 422 ``validation_error`` for bad ids and metadata; keys, 403/503 and the write itself as ``service.writes``. Files are
+binary file, front matter that is not valid YAML), 422 ``validation_error`` for bad ids and metadata; 503
+``reader_unavailable`` when the process that reads files could not start (the server's fault: the next upload starts
+it again); keys, 403/503 and the write itself as ``service.writes``. Files are
 read in a process of their own at a lower CPU priority (``service.file_reader``), so a large PDF does not hold up
 searches; a file of more than ``max_file_tokens`` tokens is refused (413) before it is encoded, as is one whose
 reading takes more than ``file_read_memory_bytes``, one whose title is
@@ -32,11 +34,13 @@ from spanseek.indexer.chunking import ChunkOptions
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
 from spanseek.indexer.live import HeldDocuments
+from spanseek.service import file_reader
 from spanseek.service.errors import (
     BadRequest,
     Conflict,
     Overloaded,
     PayloadTooLarge,
+    ReaderUnavailable,
     UnreadableFile,
     UnsupportedMediaType,
     request_id_of,
@@ -116,6 +120,8 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, o
         read = await live.file_reader.read(data, name, opts)
     except ReadOutOfMemory as e:
         raise PayloadTooLarge(str(e)) from None
+    except file_reader.ReaderUnavailable as e:  # the server's, not the file's: 503, and the next upload tries again
+        raise ReaderUnavailable(str(e)) from None
     except (IngestError, ReaderStopped) as e:
         raise UnreadableFile(str(e)) from None
     if isinstance(read.doc, str):

@@ -4,7 +4,9 @@ it reads one."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import shutil
 import signal
 import sys
 import time
@@ -39,6 +41,44 @@ def _wait_for(condition, seconds: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def _start_unless_told_not_to(*args: object) -> None:
+    """A reading process's start (run in the worker as its initializer, imported from this module) that ends the
+    process while SPANSEEK_TEST_NO_START is set (as one that cannot be made or that crashes as it starts)."""
+    if os.environ.get("SPANSEEK_TEST_NO_START"):
+        raise OSError("cannot start here")
+    read_process.start_reader(*args)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow  # (three workers started: 3-7 s)
+def test_a_worker_that_cannot_start_is_the_servers_fault_and_the_next_file_starts_one_again(tiny_config, tmp_path,
+                                                                                             monkeypatch, caplog):
+    """A worker whose start failed broke its pool before it read anything, and the upload was refused as 'its reader
+    stopped while reading it (a damaged file...)': the user's file blamed for the server's fault. It is
+    ReaderUnavailable now, saying why, and the next file starts a worker anew."""
+    monkeypatch.setattr(file_reader, "start_reader", _start_unless_told_not_to)
+    monkeypatch.setenv("SPANSEEK_TEST_NO_START", "1")
+    backbone = shutil.copytree(tiny_config.backbone, tmp_path / "backbone")
+    tokenizer = (backbone / "tokenizer.json").read_bytes()
+    reader = FileReader(dataclasses.replace(tiny_config, backbone=str(backbone)), 0, 1)
+
+    def read() -> file_reader.ReadFile:
+        return asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
+
+    try:
+        with pytest.raises(file_reader.ReaderUnavailable, match=r"could not start \(it ended while starting") as e:
+            read()
+        assert "a.txt" not in str(e.value) and "damaged" not in str(e.value)
+        assert any("uploaded files could not start" in r.getMessage() for r in caplog.records)  # the operator's log
+        monkeypatch.delenv("SPANSEEK_TEST_NO_START")
+        (backbone / "tokenizer.json").write_text("{", encoding="utf-8")  # a start that raises says why
+        with pytest.raises(file_reader.ReaderUnavailable, match=r"could not start \(JSONDecodeError: "):
+            read()
+        (backbone / "tokenizer.json").write_bytes(tokenizer)  # the cause fixed: the next file starts a worker
+        assert read().tokens > 0 and reader.worker_pid is not None
+    finally:
+        reader.close()
 
 
 def test_a_worker_that_ended_between_files_costs_the_next_file_nothing(tiny_config):

@@ -228,6 +228,30 @@ def test_files_are_read_in_a_process_of_their_own_at_a_lower_priority(write_sett
         assert r.status_code == 200, r.text
 
 
+def test_a_reader_that_cannot_start_is_a_503_counted_and_the_next_upload_is_read(write_settings, monkeypatch):
+    """A reading process that could not start answered each upload 422 unreadable_file ('a damaged file'): the
+    user's file blamed, and a client that does not resend a 4xx dropped it. A 503 saying why, with Retry-After."""
+    from spanseek.service import file_reader
+
+    real, starts = file_reader.FileReader._started, []
+
+    async def fails_once(self, pool):
+        starts.append(pool)
+        if len(starts) == 1:
+            raise file_reader.ReaderUnavailable("the process that reads uploaded files could not start (no fork)")
+        return await real(self, pool)
+
+    monkeypatch.setattr(file_reader.FileReader, "_started", fails_once)
+    with serving(create_app(write_settings())) as client:
+        r = client.put("/files/a.txt", headers=KEY, content=b"In 1450 Gala built the bridge.")
+        assert r.status_code == 503 and r.json()["error"] == "reader_unavailable", r.text
+        assert "could not start (no fork)" in r.json()["message"] and int(r.headers["retry-after"]) >= 1
+        assert client.get("/documents/a.txt", headers=KEY).status_code == 404
+        assert 'spanseek_errors_total{type="reader_unavailable"} 1.0' in client.get("/metrics").text
+        r = client.put("/files/a.txt", headers=KEY, content=b"In 1450 Gala built the bridge.")
+        assert r.status_code == 200, r.text
+
+
 def test_a_file_over_max_file_tokens_is_refused_naming_both_counts_before_encoding(write_settings):
     words = " ".join(f"w{i}" for i in range(60))  # a token or more each: over 20
     with serving(create_app(write_settings(max_file_tokens=20))) as client:
