@@ -435,7 +435,17 @@ class LiveWrites:
         self.metrics.merge_duration.labels(outcome=outcome).observe(time.perf_counter() - t0)
 
     def describe(self) -> dict[str, Any]:
-        return {**self.store.describe(), "base_searcher_error": self.base_problem}
+        """/info's ``service.writes``: the store's view as of the snapshot searches see (``merges`` and
+        ``last_merge`` among it), and ``unpublished_merge``: a merge committed (state.json names its base, which a
+        restart serves) whose snapshot searches do not see yet, being published or failed to (``publish_error``
+        says why): its count and result; null once served. Without it, a merge whose publish failed read as none
+        run, while its old write log was already removed."""
+        committed = self.store.last_merge  # (read before the view: a publish in between shows no merge pending)
+        described = self.store.describe()
+        unpublished = None
+        if committed is not None and "error" not in committed and committed != described["last_merge"]:
+            unpublished = {"merges": int(self.store.state["merges"]), "last_merge": committed}
+        return {**described, "base_searcher_error": self.base_problem, "unpublished_merge": unpublished}
 
     def stop_merge(self, wait_s: float = MERGE_STOP_S) -> bool:
         """Stop a merge under way and wait up to ``wait_s`` for it to end (``LiveStore.stop_merges``: its partial

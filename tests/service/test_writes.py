@@ -852,6 +852,7 @@ def test_a_logged_write_whose_snapshot_cannot_be_served_is_not_answered_as_faile
         assert r.status_code == 200, r.text
         writes = client.get("/info", headers=KEY).json()["service"]["writes"]
         assert writes["publish_error"] == "MemoryError: cannot allocate 64 MB" and not found(client, "new-1")
+        assert writes["unpublished_merge"] is None  # (a write's snapshot, not a merge's)
         failing[0] = False
         assert client.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}).status_code == 200
         assert found(client, "new-1") and found(client, "new-2")
@@ -876,7 +877,18 @@ def test_a_merge_past_its_commit_point_whose_snapshot_cannot_be_served_is_not_fa
             time.sleep(0.05)
         assert 'spanseek_merges_total{outcome="ok"} 1.0' in metrics
         assert 'spanseek_merges_total{outcome="failed"} 0.0' in metrics
+        # /info said no merge had run (merges 0, last_merge null) while state.json named the merged base: it says
+        # the merge is done but not served, and why
+        writes = client.get("/info", headers=KEY).json()["service"]["writes"]
+        assert writes["merges"] == 0 and writes["last_merge"] is None and writes["segment_documents"] == 1
+        assert writes["publish_error"] == "MemoryError: cannot allocate 64 MB"
+        assert writes["unpublished_merge"]["merges"] == 1, writes
+        assert writes["unpublished_merge"]["last_merge"]["documents"] == 1, writes
         failing[0] = False
+        assert client.put("/documents", headers=KEY, json={**DOC, "id": "new-2"}).status_code == 200  # served now
+        writes = client.get("/info", headers=KEY).json()["service"]["writes"]
+        assert writes["merges"] == 1 and writes["unpublished_merge"] is None and writes["publish_error"] is None
+        assert writes["last_merge"]["documents"] == 1 and writes["segment_documents"] == 1  # (new-2)
     state = json.loads((settings.live_dir / "state.json").read_text())
     assert state["merges"] == 1 and state["last_merge"]["documents"] == 1 and "error" not in state["last_merge"]
     assert len(list((settings.live_dir / "wal").iterdir())) == 1  # the old log removed, as after any merge
