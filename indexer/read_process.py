@@ -54,11 +54,19 @@ def cap_memory(memory_bytes: int) -> None:
                                               min(memory_bytes, hard), hard))
 
 
+def memory_cap_problem(memory_bytes: int) -> str | None:
+    """What is wrong with a cap the reading process cannot start under (``--read-memory-bytes``, the service's
+    ``file_read_memory_bytes``), or None."""
+    if memory_bytes < 0 or 0 < memory_bytes < MIN_READ_MEMORY:
+        return (f"{memory_bytes:,} bytes is too little for the process that reads files to start (it holds some "
+                f"110 MB before reading one); give at least {MIN_READ_MEMORY:,}, or 0 for no limit")
+    return None
+
+
 def check_memory_cap(memory_bytes: int, name: str) -> None:
     """ValueError naming ``name`` (the setting or flag) for a cap the reading process cannot start under."""
-    if memory_bytes < 0 or 0 < memory_bytes < MIN_READ_MEMORY:
-        raise ValueError(f"{name}: {memory_bytes:,} bytes is too little for the process that reads files to start (it "
-                         f"holds some 110 MB before reading one); give at least {MIN_READ_MEMORY:,}, or 0 for no limit")
+    if (problem := memory_cap_problem(memory_bytes)) is not None:
+        raise ValueError(f"{name}: {problem}")
 
 
 def out_of_memory(name: str, who: str, setting: str) -> ReadOutOfMemory:

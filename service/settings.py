@@ -16,11 +16,11 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from spanseek.core.keys import key_given, key_level, key_problem, read_key_file
+from spanseek.indexer.read_process import memory_cap_problem
 from spanseek.service.schemas import MAX_QUERIES
 
 # A CORS origin as browsers send it: scheme://host[:port], no path (a trailing slash never matches)
 ORIGIN = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s?#]+")
-MIN_FILE_READ_MEMORY = 256 << 20  # the least file_read_memory_bytes (but 0): the reading process holds ~110 MB idle
 
 
 KEY_SETTINGS = (("api_key", "api_key_file"), ("admin_api_key", "admin_api_key_file"))
@@ -471,10 +471,9 @@ class Settings(BaseSettings):
     @field_validator("file_read_memory_bytes")
     @classmethod
     def _reader_memory(cls, v: int) -> int:
-        """A limit the reading process can start under: it holds some 110 MB before it reads a file."""
-        if 0 < v < MIN_FILE_READ_MEMORY:
-            raise ValueError(f"{v:,} bytes is too little for the process that reads files to start (it holds some "
-                             f"110 MB before reading one); give at least {MIN_FILE_READ_MEMORY:,}, or 0 for no limit")
+        """A limit the reading process can start under (``indexer.read_process``, whose bound from-files' flag shares)."""
+        if (problem := memory_cap_problem(v)) is not None:
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")

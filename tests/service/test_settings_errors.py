@@ -84,6 +84,18 @@ def test_a_bad_setting_is_one_line_naming_it(tmp_path, monkeypatch, capsys, env,
     assert "s3cret" not in err and "clé" not in err  # a key is never shown
 
 
+def test_the_reading_memory_bound_is_the_reading_process_s_own(tmp_path, monkeypatch):
+    """The least file_read_memory_bytes was defined twice (here and for from-files' --read-memory-bytes in
+    indexer.read_process), free to drift apart: the service's follows the reading process's."""
+    from spanseek.indexer import read_process
+
+    assert Settings(index=tmp_path, file_read_memory_bytes=read_process.MIN_READ_MEMORY).file_read_memory_bytes
+    monkeypatch.setattr(read_process, "MIN_READ_MEMORY", 512 << 20)
+    with pytest.raises(ValueError, match="give at least 536,870,912"):
+        Settings(index=tmp_path, file_read_memory_bytes=300 << 20)
+    assert Settings(index=tmp_path, file_read_memory_bytes=0).file_read_memory_bytes == 0  # 0: no limit
+
+
 def test_a_missing_setting_is_named_without_the_others(monkeypatch, capsys):
     """Before: `--index / SPANSEEK_INDEX: Field required (got {'port': '18766'})`, every other setting as a dict."""
     monkeypatch.delenv("SPANSEEK_INDEX", raising=False)
