@@ -86,7 +86,10 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     if PurePosixPath(name).suffix.lower() not in FORMATS:
         raise UnsupportedMediaType(f"{name!r}: a file's name must end in one of {SUFFIXES} (its suffix says how it "
                                    f"is read)")
-    id_given, doc_id = doc_id is not None, given if doc_id is None else doc_id
+    id_given, doc_id = doc_id is not None, given if doc_id is None else path_text(request, doc_id, "id", "query")
+    if id_given and not doc_id.strip():  # (a name is never blank: it has a suffix)
+        raise refuse("query", "id", "the id is blank; give one with a visible character, or leave id out (the "
+                                    "file's name is its id)")
     if (problem := id_problem(doc_id)) is not None:
         raise refuse(*(("query", "id") if id_given else ("path", "name")), f"{doc_id!r}: {problem}")
     doc_id = held_id(live.store.snapshot, doc_id)  # (a file's id is its name, in any spelling: as /documents/{id})

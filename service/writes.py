@@ -120,17 +120,27 @@ def refuse(where: str, field: str, msg: str) -> RequestValidationError:
     return RequestValidationError([{"loc": (where, field), "msg": msg, "type": "value_error"}])
 
 
-def path_text(request: Request, text: str, field: str) -> str:
-    """``text``, the path parameter ``field``; 422 when its percent-encoded bytes are not UTF-8 (the server read each
-    as U+FFFD, and an id of them would name another document than the client meant)."""
+def path_text(request: Request, text: str, field: str, where: str = "path") -> str:
+    """``text``, the path parameter ``field`` (``where`` "query": the query parameter); 422 when its percent-encoded
+    bytes are not UTF-8 (the server read each as U+FFFD, and an id of them would name another document than the
+    client meant)."""
     if "\ufffd" in text:  # (a U+FFFD sent as UTF-8, %EF%BF%BD, is the text's own)
-        raw = unquote_to_bytes(request.scope.get("raw_path", b"").decode("ascii", "replace"))
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise refuse("path", field, f"the {field} is not UTF-8 ({e.reason} at its byte 0x{raw[e.start]:02x}); "
-                                        f"percent-encode its UTF-8 bytes") from None
+        for raw in _raw_values(request, field, where):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise refuse(where, field, f"the {field} is not UTF-8 ({e.reason} at its byte 0x{raw[e.start]:02x}); "
+                                           f"percent-encode its UTF-8 bytes") from None
     return text
+
+
+def _raw_values(request: Request, field: str, where: str) -> list[bytes]:
+    """The bytes the client sent for ``field``: the whole path, or each value of the query parameter."""
+    if where == "path":
+        return [unquote_to_bytes(request.scope.get("raw_path", b"").decode("ascii", "replace"))]
+    pairs = (part.split(b"=", 1) for part in request.scope.get("query_string", b"").split(b"&"))
+    return [unquote_to_bytes(pair[1].replace(b"+", b" ")) for pair in pairs
+            if len(pair) == 2 and unquote_to_bytes(pair[0]) == field.encode()]
 
 
 def held_id(index: Any, doc_id: str) -> str:

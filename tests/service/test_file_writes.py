@@ -446,6 +446,21 @@ def test_file_names_are_refused_clearly_or_taken_in_one_spelling(write_settings)
         assert next(d for d in held if d["id"] == nfc)["meta"]["source"] == nfc
 
 
+def test_an_id_given_blank_or_not_utf8_is_refused_naming_it(write_settings):
+    """``?id=`` wrote a document under the empty id (which PUT /documents refuses, and no /documents/{id} names), and
+    an id whose bytes are not UTF-8 one under U+FFFD characters, where the same id in the path is a 422."""
+    with serving(create_app(write_settings())) as client:
+        for query, expected in (("id=", "query.id: the id is blank"), ("id=%20%09", "query.id: the id is blank"),
+                                ("meta=a%3Db&id=%ED%A0%80", "query.id: the id is not UTF-8 (invalid continuation "
+                                                            "byte at its byte 0xed)")):
+            r = client.put(f"/files/a.txt?{query}", headers=KEY, content=b"In 1450 Gala built the bridge.")
+            assert r.status_code == 422 and r.json()["error"] == "validation_error", r.text
+            assert expected in r.json()["message"], r.text
+        assert client.get("/info", headers=KEY).json()["service"]["writes"]["segment_documents"] == 0
+        r = client.put("/files/a.txt?id=caf%C3%A9%EF%BF%BD", headers=KEY, content=b"In 1450 Gala built the bridge.")
+        assert r.status_code == 200 and r.json()["id"] == "caf\u00e9\ufffd", r.text  # (U+FFFD sent as UTF-8 is its own)
+
+
 def test_a_document_held_under_an_nfd_name_is_replaced_by_its_file(settings_for, nfd_index, tmp_path):
     """Written before names were made NFC, a document whose id is café.txt spelled NFD is still the one its file
     replaces, not left beside a new one."""
