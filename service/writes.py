@@ -129,7 +129,8 @@ def path_text(request: Request, text: str, field: str, where: str = "path") -> s
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise refuse(where, field, f"the {field} is not UTF-8 ({e.reason} at its byte 0x{raw[e.start]:02x}); "
+                what = f"the {field}" if where == "path" else f"the query parameter {field}"
+                raise refuse(where, field, f"{what} is not UTF-8 ({e.reason} at its byte 0x{raw[e.start]:02x}); "
                                            f"percent-encode its UTF-8 bytes") from None
     return text
 
@@ -324,6 +325,8 @@ async def list_documents(request: Request, meta: ListMeta = [], after: After = N
     except ValueError as e:
         raise RequestValidationError([{"loc": ("query", "meta"), "msg": str(e), "type": "value_error"}]) from None
     _check_range("limit", limit, 1, MAX_LISTED_DOCUMENTS)
+    if after is not None:  # (bytes that are not UTF-8 read as U+FFFD: a page after another id than the client's)
+        path_text(request, after, "after", "query")
     index = served_index(request)
     return await asyncio.to_thread(listed, index, where, after, limit or MAX_LISTED_DOCUMENTS)
 

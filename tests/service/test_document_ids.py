@@ -58,6 +58,11 @@ def test_an_id_no_document_can_hold_is_a_422_naming_it_on_get_and_delete(setting
                 assert says in r.json()["details"][0]["msg"] and r.json()["details"][0]["loc"] == ["path", "id"]
         r = client.get(path("caf\ufffd"), headers=KEY)  # a U+FFFD the client sent (as UTF-8) is its id's own
         assert r.status_code == 404 and r.json()["message"] == "no document 'caf\ufffd'", r.text
+        # a page after such an id was an empty page: after an id of U+FFFD characters, past every other
+        r = client.get("/documents?after=caf%FF%FE", headers=KEY)
+        assert r.status_code == 422 and r.json()["details"][0]["loc"] == ["query", "after"], r.text
+        assert "the query parameter after is not UTF-8" in r.json()["details"][0]["msg"], r.text
+        assert client.get("/documents?after=%EF%BF%BD", headers=KEY).status_code == 200
 
 
 def test_an_id_written_in_one_spelling_is_read_replaced_and_deleted_in_the_other(settings_for, tmp_path):

@@ -451,8 +451,8 @@ def test_an_id_given_blank_or_not_utf8_is_refused_naming_it(write_settings):
     an id whose bytes are not UTF-8 one under U+FFFD characters, where the same id in the path is a 422."""
     with serving(create_app(write_settings())) as client:
         for query, expected in (("id=", "query.id: the id is blank"), ("id=%20%09", "query.id: the id is blank"),
-                                ("meta=a%3Db&id=%ED%A0%80", "query.id: the id is not UTF-8 (invalid continuation "
-                                                            "byte at its byte 0xed)")):
+                                ("meta=a%3Db&id=%ED%A0%80", "query.id: the query parameter id is not UTF-8 (invalid "
+                                                            "continuation byte at its byte 0xed)")):
             r = client.put(f"/files/a.txt?{query}", headers=KEY, content=b"In 1450 Gala built the bridge.")
             assert r.status_code == 422 and r.json()["error"] == "validation_error", r.text
             assert expected in r.json()["message"], r.text
