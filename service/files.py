@@ -54,6 +54,7 @@ from spanseek.service.writes import (
     id_problem,
     live_of,
     path_text,
+    query_texts,
     refuse,
     require_write_key,
     title_problem,
@@ -93,7 +94,7 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     if (problem := id_problem(doc_id)) is not None:
         raise refuse(*(("query", "id") if id_given else ("path", "name")), f"{doc_id!r}: {problem}")
     doc_id = held_id(live.store.snapshot, doc_id)  # (a file's id is its name, in any spelling: as /documents/{id})
-    opts = file_options(meta, max_tokens, overlap, min_tokens)
+    opts = file_options(query_texts(request, meta, "meta"), max_tokens, overlap, min_tokens)
     reader = live.file_reader
     try:
         declared = _declared_length(request)

@@ -144,6 +144,14 @@ def _raw_values(request: Request, field: str, where: str) -> list[bytes]:
             if len(pair) == 2 and unquote_to_bytes(pair[0]) == field.encode()]
 
 
+def query_texts(request: Request, values: list[str], field: str) -> list[str]:
+    """``values``, the query parameter ``field`` given any number of times (``meta``); 422 as ``path_text`` for one
+    whose bytes are not UTF-8."""
+    for value in values:
+        path_text(request, value, field, "query")
+    return values
+
+
 def held_id(index: Any, doc_id: str) -> str:
     """The id ``doc_id`` names in ``index`` (``core.ids.held_id``: the first of its spellings a live document
     holds, else the NFC one a new document is written under)."""
@@ -321,7 +329,7 @@ async def list_documents(request: Request, meta: ListMeta = [], after: After = N
     those whose metadata holds these values (``meta=synced_from=docs``: what a sync of that name wrote). A read: a
     server without writes lists the index it serves."""
     try:
-        where = parse_meta(meta, "meta")
+        where = parse_meta(query_texts(request, meta, "meta"), "meta")
     except ValueError as e:
         raise RequestValidationError([{"loc": ("query", "meta"), "msg": str(e), "type": "value_error"}]) from None
     _check_range("limit", limit, 1, MAX_LISTED_DOCUMENTS)

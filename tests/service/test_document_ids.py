@@ -63,6 +63,8 @@ def test_an_id_no_document_can_hold_is_a_422_naming_it_on_get_and_delete(setting
         assert r.status_code == 422 and r.json()["details"][0]["loc"] == ["query", "after"], r.text
         assert "the query parameter after is not UTF-8" in r.json()["details"][0]["msg"], r.text
         assert client.get("/documents?after=%EF%BF%BD", headers=KEY).status_code == 200
+        r = client.get("/documents?meta=lang%3D%FF", headers=KEY)  # (no document's value: an empty list)
+        assert r.status_code == 422 and r.json()["details"][0]["loc"] == ["query", "meta"], r.text
 
 
 def test_an_id_written_in_one_spelling_is_read_replaced_and_deleted_in_the_other(settings_for, tmp_path):

@@ -448,11 +448,13 @@ def test_file_names_are_refused_clearly_or_taken_in_one_spelling(write_settings)
 
 def test_an_id_given_blank_or_not_utf8_is_refused_naming_it(write_settings):
     """``?id=`` wrote a document under the empty id (which PUT /documents refuses, and no /documents/{id} names), and
-    an id whose bytes are not UTF-8 one under U+FFFD characters, where the same id in the path is a 422."""
+    an id (or metadata) whose bytes are not UTF-8 one under U+FFFD characters, where the same id in the path is a
+    422."""
     with serving(create_app(write_settings())) as client:
         for query, expected in (("id=", "query.id: the id is blank"), ("id=%20%09", "query.id: the id is blank"),
                                 ("meta=a%3Db&id=%ED%A0%80", "query.id: the query parameter id is not UTF-8 (invalid "
-                                                            "continuation byte at its byte 0xed)")):
+                                                            "continuation byte at its byte 0xed)"),
+                                ("meta=lang%3D%FF", "query.meta: the query parameter meta is not UTF-8")):
             r = client.put(f"/files/a.txt?{query}", headers=KEY, content=b"In 1450 Gala built the bridge.")
             assert r.status_code == 422 and r.json()["error"] == "validation_error", r.text
             assert expected in r.json()["message"], r.text
