@@ -6,10 +6,11 @@ cap is refused, naming it, rather than the kernel's OOM killer ending a process 
 Reading takes many times a file's size (a 30 MiB HTML page of 1.5M table cells took 5.9 GB). The reading process's
 data (heap and private mappings: RLIMIT_DATA, Linux) is capped (``cap_memory``); an allocation past the cap fails
 with MemoryError inside the reader, and the file is refused with an error naming it and the limit
-(``out_of_memory``). ``start_worker`` starts such a process: the service's reader of uploaded files
-(``service.file_reader``) and ``ReadProcess``, which ``corpus from-files`` reads its files with (one at a time; a
-file that ran out of memory, or that the process ended on, is skipped with that reason, the process replaced, and
-the files after it read by the new one).
+(``out_of_memory``). ``start_worker`` starts such a process, through ``start_reader``, which keeps an error starting
+for the process's first answer (so a start that fails is told apart from a file the process ended on): the service's
+reader of uploaded files (``service.file_reader``) and ``ReadProcess``, which ``corpus from-files`` reads its files
+with (one at a time; a file that ran out of memory, or that the process ended on, is skipped with that reason, the
+process replaced, and the files after it read by the new one).
 """
 
 from __future__ import annotations
