@@ -133,16 +133,52 @@ class OptionsParser(argparse.ArgumentParser):
     takes it (``"collapse_duplicates": "near"``): ``--name CHOICE``, ``--name=CHOICE``, ``--name true``,
     ``--name=true``, ``--name false`` and ``--name=false`` (``add_options`` names these flags to it). A word after
     the flag that is none of these is an argument of its own (a question); ``--name -- WORD`` makes one of them a
-    question too."""
+    question too.
+
+    A long flag may be shortened to any beginning that no other flag shares (``--collapse-dup near``, ``--top 3``),
+    as argparse allows, but among the flags the help lists: the flags a choice is spelled as (``--name-CHOICE``)
+    are this parser's own, so argparse, which counts them, found every beginning of ``--name`` ambiguous and named
+    them. A shortened flag is written out here (``unabbreviated``), before its choice is read, and argparse's own
+    abbreviation is off."""
 
     def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("allow_abbrev", False)  # `unabbreviated` does it, among the flags a user types
         super().__init__(*args, **kwargs)
         self.choice_flags: dict[str, tuple[str, ...]] = {}  # --name -> its choices
+        self.has_commands = False  # add_subparsers was called: its words after the first operand are a command's
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        self.has_commands = True
+        return super().add_subparsers(**kwargs)
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[Any, list[str]]:
-        words = list(sys.argv[1:] if args is None else args)
+        words = self.unabbreviated(list(sys.argv[1:] if args is None else args))
         return super().parse_known_args(self.spelled(words) if self.choice_flags else words, namespace)
+
+    def user_flags(self) -> list[str]:
+        """The long flags a user types: every one but the flags ``spelled`` writes a choice as (``--name-CHOICE``)."""
+        spellings = {self.spell(flag, choice) for flag, choices in self.choice_flags.items() for choice in choices}
+        return [s for s in self._option_string_actions if s.startswith("--") and s not in spellings]
+
+    def unabbreviated(self, words: list[str]) -> list[str]:
+        """``words`` with each shortened long flag written out (``--collapse-dup=near``: ``--collapse-duplicates=near``)
+        where it begins one of the ``user_flags`` and no other; one that begins several is refused, naming them, and
+        one that begins none is left for argparse to refuse. Up to ``--``, and in a parser of commands up to its first
+        operand (the command, whose own parser writes out its flags)."""
+        flags = self.user_flags()
+        out: list[str] = []
+        for i, word in enumerate(words):
+            if word == "--" or (self.has_commands and not word.startswith("-")):
+                return out + words[i:]
+            name, eq, value = word.partition("=")
+            matches: list[str] = []
+            if name.startswith("--") and len(name) > 2 and name not in self._option_string_actions:
+                matches = [flag for flag in flags if flag.startswith(name)]
+            if len(matches) > 1:
+                self.error(f"ambiguous option: {name} could match {', '.join(matches)}")
+            out.append(matches[0] + eq + value if matches else word)
+        return out
 
     def spelled(self, words: list[str]) -> list[str]:
         """``words`` with each value given to a flag of ``choice_flags`` spelled as a flag of its own: a choice as

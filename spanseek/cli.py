@@ -72,13 +72,13 @@ class Parser(OptionsParser):
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[Any, list[str]]:
         namespace, extras = super().parse_known_args(args, namespace)
-        if extras and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+        if extras and not self.has_commands:
             self.error(f"unrecognized arguments: {' '.join(extras)}{self._closest_flag(extras)}")
         return namespace, extras
 
     def _closest_flag(self, words: list[str]) -> str:
         """A hint for the first unknown flag among ``words``: the command's closest flag, or where -v goes."""
-        flags = [s for s in self._option_string_actions if s.startswith("--")]
+        flags = self.user_flags()  # not the flags a choice is spelled as (--collapse-duplicates-near)
         for word in (w.split("=", 1)[0] for w in words if w.startswith("-")):
             if word in ("-v", "--verbose"):
                 command = self.prog.removeprefix("spanseek ")
