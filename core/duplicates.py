@@ -15,8 +15,8 @@ words, 2 x matched / total). They are found among the hits of the ranking being 
 kept hits above it, so no table is needed; two texts whose word counts or word bags cannot reach the threshold are
 never aligned, which leaves the alignment to the few pairs that are near copies. A question's comparisons stop at a
 budget of work per hit of its page (``NEAR_WORK``, ``NearBudget``), which only a ranking full of near copies of its
-kept hits reaches, or a pair of long documents: a pair is charged before it is compared, and one whose comparison
-would go past the budget is not compared and ends the comparisons: its hits, and the rest of the ranking, are
+kept hits reaches, or a pair of long documents: a pair is charged before it is compared (and each text, once,
+before its words are read), and one whose comparison would go past the budget is not compared and ends the comparisons: its hits, and the rest of the ranking, are
 collapsed by exact copies only.
 """
 
@@ -69,6 +69,14 @@ NEAR_PAIRS = 1 << 16  # pairs of texts compared, and whether they are near copie
 # is left is not compared and ends the question's comparisons: two 100,000-word documents would take 4,000,000
 # (compared by word triples) against a page of 10's 500,000.
 PAIR_WORK, ALIGN_WORK, NEAR_WORK = 100, 20, 50_000
+# Reading a text's words (``Words.of``: normalising, splitting, counting them) is work too, charged once a question for
+# each text compared, before it is read: a unit every READ_CHARS characters. It took 10-80 ns a character (45 for
+# demo prose, on 2 loaded cores), about an alignment unit's time for 2. Uncharged, a page of 10 documents over a
+# ranking of 20,000-word ones, each pair ruled out by its word counts (PAIR_WORK), read 6.4 million words within the
+# budget: 2 s for one ranking, 10.8 s over a question's four, against 0.05-0.15 s for the budget spent aligning near
+# copies (bench/near_copies_cost.py's cases); charged, 0.2-0.3 s, 100,000-word ones too. The demo index's validation
+# questions (every 4th, documents at top_k 10) then use at most 41,400 a hit, and their pages are the same.
+READ_CHARS = 2
 
 _KEYS: weakref.WeakKeyDictionary[PhraseIndex, np.ndarray] = weakref.WeakKeyDictionary()
 _KEYS_LOCK = threading.Lock()
@@ -185,8 +193,9 @@ def compared(a: Words, b: Words, threshold: float = NEAR_SIMILARITY, limit: int 
 
 class NearBudget:
     """The work (``compared``) one question's near comparisons may still take, over all the rankings its page is
-    collapsed from (``core.ranking``: a page left short is ranked again deeper and collapsed again): each pair of
-    texts is charged once, each step of its comparison before it is made, and a pair whose next step would take more
+    collapsed from (``core.ranking``: a page left short is ranked again deeper and collapsed again): each text is
+    charged once for reading its words (``Copies.reading_work``) and each pair of texts once, each step of its
+    comparison before it is made, and a pair whose reading or next step would take more
     than is left is not compared (its hits are collapsed as exact copies only) and ends the comparisons (``spent``:
     a budget spent on checks of the hits after it, which cost more time than their words read, took a page of
     2,000-word documents 8 times as long). ``NearBudget.for_page(k)``: ``NEAR_WORK`` a hit of a page of ``k``."""
@@ -293,8 +302,8 @@ class Copies:
         one's; phrases, the same phrase (once normalised) in such a passage. ``budget``: what the question may still
         compare, less this comparison's work (``compared``; as much for a pair compared by an earlier search, whose
         answer is kept, so that what a search compares does not depend on the searches before it); None where the
-        comparison's work would go past what is left (the checks before it that fit are charged, and the budget is
-        ``spent``)."""
+        comparison's work would go past what is left (the reading of texts not read yet for the question, and the checks
+        before it, that fit are charged, and the budget is ``spent``)."""
         if unit == "phrase" and (normalise_passage(kept.text) != normalise_passage(hit.text)
                                  or self.key["passage"][kept.passage_id] == self.key["passage"][hit.passage_id]):
             phrases = ("phrase", kept.passage_id, kept.start, hit.passage_id, hit.start)
@@ -309,6 +318,13 @@ class Copies:
             return self.compare(pair)[0]
         if budget.spent:
             return None
+        unread = [(of, i) for i in pair[1:] if (of, i) not in budget.charged]
+        reading = sum(self.reading_work(of, i) for of, i in unread)
+        if reading + PAIR_WORK > budget.left:  # (not read: its words would take more than is left, with the pair)
+            budget.stopped = True
+            return None
+        budget.left -= reading
+        budget.charged.update(unread)
         found, work = self.compare(pair, limit=budget.left)
         if found is None:
             budget.left -= work
@@ -330,6 +346,17 @@ class Copies:
                 self._near.clear()
             self._near[pair] = near, work
         return near, work
+
+    def reading_work(self, of: str, i: int) -> int:
+        """The work (``NEAR_WORK``) of reading the words of passage (``of`` passage) or document ``i`` (``words``):
+        a unit for every ``READ_CHARS`` of its characters, known before it is read."""
+        if of == "passage":
+            chars = len(self.index.passages[i]["text"])
+        else:
+            order, bounds = self.doc_passages
+            passages = order[bounds[i]:bounds[i + 1]].tolist()
+            chars = sum(len(self.index.passages[p]["text"]) for p in passages) + max(len(passages) - 1, 0)
+        return -(-chars // READ_CHARS)
 
     def words(self, of: str, i: int) -> Words:
         """The words of passage (``of`` passage) or document ``i``, kept for the next search (``NEAR_CACHE`` texts,

@@ -396,7 +396,8 @@ def test_a_deeper_ranking_past_the_budget_keeps_the_near_copies_an_earlier_one_f
     copies, hits, selection = _near_ranking(8)
     each = duplicates.compared(copies.words("passage", 1), copies.words("passage", 2))[1]
     bags = duplicates.compared(copies.words("passage", 0), copies.words("passage", 1))[1]  # A's with B's (no alignment)
-    budget = duplicates.NearBudget(2 * bags + each)  # the first ranking's comparisons: B and B1 with A, B1 with B
+    reads = sum(copies.reading_work("passage", i) for i in range(3))  # A's, B's and B1's words, each read once
+    budget = duplicates.NearBudget(reads + 2 * bags + each)  # the first ranking's: B and B1 with A, B1 with B
     first = duplicates.collapse_near(hits[:3], 3, "passage", copies, selection, budget)
     assert [(h.passage_id, h.copies) for h in first] == [(0, 1), (1, 2)] and budget.left == 0  # B1 a copy of B
     deeper = duplicates.collapse_near(hits, 3, "passage", copies, selection, budget)
@@ -471,20 +472,44 @@ def test_near_collapsing_within_the_budget_is_the_brute_force_one_and_never_goes
 
 def test_a_pair_of_long_documents_past_the_budget_is_not_compared_and_collapses_as_exact_copies(monkeypatch):
     """Two long near copies cost ALIGN_WORK a word to compare (their word triples): two 100,000-word documents
-    4,000,000, eight times a page of 10's budget; here two of 20,000 words, 800,000 against a page of 2's 100,000. The
-    checks before the comparison are charged, the comparison is not made, and the pair is kept apart; an exact copy of
-    either still collapses into it."""
+    4,000,000, eight times a page of 10's budget; here two of 5,000 words, 200,000 against a page of 2's 100,000. The
+    reading of their words and the checks before the comparison are charged, the comparison is not made, and the pair
+    is kept apart; an exact copy of either still collapses into it."""
     from spanseek.core import duplicates
 
     rng = random.Random(7)
-    long = [f"w{rng.randrange(10_000)}" for _ in range(20_000)]
-    edited = long[:10_000] + ["changed"] + long[10_001:]
+    long = [f"w{rng.randrange(10_000)}" for _ in range(5_000)]
+    edited = long[:2_500] + ["changed"] + long[2_501:]
     copies, hits, selection = _ranking_of([" ".join(long), " ".join(edited), " ".join(edited).upper()])
     a, b = copies.words("passage", 0), copies.words("passage", 1)
+    reads = copies.reading_work("passage", 0) + copies.reading_work("passage", 1)
     checks = duplicates.PAIR_WORK + len(a.bag) + len(b.bag)
-    assert duplicates.compared(a, b) == (True, checks + duplicates.ALIGN_WORK * 40_000)  # near copies, past 100,000
+    assert duplicates.compared(a, b) == (True, checks + duplicates.ALIGN_WORK * 10_000)  # near copies, past 100,000
     monkeypatch.setattr(duplicates, "similarity", lambda a, b: pytest.fail("compared past the budget"))
     budget = duplicates.NearBudget.for_page(2)
     page = duplicates.collapse_near(hits, 2, "passage", copies, selection, budget)
     assert [(h.passage_id, h.copies) for h in page] == [(0, 1), (1, 2)]
-    assert budget.left == 2 * duplicates.NEAR_WORK - checks
+    assert budget.left == 2 * duplicates.NEAR_WORK - reads - checks
+
+
+def test_reading_long_texts_is_charged_and_stops_at_the_budget(monkeypatch):
+    """Building a text's word list is work too: a ranking of long texts whose word counts rule every pair out at
+    PAIR_WORK a pair read 6.4 million words (2 s; 10.8 s over a question's four rankings) for a page of 10 within its
+    500,000. Each text is charged a unit per READ_CHARS characters, once a question, before it is read: the texts
+    read stay within the budget, and a text that would take it past is not read."""
+    from spanseek.core import duplicates
+
+    rng = random.Random(11)
+    texts = [" ".join(f"s{rng.randrange(10**6)}" for _ in range(20))]  # the kept hit: 20 words
+    texts += [" ".join(f"l{rng.randrange(10**6)}" for _ in range(400)) for _ in range(60)]  # 400 words: no near copy
+    copies, hits, selection = _ranking_of(texts)
+    read: list[int] = []
+    real = duplicates.Words.of.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(duplicates.Words, "of", classmethod(lambda cls, t: read.append(len(t)) or real(cls, t)))
+    budget = duplicates.NearBudget(20_000)
+    page = duplicates.collapse_near(hits, 1, "passage", copies, selection, budget)
+    assert [h.passage_id for h in page] == [0] and budget.spent and budget.left >= 0
+    assert sum(read) <= 20_000 * duplicates.READ_CHARS  # (old: all 61 texts, 189,460 characters)
+    charged = sum(copies.reading_work("passage", i) for i in range(len(texts)) if ("passage", i) in budget.charged)
+    assert len(read) == sum(("passage", i) in budget.charged for i in range(len(texts))) < len(texts)
+    assert charged + duplicates.PAIR_WORK * (len(read) - 1) == 20_000 - budget.left
