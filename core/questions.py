@@ -149,6 +149,8 @@ def read_questions(path: str | Path) -> QuestionFile:
     if fmt == "squad":
         data = load_squad(path)
         questions = squad_questions(data)
+        for q in questions:
+            _check_unicode(q.question, f"{path}: question {q.id!r}")
         return QuestionFile(path, fmt, questions, [0] * len(questions), [True] * len(questions), data)
     if fmt == "text":
         rows: Iterable[tuple[int, _Record]] = (
@@ -197,6 +199,7 @@ def _record(path: Path, lineno: int, fields: dict[str, Any], columns: dict[str, 
     if not isinstance(question, str) or not has_text(question):
         got = "missing" if question is None else "blank" if isinstance(question, str) else f"a {_kind(question)}"
         raise CorpusError(f"{at('question')}: the question must be text ({got})")
+    _check_unicode(question, at("question"))
     key = "answers" if "answers" in fields else "answer"
     answers = fields.get(key)
     if answers is None or answers == "":
@@ -219,6 +222,16 @@ def _record(path: Path, lineno: int, fields: dict[str, Any], columns: dict[str, 
             raise CorpusError(f"{at(name)}: must be a string{' or a whole number' * (name != 'title')} "
                               f"(got a {_kind(value)})")
     return _Record(question.strip(), tuple(answers), out["id"], out["title"] or "", out["doc_id"])
+
+
+def _check_unicode(question: str, where: str) -> None:
+    """CorpusError at a question holding a lone surrogate (a JSON escape, ``"\\ud800"``, reads as one), which no
+    tokenizer takes: said as the file is read, naming where, not as its batch is searched."""
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise CorpusError(f"{where}: character {e.start + 1} ({question[e.start]!a}) is an unpaired surrogate, not "
+                          "valid Unicode text") from None
 
 
 def _kind(value: Any) -> str:

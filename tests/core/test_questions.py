@@ -194,3 +194,26 @@ def test_a_broken_list_of_answers_is_still_refused(tmp_path, cell):
     path.write_text(f"question\tanswers\na?\t{cell}\n", encoding="utf-8")
     with pytest.raises(CorpusError, match=r"q\.tsv:2: column 2 \(answers\): .*which is not a JSON or Python list"):
         read_questions(path)
+
+
+@pytest.mark.parametrize(("name", "text", "said"), [
+    ("q.jsonl", '{"question": "who?"}\n{"question": "bad \\ud800 one"}\n',
+     r"q\.jsonl:2: 'question': character 5 \('\\ud800'\) is an unpaired surrogate, not valid Unicode text"),
+    ("q.json", '{"data": [{"title": "t", "paragraphs": [{"context": "Rome is old.", "qas": [{"id": "a", "question": '
+               '"is \\udc80 old?", "answers": [{"text": "old", "answer_start": 8}]}]}]}]}',
+     r"q\.json: question 'a': character 4 \('\\udc80'\) is an unpaired surrogate"),
+])
+def test_a_question_that_is_not_valid_unicode_is_named_as_the_file_is_read(tmp_path, name, text, said):
+    """A JSON escape of a lone surrogate is no text a tokenizer takes: `spanseek search --questions` failed with a
+    traceback after loading the model; it is refused as the file is read, naming the line (or the SQuAD question)."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(CorpusError, match=said):
+        read_questions(path)
+
+
+def test_stdin_json_lines_with_a_lone_surrogate_are_refused_naming_the_line():
+    from spanseek.core.questions import jsonl_questions
+
+    with pytest.raises(CorpusError, match=r"^stdin:2: 'question': character 1 \('\\udfff'\) is an unpaired"):
+        jsonl_questions("stdin", [(1, '{"question": "who?"}'), (2, '{"question": "\\udfff?"}')])
