@@ -64,8 +64,8 @@ NEAR_PAIRS = 1 << 16  # pairs of texts compared, and whether they are near copie
 # whose hits are mostly near copies of a kept one, at the page's last place, made a question at top_k 100 compare
 # 840,000 pairs and align 8,500 without it (89 s on 2 loaded cores), and 2.5 s with it; past the budget the rest of
 # the ranking is collapsed by exact copies only. On the demo index's validation questions a page used at most 17,400
-# a hit at top_k 10 (documents); at top_k 100 one passage page of 1,122 needed 79,600 (it counts a near copy ranked
-# below it no more). A pair is charged before each step of its comparison, and one whose next step would go past what
+# a hit at top_k 10 (documents; 41,400 with the reading of their words charged, READ_CHARS); at top_k 100 one passage
+# page of 1,122 needed 79,600 (it counts a near copy ranked below it no more; measured before reading was charged). A pair is charged before each step of its comparison, and one whose next step would go past what
 # is left is not compared and ends the question's comparisons: two 100,000-word documents would take 4,000,000
 # (compared by word triples) against a page of 10's 500,000.
 PAIR_WORK, ALIGN_WORK, NEAR_WORK = 100, 20, 50_000
