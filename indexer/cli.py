@@ -145,14 +145,35 @@ def _export(args: argparse.Namespace) -> int:
 LIVE_DIR_ENV = "SPANSEEK_LIVE_DIR"  # the live directory `spanseek serve --writes` reads (service.settings: live_dir)
 
 
-def _live_dir(flag: str | None) -> tuple[str | None, bool]:
+def _live_dir(flag: str | None) -> tuple[str | None, str | None]:
     """The live directory a server with writes in this environment keeps, as `spanseek serve` reads it: ``--live-dir``,
-    else ``SPANSEEK_LIVE_DIR`` (blank: unset, as the server takes it), else None (the index path + ``.live``); and
-    whether it came from the environment."""
-    env = os.environ.get(LIVE_DIR_ENV, "")
-    if flag is not None or not env.strip():
-        return flag, False
-    return env, True
+    else its ``live_dir`` setting's environment variable (``_served_env``: ``SPANSEEK_LIVE_DIR`` in any case of
+    letters; blank: unset, as the server takes it), else None (the index path + ``.live``); and the name of the
+    variable it came from (None: not the environment)."""
+    if flag is not None:
+        return flag, None
+    found = _served_env("live_dir")
+    if found is None or not found[1].strip():
+        return None, None
+    return found[1], found[0]
+
+
+def _served_env(field: str) -> tuple[str, str] | None:
+    """(variable, value) of the environment for the `spanseek serve` setting ``field``, or None: read by the server's
+    own settings source (pydantic-settings over ``service.settings.Settings``: its prefix, names in any case of
+    letters, the last of several spellings winning), so an index command and the server never read two settings;
+    the variable is named as the environment spells it. Without the service installed, the same rule."""
+    spellings = [name for name in os.environ if name.upper() == f"SPANSEEK_{field.upper()}"]
+    if not spellings:
+        return None
+    try:
+        from pydantic_settings import EnvSettingsSource
+
+        from spanseek.service.settings import Settings
+    except ModuleNotFoundError:  # (no server on this install: the environment's last spelling, as it would read it)
+        return spellings[-1], os.environ[spellings[-1]]
+    value, _, _ = EnvSettingsSource(Settings).get_field_value(Settings.model_fields[field], field)
+    return None if value is None else (spellings[-1], str(value))
 
 
 def _live_dir_flag(p: argparse.ArgumentParser, what: str) -> None:
@@ -164,12 +185,12 @@ def _snapshot(args: argparse.Namespace) -> int:
     from spanseek.indexer.live import LiveStoreError
     from spanseek.indexer.snapshot import snapshot_index
 
-    live_dir, from_env = _live_dir(args.live_dir)
+    live_dir, variable = _live_dir(args.live_dir)
     try:
         done = snapshot_index(_index_dir(args.index), args.out, live_dir)
     except LiveStoreError as e:  # (a live directory made over another index): where its path came from
-        if from_env and str(live_dir) in str(e):
-            raise LiveStoreError(f"{LIVE_DIR_ENV}={live_dir}: {e}") from None
+        if variable is not None and str(live_dir) in str(e):
+            raise LiveStoreError(f"{variable}={live_dir}: {e}") from None
         raise
     print(json.dumps(done, indent=2))
     return 0

@@ -107,3 +107,36 @@ def test_the_command_waits_passively_between_parallel_regions_unless_told(given,
             "print(os.environ['OMP_WAIT_POLICY'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == expected
+
+
+LIVE_DIR_ENVS = [
+    [("SPANSEEK_LIVE_DIR", "/upper")], [("spanseek_live_dir", "/lower")], [("Spanseek_Live_Dir", "/mixed")],
+    [("spanseek_live_dir", " ")], [], [("spanseek_live_dir", "/first"), ("SPANSEEK_LIVE_DIR", "/last")],
+    [("SPANSEEK_LIVE_DIR", "/first"), ("spanseek_live_dir", "/last")],
+]
+
+
+@pytest.mark.parametrize("service_installed", [True, False])
+@pytest.mark.parametrize("env", LIVE_DIR_ENVS)
+def test_index_commands_read_the_live_directory_that_the_server_reads_from_the_environment(env, service_installed,
+                                                                                          monkeypatch):
+    """The server's settings read SPANSEEK_LIVE_DIR in any case of letters (the last spelling winning, blank unset):
+    the index commands find the same live directory (read by the server's settings source; without the service
+    installed, by the same rule), and name the variable as the environment spells it."""
+    import os
+    import sys
+
+    from spanseek.indexer.cli import _live_dir
+    from spanseek.service.settings import Settings
+
+    for name in [n for n in os.environ if n.upper().startswith("SPANSEEK_")]:
+        monkeypatch.delenv(name)
+    for name, value in env:
+        monkeypatch.setenv(name, value)
+    served = Settings(index="i").live_dir  # (before pydantic-settings is hidden)
+    if not service_installed:
+        monkeypatch.setitem(sys.modules, "pydantic_settings", None)  # an install without the service
+    live_dir, variable = _live_dir(None)
+    assert live_dir == (str(served) if served is not None else None)
+    assert variable == (env[-1][0] if served is not None else None)
+    assert _live_dir("/flag") == ("/flag", None)  # the flag over the environment, as `spanseek serve` takes it

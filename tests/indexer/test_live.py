@@ -693,7 +693,7 @@ def test_offline_index_changes_find_the_live_directory_the_server_reads(tmp_path
     upsert(store, encoder, [{"id": "w", "title": "W", "paragraphs": ["In 1300 Dara built a harbour."]}])
     store.close()
     before = (index / "manifest.json").read_bytes()
-    monkeypatch.setenv("SPANSEEK_LIVE_DIR", str(live))
+    monkeypatch.setenv("spanseek_live_dir", str(live))  # the server reads the name in any case of letters
     assert main(["index", "delete", "--index", str(index), "--ids", "d0"]) == 2
     assert f"the live directory {live} holds the writes" in capsys.readouterr().err
     assert (index / "manifest.json").read_bytes() == before
