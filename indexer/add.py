@@ -36,7 +36,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -296,6 +296,20 @@ def _same_document(doc: Document, record: dict[str, Any], passages: list[tuple[s
             and [(text, doc.paragraph_meta(i)) for i, text in enumerate(doc.paragraphs)] == passages)
 
 
+def _held_spelling(live: dict[str, int]) -> Callable[[str], str]:
+    """The id that a corpus document's id names among the index's ``live`` ids: ``core.ids.held_id`` (as given,
+    composed, decomposed), else a live id of the same composed spelling (an accent held in an order that is neither:
+    "ẹ" + U+0302 where the corpus gives "ệ"), which the encoding's check of held ids takes as one id with it; else
+    the spelling a new document takes."""
+    composed = {new_id(i): i for i in live}
+
+    def held(doc_id: str) -> str:
+        spelled = held_id(doc_id, live.__contains__)
+        return spelled if spelled in live else composed.get(new_id(doc_id), spelled)
+
+    return held
+
+
 def _all_held(corpus: Path, index_dir: Path, live: dict[str, int]) -> CorpusError | None:
     """The refusal of an add whose every document the index already holds (the add ran before: one stopped after
     its commit point is complete), which says so rather than naming the first held id; None otherwise."""
@@ -303,7 +317,8 @@ def _all_held(corpus: Path, index_dir: Path, live: dict[str, int]) -> CorpusErro
         ids = [doc.id for doc in read_corpus(corpus)]
     except CorpusError:
         return None
-    if not ids or not all(held_id(i, live.__contains__) in live for i in ids):
+    held = _held_spelling(live)
+    if not ids or not all(held(i) in live for i in ids):
         return None
     return CorpusError(f"every document of {corpus} ({len(ids)}) is already in the index {index_dir}, as after an add "
                        "of it that finished: there is nothing to add and nothing was changed (`index upsert` "
@@ -321,8 +336,9 @@ def _plan_upsert(index_dir: Path, corpus: Path, live: dict[str, int]) -> tuple[l
         passages.setdefault(p["doc"], []).append((p["text"], p.get("meta", {})))
     records = phrase_index.read_jsonl(index_dir / phrase_index.DOCS)
     new, replaced, unchanged = [], [], 0
+    held_spelling = _held_spelling(live)
     for doc in unique_ids(read_corpus(corpus), corpus):
-        held = held_id(doc.id, live.__contains__)
+        held = held_spelling(doc.id)
         row = live.get(held)
         if row is not None and held != doc.id:
             doc = dataclasses.replace(doc, id=held)

@@ -263,15 +263,22 @@ def test_upsert_refuses_a_repeated_id_and_changes_nothing(lifecycle, tmp_path, t
     assert (lifecycle["dir"] / phrase_index.MANIFEST).read_bytes() == before
 
 
-def test_upsert_replaces_a_document_held_under_the_other_unicode_spelling_of_its_id(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize(("held", "given"), [
+    ("caf\u00e9", "cafe\u0301"),  # composed held, decomposed given
+    ("vi\u1eb9\u0302t", "vi\u1ec7t"),  # "ẹ" + U+0302 held (neither composed nor decomposed), "ệ" composed given
+])
+def test_upsert_replaces_a_document_held_under_the_other_unicode_spelling_of_its_id(tmp_path, tiny_model_dir, held,
+                                                                                   given):
     """A corpus naming "café" decomposed (a file named on a Mac) replaces the document an index holds composed, as
-    ``PUT /documents`` does: one live document, under the spelling the index held, not a second "café"."""
-    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    ``PUT /documents`` does: one live document, under the spelling the index held, not a second "café". An accent
+    held in an order neither composed nor decomposed is the same id too: the upsert was refused naming its staging
+    file (``INDEX/add.staging/upsert.jsonl:1: document id 'việt' is already in the index``)."""
+    nfc = held
     docs = make_corpus(seed=5, n_docs=2, n_paras=2)
     docs[0]["id"] = nfc
     out = tmp_path / "idx"
     build_index(_write(tmp_path / "base.jsonl", docs), tiny_model_dir, out, _opts())
-    changed = {**docs[0], "id": nfd, "title": "Revised"}
+    changed = {**docs[0], "id": given, "title": "Revised"}
     _, changes = upsert_documents(out, _write(tmp_path / "up.jsonl", [changed]), model=tiny_model_dir, opts=_opts())
     assert (changes.added, changes.replaced, changes.unchanged) == (0, 1, 0)
     index = PhraseIndex(out)
