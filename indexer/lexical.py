@@ -12,6 +12,7 @@ than updated in place.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,16 @@ from typing import Any
 import numpy as np
 
 from spanseek.core import integrity, phrase_index
+from spanseek.core.io import write_json_atomic
 from spanseek.core.lexical import ANALYZER, DEFAULT_FUSION, LexicalIndex, missing_message, passage_text
-from spanseek.indexer.live_state import STATE, LiveStoreError, default_live_dir, read_state, state_base
+from spanseek.indexer.live_state import (
+    STATE,
+    LiveStoreError,
+    current_form,
+    default_live_dir,
+    read_state,
+    state_base,
+)
 from spanseek.indexer.out_dir import lock_refusal
 
 log = logging.getLogger(__name__)
@@ -70,12 +79,17 @@ def add_lexical(index_dir: str | Path, live_dir: str | Path | None = None) -> ph
 
 def _merged_base(index_dir: Path, live_dir: str | Path | None) -> Path | None:
     """The merged base the live directory (``live_dir``, else the index path + ``.live``) serves over ``index_dir``,
-    or None: it has none yet, holds no state, or was made over another index (whose start says so)."""
+    or None: it has none yet, holds no state, or was made over another index (whose start says so). Its state is
+    recorded in the current form first (``current_form``, atomically), as a start would: one of the previous version
+    names the whole manifest, which the new one would not match. The caller holds the index's lock exclusive: no
+    server with writes over it runs."""
     live = Path(live_dir) if live_dir is not None else default_live_dir(index_dir)
     if not (live / STATE).is_file():
         return None
     try:
         state = read_state(live, index_dir)
+        if (current := current_form(state, index_dir)) != json.loads((live / STATE).read_text(encoding="utf-8")):
+            write_json_atomic(live / STATE, current)
         return state_base(live, state, index_dir) if state.get("base") is not None else None
     except LiveStoreError:
         return None

@@ -83,6 +83,7 @@ from spanseek.indexer.live_state import BASES as BASES
 from spanseek.indexer.live_state import STATE as STATE
 from spanseek.indexer.live_state import WAL_DIR as WAL_DIR
 from spanseek.indexer.live_state import LiveStoreError as LiveStoreError
+from spanseek.indexer.live_state import current_form
 from spanseek.indexer.live_state import default_live_dir as default_live_dir
 from spanseek.indexer.live_state import index_digest as index_digest
 from spanseek.indexer.live_state import read_state as read_state
@@ -466,9 +467,8 @@ class LiveStore:
 
     def _open(self, index: str | Path, base: PhraseIndex, encoder: DocumentEncoder,
               publish: Callable[[LiveIndex], None], model: str | Path | None) -> None:
-        self.state = read_state(self.dir, index)
-        # recorded from now on, in the current form (the next write of state.json): read_state checked it
-        self.state["index"] = index_digest(index) or self.state.get("index")
+        # recorded from now on in the current form (the next write of state.json): read_state checked it
+        self.state = current_form(read_state(self.dir, index), index)
         if state_base(self.dir, self.state, index) != base.dir.resolve():
             raise LiveStoreError(f"{self.dir / STATE} names the base {self.state['base']}, not the index opened "
                                  f"({base.dir}); open the base named by live.base_dir")

@@ -88,6 +88,13 @@ def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
     return state
 
 
+def current_form(state: dict[str, Any], index: str | Path) -> dict[str, Any]:
+    """``state`` (as ``read_state`` took it over ``index``) as this version records it: the index by ``index_digest``,
+    where a state of the previous version recorded ``legacy_index_digest`` (which `spanseek index add-lexical`, by
+    rewriting the manifest, would no longer match) or none. A start records it so, and so does add-lexical."""
+    return {**state, "index": index_digest(index) or state.get("index")}
+
+
 def holds_writes(live_dir: str | Path, state: dict[str, Any]) -> bool:
     """Whether a live directory in ``state`` holds writes: a merged base, or a write log with an entry (a server
     with writes that took none leaves an empty log)."""

@@ -651,6 +651,35 @@ def test_add_lexical_after_a_server_with_writes_keeps_its_writes_and_gives_its_m
     again.close()
 
 
+def test_add_lexical_over_a_state_of_the_previous_version_keeps_the_writes(tmp_path, tiny_index, tiny_searcher, encoder):
+    """A state.json written by the previous version records the digest of the whole manifest.json, which
+    `index add-lexical` rewrites: run before any start of this version, the next start refused the live directory as
+    made over another index, with its writes. add-lexical records the index in the current form first (as a start
+    does), so the next start serves every write."""
+    import shutil
+
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+    from spanseek.indexer.lexical import add_lexical
+    from spanseek.indexer.live import base_dir, index_digest
+    from spanseek.indexer.live_state import legacy_index_digest
+
+    index, live = tmp_path / "index", tmp_path / "index.live"
+    shutil.copytree(tiny_index, index)
+    without_lexical(index)
+    store = open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), [])
+    upsert(store, encoder, [{"id": "w", "title": "W", "paragraphs": ["In 1300 Dara built a harbour."]}])
+    store.close()
+    state = json.loads((live / "state.json").read_text())
+    (live / "state.json").write_text(json.dumps({**state, "index": legacy_index_digest(index)}))  # the earlier form
+    add_lexical(index)
+    assert json.loads((live / "state.json").read_text()) == {**state, "index": index_digest(index)}
+    assert base_dir(live, index) == index.resolve()  # (it raised LiveStoreError: made over another index)
+    again = open_store(live, index, encoder, searcher_over(tiny_searcher, PhraseIndex(index)), [])
+    assert again.replayed == 1 and again.get("w") is not None
+    again.close()
+
+
 def test_a_live_directory_without_writes_does_not_hold_the_index_back(tmp_path, tiny_index, tiny_searcher, encoder):
     """A server started with writes that took none leaves a live directory with an empty log and no merged base:
     an offline change of the index loses nothing there, so it is not refused, and the next start takes the changed
