@@ -79,7 +79,7 @@ from spanseek.indexer.ingest import corpus_problem
 from spanseek.indexer.interrupt import Committed, stopped_cleanly
 from spanseek.indexer.lexical import write_lexical
 from spanseek.indexer.live_state import writes_made_over
-from spanseek.indexer.out_dir import lock_refusal
+from spanseek.indexer.out_dir import lock_refusal, refuse_merged_base
 from spanseek.indexer.recall import measure_recall
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,8 @@ def locked_index(index_dir: Path, command: str,
     of the index (``live_dir``, else the index path + ``.live``: ``indexer.live_state.writes_made_over``),
     IndexFormatError for a missing or unfinished index."""
     phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
+    if command != "export":
+        refuse_merged_base(index_dir, command)
     with integrity.writer_lock(index_dir) as locked:
         if not locked:
             raise lock_refusal(index_dir, command)

@@ -30,7 +30,7 @@ from spanseek.indexer.live_state import (
     read_state,
     state_base,
 )
-from spanseek.indexer.out_dir import lock_refusal
+from spanseek.indexer.out_dir import lock_refusal, refuse_merged_base
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ def add_lexical(index_dir: str | Path, live_dir: str | Path | None = None) -> ph
     part out). Rerun after a kill, it completes both."""
     index_dir = Path(index_dir)
     phrase_index.Manifest.load(index_dir)  # a clear error for a missing or unfinished index
+    refuse_merged_base(index_dir, "add-lexical")
     with integrity.writer_lock(index_dir) as locked:  # held exclusive: no server with writes over the index runs
         if not locked:
             raise lock_refusal(index_dir, "add-lexical", instead="the index stays as its writes were made over while "

@@ -95,6 +95,20 @@ def current_form(state: dict[str, Any], index: str | Path) -> dict[str, Any]:
     return {**state, "index": index_digest(index) or state.get("index")}
 
 
+def serving_live_dir(base: str | Path) -> Path | None:
+    """The live directory whose ``state.json`` names ``base`` as the merged base it serves (``LIVE_DIR/bases/NAME``),
+    or None: no lock keeps the index commands out of it (a server with writes holds its index's), so they ask this."""
+    path = Path(base).resolve()
+    live = path.parent.parent
+    if path.parent.name != BASES:
+        return None
+    try:
+        named = json.loads((live / STATE).read_text(encoding="utf-8")).get("base")
+    except (OSError, ValueError, AttributeError):  # no state, a damaged one (a start says so), not an object
+        return None
+    return live if isinstance(named, str) and (live / named).resolve() == path else None
+
+
 def holds_writes(live_dir: str | Path, state: dict[str, Any]) -> bool:
     """Whether a live directory in ``state`` holds writes: a merged base, or a write log with an entry (a server
     with writes that took none leaves an empty log)."""

@@ -65,6 +65,27 @@ def lock_refusal(index_dir: Path, command: str, instead: str = "send it the chan
                       "nothing")
 
 
+def refuse_merged_base(index_dir: Path, command: str) -> None:
+    """BuildError when ``index_dir`` is the merged base a live directory serves (``live_state.serving_live_dir``): a
+    server with writes serves it with no lock held on it, its merges copy it, and servers following the live
+    directory reload it when its manifest changes, so a change made there offline bypasses the write log (the writer
+    keeps serving what it loaded) or lands in a half-copied merge. The change belongs to the index the writes were
+    made over: add-lexical there gives this base the part too; documents change as writes."""
+    from spanseek.indexer.live_state import serving_live_dir
+
+    live = serving_live_dir(index_dir)
+    if live is None:
+        return
+    index = live.with_name(live.name.removesuffix(".live")) if live.name.endswith(".live") else None
+    target = str(index) if index is not None and (index / phrase_index.MANIFEST).is_file() else "INDEX"
+    instead = (f"run `spanseek index add-lexical {target}` on the index its writes were made over, with the server "
+               "stopped: it gives this base the part too" if command == "add-lexical" else
+               "send the change to the server with writes as a write (PUT or DELETE /documents, `spanseek sync`), "
+               "which merges it into a new base")
+    raise BuildError(f"{index_dir} is the merged base that the live directory {live} serves (made by a server with "
+                     f"writes), not an index to change offline: {instead}; `spanseek index {command}` changed nothing")
+
+
 def check_out_dir(out: Path, corpus: Path) -> None:
     """Refuse an ``out`` the build would damage: a finished index, a file, a directory holding the corpus, or one
     that holds other files and no unfinished build (the build writes its stores there and removes ``*.tmp``).

@@ -66,6 +66,34 @@ def test_an_index_command_is_refused_while_a_server_writes_over_the_index(served
     assert (index / "manifest.json").read_bytes() == manifest  # the writes' index is as they were made over it
 
 
+def test_the_merged_base_a_server_with_writes_serves_is_refused_to_the_index_commands(served, capsys):
+    """The server holds its index's lock, not its merged base's: `index add-lexical` (or a delete, a compact) run on
+    the base directly changed what the server serves behind its write log and under its merges. Each is refused,
+    naming the live directory and what to run instead, and changes nothing; the merge's own commands, on its copy of
+    the base, run (the fixture merged)."""
+    import re
+
+    from spanseek.cli import main
+    from spanseek.indexer.build import BuildError
+    from spanseek.indexer.lexical import add_lexical
+    from spanseek.indexer.lifecycle import compact_index, delete_documents
+
+    index, store, _ = served
+    base, live = store.base.dir, index.with_name("index.live")
+    assert base.parent == live / "bases"
+    manifest = (base / "manifest.json").read_bytes()
+    for command, run in (("add-lexical", lambda: add_lexical(base)), ("delete", lambda: delete_documents(base, ["d0"])),
+                         ("compact", lambda: compact_index(base))):
+        with pytest.raises(BuildError, match=rf"^{re.escape(str(base))} is the merged base that the live directory "
+                                             rf"{re.escape(str(live))} serves .* `spanseek index {command}` changed "
+                                             "nothing$"):
+            run()
+    assert main(["index", "add-lexical", str(base)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"run `spanseek index add-lexical {index}` on the index" in err
+    assert (base / "manifest.json").read_bytes() == manifest
+
+
 def test_a_server_with_writes_is_refused_while_an_index_command_changes_the_index(tmp_path, tiny_index, tiny_searcher,
                                                                                encoder):  # noqa: F811
     from spanseek.core import integrity
