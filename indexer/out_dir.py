@@ -26,10 +26,10 @@ class BuildError(RuntimeError):
 
 
 @contextlib.contextmanager
-def build_lock(out: Path) -> Iterator[None]:
+def build_lock(out: Path, command: str = "build") -> Iterator[None]:
     """Hold ``out``'s writer lock (``core.integrity.writer_lock``, the one `index add`, `delete` and `compact` take)
-    for a build's life: a second build into the same --out is refused at its start instead of mixing its files with
-    the first's. A build refused before it wrote anything leaves no directory it created."""
+    for a build's life: a second build into the same --out is refused at its start (``lock_refusal``) instead of
+    mixing its files with the first's. A build refused before it wrote anything leaves no directory it created."""
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -37,13 +37,7 @@ def build_lock(out: Path) -> Iterator[None]:
         raise BuildError(f"--out {out} cannot be made ({e.strerror}); choose another --out") from None
     with integrity.writer_lock(out) as locked:
         if not locked:
-            if not os.access(out, os.W_OK):
-                raise BuildError(f"--out {out} is not writable")
-            pid = integrity.lock_holder(out)
-            holder = f" (process {pid})" if pid is not None else ""
-            raise BuildError(f"--out {out}: another build or change of it{holder} holds its lock "
-                             f"({out / integrity.LOCK}); wait for it to end (a killed build resumes when run again) or "
-                             "choose another --out")
+            raise lock_refusal(out, command, flag="--out", instead="choose another --out", otherwise="choose another --out")
         try:
             yield
         finally:
@@ -52,17 +46,47 @@ def build_lock(out: Path) -> Iterator[None]:
                 out.rmdir()
 
 
-def lock_refusal(index_dir: Path, command: str, instead: str = "send it the change as a write instead") -> BuildError:
-    """Why `spanseek index COMMAND` changed nothing: ``index_dir`` is read-only, or another process holds its writer
-    lock, named where the kernel's table of locks tells it (an index command, or a server with writes over the index,
-    which holds it shared for its life: ``instead``, what to do about that server)."""
+def running_command(pid: int) -> str | None:
+    """The `spanseek` command process ``pid`` runs (``spanseek index add``, ``spanseek serve``) from its command line
+    (``/proc/PID/cmdline``: the program ``spanseek``, or ``python -m spanseek``), or None where it cannot be told (not
+    Linux, another user's process hidden, not a `spanseek` command)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return None
+    for i, arg in enumerate(argv):
+        if Path(arg).name == "spanseek" or (arg in ("spanseek", "spanseek.cli") and i and argv[i - 1] == "-m"):
+            words = [w for w in argv[i + 1:i + 3] if w]
+            if not words or words[0].startswith("-"):
+                return "spanseek"
+            group = words[0] in ("index", "corpus", "train") and len(words) > 1 and not words[1].startswith("-")
+            return "spanseek " + " ".join(words if group else words[:1])
+    return None
+
+
+def lock_refusal(index_dir: Path, command: str, instead: str = "send it the change as a write instead",
+                 flag: str = "", otherwise: str = "") -> BuildError:
+    """Why `spanseek index COMMAND` changed nothing, in one line: ``index_dir`` (given as ``flag``, --out for a build)
+    is read-only, or another process holds its writer lock, named where the kernel's table of locks tells it, with
+    the command it runs (``running_command``): a server with writes over the index, which holds it shared for its
+    life (``instead``: what to do about that server), or another build or index command (wait for it to end;
+    ``otherwise``: what else to do)."""
+    subject = f"{flag} {index_dir}".lstrip()
+    changed = f"`spanseek index {command}` changed nothing"
     if not os.access(index_dir, os.W_OK):
-        return BuildError(f"{index_dir} is read-only; `spanseek index {command}` changed nothing")
+        return BuildError(f"{subject} is read-only; {changed}")
     pid = integrity.lock_holder(index_dir)
-    return BuildError(f"{index_dir}: another process{f' (process {pid})' if pid is not None else ''} holds its lock "
-                      f"({index_dir / integrity.LOCK}): another `spanseek index` command changing it, or a server with "
-                      f"writes over it (`spanseek serve --writes`: {instead}); `spanseek index {command}` changed "
-                      "nothing")
+    running = running_command(pid) if pid is not None else None
+    holder = "another process" if pid is None else f"process {pid}" + (f" (`{running}`)" if running else "")
+    wait = f"wait for it to end{f', or {otherwise}' if otherwise else ''}"
+    if running == "spanseek serve":
+        why = f"a server with writes over it: {instead}"
+    elif running is not None:
+        why = wait
+    else:
+        why = (f"another `spanseek index` command or build ({wait}), or a server with writes over it "
+               f"(`spanseek serve --writes`: {instead})")
+    return BuildError(f"{subject}: {holder} holds its lock ({index_dir / integrity.LOCK}): {why}; {changed}")
 
 
 def refuse_merged_base(index_dir: Path, command: str) -> None:

@@ -96,8 +96,8 @@ def test_a_second_build_into_the_same_out_is_refused_at_its_start(tmp_path, tiny
     def second_build_meanwhile(self, passages):
         if not seen:
             seen.append(files())
-            with pytest.raises(BuildError, match=rf"--out {out}: another build or change of it \(process "
-                                                 rf"{os.getpid()}\) holds its lock \({out / 'index.lock'}\)"):
+            with pytest.raises(BuildError, match=rf"--out {out}: process {os.getpid()} holds its lock "
+                                                 rf"\({out / 'index.lock'}\): .*wait for it to end"):
                 build_index(tiny_corpus, tiny_model_dir, out, OPTS)
             assert main(["index", "build", "--corpus", str(tiny_corpus), "--model", str(tiny_model_dir), "--out",
                          str(out), "--quiet"]) == 2
@@ -344,3 +344,45 @@ def test_ray_without_its_extra_is_refused_before_anything_is_written(tmp_path, t
         assert main(["index", command, "--index", str(tmp_path / "i"), "--corpus", str(tiny_corpus), "--model",
                      str(tiny_model_dir), "--ray", "local", "--quiet"]) == 2
         assert "--ray needs the `ray` extra" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "why"), [
+    (["index", "add", "--index", "X"], "wait for it to end"),
+    (["serve", "--writes"], "a server with writes over it: send it the change as a write instead"),
+    (["--version"], "wait for it to end"),
+])
+def test_a_locked_index_or_out_is_refused_naming_the_command_that_holds_it(tmp_path, argv, why):
+    """The refusals of a locked index (an index command) and of a locked --out (a build) are one family: what is
+    locked, the process and the `spanseek` command it runs (read from its command line), what to do, and that
+    nothing changed; the build's used other words ("another build or change of it ... holds its lock")."""
+    import subprocess
+    import sys
+
+    from spanseek.indexer.out_dir import build_lock, lock_refusal, running_command
+
+    index = tmp_path / "index"
+    index.mkdir()
+    program = tmp_path / "spanseek"  # a `spanseek` program holding the lock, as the installed command runs
+    program.write_text("import fcntl, os, sys, time\n"
+                       "fd = os.open(sys.argv[-1], os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+                       "print('held', flush=True)\ntime.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, str(program), *argv, str(index / "index.lock")], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        command = "spanseek" if argv[0].startswith("-") else "spanseek " + " ".join(argv[:2] if argv[0] == "index"
+                                                                                    else argv[:1])
+        assert running_command(holder.pid) == command
+        lock = index / "index.lock"
+        assert str(lock_refusal(index, "delete")) == (f"{index}: process {holder.pid} (`{command}`) holds its lock "
+                                                      f"({lock}): {why}; `spanseek index delete` changed nothing")
+        with pytest.raises(BuildError) as refused, build_lock(index):
+            pass
+        wait = ("a server with writes over it: choose another --out" if argv[0] == "serve" else
+                "wait for it to end, or choose another --out")
+        assert str(refused.value) == (f"--out {index}: process {holder.pid} (`{command}`) holds its lock ({lock}): "
+                                      f"{wait}; `spanseek index build` changed nothing")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert running_command(os.getpid()) is None  # pytest: not a `spanseek` command
