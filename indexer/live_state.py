@@ -72,6 +72,9 @@ def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
         raise LiveStoreError(f"{path}: not a live directory's state (no list of write logs); restore it, or move the "
                              "live directory away")
     base = state.get("base")
+    if not isinstance(base, str | None) or not all(isinstance(w, str) and w and Path(w).name == w for w in state["wals"]):
+        raise LiveStoreError(f"{path}: not a live directory's state (its base is not a path, or its write logs are not "
+                             "file names of its wal/ folder); restore it, or move the live directory away")
     if base is not None and Path(base).is_absolute():  # as the previous version wrote it: the index given, or a
         # merged base of this directory (found by name where both moved together)
         merged = Path(BASES, Path(base).name)

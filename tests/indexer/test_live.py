@@ -728,3 +728,19 @@ def test_offline_index_changes_find_the_live_directory_the_server_reads(tmp_path
     assert (index / "manifest.json").read_bytes() == before
     assert main(["index", "delete", "--index", str(index), "--ids", "d0", "--live-dir", str(tmp_path / "none")]) == 0
     assert json.loads(capsys.readouterr().out)["deleted"] == 1
+
+
+@pytest.mark.parametrize("state", [{"wals": ["wal-000001.jsonl"], "base": 5}, {"wals": [1]},
+                                   {"wals": ["../../elsewhere.jsonl"]}, {"wals": [""]}])
+def test_a_state_file_of_the_wrong_shape_is_refused_naming_it(tmp_path, state):
+    """A damaged state.json (a base that is no path, a write log that is no file name of wal/) was a TypeError's
+    traceback from every index command that reads it (`index snapshot`, `add-lexical`, `delete`), and a log named
+    ``../..`` was copied from outside the live directory; now it is the one line of any state it cannot read."""
+    from spanseek.indexer.live_state import LiveStoreError, read_state
+
+    live = tmp_path / "index.live"
+    live.mkdir()
+    (live / "state.json").write_text(json.dumps(state))
+    with pytest.raises(LiveStoreError, match=rf"^{live / 'state.json'}: not a live directory's state .* move the live "
+                                             "directory away$"):
+        read_state(live, tmp_path / "index")
