@@ -100,7 +100,13 @@ def _rebuild_locked(index_dir: Path) -> phrase_index.Manifest:
     """Write the lexical part of ``index_dir`` (keeping its fusion weights) and its new manifest; the caller holds
     its writer lock."""
     phrase_index.recover_locked(index_dir)
-    old = phrase_index.check_index(index_dir, recovered=True)
+    try:
+        old = phrase_index.check_index(index_dir, recovered=True)
+    except phrase_index.IndexFormatError:  # only the part rewritten here (add-lexical killed between its rename and
+        old = phrase_index.Manifest.load(index_dir)  # the manifest's) is no damage: the rerun completes it
+        others = {rel: v for rel, v in (old.files or {}).items() if rel.split("/")[0] != phrase_index.LEXICAL}
+        if integrity.check_files(index_dir, others, contents=True):
+            raise
     fusion = (old.lexical or {}).get("fusion")  # keep weights fitted for this index
     manifest = phrase_index.Manifest.create(index_dir, {**old.to_dict(), "lexical": write_lexical(index_dir, fusion=fusion)})
     manifest.write(index_dir)

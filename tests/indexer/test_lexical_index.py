@@ -217,3 +217,25 @@ def test_two_builds_of_one_corpus_write_the_same_files(tmp_path, tiny_corpus, ti
             assert _without_timings(json.loads(a.read_text())) == _without_timings(json.loads(b.read_text()))
         else:
             assert a.read_bytes() == b.read_bytes(), name
+
+
+def test_add_lexical_killed_before_its_manifest_is_completed_by_the_rerun(tmp_path, tiny_index):
+    """Killed between renaming its new lexical part into place and writing the manifest, add-lexical left files the
+    manifest does not record; the rerun refused them as a damaged index ("rebuild or restore the index") instead of
+    completing the change. A damaged file outside that part is still refused."""
+    import shutil
+
+    from spanseek.core.phrase_index import IndexFormatError, check_index
+    from spanseek.indexer.lexical import write_lexical
+
+    index = tmp_path / "index"
+    shutil.copytree(tiny_index, index)
+    write_lexical(index, analyzer="plain")  # the killed run: its part in place, the manifest not yet written
+    with pytest.raises(IndexFormatError, match="lexical"):
+        check_index(index)
+    add_lexical(index)
+    assert check_index(index).lexical["analyzer"] == "folded" and PhraseIndex(index).lexical.analyzer == "folded"
+    with open(index / "passages.jsonl", "a", encoding="utf-8") as f:  # a file add-lexical does not write
+        f.write("\n")
+    with pytest.raises(IndexFormatError, match=r"damaged index: .*passages\.jsonl"):
+        add_lexical(index)
