@@ -127,6 +127,17 @@ def dup_searcher(dup_index, tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def squad_train() -> Path:
+    """SQuAD v1.1 train: $SPANSEEK_SQUAD_TRAIN, else the data folder beside the checkout; the test is skipped,
+    saying where it looked, when neither holds it (a clone made elsewhere)."""
+    path = Path(os.environ.get("SPANSEEK_SQUAD_TRAIN")
+                or Path(__file__).resolve().parents[2] / "shared" / "data" / "squad-v1.1-train.json.gz")
+    if not path.is_file():
+        pytest.skip(f"{path} not present (set SPANSEEK_SQUAD_TRAIN to the SQuAD v1.1 train file)")
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny_backbone(tmp_path_factory) -> Path:
     """A 2-layer, 32-dim random BERT with the real MiniLM (uncased WordPiece) tokenizer."""
     import torch

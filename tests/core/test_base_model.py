@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +19,6 @@ from spanseek.cli import main
 from spanseek.core.holdout import split_articles
 from spanseek.core.io import load_squad
 from spanseek.core.metrics import passage_has_answer
-
-SQUAD_TRAIN = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad-v1.1-train.json.gz"
 
 pytestmark = pytest.mark.slow
 
@@ -32,10 +29,10 @@ except metadata.PackageNotFoundError:
 
 
 @pytest.fixture(scope="module")
-def held_article(tmp_path_factory):
+def held_article(tmp_path_factory, squad_train):
     """The first six paragraphs of the first held-out article, as a corpus and as a SQuAD file."""
     tmp = tmp_path_factory.mktemp("base")
-    article = dict(split_articles(load_squad(SQUAD_TRAIN))[1][0])
+    article = dict(split_articles(load_squad(squad_train))[1][0])
     article["paragraphs"] = article["paragraphs"][:6]
     squad = tmp / "held.json.gz"
     with gzip.open(squad, "wt", encoding="utf-8") as f:

