@@ -222,9 +222,10 @@ def _join_boxes_on_baselines(grouped: list[list[list[Any]]]) -> None:
     is a box a piece ("internationally" | "recognised" | "pilotage,"), with no gap inside any box. Lines of different
     boxes on one baseline, in type of one size, are one line where the text of a row above and of a row below (within
     ``_NEAR_ROWS`` times three line heights: a column beside it puts its own rows between) covers each gap between
-    them from end to end: a gutter between columns no row crosses, and a title across both columns over their first lines, or
-    a paragraph over a table's first row, is text on one side only. Two passes: a row cut in pieces under it covers
-    its gaps once joined."""
+    them from end to end, nearer than any row that breaks at the gap's edge with text on both sides of it (``side``):
+    a gutter between columns no row crosses, and the rows of a table, or of two short columns, between paragraphs
+    above and below them break where their neighbours do. Two passes: a row cut in pieces under it covers its gaps
+    once joined."""
     entries = sorted(((b, g) for b, groups in enumerate(grouped) for g, pieces in enumerate(groups) if pieces),
                      key=lambda e: -grouped[e[0]][e[1]][0].y0)
     rows: list[list[tuple[int, int]]] = []
@@ -252,10 +253,32 @@ def _join_boxes_on_baselines(grouped: list[list[list[Any]]]) -> None:
         i = bisect.bisect_right(spans[row], [x0, math.inf]) - 1  # (a binary search: a row may have many pieces)
         return i >= 0 and spans[row][i][1] >= x1
 
-    def side(k: int, rows_: range, x0: float, x1: float) -> bool:  # a row of these, near row k, covers x0 .. x1
-        line = grouped[rows[k][0][0]][rows[k][0][1]][0]
-        return any(covered(j, x0, x1) for j in rows_ if 0 <= j < len(rows) and rows[j] and abs(
-            grouped[rows[j][0][0]][rows[j][0][1]][0].y0 - line.y0) <= 3 * _NEAR_ROWS * (line.y1 - line.y0))
+    def reaches(row: int, x0: float, x1: float) -> bool:  # some of the row's text is between x0 and x1
+        i = bisect.bisect_left(spans[row], [x1, -math.inf]) - 1  # the last stretch starting before x1
+        return i >= 0 and spans[row][i][1] > x0
+
+    def side(k: int, rows_: range, line: tuple[float, float], x0: float, x1: float) -> bool:
+        """Whether text of a row of these near row k (within ``_NEAR_ROWS`` times three line heights), nearest first,
+        covers the gap x0 .. x1 of a line from ``line[0]`` to ``line[1]`` before a row with text on both sides of the
+        gap breaks where it does: the column edges of a table's next row or a column beside this one. A row with text
+        on one side only (a paragraph's short last line), or with a wide space of its own across part of the gap, is
+        passed over."""
+        first = grouped[rows[k][0][0]][rows[k][0][1]][0]
+        height = first.y1 - first.y0
+        for j in rows_:
+            if not (0 <= j < len(rows) and rows[j]) or abs(grouped[rows[j][0][0]][rows[j][0][1]][0].y0 - first.y0) > (
+                    3 * _NEAR_ROWS * height):
+                continue
+            if covered(j, x0, x1):
+                return True
+            if reaches(j, line[0], x0) and reaches(j, x1, line[1]) and (
+                    edge(j, x0, height, 1) or edge(j, x1, height, 0)):
+                return False
+        return False
+
+    def edge(row: int, x: float, height: float, end: int) -> bool:  # a stretch of the row's text ends (1) or starts at x
+        i = bisect.bisect_left(spans[row], x - _BASELINE * height, key=lambda stretch: stretch[end])
+        return i < len(spans[row]) and spans[row][i][end] <= x + _BASELINE * height
 
     for _ in range(2):
         for k, row in enumerate(rows):
@@ -264,8 +287,9 @@ def _join_boxes_on_baselines(grouped: list[list[list[Any]]]) -> None:
             for entry in row[1:]:
                 target, pieces = grouped[into[0]][into[1]], grouped[entry[0]][entry[1]]
                 x0, x1 = max(p.x1 for p in target), min(p.x0 for p in pieces)
-                if (entry[0] != into[0] and x0 <= x1 and side(k, range(k - 4 * _NEAR_ROWS, k), x0, x1)
-                        and side(k, range(k + 1, k + 4 * _NEAR_ROWS + 1), x0, x1)):
+                line = (min(p.x0 for p in target), max(p.x1 for p in pieces))
+                if (entry[0] != into[0] and x0 <= x1 and side(k, range(k - 1, k - 4 * _NEAR_ROWS - 1, -1), line, x0, x1)
+                        and side(k, range(k + 1, k + 4 * _NEAR_ROWS + 1), line, x0, x1)):
                     target += pieces
                     pieces.clear()
                 else:

@@ -409,3 +409,27 @@ def test_the_pieces_of_a_justified_line_each_in_a_box_of_their_own_are_one_line(
     cells = [Lines([Line(text, x, y, x1)]) for y in (685, 670, 655)
              for text, x, x1 in (("Ferry", 50, 100), ("Berths", 150, 200), ("Cranes", 240, 285))]
     assert all(len(pieces) == 1 for groups in pdf_layout.whole_lines([*full[:2], *cells]) for pieces in groups)
+
+
+def test_a_table_s_cells_and_two_columns_between_paragraphs_stay_apart():
+    """Each line a text box of its own (1.5 line spacing): a table's cells, or two short columns, with a paragraph
+    above them and another below were joined into one line a row, the paragraphs' lines covering the gaps on both
+    sides (a table's cells lost, the columns read across). The nearest row that has text on both sides of a gap and
+    breaks at its edge (the table's next row, the column beside) says the gap is no wide space of a justified line;
+    a justified line under or over one cut at wide spaces of its own is still joined."""
+    above = [Lines([Line(PROSE, 50, y, 285)]) for y in (715, 700)]
+    below = [Lines([Line(PROSE, 50, y, 285)]) for y in (640, 625)]
+    cells = [Lines([Line(text, x, y, x + width)]) for y, row in ((685, ((50, 50), (150, 50), (240, 45))),
+                                                                 (670, ((50, 70), (150, 30), (240, 40))),
+                                                                 (655, ((50, 30), (150, 60), (240, 45))))
+             for text, (x, width) in zip(("Ferry", "Berths", "Cranes"), row, strict=True)]
+    assert all(len(pieces) == 1 for groups in pdf_layout.whole_lines([*above, *cells, *below]) for pieces in groups)
+    title = Lines([Line("A title across both columns of the page", 50, 615, 535)])
+    columns = [Lines([Line(PROSE, x, y, x + width)]) for y in (600, 585) for x, width in ((50, 200), (300, 235))]
+    foot = Lines([Line("A paragraph across both columns of the page under them", 50, 565, 535)])
+    assert all(len(pieces) == 1 for groups in pdf_layout.whole_lines([title, *columns, foot]) for pieces in groups)
+    rivers = [Lines([Line(text, x0, y, x1)]) for y, row in ((685, ((50, 110), (140, 190), (237, 285))),
+                                                            (670, ((50, 150), (159, 175), (207, 285))))
+              for text, (x0, x1) in zip(("one", "two", "three"), row, strict=True)]
+    assert [len(pieces) for groups in pdf_layout.whole_lines([*above, *rivers, *below]) for pieces in groups] == [
+        1, 1, 3, 3, 1, 1]
