@@ -100,6 +100,12 @@ _COMPOUND = re.compile(r"(?<!\w)\w++(?:[-\u2010]\w++)+")
 # Ausgang"), and the line break is a space. Hyphenation leaves no such fragment at a line's start ("husb-and" is
 # no hyphenation point); a word the document holds whole ("thousand") is joined as any other
 SUSPENDED_BEFORE = frozenset({"and", "or", "nor", "und", "oder", "bis", "sowie", "et", "ou", "y", "o", "e"})
+# ... but hyphenation does leave these at a line's start ("pri-or", "gov-er-nor", "plan-et", "Kür-bis": en_US and
+# de_DE patterns), and words so broken outnumber suspended hyphens before them: in SQuAD's training paragraphs
+# 3,255 words have such a hyphenation point ("prior", "color", "governor", "minor", "planet"), 21 phrases are "X- or Y"
+# and none "X- nor Y" or "X- et Y". In a document set with hyphenation the hyphen before one of these is suspended
+# only before a compound ("pre- or post-war", "iron- or nickel-based", "two- or three-"), as 19 of those 21 are
+HYPHENATION_TAILS = frozenset({"or", "nor", "et", "ou", "bis"})
 # a share of line breaks that end in a hyphenated word at least this high: the document was set with hyphenation on
 HYPHENATED_SHARE = 0.03
 
@@ -339,7 +345,9 @@ def dehyphenate(texts: Sequence[str]) -> list[str]:
     was set with hyphenation (``HYPHENATED_SHARE`` of its line breaks end in a broken word) and kept when not. A
     hyphen before a digit or a capital letter ("COVID-\\n19", "Anglo-\\nSaxon") is always kept, a soft hyphen
     (U+00AD) always dropped. A hyphen before a conjunction (``SUSPENDED_BEFORE``) and a word after it is a suspended
-    one, a space after it: "trans-\\nand intercontinental" reads "trans- and intercontinental"."""
+    one, a space after it: "trans-\\nand intercontinental" reads "trans- and intercontinental"; in a document set with
+    hyphenation, before one that hyphenation also leaves at a line's start (``HYPHENATION_TAILS``: "pri-\\nor"), only
+    where a compound follows ("pre-\\nor post-war")."""
     words: set[str] = set()
     compounds: set[str] = set()
     breaks = hyphens = 0
@@ -360,7 +368,8 @@ def dehyphenate(texts: Sequence[str]) -> list[str]:
             keep = True
         elif soft or (before + after).casefold() in words:
             keep = False
-        elif after in SUSPENDED_BEFORE and re.match(r"[ \t]+\w", m.string[m.end():]):
+        elif after in SUSPENDED_BEFORE and re.match(r"[ \t]+\w", rest := m.string[m.end():]) and (
+                not hyphenated or after not in HYPHENATION_TAILS or re.match(r"[ \t]+\w+[-\u2010]", rest)):
             return f"{before}- {after}"  # a suspended hyphen, a word after its conjunction ("rock-and-roll" is none)
         elif f"{before}-{after}".casefold() in compounds:
             keep = True

@@ -433,3 +433,17 @@ def test_a_table_s_cells_and_two_columns_between_paragraphs_stay_apart():
               for text, (x0, x1) in zip(("one", "two", "three"), row, strict=True)]
     assert [len(pieces) for groups in pdf_layout.whole_lines([*above, *rivers, *below]) for pieces in groups] == [
         1, 1, 3, 3, 1, 1]
+
+
+def test_a_word_hyphenation_broke_before_or_nor_or_et_is_joined_and_a_suspended_hyphen_before_a_compound_kept():
+    """Hyphenation leaves "or", "nor", "et" at a line's start ("pri-or", "gov-er-nor", "plan-et"): in a document set
+    with hyphenation "pri-\\nor to the war" read "pri- or to the war", a suspended hyphen. There such a word is joined,
+    and a hyphen before "or" is suspended where a compound follows ("pre- or post-war", "two- or three-"); "and" is
+    no such syllable, and in a document without hyphenation every hyphen before a conjunction is suspended."""
+    text = ("the county gover-\nnor of the time, the year pri-\nor to the war, the red plan-\net and its moons, the\n"
+            "pre-\nor post-war cranes, two-\nor three- or four-berth quays, trans-\nand intercontinental\n")
+    assert dehyphenate([text])[0] == (
+        "the county governor of the time, the year prior to the war, the red planet and its moons, the\n"
+        "pre- or post-war cranes, two- or three- or four-berth quays, trans- and intercontinental\n")
+    plain = "the year pri-\nor to the war, the trans-\nand intercontinental ferries\n" + "a whole line\n" * 80
+    assert dehyphenate([plain])[0].startswith("the year pri- or to the war, the trans- and intercontinental ferries")
