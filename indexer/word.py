@@ -450,7 +450,7 @@ def _grid(tbl: Any) -> list[_Row]:
     rows: list[_Row] = []
     above: dict[int, _Cell] = {}  # each grid column's cell in the row above
     for r, tr in enumerate(tbl.iterchildren(f"{_W}tr")):
-        column = _count(_val(tr.find(f"{_W}trPr/{_W}gridBefore"))) or 0
+        column = max(0, _count(_val(tr.find(f"{_W}trPr/{_W}gridBefore"))) or 0)  # (a damaged file's "-5": none)
         cells: list[_Cell] = []
         for tc in tr.iterchildren(f"{_W}tc"):
             span = max(1, _count(_val(tc.find(f"{_W}tcPr/{_W}gridSpan"))) or 1)

@@ -156,6 +156,15 @@ def test_cells_merged_over_rows_are_placed_by_the_xml_grid(tmp_path):
                                               "Alone Ayr"]
 
 
+def test_a_row_starting_before_the_grid_reads_from_its_first_column(tmp_path):
+    """A damaged file's negative w:gridBefore ("-5") put a row's cells before the grid's first column, and naming
+    them by the header made the whole file unreadable (IndexError); the row starts at the first column."""
+    document = docx.Document()
+    t = table(document, [("Port", "Tide"), ("Brest", "3.2 m")], repeat_header=True)
+    t.rows[1]._tr.get_or_add_trPr().append(parse_xml(f"<w:gridBefore {nsdecls('w')} w:val='-5'/>"))
+    document.add_paragraph("After.")
+    assert paragraphs(document, tmp_path) == ["Port: Brest; Tide: 3.2 m", "After."]
+
 def test_nested_tables_text_boxes_footnotes_tracked_changes_and_content_controls_are_read(tmp_path):
     """python-docx's paragraph and cell text leaves these out: a nested table's cells, a text box's paragraphs,
     footnotes, text inserted with tracked changes on, and the paragraphs of a content control (but for a table of
