@@ -1073,3 +1073,27 @@ def test_two_columns_set_justified_by_fpdf2_read_in_order_and_a_paragraph_runs_o
                 paragraph.write(paragraphs[k % 3])
     pdf.output(str(tmp_path / "columns.pdf"))
     assert extract_pdf(tmp_path / "columns.pdf").paragraphs == [paragraphs[k % 3] for k in range(14)]
+
+
+def test_a_table_between_justified_paragraphs_at_1_5_spacing_reads_named_by_its_header(tmp_path):
+    """At 1.5 line spacing (each line a text box) a table under a bold header row, with a paragraph over it and one
+    under it, read "Ferry Berths Cranes", "Kellerton 4 2": the paragraphs' lines covered the gaps between its cells on
+    both sides, and each row was joined into one line as if a justified line's pieces."""
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.add_page()
+    pdf.set_font("helvetica", size=10)
+    prose = ("The harbour authority publishes its accounts every spring and the pilots meet in the cottages by the "
+             "harbour wall where the keepers once lived before the lamp was automated. ") * 2
+    pdf.multi_cell(0, 7.5, prose, align="J", new_x="LMARGIN", new_y="NEXT")
+    pdf.ln(3)
+    for row in (("Ferry", "Berths", "Cranes"), ("Kellerton", "4", "2"), ("Kirkwall", "12", "6")):
+        pdf.set_font("helvetica", style="B" if row[0] == "Ferry" else "", size=10)
+        for text in row:
+            pdf.cell(60, 7.5, text)
+        pdf.ln(7.5)
+    pdf.set_font("helvetica", size=10)
+    pdf.ln(3)
+    pdf.multi_cell(0, 7.5, prose, align="J", new_x="LMARGIN", new_y="NEXT")
+    pdf.output(str(tmp_path / "table.pdf"))
+    assert extract_pdf(tmp_path / "table.pdf").paragraphs == [
+        prose.strip(), "Ferry: Kellerton; Berths: 4; Cranes: 2", "Ferry: Kirkwall; Berths: 12; Cranes: 6", prose.strip()]
