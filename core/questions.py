@@ -149,8 +149,17 @@ def read_questions(path: str | Path) -> QuestionFile:
     if fmt == "squad":
         data = load_squad(path)
         questions = squad_questions(data)
-        for q in questions:
-            _check_unicode(q.question, f"{path}: question {q.id!r}")
+        context = None  # the last one checked: a paragraph's questions come together and share it
+        for q in questions:  # what is searched, printed (the id) or read (the context, the answers)
+            where = f"{path}: question {q.id!r}"
+            _check_unicode(q.question, where)
+            for name, text in (("id", q.id), ("title", q.title)):
+                _check_unicode(text, f"{where}: {name!r}")
+            if q.context is not context:
+                _check_unicode(q.context, f"{where}: 'context'")
+                context = q.context
+            for i, answer in enumerate(q.answers):
+                _check_unicode(answer, f"{where}: answer {i + 1}")
         return QuestionFile(path, fmt, questions, [0] * len(questions), [True] * len(questions), data)
     if fmt == "text":
         rows: Iterable[tuple[int, _Record]] = (
@@ -221,16 +230,21 @@ def _record(path: Path, lineno: int, fields: dict[str, Any], columns: dict[str, 
         else:
             raise CorpusError(f"{at(name)}: must be a string{' or a whole number' * (name != 'title')} "
                               f"(got a {_kind(value)})")
+        _check_unicode(out[name] or "", at(name))  # the id is printed with the hits, the title and doc_id compared
+    for i, answer in enumerate(answers):
+        _check_unicode(answer, f"{at(key)}: answer {i + 1}")
     return _Record(question.strip(), tuple(answers), out["id"], out["title"] or "", out["doc_id"])
 
 
-def _check_unicode(question: str, where: str) -> None:
-    """CorpusError at a question holding a lone surrogate (a JSON escape, ``"\\ud800"``, reads as one), which no
-    tokenizer takes: said as the file is read, naming where, not as its batch is searched."""
+def _check_unicode(text: str, where: str) -> None:
+    """CorpusError at a text of a question (the question, its answers, id, title, doc_id, a SQuAD context) holding a
+    lone surrogate (a JSON escape, ``"\\ud800"``, reads as one), which no tokenizer takes and no UTF-8 output can
+    write (``search`` prints the id, ``eval --out`` the ids and titles): said as the file is read, naming where, not
+    after its questions are searched."""
     try:
-        question.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise CorpusError(f"{where}: character {e.start + 1} ({question[e.start]!a}) is an unpaired surrogate, not "
+        raise CorpusError(f"{where}: character {e.start + 1} ({text[e.start]!a}) is an unpaired surrogate, not "
                           "valid Unicode text") from None
 
 

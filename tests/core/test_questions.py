@@ -110,6 +110,12 @@ def test_a_squad_file_on_one_line_and_an_unknown_suffix_are_sniffed(tmp_path):
     assert [question_format(tmp_path / n) for n in ("q.data", "q2", "q3")] == ["squad", "csv", "text"]
 
 
+def _squad(question: str = "is it old?", qid: str = "a", title: str = "t", context: str = "Rome is old.",
+           answer: str = "old") -> str:
+    qa = {"id": qid, "question": question, "answers": [{"text": answer, "answer_start": 8}]}
+    return json.dumps({"data": [{"title": title, "paragraphs": [{"context": context, "qas": [qa]}]}]})
+
+
 @pytest.mark.parametrize(("name", "text", "said"), [
     ("q.jsonl", '{"question": "a?", "answers": ["x"]}\n{"question": "b?", "answers": ["x"]\n',
      r"q.jsonl:2: invalid JSON \(.* at column \d+\)"),
@@ -133,6 +139,25 @@ def test_a_squad_file_on_one_line_and_an_unknown_suffix_are_sniffed(tmp_path):
     ("q.csv", "query,answer\nwho?,Alba\n", r"q.csv:1: the header has no 'question' column \(its columns: 'query', "
      r"'answer'\)"),
     ("q.tsv", "id\tquestion\n1\ta?\n1\tb?\n", r"q.tsv:3: question id '1' is also the id of line 2"),
+    # a text that is not valid Unicode (a JSON escape of a lone surrogate): the question, which no tokenizer takes
+    # (`search --questions` failed with a traceback after loading the model), and the others, which no UTF-8 output
+    # writes (`search` prints the id, `eval --out` ids and titles) or reading comprehension reads (a SQuAD context):
+    # they failed after every question was searched, with a bare codec error naming no file, line or field
+    ("q.jsonl", '{"question": "who?"}\n{"question": "bad \\ud800 one"}\n',
+     r"q\.jsonl:2: 'question': character 5 \('\\ud800'\) is an unpaired surrogate, not valid Unicode text"),
+    ("q.json", _squad(question="is \udc80 old?"),
+     r"q\.json: question 'a': character 4 \('\\udc80'\) is an unpaired surrogate"),
+    ("q.jsonl", '{"question": "who?", "id": "a\\ud800b"}\n',
+     r"q\.jsonl:1: 'id': character 2 \('\\ud800'\) is an unpaired surrogate"),
+    ("q.jsonl", '{"question": "who?", "title": "\\udc80"}\n', r"q\.jsonl:1: 'title': character 1 \('\\udc80'\)"),
+    ("q.jsonl", '{"question": "who?", "doc_id": "d\\udfff"}\n', r"q\.jsonl:1: 'doc_id': character 2 \('\\udfff'\)"),
+    ("q.jsonl", '{"question": "who?", "answers": ["x", "y\\ud800"]}\n',
+     r"q\.jsonl:1: 'answers': answer 2: character 2 \('\\ud800'\)"),
+    ("q.jsonl", '{"question": "who?", "answer": "\\ud800"}\n', r"q\.jsonl:1: 'answer': answer 1: character 1"),
+    ("q.json", _squad(qid="a\ud800"), r"q\.json: question 'a\\ud800': 'id': character 2 \('\\ud800'\)"),
+    ("q.json", _squad(title="R\udc80me"), r"q\.json: question 'a': 'title': character 2 \('\\udc80'\)"),
+    ("q.json", _squad(context="Rome \ud800 is old."), r"q\.json: question 'a': 'context': character 6"),
+    ("q.json", _squad(answer="o\udfffld"), r"q\.json: question 'a': answer 1: character 2 \('\\udfff'\)"),
 ])
 def test_a_fault_is_named_with_its_file_line_and_column(tmp_path, name, text, said):
     path = tmp_path / name
@@ -193,22 +218,6 @@ def test_a_broken_list_of_answers_is_still_refused(tmp_path, cell):
     path = tmp_path / "q.tsv"
     path.write_text(f"question\tanswers\na?\t{cell}\n", encoding="utf-8")
     with pytest.raises(CorpusError, match=r"q\.tsv:2: column 2 \(answers\): .*which is not a JSON or Python list"):
-        read_questions(path)
-
-
-@pytest.mark.parametrize(("name", "text", "said"), [
-    ("q.jsonl", '{"question": "who?"}\n{"question": "bad \\ud800 one"}\n',
-     r"q\.jsonl:2: 'question': character 5 \('\\ud800'\) is an unpaired surrogate, not valid Unicode text"),
-    ("q.json", '{"data": [{"title": "t", "paragraphs": [{"context": "Rome is old.", "qas": [{"id": "a", "question": '
-               '"is \\udc80 old?", "answers": [{"text": "old", "answer_start": 8}]}]}]}]}',
-     r"q\.json: question 'a': character 4 \('\\udc80'\) is an unpaired surrogate"),
-])
-def test_a_question_that_is_not_valid_unicode_is_named_as_the_file_is_read(tmp_path, name, text, said):
-    """A JSON escape of a lone surrogate is no text a tokenizer takes: `spanseek search --questions` failed with a
-    traceback after loading the model; it is refused as the file is read, naming the line (or the SQuAD question)."""
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    with pytest.raises(CorpusError, match=said):
         read_questions(path)
 
 
