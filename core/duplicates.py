@@ -14,10 +14,11 @@ variants, whose words match in order for at least ``NEAR_SIMILARITY`` of them (d
 words, 2 x matched / total). They are found among the hits of the ranking being collapsed, each compared with the
 kept hits above it, so no table is needed; two texts whose word counts or word bags cannot reach the threshold are
 never aligned, which leaves the alignment to the few pairs that are near copies. A question's comparisons stop at a
-budget of work per hit of its page (``NEAR_WORK``, ``NearBudget``), which only a ranking full of near copies of its
-kept hits reaches, or a pair of long documents: a pair is charged before it is compared (and each text, once,
-before its words are read), and one whose comparison would go past the budget is not compared and ends the comparisons: its hits, and the rest of the ranking, are
-collapsed by exact copies only.
+budget of work per hit of its page (``NEAR_WORK``, ``NearBudget``), which a ranking full of near copies of its kept
+hits reaches, or a pair of long documents, or a ranking of long texts, near copies or not (reading their words: the
+demo index's document pages at top_k 10 use up to 41,400 of the 50,000 a hit): a pair is charged before it is
+compared (and each text, once, before its words are read), and one whose comparison would go past the budget is not
+compared and ends the comparisons: its hits, and the rest of the ranking, are collapsed by exact copies only.
 """
 
 from __future__ import annotations
