@@ -48,19 +48,38 @@ def build_lock(out: Path, command: str = "build") -> Iterator[None]:
 
 def running_command(pid: int) -> str | None:
     """The `spanseek` command process ``pid`` runs (``spanseek index add``, ``spanseek serve``) from its command line
-    (``/proc/PID/cmdline``: the program ``spanseek``, or ``python -m spanseek``), or None where it cannot be told (not
-    Linux, another user's process hidden, not a `spanseek` command)."""
+    (``/proc/PID/cmdline``: the program ``spanseek``, run itself or by Python, or ``python -m spanseek``), or None where
+    it cannot be told (not Linux, another user's process hidden, not a `spanseek` command: a program given a path
+    named ``spanseek`` as an argument is not one)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")
     except OSError:
         return None
-    for i, arg in enumerate(argv):
-        if Path(arg).name == "spanseek" or (arg in ("spanseek", "spanseek.cli") and i and argv[i - 1] == "-m"):
-            words = [w for w in argv[i + 1:i + 3] if w]
-            if not words or words[0].startswith("-"):
-                return "spanseek"
-            group = words[0] in ("index", "corpus", "train") and len(words) > 1 and not words[1].startswith("-")
-            return "spanseek " + " ".join(words if group else words[:1])
+    program = _spanseek_program(argv)
+    if program is None:
+        return None
+    rest = argv[program + 1:]
+    while rest[:1] in (["-v"], ["--verbose"]):  # `spanseek -v serve`: the program's flag (spanseek.cli) before its command
+        rest = rest[1:]
+    words = [w for w in rest[:2] if w]
+    if not words or words[0].startswith("-"):
+        return "spanseek"
+    group = words[0] in ("index", "corpus", "train") and len(words) > 1 and not words[1].startswith("-")
+    return "spanseek " + " ".join(words if group else words[:1])
+
+
+def _spanseek_program(argv: list[str]) -> int | None:
+    """Where the `spanseek` program stands in a command line: first (run itself), the script Python runs (its
+    options before it), or the module after ``-m``; None for any other program."""
+    if Path(argv[0]).name == "spanseek":
+        return 0
+    if not Path(argv[0]).name.startswith("python"):
+        return None
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "-m":
+            return i + 1 if argv[i + 1:i + 2] in (["spanseek"], ["spanseek.cli"]) else None
+        if not arg.startswith("-"):  # the script (or, after an option taking a value, not a command to tell)
+            return i if Path(arg).name == "spanseek" else None
     return None
 
 

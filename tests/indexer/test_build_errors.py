@@ -386,3 +386,33 @@ def test_a_locked_index_or_out_is_refused_naming_the_command_that_holds_it(tmp_p
         holder.kill()
         holder.wait()
     assert running_command(os.getpid()) is None  # pytest: not a `spanseek` command
+
+
+@pytest.mark.parametrize(("args", "command"), [
+    (["{program}", "-v", "serve", "--writes"], "spanseek serve"),  # the program's own flag before its command
+    (["{program}", "--verbose", "index", "add", "--index", "X"], "spanseek index add"),
+    (["-c", "{sleep}", "--chdir", "/srv/spanseek", "serve"], None),  # another program, given a path named spanseek
+    (["{other}", "/data/spanseek", "index", "add"], None),
+])
+def test_the_lock_holders_command_is_read_from_the_program_and_after_its_flags(tmp_path, args, command):
+    """`spanseek -v serve --writes` is a server with writes (it was told to "wait for it to end", as a command
+    without a name would be), and a program that merely has an argument named spanseek is no `spanseek` command
+    (it was taken for `spanseek serve`): its refusal names both kinds of holder."""
+    import subprocess
+    import sys
+
+    from spanseek.indexer.out_dir import lock_refusal, running_command
+
+    sleep = "import time; print('up', flush=True); time.sleep(60)"
+    for name in ("spanseek", "other.py"):
+        (tmp_path / name).write_text(sleep + "\n")
+    argv = [a.format(program=tmp_path / "spanseek", other=tmp_path / "other.py", sleep=sleep) for a in args]
+    holder = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "up\n"
+        assert running_command(holder.pid) == command
+    finally:
+        holder.kill()
+        holder.wait()
+    if command is None:  # (the refusal where the holder's command cannot be told names both kinds)
+        assert "or a server with writes over it" in str(lock_refusal(tmp_path, "delete"))
