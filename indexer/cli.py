@@ -159,21 +159,14 @@ def _live_dir(flag: str | None) -> tuple[str | None, str | None]:
 
 
 def _served_env(field: str) -> tuple[str, str] | None:
-    """(variable, value) of the environment for the `spanseek serve` setting ``field``, or None: read by the server's
-    own settings source (pydantic-settings over ``service.settings.Settings``: its prefix, names in any case of
-    letters, the last of several spellings winning), so an index command and the server never read two settings;
-    the variable is named as the environment spells it. Without the service installed, the same rule."""
-    spellings = [name for name in os.environ if name.upper() == f"SPANSEEK_{field.upper()}"]
-    if not spellings:
-        return None
-    try:
-        from pydantic_settings import EnvSettingsSource
-
-        from spanseek.service.settings import Settings
-    except ModuleNotFoundError:  # (no server on this install: the environment's last spelling, as it would read it)
-        return spellings[-1], os.environ[spellings[-1]]
-    value, _, _ = EnvSettingsSource(Settings).get_field_value(Settings.model_fields[field], field)
-    return None if value is None else (spellings[-1], str(value))
+    """(variable, value) of the environment for the `spanseek serve` setting ``field``, or None: by the rule of the
+    server's settings (pydantic-settings over ``service.settings.Settings``: the ``SPANSEEK_`` prefix, names compared
+    in lower case, the last of several spellings winning; tests/indexer/test_cli_options.py holds the two equal), so
+    an index command and the server never read two settings. The rule, not the settings class: loading that costs an
+    index command about a second of imports, and the indexer imports nothing of the service. The variable is named as
+    the environment spells it."""
+    spellings = [name for name in os.environ if name.lower() == f"spanseek_{field}"]
+    return (spellings[-1], os.environ[spellings[-1]]) if spellings else None
 
 
 def _live_dir_flag(p: argparse.ArgumentParser, what: str) -> None:

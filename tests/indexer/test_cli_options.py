@@ -140,3 +140,26 @@ def test_index_commands_read_the_live_directory_that_the_server_reads_from_the_e
     assert live_dir == (str(served) if served is not None else None)
     assert variable == (env[-1][0] if served is not None else None)
     assert _live_dir("/flag") == ("/flag", None)  # the flag over the environment, as `spanseek serve` takes it
+
+
+def test_index_commands_read_the_live_directory_without_loading_the_servers_settings(monkeypatch):
+    """The variable is read by the server's rule without importing service.settings (about a second of imports for
+    every index command while SPANSEEK_LIVE_DIR is set, and the indexer would import the service): a name that only
+    pydantic-settings' lower-casing matches ("K", the Kelvin sign, lowers to "k") is read too, as the server reads it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from spanseek.indexer.cli import _live_dir
+    from spanseek.service.settings import Settings
+
+    for name in [n for n in os.environ if n.lower().startswith("spanseek_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SPANSEE\u212a_LIVE_DIR", "/kelvin")
+    assert (_live_dir(None)[0], Settings(index="i").live_dir) == ("/kelvin", Path("/kelvin"))
+    code = ("import sys; from spanseek.indexer.cli import _live_dir; print(_live_dir(None)[0]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('spanseek.service', 'pydantic_settings'))))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SPANSEEK_LIVE_DIR": "/live"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["/live", "[]"]
