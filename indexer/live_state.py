@@ -72,9 +72,12 @@ def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
         raise LiveStoreError(f"{path}: not a live directory's state (no list of write logs); restore it, or move the "
                              "live directory away")
     base = state.get("base")
-    if not isinstance(base, str | None) or not all(isinstance(w, str) and w and Path(w).name == w for w in state["wals"]):
-        raise LiveStoreError(f"{path}: not a live directory's state (its base is not a path, or its write logs are not "
-                             "file names of its wal/ folder); restore it, or move the live directory away")
+    in_bases = isinstance(base, str) and Path(base).parent == Path(BASES) and _file_name(Path(base).name)
+    absolute = isinstance(base, str) and Path(base).is_absolute()  # as the previous version wrote it (below)
+    if not (base is None or in_bases or absolute) or not all(_file_name(w) for w in state["wals"]):
+        raise LiveStoreError(f"{path}: not a live directory's state (its base is not a merged base of its bases/ "
+                             "folder, or its write logs are not file names of its wal/ folder); restore it, or move "
+                             "the live directory away")
     if base is not None and Path(base).is_absolute():  # as the previous version wrote it: the index given, or a
         # merged base of this directory (found by name where both moved together)
         merged = Path(BASES, Path(base).name)
@@ -89,6 +92,12 @@ def read_state(live_dir: Path, index: str | Path) -> dict[str, Any]:
             f"since: rebuilt, replaced or changed offline), and would be served in its place; serve the index they "
             f"were made over, or move {live_dir} away to serve {index} without them")
     return state
+
+
+def _file_name(name: object) -> bool:
+    """Whether ``name`` names a file inside a folder (a merged base in bases/, a log in wal/): not a path leading
+    elsewhere (``../x``, ``..``), nor empty."""
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
 
 
 def current_form(state: dict[str, Any], index: str | Path) -> dict[str, Any]:
