@@ -94,7 +94,9 @@ def lock_refusal(index_dir: Path, command: str, instead: str = "send it the chan
     changed = f"`spanseek index {command}` changed nothing"
     if not os.access(index_dir, os.W_OK):
         return BuildError(f"{subject} is read-only; {changed}")
-    pid = integrity.lock_holder(index_dir)
+    # 0: how the kernel's table shows a holder this process cannot see (another container's, or one that ended
+    # while a child it forked still holds the lock): no process to name
+    pid = integrity.lock_holder(index_dir) or None
     running = running_command(pid) if pid is not None else None
     holder = "another process" if pid is None else f"process {pid}" + (f" (`{running}`)" if running else "")
     wait = f"wait for it to end{f', or {otherwise}' if otherwise else ''}"

@@ -416,3 +416,17 @@ def test_the_lock_holders_command_is_read_from_the_program_and_after_its_flags(t
         holder.wait()
     if command is None:  # (the refusal where the holder's command cannot be told names both kinds)
         assert "or a server with writes over it" in str(lock_refusal(tmp_path, "delete"))
+
+
+def test_a_lock_holder_the_kernel_shows_as_process_0_is_not_named(tmp_path, monkeypatch):
+    """/proc/locks shows 0 for a holder outside this process's PID namespace (a server in another container over a
+    shared volume) or one that ended while a child it forked holds the lock: the refusal said "process 0 holds its
+    lock"; it names no process then, and both kinds of holder."""
+    from spanseek.core import integrity
+    from spanseek.indexer.out_dir import lock_refusal
+
+    monkeypatch.setattr(integrity, "lock_holder", lambda index_dir, name=integrity.LOCK: 0)
+    message = str(lock_refusal(tmp_path, "delete"))
+    assert message.startswith(f"{tmp_path}: another process holds its lock ({tmp_path / integrity.LOCK}): another "
+                              "`spanseek index` command or build")
+    assert "or a server with writes over it" in message and "process 0" not in message
