@@ -189,6 +189,9 @@ class FileReader:
         # each pool's worker's process id, asked of it before its first file: the pool's own list of its processes is
         # no public API, and the pool (one worker, never replaced: it breaks instead) answers the question once
         self._pids: dict[ProcessPoolExecutor, Future[int]] = {}
+        # each pool's worker process, as it was made (``_asked_pid``): one stuck starting answers no process id, and
+        # is found by this to be killed
+        self._processes: dict[ProcessPoolExecutor, multiprocessing.process.BaseProcess] = {}
         self.in_progress = 0
         self.bytes_held = 0
         self.seconds = 0.0  # uploads' time from their slot to their answer (a moving average): how soon a slot frees
@@ -249,6 +252,8 @@ class FileReader:
             why = (f"it did not start within {self.timeout_s + KILL_GRACE_S:g} s" if isinstance(e, TimeoutError)
                    else "it ended while starting; the server's log says why" if isinstance(e, BrokenProcessPool)
                    else str(e) or type(e).__name__)
+            if isinstance(e, TimeoutError):  # stuck starting: left, it held its memory, and the service's exit
+                self._signal(pool, signal.SIGKILL)  # waited for it for ever (the pool's thread joins its worker)
             self._restart(pool)
             log.error("the process that reads uploaded files could not start: %s", why)
             raise ReaderUnavailable(f"the process that reads uploaded files could not start ({why}); the server's "
@@ -263,7 +268,11 @@ class FileReader:
         """The answer of ``pool``'s worker to its process id (asked once; this starts the worker): ReaderNotStarted
         when its start failed; BrokenProcessPool when it ended; OSError when no process could be made."""
         if pool not in self._pids:
-            self._pids[pool] = pool.submit(started_pid)
+            before = set(multiprocessing.active_children())
+            self._pids[pool] = pool.submit(started_pid)  # (a spawning pool makes its worker here, in submit)
+            made = set(multiprocessing.active_children()) - before
+            if len(made) == 1:  # (with a child another thread made meanwhile, neither is taken for it)
+                self._processes[pool] = made.pop()
         return self._pids[pool]
 
     def _pid(self, pool: ProcessPoolExecutor, wait_s: float = 0.0) -> int | None:
@@ -283,9 +292,11 @@ class FileReader:
         return self._pid(self._pool)
 
     def _signal(self, pool: ProcessPoolExecutor, signum: int, wait_s: float = 0.0) -> None:
-        """Send ``signum`` to ``pool``'s worker, where it has one (``_pid``) that has not ended: a pool whose worker
-        ended is broken before it reaps it (its process id then free for another process), and refuses work."""
-        pid = self._pid(pool, wait_s)
+        """Send ``signum`` to ``pool``'s worker, where it has one (``_pid``, or, still starting, the process made for
+        it) that has not ended: a pool whose worker ended is broken before it reaps it (its process id then free
+        for another process), and refuses work."""
+        process = self._processes.get(pool)
+        pid = self._pid(pool, wait_s) or (process.pid if process is not None else None)
         if pid is not None:
             try:
                 pool.submit(int)  # (answered at once, or dropped as the pool stops)
@@ -316,6 +327,7 @@ class FileReader:
             broken.shutdown(wait=False)
             self._idle.pop(broken, None)
             self._pids.pop(broken, None)
+            self._processes.pop(broken, None)
         return self._pool
 
     @contextmanager

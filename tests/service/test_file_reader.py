@@ -81,6 +81,44 @@ def test_a_worker_that_cannot_start_is_the_servers_fault_and_the_next_file_start
         reader.close()
 
 
+def _start_stuck_when_told(*args: object) -> None:
+    """A reading process's start that hangs while SPANSEEK_TEST_HANG_START is set (a tokenizer read from a file
+    system that stopped answering), in the worker."""
+    if os.environ.get("SPANSEEK_TEST_HANG_START"):
+        time.sleep(600)
+    read_process.start_reader(*args)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow  # (two workers started: 3-6 s)
+def test_a_worker_stuck_starting_is_killed_and_the_next_file_starts_one_again(tiny_config, monkeypatch):
+    """A worker whose start hung was given up on (503) but left running: a process per failed upload, each holding its
+    memory, and the service's exit then waited for them for ever (the abandoned pool's thread joins its worker). It is
+    killed; the next file starts a worker that reads it, and close returns."""
+    import multiprocessing
+
+    monkeypatch.setattr(file_reader, "start_reader", _start_stuck_when_told)
+    monkeypatch.setattr(file_reader, "KILL_GRACE_S", 0.0)
+    monkeypatch.setenv("SPANSEEK_TEST_HANG_START", "1")
+    before = set(multiprocessing.active_children())
+    reader = FileReader(tiny_config, 0, 1, timeout_s=2.0)
+
+    def read() -> file_reader.ReadFile:
+        return asyncio.run(reader.read(b"In 1450 Gala built the bridge.", "a.txt", IngestOptions()))
+
+    try:
+        with pytest.raises(file_reader.ReaderUnavailable, match=r"could not start \(it did not start within 2 s"):
+            read()
+        _wait_for(lambda: not set(multiprocessing.active_children()) - before, 10.0)  # the stuck worker is gone
+        monkeypatch.delenv("SPANSEEK_TEST_HANG_START")
+        reader.timeout_s = 60.0  # (a start under load takes seconds)
+        assert read().tokens > 0 and reader.worker_pid is not None
+    finally:
+        for child in set(multiprocessing.active_children()) - before - {None}:
+            if child.pid != reader.worker_pid:  # (the old code's stuck worker: the test's exit would wait for it)
+                child.kill()
+        reader.close()
+
+
 def test_a_worker_that_ended_between_files_costs_the_next_file_nothing(tiny_config):
     """A worker killed while idle (by the kernel for its memory, say) answered the next upload 'its reader stopped
     while reading it (a damaged file...)', a 422 its client does not send again; a new worker reads it."""
