@@ -262,6 +262,9 @@ class LiveWrites:
                                       memory_bytes=settings.file_read_memory_bytes,
                                       keep_bytes=settings.file_read_keep_bytes)
         self.merge_thread: threading.Thread | None = None
+        # the result of the last merge that committed (``store.merge`` returned it): /info's unpublished_merge names
+        # it while searches do not see that merge, also once a later merge's error has replaced it in state.json
+        self.committed_merge: dict[str, Any] | None = None
         self.on_merged: Callable[[Searcher], None] | None = None  # the service's: describe the new base
         self.gauges()
 
@@ -414,6 +417,7 @@ class LiveWrites:
         try:
             merged = self.store.merge()  # None: nothing to merge
             if merged is not None:
+                self.committed_merge = merged
                 self._count_merge("ok", t0)
         except Stopped:  # the service stops (close): logged by the store; not a failure
             pass
@@ -440,11 +444,17 @@ class LiveWrites:
         restart serves) whose snapshot searches do not see yet, being published or failed to (``publish_error``
         says why): its count and result; null once served. Without it, a merge whose publish failed read as none
         run, while its old write log was already removed."""
-        committed = self.store.last_merge  # (read before the view: a publish in between shows no merge pending)
+        # the view first, then the commits: a merge that commits (and publishes) in between is pending as to the view
+        # shown; read the other way round, a merge already served was named pending beside a view that served a later
+        # one
         described = self.store.describe()
+        state = self.store.state  # (replaced whole at each commit: its count and result agree)
         unpublished = None
-        if committed is not None and "error" not in committed and committed != described["last_merge"]:
-            unpublished = {"merges": int(self.store.state["merges"]), "last_merge": committed}
+        if int(state["merges"]) > int(described["merges"]):
+            committed = state.get("last_merge")
+            if committed is None or "error" in committed:  # a later merge failed: its error replaced the result
+                committed = self.committed_merge
+            unpublished = {"merges": int(state["merges"]), "last_merge": committed}
         return {**described, "base_searcher_error": self.base_problem, "unpublished_merge": unpublished}
 
     def stop_merge(self, wait_s: float = MERGE_STOP_S) -> bool:

@@ -859,6 +859,83 @@ def test_a_logged_write_whose_snapshot_cannot_be_served_is_not_answered_as_faile
         assert client.get("/info", headers=KEY).json()["service"]["writes"]["publish_error"] is None
 
 
+class _MergingStore:
+    """A live store whose merges commit without their snapshot being served (``view`` is what searches see):
+    ``merge`` commits the next result, or fails with ``error`` once given one; ``before_view`` and ``after_view`` run
+    as ``describe`` reads the view (a merge committing and publishing meanwhile)."""
+
+    def __init__(self) -> None:
+        self.state: dict = {"merges": 0, "last_merge": None}
+        self.view: dict = {"merges": 0, "last_merge": None}
+        self.error: Exception | None = None
+        self.before_view = self.after_view = lambda: None
+
+    def merge(self) -> dict:
+        if self.error is not None:
+            self.state = {**self.state, "last_merge": {"error": repr(self.error)}}
+            self.view = {**self.view, "last_merge": self.state["last_merge"]}
+            raise self.error
+        n = self.state["merges"] + 1
+        self.state = {"merges": n, "last_merge": {"base": f"base-{n:06d}", "documents": n}}
+        return self.state["last_merge"]
+
+    @property
+    def last_merge(self) -> dict | None:  # (the store's: the last merge's result, or error)
+        return self.state["last_merge"]
+
+    def publish(self) -> None:
+        self.view = dict(self.state)
+
+    def describe(self) -> dict:
+        self.before_view()
+        view = self.view
+        self.after_view()
+        return dict(view)
+
+
+def _writes_over(store: _MergingStore):
+    from spanseek.service.live import LiveWrites
+    from spanseek.service.metrics import ServiceMetrics
+
+    live = object.__new__(LiveWrites)  # (only what merging and /info's writes use)
+    live.store, live.base_problem, live.committed_merge = store, None, None
+    live.settings = type("S", (), {"merge_nice": 0})()
+    live.metrics = ServiceMetrics()
+    live.gauges = lambda: None
+    return live
+
+
+def test_unpublished_merge_names_the_committed_merge_after_a_later_one_failed_and_never_a_served_one():
+    """/info's unpublished_merge compared the store's last result with the view's: a merge committed but not served,
+    then a merge that failed (its error replacing the result), read as no merge pending while state.json named the
+    merged base; and a merge served while /info was read named the one served before it as pending."""
+    store = _MergingStore()
+    live = _writes_over(store)
+    live._merge()  # merge 1 commits; its snapshot is not served (a failed publish)
+    assert live.describe()["unpublished_merge"] == {"merges": 1, "last_merge": {"base": "base-000001",
+                                                                               "documents": 1}}
+    store.error = MemoryError("cannot allocate 64 MB")
+    live._merge()  # merge 2 fails before its commit: merge 1 is still done and not served
+    writes = live.describe()
+    assert writes["merges"] == 0 and "error" in writes["last_merge"]
+    assert writes["unpublished_merge"] == {"merges": 1, "last_merge": {"base": "base-000001", "documents": 1}}
+    store.error = None
+    store.publish()  # merge 1 served (the next write's snapshot)
+    assert live.describe()["unpublished_merge"] is None
+
+    def merged_and_served() -> None:  # the next merge commits and is served while /info is read
+        live._merge()
+        store.publish()
+
+    store.before_view = merged_and_served
+    writes = live.describe()  # merge 2 served before the view was read: nothing pending (merge 1 was named)
+    assert writes["merges"] == 2 and writes["unpublished_merge"] is None, writes
+    store.before_view, store.after_view = (lambda: None), merged_and_served
+    writes = live.describe()  # merge 3 committed after the view was read: pending as to that view, and named
+    assert writes["merges"] == 2, writes
+    assert writes["unpublished_merge"] == {"merges": 3, "last_merge": {"base": "base-000003", "documents": 3}}
+
+
 @pytest.mark.slow
 def test_a_merge_past_its_commit_point_whose_snapshot_cannot_be_served_is_not_failed(write_settings, monkeypatch):
     """state.json names the merged base: the merge is done even when the snapshot over it cannot be served. It was
