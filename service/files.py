@@ -30,6 +30,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 
 from spanseek.core.ids import new_id
+from spanseek.core.io import CorpusError, document_json
 from spanseek.indexer.chunking import ChunkOptions
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
@@ -51,13 +52,13 @@ from spanseek.service.routes import _errors
 from spanseek.service.schemas import FileWriteResponse
 from spanseek.service.writes import (
     held_id,
-    id_problem,
     live_of,
     path_text,
     query_texts,
     refuse,
     require_write_key,
     title_problem,
+    written_document,
 )
 
 router = APIRouter(tags=["documents"])
@@ -91,10 +92,14 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     if id_given and not doc_id.strip():  # (a name is never blank: it has a suffix)
         raise refuse("query", "id", "the id is blank; give one with a visible character, or leave id out (the "
                                     "file's name is its id)")
-    if (problem := id_problem(doc_id)) is not None:
-        raise refuse(*(("query", "id") if id_given else ("path", "name")), f"{doc_id!r}: {problem}")
-    doc_id = held_id(live.store.snapshot, doc_id)  # (a file's id is its name, in any spelling: as /documents/{id})
     opts = file_options(query_texts(request, meta, "meta"), max_tokens, overlap, min_tokens)
+    try:  # what the request gives of the document, checked as PUT /documents checks one, before the body is read
+        written_document({"id": doc_id, "paragraphs": [name], "meta": opts.extra_meta}, name,
+                         live.settings.max_title_chars)
+    except CorpusError as e:
+        raise refuse(*(("query", "meta") if e.field == "meta" else ("query", "id") if id_given else ("path", "name")),
+                     str(e)) from None
+    doc_id = held_id(live.store.snapshot, doc_id)  # (a file's id is its name, in any spelling: as /documents/{id})
     reader = live.file_reader
     try:
         declared = _declared_length(request)
@@ -135,7 +140,11 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, o
         raise refusal
     if (problem := title_problem(read.doc.title, live.settings.max_title_chars)) is not None:
         raise UnreadableFile(f"{name}: {problem}; give the file a shorter one")
-    doc = dataclasses.replace(read.doc, id=doc_id)
+    try:  # the document read, under its id, as PUT /documents takes one (its front matter's keys, say)
+        doc = written_document(document_json(dataclasses.replace(read.doc, id=doc_id)), name,
+                               live.settings.max_title_chars)
+    except CorpusError as e:
+        raise UnreadableFile(str(e)) from None
     try:
         written = await live.upsert([doc], only_new=only_new)
     except HeldDocuments as e:

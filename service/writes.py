@@ -169,22 +169,15 @@ def named_id(request: Request, doc_id: str, index: Any) -> str:
 
 def parse_documents(given: list[DocumentIn], index: Any, max_title_chars: int) -> list[Document]:
     """The corpus documents of a request, each under the id it names in ``index`` (``held_id``: NFC for a new one);
-    RequestValidationError (422) naming the document and field of the first one the corpus reader refuses, one with
-    no non-blank paragraph, a title over ``max_title_chars`` (``title_problem``), or an id given twice (in any
-    spelling)."""
+    RequestValidationError (422) naming the document and field of the first one ``written_document`` refuses, or an
+    id given twice (in any spelling)."""
     out: list[Document] = []
     seen: dict[str, int] = {}
     for i, d in enumerate(given):
-        if (problem := title_problem(d.title, max_title_chars)) is not None:
-            raise refuse_document(i, "title", problem)
         try:
-            doc = document_from_json(d.model_dump(exclude_none=True), f"document {i}")
+            doc = written_document(d.model_dump(exclude_none=True), f"document {i}", max_title_chars)
         except CorpusError as e:
             raise refuse_document(i, e.field or "paragraphs", str(e)) from None
-        if doc is None:
-            raise refuse_document(i, "paragraphs", f"document {i} ({d.id!r}) has no non-blank paragraph")
-        if (problem := id_problem(doc.id)) is not None:
-            raise refuse_document(i, "id", f"document {i}: 'id' {problem}")
         doc = dataclasses.replace(doc, id=held_id(index, doc.id))
         if doc.id in seen:
             other = given[seen[doc.id]].id
@@ -193,6 +186,27 @@ def parse_documents(given: list[DocumentIn], index: Any, max_title_chars: int) -
         seen[doc.id] = i
         out.append(doc)
     return out
+
+
+def written_document(obj: dict[str, Any], where: str, max_title_chars: int) -> Document:
+    """The corpus document of ``obj`` (the corpus format) as a write takes it, on every route that writes one
+    (``PUT /documents``, and ``PUT /files/{name}``'s request and the document read from its file): CorpusError
+    starting with ``where`` and naming the field for a title over ``max_title_chars``, anything the corpus reader
+    refuses (``core.io.document_from_json``), no non-blank paragraph, an id holding a line break or NUL
+    (``id_problem``), or a metadata key holding a NUL (no ``--meta`` flag can give one, nor a ``meta=`` be told
+    from a mistyped one)."""
+    title = obj.get("title", "")
+    if isinstance(title, str) and (problem := title_problem(title, max_title_chars)) is not None:
+        raise CorpusError(problem, "title")
+    doc = document_from_json(obj, where)
+    if doc is None:
+        raise CorpusError(f"{where} ({obj.get('id')!r}) has no non-blank paragraph", "paragraphs")
+    if (problem := id_problem(doc.id)) is not None:
+        raise CorpusError(f"{where}: 'id' {problem}", "id")
+    for field, metas in (("meta", [doc.meta]), ("passage_meta", doc.passage_meta)):
+        if (key := next((k for m in metas for k in m if "\x00" in k), None)) is not None:
+            raise CorpusError(f"{where}: its {field} key {key!r} holds a NUL; give keys without one", field)
+    return doc
 
 
 def title_problem(title: str, max_title_chars: int) -> str | None:

@@ -463,6 +463,26 @@ def test_an_id_given_blank_or_not_utf8_is_refused_naming_it(write_settings):
         assert r.status_code == 200 and r.json()["id"] == "caf\u00e9\ufffd", r.text  # (U+FFFD sent as UTF-8 is its own)
 
 
+def test_a_file_s_document_passes_the_checks_of_put_documents(write_settings):
+    """``?meta=%00=1`` wrote a metadata key holding a NUL, and metadata over 16 KiB given as ``meta=`` was blamed on
+    the file (422 unreadable_file, after reading it): the request's part of the document is checked as PUT /documents
+    checks a document (422 validation_error at query.meta, before the body is read), and the document read from the
+    file (its front matter's keys) too."""
+    with serving(create_app(write_settings())) as client:
+        r = client.put("/documents", headers=KEY, json={"id": "d", "paragraphs": ["x y z"], "meta": {"a\x00": "1"}})
+        assert r.status_code == 422 and r.json()["details"][0]["loc"] == ["body", "documents", "0", "meta"], r.text
+        assert "its meta key 'a\\x00' holds a NUL" in r.json()["details"][0]["msg"]
+        for query, says in (("meta=%00=1", "holds a NUL"), ("meta=k=" + "v" * 20_000, "over the limit of 16384")):
+            r = client.put(f"/files/a.txt?{query}", headers=KEY, content=b"In 1450 Gala built the bridge.")
+            assert r.status_code == 422 and r.json()["error"] == "validation_error", r.text
+            assert r.json()["details"][0]["loc"] == ["query", "meta"] and says in r.text, r.text
+        r = client.put("/files/b.md", headers=KEY, content=b'---\n"k\\0": 1\n---\nIn 1450 Gala built the bridge.\n')
+        assert r.status_code == 422 and r.json()["error"] == "unreadable_file" and "holds a NUL" in r.text, r.text
+        assert client.get("/info", headers=KEY).json()["service"]["writes"]["segment_documents"] == 0
+        r = client.put("/files/c.txt?meta=k=%C3%A9", headers=KEY, content=b"In 1450 Gala built the bridge.")
+        assert r.status_code == 200 and client.get("/documents/c.txt", headers=KEY).json()["meta"]["k"] == "\u00e9"
+
+
 def test_a_document_held_under_an_nfd_name_is_replaced_by_its_file(settings_for, nfd_index, tmp_path):
     """Written before names were made NFC, a document whose id is café.txt spelled NFD is still the one its file
     replaces, not left beside a new one."""
