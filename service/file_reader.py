@@ -247,7 +247,10 @@ class FileReader:
         tokenizer not loaded, it ended or hung while starting): the pool is replaced by one not yet started, so the
         next upload tries again."""
         try:
-            await asyncio.wait_for(asyncio.wrap_future(self._asked_pid(pool)), self.timeout_s + KILL_GRACE_S)
+            # shielded: an upload cancelled while it waits (its client gone) must not cancel the question, which
+            # the next upload waits on
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._asked_pid(pool))),
+                                   self.timeout_s + KILL_GRACE_S)
         except (BrokenProcessPool, ReaderNotStarted, OSError, TimeoutError) as e:
             why = (f"it did not start within {self.timeout_s + KILL_GRACE_S:g} s" if isinstance(e, TimeoutError)
                    else "it ended while starting; the server's log says why" if isinstance(e, BrokenProcessPool)

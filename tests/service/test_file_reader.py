@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import time
+from concurrent.futures import Future
 
 import pytest
 
@@ -412,3 +413,36 @@ def _zombie(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+class _PoolNotYetRunning:
+    """A pool whose work waits in its queue until the test answers it: the moment a worker is still starting."""
+
+    def __init__(self) -> None:
+        self.asked: list[Future] = []
+
+    def submit(self, fn, *args) -> Future:
+        self.asked.append(Future())
+        return self.asked[-1]
+
+
+def test_an_upload_cancelled_while_the_worker_starts_leaves_the_start_to_the_next_upload(tiny_config, monkeypatch):
+    """A request cancelled (its client gone) while it waited for the worker to start does not cancel the start's
+    question: the next upload waits for the same worker's answer and is served, not failed with CancelledError."""
+    pool = _PoolNotYetRunning()
+    monkeypatch.setattr(FileReader, "_start", lambda self: pool)
+    reader = FileReader(tiny_config, 0, 1)
+
+    async def cancelled_then_served() -> object:
+        first = asyncio.create_task(reader._started(reader._pool))
+        await asyncio.sleep(0.01)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        second = asyncio.create_task(reader._started(reader._pool))
+        await asyncio.sleep(0.01)
+        pool.asked[0].set_result(os.getpid())  # the worker, started, answers
+        return await second
+
+    assert asyncio.run(cancelled_then_served()) is pool
+    assert len(pool.asked) == 1  # asked once, answered once
