@@ -15,7 +15,13 @@ from pathlib import Path
 from spanseek.core.filters import FilterError
 from spanseek.core.options import add_options, from_args
 from spanseek.core.params import SearchFilter, SearchParams
-from spanseek.indexer.options import DEFAULT_READ_MEMORY, FOLLOW_LINKS_HELP, BuildOptions, EncodeOptions
+from spanseek.indexer.options import (
+    DEFAULT_READ_MEMORY,
+    DEFAULT_READ_TIMEOUT_S,
+    FOLLOW_LINKS_HELP,
+    BuildOptions,
+    EncodeOptions,
+)
 
 MODEL_HELP = ("model directory, or a bundled model: default (MiniLM-L6), base (MPNet-base, spanseek[base]) or "
               "default-2026-11 (the previous default)")
@@ -43,10 +49,11 @@ def _from_squad(args: argparse.Namespace) -> int:
 def _from_files(args: argparse.Namespace) -> int:
     from spanseek.indexer.chunking import ChunkOptions, backbone_token_counter, word_token_counter
     from spanseek.indexer.ingest import IngestOptions, from_files, parse_meta
-    from spanseek.indexer.read_process import ReadProcess, check_memory_cap
+    from spanseek.indexer.read_process import ReadProcess, check_memory_cap, check_time_limit
 
     extra = parse_meta(args.meta)
     check_memory_cap(args.read_memory_bytes, "--read-memory-bytes")
+    check_time_limit(args.read_timeout_s, "--read-timeout-s")
     config = None
     if args.tokenizer == "model":
         from spanseek.core.config import EncoderConfig
@@ -58,8 +65,8 @@ def _from_files(args: argparse.Namespace) -> int:
         chunk=ChunkOptions.of(args.max_tokens, args.overlap, args.min_tokens),
         id_field=args.id_field, extra_meta=extra, strict=args.strict, follow_links=args.follow_links,
     )
-    if args.read_memory_bytes:  # read in a process of their own, capped (as the service reads uploaded files)
-        with ReadProcess(config, args.read_memory_bytes) as reader:
+    if args.read_memory_bytes or args.read_timeout_s:  # in a process of their own, capped (as the service reads uploads)
+        with ReadProcess(config, args.read_memory_bytes, timeout_s=args.read_timeout_s) as reader:
             report = from_files(args.paths, args.out, word_token_counter, opts, not args.quiet, reader.read)
     else:
         count = word_token_counter if config is None else backbone_token_counter(config)
@@ -462,7 +469,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--read-memory-bytes", type=int, default=DEFAULT_READ_MEMORY, metavar="BYTES",
                    help="most memory the process that reads the files may take (Linux): a file that needs more is "
                         "skipped with a warning naming it, and the files after it are read (--strict: the command "
-                        "fails); 0 reads them in this process, without a limit (default: %(default)s)")
+                        "fails); 0: no limit (default: %(default)s)")
+    p.add_argument("--read-timeout-s", type=float, default=DEFAULT_READ_TIMEOUT_S, metavar="SECONDS",
+                   help="most CPU time the reading of one file may take (a hostile file, 32 MiB of Markdown table "
+                        "rows, takes some 20 minutes): a file that takes longer is skipped with a warning naming it, "
+                        "and the files after it are read (--strict: the command fails); 0: no limit. With this and "
+                        "--read-memory-bytes both 0 the files are read in this process (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_from_files)
 

@@ -88,5 +88,9 @@ def _check_count(name: str, value: object, least: int, note: str = "") -> None:
 # --read-memory-bytes` and the service's file_read_memory_bytes. A 30 MiB HTML page of 1.5M table cells took 5.9 GB
 # to read, refused after 52 s at this; the reading process itself holds some 110 MB.
 DEFAULT_READ_MEMORY = 2 << 30
+# the seconds a file may take to read: `corpus from-files --read-timeout-s` (CPU time of the reading process,
+# ``indexer.read_process.within_cpu``) and the service's file_read_timeout_s (the clock's). Markdown of table rows
+# reads at ~40 us of CPU a byte: 32 MiB of them held a corpus for some 20 minutes.
+DEFAULT_READ_TIMEOUT_S = 300.0
 FOLLOW_LINKS_HELP = ("also read the files that links in a folder lead to outside it (by default such a link is "
                      "skipped and named: one planted in a shared folder would read its target, ~/.ssh/id_rsa)")

@@ -1,7 +1,9 @@
 """Reading files in a process of their own whose memory is capped, so that a file whose reading needs more than the
-cap is refused, naming it, rather than the kernel's OOM killer ending a process (the command's, or the server's).
+cap is refused, naming it, rather than the kernel's OOM killer ending a process (the command's, or the server's);
+and, for ``corpus from-files``, whose CPU time for each file is capped, so that a hostile file (32 MiB of Markdown
+table rows: some 20 minutes) is skipped, naming it, rather than holding up the whole corpus.
 
-    spanseek corpus from-files DOCS/ --out corpus.jsonl --read-memory-bytes 2147483648
+    spanseek corpus from-files DOCS/ --out corpus.jsonl --read-memory-bytes 2147483648 --read-timeout-s 300
 
 Reading takes many times a file's size (a 30 MiB HTML page of 1.5M table cells took 5.9 GB). The reading process's
 data (heap and private mappings: RLIMIT_DATA, Linux) is capped (``cap_memory``); an allocation past the cap fails
@@ -11,14 +13,22 @@ for the process's first answer (so a start that fails is told apart from a file 
 reader of uploaded files (``service.file_reader``) and ``ReadProcess``, which ``corpus from-files`` reads its files
 with (one at a time; a file that ran out of memory, or that the process ended on, is skipped with that reason, the
 process replaced, and the files after it read by the new one).
+
+The time limit (``within_cpu``) counts the reading process's CPU time, not the clock's: a file is skipped for what it
+costs to read, whatever else the machine is doing, so the same files give the same corpus on a busy machine. A
+profiling timer (ITIMER_PROF) interrupts the reader between Python steps at the limit; a reader stuck inside one C
+call, which no signal handler reaches, is ended by the kernel ``CPU_KILL_GRACE_S`` later (RLIMIT_CPU), and its file
+skipped as one its reader stopped on.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import os
 import resource
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.io import Document
@@ -35,6 +46,10 @@ from spanseek.indexer.ingest import IngestOptions, read_document
 
 # the least memory cap (but 0: none): the reading process holds some 110 MB before it reads a file
 MIN_READ_MEMORY = 256 << 20
+# CPU seconds past its time limit after which the kernel ends a reading process whose reader the limit's signal did
+# not interrupt (stuck inside one C call)
+CPU_KILL_GRACE_S = 30
+T = TypeVar("T")
 
 _count: TokenCounter | None = None  # the reading process's counter: the model's tokenizer, or one token a word
 # why ``ReadProcess``'s process could not start (``start_reader``): raised by ``worker_counter`` for its first file
@@ -43,6 +58,15 @@ _start_error: Exception | None = None
 
 class ReadOutOfMemory(IngestError):
     """A file took more memory to read than the reading process is given: its reading process is replaced."""
+
+
+class ReadOutOfTime(IngestError):
+    """A file took more CPU time to read than the reading process gives a file: its reading process is replaced."""
+
+
+class _TimeUp(BaseException):
+    """Raised inside a reader when its CPU time is up (``within_cpu``): not an Exception, so that a reader's
+    ``except Exception``, which takes a library's error for a damaged file, does not take it for one."""
 
 
 def cap_memory(memory_bytes: int) -> None:
@@ -68,6 +92,13 @@ def check_memory_cap(memory_bytes: int, name: str) -> None:
     """ValueError naming ``name`` (the setting or flag) for a cap the reading process cannot start under."""
     if (problem := memory_cap_problem(memory_bytes)) is not None:
         raise ValueError(f"{name}: {problem}")
+
+
+def check_time_limit(seconds: float, name: str) -> None:
+    """ValueError naming ``name`` (the flag) for a time limit that is negative or not a number (0: none)."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{name}: {seconds:g} is no time limit; give the CPU seconds a file may take to read, more "
+                         "than 0, or 0 for no limit")
 
 
 def out_of_memory(name: str, who: str, setting: str) -> ReadOutOfMemory:
@@ -145,6 +176,50 @@ def _end_with_server(server_pid: int, every_s: float = 1.0) -> None:
     os._exit(0)
 
 
+def within_cpu(seconds: float, name: str, flag: str, read: Callable[[], T]) -> T:
+    """``read()``, given ``seconds`` of this process's CPU time (0: no limit); ReadOutOfTime naming the file ``name``
+    and ``flag`` when it takes more. Main thread only (signal handlers run there). The profiling timer's signal
+    interrupts ``read`` between Python steps; RLIMIT_CPU, ``CPU_KILL_GRACE_S`` later, ends this process (SIGXCPU's
+    default action, no core file) where that signal could not (a reader stuck inside one C call)."""
+    if not seconds:
+        return read()
+    fired = False
+
+    def time_up(signum: int, frame: object) -> None:
+        nonlocal fired
+        fired = True
+        raise _TimeUp
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    backstop = math.ceil(used.ru_utime + used.ru_stime + seconds + CPU_KILL_GRACE_S)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    resource.setrlimit(resource.RLIMIT_CPU, (backstop if hard == resource.RLIM_INFINITY else min(backstop, hard), hard))
+    previous = signal.signal(signal.SIGPROF, time_up)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        try:
+            result = read()
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)  # (a signal before this line ends here as _TimeUp: caught below)
+    except _TimeUp:
+        pass
+    finally:
+        signal.signal(signal.SIGPROF, previous)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    if fired:  # (also where a reader caught _TimeUp itself, and went on or gave up)
+        raise ReadOutOfTime(f"{name}: not read within {seconds:g} s of CPU time ({flag}); a damaged or hostile file, "
+                            "or one too large to read in that time: split it, or raise the limit")
+    return result
+
+
+def read_limited(seconds: float, read: Callable[[str, str, IngestOptions], Document | str], path: str, rel: str,
+                 opts: IngestOptions) -> Document | str:
+    """``read(path, rel, opts)`` in the reading process within ``seconds`` of its CPU time (``within_cpu``,
+    naming ``--read-timeout-s``)."""
+    return within_cpu(seconds, rel, "--read-timeout-s", lambda: read(path, rel, opts))
+
+
 def read_capped(path: str, rel: str, opts: IngestOptions) -> Document | str:
     """``read_document`` in the reading process (with its counter); ReadOutOfMemory naming ``rel`` and
     ``--read-memory-bytes`` when it runs past the cap."""
@@ -155,14 +230,15 @@ def read_capped(path: str, rel: str, opts: IngestOptions) -> Document | str:
 
 
 class ReadProcess:
-    """Reads files one at a time in a process of their own capped at ``memory_bytes`` (``start_worker``), as
-    ``ingest.iter_documents``'s ``read``: the document, or the reason a file is skipped: one whose reading ran out of
-    memory, or that the process ended on, is skipped and the process replaced for the next file. A context manager
-    (the process is stopped on leaving it); ``read``: the function the process runs (``read_capped``)."""
+    """Reads files one at a time in a process of their own capped at ``memory_bytes`` (``start_worker``) and at
+    ``timeout_s`` of CPU time a file (``within_cpu``; 0: no limit), as ``ingest.iter_documents``'s ``read``: the
+    document, or the reason a file is skipped: one whose reading ran out of memory or time, or that the process
+    ended on, is skipped and the process replaced for the next file. A context manager (the process is stopped on
+    leaving it); ``read``: the function the process runs (``read_capped``)."""
 
     def __init__(self, config: EncoderConfig | None, memory_bytes: int,
-                 read: Callable[[str, str, IngestOptions], Document | str] | None = None):
-        self.config, self.memory_bytes = config, memory_bytes
+                 read: Callable[[str, str, IngestOptions], Document | str] | None = None, timeout_s: float = 0.0):
+        self.config, self.memory_bytes, self.timeout_s = config, memory_bytes, timeout_s
         self.reader = read or read_capped
         self._pool: ProcessPoolExecutor | None = None
 
@@ -177,14 +253,18 @@ class ReadProcess:
         if self._pool is None:
             self._pool = self._start()
         try:
-            return self._pool.submit(self.reader, str(path), rel, opts).result()
-        except ReadOutOfMemory as e:  # its heap, grown to the cap and fragmented, would fail the next files
+            return self._pool.submit(read_limited, self.timeout_s, self.reader, str(path), rel, opts).result()
+        # its heap, grown to the cap and fragmented, would fail the next files; a reader stopped anywhere by its time
+        # limit may have left its libraries' state half changed
+        except (ReadOutOfMemory, ReadOutOfTime) as e:
             self._replace()
             return str(e).removeprefix(f"{rel}: ")
         except BrokenProcessPool:
             self._replace()
-            return (f"its reader stopped while reading it (a damaged file, or one too large to read within "
-                    f"--read-memory-bytes, {self.memory_bytes:,})")
+            limits = [f"--read-memory-bytes ({self.memory_bytes:,})"] if self.memory_bytes else []
+            limits += [f"--read-timeout-s ({self.timeout_s:g} s of CPU time)"] if self.timeout_s else []
+            within = f" within {' or '.join(limits)}" if limits else ""
+            return f"its reader stopped while reading it (a damaged file, or one too large to read{within})"
 
     def _replace(self) -> None:
         if self._pool is not None:

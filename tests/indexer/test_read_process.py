@@ -1,6 +1,6 @@
 """`corpus from-files` reads files in a process of their own whose memory is capped (``indexer.read_process``, as
-the service reads uploaded files): a file whose reading needs more is skipped naming it and the limit, and the files
-after it are read by a fresh process.
+the service reads uploaded files), and whose CPU time for each file is capped: a file whose reading needs more is
+skipped naming it and the limit, and the files after it are read by a fresh process.
 
     .venv/bin/python -m pytest -q tests/indexer/test_read_process.py
 """
@@ -8,7 +8,10 @@ after it are read by a fresh process.
 from __future__ import annotations
 
 import json
+import math
 import resource
+import signal
+import time
 
 import pytest
 
@@ -25,6 +28,21 @@ def _hungry_on_huge(path: str, rel: str, opts: IngestOptions):
             bytearray(600 << 20)
         except MemoryError:
             raise read_process.out_of_memory(rel, "from-files", "--read-memory-bytes") from None
+    return read_process.read_capped(path, rel, opts)
+
+
+def _spin(seconds: float) -> None:
+    """Busy for ``seconds`` of this process's CPU time."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def _slow_on_slow(path: str, rel: str, opts: IngestOptions):
+    """Reads as the reading process does, and on ``*slow.txt`` first spins for 30 s of CPU, as a reader of a hostile
+    file does (32 MiB of Markdown table rows: some 20 minutes). Run in the reading process."""
+    if rel.endswith("slow.txt"):
+        _spin(30)
     return read_process.read_capped(path, rel, opts)
 
 
@@ -68,10 +86,108 @@ def test_the_reading_process_is_capped_at_the_flag_and_zero_reads_here(three_fil
     with read_process.ReadProcess(None, 300 << 20, read=_data_limit) as reader:
         assert reader.read(three_files / "a.txt", "a.txt", IngestOptions()) == str(300 << 20)
     out = tmp_path / "c.jsonl"
-    monkeypatch.setattr(read_process, "ReadProcess", None)  # (0: not used)
+    monkeypatch.setattr(read_process, "ReadProcess", None)  # (both 0: not used)
     assert main(["corpus", "from-files", str(three_files), "--out", str(out), "--tokenizer", "words", "--quiet",
-                 "--read-memory-bytes", "0"]) == 0
+                 "--read-memory-bytes", "0", "--read-timeout-s", "0"]) == 0
     assert len(out.read_text().splitlines()) == 3
+
+
+class _Recorded:
+    """A ``ReadProcess`` that reads here, recording the limits it was given."""
+
+    given: list[tuple[int, float]] = []
+
+    def __init__(self, config, memory_bytes: int, read=None, timeout_s: float = 0.0):
+        self.given.append((memory_bytes, timeout_s))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def read(self, path, rel, opts):
+        from spanseek.indexer.chunking import word_token_counter
+        from spanseek.indexer.ingest import read_document
+
+        return read_document(path, rel, word_token_counter, opts)
+
+
+@pytest.mark.parametrize(("flags", "given"), [
+    ([], (2 << 30, 300.0)),  # the defaults: the service's file_read_memory_bytes and file_read_timeout_s
+    (["--read-memory-bytes", "0"], (0, 300.0)),  # a time limit alone still reads in a process of their own
+    (["--read-timeout-s", "0.5"], (2 << 30, 0.5)),
+])
+def test_the_reading_process_is_given_the_time_limit_of_the_flag(three_files, tmp_path, monkeypatch, flags, given):
+    from spanseek.service.settings import Settings
+
+    assert Settings.model_fields["file_read_timeout_s"].default == 300.0  # the same default as the service's
+    monkeypatch.setattr(_Recorded, "given", [])
+    monkeypatch.setattr(read_process, "ReadProcess", _Recorded)
+    out = tmp_path / "c.jsonl"
+    assert main(["corpus", "from-files", str(three_files), "--out", str(out), "--tokenizer", "words", "--quiet",
+                 *flags]) == 0
+    assert _Recorded.given == [given] and len(out.read_text().splitlines()) == 3
+
+
+def test_a_read_past_its_cpu_time_is_stopped_naming_the_file_and_the_limit():
+    """The profiling timer stops a reader between Python steps, even one that takes any Exception for a damaged
+    file; the signal's handler and the process's CPU limit are as they were after it, and a read within its time
+    gives its result under a kernel limit the limit's grace past it."""
+    def swallowing() -> str:
+        try:
+            _spin(5)
+        except Exception:  # what a reader does that takes a library's error for a damaged file
+            return "damaged"
+        return "read"
+
+    before = signal.getsignal(signal.SIGPROF), resource.getrlimit(resource.RLIMIT_CPU)
+    t0 = time.process_time()
+    with pytest.raises(read_process.ReadOutOfTime) as e:
+        read_process.within_cpu(0.2, "docs/rows.md", "--read-timeout-s", swallowing)
+    assert time.process_time() - t0 < 2
+    assert str(e.value) == ("docs/rows.md: not read within 0.2 s of CPU time (--read-timeout-s); a damaged or hostile "
+                            "file, or one too large to read in that time: split it, or raise the limit")
+    assert (signal.getsignal(signal.SIGPROF), resource.getrlimit(resource.RLIMIT_CPU)) == before
+
+    def limits() -> tuple[float, int]:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        return used.ru_utime + used.ru_stime, resource.getrlimit(resource.RLIMIT_CPU)[0]
+
+    used, kernel = read_process.within_cpu(60, "a.txt", "--read-timeout-s", limits)
+    assert math.ceil(used + 60 + read_process.CPU_KILL_GRACE_S) - 1 <= kernel <= math.ceil(
+        used + 60 + read_process.CPU_KILL_GRACE_S)
+    assert read_process.within_cpu(0, "a.txt", "--read-timeout-s", limits)[1] == before[1][0]  # 0: no limit
+
+
+@pytest.mark.slow  # (two reading processes started: 3-4 s)
+def test_a_file_that_takes_past_the_time_limit_is_skipped_naming_it_and_the_rest_are_read(
+        three_files, tmp_path, monkeypatch, capsys, caplog):
+    (three_files / "b-huge.txt").rename(three_files / "b-slow.txt")
+    monkeypatch.setattr(read_process, "read_capped", _slow_on_slow)
+    out = tmp_path / "c.jsonl"
+    argv = ["corpus", "from-files", str(three_files), "--out", str(out), "--tokenizer", "words", "--quiet",
+            "--read-timeout-s", "0.5"]
+    with caplog.at_level("WARNING"):
+        assert main(argv) == 0
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["a.txt", "c.txt"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning == (f"skipped {three_files / 'b-slow.txt'}: not read within 0.5 s of CPU time (--read-timeout-s); "
+                       "a damaged or hostile file, or one too large to read in that time: split it, or raise the limit")
+    assert main([*argv, "--strict"]) == 2  # strict: the command fails, on one line naming the file
+    err = capsys.readouterr().err
+    assert err.endswith(f"spanseek corpus from-files: error: {three_files / 'b-slow.txt'}: not read within 0.5 s of "
+                        "CPU time (--read-timeout-s); a damaged or hostile file, or one too large to read in that time: "
+                        "split it, or raise the limit\n")
+
+
+@pytest.mark.parametrize("given", ["-1", "nan", "inf"])
+def test_a_time_limit_that_is_none_is_refused_naming_the_flag(three_files, tmp_path, capsys, given):
+    assert main(["corpus", "from-files", str(three_files), "--out", str(tmp_path / "c.jsonl"), "--tokenizer", "words",
+                 "--read-timeout-s", given]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"spanseek corpus from-files: error: --read-timeout-s: {float(given):g} is no time limit; give the "
+                   "CPU seconds a file may take to read, more than 0, or 0 for no limit\n")
 
 
 @pytest.mark.parametrize("given", ["1000", "-1"])
