@@ -1,6 +1,7 @@
-"""Markdown -> HTML for ``indexer.markup`` (which reads the HTML): markdown-it-py (CommonMark and tables), made to
-render blocks nested past its limit (``render_markdown``), to scan link labels in linear time (``_link_label``) and
-to bound the empty cells a file's tables are filled with (``_table``).
+"""Markdown -> markdown-it's tokens (or HTML) for ``indexer.markup`` (which reads them as HTML): markdown-it-py
+(CommonMark and tables), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
+link labels in linear time (``_link_label``) and to bound the empty cells a file's tables are filled with
+(``_table``).
 
     spanseek corpus from-files notes.md --out corpus.jsonl
 """
@@ -11,7 +12,7 @@ import functools
 import html
 import re
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from spanseek.indexer.extracted import IngestError, Unreadable
@@ -124,7 +125,15 @@ def _join(jumps: dict[int, tuple[int, int, int]], run: list[tuple[int, tuple[int
 
 
 def render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS, counts: dict[str, Any] | None = None) -> str:
-    """``body`` rendered to HTML by ``md``. markdown-it does not parse inside a block nested past its ``maxNesting``
+    """``body`` rendered to HTML by ``md``: its ``markdown_parts``, the token runs rendered."""
+    return "".join(part if isinstance(part, str) else md.renderer.render(part, md.options, {})
+                   for part in markdown_parts(md, body, rounds, counts))
+
+
+def markdown_parts(md: Any, body: str, rounds: int = _DEEP_ROUNDS,
+                   counts: dict[str, Any] | None = None) -> Iterator[list[Any] | str]:
+    """``body`` parsed by ``md``, in the order it reads: runs of markdown-it's block tokens, and HTML in their place
+    where a block nests past the limit. markdown-it does not parse inside a block nested past its ``maxNesting``
     and skips that block's lines, for a list item the rest of the file: such a block's lines are rendered again in
     its place with their indentation and quote markers removed (a list nested 60 deep reads as a flat list), and
     after ``rounds`` such readings as lines of text. Inside quotes only, each line loses only the markers of the
@@ -137,7 +146,7 @@ def render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS, counts: dict
     if _FILLED in env:
         counts[_FILLED] = env[_FILLED]
     lines = body.split("\n")
-    parts, done = [], 0
+    done = 0
     opened: list[str] = []  # the blocks open at each token, outermost first
     for i, token in enumerate(tokens[:-1]):
         if token.nesting == 1:
@@ -154,10 +163,10 @@ def render_markdown(md: Any, body: str, rounds: int = _DEEP_ROUNDS, counts: dict
             # it would nest past the limit in the same place, so it skips to the first reading that differs, with
             # fewer markers removed: as lines of text (each such reading took a parse: 60 us a character)
             again = "\n".join(skipped) == body
-            parts.append(md.renderer.render(tokens[done : i + 1], md.options, env))
-            parts.append(render_markdown(md, "\n".join(skipped), 1 if again else rounds - 1, counts)
-                         if rounds > 0 and not (again and prefix is _NESTED_PREFIX) else
-                         "".join(f"<p>{html.escape(line)}</p>" for line in skipped if line.strip()))
+            yield tokens[done : i + 1]
+            if rounds > 0 and not (again and prefix is _NESTED_PREFIX):
+                yield from markdown_parts(md, "\n".join(skipped), 1 if again else rounds - 1, counts)
+            else:
+                yield "".join(f"<p>{html.escape(line)}</p>" for line in skipped if line.strip())
             done = i + 1
-    parts.append(md.renderer.render(tokens[done:], md.options, env))
-    return "".join(parts)
+    yield tokens[done:]

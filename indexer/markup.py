@@ -1,7 +1,8 @@
 """Markdown and HTML -> paragraphs with their sections, for ``indexer.ingest`` (which documents the rules users see).
 
-Markdown is rendered to HTML (``indexer.markdown_render``: markdown-it-py, CommonMark and tables) and read like an
-HTML page without main-content extraction (``_HTMLText``); an HTML page is reduced to its main content by trafilatura
+Markdown is parsed by markdown-it-py (``indexer.markdown_render``: CommonMark and tables) and its tokens read as the
+HTML they render to would be, like an HTML page without main-content extraction (``_HTMLText``, ``_read_parts``);
+an HTML page is reduced to its main content by trafilatura
 (``_main_content``), or read the same way when trafilatura finds none. Either way a table row is one paragraph whose
 cells are named by the header row, a code block one paragraph of its lines, and each paragraph has its heading path
 (``Sections``).
@@ -28,7 +29,7 @@ from spanseek.indexer.extracted import (
     stacked_names,
 )
 from spanseek.indexer.front_matter import front_matter
-from spanseek.indexer.markdown_render import markdown_parser, render_markdown
+from spanseek.indexer.markdown_render import markdown_parser, markdown_parts, render_markdown
 
 # Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
 # asides and footer (boilerplate, as trafilatura drops it, where its main content is not read)
@@ -678,13 +679,80 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
     return main.extracted(parser.title or parser.first_h1, meta, title_heading=parser.first_h1)
 
 
+def _read_parts(parser: _HTMLText, parts: Iterator[list[Any] | str]) -> bool:
+    """Reads Markdown's ``markdown_parts`` into ``parser`` as it reads their HTML (markdown-it's renderer's, tag for
+    tag, text for text, its line breaks too), but from the tokens: rendering them and parsing the HTML again took
+    over half a file's time (Markdown table rows: 2.4 s of 5.4 s for 100 KB). HTML written in the file (its
+    ``html_block`` and ``html_inline`` tokens) is fed to ``parser``; False, at once, where such HTML leaves the
+    parser inside a construct that goes on past it (a tag not closed, a <script>'s text): the HTML after it would
+    read otherwise than the tokens' events, so the file is read from its HTML instead."""
+    def tag(tokens: list[Any], i: int) -> None:  # (markdown-it's ``renderToken``)
+        token = tokens[i]
+        if token.hidden:
+            return
+        if token.block and token.nesting != -1 and i and tokens[i - 1].hidden:
+            parser.handle_data("\n")
+        if token.nesting == -1:
+            parser.handle_endtag(token.tag)
+        else:
+            parser.handle_starttag(token.tag, [(name, str(value)) for name, value in token.attrs.items()])
+            if token.nesting == 0:  # <hr />, <br />: a start and an end
+                parser.handle_endtag(token.tag)
+        after = i + 1 < len(tokens) and tokens[i + 1]
+        if token.block and not (token.nesting == 1 and after and (
+                after.type == "inline" or after.hidden or (after.nesting == -1 and after.tag == token.tag))):
+            parser.handle_data("\n")
+
+    def html(text: str) -> bool:
+        parser.feed(text)
+        return not parser.rawdata and parser.cdata_elem is None
+
+    def read(tokens: list[Any]) -> bool:
+        for i, token in enumerate(tokens):
+            kind = token.type
+            if kind == "inline":
+                if not read(token.children or []):
+                    return False
+            elif kind in ("text", "code_inline"):
+                if kind == "code_inline":
+                    parser.handle_starttag("code", [])
+                parser.handle_data(token.content)
+                if kind == "code_inline":
+                    parser.handle_endtag("code")
+            elif kind == "softbreak":
+                parser.handle_data("\n")
+            elif kind == "hardbreak":
+                parser.handle_starttag("br", [])
+                parser.handle_endtag("br")
+                parser.handle_data("\n")
+            elif kind in ("fence", "code_block"):
+                parser.handle_starttag("pre", [])
+                parser.handle_starttag("code", [])
+                parser.handle_data(token.content)
+                parser.handle_endtag("code")
+                parser.handle_endtag("pre")
+                parser.handle_data("\n")
+            elif kind in ("html_block", "html_inline"):
+                if not html(token.content):
+                    return False
+            elif kind == "image":
+                parser.handle_starttag("img", [])
+            else:
+                tag(tokens, i)
+        return True
+
+    return all(html(part) if isinstance(part, str) else read(part) for part in parts)
+
+
 def extract_markdown(source: str, where: str = "<markdown>") -> Extracted:
-    """Front matter as metadata; the body rendered to HTML (CommonMark + tables) and read as HTML, so the title
+    """Front matter as metadata; the body parsed (CommonMark + tables) and read as its HTML (``_read_parts``), so the title
     is front matter's ``title`` or the first heading of any level, and paragraphs have their heading path."""
     md = markdown_parser(where)
     meta, title, body, written = front_matter(LINE_END.sub("\n", source), where)
     parser = _HTMLText()
-    parser.feed(render_markdown(md, body))
+    if not _read_parts(parser, markdown_parts(md, body)):  # HTML that reads across its tokens: rendered, read whole
+        parser = _HTMLText()
+        parser.feed(render_markdown(md, body))
     parser.close()
     # the first heading is the title unless front matter gives another (then its words are a section's)
     heading = parser.first_heading if title is None or title == parser.first_heading else None
