@@ -267,8 +267,10 @@ class ReadProcess:
             return f"its reader stopped while reading it (a damaged file, or one too large to read{within})"
 
     def _replace(self) -> None:
+        # waited for: its process has answered (or ended), so this is at once; a pool left to stop on its own
+        # raised "Bad file descriptor" from concurrent.futures' exit hook when the command ended
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     def __enter__(self) -> ReadProcess:

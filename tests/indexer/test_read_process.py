@@ -214,3 +214,19 @@ def test_a_tokenizer_the_reading_process_cannot_load_fails_the_command_on_one_li
     assert err == ("spanseek corpus from-files: error: backbone 'package:no-such-backbone': package 'no_such_backbone' "
                    "is not installed (pip install no_such_backbone)\n")
     assert not out.exists()
+
+
+
+@pytest.mark.slow  # (a reading process started: 2-4 s)
+def test_a_replaced_reading_process_is_stopped_before_the_next_file(three_files):
+    """A reading process replaced (here for a file past its time) was left to stop on its own: its pool's thread
+    ran on, and at the command's exit concurrent.futures' hook could race it ("Bad file descriptor" traceback after
+    the summary). It is stopped before the next file is read."""
+    import threading
+
+    (three_files / "b-huge.txt").rename(three_files / "b-slow.txt")
+    before = set(threading.enumerate())
+    with read_process.ReadProcess(None, 0, read=_slow_on_slow, timeout_s=0.2) as reader:
+        why = reader.read(three_files / "b-slow.txt", "b-slow.txt", IngestOptions())
+        assert why.startswith("not read within 0.2 s of CPU time (--read-timeout-s)")
+        assert set(threading.enumerate()) <= before  # (the pool's thread, stopped)
