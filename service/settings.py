@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from spanseek.core.keys import key_given, key_level, key_problem, read_key_file
+from spanseek.indexer.options import DEFAULT_READ_MEMORY, DEFAULT_READ_TIMEOUT_S
 from spanseek.indexer.read_process import memory_cap_problem
 from spanseek.service.schemas import MAX_QUERIES
 
@@ -344,13 +345,13 @@ class Settings(BaseSettings):
                                                        "above)")
     # A file the reader takes longer than this over (a reader stuck on a hostile or damaged file) is refused (422)
     # and its reader replaced: a hung reader held its upload slot for good, and with every slot held, all uploads.
-    file_read_timeout_s: float = Field(300.0, gt=0, description="seconds an uploaded file may take to read (422 "
+    file_read_timeout_s: float = Field(DEFAULT_READ_TIMEOUT_S, gt=0, description="seconds an uploaded file may take to read (422 "
                                                                 "above; the reader process is replaced)")
     # The memory the process that reads uploaded files may take (its data: heap and private mappings; Linux), so that
     # a file taking much of it to read is refused (413) rather than bringing in the kernel's OOM killer, which may pick
     # the server. Reading takes many times a file's size (a 30 MiB HTML page of 1.5M table cells took 5.9 GB, refused
     # after 52 s at the default); the process itself holds some 110 MB. 0 = no limit.
-    file_read_memory_bytes: int = Field(2 << 30, ge=0, description="most memory the process that reads uploaded "
+    file_read_memory_bytes: int = Field(DEFAULT_READ_MEMORY, ge=0, description="most memory the process that reads uploaded "
                                                                    "files may take (413 for a file that needs more; "
                                                                    "the process is replaced; 0 = no limit)")
     # What a file's reading may leave the reading process holding, above what it held before its first file: its

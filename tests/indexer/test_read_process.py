@@ -119,9 +119,6 @@ class _Recorded:
     (["--read-timeout-s", "0.5"], (2 << 30, 0.5)),
 ])
 def test_the_reading_process_is_given_the_time_limit_of_the_flag(three_files, tmp_path, monkeypatch, flags, given):
-    from spanseek.service.settings import Settings
-
-    assert Settings.model_fields["file_read_timeout_s"].default == 300.0  # the same default as the service's
     monkeypatch.setattr(_Recorded, "given", [])
     monkeypatch.setattr(read_process, "ReadProcess", _Recorded)
     out = tmp_path / "c.jsonl"
