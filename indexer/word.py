@@ -576,6 +576,6 @@ def extract_docx(path: Path) -> Extracted:
     try:
         words.blocks(document.element.body)
         title = " ".join((document.core_properties.title or "").split()) or words.title or words.first_heading
-    except Exception as e:  # XML that breaks Word's schema (a cell spanning "abc" columns): python-docx raises many types
+    except Exception as e:  # XML past Word's schema where python-docx reads it (notes, properties): it raises many types
         raise Unreadable(f"not a readable Word (.docx) file: its XML breaks Word's rules ({error_text(e)})") from None
     return words.sections.extracted(title, {})
