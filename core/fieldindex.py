@@ -27,6 +27,7 @@ date range over a field without dates, ``"2024"`` over numbers), raises FilterEr
 from __future__ import annotations
 
 import bisect
+import functools
 import io
 import json
 from collections.abc import Iterable, Mapping
@@ -52,6 +53,7 @@ from spanseek.core.filters import (
     kind_of,
     parse_date,
 )
+from spanseek.core.ids import respellings
 
 FIELDS = "doc_fields.npz"
 FORMAT = 1
@@ -157,6 +159,13 @@ class FieldIndex:
     def __init__(self, ids: list[str], titles: list[str], title_order: np.ndarray, fields: dict[str, Field]):
         self.ids, self.titles, self.title_order, self.fields = ids, titles, title_order, fields
         self.number_of = {doc_id: d for d, doc_id in enumerate(ids)}  # the last document of a repeated id
+
+    @functools.cached_property
+    def respelled(self) -> dict[str, list[str]]:
+        """The ids not spelled composed (NFC), by their composed spelling (``core.ids.respellings``), made at the
+        first lookup by id that needs it: where ``core.ids.held_id`` finds a document held under a third spelling
+        of the id given."""
+        return respellings(self.ids)
 
     @property
     def documents(self) -> int:

@@ -5,13 +5,17 @@ the service write it) and decomposed (NFD: how macOS's HFS+ spells a file's name
 an id is looked up: the HTTP routes (``service.writes``, a filter's ``doc_ids``), ``SearchFilter(doc_ids=...)`` built
 in Python, ``spanseek index delete --ids``, ``index add`` and ``index upsert`` (a corpus naming a held document in the other
 spelling repeats its id, or replaces it under the spelling held) and ``spanseek sync``; new documents are written
-under the composed one by the service and sync.
+under the composed one by the service and sync. A document held under a third spelling (an accent's marks in an order
+neither form keeps: "ẹ" + U+0302 for the "ệ" of "việt", from an index built before ids were made composed) is found by
+any spelling of the same composed form where a document is looked up by id (``held_id`` with ``respellings`` of the
+ids held: the HTTP routes' ``/documents/{id}`` and writes, ``index delete --ids``, ``index add`` and ``index upsert``);
+a filter's ``doc_ids`` matches only the three spellings above.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 
 def id_spellings(doc_id: str) -> tuple[str, ...]:
@@ -26,12 +30,34 @@ def new_id(doc_id: str) -> str:
     return unicodedata.normalize("NFC", doc_id)
 
 
-def held_id(doc_id: str, held: Callable[[str], bool]) -> str:
-    """The id ``doc_id`` names, where ``held(id)`` says whether a live document holds ``id``: the first of its
-    spellings (``id_spellings``) that one holds, so a document stored under another spelling (an index built before
-    ids were made NFC, a file named on a Mac) is the one read, replaced or deleted; else ``new_id``, the spelling a
-    new document takes."""
+def respellings(ids: Iterable[str]) -> dict[str, list[str]]:
+    """The ids among ``ids`` not spelled composed, by their composed spelling (NFC), each once and in order: where
+    ``held_id`` finds a document held under a spelling that is neither the one given, composed nor decomposed.
+    Made once for many lookups (one pass, ASCII ids skipped at once); small, as most ids are composed."""
+    out: dict[str, list[str]] = {}
+    for i in ids:
+        if not i.isascii() and not unicodedata.is_normalized("NFC", i):
+            same = out.setdefault(new_id(i), [])
+            if i not in same:
+                same.append(i)
+    return out
+
+
+def held_id(doc_id: str, held: Callable[[str], bool], respelled: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The id ``doc_id`` names, where ``held(id)`` says whether a live document holds ``id`` and ``respelled`` is
+    ``respellings`` of the ids held (None: no document is held under a third spelling): the first of its spellings
+    (``id_spellings``), then of the held ids with its composed spelling, that one holds, so a document stored under
+    another spelling (an index built before ids were made NFC, a file named on a Mac) is the one read, replaced or
+    deleted; else ``new_id``, the spelling a new document takes."""
     forms = id_spellings(doc_id)
-    if len(forms) == 1:  # (an ASCII id, most of them: no lookup)
+    composed = new_id(doc_id)
+    others = () if respelled is None else respelled.get(composed, ())
+    if len(forms) == 1 and not others:  # (an ASCII id, most of them: no lookup)
         return doc_id
-    return next((s for s in forms if held(s)), new_id(doc_id))
+    return next((s for s in (*forms, *others) if held(s)), composed)
+
+
+def held_in(ids: Collection[str]) -> Callable[[str], str]:
+    """``held_id`` over a collection of the live ids (its ``respellings`` made once): the id each id given names."""
+    respelled = respellings(ids)
+    return lambda doc_id: held_id(doc_id, ids.__contains__, respelled)

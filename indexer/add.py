@@ -36,7 +36,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ import numpy as np
 from spanseek.core import integrity, phrase_index
 from spanseek.core.encoding import pick_device
 from spanseek.core.fine_store import FINE_CODES, FINE_KEPT, open_fine_store
-from spanseek.core.ids import held_id, new_id
+from spanseek.core.ids import held_in, new_id
 from spanseek.core.io import (
     CorpusError,
     Document,
@@ -298,20 +298,6 @@ def _same_document(doc: Document, record: dict[str, Any], passages: list[tuple[s
             and [(text, doc.paragraph_meta(i)) for i, text in enumerate(doc.paragraphs)] == passages)
 
 
-def _held_spelling(live: dict[str, int]) -> Callable[[str], str]:
-    """The id that a corpus document's id names among the index's ``live`` ids: ``core.ids.held_id`` (as given,
-    composed, decomposed), else a live id of the same composed spelling (an accent held in an order that is neither:
-    "ẹ" + U+0302 where the corpus gives "ệ"), which the encoding's check of held ids takes as one id with it; else
-    the spelling a new document takes."""
-    composed = {new_id(i): i for i in live}
-
-    def held(doc_id: str) -> str:
-        spelled = held_id(doc_id, live.__contains__)
-        return spelled if spelled in live else composed.get(new_id(doc_id), spelled)
-
-    return held
-
-
 def _all_held(corpus: Path, index_dir: Path, live: dict[str, int]) -> CorpusError | None:
     """The refusal of an add whose every document the index already holds (the add ran before: one stopped after
     its commit point is complete), which says so rather than naming the first held id; None otherwise."""
@@ -319,7 +305,7 @@ def _all_held(corpus: Path, index_dir: Path, live: dict[str, int]) -> CorpusErro
         ids = [doc.id for doc in read_corpus(corpus)]
     except CorpusError:
         return None
-    held = _held_spelling(live)
+    held = held_in(live)
     if not ids or not all(held(i) in live for i in ids):
         return None
     return CorpusError(f"every document of {corpus} ({len(ids)}) is already in the index {index_dir}, as after an add "
@@ -338,7 +324,7 @@ def _plan_upsert(index_dir: Path, corpus: Path, live: dict[str, int]) -> tuple[l
         passages.setdefault(p["doc"], []).append((p["text"], p.get("meta", {})))
     records = phrase_index.read_jsonl(index_dir / phrase_index.DOCS)
     new, replaced, unchanged = [], [], 0
-    held_spelling = _held_spelling(live)
+    held_spelling = held_in(live)
     for doc in unique_ids(read_corpus(corpus), corpus):
         held = held_spelling(doc.id)
         row = live.get(held)

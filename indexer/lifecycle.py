@@ -34,7 +34,7 @@ import numpy as np
 
 from spanseek.core import phrase_index
 from spanseek.core.fine_store import FINE_KEPT
-from spanseek.core.ids import held_id
+from spanseek.core.ids import held_in
 from spanseek.core.io import naming, new_memmap, read_lines
 from spanseek.core.lexical import analyzer_of
 from spanseek.core.stopping import checkpoint
@@ -72,8 +72,9 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str], live_dir: str | 
         raise ValueError("no document ids to delete (give --ids and/or --ids-file)")
     with stopped_cleanly(f"the delete from {index_dir}"), locked_index(index_dir, "delete", live_dir) as old:
         _, deleted, live = live_rows(index_dir)
-        # each id in the spelling a live document holds it in (core.ids.held_id: NFC or NFD), as the service finds it
-        named = {i: held_id(i, live.__contains__) for i in ids}
+        # each id in the spelling a live document holds it in (core.ids.held_id: as given, NFC, NFD or another of the
+        # same NFC), as the service finds it
+        named = dict(zip(ids, map(held_in(live), ids), strict=True))
         rows = list(dict.fromkeys(live[named[i]] for i in ids if named[i] in live))
         if rows:
             write_npy(staged(index_dir, phrase_index.DELETED), np.union1d(deleted, rows).astype(np.int64))

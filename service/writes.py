@@ -154,8 +154,8 @@ def query_texts(request: Request, values: list[str], field: str) -> list[str]:
 
 def held_id(index: Any, doc_id: str) -> str:
     """The id ``doc_id`` names in ``index`` (``core.ids.held_id``: the first of its spellings a live document
-    holds, else the NFC one a new document is written under)."""
-    return spelling_held(doc_id, lambda spelling: live_row(index, spelling) is not None)
+    holds, or a held id of the same NFC spelling, else the NFC one a new document is written under)."""
+    return spelling_held(doc_id, lambda spelling: live_row(index, spelling) is not None, index.fields.respelled)
 
 
 def named_id(request: Request, doc_id: str, index: Any) -> str:

@@ -273,19 +273,33 @@ async def occupy(batcher: MicroBatcher, encoder: CountingEncoder, until) -> asyn
 NFC_ID, NFD_ID = "caf\u00e9.txt", "cafe\u0301.txt"  # one id typed on Linux and on a Mac (HFS+ decomposes)
 
 
-@pytest.fixture(scope="session")
-def nfd_index(tmp_path_factory, tiny_model_dir) -> Path:
-    """The tiny corpus plus a document held under the NFD spelling of café.txt, as an index built before ids were made
-    NFC holds it (written by a sync of the folder ``docs``: ``spanseek.sync``'s metadata, an outdated digest)."""
+# "việt.txt" held with "ẹ" + U+0302: neither composed (NFC: "ệ") nor decomposed (NFD: "e" + U+0323 + U+0302)
+THIRD_ID, THIRD_NFC, THIRD_NFD = "vi\u1eb9\u0302t.txt", "vi\u1ec7t.txt", "vie\u0323\u0302t.txt"
+
+
+def _index_holding(root: Path, tiny_model_dir: Path, doc_id: str) -> Path:
+    """The tiny corpus plus a document held under ``doc_id``, as an index built before ids were made NFC holds it
+    (written by a sync of the folder ``docs``: ``spanseek.sync``'s metadata, an outdated digest)."""
     import json
 
     from spanseek.indexer.build import BuildOptions, build_index
     from tests.conftest import make_corpus
 
-    root = tmp_path_factory.mktemp("nfd")
-    docs = [*make_corpus(), {"id": NFD_ID, "title": "Café", "paragraphs": ["In 1450 Gala built the harbour bridge."],
-                                 "meta": {"synced_from": "docs", "sha256": "0" * 64}}]
+    docs = [*make_corpus(), {"id": doc_id, "title": "Café", "paragraphs": ["In 1450 Gala built the harbour bridge."],
+                             "meta": {"synced_from": "docs", "sha256": "0" * 64}}]
     (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
     build_index(root / "corpus.jsonl", tiny_model_dir, root / "index",
                 BuildOptions(shard_passages=7, progress=False, precision="fp32"))
     return root / "index"
+
+
+@pytest.fixture(scope="session")
+def nfd_index(tmp_path_factory, tiny_model_dir) -> Path:
+    """The tiny corpus plus a document held under the NFD spelling of café.txt (``_index_holding``)."""
+    return _index_holding(tmp_path_factory.mktemp("nfd"), tiny_model_dir, NFD_ID)
+
+
+@pytest.fixture(scope="session")
+def third_spelling_index(tmp_path_factory, tiny_model_dir) -> Path:
+    """The tiny corpus plus a document held under ``THIRD_ID``, a spelling of "việt.txt" neither NFC nor NFD."""
+    return _index_holding(tmp_path_factory.mktemp("third"), tiny_model_dir, THIRD_ID)

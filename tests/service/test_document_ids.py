@@ -13,7 +13,7 @@ import pytest
 
 from spanseek.client import APIError, Client
 from spanseek.service.app import create_app
-from tests.service.conftest import NFC_ID, NFD_ID, serving
+from tests.service.conftest import NFC_ID, NFD_ID, THIRD_ID, THIRD_NFC, THIRD_NFD, serving
 from tests.service.test_writes import KEY
 
 TEXT = "In 1460 Hugo built the island church."
@@ -151,25 +151,52 @@ def test_a_python_filter_finds_and_matches_a_document_in_either_spelling(nfd_ind
         assert flt.doc_ids == (given, "d1") and flt.to_json()["doc_ids"] == [given, "d1"]  # kept as given
 
 
-@pytest.mark.parametrize("given", [NFC_ID, NFD_ID])
-def test_index_delete_takes_an_id_in_either_spelling(nfd_index, tmp_path, given):
+@pytest.mark.parametrize(("held", "given"), [("nfd_index", NFC_ID), ("nfd_index", NFD_ID),
+                                             ("third_spelling_index", THIRD_NFC), ("third_spelling_index", THIRD_NFD)])
+def test_index_delete_takes_an_id_in_any_spelling(request, tmp_path, held, given):
     """``spanseek index delete --ids`` deletes the document the index holds as NFD when given its NFC spelling, as
-    DELETE /documents/{id} does; an id held in no spelling is listed as not found, as given. Before, only the
-    spelling held matched."""
+    DELETE /documents/{id} does, and one held as "ẹ" + U+0302 (neither NFC nor NFD, the one ``index upsert``
+    replaces) given "việt.txt" in either; an id held in no spelling is listed as not found, as given. Before, only
+    the spelling held matched, then only the id as given, its NFC and its NFD ("not found" for the third)."""
     import shutil
 
     from spanseek.cli import main
+    from spanseek.indexer.lifecycle import counts, delete_documents
 
+    built = request.getfixturevalue(held)
     index = tmp_path / "index"
-    shutil.copytree(nfd_index, index)
-    from spanseek.indexer.lifecycle import delete_documents
-
+    shutil.copytree(built, index)
     done = delete_documents(index, [given, "nai\u0308ve.txt"])
     assert done["deleted"] == 1 and done["not_found"] == ["nai\u0308ve.txt"], done
     shutil.rmtree(index)
-    shutil.copytree(nfd_index, index)
+    shutil.copytree(built, index)
     assert main(["index", "delete", "--index", str(index), "--ids", given]) in (0, None)
-    from spanseek.indexer.lifecycle import counts
-
     assert counts(index)["deleted_documents"] == 1
+
+
+@pytest.mark.parametrize("writes", [True, False])
+def test_a_document_held_under_a_third_spelling_is_read_replaced_and_deleted_by_any_spelling(
+        settings_for, third_spelling_index, tmp_path, writes):
+    """An index holding "việt.txt" as "ẹ" + U+0302 (neither NFC nor NFD): GET, PUT and DELETE /documents/{id} name
+    it in any spelling of the same NFC, and a write keeps the spelling held. Before, only the id as given, its NFC
+    and its NFD were tried: GET "việt.txt" was a 404, DELETE a 404, and PUT wrote a second document beside it."""
+    settings = settings_for(index=third_spelling_index, writes=writes, api_key="key", live_dir=tmp_path / "live",
+                            merge_tokens=0)
+
+    def held() -> list[str]:
+        return [d["id"] for d in client.get("/documents", headers=KEY).json()["documents"] if d["id"].startswith("vi")]
+
+    with serving(create_app(settings)) as client:
+        for spelling in (THIRD_NFC, THIRD_NFD, THIRD_ID):
+            r = client.get(path(spelling), headers=KEY)
+            assert r.status_code == 200 and r.json()["id"] == THIRD_ID, (spelling, r.text)
+        assert client.get(path("viet.txt"), headers=KEY).status_code == 404  # (no accent: another id)
+        if not writes:
+            return
+        r = client.put("/documents", headers=KEY, json=doc(THIRD_NFC, "Replaced"))
+        assert r.status_code == 200 and held() == [THIRD_ID], r.text
+        assert client.get(path(THIRD_NFD), headers=KEY).json()["title"] == "Replaced"
+        r = client.delete(path(THIRD_NFC), headers=KEY)
+        assert r.status_code == 200 and r.json()["deleted"] == [THIRD_ID] and held() == [], r.text
+        assert client.delete(path(THIRD_NFC), headers=KEY).status_code == 404
 
