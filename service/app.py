@@ -13,6 +13,7 @@ uvicorn can (service.server.uvicorn_flags).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -33,7 +34,7 @@ from spanseek.core.encoding import QuestionCache
 from spanseek.core.lexical import missing_message
 from spanseek.core.model import model_name
 from spanseek.core.search import Searcher
-from spanseek.indexer.live import LiveStoreError, base_dir
+from spanseek.indexer.live import LiveStoreError, base_dir, hold_index
 from spanseek.service.batcher import MicroBatcher, run_batch
 from spanseek.service.cost import CostModel
 from spanseek.service.errors import ServiceError, install_error_handlers
@@ -123,12 +124,16 @@ class ServiceState:
         t0 = time.perf_counter()
         self.factory, self.status = factory, "loading"
         standby = self.settings.writes and self.settings.writes_standby
+        held = contextlib.ExitStack()  # with writes: the index's lock, from before its base is read (below)
         try:
             if standby:  # another server writes there: wait for it to stop, before loading anything
                 try:
                     await stand_by(self.settings, self.executor, self._standing_by)
                 finally:
                     self.metrics.standby_checked.set(0)
+            if self.settings.writes:  # held shared before the base is read, until the live store holds it too: an
+                # offline `index add-lexical` (exclusive) in between would change the files after they were loaded
+                held.enter_context(await loop.run_in_executor(self.executor, hold_index, self.settings.index))
             if self.settings.torch_threads is not None:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
             self.reloader.signature = await loop.run_in_executor(self.executor, signature_of, self.reloader.path)
@@ -165,6 +170,8 @@ class ServiceState:
             self.status, self.detail = "failed", f"{type(e).__name__}: {e}"
             log.error("loading failed: %s", self.detail)
             return
+        finally:
+            held.close()  # (the live store holds the lock itself from its start to its close)
         self.searcher = searcher
         s = self.settings
         encoder = searcher.encoder
