@@ -123,7 +123,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     import httpx
 
     from spanseek.client import APIError
-    from spanseek.core.ids import held_id
+    from spanseek.core.ids import held_in
     from spanseek.indexer.ingest import IngestError, _files
 
     report = SyncReport(former=adopt)
@@ -139,6 +139,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     held = _listed(client, source)
     formerly = (_listed(client, adopt) or {}) if adopt and held is not None else {}
     ids: dict[str, str] = {}  # a file's id where a document spells it otherwise
+    spelled_as = held_in(held) if held is not None else None  # (the held ids' other spellings indexed once)
 
     def refuse(rel: str, why: str) -> None:
         if strict:
@@ -164,8 +165,8 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
         taken = False  # a document of the former default name, taken over
         # a document written before ids were made NFC (``indexer.ingest._files``) holds its file's name as the file
         # system spelled it (NFD on macOS's HFS+): its file replaces it under that id (``core.ids.held_id``, the
-        # service's rule) rather than writing a second document
-        if held is not None and (spelled := held_id(rel, held.__contains__)) != rel:
+        # service's rule: any spelling of its composed form) rather than writing a second document
+        if spelled_as is not None and (spelled := spelled_as(rel)) != rel:
             ids[rel] = spelled
         if held is not None and ids.get(rel, rel) in held:
             held_meta = held[ids.get(rel, rel)]

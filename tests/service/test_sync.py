@@ -30,7 +30,7 @@ from spanseek.sync import (
     stale_filter,
     sync,
 )
-from tests.service.conftest import NFC_ID, NFD_ID
+from tests.service.conftest import NFC_ID, NFD_ID, THIRD_ID, THIRD_NFC
 from tests.service.test_writes import DOC, KEY
 
 
@@ -489,6 +489,20 @@ def test_a_name_spelled_nfd_is_one_id_and_its_document_of_an_earlier_sync_is_kep
         assert "1455" in client.get(nfd)["paragraphs"][0]
         again = sync(client, [docs], "docs", delete=True)
         assert again.written == [] and again.unchanged == [nfc] and again.deleted == []
+
+
+def test_a_file_replaces_its_document_held_under_a_third_spelling_of_its_name(settings_for, third_spelling_index,
+                                                                                live, tmp_path):
+    """A document held under a spelling of the file's name that is neither NFC nor NFD ("vi\u1eb9\u0302t.txt") is
+    the one its file replaces, as the service's /documents/{id} finds it; not a second document beside it."""
+    docs = folder(tmp_path / "docs", {THIRD_NFC: "In 1455 Gala rebuilt the harbour bridge."})
+    settings = settings_for(index=third_spelling_index, writes=True, api_key="key", live_dir=tmp_path / "live",
+                            merge_tokens=0)
+    with live(create_app(settings)) as base, Client(base, api_key="key") as client:
+        report = sync(client, [docs], "docs", delete=True)
+        assert report.written == [THIRD_NFC] and report.deleted == []
+        assert [d["id"] for d in client.documents() if d["id"].startswith("vi")] == [THIRD_ID]
+        assert "1455" in client.get(THIRD_ID)["paragraphs"][0]
 
 
 def test_a_link_to_a_file_outside_the_folder_is_not_sent_unless_links_are_followed(url, tmp_path, capsys):
