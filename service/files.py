@@ -48,7 +48,7 @@ from spanseek.service.errors import (
 )
 from spanseek.service.file_reader import ReaderStopped, ReadOutOfMemory, UploadsBusy
 from spanseek.service.live import too_many_tokens
-from spanseek.service.routes import _errors
+from spanseek.service.routes import _errors, known_query
 from spanseek.service.schemas import FileWriteResponse
 from spanseek.service.writes import (
     held_id,
@@ -165,8 +165,8 @@ _FILE_BODY = {"requestBody": {"required": True, "description": "the file's bytes
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
 
 
-@router.put("/files/{name:path_text}", response_model=FileWriteResponse, dependencies=[Depends(require_write_key)],
-            responses=_errors(*_WRITE_ERRORS), openapi_extra=_FILE_BODY)
+@router.put("/files/{name:path_text}", response_model=FileWriteResponse,
+            dependencies=[Depends(require_write_key), Depends(known_query)], responses=_errors(*_WRITE_ERRORS), openapi_extra=_FILE_BODY)
 async def put_file(request: Request, name: str, id: IdParam = None, meta: MetaParam = [],  # noqa: B006
                    max_tokens: MaxTokens = None, overlap: Overlap = None, min_tokens: MinTokens = None
                    ) -> FileWriteResponse:
@@ -175,8 +175,8 @@ async def put_file(request: Request, name: str, id: IdParam = None, meta: MetaPa
     return await _write(request, name, id, meta, max_tokens, overlap, min_tokens, only_new=False)
 
 
-@router.post("/files/{name:path_text}", response_model=FileWriteResponse, dependencies=[Depends(require_write_key)],
-             responses=_errors(409, *_WRITE_ERRORS), openapi_extra=_FILE_BODY)
+@router.post("/files/{name:path_text}", response_model=FileWriteResponse,
+             dependencies=[Depends(require_write_key), Depends(known_query)], responses=_errors(409, *_WRITE_ERRORS), openapi_extra=_FILE_BODY)
 async def post_file(request: Request, name: str, id: IdParam = None, meta: MetaParam = [],  # noqa: B006
                     max_tokens: MaxTokens = None, overlap: Overlap = None, min_tokens: MinTokens = None
                     ) -> FileWriteResponse:

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
+import functools
+import inspect
 import json
 import re
 import secrets
 import time
-from collections.abc import Coroutine
+import typing
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response, params
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 
 from spanseek.core.filters import SearchFilter
 from spanseek.core.lexical import LexicalIndexMissing
@@ -54,6 +59,51 @@ router = APIRouter()
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorResponse} for code in codes}
+
+
+@functools.cache
+def query_parameters(endpoint: Callable[..., Any]) -> tuple[dict[str, bool], bool]:
+    """The query parameters a route's ``endpoint`` declares (``Query``, as an ``Annotated`` mark or a default), each
+    with whether it may be given more than once (a list), and whether the route reads a JSON body (a pydantic model):
+    read from the endpoint's own signature, the one definition of what the route takes."""
+    hints = typing.get_type_hints(endpoint, include_extras=True)
+    taken: dict[str, bool] = {}
+    body = False
+    for name, param in inspect.signature(endpoint).parameters.items():
+        hint = hints.get(name)
+        marks = list(typing.get_args(hint)[1:]) if typing.get_origin(hint) is Annotated else []
+        base = typing.get_args(hint)[0] if marks else hint
+        kinds = [base, *typing.get_args(base)]  # (X | None: each of its members)
+        query = next((m for m in [*marks, param.default] if isinstance(m, params.Query)), None)
+        if query is not None:
+            taken[query.alias or name] = any(typing.get_origin(k) is list or k is list for k in kinds)
+        body = body or any(isinstance(k, type) and issubclass(k, BaseModel) for k in kinds)
+    return taken, body
+
+
+async def known_query(request: Request) -> None:
+    """A 422 for a query parameter the route does not take (``PUT /files/a.txt?metaa=k=v`` dropped the metadata,
+    ``/search?top_k=1`` was not read: the body holds it) or a single-valued one given more than once (the last was
+    taken), naming it, the parameters the route takes and the closest of them. Every route has it, after its key
+    check (a caller without the key learns nothing of the route)."""
+    taken, body = query_parameters(request.scope["endpoint"])
+    path = request.scope["route"].path_format
+    errors = []
+    for name in dict.fromkeys(request.query_params.keys()):
+        given = request.query_params.getlist(name)
+        if name not in taken:
+            close = difflib.get_close_matches(name, list(taken), n=1)
+            takes = f"it takes only {', '.join(taken)}" if taken else "it takes none"
+            rest = ("; the other options go in the JSON body" if taken else "; send the request in the JSON body"
+                    ) if body else ""
+            errors.append({"loc": ("query", name), "type": "extra_forbidden", "input": given[0],
+                           "msg": f"not a query parameter of {path}" + (f": did you mean {close[0]}?" if close else "")
+                                  + f" ({takes}{rest})"})
+        elif len(given) > 1 and not taken[name]:
+            errors.append({"loc": ("query", name), "type": "value_error", "msg": "given more than once",
+                           "input": given})
+    if errors:
+        raise RequestValidationError(errors)
 
 
 def get_state(request: Request) -> Any:
@@ -165,7 +215,8 @@ def _check_range(name: str, value: int | None, low: int, high: int) -> None:
         raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
 
 
-@router.get("/health", response_model=HealthResponse, tags=["probes"])
+@router.get("/health", response_model=HealthResponse, tags=["probes"], dependencies=[Depends(known_query)],
+            responses=_errors(422))
 async def health(request: Request) -> HealthResponse:
     """Liveness: 200 while the process runs, also while loading and after loading failed (a restart would not
     fix a bad index or model; /ready says 503 with the reason, and the log has it)."""
@@ -174,7 +225,8 @@ async def health(request: Request) -> HealthResponse:
                           else state.status)
 
 
-@router.get("/ready", response_model=HealthResponse, responses=_errors(503), tags=["probes"])
+@router.get("/ready", response_model=HealthResponse, responses=_errors(422, 503), tags=["probes"],
+            dependencies=[Depends(known_query)])
 async def ready(request: Request) -> HealthResponse:
     """Readiness: 200 once the model and index are loaded and warmed up, 503 before (or if loading failed)."""
     if get_state(request).status != "ready":
@@ -193,8 +245,8 @@ def _reader_info(searcher) -> dict[str, Any] | None:
             "spans_per_passage": r.spans_per_passage, "backbone": reading.reader.config.backbone}
 
 
-@router.get("/info", response_model=InfoResponse, responses=_errors(401, 503), tags=["service"],
-            dependencies=[Depends(require_api_key)])
+@router.get("/info", response_model=InfoResponse, responses=_errors(401, 422, 503), tags=["service"],
+            dependencies=[Depends(require_api_key), Depends(known_query)])
 async def info(request: Request) -> InfoResponse:
     """The served model, a summary of the index manifest with its counts, and the batching settings."""
     state = get_state(request)
@@ -229,33 +281,15 @@ async def info(request: Request) -> InfoResponse:
     return InfoResponse(model=model, index=index, service=service)
 
 
-@router.get("/metrics", tags=["service"], response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus exposition"}})
+@router.get("/metrics", tags=["service"], response_class=Response, dependencies=[Depends(known_query)],
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus exposition"},
+                       **_errors(422)})
 async def metrics(request: Request) -> Response:
     """Prometheus metrics (``spanseek_*``)."""
     state = get_state(request)
     if state.batcher is not None:
         state.metrics.queue_depth.set(state.batcher.depth)
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
-
-
-SEARCH_QUERY = ("unit",)  # what /search reads from the query string; every other option is in the body
-
-
-def check_query_string(request: Request) -> None:
-    """A 422 for a query-string parameter /search does not read (``?top_k=1`` was ignored: the body holds it) or one
-    given twice (``?unit=doc&unit=phrase`` took the last)."""
-    errors = []
-    for name in dict.fromkeys(request.query_params.keys()):
-        if name not in SEARCH_QUERY:
-            errors.append({"loc": ("query", name), "type": "extra_forbidden",
-                           "msg": f"not a query parameter of /search (only {', '.join(SEARCH_QUERY)}; the other "
-                                  "options go in the JSON body)", "input": request.query_params[name]})
-        elif len(request.query_params.getlist(name)) > 1:
-            errors.append({"loc": ("query", name), "type": "value_error", "msg": "given more than once",
-                           "input": request.query_params.getlist(name)})
-    if errors:
-        raise RequestValidationError(errors)
 
 
 def core_filter(request_filter: FilterIn) -> SearchFilter:
@@ -269,7 +303,8 @@ def core_filter(request_filter: FilterIn) -> SearchFilter:
 
 @router.post(
     "/search", response_model=SearchResponse, tags=["search"],
-    dependencies=[Depends(require_api_key), Depends(require_json_body)], responses=_errors(400, 401, 413, 415, 422, 429, 503),
+    dependencies=[Depends(require_api_key), Depends(known_query), Depends(require_json_body)],
+    responses=_errors(400, 401, 413, 415, 422, 429, 503),
 )
 async def search(
     body: SearchRequest,  # type: ignore[valid-type]  # generated from SearchParams (service.schemas)
@@ -282,7 +317,6 @@ async def search(
     """
     t0 = time.perf_counter()
     request.state.read = bool(body.read)  # the `read` label of the request's latency (service.middleware)
-    check_query_string(request)
     state = get_state(request)
     s = state.settings
     given = body.questions()
@@ -353,7 +387,7 @@ async def search(
 
 
 @router.post("/admin/reload", response_model=ReloadResponse, tags=["service"],
-             dependencies=[Depends(require_api_key), Depends(require_json_body)],
+             dependencies=[Depends(require_api_key), Depends(known_query), Depends(require_json_body)],
              responses=_errors(401, 403, 409, 415, 422, 429, 503))
 async def reload_index(request: Request, body: ReloadRequest | None = None) -> ReloadResponse:
     """Hot reload: load the index (``index`` from the body, else the served path or alias resolved again), verify

@@ -47,6 +47,7 @@ from spanseek.service.routes import (
     _errors,
     _presents_key,
     get_state,
+    known_query,
     not_ready,
     require_api_key,
     require_json_body,
@@ -221,8 +222,9 @@ def refuse_document(i: int, field: str, msg: str) -> RequestValidationError:
     return RequestValidationError([{"loc": ("body", "documents", i, field), "msg": msg, "type": "value_error"}])
 
 
-@router.put("/documents", response_model=WriteResponse, dependencies=[Depends(require_write_key),
-            Depends(require_json_body)], responses=_errors(401, 403, 413, 415, 422, 503, 507))
+@router.put("/documents", response_model=WriteResponse,
+            dependencies=[Depends(require_write_key), Depends(known_query), Depends(require_json_body)],
+            responses=_errors(401, 403, 413, 415, 422, 503, 507))
 async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     """Add or replace documents by id (a batch ``{"documents": [...]}`` or one document). The answer comes once
     the write is in the fsynced log and searchable, with the passages and tokens written."""
@@ -233,8 +235,9 @@ async def put_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
-@router.post("/documents", response_model=WriteResponse, dependencies=[Depends(require_write_key),
-             Depends(require_json_body)], responses=_errors(401, 403, 409, 413, 415, 422, 503, 507))
+@router.post("/documents", response_model=WriteResponse,
+             dependencies=[Depends(require_write_key), Depends(known_query), Depends(require_json_body)],
+             responses=_errors(401, 403, 409, 413, 415, 422, 503, 507))
 async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse:
     """Add documents whose ids are new (as ``spanseek index add``): 409 naming the ids held already, and nothing of
     the request written; a client that retries an add after a lost answer gets the 409, not a second version."""
@@ -248,8 +251,8 @@ async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
-@router.delete("/documents/{doc_id:path_text}", response_model=DeleteResponse, dependencies=[Depends(require_write_key)],
-               responses=_errors(401, 403, 404, 422, 503, 507))
+@router.delete("/documents/{doc_id:path_text}", response_model=DeleteResponse,
+               dependencies=[Depends(require_write_key), Depends(known_query)], responses=_errors(401, 403, 404, 422, 503, 507))
 async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
     """Delete one document (its id in any spelling: ``held_id``); 404 when no live document has this id, 422 for an
     id no document can hold."""
@@ -260,8 +263,9 @@ async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
     return DeleteResponse(deleted=deleted, count=len(deleted), request_id=request_id_of(request))
 
 
-@router.post("/documents/delete", response_model=DeleteResponse, dependencies=[Depends(require_write_key),
-             Depends(require_json_body)], responses=_errors(400, 401, 403, 415, 422, 503, 507))
+@router.post("/documents/delete", response_model=DeleteResponse,
+             dependencies=[Depends(require_write_key), Depends(known_query), Depends(require_json_body)],
+             responses=_errors(400, 401, 403, 415, 422, 503, 507))
 async def delete_documents(request: Request, body: DeleteByFilterRequest) -> DeleteResponse:
     """Delete every document that passes ``filter`` (the search filter's language); 400 naming a field no document
     has. Answers with how many were deleted and the first ``MAX_LISTED_DELETES`` ids (none is not an error); with
@@ -335,8 +339,8 @@ After = Annotated[str | None, Query(description="the page after this id (the las
 Limit = Annotated[int | None, Query(description=f"documents in the page (default and most: {MAX_LISTED_DOCUMENTS})")]
 
 
-@router.get("/documents", response_model=DocumentList, dependencies=[Depends(require_api_key)],
-            responses=_errors(400, 401, 422, 503))
+@router.get("/documents", response_model=DocumentList,
+            dependencies=[Depends(require_api_key), Depends(known_query)], responses=_errors(400, 401, 422, 503))
 async def list_documents(request: Request, meta: ListMeta = [], after: After = None,  # noqa: B006
                          limit: Limit = None) -> DocumentList:
     """The live documents' ids, titles and metadata (no passages), in id order, a page at a time; with ``meta``, only
@@ -356,8 +360,8 @@ async def list_documents(request: Request, meta: ListMeta = [], after: After = N
 MetaOnly = Annotated[bool, Query(description="only the id, title and metadata, without the paragraphs")]
 
 
-@router.get("/documents/{doc_id:path_text}", dependencies=[Depends(require_api_key)],
-            responses=_errors(401, 404, 422, 503))
+@router.get("/documents/{doc_id:path_text}",
+            dependencies=[Depends(require_api_key), Depends(known_query)], responses=_errors(401, 404, 422, 503))
 async def get_document(request: Request, doc_id: str, meta_only: MetaOnly = False) -> dict[str, Any]:
     """The live version of a document, in the corpus format; 404 when none has this id. ``meta_only``: its id, title
     and metadata (what a sync compares), not its paragraphs. A read: a server without writes answers from the index
@@ -378,7 +382,7 @@ async def get_document(request: Request, doc_id: str, meta_only: MetaOnly = Fals
 
 
 @router.post("/admin/compact", response_model=CompactResponse, status_code=202,
-             dependencies=[Depends(require_write_key)], responses=_errors(401, 403, 503))
+             dependencies=[Depends(require_write_key), Depends(known_query)], responses=_errors(401, 403, 422, 503))
 async def compact(request: Request) -> CompactResponse:
     """Merge the segment and the tombstones into a new base in the background (searches and writes go on; the new
     base is swapped in when built and checked). 202 with whether a merge runs and the live state."""
