@@ -33,7 +33,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from spanseek.core.backbones import resolve_backbone
 from spanseek.core.config import EncoderConfig
@@ -50,28 +50,50 @@ _FULL_STOPS = frozenset("。！？｡")  # a sentence's end in Chinese and Japan
 _CONTEXT = 8  # words on each side of a possible sentence end that the segmenter reads
 
 
+class ChunkOptionsError(ValueError):
+    """A passage size out of its range: ``field`` names it (``max_tokens``), ``reason`` says what it must be."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field} {reason}")
+        self.field, self.reason = field, reason
+
+    def named(self, name: str) -> str:
+        """The message naming the size as its caller calls it (``--max-tokens``)."""
+        return f"{name} {self.reason}"
+
+
 @dataclass(frozen=True)
 class ChunkOptions:
     """Passage sizes in tokens: ``max_tokens`` per passage, ``overlap`` shared by consecutive windows of a long
-    paragraph, ``min_tokens`` below which a passage takes in the paragraphs after it."""
+    paragraph, ``min_tokens`` below which a passage takes in the paragraphs after it.
+
+    ``max_tokens`` is at most ``MOST_TOKENS``: the positions of the BERT-family backbones (MiniLM, BERT, MPNet), the
+    longest window any of them encodes at once. The index build encodes a passage longer than its window
+    (``max_seq_len``, 256 by default) in overlapping windows anyway, so a larger budget only makes passages that are
+    never read whole: a hit's text, a reader's input and a passage's score stretch over pages.
+    """
 
     max_tokens: int = 200
     overlap: int = 40
     min_tokens: int = 32
+    MOST_TOKENS: ClassVar[int] = 512
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 8:
-            raise ValueError(f"max_tokens must be at least 8, got {self.max_tokens}")
+        if not 8 <= self.max_tokens <= self.MOST_TOKENS:
+            raise ChunkOptionsError("max_tokens", f"must be between 8 and {self.MOST_TOKENS} (the longest window a "
+                                                  f"backbone encodes at once), got {self.max_tokens}")
         if not 0 <= self.overlap <= self.max_tokens // 2:
-            raise ValueError(f"overlap must be between 0 and max_tokens / 2 ({self.max_tokens // 2}), got {self.overlap}")
+            raise ChunkOptionsError("overlap", f"must be between 0 and max_tokens / 2 ({self.max_tokens // 2}), got "
+                                               f"{self.overlap}")
         if not 0 <= self.min_tokens <= self.max_tokens:
-            raise ValueError(f"min_tokens must be between 0 and max_tokens ({self.max_tokens}), got {self.min_tokens}")
+            raise ChunkOptionsError("min_tokens", f"must be between 0 and max_tokens ({self.max_tokens}), got "
+                                                  f"{self.min_tokens}")
 
     @classmethod
     def of(cls, max_tokens: int | None = None, overlap: int | None = None, min_tokens: int | None = None
            ) -> ChunkOptions:
         """The sizes given, the others the defaults; ``overlap`` a fifth of ``max_tokens`` unless given (from-files'
-        flags, and PUT /files' query parameters)."""
+        flags, and PUT /files' query parameters). ChunkOptionsError for a size out of its range."""
         size = cls.max_tokens if max_tokens is None else max_tokens
         return cls(max_tokens=size, overlap=size // 5 if overlap is None else overlap,
                    min_tokens=cls.min_tokens if min_tokens is None else min_tokens)

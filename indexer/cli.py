@@ -47,7 +47,12 @@ def _from_squad(args: argparse.Namespace) -> int:
 
 
 def _from_files(args: argparse.Namespace) -> int:
-    from spanseek.indexer.chunking import ChunkOptions, backbone_token_counter, word_token_counter
+    from spanseek.indexer.chunking import (
+        ChunkOptions,
+        ChunkOptionsError,
+        backbone_token_counter,
+        word_token_counter,
+    )
     from spanseek.indexer.ingest import IngestOptions, from_files, parse_meta
     from spanseek.indexer.read_process import ReadProcess, check_memory_cap, check_time_limit
 
@@ -61,8 +66,12 @@ def _from_files(args: argparse.Namespace) -> int:
 
         # the served model's counts: the service's file reader counts an upload's tokens with the same counter
         config = EncoderConfig.load(resolve_model(args.model) / CONFIG_NAME)
+    try:
+        chunk = ChunkOptions.of(args.max_tokens, args.overlap, args.min_tokens)
+    except ChunkOptionsError as e:  # named as the flag
+        raise ValueError(e.named("--" + e.field.replace("_", "-"))) from None
     opts = IngestOptions(
-        chunk=ChunkOptions.of(args.max_tokens, args.overlap, args.min_tokens),
+        chunk=chunk,
         id_field=args.id_field, extra_meta=extra, strict=args.strict, follow_links=args.follow_links,
     )
     if args.read_memory_bytes or args.read_timeout_s:  # in a process of their own, capped (as the service reads uploads)

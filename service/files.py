@@ -31,13 +31,12 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from spanseek.core.ids import new_id
 from spanseek.core.io import CorpusError, document_json
-from spanseek.indexer.chunking import ChunkOptions
+from spanseek.indexer.chunking import ChunkOptions, ChunkOptionsError
 from spanseek.indexer.extracted import IngestError
 from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
 from spanseek.indexer.live import HeldDocuments
 from spanseek.service import file_reader
 from spanseek.service.errors import (
-    BadRequest,
     Conflict,
     Overloaded,
     PayloadTooLarge,
@@ -68,15 +67,15 @@ SUFFIXES = ", ".join(sorted(FORMATS))
 def file_options(meta: list[str], max_tokens: int | None, overlap: int | None, min_tokens: int | None
                  ) -> IngestOptions:
     """from-files' options of one upload: ``meta`` as its ``--meta KEY=VALUE`` (422 naming a malformed or repeated
-    key), passage sizes as its flags (400 for sizes ChunkOptions refuses)."""
+    key), passage sizes as its flags (422 naming a size ChunkOptions refuses: ``query.max_tokens``)."""
     try:
         extra = parse_meta(meta, "meta")
     except ValueError as e:
         raise refuse("query", "meta", str(e)) from None
     try:
         chunk = ChunkOptions.of(max_tokens, overlap, min_tokens)
-    except ValueError as e:
-        raise BadRequest(str(e)) from None
+    except ChunkOptionsError as e:
+        raise refuse("query", e.field, str(e)) from None
     return IngestOptions(chunk=chunk, extra_meta=extra)
 
 
@@ -155,7 +154,8 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, o
 
 IdParam = Annotated[str | None, Query(description="the document's id (default: the name)")]
 MetaParam = Annotated[list[str], Query(description="metadata KEY=VALUE, repeatable (as from-files' --meta)")]
-MaxTokens = Annotated[int | None, Query(description="most tokens in a passage (from-files' default: 200)")]
+MaxTokens = Annotated[int | None, Query(description=f"most tokens in a passage (from-files' default: 200; at most "
+                                                     f"{ChunkOptions.MOST_TOKENS})")]
 Overlap = Annotated[int | None, Query(description="tokens shared by consecutive windows of a long paragraph "
                                                   "(default: a fifth of max_tokens)")]
 MinTokens = Annotated[int | None, Query(description="a passage under this takes in the paragraphs after it (32)")]

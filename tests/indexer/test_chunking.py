@@ -14,6 +14,7 @@ import pytest
 
 from spanseek.indexer.chunking import (
     ChunkOptions,
+    ChunkOptionsError,
     backbone_token_counter,
     chunk_paragraphs,
     chunk_sections,
@@ -186,10 +187,20 @@ def test_backbone_counter_counts_what_transformers_tokenizer_counts(tiny_backbon
     assert max(count(words)) > 128
 
 
-@pytest.mark.parametrize("kwargs", [dict(max_tokens=4), dict(overlap=101), dict(overlap=-1), dict(min_tokens=201)])
+@pytest.mark.parametrize("kwargs", [dict(max_tokens=4), dict(overlap=101), dict(overlap=-1), dict(min_tokens=201),
+                                    dict(max_tokens=513, overlap=0, min_tokens=0),
+                                    dict(max_tokens=10**23, overlap=0, min_tokens=0)])
 def test_bad_options_are_refused(kwargs):
-    with pytest.raises(ValueError, match=next(iter(kwargs))):
+    """Each size has both bounds (max_tokens=10**23 was taken: every paragraph one passage, however long); the error
+    names the size, and the CLI names its flag (``named``)."""
+    field = next(iter(kwargs))
+    with pytest.raises(ChunkOptionsError, match=f"^{field} must be between") as caught:
         ChunkOptions(**kwargs)
+    assert caught.value.field == field and caught.value.named("--x").startswith("--x must be between")
+
+
+def test_the_largest_budget_is_taken():
+    assert ChunkOptions.of(ChunkOptions.MOST_TOKENS).overlap == ChunkOptions.MOST_TOKENS // 5
 
 
 def test_text_without_spaces_is_cut_within_the_budget_after_its_full_stops():
@@ -222,3 +233,19 @@ def test_a_word_longer_than_the_budget_is_cut_into_pieces(tiny_model_dir):
     assert len(windows) > 20 and all(w in text for w, _ in windows)
     assert all(n <= 64 and len(tokenizer(w, add_special_tokens=False)["input_ids"]) <= 64 for w, n in windows)
     assert text.startswith(windows[0][0]) and text.endswith(windows[-1][0])
+
+
+@pytest.mark.parametrize("flags,says", [(["--max-tokens", str(10**23)], "--max-tokens must be between 8 and 512"),
+                                        (["--max-tokens", "100", "--min-tokens", "101"],
+                                         "--min-tokens must be between 0 and max_tokens (100)")])
+def test_from_files_names_the_flag_of_a_size_out_of_range(tmp_path, capsys, flags, says):
+    """`corpus from-files --max-tokens 10**23` wrote a corpus of whole paragraphs, however long; now a one-line error
+    naming the flag, and no corpus."""
+    from spanseek.cli import main
+
+    (tmp_path / "a.txt").write_text("Some text.\n", encoding="utf-8")
+    out = tmp_path / "c.jsonl"
+    assert main(["corpus", "from-files", str(tmp_path / "a.txt"), "--out", str(out), "--tokenizer", "words",
+                 *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("spanseek corpus from-files: error: " + says) and "\n" not in err and not out.exists()

@@ -65,6 +65,19 @@ def test_a_mistyped_parameter_of_a_file_write_is_refused_and_nothing_written(wri
             "source": "a.txt", "lang": "en", "kind": "note"}
 
 
+def test_a_passage_size_out_of_range_is_a_422_naming_it(write_settings):
+    """max_tokens=10**23 was taken (every paragraph one passage, however long) and an overlap out of range was a 400
+    ``bad_request``: sizes are parameters of the request, refused as the others are."""
+    with serving(create_app(write_settings())) as client:
+        for query, field in ((f"max_tokens={10**23}", "max_tokens"), ("max_tokens=513", "max_tokens"),
+                             ("max_tokens=100&overlap=51", "overlap"), ("min_tokens=-1", "min_tokens")):
+            r = client.put(f"/files/a.txt?{query}", headers=KEY, content=b"Some text about the harbour.")
+            assert r.status_code == 422 and r.json()["details"][0]["loc"] == ["query", field], (query, r.text)
+            assert f"query.{field}: {field} must be between " in r.json()["message"], r.text
+        assert client.get("/info", headers=KEY).json()["service"]["writes"]["segment_documents"] == 0
+        assert client.put("/files/a.txt?max_tokens=512", headers=KEY, content=b"Some text.").status_code == 200
+
+
 def test_the_parameters_taken_are_those_the_api_documents(write_settings):
     """``query_parameters`` reads each endpoint's signature; FastAPI's schema of the same routes is the oracle."""
     from spanseek.service.routes import query_parameters
