@@ -456,7 +456,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "warning naming them.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     p.add_argument("--out", required=True, help="JSONL corpus to write (.gz to compress)")
-    p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage (default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage, 8 to 512 (default: %(default)s)")
     p.add_argument("--overlap", type=int, default=None,
                    help="tokens shared by consecutive windows of a long paragraph (default: a fifth of --max-tokens)")
     p.add_argument("--min-tokens", type=int, default=32,

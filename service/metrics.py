@@ -211,6 +211,7 @@ class ServiceMetrics:
         """Count a connection the server cut off (``reason``: one of ``CUT_REASONS``)."""
         self.connections_cut.labels(reason=reason).inc()
 
-    def render(self) -> bytes:
-        """The exposition text of this registry."""
-        return generate_latest(self.registry)
+    def render(self, names: list[str] | None = None) -> bytes:
+        """The exposition text of this registry; of only the series ``names`` where given (``name[]``, as
+        prometheus_client's own exporter filters)."""
+        return generate_latest(self.registry.restricted_registry(names) if names else self.registry)

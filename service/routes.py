@@ -284,12 +284,13 @@ async def info(request: Request) -> InfoResponse:
 @router.get("/metrics", tags=["service"], response_class=Response, dependencies=[Depends(known_query)],
             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus exposition"},
                        **_errors(422)})
-async def metrics(request: Request) -> Response:
+async def metrics(request: Request, names: Annotated[list[str] | None, Query(
+        alias="name[]", description="only these series (prometheus_client's exporter's filter)")] = None) -> Response:
     """Prometheus metrics (``spanseek_*``)."""
     state = get_state(request)
     if state.batcher is not None:
         state.metrics.queue_depth.set(state.batcher.depth)
-    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(state.metrics.render(names), media_type=CONTENT_TYPE_LATEST)
 
 
 def core_filter(request_filter: FilterIn) -> SearchFilter:

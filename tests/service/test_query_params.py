@@ -102,3 +102,14 @@ def test_metrics_scrapes_as_before(client):
     assert r.status_code == 200 and "spanseek_" in r.text
     config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     assert config["scrape_configs"] and not any("params" in job for job in config["scrape_configs"])
+
+
+def test_metrics_takes_the_name_filter_of_prometheus_clients_exporter(client):
+    """``/metrics?name[]=X`` gives only the series X, as prometheus_client's own exporter does; another parameter is
+    still refused."""
+    client.post("/search?unit=phrase", json={"query": "who built the bridge?"})
+    r = client.get("/metrics", params=[("name[]", "spanseek_questions_total"), ("name[]", "spanseek_queue_depth")])
+    assert r.status_code == 200
+    series = {line.split("{")[0].split(" ")[0] for line in r.text.splitlines() if line and not line.startswith("#")}
+    assert series == {"spanseek_questions_total", "spanseek_queue_depth"}
+    assert client.get("/metrics?names=spanseek_queue_depth").status_code == 422
