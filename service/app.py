@@ -166,6 +166,7 @@ class ServiceState:
             if (standby and isinstance(e, LiveStoreError)  # two started at once: the other took the lock first
                     and await loop.run_in_executor(self.executor, writer_elsewhere, live_dir_of(self.settings))):
                 log.warning("another server took the writer lock first; standing by again")
+                held.close()  # not held while standing by: the other server holds it while it writes
                 return await self.load(factory)
             self.status, self.detail = "failed", f"{type(e).__name__}: {e}"
             log.error("loading failed: %s", self.detail)

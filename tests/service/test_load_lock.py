@@ -44,3 +44,42 @@ def test_add_lexical_while_a_server_with_writes_loads_is_refused_not_left_unserv
         served = app.state.service.live.store.base
         assert (served.lexical is None) == (PhraseIndex(index).lexical is None), refused
     assert len(refused) == 1 and "holds its lock" in refused[0], refused
+
+
+def test_a_standby_that_lost_the_race_holds_no_lock_of_the_index_while_it_stands_by_again(write_settings, tiny_index,
+                                                                                          tmp_path, monkeypatch):
+    """Two standbys started at once: the one whose live store is refused (the other took the writer lock first)
+    stands by again. It kept the index's lock of its first load all that time, so an `spanseek index` command run
+    while the other writer was stopped was refused naming a server that serves nothing. It now stands by without
+    it, and takes it again when it loads."""
+    from spanseek.core.integrity import writer_lock
+    from spanseek.indexer.live import LiveStoreError
+
+    index = tmp_path / "index"
+    shutil.copytree(tiny_index, index)
+    free_while_standing_by: list[bool] = []
+    stood_by: list[int] = []
+    live_writes, stand_by = app_module.LiveWrites, app_module.stand_by
+
+    def refused_once(*args, **kwargs):  # the other standby's live store took the writer lock first
+        if len(stood_by) == 1:
+            raise LiveStoreError("another server writes to this live directory")
+        return live_writes(*args, **kwargs)
+
+    async def standing_by(*args, **kwargs):
+        stood_by.append(1)
+        if len(stood_by) > 1:  # standing by again: what an `index` command (exclusive) would find
+            with writer_lock(index) as taken:
+                free_while_standing_by.append(taken)
+        return await stand_by(*args, **kwargs)
+
+    elsewhere = iter(["process 1 writes there"])  # the other standby, once
+    monkeypatch.setattr(app_module, "LiveWrites", refused_once)
+    monkeypatch.setattr(app_module, "stand_by", standing_by)
+    monkeypatch.setattr(app_module, "writer_elsewhere", lambda live_dir: next(elsewhere, None))
+    app = create_app(write_settings(index=index, writes_standby=True))
+    with serving(app) as client:
+        assert client.get("/ready").status_code == 200, client.get("/ready").text
+        assert free_while_standing_by == [True]
+        with writer_lock(index) as taken:  # serving with writes: the live store holds it again
+            assert not taken
