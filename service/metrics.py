@@ -67,10 +67,18 @@ class CacheCollector(Collector):
     def __init__(self) -> None:
         self.cache: QuestionCache | None = None
 
+    def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Its series as at an empty cache: how the registry learns their names, so that ``/metrics?name[]=``
+        (``restricted_registry``) finds them."""
+        return self._families(None)
+
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        return self._families(self.cache)
+
+    @staticmethod
+    def _families(cache: QuestionCache | None) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         lookups = CounterMetricFamily("spanseek_question_cache_lookups", "questions looked up in the question "
                                       "cache, by outcome (hit: its vectors reused, miss: encoded)", labels=["outcome"])
-        cache = self.cache
         lookups.add_metric(["hit"], cache.hits if cache else 0)
         lookups.add_metric(["miss"], cache.misses if cache else 0)
         yield lookups
