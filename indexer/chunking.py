@@ -92,11 +92,12 @@ class ChunkOptions:
     @classmethod
     def of(cls, max_tokens: int | None = None, overlap: int | None = None, min_tokens: int | None = None
            ) -> ChunkOptions:
-        """The sizes given, the others the defaults; ``overlap`` a fifth of ``max_tokens`` unless given (from-files'
-        flags, and PUT /files' query parameters). ChunkOptionsError for a size out of its range."""
+        """The sizes given, the others the defaults; ``overlap`` a fifth of ``max_tokens`` and ``min_tokens`` at most
+        ``max_tokens`` unless given (from-files' flags, and PUT /files' query parameters), so that every
+        ``max_tokens`` of its range is taken alone. ChunkOptionsError for a size out of its range."""
         size = cls.max_tokens if max_tokens is None else max_tokens
         return cls(max_tokens=size, overlap=size // 5 if overlap is None else overlap,
-                   min_tokens=cls.min_tokens if min_tokens is None else min_tokens)
+                   min_tokens=min(cls.min_tokens, size) if min_tokens is None else min_tokens)
 
 
 def word_token_counter(words: Sequence[str]) -> list[int]:

@@ -459,9 +459,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=200, help="most tokens in a passage, 8 to 512 (default: %(default)s)")
     p.add_argument("--overlap", type=int, default=None,
                    help="tokens shared by consecutive windows of a long paragraph (default: a fifth of --max-tokens)")
-    p.add_argument("--min-tokens", type=int, default=32,
+    p.add_argument("--min-tokens", type=int, default=None,
                    help="a passage shorter than this (a heading, a list item) takes in the paragraphs after it "
-                        "(tokens; default: %(default)s)")
+                        "(tokens; default: 32, or --max-tokens where that is smaller)")
     p.add_argument("--tokenizer", default="model", choices=["model", "words"],
                    help="count tokens with the model's tokenizer (exact) or one per word (no model needed); "
                         "default: %(default)s")

@@ -158,7 +158,8 @@ MaxTokens = Annotated[int | None, Query(description=f"most tokens in a passage (
                                                      f"{ChunkOptions.MOST_TOKENS})")]
 Overlap = Annotated[int | None, Query(description="tokens shared by consecutive windows of a long paragraph "
                                                   "(default: a fifth of max_tokens)")]
-MinTokens = Annotated[int | None, Query(description="a passage under this takes in the paragraphs after it (32)")]
+MinTokens = Annotated[int | None, Query(description="a passage under this takes in the paragraphs after it (32, or "
+                                                     "max_tokens where that is smaller)")]
 _WRITE_ERRORS = (401, 403, 413, 415, 422, 503)
 # the body, for /docs and generated clients: the route reads it as bytes, so FastAPI would not describe it
 _FILE_BODY = {"requestBody": {"required": True, "description": "the file's bytes (any Content-Type)", "content": {

@@ -203,6 +203,17 @@ def test_the_largest_budget_is_taken():
     assert ChunkOptions.of(ChunkOptions.MOST_TOKENS).overlap == ChunkOptions.MOST_TOKENS // 5
 
 
+def test_every_budget_of_the_range_is_taken_alone():
+    """``max_tokens`` 8 to 31 alone (from-files' --max-tokens 16, PUT /files?max_tokens=16) was refused naming
+    min_tokens, which was not given (its default, 32, over the budget): its default is now at most the budget."""
+    for size in range(8, ChunkOptions.MOST_TOKENS + 1):
+        opts = ChunkOptions.of(size)
+        assert (opts.max_tokens, opts.overlap, opts.min_tokens) == (size, size // 5, min(32, size))
+    assert ChunkOptions.of(16, min_tokens=0).min_tokens == 0
+    with pytest.raises(ChunkOptionsError, match="^min_tokens"):  # one given is still checked
+        ChunkOptions.of(16, min_tokens=17)
+
+
 def test_text_without_spaces_is_cut_within_the_budget_after_its_full_stops():
     """Chinese has no spaces between words: a long paragraph is still cut into windows of at most max_tokens (one
     token per character, as BERT-style tokenizers count it), ending after a "。" where one is in the window's second
@@ -249,3 +260,18 @@ def test_from_files_names_the_flag_of_a_size_out_of_range(tmp_path, capsys, flag
                  *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("spanseek corpus from-files: error: " + says) and "\n" not in err and not out.exists()
+
+
+def test_from_files_takes_a_small_budget_alone(tmp_path):
+    """`corpus from-files --max-tokens 16` (in the range its help gives) failed: "--min-tokens must be between 0 and
+    max_tokens (16), got 32", a flag not given. It writes the corpus, each passage within the budget."""
+    from spanseek.cli import main
+    from spanseek.core.io import read_corpus
+
+    (tmp_path / "a.txt").write_text("One two three four five six seven eight nine ten eleven twelve. " * 4 + "\n",
+                                    encoding="utf-8")
+    out = tmp_path / "c.jsonl"
+    assert main(["corpus", "from-files", str(tmp_path / "a.txt"), "--out", str(out), "--tokenizer", "words",
+                 "--max-tokens", "16"]) == 0
+    [doc] = read_corpus(out)
+    assert len(doc.paragraphs) > 1 and all(len(p.split()) <= 16 for p in doc.paragraphs)
