@@ -76,6 +76,9 @@ def test_a_passage_size_out_of_range_is_a_422_naming_it(write_settings):
             assert f"query.{field}: {field} must be between " in r.json()["message"], r.text
         assert client.get("/info", headers=KEY).json()["service"]["writes"]["segment_documents"] == 0
         assert client.put("/files/a.txt?max_tokens=512", headers=KEY, content=b"Some text.").status_code == 200
+        # the smallest budget alone (min_tokens' default follows it: a 422 at query.min_tokens, not given, before)
+        r = client.put("/files/b.txt?max_tokens=8", headers=KEY, content=b"Some text.")
+        assert r.status_code == 200, r.text
 
 
 def test_the_parameters_taken_are_those_the_api_documents(write_settings):
