@@ -79,11 +79,11 @@ class CacheCollector(Collector):
     def _families(cache: QuestionCache | None) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         lookups = CounterMetricFamily("spanseek_question_cache_lookups", "questions looked up in the question "
                                       "cache, by outcome (hit: its vectors reused, miss: encoded)", labels=["outcome"])
-        lookups.add_metric(["hit"], cache.hits if cache else 0)
-        lookups.add_metric(["miss"], cache.misses if cache else 0)
+        lookups.add_metric(["hit"], cache.hits if cache is not None else 0)  # (an empty cache is falsy: its len)
+        lookups.add_metric(["miss"], cache.misses if cache is not None else 0)
         yield lookups
         yield GaugeMetricFamily("spanseek_question_cache_questions", "questions in the question cache",
-                                value=len(cache) if cache else 0)
+                                value=len(cache) if cache is not None else 0)
 
 
 class ServiceMetrics:

@@ -167,3 +167,17 @@ def test_counters_never_go_back_across_a_reload_and_the_gauges_follow_it(setting
     assert after[("spanseek_question_cache_lookups_total", (("outcome", "hit"),))] == 2  # the reload kept the cache
     assert after[("spanseek_index_loaded_timestamp_seconds", ())] > before[("spanseek_index_loaded_timestamp_seconds", ())]
     assert after[("spanseek_ready", ())] == 1
+
+
+def test_the_question_cache_s_lookups_are_counted_while_it_holds_no_question():
+    """Questions looked up before any was stored (the first batch, between its lookup and its store) are counted:
+    an empty cache reported 0 lookups, a counter going back to 0."""
+    from spanseek.core.encoding import QuestionCache
+
+    metrics = ServiceMetrics()
+    metrics.question_cache.cache = cache = QuestionCache(8)
+    assert cache.get(["who built the bridge?", "when?"]) == [None, None] and len(cache) == 0
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(metrics.render().decode()) for s in family.samples}
+    assert samples[("spanseek_question_cache_lookups_total", (("outcome", "miss"),))] == 2
+    assert samples[("spanseek_question_cache_questions", ())] == 0
