@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from spanseek.core import integrity
+from spanseek.core.io import unwritable
 from spanseek.core.phrase_index import check_index
 from spanseek.indexer.build import BuildError
 from spanseek.indexer.live import BASES, STATE, WAL_DIR, default_live_dir, hold_index, link_copy, read_state
@@ -51,6 +52,10 @@ def snapshot_index(index: str | Path, out: str | Path, live_dir: str | Path | No
         if path.exists() or path.is_symlink():
             raise BuildError(f"--out {out}: {path} exists; choose a new --out (a snapshot never overwrites one)")
     refuse_inside(out, index, live)
+    try:  # (a folder on the way that is a file, or one that cannot be made: named as --out's, not as a bare path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BuildError(f"--out {out}: {unwritable(out, e).strerror}") from None
     t0 = time.perf_counter()
     tmp, live_tmp = out.with_name(out.name + TMP), live_out.with_name(live_out.name + TMP)
     with contextlib.ExitStack() as cleanup:

@@ -159,6 +159,10 @@ def test_a_snapshot_is_refused_while_an_index_command_runs_and_over_an_existing_
     assert snapshot_index(index, tmp_path / "copy")["live_dir"] is None  # no live directory: the index alone
     with pytest.raises(BuildError, match=r"copy exists; choose a new --out"):
         snapshot_index(index, tmp_path / "copy")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BuildError, match=rf"^--out {tmp_path}/file/copy: cannot be written: {tmp_path}/file is a "
+                                         "file, not a folder$"):
+        snapshot_index(index, tmp_path / "file" / "copy")
 
 
 def test_a_live_directory_copied_across_a_merge_without_its_base_is_refused_naming_it(served, tmp_path):
