@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 # Before torch loads (here and in the server subprocess, which inherits it): on shared, oversubscribed CPUs
@@ -81,16 +82,54 @@ def build_synthetic(out: Path, n_docs: int) -> tuple[Path, Path]:
     return index_dir, model_dir
 
 
+class Questions:
+    """Question-like strings from an index's passages (realistic lengths and vocabulary), made as they are first
+    asked for and never the same twice: a reading service remembers its recent reads, so a question asked again
+    would time that memory, not reading. ``phase()`` views the questions no earlier phase asked."""
+
+    def __init__(self, passages: Sequence[dict], seed: int = 0):
+        self.texts = [p["text"] for p in passages]
+        self.rng, self.made, self.seen, self.asked = random.Random(seed), [], set(), 0
+
+    def _make(self) -> str:
+        for _ in range(10_000):
+            words = re.findall(r"\w+", self.rng.choice(self.texts))
+            if len(words) >= 6:
+                start = self.rng.randrange(0, len(words) - 5)
+                q = (self.rng.choice(["Who", "What", "When", "Where"]) + " "
+                     + " ".join(words[start : start + self.rng.randint(5, 12)]) + "?")
+                if q not in self.seen:
+                    self.seen.add(q)
+                    return q
+        raise RuntimeError(f"no new question in 10,000 tries after {len(self.made)} (too few passages)")
+
+    def __getitem__(self, i: int) -> str:
+        while len(self.made) <= i:
+            self.made.append(self._make())
+        self.asked = max(self.asked, i + 1)
+        return self.made[i]
+
+    def phase(self) -> Phase:
+        return Phase(self, self.asked)
+
+
+class Phase:
+    """The questions from ``start`` on: ``phase[i]`` is the i-th, and marks every one before it as asked."""
+
+    def __init__(self, questions: Questions, start: int):
+        self.questions, self.start = questions, start
+
+    def __getitem__(self, i: int) -> str:
+        return self.questions[self.start + i]
+
+    def batch(self, i: int, n: int) -> list[str]:
+        return [self[i + j] for j in range(n)]
+
+
 def make_questions(searcher, n: int, seed: int = 0) -> list[str]:
-    """Question-like strings from the index's passages (realistic lengths and vocabulary)."""
-    rng = random.Random(seed)
-    out = []
-    while len(out) < n:
-        words = re.findall(r"\w+", rng.choice(searcher.index.passages)["text"])
-        if len(words) >= 6:
-            start = rng.randrange(0, len(words) - 5)
-            out.append(rng.choice(["Who", "What", "When", "Where"]) + " " + " ".join(words[start : start + rng.randint(5, 12)]) + "?")
-    return out
+    """``n`` distinct question-like strings from the index's passages."""
+    questions = Questions(searcher.index.passages, seed)
+    return [questions[i] for i in range(n)]
 
 
 def percentiles(latencies: list[float]) -> dict[str, float]:
@@ -100,19 +139,19 @@ def percentiles(latencies: list[float]) -> dict[str, float]:
     return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)), "p99_ms": float(np.percentile(a, 99))}
 
 
-def raw_throughput(searcher, questions: list[str], batch: int, seconds: float, params: SearchParams) -> float:
+def raw_throughput(searcher, questions: Phase, batch: int, seconds: float, params: SearchParams) -> float:
     """Questions per second of the in-process pipeline at the given batch size."""
-    searcher.search(questions[:batch], params)  # warm
-    done, i, t0 = 0, 0, time.perf_counter()
+    searcher.search(questions.batch(0, batch), params)  # warm
+    done, i, t0 = 0, batch, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        chunk = [questions[(i + j) % len(questions)] for j in range(batch)]
+        chunk = questions.batch(i, batch)
         searcher.search(chunk, params)
         done += batch
         i += batch
     return done / (time.perf_counter() - t0)
 
 
-def raw_throughput_pipelined(searcher, questions: list[str], batch: int, seconds: float,
+def raw_throughput_pipelined(searcher, questions: Phase, batch: int, seconds: float,
                              params: SearchParams) -> float:
     """The same, with the service's pipeline: batch n + 1 is encoded in one thread while batch n is searched in
     another (at most one batch in each step), which is what the service does with ``pipeline`` on."""
@@ -120,10 +159,10 @@ def raw_throughput_pipelined(searcher, questions: list[str], batch: int, seconds
 
     encode_pool, search_pool = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
     try:
-        searcher.search(questions[:batch], params)  # warm
-        done, i, searching, t0 = 0, 0, None, time.perf_counter()
+        searcher.search(questions.batch(0, batch), params)  # warm
+        done, i, searching, t0 = 0, batch, None, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            chunk = [questions[(i + j) % len(questions)] for j in range(batch)]
+            chunk = questions.batch(i, batch)
             q_start, q_end = encode_pool.submit(searcher.encoder.encode, chunk).result()
             if searching is not None:
                 searching.result()
@@ -198,7 +237,7 @@ async def one_request(client: aiohttp.ClientSession, question: str, unit: str, b
         rec.add(type(e).__name__)
 
 
-async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concurrency: int, seconds: float,
+async def closed_loop(client: aiohttp.ClientSession, questions: Phase, concurrency: int, seconds: float,
                       unit: str, body: dict) -> dict:
     """``concurrency`` clients, each sending its next request as soon as the last is answered."""
     rec = Recorder()
@@ -208,7 +247,7 @@ async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concu
     async def worker(w: int) -> None:
         i = w
         while time.perf_counter() < deadline:
-            await one_request(client, questions[i % len(questions)], unit, body, rec)
+            await one_request(client, questions[i], unit, body, rec)
             i += concurrency
 
     t0 = time.perf_counter()
@@ -219,7 +258,7 @@ async def closed_loop(client: aiohttp.ClientSession, questions: list[str], concu
             "status": rec.status, "errors": rec.errors()}
 
 
-async def open_loop(client: aiohttp.ClientSession, questions: list[str], rate: float, seconds: float,
+async def open_loop(client: aiohttp.ClientSession, questions: Phase, rate: float, seconds: float,
                     unit: str, body: dict, seed: int = 0) -> dict:
     """Poisson arrivals at ``rate`` requests/s regardless of answers (latency as users would see it)."""
     rng = random.Random(seed)
@@ -230,7 +269,7 @@ async def open_loop(client: aiohttp.ClientSession, questions: list[str], rate: f
     next_at, i = t0, 0
     while next_at - t0 < seconds:
         await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-        tasks.append(asyncio.create_task(one_request(client, questions[i % len(questions)], unit, body, rec)))
+        tasks.append(asyncio.create_task(one_request(client, questions[i], unit, body, rec)))
         i += 1
         next_at += rng.expovariate(rate)
     await asyncio.gather(*tasks)
@@ -274,23 +313,7 @@ async def wait_ready(client: aiohttp.ClientSession, proc: subprocess.Popen, time
         await asyncio.sleep(0.2)
 
 
-class Fresh:
-    """The question list rotated past the questions earlier phases asked: ``next()`` the list for the next phase,
-    ``used(result)`` moves past the requests a phase sent (every status and exception it counted)."""
-
-    def __init__(self, questions: list[str]):
-        self.questions, self.start = questions, 0
-
-    def next(self) -> list[str]:
-        k = self.start % len(self.questions)
-        return self.questions[k:] + self.questions[:k]
-
-    def used(self, result: dict) -> dict:
-        self.start += sum(result["status"].values())
-        return result
-
-
-async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Popen, questions: list[str]) -> dict:
+async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Popen, questions: Questions) -> dict:
     # The load generator shares the machine's cores with the service, so it must be cheap: aiohttp spends
     # ~0.3 ms of CPU a request here where httpx spent ~3.5 ms (0.45 of the 2 cores at 115 q/s, which the
     # service then lacked). Client idle expiry (2 s) stays below the server's keep-alive, as a well-behaved
@@ -299,25 +322,23 @@ async def run_service(args: argparse.Namespace, base: str, proc: subprocess.Pope
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as client:
         await wait_ready(client, proc)
-        # each phase asks the questions after the last phase's (a reading service remembers recent reads, so a
-        # phase that asked them again would measure its cache, not reading)
-        fresh = Fresh(questions)
-        fresh.used(await closed_loop(client, fresh.next(), min(args.concurrency), 1.0, args.unit,
-                                     request_body(args)))  # warm connections
+        # each phase asks questions no phase asked before (Questions)
+        await closed_loop(client, questions.phase(), min(args.concurrency), 1.0, args.unit,
+                          request_body(args))  # warm connections
         levels = []
         for c in args.concurrency:
-            levels.append(fresh.used(await closed_loop(client, fresh.next(), c, args.seconds, args.unit,
-                                                       request_body(args))))
+            levels.append(await closed_loop(client, questions.phase(), c, args.seconds, args.unit, request_body(args)))
             print(json.dumps(levels[-1]), file=sys.stderr)
-        single = fresh.used(await closed_loop(client, fresh.next(), 1, args.seconds, args.unit, request_body(args)))
+        single = await closed_loop(client, questions.phase(), 1, args.seconds, args.unit, request_body(args))
         saturation = max(levels, key=lambda lv: lv["qps"])
         rate = args.open_loop_rate or saturation["qps"] / 2
-        half = fresh.used(await open_loop(client, fresh.next(), rate, args.seconds, args.unit, request_body(args)))
+        half = await open_loop(client, questions.phase(), rate, args.seconds, args.unit, request_body(args))
         print(json.dumps({"half_load": half}), file=sys.stderr)
         soak = None
         if args.soak_seconds > 0:
             over = max(args.concurrency) * 2  # above saturation: the queue bound must answer 429, nothing else
-            soak = await closed_loop(client, questions, over, args.soak_seconds, args.unit, request_body(args))
+            soak = await closed_loop(client, questions.phase(), over, args.soak_seconds, args.unit,
+                                     request_body(args))
             soak["non_429_errors"] = soak["errors"]
         return {"levels": levels, "single": single, "saturation": saturation, "half_load": half, "soak": soak}
 
@@ -368,10 +389,10 @@ def main(argv: list[str] | None = None) -> int:
                              reader=args.reader if args.read else None, runtime=args.runtime)
     runtime = searcher.encoder.passes.name  # onnx or torch
     precision = searcher.encoder.precision  # what "auto" chose here (the server picks the same on this host)
-    questions = make_questions(searcher, 512)
+    questions = Questions(searcher.index.passages)
     params = SearchParams(unit=args.unit, top_k=args.top_k, read=args.read)
-    raw_sequential = raw_throughput(searcher, questions, args.max_batch_size, args.seconds, params)
-    raw_pipelined = raw_throughput_pipelined(searcher, questions, args.max_batch_size, args.seconds, params)
+    raw_sequential = raw_throughput(searcher, questions.phase(), args.max_batch_size, args.seconds, params)
+    raw_pipelined = raw_throughput_pipelined(searcher, questions.phase(), args.max_batch_size, args.seconds, params)
     raw = raw_pipelined if args.pipeline != "off" else raw_sequential  # like for like with the service
     print(f"raw pipeline: {raw_sequential:.1f} q/s sequential, {raw_pipelined:.1f} q/s pipelined, at batch "
           f"{args.max_batch_size}", file=sys.stderr)

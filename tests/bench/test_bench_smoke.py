@@ -284,6 +284,25 @@ def test_top_values(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     assert report["cases"] and all(v["same_values"] and positive(v["whole_ms"]) for v in report["cases"].values())
 
 
+def test_service_load_never_asks_a_question_twice():
+    """A reading service remembers recent reads: a benchmark that asked its questions again would time that memory.
+    Each phase gets questions no earlier phase asked, however many it asks."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from service_load import Questions
+
+    words = " ".join(f"w{i}" for i in range(40))
+    questions = Questions([{"text": words}, {"text": "Too short."}])
+    first = questions.phase()
+    asked = [first[i] for i in range(0, 300, 3)]  # a closed loop of three clients, each its own stride
+    second = questions.phase()
+    later = second.batch(0, 200)
+    assert len(set(asked + later)) == len(asked) + len(later)
+    assert set(later).isdisjoint(first[i] for i in range(298))  # nothing the first phase skipped over either
+    assert all(q.split()[0] in ("Who", "What", "When", "Where") and q.endswith("?") for q in later)
+    with pytest.raises(RuntimeError, match="too few passages"):  # no endless loop when the passages run out
+        Questions([{"text": "one two three four five six"}]).phase().batch(0, 100)
+
+
 def test_snapshot_compare_tells_a_swap_of_tied_copies_from_a_change():
     sys.path.insert(0, str(ROOT / "bench"))
     from search_snapshot import compare
