@@ -12,8 +12,9 @@ import secrets
 import time
 import typing
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response, params
 from fastapi.exceptions import RequestValidationError
@@ -22,7 +23,7 @@ from pydantic import BaseModel
 
 from spanseek.core.filters import SearchFilter
 from spanseek.core.lexical import LexicalIndexMissing
-from spanseek.core.params import UNITS, SearchParams
+from spanseek.core.params import UNITS, SearchParams, SearchParamsError
 from spanseek.service.batcher import BatchOutcome
 from spanseek.service.bounds import check_estimate, passage_window, render_bounded
 from spanseek.service.errors import (
@@ -53,6 +54,10 @@ from spanseek.service.schemas import (
     Unit,
 )
 from spanseek.service.tracing import OUTCOME_KEY
+
+if TYPE_CHECKING:
+    from spanseek.core.search import Searcher
+    from spanseek.service.settings import Settings
 
 router = APIRouter()
 
@@ -256,6 +261,7 @@ async def info(request: Request) -> InfoResponse:
     service = {
         "status": state.status, "max_batch_size": s.max_batch_size, "max_wait_ms": s.max_wait_ms,
         "max_queue": s.max_queue, "default_top_k": s.default_top_k, "max_top_k": s.max_top_k,
+        "default_read": s.default_read, "default_read_below": s.default_read_below,
         "max_queries_per_request": s.max_queries_per_request, "max_query_chars": s.max_query_chars,
         "units": list(UNITS), **state.search_info,
         "max_queue_wait_ms": s.max_queue_wait_ms, "passage_context_chars": s.passage_context_chars,
@@ -302,6 +308,23 @@ def core_filter(request_filter: FilterIn) -> SearchFilter:
     return flt
 
 
+def server_reading(params: SearchParams, given: set[str], settings: Settings, searcher: Searcher) -> SearchParams:
+    """``params`` with the server's reading defaults where the request does not say: ``default_read`` reads a
+    request that gives no ``read`` (but one that collapses duplicates, which reading does not do), and
+    ``default_read_below`` is the ``read_below`` of a read request that gives none, where the model's calibration
+    can judge the request's unit and mode (elsewhere every question is read)."""
+    if settings.default_read and "read" not in given and params.collapse_duplicates is False:
+        params = replace(params, read=True)
+    if not params.read or params.read_below is not None or settings.default_read_below is None:
+        return params
+    below = replace(params, read_below=settings.default_read_below)
+    try:
+        searcher.check_mode(below)
+    except SearchParamsError:  # no calibration for this unit and mode: read them all
+        return params
+    return below
+
+
 @router.post(
     "/search", response_model=SearchResponse, tags=["search"],
     dependencies=[Depends(require_api_key), Depends(known_query), Depends(require_json_body)],
@@ -345,6 +368,8 @@ async def search(
         flt = await asyncio.to_thread(core_filter, body.filter) if body.filter is not None else None
         params = SearchParams(**{**body.search_parameters(), "unit": unit, "top_k": top_k, "offset": body.offset or 0,
                                  "nprobe": body.nprobe or state.default_nprobe, "filter": flt})
+        params = server_reading(params, body.model_fields_set, s, state.searcher)
+        request.state.read = params.read
         state.searcher.check_mode(params)
     except ValueError as e:  # SearchParamsError
         raise BadRequest(str(e)) from None

@@ -76,6 +76,14 @@ class Settings(BaseSettings):
     reader: str | None = Field(None, description="reader directory, or 'default' for the bundled reader, for "
                                                  "requests with read (none: read is refused)")
     reader_precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="reader precision")
+    # Reading as the server's default, for clients that do not ask: more often the exact answer for every client,
+    # at the reader's cost (about 10x a plain search; read_below reads only the questions the search is unsure of).
+    default_read: bool = Field(False, description="requests that do not give read are read (needs reader); not "
+                               "those that collapse duplicates, which reading does not do")
+    default_read_below: float | None = Field(
+        None, ge=0, le=1, description="read_below of requests with read (asked or by default_read) that give none: "
+        "only questions whose best hit without read is less confident than this are read (needs reader; where the "
+        "model has no calibration for a request's unit and mode, its questions are all read)")
     # auto = CUDA when present. bf16 roughly halves encoder time on GPUs / AVX-512 CPUs for a tiny score drift.
     device: str = Field("auto", description="torch device for the question encoder: auto, cpu, cuda, cuda:1")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description=(
@@ -412,8 +420,8 @@ class Settings(BaseSettings):
                                  f"{e}") from None
         return v
 
-    @field_validator("reader", "live_dir", "default_nprobe", "torch_threads", "api_key_file", "admin_api_key_file",
-                     mode="before")
+    @field_validator("reader", "default_read_below", "live_dir", "default_nprobe", "torch_threads", "api_key_file",
+                     "admin_api_key_file", mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         """An empty (or blank) optional setting is unset, as compose passes an unset variable (``SPANSEEK_READER=``
@@ -495,6 +503,9 @@ class Settings(BaseSettings):
             raise ValueError(f"max_request_cost ({self.max_request_cost:g}) is below max_queries_per_request "
                              f"({self.max_queries_per_request}): a request of that many questions would always be "
                              "refused for its cost")
+        asked = [name for name in ("default_read", "default_read_below") if getattr(self, name) not in (None, False)]
+        if asked and self.reader is None:
+            raise ValueError(f"{' and '.join(asked)} need a reader (reader: default for the bundled one)")
         if self.writes and self.api_key is None and self.admin_api_key is None:
             raise ValueError("writes need a key (admin_api_key or api_key): without one every write is refused (403)")
         return self
