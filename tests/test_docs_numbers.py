@@ -109,10 +109,10 @@ def quality_row(label: str, file: str, keys: Sequence[str]) -> Claim:
 HYBRID = "new_default_hybrid.json"
 READING = "new_default_reading.json"
 AMX_SERVICE = ["service_small_passes_auto_1.json", "service_small_passes_auto_2.json"]
-AVX512_SERVICE = ["service_transposed_phrase_auto.json", "service_transposed_passage_auto.json"]
+AVX512_SERVICE = ["service_load_phrase_avx512_auto.json", "service_load_passage_avx512_auto.json"]
 # the speed table's in-process runs (file, the run's key in it) and its HTTP runs at saturation
 IN_PROCESS = [("search_throughput_amx.json", ()), ("search_throughput_question_passes.json", ()),
-              *(("search_throughput_transposed.json", ("runs", str(i))) for i in (1, 3))]
+              ("search_throughput_avx512_auto.json", ())]
 HTTP = [*AMX_SERVICE, *AVX512_SERVICE, "service_load_phrase_async_checks.json", "service_load_passage_async_checks.json"]
 # one client's requests with read on the AVX2 EPYC: each run's single request and its first closed-loop level
 AVX2_READ = Figure([(f"service_read_small_scan{run}.json", key) for run in ("", "_2")
@@ -197,10 +197,16 @@ CLAIMS = [
           + [runs(AMX_SERVICE, "single.p50_ms"), runs(AMX_SERVICE, "saturation.qps"),
              fig("service_read_small_passes_auto.json", "single.p50_ms", digits=0)]),
     Claim("README.md", rf"\| AMD EPYC with AVX-512 and bf16[^|]*\| {R} / {R} / {R} \| {R} ms \| {N} / {N} \| — \|",
-          [Figure([("search_throughput_transposed.json", ("runs", str(i), "units", u, "qps")) for i in (1, 3)], 0)
-             for u in ("phrase", "passage", "doc")]
+          [fig("search_throughput_avx512_auto.json", f"units.{u}.qps", digits=0) for u in ("phrase", "passage", "doc")]
           + [runs(AVX512_SERVICE, "single.p50_ms")]
           + [fig(file, "saturation.qps", digits=0) for file in AVX512_SERVICE]),
+    Claim("README.md", rf"ONNX Runtime in fp32 encodes a batch of 64 questions at {N} q/s, torch in\s+bf16 at {N}, "
+          rf"yet phrase search in process runs at {N} against {N} q/s[^)]*\)[^.]*one question's encoder pass takes "
+          rf"{N} against {N} ms",
+          [fig(f"search_throughput_avx512_{runtime}.json", "raw_encode_qps", digits=0) for runtime in ("auto", "torch")]
+          + [fig(f"search_throughput_avx512_{runtime}.json", "units.phrase.qps", digits=0)
+             for runtime in ("auto", "torch")]
+          + [fig("encoder_batch_avx512.json", ("ms", precision, "1")) for precision in ("fp32-onnx", "bf16-torch")]),
     Claim("README.md", rf"In process, search keeps {R} of the question encoder's own q/s[^.]*\. Over HTTP the service "
           rf"keeps {R} of the in-process rate",
           [Figure([(file, (*run, "units", u, "ratio")) for file, run in IN_PROCESS
@@ -217,7 +223,7 @@ CLAIMS = [
 # ``--runtime auto`` runs now on that CPU (ONNX Runtime for every question pass; torch too in bf16).
 SPEED_ROWS = {
     "Intel Xeon with AMX": ["search_throughput_amx.json", *AMX_SERVICE, "service_read_small_passes_auto.json"],
-    "AMD EPYC with AVX-512 and bf16": ["search_throughput_transposed.json", *AVX512_SERVICE],
+    "AMD EPYC with AVX-512 and bf16": ["search_throughput_avx512_auto.json", *AVX512_SERVICE],
     "AMD EPYC with AVX2 only": ["search_throughput_question_passes.json", "service_max_wait.json",
                                 "service_load_phrase_async_checks.json", "service_load_passage_async_checks.json",
                                 "service_read_small_scan.json", "service_read_small_scan_2.json"],
