@@ -57,6 +57,7 @@ from spanseek.service.tracing import OUTCOME_KEY
 
 if TYPE_CHECKING:
     from spanseek.core.search import Searcher
+    from spanseek.service.cost import CostModel
     from spanseek.service.settings import Settings
 
 router = APIRouter()
@@ -308,13 +309,42 @@ def core_filter(request_filter: FilterIn) -> SearchFilter:
     return flt
 
 
-def server_reading(params: SearchParams, given: set[str], settings: Settings, searcher: Searcher) -> SearchParams:
-    """``params`` with the server's reading defaults where the request does not say: ``default_read`` reads a
-    request that gives no ``read`` (but one that collapses duplicates, which reading does not do), and
-    ``default_read_below`` is the ``read_below`` of a read request that gives none, where the model's calibration
-    can judge the request's unit and mode (elsewhere every question is read)."""
-    if settings.default_read and "read" not in given and params.collapse_duplicates is False:
-        params = replace(params, read=True)
+def cost_refusal(cost_model: CostModel, settings: Settings, questions: int, params: SearchParams) -> str | None:
+    """Why a request of ``questions`` questions with ``params`` costs more than this server ever admits
+    (``max_request_cost``, or the whole queue), or None: a 400, not a 429 for ever."""
+    cost = cost_model.request(questions, params)
+    limit, name = min((settings.max_request_cost, "max_request_cost"), (float(settings.max_queue), "max_queue"))
+    if cost <= limit:
+        return None
+    return (f"this request would cost {cost:.0f} question-equivalents, over this server's limit of {limit:g} ({name}) "
+            f"({questions} questions, {cost_model.explain(params)}); ask fewer questions or a shallower page "
+            "(top_k + offset, rank_window)")
+
+
+def server_reading(params: SearchParams, given: set[str], settings: Settings, searcher: Searcher,
+                   refusal: Callable[[SearchParams], str | None]) -> tuple[SearchParams, str | None]:
+    """``params`` with the server's reading defaults where the request does not say, and a warning where
+    ``default_read`` leaves it unread. ``default_read`` reads a request that gives no ``read`` where reading can
+    answer it: not one whose options reading refuses (collapsing duplicates), nor one that ``refusal`` (its cost)
+    refuses once read, which the default would turn from an answer into a 400. ``default_read_below`` is the
+    ``read_below`` of a read request that gives none, where the model's calibration can judge the request's unit and
+    mode (elsewhere every question is read)."""
+    if not settings.default_read or "read" in given:
+        return default_read_below(params, settings, searcher), None
+    try:
+        read = default_read_below(replace(params, read=True), settings, searcher)
+        searcher.check_mode(read)
+        why = refusal(read)
+    except SearchParamsError as e:
+        why = str(e)
+    if why is None:
+        return read, None
+    return params, f"not read, though this server reads requests that do not give read (default_read): {why}"
+
+
+def default_read_below(params: SearchParams, settings: Settings, searcher: Searcher) -> SearchParams:
+    """``params`` with ``read_below`` the server's ``default_read_below`` where it reads and gives none, and the
+    model's calibration can judge its unit and mode."""
     if not params.read or params.read_below is not None or settings.default_read_below is None:
         return params
     below = replace(params, read_below=settings.default_read_below)
@@ -368,20 +398,20 @@ async def search(
         flt = await asyncio.to_thread(core_filter, body.filter) if body.filter is not None else None
         params = SearchParams(**{**body.search_parameters(), "unit": unit, "top_k": top_k, "offset": body.offset or 0,
                                  "nprobe": body.nprobe or state.default_nprobe, "filter": flt})
-        params = server_reading(params, body.model_fields_set, s, state.searcher)
+        refusal = functools.partial(cost_refusal, state.cost, s, len(questions))
+        params, unread = server_reading(params, body.model_fields_set, s, state.searcher, refusal)
+        if unread is not None:
+            warnings.append(unread)
         request.state.read = params.read
         state.searcher.check_mode(params)
     except ValueError as e:  # SearchParamsError
         raise BadRequest(str(e)) from None
     except LexicalIndexMissing as e:  # a mode the index cannot serve: the message names the index's directory
         raise BadRequest(str(e) if may_see_paths(request) else hide_paths(str(e))) from None
+    too_costly = refusal(params)
+    if too_costly is not None:
+        raise BadRequest(too_costly)
     cost = state.cost.request(len(questions), params)
-    # a request costing more than the queue holds could never be admitted: that is a 400 too, not a 429 for ever
-    limit, name = min((s.max_request_cost, "max_request_cost"), (float(s.max_queue), "max_queue"))
-    if cost > limit:
-        raise BadRequest(f"this request would cost {cost:.0f} question-equivalents, over this server's limit of "
-                         f"{limit:g} ({name}) ({len(questions)} questions, "
-                         f"{state.cost.explain(params)}); ask fewer questions or a shallower page (top_k + offset, rank_window)")
     client = client_key(request.scope, s.fair_share_by)
     try:
         outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params, cost, client))

@@ -79,7 +79,8 @@ class Settings(BaseSettings):
     # Reading as the server's default, for clients that do not ask: more often the exact answer for every client,
     # at the reader's cost (about 10x a plain search; read_below reads only the questions the search is unsure of).
     default_read: bool = Field(False, description="requests that do not give read are read (needs reader); not "
-                               "those that collapse duplicates, which reading does not do")
+                               "those that reading would refuse: that collapse duplicates, which reading does not "
+                               "do, or whose cost read is over max_request_cost (answered unread, with a warning)")
     default_read_below: float | None = Field(
         None, ge=0, le=1, description="read_below of requests with read (asked or by default_read) that give none: "
         "only questions whose best hit without read is less confident than this are read (needs reader; where the "

@@ -3,6 +3,7 @@ answered as if it had asked, one that says keeps its own choice, and what readin
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import numpy as np
@@ -54,6 +55,31 @@ def test_a_request_that_does_not_say_is_read_and_one_that_says_keeps_its_choice(
     # read by default, the request is labelled read: its latency is a reading search's
     assert 'spanseek_request_duration_seconds_count{read="true",status="200",unit="phrase"} 1.0' in exposed
     assert 'spanseek_request_duration_seconds_count{read="false",status="200",unit="phrase"} 2.0' in exposed
+
+
+def test_default_read_answers_unread_what_reading_would_refuse(serve, settings_for, tiny_reader, reading_searcher):
+    """The server's default never turns an answer into a 400: a request that reading would refuse is answered as if
+    the server did not read, with a warning that says why. Here, the most questions a request may ask (32), whose
+    cost read (2.5 a question) is over max_request_cost (64), and a lexical_weight that the index's default fusion,
+    rrf, would ignore once read. Asked for, reading is refused as before."""
+    rrf = copy.copy(reading_searcher)
+    rrf.default_fusion = "rrf"
+    many = {"queries": [f"Who built the castle in {1500 + i}?" for i in range(32)]}
+    weighted = {"query": QUESTIONS[0], "mode": "hybrid", "lexical_weight": 0.5}
+    with serve(create_app(settings_for(reader=str(tiny_reader)), lambda s: rrf)) as client:
+        unread = [client.post("/search", json=body).json() for body in (many, weighted)]
+    with serve(create_app(settings_for(reader=str(tiny_reader), default_read=True), lambda s: rrf)) as client:
+        by_default = [client.post("/search", json=body) for body in (many, weighted)]
+        asked = [client.post("/search", json={**body, "read": True}) for body in (many, weighted)]
+        assert answers(client, {}) != answers(client, {"read": False})  # the server does read by default
+    for r, plain in zip(by_default, unread, strict=True):
+        assert r.status_code == 200, r.text
+        assert [spans(q["hits"]) for q in r.json()["results"]] == [spans(q["hits"]) for q in plain["results"]]
+    assert [r.json()["warnings"] for r in by_default] == [
+        [f"not read, though this server reads requests that do not give read (default_read): {r.json()['message']}"]
+        for r in asked]
+    assert "max_request_cost" in asked[0].json()["message"] and "fusion=rrf" in asked[1].json()["message"]
+    assert [r.status_code for r in asked] == [400, 400]
 
 
 def test_default_read_below_reads_the_unsure_questions_where_the_model_can_judge_them(serve, settings_for,
