@@ -85,13 +85,17 @@ def build_synthetic(out: Path, n_docs: int) -> tuple[Path, Path]:
 class Questions:
     """Question-like strings from an index's passages (realistic lengths and vocabulary), made as they are first
     asked for and never the same twice: a reading service remembers its recent reads, so a question asked again
-    would time that memory, not reading. ``phase()`` views the questions no earlier phase asked."""
+    would time that memory, not reading. ``phase()`` views the questions no earlier phase asked. A small index's
+    passages run out of new questions (the tiny test corpus's after about 16,000, a minute of load): from there
+    the questions made are asked again, in order, counted in ``repeated``, rather than fail a run at its end."""
 
     def __init__(self, passages: Sequence[dict], seed: int = 0):
         self.texts = [p["text"] for p in passages]
         self.rng, self.made, self.seen, self.asked = random.Random(seed), [], set(), 0
+        self.exhausted, self.repeated = False, 0
 
-    def _make(self) -> str:
+    def _make(self) -> str | None:
+        """A question not made before, or None when 10,000 tries found none."""
         for _ in range(10_000):
             words = re.findall(r"\w+", self.rng.choice(self.texts))
             if len(words) >= 6:
@@ -101,13 +105,24 @@ class Questions:
                 if q not in self.seen:
                     self.seen.add(q)
                     return q
-        raise RuntimeError(f"no new question in 10,000 tries after {len(self.made)} (too few passages)")
+        return None
 
     def __getitem__(self, i: int) -> str:
-        while len(self.made) <= i:
-            self.made.append(self._make())
+        while len(self.made) <= i and not self.exhausted:
+            q = self._make()
+            if q is not None:
+                self.made.append(q)
+                continue
+            if not self.made:
+                raise ValueError("no passage of the index has the 6 words a question is made of")
+            self.exhausted = True
+            print(f"warning: the index's passages gave no new question after {len(self.made)}; they are asked "
+                  "again from here (questions_repeated in the results), so what follows may time the service's "
+                  "memory of them", file=sys.stderr)
         self.asked = max(self.asked, i + 1)
-        return self.made[i]
+        if i >= len(self.made):
+            self.repeated += 1
+        return self.made[i % len(self.made)]
 
     def phase(self) -> Phase:
         return Phase(self, self.asked)
@@ -127,7 +142,7 @@ class Phase:
 
 
 def make_questions(searcher, n: int, seed: int = 0) -> list[str]:
-    """``n`` distinct question-like strings from the index's passages."""
+    """``n`` question-like strings from the index's passages, distinct where they give that many."""
     questions = Questions(searcher.index.passages, seed)
     return [questions[i] for i in range(n)]
 
@@ -418,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         "raw_qps": raw, "raw_sequential_qps": raw_sequential, "raw_pipelined_qps": raw_pipelined, **service,
         "service_over_raw": sat["qps"] / raw, "service_over_raw_sequential": sat["qps"] / raw_sequential,
         "half_load_p99_over_single_p50": service["half_load"]["p99_ms"] / service["single"]["p50_ms"],
+        "questions_repeated": questions.repeated,
         "cpu": cpu_name(), "cpu_count": os.cpu_count(), "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

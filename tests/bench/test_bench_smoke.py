@@ -284,9 +284,9 @@ def test_top_values(tmp_path, squad_index, tiny_model_dir, tiny_squad):
     assert report["cases"] and all(v["same_values"] and positive(v["whole_ms"]) for v in report["cases"].values())
 
 
-def test_service_load_never_asks_a_question_twice():
+def test_service_load_asks_no_question_twice_until_the_passages_run_out():
     """A reading service remembers recent reads: a benchmark that asked its questions again would time that memory.
-    Each phase gets questions no earlier phase asked, however many it asks."""
+    Each phase gets questions no earlier phase asked, however many it asks, while the passages give new ones."""
     sys.path.insert(0, str(ROOT / "bench"))
     from service_load import Questions
 
@@ -299,8 +299,12 @@ def test_service_load_never_asks_a_question_twice():
     assert len(set(asked + later)) == len(asked) + len(later)
     assert set(later).isdisjoint(first[i] for i in range(298))  # nothing the first phase skipped over either
     assert all(q.split()[0] in ("Who", "What", "When", "Where") and q.endswith("?") for q in later)
-    with pytest.raises(RuntimeError, match="too few passages"):  # no endless loop when the passages run out
-        Questions([{"text": "one two three four five six"}]).phase().batch(0, 100)
+    # passages that run out of new questions (8 here) give them again, counted, rather than loop or fail a run
+    few = Questions([{"text": "one two three four five six"}])
+    again = few.phase().batch(0, 100)
+    assert len(set(again)) == 8 and again[8:16] == again[:8] and few.repeated == 92
+    with pytest.raises(ValueError, match="6 words"):
+        Questions([{"text": "Too short."}]).phase()[0]
 
 
 def test_snapshot_compare_tells_a_swap_of_tied_copies_from_a_change():
@@ -580,8 +584,8 @@ def test_service_load(tmp_path, tiny_index, tiny_model_dir):
               "--soak-seconds", 1, "--out", tmp_path / "load.json")
     r = results(tmp_path / "load.json", "raw_qps", "raw_sequential_qps", "raw_pipelined_qps", "service_over_raw",
                 "saturation.qps", "single.p50_ms", "half_load.p99_ms", "half_load_p99_over_single_p50",
-                "levels", "soak.non_429_errors")
-    assert [lv["concurrency"] for lv in r["levels"]] == [1, 2]
+                "levels", "soak.non_429_errors", "questions_repeated")
+    assert [lv["concurrency"] for lv in r["levels"]] == [1, 2] and r["questions_repeated"] == 0
     assert all(lv["errors"] == 0 and lv["mean_batch_size"] >= 1 for lv in r["levels"])
     assert positive(r["service_over_raw"])
 
