@@ -170,7 +170,9 @@ SERVER_NOTES = {
     "offset": "offset + top_k is bounded by the server's max_offset_top_k (GET /info)",
     "rank_window": "at most the server's max_offset_top_k",
     "min_confidence": "GET /info lists the calibrated unit/mode pairs (service.confidence)",
-    "read": "the server needs a reader (GET /info: service.reader)",
+    "read": "the server needs a reader (GET /info: service.reader); default false, or true on a server that reads "
+            "by default (GET /info: service.default_read)",
+    "read_below": "default: the server's default_read_below (GET /info), where the model can judge the unit and mode",
     "read_passages": "at most the server's max_read_passages",
 }
 

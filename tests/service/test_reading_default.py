@@ -50,8 +50,12 @@ def test_a_request_that_does_not_say_is_read_and_one_that_says_keeps_its_choice(
         assert answers(client, {"read": False}) == unread
         assert answers(client, {"collapse_duplicates": True}) == collapsed  # reading does not collapse: not read
         service = client.get("/info").json()["service"]
+        fields = client.get("/openapi.json").json()["components"]["schemas"]["SearchRequest"]["properties"]
         exposed = client.get("/metrics").text
     assert service["default_read"] is True and service["default_read_below"] is None
+    # the API's schema says that the server's defaults decide what a request without read or read_below gets
+    assert "service.default_read" in fields["read"]["description"]
+    assert "default_read_below" in fields["read_below"]["description"]
     # read by default, the request is labelled read: its latency is a reading search's
     assert 'spanseek_request_duration_seconds_count{read="true",status="200",unit="phrase"} 1.0' in exposed
     assert 'spanseek_request_duration_seconds_count{read="false",status="200",unit="phrase"} 2.0' in exposed
