@@ -504,9 +504,12 @@ class Settings(BaseSettings):
             raise ValueError(f"max_request_cost ({self.max_request_cost:g}) is below max_queries_per_request "
                              f"({self.max_queries_per_request}): a request of that many questions would always be "
                              "refused for its cost")
-        asked = [name for name in ("default_read", "default_read_below") if getattr(self, name) not in (None, False)]
+        # default_read_below 0 is set (it reads no question), though 0 == False
+        asked = [name for name, on in (("default_read", self.default_read),
+                                       ("default_read_below", self.default_read_below is not None)) if on]
         if asked and self.reader is None:
-            raise ValueError(f"{' and '.join(asked)} need a reader (reader: default for the bundled one)")
+            raise ValueError(f"{' and '.join(asked)} {'needs' if len(asked) == 1 else 'need'} a reader (reader: "
+                             "default for the bundled one)")
         if self.writes and self.api_key is None and self.admin_api_key is None:
             raise ValueError("writes need a key (admin_api_key or api_key): without one every write is refused (403)")
         return self

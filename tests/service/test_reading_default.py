@@ -112,8 +112,10 @@ def test_default_read_below_reads_the_unsure_questions_where_the_model_can_judge
 
 
 def test_reading_by_default_needs_a_reader(tiny_index, tiny_model_dir):
-    for name, value in (("default_read", True), ("default_read_below", 0.8)):
-        with pytest.raises(ValidationError, match=f"{name} need a reader"):
+    for name, value in (("default_read", True), ("default_read_below", 0.8), ("default_read_below", 0.0)):
+        with pytest.raises(ValidationError, match=f"{name} needs a reader"):
             Settings(index=tiny_index, model=str(tiny_model_dir), **{name: value})
+    with pytest.raises(ValidationError, match="default_read and default_read_below need a reader"):
+        Settings(index=tiny_index, model=str(tiny_model_dir), default_read=True, default_read_below=0.5)
     with pytest.raises(ValidationError, match="less than or equal to 1"):
         Settings(index=tiny_index, model=str(tiny_model_dir), reader="default", default_read_below=1.5)
