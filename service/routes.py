@@ -321,25 +321,30 @@ def cost_refusal(cost_model: CostModel, settings: Settings, questions: int, para
             "(top_k + offset, rank_window)")
 
 
-def server_reading(params: SearchParams, given: set[str], settings: Settings, searcher: Searcher,
+def server_reading(fields: dict[str, Any], given: set[str], settings: Settings, searcher: Searcher,
                    refusal: Callable[[SearchParams], str | None]) -> tuple[SearchParams, str | None]:
-    """``params`` with the server's reading defaults where the request does not say, and a warning where
-    ``default_read`` leaves it unread. ``default_read`` reads a request that gives no ``read`` where reading can
-    answer it: not one whose options reading refuses (collapsing duplicates), nor one that ``refusal`` (its cost)
-    refuses once read, which the default would turn from an answer into a 400. ``default_read_below`` is the
-    ``read_below`` of a read request that gives none, where the model's calibration can judge the request's unit and
-    mode (elsewhere every question is read)."""
-    if not settings.default_read or "read" in given:
+    """The parameters of a request's ``fields`` (those ``given``) with the server's reading defaults where it does not
+    say, and a warning where ``default_read`` leaves it unread. ``default_read`` reads a request that gives no
+    ``read`` where reading can answer it: not one whose options reading refuses (collapsing duplicates), nor one
+    that ``refusal`` (its cost) refuses once read, which the default would turn from an answer into a 400; one that
+    gives an option only reading takes (``read_passages``, ``read_below``) asks to be read. ``default_read_below`` is
+    the ``read_below`` of a read request that gives none, where the model's calibration can judge the request's unit
+    and mode (elsewhere every question is read). SearchParamsError as ``SearchParams``."""
+    asks = "read" in given or any(fields.get(name) is not None for name in ("read_passages", "read_below"))
+    if not settings.default_read or asks:
+        read_by_default = settings.default_read and "read" not in given
+        params = SearchParams(**{**fields, "read": True} if read_by_default else fields)
         return default_read_below(params, settings, searcher), None
     try:
-        read = default_read_below(replace(params, read=True), settings, searcher)
+        read = default_read_below(SearchParams(**{**fields, "read": True}), settings, searcher)
         searcher.check_mode(read)
         why = refusal(read)
     except SearchParamsError as e:
         why = str(e)
     if why is None:
         return read, None
-    return params, f"not read, though this server reads requests that do not give read (default_read): {why}"
+    return SearchParams(**fields), ("not read, though this server reads requests that do not give read "
+                                    f"(default_read): {why}")
 
 
 def default_read_below(params: SearchParams, settings: Settings, searcher: Searcher) -> SearchParams:
@@ -396,10 +401,10 @@ async def search(
                         f"{state.info['index'].get('factory')}), so every token is scored")
     try:
         flt = await asyncio.to_thread(core_filter, body.filter) if body.filter is not None else None
-        params = SearchParams(**{**body.search_parameters(), "unit": unit, "top_k": top_k, "offset": body.offset or 0,
-                                 "nprobe": body.nprobe or state.default_nprobe, "filter": flt})
+        fields = {**body.search_parameters(), "unit": unit, "top_k": top_k, "offset": body.offset or 0,
+                  "nprobe": body.nprobe or state.default_nprobe, "filter": flt}
         refusal = functools.partial(cost_refusal, state.cost, s, len(questions))
-        params, unread = server_reading(params, body.model_fields_set, s, state.searcher, refusal)
+        params, unread = server_reading(fields, body.model_fields_set, s, state.searcher, refusal)
         if unread is not None:
             warnings.append(unread)
         request.state.read = params.read

@@ -52,6 +52,10 @@ def test_a_request_that_does_not_say_is_read_and_one_that_says_keeps_its_choice(
         service = client.get("/info").json()["service"]
         fields = client.get("/openapi.json").json()["components"]["schemas"]["SearchRequest"]["properties"]
         exposed = client.get("/metrics").text
+        # an option only reading takes asks for reading: read, not refused for want of read=true
+        deeper = answers(client, {"read_passages": 2})
+        assert deeper == answers(client, {"read": True, "read_passages": 2}) != read
+        assert all(hit[-1] for hits in deeper for hit in hits)
     assert service["default_read"] is True and service["default_read_below"] is None
     # the API's schema says that the server's defaults decide what a request without read or read_below gets
     assert "service.default_read" in fields["read"]["description"]
