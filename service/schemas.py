@@ -316,7 +316,8 @@ class SearchResponse(BaseModel):
     request_id: str
     warnings: list[str] = Field(default_factory=list, description="what the server did not do as asked, though the "
                                 "request was answered: a parameter this index does not use (nprobe on an index "
-                                "without inverted lists)")
+                                "without inverted lists), or reading by default (default_read) that would have "
+                                "refused the request")
 
 
 class ErrorResponse(BaseModel):
