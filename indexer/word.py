@@ -272,7 +272,7 @@ class _WordText:
                 self.paragraph(child, level_allowed)
             elif child.tag == f"{_W}tbl":
                 self.table(child)
-            elif child.tag in (f"{_W}sdtContent", f"{_W}customXml") or (child.tag == f"{_W}sdt" and _content(child)):
+            elif _wrapper(child):
                 self.blocks(child, level_allowed)
 
     def inline(self, element: Any, extras: list[tuple[str, Any]], hidden: bool = False) -> str:
@@ -356,6 +356,8 @@ class _WordText:
 
     def cell(self, tc: Any, extras: list[tuple[str, Any]]) -> str:
         """A table cell's text on one line: its paragraphs and its nested tables' rows, a space apart."""
+        if _prompt(tc):
+            return ""
         return " ".join(filter(None, (_labelled(*self.line(p, extras)) for p in _cell_paragraphs(tc))))
 
     def table(self, tbl: Any) -> None:
@@ -365,7 +367,7 @@ class _WordText:
         other names), a body cell merged over rows in each of its rows, and a header cell merged down into the body
         names its column there (as an HTML ``<th rowspan>`` does), not a body row's text ("Source: Source")."""
         grid = _grid(tbl)
-        heads = self.header_rows(grid)
+        heads = self.header_rows(tbl, grid)
         if heads == 1:  # a first row whose cells merged over rows span the rows of a second level ("high", "low")
             heads = header_depth([(_rows_spanned(grid, cell), cell.span) for cell in grid[0].cells], len(grid))
         width = max((cell.column + cell.span for row in grid for cell in row.cells), default=0)
@@ -377,14 +379,14 @@ class _WordText:
             self.sections.add(row_text(texts, [names[cell.column] for cell in row.cells]))
             self.extras(extras)
 
-    def header_rows(self, grid: list[_Row]) -> int:
+    def header_rows(self, tbl: Any, grid: list[_Row]) -> int:
         """How many rows of a table are its header, naming the columns: the leading rows marked "Repeat as header
         row", else the first row when it looks like a header: the table's style sets its first row apart (and the
         table shows that: Word's "Header Row" option) or its text is bold. None in a table of no other rows."""
         heads = 0
         while heads < len(grid) and _flag(grid[heads].tr.find(f"{_W}trPr"), "tblHeader"):
             heads += 1
-        if not heads and len(grid) > 1 and (self.styled_first_row(grid[0].tr.getparent())
+        if not heads and len(grid) > 1 and (self.styled_first_row(tbl)
                                              or self.bold(grid[0])):
             heads = 1
         return heads if heads < len(grid) else 0
@@ -425,6 +427,35 @@ def _content(sdt: Any) -> bool:
         gallery is None or gallery.get(f"{_W}val") != "Table of Contents")
 
 
+def _wrapper(element: Any) -> bool:
+    """Whether an element wraps the document's text without being text itself: a content control holding it
+    (``_content``), its contents, or a custom XML element."""
+    return element.tag in (f"{_W}sdtContent", f"{_W}customXml") or (element.tag == f"{_W}sdt" and _content(element))
+
+
+def _wrapped(container: Any, tag: str) -> Iterator[Any]:
+    """A table's rows (``tag`` "tr") or a row's cells ("tc") in order, those wrapped in content controls or custom
+    XML too (a form's repeating section wraps rows; a drop-down list, a cell). The rows and cells of a control that
+    shows its placeholder are read as well, as they take their place in the table; their text is the prompt's, left
+    out (``_prompt``)."""
+    for child in container:
+        if child.tag == f"{_W}{tag}":
+            yield child
+        elif child.tag in (f"{_W}sdt", f"{_W}sdtContent", f"{_W}customXml"):
+            yield from _wrapped(child, tag)
+
+
+def _prompt(tc: Any) -> bool:
+    """Whether a table cell is inside a content control of its row or table that shows no text of the document (a
+    placeholder's prompt: ``_content``)."""
+    parent = tc.getparent()
+    while parent is not None and parent.tag != f"{_W}tbl":
+        if parent.tag == f"{_W}sdt" and not _content(parent):
+            return True
+        parent = parent.getparent()
+    return False
+
+
 @dataclass(frozen=True)
 class _Cell:
     """A cell of a table's row as Word lays it out: the grid column it starts in, the columns it spans (w:gridSpan),
@@ -449,10 +480,10 @@ def _grid(tbl: Any) -> list[_Row]:
     where none is (a damaged file's). Linear in the table's cells: a merge down 10,000 rows is looked up, not walked."""
     rows: list[_Row] = []
     above: dict[int, _Cell] = {}  # each grid column's cell in the row above
-    for r, tr in enumerate(tbl.iterchildren(f"{_W}tr")):
+    for r, tr in enumerate(_wrapped(tbl, "tr")):
         column = max(0, _count(_val(tr.find(f"{_W}trPr/{_W}gridBefore"))) or 0)  # (a damaged file's "-5": none)
         cells: list[_Cell] = []
-        for tc in tr.iterchildren(f"{_W}tc"):
+        for tc in _wrapped(tr, "tc"):
             span = max(1, _count(_val(tc.find(f"{_W}tcPr/{_W}gridSpan"))) or 1)
             merge = tc.find(f"{_W}tcPr/{_W}vMerge")
             origin = above.get(column) if merge is not None and _val(merge) in (None, "continue") else None
@@ -478,9 +509,9 @@ def _cell_paragraphs(container: Any) -> Iterator[Any]:
         if child.tag == f"{_W}p":
             yield child
         elif child.tag == f"{_W}tbl":
-            for tc in (tc for tr in child.iterchildren(f"{_W}tr") for tc in tr.iterchildren(f"{_W}tc")):
+            for tc in (tc for tr in _wrapped(child, "tr") for tc in _wrapped(tr, "tc")):
                 yield from _cell_paragraphs(tc)
-        elif child.tag in (f"{_W}sdtContent", f"{_W}customXml") or (child.tag == f"{_W}sdt" and _content(child)):
+        elif _wrapper(child):
             yield from _cell_paragraphs(child)
 
 

@@ -589,3 +589,33 @@ def test_a_cell_merged_down_a_thousand_rows_reads_in_linear_time(tmp_path):
     read = extract_docx(tmp_path / "d.docx").paragraphs
     assert time.process_time() - start < 2.0
     assert read == ["Region Port"] + ["Region Ayr"] * 1000
+
+
+def test_rows_and_cells_in_content_controls_are_read_in_their_columns(tmp_path):
+    """A form's repeating section wraps table rows in a content control, a drop-down list wraps a cell, and a
+    control in a nested table too: their text reads in document order, each cell named by its column's header. A
+    cell whose control shows its placeholder keeps its column, its prompt left out."""
+    def cell(text: str) -> str:
+        return f"<w:tc><w:p><w:r><w:t>{text}</w:t></w:r></w:p></w:tc>"
+
+    def control(xml: str, properties: str = "") -> str:
+        return f"<w:sdt><w:sdtPr>{properties}</w:sdtPr><w:sdtContent>{xml}</w:sdtContent></w:sdt>"
+
+    header = '<w:tr><w:trPr><w:tblHeader/></w:trPr>' + cell("Port") + cell("Berth") + cell("Pilot") + "</w:tr>"
+    nested = ("<w:tbl><w:tblPr/><w:tblGrid><w:gridCol/></w:tblGrid>"
+              + control("<w:tr>" + cell("tug on call") + "</w:tr>") + "</w:tbl>")
+    rows = [control("<w:tr>" + cell("Lerwick") + cell("B4") + cell("yes") + "</w:tr>"),
+            "<w:tr>" + cell("Wick") + control(cell("C1")) + cell("no") + "</w:tr>",
+            "<w:tr>" + cell("Thurso") + control(cell("Choose an item."), "<w:showingPlcHdr/>") + cell("yes") + "</w:tr>",
+            "<w:tr>" + cell("Kirkwall") + cell("A2") + "<w:tc><w:p><w:r><w:t>no</w:t></w:r></w:p>" + nested + "</w:tc></w:tr>"]
+    document = docx.Document()
+    body = document.element.body
+    body.insert(len(body) - 1, parse_xml(
+        f'<w:tbl {nsdecls("w")}><w:tblPr/><w:tblGrid><w:gridCol/><w:gridCol/><w:gridCol/></w:tblGrid>'
+        + header + control("".join(rows)) + "</w:tbl>"))
+    assert paragraphs(document, tmp_path) == [
+        "Port: Lerwick; Berth: B4; Pilot: yes",  # was lost: a row in a control
+        "Port: Wick; Berth: C1; Pilot: no",  # was "Port: Wick; Berth: no": a cell in a control lost
+        "Port: Thurso; Pilot: yes",  # the prompt left out, "yes" still the pilot's
+        "Port: Kirkwall; Berth: A2; Pilot: no tug on call",  # was "... no": the nested table's row lost
+    ]
