@@ -477,14 +477,18 @@ def _grid(tbl: Any) -> list[_Row]:
     """A table's rows (w:tr) and their cells (w:tc) in Word's layout grid, read from the XML: each cell once (a cell
     merged over columns too), in the column it starts in (after the row's w:gridBefore and the spans before it), a
     cell continuing a merge over rows (w:vMerge without "restart") showing the cell above it in its column, or itself
-    where none is (a damaged file's). Linear in the table's cells: a merge down 10,000 rows is looked up, not walked."""
+    where none is (a damaged file's). Linear in the table's cells: a merge down 10,000 rows is looked up, not walked,
+    and a span past the grid's last column (w:gridSpan or w:gridBefore of a billion: a damaged or hostile file's)
+    counts as the rest of the grid (its w:gridCol, or its most cells in a row where those are more)."""
+    trs = [(tr, list(_wrapped(tr, "tc"))) for tr in _wrapped(tbl, "tr")]
+    width = max([len(tbl.findall(f"{_W}tblGrid/{_W}gridCol")), *(len(tcs) for _, tcs in trs)])
     rows: list[_Row] = []
     above: dict[int, _Cell] = {}  # each grid column's cell in the row above
-    for r, tr in enumerate(_wrapped(tbl, "tr")):
-        column = max(0, _count(_val(tr.find(f"{_W}trPr/{_W}gridBefore"))) or 0)  # (a damaged file's "-5": none)
+    for r, (tr, tcs) in enumerate(trs):
+        column = _columns(tr.find(f"{_W}trPr/{_W}gridBefore"), 0, width)
         cells: list[_Cell] = []
-        for tc in _wrapped(tr, "tc"):
-            span = max(1, _count(_val(tc.find(f"{_W}tcPr/{_W}gridSpan"))) or 1)
+        for tc in tcs:
+            span = _columns(tc.find(f"{_W}tcPr/{_W}gridSpan"), 1, width - column)
             merge = tc.find(f"{_W}tcPr/{_W}vMerge")
             origin = above.get(column) if merge is not None and _val(merge) in (None, "continue") else None
             cells.append(_Cell(column, span, origin.tc, origin.top) if origin is not None else _Cell(column, span, tc, r))
@@ -492,6 +496,16 @@ def _grid(tbl: Any) -> list[_Row]:
         above = {cell.column: cell for cell in cells}
         rows.append(_Row(tr, cells))
     return rows
+
+
+def _columns(element: Any, least: int, most: int) -> int:
+    """A count of grid columns (w:gridBefore, w:gridSpan) from 0 or 1 (``least``) up to those left in the grid
+    (``most``, where that is more than ``least``): a damaged file's "-5" or "x" is ``least``."""
+    value = _val(element) or ""
+    if not re.fullmatch(r"[0-9]+", value):
+        return least
+    digits = value.lstrip("0")
+    return max(least, min(int(digits or "0") if len(digits) < 10 else most, most))
 
 
 def _rows_spanned(grid: list[_Row], cell: _Cell) -> int:
