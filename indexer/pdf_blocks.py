@@ -61,11 +61,17 @@ _MARKED = re.compile(r"(?:(?<![^\W\d_])[^\W\d_]{3,}|[.,;:%\"'\u201d\u2019])$")
 # (a year, an amount: "in 1990¹", "23,800¹ tonnes"; a power's base is 10 or a small number: "10⁵", "2¹⁶", "3²"),
 # a number of 100 or more before an operator aside ("100² = 10,000"); and any number before a reference sign
 # ("1854†"), which no power is
-_MARKED_NUMBER = re.compile(r"(?<![\w.,^])(?:\d{1,3}(?:,\d{3})+|\d{3,})(?:\.\d+)?$")
+_MARKED_NUMBER = re.compile(r"(?<![\w.,^])(?:(?:\d{1,3}(?:,\d{3})+|\d{3,})(?:\.\d+)?|\d+\.\d+)$")
 _SIGNS = frozenset("*\u2020\u2021\u00a7")
 _OPERATORS = frozenset("=+\u2212\u00d7\u00b7/<>\u2264\u2265")
 _POWER = re.compile(r"[-+\u2212]?\d+")
 _POWER_BASE = frozenset("0123456789)]")
+
+
+def _marked(before: str) -> bool:
+    """Whether a superscript after this text (a line's up to it) is a footnote's mark by what it follows: a word,
+    punctuation (``_MARKED``) or a number no power is written of (``_MARKED_NUMBER``)."""
+    return bool(_MARKED.search(before[-4:]) or _MARKED_NUMBER.search(before))
 
 
 def _without_marks(line: Any, plain: str) -> str:
@@ -84,8 +90,8 @@ def _without_marks(line: Any, plain: str) -> str:
     while k < len(texts):
         end = next((j for j in range(k, len(texts)) if not raised[j]), len(texts))
         after, before = "".join(texts[end:end + 3]), "".join(texts[max(0, k - 16):k])
-        anchored = (_MARKED.search("".join(texts[max(0, k - 4):k])) or _MARKED_NUMBER.search(before)
-                    or (before[-1:].isdigit() and all(t in _SIGNS for t in texts[k:end])))
+        anchored = (_marked(before) or (before[-1:].isdigit() and all(t in _SIGNS for t in texts[k:end]))
+                    or (before[-1:] == ")" and _marked(before[:-1])))
         if end > k and anchored and not after[:1].isalnum() and after.lstrip()[:1] not in _OPERATORS:
             texts[k:end] = [""] * (end - k)
         k = end + 1

@@ -998,19 +998,44 @@ def test_a_footnote_mark_after_a_year_or_an_amount_is_dropped_and_a_power_s_expo
     height set a mark and an exponent alike (fpdf2, word processors, LaTeX); the number tells them apart: a power's
     base is 10 or a small number ("10⁵", "2¹⁶", "3²"), a mark follows a year, an amount with separators, a per cent
     sign, and a reference sign any number. A number of 100 or more before an operator keeps its exponent."""
+    assert misread_marks(tmp_path, AFTER_NUMBERS) == []
+
+
+def misread_marks(tmp_path: Path, cases: list[tuple[str, str, str, bool]]) -> list[str]:
+    """The cases (text before, superscript, text after, whether it is a footnote's mark) a PDF of them, a line each,
+    reads wrong: a mark not dropped, or an exponent not read with a caret."""
     pdf = fpdf.FPDF(unit="mm", format="A4")
     pdf.add_page()
     pdf.set_font("helvetica", size=11)
-    for before, script, after, _ in AFTER_NUMBERS:
+    for before, script, after, _ in cases:
         for part, position in ((before, "LINE"), (script, "SUP"), (f"{after}\n", "LINE")):
             pdf.char_vpos = position
             pdf.write(6, part)
         pdf.ln(4)
     pdf.output(str(tmp_path / "numbers.pdf"))
     read = " ".join(extract_pdf(tmp_path / "numbers.pdf").paragraphs)
-    wrong = [before for before, script, after, mark in AFTER_NUMBERS
-             if (before + after if mark else f"{before}^{script}{after}") not in read]
-    assert wrong == []
+    return [before for before, script, after, mark in cases
+            if (before + after if mark else f"{before}^{script}{after}") not in read]
+
+
+# marks after a closing bracket or a decimal number, and the exponents of brackets and decimals kept
+AFTER_BRACKETS = [("Prices rose by 3.5", "1", " per cent.", True),
+                  ("The gauge read 0.75", "2", ", then fell.", True),
+                  ("The first quay (see Smith)", "3", " was wooden.", True),
+                  ("It was rebuilt (in 1852)", "4", ", twice.", True),
+                  ("The harbour (Kellerton)", "*", " is deep.", True),
+                  ("Its area is (a+b)", "2", " and more.", False),
+                  ("The term (x)", "2", " is small.", False),
+                  ("Its cost is (log n)", "2", " at most.", False),
+                  ("The square 2.5", "2", " = 6.25 holds.", False)]
+
+
+def test_a_footnote_mark_after_a_bracket_or_a_decimal_is_dropped_and_a_bracket_s_exponent_kept(tmp_path):
+    """A mark after a closing bracket or a decimal number read as a power: "(see Smith)³" read "(see Smith)^3",
+    "3.5¹ per cent" "3.5^1 per cent". After a bracket, what it closes tells them apart: a word of three letters or
+    more, or a number no power is written of, is a note's ("(in 1852)⁴"); a formula's letters a power's ("(a+b)²",
+    "(log n)²"). A decimal's superscript is a mark unless an operator follows ("2.5² = 6.25")."""
+    assert misread_marks(tmp_path, AFTER_BRACKETS) == []
 
 
 def test_a_paragraph_that_ends_in_a_note_in_brackets_ends_before_an_indented_one(tmp_path):
