@@ -347,7 +347,9 @@ def dehyphenate(texts: Sequence[str]) -> list[str]:
     (U+00AD) always dropped. A hyphen before a conjunction (``SUSPENDED_BEFORE``) and a word after it is a suspended
     one, a space after it: "trans-\\nand intercontinental" reads "trans- and intercontinental"; in a document set with
     hyphenation, before one that hyphenation also leaves at a line's start (``HYPHENATION_TAILS``: "pri-\\nor"), only
-    where a compound follows ("pre-\\nor post-war")."""
+    where a compound follows ("pre-\\nor post-war"). A hyphen before a conjunction that a hyphen follows is a
+    compound's, kept: "rock-\\nand-roll" reads "rock-and-roll" (in a document set with hyphenation, not before one of
+    ``HYPHENATION_TAILS``: "gover-\\nnor-general" is a word broken)."""
     words: set[str] = set()
     compounds: set[str] = set()
     breaks = hyphens = 0
@@ -362,15 +364,18 @@ def dehyphenate(texts: Sequence[str]) -> list[str]:
     hyphenated = breaks > 0 and hyphens / breaks >= HYPHENATED_SHARE
 
     def join(m: re.Match[str]) -> str:
-        before, after = m.group(1), m.group(2)
+        before, after, rest = m.group(1), m.group(2), m.string[m.end():]
         soft = m.group(0)[len(before)] == "\u00ad"
+        conjunction = after in SUSPENDED_BEFORE and (not hyphenated or after not in HYPHENATION_TAILS)
         if not soft and (not before[-1].isalpha() or not after[0].isalpha() or after[0].isupper()):
             keep = True
         elif soft or (before + after).casefold() in words:
             keep = False
-        elif after in SUSPENDED_BEFORE and re.match(r"[ \t]+\w", rest := m.string[m.end():]) and (
-                not hyphenated or after not in HYPHENATION_TAILS or re.match(r"[ \t]+\w+[-\u2010]", rest)):
-            return f"{before}- {after}"  # a suspended hyphen, a word after its conjunction ("rock-and-roll" is none)
+        elif after in SUSPENDED_BEFORE and re.match(r"[ \t]+\w", rest) and (
+                conjunction or re.match(r"[ \t]+\w+[-\u2010]", rest)):
+            return f"{before}- {after}"  # a suspended hyphen, a word after its conjunction
+        elif conjunction and re.match(r"[-\u2010]\w", rest):  # a compound through its conjunction: "rock-and-roll"
+            keep = True
         elif f"{before}-{after}".casefold() in compounds:
             keep = True
         else:

@@ -207,6 +207,17 @@ def test_a_hyphen_at_a_line_end_before_a_conjunction_is_a_suspended_one():
                                      "und Ausgang and\na thousand ships, a thousand more and some approval\n")
 
 
+def test_a_line_end_hyphen_before_a_conjunction_and_a_hyphen_is_a_compound_s():
+    """A compound through a conjunction broken at a line end ("rock-\\nand-roll") read "rockand-roll" in a document
+    set with hyphenation: the hyphen is kept. Before "or" or "nor" hyphenation breaks words ("gover-\\nnor-general",
+    "col-\\nor-coded" outnumber "more-or-less"), which are joined there as before; without hyphenation both keep it."""
+    prose = "a line that ends in a whole word\n" * 20
+    text = "rock-\nand-roll, black-\nand-white, gover-\nnor-general, col-\nor-coded, some appro-\nval, some deli-\nvery\n"
+    assert dehyphenate([prose + text])[0] == prose + (
+        "rock-and-roll, black-and-white, governor-general, color-coded, some approval, some delivery\n")
+    assert dehyphenate([prose * 4 + "rock-\nand-roll, all-\nor-nothing\n"])[0].endswith("rock-and-roll, all-or-nothing\n")
+
+
 def test_an_unknown_broken_word_follows_the_document_s_hyphenation():
     """A word found nowhere else is joined in a document set with hyphenation (many line ends break a word) and
     keeps its hyphen in one that is not (a line end then breaks a compound at its own hyphen)."""
