@@ -3,8 +3,8 @@
     spanseek corpus from-files talk.pptx DOCS/ --out corpus.jsonl
 
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's
-shapes in place of the group), each paragraph of a text frame one paragraph (its line breaks as spaces, its fields'
-text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell", ``extracted.row_text``; a cell
+shapes in place of the group, and those of alternative content, mc:AlternateContent, in its place), each paragraph
+of a text frame one paragraph (its line breaks as spaces, its fields' text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell", ``extracted.row_text``; a cell
 merged over rows in each of them), then the text of its SmartArt diagrams and charts (each box of a diagram, a
 chart's title with its category labels, its axis titles and the series' names it shows (legend, data labels), one
 paragraph each: ``indexer.drawings``), then the speaker's notes. Every paragraph carries its
@@ -32,6 +32,7 @@ from spanseek.indexer.extracted import (
     zip_bomb,
 )
 
+_MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
 _OLE = b"\xd0\xcf\x11\xe0"  # an encrypted .pptx, or an old binary .ppt, is an OLE (Compound File) file
 
 
@@ -44,11 +45,25 @@ def _shapes(shapes: Any) -> Iterator[Any]:
     def place(shape: Any) -> tuple[int, int]:
         return (shape.top or 0, shape.left or 0)
 
+    _unwrap_alternatives(shapes.element)
     for shape in sorted(shapes, key=place):
         if hasattr(shape, "shapes"):  # a group
             yield from _shapes(shape.shapes)
         else:
             yield shape
+
+
+def _unwrap_alternatives(tree: Any) -> None:
+    """Put the shapes of a shape tree's alternative content (mc:AlternateContent: PowerPoint saves so a text box
+    holding an equation, with a picture of it for older readers) in its place, the choice's shapes, which hold the
+    text, rather than the fallback's: python-pptx reads no shape inside one, and the text box was lost. The deck is
+    changed in memory only."""
+    for alternatives in tree.findall(f"{_MC}AlternateContent"):
+        chosen = alternatives.find(f"{_MC}Choice")
+        chosen = chosen if chosen is not None else alternatives.find(f"{_MC}Fallback")
+        for shape in list(chosen) if chosen is not None else []:
+            alternatives.addprevious(shape)
+        tree.remove(alternatives)
 
 
 def _table_rows(table: Any) -> list[str]:
@@ -92,6 +107,7 @@ def _paragraph_texts(frame: Any) -> list[str]:
 
 def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
     """(the slide's title, its paragraphs in reading order: the title, shapes, diagrams and charts, the notes)."""
+    _unwrap_alternatives(slide.shapes.element)  # (the title may be among them)
     title_shape = slide.shapes.title
     title = _line(title_shape.text_frame.text) if title_shape is not None and title_shape.has_text_frame else ""
     paragraphs = [title] if title else []

@@ -332,3 +332,32 @@ def test_a_chart_s_category_count_out_of_all_proportion_is_read_at_the_cost_of_i
     t0 = time.process_time()  # CPU time: other work on the machine does not count
     assert drawing_texts(part.encode()) == ["2023 (Q1, Q2)"]
     assert time.process_time() - t0 < 5
+
+
+def test_a_text_box_saved_with_alternative_content_is_read_once_in_its_place(tmp_path):
+    """PowerPoint saves a text box holding an equation (and other newer shapes) inside mc:AlternateContent: the
+    shape itself as the choice, a picture of it as the fallback for older readers. python-pptx reads no shape
+    there, and the text box's text was lost; it reads in its place, once, from the choice."""
+    from lxml import etree
+
+    mc = "http://schemas.openxmlformats.org/markup-compatibility/2006"
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Tides"
+    for top, text in [(1.5, "The tide rises twice a day."), (3, "The range is the height from low to high water."),
+                      (4.5, "Spring tides follow a full moon.")]:
+        slide.shapes.add_textbox(Inches(1), Inches(top), Inches(6), Inches(1)).text_frame.text = text
+    box = slide.shapes[2].element  # the second text box, wrapped as PowerPoint wraps one holding an equation
+    alternatives = etree.Element(f"{{{mc}}}AlternateContent", nsmap={"mc": mc})
+    box.addprevious(alternatives)
+    choice = etree.SubElement(alternatives, f"{{{mc}}}Choice", Requires="a14")
+    fallback = etree.SubElement(alternatives, f"{{{mc}}}Fallback")
+    picture = etree.fromstring(etree.tostring(box))
+    for t in picture.iter("{http://schemas.openxmlformats.org/drawingml/2006/main}t"):
+        t.text = ""  # the fallback shows the text as a picture
+    choice.append(box)
+    fallback.append(picture)
+    deck.save(str(tmp_path / "tides.pptx"))
+    assert extract_pptx(tmp_path / "tides.pptx").paragraphs == [
+        "Tides", "The tide rises twice a day.", "The range is the height from low to high water.",  # was lost
+        "Spring tides follow a full moon."]
