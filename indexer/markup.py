@@ -41,6 +41,15 @@ _BLOCK = {
     "dd", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "thead", "tbody", "tr", "caption",
     "br", "hr", "figure", "figcaption", "form", "address", "details", "summary", "body", "html",
 }
+# elements that have no end tag (nothing is inside them)
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
+# elements that another of their own kind ends where it starts, as a browser's parser ends them ("<p>a<p>b"), and
+# what else ends them there: a block ends a <p>
+_SELF_ENDING = {"p", "li", "dt", "dd", "tr", "td", "th", "option"}
+# an inline style that hides an element: "display: none" ("display:none !important")
+_DISPLAY_NONE = re.compile(r"(?:^|;)\s*display\s*:\s*none\s*(?:!\s*important\s*)?(?:;|$)", re.I)
+# ... but a page hidden whole until its scripts have run is read
+_SHOWN_LATER = {"html", "body"}
 _CELL = {"td", "th"}  # a table cell: its text is one of its row's cells
 _ROW_GROUPS = {"thead", "tbody", "tfoot"}  # a table's parts that hold rows
 _TABLE = {"table", "thead", "tbody", "tfoot", "tr"}  # a table's structure: rows end where these start and end
@@ -70,6 +79,13 @@ SPAN_COPIES = 1
 # the text of a cell that stands for a column the header cell before it spans (``_split_header_spans``): a Unicode
 # noncharacter, which no text holds (a private-use one, U+E000, is a glyph of an icon font: a page's own was lost)
 _SPANNED = "\ufdd0"
+
+
+def _hidden(attrs: dict[str, str | None]) -> bool:
+    """Whether an element is not shown, its text with it: it has the ``hidden`` attribute (but "until-found", which
+    a browser's find in page reveals) or an inline style of ``display: none``."""
+    shown = "hidden" not in attrs or (attrs["hidden"] or "").strip().lower() == "until-found"
+    return not shown or bool(_DISPLAY_NONE.search(attrs.get("style") or ""))
 
 
 def _span(value: str | None) -> int:
@@ -212,6 +228,7 @@ class _HTMLText(HTMLParser):
         self._heading: str | None = None  # the heading element being read, if any
         self._tables: list[_Table] = []  # the open tables, outermost first
         self._pre = 0  # open <pre> elements
+        self._hidden: list[str] = []  # a hidden element (``_hidden``) being read, and the elements open inside it
 
     def _flush(self, level: int = 0) -> None:
         raw = "".join(self._buf)
@@ -254,7 +271,22 @@ class _HTMLText(HTMLParser):
             if tag != "tr":
                 table.in_thead = start and tag == "thead"
 
+    def _hide(self, tag: str, attrs: list[tuple[str, str | None]]) -> bool:
+        """Whether a start tag is in a hidden element (``_hidden``) or opens one, keeping count of the elements open
+        in it: its text is not read. A tag that ends it as a browser would (``_SELF_ENDING``) ends it."""
+        if self._hidden and self._hidden[0] in _SELF_ENDING and (
+                tag == self._hidden[0] or (self._hidden[0] == "p" and tag in _BLOCK and tag != "br")):
+            self._hidden = []
+        if tag not in _VOID and (self._hidden or (tag not in _SHOWN_LATER and _hidden(dict(attrs)))):
+            self._hidden.append(tag)
+        return bool(self._hidden)
+
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        shown = not self._hidden
+        if self._hide(tag, attrs):
+            if shown and tag in _BLOCK and self._cell() is None:  # a hidden block still ends the paragraph before it
+                self._flush()
+            return
         if tag == "meta":
             a = dict(attrs)
             key, content = a.get("name") or a.get("property"), a.get("content")
@@ -279,6 +311,10 @@ class _HTMLText(HTMLParser):
             self._pre += tag == "pre"
 
     def handle_endtag(self, tag: str) -> None:
+        if self._hidden:
+            if tag in self._hidden:  # close up to the matching element, as ``_skip`` does
+                del self._hidden[len(self._hidden) - 1 - self._hidden[::-1].index(tag):]
+            return
         if tag == "title":
             self._in_title = False
             self.title = self.title or _line("".join(self._title_buf)) or None
@@ -304,7 +340,7 @@ class _HTMLText(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._in_title:
             self._title_buf.append(data)
-        elif not self._skip:
+        elif not self._skip and not self._hidden:
             cell = self._cell()
             (self._buf if cell is None else cell).append(data)
 
@@ -610,6 +646,9 @@ def _main_content(source: str, where: str) -> tuple[Sections | None, dict[str, s
             huge_tree=True, encoding="utf-8", remove_comments=True, remove_pis=True))
     except (etree.ParserError, ValueError):  # no element at all
         return None, {}
+    for hidden in [el for el in tree.iter() if isinstance(el.tag, str) and _hidden(dict(el.attrib))]:
+        if hidden.tag not in _SHOWN_LATER:
+            hidden.drop_tree()  # (its tail, the text after it, stays)
     _clamp_spans(tree)
     _stack_header_rows(tree)
     _split_header_spans(tree)

@@ -916,3 +916,23 @@ def test_a_link_outside_the_folder_to_nothing_or_a_fifo_is_not_said_to_be_read_w
         skipped = dict(report.skipped)
         assert skipped[str(root / "old.md")] == f"a link to {tmp_path / 'moved' / 'old.md'}, which does not exist; not read"
         assert "--follow-links" not in skipped[str(root / "pipe.txt")]
+
+
+def test_hidden_html_is_not_read_in_a_page_or_in_markdown():
+    """An element a browser does not show (the ``hidden`` attribute, an inline ``display: none``) was read, in a
+    page's main content and in Markdown's HTML: a closed menu's or dialog's text, an old copy kept out of sight. Its
+    text is left out, the text around it read; ``hidden="until-found"`` (shown by find in page) and a page hidden
+    whole until its scripts run are read."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    page = ("<html><body style='display:none'><main><h1>Tides</h1>" + fill + "<p hidden>Draft: do not publish.</p>"
+            "<div style='color: red; display: none !important'><div>Old table</div><p>Withdrawn in 2019.</p></div>"
+            "<p>The spring tide runs at <span hidden>five</span>four knots.</p>"
+            "<details hidden='until-found'><p>Slack water lasts twenty minutes.</p></details>" + fill + "</main></body></html>")
+    assert extract_html(page).paragraphs == [
+        "Tides", fill[3:-4], "The spring tide runs at four knots.", "Slack water lasts twenty minutes.", fill[3:-4]]
+    sloppy = "<p>First shown.<p hidden>Not shown.<p>Shown after an unclosed hidden paragraph.<div hidden><div>x</div>y</div>End."
+    for read in (extract_html, extract_markdown):  # (a page's main content; Markdown's HTML, read as a whole page is)
+        assert read(sloppy).paragraphs == ["First shown.", "Shown after an unclosed hidden paragraph.", "End."]
+    markdown = ("Shown.\n\n<div hidden>\n\nNot shown.\n\n</div>\n\n<p style=\"display: none\">Also not shown.</p>\n\n"
+                "The tide runs at <span hidden>five</span>four knots.\n")
+    assert extract_markdown(markdown).paragraphs == ["Shown.", "The tide runs at four knots."]
