@@ -19,7 +19,11 @@ or the page's, or heads that take turns in one place: ``pdf_layout.running``) an
 (digits or lower-case roman numerals) are left out; a word hyphenated at a line
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"; a glyph the font's Unicode map leaves out, often a ligature, is read
-as its character where the font numbers its glyphs by code point: ``pdf_file.self_coded``), and lines in a right-to-left script are put in reading order. A paragraph
+as its character where the font numbers its glyphs by code point: ``pdf_file.self_coded``), and lines in a right-to-left script are put in reading order. A page
+whose text is mostly turned a quarter from upright (by its /Rotate, or set sideways: a landscape table) is read
+turned upright; text turned on an upright page (an arXiv identifier up the margin, a label up a table's side) reads
+as lines in order, set aside as footnotes are, and left out where the same is on three pages or more
+(``pdf_file.turned_text``). A paragraph
 is continued on the next page (or at the top of the next column) when its page's (column's) last box does not end a
 sentence, the next page's (column's) first box starts in lower case, or the text wrapped there on a page filled to
 its foot (``pdf_layout.flows``: a full last line, on a justified page one that reaches the edge, and the next page's
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +97,7 @@ class _Page:
     bottom: float
     top: float
     images: bool
+    turned: list[str]  # the paragraphs of its text set turned from the page's (``pdf_file.turned_text``)
 
 
 def _page_boxes(layout: Any, laparams: Any) -> list[Any]:
@@ -161,6 +167,9 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
         header: Block | None = None  # the header row of a table that ends the page before
         for page in PDFPage.create_pages(document):
             interpreter.process_page(page)
+            if (turn := pdf_file.upright_turn(device, page.rotate)) is not None:  # most of its text turned: read
+                page.rotate = turn  # it turned upright (a landscape page; a page rotated in a viewer), once
+                interpreter.process_page(page)
             layout = device.get_result()
             # a heading is cut from its box once the boxes are in order, so that it stays right above its paragraph
             # (cut first, it could fall a row apart from it: a box of the next column level with it came between);
@@ -176,7 +185,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
             flows = [pdf_layout.flow_ends(run, every, layout.y0, layout.y1, justified) for run in runs]
             blocks, header = _named_rows([Block.of(run, id(pdf_layout.lines(run[0])[0]) in opening, flow)
                                           for run, flow in zip(runs, flows, strict=True)], header, layout.y0, layout.y1)
-            pages.append(_Page(blocks, layout.y0, layout.y1, images))
+            pages.append(_Page(blocks, layout.y0, layout.y1, images, pdf_file.turned_text(device.turned)))
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
     return pages, info
@@ -284,7 +293,7 @@ def extract_pdf(path: Path) -> Extracted:
     except Exception as e:  # pdfminer raises many types on damaged files; the reason is reported, not hidden
         raise Unreadable(pdf_file.pdf_problem(e)) from None
     undecoded = _body_text(pages)
-    if not any(page.blocks for page in pages):
+    if not any(page.blocks or page.turned for page in pages):
         if undecoded:
             raise Unreadable(f"its text cannot be read: {_page_list(undecoded)} of {len(pages)} use fonts without a "
                              "Unicode map (pdfminer reads only glyph numbers); run OCR on it first, for example "
@@ -315,6 +324,9 @@ def extract_pdf(path: Path) -> Extracted:
         metas.extend({"page": on} for _, on in notes)
         notes.clear()
 
+    # text turned from the page's, set aside as footnotes are (a margin's vertical note: an arXiv identifier, a
+    # label up a table's column), but for the same text on three pages or more (a margin's running note)
+    running_turned = {text for text, n in Counter(t for p in pages for t in set(p.turned)).items() if n >= 3}
     for number, page in enumerate(pages, start=1):
         foot = pdf_layout.footnotes(page.blocks, page.bottom, page.top, body)
         for i, block in enumerate(page.blocks):
@@ -340,5 +352,6 @@ def extract_pdf(path: Path) -> Extracted:
                 paragraphs.append(box)
                 metas.append({"page": number})
             apart, after_heading, ends = bool(block.cells) or heading or block.entries, heading, block
+        notes.extend((_clean(text), number) for text in page.turned if text not in running_turned)
     read_notes()
     return Extracted(_pdf_title(info, pages[0] if pages else None), paragraphs, {"pages": len(pages)}, metas)

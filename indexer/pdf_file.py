@@ -1,8 +1,9 @@
 """A PDF file as pdfminer.six reads it, for ``indexer.documents`` (``extract_pdf``), which lays its pages out: the
 document hardened against hostile files (``pdf_document``: objects that are references to themselves, cross-reference
 sections that loop, decompression bombs), the page aggregator that reads a glyph its font's Unicode map leaves out
-(``self_coded``, ``glyph_character``) and sets a subscript or superscript on its line (``aggregator``), and why a file
-could not be read (``pdf_problem``).
+(``self_coded``, ``glyph_character``), sets a subscript or superscript on its line and sets apart the glyphs turned a
+quarter or more from upright (``aggregator``, ``upright_turn``, ``turned_text``), and why a file could not be read
+(``pdf_problem``).
 
     spanseek corpus from-files report.pdf --out corpus.jsonl
 """
@@ -10,6 +11,7 @@ could not be read (``pdf_problem``).
 from __future__ import annotations
 
 import functools
+import math
 import unicodedata
 import zlib
 from typing import Any
@@ -23,7 +25,8 @@ from spanseek.indexer.extracted import (
 )
 from spanseek.indexer.pdf_blocks import script_shift
 
-__all__ = ["SELF_CODED_GLYPHS", "aggregator", "glyph_character", "pdf_document", "pdf_problem", "self_coded"]
+__all__ = ["SELF_CODED_GLYPHS", "aggregator", "glyph_character", "pdf_document", "pdf_problem", "self_coded",
+           "turned_text", "upright_turn"]
 
 # a font whose map to Unicode gives at least this many glyphs their own numbers as code points numbers its glyphs so
 # (``self_coded``): fewer are no evidence
@@ -40,6 +43,29 @@ def aggregator(base: type) -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.self_coded: dict[int, bool] = {}  # each font's (by id): whether it numbers glyphs by code point
+            # the page's glyphs set turned a quarter or more from upright (pdfminer's ``upright``: a margin's
+            # vertical note, a label up a table's column, or every glyph of a page turned as a whole) and how many
+            # are upright: its layout analysis reads turned glyphs letter by letter, out of order, into the text
+            self.turned: list[Any] = []
+            self.upright = 0
+
+        def begin_page(self, page: Any, ctm: Any) -> None:
+            super().begin_page(page, ctm)
+            self.turned, self.upright = [], 0
+
+        def render_char(self, matrix: Any, *args: Any) -> float:
+            from pdfminer.layout import LTPage
+
+            a, b, c, d = matrix[:4]
+            on_page = isinstance(self.cur_item, LTPage)  # (a figure's text is left out unless it is the page's)
+            if not on_page or (0 < a * d * args[2] and b * c <= 0):  # (args[2]: the horizontal scaling)
+                self.upright += on_page
+                return float(super().render_char(matrix, *args))
+            page, self.cur_item = self.cur_item, _Into(self.turned)
+            try:
+                return float(super().render_char(matrix, *args))
+            finally:
+                self.cur_item = page
 
         def end_page(self, page: Any) -> None:
             _set_scripts_on_their_lines(self.cur_item)  # before the page's layout is analysed
@@ -52,6 +78,73 @@ def aggregator(base: type) -> type:
             return (glyph_character(cid) if known else None) or super().handle_undefined_char(font, cid)
 
     return Aggregator
+
+
+class _Into:
+    """Where the aggregator puts a turned glyph (``Aggregator.turned``) instead of on the page."""
+
+    def __init__(self, into: list[Any]) -> None:
+        self.into = into
+
+    def add(self, item: Any) -> None:
+        self.into.append(item)
+
+
+def _direction(glyph: Any) -> tuple[int, float, float]:
+    """A glyph's direction, its baseline's angle in quarters of a turn (0 upright, 1 up the page, 2 upside down, 3
+    down), and its place along that direction and across it (the greater, the earlier its line is read)."""
+    a, b, _, _, e, f = glyph.matrix
+    norm = math.hypot(a, b) or 1.0
+    x, y = a / norm, b / norm
+    return round(math.degrees(math.atan2(y, x)) / 90) % 4, e * x + f * y, f * x - e * y
+
+
+def upright_turn(device: Any, rotate: int) -> int | None:
+    """The page rotation (``PDFPage.rotate``, now ``rotate``) that sets the page's text upright where most of its
+    glyphs are turned one way (a landscape page, or a page rotated in a viewer), so that its layout is read as for
+    any page; None where most are upright or none is turned so."""
+    turns = [_direction(glyph)[0] for glyph in device.turned]
+    turn = max(set(turns), key=turns.count, default=0)
+    if not turn or turns.count(turn) <= device.upright:
+        return None
+    return (rotate + 90 * turn) % 360
+
+
+def turned_text(glyphs: list[Any]) -> list[str]:
+    """The text of a page's turned glyphs (``Aggregator.turned``), a paragraph for each run of lines set in one
+    direction one after another (lines at most 2 line heights apart): each line's glyphs along their baseline,
+    a space where they stand apart, and its lines in reading order."""
+    placed = sorted(((*_direction(glyph), glyph) for glyph in glyphs), key=lambda p: (p[0], -p[2], p[1]))
+    lines: list[list[tuple[int, float, float, Any]]] = []
+    for item in placed:
+        turn, _, across, glyph = item
+        height = _across(glyph, turn)
+        if lines and lines[-1][0][0] == turn and abs(lines[-1][0][2] - across) <= 0.3 * height:
+            lines[-1].append(item)
+        else:
+            lines.append([item])
+    paragraphs: list[str] = []
+    before: tuple[int, float, float] | None = None  # the line before's direction, place across and height
+    for line in lines:
+        line.sort(key=lambda p: p[1])
+        turn, across, height = line[0][0], line[0][2], _across(line[0][3], line[0][0])
+        text, end = "", None
+        for _, along, _, glyph in line:
+            gap = end is not None and along - end > 0.25 * height
+            text += (" " if gap and not text.endswith(" ") else "") + glyph.get_text()
+            end = along + glyph.adv * math.hypot(*glyph.matrix[:2])
+        text = " ".join(text.split())
+        if text and before is not None and before[0] == turn and before[1] - across <= 2 * before[2] and paragraphs:
+            paragraphs[-1] += " " + text
+        elif text:
+            paragraphs.append(text)
+        before = (turn, across, height)
+    return paragraphs
+
+
+def _across(glyph: Any, turn: int) -> float:
+    """A turned glyph's height: its box's extent across its baseline."""
+    return (glyph.x1 - glyph.x0) if turn % 2 else (glyph.y1 - glyph.y0)
 
 
 def _set_scripts_on_their_lines(container: Any) -> None:

@@ -1122,3 +1122,60 @@ def test_a_table_between_justified_paragraphs_at_1_5_spacing_reads_named_by_its_
     pdf.output(str(tmp_path / "table.pdf"))
     assert extract_pdf(tmp_path / "table.pdf").paragraphs == [
         prose.strip(), "Ferry: Kellerton; Berths: 4; Cranes: 2", "Ferry: Kirkwall; Berths: 12; Cranes: 6", prose.strip()]
+
+
+TURNED_BODY = ("Dense retrieval encodes every passage once and answers a question by a nearest neighbour search over "
+               "the vectors, which is fast and scales to millions of documents on one machine.")
+
+TURNED_PAGES = [TURNED_BODY, "The index is built once, compressed on a GPU and served by one process with a queue.",
+                "Questions are encoded on arrival and answered in tens of milliseconds each."]
+
+
+def test_text_turned_on_a_page_reads_in_order_and_set_apart(tmp_path):
+    """Glyphs turned a quarter from upright (an arXiv identifier up the margin, a label down a table's side, a note
+    set sideways) were read letter by letter out of order ("1 2 0 2 n u", "J", ...), and what was left of them ran
+    into the next page's first paragraph. Each reads as a line, its words in order, a paragraph of its own set apart
+    as a footnote is (after the paragraph that runs past it); a note up the margin of every page is left out."""
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.set_font("helvetica", size=11)
+    for page in range(3):
+        pdf.add_page()
+        pdf.multi_cell(0, 6, TURNED_PAGES[page])
+        with pdf.rotation(90, x=203, y=200):
+            pdf.text(203, 200, "Preprint under review")  # on every page: a running note
+        if page == 0:
+            pdf.set_font("times", size=20)
+            with pdf.rotation(90, x=15, y=230):
+                pdf.text(15, 230, "arXiv:2012.12624v3  [cs.CL]  1 Jun 2021")
+            pdf.set_font("helvetica", size=11)
+            with pdf.rotation(270, x=195, y=100):
+                pdf.text(195, 100, "Tonnes landed")
+            with pdf.rotation(90, x=120, y=220):
+                pdf.set_xy(120, 220)
+                pdf.multi_cell(60, 5, "A note set sideways over two lines of the page.")
+    pdf.output(str(tmp_path / "turned.pdf"))
+    assert extract_pdf(tmp_path / "turned.pdf").paragraphs == [
+        TURNED_PAGES[0], "arXiv:2012.12624v3 [cs.CL] 1 Jun 2021", "A note set sideways over two lines of the page.",
+        "Tonnes landed", *TURNED_PAGES[1:]]
+
+
+@pytest.mark.parametrize("how", ["rotate-90", "content-turned"])
+def test_a_page_turned_as_a_whole_reads_as_an_upright_one(tmp_path, how):
+    """A page whose text is all turned, by the page's /Rotate (a page rotated in a viewer, a scanner's) or by its
+    content (a landscape table set sideways on a portrait page), read "T h e h a r b o u r ..." or one letter a
+    line; it reads as the same page set upright does."""
+    paragraphs = [f"Paragraph {k}. {TURNED_BODY}" for k in (1, 2)]
+    pdf = fpdf.FPDF(unit="mm", format="A4")
+    pdf.set_font("helvetica", size=11)
+    pdf.set_compression(False)
+    pdf.add_page()
+    with pdf.rotation(90 if how == "content-turned" else 0, x=105, y=148):
+        pdf.set_xy(30, 60)
+        for paragraph in paragraphs:
+            pdf.multi_cell(150, 6, paragraph)
+            pdf.ln(8)
+    data = bytes(pdf.output())
+    if how == "rotate-90":  # (pdfminer finds the objects again where the cross-reference table's offsets moved)
+        data = re.sub(rb"/Type /Page\n", b"/Type /Page\n/Rotate 90\n", data, count=1)
+    (tmp_path / "turned.pdf").write_bytes(data)
+    assert extract_pdf(tmp_path / "turned.pdf").paragraphs == paragraphs
