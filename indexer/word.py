@@ -4,7 +4,7 @@
 
 The body is read in order: paragraphs, the rows of tables and the contents of content controls (not a table of
 contents, nor a placeholder's prompt). A paragraph's text is its runs' (hyperlinks, fields' results, tracked
-insertions; not tracked deletions, field codes, comments or hidden text), after its list number or bullet as Word
+insertions, equations; not tracked deletions, field codes, comments or hidden text), after its list number or bullet as Word
 shows it ("2. Configure", "1.2 Scope", "• Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow
 it as paragraphs of their own, as do its SmartArt diagrams' boxes and its charts' titles and labels (``indexer.drawings``); a
 phonetic guide (ruby) follows its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows
@@ -41,6 +41,8 @@ _HEADING = re.compile(r"heading\s*(\d)", re.I)
 _OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc, or an encrypted .docx
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+# an equation's text (Office Math: m:oMath, m:oMathPara) is in m:t elements, as a run's is in w:t
+_TEXT = {f"{_W}t", "{http://schemas.openxmlformats.org/officeDocument/2006/math}t"}
 # a paragraph's parts that hold no text of the document: deleted or moved-away text (tracked changes), a field's
 # code (its result is text), properties, a content control's settings, and the older copy of a drawing (mc:Fallback,
 # which repeats mc:Choice's text box)
@@ -285,7 +287,7 @@ class _WordText:
                 continue
             if tag == f"{_W}r" and self.hidden(child, hidden):
                 continue
-            if tag == f"{_W}t":
+            if tag in _TEXT:
                 parts.append(child.text or "")
             elif tag in _CHARACTERS:
                 parts.append(_CHARACTERS[tag])

@@ -645,3 +645,18 @@ def test_a_span_past_the_grid_counts_as_the_rest_of_it_and_reads_at_once(tmp_pat
     assert time.process_time() - start < 1.0
     # "Berth" names the columns to the grid's end; a row starting past it starts where "Pilot", pushed past it, stands
     assert read == ["Port: Wick; Berth: C1; Berth: no", "Pilot: Thurso"]
+
+
+def test_an_equation_reads_in_its_sentence(tmp_path):
+    """An equation (Office Math, Insert > Equation) was lost: "The energy is E=mc² where ..." read "The energy is
+    where ...", and an equation on a line of its own gave no paragraph. Its text reads in its place."""
+    math = 'xmlns:m="http://schemas.openxmlformats.org/officeDocument/2006/math"'
+    document = docx.Document()
+    body = document.element.body
+    for xml in ['<w:r><w:t xml:space="preserve">The energy is </w:t></w:r><m:oMath><m:r><m:t>E=m</m:t></m:r><m:sSup>'
+                '<m:e><m:r><m:t>c</m:t></m:r></m:e><m:sup><m:r><m:t>2</m:t></m:r></m:sup></m:sSup></m:oMath><w:r>'
+                '<w:t xml:space="preserve"> where c is the speed of light.</w:t></w:r>',
+                '<m:oMathPara><m:oMath><m:r><m:rPr><m:sty m:val="p"/></m:rPr><m:t>a+b=c</m:t></m:r></m:oMath>'
+                '</m:oMathPara>']:
+        body.insert(len(body) - 1, parse_xml(f'<w:p {nsdecls("w")} {math}>{xml}</w:p>'))
+    assert paragraphs(document, tmp_path) == ["The energy is E=mc2 where c is the speed of light.", "a+b=c"]
