@@ -269,13 +269,20 @@ class _WordText:
 
     def blocks(self, container: Any, level_allowed: bool = True) -> None:
         """The paragraphs and tables of a body, a text box or a content control, in order."""
+        joined = ""  # the text of paragraphs whose mark is a tracked deletion, running on into the next paragraph
         for child in container:
             if child.tag == f"{_W}p":
-                self.paragraph(child, level_allowed)
-            elif child.tag == f"{_W}tbl":
+                joined = self.paragraph(child, level_allowed, joined)
+                continue
+            if joined and (child.tag == f"{_W}tbl" or _wrapper(child)):  # no paragraph to run on into
+                self.sections.add(joined)
+                joined = ""
+            if child.tag == f"{_W}tbl":
                 self.table(child)
             elif _wrapper(child):
                 self.blocks(child, level_allowed)
+        if joined:
+            self.sections.add(joined)
 
     def inline(self, element: Any, extras: list[tuple[str, Any]], hidden: bool = False) -> str:
         """The text of a paragraph's runs but the hidden ones (``hidden``: whether its style hides them); its text
@@ -324,14 +331,22 @@ class _WordText:
         style_hidden = _vanish(s.find(f"{_W}rPr") for s in self.styles.chain(self.styles.paragraph_style(p)))
         text = " ".join(self.inline(p, extras, bool(style_hidden)).split())
         mark_hidden = _vanish([p.find(f"{_W}pPr/{_W}rPr")])
-        # a paragraph whose text and mark are tracked deletions is gone once the changes are accepted: not counted
+        # a paragraph whose mark is a tracked deletion is gone once the changes are accepted (its text, if any, runs on
+        # into the next paragraph: ``paragraph``): not counted
         deleted = p.find(f"{_W}pPr/{_W}rPr/{_W}del") is not None
-        shown = bool(text) or not (deleted or (style_hidden if mark_hidden is None else mark_hidden))
+        shown = not deleted and (bool(text) or not (style_hidden if mark_hidden is None else mark_hidden))
         return text, self.numbering.label(p) if shown else ""
 
-    def paragraph(self, p: Any, level_allowed: bool = True) -> None:
+    def paragraph(self, p: Any, level_allowed: bool = True, before: str = "") -> str:
+        """Reads a paragraph, the text of those before it whose mark is a tracked deletion (``before``) first: once
+        the changes are accepted they are one paragraph, of this one's style and list (their texts a space apart). A paragraph whose own mark is
+        a tracked deletion is not read: its text is returned, to run on into the next."""
         extras: list[tuple[str, Any]] = []
         line, label = self.line(p, extras)
+        line = " ".join(filter(None, (before, line)))
+        if p.find(f"{_W}pPr/{_W}rPr/{_W}del") is not None:
+            self.extras(extras)
+            return line
         style = self._paragraph(p).style if level_allowed else None
         name = (style.name if style is not None else "") or ""
         level = _HEADING.fullmatch(name)
@@ -341,6 +356,7 @@ class _WordText:
             self.first_heading = self.first_heading or (line if level else None) or None  # a name: no number
             self.sections.add(_labelled(line, label), int(level.group(1)) if level else 0)
         self.extras(extras)
+        return ""
 
     def extras(self, extras: list[tuple[str, Any]]) -> None:
         """A paragraph's (or a table row's) text boxes and notes, as paragraphs after it."""

@@ -660,3 +660,24 @@ def test_an_equation_reads_in_its_sentence(tmp_path):
                 '</m:oMathPara>']:
         body.insert(len(body) - 1, parse_xml(f'<w:p {nsdecls("w")} {math}>{xml}</w:p>'))
     assert paragraphs(document, tmp_path) == ["The energy is E=mc2 where c is the speed of light.", "a+b=c"]
+
+
+def test_a_paragraph_mark_deleted_with_tracked_changes_joins_the_paragraphs(tmp_path):
+    """Deleting a paragraph mark with tracked changes on joins the paragraph to the next once the changes are
+    accepted, as Word shows it without markup; the two were read as paragraphs of their own, a list item among them
+    counted. The text runs on into the next paragraph, in its list; before a table it stays a paragraph."""
+    document = docx.Document()
+    body = document.element.body
+    mark = '<w:pPr>{}<w:rPr><w:del w:id="1" w:author="A"/></w:rPr></w:pPr>'
+    for xml in [mark.format("") + "<w:r><w:t>The ferry leaves at nine</w:t></w:r>",
+                "<w:r><w:t>and returns at five.</w:t></w:r>",
+                mark.format('<w:pStyle w:val="ListNumber"/>') + "<w:r><w:t>Check the moorings</w:t></w:r>",
+                '<w:pPr><w:pStyle w:val="ListNumber"/></w:pPr><w:r><w:t>and the lines.</w:t></w:r>',
+                '<w:pPr><w:pStyle w:val="ListNumber"/></w:pPr><w:r><w:t>Log the crossing.</w:t></w:r>',
+                mark.format("") + "<w:r><w:t>Fares:</w:t></w:r>"]:
+        body.insert(len(body) - 1, parse_xml(f'<w:p {nsdecls("w")}>{xml}</w:p>'))
+    table(document, [("Adult", "12"), ("Child", "6")])
+    assert paragraphs(document, tmp_path) == [
+        "The ferry leaves at nine and returns at five.",  # were two paragraphs
+        "1. Check the moorings and the lines.", "2. Log the crossing.",  # was "1. Check ...", "2. and the lines."
+        "Fares:", "Adult 12", "Child 6"]
