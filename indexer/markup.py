@@ -58,8 +58,9 @@ LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" befo
 
 
 def _line(text: str) -> str:
-    """Text as one line: whitespace runs become one space."""
-    return " ".join(text.split())
+    """Text as one line: whitespace runs become one space, soft hyphens (``&shy;``: a hyphen shown only where a line
+    breaks there) are dropped, as a PDF's are."""
+    return " ".join(text.replace("\u00ad", "").split())
 
 
 def _code(text: str) -> str:

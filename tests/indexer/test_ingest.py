@@ -936,3 +936,16 @@ def test_hidden_html_is_not_read_in_a_page_or_in_markdown():
     markdown = ("Shown.\n\n<div hidden>\n\nNot shown.\n\n</div>\n\n<p style=\"display: none\">Also not shown.</p>\n\n"
                 "The tide runs at <span hidden>five</span>four knots.\n")
     assert extract_markdown(markdown).paragraphs == ["Shown.", "The tide runs at four knots."]
+
+
+def test_soft_hyphens_in_html_and_markdown_are_dropped():
+    """A soft hyphen (``&shy;``, U+00AD: shown only where a line breaks there) stayed in the text, inside the word
+    ("Donau\\xaddampf\\xadschiff"), so it matched no search for the word; it is dropped, as a PDF's are, in a page's
+    main content, in a page read whole and in Markdown."""
+    words = "The Donau&shy;dampf&shy;schiff sails at nine from the landing stage by the old town."
+    page = f"<html><body><main><h1>Sailings</h1><p>{words}</p><p>It returns at five in the evening.</p></main></body></html>"
+    expected = "The Donaudampfschiff sails at nine from the landing stage by the old town."
+    assert extract_html(page).paragraphs[1] == expected
+    assert extract_html(f"<p>{words}").paragraphs == [expected]
+    assert extract_markdown(words.replace("&shy;", "\u00ad") + "\n\n| Ship | Time |\n|---|---|\n| Donau\u00adkönigin | 9 |\n"
+                            ).paragraphs == [expected, "Ship: Donaukönigin; Time: 9"]
