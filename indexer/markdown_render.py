@@ -1,5 +1,5 @@
 """Markdown -> markdown-it's tokens (or HTML) for ``indexer.markup`` (which reads them as HTML): markdown-it-py
-(CommonMark and tables), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
+(CommonMark, tables and ~~strikethrough~~), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
 link labels in linear time (``_link_label``) and to bound the empty cells a file's tables are filled with
 (``_table``).
 
@@ -29,14 +29,14 @@ _FILLED = "filled_cells"  # the key of the count in a parse's env, carried over 
 
 
 def markdown_parser(where: str) -> Any:
-    """A markdown-it parser of CommonMark and tables that nests blocks ``MARKDOWN_NESTING`` deep (its default, 20,
+    """A markdown-it parser of CommonMark, tables and strikethrough (GitHub's ``~~struck~~``) that nests blocks ``MARKDOWN_NESTING`` deep (its default, 20,
     lost the rest of a file past a list 10 deep) and finds link labels with ``_link_label``."""
     try:
         from markdown_it import MarkdownIt
         from markdown_it.rules_block import table
     except ImportError:
         raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
-    md = MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable("table")
+    md = MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable(["table", "strikethrough"])
     md.block.ruler.at("table", functools.partial(_table, table),
                       {"alt": ["paragraph", "reference"]})  # (a table ends those, as markdown-it's does)
     # md.helpers is the module markdown_it.helpers, shared by every parser: this parser gets its own

@@ -217,3 +217,12 @@ def test_markdown_is_read_without_rendering_it_to_html(monkeypatch):
     extracted = extract_markdown("# Flags\n\n| Flag | Default |\n|---|---|\n| --max-tokens | 200 |\n\nSee <b>below</b>.\n")
     assert extracted.title == "Flags"
     assert extracted.paragraphs == ["Flags", "Flag: --max-tokens; Default: 200", "See below."]
+
+
+def test_struck_text_reads_without_its_tildes_as_github_shows_it():
+    """GitHub's strikethrough (``~~struck~~``), common in READMEs and changelogs, read with its tildes ("~~ten~~"),
+    which no search for the word matched; it reads as the HTML it renders to (``<s>``), its text in place, as an HTML
+    page's <s> and <del> do. A single tilde is text."""
+    extracted = extract_markdown("The fare is ~~ten~~ twelve pounds, ~about~ ~~~x~~~.\n\n| Old | New |\n|---|---|\n"
+                                 "| ~~9:00~~ | 9:30 |\n")
+    assert extracted.paragraphs == ["The fare is ten twelve pounds, ~about~ ~x~.", "Old: 9:00; New: 9:30"]
