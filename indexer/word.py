@@ -331,20 +331,19 @@ class _WordText:
         style_hidden = _vanish(s.find(f"{_W}rPr") for s in self.styles.chain(self.styles.paragraph_style(p)))
         text = " ".join(self.inline(p, extras, bool(style_hidden)).split())
         mark_hidden = _vanish([p.find(f"{_W}pPr/{_W}rPr")])
-        # a paragraph whose mark is a tracked deletion is gone once the changes are accepted (its text, if any, runs on
-        # into the next paragraph: ``paragraph``): not counted
-        deleted = p.find(f"{_W}pPr/{_W}rPr/{_W}del") is not None
+        # a paragraph whose mark is a tracked deletion or moved away is gone once the changes are accepted: not counted
+        deleted = _mark_gone(p)
         shown = not deleted and (bool(text) or not (style_hidden if mark_hidden is None else mark_hidden))
         return text, self.numbering.label(p) if shown else ""
 
     def paragraph(self, p: Any, level_allowed: bool = True, before: str = "") -> str:
         """Reads a paragraph, the text of those before it whose mark is a tracked deletion (``before``) first: once
         the changes are accepted they are one paragraph, of this one's style and list (their texts a space apart). A paragraph whose own mark is
-        a tracked deletion is not read: its text is returned, to run on into the next."""
+        a tracked deletion (``_mark_gone``) is not read: its text is returned, to run on into the next."""
         extras: list[tuple[str, Any]] = []
         line, label = self.line(p, extras)
         line = " ".join(filter(None, (before, line)))
-        if p.find(f"{_W}pPr/{_W}rPr/{_W}del") is not None:
+        if _mark_gone(p):
             self.extras(extras)
             return line
         style = self._paragraph(p).style if level_allowed else None
@@ -443,6 +442,13 @@ def _content(sdt: Any) -> bool:
     gallery = properties.find(f"{_W}docPartObj/{_W}docPartGallery")
     return properties.find(f"{_W}showingPlcHdr") is None and (
         gallery is None or gallery.get(f"{_W}val") != "Table of Contents")
+
+
+def _mark_gone(p: Any) -> bool:
+    """Whether a paragraph's mark is a tracked deletion, or moved away with its text (w:moveFrom): once the changes
+    are accepted, the paragraph is no more (its text, if any, runs on into the next)."""
+    mark = p.find(f"{_W}pPr/{_W}rPr")
+    return mark is not None and (mark.find(f"{_W}del") is not None or mark.find(f"{_W}moveFrom") is not None)
 
 
 def _wrapper(element: Any) -> bool:

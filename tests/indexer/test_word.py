@@ -681,3 +681,20 @@ def test_a_paragraph_mark_deleted_with_tracked_changes_joins_the_paragraphs(tmp_
         "The ferry leaves at nine and returns at five.",  # were two paragraphs
         "1. Check the moorings and the lines.", "2. Log the crossing.",  # was "1. Check ...", "2. and the lines."
         "Fares:", "Adult 12", "Child 6"]
+
+
+def test_a_list_item_moved_with_tracked_changes_is_numbered_where_it_went(tmp_path):
+    """A list item moved with tracked changes on leaves its paragraph mark behind marked as moved away (w:moveFrom):
+    that empty paragraph was counted, so the items after it read one number on ("3. Charlie" for "2. Charlie").
+    Once the move is accepted the item is where it went, and numbered there."""
+    numbered = '<w:pPr><w:pStyle w:val="ListNumber"/>{}</w:pPr>'
+    document = docx.Document()
+    body = document.element.body
+    for mark, text in [("", "<w:r><w:t>Alpha</w:t></w:r>"),
+                       ('<w:rPr><w:moveFrom w:id="1" w:author="A"/></w:rPr>',
+                        '<w:moveFrom w:id="2" w:author="A"><w:r><w:t>Bravo</w:t></w:r></w:moveFrom>'),
+                       ("", "<w:r><w:t>Charlie</w:t></w:r>"),
+                       ('<w:rPr><w:moveTo w:id="3" w:author="A"/></w:rPr>',
+                        '<w:moveTo w:id="4" w:author="A"><w:r><w:t>Bravo</w:t></w:r></w:moveTo>')]:
+        body.insert(len(body) - 1, parse_xml(f'<w:p {nsdecls("w")}>{numbered.format(mark)}{text}</w:p>'))
+    assert paragraphs(document, tmp_path) == ["1. Alpha", "2. Charlie", "3. Bravo"]
