@@ -30,7 +30,8 @@ on the command line must have one of those suffixes. Each file is one document:
     those of the first row that has them; a <thead> of <td> cells reads as a row. A header cell spanning columns
     (colspan) names each of them ("Tide: high; Tide: 06:10"), unless it is the only name of its row (a title over
     the table), which names the first column only. A table in a list item, whose rows trafilatura does not keep,
-    reads its cells spaced in the item's text. A body cell spanning rows (rowspan) reads in each row it spans (once
+    reads its cells spaced in the item's text, and a table in a table's cell in that cell's text, as Word's does.
+    A body cell spanning rows (rowspan) reads in each row it spans (once
     per row, whatever columns it spans), so each row reads whole as a passage, as Word's do; so does a header cell
     spanning rows of the body (a row's label, <th rowspan> beside cells), not one spanning header rows.
     A span reaches no further than the table: a cell's columns end at the table's width (the most cells a row of it

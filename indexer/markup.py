@@ -229,6 +229,7 @@ class _HTMLText(HTMLParser):
         self._heading: str | None = None  # the heading element being read, if any
         self._tables: list[_Table] = []  # the open tables, outermost first
         self._pre = 0  # open <pre> elements
+        self._inline = 0  # open tables in a table's cell, read as its text
         self._hidden: list[str] = []  # a hidden element (``_hidden``) being read, and the elements open inside it
 
     def _flush(self, level: int = 0) -> None:
@@ -249,8 +250,12 @@ class _HTMLText(HTMLParser):
         in a table outside its cells (a caption) is a paragraph of its own."""
         if tag not in _CELL:
             self._flush()
-        if tag == "table" and (cell := self._cell()) is not None:  # a table in a cell: a space in that cell's line
+        if (cell := self._cell()) is not None and (self._inline or (tag == "table" and start)):
+            # a table in a cell reads in that cell's line, its cells spaced, as Word reads one (and as
+            # ``_nested_tables_inline`` has trafilatura read one)
+            self._inline += (tag == "table") * (1 if start else -1)
             cell.append(" ")
+            return
         if tag == "table" and start:
             self._tables.append(_Table())
             return
@@ -601,6 +606,23 @@ def _split_row_spans(tree: Any) -> None:
             where.addprevious(twin) if before else where.append(twin)
 
 
+def _nested_tables_inline(tree: Any) -> None:
+    """Each table in a table's cell made inline text of that cell, its cells spaced, as Word reads one: trafilatura
+    read its rows as paragraphs of their own after the table around it ("Info: Open" there, "Berth C1" after it)."""
+    from lxml import etree
+
+    cells = 0  # the cells open around the element
+    opened: list[bool] = []  # whether each open element is a cell
+    for event, el in etree.iterwalk(tree, events=("start", "end")):  # (not recursive: tables nested 10,000 deep)
+        if event == "end":
+            cells -= opened.pop()
+            continue
+        opened.append(el.tag in _CELL)
+        if cells and el.tag in _TABLE | _CELL | {"caption"}:
+            el.tag, el.text, el.tail = "span", " " + (el.text or ""), " " + (el.tail or "")
+        cells += opened[-1]
+
+
 def _figures_as_text(tree: Any) -> None:
     """Each <figure> made a <div> and its <figcaption> a <p>: trafilatura removes a figure whole (as media) unless it
     holds a table, so a caption ("Figure 1: ..."), a code listing or a quotation set in a figure was lost."""
@@ -650,6 +672,7 @@ def _main_content(source: str, where: str) -> tuple[Sections | None, dict[str, s
     for hidden in [el for el in tree.iter() if isinstance(el.tag, str) and _hidden(dict(el.attrib))]:
         if hidden.tag not in _SHOWN_LATER:
             hidden.drop_tree()  # (its tail, the text after it, stays)
+    _nested_tables_inline(tree)
     _clamp_spans(tree)
     _stack_header_rows(tree)
     _split_header_spans(tree)

@@ -949,3 +949,18 @@ def test_soft_hyphens_in_html_and_markdown_are_dropped():
     assert extract_html(f"<p>{words}").paragraphs == [expected]
     assert extract_markdown(words.replace("&shy;", "\u00ad") + "\n\n| Ship | Time |\n|---|---|\n| Donau\u00adkönigin | 9 |\n"
                             ).paragraphs == [expected, "Ship: Donaukönigin; Time: 9"]
+
+
+def test_a_table_in_a_table_s_cell_reads_in_that_cell_as_in_word():
+    """A table inside a cell read as paragraphs of its own, away from its cell: after the table around it in a
+    page's main content, before it in Markdown, and the cell lost that text ("Info: Open"). It reads in its cell's
+    text, its cells spaced, as Word reads one, the same in a page, a page read whole and Markdown."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    table = ("<table><tr><th>Port</th><th>Info</th></tr><tr><td>Wick</td><td>Open <table><tr><th>Berth</th>"
+             "<th>Depth</th></tr><tr><td>C1</td><td>9 m<table><tr><td>at low water</td></tr></table></td></tr></table>"
+             "</td></tr><tr><td>Ayr</td><td>Closed</td></tr></table>")
+    rows = ["Port: Wick; Info: Open Berth Depth C1 9 m at low water", "Port: Ayr; Info: Closed"]
+    page = f"<html><body><main><h1>Ports</h1>{fill}{table}{fill}</main></body></html>"
+    assert extract_html(page).paragraphs == ["Ports", fill[3:-4], *rows, fill[3:-4]]
+    assert extract_html(table).paragraphs == rows
+    assert extract_markdown(f"# Ports\n\n{table}\n").paragraphs == ["Ports", *rows]
