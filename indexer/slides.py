@@ -4,7 +4,7 @@
 
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's
 shapes in place of the group, and those of alternative content, mc:AlternateContent, in its place), each paragraph
-of a text frame one paragraph (its line breaks as spaces, its fields' text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell", ``extracted.row_text``; a cell
+of a text frame one paragraph (its line breaks as spaces, its fields' and equations' text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell", ``extracted.row_text``; a cell
 merged over rows in each of them), then the text of its SmartArt diagrams and charts (each box of a diagram, a
 chart's title with its category labels, its axis titles and the series' names it shows (legend, data labels), one
 paragraph each: ``indexer.drawings``), then the speaker's notes. Every paragraph carries its
@@ -33,6 +33,10 @@ from spanseek.indexer.extracted import (
 )
 
 _MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+_P = "{http://schemas.openxmlformats.org/presentationml/2006/main}"
+_A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+# the elements of a paragraph that hold its text: a run's or a field's (a:t), an equation's (m:t)
+_TEXT = {f"{_A}t", "{http://schemas.openxmlformats.org/officeDocument/2006/math}t"}
 _OLE = b"\xd0\xcf\x11\xe0"  # an encrypted .pptx, or an old binary .ppt, is an OLE (Compound File) file
 
 
@@ -99,10 +103,24 @@ def _table_rows(table: Any) -> list[str]:
     return [text for line in grid[heads:] if (text := row_text(line, names))]
 
 
-def _paragraph_texts(frame: Any) -> list[str]:
-    """A text frame's paragraphs, each on one line: its runs, line breaks (Shift+Enter) as spaces, fields' text (a
-    date, a slide number); empty ones left out."""
-    return [text for p in frame.paragraphs if (text := _line(p.text))]
+def _paragraph_texts(shape: Any) -> list[str]:
+    """A shape's text frame's paragraphs, each on one line (``_inline_text``); empty ones left out."""
+    body = shape.element.find(f"{_P}txBody")
+    return [text for p in body.iterchildren(f"{_A}p") if (text := _line(_inline_text(p)))] if body is not None else []
+
+
+def _inline_text(element: Any) -> str:
+    """A paragraph's text (a:p): its runs' and fields' (a date, a slide number), line breaks (Shift+Enter) as spaces,
+    and its equations' (Office Math, m:t; python-pptx's text leaves them out), not their fallback's."""
+    parts = []
+    for child in element:
+        if child.tag in _TEXT:
+            parts.append(child.text or "")
+        elif child.tag == f"{_A}br":
+            parts.append(" ")
+        elif child.tag != f"{_MC}Fallback":
+            parts.append(_inline_text(child))
+    return "".join(parts)
 
 
 def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
@@ -117,10 +135,10 @@ def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
         if getattr(shape, "has_table", False) and shape.has_table:
             paragraphs += _table_rows(shape.table)
         elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
-            paragraphs += _paragraph_texts(shape.text_frame)
+            paragraphs += _paragraph_texts(shape)
     paragraphs += [text for shape in _shapes(slide.shapes) for rid in drawing_ids(shape.element)
                    for text in related_texts(slide.part, rid)]
-    if slide.has_notes_slide and (notes := slide.notes_slide.notes_text_frame) is not None:
+    if slide.has_notes_slide and (notes := slide.notes_slide.notes_placeholder) is not None:
         paragraphs += _paragraph_texts(notes)
     return title or None, paragraphs
 
