@@ -325,8 +325,10 @@ def extract_pdf(path: Path) -> Extracted:
         notes.clear()
 
     # text turned from the page's, set aside as footnotes are (a margin's vertical note: an arXiv identifier, a
-    # label up a table's column), but for the same text on three pages or more (a margin's running note)
-    running_turned = {text for text, n in Counter(t for p in pages for t in set(p.turned)).items() if n >= 3}
+    # label up a table's column), but for the same text on three pages or more (a margin's running note) and a page
+    # number (a landscape page's, turned with its page)
+    running_turned = {text for text, n in Counter(t for p in pages for t in set(p.turned)).items()
+                      if n >= 3 or _PAGE_NUMBER.fullmatch(_clean(text))}
     for number, page in enumerate(pages, start=1):
         foot = pdf_layout.footnotes(page.blocks, page.bottom, page.top, body)
         for i, block in enumerate(page.blocks):

@@ -1163,7 +1163,7 @@ def test_text_turned_on_a_page_reads_in_order_and_set_apart(tmp_path):
 def test_a_page_turned_as_a_whole_reads_as_an_upright_one(tmp_path, how):
     """A page whose text is all turned, by the page's /Rotate (a page rotated in a viewer, a scanner's) or by its
     content (a landscape table set sideways on a portrait page), read "T h e h a r b o u r ..." or one letter a
-    line; it reads as the same page set upright does."""
+    line; it reads as the same page set upright does, its page number (upright on the sheet) left out."""
     paragraphs = [f"Paragraph {k}. {TURNED_BODY}" for k in (1, 2)]
     pdf = fpdf.FPDF(unit="mm", format="A4")
     pdf.set_font("helvetica", size=11)
@@ -1174,6 +1174,7 @@ def test_a_page_turned_as_a_whole_reads_as_an_upright_one(tmp_path, how):
         for paragraph in paragraphs:
             pdf.multi_cell(150, 6, paragraph)
             pdf.ln(8)
+    pdf.text(105, 290, "17")
     data = bytes(pdf.output())
     if how == "rotate-90":  # (pdfminer finds the objects again where the cross-reference table's offsets moved)
         data = re.sub(rb"/Type /Page\n", b"/Type /Page\n/Rotate 90\n", data, count=1)
