@@ -3,7 +3,8 @@
     spanseek corpus from-files talk.pptx DOCS/ --out corpus.jsonl
 
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's
-shapes in place of the group, and those of alternative content, mc:AlternateContent, in its place), each paragraph
+shapes in place of the group, and those of alternative content, mc:AlternateContent, in its place; hidden
+shapes left out), each paragraph
 of a text frame one paragraph (its line breaks as spaces, its fields' and equations' text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell", ``extracted.row_text``; a cell
 merged over rows in each of them), then the text of its SmartArt diagrams and charts (each box of a diagram, a
 chart's title with its category labels, its axis titles and the series' names it shows (legend, data labels), one
@@ -45,16 +46,25 @@ def _line(text: str) -> str:
 
 
 def _shapes(shapes: Any) -> Iterator[Any]:
-    """A slide's shapes in reading order, top to bottom then left to right; a group's shapes in its place."""
+    """A slide's shapes in reading order, top to bottom then left to right; a group's shapes in its place; a hidden
+    shape's (``_hidden``) left out."""
     def place(shape: Any) -> tuple[int, int]:
         return (shape.top or 0, shape.left or 0)
 
     _unwrap_alternatives(shapes.element)
     for shape in sorted(shapes, key=place):
+        if _hidden(shape):
+            continue
         if hasattr(shape, "shapes"):  # a group
             yield from _shapes(shape.shapes)
         else:
             yield shape
+
+
+def _hidden(shape: Any) -> bool:
+    """Whether a shape is hidden (the Selection Pane's eye, cNvPr's ``hidden``): the slide show does not show it."""
+    properties = shape.element.find(f"./*/{_P}cNvPr")
+    return properties is not None and properties.get("hidden") in ("1", "true")
 
 
 def _unwrap_alternatives(tree: Any) -> None:
@@ -127,7 +137,8 @@ def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
     """(the slide's title, its paragraphs in reading order: the title, shapes, diagrams and charts, the notes)."""
     _unwrap_alternatives(slide.shapes.element)  # (the title may be among them)
     title_shape = slide.shapes.title
-    title = _line(title_shape.text_frame.text) if title_shape is not None and title_shape.has_text_frame else ""
+    shown = title_shape is not None and title_shape.has_text_frame and not _hidden(title_shape)
+    title = _line(title_shape.text_frame.text) if shown else ""
     paragraphs = [title] if title else []
     for shape in _shapes(slide.shapes):
         if title_shape is not None and shape.shape_id == title_shape.shape_id:

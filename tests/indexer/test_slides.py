@@ -387,3 +387,27 @@ def test_an_equation_reads_in_its_paragraph_and_the_notes_are_read(tmp_path):
     deck.save(str(tmp_path / "energy.pptx"))
     assert extract_pptx(tmp_path / "energy.pptx").paragraphs == [
         "Energy", "The energy is E=mc2 at rest.", "Mention the speed of light."]
+
+
+def test_a_hidden_shape_is_not_read(tmp_path):
+    """A shape hidden in the Selection Pane (an old version kept out of sight, a note to the presenter) is not shown
+    in the slide show, but its text was read; a hidden group's shapes too. They are left out, a hidden title too."""
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Timetable"
+    shown = slide.shapes.add_textbox(Inches(1), Inches(2), Inches(6), Inches(1))
+    shown.text_frame.text = "The ferry leaves at nine."
+    old = slide.shapes.add_textbox(Inches(1), Inches(3), Inches(6), Inches(1))
+    old.text_frame.text = "The ferry leaves at eight."
+    group = slide.shapes.add_group_shape()
+    group.shapes.add_textbox(Inches(1), Inches(4), Inches(6), Inches(1)).text_frame.text = "Draft: check the time."
+    for shape in (old, group):
+        shape.element.find("./*/{http://schemas.openxmlformats.org/presentationml/2006/main}cNvPr").set("hidden", "1")
+    hidden_title = deck.slides.add_slide(deck.slide_layouts[1])
+    hidden_title.shapes.title.text = "Working title"
+    hidden_title.shapes.title.element.find(
+        "./*/{http://schemas.openxmlformats.org/presentationml/2006/main}cNvPr").set("hidden", "true")
+    hidden_title.placeholders[1].text_frame.text = "Tickets are sold on board."
+    deck.save(str(tmp_path / "hidden.pptx"))
+    assert extract_pptx(tmp_path / "hidden.pptx").paragraphs == [
+        "Timetable", "The ferry leaves at nine.", "Tickets are sold on board."]
