@@ -22,7 +22,7 @@ ligatures are spelled out ("ﬁ" reads "fi"; a glyph the font's Unicode map leav
 as its character where the font numbers its glyphs by code point: ``pdf_file.self_coded``), and lines in a right-to-left script are put in reading order. A page
 whose text is mostly turned a quarter from upright (by its /Rotate, or set sideways: a landscape table) is read
 turned upright; text turned on an upright page (an arXiv identifier up the margin, a label up a table's side) reads
-as lines in order, set aside as footnotes are, and left out where the same is on three pages or more
+as lines in order, set aside as footnotes are, and left out where the same is on three pages or more or is a page number
 (``pdf_file.turned_text``). A paragraph
 is continued on the next page (or at the top of the next column) when its page's (column's) last box does not end a
 sentence, the next page's (column's) first box starts in lower case, or the text wrapped there on a page filled to
