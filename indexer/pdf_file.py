@@ -94,6 +94,8 @@ def _direction(glyph: Any) -> tuple[int, float, float]:
     """A glyph's direction, its baseline's angle in quarters of a turn (0 upright, 1 up the page, 2 upside down, 3
     down), and its place along that direction and across it (the greater, the earlier its line is read)."""
     a, b, _, _, e, f = glyph.matrix
+    if not all(map(math.isfinite, (a, b, e, f))):  # (a hostile file's numbers past a float's range)
+        return 0, 0.0, 0.0
     norm = math.hypot(a, b) or 1.0
     x, y = a / norm, b / norm
     return round(math.degrees(math.atan2(y, x)) / 90) % 4, e * x + f * y, f * x - e * y

@@ -1180,3 +1180,18 @@ def test_a_page_turned_as_a_whole_reads_as_an_upright_one(tmp_path, how):
         data = re.sub(rb"/Type /Page\n", b"/Type /Page\n/Rotate 90\n", data, count=1)
     (tmp_path / "turned.pdf").write_bytes(data)
     assert extract_pdf(tmp_path / "turned.pdf").paragraphs == paragraphs
+
+
+def test_turned_glyphs_at_numbers_past_a_float_s_range_are_read_not_raised():
+    """A hostile file's glyph matrix can hold numbers past a float's range (inf, nan once multiplied): its turned
+    glyphs are read as text still, and the rest of the page with them, not an error that makes the file unreadable."""
+    from types import SimpleNamespace
+
+    from spanseek.indexer.pdf_file import turned_text
+
+    def glyph(matrix: tuple[float, ...], text: str) -> SimpleNamespace:
+        return SimpleNamespace(matrix=matrix, x0=0, x1=10, y0=0, y1=10, adv=5, get_text=lambda: text)
+
+    nan, inf = float("nan"), float("inf")
+    assert turned_text([glyph((nan, 1, 0, 0, 0, 0), "a"), glyph((0, 1, -1, 0, inf, 3), "b"),
+                        glyph((0, 1, -1, 0, 5, 3), "c"), glyph((0, 1, -1, 0, 5, 9), "d")]) == ["ab", "cd"]
