@@ -14,7 +14,7 @@ import functools
 import logging
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -33,7 +33,8 @@ from spanseek.indexer.markdown_render import markdown_parser, markdown_parts, re
 
 # Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
 # asides and footer (boilerplate, as trafilatura drops it, where its main content is not read)
-_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head"}
+# (and text marked as deleted, <del>: an edit's removed text, as Word's tracked deletions are left out)
+_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "del"}
 _BOILERPLATE = {"nav", "aside", "footer"}
 # Elements that end a paragraph where they start and where they end.
 _BLOCK = {
@@ -82,7 +83,7 @@ SPAN_COPIES = 1
 _SPANNED = "\ufdd0"
 
 
-def _hidden(attrs: dict[str, str | None]) -> bool:
+def _hidden(attrs: Mapping[str, str | None]) -> bool:
     """Whether an element is not shown, its text with it: it has the ``hidden`` attribute (but "until-found", which
     a browser's find in page reveals) or an inline style of ``display: none``."""
     shown = "hidden" not in attrs or (attrs["hidden"] or "").strip().lower() == "until-found"
@@ -669,7 +670,7 @@ def _main_content(source: str, where: str) -> tuple[Sections | None, dict[str, s
             huge_tree=True, encoding="utf-8", remove_comments=True, remove_pis=True))
     except (etree.ParserError, ValueError):  # no element at all
         return None, {}
-    for hidden in [el for el in tree.iter() if isinstance(el.tag, str) and _hidden(dict(el.attrib))]:
+    for hidden in [el for el in tree.iter() if isinstance(el.tag, str) and (el.tag == "del" or _hidden(el.attrib))]:
         if hidden.tag not in _SHOWN_LATER:
             hidden.drop_tree()  # (its tail, the text after it, stays)
     _nested_tables_inline(tree)

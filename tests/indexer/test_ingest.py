@@ -964,3 +964,14 @@ def test_a_table_in_a_table_s_cell_reads_in_that_cell_as_in_word():
     assert extract_html(page).paragraphs == ["Ports", fill[3:-4], *rows, fill[3:-4]]
     assert extract_html(table).paragraphs == rows
     assert extract_markdown(f"# Ports\n\n{table}\n").paragraphs == ["Ports", *rows]
+
+
+def test_text_marked_deleted_is_not_read_and_inserted_text_is(tmp_path):
+    """HTML's edits, <del> and <ins>, are its tracked changes: the removed text was read with the new ("fares are
+    ten twelve pounds"); as in Word, inserted text reads and deleted text does not, in a page and in Markdown. Struck
+    text that is no edit (<s>, Markdown's ~~) still reads: it is shown, only no longer true."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    edit = "<p>Fares are <del>ten</del> <ins>twelve</ins> pounds, <s>cash only</s>.</p><del><p>Old timetable.</p></del>"
+    page = f"<html><body><main><h1>Fares</h1>{fill}{edit}{fill}</main></body></html>"
+    assert extract_html(page).paragraphs == ["Fares", fill[3:-4], "Fares are twelve pounds, cash only.", fill[3:-4]]
+    assert extract_markdown(f"# Fares\n\n{edit}\n").paragraphs == ["Fares", "Fares are twelve pounds, cash only."]
