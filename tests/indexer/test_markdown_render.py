@@ -222,7 +222,7 @@ def test_markdown_is_read_without_rendering_it_to_html(monkeypatch):
 def test_struck_text_reads_without_its_tildes_as_github_shows_it():
     """GitHub's strikethrough (``~~struck~~``), common in READMEs and changelogs, read with its tildes ("~~ten~~"),
     which no search for the word matched; it reads as the HTML it renders to (``<s>``), its text in place, as an HTML
-    page's <s> and <del> do. A single tilde is text."""
+    page's <s> does (it is shown, not an edit's deletion). A single tilde is text."""
     extracted = extract_markdown("The fare is ~~ten~~ twelve pounds, ~about~ ~~~x~~~.\n\n| Old | New |\n|---|---|\n"
                                  "| ~~9:00~~ | 9:30 |\n")
     assert extracted.paragraphs == ["The fare is ten twelve pounds, ~about~ ~x~.", "Old: 9:00; New: 9:30"]
