@@ -3,15 +3,15 @@
     spanseek corpus from-files talk.pptx DOCS/ --out corpus.jsonl
 
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's shapes
-in place of the group, and those of alternative content, mc:AlternateContent, in its place; hidden shapes left out),
-each paragraph of a text frame one paragraph (its line breaks as spaces, its fields' and equations' text), a table's
-rows as Markdown's and Word's are ("Header: cell; Header: cell", ``extracted.row_text``; a cell merged over rows in
-each of them), then the text of its SmartArt diagrams and charts (each box of a diagram, a chart's title with its
-category labels, its axis titles and the series' names it shows (legend, data labels), one paragraph each:
-``indexer.drawings``), then the speaker's notes. Every paragraph carries its ``slide`` (numbered from 1, hidden
-slides included) and, when the slide has a title, ``section`` (the title), so that chunking never mixes two slides.
-The document's title is its title property, else the first slide's title; its metadata has ``slides``, the count. A
-file python-pptx cannot open is ``Unreadable``.
+in place of the group, and those of alternative content, mc:AlternateContent, in its place; hidden shapes and the
+footer, slide number and date left out), each paragraph of a text frame one paragraph (its line breaks as spaces,
+its fields' and equations' text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell",
+``extracted.row_text``; a cell merged over rows in each of them), then the text of its SmartArt diagrams and charts
+(each box of a diagram, a chart's title with its category labels, its axis titles and the series' names it shows
+(legend, data labels), one paragraph each: ``indexer.drawings``), then the speaker's notes. Every paragraph carries
+its ``slide`` (numbered from 1, hidden slides included) and, when the slide has a title, ``section`` (the title), so
+that chunking never mixes two slides. The document's title is its title property, else the first slide's title; its
+metadata has ``slides``, the count. A file python-pptx cannot open is ``Unreadable``.
 """
 
 from __future__ import annotations
@@ -62,9 +62,16 @@ def _shapes(shapes: Any) -> Iterator[Any]:
 
 
 def _hidden(shape: Any) -> bool:
-    """Whether a shape is hidden (the Selection Pane's eye, cNvPr's ``hidden``): the slide show does not show it."""
+    """Whether a shape is not read: hidden (the Selection Pane's eye, cNvPr's ``hidden``: the slide show does not
+    show it), or the slide's footer, number or date (Insert > Header & Footer), the same on every slide, left out as
+    Word's footers and a PDF's running footers and page numbers are."""
+    from pptx.enum.shapes import PP_PLACEHOLDER
+
     properties = shape.element.find(f"./*/{_P}cNvPr")
-    return properties is not None and properties.get("hidden") in ("1", "true")
+    if properties is not None and properties.get("hidden") in ("1", "true"):
+        return True
+    return bool(shape.is_placeholder) and shape.placeholder_format.type in (
+        PP_PLACEHOLDER.FOOTER, PP_PLACEHOLDER.SLIDE_NUMBER, PP_PLACEHOLDER.DATE)
 
 
 def _unwrap_alternatives(tree: Any) -> None:

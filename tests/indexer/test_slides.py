@@ -411,3 +411,28 @@ def test_a_hidden_shape_is_not_read(tmp_path):
     deck.save(str(tmp_path / "hidden.pptx"))
     assert extract_pptx(tmp_path / "hidden.pptx").paragraphs == [
         "Timetable", "The ferry leaves at nine.", "Tickets are sold on board."]
+
+
+def test_a_slide_s_footer_number_and_date_are_left_out(tmp_path):
+    """Insert > Header & Footer puts a footer, the slide's number and a date on every slide: they read as passages
+    of each slide ("Kellerton Harbour - Confidential", "1", "5 May 2024"). They are left out, as Word's footers and
+    a PDF's running footers and page numbers are."""
+    from lxml import etree
+
+    ns = ('xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main" '
+          'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"')
+    deck = pptx.Presentation()
+    for n in (1, 2):
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = f"Berths {n}"
+        slide.placeholders[1].text_frame.text = f"Berth {n} takes ships up to 120 m."
+        for i, (kind, text) in enumerate([("ftr", "<a:r><a:t>Kellerton Harbour - Confidential</a:t></a:r>"),
+                                          ("sldNum", f'<a:fld id="{{B6F15528-21DE-4FAA-801E-634DDDAF4B2B}}" '
+                                                     f'type="slidenum"><a:t>{n}</a:t></a:fld>'),
+                                          ("dt", "<a:r><a:t>5 May 2024</a:t></a:r>")], start=10):
+            slide.shapes.element.append(etree.fromstring(
+                f'<p:sp {ns}><p:nvSpPr><p:cNvPr id="{i}" name="{kind}"/><p:cNvSpPr/><p:nvPr><p:ph type="{kind}" '
+                f'idx="{i}"/></p:nvPr></p:nvSpPr><p:spPr/><p:txBody><a:bodyPr/><a:p>{text}</a:p></p:txBody></p:sp>'))
+    deck.save(str(tmp_path / "berths.pptx"))
+    assert extract_pptx(tmp_path / "berths.pptx").paragraphs == [
+        "Berths 1", "Berth 1 takes ships up to 120 m.", "Berths 2", "Berth 2 takes ships up to 120 m."]
