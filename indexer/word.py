@@ -4,15 +4,16 @@
 
 The body is read in order: paragraphs, the rows of tables and the contents of content controls (not a table of
 contents, nor a placeholder's prompt). A paragraph's text is its runs' (hyperlinks, fields' results, tracked
-insertions, equations; not tracked deletions, field codes, comments or hidden text), after its list number or bullet as Word
-shows it ("2. Configure", "1.2 Scope", "• Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow
-it as paragraphs of their own, as do its SmartArt diagrams' boxes and its charts' titles and labels (``indexer.drawings``); a
-phonetic guide (ruby) follows its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows
-(``_symbol``). A table row is one paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall;
-Departure: 09:15"), as Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section
-(``extracted.Sections``). Page headers and footers are left out. A file python-docx cannot open is ``Unreadable``,
-with what it is instead where its first bytes tell (an OLE file: a password-protected .docx or an old .doc; a PDF,
-RTF or OpenDocument file renamed; a truncated zip).
+insertions, equations; not tracked deletions, field codes, comments or hidden text; a paragraph whose mark is
+deleted runs on into the next), after its list number or bullet as Word shows it ("2. Configure", "1.2 Scope", "•
+Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow it as paragraphs of their own, as do its
+SmartArt diagrams' boxes and its charts' titles and labels (``indexer.drawings``); a phonetic guide (ruby) follows
+its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows (``_symbol``). A table row is
+one paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall; Departure: 09:15"), as
+Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section (``extracted.Sections``). Page headers
+and footers are left out. A file python-docx cannot open is ``Unreadable``, with what it is instead where its first
+bytes tell (an OLE file: a password-protected .docx or an old .doc; a PDF, RTF or OpenDocument file renamed; a
+truncated zip).
 """
 
 from __future__ import annotations
@@ -338,8 +339,9 @@ class _WordText:
 
     def paragraph(self, p: Any, level_allowed: bool = True, before: str = "") -> str:
         """Reads a paragraph, the text of those before it whose mark is a tracked deletion (``before``) first: once
-        the changes are accepted they are one paragraph, of this one's style and list (their texts a space apart). A paragraph whose own mark is
-        a tracked deletion (``_mark_gone``) is not read: its text is returned, to run on into the next."""
+        the changes are accepted they are one paragraph, of this one's style and list (their texts a space apart). A
+        paragraph whose own mark is a tracked deletion (``_mark_gone``) is not read: its text is returned, to run on
+        into the next."""
         extras: list[tuple[str, Any]] = []
         line, label = self.line(p, extras)
         line = " ".join(filter(None, (before, line)))
