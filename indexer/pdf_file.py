@@ -43,9 +43,9 @@ def aggregator(base: type) -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.self_coded: dict[int, bool] = {}  # each font's (by id): whether it numbers glyphs by code point
-            # the page's glyphs set turned a quarter or more from upright (pdfminer's ``upright``: a margin's
-            # vertical note, a label up a table's column, or every glyph of a page turned as a whole) and how many
-            # are upright: its layout analysis reads turned glyphs letter by letter, out of order, into the text
+            # the page's glyphs set turned a quarter or more from upright (a margin's vertical note, a label up a
+            # table's column, or every glyph of a page turned as a whole, upside down too) and how many are
+            # upright: its layout analysis reads turned glyphs letter by letter, out of order, into the text
             self.turned: list[Any] = []
             self.upright = 0
 
@@ -58,7 +58,9 @@ def aggregator(base: type) -> type:
 
             a, b, c, d = matrix[:4]
             on_page = isinstance(self.cur_item, LTPage)  # (a figure's text is left out unless it is the page's)
-            if not on_page or (0 < a * d * args[2] and b * c <= 0):  # (args[2]: the horizontal scaling)
+            # upright as pdfminer has it, and not upside down (its baseline running right to left: a page turned
+            # half round, which pdfminer's layout reads line by line from the foot up); args[2]: horizontal scaling
+            if not on_page or (0 < a * d * args[2] and b * c <= 0 and 0 < a * args[2]):
                 self.upright += on_page
                 return float(super().render_char(matrix, *args))
             page, self.cur_item = self.cur_item, _Into(self.turned)

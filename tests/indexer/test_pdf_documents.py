@@ -1159,11 +1159,12 @@ def test_text_turned_on_a_page_reads_in_order_and_set_apart(tmp_path):
         "Tonnes landed", *TURNED_PAGES[1:]]
 
 
-@pytest.mark.parametrize("how", ["rotate-90", "content-turned"])
+@pytest.mark.parametrize("how", ["rotate-90", "rotate-180", "rotate-270", "content-turned"])
 def test_a_page_turned_as_a_whole_reads_as_an_upright_one(tmp_path, how):
     """A page whose text is all turned, by the page's /Rotate (a page rotated in a viewer, a scanner's) or by its
     content (a landscape table set sideways on a portrait page), read "T h e h a r b o u r ..." or one letter a
-    line; it reads as the same page set upright does, its page number (upright on the sheet) left out."""
+    line, and one turned upside down its lines from the foot up; it reads as the same page set upright does, its
+    page number (upright on the sheet) left out."""
     paragraphs = [f"Paragraph {k}. {TURNED_BODY}" for k in (1, 2)]
     pdf = fpdf.FPDF(unit="mm", format="A4")
     pdf.set_font("helvetica", size=11)
@@ -1176,8 +1177,8 @@ def test_a_page_turned_as_a_whole_reads_as_an_upright_one(tmp_path, how):
             pdf.ln(8)
     pdf.text(105, 290, "17")
     data = bytes(pdf.output())
-    if how == "rotate-90":  # (pdfminer finds the objects again where the cross-reference table's offsets moved)
-        data = re.sub(rb"/Type /Page\n", b"/Type /Page\n/Rotate 90\n", data, count=1)
+    if how.startswith("rotate"):  # (pdfminer finds the objects again where the cross-reference table's offsets moved)
+        data = re.sub(rb"/Type /Page\n", b"/Type /Page\n/Rotate " + how[7:].encode() + b"\n", data, count=1)
     (tmp_path / "turned.pdf").write_bytes(data)
     assert extract_pdf(tmp_path / "turned.pdf").paragraphs == paragraphs
 
