@@ -49,27 +49,8 @@ def aggregator(base: type) -> type:
             self.turned: list[Any] = []
             self.upright = 0
 
-        def begin_page(self, page: Any, ctm: Any) -> None:
-            super().begin_page(page, ctm)
-            self.turned, self.upright = [], 0
-
-        def render_char(self, matrix: Any, *args: Any) -> float:
-            from pdfminer.layout import LTPage
-
-            a, b, c, d = matrix[:4]
-            on_page = isinstance(self.cur_item, LTPage)  # (a figure's text is left out unless it is the page's)
-            # upright as pdfminer has it, and not upside down (its baseline running right to left: a page turned
-            # half round, which pdfminer's layout reads line by line from the foot up); args[2]: horizontal scaling
-            if not on_page or (0 < a * d * args[2] and b * c <= 0 and 0 < a * args[2]):
-                self.upright += on_page
-                return float(super().render_char(matrix, *args))
-            page, self.cur_item = self.cur_item, _Into(self.turned)
-            try:
-                return float(super().render_char(matrix, *args))
-            finally:
-                self.cur_item = page
-
         def end_page(self, page: Any) -> None:
+            self.cur_item, self.turned, self.upright = _set_turned_apart(self.cur_item)
             _set_scripts_on_their_lines(self.cur_item)  # before the page's layout is analysed
             super().end_page(page)
 
@@ -82,14 +63,23 @@ def aggregator(base: type) -> type:
     return Aggregator
 
 
-class _Into:
-    """Where the aggregator puts a turned glyph (``Aggregator.turned``) instead of on the page."""
+def _set_turned_apart(page: Any) -> tuple[Any, list[Any], int]:
+    """A page (pdfminer's LTPage, before its layout is analysed) without its turned glyphs, those glyphs, and how
+    many are upright: upright as pdfminer has it, and not upside down (a baseline running right to left: a page
+    turned half round, which pdfminer's layout reads line by line from the foot up). The page is rebuilt only where
+    it has turned glyphs."""
+    from pdfminer.layout import LTChar, LTPage
 
-    def __init__(self, into: list[Any]) -> None:
-        self.into = into
-
-    def add(self, item: Any) -> None:
-        self.into.append(item)
+    glyphs = [item for item in page if isinstance(item, LTChar)]
+    turned = [glyph for glyph in glyphs if not (glyph.upright and glyph.matrix[0] > 0)]
+    if not turned:
+        return page, [], len(glyphs)
+    kept = LTPage(page.pageid, page.bbox, page.rotate)
+    apart = {id(glyph) for glyph in turned}
+    for item in page:
+        if id(item) not in apart:
+            kept.add(item)
+    return kept, turned, len(glyphs) - len(turned)
 
 
 def _direction(glyph: Any) -> tuple[int, float, float]:
