@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from spanseek.core.options import OptionsParser
@@ -169,27 +169,60 @@ def close_progress_bars() -> None:
             bar.close()
 
 
-def quiet_transformers() -> None:
-    """transformers reports only errors and draws no progress bars. Said through the environment, read when it is
-    first imported, so a command that never loads a model (``sync``) does not import it for
-    this (about a second); set on the library directly where it is loaded already."""
-    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    if "huggingface_hub" in sys.modules:
-        from huggingface_hub.utils import disable_progress_bars
+# what transformers imported during a command reads from the environment; put back after it (``quiet_transformers``)
+QUIET_ENVIRONMENT = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
-        disable_progress_bars()
-    if "transformers" in sys.modules:
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """While a command runs, transformers reports only errors and neither it nor huggingface_hub draws progress
+    bars. Said through the environment, which transformers reads when it is first imported, so that a command that
+    never loads a model (``sync``) does not import it for this (about a second), and set on the libraries directly
+    where they are loaded already. Everything is put back after: a program that runs a command in its own process (a
+    test, a notebook: ``main([...])``) keeps its environment and the libraries' settings.
+
+    huggingface_hub is imported first (15 ms): it reads ``HF_HUB_DISABLE_PROGRESS_BARS`` once, when it is imported,
+    and a value it read from the command's environment stayed for the whole process, where every later
+    ``enable_progress_bars`` warned "Cannot enable progress bars". (The variable is still set for the command's child
+    processes.)"""
+    from huggingface_hub import constants as hub_constants
+    from huggingface_hub import utils as hub_utils
+
+    saved_environment = {name: os.environ.get(name) for name in QUIET_ENVIRONMENT}
+    hub_bars = not hub_utils.are_progress_bars_disabled() and hub_constants.HF_HUB_DISABLE_PROGRESS_BARS is None
+    transformers_before = "transformers" in sys.modules
+    if transformers_before:
         from transformers.utils import logging as hf_logging
 
+        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+    if hub_bars:
+        hub_utils.disable_progress_bars()
+    os.environ.update(QUIET_ENVIRONMENT)
+    try:
+        yield
+    finally:
+        for name, value in saved_environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
+
+            if not transformers_before:  # imported during the command: the settings it starts with outside one
+                verbosity = hf_logging.log_levels.get(os.environ.get("TRANSFORMERS_VERBOSITY", ""), logging.WARNING)
+                bars = hub_bars
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
+        if hub_bars:
+            hub_utils.enable_progress_bars()
 
 
 def _run(args: argparse.Namespace) -> int:
     """The parsed command, its errors reported as one line (status 2)."""
-    if not args.verbose:  # transformers' per-load reports and progress bars drown the command's own output
-        quiet_transformers()
     level = logging.DEBUG if args.verbose else getattr(args, "quiet_log_level", logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # the libraries' own chatter: faiss says which CPU build it tried, transformers deprecations
@@ -198,7 +231,8 @@ def _run(args: argparse.Namespace) -> int:
             handler.addFilter(lambda r: r.levelno >= logging.WARNING or not r.name.startswith("bm25s"))
         warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     try:
-        status = int(args.func(args) or 0)
+        with contextlib.nullcontext() if args.verbose else quiet_transformers():  # its reports and progress bars
+            status = int(args.func(args) or 0)  # would drown the command's own output
         sys.stdout.flush()  # here, so that a reader gone away is met inside the try, not at the interpreter's exit
         return status
     except BrokenPipeError:  # the reader of our output went away (`| head`): what it read is all it wanted

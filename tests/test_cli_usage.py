@@ -354,13 +354,35 @@ def test_a_command_that_loads_no_model_does_not_import_transformers(tmp_path):
     assert out.splitlines()[-1] == "False"
 
 
-def test_transformers_loaded_after_quieting_reports_only_errors_and_draws_no_bars():
+def test_transformers_loaded_during_a_command_reports_only_errors_and_draws_no_bars_then_as_before():
     out = run_python(
-        "from spanseek.cli import quiet_transformers\nquiet_transformers()\n"
-        "from transformers.utils import logging as l\n"
-        "print(l.get_verbosity() == l.ERROR, l.is_progress_bar_enabled())"
+        "from spanseek.cli import quiet_transformers\n"
+        "with quiet_transformers():\n"
+        "    from transformers.utils import logging as l\n"
+        "    print(l.get_verbosity() == l.ERROR, l.is_progress_bar_enabled())\n"
+        "print(l.get_verbosity() == l.WARNING, l.is_progress_bar_enabled())"
     )
-    assert out == "True False"
+    assert out == "True False\nTrue True"
+
+
+def test_a_command_run_in_process_leaves_the_environment_and_progress_bars_as_they_were(tmp_path):
+    """A command run in a program's own process (a test, a notebook) left TRANSFORMERS_VERBOSITY and
+    HF_HUB_DISABLE_PROGRESS_BARS in its environment, and huggingface_hub, imported during it, read the latter: every
+    later ``enable_progress_bars`` in that process warned "Cannot enable progress bars" (94 times in a test run)."""
+    out = run_python(
+        "import os, warnings\n"
+        "os.environ['TRANSFORMERS_VERBOSITY'] = 'info'\n"
+        "from spanseek.cli import main\n"
+        f"main(['search', '--index', {str(tmp_path / 'none')!r}, 'q'])\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from transformers.utils import logging as l\n"
+        "    l.disable_progress_bar()\n"
+        "    l.enable_progress_bar()\n"
+        "print(os.environ['TRANSFORMERS_VERBOSITY'], os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS'))\n"
+        "print([str(w.message) for w in caught], l.is_progress_bar_enabled())"
+    )
+    assert out.splitlines()[-2:] == ["info None", "[] True"]
 
 
 def test_ctrl_c_under_a_progress_bar_ends_with_the_one_line(tmp_path, capsys, monkeypatch):
