@@ -1,0 +1,74 @@
+"""The fields the pages list are the ones the program writes: ``spanseek eval``'s metrics (docs/questions.md).
+
+    .venv/bin/python -m pytest -q tests/test_docs_fields.py
+
+A page that lists a key where the program writes it elsewhere (``articles_not_in_index`` at the top level, where
+``eval`` writes it under ``doc``) sends a reader's script to a key that is never there.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanseek.core import evaluate as evaluate_module
+from tests.core.test_evaluate import QUESTIONS, ScriptedSearcher
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def flat_keys(metrics: dict[str, Any], prefix: str = "") -> set[str]:
+    """Every key of ``metrics``, nested ones as dotted paths (``doc.acc@1``)."""
+    keys = set()
+    for key, value in metrics.items():
+        keys.add(prefix + key)
+        if isinstance(value, dict):
+            keys |= flat_keys(value, f"{prefix}{key}.")
+    return keys
+
+
+def documented_eval_keys() -> set[str]:
+    """The keys of docs/questions.md's "What `spanseek eval` reports": the table's first column (``passage.acc@k``
+    (1, 5, 20) read as each k) and the names in backticks of the paragraph after it."""
+    text = (ROOT / "docs/questions.md").read_text(encoding="utf-8")
+    section = text.split("## What `spanseek eval` reports", 1)[1]
+    table = [line for line in section.splitlines() if line.startswith("| `")]
+    after = section[section.index(table[-1]) + len(table[-1]):]
+    keys = set()
+    for row in table:
+        cell = row.split("|")[1]
+        ks = re.search(r"\(([\d, ]+)\)", cell)
+        for name in re.findall(r"`([^`]+)`", cell):
+            keys |= {name.replace("@k", f"@{k.strip()}") for k in ks.group(1).split(",")} if "@k" in name and ks \
+                else {name}
+    keys |= {name for name in re.findall(r"`([a-z_.@\d]+)`", after) if "_" in name or "." in name}
+    return keys
+
+
+def test_the_keys_docs_questions_lists_are_those_eval_writes(monkeypatch):
+    monkeypatch.setattr(evaluate_module, "count_trained", lambda model_dir, questions: 1)
+    searcher = ScriptedSearcher()
+    searcher.index.docs = [{"title": "france.pdf"}, {"title": "USA"}]  # one question's article is not in the index
+    anonymous = QUESTIONS[0].__class__("q3", QUESTIONS[0].question, ("Paris",), (), "", "", -1, -1)
+    written = flat_keys(evaluate_module.evaluate(searcher, [*QUESTIONS, anonymous], reading_comprehension=False,
+                                                 progress=False, unanswerable_skipped=1))
+    written |= flat_keys(evaluate_module.evaluate(ScriptedSearcher(), QUESTIONS, reading_comprehension=True,
+                                                  progress=False))
+    documented = documented_eval_keys()
+    assert {"phrase.em@1", "passage.acc@20", "rc.em", "ci95", "unanswerable_skipped", "trained_questions"} <= documented
+    assert sorted(documented - written) == []
+
+
+@pytest.mark.parametrize(("row", "keys"), [
+    ("| `passage.acc@k` (1, 5, 20) | ... |", {"passage.acc@1", "passage.acc@5", "passage.acc@20"}),
+    ("| `rc.em`, `rc.f1` | ... |", {"rc.em", "rc.f1"}),
+])
+def test_a_table_row_is_read_as_its_keys(monkeypatch, row, keys, tmp_path):
+    page = tmp_path / "docs" / "questions.md"
+    page.parent.mkdir()
+    page.write_text(f"## What `spanseek eval` reports\n\n| key | per question |\n|---|---|\n{row}\n\nNothing after.\n")
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    assert documented_eval_keys() == keys
