@@ -72,3 +72,21 @@ def test_a_table_row_is_read_as_its_keys(monkeypatch, row, keys, tmp_path):
     page.write_text(f"## What `spanseek eval` reports\n\n| key | per question |\n|---|---|\n{row}\n\nNothing after.\n")
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     assert documented_eval_keys() == keys
+
+
+def test_the_metrics_filter_example_of_docs_service_gives_each_series_it_names():
+    """docs/service.md's ``/metrics?name[]=`` example names series that /metrics gives, and a histogram's own name
+    gives nothing, as the page says (its series are ``_bucket``, ``_count`` and ``_sum``)."""
+    from spanseek.service.metrics import ServiceMetrics
+
+    text = " ".join((ROOT / "docs/service.md").read_text(encoding="utf-8").split())
+    example = re.search(r"`curl -sg '[^`']*/metrics\?([^`']+)'`", text)
+    assert example, "docs/service.md no longer shows a /metrics?name[]= example with curl -g"
+    names = re.findall(r"name\[\]=([\w]+)", example.group(1))
+    metrics = ServiceMetrics()
+    metrics.observe_search("phrase", 200, False, 0.01, None)
+    metrics.ready.set(1)
+    for name in names:
+        lines = [line for line in metrics.render([name]).decode().splitlines() if not line.startswith("#")]
+        assert [line for line in lines if line.split("{")[0].split(" ")[0] == name], (name, lines)
+    assert metrics.render(["spanseek_request_duration_seconds"]) == b""
