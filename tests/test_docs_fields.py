@@ -90,3 +90,41 @@ def test_the_metrics_filter_example_of_docs_service_gives_each_series_it_names()
         lines = [line for line in metrics.render([name]).decode().splitlines() if not line.startswith("#")]
         assert [line for line in lines if line.split("{")[0].split(" ")[0] == name], (name, lines)
     assert metrics.render(["spanseek_request_duration_seconds"]) == b""
+
+
+def filter_keys(node: Any) -> set[str]:
+    """The metadata keys a filter's conditions name (``{"key": ...}`` at any depth)."""
+    if isinstance(node, dict):
+        own = {node["key"]} if isinstance(node.get("key"), str) else set()
+        return own.union(*(filter_keys(value) for value in node.values()))
+    if isinstance(node, list):
+        return set().union(*(filter_keys(value) for value in node))
+    return set()
+
+
+def test_the_live_writes_example_deletes_by_a_key_a_live_document_holds():
+    """docs/service.md's live-writes example deleted its one document with a ``year`` and then deleted by a filter on
+    ``year``: pasted in order, that filter was a 400 (a key no document has). Each filtered delete of the page's
+    examples names only keys that a document it wrote, and has not deleted, holds."""
+    import json
+
+    from tests.test_docs_commands import doc_commands
+
+    live: dict[str, set[str]] = {}
+    checked = 0
+    for cmd in doc_commands("docs/service.md"):
+        argv = list(cmd.argv)
+        if argv[0] != "curl":
+            continue
+        url = next((w for w in argv if "/documents" in w), "")
+        method = argv[argv.index("-X") + 1] if "-X" in argv else "GET"
+        body = json.loads(argv[argv.index("-d") + 1]) if "-d" in argv else None
+        if method in ("PUT", "POST") and url.endswith("/documents") and body:
+            live |= {doc["id"]: set(doc.get("meta", {})) for doc in body["documents"]}
+        elif method == "DELETE" and "/documents/" in url:
+            live.pop(url.rsplit("/", 1)[1], None)
+        elif url.endswith("/documents/delete") and body:
+            held = set().union(*live.values()) if live else set()
+            assert filter_keys(body["filter"]) <= held, f"{cmd}: no live document holds {filter_keys(body['filter'])}"
+            checked += 1
+    assert checked, "docs/service.md no longer shows a POST /documents/delete example"
