@@ -128,3 +128,18 @@ def test_the_live_writes_example_deletes_by_a_key_a_live_document_holds():
             assert filter_keys(body["filter"]) <= held, f"{cmd}: no live document holds {filter_keys(body['filter'])}"
             checked += 1
     assert checked, "docs/service.md no longer shows a POST /documents/delete example"
+
+
+def test_the_client_result_classes_docs_python_lists_have_those_fields_in_that_order():
+    """docs/python.md writes the client's result dataclasses as ``Hit(text, score, ...)``: the fields, in order (a
+    program that builds one positionally, a test's fake, relies on it), and ``extra`` beside them."""
+    import dataclasses
+
+    from spanseek import client
+
+    text = " ".join((ROOT / "docs/python.md").read_text(encoding="utf-8").split())
+    for name in ("SearchResponse", "QueryResult", "Hit"):
+        listed = re.search(rf"`{name}\(([\w, ]+)\)`", text)
+        assert listed, f"docs/python.md no longer lists {name}'s fields"
+        fields = [f.name for f in dataclasses.fields(getattr(client, name)) if f.name != "extra"]
+        assert [word.strip() for word in listed.group(1).split(",")] == fields, name
