@@ -50,7 +50,6 @@ try:
         retry_if_result,
         stop_after_attempt,
         stop_before_delay,
-        wait_exponential_jitter,
     )
 except ModuleNotFoundError as e:  # a plain install: say which extra brings them
     raise require_extra(e, "spanseek.client") from None
@@ -349,7 +348,6 @@ class _Base:
         self.max_retries, self.max_retry_wait = int(max_retries), float(max_retry_wait)
         self.max_retry_time, self.backoff = float(max_retry_time), float(backoff)
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._backoff = wait_exponential_jitter(initial=backoff, max=max_retry_wait, jitter=backoff)
 
     def _wait(self, state: RetryCallState) -> float:
         """Seconds before the next try: the server's usable Retry-After plus up to ``backoff`` of jitter, else the
@@ -358,8 +356,8 @@ class _Base:
         if _dropped(state):  # the request was not answered; a new connection can take it now
             return 0.0
         advised = None if outcome is None or outcome.failed else _retry_after(outcome.result())
-        if advised is None:
-            return float(self._backoff(state))
+        if advised is None:  # backoff x 2^n before retry n + 1 (the exponent bounded: a float past it is the cap)
+            advised = self.backoff * 2.0 ** min(state.attempt_number - 1, 1000)
         return min(self.max_retry_wait, advised + random.uniform(0.0, self.backoff))
 
     def _policy(self, method: str, path: str) -> dict[str, Any]:
