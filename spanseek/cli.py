@@ -235,9 +235,8 @@ def _run(args: argparse.Namespace) -> int:
             status = int(args.func(args) or 0)  # would drown the command's own output
         sys.stdout.flush()  # here, so that a reader gone away is met inside the try, not at the interpreter's exit
         return status
-    except BrokenPipeError:  # the reader of our output went away (`| head`): what it read is all it wanted
-        with contextlib.suppress(AttributeError, OSError, ValueError):  # (a stdout without a file descriptor)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when stdout is flushed
+    except BrokenPipeError:
+        reader_gone()
         return 0
     except ModuleNotFoundError as e:  # a third-party module not installed (an extra's, imported when the command runs)
         if (e.name or "").split(".")[0] == "spanseek":  # our own module missing is a fault, not an install choice
@@ -251,6 +250,13 @@ def _run(args: argparse.Namespace) -> int:
             logging.getLogger("spanseek").exception("the command failed")
         print(f"{args.prog}: error: {describe_error(e)}", file=sys.stderr)
         return 2
+
+
+def reader_gone() -> None:
+    """The reader of our output went away (``| head``): what it read is all it wanted, so the command ends quietly.
+    stdout is pointed at /dev/null, so that flushing it as Python exits raises no second error."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # (a stdout without a file descriptor)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def describe_error(e: BaseException) -> str:

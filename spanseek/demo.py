@@ -195,7 +195,8 @@ def demo_port() -> int:
 
 def main() -> int:
     """Build (or reuse) the demo index and serve it; bad settings, a failed build or service are one line on stderr
-    (status 2 for a setting, 1 otherwise), Ctrl-C is status 130 (a build resumes where it stopped)."""
+    (status 2 for a setting, 1 otherwise), Ctrl-C is status 130 (a build resumes where it stopped), output piped into
+    a reader that stopped (``| head``) status 0, quietly."""
     try:
         model = os.environ.get("SPANSEEK_DEMO_MODEL", "default")
         host = os.environ.get("SPANSEEK_DEMO_HOST", "127.0.0.1")
@@ -210,6 +211,11 @@ def main() -> int:
             print_answers(index, model)
             return 0
         return serve(index, model, host, port)
+    except BrokenPipeError:  # `make demo | head`: the reader took what it wanted (the service, if any, is stopped)
+        from spanseek.cli import reader_gone
+
+        reader_gone()
+        return 0
     except ValueError as e:  # a setting (the model, the port) or the corpus
         say(f"spanseek demo: error: {e}", file=sys.stderr)
         return 2

@@ -72,3 +72,16 @@ def test_the_wait_for_the_service_is_announced(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(demo, "check_port_free", lambda host, port: None)
     with pytest.raises(RuntimeError, match="exited"):
         demo.serve(tmp_path, "default", "127.0.0.1", 8000)
+
+
+def test_output_piped_into_a_reader_that_stops_ends_quietly(monkeypatch, capsys, tmp_path):
+    """`make demo | head` ended with "spanseek demo: error: [Errno 32] Broken pipe" and status 1 once head had read
+    its lines; it ends as the spanseek command does then: status 0, nothing on stderr."""
+    def closed_pipe(index, model):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setenv("SPANSEEK_DEMO_NO_SERVE", "1")
+    monkeypatch.setattr(demo, "ensure_index", lambda **kwargs: tmp_path)
+    monkeypatch.setattr(demo, "print_answers", closed_pipe)
+    assert demo.main() == 0
+    assert capsys.readouterr().err == ""
