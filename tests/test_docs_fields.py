@@ -143,3 +143,14 @@ def test_the_client_result_classes_docs_python_lists_have_those_fields_in_that_o
         assert listed, f"docs/python.md no longer lists {name}'s fields"
         fields = [f.name for f in dataclasses.fields(getattr(client, name)) if f.name != "extra"]
         assert [word.strip() for word in listed.group(1).split(",")] == fields, name
+
+
+def test_the_client_options_docs_python_lists_are_those_searchoptions_declares():
+    """docs/python.md's **Options** lists every keyword argument of ``Client.search`` (``SearchOptions``)."""
+    from spanseek.client import SearchOptions
+
+    text = " ".join((ROOT / "docs/python.md").read_text(encoding="utf-8").split())
+    options = re.search(r"listed with its type in `SearchOptions` \((.+?)\); options left out", text)
+    assert options, "docs/python.md no longer lists SearchOptions"
+    listed = re.findall(r"`(\w+)`(?:,|:| ;|$)", options.group(1) + ",")
+    assert listed == list(SearchOptions.__annotations__)
