@@ -14,6 +14,7 @@ import logging
 import logging.config
 import os
 import re
+import signal
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -228,11 +229,23 @@ def _serve(args: argparse.Namespace) -> int:
         log.warning("%s", warning)
     log.info("serving %s with model %s on http://%s:%d", settings.index, model_name(model_dir), settings.host,
              settings.port)
+    # uvicorn stops gracefully on Ctrl-C or SIGTERM, puts back the handler it found and raises the signal again: Ctrl-C
+    # comes back as KeyboardInterrupt, SIGTERM as Terminated (by default it would end the process, status 143)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         uvicorn.Server(config).run(sockets=sockets)  # uvicorn closes them when it stops, once it has started
-    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down gracefully, then raises it again
+    except (KeyboardInterrupt, Terminated):
         log.info("stopped")
     finally:  # and here whether or not it started (closing twice is harmless)
+        signal.signal(signal.SIGTERM, previous)
         for sock in sockets:
             sock.close()
     return 0
+
+
+class Terminated(Exception):
+    """SIGTERM, once uvicorn has stopped the service gracefully (``_serve``)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated

@@ -441,3 +441,35 @@ def test_a_second_ctrl_c_as_python_exits_leaves_the_one_line_and_status_130(tmp_
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (130, "spanseek corpus from-squad: interrupted\n")
+
+
+def test_serve_stopped_by_sigterm_returns_0_and_the_caller_keeps_its_handler(tiny_index, tiny_model_dir, monkeypatch,
+                                                                            capsys):
+    """uvicorn stops gracefully on SIGTERM, puts back the SIGTERM handler it found and raises the signal again: the
+    process died of it (status 143), where the README promises 0 as after Ctrl-C. Here uvicorn's own signal capture
+    runs over a server that is told SIGTERM at once; the handler the caller had is back after."""
+    import signal
+    import socket
+
+    import uvicorn
+
+    def run(self, sockets=None):
+        with self.capture_signals():
+            self.handle_exit(signal.SIGTERM, None)  # what uvicorn's handler does when SIGTERM arrives
+
+    def callers(signum, frame):
+        raise AssertionError("SIGTERM reached the caller's handler: spanseek serve would have died of it")
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    previous = signal.signal(signal.SIGTERM, callers)
+    try:
+        assert main(["serve", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--port", str(port),
+                     "--device", "cpu"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is callers
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert capsys.readouterr().err.splitlines()[-1].endswith("spanseek.service [-] stopped")
+
