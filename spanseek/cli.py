@@ -175,10 +175,11 @@ QUIET_ENVIRONMENT = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS
 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
-    """While a command runs, transformers reports only errors and neither it nor huggingface_hub draws progress
-    bars. Said through the environment, which transformers reads when it is first imported, so that a command that
-    never loads a model (``sync``) does not import it for this (about a second), and set on the libraries directly
-    where they are loaded already. Everything is put back after: a program that runs a command in its own process (a
+    """While a command runs, transformers reports only errors and gives no deprecation warnings (FutureWarning), and
+    neither it nor huggingface_hub draws progress bars. Said through the environment, which transformers reads when
+    it is first imported, so that a command that never loads a model (``sync``) does not import it for this (about a
+    second), and set on the libraries directly where they are loaded already. Everything is put back after (the
+    warning filters too): a program that runs a command in its own process (a
     test, a notebook: ``main([...])``) keeps its environment and the libraries' settings.
 
     huggingface_hub is imported first (15 ms): it reads ``HF_HUB_DISABLE_PROGRESS_BARS`` once, when it is imported,
@@ -201,7 +202,9 @@ def quiet_transformers() -> Iterator[None]:
         hub_utils.disable_progress_bars()
     os.environ.update(QUIET_ENVIRONMENT)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+            yield
     finally:
         for name, value in saved_environment.items():
             if value is None:
@@ -229,7 +232,6 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("faiss.loader").setLevel(logging.WARNING)
         for handler in logging.getLogger().handlers:  # bm25s sets its logger to DEBUG when it is imported
             handler.addFilter(lambda r: r.levelno >= logging.WARNING or not r.name.startswith("bm25s"))
-        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     try:
         with contextlib.nullcontext() if args.verbose else quiet_transformers():  # its reports and progress bars
             status = int(args.func(args) or 0)  # would drown the command's own output

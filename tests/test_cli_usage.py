@@ -385,6 +385,18 @@ def test_a_command_run_in_process_leaves_the_environment_and_progress_bars_as_th
     assert out.splitlines()[-2:] == ["info None", "[] True"]
 
 
+def test_a_command_run_in_process_leaves_the_warning_filters_as_they_were(tmp_path, capsys):
+    """The command's filter of transformers' FutureWarnings stayed in the caller's warning filters after it."""
+    import warnings
+
+    def transformers_filters() -> list[tuple]:  # (what imports add to the filters, numpy's say, is not the command's)
+        return [f for f in warnings.filters if f[2] is FutureWarning and getattr(f[3], "pattern", None) == "transformers"]
+
+    before = transformers_filters()
+    assert main(["search", "--index", str(tmp_path / "none"), "q"]) == 2
+    assert transformers_filters() == before
+
+
 def test_ctrl_c_under_a_progress_bar_ends_with_the_one_line(tmp_path, capsys, monkeypatch):
     """Ctrl-C in a command whose progress bar was open wrote "interrupted" onto the bar's line, and the bar was drawn
     again below it when it was collected: the bar is closed first, and the one line is the last."""
