@@ -120,9 +120,49 @@ class ServiceState:
         """Load the searcher, warm it up, start the batcher, then report ready (or failed, with the reason).
 
         The served path is ``reloader.path`` (``settings.index`` until a reload names another)."""
-        loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         self.factory, self.status = factory, "loading"
+        opened = None
+        while opened is None:  # None: a standby lost the race for the writer lock, and stands by again
+            try:
+                opened = await self._open(factory)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a bad index or model: stay up, say why on /ready and /health, log it
+                self.status, self.detail = "failed", f"{type(e).__name__}: {e}"
+                log.error("loading failed: %s", self.detail)
+                return
+        searcher, warm_batches = opened
+        self.searcher = searcher
+        s = self.settings
+        encoder = searcher.encoder
+        if s.question_cache and getattr(encoder, "cache", False) is None:  # after the warm-up, whose timings encode
+            encoder.cache = QuestionCache(s.question_cache)
+        self.metrics.question_cache.cache = getattr(encoder, "cache", None)
+        on_gpu = self.info["model"]["device"].startswith("cuda")
+        overlap: Literal["always", "full"] = "always" if s.pipeline == "on" or (s.pipeline == "auto" and on_gpu) else "full"
+        self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,
+                                    search_executor=self.search_executor, overlap=overlap,
+                                    max_queue_wait_ms=s.max_queue_wait_ms, burst_questions=s.max_queries_per_request,
+                                    fair_wait_ms=s.fair_wait_ms, write_wait_ms=s.write_wait_ms)
+        for size, seconds in warm_batches:  # admission knows the batch rate before the first request
+            self.batcher.observe_batch(size, seconds)
+        self.overlap = overlap if self.search_executor is not None else "off"
+        if self.live is not None:
+            self.live.attach(self._serve_live, self.batcher.run_write_step)
+            self.live.maybe_merge()  # a log replayed past merge_tokens (a merge that a restart cut short)
+        self.batcher.start()
+        self.status, self.detail = "ready", None
+        self.metrics.ready.set(1)
+        self.metrics.writer.set(self.live is not None)
+        log.info("ready: %s in %.1f s", self.info.get("index", {}).get("dir"), time.perf_counter() - t0)
+
+    async def _open(self, factory: SearcherFactory) -> tuple[Searcher, list[tuple[int, float]]] | None:
+        """One attempt of ``load``: the searcher opened (with writes, its live store started) and warmed up, with the
+        warm-up's timed batches; None when a standby's live store was refused because another standby, started at
+        once, took the writer lock first. Nothing of the attempt is held then: the searcher it opened (a whole index)
+        is freed before this server stands by again, for as long as the other one writes."""
+        loop = asyncio.get_running_loop()
         standby = self.settings.writes and self.settings.writes_standby
         held = contextlib.ExitStack()  # with writes: the index's lock, from before its base is read (below)
         try:
@@ -160,42 +200,15 @@ class ServiceState:
                 self.detail = "warming up"
                 warm_batches = await loop.run_in_executor(self.executor, self._warm_up, searcher)
             await loop.run_in_executor(self.executor, settle)  # full collections skip the loaded heap
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a bad index or model: stay up, say why on /ready and /health, log it
-            if (standby and isinstance(e, LiveStoreError)  # two started at once: the other took the lock first
+        except LiveStoreError:
+            if not (standby  # two started at once: the other took the lock first
                     and await loop.run_in_executor(self.executor, writer_elsewhere, live_dir_of(self.settings))):
-                log.warning("another server took the writer lock first; standing by again")
-                held.close()  # not held while standing by: the other server holds it while it writes
-                return await self.load(factory)
-            self.status, self.detail = "failed", f"{type(e).__name__}: {e}"
-            log.error("loading failed: %s", self.detail)
-            return
+                raise
+            log.warning("another server took the writer lock first; standing by again")
+            return None  # (the lock is not held while standing by: the other server holds it while it writes)
         finally:
             held.close()  # (the live store holds the lock itself from its start to its close)
-        self.searcher = searcher
-        s = self.settings
-        encoder = searcher.encoder
-        if s.question_cache and getattr(encoder, "cache", False) is None:  # after the warm-up, whose timings encode
-            encoder.cache = QuestionCache(s.question_cache)
-        self.metrics.question_cache.cache = getattr(encoder, "cache", None)
-        on_gpu = self.info["model"]["device"].startswith("cuda")
-        overlap: Literal["always", "full"] = "always" if s.pipeline == "on" or (s.pipeline == "auto" and on_gpu) else "full"
-        self.batcher = MicroBatcher(searcher, self.executor, s.max_batch_size, s.max_wait_ms, s.max_queue, self.metrics,
-                                    search_executor=self.search_executor, overlap=overlap,
-                                    max_queue_wait_ms=s.max_queue_wait_ms, burst_questions=s.max_queries_per_request,
-                                    fair_wait_ms=s.fair_wait_ms, write_wait_ms=s.write_wait_ms)
-        for size, seconds in warm_batches:  # admission knows the batch rate before the first request
-            self.batcher.observe_batch(size, seconds)
-        self.overlap = overlap if self.search_executor is not None else "off"
-        if self.live is not None:
-            self.live.attach(self._serve_live, self.batcher.run_write_step)
-            self.live.maybe_merge()  # a log replayed past merge_tokens (a merge that a restart cut short)
-        self.batcher.start()
-        self.status, self.detail = "ready", None
-        self.metrics.ready.set(1)
-        self.metrics.writer.set(self.live is not None)
-        log.info("ready: %s in %.1f s", self.info.get("index", {}).get("dir"), time.perf_counter() - t0)
+        return searcher, warm_batches
 
     def _standing_by(self, holder: str) -> None:
         """What a standby writer found at its last check of the writer lock: ``holder`` (on /ready), and when (the

@@ -6,7 +6,9 @@ cannot land between the loading and the live store's taking the lock.
 
 from __future__ import annotations
 
+import gc
 import shutil
+import weakref
 
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.indexer.out_dir import BuildError
@@ -46,12 +48,13 @@ def test_add_lexical_while_a_server_with_writes_loads_is_refused_not_left_unserv
     assert len(refused) == 1 and "holds its lock" in refused[0], refused
 
 
-def test_a_standby_that_lost_the_race_holds_no_lock_of_the_index_while_it_stands_by_again(write_settings, tiny_index,
-                                                                                          tmp_path, monkeypatch):
+def test_a_standby_that_lost_the_race_holds_no_lock_nor_searcher_of_the_index_while_it_stands_by_again(
+        write_settings, tiny_index, tmp_path, monkeypatch):
     """Two standbys started at once: the one whose live store is refused (the other took the writer lock first)
     stands by again. It kept the index's lock of its first load all that time, so an `spanseek index` command run
     while the other writer was stopped was refused naming a server that serves nothing. It now stands by without
-    it, and takes it again when it loads."""
+    it, and takes it again when it loads. It also kept the searcher it had opened (the whole index in memory) for as
+    long as it stood by again, the other server writing for hours: that one is freed now."""
     from spanseek.core.integrity import writer_lock
     from spanseek.indexer.live import LiveStoreError
 
@@ -59,18 +62,23 @@ def test_a_standby_that_lost_the_race_holds_no_lock_of_the_index_while_it_stands
     shutil.copytree(tiny_index, index)
     free_while_standing_by: list[bool] = []
     stood_by: list[int] = []
+    opened: list[weakref.ref] = []  # the searcher each load opened
+    kept_while_standing_by: list[bool] = []
     live_writes, stand_by = app_module.LiveWrites, app_module.stand_by
 
-    def refused_once(*args, **kwargs):  # the other standby's live store took the writer lock first
+    def refused_once(settings, metrics, searcher, *args, **kwargs):  # the other standby's store took the lock first
+        opened.append(weakref.ref(searcher))
         if len(stood_by) == 1:
             raise LiveStoreError("another server writes to this live directory")
-        return live_writes(*args, **kwargs)
+        return live_writes(settings, metrics, searcher, *args, **kwargs)
 
     async def standing_by(*args, **kwargs):
         stood_by.append(1)
         if len(stood_by) > 1:  # standing by again: what an `index` command (exclusive) would find
             with writer_lock(index) as taken:
                 free_while_standing_by.append(taken)
+            gc.collect()
+            kept_while_standing_by.append(opened[0]() is not None)
         return await stand_by(*args, **kwargs)
 
     elsewhere = iter(["process 1 writes there"])  # the other standby, once
@@ -81,5 +89,6 @@ def test_a_standby_that_lost_the_race_holds_no_lock_of_the_index_while_it_stands
     with serving(app) as client:
         assert client.get("/ready").status_code == 200, client.get("/ready").text
         assert free_while_standing_by == [True]
+        assert kept_while_standing_by == [False] and len(opened) == 2
         with writer_lock(index) as taken:  # serving with writes: the live store holds it again
             assert not taken
