@@ -9,13 +9,15 @@ under the composed one by the service and sync. A document held under a third sp
 neither form keeps: "ẹ" + U+0302 for the "ệ" of "việt", from an index built before ids were made composed) is found by
 any spelling of the same composed form where a document is looked up by id (``held_id`` with ``respellings`` of the
 ids held: the HTTP routes' ``/documents/{id}`` and writes, ``index delete --ids``, ``index add`` and ``index upsert``);
-a filter's ``doc_ids`` matches only the three spellings above.
+a filter's ``doc_ids`` matches only the three spellings above. A served index with live writes is its base and a segment
+of recent documents: ``joined`` gives the ``respellings`` of both from each one's, so a write passes over its segment's
+ids, not every id held.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 
 def id_spellings(doc_id: str) -> tuple[str, ...]:
@@ -41,6 +43,34 @@ def respellings(ids: Iterable[str]) -> dict[str, list[str]]:
             if i not in same:
                 same.append(i)
     return out
+
+
+def joined(first: Mapping[str, Sequence[str]], then: Mapping[str, Sequence[str]]) -> Mapping[str, Sequence[str]]:
+    """``respellings(a + b)`` from ``first = respellings(a)`` and ``then = respellings(b)``, without copying either:
+    a key's ids are ``first``'s, then those of ``then`` not among them. Looking a key up costs the two lookups, so the
+    respellings of a large base are made once and each of its snapshots adds only its own few ids."""
+    return _Joined(first, then) if then else first
+
+
+class _Joined(Mapping[str, Sequence[str]]):
+    """Two ``respellings`` maps read as one (``joined``)."""
+
+    def __init__(self, first: Mapping[str, Sequence[str]], then: Mapping[str, Sequence[str]]):
+        self.first, self.then = first, then
+
+    def __getitem__(self, key: str) -> Sequence[str]:
+        a, b = self.first.get(key), self.then.get(key)
+        if b is None:
+            if a is None:
+                raise KeyError(key)
+            return a
+        return b if a is None else [*a, *(i for i in b if i not in a)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*self.first, *self.then]))
+
+    def __len__(self) -> int:
+        return len(self.first.keys() | self.then.keys())
 
 
 def held_id(doc_id: str, held: Callable[[str], bool], respelled: Mapping[str, Sequence[str]] | None = None) -> str:

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
-import threading
-import weakref
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
@@ -42,6 +40,7 @@ from spanseek.service.errors import (
     Unauthorized,
     request_id_of,
 )
+from spanseek.service.live import made_once, respelled_ids
 from spanseek.service.routes import (
     _check_range,
     _errors,
@@ -156,7 +155,7 @@ def query_texts(request: Request, values: list[str], field: str) -> list[str]:
 def held_id(index: Any, doc_id: str) -> str:
     """The id ``doc_id`` names in ``index`` (``core.ids.held_id``: the first of its spellings a live document
     holds, or a held id of the same NFC spelling, else the NFC one a new document is written under)."""
-    return spelling_held(doc_id, lambda spelling: live_row(index, spelling) is not None, index.fields.respelled)
+    return spelling_held(doc_id, lambda spelling: live_row(index, spelling) is not None, respelled_ids(index))
 
 
 def named_id(request: Request, doc_id: str, index: Any) -> str:
@@ -295,25 +294,19 @@ def summary(record: dict[str, Any]) -> DocumentSummary:
     return DocumentSummary(id=record["id"], title=record["title"], meta=record.get("meta") or {})
 
 
-_ID_ORDERS: weakref.WeakKeyDictionary[Any, tuple[list[str], np.ndarray]] = weakref.WeakKeyDictionary()
-_ID_ORDERS_LOCK = threading.Lock()
-
-
 def id_order(index: Any) -> tuple[list[str], np.ndarray]:
     """The ids of an index's live documents in code-point order, and each one's row (a repeated id: its last, the
-    live one); made once for each index (a write's snapshot is a new one), so that listing N documents a page at a
-    time reads them once, not once a page."""
-    with _ID_ORDERS_LOCK:
-        order = _ID_ORDERS.get(index)
-    if order is None:
+    live one); made once for each index (``made_once``: a write's snapshot is a new one), so that listing N documents
+    a page at a time reads them once, not once a page."""
+
+    def make() -> tuple[list[str], np.ndarray]:
         live = np.ones(len(index.docs), dtype=bool)
         live[index.deleted_docs] = False
         rows = {index.docs[r]["id"]: int(r) for r in np.flatnonzero(live)}
         ids = sorted(rows)
-        order = ids, np.fromiter((rows[i] for i in ids), dtype=np.int64, count=len(ids))
-        with _ID_ORDERS_LOCK:
-            _ID_ORDERS[index] = order
-    return order
+        return ids, np.fromiter((rows[i] for i in ids), dtype=np.int64, count=len(ids))
+
+    return made_once(index, "id_order", make)
 
 
 def listed(index: Any, where: dict[str, str], after: str | None, limit: int) -> DocumentList:

@@ -9,7 +9,9 @@ import itertools
 import random
 import unicodedata
 
-from spanseek.core.ids import held_id, held_in, respellings
+import pytest
+
+from spanseek.core.ids import held_id, held_in, joined, respellings
 
 # one id, "việt", in each spelling of its "ệ": composed, "ẹ" + U+0302, "ê" + U+0323, decomposed, marks swapped (an
 # order NFD reorders: U+0323 sorts before U+0302)
@@ -55,3 +57,21 @@ def test_an_ascii_id_is_not_looked_up_unless_a_held_id_composes_to_it():
     assert held_id("K", held, respellings(["x"])) == "K" and asked == []
     assert held_id("K", held, respellings(["\u212a"])) == "\u212a"
     assert held_id("vi\u1ec7t", lambda _: False) == "vi\u1ec7t"  # (none held: the composed spelling, for a new one)
+
+
+def test_the_respellings_of_a_base_and_a_segment_joined_are_those_of_all_their_ids():
+    """A served index with writes is a base and a segment of recent documents: its respellings, joined from each
+    part's (the base's made once), are those of all its ids made in one pass, key by key and in order, whatever ids
+    each part holds (the same id in both, a spelling in one part only)."""
+    rng = random.Random(1)
+    pool = [*SPELLINGS, "caf\u00e9", "cafe\u0301", "\u212a", "K", "other"]
+    for _ in range(300):
+        base = rng.choices(pool, k=rng.randrange(0, 6))
+        segment = rng.choices(pool, k=rng.randrange(0, 4))
+        whole = respellings(base + segment)
+        parts = joined(respellings(base), respellings(segment))
+        assert dict(parts) == whole and len(parts) == len(whole) and set(parts) == set(whole), (base, segment)
+        for given in [*pool, "viet"]:  # the lookup the routes make, against a scan of every held id
+            assert held_id(given, (base + segment).__contains__, parts) == scanned(given, base + segment)
+    with pytest.raises(KeyError):
+        joined({"a": ["b"]}, {"c": ["d"]})["x"]

@@ -200,3 +200,27 @@ def test_a_document_held_under_a_third_spelling_is_read_replaced_and_deleted_by_
         assert r.status_code == 200 and r.json()["deleted"] == [THIRD_ID] and held() == [], r.text
         assert client.delete(path(THIRD_NFC), headers=KEY).status_code == 404
 
+
+
+def test_a_lookup_by_id_after_a_write_makes_no_pass_over_every_id(settings_for, third_spelling_index, tmp_path):
+    """Each write publishes a new snapshot of the index; the first lookup by id on it (GET, PUT, DELETE
+    /documents/{id}) made the respellings of every id it held, on the event loop: 13-52 ms a write at 1M documents.
+    They are now the base's (made once) joined with the segment's, made as the write publishes: the same answers as
+    the whole pass (a third spelling held in the base and, once replaced, in the segment), and the snapshot's own
+    pass is never made."""
+    from spanseek.core.ids import respellings
+    from spanseek.service.live import respelled_ids
+
+    settings = settings_for(index=third_spelling_index, writes=True, api_key="key", live_dir=tmp_path / "live",
+                            merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        live = client.app.state.service.live
+        for written in (doc(THIRD_NFC, "Replaced"), doc("na\u00efve.txt"), doc(THIRD_NFD, "Again")):
+            assert client.put("/documents", headers=KEY, json=written).status_code == 200
+            snapshot = live.store.snapshot
+            for spelling in (THIRD_NFC, THIRD_NFD, THIRD_ID):
+                r = client.get(path(spelling), headers=KEY)
+                assert r.status_code == 200 and r.json()["id"] == THIRD_ID, (spelling, r.text)
+            assert "respelled" not in vars(snapshot.fields)  # (functools.cached_property: made at its first use)
+            assert dict(respelled_ids(snapshot)) == respellings(snapshot.fields.ids) == {THIRD_NFC: [THIRD_ID]}
+        assert client.get(path(THIRD_NFC), headers=KEY).json()["title"] == "Again"
