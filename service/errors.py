@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -197,7 +198,7 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
             message += f" ({len(errors)} errors; the first {MAX_ERROR_DETAILS} are listed)"
     elif _unreadable_body(exc):  # FastAPI's 400 "error parsing the body": a malformed request, so 422
         status, error = 422, "validation_error"
-        message = f"the request body is not JSON that can be read: {_UNREADABLE.get(type(exc.__cause__), 'malformed')}"
+        message = f"the request body is not JSON that can be read: {_unreadable_reason(exc.__cause__)}"
     elif isinstance(exc, StarletteHTTPException):
         status = exc.status_code
         error = _HTTP_ERROR_NAMES.get(status, "http_error")
@@ -213,6 +214,15 @@ def error_response(exc: BaseException, request_id: str) -> JSONResponse:
 
 
 _UNREADABLE = {RecursionError: "nested too deeply", UnicodeDecodeError: "not UTF-8 text"}
+
+
+def _unreadable_reason(cause: BaseException | None) -> str:
+    """Why the JSON parser raised ``cause`` on a body, as a client can act on it: a number longer than Python reads
+    (its ValueError says "integer string conversion") is named as such, where it was "malformed"."""
+    if type(cause) is ValueError and "integer string conversion" in str(cause):
+        return (f"it holds a number of more than {sys.get_int_max_str_digits():,} digits; send it as a string, or a "
+                "smaller number")
+    return _UNREADABLE.get(type(cause), "malformed") if cause is not None else "malformed"
 
 
 def shortened(text: str, limit: int = MAX_ECHO_CHARS) -> str:

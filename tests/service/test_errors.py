@@ -85,11 +85,14 @@ def test_invalid_json_and_unknown_unit_are_422_naming_what_is_wrong(client):
                                              "nested too deeply"),
                                             (b'{"query": "\xff"}', "not UTF-8"),
                                             ('{"query": "a"}'.encode("utf-16"), "not UTF-8 text (UTF-16)"),
-                                            ('{"query": "a"}'.encode("utf-32-le"), "not UTF-8 text (UTF-32")])
+                                            ('{"query": "a"}'.encode("utf-32-le"), "not UTF-8 text (UTF-32"),
+                                            (b'{"query": "a", "top_k": ' + b"9" * 5000 + b"}",
+                                             "a number of more than 4,300 digits; send it as a string")])
 def test_json_the_parser_cannot_read_is_422_saying_why(client, content, reason):
     """Before, JSON nested deeper than the parser recurses (and bytes that are not UTF-8) got FastAPI's 400 "There
     was an error parsing the body", where the API promises 422 for malformed requests; UTF-16 and UTF-32, which the
-    JSON parser also reads (a proxy or filter in front of the service may not), were answered as UTF-8."""
+    JSON parser also reads (a proxy or filter in front of the service may not), were answered as UTF-8. A number
+    longer than Python reads (4,300 digits) was said to be "malformed", which a client could not act on."""
     body = assert_error(client.post("/search", content=content, headers={"content-type": "application/json"}),
                         422, "validation_error")
     assert reason in body["message"]
