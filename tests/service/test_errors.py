@@ -98,6 +98,24 @@ def test_json_the_parser_cannot_read_is_422_saying_why(client, content, reason):
     assert reason in body["message"]
 
 
+@pytest.mark.parametrize("content,loc", [(b'{"query": "a", "top_k": 1, "top_k": 50}', ["body", "top_k"]),
+                                         (b'{"query": "a", "filter": {"doc_ids": ["d0"], "doc_ids": ["d1"]}}',
+                                          ["body", "filter", "doc_ids"]),
+                                         (b'{"queries": ["a", {"x": 1}], "query": "b", "\\u0071uery": "c"}',
+                                          ["body", "query"]),
+                                         (b'{"query": "a", "filter": {"must": [{"key": "k", "match": 1}, '
+                                          b'{"key": "k", "key": "j", "match": 2}]}}', ["body", "filter", "must", "1", "key"]),
+                                         (b'{"query": "a", "filter": {"doc_ids": [' + b", ".join(b'"d%d"' % i for i in range(9000))
+                                          + b']}, "top_k": 1, "top_k": 2}', ["body", "top_k"])])  # (checked off the loop)
+def test_a_key_given_twice_in_a_json_object_is_422_naming_it(client, content, loc):
+    """The JSON parser keeps the last value of a repeated key: ``{"top_k": 1, "top_k": 50}`` searched 50 without a
+    word, where a query parameter given twice is refused. The body's place of the key is named."""
+    r = client.post("/search", content=content, headers={"content-type": "application/json"})
+    body = assert_error(r, 422, "validation_error")
+    assert body["details"][0]["loc"] == loc and "given more than once" in body["message"], body
+    assert client.post("/search", json={"query": "a", "top_k": 1}).status_code == 200
+
+
 @pytest.mark.parametrize("extra", [{"top_k": 0}, {"top_k": 101}, {"top_k": -3}, {"nprobe": 0},
                                    {"nprobe": 10**6}, {"max_answer_tokens": 0}, {"max_answer_tokens": 65},
                                    {"lexical_weight": -1.0}, {"lexical_weight": 1e308}])

@@ -112,6 +112,11 @@ def test_a_malformed_document_is_refused_whole_naming_the_field(write_settings):
             r = client.put("/documents", headers={**KEY, "Content-Type": "application/json"},
                            content=body.replace("NUMBER", number))
             assert r.status_code == 422 and "not finite" in r.json()["details"][0]["msg"], (number, r.text)
+        # a key given twice in one object: the parser took the last ("new-1" was written as "x"), with no word
+        for body, loc in [('{"documents": [{"id": "new-1", "paragraphs": ["ok"], "id": "x"}]}', "documents.0.id"),
+                          ('{"id": "new-1", "paragraphs": ["ok"], "meta": {"k": 1, "\\u006b": 2}}', "meta.k")]:
+            r = client.put("/documents", headers={**KEY, "Content-Type": "application/json"}, content=body)
+            assert r.status_code == 422 and f"body.{loc}: given more than once" in r.json()["message"], r.text
         assert client.get("/documents/new-1", headers=KEY).status_code == 404  # nothing of them was written
         assert not found(client, "new-1")
         # a whole-number id is its digits, as on a corpus line (it was a 422)
