@@ -20,10 +20,10 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("spanseek.service")
 
 SearcherFactory = Callable[[Settings], Searcher]
+T = TypeVar("T")
 
 
 def default_searcher_factory(settings: Settings) -> Searcher:
@@ -173,7 +174,7 @@ class ServiceState:
                     self.metrics.standby_checked.set(0)
             if self.settings.writes:  # held shared before the base is read, until the live store holds it too: an
                 # offline `index add-lexical` (exclusive) in between would change the files after they were loaded
-                held.enter_context(await loop.run_in_executor(self.executor, hold_index, self.settings.index))
+                held.enter_context(await self._made(hold_index, self.settings.index))
             if self.settings.torch_threads is not None:
                 await loop.run_in_executor(self.executor, _set_torch_threads, self.settings.torch_threads)
             self.reloader.signature = await loop.run_in_executor(self.executor, signature_of, self.reloader.path)
@@ -188,8 +189,8 @@ class ServiceState:
                                                   self.settings.model_copy(update={"index": target}))
             if self.settings.writes:  # replays the write-ahead log (encoding its documents) before ready
                 self.detail = "replaying the write log"
-                live = await loop.run_in_executor(self.executor, LiveWrites, self.settings, self.metrics, searcher,
-                                                  self.executor)
+                live = await self._made(LiveWrites, self.settings, self.metrics, searcher,
+                                        self.executor)
                 self.live, searcher = live, live.current
                 live.on_merged = lambda current: self._describe(current, resolved)  # a new base: size, date
             if self.default_nprobe is None:  # reported by /info (a request without nprobe gets the index's)
@@ -209,6 +210,19 @@ class ServiceState:
         finally:
             held.close()  # (the live store holds the lock itself from its start to its close)
         return searcher, warm_batches
+
+    async def _made(self, make: Callable[..., T], *args: object) -> T:
+        """``make(*args)`` in the worker thread. Should the load be cancelled meanwhile (the server stopped while it
+        started), what ``make`` returns once it ends is closed (its ``close()``): the index's shared lock
+        (``hold_index``), or a live store that replayed its log (its writer lock, log and threads), were held until
+        a garbage collection found them, and a server started again in the process was refused as if another one
+        wrote there."""
+        done = self.executor.submit(make, *args)
+        try:
+            return await asyncio.wrap_future(done)
+        except asyncio.CancelledError:
+            done.add_done_callback(_close_unused)  # (in the worker thread, when it ends)
+            raise
 
     def _standing_by(self, holder: str) -> None:
         """What a standby writer found at its last check of the writer lock: ``holder`` (on /ready), and when (the
@@ -326,6 +340,16 @@ class ServiceState:
         for executor in (self.executor, self.search_executor):
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _close_unused(done: Future) -> None:
+    """Close what a cancelled load's step made (``ServiceState._made``), once the step has ended."""
+    if done.cancelled() or done.exception() is not None:
+        return
+    try:
+        done.result().close()
+    except Exception:
+        log.exception("closing what a cancelled start had opened failed")
 
 
 def reload_on_hangup(state: ServiceState) -> bool:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import gc
 import shutil
+import time
 import weakref
+
+import pytest
 
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.indexer.out_dir import BuildError
@@ -92,3 +95,51 @@ def test_a_standby_that_lost_the_race_holds_no_lock_nor_searcher_of_the_index_wh
         assert kept_while_standing_by == [False] and len(opened) == 2
         with writer_lock(index) as taken:  # serving with writes: the live store holds it again
             assert not taken
+
+
+@pytest.mark.parametrize("step", ["hold_index", "LiveWrites"])
+def test_a_start_stopped_while_it_takes_the_locks_or_replays_the_log_leaves_neither_held(write_settings, tiny_index,
+                                                                                        tmp_path, monkeypatch, step):
+    """A server with writes stopped while it started: the step then running in the worker thread (taking the index's
+    lock, or the live store replaying its log) ran on, and what it made was dropped unclosed. The live store held the
+    live directory's writer lock and its log until a garbage collection found it (a server started again in the
+    process was refused, as if another wrote there). What such a step makes is closed once it ends."""
+    import asyncio
+    import threading
+
+    from spanseek.core.integrity import writer_lock
+    from spanseek.indexer.live import hold_live_dir
+
+    index = tmp_path / "index"
+    shutil.copytree(tiny_index, index)
+    real = getattr(app_module, step)
+    entered, go = threading.Event(), threading.Event()
+
+    def slow(*args, **kwargs):  # the step runs on after the load was cancelled
+        made = real(*args, **kwargs)
+        entered.set()
+        go.wait(30)
+        return made
+
+    monkeypatch.setattr(app_module, step, slow)
+    app = create_app(write_settings(index=index))
+
+    async def start_then_stop() -> None:
+        async with app.router.lifespan_context(app):
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+
+    gc.disable()  # only what the service closes is closed
+    try:
+        asyncio.run(start_then_stop())
+        go.set()
+        deadline = time.monotonic() + 30
+        while any(t.name.startswith("spanseek-encode") for t in threading.enumerate()):  # the step's thread ends
+            assert time.monotonic() < deadline, "the worker thread never ended"
+            time.sleep(0.01)
+        with writer_lock(index) as taken:
+            assert taken, "the index's lock is still held"
+        if step == "LiveWrites":  # (LiveStoreError naming this process while it is still held)
+            hold_live_dir(tmp_path / "live").close()
+    finally:
+        gc.enable()
