@@ -62,7 +62,8 @@ from typing import Literal, TypeVar
 import numpy as np
 
 from spanseek.core.hits import Hit
-from spanseek.core.params import SearchParams
+from spanseek.core.lexical import LexicalIndexMissing
+from spanseek.core.params import SearchParams, SearchParamsError
 from spanseek.core.plan import StageTimes
 from spanseek.core.search import Searcher
 from spanseek.core.text import has_text
@@ -702,11 +703,14 @@ class MicroBatcher:
         self._resolve(batch, outcomes, t, started, taken)
 
     def _fail(self, batch: list[_Pending], error: Exception) -> None:
-        """Fail these requests (mapped to 500), not the batcher."""
+        """Fail these requests (a 500; a 400 for a request that became invalid as the index changed), not the batcher."""
         self._forget(batch)
         with logging_for(_ids(batch)):
-            log.error("%d request(s) of %d questions failed", len(batch), sum(len(p.questions) for p in batch),
-                      exc_info=error)
+            if isinstance(error, SearchParamsError | LexicalIndexMissing):  # the request's: the route answers 400
+                log.info("%d request(s) refused at search time: %s", len(batch), error)
+            else:
+                log.error("%d request(s) of %d questions failed", len(batch), sum(len(p.questions) for p in batch),
+                          exc_info=error)
         for item in batch:
             if not item.future.done():
                 item.future.set_exception(error)

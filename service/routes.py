@@ -472,6 +472,8 @@ async def search(
         outcome = await submit_unless_client_leaves(request, state.batcher.submit(questions, params, cost, client))
     except LexicalIndexMissing as e:  # checked above, but a reload swapped in an index without a lexical part
         raise BadRequest(str(e) if may_see_paths(request) else hide_paths(str(e))) from None
+    except SearchParamsError as e:  # checked above, but a write, merge or reload swapped in an index where it fails:
+        raise BadRequest(str(e)) from None  # a filter's field that no document has now, a mode or reader it lacks
     state.metrics.questions.labels(unit=unit).inc(len(questions))
     setattr(request.state, OUTCOME_KEY, outcome)  # its stage times, for the trace (service.tracing)
     timings = Timings(

@@ -139,3 +139,34 @@ def test_isolated_batch_equals_the_plain_batch_and_selection_keeps_rows(tiny_sea
     full_rows = {q: enc.q_start[b] for b, i in enumerate(enc.rows) for q in [enc.flat[i][1]]}
     for b, i in enumerate(part.rows):
         assert np.array_equal(part.q_start[b], full_rows[part.flat[i][1]])
+
+
+async def test_a_filter_whose_field_goes_between_its_check_and_its_batch_is_a_400_and_fails_alone(
+        write_settings, async_serve, until, caplog):
+    """A search's filter is checked against the index when it arrives; a write (or merge, or reload) that swaps in
+    an index where it no longer holds (the only document with its field deleted) before the search's batch is taken
+    made the search raise in the batch: a 500 "internal error", with two tracebacks in the log, for a request that
+    arriving a moment later got a 400 naming the field. It is now that 400, the request beside it answered."""
+    import logging
+    import threading
+
+    app = create_app(write_settings(max_wait_ms=1))
+    key = {"X-API-Key": "key"}
+    async with async_serve(app) as client:
+        state = app.state.service
+        doc = {"id": "x", "title": "T", "paragraphs": ["In 1450 Gala built the bridge."], "meta": {"lang": "en"}}
+        assert (await client.put("/documents", headers=key, json=doc)).status_code == 200
+        gate = threading.Event()
+        state.executor.submit(gate.wait, 30)  # the worker is busy: the batch taken next waits for it
+        first = asyncio.create_task(client.post("/search", headers=key, json={"query": "who built it?"}))
+        await until(lambda: state.batcher.depth == 0 and bool(state.batcher._inflight))
+        second = asyncio.create_task(client.post("/search", headers=key, json={
+            "query": "who built the bridge?", "filter": {"meta": {"lang": "en"}}}))
+        await until(lambda: state.batcher.depth == 1)  # checked against the index with "x", queued
+        assert (await client.delete("/documents/x", headers=key)).status_code == 200  # the only one with lang
+        caplog.clear()
+        gate.set()
+        answered, refused = await first, await second
+    assert answered.status_code == 200, answered.text
+    assert refused.status_code == 400 and "filter field 'lang': no document has it" in refused.json()["message"]
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
