@@ -44,9 +44,20 @@ _BLOCK = {
 }
 # elements that have no end tag (nothing is inside them)
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
-# elements that another of their own kind ends where it starts, as a browser's parser ends them ("<p>a<p>b"), and
-# what else ends them there: a block ends a <p>
-_SELF_ENDING = {"p", "li", "dt", "dd", "tr", "td", "th", "option"}
+# elements a browser's parser ends where another element starts ("<p>a<p>b", "<td>a<td>b"): each with the start
+# tags that end it (a block ends a <p>) and the elements that, open inside it, keep it open (a list in a list item:
+# its own items do not end it); where one is left open, the end of an element around it ends it ("</ul>", "</tr>")
+_CELL_ENDS = frozenset({"td", "th", "tr", "thead", "tbody", "tfoot"})
+_SELF_ENDING: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "p": (frozenset(_BLOCK - {"br"}), frozenset()),
+    "li": (frozenset({"li"}), frozenset({"ul", "ol", "menu"})),
+    **dict.fromkeys(("dt", "dd"), (frozenset({"dt", "dd"}), frozenset({"dl"}))),
+    **dict.fromkeys(("td", "th"), (_CELL_ENDS, frozenset({"table"}))),
+    "tr": (_CELL_ENDS - {"td", "th"}, frozenset({"table"})),
+    "option": (frozenset({"option", "optgroup"}), frozenset({"select", "datalist"})),
+}
+# the end tags of elements that hold those: where one of them is left open hidden, such an end tag ends it too
+_HOLDERS = frozenset(_BLOCK | {"menu", "select", "datalist", "optgroup", "td", "th"})
 # an inline style that hides an element: "display: none" ("display:none !important")
 _DISPLAY_NONE = re.compile(r"(?:^|;)\s*display\s*:\s*none\s*(?:!\s*important\s*)?(?:;|$)", re.I)
 # ... but a page hidden whole until its scripts have run is read
@@ -280,10 +291,12 @@ class _HTMLText(HTMLParser):
 
     def _hide(self, tag: str, attrs: list[tuple[str, str | None]]) -> bool:
         """Whether a start tag is in a hidden element (``_hidden``) or opens one, keeping count of the elements open
-        in it: its text is not read. A tag that ends it as a browser would (``_SELF_ENDING``) ends it."""
-        if self._hidden and self._hidden[0] in _SELF_ENDING and (
-                tag == self._hidden[0] or (self._hidden[0] == "p" and tag in _BLOCK and tag != "br")):
-            self._hidden = []
+        in it: its text is not read. A tag that ends it as a browser would (``_SELF_ENDING``) ends it, as does (in
+        ``handle_endtag``) the end of an element around it where it is left open."""
+        if self._hidden and self._hidden[0] in _SELF_ENDING:
+            ends, keeps = _SELF_ENDING[self._hidden[0]]
+            if tag in ends and keeps.isdisjoint(self._hidden[1:]):
+                self._hidden = []
         if tag not in _VOID and (self._hidden or (tag not in _SHOWN_LATER and _hidden(dict(attrs)))):
             self._hidden.append(tag)
         return bool(self._hidden)
@@ -321,7 +334,10 @@ class _HTMLText(HTMLParser):
         if self._hidden:
             if tag in self._hidden:  # close up to the matching element, as ``_skip`` does
                 del self._hidden[len(self._hidden) - 1 - self._hidden[::-1].index(tag):]
-            return
+                return
+            if self._hidden[0] not in _SELF_ENDING or tag not in _HOLDERS:
+                return
+            self._hidden = []  # a hidden element left open ("<li hidden>a</ul>") ends with the element around it
         if tag == "title":
             self._in_title = False
             self.title = self.title or _line("".join(self._title_buf)) or None

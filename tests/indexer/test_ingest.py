@@ -975,3 +975,15 @@ def test_text_marked_deleted_is_not_read_and_inserted_text_is(tmp_path):
     page = f"<html><body><main><h1>Fares</h1>{fill}{edit}{fill}</main></body></html>"
     assert extract_html(page).paragraphs == ["Fares", fill[3:-4], "Fares are twelve pounds, cash only.", fill[3:-4]]
     assert extract_markdown(f"# Fares\n\n{edit}\n").paragraphs == ["Fares", "Fares are twelve pounds, cash only."]
+
+
+def test_a_hidden_cell_or_list_item_left_open_ends_where_a_browser_ends_it():
+    """A hidden <td>, <th> or <li> left open (their end tags may be left out) hid the rest of the file: "</tr>" and
+    "</ul>" did not end it, nor did the cells and rows after a hidden header cell, so a Markdown file's table and
+    every paragraph after it were lost. Each ends where a browser ends it; a list inside a hidden item stays hidden."""
+    table = ("<table><tr><th>Route<th>Time<th style='display:none'>id</tr><tr><td>Kellerton<td>09:15"
+             "<td style='display: none'>17</tr><tr><td>Kirkwall<td>17:40<td hidden>18</tr></table>")
+    lists = "<ul><li>Monday<li hidden>Old Tuesday<ul><li>Old noon</ul><li>Wednesday<li hidden>Old Friday</ul>"
+    md = extract_markdown(f"# Ferries\n\n{table}\n\n{lists}\n\nSailings may be cancelled in a gale.\n")
+    assert md.paragraphs == ["Ferries", "Route: Kellerton; Time: 09:15", "Route: Kirkwall; Time: 17:40", "Monday",
+                             "Wednesday", "Sailings may be cancelled in a gale."]
