@@ -226,8 +226,9 @@ class _HTMLText(HTMLParser):
     """Collects paragraphs with their sections, the <title>, the first heading and <h1>, and <meta> tags of an HTML
     document: a table row is a paragraph of its cells (named by the header row), a <pre> one of its lines."""
 
-    def __init__(self, page: bool = False) -> None:
+    def __init__(self, page: bool = False, hidden: bool = False) -> None:
         super().__init__(convert_charrefs=True)
+        self.read_hidden = hidden  # whether elements a browser hides (``_hidden``) are read too
         self.skipped = _SKIP | _BOILERPLATE if page else _SKIP  # what an HTML page drops, not Markdown's HTML
         self.text = Sections()
         self.meta: dict[str, str] = {}
@@ -297,7 +298,8 @@ class _HTMLText(HTMLParser):
             ends, keeps = _SELF_ENDING[self._hidden[0]]
             if tag in ends and keeps.isdisjoint(self._hidden[1:]):
                 self._hidden = []
-        if tag not in _VOID and (self._hidden or (tag not in _SHOWN_LATER and _hidden(dict(attrs)))):
+        if tag not in _VOID and (self._hidden or (
+                not self.read_hidden and tag not in _SHOWN_LATER and _hidden(dict(attrs)))):
             self._hidden.append(tag)
         return bool(self._hidden)
 
@@ -670,9 +672,9 @@ def _byline(found: Any) -> dict[str, str]:
     return {key: value for key in ("author", "date") if isinstance(value := getattr(found, key, None), str) and value}
 
 
-def _main_content(source: str, where: str) -> tuple[Sections | None, dict[str, str]]:
+def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sections | None, dict[str, str]]:
     """The paragraphs of an HTML page's main content (trafilatura: navigation, footers, asides and other
-    boilerplate dropped), with sections from its headings, table rows named by their header row (trafilatura marks
+    boilerplate dropped; elements a browser hides too, unless ``hidden``), with sections from its headings, table rows named by their header row (trafilatura marks
     the cells of a table's first row with <th> cells ``role="head"``) and code blocks' lines, None when it finds
     none; and its author and date (``_byline``)."""
     try:
@@ -686,9 +688,10 @@ def _main_content(source: str, where: str) -> tuple[Sections | None, dict[str, s
             huge_tree=True, encoding="utf-8", remove_comments=True, remove_pis=True))
     except (etree.ParserError, ValueError):  # no element at all
         return None, {}
-    for hidden in [el for el in tree.iter() if isinstance(el.tag, str) and (el.tag == "del" or _hidden(el.attrib))]:
-        if hidden.tag not in _SHOWN_LATER:
-            hidden.drop_tree()  # (its tail, the text after it, stays)
+    for unread in [el for el in tree.iter() if isinstance(el.tag, str) and (
+            el.tag == "del" or (not hidden and _hidden(el.attrib)))]:
+        if unread.tag not in _SHOWN_LATER:
+            unread.drop_tree()  # (its tail, the text after it, stays)
     _nested_tables_inline(tree)
     _clamp_spans(tree)
     _stack_header_rows(tree)
@@ -744,19 +747,29 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
     <meta> tags of an HTML document; every block's paragraphs (``_HTMLText``) where trafilatura finds no main content,
     or keeps none of the page's headings (two or more) and at least ``MAIN_SHARE`` of its text: it then dropped the
     page's structure rather than boilerplate (the headings of a page without <main> or <article>; the lists and
-    tables of sloppy HTML glued into the paragraph left open before them)."""
-    parser = _HTMLText(page=True)
+    tables of sloppy HTML glued into the paragraph left open before them). A page whose text is all in elements a
+    browser hides (a wrapper <div style="display: none">) is one its scripts show: its hidden elements are read."""
+    main, parser, byline = _page(source, where, hidden=False)
+    if not main.texts:
+        main, parser, byline = _page(source, where, hidden=True)
+    meta = {**byline, **parser.meta}  # the page's own meta tags as written, but ``date`` in the form filters compare
+    meta.update({"date": byline["date"]} if "date" in byline else {})
+    return main.extracted(parser.title or parser.first_h1, meta, title_heading=parser.first_h1)
+
+
+def _page(source: str, where: str, hidden: bool) -> tuple[Sections, _HTMLText, dict[str, str]]:
+    """An HTML page's paragraphs (``extract_html``), elements a browser hides read too where ``hidden``; the parser
+    that read every block (its title and meta tags); and the page's byline."""
+    parser = _HTMLText(page=True, hidden=hidden)
     parser.feed(source)
     parser.close()
-    main, byline = _main_content(source, where)
+    main, byline = _main_content(source, where, hidden)
     full = parser.text
     headings = {h for path in full.paths for h in path}  # a page's sections, not only its title
     if main is None or (not any(main.paths) and len(headings) > 1
                         and sum(map(len, main.texts)) >= MAIN_SHARE * sum(map(len, full.texts))):
         main = full
-    meta = {**byline, **parser.meta}  # the page's own meta tags as written, but ``date`` in the form filters compare
-    meta.update({"date": byline["date"]} if "date" in byline else {})
-    return main.extracted(parser.title or parser.first_h1, meta, title_heading=parser.first_h1)
+    return main, parser, byline
 
 
 def _read_parts(parser: _HTMLText, parts: Iterator[list[Any] | str]) -> bool:

@@ -987,3 +987,16 @@ def test_a_hidden_cell_or_list_item_left_open_ends_where_a_browser_ends_it():
     md = extract_markdown(f"# Ferries\n\n{table}\n\n{lists}\n\nSailings may be cancelled in a gale.\n")
     assert md.paragraphs == ["Ferries", "Route: Kellerton; Time: 09:15", "Route: Kirkwall; Time: 17:40", "Monday",
                              "Wednesday", "Sailings may be cancelled in a gale."]
+
+
+def test_a_page_whose_text_is_all_hidden_until_its_scripts_run_is_read():
+    """A page that keeps its content in a hidden wrapper until its scripts show it (``<div id="app" style="display:
+    none">``, as a hidden <body> does) read as no text at all once hidden elements were left out. Where all of a
+    page's text is hidden it is read; a page with shown text still leaves its hidden text out."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    content = f"<main><h1>Tides</h1>{fill}<p hidden>Draft: do not publish.</p></main>"
+    script = "<script>document.getElementById('app').style.display = 'block'</script>"
+    page = extract_html(f"<html><head><title>Tides</title></head><body><div id=app style='display: none'>{content}"
+                        f"</div>{script}</body></html>")
+    assert page.paragraphs == ["Tides", fill[3:-4], "Draft: do not publish."] and page.title == "Tides"
+    assert extract_html(f"<html><body>{content}</body></html>").paragraphs == ["Tides", fill[3:-4]]
