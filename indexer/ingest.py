@@ -32,7 +32,8 @@ on the command line must have one of those suffixes. Each file is one document:
     those of the first row that has them; a <thead> of <td> cells reads as a row. A header cell spanning columns
     (colspan) names each of them ("Tide: high; Tide: 06:10"), unless it is the only name of its row (a title over
     the table), which names the first column only. A table in a list item, whose rows trafilatura does not keep,
-    reads its cells spaced in the item's text, and a table in a table's cell in that cell's text, as Word's does.
+    reads its cells spaced in the item's text, and a table in the cell of a table with header cells in that cell's
+    text, as Word's does (one in a cell of a page's layout table, which has none, reads as a table).
     A body cell spanning rows (rowspan) reads in each row it spans (once
     per row, whatever columns it spans), so each row reads whole as a passage, as Word's do; so does a header cell
     spanning rows of the body (a row's label, <th rowspan> beside cells), not one spanning header rows.

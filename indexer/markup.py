@@ -263,9 +263,10 @@ class _HTMLText(HTMLParser):
         in a table outside its cells (a caption) is a paragraph of its own."""
         if tag not in _CELL:
             self._flush()
-        if (cell := self._cell()) is not None and (self._inline or (tag == "table" and start)):
-            # a table in a cell reads in that cell's line, its cells spaced, as Word reads one (and as
-            # ``_nested_tables_inline`` has trafilatura read one)
+        if (cell := self._cell()) is not None and (
+                self._inline or (tag == "table" and start and self._tables[-1].headed)):
+            # a table in a cell of a table with header cells (not a page's layout) reads in that cell's line, its
+            # cells spaced, as Word reads one (and as ``_nested_tables_inline`` has trafilatura read one)
             self._inline += (tag == "table") * (1 if start else -1)
             cell.append(" ")
             return
@@ -626,19 +627,27 @@ def _split_row_spans(tree: Any) -> None:
 
 
 def _nested_tables_inline(tree: Any) -> None:
-    """Each table in a table's cell made inline text of that cell, its cells spaced, as Word reads one: trafilatura
-    read its rows as paragraphs of their own after the table around it ("Info: Open" there, "Berth C1" after it)."""
+    """Each table in the cell of a table with header cells (<th>, <thead>) made inline text of that cell, its cells
+    spaced, as Word reads one: trafilatura read its rows as paragraphs of their own after the table around it ("Info:
+    Open" there, "Berth C1" after it). A table in a cell of a table without them (a page's layout, as
+    ``_split_row_spans`` has it) is a table of its own: its rows read named by its header."""
     from lxml import etree
 
-    cells = 0  # the cells open around the element
-    opened: list[bool] = []  # whether each open element is a cell
+    cells = 0  # the cells open around the element, of tables with header cells
+    opened: list[bool] = []  # whether each open element is such a cell
+    headed: list[bool] = [False]  # whether each open table (not made inline) has header cells
     for event, el in etree.iterwalk(tree, events=("start", "end")):  # (not recursive: tables nested 10,000 deep)
         if event == "end":
             cells -= opened.pop()
+            if el.tag == "table":
+                headed.pop()
             continue
-        opened.append(el.tag in _CELL)
+        opened.append(el.tag in _CELL and headed[-1])
         if cells and el.tag in _TABLE | _CELL | {"caption"}:
             el.tag, el.text, el.tail = "span", " " + (el.text or ""), " " + (el.tail or "")
+        elif el.tag == "table":
+            headed.append(any(part.tag == "thead" for part in el) or any(
+                cell.tag == "th" for row in _rows(el) for cell in row))
         cells += opened[-1]
 
 

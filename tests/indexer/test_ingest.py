@@ -1000,3 +1000,18 @@ def test_a_page_whose_text_is_all_hidden_until_its_scripts_run_is_read():
                         f"</div>{script}</body></html>")
     assert page.paragraphs == ["Tides", fill[3:-4], "Draft: do not publish."] and page.title == "Tides"
     assert extract_html(f"<html><body>{content}</body></html>").paragraphs == ["Tides", fill[3:-4]]
+
+
+def test_a_table_in_a_layout_tables_cell_reads_as_a_table():
+    """A page laid out with a table (no header cells: a menu's column beside the content's) holds its data tables in
+    a cell. Those read as the cell's text, their header and cells run together with the page's paragraphs ("...
+    route. Route Departure Kellerton to Kirkwall 09:15 ..."); they read as tables, each row named by its header."""
+    fill = "<p>The harbour authority publishes its ferry timetable every spring for the pilots and the crews.</p>"
+    data = ("<table><tr><th>Route</th><th>Departure</th></tr><tr><td>Kellerton to Kirkwall</td><td>09:15</td></tr>"
+            "<tr><td>Kirkwall to Kellerton</td><td>17:40</td></tr></table>")
+    page = (f"<html><body><table width='100%'><tr><td><a href='/'>Home</a></td><td><h1>Timetable</h1>{fill}{data}"
+            f"{fill}</td></tr></table></body></html>")
+    rows = ["Route: Kellerton to Kirkwall; Departure: 09:15", "Route: Kirkwall to Kellerton; Departure: 17:40"]
+    for read in (extract_html, extract_markdown):
+        paragraphs = read(page).paragraphs
+        assert [p for p in paragraphs if p in rows] == rows and not any("Departure Kellerton" in p for p in paragraphs)
