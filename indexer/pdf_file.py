@@ -47,7 +47,7 @@ def aggregator(base: type) -> type:
             # table's column, or every glyph of a page turned as a whole, upside down too) and how many are
             # upright: its layout analysis reads turned glyphs letter by letter, out of order, into the text
             self.turned: list[Any] = []
-            self.upright = 0
+            self.upright: list[Any] = []  # where it has turned glyphs: its upright ones
 
         def end_page(self, page: Any) -> None:
             self.cur_item, self.turned, self.upright = _set_turned_apart(self.cur_item)
@@ -63,23 +63,35 @@ def aggregator(base: type) -> type:
     return Aggregator
 
 
-def _set_turned_apart(page: Any) -> tuple[Any, list[Any], int]:
-    """A page (pdfminer's LTPage, before its layout is analysed) without its turned glyphs, those glyphs, and how
-    many are upright: upright as pdfminer has it, and not upside down (a baseline running right to left: a page
-    turned half round, which pdfminer's layout reads line by line from the foot up). The page is rebuilt only where
-    it has turned glyphs."""
-    from pdfminer.layout import LTChar, LTPage
+def _set_turned_apart(page: Any) -> tuple[Any, list[Any], list[Any]]:
+    """A page (pdfminer's LTPage, before its layout is analysed) without its turned glyphs, those glyphs, and, where
+    it has any, its upright ones (``_upright``), on the page and in its form XObjects (figures: a stamped or imposed
+    page's whole content is one, and a stamp up its margin does not turn it). The page is rebuilt only where it has
+    turned glyphs."""
+    from pdfminer.layout import LTChar, LTFigure, LTPage
 
     glyphs = [item for item in page if isinstance(item, LTChar)]
-    turned = [glyph for glyph in glyphs if not (glyph.upright and glyph.matrix[0] > 0)]
+    turned = [glyph for glyph in glyphs if not _upright(glyph)]
     if not turned:
-        return page, [], len(glyphs)
+        return page, [], []
     kept = LTPage(page.pageid, page.bbox, page.rotate)
     apart = {id(glyph) for glyph in turned}
     for item in page:
         if id(item) not in apart:
             kept.add(item)
-    return kept, turned, len(glyphs) - len(turned)
+    upright, figures = [glyph for glyph in glyphs if id(glyph) not in apart], [item for item in page if isinstance(
+        item, LTFigure)]
+    while figures:
+        figure = figures.pop()
+        upright += (item for item in figure if isinstance(item, LTChar) and _upright(item))
+        figures += (item for item in figure if isinstance(item, LTFigure))
+    return kept, turned, upright
+
+
+def _upright(glyph: Any) -> bool:
+    """Whether a glyph is upright as pdfminer has it and not upside down (a baseline running right to left: a page
+    turned half round, which pdfminer's layout reads line by line from the foot up)."""
+    return bool(glyph.upright and glyph.matrix[0] > 0)
 
 
 def _direction(glyph: Any) -> tuple[int, float, float]:
@@ -95,13 +107,27 @@ def _direction(glyph: Any) -> tuple[int, float, float]:
 
 def upright_turn(device: Any, rotate: int) -> int | None:
     """The page rotation (``PDFPage.rotate``, now ``rotate``) that sets the page's text upright where most of its
-    glyphs are turned one way (a landscape page, or a page rotated in a viewer), so that its layout is read as for
-    any page; None where most are upright or none is turned so."""
+    glyphs are turned one way, in more lines than its upright glyphs are (a landscape page, or a page rotated in a
+    viewer), so that its layout is read as for any page; None where most are upright or none is turned so, or where
+    the turned glyphs are in fewer lines (a long stamp up the margin of a page of a few short lines)."""
     turns = [_direction(glyph)[0] for glyph in device.turned]
     turn = max(set(turns), key=turns.count, default=0)
-    if not turn or turns.count(turn) <= device.upright:
+    if not turn or turns.count(turn) <= len(device.upright):
+        return None
+    turned = [glyph for glyph, way in zip(device.turned, turns, strict=True) if way == turn]
+    if _line_count(turned, turn) <= _line_count(device.upright, 0):
         return None
     return (rotate + 90 * turn) % 360
+
+
+def _line_count(glyphs: list[Any], turn: int) -> int:
+    """How many lines glyphs set one way (``turn``, ``_direction``) are in: places across their baselines more than
+    0.3 of a glyph's height apart."""
+    count, line = 0, None
+    for across, height in sorted((_direction(glyph)[2], _across(glyph, turn)) for glyph in glyphs):
+        if line is None or across - line > 0.3 * height:
+            count, line = count + 1, across
+    return count
 
 
 def turned_text(glyphs: list[Any]) -> list[str]:

@@ -186,20 +186,40 @@ def stream(data: bytes, extra: bytes = b"") -> bytes:
     return b"<< %s /Length %d >>\nstream\n%s\nendstream" % (extra, len(data), data)
 
 
+def form_page_pdf(path: Path, content: bytes, form: bytes) -> Path:
+    """A one-page PDF of this content stream, which may draw a form XObject (/Fm1) of ``form``; both may set text in
+    Helvetica (/F1)."""
+    return pdf_of_objects(path, [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /XObject << /Fm1 6 0 R >> /Font << /F1 5 0 R >> >> >>",
+        stream(content),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        stream(form, b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >>"),
+    ])
+
+
 def test_a_page_whose_content_is_a_form_xobject_is_read(tmp_path):
     """Tools that impose or stamp pages wrap a page's content in a form XObject: its text was left out, and the PDF
     was skipped as having no text layer."""
     text = b"BT /F1 12 Tf 72 700 Td (The castle was built in 1250 by the count.) Tj ET"
-    path = pdf_of_objects(tmp_path / "form.pdf", [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /XObject << /Fm1 6 0 R >> >> >>",
-        stream(b"q /Fm1 Do Q"),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        stream(text, b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >>"),
-    ])
+    path = form_page_pdf(tmp_path / "form.pdf", b"q /Fm1 Do Q", text)
     assert extract_pdf(path).paragraphs == ["The castle was built in 1250 by the count."]
+
+
+@pytest.mark.parametrize("in_form", [True, False])
+def test_a_stamp_up_the_margin_of_a_short_page_does_not_turn_it(tmp_path, in_form):
+    """A publisher's stamp up every page's margin ("Downloaded from ... by guest") has more glyphs than a page of a
+    few short lines, or than a page whose content is a form XObject (whose glyphs were not counted): the page was
+    read turned, its text read as a note after the stamp, or lost. The turned glyphs must also be in more lines
+    than the upright ones, those of the page's forms counted: the page reads upright, the stamp as a note after it."""
+    body = b"BT /F1 11 Tf 72 700 Td 14 TL (The harbour at Kellerton was built in 1852 by the county.) ' (Tides) ' ET"
+    margin = b"BT /F1 8 Tf 0 1 -1 0 30 200 Tm (Downloaded from https://journals.example.org by guest on 12 May 2024) Tj ET"
+    path = form_page_pdf(tmp_path / "stamped.pdf", (b"q /Fm1 Do Q" if in_form else body) + b" " + margin,
+                         body if in_form else b"")
+    assert extract_pdf(path).paragraphs == ["The harbour at Kellerton was built in 1852 by the county. Tides",
+                                            "Downloaded from https://journals.example.org by guest on 12 May 2024"]
 
 
 def glyph_pdf(path: Path, pages: list[bytes], unicode_map: bool) -> Path:
