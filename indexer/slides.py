@@ -3,8 +3,8 @@
     spanseek corpus from-files talk.pptx DOCS/ --out corpus.jsonl
 
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's shapes
-in place of the group, and those of alternative content, mc:AlternateContent, in its place; hidden shapes and the
-footer, slide number and date left out), each paragraph of a text frame one paragraph (its line breaks as spaces,
+in place of the group, and those of alternative content, mc:AlternateContent, in its place; hidden shapes, the
+slide number and date, and a footer that other slides repeat left out), each paragraph of a text frame one paragraph (its line breaks as spaces,
 its fields' and equations' text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell",
 ``extracted.row_text``; a cell merged over rows in each of them), then the text of its SmartArt diagrams and charts
 (each box of a diagram, a chart's title with its category labels, its axis titles and the series' names it shows
@@ -16,6 +16,7 @@ metadata has ``slides``, the count. A file python-pptx cannot open is ``Unreadab
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,33 +46,49 @@ def _line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _shapes(shapes: Any) -> Iterator[Any]:
+def _shapes(shapes: Any, running: frozenset[str] = frozenset()) -> Iterator[Any]:
     """A slide's shapes in reading order, top to bottom then left to right; a group's shapes in its place; a hidden
-    shape's (``_hidden``) left out."""
+    shape's (``_hidden``, ``running`` the deck's running footers) left out."""
     def place(shape: Any) -> tuple[int, int]:
         return (shape.top or 0, shape.left or 0)
 
     _unwrap_alternatives(shapes.element)
     for shape in sorted(shapes, key=place):
-        if _hidden(shape):
+        if _hidden(shape, running):
             continue
         if hasattr(shape, "shapes"):  # a group
-            yield from _shapes(shape.shapes)
+            yield from _shapes(shape.shapes, running)
         else:
             yield shape
 
 
-def _hidden(shape: Any) -> bool:
+def _hidden(shape: Any, running: frozenset[str] = frozenset()) -> bool:
     """Whether a shape is not read: hidden (the Selection Pane's eye, cNvPr's ``hidden``: the slide show does not
-    show it), or the slide's footer, number or date (Insert > Header & Footer), the same on every slide, left out as
-    Word's footers and a PDF's running footers and page numbers are."""
+    show it), or the slide's number or date, or a footer the deck repeats (``running``, ``_running_footers``)
+    (Insert > Header & Footer), left out as Word's footers and a PDF's running footers and page numbers are. A
+    footer of one slide's own (a source under its chart) is read."""
     from pptx.enum.shapes import PP_PLACEHOLDER
 
     properties = shape.element.find(f"./*/{_P}cNvPr")
     if properties is not None and properties.get("hidden") in ("1", "true"):
         return True
-    return bool(shape.is_placeholder) and shape.placeholder_format.type in (
-        PP_PLACEHOLDER.FOOTER, PP_PLACEHOLDER.SLIDE_NUMBER, PP_PLACEHOLDER.DATE)
+    kind = shape.placeholder_format.type if shape.is_placeholder else None
+    return kind in (PP_PLACEHOLDER.SLIDE_NUMBER, PP_PLACEHOLDER.DATE) or (
+        kind == PP_PLACEHOLDER.FOOTER and _footer_text(shape) in running)
+
+
+def _footer_text(shape: Any) -> str:
+    """A footer placeholder's text on one line."""
+    return " ".join(_paragraph_texts(shape))
+
+
+def _running_footers(slides: Any) -> frozenset[str]:
+    """The texts of footer placeholders on two slides or more, and the empty text: the deck's running footers."""
+    from pptx.enum.shapes import PP_PLACEHOLDER
+
+    counts = Counter(text for slide in slides for text in {_footer_text(shape) for shape in slide.placeholders
+                                                          if shape.placeholder_format.type == PP_PLACEHOLDER.FOOTER})
+    return frozenset({"", *(text for text, n in counts.items() if n > 1)})
 
 
 def _unwrap_alternatives(tree: Any) -> None:
@@ -140,21 +157,22 @@ def _inline_text(element: Any) -> str:
     return "".join(parts)
 
 
-def _slide_text(slide: Any) -> tuple[str | None, list[str]]:
-    """(the slide's title, its paragraphs in reading order: the title, shapes, diagrams and charts, the notes)."""
+def _slide_text(slide: Any, running: frozenset[str] = frozenset()) -> tuple[str | None, list[str]]:
+    """(the slide's title, its paragraphs in reading order: the title, shapes, diagrams and charts, the notes), but
+    the deck's running footers (``running``)."""
     _unwrap_alternatives(slide.shapes.element)  # (the title may be among them)
     title_shape = slide.shapes.title
     shown = title_shape is not None and title_shape.has_text_frame and not _hidden(title_shape)
     title = _line(title_shape.text_frame.text) if shown else ""
     paragraphs = [title] if title else []
-    for shape in _shapes(slide.shapes):
+    for shape in _shapes(slide.shapes, running):
         if title_shape is not None and shape.shape_id == title_shape.shape_id:
             continue
         if getattr(shape, "has_table", False) and shape.has_table:
             paragraphs += _table_rows(shape.table)
         elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
             paragraphs += _paragraph_texts(shape)
-    paragraphs += [text for shape in _shapes(slide.shapes) for rid in drawing_ids(shape.element)
+    paragraphs += [text for shape in _shapes(slide.shapes, running) for rid in drawing_ids(shape.element)
                    for text in related_texts(slide.part, rid)]
     if slide.has_notes_slide and (notes := slide.notes_slide.notes_placeholder) is not None:
         paragraphs += _paragraph_texts(notes)
@@ -187,8 +205,9 @@ def extract_pptx(path: Path) -> Extracted:
     metas: list[dict[str, Any]] = []
     first_title = None
     try:
+        running = _running_footers(deck.slides)
         for number, slide in enumerate(deck.slides, start=1):
-            title, texts = _slide_text(slide)
+            title, texts = _slide_text(slide, running)
             first_title = first_title or title
             meta = {"slide": number, **({"section": title} if title else {})}
             paragraphs += texts

@@ -436,3 +436,25 @@ def test_a_slide_s_footer_number_and_date_are_left_out(tmp_path):
     deck.save(str(tmp_path / "berths.pptx"))
     assert extract_pptx(tmp_path / "berths.pptx").paragraphs == [
         "Berths 1", "Berth 1 takes ships up to 120 m.", "Berths 2", "Berth 2 takes ships up to 120 m."]
+
+
+def test_a_footer_of_one_slide_s_own_is_read(tmp_path):
+    """A footer placeholder that one slide uses for its own text (the source of its figures) was left out with the
+    footer Insert > Header & Footer repeats on every slide. Only footers two slides or more repeat are left out."""
+    from lxml import etree
+
+    ns = ('xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main" '
+          'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"')
+    deck = pptx.Presentation()
+    for n, footer in ((1, "Kellerton Harbour"), (2, "Source: harbour survey, 2023"), (3, "Kellerton Harbour")):
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = f"Berths {n}"
+        slide.placeholders[1].text_frame.text = f"Berth {n} takes ships up to 120 m."
+        slide.shapes.element.append(etree.fromstring(
+            f'<p:sp {ns}><p:nvSpPr><p:cNvPr id="10" name="Footer"/><p:cNvSpPr/><p:nvPr><p:ph type="ftr" idx="10"/>'
+            f'</p:nvPr></p:nvSpPr><p:spPr/><p:txBody><a:bodyPr/><a:p><a:r><a:t>{footer}</a:t></a:r></a:p></p:txBody>'
+            '</p:sp>'))
+    deck.save(str(tmp_path / "sources.pptx"))
+    assert extract_pptx(tmp_path / "sources.pptx").paragraphs == [
+        "Berths 1", "Berth 1 takes ships up to 120 m.", "Berths 2", "Berth 2 takes ships up to 120 m.",
+        "Source: harbour survey, 2023", "Berths 3", "Berth 3 takes ships up to 120 m."]
