@@ -56,7 +56,8 @@ _SELF_ENDING: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "tr": (_CELL_ENDS - {"td", "th"}, frozenset({"table"})),
     "option": (frozenset({"option", "optgroup"}), frozenset({"select", "datalist"})),
 }
-# the end tags of elements that hold those: where one of them is left open hidden, such an end tag ends it too
+# the end tags of elements that hold blocks, items and cells: one that is not of an element open inside a hidden
+# element is of one around it, and ends it where it is left open ("<li hidden>a</ul>")
 _HOLDERS = frozenset(_BLOCK | {"menu", "select", "datalist", "optgroup", "td", "th"})
 # an inline style that hides an element: "display: none" ("display:none !important")
 _DISPLAY_NONE = re.compile(r"(?:^|;)\s*display\s*:\s*none\s*(?:!\s*important\s*)?(?:;|$)", re.I)
@@ -338,9 +339,11 @@ class _HTMLText(HTMLParser):
             if tag in self._hidden:  # close up to the matching element, as ``_skip`` does
                 del self._hidden[len(self._hidden) - 1 - self._hidden[::-1].index(tag):]
                 return
-            if self._hidden[0] not in _SELF_ENDING or tag not in _HOLDERS:
+            if tag not in _HOLDERS and self._hidden[0] in _BLOCK:
                 return
-            self._hidden = []  # a hidden element left open ("<li hidden>a</ul>") ends with the element around it
+            # a hidden element left open ("<li hidden>a</ul>", "<span hidden>a</p>") ends with the element around
+            # it; an inline one ("<b><span hidden>a</b>") with any element around it
+            self._hidden = []
         if tag == "title":
             self._in_title = False
             self.title = self.title or _line("".join(self._title_buf)) or None

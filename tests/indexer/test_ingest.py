@@ -1015,3 +1015,12 @@ def test_a_table_in_a_layout_tables_cell_reads_as_a_table():
     for read in (extract_html, extract_markdown):
         paragraphs = read(page).paragraphs
         assert [p for p in paragraphs if p in rows] == rows and not any("Departure Kellerton" in p for p in paragraphs)
+
+
+def test_a_hidden_inline_element_left_open_ends_with_the_element_around_it():
+    """A hidden <span> left open ("<span hidden>old</p>") stayed open to the end of Markdown's HTML or a page read
+    whole, so the rest of the file was lost. It ends where the paragraph, or the inline element, around it ends."""
+    html = ("<p>Call the harbour office<span style='display:none'> (old number 0123)</p><p>Ferries leave at nine.</p>"
+            "<p>Tickets are <b>sold <span hidden>only</b> on board.</p><div><p>Last line.</p></div>")
+    assert extract_markdown(html).paragraphs == [
+        "Call the harbour office", "Ferries leave at nine.", "Tickets are sold on board.", "Last line."]
