@@ -19,11 +19,12 @@ or the page's, or heads that take turns in one place: ``pdf_layout.running``) an
 (digits or lower-case roman numerals) are left out; a word hyphenated at a line
 end is made whole ("infor-\\nmation" reads "information", "well-\\nknown" "well-known": ``pdf_layout.dehyphenate``),
 ligatures are spelled out ("ﬁ" reads "fi"; a glyph the font's Unicode map leaves out, often a ligature, is read
-as its character where the font numbers its glyphs by code point: ``pdf_file.self_coded``), and lines in a right-to-left script are put in reading order. A page
-whose text is mostly turned from upright (by its /Rotate, or set sideways: a landscape table), in more lines than
-its upright text (its form XObjects' too) is, is read turned upright; text turned on an upright page (an arXiv identifier up the margin, a label up a table's side) reads
-as lines in order, set aside as footnotes are, and left out where the same is on three pages or more or is a page number
-(``pdf_file.turned_text``). A paragraph
+as its character where the font numbers its glyphs by code point: ``pdf_file.self_coded``), and lines in a
+right-to-left script are put in reading order. A page whose text is mostly turned from upright (by its /Rotate, or
+set sideways: a landscape table), in more lines than its upright text (its form XObjects' too) is, is read turned
+upright; text turned on an upright page (an arXiv identifier up the margin, a label up a table's side) reads as
+lines in order, set aside as footnotes are, and left out where the same is on three pages or more or is a page
+number (``pdf_file.turned_text``). A paragraph
 is continued on the next page (or at the top of the next column) when its page's (column's) last box does not end a
 sentence, the next page's (column's) first box starts in lower case, or the text wrapped there on a page filled to
 its foot (``pdf_layout.flows``: a full last line, on a justified page one that reaches the edge, and the next page's

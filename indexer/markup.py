@@ -686,9 +686,9 @@ def _byline(found: Any) -> dict[str, str]:
 
 def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sections | None, dict[str, str]]:
     """The paragraphs of an HTML page's main content (trafilatura: navigation, footers, asides and other
-    boilerplate dropped; elements a browser hides too, unless ``hidden``), with sections from its headings, table rows named by their header row (trafilatura marks
-    the cells of a table's first row with <th> cells ``role="head"``) and code blocks' lines, None when it finds
-    none; and its author and date (``_byline``)."""
+    boilerplate dropped; elements a browser hides too, unless ``hidden``), with sections from its headings, table
+    rows named by their header row (trafilatura marks the cells of a table's first row with <th> cells
+    ``role="head"``) and code blocks' lines, None when it finds none; and its author and date (``_byline``)."""
     try:
         import trafilatura
     except ImportError:

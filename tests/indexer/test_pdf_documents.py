@@ -215,7 +215,8 @@ def test_a_stamp_up_the_margin_of_a_short_page_does_not_turn_it(tmp_path, in_for
     read turned, its text read as a note after the stamp, or lost. The turned glyphs must also be in more lines
     than the upright ones, those of the page's forms counted: the page reads upright, the stamp as a note after it."""
     body = b"BT /F1 11 Tf 72 700 Td 14 TL (The harbour at Kellerton was built in 1852 by the county.) ' (Tides) ' ET"
-    margin = b"BT /F1 8 Tf 0 1 -1 0 30 200 Tm (Downloaded from https://journals.example.org by guest on 12 May 2024) Tj ET"
+    margin = (b"BT /F1 8 Tf 0 1 -1 0 30 200 Tm (Downloaded from https://journals.example.org by guest on 12 May 2024)"
+              b" Tj ET")
     path = form_page_pdf(tmp_path / "stamped.pdf", (b"q /Fm1 Do Q" if in_form else body) + b" " + margin,
                          body if in_form else b"")
     assert extract_pdf(path).paragraphs == ["The harbour at Kellerton was built in 1852 by the county. Tides",
