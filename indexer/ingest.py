@@ -20,8 +20,8 @@ on the command line must have one of those suffixes. Each file is one document:
   footers, asides, cookie banners and other boilerplate dropped) and split at its paragraphs, headings, list items,
   table rows and code blocks, or, when trafilatura finds no main content, split at block elements like Markdown;
   script, style, template and the like are always dropped, as are elements a browser hides (the ``hidden``
-  attribute but "until-found", an inline ``display: none``; but for a page whose text is all hidden so, which its
-  scripts show) and text marked deleted (``<del>``, as Word's tracked
+  attribute but "until-found", an inline ``display: none``; but for a tab's panel, ``role="tabpanel"``, and a page
+  whose text is all hidden so, which its scripts show) and text marked deleted (``<del>``, as Word's tracked
   deletions; ``<ins>`` and struck ``<s>`` text read); text around a block inside another (a <p> in a
   <blockquote>) reads in the page's order, before and after it. In Markdown and HTML:
 

@@ -97,7 +97,10 @@ _SPANNED = "\ufdd0"
 
 def _hidden(attrs: Mapping[str, str | None]) -> bool:
     """Whether an element is not shown, its text with it: it has the ``hidden`` attribute (but "until-found", which
-    a browser's find in page reveals) or an inline style of ``display: none``."""
+    a browser's find in page reveals) or an inline style of ``display: none``; but a tab's panel (``role="tabpanel"``:
+    sphinx-tabs and ARIA's tabs hide all but the first), which its tab shows, is read."""
+    if "tabpanel" in (attrs.get("role") or "").lower().split():
+        return False
     shown = "hidden" not in attrs or (attrs["hidden"] or "").strip().lower() == "until-found"
     return not shown or bool(_DISPLAY_NONE.search(attrs.get("style") or ""))
 

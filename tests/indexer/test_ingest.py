@@ -1024,3 +1024,18 @@ def test_a_hidden_inline_element_left_open_ends_with_the_element_around_it():
             "<p>Tickets are <b>sold <span hidden>only</b> on board.</p><div><p>Last line.</p></div>")
     assert extract_markdown(html).paragraphs == [
         "Call the harbour office", "Ferries leave at nine.", "Tickets are sold on board.", "Last line."]
+
+
+def test_a_hidden_tab_panel_is_read():
+    """Tabbed content (sphinx-tabs, ARIA's tabs pattern) hides every panel but the first with the ``hidden``
+    attribute until its tab is clicked: the other tabs' text was left out with text a browser never shows. A tab's
+    panel (``role="tabpanel"``) is read; other hidden elements are not."""
+    fill = "<p>The harbour authority publishes its tide tables every spring for the pilots and the ferry crews.</p>"
+    tabs = ('<div class="sphinx-tabs"><div role="tablist"><button role="tab">Windows</button><button role="tab">'
+            'Linux</button></div><div class="sphinx-tabs-panel" role="tabpanel"><p>Run the installer as an '
+            'administrator.</p></div><div class="sphinx-tabs-panel" hidden="true" role="tabpanel"><p>Install the '
+            'package with apt.</p></div></div><p hidden>Draft: do not publish.</p>')
+    expected = ["Run the installer as an administrator.", "Install the package with apt."]
+    page = extract_html(f"<html><body><main><h1>Install</h1>{fill}{tabs}{fill}</main></body></html>").paragraphs
+    assert [p for p in page if p in expected] == expected and "Draft: do not publish." not in page
+    assert extract_markdown(f"# Install\n\n{tabs}\n").paragraphs[-2:] == expected
