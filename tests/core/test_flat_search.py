@@ -416,16 +416,18 @@ def test_a_fp16_scan_gives_the_float32_scans_ids(k, selected, monkeypatch):
     got = fp16.top(np.arange(12), k)
     assert fp16.half is not None and fp16.held() is None and not fp16.fell_back
     best = brute_force_top(x, queries, k, allowed)
-    if bits_independent_of_place():
-        np.testing.assert_array_equal(got, best)
+
+    def scored(ids: np.ndarray) -> np.ndarray:
+        return np.stack([np.einsum("ij,j->i", x[row], q) for row, q in zip(ids, queries, strict=True)])
+
+    # the k best scores, in order, on any CPU; exactly tied tokens (the duplicated passage) may come in either order
+    # below k = 100, where the scans keep a heap (a Zen 4 EPYC gives 12 before 10,007 for a query tied with both)
+    np.testing.assert_array_equal(scored(got), scored(best))
+    if bits_independent_of_place():  # and the float32 scan's ids, ties included, where bits do not depend on place
         np.testing.assert_array_equal(got, exact.top(np.arange(12), k))
-    else:  # the fp16 path runs on AVX-512 FP16 / AMX CPUs only; forced on an AVX2 one, its exact ties may come in
-        # either order: the same scores, in order
-        def scored(ids: np.ndarray) -> np.ndarray:
-            return np.stack([np.einsum("ij,j->i", x[row], q) for row, q in zip(ids, queries, strict=True)])
-        np.testing.assert_array_equal(scored(got), scored(best))
-    # faiss keeps a heap below k = 100; at k = 1 its maximum may come from either of two exactly tied tokens (seen in
-    # CI: 10,007 for a query tied with tokens 12 and 10,007, where a local run gave 12)
+        if k >= 100:
+            np.testing.assert_array_equal(got, best)
+    # faiss keeps a heap below k = 100 too; at k = 1 its maximum may come from either of two exactly tied tokens
     if not selected and 1 < k < 100:
         np.testing.assert_array_equal(got, flat_index(x).search(queries, k)[1])
 
