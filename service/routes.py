@@ -170,17 +170,20 @@ def repeated_key(body: bytes) -> list[str | int] | None:
     the key last), or None. The JSON parser takes the last value of a repeated key, so ``{"top_k": 5, "top_k": 50}``
     searched 50 and a document ``{"id": "a", ..., "id": "b"}`` was written as "b", with no word of the other; a query
     parameter given twice was refused already (``known_query``). Found by the parser's hook, for about twice the
-    parsing's time; None for a body the parser refuses (FastAPI's own parsing has said why)."""
-    found: list[_Repeated] = []
+    parsing's time; None for a body the parser refuses (FastAPI's own parsing has said why). Every object that
+    repeats a key is marked, as one inside a value its own repeated key drops (``{"f": {"a": 1, "a": 2}, "f": 0}``)
+    is in the parsed body no more, and the first marked one met is named."""
+    found = False
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal found
         obj = dict(pairs)
-        if len(obj) == len(pairs) or found:
+        if len(obj) == len(pairs):
             return obj
         repeated = _Repeated(obj)
         count = collections.Counter(k for k, _ in pairs)
         repeated.key = next(k for k, _ in pairs if count[k] > 1)
-        found.append(repeated)
+        found = True
         return repeated
 
     try:
@@ -189,14 +192,22 @@ def repeated_key(body: bytes) -> list[str | int] | None:
         return None
     if not found:
         return None
-    stack: list[tuple[Any, list[str | int]]] = [(parsed, [])]  # (a value, its loc): depth first, without recursion
+    # depth first in the body's order, without recursion; a value's place is a link to its parent's, (parent, key),
+    # spelled out only for the one named: copying each place was a body's size times its depth
+    Place = tuple[Any, str | int] | None
+    stack: list[tuple[Any, Place]] = [(parsed, None)]
     while stack:
-        value, loc = stack.pop()
-        if value is found[0]:
-            return [*loc, found[0].key]
-        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-        stack.extend((v, [*loc, k]) for k, v in items)
-    return None
+        value, place = stack.pop()
+        if isinstance(value, _Repeated):
+            loc: list[str | int] = [value.key]
+            while place is not None:
+                place, key = place
+                loc.append(key)
+            return loc[::-1]
+        items = (reversed(value.items()) if isinstance(value, dict)
+                 else reversed(list(enumerate(value))) if isinstance(value, list) else ())
+        stack.extend((v, (place, k)) for k, v in items if isinstance(v, (dict, list)))
+    return None  # (not reached: the outermost object that repeats a key is in the parsed body)
 
 
 def may_see_paths(request: Request) -> bool:
