@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -179,8 +180,38 @@ def quiet_transformers() -> Iterator[None]:
     neither it nor huggingface_hub draws progress bars. Said through the environment, which transformers reads when
     it is first imported, so that a command that never loads a model (``sync``) does not import it for this (about a
     second), and set on the libraries directly where they are loaded already. Everything is put back after (the
-    warning filters too): a program that runs a command in its own process (a
-    test, a notebook: ``main([...])``) keeps its environment and the libraries' settings.
+    warning filters too): a program that runs a command in its own process (a test, a notebook: ``main([...])``) keeps
+    its environment and the libraries' settings.
+
+    These settings are the process's, so commands that overlap (run in threads, or one inside another) share one
+    quieting: the first to start quietens, the last to end puts back, and a command that ends while another still
+    runs leaves the other quiet (its progress bars hidden) and puts nothing back that the other would keep."""
+    with _QUIETING_LOCK:
+        if _quieting.commands == 0:
+            _quieting.undo = _quieten()
+        _quieting.commands += 1
+    try:
+        yield
+    finally:
+        with _QUIETING_LOCK:
+            _quieting.commands -= 1
+            if _quieting.commands == 0:
+                _quieting.undo.close()
+
+
+class _Quieting:
+    """The commands running in this process under ``quiet_transformers``, and how to put back what it changed."""
+
+    commands = 0
+    undo = contextlib.ExitStack()
+
+
+_quieting = _Quieting()
+_QUIETING_LOCK = threading.Lock()
+
+
+def _quieten() -> contextlib.ExitStack:
+    """Quieten transformers and huggingface_hub (``quiet_transformers``); closing what it returns puts them back.
 
     huggingface_hub is imported first (15 ms): it reads ``HF_HUB_DISABLE_PROGRESS_BARS`` once, when it is imported,
     and a value it read from the command's environment stayed for the whole process, where every later
@@ -201,11 +232,8 @@ def quiet_transformers() -> Iterator[None]:
     if hub_bars:
         hub_utils.disable_progress_bars()
     os.environ.update(QUIET_ENVIRONMENT)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
-            yield
-    finally:
+
+    def put_back() -> None:
         for name, value in saved_environment.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -214,14 +242,21 @@ def quiet_transformers() -> Iterator[None]:
         if "transformers" in sys.modules:
             from transformers.utils import logging as hf_logging
 
-            if not transformers_before:  # imported during the command: the settings it starts with outside one
-                verbosity = hf_logging.log_levels.get(os.environ.get("TRANSFORMERS_VERBOSITY", ""), logging.WARNING)
-                bars = hub_bars
-            hf_logging.set_verbosity(verbosity)
-            if bars:
+            if transformers_before:
+                hf_logging.set_verbosity(verbosity)
+            else:  # imported during the command: the settings it starts with outside one
+                hf_logging.set_verbosity(
+                    hf_logging.log_levels.get(os.environ.get("TRANSFORMERS_VERBOSITY", ""), logging.WARNING))
+            if bars if transformers_before else hub_bars:
                 hf_logging.enable_progress_bar()
         if hub_bars:
             hub_utils.enable_progress_bars()
+
+    undo = contextlib.ExitStack()
+    undo.callback(put_back)
+    undo.enter_context(warnings.catch_warnings())  # closed first: the filters as they were, then the rest
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+    return undo
 
 
 def _run(args: argparse.Namespace) -> int:

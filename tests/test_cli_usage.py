@@ -397,6 +397,48 @@ def test_a_command_run_in_process_leaves_the_warning_filters_as_they_were(tmp_pa
     assert transformers_filters() == before
 
 
+def test_commands_that_overlap_in_threads_stay_quiet_until_the_last_ends_and_leave_nothing_behind():
+    """The settings are the process's: a command run in a thread that ended while another (longer) one still ran put
+    back the progress bars under the other, and the other, ending last, put back the quieting it had found: the
+    environment variables and the warning filter stayed for the rest of the process."""
+    out = run_python(
+        "import os, threading, warnings\n"
+        "from huggingface_hub import utils as hub_utils\n"
+        "from spanseek.cli import quiet_transformers\n"
+        "filters = list(warnings.filters)\n"
+        "first_in, first_out, second_in = threading.Event(), threading.Event(), threading.Event()\n"
+        "def short():\n"
+        "    with quiet_transformers():\n"
+        "        first_in.set(); second_in.wait()\n"
+        "    first_out.set()\n"
+        "def long():\n"
+        "    first_in.wait()\n"
+        "    with quiet_transformers():\n"
+        "        second_in.set(); first_out.wait()\n"
+        "        print(hub_utils.are_progress_bars_disabled(), os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS'))\n"
+        "threads = [threading.Thread(target=short), threading.Thread(target=long)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+        "print(hub_utils.are_progress_bars_disabled(), os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS'),\n"
+        "      os.environ.get('TRANSFORMERS_VERBOSITY'), warnings.filters == filters)"
+    )
+    assert out.splitlines() == ["True 1", "False None None True"]
+
+
+def test_a_command_inside_a_command_leaves_the_outer_one_quiet():
+    out = run_python(
+        "import os\n"
+        "from huggingface_hub import utils as hub_utils\n"
+        "from spanseek.cli import quiet_transformers\n"
+        "with quiet_transformers():\n"
+        "    with quiet_transformers():\n"
+        "        pass\n"
+        "    print(hub_utils.are_progress_bars_disabled(), os.environ.get('TRANSFORMERS_VERBOSITY'))\n"
+        "print(hub_utils.are_progress_bars_disabled(), os.environ.get('TRANSFORMERS_VERBOSITY'))"
+    )
+    assert out.splitlines() == ["True error", "False None"]
+
+
 def test_ctrl_c_under_a_progress_bar_ends_with_the_one_line(tmp_path, capsys, monkeypatch):
     """Ctrl-C in a command whose progress bar was open wrote "interrupted" onto the bar's line, and the bar was drawn
     again below it when it was collected: the bar is closed first, and the one line is the last."""
