@@ -15,6 +15,7 @@ import logging.config
 import os
 import re
 import signal
+import threading
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -230,14 +231,17 @@ def _serve(args: argparse.Namespace) -> int:
     log.info("serving %s with model %s on http://%s:%d", settings.index, model_name(model_dir), settings.host,
              settings.port)
     # uvicorn stops gracefully on Ctrl-C or SIGTERM, puts back the handler it found and raises the signal again: Ctrl-C
-    # comes back as KeyboardInterrupt, SIGTERM as Terminated (by default it would end the process, status 143)
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    # comes back as KeyboardInterrupt, SIGTERM as Terminated (by default it would end the process, status 143). Only
+    # the main thread handles signals (uvicorn too): run in another, serve leaves them to the program
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
         uvicorn.Server(config).run(sockets=sockets)  # uvicorn closes them when it stops, once it has started
     except (KeyboardInterrupt, Terminated):
         log.info("stopped")
     finally:  # and here whether or not it started (closing twice is harmless)
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         for sock in sockets:
             sock.close()
     return 0

@@ -527,3 +527,29 @@ def test_serve_stopped_by_sigterm_returns_0_and_the_caller_keeps_its_handler(tin
         signal.signal(signal.SIGTERM, previous)
     assert capsys.readouterr().err.splitlines()[-1].endswith("spanseek.service [-] stopped")
 
+
+
+def test_serve_run_in_a_thread_serves_and_leaves_signals_to_the_main_thread(tiny_index, tiny_model_dir, monkeypatch,
+                                                                           capsys):
+    """Python takes signal handlers from the main thread only: serve setting its SIGTERM handler from another thread
+    (a program that runs the service beside its own work, as uvicorn allows) failed with "signal only works in main
+    thread" (status 2) before serving."""
+    import signal
+    import socket
+    import threading
+
+    import uvicorn
+
+    served = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: served.append(True))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    before = signal.getsignal(signal.SIGTERM)
+    status = []
+    thread = threading.Thread(target=lambda: status.append(main(
+        ["serve", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--port", str(port), "--device", "cpu"])))
+    thread.start()
+    thread.join()
+    assert (status, served) == ([0], [True]), capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before
