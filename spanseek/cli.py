@@ -176,12 +176,12 @@ QUIET_ENVIRONMENT = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS
 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
-    """While a command runs, transformers reports only errors and gives no deprecation warnings (FutureWarning), and
-    neither it nor huggingface_hub draws progress bars. Said through the environment, which transformers reads when
-    it is first imported, so that a command that never loads a model (``sync``) does not import it for this (about a
-    second), and set on the libraries directly where they are loaded already. Everything is put back after (the
-    warning filters too): a program that runs a command in its own process (a test, a notebook: ``main([...])``) keeps
-    its environment and the libraries' settings.
+    """While a command runs, transformers reports only errors and gives no deprecation warnings (FutureWarning),
+    neither it nor huggingface_hub draws progress bars, and faiss's and bm25s's reports of their loading stay off the
+    log. transformers is told through the environment, which it reads when it is first imported, so that a command
+    that never loads a model (``sync``) does not import it for this (about a second), and directly where it is loaded
+    already. Everything is put back after (the warning filters and log handlers too): a program that runs a command
+    in its own process (a test, a notebook: ``main([...])``) keeps its environment and the libraries' settings.
 
     These settings are the process's, so commands that overlap (run in threads, or one inside another) share one
     quieting: the first to start quietens, the last to end puts back, and a command that ends while another still
@@ -211,7 +211,7 @@ _QUIETING_LOCK = threading.Lock()
 
 
 def _quieten() -> contextlib.ExitStack:
-    """Quieten transformers and huggingface_hub (``quiet_transformers``); closing what it returns puts them back.
+    """Quieten the libraries as ``quiet_transformers`` says; closing what it returns puts everything back.
 
     huggingface_hub is imported first (15 ms): it reads ``HF_HUB_DISABLE_PROGRESS_BARS`` once, when it is imported,
     and a value it read from the command's environment stayed for the whole process, where every later
@@ -254,19 +254,28 @@ def _quieten() -> contextlib.ExitStack:
 
     undo = contextlib.ExitStack()
     undo.callback(put_back)
+    # the libraries' own chatter on the command's log: faiss says which CPU build it tried, and bm25s sets its logger
+    # to DEBUG when it is imported
+    faiss_loader = logging.getLogger("faiss.loader")
+    undo.callback(faiss_loader.setLevel, faiss_loader.level)
+    faiss_loader.setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_no_bm25s_chatter)
+        undo.callback(handler.removeFilter, _no_bm25s_chatter)
     undo.enter_context(warnings.catch_warnings())  # closed first: the filters as they were, then the rest
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     return undo
+
+
+def _no_bm25s_chatter(record: logging.LogRecord) -> bool:
+    """A log handler's filter: bm25s's records below WARNING are dropped."""
+    return record.levelno >= logging.WARNING or not record.name.startswith("bm25s")
 
 
 def _run(args: argparse.Namespace) -> int:
     """The parsed command, its errors reported as one line (status 2)."""
     level = logging.DEBUG if args.verbose else getattr(args, "quiet_log_level", logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    if not args.verbose:  # the libraries' own chatter: faiss says which CPU build it tried, transformers deprecations
-        logging.getLogger("faiss.loader").setLevel(logging.WARNING)
-        for handler in logging.getLogger().handlers:  # bm25s sets its logger to DEBUG when it is imported
-            handler.addFilter(lambda r: r.levelno >= logging.WARNING or not r.name.startswith("bm25s"))
     try:
         with contextlib.nullcontext() if args.verbose else quiet_transformers():  # its reports and progress bars
             status = int(args.func(args) or 0)  # would drown the command's own output

@@ -397,6 +397,19 @@ def test_a_command_run_in_process_leaves_the_warning_filters_as_they_were(tmp_pa
     assert transformers_filters() == before
 
 
+def test_commands_run_in_process_leave_the_log_handlers_and_faiss_s_logger_as_they_were(tmp_path, capsys):
+    """Each command added a filter (bm25s's chatter) to every handler of the root logger and set faiss.loader's
+    level, for good: a program that ran three commands had three filters on its handlers after them."""
+    import logging
+
+    root, faiss_loader = logging.getLogger(), logging.getLogger("faiss.loader")
+    before = ({handler: list(handler.filters) for handler in root.handlers}, faiss_loader.level)
+    for _ in range(3):
+        assert main(["search", "--index", str(tmp_path / "none"), "q"]) == 2
+    assert ({handler: list(handler.filters) for handler in root.handlers if handler in before[0]},
+            faiss_loader.level) == before
+
+
 def test_commands_that_overlap_in_threads_stay_quiet_until_the_last_ends_and_leave_nothing_behind():
     """The settings are the process's: a command run in a thread that ended while another (longer) one still ran put
     back the progress bars under the other, and the other, ending last, put back the quieting it had found: the
