@@ -63,6 +63,22 @@ def non_negative(value: float) -> bool:
     return math.isfinite(value) and value >= 0
 
 
+def check_schedule(o: TrainingOptions | ReaderTrainConfig) -> None:
+    """The checks of the schedule options every step-wise training job (phrase, qsft, reader) has, naming the flag."""
+    check(positive(o.epochs), "--epochs", "a number > 0", o.epochs)
+    # None (not 0) is "unset": the loop reads `max_steps or epochs`, so 0 would silently mean --epochs
+    check(o.max_steps is None or o.max_steps >= 1, "--max-steps", "an integer >= 1 (leave it out to run --epochs)",
+          o.max_steps)
+    check(positive(o.lr), "--lr", "a number > 0", o.lr)
+    check(math.isfinite(o.warmup) and 0 <= o.warmup < 1, "--warmup", "in [0, 1) (a fraction of the steps)", o.warmup)
+    check(non_negative(o.weight_decay), "--weight-decay", "a number >= 0", o.weight_decay)
+    check(o.limit_questions is None or o.limit_questions >= 1, "--limit-questions", "an integer >= 1 (leave it out "
+          "to train on every question)", o.limit_questions)
+    check(o.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", o.checkpoint_every)
+    check(o.snapshot_every >= 0, "--snapshot-every", "an integer >= 0 (0: off)", o.snapshot_every)
+    check(o.val_questions >= 0, "--val-questions", "an integer >= 0", o.val_questions)
+
+
 @dataclass(frozen=True, kw_only=True)
 class EncoderOptions:
     """Encoder of a new model (with --init-from, the starting model's encoder is kept)."""
@@ -79,6 +95,11 @@ class EncoderOptions:
 
     def __post_init__(self) -> None:
         check(self.lora_r >= 1, "--lora-r", "an integer >= 1", self.lora_r)
+        check(self.max_answer_tokens >= 1, "--max-answer-tokens", "an integer >= 1", self.max_answer_tokens)
+        check(self.max_seq_len >= 3, "--max-seq-len", "an integer >= 3 ([CLS], [SEP] and a token)", self.max_seq_len)
+        # a negative stride would leave tokens between windows that no window encodes
+        check(0 <= self.stride < self.max_seq_len - 2, "--stride", f"in [0, --max-seq-len - 2) = [0, "
+              f"{self.max_seq_len - 2})", self.stride)
 
     def build(self) -> EncoderConfig:
         return EncoderConfig(backbone=self.backbone, question_mode=self.question_mode,
@@ -207,27 +228,15 @@ class TrainingOptions(JobOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(positive(self.epochs), "--epochs", "a number > 0", self.epochs)
-        # None (not 0) is "unset": the loop reads `max_steps or epochs`, so 0 would silently mean --epochs
-        check(self.max_steps is None or self.max_steps >= 1, "--max-steps", "an integer >= 1 (leave it out to run "
-              "--epochs)", self.max_steps)
+        check_schedule(self)
         check(self.stop_after is None or self.stop_after >= 1, "--stop-after", "an integer >= 1 (leave it out to "
               "run the whole schedule)", self.stop_after)
         check(self.batch_windows >= 1, "--batch-windows", "an integer >= 1", self.batch_windows)
-        check(positive(self.lr), "--lr", "a number > 0", self.lr)
-        check(math.isfinite(self.warmup) and 0 <= self.warmup < 1, "--warmup", "in [0, 1) (a fraction of the steps)",
-              self.warmup)
-        check(non_negative(self.weight_decay), "--weight-decay", "a number >= 0", self.weight_decay)
         check(self.prebatch >= 0, "--prebatch", "an integer >= 0 (0: off)", self.prebatch)
         check(math.isfinite(self.prebatch_warmup) and 0 <= self.prebatch_warmup <= 1, "--prebatch-warmup",
               "in [0, 1] (a fraction of the steps)", self.prebatch_warmup)
         check(self.hard_per_batch >= 0, "--hard-per-batch", "an integer >= 0", self.hard_per_batch)
         check_teacher_weight(self.teacher, self.loss.lambda_kl)
-        check(self.limit_questions is None or self.limit_questions >= 1, "--limit-questions", "an integer >= 1 "
-              "(leave it out to train on every question)", self.limit_questions)
-        check(self.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", self.checkpoint_every)
-        check(self.snapshot_every >= 0, "--snapshot-every", "an integer >= 0 (0: off)", self.snapshot_every)
-        check(self.val_questions >= 0, "--val-questions", "an integer >= 0", self.val_questions)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,10 +321,8 @@ class LengthBiasConfig(FrozenModelJob):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.questions < 1:
-            raise ValueError(f"questions must be >= 1 (training questions to fit on), got {self.questions}")
-        if self.val_questions < 0:
-            raise ValueError(f"val_questions must be >= 0, got {self.val_questions}")
+        check(self.questions >= 1, "--questions", "an integer >= 1 (training questions to fit on)", self.questions)
+        check(self.val_questions >= 0, "--val-questions", "an integer >= 0", self.val_questions)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -387,10 +394,14 @@ class ReaderTrainConfig(JobOptions):
               "--reserve-offset", "in [0, --holdout-every), not --holdout-offset", self.reserve_offset)
         check(self.negatives >= 0, "--negatives", "an integer >= 0", self.negatives)
         check(self.batch_size >= 1, "--batch-size", "an integer >= 1", self.batch_size)
-        check(self.lr > 0, "--lr", "a number > 0", self.lr)
-        check(self.epochs > 0, "--epochs", "a number > 0", self.epochs)
-        check(self.checkpoint_every >= 1, "--checkpoint-every", "an integer >= 1", self.checkpoint_every)
-        check(self.snapshot_every >= 0, "--snapshot-every", "an integer >= 0 (0: off)", self.snapshot_every)
+        check_schedule(self)
+        if self.init is None:  # (with --init, the reader's own config replaces these)
+            check(self.max_query_len >= 1, "--max-query-len", "an integer >= 1", self.max_query_len)
+            check(self.stride >= 0, "--stride", "an integer >= 0", self.stride)
+            check(self.max_answer_tokens >= 1, "--max-answer-tokens", "an integer >= 1", self.max_answer_tokens)
+            least = self.max_query_len + self.stride + 8  # the question, the overlap and room for the passage
+            check(self.max_len >= least, "--max-len", f"an integer >= --max-query-len + --stride + 8 = {least}",
+                  self.max_len)
         check(non_negative(self.lambda_kl), "--lambda-kl", "a number >= 0", self.lambda_kl)
         check_teacher_weight(self.teacher, self.lambda_kl)
         check(math.isfinite(self.kl_temperature) and self.kl_temperature > 0, "--kl-temperature", "a number > 0",

@@ -147,6 +147,28 @@ def test_a_bad_training_option_is_refused_naming_the_flag_before_any_work(flag, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("command, flag, value", [
+    # the reader shares the phrase run's schedule checks: --epochs inf was a traceback (OverflowError), --stride -5
+    # one from the tokenizer, --max-steps -1 trained nothing, --limit-questions 0 meant every question
+    ("reader", "--epochs", "inf"), ("reader", "--lr", "inf"), ("reader", "--max-steps", "0"),
+    ("reader", "--max-steps", "-1"), ("reader", "--limit-questions", "0"), ("reader", "--limit-questions", "-1"),
+    ("reader", "--warmup", "2"), ("reader", "--weight-decay", "-1"), ("reader", "--val-questions", "-1"),
+    ("reader", "--stride", "-5"), ("reader", "--max-query-len", "0"), ("reader", "--max-answer-tokens", "0"),
+    ("reader", "--max-len", "64"),
+    # a new phrase model's windows, and length-bias's counts, by their flags (they were the configs' field names)
+    ("phrase", "--stride", "-5"), ("phrase", "--stride", "254"), ("phrase", "--max-seq-len", "2"),
+    ("phrase", "--max-answer-tokens", "0"), ("length-bias", "--questions", "0"),
+    ("length-bias", "--val-questions", "-1"),
+])
+def test_reader_and_encoder_options_are_refused_naming_the_flag(command, flag, value, tmp_path, capsys):
+    argv = ["train", command, "--train", str(tmp_path / "train.json"), "--out", str(tmp_path / "run"), flag, value]
+    argv += ["--model", "m"] if command == "length-bias" else []
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"spanseek train {command}: error: {flag} must be [^\n]+, got {value}(\.0)?\n", err), err
+    assert not (tmp_path / "run").exists()
+
+
 def test_qsft_options_are_checked_too(tmp_path, capsys):
     for flag, value in (("--batch-windows", "0"), ("--lambda-hard", "-1")):
         argv = ["train", "qsft", "--model", "m", "--train", "t.json", "--out", str(tmp_path / "run"), flag, value]

@@ -86,9 +86,9 @@ def test_an_out_that_would_lose_data_is_refused_before_fitting(tiny_model_dir, t
 def test_bad_counts_are_refused_and_one_length_needs_no_fit():
     from spanseek.trainer.length_bias import LengthBiasConfig, SpanTable, fit_bias
 
-    with pytest.raises(ValueError, match="questions must be >= 1"):
+    with pytest.raises(ValueError, match="^--questions must be an integer >= 1"):  # by its flag, as the others are
         LengthBiasConfig(model="m", train="t", out="o", questions=0)
-    with pytest.raises(ValueError, match="val_questions must be >= 0"):
+    with pytest.raises(ValueError, match="^--val-questions must be an integer >= 0"):
         LengthBiasConfig(model="m", train="t", out="o", val_questions=-1)
     table = SpanTable(torch.tensor([[1.0, 2.0]]), torch.zeros((1, 2), dtype=torch.int64), torch.tensor([0]))
     assert fit_bias(table, 1).tolist() == [0.0]
@@ -131,7 +131,7 @@ def test_cli_fits_and_prints_the_summary(squad_file, tiny_model_dir, tmp_path, c
     assert list(load_model(out).config.length_bias) == summary["length_bias"]
     assert main(["train", "length-bias", "--model", str(tiny_model_dir), "--train", str(squad_file), "--out",
                  str(out), "--questions", "0"]) == 2
-    assert "questions must be >= 1" in capsys.readouterr().err
+    assert "--questions must be an integer >= 1" in capsys.readouterr().err
 
 
 def test_reader_span_table_has_every_span_of_each_window_that_holds_the_answer(squad_file, tiny_reader):
