@@ -28,7 +28,7 @@ import sys
 import tempfile
 import unicodedata
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -752,10 +752,14 @@ def squad_documents(data: list[dict[str, Any]]) -> Iterator[Document]:
         yield Document(id=str(i), title=title, paragraphs=tuple(p.get("context", "") for p in art["paragraphs"]))
 
 
-def squad_questions(data: list[dict[str, Any]]) -> list[Question]:
-    """Flatten a SQuAD ``data`` list into questions with their gold context, title and position."""
+def squad_questions(data: list[dict[str, Any]], keep: Callable[[int], bool] | None = None) -> list[Question]:
+    """Flatten a SQuAD ``data`` list into questions with their gold context, title and position; with ``keep``, those
+    of the articles ``i`` where ``keep(i)`` (a split's), each still placed by its article's index in ``data`` (as a
+    message names it: ``data[12].paragraphs[3]``, not its place among the articles kept)."""
     out: list[Question] = []
     for di, art in enumerate(data):
+        if keep is not None and not keep(di):
+            continue
         title = art.get("title", f"article-{di}")
         for pi, para in enumerate(art["paragraphs"]):
             ctx = para.get("context", "")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,18 +47,34 @@ def answer_span(q: Question) -> tuple[int, int] | None:
     return (start, end) if q.context[start:end] == q.answers[0] else None
 
 
-def answered(questions: list[Question]) -> list[Question]:
-    """The questions with an ``answer_span``, warning how many with an answer were left out for a wrong offset."""
-    kept, wrong = [], []
+def unplaced(q: Question) -> str | None:
+    """Why the question has no ``answer_span`` (a reason of ``LEFT_OUT``: no answer or offset, or an offset not at
+    its answer's text); None when it has one."""
+    if not q.answers or not q.answer_starts or q.answer_starts[0] < 0:
+        return "no_answer_tokens"
+    return "answer_not_at_offset" if answer_span(q) is None else None
+
+
+def answered(questions: list[Question], path: str | Path, kind: str = "training") -> list[Question]:
+    """The questions with an ``answer_span``; those left out are named in a warning per reason (``warn_left_out``:
+    how many, and the first one's id, place in ``path`` and answer)."""
+    left_out: dict[str, list[Question]] = {}
     for q in questions:
-        if answer_span(q) is not None:
-            kept.append(q)
-        elif q.answers and q.answer_starts[0] >= 0:
-            wrong.append(q.id)
-    if wrong:
-        log.warning("%d questions are left out: their answer_start does not point at their answer's text (e.g. "
-                    "question %s)", len(wrong), wrong[0])
-    return kept
+        if (reason := unplaced(q)) is not None:
+            left_out.setdefault(reason, []).append(q)
+    warn_left_out(path, left_out, len(questions), kind)
+    return [q for q in questions if unplaced(q) is None]
+
+
+def training_questions(path: str | Path, data: list[dict[str, Any]], keep: Callable[[int], bool]) -> list[Question]:
+    """The questions of the articles ``i`` of ``data`` a job trains on (``keep(i)``), placed by their index in the
+    file (``core.io.squad_questions``); ValueError naming the file when those articles hold none."""
+    questions = squad_questions(data, keep)
+    if not questions:
+        kept = sum(map(keep, range(len(data))))
+        raise ValueError(f"{path}: no questions in its training articles ({len(data)} articles, {len(data) - kept} "
+                         "of them held out)")
+    return questions
 
 
 def load_training(path: str | Path) -> list[dict[str, Any]]:
@@ -111,13 +127,14 @@ LEFT_OUT = {
 }
 
 
-def warn_left_out(path: str | Path, left_out: dict[str, list[Question]], total: int) -> None:
-    """Log one warning per reason ``build_windows`` left questions out, with the count and the first one's place
-    and answer, so that a user can find and fix them in the training file."""
+def warn_left_out(path: str | Path, left_out: dict[str, list[Question]], total: int, kind: str = "training") -> None:
+    """Log one warning per reason ``build_windows`` (or ``answered``) left questions out, with the count and the
+    first one's place and answer, so that a user can find and fix them in the file (``kind``: which of its questions,
+    training or held-out)."""
     for reason, questions in left_out.items():
         if questions:
-            log.warning("%s: %d of %d training questions %s and are left out; the first: %s", path,
-                        len(questions), total, LEFT_OUT[reason], _where(questions[0], reason))
+            log.warning("%s: %d of %d %s questions %s and are left out; the first: %s", path,
+                        len(questions), total, kind, LEFT_OUT[reason], _where(questions[0], reason))
 
 
 def _where(q: Question, reason: str) -> str:
@@ -238,12 +255,9 @@ def build_windows(
             per_window = [TrainWindow(toks.input_ids[s : s + window], toks.flags[s : s + window], [], [], [], [], [],
                                       passage=ctx, first=s, offsets=toks.offsets[s : s + window]) for s in starts]
             for q in by_ctx[ctx]:
-                if not q.answers or q.answer_starts[0] < 0:
-                    skip("no_answer_tokens", q)
-                    continue
                 chars = answer_span(q)
-                if chars is None:  # the offset is past the context or at other words: the span would be wrong
-                    skip("answer_not_at_offset", q)
+                if chars is None:  # no answer, or its offset is past the context or at other words: a wrong span
+                    skip(unplaced(q) or "no_answer_tokens", q)
                     continue
                 span = char_to_token(toks.offsets, *chars)
                 if span is None:
@@ -364,11 +378,7 @@ def training_windows(
 ) -> tuple[list[TrainWindow], dict[str, int]]:
     """The windows of the training articles' questions (a fixed sample with ``limit_questions``), and what
     ``build_windows`` skipped."""
-    train_articles, _ = cfg.holdout.split(data)
-    questions = squad_questions(train_articles)
-    if not questions:
-        raise ValueError(f"{cfg.train}: no questions in its training articles ({len(data)} articles, "
-                         f"{len(data) - len(train_articles)} of them held out)")
+    questions = training_questions(cfg.train, data, lambda i: not cfg.holdout.held(i))
     if cfg.limit_questions and cfg.limit_questions > len(questions):
         raise ValueError(f"--limit-questions {cfg.limit_questions}: {cfg.train} has {len(questions)} training "
                          "questions; ask for at most that many, or leave it out to use them all")

@@ -60,7 +60,7 @@ from spanseek.core.reader import (
 from spanseek.core.spans import span_scores
 from spanseek.core.text import char_to_token
 from spanseek.trainer.arguments import LengthBiasConfig, ReaderLengthBiasConfig
-from spanseek.trainer.data import answered, load_training
+from spanseek.trainer.data import answered, load_training, training_questions
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +169,23 @@ def bias_summary(table: SpanTable, bias: torch.Tensor, L: int, questions: int | 
     }
 
 
+def fit_questions(path: str, questions: list[Question], kind: str = "training") -> list[Question]:
+    """The questions a fit reads: those with an answer at its ``answer_start`` (``trainer.data.answered``, which
+    names those left out); ValueError naming the file when none has one."""
+    fit_q = answered(questions, path, kind)
+    if not fit_q:
+        raise ValueError(f"{path}: none of its {len(questions)} {kind} questions has an answer at its answer_start "
+                         "to fit on" if questions else f"{path}: no {kind} questions to fit on")
+    return fit_q
+
+
 def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     """Fit the bias on training questions, write the model copy to ``cfg.out`` and return a summary."""
     model_dir = resolve_model(cfg.model)
     out = check_model_out(cfg.out, model_dir)  # before minutes of fitting
-    train, held = cfg.holdout.split(load_training(cfg.train))  # a bad training file is named before the model loads
+    data = load_training(cfg.train)  # a bad training file is named before the model loads
+    fit_q = fit_questions(cfg.train, training_questions(cfg.train, data, lambda i: not cfg.holdout.held(i)))
+    val_q = answered(squad_questions(data, cfg.holdout.held), cfg.train, "held-out")
     model = load_model(model_dir)
     if model.config.length_bias:
         log.info("%s already has a length bias; it is refitted from zero", model_dir)
@@ -182,9 +194,7 @@ def fit_length_bias(cfg: LengthBiasConfig) -> dict[str, Any]:
     precision = pick_precision(cfg.precision, device)
     tokenizer = load_tokenizer(model.config)
     rng = random.Random(cfg.seed)
-    fit_q = answered(squad_questions(train))
     fit_q = rng.sample(fit_q, min(cfg.questions, len(fit_q)))
-    val_q = answered(squad_questions(held))
     val_q = rng.sample(val_q, min(cfg.val_questions, len(val_q)))
     L = model.config.max_answer_tokens
     table = span_table(model, tokenizer, fit_q, precision)
@@ -208,17 +218,17 @@ def fit_reader_length_bias(cfg: ReaderLengthBiasConfig) -> dict[str, Any]:
     """Fit the reader's prior on its reserved articles, write the reader copy to ``cfg.out``, return a summary."""
     reader_dir = resolve_reader(cfg.reader)
     out = check_model_out(cfg.out, reader_dir, config_name=READER_CONFIG_NAME)
-    data = load_training(cfg.train)  # a bad training file is named before the reader loads
+    data = load_training(cfg.train)  # a bad training file, or one with nothing to fit, is named before the reader loads
+    fit_q = fit_questions(cfg.train, squad_questions(data, Holdout(cfg.holdout_every, cfg.articles_offset).held),
+                          "reserved-article")
+    val_q = answered(squad_questions(data, cfg.holdout.held), cfg.train, "held-out")
     device = pick_device(cfg.device)
     reader = PassageReader.load(reader_dir, device, pick_precision(cfg.precision, device))
     if reader.config.length_bias:
         log.info("%s already has a length prior; it is refitted from zero", reader_dir)
         reader.config = dataclasses.replace(reader.config, length_bias=())
     rng = random.Random(cfg.seed)
-    articles = Holdout(cfg.holdout_every, cfg.articles_offset).split(data)[1]
-    fit_q = answered(squad_questions(articles))
     fit_q = rng.sample(fit_q, min(cfg.questions, len(fit_q)))
-    val_q = answered(squad_questions(cfg.holdout.split(data)[1]))
     val_q = rng.sample(val_q, min(cfg.val_questions, len(val_q)))
     L = reader.config.max_answer_tokens
     table = reader_span_table(reader, fit_q, progress=cfg.progress)

@@ -54,7 +54,7 @@ from spanseek.trainer.checkpoints import (
     save_checkpoint,
     save_snapshot,
 )
-from spanseek.trainer.data import answered, load_training
+from spanseek.trainer.data import answered, load_training, training_questions
 from spanseek.trainer.distill import check_teacher, reader_teacher_tensors, reader_windows, teacher_cache
 from spanseek.trainer.dropout import fast_dropout
 from spanseek.trainer.losses import NEG_INF, masked_kl
@@ -154,16 +154,12 @@ def init_from(model: ReaderModel, path: Path) -> None:
     log.info("initialised from the reader at %s", path)
 
 
-def reader_articles(cfg: ReaderTrainConfig, data: list[dict]) -> list[dict]:
-    """The articles a reader trains on: neither held out nor reserved."""
-    kept_out = [cfg.holdout] + ([cfg.reserved] if cfg.reserved is not None else [])
-    return [a for i, a in enumerate(data) if not any(h.held(i) for h in kept_out)]
-
-
 def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
-    """The questions a reader trains on: the answered ones of ``reader_articles`` (``trainer.data.answered``; their
-    ``doc_index`` indexes that list; a fixed sample with ``limit_questions``)."""
-    questions = answered(squad_questions(reader_articles(cfg, data)))
+    """The questions a reader trains on: the answered ones (``trainer.data.answered``) of the articles neither held
+    out nor reserved (their ``doc_index`` indexes ``data``; a fixed sample with ``limit_questions``)."""
+    kept_out = [cfg.holdout] + ([cfg.reserved] if cfg.reserved is not None else [])
+    questions = answered(training_questions(cfg.train, data, lambda i: not any(h.held(i) for h in kept_out)),
+                         cfg.train)
     if not questions:
         raise ValueError(f"{cfg.train}: no trainable questions in the training articles (none has an answer whose "
                          "answer_start points at its text)")
@@ -217,7 +213,7 @@ def _train(cfg: ReaderTrainConfig, out: Path) -> dict[str, Any]:
     if cfg.init is not None:
         init_from(model, resolve_reader(cfg.init))
     tokenizer = load_reader_tokenizer(reader_config)
-    negatives = negative_passages(reader_articles(cfg, data), questions, cfg.negatives) if cfg.negatives else []
+    negatives = negative_passages(data, questions, cfg.negatives) if cfg.negatives else []
     trained = trained_pairs(questions, negatives, cfg.train)
     check_resume_data(out, trained)  # before the windows are tokenised or the run's settings written
     log.info("tokenising %d training questions and %d negative passages", len(questions), len(negatives))

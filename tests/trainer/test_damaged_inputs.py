@@ -274,5 +274,45 @@ def test_an_answer_whose_offset_misses_its_text_is_neither_trained_nor_read(tiny
     cfg = ReaderTrainConfig(train="x", out="y", holdout_every=20, holdout_offset=7, reserve_offset=None)
     with caplog.at_level(logging.WARNING, logger="spanseek.trainer.data"):
         assert [q.id for q in reader_questions(cfg, squad["data"])] == ["ok"]  # not taught "no answer here"
-    assert "2 questions are left out: their answer_start does not point at their answer's text" in caplog.text
+    assert ("x: 2 of 3 training questions have an answer that is not at its answer_start and are left out; the first: "
+            "question 'shifted' (data[0].paragraphs[0]): '1841' is not at character 5 (its context has it at "
+            "character 3)") in caplog.text
+
+
+def test_every_job_names_a_left_out_question_by_its_place_in_the_file(squad_file, tiny_model_dir, tiny_config,
+                                                                      tmp_path, caplog):
+    """Held-out article 7 comes before article 10: a phrase run named a question of article 10 as data[9] (its place
+    among the training articles); the reader and the length-bias fit named neither the file nor the place, and said
+    nothing of a question without an answer, which they left out all the same."""
+    from spanseek.core.model import load_tokenizer
+    from spanseek.trainer.data import training_windows
+    from spanseek.trainer.length_bias import LengthBiasConfig, fit_length_bias
+
+    squad = json.loads(gzip.open(squad_file, "rt").read())
+    squad["data"][10]["paragraphs"][1]["qas"][0]["answers"][0]["answer_start"] += 3
+    squad["data"][11]["paragraphs"][0]["qas"][0]["answers"] = []
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(squad))
+    data = load_squad(path)
+    offset = (r"{path}: 1 of {n} {kind} questions have an answer that is not at its answer_start and are left out; the "
+              r"first: question '10-1-0-when' \(data\[10\]\.paragraphs\[1\]\): '\d+' is not at character \d+ "
+              r"\(its context has it at character \d+\)")
+    none = (r"{path}: 1 of {n} {kind} questions have no answer to train on \(.*\) and are left out; the first: "
+            r"question '11-0-0-when' \(data\[11\]\.paragraphs\[0\]\)$")
+    jobs = {
+        "phrase": lambda: training_windows(TrainConfig(train=str(path), out="o"), data, load_tokenizer(tiny_config),
+                                           tiny_config, None),
+        "reader": lambda: reader_questions(ReaderTrainConfig(train=str(path), out="o", reserve_offset=None), data),
+        "length-bias": lambda: fit_length_bias(LengthBiasConfig(model=str(tiny_model_dir), train=str(path),
+                                                                out=str(tmp_path / "lb"), questions=5,
+                                                                val_questions=0, device="cpu", progress=False)),
+    }
+    for job, run in jobs.items():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="spanseek.trainer.data"):
+            run()
+        warnings = [r.getMessage() for r in caplog.records]
+        assert len(warnings) == 2, (job, warnings)
+        for pattern, warning in zip((none, offset), sorted(warnings, key=lambda w: "no answer" not in w), strict=True):
+            assert re.match(pattern.format(path=re.escape(str(path)), n=456, kind="training"), warning), (job, warning)
 
