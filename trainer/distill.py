@@ -40,7 +40,14 @@ from spanseek.core.reader import (
 )
 from spanseek.trainer.arguments import DistInfo, ReaderTrainConfig, TrainingOptions
 from spanseek.trainer.data import Batch, TrainWindow, visited_windows
-from spanseek.trainer.phrase_cache import CACHE_META, CacheError, PhraseCache, fill_rows, open_or_create
+from spanseek.trainer.phrase_cache import (
+    CACHE_META,
+    CacheError,
+    PhraseCache,
+    check_cache_dir,
+    fill_rows,
+    open_or_create,
+)
 
 TEACHER_CACHE = "teacher-cache"  # in the run's --out unless --teacher-cache says otherwise
 
@@ -203,6 +210,13 @@ def check_teacher(cfg: TrainingOptions | ReaderTrainConfig) -> None:
     QSFT's phrase cache filled)."""
     if cfg.teacher is None:
         return
+    _check_teachers(cfg)
+    for directory in teacher_refs(cfg.teacher_cache):  # (not a model's directory: its files would be among the cache's)
+        check_cache_dir("--teacher-cache", directory)
+
+
+def _check_teachers(cfg: TrainingOptions | ReaderTrainConfig) -> None:
+    """``check_teacher``'s check of ``--teacher`` and of the number of ``--teacher-cache`` directories."""
     if not teacher_refs(cfg.teacher):
         raise ValueError(f"--teacher {cfg.teacher!r}: name a reader, a phrase model or a teacher cache")
     for ref in teacher_refs(cfg.teacher):
@@ -217,7 +231,7 @@ def teacher_cache(cfg: TrainingOptions | ReaderTrainConfig, windows: list[TrainW
     ``windows`` if it is not."""
     if cfg.teacher is None:
         raise ValueError("no --teacher to distil from")
-    check_teacher(cfg)
+    _check_teachers(cfg)  # (its cache directories were checked when the run started, before it wrote any file)
     return [open_teacher_cache(ref, windows) if directory is None else
             fill_teacher_cache(directory, ref, windows, device, precision, progress=cfg.progress)
             for ref, directory in zip(teacher_refs(cfg.teacher), _cache_dirs(cfg), strict=True)]

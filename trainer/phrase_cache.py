@@ -40,6 +40,25 @@ class CacheError(RuntimeError):
     """A phrase cache directory belongs to another model or other windows; the message says which."""
 
 
+CACHE_FILES = (CACHE_META, CACHE_VECTORS, CACHE_FLAGS, CACHE_DONE)
+
+
+def check_cache_dir(flag: str, directory: str | Path) -> None:
+    """CacheError naming ``flag`` when ``directory`` cannot hold a cache: a file, or a directory of other files (a
+    model's, an index's: the cache's files would be written among them). A directory that is new, empty or a cache's
+    (filled or not: a killed fill resumes) is fine. Checked when a run starts, not once the data is tokenised."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise CacheError(f"{flag} {directory} is a file, not a cache directory: give a new directory (or a cache's)")
+    if not path.is_dir() or (path / CACHE_META).is_file():
+        return
+    other = sorted(p.name for p in path.iterdir() if p.name not in CACHE_FILES and not p.name.startswith("."))
+    if other:
+        shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+        raise CacheError(f"{flag} {directory} holds other files ({shown}), not a cache: a cache is written into a "
+                         "directory of its own; give a new directory (or a cache's)")
+
+
 def window_key(input_ids: np.ndarray) -> str:
     """Content address of a window: a hash of its token ids (no [CLS]/[SEP])."""
     return hashlib.blake2b(np.ascontiguousarray(input_ids, dtype=np.int64).tobytes(), digest_size=12).hexdigest()

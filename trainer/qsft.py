@@ -31,6 +31,7 @@ import torch
 from spanseek.core.encoding import pick_device, pick_precision
 from spanseek.core.io import write_json_atomic
 from spanseek.core.model import load_model, load_tokenizer, phrase_fingerprint, resolve_model
+from spanseek.core.phrase_index import IndexFormatError, Manifest
 from spanseek.trainer.arguments import QsftConfig
 from spanseek.trainer.data import Batch, TrainWindow, load_training, training_windows
 from spanseek.trainer.distill import check_teacher
@@ -42,6 +43,7 @@ from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_ke
     PhraseCache,
     as_indexed,
     cached_batch,
+    check_cache_dir,
     fill_cache,
     fill_cache_from_index,
     hard_windows,
@@ -85,9 +87,24 @@ def train_qsft(cfg: QsftConfig) -> dict:
     holds ``cfg.out``'s lock throughout (a second run into it is refused)."""
     check_teacher(cfg)  # before any work
     resolve_model(cfg.model)  # a mistyped model is named before --out is made
+    check_places(cfg)
     out = Path(cfg.out)
     with run_lock(out):
         return _train_qsft(cfg, out)
+
+
+def check_places(cfg: QsftConfig) -> None:
+    """Refuse a ``--from-index`` or ``--val-index`` that is not an index, and a ``--cache`` that cannot hold the
+    phrase cache, naming the flag, when the run starts: the first was read once the data was tokenised, the second
+    once the whole run had trained, and a cache was written into a model's directory."""
+    for flag, index in (("--from-index", cfg.from_index), ("--val-index", cfg.val_index if cfg.val_questions else None)):
+        if index is not None:
+            try:
+                Manifest.load(index)
+            except IndexFormatError as e:
+                raise IndexFormatError(f"{flag} {e}") from None
+    if cfg.cache is not None:
+        check_cache_dir("--cache", cfg.cache)
 
 
 # what a resumed QSFT run must keep: its model, data, order, optimiser and loss (the resumed optimiser and schedule keep

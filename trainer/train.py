@@ -36,7 +36,14 @@ from spanseek.trainer.distill import check_teacher
 from spanseek.trainer.loop import StepSource, train_loop
 from spanseek.trainer.losses import HardNegatives
 from spanseek.trainer.mining import load_hard_negatives
-from spanseek.trainer.phrase_cache import PhraseCache, cached_hard, cached_windows, fill_cache, hard_windows
+from spanseek.trainer.phrase_cache import (
+    PhraseCache,
+    cached_hard,
+    cached_windows,
+    check_cache_dir,
+    fill_cache,
+    hard_windows,
+)
 from spanseek.trainer.rundir import (
     TRAIN_CONFIG,
     check_resume,
@@ -144,6 +151,8 @@ def train_phrase(cfg: TrainConfig) -> dict:
     check_teacher(cfg)  # before any work
     if cfg.init_from:  # a mistyped model is named before --out is made
         resolve_model(cfg.init_from)
+    if cfg.stale_cache:
+        check_cache_dir("--stale-cache", cfg.stale_cache)
     out = Path(cfg.out)
     with run_lock(out, hold=cfg.dist.is_main):  # makes out; held until the summary is written
         return _train_phrase(cfg, out)

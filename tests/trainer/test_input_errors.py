@@ -176,6 +176,34 @@ def test_qsft_options_are_checked_too(tmp_path, capsys):
         assert f"spanseek train qsft: error: {flag}" in capsys.readouterr().err
 
 
+def test_a_cache_or_index_flag_that_cannot_serve_is_refused_naming_it_before_any_work(squad_file, tiny_model_dir,
+                                                                                    tmp_path, capsys):
+    """`train qsft --cache MODEL_DIR` wrote its phrase cache among the model's files (--teacher-cache and
+    --stale-cache likewise); --cache FILE failed as 'FILE: File exists' once the data was tokenised; a --val-index
+    that is no index failed once the whole run had trained, a --from-index once the data was tokenised."""
+    model, nope = str(tiny_model_dir), str(tmp_path / "nope")
+    kept = sorted(p.name for p in tiny_model_dir.iterdir())
+    job = ["--train", str(squad_file), "--out", str(tmp_path / "run"), "--max-steps", "1", "--device", "cpu"]
+    qsft, phrase = ["train", "qsft", "--model", model, *job], ["train", "phrase", *job]
+    for argv, message in (
+        (qsft + ["--cache", model], f"--cache {model} holds other files (spanseek_config.json, "),
+        (qsft + ["--cache", str(squad_file)], f"--cache {squad_file} is a file, not a cache directory"),
+        (qsft + ["--val-index", nope], f"--val-index {nope}: no such index directory"),
+        (qsft + ["--from-index", str(squad_file)], f"--from-index {squad_file}: a file, not an index directory"),
+        (phrase + ["--teacher", model, "--lambda-kl", "1", "--teacher-cache", model],
+         f"--teacher-cache {model} holds other files (spanseek_config.json, "),
+        (phrase + ["--init-from", model, "--stale-cache", model], f"--stale-cache {model} holds other files ("),
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"spanseek train {argv[1]}: error: {message}") and err.count("\n") == 1, err
+        assert not (tmp_path / "run").exists()
+    assert sorted(p.name for p in tiny_model_dir.iterdir()) == kept
+    (tmp_path / "cache").mkdir()  # an empty directory is a cache's place; --val-questions 0 reads no --val-index
+    assert main(qsft + ["--cache", str(tmp_path / "cache"), "--val-index", nope, "--val-questions", "0"]) == 0
+    assert (tmp_path / "cache" / "cache.json").is_file()
+
+
 def test_edge_values_are_accepted_and_the_next_ones_refused():
     base = {"train": "t.json", "out": "o"}
     for name, ok, bad in (("max_steps", None, 0), ("max_steps", 1, -1), ("stop_after", None, 0),
