@@ -373,6 +373,21 @@ def visited_windows(windows: list[TrainWindow], size: int, seed: int, steps: int
     return [windows[i] for i in seen]
 
 
+def question_windows(path: str | Path, questions: list[Question], tokenizer, enc: EncoderConfig,
+                     hard: dict[str, list[str]] | None = None, kind: str = "training"
+                     ) -> tuple[list[TrainWindow], dict[str, int]]:
+    """``build_windows`` of ``questions`` (of the file ``path``; ``kind``: training or held-out), warning of those
+    left out (``warn_left_out``); ValueError naming the file when no window holds a question."""
+    left_out: dict[str, list] = {}
+    windows, skipped = build_windows(questions, tokenizer, enc.max_seq_len, enc.stride, enc.max_answer_tokens, hard,
+                                     left_out)
+    warn_left_out(path, left_out, len(questions), kind)
+    if not windows:
+        raise ValueError(f"{path}: no trainable questions in the {kind} articles (none has an answer a window can "
+                         f"hold: skipped {skipped})")
+    return windows, skipped
+
+
 def training_windows(
     cfg: TrainingOptions, data: list[dict], tokenizer, enc: EncoderConfig, hard: dict[str, list[str]] | None
 ) -> tuple[list[TrainWindow], dict[str, int]]:
@@ -385,13 +400,7 @@ def training_windows(
     if cfg.limit_questions:
         rng = np.random.default_rng(cfg.seed)
         questions = [questions[i] for i in sorted(rng.choice(len(questions), cfg.limit_questions, replace=False))]
-    left_out: dict[str, list] = {}
-    windows, skipped = build_windows(questions, tokenizer, enc.max_seq_len, enc.stride, enc.max_answer_tokens, hard,
-                                     left_out)
-    warn_left_out(cfg.train, left_out, len(questions))
-    if not windows:
-        raise ValueError(f"{cfg.train}: no trainable questions in the training articles (none has an answer a "
-                         f"window can hold: skipped {skipped})")
+    windows, skipped = question_windows(cfg.train, questions, tokenizer, enc, hard)
     log.info("training on %d questions in %d windows (skipped %s)", sum(len(w.questions) for w in windows),
              len(windows), skipped)
     return windows, skipped

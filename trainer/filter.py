@@ -33,7 +33,8 @@ from spanseek.core.model import (
 from spanseek.core.text import FLAG_END, FLAG_START
 from spanseek.indexer.compress import filter_probabilities
 from spanseek.trainer.arguments import FilterConfig
-from spanseek.trainer.data import build_windows, collate, load_training
+from spanseek.trainer.data import collate, load_training, question_windows, training_questions
+from spanseek.trainer.summary import check_validation_split
 
 log = logging.getLogger(__name__)
 KEEP_RATIOS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.75)
@@ -127,7 +128,9 @@ def train_filter(cfg: FilterConfig) -> dict:
     """Train the filter head on frozen token vectors, validate by AUC-PR, save a model with the head."""
     model_dir = resolve_model(cfg.model)
     out = check_model_out(cfg.out, model_dir)  # before minutes of encoding and training
-    data = load_training(cfg.train)  # a bad training file is named before the model loads
+    data = load_training(cfg.train)  # a bad training file, or one with nothing to train or validate on, is named
+    train_q = training_questions(cfg.train, data, lambda i: not cfg.holdout.held(i))  # before the model loads
+    check_validation_split(cfg, data, cfg.val_windows, "--val-windows")
     device = pick_device(cfg.device)
     precision = pick_precision(cfg.precision, device)
     base = load_model(model_dir, for_inference=False)
@@ -136,21 +139,19 @@ def train_filter(cfg: FilterConfig) -> dict:
     base.filter_head = filter_head(base.dim, cfg.hidden)
     base.to(device).eval()
     tokenizer = load_tokenizer(base.config)
-    train_art, held_art = cfg.holdout.split(data)
     rng = np.random.default_rng(cfg.seed)
 
-    def sample_windows(articles, n):
-        wins, _ = build_windows(squad_questions(articles), tokenizer, base.config.max_seq_len, base.config.stride,
-                                base.config.max_answer_tokens)
+    def sample_windows(questions, n, kind="training"):
+        wins, _ = question_windows(cfg.train, questions, tokenizer, base.config, kind=kind)
         return [wins[i] for i in rng.permutation(len(wins))[:n]]
 
     if cfg.from_index:  # the vectors are already computed: no encoding
         train, held = index_features(cfg.from_index, data, cfg.holdout)
     else:
-        train = token_features(base, sample_windows(train_art, cfg.train_windows), tokenizer, cfg.batch_windows,
+        train = token_features(base, sample_windows(train_q, cfg.train_windows), tokenizer, cfg.batch_windows,
                                device, precision, cfg.progress)
-        held = token_features(base, sample_windows(held_art, cfg.val_windows), tokenizer, cfg.batch_windows,
-                              device, precision, cfg.progress)
+        held = token_features(base, sample_windows(squad_questions(data, cfg.holdout.held), cfg.val_windows, "held-out"),
+                              tokenizer, cfg.batch_windows, device, precision, cfg.progress)
     x, ys, ye = train["x"], train["ys"], train["ye"]
     vx, vys, vye = held["x"], held["ys"], held["ye"]
     y = torch.stack([ys, ye], dim=1).float()

@@ -121,7 +121,7 @@ def _train_qsft(cfg: QsftConfig, out: Path) -> dict:
     check_same_recipe(out, asdict(replace(cfg, loss=cfg.loss.resolved())), RECIPE, QSFT_CONFIG)
     torch.manual_seed(cfg.seed)
     data = load_training(cfg.train)  # a bad training file is named before the model loads
-    check_validation_split(cfg, data)  # before any training
+    check_validation_split(cfg, data, cfg.val_questions)  # before any training
     device = pick_device(cfg.device)
     precision = pick_precision(cfg.precision, device)
     model_dir = resolve_model(cfg.model)

@@ -79,14 +79,15 @@ def loop_summary(run: RunSoFar, steps: int, windows: int, questions: int, precis
     }
 
 
-def check_validation_split(cfg: TrainingOptions, data: list[dict]) -> None:
-    """A run that validates at its end (``val_questions``) needs questions in the held-out articles: refused before
-    training (it failed after the whole run)."""
-    if cfg.val_questions and not squad_questions(cfg.holdout.split(data)[1]):
-        raise ValueError(f"--val-questions {cfg.val_questions}: {cfg.train} has no questions in its held-out articles "
-                         f"(every {cfg.holdout.every}th from article {cfg.holdout.offset}: {len(data)} articles); hold "
-                         "out others (--holdout-every N --holdout-offset K: article i is held out when i % N == K), "
-                         "give --val-questions 0, or a file with more articles")
+def check_validation_split(cfg: JobOptions, data: list[dict], wanted: int, flag: str = "--val-questions") -> None:
+    """A run that validates (``wanted`` held-out questions or windows, by ``flag``) needs questions in the held-out
+    articles: refused before training (it failed after the whole run)."""
+    if wanted and not squad_questions(data, cfg.holdout.held):
+        off = "give --val-questions 0, " if flag == "--val-questions" else ""  # (the filter is always validated)
+        raise ValueError(f"{flag} {wanted}: {cfg.train} has no questions in its held-out articles (every "
+                         f"{cfg.holdout.every}th from article {cfg.holdout.offset}: {len(data)} articles); hold out "
+                         f"others (--holdout-every N --holdout-offset K: article i is held out when i % N == K), {off}"
+                         "or a file with more articles")
 
 
 def write_holdout(cfg: JobOptions, path: Path) -> Path:

@@ -169,7 +169,7 @@ def _train_phrase(cfg: TrainConfig, out: Path) -> dict:
     check_run_kind(out, "phrase")  # another kind of run's checkpoint would be resumed with this model
 
     data = load_training(cfg.train)
-    check_validation_split(cfg, data)  # before any training
+    check_validation_split(cfg, data, cfg.val_questions)  # before any training
     hard = load_hard_negatives(cfg.hard_negatives, data, cfg.holdout) if cfg.hard_negatives else None  # pre-model
     precision = pick_precision(cfg.precision, device)  # (it may log its pick: once the inputs are known good)
     if cfg.init_from:  # continue a trained model: its encoder config wins over cfg.encoder

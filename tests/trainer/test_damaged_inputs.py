@@ -18,6 +18,7 @@ import re
 import numpy as np
 import pytest
 
+from spanseek.cli import main
 from spanseek.core.io import CorpusError, Question, load_squad
 from spanseek.core.model import WEIGHTS_NAME, ModelError
 from spanseek.trainer import train as train_module
@@ -277,6 +278,37 @@ def test_an_answer_whose_offset_misses_its_text_is_neither_trained_nor_read(tiny
     assert ("x: 2 of 3 training questions have an answer that is not at its answer_start and are left out; the first: "
             "question 'shifted' (data[0].paragraphs[0]): '1841' is not at character 5 (its context has it at "
             "character 3)") in caplog.text
+
+
+def test_train_filter_names_a_file_without_questions_to_train_or_validate_on(tiny_model_dir, tmp_path, capsys,
+                                                                           monkeypatch):
+    """A file with no held-out article (3 articles: the split holds out article 7), or whose training answers all
+    miss their answer_start, stopped `train filter` with 'torch.cat(): expected a non-empty list of Tensors' once
+    the model had loaded and the windows were encoded; the first is now refused before the model loads."""
+    from spanseek.trainer import filter as filter_module
+
+    def run(squad: dict) -> str:
+        path = tmp_path / "train.json"
+        path.write_text(json.dumps(squad))
+        argv = ["train", "filter", "--model", str(tiny_model_dir), "--train", str(path), "--out", str(tmp_path / "f"),
+                "--device", "cpu", "--no-progress"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and not (tmp_path / "f").exists(), err
+        return err.removeprefix(f"spanseek train filter: error: {path}").removeprefix("spanseek train filter: error: ")
+
+    loaded = filter_module.load_model
+    monkeypatch.setattr(filter_module, "load_model", lambda *a, **k: pytest.fail("refused only after loading"))
+    assert run(make_squad(n_articles=3)).startswith(f"--val-windows 600: {tmp_path / 'train.json'} has no questions "
+                                                    "in its held-out articles (every 20th from article 7: 3 articles)")
+    monkeypatch.setattr(filter_module, "load_model", loaded)
+    squad = make_squad(n_articles=8)
+    for art in squad["data"][:7]:  # every training answer one character off; held-out article 7 as it is
+        for para in art["paragraphs"]:
+            for qa in para["qas"]:
+                qa["answers"][0]["answer_start"] += 1
+    assert run(squad).startswith(": no trainable questions in the training articles (none has an answer a window "
+                                 "can hold: skipped")
 
 
 def test_every_job_names_a_left_out_question_by_its_place_in_the_file(squad_file, tiny_model_dir, tiny_config,
