@@ -175,12 +175,19 @@ def check_valsets(valsets: str | Path) -> Path:
 
 def rank_checkpoints(valsets: str | Path, checkpoints: list[str], out: str | Path | None = None,
                      progress: bool = True) -> dict:
-    """Phrase EM@1 of every checkpoint on every corpus, and Kendall's tau of each corpus vs the reference."""
+    """Phrase EM@1 of every checkpoint on every corpus, and Kendall's tau of each corpus vs the reference (None where
+    it is not defined: one checkpoint, or scores all equal on a corpus)."""
     from scipy.stats import kendalltau
 
-    from spanseek.indexer.evaluate import run_eval
+    from spanseek.indexer.evaluate import check_out_file, run_eval
 
     valsets = check_valsets(valsets)
+    if out is not None:  # before minutes of evaluating, and never over the corpora it reads
+        check_out_file(Path(out))
+        read = {(valsets / name).resolve(): name for name in (QUESTIONS, *(f"{s}.jsonl" for s in SETS))}
+        if (name := read.get(Path(out).resolve())) is not None:
+            raise ValueError(f"--out {out} is the validation sets' {name}, which the ranking reads; write the ranking "
+                             "to a new file")
     for ckpt in checkpoints:  # a mistyped one is named before minutes of evaluating the others
         resolve_model(ckpt)
     scores: dict[str, dict[str, float]] = {name: {} for name in SETS}
@@ -189,13 +196,17 @@ def rank_checkpoints(valsets: str | Path, checkpoints: list[str], out: str | Pat
             m = run_eval(valsets / QUESTIONS, ckpt, corpus=valsets / f"{name}.jsonl", progress=progress)
             scores[name][ckpt] = m["phrase"]["em@1"]
     ref = [scores["reference"][c] for c in checkpoints]
+
+    def tau(name: str) -> float | None:  # (scipy warns, and gives NaN, where no order is there to compare)
+        ranks = [scores[name][c] for c in checkpoints]
+        if len(set(ranks)) < 2 or len(set(ref)) < 2:
+            return None
+        return round(float(kendalltau(ranks, ref).statistic), 3)
+
     result = {
         "checkpoints": checkpoints,
         "em@1": scores,
-        "kendall_tau_vs_reference": {
-            name: round(float(kendalltau([scores[name][c] for c in checkpoints], ref).statistic), 3)
-            for name in SETS if name != "reference"
-        },
+        "kendall_tau_vs_reference": {name: tau(name) for name in SETS if name != "reference"},
     }
     if out is not None:
         write_json_atomic(out, result)

@@ -221,6 +221,38 @@ def test_edge_values_are_accepted_and_the_next_ones_refused():
         LoraSettings(r=0)
 
 
+
+def test_rank_checkpoints_refuses_an_out_it_reads_or_cannot_write_before_evaluating(squad_file, tiny_model_dir,
+                                                                                  tmp_path, monkeypatch):
+    """`train rank-checkpoints --out VALSETS/hard.jsonl` wrote the ranking over the corpus it had just read, and an
+    --out that is a directory failed once every checkpoint was evaluated; with one checkpoint (or scores all equal)
+    Kendall's tau was NaN, printed as `NaN`, which is not JSON."""
+    import spanseek.indexer.evaluate as evaluate_module
+    from spanseek.trainer.validation import rank_checkpoints
+
+    vs = tmp_path / "vs"
+    build_validation_sets(squad_file, vs, n_questions=5, reference_extra=5)
+    hard = (vs / "hard.jsonl").read_bytes()
+    monkeypatch.setattr(evaluate_module, "run_eval", lambda *a, **k: pytest.fail("evaluated before refusing --out"))
+    for out, message in ((vs / "hard.jsonl", "is the validation sets' hard.jsonl, which the ranking reads"),
+                         (tmp_path / "." / "vs" / "questions.json.gz", "is the validation sets' questions.json.gz"),
+                         (tmp_path, "a directory; --out names the metrics file to write")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            rank_checkpoints(vs, [str(tiny_model_dir)], out, progress=False)
+    assert (vs / "hard.jsonl").read_bytes() == hard
+    em = {}  # (checkpoint, corpus) -> EM@1 the fake evaluation gives
+    monkeypatch.setattr(evaluate_module, "run_eval", lambda q, ckpt, corpus, progress: {
+        "phrase": {"em@1": em[ckpt, Path(corpus).stem]}})
+    first, second = str(tiny_model_dir), str(tmp_path / "second")
+    em |= {(first, "hard"): 10.0, (first, "gold"): 20.0, (first, "random"): 5.0, (first, "reference"): 30.0}
+    assert rank_checkpoints(vs, [first], progress=False)["kendall_tau_vs_reference"] == dict.fromkeys(
+        ("hard", "gold", "random"))  # one checkpoint: no order to compare
+    em |= {(second, "hard"): 12.0, (second, "gold"): 15.0, (second, "random"): 5.0, (second, "reference"): 31.0}
+    monkeypatch.setattr("spanseek.trainer.validation.resolve_model", lambda ckpt: Path(ckpt))
+    ranked = rank_checkpoints(vs, [first, second], tmp_path / "rank.json", progress=False)
+    assert ranked["kendall_tau_vs_reference"] == {"hard": 1.0, "gold": -1.0, "random": None}  # random: a tie
+    assert json.loads((tmp_path / "rank.json").read_text()) == ranked
+
 # --- a model's encoder config, SQuAD files ---
 
 
