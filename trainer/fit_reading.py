@@ -32,7 +32,7 @@ from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import calibration_error, exact_match, passage_has_answer
 from spanseek.core.model import resolve_model
 from spanseek.core.params import SearchParams
-from spanseek.core.reader import PassageReader, resolve_reader
+from spanseek.core.reader import READER_CONFIG_NAME, PassageReader, resolve_reader
 from spanseek.core.reading import READ_FEATURES, READING_NAME, Candidate, Reading, ReadingStage, read_features
 from spanseek.trainer.arguments import FitReadingConfig
 from spanseek.trainer.calibrate import fit_logistic
@@ -165,10 +165,25 @@ def read_questions(cfg: FitReadingConfig, questions: list[Question], index: str 
     return reads
 
 
+def check_reading_out(out: str | Path) -> None:
+    """Refuse an ``--out`` that ``reading.json`` cannot go into beside its reader: a file (it failed once the whole
+    fit was done), or a directory of other files (a phrase model's, an index's: it was written among them)."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {out} is a file; it names the reader directory to write {READING_NAME} into "
+                         "(usually --reader's)")
+    other = sorted(p.name for p in path.iterdir() if p.name != READING_NAME) if path.is_dir() else []
+    if other and not (path / READER_CONFIG_NAME).is_file():
+        raise ValueError(f"--out {out} is not a reader directory (no {READER_CONFIG_NAME}; it holds "
+                         f"{', '.join(other[:3])}{', ...' if len(other) > 3 else ''}): {READING_NAME} goes beside its "
+                         "reader; give the reader's directory (usually --reader's) or a new one")
+
+
 def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     resolve_reader(cfg.reader)  # a mistyped reader or model is named now, not once an index is built for minutes
     if cfg.index is None:
         resolve_model(cfg.model)
+    check_reading_out(cfg.out)
     data = load_training(cfg.train)
     articles = [a for i, a in enumerate(data) if Holdout(cfg.holdout_every, cfg.articles_offset).held(i)]
     questions = sample_questions([q for q in squad_questions(articles) if q.answers], cfg.questions, seed=cfg.seed)

@@ -233,6 +233,30 @@ def test_fit_reading_names_a_mistyped_reader_or_an_empty_split_before_building_a
     assert not (tmp_path / "fitted").exists()
 
 
+def test_fit_reading_refuses_an_out_reading_json_cannot_go_into_before_any_work(tiny_squad, tiny_model_dir,
+                                                                                tiny_reader, tmp_path, capsys,
+                                                                                monkeypatch):
+    """--out FILE failed as 'FILE: File exists' once the whole fit was done; --out PHRASE_MODEL_DIR wrote
+    reading.json among the phrase model's files. Both are refused before the training file is read; a new
+    directory, a reader's, or one holding only an earlier reading.json is written into."""
+    from spanseek.trainer import fit_reading as fit_module
+
+    monkeypatch.setattr(fit_module, "load_training", lambda *a, **k: pytest.fail("read before --out was refused"))
+    kept = sorted(p.name for p in tiny_model_dir.iterdir())
+    for out, message in ((tiny_squad, f"--out {tiny_squad} is a file; it names the reader directory to write "
+                                      f"{READING_NAME} into"),
+                         (tiny_model_dir, f"--out {tiny_model_dir} is not a reader directory (no reader_config.json; "
+                                          "it holds spanseek_config.json, ")):
+        assert main(fit_args(tiny_squad, tiny_reader, tiny_model_dir, out)) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"spanseek train fit-reading: error: {message}") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tiny_model_dir.iterdir()) == kept
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / READING_NAME).write_text("{}")
+    for fine in (tmp_path / "new", tiny_reader, tmp_path / "earlier"):
+        fit_module.check_reading_out(fine)
+
+
 def test_fit_reading_options_are_checked():
     with pytest.raises(ValueError, match="--features must be comma-separated names among reader, "):
         FitReadingConfig(train="t", out="o", reader="r", features="reader,lexical")
