@@ -96,14 +96,21 @@ def search_placement(index: PhraseIndex, search_device: str, encoder_device: str
     return None if device == "cpu" or not device.startswith("cuda") else place(index, device)
 
 
-def open_reading(reader: str | Path, hits: HitBuilder, device: str = "auto", precision: str = "auto",
-                 runtime: str = "auto") -> ReadingStage:
-    """The reading stage of a reader directory (``default``: the bundled reader): the reader and its fitted
-    ``reading.json``; ModelError naming what is missing. ``runtime``: see ``core.runtime``."""
+def reading_dir(reader: str | Path) -> Path:
+    """The directory of a reader that can read at search time (``default``: the bundled reader): a reader with its
+    fitted ``reading.json``; ModelError naming what is missing (cheap: what loads one checks it first)."""
     path = resolve_reader(reader)
     if not (path / READING_NAME).is_file():
         raise ModelError(f"reader {str(reader)!r}: {path} has no {READING_NAME} (fit one with `spanseek train "
                          "fit-reading`)")
+    return path
+
+
+def open_reading(reader: str | Path, hits: HitBuilder, device: str = "auto", precision: str = "auto",
+                 runtime: str = "auto") -> ReadingStage:
+    """The reading stage of a reader directory (``default``: the bundled reader): the reader and its fitted
+    ``reading.json``; ModelError naming what is missing. ``runtime``: see ``core.runtime``."""
+    path = reading_dir(reader)
     dev = pick_device(device)
     return ReadingStage(PassageReader.load(path, dev, pick_precision(precision, dev), runtime),
                         Reading.load(path / READING_NAME), hits)

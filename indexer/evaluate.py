@@ -19,7 +19,7 @@ from typing import Any
 
 from spanseek.core.evaluate import drop_unanswerable, evaluate, sample_questions
 from spanseek.core.io import squad_documents, write_corpus, write_json_atomic
-from spanseek.core.loading import open_searcher
+from spanseek.core.loading import open_searcher, reading_dir
 from spanseek.core.model import model_name
 from spanseek.core.params import SearchParams
 from spanseek.core.questions import FORMAT_NAMES, QuestionFile, read_questions
@@ -77,6 +77,8 @@ def run_eval(
         check_out_file(Path(out))
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be an integer >= 1 (leave it out to use every question), got {limit}")
+    if reader is not None:  # a mistyped or unfitted reader is named now, not once an index is built and searched
+        reading_dir(reader)
     qf = read_questions(questions)
     if qf.open_domain:  # found before a model loads
         check_open_domain(qf, reading_comprehension, has_corpus=index is not None or corpus is not None)

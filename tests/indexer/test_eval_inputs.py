@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 
 import pytest
 
@@ -89,3 +90,24 @@ def test_eval_of_a_file_with_no_answerable_question_is_refused_before_an_index_i
     with pytest.raises(ValueError, match=rf"v2.json: no questions to evaluate \(none of its {unanswerable} has an "
                                          r"answer\)"):
         run_eval(tmp_path / "v2.json", tiny_model_dir, limit=3, **KW)
+
+
+def test_eval_names_a_reader_that_cannot_read_before_building_an_index(tmp_path, tiny_model_dir, tiny_reader, capsys,
+                                                                       monkeypatch):
+    """`eval --read --reader DIR` with a directory that is not a reader, or a reader without its fitted reading.json,
+    was refused only once the temporary index of the questions' passages was built and the model loaded."""
+    import spanseek.indexer.evaluate as evaluate_module
+
+    monkeypatch.setattr(evaluate_module, "build_index", lambda *a, **k: pytest.fail("an index was built"))
+    questions = tmp_path / "q.json"
+    _write(questions, make_squad(n_articles=2))
+    base = ["eval", "--questions", str(questions), "--model", str(tiny_model_dir), "--quiet", "--read"]
+    unfitted = tmp_path / "unfitted"
+    shutil.copytree(tiny_reader, unfitted)
+    (unfitted / "reading.json").unlink()
+    for reader, message in ((tiny_model_dir, "is not a reader directory"),
+                            (unfitted, f"{unfitted} has no reading.json (fit one with `spanseek train fit-reading`)")):
+        assert main([*base, "--reader", str(reader)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"spanseek eval: error: reader {str(reader)!r}: ") and message in err, err
+        assert err.count("\n") == 1
