@@ -91,9 +91,9 @@ def average_checkpoints(
         raise ModelError("no checkpoints to average")
     weights = [1.0] * len(refs) if weights is None else list(weights)
     if len(weights) != len(refs):
-        raise ModelError(f"{len(weights)} weights for {len(refs)} checkpoints")
+        raise ModelError(f"--weights: {len(weights)} weights for {len(refs)} checkpoints; give one per checkpoint")
     if not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
-        raise ModelError(f"weights must be non-negative with a positive sum, got {weights}")
+        raise ModelError(f"--weights must be non-negative with a positive sum, got {weights}")
     weights = [w / sum(weights) for w in weights]
     if all((Path(r) / READER_CONFIG_NAME).is_file() for r in refs):
         return average_readers(refs, out, weights)

@@ -140,9 +140,9 @@ def test_bad_requests_are_refused_with_the_reason(tmp_path, tiny_config):
         average_checkpoints([str(a), str(b)], tmp_path / "out")
     with pytest.raises(ModelError, match="no checkpoints"):
         average_checkpoints([], tmp_path / "out")
-    with pytest.raises(ModelError, match="3 weights for 2"):
-        average_checkpoints([str(a), str(a)], tmp_path / "out", weights=[1, 1, 1])
-    with pytest.raises(ModelError, match="non-negative"):
+    with pytest.raises(ModelError, match="^--weights: 3 weights for 2 checkpoints; give one per checkpoint$"):
+        average_checkpoints([str(a), str(a)], tmp_path / "out", weights=[1, 1, 1])  # by the flag that was wrong
+    with pytest.raises(ModelError, match="^--weights must be non-negative"):
         average_checkpoints([str(a), str(a)], tmp_path / "out", weights=[1, -1])
     with pytest.raises(ModelError, match="not a spanseek model"):
         average_checkpoints([str(a), str(tmp_path / "missing")], tmp_path / "out")

@@ -97,7 +97,7 @@ def test_average_and_init_from_name_a_cut_short_weights_file(tmp_path, tiny_mode
 
 
 def test_average_refuses_a_nan_weight_before_reading_the_checkpoints(tmp_path, tiny_model_dir):
-    with pytest.raises(ModelError, match=r"weights must be non-negative with a positive sum, got \[nan, 1.0\]"):
+    with pytest.raises(ModelError, match=r"^--weights must be non-negative with a positive sum, got \[nan, 1.0\]"):
         average_checkpoints([str(tiny_model_dir), str(tiny_model_dir)], tmp_path / "avg", [float("nan"), 1.0])
 
 
