@@ -233,6 +233,16 @@ def mine(
     return out
 
 
+def check_hard_negatives_file(path: str | Path) -> None:
+    """Refuse a ``--hard-negatives`` that is missing or a directory, naming the flag, when a run starts (the file
+    is read once the training file is, and for QSFT once the model has loaded)."""
+    if not Path(path).exists():
+        raise ValueError(f"--hard-negatives {path}: no such file (`spanseek train mine` writes one)")
+    if Path(path).is_dir():
+        raise ValueError(f"--hard-negatives {path} is a directory; it names the JSON Lines file of `spanseek train "
+                         "mine`")
+
+
 def load_hard_negatives(path: str | Path, data: list[dict], holdout: Holdout | None = None) -> dict[str, list[str]]:
     """Question id -> hard-negative passage texts, from a file written by ``mine`` for the training file ``data``
     (plain or gzipped JSON Lines; blank lines are skipped).

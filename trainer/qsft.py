@@ -37,7 +37,7 @@ from spanseek.trainer.data import Batch, TrainWindow, load_training, training_wi
 from spanseek.trainer.distill import check_teacher
 from spanseek.trainer.loop import StepSource, train_loop
 from spanseek.trainer.losses import HardNegatives
-from spanseek.trainer.mining import load_hard_negatives
+from spanseek.trainer.mining import check_hard_negatives_file, load_hard_negatives
 from spanseek.trainer.phrase_cache import (  # noqa: F401 (CacheError, window_key: part of this module's interface)
     CacheError,
     PhraseCache,
@@ -94,9 +94,10 @@ def train_qsft(cfg: QsftConfig) -> dict:
 
 
 def check_places(cfg: QsftConfig) -> None:
-    """Refuse a ``--from-index`` or ``--val-index`` that is not an index, and a ``--cache`` that cannot hold the
-    phrase cache, naming the flag, when the run starts: the first was read once the data was tokenised, the second
-    once the whole run had trained, and a cache was written into a model's directory."""
+    """Refuse a ``--from-index`` or ``--val-index`` that is not an index, a ``--cache`` that cannot hold the phrase
+    cache and a ``--hard-negatives`` that is no file, naming the flag, when the run starts: the first was read once
+    the data was tokenised, the second once the whole run had trained, a cache was written into a model's directory,
+    and the hard negatives were read once the model had loaded."""
     for flag, index in (("--from-index", cfg.from_index), ("--val-index", cfg.val_index if cfg.val_questions else None)):
         if index is not None:
             try:
@@ -105,6 +106,8 @@ def check_places(cfg: QsftConfig) -> None:
                 raise IndexFormatError(f"{flag} {e}") from None
     if cfg.cache is not None:
         check_cache_dir("--cache", cfg.cache)
+    if cfg.hard_negatives is not None:
+        check_hard_negatives_file(cfg.hard_negatives)
 
 
 # what a resumed QSFT run must keep: its model, data, order, optimiser and loss (the resumed optimiser and schedule keep

@@ -35,7 +35,7 @@ from spanseek.trainer.data import Batch, TrainWindow, collate, load_training, tr
 from spanseek.trainer.distill import check_teacher
 from spanseek.trainer.loop import StepSource, train_loop
 from spanseek.trainer.losses import HardNegatives
-from spanseek.trainer.mining import load_hard_negatives
+from spanseek.trainer.mining import check_hard_negatives_file, load_hard_negatives
 from spanseek.trainer.phrase_cache import (
     PhraseCache,
     cached_hard,
@@ -153,6 +153,8 @@ def train_phrase(cfg: TrainConfig) -> dict:
         resolve_model(cfg.init_from)
     if cfg.stale_cache:
         check_cache_dir("--stale-cache", cfg.stale_cache)
+    if cfg.hard_negatives:
+        check_hard_negatives_file(cfg.hard_negatives)
     out = Path(cfg.out)
     with run_lock(out, hold=cfg.dist.is_main):  # makes out; held until the summary is written
         return _train_phrase(cfg, out)

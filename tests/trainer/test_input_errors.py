@@ -204,6 +204,26 @@ def test_a_cache_or_index_flag_that_cannot_serve_is_refused_naming_it_before_any
     assert (tmp_path / "cache" / "cache.json").is_file()
 
 
+@pytest.mark.parametrize("command", ["phrase", "qsft"])
+def test_a_hard_negatives_flag_that_is_no_file_is_refused_naming_it_before_the_model_loads(command, squad_file,
+                                                                                          tiny_model_dir, tmp_path,
+                                                                                          capsys, monkeypatch):
+    """A missing --hard-negatives was 'nope.jsonl: No such file or directory', without the flag (for qsft once the
+    model had loaded), and a directory 'runs:1: cannot be read ([Errno 21] Is a directory: ...)'."""
+    from spanseek.trainer import qsft as qsft_module
+    from spanseek.trainer import train as train_module
+
+    monkeypatch.setattr(qsft_module, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(train_module, "load_training", lambda *a, **k: pytest.fail("the training file was read"))
+    argv = ["train", command, "--train", str(squad_file), "--out", str(tmp_path / "run"), "--device", "cpu"]
+    argv += ["--model", str(tiny_model_dir)] if command == "qsft" else []
+    for given, message in ((tmp_path / "nope.jsonl", "no such file (`spanseek train mine` writes one)"),
+                           (tmp_path, "is a directory; it names the JSON Lines file of `spanseek train mine`")):
+        assert main([*argv, "--hard-negatives", str(given)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"spanseek train {command}: error: --hard-negatives {given}") and message in err, err
+        assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+
 def test_edge_values_are_accepted_and_the_next_ones_refused():
     base = {"train": "t.json", "out": "o"}
     for name, ok, bad in (("max_steps", None, 0), ("max_steps", 1, -1), ("stop_after", None, 0),
