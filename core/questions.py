@@ -288,6 +288,10 @@ def _answers_cell(path: Path, lineno: int, col: int, name: str, cell: str) -> li
     return value
 
 
+# a last line after the file's own: csv reads it into a cell when a quote was left open, which it does not report
+_END = "\u2063end of file\u2063"
+
+
 def _table_records(path: Path, sep: str):
     """The records of a CSV or TSV file: a header naming the columns, or DPR's rows of question and answers."""
     lines = ((n, line) for n, line in read_lines(path))
@@ -297,6 +301,8 @@ def _table_records(path: Path, sep: str):
         for n, line in lines:
             line_of.append(n)
             yield line
+        line_of.append(line_of[-1] + 1 if line_of else 1)
+        yield _END + "\n"
 
     reader = csv.reader(text(), delimiter=sep)
     name = FORMAT_NAMES["tsv" if sep == "\t" else "csv"]
@@ -305,6 +311,11 @@ def _table_records(path: Path, sep: str):
     try:
         for row in reader:
             start, consumed = line_of[consumed], reader.line_num
+            if row == [_END]:
+                break
+            if any(_END in cell for cell in row):
+                raise CorpusError(f"{path}:{start}: a quote opened in this row is never closed, so the rest of the file "
+                                  'reads as one cell; close it (a quote inside a quoted cell is written twice: "")')
             if not any(cell.strip() for cell in row):
                 continue
             if columns is None:

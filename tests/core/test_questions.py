@@ -139,6 +139,11 @@ def _squad(question: str = "is it old?", qid: str = "a", title: str = "t", conte
     ("q.csv", "query,answer\nwho?,Alba\n", r"q.csv:1: the header has no 'question' column \(its columns: 'query', "
      r"'answer'\)"),
     ("q.tsv", "id\tquestion\n1\ta?\n1\tb?\n", r"q.tsv:3: question id '1' is also the id of line 2"),
+    # a quote left open: csv read the rest of the file into one cell, without a word (`search --questions` searched
+    # "b?,y\nc?,z\n" as one question; eval said its line had no answers)
+    ("q.csv", 'question,answer\na?,x\n"b?,y\nc?,z\n', r"q.csv:3: a quote opened in this row is never closed, so the "
+     r"rest of the file reads as one cell"),
+    ("q.tsv", 'question\n"a?\n', r"q.tsv:2: a quote opened in this row is never closed"),
     # a text that is not valid Unicode (a JSON escape of a lone surrogate): the question, which no tokenizer takes
     # (`search --questions` failed with a traceback after loading the model), and the others, which no UTF-8 output
     # writes (`search` prints the id, `eval --out` ids and titles) or reading comprehension reads (a SQuAD context):
