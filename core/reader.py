@@ -96,6 +96,9 @@ def resolve_reader(ref: str | Path) -> Path:
     """``default`` -> the bundled reader; otherwise a reader directory (ModelError when it is not one)."""
     path = DEFAULT_READER_DIR if str(ref) == "default" else Path(ref)
     if not (path / READER_CONFIG_NAME).is_file() or not (path / READER_WEIGHTS_NAME).is_file():
+        if (path / "last" / READER_CONFIG_NAME).is_file():  # a `train reader` run's directory, as models' are named
+            raise ModelError(f"reader {str(ref)!r}: {path} is a training run, not a reader directory; its reader is "
+                             f"{path / 'last'}")
         raise ModelError(f"reader {str(ref)!r}: {path} is not a reader directory (it needs {READER_CONFIG_NAME} and "
                          f"{READER_WEIGHTS_NAME}; train one with `spanseek train reader`)")
     return path

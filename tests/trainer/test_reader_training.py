@@ -13,6 +13,7 @@ import torch
 from spanseek.cli import main
 from spanseek.core.io import load_squad, squad_questions
 from spanseek.core.metrics import passage_has_answer
+from spanseek.core.model import ModelError
 from spanseek.core.reader import PassageReader, ReaderModel, load_reader_tokenizer, resolve_reader
 from spanseek.core.reading import READ_FEATURES, READING_NAME, Reading
 from spanseek.trainer.arguments import FitReadingConfig, ReaderTrainConfig
@@ -255,6 +256,20 @@ def test_fit_reading_refuses_an_out_reading_json_cannot_go_into_before_any_work(
     (tmp_path / "earlier" / READING_NAME).write_text("{}")
     for fine in (tmp_path / "new", tiny_reader, tmp_path / "earlier"):
         fit_module.check_reading_out(fine)
+
+
+def test_a_reader_runs_directory_given_as_a_reader_names_its_last(tiny_squad, tiny_reader, tmp_path, capsys):
+    """A phrase run's directory given as a model says its model is RUN/last; a reader run's given as a reader (to
+    eval --reader, --init, --teacher, reader-length-bias, fit-reading) said only that it is not a reader directory."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_reader, run / "last")
+    with pytest.raises(ModelError, match=rf"^reader '{run}': {run} is a training run, not a reader directory; its "
+                       rf"reader is {run / 'last'}$"):
+        resolve_reader(run)
+    assert main(["train", "reader-length-bias", "--reader", str(run), "--train", str(tiny_squad), "--out",
+                 str(tmp_path / "biased")]) == 2
+    assert f"its reader is {run / 'last'}\n" in capsys.readouterr().err
+    assert resolve_reader(run / "last") == run / "last"
 
 
 def test_fit_reading_options_are_checked():
