@@ -13,6 +13,7 @@ metrics count the file's unanswerable ones in ``unanswerable_skipped``.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,28 @@ from spanseek.core.questions import FORMAT_NAMES, QuestionFile, read_questions
 from spanseek.indexer.build import BuildOptions, build_index
 
 
-def check_out_file(out: Path) -> None:
-    """Refuse a metrics file that cannot be written: a directory, or a path under a file."""
+def check_out_file(out: Path, key: str = "n_questions", what: str = "eval's metrics") -> None:
+    """Refuse a metrics file that cannot be written: a directory, a path under a file, or a file there that is not
+    ``what`` an earlier run wrote (a JSON object with ``key``), which writing it would destroy."""
     if out.is_dir():
         raise ValueError(f"{out}: a directory; --out names the metrics file to write")
     folder = next(p for p in out.parents if p.exists())  # the folders below it are made when it is written
     if not folder.is_dir():
         raise ValueError(f"--out {out}: {folder} is a file, not a folder")
+    if out.is_file() and not _written_by_us(out, key):
+        raise ValueError(f"--out {out} exists and is not {what} (a JSON object with {key!r}); it is left alone: write "
+                         "to a new file, or remove it first")
+
+
+def _written_by_us(path: Path, key: str) -> bool:
+    """Whether ``path`` is a JSON object with ``key`` (what an earlier run wrote there); an empty file counts too."""
+    if path.stat().st_size > 64 << 20:  # no metrics file is this large: a corpus or an index's file
+        return False
+    try:
+        text = path.read_text(encoding="utf-8")
+        return not text.strip() or key in (json.loads(text) if text.lstrip().startswith("{") else {})
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, RecursionError):
+        return False
 
 
 def check_open_domain(qf: QuestionFile, reading_comprehension: bool, has_corpus: bool) -> None:

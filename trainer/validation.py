@@ -183,11 +183,11 @@ def rank_checkpoints(valsets: str | Path, checkpoints: list[str], out: str | Pat
 
     valsets = check_valsets(valsets)
     if out is not None:  # before minutes of evaluating, and never over the corpora it reads
-        check_out_file(Path(out))
         read = {(valsets / name).resolve(): name for name in (QUESTIONS, *(f"{s}.jsonl" for s in SETS))}
         if (name := read.get(Path(out).resolve())) is not None:
             raise ValueError(f"--out {out} is the validation sets' {name}, which the ranking reads; write the ranking "
                              "to a new file")
+        check_out_file(Path(out), "kendall_tau_vs_reference", "a ranking")
     for ckpt in checkpoints:  # a mistyped one is named before minutes of evaluating the others
         resolve_model(ckpt)
     scores: dict[str, dict[str, float]] = {name: {} for name in SETS}

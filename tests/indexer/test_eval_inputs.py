@@ -111,3 +111,26 @@ def test_eval_names_a_reader_that_cannot_read_before_building_an_index(tmp_path,
         err = capsys.readouterr().err
         assert err.startswith(f"spanseek eval: error: reader {str(reader)!r}: ") and message in err, err
         assert err.count("\n") == 1
+
+
+def test_eval_leaves_an_out_that_is_not_its_metrics_alone(tmp_path, capsys, monkeypatch):
+    """`eval --out` over an existing file that was not eval's metrics (another question file, a model's
+    spanseek_config.json) replaced it with the metrics; it is refused before any work, and the file is kept.
+    An earlier run's metrics, or an empty file, are written over as before."""
+    import spanseek.indexer.evaluate as evaluate_module
+
+    monkeypatch.setattr(evaluate_module, "read_questions", lambda *a, **k: pytest.fail("the questions were read"))
+    questions, other = tmp_path / "q.json", tmp_path / "other.json"
+    _write(questions, make_squad(n_articles=2))
+    _write(other, make_squad(n_articles=1))
+    kept = other.read_bytes()
+    assert main(["eval", "--questions", str(questions), "--model", "default", "--quiet", "--out", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"spanseek eval: error: --out {other} exists and is not eval's metrics (a JSON object with "
+                   "'n_questions'); it is left alone: write to a new file, or remove it first\n")
+    assert other.read_bytes() == kept
+    earlier, empty = tmp_path / "earlier.json", tmp_path / "empty.json"
+    _write(earlier, {"n_questions": 3, "phrase": {}})
+    empty.write_text("")
+    for fine in (earlier, empty, tmp_path / "new.json"):
+        evaluate_module.check_out_file(fine)
