@@ -236,6 +236,26 @@ def check_writable(path: str | Path) -> None:
     os.unlink(probe)
 
 
+def check_overwrite(flag: str, path: str | Path | None, key: str, what: str) -> None:
+    """ValueError naming ``flag`` when ``path`` is a file that is not ``what`` an earlier run wrote (a JSON object
+    with ``key``), which writing the command's output over it would destroy: another command's input, a model's
+    config. An empty file, or none (``path`` None too), is fine."""
+    if path is not None and Path(path).is_file() and not _json_with(Path(path), key):
+        raise ValueError(f"{flag} {path} exists and is not {what} (a JSON object with {key!r}); it is left alone: "
+                         "write to a new file, or remove it first")
+
+
+def _json_with(path: Path, key: str) -> bool:
+    """Whether ``path`` is empty or a JSON object with ``key``."""
+    if path.stat().st_size > 64 << 20:  # no file of ours that this guards is this large: a corpus, an index's file
+        return False
+    try:
+        text = path.read_text(encoding="utf-8")
+        return not text.strip() or key in (json.loads(text) if text.lstrip().startswith("{") else {})
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, RecursionError):
+        return False
+
+
 def unwritable(path: Path, error: OSError) -> OSError:
     """``error``, met writing ``path`` (or a temporary beside it), as an OSError of its kind that names ``path``: the
     folder on its way that is a file, else the system's reason (``Permission denied``, ``Read-only file system``)."""

@@ -13,13 +13,12 @@ metrics count the file's unanswerable ones in ``unanswerable_skipped``.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from spanseek.core.evaluate import drop_unanswerable, evaluate, sample_questions
-from spanseek.core.io import squad_documents, write_corpus, write_json_atomic
+from spanseek.core.io import check_overwrite, squad_documents, write_corpus, write_json_atomic
 from spanseek.core.loading import open_searcher, reading_dir
 from spanseek.core.model import model_name
 from spanseek.core.params import SearchParams
@@ -35,20 +34,7 @@ def check_out_file(out: Path, key: str = "n_questions", what: str = "eval's metr
     folder = next(p for p in out.parents if p.exists())  # the folders below it are made when it is written
     if not folder.is_dir():
         raise ValueError(f"--out {out}: {folder} is a file, not a folder")
-    if out.is_file() and not _written_by_us(out, key):
-        raise ValueError(f"--out {out} exists and is not {what} (a JSON object with {key!r}); it is left alone: write "
-                         "to a new file, or remove it first")
-
-
-def _written_by_us(path: Path, key: str) -> bool:
-    """Whether ``path`` is a JSON object with ``key`` (what an earlier run wrote there); an empty file counts too."""
-    if path.stat().st_size > 64 << 20:  # no metrics file is this large: a corpus or an index's file
-        return False
-    try:
-        text = path.read_text(encoding="utf-8")
-        return not text.strip() or key in (json.loads(text) if text.lstrip().startswith("{") else {})
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, RecursionError):
-        return False
+    check_overwrite("--out", out, key, what)
 
 
 def check_open_domain(qf: QuestionFile, reading_comprehension: bool, has_corpus: bool) -> None:

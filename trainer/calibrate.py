@@ -53,7 +53,7 @@ from spanseek.core.confidence import (
     hit_features,
 )
 from spanseek.core.hits import Hit
-from spanseek.core.io import CorpusError, Question, atomic_path
+from spanseek.core.io import CorpusError, Question, atomic_path, check_overwrite
 from spanseek.core.lexical import LexicalIndex, passage_text
 from spanseek.core.metrics import exact_match, passage_has_answer
 from spanseek.core.params import MODES, UNITS, SearchParams
@@ -428,12 +428,12 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     kept as they are, with this fit's keyword models added (``with_keyword_models``), written instead of the fit."""
     from spanseek.core.loading import open_searcher
     from spanseek.core.model import BUNDLED_MODELS, model_fingerprint, resolve_model
-
     cs = [float(c)] if isinstance(c, (int, float)) else [float(v) for v in c]
     check(bool(cs) and all(map(positive, cs)), "--C", "numbers > 0 (inverse L2 strengths)", cs)
     check(limit is None or limit >= 1, "--limit", "an integer >= 1 (leave it out to use every question)", limit)
     for flag, path in (("--out", out), ("--examples", examples), ("--cache", cache)):  # found before the searches
         check(path is None or not Path(path).is_dir(), flag, "a file to write, not a directory", path)
+    check_overwrite("--out", out, "model_fingerprint", "a calibration file")  # (a question file was replaced)
     for flag, path, folder in (("--index", index_dir, True), ("--questions", questions_path, False),
                                ("--from-examples", from_examples, False), ("--add-to", add_to, False)):  # cheap: named before the model is found
         check(path is None or (Path(path).exists() and Path(path).is_dir() == folder), flag,

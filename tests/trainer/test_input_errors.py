@@ -316,6 +316,23 @@ def test_calibrate_from_examples_names_a_file_of_another_kind(tmp_path, tiny_mod
     assert f"spanseek train calibrate: error: {text}: not a NumPy .npz file" in capsys.readouterr().err
 
 
+def test_calibrate_leaves_an_out_that_is_not_a_calibration_file_alone(tiny_index, tiny_model_dir, tmp_path, capsys,
+                                                                     monkeypatch):
+    """`train calibrate --out FILE` over a question file (or any file not a calibration) replaced it with the fit,
+    once every question had been searched; it is refused before the model is found, and the file kept."""
+    from spanseek.core import model as model_module
+
+    questions = write_squad(tmp_path / "q.json", make_squad())
+    kept = questions.read_bytes()
+    monkeypatch.setattr(model_module, "resolve_model", lambda *a, **k: pytest.fail("the model was looked up"))
+    argv = ["train", "calibrate", "--index", str(tiny_index), "--questions", str(questions), "--model",
+            str(tiny_model_dir)]
+    assert main([*argv, "--out", str(questions)]) == 2
+    assert capsys.readouterr().err == (f"spanseek train calibrate: error: --out {questions} exists and is not a "
+                                       "calibration file (a JSON object with 'model_fingerprint'); it is left alone: "
+                                       "write to a new file, or remove it first\n")
+    assert questions.read_bytes() == kept
+
 def test_valsets_checks_its_counts_and_takes_every_paragraph_of_a_small_file(squad_file, tmp_path, caplog):
     for given, flag in (({"n_questions": 0}, "--questions"), ({"bm25_k": 0}, "--bm25-k"),
                         ({"reference_extra": -1}, "--reference-extra")):
