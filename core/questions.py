@@ -314,8 +314,7 @@ def _table_records(path: Path, sep: str):
             if row == [_END]:
                 break
             if any(_END in cell for cell in row):
-                raise CorpusError(f"{path}:{start}: a quote opened in this row is never closed, so the rest of the file "
-                                  'reads as one cell; close it (a quote inside a quoted cell is written twice: "")')
+                raise _open_quote(path, start, "so the rest of the file reads as one cell")
             if not any(cell.strip() for cell in row):
                 continue
             if columns is None:
@@ -328,7 +327,16 @@ def _table_records(path: Path, sep: str):
                 fields[key] = _answers_cell(path, start, col, key, cell) if key in ("answers", "answer") else cell
             yield start, _record(path, start, fields, columns)
     except csv.Error as e:
+        if len(line_of) - consumed > 1:  # the row runs on over lines: a quote opened in it, and csv gave up on the cell
+            raise _open_quote(path, line_of[consumed], f"and its cell runs on over {len(line_of) - consumed} lines "
+                              f"({e})") from None
         raise CorpusError(f"{path}:{line_of[-1] if line_of else 1}: not valid {name} ({e})") from None
+
+
+def _open_quote(path: Path, lineno: int, then: str) -> CorpusError:
+    """The error of a quote opened on line ``lineno`` (where its row starts) that no quote closes."""
+    return CorpusError(f"{path}:{lineno}: a quote opened in this row is never closed, {then}; close it (a quote "
+                       'inside a quoted cell is written twice: "")')
 
 
 def _columns(path: Path, lineno: int, row: list[str]) -> tuple[dict[str, int], bool]:

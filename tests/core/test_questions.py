@@ -144,6 +144,10 @@ def _squad(question: str = "is it old?", qid: str = "a", title: str = "t", conte
     ("q.csv", 'question,answer\na?,x\n"b?,y\nc?,z\n', r"q.csv:3: a quote opened in this row is never closed, so the "
      r"rest of the file reads as one cell"),
     ("q.tsv", 'question\n"a?\n', r"q.tsv:2: a quote opened in this row is never closed"),
+    # ... and in a file whose rest is longer than csv's largest cell (128 KiB), csv gave up naming the line it had
+    # reached (q.csv:30003: not valid CSV (field larger than field limit (131072))), not where the quote opens
+    ("q.csv", 'question,answer\na?,x\n"b?,y\n' + "c?,z\n" * 30000, r"q.csv:3: a quote opened in this row is never "
+     r"closed, and its cell runs on over 2\d{4} lines \(field larger than field limit"),
     # a text that is not valid Unicode (a JSON escape of a lone surrogate): the question, which no tokenizer takes
     # (`search --questions` failed with a traceback after loading the model), and the others, which no UTF-8 output
     # writes (`search` prints the id, `eval --out` ids and titles) or reading comprehension reads (a SQuAD context):
