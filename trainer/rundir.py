@@ -162,6 +162,11 @@ def check_run_kind(out: Path, kind: RunKind) -> None:
                          f"use a new --out for this {kind} run")
 
 
+# recorded settings an earlier run took for "unset" and that are now refused as out of range (a reader's
+# --limit-questions 0 trained on every question): such a run resumes with the setting left out, as it means the same
+UNSET_BEFORE = {"limit_questions": 0}
+
+
 def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...], name: str = TRAIN_CONFIG) -> None:
     """Refuse to resume the run in ``out`` with other ``recipe`` settings than it was started with (its settings
     file ``name``; ``now``: this run's settings by name), naming them; resuming with another --lr ran on at the
@@ -169,7 +174,8 @@ def check_same_recipe(out: Path, now: dict[str, Any], recipe: tuple[str, ...], n
     path = out / name
     if resume_point(out) is None or not path.is_file():
         return
-    before = _settings(path)
+    before = {key: None if key in UNSET_BEFORE and value == UNSET_BEFORE[key] else value
+              for key, value in _settings(path).items()}
     differ = [f"{key} {before[key]!r} (this run: {now[key]!r})" for key in recipe
               if key in before and json.loads(json.dumps(now[key])) != before[key]]
     if differ:

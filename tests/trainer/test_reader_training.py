@@ -18,6 +18,7 @@ from spanseek.core.reader import PassageReader, ReaderModel, load_reader_tokeniz
 from spanseek.core.reading import READ_FEATURES, READING_NAME, Reading
 from spanseek.trainer.arguments import FitReadingConfig, ReaderTrainConfig
 from spanseek.trainer.reader import negative_passages, train_reader, training_windows
+from spanseek.trainer.rundir import TRAIN_CONFIG
 
 SPLIT = {"holdout_every": 4, "holdout_offset": 1}
 
@@ -388,6 +389,20 @@ def test_a_reader_run_resumed_with_other_settings_is_refused_naming_them(tiny_sq
     assert not steps
     assert train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2, val_questions=0))["steps"] == 2
     assert len(steps) == 1
+
+
+def test_a_reader_run_started_with_limit_questions_0_resumes_with_it_left_out(tiny_squad, tiny_backbone, tmp_path):
+    """--limit-questions 0 trained a reader on every question until it was refused as out of range; a run that
+    recorded it could then not be resumed at all (left out: 'limit_questions 0 (this run: None)'; given: refused).
+    Left out means the same, so it resumes; another number is still refused."""
+    out = tmp_path / "reader"
+    train_reader(config(tiny_squad, tiny_backbone, out, max_steps=1, val_questions=0))
+    settings = json.loads((out / TRAIN_CONFIG).read_text())
+    (out / TRAIN_CONFIG).write_text(json.dumps({**settings, "limit_questions": 0}))  # as the earlier run wrote it
+    assert train_reader(config(tiny_squad, tiny_backbone, out, max_steps=2, val_questions=0))["steps"] == 2
+    (out / TRAIN_CONFIG).write_text(json.dumps({**settings, "limit_questions": 0}))
+    with pytest.raises(ValueError, match=r"other settings: limit_questions None \(this run: 5\)"):
+        train_reader(config(tiny_squad, tiny_backbone, out, max_steps=3, val_questions=0, limit_questions=5))
 
 
 def test_a_reader_run_resumes_on_its_questions_moved_and_refuses_them_edited(tiny_squad, tiny_backbone, tmp_path):
