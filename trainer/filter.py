@@ -130,7 +130,8 @@ def train_filter(cfg: FilterConfig) -> dict:
     out = check_model_out(cfg.out, model_dir)  # before minutes of encoding and training
     data = load_training(cfg.train)  # a bad training file, or one with nothing to train or validate on, is named
     train_q = training_questions(cfg.train, data, lambda i: not cfg.holdout.held(i))  # before the model loads
-    check_validation_split(cfg, data, cfg.val_windows, "--val-windows")
+    check_validation_split(cfg, data, cfg.val_windows, "--val-windows", None if cfg.from_index is None else
+                           f"--from-index {cfg.from_index} (its held-out articles' tokens validate the filter)")
     device = pick_device(cfg.device)
     precision = pick_precision(cfg.precision, device)
     base = load_model(model_dir, for_inference=False)

@@ -79,12 +79,14 @@ def loop_summary(run: RunSoFar, steps: int, windows: int, questions: int, precis
     }
 
 
-def check_validation_split(cfg: JobOptions, data: list[dict], wanted: int, flag: str = "--val-questions") -> None:
+def check_validation_split(cfg: JobOptions, data: list[dict], wanted: int, flag: str = "--val-questions",
+                           asked: str | None = None) -> None:
     """A run that validates (``wanted`` held-out questions or windows, by ``flag``) needs questions in the held-out
-    articles: refused before training (it failed after the whole run)."""
+    articles: refused before training (it failed after the whole run). ``asked``: what the message names as asking
+    for them, where ``flag`` is not used (default: ``flag`` and ``wanted``)."""
     if wanted and not squad_questions(data, cfg.holdout.held):
         off = "give --val-questions 0, " if flag == "--val-questions" else ""  # (the filter is always validated)
-        raise ValueError(f"{flag} {wanted}: {cfg.train} has no questions in its held-out articles (every "
+        raise ValueError(f"{asked or f'{flag} {wanted}'}: {cfg.train} has no questions in its held-out articles (every "
                          f"{cfg.holdout.every}th from article {cfg.holdout.offset}: {len(data)} articles); hold out "
                          f"others (--holdout-every N --holdout-offset K: article i is held out when i % N == K), {off}"
                          "or a file with more articles")

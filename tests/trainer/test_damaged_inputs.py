@@ -287,11 +287,11 @@ def test_train_filter_names_a_file_without_questions_to_train_or_validate_on(tin
     the model had loaded and the windows were encoded; the first is now refused before the model loads."""
     from spanseek.trainer import filter as filter_module
 
-    def run(squad: dict) -> str:
+    def run(squad: dict, *flags: str) -> str:
         path = tmp_path / "train.json"
         path.write_text(json.dumps(squad))
         argv = ["train", "filter", "--model", str(tiny_model_dir), "--train", str(path), "--out", str(tmp_path / "f"),
-                "--device", "cpu", "--no-progress"]
+                "--device", "cpu", "--no-progress", *flags]
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and not (tmp_path / "f").exists(), err
@@ -301,6 +301,10 @@ def test_train_filter_names_a_file_without_questions_to_train_or_validate_on(tin
     monkeypatch.setattr(filter_module, "load_model", lambda *a, **k: pytest.fail("refused only after loading"))
     assert run(make_squad(n_articles=3)).startswith(f"--val-windows 600: {tmp_path / 'train.json'} has no questions "
                                                     "in its held-out articles (every 20th from article 7: 3 articles)")
+    # with --from-index no windows are sampled: --val-windows, which it named, is not what asks for them
+    assert run(make_squad(n_articles=3), "--from-index", "idx").startswith(
+        "--from-index idx (its held-out articles' tokens validate the filter): "
+        f"{tmp_path / 'train.json'} has no questions in its held-out articles (every 20th from article 7")
     monkeypatch.setattr(filter_module, "load_model", loaded)
     squad = make_squad(n_articles=8)
     for art in squad["data"][:7]:  # every training answer one character off; held-out article 7 as it is
