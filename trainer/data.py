@@ -66,14 +66,16 @@ def answered(questions: list[Question], path: str | Path, kind: str = "training"
     return [q for q in questions if unplaced(q) is None]
 
 
-def training_questions(path: str | Path, data: list[dict[str, Any]], keep: Callable[[int], bool]) -> list[Question]:
+def training_questions(path: str | Path, data: list[dict[str, Any]], keep: Callable[[int], bool],
+                       kept_out: str = "held out") -> list[Question]:
     """The questions of the articles ``i`` of ``data`` a job trains on (``keep(i)``), placed by their index in the
-    file (``core.io.squad_questions``); ValueError naming the file when those articles hold none."""
+    file (``core.io.squad_questions``); ValueError naming the file when those articles hold none (``kept_out``: how
+    the others are kept out of training, as the message says it)."""
     questions = squad_questions(data, keep)
     if not questions:
         kept = sum(map(keep, range(len(data))))
         raise ValueError(f"{path}: no questions in its training articles ({len(data)} articles, {len(data) - kept} "
-                         "of them held out)")
+                         f"of them {kept_out})")
     return questions
 
 

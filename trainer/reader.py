@@ -158,7 +158,8 @@ def reader_questions(cfg: ReaderTrainConfig, data: list[dict]) -> list:
     """The questions a reader trains on: the answered ones (``trainer.data.answered``) of the articles neither held
     out nor reserved (their ``doc_index`` indexes ``data``; a fixed sample with ``limit_questions``)."""
     kept_out = [cfg.holdout] + ([cfg.reserved] if cfg.reserved is not None else [])
-    questions = answered(training_questions(cfg.train, data, lambda i: not any(h.held(i) for h in kept_out)),
+    questions = answered(training_questions(cfg.train, data, lambda i: not any(h.held(i) for h in kept_out),
+                                            "held out or reserved by --reserve-offset" if cfg.reserved else "held out"),
                          cfg.train)
     if not questions:
         raise ValueError(f"{cfg.train}: no trainable questions in the training articles (none has an answer whose "

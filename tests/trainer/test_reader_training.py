@@ -19,6 +19,7 @@ from spanseek.core.reading import READ_FEATURES, READING_NAME, Reading
 from spanseek.trainer.arguments import FitReadingConfig, ReaderTrainConfig
 from spanseek.trainer.reader import negative_passages, train_reader, training_windows
 from spanseek.trainer.rundir import TRAIN_CONFIG
+from tests.conftest import make_squad
 
 SPLIT = {"holdout_every": 4, "holdout_offset": 1}
 
@@ -425,3 +426,18 @@ def test_a_reader_run_resumes_on_its_questions_moved_and_refuses_them_edited(tin
     (out / "last" / "trained_questions.json").unlink()  # a checkpoint written before its questions were recorded
     with pytest.raises(ValueError, match=r"other settings: train '.*renamed.json.gz' \(this run: '.*tiny-squad"):
         train_reader(config(tiny_squad, tiny_backbone, out, max_steps=3, val_questions=0))
+
+
+def test_a_reader_file_without_training_questions_counts_its_reserved_articles_as_such():
+    """With every article held out or reserved, `train reader` said '3 articles, 3 of them held out' where one was
+    reserved for fit-reading (--reserve-offset), not held out: changing the held-out split alone could not help."""
+    from spanseek.trainer.reader import reader_questions
+
+    data = make_squad(n_articles=3)["data"]
+    cfg = ReaderTrainConfig(train="t.json", out="o", holdout_every=2, holdout_offset=0, reserve_offset=1)
+    with pytest.raises(ValueError, match=r"^t\.json: no questions in its training articles \(3 articles, 3 of them held "
+                                         r"out or reserved by --reserve-offset\)$"):
+        reader_questions(cfg, data)
+    cfg = ReaderTrainConfig(train="t.json", out="o", holdout_every=1, holdout_offset=0, reserve_offset=None)
+    with pytest.raises(ValueError, match=r"\(3 articles, 3 of them held out\)$"):  # nothing reserved
+        reader_questions(cfg, data)
