@@ -79,6 +79,14 @@ def training_questions(path: str | Path, data: list[dict[str, Any]], keep: Calla
     return questions
 
 
+def reserved_articles_hint(every: int, offset: int, data: list[dict[str, Any]]) -> str:
+    """Which articles of ``data`` a fit on a reader's reserved articles reads, and what to change when they hold
+    nothing to fit on, as a refusal says it (fit-reading, reader-length-bias: their --articles-offset)."""
+    reserved = sum(i % every == offset for i in range(len(data)))
+    return (f"(article i with i % {every} == {offset}, --holdout-every and --articles-offset: {reserved} of its "
+            f"{len(data)} articles); give a file with more articles or another --articles-offset")
+
+
 def load_training(path: str | Path) -> list[dict[str, Any]]:
     """The ``data`` list of a SQuAD-format training file (``core.io.load_squad``), refusing what would train on
     nothing or on the wrong question (``check_training_data``). Open-domain question lists (JSON Lines, CSV, TSV)

@@ -36,7 +36,7 @@ from spanseek.core.reader import READER_CONFIG_NAME, PassageReader, resolve_read
 from spanseek.core.reading import READ_FEATURES, READING_NAME, Candidate, Reading, ReadingStage, read_features
 from spanseek.trainer.arguments import FitReadingConfig
 from spanseek.trainer.calibrate import fit_logistic
-from spanseek.trainer.data import load_training
+from spanseek.trainer.data import load_training, reserved_articles_hint
 
 
 @dataclasses.dataclass
@@ -188,10 +188,8 @@ def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:
     articles = [a for i, a in enumerate(data) if Holdout(cfg.holdout_every, cfg.articles_offset).held(i)]
     questions = sample_questions([q for q in squad_questions(articles) if q.answers], cfg.questions, seed=cfg.seed)
     if not questions:  # (an index of no articles was refused naming its temporary corpus)
-        raise ValueError(f"--train {cfg.train}: no answered questions in the articles the fit reads (article i with i "
-                         f"% {cfg.holdout_every} == {cfg.articles_offset}, --holdout-every and --articles-offset: "
-                         f"{len(articles)} of its {len(data)} articles); give a file with more articles or another "
-                         "--articles-offset")
+        raise ValueError(f"--train {cfg.train}: no answered questions in the articles the fit reads "
+                         f"{reserved_articles_hint(cfg.holdout_every, cfg.articles_offset, data)}")
     with tempfile.TemporaryDirectory(prefix="spanseek-fit-reading-") as tmp:
         index = cfg.index
         if index is None:

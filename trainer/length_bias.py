@@ -60,7 +60,7 @@ from spanseek.core.reader import (
 from spanseek.core.spans import span_scores
 from spanseek.core.text import char_to_token
 from spanseek.trainer.arguments import LengthBiasConfig, ReaderLengthBiasConfig
-from spanseek.trainer.data import answered, load_training, training_questions
+from spanseek.trainer.data import answered, load_training, reserved_articles_hint, training_questions
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +169,13 @@ def bias_summary(table: SpanTable, bias: torch.Tensor, L: int, questions: int | 
     }
 
 
-def fit_questions(path: str, questions: list[Question], kind: str = "training") -> list[Question]:
+def fit_questions(path: str, questions: list[Question], kind: str = "training", hint: str = "") -> list[Question]:
     """The questions a fit reads: those with an answer at its ``answer_start`` (``trainer.data.answered``, which
-    names those left out); ValueError naming the file when none has one."""
+    names those left out); ValueError naming the file when none has one (``hint``: which articles, what to change)."""
     fit_q = answered(questions, path, kind)
     if not fit_q:
-        raise ValueError(f"{path}: none of its {len(questions)} {kind} questions has an answer at its answer_start "
-                         "to fit on" if questions else f"{path}: no {kind} questions to fit on")
+        raise ValueError((f"{path}: none of its {len(questions)} {kind} questions has an answer at its answer_start "
+                          "to fit on" if questions else f"{path}: no {kind} questions to fit on") + hint)
     return fit_q
 
 
@@ -220,7 +220,7 @@ def fit_reader_length_bias(cfg: ReaderLengthBiasConfig) -> dict[str, Any]:
     out = check_model_out(cfg.out, reader_dir, config_name=READER_CONFIG_NAME)
     data = load_training(cfg.train)  # a bad training file, or one with nothing to fit, is named before the reader loads
     fit_q = fit_questions(cfg.train, squad_questions(data, Holdout(cfg.holdout_every, cfg.articles_offset).held),
-                          "reserved-article")
+                          "reserved-article", " " + reserved_articles_hint(cfg.holdout_every, cfg.articles_offset, data))
     val_q = answered(squad_questions(data, cfg.holdout.held), cfg.train, "held-out")
     device = pick_device(cfg.device)
     reader = PassageReader.load(reader_dir, device, pick_precision(cfg.precision, device))

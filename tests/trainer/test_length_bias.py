@@ -4,10 +4,13 @@ command writes a copy of the model whose only change is the config's ``length_bi
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
+
+from tests.conftest import make_squad
 
 
 def test_fit_recovers_a_planted_bias():
@@ -201,6 +204,21 @@ def test_a_reader_out_that_would_lose_data_is_refused_before_reading(tiny_reader
                 reader=str(tiny_reader), train="unused", out=str(out)))
     with pytest.raises(ValueError, match="--articles-offset"):
         length_bias.ReaderLengthBiasConfig(reader="r", train="t", out="o", articles_offset=7)
+
+
+def test_a_reader_fit_without_reserved_questions_names_its_articles_and_flags(tiny_reader, tmp_path, monkeypatch):
+    """A file with no question in the reserved articles was refused as 'no reserved-article questions to fit on',
+    without saying which articles those are or which flags choose them, as fit-reading says it."""
+    from spanseek.trainer import length_bias
+
+    monkeypatch.setattr(length_bias.PassageReader, "load", lambda *a, **k: pytest.fail("refused only after loading"))
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps(make_squad(n_articles=3)))
+    with pytest.raises(ValueError, match=r"^" + re.escape(
+            f"{train}: no reserved-article questions to fit on (article i with i % 20 == 12, --holdout-every and "
+            "--articles-offset: 0 of its 3 articles); give a file with more articles or another --articles-offset")):
+        length_bias.fit_reader_length_bias(length_bias.ReaderLengthBiasConfig(
+            reader=str(tiny_reader), train=str(train), out=str(tmp_path / "out")))
 
 
 def test_a_copy_stopped_while_it_is_written_leaves_the_out_as_it_was_and_no_partial_copy(tiny_model_dir, tmp_path):
