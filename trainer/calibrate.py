@@ -228,6 +228,18 @@ def open_examples(path: str | Path) -> np.lib.npyio.NpzFile:
     return z
 
 
+def check_examples_out(path: str | Path | None) -> None:
+    """Refuse an ``--examples`` file there that is not examples an earlier run wrote (a question file, say), which
+    writing the examples would replace once every question was searched; an empty file, or none, is fine."""
+    if path is None or not Path(path).is_file() or not Path(path).stat().st_size:
+        return
+    try:
+        open_examples(path)
+    except CorpusError:
+        raise ValueError(f"--examples {path} exists and is not the .npz of examples that --examples writes; it is "
+                         "left alone: write to a new file, or remove it first") from None
+
+
 def load_meta(path: str | Path) -> dict[str, Any]:
     """What ``save_runs`` recorded about the examples in ``path`` ({} for files written before it did)."""
     z = open_examples(path)
@@ -434,6 +446,7 @@ def calibrate(index_dir: str | Path | None, questions_path: str | Path | None, m
     for flag, path in (("--out", out), ("--examples", examples), ("--cache", cache)):  # found before the searches
         check(path is None or not Path(path).is_dir(), flag, "a file to write, not a directory", path)
     check_overwrite("--out", out, "model_fingerprint", "a calibration file")  # (a question file was replaced)
+    check_examples_out(examples)
     for flag, path, folder in (("--index", index_dir, True), ("--questions", questions_path, False),
                                ("--from-examples", from_examples, False), ("--add-to", add_to, False)):  # cheap: named before the model is found
         check(path is None or (Path(path).exists() and Path(path).is_dir() == folder), flag,

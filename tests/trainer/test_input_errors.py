@@ -332,6 +332,19 @@ def test_calibrate_leaves_an_out_that_is_not_a_calibration_file_alone(tiny_index
                                        "calibration file (a JSON object with 'model_fingerprint'); it is left alone: "
                                        "write to a new file, or remove it first\n")
     assert questions.read_bytes() == kept
+    # --examples over the question file replaced it with the examples, as --out did
+    assert main([*argv, "--examples", str(questions)]) == 2
+    assert capsys.readouterr().err == (f"spanseek train calibrate: error: --examples {questions} exists and is not "
+                                       "the .npz of examples that --examples writes; it is left alone: write to a new "
+                                       "file, or remove it first\n")
+    assert questions.read_bytes() == kept
+    from spanseek.trainer.calibrate import check_examples_out, save_runs
+
+    earlier, empty = tmp_path / "examples.npz", tmp_path / "empty.npz"
+    save_runs({}, earlier, {"questions": "q.json"})
+    empty.write_bytes(b"")
+    for fine in (earlier, empty, tmp_path / "new.npz", None):  # an earlier run's examples are written over
+        check_examples_out(fine)
 
 def test_valsets_checks_its_counts_and_takes_every_paragraph_of_a_small_file(squad_file, tmp_path, caplog):
     for given, flag in (({"n_questions": 0}, "--questions"), ({"bm25_k": 0}, "--bm25-k"),
