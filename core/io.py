@@ -236,6 +236,16 @@ def check_writable(path: str | Path) -> None:
     os.unlink(probe)
 
 
+def other_files(directory: str | Path, own: Iterable[str]) -> str:
+    """The files in ``directory`` other than ``own`` and hidden ones (a desktop's or a file system's own), as a
+    refusal to write among them lists them: the first three, then ``...``; empty when there are none (or no
+    directory)."""
+    path, own = Path(directory), set(own)
+    other = sorted(p.name for p in path.iterdir() if p.name not in own and not p.name.startswith(".")) \
+        if path.is_dir() else []
+    return ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+
+
 def check_overwrite(flag: str, path: str | Path | None, key: str, what: str) -> None:
     """ValueError naming ``flag`` when ``path`` is a file that is not ``what`` an earlier run wrote (a JSON object
     with ``key``), which writing the command's output over it would destroy: another command's input, a model's

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from spanseek.core.encoding import pick_device
 from spanseek.core.evaluate import sample_questions
 from spanseek.core.holdout import Holdout
-from spanseek.core.io import Question, squad_documents, squad_questions, write_corpus
+from spanseek.core.io import Question, other_files, squad_documents, squad_questions, write_corpus
 from spanseek.core.loading import open_searcher
 from spanseek.core.metrics import calibration_error, exact_match, passage_has_answer
 from spanseek.core.model import resolve_model
@@ -172,11 +172,10 @@ def check_reading_out(out: str | Path) -> None:
     if path.exists() and not path.is_dir():
         raise ValueError(f"--out {out} is a file; it names the reader directory to write {READING_NAME} into "
                          "(usually --reader's)")
-    other = sorted(p.name for p in path.iterdir() if p.name != READING_NAME) if path.is_dir() else []
-    if other and not (path / READER_CONFIG_NAME).is_file():
-        raise ValueError(f"--out {out} is not a reader directory (no {READER_CONFIG_NAME}; it holds "
-                         f"{', '.join(other[:3])}{', ...' if len(other) > 3 else ''}): {READING_NAME} goes beside its "
-                         "reader; give the reader's directory (usually --reader's) or a new one")
+    if (other := other_files(path, [READING_NAME])) and not (path / READER_CONFIG_NAME).is_file():
+        raise ValueError(f"--out {out} is not a reader directory (no {READER_CONFIG_NAME}; it holds {other}): "
+                         f"{READING_NAME} goes beside its reader; give the reader's directory (usually --reader's) or "
+                         "a new one")
 
 
 def fit_reading(cfg: FitReadingConfig) -> dict[str, Any]:

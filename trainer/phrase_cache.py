@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.encoding import autocast, padded_length, window_batch
-from spanseek.core.io import new_memmap, write_json_atomic
+from spanseek.core.io import new_memmap, other_files, write_json_atomic
 from spanseek.core.model import PhraseModel, phrase_fingerprint
 from spanseek.core.text import FLAG_END, FLAG_START, tokenize_passages
 from spanseek.trainer.data import Batch, TrainWindow, hard_allowed, pick_hard, question_tensors
@@ -52,10 +52,8 @@ def check_cache_dir(flag: str, directory: str | Path) -> None:
         raise CacheError(f"{flag} {directory} is a file, not a cache directory: give a new directory (or a cache's)")
     if not path.is_dir() or (path / CACHE_META).is_file():
         return
-    other = sorted(p.name for p in path.iterdir() if p.name not in CACHE_FILES and not p.name.startswith("."))
-    if other:
-        shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
-        raise CacheError(f"{flag} {directory} holds other files ({shown}), not a cache: a cache is written into a "
+    if other := other_files(path, CACHE_FILES):
+        raise CacheError(f"{flag} {directory} holds other files ({other}), not a cache: a cache is written into a "
                          "directory of its own; give a new directory (or a cache's)")
 
 

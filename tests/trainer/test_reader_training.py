@@ -256,7 +256,9 @@ def test_fit_reading_refuses_an_out_reading_json_cannot_go_into_before_any_work(
     assert sorted(p.name for p in tiny_model_dir.iterdir()) == kept
     (tmp_path / "earlier").mkdir()
     (tmp_path / "earlier" / READING_NAME).write_text("{}")
-    for fine in (tmp_path / "new", tiny_reader, tmp_path / "earlier"):
+    (tmp_path / "made").mkdir()  # a new directory a desktop has marked (it was 'not a reader directory')
+    (tmp_path / "made" / ".DS_Store").write_bytes(b"\0")
+    for fine in (tmp_path / "new", tiny_reader, tmp_path / "earlier", tmp_path / "made"):
         fit_module.check_reading_out(fine)
 
 
