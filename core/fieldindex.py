@@ -20,6 +20,10 @@ one lookup per kind of value, not one per value: its numbers are sorted once and
 its strings by their codes. Each condition becomes a (D,) boolean mask over documents and the tree combines masks
 (``must`` and, ``should`` or, ``must_not`` and-not).
 
+A live snapshot (``core.segment.LiveIndex``) filters with ``JoinedFieldIndex``: its base's field index (read or built
+once a base) and one built over the segment's documents at each write, each condition's documents taken from both
+(the segment's numbered after the base's), so a write costs O(segment), not a field index over every document.
+
 A condition on a field no document has, or of a kind the field never holds (a range of numbers over strings, a
 date range over a field without dates, ``"2024"`` over numbers), raises FilterError naming the field (HTTP 400).
 """
@@ -29,12 +33,17 @@ from __future__ import annotations
 import bisect
 import functools
 import io
+import itertools
 import json
-from collections.abc import Iterable, Mapping
+import operator
+import typing
+from abc import ABC, abstractmethod
+from collections import ChainMap
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
@@ -53,10 +62,11 @@ from spanseek.core.filters import (
     kind_of,
     parse_date,
 )
-from spanseek.core.ids import respellings
+from spanseek.core.ids import joined, respellings
 
 FIELDS = "doc_fields.npz"
 FORMAT = 1
+T = TypeVar("T")
 HEADER = "header"  # the JSON header's array in the npz: format, documents, and per field its strings
 
 
@@ -149,7 +159,112 @@ class Field:
 _NONE = np.zeros(0, dtype=np.int32)
 
 
-class FieldIndex:
+class FilterTree(ABC):
+    """A filter evaluated over numbered documents: the tree (``must`` and, ``should`` or, ``must_not`` and-not) and
+    the check of each condition, over the conditions' documents that a subclass finds (``FieldIndex``: one index's;
+    ``JoinedFieldIndex``: two, the second numbered after the first)."""
+
+    ids: Sequence[str]  # each document's id, in document order
+    number_of: Mapping[str, int]  # document number by id (the last document of a repeated id)
+
+    @property
+    @abstractmethod
+    def documents(self) -> int:
+        """The documents numbered."""
+
+    @property
+    @abstractmethod
+    def respelled(self) -> Mapping[str, Sequence[str]]:
+        """The ids not spelled composed (NFC), by their composed spelling (``core.ids.respellings``)."""
+
+    @abstractmethod
+    def kinds_of(self, key: str) -> list[Kind] | None:
+        """The kinds of value field ``key`` holds (``Field.kinds``), None when no document has it."""
+
+    @abstractmethod
+    def names(self) -> list[str]:
+        """Every metadata field's name, sorted."""
+
+    @abstractmethod
+    def found(self, leaf: Match | AnyOf | Range) -> np.ndarray:
+        """The documents a condition selects (a document may come more than once), none where the field or the
+        kind asked for is missing (``check`` refuses such a condition before)."""
+
+    @abstractmethod
+    def titled(self, prefix: str) -> np.ndarray:
+        """The documents whose title starts with ``prefix``."""
+
+    def check(self, flt: SearchFilter | None) -> None:
+        """Raise FilterError naming the field when a condition of ``flt`` names a field no document has, or asks
+        for a kind of value the field never holds."""
+        for leaf in flt.leaves() if flt is not None else ():
+            self._check_leaf(leaf)
+
+    def documents_of(self, flt: SearchFilter) -> np.ndarray:
+        """(D,) bool: the documents that pass ``flt`` (deletions aside); FilterError as ``check``."""
+        return self._mask(flt)
+
+    def numbers_of(self, ids: Iterable[str]) -> np.ndarray:
+        """The document numbers of the ids the index holds (unknown ids are left out)."""
+        ids = list(ids)
+        found = np.fromiter(map(self.number_of.get, ids, repeat(-1, len(ids))), dtype=np.int64, count=len(ids))
+        return found[found >= 0]
+
+    def _check_leaf(self, leaf: Match | AnyOf | Range) -> None:
+        """The field a condition reads exists, and holds the kind of value the condition asks for."""
+        kinds = self.kinds_of(leaf.key)
+        if kinds is None:
+            raise FilterError(f"filter field {leaf.key!r}: no document has it (known fields: "
+                              f"{_listed(self.names())})", leaf.key)
+        if isinstance(leaf, Range):
+            if leaf.kind not in kinds:
+                what = "numbers" if leaf.kind == "number" else "ISO-8601 dates"
+                raise FilterError(f"filter field {leaf.key!r}: a range of {what}, but the field holds "
+                                  f"{_listed(kinds)}", leaf.key)
+            return
+        values = leaf.values if isinstance(leaf, AnyOf) else (leaf.value,)
+        if set(_grouped(values)) <= set(kinds):
+            return
+        for value in values:  # the first value of a kind the field does not hold names it
+            kind = kind_of(value)
+            if kind not in kinds:
+                raise FilterError(f"filter field {leaf.key!r}: {json.dumps(value)} is a {kind}, but the field holds "
+                                  f"{_listed(kinds)}", leaf.key)
+
+    def _mask(self, c: Condition) -> np.ndarray:
+        if isinstance(c, Not):
+            return ~self._mask(c.condition)
+        if isinstance(c, SearchFilter):
+            return self._filter_mask(c)
+        return self._select(self._leaf_docs(c))
+
+    def _leaf_docs(self, leaf: Match | AnyOf | Range) -> np.ndarray:
+        self._check_leaf(leaf)
+        return self.found(leaf)
+
+    def _filter_mask(self, flt: SearchFilter) -> np.ndarray:
+        masks = []
+        if flt.doc_ids is not None:
+            masks.append(self._select(self.numbers_of(flt.spelled_ids)))
+        if flt.title_prefix is not None:
+            masks.append(self._select(self.titled(flt.title_prefix)))
+        masks += [self._select(self._leaf_docs(Match(k, v))) for k, v in flt.meta or ()]
+        masks += [self._mask(c) for c in flt.must or ()]
+        if flt.should is not None:
+            masks.append(np.logical_or.reduce([self._mask(c) for c in flt.should]))
+        if flt.must_not is not None:
+            masks.append(~np.logical_or.reduce([self._mask(c) for c in flt.must_not]))
+        if not masks:
+            return np.ones(self.documents, dtype=bool)
+        return np.logical_and.reduce(masks) if len(masks) > 1 else masks[0]
+
+    def _select(self, docs: np.ndarray) -> np.ndarray:
+        mask = np.zeros(self.documents, dtype=bool)
+        mask[docs] = True
+        return mask
+
+
+class FieldIndex(FilterTree):
     """The documents' ids, titles and metadata fields, indexed for filters (see the module docstring).
 
     ``ids`` and ``titles`` are the document store's (``docs.jsonl``, in document order); ``title_order`` the
@@ -240,77 +355,23 @@ class FieldIndex:
 
     # --- filters ------------------------------------------------------------------------------------------------
 
-    def check(self, flt: SearchFilter | None) -> None:
-        """Raise FilterError naming the field when a condition of ``flt`` names a field no document has, or asks
-        for a kind of value the field never holds."""
-        for leaf in flt.leaves() if flt is not None else ():
-            self._field(leaf)
+    def kinds_of(self, key: str) -> list[Kind] | None:
+        f = self.fields.get(key)
+        return None if f is None else f.kinds
 
-    def documents_of(self, flt: SearchFilter) -> np.ndarray:
-        """(D,) bool: the documents that pass ``flt`` (deletions aside); FilterError as ``check``."""
-        return self._mask(flt)
+    def names(self) -> list[str]:
+        return sorted(self.fields)
 
-    def _field(self, leaf: Match | AnyOf | Range) -> Field:
-        """The field a condition reads, checked: it exists, and holds the kind of value the condition asks for."""
+    def found(self, leaf: Match | AnyOf | Range) -> np.ndarray:
         f = self.fields.get(leaf.key)
         if f is None:
-            raise FilterError(f"filter field {leaf.key!r}: no document has it (known fields: "
-                              f"{_listed(sorted(self.fields))})", leaf.key)
-        kinds = f.kinds
-        if isinstance(leaf, Range):
-            if leaf.kind not in kinds:
-                what = "numbers" if leaf.kind == "number" else "ISO-8601 dates"
-                raise FilterError(f"filter field {leaf.key!r}: a range of {what}, but the field holds "
-                                  f"{_listed(kinds)}", leaf.key)
-            return f
-        values = leaf.values if isinstance(leaf, AnyOf) else (leaf.value,)
-        if set(_grouped(values)) <= set(kinds):
-            return f
-        for value in values:  # the first value of a kind the field does not hold names it
-            kind = kind_of(value)
-            if kind not in kinds:
-                raise FilterError(f"filter field {leaf.key!r}: {json.dumps(value)} is a {kind}, but the field holds "
-                                  f"{_listed(kinds)}", leaf.key)
-        return f
-
-    def _mask(self, c: Condition) -> np.ndarray:
-        if isinstance(c, Not):
-            return ~self._mask(c.condition)
-        if isinstance(c, SearchFilter):
-            return self._filter_mask(c)
-        return self._select(self._leaf_docs(c))
-
-    def _leaf_docs(self, leaf: Match | AnyOf | Range) -> np.ndarray:
-        f = self._field(leaf)
+            return _NONE
         if isinstance(leaf, Range):
             postings = f.numbers if leaf.kind == "number" else f.dates
-            assert postings is not None  # checked by _field
-            return postings.between(leaf)
+            return _NONE if postings is None else postings.between(leaf)
         return f.any_of(leaf.values if isinstance(leaf, AnyOf) else (leaf.value,))
 
-    def _filter_mask(self, flt: SearchFilter) -> np.ndarray:
-        masks = []
-        if flt.doc_ids is not None:
-            masks.append(self._select(self.numbers_of(flt.spelled_ids)))
-        if flt.title_prefix is not None:
-            masks.append(self._select(self._titled(flt.title_prefix)))
-        masks += [self._select(self._leaf_docs(Match(k, v))) for k, v in flt.meta or ()]
-        masks += [self._mask(c) for c in flt.must or ()]
-        if flt.should is not None:
-            masks.append(np.logical_or.reduce([self._mask(c) for c in flt.should]))
-        if flt.must_not is not None:
-            masks.append(~np.logical_or.reduce([self._mask(c) for c in flt.must_not]))
-        if not masks:
-            return np.ones(self.documents, dtype=bool)
-        return np.logical_and.reduce(masks) if len(masks) > 1 else masks[0]
-
-    def numbers_of(self, ids: Iterable[str]) -> np.ndarray:
-        """The document numbers of the ids the index holds (unknown ids are left out)."""
-        ids = list(ids)
-        found = np.fromiter(map(self.number_of.get, ids, repeat(-1, len(ids))), dtype=np.int64, count=len(ids))
-        return found[found >= 0]
-
-    def _titled(self, prefix: str) -> np.ndarray:
+    def titled(self, prefix: str) -> np.ndarray:
         """Documents whose title starts with ``prefix``: a run of the documents sorted by title."""
         order, title = self.title_order, self.titles.__getitem__
         lo = bisect.bisect_left(order, prefix, key=title)
@@ -318,10 +379,78 @@ class FieldIndex:
         hi = len(order) if after is None else bisect.bisect_left(order, after, lo=lo, key=title)
         return order[lo:hi]
 
-    def _select(self, docs: np.ndarray) -> np.ndarray:
-        mask = np.zeros(self.documents, dtype=bool)
-        mask[docs] = True
-        return mask
+
+class JoinedFieldIndex(FilterTree):
+    """The field index of ``first``'s documents followed by ``then``'s (numbered after them), read from the two
+    without building one over all: a live index's base (built once a base) and its segment (built each write, in
+    O(segment)). Each condition selects documents one by one, so its documents are ``first``'s and ``then``'s,
+    renumbered; a filter answers as ``FieldIndex.build`` over all the documents does (an id held by both is
+    ``then``'s, the last document of the id)."""
+
+    def __init__(self, first: FilterTree, then: FilterTree):
+        self.first, self.then, self.offset = first, then, first.documents
+        self.ids = Chained(first.ids, then.ids)
+        shifted = {doc_id: self.offset + d for doc_id, d in then.number_of.items()}
+        self.number_of = ChainMap(shifted, first.number_of)  # type: ignore[arg-type]  # (a read-only view)
+
+    @property
+    def documents(self) -> int:
+        return self.first.documents + self.then.documents
+
+    @functools.cached_property
+    def respelled(self) -> Mapping[str, Sequence[str]]:
+        return joined(self.first.respelled, self.then.respelled)
+
+    def kinds_of(self, key: str) -> list[Kind] | None:
+        a, b = self.first.kinds_of(key), self.then.kinds_of(key)
+        if a is None or b is None:
+            return a if b is None else b
+        return [k for k in typing.get_args(Kind) if k in a or k in b]
+
+    def names(self) -> list[str]:
+        return sorted({*self.first.names(), *self.then.names()})
+
+    def found(self, leaf: Match | AnyOf | Range) -> np.ndarray:
+        return self._joined(self.first.found(leaf), self.then.found(leaf))
+
+    def titled(self, prefix: str) -> np.ndarray:
+        return self._joined(self.first.titled(prefix), self.then.titled(prefix))
+
+    def _joined(self, first: np.ndarray, then: np.ndarray) -> np.ndarray:
+        return np.concatenate([first.astype(np.int64), then.astype(np.int64) + self.offset])
+
+
+class Chained(Sequence[T]):
+    """``first`` followed by ``then``, read as one sequence without copying either (a live snapshot's ids, passages
+    and documents: its base's, shared by every snapshot of the base, then its segment's)."""
+
+    def __init__(self, first: Sequence[T], then: Sequence[T]):
+        self.first, self.then, self.split = first, then, len(first)
+
+    def __len__(self) -> int:
+        return self.split + len(self.then)
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return [self[j] for j in range(start, stop, step)]
+            return [*self.first[start:min(stop, self.split)], *self.then[max(start - self.split, 0):max(stop - self.split, 0)]]
+        i = operator.index(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"index {i} out of range for {len(self)} items")
+        return self.first[i] if i < self.split else self.then[i - self.split]
+
+    def __iter__(self) -> Iterator[T]:
+        return itertools.chain(self.first, self.then)
 
 
 _KIND_OF_TYPE: dict[type, Kind] = {int: "number", float: "number", str: "string", bool: "boolean",

@@ -68,7 +68,7 @@ from spanseek.core import integrity
 from spanseek.core.config import EncoderConfig
 from spanseek.core.faiss_spec import FactorySpec, faiss_reason, ivf_of, parse_factory, unwrapped
 from spanseek.core.fieldindex import FIELDS as FIELDS
-from spanseek.core.fieldindex import FieldIndex
+from spanseek.core.fieldindex import FieldIndex, FilterTree
 from spanseek.core.fine_store import DEFAULT_STORE, STORES, FineStore, open_fine_store, store_files
 from spanseek.core.fine_store import VECTORS as VECTORS
 from spanseek.core.fine_store import as_float32 as as_float32
@@ -477,7 +477,7 @@ class PhraseIndex:
         self.passages = _read(d / PASSAGES, read_jsonl)
         self.docs = _read(d / DOCS, read_jsonl)
         self.deleted_docs = _read(d / DELETED, np.load) if self._has(DELETED) else np.zeros(0, np.int64)
-        self._fields: FieldIndex | None = None
+        self._fields: FilterTree | None = None
         if self._has(FIELDS):
             self._fields = _read(d / FIELDS, lambda p: FieldIndex.load(p, self.docs))
         if len(self.deleted_docs) and (self.deleted_docs.min() < 0 or self.deleted_docs.max() >= len(self.docs)):
@@ -531,7 +531,7 @@ class PhraseIndex:
                                        f"{len(self.passages)}; rebuild it with `spanseek index add-lexical {self.dir}`")
 
     @property
-    def fields(self) -> FieldIndex:
+    def fields(self) -> FilterTree:
         """The field index filters are evaluated over: the index's ``doc_fields.npz``, or, in an index built
         before it, one built from the document store at the first use."""
         if self._fields is None:

@@ -4,8 +4,9 @@
 
 ``LiveIndex`` is a ``PhraseIndex`` whose rows are the base's followed by the segment's: token ids, passage and
 document numbers continue after the base's, as ``spanseek index add`` numbers them, so the searcher, its stages and
-the hits run on it unchanged. Each write publishes a new ``LiveIndex`` (a snapshot; the base's arrays are shared,
-the maps are concatenated) and a new ``Searcher`` over it (``searcher_over``).
+the hits run on it unchanged. Each write publishes a new ``LiveIndex`` (a snapshot: the base's passages, documents
+and field index are read through, not copied, ``core.fieldindex.Chained`` and ``JoinedFieldIndex``; the token maps
+are concatenated) and a new ``Searcher`` over it (``searcher_over``).
 
 - **Dense leg.** ``SegmentedFaiss`` searches the base's faiss index and a faiss index of the segment's (kept) tokens
   made from the base's trained, empty index (so the same quantiser and codes), and merges the two top-k lists by
@@ -38,7 +39,7 @@ import numpy as np
 
 from spanseek.core.dense import merge_top
 from spanseek.core.faiss_spec import ivf_of
-from spanseek.core.fieldindex import FieldIndex
+from spanseek.core.fieldindex import Chained, FieldIndex, JoinedFieldIndex
 from spanseek.core.flat_search import flat_vectors
 from spanseek.core.hits import HitBuilder
 from spanseek.core.lexical import LexicalIndex, passage_text, tokenize, top_passages
@@ -253,13 +254,13 @@ class LiveIndex(PhraseIndex):
         self.token_offsets = np.concatenate([base.token_offsets, *[doc.offsets for doc in segment]])
         self.token_flags = np.concatenate([base.token_flags, *[doc.flags for doc in segment]])
         self.passage_tokens = np.concatenate([base.passage_tokens, n + np.cumsum(seg_ntokens)]).astype(np.int64)
-        self.passages = list(base.passages)
-        self.docs = list(base.docs)
-        for k, doc in enumerate(segment):
-            self.docs.append(doc.record)
-            self.passages += [passage_record(d + k, q["para"], q["text"], q.get("meta")) for q in doc.passages]
+        seg_docs = [doc.record for doc in segment]
+        seg_passages = [passage_record(d + k, q["para"], q["text"], q.get("meta"))
+                        for k, doc in enumerate(segment) for q in doc.passages]
+        self.passages = Chained(base.passages, seg_passages)  # the base's lists are shared, not copied
+        self.docs = Chained(base.docs, seg_docs)
         self.deleted_docs = np.union1d(base.deleted_docs, tombstones).astype(np.int64)
-        self._fields = FieldIndex.build(self.docs)
+        self._fields = JoinedFieldIndex(base.fields, FieldIndex.build(seg_docs))  # the base's is built once a base
         n_seg = len(self.seg_vectors)
         kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
         seg_index = faiss.clone_index(template)

@@ -1,0 +1,142 @@
+"""A live snapshot (``core.segment.LiveIndex``) reads its base's documents, passages and field index without copying
+them: its state against the snapshot made by copying (the base's lists followed by the segment's, and a field index
+built over every document), on an in-memory base of random documents with random metadata, earlier versions of ids
+(deleted) and a segment of upserts of base ids, new ids and tombstones.
+
+    .venv/bin/python -m pytest -q tests/core/test_segment.py
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+import random
+import re
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+
+from spanseek.core.fieldindex import Chained, FieldIndex
+from spanseek.core.filters import FilterError, SearchFilter
+from spanseek.core.phrase_index import Manifest, PhraseIndex, passage_record
+from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like
+from spanseek.core.selection import allowed_documents
+from tests.core.test_field_index import random_filter
+from tests.core.test_field_index_joined import versions
+
+DIM = 8
+
+
+@pytest.mark.parametrize(("first", "then"), [([], []), ([1, 2, 3], []), ([], [4, 5]), ([1, 2, 3], [4, 5])])
+def test_a_chained_sequence_reads_as_the_two_lists_joined(first, then):
+    whole, chained = first + then, Chained(first, then)
+    assert len(chained) == len(whole) and list(chained) == whole
+    for i in range(-len(whole), len(whole)):
+        assert chained[i] == whole[i] and chained[np.int64(i)] == whole[i]
+    for i in (len(whole), -len(whole) - 1):
+        with pytest.raises(IndexError):
+            chained[i]
+    bounds = [None, *range(-len(whole) - 1, len(whole) + 2)]
+    for start in bounds:
+        for stop in bounds:
+            for step in (None, 1, 2, -1):
+                assert chained[start:stop:step] == whole[start:stop:step], (start, stop, step)
+    for x in range(7):
+        assert bisect.bisect_left(chained, x) == bisect.bisect_left(whole, x)
+
+
+def memory_base(docs: list[dict], rng: random.Random) -> PhraseIndex:
+    """A ``PhraseIndex`` held in memory: each document one or two passages of two tokens, random vectors in a flat
+    faiss index, the earlier versions of a repeated id deleted (as ``index add`` leaves them)."""
+    base = object.__new__(PhraseIndex)
+    passages = [passage_record(d, k, f"text {d}.{k}") for d in range(len(docs)) for k in range(rng.randint(1, 2))]
+    n = 2 * len(passages)
+    base.dir, base.docs, base.passages = Path("memory"), docs, passages
+    base.token_passage = np.repeat(np.arange(len(passages), dtype=np.int32), 2)
+    base.token_offsets, base.token_flags = np.zeros((n, 2), np.int32), np.zeros(n, np.uint8)
+    base.passage_tokens = np.arange(0, n + 1, 2, dtype=np.int64)
+    last = {doc["id"]: d for d, doc in enumerate(docs)}
+    base.deleted_docs = np.asarray([d for d, doc in enumerate(docs) if last[doc["id"]] != d], np.int64)
+    base.vectors = np.random.default_rng(0).standard_normal((n, DIM)).astype(np.float16)
+    base.faiss = faiss.IndexFlatIP(DIM)
+    base.faiss.add(base.vectors.astype(np.float32))
+    base.default_nprobe, base.codes, base.vector_source, base.lexical = None, None, "fine", None
+    base.manifest = Manifest(1, {}, "", "", "Flat", {}, len(docs), len(passages), n, n, None, 0.0, "")
+    base._fields = None
+    return base
+
+
+def encoded(record: dict, rng: random.Random) -> EncodedDocument:
+    k = rng.randint(1, 2)
+    return EncodedDocument(record, tuple({"para": i, "text": f"new {record['id']}.{i}"} for i in range(k)),
+                           np.ones((2 * k, DIM), np.float16), np.zeros((2 * k, 2), np.int32),
+                           np.zeros(2 * k, np.uint8), np.full(k, 2), np.ones(2 * k, bool), tuple([] for _ in range(k)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_snapshot_holds_what_copying_the_base_into_it_held(seed):
+    rng = random.Random(seed)
+    docs = versions(seed, 260)
+    base = memory_base(docs[:200], rng)
+    held = sorted({d["id"] for d in base.docs})
+    segment = {}
+    for record in docs[200:]:  # upserts: a base id (its base row tombstoned) or a new one, perhaps written twice
+        record = {**record, "id": rng.choice(held) if rng.random() < 0.4 else record["id"]}
+        segment.pop(record["id"], None)
+        segment[record["id"]] = encoded(record, rng)
+    dead = {d for d, doc in enumerate(base.docs) if doc["id"] in segment or rng.random() < 0.05}
+    live = LiveIndex(base, list(segment.values()), np.asarray(sorted(dead), np.int64), empty_like(base.faiss), None)
+
+    all_docs = base.docs + [doc.record for doc in segment.values()]  # the snapshot as copying made it
+    all_passages = base.passages + [passage_record(len(base.docs) + k, q["para"], q["text"])
+                                    for k, doc in enumerate(segment.values()) for q in doc.passages]
+    assert list(live.docs) == all_docs and list(live.passages) == all_passages
+    assert len(live.docs) == len(all_docs) and live.passages[-3:] == all_passages[-3:]
+    assert live.manifest.documents == len(all_docs) and live.manifest.passages == len(all_passages)
+    by_doc = operator.itemgetter("doc")
+    for row in rng.sample(range(len(all_docs)), 20):
+        assert bisect.bisect_left(live.passages, row, key=by_doc) == bisect.bisect_left(all_passages, row, key=by_doc)
+
+    oracle = FieldIndex.build(all_docs)
+    ids = [d["id"] for d in all_docs]
+    assert [live.fields.number_of.get(i) for i in ids] == [oracle.number_of.get(i) for i in ids]
+    deleted = np.zeros(len(all_docs), bool)
+    deleted[live.deleted_docs] = True
+    for _ in range(40):
+        flt = SearchFilter.from_json(random_filter(rng))
+        try:
+            want = oracle.documents_of(flt) & ~deleted
+        except FilterError as e:
+            with pytest.raises(FilterError, match=re.escape(str(e))):
+                allowed_documents(live, flt)
+            continue
+        assert np.array_equal(allowed_documents(live, flt), want)
+
+
+class Unread(list):
+    """A base's list that fails when read item by item (len and identity still work)."""
+
+    def __iter__(self):
+        raise AssertionError("the snapshot read every item of its base's list")
+
+    def __getitem__(self, i):
+        raise AssertionError("the snapshot read an item of its base's list")
+
+
+def test_a_write_s_snapshot_reads_none_of_its_base_s_documents_or_passages(monkeypatch):
+    """What a write costs grows with the segment, not the base: the base's field index is built once (here before
+    the write), and the snapshot neither copies the base's lists nor builds a field index over its documents."""
+    rng = random.Random(0)
+    base = memory_base(versions(0, 300), rng)
+    base.fields  # noqa: B018  (built once a base, as opening an index with doc_fields.npz reads it)
+    base.docs, base.passages = Unread(base.docs), Unread(base.passages)
+    built: list[int] = []
+    build = FieldIndex.build
+    monkeypatch.setattr(FieldIndex, "build", staticmethod(lambda docs: built.append(len(docs)) or build(docs)))
+    segment = [encoded({"id": "new", "title": "New", "meta": {"year": 2001}}, rng)]
+    live = LiveIndex(base, segment, np.asarray([3], np.int64), empty_like(base.faiss), None)
+    assert built == [1]
+    flt = SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 2001, "lte": 2001}}]})
+    assert live.fields.documents_of(flt)[-1] and live.docs[300]["id"] == "new" and len(live.passages) > 300
