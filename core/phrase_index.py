@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -538,6 +539,11 @@ class PhraseIndex:
             log.info("%s: no %s (built before it); building the field index in memory", self.dir, FIELDS)
             self._fields = FieldIndex.build(self.docs)
         return self._fields
+
+    @functools.cached_property
+    def passage_doc(self) -> np.ndarray:
+        """(P,) int64: each passage's document (read from the passages once an index)."""
+        return np.asarray([p["doc"] for p in self.passages], dtype=np.int64)
 
     @property
     def fusion_defaults(self) -> dict[str, Any]:

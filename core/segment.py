@@ -162,13 +162,12 @@ class LiveLexical:
 
 @dataclass(frozen=True)
 class BaseTerms:
-    """Term frequencies of a base's passages: tf (P, V) CSR, vocab {term: column}, doc_len (P,) terms a passage,
-    passage_doc (P,) each passage's document; ``by_term`` and ``df`` are made once a base, for its snapshots."""
+    """Term frequencies of a base's passages: tf (P, V) CSR, vocab {term: column}, doc_len (P,) terms a passage;
+    ``by_term`` and ``df`` are made once a base, for its snapshots."""
 
     tf: Any
     vocab: dict[str, int]
     doc_len: np.ndarray
-    passage_doc: np.ndarray
 
     @functools.cached_property
     def by_term(self) -> Any:
@@ -195,8 +194,7 @@ class BaseTerms:
                 cols.append(vocab.setdefault(t, len(vocab)))
         tf = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(terms), len(vocab)))
         tf.sum_duplicates()
-        out = cls(tf, vocab, np.asarray([len(t) for t in terms], np.int64),
-                  np.asarray([p["doc"] for p in index.passages], np.int64))
+        out = cls(tf, vocab, np.asarray([len(t) for t in terms], np.int64))
         out.by_term, out.df  # noqa: B018  (made here, with the base, not by its first write)
         return out
 
@@ -291,6 +289,7 @@ class LiveIndex(PhraseIndex):
         self.docs = Chained(base.docs, seg_docs)
         self.deleted_docs = np.union1d(base.deleted_docs, tombstones).astype(np.int64)
         self._fields = JoinedFieldIndex(base.fields, FieldIndex.build(seg_docs))  # the base's is built once a base
+        self.passage_doc = np.concatenate([base.passage_doc, [q["doc"] for q in seg_passages]]).astype(np.int64)
         n_seg = len(self.seg_vectors)
         kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
         seg_index = faiss.clone_index(template)
@@ -312,8 +311,7 @@ class LiveIndex(PhraseIndex):
         if base.lexical is not None and base_terms is not None:
             dead = np.zeros(len(self.docs), dtype=bool)
             dead[self.deleted_docs] = True
-            passage_doc = np.concatenate([base_terms.passage_doc, [q["doc"] for q in seg_passages]]).astype(np.int64)
-            live = ~dead[passage_doc]
+            live = ~dead[self.passage_doc]
             self.lexical = LiveLexical(base.lexical, base_terms, [t for doc in segment for t in doc.terms], live)
 
     @property

@@ -554,7 +554,7 @@ class LiveStore:
         self.base = base
         self.template = empty_like(base.faiss)
         self.base_terms = BaseTerms.of(base) if base.lexical is not None else None
-        self._base_passage_doc = np.asarray([p["doc"] for p in base.passages], dtype=np.int64)  # sorted
+        self._base_passage_doc = base.passage_doc  # sorted
 
     def _encode_entry(self, entry: dict[str, Any], where: Path, final: Callable[[str], bool] = lambda doc_id: True
                       ) -> tuple[list[EncodedDocument], list[str]]:

@@ -23,7 +23,7 @@ from spanseek.core.fieldindex import Chained, FieldIndex
 from spanseek.core.filters import FilterError, SearchFilter
 from spanseek.core.phrase_index import Manifest, PhraseIndex, passage_record
 from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like
-from spanseek.core.selection import allowed_documents
+from spanseek.core.selection import UNIT_OF_PASSAGE, Layout, allowed_documents, distinct
 from tests.core.test_field_index import random_filter
 from tests.core.test_field_index_joined import versions
 
@@ -131,7 +131,7 @@ def test_a_write_s_snapshot_reads_none_of_its_base_s_documents_or_passages(monke
     the write), and the snapshot neither copies the base's lists nor builds a field index over its documents."""
     rng = random.Random(0)
     base = memory_base(versions(0, 300), rng)
-    base.fields  # noqa: B018  (built once a base, as opening an index with doc_fields.npz reads it)
+    base.fields, base.passage_doc  # noqa: B018  (made once a base: read from doc_fields.npz, or by its first searcher)
     base.docs, base.passages = Unread(base.docs), Unread(base.passages)
     built: list[int] = []
     build = FieldIndex.build
@@ -141,6 +141,18 @@ def test_a_write_s_snapshot_reads_none_of_its_base_s_documents_or_passages(monke
     assert built == [1]
     flt = SearchFilter.from_json({"must": [{"key": "year", "range": {"gte": 2001, "lte": 2001}}]})
     assert live.fields.documents_of(flt)[-1] and live.docs[300]["id"] == "new" and len(live.passages) > 300
+    units = {u: f(live) for u, f in UNIT_OF_PASSAGE.items() if f is not None}  # what a searcher over it makes
+    passages_per_doc = np.bincount(live.passage_doc, minlength=301)
+    assert live.passage_doc[-1] == 300 and len(live.passage_doc) == len(live.passages)
+    layout = Layout(live, units)
+    assert np.array_equal(layout.units_per_doc["passage"], passages_per_doc)
+    assert np.array_equal(layout.units_per_doc["doc"], passages_per_doc > 0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 1000])
+def test_distinct_is_numpy_s_unique(n):
+    values = np.random.default_rng(n).integers(-5, 50, n)
+    assert np.array_equal(distinct(values), np.unique(values)) and distinct(values).dtype == values.dtype
 
 
 def bm25(terms: list[list[str]], live: list[bool], question: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
@@ -177,7 +189,7 @@ def test_live_bm25_counts_the_live_base_and_segment_passages_as_a_scan_does(seed
                      strict=True)
     tf = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(base_terms), len(vocab)))
     tf.sum_duplicates()
-    terms = BaseTerms(tf, vocab, np.asarray([len(t) for t in base_terms]), np.arange(len(base_terms)))
+    terms = BaseTerms(tf, vocab, np.asarray([len(t) for t in base_terms]))
     live = [rng.random() > 0.2 for _ in base_terms] + [True] * len(seg_terms)
     lexical = LiveLexical(SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene")), terms,
                           seg_terms, np.asarray(live))
@@ -200,7 +212,7 @@ def test_a_write_s_bm25_statistics_cost_the_segment_not_the_base_s_postings():
     rng = np.random.default_rng(0)
     rows, cols = np.repeat(np.arange(n), per), rng.integers(0, words, n * per)
     tf = sp.csr_matrix((np.ones(n * per, np.float32), (rows, cols)), shape=(n, words))
-    terms = BaseTerms(tf, {f"w{i}": i for i in range(words)}, np.full(n, per), np.arange(n))
+    terms = BaseTerms(tf, {f"w{i}": i for i in range(words)}, np.full(n, per))
     terms.by_term, terms.df  # noqa: B018  (made once a base)
     live = np.ones(n + 1, bool)
     live[7] = False
