@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import ChainMap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,15 +136,18 @@ class LiveLexical:
         """The terms of ``texts`` by the base's analyzer (the segment's passages were made with it)."""
         return self.base.tokenize(texts)
 
-    def term_scores(self, term: int) -> tuple[np.ndarray, np.ndarray]:
-        """The passages holding ``term`` and their BM25 score for it (0 for passages not live)."""
+    def term_scores(self, term: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The passages holding ``term`` and their BM25 score for it (0 for passages not live): the base's, then the
+        segment's (each read where it lies, not copied together: a common term has a long list in the base)."""
         base, seg = self.base_terms.by_term, self.segment_tf
-        a, b = (base.indptr[term], base.indptr[term + 1]) if term < self.n_base_terms else (0, 0)
-        c, d = seg.indptr[term], seg.indptr[term + 1]
-        rows = np.concatenate([base.indices[a:b], seg.indices[c:d] + self.n_base])
-        tf = np.concatenate([base.data[a:b], seg.data[c:d]])
-        tfc = tf / (self.k1 * ((1 - self.b) + self.b * self.doc_len[rows] / self.avg_len) + tf)  # float64, as bm25s
-        return rows, (self.idf[term] * tfc).astype(np.float32) * self.live[rows]
+        parts = [(base, 0)] if term < self.n_base_terms else []
+        for tf_of, first in (*parts, (seg, self.n_base)):
+            a, b = tf_of.indptr[term], tf_of.indptr[term + 1]
+            if a == b:
+                continue
+            rows, tf = (tf_of.indices[a:b] + first) if first else tf_of.indices[a:b], tf_of.data[a:b]
+            tfc = tf / (self.k1 * ((1 - self.b) + self.b * self.doc_len[rows] / self.avg_len) + tf)  # float64, as bm25s
+            yield rows, (self.idf[term] * tfc).astype(np.float32) * self.live[rows]
 
     def scores(self, questions: Sequence[str], terms: Sequence[list[str]] | None = None) -> np.ndarray:
         """(B, P) float32 BM25 score of every passage for every question (0 where no query term occurs); ``terms``:
@@ -152,8 +155,8 @@ class LiveLexical:
         out = np.zeros((len(questions), self.n_passages), np.float32)
         for q, words in enumerate(self.tokenize(questions) if terms is None else terms):
             for term in (self.vocab[t] for t in words if t in self.vocab):
-                rows, s = self.term_scores(term)
-                out[q, rows] += s
+                for rows, s in self.term_scores(term):
+                    out[q, rows] += s
         return out
 
     def top(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
