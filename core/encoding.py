@@ -43,7 +43,7 @@ def pick_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         picked = torch.device(device)
-    except RuntimeError:
+    except (RuntimeError, TypeError):  # TypeError: not a string (None)
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N (or another torch device), got {device!r}") from None
     if picked.type == "cuda":
         if not torch.cuda.is_available():

@@ -24,6 +24,7 @@ from spanseek.core.model import (
 from spanseek.core.phrase_index import IndexFormatError, Manifest, PhraseIndex
 from spanseek.core.reader import PassageReader, resolve_reader
 from spanseek.core.reading import READING_NAME, Reading, ReadingStage
+from spanseek.core.runtime import RUNTIMES
 from spanseek.core.search import Searcher
 from spanseek.core.selection import SELECTION_CACHE_BYTES
 
@@ -90,10 +91,15 @@ def check_index_model(index: PhraseIndex, model_dir: Path, config: EncoderConfig
 def search_placement(index: PhraseIndex, search_device: str, encoder_device: str) -> OnDevice | None:
     """Where ``index`` is searched: ``auto`` follows the question encoder onto a CUDA GPU, ``cpu`` keeps it on the
     CPU, ``cuda`` / ``cuda:N`` ask for that GPU (``core.gpu.place``: what does not fit stays on the CPU)."""
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", search_device):
-        raise ValueError(f"search device must be auto, cpu, cuda or cuda:N, got {search_device!r}")
+    check_search_device(search_device)
     device = encoder_device if search_device == "auto" else search_device
     return None if device == "cpu" or not device.startswith("cuda") else place(index, device)
+
+
+def check_search_device(search_device: object) -> None:
+    """ValueError unless ``search_device`` is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``."""
+    if not isinstance(search_device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", search_device):
+        raise ValueError(f"search device must be auto, cpu, cuda or cuda:N, got {search_device!r}")
 
 
 def reading_dir(reader: str | Path) -> Path:
@@ -129,16 +135,23 @@ def open_searcher(index_dir: str | Path, model: str | Path | None, device: str =
     if isinstance(unanswerable_prior, bool) or not isinstance(unanswerable_prior, int | float) or not (
             0 <= unanswerable_prior <= 1):  # every confidence was 0 at 2.0, refused only by a request's own prior
         raise ValueError(f"unanswerable_prior must be a number in [0, 1], got {unanswerable_prior!r}")
-    for name, value in (("precision", precision), ("reader_precision", reader_precision)):
-        if value not in PRECISIONS:  # refused at the first search, after the model had loaded
-            raise ValueError(f"{name} must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    # every setting is checked before the index and the model load (seconds), each error naming its argument
+    for name, value, allowed in (("precision", precision, PRECISIONS), ("reader_precision", reader_precision, PRECISIONS),
+                                 ("runtime", runtime, RUNTIMES)):
+        if value not in allowed:  # refused at the first search, after the model had loaded
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    for name, path in (("index_dir", index_dir), ("model", model), ("reader", reader)):
+        # (pathlib's own TypeError, deep in the loading, named no argument)
+        if not isinstance(path, str | Path) and (path is not None or name == "index_dir"):
+            raise TypeError(f"{name} must be a path (str or Path), got {type(path).__name__}")
+    dev = pick_device(device)  # device="cuda" on a machine without one
+    check_search_device(search_device)
     index = PhraseIndex(index_dir)
     model_dir = index_model(index.manifest, model, index.dir)
     # the config is enough to refuse a model that did not build the index, before its backbone is loaded (or found
     # missing: an optional extra such as the base model's)
     check_index_model(index, model_dir, EncoderConfig.load(model_dir / CONFIG_NAME))
     phrase_model = load_model(model_dir)
-    dev = pick_device(device)
     phrase_model.to(dev)
     encoder = QuestionEncoder(phrase_model, load_tokenizer(phrase_model.config), pick_precision(precision, dev),
                               runtime)

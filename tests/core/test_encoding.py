@@ -116,7 +116,8 @@ def test_device_and_precision_choices():
 
 
 def test_open_searcher_refuses_bad_settings_before_loading(tiny_index, monkeypatch):
-    """precision="fp8" opened, and the first search failed; unanswerable_prior=2.0 made every confidence 0."""
+    """precision="fp8" opened, and the first search failed; unanswerable_prior=2.0 made every confidence 0; a bad
+    runtime or device was refused after the model had loaded, and index_dir None was pathlib's TypeError."""
     from spanseek.core import loading
 
     monkeypatch.setattr(loading, "PhraseIndex", lambda *a, **k: pytest.fail("loaded the index"))
@@ -124,9 +125,22 @@ def test_open_searcher_refuses_bad_settings_before_loading(tiny_index, monkeypat
                           ({"reader_precision": "half"}, "reader_precision must be one of"),
                           ({"unanswerable_prior": 2.0}, r"unanswerable_prior must be a number in \[0, 1\], got 2.0"),
                           ({"unanswerable_prior": -1}, "unanswerable_prior must be"),
-                          ({"unanswerable_prior": True}, "unanswerable_prior must be")):
+                          ({"unanswerable_prior": True}, "unanswerable_prior must be"),
+                          ({"runtime": "tensorrt"}, "runtime must be one of auto, torch, onnx, got 'tensorrt'"),
+                          ({"runtime": None}, "runtime must be one of"),
+                          ({"device": "gpu"}, "device must be auto, cpu, cuda or cuda:N.*got 'gpu'"),
+                          ({"device": None}, "device must be auto, cpu, cuda or cuda:N.*got None"),
+                          ({"device": "cuda:99"}, "device 'cuda:99'"),  # no machine here has 100 GPUs
+                          ({"search_device": "gpu"}, "search device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+                          ({"search_device": None}, "search device must be")):
         with pytest.raises(ValueError, match=words):
             loading.open_searcher(tiny_index, None, **kwargs)
+    for args, kwargs, words in (((None, None), {}, "index_dir must be a path .str or Path., got NoneType"),
+                                ((7, "default"), {}, "index_dir must be a path .str or Path., got int"),
+                                ((tiny_index, 3), {}, "model must be a path .str or Path., got int"),
+                                ((tiny_index, None), {"reader": True}, "reader must be a path")):
+        with pytest.raises(TypeError, match=words):
+            loading.open_searcher(*args, **kwargs)
 
 
 @pytest.mark.parametrize("vendor, amx, avx512_bf16, capability, picked", [
