@@ -162,9 +162,13 @@ class BatchScores:
         if self._rescored is not None:
             return self._exact(questions, ids)
         out = np.zeros((0, 2), np.float32)
-        for b in np.unique(questions).tolist():
-            mine = questions == b
-            part = self.of(b, ids[mine], distinct=distinct)
+        # each question's rows by one sort: a mask over every row per question made a batch of B questions cost B^2
+        # (10,000 questions did not finish in 15 minutes)
+        order = np.argsort(questions, kind="stable")
+        for mine in np.split(order, np.flatnonzero(np.diff(questions[order])) + 1):
+            if not len(mine):
+                continue
+            part = self.of(int(questions[mine[0]]), ids[mine], distinct=distinct)
             if not out.size:
                 out = np.empty((len(ids), 2), part.dtype)
             out[mine] = part
