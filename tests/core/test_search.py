@@ -643,3 +643,25 @@ def test_scores_of_rows_cost_grows_linearly_with_the_batch():
     start = time.process_time()
     assert scores.of_rows(questions, ids).shape == (len(ids), 2)
     assert time.process_time() - start < 4.0
+
+
+def test_one_searcher_shared_by_threads_answers_as_one_by_one(tiny_searcher):
+    """A web app's thread pool shares one Searcher: every unit and mode the index serves, with and without a filter,
+    searched from 8 threads at once, gives each call the hits it gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spanseek.core.filters import SearchFilter
+
+    questions = ["When did Alba build the castle?", "Who built the river bridge?", "What was built in 1340?", "Who?"]
+    some = SearchFilter(doc_ids=tuple(d["id"] for d in tiny_searcher.index.docs[::2]))
+    params = [SearchParams(unit=unit, mode=mode, top_k=3, filter=flt) for unit in UNITS
+              for mode in tiny_searcher.modes for flt in (None, some)]
+    calls = [(questions[i % 4 : i % 4 + 1 + i % 3], params[i % len(params)]) for i in range(4 * len(params))]
+
+    def run(call):
+        return [[hit.to_dict() for hit in hits] for hits in tiny_searcher.search(*call)]
+
+    alone = [run(call) for call in calls]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(run, calls, timeout=120))
+    assert together == alone
