@@ -50,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import functools
 import json
 import logging
 import os
@@ -540,10 +539,20 @@ class PhraseIndex:
             self._fields = FieldIndex.build(self.docs)
         return self._fields
 
-    @functools.cached_property
+    @property
     def passage_doc(self) -> np.ndarray:
-        """(P,) int64: each passage's document (read from the passages once an index)."""
-        return np.asarray([p["doc"] for p in self.passages], dtype=np.int64)
+        """(P,) int64: each passage's document, read from the passages once for each list of them: a copy of the
+        index given other passages (``trainer.calibrate.without_documents``) reads its own, not the original's."""
+        made = self.__dict__.get("_passage_doc")
+        if made is None or made[0] is not self.passages:
+            self.passage_doc = np.asarray([p["doc"] for p in self.passages], dtype=np.int64)
+            made = self._passage_doc
+        return made[1]
+
+    @passage_doc.setter
+    def passage_doc(self, value: np.ndarray) -> None:
+        """Set the passages' documents (a live snapshot's: its base's followed by its segment's)."""
+        self._passage_doc = (self.passages, value)
 
     @property
     def fusion_defaults(self) -> dict[str, Any]:

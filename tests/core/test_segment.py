@@ -9,6 +9,7 @@ built over every document), on an in-memory base of random documents with random
 from __future__ import annotations
 
 import bisect
+import copy
 import operator
 import random
 import re
@@ -116,6 +117,17 @@ def test_a_snapshot_holds_what_copying_the_base_into_it_held(seed):
         assert np.array_equal(allowed_documents(live, flt), want)
 
 
+def test_a_copy_given_other_passages_reads_their_documents_not_the_original_s():
+    """A copy of an index given other passages (``trainer.calibrate.without_documents``, after a searcher over the
+    original made its passages' documents) numbers them by its own passages."""
+    base = memory_base(versions(1, 20), random.Random(1))
+    assert base.passage_doc.tolist() == [p["doc"] for p in base.passages]
+    sub = copy.copy(base)
+    sub.passages = [{**p, "doc": p["doc"] - 1} for p in base.passages if p["doc"] > 0]
+    assert sub.passage_doc.tolist() == [p["doc"] for p in sub.passages]
+    assert base.passage_doc.tolist() == [p["doc"] for p in base.passages]
+
+
 class Unread(list):
     """A base's list that fails when read item by item (len and identity still work)."""
 
@@ -131,8 +143,10 @@ def test_a_write_s_snapshot_reads_none_of_its_base_s_documents_or_passages(monke
     the write), and the snapshot neither copies the base's lists nor builds a field index over its documents."""
     rng = random.Random(0)
     base = memory_base(versions(0, 300), rng)
-    base.fields, base.passage_doc  # noqa: B018  (made once a base: read from doc_fields.npz, or by its first searcher)
+    base.fields  # noqa: B018  (made once a base: read from doc_fields.npz, or by its first searcher)
+    passage_doc = base.passage_doc
     base.docs, base.passages = Unread(base.docs), Unread(base.passages)
+    base.passage_doc = passage_doc  # (made once a base, for these passages)
     built: list[int] = []
     build = FieldIndex.build
     monkeypatch.setattr(FieldIndex, "build", staticmethod(lambda docs: built.append(len(docs)) or build(docs)))
