@@ -34,7 +34,6 @@ from typing import Any, TypeVar
 
 from spanseek.core.alias import AliasError, resolve_alias
 from spanseek.core.encoding import advance
-from spanseek.core.ids import joined, respellings
 from spanseek.core.integrity import LockUnsupported
 from spanseek.core.io import NO_SPACE, Document
 from spanseek.core.lexical import ANALYZER
@@ -96,11 +95,8 @@ def respelled_ids(index: PhraseIndex) -> Mapping[str, Sequence[str]]:
     a third spelling: a live snapshot's are its base's (made once a base) joined with its segment's (made once a
     snapshot), and ``LiveWrites`` makes them in the write's thread as it publishes the snapshot, so a lookup by id on
     the event loop passes over no ids; made over every id, at 1M documents, each lookup after a write took 13-52 ms
-    of the loop."""
-    if not isinstance(index, LiveIndex):
-        return index.fields.respelled
-    return made_once(index, "respelled", lambda: joined(
-        index.base.fields.respelled, respellings(doc.record["id"] for doc in index.segment)))
+    of the loop (``core.fieldindex.JoinedFieldIndex.respelled``)."""
+    return index.fields.respelled
 
 
 def lower_thread_priority(increment: int, what: str = "merge") -> None:
