@@ -74,8 +74,10 @@ class SyncReport:
         adopted = [f"  {len(self.adopted)} of these documents were synced under the former default name "
                    f"{self.former!r}: taken as this sync's and written once more under its name"
                    ] if self.adopted else []
-        return "\n".join([line, *(f"  refused {doc_id}: {why}" for doc_id, why in self.refused), *held_back,
-                          *adopted])
+        lines = "\n".join([line, *(f"  refused {doc_id}: {why}" for doc_id, why in self.refused), *held_back,
+                           *adopted])
+        # a name that is not UTF-8 (held as lone surrogates) shown as its escapes: any stream can write the report
+        return lines.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def default_source(paths: Sequence[str | Path]) -> str:
@@ -100,6 +102,21 @@ def file_hash(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def unnameable(rel: str) -> str | None:
+    """Why no document id may be ``rel`` (a file's name), or None when one may: a line break (``service.writes``:
+    GET /documents/{id} could not name it), or bytes that are not UTF-8 (a name from another system's encoding,
+    which Python holds as lone surrogates: no request can carry it)."""
+    if rel.splitlines() != [rel]:
+        return "its name holds a line break, which no document id may hold (GET /documents/{id} could not name it); " \
+               "rename it"
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return (f"its name is not UTF-8 (the bytes {os.fsencode(rel)!r}), which no document id may hold; rename it "
+                f"(convmv -f latin1 -t utf8 --notest, for a name in Latin-1)")
+    return None
 
 
 def stale_filter(source: str, kept: Sequence[str]) -> dict[str, Any]:
@@ -152,9 +169,8 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
                         f"one of them")
             continue
         seen[rel] = path
-        if rel.splitlines() != [rel]:  # a line break: what no id of the server may hold (service.writes)
-            refuse(rel, "its name holds a line break, which no document id may hold (GET /documents/{id} could not "
-                        "name it); rename it")
+        if (unnamed := unnameable(rel)) is not None:
+            refuse(rel, unnamed)
             continue
         try:
             data = path.read_bytes()  # once: the hash recorded is that of the bytes sent
@@ -210,7 +226,8 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
         raise IngestError(f"{problems[0][0]}: {problems[0][1]}")
     report.refused += [(str(p), why) for p, why in problems]
     if delete:
-        _delete_stale(client, source, [ids.get(rel, rel) for rel in seen], problems, dry_run, report, say)
+        kept = [ids.get(rel, rel) for rel in seen if unnameable(rel) is None]  # (no document holds the others)
+        _delete_stale(client, source, kept, problems, dry_run, report, say)
     return report
 
 

@@ -528,3 +528,19 @@ def test_a_link_to_a_file_outside_the_folder_is_not_sent_unless_links_are_follow
     with Client(url, api_key="key") as client:
         assert client.get("key.txt") is None
         assert {d["id"] for d in client.documents({SOURCE_KEY: "docs"})} == {"a.txt", "b.txt"}
+
+
+def test_a_name_that_is_not_utf8_is_refused_and_the_others_are_written_and_kept(url, tmp_path, capsys):
+    """A file named in another system's encoding (Latin-1 bytes, which Python holds as lone surrogates) stopped the
+    whole sync with "'utf-8' codec can't encode character '\\udcff'", naming no file, before or after the others."""
+    docs = folder(tmp_path / "docs", {"ok.txt": "In 1450 Gala built the harbour bridge."})
+    with open(os.path.join(os.fsencode(docs), b"caf\xe9.txt"), "wb") as f:
+        f.write(b"In 1460 Hugo built the island church.")
+    assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--source", "docs", "--delete"]) == 1
+    err = capsys.readouterr().err
+    assert "wrote 1, unchanged 0, deleted 0, refused 1" in err
+    assert "refused caf\\udce9.txt: its name is not UTF-8 (the bytes b'caf\\xe9.txt')" in err
+    with Client(url, api_key="key") as client:
+        assert [d["id"] for d in client.documents({SOURCE_KEY: "docs"})] == ["ok.txt"]
+        with pytest.raises(ValueError, match="not UTF-8"):
+            sync(client, [docs], "docs", strict=True)
