@@ -22,7 +22,8 @@ and whose id is a file of this run is this sync's, and written once more to reco
 folder could not be read, or when no file was found at all (an empty or unmounted folder). A file the server or the
 sync refuses (no text, damaged, too large, unreadable: 413, 415, 422) is reported and the others go on; ``--strict``
 stops at it. Each run prints the files it writes and deletes as it goes, then how many it wrote, left alone, deleted
-and refused; the exit status is 1 when a file was refused or ``--delete`` held back, else 0. The server answers a
+and refused; the exit status is 1 when a file was refused or ``--delete`` held back, else 0. A run stopped part way
+(Ctrl-C, the server gone) says in its last line how many files it had written of how many. The server answers a
 file's write once it has read and encoded it: ``--timeout`` (an hour) is how long the sync waits for one answer.
 
 The server needs writes on (``spanseek serve --writes``) and the write key: ``--api-key-file`` (or
@@ -65,6 +66,13 @@ class SyncReport:
     not_deleted: str | None = None
     adopted: list[str] = field(default_factory=list)  # documents synced under the former default name, taken over
     former: str | None = None  # that name
+    files: int = 0  # the files found
+
+    def stopped(self) -> str:
+        """What a run that stopped part way had done, and how to go on."""
+        return (f"stopped after writing {len(self.written)} of {self.files} files (unchanged "
+                f"{len(self.unchanged)}, refused {len(self.refused)}, deleted {self.deleted_total}); the same command "
+                f"goes on from there")
 
     def summary(self, dry_run: bool = False) -> str:
         would = "would write" if dry_run else "wrote"
@@ -129,13 +137,14 @@ def stale_filter(source: str, kept: Sequence[str]) -> dict[str, Any]:
 def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, str] | None = None,
          delete: bool = False, dry_run: bool = False, strict: bool = False,
          progress: Callable[[str], None] | None = None, adopt: str | None = None,
-         follow_links: bool = False) -> SyncReport:
+         follow_links: bool = False, report: SyncReport | None = None) -> SyncReport:
     """Write the files under ``paths`` that the service (``client``: a ``spanseek.client.Client``) does not hold as
     they are, and with ``delete`` delete what an earlier sync from ``source`` wrote that is gone (module docstring).
     ``dry_run`` asks the service what it holds and changes nothing; ``progress`` is called with a line for each file
     written and each document deleted, as it happens; ``adopt``: a former name of this source, whose documents of
     this run's files are taken as its own; ``follow_links``: also send the files that links in a folder lead to
-    outside it (else such a link is refused, named). An APIError other than a refused file (413, 415, 422) is raised: the run
+    outside it (else such a link is refused, named); ``report``: filled in as the run goes (what a run that stopped
+    part way did). An APIError other than a refused file (413, 415, 422) is raised: the run
     stops there, and running it again goes on from what is written."""
     import httpx
 
@@ -143,7 +152,8 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     from spanseek.core.ids import held_in
     from spanseek.indexer.ingest import IngestError, _files
 
-    report = SyncReport(former=adopt)
+    report = report if report is not None else SyncReport()
+    report.former = adopt
     given = dict(meta or {})
     settings = hashlib.sha256(json.dumps(sorted(given.items()), ensure_ascii=False).encode()).hexdigest()[:16]
     extra = {**given, SOURCE_KEY: source, SETTINGS_KEY: settings}
@@ -157,6 +167,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     formerly = (_listed(client, adopt) or {}) if adopt and held is not None else {}
     ids: dict[str, str] = {}  # a file's id where a document spells it otherwise
     spelled_as = held_in(held) if held is not None else None  # (the held ids' other spellings indexed once)
+    report.files = len(files)  # (set once the service has answered: a run stopped before it did nothing)
 
     def refuse(rel: str, why: str) -> None:
         if strict:
@@ -358,13 +369,24 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"  {line}\n")
         sys.stderr.flush()
 
+    report = SyncReport()
+
+    def went() -> str:  # the last line of a run that stopped part way says how far it got
+        return f"; {report.stopped()}" if report.files and not args.dry_run else ""
+
     try:
         with Client(args.url, api_key=api_key, timeout=args.timeout) as client:
-            report = sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt,
-                          args.follow_links)
+            sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt,
+                 args.follow_links, report)
+    except KeyboardInterrupt:
+        if went():
+            raise KeyboardInterrupt(report.stopped()) from None
+        raise
     except (SpanseekError, httpx.HTTPError) as e:  # the service refused, or could not be reached: one line
         hint = "; give the write key with --api-key-file or SPANSEEK_API_KEY" if (
             getattr(e, "status", None) == 401 and not api_key) else ""
-        raise RuntimeError(f"{args.url}: {e}{hint}") from None
+        raise RuntimeError(f"{args.url}: {e}{hint}{went()}") from None
+    except RuntimeError as e:  # a write not answered in time
+        raise RuntimeError(f"{e}{went()}") from None
     sys.stderr.write(report.summary(args.dry_run) + "\n")
     return 1 if report.refused or report.not_deleted else 0

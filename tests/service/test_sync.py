@@ -544,3 +544,29 @@ def test_a_name_that_is_not_utf8_is_refused_and_the_others_are_written_and_kept(
         assert [d["id"] for d in client.documents({SOURCE_KEY: "docs"})] == ["ok.txt"]
         with pytest.raises(ValueError, match="not UTF-8"):
             sync(client, [docs], "docs", strict=True)
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, httpx.ConnectError("[Errno 111] Connection refused")])
+def test_a_sync_stopped_part_way_says_how_far_it_got_and_the_rerun_writes_only_the_rest(url, tmp_path, capsys,
+                                                                                       monkeypatch, stop):
+    """Ctrl-C, or the server gone, part way: the last line said only "interrupted" or the connection error, not what
+    was written nor that the same command goes on; the rerun writes only the files not written yet."""
+    docs = folder(tmp_path / "docs", {f"{n}.txt": f"In 14{n}0 Gala built bridge {n}." for n in range(4)})
+    real = Client.upsert_file
+    sent = []
+
+    def upsert_file(self, *args, **kwargs):
+        if len(sent) == 2:
+            raise stop
+        sent.append(args[1])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Client, "upsert_file", upsert_file)
+    args = ["sync", str(docs), "--url", url, "--api-key", "key", "--delete"]
+    assert main(args) == (130 if stop is KeyboardInterrupt else 2)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("spanseek sync: ") and last.endswith(
+        "stopped after writing 2 of 4 files (unchanged 0, refused 0, deleted 0); the same command goes on from there")
+    monkeypatch.undo()
+    assert main(args) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == "wrote 2, unchanged 2, deleted 0, refused 0"
