@@ -18,7 +18,8 @@ not replaced (the file is refused, naming that source), nor is a second file of 
 the default ``--source``, a document whose ``synced_from`` is the first path's bare name (the default before the hash)
 and whose id is a file of this run is this sync's, and written once more to record the new name (so that a later
 ``--delete`` removes it when its file is gone). With ``--delete``, the documents an earlier sync with that
-``synced_from`` wrote whose files are gone are deleted (one ``POST /documents/delete``); it deletes nothing when a
+``synced_from`` wrote whose files are gone are deleted (one ``POST /documents/delete``; of those the listing held
+when the run began: not one that another run of the folder wrote meanwhile); it deletes nothing when a
 folder could not be read, or when no file was found at all (an empty or unmounted folder). A file the server or the
 sync refuses (no text, damaged, too large, unreadable: 413, 415, 422) is reported and the others go on; ``--strict``
 stops at it. Each run prints the files it writes and deletes as it goes, then how many it wrote, left alone, deleted
@@ -127,11 +128,19 @@ def unnameable(rel: str) -> str | None:
     return None
 
 
-def stale_filter(source: str, kept: Sequence[str]) -> dict[str, Any]:
+def _chunks(ids: Sequence[str]) -> list[dict[str, list[str]]]:
+    return [{"doc_ids": list(ids[a : a + MAX_KEPT_IDS])} for a in range(0, len(ids), MAX_KEPT_IDS)]
+
+
+def stale_filter(source: str, kept: Sequence[str], listed: Sequence[str] | None = None) -> dict[str, Any]:
     """The documents a sync from ``source`` wrote whose ids are not ``kept``: ``must_not`` holds the kept ids in
-    lists of at most ``MAX_KEPT_IDS``."""
-    chunks = [list(kept[a : a + MAX_KEPT_IDS]) for a in range(0, len(kept), MAX_KEPT_IDS)]
-    return {"meta": {SOURCE_KEY: source}, **({"must_not": [{"doc_ids": c} for c in chunks]} if chunks else {})}
+    lists of at most ``MAX_KEPT_IDS``; with ``listed`` (what the service held of ``source`` when the run began), only
+    those ids (``should``): a document another run of the same source wrote since, of a file this run's walk did not
+    see, is not deleted."""
+    kept_chunks = _chunks(kept)
+    kept_ids = set(kept)
+    listed_part = {} if listed is None else {"should": _chunks([i for i in listed if i not in kept_ids])}
+    return {"meta": {SOURCE_KEY: source}, **({"must_not": kept_chunks} if kept_chunks else {}), **listed_part}
 
 
 def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, str] | None = None,
@@ -238,7 +247,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     report.refused += [(str(p), why) for p, why in problems]
     if delete:
         kept = [ids.get(rel, rel) for rel in seen if unnameable(rel) is None]  # (no document holds the others)
-        _delete_stale(client, source, kept, problems, dry_run, report, say)
+        _delete_stale(client, source, kept, problems, dry_run, report, say, None if held is None else list(held))
     return report
 
 
@@ -269,10 +278,10 @@ def _delete_where(client: Any, flt: dict[str, Any], dry_run: bool) -> Any:
 
 
 def _delete_stale(client: Any, source: str, kept: list[str], problems: list[tuple[Path, str]], dry_run: bool,
-                  report: SyncReport, say: Callable[[str], None]) -> None:
+                  report: SyncReport, say: Callable[[str], None], listed: list[str] | None) -> None:
     """``--delete``: the documents from ``source`` whose files are not ``kept``; none when the walk may have
     missed files (a folder it could not read, or no file at all), which would delete documents whose files exist."""
-    from spanseek.client import APIError
+    from spanseek.client import APIError, Deleted
 
     if folders := [p for p, _ in problems if p.is_dir()]:  # (the other problems are files: .doc, named as refused)
         report.not_deleted = (f"{folders[0]} could not be read, and the documents of its files would be deleted; "
@@ -286,7 +295,9 @@ def _delete_stale(client: Any, source: str, kept: list[str], problems: list[tupl
                                   f"{json.dumps({'meta': {SOURCE_KEY: source}}, ensure_ascii=False)}")
         return
     try:
-        deleted = _delete_where(client, stale_filter(source, kept), dry_run)
+        flt = stale_filter(source, kept, listed)
+        # none listed at the start is gone: nothing to delete (an empty should would pass nothing, but costs a request)
+        deleted = Deleted([], 0) if flt.get("should") == [] else _delete_where(client, flt, dry_run)
     except APIError as e:
         if e.status != 413:
             raise

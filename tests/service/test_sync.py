@@ -279,7 +279,8 @@ def test_a_file_over_the_servers_limit_is_refused_and_a_delete_too_large_is_said
         report = sync(client, [docs], "docs")
         assert sorted(report.written) == [deep, "small.txt"]
         assert [i for i, _ in report.refused] == ["big.txt"] and "3,100 bytes, too large" in report.refused[0][1]
-        with pytest.raises(ValueError, match="--delete: its request lists the 3 files kept.*--max-body-bytes"):
+        (docs / "small.txt").unlink()  # a document to delete: the request is sent
+        with pytest.raises(ValueError, match="--delete: its request lists the 2 files kept.*--max-body-bytes"):
             sync(client, [docs], "docs", delete=True)
 
 
@@ -570,3 +571,28 @@ def test_a_sync_stopped_part_way_says_how_far_it_got_and_the_rerun_writes_only_t
     monkeypatch.undo()
     assert main(args) == 0
     assert capsys.readouterr().err.splitlines()[-1] == "wrote 2, unchanged 2, deleted 0, refused 0"
+
+
+def test_delete_spares_what_another_run_of_the_folder_wrote_since_it_began(url, tmp_path):
+    """Two runs of one folder at once (cron starting the next before the last ended): a file that appeared after
+    the first run's walk, written by the second, had its document deleted by the first's --delete, the file there."""
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the bridge.", "b.txt": "In 1460 Hugo built it."})
+    with Client(url, api_key="key") as client:
+        assert sorted(sync(client, [docs], "docs", delete=True).written) == ["a.txt", "b.txt"]
+    (docs / "a.txt").write_text("In 1451 Gala rebuilt the bridge.")
+    (docs / "old.txt").write_text("In 1470 Ida built the mill.")
+    with Client(url, api_key="key") as client:
+        assert sync(client, [docs], "docs").written == ["a.txt", "old.txt"]
+    (docs / "old.txt").unlink()
+
+    def second_run():
+        (docs / "new.txt").write_text("In 1490 Jan built the tower.")
+        with Client(url, api_key="key") as other:
+            assert sync(other, [docs], "docs").written == ["b.txt", "new.txt"]
+
+    (docs / "b.txt").write_text("In 1461 Hugo rebuilt it.")
+    with EditingClient(url, api_key="key", edit=second_run) as client:  # after this run's walk and listing
+        report = sync(client, [docs], "docs", delete=True)
+        assert report.written == ["b.txt"] and report.deleted == ["old.txt"]  # still deletes what is gone
+        assert client.get("new.txt") is not None
+        assert sorted(d["id"] for d in client.documents({SOURCE_KEY: "docs"})) == ["a.txt", "b.txt", "new.txt"]
