@@ -36,7 +36,8 @@ with the next page's first paragraph, ``PARAGRAPH_BREAK`` apart), past the footn
 1-based) and ``page_end``. Every other paragraph has its ``page``. The title is the title property unless a program
 filled it in ("Microsoft Word - report.docx"), else the first page's text in the largest type when it stands out.
 A PDF without text (scanned pages, images only; or fonts without a Unicode map) is skipped with a warning that says
-so, and a warning names the pages without text of one that has some; they need OCR first.
+so, and a warning names the pages without text of one that has some; they need OCR first. A blank PDF (neither text
+nor images on any page) is skipped as one without text, not as one that needs OCR.
 
 A file the library cannot read (damaged, truncated, encrypted) raises ``Unreadable`` with the reason, which
 ``ingest`` reports as a skipped file naming it: an encrypted PDF is named as one that needs a password.
@@ -299,8 +300,12 @@ def extract_pdf(path: Path) -> Extracted:
             raise Unreadable(f"its text cannot be read: {_page_list(undecoded)} of {len(pages)} use fonts without a "
                              "Unicode map (pdfminer reads only glyph numbers); run OCR on it first, for example "
                              "`ocrmypdf --force-ocr`, and ingest the result")
-        raise Unreadable(f"no text layer in its {len(pages)} page{'s' * (len(pages) != 1)} (a scanned or image-only "
-                         "PDF); run OCR on it first, for example with ocrmypdf, and ingest the result")
+        counted = f"{len(pages)} page{'s' * (len(pages) != 1)}"
+        if not any(page.images for page in pages):  # nothing drawn that OCR could read either
+            raise Unreadable(f"no text in its {counted}: they are blank (no text and no images), so there is nothing "
+                             "to read")
+        raise Unreadable(f"no text layer in its {counted} (a scanned or image-only PDF); run OCR on it first, for "
+                         "example with ocrmypdf, and ingest the result")
     if undecoded:
         log.warning("%s: the text of %s of %d is in fonts without a Unicode map (pdfminer reads only glyph numbers) "
                     "and is not in the corpus. Run OCR on the file first, for example `ocrmypdf --force-ocr`, to "

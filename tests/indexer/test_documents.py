@@ -14,6 +14,7 @@ import pytest
 
 from spanseek.core.io import CorpusError, Document, read_corpus, write_corpus
 from spanseek.indexer.chunking import ChunkOptions
+from spanseek.indexer.documents import Unreadable, extract_pdf
 from spanseek.indexer.ingest import IngestError, IngestOptions, from_files
 from spanseek.indexer.word import extract_docx
 
@@ -133,6 +134,17 @@ def test_a_pdf_without_a_text_layer_is_skipped_with_a_warning_and_the_others_are
     assert [d.id for d in read_corpus(tmp_path / "out" / "c.jsonl")] == ["good.pdf"]
 
 
+def test_a_blank_pdf_is_skipped_as_having_no_text_not_as_scanned(tmp_path):
+    pdf = fpdf.FPDF()
+    pdf.add_page()
+    pdf.line(10, 10, 100, 10)  # a rule: drawn, but nothing OCR could read
+    pdf.add_page()
+    pdf.output(str(tmp_path / "blank.pdf"))
+    with pytest.raises(Unreadable) as e:
+        extract_pdf(tmp_path / "blank.pdf")
+    assert str(e.value).startswith("no text in its 2 pages: they are blank") and "OCR" not in str(e.value)
+
+
 def test_a_damaged_pdf_or_word_file_is_named_and_does_not_stop_the_others(tmp_path, caplog):
     good = write_pdf(tmp_path / "good.pdf", PAGES)
     (tmp_path / "cut.pdf").write_bytes(good.read_bytes()[: len(good.read_bytes()) // 3])  # truncated
@@ -144,7 +156,7 @@ def test_a_damaged_pdf_or_word_file_is_named_and_does_not_stop_the_others(tmp_pa
     reasons = {Path(p).name: why for p, why in report.skipped}
     assert set(reasons) == {"cut.pdf", "junk.pdf", "old.docx"}
     assert reasons["junk.pdf"].startswith("not a readable PDF (") and "damaged" in reasons["junk.pdf"]
-    assert reasons["cut.pdf"].startswith(("not a readable PDF (", "no text layer"))
+    assert reasons["cut.pdf"].startswith(("not a readable PDF (", "no text"))
     assert reasons["old.docx"].startswith("not a readable Word (.docx) file (")
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert all(str(tmp_path / name) in messages for name in reasons)  # every warning names its file
