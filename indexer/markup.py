@@ -30,6 +30,7 @@ from spanseek.indexer.extracted import (
 )
 from spanseek.indexer.front_matter import front_matter
 from spanseek.indexer.markdown_render import markdown_parser, markdown_parts, render_markdown
+from spanseek.indexer.pdf_blocks import reversed_line
 
 # Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
 # asides and footer (boilerplate, as trafilatura drops it, where its main content is not read)
@@ -66,6 +67,10 @@ _SHOWN_LATER = {"html", "body"}
 _CELL = {"td", "th"}  # a table cell: its text is one of its row's cells
 _ROW_GROUPS = {"thead", "tbody", "tfoot"}  # a table's parts that hold rows
 _TABLE = {"table", "thead", "tbody", "tfoot", "tr"}  # a table's structure: rows end where these start and end
+# controls a reader sees apart, side by side: tabs ("Windows", "Linux"), buttons and their labels; written with no
+# space between them, their words ran together ("WindowsLinux")
+_APART = {"button", "label"}
+_APART_ROLES = {"tab", "button"}
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" before Markdown and text are read
 
@@ -103,6 +108,16 @@ def _hidden(attrs: Mapping[str, str | None]) -> bool:
         return False
     shown = "hidden" not in attrs or (attrs["hidden"] or "").strip().lower() == "until-found"
     return not shown or bool(_DISPLAY_NONE.search(attrs.get("style") or ""))
+
+
+def _right_to_left(tag: str, attrs: Mapping[str, str | None]) -> bool:
+    """Whether an element lays its text out right to left whatever its script: ``<bdo dir="rtl">``."""
+    return tag == "bdo" and (attrs.get("dir") or "").strip().lower() == "rtl"
+
+
+def _apart(tag: str, attrs: Mapping[str, str | None]) -> bool:
+    """Whether an element is a control a reader sees apart from the text beside it (``_APART``)."""
+    return tag in _APART or bool(_APART_ROLES.intersection((attrs.get("role") or "").lower().split()))
 
 
 def _span(value: str | None) -> int:
@@ -248,6 +263,8 @@ class _HTMLText(HTMLParser):
         self._pre = 0  # open <pre> elements
         self._inline = 0  # open tables in a table's cell, read as its text
         self._hidden: list[str] = []  # a hidden element (``_hidden``) being read, and the elements open inside it
+        self._apart: list[str] = []  # the open controls read apart (``_apart``)
+        self._reversed: list[tuple[list[str], int]] = []  # each open <bdo dir="rtl">: the text it is in, from where
 
     def _flush(self, level: int = 0) -> None:
         raw = "".join(self._buf)
@@ -257,6 +274,11 @@ class _HTMLText(HTMLParser):
     def _cell(self) -> list[str] | None:
         """The open cell's text of the innermost table, if a cell is open."""
         return self._tables[-1].cell if self._tables else None
+
+    def _text(self) -> list[str]:
+        """Where text read now goes: the open cell's, else the paragraph's."""
+        cell = self._cell()
+        return self._buf if cell is None else cell
 
     def _emit(self, rows: list[str]) -> None:
         for row in rows:
@@ -314,6 +336,11 @@ class _HTMLText(HTMLParser):
             if shown and tag in _BLOCK and self._cell() is None:  # a hidden block still ends the paragraph before it
                 self._flush()
             return
+        if _apart(tag, dict(attrs)):
+            self._apart.append(tag)
+            self._text().append(" ")
+        if _right_to_left(tag, dict(attrs)):
+            self._reversed.append((self._text(), len(self._text())))
         if tag == "meta":
             a = dict(attrs)
             key, content = a.get("name") or a.get("property"), a.get("content")
@@ -347,6 +374,13 @@ class _HTMLText(HTMLParser):
             # a hidden element left open ("<li hidden>a</ul>", "<span hidden>a</p>") ends with the element around
             # it; an inline one ("<b><span hidden>a</b>") with any element around it
             self._hidden = []
+        if tag in self._apart:
+            del self._apart[len(self._apart) - 1 - self._apart[::-1].index(tag)]
+            self._text().append(" ")
+        if tag == "bdo" and self._reversed:
+            within, start = self._reversed.pop()
+            if within is self._text():  # (a block inside it ended the paragraph: its lines are read as they are)
+                within[start:] = [reversed_line("".join(within[start:]))]
         if tag == "title":
             self._in_title = False
             self.title = self.title or _line("".join(self._title_buf)) or None
@@ -373,8 +407,7 @@ class _HTMLText(HTMLParser):
         if self._in_title:
             self._title_buf.append(data)
         elif not self._skip and not self._hidden:
-            cell = self._cell()
-            (self._buf if cell is None else cell).append(data)
+            self._text().append(data)
 
     def parse_html_declaration(self, i: int) -> int:
         try:
@@ -707,6 +740,12 @@ def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sectio
             el.tag == "del" or (not hidden and _hidden(el.attrib)))]:
         if unread.tag not in _SHOWN_LATER:
             unread.drop_tree()  # (its tail, the text after it, stays)
+    for bdo in tree.iter("bdo"):
+        if _right_to_left(bdo.tag, bdo.attrib):
+            text = "".join(bdo.itertext())
+            for child in list(bdo):
+                bdo.remove(child)
+            bdo.text = reversed_line(text)
     _nested_tables_inline(tree)
     _clamp_spans(tree)
     _stack_header_rows(tree)

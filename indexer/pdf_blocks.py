@@ -164,6 +164,18 @@ def logical(glyphs: Sequence[str]) -> str:
     return text + "\n" if line.endswith("\n") else text
 
 
+def reversed_line(text: str) -> str:
+    """Text laid out right to left whatever its script (HTML's ``<bdo dir="rtl">``), as a reader reads it: its
+    characters are shown in reverse order, brackets mirrored, so a word of a left-to-right script reads backwards
+    ("olleh" shows "hello"), while a line of a right-to-left script reads as written (``logical``, which reads a
+    line as shown). Spacing at either end stays where it is."""
+    core = text.strip()
+    if not core:
+        return text
+    start = text.index(core)
+    return text[:start] + logical([c.translate(_MIRRORED) for c in reversed(core)]) + text[start + len(core):]
+
+
 # a contents page's entry: its title, a leader (four dots or more, spaced or not; "…") and its page's number. A
 # match starts where a run of spaces and dots does ((?<!...)) and takes them possessively: tried from each dot of a
 # line of dots, each try running to its end, a line of 100,000 took minutes

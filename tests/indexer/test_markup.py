@@ -1,0 +1,39 @@
+"""HTML and Markdown read as a reader sees them (``indexer.markup``): text laid out right to left by <bdo>, controls
+set side by side (tabs, buttons).
+
+    .venv/bin/python -m pytest -q tests/indexer/test_markup.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spanseek.indexer.markup import extract_html, extract_markdown
+
+ARTICLE = ("<html><head><title>Notes</title></head><body><nav><a href='/'>Home</a></nav><article><h1>Notes</h1>"
+           "<p>This page is read for its main content, which is long enough to be kept.</p>{}</article>"
+           "<footer>(c) 2026</footer></body></html>")
+
+
+def test_bdo_right_to_left_text_reads_as_shown():
+    """<bdo dir="rtl"> lays its characters out in reverse: Latin written backwards is shown forwards, a right-to-left
+    script's words read as written; in a page's main content, in Markdown and in a page read whole."""
+    html = "<p>The word <bdo dir='rtl'>ecnatsid (a)</bdo> is shown, and <bdo dir='RTL'>שלום</bdo> too.</p>"
+    expected = "The word (a) distance is shown, and שלום too."
+    assert expected in extract_html(ARTICLE.format(html)).paragraphs
+    assert extract_markdown(f"# Notes\n\n{html}\n").paragraphs == ["Notes", expected]
+    assert extract_html("<p>Go <bdo dir=rtl>kcab <b>won</b></bdo>!</p>").paragraphs == ["Go now back!"]
+    assert extract_html("<p>Left <bdo dir='ltr'>as is</bdo>.</p>").paragraphs == ["Left as is."]
+
+
+@pytest.mark.parametrize("tabs", [
+    # sphinx-tabs: ARIA tab buttons
+    "<div role='tablist'><button role='tab'>Windows</button><button role='tab'>Linux</button></div>",
+    # MkDocs Material: labels of radio inputs
+    "<div class='tabbed-labels'><label for='t1'>Windows</label><label for='t2'>Linux</label></div>",
+    # links made tabs
+    "<div role='tablist'><a role='tab' href='#w'>Windows</a><a role='tab' href='#l'>Linux</a></div>",
+])
+def test_tab_labels_written_side_by_side_read_apart(tabs):
+    page = f"# Install\n\n{tabs}\n\n<div role='tabpanel'><p>Run setup.exe.</p></div>\n"
+    assert extract_markdown(page).paragraphs == ["Install", "Windows Linux", "Run setup.exe."]
