@@ -266,6 +266,7 @@ class _HTMLText(HTMLParser):
         self._hidden: list[str] = []  # a hidden element (``_hidden``) being read, and the elements open inside it
         self._apart: list[str] = []  # the open controls read apart (``_apart``)
         self._reversed: list[tuple[list[str], int]] = []  # each open <bdo dir="rtl">: the text it is in, from where
+        self.hidden_text = 0  # the characters (but spaces) of text not read because a browser hides it
 
     def _flush(self, level: int = 0) -> None:
         raw = "".join(self._buf)
@@ -409,6 +410,8 @@ class _HTMLText(HTMLParser):
             self._title_buf.append(data)
         elif not self._skip and not self._hidden:
             self._text().append(data)
+        elif not self._skip and self.cdata_elem is None:  # hidden text (not a hidden <script>'s code)
+            self.hidden_text += len(data) - sum(map(data.count, " \t\n\r\f"))
 
     def parse_html_declaration(self, i: int) -> int:
         try:
@@ -801,10 +804,11 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
     <meta> tags of an HTML document; every block's paragraphs (``_HTMLText``) where trafilatura finds no main content,
     or keeps none of the page's headings (two or more) and at least ``MAIN_SHARE`` of its text: it then dropped the
     page's structure rather than boilerplate (the headings of a page without <main> or <article>; the lists and
-    tables of sloppy HTML glued into the paragraph left open before them). A page whose text is all in elements a
-    browser hides (a wrapper <div style="display: none">) is one its scripts show: its hidden elements are read."""
+    tables of sloppy HTML glued into the paragraph left open before them). A page whose text is mostly in elements a
+    browser hides (a wrapper <div style="display: none"> around the article, after a header that shows) is one its
+    scripts show: its hidden elements are read."""
     main, parser, byline = _page(source, where, hidden=False)
-    if not main.texts:
+    if not main.texts or parser.hidden_text > sum(len(text) - text.count(" ") for text in parser.text.texts):
         main, parser, byline = _page(source, where, hidden=True)
     meta = {**byline, **parser.meta}  # the page's own meta tags as written, but ``date`` in the form filters compare
     meta.update({"date": byline["date"]} if "date" in byline else {})

@@ -37,3 +37,16 @@ def test_bdo_right_to_left_text_reads_as_shown():
 def test_tab_labels_written_side_by_side_read_apart(tabs):
     page = f"# Install\n\n{tabs}\n\n<div role='tabpanel'><p>Run setup.exe.</p></div>\n"
     assert extract_markdown(page).paragraphs == ["Install", "Windows Linux", "Run setup.exe."]
+
+
+def test_an_article_hidden_until_a_script_shows_it_is_read_behind_a_visible_header():
+    """A page that shows its header and reveals its body with a script (the article in a wrapper of "display: none")
+    lost the article: its text was read only where none showed. It reads where most of the page's text is hidden; a
+    hidden dialog beside a page's shown article stays unread."""
+    story = "<article><h2>Harbour</h2><p>The harbour was dredged in 1910 so that the larger ferries could berth.</p>"
+    head = "<header><p>Port news</p></header>"
+    page = f"<html><body>{head}<div id='app' style='display:none'>{story}</article></div><script>x()</script>"
+    assert extract_html(page).paragraphs[-1] == "The harbour was dredged in 1910 so that the larger ferries could berth."
+    dialog = "<div hidden><p>Sign up for our newsletter.</p></div>"
+    shown = f"<html><body>{head}{story}<p>It was deepened again in 1968 for the container ships.</p></article>{dialog}"
+    assert "Sign up for our newsletter." not in extract_html(shown).paragraphs
