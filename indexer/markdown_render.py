@@ -1,5 +1,5 @@
 """Markdown -> markdown-it's tokens (or HTML) for ``indexer.markup`` (which reads them as HTML): markdown-it-py
-(CommonMark, tables and ~~strikethrough~~), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
+(CommonMark, tables and ~~strikethrough~~, footnotes: ``_footnote_definition``), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
 link labels in linear time (``_link_label``) and to bound the empty cells a file's tables are filled with
 (``_table``).
 
@@ -26,6 +26,12 @@ _DEEP_ROUNDS = 8  # times a block nested past the limit is read again, flatter, 
 # A file past it is skipped, named (one such table is still parsed: ~3 s at most); hand-written tables fill a few.
 MARKDOWN_FILLED_CELLS = 16_384
 _FILLED = "filled_cells"  # the key of the count in a parse's env, carried over every reading of a file
+_NOTES, _NUMBERS = "footnotes", "footnote_numbers"  # a parse's footnotes by label, and the numbers of those marked
+_NOTE_DEFINITION = re.compile(r"\[\^([^\]\s]{1,200})\]:[ \t]*")  # "[^1]: text" opens a footnote's definition
+_NOTE_MARK = re.compile(r"\[\^([^\]\s]{1,200})\]")  # "[^1]": a footnote's mark, where that footnote is defined
+_NAMES_NOTE = re.compile(r"\b(?:foot)?notes?[ \t]*$", re.I)  # "see note [^2]": the mark is read as its number
+_INDENT = re.compile(r"^(?: {1,4}|\t)")  # a footnote's own lines after its first: indented under it
+_LAZY_STOP = re.compile(r"^[ \t]*(?:#|>|```|~~~|[-*+][ \t]|\d{1,9}[.)][ \t])")  # a new block, not a note's line
 
 
 def markdown_parser(where: str) -> Any:
@@ -37,12 +43,79 @@ def markdown_parser(where: str) -> Any:
     except ImportError:
         raise IngestError(f"{where}: reading Markdown needs markdown-it-py (pip install 'spanseek[index]')") from None
     md = MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable(["table", "strikethrough"])
+    md.block.ruler.before("reference", "footnote_definition", _footnote_definition, {"alt": ["paragraph", "reference"]})
+    md.inline.ruler.before("link", "footnote_mark", _footnote_mark)
+    md.core.ruler.after("inline", "footnotes", _footnotes_at_end)
     md.block.ruler.at("table", functools.partial(_table, table),
                       {"alt": ["paragraph", "reference"]})  # (a table ends those, as markdown-it's does)
     # md.helpers is the module markdown_it.helpers, shared by every parser: this parser gets its own
     md.helpers = types.SimpleNamespace(**{name: getattr(md.helpers, name) for name in md.helpers.__all__})
     md.helpers.parseLinkLabel = _link_label
     return md
+
+
+def _footnote_definition(state: Any, start_line: int, end_line: int, silent: bool) -> bool:
+    """A footnote's definition ("[^1]: text", its next lines indented under it or run on from it, as GitHub and Pandoc
+    read it) kept in the parse's ``env`` to be read at the document's end (``_footnotes_at_end``), not where it is
+    written: it read as a stray line "[^1]: text". The first definition of a label is its footnote."""
+    first = state.bMarks[start_line] + state.tShift[start_line]
+    found = state.sCount[start_line] - state.blkIndent < 4 and _NOTE_DEFINITION.match(
+        state.src, first, state.eMarks[start_line])
+    if not found or silent:
+        return bool(found)
+    lines = [state.src[found.end():state.eMarks[start_line]]]
+    line = start_line + 1
+    while line < end_line:
+        text = state.src[state.bMarks[line]:state.eMarks[line]]
+        indented = state.sCount[line] - state.blkIndent >= 4
+        if state.isEmpty(line):  # a blank line: the note goes on if the next line that is not is indented under it
+            after = line + 1
+            while after < end_line and state.isEmpty(after):
+                after += 1
+            if after >= end_line or state.sCount[after] - state.blkIndent < 4:
+                break
+            lines.append("")
+        elif indented:
+            lines.append(_INDENT.sub("", text))
+        elif not lines[-1].strip() or _NOTE_DEFINITION.match(text.strip()) or _LAZY_STOP.match(text):
+            break
+        else:  # a line run on from the note's paragraph
+            lines.append(text)
+        line += 1
+    state.env.setdefault(_NOTES, {}).setdefault(found.group(1), "\n".join(lines))
+    state.line = line
+    return True
+
+
+def _footnote_mark(state: Any, silent: bool) -> bool:
+    """A defined footnote's mark ("high[^1] today") read as nothing, as the superscript a reader skips ("high today"),
+    or as the footnote's number after a word that names a note ("see note [^2]" reads "see note 2"); numbered in the
+    order the marks come, as a renderer numbers them. An undefined one reads as written."""
+    found = state.src[state.pos:state.pos + 2] == "[^" and _NOTE_MARK.match(state.src, state.pos, state.posMax)
+    if not found or found.group(1) not in state.env.get(_NOTES, {}):
+        return False
+    numbers = state.env.setdefault(_NUMBERS, {})
+    number = numbers.setdefault(found.group(1), len(numbers) + 1)
+    if not silent and _NAMES_NOTE.search(state.src[max(0, state.pos - 32):state.pos]):
+        state.push("text", "", 0).content = str(number)
+    state.pos = found.end()
+    return True
+
+
+def _footnotes_at_end(state: Any) -> None:
+    """The footnotes' paragraphs at the end of the document, as a renderer sets them: those marked in the order of
+    their marks, then any never marked, in the order they are defined."""
+    notes: dict[str, str] = state.env.get(_NOTES, {})
+    done: set[str] = set()
+    while len(done) < len(notes):  # (again for the footnotes defined inside footnotes)
+        for label in [label for label in dict.fromkeys([*state.env.get(_NUMBERS, {}), *notes]) if label not in done]:
+            done.add(label)
+            first = len(state.tokens)
+            state.md.block.parse(notes[label], state.md, state.env, state.tokens)
+            for token in state.tokens[first:]:
+                if token.type == "inline":
+                    token.children = []
+                    state.md.inline.parse(token.content, state.md, state.env, token.children)
 
 
 def _table(table: Callable[..., bool], state: Any, start_line: int, end_line: int, silent: bool) -> bool:

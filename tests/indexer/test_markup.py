@@ -6,6 +6,8 @@ set side by side (tabs, buttons).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from spanseek.indexer.markup import extract_html, extract_markdown
@@ -50,3 +52,36 @@ def test_an_article_hidden_until_a_script_shows_it_is_read_behind_a_visible_head
     dialog = "<div hidden><p>Sign up for our newsletter.</p></div>"
     shown = f"<html><body>{head}{story}<p>It was deepened again in 1968 for the container ships.</p></article>{dialog}"
     assert "Sign up for our newsletter." not in extract_html(shown).paragraphs
+
+
+NOTES = """# Tides
+
+The tide is high[^noon] today; see note [^range] for the range.
+
+[^noon]: Measured at noon
+from the pier.
+
+    Its second paragraph.
+
+[^range]: Two metres at springs.
+
+Next paragraph, with an undefined mark [^x].
+"""
+
+
+def test_markdown_footnotes_read_as_a_renderer_sets_them():
+    """A footnote's mark read literally ("high[^noon]") and its definition as a stray line ("[^noon]: ..."): a mark
+    now reads as nothing (as its number after a word naming a note, numbered in the marks' order), and each footnote
+    as paragraphs at the document's end, marked ones first; a mark of no footnote reads as written, as in a renderer."""
+    assert extract_markdown(NOTES).paragraphs == [
+        "Tides", "The tide is high today; see note 2 for the range.",
+        "Next paragraph, with an undefined mark [^x].",
+        "Measured at noon from the pier.", "Its second paragraph.", "Two metres at springs."]
+    assert extract_markdown("Code:\n\n```\n[^1]: not a note\n```\n").paragraphs == ["Code:", "[^1]: not a note"]
+
+
+def test_footnote_marks_and_definitions_are_read_in_linear_time():
+    start = time.process_time()
+    for source in ["[^" * 50_000, "a[^1]" * 20_000 + "\n\n[^1]: x\n", "[^1]: x\n" * 20_000]:
+        extract_markdown(source)
+    assert time.process_time() - start < 3
