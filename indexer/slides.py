@@ -5,7 +5,7 @@
 Each slide is read in turn: its title first, then its other shapes top to bottom and left to right (a group's shapes
 in place of the group, and those of alternative content, mc:AlternateContent, in its place; hidden shapes, the
 slide number and date, and a footer that other slides repeat left out), each paragraph of a text frame one paragraph (its line breaks as spaces,
-its fields' and equations' text), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell",
+its fields' and equations' text, as a title's and a table cell's), a table's rows as Markdown's and Word's are ("Header: cell; Header: cell",
 ``extracted.row_text``; a cell merged over rows in each of them), then the text of its SmartArt diagrams and charts
 (each box of a diagram, a chart's title with its category labels, its axis titles and the series' names it shows
 (legend, data labels), one paragraph each: ``indexer.drawings``), then the speaker's notes. Every paragraph carries
@@ -121,11 +121,11 @@ def _table_rows(table: Any) -> list[str]:
     for r, row in enumerate(rows):
         for c, cell in enumerate(row):
             if cell.is_merge_origin:
-                text = _line(cell.text)
+                text = _cell_text(cell)
                 for below in range(r, min(r + cell.span_height, len(rows))):
                     cells[below].append((c, c + cell.span_width, "" if r < heads <= below else text))
             elif not cell.is_spanned:
-                cells[r].append((c, c + 1, _line(cell.text)))
+                cells[r].append((c, c + 1, _cell_text(cell)))
     grid = [[""] * len(row) for row in rows]
     for line, row_cells in zip(grid, cells, strict=True):
         for start, _, text in row_cells:
@@ -139,7 +139,17 @@ def _table_rows(table: Any) -> list[str]:
 
 def _paragraph_texts(shape: Any) -> list[str]:
     """A shape's text frame's paragraphs, each on one line (``_inline_text``); empty ones left out."""
-    body = shape.element.find(f"{_P}txBody")
+    return _frame_texts(shape.element.find(f"{_P}txBody"))
+
+
+def _cell_text(cell: Any) -> str:
+    """A table cell's text on one line, its paragraphs spaced, with their equations (python-pptx's ``text`` leaves
+    them out, as a shape's)."""
+    return " ".join(_frame_texts(cell._tc.find(f"{_A}txBody")))
+
+
+def _frame_texts(body: Any) -> list[str]:
+    """A text body's paragraphs (a:p), each on one line (``_inline_text``); empty ones left out."""
     return [text for p in body.iterchildren(f"{_A}p") if (text := _line(_inline_text(p)))] if body is not None else []
 
 
@@ -163,7 +173,7 @@ def _slide_text(slide: Any, running: frozenset[str] = frozenset()) -> tuple[str 
     _unwrap_alternatives(slide.shapes.element)  # (the title may be among them)
     title_shape = slide.shapes.title
     shown = title_shape is not None and title_shape.has_text_frame and not _hidden(title_shape)
-    title = _line(title_shape.text_frame.text) if shown else ""
+    title = " ".join(_paragraph_texts(title_shape)) if shown else ""  # (with its equations)
     paragraphs = [title] if title else []
     for shape in _shapes(slide.shapes, running):
         if title_shape is not None and shape.shape_id == title_shape.shape_id:

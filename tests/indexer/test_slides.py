@@ -363,30 +363,55 @@ def test_a_text_box_saved_with_alternative_content_is_read_once_in_its_place(tmp
         "Spring tides follow a full moon."]
 
 
-def test_an_equation_reads_in_its_paragraph_and_the_notes_are_read(tmp_path):
-    """An equation in a text box (Office Math, a14:m) was left out of its paragraph: "The energy is E=mc2 at rest."
-    read "The energy is at rest.". Its text reads in its place; a fallback for older readers is not read again."""
+def _append_equation(paragraph, after: str) -> None:
+    """An equation, E=mc2 (Office Math, a14:m, with a fallback for older readers, as PowerPoint saves one), and a run
+    of ``after`` appended to a paragraph (a:p)."""
     from lxml import etree
 
     ns = ('xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main" '
           'xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006" '
           'xmlns:a14="http://schemas.microsoft.com/office/drawing/2010/main" '
           'xmlns:m="http://schemas.openxmlformats.org/officeDocument/2006/math"')
+    for xml in ['<mc:AlternateContent {ns}><mc:Choice Requires="a14"><a14:m><m:oMathPara><m:oMath><m:r><m:t>E=m'
+                '</m:t></m:r><m:sSup><m:e><m:r><m:t>c</m:t></m:r></m:e><m:sup><m:r><m:t>2</m:t></m:r></m:sup></m:sSup>'
+                '</m:oMath></m:oMathPara></a14:m></mc:Choice><mc:Fallback><a:r><a:t>[equation]</a:t></a:r>'
+                '</mc:Fallback></mc:AlternateContent>', '<a:r {ns}><a:t>{after}</a:t></a:r>']:
+        paragraph.append(etree.fromstring(xml.format(ns=ns, after=after)))
+
+
+_PARAGRAPH = ".//{http://schemas.openxmlformats.org/drawingml/2006/main}p"
+
+
+def test_an_equation_reads_in_its_paragraph_and_the_notes_are_read(tmp_path):
+    """An equation in a text box (Office Math, a14:m) was left out of its paragraph: "The energy is E=mc2 at rest."
+    read "The energy is at rest.". Its text reads in its place; a fallback for older readers is not read again."""
     deck = pptx.Presentation()
     slide = deck.slides.add_slide(deck.slide_layouts[5])
     slide.shapes.title.text = "Energy"
     box = slide.shapes.add_textbox(Inches(1), Inches(2), Inches(6), Inches(1))
     box.text_frame.text = "The energy is "
-    paragraph = box.element.find(".//{http://schemas.openxmlformats.org/drawingml/2006/main}p")
-    for xml in ['<mc:AlternateContent {ns}><mc:Choice Requires="a14"><a14:m><m:oMathPara><m:oMath><m:r><m:t>E=m'
-                '</m:t></m:r><m:sSup><m:e><m:r><m:t>c</m:t></m:r></m:e><m:sup><m:r><m:t>2</m:t></m:r></m:sup></m:sSup>'
-                '</m:oMath></m:oMathPara></a14:m></mc:Choice><mc:Fallback><a:r><a:t>[equation]</a:t></a:r>'
-                '</mc:Fallback></mc:AlternateContent>', '<a:r {ns}><a:t> at rest.</a:t></a:r>']:
-        paragraph.append(etree.fromstring(xml.format(ns=ns)))
+    _append_equation(box.element.find(_PARAGRAPH), " at rest.")
     slide.notes_slide.notes_text_frame.text = "Mention the speed of light."
     deck.save(str(tmp_path / "energy.pptx"))
     assert extract_pptx(tmp_path / "energy.pptx").paragraphs == [
         "Energy", "The energy is E=mc2 at rest.", "Mention the speed of light."]
+
+
+def test_an_equation_in_a_table_cell_or_a_title_reads_in_its_text(tmp_path):
+    """An equation in a table's cell was lost (python-pptx's cell text leaves it out): "Rest energy: " read alone.
+    It reads in the cell's text, as one in a text box does, and so does one in the slide's title."""
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Energy "
+    _append_equation(slide.shapes.title.element.find(_PARAGRAPH), " explained")
+    table = slide.shapes.add_table(2, 2, Inches(1), Inches(2), Inches(6), Inches(1)).table
+    cells = [*table.rows[0].cells, *table.rows[1].cells]
+    for cell, text in zip(cells, ["Quantity", "Formula", "Rest energy", "is "], strict=True):
+        cell.text = text
+    _append_equation(table.cell(1, 1)._tc.find(_PARAGRAPH), " (joules)")
+    deck.save(str(tmp_path / "table.pptx"))
+    assert extract_pptx(tmp_path / "table.pptx").paragraphs == [
+        "Energy E=mc2 explained", "Quantity: Rest energy; Formula: is E=mc2 (joules)"]
 
 
 def test_a_hidden_shape_is_not_read(tmp_path):
