@@ -3,7 +3,8 @@
 ``indexer.extracted``, and named here too. Word files: ``indexer.word``; PowerPoint: ``indexer.slides``; Markdown
 and HTML: ``indexer.markup``. The file is opened and its glyphs read by ``indexer.pdf_file`` (pdfminer hardened
 against hostile files: references that loop, decompression bombs; glyphs a font's Unicode map leaves out;
-subscripts and superscripts set on their lines), its pages laid out by ``indexer.pdf_layout``.
+subscripts and superscripts set on their lines; a filled form's values drawn where its fields are,
+``indexer.pdf_forms``), its pages laid out by ``indexer.pdf_layout``.
 
     spanseek corpus from-files report.pdf DOCS/ --out corpus.jsonl
 

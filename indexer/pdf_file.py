@@ -16,6 +16,7 @@ import unicodedata
 import zlib
 from typing import Any
 
+from spanseek.indexer import pdf_forms
 from spanseek.indexer.extracted import (
     MAX_INFLATED,
     MAX_INFLATED_STREAM,
@@ -49,7 +50,12 @@ def aggregator(base: type) -> type:
             self.turned: list[Any] = []
             self.upright: list[Any] = []  # where it has turned glyphs: its upright ones
 
+        def begin_page(self, page: Any, ctm: Any) -> None:
+            super().begin_page(page, ctm)
+            self.page_ctm = ctm  # (the device's ctm is the content's, which "cm" changes)
+
         def end_page(self, page: Any) -> None:
+            pdf_forms.draw_fields(self, page, self.page_ctm)  # a filled form's values, where a viewer shows them
             self.cur_item, self.turned, self.upright = _set_turned_apart(self.cur_item)
             _set_scripts_on_their_lines(self.cur_item)  # before the page's layout is analysed
             super().end_page(page)

@@ -1217,3 +1217,47 @@ def test_turned_glyphs_at_numbers_past_a_float_s_range_are_read_not_raised():
     nan, inf = float("nan"), float("inf")
     assert turned_text([glyph((nan, 1, 0, 0, 0, 0), "a"), glyph((0, 1, -1, 0, inf, 3), "b"),
                         glyph((0, 1, -1, 0, 5, 3), "c"), glyph((0, 1, -1, 0, 5, 9), "d")]) == ["ab", "cd"]
+
+
+LONG = "Fill in this form and send it to the harbour master a week before you arrive."
+
+
+def test_a_filled_form_reads_its_values_where_a_reader_sees_them(tmp_path):
+    """A PDF form's values (AcroForm fields: what a user typed, ticked, chose) were not read, only the empty form's
+    labels. Each value reads where its widget is, in reading order: a text field's after its label, a ticked box or
+    chosen radio button as ☒ before its label, a chosen option as it is shown; an empty field, a box left empty, a
+    password field and a hidden field read as nothing."""
+    labels = [(730, "Application for a berth"), (700, LONG), (660, "Name:"), (630, "Vessel length:"),
+              (600, "I hold a skipper's licence."), (580, "I need shore power."), (550, "Harbour:"), (520, "Notes:"),
+              (430, "Ferry"), (410, "Own boat")]
+    text = b" ".join(b"BT /F1 10 Tf %d %d Td (%s) Tj ET" % (90 if y in (600, 580, 430, 410) else 72, y, label.encode())
+                     for y, label in labels)
+    widget = b"<< /Type /Annot /Subtype /Widget /DA (/Helv 10 Tf 0 g) "
+    fields = [
+        widget + b"/FT /Tx /T (name) /V (Ada Lovelace) /Rect [110 655 300 673] >>",
+        widget + b"/FT /Tx /T (length) /V () /Rect [150 625 300 643] >>",
+        widget + b"/FT /Btn /T (licence) /V /Yes /AS /Yes /Rect [72 598 84 610] >>",
+        widget + b"/FT /Btn /T (power) /V /Off /AS /Off /Rect [72 578 84 590] >>",
+        widget + b"/FT /Ch /Ff 131072 /T (harbour) /V (KW) /Opt [[(RT) (Rotterdam)] [(KW) (Kirkwall)]] "
+                 b"/Rect [120 545 300 563] >>",
+        widget + b"/FT /Tx /Ff 4096 /T (notes) /V (Arriving late.\\rLeaving at dawn.) /Rect [120 470 400 532] >>",
+        widget + b"/FT /Tx /Ff 8192 /T (pin) /V (1234) /Rect [300 655 400 673] >>",  # a password field
+        widget + b"/FT /Tx /F 2 /T (clerk) /V (Office use only) /Rect [300 625 400 643] >>",  # a hidden one
+        b"<< /FT /Btn /Ff 32768 /T (travel) /V /ferry /Kids [15 0 R 16 0 R] >>",  # a radio group: its buttons
+        widget + b"/Parent 14 0 R /AS /ferry /Rect [72 428 84 440] >>",
+        widget + b"/Parent 14 0 R /AS /Off /Rect [72 408 84 420] >>",
+    ]
+    refs = [b"%d 0 R" % n for n in range(6, 17)]  # the fields are objects 6-16; 14 is the radio group, no widget
+    path = pdf_of_objects(tmp_path / "form.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [%s] >> >>" % b" ".join(refs[:9]),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> /Annots [%s] >>" % b" ".join(refs[:8] + refs[9:]),
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        *fields,
+    ])
+    paragraphs = extract_pdf(path).paragraphs
+    assert paragraphs == ["Application for a berth", LONG, "Name: Ada Lovelace", "Vessel length:",
+                          "☒ I hold a skipper’s licence.", "I need shore power.", "Harbour: Kirkwall", "Notes:",
+                          "Arriving late. Leaving at dawn.", "☒ Ferry", "Own boat"]

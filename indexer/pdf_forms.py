@@ -1,0 +1,146 @@
+"""A PDF form's filled-in fields (AcroForm) -> glyphs on their page, for ``indexer.pdf_file``'s aggregator, so that a
+filled form reads as a reader sees it: each value where its field's widget is, in the page's reading order
+("Name: Ada Lovelace"), not the empty form. pdfminer draws a page's content only, and a viewer draws a field's value
+over it (the widget annotation's appearance), so the values a user typed in, ticked or chose were lost.
+
+    spanseek corpus from-files form.pdf --out corpus.jsonl
+
+What reads: a text field's value (its lines one under the other), a ticked check box or the chosen radio button as
+"☒" (a mark in the box beside its printed label; boxes left empty read as nothing), a list or combo box's chosen
+options as they are shown (their display text, several ", " apart). Fields hidden from view, password fields (shown
+as dots), push buttons and signatures read as nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+CHECKED = "\u2612"  # ☒: a ticked check box or a chosen radio button
+_DEFAULT_SIZE = 10.0  # the value's type size where its field names none (or "auto", 0)
+_SIZE = re.compile(rb"([\d.]+)\s+Tf")  # the type size in a field's default appearance: "/Helv 10 Tf 0 g"
+_HIDDEN_FLAGS = 0b10_0010  # an annotation's /F: Hidden (2) or NoView (32)
+_PASSWORD, _PUSH_BUTTON = 1 << 13, 1 << 16  # a field's /Ff: a password field, a push button
+_CENTRE = (0.718 - 0.207) / 2  # the middle of a line's glyphs above its baseline, in type sizes (Helvetica's)
+_MOST_PARENTS = 32  # a field's ancestors an inherited attribute is looked up in (a loop of /Parent ends there)
+
+
+def _inherited(widget: dict[str, Any], key: str) -> Any:
+    """A field's attribute (its type, value, flags, options, appearance) from the widget or the nearest field above it
+    (a field's widgets and its kids share the parent's)."""
+    from pdfminer.pdftypes import resolve1
+
+    node: Any = widget
+    for _ in range(_MOST_PARENTS):
+        if not isinstance(node, dict):
+            return None
+        if key in node:
+            return resolve1(node[key])
+        node = resolve1(node.get("Parent"))
+    return None
+
+
+def _text(value: Any) -> str:
+    """A PDF text string (PDFDocEncoding, or UTF-16 with its byte-order mark) or name as text."""
+    from pdfminer.psparser import PSLiteral
+    from pdfminer.utils import decode_text
+
+    if isinstance(value, PSLiteral):
+        return str(value.name)
+    return decode_text(value) if isinstance(value, bytes) else ""
+
+
+def _chosen(widget: dict[str, Any]) -> str:
+    """A list or combo box's chosen options as shown: an option given as [export value, display text] shows its text."""
+    from pdfminer.pdftypes import resolve1
+
+    value = _inherited(widget, "V")
+    chosen = [_text(resolve1(v)) for v in value] if isinstance(value, list) else [_text(value)]
+    shown: dict[str, str] = {}
+    options = _inherited(widget, "Opt")
+    for option in options if isinstance(options, list) else []:
+        option = resolve1(option)
+        if isinstance(option, list) and len(option) == 2:
+            shown.setdefault(_text(resolve1(option[0])), _text(resolve1(option[1])))
+    return ", ".join(shown.get(v, v) for v in chosen if v)
+
+
+def field_value(widget: dict[str, Any]) -> str:
+    """What a field's widget shows filled in (see the module's docstring), "" for an empty or unread one."""
+    from pdfminer.psparser import PSLiteral
+
+    kind, flags = _inherited(widget, "FT"), _inherited(widget, "Ff")
+    kind, flags = kind.name if isinstance(kind, PSLiteral) else None, flags if isinstance(flags, int) else 0
+    if kind == "Tx" and not flags & _PASSWORD:
+        return _text(_inherited(widget, "V"))
+    if kind == "Ch":
+        return _chosen(widget)
+    if kind == "Btn" and not flags & _PUSH_BUTTON:  # a check box or a radio button: ticked where its state is on
+        state = widget.get("AS", _inherited(widget, "V"))
+        return CHECKED if isinstance(state, PSLiteral) and state.name != "Off" else ""
+    return ""
+
+
+def filled_fields(page: Any) -> list[tuple[tuple[float, float, float, float], str, float]]:
+    """A page's filled-in fields as (its widget's rectangle on the page, x0 y0 x1 y1; the value shown; its type
+    size), in the order the page lists them; widgets hidden from view left out."""
+    from pdfminer.pdftypes import resolve1
+
+    out = []
+    annotations = resolve1(page.annots)
+    for annotation in annotations if isinstance(annotations, list) else []:
+        widget = resolve1(annotation)
+        subtype = isinstance(widget, dict) and resolve1(widget.get("Subtype"))
+        flags = isinstance(widget, dict) and resolve1(widget.get("F"))
+        if getattr(subtype, "name", None) != "Widget" or (isinstance(flags, int) and flags & _HIDDEN_FLAGS):
+            continue
+        rect = resolve1(widget.get("Rect"))
+        rect = [resolve1(v) for v in rect] if isinstance(rect, list) else []
+        if len(rect) != 4 or not all(isinstance(v, (int, float)) for v in rect):
+            continue
+        value = field_value(widget)
+        if not value.strip():
+            continue
+        appearance = _inherited(widget, "DA")
+        size = _SIZE.search(appearance) if isinstance(appearance, bytes) else None
+        points = float(size.group(1)) if size and size.group(1).count(b".") < 2 else 0.0
+        x0, y0, x1, y1 = min(rect[0], rect[2]), min(rect[1], rect[3]), max(rect[0], rect[2]), max(rect[1], rect[3])
+        out.append(((x0, y0, x1, y1), value, points if 0 < points < 100 else min(_DEFAULT_SIZE, (y1 - y0) * 0.7)))
+    return out
+
+
+def draw_fields(device: Any, page: Any, ctm: Any) -> None:
+    """Each filled-in field's value drawn as glyphs into ``device`` (pdfminer's layout analyser, its page open), in
+    its widget: a line's baseline where a viewer sets a one-line field's (centred), the lines of a field of several
+    from its top down, as a viewer sets them, so that the page's layout analysis puts them in reading order."""
+    from pdfminer.pdfcolor import PREDEFINED_COLORSPACE
+    from pdfminer.pdfinterp import PDFGraphicState
+    from pdfminer.utils import mult_matrix, translate_matrix
+
+    font = _value_font()
+    for (x0, y0, x1, y1), value, size in filled_fields(page):
+        lines = re.split(r"\r\n?|\n", value)
+        # a line's glyphs centred on the widget's middle (its baseline a quarter of the size below it), a check
+        # box's mark in the box's middle too
+        top = (y0 + y1) / 2 - _CENTRE * size if len(lines) == 1 else y1 - 2 - size
+        left = (x0 + x1 - font.char_width(ord(CHECKED)) * size) / 2 if value == CHECKED else x0 + 2
+        for n, line in enumerate(lines):
+            matrix = mult_matrix((1, 0, 0, 1, left, top - n * size * 1.15), ctm)
+            advance = 0.0
+            for c in line:
+                advance += device.render_char(translate_matrix(matrix, (advance, 0)), font, size, 1.0, 0.0,
+                                              ord(c), PREDEFINED_COLORSPACE["DeviceGray"], PDFGraphicState())
+
+
+@functools.cache
+def _value_font() -> Any:
+    """The type a value is drawn in: Helvetica's height, an average width, any character (its code point)."""
+    from pdfminer.pdffont import PDFFont
+
+    class ValueFont(PDFFont):  # type: ignore[misc]
+        def to_unichr(self, cid: int) -> str:
+            return chr(cid)
+
+    return ValueFont({"FontName": "Helvetica", "Ascent": 718, "Descent": -207, "FontBBox": [-166, -225, 1000, 931]},
+                     {}, 556)
