@@ -116,6 +116,26 @@ def _right_to_left(tag: str, attrs: Mapping[str, str | None]) -> bool:
     return tag == "bdo" and (attrs.get("dir") or "").strip().lower() == "rtl"
 
 
+# an in-page link whose text is only a symbol: a heading's permalink (Sphinx's and MkDocs' "¶"), a footnote's link
+# back to its mark ("↩"); and a link's text that is a note's mark ("1", "[1]", "*") where it is set in <sup>
+_PERMALINK = re.compile(r"[¶§#↩↑⬆🔗⚓][\ufe0e\ufe0f]?")
+_MARK = re.compile(r"\[?(?:\d{1,4}|[*†‡])\]?")
+_NOTE_LINKS = {"headerlink", "footnote-ref", "footnote-back", "footnote-backref", "doc-noteref", "doc-backlink"}
+
+
+def _unread_link(attrs: Mapping[str, str | None], text: str, superscript: bool) -> bool:
+    """Whether a link (<a>) is one a reader passes over: an in-page link that is a heading's permalink, a footnote's
+    mark ("high<sup><a href="#fn1">1</a></sup> today" reads "high today", as Markdown's ``[^1]``) or a footnote's
+    link back to it (Pandoc's, Sphinx's, MkDocs', Google Docs', Wikipedia's): its text was read into the heading
+    ("Install¶") or the sentence ("high1 today"); or one with no text (MkDocs' anchor on each line of code, which
+    made trafilatura drop the code block). ``superscript``: the link is in a <sup> or holds one."""
+    if not (attrs.get("href") or "").startswith("#"):
+        return False
+    named = {*(attrs.get("class") or "").split(), *(attrs.get("role") or "").split()}
+    mark = text.strip()
+    return not mark or bool(_NOTE_LINKS & named) or bool(_PERMALINK.fullmatch(mark)) or (superscript and bool(_MARK.fullmatch(mark)))
+
+
 def _apart(tag: str, attrs: Mapping[str, str | None]) -> bool:
     """Whether an element is a control a reader sees apart from the text beside it (``_APART``)."""
     return tag in _APART or bool(_APART_ROLES.intersection((attrs.get("role") or "").lower().split()))
@@ -265,12 +285,17 @@ class _HTMLText(HTMLParser):
         self._inline = 0  # open tables in a table's cell, read as its text
         self._hidden: list[str] = []  # a hidden element (``_hidden``) being read, and the elements open inside it
         self._apart: list[str] = []  # the open controls read apart (``_apart``)
-        self._reversed: list[tuple[list[str], int]] = []  # each open <bdo dir="rtl">: the text it is in, from where
+        # each open <bdo dir="rtl"> and <a>: its attributes, the text it is in and from where, whether it holds or is
+        # in a <sup> (a link's); what is read of it is changed (reversed) or dropped (``_unread_link``) at its end
+        self._spans: dict[str, list[tuple[Mapping[str, str | None], list[str], int, list[bool]]]] = {"a": [], "bdo": []}
+        self._sup = 0  # open <sup> elements
         self.hidden_text = 0  # the characters (but spaces) of text not read because a browser hides it
 
     def _flush(self, level: int = 0) -> None:
         raw = "".join(self._buf)
         self._buf = []
+        for spans in self._spans.values():  # (none goes on into the next paragraph: see ``handle_endtag``)
+            spans.clear()
         self.text.add(_code(raw) if self._pre else _line(raw), level)
 
     def _cell(self) -> list[str] | None:
@@ -341,8 +366,12 @@ class _HTMLText(HTMLParser):
         if _apart(tag, dict(attrs)):
             self._apart.append(tag)
             self._text().append(" ")
-        if _right_to_left(tag, dict(attrs)):
-            self._reversed.append((self._text(), len(self._text())))
+        if tag in self._spans and (tag == "a" or _right_to_left(tag, dict(attrs))):
+            self._spans[tag].append((dict(attrs), self._text(), len(self._text()), [self._sup > 0]))
+        if tag == "sup":
+            self._sup += 1
+            for _, _, _, superscript in self._spans["a"][-1:]:
+                superscript[0] = True
         if tag == "meta":
             a = dict(attrs)
             key, content = a.get("name") or a.get("property"), a.get("content")
@@ -379,10 +408,13 @@ class _HTMLText(HTMLParser):
         if tag in self._apart:
             del self._apart[len(self._apart) - 1 - self._apart[::-1].index(tag)]
             self._text().append(" ")
-        if tag == "bdo" and self._reversed:
-            within, start = self._reversed.pop()
+        self._sup -= tag == "sup" and self._sup > 0
+        if self._spans.get(tag):
+            attrs, within, start, (superscript,) = self._spans[tag].pop()
             if within is self._text():  # (a block inside it ended the paragraph: its lines are read as they are)
-                within[start:] = [reversed_line("".join(within[start:]))]
+                text = "".join(within[start:])
+                within[start:] = [reversed_line(text)] if tag == "bdo" else [] if _unread_link(
+                    attrs, text, superscript) else [text]
         if tag == "title":
             self._in_title = False
             self.title = self.title or _line("".join(self._title_buf)) or None
@@ -743,6 +775,9 @@ def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sectio
     for unread in [el for el in tree.iter() if isinstance(el.tag, str) and not hidden and _hidden(el.attrib)]:
         if unread.tag not in _SHOWN_LATER:
             unread.drop_tree()  # (its tail, the text after it, stays)
+    for link in [a for a in tree.iter("a") if _unread_link(a.attrib, a.text_content(), a.find(".//sup") is not None
+                                                            or any(up.tag == "sup" for up in a.iterancestors()))]:
+        link.drop_tree()  # (its tail stays)
     for bdo in tree.iter("bdo"):
         if _right_to_left(bdo.tag, bdo.attrib):
             text = "".join(bdo.itertext())

@@ -85,3 +85,30 @@ def test_footnote_marks_and_definitions_are_read_in_linear_time():
     for source in ["[^" * 50_000, "a[^1]" * 20_000 + "\n\n[^1]: x\n", "[^1]: x\n" * 20_000]:
         extract_markdown(source)
     assert time.process_time() - start < 3
+
+
+SPHINX = """<html><head><title>Install</title></head><body><div class="body" role="main"><section id="install">
+<h1>Install<a class="headerlink" href="#install" title="Link to this heading">¶</a></h1>
+<p>Foo needs Python 3.11 or newer and a C compiler to build its extension.</p>
+<h2 id="pypi">From PyPI<a href="#pypi" title="Permanent link">&para;</a></h2>
+<p>The wheel is built for Linux<a href="#fn1" class="footnote-ref" id="fnref1" role="doc-noteref"><sup>1</sup></a>
+and macOS<sup><a href="#fn2">[2]</a></sup>; see <a href="#pypi">2</a> pages on.</p>
+<div class="highlight"><pre><span></span><code><a id="l1" name="l1" href="#l1"></a>pip install foo
+<a id="l2" name="l2" href="#l2"></a>foo --version
+</code></pre></div>
+<section class="footnotes" role="doc-endnotes"><hr><ol><li id="fn1"><p>Any recent glibc.<a href="#fnref1"
+class="footnote-back" role="doc-backlink">↩︎</a></p></li><li id="fn2"><p>Intel and ARM.<a href="#fnref2">↩</a></p>
+</li></ol></section></section></div></body></html>"""
+
+
+def test_permalinks_note_marks_and_backlinks_are_passed_over_as_a_reader_does():
+    """Sphinx's and MkDocs' permalink read into each heading ("Install¶"), Pandoc's and Wikipedia's note marks into
+    the sentence ("Linux1") and the notes' links back into the notes ("↩︎"); MkDocs' empty anchor on each line of
+    code lost the code block. A reader passes over all of them; an in-page link of words or a number in the running
+    text reads. In a page's main content and in Markdown's HTML (read as a page without one is) alike."""
+    expected = ["Install", "Foo needs Python 3.11 or newer and a C compiler to build its extension.", "From PyPI",
+                "The wheel is built for Linux and macOS; see 2 pages on.", "pip install foo\nfoo --version",
+                "Any recent glibc.", "Intel and ARM."]
+    assert extract_html(SPHINX).paragraphs == expected
+    body = SPHINX.split('role="main">')[1]
+    assert extract_markdown(body).paragraphs == expected
