@@ -10,7 +10,8 @@ Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow it as 
 SmartArt diagrams' boxes and its charts' titles and labels (``indexer.drawings``); a phonetic guide (ruby) follows
 its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows (``_symbol``). A table row is
 one paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall; Departure: 09:15"), as
-Markdown's and HTML's are. A paragraph in a "Heading N" style opens a section (``extracted.Sections``). Page headers
+Markdown's and HTML's are. A paragraph in a "Heading N" style, or with an outline level (its own or its style's), opens a section
+(``extracted.Sections``). Page headers
 and footers are left out. A file python-docx cannot open is ``Unreadable``, with what it is instead where its first
 bytes tell (an OLE file: a password-protected .docx or an old .doc; a PDF, RTF or OpenDocument file renamed; a
 truncated zip).
@@ -350,14 +351,25 @@ class _WordText:
             return line
         style = self._paragraph(p).style if level_allowed else None
         name = (style.name if style is not None else "") or ""
-        level = _HEADING.fullmatch(name)
+        named = _HEADING.fullmatch(name)
+        level = int(named.group(1)) if named else self.outline_level(p) if level_allowed else 0
         if name == "Title" and line:
             self.title = self.title or line  # the title is the document's, not a passage's
         else:
             self.first_heading = self.first_heading or (line if level else None) or None  # a name: no number
-            self.sections.add(_labelled(line, label), int(level.group(1)) if level else 0)
+            self.sections.add(_labelled(line, label), level)
         self.extras(extras)
         return ""
+
+    def outline_level(self, p: Any) -> int:
+        """A paragraph's heading level (1-9) by its outline level (w:outlineLvl 0-8: what Word's navigation pane
+        lists), its own or its style's: a heading in a style of another name ("Chapter"; "Heading" as Pages names
+        it; a LibreOffice heading style of its own); 0 for body text (outline level 9, or none)."""
+        for props in [p.find(f"{_W}pPr"), *(s.find(f"{_W}pPr") for s in self.styles.chain(self.styles.paragraph_style(p)))]:
+            value = _val(props.find(f"{_W}outlineLvl")) if props is not None else None
+            if value is not None:
+                return int(value) + 1 if value.isdecimal() and int(value) < 9 else 0
+        return 0
 
     def extras(self, extras: list[tuple[str, Any]]) -> None:
         """A paragraph's (or a table row's) text boxes and notes, as paragraphs after it."""

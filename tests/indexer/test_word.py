@@ -698,3 +698,24 @@ def test_a_list_item_moved_with_tracked_changes_is_numbered_where_it_went(tmp_pa
                         '<w:moveTo w:id="4" w:author="A"><w:r><w:t>Bravo</w:t></w:r></w:moveTo>')]:
         body.insert(len(body) - 1, parse_xml(f'<w:p {nsdecls("w")}>{numbered.format(mark)}{text}</w:p>'))
     assert paragraphs(document, tmp_path) == ["1. Alpha", "2. Charlie", "3. Bravo"]
+
+
+def test_a_heading_by_its_outline_level_opens_a_section_whatever_its_style_is_named(tmp_path):
+    """A heading in a style of its own name ("Chapter", Pages' "Heading", a LibreOffice heading style of a user's) read
+    as body text: only "Heading N" styles opened sections. Its outline level (the style's, or the paragraph's own,
+    as Word's navigation pane lists it) makes it a heading of that level; outline level 9 is body text."""
+    document = docx.Document()
+    for name, level in (("Chapter", "0"), ("Part Head", "1"), ("Plain", "9")):
+        style = document.styles.add_style(name, 1)
+        style.element.get_or_add_pPr().append(parse_xml(f'<w:outlineLvl {nsdecls("w")} w:val="{level}"/>'))
+    document.add_paragraph("Harbours", style="Chapter")
+    document.add_paragraph("Dover", style="Part Head")
+    document.add_paragraph("The ferry leaves at nine.", style="Plain")
+    own = document.add_paragraph("Calais")
+    own._p.get_or_add_pPr().append(parse_xml(f'<w:outlineLvl {nsdecls("w")} w:val="1"/>'))
+    document.add_paragraph("The ferry arrives at noon.")
+    document.save(str(tmp_path / "h.docx"))
+    extracted = extract_docx(tmp_path / "h.docx")
+    assert extracted.title == "Harbours"
+    assert [m.get("section") for m in extracted.paragraph_meta] == [
+        "Harbours > Dover", "Harbours > Dover", "Harbours > Calais", "Harbours > Calais"]
