@@ -1,5 +1,6 @@
 """Markdown -> markdown-it's tokens (or HTML) for ``indexer.markup`` (which reads them as HTML): markdown-it-py
-(CommonMark, tables and ~~strikethrough~~, footnotes: ``_footnote_definition``), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
+(CommonMark, tables and ~~strikethrough~~, footnotes: ``_footnote_definition``; TeX math kept as written:
+``_math``), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
 link labels in linear time (``_link_label``) and to bound the empty cells a file's tables are filled with
 (``_table``).
 
@@ -8,6 +9,7 @@ link labels in linear time (``_link_label``) and to bound the empty cells a file
 
 from __future__ import annotations
 
+import bisect
 import functools
 import html
 import re
@@ -31,6 +33,9 @@ _NOTE_DEFINITION = re.compile(r"\[\^([^\]\s]{1,200})\]:[ \t]*")  # "[^1]: text" 
 _NOTE_MARK = re.compile(r"\[\^([^\]\s]{1,200})\]")  # "[^1]": a footnote's mark, where that footnote is defined
 _NAMES_NOTE = re.compile(r"\b(?:foot)?notes?[ \t]*$", re.I)  # "see note [^2]": the mark is read as its number
 _INDENT = re.compile(r"^(?: {1,4}|\t)")  # a footnote's own lines after its first: indented under it
+# where "$" may close inline TeX math (as Pandoc and Jupyter read it): after a character that is not a space nor a
+# backslash ("\$" is a dollar sign), and not before a digit ("costs $5 or $10" holds no math)
+_MATH_CLOSE = re.compile(r"(?<=[^\s\\])\$(?!\d)")
 _LAZY_STOP = re.compile(r"^[ \t]*(?:#|>|```|~~~|[-*+][ \t]|\d{1,9}[.)][ \t])")  # a new block, not a note's line
 
 
@@ -45,6 +50,7 @@ def markdown_parser(where: str) -> Any:
     md = MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable(["table", "strikethrough"])
     md.block.ruler.before("reference", "footnote_definition", _footnote_definition, {"alt": ["paragraph", "reference"]})
     md.inline.ruler.before("link", "footnote_mark", _footnote_mark)
+    md.inline.ruler.before("escape", "math", _math)
     md.core.ruler.after("inline", "footnotes", _footnotes_at_end)
     md.block.ruler.at("table", functools.partial(_table, table),
                       {"alt": ["paragraph", "reference"]})  # (a table ends those, as markdown-it's does)
@@ -99,6 +105,35 @@ def _footnote_mark(state: Any, silent: bool) -> bool:
     if not silent and _NAMES_NOTE.search(state.src[max(0, state.pos - 32):state.pos]):
         state.push("text", "", 0).content = str(number)
     state.pos = found.end()
+    return True
+
+
+def _math(state: Any, silent: bool) -> bool:
+    """TeX math, "$x_1 + y_1$" or "$$\\int_0^1 x\\,dx$$" (Jupyter's, Pandoc's, GitHub's), read as written: CommonMark's
+    escapes and emphasis mangled it ("$x1 + y1$", "x,dx"). "$" opens math where a character that is not a space
+    follows it and a "$" closes it (``_MATH_CLOSE``) in the same paragraph; "$$" to the next "$$"."""
+    src, start = state.src, state.pos
+    if src[start:start + 1] != "$":
+        return False
+    if src[start:start + 2] == "$$":
+        end = src.find("$$", start + 2, state.posMax)
+        end = end + 2 if end > start + 2 else -1
+    elif start + 1 < state.posMax and not src[start + 1].isspace():
+        # each close found once a parse of this text (the first after each "$"): a search from each "$" would
+        # scan to the end again and again ("$a $a $a ..." holds no math)
+        seen = vars(state)
+        if "math_closes" not in seen:
+            seen["math_closes"] = [found.start() for found in _MATH_CLOSE.finditer(src)]
+        closes = seen["math_closes"]
+        at = bisect.bisect_left(closes, start + 2)
+        end = closes[at] + 1 if at < len(closes) and closes[at] < state.posMax else -1
+    else:
+        end = -1
+    if end < 0:
+        return False
+    if not silent:
+        state.push("text", "", 0).content = src[start:end]
+    state.pos = end
     return True
 
 

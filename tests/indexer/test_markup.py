@@ -112,3 +112,17 @@ def test_permalinks_note_marks_and_backlinks_are_passed_over_as_a_reader_does():
     assert extract_html(SPHINX).paragraphs == expected
     body = SPHINX.split('role="main">')[1]
     assert extract_markdown(body).paragraphs == expected
+
+
+def test_tex_math_in_markdown_reads_as_written():
+    """Jupyter's, Pandoc's and GitHub's TeX math was mangled by CommonMark's escapes and emphasis: "$x_1 + y_1$" read
+    "$x1 + y1$" (emphasis) and "\\\\," "," (an escape). Math reads as written; prices are no math."""
+    source = ("# Means\n\nThe mean of $x_1 + x_2$ and $y_1$ is *small*:\n\n$$\\bar{x} = \\frac{1}{n}\\sum_i x_i\\,dx$$\n\n"
+              "A ticket costs $5, or $10 for two; a \\$ sign reads.\n")
+    assert extract_markdown(source).paragraphs == [
+        "Means", "The mean of $x_1 + x_2$ and $y_1$ is small:", "$$\\bar{x} = \\frac{1}{n}\\sum_i x_i\\,dx$$",
+        "A ticket costs $5, or $10 for two; a $ sign reads."]
+    start = time.process_time()
+    for hostile in ["$a " * 50_000, "$" * 100_000, "$$a " * 30_000]:  # (each "$" searched for its close once)
+        extract_markdown(hostile)
+    assert time.process_time() - start < 3
