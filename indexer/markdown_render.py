@@ -1,6 +1,6 @@
 """Markdown -> markdown-it's tokens (or HTML) for ``indexer.markup`` (which reads them as HTML): markdown-it-py
 (CommonMark, tables and ~~strikethrough~~, footnotes: ``_footnote_definition``; TeX math kept as written:
-``_math``), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
+``_math``; GitHub's alerts: ``_alerts``), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
 link labels in linear time (``_link_label``) and to bound the empty cells a file's tables are filled with
 (``_table``).
 
@@ -36,6 +36,8 @@ _INDENT = re.compile(r"^(?: {1,4}|\t)")  # a footnote's own lines after its firs
 # where "$" may close inline TeX math (as Pandoc and Jupyter read it): after a character that is not a space nor a
 # backslash ("\$" is a dollar sign), and not before a digit ("costs $5 or $10" holds no math)
 _MATH_CLOSE = re.compile(r"(?<=[^\s\\])\$(?!\d)")
+# a GitHub alert's marker, the first line of a quote: "> [!NOTE]", a callout GitHub titles "Note"
+_ALERT = re.compile(r"\[!(note|tip|important|warning|caution)\][ \t]*(?:\n|$)", re.I)
 _LAZY_STOP = re.compile(r"^[ \t]*(?:#|>|```|~~~|[-*+][ \t]|\d{1,9}[.)][ \t])")  # a new block, not a note's line
 
 
@@ -52,6 +54,7 @@ def markdown_parser(where: str) -> Any:
     md.inline.ruler.before("link", "footnote_mark", _footnote_mark)
     md.inline.ruler.before("escape", "math", _math)
     md.core.ruler.after("inline", "footnotes", _footnotes_at_end)
+    md.core.ruler.after("block", "alerts", _alerts)
     md.block.ruler.at("table", functools.partial(_table, table),
                       {"alt": ["paragraph", "reference"]})  # (a table ends those, as markdown-it's does)
     # md.helpers is the module markdown_it.helpers, shared by every parser: this parser gets its own
@@ -135,6 +138,29 @@ def _math(state: Any, silent: bool) -> bool:
         state.push("text", "", 0).content = src[start:end]
     state.pos = end
     return True
+
+
+def _alerts(state: Any) -> None:
+    """A GitHub alert ("> [!NOTE]" over a quote's text) read as GitHub shows it: its title ("Note") a paragraph of its
+    own before the quote's text, as an admonition's title in Sphinx's and MkDocs' HTML reads; the marker read as
+    written was "[!NOTE] Use a virtual environment."."""
+    from markdown_it.token import Token
+
+    tokens = state.tokens
+    for i in range(len(tokens) - 3, -1, -1):  # (from the end: the tokens inserted are after those still to see)
+        opened, paragraph, inline = tokens[i:i + 3]
+        found = opened.type == "blockquote_open" and paragraph.type == "paragraph_open" and _ALERT.match(inline.content)
+        if not found:
+            continue
+        inline.content = inline.content[found.end():]
+        title = [Token("paragraph_open", "p", 1), Token("inline", "", 0), Token("paragraph_close", "p", -1)]
+        for token in title:
+            token.block, token.level, token.map = True, paragraph.level + (token.type == "inline"), paragraph.map
+        title[1].content, title[1].children = found.group(1).capitalize(), []
+        if not inline.content.strip():  # the marker alone in its paragraph: the text is in the next
+            tokens[i + 1:i + 4] = title
+        else:
+            tokens[i + 1:i + 1] = title
 
 
 def _footnotes_at_end(state: Any) -> None:

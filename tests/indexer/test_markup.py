@@ -126,3 +126,14 @@ def test_tex_math_in_markdown_reads_as_written():
     for hostile in ["$a " * 50_000, "$" * 100_000, "$$a " * 30_000]:  # (each "$" searched for its close once)
         extract_markdown(hostile)
     assert time.process_time() - start < 3
+
+
+def test_a_github_alert_reads_its_title_before_its_text():
+    """GitHub's alerts ("> [!NOTE]" over a quote) read their marker as written: "[!NOTE] Use a virtual environment.".
+    The title GitHub shows ("Note") reads as a paragraph before the text, as an admonition's title in Sphinx's or
+    MkDocs' HTML does; a marker that is not alone on the quote's first line reads as written, as on GitHub."""
+    source = ("# Install\n\n> [!NOTE]\n> Use a virtual environment.\n\n> [!warning]\n>\n> Back up first.\n\n"
+              "> [!NOTE] not alone\n\n> A plain quote.\n")
+    assert extract_markdown(source).paragraphs == [
+        "Install", "Note", "Use a virtual environment.", "Warning", "Back up first.", "[!NOTE] not alone",
+        "A plain quote."]
