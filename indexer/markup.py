@@ -275,6 +275,10 @@ class _HTMLText(HTMLParser):
         self.title: str | None = None
         self.first_heading: str | None = None
         self.first_h1: str | None = None
+        # the first paragraph in a title's style (<p class="title">: a Google Docs export's title, which has no
+        # <title>), and whether it is being read
+        self.title_paragraph: str | None = None
+        self._in_title_paragraph = False
         self._buf: list[str] = []
         self._skip: list[str] = []  # open elements whose text is dropped
         self._in_title = False
@@ -394,6 +398,8 @@ class _HTMLText(HTMLParser):
             if tag in _HEADINGS:
                 self._heading = tag
             self._pre += tag == "pre"
+            self._in_title_paragraph = tag == "p" and self.title_paragraph is None and "title" in (
+                dict(attrs).get("class") or "").split()
 
     def handle_endtag(self, tag: str) -> None:
         if self._hidden:
@@ -433,6 +439,8 @@ class _HTMLText(HTMLParser):
                 if tag == "h1":
                     self.first_h1 = self.first_h1 or text or None
                 self._heading, level = None, _HEADINGS[tag]
+            if tag == "p" and self._in_title_paragraph:
+                self.title_paragraph, self._in_title_paragraph = _line("".join(self._buf)) or None, False
             self._flush(level)
             if tag == "pre" and self._pre:
                 self._pre -= 1
@@ -835,7 +843,8 @@ def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sectio
 
 
 def extract_html(source: str, where: str = "<html>") -> Extracted:
-    """Main-content paragraphs (``_main_content``) with their sections, title (<title>, else the first <h1>) and
+    """Main-content paragraphs (``_main_content``) with their sections, title (<title>, else the first paragraph of
+    class "title", as a Google Docs export sets its title, else the first <h1>) and
     <meta> tags of an HTML document; every block's paragraphs (``_HTMLText``) where trafilatura finds no main content,
     or keeps none of the page's headings (two or more) and at least ``MAIN_SHARE`` of its text: it then dropped the
     page's structure rather than boilerplate (the headings of a page without <main> or <article>; the lists and
@@ -847,7 +856,8 @@ def extract_html(source: str, where: str = "<html>") -> Extracted:
         main, parser, byline = _page(source, where, hidden=True)
     meta = {**byline, **parser.meta}  # the page's own meta tags as written, but ``date`` in the form filters compare
     meta.update({"date": byline["date"]} if "date" in byline else {})
-    return main.extracted(parser.title or parser.first_h1, meta, title_heading=parser.first_h1)
+    return main.extracted(parser.title or parser.title_paragraph or parser.first_h1, meta,
+                          title_heading=parser.first_h1)
 
 
 def _page(source: str, where: str, hidden: bool) -> tuple[Sections, _HTMLText, dict[str, str]]:

@@ -137,3 +137,16 @@ def test_a_github_alert_reads_its_title_before_its_text():
     assert extract_markdown(source).paragraphs == [
         "Install", "Note", "Use a virtual environment.", "Warning", "Back up first.", "[!NOTE] not alone",
         "A plain quote."]
+
+
+def test_a_google_docs_export_is_titled_by_its_title_paragraph():
+    """A Google Docs HTML export has no <title>; its title is a paragraph in the Title style (class "title"), which
+    was passed over for the first <h1>. It is the title now, where the page has no <title>."""
+    page = ('<html><head><meta content="text/html; charset=UTF-8" http-equiv="content-type"></head>'
+            '<body class="c5 doc-content"><p class="c3 title" id="h.t"><span class="c1">Harbour report</span></p>'
+            '<p class="c3 subtitle"><span>Spring 2026</span></p><h1 class="c2" id="h.x1"><span>Tides</span></h1>'
+            '<p class="c0"><span>The tide is high today and the harbour is full of boats.</span></p></body></html>')
+    assert extract_html(page).title == "Harbour report"
+    titled = page.replace("<head>", "<head><title>Report</title>")
+    assert extract_html(titled).title == "Report"
+    assert extract_markdown(page.split("<body")[1].split(">", 1)[1]).title == "Tides"  # (Markdown: its first heading)
