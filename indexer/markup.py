@@ -367,18 +367,18 @@ class _HTMLText(HTMLParser):
             if shown and tag in _BLOCK and self._cell() is None:  # a hidden block still ends the paragraph before it
                 self._flush()
             return
-        if _apart(tag, dict(attrs)):
+        named = dict(attrs)
+        if _apart(tag, named):
             self._apart.append(tag)
             self._text().append(" ")
-        if tag in self._spans and (tag == "a" or _right_to_left(tag, dict(attrs))):
-            self._spans[tag].append((dict(attrs), self._text(), len(self._text()), [self._sup > 0]))
+        if tag in self._spans and (tag == "a" or _right_to_left(tag, named)):
+            self._spans[tag].append((named, self._text(), len(self._text()), [self._sup > 0]))
         if tag == "sup":
             self._sup += 1
             for _, _, _, superscript in self._spans["a"][-1:]:
                 superscript[0] = True
         if tag == "meta":
-            a = dict(attrs)
-            key, content = a.get("name") or a.get("property"), a.get("content")
+            key, content = named.get("name") or named.get("property"), named.get("content")
             if key and content is not None:
                 self.meta[key.lower()] = content
         elif tag == "title":
@@ -399,7 +399,7 @@ class _HTMLText(HTMLParser):
                 self._heading = tag
             self._pre += tag == "pre"
             self._in_title_paragraph = tag == "p" and self.title_paragraph is None and "title" in (
-                dict(attrs).get("class") or "").split()
+                named.get("class") or "").split()
 
     def handle_endtag(self, tag: str) -> None:
         if self._hidden:
