@@ -734,6 +734,39 @@ def _nested_tables_inline(tree: Any) -> None:
         cells += opened[-1]
 
 
+def _tabs_as_text(tree: Any) -> None:
+    """Each tab's label made a paragraph where a reader meets it: at the top of the panel it shows (an ARIA tab's,
+    ``aria-controls``: sphinx-tabs), or in its place where it is the <label> of a radio button (the tabs of
+    sphinx-design and MkDocs, made of CSS; MkDocs' set apart in a row over the panels, each at the top of its
+    panel). trafilatura drops buttons and labels, so a page's panels read without
+    the tabs that say what each is for ("Run setup.exe." under no "Windows")."""
+    from lxml import etree
+
+    panels = {el.get("id"): el for el in tree.iter() if isinstance(el.tag, str) and el.get("id")}
+    radios = {el.get("id") for el in tree.iter("input") if (el.get("type") or "").lower() == "radio" and el.get("id")}
+    for tab in [el for el in tree.iter() if isinstance(el.tag, str) and "tab" in (el.get("role") or "").split()]:
+        panel = panels.get(tab.get("aria-controls"))
+        text = _line(tab.text_content())
+        if panel is not None and text and not any(up is tab for up in panel.iterancestors()):
+            label = etree.Element("p")
+            label.text = text
+            panel.insert(0, label)
+            tab.drop_tree()
+    for label in [label for label in tree.iter("label") if label.get("for") in radios]:
+        if label.tag != "label":  # (moved with its row's first label)
+            continue
+        label.tag = "p"
+        row = label.getparent()
+        # labels in a row of their own (MkDocs': "tabbed-labels"), the panels in the next element, in the same order:
+        # each label at the top of its panel
+        blocks = row.getnext() if row is not None and row[0] is label else None
+        if blocks is not None and all(child.tag == "label" or child.get("for") in radios for child in row) and len(
+                blocks) == len(row):
+            for child, block in zip(list(row), list(blocks), strict=True):
+                child.tag = "p"
+                block.insert(0, child)
+
+
 def _figures_as_text(tree: Any) -> None:
     """Each <figure> made a <div> and its <figcaption> a <p>: trafilatura removes a figure whole (as media) unless it
     holds a table, so a caption ("Figure 1: ..."), a code listing or a quotation set in a figure was lost."""
@@ -799,6 +832,7 @@ def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sectio
     _split_row_spans(tree)
     _pre_as_code(tree)
     _figures_as_text(tree)
+    _tabs_as_text(tree)
     try:
         with _quiet_trafilatura():
             # with its metadata: the byline it takes out of the text (the author, the date) is kept as such;

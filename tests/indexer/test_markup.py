@@ -101,6 +101,30 @@ class="footnote-back" role="doc-backlink">↩︎</a></p></li><li id="fn2"><p>Int
 </li></ol></section></section></div></body></html>"""
 
 
+TABS = {
+    "sphinx-tabs": "<div role='tablist'><button role='tab' aria-controls='p1'>Windows</button><button role='tab' "
+                   "aria-controls='p2'>Linux</button></div><div role='tabpanel' id='p1'><p>{0}</p></div>"
+                   "<div role='tabpanel' id='p2' hidden><p>{1}</p></div>",
+    "sphinx-design": "<div class='sd-tab-set'><input checked id='t1' name='s' type='radio'><label for='t1'>Windows"
+                     "</label><div class='sd-tab-content'><p>{0}</p></div><input id='t2' name='s' type='radio'>"
+                     "<label for='t2'>Linux</label><div class='sd-tab-content'><p>{1}</p></div></div>",
+    "mkdocs": "<div class='tabbed-set'><input checked id='m1' name='m' type='radio'><input id='m2' name='m' "
+              "type='radio'><div class='tabbed-labels'><label for='m1'>Windows</label><label for='m2'>Linux</label>"
+              "</div><div class='tabbed-content'><div class='tabbed-block'><p>{0}</p></div><div class='tabbed-block'>"
+              "<p>{1}</p></div></div></div>",
+}
+
+
+@pytest.mark.parametrize("kind", TABS)
+def test_a_tab_reads_as_its_panels_title_in_a_pages_main_content(kind):
+    """In a page's main content (trafilatura) tabs' labels were dropped, buttons and labels alike: each panel read
+    without the tab that says what it is for. Each tab's label reads at the top of its panel."""
+    steps = ["Run setup.exe as administrator from the downloaded folder.", "Run sudo apt install foo in a terminal."]
+    intro = "<p>Pick your system below and follow the steps for it carefully, one at a time.</p>"
+    page = f"<html><body><article><h1>Install</h1>{intro}{TABS[kind].format(*steps)}</article></body></html>"
+    assert extract_html(page).paragraphs == ["Install", intro[3:-4], "Windows", steps[0], "Linux", steps[1]]
+
+
 def test_permalinks_note_marks_and_backlinks_are_passed_over_as_a_reader_does():
     """Sphinx's and MkDocs' permalink read into each heading ("Install¶"), Pandoc's and Wikipedia's note marks into
     the sentence ("Linux1") and the notes' links back into the notes ("↩︎"); MkDocs' empty anchor on each line of
