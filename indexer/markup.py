@@ -744,10 +744,17 @@ def _tabs_as_text(tree: Any) -> None:
 
     panels = {el.get("id"): el for el in tree.iter() if isinstance(el.tag, str) and el.get("id")}
     radios = {el.get("id") for el in tree.iter("input") if (el.get("type") or "").lower() == "radio" and el.get("id")}
+    spans: dict[Any, list[int]] = {}  # each element's place in the page, and the place after its last descendant
+    for event, el in etree.iterwalk(tree, events=("start", "end")):  # (not recursive: a page nested 10,000 deep)
+        if event == "start":
+            spans[el] = [len(spans), 0]
+        else:
+            spans[el][1] = len(spans)
     for tab in [el for el in tree.iter() if isinstance(el.tag, str) and "tab" in (el.get("role") or "").split()]:
         panel = panels.get(tab.get("aria-controls"))
         text = _line(tab.text_content())
-        if panel is not None and text and not any(up is tab for up in panel.iterancestors()):
+        # (a panel inside its tab stays where it is: the tab, dropped, would take it along)
+        if panel is not None and text and not spans[tab][0] < spans[panel][0] < spans[tab][1]:
             label = etree.Element("p")
             label.text = text
             panel.insert(0, label)
