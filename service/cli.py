@@ -212,12 +212,17 @@ def _serve(args: argparse.Namespace) -> int:
     from spanseek.service.server import bind_sockets, server_config
     from spanseek.service.tracing import provider_from_environment
 
+    # a mistyped variable is often why a setting is missing or not what was meant (SPANSEEK_INDX: no index), so it is
+    # named before anything can fail, and in the error line itself when the settings are refused
+    mistyped = unknown_settings(os.environ)
     try:
         settings = settings_from_args(args)
     except ValidationError as e:
-        raise ValueError(f"invalid settings: {settings_errors(e)}") from None
-    sockets = bind_sockets(settings.host, settings.port)  # a port in use fails here, before the index is read
+        raise ValueError("; ".join([f"invalid settings: {settings_errors(e)}", *mistyped])) from None
     logging.config.dictConfig(logging_config(settings.log_format, args.log_level))  # every line in the format
+    for warning in mistyped:
+        log.warning("%s", warning)
+    sockets = bind_sockets(settings.host, settings.port)  # a port in use fails here, before the index is read
     try:
         model_dir = check_servable(settings)
         config = server_config(create_app(settings, tracer_provider=provider_from_environment(os.environ)), settings,
@@ -226,7 +231,7 @@ def _serve(args: argparse.Namespace) -> int:
         for sock in sockets:
             sock.close()
         raise
-    for warning in [*unknown_settings(os.environ), *key_warnings(args, settings)]:
+    for warning in key_warnings(args, settings):
         log.warning("%s", warning)
     log.info("serving %s with model %s on http://%s:%d", settings.index, model_name(model_dir), settings.host,
              settings.port)

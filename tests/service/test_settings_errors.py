@@ -283,6 +283,31 @@ def test_a_mistyped_variable_is_warned_of():
         "SPANSEEK_MAX_BATCHSIZE is not a setting, and is ignored: did you mean SPANSEEK_MAX_BATCH_SIZE?"]
 
 
+def test_a_mistyped_variable_is_named_when_the_settings_fail(monkeypatch, capsys):
+    """A setting missing or wrong because its variable was mistyped named the typo (before: `--index /
+    SPANSEEK_INDEX: Field required`, and the warning that said why came only once the server started)."""
+    monkeypatch.delenv("SPANSEEK_INDEX", raising=False)
+    monkeypatch.setenv("SPANSEEK_INDX", "work/idx")
+    err = serve_error(["--port", "18766"], capsys)
+    assert err == ("spanseek serve: error: invalid settings: --index / SPANSEEK_INDEX: Field required; SPANSEEK_INDX "
+                   "is not a setting, and is ignored: did you mean SPANSEEK_INDEX?"), err
+
+
+def test_a_mistyped_variable_is_warned_of_before_the_index_is_checked(monkeypatch, tmp_path, capsys):
+    """The warning came after the checks of the index, the model and the address, so a server refused for one of
+    them never said that the variable meant to set it was ignored."""
+    from spanseek.cli import main
+
+    monkeypatch.setenv("SPANSEEK_MAX_BATCHSIZE", "64")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["serve", "--index", str(tmp_path / "nowhere"), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert "SPANSEEK_MAX_BATCHSIZE is not a setting, and is ignored: did you mean SPANSEEK_MAX_BATCH_SIZE?" in err, err
+    assert err.strip().splitlines()[-1].startswith("spanseek serve: error: "), err
+
+
 def test_a_live_dir_that_cannot_be_written_is_refused_before_the_model_loads(tiny_index, tiny_model_dir, tmp_path,
                                                                              monkeypatch, capsys):
     """The service started, and its loading failed when the live store made its log (NotADirectoryError), a 503 on
