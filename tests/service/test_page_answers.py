@@ -49,3 +49,13 @@ def test_a_shown_answer_has_the_responses_fields(where, answer):
     for result in answer["results"]:
         for hit in result["hits"]:
             assert set(hit) <= set(HitOut.model_fields), f"{where}: {sorted(set(hit) - set(HitOut.model_fields))}"
+
+
+def test_the_timing_headers_the_page_names_are_every_stage_the_service_reports():
+    """docs/service.md names the `X-Spanseek-{...}-Ms` headers as one brace list; it left out `Read`, which every
+    answer carries."""
+    text = (ROOT / "docs/service.md").read_text(encoding="utf-8")
+    listed = re.search(r"`X-Spanseek-\{([\w,]+)\}-Ms`", text)
+    assert listed, "docs/service.md no longer lists the timing headers"
+    stages = [name.capitalize() for name in Timings.model_fields if name != "batch_size"]
+    assert listed.group(1).split(",") == stages
