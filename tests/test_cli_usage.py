@@ -566,3 +566,13 @@ def test_serve_run_in_a_thread_serves_and_leaves_signals_to_the_main_thread(tiny
     thread.join()
     assert (status, served) == ([0], [True]), capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_python_dash_m_spanseek_runs_the_command():
+    """`python -m spanseek` said "No module named spanseek.__main__"; it is the `spanseek` command, its usage and
+    its errors named as the command's."""
+    proc = subprocess.run([sys.executable, "-m", "spanseek", "serach"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("spanseek: error: "), proc.stderr
+    assert "did you mean 'search'?" in proc.stderr, proc.stderr
