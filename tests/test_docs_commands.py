@@ -456,9 +456,45 @@ def unknown_flags(cmd: Command) -> list[str]:
     return [f"{cmd}: {flag} is not a flag of {' '.join(argv[:2])}" for flag in flags if flag not in known]
 
 
+INLINE = re.compile(r"`(spanseek [^`]+)`")
+
+
+def inline_commands(doc: str, text: str | None = None) -> list[Command]:
+    """The ``spanseek ...`` commands ``doc`` names in its prose (inline code, outside its shell blocks); not the lines
+    it quotes (``spanseek sync: interrupted: ...``) nor those whose command is a placeholder (``spanseek train JOB``,
+    ``spanseek ...``)."""
+    text = FENCE.sub(lambda block: "\n" * block.group(0).count("\n"), text or (ROOT / doc).read_text())
+    out = []
+    for m in INLINE.finditer(text):
+        try:
+            argv = tuple(shlex.split(m.group(1)))
+        except ValueError:  # a quoted message with an apostrophe
+            continue
+        words = argv[1:next((i for i, w in enumerate(argv) if w.startswith("-")), len(argv))]
+        if any(w.endswith(":") or w == "..." or re.fullmatch(r"[A-Z][A-Z_]*", w) for w in words[:2]):
+            continue
+        out.append(Command(doc, text.count("\n", 0, m.start()) + 1, argv))
+    return out
+
+
 @pytest.mark.parametrize("doc", ALL_PAGES)
 def test_every_page_command_uses_commands_and_flags_that_exist(doc):
     assert [problem for cmd in doc_commands(doc) for problem in unknown_flags(cmd)] == []
+
+
+@pytest.mark.parametrize("doc", ALL_PAGES)
+def test_every_command_a_page_names_in_its_prose_exists_with_its_flags(doc):
+    assert [problem for cmd in inline_commands(doc) for problem in unknown_flags(cmd)] == []
+
+
+def test_a_prose_command_with_a_flag_that_does_not_exist_is_caught():
+    text = ("Run `spanseek index build --corpus c.jsonl --factroy auto`, then `spanseek train JOB --help`;\n"
+            "it says `spanseek sync: interrupted: stopped`.\n\n```bash\nspanseek serve --port 1\n```\n")
+    commands = inline_commands("page.md", text)
+    assert [cmd.text for cmd in commands] == ["spanseek index build --corpus c.jsonl --factroy auto"]
+    assert unknown_flags(commands[0]) == ["page.md:1: spanseek index build --corpus c.jsonl --factroy auto: --factroy "
+                                          "is not a flag of spanseek index"]
+    assert sum(len(inline_commands(doc)) for doc in ALL_PAGES) > 100  # the pages' prose is read
 
 
 def test_a_flag_that_does_not_exist_is_caught():
