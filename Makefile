@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 TORCH_CPU := torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install system-deps docker-deps test test-slow test-docker bench-smoke demo lint bench clean
+.PHONY: install system-deps docker-deps test test-slow test-docker bench-smoke demo lint clean
 
 install: $(STAMP)
 

@@ -539,3 +539,20 @@ def test_the_readme_says_a_search_run_loads_and_times_nothing(monkeypatch):
     m = re.search(r"Each run first loads the model and the index[^.]*\.", text)
     assert m, "README.md no longer says what a search run does first"
     assert not re.search(r"\btim(es|ing|ed)\b", m.group(0)), m.group(0)
+
+
+def make_targets() -> tuple[set[str], set[str]]:
+    """The Makefile's targets with a rule, and those it declares phony."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    rules = set(re.findall(r"^([\w-]+):(?!=)", text, re.MULTILINE))
+    phony = {name for line in re.findall(r"^\.PHONY:(.*)$", text, re.MULTILINE) for name in line.split()}
+    return rules, phony
+
+
+def test_every_make_target_the_pages_name_has_a_rule():
+    """`bench` was declared phony with no rule: `make bench` did nothing ("Nothing to be done for 'bench'")."""
+    rules, phony = make_targets()
+    assert phony - rules == set()
+    named = {m.group(1) for doc in ALL_PAGES for m in re.finditer(r"`make ([a-z][\w-]*)", (ROOT / doc).read_text())}
+    named |= {cmd.argv[1] for doc in ALL_PAGES for cmd in doc_commands(doc) if cmd.argv[:1] == ("make",)}
+    assert named and named - rules == set()
