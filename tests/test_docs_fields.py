@@ -154,3 +154,18 @@ def test_the_client_options_docs_python_lists_are_those_searchoptions_declares()
     assert options, "docs/python.md no longer lists SearchOptions"
     listed = re.findall(r"`(\w+)`(?:,|:| ;|$)", options.group(1) + ",")
     assert listed == list(SearchOptions.__annotations__)
+
+
+def test_the_pages_name_every_format_a_file_write_reads():
+    """`PUT /files/{name}` (README) and the client's `upsert_file` (docs/python.md) read every format that
+    `corpus from-files` reads; the pages listed them without PowerPoint."""
+    from spanseek.indexer.ingest import FORMATS
+
+    names = {"text": "text", "markdown": "Markdown", "html": "HTML", "pdf": "PDF", "word": "Word",
+             "powerpoint": "PowerPoint"}
+    assert set(FORMATS.values()) == set(names)
+    for page, where in (("README.md", r"`PUT /files/\{name\}` \(([^)]*)\)"),
+                        ("docs/python.md", r"`POST /files/\{name\}`: ([^;]*);")):
+        listed = re.search(where, " ".join((ROOT / page).read_text(encoding="utf-8").split()))
+        assert listed, f"{page} no longer lists the formats of a file write"
+        assert [name for name in names.values() if name not in listed.group(1)] == [], (page, listed.group(1))
