@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--corpus", default=str(DEMO_CORPUS), help="JSONL corpus (when no --index)")
     p.add_argument("--limit-passages", type=int, default=None, help="index only the first N passages")
     p.add_argument("--index", default=None, help="an existing index built with --model")
-    p.add_argument("--questions", default=str(SQUAD_TRAIN), help="SQuAD-format file the questions come from")
+    p.add_argument("--questions", default=str(SQUAD_TRAIN),
+                   help="SQuAD-format file the questions come from (default: SQuAD v1.1 train in ../shared/data)")
     p.add_argument("--split", default="held", choices=["held", "all"], help="held-out articles only, or all")
     p.add_argument("--n-questions", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=64)
@@ -128,6 +129,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=1, help="runs of each measurement; the fastest is kept")
     p.add_argument("--out", required=True, help="JSON results")
     args = p.parse_args(argv)
+    if not Path(args.questions).is_file():  # before the model loads; the default is the SQuAD file of the dev machines
+        p.error(f"--questions {args.questions}: no such file; give a SQuAD-format file of questions, e.g. "
+                f"--questions runs/validation.json.gz --split all (the held-out questions, as README.md's \"What to "
+                f"expect\" writes them)")
     if args.transposed == "off":
         flat_search.TRANSPOSED_BYTES = 0
 

@@ -889,3 +889,19 @@ def test_near_copies_cost_times_what_the_question_file_holds(monkeypatch, n, war
     assert n < 2 or not set(got[0]) & set(got[1])
     with pytest.raises(ValueError, match="--questions"):
         timing_batches([])
+
+
+def test_search_throughput_without_its_questions_file_says_which_flag_before_loading(tmp_path, monkeypatch, capsys):
+    """The README's command ran into a traceback on a fresh checkout: the questions' default is the development
+    machines' SQuAD file, ../shared/data, which a checkout has not."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import search_throughput
+
+    monkeypatch.setattr(search_throughput, "run", lambda *a: pytest.fail("it went on to load the model"))
+    with pytest.raises(SystemExit) as e:
+        search_throughput.main(["--index", str(tmp_path), "--questions", str(tmp_path / "nowhere.json.gz"),
+                                "--out", str(tmp_path / "out.json")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f": error: --questions {tmp_path}/nowhere.json.gz: no such file" in err, err
+    assert "--questions runs/validation.json.gz --split all" in err
