@@ -37,21 +37,24 @@ def autocast(device: torch.device | str, precision: str):
     return contextlib.nullcontext()
 
 
-def pick_device(device: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu; a named device that this machine lacks is a ValueError."""
+def pick_device(device: str, setting: str = "device") -> torch.device:
+    """``auto`` -> cuda when available, else cpu; a named device that this machine lacks is a ValueError naming
+    ``setting`` (the argument that asked for it: ``device``, ``search_device``) and what the machine has."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         picked = torch.device(device)
     except (RuntimeError, TypeError):  # TypeError: not a string (None)
-        raise ValueError(f"device must be auto, cpu, cuda or cuda:N (or another torch device), got {device!r}") from None
+        raise ValueError(f"{setting} must be auto, cpu, cuda or cuda:N (or another torch device), got {device!r}"
+                         ) from None
     if picked.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: no CUDA GPU is usable here (torch {torch.__version__}, "
-                             f"{'built without CUDA' if torch.version.cuda is None else 'no GPU found'}); use "
-                             "--device cpu or auto")
+            raise ValueError(f"{setting} {device!r}: no CUDA GPU is usable here (torch {torch.__version__}, "
+                             f"{'built without CUDA' if torch.version.cuda is None else 'no GPU found'}); use cpu "
+                             "or auto")
         if picked.index is not None and picked.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+            raise ValueError(f"{setting} {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s) "
+                             f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
     return picked
 
 

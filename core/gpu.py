@@ -332,14 +332,14 @@ class OnDevice:
 
 def place(phrase_index: Any, device: str, share: float = MEMORY_SHARE) -> OnDevice | None:
     """Put what fits of ``phrase_index`` (a core.phrase_index.PhraseIndex) on the CUDA device ``device`` (``cuda``,
-    ``cuda:N``); None, with a warning naming why, when search cannot use the GPU at all."""
+    ``cuda:N``); None for another device, and a ValueError naming the GPUs this machine has when it lacks ``device``
+    (``core.encoding.pick_device``: a GPU asked for is never replaced by the CPU unsaid)."""
     import torch
 
-    dev = torch.device(device)
+    from spanseek.core.encoding import pick_device
+
+    dev = pick_device(device, "search_device")
     if dev.type != "cuda":
-        return None
-    if not torch.cuda.is_available():
-        log.warning("search on %s asked for, but torch sees no CUDA GPU: searching on the CPU", device)
         return None
     gpu = dev.index if dev.index is not None else torch.cuda.current_device()
     reason = gpu_unusable_reason()

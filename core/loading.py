@@ -90,16 +90,21 @@ def check_index_model(index: PhraseIndex, model_dir: Path, config: EncoderConfig
 
 def search_placement(index: PhraseIndex, search_device: str, encoder_device: str) -> OnDevice | None:
     """Where ``index`` is searched: ``auto`` follows the question encoder onto a CUDA GPU, ``cpu`` keeps it on the
-    CPU, ``cuda`` / ``cuda:N`` ask for that GPU (``core.gpu.place``: what does not fit stays on the CPU)."""
+    CPU, ``cuda`` / ``cuda:N`` ask for that GPU (``core.gpu.place``: what does not fit stays on the CPU), a
+    ValueError where the machine has no such GPU (``check_search_device``)."""
     check_search_device(search_device)
     device = encoder_device if search_device == "auto" else search_device
     return None if device == "cpu" or not device.startswith("cuda") else place(index, device)
 
 
 def check_search_device(search_device: object) -> None:
-    """ValueError unless ``search_device`` is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``."""
+    """ValueError unless ``search_device`` is ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, and a CUDA GPU it names is
+    one this machine has: the rule of ``device`` (``core.encoding.pick_device``), so that neither falls back to the
+    CPU unasked."""
     if not isinstance(search_device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", search_device):
         raise ValueError(f"search device must be auto, cpu, cuda or cuda:N, got {search_device!r}")
+    if search_device.startswith("cuda"):
+        pick_device(search_device, "search_device")
 
 
 def reading_dir(reader: str | Path) -> Path:
@@ -144,7 +149,7 @@ def open_searcher(index_dir: str | Path, model: str | Path | None, device: str =
         # (pathlib's own TypeError, deep in the loading, named no argument)
         if not isinstance(path, str | Path) and (path is not None or name == "index_dir"):
             raise TypeError(f"{name} must be a path (str or Path), got {type(path).__name__}")
-    dev = pick_device(device)  # device="cuda" on a machine without one
+    dev = pick_device(device)  # device="cuda" (or search_device) on a machine without one
     check_search_device(search_device)
     index = PhraseIndex(index_dir)
     model_dir = index_model(index.manifest, model, index.dir)

@@ -75,7 +75,7 @@ def check_servable(settings: Settings) -> Path:
     from spanseek.core.alias import AliasError, resolve_alias
     from spanseek.core.config import EncoderConfig
     from spanseek.core.encoding import pick_device
-    from spanseek.core.loading import builder_name, index_model
+    from spanseek.core.loading import builder_name, check_search_device, index_model
     from spanseek.core.model import CONFIG_NAME, model_fingerprint, phrase_fingerprint
     from spanseek.core.phrase_index import IndexFormatError, check_index
     from spanseek.service.live import follow_pointer_problem
@@ -120,6 +120,10 @@ def check_servable(settings: Settings) -> Path:
         device = pick_device(settings.device)  # a device this machine lacks
     except ValueError as e:
         raise ValueError(f"{setting_names('device')}: {e}") from None
+    try:
+        check_search_device(settings.search_device)  # likewise, for the token index
+    except ValueError as e:
+        raise ValueError(f"{setting_names('search_device')}: {e}") from None
     if settings.runtime == "onnx":  # onnx runs fp32 on a CPU only, and must be installed
         from spanseek.core.runtime import pick_runtime
 

@@ -134,6 +134,14 @@ def test_a_search_without_questions_says_so_before_loading_anything(tmp_path, ca
         assert err == (hint if isinstance(stdin, Terminal) else []) + [expected]
 
 
+def test_a_search_device_this_machine_lacks_is_one_line(tiny_index, tiny_model_dir, capsys):
+    """It warned and searched on the CPU, where --device naming a missing GPU was an error."""
+    assert main(["search", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--device", "cpu",
+                 "--search-device", "cuda:99", "who built it?"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spanseek search: error: search_device 'cuda:99': ") and len(err.splitlines()) == 1
+
+
 def test_an_alias_is_taken_where_an_index_is(tmp_path, tiny_index, tiny_model_dir, capsys):
     """A pointer file (`index switch --pointer`), as `spanseek serve` serves it: the commands said "a file, not an
     index directory"."""

@@ -102,7 +102,7 @@ def test_device_and_precision_choices():
     with pytest.raises(ValueError, match="got 'gpu0'"):
         pick_device("gpu0")
     if not torch.cuda.is_available():  # a CUDA device this machine lacks: said so, not an assertion deep in torch
-        with pytest.raises(ValueError, match="no CUDA GPU is usable here.*--device cpu"):
+        with pytest.raises(ValueError, match="device 'cuda': no CUDA GPU is usable here.*use cpu or auto"):
             pick_device("cuda")
     else:
         with pytest.raises(ValueError, match="CUDA GPU"):
@@ -132,7 +132,8 @@ def test_open_searcher_refuses_bad_settings_before_loading(tiny_index, monkeypat
                           ({"device": None}, "device must be auto, cpu, cuda or cuda:N.*got None"),
                           ({"device": "cuda:99"}, "device 'cuda:99'"),  # no machine here has 100 GPUs
                           ({"search_device": "gpu"}, "search device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
-                          ({"search_device": None}, "search device must be")):
+                          ({"search_device": None}, "search device must be"),
+                          ({"search_device": "cuda:99"}, "search_device 'cuda:99'")):  # it searched on the CPU
         with pytest.raises(ValueError, match=words):
             loading.open_searcher(tiny_index, None, **kwargs)
     for args, kwargs, words in (((None, None), {}, "index_dir must be a path .str or Path., got NoneType"),

@@ -24,6 +24,7 @@ from spanseek.core.gpu import (
     OnDevice,
     gpu_index_bytes,
     gpu_unusable_reason,
+    place,
     plan,
     quantizer_bytes,
     vector_bytes,
@@ -239,7 +240,7 @@ def test_searcher_with_device_parts_answers_as_the_cpu_searcher(request, which, 
         assert _hits(moved, q_start, q_end, params, TEXTS) == _hits(cpu, q_start, q_end, params, TEXTS), params
 
 
-def test_search_device_cpu_or_a_missing_gpu_searches_on_the_cpu(tiny_index, caplog):
+def test_search_device_cpu_searches_on_the_cpu_and_a_missing_gpu_is_refused(tiny_index, caplog):
     index = PhraseIndex(tiny_index)
     with caplog.at_level(logging.WARNING):
         assert search_placement(index, "cpu", "cpu") is None
@@ -255,11 +256,15 @@ def test_search_device_cpu_or_a_missing_gpu_searches_on_the_cpu(tiny_index, capl
         Settings(index="/i", search_device="gpu0")
     import torch
 
-    if torch.cuda.is_available():
-        pytest.skip("this host has a CUDA GPU")
-    with caplog.at_level(logging.WARNING):
-        assert search_placement(index, "cuda", "cpu") is None
-    assert "torch sees no CUDA GPU: searching on the CPU" in caplog.text
+    # a GPU this machine lacks is an error naming the setting and the GPUs it has, as device="cuda" is for the
+    # encoder (it warned and searched on the CPU)
+    for ask in (search_placement, lambda index, device, _: place(index, device)):
+        with pytest.raises(ValueError, match=r"search_device 'cuda:99': (this machine has \d+ CUDA GPU|no CUDA GPU)"):
+            ask(index, "cuda:99", "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"search_device 'cuda': no CUDA GPU is usable here \(torch .*\); use "
+                                             "cpu or auto"):
+            search_placement(index, "cuda", "cpu")
 
 
 # --- on a GPU ------------------------------------------------------------------------------------------------
@@ -275,8 +280,6 @@ def _gpu_reason() -> str | None:
 @pytest.mark.skipif(_gpu_reason() is not None, reason="no usable CUDA GPU for faiss")
 @pytest.mark.parametrize("factory", ["Flat", "IVF8,SQ8", "IVF8,PQ16", "IVF8,PQ16x4fs"])
 def test_gpu_search_answers_as_cpu_search(factory, tiny_index, tiny_searcher, tmp_path):
-    from spanseek.core.gpu import place
-
     if factory != "Flat":
         reindex(tiny_index, tmp_path / "i", BuildOptions(factory=factory, progress=False, gpu=False))
     index = PhraseIndex(tiny_index if factory == "Flat" else tmp_path / "i")

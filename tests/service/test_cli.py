@@ -329,3 +329,16 @@ def test_serve_warns_of_a_key_on_its_command_line_and_of_a_key_file_others_may_r
     assert (f"--api-key-file / SPANSEEK_API_KEY_FILE: key file {key} can be read or changed by users other than its "
             f"owner (mode -rw-r--r--); `chmod 600 {key}` keeps the key to its owner") in warnings[0]
     logging.getLogger().handlers.clear()  # (the command configured the root logger)
+
+
+def test_serve_refuses_a_search_device_this_machine_lacks_in_one_line(tiny_index, tiny_model_dir, capsys):
+    """It warned and served from the CPU (the encoder's ``--device`` was refused the same way)."""
+    from spanseek.cli import main
+
+    with pytest.raises(ValueError, match=r"--search-device / SPANSEEK_SEARCH_DEVICE: search_device 'cuda:99'"):
+        check_servable(Settings(index=tiny_index, model=str(tiny_model_dir), device="cpu", search_device="cuda:99"))
+    assert main(["serve", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--device", "cpu",
+                 "--search-device", "cuda:99"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spanseek serve: error: --search-device / SPANSEEK_SEARCH_DEVICE: search_device 'cuda:99'")
+    assert len(err.strip().splitlines()) == 1
