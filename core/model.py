@@ -18,9 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +31,7 @@ from torch import nn
 from spanseek.core.backbones import SPLIT_BACKBONES, ModelError, resolve_backbone
 from spanseek.core.config import DEFAULT_BACKBONE, EncoderConfig
 from spanseek.core.io import atomic_dir
+from spanseek.core.quiet import quiet_transformers
 
 CONFIG_NAME = "spanseek_config.json"
 WEIGHTS_NAME = "weights.safetensors"
@@ -73,32 +72,6 @@ def read_weights(path: str | Path, remedy: str = "") -> dict[str, torch.Tensor]:
 
 
 Loaded = TypeVar("Loaded")
-
-
-@contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """transformers and peft quiet while a model is made: no progress bar over the weights, no load report (a
-    sentence-transformers backbone's unused pooler weights, listed as UNEXPECTED on every load), no deprecation
-    warnings of transformers' own (peft asks for a deprecated attribute). Errors still raise; settings are put back
-    after, so a program that wants transformers' reports keeps them elsewhere (``spanseek -v`` shows them)."""
-    import logging
-
-    from transformers.utils import logging as hf_logging
-
-    if logging.getLogger("spanseek").isEnabledFor(logging.DEBUG):
-        yield
-        return
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
-            yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def load_pretrained(ref: str, load: Callable[..., Loaded], **kwargs: Any) -> Loaded:

@@ -18,12 +18,11 @@ import logging
 import os
 import signal
 import sys
-import threading
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from spanseek.core.options import OptionsParser
+from spanseek.core.quiet import QUIET_TRANSFORMERS, Shared
 from spanseek.extras import extra_for, missing_extra_message
 
 # Before torch starts OpenMP: its threads spin-wait between parallel regions, taking the cores from the numpy work in
@@ -170,44 +169,21 @@ def close_progress_bars() -> None:
             bar.close()
 
 
-# what transformers imported during a command reads from the environment; put back after it (``quiet_transformers``)
-QUIET_ENVIRONMENT = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-
-
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
     """While a command runs, transformers reports only errors and gives no deprecation warnings (FutureWarning),
     neither it nor huggingface_hub draws progress bars, and faiss's and bm25s's reports of their loading stay off the
-    log. transformers is told through the environment, which it reads when it is first imported, so that a command
-    that never loads a model (``sync``) does not import it for this (about a second), and directly where it is loaded
-    already. Everything is put back after (the warning filters and log handlers too): a program that runs a command
-    in its own process (a test, a notebook: ``main([...])``) keeps its environment and the libraries' settings.
+    log. transformers is told through the environment where it is not imported yet (``core.quiet``), so that a
+    command that never loads a model (``sync``) does not import it for this (about a second). Everything is put back
+    after (the warning filters and log handlers too): a program that runs a command in its own process (a test, a
+    notebook: ``main([...])``) keeps its environment and the libraries' settings.
 
     These settings are the process's, so commands that overlap (run in threads, or one inside another) share one
-    quieting: the first to start quietens, the last to end puts back, and a command that ends while another still
-    runs leaves the other quiet (its progress bars hidden) and puts nothing back that the other would keep."""
-    with _QUIETING_LOCK:
-        if _quieting.commands == 0:
-            _quieting.undo = _quieten()
-        _quieting.commands += 1
-    try:
+    quieting (``core.quiet.Shared``), and share transformers' with the library's own while it loads a model: the
+    first to start quietens, the last to end puts back, and a command that ends while another (or a model's loading)
+    still runs leaves the other quiet and puts nothing back that the other would keep."""
+    with _QUIETING():
         yield
-    finally:
-        with _QUIETING_LOCK:
-            _quieting.commands -= 1
-            if _quieting.commands == 0:
-                _quieting.undo.close()
-
-
-class _Quieting:
-    """The commands running in this process under ``quiet_transformers``, and how to put back what it changed."""
-
-    commands = 0
-    undo = contextlib.ExitStack()
-
-
-_quieting = _Quieting()
-_QUIETING_LOCK = threading.Lock()
 
 
 def _quieten() -> contextlib.ExitStack:
@@ -220,39 +196,27 @@ def _quieten() -> contextlib.ExitStack:
     from huggingface_hub import constants as hub_constants
     from huggingface_hub import utils as hub_utils
 
-    saved_environment = {name: os.environ.get(name) for name in QUIET_ENVIRONMENT}
+    undo = contextlib.ExitStack()
+    undo.enter_context(QUIET_TRANSFORMERS())  # closed last: transformers' verbosity and the warning filters
+    saved_bars_variable = os.environ.get(HUB_BARS_VARIABLE)
     hub_bars = not hub_utils.are_progress_bars_disabled() and hub_constants.HF_HUB_DISABLE_PROGRESS_BARS is None
     transformers_before = "transformers" in sys.modules
-    if transformers_before:
-        from transformers.utils import logging as hf_logging
-
-        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
     if hub_bars:
         hub_utils.disable_progress_bars()
-    os.environ.update(QUIET_ENVIRONMENT)
+    os.environ[HUB_BARS_VARIABLE] = "1"  # for the command's child processes, and transformers imported during it
 
     def put_back() -> None:
-        for name, value in saved_environment.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        if "transformers" in sys.modules:
-            from transformers.utils import logging as hf_logging
-
-            if transformers_before:
-                hf_logging.set_verbosity(verbosity)
-            else:  # imported during the command: the settings it starts with outside one
-                hf_logging.set_verbosity(
-                    hf_logging.log_levels.get(os.environ.get("TRANSFORMERS_VERBOSITY", ""), logging.WARNING))
-            if bars if transformers_before else hub_bars:
-                hf_logging.enable_progress_bar()
+        if saved_bars_variable is None:
+            os.environ.pop(HUB_BARS_VARIABLE, None)
+        else:
+            os.environ[HUB_BARS_VARIABLE] = saved_bars_variable
         if hub_bars:
             hub_utils.enable_progress_bars()
+            if not transformers_before and "transformers" in sys.modules:  # it took the hub's setting when imported
+                from transformers.utils import logging as hf_logging
 
-    undo = contextlib.ExitStack()
+                hf_logging.enable_progress_bar()
+
     undo.callback(put_back)
     # the libraries' own chatter on the command's log: faiss says which CPU build it tried, and bm25s sets its logger
     # to DEBUG when it is imported
@@ -262,9 +226,11 @@ def _quieten() -> contextlib.ExitStack:
     for handler in logging.getLogger().handlers:
         handler.addFilter(_no_bm25s_chatter)
         undo.callback(handler.removeFilter, _no_bm25s_chatter)
-    undo.enter_context(warnings.catch_warnings())  # closed first: the filters as they were, then the rest
-    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     return undo
+
+
+HUB_BARS_VARIABLE = "HF_HUB_DISABLE_PROGRESS_BARS"
+_QUIETING = Shared(_quieten)
 
 
 def _no_bm25s_chatter(record: logging.LogRecord) -> bool:

@@ -446,6 +446,35 @@ def test_commands_that_overlap_in_threads_stay_quiet_until_the_last_ends_and_lea
     assert out.splitlines() == ["True 1", "False None None True"]
 
 
+@pytest.mark.parametrize("short", ["spanseek.cli", "spanseek.core.model"])
+def test_a_command_and_a_model_loading_in_threads_share_one_quieting(short):
+    """A command (``spanseek.cli``) and a model's loading in a library call (``spanseek.core.model``) each saved and
+    put back transformers' settings on their own: the one that ended first un-quietened the other."""
+    long = "spanseek.core.model" if short == "spanseek.cli" else "spanseek.cli"
+    out = run_python(
+        "import threading, warnings\n"
+        "from transformers.utils import logging as l\n"
+        f"from {short} import quiet_transformers as first\n"
+        f"from {long} import quiet_transformers as second\n"
+        "filters = list(warnings.filters)\n"
+        "first_in, first_out, second_in = threading.Event(), threading.Event(), threading.Event()\n"
+        "def short():\n"
+        "    with first():\n"
+        "        first_in.set(); second_in.wait()\n"
+        "    first_out.set()\n"
+        "def long():\n"
+        "    first_in.wait()\n"
+        "    with second():\n"
+        "        second_in.set(); first_out.wait()\n"
+        "        print(l.get_verbosity() == l.ERROR, l.is_progress_bar_enabled())\n"
+        "threads = [threading.Thread(target=short), threading.Thread(target=long)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+        "print(l.get_verbosity() == l.WARNING, l.is_progress_bar_enabled(), warnings.filters == filters)"
+    )
+    assert out.splitlines() == ["True False", "True True True"]
+
+
 def test_a_command_inside_a_command_leaves_the_outer_one_quiet():
     out = run_python(
         "import os\n"

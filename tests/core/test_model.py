@@ -318,3 +318,67 @@ def test_a_model_loads_quietly_and_leaves_transformers_settings_as_they_were(tmp
     assert "pooler" not in out + err and "UNEXPECTED" not in out + err and "Loading weights" not in err
     assert not [w for w in caught if issubclass(w.category, FutureWarning)]
     assert hf_logging.get_verbosity() == hf_logging.WARNING and hf_logging.is_progress_bar_enabled()
+
+
+def _overlapping(first, second) -> list[tuple[int, bool, int]]:
+    """Run ``first()`` and ``second()`` (context managers) in two threads, the first entering first and leaving
+    while the second is still inside: transformers' (verbosity, progress bars, its FutureWarning filters) seen inside
+    the second after the first left, and after both."""
+    import threading
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    def state() -> tuple[int, bool, int]:
+        ignored = [f for f in warnings.filters if f[2] is FutureWarning and getattr(f[3], "pattern", "") == "transformers"]
+        return hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled(), len(ignored)
+
+    seen: list[tuple[int, bool, int]] = []
+    first_in, first_out, second_in = threading.Event(), threading.Event(), threading.Event()
+
+    def short() -> None:
+        with first():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def long() -> None:
+        first_in.wait(10)
+        with second():
+            second_in.set()
+            first_out.wait(10)
+            seen.append(state())
+
+    threads = [threading.Thread(target=short), threading.Thread(target=long)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    return [*seen, state()]
+
+
+def test_two_threads_loading_at_once_stay_quiet_until_both_are_done_and_leave_the_settings_as_they_were():
+    """Each load saved transformers' settings, quietened them and put back what it had saved: a load that ended while
+    another still ran un-quietened the other, and the other, ending last, put back the quiet state it had found for
+    the rest of the process."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    from spanseek.core.model import quiet_transformers
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    filters = list(warnings.filters)
+    hf_logging.set_verbosity_warning()
+    hf_logging.enable_progress_bar()
+    try:
+        inside, after = _overlapping(quiet_transformers, quiet_transformers)
+        assert inside == (hf_logging.ERROR, False, 1)
+        assert after == (hf_logging.WARNING, True, 0)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+        else:
+            hf_logging.disable_progress_bar()
+        warnings.filters[:] = filters
