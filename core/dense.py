@@ -237,6 +237,30 @@ class DenseLeg:
         self._transposed: tuple[tuple[int, int], np.ndarray | None] | None = None  # (the vectors' address, N), copy
         self._spannable: tuple[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] | None = None
 
+    def query_vectors(self, q_start: object, q_end: object) -> tuple[np.ndarray, np.ndarray]:
+        """The q_start and q_end of ``Searcher.search_vectors`` as C-contiguous float32 (B, d) arrays, d the index's
+        dimensions; ValueError naming what is wrong: not numbers, another shape (one question's (d,) vector, another
+        model's dimensions), NaN or infinite values, or not one row each per question. (They failed deep in numpy,
+        torch or faiss, or a NaN row silently got no hits.)"""
+        dim, arrays = self.index.faiss.d, []
+        for name, value in (("q_start", q_start), ("q_end", q_end)):
+            try:
+                array = np.ascontiguousarray(value, dtype=np.float32)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{name} must be a (questions, {dim}) array of numbers: {e}") from None
+            if array.ndim != 2 or array.shape[1] != dim:
+                raise ValueError(f"{name} must be a (questions, {dim}) array, one row per question ({dim}: the index's "
+                                 f"dimensions), got shape {array.shape}"
+                                 + (f" (one question's: {name}[None])" if array.shape == (dim,) else ""))
+            if not np.isfinite(array).all():
+                row = int(np.flatnonzero(~np.isfinite(array).all(axis=1))[0])
+                raise ValueError(f"{name} holds NaN or infinite values (row {row})")
+            arrays.append(array)
+        if len(arrays[0]) != len(arrays[1]):
+            raise ValueError(f"q_start and q_end must have one row per question, got {len(arrays[0])} and "
+                             f"{len(arrays[1])} rows")
+        return arrays[0], arrays[1]
+
     def vector_reader(self, source: str) -> Callable[[np.ndarray], np.ndarray]:
         """The PhraseIndex method that reads neighbour vectors for ``source`` (``fine`` or ``codes``)."""
         if source == "codes":

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
+import numpy as np
+
 from spanseek.core.filters import META_TYPES as META_TYPES
 from spanseek.core.filters import MetaValue as MetaValue
 from spanseek.core.filters import SearchFilter as SearchFilter
@@ -189,9 +191,13 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def check_search_args(questions: object, params: object) -> list[str]:
     """The questions of ``Searcher.search(questions, params)`` as a list; TypeError naming what is wrong: a string
     where a list of them is expected (it was searched character by character), an item that is not a string, or
-    params that are not a SearchParams (a dict of them, None)."""
+    params that are not a SearchParams (a dict of them, None). A tuple, or a one-dimensional numpy array of strings
+    (a column of a table), is taken as the list it holds."""
+    if isinstance(questions, np.ndarray) and questions.ndim == 1:
+        questions = questions.tolist()  # numpy's strings as Python's
     if isinstance(questions, str | bytes) or not isinstance(questions, Sequence):
-        raise TypeError(f"questions must be a list of strings, got {type(questions).__name__}"
+        shape = f" of shape {questions.shape}" if isinstance(questions, np.ndarray) else ""
+        raise TypeError(f"questions must be a list of strings, got {type(questions).__name__}{shape}"
                         + (" (search([question]) for one)" if isinstance(questions, str) else ""))
     for i, q in enumerate(questions):
         if not isinstance(q, str):

@@ -170,6 +170,7 @@ class Searcher:
         mode (read hits: always); a question whose best hit is below ``min_confidence`` gets no hits and
         ``no_answer``. The hits are ranked ``params.depth`` deep (at least ``FEATURE_DEPTH[unit]``, which the
         confidence features read) and the page is returned (``check_fusion`` is the caller's: ``check_mode``)."""
+        q_start, q_end = self.dense.query_vectors(q_start, q_end)  # ValueError naming what is wrong with them
         timings = timings if timings is not None else StageTimes()
         if params.read and params.read_below is not None:
             self._plan(params, resolve=False)  # refused as a whole before anything is searched
@@ -185,8 +186,6 @@ class Searcher:
             return [hits for s in range(0, len(q_start), self.chunk_size) for hits in self.search_vectors(
                 q_start[s:s + self.chunk_size], q_end[s:s + self.chunk_size], params, timings,
                 None if texts is None else texts[s:s + self.chunk_size])]
-        q_start = np.ascontiguousarray(q_start, dtype=np.float32)
-        q_end = np.ascontiguousarray(q_end, dtype=np.float32)
         uncollapsed: list[list[Hit]] = []  # a collapsing search's ranking without collapsing (core.ranking)
         if self.pager.past_the_end(params, plan):
             ranked: list[list[Hit]] = [[] for _ in q_start]

@@ -238,6 +238,40 @@ def test_bad_arguments_are_refused(tiny_searcher):
         tiny_searcher.search_vectors(qs, qe, SearchParams(unit="phrase", top_k=0, mode="dense"))
 
 
+def test_query_vectors_of_the_wrong_shape_or_not_finite_are_refused_naming_them(tiny_searcher):
+    """They failed deep in numpy (a (d,) vector), torch (another model's dimensions) or an IndexError (fewer q_end rows),
+    and a NaN row silently got no hits."""
+    d = tiny_searcher.index.vectors.shape[1]
+    qs, qe = random_questions(np.random.default_rng(7), 2, d)
+    params = SearchParams(unit="passage", top_k=2, mode="dense")
+    nan = qs.copy()
+    nan[1, 3] = np.nan
+    for q_start, q_end, words in ((qs[0], qe[0], rf"q_start must be a \(questions, {d}\) array.*got shape \({d},\) "
+                                                 r"\(one question's: q_start\[None\]\)"),
+                                  (qs, qe[:, :-1], rf"q_end must be a \(questions, {d}\) array.*got shape \(2, {d - 1}\)"),
+                                  (qs, qe[:1], "q_start and q_end must have one row per question, got 2 and 1 rows"),
+                                  (nan, qe, r"q_start holds NaN or infinite values \(row 1\)"),
+                                  ([["a"] * d], qe[:1], "q_start must be a .* array of numbers")):
+        with pytest.raises(ValueError, match=words):
+            tiny_searcher.search_vectors(q_start, q_end, params)
+    # what converts to float32 rows is taken as it is: float64, lists
+    expected = tiny_searcher.search_vectors(qs, qe, params)
+    assert tiny_searcher.search_vectors(qs.astype(np.float64), qe.tolist(), params) == expected
+
+
+def test_questions_in_a_numpy_array_are_searched_as_a_list(tiny_searcher):
+    """A column of a table (a 1-D numpy array of strings) was refused; a 2-D one is, naming its shape."""
+    asked = ["When did Alba build the castle?", "Who built the bridge?"]
+    params = SearchParams(unit="passage", top_k=2, mode="dense")
+    expected = tiny_searcher.search(asked, params)
+    assert tiny_searcher.search(np.array(asked), params) == expected
+    assert tiny_searcher.search(np.array(asked, dtype=object), params) == expected
+    with pytest.raises(TypeError, match=r"questions must be a list of strings, got ndarray of shape \(1, 2\)"):
+        tiny_searcher.search(np.array([asked]), params)
+    with pytest.raises(TypeError, match=r"questions\[1\] must be a string, got int"):
+        tiny_searcher.search(np.array(["who?", 3], dtype=object), params)
+
+
 def test_text_search_encodes_questions(tiny_searcher):
     timings = StageTimes()
     [hits] = tiny_searcher.search(["When did Alba build the castle?"], SearchParams(unit="passage", top_k=3, mode="dense"), timings=timings)
