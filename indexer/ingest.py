@@ -78,6 +78,7 @@ front matter are kept as written. The corpus is written atomically.
 from __future__ import annotations
 
 import codecs
+import errno
 import itertools
 import logging
 import os
@@ -229,40 +230,79 @@ def _outside(link: Path, real_root: str) -> str | None:
     return f"a link to {target}, outside the folder {real_root}; not read{followed}"
 
 
+def _dead_link(link: Path) -> str | None:
+    """Why the link ``link`` leads to no file: to a name that does not exist, round a loop of links back to itself,
+    or through a folder this process may not read; None when it leads to something."""
+    try:
+        os.stat(link)
+        return None
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            return f"a link to {os.readlink(link)}, which " + (
+                "does not exist; not read" if e.errno == errno.ENOENT else f"cannot be reached ({e.strerror}); not read")
+    chain, at, seen = [link.name], link, {link}
+    while len(chain) <= 40:  # the kernel's own limit on links followed is 40
+        at = Path(os.path.normpath(at.parent / os.readlink(at)))
+        chain.append(os.path.relpath(at, link.parent))
+        if at in seen or not at.is_symlink():
+            break
+        seen.add(at)
+    return f"a link in a loop of links ({' -> '.join(chain)}), which leads to no file; not read"
+
+
 def _walk(root: Path, problems: list[tuple[Path, str]], follow_links: bool = False) -> list[Path]:
     """The files of a format ``FORMATS`` knows under ``root``, hidden files and folders left out, sorted; links to
     folders are not followed, and a link to a file is read when that file is inside ``root`` (any file with
-    ``follow_links``). A link to a file outside ``root``, a link to nothing, a folder that cannot be read, and a FIFO
-    or device named like a file to read are added to ``problems``."""
+    ``follow_links``). A link to a file outside ``root``, a link to nothing (or round a loop of links), a folder that
+    cannot be read, and a FIFO or device named like a file to read are added to ``problems``. The folders to read are
+    kept on a list, not in Python's call stack: a tree of any depth is walked (as deep as the system's paths go; a
+    folder past that is named as unreadable)."""
     found: list[Path] = []
-    walked: set[str] = set()
+    walked: set[tuple[int, int]] = set()  # the folders read, by (device, inode): a bind mount is read once
     real_root = os.path.realpath(root)
-
-    def unreadable(e: OSError) -> None:
-        problems.append((Path(e.filename or root), f"unreadable folder ({e.strerror or e})"))
-
-    for folder, subfolders, names in os.walk(root, onerror=unreadable):
-        real = os.path.realpath(folder)
-        subfolders[:] = [] if real in walked else sorted(d for d in subfolders if not d.startswith("."))
-        if real in walked:
+    folders = [root]  # those still to read, the next one last: sorted order, depth first
+    while folders:
+        folder = folders.pop()
+        try:
+            stat = os.stat(folder)
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError as e:
+            problems.append((Path(e.filename or folder), f"unreadable folder ({e.strerror or e})"))
             continue
-        walked.add(real)
-        for p in (Path(folder) / n for n in sorted(names) if not n.startswith(".")):
+        if (stat.st_dev, stat.st_ino) in walked:
+            continue
+        walked.add((stat.st_dev, stat.st_ino))
+        subfolders = []
+        for entry in (e for e in entries if not e.name.startswith(".")):
+            if _is_dir(entry):  # a link to a folder is not followed
+                if not entry.is_symlink():
+                    subfolders.append(folder / entry.name)
+                continue
+            p = folder / entry.name
             suffix = p.suffix.lower()
             if suffix not in FORMATS and suffix not in UNREAD:
                 continue
-            if p.is_symlink() and not p.exists():  # (before _outside: --follow-links would not read it either)
-                problems.append((p, f"a link to {os.readlink(p)}, which does not exist; not read"))
-            elif not follow_links and (why := _outside(p, real_root)) is not None:
+            if entry.is_symlink() and (why := _dead_link(p) or (
+                    None if follow_links else _outside(p, real_root))) is not None:
                 problems.append((p, why))
             elif suffix in UNREAD:
-                if p.is_file():
+                if entry.is_file():
                     problems.append((p, UNREAD[suffix]))
-            elif p.is_file():
+            elif entry.is_file():
                 found.append(p)
-            elif not p.is_dir():
+            else:
                 problems.append((p, _NOT_REGULAR))
+        folders += reversed(subfolders)
     return sorted(found)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """Whether a folder's entry is a folder or a link to one (False for a link that leads nowhere)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None = None,
@@ -273,7 +313,7 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
     whichever sorts first. An id is in Unicode's composed form (NFC), as PUT /files/{name} makes a name: file
     systems spell "café" with one character or with a combining accent (macOS's HFS+), and a file is one id
     whichever."""
-    seen: dict[Path, Path] = {}  # a file's real path: the path it was read by
+    seen: dict[tuple[int, int] | str, Path] = {}  # a file (``_identity``): the path it was read by
     problems = problems if problems is not None else []
     for arg in paths:
         root = Path(arg)
@@ -292,7 +332,7 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
             raise IngestError(f"{root}: no such file or directory")
         kept = set()
         for p, _ in sorted(pairs, key=lambda pair: pair[0].is_symlink()):  # the file itself before links to it
-            real = p.resolve()
+            real = _identity(p)
             if real in seen:
                 problems.append((p, f"the same file as {seen[real]}, which is read; not read twice"))
                 continue
@@ -301,6 +341,16 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
         for p, rel in pairs:
             if p in kept:
                 yield p, new_id(rel)
+
+
+def _identity(path: Path) -> tuple[int, int] | str:
+    """What tells one file from another: its device and inode (one system call, whatever the path's depth), or its
+    real path when it cannot be asked (gone since the walk: it is refused when read)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return stat.st_dev, stat.st_ino
 
 
 def extract_file(path: Path) -> Extracted:

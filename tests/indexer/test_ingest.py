@@ -802,6 +802,35 @@ def test_links_to_folders_are_not_followed(tmp_path):
     assert [p for p, _ in report.skipped] == [str(root / "c.md")]
 
 
+def test_a_loop_of_links_is_named_as_a_loop_and_a_tree_of_any_depth_is_walked(tmp_path):
+    """Two links to each other were each named "a link to l2.txt, which does not exist", and a tree 1,100 folders
+    deep stopped the run with "maximum recursion depth exceeded" (os.walk recursed per folder). The walk keeps no
+    frame per folder: here a tree 400 deep under a recursion limit of 250 frames more than the test's own (the
+    kernel's cost of a path grows with its depth: a deeper tree makes a slow test)."""
+    import inspect
+    import sys
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "l1.txt").symlink_to("l2.txt")
+    (root / "l2.txt").symlink_to("l1.txt")
+    deep = root
+    for _ in range(400):
+        deep /= "d"
+        deep.mkdir()
+    (deep / "x.txt").write_text("The lighthouse was lit in 1850.")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack(0)) + 250)
+    try:
+        report = from_files([root], tmp_path / "c.jsonl")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["d/" * 400 + "x.txt"]
+    assert dict((Path(p).name, why) for p, why in report.skipped) == {
+        "l1.txt": "a link in a loop of links (l1.txt -> l2.txt -> l1.txt), which leads to no file; not read",
+        "l2.txt": "a link in a loop of links (l2.txt -> l1.txt -> l2.txt), which leads to no file; not read"}
+
+
 def test_a_link_to_a_file_outside_the_folder_is_skipped_and_named_unless_links_are_followed(tmp_path):
     """A link to a file was read wherever it led: one planted in a shared folder put its target (~/.ssh/id_rsa) in
     the corpus. Now a link leading outside the folder is skipped and named (``follow_links`` reads it), a link inside

@@ -247,17 +247,14 @@ def test_delete_holds_back_when_no_file_is_found_or_a_folder_cannot_be_read(url,
                                       "locked/b.txt": "In 1460 Hugo built the church."})
     with Client(url, api_key="key") as client:
         assert sorted(sync(client, [docs], "docs").written) == ["a.txt", "locked/b.txt"]
-        real_walk = os.walk
+        real_scandir = os.scandir
 
-        def walk(top, onerror=None, **kwargs):  # the folder "locked" as a folder without read permission
-            for found in real_walk(top, onerror=onerror, **kwargs):
-                if os.path.basename(found[0]) == "locked":
-                    found[1][:] = []
-                    onerror(PermissionError(13, "Permission denied", found[0]))
-                    continue
-                yield found
+        def scandir(folder):  # the folder "locked" as a folder without read permission
+            if os.path.basename(folder) == "locked":
+                raise PermissionError(13, "Permission denied", str(folder))
+            return real_scandir(folder)
 
-        monkeypatch.setattr("spanseek.indexer.ingest.os.walk", walk)
+        monkeypatch.setattr("spanseek.indexer.ingest.os.scandir", scandir)
         report = sync(client, [docs], "docs", delete=True)
         assert report.deleted_total == 0 and "could not be read" in report.not_deleted
         assert client.get("locked/b.txt") is not None
