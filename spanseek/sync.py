@@ -13,7 +13,8 @@ the absolute paths given, ``docs@1f0c9a2e``: two folders named alike are two sou
 ``--meta`` (changed, every file is written again). What the service holds is read once, before the files: one
 ``GET /documents?meta=synced_from=SOURCE`` a thousand documents at a time (ids and metadata, no passages), and
 ``GET /documents/{id}?meta_only=true`` for a file whose id that list lacks (of each file, from a server older than that
-list). A document another ``--source`` wrote is
+list; for ``LIST_ALL_FROM`` such files or more, ``GET /documents`` of every document instead, when the service holds at
+most ten for each). Up to ``--jobs`` files are sent at once, each awaiting its answer. A document another ``--source`` wrote is
 not replaced (the file is refused, naming that source), nor is a second file of the same name in one run; but with
 the default ``--source``, a document whose ``synced_from`` is the first path's bare name (the default before the hash)
 and whose id is a file of this run is this sync's, and written once more to record the new name (so that a later
@@ -40,7 +41,9 @@ import json
 import logging
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,9 @@ SETTINGS_KEY = "sync_meta"  # a digest of the --meta a document was written with
 MAX_KEPT_IDS = 10_000  # ids one filter's doc_ids list may hold (core.filters); a delete lists the kept ones in such lists
 # the server's refusals of one file (not sent in time, too large, no reader, unreadable): the rest go on
 REFUSED_STATUSES = (408, 413, 415, 422)
+LIST_ALL_FROM = 10  # files of ids this source does not hold from which the service's documents are listed, not asked
+# files' writes awaiting their answers at once: the server's default --max-file-uploads (more are answered 429)
+DEFAULT_JOBS = 4
 
 
 @dataclass
@@ -146,18 +152,16 @@ def stale_filter(source: str, kept: Sequence[str], listed: Sequence[str] | None 
 def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, str] | None = None,
          delete: bool = False, dry_run: bool = False, strict: bool = False,
          progress: Callable[[str], None] | None = None, adopt: str | None = None,
-         follow_links: bool = False, report: SyncReport | None = None) -> SyncReport:
+         follow_links: bool = False, report: SyncReport | None = None, jobs: int = DEFAULT_JOBS) -> SyncReport:
     """Write the files under ``paths`` that the service (``client``: a ``spanseek.client.Client``) does not hold as
     they are, and with ``delete`` delete what an earlier sync from ``source`` wrote that is gone (module docstring).
     ``dry_run`` asks the service what it holds and changes nothing; ``progress`` is called with a line for each file
     written and each document deleted, as it happens; ``adopt``: a former name of this source, whose documents of
     this run's files are taken as its own; ``follow_links``: also send the files that links in a folder lead to
     outside it (else such a link is refused, named); ``report``: filled in as the run goes (what a run that stopped
-    part way did). An APIError other than a refused file (413, 415, 422) is raised: the run
-    stops there, and running it again goes on from what is written."""
-    import httpx
-
-    from spanseek.client import APIError
+    part way did); ``jobs``: how many files' writes may wait for their answers at once (``_Writes``). An APIError
+    other than a refused file (413, 415, 422) is raised: the run stops there, and running it again goes on from what
+    is written."""
     from spanseek.core.ids import held_in
     from spanseek.indexer.ingest import IngestError, _files
 
@@ -176,6 +180,14 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
     formerly = (_listed(client, adopt) or {}) if adopt and held is not None else {}
     ids: dict[str, str] = {}  # a file's id where a document spells it otherwise
     spelled_as = held_in(held) if held is not None else None  # (the held ids' other spellings indexed once)
+    # the files whose ids this source does not hold: new ones, or held by another source. What the service holds of
+    # them is asked of each when they are few; else every document's metadata is listed once, when the service holds
+    # at most ten for each such file (a page of a thousand is one request): 20,000 new files were 20,000 requests
+    held_by_any = None
+    if held is not None and spelled_as is not None:
+        unlisted = sum(spelled_as(rel) not in held and rel not in formerly for _, rel in files)
+        held_by_any = _listed_all(client, 10 * unlisted) if unlisted >= LIST_ALL_FROM else None
+    spelled_by_any = held_in(held_by_any) if held_by_any is not None else None
     report.files = len(files)  # (set once the service has answered: a run stopped before it did nothing)
 
     def refuse(rel: str, why: str) -> None:
@@ -183,65 +195,53 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             raise ValueError(f"{rel}: {why}")
         report.refused.append((rel, why))
 
-    for path, rel in files:
-        if rel in seen:  # two folders given, each with a file of this name: one id, so the first one's
-            refuse(rel, f"{path} has the same name as {seen[rel]}, read already; one id cannot hold both: rename "
-                        f"one of them")
-            continue
-        seen[rel] = path
-        if (unnamed := unnameable(rel)) is not None:
-            refuse(rel, unnamed)
-            continue
-        try:
-            data = path.read_bytes()  # once: the hash recorded is that of the bytes sent
-        except OSError as e:  # a file unreadable, or gone since the walk: its document (if any) is kept
-            refuse(rel, f"unreadable ({e.strerror or e})")
-            continue
-        digest = hashlib.sha256(data).hexdigest()
-        taken = False  # a document of the former default name, taken over
-        # a document written before ids were made NFC (``indexer.ingest._files``) holds its file's name as the file
-        # system spelled it (NFD on macOS's HFS+): its file replaces it under that id (``core.ids.held_id``, the
-        # service's rule: any spelling of its composed form) rather than writing a second document
-        if spelled_as is not None and (spelled := spelled_as(rel)) != rel:
-            ids[rel] = spelled
-        if held is not None and ids.get(rel, rel) in held:
-            held_meta = held[ids.get(rel, rel)]
-        else:  # a new file, one whose id another source or a hand-written document holds, or no list to look in
-            held_meta = formerly.get(rel) or (client.get(rel, meta_only=True) or {}).get("meta") or {}
-            if adopt is not None and held_meta.get(SOURCE_KEY) == adopt:
-                held_meta, taken = {**held_meta, SOURCE_KEY: source}, True
-                report.adopted.append(rel)
-        owner = held_meta.get(SOURCE_KEY)
-        if owner is not None and owner != source:
-            refuse(rel, f"the service holds this id as a document synced from {owner!r}; sync with --source "
-                        f"{owner} to take it over (a folder moved or renamed), or delete that document first")
-            continue
-        # a document taken over is written once more, so that it records this source and a later --delete covers it
-        if owner == source and held_meta.get(HASH_KEY) == digest and held_meta.get(SETTINGS_KEY) == settings \
-                and not taken:
-            report.unchanged.append(rel)
-            continue
-        warnings: list[str] = []
-        if not dry_run:
-            try:
-                warnings = client.upsert_file(data, rel, doc_id=ids.get(rel), meta={**extra, HASH_KEY: digest}
-                                              ).get("warnings", [])
-            except httpx.TimeoutException:
-                raise RuntimeError(f"{rel}: no answer to its write in time (the server may still be reading and "
-                                   f"encoding it: the next run finds it written if so); --timeout waits longer"
-                                   ) from None
-            except APIError as e:
-                if e.status not in REFUSED_STATUSES or strict:
-                    raise
-                why = (f"{len(data):,} bytes, too large for the server: {e.message}" if e.status == 413 else
-                       f"{len(data):,} bytes, not sent within the server's --body-timeout-s: {e.message}"
-                       if e.status == 408 else e.message)
-                report.refused.append((rel, why))
+    with _Writes(client, jobs, strict, report, say) as writes:
+        for path, rel in files:
+            if rel in seen:  # two folders given, each with a file of this name: one id, so the first one's
+                refuse(rel, f"{path} has the same name as {seen[rel]}, read already; one id cannot hold both: rename "
+                            f"one of them")
                 continue
-        report.written.append(rel)
-        say(f"{'would write' if dry_run else 'wrote'} {rel}")
-        for warning in warnings:  # what the server could not read of it (a PDF's scanned pages)
-            say(f"  {warning}")
+            seen[rel] = path
+            if (unnamed := unnameable(rel)) is not None:
+                refuse(rel, unnamed)
+                continue
+            try:
+                data = path.read_bytes()  # once: the hash recorded is that of the bytes sent
+            except OSError as e:  # a file unreadable, or gone since the walk: its document (if any) is kept
+                refuse(rel, f"unreadable ({e.strerror or e})")
+                continue
+            digest = hashlib.sha256(data).hexdigest()
+            taken = False  # a document of the former default name, taken over
+            # a document written before ids were made NFC (``indexer.ingest._files``) holds its file's name as the file
+            # system spelled it (NFD on macOS's HFS+): its file replaces it under that id (``core.ids.held_id``, the
+            # service's rule: any spelling of its composed form) rather than writing a second document
+            if spelled_as is not None and (spelled := spelled_as(rel)) != rel:
+                ids[rel] = spelled
+            if held is not None and ids.get(rel, rel) in held:
+                held_meta = held[ids.get(rel, rel)]
+            else:  # a new file, one whose id another source or a hand-written document holds, or no list to look in
+                held_meta = formerly.get(rel) or (
+                    (held_by_any.get(spelled_by_any(rel)) if held_by_any is not None and spelled_by_any is not None
+                     else (client.get(rel, meta_only=True) or {}).get("meta")) or {})
+                if adopt is not None and held_meta.get(SOURCE_KEY) == adopt:
+                    held_meta, taken = {**held_meta, SOURCE_KEY: source}, True
+                    report.adopted.append(rel)
+            owner = held_meta.get(SOURCE_KEY)
+            if owner is not None and owner != source:
+                refuse(rel, f"the service holds this id as a document synced from {owner!r}; sync with --source "
+                            f"{owner} to take it over (a folder moved or renamed), or delete that document first")
+                continue
+            # a document taken over is written once more, so that it records this source and a later --delete covers it
+            if owner == source and held_meta.get(HASH_KEY) == digest and held_meta.get(SETTINGS_KEY) == settings \
+                    and not taken:
+                report.unchanged.append(rel)
+                continue
+            if dry_run:
+                report.written.append(rel)
+                say(f"would write {rel}")
+            else:
+                writes.send(rel, data, ids.get(rel), {**extra, HASH_KEY: digest})
+        writes.finish()
     if problems and strict:
         raise IngestError(f"{problems[0][0]}: {problems[0][1]}")
     report.refused += [(str(p), why) for p, why in problems]
@@ -249,6 +249,77 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
         kept = [ids.get(rel, rel) for rel in seen if unnameable(rel) is None]  # (no document holds the others)
         _delete_stale(client, source, kept, problems, dry_run, report, say, None if held is None else list(held))
     return report
+
+
+class _Writes:
+    """The files' writes (``PUT /files/{name}``), up to ``jobs`` sent and waiting for their answers at once: the
+    server reads and encodes a file before it answers, several at a time (its ``--max-file-uploads``), so a sync that
+    waited for each answer before sending the next file left it idle between files. The answers are taken in the
+    order the files were sent: the report and the lines printed are in the files' order, and a run that stops keeps
+    no later file's answer. A refusal (``REFUSED_STATUSES``) is reported and the others go on (``strict``: raised);
+    any other APIError, or no answer within the client's timeout, stops the run: the writes not yet sent are not
+    sent, and the writes in flight end with the client's connections."""
+
+    def __init__(self, client: Any, jobs: int, strict: bool, report: SyncReport, say: Callable[[str], None]):
+        self.client, self.strict, self.report, self.say = client, strict, report, say
+        self.jobs = max(1, jobs)
+        self.pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="sync-write")
+        self.waiting: deque[tuple[str, int, Future[dict[str, Any]]]] = deque()
+
+    def __enter__(self) -> _Writes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _, _, future in self.waiting:
+            future.cancel()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def send(self, rel: str, data: bytes, doc_id: str | None, meta: dict[str, Any]) -> None:
+        """Send one file's write, once fewer than ``jobs`` are waiting (taking the oldest answer first)."""
+        while len(self.waiting) >= self.jobs:
+            self._answer()
+        self.waiting.append((rel, len(data), self.pool.submit(self.client.upsert_file, data, rel, doc_id=doc_id,
+                                                              meta=meta)))
+
+    def finish(self) -> None:
+        """Take every answer still awaited."""
+        while self.waiting:
+            self._answer()
+
+    def _answer(self) -> None:
+        import httpx
+
+        from spanseek.client import APIError
+
+        rel, size, future = self.waiting.popleft()
+        try:
+            warnings = future.result().get("warnings", [])
+        except httpx.TimeoutException:
+            raise RuntimeError(f"{rel}: no answer to its write in time (the server may still be reading and "
+                               f"encoding it: the next run finds it written if so); --timeout waits longer") from None
+        except APIError as e:
+            if e.status not in REFUSED_STATUSES or self.strict:
+                raise
+            why = (f"{size:,} bytes, too large for the server: {e.message}" if e.status == 413 else
+                   f"{size:,} bytes, not sent within the server's --body-timeout-s: {e.message}"
+                   if e.status == 408 else e.message)
+            self.report.refused.append((rel, why))
+            return
+        self.report.written.append(rel)
+        self.say(f"wrote {rel}")
+        for warning in warnings:  # what the server could not read of it (a PDF's scanned pages)
+            self.say(f"  {warning}")
+
+
+def _listed_all(client: Any, most: int) -> dict[str, dict[str, Any]] | None:
+    """The metadata of every document the service holds, by id, when it holds at most ``most`` (one ``GET
+    /documents`` a thousand at a time); None when it holds more."""
+    listed: dict[str, dict[str, Any]] = {}
+    for doc in client.documents():
+        if len(listed) >= most:
+            return None
+        listed[doc["id"]] = doc.get("meta") or {}
+    return listed
 
 
 def _listed(client: Any, source: str) -> dict[str, dict[str, Any]] | None:
@@ -331,6 +402,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     p.add_argument("--strict", action="store_true", help="stop at the first file refused")
     p.add_argument("--follow-links", action="store_true", help=FOLLOW_LINKS_HELP)
+    p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
+                   help=f"files sent at once, each awaiting its answer (default: {DEFAULT_JOBS}, the server's "
+                        f"default --max-file-uploads; the server reads and encodes them meanwhile; 1 sends one file "
+                        f"at a time)")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="how long one file's write may take, in seconds (default: 3600): the server reads and "
                         "encodes the file before it answers (a megabyte of text, 215k tokens, took 107 s on 2 CPU "
@@ -368,6 +443,8 @@ def _run(args: argparse.Namespace) -> int:
     meta = parse_meta(args.meta)
     if own := sorted(meta.keys() & {SOURCE_KEY, HASH_KEY, SETTINGS_KEY}):
         raise ValueError(f"--meta {own[0]}: a key sync sets itself ({SOURCE_KEY}, {HASH_KEY}, {SETTINGS_KEY})")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs takes a number of files >= 1, got {args.jobs}")
     if not 0 < args.timeout < float("inf"):
         raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
     if not args.url.lower().startswith(("http://", "https://")):
@@ -388,7 +465,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with Client(args.url, api_key=api_key, timeout=args.timeout) as client:
             sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt,
-                 args.follow_links, report)
+                 args.follow_links, report, args.jobs)
     except KeyboardInterrupt:
         if went():
             raise KeyboardInterrupt(report.stopped()) from None

@@ -13,6 +13,8 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import httpx
 import pytest
@@ -21,7 +23,9 @@ from spanseek.cli import build_parser, main
 from spanseek.client import Client
 from spanseek.service.app import create_app
 from spanseek.sync import (
+    DEFAULT_JOBS,
     HASH_KEY,
+    LIST_ALL_FROM,
     MAX_KEPT_IDS,
     SETTINGS_KEY,
     SOURCE_KEY,
@@ -367,6 +371,64 @@ def test_a_second_sync_of_an_unchanged_folder_reads_one_list_not_each_document(u
         assert sync(client, [docs], "docs").written == ["new.txt"]
     asked = [(m, path) for m, path, _ in recording.requests]
     assert asked == [("GET", "/documents"), ("GET", "/documents/new.txt"), ("PUT", "/files/new.txt")]
+
+
+def test_many_new_files_are_looked_up_in_one_listing_not_one_request_each(url, tmp_path):
+    """A sync of 20,000 new files asked GET /documents/{id} of each before writing it: a dry run took 39 s. From
+    LIST_ALL_FROM such files on, the service's documents are listed once when it holds at most ten for each file
+    (here it holds a few); a document of another source among them is still refused."""
+    names = {f"n{i:02d}.txt": f"In 14{i:02d} Ida built mill {i}." for i in range(LIST_ALL_FROM)}
+    docs = folder(tmp_path / "docs", names)
+    with Client(url, api_key="key") as client:
+        sync(client, [folder(tmp_path / "other", {"n00.txt": "In 1300 Bo built it."})], "other")
+        recording = Recording()
+    with Client(url, api_key="key", transport=recording) as client:
+        report = sync(client, [docs], "docs", dry_run=True)
+    assert report.written == sorted(names)[1:] and [r for r, _ in report.refused] == ["n00.txt"]
+    assert [(m, path) for m, path, _ in recording.requests] == [("GET", "/documents")] * 2
+
+
+class InFlight(httpx.HTTPTransport):
+    """A transport that holds each file's write a while and counts the writes awaiting their answers at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.lock, self.now, self.most = threading.Lock(), 0, 0
+
+    def handle_request(self, request):
+        if request.method != "PUT":
+            return super().handle_request(request)
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(0.05)
+        try:
+            return super().handle_request(request)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_files_are_sent_jobs_at_a_time_and_reported_in_their_order(url, tmp_path, capsys):
+    """Each file's write waited for its answer before the next was sent, leaving the server idle between files; now
+    ``--jobs`` writes (4 by default) await their answers at once, and the lines printed keep the files' order."""
+    names = [f"n{i}.txt" for i in range(9)]
+    docs = folder(tmp_path / "docs", {n: f"In 14{i}0 Ida built mill {i}." for i, n in enumerate(names)})
+    transport = InFlight()
+    with Client(url, api_key="key", transport=transport) as client:
+        assert sync(client, [docs], "docs").written == names
+    assert transport.most == DEFAULT_JOBS
+    (docs / "n9.txt").write_text("In 1490 Jan built the tower.")
+    for i in range(3):
+        (docs / names[i]).write_text(f"In 15{i}0 Ida rebuilt mill {i}.")
+    assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--source", "docs",
+                 "--jobs", "2"]) == 0
+    assert [line.split()[-1] for line in capsys.readouterr().err.splitlines() if line.startswith("  wrote ")] == [
+        "n0.txt", "n1.txt", "n2.txt", "n9.txt"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sync", str(docs), "--url", url, "--jobs", "many"])
+    assert main(["sync", str(docs), "--url", url, "--jobs", "0"]) == 2
+    assert "--jobs takes a number of files >= 1, got 0" in capsys.readouterr().err
 
 
 class OlderServer(httpx.HTTPTransport):
