@@ -155,7 +155,7 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
          follow_links: bool = False, report: SyncReport | None = None, jobs: int = DEFAULT_JOBS) -> SyncReport:
     """Write the files under ``paths`` that the service (``client``: a ``spanseek.client.Client``) does not hold as
     they are, and with ``delete`` delete what an earlier sync from ``source`` wrote that is gone (module docstring).
-    ``dry_run`` asks the service what it holds and changes nothing; ``progress`` is called with a line for each file
+    ``dry_run`` asks the service what it holds and changes nothing (a file it would refuse as unreadable is refused); ``progress`` is called with a line for each file
     written and each document deleted, as it happens; ``adopt``: a former name of this source, whose documents of
     this run's files are taken as its own; ``follow_links``: also send the files that links in a folder lead to
     outside it (else such a link is refused, named); ``report``: filled in as the run goes (what a run that stopped
@@ -236,7 +236,10 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
                     and not taken:
                 report.unchanged.append(rel)
                 continue
-            if dry_run:
+            if dry_run:  # the server reads a file as from-files does: one it would refuse is said so, and why
+                if (why := _unreadable(path, rel)) is not None:
+                    refuse(rel, f"the server would refuse it: {why}")
+                    continue
                 report.written.append(rel)
                 say(f"would write {rel}")
             else:
@@ -249,6 +252,20 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
         kept = [ids.get(rel, rel) for rel in seen if unnameable(rel) is None]  # (no document holds the others)
         _delete_stale(client, source, kept, problems, dry_run, report, say, None if held is None else list(held))
     return report
+
+
+def _unreadable(path: Path, rel: str) -> str | None:
+    """Why the server would refuse the file at ``path`` as unreadable (no text, binary, not UTF-8, damaged, front
+    matter it cannot read), read here as it reads it (``indexer.ingest.read_document``); None when it would read it.
+    Its limits (``max_file_bytes``, ``max_file_tokens``) are the server's own: only a write meets them."""
+    from spanseek.indexer.chunking import word_token_counter
+    from spanseek.indexer.ingest import IngestError, IngestOptions, read_document
+
+    try:
+        doc = read_document(path, rel, word_token_counter, IngestOptions())
+    except IngestError as e:
+        return str(e)
+    return doc if isinstance(doc, str) else None
 
 
 class _Writes:

@@ -112,6 +112,23 @@ def test_a_delete_dry_run_says_what_it_would_delete_and_deletes_nothing(url):
         assert http.get("/documents/new-1").status_code == 404
 
 
+def test_a_dry_run_says_which_files_the_server_would_refuse_and_why(url, tmp_path):
+    """A dry run counted a file the server refuses (no text, binary, not UTF-8) as one it would write; it now reads
+    each as the server does and reports it refused, with the reason the write would be refused for."""
+    docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge.", "empty.md": ""})
+    (docs / "blob.txt").write_bytes(b"\x00\x01binary")
+    (docs / "latin.txt").write_bytes("caf\xe9".encode("latin-1"))
+    with Client(url, api_key="key") as client:
+        planned = sync(client, [docs], "docs", dry_run=True)
+        done = sync(client, [docs], "docs")
+    assert planned.written == done.written == ["a.txt"]
+    assert [r for r, _ in planned.refused] == [r for r, _ in done.refused] == ["blob.txt", "empty.md", "latin.txt"]
+    assert dict(planned.refused) == {
+        "blob.txt": "the server would refuse it: binary file (NUL bytes)",
+        "empty.md": "the server would refuse it: no text",
+        "latin.txt": "the server would refuse it: not UTF-8 (byte 0xe9 at offset 3); convert it to UTF-8 first"}
+
+
 def test_the_command_reports_and_its_status_says_whether_a_file_was_refused(url, tmp_path, capsys):
     docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
     assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--meta", "team=ops"]) == 0
@@ -331,7 +348,8 @@ def test_a_first_sync_with_delete_deletes_nothing_and_works(url, tmp_path):
     docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge.", "blank.txt": " "})
     with Client(url, api_key="key") as client:
         dry = sync(client, [docs], "docs", delete=True, dry_run=True)
-        assert sorted(dry.written) == ["a.txt", "blank.txt"] and dry.deleted == [] and client.get("a.txt") is None
+        assert dry.written == ["a.txt"] and dry.deleted == [] and client.get("a.txt") is None
+        assert dry.refused == [("blank.txt", "the server would refuse it: no text")]  # as the write below is
         only_refused = sync(client, [docs / "blank.txt"], "docs", delete=True)  # every file refused: none held
         assert only_refused.deleted == [] and [r for r, _ in only_refused.refused] == [str(docs / "blank.txt")]
         done = sync(client, [docs], "docs", delete=True)
