@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from spanseek.core.options import OptionsParser
@@ -243,9 +243,10 @@ def _run(args: argparse.Namespace) -> int:
     level = logging.DEBUG if args.verbose else getattr(args, "quiet_log_level", logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        with contextlib.nullcontext() if args.verbose else quiet_transformers():  # its reports and progress bars
-            status = int(args.func(args) or 0)  # would drown the command's own output
-        sys.stdout.flush()  # here, so that a reader gone away is met inside the try, not at the interpreter's exit
+        with contextlib.redirect_stdout(NamedStdout(sys.stdout)):
+            with contextlib.nullcontext() if args.verbose else quiet_transformers():  # its reports and progress bars
+                status = int(args.func(args) or 0)  # would drown the command's own output
+            sys.stdout.flush()  # here, so that a reader gone away is met inside the try, not at the interpreter's exit
         return status
     except BrokenPipeError:
         reader_gone()
@@ -260,8 +261,41 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError, OSError) as e:  # bad input, and the system's refusals (a read-only disk)
         if args.verbose:
             logging.getLogger("spanseek").exception("the command failed")
+        if isinstance(e, OSError) and e.filename == NamedStdout.NAME:  # what it still holds goes nowhere at exit
+            reader_gone()
         print(f"{args.prog}: error: {describe_error(e)}", file=sys.stderr)
         return 2
+
+
+class NamedStdout:
+    """``sys.stdout`` while a command runs: an error writing the command's output (``> /dev/full``, a full disk, an
+    I/O error) names standard output (``standard output: No space left on device``; it named no file). A reader gone
+    away (BrokenPipeError) is left as it is: the command ends quietly (``reader_gone``)."""
+
+    NAME = "standard output"
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return int(self._named(self._stream.write, text))
+
+    def flush(self) -> None:
+        self._named(self._stream.flush)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, buffer: the stream's own
+        return getattr(self._stream, name)
+
+    @classmethod
+    def _named(cls, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            if e.filename is not None:
+                raise
+            raise OSError(e.errno, e.strerror, cls.NAME) from None
 
 
 def reader_gone() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -523,6 +524,25 @@ def test_ctrl_c_is_the_last_line_though_a_library_logs_as_python_exits(tmp_path)
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (130, "spanseek corpus from-squad: interrupted\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("lines", [1, 100_000])  # written at the end, or while the command runs
+def test_output_that_cannot_be_written_names_standard_output(tmp_path, lines):
+    """``spanseek search ... > /dev/full`` ended with "[Errno 28] No space left on device", naming no file; it now names
+    standard output, in one line, whether the output failed as the command wrote it or at its end."""
+    script = (
+        "import sys\n"
+        "from spanseek import cli\n"
+        "from spanseek.indexer import cli as indexer_cli\n"
+        f"indexer_cli._from_squad = lambda args: [print('hit') for _ in range({lines})] and 0\n"
+        f"sys.exit(cli.main(['corpus', 'from-squad', 'in.json', '--out', {str(tmp_path / 'out.jsonl')!r}]))\n"
+    )
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-c", script], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    assert (done.returncode, done.stderr) == (
+        2, "spanseek corpus from-squad: error: standard output: No space left on device\n")
 
 
 def test_a_second_ctrl_c_as_python_exits_leaves_the_one_line_and_status_130(tmp_path):
