@@ -13,7 +13,7 @@ import contextlib
 import shutil
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,25 @@ def _stop(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
+def taking_stops(handler: Callable[[int, Any], None] = _stop) -> Iterator[None]:
+    """While inside, SIGTERM and Ctrl-C (SIGINT) call ``handler`` (by default: raise a KeyboardInterrupt whose text is
+    ``SIGTERM`` for a SIGTERM, empty for Ctrl-C, and ignore further stops), and after, the handlers before it are put
+    back. Only in the main thread (where Python takes signals), and only for a signal whose handler was set from
+    Python: one the process was started to ignore stays ignored, and one whose handler was set outside Python
+    (``signal.getsignal`` gives None), which could not be put back, is left alone."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            if signal.getsignal(signum) not in (signal.SIG_IGN, None):
+                previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, was in previous.items():
+            signal.signal(signum, was)
+
+
+@contextlib.contextmanager
 def stopped_cleanly(job: str, work: Path | None = None) -> Iterator[None]:
     """Stop a job on Ctrl-C or SIGTERM (what ``kill``, ``docker stop`` and a scheduler send) alike, raising a
     KeyboardInterrupt that says what the same command does next (the CLI prints it as ``interrupted: ...``, status
@@ -51,26 +70,19 @@ def stopped_cleanly(job: str, work: Path | None = None) -> Iterator[None]:
     (``Committed``) is complete, and the line says so. SIGTERM and Ctrl-C are taken only in the main thread, and not
     where the process was started to ignore them; after the first stop, further SIGTERMs and Ctrl-Cs are ignored
     until the job has stopped."""
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            if signal.getsignal(signum) not in (signal.SIG_IGN, None):  # (None: a handler not set from Python)
-                previous[signum] = signal.signal(signum, _stop)
-    try:
-        yield
-    except KeyboardInterrupt as e:
-        how = f"stopped by {e}; " if str(e) == "SIGTERM" else ""
-        if isinstance(e, Committed):
-            when = "is complete" if e.finished else "is completed when the index is next opened"
-            raise KeyboardInterrupt(f"{how}{job} had been committed and {when}; no rerun is needed") from None
-        if work is None:
-            raise KeyboardInterrupt(f"{how}{job} changed nothing; the same command runs it again") from None
-        for part in (work / SHARDS).glob("*.tmp"):
-            shutil.rmtree(part, ignore_errors=True)
-        sizes = list(finished_shards(work).values())
-        kept = (f"re-using its {len(sizes)} encoded shard{'s' if len(sizes) != 1 else ''} ({sum(sizes)} passages)"
-                if sizes else "no shard was finished yet")
-        raise KeyboardInterrupt(f"{how}the same command resumes {job} ({kept})") from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    with taking_stops():  # (held through the cleanup below: a second stop meanwhile is ignored, not fatal)
+        try:
+            yield
+        except KeyboardInterrupt as e:
+            how = f"stopped by {e}; " if str(e) == "SIGTERM" else ""
+            if isinstance(e, Committed):
+                when = "is complete" if e.finished else "is completed when the index is next opened"
+                raise KeyboardInterrupt(f"{how}{job} had been committed and {when}; no rerun is needed") from None
+            if work is None:
+                raise KeyboardInterrupt(f"{how}{job} changed nothing; the same command runs it again") from None
+            for part in (work / SHARDS).glob("*.tmp"):
+                shutil.rmtree(part, ignore_errors=True)
+            sizes = list(finished_shards(work).values())
+            kept = (f"re-using its {len(sizes)} encoded shard{'s' if len(sizes) != 1 else ''} ({sum(sizes)} passages)"
+                    if sizes else "no shard was finished yet")
+            raise KeyboardInterrupt(f"{how}the same command resumes {job} ({kept})") from None

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
-import threading
 from pathlib import Path
 from typing import Any
+
+from spanseek.indexer.interrupt import taking_stops
 
 
 class StopAfterStep:
@@ -17,23 +19,19 @@ class StopAfterStep:
     under way finishes, the loop saves its checkpoint and stops (``requested``; ``stop_here`` raises
     KeyboardInterrupt saying where the run resumes, which the CLI reports as ``interrupted: ...``, status 130), so an
     interrupted run loses no finished step; a second signal stops at once. Only where Python takes signals (the main
-    thread), and only the signals a job was not started to ignore; elsewhere nothing changes.
+    thread), and only the signals a job was not started to ignore, nor whose handler was set outside Python
+    (``indexer.interrupt.taking_stops``); elsewhere nothing changes.
 
     A stop in the run's ``last_step`` stops before what the run does after its loop (``after_loop``: its validation,
     its summary), which the same command does when run again, training no step: the message says so."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
     def __init__(self, last_step: int | None = None, after_loop: str = "") -> None:
         self.requested = False
         self.last_step, self.after_loop = last_step, after_loop
-        self._previous: dict[int, Any] = {}
+        self._taking = contextlib.ExitStack()
 
     def __enter__(self) -> StopAfterStep:
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                if signal.getsignal(signum) is not signal.SIG_IGN:  # (a job started to ignore it still does)
-                    self._previous[signum] = signal.signal(signum, self._interrupt)
+        self._taking.enter_context(taking_stops(self._interrupt))  # (the main thread only; not a signal ignored)
         return self
 
     def _interrupt(self, signum: int, frame: Any) -> None:
@@ -54,5 +52,4 @@ class StopAfterStep:
         raise KeyboardInterrupt(f"stopped at step {step}; the same command resumes from {checkpoint}")
 
     def __exit__(self, *exc: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+        self._taking.close()
