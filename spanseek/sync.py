@@ -25,7 +25,7 @@ folder could not be read, or when no file was found at all (an empty or unmounte
 sync refuses (no text, damaged, too large, unreadable: 413, 415, 422) is reported and the others go on; ``--strict``
 stops at it. Each run prints the files it writes and deletes as it goes, then how many it wrote, left alone, deleted
 and refused; the exit status is 1 when a file was refused or ``--delete`` held back, else 0. A run stopped part way
-(Ctrl-C, the server gone) says in its last line how many files it had written of how many. The server answers a
+(Ctrl-C or SIGTERM, the server gone) says in its last line how many files it had written of how many. The server answers a
 file's write once it has read and encoded it: ``--timeout`` (an hour) is how long the sync waits for one answer.
 
 The server needs writes on (``spanseek serve --writes``) and the write key: ``--api-key-file`` (or
@@ -456,6 +456,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from spanseek.client import Client, SpanseekError
     from spanseek.indexer.ingest import parse_meta
+    from spanseek.indexer.interrupt import taking_stops
 
     meta = parse_meta(args.meta)
     if own := sorted(meta.keys() & {SOURCE_KEY, HASH_KEY, SETTINGS_KEY}):
@@ -479,14 +480,15 @@ def _run(args: argparse.Namespace) -> int:
     def went() -> str:  # the last line of a run that stopped part way says how far it got
         return f"; {report.stopped()}" if report.files and not args.dry_run else ""
 
-    try:
-        with Client(args.url, api_key=api_key, timeout=args.timeout) as client:
+    try:  # SIGTERM (kill, a scheduler's stop) ends the run as Ctrl-C does, saying how far it got
+        with taking_stops(), Client(args.url, api_key=api_key, timeout=args.timeout) as client:
             sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt,
                  args.follow_links, report, args.jobs)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        how = "stopped by SIGTERM" if str(e) == "SIGTERM" else ""
         if went():
-            raise KeyboardInterrupt(report.stopped()) from None
-        raise
+            raise KeyboardInterrupt(f"{how}{'; ' if how else ''}{report.stopped()}") from None
+        raise KeyboardInterrupt(how) from None
     except (SpanseekError, httpx.HTTPError) as e:  # the service refused, or could not be reached: one line
         hint = "; give the write key with --api-key-file or SPANSEEK_API_KEY" if (
             getattr(e, "status", None) == 401 and not api_key) else ""

@@ -650,6 +650,31 @@ def test_a_sync_stopped_part_way_says_how_far_it_got_and_the_rerun_writes_only_t
     assert capsys.readouterr().err.splitlines()[-1] == "wrote 2, unchanged 2, deleted 0, refused 0"
 
 
+@pytest.mark.slow  # a process of its own (the test's would end at SIGTERM), which imports the client: 3-9 s
+def test_a_sync_stopped_by_sigterm_says_how_far_it_got(url, tmp_path):
+    """SIGTERM (kill, a scheduler's stop) ended a sync at once, without a line saying what it had written; it now
+    stops as Ctrl-C does, with that line and status 130."""
+    docs = folder(tmp_path / "docs", {f"{n}.txt": f"In 14{n}0 Gala built bridge {n}." for n in range(4)})
+    script = (
+        "import os, signal, sys, time\n"
+        "from spanseek.cli import main\n"
+        "from spanseek.client import Client\n"
+        "real, sent = Client.upsert_file, []\n"
+        "def upsert_file(self, *args, **kwargs):\n"
+        "    if len(sent) == 2:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(0.2)\n"
+        "    sent.append(args[1])\n"
+        "    return real(self, *args, **kwargs)\n"
+        "Client.upsert_file = upsert_file\n"
+        f"sys.exit(main(['sync', {str(docs)!r}, '--url', {url!r}, '--api-key', 'key', '--jobs', '1']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "spanseek sync: interrupted: stopped by SIGTERM; stopped after writing 2 of 4 files (unchanged 0, refused 0, "
+        "deleted 0); the same command goes on from there")
+
+
 def test_delete_spares_what_another_run_of_the_folder_wrote_since_it_began(url, tmp_path):
     """Two runs of one folder at once (cron starting the next before the last ended): a file that appeared after
     the first run's walk, written by the second, had its document deleted by the first's --delete, the file there."""
