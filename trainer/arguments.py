@@ -13,6 +13,7 @@ the command line starts fast.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -41,6 +42,13 @@ def check(ok: bool, flag: str, want: str, value: object) -> None:
     any data or model is loaded): ``--batch-windows must be an integer >= 1, got 0``."""
     if not ok:
         raise ValueError(f"{flag} must be {want}, got {value}")
+
+
+def check_model(flag: str, ref: str | None) -> None:
+    """A model flag's value is a model directory or a bundled model's name: a file (weights, a config) is named so."""
+    if ref is not None and os.path.isfile(ref):
+        raise ValueError(f"{flag} {ref}: a file, not a model; give a model directory (what `spanseek train phrase` "
+                         f"writes, holding spanseek_config.json and the weights) or a bundled model's name (default)")
 
 
 def check_teacher_weight(teacher: str | None, lambda_kl: float) -> None:
@@ -126,6 +134,7 @@ class JobOptions:
         check(self.holdout_every >= 1, "--holdout-every", "an integer >= 1", self.holdout_every)
         check(0 <= self.holdout_offset < self.holdout_every, "--holdout-offset",
               f"in [0, --holdout-every) = [0, {self.holdout_every})", self.holdout_offset)
+        check_model("--model", getattr(self, "model", None))  # (the jobs on a phrase model)
 
     @property
     def holdout(self) -> Holdout:
@@ -259,6 +268,7 @@ class TrainConfig(TrainingOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.widen_lora is None or self.widen_lora >= 1, "--widen-lora", "an integer >= 1", self.widen_lora)
+        check_model("--init-from", self.init_from)
         check(positive(self.corrector_lr), "--corrector-lr", "a number > 0", self.corrector_lr)
 
 

@@ -358,3 +358,16 @@ def test_valsets_checks_its_counts_and_takes_every_paragraph_of_a_small_file(squ
     one = write_squad(tmp_path / "one.json", make_squad(n_articles=2))
     with pytest.raises(CorpusError, match=rf"^{re.escape(str(one))}: no held-out questions"):
         build_validation_sets(one, tmp_path / "vs1")
+
+
+@pytest.mark.parametrize("job, flag", [("phrase", "--init-from"), ("qsft", "--model"), ("filter", "--model")])
+def test_a_model_flag_given_a_file_says_it_takes_a_model_directory_or_a_bundled_name(squad_file, tmp_path, capsys,
+                                                                                      job, flag):
+    """``--init-from weights.safetensors`` said "not a spanseek model directory (no spanseek_config.json)", which reads
+    as if the file were a directory missing a file; a file is now named as a file, before anything is loaded."""
+    weights = tmp_path / "weights.safetensors"
+    weights.write_bytes(b"\0")
+    assert main(["train", job, "--train", str(squad_file), "--out", str(tmp_path / "run"), flag, str(weights)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag} {weights}: a file, not a model; give a model directory" in err
+    assert "or a bundled model's name (default)" in err and len(err.strip().splitlines()) == 1
