@@ -281,4 +281,10 @@ def from_args(cls: type, args: argparse.Namespace, only: Collection[str] | None 
         sub = argparse.Namespace(**{k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix)})
         value = from_args(nested, sub)
         values[f.name] = value.build() if meta.get("options") else value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as e:  # a check of the class names its field ("max_answer_tokens must be ..."): say the flag
+        named = [fl for fl in flags(cls, only) if "." not in fl.dest and str(e).startswith(f"{fl.dest} ")]
+        if named and e.args and isinstance(e.args[0], str):
+            e.args = (named[0].flag + e.args[0][len(named[0].dest):], *e.args[1:])
+        raise

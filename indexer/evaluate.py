@@ -30,7 +30,7 @@ def check_out_file(out: Path, key: str = "n_questions", what: str = "eval's metr
     """Refuse a metrics file that cannot be written: a directory, a path under a file, or a file there that is not
     ``what`` an earlier run wrote (a JSON object with ``key``), which writing it would destroy."""
     if out.is_dir():
-        raise ValueError(f"{out}: a directory; --out names the metrics file to write")
+        raise ValueError(f"{out}: a directory; --out names the file to write {what} to")
     folder = next(p for p in out.parents if p.exists())  # the folders below it are made when it is written
     if not folder.is_dir():
         raise ValueError(f"--out {out}: {folder} is a file, not a folder")

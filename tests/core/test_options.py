@@ -60,3 +60,12 @@ def test_a_command_s_hidden_operand_flag_may_be_shortened():
     """``index verify --index DIR`` (the help names it beside the operand) is no choice's spelling: it shortens."""
     args = build_parser().parse_args(["index", "verify", "--ind", "some-index"])
     assert args.index == "some-index"
+
+
+def test_a_value_a_config_refuses_is_named_by_its_flag(capsys):
+    """``spanseek eval --max-answer-tokens 0`` said "max_answer_tokens must be an integer >= 1", the name of a field
+    inside the program; the check a config makes of its field now names the flag given."""
+    assert main([*SEARCH, "--max-answer-tokens", "0", "who?"]) == 2
+    assert "error: --max-answer-tokens must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert main(["eval", "--questions", "q.json", "--index", "nowhere", "--max-answer-tokens", "0"]) == 2
+    assert "error: --max-answer-tokens must be an integer >= 1, got 0" in capsys.readouterr().err

@@ -256,7 +256,7 @@ def test_rank_checkpoints_refuses_an_out_it_reads_or_cannot_write_before_evaluat
     monkeypatch.setattr(evaluate_module, "run_eval", lambda *a, **k: pytest.fail("evaluated before refusing --out"))
     for out, message in ((vs / "hard.jsonl", "is the validation sets' hard.jsonl, which the ranking reads"),
                          (tmp_path / "." / "vs" / "questions.json.gz", "is the validation sets' questions.json.gz"),
-                         (tmp_path, "a directory; --out names the metrics file to write")):
+                         (tmp_path, "a directory; --out names the file to write a ranking to")):
         with pytest.raises(ValueError, match=re.escape(message)):
             rank_checkpoints(vs, [str(tiny_model_dir)], out, progress=False)
     assert (vs / "hard.jsonl").read_bytes() == hard
