@@ -64,10 +64,14 @@ def question_key(text: str) -> str:
 def write_trained_questions(model_dir: str | Path, questions: Iterable[str], source: str,
                             examples: str = "") -> None:
     """Record in ``model_dir`` the questions a model was trained on (``source``: the training file), and a digest
-    of its training examples (``examples``: what a resumed run must train on again)."""
+    of its training examples (``examples``: what a resumed run must train on again). ``questions`` counts them as the
+    run's summary does (``train_questions``), each one trained on; ``keys`` holds each distinct text once (SQuAD's
+    training file asks 259 of its questions twice, in the same words), ``distinct`` how many."""
+    questions = list(questions)
     keys = sorted({question_key(q) for q in questions})
     write_json_atomic(Path(model_dir) / TRAINED_QUESTIONS, {"source": source, "examples": examples,
-                                                            "questions": len(keys), "keys": keys})
+                                                            "questions": len(questions), "distinct": len(keys),
+                                                            "keys": keys})
 
 
 def trained_questions(model_dir: str | Path | None) -> dict[str, Any] | None:

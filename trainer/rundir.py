@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from spanseek.core.config import EncoderConfig
-from spanseek.core.evaluate import question_key, trained_questions
+from spanseek.core.evaluate import trained_questions
 from spanseek.core.integrity import writer_lock
 from spanseek.core.model import CONFIG_NAME, WEIGHTS_NAME
 from spanseek.core.reader import READER_CONFIG_NAME
@@ -97,9 +97,8 @@ def check_resume_data(out: Path, trained: Trained) -> None:
     questions, train, digest = trained
     if record is None or not record.get("examples") or record["examples"] == digest:
         return
-    ours = len({question_key(q) for q in questions})
     raise ValueError(f"--out {out} holds a run trained on other questions ({record['questions']} of "
-                     f"{record.get('source')}; this run has {ours} of {train}): use a new --out for a run on these "
+                     f"{record.get('source')}; this run has {len(questions)} of {train}): use a new --out for a run on these "
                      f"questions, or remove {out} to start over")
 
 

@@ -124,6 +124,7 @@ def test_a_trained_model_records_its_training_questions_and_not_the_held_out_one
     assert record["keys"] == {question_key(q.question) for q in squad_questions(train_articles)}
     assert not {question_key(q.question) for q in squad_questions(held)} & record["keys"]
     assert "trained_questions" not in summary["validation"]  # validated on held-out questions only
+    assert record["questions"] == summary["train_questions"]  # counted alike
 
 
 def test_eval_counts_and_warns_about_questions_the_model_was_trained_on(qsft_run, squad_file, tmp_path, caplog):
@@ -186,3 +187,16 @@ def test_a_run_resumed_on_other_questions_is_refused_and_on_the_same_ones_goes_o
         train_qsft(replace(cfg, train=str(edited), val_questions=0))
     again = train_qsft(replace(cfg, val_questions=0))  # the same questions: resumes (finished, nothing to do)
     assert again["steps"] == summary["steps"]
+
+
+def test_the_record_counts_every_question_trained_on_as_the_summary_does(tmp_path):
+    """A run's summary said 138 training questions and its model's record 137: SQuAD's training file asks 259 of its
+    questions twice in the same words (87,599 questions, 87,311 texts), and the record counted distinct texts. It now
+    counts the questions trained on, as the summary does, and says how many distinct texts its keys hold."""
+    from spanseek.core.evaluate import write_trained_questions
+
+    questions = ["When did Beyonce have her first child?", "When did Beyonce have her first child?", "Who sang?"]
+    write_trained_questions(tmp_path, questions, "train.json", "digest")
+    record = trained_questions(tmp_path)
+    assert (record["questions"], record["distinct"]) == (3, 2)
+    assert record["keys"] == {question_key(q) for q in questions}
