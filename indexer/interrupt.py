@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from spanseek.core.integrity import SHARDS
-from spanseek.indexer.shards import finished_shards
+
+
+def finished_shards(work: Path) -> dict[int, int]:
+    """``indexer.shards.finished_shards``, imported when a stop counts them: that module imports torch, which a
+    command that only takes stops (``spanseek sync``) does not load (1.5 s of CPU)."""
+    from spanseek.indexer.shards import finished_shards as finished
+
+    return finished(work)
 
 
 class Committed(KeyboardInterrupt):
