@@ -410,6 +410,8 @@ def raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                           "copy or compress it again") from None
     except FileNotFoundError:
         raise
+    except IsADirectoryError:  # (no line of it was read: "path:1: cannot be read ([Errno 21] ...)" said one was)
+        raise CorpusError(f"{path}: a directory, not a file") from None
     except (OSError, zlib.error) as e:
         raise CorpusError(f"{path}:{lineno + 1}: cannot be read ({e})") from None
 
@@ -425,6 +427,8 @@ def read_head(path: str | Path, size: int = 65536) -> str:
         raise CorpusError(f"{path}: not a gzip file ({e}); remove the .gz suffix if it is plain text") from None
     except FileNotFoundError:
         raise
+    except IsADirectoryError:
+        raise CorpusError(f"{path}: a directory, not a file") from None
     except (OSError, EOFError, zlib.error) as e:
         raise CorpusError(f"{path}: cannot be read ({e})") from None
     lines = raw.split(b"\n")

@@ -561,3 +561,14 @@ def test_an_old_directory_left_by_an_interrupted_removal_is_removed_by_the_next_
     monkeypatch.setattr(shutil, "rmtree", refused)
     save("fifth", left=1)
     assert stuck.is_dir() and (out / "a").read_text() == "fifth"
+
+
+def test_a_directory_given_as_a_file_is_named_a_directory(tmp_path):
+    """``corpus from-squad DIR`` and ``search --questions DIR`` said "DIR:1: cannot be read ([Errno 21] Is a
+    directory: 'DIR')": a line 1 that was never read, and Python's words."""
+    from spanseek.core.io import CorpusError, read_corpus, read_head
+
+    for read in (load_squad, lambda p: list(read_corpus(p)), read_head):
+        with pytest.raises(CorpusError) as e:
+            read(tmp_path)
+        assert str(e.value) == f"{tmp_path}: a directory, not a file"
