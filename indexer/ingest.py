@@ -94,6 +94,7 @@ from spanseek.core.ids import new_id
 from spanseek.core.io import (
     CorpusError,
     Document,
+    check_writable,
     document_from_json,
     document_json,
     has_text,
@@ -466,6 +467,9 @@ def from_files(paths: Sequence[str | Path], out: str | Path, count: TokenCounter
     """
     report = IngestReport()
     target = Path(out).resolve()
+    if target.is_dir():  # named before the files are read (it was met at the end: "out: Is a directory")
+        raise IngestError(f"--out {out}: a directory; give the corpus file to write ({Path(out) / 'corpus.jsonl'})")
+    check_writable(out)
     if any(p.resolve() == target for p, _ in _files(paths, follow_links=opts.follow_links)):  # one given, or in a folder
         raise IngestError(f"{out} is one of the files to read; write the corpus somewhere else")
     docs = iter_documents(paths, count, opts, report, progress, read)

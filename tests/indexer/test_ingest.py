@@ -831,6 +831,18 @@ def test_a_loop_of_links_is_named_as_a_loop_and_a_tree_of_any_depth_is_walked(tm
         "l2.txt": "a link in a loop of links (l2.txt -> l1.txt -> l2.txt), which leads to no file; not read"}
 
 
+def test_an_out_that_is_a_directory_is_refused_before_any_file_is_read(tmp_path, monkeypatch):
+    """``corpus from-files DOCS --out DIR`` read every file, then ended with "DIR: Is a directory"."""
+    import spanseek.indexer.ingest as ingest
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("The mill was built in 1650.")
+    monkeypatch.setattr(ingest, "read_document", lambda *a: pytest.fail("a file was read"))
+    with pytest.raises(IngestError, match=re.escape(f"--out {tmp_path}: a directory; give the corpus file to write "
+                                                    f"({tmp_path / 'corpus.jsonl'})")):
+        from_files([tmp_path / "docs"], tmp_path)
+
+
 def test_a_link_to_a_file_outside_the_folder_is_skipped_and_named_unless_links_are_followed(tmp_path):
     """A link to a file was read wherever it led: one planted in a shared folder put its target (~/.ssh/id_rsa) in
     the corpus. Now a link leading outside the folder is skipped and named (``follow_links`` reads it), a link inside
