@@ -44,6 +44,7 @@ from spanseek.service.errors import (
     UnreadableFile,
     UnsupportedMediaType,
     request_id_of,
+    shortened,
 )
 from spanseek.service.file_reader import ReaderStopped, ReadOutOfMemory, UploadsBusy
 from spanseek.service.live import too_many_tokens
@@ -93,7 +94,7 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
                                     "file's name is its id)")
     opts = file_options(query_texts(request, meta, "meta"), max_tokens, overlap, min_tokens)
     try:  # what the request gives of the document, checked as PUT /documents checks one, before the body is read
-        written_document({"id": doc_id, "paragraphs": [name], "meta": opts.extra_meta}, name,
+        written_document({"id": doc_id, "paragraphs": [name], "meta": opts.extra_meta}, shortened(name),
                          live.settings.max_title_chars)
     except CorpusError as e:
         raise refuse(*(("query", "meta") if e.field == "meta" else ("query", "id") if id_given else ("path", "name")),

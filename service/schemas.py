@@ -369,13 +369,16 @@ class ReloadResponse(BaseModel):
 
 # ---- live writes (SPANSEEK_WRITES=1; service.writes) ------------------------------------------------------------
 
+MAX_ID_CHARS = 1024  # the longest id a write takes, however it comes: a body's, a file's name or its id= (writes)
+
 class DocumentIn(BaseModel):
     """One document in the corpus format (``core.io``); written by id: a held id is replaced."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    id: str = Field(min_length=1, max_length=1024, description="the document's id (the key of upserts and deletes; a "
-                    "whole number is read as its digits, as in a corpus file)")
+    # (its length is checked with the rest of the id, by the rule every route that writes one shares: service.writes)
+    id: str = Field(min_length=1, json_schema_extra={"maxLength": MAX_ID_CHARS}, description="the document's id (the "
+                    "key of upserts and deletes; a whole number is read as its digits, as in a corpus file)")
     title: str = Field("", description="title (searched with every passage by the lexical leg; at most the "
                        "server's max_title_chars characters)")
 

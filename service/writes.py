@@ -52,6 +52,7 @@ from spanseek.service.routes import (
     require_json_body,
 )
 from spanseek.service.schemas import (
+    MAX_ID_CHARS,
     MAX_LISTED_DELETES,
     MAX_LISTED_DOCUMENTS,
     CompactResponse,
@@ -98,7 +99,17 @@ UNROUTABLE = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00")
 
 
 def id_problem(doc_id: str) -> str | None:
-    """Why a document id cannot be written (it holds a line break or NUL), or None."""
+    """Why no document can be written under ``doc_id``, or None: the one rule of every route that writes one, whether
+    the id comes in a body (``PUT /documents``), a query (``PUT /files/{name}?id=``) or a path (a file's name): more
+    than ``MAX_ID_CHARS`` characters, or a line break or NUL (``routing_problem``)."""
+    if len(doc_id) > MAX_ID_CHARS:
+        return f"has {len(doc_id):,} characters; an id has at most {MAX_ID_CHARS:,}"
+    return routing_problem(doc_id)
+
+
+def routing_problem(doc_id: str) -> str | None:
+    """Why ``doc_id`` cannot be named by ``/documents/{id}`` (it holds a line break or NUL), or None. A lookup checks
+    only this: an index built from a corpus file may hold a longer id than a write takes."""
     if (bad := next((c for c in doc_id if c in UNROUTABLE), None)) is None:
         return None
     return (f"holds {'a NUL' if bad == chr(0) else 'a line break'} ({bad!a}): /documents/{{id}} could not name it, "
@@ -162,7 +173,7 @@ def named_id(request: Request, doc_id: str, index: Any) -> str:
     """The id that the path's ``/documents/{id}`` names in ``index`` (``held_id``); 422 for one that is not UTF-8 or
     holds a line break or NUL (no document can be written under it)."""
     path_text(request, doc_id, "id")
-    if (problem := id_problem(doc_id)) is not None:
+    if (problem := routing_problem(doc_id)) is not None:
         raise refuse("path", "id", f"{doc_id!r}: {problem}")
     return held_id(index, doc_id)
 

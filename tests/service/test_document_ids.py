@@ -13,7 +13,7 @@ import pytest
 
 from spanseek.client import APIError, Client
 from spanseek.service.app import create_app
-from tests.service.conftest import NFC_ID, NFD_ID, THIRD_ID, THIRD_NFC, THIRD_NFD, serving
+from tests.service.conftest import NFC_ID, NFD_ID, THIRD_ID, THIRD_NFC, THIRD_NFD, _index_holding, serving
 from tests.service.test_writes import KEY
 
 TEXT = "In 1460 Hugo built the island church."
@@ -225,3 +225,43 @@ def test_a_lookup_by_id_after_a_write_makes_no_pass_over_every_id(settings_for, 
             assert getattr(made, "first", made) is snapshot.base.fields.respelled
             assert dict(made) == respellings(snapshot.fields.ids) == {THIRD_NFC: [THIRD_ID]}
         assert client.get(path(THIRD_NFC), headers=KEY).json()["title"] == "Again"
+
+
+LONGEST = 1024  # characters of an id a write takes (schemas.MAX_ID_CHARS)
+
+
+@pytest.mark.parametrize("route", ["body", "file id", "file name"])
+def test_an_id_over_the_limit_is_refused_alike_however_it_comes_and_one_at_it_is_written(write_settings, route):
+    """``PUT /documents`` refused an id over 1,024 characters, while ``PUT /files/a.txt?id=`` wrote one of any length
+    (and a file's long name was refused for the title it made): one rule, one message, whichever way the id came."""
+
+    def put(doc_id: str):
+        if route == "body":
+            return client.put("/documents", headers=KEY, json=doc(doc_id))
+        if route == "file id":
+            return client.put("/files/a.txt", headers=KEY, params={"id": doc_id}, content=TEXT.encode())
+        return client.put("/files/" + quote(doc_id, safe=""), headers=KEY, content=TEXT.encode())
+
+    suffix = ".txt" if route == "file name" else ""
+    too_long, longest = "x" * (LONGEST + 1 - len(suffix)) + suffix, "y" * (LONGEST - len(suffix)) + suffix
+    with serving(create_app(write_settings(max_title_chars=2000))) as client:  # (a file's title is its name's stem)
+        r = put(too_long)
+        assert r.status_code == 422 and r.json()["error"] == "validation_error", r.text
+        (detail,) = r.json()["details"]
+        assert detail["msg"].endswith("'id' has 1,025 characters; an id has at most 1,024"), detail
+        assert detail["loc"] == {"body": ["body", "documents", "0", "id"], "file id": ["query", "id"],
+                                 "file name": ["path", "name"]}[route]
+        assert client.get(path(too_long), headers=KEY).status_code == 404  # nothing written
+        r = put(longest)
+        assert r.status_code == 200, r.text
+        assert client.get(path(longest), headers=KEY).json()["id"] == longest
+
+
+def test_a_lookup_by_id_takes_any_length_an_index_may_hold(settings_for, tmp_path, tiny_model_dir):
+    """The limit is a write's: an index built from a corpus file may hold a longer id, and reads and deletes it."""
+    long_id = "z" * (LONGEST + 10)
+    index = _index_holding(tmp_path, tiny_model_dir, long_id)
+    settings = settings_for(index=index, writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        assert client.get(path(long_id), headers=KEY).json()["id"] == long_id
+        assert client.delete(path(long_id), headers=KEY).json()["deleted"] == [long_id]
