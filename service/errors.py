@@ -230,13 +230,19 @@ def shortened(text: str, limit: int = MAX_ECHO_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
+def quoted(text: str) -> str:
+    """``text`` quoted as Python shows a string, ``shortened``: how a message quotes a client's id or name back
+    (``no document 'aaaa… (1,000 characters)'``), not a whole kilobyte of it."""
+    return repr(shortened(text))
+
+
 def _short_error(error: Mapping[str, Any]) -> dict[str, Any]:
     """A validation error whose echoes of the request are cut (``shortened``): each part of its ``loc`` (a key of the
     body's), the long strings of its ``input`` wherever its message quotes them (as written or as Python shows
     them), and the message itself past ``MAX_DETAIL_MSG_CHARS``. Its ``input`` is dropped."""
     msg = str(error.get("msg", ""))
     for text in _long_strings(error.get("input")):
-        msg = msg.replace(repr(text), f"'{shortened(text)}'")
+        msg = msg.replace(repr(text), quoted(text))
         msg = msg.replace(text, shortened(text))
     short = {k: v for k, v in error.items() if k != "input"}
     short["loc"] = [shortened(str(p)) for p in error.get("loc", ())]

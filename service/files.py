@@ -37,12 +37,12 @@ from spanseek.indexer.ingest import FORMATS, IngestOptions, parse_meta
 from spanseek.indexer.live import HeldDocuments
 from spanseek.service import file_reader
 from spanseek.service.errors import (
-    Conflict,
     Overloaded,
     PayloadTooLarge,
     ReaderUnavailable,
     UnreadableFile,
     UnsupportedMediaType,
+    quoted,
     request_id_of,
     shortened,
 )
@@ -51,6 +51,7 @@ from spanseek.service.live import too_many_tokens
 from spanseek.service.routes import _errors, known_query
 from spanseek.service.schemas import FileWriteResponse
 from spanseek.service.writes import (
+    held_already,
     held_id,
     live_of,
     path_text,
@@ -86,8 +87,8 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     given = path_text(request, name, "name")
     name = new_id(given)  # (its source and reading; the id is found in any spelling below)
     if PurePosixPath(name).suffix.lower() not in FORMATS:
-        raise UnsupportedMediaType(f"{name!r}: a file's name must end in one of {SUFFIXES} (its suffix says how it "
-                                   f"is read)")
+        raise UnsupportedMediaType(f"{quoted(name)}: a file's name must end in one of {SUFFIXES} (its suffix says "
+                                   "how it is read)")
     id_given, doc_id = doc_id is not None, given if doc_id is None else path_text(request, doc_id, "id", "query")
     if id_given and not doc_id.strip():  # (a name is never blank: it has a suffix)
         raise refuse("query", "id", "the id is blank; give one with a visible character, or leave id out (the "
@@ -123,34 +124,40 @@ def _declared_length(request: Request) -> int | None:
 
 async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, opts: IngestOptions, only_new: bool,
                           data: bytes) -> FileWriteResponse:
+    shown = shortened(name)  # how every message names the file (its name may be as long as an id, or longer)
     if not data:
-        raise UnreadableFile(f"{name}: the request has no body; send the file's bytes as the body")
+        raise UnreadableFile(f"{shown}: the request has no body; send the file's bytes as the body")
     try:
         read = await live.file_reader.read(data, name, opts)
     except ReadOutOfMemory as e:
-        raise PayloadTooLarge(str(e)) from None
+        raise PayloadTooLarge(naming(str(e), name)) from None
     except file_reader.ReaderUnavailable as e:  # the server's, not the file's: 503, and the next upload tries again
         raise ReaderUnavailable(str(e)) from None
     except (IngestError, ReaderStopped) as e:
-        raise UnreadableFile(str(e)) from None
+        raise UnreadableFile(naming(str(e), name)) from None
     if isinstance(read.doc, str):
-        raise UnreadableFile(f"{name}: {read.doc}")
-    if (refusal := too_many_tokens(name, read.tokens, live.settings.max_file_tokens, "max_file_tokens",
+        raise UnreadableFile(f"{shown}: {naming(read.doc, name)}")
+    if (refusal := too_many_tokens(shown, read.tokens, live.settings.max_file_tokens, "max_file_tokens",
                                    "one file")) is not None:
         raise refusal
     if (problem := title_problem(read.doc.title, live.settings.max_title_chars)) is not None:
-        raise UnreadableFile(f"{name}: {problem}; give the file a shorter one")
+        raise UnreadableFile(f"{shown}: {problem}; give the file a shorter one")
     try:  # the document read, under its id, as PUT /documents takes one (its front matter's keys, say)
-        doc = written_document(document_json(dataclasses.replace(read.doc, id=doc_id)), name,
+        doc = written_document(document_json(dataclasses.replace(read.doc, id=doc_id)), shown,
                                live.settings.max_title_chars)
     except CorpusError as e:
         raise UnreadableFile(str(e)) from None
     try:
         written = await live.upsert([doc], only_new=only_new)
     except HeldDocuments as e:
-        raise Conflict(f"{e}; PUT /files/{{name}} replaces documents by id") from None
-    return FileWriteResponse(**written, id=doc.id, title=doc.title, warnings=read.warnings,
+        raise held_already(e, "PUT /files/{name}") from None
+    return FileWriteResponse(**written, id=doc.id, title=doc.title, warnings=[naming(w, name) for w in read.warnings],
                              request_id=request_id_of(request))
+
+
+def naming(text: str, name: str) -> str:
+    """A reader's message, reason or warning, which names the file ``name`` in full, naming it ``shortened``."""
+    return text.replace(name, shortened(name))
 
 
 IdParam = Annotated[str | None, Query(description="the document's id (default: the name)")]

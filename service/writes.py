@@ -38,6 +38,7 @@ from spanseek.service.errors import (
     NotFound,
     NotReady,
     Unauthorized,
+    quoted,
     request_id_of,
 )
 from spanseek.service.live import made_once, respelled_ids
@@ -174,7 +175,7 @@ def named_id(request: Request, doc_id: str, index: Any) -> str:
     holds a line break or NUL (no document can be written under it)."""
     path_text(request, doc_id, "id")
     if (problem := routing_problem(doc_id)) is not None:
-        raise refuse("path", "id", f"{doc_id!r}: {problem}")
+        raise refuse("path", "id", f"{quoted(doc_id)}: {problem}")
     return held_id(index, doc_id)
 
 
@@ -192,8 +193,9 @@ def parse_documents(given: list[DocumentIn], index: Any, max_title_chars: int) -
         doc = dataclasses.replace(doc, id=held_id(index, doc.id))
         if doc.id in seen:
             other = given[seen[doc.id]].id
-            raise refuse_document(i, "id", f"document id {d.id!r} is also document {seen[doc.id]} of this request"
-                                  + ("" if other == d.id else f" (spelled {other!r} there: one id in Unicode)"))
+            raise refuse_document(i, "id", f"document id {quoted(d.id)} is also document {seen[doc.id]} of this "
+                                  "request" + ("" if other == d.id else f" (spelled {quoted(other)} there: one id in "
+                                                                        "Unicode)"))
         seen[doc.id] = i
         out.append(doc)
     return out
@@ -211,7 +213,7 @@ def written_document(obj: dict[str, Any], where: str, max_title_chars: int) -> D
         raise CorpusError(problem, "title")
     doc = document_from_json(obj, where)
     if doc is None:
-        raise CorpusError(f"{where} ({obj.get('id')!r}) has no non-blank paragraph", "paragraphs")
+        raise CorpusError(f"{where} ({quoted(str(obj.get('id')))}) has no non-blank paragraph", "paragraphs")
     if (problem := id_problem(doc.id)) is not None:
         raise CorpusError(f"{where}: 'id' {problem}", "id")
     for field, metas in (("meta", [doc.meta]), ("passage_meta", doc.passage_meta)):
@@ -225,6 +227,13 @@ def title_problem(title: str, max_title_chars: int) -> str | None:
     if len(title) <= max_title_chars:
         return None
     return f"a title of {len(title):,} characters; at most {max_title_chars:,} (max_title_chars)"
+
+
+def held_already(e: HeldDocuments, replacing: str) -> Conflict:
+    """The 409 of an add (``POST /documents``, ``POST /files/{name}``) naming the first ids held already, each
+    quoted shortened, and the route ``replacing`` that replaces them."""
+    ids = ", ".join(quoted(i) for i in e.ids[:5]) + (" ..." if len(e.ids) > 5 else "")
+    return Conflict(f"{len(e.ids)} of the documents are held already: {ids}; {replacing} replaces documents by id")
 
 
 def refuse_document(i: int, field: str, msg: str) -> RequestValidationError:
@@ -257,7 +266,7 @@ async def post_documents(request: Request, body: UpsertRequest) -> WriteResponse
     try:
         written = await live.upsert(docs, only_new=True, max_tokens=live.settings.max_write_tokens)
     except HeldDocuments as e:
-        raise Conflict(f"{e}; PUT /documents replaces documents by id") from None
+        raise held_already(e, "PUT /documents") from None
     return WriteResponse(**written, request_id=request_id_of(request))
 
 
@@ -269,7 +278,7 @@ async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
     live = live_of(request)
     deleted = await live.delete([named_id(request, doc_id, live.store.snapshot)])
     if not deleted:
-        raise NotFound(f"no document {doc_id!r}")
+        raise NotFound(f"no document {quoted(doc_id)}")
     return DeleteResponse(deleted=deleted, count=len(deleted), request_id=request_id_of(request))
 
 
@@ -381,7 +390,7 @@ async def get_document(request: Request, doc_id: str, meta_only: MetaOnly = Fals
     else:
         doc = indexed_document(index, doc_id)
     if doc is None:
-        raise NotFound(f"no document {doc_id!r}")
+        raise NotFound(f"no document {quoted(doc_id)}")
     return doc
 
 

@@ -265,3 +265,22 @@ def test_a_lookup_by_id_takes_any_length_an_index_may_hold(settings_for, tmp_pat
     with serving(create_app(settings)) as client:
         assert client.get(path(long_id), headers=KEY).json()["id"] == long_id
         assert client.delete(path(long_id), headers=KEY).json()["deleted"] == [long_id]
+
+
+def test_a_message_quotes_a_long_id_or_file_name_shortened(write_settings):
+    """A 404, a 409 and an ``unreadable_file`` quoted the whole id or file name: a kilobyte in the client's message
+    and the log, for each. Now its first 100 characters and its length, as every error quotes a request's text."""
+    long_id = "k" * 1000
+    cut = f"'{'k' * 100}… (1,000 characters)'"
+    with serving(create_app(write_settings())) as client:
+        for method in ("GET", "DELETE"):
+            r = client.request(method, path(long_id), headers=KEY)
+            assert r.status_code == 404 and r.json()["message"] == f"no document {cut}", r.text
+        assert client.put("/documents", headers=KEY, json=doc(long_id)).status_code == 200
+        r = client.post("/documents", headers=KEY, json=doc(long_id))
+        assert r.status_code == 409 and cut in r.json()["message"] and len(r.content) < 500, r.text
+        name = "n" * 996 + ".txt"
+        for body, says in ((b"", "the request has no body"), (b"\x00\x01binary", "binary file")):
+            r = client.put("/files/" + name, headers=KEY, content=body)
+            assert r.status_code == 422 and r.json()["error"] == "unreadable_file", r.text
+            assert r.json()["message"].startswith(f"{'n' * 100}… (1,000 characters): {says}"), r.text
