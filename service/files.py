@@ -23,6 +23,7 @@ longer than ``max_title_chars`` is a 422, and at most ``max_file_uploads`` uploa
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import PurePosixPath
 from typing import Annotated, Any
@@ -100,7 +101,8 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     except CorpusError as e:
         raise refuse(*(("query", "meta") if e.field == "meta" else ("query", "id") if id_given else ("path", "name")),
                      str(e)) from None
-    doc_id = held_id(live.store.snapshot, doc_id)  # (a file's id is its name, in any spelling: as /documents/{id})
+    # a file's id is its name, in any spelling, as /documents/{id}'s; looked up off the loop (writes.read_document)
+    held: str = await asyncio.to_thread(held_id, live.store.snapshot, doc_id)
     reader = live.file_reader
     try:
         declared = _declared_length(request)
@@ -110,7 +112,7 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
                             else min(declared, live.settings.max_file_bytes)):
             data = await request.body()  # (a slow client's body holds its bytes, not a slot, while it arrives)
             with reader.slot():
-                return await _read_and_write(request, live, name, doc_id, opts, only_new, data)
+                return await _read_and_write(request, live, name, held, opts, only_new, data)
     except UploadsBusy as e:
         raise Overloaded(str(e), e.retry_after) from None
 

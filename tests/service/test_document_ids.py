@@ -227,6 +227,39 @@ def test_a_lookup_by_id_after_a_write_makes_no_pass_over_every_id(settings_for, 
         assert client.get(path(THIRD_NFC), headers=KEY).json()["title"] == "Again"
 
 
+@pytest.mark.parametrize("writes", [False, True])
+async def test_a_lookup_by_id_holds_up_no_other_request(settings_for, tmp_path, monkeypatch, writes):
+    """A server without writes made the respellings of every id (13-52 ms at 1M documents) on the event loop at its
+    first lookup by id, and every other request waited; now every lookup by id (GET and DELETE /documents/{id})
+    runs off the loop. Here the respellings are held until /health has answered: on the loop, it never did."""
+    import asyncio
+    import threading
+
+    from spanseek.service import writes as writes_module
+    from tests.service.conftest import async_serving
+
+    made = writes_module.respelled_ids
+    started, answered, waited = threading.Event(), threading.Event(), []
+
+    def slow_respellings(index):
+        started.set()
+        waited.append(answered.wait(5))
+        return made(index)
+
+    settings = settings_for(writes=writes, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    async with async_serving(create_app(settings)) as client:
+        monkeypatch.setattr(writes_module, "respelled_ids", slow_respellings)
+        for method in ("GET", "DELETE") if writes else ("GET",):
+            started.clear(), answered.clear()
+            lookup = asyncio.create_task(client.request(method, path("no such id"), headers=KEY))
+            while not started.is_set() and not lookup.done():  # the lookup is under way (or, on the loop, done)
+                await asyncio.sleep(0.005)
+            health = await client.get("/health")
+            answered.set()
+            assert health.status_code == 200 and (await lookup).status_code == 404
+            assert waited.pop() is True, f"/health waited for the {method} lookup by id"
+
+
 LONGEST = 1024  # characters of an id a write takes (schemas.MAX_ID_CHARS)
 
 
