@@ -135,6 +135,30 @@ def test_naming_a_repeated_key_takes_time_in_the_body_size_not_its_size_times_it
     assert repeated_key(b'{"x": ' + deep + b', "y": 1}') is None
 
 
+def test_a_body_dense_in_objects_is_checked_for_a_repeated_key_in_less_time_than_it_is_parsed():
+    """A megabyte of ``{}`` (350,000 objects) was checked with the parser's hook: 2-3 times its parsing's time (66-80
+    ms), beside FastAPI's own parse. A body that repeats no key is now passed by counting its keys' colons against
+    its parsed value's; the hook runs only where a key may repeat. Counting is exact: a colon a string escapes, or
+    that a dropped value held, cannot hide a repeated key."""
+    import json
+    import timeit
+
+    body = b"[" + b",".join([b"{}"] * 350_000) + b"]"
+    parsed = json.loads(body)
+
+    def cpu(call) -> float:  # the least CPU time of three runs
+        return min(timeit.repeat(call, repeat=3, number=1, timer=time.process_time))
+
+    assert repeated_key(body, parsed) is None
+    assert cpu(lambda: repeated_key(body, parsed)) < 1.2 * cpu(lambda: json.loads(body))
+    for repeats, loc in ((b'{"a": 1, "a": "\\u003a"}', ["a"]), (b'{"a": 1, "a": ":"}', ["a"]),
+                         (b'[{"a": {"b": ":", "b": 1}, "c": "\\u003A"}]', [0, "a", "b"]),
+                         (b'{"a": {"x": 1, "x": 2}, "a": "::"}', ["a"]), (b'{"a": ":", "b": "\\u003a:"}', None),
+                         (b'[' + b'{"k": 1}, ' * 1000 + b'{"k": 1, "k": 2}]', [1000, "k"])):
+        assert repeated_key(repeats, json.loads(repeats)) == loc, repeats
+        assert repeated_key(repeats) == loc, repeats  # (parsed here)
+
+
 @pytest.mark.parametrize("extra", [{"top_k": 0}, {"top_k": 101}, {"top_k": -3}, {"nprobe": 0},
                                    {"nprobe": 10**6}, {"max_answer_tokens": 0}, {"max_answer_tokens": 65},
                                    {"lexical_weight": -1.0}, {"lexical_weight": 1e308}])
