@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from spanseek.core.io import NO_SPACE
 from spanseek.service.schemas import ErrorResponse
@@ -67,6 +68,22 @@ class Forbidden(ServiceError, status=403, error="forbidden"):
 
 class NotFound(ServiceError, status=404, error="not_found"):
     """No such document (the write API); an unknown route is Starlette's own 404."""
+
+
+class MethodNotAllowed(ServiceError, status=405, error="method_not_allowed"):
+    """A route asked with a method it does not take: the message and ``Allow`` name every method its path takes (the
+    router's own 405 named those of its first route alone: ``DELETE /documents`` was told ``Allow: PUT``)."""
+
+    @classmethod
+    def of(cls, request: Request) -> MethodNotAllowed:
+        """The 405 of ``request``: the methods with which a route of the app takes its path."""
+        methods = [m for m in HTTP_METHODS if any(r.matches({**request.scope, "method": m})[0] is Match.FULL
+                                                  for r in request.app.router.routes)]
+        return cls(f"{request.method} is not a method of {shortened(request.url.path)}: it takes "
+                   f"{', '.join(methods)}", {"Allow": ", ".join(methods)})
+
+
+HTTP_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
 class PayloadTooLarge(ServiceError, status=413, error="payload_too_large"):
@@ -291,6 +308,8 @@ def install_error_handlers(app: FastAPI, on_error=None) -> None:
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         state = getattr(request.app.state, "service", None)
         answered = exc if state is None else too_many_queries(exc, state.settings.max_queries_per_request)
+        if isinstance(answered, StarletteHTTPException) and answered.status_code == 405:
+            answered = MethodNotAllowed.of(request)
         response = error_response(answered, request_id_of(request))
         if isinstance(answered, Overloaded):  # why, for the refusals' metric (service.middleware)
             request.scope.setdefault("state", {})["refusal"] = answered.reason

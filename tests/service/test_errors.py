@@ -397,6 +397,18 @@ def test_unknown_route_and_method(client):
     assert_error(client.get("/search"), 405, "method_not_allowed")
 
 
+@pytest.mark.parametrize("method,path,takes", [("GET", "/search", "POST"),
+                                               ("DELETE", "/documents", "GET, POST, PUT"),
+                                               ("POST", "/documents/a.txt", "DELETE, GET")])
+def test_a_method_a_path_does_not_take_is_a_405_naming_every_method_it_takes(client, method, path, takes):
+    """The router's 405 said "Method Not Allowed" and named in ``Allow`` the methods of the first route of the path
+    alone: ``DELETE /documents`` was told ``Allow: PUT``, though the path takes GET and POST too."""
+    r = client.request(method, path)
+    body = assert_error(r, 405, "method_not_allowed")
+    assert r.headers["allow"] == takes, r.headers
+    assert body["message"] == f"{method} is not a method of {path}: it takes {takes}"
+
+
 def test_cors(settings_for, tiny_searcher, serve):
     with serve(create_app(settings_for(cors_origins="https://a.example, https://b.example"), lambda s: tiny_searcher)) as c:
         r = c.options("/search", headers={"Origin": "https://a.example", "Access-Control-Request-Method": "POST"})
