@@ -171,9 +171,11 @@ def held_id(index: Any, doc_id: str) -> str:
 
 
 def named_id(request: Request, doc_id: str, index: Any) -> str:
-    """The id that the path's ``/documents/{id}`` names in ``index`` (``held_id``); 422 for one that is not UTF-8 or
-    holds a line break or NUL (no document can be written under it)."""
+    """The id that the path's ``/documents/{id}`` names in ``index`` (``held_id``); 422 for one that is not UTF-8, is
+    blank, or holds a line break or NUL (no document can be written under it)."""
     path_text(request, doc_id, "id")
+    if not doc_id.strip():  # (``GET /documents/``: no document has a blank id, which the corpus reader refuses)
+        raise refuse("path", "id", f"the id is blank ({quoted(doc_id)}); name the document: /documents/ID")
     if (problem := routing_problem(doc_id)) is not None:
         raise refuse("path", "id", f"{quoted(doc_id)}: {problem}")
     return held_id(index, doc_id)

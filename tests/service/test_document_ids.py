@@ -47,12 +47,13 @@ def searched(client, doc_id: str) -> list[str]:
 @pytest.mark.parametrize("writes", [True, False])
 def test_an_id_no_document_can_hold_is_a_422_naming_it_on_get_and_delete(settings_for, tmp_path, writes):
     """A line break in /documents/{id} was a bare 404 "Not Found" from routing, and bytes that are not UTF-8 a 404
-    for an id of U+FFFD characters the client never sent."""
+    for an id of U+FFFD characters the client never sent; a blank one (``GET /documents/``) was "no document ''"."""
     settings = settings_for(writes=writes, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
     with serving(create_app(settings)) as client:
         for method in ("GET", "DELETE") if writes else ("GET",):
             for doc_id, says in (("a%0Ab", "holds a line break ('\\n')"), ("a%00b", "holds a NUL"),
-                                 ("caf%FF%FE", "the id is not UTF-8")):
+                                 ("caf%FF%FE", "the id is not UTF-8"), ("", "the id is blank ('')"),
+                                 ("%20", "the id is blank (' ')")):
                 r = client.request(method, f"/documents/{doc_id}", headers=KEY)
                 assert r.status_code == 422 and r.json()["error"] == "validation_error", (method, doc_id, r.text)
                 assert says in r.json()["details"][0]["msg"] and r.json()["details"][0]["loc"] == ["path", "id"]
