@@ -87,9 +87,14 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
     live = live_of(request)
     given = path_text(request, name, "name")
     name = new_id(given)  # (its source and reading; the id is found in any spelling below)
+    if not PurePosixPath(name).name or name.endswith("/"):  # ``PUT /files/``, ``PUT /files/guide/``: no file's name
+        raise refuse("path", "name", f"{quoted(name)} names no file; give the file's name after /files/ "
+                                     "(/files/guide/install.md)")
     if PurePosixPath(name).suffix.lower() not in FORMATS:
+        hidden = PurePosixPath(name).name.lower() in FORMATS  # ".txt": a hidden file's name, with no suffix
         raise UnsupportedMediaType(f"{quoted(name)}: a file's name must end in one of {SUFFIXES} (its suffix says "
-                                   "how it is read)")
+                                   "how it is read)" + ("; a name that is a dot and a suffix alone is a hidden "
+                                                        "file's, which has none: name it (notes.txt)" if hidden else ""))
     id_given, doc_id = doc_id is not None, given if doc_id is None else path_text(request, doc_id, "id", "query")
     if id_given and not doc_id.strip():  # (a name is never blank: it has a suffix)
         raise refuse("query", "id", "the id is blank; give one with a visible character, or leave id out (the "

@@ -118,6 +118,11 @@ def test_refusals_name_the_file_and_the_reason_and_write_nothing(write_settings,
         cases = [
             ("report.xlsx", b"PK\x03\x04", 415, ".docx"),  # no reader for the suffix; the message lists them
             ("report", b"text", 415, ".pdf"),
+            # a hidden file's name, whose suffix was said to be missing from the list that names it; no name at all
+            (".txt", b"text", 415, "a name that is a dot and a suffix alone is a hidden file's"),
+            ("guide/.md", b"text", 415, "hidden file's, which has none: name it (notes.txt)"),
+            ("", b"text", 422, "'' names no file; give the file's name after /files/"),
+            ("guide/", b"text", 422, "'guide/' names no file"),
             ("empty.txt", b"", 422, "no body"),
             ("blank.txt", b"  \n\n \t", 422, "blank.txt: no text"),
             ("binary.txt", b"abc\x00def", 422, "binary.txt: "),
