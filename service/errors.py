@@ -290,6 +290,8 @@ def _validation_message(first: Mapping[str, Any]) -> str:
         reason = str((first.get("ctx") or {}).get("error") or first.get("msg") or "malformed")
         at = f" (at character {loc[1]})" if len(loc) > 1 and loc[1].isdigit() else ""
         return f"the request body is not JSON that can be read: {reason}{at}"
+    if loc == ["body"] and first.get("type") == "missing":  # (FastAPI's "Field required", for a body it never got)
+        return "the request has no body; send a JSON object"
     where = ".".join(loc) or "the request"
     return f"the request does not match the API schema: {where}: {first.get('msg', 'invalid')}"
 

@@ -392,6 +392,14 @@ def test_a_body_not_declared_json_is_415_saying_what_to_send(client, content_typ
         assert client.post("/search", content=b'{"query": "a"}', headers={"content-type": ok}).status_code == 200, ok
 
 
+def test_an_empty_json_body_is_a_422_saying_there_is_none(client):
+    """It was "body: Field required", which names no field a client could add."""
+    r = client.post("/search", content=b"", headers={"content-type": "application/json"})
+    body = assert_error(r, 422, "validation_error")
+    assert body["message"] == "the request has no body; send a JSON object", body
+    assert body["details"][0]["loc"] == ["body"]
+
+
 def test_unknown_route_and_method(client):
     assert_error(client.get("/nope"), 404, "not_found")
     assert_error(client.get("/search"), 405, "method_not_allowed")
