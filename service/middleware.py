@@ -20,7 +20,7 @@ from fastapi import HTTPException
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spanseek.service.errors import Overloaded, error_response, error_type_of
+from spanseek.service.errors import Overloaded, UnsupportedMediaType, error_response, error_type_of, shortened
 from spanseek.service.fairness import FairShareBy, client_key
 from spanseek.service.logs import AccessLogLimiter, log_access, request_id_var
 from spanseek.service.metrics import UNITS, ServiceMetrics
@@ -109,7 +109,9 @@ class RequestContextMiddleware:
         except ValueError:
             declared = 0
         limit = self.max_file_bytes if scope.get("path", "").startswith(FILES_PATH) else self.max_body_bytes
-        if declared > limit:
+        if (refusal := encoded_body(headers, declared)) is not None:
+            await self._send_error(refusal, request_id, scope, receive, send_wrapper)
+        elif declared > limit:
             await self._send_error(HTTPException(413, f"request body exceeds {limit} bytes"),
                                    request_id, scope, receive, send_wrapper)
         else:
@@ -149,6 +151,17 @@ class RequestContextMiddleware:
         if self.on_error is not None:
             self.on_error(error_type_of(exc))
         await error_response(exc, request_id)(scope, receive, send)
+
+
+def encoded_body(headers: Headers, declared: int) -> UnsupportedMediaType | None:
+    """The 415 of a body sent with a ``Content-Encoding`` (gzip, br): read as it came, a compressed search was "not
+    UTF-8 text" and a compressed file "binary" or damaged, the cause unsaid. None for a request without a body, or
+    one sent as it is (``identity``)."""
+    coding = headers.get("content-encoding", "").strip().lower()
+    if coding in ("", "identity") or not (declared or "transfer-encoding" in headers):
+        return None
+    return UnsupportedMediaType(f"the body is sent with Content-Encoding: {shortened(coding)}, which this server does "
+                                "not decode; send it uncompressed (no Content-Encoding)", {"Accept-Encoding": "identity"})
 
 
 class SlowRefusalMiddleware:

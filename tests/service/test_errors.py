@@ -392,6 +392,24 @@ def test_a_body_not_declared_json_is_415_saying_what_to_send(client, content_typ
         assert client.post("/search", content=b'{"query": "a"}', headers={"content-type": ok}).status_code == 200, ok
 
 
+@pytest.mark.parametrize("coding", ["gzip", "br", "GZIP, identity"])
+def test_a_compressed_body_is_a_415_naming_its_content_encoding(client, coding):
+    """The server does not decode a Content-Encoding: a gzipped search was a 422 "not UTF-8 text", the compression
+    unsaid."""
+    import gzip
+
+    r = client.post("/search", content=gzip.compress(b'{"query": "a"}'),
+                    headers={"content-type": "application/json", "content-encoding": coding})
+    body = assert_error(r, 415, "unsupported_media_type")
+    assert f"Content-Encoding: {coding.lower()}, which this server does not decode" in body["message"], body
+    assert r.headers["accept-encoding"] == "identity"
+    for sent in ("identity", ""):  # as it is: searched
+        r = client.post("/search", content=b'{"query": "a"}',
+                        headers={"content-type": "application/json", "content-encoding": sent})
+        assert r.status_code == 200, r.text
+    assert client.get("/health", headers={"content-encoding": "gzip"}).status_code == 200  # no body: nothing to read
+
+
 def test_an_empty_json_body_is_a_422_saying_there_is_none(client):
     """It was "body: Field required", which names no field a client could add."""
     r = client.post("/search", content=b"", headers={"content-type": "application/json"})

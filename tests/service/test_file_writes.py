@@ -137,6 +137,9 @@ def test_refusals_name_the_file_and_the_reason_and_write_nothing(write_settings,
             r = client.put(f"/files/{name}", headers=KEY, content=data)
             assert r.status_code == status and says in r.text, (name, r.status_code, r.text)
             assert "spanseek-upload-" not in r.text and "/tmp" not in r.text, r.text  # no temporary path shown
+        # a compressed file was read compressed: "binary", or damaged
+        r = client.put("/files/zipped.txt", headers={**KEY, "content-encoding": "gzip"}, content=b"\x1f\x8b\x08\x00")
+        assert r.status_code == 415 and "Content-Encoding: gzip" in r.text, r.text
         assert client.get("/info", headers=KEY).json()["service"]["writes"]["segment_documents"] == 0
 
 
