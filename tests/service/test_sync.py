@@ -290,7 +290,7 @@ def test_delete_holds_back_when_no_file_is_found_or_a_folder_cannot_be_read(url,
 def test_a_file_over_the_servers_limit_is_refused_and_a_delete_too_large_is_said_so(settings_for, tmp_path, live):
     settings = settings_for(writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0,
                             max_file_bytes=2048, max_body_bytes=1024)
-    deep = "/".join(["d" * 200] * 6) + "/a.txt"  # an id longer than the delete's body may be
+    deep = "/".join(["d" * 200] * 5) + "/a.txt"  # an id (1,010 characters; at most 1,024) over the delete's body
     docs = folder(tmp_path / "docs", {"big.txt": "In 1450 Gala built the bridge. " * 100,
                                       "small.txt": "In 1460 Hugo built the church.", deep: "In 1470 Ida built the mill."})
     with live(create_app(settings)) as base, Client(base, api_key="key") as client:
