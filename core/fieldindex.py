@@ -33,20 +33,19 @@ from __future__ import annotations
 import bisect
 import functools
 import io
-import itertools
 import json
-import operator
 import typing
 from abc import ABC, abstractmethod
 from collections import ChainMap
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal
 
 import numpy as np
 
+from spanseek.core.chained import Chained
 from spanseek.core.filters import (
     AnyOf,
     Condition,
@@ -66,7 +65,6 @@ from spanseek.core.ids import joined, respellings
 
 FIELDS = "doc_fields.npz"
 FORMAT = 1
-T = TypeVar("T")
 HEADER = "header"  # the JSON header's array in the npz: format, documents, and per field its strings
 
 
@@ -418,39 +416,6 @@ class JoinedFieldIndex(FilterTree):
 
     def _joined(self, first: np.ndarray, then: np.ndarray) -> np.ndarray:
         return np.concatenate([first.astype(np.int64), then.astype(np.int64) + self.offset])
-
-
-class Chained(Sequence[T]):
-    """``first`` followed by ``then``, read as one sequence without copying either (a live snapshot's ids, passages
-    and documents: its base's, shared by every snapshot of the base, then its segment's)."""
-
-    def __init__(self, first: Sequence[T], then: Sequence[T]):
-        self.first, self.then, self.split = first, then, len(first)
-
-    def __len__(self) -> int:
-        return self.split + len(self.then)
-
-    @overload
-    def __getitem__(self, i: int) -> T: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[T]: ...
-
-    def __getitem__(self, i: int | slice) -> T | list[T]:
-        if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
-            if step != 1:
-                return [self[j] for j in range(start, stop, step)]
-            return [*self.first[start:min(stop, self.split)], *self.then[max(start - self.split, 0):max(stop - self.split, 0)]]
-        i = operator.index(i)
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"index {i} out of range for {len(self)} items")
-        return self.first[i] if i < self.split else self.then[i - self.split]
-
-    def __iter__(self) -> Iterator[T]:
-        return itertools.chain(self.first, self.then)
 
 
 _KIND_OF_TYPE: dict[type, Kind] = {int: "number", float: "number", str: "string", bool: "boolean",

@@ -5,8 +5,8 @@
 ``LiveIndex`` is a ``PhraseIndex`` whose rows are the base's followed by the segment's: token ids, passage and
 document numbers continue after the base's, as ``spanseek index add`` numbers them, so the searcher, its stages and
 the hits run on it unchanged. Each write publishes a new ``LiveIndex`` (a snapshot: the base's passages, documents
-and field index are read through, not copied, ``core.fieldindex.Chained`` and ``JoinedFieldIndex``; the token maps
-are concatenated) and a new ``Searcher`` over it (``searcher_over``).
+and field index are read through, not copied, ``core.chained.Chained`` and ``core.fieldindex.JoinedFieldIndex``;
+the token maps are concatenated) and a new ``Searcher`` over it (``searcher_over``).
 
 - **Dense leg.** ``SegmentedFaiss`` searches the base's faiss index and a faiss index of the segment's (kept) tokens
   made from the base's trained, empty index (so the same quantiser and codes), and merges the two top-k lists by
@@ -39,9 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from spanseek.core.chained import Chained
 from spanseek.core.dense import merge_top
 from spanseek.core.faiss_spec import ivf_of
-from spanseek.core.fieldindex import Chained, FieldIndex, JoinedFieldIndex
+from spanseek.core.fieldindex import FieldIndex, JoinedFieldIndex
 from spanseek.core.flat_search import flat_vectors
 from spanseek.core.hits import HitBuilder
 from spanseek.core.lexical import LexicalIndex, passage_text, tokenize, top_passages

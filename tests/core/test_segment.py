@@ -20,7 +20,8 @@ import faiss
 import numpy as np
 import pytest
 
-from spanseek.core.fieldindex import Chained, FieldIndex
+from spanseek.core.chained import Chained
+from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.filters import FilterError, SearchFilter
 from spanseek.core.phrase_index import Manifest, PhraseIndex, passage_record
 from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like
