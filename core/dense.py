@@ -27,6 +27,7 @@ its ranking used; otherwise the plan's vectors are read and scored.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from spanseek.core.chained import derived
 from spanseek.core.fine_store import FineStore, as_float32
 from spanseek.core.flat_search import (
     HALF_ROWS,
@@ -235,7 +237,6 @@ class DenseLeg:
         self._half: HalfVectors | None = None
         self._half_lock = threading.Lock()
         self._transposed: tuple[tuple[int, int], np.ndarray | None] | None = None  # (the vectors' address, N), copy
-        self._spannable: tuple[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] | None = None
 
     def query_vectors(self, q_start: object, q_end: object) -> tuple[np.ndarray, np.ndarray]:
         """The q_start and q_end of ``Searcher.search_vectors`` as C-contiguous float32 (B, d) arrays, d the index's
@@ -395,24 +396,11 @@ class DenseLeg:
     def spannable(self, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
         """(N,) bool each, for spans of at most ``max_tokens``: the tokens that start a span (they may start one, and a
         token that may end one follows within reach in their passage: ``window`` forward has a valid end), and the
-        tokens that end one. Found once per index size and ``max_tokens``, from each token's next possible end and
-        last possible start."""
-        key = (max_tokens, self.index.num_tokens, id(self.index.token_flags))
-        if self._spannable is None or self._spannable[0] != key:
-            flags, ptok = self.index.token_flags, self.index.passage_tokens
-            tokens = np.arange(self.index.num_tokens)
-            passage = self.index.token_passage
-            ends, starts = np.flatnonzero(flags & FLAG_END > 0), np.flatnonzero(flags & FLAG_START > 0)
-            nxt = np.searchsorted(ends, tokens)  # the first possible end at or after each token
-            end_at = np.where(nxt < len(ends), ends[np.minimum(nxt, len(ends) - 1)], len(tokens))
-            reach = np.minimum(tokens + max_tokens - 1, ptok[passage + 1] - 1)
-            can_start = (flags & FLAG_START > 0) & (end_at <= reach)
-            prv = np.searchsorted(starts, tokens, side="right") - 1  # the last possible start at or before
-            start_at = np.where(prv >= 0, starts[np.maximum(prv, 0)], -1)
-            back = np.maximum(tokens - max_tokens + 1, ptok[passage])
-            can_end = (flags & FLAG_END > 0) & (start_at >= back)
-            self._spannable = (key, (can_start, can_end))
-        return self._spannable[1]
+        tokens that end one. Found once per index and ``max_tokens`` (for a live snapshot once per base, and over its
+        segment at each snapshot: ``core.chained.derived``), from each token's next possible end and last possible
+        start."""
+        return derived(self.index, ("spannable", max_tokens), functools.partial(_spannable, max_tokens=max_tokens),
+                       "rows")
 
     def window(self, tokens: np.ndarray, max_tokens: int, forward: bool) -> tuple[np.ndarray, np.ndarray]:
         """(len(tokens), max_tokens) each: the ends of the spans each start token may begin (``forward``; column k
@@ -645,6 +633,22 @@ class DenseLeg:
         except ValueError as e:
             raise ValueError(f"passage {passage}: {e}") from None
         return a + i, a + j, score
+
+
+def _spannable(index: Any, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """``DenseLeg.spannable`` of a token map (each passage's tokens looked at alone)."""
+    flags, ptok, passage = index.token_flags, index.passage_tokens, index.token_passage
+    tokens = np.arange(len(passage))
+    ends, starts = np.flatnonzero(flags & FLAG_END > 0), np.flatnonzero(flags & FLAG_START > 0)
+    nxt = np.searchsorted(ends, tokens)  # the first possible end at or after each token
+    end_at = np.where(nxt < len(ends), ends[np.minimum(nxt, len(ends) - 1)], len(tokens))
+    reach = np.minimum(tokens + max_tokens - 1, ptok[passage + 1] - 1)
+    can_start = (flags & FLAG_START > 0) & (end_at <= reach)
+    prv = np.searchsorted(starts, tokens, side="right") - 1  # the last possible start at or before
+    start_at = np.where(prv >= 0, starts[np.maximum(prv, 0)], -1)
+    back = np.maximum(tokens - max_tokens + 1, ptok[passage])
+    can_end = (flags & FLAG_END > 0) & (start_at >= back)
+    return can_start, can_end
 
 
 def merge_top(dist: np.ndarray, ids: np.ndarray, seg_dist: np.ndarray, seg_ids: np.ndarray, k: int

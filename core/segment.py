@@ -4,9 +4,11 @@
 
 ``LiveIndex`` is a ``PhraseIndex`` whose rows are the base's followed by the segment's: token ids, passage and
 document numbers continue after the base's, as ``spanseek index add`` numbers them, so the searcher, its stages and
-the hits run on it unchanged. Each write publishes a new ``LiveIndex`` (a snapshot: the base's passages, documents
-and field index are read through, not copied, ``core.chained.Chained`` and ``core.fieldindex.JoinedFieldIndex``;
-the token maps are concatenated) and a new ``Searcher`` over it (``searcher_over``).
+the hits run on it unchanged. Each write publishes a new ``LiveIndex`` (a snapshot: the base's passages, documents,
+token map and field index are read through, not copied, ``core.chained.Chained``, ``ChainedArray`` and
+``core.fieldindex.JoinedFieldIndex``, so a memory-mapped base array stays memory-mapped) and a new ``Searcher`` over
+it (``searcher_over``). What the first search computes from the token map (the tokens spans may start and end at)
+is the base's, made once a base, joined to the segment's (``core.chained.derived``).
 
 - **Dense leg.** ``SegmentedFaiss`` searches the base's faiss index and a faiss index of the segment's (kept) tokens
   made from the base's trained, empty index (so the same quantiser and codes), and merges the two top-k lists by
@@ -25,7 +27,7 @@ the token maps are concatenated) and a new ``Searcher`` over it (``searcher_over
 
 So a search over base + segment + tombstones ranks as one over an index built from scratch from the live documents
 (base order, then the segment in write order), up to float rounding. What differs: a base with a quantised fine
-store (sq8/sq4) reads the segment's neighbour vectors as fp16, and the maps are held in RAM for the snapshot.
+store (sq8/sq4) reads the segment's neighbour vectors as fp16.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from spanseek.core.chained import Chained
+from spanseek.core.chained import Chained, ChainedArray, TokenMap
 from spanseek.core.dense import merge_top
 from spanseek.core.faiss_spec import ivf_of
 from spanseek.core.fieldindex import FieldIndex, JoinedFieldIndex
@@ -281,11 +283,16 @@ class LiveIndex(PhraseIndex):
         seg_ntokens = np.concatenate([doc.ntokens for doc in segment]) if segment else np.zeros(0, np.int64)
         self.seg_vectors = (np.concatenate([doc.vectors for doc in segment]) if segment
                             else np.zeros((0, base.faiss.d), np.float16))
-        self.token_passage = np.concatenate([base.token_passage, p + np.repeat(
-            np.arange(len(seg_ntokens), dtype=np.int32), seg_ntokens)]).astype(np.int32)
-        self.token_offsets = np.concatenate([base.token_offsets, *[doc.offsets for doc in segment]])
-        self.token_flags = np.concatenate([base.token_flags, *[doc.flags for doc in segment]])
-        self.passage_tokens = np.concatenate([base.passage_tokens, n + np.cumsum(seg_ntokens)]).astype(np.int64)
+        # the segment's token map, numbered from 0; the snapshot's is the base's followed by it, read where each lies
+        seg = TokenMap(np.repeat(np.arange(len(seg_ntokens), dtype=np.int32), seg_ntokens),
+                       np.concatenate([np.zeros((0, 2), np.int32), *[doc.offsets for doc in segment]]),
+                       np.concatenate([np.zeros(0, np.uint8), *[doc.flags for doc in segment]]),
+                       np.concatenate([[0], np.cumsum(seg_ntokens)]).astype(np.int64))
+        self.token_parts = (base, seg)  # what core.chained.derived reads
+        self.token_passage = ChainedArray(base.token_passage, p + seg.token_passage)
+        self.token_offsets = ChainedArray(base.token_offsets, seg.token_offsets)
+        self.token_flags = ChainedArray(base.token_flags, seg.token_flags)
+        self.passage_tokens = ChainedArray(base.passage_tokens, n + seg.passage_tokens[1:])
         seg_docs = [doc.record for doc in segment]
         seg_passages = [passage_record(d + k, q["para"], q["text"], q.get("meta"))
                         for k, doc in enumerate(segment) for q in doc.passages]

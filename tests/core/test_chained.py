@@ -1,0 +1,141 @@
+"""A live snapshot's token map (``core.chained``): its base's arrays followed by its segment's, read without copying
+either, against the arrays joined; what a search computes from the token map (the tokens spans may start and end at,
+the wide gaps, the layout's per-document counts) against the same computed over the joined arrays; and the cost of
+a write and of the first search after it, which grows with the segment, not the base.
+
+    .venv/bin/python -m pytest -q tests/core/test_chained.py
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from spanseek.core.chained import ChainedArray
+from spanseek.core.dense import DenseLeg
+from spanseek.core.hits import HitBuilder
+from spanseek.core.phrase_index import PhraseIndex
+from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like
+from spanseek.core.selection import UNIT_OF_PASSAGE, Layout
+from spanseek.core.text import FLAG_END, FLAG_START
+from tests.core.test_segment import DIM, memory_base
+
+
+@pytest.mark.parametrize(("n_first", "n_then"), [(0, 0), (5, 0), (0, 4), (5, 4)])
+def test_a_chained_array_reads_as_the_two_arrays_joined(n_first, n_then):
+    rng = np.random.default_rng(n_first * 10 + n_then)
+    first, then = rng.integers(0, 99, (n_first, 2)).astype(np.int32), rng.integers(0, 99, (n_then, 2))
+    whole, chained = np.concatenate([first, then.astype(np.int32)]), ChainedArray(first, then)
+    n = len(whole)
+    assert len(chained) == n and chained.shape == whole.shape and chained.dtype == np.int32
+    assert np.array_equal(np.asarray(chained), whole) and np.array_equal(np.asarray(chained, np.int64), whole)
+    for i in range(-n, n):
+        assert np.array_equal(chained[i], whole[i]) and chained[np.int64(i), 1] == whole[i, 1]
+    for i in (n, -n - 1):
+        with pytest.raises(IndexError):
+            chained[i]
+    bounds = [None, *range(-n - 1, n + 2)]
+    for start in bounds:
+        for stop in bounds:
+            for step in (None, 1, 2, -1):
+                assert np.array_equal(chained[start:stop:step], whole[start:stop:step]), (start, stop, step)
+    if n:
+        ids = rng.integers(-n, n, (3, 4))
+        assert np.array_equal(chained[ids], whole[ids]) and np.array_equal(chained[ids, 0], whole[ids, 0])
+        assert np.array_equal(chained[1:, 0], whole[1:, 0]) and np.array_equal(chained[ids[0], :], whole[ids[0], :])
+    assert chained[np.zeros(0, np.int64)].shape == (0, 2)
+    with pytest.raises(IndexError):
+        chained[np.asarray([n])]
+
+
+def random_base(passages: int, rng: np.random.Generator):
+    """``memory_base`` with ``passages`` passages of 1-6 tokens, random flags and offsets with wide gaps."""
+    base = memory_base([{"id": f"d{d}", "title": f"T{d}"} for d in range(passages // 2)], random.Random(0))
+    lengths = rng.integers(1, 7, len(base.passages))
+    n = int(lengths.sum())
+    base.token_passage = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+    base.passage_tokens = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    base.token_flags = rng.integers(0, 4, n).astype(np.uint8)
+    starts = np.cumsum(rng.integers(1, 4, n)).astype(np.int32)
+    base.token_offsets = np.stack([starts, starts + 1], 1)
+    base.vectors = np.zeros((n, DIM), np.float16)
+    base.faiss = empty_like(base.faiss)
+    return base
+
+
+def written(k: int, rng: np.random.Generator) -> EncodedDocument:
+    lengths = rng.integers(1, 7, rng.integers(1, 3))
+    n = int(lengths.sum())
+    starts = np.cumsum(rng.integers(1, 4, n)).astype(np.int32)
+    return EncodedDocument({"id": f"new{k}", "title": f"New {k}"},
+                           tuple({"para": i, "text": "new"} for i in range(len(lengths))),
+                           np.ones((n, DIM), np.float16), np.stack([starts, starts + 1], 1),
+                           rng.integers(0, 4, n).astype(np.uint8), lengths, np.ones(n, bool),
+                           tuple([] for _ in lengths))
+
+
+def joined(live: LiveIndex) -> PhraseIndex:
+    """The snapshot as copying made it: an index of its documents and passages, its token map as plain arrays."""
+    whole = copy.copy(live.base)
+    whole.__dict__.pop("_derived", None)
+    whole.passages, whole.docs = list(live.passages), list(live.docs)
+    for name in ("token_passage", "token_offsets", "token_flags", "passage_tokens"):
+        setattr(whole, name, np.asarray(getattr(live, name)))
+    return whole
+
+
+def spannable(index: PhraseIndex, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    return DenseLeg(index, (), None, max_tokens).spannable(max_tokens)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_what_a_search_computes_from_a_snapshot_s_token_map_is_what_the_joined_arrays_give(seed):
+    rng = np.random.default_rng(seed)
+    base = random_base(60, rng)
+    segment = [written(k, rng) for k in range(int(rng.integers(0, 5)))]
+    for _ in range(2):  # the second snapshot reuses the base's parts
+        live = LiveIndex(base, segment, np.zeros(0, np.int64), empty_like(base.faiss), None)
+        whole = joined(live)
+        assert np.array_equal(whole.token_passage, np.repeat(np.arange(len(live.passages)), np.diff(whole.passage_tokens)))
+        for max_tokens in (1, 3):
+            got, want = spannable(live, max_tokens), spannable(whole, max_tokens)
+            assert all(np.array_equal(np.asarray(g), w) for g, w in zip(got, want, strict=True))
+            assert want[0].sum() and (whole.token_flags & FLAG_START).any() and (whole.token_flags & FLAG_END).any()
+        gaps = HitBuilder(whole).wide_gaps()  # tokens followed by a gap in their passage
+        assert len(gaps) and np.array_equal(HitBuilder(live).wide_gaps(), gaps)
+        units = {u: f(live) for u, f in UNIT_OF_PASSAGE.items() if f is not None}
+        got_layout, want_layout = Layout(live, units), Layout(whole, units)
+        for unit in units:
+            assert np.array_equal(got_layout.units_per_doc[unit], want_layout.units_per_doc[unit])
+        assert np.array_equal(got_layout.tokens_per_doc, want_layout.tokens_per_doc)
+        segment = segment[:-1]
+
+
+def test_a_write_and_the_first_search_after_it_cost_the_segment_not_the_base(tmp_path):
+    """A snapshot copies none of its base's token arrays (a memory-mapped one stays memory-mapped), and what a
+    search computes from the token map is the base's (made once a base) and the segment's."""
+    rng = np.random.default_rng(0)
+    base = random_base(100_000, rng)
+    np.save(tmp_path / "offsets.npy", base.token_offsets)
+    base.token_offsets = np.load(tmp_path / "offsets.npy", mmap_mode="r")
+
+    def first_search(index) -> float:
+        t0 = time.process_time()
+        spannable(index, 10)
+        return time.process_time() - t0
+
+    on_base = first_search(base)
+    base.fields, base.passage_doc  # noqa: B018  (read or made once a base)
+    tracemalloc.start()
+    live = LiveIndex(base, [written(0, rng)], np.asarray([3], np.int64), empty_like(base.faiss), None)
+    copied = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    held = sum(a.nbytes for a in (base.token_passage, base.token_offsets, base.token_flags, base.passage_tokens))
+    assert copied < held / 2, (copied, held)  # (each passage's document, 8 bytes a passage, is still made)
+    assert isinstance(live.token_offsets[:5], np.memmap)
+    assert min(first_search(live) for _ in range(3)) < on_base / 10
