@@ -6,8 +6,8 @@ write costs in proportion to its segment, and a memory-mapped base array stays m
 some rows reads them where they lie (an index, a slice, a gather of token ids split between the parts); only a read
 of every row (``np.asarray``) joins the parts, and costs what reading them all costs anyway.
 
-``derived`` keeps what is computed from an index's token map (the tokens spans may start and end at) once an index;
-for a snapshot, the base's part once a base and the segment's at each snapshot.
+``derived`` keeps what is computed from an index's token map (the tokens spans may start and end at, the wide gaps
+between tokens) once an index; for a snapshot, the base's part once a base and the segment's at each snapshot.
 
 Used by ``core.segment.LiveIndex`` (``spanseek serve --writes``).
 """

@@ -6,10 +6,11 @@ from __future__ import annotations
 import bisect
 import unicodedata
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from spanseek.core.chained import derived
 from spanseek.core.params import HIT_FIELDS, Hit, Hits
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.spans import Spans
@@ -108,20 +109,25 @@ __all__ = ["HIT_FIELDS", "Hit", "HitBuilder", "Hits", "distinct", "first_per_uni
            "non_overlapping_spans", "tidy_span"]
 
 
+def _wide_gaps(index: Any) -> np.ndarray:
+    """``HitBuilder.wide_gaps`` of a token map: tokens whose next token in the same passage starts at least two
+    characters after them (a span never crosses passages)."""
+    off, passage = index.token_offsets, np.asarray(index.token_passage)
+    gap = (np.asarray(off[1:, 0]) - np.asarray(off[:-1, 1]) >= 2) & (passage[1:] == passage[:-1])
+    return np.flatnonzero(gap)
+
+
 class HitBuilder:
     """Hits and span texts from an index's token ids."""
 
     def __init__(self, index: PhraseIndex):
         self.index = index
-        self._wide_gaps: np.ndarray | None = None
 
     def wide_gaps(self) -> np.ndarray:
-        """The tokens followed by at least two characters before the next one (where a paragraph break can be),
-        ascending; found once, at the first search (tens of ms for 10M tokens; a few in SQuAD-like text)."""
-        if self._wide_gaps is None:
-            off = self.index.token_offsets
-            self._wide_gaps = np.flatnonzero(np.asarray(off[1:, 0]) - np.asarray(off[:-1, 1]) >= 2)
-        return self._wide_gaps
+        """The tokens followed by at least two characters before the next one of their passage (where a paragraph
+        break can be), ascending; found once an index, at its first search (tens of ms for 10M tokens; a few in
+        SQuAD-like text), and for a live snapshot once its base and in its segment (``core.chained.derived``)."""
+        return derived(self.index, "wide_gaps", _wide_gaps, "ids")
 
     def span_text(self, start_tok: int, end_tok: int) -> str:
         idx = self.index
