@@ -640,12 +640,11 @@ def _spannable(index: Any, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     flags, ptok, passage = index.token_flags, index.passage_tokens, index.token_passage
     tokens = np.arange(len(passage))
     ends, starts = np.flatnonzero(flags & FLAG_END > 0), np.flatnonzero(flags & FLAG_START > 0)
-    nxt = np.searchsorted(ends, tokens)  # the first possible end at or after each token
-    end_at = np.where(nxt < len(ends), ends[np.minimum(nxt, len(ends) - 1)], len(tokens))
+    # the first possible end at or after each token (len(tokens): none), the last possible start at or before (-1)
+    end_at = np.append(ends, len(tokens))[np.searchsorted(ends, tokens)]
     reach = np.minimum(tokens + max_tokens - 1, ptok[passage + 1] - 1)
     can_start = (flags & FLAG_START > 0) & (end_at <= reach)
-    prv = np.searchsorted(starts, tokens, side="right") - 1  # the last possible start at or before
-    start_at = np.where(prv >= 0, starts[np.maximum(prv, 0)], -1)
+    start_at = np.concatenate([[-1], starts])[np.searchsorted(starts, tokens, side="right")]
     back = np.maximum(tokens - max_tokens + 1, ptok[passage])
     can_end = (flags & FLAG_END > 0) & (start_at >= back)
     return can_start, can_end
