@@ -9,7 +9,7 @@ token map and field index are read through, not copied, ``core.chained.Chained``
 ``core.fieldindex.JoinedFieldIndex``, so a memory-mapped base array stays memory-mapped) and a new ``Searcher`` over
 it (``searcher_over``). What the first search computes from the token map (the tokens spans may start and end at,
 the wide gaps where a paragraph break can be) is the base's, made once a base, joined to the segment's
-(``core.chained.derived``).
+(``core.chained.derived``); so are the per-document counts of its selections' layout (``core.selection.Layout``).
 
 - **Dense leg.** ``SegmentedFaiss`` searches the base's faiss index and a faiss index of the segment's (kept) tokens
   made from the base's trained, empty index (so the same quantiser and codes), and merges the two top-k lists by

@@ -129,14 +129,33 @@ class Layout:
     def __init__(self, index: PhraseIndex, unit_of_passage: dict[str, np.ndarray]):
         self.index = index
         self.passage_doc = unit_of_passage["doc"]
-        n_docs = len(index.docs)
-        self.units_per_doc = {}
-        for unit, of_passage in unit_of_passage.items():  # (D,) distinct units of each document
-            pairs = distinct(of_passage.astype(np.int64) * n_docs + self.passage_doc)
-            self.units_per_doc[unit] = np.bincount(pairs % n_docs, minlength=n_docs)
-        self.tokens_per_doc = np.bincount(self.passage_doc, weights=np.diff(index.passage_tokens), minlength=n_docs)
+        parts = getattr(index, "token_parts", None)
+        if parts is None:
+            self.units_per_doc, self.tokens_per_doc = self._counts(index, unit_of_passage)
+        else:
+            # a live snapshot: a document's counts are its own passages', so the base's documents count as in the
+            # base (counted once a base, by its own searcher's layout) and only the segment's are counted here
+            base, segment = parts
+            first = self._counts(base, {u: f(base) for u, f in UNIT_OF_PASSAGE.items() if f is not None})
+            seg = slice(len(base.passages), None)
+            units, tokens = per_document({u: of[seg] for u, of in unit_of_passage.items()},
+                                         np.diff(segment.passage_tokens), len(index.docs) - len(base.docs),
+                                         len(base.docs))
+            self.units_per_doc = {u: np.concatenate([first[0][u], units[u]]) for u in units}
+            self.tokens_per_doc = np.concatenate([first[1], tokens])
         self._token_map: Any = None
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _counts(index: PhraseIndex, unit_of_passage: dict[str, np.ndarray]
+                ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """``per_document`` of all of ``index``'s documents, kept on the index (for a live snapshot's base: made once
+        a base, read by its later snapshots); made again for a copy of the index given other passages (and tokens)."""
+        made = index.__dict__.get("_layout_counts")
+        if made is None or made[0] is not index.passage_tokens:
+            counts = per_document(unit_of_passage, np.diff(index.passage_tokens), len(index.docs))
+            made = index.__dict__["_layout_counts"] = (index.passage_tokens, counts)
+        return made[1]
 
     def unit_count(self, docs: np.ndarray | None) -> dict[str, int]:
         """Units of the allowed documents (all of them for None), per unit."""
@@ -152,6 +171,18 @@ class Layout:
                 token_passage = np.ascontiguousarray(self.index.token_passage, dtype=np.int64)
                 faiss.copy_array_to_vector(token_passage, self._token_map)
             return self._token_map
+
+
+def per_document(unit_of_passage: dict[str, np.ndarray], passage_tokens: np.ndarray, n_docs: int,
+                 first_doc: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(n_docs,) distinct units of each document per unit, and (n_docs,) tokens of each: documents ``first_doc`` to
+    ``first_doc + n_docs`` and their passages (``unit_of_passage["doc"]``; ``passage_tokens``: tokens of each)."""
+    passage_doc = unit_of_passage["doc"] - first_doc
+    units_per_doc = {}
+    for unit, of_passage in unit_of_passage.items():
+        pairs = distinct(of_passage.astype(np.int64) * n_docs + passage_doc)
+        units_per_doc[unit] = np.bincount(pairs % max(n_docs, 1), minlength=n_docs)
+    return units_per_doc, np.bincount(passage_doc, weights=passage_tokens, minlength=n_docs)
 
 
 def select(index: PhraseIndex, flt: SearchFilter | None, layout: Layout) -> Selection:
