@@ -539,6 +539,11 @@ class PhraseIndex:
             self._fields = FieldIndex.build(self.docs)
         return self._fields
 
+    @fields.setter
+    def fields(self, value: FilterTree) -> None:
+        """Set the field index (a copy of the index over other documents: its own)."""
+        self._fields = value
+
     @property
     def passage_doc(self) -> np.ndarray:
         """(P,) int64: each passage's document, read from the passages once for each list of them: a copy of the

@@ -51,6 +51,7 @@ from spanseek.core.confidence import (
     LogisticModel,
     hit_features,
 )
+from spanseek.core.fieldindex import FieldIndex
 from spanseek.core.hits import Hit
 from spanseek.core.io import CorpusError, Question, atomic_path, check_overwrite
 from spanseek.core.lexical import LexicalIndex, passage_text
@@ -73,7 +74,8 @@ SEARCH_BATCH = 256
 def without_documents(index: PhraseIndex, drop: Iterable[int]) -> PhraseIndex:
     """An in-memory copy of ``index`` without the documents ``drop`` (positions in ``index.docs``), as if built
     without them: token vectors are encoded passage by passage, so the rest's vectors are unchanged; the copy gets
-    an exact (flat) faiss index of them and a BM25 index rebuilt over its passages."""
+    an exact (flat) faiss index of them, a BM25 index rebuilt over its passages, and the field index and deletion
+    mask of its own documents (numbered as it numbers them)."""
     import faiss
 
     drop = set(drop)
@@ -91,6 +93,8 @@ def without_documents(index: PhraseIndex, drop: Iterable[int]) -> PhraseIndex:
     sub.passage_tokens = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     sub.passages = [{**index.passages[p], "doc": new_doc[index.passages[p]["doc"]]} for p in keep_p]
     sub.docs = [index.docs[d] for d in keep_docs]
+    sub.deleted_docs = np.asarray([new_doc[d] for d in index.deleted_docs.tolist() if d in new_doc], np.int64)
+    sub.fields = FieldIndex.build(sub.docs)
     sub.codes = None
     sub.vector_source = "fine"
     flat = faiss.IndexFlatIP(index.vectors.shape[1])

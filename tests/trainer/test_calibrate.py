@@ -15,9 +15,10 @@ import pytest
 
 from spanseek.core.confidence import CALIBRATION_NAME, Calibrator
 from spanseek.core.loading import open_searcher
-from spanseek.core.params import MODES, UNITS, SearchParams
+from spanseek.core.params import MODES, UNITS, SearchFilter, SearchParams
 from spanseek.core.phrase_index import PhraseIndex
 from spanseek.core.search import Searcher
+from spanseek.core.selection import allowed_documents
 from spanseek.trainer.calibrate import collect, encode_questions, load_runs, save_runs, without_documents
 from tests.conftest import make_squad
 
@@ -61,6 +62,24 @@ def test_without_documents_equals_an_index_built_without_them(squad_index, tiny_
                 assert [(h.passage_id, h.start, h.end, h.doc_id) for h in g] == \
                     [(h.passage_id, h.start, h.end, h.doc_id) for h in w]
                 assert np.allclose([h.score for h in g], [h.score for h in w], atol=5e-3)
+
+
+def test_a_copy_without_documents_filters_and_deletes_its_own_documents(squad_index):
+    """The copy numbers its documents anew: its deletion mask and its field index (filters by id, title and
+    metadata) are its documents', not the original's."""
+    from spanseek.core.fieldindex import FieldIndex
+
+    index = PhraseIndex(squad_index / "index")
+    index.fields  # noqa: B018  (the original's field index, read before the copy is made)
+    index.deleted_docs = np.asarray([0, 2], np.int64)
+    sub = without_documents(index, [1])
+    assert sub.deleted_docs.tolist() == [0, 1]  # the original's document 2 is the copy's 1
+    oracle = FieldIndex.build(sub.docs)
+    for d, doc in enumerate(sub.docs):
+        for flt in ({"doc_ids": [doc["id"]]}, {"title_prefix": doc["title"]}):
+            got = sub.fields.documents_of(SearchFilter.from_json(flt))
+            assert np.array_equal(got, oracle.documents_of(SearchFilter.from_json(flt))) and got[d], flt
+    assert np.array_equal(allowed_documents(sub, None), [False, False, True])
 
 
 def test_collect_searches_each_question_with_and_without_its_article(squad_index, tiny_searcher, tmp_path):
