@@ -110,11 +110,10 @@ class LiveLexical:
         self.n_base, self.n_base_terms = base_terms.tf.shape
         new: dict[str, int] = {}  # the segment's terms the base has not, numbered after the base's
         self.vocab = ChainMap(new, base_terms.vocab)
-        rows, cols = [], []
-        for p, terms in enumerate(segment_terms):
-            for t in terms:
-                rows.append(p)
-                cols.append(self.vocab[t] if t in self.vocab else new.setdefault(t, self.n_base_terms + len(new)))
+        known = base_terms.vocab.get  # (a plain dict's lookup: the ChainMap's cost 5 us a term of the segment)
+        cols = [c if (c := known(t)) is not None else new.setdefault(t, self.n_base_terms + len(new))
+                for terms in segment_terms for t in terms]
+        rows = np.repeat(np.arange(len(segment_terms)), [len(t) for t in segment_terms])
         n_terms = self.n_base_terms + len(new)  # (not len(self.vocab): a ChainMap's counts every key)
         seg = sp.csc_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(segment_terms), n_terms))
         seg.sum_duplicates()

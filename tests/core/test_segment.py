@@ -13,6 +13,7 @@ import copy
 import operator
 import random
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -214,11 +215,19 @@ def test_live_bm25_counts_the_live_base_and_segment_passages_as_a_scan_does(seed
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def least(run) -> float:
+    """The least CPU time of three runs of ``run``."""
+    times = []
+    for _ in range(3):
+        t0 = time.process_time()
+        run()
+        times.append(time.process_time() - t0)
+    return min(times)
+
+
 def test_a_write_s_bm25_statistics_cost_the_segment_not_the_base_s_postings():
     """A snapshot's BM25 part over a base of 2M postings takes a fraction of one pass over them (CPU time, the
     least of three, against ``tocsc`` of the base's postings; recounting them took several such passes)."""
-    import time
-
     import scipy.sparse as sp
 
     from spanseek.core.segment import BaseTerms, LiveLexical
@@ -232,14 +241,28 @@ def test_a_write_s_bm25_statistics_cost_the_segment_not_the_base_s_postings():
     live = np.ones(n + 1, bool)
     live[7] = False
 
-    def least(run) -> float:
-        times = []
-        for _ in range(3):
-            t0 = time.process_time()
-            run()
-            times.append(time.process_time() - t0)
-        return min(times)
-
     one_pass = least(tf.tocsc)
     retriever = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"))
     assert least(lambda: LiveLexical(retriever, terms, [["w1", "new"]], live)) < 0.3 * one_pass
+
+
+def test_a_write_s_bm25_part_costs_about_a_dictionary_lookup_a_segment_term():
+    """The segment's terms are numbered by a lookup each in the base's vocabulary (CPU time, the least of three,
+    against one pass of such lookups; through the snapshot's two-level vocabulary it took over 10 passes)."""
+    import scipy.sparse as sp
+
+    from spanseek.core.segment import BaseTerms, LiveLexical
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(5000)]
+    tf = sp.csr_matrix((np.ones(len(words), np.float32), (np.arange(len(words)), np.arange(len(words)))))
+    terms = BaseTerms(tf, {w: i for i, w in enumerate(words)}, np.ones(len(words), np.int64))
+    terms.by_term, terms.df  # noqa: B018  (made once a base)
+    seg_terms = [[rng.choice(words) if rng.random() < 0.9 else f"new{rng.randrange(999)}" for _ in range(150)]
+                 for _ in range(400)]
+    live = np.ones(len(words) + len(seg_terms), bool)
+    retriever = SimpleNamespace(retriever=SimpleNamespace(k1=1.5, b=0.75, method="lucene"))
+
+    held = terms.vocab
+    one_pass = least(lambda: [held.get(t) for ts in seg_terms for t in ts])
+    assert least(lambda: LiveLexical(retriever, terms, seg_terms, live)) < 6 * one_pass
