@@ -554,7 +554,15 @@ class LiveStore:
         self.base = base
         self.template = empty_like(base.faiss)
         self.base_terms = BaseTerms.of(base) if base.lexical is not None else None
-        self._base_passage_doc = base.passage_doc  # sorted
+        # each base document's passages and tokens, and the base's live (not deleted) totals: a write counts what a
+        # search sees from these and the tombstones, not from every document of the base
+        n_docs = len(base.docs)
+        self._base_passages = np.bincount(base.passage_doc, minlength=n_docs)
+        self._base_tokens = np.bincount(base.passage_doc, weights=np.diff(np.asarray(base.passage_tokens)),
+                                        minlength=n_docs).astype(np.int64)
+        dead = np.unique(base.deleted_docs)
+        self._base_live = (int(self._base_passages.sum() - self._base_passages[dead].sum()),
+                           int(self._base_tokens.sum() - self._base_tokens[dead].sum()))
 
     def _encode_entry(self, entry: dict[str, Any], where: Path, final: Callable[[str], bool] = lambda doc_id: True
                       ) -> tuple[list[EncodedDocument], list[str]]:
@@ -706,13 +714,13 @@ class LiveStore:
         return view["documents"], view["passages"], view["tokens"]
 
     def _searched(self) -> tuple[int, int]:
-        """(passages, tokens) a search sees now: the base's of its live documents, and the segment's."""
-        rows = np.zeros(len(self.base.docs), dtype=bool)
-        rows[np.fromiter(self.segment.base_rows.values(), dtype=np.int64)] = True
-        kept = rows[self._base_passage_doc]
-        base_tokens = int(np.diff(np.asarray(self.base.passage_tokens))[kept].sum())
+        """(passages, tokens) a search sees now: the base's of its live documents (its live totals less the
+        tombstoned documents', each a live base document), and the segment's."""
+        dead = np.fromiter(self.segment.tombstones, dtype=np.int64, count=len(self.segment.tombstones))
+        passages = self._base_live[0] - int(self._base_passages[dead].sum())
+        tokens = self._base_live[1] - int(self._base_tokens[dead].sum())
         seg = self.segment.docs.values()
-        return int(kept.sum()) + sum(len(d.passages) for d in seg), base_tokens + self.segment.tokens
+        return passages + sum(len(d.passages) for d in seg), tokens + self.segment.tokens
 
     def describe(self) -> dict[str, Any]:
         """What /info shows, as of the last snapshot published (``_publish``); no lock taken (a merge holds it for

@@ -748,3 +748,19 @@ def test_a_state_file_of_the_wrong_shape_is_refused_naming_it(tmp_path, state):
     with pytest.raises(LiveStoreError, match=rf"^{live / 'state.json'}: not a live directory's state .* move the live "
                                              "directory away$"):
         read_state(live, tmp_path / "index")
+
+
+class Unlisted(dict):
+    """The live base documents' rows, failing when all of them are read."""
+
+    def values(self):
+        raise AssertionError("a write read every live document of the base")
+
+
+def test_a_write_counts_what_searches_see_from_the_tombstones_not_every_base_document(live, tmp_path, tiny_index,
+                                                                                      tiny_searcher, encoder):
+    _, _, scratch, _ = live
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
+    store.segment.base_rows = Unlisted(store.segment.base_rows)
+    writes(store, encoder)
+    assert store.searched() == (len(scratch.index.docs), len(scratch.index.passages), scratch.index.num_tokens)
