@@ -14,12 +14,12 @@ as dots), push buttons and signatures read as nothing.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from typing import Any
 
 CHECKED = "\u2612"  # ☒: a ticked check box or a chosen radio button
 _DEFAULT_SIZE = 10.0  # the value's type size where its field names none (or "auto", 0)
-_SIZE = re.compile(rb"([\d.]+)\s+Tf")  # the type size in a field's default appearance: "/Helv 10 Tf 0 g"
 _HIDDEN_FLAGS = 0b10_0010  # an annotation's /F: Hidden (2) or NoView (32)
 _PASSWORD, _PUSH_BUTTON = 1 << 13, 1 << 16  # a field's /Ff: a password field, a push button
 _CENTRE = (0.718 - 0.207) / 2  # the middle of a line's glyphs above its baseline, in type sizes (Helvetica's)
@@ -102,12 +102,24 @@ def filled_fields(page: Any) -> list[tuple[tuple[float, float, float, float], st
         value = field_value(widget)
         if not value.strip():
             continue
-        appearance = _inherited(widget, "DA")
-        size = _SIZE.search(appearance) if isinstance(appearance, bytes) else None
-        points = float(size.group(1)) if size and size.group(1).count(b".") < 2 else 0.0
+        points = _type_size(_inherited(widget, "DA"))
         x0, y0, x1, y1 = min(rect[0], rect[2]), min(rect[1], rect[3]), max(rect[0], rect[2]), max(rect[1], rect[3])
         out.append(((x0, y0, x1, y1), value, points if 0 < points < 100 else min(_DEFAULT_SIZE, (y1 - y0) * 0.7)))
     return out
+
+
+def _type_size(appearance: Any) -> float:
+    """The type size a field's default appearance sets, the operand of its "Tf" ("/Helv 10 Tf 0 g": 10), 0.0 where
+    it sets none or one that is no number ("/Helv . Tf"). Read word by word: a search for "digits, then Tf" tried
+    again from each digit of a long run of them, a field's string of 20,000 digits took seconds."""
+    words = appearance.split() if isinstance(appearance, bytes) else []
+    for operand, operator in itertools.pairwise(words):
+        if operator == b"Tf":
+            try:
+                return float(operand)
+            except ValueError:
+                return 0.0
+    return 0.0
 
 
 def draw_fields(device: Any, page: Any, ctm: Any) -> None:

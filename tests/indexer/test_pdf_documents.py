@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -1261,3 +1262,34 @@ def test_a_filled_form_reads_its_values_where_a_reader_sees_them(tmp_path):
     assert paragraphs == ["Application for a berth", LONG, "Name: Ada Lovelace", "Vessel length:",
                           "☒ I hold a skipper’s licence.", "I need shore power.", "Harbour: Kirkwall", "Notes:",
                           "Arriving late. Leaving at dawn.", "☒ Ferry", "Own boat"]
+
+
+def _one_field_form(path: Path, appearance: bytes) -> Path:
+    """A one-page form whose one text field, "Ada Lovelace" after "Name:", has the default appearance ``appearance``."""
+    text = b"BT /F1 10 Tf 72 700 Td (%s) Tj ET BT /F1 10 Tf 72 660 Td (Name:) Tj ET" % LONG.encode()
+    return pdf_of_objects(path, [
+        b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [6 0 R] >> >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> /Annots [6 0 R] >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (name) /V (Ada Lovelace) /Rect [110 655 300 673] /DA (%s) >>"
+        % appearance,
+    ])
+
+
+@pytest.mark.parametrize("appearance", [b"/Helv . Tf 0 g", b"/Helv Tf", b"0 g", b"/Helv 1.2.3 Tf"])
+def test_a_form_field_whose_type_size_is_no_number_reads_its_value(tmp_path, appearance):
+    """A field's default appearance with a type size that is no number ("/Helv . Tf") made the whole file unreadable
+    ("not a readable PDF (ValueError ...)"); its value reads in the default size, the rest of the file with it."""
+    assert extract_pdf(_one_field_form(tmp_path / "form.pdf", appearance)).paragraphs == [LONG, "Name: Ada Lovelace"]
+
+
+def test_a_form_field_s_appearance_is_read_in_linear_time(tmp_path):
+    """A field's appearance string of 30,000 digits and no "Tf" took seconds (a search for the type size tried again
+    from each digit); it is read once, word by word."""
+    path = _one_field_form(tmp_path / "form.pdf", b"/Helv " + b"1" * 30_000)
+    start = time.process_time()
+    assert extract_pdf(path).paragraphs == [LONG, "Name: Ada Lovelace"]
+    assert time.process_time() - start < 1.5
