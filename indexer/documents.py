@@ -38,7 +38,8 @@ with the next page's first paragraph, ``PARAGRAPH_BREAK`` apart), past the footn
 filled it in ("Microsoft Word - report.docx"), else the first page's text in the largest type when it stands out.
 A PDF without text (scanned pages, images only; or fonts without a Unicode map) is skipped with a warning that says
 so, and a warning names the pages without text of one that has some; they need OCR first. A blank PDF (neither text
-nor images on any page) is skipped as one without text, not as one that needs OCR.
+nor images on any page, nor shapes but straight lines and rectangles) is skipped as one without text, not as one that
+needs OCR; one whose lettering is drawn as outlines needs OCR.
 
 A file the library cannot read (damaged, truncated, encrypted) raises ``Unreadable`` with the reason, which
 ``ingest`` reports as a skipped file naming it: an encrypted PDF is named as one that needs a password.
@@ -94,12 +95,14 @@ _PLACEHOLDER_TITLE = re.compile(r"(microsoft\s+\w+\s+-\s+.*|untitled.*|document\
 
 @dataclass
 class _Page:
-    """A PDF page as read: its paragraphs (``pdf_layout.Block``), its bottom and top edges, whether it has images."""
+    """A PDF page as read: its paragraphs (``pdf_layout.Block``), its bottom and top edges, whether it has images and
+    whether it draws shapes other than straight lines and rectangles (``shapes``)."""
 
     blocks: list[Block]
     bottom: float
     top: float
     images: bool
+    shapes: bool  # curves or polygons: lettering set as outlines (a print export's text), which OCR reads, or a drawing
     turned: list[str]  # the paragraphs of its text set turned from the page's (``pdf_file.turned_text``)
 
 
@@ -148,7 +151,7 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
     """Each page's paragraphs in reading order, and the document's info dictionary."""
     try:
         from pdfminer.converter import PDFPageAggregator
-        from pdfminer.layout import LAParams, LTFigure, LTImage
+        from pdfminer.layout import LAParams, LTCurve, LTFigure, LTImage, LTLine, LTRect
         from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
         from pdfminer.pdfpage import PDFPage
         from pdfminer.pdfparser import PDFParser
@@ -182,13 +185,14 @@ def _pdf_pages(path: Path) -> tuple[list[_Page], dict[str, Any]]:
             boxes = pdf_layout.split_items(pdf_layout.split_headings(ordered))
             runs = pdf_layout.paragraphs(boxes)
             images = any(isinstance(el, (LTFigure, LTImage)) for el in layout)
+            shapes = any(isinstance(el, LTCurve) and not isinstance(el, (LTLine, LTRect)) for el in layout)
             opening = {id(pdf_layout.lines(box)[0]) for box in tops}  # (a box cut in parts: its first part's line)
             every = pdf_layout.PageLines(boxes)
             justified = pdf_layout.justified(runs, every)
             flows = [pdf_layout.flow_ends(run, every, layout.y0, layout.y1, justified) for run in runs]
             blocks, header = _named_rows([Block.of(run, id(pdf_layout.lines(run[0])[0]) in opening, flow)
                                           for run, flow in zip(runs, flows, strict=True)], header, layout.y0, layout.y1)
-            pages.append(_Page(blocks, layout.y0, layout.y1, images, pdf_file.turned_text(device.turned)))
+            pages.append(_Page(blocks, layout.y0, layout.y1, images, shapes, pdf_file.turned_text(device.turned)))
         # while the file is open: a value may be a reference to an object elsewhere in it (a title often is)
         info = {key: resolve1(value) for key, value in document.info[0].items()} if document.info else {}
     return pages, info
@@ -302,7 +306,8 @@ def extract_pdf(path: Path) -> Extracted:
                              "Unicode map (pdfminer reads only glyph numbers); run OCR on it first, for example "
                              "`ocrmypdf --force-ocr`, and ingest the result")
         counted = f"{len(pages)} page{'s' * (len(pages) != 1)}"
-        if not any(page.images for page in pages):  # nothing drawn that OCR could read either
+        # nothing drawn that OCR could read either: no image, no lettering set as outlines (rules and frames aside)
+        if not any(page.images or page.shapes for page in pages):
             raise Unreadable(f"no text in its {counted}: they are blank (no text and no images), so there is nothing "
                              "to read")
         raise Unreadable(f"no text layer in its {counted} (a scanned or image-only PDF); run OCR on it first, for "

@@ -319,3 +319,20 @@ def test_word_heading_paths_follow_levels_not_positions(tmp_path):
     sections = {p: m.get("section") for p, m in zip(extracted.paragraphs, extracted.paragraph_meta, strict=True)}
     assert sections["Run it again."] == "Upgrade"
     assert sections["Ask a question."] == "Use > Search" and sections["Start the service."] == "Use > Serve"
+
+
+def test_a_pdf_whose_lettering_is_drawn_as_outlines_is_sent_to_ocr_not_called_blank(tmp_path):
+    """A PDF whose text is drawn as shapes (a print export with its fonts converted to outlines) has no text layer and
+    no images, and was called blank, "nothing to read"; OCR reads its lettering, so it is named as one that needs it."""
+    outlines = (b"72 700 m 72 740 l 78 740 l 78 723 l 92 723 l 92 740 l 98 740 l 98 700 l 92 700 l 92 717 l 78 717 l "
+                b"78 700 l h f 104 700 m 104 728 l 110 728 l 110 700 l h f 107 736 m 111 736 111 742 107 742 c "
+                b"103 742 103 736 107 736 c f")  # "Hi", lettered
+    path = pdf_of_objects(tmp_path / "poster.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(outlines), outlines),
+    ])
+    with pytest.raises(Unreadable) as e:
+        extract_pdf(path)
+    assert str(e.value).startswith("no text layer in its 1 page") and "run OCR" in str(e.value)
