@@ -288,7 +288,10 @@ class _HTMLText(HTMLParser):
         self._pre = 0  # open <pre> elements
         self._inline = 0  # open tables in a table's cell, read as its text
         self._hidden: list[str] = []  # a hidden element (``_hidden``) being read, and the elements open inside it
-        self._apart: list[str] = []  # the open controls read apart (``_apart``)
+        self._apart: dict[str, int] = {}  # the open controls read apart (``_apart``): how many of each tag
+        # where the last such control ended: the text it is in and that text's length then, so that the next one set
+        # right after it reads apart from it
+        self._control_end: tuple[list[str], int] | None = None
         # each open <bdo dir="rtl"> and <a>: its attributes, the text it is in and from where, whether it holds or is
         # in a <sup> (a link's); what is read of it is changed (reversed) or dropped (``_unread_link``) at its end
         self._spans: dict[str, list[tuple[Mapping[str, str | None], list[str], int, list[bool]]]] = {"a": [], "bdo": []}
@@ -369,8 +372,10 @@ class _HTMLText(HTMLParser):
             return
         named = dict(attrs)
         if _apart(tag, named):
-            self._apart.append(tag)
-            self._text().append(" ")
+            self._apart[tag] = self._apart.get(tag, 0) + 1
+            text = self._text()
+            if self._control_end is not None and self._control_end[0] is text and self._control_end[1] == len(text):
+                text.append(" ")  # right after another control, nothing between them: "Windows Linux"
         if tag in self._spans and (tag == "a" or _right_to_left(tag, named)):
             self._spans[tag].append((named, self._text(), len(self._text()), [self._sup > 0]))
         if tag == "sup":
@@ -411,9 +416,6 @@ class _HTMLText(HTMLParser):
             # a hidden element left open ("<li hidden>a</ul>", "<span hidden>a</p>") ends with the element around
             # it; an inline one ("<b><span hidden>a</b>") with any element around it
             self._hidden = []
-        if tag in self._apart:
-            del self._apart[len(self._apart) - 1 - self._apart[::-1].index(tag)]
-            self._text().append(" ")
         self._sup -= tag == "sup" and self._sup > 0
         if self._spans.get(tag):
             attrs, within, start, (superscript,) = self._spans[tag].pop()
@@ -421,6 +423,9 @@ class _HTMLText(HTMLParser):
                 text = "".join(within[start:])
                 within[start:] = [reversed_line(text)] if tag == "bdo" else [] if _unread_link(
                     attrs, text, superscript) else [text]
+        if self._apart.get(tag):  # (after its text is joined, above: the length compared is the one it keeps)
+            self._apart[tag] -= 1
+            self._control_end = (self._text(), len(self._text()))
         if tag == "title":
             self._in_title = False
             self.title = self.title or _line("".join(self._title_buf)) or None

@@ -41,6 +41,17 @@ def test_tab_labels_written_side_by_side_read_apart(tabs):
     assert extract_markdown(page).paragraphs == ["Install", "Windows Linux", "Run setup.exe."]
 
 
+
+def test_a_control_in_running_text_keeps_the_punctuation_after_it():
+    """Controls were spaced on both sides, so the punctuation after one stood apart ("Name : Ada", "Save ,"); only
+    controls set right after each other are read apart, and a page of thousands of them open is read in linear time
+    (each end tag searched the open controls)."""
+    assert extract_markdown("<label for='n'>Name</label>: Ada\n").paragraphs == ["Name: Ada"]
+    assert extract_markdown("Click <button>Save</button>, then <b>quit</b>.\n").paragraphs == ["Click Save, then quit."]
+    start = time.process_time()
+    extract_markdown("<label>a" * 60_000 + "</label>" * 60_000)
+    assert time.process_time() - start < 3
+
 def test_an_article_hidden_until_a_script_shows_it_is_read_behind_a_visible_header():
     """A page that shows its header and reveals its body with a script (the article in a wrapper of "display: none")
     lost the article: its text was read only where none showed. It reads where most of the page's text is hidden; a
