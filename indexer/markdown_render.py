@@ -31,7 +31,9 @@ _FILLED = "filled_cells"  # the key of the count in a parse's env, carried over 
 _NOTES, _NUMBERS = "footnotes", "footnote_numbers"  # a parse's footnotes by label, and the numbers of those marked
 _NOTE_DEFINITION = re.compile(r"\[\^([^\]\s]{1,200})\]:[ \t]*")  # "[^1]: text" opens a footnote's definition
 _NOTE_MARK = re.compile(r"\[\^([^\]\s]{1,200})\]")  # "[^1]": a footnote's mark, where that footnote is defined
-_NAMES_NOTE = re.compile(r"\b(?:foot)?notes?[ \t]*$", re.I)  # "see note [^2]": the mark is read as its number
+# "see note [^2]": the mark, a word apart from "note", is read as its number; one set on the word ("the release
+# notes[^1]") is that word's mark, read as nothing
+_NAMES_NOTE = re.compile(r"\b(?:foot)?notes?[ \t]+$", re.I)
 _INDENT = re.compile(r"^(?: {1,4}|\t)")  # a footnote's own lines after its first: indented under it
 # where "$" may close inline TeX math (as Pandoc and Jupyter read it): after a character that is not a space nor a
 # backslash ("\$" is a dollar sign), and not before a digit ("costs $5 or $10" holds no math)
@@ -98,8 +100,8 @@ def _footnote_definition(state: Any, start_line: int, end_line: int, silent: boo
 
 def _footnote_mark(state: Any, silent: bool) -> bool:
     """A defined footnote's mark ("high[^1] today") read as nothing, as the superscript a reader skips ("high today"),
-    or as the footnote's number after a word that names a note ("see note [^2]" reads "see note 2"); numbered in the
-    order the marks come, as a renderer numbers them. An undefined one reads as written."""
+    or as the footnote's number a space after a word that names a note ("see note [^2]" reads "see note 2"; set on
+    the word, "notes[^1]", it is that word's mark); numbered in the order the marks come, as a renderer numbers them. An undefined one reads as written."""
     found = state.src[state.pos:state.pos + 2] == "[^" and _NOTE_MARK.match(state.src, state.pos, state.posMax)
     if not found or found.group(1) not in state.env.get(_NOTES, {}):
         return False

@@ -91,6 +91,14 @@ def test_markdown_footnotes_read_as_a_renderer_sets_them():
     assert extract_markdown("Code:\n\n```\n[^1]: not a note\n```\n").paragraphs == ["Code:", "[^1]: not a note"]
 
 
+
+def test_a_footnote_mark_set_on_the_word_note_reads_as_nothing():
+    """A mark set on the word "notes" or "note" (a superscript on it, as any word's) read as its number: "the release
+    notes1". Only a mark a space after such a word is the note it names: "see note 1"."""
+    source = "See the release notes[^a], a note[^b] and footnote [^a].\n\n[^a]: Version 2.\n\n[^b]: Short.\n"
+    assert extract_markdown(source).paragraphs == [
+        "See the release notes, a note and footnote 1.", "Version 2.", "Short."]
+
 def test_footnote_marks_and_definitions_are_read_in_linear_time():
     start = time.process_time()
     for source in ["[^" * 50_000, "a[^1]" * 20_000 + "\n\n[^1]: x\n", "[^1]: x\n" * 20_000]:
