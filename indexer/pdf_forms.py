@@ -5,7 +5,8 @@ over it (the widget annotation's appearance), so the values a user typed in, tic
 
     spanseek corpus from-files form.pdf --out corpus.jsonl
 
-What reads: a text field's value (its lines one under the other), a ticked check box or the chosen radio button as
+What reads: a text field's value (its lines one under the other, a multi-line field's wrapped at its width as a
+viewer wraps them), a ticked check box or the chosen radio button as
 "☒" (a mark in the box beside its printed label; boxes left empty read as nothing), a list or combo box's chosen
 options as they are shown (their display text, several ", " apart). Fields hidden from view, password fields (shown
 as dots), push buttons and signatures read as nothing.
@@ -16,12 +17,13 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import textwrap
 from typing import Any
 
 CHECKED = "\u2612"  # ☒: a ticked check box or a chosen radio button
 _DEFAULT_SIZE = 10.0  # the value's type size where its field names none (or "auto", 0)
 _HIDDEN_FLAGS = 0b10_0010  # an annotation's /F: Hidden (2) or NoView (32)
-_PASSWORD, _PUSH_BUTTON = 1 << 13, 1 << 16  # a field's /Ff: a password field, a push button
+_MULTILINE, _PASSWORD, _PUSH_BUTTON = 1 << 12, 1 << 13, 1 << 16  # a field's /Ff: multi-line, password, push button
 _CENTRE = (0.718 - 0.207) / 2  # the middle of a line's glyphs above its baseline, in type sizes (Helvetica's)
 _MOST_PARENTS = 32  # a field's ancestors an inherited attribute is looked up in (a loop of /Parent ends there)
 
@@ -104,8 +106,20 @@ def filled_fields(page: Any) -> list[tuple[tuple[float, float, float, float], st
             continue
         points = _type_size(_inherited(widget, "DA"))
         x0, y0, x1, y1 = min(rect[0], rect[2]), min(rect[1], rect[3]), max(rect[0], rect[2]), max(rect[1], rect[3])
-        out.append(((x0, y0, x1, y1), value, points if 0 < points < 100 else min(_DEFAULT_SIZE, (y1 - y0) * 0.7)))
+        size = points if 0 < points < 100 else min(_DEFAULT_SIZE, (y1 - y0) * 0.7)
+        multiline = _inherited(widget, "Ff")
+        if isinstance(multiline, int) and multiline & _MULTILINE and size > 0:
+            value = _wrapped(value, x1 - x0 - 4, size)
+        out.append(((x0, y0, x1, y1), value, size))
     return out
+
+
+def _wrapped(value: str, width: float, size: float) -> str:
+    """A multi-line field's value in the lines a viewer wraps it into at the field's ``width`` (in points, its type
+    ``size``): drawn on one line, a note typed into a box ran on past it, across the text beside it, which then read
+    in the middle of the note's line."""
+    chars = max(1, int(width / (_value_font().char_width(ord(" ")) * size)))  # (an average character's width)
+    return "\n".join(wrapped for line in re.split(r"\r\n?|\n", value) for wrapped in textwrap.wrap(line, chars) or [""])
 
 
 def _type_size(appearance: Any) -> float:

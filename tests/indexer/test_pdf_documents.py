@@ -1264,19 +1264,23 @@ def test_a_filled_form_reads_its_values_where_a_reader_sees_them(tmp_path):
                           "Arriving late. Leaving at dawn.", "☒ Ferry", "Own boat"]
 
 
-def _one_field_form(path: Path, appearance: bytes) -> Path:
-    """A one-page form whose one text field, "Ada Lovelace" after "Name:", has the default appearance ``appearance``."""
-    text = b"BT /F1 10 Tf 72 700 Td (%s) Tj ET BT /F1 10 Tf 72 660 Td (Name:) Tj ET" % LONG.encode()
+def _form(path: Path, content: bytes, field: bytes) -> Path:
+    """A one-page form: page content ``content`` (its font /F1, Helvetica) and a text field's widget of keys ``field``."""
     return pdf_of_objects(path, [
         b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [6 0 R] >> >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
         b"/Resources << /Font << /F1 5 0 R >> >> /Annots [6 0 R] >>",
-        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (name) /V (Ada Lovelace) /Rect [110 655 300 673] /DA (%s) >>"
-        % appearance,
+        b"<< /Type /Annot /Subtype /Widget /FT /Tx %s >>" % field,
     ])
+
+
+def _one_field_form(path: Path, appearance: bytes) -> Path:
+    """A one-page form whose one text field, "Ada Lovelace" after "Name:", has the default appearance ``appearance``."""
+    text = b"BT /F1 10 Tf 72 700 Td (%s) Tj ET BT /F1 10 Tf 72 660 Td (Name:) Tj ET" % LONG.encode()
+    return _form(path, text, b"/T (name) /V (Ada Lovelace) /Rect [110 655 300 673] /DA (%s)" % appearance)
 
 
 @pytest.mark.parametrize("appearance", [b"/Helv . Tf 0 g", b"/Helv Tf", b"0 g", b"/Helv 1.2.3 Tf"])
@@ -1293,3 +1297,17 @@ def test_a_form_field_s_appearance_is_read_in_linear_time(tmp_path):
     start = time.process_time()
     assert extract_pdf(path).paragraphs == [LONG, "Name: Ada Lovelace"]
     assert time.process_time() - start < 1.5
+
+
+def test_a_long_note_in_a_multi_line_field_reads_before_the_column_beside_it(tmp_path):
+    """A note typed into a multi-line field was drawn on one line, past the field and across the column beside it,
+    so it read in the middle of that column ("Office use only ...", the note, "Berth number ..."). It wraps at the
+    field's width, as a viewer shows it, and reads after its label, before the column beside it."""
+    column = ["Office use only: checked by the clerk", "Berth number assigned on arrival", "Fee paid at the office"]
+    labels = [(730, 72, "Application for a berth"), (700, 72, LONG), (660, 72, "Notes:"),
+              *((640 - 20 * n, 330, line) for n, line in enumerate(column))]
+    text = b" ".join(b"BT /F1 10 Tf %d %d Td (%s) Tj ET" % (x, y, line.encode()) for y, x, line in labels)
+    note = "We arrive late on Friday evening with a crew of four and need shore power and a berth for two nights."
+    path = _form(tmp_path / "form.pdf", text, b"/DA (/Helv 10 Tf 0 g) /Ff 4096 /T (notes) /V (%s) /Rect [72 590 300 655]"
+                 % note.encode())
+    assert extract_pdf(path).paragraphs == ["Application for a berth", LONG, "Notes:", note, *column]
