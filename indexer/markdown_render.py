@@ -29,6 +29,7 @@ _DEEP_ROUNDS = 8  # times a block nested past the limit is read again, flatter, 
 MARKDOWN_FILLED_CELLS = 16_384
 _FILLED = "filled_cells"  # the key of the count in a parse's env, carried over every reading of a file
 _NOTES, _NUMBERS = "footnotes", "footnote_numbers"  # a parse's footnotes by label, and the numbers of those marked
+_NOTE_LINES = "footnote_lines"  # the key of a footnote's lines in the meta of each of its tokens
 _NOTE_DEFINITION = re.compile(r"\[\^([^\]\s]{1,200})\]:[ \t]*")  # "[^1]: text" opens a footnote's definition
 _NOTE_MARK = re.compile(r"\[\^([^\]\s]{1,200})\]")  # "[^1]": a footnote's mark, where that footnote is defined
 # "see note [^2]": the mark, a word apart from "note", is read as its number; one set on the word ("the release
@@ -173,9 +174,10 @@ def _footnotes_at_end(state: Any) -> None:
     while len(done) < len(notes):  # (again for the footnotes defined inside footnotes)
         for label in [label for label in dict.fromkeys([*state.env.get(_NUMBERS, {}), *notes]) if label not in done]:
             done.add(label)
-            first = len(state.tokens)
+            first, lines = len(state.tokens), notes[label].split("\n")
             state.md.block.parse(notes[label], state.md, state.env, state.tokens)
             for token in state.tokens[first:]:
+                token.meta[_NOTE_LINES] = lines  # (its map numbers the note's lines: ``markdown_parts``)
                 if token.type == "inline":
                     token.children = []
                     state.md.inline.parse(token.content, state.md, state.env, token.children)
@@ -292,13 +294,16 @@ def markdown_parts(md: Any, body: str, rounds: int = _DEEP_ROUNDS,
         if (token.type in ("blockquote_open", "list_item_open") and token.map and tokens[i + 1].nesting == -1
                 and token.level >= MARKDOWN_NESTING - 2):  # a container opened at the limit, left empty
             a, b = token.map
+            # the lines its map numbers: the file's, or a footnote's, read at the end (their lines were the file's
+            # first lines, read again in the footnote's place)
+            source = token.meta.get(_NOTE_LINES, lines)
             quotes = rounds > 1 and all(kind == "blockquote_open" for kind in opened)  # the last reading: flat
             prefix = re.compile(rf"^(?:[ \t]{{0,3}}>[ \t]?){{0,{len(opened)}}}") if quotes else _NESTED_PREFIX
-            skipped = [prefix.sub("", line) for line in lines[a:b]]
+            skipped = [prefix.sub("", line) for line in source[a:b]]
             # the whole text again, nothing removed (markers of nesting all on its lines: "- > - > ..."): read again,
             # it would nest past the limit in the same place, so it skips to the first reading that differs, with
             # fewer markers removed: as lines of text (each such reading took a parse: 60 us a character)
-            again = "\n".join(skipped) == body
+            again = skipped == source
             yield tokens[done : i + 1]
             if rounds > 0 and not (again and prefix is _NESTED_PREFIX):
                 yield from markdown_parts(md, "\n".join(skipped), 1 if again else rounds - 1, counts)

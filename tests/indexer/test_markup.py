@@ -99,6 +99,17 @@ def test_a_footnote_mark_set_on_the_word_note_reads_as_nothing():
     assert extract_markdown(source).paragraphs == [
         "See the release notes, a note and footnote 1.", "Version 2.", "Short."]
 
+
+def test_a_footnote_nested_past_the_limit_reads_its_own_lines():
+    """A footnote whose quote nests past markdown-it's limit was read again from the file's first lines (its lines'
+    numbers are the note's, read at the end): "Tides" again, in place of the note's text. It reads its own text, as
+    such a quote in the body does."""
+    body = "# Tides\n\nThe tide is high[^1] today.\n\n"
+    deep = "> " * 120 + "Two metres at springs.\n"
+    assert extract_markdown(f"{body}[^1]: {deep}").paragraphs == [
+        "Tides", "The tide is high today.", "Two metres at springs."]
+    assert extract_markdown(f"{body}{deep}").paragraphs == ["Tides", "The tide is high[^1] today.", "Two metres at springs."]
+
 def test_footnote_marks_and_definitions_are_read_in_linear_time():
     start = time.process_time()
     for source in ["[^" * 50_000, "a[^1]" * 20_000 + "\n\n[^1]: x\n", "[^1]: x\n" * 20_000]:
