@@ -308,8 +308,8 @@ def extract_pdf(path: Path) -> Extracted:
         counted = f"{len(pages)} page{'s' * (len(pages) != 1)}"
         # nothing drawn that OCR could read either: no image, no lettering set as outlines (rules and frames aside)
         if not any(page.images or page.shapes for page in pages):
-            raise Unreadable(f"no text in its {counted}: they are blank (no text and no images), so there is nothing "
-                             "to read")
+            raise Unreadable(f"no text in its {counted}: {'it is' if len(pages) == 1 else 'they are'} blank (no text "
+                             "and no images), so there is nothing to read")
         raise Unreadable(f"no text layer in its {counted} (a scanned or image-only PDF); run OCR on it first, for "
                          "example with ocrmypdf, and ingest the result")
     if undecoded:

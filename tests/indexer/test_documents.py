@@ -143,6 +143,11 @@ def test_a_blank_pdf_is_skipped_as_having_no_text_not_as_scanned(tmp_path):
     with pytest.raises(Unreadable) as e:
         extract_pdf(tmp_path / "blank.pdf")
     assert str(e.value).startswith("no text in its 2 pages: they are blank") and "OCR" not in str(e.value)
+    one = fpdf.FPDF()
+    one.add_page()
+    one.output(str(tmp_path / "one.pdf"))
+    with pytest.raises(Unreadable, match=r"^no text in its 1 page: it is blank \(no text and no images\)"):
+        extract_pdf(tmp_path / "one.pdf")  # (was "its 1 page: they are blank")
 
 
 def test_a_damaged_pdf_or_word_file_is_named_and_does_not_stop_the_others(tmp_path, caplog):
