@@ -831,12 +831,13 @@ def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sectio
     for link in [a for a in tree.iter("a") if _unread_link(a.attrib, a.text_content(), a.find(".//sup") is not None
                                                             or any(up.tag == "sup" for up in a.iterancestors()))]:
         link.drop_tree()  # (its tail stays)
-    for bdo in tree.iter("bdo"):
-        if _right_to_left(bdo.tag, bdo.attrib):
-            text = "".join(bdo.itertext())
-            for child in list(bdo):
-                bdo.remove(child)
-            bdo.text = reversed_line(text)
+    # (listed first: removed while the tree was walked, a <bdo> in a <bdo> ended the walk, the page's later ones left
+    # backwards; one inside another is read with it, from the outer one)
+    for bdo in [el for el in tree.iter("bdo") if _right_to_left(el.tag, el.attrib)]:
+        text = "".join(bdo.itertext())
+        for child in list(bdo):
+            bdo.remove(child)
+        bdo.text = reversed_line(text)
     _nested_tables_inline(tree)
     _clamp_spans(tree)
     _stack_header_rows(tree)

@@ -28,6 +28,15 @@ def test_bdo_right_to_left_text_reads_as_shown():
     assert extract_html("<p>Left <bdo dir='ltr'>as is</bdo>.</p>").paragraphs == ["Left as is."]
 
 
+
+def test_a_bdo_in_a_bdo_leaves_the_page_s_later_ones_read_as_shown():
+    """In a page's main content a <bdo> inside another ended the reading of the page's <bdo>s: those after it read
+    backwards ("fed"), while Markdown's HTML read them as shown. Both read them as shown."""
+    html = "<p>Go <bdo dir=rtl>cba<bdo dir=rtl>x</bdo></bdo> and <bdo dir=rtl>fed</bdo> then <bdo dir=rtl>ihg</bdo>.</p>"
+    expected = "Go xabc and def then ghi."
+    assert expected in extract_html(ARTICLE.format(html)).paragraphs
+    assert extract_markdown(html).paragraphs == [expected]
+
 @pytest.mark.parametrize("tabs", [
     # sphinx-tabs: ARIA tab buttons
     "<div role='tablist'><button role='tab'>Windows</button><button role='tab'>Linux</button></div>",
