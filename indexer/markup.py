@@ -303,6 +303,7 @@ class _HTMLText(HTMLParser):
         self._buf = []
         for spans in self._spans.values():  # (none goes on into the next paragraph: see ``handle_endtag``)
             spans.clear()
+        self._sup = 0  # nor a <sup> left open ("m<sup>2</p>"): the next paragraph's links are not in it
         self.text.add(_code(raw) if self._pre else _line(raw), level)
 
     def _cell(self) -> list[str] | None:

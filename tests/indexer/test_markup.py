@@ -177,6 +177,13 @@ def test_permalinks_note_marks_and_backlinks_are_passed_over_as_a_reader_does():
     assert extract_markdown(body).paragraphs == expected
 
 
+
+def test_a_superscript_left_open_does_not_hide_the_next_paragraph_s_links():
+    """A <sup> left open ("m<sup>2" and the paragraph's end) counted as open for the rest of the file, so an in-page
+    link to a numbered step in a later paragraph was taken for a note's mark and not read ("See step below.")."""
+    source = 'The area is 4 m<sup>2.\n\nSee step <a href="#s3">3</a> below.\n'
+    assert extract_markdown(source).paragraphs == ["The area is 4 m2.", "See step 3 below."]
+
 def test_tex_math_in_markdown_reads_as_written():
     """Jupyter's, Pandoc's and GitHub's TeX math was mangled by CommonMark's escapes and emphasis: "$x_1 + y_1$" read
     "$x1 + y1$" (emphasis) and "\\\\," "," (an escape). Math reads as written; prices are no math."""
