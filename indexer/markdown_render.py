@@ -30,6 +30,10 @@ MARKDOWN_FILLED_CELLS = 16_384
 _FILLED = "filled_cells"  # the key of the count in a parse's env, carried over every reading of a file
 _NOTES, _NUMBERS = "footnotes", "footnote_numbers"  # a parse's footnotes by label, and the numbers of those marked
 _NOTE_LINES = "footnote_lines"  # the key of a footnote's lines in the meta of each of its tokens
+# footnotes defined inside footnotes read as footnotes this deep; deeper, a definition is read as CommonMark reads it
+# (text, or a link's reference). Each depth reads its notes' text again: a line of 16,000 definitions, each inside the
+# one before ("[^1]: [^2]: ..."), read a copy of the rest of the line 16,000 times (12 s, a gigabyte, for 150 kB)
+_NOTE_DEPTH, _MOST_NOTE_DEPTH = "footnote_depth", 4
 _NOTE_DEFINITION = re.compile(r"\[\^([^\]\s]{1,200})\]:[ \t]*")  # "[^1]: text" opens a footnote's definition
 _NOTE_MARK = re.compile(r"\[\^([^\]\s]{1,200})\]")  # "[^1]": a footnote's mark, where that footnote is defined
 # "see note [^2]": the mark, a word apart from "note", is read as its number; one set on the word ("the release
@@ -71,8 +75,8 @@ def _footnote_definition(state: Any, start_line: int, end_line: int, silent: boo
     read it) kept in the parse's ``env`` to be read at the document's end (``_footnotes_at_end``), not where it is
     written: it read as a stray line "[^1]: text". The first definition of a label is its footnote."""
     first = state.bMarks[start_line] + state.tShift[start_line]
-    found = state.sCount[start_line] - state.blkIndent < 4 and _NOTE_DEFINITION.match(
-        state.src, first, state.eMarks[start_line])
+    found = state.sCount[start_line] - state.blkIndent < 4 and state.env.get(_NOTE_DEPTH, 0) < _MOST_NOTE_DEPTH and (
+        _NOTE_DEFINITION.match(state.src, first, state.eMarks[start_line]))
     if not found or silent:
         return bool(found)
     lines = [state.src[found.end():state.eMarks[start_line]]]
@@ -171,7 +175,8 @@ def _footnotes_at_end(state: Any) -> None:
     their marks, then any never marked, in the order they are defined."""
     notes: dict[str, str] = state.env.get(_NOTES, {})
     done: set[str] = set()
-    while len(done) < len(notes):  # (again for the footnotes defined inside footnotes)
+    while len(done) < len(notes):  # (again for the footnotes defined inside footnotes, ``_MOST_NOTE_DEPTH`` deep)
+        state.env[_NOTE_DEPTH] = state.env.get(_NOTE_DEPTH, 0) + 1
         for label in [label for label in dict.fromkeys([*state.env.get(_NUMBERS, {}), *notes]) if label not in done]:
             done.add(label)
             first, lines = len(state.tokens), notes[label].split("\n")
