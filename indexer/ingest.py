@@ -21,8 +21,8 @@ on the command line must have one of those suffixes. Each file is one document:
   table rows and code blocks, or, when trafilatura finds no main content, split at block elements like Markdown;
   script, style, template and the like are always dropped, as are elements a browser hides (the ``hidden``
   attribute but "until-found", an inline ``display: none``; but for a tab's panel, ``role="tabpanel"``, and a page
-  whose text is mostly hidden so, which its scripts show); struck text (``<del>``, ``<s>``, Markdown's ``~~``) reads,
-  as a reader sees it; text around a block inside another (a <p> in a
+  whose text is mostly hidden so, which its scripts show) and text marked deleted (``<del>``, as Word's tracked
+  deletions; ``<ins>`` and struck ``<s>`` text read); text around a block inside another (a <p> in a
   <blockquote>) reads in the page's order, before and after it. In Markdown and HTML:
 
   - a **table row** is one paragraph, each cell after its column's name in the header row: "Flag: --max-tokens;

@@ -34,9 +34,8 @@ from spanseek.indexer.pdf_blocks import reversed_line
 
 # Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
 # asides and footer (boilerplate, as trafilatura drops it, where its main content is not read)
-# (text marked deleted, <del>, is read: a browser shows it struck through, as it does <s> and Markdown's ~~struck~~,
-# and a reader sees it: "<del>£20</del> £15" is a price cut from £20)
-_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head"}
+# (and text marked as deleted, <del>: an edit's removed text, as Word's tracked deletions are left out)
+_SKIP = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "del"}
 _BOILERPLATE = {"nav", "aside", "footer"}
 # Elements that end a paragraph where they start and where they end.
 _BLOCK = {
@@ -826,7 +825,8 @@ def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sectio
             huge_tree=True, encoding="utf-8", remove_comments=True, remove_pis=True))
     except (etree.ParserError, ValueError):  # no element at all
         return None, {}
-    for unread in [el for el in tree.iter() if isinstance(el.tag, str) and not hidden and _hidden(el.attrib)]:
+    for unread in [el for el in tree.iter() if isinstance(el.tag, str) and (
+            el.tag == "del" or (not hidden and _hidden(el.attrib)))]:
         if unread.tag not in _SHOWN_LATER:
             unread.drop_tree()  # (its tail, the text after it, stays)
     for link in [a for a in tree.iter("a") if _unread_link(a.attrib, a.text_content(), a.find(".//sup") is not None
