@@ -56,7 +56,9 @@ class Shared:
 def _quieten_transformers() -> contextlib.ExitStack:
     """transformers reports only errors, draws no progress bars and gives no FutureWarning; closing what it returns
     puts back the verbosity, its bars and the warning filters as they were (transformers imported meanwhile: the
-    verbosity it starts with outside, from ``TRANSFORMERS_VERBOSITY`` as it was)."""
+    verbosity it starts with outside, from ``TRANSFORMERS_VERBOSITY`` as it was, and its bars on where
+    huggingface_hub's are on by then, as transformers starts them; the last user's to do, so a command that ends
+    first leaves them off under a load still running)."""
     undo = contextlib.ExitStack()
     undo.enter_context(warnings.catch_warnings())  # closed last: the filters as they were
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
@@ -76,17 +78,19 @@ def _quieten_transformers() -> contextlib.ExitStack:
             os.environ.pop("TRANSFORMERS_VERBOSITY", None)
         else:
             os.environ["TRANSFORMERS_VERBOSITY"] = saved
-        if "transformers" in sys.modules:  # imported meanwhile
+        if "transformers" in sys.modules:  # imported meanwhile: as it starts outside, its bars as the hub's are now
+            from huggingface_hub import utils as hub_utils
             from transformers.utils import logging as hf_logging
 
-            _put_back_transformers(hf_logging.log_levels.get(saved or "", logging.WARNING), None)
+            _put_back_transformers(hf_logging.log_levels.get(saved or "", logging.WARNING),
+                                   not hub_utils.are_progress_bars_disabled())
 
     undo.callback(put_back)
     return undo
 
 
-def _put_back_transformers(verbosity: int, bars: bool | None) -> None:
-    """transformers' verbosity, and its progress bars on when ``bars`` (None: as they are)."""
+def _put_back_transformers(verbosity: int, bars: bool) -> None:
+    """transformers' verbosity, and its progress bars on when ``bars`` (else as they are)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity(verbosity)

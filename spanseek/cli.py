@@ -200,7 +200,6 @@ def _quieten() -> contextlib.ExitStack:
     undo.enter_context(QUIET_TRANSFORMERS())  # closed last: transformers' verbosity and the warning filters
     saved_bars_variable = os.environ.get(HUB_BARS_VARIABLE)
     hub_bars = not hub_utils.are_progress_bars_disabled() and hub_constants.HF_HUB_DISABLE_PROGRESS_BARS is None
-    transformers_before = "transformers" in sys.modules
     if hub_bars:
         hub_utils.disable_progress_bars()
     os.environ[HUB_BARS_VARIABLE] = "1"  # for the command's child processes, and transformers imported during it
@@ -210,12 +209,8 @@ def _quieten() -> contextlib.ExitStack:
             os.environ.pop(HUB_BARS_VARIABLE, None)
         else:
             os.environ[HUB_BARS_VARIABLE] = saved_bars_variable
-        if hub_bars:
-            hub_utils.enable_progress_bars()
-            if not transformers_before and "transformers" in sys.modules:  # it took the hub's setting when imported
-                from transformers.utils import logging as hf_logging
-
-                hf_logging.enable_progress_bar()
+        if hub_bars:  # before transformers' are put back (``core.quiet``), which follow the hub's where it was imported
+            hub_utils.enable_progress_bars()  # during the command
 
     undo.callback(put_back)
     # the libraries' own chatter on the command's log: faiss says which CPU build it tried, and bm25s sets its logger

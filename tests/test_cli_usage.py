@@ -476,6 +476,33 @@ def test_a_command_and_a_model_loading_in_threads_share_one_quieting(short):
     assert out.splitlines() == ["True False", "True True True"]
 
 
+def test_a_command_that_ends_first_leaves_transformers_bars_off_under_a_load_that_imported_it():
+    """transformers imported during a command (by a model's loading in another thread) starts with the hub's bars,
+    which the command had turned off; the command, ending first, turned transformers' bars on under the load still
+    running (the last to end puts them back)."""
+    out = run_python(
+        "import threading\n"
+        "from spanseek.cli import quiet_transformers as command\n"
+        "from spanseek.core.model import quiet_transformers as load\n"
+        "command_in, command_out, load_in = threading.Event(), threading.Event(), threading.Event()\n"
+        "def run_command():\n"
+        "    with command():\n"
+        "        command_in.set(); load_in.wait()\n"
+        "    command_out.set()\n"
+        "def run_load():\n"
+        "    command_in.wait()\n"
+        "    from transformers.utils import logging as l\n"
+        "    with load():\n"
+        "        load_in.set(); command_out.wait()\n"
+        "        print(l.get_verbosity() == l.ERROR, l.is_progress_bar_enabled())\n"
+        "    print(l.get_verbosity() == l.WARNING, l.is_progress_bar_enabled())\n"
+        "threads = [threading.Thread(target=run_command), threading.Thread(target=run_load)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()"
+    )
+    assert out.splitlines() == ["True False", "True True"]
+
+
 def test_a_command_inside_a_command_leaves_the_outer_one_quiet():
     out = run_python(
         "import os\n"
