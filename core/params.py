@@ -10,11 +10,10 @@ business and are checked in the route; what is checked here holds for every call
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
-
-import numpy as np
 
 from spanseek.core.filters import META_TYPES as META_TYPES
 from spanseek.core.filters import MetaValue as MetaValue
@@ -193,11 +192,15 @@ def check_search_args(questions: object, params: object) -> list[str]:
     where a list of them is expected (it was searched character by character), an item that is not a string, or
     params that are not a SearchParams (a dict of them, None). A tuple, or a one-dimensional numpy array of strings
     (a column of a table), is taken as the list it holds."""
-    if isinstance(questions, np.ndarray) and questions.ndim == 1:
+    # numpy is not imported for this: this module imports only the standard library (spanseek.client uses it), and
+    # an array exists only where numpy is imported already
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(questions, np.ndarray):
+        if questions.ndim != 1:
+            raise TypeError(f"questions must be a list of strings, got ndarray of shape {questions.shape}")
         questions = questions.tolist()  # numpy's strings as Python's
     if isinstance(questions, str | bytes) or not isinstance(questions, Sequence):
-        shape = f" of shape {questions.shape}" if isinstance(questions, np.ndarray) else ""
-        raise TypeError(f"questions must be a list of strings, got {type(questions).__name__}{shape}"
+        raise TypeError(f"questions must be a list of strings, got {type(questions).__name__}"
                         + (" (search([question]) for one)" if isinstance(questions, str) else ""))
     for i, q in enumerate(questions):
         if not isinstance(q, str):
