@@ -332,13 +332,19 @@ def test_serve_warns_of_a_key_on_its_command_line_and_of_a_key_file_others_may_r
 
 
 def test_serve_refuses_a_search_device_this_machine_lacks_in_one_line(tiny_index, tiny_model_dir, capsys):
-    """It warned and served from the CPU (the encoder's ``--device`` was refused the same way)."""
+    """It warned and served from the CPU (the encoder's ``--device`` was refused the same way). The address is bound
+    first: a free port, so that a server on the default one is not what the command refuses."""
+    import socket
+
     from spanseek.cli import main
 
     with pytest.raises(ValueError, match=r"--search-device / SPANSEEK_SEARCH_DEVICE: search_device 'cuda:99'"):
         check_servable(Settings(index=tiny_index, model=str(tiny_model_dir), device="cpu", search_device="cuda:99"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     assert main(["serve", "--index", str(tiny_index), "--model", str(tiny_model_dir), "--device", "cpu",
-                 "--search-device", "cuda:99"]) == 2
+                 "--search-device", "cuda:99", "--port", str(port)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("spanseek serve: error: --search-device / SPANSEEK_SEARCH_DEVICE: search_device 'cuda:99'")
     assert len(err.strip().splitlines()) == 1
