@@ -774,10 +774,11 @@ class LiveStore:
                               "last_merge": result}
                 write_json_atomic(self.dir / STATE, self.state)  # the commit point: the new base, the new log
                 self.last_merge = result  # shown with the snapshot's counts (merges among them)
+                # before the merge shows in /info (a follower told of it and reloading finds the new base), and
+                # before the old base is removed: a follower reloads from it to the new one; one still pointed at it
+                # (the switch failed: a full disk) keeps serving it, so it stays until the next start removes it
+                followed = self._point_followers()
                 self._publish_committed()  # past the commit point: the merge is done, served or not
-            # before the old base is removed: a follower reloads from it to the new one; one still pointed at it
-            # (the switch failed: a full disk) keeps serving it, so it stays until the next start removes it
-            followed = self._point_followers()
             for name in old_wals:
                 (self.dir / WAL_DIR / name).unlink(missing_ok=True)
             if followed and old_base.dir.resolve().parent == (self.dir / BASES).resolve():

@@ -764,3 +764,26 @@ def test_a_write_counts_what_searches_see_from_the_tombstones_not_every_base_doc
     store.segment.base_rows = Unlisted(store.segment.base_rows)
     writes(store, encoder)
     assert store.searched() == (len(scratch.index.docs), len(scratch.index.passages), scratch.index.num_tokens)
+
+
+def test_a_merge_points_followers_at_its_base_before_it_shows(tmp_path, tiny_index, tiny_searcher, encoder):
+    """A merge showed in the store's counts (``/info``'s ``merges``) before ``LIVE_DIR/merged`` named its base, so a
+    follower told to reload at once could find the base before and serve on from it. The pointer now names the new
+    base by the time the merge's snapshot is published and counted."""
+    from spanseek.core.alias import resolve_alias
+    from spanseek.indexer.live import FOLLOW
+
+    seen: list[tuple[int, Path]] = []
+    store = open_store(tmp_path / "live", tiny_index, encoder, tiny_searcher, [])
+    upsert(store, encoder, [{"id": "m1", "title": "M", "paragraphs": ["In 1500 Ines built a bridge."]}])
+    real = store.publish
+
+    def publish(snapshot):
+        real(snapshot)
+        seen.append((int(store.state["merges"]), resolve_alias(store.dir / FOLLOW).target))
+
+    store.publish = publish
+    result = store.merge()
+    assert result is not None
+    store.close()
+    assert seen and seen[-1] == (1, Path(result["base"]).resolve())
