@@ -177,9 +177,9 @@ def test_nprobe_below_one_is_refused_before_encoding(tmp_path, tiny_corpus, tiny
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--recall-sample", "-1", "recall_sample must be an integer >= 0 (0: skip the recall), got -1"),
-    ("--max-train", "0", "max_train must be an integer >= 1, got 0"),
-    ("--filter-threshold", "2", "filter_threshold must be a probability between 0 and 1, got 2.0"),
+    ("--recall-sample", "-1", "--recall-sample must be an integer >= 0 (0: skip the recall), got -1"),
+    ("--max-train", "0", "--max-train must be an integer >= 1, got 0"),
+    ("--filter-threshold", "2", "--filter-threshold must be a probability between 0 and 1, got 2.0"),
 ])
 def test_options_read_at_the_faiss_stage_are_refused_before_encoding(tmp_path, tiny_corpus, tiny_model_dir, capsys,
                                                                      no_encoding, flag, value, message):

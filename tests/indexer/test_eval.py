@@ -169,7 +169,7 @@ def test_eval_refuses_questions_whose_passages_are_not_indexed(tiny_squad, tiny_
         (["eval", "--questions", "{tmp}/notsquad.json", "--model", "{model}", "--quiet"], "not SQuAD format"),
         (["eval", "--questions", "{tmp}/missing.json", "--model", "{model}", "--quiet"], "No such file"),
         (["search", "--index", "{index}", "--model", "{model}", "--unit", "doc", "--merge-answers", "q"],
-         "merge_answers applies to unit=phrase, not unit=doc"),
+         "--merge-answers applies to unit=phrase, not unit=doc"),
     ],
 )
 def test_cli_errors_exit_2_with_a_message(tmp_path, tiny_index, tiny_model_dir, tiny_config, capsys, argv, message):
@@ -190,7 +190,7 @@ def test_the_systems_refusals_are_one_line_errors(tmp_path, tiny_squad, tiny_mod
              (["corpus", "from-squad", str(tiny_squad), "--out", str(tmp_path / "file" / "c.jsonl")],
               f"{tmp_path / 'file' / 'c.jsonl'}: cannot be written: {tmp_path / 'file'} is a file, not a folder"),
              (["eval", "--questions", str(tiny_squad), "--model", str(tiny_model_dir), "--out", str(tmp_path),
-               "--quiet"], "a directory; --out names the metrics file")]
+               "--quiet"], "a directory; --out names the file to write eval's metrics to")]
     for argv, message in cases:
         assert main(argv) == 2
         err = capsys.readouterr().err

@@ -16,6 +16,9 @@ def test_a_sigterm_handler_set_outside_python_is_left_alone_and_ctrl_c_is_put_ba
     returns None for it) was taken, and putting "None" back raised TypeError as the run ended. Such a handler is now
     left alone; Ctrl-C's is taken and put back as before."""
     real_signal, calls = signal.signal, []
+    # Ctrl-C's handler as in a process started in a terminal (one started in the background ignores SIGINT, and an
+    # ignored signal is left alone)
+    started_with = real_signal(signal.SIGINT, signal.default_int_handler)
 
     def outside(signum, handler):  # SIGTERM's handler was set outside Python; the others as they are
         if signum != signal.SIGTERM:
@@ -29,6 +32,9 @@ def test_a_sigterm_handler_set_outside_python_is_left_alone_and_ctrl_c_is_put_ba
     monkeypatch.setattr(signal, "getsignal", lambda s: None if s == signal.SIGTERM else real_getsignal(s))
     monkeypatch.setattr(signal, "signal", outside)
     before = real_getsignal(signal.SIGINT)
-    with StopAfterStep() as stop:
-        assert real_getsignal(signal.SIGINT) == stop._interrupt
-    assert calls == [] and real_getsignal(signal.SIGINT) is before
+    try:
+        with StopAfterStep() as stop:
+            assert real_getsignal(signal.SIGINT) == stop._interrupt
+        assert calls == [] and real_getsignal(signal.SIGINT) is before
+    finally:
+        real_signal(signal.SIGINT, started_with)
