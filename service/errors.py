@@ -75,10 +75,16 @@ class MethodNotAllowed(ServiceError, status=405, error="method_not_allowed"):
     router's own 405 named those of its first route alone: ``DELETE /documents`` was told ``Allow: PUT``)."""
 
     @classmethod
-    def of(cls, request: Request) -> MethodNotAllowed:
-        """The 405 of ``request``: the methods with which a route of the app takes its path."""
-        methods = [m for m in HTTP_METHODS if any(r.matches({**request.scope, "method": m})[0] is Match.FULL
+    def of(cls, request: Request, refused: StarletteHTTPException) -> MethodNotAllowed:
+        """The 405 of ``request`` (``refused``: the router's, or a mounted app's own): the methods with which a route
+        of the app takes its path; where a mount took it (the docs' static files, which it routes by path alone, any
+        method), the methods its app's refusal names in ``Allow``."""
+        # the path as the app's router matched it: a mount moved its prefix into the scope's root path
+        scope = {**request.scope, "root_path": request.scope.get("app_root_path", request.scope.get("root_path", ""))}
+        methods = [m for m in HTTP_METHODS if any(r.matches({**scope, "method": m})[0] is Match.FULL
                                                   for r in request.app.router.routes)]
+        if request.method in methods:  # routed by path alone: the app it reached refused the method itself
+            methods = [m.strip() for m in (refused.headers or {}).get("Allow", "").split(",") if m.strip()]
         return cls(f"{request.method} is not a method of {shortened(request.url.path)}: it takes "
                    f"{', '.join(methods)}", {"Allow": ", ".join(methods)})
 
@@ -311,7 +317,7 @@ def install_error_handlers(app: FastAPI, on_error=None) -> None:
         state = getattr(request.app.state, "service", None)
         answered = exc if state is None else too_many_queries(exc, state.settings.max_queries_per_request)
         if isinstance(answered, StarletteHTTPException) and answered.status_code == 405:
-            answered = MethodNotAllowed.of(request)
+            answered = MethodNotAllowed.of(request, answered)
         response = error_response(answered, request_id_of(request))
         if isinstance(answered, Overloaded):  # why, for the refusals' metric (service.middleware)
             request.scope.setdefault("state", {})["refusal"] = answered.reason

@@ -425,10 +425,14 @@ def test_unknown_route_and_method(client):
 
 @pytest.mark.parametrize("method,path,takes", [("GET", "/search", "POST"),
                                                ("DELETE", "/documents", "GET, POST, PUT"),
-                                               ("POST", "/documents/a.txt", "DELETE, GET")])
+                                               ("POST", "/documents/a.txt", "DELETE, GET"),
+                                               # the docs' static files, a mounted app: its own refusal names them
+                                               ("POST", "/docs-static/swagger-ui.css", "GET, HEAD"),
+                                               ("DELETE", "/docs-static/docs", "GET, HEAD")])
 def test_a_method_a_path_does_not_take_is_a_405_naming_every_method_it_takes(client, method, path, takes):
     """The router's 405 said "Method Not Allowed" and named in ``Allow`` the methods of the first route of the path
-    alone: ``DELETE /documents`` was told ``Allow: PUT``, though the path takes GET and POST too."""
+    alone: ``DELETE /documents`` was told ``Allow: PUT``, though the path takes GET and POST too. A mounted app's
+    own 405 (the docs' static files: GET, HEAD) was told it takes nothing, with an empty ``Allow``."""
     r = client.request(method, path)
     body = assert_error(r, 405, "method_not_allowed")
     assert r.headers["allow"] == takes, r.headers
