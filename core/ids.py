@@ -27,6 +27,17 @@ def id_spellings(doc_id: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys((doc_id, new_id(doc_id), unicodedata.normalize("NFD", doc_id))))
 
 
+MAX_ID_CHARS = 1024  # the longest id a write takes, however it comes: the service's routes (a file's name too), sync
+
+
+def length_problem(doc_id: str) -> str | None:
+    """Why a write cannot take ``doc_id`` for its length (over ``MAX_ID_CHARS`` characters), or None. An index built
+    from a corpus file may hold a longer id, which a lookup still finds."""
+    if len(doc_id) <= MAX_ID_CHARS:
+        return None
+    return f"has {len(doc_id):,} characters; an id has at most {MAX_ID_CHARS:,}"
+
+
 def new_id(doc_id: str) -> str:
     """The spelling a new document's id is written under: composed (NFC), whatever spelling the name came in."""
     return unicodedata.normalize("NFC", doc_id)

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from spanseek.core.filters import BOUNDS, MAX_FILTER_CONDITIONS, size_problem, value_text
+from spanseek.core.ids import MAX_ID_CHARS
 from spanseek.core.io import MAX_META_DEPTH, nesting_depth
 from spanseek.core.params import HIT_WINDOW, Hit, MetaValue, SearchFilter, SearchParams, Unit
 
@@ -369,7 +370,6 @@ class ReloadResponse(BaseModel):
 
 # ---- live writes (SPANSEEK_WRITES=1; service.writes) ------------------------------------------------------------
 
-MAX_ID_CHARS = 1024  # the longest id a write takes, however it comes: a body's, a file's name or its id= (writes)
 
 class DocumentIn(BaseModel):
     """One document in the corpus format (``core.io``); written by id: a held id is replaced."""

@@ -27,6 +27,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from spanseek.core.filters import FilterError, SearchFilter
 from spanseek.core.ids import held_id as spelling_held
+from spanseek.core.ids import length_problem
 from spanseek.core.io import CorpusError, Document, document_from_json
 from spanseek.core.params import SearchParamsError
 from spanseek.indexer.ingest import parse_meta
@@ -53,7 +54,6 @@ from spanseek.service.routes import (
     require_json_body,
 )
 from spanseek.service.schemas import (
-    MAX_ID_CHARS,
     MAX_LISTED_DELETES,
     MAX_LISTED_DOCUMENTS,
     CompactResponse,
@@ -103,9 +103,7 @@ def id_problem(doc_id: str) -> str | None:
     """Why no document can be written under ``doc_id``, or None: the one rule of every route that writes one, whether
     the id comes in a body (``PUT /documents``), a query (``PUT /files/{name}?id=``) or a path (a file's name): more
     than ``MAX_ID_CHARS`` characters, or a line break or NUL (``routing_problem``)."""
-    if len(doc_id) > MAX_ID_CHARS:
-        return f"has {len(doc_id):,} characters; an id has at most {MAX_ID_CHARS:,}"
-    return routing_problem(doc_id)
+    return length_problem(doc_id) or routing_problem(doc_id)
 
 
 def routing_problem(doc_id: str) -> str | None:

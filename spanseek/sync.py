@@ -237,7 +237,8 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
                 report.unchanged.append(rel)
                 continue
             if dry_run:  # the server reads a file as from-files does: one it would refuse is said so, and why
-                if (why := _unreadable(path, rel)) is not None:
+                # (its id's length as every write's: a longer one is refused, whatever the file holds)
+                if (why := _too_long(ids.get(rel, rel)) or _unreadable(path, rel)) is not None:
                     refuse(rel, f"the server would refuse it: {why}")
                     continue
                 report.written.append(rel)
@@ -252,6 +253,13 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
         kept = [ids.get(rel, rel) for rel in seen if unnameable(rel) is None]  # (no document holds the others)
         _delete_stale(client, source, kept, problems, dry_run, report, say, None if held is None else list(held))
     return report
+
+
+def _too_long(doc_id: str) -> str | None:
+    """Why a write refuses ``doc_id`` (a file's name) for its length (``core.ids.length_problem``), or None."""
+    from spanseek.core.ids import length_problem
+
+    return None if (problem := length_problem(doc_id)) is None else f"'id' {problem}"
 
 
 def _unreadable(path: Path, rel: str) -> str | None:

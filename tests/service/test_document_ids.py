@@ -261,7 +261,7 @@ async def test_a_lookup_by_id_holds_up_no_other_request(settings_for, tmp_path, 
             assert waited.pop() is True, f"/health waited for the {method} lookup by id"
 
 
-LONGEST = 1024  # characters of an id a write takes (schemas.MAX_ID_CHARS)
+LONGEST = 1024  # characters of an id a write takes (core.ids.MAX_ID_CHARS)
 
 
 @pytest.mark.parametrize("route", ["body", "file id", "file name"])

@@ -698,3 +698,16 @@ def test_delete_spares_what_another_run_of_the_folder_wrote_since_it_began(url, 
         assert report.written == ["b.txt"] and report.deleted == ["old.txt"]  # still deletes what is gone
         assert client.get("new.txt") is not None
         assert sorted(d["id"] for d in client.documents({SOURCE_KEY: "docs"})) == ["a.txt", "b.txt", "new.txt"]
+
+
+def test_a_dry_run_refuses_a_file_whose_path_is_over_the_id_limit_as_the_write_does(url, tmp_path):
+    """A file's path is its id, and a write takes one of at most 1,024 characters: the write refused a longer one,
+    while a dry run said it would write it."""
+    deep = "/".join(["d" * 200] * 6) + "/a.txt"  # 1,211 characters
+    docs = folder(tmp_path / "docs", {"small.txt": "In 1460 Hugo built the church.", deep: "In 1470 Ida built the mill."})
+    with Client(url, api_key="key") as client:
+        dry = sync(client, [docs], "docs", dry_run=True)
+        real = sync(client, [docs], "docs")
+    assert dry.written == real.written == ["small.txt"]
+    assert [rel for rel, _ in dry.refused] == [rel for rel, _ in real.refused] == [deep]
+    assert "'id' has 1,211 characters; an id has at most 1,024" in dry.refused[0][1], dry.refused
