@@ -259,14 +259,19 @@ def quoted(text: str) -> str:
     return repr(shortened(text))
 
 
+def naming(text: str, given: str) -> str:
+    """``text``, a message that quotes the client's ``given`` (an id, a file's name) in full, as Python shows it or
+    as written, quoting it ``shortened``."""
+    return text.replace(repr(given), quoted(given)).replace(given, shortened(given))
+
+
 def _short_error(error: Mapping[str, Any]) -> dict[str, Any]:
     """A validation error whose echoes of the request are cut (``shortened``): each part of its ``loc`` (a key of the
     body's), the long strings of its ``input`` wherever its message quotes them (as written or as Python shows
     them), and the message itself past ``MAX_DETAIL_MSG_CHARS``. Its ``input`` is dropped."""
     msg = str(error.get("msg", ""))
     for text in _long_strings(error.get("input")):
-        msg = msg.replace(repr(text), quoted(text))
-        msg = msg.replace(text, shortened(text))
+        msg = naming(msg, text)
     short = {k: v for k, v in error.items() if k != "input"}
     short["loc"] = [shortened(str(p)) for p in error.get("loc", ())]
     short["msg"] = shortened(msg, MAX_DETAIL_MSG_CHARS)

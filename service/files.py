@@ -43,6 +43,7 @@ from spanseek.service.errors import (
     ReaderUnavailable,
     UnreadableFile,
     UnsupportedMediaType,
+    naming,
     quoted,
     request_id_of,
     shortened,
@@ -160,11 +161,6 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, o
         raise held_already(e, "PUT /files/{name}") from None
     return FileWriteResponse(**written, id=doc.id, title=doc.title, warnings=[naming(w, name) for w in read.warnings],
                              request_id=request_id_of(request))
-
-
-def naming(text: str, name: str) -> str:
-    """A reader's message, reason or warning, which names the file ``name`` in full, naming it ``shortened``."""
-    return text.replace(name, shortened(name))
 
 
 IdParam = Annotated[str | None, Query(description="the document's id (default: the name)")]

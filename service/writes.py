@@ -39,6 +39,7 @@ from spanseek.service.errors import (
     NotFound,
     NotReady,
     Unauthorized,
+    naming,
     quoted,
     request_id_of,
 )
@@ -211,7 +212,10 @@ def written_document(obj: dict[str, Any], where: str, max_title_chars: int) -> D
     title = obj.get("title", "")
     if isinstance(title, str) and (problem := title_problem(title, max_title_chars)) is not None:
         raise CorpusError(problem, "title")
-    doc = document_from_json(obj, where)
+    try:
+        doc = document_from_json(obj, where)
+    except CorpusError as e:  # (its message may quote the id, as a 404 does: shortened)
+        raise CorpusError(naming(str(e), obj["id"]) if isinstance(obj.get("id"), str) else str(e), e.field) from None
     if doc is None:
         raise CorpusError(f"{where} ({quoted(str(obj.get('id')))}) has no non-blank paragraph", "paragraphs")
     if (problem := id_problem(doc.id)) is not None:

@@ -7,6 +7,7 @@ under the NFD spelling stays reachable and replaceable.
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
 import pytest
@@ -318,3 +319,18 @@ def test_a_message_quotes_a_long_id_or_file_name_shortened(write_settings):
             r = client.put("/files/" + name, headers=KEY, content=body)
             assert r.status_code == 422 and r.json()["error"] == "unreadable_file", r.text
             assert r.json()["message"].startswith(f"{'n' * 100}… (1,000 characters): {says}"), r.text
+
+
+def test_a_documents_refusal_quotes_its_long_id_shortened(write_settings):
+    """A document's metadata the corpus reader refuses (not finite, over 16 KiB) was a 422 quoting the document's
+    whole id, in its message and again in its details: over 2 KB for an id of 1,000 characters, within the limit."""
+    long_id, name = "k" * 1000, "n" * 996 + ".txt"
+    with serving(create_app(write_settings())) as client:
+        r = client.put("/documents", headers={**KEY, "content-type": "application/json"},
+                       content=json.dumps({**doc(long_id), "meta": {"a": float("nan")}}).encode())
+        cases = [(r, f"document '{'k' * 100}… (1,000 characters)': its 'meta' holds a number that is not finite")]
+        r = client.put("/files/" + name, headers=KEY, params={"meta": "a=" + "v" * 17000}, content=TEXT.encode())
+        cases.append((r, f"document '{'n' * 100}… (1,000 characters)': its 'meta' is"))
+        for r, says in cases:
+            assert r.status_code == 422 and r.json()["error"] == "validation_error", r.text
+            assert says in r.json()["message"] and len(r.content) < 1500, r.text
