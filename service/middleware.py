@@ -157,7 +157,7 @@ def encoded_body(headers: Headers, declared: int) -> UnsupportedMediaType | None
     """The 415 of a body sent with a ``Content-Encoding`` (gzip, br): read as it came, a compressed search was "not
     UTF-8 text" and a compressed file "binary" or damaged, the cause unsaid. None for a request without a body, or
     one sent as it is (``identity``)."""
-    coding = headers.get("content-encoding", "").strip().lower()
+    coding = ", ".join(headers.getlist("content-encoding")).strip().lower()  # (two headers: one list of codings)
     if coding in ("", "identity") or not (declared or "transfer-encoding" in headers):
         return None
     return UnsupportedMediaType(f"the body is sent with Content-Encoding: {shortened(coding)}, which this server does "

@@ -410,6 +410,17 @@ def test_a_compressed_body_is_a_415_naming_its_content_encoding(client, coding):
     assert client.get("/health", headers={"content-encoding": "gzip"}).status_code == 200  # no body: nothing to read
 
 
+def test_a_content_encoding_in_a_second_header_is_read_with_the_first(client):
+    """Two Content-Encoding headers are one list of codings: the check read the first alone, and a body gzipped after
+    ``identity`` was read compressed (a 422 "not UTF-8 text")."""
+    import gzip
+
+    r = client.post("/search", content=gzip.compress(b'{"query": "a"}'), headers=[
+        ("content-type", "application/json"), ("content-encoding", "identity"), ("content-encoding", "gzip")])
+    body = assert_error(r, 415, "unsupported_media_type")
+    assert "Content-Encoding: identity, gzip, which this server does not decode" in body["message"], body
+
+
 def test_an_empty_json_body_is_a_422_saying_there_is_none(client):
     """It was "body: Field required", which names no field a client could add."""
     r = client.post("/search", content=b"", headers={"content-type": "application/json"})
