@@ -314,7 +314,7 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
     whichever sorts first. An id is in Unicode's composed form (NFC), as PUT /files/{name} makes a name: file
     systems spell "café" with one character or with a combining accent (macOS's HFS+), and a file is one id
     whichever."""
-    seen: dict[tuple[int, int] | str, Path] = {}  # a file (``_identity``): the path it was read by
+    seen: dict[tuple[int, int] | str, list[Path]] = {}  # a file (``_identity``): the paths it was read by
     problems = problems if problems is not None else []
     for arg in paths:
         root = Path(arg)
@@ -334,14 +334,22 @@ def _files(paths: Sequence[str | Path], problems: list[tuple[Path, str]] | None 
         kept = set()
         for p, _ in sorted(pairs, key=lambda pair: pair[0].is_symlink()):  # the file itself before links to it
             real = _identity(p)
-            if real in seen:
-                problems.append((p, f"the same file as {seen[real]}, which is read; not read twice"))
+            if (first := _read_already(p, seen.get(real, []))) is not None:
+                problems.append((p, f"the same file as {first}, which is read; not read twice"))
                 continue
-            seen[real] = p
+            seen.setdefault(real, []).append(p)
             kept.add(p)
         for p, rel in pairs:
             if p in kept:
                 yield p, new_id(rel)
+
+
+def _read_already(path: Path, read: list[Path]) -> Path | None:
+    """Which of ``read``, the paths a file (``_identity``) was read by, ``path`` leads to as well (a link to it, or it
+    given twice); None for a hard link to it, a file of its own under its own name (as every other program takes it:
+    a folder copied with ``cp -al``). Asked only of a file met again: its real path costs a system call per folder."""
+    real = os.path.realpath(path) if read else None
+    return next((p for p in read if os.path.realpath(p) == real), None)
 
 
 def _identity(path: Path) -> tuple[int, int] | str:

@@ -831,6 +831,21 @@ def test_a_loop_of_links_is_named_as_a_loop_and_a_tree_of_any_depth_is_walked(tm
         "l2.txt": "a link in a loop of links (l2.txt -> l1.txt -> l2.txt), which leads to no file; not read"}
 
 
+def test_a_hard_link_is_read_as_a_file_of_its_own_and_a_link_to_a_file_read_is_not(tmp_path):
+    """Files were told apart by device and inode, so of a file and a hard link to it (a folder copied with ``cp -al``)
+    only the first was read, the other skipped as "the same file"; a hard link is a file under its own name, as it
+    was before, while a symbolic link to a file read is still skipped."""
+    root = tmp_path / "docs"
+    (root / "copy").mkdir(parents=True)
+    (root / "a.txt").write_text("The mill was built in 1650.")
+    os.link(root / "a.txt", root / "copy" / "a.txt")
+    (root / "link.txt").symlink_to("copy/a.txt")
+    report = from_files([root], tmp_path / "c.jsonl")
+    assert [d.id for d in read_corpus(tmp_path / "c.jsonl")] == ["a.txt", "copy/a.txt"]
+    assert report.skipped == [(str(root / "link.txt"), f"the same file as {root / 'copy' / 'a.txt'}, which is read; "
+                                                       "not read twice")]
+
+
 def test_an_out_that_is_a_directory_is_refused_before_any_file_is_read(tmp_path, monkeypatch):
     """``corpus from-files DOCS --out DIR`` read every file, then ended with "DIR: Is a directory"."""
     import spanseek.indexer.ingest as ingest
