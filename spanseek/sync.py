@@ -41,9 +41,10 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,12 +284,13 @@ class _Writes:
     order the files were sent: the report and the lines printed are in the files' order, and a run that stops keeps
     no later file's answer. A refusal (``REFUSED_STATUSES``) is reported and the others go on (``strict``: raised);
     any other APIError, or no answer within the client's timeout, stops the run: the writes not yet sent are not
-    sent, and the writes in flight end with the client's connections."""
+    sent, and the writes in flight end with the client's connections. Each write waits in a thread of its own that
+    does not hold the process at its exit: a run stopped (Ctrl-C, SIGTERM) ends at once, not when the server answers
+    the writes it is still encoding."""
 
     def __init__(self, client: Any, jobs: int, strict: bool, report: SyncReport, say: Callable[[str], None]):
         self.client, self.strict, self.report, self.say = client, strict, report, say
         self.jobs = max(1, jobs)
-        self.pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="sync-write")
         self.waiting: deque[tuple[str, int, Future[dict[str, Any]]]] = deque()
 
     def __enter__(self) -> _Writes:
@@ -297,14 +299,13 @@ class _Writes:
     def __exit__(self, *exc: object) -> None:
         for _, _, future in self.waiting:
             future.cancel()
-        self.pool.shutdown(wait=False, cancel_futures=True)
 
     def send(self, rel: str, data: bytes, doc_id: str | None, meta: dict[str, Any]) -> None:
         """Send one file's write, once fewer than ``jobs`` are waiting (taking the oldest answer first)."""
         while len(self.waiting) >= self.jobs:
             self._answer()
-        self.waiting.append((rel, len(data), self.pool.submit(self.client.upsert_file, data, rel, doc_id=doc_id,
-                                                              meta=meta)))
+        self.waiting.append((rel, len(data), _in_thread(self.client.upsert_file, data, rel, doc_id=doc_id,
+                                                        meta=meta)))
 
     def finish(self) -> None:
         """Take every answer still awaited."""
@@ -334,6 +335,23 @@ class _Writes:
         self.say(f"wrote {rel}")
         for warning in warnings:  # what the server could not read of it (a PDF's scanned pages)
             self.say(f"  {warning}")
+
+
+def _in_thread(call: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> Future[dict[str, Any]]:
+    """``call(*args, **kwargs)`` started in a daemon thread, its answer or error the Future's. (A
+    ThreadPoolExecutor's threads are waited for as Python exits: a sync stopped with writes in flight lingered until
+    the server answered them, for as long as ``--timeout``.)"""
+    future: Future[dict[str, Any]] = Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(call(*args, **kwargs))
+            except BaseException as e:  # (the Future holds it: the waiting thread raises it)
+                future.set_exception(e)
+
+    threading.Thread(target=run, name="sync-write", daemon=True).start()
+    return future
 
 
 def _listed_all(client: Any, most: int) -> dict[str, dict[str, Any]] | None:
