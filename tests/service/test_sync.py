@@ -229,6 +229,15 @@ def test_the_hash_recorded_is_that_of_the_text_written_when_a_file_is_saved_duri
         assert sync(client, [docs], "docs").written == ["a.txt"] and client.get("a.txt")["paragraphs"] == [second]
 
 
+class ListingEditingClient(EditingClient):
+    """An ``EditingClient`` that edits when the sync lists what the service holds, after the walk and before it reads
+    any file (a file's write may still be in flight when the next file is read)."""
+
+    def documents(self, *args, **kwargs):
+        self._edit_once()
+        return super().documents(*args, **kwargs)
+
+
 def test_a_file_gone_or_unreadable_is_refused_and_the_others_are_written(url, tmp_path):
     docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the bridge.", "b.txt": "In 1460 Hugo built the church.",
                                       "c.txt": "In 1470 Ida built the mill."})
@@ -236,7 +245,7 @@ def test_a_file_gone_or_unreadable_is_refused_and_the_others_are_written(url, tm
         assert sorted(sync(client, [docs], "docs").written) == ["a.txt", "b.txt", "c.txt"]
     (docs / "a.txt").write_text("In 1451 Gala built the bridge.")
     (docs / "c.txt").write_text("In 1471 Ida built the mill.")
-    with EditingClient(url, api_key="key", edit=(docs / "b.txt").unlink) as client:  # removed after the walk
+    with ListingEditingClient(url, api_key="key", edit=(docs / "b.txt").unlink) as client:  # removed after the walk
         report = sync(client, [docs], "docs", delete=True)
         assert sorted(report.written) == ["a.txt", "c.txt"] and report.deleted == []
         assert [(i, "No such file" in why) for i, why in report.refused] == [("b.txt", True)]
