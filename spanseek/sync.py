@@ -36,6 +36,7 @@ The server needs writes on (``spanseek serve --writes``) and the write key: ``--
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import logging
@@ -44,7 +45,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,21 +292,23 @@ class _Writes:
     def __init__(self, client: Any, jobs: int, strict: bool, report: SyncReport, say: Callable[[str], None]):
         self.client, self.strict, self.report, self.say = client, strict, report, say
         self.jobs = max(1, jobs)
-        self.waiting: deque[tuple[str, int, Future[dict[str, Any]]]] = deque()
+        self.waiting: deque[_Write] = deque()
 
     def __enter__(self) -> _Writes:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for _, _, future in self.waiting:
-            future.cancel()
+        for write in self.waiting:
+            write.future.cancel()
 
     def send(self, rel: str, data: bytes, doc_id: str | None, meta: dict[str, Any]) -> None:
         """Send one file's write, once fewer than ``jobs`` are waiting (taking the oldest answer first)."""
         while len(self.waiting) >= self.jobs:
             self._answer()
-        self.waiting.append((rel, len(data), _in_thread(self.client.upsert_file, data, rel, doc_id=doc_id,
-                                                        meta=meta)))
+        write = _Write(rel, len(data), functools.partial(_in_thread, self.client.upsert_file, data, rel,
+                                                         doc_id=doc_id, meta=meta))
+        self._start(write)
+        self.waiting.append(write)
 
     def finish(self) -> None:
         """Take every answer still awaited."""
@@ -317,9 +320,10 @@ class _Writes:
 
         from spanseek.client import APIError
 
-        rel, size, future = self.waiting.popleft()
+        write = self.waiting.popleft()
+        rel, size = write.rel, write.size
         try:
-            warnings = future.result().get("warnings", [])
+            warnings = self._result(write).get("warnings", [])
         except httpx.TimeoutException:
             raise RuntimeError(f"{rel}: no answer to its write in time (the server may still be reading and "
                                f"encoding it: the next run finds it written if so); --timeout waits longer") from None
@@ -335,6 +339,46 @@ class _Writes:
         self.say(f"wrote {rel}")
         for warning in warnings:  # what the server could not read of it (a PDF's scanned pages)
             self.say(f"  {warning}")
+
+    def _start(self, write: _Write) -> None:
+        write.alone = not self._running()
+        write.future = write.start()
+
+    def _running(self) -> list[Future[dict[str, Any]]]:
+        """The writes of this run in progress: sent, not yet answered."""
+        return [write.future for write in self.waiting if not write.future.done()]
+
+    def _result(self, write: _Write) -> dict[str, Any]:
+        """A write's answer. A 429 (the server's uploads all taken, through the client's retries) to a write sent
+        while others of this run were in progress means the server takes fewer at once than ``jobs`` (its
+        ``--max-file-uploads`` is lower, or another client holds some): from then on only as many as are still in
+        progress are sent, and this write is sent again once one of them is answered. A 429 to a write sent alone is
+        raised, as one file at a time met it."""
+        from spanseek.client import APIError
+
+        while True:
+            try:
+                return write.future.result()
+            except APIError as e:
+                if e.status != 429 or write.alone:
+                    raise
+                running = self._running()
+                self.jobs = max(1, len(running))
+                if running:
+                    wait(running, return_when=FIRST_COMPLETED)
+                self._start(write)
+
+
+@dataclass
+class _Write:
+    """One file's write: ``start`` sends it (again), ``future`` is its answer, ``alone`` whether it was sent while no
+    other write of the run was in progress."""
+
+    rel: str
+    size: int
+    start: Callable[[], Future[dict[str, Any]]]
+    future: Future[dict[str, Any]] = field(init=False)
+    alone: bool = field(init=False)
 
 
 def _in_thread(call: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> Future[dict[str, Any]]:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from spanseek.cli import build_parser, main
-from spanseek.client import Client
+from spanseek.client import APIError, Client
 from spanseek.service.app import create_app
 from spanseek.sync import (
     DEFAULT_JOBS,
@@ -456,6 +456,46 @@ def test_files_are_sent_jobs_at_a_time_and_reported_in_their_order(url, tmp_path
         build_parser().parse_args(["sync", str(docs), "--url", url, "--jobs", "many"])
     assert main(["sync", str(docs), "--url", url, "--jobs", "0"]) == 2
     assert "--jobs takes a number of files >= 1, got 0" in capsys.readouterr().err
+
+
+class OneUpload(httpx.HTTPTransport):
+    """A server that takes one file upload at a time (``--max-file-uploads 1``): a write while another is in
+    progress is answered 429, as the service answers one past its uploads."""
+
+    def __init__(self):
+        super().__init__()
+        self.slot, self.refused = threading.Lock(), 0
+
+    def handle_request(self, request):
+        if request.method != "PUT":
+            return super().handle_request(request)
+        if not self.slot.acquire(blocking=False):
+            self.refused += 1
+            return httpx.Response(429, headers={"Retry-After": "0"}, json={
+                "type": "overloaded", "message": "1 file uploads are in progress, the most this server takes at once"})
+        try:
+            time.sleep(0.05)
+            return super().handle_request(request)
+        finally:
+            self.slot.release()
+
+
+def test_a_server_taking_fewer_uploads_than_jobs_gets_each_file_in_turn(url, tmp_path):
+    """Against a server taking fewer uploads at once than ``--jobs`` (its ``--max-file-uploads`` lower, or another
+    client's uploads), the writes past them were answered 429 and the run stopped ("HTTP 429 ...; stopped after
+    writing 1 of 6 files"), where sending one file at a time wrote them all. Such writes are now sent again as the
+    run's own are answered, fewer at once from then on; a 429 to a write sent alone still stops the run."""
+    names = [f"n{i}.txt" for i in range(6)]
+    docs = folder(tmp_path / "docs", {n: f"In 14{i}0 Ida built mill {i}." for i, n in enumerate(names)})
+    transport = OneUpload()
+    with Client(url, api_key="key", transport=transport, max_retries=0) as client:  # (a 429 is final at once)
+        assert sync(client, [docs], "docs").written == names
+        assert transport.refused > 0
+        (docs / "n0.txt").write_text("In 1500 Ida rebuilt mill 0.")
+        with transport.slot:  # another client's upload holds the server's one
+            with pytest.raises(APIError) as refused:
+                sync(client, [docs], "docs")
+    assert refused.value.status == 429
 
 
 class OlderServer(httpx.HTTPTransport):
