@@ -266,15 +266,18 @@ def _too_long(doc_id: str) -> str | None:
 
 def _unreadable(path: Path, rel: str) -> str | None:
     """Why the server would refuse the file at ``path`` as unreadable (no text, binary, not UTF-8, damaged, front
-    matter it cannot read), read here as it reads it (``indexer.ingest.read_document``); None when it would read it.
-    Its limits (``max_file_bytes``, ``max_file_tokens``) are the server's own: only a write meets them."""
+    matter it cannot read), read here as it reads it (``indexer.ingest.read_document``); None when it would read it,
+    or when this host lacks the library that reads its format (the ``index`` extra: a client's install), which the
+    server has. Its limits (``max_file_bytes``, ``max_file_tokens``) are the server's own: only a write meets them."""
     from spanseek.indexer.chunking import word_token_counter
     from spanseek.indexer.ingest import IngestError, IngestOptions, read_document
 
     try:
         doc = read_document(path, rel, word_token_counter, IngestOptions())
-    except IngestError as e:
-        return str(e)
+    except ImportError:  # (a reader's library imported as it reads: pdfminer, PyYAML)
+        return None
+    except IngestError as e:  # ("reading Markdown needs markdown-it-py", raised from the ImportError)
+        return None if isinstance(e.__context__, ImportError) else str(e)
     return doc if isinstance(doc, str) else None
 
 

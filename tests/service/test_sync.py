@@ -129,6 +129,19 @@ def test_a_dry_run_says_which_files_the_server_would_refuse_and_why(url, tmp_pat
         "latin.txt": "the server would refuse it: not UTF-8 (byte 0xe9 at offset 3); convert it to UTF-8 first"}
 
 
+def test_a_dry_run_on_a_host_without_the_readers_counts_their_files_as_written(url, tmp_path, monkeypatch):
+    """On a client's install (no ``index`` extra) a dry run refused each Markdown and HTML file, "the server would
+    refuse it: ... reading Markdown needs markdown-it-py", exit status 1: the server, which has its readers, writes
+    them. A file this host cannot read for want of a library is now counted as one the server would write."""
+    docs = folder(tmp_path / "docs", {"a.md": "# Bridge\n\nIn 1450 Gala built the harbour bridge.\n",
+                                      "b.html": "<html><body><p>In 1460 Hugo built the church.</p></body></html>"})
+    for module in ("markdown_it", "markdown_it.rules_block", "trafilatura", "yaml"):
+        monkeypatch.setitem(sys.modules, module, None)  # (importing it raises ModuleNotFoundError)
+    with Client(url, api_key="key") as client:
+        planned = sync(client, [docs], "docs", dry_run=True)
+    assert (planned.written, planned.refused) == (["a.md", "b.html"], [])
+
+
 def test_the_command_reports_and_its_status_says_whether_a_file_was_refused(url, tmp_path, capsys):
     docs = folder(tmp_path / "docs", {"a.txt": "In 1450 Gala built the harbour bridge."})
     assert main(["sync", str(docs), "--url", url, "--api-key", "key", "--meta", "team=ops"]) == 0
