@@ -191,7 +191,7 @@ def test_a_run_resumed_on_other_questions_is_refused_and_on_the_same_ones_goes_o
 
 def test_the_record_counts_every_question_trained_on_as_the_summary_does(tmp_path):
     """A run's summary said 138 training questions and its model's record 137: SQuAD's training file asks 259 of its
-    questions twice in the same words (87,599 questions, 87,311 texts), and the record counted distinct texts. It now
+    texts more than once in the same words (87,599 questions, 87,311 texts), and the record counted distinct texts. It now
     counts the questions trained on, as the summary does, and says how many distinct texts its keys hold."""
     from spanseek.core.evaluate import write_trained_questions
 
