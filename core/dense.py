@@ -323,11 +323,10 @@ class DenseLeg:
                             products_of=products_of if isinstance(products_of, FlatScan) else None)
             return (lambda rows, k: scan.top(np.concatenate([rows, n + rows]), k)), scan
         parts = getattr(self.index.faiss, "flat_parts", None)  # a base and a segment of live writes, both flat
-        flat = parts() if parts is not None and self.on_device is None else None
-        if flat is not None:
+        base = parts() if parts is not None and self.on_device is None else None
+        if base is not None:
             allowed = None if plan.selection.passages is None else plan.selection.passages[self.index.token_passage]
-            base, segment = flat
-            segmented = SegmentedScan(self.index, queries, allowed, base, segment,
+            segmented = SegmentedScan(self.index, queries, allowed, base,
                                       products_of=products_of if isinstance(products_of, SegmentedScan) else None)
             return (lambda rows, k: segmented.top(np.concatenate([rows, n + rows]), k)), segmented
         device = self.on_device.index if self.on_device is not None else None
@@ -674,9 +673,9 @@ class SegmentedScan:
     half = None  # never ranked from fp16 products
 
     def __init__(self, index: Any, queries: np.ndarray, allowed: np.ndarray | None, base: Any,
-                 segment: np.ndarray, products_of: SegmentedScan | None = None):
+                 products_of: SegmentedScan | None = None):
         self.queries, self.nb = queries, base.ntotal
-        self.seg_ids = index.faiss.segment_ids  # the indexed segment tokens' ids (their vectors: ``segment``)
+        self.seg_ids = index.faiss.segment_ids  # the indexed (kept) segment tokens' ids
         self.scan: FlatScan = FlatScan(base, queries, None if allowed is None else allowed[: self.nb],
                                        products_of=None if products_of is None else products_of.scan)
         self.seg_all: np.ndarray
@@ -688,7 +687,6 @@ class SegmentedScan:
             with numpy_blas().limit(limits=1):  # OpenBLAS's spinning workers would slow the base's product (2-core
                 self.seg_all = queries @ as_float32(index.seg_vectors).T  # Xeon: 93 against 56 ms); (2B, S) is small
         self.seg_scores = self.seg_all[:, self.seg_ids - self.nb]
-        assert self.seg_scores.shape[1] == len(segment)
         if allowed is not None:
             self.seg_scores[:, ~allowed[self.seg_ids]] = -np.inf
         self.holds_fine = flat_holds_fine(index.base) and len(index.base.token_passage) == self.nb

@@ -17,6 +17,11 @@ the wide gaps where a paragraph break can be) is the base's, made once a base, j
   both parts, so it is what one IVF index over both would return. Where both are flat (``flat_parts``), the dense
   leg scans the base once a batch and the segment in full, merging each round's lists as ``search`` does
   (``core.dense.SegmentedScan``), instead of asking faiss again for each deeper round.
+- **What a write makes.** A written document's float32 vectors and faiss codes (``WrittenParts``) are made once, at
+  the first snapshot that holds it, and kept on it for the later snapshots of the same base. The segment's faiss
+  index is made at a snapshot's first search that asks faiss (never over a flat base, whose segment the dense leg
+  scans itself) and is filled from those parts (an IVF index takes the codes as they are: no quantiser search, no
+  encoding again), then only read: a search in flight keeps the snapshot it started on.
 - **Tombstones** are the base's document numbers deleted or replaced by a write: they join the deletion mask
   (``deleted_docs``) that ``core.selection`` applies inside both legs. A document of the segment that is replaced
   or deleted simply leaves the segment (a replacement is appended at its end).
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections import ChainMap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -222,33 +228,49 @@ class SegmentParams:
 class SegmentedFaiss:
     """The base's faiss index and the segment's, searched as one (module docstring): ``search`` merges the two
     top-k lists by score. Ids are token ids of the live index: the segment's index numbers its rows itself, and
-    ``segment_ids`` maps them (a faiss id map would hand a selector its own row numbers, not the token ids)."""
+    ``segment_ids`` maps them (a faiss id map would hand a selector its own row numbers, not the token ids).
 
-    def __init__(self, base: Any, segment: Any, segment_ids: np.ndarray):
+    The segment's index (``segment``: ``template`` filled with its documents' ``WrittenParts``, ``segment_index``)
+    is made at its first search and kept, never added to again: a search in flight on this snapshot reads it while a write makes the next
+    snapshot's. The dense leg over a flat base scans the segment's vectors itself (``flat_parts``), so a write over
+    a flat base copies no vector into a faiss index.
+    """
+
+    def __init__(self, base: Any, template: Any, documents: Sequence[EncodedDocument], keep_codes: bool,
+                 segment_ids: np.ndarray):
         self.base = base
-        self.segment = segment
         self.segment_ids = segment_ids
         self.d = base.d
-        self.ntotal = int(base.ntotal + segment.ntotal)
+        self.ntotal = int(base.ntotal + len(segment_ids))
         self.ivf_index = base  # core.faiss_spec.ivf_of looks through to the base's lists
+        self._template, self._documents, self._keep_codes = template, documents, keep_codes
+        self._segment: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def segment(self) -> Any:
+        """The segment's faiss index (its rows: ``segment_ids``), made at the first call."""
+        with self._lock:
+            if self._segment is None:
+                parts = [written_parts(doc, self.base, self._keep_codes) for doc in self._documents]
+                self._segment = segment_index(self._template, parts)
+            return self._segment
 
     def search(self, x: np.ndarray, k: int, params: SegmentParams | None = None) -> tuple[np.ndarray, np.ndarray]:
         dist, ids = self.base.search(x, k, params=params.base if params is not None else None)
-        if self.segment.ntotal == 0:
+        if not len(self.segment_ids):
             return dist, ids
         d2, i2 = self.segment.search(x, k, params=params.segment if params is not None else None)
         return merge_top(dist, ids, d2, np.where(i2 >= 0, self.segment_ids[np.maximum(i2, 0)], -1), k)
 
-    def flat_parts(self) -> tuple[Any, np.ndarray] | None:
-        """(base, segment vectors (S, d) float32 with their token ids) where both parts are flat inner-product
-        indexes: the dense leg then scans the base once a batch (``core.flat_search``) instead of searching it again
-        each round; None otherwise (IVF, PQ), which ``search`` serves."""
+    def flat_parts(self) -> Any | None:
+        """The base, where it and the segment are flat inner-product indexes: the dense leg then scans the base
+        once a batch (``core.flat_search``) and the segment's vectors in full (``core.dense.SegmentedScan``) instead
+        of searching them again each round; None otherwise (IVF, PQ), which ``search`` serves."""
         import faiss
 
-        if flat_vectors(self.base) is None or type(self.segment) not in (faiss.IndexFlat, faiss.IndexFlatIP):
-            return None
-        seg = flat_vectors(self.segment)
-        return self.base, (np.zeros((0, self.d), np.float32) if seg is None else seg)
+        flat = type(self._template) in (faiss.IndexFlat, faiss.IndexFlatIP)
+        return self.base if flat and flat_vectors(self.base) is not None else None
 
 
 def empty_like(index: Any) -> Any:
@@ -263,6 +285,68 @@ def empty_like(index: Any) -> Any:
         empty = faiss.clone_index(index)  # once per base: the copy of its lists is dropped at once
         empty.reset()
     return empty
+
+
+@dataclass(frozen=True)
+class WrittenParts:
+    """What one written document adds to each snapshot's segment, made once a document and base (``written_parts``).
+
+    rows: what its kept tokens fill the segment's faiss index with: (k, code_size) uint8 codes of an IVF index's
+    list and code (``_filled_by_codes``), else (k, d) float32 vectors; codes: (n, code_size) uint8, every token's
+    ``sa_encode`` by the base's index, where the base's fine store reads codes (``PhraseIndex.code_vectors``).
+    """
+
+    rows: np.ndarray
+    codes: np.ndarray | None
+
+
+def _filled_by_codes(index: Any) -> Any | None:
+    """The IVF index through which an index like ``index`` is filled with codes (``add_sa_codes``: each token's list
+    and code, as ``sa_encode`` makes them, the same lists and codes as ``add``) when it is an IVF index or a
+    pre-transform (OPQ) over one that stores codes one by one; None otherwise (flat; fast-scan lists, packed in
+    blocks): filled with float32 vectors by ``add``."""
+    import faiss
+
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexPreTransform):
+        inner = faiss.downcast_index(inner.index)
+    return inner if isinstance(inner, faiss.IndexIVF) and not isinstance(inner, faiss.IndexIVFFastScan) else None
+
+
+def written_parts(doc: EncodedDocument, index: Any, keep_codes: bool) -> WrittenParts:
+    """``doc``'s ``WrittenParts`` over the base whose faiss index is ``index`` (``keep_codes``: the base's fine store
+    reads codes), made at the first snapshot that holds the document and kept on it: a write widens and encodes its
+    own document, not every document of the segment again. A document kept over a new base (written while a merge
+    built it) has them made again, for that base's index."""
+    made = doc.__dict__.get("_written_parts")
+    if made is not None and made[0] is index:
+        return made[1]
+    by_codes = _filled_by_codes(index) is not None
+    vectors = as_float32(doc.vectors).reshape(len(doc.vectors), index.d)
+    codes = index.sa_encode(vectors) if keep_codes or by_codes else None
+    rows = codes[doc.kept] if by_codes else vectors[doc.kept]  # type: ignore[index]
+    parts = WrittenParts(np.ascontiguousarray(rows), codes if keep_codes else None)
+    doc.__dict__["_written_parts"] = (index, parts)  # (kept on the frozen record, as functools.cached_property does)
+    return parts
+
+
+def segment_index(template: Any, parts: Sequence[WrittenParts]) -> Any:
+    """A faiss index of the segment's kept tokens, in order: ``template`` (the base's trained, empty index) filled
+    with its documents' ``WrittenParts.rows``: an IVF index takes their codes (no quantiser search or encoding again),
+    the others their float32 vectors (a flat index copies them in)."""
+    import faiss
+
+    out = faiss.clone_index(template)
+    rows = [p.rows for p in parts if len(p.rows)]
+    if not rows:
+        return out
+    ivf = _filled_by_codes(out)
+    if ivf is None:
+        out.add(np.concatenate(rows))
+    else:
+        ivf.add_sa_codes(np.concatenate(rows))
+        out.ntotal = ivf.ntotal  # (a pre-transform counts what its add adds; this one went to its IVF directly)
+    return out
 
 
 class LiveIndex(PhraseIndex):
@@ -303,17 +387,15 @@ class LiveIndex(PhraseIndex):
         self.passage_doc = np.concatenate([base.passage_doc, [q["doc"] for q in seg_passages]]).astype(np.int64)
         n_seg = len(self.seg_vectors)
         kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
-        seg_index = faiss.clone_index(template)
-        if len(kept):
-            seg_index.add(as_float32(self.seg_vectors[kept]))
-        self.faiss = SegmentedFaiss(base.faiss, seg_index, (kept + n).astype(np.int64))
+        keep_codes = base.codes is not None
+        self.faiss = SegmentedFaiss(base.faiss, template, self.segment, keep_codes, (kept + n).astype(np.int64))
         self._segment_map: Any = faiss.Int64Vector()  # segment row -> token id, for selectors
         faiss.copy_array_to_vector(self.faiss.segment_ids, self._segment_map)
         self.default_nprobe = base.default_nprobe
         self.vectors = base.vectors
         self.codes = base.codes
-        self.seg_codes = (base.faiss.sa_encode(as_float32(self.seg_vectors)) if base.codes is not None and n_seg
-                          else None)
+        self.seg_codes = (np.concatenate([written_parts(doc, base.faiss, True).codes for doc in segment])  # type: ignore[misc]
+                          if keep_codes and n_seg else None)
         self.vector_source = base.vector_source
         self.manifest = dataclasses.replace(
             base.manifest, documents=len(self.docs), passages=len(self.passages), tokens=n + n_seg,

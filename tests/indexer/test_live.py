@@ -12,6 +12,7 @@ import pytest
 
 from spanseek.core.io import Document, document_from_json, write_corpus
 from spanseek.core.params import MODES, UNITS, SearchFilter, SearchParams
+from spanseek.core.segment import EncodedDocument
 from tests.conftest import make_corpus
 
 QUESTIONS = ["When did Alba build the castle?", "Who built the river bridge?", "empire battle treaty",
@@ -787,3 +788,100 @@ def test_a_merge_points_followers_at_its_base_before_it_shows(tmp_path, tiny_ind
     assert result is not None
     store.close()
     assert seen and seen[-1] == (1, Path(result["base"]).resolve())
+
+
+@pytest.fixture(scope="module")
+def pq_searcher(tmp_path_factory, tiny_model_dir):
+    """A searcher over an IVF-PQ (OPQ) index of 24 documents that keeps its codes, built with the tiny model."""
+    from spanseek.core.loading import open_searcher
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    tmp = tmp_path_factory.mktemp("pq")
+    (tmp / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in make_corpus(seed=1, n_docs=24, n_paras=5)))
+    build_index(tmp / "corpus.jsonl", tiny_model_dir, tmp / "index",
+                BuildOptions(factory="OPQ16,IVF8,PQ16x4", shard_passages=40, progress=False, precision="fp32",
+                             gpu=False, keep_codes=True))
+    return open_searcher(tmp / "index", tiny_model_dir, device="cpu", precision="fp32")
+
+
+def snapshots(base, encoder):
+    """A snapshot after each of a series of writes over ``base``: adds, replacements of a base and of a segment
+    document, deletes of both; each document encoded once, as a server holds it."""
+    from spanseek.core.segment import BaseTerms, LiveIndex, empty_like
+    from spanseek.indexer.live import Segment
+
+    segment, template, terms = Segment.over(base), empty_like(base.faiss), BaseTerms.of(base)
+    new = [{**d, "id": f"n{i}", "title": f"New {i}"} for i, d in enumerate(make_corpus(seed=5, n_docs=4))]
+    ids = [d["id"] for d in base.docs]
+    steps = [("upsert", new[:2]), ("upsert", [{**new[2], "id": ids[1]}]), ("delete", [ids[3]]),
+             ("upsert", [{**new[3], "id": "n1"}]), ("delete", ["n0"]), ("upsert", [new[2]])]
+    for op, arg in steps:
+        if op == "upsert":
+            segment.upsert([encoder.encode(doc(d)) for d in arg])
+        else:
+            segment.delete(arg)
+        yield LiveIndex(base, list(segment.docs.values()), np.asarray(sorted(segment.tombstones), np.int64),
+                        template, terms)
+
+
+@pytest.mark.parametrize("which", ["flat", "ivf-pq"])
+def test_every_snapshot_searches_as_one_made_from_scratch(which, tiny_searcher, pq_searcher, encoder):
+    """Each write's snapshot (its documents' vectors, codes and faiss rows made once, when written) returns what a
+    snapshot made from scratch over the same documents returns, for every unit and mode; an IVF segment filled
+    with its documents' codes holds what adding their vectors gives."""
+    import dataclasses
+
+    import faiss
+
+    from spanseek.core.phrase_index import as_float32
+    from spanseek.core.segment import LiveIndex, empty_like, searcher_over
+
+    searcher = tiny_searcher if which == "flat" else pq_searcher
+    for snap in snapshots(searcher.index, encoder):
+        fresh = LiveIndex(snap.base, [dataclasses.replace(d) for d in snap.segment],
+                          np.setdiff1d(snap.deleted_docs, snap.base.deleted_docs), empty_like(snap.base.faiss),
+                          snap.lexical.base_terms if snap.lexical is not None else None)
+        for unit in UNITS:
+            for mode in MODES:
+                assert (hits_of(searcher_over(searcher, snap), unit, mode)
+                        == hits_of(searcher_over(searcher, fresh), unit, mode)), (which, unit, mode)
+        added = empty_like(snap.base.faiss)
+        kept = np.concatenate([d.kept for d in snap.segment])
+        added.add(as_float32(snap.seg_vectors[kept]))
+        for index in (added, snap.faiss.segment):
+            if (ivf := faiss.try_extract_index_ivf(index)) is not None:
+                ivf.nprobe = 4
+        x = as_float32(snap.seg_vectors[::7])
+        got, want = snap.faiss.segment.search(x, 5), added.search(x, 5)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+
+
+def test_a_write_widens_and_encodes_its_own_document_not_the_segment_again(pq_searcher, encoder, monkeypatch):
+    """A snapshot makes the float32 vectors and the codes of the documents written since the last one only: over a
+    series of writes, each token of each version written is widened once (it was every segment token each write)."""
+    import spanseek.core.segment as segment_module
+
+    widened: list[int] = []
+    as_float32 = segment_module.as_float32
+    monkeypatch.setattr(segment_module, "as_float32", lambda rows: widened.append(len(rows)) or as_float32(rows))
+    written: dict[int, EncodedDocument] = {}  # every version written (held: ids stay theirs)
+    for snap in snapshots(pq_searcher.index, encoder):
+        written.update({id(d): d for d in snap.segment})
+        assert snap.seg_codes is not None and len(snap.seg_codes) == len(snap.seg_vectors)
+    assert sum(widened) == sum(d.tokens for d in written.values())
+
+
+def test_writes_and_searches_over_a_flat_base_copy_no_vector_into_a_faiss_index(tiny_searcher, encoder, monkeypatch):
+    """Over a flat base the dense leg scans the segment's vectors itself: no write, nor the search after it, fills a
+    faiss index of the segment (each write copied all its vectors into one)."""
+    import faiss
+
+    from spanseek.core.segment import searcher_over
+
+    added: list[int] = []
+    add = faiss.IndexFlat.add
+    monkeypatch.setattr(faiss.IndexFlat, "add", lambda self, x: added.append(len(x)) or add(self, x))
+    for snap in snapshots(tiny_searcher.index, encoder):
+        assert hits_of(searcher_over(tiny_searcher, snap), "phrase", "dense")
+    assert added == []
