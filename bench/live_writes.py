@@ -25,6 +25,11 @@ closed-loop searching clients (phrase unit, top_k 10, honouring Retry-After) thr
    the server killed (SIGKILL) --kills times at random moments, some while a write is in flight, then restarted.
    After each restart every acknowledged document must be returned by `GET /documents/{id}` and found by a search,
    and a write that was not acknowledged must be all there (found, every passage) or not at all.
+5. write cost (--cost-at, e.g. 0,600,1200): what one write costs with that many documents already written (index
+   passages under new ids, one a document), median of --cost-writes: the store's upsert of a pre-encoded document
+   (``LiveStore.upsert``, its snapshot made; the vectors are the index's own rows for the passage, so no model runs)
+   over a copy of the index, and a `PUT /documents` of one document end to end (the model encodes it) on a server
+   without search load, its segment filled by batched writes between the sizes.
 
 Prints a table and writes JSON with the CPU's name (bench/machine.py).
 """
@@ -38,14 +43,17 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import aiohttp  # noqa: E402
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from document_formats import write_pdf  # noqa: E402
@@ -54,9 +62,10 @@ from service_load import free_port, make_questions, percentiles, wait_ready  # n
 from service_reliability import start, stop  # noqa: E402
 
 from spanseek.core.config import EncoderConfig  # noqa: E402
-from spanseek.core.io import document_json  # noqa: E402
+from spanseek.core.io import Document, document_json  # noqa: E402
 from spanseek.core.model import CONFIG_NAME, load_tokenizer, resolve_model  # noqa: E402
 from spanseek.core.phrase_index import DOCS, PASSAGES, read_jsonl  # noqa: E402
+from spanseek.core.segment import EncodedDocument  # noqa: E402
 from spanseek.indexer.chunking import model_token_counter  # noqa: E402
 from spanseek.indexer.ingest import IngestOptions, read_document  # noqa: E402
 
@@ -315,6 +324,96 @@ async def kill_phase(args: argparse.Namespace, index: Path) -> dict:
             "restart_seconds": percentiles(restarts) | {"max_s": max(restarts, default=0.0)}}
 
 
+
+def encoded_documents(index: Any, docs: list[dict]) -> list[tuple[Document, EncodedDocument]]:
+    """``docs`` (``documents``: one index passage each) with their ``EncodedDocument`` taken from the index's rows for
+    that passage (its fine vectors, offsets and flags; every token kept), as the server's encoder makes them but
+    without the model, so a write's own cost shows alone."""
+    from spanseek.core.io import document_from_json
+    from spanseek.core.segment import EncodedDocument, passage_terms
+
+    by_text = {p["text"]: i for i, p in enumerate(index.passages)}
+    out = []
+    for d in docs:
+        p = by_text[d["paragraphs"][0]]
+        a, b = int(index.passage_tokens[p]), int(index.passage_tokens[p + 1])
+        ids = np.arange(a, b)
+        record = {"id": d["id"], "title": d["title"], "meta": d["meta"]}
+        terms = passage_terms(d["title"], d["paragraphs"], index.lexical.analyzer) if index.lexical else []
+        enc = EncodedDocument(record, ({"para": 0, "text": d["paragraphs"][0]},),
+                              index.token_vectors(ids).astype(np.float16), np.asarray(index.token_offsets[a:b]),
+                              np.asarray(index.token_flags[a:b]), np.asarray([b - a]), np.ones(b - a, bool),
+                              tuple(terms))
+        parsed = document_from_json(d, "bench")
+        assert parsed is not None
+        out.append((parsed, enc))
+    return out
+
+
+def store_write_cost(index: Path, workdir: Path, sizes: list[int], writes: int) -> list[dict]:
+    """Median seconds of ``LiveStore.upsert`` of one pre-encoded document, and its snapshot, at each segment size."""
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.indexer.live import LiveStore
+
+    copy = workdir / "cost-index"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(index, copy)
+    live_dir = workdir / "cost-store.live"
+    shutil.rmtree(live_dir, ignore_errors=True)
+    base = PhraseIndex(copy)
+    pool = encoded_documents(base, documents(copy, max(sizes) + writes * len(sizes), "store"))
+    store = LiveStore(live_dir, copy, base, None, lambda snap: None)  # type: ignore[arg-type]  (no replay to encode)
+    out, held = [], 0
+    try:
+        for size in sizes:
+            while held < size:
+                batch = pool[held:min(size, held + 100)]
+                store.upsert([d for d, _ in batch], [e for _, e in batch])
+                held += len(batch)
+            times = []
+            for d, e in pool[held:held + writes]:
+                t0 = time.perf_counter()
+                store.upsert([d], [e])
+                times.append(time.perf_counter() - t0)
+            held += writes
+            out.append({"segment_documents": size, "median_s": round(statistics.median(times), 4),
+                        "seconds": [round(t, 4) for t in times]})
+    finally:
+        store.close()
+    return out
+
+
+async def server_write_cost(args: argparse.Namespace, index: Path, sizes: list[int]) -> list[dict]:
+    """Median seconds of a one-document `PUT /documents` end to end at each segment size (no search load)."""
+    live_dir = Path(args.workdir) / "cost-server.live"
+    shutil.rmtree(live_dir, ignore_errors=True)
+    port = free_port()
+    proc = serve(index, args.model, port, live_dir)
+    pool = documents(index, max(sizes) + args.cost_writes * len(sizes), "server", seed=1)
+    out, held = [], 0
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}",
+                                         timeout=aiohttp.ClientTimeout(total=3600)) as s:
+            await wait_ready(s, proc, timeout=900)
+            for size in sizes:
+                while held < size:
+                    batch = pool[held:min(size, held + 100)]
+                    async with s.put("/documents", json={"documents": batch}, headers=HEADERS) as r:
+                        assert r.status == 200, (r.status, await r.text())
+                    held += len(batch)
+                times = []
+                for d in pool[held:held + args.cost_writes]:
+                    t0 = time.perf_counter()
+                    assert await write(s, d) == 200
+                    times.append(time.perf_counter() - t0)
+                held += args.cost_writes
+                out.append({"segment_documents": size, "median_s": round(statistics.median(times), 4),
+                            "seconds": [round(t, 4) for t in times]})
+    finally:
+        stop(proc)
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict:
     index = Path(args.index).resolve()
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
@@ -332,6 +431,10 @@ async def run(args: argparse.Namespace) -> dict:
             stop(args.proc)
     if args.kills:
         result["kill9"] = await kill_phase(args, index)
+    if args.cost_at:
+        sizes = [int(n) for n in args.cost_at.split(",")]
+        result["write_cost"] = {"store": store_write_cost(index, Path(args.workdir), sizes, args.cost_writes),
+                                "put_documents": await server_write_cost(args, index, sizes)}
     return result
 
 
@@ -359,6 +462,9 @@ def table(r: dict) -> str:
     if "merge" in r:
         m = r["merge"]
         rows.append(f"merge under load            {m['seconds']} s, statuses {m['statuses']}")
+    for kind, rows_of in r.get("write_cost", {}).items():
+        rows += [f"write cost ({kind}) at {c['segment_documents']:5d} written  {c['median_s'] * 1000:8.1f} ms median"
+                 for c in rows_of]
     if "kill9" in r:
         k = r["kill9"]
         rows.append(f"kill -9                     {k['kills']} kills in {k['writes']} writes: lost acknowledged "
@@ -395,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kill-writes", type=int, default=200, help="writes of the kill phase")
     p.add_argument("--kill-window", type=float, default=0.3, help="a kill comes up to this many seconds after a "
                                                                   "write is sent")
+    p.add_argument("--cost-at", default="", help="segment sizes (documents written) at which one write's cost is "
+                   "measured, e.g. 0,600,1200 (empty: skip)")
+    p.add_argument("--cost-writes", type=int, default=5, help="writes measured at each size (their median)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)

@@ -716,6 +716,16 @@ def test_live_writes(tmp_path, tiny_index, tiny_model_dir):
     assert r["kill9"]["half_present_unacknowledged"] == 0 and set(r["merge"]["statuses"]) <= {"200"}
 
 
+@pytest.mark.slow
+def test_live_writes_cost(tmp_path, tiny_index, tiny_model_dir):
+    run_bench("bench/live_writes.py", "--index", tiny_index, "--model", tiny_model_dir, "--workdir", tmp_path / "w",
+              "--writes", 0, "--kills", 0, "--no-merge", "--cost-at", "0,3", "--cost-writes", 2,
+              "--out", tmp_path / "cost.json")
+    r = results(tmp_path / "cost.json", "cpu", "write_cost.store", "write_cost.put_documents")
+    for kind in ("store", "put_documents"):
+        assert [c["segment_documents"] for c in r["write_cost"][kind]] == [0, 3]
+        assert all(len(c["seconds"]) == 2 and c["median_s"] > 0 for c in r["write_cost"][kind])
+
 @smoke("bench/sync_under_search.py")
 @pytest.mark.slow
 def test_sync_under_search(tmp_path, tiny_index, tiny_model_dir):
