@@ -118,15 +118,19 @@ def derived(index: Any, key: Any, compute: Callable[[Any], Any], join: Literal["
     tokens computes its own). ``compute`` reads ``token_passage``, ``token_offsets``, ``token_flags`` and
     ``passage_tokens`` and must look at each passage alone (spans never cross passages). For a live snapshot
     (``index.token_parts``: its base and its segment's token map, numbered from 0) the base's part is the base's
-    ``derived`` (made once a base) and the segment's is computed alone, then joined: ``rows``: per-token arrays (or a
-    tuple of them) chained; ``ids``: sorted token ids, the segment's numbered after the base's."""
+    ``derived`` (made once a base) and the segment's is computed alone, then joined, once a snapshot: ``rows``:
+    per-token arrays (or a tuple of them) chained; ``ids``: sorted token ids, the segment's numbered after the base's.
+    """
+    held = index.__dict__.setdefault("_derived", {})
+    made = held.get(key)
     parts = getattr(index, "token_parts", None)
     if parts is not None:
-        base, segment = parts
-        return _joined(derived(base, key, compute, join), compute(segment), len(base.token_passage), join)
-    held = index.__dict__.setdefault("_derived", {})
+        if made is None or made[0] is not parts:
+            base, segment = parts
+            made = held[key] = (parts, _joined(derived(base, key, compute, join), compute(segment),
+                                               len(base.token_passage), join))
+        return made[1]
     arrays = (index.token_passage, index.token_offsets, index.token_flags, index.passage_tokens)
-    made = held.get(key)
     if made is None or any(a is not b for a, b in zip(made[0], arrays, strict=True)):
         made = held[key] = (arrays, compute(index))
     return made[1]

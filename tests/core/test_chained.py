@@ -175,3 +175,25 @@ def test_a_snapshot_s_layout_sorts_the_segment_s_passages_not_the_base_s(monkeyp
         layout = Layout(live, {u: f(live) for u, f in units_of.items()})
         assert len(layout.tokens_per_doc) == len(live.docs) == len(base.docs) + write
     assert sorted_sizes and max(sorted_sizes) <= sum(len(doc.passages) for doc in segment)
+
+
+def test_a_snapshot_computes_its_segment_s_part_once_however_many_rounds_read_it():
+    """What a search derives from a snapshot's token map (the spannable tokens each unit search's round reads) is
+    computed over its segment once a snapshot, not at every read (7.6 ms a read at 1,200 demo-sized documents)."""
+    from spanseek.core.chained import derived
+
+    rng = np.random.default_rng(0)
+    base = random_base(50, rng)
+    computed: list[int] = []
+
+    def count(index):
+        computed.append(len(index.token_passage))
+        return np.asarray(index.token_flags).copy()
+
+    first = LiveIndex(base, [written(k, rng) for k in range(3)], np.zeros(0, np.int64), empty_like(base.faiss), None)
+    second = LiveIndex(base, first.segment[:2], np.zeros(0, np.int64), empty_like(base.faiss), None)
+    for live in (first, first, first, second, second):
+        got = derived(live, "flags", count, "rows")
+        assert np.array_equal(np.asarray(got), np.asarray(live.token_flags))
+    seg_tokens = [len(live.token_passage) - len(base.token_passage) for live in (first, second)]
+    assert computed == [len(base.token_passage), seg_tokens[0], seg_tokens[1]]
