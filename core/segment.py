@@ -17,11 +17,12 @@ the wide gaps where a paragraph break can be) is the base's, made once a base, j
   both parts, so it is what one IVF index over both would return. Where both are flat (``flat_parts``), the dense
   leg scans the base once a batch and the segment in full, merging each round's lists as ``search`` does
   (``core.dense.SegmentedScan``), instead of asking faiss again for each deeper round.
-- **What a write makes.** A written document's float32 vectors and faiss codes (``WrittenParts``) are made once, at
-  the first snapshot that holds it, and kept on it for the later snapshots of the same base. The segment's faiss
+- **What a write makes.** A written document's float32 vectors and faiss codes (``WrittenParts``) are made once, by
+  the first snapshot that needs them, and kept on it for the later snapshots of the same base. The segment's faiss
   index is made at a snapshot's first search that asks faiss (never over a flat base, whose segment the dense leg
   scans itself) and is filled from those parts (an IVF index takes the codes as they are: no quantiser search, no
-  encoding again), then only read: a search in flight keeps the snapshot it started on.
+  encoding again), then only read: a search in flight keeps the snapshot it started on. The segment's float16
+  vectors are joined at a snapshot's first read of them (``seg_vectors``), not by the write.
 - **Tombstones** are the base's document numbers deleted or replaced by a write: they join the deletion mask
   (``deleted_docs``) that ``core.selection`` applies inside both legs. A document of the segment that is replaced
   or deleted simply leaves the segment (a replacement is appended at its end).
@@ -365,8 +366,8 @@ class LiveIndex(PhraseIndex):
         self.dir = base.dir
         n, p, d = len(base.token_passage), len(base.passages), len(base.docs)
         seg_ntokens = np.concatenate([doc.ntokens for doc in segment]) if segment else np.zeros(0, np.int64)
-        self.seg_vectors = (np.concatenate([doc.vectors for doc in segment]) if segment
-                            else np.zeros((0, base.faiss.d), np.float16))
+        self._seg_vectors: np.ndarray | None = None  # joined at the first read (``seg_vectors``)
+        self._seg_lock = threading.Lock()
         # the segment's token map, numbered from 0; the snapshot's is the base's followed by it, read where each lies
         seg = TokenMap(np.repeat(np.arange(len(seg_ntokens), dtype=np.int32), seg_ntokens),
                        np.concatenate([np.zeros((0, 2), np.int32), *[doc.offsets for doc in segment]]),
@@ -385,7 +386,7 @@ class LiveIndex(PhraseIndex):
         self.deleted_docs = np.union1d(base.deleted_docs, tombstones).astype(np.int64)
         self._fields = JoinedFieldIndex(base.fields, FieldIndex.build(seg_docs))  # the base's is built once a base
         self.passage_doc = np.concatenate([base.passage_doc, [q["doc"] for q in seg_passages]]).astype(np.int64)
-        n_seg = len(self.seg_vectors)
+        n_seg = int(seg_ntokens.sum())
         kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
         keep_codes = base.codes is not None
         self.faiss = SegmentedFaiss(base.faiss, template, self.segment, keep_codes, (kept + n).astype(np.int64))
@@ -406,6 +407,16 @@ class LiveIndex(PhraseIndex):
             dead[self.deleted_docs] = True
             live = ~dead[self.passage_doc]
             self.lexical = LiveLexical(base.lexical, base_terms, [t for doc in segment for t in doc.terms], live)
+
+    @property
+    def seg_vectors(self) -> np.ndarray:
+        """(S, d) float16: the segment's token vectors, its documents' joined at the snapshot's first read of them
+        (its first search), not by the write: writes that no search reads between them join none."""
+        with self._seg_lock:
+            if self._seg_vectors is None:
+                self._seg_vectors = (np.concatenate([doc.vectors for doc in self.segment]) if self.segment
+                                     else np.zeros((0, self.base.faiss.d), np.float16))
+            return self._seg_vectors
 
     @property
     def n_base_tokens(self) -> int:
@@ -437,7 +448,7 @@ class LiveIndex(PhraseIndex):
         codes = self.seg_codes
         flat = self._split(ids.reshape(-1), self.base.code_vectors,
                            lambda r: decode_codes(self.base.faiss, np.ascontiguousarray(codes[r])),  # type: ignore[index]
-                           self.seg_vectors.shape[1])
+                           self.base.faiss.d)
         return flat.reshape(*ids.shape, -1)
 
     def search_parameters(self, nprobe: int | None, selector: Any = None) -> Any:

@@ -197,3 +197,27 @@ def test_a_snapshot_computes_its_segment_s_part_once_however_many_rounds_read_it
         assert np.array_equal(np.asarray(got), np.asarray(live.token_flags))
     seg_tokens = [len(live.token_passage) - len(base.token_passage) for live in (first, second)]
     assert computed == [len(base.token_passage), seg_tokens[0], seg_tokens[1]]
+
+
+class Watched(np.ndarray):
+    """An array that notes the numpy functions run over it (in ``read``)."""
+
+    read: list[str] = []
+
+    def __array_function__(self, func, types, args, kwargs):
+        Watched.read.append(func.__name__)
+        return super().__array_function__(func, types, args, kwargs)
+
+
+def test_a_write_joins_no_vectors_and_the_first_search_joins_them_once(monkeypatch):
+    """A write's snapshot over a flat base reads none of its segment's vectors (joining them cost every write a copy
+    of all of them); its first read of them joins them, once, as the documents hold them."""
+    rng = np.random.default_rng(0)
+    base = random_base(20, rng)
+    segment = [written(k, rng) for k in range(3)]
+    segment = [dataclasses.replace(d, vectors=(d.vectors * (k + 1)).view(Watched)) for k, d in enumerate(segment)]
+    monkeypatch.setattr(Watched, "read", [])
+    live = LiveIndex(base, segment, np.zeros(0, np.int64), empty_like(base.faiss), None)
+    assert Watched.read == []
+    want = np.concatenate([np.asarray(d.vectors).view(np.ndarray) for d in segment])
+    assert np.array_equal(live.seg_vectors, want) and live.seg_vectors is live.seg_vectors
