@@ -289,6 +289,7 @@ class LiveWrites:
                                       memory_bytes=settings.file_read_memory_bytes,
                                       keep_bytes=settings.file_read_keep_bytes)
         self.merge_thread: threading.Thread | None = None
+        self._merge_over = threading.Event()  # set once the merge thread's store merge has returned
         # the result of the last merge that committed (``store.merge`` returned it): /info's unpublished_merge names
         # it while searches do not see that merge, also once a later merge's error has replaced it in state.json
         self.committed_merge: dict[str, Any] | None = None
@@ -429,21 +430,31 @@ class LiveWrites:
 
     def maybe_merge(self, force: bool = False) -> bool:
         """Start a background merge when one is due (``merge_due``, or ``force``); returns whether one is
-        running."""
-        if self.merge_thread is not None and self.merge_thread.is_alive():
-            return True
+        running. A forced one waits for a merge thread past its merge (returning its memory, milliseconds), which
+        would not merge what was written since, and starts a merge of its own."""
+        thread = self.merge_thread
+        if thread is not None and thread.is_alive():
+            if not (force and self._merge_over.is_set()):
+                return True
+            thread.join()
         if not force and not self.merge_due():
             return False
-        self.merge_thread = threading.Thread(target=self._merge, name="spanseek-merge", daemon=True)
+        self._merge_over = threading.Event()
+        self.merge_thread = threading.Thread(target=self._merge, args=(self._merge_over,), name="spanseek-merge",
+                                             daemon=True)
         self.merge_thread.start()
         return True
 
-    def _merge(self) -> None:
+    def _merge(self, over: threading.Event | None = None) -> None:
         lower_thread_priority(self.settings.merge_nice)
         merged = None
         t0 = time.perf_counter()
         try:
-            merged = self.store.merge()  # None: nothing to merge
+            try:
+                merged = self.store.merge()  # None: nothing to merge
+            finally:
+                if over is not None:
+                    over.set()
             if merged is not None:
                 self.committed_merge = merged
                 self._count_merge("ok", t0)

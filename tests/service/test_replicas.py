@@ -199,11 +199,18 @@ def test_a_server_without_writes_serves_the_index_as_it_is_and_says_so(write_set
 
 
 def merged(writer, n: int) -> None:
-    """Asks the server with writes to merge, and waits until its ``n``-th merge is in."""
-    assert writer.post("/admin/compact", headers=KEY).status_code == 202
+    """Asks the server with writes to merge, and waits until its ``n``-th merge is in and has finished (a merge
+    counted in /info still removes what it replaced: a compact asked meanwhile finds it running and starts none)."""
     deadline = time.monotonic() + 180  # a loaded CI host merges slowly; done ends the wait
-    while writer.get("/info", headers=KEY).json()["service"]["writes"]["merges"] < n:
+
+    def writes() -> dict:
         assert time.monotonic() < deadline, "the merge never ended"
+        return writer.get("/info", headers=KEY).json()["service"]["writes"]
+
+    while writes()["merging"]:  # the merge before, finishing
+        time.sleep(0.05)
+    assert writer.post("/admin/compact", headers=KEY).status_code == 202
+    while (state := writes())["merges"] < n or state["merging"]:
         time.sleep(0.05)
 
 

@@ -916,6 +916,32 @@ def _writes_over(store: _MergingStore):
     return live
 
 
+def test_a_compact_asked_as_a_merge_thread_returns_its_memory_starts_a_merge_of_its_own():
+    """A merge counted in /info went on in its thread (returning the merged-away memory, updating gauges); a POST
+    /admin/compact in that time was told a merge runs, and none merged what was written since. It now waits for that
+    thread, milliseconds, and merges."""
+    import threading
+
+    store = _MergingStore()
+    live = _writes_over(store)
+    live.merge_thread = None
+    live._merge_over = threading.Event()
+    tail, release = threading.Event(), threading.Event()
+
+    def slow_gauges() -> None:  # the first merge thread, past its merge, held here until released
+        tail.set()
+        release.wait(10)
+
+    live.gauges = slow_gauges
+    assert live.maybe_merge(force=True)
+    assert tail.wait(10) and store.state["merges"] == 1
+    live.gauges = lambda: None
+    threading.Timer(0.2, release.set).start()
+    assert live.maybe_merge(force=True)
+    live.merge_thread.join(10)
+    assert store.state["merges"] == 2
+
+
 def test_unpublished_merge_names_the_committed_merge_after_a_later_one_failed_and_never_a_served_one():
     """/info's unpublished_merge compared the store's last result with the view's: a merge committed but not served,
     then a merge that failed (its error replacing the result), read as no merge pending while state.json named the
