@@ -465,8 +465,8 @@ class LiveIndex(PhraseIndex):
 
 
 def searcher_over(searcher: Searcher, index: PhraseIndex) -> Searcher:
-    """A ``Searcher`` configured as ``searcher`` (encoder, calibration, reading, limits) over ``index``; the search
-    runs on the CPU (a device copy of the base does not hold the segment)."""
+    """A ``Searcher`` configured as ``searcher`` (encoder, calibration, reading, limits, chunk size) over ``index``;
+    the search runs on the CPU (a device copy of the base does not hold the segment)."""
     reading = searcher.reading
     if reading is not None:
         reading = ReadingStage(reading.reader, reading.reading, HitBuilder(index))
@@ -474,4 +474,5 @@ def searcher_over(searcher: Searcher, index: PhraseIndex) -> Searcher:
                    searcher.calibrator, None, reading, searcher.selection_cache_bytes,
                    searcher.pager.unanswerable_prior)
     out.phrase_rerank = searcher.phrase_rerank
+    out.chunk_size = searcher.chunk_size  # (a size set on the searcher, not only the class's)
     return out

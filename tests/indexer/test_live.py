@@ -885,3 +885,16 @@ def test_writes_and_searches_over_a_flat_base_copy_no_vector_into_a_faiss_index(
     for snap in snapshots(tiny_searcher.index, encoder):
         assert hits_of(searcher_over(tiny_searcher, snap), "phrase", "dense")
     assert added == []
+
+
+def test_a_snapshot_s_searcher_keeps_the_searcher_s_chunk_size(tiny_searcher, tiny_index):
+    """A chunk size set on the searcher a server was given (``Searcher.chunk_size``: how many questions a call
+    encodes and searches at a time) was lost on the searcher of each live snapshot, which took the class's."""
+    from spanseek.core.phrase_index import PhraseIndex
+    from spanseek.core.segment import searcher_over
+
+    tiny_searcher.chunk_size = 7
+    try:
+        assert searcher_over(tiny_searcher, PhraseIndex(tiny_index)).chunk_size == 7
+    finally:
+        del tiny_searcher.chunk_size
