@@ -54,7 +54,7 @@ def _from_files(args: argparse.Namespace) -> int:
         word_token_counter,
     )
     from spanseek.indexer.ingest import IngestOptions, from_files, parse_meta
-    from spanseek.indexer.read_process import ReadProcess, check_memory_cap, check_time_limit
+    from spanseek.indexer.read_process import ReadProcess, check_memory_cap, check_time_limit, read_capped
 
     extra = parse_meta(args.meta)
     check_memory_cap(args.read_memory_bytes, "--read-memory-bytes")
@@ -75,7 +75,7 @@ def _from_files(args: argparse.Namespace) -> int:
         id_field=args.id_field, extra_meta=extra, strict=args.strict, follow_links=args.follow_links,
     )
     if args.read_memory_bytes or args.read_timeout_s:  # in a process of their own, capped (as the service reads uploads)
-        with ReadProcess(config, args.read_memory_bytes, timeout_s=args.read_timeout_s) as reader:
+        with ReadProcess(config, args.read_memory_bytes, read_capped, args.read_timeout_s) as reader:
             report = from_files(args.paths, args.out, word_token_counter, opts, not args.quiet, reader.read)
     else:
         count = word_token_counter if config is None else backbone_token_counter(config)

@@ -11,7 +11,7 @@ with MemoryError inside the reader, and the file is refused with an error naming
 (``out_of_memory``). ``start_worker`` starts such a process, through ``start_reader``, which keeps an error starting
 for the process's first answer (so a start that fails is told apart from a file the process ended on): the service's
 reader of uploaded files (``service.file_reader``) and ``ReadProcess``, which ``corpus from-files`` reads its files
-with (one at a time; a file that ran out of memory, or that the process ended on, is skipped with that reason, the
+with, and ``sync --dry-run`` checks the files it would write with (one at a time; a file that ran out of memory, or that the process ended on, is skipped with that reason, the
 process replaced, and the files after it read by the new one).
 
 The time limit (``within_cpu``) counts the reading process's CPU time, not the clock's: a file is skipped for what it
@@ -36,7 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from spanseek.core.config import EncoderConfig
 from spanseek.core.io import Document
@@ -50,6 +50,7 @@ MIN_READ_MEMORY = 256 << 20
 # not interrupt (stuck inside one C call)
 CPU_KILL_GRACE_S = 30
 T = TypeVar("T")
+R = TypeVar("R")  # what a ``ReadProcess``'s reader gives for a file
 
 _count: TokenCounter | None = None  # the reading process's counter: the model's tokenizer, or one token a word
 # why ``ReadProcess``'s process could not start (``start_reader``): raised by ``worker_counter`` for its first file
@@ -213,33 +214,34 @@ def within_cpu(seconds: float, name: str, flag: str, read: Callable[[], T]) -> T
     return result
 
 
-def read_limited(seconds: float, read: Callable[[str, str, IngestOptions], Document | str], path: str, rel: str,
-                 opts: IngestOptions) -> Document | str:
-    """``read(path, rel, opts)`` in the reading process within ``seconds`` of its CPU time (``within_cpu``,
-    naming ``--read-timeout-s``)."""
-    return within_cpu(seconds, rel, "--read-timeout-s", lambda: read(path, rel, opts))
+def read_limited(seconds: float, read: Callable[[str, str, IngestOptions], R], path: str, rel: str,
+                 opts: IngestOptions, who: str = "from-files") -> R:
+    """``read(path, rel, opts)`` in the reading process within ``seconds`` of its CPU time (``within_cpu``, naming
+    ``--read-timeout-s``); ReadOutOfMemory naming ``rel``, ``who`` (the command) and ``--read-memory-bytes`` when it
+    runs past the cap."""
+    try:
+        return within_cpu(seconds, rel, "--read-timeout-s", lambda: read(path, rel, opts))
+    except MemoryError:
+        raise out_of_memory(rel, who, "--read-memory-bytes") from None
 
 
 def read_capped(path: str, rel: str, opts: IngestOptions) -> Document | str:
-    """``read_document`` in the reading process (with its counter); ReadOutOfMemory naming ``rel`` and
-    ``--read-memory-bytes`` when it runs past the cap."""
-    try:
-        return read_document(Path(path), rel, worker_counter(), opts)
-    except MemoryError:
-        raise out_of_memory(rel, "from-files", "--read-memory-bytes") from None
+    """``read_document`` in the reading process, with its counter (``ReadProcess``'s reader for from-files)."""
+    return read_document(Path(path), rel, worker_counter(), opts)
 
 
-class ReadProcess:
+class ReadProcess(Generic[R]):
     """Reads files one at a time in a process of their own capped at ``memory_bytes`` (``start_worker``) and at
-    ``timeout_s`` of CPU time a file (``within_cpu``; 0: no limit), as ``ingest.iter_documents``'s ``read``: the
-    document, or the reason a file is skipped: one whose reading ran out of memory or time, or that the process
-    ended on, is skipped and the process replaced for the next file. A context manager (the process is stopped on
-    leaving it); ``read``: the function the process runs (``read_capped``)."""
+    ``timeout_s`` of CPU time a file (``within_cpu``; 0: no limit): what ``read``, the function the process runs,
+    gives for a file (``read_capped``, ``ingest.iter_documents``'s ``read``: the document or the reason it is
+    skipped), or the reason the file is skipped: one whose reading ran out of memory or time, or that the process
+    ended on, is skipped and the process replaced for the next file. ``who``: the command the reasons name
+    (``corpus from-files``, ``sync --dry-run``). A context manager (the process is stopped on leaving it)."""
 
-    def __init__(self, config: EncoderConfig | None, memory_bytes: int,
-                 read: Callable[[str, str, IngestOptions], Document | str] | None = None, timeout_s: float = 0.0):
-        self.config, self.memory_bytes, self.timeout_s = config, memory_bytes, timeout_s
-        self.reader = read or read_capped
+    def __init__(self, config: EncoderConfig | None, memory_bytes: int, read: Callable[[str, str, IngestOptions], R],
+                 timeout_s: float = 0.0, who: str = "from-files"):
+        self.config, self.memory_bytes, self.timeout_s, self.who = config, memory_bytes, timeout_s, who
+        self.reader = read
         self._pool: ProcessPoolExecutor | None = None
 
     def _start(self) -> ProcessPoolExecutor:
@@ -248,12 +250,13 @@ class ReadProcess:
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=start_reader, initargs=(self.config, self.memory_bytes, os.getpid()))
 
-    def read(self, path: Path, rel: str, opts: IngestOptions) -> Document | str:
-        """The document of ``path`` (id ``rel``), or why it is skipped; IngestError as ``read_document``."""
+    def read(self, path: Path, rel: str, opts: IngestOptions) -> R | str:
+        """What the reader gives for ``path`` (id ``rel``), or why it is skipped; IngestError as ``read_document``."""
         if self._pool is None:
             self._pool = self._start()
         try:
-            return self._pool.submit(read_limited, self.timeout_s, self.reader, str(path), rel, opts).result()
+            return self._pool.submit(read_limited, self.timeout_s, self.reader, str(path), rel, opts,
+                                     self.who).result()
         # its heap, grown to the cap and fragmented, would fail the next files; a reader stopped anywhere by its time
         # limit may have left its libraries' state half changed
         except (ReadOutOfMemory, ReadOutOfTime) as e:
@@ -273,7 +276,7 @@ class ReadProcess:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def __enter__(self) -> ReadProcess:
+    def __enter__(self) -> ReadProcess[R]:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

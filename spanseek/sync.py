@@ -48,9 +48,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spanseek.indexer.options import FOLLOW_LINKS_HELP
+from spanseek.indexer.options import DEFAULT_READ_MEMORY, FOLLOW_LINKS_HELP
+
+if TYPE_CHECKING:
+    from spanseek.indexer.ingest import IngestOptions
 
 SOURCE_KEY, HASH_KEY = "synced_from", "sha256"
 SETTINGS_KEY = "sync_meta"  # a digest of the --meta a document was written with: changed, the file is written again
@@ -154,18 +157,24 @@ def stale_filter(source: str, kept: Sequence[str], listed: Sequence[str] | None 
 def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, str] | None = None,
          delete: bool = False, dry_run: bool = False, strict: bool = False,
          progress: Callable[[str], None] | None = None, adopt: str | None = None,
-         follow_links: bool = False, report: SyncReport | None = None, jobs: int = DEFAULT_JOBS) -> SyncReport:
+         follow_links: bool = False, report: SyncReport | None = None, jobs: int = DEFAULT_JOBS,
+         read_memory_bytes: int = DEFAULT_READ_MEMORY) -> SyncReport:
     """Write the files under ``paths`` that the service (``client``: a ``spanseek.client.Client``) does not hold as
     they are, and with ``delete`` delete what an earlier sync from ``source`` wrote that is gone (module docstring).
-    ``dry_run`` asks the service what it holds and changes nothing (a file it would refuse as unreadable is refused); ``progress`` is called with a line for each file
+    ``dry_run`` asks the service what it holds and changes nothing: it reads each file it would write as the server
+    does, in one process whose memory is capped at ``read_memory_bytes`` (0: no cap), and a file the server would
+    refuse as unreadable, or whose reading needs more memory than that, is refused; ``progress`` is called with a line for each file
     written and each document deleted, as it happens; ``adopt``: a former name of this source, whose documents of
     this run's files are taken as its own; ``follow_links``: also send the files that links in a folder lead to
     outside it (else such a link is refused, named); ``report``: filled in as the run goes (what a run that stopped
     part way did); ``jobs``: how many files' writes may wait for their answers at once (``_Writes``). An APIError
     other than a refused file (413, 415, 422) is raised: the run stops there, and running it again goes on from what
     is written."""
+    from contextlib import nullcontext
+
     from spanseek.core.ids import held_in
-    from spanseek.indexer.ingest import IngestError, _files
+    from spanseek.indexer.ingest import IngestError, IngestOptions, _files
+    from spanseek.indexer.read_process import ReadProcess
 
     report = report if report is not None else SyncReport()
     report.former = adopt
@@ -197,7 +206,9 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
             raise ValueError(f"{rel}: {why}")
         report.refused.append((rel, why))
 
-    with _Writes(client, jobs, strict, report, say) as writes:
+    # the dry run's reader: one process for the whole run (started at the first file read), capped as the server's
+    reader = ReadProcess(None, read_memory_bytes, _unreadable, who="sync --dry-run") if dry_run else None
+    with _Writes(client, jobs, strict, report, say) as writes, reader or nullcontext():
         for path, rel in files:
             if rel in seen:  # two folders given, each with a file of this name: one id, so the first one's
                 refuse(rel, f"{path} has the same name as {seen[rel]}, read already; one id cannot hold both: rename "
@@ -238,9 +249,9 @@ def sync(client: Any, paths: Sequence[str | Path], source: str, meta: dict[str, 
                     and not taken:
                 report.unchanged.append(rel)
                 continue
-            if dry_run:  # the server reads a file as from-files does: one it would refuse is said so, and why
+            if reader is not None:  # the server reads a file as from-files does: one it would refuse is said so, and why
                 # (its id's length as every write's: a longer one is refused, whatever the file holds)
-                if (why := _too_long(ids.get(rel, rel)) or _unreadable(path, rel)) is not None:
+                if (why := _too_long(ids.get(rel, rel)) or reader.read(path, rel, IngestOptions())) is not None:
                     refuse(rel, f"the server would refuse it: {why}")
                     continue
                 report.written.append(rel)
@@ -264,16 +275,18 @@ def _too_long(doc_id: str) -> str | None:
     return None if (problem := length_problem(doc_id)) is None else f"'id' {problem}"
 
 
-def _unreadable(path: Path, rel: str) -> str | None:
+def _unreadable(path: str, rel: str, opts: IngestOptions) -> str | None:
     """Why the server would refuse the file at ``path`` as unreadable (no text, binary, not UTF-8, damaged, front
-    matter it cannot read), read here as it reads it (``indexer.ingest.read_document``); None when it would read it,
-    or when this host lacks the library that reads its format (the ``index`` extra: a client's install), which the
-    server has. Its limits (``max_file_bytes``, ``max_file_tokens``) are the server's own: only a write meets them."""
+    matter it cannot read), read as it reads it (``indexer.ingest.read_document``); None when it would read it, or
+    when this host lacks the library that reads its format (the ``index`` extra: a client's install), which the
+    server has. Run in the dry run's reading process (``indexer.read_process.ReadProcess``), whose memory is capped
+    as the server's is: a file whose reading needs more is refused there. Its limits (``max_file_bytes``,
+    ``max_file_tokens``) are the server's own: only a write meets them."""
     from spanseek.indexer.chunking import word_token_counter
-    from spanseek.indexer.ingest import IngestError, IngestOptions, read_document
+    from spanseek.indexer.ingest import IngestError, read_document
 
     try:
-        doc = read_document(path, rel, word_token_counter, IngestOptions())
+        doc = read_document(Path(path), rel, word_token_counter, opts)
     except ImportError:  # (a reader's library imported as it reads: pdfminer, PyYAML)
         return None
     except IngestError as e:  # ("reading Markdown needs markdown-it-py", raised from the ImportError)
@@ -491,6 +504,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delete", action="store_true", help="delete the documents of files that are gone")
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     p.add_argument("--strict", action="store_true", help="stop at the first file refused")
+    p.add_argument("--read-memory-bytes", type=int, default=DEFAULT_READ_MEMORY, metavar="BYTES",
+                   help="with --dry-run: most memory the process that reads the files may take (Linux), as the "
+                        "server's file_read_memory_bytes (give the server's own): a file whose reading needs more is "
+                        "reported refused, and the files after it are read; 0: no limit (default: %(default)s, the "
+                        "server's default)")
     p.add_argument("--follow-links", action="store_true", help=FOLLOW_LINKS_HELP)
     p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
                    help=f"files sent at once, each awaiting its answer (default: {DEFAULT_JOBS}, the server's "
@@ -530,10 +548,12 @@ def _run(args: argparse.Namespace) -> int:
     from spanseek.client import Client, SpanseekError
     from spanseek.indexer.ingest import parse_meta
     from spanseek.indexer.interrupt import taking_stops
+    from spanseek.indexer.read_process import check_memory_cap
 
     meta = parse_meta(args.meta)
     if own := sorted(meta.keys() & {SOURCE_KEY, HASH_KEY, SETTINGS_KEY}):
         raise ValueError(f"--meta {own[0]}: a key sync sets itself ({SOURCE_KEY}, {HASH_KEY}, {SETTINGS_KEY})")
+    check_memory_cap(args.read_memory_bytes, "--read-memory-bytes")
     if args.jobs < 1:
         raise ValueError(f"--jobs takes a number of files >= 1, got {args.jobs}")
     if not 0 < args.timeout < float("inf"):
@@ -556,7 +576,7 @@ def _run(args: argparse.Namespace) -> int:
     try:  # SIGTERM (kill, a scheduler's stop) ends the run as Ctrl-C does, saying how far it got
         with taking_stops(), Client(args.url, api_key=api_key, timeout=args.timeout) as client:
             sync(client, args.paths, source, meta, args.delete, args.dry_run, args.strict, progress, adopt,
-                 args.follow_links, report, args.jobs)
+                 args.follow_links, report, args.jobs, args.read_memory_bytes)
     except KeyboardInterrupt as e:
         how = "stopped by SIGTERM" if str(e) == "SIGTERM" else ""
         if went():

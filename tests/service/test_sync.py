@@ -21,6 +21,7 @@ import pytest
 
 from spanseek.cli import build_parser, main
 from spanseek.client import APIError, Client
+from spanseek.indexer.ingest import IngestOptions
 from spanseek.service.app import create_app
 from spanseek.sync import (
     DEFAULT_JOBS,
@@ -29,6 +30,7 @@ from spanseek.sync import (
     MAX_KEPT_IDS,
     SETTINGS_KEY,
     SOURCE_KEY,
+    _unreadable,
     default_source,
     file_hash,
     stale_filter,
@@ -137,9 +139,24 @@ def test_a_dry_run_on_a_host_without_the_readers_counts_their_files_as_written(u
                                       "b.html": "<html><body><p>In 1460 Hugo built the church.</p></body></html>"})
     for module in ("markdown_it", "markdown_it.rules_block", "trafilatura", "yaml"):
         monkeypatch.setitem(sys.modules, module, None)  # (importing it raises ModuleNotFoundError)
+    # (what the dry run's reading process runs for each file, run here, where the libraries are missing)
+    assert [_unreadable(str(docs / name), name, IngestOptions()) for name in ("a.md", "b.html")] == [None, None]
+
+
+def test_a_dry_run_reads_in_a_capped_process_and_refuses_a_file_too_large_to_read_within_it(url, tmp_path):
+    """A dry run read each file in the sync's own process with no memory cap: a 30 MiB HTML table took ~6 GB there
+    (a 5.9 MB one, 819 MB). It now reads them in one process capped at --read-memory-bytes, as the server and
+    from-files do: a file whose reading needs more is refused with that reason, and the files after it are read."""
+    rows = "<tr><td>cell</td><td>cell</td></tr>" * 40_000
+    docs = folder(tmp_path / "docs", {"a.md": "# Bridge\n\nIn 1450 Gala built the harbour bridge.\n",
+                                      "b-table.html": f"<html><body><table>{rows}</table></body></html>",
+                                      "c.txt": "In 1460 Hugo built the island church."})
     with Client(url, api_key="key") as client:
-        planned = sync(client, [docs], "docs", dry_run=True)
-    assert (planned.written, planned.refused) == (["a.md", "b.html"], [])
+        planned = sync(client, [docs], "docs", dry_run=True, read_memory_bytes=96 << 20)
+    assert planned.written == ["a.md", "c.txt"]
+    assert planned.refused == [("b-table.html", "the server would refuse it: reading it needs more memory than sync "
+                                "--dry-run gives the reading of a file (100,663,296 bytes, --read-memory-bytes); "
+                                "split it, or raise the limit")]
 
 
 def test_the_command_reports_and_its_status_says_whether_a_file_was_refused(url, tmp_path, capsys):
