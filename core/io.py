@@ -221,6 +221,15 @@ def write_faiss(index: Any, path: str | Path) -> None:
         faiss.write_index(index, str(tmp))
 
 
+def given_path(path: str, flag: str) -> str:
+    """``path``, given as the command's ``flag`` (``--questions``), when it exists; else FileNotFoundError naming the
+    flag with it, ``--questions q.json: No such file or directory``, before a model is loaded for it (a command's
+    line named the path alone, and left the user to find which of its files it was)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), f"{flag} {path}")
+    return path
+
+
 def check_writable(path: str | Path) -> None:
     """Raise the OSError that writing a file or folder at ``path`` would meet, naming ``path`` (``unwritable``): a
     folder on its way that is a file, or a folder that refuses a new entry (read-only, not the user's). Found before a

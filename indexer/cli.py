@@ -222,9 +222,10 @@ def _index_dir(path: str) -> str:
 def _corpus_file(path: str) -> str:
     """``--corpus``, refused when it names an index directory: its documents are not a corpus until exported (the
     advice for a folder, to convert its files with `corpus from-files`, does not fit an index)."""
+    from spanseek.core.io import given_path
     from spanseek.core.phrase_index import MANIFEST
 
-    if (Path(path) / MANIFEST).is_file():
+    if (Path(given_path(path, "--corpus")) / MANIFEST).is_file():
         raise ValueError(f"--corpus {path} is an index directory, not a JSONL corpus; `spanseek index export --index "
                          f"{path} --out CORPUS.jsonl` writes its documents as one")
     return path
@@ -319,6 +320,7 @@ def _filter_json(text: str) -> SearchFilter:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from spanseek.core.io import given_path
     from spanseek.core.loading import open_searcher
 
     params = from_args(SearchParams, args, filter=_filter(args))  # bad values fail here
@@ -326,7 +328,7 @@ def _search(args: argparse.Namespace) -> int:
     if args.questions_file is not None:
         if args.questions:
             raise ValueError(f"questions given both as arguments and in --questions {args.questions_file}; give one")
-        ids, questions = _file_questions(args.questions_file)
+        ids, questions = _file_questions(given_path(args.questions_file, "--questions"))
         if not questions:
             raise ValueError(f"--questions {args.questions_file}: the file holds no questions")
     elif args.questions:
@@ -400,8 +402,10 @@ def _stdin_questions() -> tuple[list[str], list[str]]:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from spanseek.core.io import given_path
     from spanseek.indexer.evaluate import run_eval
 
+    given_path(args.questions, "--questions")
     for flag, given in (("--questions", args.questions), ("--corpus", args.corpus)):
         if args.out is not None and given is not None and _same_file(args.out, given):  # the metrics would replace it
             raise ValueError(f"--out {args.out} is the {flag} file to read; write the metrics somewhere else")

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
 import importlib
 import json
 import os
 
 from spanseek.core.confidence import FEATURES
-from spanseek.core.io import check_writable
+from spanseek.core.io import check_writable, given_path
 from spanseek.core.options import add_options, from_args
 from spanseek.core.params import MODES, UNITS
 from spanseek.core.query_form import QUERY_FORMS
@@ -60,8 +59,7 @@ def _config_job(args: argparse.Namespace) -> int:
                                  local_rank=int(env.get("LOCAL_RANK", 0)))
     options = from_args(config, args, **given)  # an option out of range is refused here
     # the files every job reads and writes, checked before it loads a model for minutes
-    if not os.path.exists(options.train):
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), options.train)
+    given_path(options.train, "--train")
     check_writable(options.out)
     print(json.dumps(run(options), indent=2))
     return 0
@@ -71,7 +69,7 @@ def _mine(args: argparse.Namespace) -> int:
     from spanseek.trainer.mining import mine
 
     check_writable(args.out)  # named now, not as its OUT.parts folder once the training file is read
-    out = mine(args.train, args.out, miner=args.miner, top_k=args.top_k, keep=args.keep, index=args.index,
+    out = mine(given_path(args.train, "--train"), args.out, miner=args.miner, top_k=args.top_k, keep=args.keep, index=args.index,
                model=args.model, limit_questions=args.limit_questions)
     print(f"wrote {out}")
     return 0
@@ -80,7 +78,7 @@ def _mine(args: argparse.Namespace) -> int:
 def _valsets(args: argparse.Namespace) -> int:
     from spanseek.trainer.validation import build_validation_sets
 
-    print(json.dumps(build_validation_sets(args.train, args.out, n_questions=args.questions, bm25_k=args.bm25_k,
+    print(json.dumps(build_validation_sets(given_path(args.train, "--train"), args.out, n_questions=args.questions, bm25_k=args.bm25_k,
                                            reference_extra=args.reference_extra), indent=2))
     return 0
 
@@ -88,7 +86,7 @@ def _valsets(args: argparse.Namespace) -> int:
 def _rank(args: argparse.Namespace) -> int:
     from spanseek.trainer.validation import rank_checkpoints
 
-    print(json.dumps(rank_checkpoints(args.valsets, args.checkpoints, args.out), indent=2))
+    print(json.dumps(rank_checkpoints(given_path(args.valsets, "--valsets"), args.checkpoints, args.out), indent=2))
     return 0
 
 
@@ -108,6 +106,9 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     if args.from_examples is None and (args.index is None or args.questions is None):
         raise ValueError("give --index and --questions (or --from-examples, to refit on collected examples)")
+    for flag, given in (("--questions", args.questions), ("--from-examples", args.from_examples)):
+        if given is not None:
+            given_path(given, flag)
     calibrator = calibrate(args.index, args.questions, args.model, args.out, args.units, args.modes, args.C, args.limit,
                            args.cache, args.examples, args.features, args.from_examples, args.forms, args.add_to)
     print(json.dumps(calibrator.to_dict(), indent=2))

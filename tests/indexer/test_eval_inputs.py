@@ -134,3 +134,22 @@ def test_eval_leaves_an_out_that_is_not_its_metrics_alone(tmp_path, capsys, monk
     empty.write_text("")
     for fine in (earlier, empty, tmp_path / "new.json"):
         evaluate_module.check_out_file(fine)
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["eval", "--questions", "{missing}"], "--questions"),
+    (["eval", "--questions", "{questions}", "--corpus", "{missing}"], "--corpus"),
+    (["index", "build", "--corpus", "{missing}", "--model", "default", "--out", "{tmp}/index"], "--corpus"),
+    (["index", "add", "--index", "{tmp}/index", "--corpus", "{missing}"], "--corpus"),
+    (["search", "--questions", "{missing}", "--index", "{tmp}/index"], "--questions"),
+])
+def test_a_file_flag_naming_no_file_is_refused_naming_the_flag(tmp_path, capsys, argv, flag):
+    """A missing --questions was 'missing.json: No such file or directory' (which of the command's files?), a missing
+    --corpus 'corpus missing.jsonl does not exist': each now names its flag, in one shape, before any model loads."""
+    questions, missing = tmp_path / "q.json", tmp_path / "missing.json"
+    _write(questions, make_squad(n_articles=2))
+    given = [a.format(missing=missing, questions=questions, tmp=tmp_path) for a in argv]
+    assert main(given) == 2
+    err = capsys.readouterr().err
+    command = " ".join(argv[:2] if argv[0] == "index" else argv[:1])
+    assert err == f"spanseek {command}: error: {flag} {missing}: No such file or directory\n"

@@ -371,3 +371,19 @@ def test_a_model_flag_given_a_file_says_it_takes_a_model_directory_or_a_bundled_
     err = capsys.readouterr().err
     assert f"error: {flag} {weights}: a file, not a model; give a model directory" in err
     assert "or a bundled model's name (default)" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["train", "phrase", "--train", "{missing}", "--out", "{tmp}/run"], "--train"),
+    (["train", "mine", "--train", "{missing}", "--out", "{tmp}/hard.jsonl"], "--train"),
+    (["train", "valsets", "--train", "{missing}", "--out", "{tmp}/valsets"], "--train"),
+    (["train", "rank-checkpoints", "--valsets", "{missing}", "--checkpoints", "{tmp}", "--out", "{tmp}/rank.json"], "--valsets"),
+    (["train", "calibrate", "--index", "{tmp}", "--questions", "{missing}", "--out", "{tmp}/cal.json"], "--questions"),
+])
+def test_a_file_flag_naming_no_file_is_refused_naming_the_flag(tmp_path, capsys, argv, flag):
+    """A missing --train was 'missing.json: No such file or directory' (which of the command's files?): each file flag
+    now names itself, in the shape eval's and index's give, before any model loads."""
+    missing = tmp_path / "missing.json"
+    assert main([a.format(missing=missing, tmp=tmp_path) for a in argv]) == 2
+    assert capsys.readouterr().err == (f"spanseek {argv[0]} {argv[1]}: error: {flag} {missing}: No such file or "
+                                       "directory\n")
