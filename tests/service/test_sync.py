@@ -791,3 +791,10 @@ def test_a_dry_run_refuses_a_file_whose_path_is_over_the_id_limit_as_the_write_d
     assert dry.written == real.written == ["small.txt"]
     assert [rel for rel, _ in dry.refused] == [rel for rel, _ in real.refused] == [deep]
     assert "'id' has 1,211 characters; an id has at most 1,024" in dry.refused[0][1], dry.refused
+
+
+def test_a_read_memory_cap_the_reading_process_cannot_start_under_is_refused_naming_the_flag(tmp_path, capsys):
+    docs = folder(tmp_path / "docs", {"a.md": "In 1450 Gala built the harbour bridge."})
+    assert main(["sync", str(docs), "--url", "http://127.0.0.1:9", "--dry-run", "--read-memory-bytes", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spanseek sync: error: --read-memory-bytes: 5 bytes is too little") and err.count("\n") == 1
