@@ -17,11 +17,12 @@ the wide gaps where a paragraph break can be) is the base's, made once a base, j
   both parts, so it is what one IVF index over both would return. Where both are flat (``flat_parts``), the dense
   leg scans the base once a batch and the segment in full, merging each round's lists as ``search`` does
   (``core.dense.SegmentedScan``), instead of asking faiss again for each deeper round.
-- **What a write makes.** A written document's float32 vectors and faiss codes (``WrittenParts``) are made once, by
-  the first snapshot that needs them, and kept on it for the later snapshots of the same base. The segment's faiss
-  index is made at a snapshot's first search that asks faiss (never over a flat base, whose segment the dense leg
-  scans itself) and is filled from those parts (an IVF index takes the codes as they are: no quantiser search, no
-  encoding again), then only read: a search in flight keeps the snapshot it started on. The segment's float16
+- **What a write makes.** A written document's faiss codes (``WrittenParts``) are made once, by the first snapshot
+  that needs them, and kept on it for the later snapshots of the same base (no float32 copy of its vectors is kept:
+  it would hold twice its float16 vectors). The segment's faiss index is made at a snapshot's first search that asks
+  faiss (never over a flat base, whose segment the dense leg scans itself) and is filled from those parts (an IVF
+  index takes the codes as they are: no quantiser search, no encoding again; another takes the float32 vectors
+  widened then), then only read: a search in flight keeps the snapshot it started on. The segment's float16
   vectors are joined at a snapshot's first read of them (``seg_vectors``), not by the write.
 - **Tombstones** are the base's document numbers deleted or replaced by a write: they join the deletion mask
   (``deleted_docs``) that ``core.selection`` applies inside both legs. A document of the segment that is replaced
@@ -42,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
+import weakref
 from collections import ChainMap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -253,8 +255,10 @@ class SegmentedFaiss:
         """The segment's faiss index (its rows: ``segment_ids``), made at the first call."""
         with self._lock:
             if self._segment is None:
-                parts = [written_parts(doc, self.base, self._keep_codes) for doc in self._documents]
-                self._segment = segment_index(self._template, parts)
+                rows = [written_parts(doc, self.base, self._keep_codes).rows for doc in self._documents]
+                self._segment = segment_index(self._template, [
+                    as_float32(doc.vectors[doc.kept]) if r is None else r for doc, r in zip(self._documents, rows,
+                                                                                         strict=True)])
             return self._segment
 
     def search(self, x: np.ndarray, k: int, params: SegmentParams | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -292,12 +296,14 @@ def empty_like(index: Any) -> Any:
 class WrittenParts:
     """What one written document adds to each snapshot's segment, made once a document and base (``written_parts``).
 
-    rows: what its kept tokens fill the segment's faiss index with: (k, code_size) uint8 codes of an IVF index's
-    list and code (``_filled_by_codes``), else (k, d) float32 vectors; codes: (n, code_size) uint8, every token's
-    ``sa_encode`` by the base's index, where the base's fine store reads codes (``PhraseIndex.code_vectors``).
+    rows: what its kept tokens fill the segment's faiss index with, where it takes codes: (k, code_size) uint8 codes
+    of an IVF index's list and code (``_filled_by_codes``); None for the others, filled with float32 vectors widened
+    from the document's at the segment index's making, not kept (they would double what the document holds);
+    codes: (n, code_size) uint8, every token's ``sa_encode`` by the base's index, where the base's fine store reads
+    codes (``PhraseIndex.code_vectors``).
     """
 
-    rows: np.ndarray
+    rows: np.ndarray | None
     codes: np.ndarray | None
 
 
@@ -318,27 +324,29 @@ def written_parts(doc: EncodedDocument, index: Any, keep_codes: bool) -> Written
     """``doc``'s ``WrittenParts`` over the base whose faiss index is ``index`` (``keep_codes``: the base's fine store
     reads codes), made at the first snapshot that holds the document and kept on it: a write widens and encodes its
     own document, not every document of the segment again. A document kept over a new base (written while a merge
-    built it) has them made again, for that base's index."""
+    built it) has them made again, for that base's index; the document refers to the index weakly, so it keeps no
+    base's index alive once the base is gone."""
     made = doc.__dict__.get("_written_parts")
-    if made is not None and made[0] is index:
+    if made is not None and made[0]() is index:
         return made[1]
     by_codes = _filled_by_codes(index) is not None
-    vectors = as_float32(doc.vectors).reshape(len(doc.vectors), index.d)
-    codes = index.sa_encode(vectors) if keep_codes or by_codes else None
-    rows = codes[doc.kept] if by_codes else vectors[doc.kept]  # type: ignore[index]
-    parts = WrittenParts(np.ascontiguousarray(rows), codes if keep_codes else None)
-    doc.__dict__["_written_parts"] = (index, parts)  # (kept on the frozen record, as functools.cached_property does)
+    codes = (index.sa_encode(as_float32(doc.vectors).reshape(len(doc.vectors), index.d)) if keep_codes or by_codes
+             else None)
+    parts = WrittenParts(np.ascontiguousarray(codes[doc.kept]) if by_codes else None,  # type: ignore[index]
+                         codes if keep_codes else None)
+    # kept on the frozen record, as functools.cached_property does
+    doc.__dict__["_written_parts"] = (weakref.ref(index), parts)
     return parts
 
 
-def segment_index(template: Any, parts: Sequence[WrittenParts]) -> Any:
+def segment_index(template: Any, parts: Sequence[np.ndarray]) -> Any:
     """A faiss index of the segment's kept tokens, in order: ``template`` (the base's trained, empty index) filled
-    with its documents' ``WrittenParts.rows``: an IVF index takes their codes (no quantiser search or encoding again),
-    the others their float32 vectors (a flat index copies them in)."""
+    with its documents' rows: an IVF index takes their codes (``WrittenParts.rows``: no quantiser search or encoding
+    again), the others their float32 vectors (a flat index copies them in)."""
     import faiss
 
     out = faiss.clone_index(template)
-    rows = [p.rows for p in parts if len(p.rows)]
+    rows = [r for r in parts if len(r)]
     if not rows:
         return out
     ivf = _filled_by_codes(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import dataclasses
 import operator
 import random
 import re
@@ -266,3 +267,38 @@ def test_a_write_s_bm25_part_costs_about_a_dictionary_lookup_a_segment_term():
     held = terms.vocab
     one_pass = least(lambda: [held.get(t) for ts in seg_terms for t in ts])
     assert least(lambda: LiveLexical(retriever, terms, seg_terms, live)) < 6 * one_pass
+
+
+def test_a_written_document_keeps_no_float32_copy_of_its_vectors_nor_its_base_s_index_alive():
+    """Over a base whose faiss index is filled with vectors (an HNSW graph here), a snapshot's segment index holds the
+    segment's vectors (it searches as a scan of base and segment does) while a written document keeps nothing beyond its
+    own fields (a float32 copy of its vectors doubled what it held, for as long as it stayed in the segment), and the
+    document does not keep its base's faiss index alive once the base and its snapshots are gone."""
+    import gc
+    import weakref
+
+    rng = random.Random(0)
+    base = memory_base([{"id": f"d{k}", "title": f"T{k}"} for k in range(6)], rng)
+    base.faiss = faiss.IndexHNSWFlat(DIM, 8, faiss.METRIC_INNER_PRODUCT)
+    base.faiss.add(base.vectors.astype(np.float32))
+    vecs = np.random.default_rng(1).standard_normal((6, DIM)).astype(np.float16) * 4
+    docs = [dataclasses.replace(encoded({"id": f"new{k}", "title": "N"}, random.Random(1)), vectors=vecs[2 * k:2 * k + 2])
+            for k in range(3)]
+    live = LiveIndex(base, docs, np.zeros(0, np.int64), empty_like(base.faiss), None)
+    x = vecs.astype(np.float32)
+    oracle = x @ np.concatenate([base.vectors, vecs]).astype(np.float32).T  # (6, base + segment tokens)
+    np.testing.assert_array_equal(live.faiss.search(x, 3)[1], np.argsort(-oracle, axis=1, kind="stable")[:, :3])
+    fields = {f.name for f in dataclasses.fields(EncodedDocument)}
+
+    def held(value) -> int:
+        if isinstance(value, np.ndarray):
+            return value.nbytes
+        if isinstance(value, (tuple, list)):
+            return sum(held(v) for v in value)
+        return held(list(vars(value).values())) if dataclasses.is_dataclass(value) else 0
+
+    assert [held([v for k, v in vars(d).items() if k not in fields]) for d in docs] == [0, 0, 0]
+    ref = weakref.ref(base.faiss)
+    del live, base
+    gc.collect()
+    assert ref() is None
