@@ -23,7 +23,8 @@ the wide gaps where a paragraph break can be) is the base's, made once a base, j
   faiss (never over a flat base, whose segment the dense leg scans itself) and is filled from those parts (an IVF
   index takes the codes as they are: no quantiser search, no encoding again; another takes the float32 vectors
   widened then), then only read: a search in flight keeps the snapshot it started on. The segment's float16
-  vectors are joined at a snapshot's first read of them (``seg_vectors``), not by the write.
+  vectors and its codes are joined at a snapshot's first read of them (``seg_vectors``, ``seg_codes``), not by the
+  write.
 - **Tombstones** are the base's document numbers deleted or replaced by a write: they join the deletion mask
   (``deleted_docs``) that ``core.selection`` applies inside both legs. A document of the segment that is replaced
   or deleted simply leaves the segment (a replacement is appended at its end).
@@ -45,7 +46,7 @@ import functools
 import threading
 import weakref
 from collections import ChainMap
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -374,7 +375,7 @@ class LiveIndex(PhraseIndex):
         self.dir = base.dir
         n, p, d = len(base.token_passage), len(base.passages), len(base.docs)
         seg_ntokens = np.concatenate([doc.ntokens for doc in segment]) if segment else np.zeros(0, np.int64)
-        self._seg_vectors: np.ndarray | None = None  # joined at the first read (``seg_vectors``)
+        self._seg_joined: dict[str, np.ndarray | None] = {}  # ``seg_vectors``, ``seg_codes``: joined at the first read
         self._seg_lock = threading.Lock()
         # the segment's token map, numbered from 0; the snapshot's is the base's followed by it, read where each lies
         seg = TokenMap(np.repeat(np.arange(len(seg_ntokens), dtype=np.int32), seg_ntokens),
@@ -403,8 +404,8 @@ class LiveIndex(PhraseIndex):
         self.default_nprobe = base.default_nprobe
         self.vectors = base.vectors
         self.codes = base.codes
-        self.seg_codes = (np.concatenate([written_parts(doc, base.faiss, True).codes for doc in segment])  # type: ignore[misc]
-                          if keep_codes and n_seg else None)
+        for doc in self.segment if keep_codes else ():  # each new document's codes made here, in the write
+            written_parts(doc, base.faiss, True)
         self.vector_source = base.vector_source
         self.manifest = dataclasses.replace(
             base.manifest, documents=len(self.docs), passages=len(self.passages), tokens=n + n_seg,
@@ -420,11 +421,24 @@ class LiveIndex(PhraseIndex):
     def seg_vectors(self) -> np.ndarray:
         """(S, d) float16: the segment's token vectors, its documents' joined at the snapshot's first read of them
         (its first search), not by the write: writes that no search reads between them join none."""
+        return self._joined("vectors", lambda: (np.concatenate([doc.vectors for doc in self.segment]) if self.segment
+                                                else np.zeros((0, self.base.faiss.d), np.float16)))
+
+    @property
+    def seg_codes(self) -> np.ndarray | None:
+        """(S, code_size) uint8 where the base's fine store reads codes (its documents' ``WrittenParts``, made by the
+        writes), joined as ``seg_vectors`` are, at the first read; None otherwise."""
+        keeps = self.base.codes is not None and len(self.token_passage) > self.n_base_tokens
+        return self._joined("codes", lambda: np.concatenate([written_parts(doc, self.base.faiss, True).codes  # type: ignore[misc]
+                                                             for doc in self.segment]) if keeps else None)
+
+    def _joined(self, name: str, join: Callable[[], np.ndarray | None]) -> Any:
+        """The segment's ``name`` rows, ``join()`` at the first call (under a lock: searches racing to read them
+        join them once) and kept: the snapshot never changes."""
         with self._seg_lock:
-            if self._seg_vectors is None:
-                self._seg_vectors = (np.concatenate([doc.vectors for doc in self.segment]) if self.segment
-                                     else np.zeros((0, self.base.faiss.d), np.float16))
-            return self._seg_vectors
+            if name not in self._seg_joined:
+                self._seg_joined[name] = join()
+            return self._seg_joined[name]
 
     @property
     def n_base_tokens(self) -> int:

@@ -221,3 +221,22 @@ def test_a_write_joins_no_vectors_and_the_first_search_joins_them_once(monkeypat
     assert Watched.read == []
     want = np.concatenate([np.asarray(d.vectors).view(np.ndarray) for d in segment])
     assert np.array_equal(live.seg_vectors, want) and live.seg_vectors is live.seg_vectors
+
+
+def test_a_write_over_a_base_that_keeps_codes_joins_none_of_the_segment_s_codes(monkeypatch):
+    """Where the base's fine store reads codes, a write's snapshot makes its new document's codes and joins none of the
+    segment's (it copied every segment document's codes at each write); its first read of them joins them, once."""
+    rng = np.random.default_rng(0)
+    base = random_base(20, rng)
+    base.codes = base.faiss.sa_encode(np.zeros((len(base.token_passage), DIM), np.float32))
+    segment = [dataclasses.replace(written(k, rng), vectors=rng.standard_normal((n, DIM)).astype(np.float16))
+               for k, n in enumerate((3, 2, 4))]
+    LiveIndex(base, segment[:2], np.zeros(0, np.int64), empty_like(base.faiss), None)  # the writes before
+    for doc in segment[:2]:  # their codes, as those writes made them, now watched
+        made, parts = doc.__dict__["_written_parts"]
+        doc.__dict__["_written_parts"] = (made, dataclasses.replace(parts, codes=parts.codes.view(Watched)))
+    monkeypatch.setattr(Watched, "read", [])
+    live = LiveIndex(base, segment, np.zeros(0, np.int64), empty_like(base.faiss), None)
+    assert Watched.read == []
+    want = base.faiss.sa_encode(np.concatenate([d.vectors for d in segment]).astype(np.float32))
+    assert np.array_equal(np.asarray(live.seg_codes).view(np.ndarray), want) and live.seg_codes is live.seg_codes
