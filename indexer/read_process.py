@@ -281,6 +281,9 @@ class ReadProcess(Generic[R]):
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        if self._pool is not None:  # interrupted (Ctrl-C reaches the process too): no wait for its file
+        if self._pool is not None:  # interrupted: no wait for its file
+            if kind is not None:  # ended, not left to finish it: a SIGTERM reaches the command's process only, and
+                for process in list(self._pool._processes.values()):  # its exit waited for the reader's file
+                    process.terminate()
             self._pool.shutdown(wait=kind is None, cancel_futures=True)
             self._pool = None

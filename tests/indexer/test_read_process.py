@@ -227,3 +227,22 @@ def test_a_replaced_reading_process_is_stopped_before_the_next_file(three_files)
         why = reader.read(three_files / "b-slow.txt", "b-slow.txt", IngestOptions())
         assert why.startswith("not read within 0.2 s of CPU time (--read-timeout-s)")
         assert set(threading.enumerate()) <= before  # (the pool's thread, stopped)
+
+
+@pytest.mark.slow  # (a reading process started: 2-4 s)
+def test_a_command_stopped_while_a_file_is_read_ends_its_reading_process_at_once(three_files):
+    """A command stopped by SIGTERM (which reaches its own process only: `sync --dry-run`, `corpus from-files`) left
+    its reading process reading the file, and the command's exit waited for that file (a 4 MB Markdown table held a
+    SIGTERM'd dry run 9 s, one of 32 MiB some 20 minutes). The reading process is ended as the command stops."""
+    (three_files / "b-huge.txt").rename(three_files / "b-slow.txt")
+    with pytest.raises(KeyboardInterrupt), read_process.ReadProcess(None, 0, read=_slow_on_slow) as reader:
+        assert reader.read(three_files / "a.txt", "a.txt", IngestOptions()) is not None  # (the process started)
+        assert reader._pool is not None
+        processes = list(reader._pool._processes.values())
+        reader._pool.submit(read_process.read_limited, 0, _slow_on_slow, str(three_files / "b-slow.txt"),
+                            "b-slow.txt", IngestOptions())  # 30 s of CPU
+        time.sleep(0.5)
+        raise KeyboardInterrupt("SIGTERM")  # (as ``interrupt.taking_stops`` raises it)
+    for process in processes:
+        process.join(5)
+        assert not process.is_alive()
