@@ -405,6 +405,8 @@ def _eval(args: argparse.Namespace) -> int:
     from spanseek.core.io import given_path
     from spanseek.indexer.evaluate import run_eval
 
+    params = from_args(SearchParams, args, only=EVAL_SEARCH_FLAGS)  # the options, then the files they name
+    corpus = _corpus_file(args.corpus) if args.corpus else None
     given_path(args.questions, "--questions")
     for flag, given in (("--questions", args.questions), ("--corpus", args.corpus)):
         if args.out is not None and given is not None and _same_file(args.out, given):  # the metrics would replace it
@@ -412,10 +414,9 @@ def _eval(args: argparse.Namespace) -> int:
     index = _index_dir(args.index) if args.index is not None else None
     # the model that built --index, as `spanseek search` takes it (None); a temporary index is built with `default`
     model = args.model if args.model is not None else ("default" if index is None else None)
-    m = run_eval(args.questions, model, index=index, corpus=_corpus_file(args.corpus) if args.corpus else None,
+    m = run_eval(args.questions, model, index=index, corpus=corpus,
                  reading_comprehension=args.reading_comprehension, limit=args.limit, out=args.out,
-                 progress=not args.quiet, precision=args.precision, rc_decode=args.rc_decode,
-                 params=from_args(SearchParams, args, only=EVAL_SEARCH_FLAGS),
+                 progress=not args.quiet, precision=args.precision, rc_decode=args.rc_decode, params=params,
                  reader=args.reader if args.read else None)
     print(json.dumps(m, indent=2))
     return 0

@@ -86,7 +86,7 @@ def _valsets(args: argparse.Namespace) -> int:
 def _rank(args: argparse.Namespace) -> int:
     from spanseek.trainer.validation import rank_checkpoints
 
-    print(json.dumps(rank_checkpoints(given_path(args.valsets, "--valsets"), args.checkpoints, args.out), indent=2))
+    print(json.dumps(rank_checkpoints(args.valsets, args.checkpoints, args.out), indent=2))
     return 0
 
 
@@ -106,9 +106,6 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     if args.from_examples is None and (args.index is None or args.questions is None):
         raise ValueError("give --index and --questions (or --from-examples, to refit on collected examples)")
-    for flag, given in (("--questions", args.questions), ("--from-examples", args.from_examples)):
-        if given is not None:
-            given_path(given, flag)
     calibrator = calibrate(args.index, args.questions, args.model, args.out, args.units, args.modes, args.C, args.limit,
                            args.cache, args.examples, args.features, args.from_examples, args.forms, args.add_to)
     print(json.dumps(calibrator.to_dict(), indent=2))

@@ -377,8 +377,6 @@ def test_a_model_flag_given_a_file_says_it_takes_a_model_directory_or_a_bundled_
     (["train", "phrase", "--train", "{missing}", "--out", "{tmp}/run"], "--train"),
     (["train", "mine", "--train", "{missing}", "--out", "{tmp}/hard.jsonl"], "--train"),
     (["train", "valsets", "--train", "{missing}", "--out", "{tmp}/valsets"], "--train"),
-    (["train", "rank-checkpoints", "--valsets", "{missing}", "--checkpoints", "{tmp}", "--out", "{tmp}/rank.json"], "--valsets"),
-    (["train", "calibrate", "--index", "{tmp}", "--questions", "{missing}", "--out", "{tmp}/cal.json"], "--questions"),
 ])
 def test_a_file_flag_naming_no_file_is_refused_naming_the_flag(tmp_path, capsys, argv, flag):
     """A missing --train was 'missing.json: No such file or directory' (which of the command's files?): each file flag
