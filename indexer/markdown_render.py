@@ -1,6 +1,6 @@
 """Markdown -> markdown-it's tokens (or HTML) for ``indexer.markup`` (which reads them as HTML): markdown-it-py
 (CommonMark, tables and ~~strikethrough~~, footnotes: ``_footnote_definition``; TeX math kept as written:
-``_math``; GitHub's alerts: ``_alerts``), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
+``_math``; GitHub's alerts: ``_alerts``; MkDocs' admonitions: ``_admonition``; GitHub's task lists: ``_task_marks``), made to read blocks nested past its limit (``markdown_parts``, ``render_markdown``), to scan
 link labels in linear time (``_link_label``) and to bound the empty cells a file's tables are filled with
 (``_table``).
 
@@ -45,6 +45,11 @@ _INDENT = re.compile(r"^(?: {1,4}|\t)")  # a footnote's own lines after its firs
 _MATH_CLOSE = re.compile(r"(?<=[^\s\\])\$(?!\d)")
 # a GitHub alert's marker, the first line of a quote: "> [!NOTE]", a callout GitHub titles "Note"
 _ALERT = re.compile(r"\[!(note|tip|important|warning|caution)\][ \t]*(?:\n|$)", re.I)
+# an MkDocs admonition's first line (Python-Markdown's, and pymdown-extensions' collapsible "???" and "???+"): its
+# kind (the class words, "note", "danger highlight") and, in quotes, a title of its own ("" for none)
+_ADMONITION = re.compile(r'(?:!!!|\?\?\?\+?)[ \t]*([\w-]+(?:[ \t]+[\w-]+)*)(?:[ \t]+"(.*)")?[ \t]*$')
+_TASK = re.compile(r"\[([ xX])\][ \t]+(?=\S)")  # a task list item's mark: "[ ]" to do, "[x]" done
+TASK_MARKS = {" ": "\u2610", "x": "\u2612", "X": "\u2612"}  # ☐ to do, ☒ done (as a PDF form's ticked box reads)
 _LAZY_STOP = re.compile(r"^[ \t]*(?:#|>|```|~~~|[-*+][ \t]|\d{1,9}[.)][ \t])")  # a new block, not a note's line
 
 
@@ -62,6 +67,8 @@ def markdown_parser(where: str) -> Any:
     md.inline.ruler.before("escape", "math", _math)
     md.core.ruler.after("inline", "footnotes", _footnotes_at_end)
     md.core.ruler.after("block", "alerts", _alerts)
+    md.core.ruler.after("alerts", "task_marks", _task_marks)
+    md.block.ruler.before("code", "admonition", _admonition, {"alt": ["paragraph", "reference", "blockquote", "list"]})
     md.block.ruler.at("table", functools.partial(_table, table),
                       {"alt": ["paragraph", "reference"]})  # (a table ends those, as markdown-it's does)
     # md.helpers is the module markdown_it.helpers, shared by every parser: this parser gets its own
@@ -168,6 +175,50 @@ def _alerts(state: Any) -> None:
             tokens[i + 1:i + 4] = title
         else:
             tokens[i + 1:i + 1] = title
+
+
+def _admonition(state: Any, start_line: int, end_line: int, silent: bool) -> bool:
+    """An MkDocs admonition ('!!! note "Be careful"' over a body indented four spaces, or pymdown-extensions'
+    collapsible "???") read as MkDocs shows it: a <div> of its title's paragraph (its own, else its kind's first word
+    capitalised, "Note"; none where it is "") and then its body's blocks. Read as written, the marker line ran into
+    the body's first paragraph ('!!! note "Be careful" Use a virtual environment.'), and a body after a blank line
+    read as a code block."""
+    first = state.bMarks[start_line] + state.tShift[start_line]
+    found = state.sCount[start_line] - state.blkIndent < 4 and _ADMONITION.match(
+        state.src[first:state.eMarks[start_line]])
+    if not found or silent:
+        return bool(found)
+    indent = state.sCount[start_line] + 4  # the body: the lines after it indented under it, blank lines between them
+    line = last = start_line + 1
+    while line < end_line and (state.isEmpty(line) or state.sCount[line] >= indent):
+        line += 1
+        last = line if not state.isEmpty(line - 1) else last
+    title = found.group(1).split()[0].capitalize() if found.group(2) is None else found.group(2).strip()
+    opened = state.push("admonition_open", "div", 1)
+    opened.attrs, opened.map = {"class": f"admonition {found.group(1)}"}, [start_line, last]
+    if title:
+        state.push("paragraph_open", "p", 1).map = [start_line, start_line + 1]
+        inline = state.push("inline", "", 0)
+        inline.content, inline.map, inline.children = title, [start_line, start_line + 1], []
+        state.push("paragraph_close", "p", -1)
+    old = state.parentType, state.blkIndent, state.lineMax
+    state.parentType, state.blkIndent, state.lineMax = "admonition", indent, last
+    state.md.block.tokenize(state, start_line + 1, last)
+    state.parentType, state.blkIndent, state.lineMax = old
+    state.push("admonition_close", "div", -1)
+    state.line = last
+    return True
+
+
+def _task_marks(state: Any) -> None:
+    """A task list item's mark ("- [ ] buy milk", "- [x] write code") read as the box GitHub shows: "☐ buy milk",
+    "☒ write code", not as the brackets written, "[ ] buy milk"."""
+    tokens = state.tokens
+    for i in range(2, len(tokens)):
+        inline = tokens[i]
+        if inline.type == "inline" and tokens[i - 1].type == "paragraph_open" and (
+                tokens[i - 2].type == "list_item_open") and (found := _TASK.match(inline.content)):
+            inline.content = f"{TASK_MARKS[found.group(1)]} {inline.content[found.end():]}"
 
 
 def _footnotes_at_end(state: Any) -> None:
@@ -296,7 +347,7 @@ def markdown_parts(md: Any, body: str, rounds: int = _DEEP_ROUNDS,
             opened.append(token.type)
         elif token.nesting == -1 and opened:
             opened.pop()
-        if (token.type in ("blockquote_open", "list_item_open") and token.map and tokens[i + 1].nesting == -1
+        if (token.type in ("blockquote_open", "list_item_open", "admonition_open") and token.map and tokens[i + 1].nesting == -1
                 and token.level >= MARKDOWN_NESTING - 2):  # a container opened at the limit, left empty
             a, b = token.map
             # the lines its map numbers: the file's, or a footnote's, read at the end (their lines were the file's

@@ -219,6 +219,26 @@ def test_a_github_alert_reads_its_title_before_its_text():
         "A plain quote."]
 
 
+def test_an_mkdocs_admonition_reads_its_title_then_its_body():
+    """An MkDocs admonition read as written ran its marker into its body ('!!! note "Be careful" Use a virtual
+    environment.') and read a body after a blank line as code. It reads as MkDocs shows it: its title (its own, or
+    its kind's, "Tip"; none for ""), then its body's blocks; the lines after it that are not indented are not in it."""
+    source = ('# Install\n\n!!! note "Be careful"\n    Use a virtual environment.\n\n    - one step\n\n!!! tip\n'
+              '    Upgrade pip.\nAfter it.\n\n??? warning ""\n    Back up first.\n\n!!! Wow, not an admonition\n')
+    assert extract_markdown(source).paragraphs == [
+        "Install", "Be careful", "Use a virtual environment.", "one step", "Tip", "Upgrade pip.", "After it.",
+        "Back up first.", "!!! Wow, not an admonition"]
+
+
+def test_a_task_list_item_reads_its_box_and_its_text():
+    """GitHub shows a task list item's mark ("- [ ] buy milk") as a check box: it reads as one, "☐ buy milk" (to
+    do) or "☒ write code" (done), not as the brackets written; brackets outside a list item, or with no text after
+    them, read as written."""
+    source = "- [ ] buy milk\n- [x] write code\n1. [X] ship it\n- [ ]\n\n[ ] not a task\n"
+    assert extract_markdown(source).paragraphs == [
+        "\u2610 buy milk", "\u2612 write code", "\u2612 ship it", "[ ]", "[ ] not a task"]
+
+
 def test_a_google_docs_export_is_titled_by_its_title_paragraph():
     """A Google Docs HTML export has no <title>; its title is a paragraph in the Title style (class "title"), which
     was passed over for the first <h1>. It is the title now, where the page has no <title>."""
