@@ -30,7 +30,13 @@ from spanseek.indexer.extracted import (
 )
 from spanseek.indexer.front_matter import front_matter
 from spanseek.indexer.markdown_render import markdown_parser, markdown_parts, render_markdown
-from spanseek.indexer.pdf_blocks import reversed_line
+from spanseek.indexer.pdf_blocks import (
+    LTR_OVERRIDE,
+    MOST_OVERRIDES,
+    POP_OVERRIDE,
+    RTL_OVERRIDE,
+    overrides_read,
+)
 
 # Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
 # asides and footer (boilerplate, as trafilatura drops it, where its main content is not read)
@@ -77,15 +83,15 @@ LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" befo
 
 def _line(text: str) -> str:
     """Text as one line: whitespace runs become one space, soft hyphens (``&shy;``: a hyphen shown only where a line
-    breaks there) are dropped, as a PDF's are."""
-    return " ".join(text.replace("\u00ad", "").split())
+    breaks there) are dropped, as a PDF's are, and text a <bdo> lays out (``_OVERRIDES``) reads as shown."""
+    return overrides_read(" ".join(text.replace("\u00ad", "").split()))
 
 
 def _code(text: str) -> str:
     """A code block's text: its lines kept (one "\\n" apart, so the block stays one paragraph) with their indentation
     (tabs as 4 spaces, less what every line shares), the spacing inside each line collapsed, blank lines dropped (a
     blank line would read as a paragraph break, which answers never cross)."""
-    lines = [line.expandtabs(4) for line in text.split("\n") if line.strip()]
+    lines = [line.expandtabs(4) for line in overrides_read(text).split("\n") if line.strip()]
     shared = min((len(line) - len(line.lstrip(" ")) for line in lines), default=0)
     return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + _line(line) for line in lines)
 
@@ -110,9 +116,14 @@ def _hidden(attrs: Mapping[str, str | None]) -> bool:
     return not shown or bool(_DISPLAY_NONE.search(attrs.get("style") or ""))
 
 
-def _right_to_left(tag: str, attrs: Mapping[str, str | None]) -> bool:
-    """Whether an element lays its text out right to left whatever its script: ``<bdo dir="rtl">``."""
-    return tag == "bdo" and (attrs.get("dir") or "").strip().lower() == "rtl"
+# where a <bdo> element's text starts: the override that lays it out in its direction whatever its script
+# (``pdf_blocks.overrides_read``); "" for one of no direction, which lays nothing out
+_OVERRIDES = {"ltr": LTR_OVERRIDE, "rtl": RTL_OVERRIDE}
+
+
+def _override(attrs: Mapping[str, str | None]) -> str:
+    """The override a <bdo> element's text starts with (``_OVERRIDES``)."""
+    return _OVERRIDES.get((attrs.get("dir") or "").strip().lower(), "")
 
 
 # an in-page link whose text is only a symbol: a heading's permalink (Sphinx's and MkDocs' "¶"), a footnote's link
@@ -291,17 +302,23 @@ class _HTMLText(HTMLParser):
         # where the last such control ended: the text it is in and that text's length then, so that the next one set
         # right after it reads apart from it
         self._control_end: tuple[list[str], int] | None = None
-        # each open <bdo dir="rtl"> and <a>: its attributes, the text it is in and from where, whether it holds or is
-        # in a <sup> (a link's); what is read of it is changed (reversed) or dropped (``_unread_link``) at its end
-        self._spans: dict[str, list[tuple[Mapping[str, str | None], list[str], int, list[bool]]]] = {"a": [], "bdo": []}
+        # each open <a>: its attributes, the text it is in and from where, whether it holds or is in a <sup>; what
+        # is read of it is dropped (``_unread_link``) at its end
+        self._links: list[tuple[Mapping[str, str | None], list[str], int, list[bool]]] = []
+        # each open <bdo>'s override (``_override``): its text is marked with it and read as shown (``_line``); the
+        # paragraphs and lines of a <bdo> that a block or <br> inside it starts are laid out as it lays them out,
+        # marked with the overrides open (those the bidirectional algorithm nests: the rest are ignored there, and a
+        # <br> in each of 100,000 nested <bdo> elements copied them all into each line); each open <bdo>'s override,
+        # and whether it is one of those
+        self._overrides: list[str] = []
+        self._bdo: list[tuple[str, bool]] = []
         self._sup = 0  # open <sup> elements
         self.hidden_text = 0  # the characters (but spaces) of text not read because a browser hides it
 
     def _flush(self, level: int = 0) -> None:
         raw = "".join(self._buf)
-        self._buf = []
-        for spans in self._spans.values():  # (none goes on into the next paragraph: see ``handle_endtag``)
-            spans.clear()
+        self._buf = self._overrides.copy()
+        self._links.clear()  # (none goes on into the next paragraph: see ``handle_endtag``)
         self._sup = 0  # nor a <sup> left open ("m<sup>2</p>"): the next paragraph's links are not in it
         self.text.add(_code(raw) if self._pre else _line(raw), level)
 
@@ -376,11 +393,16 @@ class _HTMLText(HTMLParser):
             text = self._text()
             if self._control_end is not None and self._control_end[0] is text and self._control_end[1] == len(text):
                 text.append(" ")  # right after another control, nothing between them: "Windows Linux"
-        if tag in self._spans and (tag == "a" or _right_to_left(tag, named)):
-            self._spans[tag].append((named, self._text(), len(self._text()), [self._sup > 0]))
+        if tag == "a":
+            self._links.append((named, self._text(), len(self._text()), [self._sup > 0]))
+        elif tag == "bdo":
+            override = _override(named)
+            self._bdo.append((override, bool(override) and len(self._overrides) <= MOST_OVERRIDES))
+            self._overrides += [override] if self._bdo[-1][1] else []
+            self._text().append(override)
         if tag == "sup":
             self._sup += 1
-            for _, _, _, superscript in self._spans["a"][-1:]:
+            for _, _, _, superscript in self._links[-1:]:
                 superscript[0] = True
         if tag == "meta":
             key, content = named.get("name") or named.get("property"), named.get("content")
@@ -417,12 +439,14 @@ class _HTMLText(HTMLParser):
             # it; an inline one ("<b><span hidden>a</b>") with any element around it
             self._hidden = []
         self._sup -= tag == "sup" and self._sup > 0
-        if self._spans.get(tag):
-            attrs, within, start, (superscript,) = self._spans[tag].pop()
-            if within is self._text():  # (a block inside it ended the paragraph: its lines are read as they are)
-                text = "".join(within[start:])
-                within[start:] = [reversed_line(text)] if tag == "bdo" else [] if _unread_link(
-                    attrs, text, superscript) else [text]
+        if tag == "a" and self._links:
+            attrs, within, start, (superscript,) = self._links.pop()
+            if within is self._text() and _unread_link(attrs, "".join(within[start:]), superscript):
+                del within[start:]  # (a block inside it ended the paragraph: its lines are read)
+        elif tag == "bdo" and self._bdo:
+            override, kept = self._bdo.pop()
+            del self._overrides[len(self._overrides) - kept:]
+            self._text().append(POP_OVERRIDE if override else "")
         if self._apart.get(tag):  # (after its text is joined, above: the length compared is the one it keeps)
             self._apart[tag] -= 1
             self._control_end = (self._text(), len(self._text()))
@@ -802,6 +826,42 @@ def _pre_as_code(tree: Any) -> None:
         code.extend(child for child in list(pre) if child is not code)
 
 
+def _bdo_as_shown(tree: Any) -> None:
+    """Each <bdo>'s text as a reader reads it (``pdf_blocks.overrides_read``), its lines as <br> breaks them, before
+    trafilatura reads the page: a <bdo> inside it (its own direction) is marked with its override, so it is laid out
+    as a browser lays it out. One inside another is read with it, from the outer one (listed first: removed while
+    the tree was walked, a <bdo> in a <bdo> ended the walk, the page's later ones left backwards)."""
+    from lxml import etree
+
+    inside: set[Any] = set()
+    for bdo in list(tree.iter("bdo")):
+        if bdo in inside:
+            continue
+        marked: list[str] = []
+        for event, el in etree.iterwalk(bdo, events=("start", "end")):
+            if event == "start":
+                inside.add(el)
+                marked.append((_override(el.attrib) if el.tag == "bdo" else "") + _spaced(el.text) + (
+                    "\n" if el.tag == "br" else ""))
+            else:
+                marked.append((POP_OVERRIDE if el.tag == "bdo" and _override(el.attrib) else "") + (
+                    _spaced(el.tail) if el is not bdo else ""))
+        text = "".join(marked)
+        if text == overrides_read(text):
+            continue
+        first, *lines = overrides_read(text).split("\n")
+        for child in list(bdo):
+            bdo.remove(child)
+        bdo.text = first
+        for line in lines:
+            etree.SubElement(bdo, "br").tail = line
+
+
+def _spaced(text: str | None) -> str:
+    """An element's text or tail, its line ends spaces (a <br> breaks a line; a new line in the source does not)."""
+    return (text or "").replace("\r", " ").replace("\n", " ")
+
+
 def _byline(found: Any) -> dict[str, str]:
     """The author and date trafilatura finds for a page (its byline, ``<meta name="author">``,
     ``article:published_time``, ``<time datetime>``, JSON-LD), as metadata: ``author`` as the page names them (several
@@ -832,13 +892,7 @@ def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sectio
     for link in [a for a in tree.iter("a") if _unread_link(a.attrib, a.text_content(), a.find(".//sup") is not None
                                                             or any(up.tag == "sup" for up in a.iterancestors()))]:
         link.drop_tree()  # (its tail stays)
-    # (listed first: removed while the tree was walked, a <bdo> in a <bdo> ended the walk, the page's later ones left
-    # backwards; one inside another is read with it, from the outer one)
-    for bdo in [el for el in tree.iter("bdo") if _right_to_left(el.tag, el.attrib)]:
-        text = "".join(bdo.itertext())
-        for child in list(bdo):
-            bdo.remove(child)
-        bdo.text = reversed_line(text)
+    _bdo_as_shown(tree)
     _nested_tables_inline(tree)
     _clamp_spans(tree)
     _stack_header_rows(tree)

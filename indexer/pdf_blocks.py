@@ -164,16 +164,72 @@ def logical(glyphs: Sequence[str]) -> str:
     return text + "\n" if line.endswith("\n") else text
 
 
-def reversed_line(text: str) -> str:
-    """Text laid out right to left whatever its script (HTML's ``<bdo dir="rtl">``), as a reader reads it: its
-    characters are shown in reverse order, brackets mirrored, so a word of a left-to-right script reads backwards
-    ("olleh" shows "hello"), while a line of a right-to-left script reads as written (``logical``, which reads a
-    line as shown). Spacing at either end stays where it is."""
-    core = text.strip()
-    if not core:
-        return text
-    start = text.index(core)
-    return text[:start] + logical([c.translate(_MIRRORED) for c in reversed(core)]) + text[start + len(core):]
+# the explicit overrides of Unicode's bidirectional algorithm: text after LRO shown left to right, after RLO right to
+# left, whatever its script, each to its PDF ("pop") or the text's end; HTML's <bdo dir="ltr"> and <bdo dir="rtl">
+LTR_OVERRIDE, RTL_OVERRIDE, POP_OVERRIDE = "\u202d", "\u202e", "\u202c"
+MOST_OVERRIDES = 125  # the deepest level the algorithm nests them to (its max_depth): those deeper are ignored
+
+
+def overrides_read(text: str) -> str:
+    """Text holding explicit direction overrides (``LTR_OVERRIDE`` ... ``POP_OVERRIDE``, nested as <bdo> elements
+    nest; "\\n" a line break) as a reader reads it, the overrides left out: each line's overridden runs shown as
+    Unicode's bidirectional algorithm lays them out (its rules X1-X10 for overrides, L2 and L4: a run inside
+    another reversed, or not, as its level says; brackets mirrored where shown right to left), then read from
+    left to right as shown, so a word of a left-to-right script shown right to left reads backwards ("olleh"
+    shows "hello"), while a line of a right-to-left script reads as written (``logical``, which reads a line as
+    shown). Spacing at either end of a run stays where it is. Text outside any override is read as written."""
+    if LTR_OVERRIDE not in text and RTL_OVERRIDE not in text:
+        return text.replace(POP_OVERRIDE, "")
+    pieces: list[tuple[str, int]] = []  # the text between overrides and line breaks, each at its embedding level
+    stack, overflow = [0], 0  # (levels: 0 outside any override; odd, shown right to left)
+    for piece in _OVERRIDE_OR_LINE.split(text):
+        if piece in (LTR_OVERRIDE, RTL_OVERRIDE):
+            level = stack[-1] + 2 - stack[-1] % 2 if piece == LTR_OVERRIDE else stack[-1] + 1 + stack[-1] % 2
+            if level <= MOST_OVERRIDES and not overflow:
+                stack.append(level)
+            else:
+                overflow += 1
+        elif piece == POP_OVERRIDE:
+            if overflow:
+                overflow -= 1
+            elif len(stack) > 1:
+                stack.pop()
+        elif piece:
+            pieces.append((piece, stack[-1] if piece != "\n" else 0))
+    out, i = [], 0
+    while i < len(pieces):  # runs of text outside overrides, and inside them (on one line)
+        j = i + 1
+        while j < len(pieces) and (pieces[j][1] > 0) == (pieces[i][1] > 0):
+            j += 1
+        out.append(_shown_run(pieces[i:j]) if pieces[i][1] else "".join(piece for piece, _ in pieces[i:j]))
+        i = j
+    return "".join(out)
+
+
+_OVERRIDE_OR_LINE = re.compile(f"([{POP_OVERRIDE}{LTR_OVERRIDE}{RTL_OVERRIDE}\n])")
+
+
+def _shown_run(pieces: list[tuple[str, int]]) -> str:
+    """A run of overridden text, pieces at their levels (all above 0), read as shown (``overrides_read``)."""
+    order = list(range(len(pieces)))
+    # rule L2: from the highest level down to 1, each stretch of pieces that high reversed; between two levels the
+    # run has, each pass reverses the same stretches, so an odd number of them reverses them once, an even none
+    levels = sorted({level for _, level in pieces}, reverse=True)
+    for high, low in itertools.pairwise([*levels, 0]):
+        if (high - low) % 2 == 0:
+            continue
+        i = 0
+        while i < len(order):
+            j = i
+            while j < len(order) and pieces[order[j]][1] >= high:
+                j += 1
+            order[i:j] = order[i:j][::-1]
+            i = j + 1
+    # a piece's characters are reversed once for each level up to its own (L2), and mirrored at odd levels (L4)
+    shown = [pieces[k][0][::-1].translate(_MIRRORED) if pieces[k][1] % 2 else pieces[k][0] for k in order]
+    core, written = "".join(shown).strip(), "".join(piece for piece, _ in pieces)
+    lead, trail = written[:len(written) - len(written.lstrip())], written[len(written.rstrip()):]
+    return lead + logical(list(core)) + trail if core else written
 
 
 # a contents page's entry: its title, a leader (four dots or more, spaced or not; "…") and its page's number. A

@@ -37,6 +37,34 @@ def test_a_bdo_in_a_bdo_leaves_the_page_s_later_ones_read_as_shown():
     assert expected in extract_html(ARTICLE.format(html)).paragraphs
     assert extract_markdown(html).paragraphs == [expected]
 
+
+
+@pytest.mark.parametrize(("inner", "expected"), [
+    # a left-to-right <bdo> inside a right-to-left one is shown as written, in its place (it read reversed: "zyx")
+    ("abc <bdo dir=ltr>xyz (1)</bdo> def", "fed xyz (1) cba"),
+    ("a (b) <bdo dir=ltr>c (d)</bdo>", "c (d) (b) a"),  # (was "(d) c (b) a")
+    ("abc <bdo dir=rtl>xyz</bdo> def", "fed zyx cba"),  # a right-to-left one in it is reversed with it
+    ("abc <bdo>xyz</bdo> def", "fed zyx cba"),  # one of no direction lays nothing out of its own
+])
+def test_a_bdo_inside_a_bdo_reads_as_a_browser_shows_it(inner, expected):
+    """Unicode's bidirectional algorithm, as a browser applies it to nested <bdo> elements: a page's main content,
+    Markdown's HTML and a page read whole read them alike."""
+    html = f"<p>Go <bdo dir=rtl>{inner}</bdo> now.</p>"
+    assert f"Go {expected} now." in extract_html(ARTICLE.format(html)).paragraphs
+    assert extract_markdown(html).paragraphs == [f"Go {expected} now."]
+    assert extract_html(html).paragraphs == [f"Go {expected} now."]
+
+
+def test_a_line_break_in_a_bdo_lays_out_each_line_on_its_own():
+    """A browser lays each line of a <bdo> out on its own: "<bdo dir=rtl>cba<br>fed</bdo>" shows "abc" over "def"
+    (it read "defabc", the lines reversed as one; in Markdown's HTML, which breaks its paragraph at a <br>, it read
+    "cba" and "fed", as written); a line in the source is no line break. A left-to-right <bdo> shows a right-to-left
+    word backwards, and it reads so."""
+    html = "<p>Go <bdo dir=rtl>cba\nfed<br>ihg <a href='/x'>lkj</a></bdo> now <bdo dir=ltr>שלום</bdo>.</p>"
+    assert "Go def abc jkl ghi now םולש." in extract_html(ARTICLE.format(html)).paragraphs
+    assert extract_markdown(html).paragraphs == ["Go def abc", "jkl ghi now םולש."]
+
+
 @pytest.mark.parametrize("tabs", [
     # sphinx-tabs: ARIA tab buttons
     "<div role='tablist'><button role='tab'>Windows</button><button role='tab'>Linux</button></div>",
