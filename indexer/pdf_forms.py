@@ -5,11 +5,14 @@ over it (the widget annotation's appearance), so the values a user typed in, tic
 
     spanseek corpus from-files form.pdf --out corpus.jsonl
 
-What reads: a text field's value (its lines one under the other, a multi-line field's wrapped at its width as a
-viewer wraps them), a ticked check box or the chosen radio button as
+What reads: a text field's value as a viewer shows it (formatted by the field's format action, as Acrobat's
+``AFNumber_Format``, ``AFPercent_Format`` and ``AFSpecial_Format`` format it: "1000" shows "$1,000.00"; its lines one
+under the other, a multi-line field's wrapped at its width as a viewer wraps them), a ticked check box or the chosen radio button as
 "☒" (a mark in the box beside its printed label; boxes left empty read as nothing), a list or combo box's chosen
-options as they are shown (their display text, several ", " apart). Fields hidden from view, password fields (shown
-as dots), push buttons and signatures read as nothing.
+options as they are shown (their display text, several ", " apart). Fields hidden from view or placed off their page
+(outside its crop box: a viewer does not show them), password fields (shown as dots), push buttons and signatures
+read as nothing. An XFA form's data is read only where the file also holds it as AcroForm fields (most do: a form
+made to open in any viewer); a form of XFA alone reads as its pages show it empty.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import functools
 import itertools
 import re
 import textwrap
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 CHECKED = "\u2612"  # ☒: a ticked check box or a chosen radio button
@@ -26,6 +30,13 @@ _HIDDEN_FLAGS = 0b10_0010  # an annotation's /F: Hidden (2) or NoView (32)
 _MULTILINE, _PASSWORD, _PUSH_BUTTON = 1 << 12, 1 << 13, 1 << 16  # a field's /Ff: multi-line, password, push button
 _CENTRE = (0.718 - 0.207) / 2  # the middle of a line's glyphs above its baseline, in type sizes (Helvetica's)
 _MOST_PARENTS = 32  # a field's ancestors an inherited attribute is looked up in (a loop of /Parent ends there)
+_MOST_SCRIPT = 4096  # the characters of a field's format action read for the formatting it calls
+# a format action's call of Acrobat's number, percent and special formats, with its arguments
+_FORMAT = re.compile(r'\b(AFNumber|AFPercent|AFSpecial)_Format\s*\(\s*(\d{1,2})\s*(?:,\s*(\d)\s*,\s*(\d)\s*,\s*(\d)'
+                     r'\s*,\s*"((?:[^"\\]|\\.){0,16})"\s*,\s*(true|false)\s*)?(?:,\s*\d\s*(?:,\s*(true|false)\s*)?)?\)')
+# the separators of AFNumber_Format's sepStyle: thousands and decimal ("1,234.56", "1234.56", "1.234,56",
+# "1234,56", "1'234.56")
+_SEPARATORS = {0: (",", "."), 1: ("", "."), 2: (".", ","), 3: ("", ","), 4: ("'", ".")}
 
 
 def _inherited(widget: dict[str, Any], key: str) -> Any:
@@ -75,7 +86,7 @@ def field_value(widget: dict[str, Any]) -> str:
     kind, flags = _inherited(widget, "FT"), _inherited(widget, "Ff")
     kind, flags = kind.name if isinstance(kind, PSLiteral) else None, flags if isinstance(flags, int) else 0
     if kind == "Tx" and not flags & _PASSWORD:
-        return _text(_inherited(widget, "V"))
+        return formatted(_text(_inherited(widget, "V")), _format_script(widget))
     if kind == "Ch":
         return _chosen(widget)
     if kind == "Btn" and not flags & _PUSH_BUTTON:  # a check box or a radio button: ticked where its state is on
@@ -84,12 +95,91 @@ def field_value(widget: dict[str, Any]) -> str:
     return ""
 
 
+def _format_script(widget: dict[str, Any]) -> str:
+    """The JavaScript of a field's format action (its /AA's /F), "" where it has none."""
+    from pdfminer.pdftypes import PDFStream, resolve1
+
+    actions = _inherited(widget, "AA")
+    action = resolve1(actions.get("F")) if isinstance(actions, dict) else None
+    script = resolve1(action.get("JS")) if isinstance(action, dict) else None
+    if isinstance(script, PDFStream):
+        try:
+            script = script.get_data()[:_MOST_SCRIPT * 2]
+        except Exception:  # a damaged stream: the value reads as stored
+            return ""
+    return _text(script)[:_MOST_SCRIPT] if isinstance(script, bytes) else ""
+
+
+def formatted(value: str, script: str) -> str:
+    """A text field's ``value`` as its format action's ``script`` shows it: Acrobat's AFNumber_Format(decimals,
+    separators, negative style, currency style, currency, currency first) ("1000" shows "$1,000.00"; a negative
+    number shown in red reads with its minus sign, one in parentheses in them), AFPercent_Format(decimals,
+    separators) ("0.25" shows "25.00%") and AFSpecial_Format (0: a ZIP code, 1: ZIP+4, 2: a telephone number, 3: a
+    social security number); as stored where it calls none of them, or the value is not one it formats."""
+    found = _FORMAT.search(script) if value.strip() else None
+    if found is None:
+        return value
+    kind, first = found.group(1), int(found.group(2))
+    if kind == "AFSpecial":
+        return _special(value, first)
+    separators = _SEPARATORS.get(int(found.group(3) or 0), _SEPARATORS[0])
+    number = _number(value, separators[1])
+    if number is None:
+        return value
+    if kind == "AFPercent":
+        return _grouped(number * 100, first, separators) + "%"
+    negative, style = number < 0, int(found.group(4) or 0)
+    shown = _grouped(abs(number), first, separators)
+    currency = bytes(found.group(6) or "", "utf-8").decode("unicode_escape", "replace") if found.group(6) else ""
+    shown = currency + shown if found.group(7) != "false" else shown + currency
+    return f"({shown})" if negative and style in (2, 3) else f"-{shown}" if negative else shown
+
+
+def _number(value: str, point: str) -> Decimal | None:
+    """A field's value as a number (Acrobat's AFMakeNumber: its decimal ``point``, separators and currency signs left
+    out), None where it is none (it holds a letter: "B12")."""
+    if any(c.isalpha() for c in value):
+        return None
+    digits = "".join(c for c in value.replace(point, ".") if c.isdigit() or c in ".-")
+    try:
+        return Decimal(digits) if digits.lstrip("-") and "-" not in digits[1:] else None
+    except InvalidOperation:
+        return None
+
+
+def _grouped(number: Decimal, decimals: int, separators: tuple[str, str]) -> str:
+    """``number`` rounded to ``decimals`` places, its thousands and decimal point as ``separators`` set them."""
+    text = f"{number.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP):f}"
+    whole, _, fraction = text.partition(".")
+    sign, whole = ("-", whole[1:]) if whole.startswith("-") else ("", whole)
+    whole = f"{int(whole):,}".replace(",", separators[0])
+    return sign + whole + (separators[1] + fraction if fraction else "")
+
+
+def _special(value: str, style: int) -> str:
+    """A value in AFSpecial_Format's ``style``, as stored where its digits are not of that form."""
+    digits = "".join(c for c in value if c.isdigit())
+    if style == 0 and len(digits) == 5:
+        return digits
+    if style == 1 and len(digits) == 9:
+        return f"{digits[:5]}-{digits[5:]}"
+    if style == 2 and len(digits) in (7, 10):
+        return f"({digits[:3]}) {digits[3:6]}-{digits[6:]}" if len(digits) == 10 else f"{digits[:3]}-{digits[3:]}"
+    if style == 3 and len(digits) == 9:
+        return f"{digits[:3]}-{digits[3:5]}-{digits[5:]}"
+    return value
+
+
 def filled_fields(page: Any) -> list[tuple[tuple[float, float, float, float], str, float]]:
     """A page's filled-in fields as (its widget's rectangle on the page, x0 y0 x1 y1; the value shown; its type
-    size), in the order the page lists them; widgets hidden from view left out."""
+    size), in the order the page lists them; widgets hidden from view, or placed off the page (outside its crop
+    box, which a viewer shows), left out."""
     from pdfminer.pdftypes import resolve1
 
     out = []
+    shown = [v if isinstance(v, (int, float)) else 0 for v in (getattr(page, "cropbox", None) or [])]
+    left, bottom, right, top = (min(shown[0], shown[2]), min(shown[1], shown[3]), max(shown[0], shown[2]),
+                                max(shown[1], shown[3])) if len(shown) == 4 else (-1e9, -1e9, 1e9, 1e9)
     annotations = resolve1(page.annots)
     for annotation in annotations if isinstance(annotations, list) else []:
         widget = resolve1(annotation)
@@ -106,6 +196,8 @@ def filled_fields(page: Any) -> list[tuple[tuple[float, float, float, float], st
             continue
         points = _type_size(_inherited(widget, "DA"))
         x0, y0, x1, y1 = min(rect[0], rect[2]), min(rect[1], rect[3]), max(rect[0], rect[2]), max(rect[1], rect[3])
+        if x1 <= left or x0 >= right or y1 <= bottom or y0 >= top:
+            continue
         size = points if 0 < points < 100 else min(_DEFAULT_SIZE, (y1 - y0) * 0.7)
         multiline = _inherited(widget, "Ff")
         if isinstance(multiline, int) and multiline & _MULTILINE and size > 0:

@@ -1299,6 +1299,46 @@ def test_a_form_field_s_appearance_is_read_in_linear_time(tmp_path):
     assert time.process_time() - start < 1.5
 
 
+def test_a_form_field_reads_as_its_format_action_shows_it(tmp_path):
+    """A field's value read as stored ("1000") where a viewer shows it formatted by the field's format action
+    ("$1,000.00"): it reads as shown, for Acrobat's number, percent and special formats; a value that is no number
+    reads as stored."""
+    labels = [(700, "Fee:"), (670, "Share:"), (640, "Phone:"), (610, "Refund:"), (580, "Berth:")]
+    text = b" ".join(b"BT /F1 10 Tf 72 %d Td (%s) Tj ET" % (y, label.encode()) for y, label in labels)
+    widget = b"<< /Type /Annot /Subtype /Widget /FT /Tx /DA (/Helv 10 Tf 0 g) "
+    script = b"/AA << /F << /S /JavaScript /JS (%s) >> >>"
+    fields = [
+        widget + b"/V (1000) /Rect [150 695 300 713] " + script % b'AFNumber_Format(2, 0, 0, 0, "$", true);' + b">>",
+        widget + b"/V (0.255) /Rect [150 665 300 683] " + script % b"AFPercent_Format(1, 0);" + b">>",
+        widget + b"/V (5551234567) /Rect [150 635 300 653] " + script % b"AFSpecial_Format(2);" + b">>",
+        widget + b"/V (-1234567,5) /Rect [150 605 300 623] "
+                 + script % b'AFNumber_Format(2, 2, 2, 0, " EUR", false);' + b">>",
+        widget + b"/V (B12) /Rect [150 575 300 593] " + script % b'AFNumber_Format(0, 0, 0, 0, "", true);' + b">>",
+    ]
+    refs = b" ".join(b"%d 0 R" % n for n in range(6, 6 + len(fields)))
+    path = pdf_of_objects(tmp_path / "form.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [%s] >> >>" % refs,
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> /Annots [%s] >>" % refs,
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        *fields,
+    ])
+    assert extract_pdf(path).paragraphs == ["Fee: $1,000.00", "Share: 25.5%", "Phone: (555) 123-4567",
+                                            "Refund: (1.234.567,50 EUR)", "Berth: B12"]
+
+
+@pytest.mark.parametrize("rect", [b"[700 655 900 673]", b"[110 -40 300 -20]", b"[110 655 300 673]"])
+def test_a_form_field_placed_off_its_page_is_not_read(tmp_path, rect):
+    """A field placed off its page (outside its crop box: a viewer does not show it) read as if it were on it; it
+    reads as nothing, and one on the page as ever."""
+    text = b"BT /F1 10 Tf 72 700 Td (%s) Tj ET BT /F1 10 Tf 72 660 Td (Name:) Tj ET" % LONG.encode()
+    path = _form(tmp_path / "form.pdf", text, b"/T (name) /V (Ada Lovelace) /Rect %s /DA (/Helv 10 Tf 0 g)" % rect)
+    on_page = rect == b"[110 655 300 673]"
+    assert extract_pdf(path).paragraphs == [LONG, "Name: Ada Lovelace" if on_page else "Name:"]
+
+
 def test_a_long_note_in_a_multi_line_field_reads_before_the_column_beside_it(tmp_path):
     """A note typed into a multi-line field was drawn on one line, past the field and across the column beside it,
     so it read in the middle of that column ("Office use only ...", the note, "Berth number ..."). It wraps at the
