@@ -6,7 +6,7 @@ The body is read in order: paragraphs, the rows of tables and the contents of co
 contents, nor a placeholder's prompt). A paragraph's text is its runs' (hyperlinks, fields' results, tracked
 insertions, equations; not tracked deletions, field codes, comments or hidden text; a paragraph whose mark is
 deleted runs on into the next), after its list number or bullet as Word shows it ("2. Configure", "1.2 Scope", "•
-Item": ``_Numbering``), and its text boxes, footnotes and endnotes follow it as paragraphs of their own, as do its
+Item": ``Numbering``), and its text boxes, footnotes and endnotes follow it as paragraphs of their own, as do its
 SmartArt diagrams' boxes and its charts' titles and labels (``indexer.drawings``); a phonetic guide (ruby) follows
 its base text in brackets; a symbol (w:sym) reads as the Unicode character it shows (``_symbol``). A table row is
 one paragraph whose cells are named by the header row ("Route: Kellerton to Kirkwall; Departure: 09:15"), as
@@ -20,7 +20,7 @@ truncated zip).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,21 +38,20 @@ from spanseek.indexer.extracted import (
     row_text,
     zip_bomb,
 )
+from spanseek.indexer.word_numbering import ON, Numbering, Styles, W, flag, val
 
 _HEADING = re.compile(r"heading\s*(\d)", re.I)
 _OLE = b"\xd0\xcf\x11\xe0"  # how an OLE (Compound File) file starts: an old .doc, or an encrypted .docx
-_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
 # an equation's text (Office Math: m:oMath, m:oMathPara) is in m:t elements, as a run's is in w:t
-_TEXT = {f"{_W}t", "{http://schemas.openxmlformats.org/officeDocument/2006/math}t"}
+_TEXT = {f"{W}t", "{http://schemas.openxmlformats.org/officeDocument/2006/math}t"}
 # a paragraph's parts that hold no text of the document: deleted or moved-away text (tracked changes), a field's
 # code (its result is text), properties, a content control's settings, and the older copy of a drawing (mc:Fallback,
 # which repeats mc:Choice's text box)
-_NOT_TEXT = {f"{_W}{tag}" for tag in ("del", "moveFrom", "delText", "instrText", "delInstrText", "pPr", "rPr",
+_NOT_TEXT = {f"{W}{tag}" for tag in ("del", "moveFrom", "delText", "instrText", "delInstrText", "pPr", "rPr",
                                        "sdtPr", "sdtEndPr", "tblPr", "trPr", "tcPr")} | {f"{_MC}Fallback"}
 # (a ptab: a tab to a margin or the middle, "Contents<ptab/>Page" between the two sides of a line)
-_CHARACTERS = {f"{_W}tab": " ", f"{_W}ptab": " ", f"{_W}br": " ", f"{_W}cr": " ", f"{_W}noBreakHyphen": "-"}
-_ON = {"1", "true", "on"}
+_CHARACTERS = {f"{W}tab": " ", f"{W}ptab": " ", f"{W}br": " ", f"{W}cr": " ", f"{W}noBreakHyphen": "-"}
 # the Symbol font's characters by their code (0x20-0xFE; Word sets them as w:sym w:char="F0B4", the private-use code
 # point U+F000 + the code) -> Unicode, after the Adobe Symbol encoding; the pieces of large brackets and integrals and
 # the arrow and radical extenders, glyphs of no text, are left out
@@ -75,165 +74,9 @@ _WINGDINGS = {0x22: "\u2702", 0x28: "\u260e", 0x4A: "\u263a", 0x4C: "\u2639", 0x
               0x6E: "\u25a0", 0x6F: "\u25a1", 0x76: "\u2756", 0xA7: "\u25aa", 0xE8: "\u2794", 0xFB: "\u2718",
               0xFC: "\u2714", 0xFD: "\u2612", 0xFE: "\u2611"}
 _SYMBOL_FONTS = {"symbol": _SYMBOL, "wingdings": _WINGDINGS}
-_ROMAN = ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"), (50, "l"), (40, "xl"), (10, "x"),
-          (9, "ix"), (5, "v"), (4, "iv"), (1, "i"))
-
-
-def _roman(n: int) -> str:
-    out = ""
-    for value, letters in _ROMAN:
-        out += letters * (n // value)
-        n %= value
-    return out
-
-
-def _letter(n: int) -> str:
-    """Word's list letters: a to z, then aa, bb, ... (the letter repeated, not a spreadsheet's column names)."""
-    return chr(ord("a") + (n - 1) % 26) * ((n - 1) // 26 + 1)
-
-
-# the list number formats read (w:numFmt); a list in another (ordinal words, East Asian counting, ...) gets no number
-_FORMATS: dict[str, Callable[[int], str]] = {
-    "decimal": str, "decimalZero": lambda n: f"{n:02d}", "lowerLetter": _letter, "upperLetter": lambda n: _letter(n).upper(),
-    "lowerRoman": _roman, "upperRoman": lambda n: _roman(n).upper(), "none": lambda n: ""}
-
-
-class _Styles:
-    """A document's styles by id, each with the styles it is based on (``chain``)."""
-
-    def __init__(self, document: Any) -> None:
-        self.by_id = {s.get(f"{_W}styleId"): s for s in document.styles.element.iterchildren(f"{_W}style")}
-        self.default = next((i for i, s in self.by_id.items() if s.get(f"{_W}type") == "paragraph"
-                             and s.get(f"{_W}default") in _ON), None)
-
-    def chain(self, style_id: str | None) -> Iterator[Any]:
-        """The style of this id, then the one it is based on, and so on (each once)."""
-        seen: set[str] = set()
-        while style_id and style_id not in seen and (style := self.by_id.get(style_id)) is not None:
-            seen.add(style_id)
-            yield style
-            style_id = _val(style.find(f"{_W}basedOn"))
-
-    def paragraph_style(self, p: Any) -> str | None:
-        """A paragraph's style id: its own, else the document's default paragraph style."""
-        return _val(p.find(f"{_W}pPr/{_W}pStyle")) or self.default
-
-
-class _Numbering:
-    """The list numbers and bullets of a document's paragraphs, as Word shows them: "2.", "1.2", "b)", "iv.", "•".
-
-    A paragraph is in a list by its own numbering properties (w:numPr: the list's numId, the level ilvl) or its
-    style's (a "List Number" style; a heading style linked to a level of an outline). The lists (w:num) that share
-    one definition (w:abstractNum) share its counters, as in Word, unless one restarts a level (w:startOverride) where
-    it is first used. A level counts from its w:start and restarts when a level above it is used (w:lvlRestart can
-    say which, or never); its w:lvlText ("%1.%2") shows the counters of the levels it names, each in its level's
-    w:numFmt (decimal when the level is legal-style, w:isLgl). A level in a format not read here (``_FORMATS``), or
-    a list not defined, gives no number: the paragraph reads as it would without one."""
-
-    def __init__(self, root: Any, styles: _Styles) -> None:
-        self.styles = styles
-        self.abstract = {a.get(f"{_W}abstractNumId"): a for a in root.iterchildren(f"{_W}abstractNum")} if root is not None else {}
-        self.nums = {n.get(f"{_W}numId"): n for n in root.iterchildren(f"{_W}num")} if root is not None else {}
-        self.counters: dict[str, dict[int, int]] = {}  # by w:abstractNum: each level's last number
-        self.restarted: set[tuple[str, int]] = set()  # (numId, ilvl) whose w:startOverride has been applied
-
-    def definition(self, num_id: str) -> tuple[str, Any] | None:
-        """The w:abstractNum of a list (numId), following a numbering style's link to the list it names."""
-        for _ in range(3):  # a w:numStyleLink names a style whose list is the definition (once; a loop is broken)
-            num = self.nums.get(num_id)
-            abstract_id = _val(num.find(f"{_W}abstractNumId")) if num is not None else None
-            abstract = self.abstract.get(abstract_id or "")
-            if abstract is None:
-                return None
-            link = _val(abstract.find(f"{_W}numStyleLink"))
-            linked = next((_val(s.find(f"{_W}pPr/{_W}numPr/{_W}numId")) for s in self.styles.chain(link)), None)
-            if not linked:
-                return abstract_id, abstract
-            num_id = linked
-        return None
-
-    def level(self, num_id: str, abstract: Any, ilvl: int) -> Any:
-        """A list's level ``ilvl`` (w:lvl): the list's own override of it, else its definition's."""
-        override = self.nums[num_id].find(f"{_W}lvlOverride[@{_W}ilvl='{ilvl}']/{_W}lvl")
-        return override if override is not None else abstract.find(f"{_W}lvl[@{_W}ilvl='{ilvl}']")
-
-    def list_of(self, p: Any) -> tuple[str, int] | None:
-        """(numId, ilvl) of a paragraph in a list, from its numbering properties or its style's; None when in none."""
-        direct = p.find(f"{_W}pPr/{_W}numPr")
-        num_id, ilvl = (_val(direct.find(f"{_W}numId")), _val(direct.find(f"{_W}ilvl"))) if direct is not None else (None, None)
-        carrier = None  # the style whose numbering the paragraph takes
-        for style in self.styles.chain(self.styles.paragraph_style(p)):
-            if num_id is not None and ilvl is not None:
-                break
-            numbered = style.find(f"{_W}pPr/{_W}numPr")
-            if numbered is not None:
-                carrier = carrier if carrier is not None else style
-                num_id = num_id if num_id is not None else _val(numbered.find(f"{_W}numId"))
-                ilvl = ilvl if ilvl is not None else _val(numbered.find(f"{_W}ilvl"))
-        if not num_id or num_id == "0" or (found := self.definition(num_id)) is None:  # numId 0: "no list"
-            return None
-        if ilvl is None and carrier is not None:  # a style linked to one level of the list (w:lvl/w:pStyle)
-            style_id = carrier.get(f"{_W}styleId")
-            ilvl = next((lvl.get(f"{_W}ilvl") for lvl in found[1].iterchildren(f"{_W}lvl")
-                         if _val(lvl.find(f"{_W}pStyle")) == style_id), None)
-        level = _count(ilvl)
-        return (num_id, level) if level is not None and level >= 0 else (num_id, 0)
-
-    def label(self, p: Any) -> str:
-        """A paragraph's list number or bullet as Word shows it ("2.", "1.2", "•"), counting it; "" when it has none."""
-        where = self.list_of(p)
-        if where is None:
-            return ""
-        num_id, ilvl = where
-        abstract_id, abstract = self.definition(num_id) or ("", None)
-        counts = self.counters.setdefault(abstract_id, {})
-        lvl = self.level(num_id, abstract, ilvl)
-        if lvl is None:
-            return ""
-        start = self.start(num_id, abstract, ilvl)
-        override = self.nums[num_id].find(f"{_W}lvlOverride[@{_W}ilvl='{ilvl}']/{_W}startOverride")
-        if override is not None and (num_id, ilvl) not in self.restarted:
-            self.restarted.add((num_id, ilvl))
-            counts.pop(ilvl, None)
-        counts[ilvl] = counts[ilvl] + 1 if ilvl in counts else start
-        for deeper in [k for k in counts if k > ilvl]:
-            deeper_lvl = self.level(num_id, abstract, deeper)
-            restart = _val(deeper_lvl.find(f"{_W}lvlRestart")) if deeper_lvl is not None else None
-            named = _count(restart)
-            after = named if named is not None and named >= 0 else deeper  # restarts when a level < it is used
-            if ilvl < after:
-                del counts[deeper]
-        form = _val(lvl.find(f"{_W}numFmt")) or "decimal"
-        text = _val(lvl.find(f"{_W}lvlText")) or ""
-        if form == "bullet":  # a symbol font's glyph (U+F0B7 in Symbol) or a letter ("o" in Courier) shows a bullet
-            return text if len(text) == 1 and not text.isalnum() and not "\ue000" <= text <= "\uf8ff" else "•"
-        legal = _flag(lvl, "isLgl")
-        shown = []
-        for part in re.split(r"(%[1-9])", text):
-            if re.fullmatch(r"%[1-9]", part):
-                k = int(part[1]) - 1
-                k_lvl = self.level(num_id, abstract, k)
-                k_form = "decimal" if legal else _val(k_lvl.find(f"{_W}numFmt")) if k_lvl is not None else None
-                if (k_form or "decimal") not in _FORMATS:
-                    return ""
-                shown.append(_FORMATS[k_form or "decimal"](counts.get(k, self.start(num_id, abstract, k))))
-            else:
-                shown.append(part)
-        return " ".join("".join(shown).split())
-
-    def start(self, num_id: str, abstract: Any, ilvl: int) -> int:
-        """The number a level counts from: the list's w:startOverride, else the level's w:start, else 0 (Word's)."""
-        for where, node in ((f"{_W}lvlOverride[@{_W}ilvl='{ilvl}']/{_W}startOverride", self.nums[num_id]),
-                            (f"{_W}start", self.level(num_id, abstract, ilvl))):
-            value = _count(_val(node.find(where)) if node is not None else None)
-            if value is not None:
-                return value
-        return 0
-
-
 class _WordText:
     """A Word document's text in reading order (``Sections``): paragraphs, each after its list number or bullet
-    (``_Numbering``), with those of their text boxes and their footnotes and endnotes after them; table rows
+    (``Numbering``), with those of their text boxes and their footnotes and endnotes after them; table rows
     ("Header: cell; ..."); the contents of content controls. Tracked changes read as accepted (inserted text in,
     deleted text out); hidden text (``hidden``), comments, page headers and footers are left out."""
 
@@ -241,10 +84,10 @@ class _WordText:
         from docx.text.paragraph import Paragraph
 
         self.document = document
-        self.styles = _Styles(document)
+        self.styles = Styles(document)
         self.parts: dict[str, Any] = {}  # the parts read by ``_part``, by relationship
         self.part = document.part  # the part being read: its relationships name the drawings' parts
-        self.numbering = _Numbering(self._part("numbering"), self.styles)
+        self.numbering = Numbering(self._part("numbering"), self.styles)
         self.sections = Sections()
         self.title: str | None = None
         self.first_heading: str | None = None
@@ -267,19 +110,19 @@ class _WordText:
         root = self._part(f"{kind}s")
         if root is None:
             return {}
-        return {n.get(f"{_W}id"): n for n in root.iter(f"{_W}{kind}") if n.get(f"{_W}type") is None}
+        return {n.get(f"{W}id"): n for n in root.iter(f"{W}{kind}") if n.get(f"{W}type") is None}
 
     def blocks(self, container: Any, level_allowed: bool = True) -> None:
         """The paragraphs and tables of a body, a text box or a content control, in order."""
         joined = ""  # the text of paragraphs whose mark is a tracked deletion, running on into the next paragraph
         for child in container:
-            if child.tag == f"{_W}p":
+            if child.tag == f"{W}p":
                 joined = self.paragraph(child, level_allowed, joined)
                 continue
-            if joined and (child.tag == f"{_W}tbl" or _wrapper(child)):  # no paragraph to run on into
+            if joined and (child.tag == f"{W}tbl" or _wrapper(child)):  # no paragraph to run on into
                 self.sections.add(joined)
                 joined = ""
-            if child.tag == f"{_W}tbl":
+            if child.tag == f"{W}tbl":
                 self.table(child)
             elif _wrapper(child):
                 self.blocks(child, level_allowed)
@@ -292,25 +135,25 @@ class _WordText:
         parts: list[str] = []
         for child in element:
             tag = child.tag
-            if tag in _NOT_TEXT or not isinstance(tag, str) or (tag == f"{_W}sdt" and not _content(child)):
+            if tag in _NOT_TEXT or not isinstance(tag, str) or (tag == f"{W}sdt" and not _content(child)):
                 continue
-            if tag == f"{_W}r" and self.hidden(child, hidden):
+            if tag == f"{W}r" and self.hidden(child, hidden):
                 continue
             if tag in _TEXT:
                 parts.append(child.text or "")
             elif tag in _CHARACTERS:
                 parts.append(_CHARACTERS[tag])
-            elif tag == f"{_W}sym":
+            elif tag == f"{W}sym":
                 parts.append(_symbol(child))
-            elif tag == f"{_W}txbxContent":
+            elif tag == f"{W}txbxContent":
                 extras.append(("box", child))
             elif tag in DRAWINGS:  # a SmartArt diagram or a chart: its text, in a part of its own, after the paragraph
                 extras += [("drawing", rid) for rid in drawing_ids(child)]
-            elif tag in (f"{_W}footnoteReference", f"{_W}endnoteReference"):
-                extras.append((tag[len(_W):-len("Reference")], child.get(f"{_W}id")))
-            elif tag == f"{_W}ruby":  # a phonetic guide over its base text: the base, the guide after it in brackets,
+            elif tag in (f"{W}footnoteReference", f"{W}endnoteReference"):
+                extras.append((tag[len(W):-len("Reference")], child.get(f"{W}id")))
+            elif tag == f"{W}ruby":  # a phonetic guide over its base text: the base, the guide after it in brackets,
                 # as Word saves it as plain text ("漢字(かんじ)"; the guide comes first in the XML)
-                base, guide = (self.inline(part, extras, hidden) if (part := child.find(f"{_W}{name}")) is not None
+                base, guide = (self.inline(part, extras, hidden) if (part := child.find(f"{W}{name}")) is not None
                                else "" for name in ("rubyBase", "rt"))
                 parts.append(f"{base}({guide})" if guide.strip() else base)
             else:  # runs, hyperlinks, inserted text, fields, content controls, drawings (for their text boxes)
@@ -321,18 +164,18 @@ class _WordText:
         """Whether a run is hidden text (w:vanish: Word neither prints nor shows it, nor saves it as plain text), set
         on the run, else on its character style, else on its paragraph's style (``paragraph_hidden``). A paragraph
         mark's w:specVanish (a run-in heading's: the paragraph shows on one line with the next) hides no text."""
-        properties = run.find(f"{_W}rPr")
-        style = _val(properties.find(f"{_W}rStyle")) if properties is not None else None
-        found = _vanish([properties, *(s.find(f"{_W}rPr") for s in self.styles.chain(style))])
+        properties = run.find(f"{W}rPr")
+        style = val(properties.find(f"{W}rStyle")) if properties is not None else None
+        found = _vanish([properties, *(s.find(f"{W}rPr") for s in self.styles.chain(style))])
         return paragraph_hidden if found is None else found
 
     def line(self, p: Any, extras: list[tuple[str, Any]]) -> tuple[str, str]:
         """A paragraph's visible text on one line, and its list number or bullet ("" when none). An empty paragraph
         in a list is counted, as Word shows its number ("2." on a line of its own), unless its paragraph mark is hidden
         too (Word then shows no line for it) or a tracked deletion (the list's next item takes its number)."""
-        style_hidden = _vanish(s.find(f"{_W}rPr") for s in self.styles.chain(self.styles.paragraph_style(p)))
+        style_hidden = _vanish(s.find(f"{W}rPr") for s in self.styles.chain(self.styles.paragraph_style(p)))
         text = " ".join(self.inline(p, extras, bool(style_hidden)).split())
-        mark_hidden = _vanish([p.find(f"{_W}pPr/{_W}rPr")])
+        mark_hidden = _vanish([p.find(f"{W}pPr/{W}rPr")])
         # a paragraph whose mark is a tracked deletion or moved away is gone once the changes are accepted: not counted
         deleted = _mark_gone(p)
         shown = not deleted and (bool(text) or not (style_hidden if mark_hidden is None else mark_hidden))
@@ -365,8 +208,8 @@ class _WordText:
         """A paragraph's heading level (1-9) by its outline level (w:outlineLvl 0-8: what Word's navigation pane
         lists), its own or its style's: a heading in a style of another name ("Chapter"; "Heading" as Pages names
         it; a LibreOffice heading style of its own); 0 for body text (outline level 9, or none)."""
-        for props in [p.find(f"{_W}pPr"), *(s.find(f"{_W}pPr") for s in self.styles.chain(self.styles.paragraph_style(p)))]:
-            value = _val(props.find(f"{_W}outlineLvl")) if props is not None else None
+        for props in [p.find(f"{W}pPr"), *(s.find(f"{W}pPr") for s in self.styles.chain(self.styles.paragraph_style(p)))]:
+            value = val(props.find(f"{W}outlineLvl")) if props is not None else None
             if value is not None:
                 return int(value) + 1 if value.isdecimal() and int(value) < 9 else 0
         return 0
@@ -415,7 +258,7 @@ class _WordText:
         row", else the first row when it looks like a header: the table's style sets its first row apart (and the
         table shows that: Word's "Header Row" option) or its text is bold. None in a table of no other rows."""
         heads = 0
-        while heads < len(grid) and _flag(grid[heads].tr.find(f"{_W}trPr"), "tblHeader"):
+        while heads < len(grid) and flag(grid[heads].tr.find(f"{W}trPr"), "tblHeader"):
             heads += 1
         if not heads and len(grid) > 1 and (self.styled_first_row(tbl)
                                              or self.bold(grid[0])):
@@ -423,15 +266,15 @@ class _WordText:
         return heads if heads < len(grid) else 0
 
     def styled_first_row(self, tbl: Any) -> bool:
-        properties = tbl.find(f"{_W}tblPr")
-        look = properties.find(f"{_W}tblLook") if properties is not None else None
+        properties = tbl.find(f"{W}tblPr")
+        look = properties.find(f"{W}tblLook") if properties is not None else None
         if look is None:
             return False
-        first = look.get(f"{_W}firstRow")
-        if not (first in _ON if first is not None else int(look.get(f"{_W}val") or "0", 16) & 0x0020):
+        first = look.get(f"{W}firstRow")
+        if not (first in ON if first is not None else int(look.get(f"{W}val") or "0", 16) & 0x0020):
             return False
-        return any(p.get(f"{_W}type") == "firstRow" for style in self.styles.chain(_val(properties.find(f"{_W}tblStyle")))
-                   for p in style.findall(f"{_W}tblStylePr"))
+        return any(p.get(f"{W}type") == "firstRow" for style in self.styles.chain(val(properties.find(f"{W}tblStyle")))
+                   for p in style.findall(f"{W}tblStylePr"))
 
     def bold(self, row: _Row) -> bool:
         """Whether every run with text in a row is bold (set on the run, its character style or its paragraph's)."""
@@ -450,25 +293,25 @@ class _WordText:
 def _content(sdt: Any) -> bool:
     """Whether a content control holds the document's text: not a table of contents (the headings again, with page
     numbers), nor a placeholder's prompt ("Click or tap here to enter text.")."""
-    properties = sdt.find(f"{_W}sdtPr")
+    properties = sdt.find(f"{W}sdtPr")
     if properties is None:
         return True
-    gallery = properties.find(f"{_W}docPartObj/{_W}docPartGallery")
-    return properties.find(f"{_W}showingPlcHdr") is None and (
-        gallery is None or gallery.get(f"{_W}val") != "Table of Contents")
+    gallery = properties.find(f"{W}docPartObj/{W}docPartGallery")
+    return properties.find(f"{W}showingPlcHdr") is None and (
+        gallery is None or gallery.get(f"{W}val") != "Table of Contents")
 
 
 def _mark_gone(p: Any) -> bool:
     """Whether a paragraph's mark is a tracked deletion, or moved away with its text (w:moveFrom): once the changes
     are accepted, the paragraph is no more (its text, if any, runs on into the next)."""
-    mark = p.find(f"{_W}pPr/{_W}rPr")
-    return mark is not None and (mark.find(f"{_W}del") is not None or mark.find(f"{_W}moveFrom") is not None)
+    mark = p.find(f"{W}pPr/{W}rPr")
+    return mark is not None and (mark.find(f"{W}del") is not None or mark.find(f"{W}moveFrom") is not None)
 
 
 def _wrapper(element: Any) -> bool:
     """Whether an element wraps the document's text without being text itself: a content control holding it
     (``_content``), its contents, or a custom XML element."""
-    return element.tag in (f"{_W}sdtContent", f"{_W}customXml") or (element.tag == f"{_W}sdt" and _content(element))
+    return element.tag in (f"{W}sdtContent", f"{W}customXml") or (element.tag == f"{W}sdt" and _content(element))
 
 
 def _wrapped(container: Any, tag: str) -> Iterator[Any]:
@@ -477,9 +320,9 @@ def _wrapped(container: Any, tag: str) -> Iterator[Any]:
     shows its placeholder are read as well, as they take their place in the table; their text is the prompt's, left
     out (``_prompt``)."""
     for child in container:
-        if child.tag == f"{_W}{tag}":
+        if child.tag == f"{W}{tag}":
             yield child
-        elif child.tag in (f"{_W}sdt", f"{_W}sdtContent", f"{_W}customXml"):
+        elif child.tag in (f"{W}sdt", f"{W}sdtContent", f"{W}customXml"):
             yield from _wrapped(child, tag)
 
 
@@ -487,8 +330,8 @@ def _prompt(tc: Any) -> bool:
     """Whether a table cell is inside a content control of its row or table that shows no text of the document (a
     placeholder's prompt: ``_content``)."""
     parent = tc.getparent()
-    while parent is not None and parent.tag != f"{_W}tbl":
-        if parent.tag == f"{_W}sdt" and not _content(parent):
+    while parent is not None and parent.tag != f"{W}tbl":
+        if parent.tag == f"{W}sdt" and not _content(parent):
             return True
         parent = parent.getparent()
     return False
@@ -519,16 +362,16 @@ def _grid(tbl: Any) -> list[_Row]:
     and a span past the grid's last column (w:gridSpan or w:gridBefore of a billion: a damaged or hostile file's)
     counts as the rest of the grid (its w:gridCol, or its most cells in a row where those are more)."""
     trs = [(tr, list(_wrapped(tr, "tc"))) for tr in _wrapped(tbl, "tr")]
-    width = max([len(tbl.findall(f"{_W}tblGrid/{_W}gridCol")), *(len(tcs) for _, tcs in trs)])
+    width = max([len(tbl.findall(f"{W}tblGrid/{W}gridCol")), *(len(tcs) for _, tcs in trs)])
     rows: list[_Row] = []
     above: dict[int, _Cell] = {}  # each grid column's cell in the row above
     for r, (tr, tcs) in enumerate(trs):
-        column = _columns(tr.find(f"{_W}trPr/{_W}gridBefore"), 0, width)
+        column = _columns(tr.find(f"{W}trPr/{W}gridBefore"), 0, width)
         cells: list[_Cell] = []
         for tc in tcs:
-            span = _columns(tc.find(f"{_W}tcPr/{_W}gridSpan"), 1, width - column)
-            merge = tc.find(f"{_W}tcPr/{_W}vMerge")
-            origin = above.get(column) if merge is not None and _val(merge) in (None, "continue") else None
+            span = _columns(tc.find(f"{W}tcPr/{W}gridSpan"), 1, width - column)
+            merge = tc.find(f"{W}tcPr/{W}vMerge")
+            origin = above.get(column) if merge is not None and val(merge) in (None, "continue") else None
             cells.append(_Cell(column, span, origin.tc, origin.top) if origin is not None else _Cell(column, span, tc, r))
             column += span
         above = {cell.column: cell for cell in cells}
@@ -539,7 +382,7 @@ def _grid(tbl: Any) -> list[_Row]:
 def _columns(element: Any, least: int, most: int) -> int:
     """A count of grid columns (w:gridBefore, w:gridSpan) from 0 or 1 (``least``) up to those left in the grid
     (``most``, where that is more than ``least``): a damaged file's "-5" or "x" is ``least``."""
-    value = _val(element) or ""
+    value = val(element) or ""
     if not re.fullmatch(r"[0-9]+", value):
         return least
     digits = value.lstrip("0")
@@ -558,9 +401,9 @@ def _rows_spanned(grid: list[_Row], cell: _Cell) -> int:
 def _cell_paragraphs(container: Any) -> Iterator[Any]:
     """A table cell's paragraphs in order, those of the tables nested in it too (not those of its text boxes)."""
     for child in container:
-        if child.tag == f"{_W}p":
+        if child.tag == f"{W}p":
             yield child
-        elif child.tag == f"{_W}tbl":
+        elif child.tag == f"{W}tbl":
             for tc in (tc for tr in _wrapped(child, "tr") for tc in _wrapped(tr, "tc")):
                 yield from _cell_paragraphs(tc)
         elif _wrapper(child):
@@ -571,8 +414,8 @@ def _symbol(sym: Any) -> str:
     """The character a w:sym (Insert > Symbol) shows: a symbol font's (``_SYMBOL_FONTS``; its code as the private-use
     U+F020-U+F0FF Word writes, or as 0x20-0xFF) as Unicode, another font's as the code point it names; "" for a
     character of no Unicode equivalent (a private-use one, an icon) or a code that is no character."""
-    code = _count_hex(sym.get(f"{_W}char"))
-    table = _SYMBOL_FONTS.get(" ".join((sym.get(f"{_W}font") or "").lower().split()))
+    code = _count_hex(sym.get(f"{W}char"))
+    table = _SYMBOL_FONTS.get(" ".join((sym.get(f"{W}font") or "").lower().split()))
     if code is None:
         return ""
     if table is not None:
@@ -593,24 +436,7 @@ def _labelled(text: str, label: str) -> str:
 
 def _vanish(properties: Iterable[Any]) -> bool | None:
     """Whether the first of these run properties (w:rPr, or None) to set w:vanish hides text; None when none does."""
-    return next((_flag(p, "vanish") for p in properties if p is not None and p.find(f"{_W}vanish") is not None), None)
-
-
-def _count(value: str | None) -> int | None:
-    """A numbering value (a level, a start) as a number, None unless it is one of at most 5 digits: a damaged file's
-    "²" is none, and a start of 10**12 would spell a list letter a billion times over."""
-    return int(value) if value is not None and re.fullmatch(r"-?[0-9]{1,5}", value) else None
-
-
-def _val(element: Any) -> str | None:
-    """An element's w:val (None for no element)."""
-    return element.get(f"{_W}val") if element is not None else None
-
-
-def _flag(properties: Any, tag: str) -> bool:
-    """Whether an on/off property (``<w:tblHeader/>``, ``w:val="true"``) is set in these properties."""
-    element = properties.find(f"{_W}{tag}") if properties is not None else None
-    return element is not None and element.get(f"{_W}val", "true") in _ON
+    return next((flag(p, "vanish") for p in properties if p is not None and p.find(f"{W}vanish") is not None), None)
 
 
 def _not_docx(path: Path, e: Exception) -> str:
