@@ -3,7 +3,7 @@
 Markdown is parsed by markdown-it-py (``indexer.markdown_render``: CommonMark and tables) and its tokens read as the
 HTML they render to would be, like an HTML page without main-content extraction (``_HTMLText``, ``_read_parts``);
 an HTML page is reduced to its main content by trafilatura
-(``_main_content``), or read the same way when trafilatura finds none. Either way a table row is one paragraph whose
+(``_main_content``, after ``indexer.html_tree`` has made its tree ready), or read the same way when trafilatura finds none. Either way a table row is one paragraph whose
 cells are named by the header row, a code block one paragraph of its lines, and each paragraph has its heading path
 (``Sections``).
 """
@@ -29,12 +29,20 @@ from spanseek.indexer.extracted import (
     stacked_names,
 )
 from spanseek.indexer.front_matter import front_matter
+from spanseek.indexer.html_tree import (
+    CELL,
+    SPAN_COPIES,
+    SPANNED,
+    TABLE,
+    bdo_override,
+    cell_span,
+    one_line,
+    ready_for_main_content,
+)
 from spanseek.indexer.markdown_render import markdown_parser, markdown_parts, render_markdown
 from spanseek.indexer.pdf_blocks import (
-    LTR_OVERRIDE,
     MOST_OVERRIDES,
     POP_OVERRIDE,
-    RTL_OVERRIDE,
     overrides_read,
 )
 
@@ -70,9 +78,6 @@ _HOLDERS = frozenset(_BLOCK | {"menu", "select", "datalist", "optgroup", "td", "
 _DISPLAY_NONE = re.compile(r"(?:^|;)\s*display\s*:\s*none\s*(?:!\s*important\s*)?(?:;|$)", re.I)
 # ... but a page hidden whole until its scripts have run is read
 _SHOWN_LATER = {"html", "body"}
-_CELL = {"td", "th"}  # a table cell: its text is one of its row's cells
-_ROW_GROUPS = {"thead", "tbody", "tfoot"}  # a table's parts that hold rows
-_TABLE = {"table", "thead", "tbody", "tfoot", "tr"}  # a table's structure: rows end where these start and end
 # controls a reader sees apart, side by side: tabs ("Windows", "Linux"), buttons and their labels; written with no
 # space between them, their words ran together ("WindowsLinux")
 _APART = {"button", "label"}
@@ -81,29 +86,13 @@ _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" before Markdown and text are read
 
 
-def _line(text: str) -> str:
-    """Text as one line: whitespace runs become one space, soft hyphens (``&shy;``: a hyphen shown only where a line
-    breaks there) are dropped, as a PDF's are, and text a <bdo> lays out (``_OVERRIDES``) reads as shown."""
-    return overrides_read(" ".join(text.replace("\u00ad", "").split()))
-
-
 def _code(text: str) -> str:
     """A code block's text: its lines kept (one "\\n" apart, so the block stays one paragraph) with their indentation
     (tabs as 4 spaces, less what every line shares), the spacing inside each line collapsed, blank lines dropped (a
     blank line would read as a paragraph break, which answers never cross)."""
     lines = [line.expandtabs(4) for line in overrides_read(text).split("\n") if line.strip()]
     shared = min((len(line) - len(line.lstrip(" ")) for line in lines), default=0)
-    return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + _line(line) for line in lines)
-
-
-# a table's cells spanning rows are read in each of them unless that takes more copies than this many times the
-# table's own cells (spans that push every row's cells past the last: a hostile page's, which took minutes), and
-# only in a table with header cells: one of plain cells is mostly a page's layout (a DocBook manual's navigation
-# footer, "<< Previous | Up/Home | Next >>" over two rows, read its links twice on every page)
-SPAN_COPIES = 1
-# the text of a cell that stands for a column the header cell before it spans (``_split_header_spans``): a Unicode
-# noncharacter, which no text holds (a private-use one, U+E000, is a glyph of an icon font: a page's own was lost)
-_SPANNED = "\ufdd0"
+    return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + one_line(line) for line in lines)
 
 
 def _hidden(attrs: Mapping[str, str | None]) -> bool:
@@ -114,16 +103,6 @@ def _hidden(attrs: Mapping[str, str | None]) -> bool:
         return False
     shown = "hidden" not in attrs or (attrs["hidden"] or "").strip().lower() == "until-found"
     return not shown or bool(_DISPLAY_NONE.search(attrs.get("style") or ""))
-
-
-# where a <bdo> element's text starts: the override that lays it out in its direction whatever its script
-# (``pdf_blocks.overrides_read``); "" for one of no direction, which lays nothing out
-_OVERRIDES = {"ltr": LTR_OVERRIDE, "rtl": RTL_OVERRIDE}
-
-
-def _override(attrs: Mapping[str, str | None]) -> str:
-    """The override a <bdo> element's text starts with (``_OVERRIDES``)."""
-    return _OVERRIDES.get((attrs.get("dir") or "").strip().lower(), "")
 
 
 # an in-page link whose text is only a symbol: a heading's permalink (Sphinx's and MkDocs' "¶"), a footnote's link
@@ -149,12 +128,6 @@ def _unread_link(attrs: Mapping[str, str | None], text: str, superscript: bool) 
 def _apart(tag: str, attrs: Mapping[str, str | None]) -> bool:
     """Whether an element is a control a reader sees apart from the text beside it (``_APART``)."""
     return tag in _APART or bool(_APART_ROLES.intersection((attrs.get("role") or "").lower().split()))
-
-
-def _span(value: str | None) -> int:
-    """A cell's ``colspan`` or ``rowspan``: 1 unless it is a whole number, at most 100 (as trafilatura reads it)."""
-    value = value or "1"
-    return min(int(value), 100) if value.isdecimal() and len(value) < 9 and int(value) > 0 else 1
 
 
 class _TableRows:
@@ -223,7 +196,7 @@ class _Table:
         assert self.row is not None
         while (column := len(self.row)) in self.spanned:
             left, cell = self.spanned[column]
-            if cell[0] and (not self.headed or self.copies >= SPAN_COPIES * self.cells):  # (``_split_row_spans``)
+            if cell[0] and (not self.headed or self.copies >= SPAN_COPIES * self.cells):  # (``html_tree._split_row_spans``)
                 cell = ("", *cell[1:])
             self.copies += bool(cell[0])
             if cell[0] and cell[1]:
@@ -239,12 +212,12 @@ class _Table:
             # a cell spanning columns is followed by empty ones, so the cells after it keep their column's name
             self.row = self.row if self.row is not None else []  # added to in place: a row of 5,000 cells took 8 s
             self._spanned_cells()
-            text = _line("".join(self.cell))
+            text = one_line("".join(self.cell))
             self.cells += 1
             self.headed = self.headed or self.head
             if self.rowspan > 1:  # the rows below have it again in its first column, each row whole in itself (a
                 # header cell's name only, unless its row is of the body: ``end_row``), and an empty cell of its name
-                # in the others (``_split_row_spans``)
+                # in the others (``html_tree._split_row_spans``)
                 for column in range(len(self.row), len(self.row) + self.span):
                     again = text if column == len(self.row) and not self.head else ""
                     self.spanned[column] = (self.rowspan - 1, (again, self.head, text))
@@ -305,7 +278,7 @@ class _HTMLText(HTMLParser):
         # each open <a>: its attributes, the text it is in and from where, whether it holds or is in a <sup>; what
         # is read of it is dropped (``_unread_link``) at its end
         self._links: list[tuple[Mapping[str, str | None], list[str], int, list[bool]]] = []
-        # each open <bdo>'s override (``_override``): its text is marked with it and read as shown (``_line``); the
+        # each open <bdo>'s override (``bdo_override``): its text is marked with it and read as shown (``one_line``); the
         # paragraphs and lines of a <bdo> that a block or <br> inside it starts are laid out as it lays them out,
         # marked with the overrides open (those the bidirectional algorithm nests: the rest are ignored there, and a
         # <br> in each of 100,000 nested <bdo> elements copied them all into each line); each open <bdo>'s override,
@@ -320,7 +293,7 @@ class _HTMLText(HTMLParser):
         self._buf = self._overrides.copy()
         self._links.clear()  # (none goes on into the next paragraph: see ``handle_endtag``)
         self._sup = 0  # nor a <sup> left open ("m<sup>2</p>"): the next paragraph's links are not in it
-        self.text.add(_code(raw) if self._pre else _line(raw), level)
+        self.text.add(_code(raw) if self._pre else one_line(raw), level)
 
     def _cell(self) -> list[str] | None:
         """The open cell's text of the innermost table, if a cell is open."""
@@ -338,12 +311,12 @@ class _HTMLText(HTMLParser):
     def _table_tag(self, tag: str, start: bool, attrs: list[tuple[str, str | None]]) -> None:
         """A table, row or cell opening or closing: a row or cell left open ends where the next one starts, and text
         in a table outside its cells (a caption) is a paragraph of its own."""
-        if tag not in _CELL:
+        if tag not in CELL:
             self._flush()
         if (cell := self._cell()) is not None and (
                 self._inline or (tag == "table" and start and self._tables[-1].headed)):
             # a table in a cell of a table with header cells (not a page's layout) reads in that cell's line, its
-            # cells spaced, as Word reads one (and as ``_nested_tables_inline`` has trafilatura read one)
+            # cells spaced, as Word reads one (and as ``html_tree._nested_tables_inline`` has trafilatura read one)
             self._inline += (tag == "table") * (1 if start else -1)
             cell.append(" ")
             return
@@ -351,18 +324,18 @@ class _HTMLText(HTMLParser):
             self._tables.append(_Table())
             return
         if not self._tables:  # a row or cell outside any table: a line, its cells spaced
-            if tag in _CELL:
+            if tag in CELL:
                 self._buf.append(" ")
             return
         table = self._tables[-1]
         if tag == "table":
             self._tables.pop()
             self._emit(table.end_row() + table.rows.end())
-        elif tag in _CELL:
+        elif tag in CELL:
             table.end_cell()
             if start:
                 table.cell, table.head = [], tag == "th" or table.in_thead
-                table.span, table.rowspan = (_span(dict(attrs).get(name)) for name in ("colspan", "rowspan"))
+                table.span, table.rowspan = (cell_span(dict(attrs).get(name)) for name in ("colspan", "rowspan"))
         else:  # tr, thead, tbody, tfoot
             self._emit(table.end_row())
             if tag != "tr":
@@ -396,7 +369,7 @@ class _HTMLText(HTMLParser):
         if tag == "a":
             self._links.append((named, self._text(), len(self._text()), [self._sup > 0]))
         elif tag == "bdo":
-            override = _override(named)
+            override = bdo_override(named)
             self._bdo.append((override, bool(override) and len(self._overrides) <= MOST_OVERRIDES))
             self._overrides += [override] if self._bdo[-1][1] else []
             self._text().append(override)
@@ -414,7 +387,7 @@ class _HTMLText(HTMLParser):
             self._skip.remove("head")
         elif tag in self.skipped:
             self._skip.append(tag)
-        elif tag in _TABLE or tag in _CELL:
+        elif tag in TABLE or tag in CELL:
             self._table_tag(tag, True, attrs)
         elif tag in _BLOCK and (cell := self._cell()) is not None:  # a block in a cell: a space in its line
             cell.append(" ")
@@ -452,24 +425,24 @@ class _HTMLText(HTMLParser):
             self._control_end = (self._text(), len(self._text()))
         if tag == "title":
             self._in_title = False
-            self.title = self.title or _line("".join(self._title_buf)) or None
+            self.title = self.title or one_line("".join(self._title_buf)) or None
         elif tag in self.skipped:
             if tag in self._skip:  # close up to the matching element (HTML in the wild is not always nested)
                 del self._skip[len(self._skip) - 1 - self._skip[::-1].index(tag):]
-        elif tag in _TABLE or tag in _CELL:
+        elif tag in TABLE or tag in CELL:
             self._table_tag(tag, False, [])
         elif tag in _BLOCK and (cell := self._cell()) is not None:
             cell.append(" ")
         elif tag in _BLOCK and not (tag == "br" and self._pre):  # <br/> is a start and an end: in <pre>, a new line
             level = 0
             if tag in _HEADINGS and self._heading == tag:
-                text = _line("".join(self._buf))
+                text = one_line("".join(self._buf))
                 self.first_heading = self.first_heading or text or None
                 if tag == "h1":
                     self.first_h1 = self.first_h1 or text or None
                 self._heading, level = None, _HEADINGS[tag]
             if tag == "p" and self._in_title_paragraph:
-                self.title_paragraph, self._in_title_paragraph = _line("".join(self._buf)) or None, False
+                self.title_paragraph, self._in_title_paragraph = one_line("".join(self._buf)) or None, False
             self._flush(level)
             if tag == "pre" and self._pre:
                 self._pre -= 1
@@ -571,7 +544,7 @@ def _main_runs(body: Any) -> Iterator[tuple[Any, str]]:
                 blocks.pop()
                 texts -= el.tag in _TEXT_BLOCKS
             if stack:
-                runs[-1].append(" " + (el.tail or "") if el.tag in _CELL else el.tail or "")
+                runs[-1].append(" " + (el.tail or "") if el.tag in CELL else el.tail or "")
             continue
         block = child.tag in _MAIN_BLOCKS and not (child.tag in _INLINE and texts)
         if block and child.tag in ("row", "code"):
@@ -587,279 +560,8 @@ def _main_runs(body: Any) -> Iterator[tuple[Any, str]]:
             blocks.append(child)
             texts += child.tag in _TEXT_BLOCKS
         # a table's cells trafilatura leaves loose in a block (a table in a list item): spaced, not glued together
-        runs[-1].append(" " + (child.text or "") if child.tag in _CELL else child.text or "")
+        runs[-1].append(" " + (child.text or "") if child.tag in CELL else child.text or "")
         stack.append((child, iter(child)))
-
-
-def _rows(table: Any) -> list[Any]:
-    """A table's rows as trafilatura reads them: its own and those of its <thead>, <tbody> and <tfoot>."""
-    return [row for part in table for row in ((part,) if part.tag == "tr" else
-                                              part.iterchildren("tr") if part.tag in _ROW_GROUPS else ())]
-
-
-def _stack_header_rows(tree: Any) -> None:
-    """A table's leading header rows (their cells <th>, or in <thead>), two or more under a first of several names,
-    made one row of a <th> for each column, named by them all (``stacked_names``: "Tide / high"): trafilatura marks
-    only the first as a header, so the next level's names ("high" under "Tide") read as a row of cells. Left as it
-    is when a header cell spans rows past them. A first row of one name over a header row, no empty cell beside it
-    (the table's title; a group beside an empty corner is a level), is made its caption, which trafilatura reads
-    first, not as the header. Run after ``_clamp_spans``."""
-    from lxml import etree
-
-    for table in tree.iter("table"):
-        heads: list[Any] = []
-        levels: list[list[str]] = []  # each header row's names by column
-        spanned: dict[int, int] = {}  # the columns a cell above spans into the next rows: its last row
-        for row in _rows(table):
-            cells = [cell for cell in row if cell.tag in _CELL]
-            in_thead = row.getparent().tag == "thead"
-            if not cells or not all(cell.tag == "th" or in_thead for cell in cells) or len(heads) > HEADER_LEVELS:
-                break
-            names: list[str] = []
-            for cell in cells:
-                while len(names) in spanned:  # its name is the one above it
-                    names.append(levels[-1][len(names)])
-                text = _line(" ".join(cell.itertext()))
-                width, depth = _span(cell.get("colspan")), _span(cell.get("rowspan"))
-                spanned.update({column: len(heads) + depth - 1 for column in range(len(names), len(names) + width)})
-                names += [text] * width
-            while len(names) in spanned:
-                names.append(levels[-1][len(names)])
-            spanned = {column: last for column, last in spanned.items() if last > len(heads)}
-            heads.append(row)
-            levels.append(names)
-        named = [sum(map(bool, {*names})) for names in levels]  # how many names each header row gives
-        title = len(heads) > 1 and named[0] == 1 and all(levels[0])  # one name, no empty cell beside it (a corner's)
-        if title and named[1] > 1:  # a title over the header: read first, as a caption
-            caption = etree.Element("caption")
-            caption.text = next(filter(None, levels[0]))
-            table.insert(0, caption)
-            heads[0].getparent().remove(heads[0])
-            del heads[0], levels[0], named[0]
-        if not 2 <= len(heads) <= HEADER_LEVELS or spanned or title or not named[0]:
-            continue
-        for cell in list(heads[0]):
-            heads[0].remove(cell)
-        for name in stacked_names(levels):
-            etree.SubElement(heads[0], "th").text = name
-        for row in heads[1:]:
-            row.getparent().remove(row)
-
-
-def _clamp_spans(tree: Any) -> None:
-    """Cuts the spans of a table's cells (the cells trafilatura reads: of the table's own rows and of its <thead>,
-    <tbody> and <tfoot>) to what the table holds: a cell's ``colspan`` to the columns left of the table's width (the
-    most cells a row of it has, with the cells of rows above that span into it) where it starts, and its ``rowspan``
-    to the rows left in the table. trafilatura adds an empty cell for each column spanned (up to 100) and counts a
-    row's cells again at each cell: a row of 5,000 cells spanning 100 took it 30-45 s. The cells of a table whose
-    rows span alike stay in line."""
-    for table in tree.iter("table"):
-        rows = _rows(table)
-        cells = [[cell for cell in row if cell.tag in _CELL] for row in rows]
-        width, reach = 1, list[int]()  # the last row each cell spanning rows reaches
-        for i, row in enumerate(cells):
-            reach = [last for last in reach if last >= i]
-            width = max(width, len(row) + len(reach))
-            reach += [i + _span(cell.get("rowspan")) - 1 for cell in row if _span(cell.get("rowspan")) > 1]
-        for i, row in enumerate(cells):
-            column = 0
-            for cell in row:
-                for attr, most in (("colspan", max(1, width - column)), ("rowspan", len(rows) - i)):
-                    span = cell.get(attr, "")  # (read as trafilatura reads it: digits only)
-                    if span.isdecimal() and (len(span) > 6 or int(span) > most):
-                        cell.set(attr, span := str(most))
-                    if attr == "colspan":
-                        column += int(span) if span.isdecimal() else 1
-
-
-def _split_header_spans(tree: Any) -> None:
-    """Each header cell (<th>) spanning columns made that many cells, the ones after it holding ``_SPANNED`` and its
-    text: trafilatura pads a spanned column with an empty cell, so the header named only the first column it spans
-    ("Port: Dover; Tide: high; 06:10" under a "Tide" over two columns). Run after ``_clamp_spans``."""
-    from lxml import etree
-
-    for th in tree.iter("th"):
-        span = th.get("colspan", "")
-        if not (span.isdecimal() and int(span) > 1) or th.getparent() is None or th.getparent().tag != "tr":
-            continue
-        th.set("colspan", "1")
-        for _ in range(int(span) - 1):
-            spanned = etree.Element("th")
-            spanned.text = _SPANNED
-            th.addnext(spanned)
-
-
-def _split_row_spans(tree: Any) -> None:
-    """Each body cell (<td>) spanning rows made a cell of one row, and a copy of it put in its columns in each row
-    it spans: trafilatura reads such a cell in its first row only, so the rows under it lost it ("City: Bute;
-    Population: 200" under a "Region: North" over two rows), where each row should read whole, as a passage of its
-    own ("Region: North; City: Bute; ..."), as Word's do; so is a header cell spanning rows in a row of the body, a
-    row's label (<th rowspan> "North" beside the cells of two towns). Header rows' cells are left to
-    ``_stack_header_rows``. A
-    table without header cells (<th>, <thead>: a page's layout, ``SPAN_COPIES``) or whose copies would outnumber its
-    own cells (spans that push each row's cells past the last, a hostile page's) is left as it is. Run after
-    ``_clamp_spans``."""
-    import copy
-
-    for table in tree.iter("table"):
-        spanned: dict[int, tuple[int, Any]] = {}  # column -> (rows it still reaches, the cell spanning it)
-        copies: list[tuple[Any, Any, bool]] = []  # (the cell to copy, where: a cell or a row, before it or at its end)
-        own = 0
-        headed = any(part.tag == "thead" for part in table)
-        for row in _rows(table):
-            column = 0
-            cells = [cell for cell in row if cell.tag in _CELL]
-            own += len(cells)
-            headed = headed or any(cell.tag == "th" for cell in cells)
-            body = any(cell.tag == "td" for cell in cells)  # (a header cell in it is a row's label)
-            for cell in [*cells, None]:  # None: the row's end
-                while column in spanned and len(copies) <= SPAN_COPIES * own:  # the cells rows above span into it
-                    left, spanning = spanned[column]
-                    copies.append((spanning, cell if cell is not None else row, cell is not None))
-                    width = _span(spanning.get("colspan"))
-                    for k in range(column, column + width):
-                        if left > 1:
-                            spanned[k] = (left - 1, spanning)
-                        else:
-                            spanned.pop(k, None)
-                    column += width
-                if cell is None:
-                    break
-                if (cell.tag == "td" or body) and (depth := _span(cell.get("rowspan"))) > 1:
-                    spanned.update(dict.fromkeys(range(column, column + _span(cell.get("colspan"))), (depth - 1, cell)))
-                column += _span(cell.get("colspan"))
-        if not copies or not headed or len(copies) > SPAN_COPIES * own:
-            continue
-        for spanning, _, _ in copies:
-            spanning.set("rowspan", "1")
-        for spanning, where, before in copies:
-            twin = copy.deepcopy(spanning)
-            twin.tail = None
-            where.addprevious(twin) if before else where.append(twin)
-
-
-def _nested_tables_inline(tree: Any) -> None:
-    """Each table in the cell of a table with header cells (<th>, <thead>) made inline text of that cell, its cells
-    spaced, as Word reads one: trafilatura read its rows as paragraphs of their own after the table around it ("Info:
-    Open" there, "Berth C1" after it). A table in a cell of a table without them (a page's layout, as
-    ``_split_row_spans`` has it) is a table of its own: its rows read named by its header."""
-    from lxml import etree
-
-    cells = 0  # the cells open around the element, of tables with header cells
-    opened: list[bool] = []  # whether each open element is such a cell
-    headed: list[bool] = [False]  # whether each open table (not made inline) has header cells
-    for event, el in etree.iterwalk(tree, events=("start", "end")):  # (not recursive: tables nested 10,000 deep)
-        if event == "end":
-            cells -= opened.pop()
-            if el.tag == "table":
-                headed.pop()
-            continue
-        opened.append(el.tag in _CELL and headed[-1])
-        if cells and el.tag in _TABLE | _CELL | {"caption"}:
-            el.tag, el.text, el.tail = "span", " " + (el.text or ""), " " + (el.tail or "")
-        elif el.tag == "table":
-            headed.append(any(part.tag == "thead" for part in el) or any(
-                cell.tag == "th" for row in _rows(el) for cell in row))
-        cells += opened[-1]
-
-
-def _tabs_as_text(tree: Any) -> None:
-    """Each tab's label made a paragraph where a reader meets it: at the top of the panel it shows (an ARIA tab's,
-    ``aria-controls``: sphinx-tabs), or in its place where it is the <label> of a radio button (the tabs of
-    sphinx-design and MkDocs, made of CSS; MkDocs' set apart in a row over the panels, each at the top of its
-    panel). trafilatura drops buttons and labels, so a page's panels read without
-    the tabs that say what each is for ("Run setup.exe." under no "Windows")."""
-    from lxml import etree
-
-    panels = {el.get("id"): el for el in tree.iter() if isinstance(el.tag, str) and el.get("id")}
-    radios = {el.get("id") for el in tree.iter("input") if (el.get("type") or "").lower() == "radio" and el.get("id")}
-    spans: dict[Any, list[int]] = {}  # each element's place in the page, and the place after its last descendant
-    for event, el in etree.iterwalk(tree, events=("start", "end")):  # (not recursive: a page nested 10,000 deep)
-        if event == "start":
-            spans[el] = [len(spans), 0]
-        else:
-            spans[el][1] = len(spans)
-    for tab in [el for el in tree.iter() if isinstance(el.tag, str) and "tab" in (el.get("role") or "").split()]:
-        panel = panels.get(tab.get("aria-controls"))
-        text = _line(tab.text_content())
-        # (a panel inside its tab stays where it is: the tab, dropped, would take it along)
-        if panel is not None and text and not spans[tab][0] < spans[panel][0] < spans[tab][1]:
-            label = etree.Element("p")
-            label.text = text
-            panel.insert(0, label)
-            tab.drop_tree()
-    for label in [label for label in tree.iter("label") if label.get("for") in radios]:
-        if label.tag != "label":  # (moved with its row's first label)
-            continue
-        label.tag = "p"
-        row = label.getparent()
-        # labels in a row of their own (MkDocs': "tabbed-labels"), the panels in the next element, in the same order:
-        # each label at the top of its panel
-        blocks = row.getnext() if row is not None and row[0] is label else None
-        if blocks is not None and all(child.tag == "label" or child.get("for") in radios for child in row) and len(
-                blocks) == len(row):
-            for child, block in zip(list(row), list(blocks), strict=True):
-                child.tag = "p"
-                block.insert(0, child)
-
-
-def _figures_as_text(tree: Any) -> None:
-    """Each <figure> made a <div> and its <figcaption> a <p>: trafilatura removes a figure whole (as media) unless it
-    holds a table, so a caption ("Figure 1: ..."), a code listing or a quotation set in a figure was lost."""
-    for figure in tree.iter("figure"):
-        figure.tag = "div"
-    for caption in tree.iter("figcaption"):
-        caption.tag = "p"
-
-
-def _pre_as_code(tree: Any) -> None:
-    """Wraps the content of each <pre> without a <code> in one: trafilatura reads a <pre> as code (its lines and
-    indentation kept) only when its text looks like code to it ("{", "(\"", an indented line), and any other as a
-    quotation on one line, so a configuration file, a shell session or a table set in <pre> lost its lines."""
-    from lxml import etree
-
-    for pre in tree.iter("pre"):
-        if any(child.tag == "code" for child in pre):
-            continue
-        code = etree.SubElement(pre, "code")
-        code.text, pre.text = pre.text, None
-        code.extend(child for child in list(pre) if child is not code)
-
-
-def _bdo_as_shown(tree: Any) -> None:
-    """Each <bdo>'s text as a reader reads it (``pdf_blocks.overrides_read``), its lines as <br> breaks them, before
-    trafilatura reads the page: a <bdo> inside it (its own direction) is marked with its override, so it is laid out
-    as a browser lays it out. One inside another is read with it, from the outer one (listed first: removed while
-    the tree was walked, a <bdo> in a <bdo> ended the walk, the page's later ones left backwards)."""
-    from lxml import etree
-
-    inside: set[Any] = set()
-    for bdo in list(tree.iter("bdo")):
-        if bdo in inside:
-            continue
-        marked: list[str] = []
-        for event, el in etree.iterwalk(bdo, events=("start", "end")):
-            if event == "start":
-                inside.add(el)
-                marked.append((_override(el.attrib) if el.tag == "bdo" else "") + _spaced(el.text) + (
-                    "\n" if el.tag == "br" else ""))
-            else:
-                marked.append((POP_OVERRIDE if el.tag == "bdo" and _override(el.attrib) else "") + (
-                    _spaced(el.tail) if el is not bdo else ""))
-        text = "".join(marked)
-        if text == overrides_read(text):
-            continue
-        first, *lines = overrides_read(text).split("\n")
-        for child in list(bdo):
-            bdo.remove(child)
-        bdo.text = first
-        for line in lines:
-            etree.SubElement(bdo, "br").tail = line
-
-
-def _spaced(text: str | None) -> str:
-    """An element's text or tail, its line ends spaces (a <br> breaks a line; a new line in the source does not)."""
-    return (text or "").replace("\r", " ").replace("\n", " ")
 
 
 def _byline(found: Any) -> dict[str, str]:
@@ -892,15 +594,7 @@ def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sectio
     for link in [a for a in tree.iter("a") if _unread_link(a.attrib, a.text_content(), a.find(".//sup") is not None
                                                             or any(up.tag == "sup" for up in a.iterancestors()))]:
         link.drop_tree()  # (its tail stays)
-    _bdo_as_shown(tree)
-    _nested_tables_inline(tree)
-    _clamp_spans(tree)
-    _stack_header_rows(tree)
-    _split_header_spans(tree)
-    _split_row_spans(tree)
-    _pre_as_code(tree)
-    _figures_as_text(tree)
-    _tabs_as_text(tree)
+    ready_for_main_content(tree)
     try:
         with _quiet_trafilatura():
             # with its metadata: the byline it takes out of the text (the author, the date) is kept as such;
@@ -926,19 +620,19 @@ def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sectio
                 out.add(text)
             table, rows = (el.getparent() if el.tag == "row" else None), _TableRows()
         if el.tag == "row":
-            texts = [_line(" ".join(cell.itertext())) for cell in el.findall("cell")]
+            texts = [one_line(" ".join(cell.itertext())) for cell in el.findall("cell")]
             heads = [cell.get("role") == "head" for cell in el.findall("cell")]
             cells: list[tuple[str, bool, str]] = []
             for text, head in zip(texts, heads, strict=True):
-                spanned = text == _SPANNED and cells
-                cells.append(("", head, cells[-1][2]) if spanned else (text.replace(_SPANNED, ""), head, text))
+                spanned = text == SPANNED and cells
+                cells.append(("", head, cells[-1][2]) if spanned else (text.replace(SPANNED, ""), head, text))
             for text in rows.row(cells):
                 out.add(text)
         elif el.tag == "code":
-            out.add(_code("".join(el.itertext()).replace(_SPANNED, "")))
+            out.add(_code("".join(el.itertext()).replace(SPANNED, "")))
         else:
             level = _MAIN_HEADING.fullmatch(el.get("rend") or "") if el.tag == "head" else None
-            out.add(_line(own.replace(_SPANNED, "")), int(level.group(1)) if level else 0)
+            out.add(one_line(own.replace(SPANNED, "")), int(level.group(1)) if level else 0)
     for text in rows.end():
         out.add(text)
     return out if out.texts else None, byline
