@@ -5,9 +5,10 @@ over it (the widget annotation's appearance), so the values a user typed in, tic
 
     spanseek corpus from-files form.pdf --out corpus.jsonl
 
-What reads: a text field's value as a viewer shows it (formatted by the field's format action, as Acrobat's
-``AFNumber_Format``, ``AFPercent_Format`` and ``AFSpecial_Format`` format it: "1000" shows "$1,000.00"; its lines one
-under the other, a multi-line field's wrapped at its width as a viewer wraps them), a ticked check box or the chosen radio button as
+What reads: a text field's value as a viewer shows it: the text its appearance (the widget's /AP stream, which the
+program that filled it in drew: "$1,000.00", "07/12/2026") shows, unless the form asks viewers to draw their own
+(/NeedAppearances); else its value formatted by the field's format action, as Acrobat's ``AFNumber_Format``,
+``AFPercent_Format`` and ``AFSpecial_Format`` format it ("1000" shows "$1,000.00"); its lines one under the other, a multi-line field's wrapped at its width as a viewer wraps them), a ticked check box or the chosen radio button as
 "☒" (a mark in the box beside its printed label; boxes left empty read as nothing), a list or combo box's chosen
 options as they are shown (their display text, several ", " apart). Fields hidden from view or placed off their page
 (outside its crop box: a viewer does not show them), password fields (shown as dots), push buttons and signatures
@@ -30,6 +31,8 @@ _HIDDEN_FLAGS = 0b10_0010  # an annotation's /F: Hidden (2) or NoView (32)
 _MULTILINE, _PASSWORD, _PUSH_BUTTON = 1 << 12, 1 << 13, 1 << 16  # a field's /Ff: multi-line, password, push button
 _CENTRE = (0.718 - 0.207) / 2  # the middle of a line's glyphs above its baseline, in type sizes (Helvetica's)
 _MOST_PARENTS = 32  # a field's ancestors an inherited attribute is looked up in (a loop of /Parent ends there)
+_COMBO = 1 << 17  # a choice field's /Ff: a combo box (one chosen option shown), not a list box (all its options shown)
+_MOST_GLYPHS = 4096  # the glyphs of a field's appearance read for its text: an appearance of more is read as its value
 _MOST_SCRIPT = 4096  # the characters of a field's format action read for the formatting it calls
 # a format action's call of Acrobat's number, percent and special formats, with its arguments
 _FORMAT = re.compile(r'\b(AFNumber|AFPercent|AFSpecial)_Format\s*\(\s*(\d{1,2})\s*(?:,\s*(\d)\s*,\s*(\d)\s*,\s*(\d)'
@@ -79,16 +82,18 @@ def _chosen(widget: dict[str, Any]) -> str:
     return ", ".join(shown.get(v, v) for v in chosen if v)
 
 
-def field_value(widget: dict[str, Any]) -> str:
-    """What a field's widget shows filled in (see the module's docstring), "" for an empty or unread one."""
+def field_value(widget: dict[str, Any], drawn: Any = None) -> str:
+    """What a field's widget shows filled in (see the module's docstring), "" for an empty or unread one. ``drawn``:
+    the text of an appearance stream (``appearance_text``), where its appearance is read."""
     from pdfminer.psparser import PSLiteral
 
     kind, flags = _inherited(widget, "FT"), _inherited(widget, "Ff")
     kind, flags = kind.name if isinstance(kind, PSLiteral) else None, flags if isinstance(flags, int) else 0
+    shown = drawn(widget) if drawn is not None and (kind == "Tx" or (kind == "Ch" and flags & _COMBO)) else None
     if kind == "Tx" and not flags & _PASSWORD:
-        return formatted(_text(_inherited(widget, "V")), _format_script(widget))
+        return shown if shown else formatted(_text(_inherited(widget, "V")), _format_script(widget))
     if kind == "Ch":
-        return _chosen(widget)
+        return shown if shown else _chosen(widget)
     if kind == "Btn" and not flags & _PUSH_BUTTON:  # a check box or a radio button: ticked where its state is on
         state = widget.get("AS", _inherited(widget, "V"))
         return CHECKED if isinstance(state, PSLiteral) and state.name != "Off" else ""
@@ -170,10 +175,48 @@ def _special(value: str, style: int) -> str:
     return value
 
 
-def filled_fields(page: Any) -> list[tuple[tuple[float, float, float, float], str, float]]:
+def appearance_text(rsrcmgr: Any, widget: dict[str, Any]) -> str | None:
+    """The text a widget's normal appearance (its /AP's /N stream: what a viewer draws for it) shows, its lines top
+    first, as pdfminer reads the stream with the fonts it names (``rsrcmgr``: the document's resource manager); None
+    where it has no such stream, or one that shows no text, or more than ``_MOST_GLYPHS`` glyphs, or is damaged."""
+    from pdfminer.pdfdevice import PDFTextDevice
+    from pdfminer.pdfinterp import PDFPageInterpreter
+    from pdfminer.pdftypes import PDFStream, resolve1
+
+    appearances = resolve1(widget.get("AP"))
+    stream = resolve1(appearances.get("N")) if isinstance(appearances, dict) else None
+    if not isinstance(stream, PDFStream):  # (a check box's /N is a dictionary of its states' appearances)
+        return None
+    glyphs: list[tuple[float, float, str]] = []  # (baseline, left, text) of each glyph drawn
+
+    class Glyphs(PDFTextDevice):  # type: ignore[misc]
+        def render_char(self, matrix: Any, font: Any, fontsize: float, scaling: float, rise: float, cid: int,
+                        *_: Any) -> float:
+            if len(glyphs) >= _MOST_GLYPHS:
+                raise OverflowError
+            try:
+                glyphs.append((round(matrix[5], 0), matrix[4], font.to_unichr(cid)))
+            except Exception:  # a glyph of no character
+                pass
+            return float(font.char_width(cid) * fontsize * scaling)
+
+    try:
+        resources = resolve1(stream.get("Resources"))
+        PDFPageInterpreter(rsrcmgr, Glyphs(rsrcmgr)).render_contents(
+            resources if isinstance(resources, dict) else {}, [stream])
+    except Exception:  # (a damaged stream, too many glyphs, forms drawing each other: its value is read)
+        return None
+    lines: dict[float, list[tuple[float, str]]] = {}
+    for baseline, left, text in glyphs:
+        lines.setdefault(baseline, []).append((left, text))
+    text = "\n".join("".join(t for _, t in sorted(lines[y])).strip() for y in sorted(lines, reverse=True))
+    return text if text.strip() else None
+
+
+def filled_fields(page: Any, drawn: Any = None) -> list[tuple[tuple[float, float, float, float], str, float]]:
     """A page's filled-in fields as (its widget's rectangle on the page, x0 y0 x1 y1; the value shown; its type
     size), in the order the page lists them; widgets hidden from view, or placed off the page (outside its crop
-    box, which a viewer shows), left out."""
+    box, which a viewer shows), left out. ``drawn``: a widget's appearance's text, where it is read (``field_value``)."""
     from pdfminer.pdftypes import resolve1
 
     out = []
@@ -191,7 +234,7 @@ def filled_fields(page: Any) -> list[tuple[tuple[float, float, float, float], st
         rect = [resolve1(v) for v in rect] if isinstance(rect, list) else []
         if len(rect) != 4 or not all(isinstance(v, (int, float)) for v in rect):
             continue
-        value = field_value(widget)
+        value = field_value(widget, drawn)
         if not value.strip():
             continue
         points = _type_size(_inherited(widget, "DA"))
@@ -237,7 +280,8 @@ def draw_fields(device: Any, page: Any, ctm: Any) -> None:
     from pdfminer.utils import mult_matrix, translate_matrix
 
     font = _value_font()
-    for (x0, y0, x1, y1), value, size in filled_fields(page):
+    drawn = None if _needs_appearances(page) else functools.partial(appearance_text, device.rsrcmgr)
+    for (x0, y0, x1, y1), value, size in filled_fields(page, drawn):
         lines = re.split(r"\r\n?|\n", value)
         # a line's glyphs centred on the widget's middle (its baseline a quarter of the size below it), a check
         # box's mark in the box's middle too
@@ -249,6 +293,16 @@ def draw_fields(device: Any, page: Any, ctm: Any) -> None:
             for c in line:
                 advance += device.render_char(translate_matrix(matrix, (advance, 0)), font, size, 1.0, 0.0,
                                               ord(c), PREDEFINED_COLORSPACE["DeviceGray"], PDFGraphicState())
+
+
+def _needs_appearances(page: Any) -> bool:
+    """Whether a page's form asks a viewer to draw its fields' appearances itself (its AcroForm's /NeedAppearances),
+    from their values: the appearances in the file are then stale, or missing."""
+    from pdfminer.pdftypes import resolve1
+
+    catalog = getattr(getattr(page, "doc", None), "catalog", None)
+    form = resolve1(catalog.get("AcroForm")) if isinstance(catalog, dict) else None
+    return isinstance(form, dict) and resolve1(form.get("NeedAppearances")) is True
 
 
 @functools.cache

@@ -1329,6 +1329,33 @@ def test_a_form_field_reads_as_its_format_action_shows_it(tmp_path):
                                             "Refund: (1.234.567,50 EUR)", "Berth: B12"]
 
 
+@pytest.mark.parametrize("needs_appearances", [False, True])
+def test_a_form_field_reads_as_its_appearance_shows_it(tmp_path, needs_appearances):
+    """A field's value read as stored ("1000", "20261207") where the program that filled it in drew it otherwise
+    (its appearance stream: "$1,000.00", "07 Dec 2026"): it reads as drawn, unless the form asks viewers to draw
+    their own appearances (/NeedAppearances), which then show the value; a field with no appearance reads its value."""
+    labels = [(700, "Fee:"), (670, "Date:"), (640, "Name:")]
+    text = b" ".join(b"BT /F1 10 Tf 72 %d Td (%s) Tj ET" % (y, label.encode()) for y, label in labels)
+    drawn = [b"/Tx BMC BT /F1 10 Tf 0 g 2 5 Td (%s) Tj ET EMC" % shown for shown in (b"$1,000.00", b"07 Dec 2026")]
+    widget = b"<< /Type /Annot /Subtype /Widget /FT /Tx /DA (/Helv 10 Tf 0 g) "
+    path = pdf_of_objects(tmp_path / "form.pdf", [
+        b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [6 0 R 7 0 R 8 0 R] /NeedAppearances %s >> >>"
+        % (b"true" if needs_appearances else b"false"),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> /Annots [6 0 R 7 0 R 8 0 R] >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        widget + b"/V (1000) /Rect [150 695 300 713] /AP << /N 9 0 R >> >>",
+        widget + b"/V (20261207) /Rect [150 665 300 683] /AP << /N 10 0 R >> >>",
+        widget + b"/V (Ada Lovelace) /Rect [150 635 300 653] >>",
+        *(b"<< /Type /XObject /Subtype /Form /BBox [0 0 150 18] /Resources << /Font << /F1 5 0 R >> >> /Length %d >>"
+          b"\nstream\n%s\nendstream" % (len(stream), stream) for stream in drawn),
+    ])
+    expected = ["Fee: 1000", "Date: 20261207"] if needs_appearances else ["Fee: $1,000.00", "Date: 07 Dec 2026"]
+    assert extract_pdf(path).paragraphs == [*expected, "Name: Ada Lovelace"]
+
+
 @pytest.mark.parametrize("rect", [b"[700 655 900 673]", b"[110 -40 300 -20]", b"[110 655 300 673]"])
 def test_a_form_field_placed_off_its_page_is_not_read(tmp_path, rect):
     """A field placed off its page (outside its crop box: a viewer does not show it) read as if it were on it; it
