@@ -1,18 +1,20 @@
-"""An HTML page's element tree (lxml) made ready for trafilatura, for ``indexer.markup`` (``_main_content``), which
+"""An HTML page's element tree (lxml) made ready for trafilatura, for ``indexer.html_main`` (``main_content``), which
 reads the page's main content from it: what trafilatura would read otherwise than a reader sees it, rewritten
 first. Tables: header rows stacked under a group's name (``_stack_header_rows``), spans clamped and split so that
 each cell keeps its column (``_clamp_spans``, ``_split_header_spans``, ``_split_row_spans``), a table nested in a
 cell read in its line (``_nested_tables_inline``); tabs, figures and <pre> read as text and code
 (``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``); and a <bdo>'s text as shown (``_bdo_as_shown``).
 ``ready_for_main_content`` runs them in order. Also the element rules both HTML readers share: tables' parts
-(``CELL``, ``ROW_GROUPS``, ``TABLE``, ``cell_span``), a <bdo>'s override (``bdo_override``), text as one line
-(``one_line``).
+(``CELL``, ``ROW_GROUPS``, ``TABLE``, ``cell_span``), a <bdo>'s override (``bdo_override``), what a browser hides
+(``hidden_element``, ``SHOWN_LATER``), the links a reader passes over (``unread_link``), text as one line
+(``one_line``) and a code block's lines (``code_lines``).
 
     spanseek corpus from-files page.html --out corpus.jsonl
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +30,49 @@ def one_line(text: str) -> str:
     """Text as one line: whitespace runs become one space, soft hyphens (``&shy;``: a hyphen shown only where a line
     breaks there) are dropped, as a PDF's are, and text a <bdo> lays out (``OVERRIDES``) reads as shown."""
     return overrides_read(" ".join(text.replace("\u00ad", "").split()))
+
+
+# an inline style that hides an element: "display: none" ("display:none !important")
+_DISPLAY_NONE = re.compile(r"(?:^|;)\s*display\s*:\s*none\s*(?:!\s*important\s*)?(?:;|$)", re.I)
+# ... but a page hidden whole until its scripts have run is read
+SHOWN_LATER = {"html", "body"}
+def code_lines(text: str) -> str:
+    """A code block's text: its lines kept (one "\\n" apart, so the block stays one paragraph) with their indentation
+    (tabs as 4 spaces, less what every line shares), the spacing inside each line collapsed, blank lines dropped (a
+    blank line would read as a paragraph break, which answers never cross)."""
+    lines = [line.expandtabs(4) for line in overrides_read(text).split("\n") if line.strip()]
+    shared = min((len(line) - len(line.lstrip(" ")) for line in lines), default=0)
+    return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + one_line(line) for line in lines)
+
+
+def hidden_element(attrs: Mapping[str, str | None]) -> bool:
+    """Whether an element is not shown, its text with it: it has the ``hidden`` attribute (but "until-found", which
+    a browser's find in page reveals) or an inline style of ``display: none``; but a tab's panel (``role="tabpanel"``:
+    sphinx-tabs and ARIA's tabs hide all but the first), which its tab shows, is read."""
+    if "tabpanel" in (attrs.get("role") or "").lower().split():
+        return False
+    shown = "hidden" not in attrs or (attrs["hidden"] or "").strip().lower() == "until-found"
+    return not shown or bool(_DISPLAY_NONE.search(attrs.get("style") or ""))
+
+
+# an in-page link whose text is only a symbol: a heading's permalink (Sphinx's and MkDocs' "¶"), a footnote's link
+# back to its mark ("↩"); and a link's text that is a note's mark ("1", "[1]", "*") where it is set in <sup>
+_PERMALINK = re.compile(r"[¶§#↩↑⬆🔗⚓][\ufe0e\ufe0f]?")
+_MARK = re.compile(r"\[?(?:\d{1,4}|[*†‡])\]?")
+_NOTE_LINKS = {"headerlink", "footnote-ref", "footnote-back", "footnote-backref", "doc-noteref", "doc-backlink"}
+
+
+def unread_link(attrs: Mapping[str, str | None], text: str, superscript: bool) -> bool:
+    """Whether a link (<a>) is one a reader passes over: an in-page link that is a heading's permalink, a footnote's
+    mark ("high<sup><a href="#fn1">1</a></sup> today" reads "high today", as Markdown's ``[^1]``) or a footnote's
+    link back to it (Pandoc's, Sphinx's, MkDocs', Google Docs', Wikipedia's): its text was read into the heading
+    ("Install¶") or the sentence ("high1 today"); or one with no text (MkDocs' anchor on each line of code, which
+    made trafilatura drop the code block). ``superscript``: the link is in a <sup> or holds one."""
+    if not (attrs.get("href") or "").startswith("#"):
+        return False
+    named = {*(attrs.get("class") or "").split(), *(attrs.get("role") or "").split()}
+    mark = text.strip()
+    return not mark or bool(_NOTE_LINKS & named) or bool(_PERMALINK.fullmatch(mark)) or (superscript and bool(_MARK.fullmatch(mark)))
 
 
 # a table's cells spanning rows are read in each of them unless that takes more copies than this many times the

@@ -2,48 +2,41 @@
 
 Markdown is parsed by markdown-it-py (``indexer.markdown_render``: CommonMark and tables) and its tokens read as the
 HTML they render to would be, like an HTML page without main-content extraction (``_HTMLText``, ``_read_parts``);
-an HTML page is reduced to its main content by trafilatura
-(``_main_content``, after ``indexer.html_tree`` has made its tree ready), or read the same way when trafilatura finds none. Either way a table row is one paragraph whose
-cells are named by the header row, a code block one paragraph of its lines, and each paragraph has its heading path
-(``Sections``).
+an HTML page is reduced to its main content by trafilatura (``indexer.html_main``, after ``indexer.html_tree`` has
+made its tree ready), or read the same way when trafilatura finds none. Either way a table row is one paragraph whose
+cells are named by the header row (``indexer.html_tables``), a code block one paragraph of its lines, and each
+paragraph has its heading path (``Sections``).
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 import re
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from html.parser import HTMLParser
 from typing import Any
 
 from spanseek.indexer.extracted import (
-    HEADER_LEVELS,
     Extracted,
-    IngestError,
     Sections,
-    row_text,
-    stacked_names,
 )
 from spanseek.indexer.front_matter import front_matter
+from spanseek.indexer.html_main import MAIN_SHARE, main_content
+from spanseek.indexer.html_tables import Table
 from spanseek.indexer.html_tree import (
     CELL,
-    SPAN_COPIES,
-    SPANNED,
+    SHOWN_LATER,
     TABLE,
     bdo_override,
     cell_span,
+    code_lines,
+    hidden_element,
     one_line,
-    ready_for_main_content,
+    unread_link,
 )
 from spanseek.indexer.markdown_render import markdown_parser, markdown_parts, render_markdown
 from spanseek.indexer.pdf_blocks import (
     MOST_OVERRIDES,
     POP_OVERRIDE,
-    overrides_read,
 )
 
 # Elements whose text is not content: code and media; and in an HTML page (not Markdown's HTML) its navigation,
@@ -74,10 +67,6 @@ _SELF_ENDING: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 # the end tags of elements that hold blocks, items and cells: one that is not of an element open inside a hidden
 # element is of one around it, and ends it where it is left open ("<li hidden>a</ul>")
 _HOLDERS = frozenset(_BLOCK | {"menu", "select", "datalist", "optgroup", "td", "th"})
-# an inline style that hides an element: "display: none" ("display:none !important")
-_DISPLAY_NONE = re.compile(r"(?:^|;)\s*display\s*:\s*none\s*(?:!\s*important\s*)?(?:;|$)", re.I)
-# ... but a page hidden whole until its scripts have run is read
-_SHOWN_LATER = {"html", "body"}
 # controls a reader sees apart, side by side: tabs ("Windows", "Linux"), buttons and their labels; written with no
 # space between them, their words ran together ("WindowsLinux")
 _APART = {"button", "label"}
@@ -86,163 +75,9 @@ _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 LINE_END = re.compile(r"\r\n?")  # Windows and old Mac line ends, made "\n" before Markdown and text are read
 
 
-def _code(text: str) -> str:
-    """A code block's text: its lines kept (one "\\n" apart, so the block stays one paragraph) with their indentation
-    (tabs as 4 spaces, less what every line shares), the spacing inside each line collapsed, blank lines dropped (a
-    blank line would read as a paragraph break, which answers never cross)."""
-    lines = [line.expandtabs(4) for line in overrides_read(text).split("\n") if line.strip()]
-    shared = min((len(line) - len(line.lstrip(" ")) for line in lines), default=0)
-    return "\n".join(" " * (len(line) - len(line.lstrip(" ")) - shared) + one_line(line) for line in lines)
-
-
-def _hidden(attrs: Mapping[str, str | None]) -> bool:
-    """Whether an element is not shown, its text with it: it has the ``hidden`` attribute (but "until-found", which
-    a browser's find in page reveals) or an inline style of ``display: none``; but a tab's panel (``role="tabpanel"``:
-    sphinx-tabs and ARIA's tabs hide all but the first), which its tab shows, is read."""
-    if "tabpanel" in (attrs.get("role") or "").lower().split():
-        return False
-    shown = "hidden" not in attrs or (attrs["hidden"] or "").strip().lower() == "until-found"
-    return not shown or bool(_DISPLAY_NONE.search(attrs.get("style") or ""))
-
-
-# an in-page link whose text is only a symbol: a heading's permalink (Sphinx's and MkDocs' "¶"), a footnote's link
-# back to its mark ("↩"); and a link's text that is a note's mark ("1", "[1]", "*") where it is set in <sup>
-_PERMALINK = re.compile(r"[¶§#↩↑⬆🔗⚓][\ufe0e\ufe0f]?")
-_MARK = re.compile(r"\[?(?:\d{1,4}|[*†‡])\]?")
-_NOTE_LINKS = {"headerlink", "footnote-ref", "footnote-back", "footnote-backref", "doc-noteref", "doc-backlink"}
-
-
-def _unread_link(attrs: Mapping[str, str | None], text: str, superscript: bool) -> bool:
-    """Whether a link (<a>) is one a reader passes over: an in-page link that is a heading's permalink, a footnote's
-    mark ("high<sup><a href="#fn1">1</a></sup> today" reads "high today", as Markdown's ``[^1]``) or a footnote's
-    link back to it (Pandoc's, Sphinx's, MkDocs', Google Docs', Wikipedia's): its text was read into the heading
-    ("Install¶") or the sentence ("high1 today"); or one with no text (MkDocs' anchor on each line of code, which
-    made trafilatura drop the code block). ``superscript``: the link is in a <sup> or holds one."""
-    if not (attrs.get("href") or "").startswith("#"):
-        return False
-    named = {*(attrs.get("class") or "").split(), *(attrs.get("role") or "").split()}
-    mark = text.strip()
-    return not mark or bool(_NOTE_LINKS & named) or bool(_PERMALINK.fullmatch(mark)) or (superscript and bool(_MARK.fullmatch(mark)))
-
-
 def _apart(tag: str, attrs: Mapping[str, str | None]) -> bool:
     """Whether an element is a control a reader sees apart from the text beside it (``_APART``)."""
     return tag in _APART or bool(_APART_ROLES.intersection((attrs.get("role") or "").lower().split()))
-
-
-class _TableRows:
-    """One table's rows -> paragraphs. A row of header cells only (<th>, or any cell of <thead>) names the columns of
-    the rows after it and is no paragraph itself, unless no row uses it (the table ends, or another header row comes
-    first): then it is one, its cells spaced. A header cell that spans columns names each of them, as the table shows
-    it, where its row has other names (a row of one name over the whole table is its title). A header row under a
-    header row of several names (a group's name over its columns') adds its names to theirs (``stacked_names``:
-    "Tide / high"). A header row of one name amid the body (a group's label) names nothing and reads as itself."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self.unused: str | None = None  # the header row no row has used yet: a paragraph if none will
-        self.grouped = False  # that row has several names: a header row under it stacks its names on them
-        self.levels = 0  # the header rows stacked in ``names``
-
-    def row(self, cells: Sequence[tuple[str, bool, str]]) -> list[str]:
-        """The paragraphs a row of (text, is a header cell, the column's name: the text, or, in a column a header
-        cell spans, that cell's) gives: none (a header row), itself, and an unused header row before it."""
-        texts = [text for text, _, _ in cells]
-        header = all(head for _, head, _ in cells)
-        several = sum(map(bool, texts)) > 1
-        if header and any(texts) and (not self.names or several):
-            # a row of several names, or of one over some columns beside an empty cell (a group over the header
-            # beside an empty corner), is a level of the header; a row of one name alone is the table's title
-            grouped = several or any(not name for _, _, name in cells)
-            names = [name for _, _, name in cells] if grouped else texts
-            if self.unused is not None and self.grouped and several and self.levels < HEADER_LEVELS:  # the next level
-                names = stacked_names([self.names, names])
-                out, text, self.levels = [], row_text(names, []), self.levels + 1
-            else:
-                out, text, self.levels = self.end(), row_text(texts, []), 1
-            self.names, self.unused, self.grouped = names, text, grouped
-            return out
-        self.unused = None
-        text = row_text(texts, [] if header else self.names)
-        return [text] if text else []
-
-    def end(self) -> list[str]:
-        """The header row no row used, as a paragraph (its words are kept)."""
-        out, self.unused = [self.unused] if self.unused else [], None
-        return out
-
-
-@dataclass
-class _Table:
-    """A table being read by ``_HTMLText``: its open row and cell."""
-
-    rows: _TableRows = field(default_factory=_TableRows)
-    row: list[tuple[str, bool, str]] | None = None  # (text, is a header cell, its column's name) of the row's cells
-    cell: list[str] | None = None  # the open cell's text
-    head: bool = False  # the open cell is a header cell
-    span: int = 1  # the columns the open cell spans
-    rowspan: int = 1  # the rows it spans
-    in_thead: bool = False
-    # the columns that cells of rows above span into the next rows: rows left, and the cell each row gets
-    spanned: dict[int, tuple[int, tuple[str, bool, str]]] = field(default_factory=dict)
-    cells: int = 0  # the table's own cells read
-    copies: int = 0  # the cells spanning rows read again in the rows below
-    headed: bool = False  # a header cell was read: its cells spanning rows are read in each (``SPAN_COPIES``)
-    labels: list[int] = field(default_factory=list)  # the columns of the open row's header cells spanning rows
-    copied: list[int] = field(default_factory=list)  # where the open row has such a cell again
-
-    def _spanned_cells(self) -> None:
-        """The cells that rows above span into the open row at its end, so the cells after them keep their column."""
-        assert self.row is not None
-        while (column := len(self.row)) in self.spanned:
-            left, cell = self.spanned[column]
-            if cell[0] and (not self.headed or self.copies >= SPAN_COPIES * self.cells):  # (``html_tree._split_row_spans``)
-                cell = ("", *cell[1:])
-            self.copies += bool(cell[0])
-            if cell[0] and cell[1]:
-                self.copied.append(len(self.row))
-            self.row.append(cell)
-            if left > 1:
-                self.spanned[column] = (left - 1, cell)
-            else:
-                del self.spanned[column]
-
-    def end_cell(self) -> None:
-        if self.cell is not None:
-            # a cell spanning columns is followed by empty ones, so the cells after it keep their column's name
-            self.row = self.row if self.row is not None else []  # added to in place: a row of 5,000 cells took 8 s
-            self._spanned_cells()
-            text = one_line("".join(self.cell))
-            self.cells += 1
-            self.headed = self.headed or self.head
-            if self.rowspan > 1:  # the rows below have it again in its first column, each row whole in itself (a
-                # header cell's name only, unless its row is of the body: ``end_row``), and an empty cell of its name
-                # in the others (``html_tree._split_row_spans``)
-                for column in range(len(self.row), len(self.row) + self.span):
-                    again = text if column == len(self.row) and not self.head else ""
-                    self.spanned[column] = (self.rowspan - 1, (again, self.head, text))
-                if self.head:
-                    self.labels.append(len(self.row))
-            self.row += [(text, self.head, text), *[("", self.head, text)] * (self.span - 1)]
-            self.cell = None
-
-    def end_row(self) -> list[str]:
-        self.end_cell()
-        if self.row is not None:
-            self._spanned_cells()
-        row, self.row = self.row, None
-        labels, copied, self.labels, self.copied = self.labels, self.copied, [], []
-        if not row:
-            return []
-        if not all(head for _, head, _ in row):  # a header cell spanning body rows is their label: each row names it
-            for column in labels:
-                if column in self.spanned:
-                    left, (_, head, name) = self.spanned[column]
-                    self.spanned[column] = (left, (name, head, name))
-        else:  # a header row that a label spans into: the label names no column here
-            for at in copied:
-                row[at] = ("", *row[at][1:])
-        return self.rows.row(row)
 
 
 class _HTMLText(HTMLParser):
@@ -251,7 +86,7 @@ class _HTMLText(HTMLParser):
 
     def __init__(self, page: bool = False, hidden: bool = False) -> None:
         super().__init__(convert_charrefs=True)
-        self.read_hidden = hidden  # whether elements a browser hides (``_hidden``) are read too
+        self.read_hidden = hidden  # whether elements a browser hides (``hidden_element``) are read too
         self.skipped = _SKIP | _BOILERPLATE if page else _SKIP  # what an HTML page drops, not Markdown's HTML
         self.text = Sections()
         self.meta: dict[str, str] = {}
@@ -267,16 +102,16 @@ class _HTMLText(HTMLParser):
         self._in_title = False
         self._title_buf: list[str] = []
         self._heading: str | None = None  # the heading element being read, if any
-        self._tables: list[_Table] = []  # the open tables, outermost first
+        self._tables: list[Table] = []  # the open tables, outermost first
         self._pre = 0  # open <pre> elements
         self._inline = 0  # open tables in a table's cell, read as its text
-        self._hidden: list[str] = []  # a hidden element (``_hidden``) being read, and the elements open inside it
+        self._hidden: list[str] = []  # a hidden element (``hidden_element``) being read, and the elements open inside it
         self._apart: dict[str, int] = {}  # the open controls read apart (``_apart``): how many of each tag
         # where the last such control ended: the text it is in and that text's length then, so that the next one set
         # right after it reads apart from it
         self._control_end: tuple[list[str], int] | None = None
         # each open <a>: its attributes, the text it is in and from where, whether it holds or is in a <sup>; what
-        # is read of it is dropped (``_unread_link``) at its end
+        # is read of it is dropped (``unread_link``) at its end
         self._links: list[tuple[Mapping[str, str | None], list[str], int, list[bool]]] = []
         # each open <bdo>'s override (``bdo_override``): its text is marked with it and read as shown (``one_line``); the
         # paragraphs and lines of a <bdo> that a block or <br> inside it starts are laid out as it lays them out,
@@ -293,7 +128,7 @@ class _HTMLText(HTMLParser):
         self._buf = self._overrides.copy()
         self._links.clear()  # (none goes on into the next paragraph: see ``handle_endtag``)
         self._sup = 0  # nor a <sup> left open ("m<sup>2</p>"): the next paragraph's links are not in it
-        self.text.add(_code(raw) if self._pre else one_line(raw), level)
+        self.text.add(code_lines(raw) if self._pre else one_line(raw), level)
 
     def _cell(self) -> list[str] | None:
         """The open cell's text of the innermost table, if a cell is open."""
@@ -321,7 +156,7 @@ class _HTMLText(HTMLParser):
             cell.append(" ")
             return
         if tag == "table" and start:
-            self._tables.append(_Table())
+            self._tables.append(Table())
             return
         if not self._tables:  # a row or cell outside any table: a line, its cells spaced
             if tag in CELL:
@@ -342,7 +177,7 @@ class _HTMLText(HTMLParser):
                 table.in_thead = start and tag == "thead"
 
     def _hide(self, tag: str, attrs: list[tuple[str, str | None]]) -> bool:
-        """Whether a start tag is in a hidden element (``_hidden``) or opens one, keeping count of the elements open
+        """Whether a start tag is in a hidden element (``hidden_element``) or opens one, keeping count of the elements open
         in it: its text is not read. A tag that ends it as a browser would (``_SELF_ENDING``) ends it, as does (in
         ``handle_endtag``) the end of an element around it where it is left open."""
         if self._hidden and self._hidden[0] in _SELF_ENDING:
@@ -350,7 +185,7 @@ class _HTMLText(HTMLParser):
             if tag in ends and keeps.isdisjoint(self._hidden[1:]):
                 self._hidden = []
         if tag not in _VOID and (self._hidden or (
-                not self.read_hidden and tag not in _SHOWN_LATER and _hidden(dict(attrs)))):
+                not self.read_hidden and tag not in SHOWN_LATER and hidden_element(dict(attrs)))):
             self._hidden.append(tag)
         return bool(self._hidden)
 
@@ -414,7 +249,7 @@ class _HTMLText(HTMLParser):
         self._sup -= tag == "sup" and self._sup > 0
         if tag == "a" and self._links:
             attrs, within, start, (superscript,) = self._links.pop()
-            if within is self._text() and _unread_link(attrs, "".join(within[start:]), superscript):
+            if within is self._text() and unread_link(attrs, "".join(within[start:]), superscript):
                 del within[start:]  # (a block inside it ended the paragraph: its lines are read)
         elif tag == "bdo" and self._bdo:
             override, kept = self._bdo.pop()
@@ -473,173 +308,8 @@ class _HTMLText(HTMLParser):
         self._flush()
 
 
-class _Quiet(logging.Filter):
-    """Drops the log records trafilatura's loggers emit in a thread inside ``_quiet_trafilatura``: what it says of its
-    own extraction ("discarding data: None" at warning level for a page it finds no main content in) is no news to
-    the user, whose page is then read whole; its records elsewhere, and ours, pass."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.threads: set[int] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.thread not in self.threads
-
-
-_QUIET = _Quiet()
-
-
-@contextmanager
-def _quiet_trafilatura() -> Iterator[None]:
-    """While trafilatura extracts a page for us (this thread): its log records dropped (``_Quiet``)."""
-    for name in list(logging.root.manager.loggerDict):  # its modules' loggers, imported by now (filters are per logger)
-        if name == "trafilatura" or name.startswith("trafilatura."):
-            logger = logging.getLogger(name)
-            if _QUIET not in logger.filters:
-                logger.addFilter(_QUIET)
-    _QUIET.threads.add(threading.get_ident())
-    try:
-        yield
-    finally:
-        _QUIET.threads.discard(threading.get_ident())
-
-
-@functools.cache
-def _trafilatura_config():
-    from trafilatura.settings import use_config
-
-    config = use_config()
-    # keep what the main-content extraction finds however short (a page of one paragraph is a page), rather than
-    # falling back to the whole page's text
-    config.set("DEFAULT", "MIN_EXTRACTED_SIZE", "1")
-    config.set("DEFAULT", "MIN_OUTPUT_SIZE", "1")
-    return config
-
-
-# trafilatura's output elements that are one paragraph each (a table row's cells go on one line)
-_MAIN_BLOCKS = {"p", "head", "item", "row", "quote", "code"}
-_TEXT_BLOCKS = {"p", "head", "item"}  # trafilatura's blocks of running text
-_INLINE = {"code", "quote"}  # inline in running text (`x`, <q>), blocks of their own elsewhere
-MAIN_SHARE = 0.85  # trafilatura's main content is read where it drops more than this share of a page's text
-_MAIN_HEADING = re.compile(r"h([1-6])")  # a <head>'s rend: the heading it was (a <summary> made a <head> has none)
-
-
-def _main_runs(body: Any) -> Iterator[tuple[Any, str]]:
-    """trafilatura's body as (block, text) in the order the page reads: a block's own text (``_MAIN_BLOCKS``; text
-    loose in the body counts as the body's) is cut where a block inside it is (sloppy HTML: a list in an unclosed
-    <p>, a <p> in a <blockquote>), so the text after that block comes after it, not before it; a row or code block
-    is one, its text read whole; an element that is no block reads in its block's text, with its inline elements'
-    text as written around them ("run <code>foo --version</code>." reads "run foo --version."), as does a code or
-    quote inline in running text. No recursion: lists nested thousands deep."""
-    runs: list[list[str]] = [[body.text or ""]]  # the open blocks' text since the last block inside each
-    blocks, texts = [body], 0  # the open blocks, outermost first; how many of them are running text
-    stack: list[tuple[Any, Iterator[Any]]] = [(body, iter(body))]
-    while stack:
-        el, children = stack[-1]
-        child = next(children, None)
-        if child is None:  # el ends: its text since the block inside it, then its tail in its own block's text
-            stack.pop()
-            if el is blocks[-1]:
-                yield el, "".join(runs.pop())
-                blocks.pop()
-                texts -= el.tag in _TEXT_BLOCKS
-            if stack:
-                runs[-1].append(" " + (el.tail or "") if el.tag in CELL else el.tail or "")
-            continue
-        block = child.tag in _MAIN_BLOCKS and not (child.tag in _INLINE and texts)
-        if block and child.tag in ("row", "code"):
-            yield blocks[-1], "".join(runs[-1])
-            runs[-1] = []
-            yield child, ""
-            runs[-1].append(child.tail or "")
-            continue
-        if block:
-            yield blocks[-1], "".join(runs[-1])
-            runs[-1] = []
-            runs.append([])
-            blocks.append(child)
-            texts += child.tag in _TEXT_BLOCKS
-        # a table's cells trafilatura leaves loose in a block (a table in a list item): spaced, not glued together
-        runs[-1].append(" " + (child.text or "") if child.tag in CELL else child.text or "")
-        stack.append((child, iter(child)))
-
-
-def _byline(found: Any) -> dict[str, str]:
-    """The author and date trafilatura finds for a page (its byline, ``<meta name="author">``,
-    ``article:published_time``, ``<time datetime>``, JSON-LD), as metadata: ``author`` as the page names them (several
-    "; " apart), ``date`` an ISO-8601 date (2026-05-04), as filters compare dates; keys it does not find are absent."""
-    return {key: value for key in ("author", "date") if isinstance(value := getattr(found, key, None), str) and value}
-
-
-def _main_content(source: str, where: str, hidden: bool = False) -> tuple[Sections | None, dict[str, str]]:
-    """The paragraphs of an HTML page's main content (trafilatura: navigation, footers, asides and other
-    boilerplate dropped; elements a browser hides too, unless ``hidden``), with sections from its headings, table
-    rows named by their header row (trafilatura marks the cells of a table's first row with <th> cells
-    ``role="head"``) and code blocks' lines, None when it finds none; and its author and date (``_byline``)."""
-    try:
-        import trafilatura
-    except ImportError:
-        raise IngestError(f"{where}: reading HTML needs trafilatura (pip install 'spanseek[index]')") from None
-    from lxml import etree, html
-
-    try:  # parsed here to lift libxml2's depth limit: a page nested past 255 elements lost everything below it
-        tree = html.document_fromstring(source.encode("utf-8"), parser=html.HTMLParser(
-            huge_tree=True, encoding="utf-8", remove_comments=True, remove_pis=True))
-    except (etree.ParserError, ValueError):  # no element at all
-        return None, {}
-    for unread in [el for el in tree.iter() if isinstance(el.tag, str) and (
-            el.tag == "del" or (not hidden and _hidden(el.attrib)))]:
-        if unread.tag not in _SHOWN_LATER:
-            unread.drop_tree()  # (its tail, the text after it, stays)
-    for link in [a for a in tree.iter("a") if _unread_link(a.attrib, a.text_content(), a.find(".//sup") is not None
-                                                            or any(up.tag == "sup" for up in a.iterancestors()))]:
-        link.drop_tree()  # (its tail stays)
-    ready_for_main_content(tree)
-    try:
-        with _quiet_trafilatura():
-            # with its metadata: the byline it takes out of the text (the author, the date) is kept as such;
-            # dates only where the page marks them (meta tags, <time>, the byline), not guessed from its text
-            found = trafilatura.bare_extraction(tree, fast=True, favor_recall=True, include_comments=False,
-                                                include_tables=True, with_metadata=True, config=_trafilatura_config(),
-                                                date_extraction_params={"extensive_search": False,
-                                                                        "original_date": True})
-    except RecursionError:  # lists nested thousands deep: the page is read whole (``_HTMLText`` does not recurse)
-        return None, {}
-    byline = _byline(found)
-    body = getattr(found, "body", None)
-    if body is None:
-        return None, byline
-    for br in body.iter("lb"):  # a line break inside a paragraph reads as a space, inside code as a new line
-        br.tail = ("\n" if any(a.tag == "code" for a in br.iterancestors()) else " ") + (br.tail or "")
-    out, table, rows = Sections(), None, _TableRows()
-    for el, own in _main_runs(body):
-        if el.tag not in ("row", "code") and not own.strip():
-            continue
-        if el.tag != "row" or el.getparent() is not table:  # a table's rows end: its unused header row is kept
-            for text in rows.end():
-                out.add(text)
-            table, rows = (el.getparent() if el.tag == "row" else None), _TableRows()
-        if el.tag == "row":
-            texts = [one_line(" ".join(cell.itertext())) for cell in el.findall("cell")]
-            heads = [cell.get("role") == "head" for cell in el.findall("cell")]
-            cells: list[tuple[str, bool, str]] = []
-            for text, head in zip(texts, heads, strict=True):
-                spanned = text == SPANNED and cells
-                cells.append(("", head, cells[-1][2]) if spanned else (text.replace(SPANNED, ""), head, text))
-            for text in rows.row(cells):
-                out.add(text)
-        elif el.tag == "code":
-            out.add(_code("".join(el.itertext()).replace(SPANNED, "")))
-        else:
-            level = _MAIN_HEADING.fullmatch(el.get("rend") or "") if el.tag == "head" else None
-            out.add(one_line(own.replace(SPANNED, "")), int(level.group(1)) if level else 0)
-    for text in rows.end():
-        out.add(text)
-    return out if out.texts else None, byline
-
-
 def extract_html(source: str, where: str = "<html>") -> Extracted:
-    """Main-content paragraphs (``_main_content``) with their sections, title (<title>, else the first paragraph of
+    """Main-content paragraphs (``main_content``) with their sections, title (<title>, else the first paragraph of
     class "title", as a Google Docs export sets its title, else the first <h1>) and
     <meta> tags of an HTML document; every block's paragraphs (``_HTMLText``) where trafilatura finds no main content,
     or keeps none of the page's headings (two or more) and at least ``MAIN_SHARE`` of its text: it then dropped the
@@ -662,7 +332,7 @@ def _page(source: str, where: str, hidden: bool) -> tuple[Sections, _HTMLText, d
     parser = _HTMLText(page=True, hidden=hidden)
     parser.feed(source)
     parser.close()
-    main, byline = _main_content(source, where, hidden)
+    main, byline = main_content(source, where, hidden)
     full = parser.text
     headings = {h for path in full.paths for h in path}  # a page's sections, not only its title
     if main is None or (not any(main.paths) and len(headings) > 1
