@@ -4,7 +4,8 @@ first. Tables: header rows stacked under a group's name (``_stack_header_rows``)
 each cell keeps its column (``_clamp_spans``, ``_split_header_spans``, ``_split_row_spans``), a table nested in a
 cell read in its line (``_nested_tables_inline``); tabs, figures and <pre> read as text and code
 (``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``); and a <bdo>'s text as shown (``_bdo_as_shown``).
-``ready_for_main_content`` runs them in order. Also the element rules both HTML readers share: tables' parts
+an ordered list's items numbered as a browser numbers them (``_list_numbers``). ``ready_for_main_content`` runs
+them in order. Also the element rules both HTML readers share: tables' parts
 (``CELL``, ``ROW_GROUPS``, ``TABLE``, ``cell_span``), a <bdo>'s override (``bdo_override``), what a browser hides
 (``hidden_element``, ``SHOWN_LATER``), the links a reader passes over (``unread_link``), text as one line
 (``one_line``) and a code block's lines (``code_lines``).
@@ -20,6 +21,7 @@ from typing import Any
 
 from spanseek.indexer.extracted import HEADER_LEVELS, stacked_names
 from spanseek.indexer.pdf_blocks import LTR_OVERRIDE, POP_OVERRIDE, RTL_OVERRIDE, overrides_read
+from spanseek.indexer.word_numbering import roman
 
 CELL = {"td", "th"}  # a table cell: its text is one of its row's cells
 ROW_GROUPS = {"thead", "tbody", "tfoot"}  # a table's parts that hold rows
@@ -372,6 +374,59 @@ def _spaced(text: str | None) -> str:
     return (text or "").replace("\r", " ").replace("\n", " ")
 
 
+def list_start(attrs: Mapping[str, str | None], items: int | None) -> int | None:
+    """The number before an ordered list's first item (<ol>'s ``start``, less one; counting down from its
+    ``items`` where it is ``reversed``), None where it cannot be known (reversed, its items not counted yet)."""
+    start = (attrs.get("start") or "").strip()
+    given = int(start) if re.fullmatch(r"-?\d{1,9}", start) else None
+    if "reversed" in attrs:
+        return None if given is None and items is None else (items if given is None else given) + 1
+    return (1 if given is None else given) - 1
+
+
+def list_marker(number: int, attrs: Mapping[str, str | None]) -> str:
+    """An ordered list's item's marker as a browser shows it: its ``number`` in the list's ``type`` ("3.", "c.",
+    "C.", "iii.", "III."; decimal for a number no letter or numeral stands for), and the space after it."""
+    kind = (attrs.get("type") or "1").strip()
+    shown = str(number)
+    if number > 0 and kind in ("a", "A"):
+        shown, left = "", number
+        while left:  # a to z, then aa, ab, ...
+            left, letter = divmod(left - 1, 26)
+            shown = chr(ord("a") + letter) + shown
+    elif 0 < number < 4000 and kind in ("i", "I"):
+        shown = roman(number)
+    return f"{shown.upper() if kind.isupper() else shown}. "
+
+
+def _list_numbers(tree: Any) -> None:
+    """Each item of an ordered list (<ol>) numbered as a browser shows it ("1. Open the valve"), from the list's
+    ``start``, down where it is ``reversed``, an item's ``value`` setting its number; trafilatura drops the numbers."""
+    for ol in tree.iter("ol"):
+        items = [li for li in ol.iterchildren("li")]
+        number = list_start(ol.attrib, len(items))
+        step = -1 if "reversed" in ol.attrib else 1
+        for li in items:
+            value = (li.get("value") or "").strip()
+            number = int(value) if re.fullmatch(r"-?\d{1,9}", value) else (number or 0) + step
+            _before_text(li, list_marker(number, ol.attrib))
+
+
+def _before_text(element: Any, marker: str) -> None:
+    """``marker`` set before the first text in ``element`` (a list item's paragraph's: "1." read alone, apart from
+    the text of a <p> in its item), or in it where it has none."""
+    from lxml import etree
+
+    for event, el in etree.iterwalk(element, events=("start", "end")):
+        if event == "start" and (el.text or "").strip():
+            el.text = marker + el.text
+            return
+        if event == "end" and el is not element and (el.tail or "").strip():
+            el.tail = marker + el.tail
+            return
+    element.text = marker + (element.text or "")
+
+
 def ready_for_main_content(tree: Any) -> None:
     """``tree`` rewritten for trafilatura (the module's docstring), in place."""
     _bdo_as_shown(tree)
@@ -383,3 +438,4 @@ def ready_for_main_content(tree: Any) -> None:
     _pre_as_code(tree)
     _figures_as_text(tree)
     _tabs_as_text(tree)
+    _list_numbers(tree)

@@ -30,6 +30,8 @@ from spanseek.indexer.html_tree import (
     cell_span,
     code_lines,
     hidden_element,
+    list_marker,
+    list_start,
     one_line,
     unread_link,
 )
@@ -121,6 +123,10 @@ class _HTMLText(HTMLParser):
         self._overrides: list[str] = []
         self._bdo: list[tuple[str, bool]] = []
         self._sup = 0  # open <sup> elements
+        # the open lists, innermost last: an ordered one's attributes and its last item's number (None where it
+        # cannot be known: reversed, with no start), None for an unordered one
+        self._lists: list[tuple[Mapping[str, str | None], list[int | None]] | None] = []
+        self._marker = ""  # an ordered list's item's marker ("2. "), read before the item's first text
         self.hidden_text = 0  # the characters (but spaces) of text not read because a browser hides it
 
     def _flush(self, level: int = 0) -> None:
@@ -235,6 +241,15 @@ class _HTMLText(HTMLParser):
             self._pre += tag == "pre"
             self._in_title_paragraph = tag == "p" and self.title_paragraph is None and "title" in (
                 named.get("class") or "").split()
+        if tag in ("ol", "ul", "menu"):
+            self._lists.append((named, [list_start(named, None)]) if tag == "ol" else None)
+        elif tag == "li" and self._lists and (ordered := self._lists[-1]) is not None:
+            attrs_, (number,) = ordered[0], ordered[1]
+            value = (named.get("value") or "").strip()
+            number = int(value) if value.lstrip("-").isdecimal() and len(value) < 10 else (
+                None if number is None else number + (-1 if "reversed" in attrs_ else 1))
+            ordered[1][0] = number
+            self._marker = list_marker(number, attrs_) if number is not None and not self._skip else ""
 
     def handle_endtag(self, tag: str) -> None:
         if self._hidden:
@@ -247,6 +262,10 @@ class _HTMLText(HTMLParser):
             # it; an inline one ("<b><span hidden>a</b>") with any element around it
             self._hidden = []
         self._sup -= tag == "sup" and self._sup > 0
+        if tag in ("ol", "ul", "menu", "li"):
+            self._marker = ""  # (an item with no text)
+            if tag != "li" and self._lists:
+                self._lists.pop()
         if tag == "a" and self._links:
             attrs, within, start, (superscript,) = self._links.pop()
             if within is self._text() and unread_link(attrs, "".join(within[start:]), superscript):
@@ -286,6 +305,9 @@ class _HTMLText(HTMLParser):
         if self._in_title:
             self._title_buf.append(data)
         elif not self._skip and not self._hidden:
+            if self._marker and data.strip():
+                self._text().append(self._marker)
+                self._marker = ""
             self._text().append(data)
         elif not self._skip and self.cdata_elem is None:  # hidden text (not a hidden <script>'s code)
             self.hidden_text += len(data) - sum(map(data.count, " \t\n\r\f"))

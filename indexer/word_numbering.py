@@ -17,7 +17,8 @@ _ROMAN = ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "x
           (9, "ix"), (5, "v"), (4, "iv"), (1, "i"))
 
 
-def _roman(n: int) -> str:
+def roman(n: int) -> str:
+    """``n`` in lower-case Roman numerals ("iv"), as list numbers are shown."""
     out = ""
     for value, letters in _ROMAN:
         out += letters * (n // value)
@@ -33,7 +34,7 @@ def _letter(n: int) -> str:
 # the list number formats read (w:numFmt); a list in another (ordinal words, East Asian counting, ...) gets no number
 _FORMATS: dict[str, Callable[[int], str]] = {
     "decimal": str, "decimalZero": lambda n: f"{n:02d}", "lowerLetter": _letter, "upperLetter": lambda n: _letter(n).upper(),
-    "lowerRoman": _roman, "upperRoman": lambda n: _roman(n).upper(), "none": lambda n: ""}
+    "lowerRoman": roman, "upperRoman": lambda n: roman(n).upper(), "none": lambda n: ""}
 
 
 class Styles:

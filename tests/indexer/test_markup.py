@@ -209,7 +209,7 @@ def test_permalinks_note_marks_and_backlinks_are_passed_over_as_a_reader_does():
     text reads. In a page's main content and in Markdown's HTML (read as a page without one is) alike."""
     expected = ["Install", "Foo needs Python 3.11 or newer and a C compiler to build its extension.", "From PyPI",
                 "The wheel is built for Linux and macOS; see 2 pages on.", "pip install foo\nfoo --version",
-                "Any recent glibc.", "Intel and ARM."]
+                "1. Any recent glibc.", "2. Intel and ARM."]  # (the notes' list numbers them, as a browser shows it)
     assert extract_html(SPHINX).paragraphs == expected
     body = SPHINX.split('role="main">')[1]
     assert extract_markdown(body).paragraphs == expected
@@ -264,7 +264,25 @@ def test_a_task_list_item_reads_its_box_and_its_text():
     them, read as written."""
     source = "- [ ] buy milk\n- [x] write code\n1. [X] ship it\n- [ ]\n\n[ ] not a task\n"
     assert extract_markdown(source).paragraphs == [
-        "\u2610 buy milk", "\u2612 write code", "\u2612 ship it", "[ ]", "[ ] not a task"]
+        "\u2610 buy milk", "\u2612 write code", "1. \u2612 ship it", "[ ]", "[ ] not a task"]
+
+
+@pytest.mark.parametrize(("items", "expected"), [
+    ("<ol><li>Open the valve<li>Close the tap</ol>", ["1. Open the valve", "2. Close the tap"]),
+    ("<ol start=3 type=a><li>x<li value=9>y<li>z</ol>", ["c. x", "i. y", "j. z"]),
+    ("<ol type=I start=4><li>x<li hidden>h<li>y</ol>", ["IV. x", "V. y"]),  # (a hidden item is not counted)
+    ("<ol reversed start=2><li>x<li>y</ol>", ["2. x", "1. y"]),
+    ("<ul><li>x<li>y</ul>", ["x", "y"]),
+])
+def test_an_ordered_list_s_items_read_their_numbers(items, expected):
+    """A browser shows an ordered list's items numbered ("1. Open the valve"), as Word's list numbers read; the
+    numbers were lost ("Open the valve"), so "step 2" found nothing. They read, in the list's type, from its start,
+    in a page's main content, in a page read whole and in Markdown."""
+    assert extract_html(ARTICLE.format(items)).paragraphs[-len(expected):] == expected
+    assert extract_html(items).paragraphs == expected
+    assert extract_markdown(f"Steps:\n\n{items}\n").paragraphs == ["Steps:", *expected]
+    assert extract_markdown("1. Open\n2. Close\n   1. Turn\n\n7) Wait\n\n- Done\n").paragraphs == [
+        "1. Open", "2. Close", "1. Turn", "7. Wait", "Done"]
 
 
 def test_a_google_docs_export_is_titled_by_its_title_paragraph():
