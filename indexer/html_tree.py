@@ -5,7 +5,7 @@ each cell keeps its column (``_clamp_spans``, ``_split_header_spans``, ``_split_
 cell read in its line (``_nested_tables_inline``); tabs, figures and <pre> read as text and code
 (``_tabs_as_text``, ``_figures_as_text``, ``_pre_as_code``); and a <bdo>'s text as shown (``_bdo_as_shown``).
 an ordered list's items numbered as a browser numbers them (``_list_numbers``). ``ready_for_main_content`` runs
-them in order. Also the element rules both HTML readers share: tables' parts
+them in order; a check box reads as the box shown (``check_box``). Also the element rules both HTML readers share: tables' parts
 (``CELL``, ``ROW_GROUPS``, ``TABLE``, ``cell_span``), a <bdo>'s override (``bdo_override``), what a browser hides
 (``hidden_element``, ``SHOWN_LATER``), the links a reader passes over (``unread_link``), text as one line
 (``one_line``) and a code block's lines (``code_lines``).
@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spanseek.indexer.extracted import HEADER_LEVELS, stacked_names
+from spanseek.indexer.markdown_render import TASK_MARKS
 from spanseek.indexer.pdf_blocks import LTR_OVERRIDE, POP_OVERRIDE, RTL_OVERRIDE, overrides_read
 from spanseek.indexer.word_numbering import roman
 
@@ -427,6 +428,22 @@ def _before_text(element: Any, marker: str) -> None:
     element.text = marker + (element.text or "")
 
 
+def check_box(attrs: Mapping[str, str | None]) -> str:
+    """The text an <input> shows where it is a check box (a task list's, as GitHub and MkDocs render "- [x] item"):
+    "☒ " ticked, "☐ " not, as a Markdown task list item's mark reads; "" for any other input."""
+    if (attrs.get("type") or "").strip().lower() != "checkbox":
+        return ""
+    return TASK_MARKS["x" if "checked" in attrs else " "] + " "
+
+
+def _check_boxes_as_text(tree: Any) -> None:
+    """Each check box read as the box shown (``check_box``): trafilatura drops inputs, and a rendered task list's
+    items read without their state."""
+    for box in [el for el in tree.iter("input") if check_box(el.attrib)]:
+        box.tail = check_box(box.attrib) + (box.tail or "").lstrip()
+        box.drop_tree()  # (its tail stays)
+
+
 def ready_for_main_content(tree: Any) -> None:
     """``tree`` rewritten for trafilatura (the module's docstring), in place."""
     _bdo_as_shown(tree)
@@ -438,4 +455,5 @@ def ready_for_main_content(tree: Any) -> None:
     _pre_as_code(tree)
     _figures_as_text(tree)
     _tabs_as_text(tree)
+    _check_boxes_as_text(tree)
     _list_numbers(tree)

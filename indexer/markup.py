@@ -28,6 +28,7 @@ from spanseek.indexer.html_tree import (
     TABLE,
     bdo_override,
     cell_span,
+    check_box,
     code_lines,
     hidden_element,
     list_marker,
@@ -243,6 +244,9 @@ class _HTMLText(HTMLParser):
                 named.get("class") or "").split()
         if tag in ("ol", "ul", "menu"):
             self._lists.append((named, [list_start(named, None)]) if tag == "ol" else None)
+        elif tag == "input" and (box := check_box(named)) and not self._skip and (
+                self.read_hidden or not hidden_element(named)):  # (a void element: ``_hide`` passes it)
+            self.handle_data(box)
         elif tag == "li" and self._lists and (ordered := self._lists[-1]) is not None:
             attrs_, (number,) = ordered[0], ordered[1]
             value = (named.get("value") or "").strip()

@@ -285,6 +285,20 @@ def test_an_ordered_list_s_items_read_their_numbers(items, expected):
         "1. Open", "2. Close", "1. Turn", "7. Wait", "Done"]
 
 
+def test_a_rendered_task_list_reads_its_boxes_as_markdown_s_does():
+    """GitHub's and MkDocs' HTML of a task list (a check box in each item) read without the boxes' state ("write
+    code"), while the same list in Markdown reads "☒ write code": a check box reads as the box shown, ticked or not,
+    in a page's main content, in a page read whole and in Markdown's HTML; a hidden one reads as nothing."""
+    items = ('<ul class="contains-task-list"><li class="task-list-item"><input type="checkbox" disabled> buy milk</li>'
+             '<li class="task-list-item"><input type="checkbox" checked disabled>write code</li></ul>'
+             '<p>Done<input type="checkbox" hidden> <input type="text" value="x"></p>')
+    expected = ["\u2610 buy milk", "\u2612 write code", "Done"]
+    assert extract_html(ARTICLE.format(items)).paragraphs[-3:] == expected
+    assert extract_html(items).paragraphs == expected
+    assert extract_markdown(items).paragraphs == expected
+    assert extract_markdown("- [ ] buy milk\n- [x] write code\n\nDone\n").paragraphs == expected
+
+
 def test_a_google_docs_export_is_titled_by_its_title_paragraph():
     """A Google Docs HTML export has no <title>; its title is a paragraph in the Title style (class "title"), which
     was passed over for the first <h1>. It is the title now, where the page has no <title>."""
