@@ -202,3 +202,40 @@ def test_the_lexical_legs_units_are_those_of_ranking_every_passage(tiny_searcher
             top = top[row[top] > 0]
             assert units.tolist() == unit_of_passage[top].tolist() and passages.tolist() == top.tolist()
             assert unit_scores.tolist() == row[top].tolist()
+
+
+@pytest.mark.parametrize("product", ["blas", "per_row"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("unit", UNITS)
+def test_a_batch_gives_each_question_the_hits_it_gets_searched_alone(tiny_searcher, monkeypatch, unit, mode, product):
+    """Questions searched together (batches of 3 and of 11: query rows on both sides of ``SMALL_ROWS``, whose
+    products are summed by different kernels) get the hits each gets alone: the same passages and spans in the same
+    order, the scores to float32 rounding. ``per_row``: the scan's product is one whose bits do not depend on the
+    other rows (float64 sums rounded once), and then every score, dense and lexical part and confidence has the same
+    bits too: nothing after the product depends on the batch."""
+    from spanseek.core import flat_search
+
+    if product == "per_row":
+        def per_row(queries, xb, out, workers=None, xt=None):
+            out[:] = (queries.astype(np.float64) @ xb.T.astype(np.float64)).astype(np.float32)
+            return out
+
+        monkeypatch.setattr(flat_search, "scores_into", per_row)
+    index = tiny_searcher.index
+    rng = np.random.default_rng(zlib.crc32(f"alone/{unit}/{mode}".encode()))
+    qs, qe = rng.standard_normal((2, 11, index.vectors.shape[1])).astype(np.float32)
+    qs[:4] = index.token_vectors(rng.choice(index.num_tokens, 4))  # aimed at tokens: close scores
+    texts = [f"when did {p['text'].split()[3]} build it" for p in index.passages[:11]]
+    params = SearchParams(unit=unit, mode=mode, top_k=4)
+    alone = [tiny_searcher.search_vectors(qs[i:i + 1], qe[i:i + 1], params, None, texts[i:i + 1])[0]
+             for i in range(len(texts))]
+    assert any(alone), "no hits at all: the comparison is empty"
+    for size in (3, 11):
+        together = [hits for a in range(0, len(texts), size)
+                    for hits in tiny_searcher.search_vectors(qs[a:a + size], qe[a:a + size], params, None,
+                                                             texts[a:a + size])]
+        assert hit_rows(together) == hit_rows(alone), (unit, mode, size)
+        if product == "per_row":
+            np.testing.assert_array_equal(hit_scores(together), hit_scores(alone))
+        else:
+            np.testing.assert_allclose(hit_scores(together), hit_scores(alone), rtol=1e-5, atol=1e-5, equal_nan=True)
