@@ -195,6 +195,7 @@ class FileReader:
         self.in_progress = 0
         self.bytes_held = 0
         self.seconds = 0.0  # uploads' time from their slot to their answer (a moving average): how soon a slot frees
+        self._closed = False  # (``close``: no worker starts after it)
         self._pool = self._start()
         self._one = asyncio.Lock()
 
@@ -225,6 +226,8 @@ class FileReader:
                 raise
             except BrokenProcessPool:
                 self._restart(pool)
+                if self._closed:  # its worker was stopped by the server's stop, not by the file
+                    raise self._stopping() from None
                 raise ReaderStopped(f"{name}: its reader stopped while reading it (a damaged file, or one too large "
                                     f"to read{self._memory_note()})") from None
             except TimeoutError:
@@ -245,13 +248,18 @@ class FileReader:
         (``start_reader``: its priority, memory cap and tokenizer) is behind it and no file's reading can be blamed
         for it. ReaderUnavailable, logged with why, when it could not start (the process could not be made, its
         tokenizer not loaded, it ended or hung while starting): the pool is replaced by one not yet started, so the
-        next upload tries again."""
+        next upload tries again; ReaderUnavailable saying so once the reader is closed (the server stopping), before or
+        while the worker starts."""
+        if self._closed:
+            raise self._stopping()
         try:
             # shielded: an upload cancelled while it waits (its client gone) must not cancel the question, which
             # the next upload waits on
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._asked_pid(pool))),
                                    self.timeout_s + KILL_GRACE_S)
         except (BrokenProcessPool, ReaderNotStarted, OSError, TimeoutError) as e:
+            if self._closed:  # (its start ended by the server's stop)
+                raise self._stopping() from None
             why = (f"it did not start within {self.timeout_s + KILL_GRACE_S:g} s" if isinstance(e, TimeoutError)
                    else "it ended while starting; the server's log says why" if isinstance(e, BrokenProcessPool)
                    else str(e) or type(e).__name__)
@@ -262,6 +270,8 @@ class FileReader:
             raise ReaderUnavailable(f"the process that reads uploaded files could not start ({why}); the server's "
                                     "fault, not the file's: send it again later, the next upload starts it anew"
                                     ) from None
+        if self._closed:  # (closed while the worker started: its pool refuses the file)
+            raise self._stopping()
         if self.keep_bytes and pool not in self._idle:
             pid = self._pid(pool)
             self._idle[pool] = resident_bytes(pid) if pid is not None else None
@@ -323,9 +333,14 @@ class FileReader:
         (rather than raising MemoryError) ends the process."""
         return f" within file_read_memory_bytes, {self.memory_bytes:,}" if self.memory_bytes else ""
 
+    def _stopping(self) -> ReaderUnavailable:
+        return ReaderUnavailable("the server is stopping and reads no more uploaded files; send the file again once "
+                                 "it is back")
+
     def _restart(self, broken: ProcessPoolExecutor) -> ProcessPoolExecutor:
-        """The pool that replaces ``broken`` (made once, whichever read found it broken first)."""
-        if self._pool is broken:
+        """The pool that replaces ``broken`` (made once, whichever read found it broken first); none once closed: a
+        worker started then was never stopped, and the server's exit waited for the file it was given."""
+        if self._pool is broken and not self._closed:
             self._pool = self._start()
             broken.shutdown(wait=False)
             self._idle.pop(broken, None)
@@ -376,7 +391,9 @@ class FileReader:
     def close(self) -> None:
         """Stop the worker, abandoning a file it is reading: shutting down waited for that read to end (a large PDF's
         minutes, or never for a reader stuck on a file), and the service's stop with it. A worker still starting is
-        given KILL_GRACE_S to say its process id."""
+        given KILL_GRACE_S to say its process id. Uploads being read, and any after, are answered ReaderUnavailable
+        (the server stopping): none starts a worker anew."""
+        self._closed = True
         self._signal(self._pool, signal.SIGTERM, wait_s=KILL_GRACE_S)
         self._pool.shutdown(wait=True, cancel_futures=True)
 

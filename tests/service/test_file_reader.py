@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import multiprocessing
 import os
 import shutil
 import signal
@@ -21,7 +22,10 @@ from spanseek.service.file_reader import FileReader
 
 
 def _stuck(data: bytes, name: str, opts: IngestOptions, timeout_s: float) -> file_reader.ReadFile:
-    """A reader stuck on its file (run in the worker, which imports it from this module)."""
+    """A reader stuck on its file (run in the worker, which imports it from this module); it creates the file
+    SPANSEEK_TEST_READING names, where set, once it has the file."""
+    if os.environ.get("SPANSEEK_TEST_READING"):
+        open(os.environ["SPANSEEK_TEST_READING"], "w").close()
     time.sleep(60)
     raise AssertionError("not stopped")
 
@@ -174,30 +178,60 @@ def test_the_worker_reads_and_counts_without_torch_or_transformers(tiny_config):
     assert read.tokens == len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def test_close_stops_a_worker_in_the_middle_of_a_file(tiny_config, monkeypatch):
-    """Closing waited for the file being read to end: a stuck reader held the service's stop for ever."""
+def test_close_stops_a_worker_in_the_middle_of_a_file(tiny_config, tmp_path, monkeypatch):
+    """Closing waited for the file being read to end: a stuck reader held the service's stop for ever. The read is
+    answered as the server's stop (503), not blamed on the file, and no worker starts anew for it."""
     monkeypatch.setattr(file_reader, "_read_in_worker", _stuck)
+    monkeypatch.setenv("SPANSEEK_TEST_READING", str(tmp_path / "reading"))
+    before = set(multiprocessing.active_children())
     reader = FileReader(tiny_config, 0, 1)
-
-    async def start_reading() -> asyncio.Future:
-        reading = asyncio.ensure_future(reader.read(b"stuck", "stuck.txt", IngestOptions()))
-        await asyncio.sleep(0)
-        return reading
-
     loop = asyncio.new_event_loop()
     try:
-        reading = loop.run_until_complete(start_reading())
-        _wait_for(lambda: reader.worker_pid is not None)
+        reading = loop.create_task(reader.read(b"stuck", "stuck.txt", IngestOptions()))
+        # the loop runs until the worker has the file (the read handed to it, as it is only while the loop runs)
+        loop.run_until_complete(_until(lambda: (tmp_path / "reading").exists()))
         pid = reader.worker_pid
-        time.sleep(1)  # (the file handed to the worker)
+        assert pid is not None
         t0 = time.monotonic()
         reader.close()
         assert time.monotonic() - t0 < 20
         assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
         loop.run_until_complete(asyncio.wait([reading], timeout=10))
         assert reading.done()
+        with pytest.raises(file_reader.ReaderUnavailable, match="the server is stopping"):
+            reading.result()
+        assert not set(multiprocessing.active_children()) - before  # (no worker started after the close)
     finally:
         loop.close()
+
+
+def test_a_read_waiting_for_its_worker_at_close_starts_none_after_it(tiny_config, monkeypatch):
+    """A read whose worker had started, but that had not yet handed it its file, when the reader was closed: it
+    started a new worker after the close (its old one killed by the close) and gave it the file, and the server's
+    exit waited for that file's reading; or it failed with 'cannot schedule new futures after shutdown'. It is
+    answered as the server's stop now, and starts nothing."""
+    monkeypatch.setattr(file_reader, "_read_in_worker", _stuck)
+    before = set(multiprocessing.active_children())
+    reader = FileReader(tiny_config, 0, 1)
+    loop = asyncio.new_event_loop()
+    try:
+        reading = loop.create_task(reader.read(b"stuck", "stuck.txt", IngestOptions()))
+        loop.run_until_complete(asyncio.sleep(0))  # (the read waits for its worker's process id; the loop stops)
+        _wait_for(lambda: reader.worker_pid is not None)
+        reader.close()
+        loop.run_until_complete(asyncio.wait([reading], timeout=10))
+        with pytest.raises(file_reader.ReaderUnavailable, match="the server is stopping"):
+            reading.result()
+        assert not set(multiprocessing.active_children()) - before
+    finally:
+        loop.close()
+
+
+async def _until(condition, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
 
 
 def _zombie(pid: int) -> bool:
