@@ -283,7 +283,7 @@ async def delete_document(request: Request, doc_id: str) -> DeleteResponse:
     held = await asyncio.to_thread(named_id, request, doc_id, live.store.snapshot)  # off the loop (read_document)
     deleted = await live.delete([held])
     if not deleted:
-        raise NotFound(f"no document {quoted(doc_id)}")
+        raise no_document(doc_id)
     return DeleteResponse(deleted=deleted, count=len(deleted), request_id=request_id_of(request))
 
 
@@ -387,23 +387,28 @@ async def get_document(request: Request, doc_id: str, meta_only: MetaOnly = Fals
     hold."""
     index = served_index(request)
     store = live_of(request).store if get_state(request).settings.writes else None
-    held, doc = await asyncio.to_thread(read_document, request, doc_id, index, store, meta_only)
+    doc = await asyncio.to_thread(read_document, request, doc_id, index, store, meta_only)
     if doc is None:
-        raise NotFound(f"no document {quoted(held)}")
+        raise no_document(doc_id)
     return doc
 
 
-def read_document(request: Request, doc_id: str, index: Any, store: Any, meta_only: bool
-                  ) -> tuple[str, dict[str, Any] | None]:
-    """The id the path's ``doc_id`` names (``named_id``) and its document in ``index`` (``store``, the live store:
-    with writes), or None; its summary where ``meta_only``. Run off the event loop, as every lookup by id is: the
+def no_document(doc_id: str) -> NotFound:
+    """The 404 of ``/documents/{id}`` (GET, DELETE) when no live document holds ``doc_id`` in any spelling: quoting
+    the id as the client gave it, not the composed spelling the lookup tried last."""
+    return NotFound(f"no document {quoted(doc_id)}")
+
+
+def read_document(request: Request, doc_id: str, index: Any, store: Any, meta_only: bool) -> dict[str, Any] | None:
+    """The document in ``index`` (``store``, the live store: with writes) of the id the path's ``doc_id`` names
+    (``named_id``), or None; its summary where ``meta_only``. Run off the event loop, as every lookup by id is: the
     first one of an index makes its respellings (``respelled_ids``: a pass over every id, 13-52 ms at 1M documents
     that every other request waited for), and the live store's lock may be held by a write."""
     doc_id = named_id(request, doc_id, index)
     if meta_only:
         row = live_row(index, doc_id)
-        return doc_id, None if row is None else summary(index.docs[row]).model_dump()
-    return doc_id, store.get(doc_id) if store is not None else indexed_document(index, doc_id)
+        return None if row is None else summary(index.docs[row]).model_dump()
+    return store.get(doc_id) if store is not None else indexed_document(index, doc_id)
 
 
 @router.post("/admin/compact", response_model=CompactResponse, status_code=202,

@@ -334,3 +334,17 @@ def test_a_documents_refusal_quotes_its_long_id_shortened(write_settings):
         for r, says in cases:
             assert r.status_code == 422 and r.json()["error"] == "validation_error", r.text
             assert says in r.json()["message"] and len(r.content) < 1500, r.text
+
+
+@pytest.mark.parametrize("writes", [True, False])
+def test_a_missing_documents_404_quotes_its_id_as_the_client_spelled_it(settings_for, tmp_path, writes):
+    """GET's 404 quoted the composed (NFC) spelling it looked up last, DELETE's the id as given: a client that asked
+    for "café" typed on a Mac read about another string than it sent, from one route of the two."""
+    settings = settings_for(writes=writes, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        for doc_id in (NFD_ID, NFC_ID):
+            for method in ("GET", "DELETE") if writes else ("GET",):
+                r = client.request(method, path(doc_id), headers=KEY)
+                assert r.status_code == 404 and r.json()["message"] == f"no document {doc_id!r}", (method, r.text)
+            r = client.get(path(doc_id) + "?meta_only=true", headers=KEY)
+            assert r.status_code == 404 and r.json()["message"] == f"no document {doc_id!r}", r.text
