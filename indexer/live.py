@@ -265,8 +265,13 @@ class HeldDocuments(ValueError):
 
     def __init__(self, ids: list[str]):
         self.ids = ids
-        super().__init__(f"{len(ids)} of the documents are held already: {', '.join(map(repr, ids[:5]))}"
-                         f"{' ...' if len(ids) > 5 else ''}")
+        super().__init__(self.message())
+
+    def message(self, quote: Callable[[str], str] = repr) -> str:
+        """What is refused: how many ids are held already, and the first five, each ``quote``d (the service's
+        ``quoted`` cuts a long one short)."""
+        listed = ", ".join(quote(i) for i in self.ids[:5])
+        return f"{len(self.ids)} of the documents are held already: {listed}{' ...' if len(self.ids) > 5 else ''}"
 
 
 def live_dir_holder(live_dir: Path) -> str:

@@ -236,8 +236,7 @@ def title_problem(title: str, max_title_chars: int) -> str | None:
 def held_already(e: HeldDocuments, replacing: str) -> Conflict:
     """The 409 of an add (``POST /documents``, ``POST /files/{name}``) naming the first ids held already, each
     quoted shortened, and the route ``replacing`` that replaces them."""
-    ids = ", ".join(quoted(i) for i in e.ids[:5]) + (" ..." if len(e.ids) > 5 else "")
-    return Conflict(f"{len(e.ids)} of the documents are held already: {ids}; {replacing} replaces documents by id")
+    return Conflict(f"{e.message(quoted)}; {replacing} replaces documents by id")
 
 
 def refuse_document(i: int, field: str, msg: str) -> RequestValidationError:

@@ -348,3 +348,15 @@ def test_a_missing_documents_404_quotes_its_id_as_the_client_spelled_it(settings
                 assert r.status_code == 404 and r.json()["message"] == f"no document {doc_id!r}", (method, r.text)
             r = client.get(path(doc_id) + "?meta_only=true", headers=KEY)
             assert r.status_code == 404 and r.json()["message"] == f"no document {doc_id!r}", r.text
+
+
+def test_a_409_lists_the_first_five_held_ids_each_quoted_shortened():
+    """The 409 of an add says what ``HeldDocuments`` says (one wording), each id quoted as every error quotes one."""
+    from spanseek.indexer.live import HeldDocuments
+    from spanseek.service.writes import held_already
+
+    ids = ["k" * 1000, *"abcdef"]
+    e = held_already(HeldDocuments(ids), "PUT /documents")
+    assert e.status == 409 and str(e) == (f"7 of the documents are held already: '{'k' * 100}… (1,000 characters)', "
+                                          "'a', 'b', 'c', 'd' ...; PUT /documents replaces documents by id")
+    assert str(HeldDocuments(ids[1:3])) == "2 of the documents are held already: 'a', 'b'"
