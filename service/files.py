@@ -118,7 +118,7 @@ async def _write(request: Request, name: str, doc_id: str | None, meta: list[str
                             else min(declared, live.settings.max_file_bytes)):
             data = await request.body()  # (a slow client's body holds its bytes, not a slot, while it arrives)
             with reader.slot():
-                return await _read_and_write(request, live, name, held, opts, only_new, data)
+                return await _read_and_write(request, live, name, doc_id, held, opts, only_new, data)
     except UploadsBusy as e:
         raise Overloaded(str(e), e.retry_after) from None
 
@@ -130,8 +130,12 @@ def _declared_length(request: Request) -> int | None:
     return int(declared) if declared.isdigit() else None
 
 
-async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, opts: IngestOptions, only_new: bool,
-                          data: bytes) -> FileWriteResponse:
+async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, held: str, opts: IngestOptions,
+                          only_new: bool, data: bytes) -> FileWriteResponse:
+    """Read the file ``name`` (``data``) and write its document under ``held``, the id the request's ``doc_id`` names
+    (``held_id``): the document is checked under ``doc_id``, as ``PUT /documents`` checks one before it looks its id
+    up, so that a document held under a longer spelling than the one given (an index built from a corpus file) is
+    replaced, not refused for a length the client never sent."""
     shown = shortened(name)  # how every message names the file (its name may be as long as an id, or longer)
     if not data:
         raise UnreadableFile(f"{shown}: the request has no body; send the file's bytes as the body")
@@ -155,6 +159,7 @@ async def _read_and_write(request: Request, live: Any, name: str, doc_id: str, o
                                live.settings.max_title_chars)
     except CorpusError as e:
         raise UnreadableFile(str(e)) from None
+    doc = dataclasses.replace(doc, id=held)
     try:
         written = await live.upsert([doc], only_new=only_new)
     except HeldDocuments as e:

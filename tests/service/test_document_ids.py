@@ -8,6 +8,7 @@ under the NFD spelling stays reachable and replaceable.
 from __future__ import annotations
 
 import json
+import unicodedata
 from urllib.parse import quote
 
 import pytest
@@ -360,3 +361,24 @@ def test_a_409_lists_the_first_five_held_ids_each_quoted_shortened():
     assert e.status == 409 and str(e) == (f"7 of the documents are held already: '{'k' * 100}… (1,000 characters)', "
                                           "'a', 'b', 'c', 'd' ...; PUT /documents replaces documents by id")
     assert str(HeldDocuments(ids[1:3])) == "2 of the documents are held already: 'a', 'b'"
+
+
+def test_a_held_id_over_the_limit_only_in_its_stored_spelling_is_replaced_by_a_file(settings_for, tmp_path,
+                                                                                  tiny_model_dir):
+    """An index built from a corpus file holds a name decomposed (NFD: 1,204 characters), 604 characters composed.
+    ``PUT /documents`` under the composed id replaced it, while ``PUT /files/{name}`` of the same name was a 422 for
+    the stored spelling's length, which the client never sent: the limit is the given id's on both routes."""
+    nfc = "\u00e9" * 600 + ".txt"
+    nfd = unicodedata.normalize("NFD", nfc)
+    assert len(nfc) <= LONGEST < len(nfd)
+    index = _index_holding(tmp_path, tiny_model_dir, nfd)
+    settings = settings_for(index=index, writes=True, api_key="key", live_dir=tmp_path / "live", merge_tokens=0)
+    with serving(create_app(settings)) as client:
+        r = client.put("/files/" + quote(nfc, safe=""), headers=KEY, content=b"In 1470 Ida built the mill.")
+        assert r.status_code == 200 and r.json()["id"] == nfd, r.text
+        assert client.get(path(nfc), headers=KEY).json()["paragraphs"] == ["In 1470 Ida built the mill."]
+        assert [d["id"] for d in client.get("/documents", headers=KEY).json()["documents"]].count(nfd) == 1
+        r = client.put("/files/a.txt", headers=KEY, params={"id": nfc}, content=b"In 1480 Ida built the mill.")
+        assert r.status_code == 200 and r.json()["id"] == nfd, r.text
+        r = client.put("/files/" + quote(nfd, safe=""), headers=KEY, content=TEXT.encode())  # (as given: too long)
+        assert r.status_code == 422 and "'id' has 1,204 characters" in r.json()["details"][0]["msg"], r.text
