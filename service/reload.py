@@ -156,13 +156,14 @@ class IndexReloader:
         self.reloads = 0
         self.failures = 0
         self.last: dict[str, Any] | None = None  # the last attempt: when, outcome, error
+        self.under_way: dict[str, Any] | None = None  # the attempt now loading: its path, cause and start
         self._running: tuple[Path, asyncio.Task] | None = None  # the reload on request under way, shared
         self._next = -float("inf")  # monotonic time from which the next reload on request may start
         self._ended, self._last_outcome = -float("inf"), "ended"  # when the last reload on request ended, and how
 
     def describe(self) -> dict[str, Any]:
-        """Counters and the last attempt, for /info."""
-        return {"reloads": self.reloads, "failed": self.failures, "last": self.last,
+        """Counters, the attempt under way (None when none is) and the last one ended, for /info."""
+        return {"reloads": self.reloads, "failed": self.failures, "running": self.under_way, "last": self.last,
                 "poll_s": self.state.settings.index_poll_s or None}
 
     async def on_request(self, path: Path | None = None, reason: str = "request") -> dict[str, Any]:
@@ -201,8 +202,14 @@ class IndexReloader:
         """
         batcher = self.state.batcher
         async with self._lock:
-            with batcher.learning_paused() if batcher is not None else contextlib.nullcontext():
-                return await self._reload(path, reason)
+            # (/info says so while it loads: ``last`` and /health stay the index served until the swap)
+            self.under_way = {"index": str(path if path is not None else self.path), "reason": reason,
+                              "since": _now()}
+            try:
+                with batcher.learning_paused() if batcher is not None else contextlib.nullcontext():
+                    return await self._reload(path, reason)
+            finally:
+                self.under_way = None
 
     async def _reload(self, path: Path | None, reason: str) -> dict[str, Any]:
         """The reload itself, under the lock (``reload``)."""

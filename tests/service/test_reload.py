@@ -261,6 +261,34 @@ async def test_reloads_on_request_are_shared_and_spaced(settings_for, async_serv
 
 
 
+async def test_info_says_while_a_reload_is_under_way(settings_for, async_serve, until, index_b):
+    """While a reload loaded its index (minutes, for a large one), /info said nothing of it: ``service.reload.last``
+    was the attempt before, and a client could not tell a reload in progress from none. ``running`` names it, and
+    /health, /ready and ``last`` stay the served index's until the swap."""
+    app = create_app(settings_for(api_key=KEY))
+    reloader = app.state.service.reloader
+    gate, reopen = threading.Event(), reloader.reopener
+
+    def held(*args):
+        gate.wait(30)
+        return reopen(*args)
+
+    reloader.reopener = held
+    async with async_serve(app) as client:
+        assert (await client.get("/info", headers=AUTH)).json()["service"]["reload"]["running"] is None
+        reloading = asyncio.create_task(client.post("/admin/reload", headers=AUTH, json={"index": str(index_b)}))
+        await until(lambda: reloader.under_way is not None)
+        shown = (await client.get("/info", headers=AUTH)).json()["service"]["reload"]
+        assert shown["running"]["index"] == str(index_b) and shown["running"]["reason"] == "request", shown
+        assert shown["running"]["since"] and shown["last"] is None
+        assert (await client.get("/health")).json()["detail"] == "ready"
+        assert (await client.get("/ready")).status_code == 200
+        gate.set()
+        assert (await reloading).status_code == 200
+        shown = (await client.get("/info", headers=AUTH)).json()["service"]["reload"]
+        assert shown["running"] is None and shown["last"]["outcome"] == "ok"
+
+
 async def test_a_reload_that_fails_fast_does_not_hold_off_the_next(settings_for, async_serve, tmp_path):
     """A mistyped path fails at once: the corrected request right after it reloads (it got 429 for the whole
     reload_min_interval_s); a successful reload still spaces the next."""
