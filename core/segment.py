@@ -280,10 +280,15 @@ class SegmentedFaiss:
 
 
 def empty_like(index: Any) -> Any:
-    """An empty faiss index with ``index``'s training (quantiser, codebooks, rotation)."""
+    """An empty faiss index with ``index``'s training (quantiser, codebooks, rotation); an id map's inner index (an
+    ``IDMap,Flat`` base's ``Flat``): the segment's index numbers its rows itself, ``SegmentedFaiss.segment_ids`` maps
+    them, and an id map takes no rows without ids."""
     import faiss
 
     inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexIDMap | faiss.IndexIDMap2):
+        inner = faiss.downcast_index(inner.index)
+        index = inner
     empty: Any
     if isinstance(inner, faiss.IndexFlat):
         empty = faiss.IndexFlat(inner.d, inner.metric_type)

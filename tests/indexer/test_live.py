@@ -898,3 +898,27 @@ def test_a_snapshot_s_searcher_keeps_the_searcher_s_chunk_size(tiny_searcher, ti
         assert searcher_over(tiny_searcher, PhraseIndex(tiny_index)).chunk_size == 7
     finally:
         del tiny_searcher.chunk_size
+
+
+def test_a_base_behind_an_id_map_takes_writes_and_searches_as_the_plain_one(tmp_path, tiny_corpus,
+                                                                          tiny_model_dir, tiny_searcher, encoder,
+                                                                          monkeypatch):
+    """An index built with an id map (``--factory IDMap,Flat``) takes writes: each snapshot over it searches as the
+    same snapshot over the plain Flat index of the same corpus searched by faiss (as the id map's is), with a filter
+    too (its segment's faiss index was a copy of the id map, which takes no rows without ids: the first search after
+    a write failed)."""
+    from spanseek.core.loading import open_searcher
+    from spanseek.core.segment import SegmentedFaiss, searcher_over
+    from spanseek.indexer.build import BuildOptions, build_index
+
+    monkeypatch.setattr(SegmentedFaiss, "flat_parts", lambda self: None)  # (ties in the order faiss merges them)
+
+    build_index(tiny_corpus, tiny_model_dir, tmp_path / "idmap",
+                BuildOptions(factory="IDMap,Flat", shard_passages=7, progress=False, precision="fp32", gpu=False))
+    mapped = open_searcher(tmp_path / "idmap", tiny_model_dir, device="cpu", precision="fp32")
+    flt = SearchFilter.from_json({"must_not": [{"doc_ids": ["n1"]}]})
+    pairs = list(zip(snapshots(mapped.index, encoder), snapshots(tiny_searcher.index, encoder), strict=True))
+    for at, (snap, plain) in enumerate(pairs):
+        for unit, f in [(u, None) for u in UNITS] + ([("doc", flt)] if at == len(pairs) - 1 else []):
+            assert (hits_of(searcher_over(mapped, snap), unit, "dense", f)
+                    == hits_of(searcher_over(tiny_searcher, plain), unit, "dense", f)), (at, unit, f)
