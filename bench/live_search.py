@@ -35,9 +35,10 @@ from machine import cpu_name  # noqa: E402  (bench/ is on sys.path when run as a
 
 from spanseek.core.io import Document, load_squad, squad_questions, write_json_atomic  # noqa: E402
 from spanseek.core.lexical import analyzer_of  # noqa: E402
+from spanseek.core.live_lexical import BaseTerms  # noqa: E402
 from spanseek.core.loading import open_searcher  # noqa: E402
 from spanseek.core.params import MODES, UNITS, SearchParams  # noqa: E402
-from spanseek.core.segment import BaseTerms, LiveIndex, SegmentedFaiss, empty_like, searcher_over  # noqa: E402
+from spanseek.core.segment import LiveIndex, SegmentedFaiss, empty_like, searcher_over  # noqa: E402
 from spanseek.indexer.live import DocumentEncoder  # noqa: E402
 
 WRITTEN = "The zebra crossing on the {n}th street was built in {year} by the city council of Oslo."

@@ -69,10 +69,11 @@ from spanseek.core.io import (
     write_json_atomic,
 )
 from spanseek.core.lexical import ANALYZER
+from spanseek.core.live_lexical import BaseTerms
 from spanseek.core.model import load_tokenizer
 from spanseek.core.params import SearchFilter
 from spanseek.core.phrase_index import MANIFEST, PhraseIndex, doc_record
-from spanseek.core.segment import BaseTerms, EncodedDocument, LiveIndex, empty_like, passage_terms
+from spanseek.core.segment import EncodedDocument, LiveIndex, empty_like, passage_terms
 from spanseek.core.stopping import Stopped, checkpoint, stop_when
 from spanseek.core.text import PassageTokens, tokenize_passage_steps, tokenize_passages
 from spanseek.indexer.build import BuildOptions

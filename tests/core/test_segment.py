@@ -195,7 +195,7 @@ def test_live_bm25_counts_the_live_base_and_segment_passages_as_a_scan_does(seed
     score against BM25 scanned over the live passages, segment terms the base never held included."""
     import scipy.sparse as sp
 
-    from spanseek.core.segment import BaseTerms, LiveLexical
+    from spanseek.core.live_lexical import BaseTerms, LiveLexical
 
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(12)]
@@ -231,7 +231,7 @@ def test_a_write_s_bm25_statistics_cost_the_segment_not_the_base_s_postings():
     least of three, against ``tocsc`` of the base's postings; recounting them took several such passes)."""
     import scipy.sparse as sp
 
-    from spanseek.core.segment import BaseTerms, LiveLexical
+    from spanseek.core.live_lexical import BaseTerms, LiveLexical
 
     n, per, words = 100_000, 20, 50_000
     rng = np.random.default_rng(0)
@@ -252,7 +252,7 @@ def test_a_write_s_bm25_part_costs_about_a_dictionary_lookup_a_segment_term():
     against one pass of such lookups; through the snapshot's two-level vocabulary it took over 10 passes)."""
     import scipy.sparse as sp
 
-    from spanseek.core.segment import BaseTerms, LiveLexical
+    from spanseek.core.live_lexical import BaseTerms, LiveLexical
 
     rng = random.Random(0)
     words = [f"w{i}" for i in range(5000)]

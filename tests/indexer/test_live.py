@@ -807,7 +807,8 @@ def pq_searcher(tmp_path_factory, tiny_model_dir):
 def snapshots(base, encoder):
     """A snapshot after each of a series of writes over ``base``: adds, replacements of a base and of a segment
     document, deletes of both; each document encoded once, as a server holds it."""
-    from spanseek.core.segment import BaseTerms, LiveIndex, empty_like
+    from spanseek.core.live_lexical import BaseTerms
+    from spanseek.core.segment import LiveIndex, empty_like
     from spanseek.indexer.live import Segment
 
     segment, template, terms = Segment.over(base), empty_like(base.faiss), BaseTerms.of(base)
