@@ -67,6 +67,7 @@ from spanseek.core.phrase_index import (
 )
 from spanseek.core.reading import ReadingStage
 from spanseek.core.search import Searcher
+from spanseek.core.selection import int64_vector
 
 
 @dataclass(frozen=True)
@@ -254,8 +255,6 @@ class LiveIndex(PhraseIndex):
 
     def __init__(self, base: PhraseIndex, segment: Sequence[EncodedDocument], tombstones: np.ndarray,
                  template: Any, base_terms: BaseTerms | None):
-        import faiss
-
         self.base = base
         self.segment = list(segment)
         self.dir = base.dir
@@ -285,8 +284,6 @@ class LiveIndex(PhraseIndex):
         kept = np.flatnonzero(np.concatenate([doc.kept for doc in segment])) if segment else np.zeros(0, np.int64)
         keep_codes = base.codes is not None
         self.faiss = SegmentedFaiss(base.faiss, template, self.segment, keep_codes, (kept + n).astype(np.int64))
-        self._segment_map: Any = faiss.Int64Vector()  # segment row -> token id, for selectors
-        faiss.copy_array_to_vector(self.faiss.segment_ids, self._segment_map)
         self.default_nprobe = base.default_nprobe
         self.vectors = base.vectors
         self.codes = base.codes
@@ -367,9 +364,13 @@ class LiveIndex(PhraseIndex):
             return SegmentParams(base, faiss_search_parameters(self.faiss.segment, probes) if nprobe else None)
         import faiss
 
-        translated = faiss.IDSelectorTranslated(self._segment_map, selector)  # segment row -> token id -> selector
+        # ``selector`` (``core.selection.select``'s) translates the base's token ids to passages (the base's map, not
+        # one over every token each write) and asks its passage bitmap (``sel``); the segment's rows are translated
+        # to their passages by a map of the segment's own, made at the snapshot's first filtered search
+        rows = self._joined("row_passages", lambda: int64_vector(self.token_passage[self.faiss.segment_ids]))
+        translated = faiss.IDSelectorTranslated(rows, selector.sel)
         return SegmentParams(base, faiss_search_parameters(self.faiss.segment, probes, translated),
-                             (translated, selector, self._segment_map))
+                             (translated, selector, rows))
 
 
 def searcher_over(searcher: Searcher, index: PhraseIndex) -> Searcher:
