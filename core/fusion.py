@@ -35,6 +35,7 @@ from spanseek.core.params import (
 )
 from spanseek.core.plan import Plan
 from spanseek.core.rerank import RERANK_DEPTH, rerank_features, rerank_scores
+from spanseek.core.selection import unit_runs
 from spanseek.core.spans import Spans, by_group_then_score, numpy_blas
 
 # phrase unit, hybrid: the lexical passages whose every span joins the dense candidates
@@ -82,10 +83,10 @@ class LexicalFusion:
         self.dense = dense
         self.hits = hits
         self.unit_of_passage = unit_of_passage
-        self.unit_count = {u: len(np.unique(m)) for u, m in unit_of_passage.items()}
         # each unit's passages together (passages in unit order, where each unit's run starts): units' BM25 maxima
-        self._runs = {u: (order, np.flatnonzero(np.r_[True, m[order][1:] != m[order][:-1]]))
-                      for u, m in unit_of_passage.items() for order in [np.argsort(m, kind="stable")]}
+        runs = unit_runs(dense.index, unit_of_passage)
+        self.unit_count = {u: count for u, (_, _, count) in runs.items()}
+        self._runs = {u: (order, starts) for u, (order, starts, _) in runs.items()}
         self.phrase_rerank = phrase_rerank
 
     def search(self, plan: Plan, batch: DenseBatch, questions: list[str]
